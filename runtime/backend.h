@@ -1,0 +1,165 @@
+// Backend is the one narrow interface between grove and a device: raw memory,
+// copies, streams, events, kernels, stream capture and graphs. `sim` and
+// `cuda` implement it (`cpu` is the sim backend without capture); nothing
+// above runtime/ ever sees a CUDA type. One Backend instance serves one device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+
+namespace grove::runtime {
+
+// Opaque handles; what they point to belongs to the backend that made them.
+// A null stream is the legacy default stream, which grove never uses for its
+// own work (and on which capture is an error).
+struct StreamHandle {
+  void* impl = nullptr;
+  bool is_default() const { return impl == nullptr; }
+  friend bool operator==(StreamHandle, StreamHandle) = default;
+};
+struct EventHandle {
+  void* impl = nullptr;
+};
+struct GraphHandle {
+  void* impl = nullptr;
+  explicit operator bool() const { return impl != nullptr; }
+};
+struct GraphExecHandle {
+  void* impl = nullptr;
+  explicit operator bool() const { return impl != nullptr; }
+};
+struct KernelHandle {
+  void* impl = nullptr;
+  explicit operator bool() const { return impl != nullptr; }
+};
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+  uint64_t count() const { return uint64_t{x} * y * z; }
+};
+
+struct LaunchDims {
+  Dim3 grid;
+  Dim3 block;
+  uint32_t shared_bytes = 0;
+};
+
+// Kernel parameters as 8-byte slots in declaration order: a pointer or a
+// 64-bit integer fills a slot; a 32-bit value sits in the slot's low bytes.
+struct KernelArgs {
+  std::vector<uint64_t> slots;
+
+  KernelArgs& add_pointer(const void* pointer) {
+    slots.push_back(reinterpret_cast<uint64_t>(pointer));
+    return *this;
+  }
+  KernelArgs& add_i64(int64_t value) {
+    slots.push_back(static_cast<uint64_t>(value));
+    return *this;
+  }
+  KernelArgs& add_f32(float value);
+  friend bool operator==(const KernelArgs&, const KernelArgs&) = default;
+};
+
+// A host kernel (sim and cpu): runs the whole launch grid on the calling
+// thread. `args` points at KernelArgs::slots.
+using HostKernelFn = void (*)(const LaunchDims* dims, const uint64_t* args);
+
+// What a kernel is made from: PTX text for cuda, a host function for sim/cpu.
+struct KernelSource {
+  std::string name;
+  std::string ptx;
+  HostKernelFn host_function = nullptr;
+};
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+// Which threads a capture forbids unsafe calls on (CUDA's capture modes).
+enum class CaptureMode { kGlobal, kThreadLocal, kRelaxed };
+
+enum class CaptureStatus { kNone, kActive, kInvalidated };
+
+struct InstantiateOptions {
+  // Note [AutoFreeOnLaunch]: see runtime/cuda/cuda_graphs.cc.
+  bool auto_free_on_launch = true;
+  // Upload the executable graph to the device right after instantiation, on this stream.
+  StreamHandle upload_stream;
+};
+
+struct ExecUpdateResult {
+  bool updated = false;
+  std::string reason;  // why not, when !updated
+};
+
+// A kernel node of a captured graph, as the graph's kernel-node index sees it.
+struct KernelNodeInfo {
+  size_t kernel_node_index = 0;  // position among the graph's kernel nodes
+  std::string kernel_name;
+  bool launched_by_grove = false;  // false for library kernels (cuBLAS)
+  KernelArgs args;                 // meaningful only when launched_by_grove
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  // A human-readable name: "sim", "NVIDIA H200", ...
+  virtual std::string name() const = 0;
+
+  // Raw device memory (the caching allocator's segments).
+  virtual void* allocate_raw(size_t bytes) = 0;
+  virtual void free_raw(void* pointer) = 0;
+
+  virtual void copy_async(void* destination, const void* source, size_t bytes, CopyKind kind,
+                          StreamHandle stream) = 0;
+  virtual void memset_async(void* destination, int byte_value, size_t bytes,
+                            StreamHandle stream) = 0;
+
+  virtual StreamHandle create_stream() = 0;
+  virtual void destroy_stream(StreamHandle stream) = 0;
+  virtual void synchronize_stream(StreamHandle stream) = 0;
+  virtual void synchronize_device() = 0;
+
+  virtual EventHandle create_event(bool enable_timing) = 0;
+  virtual void destroy_event(EventHandle event) = 0;
+  virtual void record_event(EventHandle event, StreamHandle stream) = 0;
+  virtual void stream_wait_event(StreamHandle stream, EventHandle event) = 0;
+  virtual void synchronize_event(EventHandle event) = 0;
+  virtual float elapsed_ms(EventHandle start, EventHandle end) = 0;
+
+  // Loads a kernel once; the handle stays valid for the backend's lifetime.
+  virtual KernelHandle load_kernel(const KernelSource& source) = 0;
+  virtual void launch_kernel(KernelHandle kernel, const LaunchDims& dims, const KernelArgs& args,
+                             StreamHandle stream) = 0;
+  // Runs `function(user_data)` in stream order (cudaLaunchHostFunc).
+  virtual void launch_host_function(StreamHandle stream, void (*function)(void*),
+                                    void* user_data) = 0;
+
+  virtual void begin_capture(StreamHandle stream, CaptureMode mode) = 0;
+  // Ends the capture and returns its graph; throws CaptureViolation when the
+  // capture was invalidated (the stream leaves capture mode either way).
+  virtual GraphHandle end_capture(StreamHandle stream) = 0;
+  virtual CaptureStatus capture_status(StreamHandle stream) = 0;
+  // Marks an active capture invalid after grove itself detected a violation.
+  virtual void invalidate_capture(StreamHandle stream) = 0;
+
+  virtual GraphExecHandle instantiate(GraphHandle graph, const InstantiateOptions& options) = 0;
+  virtual void launch_graph(GraphExecHandle exec, StreamHandle stream) = 0;
+  // Swaps the arguments of `exec` for those of `graph` when the topology matches.
+  virtual ExecUpdateResult update_graph_exec(GraphExecHandle exec, GraphHandle graph) = 0;
+  virtual std::vector<KernelNodeInfo> kernel_nodes(GraphHandle graph) = 0;
+  // Changes one kernel node's arguments in `exec`; takes effect from its next launch.
+  virtual void set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
+                                    size_t kernel_node_index, const KernelArgs& args) = 0;
+  virtual size_t graph_node_count(GraphHandle graph) = 0;
+  virtual std::string graph_dot(GraphHandle graph) = 0;
+  virtual void destroy_graph(GraphHandle graph) = 0;
+  virtual void destroy_graph_exec(GraphExecHandle exec) = 0;
+};
+
+}  // namespace grove::runtime

@@ -1,0 +1,19 @@
+// The cuda Backend: the CUDA runtime API, linked statically (libcudart_static.a)
+// so that binaries start on machines without a driver and report "no CUDA device".
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace grove::runtime {
+
+// The number of usable CUDA devices; 0 when there is no driver or no GPU.
+int cuda_device_count();
+// Why cuda_device_count() is 0 ("CUDA driver version is insufficient ..."), or "".
+std::string cuda_unavailable_reason();
+// Backend for cuda:index; the caller has checked that the device exists.
+std::unique_ptr<Backend> make_cuda_backend(int index);
+
+}  // namespace grove::runtime

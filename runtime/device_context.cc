@@ -1,0 +1,102 @@
+#include "runtime/device_context.h"
+
+#include <array>
+#include <unordered_map>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/error.h"
+#include "runtime/sim/sim_backend.h"
+
+namespace grove::runtime {
+namespace {
+
+constexpr int kMaxDevicesPerType = 64;
+
+struct ContextRegistry {
+  std::mutex mutex;
+  std::unordered_map<Device, std::unique_ptr<DeviceContext>> contexts;
+};
+
+ContextRegistry& registry() {
+  static auto* instance = new ContextRegistry();  // lives until exit, never destroyed
+  return *instance;
+}
+
+thread_local std::unordered_map<const DeviceContext*, StreamHandle> t_current_streams;
+
+std::unique_ptr<Backend> make_backend(Device device) {
+  GROVE_CHECK_AS(DeviceError, device.index >= 0 && device.index < kMaxDevicesPerType, "device ",
+                 device.str(), ": index out of range");
+  switch (device.type) {
+    case DeviceType::kCpu:
+    case DeviceType::kSim:
+      return make_sim_backend(device);
+    case DeviceType::kCuda: {
+      int count = cuda_device_count();
+      GROVE_CHECK_AS(DeviceError, count > 0, "device ", device.str(),
+                     " is not available: no CUDA device (", cuda_unavailable_reason(),
+                     "). Use --device sim to run on the host emulation");
+      GROVE_CHECK_AS(DeviceError, device.index < count, "device ", device.str(),
+                     " is not available: this machine has ", count, " CUDA device(s)");
+      return make_cuda_backend(device.index);
+    }
+  }
+  throw DeviceError("unknown device type");
+}
+
+}  // namespace
+
+DeviceContext::DeviceContext(Device device, std::unique_ptr<Backend> backend)
+    : device_(device),
+      backend_(std::move(backend)),
+      allocator_(std::make_unique<CachingAllocator>(*backend_)) {}
+
+DeviceContext::~DeviceContext() {
+  allocator_.reset();
+  for (StreamHandle stream : owned_streams_) backend_->destroy_stream(stream);
+}
+
+StreamHandle DeviceContext::current_stream() {
+  auto it = t_current_streams.find(this);
+  if (it != t_current_streams.end()) return it->second;
+  StreamHandle stream = create_stream();
+  t_current_streams.emplace(this, stream);
+  return stream;
+}
+
+void DeviceContext::set_current_stream(StreamHandle stream) { t_current_streams[this] = stream; }
+
+StreamHandle DeviceContext::create_stream() {
+  StreamHandle stream = backend_->create_stream();
+  std::lock_guard<std::mutex> lock(mutex_);
+  owned_streams_.push_back(stream);
+  return stream;
+}
+
+DeviceContext& device_context(Device device) {
+  ContextRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.contexts.find(device);
+  if (it != r.contexts.end()) return *it->second;
+  auto context = std::make_unique<DeviceContext>(device, make_backend(device));
+  DeviceContext& result = *context;
+  r.contexts.emplace(device, std::move(context));
+  return result;
+}
+
+bool device_available(Device device) {
+  if (device.index < 0 || device.index >= kMaxDevicesPerType) return false;
+  if (device.type == DeviceType::kCuda) return device.index < cuda_device_count();
+  return true;
+}
+
+Device default_device() { return cuda_device_count() > 0 ? kCudaDevice : kSimDevice; }
+
+StreamGuard::StreamGuard(Device device, StreamHandle stream)
+    : context_(device_context(device)), previous_(context_.current_stream()) {
+  context_.set_current_stream(stream);
+}
+
+StreamGuard::~StreamGuard() { context_.set_current_stream(previous_); }
+
+}  // namespace grove::runtime

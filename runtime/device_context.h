@@ -1,0 +1,62 @@
+// DeviceContext is everything grove keeps per device: its Backend, its
+// CachingAllocator, and each thread's current stream. Contexts are created on
+// first use and live for the whole process.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/caching_allocator.h"
+#include "runtime/device.h"
+
+namespace grove::runtime {
+
+class DeviceContext {
+ public:
+  DeviceContext(Device device, std::unique_ptr<Backend> backend);
+  ~DeviceContext();
+
+  Device device() const { return device_; }
+  Backend& backend() { return *backend_; }
+  CachingAllocator& allocator() { return *allocator_; }
+
+  // The calling thread's current stream on this device. By default each thread
+  // gets a stream of its own (never the legacy default stream).
+  StreamHandle current_stream();
+  void set_current_stream(StreamHandle stream);
+  // A new stream owned by the context (destroyed with it).
+  StreamHandle create_stream();
+
+ private:
+  Device device_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<CachingAllocator> allocator_;
+  std::mutex mutex_;
+  std::vector<StreamHandle> owned_streams_;
+};
+
+// The context of `device`; throws DeviceError when the device does not exist
+// (e.g. "cuda:0" on a machine with no CUDA device).
+DeviceContext& device_context(Device device);
+// Whether `device` can be used here.
+bool device_available(Device device);
+int cuda_device_count();
+// cuda:0 when a CUDA device exists, sim:0 otherwise.
+Device default_device();
+
+// Sets the current stream of a device for the calling thread within a scope.
+class StreamGuard {
+ public:
+  StreamGuard(Device device, StreamHandle stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  DeviceContext& context_;
+  StreamHandle previous_;
+};
+
+}  // namespace grove::runtime

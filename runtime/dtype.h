@@ -1,0 +1,40 @@
+// Element types of tensors, with their sizes, names and the conversions of
+// the 16-bit float formats (stored as raw bits; computed in float).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <ostream>
+#include <string>
+
+namespace grove::runtime {
+
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kBool, kF64 };
+
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);  // "f32", "bf16", ...
+// Parses the names dtype_name returns; throws DTypeError otherwise.
+DType parse_dtype(const std::string& name);
+bool is_floating(DType dtype);
+std::ostream& operator<<(std::ostream& stream, DType dtype);
+
+// bfloat16: the top 16 bits of a float32, rounded to nearest even.
+inline uint16_t float_to_bf16_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+inline float bf16_bits_to_float(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+
+uint16_t float_to_f16_bits(float value);
+float f16_bits_to_float(uint16_t bits);
+
+}  // namespace grove::runtime

@@ -1,0 +1,131 @@
+#include "runtime/graph_recording.h"
+
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
+
+namespace grove::runtime {
+
+GraphRecording::GraphRecording(Device device)
+    : device_(device),
+      backend_(device_context(device).backend()),
+      allocator_(device_context(device).allocator()) {
+  GROVE_CHECK_AS(DeviceError, device.supports_graphs(), "cannot record graphs on ", device.str(),
+                 ": cpu work always runs eagerly");
+}
+
+GraphRecording::~GraphRecording() {
+  abort_capture();
+  reset_graphs();
+}
+
+void GraphRecording::reset_graphs() noexcept {
+  if (exec_) backend_.destroy_graph_exec(exec_);
+  if (graph_) backend_.destroy_graph(graph_);
+  if (pending_graph_) backend_.destroy_graph(pending_graph_);
+  exec_ = {};
+  graph_ = {};
+  pending_graph_ = {};
+}
+
+void GraphRecording::capture_begin(StreamHandle stream, PoolId pool, CaptureMode mode) {
+  GROVE_CHECK_AS(CaptureViolation, !stream.is_default(),
+                 "graphs must be captured on a non-default stream: create one with "
+                 "DeviceContext::create_stream() and make it current (StreamGuard)");
+  GROVE_CHECK(!capturing_, "capture_begin while this recording is already capturing");
+  GROVE_CHECK(!pool.is_default(), "capture_begin needs a private pool (create_pool()), not the "
+              "default pool");
+  allocator_.begin_allocate_to_pool(pool);
+  try {
+    backend_.begin_capture(stream, mode);
+  } catch (...) {
+    allocator_.end_allocate_to_pool(pool);
+    throw;
+  }
+  capture_stream_ = stream;
+  capture_pool_ = pool;
+  capturing_ = true;
+}
+
+void GraphRecording::capture_end() {
+  GROVE_CHECK(capturing_, "capture_end without capture_begin");
+  capturing_ = false;
+  allocator_.end_allocate_to_pool(capture_pool_);
+  GraphHandle graph = backend_.end_capture(capture_stream_);  // throws when invalidated
+  if (exec_) {
+    if (pending_graph_) backend_.destroy_graph(pending_graph_);
+    pending_graph_ = graph;
+  } else {
+    if (graph_) backend_.destroy_graph(graph_);
+    graph_ = graph;
+  }
+}
+
+void GraphRecording::abort_capture() noexcept {
+  if (!capturing_) return;
+  capturing_ = false;
+  try {
+    allocator_.end_allocate_to_pool(capture_pool_);
+  } catch (...) {
+  }
+  try {
+    GraphHandle graph = backend_.end_capture(capture_stream_);
+    backend_.destroy_graph(graph);
+  } catch (...) {
+    // An invalidated capture reports itself here; the stream has left capture mode.
+  }
+}
+
+void GraphRecording::instantiate(const InstantiateOptions& options) {
+  GROVE_CHECK(graph_, "instantiate before a successful capture");
+  GROVE_CHECK(!exec_, "instantiate called twice; use update() after re-capturing");
+  options_ = options;
+  exec_ = backend_.instantiate(graph_, options);
+}
+
+void GraphRecording::replay(StreamHandle stream) {
+  GROVE_CHECK(exec_, "replay of a graph that was not instantiated");
+  backend_.launch_graph(exec_, stream);
+}
+
+bool GraphRecording::update() {
+  GROVE_CHECK(exec_ && pending_graph_, "update() needs an instantiated graph and a re-capture");
+  ExecUpdateResult result = backend_.update_graph_exec(exec_, pending_graph_);
+  if (result.updated) {
+    backend_.destroy_graph(graph_);
+    graph_ = pending_graph_;
+    pending_graph_ = {};
+    last_update_reason_.clear();
+    return true;
+  }
+  last_update_reason_ = result.reason;
+  log(LogLevel::kInfo, str_cat("graph exec update failed (", result.reason, "); re-instantiating"));
+  backend_.destroy_graph_exec(exec_);
+  backend_.destroy_graph(graph_);
+  graph_ = pending_graph_;
+  pending_graph_ = {};
+  exec_ = backend_.instantiate(graph_, options_);
+  return false;
+}
+
+std::vector<KernelNodeInfo> GraphRecording::kernel_nodes() const {
+  GROVE_CHECK(graph_, "kernel_nodes of an empty recording");
+  return backend_.kernel_nodes(graph_);
+}
+
+void GraphRecording::set_kernel_node_args(size_t kernel_node_index, const KernelArgs& args) {
+  GROVE_CHECK(exec_, "set_kernel_node_args before instantiate");
+  backend_.set_kernel_node_args(exec_, graph_, kernel_node_index, args);
+}
+
+size_t GraphRecording::node_count() const {
+  GROVE_CHECK(graph_, "node_count of an empty recording");
+  return backend_.graph_node_count(graph_);
+}
+
+std::string GraphRecording::dot() const {
+  GROVE_CHECK(graph_, "dot of an empty recording");
+  return backend_.graph_dot(graph_);
+}
+
+}  // namespace grove::runtime

@@ -1,0 +1,81 @@
+#include "runtime/sim/sim_graph.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace grove::runtime::sim {
+
+void SimNode::run() const {
+  switch (kind) {
+    case Kind::kKernel:
+      kernel->function(&dims, args.slots.data());
+      break;
+    case Kind::kCopy:
+      if (bytes > 0) std::memmove(destination, source, bytes);
+      break;
+    case Kind::kMemset:
+      if (bytes > 0) std::memset(destination, byte_value, bytes);
+      break;
+    case Kind::kHostFunction:
+      host_function(user_data);
+      break;
+  }
+}
+
+std::string SimNode::label() const {
+  switch (kind) {
+    case Kind::kKernel:
+      return str_cat("kernel ", kernel->name, " grid=", dims.grid.x, "x", dims.grid.y, "x",
+                     dims.grid.z, " block=", dims.block.x, "x", dims.block.y, "x", dims.block.z);
+    case Kind::kCopy:
+      return str_cat("memcpy ", bytes, " bytes");
+    case Kind::kMemset:
+      return str_cat("memset ", bytes, " bytes to ", byte_value);
+    case Kind::kHostFunction:
+      return "host function";
+  }
+  return "?";
+}
+
+ExecUpdateResult check_same_topology(const SimGraphExec& exec, const SimGraph& graph) {
+  if (exec.nodes.size() != graph.nodes.size()) {
+    return {false, str_cat("node count changed from ", exec.nodes.size(), " to ",
+                           graph.nodes.size())};
+  }
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const SimNode& before = exec.nodes[i];
+    const SimNode& after = graph.nodes[i];
+    if (before.kind != after.kind) return {false, str_cat("node ", i, " changed kind")};
+    if (before.dependencies != after.dependencies) {
+      return {false, str_cat("node ", i, " changed its dependencies")};
+    }
+    if (before.kind == SimNode::Kind::kKernel && before.kernel != after.kernel) {
+      return {false, str_cat("node ", i, " changed kernel from ", before.kernel->name, " to ",
+                             after.kernel->name)};
+    }
+    if (before.kind == SimNode::Kind::kHostFunction &&
+        before.host_function != after.host_function) {
+      return {false, str_cat("node ", i, " changed host function")};
+    }
+  }
+  return {true, ""};
+}
+
+std::string graph_to_dot(const SimGraph& graph) {
+  std::ostringstream dot;
+  dot << "digraph sim_graph {\n";
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    dot << "  n" << i << " [label=\"" << i << ": " << graph.nodes[i].label() << "\"];\n";
+  }
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    for (size_t dependency : graph.nodes[i].dependencies) {
+      dot << "  n" << dependency << " -> n" << i << ";\n";
+    }
+  }
+  dot << "}\n";
+  return dot.str();
+}
+
+}  // namespace grove::runtime::sim

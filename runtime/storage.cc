@@ -1,0 +1,18 @@
+#include "runtime/storage.h"
+
+namespace grove::runtime {
+
+void Storage::set_owner(std::unique_ptr<MemoryOwner> owner) {
+  owner_.reset();
+  owner_ = std::move(owner);
+}
+
+void Storage::poison(std::string message) {
+  poisoned_ = true;
+  poison_message_ = std::move(message);
+  owner_.reset();
+}
+
+void Storage::throw_stale() const { throw StaleTensorError(poison_message_); }
+
+}  // namespace grove::runtime
