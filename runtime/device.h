@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <compare>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -23,6 +24,7 @@ struct Device {
   bool supports_graphs() const { return type != DeviceType::kCpu; }
 
   friend bool operator==(const Device&, const Device&) = default;
+  friend auto operator<=>(const Device&, const Device&) = default;
 
   std::string str() const;  // "cuda:0", "sim:0", "cpu"
   // Parses "cpu", "sim", "sim:1", "cuda", "cuda:0"; throws DeviceError otherwise.
