@@ -1,0 +1,61 @@
+// Helpers for tests that run once per device: the devices to run on (sim
+// always, cuda:0 too), a fixture that skips cuda when the machine has no CUDA
+// device, and seeded random inputs whose seed is printed on failure.
+//
+//   class MyTest : public grove::testing::DeviceTest {};
+//   TEST_P(MyTest, DoesSomething) { runtime::Device device = GetParam(); ... }
+//   GROVE_INSTANTIATE_DEVICE_TEST_SUITE(MyTest);
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+
+namespace grove::testing {
+
+// sim:0 and cuda:0. cuda stays in the list on machines without a GPU so that
+// the skip is visible in the test output.
+std::vector<runtime::Device> test_devices();
+// "sim0", "cuda0": a test-name-safe spelling of the parameter.
+std::string device_test_name(const ::testing::TestParamInfo<runtime::Device>& info);
+
+// A parameterized fixture whose SetUp skips devices this machine lacks with
+// GTEST_SKIP() << "no CUDA device". Subclasses overriding SetUp call it first
+// and return when IsSkipped().
+class DeviceTest : public ::testing::TestWithParam<runtime::Device> {
+ protected:
+  void SetUp() override;
+  runtime::Device device() const { return GetParam(); }
+};
+
+// The seed of the running test: GROVE_TEST_SEED when set, otherwise a stable
+// hash of the test's full name (so runs are reproducible by default).
+uint64_t test_seed();
+
+// A std::mt19937 seeded with test_seed(); it adds a SCOPED_TRACE naming the
+// seed (and how to rerun with it) to every failure in the enclosing scope.
+#define GROVE_SEEDED_RNG(rng)                                                        \
+  const uint64_t rng##_seed = ::grove::testing::test_seed();                         \
+  SCOPED_TRACE(::testing::Message() << "random seed " << rng##_seed                  \
+                                    << " (rerun with GROVE_TEST_SEED=" << rng##_seed \
+                                    << ")");                                         \
+  std::mt19937 rng(static_cast<std::mt19937::result_type>(rng##_seed))
+
+// `count` floats uniform in [low, high) with none exactly zero.
+std::vector<float> random_floats(std::mt19937& rng, size_t count, float low = -4.0f,
+                                 float high = 4.0f);
+// `count` integers uniform in [low, high] with none zero (requires a nonzero in range).
+std::vector<int64_t> random_ints(std::mt19937& rng, size_t count, int64_t low, int64_t high);
+
+}  // namespace grove::testing
+
+// Instantiates a DeviceTest suite over test_devices().
+#define GROVE_INSTANTIATE_DEVICE_TEST_SUITE(Suite)                                     \
+  INSTANTIATE_TEST_SUITE_P(Devices, Suite,                                            \
+                           ::testing::ValuesIn(::grove::testing::test_devices()),     \
+                           ::grove::testing::device_test_name)
