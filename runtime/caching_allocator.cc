@@ -1,6 +1,7 @@
 #include "runtime/caching_allocator.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "runtime/error.h"
 
@@ -45,6 +46,7 @@ class CachingAllocator::BlockOwner : public MemoryOwner {
   }
   // The allocator took the block back itself (restore, release_pool).
   void detach() { block_ = nullptr; }
+  bool holds_memory() const override { return block_ != nullptr; }
 
  private:
   CachingAllocator* allocator_;
@@ -59,7 +61,9 @@ bool CachingAllocator::FreeOrder::operator()(const Block* a, const Block* b) con
 
 namespace {
 
-size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+size_t round_up(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
 
 thread_local std::vector<std::pair<const void*, PoolId>> t_pool_routing;
 
@@ -142,14 +146,15 @@ CachingAllocator::Block* CachingAllocator::find_free_block_locked(Pool& pool, si
 }
 
 CachingAllocator::Block* CachingAllocator::new_segment_locked(Pool& pool, size_t size,
-                                                             StreamHandle stream) {
+                                                              StreamHandle stream) {
   size_t segment_size = size <= kSmallSize ? kSmallSegment : round_up(size, kLargeRounding);
   void* base = nullptr;
+  // An injected failure fails the whole segment request, retry included, so
+  // that a test injecting one failure sees exactly one OutOfMemoryError.
+  bool injected = injected_failures_ > 0;
+  if (injected) --injected_failures_;
   auto try_allocate = [&]() -> bool {
-    if (injected_failures_ > 0) {
-      --injected_failures_;
-      return false;
-    }
+    if (injected) return false;
     try {
       base = backend_.allocate_raw(segment_size);
       return true;
@@ -157,7 +162,7 @@ CachingAllocator::Block* CachingAllocator::new_segment_locked(Pool& pool, size_t
       return false;
     }
   };
-  if (!try_allocate()) {
+  if (!try_allocate() && !injected) {
     // Give cached, fully free segments of the default pool back and try once more.
     Pool& shared = pool_locked(kDefaultPool);
     for (size_t i = shared.segments.size(); i-- > 0;) {
@@ -166,12 +171,15 @@ CachingAllocator::Block* CachingAllocator::new_segment_locked(Pool& pool, size_t
         release_segment_locked(shared, segment);
       }
     }
-    if (!try_allocate()) {
-      throw OutOfMemoryError(str_cat("out of memory on ", backend_.device().str(), ": could not ",
-                                     "reserve a segment of ", segment_size, " bytes for a request of ",
-                                     size, " bytes in pool ", pool.id.value, " (",
-                                     pool.allocated_bytes, " bytes allocated in that pool)"));
-    }
+    try_allocate();
+  }
+  if (base == nullptr) {
+    throw OutOfMemoryError(
+        str_cat("out of memory on ", backend_.device().str(), ": could not ",
+                "reserve a segment of ", segment_size, " bytes for a request of ", size,
+                " bytes in pool ", pool.id.value, " (", pool.allocated_bytes,
+                " bytes allocated in that pool)", injected ? " [injected failure]" : "",
+                "; free tensors you no longer need or call empty_cache()"));
   }
   auto segment = std::make_unique<Segment>();
   segment->base = base;
@@ -321,9 +329,9 @@ PoolCheckpoint CachingAllocator::checkpoint(PoolId pool_id) const {
     state.size = segment->size;
     state.stream = segment->stream;
     for (const Block* block = segment->first; block != nullptr; block = block->next) {
-      state.blocks.push_back(BlockState{
-          static_cast<size_t>(block->address - static_cast<char*>(segment->base)), block->size,
-          block->allocated, block->stream});
+      state.blocks.push_back(
+          BlockState{static_cast<size_t>(block->address - static_cast<char*>(segment->base)),
+                     block->size, block->allocated, block->stream});
     }
     result.segments.push_back(std::move(state));
   }
@@ -336,8 +344,31 @@ void CachingAllocator::restore(PoolId pool_id, const PoolCheckpoint& checkpoint,
               " from a checkpoint of pool ", checkpoint.pool.value);
   std::lock_guard<std::mutex> lock(mutex_);
   Pool& pool = pool_locked(pool_id);
-  detach_owners_locked(pool);
 
+  // Check everything before changing anything: a rejected restore leaves the pool as it was.
+  std::unordered_map<const void*, size_t> existing_segments;
+  for (const auto& segment : pool.segments) existing_segments.emplace(segment->base, segment->size);
+  std::unordered_set<const void*> checkpoint_allocated;
+  for (const SegmentState& state : checkpoint.segments) {
+    auto it = existing_segments.find(state.base);
+    GROVE_CHECK(it != existing_segments.end() && it->second == state.size, "restore of pool ",
+                pool_id.value, ": the checkpoint's segment at ", state.base, " (", state.size,
+                " bytes) no longer exists; the checkpoint is stale (take a new one)");
+    for (const BlockState& block : state.blocks) {
+      if (block.allocated) {
+        checkpoint_allocated.insert(static_cast<const char*>(state.base) + block.offset);
+      }
+    }
+  }
+  for (const StoragePtr& storage : live_storages) {
+    GROVE_CHECK(storage != nullptr, "restore of pool ", pool_id.value, ": a live storage is null");
+    GROVE_CHECK(checkpoint_allocated.count(storage->address()) != 0, "restore of pool ",
+                pool_id.value, ": a live storage at ", storage->address(),
+                " is not an allocated block of the checkpoint; pass only storages that were "
+                "alive when the checkpoint was taken");
+  }
+
+  detach_owners_locked(pool);
   // Segments the checkpoint does not know go back to the backend; the rest are rebuilt.
   for (size_t i = pool.segments.size(); i-- > 0;) {
     Segment* segment = pool.segments[i].get();
@@ -345,20 +376,16 @@ void CachingAllocator::restore(PoolId pool_id, const PoolCheckpoint& checkpoint,
                              [&](const SegmentState& s) { return s.base == segment->base; });
     if (!known) release_segment_locked(pool, segment);
   }
-  GROVE_CHECK(pool.segments.size() == checkpoint.segments.size(), "restore of pool ",
-              pool_id.value, ": the checkpoint names ", checkpoint.segments.size(),
-              " segments but only ", pool.segments.size(),
-              " of them still exist; the checkpoint is stale");
 
   pool.free_blocks.clear();
   pool.allocated_bytes = 0;
   pool.live_blocks = 0;
   std::unordered_map<const void*, Block*> allocated_by_address;
-  for (size_t s = 0; s < pool.segments.size(); ++s) {
-    Segment* segment = pool.segments[s].get();
-    const SegmentState& state = checkpoint.segments[s];
-    GROVE_CHECK(state.base == segment->base && state.size == segment->size, "restore of pool ",
-                pool_id.value, ": segment ", s, " differs from the checkpoint's");
+  std::unordered_map<const void*, const SegmentState*> state_by_base;
+  for (const SegmentState& state : checkpoint.segments) state_by_base.emplace(state.base, &state);
+  for (const auto& owned_segment : pool.segments) {
+    Segment* segment = owned_segment.get();
+    const SegmentState& state = *state_by_base.at(segment->base);
     for (Block* block = segment->first; block != nullptr;) {
       Block* next = block->next;
       delete block;
@@ -390,9 +417,6 @@ void CachingAllocator::restore(PoolId pool_id, const PoolCheckpoint& checkpoint,
 
   for (const StoragePtr& storage : live_storages) {
     auto it = allocated_by_address.find(storage->address());
-    GROVE_CHECK(it != allocated_by_address.end(), "restore of pool ", pool_id.value,
-                ": a live storage at ", storage->address(),
-                " is not an allocated block of the checkpoint");
     if (it->second->owner == nullptr) {
       storage->set_owner(std::make_unique<BlockOwner>(this, it->second));
     }

@@ -113,8 +113,9 @@ class CachingAllocator {
   // Returns the fully free segments of the default pool to the backend.
   void empty_cache();
 
-  // Fault injection for tests: the next `count` segment requests fail with
-  // OutOfMemoryError as if the device were full.
+  // Fault injection for tests: the next `count` requests for a new segment
+  // (allocations the cached blocks cannot serve) throw OutOfMemoryError as if
+  // the device were full, without the usual retry after emptying the cache.
   void inject_allocation_failures(int count);
 
   Backend& backend() const { return backend_; }

@@ -1,5 +1,7 @@
 #include "runtime/graph_recording.h"
 
+#include <exception>
+
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
@@ -33,7 +35,8 @@ void GraphRecording::capture_begin(StreamHandle stream, PoolId pool, CaptureMode
                  "graphs must be captured on a non-default stream: create one with "
                  "DeviceContext::create_stream() and make it current (StreamGuard)");
   GROVE_CHECK(!capturing_, "capture_begin while this recording is already capturing");
-  GROVE_CHECK(!pool.is_default(), "capture_begin needs a private pool (create_pool()), not the "
+  GROVE_CHECK(!pool.is_default(),
+              "capture_begin needs a private pool (create_pool()), not the "
               "default pool");
   allocator_.begin_allocate_to_pool(pool);
   try {
@@ -50,8 +53,19 @@ void GraphRecording::capture_begin(StreamHandle stream, PoolId pool, CaptureMode
 void GraphRecording::capture_end() {
   GROVE_CHECK(capturing_, "capture_end without capture_begin");
   capturing_ = false;
-  allocator_.end_allocate_to_pool(capture_pool_);
+  // The stream must leave capture mode even when the routing cannot be ended
+  // (captured code left an inner begin_allocate_to_pool open).
+  std::exception_ptr routing_error;
+  try {
+    allocator_.end_allocate_to_pool(capture_pool_);
+  } catch (const Error&) {
+    routing_error = std::current_exception();
+  }
   GraphHandle graph = backend_.end_capture(capture_stream_);  // throws when invalidated
+  if (routing_error) {
+    backend_.destroy_graph(graph);
+    std::rethrow_exception(routing_error);
+  }
   if (exec_) {
     if (pending_graph_) backend_.destroy_graph(pending_graph_);
     pending_graph_ = graph;

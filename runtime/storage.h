@@ -19,6 +19,9 @@ namespace grove::runtime {
 class MemoryOwner {
  public:
   virtual ~MemoryOwner() = default;
+  // False once whoever handed the memory out took it back (an allocator's
+  // restore or release_pool): destroying this owner then frees nothing.
+  virtual bool holds_memory() const { return true; }
 };
 
 class Storage {
@@ -30,7 +33,8 @@ class Storage {
 
   // The address for reading or writing data; throws StaleTensorError once poisoned.
   void* data() const {
-    if (poisoned_) [[unlikely]] throw_stale();
+    if (poisoned_) [[unlikely]]
+      throw_stale();
     return data_;
   }
   // The address for comparisons only (never dereference): works when poisoned.
@@ -38,7 +42,8 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
-  bool owns_memory() const { return owner_ != nullptr; }
+  // Whether destroying this storage (or poisoning it) would free memory.
+  bool owns_memory() const { return owner_ != nullptr && owner_->holds_memory(); }
   // Replaces the owner; the previous owner (if any) is destroyed first.
   void set_owner(std::unique_ptr<MemoryOwner> owner);
   // Gives up ownership without freeing (the caller took responsibility).

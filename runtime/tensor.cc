@@ -18,7 +18,8 @@ int64_t shape_numel(const Shape& shape) {
 
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(shape[i], 1);
+  for (size_t i = shape.size(); i-- > 1;)
+    strides[i - 1] = strides[i] * std::max<int64_t>(shape[i], 1);
   return strides;
 }
 
@@ -42,6 +43,19 @@ Tensor::Tensor(StoragePtr storage, Shape shape, Shape strides, int64_t offset, D
     GROVE_CHECK_AS(ShapeError, extent >= 0, "tensor shape ", shape_str(shape_),
                    " has a negative extent");
   }
+  if (storage_ == nullptr || shape_numel(shape_) == 0) return;
+  // Every element the view can reach must lie inside the storage.
+  int64_t low = offset_, high = offset_;
+  for (size_t i = 0; i < shape_.size(); ++i) {
+    int64_t reach = (shape_[i] - 1) * strides_[i];
+    (reach < 0 ? low : high) += reach;
+  }
+  auto element = static_cast<int64_t>(dtype_size(dtype_));
+  GROVE_CHECK_AS(ShapeError,
+                 low >= 0 && (high + 1) * element <= static_cast<int64_t>(storage_->nbytes()),
+                 "tensor of shape ", shape_str(shape_), ", strides ", shape_str(strides_),
+                 ", offset ", offset_, " and dtype ", dtype_name(dtype_), " reaches elements [",
+                 low, ", ", high, "] outside its storage of ", storage_->nbytes(), " bytes");
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
@@ -71,6 +85,7 @@ int64_t Tensor::size(int64_t dim) const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element is out of place (as in PyTorch)
   int64_t expected = 1;
   for (size_t i = shape_.size(); i-- > 0;) {
     if (shape_[i] == 1) continue;
@@ -100,8 +115,8 @@ int64_t Tensor::normalize_dim(int64_t dim, int64_t rank, const char* what) const
 
 Tensor Tensor::view(const Shape& shape) const {
   GROVE_CHECK_AS(ShapeError, is_contiguous(), "view ", shape_str(shape),
-                 " of a non-contiguous tensor of shape ", shape_str(shape_),
-                 " with strides ", shape_str(strides_), ": make it contiguous first");
+                 " of a non-contiguous tensor of shape ", shape_str(shape_), " with strides ",
+                 shape_str(strides_), ": make it contiguous first");
   Shape resolved = shape;
   int64_t inferred = -1;
   int64_t known = 1;
@@ -231,13 +246,45 @@ std::vector<double> Tensor::to_doubles() const {
   for (size_t i = 0; i < values.size(); ++i) {
     const uint8_t* p = bytes.data() + i * dtype_size(dtype_);
     switch (dtype_) {
-      case DType::kF32: { float v; std::memcpy(&v, p, 4); values[i] = v; break; }
-      case DType::kF64: { double v; std::memcpy(&v, p, 8); values[i] = v; break; }
-      case DType::kF16: { uint16_t v; std::memcpy(&v, p, 2); values[i] = f16_bits_to_float(v); break; }
-      case DType::kBF16: { uint16_t v; std::memcpy(&v, p, 2); values[i] = bf16_bits_to_float(v); break; }
-      case DType::kI32: { int32_t v; std::memcpy(&v, p, 4); values[i] = v; break; }
-      case DType::kI64: { int64_t v; std::memcpy(&v, p, 8); values[i] = static_cast<double>(v); break; }
-      case DType::kBool: values[i] = *p ? 1.0 : 0.0; break;
+      case DType::kF32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        values[i] = v;
+        break;
+      }
+      case DType::kF64: {
+        double v;
+        std::memcpy(&v, p, 8);
+        values[i] = v;
+        break;
+      }
+      case DType::kF16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        values[i] = f16_bits_to_float(v);
+        break;
+      }
+      case DType::kBF16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        values[i] = bf16_bits_to_float(v);
+        break;
+      }
+      case DType::kI32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        values[i] = v;
+        break;
+      }
+      case DType::kI64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        values[i] = static_cast<double>(v);
+        break;
+      }
+      case DType::kBool:
+        values[i] = *p ? 1.0 : 0.0;
+        break;
     }
   }
   return values;
@@ -245,8 +292,8 @@ std::vector<double> Tensor::to_doubles() const {
 
 void Tensor::copy_from_host(const void* host_data) {
   GROVE_CHECK(defined(), "copy_from_host into an undefined tensor");
-  GROVE_CHECK_AS(ShapeError, is_contiguous(), "copy_from_host into a non-contiguous tensor of shape ",
-                 shape_str(shape_));
+  GROVE_CHECK_AS(ShapeError, is_contiguous(),
+                 "copy_from_host into a non-contiguous tensor of shape ", shape_str(shape_));
   if (nbytes() == 0) return;
   DeviceContext& context = device_context(device());
   StreamHandle stream = context.current_stream();

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/device.h"
@@ -98,17 +100,46 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Dev
   }
   GROVE_CHECK_AS(ShapeError, static_cast<int64_t>(values.size()) == shape_numel(shape),
                  "from_vector: ", values.size(), " values do not fill shape ", shape_str(shape));
-  return from_host(values.data(), shape, dtype, device);
+  if constexpr (std::is_same_v<T, bool>) {
+    // std::vector<bool> is packed; store one byte per element.
+    std::vector<uint8_t> bytes(values.begin(), values.end());
+    return from_host(bytes.data(), shape, dtype, device);
+  } else {
+    return from_host(values.data(), shape, dtype, device);
+  }
 }
 
+// Note [to_vector element types]: float, double, int32_t, int64_t and bool
+// must match the dtype exactly (reading f32 as int32_t is a bug, not a cast);
+// any other element type of the dtype's size reads raw bits, e.g. uint16_t
+// for f16 and bf16.
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  GROVE_CHECK_AS(DTypeError, sizeof(T) == dtype_size(dtype_), "to_vector: element size ",
-                 sizeof(T), " does not match dtype ", dtype_name(dtype_));
+  constexpr bool kTyped = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                          std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t> ||
+                          std::is_same_v<T, bool>;
+  if constexpr (kTyped) {
+    DType expected = std::is_same_v<T, float>     ? DType::kF32
+                     : std::is_same_v<T, double>  ? DType::kF64
+                     : std::is_same_v<T, int32_t> ? DType::kI32
+                     : std::is_same_v<T, int64_t> ? DType::kI64
+                                                  : DType::kBool;
+    GROVE_CHECK_AS(DTypeError, dtype_ == expected, "to_vector<", dtype_name(expected), "> of a ",
+                   dtype_name(dtype_), " tensor; use to_doubles() to convert");
+  } else {
+    GROVE_CHECK_AS(DTypeError, sizeof(T) == dtype_size(dtype_), "to_vector: element size ",
+                   sizeof(T), " does not match dtype ", dtype_name(dtype_));
+  }
   std::vector<uint8_t> bytes = to_host_bytes();
-  std::vector<T> values(bytes.size() / sizeof(T));
-  std::memcpy(values.data(), bytes.data(), bytes.size());
-  return values;
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<bool> values(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i) values[i] = bytes[i] != 0;
+    return values;
+  } else {
+    std::vector<T> values(bytes.size() / sizeof(T));
+    if (!bytes.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
+    return values;
+  }
 }
 
 }  // namespace grove::runtime

@@ -11,6 +11,31 @@
 // are written once per row (their shape is iteration_shape without its last
 // dimension); other outputs are written per element after the reductions (the
 // epilogue), which is how softmax and layer_norm become one kernel.
+// Reductions accumulate in f32. On the host a row is reduced sequentially from
+// the identity (0 for sum, -inf for max, +inf for min) in increasing index
+// order; on cuda each thread of the row's block folds a strided slice, then a
+// warp-shuffle / shared-memory tree combines them, so the two agree within
+// rounding, not bitwise. max and min propagate NaN.
+//
+// Note [Kernel ABI]: a generated kernel takes, in this order, one pointer per
+// input buffer, one pointer per output, then one f32 per scalar. Each is a
+// runtime::KernelArgs slot (8 bytes; an f32 sits in the low 4 bytes, as
+// KernelArgs::add_f32 puts it). A pointer is the address of the element at
+// index 0 of the iteration space. Shapes and strides are not arguments: they
+// are baked into the code as constants, so kernels are specialized per shape
+// and cached by signature(). On cuda the kernel is a PTX .entry with those
+// parameters; on sim/cpu it is a HostKernelFn reading the same slots.
+//
+// Note [Kernel spec types]: expression values live in registers as f32, i32,
+// i64 or bool. Buffers and outputs may be f32, f16, bf16, f64, i32, i64 or
+// bool; kLoad converts the element to the expr's dtype and an output converts
+// its expr's value to the output dtype with kCast's rules (float -> int
+// truncates toward zero, anything -> bool is != 0, f32 -> bf16/f16 rounds to
+// nearest even). Float math (exp, log, tanh, sigmoid, gelu, sqrt, rsqrt, div,
+// pow) is f32 only; add/sub/mul/max/min/neg/abs/relu also take i32/i64;
+// comparisons take two operands of one dtype and give bool; and/or/not take
+// bool. kScalarParam and kReduced are f32, kIndex is i64.
+// gelu is the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
 #pragma once
 
 #include <cstdint>
@@ -30,14 +55,45 @@ enum class ExprOp : uint8_t {
   kReduced,      // the result of reductions[reduction] for the current row
   kIndex,        // the current index along dimension `input` of the iteration space (i64)
   // unary
-  kNeg, kExp, kLog, kTanh, kSigmoid, kRelu, kGelu, kSqrt, kRsqrt, kAbs, kNot,
+  kNeg,
+  kExp,
+  kLog,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kGelu,
+  kSqrt,
+  kRsqrt,
+  kAbs,
+  kNot,
   // binary
-  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin,
-  kLt, kLe, kGt, kGe, kEq, kNe, kAnd, kOr,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kEq,
+  kNe,
+  kAnd,
+  kOr,
   // ternary
   kWhere,  // operands: condition, if-true, if-false
   // conversion
   kCast,  // to `dtype`
+  // Note [Kernel spec gathers and randomness]: kLoadAt reads inputs[input] at
+  // the element offset given by its one i64 operand (relative to the buffer's
+  // pointer; the buffer's strides are unused), which is how embedding picks
+  // rows by id; the lowering keeps the offset in bounds. kPhilox gives
+  // ops::philox_uniform(seed = operand 0, counter = operand 1) (both i64) as an
+  // f32 in [0, 1), bit-identical to compiler/ops/philox.h on every target.
+  kLoadAt,
+  kPhilox,
 };
 
 struct Expr {
@@ -83,8 +139,16 @@ struct KernelSpec {
   // Canonical text of everything that affects the generated code; kernels are
   // cached by it.
   std::string signature() const;
-  // Throws grove::Error naming the first malformed part.
+  // Throws grove::Error (ShapeError / DTypeError where they fit) naming the
+  // first malformed part: the expr, input, reduction or output index, what was
+  // expected and what was found.
   void verify() const;
+
+  // Number of rows of a reduction kernel (the product of all but the last
+  // iteration dimension), the row length, and the element count.
+  int64_t row_count() const;
+  int64_t row_length() const;
+  int64_t element_count() const;
 };
 
 }  // namespace grove::compiler::codegen

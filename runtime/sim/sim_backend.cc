@@ -88,7 +88,9 @@ class SimBackend final : public Backend {
                                      allocated_bytes_, " of ", memory_limit_, " in use)"));
     }
     void* pointer = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-    if (pointer == nullptr) throw OutOfMemoryError(str_cat(device_.str(), ": host allocation of ", bytes, " bytes failed"));
+    if (pointer == nullptr)
+      throw OutOfMemoryError(
+          str_cat(device_.str(), ": host allocation of ", bytes, " bytes failed"));
     allocations_.emplace(pointer, bytes);
     allocated_bytes_ += bytes;
     return pointer;
@@ -122,8 +124,7 @@ class SimBackend final : public Backend {
     submit(stream, std::move(node));
   }
 
-  void memset_async(void* destination, int byte_value, size_t bytes,
-                    StreamHandle stream) override {
+  void memset_async(void* destination, int byte_value, size_t bytes, StreamHandle stream) override {
     SimNode node;
     node.kind = SimNode::Kind::kMemset;
     node.destination = destination;
@@ -180,7 +181,8 @@ class SimBackend final : public Backend {
       e.frontier = s.frontier;
       return;
     }
-    if (stream.is_default()) forbid_during_capture("recording an event on the legacy default stream");
+    if (stream.is_default())
+      forbid_during_capture("recording an event on the legacy default stream");
     e.capture = nullptr;
     e.frontier.clear();
     e.recorded = true;
@@ -291,9 +293,10 @@ class SimBackend final : public Backend {
       member->frontier.clear();
     }
     std::unique_ptr<Capture> owned = take_capture(capture);
+    forget_capture_events(capture);
     if (owned->invalidated) {
-      throw CaptureViolation(str_cat("stream capture on ", device_.str(),
-                                     " was invalidated: ", owned->reason));
+      throw CaptureViolation(
+          str_cat("stream capture on ", device_.str(), " was invalidated: ", owned->reason));
     }
     return GraphHandle{new SimGraph(std::move(owned->graph))};
   }
@@ -436,7 +439,8 @@ class SimBackend final : public Backend {
       pending.pop_back();
       if (reachable[node]) continue;
       reachable[node] = true;
-      for (size_t dependency : capture.graph.nodes[node].dependencies) pending.push_back(dependency);
+      for (size_t dependency : capture.graph.nodes[node].dependencies)
+        pending.push_back(dependency);
     }
     for (SimStream* member : capture.streams) {
       for (size_t node : member->frontier) {
@@ -447,6 +451,21 @@ class SimBackend final : public Backend {
       }
     }
     return "";
+  }
+
+  // Note [Events recorded during capture]: recording an event on a capturing
+  // stream only marks a point of the graph (as in CUDA, where the event itself
+  // is not recorded). Once the capture ends the event is back to its state
+  // outside capture, so waiting on it later must not join a capture that no
+  // longer exists.
+  void forget_capture_events(const Capture* capture) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& event : events_) {
+      if (event->capture == capture) {
+        event->capture = nullptr;
+        event->frontier.clear();
+      }
+    }
   }
 
   std::unique_ptr<Capture> take_capture(Capture* capture) {
@@ -473,8 +492,8 @@ class SimBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_sim_backend(Device device) {
-  GROVE_CHECK_AS(DeviceError, device.is_sim() || device.is_cpu(), "make_sim_backend(",
-                 device.str(), "): only sim and cpu devices are emulated");
+  GROVE_CHECK_AS(DeviceError, device.is_sim() || device.is_cpu(), "make_sim_backend(", device.str(),
+                 "): only sim and cpu devices are emulated");
   return std::make_unique<SimBackend>(device);
 }
 

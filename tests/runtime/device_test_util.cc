@@ -10,8 +10,7 @@ namespace grove::testing {
 std::vector<runtime::Device> test_devices() { return {runtime::kSimDevice, runtime::kCudaDevice}; }
 
 std::string device_test_name(const ::testing::TestParamInfo<runtime::Device>& info) {
-  return std::string(runtime::device_type_name(info.param.type)) +
-         std::to_string(info.param.index);
+  return std::string(runtime::device_type_name(info.param.type)) + std::to_string(info.param.index);
 }
 
 void DeviceTest::SetUp() {

@@ -39,11 +39,10 @@ uint64_t test_seed();
 
 // A std::mt19937 seeded with test_seed(); it adds a SCOPED_TRACE naming the
 // seed (and how to rerun with it) to every failure in the enclosing scope.
-#define GROVE_SEEDED_RNG(rng)                                                        \
-  const uint64_t rng##_seed = ::grove::testing::test_seed();                         \
-  SCOPED_TRACE(::testing::Message() << "random seed " << rng##_seed                  \
-                                    << " (rerun with GROVE_TEST_SEED=" << rng##_seed \
-                                    << ")");                                         \
+#define GROVE_SEEDED_RNG(rng)                                                                 \
+  const uint64_t rng##_seed = ::grove::testing::test_seed();                                  \
+  SCOPED_TRACE(::testing::Message() << "random seed " << rng##_seed                           \
+                                    << " (rerun with GROVE_TEST_SEED=" << rng##_seed << ")"); \
   std::mt19937 rng(static_cast<std::mt19937::result_type>(rng##_seed))
 
 // `count` floats uniform in [low, high) with none exactly zero.
@@ -55,7 +54,6 @@ std::vector<int64_t> random_ints(std::mt19937& rng, size_t count, int64_t low, i
 }  // namespace grove::testing
 
 // Instantiates a DeviceTest suite over test_devices().
-#define GROVE_INSTANTIATE_DEVICE_TEST_SUITE(Suite)                                     \
-  INSTANTIATE_TEST_SUITE_P(Devices, Suite,                                            \
-                           ::testing::ValuesIn(::grove::testing::test_devices()),     \
+#define GROVE_INSTANTIATE_DEVICE_TEST_SUITE(Suite)                                                \
+  INSTANTIATE_TEST_SUITE_P(Devices, Suite, ::testing::ValuesIn(::grove::testing::test_devices()), \
                            ::grove::testing::device_test_name)

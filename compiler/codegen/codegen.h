@@ -1,0 +1,45 @@
+// Code generation entry points below the kernel cache: the symbol, launch
+// geometry, LLVM IR, PTX and host function of one KernelSpec. Most callers
+// want compile_kernel (kernel_compiler.h), which caches these per signature.
+// No LLVM header is visible here.
+#pragma once
+
+#include <string>
+
+#include "compiler/codegen/kernel_spec.h"
+#include "runtime/backend.h"
+#include "runtime/device.h"
+
+namespace grove::compiler::codegen {
+
+struct CodegenOptions {
+  // Host kernels call the C library's expf/logf/tanhf/powf by default; with
+  // portable_math they use the same polynomial code as the PTX (Note [Portable
+  // kernel math] in kernel_math.h), which lets tests check the device numerics
+  // on a machine without a GPU.
+  bool portable_math = false;
+};
+
+// A kernel's symbol: its name plus a hash of its signature ("fused_add_3f2a9c81d0e4").
+std::string kernel_symbol(const KernelSpec& spec);
+
+// Note [Kernel launch geometry]: on cuda an elementwise kernel runs 256-thread
+// blocks in a grid-stride loop (grid = min(ceil(n / 256), 4096), at least 1); a
+// reduction kernel runs one block per row (grid-stride over rows, grid <=
+// 65535) whose size is the row length rounded up to a power of two, clamped to
+// [32, 256]. Host kernels ignore the dims (1x1).
+runtime::LaunchDims kernel_launch_dims(const KernelSpec& spec, runtime::DeviceType device_type);
+
+// Textual LLVM IR of the kernel for `device_type` (cuda: NVPTX; sim/cpu: host),
+// after the O2 pipeline when `optimized`.
+std::string emit_llvm_ir(const KernelSpec& spec, runtime::DeviceType device_type,
+                         bool optimized = true, const CodegenOptions& options = {});
+
+// PTX text (nvptx64-nvidia-cuda, sm_80, PTX 7.5) whose .entry is kernel_symbol(spec).
+std::string emit_ptx(const KernelSpec& spec);
+
+// JIT-compiles the host version of `spec` into the process-wide ORC JIT. The
+// function lives as long as the process. Thread-safe.
+runtime::HostKernelFn jit_host_kernel(const KernelSpec& spec, const CodegenOptions& options = {});
+
+}  // namespace grove::compiler::codegen

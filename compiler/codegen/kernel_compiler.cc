@@ -1,0 +1,144 @@
+#include "compiler/codegen/kernel_compiler.h"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "compiler/codegen/codegen.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
+
+namespace grove::compiler::codegen {
+namespace {
+
+// Note [Kernel cache]: generated code is PTX (cuda) or a host function (sim
+// and cpu share it), a loaded handle belongs to one device; both are keyed by
+// the spec's signature.
+// One mutex guards both maps and is held while compiling, so two threads
+// asking for the same kernel generate it once.
+struct KernelCache {
+  std::mutex mutex;
+  std::map<std::pair<std::string, bool>, runtime::KernelSource> sources;  // (signature, is PTX)
+  std::map<std::pair<std::string, runtime::Device>, CompiledKernel> kernels;
+  KernelCacheStats stats;
+};
+
+KernelCache& cache() {
+  static KernelCache* instance = new KernelCache();
+  return *instance;
+}
+
+}  // namespace
+
+CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
+  runtime::DeviceContext& context = runtime::device_context(device);
+  const std::string signature = spec.signature();
+  KernelCache& state = cache();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  auto found = state.kernels.find({signature, device});
+  if (found != state.kernels.end()) {
+    ++state.stats.hits;
+    return found->second;
+  }
+  double compile_ms = 0;
+  auto source_key = std::make_pair(signature, device.is_cuda());
+  auto source = state.sources.find(source_key);
+  if (source == state.sources.end()) {
+    spec.verify();
+    auto start = std::chrono::steady_clock::now();
+    runtime::KernelSource generated;
+    generated.name = kernel_symbol(spec);
+    if (device.is_cuda()) {
+      generated.ptx = emit_ptx(spec);
+    } else {
+      generated.host_function = jit_host_kernel(spec);
+    }
+    compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    ++state.stats.code_generations;
+    state.stats.total_compile_ms += compile_ms;
+    if (log_enabled(LogLevel::kDebug)) {
+      log(LogLevel::kDebug,
+          str_cat("codegen: compiled kernel ", generated.name, " for ",
+                  runtime::device_type_name(device.type), " in ", compile_ms, " ms"));
+    }
+    source = state.sources.emplace(source_key, std::move(generated)).first;
+  }
+  CompiledKernel kernel;
+  kernel.handle = context.backend().load_kernel(source->second);
+  ++state.stats.loads;
+  kernel.dims = kernel_launch_dims(spec, device.type);
+  kernel.input_count = spec.inputs.size();
+  kernel.output_count = spec.outputs.size();
+  kernel.scalar_count = static_cast<size_t>(spec.scalar_count);
+  kernel.name = source->second.name;
+  kernel.device = device;
+  kernel.compile_ms = compile_ms;
+  state.kernels.emplace(std::make_pair(signature, device), kernel);
+  return kernel;
+}
+
+runtime::KernelArgs make_args(const CompiledKernel& kernel, const std::vector<const void*>& inputs,
+                              const std::vector<void*>& outputs,
+                              const std::vector<float>& scalars) {
+  GROVE_CHECK(inputs.size() == kernel.input_count && outputs.size() == kernel.output_count &&
+                  scalars.size() == kernel.scalar_count,
+              "kernel '", kernel.name, "': expected ", kernel.input_count, " inputs, ",
+              kernel.output_count, " outputs and ", kernel.scalar_count, " scalars, found ",
+              inputs.size(), ", ", outputs.size(), " and ", scalars.size(),
+              "; pass the buffers the kernel's spec declares, in order");
+  runtime::KernelArgs args;
+  args.slots.reserve(inputs.size() + outputs.size() + scalars.size());
+  for (const void* input : inputs) args.add_pointer(input);
+  for (void* output : outputs) args.add_pointer(output);
+  for (float scalar : scalars) args.add_f32(scalar);
+  return args;
+}
+
+void launch(const CompiledKernel& kernel, const std::vector<const void*>& inputs,
+            const std::vector<void*>& outputs, const std::vector<float>& scalars,
+            runtime::StreamHandle stream) {
+  GROVE_CHECK(static_cast<bool>(kernel.handle), "launch of kernel '", kernel.name,
+              "': the kernel was never loaded; get it from compile_kernel()");
+  runtime::KernelArgs args = make_args(kernel, inputs, outputs, scalars);
+  runtime::device_context(kernel.device)
+      .backend()
+      .launch_kernel(kernel.handle, kernel.dims, args, stream);
+}
+
+void launch(const CompiledKernel& kernel, const std::vector<runtime::Tensor>& inputs,
+            const std::vector<runtime::Tensor>& outputs, const std::vector<float>& scalars) {
+  auto check_device = [&](const runtime::Tensor& tensor, const char* role, size_t index) {
+    GROVE_CHECK_AS(DeviceError, tensor.defined() && tensor.device() == kernel.device, "kernel '",
+                   kernel.name, "': ", role, " ", index, " must be a tensor on ", kernel.device,
+                   ", found ",
+                   tensor.defined() ? tensor.str() : std::string("an undefined tensor"));
+  };
+  std::vector<const void*> input_pointers;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_device(inputs[i], "input", i);
+    input_pointers.push_back(inputs[i].data_ptr());
+  }
+  std::vector<void*> output_pointers;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check_device(outputs[i], "output", i);
+    output_pointers.push_back(outputs[i].data_ptr());
+  }
+  runtime::StreamHandle stream = runtime::device_context(kernel.device).current_stream();
+  launch(kernel, input_pointers, output_pointers, scalars, stream);
+}
+
+KernelCacheStats kernel_cache_stats() {
+  std::lock_guard<std::mutex> lock(cache().mutex);
+  return cache().stats;
+}
+
+void clear_kernel_cache() {
+  std::lock_guard<std::mutex> lock(cache().mutex);
+  cache().sources.clear();
+  cache().kernels.clear();
+}
+
+}  // namespace grove::compiler::codegen

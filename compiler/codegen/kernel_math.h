@@ -1,0 +1,49 @@
+// MathEmitter emits the f32 transcendental functions of generated kernels into
+// an LLVM module: either calls to the C library (host JIT, resolved from the
+// process) or self-contained polynomial code that needs no libdevice (NVPTX,
+// and the host when asked to mirror the device's numerics).
+//
+// Note [Portable kernel math]: exp reduces x = n ln2 + r (Cody-Waite, |r| <=
+// ln2/2), evaluates a degree-7 Taylor polynomial and scales by 2^n in two
+// exact steps; log splits x = m 2^e with m in [sqrt(1/2), sqrt(2)) and uses
+// the atanh series of (m-1)/(m+1); tanh uses its odd Taylor series below 0.4
+// and 1 - 2/(exp(2|x|)+1) above; pow is exp(y log|x|) with C's special cases
+// for zeros, negative bases with integral exponents, y == 0 and x == 1. All are
+// branch-free (selects), within a few f32 ulps of the C library except pow,
+// whose error grows with |y log x| (about 1e-6 relative for |y log x| < 10).
+// Internal header of //compiler/codegen: includes LLVM.
+#pragma once
+
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Module.h"
+
+namespace grove::compiler::codegen {
+
+class MathEmitter {
+ public:
+  // `portable`: emit Note [Portable kernel math] code instead of C library calls.
+  MathEmitter(llvm::Module& module, bool portable) : module_(module), portable_(portable) {}
+
+  llvm::Value* exp(llvm::IRBuilder<>& b, llvm::Value* x);
+  llvm::Value* log(llvm::IRBuilder<>& b, llvm::Value* x);
+  llvm::Value* tanh(llvm::IRBuilder<>& b, llvm::Value* x);
+  llvm::Value* pow(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
+  llvm::Value* sigmoid(llvm::IRBuilder<>& b, llvm::Value* x);
+  llvm::Value* gelu(llvm::IRBuilder<>& b, llvm::Value* x);
+  llvm::Value* sqrt(llvm::IRBuilder<>& b, llvm::Value* x);
+  llvm::Value* rsqrt(llvm::IRBuilder<>& b, llvm::Value* x);
+
+ private:
+  // The module's function `name` of `arity` f32 arguments: a C library
+  // declaration, or (portable) an internal always-inline definition built by `define`.
+  llvm::Function* function(const char* name, int arity, bool define_portable);
+  void define_exp(llvm::Function* function);
+  void define_log(llvm::Function* function);
+  void define_tanh(llvm::Function* function);
+  void define_pow(llvm::Function* function);
+
+  llvm::Module& module_;
+  bool portable_;
+};
+
+}  // namespace grove::compiler::codegen

@@ -1,0 +1,80 @@
+// LoweringGraph is the lowering's own view of a Program: the same values and
+// nodes, each node classified by how it runs (a pointwise expression, a
+// row-wise reduction, a view, a library GEMM, a concat, or host work), with
+// `linear` split into a GEMM and a pointwise bias add so that the bias (and
+// whatever elementwise work follows) fuses into one epilogue kernel.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/ir/program.h"
+#include "compiler/ops/op_registry.h"
+
+namespace grove::compiler::lowering {
+
+enum class NodeClass : uint8_t {
+  kPointwise,  // one value per element from operand values (incl. copy/update, dropout, embedding)
+  kReduction,  // row-wise: OpDef::reduction_plan / reduction_expr
+  kView,       // reshape / transpose / permute / slice
+  kGemm,       // matmul (and the product part of linear)
+  kConcat,     // one copy kernel per operand into slices of the result
+  kHost,       // nonzero, print: host work between segments
+};
+
+// How a pointwise node builds its expression.
+enum class PointwiseKind : uint8_t { kHook, kEmbedding, kDropout };
+
+struct LoweringValue {
+  std::string name;
+  ir::TensorType type;
+  ir::ValueKind kind = ir::ValueKind::kNodeResult;
+  int producer = -1;        // node index in LoweringGraph::nodes, -1 for program inputs
+  int input_position = -1;  // position in Program::inputs()
+  bool is_output = false;
+  bool dynamic() const { return type.has_dynamic_dims(); }
+};
+
+struct LoweringNode {
+  NodeClass node_class = NodeClass::kPointwise;
+  PointwiseKind pointwise = PointwiseKind::kHook;
+  std::string name;  // the IR node's name (errors and segment reports cite it)
+  std::string op;    // the op this node runs ("add" for a linear's bias)
+  const ops::OpDef* def = nullptr;
+  ops::OpContext context;  // normalized attrs, operand types
+  std::vector<int> operands;
+  std::vector<int> results;
+  // kPointwise: for each result, the operand it is written into in place (-1: a new value).
+  std::vector<int> in_place_operand;
+  bool transpose_b = false;  // kGemm: op(B) = B^T (linear's weight)
+  bool in_place() const;
+};
+
+class LoweringGraph {
+ public:
+  explicit LoweringGraph(const ir::Program& program);
+
+  const ir::Program& program() const { return program_; }
+  const std::vector<LoweringValue>& values() const { return values_; }
+  const LoweringValue& value(int id) const { return values_.at(static_cast<size_t>(id)); }
+  const std::vector<LoweringNode>& nodes() const { return nodes_; }
+  const LoweringNode& node(int index) const { return nodes_.at(static_cast<size_t>(index)); }
+  // Lowering value ids of the program's inputs (call order) and outputs.
+  const std::vector<int>& inputs() const { return inputs_; }
+  const std::vector<int>& outputs() const { return outputs_; }
+  // (node, operand position) pairs reading each value.
+  const std::vector<std::vector<std::pair<int, int>>>& uses() const { return uses_; }
+
+ private:
+  int add_value(LoweringValue value);
+  int add_node(LoweringNode node);
+
+  const ir::Program& program_;
+  std::vector<LoweringValue> values_;
+  std::vector<LoweringNode> nodes_;
+  std::vector<int> inputs_;
+  std::vector<int> outputs_;
+  std::vector<std::vector<std::pair<int, int>>> uses_;
+};
+
+}  // namespace grove::compiler::lowering

@@ -1,0 +1,185 @@
+// Elementwise ops: arithmetic, math, comparisons, where, cast and full.
+// Binary ops broadcast (numpy rules) and need operands of one dtype.
+#include <cmath>
+
+#include "compiler/ops/op_helpers.h"
+#include "runtime/error.h"
+
+namespace grove::compiler::ops {
+
+namespace {
+
+using codegen::ExprOp;
+
+enum class DTypeRule { kAny, kNumeric, kFloating };
+
+void check_dtype_rule(const OpContext& context, size_t operand, DTypeRule rule) {
+  DType dtype = context.operand(operand).dtype;
+  if (rule == DTypeRule::kFloating) require_floating(context, operand);
+  if (rule == DTypeRule::kNumeric) {
+    GROVE_CHECK_AS(DTypeError, dtype != DType::kBool, context.where(), ": ",
+                   context.describe_operand(operand),
+                   " is bool; arithmetic needs a numeric dtype (cast it first)");
+  }
+}
+
+OpDef unary_op(const std::string& name, const std::string& summary, DTypeRule rule,
+               std::function<int(KernelEmitter&, int)> build) {
+  OpDef def;
+  def.name = name;
+  def.summary = summary;
+  def.min_operands = def.max_operands = 1;
+  def.kind = OpKind::kElementwise;
+  def.infer = [rule](const OpContext& context) {
+    check_dtype_rule(context, 0, rule);
+    return std::vector<TensorType>{context.operand(0)};
+  };
+  def.elementwise_expr = [build](KernelEmitter& emitter, const std::vector<int>& operands,
+                                 const OpContext&) {
+    return std::vector<int>{build(emitter, operands[0])};
+  };
+  return def;
+}
+
+OpDef binary_op(const std::string& name, const std::string& summary, DTypeRule rule, ExprOp expr_op,
+                bool comparison) {
+  OpDef def;
+  def.name = name;
+  def.summary = summary;
+  def.min_operands = def.max_operands = 2;
+  def.kind = OpKind::kElementwise;
+  def.infer = [rule, comparison](const OpContext& context) {
+    check_dtype_rule(context, 0, rule);
+    require_same_dtype(context, 0, 1);
+    TensorType result = with_shape(context.operand(0), broadcast_shapes(context, {0, 1}));
+    if (comparison) result.dtype = DType::kBool;
+    return std::vector<TensorType>{result};
+  };
+  def.elementwise_expr = [expr_op](KernelEmitter& emitter, const std::vector<int>& operands,
+                                   const OpContext&) {
+    return std::vector<int>{emitter.binary(expr_op, operands[0], operands[1])};
+  };
+  return def;
+}
+
+// gelu, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+int emit_gelu(KernelEmitter& emitter, int x) {
+  DType dtype = emitter.dtype_of(x);
+  int x_cubed = emitter.binary(ExprOp::kMul, emitter.binary(ExprOp::kMul, x, x), x);
+  int inner = emitter.binary(
+      ExprOp::kAdd, x, emitter.binary(ExprOp::kMul, emitter.constant(0.044715, dtype), x_cubed));
+  int scaled = emitter.binary(ExprOp::kMul, emitter.constant(std::sqrt(2.0 / M_PI), dtype), inner);
+  int one_plus = emitter.binary(ExprOp::kAdd, emitter.constant(1.0, dtype),
+                                emitter.unary(ExprOp::kTanh, scaled));
+  return emitter.binary(ExprOp::kMul, emitter.binary(ExprOp::kMul, emitter.constant(0.5, dtype), x),
+                        one_plus);
+}
+
+DType dtype_attr(const OpContext& context, const std::string& attr) {
+  const std::string& name = context.attrs.get_string(attr);
+  try {
+    return runtime::parse_dtype(name);
+  } catch (const DTypeError& error) {
+    throw DTypeError(str_cat(context.where(), ": attribute '", attr, "': ", error.what()));
+  }
+}
+
+}  // namespace
+
+void register_elementwise_ops(OpRegistry& registry) {
+  registry.add(binary_op("add", "a + b", DTypeRule::kNumeric, ExprOp::kAdd, false));
+  registry.add(binary_op("sub", "a - b", DTypeRule::kNumeric, ExprOp::kSub, false));
+  registry.add(binary_op("mul", "a * b", DTypeRule::kNumeric, ExprOp::kMul, false));
+  registry.add(binary_op("div", "a / b (floating)", DTypeRule::kFloating, ExprOp::kDiv, false));
+  registry.add(binary_op("pow", "a ** b (floating)", DTypeRule::kFloating, ExprOp::kPow, false));
+  registry.add(binary_op("lt", "a < b -> bool", DTypeRule::kAny, ExprOp::kLt, true));
+  registry.add(binary_op("le", "a <= b -> bool", DTypeRule::kAny, ExprOp::kLe, true));
+  registry.add(binary_op("gt", "a > b -> bool", DTypeRule::kAny, ExprOp::kGt, true));
+  registry.add(binary_op("ge", "a >= b -> bool", DTypeRule::kAny, ExprOp::kGe, true));
+  registry.add(binary_op("eq", "a == b -> bool", DTypeRule::kAny, ExprOp::kEq, true));
+  registry.add(binary_op("ne", "a != b -> bool", DTypeRule::kAny, ExprOp::kNe, true));
+
+  auto simple = [](ExprOp op) {
+    return [op](KernelEmitter& emitter, int x) { return emitter.unary(op, x); };
+  };
+  registry.add(unary_op("neg", "-x", DTypeRule::kNumeric, simple(ExprOp::kNeg)));
+  registry.add(unary_op("exp", "e^x", DTypeRule::kFloating, simple(ExprOp::kExp)));
+  registry.add(unary_op("log", "natural log", DTypeRule::kFloating, simple(ExprOp::kLog)));
+  registry.add(unary_op("tanh", "tanh(x)", DTypeRule::kFloating, simple(ExprOp::kTanh)));
+  registry.add(
+      unary_op("sigmoid", "1 / (1 + e^-x)", DTypeRule::kFloating, simple(ExprOp::kSigmoid)));
+  registry.add(unary_op("sqrt", "square root", DTypeRule::kFloating, simple(ExprOp::kSqrt)));
+  registry.add(unary_op("rsqrt", "1 / sqrt(x)", DTypeRule::kFloating, simple(ExprOp::kRsqrt)));
+  registry.add(
+      unary_op("relu", "max(x, 0)", DTypeRule::kNumeric, [](KernelEmitter& emitter, int x) {
+        return emitter.binary(ExprOp::kMax, x, emitter.constant(0, emitter.dtype_of(x)));
+      }));
+  registry.add(unary_op("gelu", "gelu, tanh approximation", DTypeRule::kFloating, emit_gelu));
+
+  OpDef where;
+  where.name = "where";
+  where.summary = "condition ? a : b (condition bool; broadcasting)";
+  where.min_operands = where.max_operands = 3;
+  where.kind = OpKind::kElementwise;
+  where.infer = [](const OpContext& context) {
+    GROVE_CHECK_AS(DTypeError, context.operand(0).dtype == DType::kBool, context.where(), ": ",
+                   context.describe_operand(0), " is the condition and must be bool");
+    require_same_dtype(context, 1, 2);
+    return std::vector<TensorType>{
+        with_shape(context.operand(1), broadcast_shapes(context, {0, 1, 2}))};
+  };
+  where.elementwise_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
+                              const OpContext&) {
+    return std::vector<int>{emitter.select(operands[0], operands[1], operands[2])};
+  };
+  registry.add(std::move(where));
+
+  OpDef cast;
+  cast.name = "cast";
+  cast.summary = "convert to `dtype` (floats truncate toward zero into integers; bool is x != 0)";
+  cast.min_operands = cast.max_operands = 1;
+  cast.attrs = {{"dtype", AttrKind::kString, std::nullopt}};
+  cast.kind = OpKind::kElementwise;
+  cast.accepts_dynamic_shapes = true;
+  cast.infer = [](const OpContext& context) {
+    return std::vector<TensorType>{with_dtype(context.operand(0), dtype_attr(context, "dtype"))};
+  };
+  cast.elementwise_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
+                             const OpContext& context) {
+    DType target = runtime::parse_dtype(context.attrs.get_string("dtype"));
+    int x = operands[0];
+    if (target == DType::kBool) {
+      return std::vector<int>{
+          emitter.binary(ExprOp::kNe, x, emitter.constant(0, emitter.dtype_of(x)))};
+    }
+    // A cast to bf16/f16 stays f32 in registers and rounds when stored
+    // (Note [Kernel spec types]); the reference rounds at the cast.
+    return std::vector<int>{emitter.cast(x, compute_dtype(target))};
+  };
+  registry.add(std::move(cast));
+
+  OpDef full;
+  full.name = "full";
+  full.summary = "a constant tensor of `shape` filled with `value`";
+  full.attrs = {{"value", AttrKind::kFloat, std::nullopt},
+                {"shape", AttrKind::kInts, std::vector<int64_t>{}},
+                {"dtype", AttrKind::kString, std::string("f32")}};
+  full.kind = OpKind::kElementwise;
+  full.infer = [](const OpContext& context) {
+    const std::vector<int64_t>& shape = context.attrs.get_ints("shape");
+    for (int64_t dim : shape) {
+      GROVE_CHECK_AS(ShapeError, dim >= 0, context.where(), ": attribute 'shape' ",
+                     ir::shape_text(shape), " has a negative dimension");
+    }
+    return std::vector<TensorType>{TensorType{shape, dtype_attr(context, "dtype"), context.device}};
+  };
+  full.elementwise_expr = [](KernelEmitter& emitter, const std::vector<int>&,
+                             const OpContext& context) {
+    DType dtype = runtime::parse_dtype(context.attrs.get_string("dtype"));
+    return std::vector<int>{
+        emitter.constant(context.attrs.get_float("value"), compute_dtype(dtype))};
+  };
+  registry.add(std::move(full));
+}
+
+}  // namespace grove::compiler::ops

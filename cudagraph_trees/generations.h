@@ -1,0 +1,74 @@
+// Generations decide when a path of warm-ups, recordings or replays may end.
+// By default every top-level call through the manager starts a new
+// generation (an InvocationScope groups the calls of one compiled callable,
+// e.g. its segments, into one). A forward that has run without its backward
+// holds the generation open so that the backward becomes the forward's child.
+// Once mark_step_begin() is used, only mark_step_begin() advances generations
+// and pending backwards no longer matter.
+//
+// This file also writes the messages of outputs invalidated when a
+// generation ends (Note [Stale outputs] in tree_manager.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cudagraph_trees/function_registry.h"
+
+namespace grove::cudagraph_trees {
+
+class GenerationTracker {
+ public:
+  // A call through the manager; outside an invocation scope it is top-level.
+  void note_call() {
+    if (scope_depth_ == 0) ++invocations_;
+  }
+  void begin_scope() {
+    if (scope_depth_++ == 0) ++invocations_;
+  }
+  void end_scope();
+  void mark_step_begin() {
+    ++steps_;
+    mark_step_used_ = true;
+  }
+  void after_call(CompilationMode mode) {
+    if (mode == CompilationMode::kForward) pending_backward_ = true;
+    if (mode == CompilationMode::kBackward) pending_backward_ = false;
+  }
+
+  // Steps are negative so that the first mark_step_begin() is a new generation too.
+  int64_t current() const { return mark_step_used_ ? -steps_ : invocations_; }
+  bool mark_step_used() const { return mark_step_used_; }
+  bool pending_backward() const { return pending_backward_; }
+  bool in_new_generation(int64_t last) const { return current() != last; }
+  bool can_start_new_generation(int64_t last) const {
+    return current() != last && (mark_step_used_ || !pending_backward_);
+  }
+  // The current generation is new but a forward still waits for its backward.
+  bool blocked_by_pending_backward(int64_t last) const {
+    return current() != last && !mark_step_used_ && pending_backward_;
+  }
+
+ private:
+  int64_t invocations_ = 0;
+  int64_t steps_ = 0;
+  int scope_depth_ = 0;
+  bool mark_step_used_ = false;
+  bool pending_backward_ = false;
+};
+
+// Where an invalidated output came from, for its message.
+struct StaleOutputOrigin {
+  std::string function_name;
+  CompilationMode mode = CompilationMode::kInference;
+  size_t output_index = 0;
+  int64_t node_id = 0;
+  bool warmup = false;
+  int64_t generation = 0;
+};
+
+std::string stale_output_message(const StaleOutputOrigin& origin);
+std::string shutdown_output_message(const StaleOutputOrigin& origin);
+std::string pending_backward_message(const std::string& function_name);
+
+}  // namespace grove::cudagraph_trees

@@ -1,0 +1,133 @@
+#include "cudagraph_trees/input_binding.h"
+
+#include <sstream>
+
+namespace grove::cudagraph_trees {
+namespace {
+
+// The byte range [low, low + bytes) relative to element 0 that a strided view reaches.
+void strided_span(const runtime::Tensor& tensor, int64_t& low_bytes, size_t& bytes) {
+  low_bytes = 0;
+  bytes = 0;
+  if (tensor.numel() == 0) return;
+  int64_t low = 0, high = 0;
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    int64_t reach = (tensor.shape()[d] - 1) * tensor.strides()[d];
+    (reach < 0 ? low : high) += reach;
+  }
+  auto element = static_cast<int64_t>(runtime::dtype_size(tensor.dtype()));
+  low_bytes = low * element;
+  bytes = static_cast<size_t>((high - low + 1) * element);
+}
+
+}  // namespace
+
+const char* input_kind_name(InputKind kind) {
+  switch (kind) {
+    case InputKind::kStatic: return "static";
+    case InputKind::kManaged: return "managed";
+    case InputKind::kCopied: return "copied";
+  }
+  return "?";
+}
+
+const char* invariant_status_text(InvariantStatus status) {
+  switch (status) {
+    case InvariantStatus::kOk: return "ok";
+    case InvariantStatus::kInputCountChanged: return "number of inputs changed";
+    case InvariantStatus::kManagedInputMoved: return "pool-managed input address changed";
+    case InvariantStatus::kExpectedDeadOutputAlive:
+      return "an output that was dead at recording is alive";
+    case InvariantStatus::kStaticInputMoved: return "static input address changed";
+    case InvariantStatus::kCopiedInputChanged: return "input shape, strides, dtype or device changed";
+  }
+  return "?";
+}
+
+InputBinding InputBinding::bind(const Request& request, TensorList& bound_inputs) {
+  InputBinding binding;
+  const TensorList& inputs = request.inputs;
+  binding.kinds_.resize(inputs.size());
+  bound_inputs.reserve(bound_inputs.size() + inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const runtime::Tensor& input = inputs[i];
+    auto index = static_cast<uint32_t>(i);
+    bool pool_output = input.defined() && input.storage()->address() != nullptr &&
+                       request.path_output_addresses.count(input.storage()->address()) > 0;
+    if (request.function.static_input(i)) {
+      GROVE_CHECK(input.defined(), request.function.describe(), ": static input ", i,
+                  " is undefined; static inputs must be tensors with a fixed address");
+      binding.kinds_[i] = InputKind::kStatic;
+      binding.static_.push_back(CheckedInput{index, input.storage()->address(), input.offset()});
+      bound_inputs.push_back(input);
+    } else if (pool_output && request.demoted.count(i) == 0) {
+      binding.kinds_[i] = InputKind::kManaged;
+      binding.managed_.push_back(CheckedInput{index, input.storage()->address(), input.offset()});
+      bound_inputs.push_back(input);
+    } else {
+      binding.kinds_[i] = InputKind::kCopied;
+      CopiedInput copied;
+      copied.index = index;
+      copied.meta = TensorMeta::of(input);
+      if (!input.defined()) {
+        binding.copied_.push_back(copied);
+        bound_inputs.push_back(input);
+        continue;
+      }
+      strided_span(input, copied.span_low_bytes, copied.span_bytes);
+      runtime::StoragePtr storage = request.allocator.allocate(copied.span_bytes, request.stream);
+      int64_t element = static_cast<int64_t>(runtime::dtype_size(input.dtype()));
+      runtime::Tensor placeholder(storage, input.shape(), input.strides(),
+                                  -copied.span_low_bytes / element, input.dtype());
+      copied.placeholder = storage->address();
+      if (copied.span_bytes > 0) {
+        const char* source = static_cast<const char*>(input.data_ptr()) + copied.span_low_bytes;
+        request.allocator.backend().copy_async(copied.placeholder, source, copied.span_bytes,
+                                               runtime::CopyKind::kDeviceToDevice,
+                                               request.stream);
+      }
+      binding.copied_.push_back(std::move(copied));
+      bound_inputs.push_back(std::move(placeholder));
+    }
+  }
+  return binding;
+}
+
+std::vector<size_t> InputBinding::moved_managed_inputs(const TensorList& inputs) const {
+  std::vector<size_t> moved;
+  if (!count_matches(inputs)) return moved;
+  for (const CheckedInput& checked : managed_) {
+    if (!checked.matches(inputs[checked.index])) moved.push_back(checked.index);
+  }
+  return moved;
+}
+
+std::string InputBinding::describe_mismatches(const TensorList& inputs) const {
+  std::ostringstream text;
+  if (!count_matches(inputs)) {
+    text << "recorded with " << kinds_.size() << " inputs, called with " << inputs.size();
+    return text.str();
+  }
+  auto checked = [&](const std::vector<CheckedInput>& list, const char* kind) {
+    for (const CheckedInput& c : list) {
+      if (!c.matches(inputs[c.index])) {
+        const runtime::Tensor& now = inputs[c.index];
+        text << "input " << c.index << " (" << kind << "): storage " << c.storage_address
+             << " offset " << c.offset << " became "
+             << (now.defined() ? now.storage()->address() : nullptr) << " offset "
+             << now.offset() << "; ";
+      }
+    }
+  };
+  checked(managed_, "managed");
+  checked(static_, "static");
+  for (const CopiedInput& copied : copied_) {
+    if (!copied.meta.matches(inputs[copied.index])) {
+      text << "input " << copied.index << " (copied): recorded as " << copied.meta.str()
+           << ", now " << TensorMeta::of(inputs[copied.index]).str() << "; ";
+    }
+  }
+  return text.str();
+}
+
+}  // namespace grove::cudagraph_trees

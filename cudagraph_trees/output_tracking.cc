@@ -1,0 +1,134 @@
+#include "cudagraph_trees/output_tracking.h"
+
+#include <unordered_map>
+
+namespace grove::cudagraph_trees {
+
+const char* output_kind_name(OutputKind kind) {
+  switch (kind) {
+    case OutputKind::kUndefined: return "undefined";
+    case OutputKind::kFixed: return "fixed";
+    case OutputKind::kPoolStorage: return "pool";
+    case OutputKind::kAliasesOutput: return "aliases-output";
+    case OutputKind::kAliasesInput: return "aliases-input";
+  }
+  return "?";
+}
+
+NodeOutputs NodeOutputs::classify(const TensorList& outputs, const TensorList& inputs,
+                                  const std::vector<InputKind>& kinds,
+                                  const PoolMembership& in_pool, runtime::Device device) {
+  NodeOutputs result;
+  result.device_ = device;
+  // Static and managed inputs are passed to the body as themselves.
+  std::unordered_map<const void*, size_t> input_by_storage;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (kinds[i] == InputKind::kCopied || !inputs[i].defined()) continue;
+    const void* address = inputs[i].storage()->address();
+    if (address != nullptr) input_by_storage.emplace(address, i);
+  }
+  std::unordered_map<const void*, size_t> storage_by_address;
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const runtime::Tensor& output = outputs[j];
+    OutputRecord record;
+    if (!output.defined()) {
+      result.records_.push_back(std::move(record));
+      continue;
+    }
+    record.shape = output.shape();
+    record.strides = output.strides();
+    record.offset = output.offset();
+    record.dtype = output.dtype();
+    const void* address = output.storage()->address();
+    if (address == nullptr || output.storage()->nbytes() == 0) {
+      record.kind = OutputKind::kFixed;
+      record.fixed = output;
+    } else if (auto in = input_by_storage.find(address); in != input_by_storage.end()) {
+      record.kind = OutputKind::kAliasesInput;
+      record.input_index = in->second;
+      record.offset_from_input = output.offset() - inputs[in->second].offset();
+    } else if (auto earlier = storage_by_address.find(address);
+               earlier != storage_by_address.end()) {
+      record.kind = OutputKind::kAliasesOutput;
+      record.storage_index = earlier->second;
+    } else if (in_pool(address)) {
+      record.kind = OutputKind::kPoolStorage;
+      record.storage_index = result.storages_.size();
+      storage_by_address.emplace(address, record.storage_index);
+      TrackedStorage tracked;
+      tracked.address = address;
+      tracked.nbytes = output.storage()->nbytes();
+      tracked.ref = output.storage();
+      tracked.first_output = j;
+      result.storages_.push_back(std::move(tracked));
+    } else {
+      record.kind = OutputKind::kFixed;
+      record.fixed = output;
+    }
+    result.records_.push_back(std::move(record));
+  }
+  return result;
+}
+
+void NodeOutputs::build_cache() {
+  cached_storages_.assign(storages_.size(), nullptr);
+  for (size_t k = 0; k < storages_.size(); ++k) {
+    TrackedStorage& tracked = storages_[k];
+    // Non-owning: the pool block belongs to the tree (Note [Replay outputs]).
+    cached_storages_[k] = std::make_shared<runtime::Storage>(const_cast<void*>(tracked.address),
+                                                             tracked.nbytes, device_, nullptr);
+    tracked.ref = cached_storages_[k];
+    tracked.internal_refs = 1;
+  }
+  cached_outputs_.assign(records_.size(), runtime::Tensor());
+  for (size_t j = 0; j < records_.size(); ++j) {
+    const OutputRecord& record = records_[j];
+    switch (record.kind) {
+      case OutputKind::kFixed:
+        cached_outputs_[j] = record.fixed;
+        break;
+      case OutputKind::kPoolStorage:
+      case OutputKind::kAliasesOutput:
+        cached_outputs_[j] = runtime::Tensor(cached_storages_[record.storage_index], record.shape,
+                                             record.strides, record.offset, record.dtype);
+        ++storages_[record.storage_index].internal_refs;
+        break;
+      case OutputKind::kUndefined:
+      case OutputKind::kAliasesInput:
+        break;
+    }
+  }
+  cache_valid_ = true;
+}
+
+void NodeOutputs::drop_cache() {
+  cached_outputs_.clear();
+  cached_storages_.clear();
+  for (TrackedStorage& tracked : storages_) tracked.internal_refs = 0;
+  cache_valid_ = false;
+}
+
+std::vector<TrackedStorage> track_warmup_outputs(const TensorList& outputs,
+                                                 const TensorList& inputs,
+                                                 const PoolMembership& in_pool) {
+  std::unordered_map<const void*, bool> seen;
+  for (const runtime::Tensor& input : inputs) {
+    if (input.defined()) seen.emplace(input.storage()->address(), true);
+  }
+  std::vector<TrackedStorage> tracked;
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const runtime::Tensor& output = outputs[j];
+    if (!output.defined() || output.storage()->nbytes() == 0) continue;
+    const void* address = output.storage()->address();
+    if (address == nullptr || !seen.emplace(address, true).second || !in_pool(address)) continue;
+    TrackedStorage entry;
+    entry.address = address;
+    entry.nbytes = output.storage()->nbytes();
+    entry.ref = output.storage();
+    entry.first_output = j;
+    tracked.push_back(std::move(entry));
+  }
+  return tracked;
+}
+
+}  // namespace grove::cudagraph_trees

@@ -1,0 +1,109 @@
+// Outputs of one recorded node: how each output relates to memory, resolved
+// once at record time, and the tensors re-emitted on every replay.
+//
+//   undefined     - an undefined tensor, passed through;
+//   fixed         - memory the tree does not manage (a zero-byte tensor, or a
+//                   storage outside the pool such as a constant): the same
+//                   tensor is returned on every replay, not tracked;
+//   pool storage  - a new block of the tree's pool: tracked;
+//   aliases output j - a view of an earlier output of the same call: shares
+//                   that output's storage (one storage, freed once);
+//   aliases input i  - a view of a static or pool-managed input: built on the
+//                   input's storage on every replay (liveness is the input's).
+//
+// Note [Output liveness]: a TrackedStorage holds a weak reference to the
+// storage currently standing for an output, plus the number of strong
+// references the tree itself holds (the cached replay tensors and storages).
+// The output is alive iff someone else also holds it: use_count > internal.
+// A view the user keeps is a strong reference to the same Storage, so any
+// view keeps the output alive.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cudagraph_trees/input_binding.h"
+#include "runtime/storage.h"
+#include "runtime/tensor.h"
+
+namespace grove::cudagraph_trees {
+
+enum class OutputKind : uint8_t { kUndefined, kFixed, kPoolStorage, kAliasesOutput, kAliasesInput };
+const char* output_kind_name(OutputKind kind);
+
+struct TrackedStorage {
+  const void* address = nullptr;
+  size_t nbytes = 0;
+  runtime::WeakStoragePtr ref;
+  long internal_refs = 0;
+  size_t first_output = 0;  // the output index that introduced it (for messages)
+
+  bool live() const { return ref.use_count() > internal_refs; }
+  // The storage when alive, else null.
+  runtime::StoragePtr lock_if_live() const { return live() ? ref.lock() : nullptr; }
+};
+
+struct OutputRecord {
+  OutputKind kind = OutputKind::kUndefined;
+  size_t storage_index = 0;  // pool storage / aliases output
+  size_t input_index = 0;    // aliases input
+  int64_t offset_from_input = 0;
+  runtime::Shape shape;
+  runtime::Shape strides;
+  int64_t offset = 0;
+  runtime::DType dtype = runtime::DType::kF32;
+  runtime::Tensor fixed;  // kFixed
+};
+
+using PoolMembership = std::function<bool(const void* address)>;
+
+class NodeOutputs {
+ public:
+  NodeOutputs() = default;
+  // `inputs` are the caller's inputs, `kinds` their classification.
+  static NodeOutputs classify(const TensorList& outputs, const TensorList& inputs,
+                              const std::vector<InputKind>& kinds, const PoolMembership& in_pool,
+                              runtime::Device device);
+
+  // Appends this node's outputs for one replay to `result`; allocates no
+  // device memory (host Storage objects only the first time after a cache drop).
+  void emit(const TensorList& inputs, TensorList& result) {
+    if (!cache_valid_) [[unlikely]] build_cache();
+    for (size_t j = 0; j < records_.size(); ++j) {
+      const OutputRecord& record = records_[j];
+      if (record.kind == OutputKind::kAliasesInput) {
+        const runtime::Tensor& input = inputs[record.input_index];
+        result.emplace_back(input.storage(), record.shape, record.strides,
+                            input.offset() + record.offset_from_input, record.dtype);
+      } else {
+        result.push_back(cached_outputs_[j]);
+      }
+    }
+  }
+  // Forgets the cached replay tensors (before a checkpoint restore, where the
+  // storages users still hold become the owners of their blocks).
+  void drop_cache();
+
+  std::vector<TrackedStorage>& storages() { return storages_; }
+  const std::vector<TrackedStorage>& storages() const { return storages_; }
+  const std::vector<OutputRecord>& records() const { return records_; }
+
+ private:
+  void build_cache();
+
+  runtime::Device device_;
+  std::vector<OutputRecord> records_;
+  std::vector<TrackedStorage> storages_;
+  std::vector<runtime::StoragePtr> cached_storages_;
+  std::vector<runtime::Tensor> cached_outputs_;
+  bool cache_valid_ = false;
+};
+
+// The pool storages among a warm-up's outputs, one entry per storage: outputs
+// that alias an input, have no memory or live outside the pool are not tracked.
+std::vector<TrackedStorage> track_warmup_outputs(const TensorList& outputs,
+                                                 const TensorList& inputs,
+                                                 const PoolMembership& in_pool);
+
+}  // namespace grove::cudagraph_trees

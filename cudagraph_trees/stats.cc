@@ -1,0 +1,32 @@
+#include "cudagraph_trees/stats.h"
+
+namespace grove::cudagraph_trees {
+
+nlohmann::json counters_json(const TreeCounters& counters) {
+  nlohmann::json json;
+  json["warmups"] = counters.warmups;
+  json["recordings"] = counters.recordings;
+  json["replays"] = counters.replays;
+  json["eager_calls"] = counters.eager_calls;
+  json["checkpoint_restores"] = counters.checkpoint_restores;
+  json["rerecords"] = counters.rerecords;
+  json["rerecord_reasons"] = counters.rerecord_reasons;
+  json["fallback_calls"] = counters.fallback_calls;
+  json["fallback_decisions"] = counters.fallback_decisions;
+  json["outputs_poisoned"] = counters.outputs_poisoned;
+  json["demoted_inputs"] = counters.demoted_inputs;
+  json["pending_backward_blocks"] = counters.pending_backward_blocks;
+  json["capture_failures"] = counters.capture_failures;
+  return json;
+}
+
+nlohmann::json pool_json(const runtime::PoolStats& stats) {
+  return nlohmann::json{{"reserved_bytes", stats.reserved_bytes},
+                        {"allocated_bytes", stats.allocated_bytes},
+                        {"peak_allocated_bytes", stats.peak_allocated_bytes},
+                        {"segments", stats.segments},
+                        {"live_blocks", stats.live_blocks},
+                        {"free_blocks", stats.free_blocks}};
+}
+
+}  // namespace grove::cudagraph_trees

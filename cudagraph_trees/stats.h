@@ -1,0 +1,34 @@
+// Counters a tree manager keeps (plain integers, bumped on every path,
+// including the replay fast path) and their JSON form.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/caching_allocator.h"
+
+namespace grove::cudagraph_trees {
+
+struct TreeCounters {
+  uint64_t warmups = 0;
+  uint64_t recordings = 0;
+  uint64_t replays = 0;
+  uint64_t eager_calls = 0;          // eager fallbacks, per call
+  uint64_t checkpoint_restores = 0;  // allocator restores before warm-up/recording after a replay
+  uint64_t rerecords = 0;            // recordings made because no existing node matched
+  uint64_t outputs_poisoned = 0;     // storages invalidated at generation ends
+  uint64_t demoted_inputs = 0;       // managed inputs turned into copied inputs
+  uint64_t pending_backward_blocks = 0;
+  uint64_t capture_failures = 0;
+  std::map<std::string, uint64_t> rerecord_reasons;    // by invariant failure
+  std::map<std::string, uint64_t> fallback_calls;      // by fallback category
+  std::map<std::string, uint64_t> fallback_decisions;  // (parent, function) pairs decided eager
+};
+
+nlohmann::json counters_json(const TreeCounters& counters);
+nlohmann::json pool_json(const runtime::PoolStats& stats);
+
+}  // namespace grove::cudagraph_trees

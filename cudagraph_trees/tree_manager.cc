@@ -1,0 +1,599 @@
+#include "cudagraph_trees/tree_manager.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "cudagraph_trees/capture_lock.h"
+#include "runtime/logging.h"
+
+namespace grove::cudagraph_trees {
+
+// Note [Replay fast path]
+// A call that replays an existing node does, in order: one branch on the
+// function's whole-function fallback; one generation check (an integer
+// compare; a new generation ends a replayed path without touching memory);
+// one vector index to find the candidate children of the current node (slots
+// are indexed by the dense FunctionId, never hashed); per candidate, one
+// address comparison per managed and static input, a liveness read per output
+// that must be dead (usually none) and a layout comparison per copied input;
+// one device-to-device copy per copied input into its pool placeholder; the
+// cached output tensors (one vector of Tensors built on the first replay,
+// then copied); one graph launch. Nothing here calls the allocator, takes a
+// lock, hashes the inputs or walks the path: everything that does (input
+// classification, output aliasing, liveness bookkeeping, checkpoints) ran
+// once at record time and was stored as flat vectors on the node. The only
+// map lookup left is the runtime's current-stream lookup (pointer-keyed).
+// Keep it so: anything new on this path must be O(1) or per checked input.
+
+// Note [Replay outputs]
+// A replayed node's outputs are tensors over Storage objects that do not own
+// their memory: they point at the addresses recorded in the pool, and the
+// next replay overwrites them (as in PyTorch). The node keeps them cached and
+// returns the same tensors every time. When the manager must allocate again
+// after a replay (a warm-up or recording of a new branch), it restores the
+// pool to the current node's checkpoint and passes the outputs still alive to
+// the allocator, which makes their storages owners of their blocks again; the
+// caches on the path are dropped first so that only users' references count.
+
+// Note [Stale outputs]
+// Warm-up and recording outputs own pool blocks. When their path ends because
+// a new generation begins, the blocks are reclaimed for the next recordings;
+// any storage still alive is poisoned (Storage::poison), so every view of it
+// throws StaleTensorError naming the function, the output and the remedy.
+// Replay outputs are not poisoned at generation ends: they are overwritten,
+// which is the documented contract of a replay.
+
+namespace {
+
+// Routes the calling thread's allocations to a pool for a scope.
+class PoolRouting {
+ public:
+  PoolRouting(runtime::CachingAllocator& allocator, runtime::PoolId pool)
+      : allocator_(allocator), pool_(pool) {
+    allocator_.begin_allocate_to_pool(pool_);
+  }
+  ~PoolRouting() { allocator_.end_allocate_to_pool(pool_); }
+  PoolRouting(const PoolRouting&) = delete;
+  PoolRouting& operator=(const PoolRouting&) = delete;
+
+ private:
+  runtime::CachingAllocator& allocator_;
+  runtime::PoolId pool_;
+};
+
+}  // namespace
+
+const char* path_state_name(PathState state) {
+  switch (state) {
+    case PathState::kNone: return "none";
+    case PathState::kWarmup: return "warmup";
+    case PathState::kRecording: return "recording";
+    case PathState::kExecution: return "execution";
+  }
+  return "?";
+}
+
+TreeManager::TreeManager(runtime::Device device, TreeConfig config)
+    : device_(device),
+      config_(config),
+      context_(runtime::device_context(device)),
+      backend_(context_.backend()),
+      allocator_(context_.allocator()),
+      classifier_(std::make_unique<EagerFallbackMutationClassifier>()) {
+  GROVE_CHECK_AS(DeviceError, device.supports_graphs(), "cannot create a CUDA graph tree manager "
+                 "for ", device.str(), ": that device runs eagerly; use a sim or cuda device");
+  config_.validate();
+  pool_ = allocator_.create_pool();
+  capture_stream_ = backend_.create_stream();
+  caller_ready_ = backend_.create_event(false);
+  capture_done_ = backend_.create_event(false);
+}
+
+TreeManager::~TreeManager() {
+  try {
+    shutdown();
+  } catch (const std::exception& error) {
+    log(LogLevel::kError, str_cat("cudagraph tree manager for ", device_.str(),
+                                  ": shutdown failed: ", error.what()));
+  }
+}
+
+FunctionId TreeManager::register_function(FunctionSpec spec) {
+  GROVE_CHECK(!shut_down_, "register_function('", spec.name, "') on a tree manager for ",
+              device_.str(), " that was shut down; use tree_manager_for() for a new one");
+  FunctionId id = registry_.add(std::move(spec));
+  RegisteredFunction& function = registry_.at(id);
+  for (runtime::Device touched : function.spec.devices) {
+    if (touched.is_cpu()) {
+      decide_eager(function, function.eager,
+                   {FallbackCategory::kCpuTensors, "the function touches cpu tensors"});
+      break;
+    }
+    if (touched != device_) {
+      decide_eager(function, function.eager,
+                   {FallbackCategory::kSeveralDevices,
+                    str_cat("the function touches ", touched.str(), " besides ", device_.str())});
+      break;
+    }
+  }
+  return id;
+}
+
+void TreeManager::set_mutation_classifier(std::unique_ptr<MutationClassifier> classifier) {
+  GROVE_CHECK(classifier != nullptr, "set_mutation_classifier(nullptr): pass a classifier");
+  classifier_ = std::move(classifier);
+}
+
+TensorList TreeManager::run(FunctionId id, const TensorList& inputs) {
+  GROVE_CHECK(!shut_down_, "run() on the tree manager for ", device_.str(),
+              " after shutdown(); use tree_manager_for() for a new one");
+  RegisteredFunction& function = registry_.at(id);
+  generations_.note_call();
+  TensorList result;
+  dispatch(function, inputs, nullptr, result);
+  generations_.after_call(function.spec.mode);
+  return result;
+}
+
+TensorList TreeManager::run(FunctionId id, TensorList&& inputs) {
+  GROVE_CHECK(!shut_down_, "run() on the tree manager for ", device_.str(),
+              " after shutdown(); use tree_manager_for() for a new one");
+  RegisteredFunction& function = registry_.at(id);
+  generations_.note_call();
+  TensorList result;
+  dispatch(function, inputs, &inputs, result);
+  generations_.after_call(function.spec.mode);
+  return result;
+}
+
+void TreeManager::dispatch(RegisteredFunction& function, const TensorList& inputs,
+                           TensorList* consumable, TensorList& result) {
+  if (function.eager) [[unlikely]] {
+    run_eager(function, inputs, *function.eager, result);
+    return;
+  }
+  // Note [Replay fast path].
+  if (state_ == PathState::kExecution && generations_.can_start_new_generation(generation_)) {
+    end_path(false);
+  }
+  if (state_ == PathState::kExecution || state_ == PathState::kNone) {
+    uint32_t index = function.id.value;
+    ChildSlot* slot = current_ != nullptr
+                          ? current_->find_slot(function.id)
+                          : (index < root_slots_.size() ? &root_slots_[index] : nullptr);
+    if (slot != nullptr && !slot->eager) {
+      for (TreeNode* child : slot->children) {
+        if (child->check(inputs) == InvariantStatus::kOk) {
+          replay(child, inputs, consumable, result);
+          return;
+        }
+      }
+    }
+  }
+  slow_path(function, inputs, consumable, result);
+}
+
+void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inputs,
+                            TensorList* consumable, TensorList& result) {
+  if (state_ == PathState::kRecording || state_ == PathState::kWarmup) {
+    try_end_recording_or_warmup(function);
+  }
+  for (size_t index : function.spec.static_input_indices) {
+    GROVE_CHECK(index < inputs.size(), function.describe(), ": static input index ", index,
+                " but the call has ", inputs.size(), " inputs; fix the function's spec");
+  }
+  if (std::optional<EagerDecision> blocker = device_blocker(function, inputs)) {
+    decide_eager(function, function.eager, std::move(*blocker));
+    run_eager(function, inputs, *function.eager, result);
+    return;
+  }
+  ChildSlot& slot = slot_for(current_, function.id);
+  if (!slot.mutation_checked) classify_mutation(function, inputs, slot);
+  if (slot.eager) {
+    run_eager(function, inputs, *slot.eager, result);
+    return;
+  }
+  if (state_ == PathState::kWarmup || !function.warmed_up_for(inputs)) {
+    if (state_ == PathState::kExecution) restore_checkpoint();
+    warmup(function, inputs, consumable, result);
+    return;
+  }
+  if (state_ != PathState::kRecording) {
+    // The fast path tried these already unless a recording or warm-up path just ended.
+    InvariantStatus first_failure = InvariantStatus::kOk;
+    InvariantStatus first_unexpected = InvariantStatus::kOk;
+    bool shape_changed = false;
+    TreeNode* last = nullptr;
+    for (TreeNode* child : slot.children) {
+      InvariantStatus status = child->check(inputs);
+      if (status == InvariantStatus::kOk) {
+        replay(child, inputs, consumable, result);
+        return;
+      }
+      if (first_failure == InvariantStatus::kOk) first_failure = status;
+      if (status == InvariantStatus::kCopiedInputChanged) {
+        shape_changed = true;
+      } else if (status != InvariantStatus::kStaticInputMoved &&
+                 first_unexpected == InvariantStatus::kOk) {
+        first_unexpected = status;
+      }
+      last = child;
+    }
+    // A path whose outputs all died (or whose generation ended) lets this call start at a root.
+    if (current_ != nullptr && try_end_execution()) {
+      slow_path(function, inputs, consumable, result);
+      return;
+    }
+    if (function.has_mutated_inputs()) {
+      classify_mutation(function, inputs, slot);  // inputs may now come from outside the pool
+      if (slot.eager) {
+        run_eager(function, inputs, *slot.eager, result);
+        return;
+      }
+    }
+    if (last != nullptr && !function.has_mutated_inputs()) {
+      // Managed inputs that keep moving are copied in later recordings.
+      std::vector<bool> aliased(inputs.size(), false);
+      for (const OutputRecord& record : last->outputs().records()) {
+        if (record.kind == OutputKind::kAliasesInput) aliased[record.input_index] = true;
+      }
+      for (size_t index : last->inputs().moved_managed_inputs(inputs)) {
+        if (aliased[index]) continue;
+        if (slot.managed_moves.size() <= index) slot.managed_moves.resize(index + 1, 0);
+        if (++slot.managed_moves[index] >= config_.managed_input_move_limit &&
+            slot.demoted.insert(index).second) {
+          ++counters_.demoted_inputs;
+          log(LogLevel::kInfo,
+              str_cat(function.describe(), ": pool-managed input ", index, " changed address ",
+                      slot.managed_moves[index], " times; it is copied from now on"));
+        }
+      }
+    }
+    if (first_failure != InvariantStatus::kOk) {
+      ++counters_.rerecords;
+      ++counters_.rerecord_reasons[invariant_status_text(first_failure)];
+      if (log_enabled(LogLevel::kDebug)) {
+        log(LogLevel::kDebug, str_cat("re-recording ", function.describe(), " under node ",
+                                      current_ != nullptr ? str_cat(current_->id()) : "none",
+                                      ": ", invariant_status_text(first_failure), "; ",
+                                      last->inputs().describe_mismatches(inputs)));
+      }
+    }
+    if (first_unexpected != InvariantStatus::kOk &&
+        ++slot.unexpected_rerecords > config_.rerecord_limit) {
+      decide_eager(function, slot.eager,
+                   {FallbackCategory::kRerecordLimit,
+                    str_cat("exceeded the re-record limit (", config_.rerecord_limit,
+                            ") under graph node ",
+                            current_ != nullptr ? str_cat(current_->id()) : "none (root)",
+                            "; last reason: ", invariant_status_text(first_unexpected),
+                            ". Raise GROVE_CUDAGRAPHS_RERECORD_LIMIT or keep input addresses "
+                            "stable")});
+      run_eager(function, inputs, *slot.eager, result);
+      return;
+    }
+    if (shape_changed && ++slot.shape_rerecords == config_.shape_warn_limit) {
+      log(LogLevel::kWarn,
+          str_cat(function.describe(), ": recorded a graph for ", slot.shape_rerecords + 1,
+                  " distinct input shapes; each costs a recording and pool memory. Pad inputs "
+                  "to a few fixed shapes (shape buckets)"));
+    }
+    if (state_ == PathState::kExecution) restore_checkpoint();
+  }
+  if (!record(function, inputs, consumable, result)) {
+    run_eager(function, inputs, *slot_for(current_, function.id).eager, result);
+  }
+}
+
+void TreeManager::run_eager(const RegisteredFunction& function, const TensorList& inputs,
+                            const EagerDecision& decision, TensorList& result) {
+  if (config_.strict) {
+    throw NotCapturedError(str_cat(function.describe(), " was not captured: ", decision.message,
+                                   " (strict mode, GROVE_CUDAGRAPHS_STRICT=1)"));
+  }
+  ++counters_.eager_calls;
+  ++counters_.fallback_calls[fallback_category_name(decision.category)];
+  result = function.spec.body(inputs);
+}
+
+void TreeManager::decide_eager(const RegisteredFunction& function,
+                               std::optional<EagerDecision>& slot, EagerDecision decision) {
+  ++counters_.fallback_decisions[fallback_category_name(decision.category)];
+  log_once(LogLevel::kInfo,
+           str_cat("cudagraph_trees:", static_cast<const void*>(this), ":", function.id.value,
+                   ":", fallback_category_name(decision.category)),
+           str_cat("not captured: ", function.describe(), " runs eagerly: ", decision.message));
+  slot = std::move(decision);
+}
+
+std::optional<EagerDecision> TreeManager::device_blocker(const RegisteredFunction& function,
+                                                         const TensorList& inputs) const {
+  (void)function;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    runtime::Device where = inputs[i].device();
+    if (where.is_cpu()) {
+      return EagerDecision{FallbackCategory::kCpuTensors, str_cat("input ", i, " is on cpu")};
+    }
+    if (where != device_) {
+      return EagerDecision{FallbackCategory::kSeveralDevices,
+                           str_cat("input ", i, " is on ", where.str(), ", the manager's device is ",
+                                   device_.str())};
+    }
+  }
+  return std::nullopt;
+}
+
+void TreeManager::classify_mutation(const RegisteredFunction& function, const TensorList& inputs,
+                                    ChildSlot& slot) {
+  slot.mutation_checked = true;
+  if (!function.has_mutated_inputs()) return;
+  std::unordered_set<const void*> managed = path_output_addresses();
+  MutationQuery query{function, inputs, [&](size_t index) {
+                        const runtime::Tensor& input = inputs[index];
+                        return input.defined() && managed.count(input.storage()->address()) > 0;
+                      }};
+  MutationVerdict verdict = classifier_->classify(query);
+  if (!verdict.capture) {
+    decide_eager(function, slot.eager, {FallbackCategory::kMutatedInputs, verdict.reason});
+  }
+}
+
+ChildSlot& TreeManager::slot_for(PathNode* parent, FunctionId id) {
+  if (parent != nullptr) return parent->slot(id);
+  if (id.value >= root_slots_.size()) root_slots_.resize(id.value + 1);
+  return root_slots_[id.value];
+}
+
+const std::vector<TreeNode*>& TreeManager::roots(FunctionId id) const {
+  static const std::vector<TreeNode*> kNone;
+  return id.value < root_slots_.size() ? root_slots_[id.value].children : kNone;
+}
+
+std::vector<PathNode*> TreeManager::path() const {
+  std::vector<PathNode*> nodes;
+  for (PathNode* node = current_; node != nullptr; node = node->parent()) nodes.push_back(node);
+  std::reverse(nodes.begin(), nodes.end());
+  return nodes;
+}
+
+bool TreeManager::all_path_outputs_dead() const {
+  for (PathNode* node = current_; node != nullptr; node = node->parent()) {
+    if (node->any_output_live()) return false;
+  }
+  return true;
+}
+
+std::unordered_set<const void*> TreeManager::path_output_addresses() const {
+  // Recorded outputs count dead or alive (pool memory stays the tree's); a
+  // warm-up's outputs only while alive (their addresses are not stable).
+  std::unordered_set<const void*> addresses;
+  for (PathNode* node = current_; node != nullptr; node = node->parent()) {
+    for (const TrackedStorage& storage : node->tracked()) {
+      if (!node->is_warmup() || storage.live()) addresses.insert(storage.address);
+    }
+  }
+  return addresses;
+}
+
+bool TreeManager::in_pool(const void* address) const {
+  std::optional<runtime::PoolId> pool = allocator_.pool_containing(address);
+  return pool.has_value() && *pool == pool_;
+}
+
+void TreeManager::order_capture_after(runtime::StreamHandle caller) {
+  backend_.record_event(caller_ready_, caller);
+  backend_.stream_wait_event(capture_stream_, caller_ready_);
+}
+
+void TreeManager::order_caller_after(runtime::StreamHandle caller) {
+  backend_.record_event(capture_done_, capture_stream_);
+  backend_.stream_wait_event(caller, capture_done_);
+}
+
+void TreeManager::restore_checkpoint() {
+  GROVE_CHECK(state_ == PathState::kExecution && current_ != nullptr && !current_->is_warmup(),
+              "internal: checkpoint restore outside a replayed path (state ",
+              path_state_name(state_), ")");
+  ++counters_.checkpoint_restores;
+  std::vector<PathNode*> nodes = path();
+  for (PathNode* node : nodes) static_cast<TreeNode*>(node)->outputs().drop_cache();
+  std::vector<runtime::StoragePtr> live;
+  std::unordered_set<const void*> seen;
+  for (PathNode* node : nodes) {
+    for (const TrackedStorage& storage : node->tracked()) {
+      runtime::StoragePtr alive = storage.lock_if_live();
+      if (alive != nullptr && seen.insert(storage.address).second) live.push_back(alive);
+    }
+  }
+  allocator_.restore(pool_, static_cast<TreeNode*>(current_)->checkpoint(), live);
+  if (log_enabled(LogLevel::kDebug)) {
+    log(LogLevel::kDebug, str_cat("restored the pool to graph node ", current_->id(),
+                                  "'s checkpoint with ", live.size(), " live outputs (restore ",
+                                  counters_.checkpoint_restores, ")"));
+  }
+}
+
+void TreeManager::try_end_recording_or_warmup(const RegisteredFunction& function) {
+  if (generations_.can_start_new_generation(generation_)) {
+    end_path(true);
+    return;
+  }
+  if (all_path_outputs_dead()) {
+    end_path(false);
+    return;
+  }
+  if (generations_.blocked_by_pending_backward(generation_)) {
+    ++counters_.pending_backward_blocks;
+    for (PathNode* node = current_; node != nullptr; node = node->parent()) {
+      if (node->function_id() == function.id) {
+        log_once(LogLevel::kWarn,
+                 str_cat("cudagraph_trees:pending_backward:", static_cast<const void*>(this), ":",
+                         function.id.value),
+                 pending_backward_message(function.spec.name));
+        break;
+      }
+    }
+  }
+}
+
+bool TreeManager::try_end_execution() {
+  if (generations_.can_start_new_generation(generation_) || all_path_outputs_dead()) {
+    end_path(false);
+    return true;
+  }
+  return false;
+}
+
+void TreeManager::end_path(bool invalidate_outputs) {
+  if (invalidate_outputs) invalidate_path_outputs();
+  current_ = nullptr;
+  state_ = PathState::kNone;
+  warmup_path_.clear();
+}
+
+void TreeManager::invalidate_path_outputs() {
+  // Note [Stale outputs].
+  std::vector<PathNode*> nodes = path();
+  for (PathNode* node : nodes) {
+    if (!node->is_warmup()) static_cast<TreeNode*>(node)->outputs().drop_cache();
+  }
+  for (PathNode* node : nodes) {
+    for (const TrackedStorage& storage : node->tracked()) {
+      runtime::StoragePtr alive = storage.lock_if_live();
+      if (alive == nullptr || alive->is_poisoned()) continue;
+      StaleOutputOrigin origin{node->function().spec.name, node->function().spec.mode,
+                               storage.first_output,       node->id(),
+                               node->is_warmup(),          node->generation()};
+      alive->poison(stale_output_message(origin));
+      ++counters_.outputs_poisoned;
+    }
+  }
+}
+
+void TreeManager::warmup(RegisteredFunction& function, const TensorList& inputs,
+                         TensorList* consumable, TensorList& result) {
+  std::lock_guard<std::mutex> lock(process_capture_lock());
+  runtime::StreamHandle caller = context_.current_stream();
+  order_capture_after(caller);
+  {
+    runtime::StreamGuard stream(device_, capture_stream_);
+    PoolRouting routing(allocator_, pool_);
+    result = function.spec.body(inputs);
+  }
+  order_caller_after(caller);
+  if (!function.warmed_up_for(inputs)) function.warmed_signatures.push_back(signature_of(inputs));
+  std::vector<TrackedStorage> tracked =
+      track_warmup_outputs(result, inputs, [this](const void* a) { return in_pool(a); });
+  if (consumable != nullptr) consumable->clear();
+  int64_t generation = generations_.current();
+  auto node = std::make_unique<WarmupNode>(current_, function, next_warmup_id_--, generation,
+                                           std::move(tracked));
+  current_ = node.get();
+  warmup_path_.push_back(std::move(node));
+  state_ = PathState::kWarmup;
+  generation_ = generation;
+  ++counters_.warmups;
+}
+
+bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
+                         TensorList* consumable, TensorList& result) {
+  std::unique_lock<std::mutex> lock(process_capture_lock());
+  GROVE_CHECK(current_ == nullptr || !current_->is_warmup(),
+              "internal: recording after a warm-up on the same path");
+  auto* parent = static_cast<TreeNode*>(current_);
+  ChildSlot& slot = slot_for(current_, function.id);
+  std::vector<PathNode*> ancestors = path();
+
+  std::vector<const TrackedStorage*> live_before;
+  for (PathNode* node : ancestors) {
+    for (const TrackedStorage& storage : node->tracked()) {
+      if (storage.live()) live_before.push_back(&storage);
+    }
+  }
+  TreeNode::Parts parts;
+  if (parent != nullptr) {
+    for (const TrackedStorage* storage : parent->live_after()) {
+      if (!storage->live()) parts.expected_dead_before.push_back(storage);
+    }
+  }
+
+  runtime::StreamHandle caller = context_.current_stream();
+  order_capture_after(caller);
+  TensorList bound;
+  {
+    PoolRouting routing(allocator_, pool_);
+    std::unordered_set<const void*> managed = path_output_addresses();
+    parts.inputs = InputBinding::bind(
+        {inputs, function, managed, slot.demoted, allocator_, capture_stream_}, bound);
+  }
+  auto graph = std::make_unique<runtime::GraphRecording>(device_);
+  TensorList outputs;
+  try {
+    runtime::StreamGuard stream(device_, capture_stream_);
+    graph->capture_begin(capture_stream_, pool_);
+    try {
+      outputs = function.spec.body(bound);
+    } catch (...) {
+      graph->abort_capture();
+      throw;
+    }
+    graph->capture_end();
+  } catch (const CaptureViolation& violation) {
+    outputs.clear();
+    bound.clear();
+    order_caller_after(caller);
+    ++counters_.capture_failures;
+    decide_eager(function, slot.eager,
+                 {FallbackCategory::kCaptureFailure,
+                  str_cat("capture failed: ", violation.what(),
+                          ". Move host syncs and host reads out of the function (or into their "
+                          "own eager segment)")});
+    return false;
+  }
+  if (graph->node_count() == 0) {
+    graph.reset();  // kernel-free: replays only re-emit outputs
+  } else {
+    graph->instantiate();
+    graph->replay(capture_stream_);  // computes the first outputs
+  }
+  order_caller_after(caller);
+  bound.clear();  // placeholders not aliased by outputs return to the pool
+  parts.outputs = NodeOutputs::classify(outputs, inputs, parts.inputs.kinds(),
+                                        [this](const void* a) { return in_pool(a); }, device_);
+  if (consumable != nullptr) consumable->clear();
+  for (const TrackedStorage* storage : live_before) {
+    if (!storage->live()) parts.expected_dead_after.push_back(storage);
+  }
+  parts.checkpoint = allocator_.checkpoint(pool_);
+  parts.graph = std::move(graph);
+
+  int64_t generation = generations_.current();
+  auto node = std::make_unique<TreeNode>(parent, function, next_graph_id_++, generation,
+                                         std::move(parts));
+  std::vector<const TrackedStorage*> live_after;
+  for (PathNode* ancestor : ancestors) {
+    for (const TrackedStorage& storage : ancestor->tracked()) {
+      if (storage.live()) live_after.push_back(&storage);
+    }
+  }
+  for (const TrackedStorage& storage : node->tracked()) live_after.push_back(&storage);
+  node->set_live_after(std::move(live_after));
+  TreeNode* raw = nullptr;
+  if (parent != nullptr) {
+    raw = parent->add_child(std::move(node));
+  } else {
+    raw = node.get();
+    slot.children.push_back(raw);
+    roots_.push_back(std::move(node));
+  }
+  current_ = raw;
+  state_ = PathState::kRecording;
+  generation_ = generation;
+  ++counters_.recordings;
+  result = std::move(outputs);
+  return true;
+}
+
+}  // namespace grove::cudagraph_trees

@@ -1,0 +1,180 @@
+// TreeManager records a JIT's functions into a tree of CUDA graphs sharing
+// one private memory pool, and replays them (DESIGN §4). One manager per
+// (device, thread): tree_manager_for(device). Each function's first call on a
+// path warms up (eager, inside the pool), the next records a graph, later
+// calls replay it. A node's parent is the node that ran before it while that
+// node's outputs were still alive; sibling branches reuse the same pool memory.
+//
+//   TreeManager& trees = tree_manager_for(device);
+//   FunctionId f = trees.register_function({"mlp", CompilationMode::kInference,
+//                                           /*static*/ {1, 2}, /*mutated*/ {}, body});
+//   TensorList outputs = trees.run(f, {x, w1, w2});
+//
+// Replay outputs live in the pool and are overwritten by later replays; warm-up
+// and recording outputs are invalidated (StaleTensorError on access) when a new
+// generation starts (generations.h).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cudagraph_trees/config.h"
+#include "cudagraph_trees/function_registry.h"
+#include "cudagraph_trees/generations.h"
+#include "cudagraph_trees/mutation_classifier.h"
+#include "cudagraph_trees/stats.h"
+#include "cudagraph_trees/tree_node.h"
+#include "runtime/device_context.h"
+
+namespace grove::cudagraph_trees {
+
+// What the node the manager ran last was doing.
+enum class PathState : uint8_t { kNone, kWarmup, kRecording, kExecution };
+const char* path_state_name(PathState state);
+
+class TreeManager {
+ public:
+  explicit TreeManager(runtime::Device device, TreeConfig config = TreeConfig::from_environment());
+  ~TreeManager();
+  TreeManager(const TreeManager&) = delete;
+  TreeManager& operator=(const TreeManager&) = delete;
+
+  FunctionId register_function(FunctionSpec spec);
+
+  // Runs a registered function: warm-up, recording, replay or eager fallback.
+  TensorList run(FunctionId id, const TensorList& inputs);
+  // The same, taking the inputs over: the list is emptied during the call so
+  // that inputs nobody else holds (a backward's saved activations) die inside
+  // it and their memory is reused by the recording.
+  TensorList run(FunctionId id, TensorList&& inputs);
+
+  // Calls between begin and end share one generation (one compiled call).
+  void begin_invocation() { generations_.begin_scope(); }
+  void end_invocation() { generations_.end_scope(); }
+  // Starts a new generation; from the first use on, only this does.
+  void mark_step_begin() { generations_.mark_step_begin(); }
+  // A backward ran outside the tree (not captured): forwards no longer wait.
+  void set_running_backward() { generations_.after_call(CompilationMode::kBackward); }
+
+  void set_mutation_classifier(std::unique_ptr<MutationClassifier> classifier);
+
+  // JSON: functions, nodes, counters (recordings, replays, warm-ups, re-records
+  // and fallbacks by reason, checkpoint restores, ...) and the pool's bytes.
+  nlohmann::json stats() const;
+  const TreeCounters& counters() const { return counters_; }
+  std::string dot() const;
+
+  // Invalidates every output the tree still tracks, drops every graph and
+  // releases the pool. Later runs throw.
+  void shutdown();
+  bool is_shut_down() const { return shut_down_; }
+
+  // Throws Error describing the first disagreement between the tree, the path
+  // state, the pool's allocated blocks and the live storages the tree tracks.
+  void verify() const;
+
+  runtime::Device device() const { return device_; }
+  const TreeConfig& config() const { return config_; }
+  runtime::PoolId pool() const { return pool_; }
+  PathState state() const { return state_; }
+  const PathNode* current_node() const { return current_; }
+  const std::vector<std::unique_ptr<TreeNode>>& all_roots() const { return roots_; }
+  const std::vector<TreeNode*>& roots(FunctionId id) const;
+  size_t node_count() const;
+  const RegisteredFunction& function(FunctionId id) const { return registry_.at(id); }
+  int64_t generation() const { return generations_.current(); }
+
+ private:
+  void dispatch(RegisteredFunction& function, const TensorList& inputs, TensorList* consumable,
+                TensorList& result);
+  void slow_path(RegisteredFunction& function, const TensorList& inputs, TensorList* consumable,
+                 TensorList& result);
+  void replay(TreeNode* node, const TensorList& inputs, TensorList* consumable,
+              TensorList& result) {
+    current_ = node;
+    state_ = PathState::kExecution;
+    generation_ = generations_.current();
+    ++counters_.replays;
+    node->replay(inputs, consumable, backend_, context_.current_stream(), result);
+  }
+  void warmup(RegisteredFunction& function, const TensorList& inputs, TensorList* consumable,
+              TensorList& result);
+  // False when the capture failed (the slot is then decided eager).
+  bool record(RegisteredFunction& function, const TensorList& inputs, TensorList* consumable,
+              TensorList& result);
+  void run_eager(const RegisteredFunction& function, const TensorList& inputs,
+                 const EagerDecision& decision, TensorList& result);
+  void decide_eager(const RegisteredFunction& function, std::optional<EagerDecision>& slot,
+                    EagerDecision decision);
+  void classify_mutation(const RegisteredFunction& function, const TensorList& inputs,
+                         ChildSlot& slot);
+  std::optional<EagerDecision> device_blocker(const RegisteredFunction& function,
+                                              const TensorList& inputs) const;
+
+  ChildSlot& slot_for(PathNode* parent, FunctionId id);
+  std::vector<PathNode*> path() const;
+  bool all_path_outputs_dead() const;
+  std::unordered_set<const void*> path_output_addresses() const;
+  void restore_checkpoint();
+  void try_end_recording_or_warmup(const RegisteredFunction& function);
+  bool try_end_execution();
+  void end_path(bool invalidate_outputs);
+  void invalidate_path_outputs();
+  bool in_pool(const void* address) const;
+  void order_capture_after(runtime::StreamHandle caller);
+  void order_caller_after(runtime::StreamHandle caller);
+
+  runtime::Device device_;
+  TreeConfig config_;
+  runtime::DeviceContext& context_;
+  runtime::Backend& backend_;
+  runtime::CachingAllocator& allocator_;
+  runtime::PoolId pool_;
+  runtime::StreamHandle capture_stream_;
+  runtime::EventHandle caller_ready_;
+  runtime::EventHandle capture_done_;
+
+  FunctionRegistry registry_;
+  std::unique_ptr<MutationClassifier> classifier_;
+  GenerationTracker generations_;
+  std::vector<std::unique_ptr<TreeNode>> roots_;
+  std::vector<ChildSlot> root_slots_;
+  std::vector<std::unique_ptr<WarmupNode>> warmup_path_;  // the warm-up tail of the path
+  PathNode* current_ = nullptr;
+  PathState state_ = PathState::kNone;
+  int64_t generation_ = 0;  // of the last warm-up, recording or replay
+  int64_t next_graph_id_ = 0;
+  int64_t next_warmup_id_ = -1;
+  TreeCounters counters_;
+  bool shut_down_ = false;
+  size_t live_blocks_at_shutdown_ = 0;
+};
+
+// Groups the calls made while it lives into one generation.
+class InvocationScope {
+ public:
+  explicit InvocationScope(TreeManager& manager) : manager_(manager) {
+    manager_.begin_invocation();
+  }
+  ~InvocationScope() { manager_.end_invocation(); }
+  InvocationScope(const InvocationScope&) = delete;
+  InvocationScope& operator=(const InvocationScope&) = delete;
+
+ private:
+  TreeManager& manager_;
+};
+
+// The calling thread's manager for `device`, created on first use with
+// TreeConfig::from_environment(). Throws DeviceError for devices without graphs.
+TreeManager& tree_manager_for(runtime::Device device);
+// mark_step_begin() on every manager of the calling thread.
+void mark_step_begin();
+// Shuts down and forgets the calling thread's managers.
+void reset_tree_managers();
+
+}  // namespace grove::cudagraph_trees

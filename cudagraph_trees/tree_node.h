@@ -1,0 +1,170 @@
+// The nodes of a tree manager's path. A TreeNode is one recording of one
+// function: its graph (none for a kernel-free function), how its inputs are
+// bound, its outputs, the pool checkpoint taken right after recording, and the
+// liveness facts replays must reproduce. A WarmupNode is one eager run inside
+// the pool; it only tracks its outputs and is dropped when its path ends.
+//
+// Children are kept per function id in ChildSlots, a vector indexed by the
+// dense FunctionId, which also carry the decisions cached per (parent,
+// function): eager fallback, mutation classification, re-record counts and
+// demoted managed inputs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "cudagraph_trees/fallback.h"
+#include "cudagraph_trees/function_registry.h"
+#include "cudagraph_trees/input_binding.h"
+#include "cudagraph_trees/output_tracking.h"
+#include "runtime/caching_allocator.h"
+#include "runtime/graph_recording.h"
+
+namespace grove::cudagraph_trees {
+
+class TreeNode;
+
+struct ChildSlot {
+  std::vector<TreeNode*> children;  // in recording order; owned by the parent (or manager)
+  bool mutation_checked = false;
+  std::optional<EagerDecision> eager;
+  int unexpected_rerecords = 0;
+  int shape_rerecords = 0;
+  std::vector<int> managed_moves;  // per input index
+  std::set<size_t> demoted;        // managed inputs now copied
+};
+
+class PathNode {
+ public:
+  PathNode(PathNode* parent, const RegisteredFunction& function, int64_t id, int64_t generation);
+  virtual ~PathNode() = default;
+  PathNode(const PathNode&) = delete;
+  PathNode& operator=(const PathNode&) = delete;
+
+  virtual bool is_warmup() const = 0;
+  PathNode* parent() const { return parent_; }
+  // Graph nodes count up from 0; warm-up nodes count down from -1.
+  int64_t id() const { return id_; }
+  const RegisteredFunction& function() const { return *function_; }
+  FunctionId function_id() const { return function_->id; }
+  int64_t generation() const { return generation_; }
+  size_t depth() const { return depth_; }
+
+  std::vector<TrackedStorage>& tracked() { return *tracked_; }
+  const std::vector<TrackedStorage>& tracked() const { return *tracked_; }
+  bool any_output_live() const;
+
+  ChildSlot* find_slot(FunctionId id) {
+    return id.value < slots_.size() ? &slots_[id.value] : nullptr;
+  }
+  ChildSlot& slot(FunctionId id) {
+    if (id.value >= slots_.size()) slots_.resize(id.value + 1);
+    return slots_[id.value];
+  }
+  const std::vector<ChildSlot>& slots() const { return slots_; }
+
+ protected:
+  void set_tracked(std::vector<TrackedStorage>* tracked) { tracked_ = tracked; }
+
+ private:
+  PathNode* parent_;
+  const RegisteredFunction* function_;
+  int64_t id_;
+  int64_t generation_;
+  size_t depth_;
+  std::vector<TrackedStorage>* tracked_ = nullptr;
+  std::vector<ChildSlot> slots_;
+};
+
+class WarmupNode final : public PathNode {
+ public:
+  WarmupNode(PathNode* parent, const RegisteredFunction& function, int64_t id, int64_t generation,
+             std::vector<TrackedStorage> outputs);
+  bool is_warmup() const override { return true; }
+
+ private:
+  std::vector<TrackedStorage> outputs_;
+};
+
+class TreeNode final : public PathNode {
+ public:
+  struct Parts {
+    InputBinding inputs;
+    NodeOutputs outputs;
+    std::unique_ptr<runtime::GraphRecording> graph;  // null for a kernel-free function
+    runtime::PoolCheckpoint checkpoint;
+    // Path outputs alive when the parent finished recording but dead when this
+    // node started: a replay needs them dead (their memory may be reused).
+    std::vector<const TrackedStorage*> expected_dead_before;
+    // Path outputs that died during the recording (inputs handed over with
+    // run(id, std::move(inputs))): a replay must see them die too.
+    std::vector<const TrackedStorage*> expected_dead_after;
+    // Path outputs (own included) alive right after recording; set once the
+    // node exists (set_live_after), since it points into the node itself.
+    std::vector<const TrackedStorage*> live_after;
+  };
+
+  TreeNode(TreeNode* parent, const RegisteredFunction& function, int64_t id, int64_t generation,
+           Parts parts);
+  bool is_warmup() const override { return false; }
+  TreeNode* parent_node() const { return static_cast<TreeNode*>(parent()); }
+
+  // Note [Replay fast path]: see tree_manager.cc.
+  InvariantStatus check(const TensorList& inputs) const {
+    if (!parts_.inputs.count_matches(inputs)) return InvariantStatus::kInputCountChanged;
+    if (!parts_.inputs.managed_addresses_match(inputs)) return InvariantStatus::kManagedInputMoved;
+    for (const TrackedStorage* storage : parts_.expected_dead_before) {
+      if (storage->live()) return InvariantStatus::kExpectedDeadOutputAlive;
+    }
+    if (!parts_.inputs.static_addresses_match(inputs)) return InvariantStatus::kStaticInputMoved;
+    if (!parts_.inputs.copied_layouts_match(inputs)) return InvariantStatus::kCopiedInputChanged;
+    return InvariantStatus::kOk;
+  }
+  // Copies the copied inputs, appends the outputs to `result`, releases
+  // `consumable` (the caller's handed-over inputs) and launches the graph.
+  void replay(const TensorList& inputs, TensorList* consumable, runtime::Backend& backend,
+              runtime::StreamHandle stream, TensorList& result) {
+    parts_.inputs.copy_inputs(inputs, backend, stream);
+    parts_.outputs.emit(inputs, result);
+    if (consumable != nullptr) consumable->clear();
+    if (!parts_.expected_dead_after.empty()) [[unlikely]] check_deaths_after_replay();
+    if (parts_.graph != nullptr) parts_.graph->replay(stream);
+  }
+
+  TreeNode* add_child(std::unique_ptr<TreeNode> child);
+  const std::vector<std::unique_ptr<TreeNode>>& owned_children() const { return children_; }
+  const std::vector<TreeNode*>& children(FunctionId id) const;
+  size_t num_descendants() const;
+
+  const InputBinding& inputs() const { return parts_.inputs; }
+  NodeOutputs& outputs() { return parts_.outputs; }
+  const NodeOutputs& outputs() const { return parts_.outputs; }
+  const runtime::GraphRecording* graph() const { return parts_.graph.get(); }
+  // For benchmarks that time the bare replay of this node's graph.
+  runtime::GraphRecording* mutable_graph() { return parts_.graph.get(); }
+  bool kernel_free() const { return parts_.graph == nullptr; }
+  const runtime::PoolCheckpoint& checkpoint() const { return parts_.checkpoint; }
+  const std::vector<const TrackedStorage*>& expected_dead_before() const {
+    return parts_.expected_dead_before;
+  }
+  const std::vector<const TrackedStorage*>& expected_dead_after() const {
+    return parts_.expected_dead_after;
+  }
+  const std::vector<const TrackedStorage*>& live_after() const { return parts_.live_after; }
+  void set_live_after(std::vector<const TrackedStorage*> live) {
+    parts_.live_after = std::move(live);
+  }
+  // Drops the graph (shutdown); the node can no longer replay.
+  void release_graph() { parts_.graph.reset(); }
+
+ private:
+  void check_deaths_after_replay() const;
+
+  Parts parts_;
+  std::vector<std::unique_ptr<TreeNode>> children_;
+};
+
+}  // namespace grove::cudagraph_trees

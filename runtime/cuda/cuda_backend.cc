@@ -1,0 +1,500 @@
+// The cuda Backend, part 1: device discovery, memory, copies, streams, events,
+// kernels and stream capture. Graph instantiation, launch and inspection are in
+// cuda_graphs.cc.
+#include "runtime/cuda/cuda_backend.h"
+
+#include <array>
+#include <mutex>
+
+#include "runtime/cuda/cuda_backend_impl.h"
+#include "runtime/cuda/cuda_error.h"
+#include "runtime/logging.h"
+
+namespace grove::runtime {
+namespace {
+
+struct DeviceCount {
+  int count = 0;
+  std::string reason;
+};
+
+// Note [No driver]: libcudart_static.a loads libcuda.so.1 at its first call;
+// where there is no driver, cudaGetDeviceCount fails with
+// cudaErrorInsufficientDriver ("CUDA driver version is insufficient for CUDA
+// runtime version") and grove reports zero devices with that message instead
+// of failing, so every binary runs on GPU-less machines (CI) with sim.
+const DeviceCount& device_count_once() {
+  static const DeviceCount result = [] {
+    DeviceCount found;
+    cudaError_t status = cudaGetDeviceCount(&found.count);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      found.count = 0;
+      found.reason = str_cat(cudaGetErrorString(status), " (", cudaGetErrorName(status),
+                             " from cudaGetDeviceCount)");
+    } else if (found.count == 0) {
+      found.reason = "the CUDA driver reports no CUDA device (cudaGetDeviceCount returned 0)";
+    }
+    return found;
+  }();
+  return result;
+}
+
+}  // namespace
+
+int cuda_device_count() { return device_count_once().count; }
+
+std::string cuda_unavailable_reason() { return device_count_once().reason; }
+
+std::unique_ptr<Backend> make_cuda_backend(int index) {
+  int count = cuda_device_count();
+  GROVE_CHECK_AS(
+      DeviceError, index >= 0 && index < count, "cuda:", index, " is not available: ",
+      count == 0 ? cuda_unavailable_reason() : str_cat("there are ", count, " CUDA devices"));
+  return std::make_unique<cuda_detail::CudaBackend>(index);
+}
+
+namespace cuda_detail {
+namespace {
+
+cudaStream_t cuda_stream(StreamHandle stream) { return static_cast<cudaStream_t>(stream.impl); }
+cudaEvent_t cuda_event(EventHandle event) { return static_cast<cudaEvent_t>(event.impl); }
+
+cudaMemcpyKind cuda_copy_kind(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::kHostToDevice:
+      return cudaMemcpyHostToDevice;
+    case CopyKind::kDeviceToHost:
+      return cudaMemcpyDeviceToHost;
+    case CopyKind::kDeviceToDevice:
+      return cudaMemcpyDeviceToDevice;
+  }
+  throw Error("unknown CopyKind");
+}
+
+const char* copy_kind_name(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::kHostToDevice:
+      return "host-to-device";
+    case CopyKind::kDeviceToHost:
+      return "device-to-host";
+    case CopyKind::kDeviceToDevice:
+      return "device-to-device";
+  }
+  return "unknown";
+}
+
+cudaStreamCaptureMode cuda_capture_mode(CaptureMode mode) {
+  switch (mode) {
+    case CaptureMode::kGlobal:
+      return cudaStreamCaptureModeGlobal;
+    case CaptureMode::kThreadLocal:
+      return cudaStreamCaptureModeThreadLocal;
+    case CaptureMode::kRelaxed:
+      return cudaStreamCaptureModeRelaxed;
+  }
+  throw Error("unknown CaptureMode");
+}
+
+std::string dims_str(const LaunchDims& dims) {
+  return str_cat("grid (", dims.grid.x, ", ", dims.grid.y, ", ", dims.grid.z, "), block (",
+                 dims.block.x, ", ", dims.block.y, ", ", dims.block.z, "), ", dims.shared_bytes,
+                 " bytes of shared memory");
+}
+
+constexpr size_t kJitLogBytes = 8192;
+constexpr size_t kMaxInlineSlots = 32;
+
+}  // namespace
+
+CudaBackend::CudaBackend(int index) : index_(index) {
+  use_device();
+  cudaDeviceProp properties{};
+  GROVE_CUDA_CHECK(cudaGetDeviceProperties(&properties, index_),
+                   "reading the properties of cuda:", index_);
+  name_ = properties.name;
+}
+
+CudaBackend::~CudaBackend() {
+  // Errors are ignored: the process may be exiting and the driver shutting down.
+  if (upload_stream_ != nullptr) cudaStreamDestroy(upload_stream_);
+  for (auto& [ptx, library] : libraries_) cudaLibraryUnload(library);
+  cudaGetLastError();
+}
+
+void CudaBackend::use_device() const {
+  int current = -1;
+  GROVE_CUDA_CHECK(cudaGetDevice(&current), "reading the calling thread's current device");
+  if (current != index_) {
+    GROVE_CUDA_CHECK(cudaSetDevice(index_), "making cuda:", index_, " the current device");
+  }
+}
+
+std::string CudaBackend::where() const { return str_cat("cuda:", index_, " (", name_, ")"); }
+
+// Note [Allocating during capture]: the caching allocator may need a new
+// segment while a stream captures into a private pool. cudaMalloc is not a
+// stream operation, so the graph does not record it and replays never repeat
+// it; CUDA still forbids it in global and thread-local capture modes because it
+// may synchronize implicitly. The segment stays owned by the pool for as long
+// as any graph uses it, so grove switches the thread to relaxed mode around the
+// call (as PyTorch's allocator does). Freeing is different: cudaFree during a
+// capture could release memory a graph still references, so it stays checked.
+void* CudaBackend::allocate_raw(size_t bytes) {
+  use_device();
+  void* pointer = nullptr;
+  RelaxedCaptureModeGuard relaxed;
+  GROVE_CUDA_CHECK(cudaMalloc(&pointer, bytes), "allocating a segment of ", bytes, " bytes on ",
+                   where());
+  return pointer;
+}
+
+void CudaBackend::free_raw(void* pointer) {
+  use_device();
+  check_unsafe_call(cudaFree(pointer), "cudaFree",
+                    str_cat("freeing the segment at ", pointer, " on ", where()));
+}
+
+void CudaBackend::copy_async(void* destination, const void* source, size_t bytes, CopyKind kind,
+                             StreamHandle stream) {
+  if (stream.is_default())
+    forbid_legacy_stream_during_capture("copying on the legacy default stream");
+  use_device();
+  GROVE_CUDA_CHECK(
+      cudaMemcpyAsync(destination, source, bytes, cuda_copy_kind(kind), cuda_stream(stream)),
+      "copying ", bytes, " bytes ", copy_kind_name(kind), " from ", source, " to ", destination,
+      " on ", where());
+}
+
+void CudaBackend::memset_async(void* destination, int byte_value, size_t bytes,
+                               StreamHandle stream) {
+  if (stream.is_default())
+    forbid_legacy_stream_during_capture("memset on the legacy default stream");
+  use_device();
+  GROVE_CUDA_CHECK(cudaMemsetAsync(destination, byte_value, bytes, cuda_stream(stream)), "setting ",
+                   bytes, " bytes at ", destination, " to ", byte_value, " on ", where());
+}
+
+StreamHandle CudaBackend::create_stream() {
+  use_device();
+  cudaStream_t stream = nullptr;
+  // Non-blocking: grove's streams never serialize with the legacy default stream.
+  GROVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                   "creating a stream on ", where());
+  return StreamHandle{stream};
+}
+
+void CudaBackend::destroy_stream(StreamHandle stream) {
+  GROVE_CHECK(!stream.is_default(), where(), ": destroy_stream of the legacy default stream");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    GROVE_CHECK(captures_.count(cuda_stream(stream)) == 0, where(),
+                ": cannot destroy a stream while it is capturing; end the capture first");
+  }
+  use_device();
+  GROVE_CUDA_CHECK(cudaStreamDestroy(cuda_stream(stream)), "destroying a stream on ", where());
+}
+
+void CudaBackend::synchronize_stream(StreamHandle stream) {
+  if (stream.is_default()) {
+    forbid_legacy_stream_during_capture("synchronizing the legacy default stream");
+  }
+  use_device();
+  check_unsafe_call(cudaStreamSynchronize(cuda_stream(stream)), "cudaStreamSynchronize",
+                    str_cat("synchronizing a stream on ", where()));
+}
+
+void CudaBackend::synchronize_device() {
+  use_device();
+  check_unsafe_call(cudaDeviceSynchronize(), "cudaDeviceSynchronize",
+                    str_cat("synchronizing ", where()));
+}
+
+EventHandle CudaBackend::create_event(bool enable_timing) {
+  use_device();
+  cudaEvent_t event = nullptr;
+  GROVE_CUDA_CHECK(
+      cudaEventCreateWithFlags(&event, enable_timing ? cudaEventDefault : cudaEventDisableTiming),
+      "creating an event on ", where());
+  return EventHandle{event};
+}
+
+void CudaBackend::destroy_event(EventHandle event) {
+  use_device();
+  GROVE_CUDA_CHECK(cudaEventDestroy(cuda_event(event)), "destroying an event on ", where());
+}
+
+void CudaBackend::record_event(EventHandle event, StreamHandle stream) {
+  if (stream.is_default()) {
+    forbid_legacy_stream_during_capture("recording an event on the legacy default stream");
+  }
+  use_device();
+  GROVE_CUDA_CHECK(cudaEventRecord(cuda_event(event), cuda_stream(stream)),
+                   "recording an event on a stream of ", where());
+}
+
+void CudaBackend::stream_wait_event(StreamHandle stream, EventHandle event) {
+  use_device();
+  GROVE_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(stream), cuda_event(event), 0),
+                   "making a stream of ", where(), " wait on an event");
+}
+
+void CudaBackend::synchronize_event(EventHandle event) {
+  use_device();
+  check_unsafe_call(cudaEventSynchronize(cuda_event(event)), "cudaEventSynchronize",
+                    str_cat("waiting for an event on ", where()));
+}
+
+float CudaBackend::elapsed_ms(EventHandle start, EventHandle end) {
+  use_device();
+  float milliseconds = 0;
+  GROVE_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, cuda_event(start), cuda_event(end)),
+                   "measuring the time between two events on ", where(),
+                   " (both need timing enabled and must have completed)");
+  return milliseconds;
+}
+
+KernelHandle CudaBackend::load_kernel(const KernelSource& source) {
+  GROVE_CHECK_AS(DeviceError, !source.ptx.empty(), where(), ": kernel '", source.name,
+                 "' has no PTX; the cuda device runs PTX kernels only");
+  use_device();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto library_it = libraries_.find(source.ptx);
+  if (library_it == libraries_.end()) {
+    std::array<char, kJitLogBytes> error_log{};
+    std::array<cudaJitOption, 2> options = {cudaJitErrorLogBuffer, cudaJitErrorLogBufferSizeBytes};
+    std::array<void*, 2> values = {error_log.data(),
+                                   reinterpret_cast<void*>(uintptr_t{kJitLogBytes})};
+    cudaLibrary_t library = nullptr;
+    cudaError_t status = cudaLibraryLoadData(&library, source.ptx.c_str(), options.data(),
+                                             values.data(), options.size(), nullptr, nullptr, 0);
+    if (status != cudaSuccess) {
+      std::string log(error_log.data());
+      throw_cuda_error(status, "cudaLibraryLoadData",
+                       str_cat("loading the PTX of kernel '", source.name, "' on ", where(),
+                               log.empty() ? "" : str_cat(" (JIT log: ", log, ")")));
+    }
+    library_it = libraries_.emplace(source.ptx, library).first;
+  }
+  auto key = std::make_pair(library_it->second, source.name);
+  if (auto it = kernels_by_name_.find(key); it != kernels_by_name_.end()) {
+    return KernelHandle{it->second};
+  }
+  cudaKernel_t kernel = nullptr;
+  GROVE_CUDA_CHECK(cudaLibraryGetKernel(&kernel, library_it->second, source.name.c_str()),
+                   "looking up kernel '", source.name, "' in its PTX on ", where(),
+                   " (is it declared extern \"C\" .entry with that name?)");
+  kernels_.push_back(CudaKernel{source.name, kernel});
+  kernels_by_name_.emplace(key, &kernels_.back());
+  return KernelHandle{&kernels_.back()};
+}
+
+void CudaBackend::launch_kernel(KernelHandle kernel, const LaunchDims& dims, const KernelArgs& args,
+                                StreamHandle stream) {
+  GROVE_CHECK_AS(DeviceError, kernel.impl != nullptr, where(), ": launch of a null kernel");
+  const auto* cuda_kernel = static_cast<const CudaKernel*>(kernel.impl);
+  if (stream.is_default()) [[unlikely]] {
+    forbid_legacy_stream_during_capture("work on the legacy default stream");
+  }
+  use_device();
+  // cudaLaunchKernel reads each parameter through a pointer to its value; a
+  // KernelArgs slot holds a parameter in its low bytes (little-endian).
+  std::array<void*, kMaxInlineSlots> inline_params;
+  std::vector<void*> heap_params;
+  void** params = inline_params.data();
+  if (args.slots.size() > kMaxInlineSlots) {
+    heap_params.resize(args.slots.size());
+    params = heap_params.data();
+  }
+  for (size_t i = 0; i < args.slots.size(); ++i) {
+    params[i] = const_cast<uint64_t*>(&args.slots[i]);
+  }
+  cudaStream_t cuda_stream_handle = cuda_stream(stream);
+  GROVE_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(cuda_kernel->kernel),
+                                    dim3(dims.grid.x, dims.grid.y, dims.grid.z),
+                                    dim3(dims.block.x, dims.block.y, dims.block.z), params,
+                                    dims.shared_bytes, cuda_stream_handle),
+                   "launching kernel '", cuda_kernel->name, "' with ", dims_str(dims), " on ",
+                   where());
+  if (active_captures_.load(std::memory_order_relaxed) > 0) {
+    record_captured_launch(cuda_stream_handle, cuda_kernel, args);
+  }
+}
+
+// Note [Kernel arguments of captured nodes]: CUDA does not say how many bytes
+// of parameters a captured kernel node has, so grove cannot read a node's
+// KernelArgs back from the graph. Instead, right after a launch into a capture,
+// the capture's dependency set is exactly the node just added; grove files that
+// node with its kernel and slots under the capture's id, and end_capture hands
+// the table to the graph. Nodes not in the table were launched by libraries
+// (cuBLAS) and are reported with launched_by_grove = false.
+void CudaBackend::record_captured_launch(cudaStream_t stream, const CudaKernel* kernel,
+                                         const KernelArgs& args) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  const cudaGraphNode_t* dependencies = nullptr;
+  size_t dependency_count = 0;
+  GROVE_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id, nullptr, &dependencies, nullptr,
+                                            &dependency_count),
+                   "finding the graph node of kernel '", kernel->name, "' during capture on ",
+                   where());
+  if (status != cudaStreamCaptureStatusActive || dependency_count != 1) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = capture_launches_.find(id);
+  if (it == capture_launches_.end()) return;  // a capture grove did not begin
+  it->second[dependencies[0]] = LaunchRecord{kernel, args};
+}
+
+void CudaBackend::launch_host_function(StreamHandle stream, void (*function)(void*),
+                                       void* user_data) {
+  if (stream.is_default()) {
+    forbid_legacy_stream_during_capture("a host function on the legacy default stream");
+  }
+  use_device();
+  GROVE_CUDA_CHECK(cudaLaunchHostFunc(cuda_stream(stream), function, user_data),
+                   "enqueueing a host function on a stream of ", where());
+}
+
+void CudaBackend::begin_capture(StreamHandle stream, CaptureMode mode) {
+  GROVE_CHECK_AS(CaptureViolation, !stream.is_default(),
+                 "cannot capture on the legacy default stream: create a stream with "
+                 "create_stream() and capture on it");
+  cudaStream_t s = cuda_stream(stream);
+  use_device();
+  GROVE_CUDA_CHECK(cudaStreamBeginCapture(s, cuda_capture_mode(mode)),
+                   "beginning stream capture on ", where());
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  GROVE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, &id),
+                   "reading the id of the capture "
+                   "just begun on ",
+                   where());
+  std::lock_guard<std::mutex> lock(mutex_);
+  captures_[s] = ActiveCapture{id, mode, std::this_thread::get_id()};
+  capture_launches_[id];
+  invalidated_by_grove_.erase(s);
+  active_captures_.fetch_add(1);
+}
+
+GraphHandle CudaBackend::end_capture(StreamHandle stream) {
+  cudaStream_t s = cuda_stream(stream);
+  LaunchTable launches;
+  std::string grove_reason;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = captures_.find(s);
+    GROVE_CHECK_AS(CaptureViolation, it != captures_.end(), where(),
+                   ": end_capture on a stream that is not capturing (or whose capture was begun "
+                   "on another stream: end it there)");
+    auto table = capture_launches_.find(it->second.id);
+    launches = std::move(table->second);
+    capture_launches_.erase(table);
+    captures_.erase(it);
+    if (auto reason = invalidated_by_grove_.find(s); reason != invalidated_by_grove_.end()) {
+      grove_reason = reason->second;
+      invalidated_by_grove_.erase(reason);
+    }
+    active_captures_.fetch_sub(1);
+  }
+  use_device();
+  cudaGraph_t graph = nullptr;
+  cudaError_t status = cudaStreamEndCapture(s, &graph);
+  if (status != cudaSuccess || !grove_reason.empty()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    std::string doing = str_cat("ending stream capture on ", where());
+    if (!grove_reason.empty()) doing += str_cat(" (grove invalidated it: ", grove_reason, ")");
+    if (status == cudaSuccess) {
+      throw CaptureViolation(
+          str_cat("stream capture on ", where(), " was invalidated: ", grove_reason));
+    }
+    throw_cuda_error(status, "cudaStreamEndCapture", doing);
+  }
+  auto* result = new CudaGraph();
+  result->graph = graph;
+  result->launches = std::move(launches);
+  return GraphHandle{result};
+}
+
+CaptureStatus CudaBackend::capture_status(StreamHandle stream) {
+  use_device();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  GROVE_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(stream), &status),
+                   "querying the capture status of a stream on ", where());
+  switch (status) {
+    case cudaStreamCaptureStatusNone:
+      return CaptureStatus::kNone;
+    case cudaStreamCaptureStatusInvalidated:
+      return CaptureStatus::kInvalidated;
+    case cudaStreamCaptureStatusActive:
+      break;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return invalidated_by_grove_.count(cuda_stream(stream)) != 0 ? CaptureStatus::kInvalidated
+                                                               : CaptureStatus::kActive;
+}
+
+// Note [Unsafe calls during capture]: CUDA itself rejects most calls a capture
+// forbids (cudaErrorStreamCaptureUnsupported and friends become
+// CaptureViolation with CUDA's message). Two cases need grove's help to match
+// the sim backend: (1) work on the legacy default stream does not touch a
+// capture on grove's non-blocking streams, so CUDA accepts it, but grove
+// forbids it, as sim does, under the same mode rules (global: any thread;
+// thread-local: the capturing thread); (2) when an unsafe call such as
+// cudaDeviceSynchronize fails because of a capture, grove also marks the
+// captures that forbade it as invalidated, so end_capture reports the
+// violation whichever thread made it.
+int CudaBackend::invalidate_forbidding_captures(const std::string& reason) {
+  std::vector<cudaStream_t> streams;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [stream, capture] : captures_) {
+      bool forbids =
+          capture.mode == CaptureMode::kGlobal || (capture.mode == CaptureMode::kThreadLocal &&
+                                                   capture.thread == std::this_thread::get_id());
+      if (forbids) {
+        invalidated_by_grove_.emplace(stream, reason);
+        streams.push_back(stream);
+      }
+    }
+  }
+  for (cudaStream_t stream : streams) {
+    if (cudaStreamQuery(stream) != cudaSuccess) cudaGetLastError();
+  }
+  return static_cast<int>(streams.size());
+}
+
+void CudaBackend::forbid_legacy_stream_during_capture(const char* what) {
+  if (active_captures_.load(std::memory_order_relaxed) == 0) return;
+  if (invalidate_forbidding_captures(what) == 0) return;
+  throw CaptureViolation(str_cat(what, " is not allowed on ", where(),
+                                 " while a stream capture is active; the capture is invalidated. "
+                                 "Use a stream from create_stream()"));
+}
+
+void CudaBackend::check_unsafe_call(cudaError_t status, const char* call,
+                                    const std::string& doing) {
+  if (status == cudaSuccess) [[likely]] {
+    return;
+  }
+  if (is_capture_error(status) && active_captures_.load() > 0) {
+    invalidate_forbidding_captures(str_cat(call, " during capture"));
+  }
+  throw_cuda_error(status, call, doing);
+}
+
+void CudaBackend::invalidate_capture(StreamHandle stream) {
+  cudaStream_t s = cuda_stream(stream);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (captures_.count(s) == 0) return;
+    invalidated_by_grove_.emplace(s, "grove detected a capture violation");
+  }
+  // CUDA has no call that just invalidates a capture; querying a capturing
+  // stream is forbidden and invalidates it, so later captured work fails the
+  // way it would after any other violation. The expected error is discarded.
+  use_device();
+  if (cudaStreamQuery(s) != cudaSuccess) cudaGetLastError();
+}
+
+}  // namespace cuda_detail
+}  // namespace grove::runtime

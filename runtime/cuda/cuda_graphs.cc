@@ -1,0 +1,303 @@
+// The cuda Backend, part 2: executable graphs (instantiate, upload, launch,
+// exec update, kernel-node parameter patches) and graph inspection (kernel
+// nodes, node count, Graphviz DOT).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/cuda/cuda_backend_impl.h"
+#include "runtime/cuda/cuda_error.h"
+#include "runtime/logging.h"
+
+namespace grove::runtime::cuda_detail {
+namespace {
+
+CudaGraph& graph_of(GraphHandle graph) {
+  GROVE_CHECK(graph.impl != nullptr, "cuda: use of a null graph handle");
+  return *static_cast<CudaGraph*>(graph.impl);
+}
+
+CudaGraphExec& exec_of(GraphExecHandle exec) {
+  GROVE_CHECK(exec.impl != nullptr, "cuda: use of a null executable graph handle");
+  return *static_cast<CudaGraphExec*>(exec.impl);
+}
+
+const char* update_result_text(cudaGraphExecUpdateResult result) {
+  switch (result) {
+    case cudaGraphExecUpdateSuccess:
+      return "success";
+    case cudaGraphExecUpdateError:
+      return "the update failed for an unexpected reason";
+    case cudaGraphExecUpdateErrorTopologyChanged:
+      return "the topology changed (node count or dependencies differ)";
+    case cudaGraphExecUpdateErrorNodeTypeChanged:
+      return "the type of a node changed";
+    case cudaGraphExecUpdateErrorFunctionChanged:
+      return "the function of a kernel node changed";
+    case cudaGraphExecUpdateErrorParametersChanged:
+      return "a node's parameters changed in a way an update cannot apply";
+    case cudaGraphExecUpdateErrorNotSupported:
+      return "a node does not support updates";
+    case cudaGraphExecUpdateErrorUnsupportedFunctionChange:
+      return "the function of a kernel node changed in an unsupported way";
+    case cudaGraphExecUpdateErrorAttributesChanged:
+      return "a node's attributes changed in a way an update cannot apply";
+  }
+  return "the update failed (unknown cudaGraphExecUpdateResult)";
+}
+
+}  // namespace
+
+// Note [AutoFreeOnLaunch]: a graph that allocates memory itself (a memory
+// allocation node, e.g. from cudaMallocAsync inside captured library code) owns
+// that memory from launch until something frees it. grove's tree keeps graph
+// outputs alive across replays, so such memory is often still live when the
+// same graph is launched again, and CUDA refuses to relaunch a graph whose
+// allocations are unfreed (cudaErrorInvalidValue) unless it was instantiated
+// with cudaGraphInstantiateFlagAutoFreeOnLaunch, which frees them at the start
+// of the next launch. That matches grove's replay contract: a replay overwrites
+// the previous replay's outputs (DESIGN.md §4.7). Memory from grove's own
+// private pools is ordinary cudaMalloc memory outside the graph and is not
+// affected. InstantiateOptions::auto_free_on_launch therefore defaults to true.
+GraphExecHandle CudaBackend::instantiate(GraphHandle graph, const InstantiateOptions& options) {
+  CudaGraph& source = graph_of(graph);
+  use_device();
+  unsigned long long flags =
+      options.auto_free_on_launch ? cudaGraphInstantiateFlagAutoFreeOnLaunch : 0;
+  cudaGraphExec_t exec = nullptr;
+  GROVE_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, source.graph, flags),
+                   "instantiating a graph of ", graph_node_count(graph), " nodes on ", where());
+  // Uploading now moves the one-time cost of building the device-side work
+  // descriptors out of the first replay, which is then as fast as later ones.
+  cudaStream_t upload = options.upload_stream.is_default()
+                            ? upload_stream()
+                            : static_cast<cudaStream_t>(options.upload_stream.impl);
+  cudaError_t status = cudaGraphUpload(exec, upload);
+  // Without a caller's stream to order the upload, finish it here, so that no
+  // launch on any stream can race it.
+  if (status == cudaSuccess && options.upload_stream.is_default()) {
+    status = cudaStreamSynchronize(upload);
+  }
+  if (status != cudaSuccess) {
+    cudaGraphExecDestroy(exec);
+    throw_cuda_error(status, "cudaGraphUpload",
+                     str_cat("uploading a newly instantiated graph to ", where()));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++source.references;
+  return GraphExecHandle{new CudaGraphExec{exec, &source}};
+}
+
+cudaStream_t CudaBackend::upload_stream() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (upload_stream_ == nullptr) {
+    GROVE_CUDA_CHECK(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking),
+                     "creating the graph-upload stream of ", where());
+  }
+  return upload_stream_;
+}
+
+void CudaBackend::launch_graph(GraphExecHandle exec, StreamHandle stream) {
+  CudaGraphExec& e = exec_of(exec);
+  if (stream.is_default())
+    forbid_legacy_stream_during_capture("launching on the legacy default stream");
+  use_device();
+  GROVE_CUDA_CHECK(cudaGraphLaunch(e.exec, static_cast<cudaStream_t>(stream.impl)),
+                   "launching (replaying) a graph on ", where());
+}
+
+ExecUpdateResult CudaBackend::update_graph_exec(GraphExecHandle exec, GraphHandle graph) {
+  CudaGraphExec& e = exec_of(exec);
+  CudaGraph& g = graph_of(graph);
+  use_device();
+  cudaGraphExecUpdateResultInfo info{};
+  cudaError_t status = cudaGraphExecUpdate(e.exec, g.graph, &info);
+  if (status == cudaSuccess) return ExecUpdateResult{true, ""};
+  if (status != cudaErrorGraphExecUpdateFailure) {
+    throw_cuda_error(status, "cudaGraphExecUpdate",
+                     str_cat("updating an executable graph in place on ", where()));
+  }
+  cudaGetLastError();
+  std::string reason = str_cat("cudaGraphExecUpdate: ", update_result_text(info.result));
+  if (info.errorNode != nullptr) {
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    if (cudaGraphNodeGetType(info.errorNode, &type) == cudaSuccess &&
+        type == cudaGraphNodeTypeKernel) {
+      reason += str_cat(" at kernel node '", kernel_node_name(g, info.errorNode), "'");
+    }
+    cudaGetLastError();
+  }
+  return ExecUpdateResult{false, reason};
+}
+
+const std::vector<cudaGraphNode_t>& CudaBackend::kernel_nodes_of(CudaGraph& graph) {
+  if (graph.kernel_nodes) return *graph.kernel_nodes;
+  size_t count = 0;
+  GROVE_CUDA_CHECK(cudaGraphGetNodes(graph.graph, nullptr, &count),
+                   "counting the nodes of a "
+                   "graph on ",
+                   where());
+  std::vector<cudaGraphNode_t> nodes(count);
+  GROVE_CUDA_CHECK(cudaGraphGetNodes(graph.graph, nodes.data(), &count),
+                   "listing the nodes of a "
+                   "graph on ",
+                   where());
+  std::vector<cudaGraphNode_t> kernels;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    GROVE_CUDA_CHECK(cudaGraphNodeGetType(node, &type), "reading a graph node's type on ", where());
+    if (type == cudaGraphNodeTypeKernel) kernels.push_back(node);
+  }
+  graph.kernel_nodes = std::move(kernels);
+  return *graph.kernel_nodes;
+}
+
+std::string CudaBackend::kernel_node_name(CudaGraph& graph, cudaGraphNode_t node) {
+  if (auto it = graph.launches.find(node); it != graph.launches.end()) {
+    return it->second.kernel->name;
+  }
+  // A library kernel: ask CUDA for its name, which not every launch path keeps.
+  cudaKernelNodeParams params{};
+  const char* name = nullptr;
+  if (cudaGraphKernelNodeGetParams(node, &params) == cudaSuccess &&
+      cudaFuncGetName(&name, params.func) == cudaSuccess && name != nullptr) {
+    return name;
+  }
+  cudaGetLastError();
+  return "<library kernel>";
+}
+
+std::vector<KernelNodeInfo> CudaBackend::kernel_nodes(GraphHandle graph) {
+  CudaGraph& g = graph_of(graph);
+  use_device();
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<KernelNodeInfo> result;
+  for (cudaGraphNode_t node : kernel_nodes_of(g)) {
+    KernelNodeInfo info;
+    info.kernel_node_index = result.size();
+    info.kernel_name = kernel_node_name(g, node);
+    if (auto it = g.launches.find(node); it != g.launches.end()) {
+      info.launched_by_grove = true;
+      info.args = it->second.args;
+    }
+    result.push_back(std::move(info));
+  }
+  return result;
+}
+
+void CudaBackend::set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
+                                       size_t kernel_node_index, const KernelArgs& args) {
+  CudaGraphExec& e = exec_of(exec);
+  CudaGraph& g = graph_of(graph);
+  use_device();
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::vector<cudaGraphNode_t>& nodes = kernel_nodes_of(g);
+  GROVE_CHECK(kernel_node_index < nodes.size(), "set_kernel_node_args: the graph has ",
+              nodes.size(), " kernel nodes; there is no kernel node ", kernel_node_index);
+  cudaGraphNode_t node = nodes[kernel_node_index];
+  auto record = g.launches.find(node);
+  GROVE_CHECK(record != g.launches.end(), "set_kernel_node_args: kernel node ", kernel_node_index,
+              " ('", kernel_node_name(g, node),
+              "') was launched by a library, not by grove; only grove's own kernels can have "
+              "their arguments patched");
+  GROVE_CHECK(record->second.args.slots.size() == args.slots.size(),
+              "set_kernel_node_args: kernel ", record->second.kernel->name, " takes ",
+              record->second.args.slots.size(), " argument slots, got ", args.slots.size());
+  // Note [Graph lifetime]: the exec is addressed through the node at the same
+  // index of the graph it was instantiated from; an exec update keeps that
+  // pairing because it requires identical topology.
+  const std::vector<cudaGraphNode_t>& source_nodes = kernel_nodes_of(*e.source);
+  GROVE_CHECK(kernel_node_index < source_nodes.size(),
+              "set_kernel_node_args: the executable "
+              "graph has ",
+              source_nodes.size(), " kernel nodes; there is no kernel node ", kernel_node_index);
+  cudaKernelNodeParams params{};
+  GROVE_CUDA_CHECK(cudaGraphKernelNodeGetParams(node, &params), "reading kernel node ",
+                   kernel_node_index, " ('", record->second.kernel->name, "') on ", where());
+  std::vector<void*> pointers(args.slots.size());
+  for (size_t i = 0; i < args.slots.size(); ++i) {
+    pointers[i] = const_cast<uint64_t*>(&args.slots[i]);
+  }
+  params.kernelParams = pointers.data();
+  params.extra = nullptr;
+  GROVE_CUDA_CHECK(
+      cudaGraphExecKernelNodeSetParams(e.exec, source_nodes[kernel_node_index], &params),
+      "patching the arguments of kernel node ", kernel_node_index, " ('",
+      record->second.kernel->name, "') in an executable graph on ", where());
+}
+
+size_t CudaBackend::graph_node_count(GraphHandle graph) {
+  size_t count = 0;
+  GROVE_CUDA_CHECK(cudaGraphGetNodes(graph_of(graph).graph, nullptr, &count),
+                   "counting the nodes of a graph on ", where());
+  return count;
+}
+
+std::string CudaBackend::graph_dot(GraphHandle graph) {
+  CudaGraph& g = graph_of(graph);
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string path =
+      str_cat(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp", "/grove_graph_XXXXXX");
+  int fd = mkstemp(path.data());
+  GROVE_CHECK_AS(DeviceError, fd >= 0, "graph_dot: cannot create a temporary file ", path,
+                 " for cudaGraphDebugDotPrint; set TMPDIR to a writable directory");
+  close(fd);
+  cudaError_t status = cudaGraphDebugDotPrint(g.graph, path.c_str(),
+                                              cudaGraphDebugDotFlagsKernelNodeParams |
+                                                  cudaGraphDebugDotFlagsMemcpyNodeParams |
+                                                  cudaGraphDebugDotFlagsMemsetNodeParams);
+  if (status != cudaSuccess) {
+    std::remove(path.c_str());
+    throw_cuda_error(status, "cudaGraphDebugDotPrint",
+                     str_cat("writing a graph of ", where(), " as DOT to ", path));
+  }
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  std::remove(path.c_str());
+  // A legend of kernel nodes by grove's kernel-node index, as DOT comments.
+  std::string dot = text.str();
+  std::string legend = "// grove kernel nodes (kernel_node_index: name):\n";
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::vector<cudaGraphNode_t>& nodes = kernel_nodes_of(g);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      legend += str_cat("//   ", i, ": ", kernel_node_name(g, nodes[i]), "\n");
+    }
+  }
+  return dot + legend;
+}
+
+void CudaBackend::release_graph(CudaGraph* graph) noexcept {
+  if (--graph->references > 0) return;
+  cudaGraphDestroy(graph->graph);
+  cudaGetLastError();
+  delete graph;
+}
+
+void CudaBackend::destroy_graph(GraphHandle graph) {
+  if (!graph) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_graph(&graph_of(graph));
+}
+
+void CudaBackend::destroy_graph_exec(GraphExecHandle exec) {
+  if (!exec) return;
+  CudaGraphExec* e = &exec_of(exec);
+  use_device();
+  cudaError_t status = cudaGraphExecDestroy(e->exec);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_graph(e->source);
+  }
+  delete e;
+  if (status != cudaSuccess) {
+    throw_cuda_error(status, "cudaGraphExecDestroy",
+                     str_cat("destroying an executable graph on ", where()));
+  }
+}
+
+}  // namespace grove::runtime::cuda_detail

@@ -1,0 +1,137 @@
+// PTX from the NVPTX path: accepted by ptxas for sm_90, and (with a GPU) run on cuda.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "compiler/codegen/codegen.h"
+#include "compiler/codegen/kernel_builder.h"
+#include "runtime/device_context.h"
+#include "tests/compiler/codegen/codegen_test_util.h"
+
+namespace grove::compiler::codegen {
+namespace {
+
+using runtime::DType;
+using testing::Buffer;
+
+constexpr const char* kPtxas = "/usr/local/cuda/bin/ptxas";
+
+std::vector<KernelSpec> representative_kernels() {
+  std::vector<KernelSpec> specs;
+  {  // bf16 bias + gelu with broadcasting, f16 and integer traffic, every unary op
+    KernelBuilder k("bias_gelu_mix", {64, 33});
+    int x = k.load(k.input(DType::kBF16, {33, 1}));
+    int b = k.load(k.input(DType::kF32, {0, 1}));
+    int h = k.load(k.input(DType::kF16, {1, 64}));
+    int i = k.load(k.input(DType::kI64, {33, 1}), DType::kI64);
+    int s = k.scalar();
+    int v = k.binary(ExprOp::kAdd, x, b);
+    for (ExprOp op : {ExprOp::kGelu, ExprOp::kExp, ExprOp::kLog, ExprOp::kTanh, ExprOp::kSigmoid,
+                      ExprOp::kRelu, ExprOp::kSqrt, ExprOp::kRsqrt, ExprOp::kAbs, ExprOp::kNeg}) {
+      v = k.binary(ExprOp::kAdd, v, k.unary(op, h));
+    }
+    v = k.binary(ExprOp::kPow, v, s);
+    int mask = k.binary(ExprOp::kAnd, k.binary(ExprOp::kGt, i, k.index(1)),
+                        k.unary(ExprOp::kNot, k.binary(ExprOp::kEq, x, b)));
+    int chosen = k.where(mask, v, k.binary(ExprOp::kMax, x, k.binary(ExprOp::kDiv, h, b)));
+    k.output(chosen, DType::kBF16, {33, 1});
+    k.output(k.cast(chosen, DType::kI32), DType::kI32, {1, 64});
+    k.output(mask, DType::kBool, {33, 1});
+    k.output(chosen, DType::kF16, {33, 1});
+    specs.push_back(k.build());
+  }
+  {  // softmax, 256-thread blocks with a shared-memory stage
+    KernelBuilder k("softmax", {16, 1000});
+    int x = k.load(k.input(DType::kF32, {1000, 1}));
+    int m = k.reduced(k.reduce(ReduceOp::kMax, x));
+    int e = k.unary(ExprOp::kExp, k.binary(ExprOp::kSub, x, m));
+    int total = k.reduced(k.reduce(ReduceOp::kSum, e));
+    k.output(k.binary(ExprOp::kDiv, e, total), DType::kF32, {1000, 1});
+    specs.push_back(k.build());
+  }
+  {  // layer_norm in bf16 with per-row outputs, 64-thread blocks
+    KernelBuilder k("layer_norm", {4, 3, 48});
+    int x = k.load(k.input(DType::kBF16, {144, 48, 1}));
+    int mean = k.binary(ExprOp::kMul, k.reduced(k.reduce(ReduceOp::kSum, x)), k.constant(1.0 / 48));
+    int c = k.binary(ExprOp::kSub, x, mean);
+    int var =
+        k.binary(ExprOp::kMul, k.reduced(k.reduce(ReduceOp::kSum, k.binary(ExprOp::kMul, c, c))),
+                 k.constant(1.0 / 48));
+    int rstd = k.unary(ExprOp::kRsqrt, k.binary(ExprOp::kAdd, var, k.constant(1e-5)));
+    k.output(k.binary(ExprOp::kMul, c, rstd), DType::kBF16, {144, 48, 1});
+    k.output(rstd, DType::kF32, {3, 1}, true);
+    specs.push_back(k.build());
+  }
+  {  // a short-row min (one warp per row, no shared memory)
+    KernelBuilder k("row_min", {1000, 20});
+    k.output(k.reduced(k.reduce(ReduceOp::kMin, k.load(k.input(DType::kF32, {20, 1})))),
+             DType::kF32, {1}, true);
+    specs.push_back(k.build());
+  }
+  return specs;
+}
+
+TEST(Ptx, RepresentativeKernelsAreAcceptedByPtxasForSm90) {
+  if (access(kPtxas, X_OK) != 0) GTEST_SKIP() << kPtxas << " not found: skipping the PTX check";
+  for (const KernelSpec& spec : representative_kernels()) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string ptx = emit_ptx(spec);
+    std::printf(
+        "%s: PTX generated in %.1f ms (%zu bytes)\n", spec.name.c_str(),
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+        ptx.size());
+    EXPECT_NE(ptx.find(".entry " + kernel_symbol(spec)), std::string::npos) << ptx.substr(0, 2000);
+    EXPECT_NE(ptx.find(".target sm_80"), std::string::npos);
+    EXPECT_EQ(ptx.find("__nv_"), std::string::npos) << "libdevice calls cannot be resolved";
+    char path[] = "/tmp/grove_ptx_XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    std::ofstream(path) << ptx;
+    const std::string command = std::string(kPtxas) + " -arch=sm_90 " + path + " -o /dev/null 2>&1";
+    const int status = std::system(command.c_str());
+    EXPECT_EQ(status, 0) << "ptxas rejected " << spec.name << ":\n" << ptx;
+    std::remove(path);
+  }
+}
+
+TEST(Ptx, ReductionKernelsSynchronizeTheBlockAndShuffle) {
+  const std::vector<KernelSpec> specs = representative_kernels();
+  const std::string softmax = emit_ptx(specs[1]);
+  EXPECT_NE(softmax.find("bar.sync"), std::string::npos);
+  EXPECT_NE(softmax.find("shfl.sync.bfly"), std::string::npos);
+  EXPECT_NE(softmax.find(".shared"), std::string::npos);
+  const std::string row_min = emit_ptx(specs[3]);
+  EXPECT_EQ(row_min.find("bar.sync"), std::string::npos) << "one warp needs no barrier";
+}
+
+TEST(CudaExecution, KernelsOnCudaMatchTheHostKernels) {
+  if (runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(99);
+  for (const KernelSpec& spec : representative_kernels()) {
+    std::vector<Buffer> inputs;
+    for (const BufferSpec& input : spec.inputs) {
+      runtime::Shape shape = spec.iteration_shape;
+      inputs.push_back(
+          testing::random_buffer(rng, input.dtype, testing::span(shape, input.strides), 0.5, 2));
+    }
+    std::vector<float> scalars(spec.scalar_count, 1.5f);
+    std::vector<Buffer> on_cuda = testing::run_kernel(spec, runtime::kCudaDevice, inputs, scalars);
+    std::vector<Buffer> on_sim = testing::run_kernel(spec, runtime::kSimDevice, inputs, scalars);
+    for (size_t o = 0; o < on_cuda.size(); ++o) {
+      for (size_t i = 0; i < on_cuda[o].values.size(); ++i) {
+        const double tolerance = spec.outputs[o].dtype == DType::kBF16 ? 1e-2 : 1e-5;
+        ASSERT_TRUE(testing::close(on_cuda[o].values[i], on_sim[o].values[i], tolerance, 1e-6))
+            << spec.name << " output " << o << " element " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace grove::compiler::codegen

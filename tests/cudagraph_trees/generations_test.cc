@@ -1,0 +1,161 @@
+// Generations: forward/backward, pending backwards, mark_step_begin(), and
+// the stale outputs a generation boundary leaves behind.
+#include "tests/cudagraph_trees/tree_test_util.h"
+
+namespace grove::testing {
+namespace {
+
+class TreeGenerations : public TreeTest {
+ protected:
+  // forward(x, w) -> {loss = act/2, h = x + w, act = 2h}; backward(h, act, grad) -> h + act + grad.
+  void RegisterTraining(TreeManager& trees) {
+    forward_ = trees.register_function(spec("net:forward", [](const TensorList& in) {
+      Tensor h = add(in[0], in[1]);
+      Tensor act = scale(h, 2.0f);
+      return TensorList{scale(act, 0.5f), h, act};
+    }, {1}, {}, CompilationMode::kForward));
+    backward_ = trees.register_function(spec("net:backward", [](const TensorList& in) {
+      return TensorList{add(add(in[0], in[1]), in[2])};
+    }, {}, {}, CompilationMode::kBackward));
+  }
+  FunctionId forward_, backward_;
+};
+
+TEST_P(TreeGenerations, BackwardIsRecordedAsChildOfForwardAndSavedActivationsDieInIt) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  RegisterTraining(trees);
+  Tensor w = random_tensor(rng, {64});
+  for (int step = 0; step < 5; ++step) {
+    Tensor x = random_tensor(rng, {64});
+    Tensor grad = random_tensor(rng, {64});
+    TensorList forward_out = trees.run(forward_, {x, w});
+    Tensor loss = forward_out[0];
+    TensorList saved{forward_out[1], forward_out[2], grad};
+    forward_out.clear();
+    TensorList grads = trees.run(backward_, std::move(saved));
+    Floats h = host_add(host(x), host(w));
+    EXPECT_VALUES(loss, h);
+    EXPECT_VALUES(grads[0], host_add(host_add(h, host_scale(h, 2.0f)), host(grad)));
+    trees.verify();
+    if (step == 1) {
+      // Recording: the activations died inside the backward; loss and gradient remain.
+      EXPECT_EQ(pool_stats().live_blocks, 2u);
+    }
+  }
+  EXPECT_TRUE(trees.roots(backward_).empty());
+  ASSERT_EQ(trees.roots(forward_).size(), 1u);
+  const TreeNode* forward_node = trees.roots(forward_)[0];
+  ASSERT_EQ(forward_node->children(backward_).size(), 1u);
+  const TreeNode* backward_node = forward_node->children(backward_)[0];
+  EXPECT_EQ(backward_node->inputs().kinds(),
+            (std::vector<InputKind>{InputKind::kManaged, InputKind::kManaged, InputKind::kCopied}));
+  EXPECT_EQ(backward_node->expected_dead_after().size(), 2u);
+  EXPECT_EQ(forward_node->checkpoint().allocated_blocks(), 3u);
+  EXPECT_EQ(backward_node->checkpoint().allocated_blocks(), 2u);
+  EXPECT_EQ(trees.counters().recordings, 2u);
+  EXPECT_EQ(trees.counters().replays, 6u);
+}
+
+TEST_P(TreeGenerations, ForwardsWithoutBackwardWarnAndDoNotStartGenerations) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  RegisterTraining(trees);
+  Tensor w = random_tensor(rng, {16});
+  std::vector<Tensor> kept;
+  std::vector<Floats> expected;
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = random_tensor(rng, {16});
+    kept.push_back(trees.run(forward_, {x, w})[1]);
+    expected.push_back(host_add(host(x), host(w)));
+    trees.verify();
+  }
+  EXPECT_EQ(trees.state(), PathState::kWarmup);  // one growing path of warm-ups
+  EXPECT_EQ(trees.current_node()->depth(), 2u);
+  EXPECT_EQ(trees.counters().pending_backward_blocks, 2u);
+  EXPECT_EQ(count_occurrences(recent_log(), "outputs from a previous step still require backward"),
+            1u);
+  EXPECT_NE(recent_log().find("mark_step_begin()"), std::string::npos);
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_VALUES(kept[i], expected[i]);
+
+  trees.mark_step_begin();  // overrides the pending backward: a new generation
+  Tensor x = random_tensor(rng, {16});
+  TensorList out = trees.run(forward_, {x, w});
+  EXPECT_VALUES(out[1], host_add(host(x), host(w)));
+  EXPECT_EQ(trees.state(), PathState::kRecording);
+  EXPECT_EQ(trees.roots(forward_).size(), 1u);
+  EXPECT_GE(trees.counters().outputs_poisoned, 3u);
+  for (const Tensor& stale : kept) EXPECT_THROW(host(stale), StaleTensorError);
+  trees.verify();
+}
+
+TEST_P(TreeGenerations, StaleWarmupAndRecordingOutputsThrowThroughAnyView) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec("double", [](const TensorList& in) {
+    return TensorList{scale(in[0], 2.0f)};
+  }));
+  TensorList warmup_out = trees.run(f, {random_tensor(rng, {32})});
+  Tensor warmup_view = warmup_out[0].slice(0, 4, 12);
+  TensorList recording_out = trees.run(f, {random_tensor(rng, {32})});
+  for (const Tensor& stale : {warmup_out[0], warmup_view}) {
+    try {
+      host(stale);
+      ADD_FAILURE() << "expected StaleTensorError";
+    } catch (const StaleTensorError& error) {
+      std::string message = error.what();
+      EXPECT_NE(message.find("output 0 of function 'double' (warm-up run -1"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("clone"), std::string::npos);
+      EXPECT_NE(message.find("mark_step_begin()"), std::string::npos);
+    }
+  }
+  EXPECT_THROW(warmup_view.data_ptr(), StaleTensorError);
+  Tensor x3 = random_tensor(rng, {32});
+  TensorList replay_out = trees.run(f, {x3});
+  try {
+    host(recording_out[0].view({4, 8}));
+    ADD_FAILURE() << "expected StaleTensorError";
+  } catch (const StaleTensorError& error) {
+    EXPECT_NE(std::string(error.what()).find("(recording, graph node 0"), std::string::npos)
+        << error.what();
+  }
+  Tensor x4 = random_tensor(rng, {32});
+  TensorList replay_again = trees.run(f, {x4});
+  EXPECT_VALUES(replay_out[0], host_scale(host(x4), 2.0f));  // reused, not stale
+  EXPECT_EQ(trees.counters().outputs_poisoned, 2u);
+}
+
+TEST_P(TreeGenerations, StaleGradientsGetTheGradientAccumulationMessage) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  RegisterTraining(trees);
+  TensorList first = trees.run(backward_, {random_tensor(rng, {8}), random_tensor(rng, {8}),
+                                           random_tensor(rng, {8})});
+  trees.run(backward_, {random_tensor(rng, {8}), random_tensor(rng, {8}), random_tensor(rng, {8})});
+  try {
+    host(first[0]);
+    ADD_FAILURE() << "expected StaleTensorError";
+  } catch (const StaleTensorError& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("gradient output 0 of function 'net:backward'"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("gradient accumulation"), std::string::npos);
+  }
+}
+
+TEST_P(TreeGenerations, InvocationScopesNestAndMustBalance) {
+  TreeManager& trees = make_manager();
+  int64_t before = trees.generation();
+  {
+    InvocationScope outer(trees);
+    InvocationScope inner(trees);
+    EXPECT_EQ(trees.generation(), before + 1);
+  }
+  EXPECT_THROW(trees.end_invocation(), Error);
+}
+
+GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeGenerations);
+
+}  // namespace
+}  // namespace grove::testing

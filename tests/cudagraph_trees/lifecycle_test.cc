@@ -1,0 +1,220 @@
+// One function's lifecycle: warm-up, recording, replay; shapes; outputs.
+#include "tests/cudagraph_trees/tree_test_util.h"
+
+namespace grove::testing {
+namespace {
+
+using cudagraph_trees::OutputKind;
+
+class TreeLifecycle : public TreeTest {};
+
+TEST_P(TreeLifecycle, WarmsUpThenRecordsThenReplaysWithoutCallingTheBody) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  CountedBody counted;
+  FunctionId f = trees.register_function(spec(
+      "affine", counted.wrap([](const TensorList& in) {
+        return TensorList{scale(add(in[0], in[1]), 2.0f)};
+      }),
+      {1}));
+  Tensor w = random_tensor(rng, {64});
+  for (int step = 0; step < 6; ++step) {
+    Tensor x = random_tensor(rng, {64});
+    TensorList out = trees.run(f, {x, w});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_VALUES(out[0], host_scale(host_add(host(x), host(w)), 2.0f));
+    trees.verify();
+    PathState expected = step == 0 ? PathState::kWarmup
+                         : step == 1 ? PathState::kRecording
+                                     : PathState::kExecution;
+    EXPECT_EQ(trees.state(), expected) << "step " << step;
+  }
+  EXPECT_EQ(counted.count(), 2);  // warm-up and recording only
+  EXPECT_EQ(trees.counters().warmups, 1u);
+  EXPECT_EQ(trees.counters().recordings, 1u);
+  EXPECT_EQ(trees.counters().replays, 4u);
+  EXPECT_EQ(trees.counters().checkpoint_restores, 0u);
+  ASSERT_EQ(trees.roots(f).size(), 1u);
+  const TreeNode* root = trees.roots(f)[0];
+  EXPECT_EQ(root->inputs().kinds(), (std::vector<InputKind>{InputKind::kCopied, InputKind::kStatic}));
+  EXPECT_EQ(trees.node_count(), 1u);
+  EXPECT_FALSE(root->kernel_free());
+}
+
+TEST_P(TreeLifecycle, TwoInputShapesMakeTwoRoots) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  CountedBody counted;
+  FunctionId f = trees.register_function(spec("triple", counted.wrap([](const TensorList& in) {
+    return TensorList{scale(in[0], 3.0f)};
+  })));
+  const std::vector<int64_t> sizes = {16, 16, 32, 32, 16, 32, 16, 32};
+  for (int64_t size : sizes) {
+    Tensor x = random_tensor(rng, {size});
+    TensorList out = trees.run(f, {x});
+    EXPECT_VALUES(out[0], host_scale(host(x), 3.0f));
+    trees.verify();
+  }
+  ASSERT_EQ(trees.roots(f).size(), 2u);
+  EXPECT_EQ(trees.roots(f)[0]->outputs().records()[0].shape, (runtime::Shape{16}));
+  EXPECT_EQ(trees.roots(f)[1]->outputs().records()[0].shape, (runtime::Shape{32}));
+  EXPECT_EQ(trees.counters().warmups, 2u);
+  EXPECT_EQ(trees.counters().recordings, 2u);
+  EXPECT_EQ(trees.counters().replays, 4u);
+  EXPECT_EQ(counted.count(), 4);
+  // A new shape is not an unexpected re-record: no fallback however many shapes.
+  EXPECT_EQ(trees.counters().eager_calls, 0u);
+}
+
+TEST_P(TreeLifecycle, ReplayAllocatesNoDeviceMemory) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  CountedBody counted;
+  FunctionId f = trees.register_function(spec(
+      "affine", counted.wrap([](const TensorList& in) {
+        return TensorList{scale(add(in[0], in[1]), 2.0f)};
+      }),
+      {1}));
+  Tensor w = random_tensor(rng, {256});
+  std::vector<Tensor> xs;
+  for (int i = 0; i < 12; ++i) xs.push_back(random_tensor(rng, {256}));
+  trees.run(f, {xs[0], w});
+  trees.run(f, {xs[1], w});
+  runtime::CachingAllocator& allocator = runtime::device_context(device()).allocator();
+  runtime::PoolStats pool_before = pool_stats();
+  runtime::PoolStats default_before = allocator.stats(runtime::kDefaultPool);
+  for (int i = 2; i < 12; ++i) {
+    TensorList out = trees.run(f, {xs[i], w});
+    EXPECT_VALUES(out[0], host_scale(host_add(host(xs[i]), host(w)), 2.0f));
+  }
+  runtime::PoolStats pool_after = pool_stats();
+  runtime::PoolStats default_after = allocator.stats(runtime::kDefaultPool);
+  EXPECT_EQ(pool_after.reserved_bytes, pool_before.reserved_bytes);
+  EXPECT_EQ(pool_after.allocated_bytes, pool_before.allocated_bytes);
+  EXPECT_EQ(pool_after.live_blocks, pool_before.live_blocks);
+  EXPECT_EQ(default_after.reserved_bytes, default_before.reserved_bytes);
+  EXPECT_EQ(default_after.allocated_bytes, default_before.allocated_bytes);
+  EXPECT_EQ(default_after.live_blocks, default_before.live_blocks);
+  EXPECT_EQ(trees.counters().replays, 10u);
+  EXPECT_EQ(counted.count(), 2);
+}
+
+TEST_P(TreeLifecycle, ReplayOutputIsReusedAndOverwrittenByTheNextReplay) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec("double", [](const TensorList& in) {
+    return TensorList{scale(in[0], 2.0f)};
+  }));
+  trees.run(f, {random_tensor(rng, {32})});
+  TensorList recorded = trees.run(f, {random_tensor(rng, {32})});
+  Tensor x3 = random_tensor(rng, {32});
+  Tensor x4 = random_tensor(rng, {32});
+  TensorList out3 = trees.run(f, {x3});
+  EXPECT_VALUES(out3[0], host_scale(host(x3), 2.0f));
+  TensorList out4 = trees.run(f, {x4});
+  EXPECT_EQ(out3[0].storage().get(), out4[0].storage().get());
+  EXPECT_FALSE(out3[0].storage()->owns_memory());
+  EXPECT_VALUES(out3[0], host_scale(host(x4), 2.0f));  // overwritten, not poisoned
+  EXPECT_EQ(trees.counters().outputs_poisoned, 1u);    // only the recording's output
+  EXPECT_THROW(host(recorded[0]), StaleTensorError);
+  trees.verify();
+}
+
+TEST_P(TreeLifecycle, KernelFreeFunctionReEmitsViewsWithoutAGraph) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  CountedBody counted;
+  runtime::Device dev = device();
+  FunctionId f = trees.register_function(spec(
+      "views", counted.wrap([dev](const TensorList& in) {
+        return TensorList{in[1].view({4, 4}), in[0].slice(0, 2, 10),
+                          Tensor::empty({0}, runtime::DType::kF32, dev)};
+      }),
+      {1}));
+  Tensor w = random_tensor(rng, {16});
+  for (int step = 0; step < 5; ++step) {
+    Tensor x = random_tensor(rng, {12});
+    TensorList out = trees.run(f, {x, w});
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_VALUES(out[0], host(w));
+    Floats xs = host(x);
+    EXPECT_VALUES(out[1], Floats(xs.begin() + 2, xs.begin() + 10));
+    EXPECT_EQ(out[2].numel(), 0);
+    EXPECT_EQ(out[0].storage().get(), w.storage().get());
+    trees.verify();
+  }
+  ASSERT_EQ(trees.roots(f).size(), 1u);
+  const TreeNode* node = trees.roots(f)[0];
+  EXPECT_TRUE(node->kernel_free());
+  const auto& records = node->outputs().records();
+  EXPECT_EQ(records[0].kind, OutputKind::kAliasesInput);
+  EXPECT_EQ(records[1].kind, OutputKind::kPoolStorage);  // a view of the placeholder
+  EXPECT_EQ(records[2].kind, OutputKind::kFixed);
+  EXPECT_EQ(trees.counters().replays, 3u);
+  EXPECT_EQ(counted.count(), 2);
+}
+
+TEST_P(TreeLifecycle, AliasedOutputsShareOneStorageAndAreFreedOnce) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec(
+      "views_of_sum",
+      [](const TensorList& in) {
+        Tensor y = add(in[0], in[1]);
+        return TensorList{y, y.view({8, 8}), y.slice(0, 0, 32)};
+      },
+      {1}));
+  Tensor w = random_tensor(rng, {64});
+  trees.run(f, {random_tensor(rng, {64}), w});
+  Tensor x = random_tensor(rng, {64});
+  TensorList recorded = trees.run(f, {x, w});
+  EXPECT_EQ(pool_stats().live_blocks, 1u);  // one block for three outputs; placeholder freed
+  trees.verify();
+  const TreeNode* node = trees.roots(f)[0];
+  EXPECT_EQ(node->outputs().storages().size(), 1u);
+  EXPECT_EQ(node->outputs().records()[1].kind, OutputKind::kAliasesOutput);
+  EXPECT_EQ(node->outputs().records()[2].kind, OutputKind::kAliasesOutput);
+  uint64_t poisoned_before = trees.counters().outputs_poisoned;
+  Tensor x2 = random_tensor(rng, {64});
+  TensorList replayed = trees.run(f, {x2, w});  // new generation: the recording's outputs go
+  EXPECT_EQ(trees.counters().outputs_poisoned, poisoned_before + 1);
+  EXPECT_EQ(pool_stats().live_blocks, 0u);
+  EXPECT_THROW(host(recorded[1]), StaleTensorError);
+  EXPECT_EQ(replayed[0].storage().get(), replayed[1].storage().get());
+  EXPECT_EQ(replayed[0].storage().get(), replayed[2].storage().get());
+  Floats sum = host_add(host(x2), host(w));
+  EXPECT_VALUES(replayed[1], sum);
+  EXPECT_VALUES(replayed[2], Floats(sum.begin(), sum.begin() + 32));
+  trees.verify();
+}
+
+TEST_P(TreeLifecycle, StatsAndDotDescribeTheTree) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec("affine", [](const TensorList& in) {
+    return TensorList{add(in[0], in[1])};
+  }, {1}));
+  Tensor w = random_tensor(rng, {8});
+  for (int i = 0; i < 4; ++i) trees.run(f, {random_tensor(rng, {8}), w});
+  nlohmann::json stats = trees.stats();
+  EXPECT_EQ(stats["warmups"], 1);
+  EXPECT_EQ(stats["recordings"], 1);
+  EXPECT_EQ(stats["replays"], 2);
+  EXPECT_EQ(stats["nodes"], 1);
+  EXPECT_EQ(stats["checkpoint_restores"], 0);
+  EXPECT_EQ(stats["functions"][0]["name"], "affine");
+  EXPECT_EQ(stats["functions"][0]["mode"], "inference");
+  EXPECT_EQ(stats["state"], "execution");
+  EXPECT_GT(stats["pool"]["reserved_bytes"].get<size_t>(), 0u);
+  EXPECT_GT(stats["pool"]["peak_allocated_bytes"].get<size_t>(), 0u);
+  EXPECT_TRUE(stats["pool"].contains("live_blocks"));
+  EXPECT_TRUE(stats["fallback_calls"].empty());
+  std::string dot = trees.dot();
+  EXPECT_NE(dot.find("digraph"), std::string::npos);
+  EXPECT_NE(dot.find("affine\\ngraph 0\\ninference\\n1 outputs"), std::string::npos) << dot;
+}
+
+GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeLifecycle);
+
+}  // namespace
+}  // namespace grove::testing

@@ -1,0 +1,106 @@
+// Managers per thread, the process-wide capture lock, and shutdown.
+#include <atomic>
+#include <thread>
+
+#include "tests/cudagraph_trees/tree_test_util.h"
+
+namespace grove::testing {
+namespace {
+
+using cudagraph_trees::tree_manager_for;
+
+class TreeThreadsShutdown : public TreeTest {};
+
+TEST_P(TreeThreadsShutdown, ThreeThreadsWithTheirOwnManagersComputeCorrectly) {
+  runtime::Device dev = device();
+  uint64_t seed = test_seed();
+  std::atomic<int> failures{0};
+  std::atomic<int> ready{0};
+  std::vector<const TreeManager*> managers(3, nullptr);
+  std::vector<uint64_t> replays(3, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        std::mt19937 rng(static_cast<uint32_t>(seed + t));
+        TreeManager& trees = tree_manager_for(dev);
+        managers[t] = &trees;
+        ++ready;  // all three managers exist at once, and the threads run concurrently
+        while (ready.load() < 3) std::this_thread::yield();
+        float factor = static_cast<float>(t + 2);
+        FunctionId f = trees.register_function(spec("per_thread", [factor](const TensorList& in) {
+          return TensorList{scale(add(in[0], in[1]), factor)};
+        }, {1}));
+        Tensor w = Tensor::from_vector(random_floats(rng, 512), {512}, dev);
+        for (int step = 0; step < 20; ++step) {
+          Tensor x = Tensor::from_vector(random_floats(rng, 512), {512}, dev);
+          TensorList out = trees.run(f, {x, w});
+          Floats expected = host_scale(host_add(host(x), host(w)), factor);
+          Floats actual = host(out[0]);
+          for (size_t i = 0; i < actual.size(); ++i) {
+            if (std::abs(actual[i] - expected[i]) > 1e-4f * std::max(1.0f, std::abs(expected[i]))) {
+              ++failures;
+              break;
+            }
+          }
+        }
+        trees.verify();
+        replays[t] = trees.counters().replays;
+        cudagraph_trees::reset_tree_managers();
+      } catch (const std::exception& error) {
+        ADD_FAILURE() << "thread " << t << ": " << error.what();
+        ++failures;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_NE(managers[0], managers[1]);
+  EXPECT_NE(managers[1], managers[2]);
+  for (uint64_t count : replays) EXPECT_EQ(count, 18u);
+}
+
+TEST_P(TreeThreadsShutdown, ShutdownInvalidatesOutputsAndReleasesThePool) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec("f", [](const TensorList& in) {
+    return TensorList{add(in[0], in[1])};
+  }, {1}));
+  FunctionId g = trees.register_function(spec("g", [](const TensorList& in) {
+    return TensorList{scale(in[0], 2.0f)};
+  }));
+  Tensor w = random_tensor(rng, {64});
+  TensorList replayed, recorded;
+  for (int step = 0; step < 4; ++step) {
+    InvocationScope call(trees);
+    TensorList a = trees.run(f, {random_tensor(rng, {64}), w});
+    TensorList b = trees.run(g, {a[0]});
+    if (step == 3) replayed = b;
+  }
+  {
+    InvocationScope call(trees);
+    recorded = trees.run(g, {random_tensor(rng, {64})});  // a new root, recorded... after warm-up
+  }
+  runtime::PoolId pool = trees.pool();
+  runtime::CachingAllocator& allocator = runtime::device_context(device()).allocator();
+  EXPECT_GT(allocator.stats(pool).segments, 0u);
+  trees.shutdown();
+  nlohmann::json stats = trees.stats();
+  EXPECT_EQ(stats["pool"]["live_blocks_at_shutdown"], 0);
+  EXPECT_EQ(stats["pool"]["segments"], 0);
+  EXPECT_EQ(stats["nodes"], 0);
+  EXPECT_THROW(allocator.stats(pool), Error);  // the pool is gone
+  try {
+    host(replayed[0]);
+    ADD_FAILURE() << "expected StaleTensorError";
+  } catch (const StaleTensorError& error) {
+    EXPECT_NE(std::string(error.what()).find("shut down"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(trees.run(f, {random_tensor(rng, {64}), w}), Error);
+  trees.shutdown();  // idempotent
+}
+
+GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeThreadsShutdown);
+
+}  // namespace
+}  // namespace grove::testing

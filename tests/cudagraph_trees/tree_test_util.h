@@ -1,0 +1,131 @@
+// Shared pieces of the tree manager tests: a device-parameterized fixture that
+// owns a TreeManager, seeded random tensors, host references, and counted
+// function bodies (to prove replays do not call the body).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cudagraph_trees/tree_manager.h"
+#include "runtime/device_context.h"
+#include "runtime/logging.h"
+#include "tests/runtime/device_test_util.h"
+#include "tests/runtime/test_kernels.h"
+
+namespace grove::testing {
+
+using cudagraph_trees::CompilationMode;
+using cudagraph_trees::FunctionId;
+using cudagraph_trees::FunctionSpec;
+using cudagraph_trees::InputKind;
+using cudagraph_trees::InvocationScope;
+using cudagraph_trees::PathState;
+using cudagraph_trees::TreeConfig;
+using cudagraph_trees::TreeManager;
+using cudagraph_trees::TreeNode;
+using compiler::TensorList;
+using runtime::Tensor;
+
+using Body = compiler::Callable;
+using Floats = std::vector<float>;
+
+class TreeTest : public DeviceTest {
+ protected:
+  void SetUp() override {
+    DeviceTest::SetUp();
+    if (IsSkipped()) return;
+    clear_recent_log();
+  }
+  void TearDown() override {
+    if (manager_ != nullptr) manager_->shutdown();
+  }
+  TreeManager& make_manager(TreeConfig config = TreeConfig{}) {
+    manager_ = std::make_unique<TreeManager>(device(), config);
+    return *manager_;
+  }
+  Tensor random_tensor(std::mt19937& rng, const runtime::Shape& shape) {
+    return Tensor::from_vector(random_floats(rng, static_cast<size_t>(runtime::shape_numel(shape))),
+                               shape, device());
+  }
+  runtime::PoolStats pool_stats() const {
+    return runtime::device_context(device()).allocator().stats(manager_->pool());
+  }
+
+  std::unique_ptr<TreeManager> manager_;
+};
+
+// A body that counts its calls.
+struct CountedBody {
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  Body wrap(Body body) const {
+    return [calls = calls, body = std::move(body)](const TensorList& inputs) {
+      ++*calls;
+      return body(inputs);
+    };
+  }
+  int count() const { return *calls; }
+};
+
+inline FunctionSpec spec(std::string name, Body body, std::vector<size_t> static_inputs = {},
+                         std::vector<size_t> mutated_inputs = {},
+                         CompilationMode mode = CompilationMode::kInference) {
+  FunctionSpec result;
+  result.name = std::move(name);
+  result.mode = mode;
+  result.static_input_indices = std::move(static_inputs);
+  result.mutated_input_indices = std::move(mutated_inputs);
+  result.body = std::move(body);
+  return result;
+}
+
+inline Floats host(const Tensor& tensor) { return tensor.to_vector<float>(); }
+
+inline Floats host_add(const Floats& a, const Floats& b) {
+  Floats out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out[i] = a[i] + b[i];
+  return out;
+}
+
+inline Floats host_scale(const Floats& a, float factor) {
+  Floats out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out[i] = a[i] * factor;
+  return out;
+}
+
+inline Floats host_add_scalar(const Floats& a, float value) {
+  Floats out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out[i] = a[i] + value;
+  return out;
+}
+
+// Non-fatal (usable in lambdas that return values); reports the first mismatch only.
+#define EXPECT_VALUES(tensor, expected)                                                 \
+  do {                                                                                  \
+    Floats actual_values = ::grove::testing::host(tensor);                              \
+    const Floats& expected_values = (expected);                                         \
+    EXPECT_EQ(actual_values.size(), expected_values.size());                            \
+    for (size_t v = 0; v < std::min(actual_values.size(), expected_values.size()); ++v) { \
+      if (std::abs(actual_values[v] - expected_values[v]) >                              \
+          1e-5f * std::max(1.0f, std::abs(expected_values[v]))) {                       \
+        ADD_FAILURE() << "value " << v << ": " << actual_values[v] << " != expected "   \
+                      << expected_values[v];                                            \
+        break;                                                                          \
+      }                                                                                 \
+    }                                                                                   \
+  } while (false)
+
+inline size_t count_occurrences(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace grove::testing

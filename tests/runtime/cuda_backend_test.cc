@@ -1,0 +1,490 @@
+// cuda-only behaviour of the cuda Backend: graph-owned memory and
+// AutoFreeOnLaunch, exec update, kernel-node patches, captured cuBLAS GEMMs,
+// cross-stream ordering, CUDA's own capture errors, and the no-device report.
+// Every test but the last skips with "no CUDA device" where there is none.
+#include "runtime/cuda/cuda_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/blas.h"
+#include "runtime/cuda/cuda_testing.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+#include "runtime/graph_recording.h"
+#include "runtime/tensor.h"
+#include "tests/runtime/device_test_util.h"
+#include "tests/runtime/test_kernels.h"
+
+namespace grove::runtime {
+namespace {
+
+using ::grove::testing::launch_add;
+using ::grove::testing::launch_scale;
+using ::grove::testing::random_floats;
+using ::grove::testing::TestKernel;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    context_ = &device_context(kCudaDevice);
+    stream_ = context_->create_stream();
+    guard_ = std::make_unique<StreamGuard>(kCudaDevice, stream_);
+  }
+
+  Backend& backend() { return context_->backend(); }
+  CachingAllocator& allocator() { return context_->allocator(); }
+
+  Tensor upload(const std::vector<float>& values) {
+    return Tensor::from_vector(values, {static_cast<int64_t>(values.size())}, kCudaDevice);
+  }
+
+  Tensor empty_f32(int64_t n) { return Tensor::empty({n}, DType::kF32, kCudaDevice); }
+
+  // Launches out = a + b directly through the backend, for raw pointers.
+  void launch_add_raw(const void* a, const void* b, void* out, int64_t n) {
+    backend().launch_kernel(::grove::testing::test_kernel(kCudaDevice, TestKernel::kAdd),
+                            ::grove::testing::launch_dims_for(n),
+                            KernelArgs().add_pointer(a).add_pointer(b).add_pointer(out).add_i64(n),
+                            stream_);
+  }
+
+  // Captures: out = 2x (pool memory), graph-owned g = out + x, copy g -> result
+  // (pool memory). Returns the graph-owned pointer, which every launch re-creates.
+  void* capture_with_graph_owned_memory(GraphRecording& recording, PoolId pool, const Tensor& x,
+                                        Tensor& out, Tensor& result) {
+    recording.capture_begin(stream_, pool);
+    out = ::grove::testing::scale(x, 2.0f);
+    void* graph_owned = cuda_testing::allocate_async(kCudaDevice, stream_, x.nbytes());
+    launch_add_raw(out.data_ptr(), x.data_ptr(), graph_owned, x.numel());
+    result = empty_f32(x.numel());
+    backend().copy_async(result.data_ptr(), graph_owned, x.nbytes(), CopyKind::kDeviceToDevice,
+                         stream_);
+    recording.capture_end();
+    return graph_owned;
+  }
+
+  DeviceContext* context_ = nullptr;
+  StreamHandle stream_;
+  std::unique_ptr<StreamGuard> guard_;
+};
+
+void expect_near_all(const std::vector<float>& actual, const std::vector<float>& expected,
+                     float tolerance) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_NEAR(actual[i], expected[i], tolerance * (1.0f + std::fabs(expected[i])))
+        << "element " << i;
+  }
+}
+
+std::vector<float> scaled(const std::vector<float>& values, float factor) {
+  std::vector<float> result(values);
+  for (float& value : result) value *= factor;
+  return result;
+}
+
+std::vector<float> summed(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> result(a);
+  for (size_t i = 0; i < a.size(); ++i) result[i] += b[i];
+  return result;
+}
+
+TEST_F(CudaBackendTest, AutoFreeOnLaunchRelaunchesWhileGraphAndPoolMemoryAreLive) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t n = 5000;
+  Tensor x = upload(random_floats(rng, n));
+  PoolId pool = allocator().create_pool();
+  GraphRecording recording(kCudaDevice);
+  Tensor out, result;
+  void* graph_owned = capture_with_graph_owned_memory(recording, pool, x, out, result);
+  InstantiateOptions options;
+  options.auto_free_on_launch = true;
+  options.upload_stream = stream_;
+  recording.instantiate(options);
+  for (int replay = 0; replay < 3; ++replay) {
+    std::vector<float> values = random_floats(rng, n);
+    x.copy_from_host(values.data());
+    // `out` and `result` (pool memory) and the graph's own allocation from the
+    // previous launch are all still live here.
+    recording.replay(stream_);
+    expect_near_all(result.to_vector<float>(), scaled(values, 3.0f), 1e-6f);
+    expect_near_all(out.to_vector<float>(), scaled(values, 2.0f), 1e-6f);
+  }
+  backend().synchronize_stream(stream_);
+  cuda_testing::free_memory(kCudaDevice, graph_owned);
+}
+
+TEST_F(CudaBackendTest, RelaunchWithUnfreedGraphMemoryFailsWithoutAutoFreeOnLaunch) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t n = 1000;
+  std::vector<float> values = random_floats(rng, n);
+  Tensor x = upload(values);
+  PoolId pool = allocator().create_pool();
+  GraphRecording recording(kCudaDevice);
+  Tensor out, result;
+  void* graph_owned = capture_with_graph_owned_memory(recording, pool, x, out, result);
+  InstantiateOptions options;
+  options.auto_free_on_launch = false;
+  options.upload_stream = stream_;
+  recording.instantiate(options);
+  recording.replay(stream_);
+  expect_near_all(result.to_vector<float>(), scaled(values, 3.0f), 1e-6f);
+  try {
+    recording.replay(stream_);
+    ADD_FAILURE() << "relaunch with unfreed graph memory should fail";
+  } catch (const DeviceError& error) {
+    EXPECT_PRED2(contains, error.what(), "cudaGraphLaunch");
+  }
+  backend().synchronize_stream(stream_);
+  cuda_testing::free_memory(kCudaDevice, graph_owned);
+}
+
+TEST_F(CudaBackendTest, ExecUpdateSwapsInNewArgumentsWhenTopologyMatches) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t n = 3000;
+  std::vector<float> first = random_floats(rng, n), second = random_floats(rng, n);
+  Tensor x1 = upload(first), x2 = upload(second);
+  Tensor y1 = empty_f32(n), y2 = empty_f32(n);
+  PoolId pool = allocator().create_pool();
+  GraphRecording recording(kCudaDevice);
+  recording.capture_begin(stream_, pool);
+  launch_scale(x1, y1, 2.0f);
+  recording.capture_end();
+  recording.instantiate();
+  recording.replay(stream_);
+  expect_near_all(y1.to_vector<float>(), scaled(first, 2.0f), 1e-6f);
+
+  recording.capture_begin(stream_, pool);
+  launch_scale(x2, y2, -3.0f);
+  recording.capture_end();
+  EXPECT_TRUE(recording.update());
+  EXPECT_EQ(recording.last_update_reason(), "");
+  std::vector<float> y1_before = y1.to_vector<float>();
+  recording.replay(stream_);
+  expect_near_all(y2.to_vector<float>(), scaled(second, -3.0f), 1e-6f);
+  EXPECT_EQ(y1.to_vector<float>(), y1_before);
+  // The updated graph's kernel node reports the new arguments.
+  std::vector<KernelNodeInfo> nodes = recording.kernel_nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].args.slots[0], reinterpret_cast<uint64_t>(x2.data_ptr()));
+}
+
+TEST_F(CudaBackendTest, ExecUpdateFallsBackToInstantiationWhenTopologyChanges) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t n = 2048;
+  std::vector<float> a = random_floats(rng, n), b = random_floats(rng, n);
+  Tensor ta = upload(a), tb = upload(b), out = empty_f32(n), doubled = empty_f32(n);
+  PoolId pool = allocator().create_pool();
+  GraphRecording recording(kCudaDevice);
+  recording.capture_begin(stream_, pool);
+  launch_add(ta, tb, out);
+  recording.capture_end();
+  recording.instantiate();
+
+  recording.capture_begin(stream_, pool);
+  launch_add(ta, tb, out);
+  launch_scale(out, doubled, 2.0f);
+  recording.capture_end();
+  EXPECT_FALSE(recording.update());
+  EXPECT_PRED2(contains, recording.last_update_reason(), "cudaGraphExecUpdate");
+  EXPECT_PRED2(contains, recording.last_update_reason(), "topology");
+  recording.replay(stream_);
+  expect_near_all(doubled.to_vector<float>(), scaled(summed(a, b), 2.0f), 1e-5f);
+  EXPECT_EQ(recording.node_count(), 2u);
+}
+
+TEST_F(CudaBackendTest, KernelNodePatchTakesEffectOnTheNextLaunchOnly) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t n = 4096;
+  std::vector<float> a = random_floats(rng, n), b = random_floats(rng, n),
+                     c = random_floats(rng, n);
+  Tensor ta = upload(a), tb = upload(b), tc = upload(c), out = empty_f32(n),
+         snapshot = empty_f32(n);
+  PoolId pool = allocator().create_pool();
+  GraphRecording recording(kCudaDevice);
+  recording.capture_begin(stream_, pool);
+  launch_add(ta, tb, out);
+  recording.capture_end();
+  recording.instantiate();
+
+  std::vector<KernelNodeInfo> nodes = recording.kernel_nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_TRUE(nodes[0].launched_by_grove);
+  EXPECT_EQ(nodes[0].kernel_name, "grove_test_add_f32");
+  KernelArgs captured = KernelArgs()
+                            .add_pointer(ta.data_ptr())
+                            .add_pointer(tb.data_ptr())
+                            .add_pointer(out.data_ptr())
+                            .add_i64(n);
+  EXPECT_EQ(nodes[0].args, captured);
+
+  // The first launch is enqueued before the patch; it must still add b.
+  recording.replay(stream_);
+  KernelArgs patched = captured;
+  patched.slots[1] = reinterpret_cast<uint64_t>(tc.data_ptr());
+  recording.set_kernel_node_args(0, patched);
+  backend().copy_async(snapshot.data_ptr(), out.data_ptr(), out.nbytes(), CopyKind::kDeviceToDevice,
+                       stream_);
+  recording.replay(stream_);
+  expect_near_all(snapshot.to_vector<float>(), summed(a, b), 1e-6f);
+  expect_near_all(out.to_vector<float>(), summed(a, c), 1e-6f);
+  // The captured graph still describes what was captured.
+  EXPECT_EQ(recording.kernel_nodes()[0].args, captured);
+}
+
+TEST_F(CudaBackendTest, PatchingALibraryKernelNodeIsRejected) {
+  ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
+  GROVE_SEEDED_RNG(rng);
+  Tensor a = upload(random_floats(rng, 64)), c = empty_f32(64);
+  prepare_gemm(kCudaDevice, stream_);
+  PoolId pool = allocator().create_pool();
+  GraphRecording recording(kCudaDevice);
+  recording.capture_begin(stream_, pool);
+  GemmArgs args;
+  args.m = args.n = args.k = 8;
+  args.a = args.b = a.data_ptr();
+  args.c = c.data_ptr();
+  args.lda = args.ldb = args.ldc = 8;
+  gemm(kCudaDevice, stream_, args);
+  recording.capture_end();
+  recording.instantiate();
+  std::vector<KernelNodeInfo> nodes = recording.kernel_nodes();
+  ASSERT_FALSE(nodes.empty());
+  EXPECT_FALSE(nodes[0].launched_by_grove);
+  EXPECT_THROW(recording.set_kernel_node_args(0, KernelArgs().add_i64(1)), Error);
+}
+
+// Row-major reference: C[m x n] = A[m x k] * B[k x n], accumulated in double.
+std::vector<float> host_matmul(const std::vector<float>& a, const std::vector<float>& b, int64_t m,
+                               int64_t n, int64_t k) {
+  std::vector<float> c(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += double{a[i * k + p]} * b[p * n + j];
+      c[i * n + j] = static_cast<float>(sum);
+    }
+  }
+  return c;
+}
+
+TEST_F(CudaBackendTest, CapturedCublasGemmReplaysWithCorrectResults) {
+  ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
+  GROVE_SEEDED_RNG(rng);
+  const int64_t m = 33, n = 65, k = 47;
+  std::vector<float> a = random_floats(rng, m * k, -1.0f, 1.0f);
+  std::vector<float> b = random_floats(rng, k * n, -1.0f, 1.0f);
+  Tensor ta = Tensor::from_vector(a, {m, k}, kCudaDevice);
+  Tensor tb = Tensor::from_vector(b, {k, n}, kCudaDevice);
+  Tensor tc = Tensor::empty({m, n}, DType::kF32, kCudaDevice);
+  prepare_gemm(kCudaDevice, stream_);
+  size_t reserved_before = allocator().stats(kDefaultPool).reserved_bytes;
+
+  PoolId pool = allocator().create_pool();
+  GraphRecording recording(kCudaDevice);
+  recording.capture_begin(stream_, pool);
+  GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = ta.data_ptr();
+  args.lda = k;
+  args.b = tb.data_ptr();
+  args.ldb = n;
+  args.c = tc.data_ptr();
+  args.ldc = n;
+  gemm_row_major(kCudaDevice, stream_, args);
+  recording.capture_end();
+  recording.instantiate();
+  EXPECT_EQ(allocator().stats(pool).reserved_bytes, 0u) << "a captured GEMM must not allocate";
+  EXPECT_EQ(allocator().stats(kDefaultPool).reserved_bytes, reserved_before);
+
+  for (int replay = 0; replay < 3; ++replay) {
+    if (replay > 0) {
+      a = random_floats(rng, m * k, -1.0f, 1.0f);
+      ta.copy_from_host(a.data());
+    }
+    recording.replay(stream_);
+    expect_near_all(tc.to_vector<float>(), host_matmul(a, b, m, n, k), 1e-4f);
+  }
+}
+
+TEST_F(CudaBackendTest, StridedBatchedBf16GemmMatchesHostReference) {
+  ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
+  GROVE_SEEDED_RNG(rng);
+  const int64_t batch = 3, m = 16, n = 24, k = 40;
+  std::vector<float> a = random_floats(rng, batch * m * k, -1.0f, 1.0f);
+  std::vector<float> b = random_floats(rng, batch * k * n, -1.0f, 1.0f);
+  std::vector<uint16_t> a_bits(a.size()), b_bits(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a_bits[i] = float_to_bf16_bits(a[i]);
+    a[i] = bf16_bits_to_float(a_bits[i]);
+  }
+  for (size_t i = 0; i < b.size(); ++i) {
+    b_bits[i] = float_to_bf16_bits(b[i]);
+    b[i] = bf16_bits_to_float(b_bits[i]);
+  }
+  Tensor ta = Tensor::from_host(a_bits.data(), {batch, m, k}, DType::kBF16, kCudaDevice);
+  Tensor tb = Tensor::from_host(b_bits.data(), {batch, k, n}, DType::kBF16, kCudaDevice);
+  Tensor tc = Tensor::empty({batch, m, n}, DType::kBF16, kCudaDevice);
+  GemmArgs args;
+  args.dtype = DType::kBF16;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = ta.data_ptr();
+  args.lda = k;
+  args.stride_a = m * k;
+  args.b = tb.data_ptr();
+  args.ldb = n;
+  args.stride_b = k * n;
+  args.c = tc.data_ptr();
+  args.ldc = n;
+  args.stride_c = m * n;
+  args.batch_count = batch;
+  gemm_row_major(kCudaDevice, stream_, args);
+  std::vector<uint16_t> c_bits = tc.to_vector<uint16_t>();
+  for (int64_t i = 0; i < batch; ++i) {
+    std::vector<float> a_i(a.begin() + i * m * k, a.begin() + (i + 1) * m * k);
+    std::vector<float> b_i(b.begin() + i * k * n, b.begin() + (i + 1) * k * n);
+    std::vector<float> expected = host_matmul(a_i, b_i, m, n, k);
+    for (int64_t j = 0; j < m * n; ++j) {
+      ASSERT_NEAR(bf16_bits_to_float(c_bits[i * m * n + j]), expected[j],
+                  1e-2f * (1.0f + std::fabs(expected[j])))
+          << "batch " << i << " element " << j;
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, GemmRejectsBadLeadingDimensionAndDtype) {
+  GemmArgs args;
+  args.m = 4;
+  args.n = 4;
+  args.k = 4;
+  args.lda = 2;  // < m
+  args.ldb = 4;
+  args.ldc = 4;
+  EXPECT_THROW(gemm(kCudaDevice, stream_, args), ShapeError);
+  args.lda = 4;
+  args.dtype = DType::kI32;
+  EXPECT_THROW(gemm(kCudaDevice, stream_, args), DTypeError);
+  EXPECT_THROW(gemm(kSimDevice, stream_, GemmArgs{}), DeviceError);
+}
+
+TEST_F(CudaBackendTest, WorkOnAnotherStreamIsOrderedByEvents) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t n = int64_t{1} << 22;  // large enough that an unordered read would race
+  std::vector<float> values = random_floats(rng, n);
+  Tensor x = upload(values), y = empty_f32(n);
+  StreamHandle producer = stream_;
+  StreamHandle consumer = context_->create_stream();
+  EventHandle start = backend().create_event(true), ready = backend().create_event(true);
+  backend().record_event(start, producer);
+  for (int i = 0; i < 20; ++i) ::grove::testing::launch_add_scalar_in_place(x, 0.5f);
+  backend().record_event(ready, producer);
+  backend().stream_wait_event(consumer, ready);
+  {
+    StreamGuard on_consumer(kCudaDevice, consumer);
+    launch_scale(x, y, 2.0f);
+  }
+  backend().synchronize_stream(consumer);
+  std::vector<float> expected(values);
+  for (float& value : expected) value = (value + 10.0f) * 2.0f;
+  StreamGuard on_consumer(kCudaDevice, consumer);
+  expect_near_all(y.to_vector<float>(), expected, 1e-5f);
+  EXPECT_GT(backend().elapsed_ms(start, ready), 0.0f);
+  backend().destroy_event(start);
+  backend().destroy_event(ready);
+}
+
+TEST_F(CudaBackendTest, CaptureViolationsCarryCudasOwnError) {
+  Tensor x = empty_f32(256);
+  backend().begin_capture(stream_, CaptureMode::kThreadLocal);
+  try {
+    backend().synchronize_stream(stream_);
+    ADD_FAILURE() << "synchronizing a capturing stream should throw";
+  } catch (const CaptureViolation& violation) {
+    EXPECT_PRED2(contains, violation.what(), "cudaStreamSynchronize");
+    EXPECT_PRED2(contains, violation.what(), "cudaErrorStreamCaptureUnsupported");
+  }
+  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kInvalidated);
+  try {
+    backend().end_capture(stream_);
+    ADD_FAILURE() << "ending an invalidated capture should throw";
+  } catch (const CaptureViolation& violation) {
+    EXPECT_PRED2(contains, violation.what(), "cudaErrorStreamCaptureInvalidated");
+  }
+  // The stream is usable again.
+  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kNone);
+  ::grove::testing::launch_fill(x, 1.5f);
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(256, 1.5f));
+}
+
+TEST_F(CudaBackendTest, GroveInvalidatedCaptureFailsAtEnd) {
+  backend().begin_capture(stream_, CaptureMode::kThreadLocal);
+  backend().invalidate_capture(stream_);
+  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kInvalidated);
+  EXPECT_THROW(backend().end_capture(stream_), CaptureViolation);
+  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kNone);
+}
+
+TEST_F(CudaBackendTest, PoolGrowsDuringThreadLocalCaptureAndReplays) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t n = int64_t{3} << 20;  // 12 MiB: needs a new large segment during capture
+  std::vector<float> values = random_floats(rng, n);
+  Tensor x = upload(values);
+  PoolId pool = allocator().create_pool();
+  GraphRecording recording(kCudaDevice);
+  recording.capture_begin(stream_, pool, CaptureMode::kThreadLocal);
+  Tensor y = ::grove::testing::scale(x, 0.5f);
+  recording.capture_end();
+  EXPECT_GT(allocator().stats(pool).reserved_bytes, 0u);
+  recording.instantiate();
+  recording.replay(stream_);
+  expect_near_all(y.to_vector<float>(), scaled(values, 0.5f), 1e-6f);
+  EXPECT_PRED2(contains, recording.dot(), "digraph");
+}
+
+TEST_F(CudaBackendTest, LoadingAKernelThatThePtxLacksNamesIt) {
+  KernelSource source;
+  source.name = "grove_no_such_kernel";
+  source.ptx = ".version 8.0\n.target sm_80\n.address_size 64\n";
+  try {
+    backend().load_kernel(source);
+    ADD_FAILURE() << "loading a missing kernel should throw";
+  } catch (const DeviceError& error) {
+    EXPECT_PRED2(contains, error.what(), "grove_no_such_kernel");
+  }
+}
+
+// Runs everywhere: without a device, grove says why in CUDA's words.
+TEST(CudaAvailability, ReportsWhyThereIsNoCudaDevice) {
+  if (cuda_device_count() > 0) {
+    EXPECT_EQ(cuda_unavailable_reason(), "");
+    EXPECT_FALSE(device_context(kCudaDevice).backend().name().empty());
+    return;
+  }
+  std::string reason = cuda_unavailable_reason();
+  EXPECT_PRED2(contains, reason, "cudaGetDeviceCount");
+  EXPECT_EQ(default_device(), kSimDevice);
+  EXPECT_FALSE(device_available(kCudaDevice));
+  try {
+    device_context(kCudaDevice);
+    ADD_FAILURE() << "cuda:0 should not be available";
+  } catch (const DeviceError& error) {
+    EXPECT_PRED2(contains, error.what(), "no CUDA device");
+    EXPECT_PRED2(contains, error.what(), reason);
+  }
+}
+
+}  // namespace
+}  // namespace grove::runtime

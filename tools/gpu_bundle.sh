@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Builds every test binary (cc_test) and benchmark binary (cc_binary under
+# benchmarks/) here, optimized and stripped, and copies them with the data files
+# their runfiles name into gpu_bundle/ (git-ignored), next to a runner,
+# gpu_bundle/run_all.sh, that runs them all on a GPU host and prints one
+# summary. The bundle carries no CUDA library: binaries link cudart statically
+# and open cuBLAS from the host's CUDA Toolkit at run time. See docs/gpu_host.md.
+#
+#   tools/gpu_bundle.sh [extra bazel build flags]
+#
+# GROVE_BAZEL_OUTPUT_BASE picks Bazel's output base (default: Bazel's own).
+# GROVE_BUNDLE_LIMIT_MIB caps the bundle (default 64). Past GROVE_BUNDLE_PACK_MIB
+# (default 60) MiB of raw files the tree is packed as payload.tar.xz, which
+# run_all.sh unpacks: a large xz dictionary shares the statically linked LLVM
+# and runtime code between binaries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+bundle="$root/gpu_bundle"
+limit_mib=${GROVE_BUNDLE_LIMIT_MIB:-64}
+pack_mib=${GROVE_BUNDLE_PACK_MIB:-60}
+
+bazel_cmd=(bazel)
+if [ -n "${GROVE_BAZEL_OUTPUT_BASE:-}" ]; then
+  bazel_cmd+=(--output_base="$GROVE_BAZEL_OUTPUT_BASE")
+fi
+
+# Top-level packages, leaving out Bazel's convenience symlinks and the bundle.
+scopes=()
+for dir in */; do
+  dir=${dir%/}
+  case "$dir" in
+    bazel-* | gpu_bundle | third_party) continue ;;
+  esac
+  [ -L "$dir" ] && continue
+  if find "$dir" \( -name BUILD -o -name BUILD.bazel \) -print -quit | grep -q .; then
+    scopes+=("//$dir/...")
+  fi
+done
+universe=$(printf ' + %s' "${scopes[@]}")
+universe=${universe# + }
+
+echo "gpu_bundle: querying test and benchmark targets in ${scopes[*]}"
+mapfile -t tests < <("${bazel_cmd[@]}" query --noshow_progress "kind(cc_test, $universe)" 2>/dev/null)
+benchmarks=()
+if [ -d benchmarks ]; then
+  mapfile -t benchmarks < <("${bazel_cmd[@]}" query --noshow_progress \
+    "kind(cc_binary, //benchmarks/...)" 2>/dev/null)
+fi
+if [ ${#tests[@]} -eq 0 ]; then
+  echo "gpu_bundle: bazel query found no cc_test targets" >&2
+  exit 1
+fi
+echo "gpu_bundle: ${#tests[@]} test binaries, ${#benchmarks[@]} benchmark binaries"
+
+events=$(mktemp)
+# --keep_going: a target another change broke is reported (and counted as a
+# failure by run_all.sh) instead of holding back every other binary. The build
+# event file says which targets built.
+"${bazel_cmd[@]}" build --keep_going --symlink_prefix=/ -c opt --strip=always \
+  --build_event_json_file="$events" "$@" "${tests[@]}" "${benchmarks[@]}" ||
+  echo "gpu_bundle: some targets did not build (see above)"
+built=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    event = json.loads(line)
+    label = event.get("id", {}).get("targetCompleted", {}).get("label")
+    if label and event.get("completed", {}).get("success"):
+        print(label)
+' "$events")
+rm -f "$events"
+bin=$("${bazel_cmd[@]}" info --symlink_prefix=/ -c opt bazel-bin 2>/dev/null)
+
+rm -rf "$bundle"
+mkdir -p "$bundle/grove"
+: >"$bundle/tests.txt"
+: >"$bundle/benchmarks.txt"
+: >"$bundle/not_built.txt"
+
+# Copies a built binary, the shared objects Bazel built for it, and every
+# data file its runfiles manifest lists, into the bundle's runfiles-like tree
+# (gpu_bundle/grove/<workspace path>), which run_all.sh uses as TEST_SRCDIR.
+copy_target() {
+  local label=$1 list=$2
+  local path=${label#//}
+  path=${path/://}
+  local binary="$bin/$path"
+  if ! grep -qxF "$label" <<<"$built"; then
+    echo "gpu_bundle: $label did not build; run_all.sh will report it as failed" >&2
+    echo "$path" >>"$bundle/not_built.txt"
+    return 0
+  fi
+  mkdir -p "$bundle/grove/$(dirname "$path")"
+  cp "$binary" "$bundle/grove/$path"
+  echo "$path" >>"$bundle/$list"
+  local needed
+  needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  for library in $needed; do
+    case "$library" in
+      libcuda.so* | libcudart.so* | libcublas* | libcudnn* | libnvrtc*)
+        echo "gpu_bundle: $path needs $library at load time; grove binaries must link cudart" \
+             "statically and dlopen cuBLAS" >&2
+        exit 1 ;;
+    esac
+    if [ -f "$bin/_solib_k8/$library" ]; then
+      mkdir -p "$bundle/grove/_solib_k8"
+      [ -f "$bundle/grove/_solib_k8/$library" ] ||
+        { cp -L "$bin/_solib_k8/$library" "$bundle/grove/_solib_k8/$library" &&
+          chmod u+w "$bundle/grove/_solib_k8/$library" &&
+          strip --strip-unneeded "$bundle/grove/_solib_k8/$library"; }
+    fi
+  done
+  local manifest="$binary.runfiles/MANIFEST"
+  [ -f "$manifest" ] || return 0
+  while read -r runfile real; do
+    [ -n "$real" ] || continue
+    case "$runfile" in
+      "grove/$path" | grove/_solib_*) continue ;;
+    esac
+    case "$real" in
+      */libcuda* | */libcublas*) continue ;;
+    esac
+    if [ ! -e "$bundle/$runfile" ]; then
+      mkdir -p "$bundle/$(dirname "$runfile")"
+      cp -L "$real" "$bundle/$runfile"
+    fi
+  done <"$manifest"
+}
+
+for target in "${tests[@]}"; do copy_target "$target" tests.txt; done
+for target in "${benchmarks[@]}"; do copy_target "$target" benchmarks.txt; done
+cp tools/gpu_run_all.sh "$bundle/run_all.sh"
+chmod +x "$bundle/run_all.sh"
+git rev-parse --short HEAD >"$bundle/commit.txt" 2>/dev/null || echo unknown >"$bundle/commit.txt"
+
+raw_kib=$(du -sk "$bundle" | cut -f1)
+if [ "$raw_kib" -gt $((pack_mib * 1024)) ]; then
+  echo "gpu_bundle: $((raw_kib / 1024)) MiB of files; packing them as payload.tar.xz"
+  tar -C "$bundle" -cf - grove | xz -T2 --lzma2=preset=6,dict=192MiB >"$bundle/payload.tar.xz"
+  rm -rf "$bundle/grove"
+fi
+total_kib=$(du -sk "$bundle" | cut -f1)
+if [ "$total_kib" -gt $((limit_mib * 1024)) ]; then
+  echo "gpu_bundle: the bundle is $((total_kib / 1024)) MiB, over the ${limit_mib} MiB limit" >&2
+  exit 1
+fi
+echo "gpu_bundle: $bundle holds ${#tests[@]} tests and ${#benchmarks[@]} benchmarks" \
+     "($((total_kib / 1024)) MiB). On a GPU host: bash gpu_bundle/run_all.sh [--benchmarks]"

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The runner that tools/gpu_bundle.sh puts at gpu_bundle/run_all.sh: on a GPU
+# host, runs every test binary of the bundle (their cuda instances run there),
+# prints one line per binary and a total "N passed, N failed" line, and exits
+# non-zero when any binary failed.
+#
+#   bash gpu_bundle/run_all.sh [--benchmarks] [--filter SUBSTRING]
+#
+# --benchmarks also runs each benchmark binary with --json <logs>/<name>.json.
+# Logs (one per binary, plus gtest XML) go to $OUT/gpu_logs when OUT is set,
+# else to a temporary directory. GROVE_TEST_TIMEOUT bounds each binary
+# (seconds, default 300).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+run_benchmarks=0
+filter=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --benchmarks) run_benchmarks=1 ;;
+    --filter) filter=$2; shift ;;
+    *) echo "run_all.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+tree=$here
+if [ -f "$here/payload.tar.xz" ]; then
+  tree=$(mktemp -d "${TMPDIR:-/tmp}/grove_bundle.XXXXXX")
+  tar -C "$tree" -xJf "$here/payload.tar.xz" || { echo "run_all.sh: cannot unpack payload" >&2; exit 2; }
+fi
+if [ -n "${OUT:-}" ]; then
+  logs="$OUT/gpu_logs"
+else
+  logs=$(mktemp -d "${TMPDIR:-/tmp}/grove_logs.XXXXXX")
+fi
+mkdir -p "$logs"
+timeout_s=${GROVE_TEST_TIMEOUT:-300}
+
+echo "grove GPU run: commit $(cat "$here/commit.txt" 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC')"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+fi
+
+# Counts gtest's per-case result lines in a log.
+count_lines() { grep -c -- "$1" "$2" 2>/dev/null || true; }
+
+binaries_passed=0
+binaries_failed=0
+cases_passed=0
+cases_failed=0
+cases_skipped=0
+failed_names=()
+while read -r path; do
+  [ -n "$path" ] || continue
+  case "$path" in *"$filter"*) ;; *) continue ;; esac
+  name=$(basename "$path")
+  log="$logs/$name.log"
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/grove_test.XXXXXX")
+  start=$(date +%s.%N)
+  (cd "$tree/grove" && TEST_SRCDIR="$tree" TEST_WORKSPACE=grove TEST_TMPDIR="$scratch" \
+    timeout "$timeout_s" "./$path" --gtest_output="xml:$logs/$name.xml") >"$log" 2>&1
+  status=$?
+  seconds=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+  rm -rf "$scratch"
+  ok=$(count_lines '^\[       OK \]' "$log")
+  bad=$(count_lines '^\[  FAILED  \] .*(' "$log")
+  skipped=$(count_lines '^\[  SKIPPED \] .*(' "$log")
+  cases_passed=$((cases_passed + ok))
+  cases_failed=$((cases_failed + bad))
+  cases_skipped=$((cases_skipped + skipped))
+  if [ "$status" -eq 0 ]; then
+    binaries_passed=$((binaries_passed + 1))
+    verdict="PASS"
+  else
+    binaries_failed=$((binaries_failed + 1))
+    failed_names+=("$path")
+    verdict="FAIL"
+    [ "$status" -eq 124 ] && verdict="FAIL (timed out after ${timeout_s}s)"
+  fi
+  printf '%-5s %-52s %4d passed %3d failed %3d skipped  %6ss\n' "${verdict%% *}" "$path" \
+    "$ok" "$bad" "$skipped" "$seconds"
+  if [ "$verdict" != "PASS" ]; then
+    [ "$verdict" != "FAIL" ] && echo "      $verdict"
+    grep -E '^\[  FAILED  \].*\(|Failure|error:' "$log" | head -8 | sed 's/^/      /'
+    tail -3 "$log" | sed 's/^/      | /'
+  fi
+done <"$here/tests.txt"
+
+while read -r path; do
+  [ -n "$path" ] || continue
+  binaries_failed=$((binaries_failed + 1))
+  failed_names+=("$path")
+  printf '%-5s %-52s (did not build when the bundle was made)\n' "FAIL" "$path"
+done <"$here/not_built.txt"
+
+if [ "$run_benchmarks" -eq 1 ]; then
+  while read -r path; do
+    [ -n "$path" ] || continue
+    name=$(basename "$path")
+    echo
+    echo "== benchmark $path"
+    (cd "$tree/grove" && timeout "$timeout_s" "./$path" --json "$logs/$name.json") 2>&1 |
+      tee "$logs/$name.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark $path failed"
+  done <"$here/benchmarks.txt"
+fi
+
+echo
+echo "test cases: $cases_passed passed, $cases_failed failed, $cases_skipped skipped"
+[ ${#failed_names[@]} -gt 0 ] && echo "failed binaries: ${failed_names[*]}"
+echo "$binaries_passed passed, $binaries_failed failed"
+echo "logs: $logs"
+[ "$binaries_failed" -eq 0 ]
