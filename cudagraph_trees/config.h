@@ -4,11 +4,19 @@
 // (documented in README.md) through TreeConfig::from_environment().
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/error.h"
 
 namespace grove::cudagraph_trees {
+
+// What to do with a function that writes an input the tree copies (DESIGN
+// §4.6, type (d)): copy the placeholder back into the caller's tensor after
+// each replay, or run the function eagerly.
+enum class MutationPolicy : uint8_t { kCopyBack, kEager };
+const char* mutation_policy_name(MutationPolicy policy);  // "copy-back", "eager"
 
 struct TreeConfig {
   // GROVE_CUDAGRAPHS_STRICT=1: a function that would fall back to eager
@@ -24,6 +32,19 @@ struct TreeConfig {
   // GROVE_CUDAGRAPHS_SHAPE_WARN_LIMIT: recordings of one function under one
   // parent for distinct input shapes before a warning suggests padding.
   int shape_warn_limit = 8;
+  // GROVE_CUDAGRAPHS_MUTATION_POLICY=copy-back|eager: how type-(d) input
+  // mutation is handled (Note [Copy-back of mutated inputs], mutation_classifier.h).
+  MutationPolicy mutation_policy = MutationPolicy::kCopyBack;
+  // GROVE_CUDAGRAPHS_ZERO_COPY=1/0: patch the pointer arguments of grove's
+  // kernels in a recorded graph instead of copying a copied input whose
+  // address changed, where that is safe (Note [Zero-copy inputs], zero_copy.h).
+  bool zero_copy_inputs = true;
+  // GROVE_CUDAGRAPHS_MIN_SEGMENT_KERNELS: the "cudagraphs" backend runs a
+  // segment launching fewer kernels (generated + library) than this eagerly.
+  int min_segment_kernels = 1;
+  // GROVE_CUDAGRAPHS_BATCH_BUCKETS="1,2,4,8": default batch sizes for
+  // BucketedFunction (shape_buckets.h); empty: no buckets.
+  std::vector<int64_t> batch_buckets;
 
   // The defaults overridden by the environment; throws ConfigError naming the
   // variable for a malformed value.

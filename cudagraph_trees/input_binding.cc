@@ -1,6 +1,9 @@
 #include "cudagraph_trees/input_binding.h"
 
+#include <optional>
 #include <sstream>
+
+#include "cudagraph_trees/mutation_classifier.h"
 
 namespace grove::cudagraph_trees {
 namespace {
@@ -24,22 +27,32 @@ void strided_span(const runtime::Tensor& tensor, int64_t& low_bytes, size_t& byt
 
 const char* input_kind_name(InputKind kind) {
   switch (kind) {
-    case InputKind::kStatic: return "static";
-    case InputKind::kManaged: return "managed";
-    case InputKind::kCopied: return "copied";
+    case InputKind::kStatic:
+      return "static";
+    case InputKind::kManaged:
+      return "managed";
+    case InputKind::kCopied:
+      return "copied";
   }
   return "?";
 }
 
 const char* invariant_status_text(InvariantStatus status) {
   switch (status) {
-    case InvariantStatus::kOk: return "ok";
-    case InvariantStatus::kInputCountChanged: return "number of inputs changed";
-    case InvariantStatus::kManagedInputMoved: return "pool-managed input address changed";
+    case InvariantStatus::kOk:
+      return "ok";
+    case InvariantStatus::kInputCountChanged:
+      return "number of inputs changed";
+    case InvariantStatus::kManagedInputMoved:
+      return "pool-managed input address changed";
     case InvariantStatus::kExpectedDeadOutputAlive:
       return "an output that was dead at recording is alive";
-    case InvariantStatus::kStaticInputMoved: return "static input address changed";
-    case InvariantStatus::kCopiedInputChanged: return "input shape, strides, dtype or device changed";
+    case InvariantStatus::kStaticInputMoved:
+      return "static input address changed";
+    case InvariantStatus::kCopiedInputChanged:
+      return "input shape, strides, dtype or device changed";
+    case InvariantStatus::kMutatedInputAliased:
+      return "a mutated copied input shares memory with another input";
   }
   return "?";
 }
@@ -52,6 +65,7 @@ InputBinding InputBinding::bind(const Request& request, TensorList& bound_inputs
   for (size_t i = 0; i < inputs.size(); ++i) {
     const runtime::Tensor& input = inputs[i];
     auto index = static_cast<uint32_t>(i);
+    if (request.function.mutated_input(i)) binding.written_.push_back(index);
     bool pool_output = input.defined() && input.storage()->address() != nullptr &&
                        request.path_output_addresses.count(input.storage()->address()) > 0;
     if (request.function.static_input(i)) {
@@ -80,17 +94,115 @@ InputBinding InputBinding::bind(const Request& request, TensorList& bound_inputs
       runtime::Tensor placeholder(storage, input.shape(), input.strides(),
                                   -copied.span_low_bytes / element, input.dtype());
       copied.placeholder = storage->address();
+      copied.copy_back = request.function.mutated_input(i);
+      if (copied.copy_back)
+        binding.copy_back_.push_back(static_cast<uint32_t>(binding.copied_.size()));
       if (copied.span_bytes > 0) {
         const char* source = static_cast<const char*>(input.data_ptr()) + copied.span_low_bytes;
         request.allocator.backend().copy_async(copied.placeholder, source, copied.span_bytes,
-                                               runtime::CopyKind::kDeviceToDevice,
-                                               request.stream);
+                                               runtime::CopyKind::kDeviceToDevice, request.stream);
       }
       binding.copied_.push_back(std::move(copied));
       bound_inputs.push_back(std::move(placeholder));
     }
   }
   return binding;
+}
+
+bool InputBinding::copy_back_unaliased_slow(const TensorList& inputs) const {
+  for (uint32_t position : copy_back_) {
+    const CopiedInput& copied = copied_[position];
+    const runtime::Tensor& written = inputs[copied.index];
+    for (size_t other = 0; other < inputs.size(); ++other) {
+      if (other != copied.index && inputs_overlap(written, inputs[other])) return false;
+    }
+  }
+  return true;
+}
+
+void InputBinding::copy_back_after_recording(const TensorList& inputs, runtime::Backend& backend,
+                                             runtime::StreamHandle stream,
+                                             TreeCounters& counters) const {
+  for (uint32_t position : copy_back_) {
+    const CopiedInput& copied = copied_[position];
+    if (copied.span_bytes == 0) continue;
+    char* destination = static_cast<char*>(inputs[copied.index].data_ptr()) + copied.span_low_bytes;
+    backend.copy_async(destination, copied.placeholder, copied.span_bytes,
+                       runtime::CopyKind::kDeviceToDevice, stream);
+    ++counters.input_copy_backs;
+  }
+}
+
+std::string InputBinding::plan_zero_copy(const runtime::GraphRecording& graph,
+                                         const std::unordered_set<const void*>& output_addresses,
+                                         const RegisteredFunction& function,
+                                         const runtime::CachingAllocator& allocator,
+                                         runtime::PoolId pool) {
+  (void)function;
+  std::vector<ZeroCopyCandidate> candidates;
+  std::vector<uint32_t> positions;
+  for (uint32_t p = 0; p < copied_.size(); ++p) {
+    const CopiedInput& copied = copied_[p];
+    // Rule 3: an output that aliases the placeholder needs the placeholder filled.
+    if (copied.placeholder == nullptr || copied.span_bytes == 0 ||
+        output_addresses.count(copied.placeholder) > 0) {
+      continue;
+    }
+    candidates.push_back({reinterpret_cast<uintptr_t>(copied.placeholder), copied.span_bytes});
+    positions.push_back(p);
+  }
+  if (candidates.empty()) return "";
+  std::vector<int32_t> plan_index;
+  std::string why_not;
+  zero_copy_ = ZeroCopyPlan::build(graph, candidates, plan_index, why_not);
+  for (size_t c = 0; c < candidates.size(); ++c) copied_[positions[c]].zero_copy = plan_index[c];
+  if (!zero_copy_.empty()) {
+    allocator_ = &allocator;
+    pool_ = pool;
+  }
+  return why_not;
+}
+
+bool InputBinding::rebind_slow(CopiedInput& copied, uintptr_t start, const TensorList& inputs,
+                               ReplayContext& context) {
+  // Note [Zero-copy inputs], rules 4-6.
+  uintptr_t placeholder = reinterpret_cast<uintptr_t>(copied.placeholder);
+  bool patchable = context.graph != nullptr && (start - placeholder) % kZeroCopyAlignment == 0;
+  if (patchable) {
+    std::optional<runtime::PoolId> owner =
+        allocator_->pool_containing(reinterpret_cast<void*>(start));
+    patchable = !owner.has_value() || *owner != pool_;
+  }
+  if (patchable) {
+    uintptr_t end = start + copied.span_bytes;
+    for (uint32_t index : written_) {
+      if (index == copied.index || !inputs[index].defined()) continue;
+      const runtime::StoragePtr& storage = inputs[index].storage();
+      auto low = reinterpret_cast<uintptr_t>(storage->address());
+      if (low < end && start < low + storage->nbytes()) {
+        patchable = false;
+        break;
+      }
+    }
+  }
+  if (!patchable) {
+    if (zero_copy_.bound(copied.zero_copy) != placeholder && context.graph != nullptr) {
+      zero_copy_.patch(copied.zero_copy, placeholder, *context.graph);
+      ++context.counters.input_patches;
+    }
+    ++context.counters.zero_copy_refusals;
+    return false;
+  }
+  zero_copy_.patch(copied.zero_copy, start, *context.graph);
+  ++context.counters.input_patches;
+  return true;
+}
+
+bool InputBinding::zero_copied(size_t index) const {
+  for (const CopiedInput& copied : copied_) {
+    if (copied.index == index) return copied.zero_copy >= 0;
+  }
+  return false;
 }
 
 std::vector<size_t> InputBinding::moved_managed_inputs(const TensorList& inputs) const {
@@ -114,8 +226,8 @@ std::string InputBinding::describe_mismatches(const TensorList& inputs) const {
         const runtime::Tensor& now = inputs[c.index];
         text << "input " << c.index << " (" << kind << "): storage " << c.storage_address
              << " offset " << c.offset << " became "
-             << (now.defined() ? now.storage()->address() : nullptr) << " offset "
-             << now.offset() << "; ";
+             << (now.defined() ? now.storage()->address() : nullptr) << " offset " << now.offset()
+             << "; ";
       }
     }
   };
@@ -123,8 +235,8 @@ std::string InputBinding::describe_mismatches(const TensorList& inputs) const {
   checked(static_, "static");
   for (const CopiedInput& copied : copied_) {
     if (!copied.meta.matches(inputs[copied.index])) {
-      text << "input " << copied.index << " (copied): recorded as " << copied.meta.str()
-           << ", now " << TensorMeta::of(inputs[copied.index]).str() << "; ";
+      text << "input " << copied.index << " (copied): recorded as " << copied.meta.str() << ", now "
+           << TensorMeta::of(inputs[copied.index]).str() << "; ";
     }
   }
   return text.str();

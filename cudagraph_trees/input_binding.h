@@ -7,7 +7,10 @@
 //   copied  - anything else: copied before every replay into a placeholder
 //             in the pool that has the input's exact layout.
 // Placeholders cover only the span of memory the input's strides reach, so a
-// stride-0 (expanded) input copies just its distinct elements.
+// stride-0 (expanded) input copies just its distinct elements. A copied input
+// the function writes is copied back after each replay (Note [Copy-back of
+// mutated inputs]); a copied input whose readers are all grove kernels may be
+// bound by patching the graph instead of copying (Note [Zero-copy inputs]).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +20,9 @@
 #include <vector>
 
 #include "cudagraph_trees/function_registry.h"
+#include "cudagraph_trees/stats.h"
 #include "cudagraph_trees/tensor_meta.h"
+#include "cudagraph_trees/zero_copy.h"
 #include "runtime/backend.h"
 #include "runtime/caching_allocator.h"
 
@@ -35,6 +40,7 @@ enum class InvariantStatus : uint8_t {
   kExpectedDeadOutputAlive,
   kStaticInputMoved,
   kCopiedInputChanged,
+  kMutatedInputAliased,
 };
 const char* invariant_status_text(InvariantStatus status);
 
@@ -46,8 +52,7 @@ struct CheckedInput {
   // Inline on purpose (Note [Replay fast path]): two loads and two compares.
   bool matches(const runtime::Tensor& tensor) const {
     const runtime::StoragePtr& storage = tensor.storage();
-    return storage != nullptr && storage->address() == storage_address &&
-           tensor.offset() == offset;
+    return storage != nullptr && storage->address() == storage_address && tensor.offset() == offset;
   }
   const void* address() const { return storage_address; }
 };
@@ -58,6 +63,19 @@ struct CopiedInput {
   int64_t span_low_bytes = 0;  // where the span starts, relative to element 0
   size_t span_bytes = 0;
   void* placeholder = nullptr;  // start of the placeholder's span in the pool
+  bool copy_back = false;       // the function writes it (type-(d) mutation)
+  int32_t zero_copy = -1;       // its ZeroCopyPlan input, or -1
+  // Set by each replay: where the copy-back goes (null: the graph wrote the
+  // caller's memory directly, or no copy-back).
+  void* copy_back_to = nullptr;
+};
+
+// What a replay needs besides the inputs.
+struct ReplayContext {
+  runtime::Backend& backend;
+  runtime::StreamHandle stream;
+  runtime::GraphRecording* graph;  // null for a kernel-free function
+  TreeCounters& counters;
 };
 
 class InputBinding {
@@ -99,17 +117,53 @@ class InputBinding {
     }
     return true;
   }
-  // Enqueues one device-to-device copy per copied input on `stream`.
-  void copy_inputs(const TensorList& inputs, runtime::Backend& backend,
-                   runtime::StreamHandle stream) const {
-    for (const CopiedInput& copied : copied_) {
+  // Note [Copy-back of mutated inputs]: no copy-back input shares memory with
+  // another input (a few comparisons per copy-back input; none without them).
+  bool copy_back_inputs_unaliased(const TensorList& inputs) const {
+    if (copy_back_.empty()) [[likely]]
+      return true;
+    return copy_back_unaliased_slow(inputs);
+  }
+  // Binds the copied inputs for one replay: per input one device-to-device copy
+  // into its placeholder, or (zero-copy) nothing when its address is unchanged
+  // and a patch of the graph's pointer slots when it moved. Remembers where the
+  // copy-backs go, so the caller may drop the inputs before finish_replay().
+  void prepare_replay(const TensorList& inputs, ReplayContext& context) {
+    for (CopiedInput& copied : copied_) {
       if (copied.span_bytes == 0) continue;
-      const char* source =
-          static_cast<const char*>(inputs[copied.index].data_ptr()) + copied.span_low_bytes;
-      backend.copy_async(copied.placeholder, source, copied.span_bytes,
-                         runtime::CopyKind::kDeviceToDevice, stream);
+      char* source = static_cast<char*>(inputs[copied.index].data_ptr()) + copied.span_low_bytes;
+      if (copied.zero_copy >= 0 && bind_without_copy(copied, source, inputs, context)) {
+        copied.copy_back_to = nullptr;
+        continue;
+      }
+      context.backend.copy_async(copied.placeholder, source, copied.span_bytes,
+                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+      ++context.counters.input_copies;
+      copied.copy_back_to = copied.copy_back ? source : nullptr;
     }
   }
+  // After the graph launch: copies mutated placeholders back to the caller.
+  void finish_replay(ReplayContext& context) {
+    for (uint32_t position : copy_back_) {
+      CopiedInput& copied = copied_[position];
+      if (copied.copy_back_to == nullptr) continue;
+      context.backend.copy_async(copied.copy_back_to, copied.placeholder, copied.span_bytes,
+                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+      ++context.counters.input_copy_backs;
+    }
+  }
+  // Right after recording: copies the placeholders of mutated inputs back into
+  // `inputs` (the caller's tensors) on `stream`.
+  void copy_back_after_recording(const TensorList& inputs, runtime::Backend& backend,
+                                 runtime::StreamHandle stream, TreeCounters& counters) const;
+  // Right after instantiation: decides which copied inputs can be bound by
+  // patching `graph` (Note [Zero-copy inputs], rules 1-3). `output_addresses`
+  // are the storages the node's outputs live in. Returns why the graph is
+  // ineligible as a whole, or "".
+  std::string plan_zero_copy(const runtime::GraphRecording& graph,
+                             const std::unordered_set<const void*>& output_addresses,
+                             const RegisteredFunction& function,
+                             const runtime::CachingAllocator& allocator, runtime::PoolId pool);
 
   // Managed inputs whose address differs from the recorded one (slow path).
   std::vector<size_t> moved_managed_inputs(const TensorList& inputs) const;
@@ -118,6 +172,10 @@ class InputBinding {
 
   const std::vector<InputKind>& kinds() const { return kinds_; }
   size_t copied_count() const { return copied_.size(); }
+  size_t copy_back_count() const { return copy_back_.size(); }
+  size_t zero_copy_count() const { return zero_copy_.input_count(); }
+  // Whether copied input `index` (an input index) is bound by patching.
+  bool zero_copied(size_t index) const;
   size_t checked_count() const { return managed_.size() + static_.size(); }
 
  private:
@@ -125,6 +183,23 @@ class InputBinding {
   std::vector<CheckedInput> managed_;
   std::vector<CheckedInput> static_;
   std::vector<CopiedInput> copied_;
+  std::vector<uint32_t> copy_back_;  // positions in copied_
+  std::vector<uint32_t> written_;    // indices of inputs the function writes
+  ZeroCopyPlan zero_copy_;
+  const runtime::CachingAllocator* allocator_ = nullptr;  // set with a non-empty plan
+  runtime::PoolId pool_;
+
+  bool copy_back_unaliased_slow(const TensorList& inputs) const;
+  // Note [Zero-copy inputs], rules 4-6; true when the graph now reads `source`.
+  bool bind_without_copy(CopiedInput& copied, char* source, const TensorList& inputs,
+                         ReplayContext& context) {
+    auto start = reinterpret_cast<uintptr_t>(source);
+    if (start == zero_copy_.bound(copied.zero_copy)) [[likely]]
+      return true;
+    return rebind_slow(copied, start, inputs, context);
+  }
+  bool rebind_slow(CopiedInput& copied, uintptr_t start, const TensorList& inputs,
+                   ReplayContext& context);
 };
 
 }  // namespace grove::cudagraph_trees

@@ -14,6 +14,15 @@ std::vector<size_t> unsafe_mutated_inputs(const MutationQuery& query) {
   return unsafe;
 }
 
+bool inputs_overlap(const runtime::Tensor& a, const runtime::Tensor& b) {
+  if (!a.defined() || !b.defined()) return false;
+  const auto* a_low = static_cast<const char*>(a.storage()->address());
+  const auto* b_low = static_cast<const char*>(b.storage()->address());
+  if (a_low == nullptr || b_low == nullptr) return false;
+  // Storage granularity: two views of one storage count as overlapping.
+  return a_low < b_low + b.storage()->nbytes() && b_low < a_low + a.storage()->nbytes();
+}
+
 MutationVerdict EagerFallbackMutationClassifier::classify(const MutationQuery& query) const {
   MutationVerdict verdict;
   verdict.unsafe_inputs = unsafe_mutated_inputs(query);
@@ -28,6 +37,33 @@ MutationVerdict EagerFallbackMutationClassifier::classify(const MutationQuery& q
       ") are neither static nor outputs of earlier graphs on the path; a graph would write a "
       "copy, not the caller's tensor. Mark them static if their address is fixed");
   return verdict;
+}
+
+}  // namespace grove::cudagraph_trees
+
+namespace grove::cudagraph_trees {
+
+MutationVerdict CopyBackMutationClassifier::classify(const MutationQuery& query) const {
+  // Note [Copy-back of mutated inputs].
+  MutationVerdict verdict;
+  verdict.unsafe_inputs = unsafe_mutated_inputs(query);
+  for (size_t index : verdict.unsafe_inputs) {
+    for (size_t other = 0; other < query.inputs.size(); ++other) {
+      if (other == index || !inputs_overlap(query.inputs[index], query.inputs[other])) continue;
+      verdict.capture = false;
+      verdict.reason = str_cat(
+          "mutated input ", index, " shares memory with input ", other,
+          "; a graph would write a copy and read a snapshot where eager code sees its own "
+          "write (copy-back cannot express that). Pass tensors that do not alias, or clone one");
+      return verdict;
+    }
+  }
+  return verdict;
+}
+
+std::unique_ptr<MutationClassifier> make_mutation_classifier(MutationPolicy policy) {
+  if (policy == MutationPolicy::kEager) return std::make_unique<EagerFallbackMutationClassifier>();
+  return std::make_unique<CopyBackMutationClassifier>();
 }
 
 }  // namespace grove::cudagraph_trees

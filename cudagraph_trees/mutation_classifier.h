@@ -4,14 +4,31 @@
 // sees. A write to any other input (d) would land in the copied placeholder,
 // not the caller's tensor. The decision is made once per (parent node,
 // function), cached, and re-made before each new recording of a function
-// that mutates inputs. The classifier is pluggable so that a policy that
-// handles (d) (copy-back after replay) can replace the default.
+// that mutates inputs. The classifier is pluggable; TreeConfig::mutation_policy
+// picks one of the two below.
+//
+// Note [Copy-back of mutated inputs]
+// Under the copy-back policy a type-(d) input is still copied into its pool
+// placeholder before a replay, the graph writes the placeholder, and one more
+// device-to-device copy (stream-ordered after the graph) writes the
+// placeholder's span back into the caller's tensor, so the caller sees the
+// write at every stage: warm-up runs the body on the caller's tensors, a
+// recording copies back after the replay that produces its first outputs,
+// and replays copy back after the launch. This is only eager-equivalent when
+// the mutated input shares no memory with another input: with aliasing, eager
+// code would see its own write through the other input, the graph reads a
+// snapshot. So an aliased mutated input sends (parent, function) to eager with
+// the reason, at classification and again on replay (a node with copy-back
+// inputs checks, per copy-back input, that no other input overlaps it:
+// InvariantStatus::kMutatedInputAliased, which re-classifies).
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "cudagraph_trees/config.h"
 #include "cudagraph_trees/function_registry.h"
 
 namespace grove::cudagraph_trees {
@@ -41,7 +58,18 @@ class EagerFallbackMutationClassifier final : public MutationClassifier {
   MutationVerdict classify(const MutationQuery& query) const override;
 };
 
+// The default: type-(d) mutated inputs are captured and copied back after each
+// replay, unless one shares memory with another input (then eager, with why).
+class CopyBackMutationClassifier final : public MutationClassifier {
+ public:
+  MutationVerdict classify(const MutationQuery& query) const override;
+};
+
+std::unique_ptr<MutationClassifier> make_mutation_classifier(MutationPolicy policy);
+
 // Type-(d) mutated inputs of a call: mutated, not static, not pool-managed.
 std::vector<size_t> unsafe_mutated_inputs(const MutationQuery& query);
+// Whether the memory inputs[a] can reach overlaps the memory inputs[b] can reach.
+bool inputs_overlap(const runtime::Tensor& a, const runtime::Tensor& b);
 
 }  // namespace grove::cudagraph_trees

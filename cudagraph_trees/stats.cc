@@ -17,6 +17,12 @@ nlohmann::json counters_json(const TreeCounters& counters) {
   json["demoted_inputs"] = counters.demoted_inputs;
   json["pending_backward_blocks"] = counters.pending_backward_blocks;
   json["capture_failures"] = counters.capture_failures;
+  json["input_copies"] = counters.input_copies;
+  json["input_patches"] = counters.input_patches;
+  json["zero_copy_refusals"] = counters.zero_copy_refusals;
+  json["input_copy_backs"] = counters.input_copy_backs;
+  json["zero_copy_inputs"] = counters.zero_copy_inputs;
+  json["copy_back_inputs"] = counters.copy_back_inputs;
   return json;
 }
 

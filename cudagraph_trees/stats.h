@@ -4,9 +4,8 @@
 
 #include <cstdint>
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "runtime/caching_allocator.h"
 
@@ -23,6 +22,12 @@ struct TreeCounters {
   uint64_t demoted_inputs = 0;       // managed inputs turned into copied inputs
   uint64_t pending_backward_blocks = 0;
   uint64_t capture_failures = 0;
+  uint64_t input_copies = 0;        // copied inputs copied into their placeholder (per replay)
+  uint64_t input_patches = 0;       // zero-copy inputs bound by patching kernel nodes
+  uint64_t zero_copy_refusals = 0;  // replays where a zero-copy input had to be copied
+  uint64_t input_copy_backs = 0;    // mutated copied inputs copied back to the caller
+  uint64_t zero_copy_inputs = 0;    // copied inputs recorded as zero-copy eligible
+  uint64_t copy_back_inputs = 0;    // copied inputs recorded with copy-back
   std::map<std::string, uint64_t> rerecord_reasons;    // by invariant failure
   std::map<std::string, uint64_t> fallback_calls;      // by fallback category
   std::map<std::string, uint64_t> fallback_decisions;  // (parent, function) pairs decided eager

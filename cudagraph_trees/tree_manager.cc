@@ -4,7 +4,6 @@
 #include <map>
 #include <mutex>
 
-#include "cudagraph_trees/capture_lock.h"
 #include "runtime/logging.h"
 
 namespace grove::cudagraph_trees {
@@ -44,32 +43,16 @@ namespace grove::cudagraph_trees {
 // Replay outputs are not poisoned at generation ends: they are overwritten,
 // which is the documented contract of a replay.
 
-namespace {
-
-// Routes the calling thread's allocations to a pool for a scope.
-class PoolRouting {
- public:
-  PoolRouting(runtime::CachingAllocator& allocator, runtime::PoolId pool)
-      : allocator_(allocator), pool_(pool) {
-    allocator_.begin_allocate_to_pool(pool_);
-  }
-  ~PoolRouting() { allocator_.end_allocate_to_pool(pool_); }
-  PoolRouting(const PoolRouting&) = delete;
-  PoolRouting& operator=(const PoolRouting&) = delete;
-
- private:
-  runtime::CachingAllocator& allocator_;
-  runtime::PoolId pool_;
-};
-
-}  // namespace
-
 const char* path_state_name(PathState state) {
   switch (state) {
-    case PathState::kNone: return "none";
-    case PathState::kWarmup: return "warmup";
-    case PathState::kRecording: return "recording";
-    case PathState::kExecution: return "execution";
+    case PathState::kNone:
+      return "none";
+    case PathState::kWarmup:
+      return "warmup";
+    case PathState::kRecording:
+      return "recording";
+    case PathState::kExecution:
+      return "execution";
   }
   return "?";
 }
@@ -80,9 +63,11 @@ TreeManager::TreeManager(runtime::Device device, TreeConfig config)
       context_(runtime::device_context(device)),
       backend_(context_.backend()),
       allocator_(context_.allocator()),
-      classifier_(std::make_unique<EagerFallbackMutationClassifier>()) {
-  GROVE_CHECK_AS(DeviceError, device.supports_graphs(), "cannot create a CUDA graph tree manager "
-                 "for ", device.str(), ": that device runs eagerly; use a sim or cuda device");
+      classifier_(make_mutation_classifier(config.mutation_policy)) {
+  GROVE_CHECK_AS(DeviceError, device.supports_graphs(),
+                 "cannot create a CUDA graph tree manager "
+                 "for ",
+                 device.str(), ": that device runs eagerly; use a sim or cuda device");
   config_.validate();
   pool_ = allocator_.create_pool();
   capture_stream_ = backend_.create_stream();
@@ -94,8 +79,8 @@ TreeManager::~TreeManager() {
   try {
     shutdown();
   } catch (const std::exception& error) {
-    log(LogLevel::kError, str_cat("cudagraph tree manager for ", device_.str(),
-                                  ": shutdown failed: ", error.what()));
+    log(LogLevel::kError,
+        str_cat("cudagraph tree manager for ", device_.str(), ": shutdown failed: ", error.what()));
   }
 }
 
@@ -255,21 +240,21 @@ void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inpu
       ++counters_.rerecord_reasons[invariant_status_text(first_failure)];
       if (log_enabled(LogLevel::kDebug)) {
         log(LogLevel::kDebug, str_cat("re-recording ", function.describe(), " under node ",
-                                      current_ != nullptr ? str_cat(current_->id()) : "none",
-                                      ": ", invariant_status_text(first_failure), "; ",
+                                      current_ != nullptr ? str_cat(current_->id()) : "none", ": ",
+                                      invariant_status_text(first_failure), "; ",
                                       last->inputs().describe_mismatches(inputs)));
       }
     }
     if (first_unexpected != InvariantStatus::kOk &&
         ++slot.unexpected_rerecords > config_.rerecord_limit) {
-      decide_eager(function, slot.eager,
-                   {FallbackCategory::kRerecordLimit,
-                    str_cat("exceeded the re-record limit (", config_.rerecord_limit,
-                            ") under graph node ",
-                            current_ != nullptr ? str_cat(current_->id()) : "none (root)",
-                            "; last reason: ", invariant_status_text(first_unexpected),
-                            ". Raise GROVE_CUDAGRAPHS_RERECORD_LIMIT or keep input addresses "
-                            "stable")});
+      decide_eager(
+          function, slot.eager,
+          {FallbackCategory::kRerecordLimit,
+           str_cat("exceeded the re-record limit (", config_.rerecord_limit, ") under graph node ",
+                   current_ != nullptr ? str_cat(current_->id()) : "none (root)",
+                   "; last reason: ", invariant_status_text(first_unexpected),
+                   ". Raise GROVE_CUDAGRAPHS_RERECORD_LIMIT or keep input addresses "
+                   "stable")});
       run_eager(function, inputs, *slot.eager, result);
       return;
     }
@@ -280,6 +265,12 @@ void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inpu
                   "to a few fixed shapes (shape buckets)"));
     }
     if (state_ == PathState::kExecution) restore_checkpoint();
+  } else if (function.has_mutated_inputs()) {
+    classify_mutation(function, inputs, slot);  // re-checked before every new recording
+    if (slot.eager) {
+      run_eager(function, inputs, *slot.eager, result);
+      return;
+    }
   }
   if (!record(function, inputs, consumable, result)) {
     run_eager(function, inputs, *slot_for(current_, function.id).eager, result);
@@ -301,8 +292,8 @@ void TreeManager::decide_eager(const RegisteredFunction& function,
                                std::optional<EagerDecision>& slot, EagerDecision decision) {
   ++counters_.fallback_decisions[fallback_category_name(decision.category)];
   log_once(LogLevel::kInfo,
-           str_cat("cudagraph_trees:", static_cast<const void*>(this), ":", function.id.value,
-                   ":", fallback_category_name(decision.category)),
+           str_cat("cudagraph_trees:", static_cast<const void*>(this), ":", function.id.value, ":",
+                   fallback_category_name(decision.category)),
            str_cat("not captured: ", function.describe(), " runs eagerly: ", decision.message));
   slot = std::move(decision);
 }
@@ -318,8 +309,8 @@ std::optional<EagerDecision> TreeManager::device_blocker(const RegisteredFunctio
     }
     if (where != device_) {
       return EagerDecision{FallbackCategory::kSeveralDevices,
-                           str_cat("input ", i, " is on ", where.str(), ", the manager's device is ",
-                                   device_.str())};
+                           str_cat("input ", i, " is on ", where.str(),
+                                   ", the manager's device is ", device_.str())};
     }
   }
   return std::nullopt;
@@ -392,29 +383,6 @@ void TreeManager::order_caller_after(runtime::StreamHandle caller) {
   backend_.stream_wait_event(caller, capture_done_);
 }
 
-void TreeManager::restore_checkpoint() {
-  GROVE_CHECK(state_ == PathState::kExecution && current_ != nullptr && !current_->is_warmup(),
-              "internal: checkpoint restore outside a replayed path (state ",
-              path_state_name(state_), ")");
-  ++counters_.checkpoint_restores;
-  std::vector<PathNode*> nodes = path();
-  for (PathNode* node : nodes) static_cast<TreeNode*>(node)->outputs().drop_cache();
-  std::vector<runtime::StoragePtr> live;
-  std::unordered_set<const void*> seen;
-  for (PathNode* node : nodes) {
-    for (const TrackedStorage& storage : node->tracked()) {
-      runtime::StoragePtr alive = storage.lock_if_live();
-      if (alive != nullptr && seen.insert(storage.address).second) live.push_back(alive);
-    }
-  }
-  allocator_.restore(pool_, static_cast<TreeNode*>(current_)->checkpoint(), live);
-  if (log_enabled(LogLevel::kDebug)) {
-    log(LogLevel::kDebug, str_cat("restored the pool to graph node ", current_->id(),
-                                  "'s checkpoint with ", live.size(), " live outputs (restore ",
-                                  counters_.checkpoint_restores, ")"));
-  }
-}
-
 void TreeManager::try_end_recording_or_warmup(const RegisteredFunction& function) {
   if (generations_.can_start_new_generation(generation_)) {
     end_path(true);
@@ -470,130 +438,6 @@ void TreeManager::invalidate_path_outputs() {
       ++counters_.outputs_poisoned;
     }
   }
-}
-
-void TreeManager::warmup(RegisteredFunction& function, const TensorList& inputs,
-                         TensorList* consumable, TensorList& result) {
-  std::lock_guard<std::mutex> lock(process_capture_lock());
-  runtime::StreamHandle caller = context_.current_stream();
-  order_capture_after(caller);
-  {
-    runtime::StreamGuard stream(device_, capture_stream_);
-    PoolRouting routing(allocator_, pool_);
-    result = function.spec.body(inputs);
-  }
-  order_caller_after(caller);
-  if (!function.warmed_up_for(inputs)) function.warmed_signatures.push_back(signature_of(inputs));
-  std::vector<TrackedStorage> tracked =
-      track_warmup_outputs(result, inputs, [this](const void* a) { return in_pool(a); });
-  if (consumable != nullptr) consumable->clear();
-  int64_t generation = generations_.current();
-  auto node = std::make_unique<WarmupNode>(current_, function, next_warmup_id_--, generation,
-                                           std::move(tracked));
-  current_ = node.get();
-  warmup_path_.push_back(std::move(node));
-  state_ = PathState::kWarmup;
-  generation_ = generation;
-  ++counters_.warmups;
-}
-
-bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
-                         TensorList* consumable, TensorList& result) {
-  std::unique_lock<std::mutex> lock(process_capture_lock());
-  GROVE_CHECK(current_ == nullptr || !current_->is_warmup(),
-              "internal: recording after a warm-up on the same path");
-  auto* parent = static_cast<TreeNode*>(current_);
-  ChildSlot& slot = slot_for(current_, function.id);
-  std::vector<PathNode*> ancestors = path();
-
-  std::vector<const TrackedStorage*> live_before;
-  for (PathNode* node : ancestors) {
-    for (const TrackedStorage& storage : node->tracked()) {
-      if (storage.live()) live_before.push_back(&storage);
-    }
-  }
-  TreeNode::Parts parts;
-  if (parent != nullptr) {
-    for (const TrackedStorage* storage : parent->live_after()) {
-      if (!storage->live()) parts.expected_dead_before.push_back(storage);
-    }
-  }
-
-  runtime::StreamHandle caller = context_.current_stream();
-  order_capture_after(caller);
-  TensorList bound;
-  {
-    PoolRouting routing(allocator_, pool_);
-    std::unordered_set<const void*> managed = path_output_addresses();
-    parts.inputs = InputBinding::bind(
-        {inputs, function, managed, slot.demoted, allocator_, capture_stream_}, bound);
-  }
-  auto graph = std::make_unique<runtime::GraphRecording>(device_);
-  TensorList outputs;
-  try {
-    runtime::StreamGuard stream(device_, capture_stream_);
-    graph->capture_begin(capture_stream_, pool_);
-    try {
-      outputs = function.spec.body(bound);
-    } catch (...) {
-      graph->abort_capture();
-      throw;
-    }
-    graph->capture_end();
-  } catch (const CaptureViolation& violation) {
-    outputs.clear();
-    bound.clear();
-    order_caller_after(caller);
-    ++counters_.capture_failures;
-    decide_eager(function, slot.eager,
-                 {FallbackCategory::kCaptureFailure,
-                  str_cat("capture failed: ", violation.what(),
-                          ". Move host syncs and host reads out of the function (or into their "
-                          "own eager segment)")});
-    return false;
-  }
-  if (graph->node_count() == 0) {
-    graph.reset();  // kernel-free: replays only re-emit outputs
-  } else {
-    graph->instantiate();
-    graph->replay(capture_stream_);  // computes the first outputs
-  }
-  order_caller_after(caller);
-  bound.clear();  // placeholders not aliased by outputs return to the pool
-  parts.outputs = NodeOutputs::classify(outputs, inputs, parts.inputs.kinds(),
-                                        [this](const void* a) { return in_pool(a); }, device_);
-  if (consumable != nullptr) consumable->clear();
-  for (const TrackedStorage* storage : live_before) {
-    if (!storage->live()) parts.expected_dead_after.push_back(storage);
-  }
-  parts.checkpoint = allocator_.checkpoint(pool_);
-  parts.graph = std::move(graph);
-
-  int64_t generation = generations_.current();
-  auto node = std::make_unique<TreeNode>(parent, function, next_graph_id_++, generation,
-                                         std::move(parts));
-  std::vector<const TrackedStorage*> live_after;
-  for (PathNode* ancestor : ancestors) {
-    for (const TrackedStorage& storage : ancestor->tracked()) {
-      if (storage.live()) live_after.push_back(&storage);
-    }
-  }
-  for (const TrackedStorage& storage : node->tracked()) live_after.push_back(&storage);
-  node->set_live_after(std::move(live_after));
-  TreeNode* raw = nullptr;
-  if (parent != nullptr) {
-    raw = parent->add_child(std::move(node));
-  } else {
-    raw = node.get();
-    slot.children.push_back(raw);
-    roots_.push_back(std::move(node));
-  }
-  current_ = raw;
-  state_ = PathState::kRecording;
-  generation_ = generation;
-  ++counters_.recordings;
-  result = std::move(outputs);
-  return true;
 }
 
 }  // namespace grove::cudagraph_trees

@@ -16,12 +16,11 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cudagraph_trees/config.h"
 #include "cudagraph_trees/function_registry.h"
@@ -100,7 +99,7 @@ class TreeManager {
     state_ = PathState::kExecution;
     generation_ = generations_.current();
     ++counters_.replays;
-    node->replay(inputs, consumable, backend_, context_.current_stream(), result);
+    node->replay(inputs, consumable, backend_, context_.current_stream(), counters_, result);
   }
   void warmup(RegisteredFunction& function, const TensorList& inputs, TensorList* consumable,
               TensorList& result);
@@ -121,6 +120,8 @@ class TreeManager {
   bool all_path_outputs_dead() const;
   std::unordered_set<const void*> path_output_addresses() const;
   void restore_checkpoint();
+  runtime::PoolCheckpoint checkpoint_keeping_segments(
+      const runtime::PoolCheckpoint& checkpoint) const;
   void try_end_recording_or_warmup(const RegisteredFunction& function);
   bool try_end_execution();
   void end_path(bool invalidate_outputs);

@@ -121,17 +121,24 @@ class TreeNode final : public PathNode {
     }
     if (!parts_.inputs.static_addresses_match(inputs)) return InvariantStatus::kStaticInputMoved;
     if (!parts_.inputs.copied_layouts_match(inputs)) return InvariantStatus::kCopiedInputChanged;
+    if (!parts_.inputs.copy_back_inputs_unaliased(inputs)) {
+      return InvariantStatus::kMutatedInputAliased;
+    }
     return InvariantStatus::kOk;
   }
-  // Copies the copied inputs, appends the outputs to `result`, releases
-  // `consumable` (the caller's handed-over inputs) and launches the graph.
+  // Binds the copied inputs (copies or zero-copy patches), appends the outputs
+  // to `result`, releases `consumable` (the caller's handed-over inputs),
+  // launches the graph and copies mutated inputs back.
   void replay(const TensorList& inputs, TensorList* consumable, runtime::Backend& backend,
-              runtime::StreamHandle stream, TensorList& result) {
-    parts_.inputs.copy_inputs(inputs, backend, stream);
+              runtime::StreamHandle stream, TreeCounters& counters, TensorList& result) {
+    ReplayContext context{backend, stream, parts_.graph.get(), counters};
+    parts_.inputs.prepare_replay(inputs, context);
     parts_.outputs.emit(inputs, result);
     if (consumable != nullptr) consumable->clear();
-    if (!parts_.expected_dead_after.empty()) [[unlikely]] check_deaths_after_replay();
+    if (!parts_.expected_dead_after.empty()) [[unlikely]]
+      check_deaths_after_replay();
     if (parts_.graph != nullptr) parts_.graph->replay(stream);
+    parts_.inputs.finish_replay(context);
   }
 
   TreeNode* add_child(std::unique_ptr<TreeNode> child);
@@ -140,6 +147,7 @@ class TreeNode final : public PathNode {
   size_t num_descendants() const;
 
   const InputBinding& inputs() const { return parts_.inputs; }
+  InputBinding& mutable_inputs() { return parts_.inputs; }
   NodeOutputs& outputs() { return parts_.outputs; }
   const NodeOutputs& outputs() const { return parts_.outputs; }
   const runtime::GraphRecording* graph() const { return parts_.graph.get(); }

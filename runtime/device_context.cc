@@ -24,6 +24,16 @@ ContextRegistry& registry() {
 
 thread_local std::unordered_map<const DeviceContext*, StreamHandle> t_current_streams;
 
+// Note [Current stream cache]: the replay path asks for the current stream on
+// every call; a one-entry cache of the last (context, stream) pair answers it
+// with one comparison instead of a hash lookup. Every write goes through
+// set_current_stream / current_stream, which refresh the cache.
+struct CurrentStreamCache {
+  const DeviceContext* context = nullptr;
+  StreamHandle stream;
+};
+thread_local CurrentStreamCache t_current_stream_cache;
+
 std::unique_ptr<Backend> make_backend(Device device) {
   GROVE_CHECK_AS(DeviceError, device.index >= 0 && device.index < kMaxDevicesPerType, "device ",
                  device.str(), ": index out of range");
@@ -57,14 +67,23 @@ DeviceContext::~DeviceContext() {
 }
 
 StreamHandle DeviceContext::current_stream() {
+  if (t_current_stream_cache.context == this) return t_current_stream_cache.stream;
   auto it = t_current_streams.find(this);
-  if (it != t_current_streams.end()) return it->second;
-  StreamHandle stream = create_stream();
-  t_current_streams.emplace(this, stream);
+  StreamHandle stream;
+  if (it != t_current_streams.end()) {
+    stream = it->second;
+  } else {
+    stream = create_stream();
+    t_current_streams.emplace(this, stream);
+  }
+  t_current_stream_cache = {this, stream};
   return stream;
 }
 
-void DeviceContext::set_current_stream(StreamHandle stream) { t_current_streams[this] = stream; }
+void DeviceContext::set_current_stream(StreamHandle stream) {
+  t_current_streams[this] = stream;
+  t_current_stream_cache = {this, stream};
+}
 
 StreamHandle DeviceContext::create_stream() {
   StreamHandle stream = backend_->create_stream();

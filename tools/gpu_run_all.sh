@@ -4,19 +4,23 @@
 # prints one line per binary and a total "N passed, N failed" line, and exits
 # non-zero when any binary failed.
 #
-#   bash gpu_bundle/run_all.sh [--benchmarks] [--filter SUBSTRING]
+#   bash gpu_bundle/run_all.sh [--benchmarks[=SUBSTRING]] [--filter SUBSTRING]
 #
-# --benchmarks also runs each benchmark binary with --json <logs>/<name>.json.
-# Logs (one per binary, plus gtest XML) go to $OUT/gpu_logs when OUT is set,
-# else to a temporary directory. GROVE_TEST_TIMEOUT bounds each binary
-# (seconds, default 300).
+# --benchmarks also runs each benchmark binary (or those whose path contains
+# SUBSTRING) with --json <logs>/<name>.json.
+# Logs go to $OUT/gpu_logs when OUT is set (else a temporary directory): the
+# full output of every failed binary in failures.log, and each benchmark's
+# table and JSON. GROVE_TEST_TIMEOUT bounds
+# each binary (seconds, default 300).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 run_benchmarks=0
+benchmark_filter=""
 filter=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --benchmarks) run_benchmarks=1 ;;
+    --benchmarks=*) run_benchmarks=1; benchmark_filter=${1#--benchmarks=} ;;
     --filter) filter=$2; shift ;;
     *) echo "run_all.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -34,6 +38,7 @@ else
   logs=$(mktemp -d "${TMPDIR:-/tmp}/grove_logs.XXXXXX")
 fi
 mkdir -p "$logs"
+scratch_logs=$(mktemp -d "${TMPDIR:-/tmp}/grove_test_logs.XXXXXX")
 timeout_s=${GROVE_TEST_TIMEOUT:-300}
 
 echo "grove GPU run: commit $(cat "$here/commit.txt" 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -54,11 +59,11 @@ while read -r path; do
   [ -n "$path" ] || continue
   case "$path" in *"$filter"*) ;; *) continue ;; esac
   name=$(basename "$path")
-  log="$logs/$name.log"
+  log="$scratch_logs/$name.log"
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/grove_test.XXXXXX")
   start=$(date +%s.%N)
   (cd "$tree/grove" && TEST_SRCDIR="$tree" TEST_WORKSPACE=grove TEST_TMPDIR="$scratch" \
-    timeout "$timeout_s" "./$path" --gtest_output="xml:$logs/$name.xml") >"$log" 2>&1
+    timeout "$timeout_s" "./$path") >"$log" 2>&1
   status=$?
   seconds=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   rm -rf "$scratch"
@@ -83,6 +88,7 @@ while read -r path; do
     [ "$verdict" != "FAIL" ] && echo "      $verdict"
     grep -E '^\[  FAILED  \].*\(|Failure|error:' "$log" | head -8 | sed 's/^/      /'
     tail -3 "$log" | sed 's/^/      | /'
+    { echo "===== $path (exit $status)"; cat "$log"; } >>"$logs/failures.log"
   fi
 done <"$here/tests.txt"
 
@@ -96,6 +102,7 @@ done <"$here/not_built.txt"
 if [ "$run_benchmarks" -eq 1 ]; then
   while read -r path; do
     [ -n "$path" ] || continue
+    case "$path" in *"$benchmark_filter"*) ;; *) continue ;; esac
     name=$(basename "$path")
     echo
     echo "== benchmark $path"

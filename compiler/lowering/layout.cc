@@ -30,9 +30,8 @@ std::optional<Shape> view_strides(const Shape& shape, const Shape& strides,
   int64_t view_numel = 1;
   for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
     chunk_numel *= shape[static_cast<size_t>(d)];
-    bool chunk_ends =
-        d == 0 || (shape[static_cast<size_t>(d - 1)] != 1 &&
-                   strides[static_cast<size_t>(d - 1)] != chunk_numel * chunk_stride);
+    bool chunk_ends = d == 0 || (shape[static_cast<size_t>(d - 1)] != 1 &&
+                                 strides[static_cast<size_t>(d - 1)] != chunk_numel * chunk_stride);
     if (!chunk_ends) continue;
     while (view_d >= 0 &&
            (view_numel < chunk_numel || new_shape[static_cast<size_t>(view_d)] == 1)) {
@@ -70,8 +69,8 @@ bool AccessMap::has_merged_dims() const {
 }
 
 AccessMap broadcast_map(const Shape& from, const Shape& to) {
-  GROVE_CHECK_AS(ShapeError, from.size() <= to.size(), "broadcast_map: ",
-                 runtime::shape_str(from), " does not broadcast to ", runtime::shape_str(to));
+  GROVE_CHECK_AS(ShapeError, from.size() <= to.size(), "broadcast_map: ", runtime::shape_str(from),
+                 " does not broadcast to ", runtime::shape_str(to));
   AccessMap map;
   size_t lead = to.size() - from.size();
   for (size_t j = 0; j < from.size(); ++j) {

@@ -19,16 +19,16 @@ namespace grove::compiler::lowering {
 struct SlotInfo {
   std::string name;
   runtime::DType dtype = runtime::DType::kF32;
-  Layout layout;       // relative to the root slot's element 0
-  int root = -1;       // the slot whose tensor holds the storage (itself for allocations)
+  Layout layout;         // relative to the root slot's element 0
+  int root = -1;         // the slot whose tensor holds the storage (itself for allocations)
   bool dynamic = false;  // shape known only at run time (after nonzero)
 };
 
 struct KernelLaunch {
   codegen::KernelSpec spec;
   codegen::CompiledKernel kernel;
-  std::vector<int> input_slots;      // one per spec input; pointer = the slot's element 0
-  std::vector<int> output_slots;     // one per spec output
+  std::vector<int> input_slots;         // one per spec input; pointer = the slot's element 0
+  std::vector<int> output_slots;        // one per spec output
   std::vector<int64_t> output_offsets;  // elements past the output slot's element 0
 };
 
@@ -59,10 +59,10 @@ struct Step {
   std::string op;
   // Slots allocated (contiguous, Tensor::empty) right before the step runs.
   std::vector<int> allocate;
-  KernelLaunch kernel;   // kKernel
-  GemmLaunch gemm;       // kGemm
-  int source = -1;       // kView, kAlias, kNonzero, kPrint, kDynamicElementwise (operand 0)
-  int result = -1;       // kView, kAlias, kNonzero, kPrint, kDynamicElementwise
+  KernelLaunch kernel;       // kKernel
+  GemmLaunch gemm;           // kGemm
+  int source = -1;           // kView, kAlias, kNonzero, kPrint, kDynamicElementwise (operand 0)
+  int result = -1;           // kView, kAlias, kNonzero, kPrint, kDynamicElementwise
   std::vector<int> sources;  // kDynamicElementwise: every operand slot
   int graph_node = -1;       // kDynamicElementwise: the LoweringGraph node
   std::string message;       // kPrint

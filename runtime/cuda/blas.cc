@@ -158,8 +158,8 @@ void gemm(Device device, StreamHandle stream, const GemmArgs& g) {
   GROVE_CHECK_AS(DeviceError, device.is_cuda(), "cuBLAS GEMM on ", device.str(),
                  ": cuBLAS runs on cuda devices only; use the compiler's host matmul for ",
                  device.str());
-  check_args(g);
   cudaDataType type = cuda_data_type(g.dtype);
+  check_args(g);
   const CublasLibrary& library = require_cublas();
   cublasHandle_t handle = handle_for(library, device, stream);
   cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -181,6 +181,8 @@ StreamHandle CudaBackend::create_stream() {
   // Non-blocking: grove's streams never serialize with the legacy default stream.
   GROVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                    "creating a stream on ", where());
+  std::lock_guard<std::mutex> lock(mutex_);
+  streams_[stream] = true;
   return StreamHandle{stream};
 }
 
@@ -190,6 +192,7 @@ void CudaBackend::destroy_stream(StreamHandle stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     GROVE_CHECK(captures_.count(cuda_stream(stream)) == 0, where(),
                 ": cannot destroy a stream while it is capturing; end the capture first");
+    streams_.erase(cuda_stream(stream));
   }
   use_device();
   GROVE_CUDA_CHECK(cudaStreamDestroy(cuda_stream(stream)), "destroying a stream on ", where());
@@ -206,8 +209,42 @@ void CudaBackend::synchronize_stream(StreamHandle stream) {
 
 void CudaBackend::synchronize_device() {
   use_device();
+  if (active_captures_.load() > 0 && !captures_forbid_this_thread()) {
+    synchronize_streams_outside_capture();
+    return;
+  }
   check_unsafe_call(cudaDeviceSynchronize(), "cudaDeviceSynchronize",
                     str_cat("synchronizing ", where()));
+}
+
+bool CudaBackend::captures_forbid_this_thread() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [stream, capture] : captures_) {
+    if (capture.mode == CaptureMode::kGlobal || (capture.mode == CaptureMode::kThreadLocal &&
+                                                 capture.thread == std::this_thread::get_id())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Note [Unsafe calls during capture], case (3).
+void CudaBackend::synchronize_streams_outside_capture() {
+  std::vector<cudaStream_t> streams;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [stream, alive] : streams_) streams.push_back(stream);
+    if (upload_stream_ != nullptr) streams.push_back(upload_stream_);
+  }
+  streams.push_back(nullptr);  // the legacy default stream
+  for (cudaStream_t stream : streams) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    GROVE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status), "checking whether a stream of ",
+                     where(), " captures");
+    if (status != cudaStreamCaptureStatusNone) continue;
+    GROVE_CUDA_CHECK(cudaStreamSynchronize(stream), "synchronizing a stream of ", where(),
+                     " while another thread captures");
+  }
 }
 
 EventHandle CudaBackend::create_event(bool enable_timing) {
@@ -317,7 +354,7 @@ void CudaBackend::launch_kernel(KernelHandle kernel, const LaunchDims& dims, con
                    "launching kernel '", cuda_kernel->name, "' with ", dims_str(dims), " on ",
                    where());
   if (active_captures_.load(std::memory_order_relaxed) > 0) {
-    record_captured_launch(cuda_stream_handle, cuda_kernel, args);
+    record_captured_launch(cuda_stream_handle, cuda_kernel, dims, args);
   }
 }
 
@@ -329,7 +366,7 @@ void CudaBackend::launch_kernel(KernelHandle kernel, const LaunchDims& dims, con
 // the table to the graph. Nodes not in the table were launched by libraries
 // (cuBLAS) and are reported with launched_by_grove = false.
 void CudaBackend::record_captured_launch(cudaStream_t stream, const CudaKernel* kernel,
-                                         const KernelArgs& args) {
+                                         const LaunchDims& dims, const KernelArgs& args) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
   const cudaGraphNode_t* dependencies = nullptr;
@@ -342,7 +379,7 @@ void CudaBackend::record_captured_launch(cudaStream_t stream, const CudaKernel* 
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = capture_launches_.find(id);
   if (it == capture_launches_.end()) return;  // a capture grove did not begin
-  it->second[dependencies[0]] = LaunchRecord{kernel, args};
+  it->second[dependencies[0]] = LaunchRecord{kernel, dims, args};
 }
 
 void CudaBackend::launch_host_function(StreamHandle stream, void (*function)(void*),
@@ -442,7 +479,11 @@ CaptureStatus CudaBackend::capture_status(StreamHandle stream) {
 // thread-local: the capturing thread); (2) when an unsafe call such as
 // cudaDeviceSynchronize fails because of a capture, grove also marks the
 // captures that forbade it as invalidated, so end_capture reports the
-// violation whichever thread made it.
+// violation whichever thread made it; (3) cudaDeviceSynchronize would also
+// synchronize a capturing stream and so invalidate another thread's
+// thread-local or relaxed capture, which CUDA's mode rules mean to allow; while
+// such a capture is active, grove synchronizes every stream it created that is
+// not capturing (and the legacy default stream) instead.
 int CudaBackend::invalidate_forbidding_captures(const std::string& reason) {
   std::vector<cudaStream_t> streams;
   {

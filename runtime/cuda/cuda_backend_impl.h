@@ -33,6 +33,7 @@ struct CudaKernel {
 // A kernel launch grove made during capture: which kernel, with which slots.
 struct LaunchRecord {
   const CudaKernel* kernel = nullptr;
+  LaunchDims dims;
   KernelArgs args;
 };
 using LaunchTable = std::unordered_map<cudaGraphNode_t, LaunchRecord>;
@@ -105,8 +106,9 @@ class CudaBackend final : public Backend {
   // Makes cuda:index_ the calling thread's current device.
   void use_device() const;
   std::string where() const;  // "cuda:0 (NVIDIA H200)"
-  void record_captured_launch(cudaStream_t stream, const CudaKernel* kernel,
+  void record_captured_launch(cudaStream_t stream, const CudaKernel* kernel, const LaunchDims& dims,
                               const KernelArgs& args);
+  std::string kernel_change(CudaGraph& from, CudaGraph& to);
   const std::vector<cudaGraphNode_t>& kernel_nodes_of(CudaGraph& graph);
   std::string kernel_node_name(CudaGraph& graph, cudaGraphNode_t node);
   void release_graph(CudaGraph* graph) noexcept;
@@ -116,6 +118,8 @@ class CudaBackend final : public Backend {
   // Marks the captures that forbid an unsafe call on this thread as invalidated;
   // returns how many.
   int invalidate_forbidding_captures(const std::string& reason);
+  bool captures_forbid_this_thread();
+  void synchronize_streams_outside_capture();
   cudaStream_t upload_stream();
 
   int index_;
@@ -135,6 +139,8 @@ class CudaBackend final : public Backend {
   std::unordered_map<unsigned long long, LaunchTable> capture_launches_;
   std::unordered_map<cudaStream_t, std::string> invalidated_by_grove_;
   cudaStream_t upload_stream_ = nullptr;
+  std::unordered_map<cudaStream_t, bool>
+      streams_;  // created here (Note [Unsafe calls during capture])
 };
 
 }  // namespace grove::runtime::cuda_detail

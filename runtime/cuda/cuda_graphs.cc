@@ -113,6 +113,11 @@ ExecUpdateResult CudaBackend::update_graph_exec(GraphExecHandle exec, GraphHandl
   CudaGraphExec& e = exec_of(exec);
   CudaGraph& g = graph_of(graph);
   use_device();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string change = kernel_change(*e.source, g);
+    if (!change.empty()) return ExecUpdateResult{false, change};
+  }
   cudaGraphExecUpdateResultInfo info{};
   cudaError_t status = cudaGraphExecUpdate(e.exec, g.graph, &info);
   if (status == cudaSuccess) return ExecUpdateResult{true, ""};
@@ -131,6 +136,31 @@ ExecUpdateResult CudaBackend::update_graph_exec(GraphExecHandle exec, GraphHandl
     cudaGetLastError();
   }
   return ExecUpdateResult{false, reason};
+}
+
+// Note [Exec update keeps kernels]: CUDA can swap a kernel node's function in
+// an update, but grove's contract (and sim's) is narrower: an update swaps
+// arguments only, so that kernel-node indices, names and the exec's source
+// graph keep describing the same kernels. A changed kernel is reported as the
+// reason to re-instantiate. Counts that differ are left to CUDA's topology check.
+std::string CudaBackend::kernel_change(CudaGraph& from, CudaGraph& to) {
+  const std::vector<cudaGraphNode_t>& old_nodes = kernel_nodes_of(from);
+  const std::vector<cudaGraphNode_t>& new_nodes = kernel_nodes_of(to);
+  if (old_nodes.size() != new_nodes.size()) return "";
+  for (size_t i = 0; i < old_nodes.size(); ++i) {
+    auto old_launch = from.launches.find(old_nodes[i]);
+    auto new_launch = to.launches.find(new_nodes[i]);
+    const CudaKernel* old_kernel =
+        old_launch == from.launches.end() ? nullptr : old_launch->second.kernel;
+    const CudaKernel* new_kernel =
+        new_launch == to.launches.end() ? nullptr : new_launch->second.kernel;
+    if (old_kernel != new_kernel) {
+      return str_cat("kernel node ", i, " changed from '", kernel_node_name(from, old_nodes[i]),
+                     "' to '", kernel_node_name(to, new_nodes[i]),
+                     "'; an exec update only swaps arguments");
+    }
+  }
+  return "";
 }
 
 const std::vector<cudaGraphNode_t>& CudaBackend::kernel_nodes_of(CudaGraph& graph) {
@@ -214,9 +244,14 @@ void CudaBackend::set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
               "set_kernel_node_args: the executable "
               "graph has ",
               source_nodes.size(), " kernel nodes; there is no kernel node ", kernel_node_index);
+  // The node's launch configuration comes from grove's own record: CUDA cannot
+  // read back a node whose function is a library kernel (cudaKernel_t).
+  const LaunchRecord& launch = record->second;
   cudaKernelNodeParams params{};
-  GROVE_CUDA_CHECK(cudaGraphKernelNodeGetParams(node, &params), "reading kernel node ",
-                   kernel_node_index, " ('", record->second.kernel->name, "') on ", where());
+  params.func = reinterpret_cast<void*>(launch.kernel->kernel);
+  params.gridDim = dim3(launch.dims.grid.x, launch.dims.grid.y, launch.dims.grid.z);
+  params.blockDim = dim3(launch.dims.block.x, launch.dims.block.y, launch.dims.block.z);
+  params.sharedMemBytes = launch.dims.shared_bytes;
   std::vector<void*> pointers(args.slots.size());
   for (size_t i = 0; i < args.slots.size(); ++i) {
     pointers[i] = const_cast<uint64_t*>(&args.slots[i]);

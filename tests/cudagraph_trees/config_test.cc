@@ -1,9 +1,10 @@
 // TreeConfig defaults and environment overrides.
+#include "cudagraph_trees/config.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "cudagraph_trees/config.h"
 #include "cudagraph_trees/tree_manager.h"
 
 namespace grove::cudagraph_trees {
@@ -23,6 +24,41 @@ TEST(TreeConfig, DefaultsFollowPyTorch) {
   EXPECT_FALSE(config.strict);
   EXPECT_EQ(config.rerecord_limit, 128);
   EXPECT_EQ(config.managed_input_move_limit, 5);
+  EXPECT_EQ(config.mutation_policy, MutationPolicy::kCopyBack);
+  EXPECT_TRUE(config.zero_copy_inputs);
+  EXPECT_EQ(config.min_segment_kernels, 1);
+  EXPECT_TRUE(config.batch_buckets.empty());
+}
+
+TEST(TreeConfig, BackendKnobsComeFromTheEnvironment) {
+  ScopedEnv policy("GROVE_CUDAGRAPHS_MUTATION_POLICY", "eager");
+  ScopedEnv zero_copy("GROVE_CUDAGRAPHS_ZERO_COPY", "0");
+  ScopedEnv kernels("GROVE_CUDAGRAPHS_MIN_SEGMENT_KERNELS", "3");
+  ScopedEnv buckets("GROVE_CUDAGRAPHS_BATCH_BUCKETS", "1,2,4,16");
+  TreeConfig config = TreeConfig::from_environment();
+  EXPECT_EQ(config.mutation_policy, MutationPolicy::kEager);
+  EXPECT_FALSE(config.zero_copy_inputs);
+  EXPECT_EQ(config.min_segment_kernels, 3);
+  EXPECT_EQ(config.batch_buckets, (std::vector<int64_t>{1, 2, 4, 16}));
+}
+
+TEST(TreeConfig, MalformedPolicyAndBucketsNameTheVariable) {
+  {
+    ScopedEnv policy("GROVE_CUDAGRAPHS_MUTATION_POLICY", "sometimes");
+    try {
+      TreeConfig::from_environment();
+      FAIL() << "expected ConfigError";
+    } catch (const ConfigError& error) {
+      EXPECT_NE(std::string(error.what()).find("GROVE_CUDAGRAPHS_MUTATION_POLICY"),
+                std::string::npos);
+    }
+  }
+  {
+    ScopedEnv buckets("GROVE_CUDAGRAPHS_BATCH_BUCKETS", "1,x");
+    EXPECT_THROW(TreeConfig::from_environment(), ConfigError);
+  }
+  ScopedEnv buckets("GROVE_CUDAGRAPHS_BATCH_BUCKETS", "4,2");
+  EXPECT_THROW(TreeConfig::from_environment(), ConfigError);
 }
 
 TEST(TreeConfig, EnvironmentOverridesDefaults) {

@@ -12,10 +12,12 @@ class TreeMutation : public TreeTest {};
 TEST_P(TreeMutation, MutatingAStaticInputIsCaptured) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("bump_param", [](const TensorList& in) {
-    launch_add_scalar_in_place(in[1], 1.0f);
-    return TensorList{add(in[0], in[1])};
-  }, /*static*/ {1}, /*mutated*/ {1}));
+  FunctionId f = trees.register_function(spec("bump_param",
+                                              [](const TensorList& in) {
+                                                launch_add_scalar_in_place(in[1], 1.0f);
+                                                return TensorList{add(in[0], in[1])};
+                                              },
+                                              /*static*/ {1}, /*mutated*/ {1}));
   Tensor p = random_tensor(rng, {32});
   Floats expected_p = host(p);
   for (int step = 0; step < 5; ++step) {
@@ -34,13 +36,14 @@ TEST_P(TreeMutation, MutatingAStaticInputIsCaptured) {
 TEST_P(TreeMutation, MutatingAPoolManagedInputIsCaptured) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("double", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
-  FunctionId g = trees.register_function(spec("bump_and_triple", [](const TensorList& in) {
-    launch_add_scalar_in_place(in[0], 1.0f);
-    return TensorList{scale(in[0], 3.0f)};
-  }, {}, /*mutated*/ {0}));
+  FunctionId f = trees.register_function(
+      spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
+  FunctionId g = trees.register_function(spec("bump_and_triple",
+                                              [](const TensorList& in) {
+                                                launch_add_scalar_in_place(in[0], 1.0f);
+                                                return TensorList{scale(in[0], 3.0f)};
+                                              },
+                                              {}, /*mutated*/ {0}));
   for (int step = 0; step < 5; ++step) {
     InvocationScope call(trees);
     Tensor x = random_tensor(rng, {32});
@@ -57,14 +60,17 @@ TEST_P(TreeMutation, MutatingAPoolManagedInputIsCaptured) {
   EXPECT_EQ(trees.counters().replays, 6u);
 }
 
-TEST_P(TreeMutation, MutatingACopiedInputFallsBackToEagerWithReason) {
+TEST_P(TreeMutation, UnderTheEagerPolicyMutatingACopiedInputFallsBackWithReason) {
   GROVE_SEEDED_RNG(rng);
-  TreeManager& trees = make_manager();
+  TreeConfig config;
+  config.mutation_policy = cudagraph_trees::MutationPolicy::kEager;
+  TreeManager& trees = make_manager(config);
   CountedBody counted;
   FunctionId f = trees.register_function(spec("bump_input", counted.wrap([](const TensorList& in) {
     launch_add_scalar_in_place(in[0], 1.0f);
     return TensorList{scale(in[0], 2.0f)};
-  }), {}, /*mutated*/ {0}));
+  }),
+                                              {}, /*mutated*/ {0}));
   for (int step = 0; step < 4; ++step) {
     Tensor x = random_tensor(rng, {32});
     Floats bumped = host_add_scalar(host(x), 1.0f);
@@ -86,11 +92,14 @@ TEST_P(TreeMutation, StrictModeThrowsInsteadOfFallingBack) {
   GROVE_SEEDED_RNG(rng);
   TreeConfig config;
   config.strict = true;
+  config.mutation_policy = cudagraph_trees::MutationPolicy::kEager;
   TreeManager& trees = make_manager(config);
-  FunctionId f = trees.register_function(spec("bump_input", [](const TensorList& in) {
-    launch_add_scalar_in_place(in[0], 1.0f);
-    return TensorList{in[0]};
-  }, {}, {0}));
+  FunctionId f = trees.register_function(spec("bump_input",
+                                              [](const TensorList& in) {
+                                                launch_add_scalar_in_place(in[0], 1.0f);
+                                                return TensorList{in[0]};
+                                              },
+                                              {}, {0}));
   Tensor x = random_tensor(rng, {8});
   Floats before = host(x);
   try {
@@ -106,9 +115,8 @@ TEST_P(TreeMutation, StrictModeThrowsInsteadOfFallingBack) {
 TEST_P(TreeMutation, CpuInputsRunEagerly) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("double", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
+  FunctionId f = trees.register_function(
+      spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
   for (int step = 0; step < 3; ++step) {
     Tensor x = Tensor::from_vector(random_floats(rng, 16), {16}, runtime::kCpuDevice);
     TensorList out = trees.run(f, {x});
@@ -147,11 +155,11 @@ TEST_P(TreeMutation, UnknownFunctionAndBadSpecsAreRejected) {
   EXPECT_THROW(trees.run(FunctionId{7}, {}), Error);
   EXPECT_THROW(trees.register_function(spec("", [](const TensorList& in) { return in; })), Error);
   EXPECT_THROW(trees.register_function(spec("no_body", nullptr)), Error);
-  EXPECT_THROW(trees.register_function(spec("twice", [](const TensorList& in) { return in; },
-                                            {1, 1})),
-               Error);
-  FunctionId f = trees.register_function(spec("static_out_of_range",
-                                              [](const TensorList& in) { return in; }, {3}));
+  EXPECT_THROW(
+      trees.register_function(spec("twice", [](const TensorList& in) { return in; }, {1, 1})),
+      Error);
+  FunctionId f = trees.register_function(
+      spec("static_out_of_range", [](const TensorList& in) { return in; }, {3}));
   try {
     trees.run(f, {});
     FAIL() << "expected an error";

@@ -1,0 +1,236 @@
+// eager_latency: per-call latency of the "eager" backend on the benchmark
+// models, f32: mlp16x512 at batch 1 and 256, gpt4x256 at batch 1 with T = 32.
+// For each model it reports, in one process on one stream:
+//   - latency per call: host time from the call until its results are ready
+//     (call + stream synchronize), median and p90 over --iters calls;
+//   - enqueue time per call (the call alone, without waiting), median;
+//   - GPU time per call between timing events recorded around the call, median;
+//   - kernels per call (generated kernels + library GEMMs);
+//   - JIT compile time (lowering + code generation): cold (kernel cache
+//     cleared) and cached (compiled again), with the code generation part of
+//     the cold time; parameter initialization is reported apart.
+// Prints a table and writes JSON. Runs on cuda when present, else on sim (a
+// smoke test for CI: use a small --iters there).
+//
+//   eager_latency [--device cuda|sim] [--iters 200] [--warmup 20]
+//                 [--json eager_latency.json]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "compiler/backends/compile.h"
+#include "compiler/codegen/kernel_compiler.h"
+#include "compiler/model_format/model_json.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+
+namespace grove::benchmarks {
+namespace {
+
+using runtime::Device;
+using runtime::Tensor;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  Device device = runtime::default_device();
+  int iters = 200;
+  int warmup = 20;
+  std::string json_path;
+  std::string models_dir = "benchmarks/models";
+};
+
+struct Case {
+  std::string label;
+  std::string model;
+  std::map<std::string, int64_t> dims;
+};
+
+struct Result {
+  Case config;
+  double latency_median_us = 0, latency_p90_us = 0;
+  double enqueue_median_us = 0;
+  double gpu_median_us = 0;
+  size_t kernels = 0, gemms = 0;
+  double compile_cold_ms = 0, codegen_cold_ms = 0, compile_cached_ms = 0, state_init_ms = 0;
+};
+
+double percentile(std::vector<double> values, double fraction) {
+  std::sort(values.begin(), values.end());
+  size_t index = static_cast<size_t>(fraction * static_cast<double>(values.size() - 1) + 0.5);
+  return values[std::min(index, values.size() - 1)];
+}
+
+double elapsed_us(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+compiler::TensorList random_inputs(const compiler::backends::CompiledModel& model, Device device) {
+  std::mt19937 rng(2026);
+  compiler::TensorList inputs;
+  const compiler::ir::Program& program = model.program();
+  for (const std::string& name : model.input_names()) {
+    const compiler::ir::Value& value = program.value(*program.find_value(name));
+    int64_t n = runtime::shape_numel(value.type.shape);
+    if (value.type.dtype == runtime::DType::kI64) {
+      std::vector<int64_t> ids(static_cast<size_t>(n));
+      for (auto& id : ids) id = static_cast<int64_t>(rng() % 512);
+      inputs.push_back(Tensor::from_vector(ids, value.type.shape, device));
+    } else {
+      std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+      std::vector<float> values(static_cast<size_t>(n));
+      for (float& v : values) v = uniform(rng);
+      inputs.push_back(Tensor::from_vector(values, value.type.shape, device));
+    }
+  }
+  return inputs;
+}
+
+Result run_case(const Case& config, const Options& options) {
+  Result result;
+  result.config = config;
+  compiler::ir::Program program = compiler::model_format::load_model_file(
+      options.models_dir + "/" + config.model + ".json", config.dims, options.device);
+  compiler::codegen::clear_kernel_cache();
+  compiler::backends::CompiledModel cold = compiler::backends::compile(program);
+  result.compile_cold_ms = cold.lower_ms();
+  result.codegen_cold_ms = cold.compile_ms();
+  result.state_init_ms = cold.total_compile_ms() - cold.lower_ms();
+  compiler::backends::CompiledModel model = compiler::backends::compile(program);
+  result.compile_cached_ms = model.lower_ms();
+  compiler::lowering::KernelReport report = model.kernel_report();
+  result.kernels = report.kernels.size();
+  result.gemms = report.library_gemms;
+
+  runtime::DeviceContext& context = runtime::device_context(options.device);
+  runtime::Backend& backend = context.backend();
+  runtime::StreamHandle stream = context.create_stream();
+  runtime::StreamGuard guard(options.device, stream);
+  compiler::TensorList inputs = random_inputs(model, options.device);
+  for (int i = 0; i < options.warmup; ++i) model(inputs);
+  backend.synchronize_stream(stream);
+
+  runtime::EventHandle before = backend.create_event(true);
+  runtime::EventHandle after = backend.create_event(true);
+  std::vector<double> latency, enqueue, gpu;
+  for (int i = 0; i < options.iters; ++i) {
+    backend.record_event(before, stream);
+    auto call_start = Clock::now();
+    compiler::TensorList outputs = model(inputs);
+    enqueue.push_back(elapsed_us(call_start));
+    backend.record_event(after, stream);
+    backend.synchronize_stream(stream);
+    latency.push_back(elapsed_us(call_start));
+    gpu.push_back(1000.0 * backend.elapsed_ms(before, after));
+  }
+  backend.destroy_event(before);
+  backend.destroy_event(after);
+  result.latency_median_us = percentile(latency, 0.5);
+  result.latency_p90_us = percentile(latency, 0.9);
+  result.enqueue_median_us = percentile(enqueue, 0.5);
+  result.gpu_median_us = percentile(gpu, 0.5);
+  return result;
+}
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      GROVE_CHECK(i + 1 < argc, "eager_latency: flag ", flag, " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--device") {
+      options.device = Device::parse(value());
+    } else if (flag == "--iters") {
+      options.iters = std::stoi(value());
+    } else if (flag == "--warmup") {
+      options.warmup = std::stoi(value());
+    } else if (flag == "--json") {
+      options.json_path = value();
+    } else if (flag == "--models") {
+      options.models_dir = value();
+    } else {
+      throw Error(str_cat("eager_latency: unknown flag '", flag,
+                          "'; flags: --device, --iters, --warmup, --json, --models"));
+    }
+  }
+  GROVE_CHECK(options.iters >= 1 && options.warmup >= 0,
+              "eager_latency: --iters must be >= 1 and --warmup >= 0");
+  return options;
+}
+
+std::string json(const std::vector<Result>& results, const Options& options) {
+  std::ostringstream out;
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
+  out << "{\n  \"benchmark\": \"eager_latency\",\n  \"device\": \""
+      << runtime::device_context(options.device).backend().name() << "\",\n  \"date\": \"" << date
+      << "\",\n  \"iters\": " << options.iters << ",\n  \"results\": [\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    out << "    {\"case\": \"" << r.config.label
+        << "\", \"latency_median_us\": " << r.latency_median_us
+        << ", \"latency_p90_us\": " << r.latency_p90_us
+        << ", \"enqueue_median_us\": " << r.enqueue_median_us
+        << ", \"gpu_median_us\": " << r.gpu_median_us << ", \"kernels\": " << r.kernels
+        << ", \"gemms\": " << r.gemms << ", \"compile_cold_ms\": " << r.compile_cold_ms
+        << ", \"codegen_cold_ms\": " << r.codegen_cold_ms
+        << ", \"compile_cached_ms\": " << r.compile_cached_ms
+        << ", \"state_init_ms\": " << r.state_init_ms << "}" << (i + 1 < results.size() ? "," : "")
+        << "\n";
+  }
+  out << "  ]\n}\n";
+  return out.str();
+}
+
+int run(int argc, char** argv) {
+  Options options = parse(argc, argv);
+  std::vector<Case> cases = {
+      {"mlp16x512 b=1", "mlp16x512", {{"batch", 1}}},
+      {"mlp16x512 b=256", "mlp16x512", {{"batch", 256}}},
+      {"gpt4x256 b=1 T=32", "gpt4x256", {{"batch", 1}, {"seq", 32}}},
+  };
+  std::printf("eager latency on %s (%s), f32, %d iters after %d warm-up\n",
+              options.device.str().c_str(),
+              runtime::device_context(options.device).backend().name().c_str(), options.iters,
+              options.warmup);
+  std::printf("%-18s | %10s %10s | %10s | %10s | %7s %5s | %9s %9s %9s | %8s\n", "case",
+              "median us", "p90 us", "enqueue us", "GPU us", "kernels", "GEMMs", "JIT cold",
+              "codegen", "JIT warm", "init ms");
+  std::vector<Result> results;
+  for (const Case& config : cases) {
+    Result r = run_case(config, options);
+    std::printf("%-18s | %10.1f %10.1f | %10.1f | %10.1f | %7zu %5zu | %9.1f %9.1f %9.2f | %8.1f\n",
+                r.config.label.c_str(), r.latency_median_us, r.latency_p90_us, r.enqueue_median_us,
+                r.gpu_median_us, r.kernels, r.gemms, r.compile_cold_ms, r.codegen_cold_ms,
+                r.compile_cached_ms, r.state_init_ms);
+    std::fflush(stdout);
+    results.push_back(r);
+  }
+  if (!options.json_path.empty()) {
+    std::ofstream file(options.json_path);
+    GROVE_CHECK(file.good(), "eager_latency: cannot write ", options.json_path);
+    file << json(results, options);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace grove::benchmarks
+
+int main(int argc, char** argv) {
+  try {
+    return grove::benchmarks::run(argc, argv);
+  } catch (const grove::Error& error) {
+    std::cerr << error.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,142 @@
+// Gradient rules of the elementwise ops. Binary ops broadcast, so each
+// operand's gradient is summed back to the operand's shape.
+#include <cmath>
+
+#include "compiler/autodiff/gradient_context.h"
+#include "compiler/autodiff/gradient_rules.h"
+
+namespace grove::compiler::autodiff {
+
+namespace {
+
+using ops::GradientContext;
+using Grads = std::vector<ValueId>;
+
+DType dtype_of(GradientContext& c) { return c.result_type().dtype; }
+
+// `grad` summed to operand `index`'s shape, or kNoValue when not wanted.
+ValueId to_operand(GradientContext& c, size_t index, ValueId grad) {
+  if (!c.wants(index)) return ir::kNoValue;
+  return sum_to_shape(c.b(), grad, c.operand_type(index).shape);
+}
+
+void set(const std::string& op, ops::GradientRule rule) {
+  ops::OpRegistry::global().set_gradient(op, std::move(rule));
+}
+
+// A unary op whose gradient is g * f'(x), with f' built from x and y = f(x).
+void unary(const std::string& op,
+           std::function<ValueId(ProgramBuilder&, ValueId g, ValueId x, ValueId y, DType)> rule) {
+  set(op, [rule](GradientContext& c) -> Grads {
+    if (!c.wants(0)) return {ir::kNoValue};
+    return {rule(c.b(), c.grad(), c.operand(0), c.result(), dtype_of(c))};
+  });
+}
+
+// d/dx of the tanh-approximated gelu (ops/op_registry.h):
+//   t = tanh(k (x + a x^3)),  gelu' = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
+ValueId gelu_derivative(ProgramBuilder& b, ValueId x, DType dtype) {
+  const double k = std::sqrt(2.0 / M_PI);
+  const double a = 0.044715;
+  ValueId x_squared = b.mul(x, x);
+  ValueId inner = b.mul(x, b.add(scalar(b, 1.0, dtype), b.mul(scalar(b, a, dtype), x_squared)));
+  ValueId t = b.tanh(b.mul(scalar(b, k, dtype), inner));
+  ValueId half = scalar(b, 0.5, dtype);
+  ValueId left = b.mul(half, b.add(scalar(b, 1.0, dtype), t));
+  ValueId sech_squared = b.sub(scalar(b, 1.0, dtype), b.mul(t, t));
+  ValueId slope = b.mul(scalar(b, k, dtype),
+                        b.add(scalar(b, 1.0, dtype), b.mul(scalar(b, 3 * a, dtype), x_squared)));
+  ValueId right = b.mul(b.mul(half, x), b.mul(sech_squared, slope));
+  return b.add(left, right);
+}
+
+}  // namespace
+
+namespace detail {
+
+void register_elementwise_gradients() {
+  set("add", [](GradientContext& c) -> Grads {
+    return {to_operand(c, 0, c.grad()), to_operand(c, 1, c.grad())};
+  });
+  set("sub", [](GradientContext& c) -> Grads {
+    ValueId right = c.wants(1) ? c.b().neg(c.grad()) : ir::kNoValue;
+    return {to_operand(c, 0, c.grad()), c.wants(1) ? to_operand(c, 1, right) : ir::kNoValue};
+  });
+  set("mul", [](GradientContext& c) -> Grads {
+    ProgramBuilder& b = c.b();
+    Grads grads(2, ir::kNoValue);
+    if (c.wants(0)) grads[0] = to_operand(c, 0, b.mul(c.grad(), c.operand(1)));
+    if (c.wants(1)) grads[1] = to_operand(c, 1, b.mul(c.grad(), c.operand(0)));
+    return grads;
+  });
+  // y = a / b:  da = g / b,  db = -g a / b^2.
+  set("div", [](GradientContext& c) -> Grads {
+    ProgramBuilder& b = c.b();
+    Grads grads(2, ir::kNoValue);
+    if (c.wants(0)) grads[0] = to_operand(c, 0, b.div(c.grad(), c.operand(1)));
+    if (c.wants(1)) {
+      ValueId numerator = b.mul(c.grad(), c.operand(0));
+      grads[1] = to_operand(c, 1, b.neg(b.div(numerator, b.mul(c.operand(1), c.operand(1)))));
+    }
+    return grads;
+  });
+  // y = a^b:  da = g b a^(b-1),  db = g y ln(a)  (defined for a > 0).
+  set("pow", [](GradientContext& c) -> Grads {
+    ProgramBuilder& b = c.b();
+    DType dtype = dtype_of(c);
+    Grads grads(2, ir::kNoValue);
+    if (c.wants(0)) {
+      ValueId power = b.pow(c.operand(0), b.sub(c.operand(1), scalar(b, 1.0, dtype)));
+      grads[0] = to_operand(c, 0, b.mul(c.grad(), b.mul(c.operand(1), power)));
+    }
+    if (c.wants(1)) {
+      grads[1] = to_operand(c, 1, b.mul(c.grad(), b.mul(c.result(), b.log(c.operand(0)))));
+    }
+    return grads;
+  });
+
+  unary("neg", [](ProgramBuilder& b, ValueId g, ValueId, ValueId, DType) { return b.neg(g); });
+  unary("exp", [](ProgramBuilder& b, ValueId g, ValueId, ValueId y, DType) { return b.mul(g, y); });
+  unary("log", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType) { return b.div(g, x); });
+  unary("tanh", [](ProgramBuilder& b, ValueId g, ValueId, ValueId y, DType dtype) {
+    return b.mul(g, b.sub(scalar(b, 1.0, dtype), b.mul(y, y)));
+  });
+  unary("sigmoid", [](ProgramBuilder& b, ValueId g, ValueId, ValueId y, DType dtype) {
+    return b.mul(g, b.mul(y, b.sub(scalar(b, 1.0, dtype), y)));
+  });
+  // The derivative at exactly 0 is taken as 0 (as PyTorch does).
+  unary("relu", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType dtype) {
+    return b.where(b.compare("gt", x, scalar(b, 0.0, dtype)), g, scalar(b, 0.0, dtype));
+  });
+  unary("gelu", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType dtype) {
+    return b.mul(g, gelu_derivative(b, x, dtype));
+  });
+  // y = sqrt(x): dy/dx = 1 / (2 y).
+  unary("sqrt", [](ProgramBuilder& b, ValueId g, ValueId, ValueId y, DType dtype) {
+    return b.div(g, b.mul(scalar(b, 2.0, dtype), y));
+  });
+  // y = x^-1/2: dy/dx = -y^3 / 2.
+  unary("rsqrt", [](ProgramBuilder& b, ValueId g, ValueId, ValueId y, DType dtype) {
+    return b.mul(b.mul(g, scalar(b, -0.5, dtype)), b.mul(y, b.mul(y, y)));
+  });
+
+  set("where", [](GradientContext& c) -> Grads {
+    ProgramBuilder& b = c.b();
+    ValueId zero = scalar(b, 0.0, dtype_of(c));
+    Grads grads(3, ir::kNoValue);
+    if (c.wants(1)) grads[1] = to_operand(c, 1, b.where(c.operand(0), c.grad(), zero));
+    if (c.wants(2)) grads[2] = to_operand(c, 2, b.where(c.operand(0), zero, c.grad()));
+    return grads;
+  });
+  // Between floating dtypes the gradient is cast back; from an integer or
+  // bool operand nothing flows.
+  set("cast", [](GradientContext& c) -> Grads {
+    if (!c.wants(0) || !runtime::is_floating(c.operand_type(0).dtype)) return {ir::kNoValue};
+    return {c.b().cast(c.grad(), c.operand_type(0).dtype)};
+  });
+  set("full", [](GradientContext&) -> Grads { return {}; });
+}
+
+}  // namespace detail
+
+}  // namespace grove::compiler::autodiff

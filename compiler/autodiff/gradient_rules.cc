@@ -1,0 +1,29 @@
+#include "compiler/autodiff/gradient_rules.h"
+
+#include <mutex>
+
+namespace grove::compiler::autodiff {
+
+void register_gradients() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    detail::register_elementwise_gradients();
+    detail::register_tensor_gradients();
+  });
+}
+
+const std::map<std::string, std::string>& non_differentiable_ops() {
+  static const std::map<std::string, std::string> ops = [] {
+    std::map<std::string, std::string> reasons;
+    for (const char* compare : {"lt", "le", "gt", "ge", "eq", "ne"}) {
+      reasons[compare] = "its result is bool";
+    }
+    reasons["nonzero"] = "its result is integer indices";
+    reasons["sgd_momentum_update"] = "an in-place optimizer update, run after the backward";
+    reasons["adamw_update"] = "an in-place optimizer update, run after the backward";
+    return reasons;
+  }();
+  return ops;
+}
+
+}  // namespace grove::compiler::autodiff

@@ -1,0 +1,160 @@
+#include "compiler/backends/compile.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "compiler/model_format/model_json.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+
+namespace grove::compiler::backends {
+namespace {
+
+using runtime::DType;
+using runtime::Tensor;
+
+std::vector<uint8_t> encode(const std::vector<double>& values, DType dtype) {
+  std::vector<uint8_t> bytes(values.size() * runtime::dtype_size(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    double value = values[i];
+    uint8_t* at = bytes.data() + i * runtime::dtype_size(dtype);
+    switch (dtype) {
+      case DType::kF32: {
+        auto v = static_cast<float>(value);
+        std::memcpy(at, &v, sizeof(v));
+        break;
+      }
+      case DType::kF64:
+        std::memcpy(at, &value, sizeof(value));
+        break;
+      case DType::kBF16: {
+        uint16_t v = runtime::float_to_bf16_bits(static_cast<float>(value));
+        std::memcpy(at, &v, sizeof(v));
+        break;
+      }
+      case DType::kF16: {
+        uint16_t v = runtime::float_to_f16_bits(static_cast<float>(value));
+        std::memcpy(at, &v, sizeof(v));
+        break;
+      }
+      case DType::kI32: {
+        auto v = static_cast<int32_t>(std::trunc(value));
+        std::memcpy(at, &v, sizeof(v));
+        break;
+      }
+      case DType::kI64: {
+        auto v = static_cast<int64_t>(std::trunc(value));
+        std::memcpy(at, &v, sizeof(v));
+        break;
+      }
+      case DType::kBool:
+        *at = value != 0 ? 1 : 0;
+        break;
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Tensor initial_tensor(const ir::Value& value, runtime::Device device) {
+  GROVE_CHECK(value.initializer.has_value(), "initial_tensor: ", ir::value_kind_name(value.kind),
+              " '", value.name, "' has no initializer");
+  std::vector<double> values = ir::initial_values(*value.initializer, value.type);
+  std::vector<uint8_t> bytes = encode(values, value.type.dtype);
+  return Tensor::from_host(bytes.data(), value.type.shape, value.type.dtype, device);
+}
+
+CompiledModel compile(const ir::Program& program, const CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  CompiledModel model;
+  if (options.device && *options.device != program.device()) {
+    // Retarget through the model format, which binds every type to the device.
+    model.program_ = std::make_shared<const ir::Program>(
+        model_format::load_model(model_format::export_model(program), {}, *options.device));
+  } else {
+    model.program_ = std::make_shared<const ir::Program>(program);
+  }
+  const ir::Program& target = *model.program_;
+  GROVE_CHECK_AS(DeviceError, runtime::device_available(target.device()), "compile of '",
+                 target.name(), "': device ", target.device().str(),
+                 " is not available here; compile for ", runtime::default_device().str(),
+                 " instead");
+  target.verify();
+  std::unique_ptr<ExecutionBackend> backend = make_backend(options.backend);
+  model.backend_name_ = backend->name();
+  lowering::LowerOptions lower_options;
+  lower_options.mode = options.mode;
+  auto lower_start = std::chrono::steady_clock::now();
+  model.lowered_ =
+      std::make_shared<const lowering::LoweredProgram>(lowering::lower(target, lower_options));
+  model.lower_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - lower_start)
+          .count();
+  model.call_ = backend->prepare(*model.lowered_, options);
+  model.persistent_.resize(target.inputs().size());
+  for (size_t i = 0; i < target.inputs().size(); ++i) {
+    const ir::Value& value = target.value(target.inputs()[i]);
+    if (value.is_persistent()) {
+      model.persistent_[i] = initial_tensor(value, target.device());
+      model.state_positions_[value.name] = i;
+    } else {
+      model.input_positions_.push_back(i);
+      model.input_names_.push_back(value.name);
+    }
+  }
+  model.total_compile_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return model;
+}
+
+TensorList CompiledModel::operator()(const TensorList& inputs) const {
+  const ir::Program& program = *program_;
+  GROVE_CHECK(
+      inputs.size() == input_positions_.size(), "model '", program.name(), "' takes ",
+      input_positions_.size(), " inputs (",
+      [&] {
+        std::string names;
+        for (const std::string& name : input_names_) {
+          names += (names.empty() ? "'" : ", '") + name + "'";
+        }
+        return names;
+      }(),
+      "), found ", inputs.size());
+  TensorList all = persistent_;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const size_t position = input_positions_[k];
+    const ir::Value& value = program.value(program.inputs()[position]);
+    const Tensor& tensor = inputs[k];
+    std::string name = str_cat("model '", program.name(), "': input '", value.name, "' (", k, ")");
+    GROVE_CHECK(tensor.defined(), name, " is an undefined tensor; pass a tensor of ",
+                value.type.str());
+    GROVE_CHECK_AS(DeviceError, tensor.device() == value.type.device, name, " expects a tensor on ",
+                   value.type.device.str(), ", found one on ", tensor.device().str(),
+                   "; move it to ", value.type.device.str(), " first");
+    GROVE_CHECK_AS(DTypeError, tensor.dtype() == value.type.dtype, name, " expects dtype ",
+                   runtime::dtype_name(value.type.dtype), ", found ",
+                   runtime::dtype_name(tensor.dtype()));
+    GROVE_CHECK_AS(ShapeError, tensor.shape() == value.type.shape, name, " expects shape ",
+                   ir::shape_text(value.type.shape), ", found ", runtime::shape_str(tensor.shape()),
+                   "; the model was compiled for these dims (recompile for other sizes)");
+    all[position] = tensor;
+  }
+  return call_(all);
+}
+
+const Tensor& CompiledModel::state(const std::string& name) const {
+  auto found = state_positions_.find(name);
+  GROVE_CHECK(found != state_positions_.end(), "model '", program_->name(),
+              "' has no param or buffer named '", name, "'");
+  return persistent_[found->second];
+}
+
+std::vector<std::string> CompiledModel::state_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, unused] : state_positions_) names.push_back(name);
+  return names;
+}
+
+}  // namespace grove::compiler::backends

@@ -1,0 +1,70 @@
+// compile(): a Program becomes a CompiledModel, the object users call. It
+// lowers the program, prepares the chosen backend, and owns the model's
+// persistent state (params and buffers) as device tensors initialized from
+// their initializers; a call takes only the program's `input` values.
+//
+//   CompiledModel model = compile(program, {.backend = "eager"});
+//   TensorList outputs = model({x});
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/backends/backend_registry.h"
+#include "compiler/ir/program.h"
+#include "compiler/lowering/lower.h"
+
+namespace grove::compiler::backends {
+
+class CompiledModel {
+ public:
+  // Runs the model on the `input` values of the program, in declaration order.
+  // Throws grove::Error (ShapeError, DTypeError, DeviceError) naming the input
+  // when the count, a shape, a dtype or a device is wrong.
+  TensorList operator()(const TensorList& inputs) const;
+
+  const ir::Program& program() const { return *program_; }
+  const lowering::LoweredProgram& lowered() const { return *lowered_; }
+  const std::string& backend() const { return backend_name_; }
+  runtime::Device device() const { return program_->device(); }
+  // The params and buffers, by name (mutated in place by update ops).
+  const runtime::Tensor& state(const std::string& name) const;
+  std::vector<std::string> state_names() const;
+  // Names of the per-call inputs, in call order.
+  const std::vector<std::string>& input_names() const { return input_names_; }
+  lowering::KernelReport kernel_report() const { return lowered_->kernel_report(); }
+  // Code generation time of this compile (0 when every kernel was cached).
+  double compile_ms() const { return lowered_->compile_ms(); }
+  // Wall time of lowering (fusion, scheduling, code generation or cache hits):
+  // the JIT compile time. State initialization is not included.
+  double lower_ms() const { return lower_ms_; }
+  // Wall time of the whole compile (lowering, code generation, state initialization).
+  double total_compile_ms() const { return total_compile_ms_; }
+
+ private:
+  friend CompiledModel compile(const ir::Program& program, const CompileOptions& options);
+  CompiledModel() = default;
+
+  std::shared_ptr<const ir::Program> program_;
+  std::shared_ptr<const lowering::LoweredProgram> lowered_;
+  std::string backend_name_;
+  Callable call_;
+  // One entry per Program::inputs(); params and buffers hold their tensors.
+  std::vector<runtime::Tensor> persistent_;
+  std::vector<size_t> input_positions_;  // positions of the `input` values
+  std::vector<std::string> input_names_;
+  std::map<std::string, size_t> state_positions_;
+  double lower_ms_ = 0;
+  double total_compile_ms_ = 0;
+};
+
+// Throws grove::Error naming the node (lowering), the backend (unknown name)
+// or the device (absent).
+CompiledModel compile(const ir::Program& program, const CompileOptions& options = {});
+
+// A tensor on `device` holding the initial value of param/buffer `value`.
+runtime::Tensor initial_tensor(const ir::Value& value, runtime::Device device);
+
+}  // namespace grove::compiler::backends

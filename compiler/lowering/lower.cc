@@ -1,0 +1,310 @@
+#include "compiler/lowering/lower.h"
+
+#include <set>
+#include <sstream>
+
+#include "compiler/lowering/executor.h"
+#include "compiler/lowering/scheduler.h"
+#include "runtime/error.h"
+
+namespace grove::compiler::lowering {
+
+namespace {
+
+// What calls need; held by every callable, so functions copied out of a
+// LoweredProgram stay valid after it is gone.
+struct Core {
+  ScheduledProgram scheduled;
+  ExecutorOptions executor;
+  std::string name;
+};
+
+}  // namespace
+
+struct LoweredProgram::State {
+  std::shared_ptr<const Core> core;
+  LoweredFunction whole;
+  std::vector<LoweredSegment> segments;
+};
+
+namespace {
+
+using runtime::Tensor;
+
+// The program input (position) whose storage holds `slot`, or -1.
+int input_root(const ScheduledProgram& scheduled, int slot) {
+  int root = scheduled.slots[static_cast<size_t>(slot)].root;
+  const auto& graph = *scheduled.graph;
+  if (root < static_cast<int>(graph.values().size())) {
+    return graph.value(root).input_position;
+  }
+  return -1;
+}
+
+// Roots written in place by steps [first, end).
+std::set<int> written_roots(const ScheduledProgram& scheduled, size_t first, size_t end) {
+  std::set<int> roots;
+  for (size_t i = first; i < end; ++i) {
+    const Step& step = scheduled.steps[i];
+    if (step.kind != StepKind::kKernel) continue;
+    for (int slot : step.kernel.output_slots) {
+      if (std::find(step.allocate.begin(), step.allocate.end(), slot) == step.allocate.end()) {
+        roots.insert(scheduled.slots[static_cast<size_t>(slot)].root);
+      }
+    }
+  }
+  return roots;
+}
+
+LoweredFunction segment_function(const std::shared_ptr<const Core>& core, size_t index);
+
+TensorList run_segments(const Core& core, const std::vector<Callable>& segment_calls,
+                        const TensorList& inputs) {
+  const ScheduledProgram& scheduled = core.scheduled;
+  GROVE_CHECK(segment_calls.size() == scheduled.segments.size(), "lowered '",
+              scheduled.program->name(), "': run_with needs one call per segment (",
+              scheduled.segments.size(), "), found ", segment_calls.size());
+  check_program_inputs(*scheduled.program, inputs, core.name);
+  std::vector<Tensor> env(scheduled.slots.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    env[static_cast<size_t>(scheduled.input_slots[i])] = inputs[i];
+  }
+  for (size_t s = 0; s < scheduled.segments.size(); ++s) {
+    const SegmentPlan& segment = scheduled.segments[s];
+    TensorList segment_inputs;
+    segment_inputs.reserve(segment.input_slots.size());
+    for (int slot : segment.input_slots) segment_inputs.push_back(env[static_cast<size_t>(slot)]);
+    TensorList segment_outputs = segment_calls[s](segment_inputs);
+    GROVE_CHECK(segment_outputs.size() == segment.output_slots.size(), "segment ", s, " of '",
+                scheduled.program->name(), "' returned ", segment_outputs.size(),
+                " tensors, expected ", segment.output_slots.size());
+    for (size_t o = 0; o < segment.output_slots.size(); ++o) {
+      env[static_cast<size_t>(segment.output_slots[o])] = std::move(segment_outputs[o]);
+    }
+    for (int slot : segment.drop_after) env[static_cast<size_t>(slot)] = Tensor();
+  }
+  TensorList outputs;
+  outputs.reserve(scheduled.output_slots.size());
+  for (int slot : scheduled.output_slots) outputs.push_back(env[static_cast<size_t>(slot)]);
+  return outputs;
+}
+
+}  // namespace
+
+void check_program_inputs(const ir::Program& program, const TensorList& inputs,
+                          const std::string& what) {
+  const auto& ids = program.inputs();
+  GROVE_CHECK(inputs.size() == ids.size(), what, ": expected ", ids.size(),
+              " inputs (inputs, params and buffers in declaration order), found ", inputs.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const ir::Value& value = program.value(ids[i]);
+    const Tensor& tensor = inputs[i];
+    std::string name =
+        str_cat(what, ": ", ir::value_kind_name(value.kind), " '", value.name, "' (input ", i, ")");
+    GROVE_CHECK(tensor.defined(), name, " is an undefined tensor; pass a tensor of ",
+                value.type.str());
+    GROVE_CHECK_AS(ShapeError, tensor.shape() == value.type.shape, name, " expects shape ",
+                   ir::shape_text(value.type.shape), ", found ",
+                   runtime::shape_str(tensor.shape()));
+    GROVE_CHECK_AS(DTypeError, tensor.dtype() == value.type.dtype, name, " expects dtype ",
+                   runtime::dtype_name(value.type.dtype), ", found ",
+                   runtime::dtype_name(tensor.dtype()));
+    GROVE_CHECK_AS(DeviceError, tensor.device() == value.type.device, name, " expects a tensor on ",
+                   value.type.device.str(), ", found one on ", tensor.device().str(),
+                   "; move it to ", value.type.device.str(), " first");
+    GROVE_CHECK_AS(ShapeError, tensor.is_contiguous(), name,
+                   " must be contiguous (its strides are baked into the compiled kernels), found "
+                   "strides ",
+                   runtime::shape_str(tensor.strides()), "; pass a contiguous copy");
+  }
+}
+
+std::string KernelReport::str() const {
+  std::ostringstream text;
+  text << kernels.size() << " kernels + " << library_gemms << " GEMMs";
+  if (host_ops > 0) text << " + " << host_ops << " host ops";
+  text << ":";
+  for (size_t i = 0; i < kernels.size(); ++i) text << (i ? ", " : " ") << kernels[i];
+  return text.str();
+}
+
+LoweredProgram::LoweredProgram(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+
+const LoweredFunction& LoweredProgram::function() const { return state_->whole; }
+const std::vector<LoweredSegment>& LoweredProgram::segments() const { return state_->segments; }
+double LoweredProgram::compile_ms() const { return state_->core->scheduled.compile_ms; }
+const ir::Program& LoweredProgram::program() const { return *state_->core->scheduled.program; }
+
+TensorList LoweredProgram::run_with(const std::vector<Callable>& segment_calls,
+                                    const TensorList& inputs) const {
+  return run_segments(*state_->core, segment_calls, inputs);
+}
+
+KernelReport LoweredProgram::kernel_report() const {
+  KernelReport report;
+  for (const Step& step : state_->core->scheduled.steps) {
+    switch (step.kind) {
+      case StepKind::kKernel:
+        report.kernels.push_back(step.kernel.spec.name);
+        break;
+      case StepKind::kDynamicElementwise:
+        report.kernels.push_back(step.op);
+        break;
+      case StepKind::kGemm:
+        report.library_gemms += step.gemm.calls.size();
+        break;
+      case StepKind::kNonzero:
+      case StepKind::kPrint:
+        ++report.host_ops;
+        break;
+      default:
+        break;
+    }
+  }
+  return report;
+}
+
+std::string LoweredProgram::describe() const {
+  const ScheduledProgram& scheduled = state_->core->scheduled;
+  std::ostringstream text;
+  for (size_t s = 0; s < scheduled.segments.size(); ++s) {
+    const SegmentPlan& segment = scheduled.segments[s];
+    text << "segment " << s << " (" << capture_blocker_name(segment.blocker);
+    if (!segment.op.empty()) text << " at " << segment.op << " '" << segment.node_name << "'";
+    text << "): " << segment.kernel_count << " kernels, " << segment.gemm_count << " GEMMs\n";
+    for (size_t i = segment.first_step; i < segment.end_step; ++i) {
+      const Step& step = scheduled.steps[i];
+      switch (step.kind) {
+        case StepKind::kKernel:
+          text << "  kernel " << step.kernel.spec.name << " "
+               << runtime::shape_str(step.kernel.spec.iteration_shape);
+          break;
+        case StepKind::kGemm:
+          text << "  gemm x" << step.gemm.calls.size() << " m=" << step.gemm.args.m
+               << " n=" << step.gemm.args.n << " k=" << step.gemm.args.k
+               << " batch=" << step.gemm.args.batch_count;
+          break;
+        case StepKind::kView:
+          text << "  view " << step.op;
+          break;
+        case StepKind::kAlias:
+          text << "  alias " << step.op;
+          break;
+        default:
+          text << "  host " << step.op;
+          break;
+      }
+      text << "  <- " << step.node_name << "\n";
+    }
+  }
+  return text.str();
+}
+
+namespace {
+
+LoweredFunction segment_function(const std::shared_ptr<const Core>& core, size_t index) {
+  const ScheduledProgram& scheduled = core->scheduled;
+  const SegmentPlan& plan = scheduled.segments[index];
+  LoweredFunction function;
+  function.name = str_cat(scheduled.program->name(), ":segment", index);
+  function.devices = {scheduled.device};
+  Segment segment;
+  segment.blocker = plan.blocker;
+  segment.op = plan.op;
+  segment.node_name = plan.node_name;
+  segment.kernel_count = plan.kernel_count;
+  segment.gemm_count = plan.gemm_count;
+  function.segments = {segment};
+  std::set<int> written = written_roots(scheduled, plan.first_step, plan.end_step);
+  for (size_t i = 0; i < plan.input_slots.size(); ++i) {
+    int slot = plan.input_slots[i];
+    int position = input_root(scheduled, slot);
+    if (position >= 0 &&
+        scheduled.program->value(scheduled.program->inputs()[static_cast<size_t>(position)])
+            .is_persistent()) {
+      function.static_input_indices.push_back(i);
+    }
+    if (written.count(scheduled.slots[static_cast<size_t>(slot)].root)) {
+      function.mutated_input_indices.push_back(i);
+    }
+  }
+  for (int slot : plan.output_slots) {
+    std::optional<size_t> alias;
+    int root = scheduled.slots[static_cast<size_t>(slot)].root;
+    for (size_t i = 0; i < plan.input_slots.size() && !alias; ++i) {
+      if (scheduled.slots[static_cast<size_t>(plan.input_slots[i])].root == root) alias = i;
+    }
+    function.output_aliases_input.push_back(alias);
+  }
+  function.call = [core, index](const TensorList& inputs) {
+    const ScheduledProgram& program = core->scheduled;
+    const SegmentPlan& plan = program.segments[index];
+    GROVE_CHECK(inputs.size() == plan.input_slots.size(), "segment ", index, " of '",
+                program.program->name(), "' takes ", plan.input_slots.size(), " inputs, found ",
+                inputs.size());
+    std::vector<Tensor> env(program.slots.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      env[static_cast<size_t>(plan.input_slots[i])] = inputs[i];
+    }
+    run_steps(program, plan.first_step, plan.end_step, env, core->executor);
+    TensorList outputs;
+    outputs.reserve(plan.output_slots.size());
+    for (int slot : plan.output_slots) outputs.push_back(std::move(env[static_cast<size_t>(slot)]));
+    return outputs;
+  };
+  return function;
+}
+
+}  // namespace
+
+LoweredProgram lower(const ir::Program& program, const LowerOptions& options) {
+  auto core = std::make_shared<Core>();
+  core->scheduled = schedule_program(program, ScheduleOptions{options.mode});
+  core->executor.print_sink = options.print_sink;
+  core->name = str_cat(program.name(), ":forward");
+  auto state = std::make_shared<LoweredProgram::State>();
+  state->core = core;
+  const ScheduledProgram& scheduled = core->scheduled;
+
+  for (size_t s = 0; s < scheduled.segments.size(); ++s) {
+    LoweredSegment segment;
+    segment.function = segment_function(core, s);
+    segment.inputs = scheduled.segments[s].input_slots;
+    segment.outputs = scheduled.segments[s].output_slots;
+    for (int slot : segment.inputs) {
+      segment.input_names.push_back(scheduled.slots[static_cast<size_t>(slot)].name);
+    }
+    for (int slot : segment.outputs) {
+      segment.output_names.push_back(scheduled.slots[static_cast<size_t>(slot)].name);
+    }
+    state->segments.push_back(std::move(segment));
+  }
+
+  LoweredFunction& whole = state->whole;
+  whole.name = core->name;
+  whole.devices = {program.device()};
+  std::set<int> written = written_roots(scheduled, 0, scheduled.steps.size());
+  for (size_t i = 0; i < program.inputs().size(); ++i) {
+    if (program.value(program.inputs()[i]).is_persistent()) {
+      whole.static_input_indices.push_back(i);
+    }
+    if (written.count(scheduled.input_slots[i])) whole.mutated_input_indices.push_back(i);
+  }
+  for (int slot : scheduled.output_slots) {
+    int position = input_root(scheduled, slot);
+    whole.output_aliases_input.push_back(position >= 0 ? std::optional<size_t>(position)
+                                                       : std::nullopt);
+  }
+  for (const LoweredSegment& segment : state->segments) {
+    whole.segments.push_back(segment.function.segments[0]);
+  }
+  std::vector<Callable> calls;
+  for (const LoweredSegment& segment : state->segments) calls.push_back(segment.function.call);
+  std::shared_ptr<const Core> shared_core = core;
+  whole.call = [shared_core, calls](const TensorList& inputs) {
+    return run_segments(*shared_core, calls, inputs);
+  };
+  return LoweredProgram(state);
+}
+
+}  // namespace grove::compiler::lowering

@@ -1,0 +1,146 @@
+#include "compiler/training/trainer.h"
+
+#include "compiler/backends/backend_registry.h"
+#include "compiler/backends/compile.h"
+#include "compiler/ir/builder.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+
+namespace grove::compiler::training {
+
+using autodiff::BackwardInput;
+using runtime::Tensor;
+
+struct TrainerStage {
+  lowering::LoweredProgram lowered;
+  Callable call;
+};
+
+namespace {
+
+std::unique_ptr<TrainerStage> prepare(const ir::Program& program, const std::string& backend) {
+  program.verify();
+  lowering::LowerOptions lower_options;
+  lower_options.mode = ops::ExecMode::kTraining;
+  lowering::LoweredProgram lowered = lowering::lower(program, lower_options);
+  std::unique_ptr<backends::ExecutionBackend> execution = backends::make_backend(backend);
+  backends::CompileOptions options;
+  options.backend = backend;
+  options.mode = ops::ExecMode::kTraining;
+  Callable call = execution->prepare(lowered, options);
+  return std::unique_ptr<TrainerStage>(new TrainerStage{std::move(lowered), std::move(call)});
+}
+
+Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Device device) {
+  ir::Value value_spec;
+  value_spec.name = "scalar";
+  value_spec.type = ir::TensorType{{}, dtype, device};
+  value_spec.initializer = ir::constant_init(value);
+  return backends::initial_tensor(value_spec, device);
+}
+
+}  // namespace
+
+Trainer::Trainer(const ir::Program& model, ir::ValueId loss, const TrainerOptions& options)
+    : programs_(autodiff::build_training_programs(model, loss, options.training)),
+      optimizer_(build_optimizer_program(programs_.forward, programs_.params, options.optimizer)),
+      backend_(options.backend) {
+  GROVE_CHECK(programs_.gradient_storage == autodiff::GradientStorage::kPersistentBuffers,
+              "Trainer: the optimizer reads gradient buffers; keep "
+              "TrainingOptions::gradient_storage = kPersistentBuffers");
+  runtime::Device device = model.device();
+  GROVE_CHECK_AS(DeviceError, runtime::device_available(device), "Trainer for '", model.name(),
+                 "': device ", device.str(), " is not available here; build the model for ",
+                 runtime::default_device().str(), " instead");
+  forward_ = prepare(programs_.forward, backend_);
+  backward_ = prepare(programs_.backward, backend_);
+  optimizer_step_ = prepare(optimizer_.program, backend_);
+  // Note [Training state addresses]: one tensor per persistent name, for good.
+  for (const ir::Program* program :
+       {&programs_.forward, &programs_.backward, &optimizer_.program}) {
+    for (ir::ValueId id : program->inputs()) {
+      const ir::Value& value = program->value(id);
+      if (value.is_persistent() && !state_.count(value.name)) {
+        state_[value.name] = backends::initial_tensor(value, device);
+      }
+    }
+  }
+  const ir::Value& loss_grad = programs_.backward.value(programs_.backward.inputs().at(0));
+  loss_grad_ = scalar_tensor(1.0, loss_grad.type.dtype, device);
+}
+
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer&&) noexcept = default;
+Trainer& Trainer::operator=(Trainer&&) noexcept = default;
+
+TensorList Trainer::arguments(const ir::Program& program, const TensorList& inputs) const {
+  TensorList args;
+  size_t next = 0;
+  size_t expected = program.inputs_of_kind(ir::ValueKind::kInput).size();
+  GROVE_CHECK(inputs.size() == expected, "Trainer: program '", program.name(), "' takes ", expected,
+              " inputs (its `input` values in call order), found ", inputs.size());
+  for (ir::ValueId id : program.inputs()) {
+    const ir::Value& value = program.value(id);
+    args.push_back(value.is_persistent() ? state_.at(value.name) : inputs[next++]);
+  }
+  return args;
+}
+
+Tensor Trainer::forward_backward(const TensorList& inputs) {
+  TensorList forward_args = arguments(programs_.forward, inputs);
+  TensorList outputs = forward_->call(forward_args);
+  TensorList backward_args;
+  const ir::Program& backward = programs_.backward;
+  for (size_t i = 0; i < backward.inputs().size(); ++i) {
+    const BackwardInput& source = programs_.backward_inputs[i];
+    switch (source.source) {
+      case BackwardInput::Source::kLossGradient:
+        backward_args.push_back(loss_grad_);
+        break;
+      case BackwardInput::Source::kForwardOutput:
+        backward_args.push_back(outputs.at(source.index));
+        break;
+      case BackwardInput::Source::kForwardInput:
+        backward_args.push_back(forward_args.at(source.index));
+        break;
+      case BackwardInput::Source::kGradientBuffer:
+        backward_args.push_back(state_.at(backward.value(backward.inputs()[i]).name));
+        break;
+    }
+  }
+  backward_->call(backward_args);
+  return outputs.at(programs_.loss_output);
+}
+
+Tensor Trainer::step(const TensorList& inputs, const Hyperparameters& hyperparameters) {
+  Tensor loss = forward_backward(inputs);
+  TensorList hyper;
+  runtime::Device device = programs_.forward.device();
+  for (double value : optimizer_.hyperparameter_values(hyperparameters, steps_ + 1)) {
+    hyper.push_back(scalar_tensor(value, runtime::DType::kF32, device));
+  }
+  optimizer_step_->call(arguments(optimizer_.program, hyper));
+  ++steps_;
+  return loss;
+}
+
+const Tensor& Trainer::state(const std::string& name) const {
+  auto found = state_.find(name);
+  GROVE_CHECK(found != state_.end(),
+              "Trainer: no param, buffer, gradient or optimizer state named '", name, "'");
+  return found->second;
+}
+
+std::vector<std::string> Trainer::state_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, unused] : state_) names.push_back(name);
+  return names;
+}
+
+const lowering::LoweredProgram& Trainer::lowered_forward() const { return forward_->lowered; }
+const lowering::LoweredProgram& Trainer::lowered_backward() const { return backward_->lowered; }
+const lowering::LoweredProgram& Trainer::lowered_optimizer() const {
+  return optimizer_step_->lowered;
+}
+
+}  // namespace grove::compiler::training
