@@ -101,5 +101,29 @@ TEST(ModelGradients, GptWithNextTokenLossMatchesFiniteDifferences) {
                           2, 13);
 }
 
+// Note [Saved activations] on the real models: recomputing cheap values
+// saves memory and the gelu outputs are never saved.
+TEST(ModelGradients, RecomputationShrinksTheSavedActivationsOfBothModels) {
+  for (bool gpt : {false, true}) {
+    ModelWithLoss model =
+        gpt ? testing::gpt_with_next_token_loss(1, 8) : testing::mlp_with_mse(/*batch=*/8);
+    autodiff::TrainingOptions save_all;
+    save_all.recompute = false;
+    autodiff::TrainingPrograms recomputing =
+        autodiff::build_training_programs(model.program, model.loss);
+    autodiff::TrainingPrograms saving =
+        autodiff::build_training_programs(model.program, model.loss, save_all);
+    std::cout << model.program.name() << ": saved " << recomputing.saved_count() << " values, "
+              << recomputing.saved_bytes << " bytes (" << recomputing.recomputed.size()
+              << " recomputed); without recomputation " << saving.saved_count() << " values, "
+              << saving.saved_bytes << " bytes\n";
+    EXPECT_LT(recomputing.saved_bytes, saving.saved_bytes);
+    for (size_t i = recomputing.first_saved_output; i < recomputing.forward.outputs().size(); ++i) {
+      const ir::Value& saved = recomputing.forward.value(recomputing.forward.outputs()[i]);
+      EXPECT_EQ(saved.name.find("gelu"), std::string::npos) << saved.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace grove::compiler::training

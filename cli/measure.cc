@@ -1,0 +1,137 @@
+#include "cli/measure.h"
+
+#include "cli/progress.h"
+#include "compiler/backends/compile.h"
+#include "compiler/training/trainer.h"
+#include "runtime/device_context.h"
+
+namespace grove::cli {
+namespace {
+
+using benchmarks::Stopwatch;
+using compiler::TensorList;
+
+// Owns a fresh stream for the measurement, current while it lives.
+class MeasurementStream {
+ public:
+  explicit MeasurementStream(runtime::Device device)
+      : context_(runtime::device_context(device)),
+        stream_(context_.create_stream()),
+        guard_(device, stream_) {}
+  void synchronize() { context_.backend().synchronize_stream(stream_); }
+
+ private:
+  runtime::DeviceContext& context_;
+  runtime::StreamHandle stream_;
+  runtime::StreamGuard guard_;
+};
+
+bool uses_tree(const std::string& backend) { return backend == kGraphBackend; }
+
+std::string phase_label(const std::string& what, const std::string& model,
+                        const std::string& backend) {
+  return what + " " + model + " (" + backend + ")";
+}
+
+// Times `call` options.iters times after options.warmup untimed calls.
+template <typename Call, typename AfterCall>
+void time_calls(const MeasureOptions& options, runtime::Device device, const std::string& model,
+                MeasurementStream& stream, Measurement& result, Call call, AfterCall after_call) {
+  {
+    Phase phase(phase_label(str_cat("warm up (", options.warmup, " calls)"), model,
+                            options.backend));
+    Stopwatch watch;
+    for (int64_t i = 0; i < options.warmup; ++i) {
+      auto outputs = call();
+      stream.synchronize();
+      after_call(outputs);
+    }
+    result.warmup_s = watch.elapsed_s();
+  }
+  Phase phase(phase_label(str_cat("measure (", options.iters, " calls)"), model, options.backend));
+  nlohmann::json before = uses_tree(options.backend) ? tree_stats(device) : nlohmann::json();
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(options.iters));
+  for (int64_t i = 0; i < options.iters; ++i) {
+    Stopwatch watch;
+    auto outputs = call();
+    stream.synchronize();
+    samples.push_back(watch.elapsed_us());
+    after_call(outputs);
+  }
+  result.latency = benchmarks::summarize(samples);
+  if (uses_tree(options.backend)) result.timed_activity = tree_activity(before, tree_stats(device));
+}
+
+}  // namespace
+
+Measurement measure_inference(const compiler::ir::Program& program,
+                              const MeasureOptions& options) {
+  require_backend(options.backend);
+  Measurement result;
+  result.backend = options.backend;
+  const runtime::Device device = program.device();
+  std::optional<compiler::backends::CompiledModel> model;
+  {
+    Phase phase(phase_label("compile", program.name(), options.backend));
+    Stopwatch watch;
+    model = compiler::backends::compile(program, {.backend = options.backend});
+    result.compile_s = watch.elapsed_s();
+  }
+  compiler::lowering::KernelReport report = model->kernel_report();
+  result.kernels_per_call = report.kernels.size();
+  result.gemms_per_call = report.library_gemms;
+
+  MeasurementStream stream(device);
+  TensorList inputs = random_inputs(model->program(), device, options.seed);
+  time_calls(
+      options, device, program.name(), stream, result, [&] { return (*model)(inputs); },
+      [&](const TensorList& outputs) {
+        result.result_bytes.clear();
+        for (const runtime::Tensor& output : outputs) {
+          result.result_bytes.push_back(output.to_host_bytes());
+        }
+        result.outputs_text = describe_outputs(outputs);
+      });
+  return result;
+}
+
+Measurement measure_training(const TrainingSetup& setup, const MeasureOptions& options) {
+  require_backend(options.backend);
+  Measurement result;
+  result.backend = options.backend;
+  result.loss_name = setup.loss_name;
+  const runtime::Device device = setup.program.device();
+  std::optional<compiler::training::Trainer> trainer;
+  {
+    Phase phase(phase_label("compile training step of", setup.program.name(), options.backend));
+    Stopwatch watch;
+    trainer.emplace(setup.program, setup.loss,
+                    compiler::training::TrainerOptions{
+                        .backend = options.backend,
+                        .optimizer = compiler::training::OptimizerKind::kSgdMomentum});
+    result.compile_s = watch.elapsed_s();
+  }
+  for (const compiler::lowering::LoweredProgram* lowered :
+       {&trainer->lowered_forward(), &trainer->lowered_backward(),
+        &trainer->lowered_optimizer()}) {
+    compiler::lowering::KernelReport report = lowered->kernel_report();
+    result.kernels_per_call += report.kernels.size();
+    result.gemms_per_call += report.library_gemms;
+  }
+  MeasurementStream stream(device);
+  TensorList inputs = random_inputs(setup.program, device, options.seed);
+  compiler::training::Hyperparameters hyperparameters;
+  hyperparameters.lr = options.learning_rate;
+  hyperparameters.momentum = 0.9;
+  time_calls(
+      options, device, setup.program.name(), stream, result,
+      [&] { return trainer->step(inputs, hyperparameters); },
+      [&](const runtime::Tensor& loss) { result.losses.push_back(loss.to_doubles().at(0)); });
+  for (const std::string& name : trainer->state_names()) {
+    result.result_bytes.push_back(trainer->state(name).to_host_bytes());
+  }
+  return result;
+}
+
+}  // namespace grove::cli

@@ -1,0 +1,177 @@
+#include "cli/model_setup.h"
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/arguments.h"
+#include "cli/paths.h"
+#include "compiler/model_format/model_json.h"
+#include "compiler/training/losses.h"
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+
+namespace grove::cli {
+namespace {
+
+using compiler::ir::Program;
+using compiler::ir::ValueId;
+using compiler::ir::ValueKind;
+using runtime::DType;
+
+std::string read_file(const std::string& path) {
+  std::ifstream file(path);
+  GROVE_CHECK_AS(ModelFormatError, file.good(), "cannot open model file '", path,
+                 "'; give the path of a grove model JSON (e.g. benchmarks/models/mlp16x512.json)");
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// Rewrites the dtype of every f32 input, param and buffer; the nodes infer theirs.
+std::string with_dtype(const std::string& text, DType dtype, const std::string& path) {
+  nlohmann::json model;
+  try {
+    model = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    throw ModelFormatError(str_cat("model file '", path, "' does not parse: ", error.what()));
+  }
+  if (!model.is_object()) return text;  // the loader reports the shape of the problem
+  for (const char* section : {"inputs", "params", "buffers"}) {
+    auto entries = model.find(section);
+    if (entries == model.end() || !entries->is_array()) continue;
+    for (auto& entry : *entries) {
+      if (entry.is_object() && entry.value("dtype", "") == "f32") {
+        entry["dtype"] = runtime::dtype_name(dtype);
+      }
+    }
+  }
+  return model.dump();
+}
+
+// The exclusive upper bound of the integer values `input` may hold.
+int64_t index_bound(const Program& program, ValueId input) {
+  for (const auto& node : program.nodes()) {
+    if (node.operands.size() < 2 || node.operands[1] != input) continue;
+    const auto& first = program.value(node.operands[0]).type.shape;
+    if (node.op == "embedding" && !first.empty()) return first.front();
+    if (node.op == "cross_entropy" && !first.empty()) return first.back();
+  }
+  return 2;
+}
+
+void fill_random(std::vector<uint8_t>& bytes, DType dtype, int64_t bound, std::mt19937_64& rng) {
+  const size_t size = runtime::dtype_size(dtype);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (size_t at = 0; at < bytes.size(); at += size) {
+    uint8_t* out = bytes.data() + at;
+    switch (dtype) {
+      case DType::kF32: {
+        float v = uniform(rng);
+        std::memcpy(out, &v, sizeof(v));
+        break;
+      }
+      case DType::kF64: {
+        double v = uniform(rng);
+        std::memcpy(out, &v, sizeof(v));
+        break;
+      }
+      case DType::kBF16: {
+        uint16_t v = runtime::float_to_bf16_bits(uniform(rng));
+        std::memcpy(out, &v, sizeof(v));
+        break;
+      }
+      case DType::kF16: {
+        uint16_t v = runtime::float_to_f16_bits(uniform(rng));
+        std::memcpy(out, &v, sizeof(v));
+        break;
+      }
+      case DType::kI32: {
+        auto v = static_cast<int32_t>(rng() % static_cast<uint64_t>(bound));
+        std::memcpy(out, &v, sizeof(v));
+        break;
+      }
+      case DType::kI64: {
+        auto v = static_cast<int64_t>(rng() % static_cast<uint64_t>(bound));
+        std::memcpy(out, &v, sizeof(v));
+        break;
+      }
+      case DType::kBool:
+        *out = static_cast<uint8_t>(rng() & 1U);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+Program load_program(const ModelSpec& spec) {
+  std::string text = read_file(resolve_input_path(spec.path));
+  if (spec.dtype != DType::kF32) text = with_dtype(text, spec.dtype, spec.path);
+  // Name the flag when the command line binds a dim the model does not have.
+  nlohmann::json declared = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!declared.is_discarded() && declared.is_object()) {
+    auto dims = declared.find("dims");
+    for (const auto& [dim, value] : spec.dims) {
+      if (dims == declared.end() || !dims->is_object() || !dims->contains(dim)) {
+        throw UsageError(str_cat("--", dim, " ", value, ": model '", spec.path,
+                                 "' has no dimension '", dim, "'",
+                                 dims != declared.end() ? "; it declares " + dims->dump() : ""));
+      }
+    }
+  }
+  try {
+    return compiler::model_format::load_model(text, spec.dims, spec.device);
+  } catch (const ModelFormatError& error) {
+    throw ModelFormatError(str_cat("model file '", spec.path, "': ", error.what()));
+  }
+}
+
+TrainingSetup add_training_loss(const Program& model) {
+  GROVE_CHECK(model.outputs().size() == 1, "--train: model '", model.name(), "' has ",
+              model.outputs().size(),
+              " outputs; grove trains models with exactly one output (the prediction or logits)");
+  TrainingSetup setup{model, compiler::ir::kNoValue, ""};
+  const ValueId output = setup.program.outputs().front();
+  const auto& output_type = setup.program.value(output).type;
+  for (ValueId input : setup.program.inputs_of_kind(ValueKind::kInput)) {
+    const auto& type = setup.program.value(input).type;
+    bool tokens = (type.dtype == DType::kI64 || type.dtype == DType::kI32) &&
+                  type.shape.size() == 2 && output_type.shape.size() == 3 &&
+                  output_type.shape[0] == type.shape[0] && output_type.shape[1] == type.shape[1];
+    if (tokens) {
+      setup.loss = compiler::training::add_next_token_loss(setup.program, output, input);
+      setup.loss_name = "next-token cross entropy";
+      return setup;
+    }
+  }
+  setup.loss = compiler::training::add_mse_loss(setup.program, output);
+  setup.loss_name = "mean squared error";
+  return setup;
+}
+
+compiler::TensorList random_inputs(const Program& program, runtime::Device device,
+                                   uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  compiler::TensorList inputs;
+  for (ValueId id : program.inputs_of_kind(ValueKind::kInput)) {
+    const auto& type = program.value(id).type;
+    std::vector<uint8_t> bytes(static_cast<size_t>(runtime::shape_numel(type.shape)) *
+                               runtime::dtype_size(type.dtype));
+    fill_random(bytes, type.dtype, index_bound(program, id), rng);
+    inputs.push_back(runtime::Tensor::from_host(bytes.data(), type.shape, type.dtype, device));
+  }
+  return inputs;
+}
+
+std::string describe_outputs(const compiler::TensorList& outputs) {
+  std::string text;
+  for (const runtime::Tensor& output : outputs) {
+    text += (text.empty() ? "" : ", ") + std::string(runtime::dtype_name(output.dtype())) +
+            runtime::shape_str(output.shape());
+  }
+  return text;
+}
+
+}  // namespace grove::cli

@@ -1,0 +1,59 @@
+#include "tests/cli/command_runner.h"
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace grove::cli::testing {
+namespace {
+
+std::string quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::vector<std::string> CommandResult::err_lines() const {
+  std::vector<std::string> lines;
+  std::istringstream stream(err);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string scratch_path(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream file(path);
+  file << text;
+}
+
+CommandResult run_command(const std::string& binary, const std::vector<std::string>& args) {
+  static int counter = 0;
+  const std::string out_path = scratch_path("cmd" + std::to_string(counter) + ".out");
+  const std::string err_path = scratch_path("cmd" + std::to_string(counter++) + ".err");
+  std::string line = quoted(binary);
+  for (const std::string& arg : args) line += " " + quoted(arg);
+  line += " >" + quoted(out_path) + " 2>" + quoted(err_path);
+  int raw = std::system(line.c_str());
+  CommandResult result;
+  result.status = raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  result.out = read_text(out_path);
+  result.err = read_text(err_path);
+  return result;
+}
+
+}  // namespace grove::cli::testing

@@ -1,0 +1,121 @@
+// `grove` help output and every error path: each error is one line
+// "grove: error: ..." on stderr and a non-zero exit status.
+#include <gtest/gtest.h>
+
+#include "tests/cli/command_runner.h"
+
+namespace grove::cli::testing {
+namespace {
+
+const char* const kGrove = "cli/grove";
+const char* const kMlp = "benchmarks/models/mlp16x512.json";
+
+// Checks the one-line error contract and that the message mentions `expected`.
+void expect_error(const std::vector<std::string>& args, const std::string& expected,
+                  int status = 0) {
+  CommandResult result = run_command(kGrove, args);
+  std::string command = "grove";
+  for (const auto& arg : args) command += " " + arg;
+  SCOPED_TRACE(command + "\nstdout: " + result.out + "\nstderr: " + result.err);
+  EXPECT_NE(result.status, 0);
+  if (status != 0) EXPECT_EQ(result.status, status);
+  std::vector<std::string> lines = result.err_lines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].rfind("grove: error: ", 0), 0u);
+  EXPECT_NE(lines[0].find(expected), std::string::npos);
+}
+
+TEST(GroveHelp, TopLevelHelpListsEveryCommandAndExitsZero) {
+  for (const char* flag : {"--help", "help", "-h"}) {
+    CommandResult result = run_command(kGrove, {flag});
+    EXPECT_EQ(result.status, 0) << flag;
+    EXPECT_NE(result.out.find("usage: grove <command>"), std::string::npos);
+    for (const char* command : {"run MODEL.json", "demo", "help"}) {
+      EXPECT_NE(result.out.find(std::string("  ") + command), std::string::npos) << command;
+    }
+    EXPECT_TRUE(result.err.empty());
+  }
+}
+
+TEST(GroveHelp, NoArgumentsPrintsUsageToStderrAndFails) {
+  CommandResult result = run_command(kGrove, {});
+  EXPECT_EQ(result.status, 2);
+  EXPECT_NE(result.err.find("usage: grove <command>"), std::string::npos);
+}
+
+TEST(GroveHelp, RunHelpDocumentsEveryFlag) {
+  CommandResult result = run_command(kGrove, {"run", "--help"});
+  EXPECT_EQ(result.status, 0);
+  for (const char* flag : {"--backend", "--device", "--batch", "--seq", "--dtype", "--iters",
+                           "--train", "--stats-json", "--dot"}) {
+    EXPECT_NE(result.out.find(std::string("  ") + flag + " "), std::string::npos) << flag;
+  }
+  EXPECT_EQ(run_command(kGrove, {"help", "run"}).out, result.out);
+}
+
+TEST(GroveHelp, DemoHelpDescribesTheDemo) {
+  CommandResult result = run_command(kGrove, {"demo", "--help"});
+  EXPECT_EQ(result.status, 0);
+  EXPECT_NE(result.out.find("usage: grove demo"), std::string::npos);
+  EXPECT_NE(result.out.find("--device"), std::string::npos);
+  EXPECT_EQ(run_command(kGrove, {"help", "demo"}).out, result.out);
+}
+
+TEST(GroveErrors, UnknownCommand) { expect_error({"frobnicate"}, "unknown command 'frobnicate'", 2); }
+
+TEST(GroveErrors, UnknownHelpTopic) { expect_error({"help", "frobnicate"}, "unknown command", 2); }
+
+TEST(GroveErrors, UnknownFlagNamesTheFlagAndListsTheValidOnes) {
+  expect_error({"run", kMlp, "--fast"}, "unknown option '--fast'", 2);
+  expect_error({"run", kMlp, "--fast"}, "--backend");
+  expect_error({"demo", "--batch", "2"}, "unknown option '--batch'", 2);
+}
+
+TEST(GroveErrors, MissingModelArgument) { expect_error({"run"}, "missing the model file", 2); }
+
+TEST(GroveErrors, FlagWithoutValue) { expect_error({"run", kMlp, "--iters"}, "needs a value", 2); }
+
+TEST(GroveErrors, MissingModelFile) {
+  expect_error({"run", scratch_path("no_such_model.json")}, "cannot open model file");
+}
+
+TEST(GroveErrors, MalformedModelNamesTheNodeAndField) {
+  const std::string path = scratch_path("malformed.json");
+  write_text(path, R"({"name": "broken", "inputs": [], "nodes": [{"name": "n0", "op": "frob",
+                       "inputs": []}], "outputs": ["n0"]})");
+  expect_error({"run", path}, "frob");
+  const std::string not_json = scratch_path("not_json.json");
+  write_text(not_json, "{\"name\": \n");
+  expect_error({"run", not_json}, "does not parse");
+}
+
+TEST(GroveErrors, BadDevice) {
+  expect_error({"run", kMlp, "--device", "tpu"}, "--device expects auto, cuda or sim", 2);
+  expect_error({"demo", "--device", "sim:x"}, "--device expects", 2);
+}
+
+TEST(GroveErrors, BadBatch) {
+  for (const char* batch : {"0", "-3", "two", "1.5", "99999999999"}) {
+    expect_error({"run", kMlp, "--batch", batch}, "--batch expects an integer", 2);
+  }
+}
+
+TEST(GroveErrors, DimensionTheModelDoesNotDeclare) {
+  expect_error({"run", kMlp, "--seq", "4"}, "has no dimension 'seq'", 2);
+}
+
+TEST(GroveErrors, BadDtypeAndBackend) {
+  expect_error({"run", kMlp, "--dtype", "f64"}, "--dtype expects f32 or bf16", 2);
+  expect_error({"run", kMlp, "--backend", "turbo"}, "unknown backend 'turbo'", 2);
+}
+
+TEST(GroveErrors, DotNeedsTheGraphBackend) {
+  expect_error({"run", kMlp, "--dot", scratch_path("tree.dot")}, "--backend cudagraphs", 2);
+}
+
+TEST(GroveErrors, RepeatedFlag) {
+  expect_error({"run", kMlp, "--batch", "2", "--batch", "3"}, "given twice", 2);
+}
+
+}  // namespace
+}  // namespace grove::cli::testing
