@@ -57,12 +57,12 @@ ParsedArgs parse_flags(const CommandSpec& command, const std::vector<std::string
         } else if (i + 1 < args.size()) {
           value = args[++i];
         } else {
-          throw UsageError(
-              str_cat(where, "option ", name, " needs a value (", name, " ", flag->value_name, ")"));
+          throw UsageError(str_cat(where, "option ", name, " needs a value (", name, " ",
+                                   flag->value_name, ")"));
         }
         if (value.empty()) {
-          throw UsageError(str_cat(where, "option ", name, " has an empty value; expected ",
-                                   flag->value_name));
+          throw UsageError(
+              str_cat(where, "option ", name, " has an empty value; expected ", flag->value_name));
         }
       } else if (equals != std::string::npos) {
         throw UsageError(str_cat(where, "option ", name, " is a switch and takes no value"));
@@ -124,9 +124,8 @@ runtime::Device parse_device_choice(const std::string& text) {
       return runtime::Device::parse(full);
     }
   }
-  throw UsageError(
-      str_cat("--device expects auto, cuda or sim (optionally with an index: cuda:1), found '",
-              text, "'"));
+  throw UsageError(str_cat(
+      "--device expects auto, cuda or sim (optionally with an index: cuda:1), found '", text, "'"));
 }
 
 }  // namespace grove::cli

@@ -34,10 +34,10 @@ struct FlagSpec {
 };
 
 struct CommandSpec {
-  std::string name;        // "run"
-  std::string positional;  // "MODEL.json"; empty when the command takes none
-  std::string summary;     // one line, for `grove help`
-  std::string description; // a paragraph, for `grove <command> --help`
+  std::string name;         // "run"
+  std::string positional;   // "MODEL.json"; empty when the command takes none
+  std::string summary;      // one line, for `grove help`
+  std::string description;  // a paragraph, for `grove <command> --help`
   std::vector<FlagSpec> flags;
 };
 

@@ -69,7 +69,8 @@ bool compare_backends(const std::vector<std::string>& backends, bool training,
   for (size_t i = 1; i < measurements.size(); ++i) {
     std::string difference = first_difference(measurements[0], measurements[i]);
     if (difference.empty()) {
-      std::printf("%s %s: bitwise identical to %s (%zu %s)\n", measurements[i].backend.c_str(),
+      std::printf("%s %s: bitwise identical to %s (%zu %s compared)\n",
+                  measurements[i].backend.c_str(),
                   training ? "losses, params, gradients and optimizer state" : "outputs",
                   measurements[0].backend.c_str(), measurements[i].result_bytes.size(),
                   training ? "state tensors" : "output tensors");
@@ -149,24 +150,27 @@ int demo_command(const std::vector<std::string>& args) {
       {path, {{"batch", sizes.batch}, {"seq", sizes.seq}}, runtime::DType::kF32, options.device});
   bool identical = compare_backends(backends, /*training=*/false, inference, options, iters);
 
-  std::printf("\n== training: batch %lld, T=%lld, next-token cross entropy, SGD (momentum 0.9), "
-              "%lld timed steps per backend ==\n",
-              static_cast<long long>(sizes.train_batch), static_cast<long long>(sizes.seq),
-              static_cast<long long>(options.train_steps));
-  compiler::ir::Program training =
-      load_program({path, {{"batch", sizes.train_batch}, {"seq", sizes.seq}},
-                    runtime::DType::kF32, options.device});
-  identical = compare_backends(backends, /*training=*/true, training, options,
-                               options.train_steps) &&
-              identical;
+  std::printf(
+      "\n== training: batch %lld, T=%lld, next-token cross entropy, SGD (momentum 0.9), "
+      "%lld timed steps per backend ==\n",
+      static_cast<long long>(sizes.train_batch), static_cast<long long>(sizes.seq),
+      static_cast<long long>(options.train_steps));
+  compiler::ir::Program training = load_program({path,
+                                                 {{"batch", sizes.train_batch}, {"seq", sizes.seq}},
+                                                 runtime::DType::kF32,
+                                                 options.device});
+  identical =
+      compare_backends(backends, /*training=*/true, training, options, options.train_steps) &&
+      identical;
 
   std::printf("\ndemo finished in %.1f s: %s\n", total.elapsed_s(),
               identical ? (backends.size() > 1 ? "cudagraphs matches eager bit for bit"
                                                : "eager only (cudagraphs not registered)")
                         : "MISMATCH between backends");
   if (!identical) {
-    throw Error(str_cat("demo: the ", kGraphBackend,
-                        " backend's results differ from eager (see above); this is a bug in grove"));
+    throw Error(
+        str_cat("demo: the ", kGraphBackend,
+                " backend's results differ from eager (see above); this is a bug in grove"));
   }
   return 0;
 }

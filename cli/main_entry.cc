@@ -54,8 +54,9 @@ std::string overview_text() {
     text += "  " + left + std::string(left.size() < 16 ? 16 - left.size() : 1, ' ') +
             spec->summary + "\n";
   }
-  text += "  help [COMMAND]  show this message, or a command's options\n\n"
-          "Run 'grove <command> --help' for a command's options.\n";
+  text +=
+      "  help [COMMAND]  show this message, or a command's options\n\n"
+      "Run 'grove <command> --help' for a command's options.\n";
   return text;
 }
 

@@ -3,6 +3,7 @@
 #include "cli/progress.h"
 #include "compiler/backends/compile.h"
 #include "compiler/training/trainer.h"
+#include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
 
 namespace grove::cli {
@@ -36,10 +37,11 @@ std::string phase_label(const std::string& what, const std::string& model,
 // Times `call` options.iters times after options.warmup untimed calls.
 template <typename Call, typename AfterCall>
 void time_calls(const MeasureOptions& options, runtime::Device device, const std::string& model,
-                MeasurementStream& stream, Measurement& result, Call call, AfterCall after_call) {
+                const char* unit, MeasurementStream& stream, Measurement& result, Call call,
+                AfterCall after_call) {
   {
-    Phase phase(phase_label(str_cat("warm up (", options.warmup, " calls)"), model,
-                            options.backend));
+    Phase phase(
+        phase_label(str_cat("warm up (", options.warmup, " ", unit, ")"), model, options.backend));
     Stopwatch watch;
     for (int64_t i = 0; i < options.warmup; ++i) {
       auto outputs = call();
@@ -48,7 +50,8 @@ void time_calls(const MeasureOptions& options, runtime::Device device, const std
     }
     result.warmup_s = watch.elapsed_s();
   }
-  Phase phase(phase_label(str_cat("measure (", options.iters, " calls)"), model, options.backend));
+  Phase phase(
+      phase_label(str_cat("measure (", options.iters, " ", unit, ")"), model, options.backend));
   nlohmann::json before = uses_tree(options.backend) ? tree_stats(device) : nlohmann::json();
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(options.iters));
@@ -65,8 +68,7 @@ void time_calls(const MeasureOptions& options, runtime::Device device, const std
 
 }  // namespace
 
-Measurement measure_inference(const compiler::ir::Program& program,
-                              const MeasureOptions& options) {
+Measurement measure_inference(const compiler::ir::Program& program, const MeasureOptions& options) {
   require_backend(options.backend);
   Measurement result;
   result.backend = options.backend;
@@ -85,7 +87,7 @@ Measurement measure_inference(const compiler::ir::Program& program,
   MeasurementStream stream(device);
   TensorList inputs = random_inputs(model->program(), device, options.seed);
   time_calls(
-      options, device, program.name(), stream, result, [&] { return (*model)(inputs); },
+      options, device, program.name(), "calls", stream, result, [&] { return (*model)(inputs); },
       [&](const TensorList& outputs) {
         result.result_bytes.clear();
         for (const runtime::Tensor& output : outputs) {
@@ -113,8 +115,7 @@ Measurement measure_training(const TrainingSetup& setup, const MeasureOptions& o
     result.compile_s = watch.elapsed_s();
   }
   for (const compiler::lowering::LoweredProgram* lowered :
-       {&trainer->lowered_forward(), &trainer->lowered_backward(),
-        &trainer->lowered_optimizer()}) {
+       {&trainer->lowered_forward(), &trainer->lowered_backward(), &trainer->lowered_optimizer()}) {
     compiler::lowering::KernelReport report = lowered->kernel_report();
     result.kernels_per_call += report.kernels.size();
     result.gemms_per_call += report.library_gemms;
@@ -125,8 +126,14 @@ Measurement measure_training(const TrainingSetup& setup, const MeasureOptions& o
   hyperparameters.lr = options.learning_rate;
   hyperparameters.momentum = 0.9;
   time_calls(
-      options, device, setup.program.name(), stream, result,
-      [&] { return trainer->step(inputs, hyperparameters); },
+      options, device, setup.program.name(), "steps", stream, result,
+      [&] {
+        // As PyTorch's cudagraph_mark_step_begin(): one training step is one
+        // generation of the tree, so the forward's saved activations stay
+        // alive for the backward and the optimizer step.
+        if (uses_tree(options.backend)) cudagraph_trees::mark_step_begin();
+        return trainer->step(inputs, hyperparameters);
+      },
       [&](const runtime::Tensor& loss) { result.losses.push_back(loss.to_doubles().at(0)); });
   for (const std::string& name : trainer->state_names()) {
     result.result_bytes.push_back(trainer->state(name).to_host_bytes());

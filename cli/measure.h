@@ -19,9 +19,9 @@ namespace grove::cli {
 
 struct MeasureOptions {
   std::string backend = "eager";
-  int64_t warmup = 3;  // untimed calls first (a graph backend warms up, records, replays)
-  int64_t iters = 20;  // timed calls
-  uint64_t seed = 0;   // of the random inputs
+  int64_t warmup = 3;           // untimed calls first (a graph backend warms up, records, replays)
+  int64_t iters = 20;           // timed calls
+  uint64_t seed = 0;            // of the random inputs
   double learning_rate = 1e-2;  // training: SGD with momentum 0.9
 };
 

@@ -151,8 +151,7 @@ TrainingSetup add_training_loss(const Program& model) {
   return setup;
 }
 
-compiler::TensorList random_inputs(const Program& program, runtime::Device device,
-                                   uint64_t seed) {
+compiler::TensorList random_inputs(const Program& program, runtime::Device device, uint64_t seed) {
   std::mt19937_64 rng(seed);
   compiler::TensorList inputs;
   for (ValueId id : program.inputs_of_kind(ValueKind::kInput)) {

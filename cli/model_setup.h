@@ -19,7 +19,7 @@ namespace grove::cli {
 
 struct ModelSpec {
   std::string path;
-  std::map<std::string, int64_t> dims;  // "batch", "seq", ... as bound on the command line
+  std::map<std::string, int64_t> dims;          // "batch", "seq", ... as bound on the command line
   runtime::DType dtype = runtime::DType::kF32;  // floating values: f32 or bf16
   runtime::Device device;
 };

@@ -22,9 +22,13 @@ std::string resolve_input_path(const std::string& path) {
   if (path.empty() || fs::exists(path, error) || fs::path(path).is_absolute()) return path;
   std::vector<fs::path> bases;
   if (const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY")) bases.emplace_back(cwd);
-  if (const char* runfiles = std::getenv("RUNFILES_DIR")) bases.emplace_back(fs::path(runfiles) / "__main__");
-  if (!program_path().empty()) {
-    bases.push_back(fs::path(program_path() + ".runfiles") / "__main__");
+  std::vector<fs::path> runfiles;
+  if (const char* dir = std::getenv("RUNFILES_DIR")) runfiles.emplace_back(dir);
+  if (!program_path().empty()) runfiles.emplace_back(program_path() + ".runfiles");
+  // The workspace is named "grove"; "__main__" is Bazel's name for an unnamed one.
+  for (const fs::path& dir : runfiles) {
+    bases.push_back(dir / "grove");
+    bases.push_back(dir / "__main__");
   }
   for (const fs::path& base : bases) {
     fs::path candidate = base / path;

@@ -66,28 +66,29 @@ Table tree_table(const nlohmann::json& stats) {
 
 Table comparison_table(const std::vector<Measurement>& measurements, bool training) {
   const std::string unit = training ? "step" : "call";
-  Table table({{"backend"},
-               {"median", Align::kRight},
-               {"p90", Align::kRight},
-               {"speedup vs " + (measurements.empty() ? std::string("first") : measurements[0].backend),
-                Align::kRight},
-               {"kernels", Align::kRight},
-               {"GEMMs", Align::kRight},
-               {"graph launches/" + unit, Align::kRight},
-               {"eager segments/" + unit, Align::kRight},
-               {training ? "loss" : "outputs"}});
+  Table table(
+      {{"backend"},
+       {"median", Align::kRight},
+       {"p90", Align::kRight},
+       {"speedup vs " + (measurements.empty() ? std::string("first") : measurements[0].backend),
+        Align::kRight},
+       {"kernels", Align::kRight},
+       {"GEMMs", Align::kRight},
+       {"graph launches/" + unit, Align::kRight},
+       {"eager segments/" + unit, Align::kRight},
+       {training ? "loss" : "outputs"}});
   for (const Measurement& m : measurements) {
-    double ratio = m.latency.median_us > 0 ? measurements[0].latency.median_us / m.latency.median_us
-                                           : 0;
+    double ratio =
+        m.latency.median_us > 0 ? measurements[0].latency.median_us / m.latency.median_us : 0;
     std::string launches = "-", eager = "-";
     if (m.timed_activity) {
       launches = per_call(m.timed_activity->replays, m.latency.count);
       eager = per_call(m.timed_activity->eager_calls, m.latency.count);
     }
-    table.add_row({m.backend, format_latency(m.latency.median_us),
-                   format_latency(m.latency.p90_us), benchmarks::format_ratio(ratio),
-                   std::to_string(m.kernels_per_call), std::to_string(m.gemms_per_call), launches,
-                   eager, training ? loss_text(m) : m.outputs_text});
+    table.add_row({m.backend, format_latency(m.latency.median_us), format_latency(m.latency.p90_us),
+                   benchmarks::format_ratio(ratio), std::to_string(m.kernels_per_call),
+                   std::to_string(m.gemms_per_call), launches, eager,
+                   training ? loss_text(m) : m.outputs_text});
   }
   return table;
 }

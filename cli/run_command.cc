@@ -43,9 +43,8 @@ RunOptions parse_run_options(const ParsedArgs& args) {
   options.model.dtype = runtime::parse_dtype(dtype);
   options.measure.backend = args.value("--backend", "eager");
   options.measure.iters = parse_positive_int("--iters", args.value("--iters", "20"), 1000000);
-  options.measure.warmup = args.has("--warmup")
-                               ? parse_positive_int("--warmup", args.value("--warmup"), 1000000)
-                               : 3;
+  options.measure.warmup =
+      args.has("--warmup") ? parse_positive_int("--warmup", args.value("--warmup"), 1000000) : 3;
   options.measure.seed =
       static_cast<uint64_t>(parse_positive_int("--seed", args.value("--seed", "1")));
   options.train = args.has("--train");

@@ -34,8 +34,8 @@ void require_backend(const std::string& name) {
     known += (known.empty() ? "" : ", ") + each;
   }
   if (name == kGraphBackend) {
-    throw UsageError(str_cat("backend 'cudagraphs' is not registered in this build (known: ",
-                             known, "); use --backend eager"));
+    throw UsageError(str_cat("backend 'cudagraphs' is not registered in this build (known: ", known,
+                             "); use --backend eager"));
   }
   throw UsageError(str_cat("--backend: unknown backend '", name, "'; known backends: ", known));
 }
@@ -57,8 +57,8 @@ TreeActivity tree_activity(const nlohmann::json& before, const nlohmann::json& a
   activity.capture_failures = delta(before, after, "capture_failures");
   if (auto calls = after.find("fallback_calls"); calls != after.end() && calls->is_object()) {
     nlohmann::json empty = nlohmann::json::object();
-    const nlohmann::json& earlier = before.contains("fallback_calls") ? before["fallback_calls"]
-                                                                      : empty;
+    const nlohmann::json& earlier =
+        before.contains("fallback_calls") ? before["fallback_calls"] : empty;
     for (const auto& [reason, count] : calls->items()) {
       uint64_t from = earlier.contains(reason) ? earlier[reason].get<uint64_t>() : 0;
       if (count.get<uint64_t>() > from) activity.fallbacks[reason] = count.get<uint64_t>() - from;

@@ -1,5 +1,7 @@
 #include "cudagraph_trees/shape_buckets.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <set>
 
@@ -18,8 +20,15 @@ runtime::Tensor first_rows(const runtime::Tensor& tensor, int64_t rows) {
 
 }  // namespace
 
+namespace {
+uint64_t next_bucket_serial() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+}  // namespace
+
 BucketedFunction::BucketedFunction(TreeManager& manager, BucketSpec spec)
-    : manager_(manager), spec_(std::move(spec)) {
+    : manager_(manager), spec_(std::move(spec)), serial_(next_bucket_serial()) {
   buckets_ = spec_.buckets.empty() ? manager_.config().batch_buckets : spec_.buckets;
   const std::string& name = spec_.function.name;
   GROVE_CHECK_AS(ConfigError, !buckets_.empty(), "BucketedFunction '", name,
@@ -85,7 +94,7 @@ TensorList BucketedFunction::operator()(const TensorList& inputs) {
     GROVE_CHECK_AS(NotCapturedError, !manager_.config().strict, "function '", spec_.function.name,
                    "' was not captured: ", reason, " (strict mode, GROVE_CUDAGRAPHS_STRICT=1)");
     log_once(LogLevel::kInfo,
-             str_cat("cudagraph_trees:bucket:", static_cast<const void*>(this), ":", rows),
+             str_cat("cudagraph_trees:bucket:", serial_, ":", rows),
              str_cat("not captured: '", spec_.function.name, "' runs eagerly: ", reason));
     ++eager_calls_;
     return spec_.function.body(inputs);

@@ -69,6 +69,7 @@ class BucketedFunction {
 
   TreeManager& manager_;
   BucketSpec spec_;
+  uint64_t serial_;  // unique per helper, keys its log_once messages
   std::vector<int64_t> buckets_;
   std::vector<FunctionId> functions_;
   std::vector<runtime::Tensor> staging_;  // per batched input: [largest bucket, ...]

@@ -1,5 +1,7 @@
 #include "cudagraph_trees/tree_manager.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -57,8 +59,16 @@ const char* path_state_name(PathState state) {
   return "?";
 }
 
+namespace {
+uint64_t next_manager_serial() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+}  // namespace
+
 TreeManager::TreeManager(runtime::Device device, TreeConfig config)
     : device_(device),
+      serial_(next_manager_serial()),
       config_(config),
       context_(runtime::device_context(device)),
       backend_(context_.backend()),
@@ -292,7 +302,7 @@ void TreeManager::decide_eager(const RegisteredFunction& function,
                                std::optional<EagerDecision>& slot, EagerDecision decision) {
   ++counters_.fallback_decisions[fallback_category_name(decision.category)];
   log_once(LogLevel::kInfo,
-           str_cat("cudagraph_trees:", static_cast<const void*>(this), ":", function.id.value, ":",
+           str_cat("cudagraph_trees:", serial_, ":", function.id.value, ":",
                    fallback_category_name(decision.category)),
            str_cat("not captured: ", function.describe(), " runs eagerly: ", decision.message));
   slot = std::move(decision);
@@ -397,7 +407,7 @@ void TreeManager::try_end_recording_or_warmup(const RegisteredFunction& function
     for (PathNode* node = current_; node != nullptr; node = node->parent()) {
       if (node->function_id() == function.id) {
         log_once(LogLevel::kWarn,
-                 str_cat("cudagraph_trees:pending_backward:", static_cast<const void*>(this), ":",
+                 str_cat("cudagraph_trees:pending_backward:", serial_, ":",
                          function.id.value),
                  pending_backward_message(function.spec.name));
         break;

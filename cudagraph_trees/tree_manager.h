@@ -131,6 +131,8 @@ class TreeManager {
   void order_caller_after(runtime::StreamHandle caller);
 
   runtime::Device device_;
+  // Unique for the process lifetime (addresses are reused), keys log_once messages.
+  uint64_t serial_;
   TreeConfig config_;
   runtime::DeviceContext& context_;
   runtime::Backend& backend_;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/common/latency.h"
 #include "compiler/backends/compile.h"
 #include "compiler/codegen/kernel_compiler.h"
 #include "compiler/model_format/model_json.h"
@@ -36,7 +37,6 @@ namespace {
 
 using runtime::Device;
 using runtime::Tensor;
-using Clock = std::chrono::steady_clock;
 
 struct Options {
   Device device = runtime::default_device();
@@ -60,16 +60,6 @@ struct Result {
   size_t kernels = 0, gemms = 0;
   double compile_cold_ms = 0, codegen_cold_ms = 0, compile_cached_ms = 0, state_init_ms = 0;
 };
-
-double percentile(std::vector<double> values, double fraction) {
-  std::sort(values.begin(), values.end());
-  size_t index = static_cast<size_t>(fraction * static_cast<double>(values.size() - 1) + 0.5);
-  return values[std::min(index, values.size() - 1)];
-}
-
-double elapsed_us(Clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
 
 compiler::TensorList random_inputs(const compiler::backends::CompiledModel& model, Device device) {
   std::mt19937 rng(2026);
@@ -121,12 +111,12 @@ Result run_case(const Case& config, const Options& options) {
   std::vector<double> latency, enqueue, gpu;
   for (int i = 0; i < options.iters; ++i) {
     backend.record_event(before, stream);
-    auto call_start = Clock::now();
+    Stopwatch call_watch;
     compiler::TensorList outputs = model(inputs);
-    enqueue.push_back(elapsed_us(call_start));
+    enqueue.push_back(call_watch.elapsed_us());
     backend.record_event(after, stream);
     backend.synchronize_stream(stream);
-    latency.push_back(elapsed_us(call_start));
+    latency.push_back(call_watch.elapsed_us());
     gpu.push_back(1000.0 * backend.elapsed_ms(before, after));
   }
   backend.destroy_event(before);

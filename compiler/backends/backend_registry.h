@@ -20,6 +20,9 @@ struct CompileOptions {
   // Where the model runs; empty: the program's own device.
   std::optional<runtime::Device> device;
   ops::ExecMode mode = ops::ExecMode::kInference;
+  // Which training program this is ("forward", "backward", "optimizer"; empty:
+  // a whole model). Graph backends use it to pick the recording mode.
+  std::string stage;
 };
 
 class ExecutionBackend {
@@ -31,6 +34,10 @@ class ExecutionBackend {
   // from the thread that compiled it or any other, one call at a time.
   virtual Callable prepare(const lowering::LoweredProgram& lowered,
                            const CompileOptions& options) = 0;
+  // What the backend knows about the programs it prepared, as JSON text
+  // ("{}" when it keeps nothing), and a Graphviz picture ("" when none).
+  virtual std::string stats_json() const { return "{}"; }
+  virtual std::string dot() const { return ""; }
 };
 
 using BackendFactory = std::function<std::unique_ptr<ExecutionBackend>()>;

@@ -42,6 +42,10 @@ class CompiledModel {
   double lower_ms() const { return lower_ms_; }
   // Wall time of the whole compile (lowering, code generation, state initialization).
   double total_compile_ms() const { return total_compile_ms_; }
+  // The backend's stats (JSON text) and Graphviz picture, e.g. the graph tree
+  // of "cudagraphs"; "{}" / "" for backends that keep none.
+  std::string backend_stats() const { return backend_instance_ ? backend_instance_->stats_json() : "{}"; }
+  std::string backend_dot() const { return backend_instance_ ? backend_instance_->dot() : ""; }
 
  private:
   friend CompiledModel compile(const ir::Program& program, const CompileOptions& options);
@@ -51,6 +55,7 @@ class CompiledModel {
   std::shared_ptr<const lowering::LoweredProgram> lowered_;
   std::string backend_name_;
   Callable call_;
+  std::shared_ptr<ExecutionBackend> backend_instance_;
   // One entry per Program::inputs(); params and buffers hold their tensors.
   std::vector<runtime::Tensor> persistent_;
   std::vector<size_t> input_positions_;  // positions of the `input` values

@@ -18,7 +18,8 @@ struct TrainerStage {
 
 namespace {
 
-std::unique_ptr<TrainerStage> prepare(const ir::Program& program, const std::string& backend) {
+std::unique_ptr<TrainerStage> prepare(const ir::Program& program, const std::string& backend,
+                                      const std::string& stage) {
   program.verify();
   lowering::LowerOptions lower_options;
   lower_options.mode = ops::ExecMode::kTraining;
@@ -27,6 +28,7 @@ std::unique_ptr<TrainerStage> prepare(const ir::Program& program, const std::str
   backends::CompileOptions options;
   options.backend = backend;
   options.mode = ops::ExecMode::kTraining;
+  options.stage = stage;
   Callable call = execution->prepare(lowered, options);
   return std::unique_ptr<TrainerStage>(new TrainerStage{std::move(lowered), std::move(call)});
 }
@@ -52,9 +54,9 @@ Trainer::Trainer(const ir::Program& model, ir::ValueId loss, const TrainerOption
   GROVE_CHECK_AS(DeviceError, runtime::device_available(device), "Trainer for '", model.name(),
                  "': device ", device.str(), " is not available here; build the model for ",
                  runtime::default_device().str(), " instead");
-  forward_ = prepare(programs_.forward, backend_);
-  backward_ = prepare(programs_.backward, backend_);
-  optimizer_step_ = prepare(optimizer_.program, backend_);
+  forward_ = prepare(programs_.forward, backend_, "forward");
+  backward_ = prepare(programs_.backward, backend_, "backward");
+  optimizer_step_ = prepare(optimizer_.program, backend_, "optimizer");
   // Note [Training state addresses]: one tensor per persistent name, for good.
   for (const ir::Program* program :
        {&programs_.forward, &programs_.backward, &optimizer_.program}) {

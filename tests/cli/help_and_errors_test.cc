@@ -18,7 +18,9 @@ void expect_error(const std::vector<std::string>& args, const std::string& expec
   for (const auto& arg : args) command += " " + arg;
   SCOPED_TRACE(command + "\nstdout: " + result.out + "\nstderr: " + result.err);
   EXPECT_NE(result.status, 0);
-  if (status != 0) EXPECT_EQ(result.status, status);
+  if (status != 0) {
+    EXPECT_EQ(result.status, status);
+  }
   std::vector<std::string> lines = result.err_lines();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].rfind("grove: error: ", 0), 0u);
@@ -61,7 +63,9 @@ TEST(GroveHelp, DemoHelpDescribesTheDemo) {
   EXPECT_EQ(run_command(kGrove, {"help", "demo"}).out, result.out);
 }
 
-TEST(GroveErrors, UnknownCommand) { expect_error({"frobnicate"}, "unknown command 'frobnicate'", 2); }
+TEST(GroveErrors, UnknownCommand) {
+  expect_error({"frobnicate"}, "unknown command 'frobnicate'", 2);
+}
 
 TEST(GroveErrors, UnknownHelpTopic) { expect_error({"help", "frobnicate"}, "unknown command", 2); }
 

@@ -21,9 +21,8 @@ class StandInGraphBackend : public compiler::backends::ExecutionBackend {
     runtime::Device device = lowered.program().device();
     auto& manager = cudagraph_trees::tree_manager_for(device);
     cudagraph_trees::FunctionId id = manager.register_function(
-        {function.name, cudagraph_trees::CompilationMode::kInference,
-         function.static_input_indices, function.mutated_input_indices, function.call,
-         function.devices});
+        {function.name, cudagraph_trees::CompilationMode::kInference, function.static_input_indices,
+         function.mutated_input_indices, function.call, function.devices});
     return [device, id](const TensorList& inputs) {
       return cudagraph_trees::tree_manager_for(device).run(id, inputs);
     };
@@ -34,8 +33,8 @@ class StandInGraphBackend : public compiler::backends::ExecutionBackend {
 
 bool register_stand_in_graph_backend() {
   if (backend_registered(kGraphBackend)) return false;
-  compiler::backends::register_backend(
-      kGraphBackend, [] { return std::make_unique<StandInGraphBackend>(); });
+  compiler::backends::register_backend(kGraphBackend,
+                                       [] { return std::make_unique<StandInGraphBackend>(); });
   return true;
 }
 

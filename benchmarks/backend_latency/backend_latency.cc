@@ -1,0 +1,338 @@
+// backend_latency: per-call inference latency of the "eager" and
+// "cudagraphs" execution backends in one process, f32, on mlp16x512 (batch 1
+// and 256) and gpt4x256 (batch 1, T = 32).
+//
+// For each case both backends compile the same program and get the same
+// seeded inputs. After --warmup untimed calls of each (the graph backend warms
+// up, records, then replays), one more call of each checks that the outputs
+// are bitwise identical; then the timed calls alternate between the backends,
+// call by call, so drift on the machine hits both alike. Latency is host time
+// from the call until the calling thread's stream is synchronized (results
+// ready): median, p90 and spread; the ratio is eager's median over
+// cudagraphs'. For "cudagraphs" the tree manager's counters (recordings,
+// replays, warm-ups, eager fallbacks by reason) are read from its stats()
+// JSON, for the whole case and for the timed calls.
+//
+// When this binary has no "cudagraphs" backend registered, its rows say
+// "cudagraphs backend not registered" and eager is still measured.
+//
+//   backend_latency [--device auto|cuda|sim] [--iters 200] [--warmup 20]
+//                   [--json backend_latency.json] [--models benchmarks/models]
+//                   [--mlp-batches 1,256] [--gpt-batch 1] [--seq 32]
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "benchmarks/backend_latency/backend_comparison.h"
+#include "benchmarks/common/json_report.h"
+#include "benchmarks/common/latency.h"
+#include "benchmarks/common/table.h"
+#include "compiler/backends/compile.h"
+#include "compiler/model_format/model_json.h"
+#include "runtime/device_context.h"
+
+namespace grove::benchmarks {
+namespace {
+
+constexpr const char* kName = "backend_latency";
+constexpr const char* kNotRegistered = "cudagraphs backend not registered";
+
+const std::vector<FlagSpec> kFlags = {
+    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    {"--iters", "N", "timed calls per backend and case (default 200)"},
+    {"--warmup", "N", "untimed calls per backend before timing (default 20, at least 3)"},
+    {"--json", "FILE", "write the results as JSON"},
+    {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
+    {"--mlp-batches", "B1,B2", "mlp16x512 batch sizes (default 1,256)"},
+    {"--gpt-batch", "B", "gpt4x256 batch size (default 1)"},
+    {"--seq", "T", "gpt4x256 sequence length (default 32)"},
+};
+
+struct Options {
+  runtime::Device device;
+  int64_t iters = 200;
+  int64_t warmup = 20;
+  std::string json_path;
+  std::string models_dir = "benchmarks/models";
+  std::vector<int64_t> mlp_batches = {1, 256};
+  int64_t gpt_batch = 1;
+  int64_t seq = 32;
+};
+
+struct Case {
+  std::string label;
+  std::string model;
+  compiler::model_format::DimBindings dims;
+};
+
+// One backend's measurement of one case.
+struct Row {
+  std::string backend;
+  bool measured = false;  // false: not registered, or failed with `error`
+  std::string error;
+  LatencySummary latency;
+  double compile_ms = 0;
+  std::optional<bool> identical_to_eager;    // graph backend only
+  std::optional<GraphActivity> whole_case;   // graph backend: compile to the last call
+  std::optional<GraphActivity> timed_calls;  // graph backend: the timed calls only
+  nlohmann::json backend_programs;           // graph backend: from CompiledModel::backend_stats()
+};
+
+struct CaseResult {
+  Case config;
+  size_t kernels = 0, gemms = 0;
+  std::vector<Row> rows;
+};
+
+// A compiled model with its timing samples.
+struct Contender {
+  std::string backend;
+  std::optional<compiler::backends::CompiledModel> model;
+  std::vector<double> samples_us;
+  double compile_ms = 0;
+};
+
+double call_and_wait_us(const compiler::backends::CompiledModel& model,
+                        const compiler::TensorList& inputs, runtime::Backend& device_backend,
+                        runtime::StreamHandle stream) {
+  Stopwatch watch;
+  compiler::TensorList outputs = model(inputs);
+  device_backend.synchronize_stream(stream);
+  return watch.elapsed_us();
+}
+
+CaseResult run_case(const Case& config, const Options& options) {
+  CaseResult result;
+  result.config = config;
+  compiler::ir::Program program = compiler::model_format::load_model_file(
+      options.models_dir + "/" + config.model + ".json", config.dims, options.device);
+  const bool graphs = backend_registered(kGraphBackend);
+  nlohmann::json stats_at_start = graphs ? tree_counters(options.device) : nlohmann::json();
+
+  std::vector<Contender> contenders;
+  for (const char* backend : {kEagerBackend, kGraphBackend}) {
+    if (backend == std::string(kGraphBackend) && !graphs) continue;
+    Contender contender;
+    contender.backend = backend;
+    Stopwatch watch;
+    contender.model.emplace(compiler::backends::compile(program, {.backend = backend}));
+    contender.compile_ms = watch.elapsed_us() / 1000;
+    contenders.push_back(std::move(contender));
+  }
+  compiler::lowering::KernelReport report = contenders[0].model->kernel_report();
+  result.kernels = report.kernels.size();
+  result.gemms = report.library_gemms;
+
+  runtime::DeviceContext& context = runtime::device_context(options.device);
+  runtime::Backend& device_backend = context.backend();
+  runtime::StreamHandle stream = context.current_stream();
+  const int64_t vocabulary = program.value(program.outputs()[0]).type.shape.back();
+  compiler::TensorList inputs = random_inputs(program, options.device, 2026, vocabulary);
+
+  for (Contender& contender : contenders) {
+    for (int64_t i = 0; i < options.warmup; ++i) (*contender.model)(inputs);
+  }
+  device_backend.synchronize_stream(stream);
+  // Graph outputs are overwritten by the next replay: compare before calling again.
+  std::optional<bool> identical;
+  if (contenders.size() > 1) {
+    compiler::TensorList eager_outputs = (*contenders[0].model)(inputs);
+    compiler::TensorList graph_outputs = (*contenders[1].model)(inputs);
+    identical = bitwise_equal(eager_outputs, graph_outputs);
+  }
+  device_backend.synchronize_stream(stream);
+
+  nlohmann::json stats_before_timing = graphs ? tree_counters(options.device) : nlohmann::json();
+  for (int64_t i = 0; i < options.iters; ++i) {
+    for (Contender& contender : contenders) {
+      contender.samples_us.push_back(
+          call_and_wait_us(*contender.model, inputs, device_backend, stream));
+    }
+  }
+  nlohmann::json stats_after = graphs ? tree_counters(options.device) : nlohmann::json();
+
+  for (const Contender& contender : contenders) {
+    Row row;
+    row.backend = contender.backend;
+    row.measured = true;
+    row.latency = summarize(contender.samples_us);
+    row.compile_ms = contender.compile_ms;
+    if (contender.backend == kGraphBackend) {
+      row.identical_to_eager = identical;
+      row.whole_case = graph_activity(stats_at_start, stats_after);
+      row.timed_calls = graph_activity(stats_before_timing, stats_after);
+      // Its "programs" say which segments were captured and why others were not.
+      row.backend_programs = nlohmann::json::parse(contender.model->backend_stats())
+                                 .value("programs", nlohmann::json());
+    }
+    result.rows.push_back(row);
+  }
+  if (!graphs) result.rows.push_back(Row{.backend = kGraphBackend});
+  return result;
+}
+
+Options parse_options(const FlagValues& flags) {
+  Options options;
+  options.device = resolve_device(flags.text("--device", "auto"));
+  options.iters = flags.integer("--iters", options.iters, 1);
+  options.warmup = flags.integer("--warmup", options.warmup, 3);
+  options.json_path = flags.text("--json", "");
+  options.models_dir = flags.text("--models", options.models_dir);
+  options.mlp_batches.clear();
+  for (const std::string& item : flags.list("--mlp-batches", {"1", "256"})) {
+    FlagValues one(kName, {{"--mlp-batches", item}});
+    options.mlp_batches.push_back(one.integer("--mlp-batches", 1, 1, 1 << 16));
+  }
+  options.gpt_batch = flags.integer("--gpt-batch", options.gpt_batch, 1, 1 << 12);
+  options.seq = flags.integer("--seq", options.seq, 1, 128);
+  return options;
+}
+
+// Why a row has no measurement, for its table cell.
+std::string row_status(const Row& row) {
+  if (row.error.empty()) return kNotRegistered;
+  return "FAILED: " + (row.error.size() > 60 ? row.error.substr(0, 57) + "..." : row.error);
+}
+
+// Eager's median of a case, the reference of its speedups (0 when eager failed).
+double eager_median_us(const CaseResult& result) {
+  for (const Row& row : result.rows) {
+    if (row.backend == kEagerBackend && row.measured) return row.latency.median_us;
+  }
+  return 0;
+}
+
+std::string activity_cell(const std::optional<GraphActivity>& activity) {
+  return activity ? activity->summary() : "";
+}
+
+void print_table(const std::vector<CaseResult>& results) {
+  Table table({{"case"},
+               {"backend"},
+               {"median us", Align::kRight},
+               {"p90 us", Align::kRight},
+               {"spread", Align::kRight},
+               {"speedup", Align::kRight},
+               {"identical"},
+               {"graphs (timed calls)"},
+               {"graphs (whole case)"}});
+  for (const CaseResult& result : results) {
+    double eager_median = eager_median_us(result);
+    for (const Row& row : result.rows) {
+      if (!row.measured) {
+        table.add_row(
+            {result.config.label, row.backend, "-", "-", "", "", "", row_status(row), ""});
+        continue;
+      }
+      std::string identical =
+          row.identical_to_eager ? (*row.identical_to_eager ? "yes" : "NO") : "";
+      table.add_row({result.config.label, row.backend, format_fixed(row.latency.median_us, 1),
+                     format_fixed(row.latency.p90_us, 1),
+                     format_fixed(100 * row.latency.spread(), 1) + "%",
+                     eager_median > 0 ? format_ratio(eager_median / row.latency.median_us) : "",
+                     identical, activity_cell(row.timed_calls), activity_cell(row.whole_case)});
+    }
+  }
+  std::fputs(table.render().c_str(), stdout);
+}
+
+nlohmann::json report_json(const std::vector<CaseResult>& results, const Options& options) {
+  nlohmann::json report = report_header(kName, options.device);
+  report["iters"] = options.iters;
+  report["warmup"] = options.warmup;
+  report["dtype"] = "f32";
+  report["latency"] = "host time from the call until the stream is synchronized";
+  report["speedup"] = "eager median / this backend's median";
+  report["compile_ms"] =
+      "compile() wall time; the second backend of a case reuses the kernels the first generated";
+  report["results"] = nlohmann::json::array();
+  for (const CaseResult& result : results) {
+    double eager_median = eager_median_us(result);
+    for (const Row& row : result.rows) {
+      nlohmann::json entry{{"case", result.config.label},
+                           {"model", result.config.model},
+                           {"dims", result.config.dims},
+                           {"backend", row.backend}};
+      if (!row.measured) {
+        entry["status"] = row.error.empty() ? kNotRegistered : "failed";
+        if (!row.error.empty()) entry["error"] = row.error;
+        report["results"].push_back(entry);
+        continue;
+      }
+      entry["status"] = "measured";
+      entry["latency"] = latency_json(row.latency);
+      if (eager_median > 0) entry["speedup_vs_eager"] = eager_median / row.latency.median_us;
+      entry["compile_ms"] = row.compile_ms;
+      entry["eager_kernels_per_call"] = result.kernels;
+      entry["eager_gemms_per_call"] = result.gemms;
+      if (row.identical_to_eager) entry["identical_to_eager"] = *row.identical_to_eager;
+      if (row.timed_calls) entry["graphs_timed_calls"] = row.timed_calls->to_json();
+      if (row.whole_case) entry["graphs_whole_case"] = row.whole_case->to_json();
+      if (!row.backend_programs.is_null()) entry["backend_programs"] = row.backend_programs;
+      report["results"].push_back(entry);
+    }
+  }
+  return report;
+}
+
+int run(int argc, char** argv) {
+  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
+  if (flags.help_requested()) {
+    std::fputs(
+        usage_text(kName, "Per-call inference latency of eager vs cudagraphs.", kFlags).c_str(),
+        stdout);
+    return 0;
+  }
+  Options options = parse_options(flags);
+  std::vector<Case> cases;
+  for (int64_t batch : options.mlp_batches) {
+    cases.push_back({str_cat("mlp16x512 b=", batch), "mlp16x512", {{"batch", batch}}});
+  }
+  cases.push_back({str_cat("gpt4x256 b=", options.gpt_batch, " T=", options.seq),
+                   "gpt4x256",
+                   {{"batch", options.gpt_batch}, {"seq", options.seq}}});
+
+  std::printf("backend latency on %s (%s), f32, %lld timed calls per backend after %lld warm-up\n",
+              options.device.str().c_str(),
+              runtime::device_context(options.device).backend().name().c_str(),
+              static_cast<long long>(options.iters), static_cast<long long>(options.warmup));
+  if (!backend_registered(kGraphBackend)) std::printf("note: %s\n", kNotRegistered);
+  std::fflush(stdout);
+  std::vector<CaseResult> results;
+  bool failures = false;
+  for (const Case& config : cases) {
+    // A failing case is reported and the others still run (exit status 1).
+    try {
+      results.push_back(run_case(config, options));
+    } catch (const Error& error) {
+      std::fprintf(stderr, "backend_latency: %s failed: %s\n", config.label.c_str(), error.what());
+      CaseResult failed{config, 0, 0, {}};
+      for (const char* backend : {kEagerBackend, kGraphBackend}) {
+        failed.rows.push_back(Row{.backend = backend, .error = error.what()});
+      }
+      results.push_back(failed);
+      failures = true;
+    }
+  }
+  print_table(results);
+  if (!options.json_path.empty()) write_json_file(options.json_path, report_json(results, options));
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace grove::benchmarks
+
+int main(int argc, char** argv) {
+  try {
+    return grove::benchmarks::run(argc, argv);
+  } catch (const grove::benchmarks::UsageError& error) {
+    std::cerr << error.what() << "\n(run with --help for the flags)" << std::endl;
+    return 2;
+  } catch (const grove::Error& error) {
+    std::cerr << "backend_latency: " << error.what() << std::endl;
+    return 1;
+  }
+}

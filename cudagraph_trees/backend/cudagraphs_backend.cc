@@ -1,0 +1,264 @@
+#include "cudagraph_trees/backend/cudagraphs_backend.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "compiler/backends/compile.h"
+#include "cudagraph_trees/config.h"
+#include "cudagraph_trees/tree_manager.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
+
+namespace grove::cudagraph_trees::backend {
+namespace {
+
+using compiler::Callable;
+using compiler::CaptureBlocker;
+using compiler::backends::CompileOptions;
+using compiler::backends::ExecutionBackend;
+using compiler::lowering::LoweredProgram;
+
+std::atomic<int64_t> next_program_id{0};
+
+CompilationMode mode_for(const CompileOptions& options) {
+  if (options.mode == compiler::ops::ExecMode::kInference) return CompilationMode::kInference;
+  if (options.stage == "backward") return CompilationMode::kBackward;
+  // The optimizer step's in-place param updates are static-input mutations
+  // (category (b)); as an inference function it does not hold the generation
+  // open waiting for a backward.
+  if (options.stage == "optimizer") return CompilationMode::kInference;
+  return CompilationMode::kForward;
+}
+
+// What the backend decided for one segment at prepare time.
+struct SegmentPlan {
+  bool captured = false;
+  std::string reason;    // why not, when not captured
+  std::string category;  // stable key: a capture blocker name or "too few kernels"
+  bool fallback = false; // a real fallback (not "too few kernels")
+  FunctionSpec spec;     // for captured segments (body set)
+};
+
+// One prepared program; shared by the callable and the backend instance.
+struct PreparedProgram {
+  PreparedProgram(LoweredProgram lowered_program, runtime::Device program_device)
+      : lowered(std::move(lowered_program)), device(program_device) {}
+
+  LoweredProgram lowered;
+  runtime::Device device;
+  std::string model_name;
+  std::vector<SegmentPlan> plans;
+  std::vector<Callable> eager_calls;  // each segment's own function
+  bool any_captured = false;
+  bool starts_step = false;  // a Trainer's forward (Note [Training steps])
+  int64_t fallbacks = 0;              // segments left eager for a real reason
+  std::atomic<int64_t> calls{0};
+
+  // Function ids per tree manager (one manager per device and thread).
+  std::mutex mutex;
+  struct Registration {
+    std::vector<std::optional<FunctionId>> ids;
+  };
+  std::map<const TreeManager*, Registration> registrations;
+
+  // The ids of the captured segments in `manager`, registering them when the
+  // manager has not seen this program (or was replaced by a new one).
+  const std::vector<std::optional<FunctionId>>& ids_in(TreeManager& manager) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = registrations.find(&manager);
+    if (found != registrations.end() && still_registered(manager, found->second)) {
+      return found->second.ids;
+    }
+    Registration registration;
+    registration.ids.resize(plans.size());
+    for (size_t s = 0; s < plans.size(); ++s) {
+      if (plans[s].captured) registration.ids[s] = manager.register_function(plans[s].spec);
+    }
+    return registrations[&manager] = std::move(registration), registrations[&manager].ids;
+  }
+
+  // A manager at a recycled address has other functions under these ids.
+  bool still_registered(const TreeManager& manager, const Registration& registration) const {
+    if (manager.is_shut_down()) return false;
+    for (size_t s = 0; s < plans.size(); ++s) {
+      const auto& id = registration.ids[s];
+      if (!id) continue;
+      try {
+        if (manager.function(*id).spec.name != plans[s].spec.name) return false;
+      } catch (const Error&) {
+        return false;  // fewer functions than this id: a new manager
+      }
+    }
+    return true;
+  }
+
+  TensorList call(const TensorList& inputs) {
+    ++calls;
+    if (!any_captured) return lowered.run_with(eager_calls, inputs);
+    TreeManager& manager = tree_manager_for(device);
+    const std::vector<std::optional<FunctionId>>& ids = ids_in(manager);
+    std::vector<Callable> calls_now = eager_calls;
+    for (size_t s = 0; s < plans.size(); ++s) {
+      if (!ids[s]) continue;
+      FunctionId id = *ids[s];
+      calls_now[s] = [&manager, id](const TensorList& segment_inputs) {
+        return manager.run(id, segment_inputs);
+      };
+    }
+    // Note [Training steps]: a Trainer's forward, backward and optimizer step
+    // hand tensors to each other across separate calls, so one training step
+    // is one generation: the forward marks the step's beginning, and the
+    // backward and optimizer step continue it.
+    if (starts_step) manager.mark_step_begin();
+    InvocationScope scope(manager);
+    return lowered.run_with(calls_now, inputs);
+  }
+
+  nlohmann::json json() const {
+    nlohmann::json segments = nlohmann::json::array();
+    for (size_t s = 0; s < plans.size(); ++s) {
+      nlohmann::json entry{{"index", s}, {"captured", plans[s].captured}};
+      if (!plans[s].captured) {
+        entry["reason"] = plans[s].reason;
+        entry["category"] = plans[s].category;
+      }
+      segments.push_back(std::move(entry));
+    }
+    return nlohmann::json{{"model", model_name},
+                          {"device", device.str()},
+                          {"calls", calls.load()},
+                          {"fallback_segments", fallbacks},
+                          {"segments", std::move(segments)}};
+  }
+};
+
+std::string fallback_reason(const compiler::Segment& segment, const std::string& model,
+                            size_t index) {
+  std::string where = segment.node_name.empty() ? str_cat("segment", index) : segment.node_name;
+  std::string op = segment.op.empty() ? "?" : segment.op;
+  return str_cat("not captured: ", compiler::capture_blocker_name(segment.blocker), " at ", op,
+                 " in ", model, ":", where);
+}
+
+class CudagraphsBackend : public ExecutionBackend {
+ public:
+  std::string name() const override { return "cudagraphs"; }
+
+  Callable prepare(const LoweredProgram& lowered, const CompileOptions& options) override {
+    runtime::Device device = options.device ? *options.device : lowered.program().device();
+    bool graphs = !device.is_cpu();
+    TreeConfig config = graphs ? tree_manager_for(device).config() : TreeConfig::from_environment();
+    auto program = std::make_shared<PreparedProgram>(lowered, device);
+    program->model_name = lowered.program().name();
+    std::string stage = options.stage.empty() ? "" : str_cat(":", options.stage);
+    int64_t program_id = next_program_id++;
+    program->starts_step = options.stage == "forward";
+    const auto& segments = lowered.segments();
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const compiler::LoweredFunction& function = segments[s].function;
+      program->eager_calls.push_back(function.call);
+      SegmentPlan plan;
+      compiler::Segment meta = function.segments.empty() ? compiler::Segment{} : function.segments[0];
+      if (!graphs) {
+        meta.blocker = CaptureBlocker::kCpuTensors;
+        if (meta.op.empty()) meta.op = "program device";
+        if (meta.node_name.empty()) meta.node_name = device.str();
+      }
+      size_t launches = meta.kernel_count + meta.gemm_count;
+      if (!meta.capturable()) {
+        plan.reason = fallback_reason(meta, program->model_name, s);
+        plan.category = compiler::capture_blocker_name(meta.blocker);
+        plan.fallback = true;
+        ++program->fallbacks;
+        if (config.strict) {
+          throw NotCapturedError(str_cat(plan.reason, " (strict mode: GROVE_CUDAGRAPHS_STRICT / "
+                                         "TreeConfig::strict forbids the eager fallback; remove "
+                                         "the op or move the model to a graph device)"));
+        }
+        log_once(LogLevel::kInfo, str_cat("cudagraphs:", program_id, ":", s), plan.reason);
+      } else if (launches < static_cast<size_t>(config.min_segment_kernels)) {
+        plan.reason = str_cat("not captured: ", launches, " kernels < min_segment_kernels ",
+                              config.min_segment_kernels, " in ", program->model_name,
+                              ":segment", s);
+        plan.category = "too few kernels";
+        log_once(LogLevel::kDebug, str_cat("cudagraphs:", program_id, ":", s), plan.reason);
+      } else {
+        plan.captured = true;
+        plan.spec.name = str_cat(program->model_name, stage, ":segment", s, "#", program_id);
+        plan.spec.mode = mode_for(options);
+        plan.spec.static_input_indices = function.static_input_indices;
+        plan.spec.mutated_input_indices = function.mutated_input_indices;
+        plan.spec.body = function.call;
+        plan.spec.devices = function.devices;
+        program->any_captured = true;
+      }
+      program->plans.push_back(std::move(plan));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      programs_.push_back(program);
+    }
+    return [program](const TensorList& inputs) { return program->call(inputs); };
+  }
+
+  std::string stats_json() const override {
+    nlohmann::json json{{"backend", "cudagraphs"}};
+    nlohmann::json programs = nlohmann::json::array();
+    std::optional<runtime::Device> device;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& program : programs_) {
+        programs.push_back(program->json());
+        if (program->any_captured) device = program->device;
+      }
+    }
+    json["programs"] = std::move(programs);
+    // The calling thread's tree for the device (created on first use).
+    if (device) json["tree"] = tree_manager_for(*device).stats();
+    return json.dump();
+  }
+
+  std::string dot() const override {
+    std::optional<runtime::Device> device;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& program : programs_) {
+        if (program->any_captured) device = program->device;
+      }
+    }
+    return device ? tree_manager_for(*device).dot() : "";
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::shared_ptr<PreparedProgram>> programs_;
+};
+
+// Registers at load time; the library is alwayslink so the linker keeps it.
+const bool registered_at_load = [] {
+  register_cudagraphs_backend();
+  return true;
+}();
+
+}  // namespace
+
+std::unique_ptr<ExecutionBackend> make_cudagraphs_backend() {
+  return std::make_unique<CudagraphsBackend>();
+}
+
+void register_cudagraphs_backend() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::vector<std::string> names = compiler::backends::backend_names();
+    for (const std::string& name : names) {
+      if (name == "cudagraphs") return;
+    }
+    compiler::backends::register_backend("cudagraphs", make_cudagraphs_backend);
+  });
+}
+
+}  // namespace grove::cudagraph_trees::backend

@@ -1,0 +1,96 @@
+// `grove run` on sim: both backends on mlp16x512 at a small batch, training,
+// and the files --stats-json and --dot write.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "tests/cli/command_runner.h"
+
+namespace grove::cli::testing {
+namespace {
+
+const char* const kGrove = "cli/grove";
+// The same command with a "cudagraphs" backend always registered (the real
+// one when the build has it, else the stand-in of stand_in_graph_backend.h).
+const char* const kGroveWithGraphs = "tests/cli/grove_with_stand_in";
+const char* const kMlp = "benchmarks/models/mlp16x512.json";
+
+// The value column of the table row starting with `metric`.
+std::string row_value(const std::string& out, const std::string& metric) {
+  std::smatch match;
+  std::regex row("(^|\n)" + metric + "  +([^\n]*)");
+  return std::regex_search(out, match, row) ? match[2].str() : "<no row '" + metric + "'>";
+}
+
+TEST(GroveRun, EagerOnSimPrintsLatencyAndLaunchesPerCall) {
+  const std::string stats = scratch_path("eager_stats.json");
+  CommandResult result = run_command(kGrove, {"run", kMlp, "--device", "sim", "--batch", "3",
+                                              "--iters", "4", "--stats-json", stats});
+  ASSERT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("mlp16x512 on sim:0"), std::string::npos) << result.out;
+  // 16 x (linear + gelu): 16 GEMMs, 16 fused kernels (bias + gelu).
+  EXPECT_EQ(row_value(result.out, "GEMMs per call"), "16") << result.out;
+  EXPECT_NE(row_value(result.out, "kernels per call"), "0");
+  EXPECT_EQ(row_value(result.out, "timed calls"), "4");
+  EXPECT_EQ(row_value(result.out, "outputs"), "f32[3, 512]");
+  EXPECT_NE(row_value(result.out, "latency per call, median").find(" ms"), std::string::npos);
+  nlohmann::json json = nlohmann::json::parse(read_text(stats));
+  EXPECT_EQ(json["device"], "sim:0");
+  EXPECT_EQ(json["dims"]["batch"], 3);
+  EXPECT_EQ(json["measurement"]["backend"], "eager");
+  EXPECT_EQ(json["measurement"]["latency"]["count"], 4);
+  EXPECT_GT(json["measurement"]["latency"]["median_us"].get<double>(), 0);
+  EXPECT_LE(json["measurement"]["latency"]["median_us"].get<double>(),
+            json["measurement"]["latency"]["p90_us"].get<double>());
+  EXPECT_TRUE(json["tree"].is_null());
+}
+
+TEST(GroveRun, CudagraphsOnSimReplaysOneGraphPerCall) {
+  const std::string stats = scratch_path("graph_stats.json");
+  const std::string dot = scratch_path("tree.dot");
+  CommandResult result = run_command(
+      kGroveWithGraphs, {"run", kMlp, "--device", "sim", "--batch", "2", "--backend", "cudagraphs",
+                         "--iters", "5", "--stats-json", stats, "--dot", dot});
+  ASSERT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_EQ(row_value(result.out, "graph launches per call"), "1.00") << result.out;
+  EXPECT_EQ(row_value(result.out, "eager segment runs per call"), "0.00");
+  EXPECT_EQ(row_value(result.out, "recordings while timed"), "0");
+  EXPECT_EQ(row_value(result.out, "recordings"), "1");
+  EXPECT_NE(result.out.find("pool reserved"), std::string::npos);
+  nlohmann::json json = nlohmann::json::parse(read_text(stats));
+  EXPECT_EQ(json["measurement"]["backend"], "cudagraphs");
+  EXPECT_EQ(json["measurement"]["timed_tree_activity"]["replays"], 5);
+  EXPECT_EQ(json["tree"]["recordings"], 1);
+  EXPECT_GE(json["tree"]["replays"].get<int>(), 5);
+  EXPECT_GT(json["tree"]["pool"]["reserved_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(read_text(dot).rfind("digraph", 0), 0u) << read_text(dot);
+}
+
+TEST(GroveRun, CudagraphsNeedsTheBackendInTheBuild) {
+  CommandResult result = run_command(
+      kGrove, {"run", kMlp, "--device", "sim", "--backend", "cudagraphs", "--iters", "2"});
+  if (result.status == 0) {
+    EXPECT_NE(result.out.find("graph launches per call"), std::string::npos) << result.out;
+  } else {
+    EXPECT_EQ(result.err,
+              "grove: error: backend 'cudagraphs' is not registered in this build (known: eager); "
+              "use --backend eager\n");
+  }
+}
+
+TEST(GroveRun, TrainingOnSimLowersTheLoss) {
+  const std::string stats = scratch_path("train_stats.json");
+  CommandResult result = run_command(kGrove, {"run", kMlp, "--device", "sim", "--batch", "4",
+                                              "--train", "--iters", "4", "--stats-json", stats});
+  ASSERT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("loss (mean squared error)"), std::string::npos) << result.out;
+  EXPECT_EQ(row_value(result.out, "timed steps"), "4");
+  nlohmann::json json = nlohmann::json::parse(read_text(stats));
+  std::vector<double> losses = json["measurement"]["losses"];
+  ASSERT_EQ(losses.size(), 7u);  // 3 warm-up steps + 4 timed
+  EXPECT_LT(losses.back(), losses.front());
+}
+
+}  // namespace
+}  // namespace grove::cli::testing

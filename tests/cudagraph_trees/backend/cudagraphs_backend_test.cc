@@ -1,0 +1,209 @@
+// The "cudagraphs" backend on sim (and cuda when present): bitwise equal to
+// "eager" for both benchmark models across warm-up, recording and replays;
+// piecewise capture around a nonzero; cpu programs fall back with the reason;
+// strict mode throws; stats reachable from the compiled model.
+#include "cudagraph_trees/backend/cudagraphs_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "compiler/backends/compile.h"
+#include "compiler/ir/builder.h"
+#include "compiler/model_format/model_json.h"
+#include "cudagraph_trees/config.h"
+#include "cudagraph_trees/tree_manager.h"
+#include "runtime/device_context.h"
+#include "runtime/logging.h"
+
+namespace grove::cudagraph_trees::backend {
+namespace {
+
+using compiler::TensorList;
+using compiler::backends::CompiledModel;
+using compiler::backends::compile;
+using compiler::ir::ProgramBuilder;
+using compiler::ir::ValueId;
+using runtime::Device;
+using runtime::DType;
+using runtime::Tensor;
+
+// New seeded random values for every `input` of the program.
+TensorList random_inputs(const compiler::ir::Program& program, Device device, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  TensorList inputs;
+  for (ValueId id : program.inputs_of_kind(compiler::ir::ValueKind::kInput)) {
+    const compiler::ir::Value& value = program.value(id);
+    int64_t count = runtime::shape_numel(value.type.shape);
+    if (value.type.dtype == DType::kI64) {
+      std::uniform_int_distribution<int64_t> token(0, 15);
+      std::vector<int64_t> values(static_cast<size_t>(count));
+      for (int64_t& v : values) v = token(rng);
+      inputs.push_back(Tensor::from_vector(values, value.type.shape, device));
+    } else {
+      std::normal_distribution<float> normal(0, 1);
+      std::vector<float> values(static_cast<size_t>(count));
+      for (float& v : values) v = normal(rng);
+      inputs.push_back(Tensor::from_vector(values, value.type.shape, device));
+    }
+  }
+  return inputs;
+}
+
+// The outputs as host bits (read before the next call overwrites replay outputs).
+std::vector<std::vector<float>> host_values(const TensorList& outputs) {
+  std::vector<std::vector<float>> values;
+  for (const Tensor& output : outputs) {
+    if (output.dtype() == DType::kF32) {
+      values.push_back(output.to_vector<float>());
+    } else {
+      std::vector<double> doubles = output.to_doubles();
+      values.emplace_back(doubles.begin(), doubles.end());
+    }
+  }
+  return values;
+}
+
+nlohmann::json stats_of(const CompiledModel& model) {
+  return nlohmann::json::parse(model.backend_stats());
+}
+
+class CudagraphsBackend : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    if (GetParam().is_cuda() && runtime::cuda_device_count() == 0) {
+      GTEST_SKIP() << "no CUDA device";
+    }
+    register_cudagraphs_backend();
+    reset_tree_managers();
+  }
+  void TearDown() override { reset_tree_managers(); }
+
+  // Calls both backends `calls` times with new random inputs; bitwise equal.
+  void expect_bitwise_equal_to_eager(const compiler::ir::Program& program, int calls) {
+    CompiledModel eager = compile(program, {.backend = "eager"});
+    CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+    for (int call = 0; call < calls; ++call) {
+      TensorList inputs = random_inputs(program, GetParam(), 100 + static_cast<uint64_t>(call));
+      auto expected = host_values(eager(inputs));
+      auto got = host_values(graphs(inputs));
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t o = 0; o < got.size(); ++o) {
+        ASSERT_EQ(got[o].size(), expected[o].size());
+        EXPECT_EQ(std::memcmp(got[o].data(), expected[o].data(), got[o].size() * sizeof(float)),
+                  0)
+            << program.name() << " call " << call << " output " << o;
+      }
+    }
+    nlohmann::json stats = stats_of(graphs);
+    EXPECT_GE(stats["tree"]["recordings"].get<int64_t>(), 1) << stats.dump();
+    EXPECT_GE(stats["tree"]["replays"].get<int64_t>(), 1) << stats.dump();
+    EXPECT_EQ(stats["programs"][0]["fallback_segments"].get<int64_t>(), 0) << stats.dump();
+  }
+};
+
+TEST_P(CudagraphsBackend, RegistrationIsIdempotentAndListed) {
+  register_cudagraphs_backend();
+  std::vector<std::string> names = compiler::backends::backend_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "cudagraphs"), names.end());
+  EXPECT_EQ(compiler::backends::make_backend("cudagraphs")->name(), "cudagraphs");
+}
+
+TEST_P(CudagraphsBackend, Mlp16x512MatchesEagerBitwiseOverWarmupRecordAndReplays) {
+  compiler::ir::Program program = compiler::model_format::load_model_file(
+      "benchmarks/models/mlp16x512.json", {{"batch", 2}}, GetParam());
+  expect_bitwise_equal_to_eager(program, 4);
+}
+
+TEST_P(CudagraphsBackend, Gpt4x256MatchesEagerBitwiseOverWarmupRecordAndReplays) {
+  compiler::ir::Program program = compiler::model_format::load_model_file(
+      "benchmarks/models/gpt4x256.json", {{"batch", 1}, {"seq", 8}}, GetParam());
+  expect_bitwise_equal_to_eager(program, 4);
+}
+
+compiler::ir::Program nonzero_in_the_middle(Device device) {
+  ProgramBuilder b("piecewise", device);
+  ValueId x = b.input("x", {4, 4});
+  ValueId squared = b.mul(x, x, "square");
+  ValueId mask = b.compare("gt", squared, b.full(1.0), "big");
+  ValueId indices = b.nonzero(mask, "where_big");
+  ValueId exps = b.exp(squared, "exps");
+  b.output(indices);
+  b.output(exps);
+  return b.build();
+}
+
+TEST_P(CudagraphsBackend, NonzeroInTheMiddleRunsCapturedEagerCaptured) {
+  clear_recent_log();
+  LogLevel saved = log_level();
+  set_log_level(LogLevel::kInfo);
+  compiler::ir::Program program = nonzero_in_the_middle(GetParam());
+  CompiledModel eager = compile(program, {.backend = "eager"});
+  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+  set_log_level(saved);
+  for (int call = 0; call < 4; ++call) {
+    TensorList inputs = random_inputs(program, GetParam(), 7 + static_cast<uint64_t>(call));
+    TensorList expected = eager(inputs);
+    TensorList got = graphs(inputs);
+    EXPECT_EQ(got[0].to_doubles(), expected[0].to_doubles()) << "call " << call;
+    EXPECT_EQ(got[1].to_vector<float>(), expected[1].to_vector<float>()) << "call " << call;
+  }
+  nlohmann::json stats = stats_of(graphs);
+  const nlohmann::json& segments = stats["programs"][0]["segments"];
+  ASSERT_EQ(segments.size(), 3u) << stats.dump();
+  EXPECT_TRUE(segments[0]["captured"].get<bool>());
+  EXPECT_FALSE(segments[1]["captured"].get<bool>());
+  EXPECT_TRUE(segments[2]["captured"].get<bool>());
+  std::string reason = segments[1]["reason"];
+  EXPECT_NE(reason.find("not captured:"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("at nonzero in piecewise:where_big"), std::string::npos) << reason;
+  EXPECT_EQ(stats["programs"][0]["fallback_segments"].get<int64_t>(), 1);
+  EXPECT_NE(recent_log().find(reason), std::string::npos) << recent_log();
+  // Two captured segments: each recorded once, then replayed.
+  EXPECT_EQ(stats["tree"]["recordings"].get<int64_t>(), 2) << stats.dump();
+  EXPECT_GE(stats["tree"]["replays"].get<int64_t>(), 2) << stats.dump();
+  EXPECT_NE(graphs.backend_dot().find("digraph"), std::string::npos);
+}
+
+TEST_P(CudagraphsBackend, StrictModeThrowsInsteadOfFallingBack) {
+  ::setenv("GROVE_CUDAGRAPHS_STRICT", "1", 1);
+  reset_tree_managers();
+  try {
+    compile(nonzero_in_the_middle(GetParam()), {.backend = "cudagraphs"});
+    ADD_FAILURE() << "expected NotCapturedError";
+  } catch (const NotCapturedError& error) {
+    EXPECT_NE(std::string(error.what()).find("nonzero"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("strict"), std::string::npos) << error.what();
+  }
+  ::unsetenv("GROVE_CUDAGRAPHS_STRICT");
+  reset_tree_managers();
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, CudagraphsBackend,
+                         ::testing::Values(runtime::kSimDevice, runtime::kCudaDevice),
+                         [](const ::testing::TestParamInfo<Device>& info) {
+                           return info.param.is_sim() ? std::string("sim") : std::string("cuda");
+                         });
+
+TEST(CudagraphsBackendCpu, CpuProgramIsNotCapturedAndSaysWhy) {
+  register_cudagraphs_backend();
+  compiler::ir::Program program = nonzero_in_the_middle(runtime::kCpuDevice);
+  CompiledModel eager = compile(program, {.backend = "eager"});
+  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+  TensorList inputs = random_inputs(program, runtime::kCpuDevice, 3);
+  EXPECT_EQ(graphs(inputs)[1].to_vector<float>(), eager(inputs)[1].to_vector<float>());
+  nlohmann::json stats = stats_of(graphs);
+  EXPECT_FALSE(stats.contains("tree")) << stats.dump();
+  EXPECT_EQ(stats["programs"][0]["fallback_segments"].get<int64_t>(), 3) << stats.dump();
+  for (const auto& segment : stats["programs"][0]["segments"]) {
+    EXPECT_FALSE(segment["captured"].get<bool>());
+    EXPECT_NE(segment["reason"].get<std::string>().find("not captured:"), std::string::npos);
+  }
+  std::string first = stats["programs"][0]["segments"][0]["reason"];
+  EXPECT_NE(first.find("cpu"), std::string::npos) << first;
+}
+
+}  // namespace
+}  // namespace grove::cudagraph_trees::backend
