@@ -52,6 +52,7 @@ class Scheduler {
   void schedule_dynamic(int node_index);
   // A contiguous copy of `slot` (for operands a GEMM cannot read as they are).
   int contiguous_copy(int slot, const std::string& node_name);
+  void make_outputs_contiguous();
   void add_kernel(AssembledKernel assembled, const std::string& node_name,
                   std::vector<int> allocate);
   void split_segments();
@@ -603,12 +604,27 @@ void Scheduler::compute_releases() {
   }
 }
 
+// Note [Contiguous outputs]: callers (and the next lowered function, e.g. a
+// backward that takes a forward's saved activations) require contiguous
+// tensors, because kernels bake strides in. An output that is a strided view
+// of a value the program computed is therefore copied into contiguous memory;
+// views of program inputs stay views, so their aliasing is kept.
+void Scheduler::make_outputs_contiguous() {
+  std::set<int> inputs(out_.input_slots.begin(), out_.input_slots.end());
+  for (int& slot : out_.output_slots) {
+    const SlotInfo& info = out_.slots[static_cast<size_t>(slot)];
+    if (info.dynamic || info.layout.is_contiguous() || inputs.count(info.root)) continue;
+    slot = contiguous_copy(slot, info.name);
+  }
+}
+
 void Scheduler::run() {
   set_value_layouts();
   for (int input : graph_.inputs()) allocated_.insert(input);
   out_.input_slots = graph_.inputs();
   out_.output_slots = graph_.outputs();
   for (size_t n = 0; n < graph_.nodes().size(); ++n) schedule_node(static_cast<int>(n));
+  make_outputs_contiguous();
   split_segments();
   compute_releases();
 }

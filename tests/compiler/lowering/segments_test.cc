@@ -120,6 +120,29 @@ TEST(Segments, MetadataNamesStaticMutatedAndAliasedInputs) {
   testing::expect_matches_reference(program, inputs, kSimDevice, {1e-5, 1e-6}, "state");
 }
 
+// Regression: gpt4x256's training forward returned logits[:, :-1], a strided
+// view, as a saved activation; its backward refused the non-contiguous input.
+TEST(Segments, StridedViewsOfComputedValuesAreReturnedContiguous) {
+  ProgramBuilder b("views", kSimDevice);
+  ValueId x = b.input("x", {2, 4, 3});
+  ValueId e = b.exp(x, "e");
+  b.output(b.slice(e, 1, 0, 3, "head"));
+  b.output(b.transpose(e, 0, 2, "flipped"));
+  compiler::ir::Program program = b.build();
+  compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
+  const compiler::LoweredFunction& function = lowered.function();
+  EXPECT_EQ(function.output_aliases_input,
+            (std::vector<std::optional<size_t>>{std::nullopt, std::nullopt}));
+  testing::HostTensorList inputs = testing::random_inputs(program, 11);
+  compiler::TensorList outputs = function.call({testing::to_device(inputs[0], kSimDevice)});
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_TRUE(outputs[0].is_contiguous()) << runtime::shape_str(outputs[0].strides());
+  EXPECT_TRUE(outputs[1].is_contiguous()) << runtime::shape_str(outputs[1].strides());
+  EXPECT_EQ(outputs[0].shape(), (runtime::Shape{2, 3, 3}));
+  EXPECT_EQ(outputs[1].shape(), (runtime::Shape{3, 4, 2}));
+  testing::expect_matches_reference(program, inputs, kSimDevice, {1e-5, 1e-6}, "views");
+}
+
 TEST(Segments, CallErrorsNameTheInput) {
   compiler::ir::Program program = nonzero_in_the_middle();
   compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
