@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
 
 #include "compiler/backends/backend_registry.h"
 #include "cudagraph_trees/tree_manager.h"
@@ -217,6 +218,27 @@ bool bitwise_equal(const compiler::TensorList& a, const compiler::TensorList& b)
     if (a[i].to_host_bytes() != b[i].to_host_bytes()) return false;
   }
   return true;
+}
+
+std::string activity_cell(const std::optional<GraphActivity>& activity) {
+  return activity ? activity->summary() : "";
+}
+
+std::string unmeasured_cell(const std::string& error) {
+  if (error.empty()) return kNotRegistered;
+  return "FAILED: " + (error.size() > 60 ? error.substr(0, 57) + "..." : error);
+}
+
+int benchmark_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& error) {
+    std::cerr << error.what() << "\n(run with --help for the flags)" << std::endl;
+    return 2;
+  } catch (const Error& error) {
+    std::cerr << program << ": " << error.what() << std::endl;
+    return 1;
+  }
 }
 
 }  // namespace grove::benchmarks

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 namespace grove::benchmarks {
 
 inline constexpr const char* kEagerBackend = "eager";
+inline constexpr const char* kNotRegistered = "cudagraphs backend not registered";
 inline constexpr const char* kGraphBackend = "cudagraphs";
 
 // A bad command line: unknown flag, missing or malformed value.
@@ -95,6 +97,15 @@ struct GraphActivity {
   std::string summary() const;
 };
 GraphActivity graph_activity(const nlohmann::json& before, const nlohmann::json& after);
+// A table cell: the activity's summary, or empty when there is none.
+std::string activity_cell(const std::optional<GraphActivity>& activity);
+// A table cell for a row that was not measured: kNotRegistered when `error` is
+// empty, else "FAILED: " and the error cut to fit.
+std::string unmeasured_cell(const std::string& error);
+
+// A benchmark's main(): runs `run`, and turns a UsageError into exit 2 and any
+// other grove::Error into one line "<program>: <message>" and exit 1.
+int benchmark_main(const char* program, int (*run)(int, char**), int argc, char** argv);
 
 // cudagraph_trees::mark_step_begin() on the calling thread's tree managers:
 // what a training loop calls before each step under the graph backend (as

@@ -38,7 +38,6 @@ namespace grove::benchmarks {
 namespace {
 
 constexpr const char* kName = "backend_latency";
-constexpr const char* kNotRegistered = "cudagraphs backend not registered";
 
 const std::vector<FlagSpec> kFlags = {
     {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
@@ -192,21 +191,12 @@ Options parse_options(const FlagValues& flags) {
 }
 
 // Why a row has no measurement, for its table cell.
-std::string row_status(const Row& row) {
-  if (row.error.empty()) return kNotRegistered;
-  return "FAILED: " + (row.error.size() > 60 ? row.error.substr(0, 57) + "..." : row.error);
-}
-
 // Eager's median of a case, the reference of its speedups (0 when eager failed).
 double eager_median_us(const CaseResult& result) {
   for (const Row& row : result.rows) {
     if (row.backend == kEagerBackend && row.measured) return row.latency.median_us;
   }
   return 0;
-}
-
-std::string activity_cell(const std::optional<GraphActivity>& activity) {
-  return activity ? activity->summary() : "";
 }
 
 void print_table(const std::vector<CaseResult>& results) {
@@ -223,8 +213,8 @@ void print_table(const std::vector<CaseResult>& results) {
     double eager_median = eager_median_us(result);
     for (const Row& row : result.rows) {
       if (!row.measured) {
-        table.add_row(
-            {result.config.label, row.backend, "-", "-", "", "", "", row_status(row), ""});
+        table.add_row({result.config.label, row.backend, "-", "-", "", "", "",
+                       unmeasured_cell(row.error), ""});
         continue;
       }
       std::string identical =
@@ -326,13 +316,5 @@ int run(int argc, char** argv) {
 }  // namespace grove::benchmarks
 
 int main(int argc, char** argv) {
-  try {
-    return grove::benchmarks::run(argc, argv);
-  } catch (const grove::benchmarks::UsageError& error) {
-    std::cerr << error.what() << "\n(run with --help for the flags)" << std::endl;
-    return 2;
-  } catch (const grove::Error& error) {
-    std::cerr << "backend_latency: " << error.what() << std::endl;
-    return 1;
-  }
+  return grove::benchmarks::benchmark_main("backend_latency", grove::benchmarks::run, argc, argv);
 }

@@ -47,7 +47,6 @@ using compiler::training::OptimizerKind;
 using compiler::training::Trainer;
 
 constexpr const char* kName = "train_step";
-constexpr const char* kNotRegistered = "cudagraphs backend not registered";
 
 const std::vector<FlagSpec> kFlags = {
     {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
@@ -269,15 +268,6 @@ const Row* eager_row(const CaseResult& result) {
 }
 
 // Why a row has no measurement, for its table cell.
-std::string row_status(const Row& row) {
-  if (row.error.empty()) return kNotRegistered;
-  return "FAILED: " + (row.error.size() > 60 ? row.error.substr(0, 57) + "..." : row.error);
-}
-
-std::string activity_cell(const std::optional<GraphActivity>& activity) {
-  return activity ? activity->summary() : "";
-}
-
 void print_table(const std::vector<CaseResult>& results) {
   Table table({{"case"},
                {"backend"},
@@ -294,8 +284,8 @@ void print_table(const std::vector<CaseResult>& results) {
     const Row* eager = eager_row(result);
     for (const Row& row : result.rows) {
       if (!row.measured) {
-        table.add_row(
-            {result.config.label, row.backend, "-", "-", "", "", "", "", "", "", row_status(row)});
+        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "", "", "",
+                       unmeasured_cell(row.error)});
         continue;
       }
       std::string match = row.losses_match_eager ? (*row.losses_match_eager ? "yes" : "NO") : "";
@@ -407,13 +397,5 @@ int run(int argc, char** argv) {
 }  // namespace grove::benchmarks
 
 int main(int argc, char** argv) {
-  try {
-    return grove::benchmarks::run(argc, argv);
-  } catch (const grove::benchmarks::UsageError& error) {
-    std::cerr << error.what() << "\n(run with --help for the flags)" << std::endl;
-    return 2;
-  } catch (const grove::Error& error) {
-    std::cerr << "train_step: " << error.what() << std::endl;
-    return 1;
-  }
+  return grove::benchmarks::benchmark_main("train_step", grove::benchmarks::run, argc, argv);
 }
