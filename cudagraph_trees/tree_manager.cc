@@ -359,6 +359,17 @@ std::vector<PathNode*> TreeManager::path() const {
   return nodes;
 }
 
+std::vector<runtime::GraphRecording*> TreeManager::current_path_graphs() const {
+  std::vector<runtime::GraphRecording*> graphs;
+  for (PathNode* node : path()) {
+    if (node->is_warmup()) continue;
+    if (runtime::GraphRecording* graph = static_cast<TreeNode*>(node)->mutable_graph()) {
+      graphs.push_back(graph);
+    }
+  }
+  return graphs;
+}
+
 bool TreeManager::all_path_outputs_dead() const {
   for (PathNode* node = current_; node != nullptr; node = node->parent()) {
     if (node->any_output_live()) return false;

@@ -82,6 +82,10 @@ class TreeManager {
   runtime::PoolId pool() const { return pool_; }
   PathState state() const { return state_; }
   const PathNode* current_node() const { return current_; }
+  // The graphs of the path that ran last, root first (warm-ups and kernel-free
+  // nodes have none): what a bare replay of the same work launches. For
+  // benchmarks that compare a replay through the manager with the bare one.
+  std::vector<runtime::GraphRecording*> current_path_graphs() const;
   const std::vector<std::unique_ptr<TreeNode>>& all_roots() const { return roots_; }
   const std::vector<TreeNode*>& roots(FunctionId id) const;
   size_t node_count() const;

@@ -1,6 +1,6 @@
 // What the benchmarks that compare execution backends ("eager" against
-// "cudagraphs") share: command-line flags, the device choice, seeded random
-// inputs, and the tree manager's counters read from its stats() JSON.
+// "cudagraphs") share: seeded random inputs, and the tree manager's counters
+// read from its stats() JSON (flags and the device choice: common/flags.h).
 //
 //   FlagValues flags = parse_flags("backend_latency", argc, argv, {{"--iters", "N", "..."}});
 //   runtime::Device device = resolve_device(flags.text("--device", "auto"));
@@ -17,10 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/common/flags.h"
 #include "compiler/ir/program.h"
 #include "compiler/lowered_function.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/graph_recording.h"
 
 namespace grove::benchmarks {
 
@@ -28,60 +30,16 @@ inline constexpr const char* kEagerBackend = "eager";
 inline constexpr const char* kNotRegistered = "cudagraphs backend not registered";
 inline constexpr const char* kGraphBackend = "cudagraphs";
 
-// A bad command line: unknown flag, missing or malformed value.
-class UsageError : public Error {
- public:
-  using Error::Error;
-};
-
-struct FlagSpec {
-  std::string name;   // "--iters"
-  std::string value;  // "N" (shown in the usage text)
-  std::string help;
-};
-
-// The values given on the command line, by flag name ("--iters").
-class FlagValues {
- public:
-  FlagValues(std::string program, std::map<std::string, std::string> values)
-      : program_(std::move(program)), values_(std::move(values)) {}
-
-  bool help_requested() const { return values_.count("--help") > 0; }
-  std::string text(const std::string& name, const std::string& fallback) const;
-  // Throws UsageError naming the flag when the value is not an integer in
-  // [minimum, maximum].
-  int64_t integer(const std::string& name, int64_t fallback, int64_t minimum,
-                  int64_t maximum = INT64_MAX) const;
-  // Throws UsageError naming the flag when the value is not a positive number.
-  double positive_number(const std::string& name, double fallback) const;
-  // A comma-separated list ("eager,cudagraphs").
-  std::vector<std::string> list(const std::string& name,
-                                const std::vector<std::string>& fallback) const;
-
- private:
-  std::string program_;
-  std::map<std::string, std::string> values_;
-};
-
-// Parses "--flag value" pairs (and "--help"); throws UsageError for a flag
-// not in `known` or without a value, listing the known flags.
-FlagValues parse_flags(const std::string& program, int argc, char** argv,
-                       const std::vector<FlagSpec>& known);
-// "usage: <program> [--flag VALUE] ...", one line per flag with its help.
-std::string usage_text(const std::string& program, const std::string& summary,
-                       const std::vector<FlagSpec>& known);
-
-// "auto": cuda:0 when a CUDA device exists, else sim:0; otherwise a device
-// name ("cuda", "sim", "cuda:1"). Throws DeviceError when that device is
-// absent or cannot run graphs (cpu).
-runtime::Device resolve_device(const std::string& flag);
-
 // Whether an execution backend of that name is registered in this binary.
 bool backend_registered(const std::string& name);
 
 // The counters of the calling thread's tree manager of `device`
 // (cudagraph_trees::TreeManager::stats()).
 nlohmann::json tree_counters(runtime::Device device);
+
+// The graphs of the path the calling thread's tree manager of `device` ran
+// last, root first: what a bare replay of the last graph call launches.
+std::vector<runtime::GraphRecording*> last_path_graphs(runtime::Device device);
 
 // What the tree did between two stats() snapshots.
 struct GraphActivity {
@@ -102,10 +60,6 @@ std::string activity_cell(const std::optional<GraphActivity>& activity);
 // A table cell for a row that was not measured: kNotRegistered when `error` is
 // empty, else "FAILED: " and the error cut to fit.
 std::string unmeasured_cell(const std::string& error);
-
-// A benchmark's main(): runs `run`, and turns a UsageError into exit 2 and any
-// other grove::Error into one line "<program>: <message>" and exit 1.
-int benchmark_main(const char* program, int (*run)(int, char**), int argc, char** argv);
 
 // cudagraph_trees::mark_step_begin() on the calling thread's tree managers:
 // what a training loop calls before each step under the graph backend (as

@@ -11,7 +11,10 @@
 // ready): median, p90 and spread; the ratio is eager's median over
 // cudagraphs'. For "cudagraphs" the tree manager's counters (recordings,
 // replays, warm-ups, eager fallbacks by reason) are read from its stats()
-// JSON, for the whole case and for the timed calls.
+// JSON, for the whole case and for the timed calls. A third row, "bare
+// replay", launches the graphs of the last cudagraphs call directly (same
+// stream, same sync), interleaved with the other two: cudagraphs' median minus
+// it is what the tree manager and the backend add per call.
 //
 // When this binary has no "cudagraphs" backend registered, its rows say
 // "cudagraphs backend not registered" and eager is still measured.
@@ -38,6 +41,9 @@ namespace grove::benchmarks {
 namespace {
 
 constexpr const char* kName = "backend_latency";
+// The row of the bare replay: the very graphs "cudagraphs" recorded, launched
+// without the tree manager (the floor its replay path is judged against).
+constexpr const char* kBareReplay = "bare replay";
 
 const std::vector<FlagSpec> kFlags = {
     {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
@@ -78,6 +84,7 @@ struct Row {
   std::optional<GraphActivity> whole_case;   // graph backend: compile to the last call
   std::optional<GraphActivity> timed_calls;  // graph backend: the timed calls only
   nlohmann::json backend_programs;           // graph backend: from CompiledModel::backend_stats()
+  size_t bare_graphs = 0;                    // bare replay: graphs launched per call
 };
 
 struct CaseResult {
@@ -142,6 +149,14 @@ CaseResult run_case(const Case& config, const Options& options) {
     compiler::TensorList graph_outputs = (*contenders[1].model)(inputs);
     identical = bitwise_equal(eager_outputs, graph_outputs);
   }
+  // The bare replay: the graphs the last cudagraphs call launched, launched
+  // directly (no input binding, no invariant checks, no output re-emission).
+  std::vector<runtime::GraphRecording*> bare_graphs;
+  if (contenders.size() > 1 && identical.value_or(false)) {
+    (*contenders[1].model)(inputs);
+    bare_graphs = last_path_graphs(options.device);
+  }
+  std::vector<double> bare_samples_us;
   device_backend.synchronize_stream(stream);
 
   nlohmann::json stats_before_timing = graphs ? tree_counters(options.device) : nlohmann::json();
@@ -149,6 +164,12 @@ CaseResult run_case(const Case& config, const Options& options) {
     for (Contender& contender : contenders) {
       contender.samples_us.push_back(
           call_and_wait_us(*contender.model, inputs, device_backend, stream));
+    }
+    if (!bare_graphs.empty()) {
+      Stopwatch watch;
+      for (runtime::GraphRecording* graph : bare_graphs) graph->replay(stream);
+      device_backend.synchronize_stream(stream);
+      bare_samples_us.push_back(watch.elapsed_us());
     }
   }
   nlohmann::json stats_after = graphs ? tree_counters(options.device) : nlohmann::json();
@@ -170,6 +191,14 @@ CaseResult run_case(const Case& config, const Options& options) {
     result.rows.push_back(row);
   }
   if (!graphs) result.rows.push_back(Row{.backend = kGraphBackend});
+  if (!bare_samples_us.empty()) {
+    Row row;
+    row.backend = kBareReplay;
+    row.measured = true;
+    row.latency = summarize(bare_samples_us);
+    row.bare_graphs = bare_graphs.size();
+    result.rows.push_back(row);
+  }
   return result;
 }
 
@@ -262,6 +291,7 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
       if (row.timed_calls) entry["graphs_timed_calls"] = row.timed_calls->to_json();
       if (row.whole_case) entry["graphs_whole_case"] = row.whole_case->to_json();
       if (!row.backend_programs.is_null()) entry["backend_programs"] = row.backend_programs;
+      if (row.backend == kBareReplay) entry["graphs_per_call"] = row.bare_graphs;
       report["results"].push_back(entry);
     }
   }
