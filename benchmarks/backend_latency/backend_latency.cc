@@ -23,6 +23,7 @@
 //                   [--json backend_latency.json] [--models benchmarks/models]
 //                   [--mlp-batches 1,256] [--gpt-batch 1] [--seq 32]
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -79,6 +80,7 @@ struct Row {
   bool measured = false;  // false: not registered, or failed with `error`
   std::string error;
   LatencySummary latency;
+  LatencySummary enqueue;  // host time until the call returned
   double compile_ms = 0;
   std::optional<bool> identical_to_eager;    // graph backend only
   std::optional<GraphActivity> whole_case;   // graph backend: compile to the last call
@@ -98,16 +100,19 @@ struct Contender {
   std::string backend;
   std::optional<compiler::backends::CompiledModel> model;
   std::vector<double> samples_us;
+  std::vector<double> enqueue_us;  // host time until the call returned
   double compile_ms = 0;
 };
 
-double call_and_wait_us(const compiler::backends::CompiledModel& model,
-                        const compiler::TensorList& inputs, runtime::Backend& device_backend,
-                        runtime::StreamHandle stream) {
+// Times one call: until it returns (enqueue) and until its stream is done.
+void call_and_wait(const std::function<void()>& call, runtime::Backend& device_backend,
+                   runtime::StreamHandle stream, std::vector<double>& enqueue_us,
+                   std::vector<double>& total_us) {
   Stopwatch watch;
-  compiler::TensorList outputs = model(inputs);
+  call();
+  enqueue_us.push_back(watch.elapsed_us());
   device_backend.synchronize_stream(stream);
-  return watch.elapsed_us();
+  total_us.push_back(watch.elapsed_us());
 }
 
 CaseResult run_case(const Case& config, const Options& options) {
@@ -156,20 +161,21 @@ CaseResult run_case(const Case& config, const Options& options) {
     (*contenders[1].model)(inputs);
     bare_graphs = last_path_graphs(options.device);
   }
-  std::vector<double> bare_samples_us;
+  std::vector<double> bare_samples_us, bare_enqueue_us;
   device_backend.synchronize_stream(stream);
 
   nlohmann::json stats_before_timing = graphs ? tree_counters(options.device) : nlohmann::json();
   for (int64_t i = 0; i < options.iters; ++i) {
     for (Contender& contender : contenders) {
-      contender.samples_us.push_back(
-          call_and_wait_us(*contender.model, inputs, device_backend, stream));
+      call_and_wait([&] { (*contender.model)(inputs); }, device_backend, stream,
+                    contender.enqueue_us, contender.samples_us);
     }
     if (!bare_graphs.empty()) {
-      Stopwatch watch;
-      for (runtime::GraphRecording* graph : bare_graphs) graph->replay(stream);
-      device_backend.synchronize_stream(stream);
-      bare_samples_us.push_back(watch.elapsed_us());
+      call_and_wait(
+          [&] {
+            for (runtime::GraphRecording* graph : bare_graphs) graph->replay(stream);
+          },
+          device_backend, stream, bare_enqueue_us, bare_samples_us);
     }
   }
   nlohmann::json stats_after = graphs ? tree_counters(options.device) : nlohmann::json();
@@ -179,6 +185,7 @@ CaseResult run_case(const Case& config, const Options& options) {
     row.backend = contender.backend;
     row.measured = true;
     row.latency = summarize(contender.samples_us);
+    row.enqueue = summarize(contender.enqueue_us);
     row.compile_ms = contender.compile_ms;
     if (contender.backend == kGraphBackend) {
       row.identical_to_eager = identical;
@@ -196,6 +203,7 @@ CaseResult run_case(const Case& config, const Options& options) {
     row.backend = kBareReplay;
     row.measured = true;
     row.latency = summarize(bare_samples_us);
+    row.enqueue = summarize(bare_enqueue_us);
     row.bare_graphs = bare_graphs.size();
     result.rows.push_back(row);
   }
@@ -234,6 +242,7 @@ void print_table(const std::vector<CaseResult>& results) {
                {"median us", Align::kRight},
                {"p90 us", Align::kRight},
                {"spread", Align::kRight},
+               {"enqueue us", Align::kRight},
                {"speedup", Align::kRight},
                {"identical"},
                {"graphs (timed calls)"},
@@ -242,7 +251,7 @@ void print_table(const std::vector<CaseResult>& results) {
     double eager_median = eager_median_us(result);
     for (const Row& row : result.rows) {
       if (!row.measured) {
-        table.add_row({result.config.label, row.backend, "-", "-", "", "", "",
+        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "",
                        unmeasured_cell(row.error), ""});
         continue;
       }
@@ -251,6 +260,7 @@ void print_table(const std::vector<CaseResult>& results) {
       table.add_row({result.config.label, row.backend, format_fixed(row.latency.median_us, 1),
                      format_fixed(row.latency.p90_us, 1),
                      format_fixed(100 * row.latency.spread(), 1) + "%",
+                     format_fixed(row.enqueue.median_us, 1),
                      eager_median > 0 ? format_ratio(eager_median / row.latency.median_us) : "",
                      identical, activity_cell(row.timed_calls), activity_cell(row.whole_case)});
     }
@@ -264,6 +274,7 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
   report["warmup"] = options.warmup;
   report["dtype"] = "f32";
   report["latency"] = "host time from the call until the stream is synchronized";
+  report["enqueue"] = "host time from the call until it returned (work queued, not done)";
   report["speedup"] = "eager median / this backend's median";
   report["compile_ms"] =
       "compile() wall time; the second backend of a case reuses the kernels the first generated";
@@ -283,6 +294,7 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
       }
       entry["status"] = "measured";
       entry["latency"] = latency_json(row.latency);
+      entry["enqueue"] = latency_json(row.enqueue);
       if (eager_median > 0) entry["speedup_vs_eager"] = eager_median / row.latency.median_us;
       entry["compile_ms"] = row.compile_ms;
       entry["eager_kernels_per_call"] = result.kernels;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs backend_latency on sim with tiny models and two timed calls; checks a
-# row per (case, backend), that cudagraphs either matched eager bit for bit or
-# is reported as not registered, and a JSON result per row.
+# row per (case, backend), that cudagraphs either matched eager bit for bit
+# (then a bare-replay row follows) or is reported as not registered, and a
+# JSON result per row.
 set -euo pipefail
 binary="benchmarks/backend_latency/backend_latency"
 json="${TEST_TMPDIR:-/tmp}/backend_latency.json"
@@ -19,9 +20,12 @@ if echo "$output" | grep -q "cudagraphs backend not registered"; then
 else
   rows=$(echo "$output" | grep -Ec "^[a-z0-9]+ b=.* cudagraphs .* yes ")
   [ "$rows" -eq 2 ] || { echo "expected 2 cudagraphs rows identical to eager, found $rows" >&2; exit 1; }
+  bare=$(echo "$output" | grep -Ec "^[a-z0-9]+ b=.* bare replay ")
+  [ "$bare" -eq 2 ] || { echo "expected 2 bare replay rows, found $bare" >&2; exit 1; }
+  count=$(grep -c '"backend":' "$json")
+  [ "$count" -eq 6 ] || { echo "expected 6 results in $json, found $count" >&2; exit 1; }
+  grep -q '"graphs_per_call": 1' "$json" || { echo "bare replay rows lack graphs_per_call" >&2; exit 1; }
 fi
-count=$(grep -c '"backend":' "$json")
-[ "$count" -eq 4 ] || { echo "expected 4 results in $json, found $count" >&2; exit 1; }
 # Bad flags fail with a usage message, not a crash.
 if "$binary" --iters zero >/dev/null 2>&1; then echo "--iters zero was accepted" >&2; exit 1; fi
 echo "ok"
