@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# tools/write_results.py over the sample JSON of fixtures/ (shapes of the
+# benchmarks' real reports; session 4's numbers where they exist): the whole
+# set, a set with reports missing, a broken report, a session whose torch step
+# timed out, and bad arguments. Checks the Markdown: headers, ratios computed
+# from the numbers, goal verdicts and the "not run" lines.
+set -euo pipefail
+fixtures=tests/tools/fixtures
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+write() { python3 tools/write_results.py --commit-file "$fixtures/commit.txt" "$@"; }
+
+# 1. Every report present.
+mkdir -p "$tmp/all/logs"
+cp "$fixtures"/*.json "$fixtures/tests.log" "$tmp/all/logs/"
+write --logs "$tmp/all/logs" --out "$tmp/all/out" >/dev/null
+python3 - "$tmp/all/out/RESULTS.md" "$tmp/all/out" <<'PY'
+import os, sys
+md = open(sys.argv[1]).read()
+def has(text):
+    assert text in md, "RESULTS.md lacks %r" % text
+for header in ["# grove benchmark results", "## Launch overhead", "## Inference: eager vs cudagraphs",
+               "## Eager backend", "## Training step", "## PyTorch in the same session",
+               "## Tree manager overhead", "## Input binding", "## Shape buckets", "## Serving",
+               "## Data-parallel training", "## grove and PyTorch side by side",
+               "## mystery_bench", "## Plot", "## Goals"]:
+    has(header)
+has("- Device: NVIDIA H200; PyTorch 2.11.0+cu130, CUDA 13.0")
+has("- grove commit: b7e1ff9")
+has("test cases: 427 passed, 0 failed, 1 skipped")
+assert "not run in this session" not in md.lower(), "a report was called missing"
+# Ratios recomputed from the medians: 100.718 / 152.114 = 0.662; 601.424 / 229.519 = 2.620.
+has("| grove cudagraphs ≤ 0.9× PyTorch reduce-overhead, mlp16x512 b=1 | 100.7 / 152.1 = 0.66× | met |")
+has("| grove eager ≥ 2× faster than PyTorch eager, mlp16x512 b=1 | 601.4 / 229.5 = 2.62×")
+has("| grove cudagraphs ≤ 0.9× PyTorch reduce-overhead, gpt4x256 b=1 T=32 | 373.6 / 335.7 = 1.11× | **NOT met** |")
+# cudagraphs - bare replay: 100.718 - 99.2 = 1.518 us (met); gpt: 373.575 - 370.1 = 3.475 (not).
+has("100.7 − 99.20 = 1.52 µs | met |")
+has("373.6 − 370.1 = 3.47 µs | **NOT met** |")
+# Training against PyTorch's fastest configuration (reduce-overhead; whole step failed).
+has("774.2 / 1885.4 (PyTorch reduce-overhead) = 0.41× | **NOT met** |")
+# Tree manager: (1.27 - 0.73) * 1000 / 224 = 2.41 ns per input; copy binding 3.90 us at 33.
+has("| tree manager cost < 1.5 µs at 33 inputs (zero-copy binding) | 0.730 µs | met |")
+has("= 2.41 ns | met |")
+has("| tree manager cost < 1.5 µs at 33 inputs (copy binding) | 3.90 µs | **NOT met** |")
+# Input binding 64 MiB: (112.3 - 45.1) / (46.0 - 45.1) = 74.67; bucket pool 36 / 32 MiB.
+has("67.20 / 0.900 µs = 74.67× | met |")
+has("36.0 MiB / 32.0 MiB = 1.12× | met |")
+has("at 40000/s: 36800 / 14100 answered/s = 2.61×; p99 2100.0 vs 52000.0 µs | met |")
+has("cold 13.2–79.7 ms, cached 0.64–1.43 ms | met |")
+has("(ratios computed by this script): 10 met, 6 not met, 0 not measured.")
+has("- Goals: 10 met, 6 not met, 0 not measured (the table at the end)")
+# Data parallel: efficiency = step(1) / step(2) = 780 / 1000 for mlp cudagraphs.
+has("| mlp16x512 b=32 | cudagraphs | 2 | 1000.0 (1040.0) | 64000 | 78.0% | 4 |")
+has("## Data-parallel training")
+# The unknown report lists its scalars; PyTorch's failure is footnoted.
+has("| widgets_per_s | 1234.5 |")
+has("failed [1]")
+# Side by side: grove cudagraphs / PyTorch best for mlp b=1 is 100.718 / 152.114.
+has("| inference | mlp16x512 b=1 | 229.5 | 100.7 | 99.20 | 601.4 | 560.3 | 152.1 | 0.66× | 2.62× |")
+try:
+    import matplotlib  # noqa: F401
+    assert os.path.isfile(os.path.join(sys.argv[2], "latency.png")), "no latency.png"
+    has("![latency per model and backend](latency.png)")
+except ImportError:
+    has("No plot: matplotlib is not installed")
+    assert not os.path.exists(os.path.join(sys.argv[2], "latency.png"))
+PY
+
+# 2. Reports missing, one broken, and a session whose torch step timed out.
+mkdir -p "$tmp/some/logs"
+cp "$fixtures"/{backend_latency,eager_latency,train_step}.json "$tmp/some/logs/"
+cp "$fixtures/session_torch_timeout.tsv" "$tmp/some/logs/session.tsv"
+echo '{"benchmark": "input_binding", "results": [' >"$tmp/some/logs/input_binding.json"
+printf 'serve on cuda:0 (NVIDIA H200)\nterminate called after throwing\n' >"$tmp/some/logs/serve.txt"
+write --logs "$tmp/some/logs" --out "$tmp/some/out" --no-plot >/dev/null
+python3 - "$tmp/some/out/RESULTS.md" <<'PY'
+import sys
+md = open(sys.argv[1]).read()
+def has(text):
+    assert text in md, "RESULTS.md lacks %r" % text
+has("Not run in this session (the torch step timed out): no `torch.json`.")
+has("Not run in this session: no `launch_overhead.json`.")
+has("Not run in this session: no `tree_overhead.json`.")
+has("Not run in this session: no `bucket_pool.json`.")
+has("Not run in this session: no `data_parallel.json`.")
+has("Not usable in this session: `input_binding.json` could not be read")
+has("No `serve.json` in this session: it started but wrote no JSON")
+has("terminate called after throwing")
+has("**Not every step succeeded: torch (timed out).**")
+has("| torch | timed out | 124 | 150 s | 150 s |")
+has("- Device: NVIDIA H200 (nvidia-smi: NVIDIA H200, 580.159.04)")
+has("- Date: 2026-11-22 03:30 UTC to 2026-11-22 03:38 UTC")
+has("No plot: --no-plot was given.")
+# Goals that need PyTorch are not measured, and say what they lacked; the rest are judged.
+has("| grove cudagraphs ≤ 0.9× PyTorch reduce-overhead, mlp16x512 b=1 | no PyTorch reduce-overhead number | not measured |")
+has("| training step ≤ 0.25× PyTorch's best, gpt4x256 b=8 T=32 | no PyTorch training number | not measured |")
+has("100.7 − 99.20 = 1.52 µs | met |")
+has("needs tree_overhead.json | not measured |")
+has("needs input_binding.json with a 64 MiB row | not measured |")
+assert "## grove and PyTorch side by side" in md  # grove's numbers alone still make the table
+PY
+
+# 3. A failed training case: the row names the failure and the goal is not measured.
+mkdir -p "$tmp/failed/logs"
+python3 - "$fixtures/train_step.json" "$tmp/failed/logs/train_step.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+for row in report["results"]:
+    if row["case"].startswith("gpt4x256"):
+        for key in ("latency", "speedup_vs_eager", "losses_match_eager"):
+            row.pop(key, None)
+        row["status"] = "failed"
+        row["error"] = "input 'loss.logits' must be contiguous"
+json.dump(report, open(sys.argv[2], "w"))
+PY
+write --logs "$tmp/failed/logs" --out "$tmp/failed/out" --no-plot >/dev/null
+grep -q "eager failed: input 'loss.logits' must be contiguous" "$tmp/failed/out/RESULTS.md"
+grep -q "training step ≤ 0.25× PyTorch's best, gpt4x256 b=8 T=32 | no train_step cudagraphs number and no PyTorch training number | not measured" \
+  "$tmp/failed/out/RESULTS.md"
+
+# 4. The plot path, through a stand-in matplotlib that checks the calls' arguments.
+PYTHONPATH="$fixtures/stub_matplotlib" write --logs "$tmp/all/logs" --out "$tmp/plot" >/dev/null
+[ -s "$tmp/plot/latency.png" ] || { echo "no latency.png with (stand-in) matplotlib" >&2; exit 1; }
+grep -qF "![latency per model and backend](latency.png)" "$tmp/plot/RESULTS.md"
+
+# 5. Real reports of bucket_pool, input_binding and tree_overhead, written on sim
+#    (`<benchmark> --device sim --json ...`): the writer reads their actual shape.
+write --logs "$fixtures/sim" --out "$tmp/sim" --no-plot >/dev/null
+python3 - "$tmp/sim/RESULTS.md" <<'PY'
+import sys
+md = open(sys.argv[1]).read()
+def has(text):
+    assert text in md, "RESULTS.md lacks %r" % text
+has("- Device: sim:0 (no report names a GPU)")
+has("| all buckets, one shared pool | 2.0 MiB | 1.00× |")
+has("| bucket pool ≤ 1.25× the largest bucket recorded alone | 2.0 MiB / 2.0 MiB = 1.00× | met |")
+# tree_overhead on sim: 4.047 - 3.667 = 0.380 us at 33 inputs (zero-copy).
+has("| zero-copy | 33 | 0 | 4.05 (4.24) | 3.67 (3.84) | 0.380 |")
+has("| tree manager cost < 1.5 µs at 33 inputs (zero-copy binding) | 0.380 µs | met |")
+# input_binding on sim: zero-copy at 64 MiB came out below the bare replay (noise).
+has("patching the graph's kernel nodes costs nothing measurable")
+has("| 64 MiB | 87377.7 (125639.1) |")
+assert "shape this script did not expect" not in md
+PY
+
+# 6. Bad arguments fail with a message and status 2.
+status=0
+write --logs "$tmp/does_not_exist" --out "$tmp/x" 2>"$tmp/err" || status=$?
+[ "$status" -eq 2 ] || { echo "missing --logs gave status $status, expected 2" >&2; exit 1; }
+grep -q "is not a directory" "$tmp/err"
+echo "ok"
