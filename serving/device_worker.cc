@@ -1,0 +1,203 @@
+#include "serving/device_worker.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "cudagraph_trees/tree_manager.h"
+#include "runtime/logging.h"
+
+namespace grove::serving {
+namespace {
+
+bool uses_graphs(const ServerConfig& config) { return config.backend == "cudagraphs"; }
+
+}  // namespace
+
+DeviceWorker::DeviceWorker(runtime::Device device,
+                           std::vector<compiler::ir::Program> bucket_programs,
+                           const ServerConfig& config, const ModelSignature& signature,
+                           RequestQueue& queue, StatsRecorder& stats)
+    : device_(device),
+      programs_(std::move(bucket_programs)),
+      config_(config),
+      signature_(signature),
+      queue_(queue),
+      stats_(stats) {
+  GROVE_CHECK(programs_.size() == config_.buckets.size(), "DeviceWorker for ", device_.str(), ": ",
+              programs_.size(), " programs for ", config_.buckets.size(), " buckets");
+}
+
+DeviceWorker::~DeviceWorker() { join(); }
+
+void DeviceWorker::start() {
+  // The thread owns the promise: set_value() may still touch it after the
+  // waiting thread has woken up and returned.
+  std::promise<void> ready;
+  std::future<void> started = ready.get_future();
+  thread_ = std::thread([this, ready = std::move(ready)]() mutable { thread_main(ready); });
+  try {
+    started.get();
+  } catch (...) {
+    thread_.join();
+    throw;
+  }
+}
+
+void DeviceWorker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void DeviceWorker::thread_main(std::promise<void>& ready) {
+  try {
+    prepare();
+  } catch (...) {
+    buckets_.clear();
+    if (uses_graphs(config_)) cudagraph_trees::reset_tree_managers();
+    ready.set_exception(std::current_exception());
+    return;
+  }
+  ready.set_value();
+  serve();
+  // Graph outputs, staging tensors and recordings belong to this thread's
+  // tree manager and stream: release them here, before the thread ends.
+  tree_at_exit_ = tree_counters();
+  buckets_.clear();
+  if (uses_graphs(config_)) cudagraph_trees::reset_tree_managers();
+}
+
+void DeviceWorker::prepare() {
+  auto begin = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < programs_.size(); ++i) {
+    Bucket bucket;
+    bucket.rows = config_.buckets[i];
+    bucket.model.emplace(
+        compiler::backends::compile(programs_[i], {.backend = config_.backend, .device = device_}));
+    for (const RowSpec& input : signature_.inputs) {
+      runtime::Shape shape = input.row_shape;
+      shape.insert(shape.begin(), bucket.rows);
+      bucket.inputs.push_back(runtime::Tensor::empty(shape, input.dtype, device_));
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+  programs_.clear();
+  const int64_t largest = config_.buckets.back();
+  for (const RowSpec& input : signature_.inputs) {
+    staging_.emplace_back(static_cast<size_t>(largest) * input.row_bytes, 0);
+  }
+  // Largest first: Note [One compiled model per bucket]. Zero rows are a
+  // valid input for any model (index 0 for integer inputs).
+  for (size_t i = buckets_.size(); i-- > 0;) {
+    Bucket& bucket = buckets_[i];
+    for (size_t k = 0; k < bucket.inputs.size(); ++k) {
+      bucket.inputs[k].copy_from_host(staging_[k].data());
+    }
+    for (int64_t call = 0; call < config_.warmup_calls; ++call) {
+      compiler::TensorList outputs = (*bucket.model)(bucket.inputs);
+      // Reading back waits for the device and surfaces its errors now.
+      if (!outputs.empty()) outputs.front().slice(0, 0, 1).to_host_bytes();
+    }
+  }
+  warmup_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+  tree_after_warmup_ = tree_counters();
+}
+
+void DeviceWorker::serve() {
+  while (true) {
+    std::vector<PendingRequest> batch = queue_.take_batch();
+    if (batch.empty()) return;
+    run_batch(batch);
+  }
+}
+
+void DeviceWorker::run_batch(std::vector<PendingRequest>& batch) {
+  const Clock::time_point dispatched = Clock::now();
+  int64_t rows = 0;
+  for (const PendingRequest& request : batch) rows += request.rows;
+  const int64_t bucket_rows = config_.bucket_for(rows);
+  Bucket* bucket = nullptr;
+  for (Bucket& candidate : buckets_) {
+    if (candidate.rows == bucket_rows) bucket = &candidate;
+  }
+  std::vector<std::vector<uint8_t>> outputs;
+  try {
+    outputs = execute(*bucket, batch, rows);
+  } catch (...) {
+    // The requests were checked at submit(), so this is the device's or the
+    // model's failure: every request of the batch gets it.
+    std::exception_ptr error = std::current_exception();
+    stats_.batch(rows, bucket_rows);
+    stats_.failed(batch.size());
+    for (PendingRequest& request : batch) request.promise.set_exception(error);
+    return;
+  }
+  const Clock::time_point completed = Clock::now();
+  // Counted before any future is set, so that whoever holds an answer sees
+  // it in stats().
+  stats_.batch(rows, bucket_rows);
+  stats_.completed(batch.size());
+  // Note [What a request is]: each response owns a copy of its rows.
+  int64_t first_row = 0;
+  for (PendingRequest& request : batch) {
+    Response response;
+    response.outputs.reserve(signature_.outputs.size());
+    for (size_t o = 0; o < signature_.outputs.size(); ++o) {
+      const RowSpec& spec = signature_.outputs[o];
+      HostRows rows_out;
+      rows_out.shape = spec.row_shape;
+      rows_out.shape.insert(rows_out.shape.begin(), request.rows);
+      rows_out.dtype = spec.dtype;
+      const uint8_t* begin = outputs[o].data() + static_cast<size_t>(first_row) * spec.row_bytes;
+      rows_out.bytes.assign(begin, begin + static_cast<size_t>(request.rows) * spec.row_bytes);
+      response.outputs.push_back(std::move(rows_out));
+    }
+    response.timing = {request.submitted, dispatched, completed, rows, bucket_rows, device_};
+    first_row += request.rows;
+    request.promise.set_value(std::move(response));
+  }
+}
+
+std::vector<std::vector<uint8_t>> DeviceWorker::execute(Bucket& bucket,
+                                                        std::vector<PendingRequest>& batch,
+                                                        int64_t rows) {
+  if (config_.before_batch) config_.before_batch(rows, device_);
+  for (size_t k = 0; k < signature_.inputs.size(); ++k) {
+    const size_t row_bytes = signature_.inputs[k].row_bytes;
+    uint8_t* staging = staging_[k].data();
+    size_t offset = 0;
+    for (const PendingRequest& request : batch) {
+      const std::vector<uint8_t>& bytes = request.request.inputs[k].bytes;
+      if (!bytes.empty()) std::memcpy(staging + offset, bytes.data(), bytes.size());
+      offset += bytes.size();
+    }
+    // Padded rows are zeros (Note [Shape buckets]); they never reach a response.
+    std::memset(staging + offset, 0, static_cast<size_t>(bucket.rows) * row_bytes - offset);
+    bucket.inputs[k].copy_from_host(staging);
+  }
+  compiler::TensorList outputs = (*bucket.model)(bucket.inputs);
+  GROVE_CHECK(outputs.size() == signature_.outputs.size(), "served model returned ", outputs.size(),
+              " outputs; its signature has ", signature_.outputs.size());
+  // Copy out now: the next replay of this bucket overwrites graph outputs.
+  std::vector<std::vector<uint8_t>> host;
+  host.reserve(outputs.size());
+  for (const runtime::Tensor& output : outputs) {
+    host.push_back(output.slice(0, 0, rows).to_host_bytes());
+  }
+  return host;
+}
+
+nlohmann::json DeviceWorker::tree_counters() const {
+  if (!uses_graphs(config_)) return nlohmann::json();
+  return cudagraph_trees::tree_manager_for(device_).stats();
+}
+
+nlohmann::json DeviceWorker::report() const {
+  return nlohmann::json{{"device", device_.str()},
+                        {"backend", config_.backend},
+                        {"buckets", config_.buckets},
+                        {"warmup_ms", warmup_ms_},
+                        {"tree_after_warmup", tree_after_warmup_},
+                        {"tree_at_exit", tree_at_exit_}};
+}
+
+}  // namespace grove::serving

@@ -1,0 +1,54 @@
+// What a client hands the server and what it gets back.
+//
+// Note [What a request is]
+// A request is one or more rows for the model: one HostRows per model `input`
+// (call order), all with the same row count n (1 <= n <= max_batch) and each
+// row shaped and typed like one row of that input. Its response holds one
+// HostRows per model output with exactly the request's n rows, in the order
+// they were given. The server never splits a request across batches, never
+// reorders requests (FIFO), and copies each request's rows out of the batch
+// output before the worker runs its next batch: with "cudagraphs" the batch
+// output lives in the graph pool and the next replay overwrites it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <vector>
+
+#include "runtime/device.h"
+#include "serving/host_rows.h"
+
+namespace grove::serving {
+
+using Clock = std::chrono::steady_clock;
+
+struct Request {
+  std::vector<HostRows> inputs;  // one per model input
+};
+
+// Where and when a request ran.
+struct RequestTiming {
+  Clock::time_point submitted;   // submit() accepted it
+  Clock::time_point dispatched;  // its batch left the queue
+  Clock::time_point completed;   // its rows were copied out, just before the future is set
+  int64_t batch_rows = 0;        // real rows in its batch
+  int64_t bucket = 0;            // the compiled batch size the batch ran in
+  runtime::Device device;        // the worker's device
+};
+
+struct Response {
+  std::vector<HostRows> outputs;  // one per model output, this request's rows only
+  RequestTiming timing;
+};
+
+// A request the server accepted, waiting for (or in) a batch.
+struct PendingRequest {
+  Request request;
+  int64_t rows = 0;
+  uint64_t id = 0;  // submission order
+  Clock::time_point submitted;
+  std::promise<Response> promise;
+};
+
+}  // namespace grove::serving

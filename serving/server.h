@@ -1,0 +1,84 @@
+// Server is grove's batching inference server in reduced-overhead mode:
+// submit(request) returns a future at once; one worker per device gathers
+// queued requests into batches (up to max_batch rows, or whatever has arrived
+// when the oldest request has waited max_wait), pads each batch to the
+// smallest shape bucket that holds it, runs the model compiled for that
+// bucket with the configured backend ("cudagraphs": one graph replay per
+// batch), and completes every request with its own rows.
+//
+//   Server server(model_file_factory("benchmarks/models/mlp16x512.json"), config);
+//   std::future<Response> answer = server.submit({{HostRows::from_values(x, {1, 512})}});
+//   std::vector<float> y = answer.get().outputs[0].values<float>();
+//   server.shutdown(ShutdownMode::kDrain);
+//
+// Guarantees: every accepted request's future is set exactly once, with its
+// response, with the error that failed its batch, or with
+// RequestCancelledError; shutdown() returns only when all are set. A request
+// never shares rows with another's response (Note [What a request is]).
+// submit() and stats() may be called from any number of threads.
+#pragma once
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "serving/device_worker.h"
+#include "serving/errors.h"
+#include "serving/model_signature.h"
+#include "serving/request.h"
+#include "serving/request_queue.h"
+#include "serving/server_config.h"
+#include "serving/server_stats.h"
+
+namespace grove::serving {
+
+class Server {
+ public:
+  // Validates the config (ConfigError naming the field), builds the model for
+  // every bucket and device (ConfigError when a program is not batched along
+  // dim 0, or buckets disagree beyond the batch), and starts the workers,
+  // returning once every bucket is compiled and warmed up on every device
+  // (rethrowing the first worker's error).
+  Server(const ProgramFactory& model, ServerConfig config);
+  // shutdown(ShutdownMode::kDrain) unless it already happened.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Queues `request` (Note [What a request is]) and returns its future.
+  // Throws, queueing nothing: ShapeError / DTypeError naming the input for a
+  // request that does not fit the model, QueueFullError when queue_capacity
+  // requests are waiting (back-pressure), ServerClosedError after shutdown().
+  std::future<Response> submit(Request request);
+
+  // Stops taking requests and waits for the workers. kDrain runs every queued
+  // request (batches are not held back for max_wait); kCancel sets every
+  // queued request's future to RequestCancelledError (batches already running
+  // complete). Idempotent; later calls return at once.
+  void shutdown(ShutdownMode mode = ShutdownMode::kDrain);
+
+  // A request is counted (completed, failed, cancelled) before its future
+  // becomes ready, so a caller holding an answer sees it counted.
+  ServerStats stats() const { return stats_.snapshot(); }
+  size_t queue_size() const { return queue_.size(); }
+  const ServerConfig& config() const { return config_; }
+  const ModelSignature& signature() const { return signature_; }
+  // One DeviceWorker::report() per device; the tree counters at exit are
+  // filled in after shutdown().
+  nlohmann::json worker_reports() const;
+
+ private:
+  ServerConfig config_;
+  ModelSignature signature_;
+  RequestQueue queue_;
+  StatsRecorder stats_;
+  std::vector<std::unique_ptr<DeviceWorker>> workers_;
+  std::atomic<uint64_t> next_id_{0};
+  std::mutex shutdown_mutex_;
+  bool shut_down_ = false;
+};
+
+}  // namespace grove::serving

@@ -1,0 +1,58 @@
+#include "serving/server_stats.h"
+
+#include <algorithm>
+#include <string>
+
+namespace grove::serving {
+
+nlohmann::json ServerStats::to_json() const {
+  nlohmann::json by_rows = nlohmann::json::object();
+  for (const auto& [rows_in_batch, count] : batches_by_rows) {
+    by_rows[std::to_string(rows_in_batch)] = count;
+  }
+  nlohmann::json by_bucket = nlohmann::json::object();
+  for (const auto& [bucket, count] : batches_by_bucket) by_bucket[std::to_string(bucket)] = count;
+  return nlohmann::json{{"submitted", submitted},
+                        {"rejected", rejected},
+                        {"invalid", invalid},
+                        {"completed", completed},
+                        {"failed", failed},
+                        {"cancelled", cancelled},
+                        {"pending", pending()},
+                        {"batches", batches},
+                        {"rows", rows},
+                        {"padded_rows", padded_rows},
+                        {"largest_batch_rows", largest_batch_rows},
+                        {"mean_batch_rows", mean_batch_rows()},
+                        {"mean_batch_fill", mean_batch_fill()},
+                        {"batches_by_rows", by_rows},
+                        {"batches_by_bucket", by_bucket}};
+}
+
+void StatsRecorder::batch(int64_t rows, int64_t bucket) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.batches;
+  stats_.rows += static_cast<uint64_t>(rows);
+  stats_.padded_rows += static_cast<uint64_t>(bucket - rows);
+  stats_.largest_batch_rows = std::max(stats_.largest_batch_rows, rows);
+  ++stats_.batches_by_rows[rows];
+  ++stats_.batches_by_bucket[bucket];
+}
+
+void StatsRecorder::not_queued(bool queue_full) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  --stats_.submitted;
+  if (queue_full) ++stats_.rejected;
+}
+
+ServerStats StatsRecorder::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void StatsRecorder::bump(uint64_t ServerStats::*field, uint64_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.*field += count;
+}
+
+}  // namespace grove::serving

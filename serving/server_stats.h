@@ -1,0 +1,56 @@
+// What a batching server has done: requests by outcome, batches, how full the
+// batches were, and padding. ServerStats is a snapshot (a value);
+// StatsRecorder is the thread-safe counter set the server updates.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+namespace grove::serving {
+
+struct ServerStats {
+  uint64_t submitted = 0;  // accepted by submit()
+  uint64_t rejected = 0;   // QueueFullError (back-pressure)
+  uint64_t invalid = 0;    // refused by submit() as malformed (shape, dtype, row count)
+  uint64_t completed = 0;  // futures set with a response
+  uint64_t failed = 0;     // futures set with an error from running their batch
+  uint64_t cancelled = 0;  // futures set with RequestCancelledError at shutdown
+  uint64_t batches = 0;
+  uint64_t rows = 0;         // real rows run
+  uint64_t padded_rows = 0;  // zero rows added to reach a bucket
+  int64_t largest_batch_rows = 0;
+  std::map<int64_t, uint64_t> batches_by_rows;    // real rows per batch -> batches
+  std::map<int64_t, uint64_t> batches_by_bucket;  // bucket -> batches
+
+  // Accepted requests not yet answered (queued or in a running batch).
+  uint64_t pending() const { return submitted - completed - failed - cancelled; }
+  double mean_batch_rows() const { return batches ? double(rows) / double(batches) : 0; }
+  // Real rows over bucket rows run: 1 when no batch was padded.
+  double mean_batch_fill() const {
+    return rows + padded_rows ? double(rows) / double(rows + padded_rows) : 0;
+  }
+  nlohmann::json to_json() const;
+};
+
+class StatsRecorder {
+ public:
+  void submitted() { bump(&ServerStats::submitted); }
+  // Undoes submitted() for a request the queue refused (full, or closed).
+  void not_queued(bool queue_full);
+  void invalid() { bump(&ServerStats::invalid); }
+  void completed(uint64_t count) { bump(&ServerStats::completed, count); }
+  void failed(uint64_t count) { bump(&ServerStats::failed, count); }
+  void cancelled(uint64_t count) { bump(&ServerStats::cancelled, count); }
+  void batch(int64_t rows, int64_t bucket);
+  ServerStats snapshot() const;
+
+ private:
+  void bump(uint64_t ServerStats::*field, uint64_t count = 1);
+
+  mutable std::mutex mutex_;
+  ServerStats stats_;
+};
+
+}  // namespace grove::serving
