@@ -2,14 +2,19 @@
 // seeded inputs, and print what one call costs.
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "benchmarks/common/json_report.h"
+#include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "cli/commands.h"
 #include "cli/measure.h"
 #include "cli/model_setup.h"
 #include "cli/report.h"
 #include "cli/tree_stats.h"
+#include "compiler/distributed/data_parallel_trainer.h"
+#include "cudagraph_trees/tree_manager.h"
+#include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 
 namespace grove::cli {
@@ -19,6 +24,7 @@ struct RunOptions {
   ModelSpec model;
   MeasureOptions measure;
   bool train = false;
+  int gpus = 1;  // data-parallel ranks (--gpus), one thread per device
   std::string stats_json_path;
   std::string dot_path;
 };
@@ -48,6 +54,24 @@ RunOptions parse_run_options(const ParsedArgs& args) {
   options.measure.seed =
       static_cast<uint64_t>(parse_positive_int("--seed", args.value("--seed", "1")));
   options.train = args.has("--train");
+  options.gpus = static_cast<int>(parse_positive_int("--gpus", args.value("--gpus", "1"), 64));
+  if (options.gpus > 1) {
+    if (!options.train) {
+      throw UsageError(str_cat("--gpus ", options.gpus,
+                               " runs data-parallel training; add --train (inference runs on one "
+                               "device)"));
+    }
+    if (options.model.device.is_cpu()) {
+      throw UsageError("--gpus needs --device cuda or sim (cpu has no collectives)");
+    }
+    if (options.model.device.is_cuda() && runtime::cuda_device_count() < options.gpus) {
+      throw UsageError(str_cat("--gpus ", options.gpus, ": this machine has ",
+                               runtime::cuda_device_count(), " CUDA devices"));
+    }
+    if (!args.value("--dot").empty()) {
+      throw UsageError("--dot is for one device; drop it with --gpus");
+    }
+  }
   options.stats_json_path = args.value("--stats-json");
   options.dot_path = args.value("--dot");
   require_backend(options.measure.backend);
@@ -61,6 +85,117 @@ RunOptions parse_run_options(const ParsedArgs& args) {
                              "before it replays"));
   }
   return options;
+}
+
+// Rank 0's view of a data-parallel run.
+struct DataParallelRun {
+  std::vector<double> step_us;  // timed steps
+  std::vector<double> losses;   // every step, warm-up included
+  size_t buckets = 0;
+  double compile_s = 0;
+  nlohmann::json tree;  // rank 0's tree stats (cudagraphs)
+};
+
+// `grove run --train --gpus N`: N ranks as threads, rank r on device r of the
+// chosen type, each on its own random shard (seed + r) of --batch rows,
+// gradients averaged in the backward (compiler/distributed).
+DataParallelRun run_data_parallel(const RunOptions& options) {
+  DataParallelRun run;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(options.gpus));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < options.gpus; ++rank) {
+    threads.emplace_back([&, rank] {
+      const runtime::Device device{options.model.device.type, rank};
+      try {
+        runtime::collectives::join_local_group(device, rank, options.gpus, "grove-run",
+                                               runtime::collectives::default_collective_timeout());
+        ModelSpec spec = options.model;
+        spec.device = device;
+        TrainingSetup setup = add_training_loss(load_program(spec));
+        benchmarks::Stopwatch compile;
+        compiler::distributed::DataParallelOptions dp;
+        dp.trainer.backend = options.measure.backend;
+        dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
+        compiler::distributed::DataParallelTrainer trainer(setup.program, setup.loss, dp);
+        compiler::TensorList inputs = random_inputs(
+            setup.program, device, options.measure.seed + static_cast<uint64_t>(rank));
+        compiler::training::Hyperparameters hyper;
+        hyper.lr = options.measure.learning_rate;
+        hyper.momentum = 0.9;
+        if (rank == 0) {
+          run.compile_s = compile.elapsed_s();
+          run.buckets = trainer.buckets().outputs.size();
+        }
+        for (int64_t i = 0; i < options.measure.warmup + options.measure.iters; ++i) {
+          benchmarks::Stopwatch watch;
+          double loss = trainer.step(inputs, hyper).to_doubles().at(0);  // synchronizes
+          if (rank != 0) continue;
+          if (i >= options.measure.warmup) run.step_us.push_back(watch.elapsed_us());
+          run.losses.push_back(loss);
+        }
+        if (rank == 0 && options.measure.backend == kGraphBackend) run.tree = tree_stats(device);
+      } catch (...) {
+        errors[static_cast<size_t>(rank)] = std::current_exception();
+      }
+      cudagraph_trees::reset_tree_managers();
+      runtime::collectives::leave_group(device);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+  return run;
+}
+
+int report_data_parallel(const RunOptions& options) {
+  ModelSpec spec = options.model;
+  compiler::ir::Program program = load_program(spec);
+  std::printf("grove run %s data-parallel on %d x %s (%s), backend %s, %s%s per device\n",
+              program.name().c_str(), options.gpus,
+              runtime::device_type_name(options.model.device.type),
+              runtime::device_context(options.model.device).backend().name().c_str(),
+              options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
+              dims_text(program).c_str());
+  DataParallelRun run = run_data_parallel(options);
+  benchmarks::LatencySummary step = benchmarks::summarize(run.step_us);
+  int64_t batch = program.dims().count("batch") ? program.dims().at("batch") : 1;
+  double samples_per_s = 1e6 * static_cast<double>(batch * options.gpus) / step.median_us;
+  benchmarks::Table table({{"devices", benchmarks::Align::kRight},
+                           {"backend"},
+                           {"step median", benchmarks::Align::kRight},
+                           {"p90", benchmarks::Align::kRight},
+                           {"samples/s", benchmarks::Align::kRight},
+                           {"buckets", benchmarks::Align::kRight},
+                           {"first loss", benchmarks::Align::kRight},
+                           {"last loss", benchmarks::Align::kRight}});
+  table.add_row({std::to_string(options.gpus), options.measure.backend,
+                 benchmarks::format_fixed(step.median_us, 1) + " us",
+                 benchmarks::format_fixed(step.p90_us, 1) + " us",
+                 benchmarks::format_fixed(samples_per_s, 0), std::to_string(run.buckets),
+                 benchmarks::format_fixed(run.losses.front(), 4),
+                 benchmarks::format_fixed(run.losses.back(), 4)});
+  std::printf("\n%s", table.render().c_str());
+  if (options.measure.backend == kGraphBackend) {
+    std::printf("\ntree of CUDA graphs of rank 0 (totals)\n%s",
+                tree_table(run.tree).render().c_str());
+  }
+  if (!options.stats_json_path.empty()) {
+    nlohmann::json report = benchmarks::report_header("grove run", options.model.device);
+    report["model"] = program.name();
+    report["model_file"] = options.model.path;
+    report["dims"] = program.dims();
+    report["devices"] = options.gpus;
+    report["backend"] = options.measure.backend;
+    report["step"] = benchmarks::latency_json(step);
+    report["samples_per_s"] = samples_per_s;
+    report["losses"] = run.losses;
+    report["buckets"] = run.buckets;
+    report["tree"] = run.tree;
+    benchmarks::write_json_file(options.stats_json_path, report);
+    std::printf("\nwrote stats to %s\n", options.stats_json_path.c_str());
+  }
+  return 0;
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
@@ -92,6 +227,9 @@ const CommandSpec& run_command_spec() {
           {"--warmup", "N", "untimed calls before timing (default 3)"},
           {"--seed", "N", "seed of the random inputs (default 1)"},
           {"--train", "", "time training steps (forward, backward, SGD) instead of inference"},
+          {"--gpus", "N",
+           "with --train: data-parallel training on N devices (one thread each; NCCL on cuda), "
+           "--batch rows per device"},
           {"--stats-json", "FILE", "write the measurement and the tree's stats as JSON"},
           {"--dot", "FILE", "write the tree of CUDA graphs as Graphviz DOT (cudagraphs)"},
       }};
@@ -105,6 +243,7 @@ int run_command(const std::vector<std::string>& args) {
     return 0;
   }
   RunOptions options = parse_run_options(parsed);
+  if (options.gpus > 1) return report_data_parallel(options);
   compiler::ir::Program program = load_program(options.model);
   std::printf("grove run %s on %s (%s), backend %s, %s%s\n", program.name().c_str(),
               options.model.device.str().c_str(),

@@ -9,6 +9,7 @@
 #include "cudagraph_trees/capture_lock.h"
 #include "cudagraph_trees/dot.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "runtime/collectives/held_locks.h"
 #include "runtime/logging.h"
 
 namespace grove::cudagraph_trees {
@@ -177,6 +178,8 @@ void TreeManager::verify() const {
 void TreeManager::shutdown() {
   if (shut_down_) return;
   std::lock_guard<std::mutex> lock(process_capture_lock());
+  // Note [Waiting under the capture lock] (runtime/collectives/held_locks.h).
+  runtime::collectives::HeldLock held(process_capture_lock());
   auto invalidate = [&](PathNode& node) {
     if (!node.is_warmup()) static_cast<TreeNode&>(node).outputs().drop_cache();
     for (const TrackedStorage& storage : node.tracked()) {

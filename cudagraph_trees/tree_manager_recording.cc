@@ -6,6 +6,7 @@
 
 #include "cudagraph_trees/capture_lock.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "runtime/collectives/held_locks.h"
 #include "runtime/logging.h"
 
 namespace grove::cudagraph_trees {
@@ -82,6 +83,8 @@ void TreeManager::restore_checkpoint() {
 void TreeManager::warmup(RegisteredFunction& function, const TensorList& inputs,
                          TensorList* consumable, TensorList& result) {
   std::lock_guard<std::mutex> lock(process_capture_lock());
+  // Note [Waiting under the capture lock] (runtime/collectives/held_locks.h).
+  runtime::collectives::HeldLock held(process_capture_lock());
   runtime::StreamHandle caller = context_.current_stream();
   order_capture_after(caller);
   {
@@ -107,6 +110,8 @@ void TreeManager::warmup(RegisteredFunction& function, const TensorList& inputs,
 bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
                          TensorList* consumable, TensorList& result) {
   std::unique_lock<std::mutex> lock(process_capture_lock());
+  // Note [Waiting under the capture lock] (runtime/collectives/held_locks.h).
+  runtime::collectives::HeldLock held(process_capture_lock());
   GROVE_CHECK(current_ == nullptr || !current_->is_warmup(),
               "internal: recording after a warm-up on the same path");
   auto* parent = static_cast<TreeNode*>(current_);

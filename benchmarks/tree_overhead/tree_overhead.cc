@@ -125,7 +125,7 @@ Measurement measure(const Options& options, int input_count, bool zero_copy, std
   grove::runtime::DeviceContext& context = grove::runtime::device_context(options.device);
   grove::runtime::StreamHandle stream = context.current_stream();
 
-  int64_t copies_before = trees.counters().input_copies;
+  const uint64_t copies_before = trees.counters().input_copies;
   std::vector<double> manager_us, bare_us;
   for (int r = 0; r < options.repeats; ++r) {
     // Alternate the two paths so that drift in the machine's speed hits both.
@@ -134,9 +134,10 @@ Measurement measure(const Options& options, int input_count, bool zero_copy, std
   }
   GROVE_CHECK(trees.counters().recordings == 1 && trees.counters().eager_calls == 0,
               "the benchmark re-recorded or fell back; the numbers would be meaningless");
-  int64_t calls = int64_t{options.iterations} * options.repeats;
+  const uint64_t calls = static_cast<uint64_t>(options.iterations) * options.repeats;
+  const uint64_t copies = trees.counters().input_copies - copies_before;
   return {bench::summarize(manager_us), bench::summarize(bare_us),
-          (trees.counters().input_copies - copies_before) / calls};
+          static_cast<int64_t>(copies / calls)};
 }
 
 int run(int argc, char** argv) {

@@ -70,8 +70,8 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
   kernel.handle = context.backend().load_kernel(source->second);
   ++state.stats.loads;
   kernel.dims = kernel_launch_dims(spec, device.type);
-  kernel.input_count = spec.inputs.size();
-  kernel.output_count = spec.outputs.size();
+  kernel.input_count = spec.inputs.size() * spec.part_count();
+  kernel.output_count = spec.outputs.size() * spec.part_count();
   kernel.scalar_count = static_cast<size_t>(spec.scalar_count);
   kernel.name = source->second.name;
   kernel.device = device;

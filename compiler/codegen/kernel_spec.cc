@@ -153,6 +153,44 @@ void append_shape(std::ostringstream& out, const runtime::Shape& shape) {
   out << ']';
 }
 
+// Note [Multi-part kernels] (kernel_spec.h).
+void verify_parts(const KernelSpec& spec, const std::string& where) {
+  const std::string what = str_cat(where, " (", spec.part_sizes.size(), " parts)");
+  GROVE_CHECK(spec.reductions.empty(), what, ": a multi-part kernel cannot reduce; found ",
+              spec.reductions.size(), " reductions");
+  GROVE_CHECK_AS(ShapeError, spec.iteration_shape.size() == 1, what,
+                 ": expected a rank-1 iteration shape, found ",
+                 runtime::shape_str(spec.iteration_shape));
+  int64_t largest = 0;
+  for (int64_t size : spec.part_sizes) {
+    GROVE_CHECK_AS(ShapeError, size >= 0, what, ": part sizes ",
+                   runtime::shape_str(spec.part_sizes), " include a negative size");
+    largest = std::max(largest, size);
+  }
+  GROVE_CHECK_AS(ShapeError, spec.iteration_shape[0] == largest, what, ": iteration shape ",
+                 runtime::shape_str(spec.iteration_shape), " must be {", largest,
+                 "}, the largest part size");
+  auto unit_or_zero = [](const runtime::Shape& strides) {
+    return strides.size() == 1 && (strides[0] == 0 || strides[0] == 1);
+  };
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    GROVE_CHECK_AS(ShapeError, unit_or_zero(spec.inputs[i].strides), what, ": input ", i,
+                   " has strides ", runtime::shape_str(spec.inputs[i].strides),
+                   ", expected {1} or {0}");
+  }
+  for (size_t o = 0; o < spec.outputs.size(); ++o) {
+    GROVE_CHECK_AS(ShapeError, unit_or_zero(spec.outputs[o].strides), what, ": output ", o,
+                   " has strides ", runtime::shape_str(spec.outputs[o].strides),
+                   ", expected {1} or {0}");
+  }
+  for (size_t i = 0; i < spec.exprs.size(); ++i) {
+    ExprOp op = spec.exprs[i].op;
+    GROVE_CHECK(op != ExprOp::kIndex && op != ExprOp::kLoadAt && op != ExprOp::kPhilox, what,
+                ": expr ", i, " (", op_name(op),
+                ") depends on the element's position, which a multi-part kernel does not keep");
+  }
+}
+
 }  // namespace
 
 int64_t KernelSpec::element_count() const { return runtime::shape_numel(iteration_shape); }
@@ -212,6 +250,10 @@ std::string KernelSpec::signature() const {
     out << dtype_name(output.dtype) << ':' << output.expr << (output.per_row ? ":row" : "");
     append_shape(out, output.strides);
     out << ';';
+  }
+  if (!part_sizes.empty()) {
+    out << "|parts=";
+    append_shape(out, part_sizes);
   }
   return out.str();
 }
@@ -390,6 +432,7 @@ void KernelSpec::verify() const {
                 "; a reduction may read only earlier reductions");
   }
   GROVE_CHECK(!outputs.empty(), where, ": expected at least one output, found none");
+  if (!part_sizes.empty()) verify_parts(*this, where);
   for (size_t o = 0; o < outputs.size(); ++o) {
     const OutputSpec& output = outputs[o];
     const std::string what = str_cat(where, ": output ", o);

@@ -127,9 +127,20 @@ struct OutputSpec {
   runtime::Shape strides;
 };
 
+// Note [Multi-part kernels]: a spec with `part_sizes` applies its expressions
+// to several independent parts in one launch (e.g. one optimizer update for
+// every param of a model). Part p has part_sizes[p] elements over a rank-1
+// iteration space; iteration_shape is {the largest part size}; every input and
+// output stride is 1 (the part's contiguous elements) or 0 (one broadcast
+// element); no reductions, and no kIndex / kLoadAt / kPhilox (their values
+// would depend on how the work was split). The ABI (Note [Kernel ABI]) then
+// takes the input pointers of part 0, of part 1, ..., then the output pointers
+// of part 0, of part 1, ..., then the scalars (shared by every part). Parts
+// may run concurrently on cuda, so no part may read what another writes.
 struct KernelSpec {
   std::string name;  // a readable prefix: "fused_add_gelu"
   runtime::Shape iteration_shape;
+  std::vector<int64_t> part_sizes;  // Note [Multi-part kernels]; empty: one part
   std::vector<BufferSpec> inputs;
   int scalar_count = 0;
   std::vector<Expr> exprs;  // topologically ordered: operands precede users
@@ -149,6 +160,8 @@ struct KernelSpec {
   int64_t row_count() const;
   int64_t row_length() const;
   int64_t element_count() const;
+  // 1 unless part_sizes is set (Note [Multi-part kernels]).
+  size_t part_count() const { return part_sizes.empty() ? 1 : part_sizes.size(); }
 };
 
 }  // namespace grove::compiler::codegen

@@ -1,6 +1,7 @@
 #include "compiler/host_blas/host_gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -116,9 +117,27 @@ void gemm_one(const runtime::GemmArgs& g, const void* a, const void* b, void* c)
   }
 }
 
+// Note [GEMM epilogues] (runtime/cuda/blas.h) on the host: after the product
+// is stored, each element of row-major C gets bias[column] added and, for
+// kBiasGelu, gelu's tanh approximation applied, in f32.
+void apply_epilogue(const runtime::GemmArgs& g, void* c) {
+  const float sqrt_2_over_pi = static_cast<float>(std::sqrt(2.0 / M_PI));
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      const int64_t at = i * g.ldc + j;
+      float x = load(c, g.dtype, at) + load(g.bias, g.dtype, j);
+      if (g.epilogue == runtime::GemmEpilogue::kBiasGelu) {
+        x = 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * (x + 0.044715f * (x * x * x))));
+      }
+      store(c, g.dtype, at, x);
+    }
+  }
+}
+
 // Note [Host GEMM kernel ABI]: slots 0-2 are the A, B, C pointers; then i64
 // dtype, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, batch_count,
-// stride_a, stride_b, stride_c; then alpha and beta as f32 (low 4 bytes).
+// stride_a, stride_b, stride_c; then alpha and beta as f32 (low 4 bytes);
+// then the i64 epilogue and the bias pointer.
 void host_gemm_entry(const runtime::LaunchDims*, const uint64_t* slots) {
   runtime::GemmArgs g;
   g.a = reinterpret_cast<const void*>(slots[0]);
@@ -140,6 +159,8 @@ void host_gemm_entry(const runtime::LaunchDims*, const uint64_t* slots) {
   };
   g.alpha = f32(16);
   g.beta = f32(17);
+  g.epilogue = static_cast<runtime::GemmEpilogue>(slots[18]);
+  g.bias = reinterpret_cast<const void*>(slots[19]);
   gemm_row_major(g);
 }
 
@@ -159,6 +180,12 @@ void gemm_row_major(const runtime::GemmArgs& g) {
                      g.ldc >= std::max<int64_t>(1, g.n),
                  "host GEMM: leading dimensions lda=", g.lda, " ldb=", g.ldb, " ldc=", g.ldc,
                  " are smaller than the row lengths ", a_cols, ", ", b_cols, ", ", g.n);
+  GROVE_CHECK_AS(ShapeError, g.epilogue == runtime::GemmEpilogue::kNone || g.batch_count == 1,
+                 "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
+                 " epilogue needs batch_count 1, found ", g.batch_count);
+  GROVE_CHECK(g.epilogue == runtime::GemmEpilogue::kNone || g.bias != nullptr || g.m * g.n == 0,
+              "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
+              " epilogue needs a bias pointer, found null");
   if (g.m == 0 || g.n == 0) return;
   const size_t element = runtime::dtype_size(g.dtype);
   for (int64_t batch = 0; batch < g.batch_count; ++batch) {
@@ -172,6 +199,7 @@ void gemm_row_major(const runtime::GemmArgs& g) {
       gemm_one(g, a, b, c);
     }
   }
+  if (g.epilogue != runtime::GemmEpilogue::kNone) apply_epilogue(g, g.c);
 }
 
 runtime::HostKernelFn host_gemm_kernel() { return &host_gemm_entry; }
@@ -184,6 +212,7 @@ runtime::KernelArgs host_gemm_kernel_args(const runtime::GemmArgs& g) {
   args.add_i64(g.lda).add_i64(g.ldb).add_i64(g.ldc);
   args.add_i64(g.batch_count).add_i64(g.stride_a).add_i64(g.stride_b).add_i64(g.stride_c);
   args.add_f32(g.alpha).add_f32(g.beta);
+  args.add_i64(static_cast<int64_t>(g.epilogue)).add_pointer(g.bias);
   return args;
 }
 

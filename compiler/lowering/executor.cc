@@ -59,6 +59,8 @@ void run_gemm(const ScheduledProgram& program, const Step& step, std::vector<Ten
   void* b = slot_tensor(program, env, launch.b_slot, step).data_ptr();
   void* c = slot_tensor(program, env, launch.c_slot, step).data_ptr();
   runtime::GemmArgs args = launch.args;
+  if (launch.bias_slot >= 0)
+    args.bias = slot_tensor(program, env, launch.bias_slot, step).data_ptr();
   for (const GemmCall& call : launch.calls) {
     args.a = advance(a, call.a_offset, args.dtype);
     args.b = advance(b, call.b_offset, args.dtype);
@@ -221,6 +223,17 @@ void run_steps(const ScheduledProgram& program, size_t first, size_t end, std::v
       case StepKind::kDynamicElementwise:
         env[static_cast<size_t>(step.result)] = run_dynamic(program, step, env);
         break;
+      case StepKind::kLaunch: {
+        // OpDef::launch works in place: result r is operand r.
+        const LoweringNode& node = program.graph->node(step.graph_node);
+        std::vector<Tensor> operands;
+        for (int slot : step.sources) operands.push_back(slot_tensor(program, env, slot, step));
+        node.def->launch(node.context, operands, stream);
+        for (size_t r = 0; r < step.results.size(); ++r) {
+          env[static_cast<size_t>(step.results[r])] = operands[r];
+        }
+        break;
+      }
     }
     for (int slot : step.release) env[static_cast<size_t>(slot)] = Tensor();
   }

@@ -67,6 +67,49 @@ bool can_inline(const LoweringGraph& graph, int value_id) {
   return producer.node_class == NodeClass::kReduction && producer.results.size() == 1;
 }
 
+// The node whose kernel computes `node_index` under `inlined`: follow inlined
+// results to their consumer until a node materializes a result.
+int group_root(const LoweringGraph& graph, const std::vector<bool>& inlined, int node_index) {
+  for (;;) {
+    const LoweringNode& node = graph.node(node_index);
+    if (node.results.size() != 1 || !inlined[static_cast<size_t>(node.results[0])]) {
+      return node_index;
+    }
+    node_index = graph.uses()[static_cast<size_t>(node.results[0])].front().first;
+  }
+}
+
+// Note [Shared values inside one group]: a pointwise value read by several
+// pointwise consumers that all end up in one group is inlined too (computed
+// once per element of that kernel: the assembler memoizes values per access
+// map, and every consumer has the value's shape, so every map is the same).
+// Gradients of gelu, tanh and layer_norm read one intermediate many times;
+// this keeps each of them one kernel.
+bool can_share(const LoweringGraph& graph, const std::vector<bool>& inlined, int value_id) {
+  const LoweringValue& value = graph.value(value_id);
+  if (value.producer < 0 || value.is_output || value.dynamic()) return false;
+  const LoweringNode& producer = graph.node(value.producer);
+  if (producer.node_class != NodeClass::kPointwise || producer.pointwise != PointwiseKind::kHook ||
+      producer.in_place() || producer.results.size() != 1 || producer.operands.empty()) {
+    return false;
+  }
+  const auto& uses = graph.uses()[static_cast<size_t>(value_id)];
+  if (uses.size() < 2) return false;
+  int root = -1;
+  for (const auto& [consumer_index, position] : uses) {
+    const LoweringNode& consumer = graph.node(consumer_index);
+    if (consumer.node_class != NodeClass::kPointwise ||
+        consumer.pointwise != PointwiseKind::kHook || consumer.in_place() ||
+        graph.value(consumer.results[0]).type.shape != value.type.shape) {
+      return false;
+    }
+    int consumer_root = group_root(graph, inlined, consumer_index);
+    if (root >= 0 && consumer_root != root) return false;
+    root = consumer_root;
+  }
+  return true;
+}
+
 }  // namespace
 
 FusionPlan plan_fusion(const LoweringGraph& graph) {
@@ -75,6 +118,16 @@ FusionPlan plan_fusion(const LoweringGraph& graph) {
   plan.inlined.assign(graph.values().size(), false);
   for (size_t v = 0; v < graph.values().size(); ++v) {
     plan.inlined[v] = can_inline(graph, static_cast<int>(v));
+  }
+  // Later values first, until nothing changes: sharing a value pulls its
+  // producer into the group, whose own operands may then be shared.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t v = graph.values().size(); v-- > 0;) {
+      if (plan.inlined[v] || !can_share(graph, plan.inlined, static_cast<int>(v))) continue;
+      plan.inlined[v] = true;
+      changed = true;
+    }
   }
   plan.is_root.assign(node_count, false);
   plan.members.assign(node_count, {});

@@ -16,7 +16,10 @@
 //   - a reduction's result inlines into one pointwise consumer of the same
 //     shape (its epilogue), unless the reduction averages its rows
 //     (cross_entropy: two kernels);
-//   - a group holds at most one reduction; extra ones become roots.
+//   - a group holds at most one reduction; extra ones become roots;
+//   - a pointwise value read by several pointwise consumers of its shape that
+//     all belong to one group is inlined too (Note [Shared values inside one
+//     group] in fusion.cc).
 // Views, GEMMs, concat and host ops are never inside a group: their operands
 // are materialized.
 #pragma once

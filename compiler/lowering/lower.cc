@@ -17,7 +17,35 @@ struct Core {
   ScheduledProgram scheduled;
   ExecutorOptions executor;
   std::string name;
+  // Note [Boundary slots]: run_segments keeps only the values that cross a
+  // segment boundary (program inputs and outputs, segment inputs and
+  // outputs), at dense indices; the rest of the thousands of slots live and
+  // die inside a segment. A full-size environment per call costs tens of
+  // microseconds for gpt4x256, more than a graph replay's host cost.
+  std::vector<int> boundary_index;  // per slot: dense index, or -1
+  size_t boundary_count = 0;
+  // One segment reading exactly the program inputs in order and returning
+  // exactly the program outputs: run_segments passes the call straight through.
+  bool single_segment_passthrough = false;
 };
+
+void index_boundary_slots(Core& core) {
+  const ScheduledProgram& scheduled = core.scheduled;
+  core.boundary_index.assign(scheduled.slots.size(), -1);
+  auto add = [&](int slot) {
+    int& index = core.boundary_index[static_cast<size_t>(slot)];
+    if (index < 0) index = static_cast<int>(core.boundary_count++);
+  };
+  for (int slot : scheduled.input_slots) add(slot);
+  for (const SegmentPlan& segment : scheduled.segments) {
+    for (int slot : segment.input_slots) add(slot);
+    for (int slot : segment.output_slots) add(slot);
+  }
+  for (int slot : scheduled.output_slots) add(slot);
+  core.single_segment_passthrough = scheduled.segments.size() == 1 &&
+                                    scheduled.segments[0].input_slots == scheduled.input_slots &&
+                                    scheduled.segments[0].output_slots == scheduled.output_slots;
+}
 
 }  // namespace
 
@@ -46,6 +74,17 @@ std::set<int> written_roots(const ScheduledProgram& scheduled, size_t first, siz
   std::set<int> roots;
   for (size_t i = first; i < end; ++i) {
     const Step& step = scheduled.steps[i];
+    if (step.kind == StepKind::kGemm) {
+      int slot = step.gemm.c_slot;
+      if (std::find(step.allocate.begin(), step.allocate.end(), slot) == step.allocate.end()) {
+        roots.insert(scheduled.slots[static_cast<size_t>(slot)].root);
+      }
+      continue;
+    }
+    if (step.kind == StepKind::kLaunch) {
+      for (int slot : step.results) roots.insert(scheduled.slots[static_cast<size_t>(slot)].root);
+      continue;
+    }
     if (step.kind != StepKind::kKernel) continue;
     for (int slot : step.kernel.output_slots) {
       if (std::find(step.allocate.begin(), step.allocate.end(), slot) == step.allocate.end()) {
@@ -58,6 +97,38 @@ std::set<int> written_roots(const ScheduledProgram& scheduled, size_t first, siz
 
 LoweredFunction segment_function(const std::shared_ptr<const Core>& core, size_t index);
 
+// Note [Reused slot environments]: a segment's steps address their values by
+// slot, so a call needs a vector with one Tensor per slot (thousands for
+// gpt4x256: a few hundred KiB, above malloc's mmap threshold). A fresh one
+// per call would cost an mmap, page faults and an munmap every time, tens of
+// microseconds; instead each thread keeps the vectors it used, cleared (every
+// tensor released) when a call ends, exceptions included.
+class SlotEnvironment {
+ public:
+  explicit SlotEnvironment(size_t size) {
+    std::vector<std::vector<Tensor>>& spare = spares();
+    if (!spare.empty()) {
+      tensors_ = std::move(spare.back());
+      spare.pop_back();
+    }
+    tensors_.resize(size);
+  }
+  ~SlotEnvironment() {
+    for (Tensor& tensor : tensors_) tensor = Tensor();
+    spares().push_back(std::move(tensors_));
+  }
+  SlotEnvironment(const SlotEnvironment&) = delete;
+  SlotEnvironment& operator=(const SlotEnvironment&) = delete;
+  std::vector<Tensor>& tensors() { return tensors_; }
+
+ private:
+  static std::vector<std::vector<Tensor>>& spares() {
+    thread_local std::vector<std::vector<Tensor>> vectors;
+    return vectors;
+  }
+  std::vector<Tensor> tensors_;
+};
+
 TensorList run_segments(const Core& core, const std::vector<Callable>& segment_calls,
                         const TensorList& inputs) {
   const ScheduledProgram& scheduled = core.scheduled;
@@ -65,27 +136,38 @@ TensorList run_segments(const Core& core, const std::vector<Callable>& segment_c
               scheduled.program->name(), "': run_with needs one call per segment (",
               scheduled.segments.size(), "), found ", segment_calls.size());
   check_program_inputs(*scheduled.program, inputs, core.name);
-  std::vector<Tensor> env(scheduled.slots.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    env[static_cast<size_t>(scheduled.input_slots[i])] = inputs[i];
+  if (core.single_segment_passthrough) {
+    TensorList outputs = segment_calls[0](inputs);
+    GROVE_CHECK(outputs.size() == scheduled.output_slots.size(), "the segment of '",
+                scheduled.program->name(), "' returned ", outputs.size(), " tensors, expected ",
+                scheduled.output_slots.size());
+    return outputs;
   }
+  // Note [Boundary slots].
+  auto at = [&core](int slot) {
+    return static_cast<size_t>(core.boundary_index[static_cast<size_t>(slot)]);
+  };
+  std::vector<Tensor> env(core.boundary_count);
+  for (size_t i = 0; i < inputs.size(); ++i) env[at(scheduled.input_slots[i])] = inputs[i];
   for (size_t s = 0; s < scheduled.segments.size(); ++s) {
     const SegmentPlan& segment = scheduled.segments[s];
     TensorList segment_inputs;
     segment_inputs.reserve(segment.input_slots.size());
-    for (int slot : segment.input_slots) segment_inputs.push_back(env[static_cast<size_t>(slot)]);
+    for (int slot : segment.input_slots) segment_inputs.push_back(env[at(slot)]);
     TensorList segment_outputs = segment_calls[s](segment_inputs);
     GROVE_CHECK(segment_outputs.size() == segment.output_slots.size(), "segment ", s, " of '",
                 scheduled.program->name(), "' returned ", segment_outputs.size(),
                 " tensors, expected ", segment.output_slots.size());
     for (size_t o = 0; o < segment.output_slots.size(); ++o) {
-      env[static_cast<size_t>(segment.output_slots[o])] = std::move(segment_outputs[o]);
+      env[at(segment.output_slots[o])] = std::move(segment_outputs[o]);
     }
-    for (int slot : segment.drop_after) env[static_cast<size_t>(slot)] = Tensor();
+    for (int slot : segment.drop_after) {
+      if (core.boundary_index[static_cast<size_t>(slot)] >= 0) env[at(slot)] = Tensor();
+    }
   }
   TensorList outputs;
   outputs.reserve(scheduled.output_slots.size());
-  for (int slot : scheduled.output_slots) outputs.push_back(env[static_cast<size_t>(slot)]);
+  for (int slot : scheduled.output_slots) outputs.push_back(env[at(slot)]);
   return outputs;
 }
 
@@ -99,20 +181,23 @@ void check_program_inputs(const ir::Program& program, const TensorList& inputs,
   for (size_t i = 0; i < ids.size(); ++i) {
     const ir::Value& value = program.value(ids[i]);
     const Tensor& tensor = inputs[i];
-    std::string name =
-        str_cat(what, ": ", ir::value_kind_name(value.kind), " '", value.name, "' (input ", i, ")");
-    GROVE_CHECK(tensor.defined(), name, " is an undefined tensor; pass a tensor of ",
+    // Built only when a check fails (Note in compile.cc's CompiledModel::operator()).
+    auto name = [&] {
+      return str_cat(what, ": ", ir::value_kind_name(value.kind), " '", value.name, "' (input ", i,
+                     ")");
+    };
+    GROVE_CHECK(tensor.defined(), name(), " is an undefined tensor; pass a tensor of ",
                 value.type.str());
-    GROVE_CHECK_AS(ShapeError, tensor.shape() == value.type.shape, name, " expects shape ",
+    GROVE_CHECK_AS(ShapeError, tensor.shape() == value.type.shape, name(), " expects shape ",
                    ir::shape_text(value.type.shape), ", found ",
                    runtime::shape_str(tensor.shape()));
-    GROVE_CHECK_AS(DTypeError, tensor.dtype() == value.type.dtype, name, " expects dtype ",
+    GROVE_CHECK_AS(DTypeError, tensor.dtype() == value.type.dtype, name(), " expects dtype ",
                    runtime::dtype_name(value.type.dtype), ", found ",
                    runtime::dtype_name(tensor.dtype()));
-    GROVE_CHECK_AS(DeviceError, tensor.device() == value.type.device, name, " expects a tensor on ",
-                   value.type.device.str(), ", found one on ", tensor.device().str(),
-                   "; move it to ", value.type.device.str(), " first");
-    GROVE_CHECK_AS(ShapeError, tensor.is_contiguous(), name,
+    GROVE_CHECK_AS(DeviceError, tensor.device() == value.type.device, name(),
+                   " expects a tensor on ", value.type.device.str(), ", found one on ",
+                   tensor.device().str(), "; move it to ", value.type.device.str(), " first");
+    GROVE_CHECK_AS(ShapeError, tensor.is_contiguous(), name(),
                    " must be contiguous (its strides are baked into the compiled kernels), found "
                    "strides ",
                    runtime::shape_str(tensor.strides()), "; pass a contiguous copy");
@@ -183,6 +268,9 @@ std::string LoweredProgram::describe() const {
           text << "  gemm x" << step.gemm.calls.size() << " m=" << step.gemm.args.m
                << " n=" << step.gemm.args.n << " k=" << step.gemm.args.k
                << " batch=" << step.gemm.args.batch_count;
+          if (step.gemm.args.epilogue != runtime::GemmEpilogue::kNone) {
+            text << " +" << runtime::gemm_epilogue_name(step.gemm.args.epilogue);
+          }
           break;
         case StepKind::kView:
           text << "  view " << step.op;
@@ -242,7 +330,8 @@ LoweredFunction segment_function(const std::shared_ptr<const Core>& core, size_t
     GROVE_CHECK(inputs.size() == plan.input_slots.size(), "segment ", index, " of '",
                 program.program->name(), "' takes ", plan.input_slots.size(), " inputs, found ",
                 inputs.size());
-    std::vector<Tensor> env(program.slots.size());
+    SlotEnvironment environment(program.slots.size());  // Note [Reused slot environments]
+    std::vector<Tensor>& env = environment.tensors();
     for (size_t i = 0; i < inputs.size(); ++i) {
       env[static_cast<size_t>(plan.input_slots[i])] = inputs[i];
     }
@@ -262,6 +351,7 @@ LoweredProgram lower(const ir::Program& program, const LowerOptions& options) {
   core->scheduled = schedule_program(program, ScheduleOptions{options.mode});
   core->executor.print_sink = options.print_sink;
   core->name = str_cat(program.name(), ":forward");
+  index_boundary_slots(*core);
   auto state = std::make_shared<LoweredProgram::State>();
   state->core = core;
   const ScheduledProgram& scheduled = core->scheduled;

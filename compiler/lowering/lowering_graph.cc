@@ -1,5 +1,8 @@
 #include "compiler/lowering/lowering_graph.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "runtime/error.h"
 
 namespace grove::compiler::lowering {
@@ -35,6 +38,15 @@ NodeClass classify(const ops::OpDef& def) {
 
 }  // namespace
 
+bool gemm_epilogues_enabled() {
+  const char* value = std::getenv("GROVE_GEMM_EPILOGUES");
+  if (value == nullptr || *value == '\0') return true;
+  const std::string text = value;
+  GROVE_CHECK_AS(ConfigError, text == "0" || text == "1", "GROVE_GEMM_EPILOGUES='", text,
+                 "': expected 1 (fuse bias and gelu into GEMMs, the default) or 0 (do not)");
+  return text == "1";
+}
+
 int LoweringGraph::add_value(LoweringValue value) {
   values_.push_back(std::move(value));
   uses_.emplace_back();
@@ -60,7 +72,21 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
     id_of[static_cast<size_t>(value.id)] = add_value(lowered);
     inputs_.push_back(id_of[static_cast<size_t>(value.id)]);
   }
-  for (const ir::Node& node : program.nodes()) {
+  // IR uses per value (node indices) and program outputs, for epilogue fusion.
+  std::vector<std::vector<size_t>> ir_users(program.values().size());
+  for (size_t n = 0; n < program.nodes().size(); ++n) {
+    for (ir::ValueId operand : program.nodes()[n].operands) {
+      ir_users[static_cast<size_t>(operand)].push_back(n);
+    }
+  }
+  std::vector<bool> ir_output(program.values().size(), false);
+  for (ir::ValueId output : program.outputs()) ir_output[static_cast<size_t>(output)] = true;
+  const bool epilogues = gemm_epilogues_enabled();
+  std::vector<bool> absorbed(program.nodes().size(), false);
+
+  for (size_t node_index = 0; node_index < program.nodes().size(); ++node_index) {
+    if (absorbed[node_index]) continue;
+    const ir::Node& node = program.nodes()[node_index];
     const ops::OpDef& def = registry.get(node.op);
     LoweringNode lowered;
     lowered.node_class = classify(def);
@@ -102,6 +128,39 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
     }
 
     bool split_bias = node.op == "linear" && node.operands.size() == 3;
+    if (split_bias && epilogues) {
+      // Note [GEMM epilogues in lowering].
+      const ir::TensorType& result_type = values_[static_cast<size_t>(results[0])].type;
+      const ir::TensorType& bias_type = lowered.context.operand_types[2];
+      const runtime::DType dtype = result_type.dtype;
+      bool gemm_dtype = dtype == runtime::DType::kF32 || dtype == runtime::DType::kBF16 ||
+                        dtype == runtime::DType::kF16;
+      if (gemm_dtype && bias_type.dtype == dtype && !result_type.shape.empty() &&
+          bias_type.shape == ir::Shape{result_type.shape.back()} &&
+          !result_type.has_dynamic_dims()) {
+        lowered.transpose_b = true;
+        lowered.epilogue = runtime::GemmEpilogue::kBias;
+        lowered.results = results;
+        const ir::ValueId linear_result = node.results[0];
+        const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
+        if (users.size() == 1 && program.nodes()[users[0]].op == "gelu" &&
+            !ir_output[static_cast<size_t>(linear_result)]) {
+          // The GEMM yields the gelu's result; the linear's own value never exists.
+          const ir::Node& gelu = program.nodes()[users[0]];
+          const ir::Value& value = program.value(gelu.results[0]);
+          values_.pop_back();
+          uses_.pop_back();
+          id_of[static_cast<size_t>(linear_result)] = -1;
+          int id = add_value(LoweringValue{value.name, value.type, value.kind, -1, -1, false});
+          id_of[static_cast<size_t>(gelu.results[0])] = id;
+          lowered.results = {id};
+          lowered.epilogue = runtime::GemmEpilogue::kBiasGelu;
+          absorbed[users[0]] = true;
+        }
+        add_node(std::move(lowered));
+        continue;
+      }
+    }
     if (!split_bias) {
       lowered.results = results;
       lowered.transpose_b = node.op == "linear";

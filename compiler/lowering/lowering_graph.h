@@ -10,6 +10,7 @@
 
 #include "compiler/ir/program.h"
 #include "compiler/ops/op_registry.h"
+#include "runtime/cuda/blas.h"
 
 namespace grove::compiler::lowering {
 
@@ -47,8 +48,20 @@ struct LoweringNode {
   // kPointwise: for each result, the operand it is written into in place (-1: a new value).
   std::vector<int> in_place_operand;
   bool transpose_b = false;  // kGemm: op(B) = B^T (linear's weight)
+  // kGemm: bias (operand 2) and gelu applied by the GEMM (Note [GEMM epilogues in lowering]).
+  runtime::GemmEpilogue epilogue = runtime::GemmEpilogue::kNone;
   bool in_place() const;
 };
+
+// Note [GEMM epilogues in lowering]: `linear(x, w, b)` becomes one GEMM node
+// whose epilogue adds the bias (operand 2), and when the linear's result is
+// read only by a `gelu` (and is not a program output) the GEMM applies the gelu
+// too and yields the gelu's result: the bias and activation cost no kernel
+// (cuBLASLt epilogues on cuda, the host GEMM's on sim/cpu; both use gelu's tanh
+// approximation, as the gelu op does). GROVE_GEMM_EPILOGUES=0 turns this off:
+// the linear is then a GEMM plus a pointwise bias add that fuses with the
+// elementwise work after it.
+bool gemm_epilogues_enabled();
 
 class LoweringGraph {
  public:

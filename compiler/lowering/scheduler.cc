@@ -5,7 +5,10 @@
 #include <map>
 #include <set>
 
+#include "compiler/lowering/gemm_plan.h"
+#include "compiler/lowering/horizontal_fusion.h"
 #include "compiler/lowering/kernel_assembly.h"
+#include "compiler/lowering/segment_split.h"
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
 
@@ -13,25 +16,6 @@ namespace grove::compiler::lowering {
 namespace {
 
 using runtime::DType;
-
-// One operand of a GEMM seen as a row-major or transposed matrix.
-struct MatrixLayout {
-  bool transposed = false;
-  int64_t ld = 0;
-};
-
-std::optional<MatrixLayout> matrix_layout(int64_t rows, int64_t cols, int64_t row_stride,
-                                          int64_t col_stride) {
-  if (cols == 1 || col_stride == 1) {
-    int64_t ld = rows == 1 ? std::max<int64_t>(cols, 1) : row_stride;
-    if (ld >= std::max<int64_t>(cols, 1)) return MatrixLayout{false, ld};
-  }
-  if (rows == 1 || row_stride == 1) {
-    int64_t ld = cols == 1 ? std::max<int64_t>(rows, 1) : col_stride;
-    if (ld >= std::max<int64_t>(rows, 1)) return MatrixLayout{true, ld};
-  }
-  return std::nullopt;
-}
 
 class Scheduler {
  public:
@@ -55,15 +39,99 @@ class Scheduler {
   void make_outputs_contiguous();
   void add_kernel(AssembledKernel assembled, const std::string& node_name,
                   std::vector<int> allocate);
-  void split_segments();
-  void compute_releases();
+  void plan_forwarding();
+  void emit_alias(int source, int result, const std::string& node_name, const std::string& op);
 
   ScheduledProgram& out_;
   const LoweringGraph& graph_;
   const ScheduleOptions& options_;
   std::map<int, int> substitutes_;
   std::set<int> allocated_;
+  // Note [Results written into their destination]: value -> destination slot.
+  std::map<int, int> forwarded_;
+  std::set<int> forwarded_copies_;  // copy_into nodes that launch nothing
 };
+
+// Note [Results written into their destination]: `copy_into(dst, v)` where
+// dst is a program input read by nothing else (a backward's gradient buffer)
+// and v (possibly through reshapes, each read only by the next) is
+// materialized by a GEMM or a fusion root, read only by the copy, with dst's
+// dtype and element count: v's slot is made a contiguous view of dst, so the
+// GEMM or kernel that computes v writes dst directly and the copy launches
+// nothing (an alias step). Writing dst earlier than the copy would is invisible, because
+// nothing else in the program reads dst. dst stays in the mutated inputs
+// (lower.cc counts GEMM results written into inputs).
+void Scheduler::plan_forwarding() {
+  const auto& uses = graph_.uses();
+  for (size_t n = 0; n < graph_.nodes().size(); ++n) {
+    const LoweringNode& node = graph_.node(static_cast<int>(n));
+    if (node.op != "copy_into" || node.node_class != NodeClass::kPointwise ||
+        node.operands.size() != 2 || node.in_place_operand.empty() ||
+        node.in_place_operand[0] != 0) {
+      continue;
+    }
+    const int destination = node.operands[0];
+    const LoweringValue& to = graph_.value(destination);
+    if (to.producer >= 0 || to.input_position < 0 || to.dynamic()) continue;
+    if (uses[static_cast<size_t>(destination)].size() != 1) continue;
+    // Walk back through reshapes read only by the next step of the chain.
+    int source = node.operands[1];
+    auto single_use = [&](int value) {
+      const LoweringValue& v = graph_.value(value);
+      return !v.is_output && !v.dynamic() && uses[static_cast<size_t>(value)].size() == 1;
+    };
+    if (!single_use(source)) continue;
+    while (graph_.value(source).producer >= 0) {
+      const LoweringNode& view = graph_.node(graph_.value(source).producer);
+      if (view.node_class != NodeClass::kView || view.op != "reshape" ||
+          !single_use(view.operands[0])) {
+        break;
+      }
+      source = view.operands[0];
+    }
+    const LoweringValue& from = graph_.value(source);
+    if (from.producer < 0 || from.type.dtype != to.type.dtype ||
+        runtime::shape_numel(from.type.shape) != runtime::shape_numel(to.type.shape) ||
+        out_.fusion.inlined[static_cast<size_t>(source)] || forwarded_.count(source)) {
+      continue;
+    }
+    if (node.operands[1] == source && from.type.shape != to.type.shape) continue;
+    const LoweringNode& producer = graph_.node(from.producer);
+    bool writes_fresh = false;
+    if (producer.node_class == NodeClass::kGemm) {
+      writes_fresh = true;
+    } else if (producer.node_class == NodeClass::kPointwise ||
+               producer.node_class == NodeClass::kReduction) {
+      writes_fresh = out_.fusion.is_root[static_cast<size_t>(from.producer)];
+      for (size_t r = 0; r < producer.results.size(); ++r) {
+        if (producer.results[r] == source && producer.node_class == NodeClass::kPointwise &&
+            producer.in_place_operand[r] >= 0) {
+          writes_fresh = false;
+        }
+      }
+    }
+    if (!writes_fresh) continue;
+    SlotInfo& slot = out_.slots[static_cast<size_t>(source)];
+    const SlotInfo& target = out_.slots[static_cast<size_t>(destination)];
+    if (!target.layout.is_contiguous() || target.layout.offset != 0) continue;
+    slot.layout = Layout::contiguous(from.type.shape);
+    slot.root = target.root;
+    forwarded_[source] = destination;
+    forwarded_copies_.insert(static_cast<int>(n));
+  }
+}
+
+void Scheduler::emit_alias(int source, int result, const std::string& node_name,
+                           const std::string& op) {
+  Step alias;
+  alias.kind = StepKind::kAlias;
+  alias.node_name = node_name;
+  alias.op = op;
+  alias.source = source;
+  alias.result = result;
+  allocated_.insert(result);
+  out_.steps.push_back(std::move(alias));
+}
 
 int Scheduler::add_temp(const std::string& name, DType dtype, const Layout& layout) {
   SlotInfo info{name, dtype, layout, static_cast<int>(out_.slots.size()), false};
@@ -228,141 +296,9 @@ void Scheduler::schedule_view(const LoweringNode& node) {
 }
 
 void Scheduler::schedule_gemm(const LoweringNode& node) {
-  int a = node.operands[0];
-  int b = node.operands[1];
-  const int c = node.results[0];
-  const Shape& c_shape = graph_.value(c).type.shape;
-  const DType dtype = graph_.value(c).type.dtype;
-  GROVE_CHECK_AS(DTypeError, dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
-                 "lowering: node '", node.name, "' (", node.op, "): GEMMs take f32, bf16 or f16, ",
-                 "found ", runtime::dtype_name(dtype), "; cast the operands first");
-  auto layout_of = [&](int slot) -> const Layout& {
-    return out_.slots[static_cast<size_t>(slot)].layout;
-  };
-  GemmLaunch launch;
-  runtime::GemmArgs& g = launch.args;
-  g.dtype = dtype;
-  std::vector<GemmCall> calls;
-  if (node.transpose_b) {
-    // linear: x [..., K] as [M, K]; weight [N, K] read transposed.
-    const int64_t k = graph_.value(a).type.shape.back();
-    const int64_t n = graph_.value(b).type.shape[0];
-    const int64_t m =
-        k == 0 ? 0 : runtime::shape_numel(graph_.value(a).type.shape) / std::max<int64_t>(k, 1);
-    std::optional<Shape> flat = view_strides(layout_of(a).shape, layout_of(a).strides, {m, k});
-    std::optional<MatrixLayout> a_matrix;
-    if (flat) a_matrix = matrix_layout(m, k, (*flat)[0], (*flat)[1]);
-    if (!a_matrix) {
-      a = contiguous_copy(a, node.name);
-      a_matrix = MatrixLayout{false, std::max<int64_t>(k, 1)};
-    }
-    std::optional<MatrixLayout> b_matrix =
-        matrix_layout(k, n, layout_of(b).strides[1], layout_of(b).strides[0]);
-    if (!b_matrix) {
-      b = contiguous_copy(b, node.name);
-      b_matrix = matrix_layout(k, n, 1, std::max<int64_t>(k, 1));
-    }
-    g.m = m, g.n = n, g.k = k;
-    g.transpose_a = a_matrix->transposed, g.lda = a_matrix->ld;
-    g.transpose_b = b_matrix->transposed, g.ldb = b_matrix->ld;
-    g.ldc = std::max<int64_t>(n, 1);
-    calls.push_back(GemmCall{});
-  } else {
-    const Shape a_shape = graph_.value(a).type.shape;
-    const Shape b_shape = graph_.value(b).type.shape;
-    const int64_t m = a_shape[a_shape.size() - 2], k = a_shape.back(), n = b_shape.back();
-    const size_t batch_rank = c_shape.size() - 2;
-    auto batch_strides = [&](int slot, const Shape& shape) {
-      Shape strides(batch_rank, 0);
-      const Layout& layout = layout_of(slot);
-      size_t lead = batch_rank - (shape.size() - 2);
-      for (size_t d = 0; d + 2 < shape.size(); ++d) {
-        if (shape[d] != 1) strides[lead + d] = layout.strides[d];
-      }
-      return strides;
-    };
-    auto matrix_of = [&](int& slot, int64_t rows, int64_t cols) {
-      const Layout& layout = layout_of(slot);
-      size_t r = layout.shape.size();
-      std::optional<MatrixLayout> matrix =
-          matrix_layout(rows, cols, layout.strides[r - 2], layout.strides[r - 1]);
-      if (!matrix) {
-        slot = contiguous_copy(slot, node.name);
-        matrix = MatrixLayout{false, std::max<int64_t>(cols, 1)};
-      }
-      return *matrix;
-    };
-    MatrixLayout a_matrix = matrix_of(a, m, k);
-    MatrixLayout b_matrix = matrix_of(b, k, n);
-    Shape sa = batch_strides(a, a_shape), sb = batch_strides(b, b_shape);
-    Shape c_strides = runtime::contiguous_strides(c_shape);
-    Shape sc(c_strides.begin(), c_strides.begin() + static_cast<int64_t>(batch_rank));
-    Shape sizes(c_shape.begin(), c_shape.begin() + static_cast<int64_t>(batch_rank));
-    g.m = m, g.n = n, g.k = k;
-    g.transpose_a = a_matrix.transposed, g.lda = a_matrix.ld;
-    g.transpose_b = b_matrix.transposed, g.ldb = b_matrix.ld;
-    g.ldc = std::max<int64_t>(n, 1);
-    // Fold A's batch into M when B is shared by every batch and A's rows are
-    // evenly strided across batches (one big GEMM instead of a batch).
-    bool b_shared = std::all_of(sb.begin(), sb.end(), [](int64_t s) { return s == 0; });
-    if (b_shared && !a_matrix.transposed && batch_rank > 0) {
-      Shape rows_shape = sizes;
-      rows_shape.push_back(m);
-      Shape rows_strides = sa;
-      rows_strides.push_back(a_matrix.ld);
-      bool a_full = true;
-      for (size_t d = 0; d < batch_rank; ++d) a_full &= sizes[d] == 1 || sa[d] != 0;
-      std::optional<Shape> merged =
-          a_full ? view_strides(rows_shape, rows_strides, {runtime::shape_numel(rows_shape)})
-                 : std::nullopt;
-      if (merged && (runtime::shape_numel(rows_shape) == 1 || (*merged)[0] == a_matrix.ld)) {
-        g.m = runtime::shape_numel(rows_shape);
-        sizes.clear(), sa.clear(), sb.clear(), sc.clear();
-      }
-    }
-    // Merge batch dims from the innermost while all three operands stay evenly
-    // strided; the merged run is one strided-batched GEMM, the rest are loops.
-    std::vector<size_t> dims;
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      if (sizes[d] != 1) dims.push_back(d);
-    }
-    int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
-    size_t outer_end = dims.size();
-    if (!dims.empty()) {
-      size_t last = dims.back();
-      batch = sizes[last], stride_a = sa[last], stride_b = sb[last], stride_c = sc[last];
-      outer_end = dims.size() - 1;
-      while (outer_end > 0) {
-        size_t d = dims[outer_end - 1];
-        if (sa[d] != stride_a * batch || sb[d] != stride_b * batch || sc[d] != stride_c * batch) {
-          break;
-        }
-        batch *= sizes[d];
-        --outer_end;
-      }
-    }
-    g.batch_count = batch, g.stride_a = stride_a, g.stride_b = stride_b, g.stride_c = stride_c;
-    std::vector<size_t> outer(dims.begin(), dims.begin() + static_cast<int64_t>(outer_end));
-    std::vector<int64_t> index(outer.size(), 0);
-    while (true) {
-      GemmCall call;
-      for (size_t i = 0; i < outer.size(); ++i) {
-        call.a_offset += index[i] * sa[outer[i]];
-        call.b_offset += index[i] * sb[outer[i]];
-        call.c_offset += index[i] * sc[outer[i]];
-      }
-      calls.push_back(call);
-      size_t i = outer.size();
-      while (i > 0 && ++index[i - 1] == sizes[outer[i - 1]]) index[--i] = 0;
-      if (i == 0) break;
-    }
-  }
-  GROVE_CHECK_AS(ShapeError, g.k > 0 || g.m == 0 || g.n == 0, "lowering: node '", node.name, "' (",
-                 node.op, ") has an empty inner dimension (K = 0), which is not supported");
-  launch.a_slot = a;
-  launch.b_slot = b;
-  launch.c_slot = c;
-  launch.calls = std::move(calls);
+  GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
+                                [&](int slot) { return contiguous_copy(slot, node.name); });
+  const int c = launch.c_slot;
   Step step;
   step.kind = StepKind::kGemm;
   step.node_name = node.name;
@@ -406,7 +342,22 @@ void Scheduler::schedule_host(const LoweringNode& node) {
   step.op = node.op;
   step.source = node.operands[0];
   step.result = node.results[0];
-  if (node.op == "nonzero") {
+  if (node.def->launch) {
+    // In place: result r is operand r (OpDef::launch).
+    step.kind = StepKind::kLaunch;
+    step.sources = node.operands;
+    step.results = node.results;
+    step.graph_node = static_cast<int>(&node - graph_.nodes().data());
+    GROVE_CHECK(node.results.size() <= node.operands.size(), "lowering: node '", node.name,
+                "': op '", node.op, "' has a launch hook and more results than operands ",
+                "(launch hooks work in place: result r is operand r)");
+    for (size_t r = 0; r < node.results.size(); ++r) {
+      SlotInfo& to = out_.slots[static_cast<size_t>(node.results[r])];
+      const SlotInfo& from = out_.slots[static_cast<size_t>(node.operands[r])];
+      to.layout = from.layout;
+      to.root = from.root;
+    }
+  } else if (node.op == "nonzero") {
     step.kind = StepKind::kNonzero;
   } else if (node.op == "print") {
     step.kind = StepKind::kPrint;
@@ -448,6 +399,19 @@ void Scheduler::schedule_node(int node_index) {
     schedule_dynamic(node_index);
     return;
   }
+  if (forwarded_copies_.count(node_index)) {
+    SlotInfo& result = out_.slots[static_cast<size_t>(node.results[0])];
+    const SlotInfo& destination = out_.slots[static_cast<size_t>(node.operands[0])];
+    result.layout = destination.layout;
+    result.root = destination.root;
+    emit_alias(node.operands[0], node.results[0], node.name, node.op);
+    return;
+  }
+  // A result forwarded into its copy's destination is that destination's view.
+  for (int result : node.results) {
+    auto forwarded = forwarded_.find(result);
+    if (forwarded != forwarded_.end()) emit_alias(forwarded->second, result, node.name, "forward");
+  }
   switch (node.node_class) {
     case NodeClass::kPointwise:
     case NodeClass::kReduction:
@@ -479,131 +443,6 @@ void Scheduler::schedule_node(int node_index) {
   }
 }
 
-// The slots a step reads (needs defined before it) and defines.
-void step_slots(const Step& step, std::vector<int>* reads, std::vector<int>* defines) {
-  for (int slot : step.allocate) defines->push_back(slot);
-  switch (step.kind) {
-    case StepKind::kKernel:
-      for (int slot : step.kernel.input_slots) reads->push_back(slot);
-      for (int slot : step.kernel.output_slots) {
-        if (std::find(step.allocate.begin(), step.allocate.end(), slot) == step.allocate.end()) {
-          reads->push_back(slot);  // written in place or allocated earlier (concat)
-        }
-      }
-      break;
-    case StepKind::kGemm:
-      reads->push_back(step.gemm.a_slot);
-      reads->push_back(step.gemm.b_slot);
-      if (std::find(step.allocate.begin(), step.allocate.end(), step.gemm.c_slot) ==
-          step.allocate.end()) {
-        reads->push_back(step.gemm.c_slot);
-      }
-      break;
-    case StepKind::kDynamicElementwise:
-      for (int slot : step.sources) reads->push_back(slot);
-      defines->push_back(step.result);
-      break;
-    default:
-      if (step.source >= 0) reads->push_back(step.source);
-      if (step.result >= 0) defines->push_back(step.result);
-      break;
-  }
-}
-
-void Scheduler::split_segments() {
-  const bool cpu = out_.device.is_cpu();
-  auto blocker_of = [&](const Step& step) {
-    switch (step.kind) {
-      case StepKind::kNonzero:
-      case StepKind::kPrint: {
-        const ops::OpDef& def = ops::OpRegistry::global().get(step.op);
-        return def.safety(options_.mode) == ops::GraphSafety::kHostOnly
-                   ? CaptureBlocker::kHostOnly
-                   : CaptureBlocker::kNeedsHostSync;
-      }
-      case StepKind::kDynamicElementwise:
-        return CaptureBlocker::kNeedsHostSync;
-      default:
-        return CaptureBlocker::kNone;
-    }
-  };
-  for (size_t i = 0; i < out_.steps.size(); ++i) {
-    CaptureBlocker blocker = blocker_of(out_.steps[i]);
-    bool extend = !out_.segments.empty() && blocker == CaptureBlocker::kNone &&
-                  out_.segments.back().blocker == CaptureBlocker::kNone;
-    if (!extend) {
-      SegmentPlan segment;
-      segment.first_step = i;
-      segment.blocker = blocker;
-      if (blocker != CaptureBlocker::kNone) {
-        segment.op = out_.steps[i].op;
-        segment.node_name = out_.steps[i].node_name;
-      }
-      out_.segments.push_back(segment);
-    }
-    out_.segments.back().end_step = i + 1;
-  }
-  // Which segment defines each slot, and the last segment that reads it.
-  std::vector<int> defined_in(out_.slots.size(), -1);
-  std::vector<int> last_read(out_.slots.size(), -1);
-  for (size_t s = 0; s < out_.segments.size(); ++s) {
-    SegmentPlan& segment = out_.segments[s];
-    std::set<int> inputs;
-    for (size_t i = segment.first_step; i < segment.end_step; ++i) {
-      const Step& step = out_.steps[i];
-      std::vector<int> reads, defines;
-      step_slots(step, &reads, &defines);
-      for (int slot : reads) {
-        if (defined_in[static_cast<size_t>(slot)] != static_cast<int>(s)) inputs.insert(slot);
-        last_read[static_cast<size_t>(slot)] = static_cast<int>(s);
-      }
-      for (int slot : defines) defined_in[static_cast<size_t>(slot)] = static_cast<int>(s);
-      if (step.kind == StepKind::kKernel || step.kind == StepKind::kDynamicElementwise) {
-        ++segment.kernel_count;
-      }
-      if (step.kind == StepKind::kGemm) segment.gemm_count += step.gemm.calls.size();
-    }
-    segment.input_slots.assign(inputs.begin(), inputs.end());
-    if (cpu && segment.blocker == CaptureBlocker::kNone) {
-      segment.blocker = CaptureBlocker::kCpuTensors;
-    }
-  }
-  std::set<int> program_outputs(out_.output_slots.begin(), out_.output_slots.end());
-  for (size_t s = 0; s < out_.segments.size(); ++s) {
-    SegmentPlan& segment = out_.segments[s];
-    for (size_t slot = 0; slot < out_.slots.size(); ++slot) {
-      if (defined_in[slot] != static_cast<int>(s)) continue;
-      if (program_outputs.count(static_cast<int>(slot)) || last_read[slot] > static_cast<int>(s)) {
-        segment.output_slots.push_back(static_cast<int>(slot));
-      }
-    }
-    for (size_t slot = 0; slot < out_.slots.size(); ++slot) {
-      if (program_outputs.count(static_cast<int>(slot))) continue;
-      int last = std::max(last_read[slot], defined_in[slot]);
-      if (last == static_cast<int>(s)) segment.drop_after.push_back(static_cast<int>(slot));
-    }
-  }
-}
-
-void Scheduler::compute_releases() {
-  std::vector<int> last_use(out_.slots.size(), -1);
-  for (size_t i = 0; i < out_.steps.size(); ++i) {
-    std::vector<int> reads, defines;
-    step_slots(out_.steps[i], &reads, &defines);
-    for (int slot : reads) last_use[static_cast<size_t>(slot)] = static_cast<int>(i);
-    for (int slot : defines) last_use[static_cast<size_t>(slot)] = static_cast<int>(i);
-  }
-  std::set<int> keep(out_.output_slots.begin(), out_.output_slots.end());
-  for (const SegmentPlan& segment : out_.segments) {
-    // A segment's outputs leave through its return value; keep them to the end.
-    keep.insert(segment.output_slots.begin(), segment.output_slots.end());
-  }
-  for (size_t slot = 0; slot < out_.slots.size(); ++slot) {
-    if (last_use[slot] < 0 || keep.count(static_cast<int>(slot))) continue;
-    out_.steps[static_cast<size_t>(last_use[slot])].release.push_back(static_cast<int>(slot));
-  }
-}
-
 // Note [Contiguous outputs]: callers (and the next lowered function, e.g. a
 // backward that takes a forward's saved activations) require contiguous
 // tensors, because kernels bake strides in. An output that is a strided view
@@ -623,10 +462,12 @@ void Scheduler::run() {
   for (int input : graph_.inputs()) allocated_.insert(input);
   out_.input_slots = graph_.inputs();
   out_.output_slots = graph_.outputs();
+  plan_forwarding();
   for (size_t n = 0; n < graph_.nodes().size(); ++n) schedule_node(static_cast<int>(n));
   make_outputs_contiguous();
-  split_segments();
-  compute_releases();
+  merge_sibling_kernels(out_, options_.load_kernels);
+  split_segments(out_, options_.mode);
+  compute_releases(out_);
 }
 
 }  // namespace

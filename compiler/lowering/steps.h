@@ -39,18 +39,20 @@ struct GemmCall {
 
 struct GemmLaunch {
   int a_slot = -1, b_slot = -1, c_slot = -1;
-  runtime::GemmArgs args;  // row-major; a, b, c null
+  int bias_slot = -1;      // with args.epilogue (Note [GEMM epilogues in lowering])
+  runtime::GemmArgs args;  // row-major; a, b, c, bias null
   std::vector<GemmCall> calls;
 };
 
 enum class StepKind : uint8_t {
-  kKernel,             // a generated kernel
-  kGemm,               // library GEMMs (cuBLAS on cuda, the host GEMM kernel on sim/cpu)
-  kView,               // a strided alias of another slot: no work
-  kAlias,              // the result is the source tensor itself (in-place results, print)
-  kNonzero,            // host: synchronizes, reads the operand, makes the result
-  kPrint,              // host: synchronizes, prints the operand
-  kDynamicElementwise  // an elementwise node over a data-dependent shape (compiled at call)
+  kKernel,              // a generated kernel
+  kGemm,                // library GEMMs (cuBLAS on cuda, the host GEMM kernel on sim/cpu)
+  kView,                // a strided alias of another slot: no work
+  kAlias,               // the result is the source tensor itself (in-place results, print)
+  kNonzero,             // host: synchronizes, reads the operand, makes the result
+  kPrint,               // host: synchronizes, prints the operand
+  kDynamicElementwise,  // an elementwise node over a data-dependent shape (compiled at call)
+  kLaunch               // an op's runtime launch hook (OpDef::launch: collectives), in place
 };
 
 struct Step {
@@ -64,7 +66,8 @@ struct Step {
   int source = -1;           // kView, kAlias, kNonzero, kPrint, kDynamicElementwise (operand 0)
   int result = -1;           // kView, kAlias, kNonzero, kPrint, kDynamicElementwise
   std::vector<int> sources;  // kDynamicElementwise: every operand slot
-  int graph_node = -1;       // kDynamicElementwise: the LoweringGraph node
+  int graph_node = -1;       // kDynamicElementwise, kLaunch: the LoweringGraph node
+  std::vector<int> results;  // kLaunch: every result slot (each aliases an operand in `sources`)
   std::string message;       // kPrint
   // Slots not read after this step (dropped so their memory returns to the pool).
   std::vector<int> release;

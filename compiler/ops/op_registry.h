@@ -50,6 +50,8 @@
 #include "compiler/codegen/kernel_spec.h"
 #include "compiler/ir/attributes.h"
 #include "compiler/ir/tensor_type.h"
+#include "runtime/backend.h"
+#include "runtime/tensor.h"
 
 namespace grove::compiler::ir {
 class ProgramBuilder;
@@ -177,6 +179,15 @@ struct GradientContext;
 using GradientRule = std::function<std::vector<ir::ValueId>(GradientContext& context)>;
 
 using InferFn = std::function<std::vector<TensorType>(const OpContext& context)>;
+// A kSpecial op the lowering runs as one step calling this hook instead of
+// generated code (collectives: all_reduce). The hook gets the operand tensors
+// (contiguous), enqueues its work on `stream` (the device's current stream)
+// and works in place: result r is operand r (such ops may be variadic, so
+// Effects::result_aliases stays empty and mutated_operands lists them all).
+// Capturable unless graph_safety says otherwise.
+using LaunchFn =
+    std::function<void(const OpContext& context, const std::vector<runtime::Tensor>& operands,
+                       runtime::StreamHandle stream)>;
 using GraphSafetyFn = std::function<GraphSafety(ExecMode mode)>;
 
 struct OpDef {
@@ -193,6 +204,7 @@ struct OpDef {
   ElementwiseExprFn elementwise_expr;   // kElementwise, kCopyUpdate
   ReductionPlanFn reduction_plan;       // kReduction
   ReductionExprFn reduction_expr;       // kReduction
+  LaunchFn launch;                      // kSpecial lowered by a runtime hook
   GradientRule gradient;                // filled by autodiff
 
   GraphSafety safety(ExecMode mode) const {

@@ -62,23 +62,32 @@ struct PreparedProgram {
   std::mutex mutex;
   struct Registration {
     std::vector<std::optional<FunctionId>> ids;
+    // One callable per segment: the manager's run() for captured segments,
+    // the eager call otherwise. Built once, so a call copies no std::function.
+    std::vector<Callable> calls;
   };
   std::map<const TreeManager*, Registration> registrations;
 
   // The ids of the captured segments in `manager`, registering them when the
   // manager has not seen this program (or was replaced by a new one).
-  const std::vector<std::optional<FunctionId>>& ids_in(TreeManager& manager) {
+  const Registration& registration_in(TreeManager& manager) {
     std::lock_guard<std::mutex> lock(mutex);
     auto found = registrations.find(&manager);
     if (found != registrations.end() && still_registered(manager, found->second)) {
-      return found->second.ids;
+      return found->second;
     }
     Registration registration;
     registration.ids.resize(plans.size());
+    registration.calls = eager_calls;
     for (size_t s = 0; s < plans.size(); ++s) {
-      if (plans[s].captured) registration.ids[s] = manager.register_function(plans[s].spec);
+      if (!plans[s].captured) continue;
+      FunctionId id = manager.register_function(plans[s].spec);
+      registration.ids[s] = id;
+      registration.calls[s] = [&manager, id](const TensorList& segment_inputs) {
+        return manager.run(id, segment_inputs);
+      };
     }
-    return registrations[&manager] = std::move(registration), registrations[&manager].ids;
+    return registrations[&manager] = std::move(registration);
   }
 
   // A manager at a recycled address has other functions under these ids.
@@ -100,22 +109,14 @@ struct PreparedProgram {
     ++calls;
     if (!any_captured) return lowered.run_with(eager_calls, inputs);
     TreeManager& manager = tree_manager_for(device);
-    const std::vector<std::optional<FunctionId>>& ids = ids_in(manager);
-    std::vector<Callable> calls_now = eager_calls;
-    for (size_t s = 0; s < plans.size(); ++s) {
-      if (!ids[s]) continue;
-      FunctionId id = *ids[s];
-      calls_now[s] = [&manager, id](const TensorList& segment_inputs) {
-        return manager.run(id, segment_inputs);
-      };
-    }
+    const Registration& registration = registration_in(manager);
     // Note [Training steps]: a Trainer's forward, backward and optimizer step
     // hand tensors to each other across separate calls, so one training step
     // is one generation: the forward marks the step's beginning, and the
     // backward and optimizer step continue it.
     if (starts_step) manager.mark_step_begin();
     InvocationScope scope(manager);
-    return lowered.run_with(calls_now, inputs);
+    return lowered.run_with(registration.calls, inputs);
   }
 
   nlohmann::json json() const {

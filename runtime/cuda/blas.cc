@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <ostream>
+#include <tuple>
 
 #include "runtime/cuda/cublas_library.h"
 #include "runtime/cuda/cuda_error.h"
@@ -33,6 +35,7 @@ size_t workspace_bytes() {
 struct StreamHandleState {
   cublasHandle_t handle = nullptr;
   void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 struct HandleRegistry {
@@ -51,8 +54,25 @@ const CublasLibrary& require_cublas() {
   return *library;
 }
 
+// What a GEMM call was doing, for error messages; formatted only when one is
+// thrown (building the text on every GEMM cost about a microsecond of an
+// eager call's launch time each).
+struct GemmWhat {
+  const GemmArgs& g;
+  Device device;
+};
+
+std::ostream& operator<<(std::ostream& out, const GemmWhat& what) {
+  const GemmArgs& g = what.g;
+  return out << "computing a " << dtype_name(g.dtype) << " GEMM (m=" << g.m << ", n=" << g.n
+             << ", k=" << g.k << ", batch=" << g.batch_count << ", epilogue "
+             << gemm_epilogue_name(g.epilogue) << ") on " << what.device.str();
+}
+
+// `doing` is anything streamable (a GemmWhat, a string): formatted on failure.
+template <typename Doing>
 void check_cublas(const CublasLibrary& library, cublasStatus_t status, const char* call,
-                  const std::string& doing) {
+                  const Doing& doing) {
   if (status == CUBLAS_STATUS_SUCCESS) [[likely]] {
     return;
   }
@@ -70,7 +90,8 @@ void use_device(int index) {
 // thread to relaxed capture mode (Note [Allocating during capture] in
 // cuda_backend.cc): the workspace is plain cudaMalloc memory outside every
 // pool and graph, and cublasCreate's own set-up is not stream work.
-cublasHandle_t handle_for(const CublasLibrary& library, Device device, StreamHandle stream) {
+const StreamHandleState& state_for(const CublasLibrary& library, Device device,
+                                   StreamHandle stream) {
   GROVE_CHECK_AS(DeviceError, device.is_cuda(), "cuBLAS GEMM on ", device.str(),
                  ": cuBLAS runs on cuda devices only; use the compiler's host matmul for ",
                  device.str());
@@ -80,14 +101,15 @@ cublasHandle_t handle_for(const CublasLibrary& library, Device device, StreamHan
   HandleRegistry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto key = std::make_pair(device.index, static_cast<cudaStream_t>(stream.impl));
-  if (auto it = r.handles.find(key); it != r.handles.end()) return it->second.handle;
+  if (auto it = r.handles.find(key); it != r.handles.end()) return it->second;
   cuda_detail::RelaxedCaptureModeGuard relaxed;
   StreamHandleState state;
   std::string where = str_cat("setting up cuBLAS for a stream of ", device.str());
+  size_t bytes = 0;
   check_cublas(library, library.create(&state.handle), "cublasCreate", where);
   try {
     check_cublas(library, library.set_stream(state.handle, key.second), "cublasSetStream", where);
-    size_t bytes = workspace_bytes();
+    bytes = workspace_bytes();
     if (bytes > 0) {
       GROVE_CUDA_CHECK(cudaMalloc(&state.workspace, bytes), "allocating the ", bytes,
                        "-byte cuBLAS workspace of a stream of ", device.str());
@@ -99,8 +121,12 @@ cublasHandle_t handle_for(const CublasLibrary& library, Device device, StreamHan
     if (state.workspace != nullptr) cudaFree(state.workspace);
     throw;
   }
-  r.handles.emplace(key, state);
-  return state.handle;
+  state.workspace_bytes = bytes;
+  return r.handles.emplace(key, state).first->second;
+}
+
+cublasHandle_t handle_for(const CublasLibrary& library, Device device, StreamHandle stream) {
+  return state_for(library, device, stream).handle;
 }
 
 cudaDataType cuda_data_type(DType dtype) {
@@ -144,7 +170,178 @@ void check_args(const GemmArgs& g) {
               "cuBLAS GEMM: A or B is null");
 }
 
+// Note [GEMM epilogues]: a GEMM with an epilogue is one cublasLtMatmul. Its
+// plan (operation descriptor, matrix layouts and the algorithm cuBLASLt's
+// heuristic picks for our workspace) is made once per shape, epilogue and
+// pointer alignment and cached, so eager calls and graph captures of the same
+// GEMM run the same kernel (eager == cudagraphs bitwise). The heuristic is told
+// the real alignment of every pointer (it assumes 256 bytes otherwise).
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+
+struct LtKey {
+  int device = 0;
+  DType dtype = DType::kF32;
+  bool transpose_a = false, transpose_b = false;
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  uint32_t alignments[4] = {0, 0, 0, 0};  // A, B, C, bias
+  size_t workspace = 0;
+  auto tie() const {
+    return std::tie(device, dtype, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, epilogue,
+                    alignments[0], alignments[1], alignments[2], alignments[3], workspace);
+  }
+  bool operator<(const LtKey& other) const { return tie() < other.tie(); }
+};
+
+struct LtRegistry {
+  std::mutex mutex;
+  std::map<int, cublasLtHandle_t> handles;  // per device
+  std::map<LtKey, LtPlan> plans;
+};
+
+LtRegistry& lt_registry() {
+  static auto* instance = new LtRegistry();  // plans live until exit
+  return *instance;
+}
+
+uint32_t alignment_of(const void* pointer) {
+  auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+template <typename T>
+void set_desc(const CublasLibrary& library, cublasLtMatmulDesc_t desc,
+              cublasLtMatmulDescAttributes_t attribute, const T& value, const GemmWhat& doing) {
+  check_cublas(library, library.lt_desc_set(desc, attribute, &value, sizeof(value)),
+               "cublasLtMatmulDescSetAttribute", doing);
+}
+
+// Makes the plan of `key` (caller holds the registry's mutex).
+LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const LtKey& key,
+                 const GemmWhat& doing) {
+  cudaDataType type = cuda_data_type(key.dtype);
+  LtPlan plan;
+  check_cublas(library, library.lt_desc_create(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+               "cublasLtMatmulDescCreate", doing);
+  cublasLtMatmulPreference_t preference = nullptr;
+  try {
+    set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                      key.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, doing);
+    set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                      key.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, doing);
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    if (key.epilogue == GemmEpilogue::kBias) epilogue = CUBLASLT_EPILOGUE_BIAS;
+    if (key.epilogue == GemmEpilogue::kBiasGelu) epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+    set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, doing);
+    set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type, doing);
+    auto layout = [&](cublasLtMatrixLayout_t* out, int64_t rows, int64_t cols, int64_t ld) {
+      check_cublas(library,
+                   library.lt_layout_create(out, type, static_cast<uint64_t>(rows),
+                                            static_cast<uint64_t>(cols), ld),
+                   "cublasLtMatrixLayoutCreate", doing);
+    };
+    layout(&plan.a, key.transpose_a ? key.k : key.m, key.transpose_a ? key.m : key.k, key.lda);
+    layout(&plan.b, key.transpose_b ? key.n : key.k, key.transpose_b ? key.k : key.n, key.ldb);
+    layout(&plan.c, key.m, key.n, key.ldc);
+    check_cublas(library, library.lt_preference_create(&preference),
+                 "cublasLtMatmulPreferenceCreate", doing);
+    auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, auto value) {
+      check_cublas(library, library.lt_preference_set(preference, attribute, &value, sizeof(value)),
+                   "cublasLtMatmulPreferenceSetAttribute", doing);
+    };
+    prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(key.workspace));
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.alignments[0]);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignments[1]);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignments[2]);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignments[2]);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    check_cublas(library,
+                 library.lt_heuristic(handle, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
+                                      1, &result, &found),
+                 "cublasLtMatmulAlgoGetHeuristic", doing);
+    GROVE_CHECK_AS(DeviceError, found > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+                   "cuBLASLt has no algorithm for ", doing,
+                   "; set GROVE_GEMM_EPILOGUES=0 to run the bias and gelu as separate kernels");
+    plan.algo = result.algo;
+    plan.workspace = result.workspaceSize;
+    library.lt_preference_destroy(preference);
+  } catch (...) {
+    if (preference != nullptr) library.lt_preference_destroy(preference);
+    for (cublasLtMatrixLayout_t layout : {plan.a, plan.b, plan.c}) {
+      if (layout != nullptr) library.lt_layout_destroy(layout);
+    }
+    library.lt_desc_destroy(plan.desc);
+    throw;
+  }
+  return plan;
+}
+
+void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandle stream,
+                        const GemmArgs& g, const GemmWhat& doing) {
+  GROVE_CHECK_AS(DeviceError, library.lt_ok,
+                 "cuBLASLt (libcublasLt.so.13) lacks entry points grove needs for ", doing,
+                 "; set GROVE_GEMM_EPILOGUES=0 to run the bias and gelu as separate kernels");
+  GROVE_CHECK_AS(ShapeError, g.batch_count == 1, "cuBLAS GEMM with a ",
+                 gemm_epilogue_name(g.epilogue), " epilogue: batch_count must be 1, found ",
+                 g.batch_count);
+  GROVE_CHECK(g.bias != nullptr || g.m == 0, "cuBLAS GEMM with a ", gemm_epilogue_name(g.epilogue),
+              " epilogue: the bias pointer is null");
+  const StreamHandleState& state = state_for(library, device, stream);
+  LtKey key;
+  key.device = device.index;
+  key.dtype = g.dtype;
+  key.transpose_a = g.transpose_a, key.transpose_b = g.transpose_b;
+  key.m = g.m, key.n = g.n, key.k = g.k, key.lda = g.lda, key.ldb = g.ldb, key.ldc = g.ldc;
+  key.epilogue = g.epilogue;
+  key.alignments[0] = alignment_of(g.a);
+  key.alignments[1] = alignment_of(g.b);
+  key.alignments[2] = alignment_of(g.c);
+  key.alignments[3] = alignment_of(g.bias);
+  key.workspace = state.workspace_bytes;
+  LtRegistry& r = lt_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto handle = r.handles.find(device.index);
+  if (handle == r.handles.end()) {
+    cuda_detail::RelaxedCaptureModeGuard relaxed;
+    cublasLtHandle_t created = nullptr;
+    check_cublas(library, library.lt_create(&created), "cublasLtCreate", doing);
+    handle = r.handles.emplace(device.index, created).first;
+  }
+  auto plan = r.plans.find(key);
+  if (plan == r.plans.end()) {
+    cuda_detail::RelaxedCaptureModeGuard relaxed;
+    plan = r.plans.emplace(key, make_plan(library, handle->second, key, doing)).first;
+  }
+  const LtPlan& p = plan->second;
+  set_desc(library, p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias, doing);
+  check_cublas(library,
+               library.lt_matmul(handle->second, p.desc, &g.alpha, g.a, p.a, g.b, p.b, &g.beta, g.c,
+                                 p.c, g.c, p.c, &p.algo, state.workspace, state.workspace_bytes,
+                                 static_cast<cudaStream_t>(stream.impl)),
+               "cublasLtMatmul", doing);
+}
+
 }  // namespace
+
+const char* gemm_epilogue_name(GemmEpilogue epilogue) {
+  switch (epilogue) {
+    case GemmEpilogue::kNone:
+      return "none";
+    case GemmEpilogue::kBias:
+      return "bias";
+    case GemmEpilogue::kBiasGelu:
+      return "bias_gelu";
+  }
+  return "?";
+}
 
 bool cublas_available() { return cublas_library() != nullptr; }
 
@@ -164,8 +361,12 @@ void gemm(Device device, StreamHandle stream, const GemmArgs& g) {
   cublasHandle_t handle = handle_for(library, device, stream);
   cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  std::string doing = str_cat("computing a ", dtype_name(g.dtype), " GEMM (m=", g.m, ", n=", g.n,
-                              ", k=", g.k, ", batch=", g.batch_count, ") on ", device.str());
+  const GemmWhat doing{g, device};
+  if (g.epilogue != GemmEpilogue::kNone) {
+    if (g.m == 0 || g.n == 0) return;
+    gemm_with_epilogue(library, device, stream, g, doing);
+    return;
+  }
   if (g.batch_count == 1) {
     check_cublas(
         library,

@@ -16,6 +16,12 @@
 
 namespace grove::runtime {
 
+// Work cuBLASLt applies to the product before storing it (Note [GEMM
+// epilogues]): nothing, + bias, or gelu(+ bias) with gelu's tanh
+// approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+enum class GemmEpilogue : uint8_t { kNone, kBias, kBiasGelu };
+const char* gemm_epilogue_name(GemmEpilogue epilogue);  // "none", "bias", "bias_gelu"
+
 // One GEMM (or a strided batch of them) in cuBLAS's column-major convention:
 // C = alpha * op(A) * op(B) + beta * C, op(A) is m x k, op(B) is k x n, C is
 // m x n. A stored untransposed is m x k with leading dimension lda >= m;
@@ -38,6 +44,13 @@ struct GemmArgs {
   // Batches: matrix i of A starts stride_a elements after matrix i-1 (etc.).
   int64_t batch_count = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  // Note [GEMM epilogues]: with an epilogue, C = epilogue(alpha op(A) op(B) +
+  // beta C + bias) where `bias` (of `dtype`, contiguous) has one element per
+  // row of the column-major C (m of gemm(); for gemm_row_major, one per column
+  // of the row-major C, its n). Epilogues need batch_count = 1 and run through
+  // cuBLASLt, whose GELU is the tanh approximation above.
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  const void* bias = nullptr;
 };
 
 // Enqueues the GEMM on `stream` of `device` (a cuda device). Throws ShapeError

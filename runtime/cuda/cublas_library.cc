@@ -66,6 +66,19 @@ Loaded load() {
     ok &= resolve(handle, "cublasGemmStridedBatchedEx", l.gemm_strided_batched_ex, errors);
     ok &= resolve(handle, "cublasGetStatusString", l.status_string, errors);
     loaded.ok = ok;
+    std::string lt_errors;
+    bool lt_ok = resolve(lt, "cublasLtCreate", l.lt_create, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatmulDescCreate", l.lt_desc_create, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatmulDescDestroy", l.lt_desc_destroy, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatmulDescSetAttribute", l.lt_desc_set, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatrixLayoutCreate", l.lt_layout_create, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatrixLayoutDestroy", l.lt_layout_destroy, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatmulPreferenceCreate", l.lt_preference_create, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatmulPreferenceDestroy", l.lt_preference_destroy, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatmulPreferenceSetAttribute", l.lt_preference_set, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatmulAlgoGetHeuristic", l.lt_heuristic, lt_errors);
+    lt_ok &= resolve(lt, "cublasLtMatmul", l.lt_matmul, lt_errors);
+    l.lt_ok = lt_ok;
   }
   if (!loaded.ok) {
     loaded.error = str_cat(

@@ -3,6 +3,7 @@
 // and the GPU bundle carry no CUDA libraries). Internal to runtime/cuda.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_api.h>
 
 #include <string>
@@ -28,6 +29,21 @@ struct CublasLibrary {
   GemmEx gemm_ex = nullptr;
   GemmStridedBatchedEx gemm_strided_batched_ex = nullptr;
   decltype(&::cublasGetStatusString) status_string = nullptr;
+
+  // cuBLASLt, for GEMMs with epilogues (blas.h); `lt_ok` is false when a
+  // symbol is missing (plain GEMMs still work).
+  bool lt_ok = false;
+  decltype(&::cublasLtCreate) lt_create = nullptr;
+  decltype(&::cublasLtMatmulDescCreate) lt_desc_create = nullptr;
+  decltype(&::cublasLtMatmulDescDestroy) lt_desc_destroy = nullptr;
+  decltype(&::cublasLtMatmulDescSetAttribute) lt_desc_set = nullptr;
+  decltype(&::cublasLtMatrixLayoutCreate) lt_layout_create = nullptr;
+  decltype(&::cublasLtMatrixLayoutDestroy) lt_layout_destroy = nullptr;
+  decltype(&::cublasLtMatmulPreferenceCreate) lt_preference_create = nullptr;
+  decltype(&::cublasLtMatmulPreferenceDestroy) lt_preference_destroy = nullptr;
+  decltype(&::cublasLtMatmulPreferenceSetAttribute) lt_preference_set = nullptr;
+  decltype(&::cublasLtMatmulAlgoGetHeuristic) lt_heuristic = nullptr;
+  decltype(&::cublasLtMatmul) lt_matmul = nullptr;
 };
 
 // The library, opened once per process; nullptr when it cannot be opened, and

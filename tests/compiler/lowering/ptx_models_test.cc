@@ -1,15 +1,21 @@
-// Every kernel of both benchmark models, scheduled for cuda, emits PTX that
-// ptxas accepts for sm_90 (when ptxas is installed; CI has it).
+// Every kernel of both benchmark models and of their training programs,
+// scheduled for cuda, emits PTX that ptxas accepts for sm_90 (when ptxas is
+// installed; CI has it).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <utility>
+#include <vector>
 
+#include "compiler/autodiff/training_programs.h"
 #include "compiler/codegen/codegen.h"
 #include "compiler/lowering/scheduler.h"
 #include "compiler/model_format/model_json.h"
+#include "compiler/training/optimizer.h"
+#include "tests/compiler/training/benchmark_models.h"
 
 namespace grove {
 namespace {
@@ -21,23 +27,49 @@ std::string find_ptxas() {
   return "";
 }
 
-TEST(ModelPtx, EveryKernelOfBothModelsAssemblesForSm90) {
+// The programs to check: both models' inference programs, and the forward,
+// backward and SGD step of their training (multi-part kernels included).
+std::vector<std::pair<std::string, compiler::ir::Program>> cuda_programs() {
+  std::vector<std::pair<std::string, compiler::ir::Program>> programs;
+  for (const char* name : {"mlp16x512", "gpt4x256"}) {
+    programs.emplace_back(
+        name, compiler::model_format::load_model_file(
+                  std::string("benchmarks/models/") + name + ".json", {}, runtime::kCudaDevice));
+  }
+  using compiler::training::testing::ModelWithLoss;
+  for (ModelWithLoss model :
+       {compiler::training::testing::mlp_with_mse(4, runtime::kCudaDevice),
+        compiler::training::testing::gpt_with_next_token_loss(2, 8, runtime::kCudaDevice)}) {
+    compiler::autodiff::TrainingPrograms training =
+        compiler::autodiff::build_training_programs(model.program, model.loss);
+    compiler::training::OptimizerProgram step = compiler::training::build_optimizer_program(
+        training.forward, training.params, compiler::training::OptimizerKind::kSgdMomentum);
+    const std::string name = model.program.name();
+    programs.emplace_back(name + " forward", std::move(training.forward));
+    programs.emplace_back(name + " backward", std::move(training.backward));
+    programs.emplace_back(name + " sgd", std::move(step.program));
+  }
+  return programs;
+}
+
+TEST(ModelPtx, EveryKernelOfBothModelsAndTheirTrainingAssemblesForSm90) {
   const std::string ptxas = find_ptxas();
   const std::string dir = ::testing::TempDir();
   std::set<std::string> seen;
-  for (const char* name : {"mlp16x512", "gpt4x256"}) {
-    compiler::ir::Program program = compiler::model_format::load_model_file(
-        std::string("benchmarks/models/") + name + ".json", {}, runtime::kCudaDevice);
+  size_t kernels = 0, multi_part = 0;
+  for (const auto& [name, program] : cuda_programs()) {
     compiler::lowering::ScheduleOptions options;
     options.load_kernels = false;
+    options.mode = name.find(' ') == std::string::npos ? compiler::ops::ExecMode::kInference
+                                                       : compiler::ops::ExecMode::kTraining;
     compiler::lowering::ScheduledProgram scheduled =
         compiler::lowering::schedule_program(program, options);
-    size_t kernels = 0;
     for (const compiler::lowering::Step& step : scheduled.steps) {
       if (step.kind != compiler::lowering::StepKind::kKernel) continue;
       ++kernels;
       const std::string signature = step.kernel.spec.signature();
       if (!seen.insert(signature).second) continue;
+      if (!step.kernel.spec.part_sizes.empty()) ++multi_part;
       std::string ptx = compiler::codegen::emit_ptx(step.kernel.spec);
       ASSERT_NE(ptx.find(".entry"), std::string::npos) << step.kernel.spec.name;
       if (ptxas.empty()) continue;
@@ -48,8 +80,9 @@ TEST(ModelPtx, EveryKernelOfBothModelsAssemblesForSm90) {
           << name << ": ptxas rejected kernel " << step.kernel.spec.name << "\n"
           << ptx;
     }
-    EXPECT_GT(kernels, 0u);
   }
+  EXPECT_GT(kernels, 0u);
+  EXPECT_GT(multi_part, 0u) << "expected the SGD steps to use multi-part kernels";
   if (ptxas.empty()) GTEST_SKIP() << "ptxas not installed; PTX emitted but not assembled";
 }
 

@@ -1,0 +1,322 @@
+// data_parallel: step time and scaling efficiency of data-parallel training
+// (issue #10) for mlp16x512 and gpt4x256 on 1 and 2 devices, "eager" vs
+// "cudagraphs", in one process. Each rank is a thread with its own device
+// (cuda:r, or sim:r on the host emulation), its own shard of --batch rows and
+// its own tree manager (Note [One thread per GPU] in
+// runtime/collectives/nccl_communicator.h); gradients are averaged inside the
+// backward by bucketed all_reduce (NCCL on cuda, host rendezvous on sim).
+//
+// Per (model, devices, backend): --warmup untimed steps, then --iters timed
+// steps; a step's time is rank 0's host time from the call until its loss is
+// on the host (which synchronizes its stream; the collectives make the ranks
+// wait for each other). Weak scaling: every rank keeps --batch rows, so the
+// scaling efficiency of N devices is (throughput N / throughput 1) / N =
+// median step(1) / median step(N). The table and --json also say whether the
+// collectives were captured (the tree replayed every stage without falling
+// back to eager).
+//
+//   data_parallel [--device auto|cuda|sim] [--gpus 1,2] [--iters 50] [--warmup 5]
+//                 [--mlp-batch 32] [--gpt-batch 8] [--seq 32] [--backends eager,cudagraphs]
+//                 [--models DIR] [--json FILE]
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "benchmarks/common/json_report.h"
+#include "benchmarks/common/latency.h"
+#include "benchmarks/common/table.h"
+#include "compiler/backends/backend_registry.h"
+#include "compiler/distributed/data_parallel_trainer.h"
+#include "compiler/model_format/model_json.h"
+#include "compiler/training/losses.h"
+#include "cudagraph_trees/tree_manager.h"
+#include "runtime/collectives/setup.h"
+#include "runtime/device_context.h"
+
+namespace grove::benchmarks {
+namespace {
+
+using compiler::distributed::DataParallelOptions;
+using compiler::distributed::DataParallelTrainer;
+using runtime::Device;
+
+struct Options {
+  std::string device = "auto";
+  std::vector<int> gpus = {1, 2};
+  int iters = 50;
+  int warmup = 5;
+  int64_t mlp_batch = 32;
+  int64_t gpt_batch = 8;
+  int64_t seq = 32;
+  std::vector<std::string> backends = {"eager", "cudagraphs"};
+  std::string models_dir = "benchmarks/models";
+  std::string json;
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > start) parts.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return parts;
+}
+
+int64_t parse_positive(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  long long value = std::strtoll(text.c_str(), &end, 10);
+  GROVE_CHECK_AS(ConfigError, end != text.c_str() && *end == '\0' && value > 0,
+                 "data_parallel: ", flag, " takes a positive integer, found '", text, "'");
+  return value;
+}
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--help") {
+      std::puts(
+          "data_parallel [--device auto|cuda|sim] [--gpus 1,2] [--iters 50] [--warmup 5]\n"
+          "              [--mlp-batch 32] [--gpt-batch 8] [--seq 32] "
+          "[--backends eager,cudagraphs]\n"
+          "              [--models DIR] [--json FILE]");
+      std::exit(0);
+    }
+    GROVE_CHECK_AS(ConfigError, i + 1 < argc, "data_parallel: ", flag, " needs a value");
+    std::string value = argv[++i];
+    if (flag == "--device") {
+      options.device = value;
+    } else if (flag == "--gpus") {
+      options.gpus.clear();
+      for (const std::string& n : split(value)) {
+        options.gpus.push_back(static_cast<int>(parse_positive(flag, n)));
+      }
+    } else if (flag == "--iters") {
+      options.iters = static_cast<int>(parse_positive(flag, value));
+    } else if (flag == "--warmup") {
+      options.warmup = static_cast<int>(parse_positive(flag, value));
+    } else if (flag == "--mlp-batch") {
+      options.mlp_batch = parse_positive(flag, value);
+    } else if (flag == "--gpt-batch") {
+      options.gpt_batch = parse_positive(flag, value);
+    } else if (flag == "--seq") {
+      options.seq = parse_positive(flag, value);
+    } else if (flag == "--backends") {
+      options.backends = split(value);
+    } else if (flag == "--models") {
+      options.models_dir = value;
+    } else if (flag == "--json") {
+      options.json = value;
+    } else {
+      throw ConfigError(
+          str_cat("data_parallel: unknown flag '", flag, "'; run with --help for the flags"));
+    }
+  }
+  std::vector<std::string> known = compiler::backends::backend_names();
+  for (const std::string& backend : options.backends) {
+    GROVE_CHECK_AS(ConfigError, std::find(known.begin(), known.end(), backend) != known.end(),
+                   "data_parallel: backend '", backend, "' is not registered in this binary");
+  }
+  return options;
+}
+
+struct Case {
+  std::string model;  // file stem in benchmarks/models
+  std::string label;
+  compiler::model_format::DimBindings dims;
+  bool next_token = false;
+};
+
+struct Row {
+  std::string label, backend;
+  int gpus = 1;
+  LatencySummary step;
+  double first_loss = 0, last_loss = 0;
+  bool captured = false;
+  size_t buckets = 0;
+};
+
+// Rank `rank` of `gpus`: builds the model on its device, trains, and (rank 0)
+// fills `row`.
+void run_rank(const Case& config, const Options& options, const std::string& backend, int gpus,
+              int rank, Device device, const std::string& group, Row& row) {
+  runtime::collectives::join_local_group(device, rank, gpus, group,
+                                         runtime::collectives::default_collective_timeout());
+  compiler::ir::Program model = compiler::model_format::load_model_file(
+      options.models_dir + "/" + config.model + ".json", config.dims, device);
+  compiler::ir::ValueId logits = model.outputs()[0];
+  compiler::ir::ValueId loss;
+  compiler::TensorList inputs;
+  std::mt19937_64 rng(2026 + static_cast<uint64_t>(rank));
+  std::vector<compiler::ir::ValueId> model_inputs =
+      model.inputs_of_kind(compiler::ir::ValueKind::kInput);
+  const runtime::Shape shape = model.value(model_inputs[0]).type.shape;
+  if (!config.next_token) {
+    loss = compiler::training::add_mse_loss(model, logits);
+    std::normal_distribution<float> unit(0, 1);
+    std::vector<float> x(static_cast<size_t>(runtime::shape_numel(shape)));
+    for (float& v : x) v = unit(rng);
+    std::vector<float> target(x.size());
+    for (size_t i = 0; i < target.size(); ++i) target[i] = 0.3f + 0.05f * unit(rng);
+    inputs = {runtime::Tensor::from_vector(x, shape, device),
+              runtime::Tensor::from_vector(target, shape, device)};
+  } else {
+    loss = compiler::training::add_next_token_loss(model, logits, model_inputs[0]);
+    int64_t vocabulary = model.value(logits).type.shape.back();
+    std::vector<int64_t> tokens;
+    for (int64_t r = 0; r < shape[0]; ++r) {
+      for (int64_t t = 0; t < shape[1]; ++t) tokens.push_back((3 * r + 7 * t) % vocabulary);
+    }
+    inputs = {runtime::Tensor::from_vector(tokens, shape, device)};
+  }
+  DataParallelOptions dp;
+  dp.trainer.backend = backend;
+  dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
+  dp.all_reduce.bucket_bytes = int64_t{4} << 20;
+  DataParallelTrainer trainer(model, loss, dp);
+  compiler::training::Hyperparameters hyper;
+  hyper.lr = config.next_token ? 0.05 : 0.01;
+  std::vector<double> samples;
+  double first = 0, last = 0;
+  for (int i = 0; i < options.warmup + options.iters; ++i) {
+    Stopwatch watch;
+    double value = trainer.step(inputs, hyper).to_doubles().at(0);  // synchronizes
+    if (i >= options.warmup) samples.push_back(watch.elapsed_us());
+    if (i == 0) first = value;
+    last = value;
+  }
+  if (rank == 0) {
+    row.step = summarize(samples);
+    row.first_loss = first;
+    row.last_loss = last;
+    row.buckets = trainer.buckets().outputs.size();
+    if (backend != "eager") {
+      nlohmann::json stats = cudagraph_trees::tree_manager_for(device).stats();
+      row.captured = stats["eager_calls"].get<int64_t>() == 0 &&
+                     stats["capture_failures"].get<int64_t>() == 0 &&
+                     stats["replays"].get<int64_t>() > 0;
+    }
+  }
+  cudagraph_trees::reset_tree_managers();
+  runtime::collectives::leave_group(device);
+}
+
+Row run_case(const Case& config, const Options& options, const std::string& backend, int gpus,
+             runtime::DeviceType type) {
+  Row row;
+  row.label = config.label;
+  row.backend = backend;
+  row.gpus = gpus;
+  static int groups = 0;
+  std::string group = str_cat("data_parallel.", ++groups);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(gpus));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < gpus; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        run_rank(config, options, backend, gpus, rank, Device{type, rank}, group, row);
+      } catch (...) {
+        errors[static_cast<size_t>(rank)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+  return row;
+}
+
+int run(int argc, char** argv) {
+  Options options = parse(argc, argv);
+  Device first =
+      options.device == "auto" ? runtime::default_device() : runtime::Device::parse(options.device);
+  const runtime::DeviceType type = first.type;
+  int available = type == runtime::DeviceType::kCuda ? runtime::cuda_device_count() : 64;
+  std::vector<Case> cases = {{"mlp16x512",
+                              str_cat("mlp16x512 b=", options.mlp_batch),
+                              {{"batch", options.mlp_batch}},
+                              false},
+                             {"gpt4x256",
+                              str_cat("gpt4x256 b=", options.gpt_batch, " T=", options.seq),
+                              {{"batch", options.gpt_batch}, {"seq", options.seq}},
+                              true}};
+  std::vector<Row> rows;
+  for (const Case& config : cases) {
+    for (const std::string& backend : options.backends) {
+      for (int gpus : options.gpus) {
+        if (gpus > available) {
+          std::cerr << "skipping " << gpus << " devices: only " << available << " "
+                    << runtime::device_type_name(type) << " devices here\n";
+          continue;
+        }
+        rows.push_back(run_case(config, options, backend, gpus, type));
+      }
+    }
+  }
+  // Efficiency against the same (case, backend) on one device.
+  std::map<std::pair<std::string, std::string>, double> single;
+  for (const Row& row : rows) {
+    if (row.gpus == 1) single[{row.label, row.backend}] = row.step.median_us;
+  }
+  Table table({{"case (per-rank batch)"},
+               {"backend"},
+               {"devices", Align::kRight},
+               {"step median us", Align::kRight},
+               {"p90 us", Align::kRight},
+               {"samples/s", Align::kRight},
+               {"scaling eff", Align::kRight},
+               {"buckets", Align::kRight},
+               {"first loss", Align::kRight},
+               {"last loss", Align::kRight},
+               {"collectives captured"}});
+  nlohmann::json report = report_header("data_parallel", Device{type, 0});
+  for (const Row& row : rows) {
+    const Case& config = row.label.rfind("mlp", 0) == 0 ? cases[0] : cases[1];
+    const int64_t batch = config.dims.at("batch");
+    double throughput = row.step.median_us > 0 ? 1e6 * batch * row.gpus / row.step.median_us : 0;
+    auto base = single.find({row.label, row.backend});
+    std::string efficiency = "-";
+    double efficiency_value = 0;
+    if (base != single.end() && row.step.median_us > 0) {
+      efficiency_value = base->second / row.step.median_us;
+      efficiency = format_fixed(100 * efficiency_value, 1) + "%";
+    }
+    std::string captured = row.backend == "eager" ? "-" : (row.captured ? "yes" : "NO");
+    table.add_row({row.label, row.backend, std::to_string(row.gpus),
+                   format_fixed(row.step.median_us, 1), format_fixed(row.step.p90_us, 1),
+                   format_fixed(throughput, 0), efficiency, std::to_string(row.buckets),
+                   format_fixed(row.first_loss, 4), format_fixed(row.last_loss, 4), captured});
+    nlohmann::json entry = {
+        {"case", row.label},           {"model", config.model},  {"dims", config.dims},
+        {"backend", row.backend},      {"devices", row.gpus},    {"step", latency_json(row.step)},
+        {"samples_per_s", throughput}, {"buckets", row.buckets}, {"first_loss", row.first_loss},
+        {"last_loss", row.last_loss}};
+    if (efficiency_value > 0) entry["scaling_efficiency"] = efficiency_value;
+    if (row.backend != "eager") entry["collectives_captured"] = row.captured;
+    report["results"].push_back(entry);
+  }
+  std::fputs(table.render().c_str(), stdout);
+  if (!options.json.empty()) write_json_file(options.json, report);
+  return 0;
+}
+
+}  // namespace
+}  // namespace grove::benchmarks
+
+int main(int argc, char** argv) {
+  try {
+    return grove::benchmarks::run(argc, argv);
+  } catch (const std::exception& error) {
+    std::cerr << "data_parallel: " << error.what() << "\n";
+    return 1;
+  }
+}

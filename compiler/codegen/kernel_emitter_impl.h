@@ -1,0 +1,105 @@
+// The Emitter behind emit_kernel_module (kernel_emitter.h): it builds the
+// LLVM function of one KernelSpec. Its definitions are split by concern:
+// kernel_emitter.cc (entry, argument ABI, elementwise loops),
+// kernel_emitter_values.cc (types, loads and stores, expressions) and
+// kernel_emitter_reduction.cc (row reductions). Internal to //compiler/codegen.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/kernel_emitter.h"
+#include "compiler/codegen/kernel_math.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Intrinsics.h"
+
+namespace grove::compiler::codegen::emitter_detail {
+
+using llvm::Value;
+using runtime::DType;
+
+constexpr uint32_t kElementwiseBlock = 256;
+constexpr uint32_t kMaxElementwiseGrid = 4096;
+constexpr uint32_t kMaxReductionGrid = 65535;
+constexpr uint32_t kWarpSize = 32;
+
+// Threads per block of a reduction kernel (Note [Kernel launch geometry]).
+uint32_t reduction_block_size(const KernelSpec& spec);
+
+// Where an expression is evaluated: the coordinates of the current element
+// (the last one null in a per-row context), its linear index over the
+// iteration space (null when not at an element), and the reduced values so far.
+struct Site {
+  std::vector<Value*> coordinates;
+  Value* linear = nullptr;
+  std::vector<Value*> reduced;
+};
+
+class Emitter {
+ public:
+  Emitter(const KernelSpec& spec, const EmitOptions& options, llvm::Module& module)
+      : spec_(spec),
+        options_(options),
+        module_(module),
+        context_(module.getContext()),
+        b_(context_),
+        math_(module, options.target == EmitTarget::kNvptx || options.portable_math) {}
+
+  void emit(const std::string& symbol);
+
+ private:
+  bool nvptx() const { return options_.target == EmitTarget::kNvptx; }
+  llvm::Type* memory_type(DType dtype);
+  llvm::Type* register_type(DType dtype);
+  Value* i64(int64_t value) { return b_.getInt64(static_cast<uint64_t>(value)); }
+  Value* f32(double value) { return llvm::ConstantFP::get(b_.getFloatTy(), value); }
+
+  // Conversions between register values, and between memory and registers.
+  Value* convert(Value* value, DType to);
+  Value* load_element(Value* base, DType dtype, Value* offset, DType to);
+  void store_element(Value* base, DType dtype, Value* offset, Value* value);
+  Value* bf16_to_float(Value* bits);
+  Value* float_to_bf16(Value* value);
+  Value* f16_to_float(Value* bits);
+  Value* float_to_f16(Value* value);
+
+  // Row-major coordinates of `linear` over `shape` (shape-1 dims give 0).
+  std::vector<Value*> decompose(Value* linear, const runtime::Shape& shape);
+  // Element offset of a buffer with `strides` over `shape` at `coordinates`.
+  Value* offset(const runtime::Shape& strides, const runtime::Shape& shape,
+                const std::vector<Value*>& coordinates, Value* linear);
+
+  Value* eval(int index, const Site& site, std::vector<Value*>& memo);
+  Value* eval_op(const Expr& expr, const std::vector<Value*>& operands);
+  Value* combine(ReduceOp op, Value* accumulator, Value* value);
+  // compiler/ops/philox.h's philox_uniform over i64 seed and counter values.
+  Value* philox_uniform(Value* seed, Value* counter);
+  Value* identity(ReduceOp op);
+
+  using LoopBody = std::function<std::vector<Value*>(Value* index, const std::vector<Value*>&)>;
+  // for (i = start; i < end; i += step) carrying `carried`; returns their final values.
+  std::vector<Value*> loop(Value* start, Value* end, Value* step, std::vector<Value*> carried,
+                           const LoopBody& body);
+
+  void store_outputs(const Site& site, bool per_row);
+  void emit_elementwise();
+  void emit_reduction_rows();
+  Value* block_reduce(ReduceOp op, Value* partial);
+  Value* special_register(llvm::Intrinsic::ID id);
+
+  const KernelSpec& spec_;
+  EmitOptions options_;
+  llvm::Module& module_;
+  llvm::LLVMContext& context_;
+  llvm::IRBuilder<> b_;
+  MathEmitter math_;
+  llvm::Function* function_ = nullptr;
+  std::vector<Value*> inputs_, outputs_, scalars_;
+  // Per part (Note [Multi-part kernels]): its input and output pointers.
+  std::vector<std::vector<Value*>> part_inputs_, part_outputs_;
+  llvm::GlobalVariable* shared_ = nullptr;
+};
+
+}  // namespace grove::compiler::codegen::emitter_detail

@@ -1,0 +1,156 @@
+#include "compiler/distributed/data_parallel_trainer.h"
+
+#include "compiler/backends/backend_registry.h"
+#include "compiler/backends/compile.h"
+#include "compiler/ir/builder.h"
+#include "runtime/collectives/communicator.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+
+namespace grove::compiler::distributed {
+
+using autodiff::BackwardInput;
+using runtime::Tensor;
+
+struct DataParallelStage {
+  lowering::LoweredProgram lowered;
+  Callable call;
+};
+
+namespace {
+
+std::unique_ptr<DataParallelStage> prepare(const ir::Program& program, const std::string& backend,
+                                           const std::string& stage) {
+  program.verify();
+  lowering::LowerOptions lower_options;
+  lower_options.mode = ops::ExecMode::kTraining;
+  lowering::LoweredProgram lowered = lowering::lower(program, lower_options);
+  std::unique_ptr<backends::ExecutionBackend> execution = backends::make_backend(backend);
+  backends::CompileOptions options;
+  options.backend = backend;
+  options.mode = ops::ExecMode::kTraining;
+  options.stage = stage;
+  Callable call = execution->prepare(lowered, options);
+  return std::unique_ptr<DataParallelStage>(
+      new DataParallelStage{std::move(lowered), std::move(call)});
+}
+
+Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Device device) {
+  ir::Value spec;
+  spec.name = "scalar";
+  spec.type = ir::TensorType{{}, dtype, device};
+  spec.initializer = ir::constant_init(value);
+  return backends::initial_tensor(spec, device);
+}
+
+}  // namespace
+
+DataParallelTrainer::DataParallelTrainer(const ir::Program& model, ir::ValueId loss,
+                                         const DataParallelOptions& options)
+    : programs_(autodiff::build_training_programs(model, loss, options.trainer.training)),
+      optimizer_(training::build_optimizer_program(programs_.forward, programs_.params,
+                                                   options.trainer.optimizer)),
+      backend_(options.trainer.backend) {
+  GROVE_CHECK(programs_.gradient_storage == autodiff::GradientStorage::kPersistentBuffers,
+              "DataParallelTrainer: the optimizer reads gradient buffers; keep "
+              "TrainingOptions::gradient_storage = kPersistentBuffers");
+  const runtime::Device device = model.device();
+  GROVE_CHECK_AS(DeviceError, runtime::device_available(device), "DataParallelTrainer for '",
+                 model.name(), "': device ", device.str(), " is not available here");
+  runtime::collectives::Communicator& communicator = runtime::collectives::communicator_for(device);
+  rank_ = communicator.rank();
+  world_size_ = communicator.world_size();
+  backward_ = add_gradient_all_reduce(programs_.backward, options.all_reduce, &buckets_);
+  forward_ = prepare(programs_.forward, backend_, "forward");
+  backward_stage_ = prepare(backward_, backend_, "backward");
+  optimizer_step_ = prepare(optimizer_.program, backend_, "optimizer");
+  // Note [Training state addresses] (trainer.h): one tensor per persistent name.
+  for (const ir::Program* program : {&programs_.forward, &backward_, &optimizer_.program}) {
+    for (ir::ValueId id : program->inputs()) {
+      const ir::Value& value = program->value(id);
+      if (value.is_persistent() && !state_.count(value.name)) {
+        state_[value.name] = backends::initial_tensor(value, device);
+      }
+    }
+  }
+  const ir::Value& loss_grad = backward_.value(backward_.inputs().at(0));
+  loss_grad_ = scalar_tensor(1.0, loss_grad.type.dtype, device);
+}
+
+DataParallelTrainer::~DataParallelTrainer() = default;
+DataParallelTrainer::DataParallelTrainer(DataParallelTrainer&&) noexcept = default;
+DataParallelTrainer& DataParallelTrainer::operator=(DataParallelTrainer&&) noexcept = default;
+
+TensorList DataParallelTrainer::arguments(const ir::Program& program,
+                                          const TensorList& inputs) const {
+  TensorList args;
+  size_t next = 0;
+  size_t expected = program.inputs_of_kind(ir::ValueKind::kInput).size();
+  GROVE_CHECK(inputs.size() == expected, "DataParallelTrainer (rank ", rank_, "): program '",
+              program.name(), "' takes ", expected,
+              " inputs (its `input` values in call order), "
+              "found ",
+              inputs.size());
+  for (ir::ValueId id : program.inputs()) {
+    const ir::Value& value = program.value(id);
+    args.push_back(value.is_persistent() ? state_.at(value.name) : inputs[next++]);
+  }
+  return args;
+}
+
+Tensor DataParallelTrainer::step(const TensorList& inputs,
+                                 const training::Hyperparameters& hyperparameters) {
+  const runtime::Device device = programs_.forward.device();
+  TensorList forward_args = arguments(programs_.forward, inputs);
+  TensorList outputs = forward_->call(forward_args);
+  TensorList backward_args;
+  for (size_t i = 0; i < backward_.inputs().size(); ++i) {
+    const BackwardInput& source = programs_.backward_inputs[i];
+    switch (source.source) {
+      case BackwardInput::Source::kLossGradient:
+        backward_args.push_back(loss_grad_);
+        break;
+      case BackwardInput::Source::kForwardOutput:
+        backward_args.push_back(outputs.at(source.index));
+        break;
+      case BackwardInput::Source::kForwardInput:
+        backward_args.push_back(forward_args.at(source.index));
+        break;
+      case BackwardInput::Source::kGradientBuffer:
+        backward_args.push_back(state_.at(backward_.value(backward_.inputs()[i]).name));
+        break;
+    }
+  }
+  Tensor loss = outputs.at(programs_.loss_output);
+  outputs.clear();  // saved activations die with the backward
+  backward_stage_->call(backward_args);
+  backward_args.clear();
+  TensorList hyper;
+  for (double value : optimizer_.hyperparameter_values(hyperparameters, steps_ + 1)) {
+    hyper.push_back(scalar_tensor(value, runtime::DType::kF32, device));
+  }
+  optimizer_step_->call(arguments(optimizer_.program, hyper));
+  ++steps_;
+  return loss;
+}
+
+const Tensor& DataParallelTrainer::state(const std::string& name) const {
+  auto found = state_.find(name);
+  GROVE_CHECK(found != state_.end(),
+              "DataParallelTrainer: no param, buffer, gradient or "
+              "optimizer state named '",
+              name, "'");
+  return found->second;
+}
+
+std::vector<std::string> DataParallelTrainer::state_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, unused] : state_) names.push_back(name);
+  return names;
+}
+
+const lowering::LoweredProgram& DataParallelTrainer::lowered_backward() const {
+  return backward_stage_->lowered;
+}
+
+}  // namespace grove::compiler::distributed

@@ -1,0 +1,61 @@
+#include "runtime/collectives/communicator.h"
+
+#include <map>
+#include <mutex>
+
+namespace grove::runtime::collectives {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::map<Device, std::shared_ptr<Communicator>> by_device;
+};
+
+Registry& registry() {
+  static Registry* instance = new Registry();  // outlives every rank thread
+  return *instance;
+}
+
+}  // namespace
+
+const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "mean"; }
+
+ReduceOp parse_reduce_op(const std::string& name) {
+  if (name == "sum") return ReduceOp::kSum;
+  if (name == "mean") return ReduceOp::kMean;
+  throw Error(str_cat("reduce op '", name, "' is not known; use \"sum\" or \"mean\""));
+}
+
+Communicator& communicator_for(Device device) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto found = r.by_device.find(device);
+  GROVE_CHECK_AS(CommunicationError, found != r.by_device.end() && found->second != nullptr,
+                 "no communicator for ", device.str(),
+                 ": a collective (all_reduce) needs the rank that owns ", device.str(),
+                 " to join a group first (collectives::join_local_group or "
+                 "collectives::communicator_from_environment)");
+  return *found->second;
+}
+
+bool has_communicator(Device device) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto found = r.by_device.find(device);
+  return found != r.by_device.end() && found->second != nullptr;
+}
+
+void set_communicator(Device device, std::shared_ptr<Communicator> communicator) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (communicator == nullptr) {
+    r.by_device.erase(device);
+  } else {
+    GROVE_CHECK_AS(CommunicationError, communicator->device() == device, "set_communicator: a ",
+                   communicator->kind(), " communicator of ", communicator->device().str(),
+                   " cannot serve ", device.str());
+    r.by_device[device] = std::move(communicator);
+  }
+}
+
+}  // namespace grove::runtime::collectives

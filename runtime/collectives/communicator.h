@@ -1,0 +1,66 @@
+// Communicator: one rank's handle on a group of devices that reduce buffers
+// together (data-parallel training). A collective is enqueued on a stream of
+// the rank's device, like a kernel: on cuda it is NCCL (captured into a CUDA
+// graph like any kernel), on sim a host kernel that meets the other ranks'
+// threads at a rendezvous. Every rank must issue the same collectives in the
+// same order with the same buffer shapes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+
+namespace grove::runtime::collectives {
+
+// A rank is missing, a collective did not match across ranks, or the
+// collective library (NCCL) failed or is absent.
+class CommunicationError : public Error {
+ public:
+  using Error::Error;
+};
+
+enum class ReduceOp : uint8_t { kSum, kMean };
+
+const char* reduce_op_name(ReduceOp op);  // "sum", "mean"
+// Parses "sum" / "mean"; throws grove::Error otherwise.
+ReduceOp parse_reduce_op(const std::string& name);
+
+// One device buffer of a collective: `count` elements of `dtype` at `data`.
+struct Buffer {
+  void* data = nullptr;
+  int64_t count = 0;
+  DType dtype = DType::kF32;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual Device device() const = 0;
+  // "nccl" or "host".
+  virtual std::string kind() const = 0;
+
+  // Reduces each buffer in place across the ranks (element-wise, `op`), as ONE
+  // collective (a bucket): NCCL groups the calls, the host implementation
+  // meets the other ranks once. Enqueued on `stream` of device(); returns
+  // without waiting where the device is asynchronous.
+  virtual void all_reduce(const std::vector<Buffer>& buffers, ReduceOp op, StreamHandle stream) = 0;
+};
+
+// The communicator collectives on `device` use (set by the rank that owns the
+// device; one per device per process). Throws CommunicationError naming the
+// device when none was set.
+Communicator& communicator_for(Device device);
+bool has_communicator(Device device);
+// Installs (or, with nullptr, removes) the communicator of `device`.
+void set_communicator(Device device, std::shared_ptr<Communicator> communicator);
+
+}  // namespace grove::runtime::collectives

@@ -1,0 +1,45 @@
+// Locks a thread holds that a blocking host collective may let go of while it
+// waits for the other ranks.
+//
+// Note [Waiting under the capture lock]: the tree manager runs warm-ups and
+// the first replay of a recording under one process-wide lock
+// (cudagraph_trees/capture_lock.h). On sim, a collective is a host kernel
+// that blocks until every rank's thread arrives; a rank that blocks while
+// holding that lock would keep the other ranks from reaching the collective,
+// and the step would deadlock (then time out). The tree therefore marks the
+// lock as held (HeldLock) and the host collective releases it for exactly the
+// time it waits (ReleaseHeldLocks), taking it back before it touches memory
+// again. This is sound on sim because what the lock protects there is per
+// device (each rank has its own device, allocator and capture state). NCCL on
+// cuda never blocks the host inside a collective, so it never releases.
+#pragma once
+
+#include <mutex>
+#include <vector>
+
+namespace grove::runtime::collectives {
+
+// Marks `mutex`, which the calling thread has just locked, as held for the
+// guard's lifetime (declare it after the lock so it ends first).
+class HeldLock {
+ public:
+  explicit HeldLock(std::mutex& mutex);
+  ~HeldLock();
+  HeldLock(const HeldLock&) = delete;
+  HeldLock& operator=(const HeldLock&) = delete;
+};
+
+// Unlocks every mutex the calling thread marked as held, and locks them again
+// (in the order they were taken) when the scope ends, even by an exception.
+class ReleaseHeldLocks {
+ public:
+  ReleaseHeldLocks();
+  ~ReleaseHeldLocks();
+  ReleaseHeldLocks(const ReleaseHeldLocks&) = delete;
+  ReleaseHeldLocks& operator=(const ReleaseHeldLocks&) = delete;
+
+ private:
+  std::vector<std::mutex*> released_;
+};
+
+}  // namespace grove::runtime::collectives

@@ -1,0 +1,130 @@
+#include "runtime/collectives/setup.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "runtime/collectives/host_communicator.h"
+#include "runtime/collectives/nccl_communicator.h"
+
+namespace grove::runtime::collectives {
+namespace {
+
+int env_int(const char* name, int fallback, bool required) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') {
+    GROVE_CHECK_AS(ConfigError, !required, name,
+                   " is not set; every rank needs GROVE_RANK, GROVE_WORLD_SIZE and "
+                   "GROVE_NCCL_ID_FILE");
+    return fallback;
+  }
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  GROVE_CHECK_AS(ConfigError, end != text && *end == '\0' && value >= 0 && value < (1L << 30), name,
+                 "='", text, "' is not a non-negative integer");
+  return static_cast<int>(value);
+}
+
+// Rank 0 writes the id next to the file and renames it, so a reader never sees
+// a partial id.
+void write_id_file(const std::string& path, const std::string& id) {
+  std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    GROVE_CHECK_AS(CommunicationError, out.good(), "rank 0 cannot write the group id file '",
+                   temporary, "'; point GROVE_NCCL_ID_FILE at a writable path all ranks can read");
+    out.write(id.data(), static_cast<std::streamsize>(id.size()));
+  }
+  GROVE_CHECK_AS(CommunicationError, std::rename(temporary.c_str(), path.c_str()) == 0,
+                 "rank 0 cannot rename '", temporary, "' to '", path, "'");
+}
+
+std::string read_id_file(const std::string& path, int rank, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::ifstream in(path, std::ios::binary);
+    if (in.good()) {
+      std::ostringstream bytes;
+      bytes << in.rdbuf();
+      return bytes.str();
+    }
+    GROVE_CHECK_AS(CommunicationError, std::chrono::steady_clock::now() < deadline, "rank ", rank,
+                   " waited ", timeout.count(), " ms for the group id file '", path,
+                   "' that rank 0 writes; start rank 0 with the same GROVE_NCCL_ID_FILE (and "
+                   "remove stale files from earlier runs before starting)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+std::shared_ptr<Communicator> make(Device device, int rank, int world_size,
+                                   const std::string& group, const std::string& nccl_id,
+                                   std::chrono::milliseconds timeout) {
+  std::shared_ptr<Communicator> communicator;
+  if (device.is_cuda()) {
+    communicator = std::make_shared<NcclCommunicator>(device, rank, world_size, nccl_id, timeout);
+  } else {
+    communicator = std::make_shared<HostCommunicator>(host_rendezvous(group, world_size, timeout),
+                                                      rank, device);
+  }
+  set_communicator(device, communicator);
+  return communicator;
+}
+
+}  // namespace
+
+std::chrono::milliseconds default_collective_timeout() {
+  return std::chrono::milliseconds(env_int("GROVE_COLLECTIVE_TIMEOUT_MS", 120000, false));
+}
+
+RankConfig RankConfig::from_environment() {
+  RankConfig config;
+  config.rank = env_int("GROVE_RANK", 0, true);
+  config.world_size = env_int("GROVE_WORLD_SIZE", 1, true);
+  const char* file = std::getenv("GROVE_NCCL_ID_FILE");
+  GROVE_CHECK_AS(ConfigError, file != nullptr && *file != '\0',
+                 "GROVE_NCCL_ID_FILE is not set; give every rank the same path (rank 0 writes "
+                 "the group id there)");
+  config.id_file = file;
+  GROVE_CHECK_AS(ConfigError, config.world_size >= 1 && config.rank < config.world_size,
+                 "GROVE_RANK=", config.rank, " must be below GROVE_WORLD_SIZE=", config.world_size);
+  return config;
+}
+
+std::shared_ptr<Communicator> join_group(Device device, const RankConfig& config) {
+  GROVE_CHECK_AS(ConfigError, !config.id_file.empty(),
+                 "join_group: RankConfig::id_file is empty; set GROVE_NCCL_ID_FILE");
+  std::string nccl_id;
+  if (device.is_cuda()) {
+    if (config.rank == 0) {
+      nccl_id = nccl_unique_id();
+      write_id_file(config.id_file, nccl_id);
+    } else {
+      nccl_id = read_id_file(config.id_file, config.rank, config.timeout);
+    }
+  }
+  return make(device, config.rank, config.world_size, "file:" + config.id_file, nccl_id,
+              config.timeout);
+}
+
+std::shared_ptr<Communicator> join_local_group(Device device, int rank, int world_size,
+                                               const std::string& group_name,
+                                               std::chrono::milliseconds timeout) {
+  std::string nccl_id;
+  if (device.is_cuda()) {
+    static std::mutex mutex;
+    static auto* ids = new std::map<std::pair<std::string, int>, std::string>();
+    std::lock_guard<std::mutex> lock(mutex);
+    std::string& id = (*ids)[{group_name, world_size}];
+    if (id.empty()) id = nccl_unique_id();
+    nccl_id = id;
+  }
+  return make(device, rank, world_size, "local:" + group_name, nccl_id, timeout);
+}
+
+void leave_group(Device device) { set_communicator(device, nullptr); }
+
+}  // namespace grove::runtime::collectives

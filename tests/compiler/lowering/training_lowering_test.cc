@@ -1,0 +1,112 @@
+// The training programs of the benchmark models (forward, backward and the
+// optimizer step): kernel counts per call, and the metadata the tree relies on.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+
+#include "compiler/autodiff/training_programs.h"
+#include "compiler/lowering/lower.h"
+#include "compiler/training/optimizer.h"
+#include "runtime/device_context.h"
+#include "tests/compiler/training/benchmark_models.h"
+
+namespace grove {
+namespace {
+
+using compiler::lowering::KernelReport;
+using compiler::lowering::LoweredProgram;
+using compiler::training::OptimizerKind;
+using runtime::kSimDevice;
+
+struct LoweredTraining {
+  compiler::autodiff::TrainingPrograms programs;
+  compiler::training::OptimizerProgram optimizer;
+  LoweredProgram forward, backward, step;
+};
+
+LoweredProgram lower_training(const compiler::ir::Program& program) {
+  compiler::lowering::LowerOptions options;
+  options.mode = compiler::ops::ExecMode::kTraining;
+  return compiler::lowering::lower(program, options);
+}
+
+LoweredTraining lower_all(const compiler::training::testing::ModelWithLoss& model,
+                          OptimizerKind kind) {
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model.program, model.loss);
+  compiler::training::OptimizerProgram optimizer =
+      compiler::training::build_optimizer_program(programs.forward, programs.params, kind);
+  LoweredProgram forward = lower_training(programs.forward);
+  LoweredProgram backward = lower_training(programs.backward);
+  LoweredProgram step = lower_training(optimizer.program);
+  return LoweredTraining{std::move(programs), std::move(optimizer), forward, backward, step};
+}
+
+std::map<std::string, int> histogram(const KernelReport& report) {
+  std::map<std::string, int> counts;
+  for (const std::string& name : report.kernels) ++counts[name];
+  return counts;
+}
+
+void print(const std::string& what, const LoweredTraining& lowered) {
+  std::cout << what << " forward:  " << lowered.forward.kernel_report().str() << "\n"
+            << what << " backward: " << lowered.backward.kernel_report().str() << "\n"
+            << what << " optimizer: " << lowered.step.kernel_report().str() << "\n";
+}
+
+// The backward's mutated inputs are exactly the gradient buffers, and the
+// optimizer step's exactly the params and their momentum buffers.
+void expect_exact_mutations(const LoweredTraining& lowered) {
+  const compiler::ir::Program& backward = lowered.programs.backward;
+  std::vector<size_t> gradient_positions;
+  for (size_t i = 0; i < backward.inputs().size(); ++i) {
+    if (backward.value(backward.inputs()[i]).name.rfind("grad.", 0) == 0) {
+      gradient_positions.push_back(i);
+    }
+  }
+  EXPECT_EQ(lowered.backward.function().mutated_input_indices, gradient_positions);
+  EXPECT_EQ(lowered.step.function().mutated_input_indices,
+            compiler::training::mutated_input_positions(lowered.optimizer.program));
+  EXPECT_EQ(lowered.step.function().mutated_input_indices.size(),
+            2 * lowered.optimizer.params.size());
+}
+
+// Note [Results written into their destination]: every weight and bias
+// gradient is written by its GEMM or reduction straight into its buffer (no
+// copy_into kernel); the gelu backward is one kernel per layer (Note [Shared
+// values inside one group]); the 32 SGD updates are one multi-part kernel.
+TEST(TrainingLowering, MlpStepWritesGradientsInPlaceAndUpdatesEveryParamInOneKernel) {
+  LoweredTraining lowered = lower_all(compiler::training::testing::mlp_with_mse(32, kSimDevice),
+                                      OptimizerKind::kSgdMomentum);
+  print("mlp16x512 b32", lowered);
+  if (std::getenv("GROVE_TEST_DESCRIBE")) std::cout << lowered.backward.describe();
+  KernelReport forward = lowered.forward.kernel_report();
+  KernelReport backward = lowered.backward.kernel_report();
+  KernelReport step = lowered.step.kernel_report();
+  EXPECT_EQ(forward.library_gemms, 16u) << forward.str();
+  EXPECT_EQ(forward.kernels.size(), 17u) << forward.str();  // 16 gelu + the loss
+  EXPECT_EQ(histogram(backward)["copy_into"], 0) << backward.str();
+  EXPECT_EQ(histogram(backward)["multi_copy_into"], 0) << backward.str();
+  EXPECT_EQ(backward.kernels.size(), 34u) << backward.str();
+  EXPECT_EQ(backward.library_gemms, 31u) << backward.str();
+  ASSERT_EQ(step.kernels.size(), 1u) << step.str();
+  EXPECT_EQ(step.kernels[0], "multi_sgd_momentum_update");
+  expect_exact_mutations(lowered);
+}
+
+TEST(TrainingLowering, GptStepUsesMultiPartUpdatesAndExactMutations) {
+  LoweredTraining lowered =
+      lower_all(compiler::training::testing::gpt_with_next_token_loss(2, 8, kSimDevice),
+                OptimizerKind::kSgdMomentum);
+  print("gpt4x256 b2 T8", lowered);
+  KernelReport step = lowered.step.kernel_report();
+  // Params sharing a kernel's parameter space (4000 bytes) share one launch.
+  EXPECT_LE(step.kernels.size(), 2u) << step.str();
+  for (const std::string& name : step.kernels) EXPECT_EQ(name, "multi_sgd_momentum_update");
+  expect_exact_mutations(lowered);
+}
+
+}  // namespace
+}  // namespace grove

@@ -1,0 +1,357 @@
+#include "tests/fuzz/differential.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <set>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "compiler/backends/compile.h"
+#include "compiler/ir/builder.h"
+#include "compiler/model_format/model_json.h"
+#include "compiler/training/losses.h"
+#include "compiler/training/trainer.h"
+#include "cudagraph_trees/backend/cudagraphs_backend.h"
+#include "cudagraph_trees/tree_manager.h"
+#include "runtime/error.h"
+#include "tests/fuzz/program_generator.h"
+
+namespace grove::fuzz {
+
+namespace {
+
+using compiler::TensorList;
+using compiler::backends::CompiledModel;
+using compiler::ir::Program;
+using compiler::ir::ValueId;
+using compiler::ir::ValueKind;
+using runtime::DType;
+using runtime::Tensor;
+
+// Host bytes of one call's worth of input values (not all zero).
+std::vector<uint8_t> random_bytes(const compiler::ir::TensorType& type, std::mt19937_64& rng) {
+  size_t count = static_cast<size_t>(runtime::shape_numel(type.shape));
+  if (type.dtype == DType::kI64) {
+    std::vector<int64_t> ids(count);
+    for (int64_t& id : ids) id = std::uniform_int_distribution<int64_t>(0, kTokenRange - 1)(rng);
+    std::vector<uint8_t> bytes(count * sizeof(int64_t));
+    if (count > 0) std::memcpy(bytes.data(), ids.data(), bytes.size());
+    return bytes;
+  }
+  GROVE_CHECK(type.dtype == DType::kF32, "fuzz: inputs of dtype ", runtime::dtype_name(type.dtype),
+              " are not generated");
+  std::vector<float> values(count);
+  for (float& v : values) {
+    v = std::uniform_real_distribution<float>(-3, 3)(rng);
+    if (v == 0) v = 0.5f;
+  }
+  std::vector<uint8_t> bytes(count * sizeof(float));
+  if (count > 0) std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+// First difference between two tensors' shapes, dtypes or bits; "" when equal.
+std::string bitwise_difference(const Tensor& expected, const Tensor& got) {
+  if (expected.shape() != got.shape() || expected.dtype() != got.dtype()) {
+    return "eager " + expected.str() + " but cudagraphs " + got.str();
+  }
+  std::vector<uint8_t> a = expected.to_host_bytes();
+  std::vector<uint8_t> b = got.to_host_bytes();
+  if (a == b) return "";
+  std::vector<double> av = expected.to_doubles();
+  std::vector<double> bv = got.to_doubles();
+  for (size_t i = 0; i < av.size(); ++i) {
+    if (std::memcmp(&av[i], &bv[i], sizeof(double)) != 0) {
+      std::ostringstream out;
+      out << "element " << i << ": eager " << av[i] << " but cudagraphs " << bv[i];
+      return out.str();
+    }
+  }
+  return "bits differ";
+}
+
+class CallSequence {
+ public:
+  CallSequence(const Program& program, uint64_t seed)
+      : program_(program),
+        rng_(seed),
+        eager_(compiler::backends::compile(program, {.backend = "eager"})),
+        graphs_(compiler::backends::compile(program, {.backend = "cudagraphs"})),
+        input_ids_(program.inputs_of_kind(ValueKind::kInput)) {
+    for (const auto& node : program.nodes()) {
+      if (node.op == "copy_into" && program.value(node.operands[0]).kind == ValueKind::kInput) {
+        mutates_an_input_ = true;
+      }
+    }
+  }
+
+  // "" when the call matched.
+  std::string call(int index, DifferentialOutcome& outcome) {
+    if (chance(0.25)) cudagraph_trees::mark_step_begin();
+    TensorList eager_inputs, graphs_inputs;
+    int mode = std::uniform_int_distribution<int>(0, 2)(rng_);
+    if (mode == 1 && owned_eager_.empty()) mode = 0;
+    // Note [Aliased inputs]; GROVE_FUZZ_FEED_MUTATED=1 feeds back anyway (repro).
+    if (mode == 2 && mutates_an_input_ && std::getenv("GROVE_FUZZ_FEED_MUTATED") == nullptr) mode = 0;
+    bool fed_back = false;
+    std::set<size_t> fed_inputs;  // previous outputs: a replay may overwrite them (DESIGN §4.7)
+    std::vector<std::vector<uint8_t>> values;
+    for (size_t i = 0; i < input_ids_.size(); ++i) {
+      const auto& type = program_.value(input_ids_[i]).type;
+      values.push_back(random_bytes(type, rng_));
+    }
+    if (mode == 1) {
+      for (size_t i = 0; i < input_ids_.size(); ++i) {
+        owned_eager_[i].copy_from_host(values[i].data());
+        owned_graphs_[i].copy_from_host(values[i].data());
+      }
+      eager_inputs = owned_eager_;
+      graphs_inputs = owned_graphs_;
+    } else {
+      owned_eager_ = fresh(values);
+      owned_graphs_ = fresh(values);
+      eager_inputs = owned_eager_;
+      graphs_inputs = owned_graphs_;
+      if (mode == 2) {
+        // Feed back outputs of the previous call whose type fits an input,
+        // each into one input at most (Note [Aliased inputs]).
+        std::vector<bool> used(last_eager_.size(), false);
+        for (size_t i = 0; i < input_ids_.size(); ++i) {
+          const auto& type = program_.value(input_ids_[i]).type;
+          for (size_t o = 0; o < last_eager_.size(); ++o) {
+            if (used[o]) continue;
+            if (last_eager_[o].shape() == type.shape && last_eager_[o].dtype() == type.dtype &&
+                last_eager_[o].is_contiguous() && last_graphs_[o].is_contiguous() && chance(0.7)) {
+              eager_inputs[i] = last_eager_[o];
+              graphs_inputs[i] = last_graphs_[o];
+              fed_back = true;
+              used[o] = true;
+              fed_inputs.insert(i);
+              break;
+            }
+          }
+        }
+      }
+    }
+    // The values the graphs side is called with, for a retry after a stale input.
+    std::vector<std::vector<uint8_t>> graphs_values;
+    if (fed_back) {
+      for (const Tensor& t : graphs_inputs) {
+        graphs_values.push_back(t.storage()->is_poisoned() ? std::vector<uint8_t>{} : t.to_host_bytes());
+      }
+    }
+    TensorList eager_outputs = eager_(eager_inputs);
+    TensorList graphs_outputs;
+    try {
+      graphs_outputs = graphs_(graphs_inputs);
+    } catch (const StaleTensorError&) {
+      if (!fed_back) throw;
+      ++outcome.stale_retries;
+      for (size_t i = 0; i < graphs_inputs.size(); ++i) {
+        if (graphs_values[i].empty()) graphs_values[i] = eager_inputs[i].to_host_bytes();
+      }
+      // The eager side saw the fed values before it ran; mutation may have
+      // changed eager_inputs since, so use the values captured before the call.
+      graphs_inputs = fresh(graphs_values);
+      graphs_outputs = graphs_(graphs_inputs);
+    }
+    ++outcome.calls;
+    std::string where = "call " + std::to_string(index) + " (inputs " +
+                        (mode == 0 ? "new" : mode == 1 ? "overwritten in place" : "fed back") + ")";
+    if (eager_outputs.size() != graphs_outputs.size()) return where + ": output counts differ";
+    for (size_t o = 0; o < eager_outputs.size(); ++o) {
+      std::string difference = bitwise_difference(eager_outputs[o], graphs_outputs[o]);
+      if (!difference.empty()) return where + ", output " + std::to_string(o) + ": " + difference;
+    }
+    for (size_t i = 0; i < eager_inputs.size(); ++i) {
+      if (fed_inputs.count(i) > 0 || eager_inputs[i].storage()->is_poisoned() ||
+          graphs_inputs[i].storage()->is_poisoned()) {
+        continue;
+      }
+      std::string difference = bitwise_difference(eager_inputs[i], graphs_inputs[i]);
+      if (!difference.empty()) {
+        return where + ", input " + program_.value(input_ids_[i]).name + " after the call: " + difference;
+      }
+    }
+    for (const std::string& name : eager_.state_names()) {
+      std::string difference = bitwise_difference(eager_.state(name), graphs_.state(name));
+      if (!difference.empty()) return where + ", state " + name + ": " + difference;
+    }
+    cudagraph_trees::tree_manager_for(program_.device()).verify();
+    last_eager_ = eager_outputs;
+    last_graphs_ = graphs_outputs;
+    if (chance(0.4)) kept_.push_back({eager_outputs, graphs_outputs});
+    while (!kept_.empty() && (kept_.size() > 3 || chance(0.3))) kept_.pop_front();
+    return "";
+  }
+
+ private:
+  bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
+  TensorList fresh(const std::vector<std::vector<uint8_t>>& values) {
+    TensorList tensors;
+    for (size_t i = 0; i < input_ids_.size(); ++i) {
+      const auto& type = program_.value(input_ids_[i]).type;
+      tensors.push_back(Tensor::from_host(values[i].data(), type.shape, type.dtype, program_.device()));
+    }
+    return tensors;
+  }
+
+  const Program& program_;
+  std::mt19937_64 rng_;
+  CompiledModel eager_;
+  CompiledModel graphs_;
+  std::vector<ValueId> input_ids_;
+  bool mutates_an_input_ = false;
+  TensorList owned_eager_, owned_graphs_;
+  TensorList last_eager_, last_graphs_;
+  std::deque<std::pair<TensorList, TensorList>> kept_;
+};
+
+}  // namespace
+
+DifferentialOutcome run_differential(const Program& program, uint64_t scenario_seed, int calls) {
+  cudagraph_trees::backend::register_cudagraphs_backend();
+  cudagraph_trees::reset_tree_managers();
+  DifferentialOutcome outcome;
+  try {
+    CallSequence sequence(program, scenario_seed);
+    for (int call = 0; call < calls; ++call) {
+      std::string failure = sequence.call(call, outcome);
+      if (!failure.empty()) {
+        outcome.passed = false;
+        outcome.failure = failure;
+        break;
+      }
+    }
+    outcome.replays = static_cast<int>(
+        cudagraph_trees::tree_manager_for(program.device()).counters().replays);
+  } catch (const std::exception& error) {
+    outcome.passed = false;
+    outcome.failure = "call " + std::to_string(outcome.calls) + " threw: " + error.what();
+  }
+  cudagraph_trees::reset_tree_managers();
+  return outcome;
+}
+
+ReducedFailure reduce_failure(const Program& program, uint64_t scenario_seed, int calls,
+                              int max_attempts) {
+  ReducedFailure best{program, run_differential(program, scenario_seed, calls).failure, "", 1};
+  bool progress = true;
+  auto try_candidate = [&](const std::set<size_t>& dropped, const std::map<int32_t, size_t>& bypassed) {
+    if (best.attempts >= max_attempts) return false;
+    std::optional<Program> candidate;
+    try {
+      candidate = rewrite_program(best.program, dropped, bypassed);
+    } catch (const Error&) {
+      return false;
+    }
+    ++best.attempts;
+    DifferentialOutcome outcome = run_differential(*candidate, scenario_seed, calls);
+    if (outcome.passed) return false;
+    best.program = std::move(*candidate);
+    best.failure = outcome.failure;
+    return true;
+  };
+  while (progress && best.attempts < max_attempts) {
+    progress = false;
+    for (size_t o = 0; best.program.outputs().size() > 1 && o < best.program.outputs().size(); ++o) {
+      if (try_candidate({o}, {})) {
+        progress = true;
+        break;
+      }
+    }
+    if (progress) continue;
+    for (size_t n = best.program.nodes().size(); n-- > 0 && !progress;) {
+      const auto& node = best.program.nodes()[n];
+      if (node.results.size() != 1) continue;
+      for (size_t k = 0; k < node.operands.size() && !progress; ++k) {
+        ValueId operand = node.operands[k];
+        if (operand == compiler::ir::kNoValue ||
+            !(best.program.value(operand).type == best.program.value(node.results[0]).type)) {
+          continue;
+        }
+        progress = try_candidate({}, {{static_cast<int32_t>(n), k}});
+      }
+    }
+  }
+  best.json = compiler::model_format::export_model(best.program);
+  return best;
+}
+
+DifferentialOutcome run_training_differential(uint64_t seed, runtime::Device device, int steps) {
+  cudagraph_trees::backend::register_cudagraphs_backend();
+  cudagraph_trees::reset_tree_managers();
+  DifferentialOutcome outcome;
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int low, int high) { return std::uniform_int_distribution<int>(low, high)(rng); };
+  try {
+    compiler::ir::ProgramBuilder b("train_fuzz_" + std::to_string(seed), device);
+    int64_t batch = pick(1, 4);
+    int64_t width = pick(2, 6);
+    const int64_t input_width = width;
+    ValueId h = b.input("x", {batch, width});
+    int layers = pick(1, 3);
+    for (int layer = 0; layer < layers; ++layer) {
+      int64_t next = pick(2, 6);
+      std::string name = "fc" + std::to_string(layer);
+      ValueId w = b.param(name + ".weight", {next, width}, DType::kF32,
+                          compiler::ir::normal_init(0.5, static_cast<uint64_t>(pick(1, 99))));
+      ValueId bias = pick(0, 1) ? b.param(name + ".bias", {next}, DType::kF32,
+                                          compiler::ir::normal_init(0.1, static_cast<uint64_t>(pick(1, 99))))
+                                : compiler::ir::kNoValue;
+      h = b.linear(h, w, bias, name);
+      switch (pick(0, 4)) {
+        case 0: h = b.relu(h); break;
+        case 1: h = b.gelu(h); break;
+        case 2: h = b.tanh(h); break;
+        case 3: h = b.sigmoid(h); break;
+        default:
+          h = b.layer_norm(h, b.param(name + ".ln_w", {next}, DType::kF32, compiler::ir::ones_init()),
+                           b.param(name + ".ln_b", {next}, DType::kF32, compiler::ir::zeros_init()));
+      }
+      width = next;
+    }
+    b.output(h);
+    Program model = b.build();
+    ValueId loss = compiler::training::add_mse_loss(model, model.outputs()[0]);
+    compiler::training::OptimizerKind kind = pick(0, 1) ? compiler::training::OptimizerKind::kAdamW
+                                                        : compiler::training::OptimizerKind::kSgdMomentum;
+    compiler::training::Trainer eager(model, loss, {.backend = "eager", .optimizer = kind});
+    compiler::training::Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = kind});
+    compiler::training::Hyperparameters hyper;
+    hyper.lr = 0.01;
+    hyper.weight_decay = pick(0, 1) ? 0.01 : 0.0;
+    for (int step = 0; step < steps && outcome.passed; ++step) {
+      TensorList inputs;
+      for (const runtime::Shape& shape : {runtime::Shape{batch, input_width}, runtime::Shape{batch, width}}) {
+        std::vector<uint8_t> bytes = random_bytes({shape, DType::kF32, device}, rng);
+        inputs.push_back(Tensor::from_host(bytes.data(), shape, DType::kF32, device));
+      }
+      Tensor expected = eager.step(inputs, hyper);
+      Tensor got = graphs.step(inputs, hyper);
+      ++outcome.calls;
+      std::string difference = bitwise_difference(expected, got);
+      for (const std::string& name : eager.state_names()) {
+        if (!difference.empty()) break;
+        difference = bitwise_difference(eager.state(name), graphs.state(name));
+        if (!difference.empty()) difference = "state " + name + ": " + difference;
+      }
+      if (!difference.empty()) {
+        outcome.passed = false;
+        outcome.failure = "step " + std::to_string(step) + ": " + difference;
+      }
+      cudagraph_trees::tree_manager_for(device).verify();
+    }
+    outcome.replays = static_cast<int>(cudagraph_trees::tree_manager_for(device).counters().replays);
+  } catch (const std::exception& error) {
+    outcome.passed = false;
+    outcome.failure = "step " + std::to_string(outcome.calls) + " threw: " + error.what();
+  }
+  cudagraph_trees::reset_tree_managers();
+  return outcome;
+}
+
+}  // namespace grove::fuzz

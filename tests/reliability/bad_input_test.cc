@@ -1,0 +1,284 @@
+// Bad input gets a specific grove::Error subclass with a message that names
+// the problem, never a crash: wrong input count, shape, dtype and device;
+// non-contiguous inputs; stale tensors passed back in; malformed and hostile
+// JSON models; out-of-range configuration (struct and GROVE_CUDAGRAPHS_*).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "compiler/backends/compile.h"
+#include "compiler/ir/builder.h"
+#include "compiler/model_format/model_json.h"
+#include "cudagraph_trees/backend/cudagraphs_backend.h"
+#include "cudagraph_trees/config.h"
+#include "cudagraph_trees/tree_manager.h"
+#include "runtime/error.h"
+#include "tests/runtime/device_test_util.h"
+
+namespace grove::reliability {
+namespace {
+
+using compiler::TensorList;
+using compiler::backends::CompiledModel;
+using compiler::backends::compile;
+using compiler::ir::ProgramBuilder;
+using compiler::ir::ValueId;
+using runtime::DType;
+using runtime::Tensor;
+
+// Expects `call` to throw exactly ErrorType (or a subclass) whose message
+// contains every one of `needles`.
+template <typename ErrorType>
+void expect_error(const std::function<void()>& call, std::initializer_list<std::string> needles) {
+  try {
+    call();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const ErrorType& error) {
+    std::string message = error.what();
+    for (const std::string& needle : needles) {
+      EXPECT_NE(message.find(needle), std::string::npos)
+          << "message lacks '" << needle << "': " << message;
+    }
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "wrong error type: " << error.what();
+  }
+}
+
+compiler::ir::Program small_program(runtime::Device device) {
+  ProgramBuilder b("small", device);
+  ValueId x = b.input("x", {3, 4});
+  ValueId w = b.param("w", {4, 4}, DType::kF32, compiler::ir::normal_init(0.5, 3));
+  b.output(b.tanh(b.matmul(x, w)));
+  return b.build();
+}
+
+Tensor random_tensor(const runtime::Shape& shape, runtime::Device device, std::mt19937& rng) {
+  return Tensor::from_vector(testing::random_floats(rng, static_cast<size_t>(runtime::shape_numel(shape))),
+                             shape, device);
+}
+
+class BadCallInput : public testing::DeviceTest {
+ protected:
+  void SetUp() override {
+    DeviceTest::SetUp();
+    if (IsSkipped()) return;
+    cudagraph_trees::backend::register_cudagraphs_backend();
+    cudagraph_trees::reset_tree_managers();
+  }
+  void TearDown() override { cudagraph_trees::reset_tree_managers(); }
+};
+
+TEST_P(BadCallInput, WrongCountShapeDtypeAndDeviceNameTheInputOnEveryBackend) {
+  GROVE_SEEDED_RNG(rng);
+  for (const std::string backend : {"eager", "cudagraphs"}) {
+    SCOPED_TRACE(backend);
+    CompiledModel model = compile(small_program(device()), {.backend = backend});
+    Tensor good = random_tensor({3, 4}, device(), rng);
+    expect_error<ShapeError>([&] { model({good, good}); }, {"small", "takes 1 inputs", "found 2"});
+    expect_error<ShapeError>([&] { model({}); }, {"small", "found 0"});
+    expect_error<ShapeError>([&] { model({random_tensor({4, 3}, device(), rng)}); },
+                             {"'x'", "expects shape [3, 4]", "found [4, 3]"});
+    expect_error<DTypeError>(
+        [&] { model({Tensor::from_vector(std::vector<int64_t>(12, 1), {3, 4}, device())}); },
+        {"'x'", "expects dtype f32", "found i64"});
+    expect_error<DeviceError>([&] { model({random_tensor({3, 4}, runtime::kCpuDevice, rng)}); },
+                              {"'x'", "expects a tensor on", "found one on cpu"});
+    // Still usable after every rejected call.
+    EXPECT_EQ(model({good})[0].shape(), (runtime::Shape{3, 4}));
+  }
+}
+
+TEST_P(BadCallInput, NonContiguousInputsAreReadThroughTheirStrides) {
+  GROVE_SEEDED_RNG(rng);
+  for (const std::string backend : {"eager", "cudagraphs"}) {
+    SCOPED_TRACE(backend);
+    CompiledModel model = compile(small_program(device()), {.backend = backend});
+    for (int call = 0; call < 3; ++call) {
+      Tensor wide = random_tensor({4, 3}, device(), rng);
+      Tensor transposed = wide.transpose(0, 1);  // [3, 4], not contiguous
+      ASSERT_FALSE(transposed.is_contiguous());
+      Tensor copy = Tensor::from_vector(transposed.to_vector<float>(), {3, 4}, device());
+      std::vector<float> expected = model({copy})[0].to_vector<float>();
+      std::vector<float> got;
+      try {
+        got = model({transposed})[0].to_vector<float>();
+      } catch (const ShapeError& error) {
+        // Rejecting is acceptable when the message says what to do.
+        EXPECT_NE(std::string(error.what()).find("contiguous"), std::string::npos) << error.what();
+        continue;
+      }
+      EXPECT_EQ(got, expected) << "call " << call;
+    }
+  }
+}
+
+TEST_P(BadCallInput, StaleOutputPassedBackInThrowsStaleTensorErrorSayingWhatToDo) {
+  GROVE_SEEDED_RNG(rng);
+  ProgramBuilder b("square", device());
+  ValueId x = b.input("x", {8});
+  b.output(b.mul(x, x));
+  CompiledModel model = compile(b.build(), {.backend = "cudagraphs"});
+  TensorList first = model({random_tensor({8}, device(), rng)});  // a warm-up output
+  model({random_tensor({8}, device(), rng)});                     // a new generation
+  ASSERT_TRUE(first[0].storage()->is_poisoned());
+  expect_error<StaleTensorError>([&] { model({first[0]}); }, {"mark_step_begin"});
+  expect_error<StaleTensorError>([&] { (void)first[0].to_vector<float>(); }, {"clone"});
+  // The manager is intact and the model still correct.
+  cudagraph_trees::tree_manager_for(device()).verify();
+  Tensor fresh = random_tensor({8}, device(), rng);
+  std::vector<float> values = fresh.to_vector<float>();
+  std::vector<float> got = model({fresh})[0].to_vector<float>();
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(got[i], values[i] * values[i]);
+}
+
+GROVE_INSTANTIATE_DEVICE_TEST_SUITE(BadCallInput);
+
+// A minimal valid model with `nodes` spliced in.
+std::string model_text(const std::string& nodes, const std::string& outputs = "[\"y\"]") {
+  return R"({"name": "m", "inputs": [{"name": "x", "shape": [2, 3], "dtype": "f32"}],
+             "nodes": )" +
+         nodes + R"(, "outputs": )" + outputs + "}";
+}
+
+TEST(BadModelJson, MalformedTextIsAModelFormatError) {
+  expect_error<ModelFormatError>([] { compiler::model_format::load_model("{\"name\": \"m\", "); },
+                                 {"JSON"});
+  expect_error<ModelFormatError>([] { compiler::model_format::load_model("[1, 2, 3]"); }, {});
+  expect_error<ModelFormatError>([] { compiler::model_format::load_model(""); }, {});
+  expect_error<ModelFormatError>([] { compiler::model_format::load_model("\x01\xff\xfe"); }, {});
+}
+
+TEST(BadModelJson, DeepNestingIsRejectedBeforeItExhaustsTheStack) {
+  std::string deep(100000, '[');
+  deep += std::string(100000, ']');
+  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(deep); }, {"deeper than"});
+  std::string attrs = model_text(R"([{"name": "y", "op": "tanh", "inputs": ["x"], "attrs": )" +
+                                 std::string(40, '[') + std::string(40, ']') + "}]");
+  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(attrs); }, {"deeper than"});
+}
+
+TEST(BadModelJson, HugeAndNegativeShapesNameTheInput) {
+  std::string huge = R"({"name": "m", "inputs": [{"name": "x", "shape": [4611686018427387904, 8],
+                          "dtype": "f32"}], "nodes": [], "outputs": ["x"]})";
+  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(huge); }, {"x"});
+  std::string product = R"({"name": "m", "inputs": [{"name": "x", "shape": [65536, 65536, 65536],
+                             "dtype": "f32"}], "nodes": [], "outputs": ["x"]})";
+  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(product); }, {"x", "elements"});
+  std::string negative = R"({"name": "m", "inputs": [{"name": "x", "shape": [-3, 2],
+                              "dtype": "f32"}], "nodes": [], "outputs": ["x"]})";
+  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(negative); }, {"x"});
+  std::string weird = R"({"name": "m", "inputs": [{"name": "x", "shape": [2.5, "nope", null],
+                           "dtype": "f32"}], "nodes": [], "outputs": ["x"]})";
+  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(weird); }, {"x"});
+}
+
+TEST(BadModelJson, UnknownOpsFieldsAndNamesNameTheNode) {
+  expect_error<ModelFormatError>(
+      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "frobnicate", "inputs": ["x"]}])")); },
+      {"y", "frobnicate"});
+  expect_error<ModelFormatError>(
+      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "inputs": ["x"]}])")); },
+      {"y", "op"});
+  expect_error<ModelFormatError>(
+      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "tanh", "inputs": ["nowhere"]}])")); },
+      {"y", "nowhere"});
+  expect_error<ModelFormatError>(
+      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "tanh", "inputs": "x"}])")); },
+      {"y", "inputs"});
+  expect_error<ModelFormatError>(
+      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "tanh", "inputs": ["x"]}])", R"(["absent"])")); },
+      {"absent"});
+  expect_error<ModelFormatError>(
+      [] {
+        compiler::model_format::load_model(model_text(
+            R"([{"name": "y", "op": "tanh", "inputs": ["x"]}, {"name": "y", "op": "exp", "inputs": ["x"]}])"));
+      },
+      {"y"});
+}
+
+TEST(BadModelJson, CyclesAreUseBeforeDefinition) {
+  expect_error<ModelFormatError>(
+      [] {
+        compiler::model_format::load_model(model_text(
+            R"([{"name": "a", "op": "add", "inputs": ["x", "y"]}, {"name": "y", "op": "tanh", "inputs": ["a"]}])"));
+      },
+      {"a", "y"});
+  expect_error<ModelFormatError>(
+      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "tanh", "inputs": ["y"]}])")); },
+      {"y"});
+}
+
+TEST(BadModelJson, TypeErrorsInsideAValidDocumentNameTheNode) {
+  // A matmul of [2, 3] by [2, 3]: a typing error, reported as the node's.
+  try {
+    compiler::model_format::load_model(
+        model_text(R"([{"name": "y", "op": "matmul", "inputs": ["x", "x"]}])"));
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("y"), std::string::npos) << error.what();
+  }
+}
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST(BadConfig, OutOfRangeFieldsAreConfigErrorsNamingTheField) {
+  cudagraph_trees::TreeConfig config;
+  config.rerecord_limit = -1;
+  expect_error<ConfigError>([&] { config.validate(); }, {"rerecord_limit"});
+  config = {};
+  config.managed_input_move_limit = 0;
+  expect_error<ConfigError>([&] { config.validate(); }, {"managed_input_move_limit"});
+  config = {};
+  config.shape_warn_limit = 0;
+  expect_error<ConfigError>([&] { config.validate(); }, {"shape_warn_limit"});
+  config = {};
+  config.min_segment_kernels = -5;
+  expect_error<ConfigError>([&] { config.validate(); }, {"min_segment_kernels"});
+  config = {};
+  config.batch_buckets = {4, 0};
+  expect_error<ConfigError>([&] { config.validate(); }, {"batch_buckets"});
+  config = {};
+  config.rerecord_limit = -1;
+  expect_error<ConfigError>([&] { cudagraph_trees::TreeManager manager(runtime::kSimDevice, config); },
+                            {"rerecord_limit"});
+}
+
+TEST(BadConfig, MalformedEnvironmentVariablesAreConfigErrorsNamingTheVariable) {
+  struct Case {
+    const char* variable;
+    const char* value;
+  };
+  for (const Case& c : std::vector<Case>{{"GROVE_CUDAGRAPHS_STRICT", "maybe"},
+                                         {"GROVE_CUDAGRAPHS_RERECORD_LIMIT", "-1"},
+                                         {"GROVE_CUDAGRAPHS_RERECORD_LIMIT", "12abc"},
+                                         {"GROVE_CUDAGRAPHS_RERECORD_LIMIT", "99999999999999999999"},
+                                         {"GROVE_CUDAGRAPHS_MANAGED_INPUT_LIMIT", "0"},
+                                         {"GROVE_CUDAGRAPHS_SHAPE_WARN_LIMIT", "x"},
+                                         {"GROVE_CUDAGRAPHS_MUTATION_POLICY", "sometimes"},
+                                         {"GROVE_CUDAGRAPHS_ZERO_COPY", "2"},
+                                         {"GROVE_CUDAGRAPHS_MIN_SEGMENT_KERNELS", "-3"},
+                                         {"GROVE_CUDAGRAPHS_BATCH_BUCKETS", "1,,4"},
+                                         {"GROVE_CUDAGRAPHS_BATCH_BUCKETS", "1,-2"},
+                                         {"GROVE_CUDAGRAPHS_BATCH_BUCKETS", "8,4,abc"}}) {
+    SCOPED_TRACE(std::string(c.variable) + "=" + c.value);
+    ScopedEnv env(c.variable, c.value);
+    expect_error<ConfigError>([] { cudagraph_trees::TreeConfig::from_environment(); },
+                              {c.variable, c.value});
+  }
+  // Valid values still parse.
+  ScopedEnv env("GROVE_CUDAGRAPHS_RERECORD_LIMIT", "7");
+  EXPECT_EQ(cudagraph_trees::TreeConfig::from_environment().rerecord_limit, 7);
+}
+
+}  // namespace
+}  // namespace grove::reliability
