@@ -136,7 +136,7 @@ git rev-parse --short HEAD >"$bundle/commit.txt" 2>/dev/null || echo unknown >"$
 raw_kib=$(du -sk "$bundle" | cut -f1)
 if [ "$raw_kib" -gt $((pack_mib * 1024)) ]; then
   echo "gpu_bundle: $((raw_kib / 1024)) MiB of files; packing them as payload.tar.xz"
-  tar -C "$bundle" -cf - grove | xz -T2 --lzma2=preset=1,dict=192MiB >"$bundle/payload.tar.xz"
+  tar -C "$bundle" -cf - grove | xz -T1 --lzma2=preset=1,dict=1024MiB >"$bundle/payload.tar.xz"
   rm -rf "$bundle/grove"
 fi
 total_kib=$(du -sk "$bundle" | cut -f1)
