@@ -99,11 +99,27 @@ class TreeManager {
                  TensorList& result);
   void replay(TreeNode* node, const TensorList& inputs, TensorList* consumable,
               TensorList& result) {
+    // Note [A replay that throws]: a stale input (a fed-back output that a new
+    // generation invalidated) throws StaleTensorError while the node binds its
+    // inputs, before it launches or emits anything. The path must then stay
+    // where it was: a path that claims this node ran would make the next call
+    // record under it and restore its checkpoint, whose output blocks belong
+    // to no live output.
+    PathNode* previous = current_;
+    PathState previous_state = state_;
+    int64_t previous_generation = generation_;
     current_ = node;
     state_ = PathState::kExecution;
     generation_ = generations_.current();
+    try {
+      node->replay(inputs, consumable, backend_, context_.current_stream(), counters_, result);
+    } catch (...) {
+      current_ = previous;
+      state_ = previous_state;
+      generation_ = previous_generation;
+      throw;
+    }
     ++counters_.replays;
-    node->replay(inputs, consumable, backend_, context_.current_stream(), counters_, result);
   }
   void warmup(RegisteredFunction& function, const TensorList& inputs, TensorList* consumable,
               TensorList& result);

@@ -68,7 +68,10 @@ void TreeManager::restore_checkpoint() {
   for (PathNode* node : nodes) {
     for (const TrackedStorage& storage : node->tracked()) {
       runtime::StoragePtr alive = storage.lock_if_live();
-      if (alive != nullptr && seen.insert(storage.address).second) live.push_back(alive);
+      // A poisoned storage gave its block back when it was invalidated; it
+      // must not own one again (Note [A replay that throws], tree_manager.h).
+      if (alive == nullptr || alive->is_poisoned()) continue;
+      if (seen.insert(storage.address).second) live.push_back(alive);
     }
   }
   allocator_.restore(

@@ -1,5 +1,6 @@
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include "compiler/backends/compile.h"
 #include "cudagraph_trees/config.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 
@@ -55,6 +57,9 @@ struct PreparedProgram {
   std::vector<Callable> eager_calls;  // each segment's own function
   bool any_captured = false;
   bool starts_step = false;  // a Trainer's forward (Note [Training steps])
+  // Note [Pool inputs of piecewise programs]: positions to check; empty for a
+  // one-segment program that returns no input, or one that continues a step.
+  std::vector<size_t> pool_input_candidates;
   int64_t fallbacks = 0;              // segments left eager for a real reason
   std::atomic<int64_t> calls{0};
 
@@ -116,7 +121,45 @@ struct PreparedProgram {
     // backward and optimizer step continue it.
     if (starts_step) manager.mark_step_begin();
     InvocationScope scope(manager);
-    return lowered.run_with(registration.calls, inputs);
+    if (pool_input_candidates.empty()) return lowered.run_with(registration.calls, inputs);
+    return lowered.run_with(registration.calls, private_pool_inputs(manager, inputs));
+  }
+
+  // Note [Pool inputs of piecewise programs]: an input may be a replay output
+  // of an earlier call still living in the tree's pool (a fed-back output).
+  // When this call starts a new generation, the path restarts at the root and
+  // the first captured segment's replay writes into the pool blocks that hold
+  // such an input. The manager protects the inputs of the function it replays
+  // (they are copied into its placeholders first), but a *later* segment of
+  // the same program reads the input only after that replay, and would read
+  // the overwritten values: a silent wrong answer. So before the segments run,
+  // each read-only input found in the tree's pool gets a private copy outside
+  // the pool. Mutated inputs keep their storage (the write must land in the
+  // caller's tensor). Only piecewise programs that may start a generation
+  // (inference, forward) check; a single-segment program has no later segment,
+  // and a backward or optimizer step continues the forward's generation, whose
+  // outputs stay alive on the path. An input that the program returns as an
+  // output (or a view of it) is checked in any program: the replay would
+  // rewrite the block under that output, and the caller would see it change.
+  // The check is one pool lookup per candidate input, and only an input found
+  // in the pool is copied; params and buffers (static inputs) are never
+  // candidates, so programs without such inputs pay nothing.
+  TensorList private_pool_inputs(const TreeManager& manager, const TensorList& inputs) const {
+    runtime::DeviceContext& context = runtime::device_context(device);
+    runtime::CachingAllocator& allocator = context.allocator();
+    TensorList result;
+    for (size_t i : pool_input_candidates) {
+      const runtime::Tensor& input = inputs[i];
+      if (!input.defined() || input.nbytes() == 0) continue;
+      std::optional<runtime::PoolId> pool = allocator.pool_containing(input.address());
+      if (!pool || *pool != manager.pool()) continue;
+      if (result.empty()) result = inputs;
+      runtime::Tensor copy = runtime::Tensor::empty(input.shape(), input.dtype(), input.device());
+      context.backend().copy_async(copy.data_ptr(), input.data_ptr(), input.nbytes(),
+                                   runtime::CopyKind::kDeviceToDevice, context.current_stream());
+      result[i] = std::move(copy);
+    }
+    return result.empty() ? inputs : result;
   }
 
   nlohmann::json json() const {
@@ -198,6 +241,27 @@ class CudagraphsBackend : public ExecutionBackend {
         program->any_captured = true;
       }
       program->plans.push_back(std::move(plan));
+    }
+    // Note [Pool inputs of piecewise programs].
+    if (graphs && program->any_captured && options.stage != "backward" &&
+        options.stage != "optimizer") {
+      const compiler::LoweredFunction& whole = lowered.function();
+      auto listed = [](const std::vector<size_t>& list, size_t i) {
+        return std::find(list.begin(), list.end(), i) != list.end();
+      };
+      auto returned = [&whole](size_t i) {
+        for (const auto& aliased : whole.output_aliases_input) {
+          if (aliased && *aliased == i) return true;
+        }
+        return false;
+      };
+      size_t input_count = lowered.program().inputs().size();
+      for (size_t i = 0; i < input_count; ++i) {
+        if (listed(whole.static_input_indices, i) || listed(whole.mutated_input_indices, i)) {
+          continue;
+        }
+        if (segments.size() > 1 || returned(i)) program->pool_input_candidates.push_back(i);
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -126,6 +126,34 @@ TEST_P(TreeGenerations, StaleWarmupAndRecordingOutputsThrowThroughAnyView) {
   EXPECT_EQ(trees.counters().outputs_poisoned, 2u);
 }
 
+// Note [A replay that throws] (tree_manager.h); the fuzzer's seed 26608.
+TEST_P(TreeGenerations, StaleInputThatFailsAReplayLeavesThePathWhereItWas) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec("double", [](const TensorList& in) {
+    return TensorList{scale(in[0], 2.0f)};
+  }));
+  trees.run(f, {random_tensor(rng, {32})});  // warm-up
+  trees.mark_step_begin();
+  TensorList recorded = trees.run(f, {random_tensor(rng, {32})});
+  ASSERT_EQ(trees.node_count(), 1u);
+  // A new step invalidates the recording's output; feeding it back throws
+  // while node 0 binds its inputs.
+  trees.mark_step_begin();
+  EXPECT_THROW(trees.run(f, {recorded[0]}), StaleTensorError);
+  trees.verify();
+  EXPECT_EQ(trees.counters().replays, 0u);
+  // The same step goes on with a fresh input: node 0 replays (no child of a
+  // node that never ran), and no pool block is left to the poisoned tensor.
+  Tensor x = random_tensor(rng, {32});
+  TensorList out = trees.run(f, {x});
+  EXPECT_VALUES(out[0], host_scale(host(x), 2.0f));
+  EXPECT_EQ(trees.node_count(), 1u);
+  EXPECT_EQ(trees.counters().replays, 1u);
+  trees.verify();
+  EXPECT_TRUE(recorded[0].storage()->is_poisoned());
+}
+
 TEST_P(TreeGenerations, StaleGradientsGetTheGradientAccumulationMessage) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();

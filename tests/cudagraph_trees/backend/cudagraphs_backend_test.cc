@@ -167,6 +167,77 @@ TEST_P(CudagraphsBackend, NonzeroInTheMiddleRunsCapturedEagerCaptured) {
   EXPECT_NE(graphs.backend_dot().find("digraph"), std::string::npos);
 }
 
+// The fuzzer's seed 26715 (tests/fuzz/known_failures): segment 0 computes
+// `shifted = x - c`, a nonzero splits the program, and segment 2 reads x again.
+compiler::ir::Program input_read_after_nonzero(Device device) {
+  ProgramBuilder b("fed_back", device);
+  ValueId x = b.input("x", {5, 2});
+  ValueId y = b.input("y", {2, 4});
+  ValueId shifted = b.sub(x, b.full(-1.6903430867767089), "shifted");
+  ValueId indices = b.nonzero(b.compare("gt", y, b.full(0.0), "positive"), "where_positive");
+  ValueId squared = b.mul(x, x, "squared");
+  b.output(shifted);
+  b.output(squared);
+  b.output(indices);
+  return b.build();
+}
+
+// Note [Pool inputs of piecewise programs]: the previous replay's output is
+// fed back as x. The new call's first replay writes into x's pool block, so
+// without a private copy the last segment reads `x - c` instead of x.
+TEST_P(CudagraphsBackend, FedBackReplayOutputReadAfterTheFirstSegmentKeepsItsValues) {
+  compiler::ir::Program program = input_read_after_nonzero(GetParam());
+  CompiledModel eager = compile(program, {.backend = "eager"});
+  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+  TensorList eager_inputs = random_inputs(program, GetParam(), 26715);
+  TensorList graphs_inputs = eager_inputs;
+  for (int call = 0; call < 6; ++call) {
+    TensorList expected = eager(eager_inputs);
+    TensorList got = graphs(graphs_inputs);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].to_vector<float>(), expected[0].to_vector<float>()) << "call " << call;
+    EXPECT_EQ(got[1].to_vector<float>(), expected[1].to_vector<float>()) << "call " << call;
+    EXPECT_EQ(got[2].to_doubles(), expected[2].to_doubles()) << "call " << call;
+    // From the first replay on (calls 0 and 1 warm up and record, whose
+    // outputs a new generation invalidates), feed `shifted` back as x.
+    TensorList fresh = random_inputs(program, GetParam(), 26716 + static_cast<uint64_t>(call));
+    eager_inputs = call >= 2 ? TensorList{expected[0], fresh[1]} : fresh;
+    graphs_inputs = call >= 2 ? TensorList{got[0], fresh[1]} : fresh;
+  }
+  nlohmann::json stats = stats_of(graphs);
+  ASSERT_EQ(stats["programs"][0]["segments"].size(), 3u) << stats.dump();
+  EXPECT_GE(stats["tree"]["replays"].get<int64_t>(), 4) << stats.dump();
+  tree_manager_for(GetParam()).verify();
+}
+
+// The fuzzer's seed 1542: a one-segment program returns its input x as an
+// output; the previous replay's `squared` is fed back as x. The replay writes
+// `squared` into the block that x (and so the returned output 0) lives in.
+TEST_P(CudagraphsBackend, FedBackReplayOutputReturnedAsAnOutputKeepsItsValues) {
+  ProgramBuilder b("returns_input", GetParam());
+  ValueId x = b.input("x", {3});
+  b.output(x);
+  b.output(b.mul(x, x, "squared"));
+  compiler::ir::Program program = b.build();
+  CompiledModel eager = compile(program, {.backend = "eager"});
+  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+  TensorList eager_inputs = random_inputs(program, GetParam(), 1542);
+  TensorList graphs_inputs = eager_inputs;
+  for (int call = 0; call < 6; ++call) {
+    TensorList expected = eager(eager_inputs);
+    TensorList got = graphs(graphs_inputs);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].to_vector<float>(), expected[0].to_vector<float>()) << "call " << call;
+    EXPECT_EQ(got[1].to_vector<float>(), expected[1].to_vector<float>()) << "call " << call;
+    // From the first replay on, feed `squared` back as x.
+    TensorList fresh = random_inputs(program, GetParam(), 1543 + static_cast<uint64_t>(call));
+    eager_inputs = call >= 2 ? TensorList{expected[1]} : fresh;
+    graphs_inputs = call >= 2 ? TensorList{got[1]} : fresh;
+  }
+  EXPECT_GE(stats_of(graphs)["tree"]["replays"].get<int64_t>(), 4);
+  tree_manager_for(GetParam()).verify();
+}
+
 TEST_P(CudagraphsBackend, StrictModeThrowsInsteadOfFallingBack) {
   ::setenv("GROVE_CUDAGRAPHS_STRICT", "1", 1);
   reset_tree_managers();
