@@ -1,8 +1,8 @@
 #include "compiler/distributed/data_parallel_trainer.h"
 
-#include "compiler/backends/backend_registry.h"
 #include "compiler/backends/compile.h"
 #include "compiler/ir/builder.h"
+#include "compiler/training/training_stage.h"
 #include "runtime/collectives/communicator.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -12,28 +12,7 @@ namespace grove::compiler::distributed {
 using autodiff::BackwardInput;
 using runtime::Tensor;
 
-struct DataParallelStage {
-  lowering::LoweredProgram lowered;
-  Callable call;
-};
-
 namespace {
-
-std::unique_ptr<DataParallelStage> prepare(const ir::Program& program, const std::string& backend,
-                                           const std::string& stage) {
-  program.verify();
-  lowering::LowerOptions lower_options;
-  lower_options.mode = ops::ExecMode::kTraining;
-  lowering::LoweredProgram lowered = lowering::lower(program, lower_options);
-  std::unique_ptr<backends::ExecutionBackend> execution = backends::make_backend(backend);
-  backends::CompileOptions options;
-  options.backend = backend;
-  options.mode = ops::ExecMode::kTraining;
-  options.stage = stage;
-  Callable call = execution->prepare(lowered, options);
-  return std::unique_ptr<DataParallelStage>(
-      new DataParallelStage{std::move(lowered), std::move(call)});
-}
 
 Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Device device) {
   ir::Value spec;
@@ -61,9 +40,9 @@ DataParallelTrainer::DataParallelTrainer(const ir::Program& model, ir::ValueId l
   rank_ = communicator.rank();
   world_size_ = communicator.world_size();
   backward_ = add_gradient_all_reduce(programs_.backward, options.all_reduce, &buckets_);
-  forward_ = prepare(programs_.forward, backend_, "forward");
-  backward_stage_ = prepare(backward_, backend_, "backward");
-  optimizer_step_ = prepare(optimizer_.program, backend_, "optimizer");
+  forward_ = training::prepare_training_stage(programs_.forward, backend_, "forward");
+  backward_stage_ = training::prepare_training_stage(backward_, backend_, "backward");
+  optimizer_step_ = training::prepare_training_stage(optimizer_.program, backend_, "optimizer");
   // Note [Training state addresses] (trainer.h): one tensor per persistent name.
   for (const ir::Program* program : {&programs_.forward, &backward_, &optimizer_.program}) {
     for (ir::ValueId id : program->inputs()) {

@@ -27,7 +27,7 @@
 
 namespace grove::compiler::distributed {
 
-struct DataParallelStage;
+
 
 struct DataParallelOptions {
   training::TrainerOptions trainer;
@@ -67,9 +67,9 @@ class DataParallelTrainer {
   std::string backend_;
   int rank_ = 0;
   int world_size_ = 1;
-  std::unique_ptr<DataParallelStage> forward_;
-  std::unique_ptr<DataParallelStage> backward_stage_;
-  std::unique_ptr<DataParallelStage> optimizer_step_;
+  std::unique_ptr<training::TrainerStage> forward_;
+  std::unique_ptr<training::TrainerStage> backward_stage_;
+  std::unique_ptr<training::TrainerStage> optimizer_step_;
   std::map<std::string, runtime::Tensor> state_;
   runtime::Tensor loss_grad_;
   int64_t steps_ = 0;

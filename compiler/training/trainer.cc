@@ -1,6 +1,7 @@
 #include "compiler/training/trainer.h"
 
-#include "compiler/backends/backend_registry.h"
+#include "compiler/training/training_stage.h"
+
 #include "compiler/backends/compile.h"
 #include "compiler/ir/builder.h"
 #include "runtime/device_context.h"
@@ -11,27 +12,7 @@ namespace grove::compiler::training {
 using autodiff::BackwardInput;
 using runtime::Tensor;
 
-struct TrainerStage {
-  lowering::LoweredProgram lowered;
-  Callable call;
-};
-
 namespace {
-
-std::unique_ptr<TrainerStage> prepare(const ir::Program& program, const std::string& backend,
-                                      const std::string& stage) {
-  program.verify();
-  lowering::LowerOptions lower_options;
-  lower_options.mode = ops::ExecMode::kTraining;
-  lowering::LoweredProgram lowered = lowering::lower(program, lower_options);
-  std::unique_ptr<backends::ExecutionBackend> execution = backends::make_backend(backend);
-  backends::CompileOptions options;
-  options.backend = backend;
-  options.mode = ops::ExecMode::kTraining;
-  options.stage = stage;
-  Callable call = execution->prepare(lowered, options);
-  return std::unique_ptr<TrainerStage>(new TrainerStage{std::move(lowered), std::move(call)});
-}
 
 Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Device device) {
   ir::Value value_spec;
@@ -54,9 +35,9 @@ Trainer::Trainer(const ir::Program& model, ir::ValueId loss, const TrainerOption
   GROVE_CHECK_AS(DeviceError, runtime::device_available(device), "Trainer for '", model.name(),
                  "': device ", device.str(), " is not available here; build the model for ",
                  runtime::default_device().str(), " instead");
-  forward_ = prepare(programs_.forward, backend_, "forward");
-  backward_ = prepare(programs_.backward, backend_, "backward");
-  optimizer_step_ = prepare(optimizer_.program, backend_, "optimizer");
+  forward_ = prepare_training_stage(programs_.forward, backend_, "forward");
+  backward_ = prepare_training_stage(programs_.backward, backend_, "backward");
+  optimizer_step_ = prepare_training_stage(optimizer_.program, backend_, "optimizer");
   // Note [Training state addresses]: one tensor per persistent name, for good.
   for (const ir::Program* program :
        {&programs_.forward, &programs_.backward, &optimizer_.program}) {

@@ -1,0 +1,23 @@
+#include "compiler/training/training_stage.h"
+
+#include "compiler/backends/backend_registry.h"
+
+namespace grove::compiler::training {
+
+std::unique_ptr<TrainerStage> prepare_training_stage(const ir::Program& program,
+                                                     const std::string& backend,
+                                                     const std::string& stage) {
+  program.verify();
+  lowering::LowerOptions lower_options;
+  lower_options.mode = ops::ExecMode::kTraining;
+  lowering::LoweredProgram lowered = lowering::lower(program, lower_options);
+  std::unique_ptr<backends::ExecutionBackend> execution = backends::make_backend(backend);
+  backends::CompileOptions options;
+  options.backend = backend;
+  options.mode = ops::ExecMode::kTraining;
+  options.stage = stage;
+  Callable call = execution->prepare(lowered, options);
+  return std::unique_ptr<TrainerStage>(new TrainerStage{std::move(lowered), std::move(call)});
+}
+
+}  // namespace grove::compiler::training

@@ -1,0 +1,31 @@
+// One program of a training step (forward, backward or optimizer step),
+// lowered in training mode and prepared by an execution backend: what the
+// Trainer and the data-parallel trainer each run three of.
+//
+//   std::unique_ptr<TrainerStage> forward = prepare_training_stage(program, "eager", "forward");
+//   TensorList outputs = forward->call(arguments);
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "compiler/ir/program.h"
+#include "compiler/lowered_function.h"
+#include "compiler/lowering/lower.h"
+
+namespace grove::compiler::training {
+
+struct TrainerStage {
+  lowering::LoweredProgram lowered;
+  Callable call;
+};
+
+// Verifies `program`, lowers it in training mode and prepares it with
+// `backend`; `stage` ("forward", "backward", "optimizer") tells graph backends
+// which recording mode to use. Throws grove::Error for an unknown backend or a
+// program that does not verify.
+std::unique_ptr<TrainerStage> prepare_training_stage(const ir::Program& program,
+                                                     const std::string& backend,
+                                                     const std::string& stage);
+
+}  // namespace grove::compiler::training
