@@ -52,7 +52,7 @@ const char* invariant_status_text(InvariantStatus status) {
     case InvariantStatus::kCopiedInputChanged:
       return "input shape, strides, dtype or device changed";
     case InvariantStatus::kMutatedInputAliased:
-      return "a mutated copied input shares memory with another input";
+      return "a mutated input shares memory with another input";
   }
   return "?";
 }
@@ -73,6 +73,7 @@ InputBinding InputBinding::bind(const Request& request, TensorList& bound_inputs
                   " is undefined; static inputs must be tensors with a fixed address");
       binding.kinds_[i] = InputKind::kStatic;
       binding.static_.push_back(CheckedInput{index, input.storage()->address(), input.offset()});
+      if (request.function.mutated_input(i)) binding.written_static_.push_back(index);
       bound_inputs.push_back(input);
     } else if (pool_output && request.demoted.count(i) == 0) {
       binding.kinds_[i] = InputKind::kManaged;
@@ -115,6 +116,11 @@ bool InputBinding::copy_back_unaliased_slow(const TensorList& inputs) const {
     const runtime::Tensor& written = inputs[copied.index];
     for (size_t other = 0; other < inputs.size(); ++other) {
       if (other != copied.index && inputs_overlap(written, inputs[other])) return false;
+    }
+  }
+  for (uint32_t written : written_static_) {
+    for (const CopiedInput& copied : copied_) {
+      if (inputs_overlap(inputs[written], inputs[copied.index])) return false;
     }
   }
   return true;

@@ -118,9 +118,11 @@ class InputBinding {
     return true;
   }
   // Note [Copy-back of mutated inputs]: no copy-back input shares memory with
-  // another input (a few comparisons per copy-back input; none without them).
+  // another input, and (Note [Copied inputs aliasing written inputs]) no
+  // copied input shares memory with a static input the function writes; a
+  // few comparisons per such input, none without them.
   bool copy_back_inputs_unaliased(const TensorList& inputs) const {
-    if (copy_back_.empty()) [[likely]]
+    if (copy_back_.empty() && written_static_.empty()) [[likely]]
       return true;
     return copy_back_unaliased_slow(inputs);
   }
@@ -185,6 +187,7 @@ class InputBinding {
   std::vector<CopiedInput> copied_;
   std::vector<uint32_t> copy_back_;  // positions in copied_
   std::vector<uint32_t> written_;    // indices of inputs the function writes
+  std::vector<uint32_t> written_static_;  // the static ones among them
   ZeroCopyPlan zero_copy_;
   const runtime::CachingAllocator* allocator_ = nullptr;  // set with a non-empty plan
   runtime::PoolId pool_;

@@ -23,8 +23,36 @@ bool inputs_overlap(const runtime::Tensor& a, const runtime::Tensor& b) {
   return a_low < b_low + b.storage()->nbytes() && b_low < a_low + a.storage()->nbytes();
 }
 
+// Note [Copied inputs aliasing written inputs]: an input the graph writes in
+// place because its address is fixed (static, or pool-managed on the path)
+// must not share memory with an input that a replay copies into a
+// placeholder: eager code reads that input after the write, a replay reads
+// the snapshot copied before it (say, a view of an updated buffer fed back in).
+std::string written_input_aliasing_a_copy(const MutationQuery& query) {
+  auto copied = [&](size_t i) {
+    return !query.function.static_input(i) && !query.is_pool_managed(i);
+  };
+  for (size_t index : query.function.spec.mutated_input_indices) {
+    if (index >= query.inputs.size() || copied(index)) continue;
+    for (size_t other = 0; other < query.inputs.size(); ++other) {
+      if (other == index || !copied(other)) continue;
+      if (!inputs_overlap(query.inputs[index], query.inputs[other])) continue;
+      return str_cat("input ", other, " shares memory with input ", index,
+                     ", which the function writes in place; a replay would read a copy taken "
+                     "before the write where eager code reads the written values. Pass tensors "
+                     "that do not alias, or clone one");
+    }
+  }
+  return "";
+}
+
 MutationVerdict EagerFallbackMutationClassifier::classify(const MutationQuery& query) const {
   MutationVerdict verdict;
+  verdict.reason = written_input_aliasing_a_copy(query);
+  if (!verdict.reason.empty()) {
+    verdict.capture = false;
+    return verdict;
+  }
   verdict.unsafe_inputs = unsafe_mutated_inputs(query);
   if (verdict.unsafe_inputs.empty()) return verdict;
   verdict.capture = false;
@@ -46,6 +74,11 @@ namespace grove::cudagraph_trees {
 MutationVerdict CopyBackMutationClassifier::classify(const MutationQuery& query) const {
   // Note [Copy-back of mutated inputs].
   MutationVerdict verdict;
+  verdict.reason = written_input_aliasing_a_copy(query);
+  if (!verdict.reason.empty()) {
+    verdict.capture = false;
+    return verdict;
+  }
   verdict.unsafe_inputs = unsafe_mutated_inputs(query);
   for (size_t index : verdict.unsafe_inputs) {
     for (size_t other = 0; other < query.inputs.size(); ++other) {

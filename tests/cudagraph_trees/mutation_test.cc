@@ -33,6 +33,41 @@ TEST_P(TreeMutation, MutatingAStaticInputIsCaptured) {
   EXPECT_EQ(trees.counters().replays, 3u);
 }
 
+// Note [Copied inputs aliasing written inputs]: a copied input that is a view
+// of the static input the function writes must read the written values, as
+// eager code does, not the snapshot a replay copies before the write (found
+// by the differential fuzzer: an updated buffer fed back in).
+TEST_P(TreeMutation, CopiedInputAliasingAWrittenStaticInputRunsEagerlyWithTheReason) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec("bump_then_read",
+                                              [](const TensorList& in) {
+                                                launch_add_scalar_in_place(in[1], 1.0f);
+                                                return TensorList{add(in[0], in[0])};
+                                              },
+                                              /*static*/ {1}, /*mutated*/ {1}));
+  Tensor p = random_tensor(rng, {32});
+  Floats expected_p = host(p);
+  for (int step = 0; step < 3; ++step) {  // warm-up, recording, replay
+    Tensor x = random_tensor(rng, {32});
+    TensorList out = trees.run(f, {x, p});
+    expected_p = host_add_scalar(expected_p, 1.0f);
+    EXPECT_VALUES(out[0], host_add(host(x), host(x)));
+  }
+  ASSERT_EQ(trees.counters().replays, 1u);
+  // Now the copied input is p itself: eager reads p after the bump.
+  for (int step = 0; step < 2; ++step) {
+    TensorList out = trees.run(f, {p, p});
+    expected_p = host_add_scalar(expected_p, 1.0f);
+    EXPECT_VALUES(p, expected_p);
+    EXPECT_VALUES(out[0], host_add(expected_p, expected_p));
+    trees.verify();
+  }
+  EXPECT_EQ(trees.counters().replays, 1u);
+  EXPECT_GE(trees.counters().eager_calls, 2u);
+  EXPECT_EQ(trees.stats()["fallback_calls"]["mutated inputs"], 2) << trees.stats().dump();
+}
+
 TEST_P(TreeMutation, MutatingAPoolManagedInputIsCaptured) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
