@@ -12,18 +12,6 @@ namespace grove::compiler::distributed {
 using autodiff::BackwardInput;
 using runtime::Tensor;
 
-namespace {
-
-Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Device device) {
-  ir::Value spec;
-  spec.name = "scalar";
-  spec.type = ir::TensorType{{}, dtype, device};
-  spec.initializer = ir::constant_init(value);
-  return backends::initial_tensor(spec, device);
-}
-
-}  // namespace
-
 DataParallelTrainer::DataParallelTrainer(const ir::Program& model, ir::ValueId loss,
                                          const DataParallelOptions& options)
     : programs_(autodiff::build_training_programs(model, loss, options.trainer.training)),
@@ -53,7 +41,7 @@ DataParallelTrainer::DataParallelTrainer(const ir::Program& model, ir::ValueId l
     }
   }
   const ir::Value& loss_grad = backward_.value(backward_.inputs().at(0));
-  loss_grad_ = scalar_tensor(1.0, loss_grad.type.dtype, device);
+  loss_grad_ = training::scalar_tensor(1.0, loss_grad.type.dtype, device);
 }
 
 DataParallelTrainer::~DataParallelTrainer() = default;
@@ -106,7 +94,7 @@ Tensor DataParallelTrainer::step(const TensorList& inputs,
   backward_args.clear();
   TensorList hyper;
   for (double value : optimizer_.hyperparameter_values(hyperparameters, steps_ + 1)) {
-    hyper.push_back(scalar_tensor(value, runtime::DType::kF32, device));
+    hyper.push_back(training::scalar_tensor(value, runtime::DType::kF32, device));
   }
   optimizer_step_->call(arguments(optimizer_.program, hyper));
   ++steps_;

@@ -12,18 +12,6 @@ namespace grove::compiler::training {
 using autodiff::BackwardInput;
 using runtime::Tensor;
 
-namespace {
-
-Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Device device) {
-  ir::Value value_spec;
-  value_spec.name = "scalar";
-  value_spec.type = ir::TensorType{{}, dtype, device};
-  value_spec.initializer = ir::constant_init(value);
-  return backends::initial_tensor(value_spec, device);
-}
-
-}  // namespace
-
 Trainer::Trainer(const ir::Program& model, ir::ValueId loss, const TrainerOptions& options)
     : programs_(autodiff::build_training_programs(model, loss, options.training)),
       optimizer_(build_optimizer_program(programs_.forward, programs_.params, options.optimizer)),

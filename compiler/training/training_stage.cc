@@ -1,6 +1,8 @@
 #include "compiler/training/training_stage.h"
 
 #include "compiler/backends/backend_registry.h"
+#include "compiler/backends/compile.h"
+#include "compiler/ir/builder.h"
 
 namespace grove::compiler::training {
 
@@ -18,6 +20,14 @@ std::unique_ptr<TrainerStage> prepare_training_stage(const ir::Program& program,
   options.stage = stage;
   Callable call = execution->prepare(lowered, options);
   return std::unique_ptr<TrainerStage>(new TrainerStage{std::move(lowered), std::move(call)});
+}
+
+runtime::Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Device device) {
+  ir::Value spec;
+  spec.name = "scalar";
+  spec.type = ir::TensorType{{}, dtype, device};
+  spec.initializer = ir::constant_init(value);
+  return backends::initial_tensor(spec, device);
 }
 
 }  // namespace grove::compiler::training

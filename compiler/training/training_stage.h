@@ -28,4 +28,8 @@ std::unique_ptr<TrainerStage> prepare_training_stage(const ir::Program& program,
                                                      const std::string& backend,
                                                      const std::string& stage);
 
+// A 0-d tensor on `device` holding `value` (the loss gradient seed, a
+// hyper-parameter), for the inputs a training step passes to its programs.
+runtime::Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Device device);
+
 }  // namespace grove::compiler::training
