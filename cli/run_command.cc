@@ -25,6 +25,8 @@ struct RunOptions {
   MeasureOptions measure;
   bool train = false;
   int gpus = 1;  // data-parallel ranks (--gpus), one thread per device
+  // --no-overlap: gradient all-reduces on the compute stream (AllReduceOptions::overlap).
+  bool overlap = true;
   std::string stats_json_path;
   std::string dot_path;
 };
@@ -72,6 +74,10 @@ RunOptions parse_run_options(const ParsedArgs& args) {
       throw UsageError("--dot is for one device; drop it with --gpus");
     }
   }
+  options.overlap = !args.has("--no-overlap");
+  if (!options.overlap && options.gpus == 1) {
+    throw UsageError("--no-overlap is about data-parallel gradient all-reduces; add --gpus N");
+  }
   options.stats_json_path = args.value("--stats-json");
   options.dot_path = args.value("--dot");
   require_backend(options.measure.backend);
@@ -116,6 +122,7 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
         compiler::distributed::DataParallelOptions dp;
         dp.trainer.backend = options.measure.backend;
         dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
+        dp.all_reduce.overlap = options.overlap;
         compiler::distributed::DataParallelTrainer trainer(setup.program, setup.loss, dp);
         compiler::TensorList inputs = random_inputs(
             setup.program, device, options.measure.seed + static_cast<uint64_t>(rank));
@@ -151,12 +158,13 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
 int report_data_parallel(const RunOptions& options) {
   ModelSpec spec = options.model;
   compiler::ir::Program program = load_program(spec);
-  std::printf("grove run %s data-parallel on %d x %s (%s), backend %s, %s%s per device\n",
-              program.name().c_str(), options.gpus,
-              runtime::device_type_name(options.model.device.type),
-              runtime::device_context(options.model.device).backend().name().c_str(),
-              options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
-              dims_text(program).c_str());
+  std::printf(
+      "grove run %s data-parallel on %d x %s (%s), backend %s, %s%s per device, all-reduces %s\n",
+      program.name().c_str(), options.gpus, runtime::device_type_name(options.model.device.type),
+      runtime::device_context(options.model.device).backend().name().c_str(),
+      options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
+      dims_text(program).c_str(),
+      options.overlap ? "overlapping the backward" : "in line (--no-overlap)");
   DataParallelRun run = run_data_parallel(options);
   benchmarks::LatencySummary step = benchmarks::summarize(run.step_us);
   int64_t batch = program.dims().count("batch") ? program.dims().at("batch") : 1;
@@ -191,6 +199,7 @@ int report_data_parallel(const RunOptions& options) {
     report["samples_per_s"] = samples_per_s;
     report["losses"] = run.losses;
     report["buckets"] = run.buckets;
+    report["overlap"] = options.overlap;
     report["tree"] = run.tree;
     benchmarks::write_json_file(options.stats_json_path, report);
     std::printf("\nwrote stats to %s\n", options.stats_json_path.c_str());
@@ -230,6 +239,9 @@ const CommandSpec& run_command_spec() {
           {"--gpus", "N",
            "with --train: data-parallel training on N devices (one thread each; NCCL on cuda), "
            "--batch rows per device"},
+          {"--no-overlap", "",
+           "with --gpus: run the gradient all-reduces on the compute stream instead of "
+           "overlapping them with the rest of the backward"},
           {"--stats-json", "FILE", "write the measurement and the tree's stats as JSON"},
           {"--dot", "FILE", "write the tree of CUDA graphs as Graphviz DOT (cudagraphs)"},
       }};

@@ -1,9 +1,11 @@
 #include "cudagraph_trees/input_binding.h"
 
+#include <algorithm>
 #include <optional>
 #include <sstream>
 
 #include "cudagraph_trees/mutation_classifier.h"
+#include "runtime/device_context.h"
 
 namespace grove::cudagraph_trees {
 namespace {
@@ -52,7 +54,7 @@ const char* invariant_status_text(InvariantStatus status) {
     case InvariantStatus::kCopiedInputChanged:
       return "input shape, strides, dtype or device changed";
     case InvariantStatus::kMutatedInputAliased:
-      return "a mutated input shares memory with another input";
+      return "a mutated input shares memory with another input or the tree's pool";
   }
   return "?";
 }
@@ -73,11 +75,12 @@ InputBinding InputBinding::bind(const Request& request, TensorList& bound_inputs
                   " is undefined; static inputs must be tensors with a fixed address");
       binding.kinds_[i] = InputKind::kStatic;
       binding.static_.push_back(CheckedInput{index, input.storage()->address(), input.offset()});
-      if (request.function.mutated_input(i)) binding.written_static_.push_back(index);
+      if (request.function.mutated_input(i)) binding.written_fixed_.push_back(index);
       bound_inputs.push_back(input);
     } else if (pool_output && request.demoted.count(i) == 0) {
       binding.kinds_[i] = InputKind::kManaged;
       binding.managed_.push_back(CheckedInput{index, input.storage()->address(), input.offset()});
+      if (request.function.mutated_input(i)) binding.written_fixed_.push_back(index);
       bound_inputs.push_back(input);
     } else {
       binding.kinds_[i] = InputKind::kCopied;
@@ -107,7 +110,88 @@ InputBinding InputBinding::bind(const Request& request, TensorList& bound_inputs
       bound_inputs.push_back(std::move(placeholder));
     }
   }
+  if (!binding.copy_back_.empty()) {
+    binding.copy_back_allocator_ = &request.allocator;
+    binding.tree_pool_ = request.pool;
+  }
+  for (const CopiedInput& copied : binding.copied_) {
+    if (copied.span_bytes == 0) continue;
+    auto low = reinterpret_cast<uintptr_t>(copied.placeholder);
+    uintptr_t high = low + copied.span_bytes;
+    if (binding.placeholders_high_ == 0 || low < binding.placeholders_low_) {
+      binding.placeholders_low_ = low;
+    }
+    binding.placeholders_high_ = std::max(binding.placeholders_high_, high);
+  }
   return binding;
+}
+
+// Note [Sources inside placeholders]
+// A replay output that is a view of a copied input is a view of that input's
+// placeholder (the graph never wrote it; OutputKind::kPoolStorage). Fed back
+// into the same node as another copied input, its values live in a
+// placeholder that prepare_replay() overwrites: copying input 1 into its
+// placeholder first and then input 3 out of that same placeholder hands the
+// graph the new input 1 where eager code reads the old values (fuzz seed
+// 1611: outputs `reshape(x1)` and `x1`, fed back). So before any copy, each
+// source is tested against the range that covers all of the node's
+// placeholders (one compare per copied input; sources outside the pool never
+// hit it). When one does overlap a placeholder for real, every such source
+// is first copied to scratch memory outside the pool, then the placeholders
+// are filled from the scratch copies; those inputs are not zero-copied this
+// time (their slots point back at the placeholder).
+bool InputBinding::prepare_replay_staged(const TensorList& inputs, ReplayContext& context) {
+  auto overlaps_a_placeholder = [&](uintptr_t start, size_t bytes) {
+    for (const CopiedInput& other : copied_) {
+      auto low = reinterpret_cast<uintptr_t>(other.placeholder);
+      if (other.span_bytes > 0 && start < low + other.span_bytes && low < start + bytes) return true;
+    }
+    return false;
+  };
+  std::vector<runtime::StoragePtr> scratch(copied_.size());
+  bool any = false;
+  for (size_t p = 0; p < copied_.size(); ++p) {
+    const CopiedInput& copied = copied_[p];
+    if (copied.span_bytes == 0) continue;
+    const runtime::Tensor& input = inputs[copied.index];
+    char* source = static_cast<char*>(input.data_ptr()) + copied.span_low_bytes;
+    if (!overlaps_a_placeholder(reinterpret_cast<uintptr_t>(source), copied.span_bytes)) continue;
+    scratch[p] = runtime::device_context(input.device())
+                     .allocator()
+                     .allocate(copied.span_bytes, context.stream);
+    context.backend.copy_async(scratch[p]->data(), source, copied.span_bytes,
+                               runtime::CopyKind::kDeviceToDevice, context.stream);
+    any = true;
+  }
+  if (!any) return false;
+  for (size_t p = 0; p < copied_.size(); ++p) {
+    CopiedInput& copied = copied_[p];
+    if (copied.span_bytes == 0) continue;
+    char* source = static_cast<char*>(inputs[copied.index].data_ptr()) + copied.span_low_bytes;
+    if (scratch[p] == nullptr) {
+      if (copied.zero_copy >= 0 && bind_without_copy(copied, source, inputs, context)) {
+        copied.copy_back_to = nullptr;
+        continue;
+      }
+      context.backend.copy_async(copied.placeholder, source, copied.span_bytes,
+                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+    } else {
+      auto placeholder = reinterpret_cast<uintptr_t>(copied.placeholder);
+      if (copied.zero_copy >= 0 && context.graph != nullptr &&
+          zero_copy_.bound(copied.zero_copy) != placeholder) {
+        zero_copy_.patch(copied.zero_copy, placeholder, *context.graph);
+        ++context.counters.input_patches;
+      }
+      context.backend.copy_async(copied.placeholder, scratch[p]->data(), copied.span_bytes,
+                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+    }
+    ++context.counters.input_copies;
+    copied.copy_back_to = copied.copy_back ? source : nullptr;
+  }
+  ++context.counters.staged_input_copies;
+  // The scratch blocks return to the allocator on `context.stream`, after the
+  // copies that read them in stream order.
+  return true;
 }
 
 bool InputBinding::copy_back_unaliased_slow(const TensorList& inputs) const {
@@ -117,8 +201,16 @@ bool InputBinding::copy_back_unaliased_slow(const TensorList& inputs) const {
     for (size_t other = 0; other < inputs.size(); ++other) {
       if (other != copied.index && inputs_overlap(written, inputs[other])) return false;
     }
+    // Note [Copy-back into the pool].
+    if (written.defined() && written.storage()->address() != nullptr) {
+      std::optional<runtime::PoolId> owner =
+          copy_back_allocator_->pool_containing(written.storage()->address());
+      if (owner.has_value() && *owner == tree_pool_) return false;
+    }
   }
-  for (uint32_t written : written_static_) {
+  // A written static or managed input keeps its address, but the copied
+  // inputs may move onto it from one call to the next.
+  for (uint32_t written : written_fixed_) {
     for (const CopiedInput& copied : copied_) {
       if (inputs_overlap(inputs[written], inputs[copied.index])) return false;
     }

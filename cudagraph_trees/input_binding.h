@@ -89,6 +89,7 @@ class InputBinding {
     const std::set<size_t>& demoted;
     runtime::CachingAllocator& allocator;  // the caller routes it to the tree's pool
     runtime::StreamHandle stream;          // placeholders are allocated and filled here
+    runtime::PoolId pool;                  // the tree's pool (Note [Copy-back into the pool])
   };
 
   InputBinding() = default;
@@ -118,11 +119,13 @@ class InputBinding {
     return true;
   }
   // Note [Copy-back of mutated inputs]: no copy-back input shares memory with
-  // another input, and (Note [Copied inputs aliasing written inputs]) no
-  // copied input shares memory with a static input the function writes; a
-  // few comparisons per such input, none without them.
+  // another input or lies in the tree's pool (Note [Copy-back into the
+  // pool]), and (Note [Copied inputs aliasing written inputs]) no copied
+  // input shares memory with a static or managed input the function writes;
+  // a few comparisons per such input (and one pool lookup per copy-back
+  // input), none without them.
   bool copy_back_inputs_unaliased(const TensorList& inputs) const {
-    if (copy_back_.empty() && written_static_.empty()) [[likely]]
+    if (copy_back_.empty() && written_fixed_.empty()) [[likely]]
       return true;
     return copy_back_unaliased_slow(inputs);
   }
@@ -131,6 +134,16 @@ class InputBinding {
   // and a patch of the graph's pointer slots when it moved. Remembers where the
   // copy-backs go, so the caller may drop the inputs before finish_replay().
   void prepare_replay(const TensorList& inputs, ReplayContext& context) {
+    // Note [Sources inside placeholders]: one range test per copied input.
+    for (const CopiedInput& copied : copied_) {
+      if (copied.span_bytes == 0) continue;
+      auto start = reinterpret_cast<uintptr_t>(inputs[copied.index].data_ptr()) +
+                   static_cast<uintptr_t>(copied.span_low_bytes);
+      if (start < placeholders_high_ && placeholders_low_ < start + copied.span_bytes) [[unlikely]] {
+        if (prepare_replay_staged(inputs, context)) return;
+        break;
+      }
+    }
     for (CopiedInput& copied : copied_) {
       if (copied.span_bytes == 0) continue;
       char* source = static_cast<char*>(inputs[copied.index].data_ptr()) + copied.span_low_bytes;
@@ -187,12 +200,21 @@ class InputBinding {
   std::vector<CopiedInput> copied_;
   std::vector<uint32_t> copy_back_;  // positions in copied_
   std::vector<uint32_t> written_;    // indices of inputs the function writes
-  std::vector<uint32_t> written_static_;  // the static ones among them
+  std::vector<uint32_t> written_fixed_;  // the static or managed ones among them
+  // For the pool test of copy-back inputs; set when copy_back_ is not empty.
+  const runtime::CachingAllocator* copy_back_allocator_ = nullptr;
+  runtime::PoolId tree_pool_;
   ZeroCopyPlan zero_copy_;
   const runtime::CachingAllocator* allocator_ = nullptr;  // set with a non-empty plan
   runtime::PoolId pool_;
 
   bool copy_back_unaliased_slow(const TensorList& inputs) const;
+  // Note [Sources inside placeholders]: false when no source overlaps a
+  // placeholder after all (the common path then binds the inputs).
+  bool prepare_replay_staged(const TensorList& inputs, ReplayContext& context);
+  // The address range [low, high) that covers every placeholder's span.
+  uintptr_t placeholders_low_ = 0;
+  uintptr_t placeholders_high_ = 0;
   // Note [Zero-copy inputs], rules 4-6; true when the graph now reads `source`.
   bool bind_without_copy(CopiedInput& copied, char* source, const TensorList& inputs,
                          ReplayContext& context) {

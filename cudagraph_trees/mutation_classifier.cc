@@ -81,6 +81,15 @@ MutationVerdict CopyBackMutationClassifier::classify(const MutationQuery& query)
   }
   verdict.unsafe_inputs = unsafe_mutated_inputs(query);
   for (size_t index : verdict.unsafe_inputs) {
+    if (query.in_tree_pool && query.in_tree_pool(index)) {
+      // Note [Copy-back into the pool].
+      verdict.capture = false;
+      verdict.reason = str_cat(
+          "mutated input ", index, " lives in the graph tree's memory pool (an output of an "
+          "earlier replay that is not on the current path); the graph may write that memory, "
+          "so copying the mutation back would overwrite its results. Clone the input first");
+      return verdict;
+    }
     for (size_t other = 0; other < query.inputs.size(); ++other) {
       if (other == index || !inputs_overlap(query.inputs[index], query.inputs[other])) continue;
       verdict.capture = false;

@@ -21,6 +21,18 @@
 // the reason, at classification and again on replay (a node with copy-back
 // inputs checks, per copy-back input, that no other input overlaps it:
 // InvariantStatus::kMutatedInputAliased, which re-classifies).
+//
+// Note [Copy-back into the pool]
+// Copy-back also needs the caller's tensor to be memory the graph does not
+// write. A type-(d) input living in the tree's pool is a replay output of a
+// node off the current path (say, the previous replay of this very root, fed
+// back after a new generation began): the graph may write its outputs or
+// intermediates over that block, and the copy-back then overwrites them
+// with the mutated input (fuzz seeds 1169, 1238, 1248, 1318: `copy_into(x, ...)`
+// with x the previous call's output, whose block this replay's output reuses).
+// Eager code keeps the two apart, so such a call goes to eager with the
+// reason, at classification and on replay (one pool lookup per copy-back
+// input, only for nodes that have copy-back inputs).
 #pragma once
 
 #include <functional>
@@ -38,6 +50,9 @@ struct MutationQuery {
   const TensorList& inputs;
   // Whether input i is an output of a node on the current path (pool memory).
   std::function<bool(size_t)> is_pool_managed;
+  // Whether input i lies anywhere in the tree's pool, on the path or not
+  // (Note [Copy-back into the pool]); unset: never.
+  std::function<bool(size_t)> in_tree_pool = {};
 };
 
 struct MutationVerdict {

@@ -18,6 +18,7 @@ nlohmann::json counters_json(const TreeCounters& counters) {
   json["pending_backward_blocks"] = counters.pending_backward_blocks;
   json["capture_failures"] = counters.capture_failures;
   json["input_copies"] = counters.input_copies;
+  json["staged_input_copies"] = counters.staged_input_copies;
   json["input_patches"] = counters.input_patches;
   json["zero_copy_refusals"] = counters.zero_copy_refusals;
   json["input_copy_backs"] = counters.input_copy_backs;

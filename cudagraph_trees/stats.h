@@ -28,6 +28,7 @@ struct TreeCounters {
   uint64_t input_copy_backs = 0;    // mutated copied inputs copied back to the caller
   uint64_t zero_copy_inputs = 0;    // copied inputs recorded as zero-copy eligible
   uint64_t copy_back_inputs = 0;    // copied inputs recorded with copy-back
+  uint64_t staged_input_copies = 0;  // replays whose inputs came from placeholders (staged)
   std::map<std::string, uint64_t> rerecord_reasons;    // by invariant failure
   std::map<std::string, uint64_t> fallback_calls;      // by fallback category
   std::map<std::string, uint64_t> fallback_decisions;  // (parent, function) pairs decided eager

@@ -59,6 +59,14 @@ const char* path_state_name(PathState state) {
   return "?";
 }
 
+void throw_if_any_stale(const TensorList& inputs) {
+  // Note [Stale inputs throw first].
+  for (const runtime::Tensor& input : inputs) {
+    if (input.defined() && input.storage()->is_poisoned()) [[unlikely]]
+      (void)input.storage()->data();  // throws StaleTensorError with the origin
+  }
+}
+
 namespace {
 uint64_t next_manager_serial() {
   static std::atomic<uint64_t> counter{0};
@@ -145,6 +153,7 @@ TensorList TreeManager::run(FunctionId id, TensorList&& inputs) {
 void TreeManager::dispatch(RegisteredFunction& function, const TensorList& inputs,
                            TensorList* consumable, TensorList& result) {
   if (function.eager) [[unlikely]] {
+    throw_if_any_stale(inputs);  // Note [Stale inputs throw first]
     run_eager(function, inputs, *function.eager, result);
     return;
   }
@@ -174,6 +183,9 @@ void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inpu
   if (state_ == PathState::kRecording || state_ == PathState::kWarmup) {
     try_end_recording_or_warmup(function);
   }
+  // Note [Stale inputs throw first]: after a generation that ended here
+  // poisoned its outputs, which this call may have been handed.
+  throw_if_any_stale(inputs);
   for (size_t index : function.spec.static_input_indices) {
     GROVE_CHECK(index < inputs.size(), function.describe(), ": static input index ", index,
                 " but the call has ", inputs.size(), " inputs; fix the function's spec");
@@ -331,9 +343,15 @@ void TreeManager::classify_mutation(const RegisteredFunction& function, const Te
   slot.mutation_checked = true;
   if (!function.has_mutated_inputs()) return;
   std::unordered_set<const void*> managed = path_output_addresses();
-  MutationQuery query{function, inputs, [&](size_t index) {
+  MutationQuery query{function, inputs,
+                      [&](size_t index) {
                         const runtime::Tensor& input = inputs[index];
                         return input.defined() && managed.count(input.storage()->address()) > 0;
+                      },
+                      [&](size_t index) {
+                        const runtime::Tensor& input = inputs[index];
+                        return input.defined() && input.storage()->address() != nullptr &&
+                               in_pool(input.storage()->address());
                       }};
   MutationVerdict verdict = classifier_->classify(query);
   if (!verdict.capture) {

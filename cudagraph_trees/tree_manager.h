@@ -32,6 +32,22 @@
 
 namespace grove::cudagraph_trees {
 
+// Note [Stale inputs throw first]
+// A call with a stale input (a warm-up or recording output whose generation
+// ended, Note [Stale outputs]) must throw StaleTensorError before it changes
+// anything, so that the caller can repeat it with fresh tensors. Eager code
+// only throws when it reads the input, which may be after it wrote a buffer
+// or a mutated input: the repeated call then applies the write twice (fuzz
+// seed 111: `copy_into(b4, b4 + x0)` ran eagerly, then reading a stale x1
+// threw). So every call that runs a body (eager fallback, warm-up, recording)
+// checks its inputs first, after ending a generation (which may poison an
+// input of this very call: a warm-up output fed back); a replay checks its copied inputs before it
+// copies or launches anything, and its managed inputs cannot be stale (a new
+// generation restarts the path at a root, which has none). A program of
+// several segments checks all its inputs before the first segment runs
+// (cudagraphs_backend.cc). One flag load per input, off the replay path.
+void throw_if_any_stale(const TensorList& inputs);
+
 // What the node the manager ran last was doing.
 enum class PathState : uint8_t { kNone, kWarmup, kRecording, kExecution };
 const char* path_state_name(PathState state);

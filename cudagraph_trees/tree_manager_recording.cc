@@ -141,7 +141,7 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
     PoolRouting routing(allocator_, pool_);
     std::unordered_set<const void*> managed = path_output_addresses();
     parts.inputs = InputBinding::bind(
-        {inputs, function, managed, slot.demoted, allocator_, capture_stream_}, bound);
+        {inputs, function, managed, slot.demoted, allocator_, capture_stream_, pool_}, bound);
   }
   auto graph = std::make_unique<runtime::GraphRecording>(device_);
   TensorList outputs;

@@ -11,11 +11,14 @@
 
 #include "runtime/device.h"
 #include "runtime/dtype.h"
+#include "runtime/small_shape.h"
 #include "runtime/storage.h"
 
 namespace grove::runtime {
 
-using Shape = std::vector<int64_t>;
+// Shapes and strides keep up to 6 extents inline, so copying a Tensor of rank
+// <= 6 allocates nothing (Note [Shapes without allocation]).
+using Shape = SmallShape;
 
 int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);

@@ -103,42 +103,95 @@ void DeviceWorker::prepare() {
 }
 
 void DeviceWorker::serve() {
+  std::optional<InFlight> running;
   while (true) {
-    std::vector<PendingRequest> batch = queue_.take_batch();
-    if (batch.empty()) return;
-    run_batch(batch);
+    // Note [Two batches in flight]: with a batch on the device, take the next
+    // one only if it is due now; otherwise finish the running one first.
+    std::vector<PendingRequest> next = running ? queue_.take_due_batch() : queue_.take_batch();
+    if (!running && next.empty()) return;  // closed and empty
+    std::optional<InFlight> finished;
+    if (running) {
+      read_back(*running);
+      finished = std::move(running);
+      running.reset();
+    }
+    if (!next.empty()) running = launch(std::move(next));
+    if (finished) answer(*finished);
   }
 }
 
-void DeviceWorker::run_batch(std::vector<PendingRequest>& batch) {
-  const Clock::time_point dispatched = Clock::now();
-  int64_t rows = 0;
-  for (const PendingRequest& request : batch) rows += request.rows;
-  const int64_t bucket_rows = config_.bucket_for(rows);
-  Bucket* bucket = nullptr;
-  for (Bucket& candidate : buckets_) {
-    if (candidate.rows == bucket_rows) bucket = &candidate;
-  }
-  std::vector<std::vector<uint8_t>> outputs;
+DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
+  InFlight run;
+  run.dispatched = Clock::now();
+  run.requests = std::move(batch);
+  for (const PendingRequest& request : run.requests) run.rows += request.rows;
+  run.bucket_rows = config_.bucket_for(run.rows);
   try {
-    outputs = execute(*bucket, batch, rows);
+    Bucket* bucket = nullptr;
+    for (Bucket& candidate : buckets_) {
+      if (candidate.rows == run.bucket_rows) bucket = &candidate;
+    }
+    GROVE_CHECK(bucket != nullptr, "no compiled bucket of ", run.bucket_rows, " rows on ",
+                device_.str());
+    if (config_.before_batch) config_.before_batch(run.rows, device_);
+    for (size_t k = 0; k < signature_.inputs.size(); ++k) {
+      const size_t row_bytes = signature_.inputs[k].row_bytes;
+      uint8_t* staging = staging_[k].data();
+      size_t offset = 0;
+      for (const PendingRequest& request : run.requests) {
+        const std::vector<uint8_t>& bytes = request.request.inputs[k].bytes;
+        if (!bytes.empty()) std::memcpy(staging + offset, bytes.data(), bytes.size());
+        offset += bytes.size();
+      }
+      // Padded rows are zeros (Note [Shape buckets]); they never reach a response.
+      std::memset(staging + offset, 0, static_cast<size_t>(bucket->rows) * row_bytes - offset);
+      // The stream is idle here (the previous batch was read back), so this
+      // synchronous copy waits for nothing but itself.
+      bucket->inputs[k].copy_from_host(staging);
+    }
+    run.device_outputs = (*bucket->model)(bucket->inputs);
+    GROVE_CHECK(run.device_outputs.size() == signature_.outputs.size(), "served model returned ",
+                run.device_outputs.size(), " outputs; its signature has ",
+                signature_.outputs.size());
   } catch (...) {
     // The requests were checked at submit(), so this is the device's or the
     // model's failure: every request of the batch gets it.
-    std::exception_ptr error = std::current_exception();
-    stats_.batch(rows, bucket_rows);
-    stats_.failed(batch.size());
-    for (PendingRequest& request : batch) request.promise.set_exception(error);
-    return;
+    run.error = std::current_exception();
+    run.device_outputs.clear();
   }
-  const Clock::time_point completed = Clock::now();
+  return run;
+}
+
+void DeviceWorker::read_back(InFlight& run) {
+  if (!run.error) {
+    try {
+      run.host_outputs.reserve(run.device_outputs.size());
+      for (const runtime::Tensor& output : run.device_outputs) {
+        run.host_outputs.push_back(output.slice(0, 0, run.rows).to_host_bytes());
+      }
+    } catch (...) {
+      run.error = std::current_exception();
+    }
+  }
+  // No reference to graph outputs may outlive this batch: the next replay of
+  // any bucket may overwrite them.
+  run.device_outputs.clear();
+  run.completed = Clock::now();
+}
+
+void DeviceWorker::answer(InFlight& run) {
   // Counted before any future is set, so that whoever holds an answer sees
   // it in stats().
-  stats_.batch(rows, bucket_rows);
-  stats_.completed(batch.size());
+  stats_.batch(run.rows, run.bucket_rows);
+  if (run.error) {
+    stats_.failed(run.requests.size());
+    for (PendingRequest& request : run.requests) request.promise.set_exception(run.error);
+    return;
+  }
+  stats_.completed(run.requests.size());
   // Note [What a request is]: each response owns a copy of its rows.
   int64_t first_row = 0;
-  for (PendingRequest& request : batch) {
+  for (PendingRequest& request : run.requests) {
     Response response;
     response.outputs.reserve(signature_.outputs.size());
     for (size_t o = 0; o < signature_.outputs.size(); ++o) {
@@ -147,43 +200,16 @@ void DeviceWorker::run_batch(std::vector<PendingRequest>& batch) {
       rows_out.shape = spec.row_shape;
       rows_out.shape.insert(rows_out.shape.begin(), request.rows);
       rows_out.dtype = spec.dtype;
-      const uint8_t* begin = outputs[o].data() + static_cast<size_t>(first_row) * spec.row_bytes;
+      const uint8_t* begin =
+          run.host_outputs[o].data() + static_cast<size_t>(first_row) * spec.row_bytes;
       rows_out.bytes.assign(begin, begin + static_cast<size_t>(request.rows) * spec.row_bytes);
       response.outputs.push_back(std::move(rows_out));
     }
-    response.timing = {request.submitted, dispatched, completed, rows, bucket_rows, device_};
+    response.timing = {request.submitted, run.dispatched, run.completed,
+                       run.rows,          run.bucket_rows, device_};
     first_row += request.rows;
     request.promise.set_value(std::move(response));
   }
-}
-
-std::vector<std::vector<uint8_t>> DeviceWorker::execute(Bucket& bucket,
-                                                        std::vector<PendingRequest>& batch,
-                                                        int64_t rows) {
-  if (config_.before_batch) config_.before_batch(rows, device_);
-  for (size_t k = 0; k < signature_.inputs.size(); ++k) {
-    const size_t row_bytes = signature_.inputs[k].row_bytes;
-    uint8_t* staging = staging_[k].data();
-    size_t offset = 0;
-    for (const PendingRequest& request : batch) {
-      const std::vector<uint8_t>& bytes = request.request.inputs[k].bytes;
-      if (!bytes.empty()) std::memcpy(staging + offset, bytes.data(), bytes.size());
-      offset += bytes.size();
-    }
-    // Padded rows are zeros (Note [Shape buckets]); they never reach a response.
-    std::memset(staging + offset, 0, static_cast<size_t>(bucket.rows) * row_bytes - offset);
-    bucket.inputs[k].copy_from_host(staging);
-  }
-  compiler::TensorList outputs = (*bucket.model)(bucket.inputs);
-  GROVE_CHECK(outputs.size() == signature_.outputs.size(), "served model returned ", outputs.size(),
-              " outputs; its signature has ", signature_.outputs.size());
-  // Copy out now: the next replay of this bucket overwrites graph outputs.
-  std::vector<std::vector<uint8_t>> host;
-  host.reserve(outputs.size());
-  for (const runtime::Tensor& output : outputs) {
-    host.push_back(output.slice(0, 0, rows).to_host_bytes());
-  }
-  return host;
 }
 
 nlohmann::json DeviceWorker::tree_counters() const {

@@ -19,8 +19,20 @@
 // with BucketedFunction, the smaller recordings reuse the pool segments of the
 // largest one. Everything graph-related happens on the worker thread: tree
 // managers are per (device, thread).
+//
+// Note [Two batches in flight]
+// The worker keeps the device busy while it does its host work: when the
+// queue has a batch due while the previous one still runs, it takes and
+// stages it, then reads the previous batch's rows back (waiting for the
+// device), launches the new batch, and only then answers the previous batch's
+// requests, while the device runs the new one. The read-back must come before
+// the next launch: every bucket's outputs live in the one graph pool, and any
+// replay may overwrite them. When no batch is due the worker finishes the
+// running batch first, so a lone request is never held back waiting for
+// company. Each request is still answered exactly once, in FIFO order.
 #pragma once
 
+#include <exception>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -65,15 +77,30 @@ class DeviceWorker {
     compiler::TensorList inputs;  // device tensors [rows, ...], one per model input
   };
 
+  // A batch between launch() and answer().
+  struct InFlight {
+    std::vector<PendingRequest> requests;
+    int64_t rows = 0;         // real rows
+    int64_t bucket_rows = 0;  // the bucket it runs in
+    Clock::time_point dispatched;
+    Clock::time_point completed;
+    compiler::TensorList device_outputs;  // until read_back()
+    std::vector<std::vector<uint8_t>> host_outputs;  // each output's first `rows` rows
+    std::exception_ptr error;  // the failure of the whole batch, if any
+  };
+
   void thread_main(std::promise<void>& ready);
   void prepare();
+  // Note [Two batches in flight].
   void serve();
-  // Runs one batch and answers its requests; never throws.
-  void run_batch(std::vector<PendingRequest>& batch);
-  // Pads and copies the batch's input rows into `bucket`, runs its model, and
-  // returns each output's first `rows` rows in host memory.
-  std::vector<std::vector<uint8_t>> execute(Bucket& bucket, std::vector<PendingRequest>& batch,
-                                            int64_t rows);
+  // Pads and copies the batch's input rows into its bucket and enqueues the
+  // bucket's model; never throws (a failure is kept in `error`).
+  InFlight launch(std::vector<PendingRequest> batch);
+  // Waits for the batch's outputs and copies its rows to the host, releasing
+  // the device outputs; never throws.
+  void read_back(InFlight& batch);
+  // Counts the batch and sets every request's future (its rows or the error).
+  void answer(InFlight& batch);
   nlohmann::json tree_counters() const;
 
   const runtime::Device device_;

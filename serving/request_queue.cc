@@ -55,6 +55,23 @@ std::vector<PendingRequest> RequestQueue::take_batch() {
     if (batch_due(now)) break;
     changed_.wait_until(lock, queue_.front().submitted + max_wait_);
   }
+  std::vector<PendingRequest> batch = take_prefix_locked();
+  lock.unlock();
+  // Another worker may find the next batch due already.
+  if (!batch.empty()) changed_.notify_all();
+  return batch;
+}
+
+std::vector<PendingRequest> RequestQueue::take_due_batch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!batch_due(Clock::now())) return {};
+  std::vector<PendingRequest> batch = take_prefix_locked();
+  lock.unlock();
+  changed_.notify_all();
+  return batch;
+}
+
+std::vector<PendingRequest> RequestQueue::take_prefix_locked() {
   std::vector<PendingRequest> batch;
   int64_t rows = 0;
   while (!queue_.empty() && rows + queue_.front().rows <= max_batch_rows_) {
@@ -63,9 +80,6 @@ std::vector<PendingRequest> RequestQueue::take_batch() {
     queue_.pop_front();
   }
   queued_rows_ -= rows;
-  lock.unlock();
-  // Another worker may find the next batch due already.
-  if (!batch.empty()) changed_.notify_all();
   return batch;
 }
 

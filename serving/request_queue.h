@@ -27,6 +27,11 @@ class RequestQueue {
   // Blocks until a batch is due (see above) and returns it, in FIFO order; an
   // empty batch means the queue is closed and empty: the worker should stop.
   std::vector<PendingRequest> take_batch();
+  // Never blocks: the batch take_batch() would return at once if one is due
+  // now, else an empty batch (also when the queue is closed and empty). A
+  // worker whose previous batch still runs on the device uses it to prepare
+  // the next one meanwhile (Note [Two batches in flight], device_worker.h).
+  std::vector<PendingRequest> take_due_batch();
 
   // No more pushes. Queued requests are still handed out by take_batch(),
   // without waiting for max_wait.
@@ -39,6 +44,8 @@ class RequestQueue {
 
  private:
   bool batch_due(Clock::time_point now) const;
+  // Moves the longest FIFO prefix that fits out of the queue; mutex_ held.
+  std::vector<PendingRequest> take_prefix_locked();
 
   const size_t capacity_;
   const int64_t max_batch_rows_;

@@ -3,7 +3,7 @@
 // "cudagraphs", in one process. Each rank is a thread with its own device
 // (cuda:r, or sim:r on the host emulation), its own shard of --batch rows and
 // its own tree manager (Note [One thread per GPU] in
-// runtime/collectives/nccl_communicator.h); gradients are averaged inside the
+// runtime/cuda/nccl_communicator.h); gradients are averaged inside the
 // backward by bucketed all_reduce (NCCL on cuda, host rendezvous on sim).
 //
 // Per (model, devices, backend): --warmup untimed steps, then --iters timed
@@ -15,9 +15,16 @@
 // collectives were captured (the tree replayed every stage without falling
 // back to eager).
 //
+// --overlap on,off runs each configuration with the gradient all-reduces on
+// the communication stream, overlapping the rest of the backward (on, the
+// default of AllReduceOptions), and in line on the compute stream (off), in
+// the same process; "overlap gain" is the in-line median step over the
+// overlapped one for the same (case, backend, devices).
+//
 //   data_parallel [--device auto|cuda|sim] [--gpus 1,2] [--iters 50] [--warmup 5]
 //                 [--mlp-batch 32] [--gpt-batch 8] [--seq 32] [--backends eager,cudagraphs]
-//                 [--models DIR] [--json FILE]
+//                 [--overlap on,off] [--cases mlp16x512,gpt4x256] [--models DIR] [--json FILE]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -25,6 +32,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "benchmarks/common/json_report.h"
@@ -54,6 +62,8 @@ struct Options {
   int64_t gpt_batch = 8;
   int64_t seq = 32;
   std::vector<std::string> backends = {"eager", "cudagraphs"};
+  std::vector<bool> overlap = {true, false};
+  std::vector<std::string> cases = {"mlp16x512", "gpt4x256"};
   std::string models_dir = "benchmarks/models";
   std::string json;
 };
@@ -87,7 +97,8 @@ Options parse(int argc, char** argv) {
           "data_parallel [--device auto|cuda|sim] [--gpus 1,2] [--iters 50] [--warmup 5]\n"
           "              [--mlp-batch 32] [--gpt-batch 8] [--seq 32] "
           "[--backends eager,cudagraphs]\n"
-          "              [--models DIR] [--json FILE]");
+          "              [--overlap on,off] [--cases mlp16x512,gpt4x256] [--models DIR] "
+          "[--json FILE]");
       std::exit(0);
     }
     GROVE_CHECK_AS(ConfigError, i + 1 < argc, "data_parallel: ", flag, " needs a value");
@@ -111,6 +122,21 @@ Options parse(int argc, char** argv) {
       options.seq = parse_positive(flag, value);
     } else if (flag == "--backends") {
       options.backends = split(value);
+    } else if (flag == "--overlap") {
+      options.overlap.clear();
+      for (const std::string& mode : split(value)) {
+        GROVE_CHECK_AS(ConfigError, mode == "on" || mode == "off",
+                       "data_parallel: --overlap takes a list of on and off, found '", mode, "'");
+        options.overlap.push_back(mode == "on");
+      }
+      GROVE_CHECK_AS(ConfigError, !options.overlap.empty(), "data_parallel: --overlap is empty");
+    } else if (flag == "--cases") {
+      options.cases = split(value);
+      for (const std::string& name : options.cases) {
+        GROVE_CHECK_AS(ConfigError, name == "mlp16x512" || name == "gpt4x256",
+                       "data_parallel: --cases takes mlp16x512 and/or gpt4x256, found '", name,
+                       "'");
+      }
     } else if (flag == "--models") {
       options.models_dir = value;
     } else if (flag == "--json") {
@@ -138,6 +164,8 @@ struct Case {
 struct Row {
   std::string label, backend;
   int gpus = 1;
+  bool overlap = true;      // asked for (AllReduceOptions::overlap)
+  bool overlapped = false;  // what the trainer did
   LatencySummary step;
   double first_loss = 0, last_loss = 0;
   bool captured = false;
@@ -147,7 +175,7 @@ struct Row {
 // Rank `rank` of `gpus`: builds the model on its device, trains, and (rank 0)
 // fills `row`.
 void run_rank(const Case& config, const Options& options, const std::string& backend, int gpus,
-              int rank, Device device, const std::string& group, Row& row) {
+              bool overlap, int rank, Device device, const std::string& group, Row& row) {
   runtime::collectives::join_local_group(device, rank, gpus, group,
                                          runtime::collectives::default_collective_timeout());
   compiler::ir::Program model = compiler::model_format::load_model_file(
@@ -181,6 +209,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
   dp.trainer.backend = backend;
   dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
   dp.all_reduce.bucket_bytes = int64_t{4} << 20;
+  dp.all_reduce.overlap = overlap;
   DataParallelTrainer trainer(model, loss, dp);
   compiler::training::Hyperparameters hyper;
   hyper.lr = config.next_token ? 0.05 : 0.01;
@@ -198,6 +227,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     row.first_loss = first;
     row.last_loss = last;
     row.buckets = trainer.buckets().outputs.size();
+    row.overlapped = trainer.overlaps_communication();
     if (backend != "eager") {
       nlohmann::json stats = cudagraph_trees::tree_manager_for(device).stats();
       row.captured = stats["eager_calls"].get<int64_t>() == 0 &&
@@ -210,11 +240,12 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
 }
 
 Row run_case(const Case& config, const Options& options, const std::string& backend, int gpus,
-             runtime::DeviceType type) {
+             bool overlap, runtime::DeviceType type) {
   Row row;
   row.label = config.label;
   row.backend = backend;
   row.gpus = gpus;
+  row.overlap = overlap;
   static int groups = 0;
   std::string group = str_cat("data_parallel.", ++groups);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(gpus));
@@ -222,7 +253,7 @@ Row run_case(const Case& config, const Options& options, const std::string& back
   for (int rank = 0; rank < gpus; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        run_rank(config, options, backend, gpus, rank, Device{type, rank}, group, row);
+        run_rank(config, options, backend, gpus, overlap, rank, Device{type, rank}, group, row);
       } catch (...) {
         errors[static_cast<size_t>(rank)] = std::current_exception();
       }
@@ -241,14 +272,21 @@ int run(int argc, char** argv) {
       options.device == "auto" ? runtime::default_device() : runtime::Device::parse(options.device);
   const runtime::DeviceType type = first.type;
   int available = type == runtime::DeviceType::kCuda ? runtime::cuda_device_count() : 64;
-  std::vector<Case> cases = {{"mlp16x512",
-                              str_cat("mlp16x512 b=", options.mlp_batch),
-                              {{"batch", options.mlp_batch}},
-                              false},
-                             {"gpt4x256",
-                              str_cat("gpt4x256 b=", options.gpt_batch, " T=", options.seq),
-                              {{"batch", options.gpt_batch}, {"seq", options.seq}},
-                              true}};
+  std::vector<Case> all_cases = {{"mlp16x512",
+                                  str_cat("mlp16x512 b=", options.mlp_batch),
+                                  {{"batch", options.mlp_batch}},
+                                  false},
+                                 {"gpt4x256",
+                                  str_cat("gpt4x256 b=", options.gpt_batch, " T=", options.seq),
+                                  {{"batch", options.gpt_batch}, {"seq", options.seq}},
+                                  true}};
+  std::vector<Case> cases;
+  for (const Case& config : all_cases) {
+    if (std::find(options.cases.begin(), options.cases.end(), config.model) !=
+        options.cases.end()) {
+      cases.push_back(config);
+    }
+  }
   std::vector<Row> rows;
   for (const Case& config : cases) {
     for (const std::string& backend : options.backends) {
@@ -258,15 +296,18 @@ int run(int argc, char** argv) {
                     << runtime::device_type_name(type) << " devices here\n";
           continue;
         }
-        rows.push_back(run_case(config, options, backend, gpus, type));
+        for (bool overlap : options.overlap) {
+          rows.push_back(run_case(config, options, backend, gpus, overlap, type));
+        }
       }
     }
   }
-  // Efficiency against the same (case, backend) on one device.
-  std::map<std::pair<std::string, std::string>, double> single;
-  for (const Row& row : rows) {
-    if (row.gpus == 1) single[{row.label, row.backend}] = row.step.median_us;
-  }
+  // Efficiency against the same (case, backend, overlap) on one device; the
+  // overlap gain against the same (case, backend, devices) in line.
+  using Key = std::tuple<std::string, std::string, int, bool>;
+  std::map<Key, double> median;
+  for (const Row& row : rows)
+    median[{row.label, row.backend, row.gpus, row.overlap}] = row.step.median_us;
   Table table({{"case (per-rank batch)"},
                {"backend"},
                {"devices", Align::kRight},
@@ -275,32 +316,47 @@ int run(int argc, char** argv) {
                {"samples/s", Align::kRight},
                {"scaling eff", Align::kRight},
                {"buckets", Align::kRight},
+               {"overlap"},
+               {"overlap gain", Align::kRight},
                {"first loss", Align::kRight},
                {"last loss", Align::kRight},
                {"collectives captured"}});
   nlohmann::json report = report_header("data_parallel", Device{type, 0});
   for (const Row& row : rows) {
-    const Case& config = row.label.rfind("mlp", 0) == 0 ? cases[0] : cases[1];
+    const Case& config = row.label.rfind("mlp", 0) == 0 ? all_cases[0] : all_cases[1];
     const int64_t batch = config.dims.at("batch");
     double throughput = row.step.median_us > 0 ? 1e6 * batch * row.gpus / row.step.median_us : 0;
-    auto base = single.find({row.label, row.backend});
+    auto base = median.find({row.label, row.backend, 1, row.overlap});
     std::string efficiency = "-";
     double efficiency_value = 0;
-    if (base != single.end() && row.step.median_us > 0) {
+    if (base != median.end() && row.step.median_us > 0) {
       efficiency_value = base->second / row.step.median_us;
       efficiency = format_fixed(100 * efficiency_value, 1) + "%";
     }
+    auto in_line = median.find({row.label, row.backend, row.gpus, false});
+    std::string gain = "-";
+    double gain_value = 0;
+    if (row.overlap && in_line != median.end() && row.step.median_us > 0) {
+      gain_value = in_line->second / row.step.median_us;
+      gain = format_fixed(gain_value, 3) + "x";
+    }
+    // "on*": asked for, but the trainer ran in line (a backward in several segments).
+    std::string overlap = row.overlap ? (row.overlapped ? "on" : "on*") : "off";
     std::string captured = row.backend == "eager" ? "-" : (row.captured ? "yes" : "NO");
     table.add_row({row.label, row.backend, std::to_string(row.gpus),
                    format_fixed(row.step.median_us, 1), format_fixed(row.step.p90_us, 1),
-                   format_fixed(throughput, 0), efficiency, std::to_string(row.buckets),
-                   format_fixed(row.first_loss, 4), format_fixed(row.last_loss, 4), captured});
+                   format_fixed(throughput, 0), efficiency, std::to_string(row.buckets), overlap,
+                   gain, format_fixed(row.first_loss, 4), format_fixed(row.last_loss, 4),
+                   captured});
     nlohmann::json entry = {
         {"case", row.label},           {"model", config.model},  {"dims", config.dims},
         {"backend", row.backend},      {"devices", row.gpus},    {"step", latency_json(row.step)},
         {"samples_per_s", throughput}, {"buckets", row.buckets}, {"first_loss", row.first_loss},
         {"last_loss", row.last_loss}};
     if (efficiency_value > 0) entry["scaling_efficiency"] = efficiency_value;
+    entry["overlap"] = row.overlap;
+    entry["overlapped"] = row.overlapped;
+    if (gain_value > 0) entry["overlap_gain"] = gain_value;
     if (row.backend != "eager") entry["collectives_captured"] = row.captured;
     report["results"].push_back(entry);
   }

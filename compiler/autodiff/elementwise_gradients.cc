@@ -33,23 +33,6 @@ void unary(const std::string& op,
   });
 }
 
-// d/dx of the tanh-approximated gelu (ops/op_registry.h):
-//   t = tanh(k (x + a x^3)),  gelu' = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
-ValueId gelu_derivative(ProgramBuilder& b, ValueId x, DType dtype) {
-  const double k = std::sqrt(2.0 / M_PI);
-  const double a = 0.044715;
-  ValueId x_squared = b.mul(x, x);
-  ValueId inner = b.mul(x, b.add(scalar(b, 1.0, dtype), b.mul(scalar(b, a, dtype), x_squared)));
-  ValueId t = b.tanh(b.mul(scalar(b, k, dtype), inner));
-  ValueId half = scalar(b, 0.5, dtype);
-  ValueId left = b.mul(half, b.add(scalar(b, 1.0, dtype), t));
-  ValueId sech_squared = b.sub(scalar(b, 1.0, dtype), b.mul(t, t));
-  ValueId slope = b.mul(scalar(b, k, dtype),
-                        b.add(scalar(b, 1.0, dtype), b.mul(scalar(b, 3 * a, dtype), x_squared)));
-  ValueId right = b.mul(b.mul(half, x), b.mul(sech_squared, slope));
-  return b.add(left, right);
-}
-
 }  // namespace
 
 namespace detail {
@@ -108,8 +91,10 @@ void register_elementwise_gradients() {
   unary("relu", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType dtype) {
     return b.where(b.compare("gt", x, scalar(b, 0.0, dtype)), g, scalar(b, 0.0, dtype));
   });
-  unary("gelu", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType dtype) {
-    return b.mul(g, gelu_derivative(b, x, dtype));
+  // One op (g * gelu'(x)), so that the lowering can fuse it into the GEMM
+  // that computes g (Note [GEMM gelu gradients] in lowering_graph.h).
+  unary("gelu", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType) {
+    return b.op1("gelu_backward", {g, x});
   });
   // y = sqrt(x): dy/dx = 1 / (2 y).
   unary("sqrt", [](ProgramBuilder& b, ValueId g, ValueId, ValueId y, DType dtype) {

@@ -44,17 +44,31 @@ ValueId unsqueeze_reduced(ProgramBuilder& b, ValueId reduced, const Shape& input
 
 namespace {
 
-// 0, 1, ..., count - 1 as a [count] tensor of `dtype`, by doubling with
-// concat: log2(count) tiny nodes, no persistent state.
+// 0, 1, ..., count - 1 as a [count] tensor of `dtype`, no persistent state.
+// Note [Iota in few kernels]: with count <= 2^bits, index i is the sum over
+// bits of digit_bit(i) 2^bit, and over a [2, ..., 2] (bits dims) tensor the
+// digit of a bit is the vector [0, 1] broadcast along that bit's dim. So the
+// sum is one fused elementwise kernel after the [0, 1] vector (a concat),
+// where doubling with a concat per bit cost three kernels per bit.
 ValueId iota(ProgramBuilder& b, int64_t count, DType dtype) {
-  ValueId values = b.full(0.0, {1}, dtype);
-  int64_t length = 1;
-  while (length < count) {
-    ValueId shifted = b.add(values, scalar(b, static_cast<double>(length), dtype));
-    values = b.concat({values, shifted}, 0);
-    length *= 2;
+  ValueId zero = b.full(0.0, {1}, dtype);
+  if (count <= 1) return count == 1 ? zero : b.slice(zero, 0, 0, 0);
+  int64_t bits = 0;
+  while ((int64_t{1} << bits) < count) ++bits;
+  ValueId zero_one = b.concat({zero, b.add(zero, scalar(b, 1.0, dtype))}, 0);
+  // Every term has the cube's shape (the place value is a full cube), as the
+  // fusion joins only same-shaped elementwise ops.
+  const Shape cube(static_cast<size_t>(bits), 2);
+  ValueId values = ir::kNoValue;
+  for (int64_t bit = 0; bit < bits; ++bit) {
+    Shape digit_shape(static_cast<size_t>(bits), 1);
+    digit_shape[static_cast<size_t>(bits - 1 - bit)] = 2;  // row-major: the last dim is bit 0
+    ValueId place = b.full(static_cast<double>(int64_t{1} << bit), cube, dtype);
+    ValueId term = b.mul(b.reshape(zero_one, digit_shape), place);
+    values = values == ir::kNoValue ? term : b.add(values, term);
   }
-  if (length != count) values = b.slice(values, 0, 0, count);
+  values = b.reshape(values, {int64_t{1} << bits});
+  if ((int64_t{1} << bits) != count) values = b.slice(values, 0, 0, count);
   return values;
 }
 

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,12 @@ class CompiledModel {
   std::shared_ptr<ExecutionBackend> backend_instance_;
   // One entry per Program::inputs(); params and buffers hold their tensors.
   std::vector<runtime::Tensor> persistent_;
+  // Note [Reused argument lists] (compile.cc).
+  struct ArgumentLists {
+    std::mutex mutex;
+    std::vector<std::unique_ptr<TensorList>> spare;
+  };
+  std::shared_ptr<ArgumentLists> argument_lists_ = std::make_shared<ArgumentLists>();
   std::vector<size_t> input_positions_;  // positions of the `input` values
   std::vector<std::string> input_names_;
   std::map<std::string, size_t> state_positions_;

@@ -6,6 +6,7 @@
 #include "runtime/collectives/communicator.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "runtime/logging.h"
 
 namespace grove::compiler::distributed {
 
@@ -30,6 +31,20 @@ DataParallelTrainer::DataParallelTrainer(const ir::Program& model, ir::ValueId l
   backward_ = add_gradient_all_reduce(programs_.backward, options.all_reduce, &buckets_);
   forward_ = training::prepare_training_stage(programs_.forward, backend_, "forward");
   backward_stage_ = training::prepare_training_stage(backward_, backend_, "backward");
+  if (options.all_reduce.overlap && backward_stage_->lowered.segments().size() > 1) {
+    // Note [Communication stream]: a graph backend captures each segment on
+    // its own, and a fork must be joined within the capture that made it; a
+    // backward in several segments runs its all-reduces in line instead.
+    log(LogLevel::kInfo,
+        str_cat("DataParallelTrainer for '", model.name(), "': the backward has ",
+                backward_stage_->lowered.segments().size(),
+                " segments; gradient all-reduces run on the compute stream (no overlap)"));
+    AllReduceOptions in_line = options.all_reduce;
+    in_line.overlap = false;
+    backward_ = add_gradient_all_reduce(programs_.backward, in_line, &buckets_);
+    backward_stage_ = training::prepare_training_stage(backward_, backend_, "backward");
+  }
+  overlap_ = options.all_reduce.overlap && backward_stage_->lowered.segments().size() <= 1;
   optimizer_step_ = training::prepare_training_stage(optimizer_.program, backend_, "optimizer");
   // Note [Training state addresses] (trainer.h): one tensor per persistent name.
   for (const ir::Program* program : {&programs_.forward, &backward_, &optimizer_.program}) {
@@ -65,9 +80,7 @@ TensorList DataParallelTrainer::arguments(const ir::Program& program,
   return args;
 }
 
-Tensor DataParallelTrainer::step(const TensorList& inputs,
-                                 const training::Hyperparameters& hyperparameters) {
-  const runtime::Device device = programs_.forward.device();
+TensorList DataParallelTrainer::backward_arguments(const TensorList& inputs, Tensor* loss) {
   TensorList forward_args = arguments(programs_.forward, inputs);
   TensorList outputs = forward_->call(forward_args);
   TensorList backward_args;
@@ -88,10 +101,19 @@ Tensor DataParallelTrainer::step(const TensorList& inputs,
         break;
     }
   }
-  Tensor loss = outputs.at(programs_.loss_output);
-  outputs.clear();  // saved activations die with the backward
-  backward_stage_->call(backward_args);
-  backward_args.clear();
+  if (loss != nullptr) *loss = outputs.at(programs_.loss_output);
+  return backward_args;
+}
+
+Tensor DataParallelTrainer::step(const TensorList& inputs,
+                                 const training::Hyperparameters& hyperparameters) {
+  const runtime::Device device = programs_.forward.device();
+  Tensor loss;
+  {
+    // The saved activations die with the backward.
+    TensorList backward_args = backward_arguments(inputs, &loss);
+    backward_stage_->call(backward_args);
+  }
   TensorList hyper;
   for (double value : optimizer_.hyperparameter_values(hyperparameters, steps_ + 1)) {
     hyper.push_back(training::scalar_tensor(value, runtime::DType::kF32, device));

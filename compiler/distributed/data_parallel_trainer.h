@@ -2,12 +2,15 @@
 // full copy of the model (params start from the same initializers on every
 // rank), runs the forward and backward on its shard of the batch, averages
 // the gradients with the other ranks inside the backward (all_reduce nodes,
-// Note [Gradient buckets]), then applies the same optimizer update, so the
+// Note [Gradient buckets]; by default on the communication stream, overlapping
+// the rest of the backward: Note [Communication stream] in
+// runtime/collectives/communication_stream.h; AllReduceOptions::overlap =
+// false runs them in line), then applies the same optimizer update, so the
 // params stay identical on every rank. It is the Trainer (trainer.h) with
 // that backward; the stages are prepared with one execution backend, and with
 // "cudagraphs" the forward, the backward (collectives included) and the
 // optimizer step are captured in the calling thread's tree of the rank's
-// device (Note [One thread per GPU] in runtime/collectives/nccl_communicator.h).
+// device (Note [One thread per GPU] in runtime/cuda/nccl_communicator.h).
 //
 //   collectives::join_local_group(device, rank, world_size, "run", timeout);
 //   DataParallelTrainer trainer(model_for(device), loss, {.trainer = {.backend = "cudagraphs"}});
@@ -27,8 +30,6 @@
 
 namespace grove::compiler::distributed {
 
-
-
 struct DataParallelOptions {
   training::TrainerOptions trainer;
   AllReduceOptions all_reduce;
@@ -47,7 +48,15 @@ class DataParallelTrainer {
   // One step on this rank's shard (the model's `input` values in call order).
   // Returns this rank's loss (before the update) as a device scalar.
   runtime::Tensor step(const TensorList& inputs, const training::Hyperparameters& hyperparameters);
+  // The first half of step(): runs the forward on this rank's shard and
+  // returns the arguments of the backward program (for tools and tests that
+  // run or capture lowered_backward() themselves); `loss` receives the loss.
+  TensorList backward_arguments(const TensorList& inputs, runtime::Tensor* loss = nullptr);
 
+  // Whether the gradient all-reduces overlap the backward on the
+  // communication stream (AllReduceOptions::overlap, unless the backward
+  // lowered into several segments: Note [Communication stream]).
+  bool overlaps_communication() const { return overlap_; }
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   const runtime::Tensor& state(const std::string& name) const;
@@ -73,6 +82,7 @@ class DataParallelTrainer {
   std::map<std::string, runtime::Tensor> state_;
   runtime::Tensor loss_grad_;
   int64_t steps_ = 0;
+  bool overlap_ = false;
 };
 
 }  // namespace grove::compiler::distributed

@@ -119,14 +119,28 @@ void gemm_one(const runtime::GemmArgs& g, const void* a, const void* b, void* c)
 
 // Note [GEMM epilogues] (runtime/cuda/blas.h) on the host: after the product
 // is stored, each element of row-major C gets bias[column] added and, for
-// kBiasGelu, gelu's tanh approximation applied, in f32.
+// kBiasGelu, gelu's tanh approximation applied, in f32; kBiasGeluAux also
+// stores the value gelu was applied to into row-major `aux` (Note [GEMM
+// auxiliary output]), rounded to the dtype as cuBLASLt stores it.
+// kDGelu multiplies each element by gelu'(aux) instead, in f32.
 void apply_epilogue(const runtime::GemmArgs& g, void* c) {
   const float sqrt_2_over_pi = static_cast<float>(std::sqrt(2.0 / M_PI));
   for (int64_t i = 0; i < g.m; ++i) {
     for (int64_t j = 0; j < g.n; ++j) {
       const int64_t at = i * g.ldc + j;
+      if (g.epilogue == runtime::GemmEpilogue::kDGelu) {
+        const float x = load(g.aux, g.dtype, i * g.ld_aux + j);
+        const float t = std::tanh(sqrt_2_over_pi * (x + 0.044715f * (x * x * x)));
+        const float slope = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * sqrt_2_over_pi *
+                                                    (1.0f + 3.0f * 0.044715f * (x * x));
+        store(c, g.dtype, at, load(c, g.dtype, at) * slope);
+        continue;
+      }
       float x = load(c, g.dtype, at) + load(g.bias, g.dtype, j);
-      if (g.epilogue == runtime::GemmEpilogue::kBiasGelu) {
+      if (g.epilogue == runtime::GemmEpilogue::kBiasGeluAux)
+        store(g.aux, g.dtype, i * g.ld_aux + j, x);
+      if (g.epilogue == runtime::GemmEpilogue::kBiasGelu ||
+          g.epilogue == runtime::GemmEpilogue::kBiasGeluAux) {
         x = 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * (x + 0.044715f * (x * x * x))));
       }
       store(c, g.dtype, at, x);
@@ -134,10 +148,34 @@ void apply_epilogue(const runtime::GemmArgs& g, void* c) {
   }
 }
 
+bool is_bias_gradient(runtime::GemmEpilogue epilogue) {
+  return epilogue == runtime::GemmEpilogue::kBiasGradA ||
+         epilogue == runtime::GemmEpilogue::kBiasGradB;
+}
+
+// Note [GEMM bias gradients] on the host: op(A)'s rows (kBiasGradA) or op(B)'s
+// columns (kBiasGradB) summed over k in f32, in order of p.
+void store_bias_gradient(const runtime::GemmArgs& g) {
+  const bool of_a = g.epilogue == runtime::GemmEpilogue::kBiasGradA;
+  const void* matrix = of_a ? g.a : g.b;
+  const int64_t count = of_a ? g.m : g.n;
+  const int64_t ld = of_a ? g.lda : g.ldb;
+  // op(A)[i, p] is A[i, p] or A[p, i]; op(B)[p, j] is B[p, j] or B[j, p].
+  const bool along_row = of_a ? !g.transpose_a : g.transpose_b;
+  for (int64_t i = 0; i < count; ++i) {
+    float sum = 0.0f;
+    for (int64_t p = 0; p < g.k; ++p) {
+      sum += load(matrix, g.dtype, along_row ? i * ld + p : p * ld + i);
+    }
+    store(g.bias_grad, g.dtype, i, sum);
+  }
+}
+
 // Note [Host GEMM kernel ABI]: slots 0-2 are the A, B, C pointers; then i64
 // dtype, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, batch_count,
 // stride_a, stride_b, stride_c; then alpha and beta as f32 (low 4 bytes);
-// then the i64 epilogue and the bias pointer.
+// then the i64 epilogue, the bias pointer, the aux pointer, i64 ld_aux and the
+// bias_grad pointer.
 void host_gemm_entry(const runtime::LaunchDims*, const uint64_t* slots) {
   runtime::GemmArgs g;
   g.a = reinterpret_cast<const void*>(slots[0]);
@@ -161,6 +199,9 @@ void host_gemm_entry(const runtime::LaunchDims*, const uint64_t* slots) {
   g.beta = f32(17);
   g.epilogue = static_cast<runtime::GemmEpilogue>(slots[18]);
   g.bias = reinterpret_cast<const void*>(slots[19]);
+  g.aux = reinterpret_cast<void*>(slots[20]);
+  g.ld_aux = i64(21);
+  g.bias_grad = reinterpret_cast<void*>(slots[22]);
   gemm_row_major(g);
 }
 
@@ -183,9 +224,30 @@ void gemm_row_major(const runtime::GemmArgs& g) {
   GROVE_CHECK_AS(ShapeError, g.epilogue == runtime::GemmEpilogue::kNone || g.batch_count == 1,
                  "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
                  " epilogue needs batch_count 1, found ", g.batch_count);
-  GROVE_CHECK(g.epilogue == runtime::GemmEpilogue::kNone || g.bias != nullptr || g.m * g.n == 0,
+  GROVE_CHECK(g.epilogue == runtime::GemmEpilogue::kNone || is_bias_gradient(g.epilogue) ||
+                  g.epilogue == runtime::GemmEpilogue::kDGelu || g.bias != nullptr ||
+                  g.m * g.n == 0,
               "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
               " epilogue needs a bias pointer, found null");
+  GROVE_CHECK_AS(ShapeError,
+                 (g.epilogue != runtime::GemmEpilogue::kBiasGeluAux &&
+                  g.epilogue != runtime::GemmEpilogue::kDGelu) ||
+                     g.m * g.n == 0 || (g.aux != nullptr && g.ld_aux >= g.n),
+                 "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
+                 " epilogue needs an aux buffer with ld_aux >= n = ", g.n, ", found aux ",
+                 g.aux == nullptr ? "null" : "set", " and ld_aux ", g.ld_aux,
+                 "; pass the pre-activation's buffer (m x n like C)");
+  if (g.epilogue == runtime::GemmEpilogue::kDGelu) {
+    GROVE_CHECK_AS(ShapeError, g.alpha == 1.0f && g.beta == 0.0f,
+                   "host GEMM: a dgelu epilogue needs alpha 1 and beta 0, found alpha ", g.alpha,
+                   ", beta ", g.beta);
+  }
+  if (is_bias_gradient(g.epilogue)) {
+    GROVE_CHECK_AS(ShapeError, g.bias_grad != nullptr && g.alpha == 1.0f && g.beta == 0.0f,
+                   "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
+                   " epilogue needs a bias_grad pointer, alpha 1 and beta 0, found bias_grad ",
+                   g.bias_grad == nullptr ? "null" : "set", ", alpha ", g.alpha, ", beta ", g.beta);
+  }
   if (g.m == 0 || g.n == 0) return;
   const size_t element = runtime::dtype_size(g.dtype);
   for (int64_t batch = 0; batch < g.batch_count; ++batch) {
@@ -199,7 +261,11 @@ void gemm_row_major(const runtime::GemmArgs& g) {
       gemm_one(g, a, b, c);
     }
   }
-  if (g.epilogue != runtime::GemmEpilogue::kNone) apply_epilogue(g, g.c);
+  if (is_bias_gradient(g.epilogue)) {
+    store_bias_gradient(g);
+  } else if (g.epilogue != runtime::GemmEpilogue::kNone) {
+    apply_epilogue(g, g.c);
+  }
 }
 
 runtime::HostKernelFn host_gemm_kernel() { return &host_gemm_entry; }
@@ -213,6 +279,7 @@ runtime::KernelArgs host_gemm_kernel_args(const runtime::GemmArgs& g) {
   args.add_i64(g.batch_count).add_i64(g.stride_a).add_i64(g.stride_b).add_i64(g.stride_c);
   args.add_f32(g.alpha).add_f32(g.beta);
   args.add_i64(static_cast<int64_t>(g.epilogue)).add_pointer(g.bias);
+  args.add_pointer(g.aux).add_i64(g.ld_aux).add_pointer(g.bias_grad);
   return args;
 }
 

@@ -61,6 +61,9 @@ void run_gemm(const ScheduledProgram& program, const Step& step, std::vector<Ten
   runtime::GemmArgs args = launch.args;
   if (launch.bias_slot >= 0)
     args.bias = slot_tensor(program, env, launch.bias_slot, step).data_ptr();
+  if (launch.aux_slot >= 0) args.aux = slot_tensor(program, env, launch.aux_slot, step).data_ptr();
+  if (launch.bias_grad_slot >= 0)
+    args.bias_grad = slot_tensor(program, env, launch.bias_grad_slot, step).data_ptr();
   for (const GemmCall& call : launch.calls) {
     args.a = advance(a, call.a_offset, args.dtype);
     args.b = advance(b, call.b_offset, args.dtype);

@@ -164,7 +164,28 @@ GemmLaunch plan_gemm(const LoweringGraph& graph, const LoweringNode& node,
   }
   GROVE_CHECK_AS(ShapeError, g.k > 0 || g.m == 0 || g.n == 0, "lowering: node '", node.name, "' (",
                  node.op, ") has an empty inner dimension (K = 0), which is not supported");
-  if (node.epilogue != runtime::GemmEpilogue::kNone) {
+  if (node.epilogue == runtime::GemmEpilogue::kDGelu) {
+    // Note [GEMM gelu gradients]: gelu's input (operand 2) read like C.
+    GROVE_CHECK(
+        calls.size() == 1 && g.batch_count == 1 && layout_of(c).is_contiguous() && g.ldc % 8 == 0,
+        "lowering: node '", node.name, "': a dgelu GEMM epilogue needs a single GEMM ",
+        "with a contiguous result whose rows are a multiple of 8 long (a grove bug; ",
+        "please report it)");
+    int aux = node.operands.at(2);
+    if (!layout_of(aux).is_contiguous()) aux = contiguous_copy(aux);
+    launch.aux_slot = aux;
+    g.ld_aux = g.ldc;
+    g.epilogue = node.epilogue;
+  } else if (node.epilogue == runtime::GemmEpilogue::kBiasGradA) {
+    // Note [Bias gradients from weight-gradient GEMMs]: the bias gradient is
+    // the GEMM's second result, written whole (contiguous).
+    launch.bias_grad_slot = node.results.at(1);
+    GROVE_CHECK(
+        calls.size() == 1 && g.batch_count == 1 && layout_of(launch.bias_grad_slot).is_contiguous(),
+        "lowering: node '", node.name, "': a bias-gradient GEMM epilogue needs a single ",
+        "GEMM and a contiguous bias gradient (a grove bug; please report it)");
+    g.epilogue = node.epilogue;
+  } else if (node.epilogue != runtime::GemmEpilogue::kNone) {
     // Note [GEMM epilogues in lowering]: one row-major GEMM, bias contiguous.
     GROVE_CHECK(calls.size() == 1 && g.batch_count == 1, "lowering: node '", node.name,
                 "': a GEMM epilogue needs a single GEMM (a grove bug; please report it)");
@@ -176,6 +197,16 @@ GemmLaunch plan_gemm(const LoweringGraph& graph, const LoweringNode& node,
     }
     g.epilogue = node.epilogue;
     launch.bias_slot = bias;
+    if (node.epilogue == runtime::GemmEpilogue::kBiasGeluAux) {
+      // Note [GEMM auxiliary output in lowering]: the aux matrix is laid out like C.
+      launch.aux_slot = node.results.at(1);
+      const Layout& aux_layout = layout_of(launch.aux_slot);
+      GROVE_CHECK(aux_layout.is_contiguous() && layout_of(c).is_contiguous() && g.ldc % 8 == 0,
+                  "lowering: node '", node.name, "': the pre-activation output of a ",
+                  "bias_gelu_aux GEMM must be contiguous with a row length divisible by 8 ",
+                  "(a grove bug; please report it)");
+      g.ld_aux = g.ldc;
+    }
   }
   launch.a_slot = a;
   launch.b_slot = b;

@@ -1,5 +1,6 @@
 #include "compiler/lowering/lowering_graph.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -34,6 +35,136 @@ NodeClass classify(const ops::OpDef& def) {
       return NodeClass::kHost;
   }
   return NodeClass::kHost;
+}
+
+// Whether `program`'s device runs `epilogue` on GEMMs of `dtype`: always on
+// sim and cpu (the host GEMM), on cuda when the installed cuBLASLt has it.
+bool epilogue_runs(const ir::Program& program, runtime::GemmEpilogue epilogue,
+                   runtime::DType dtype) {
+  if (!program.device().is_cuda()) return true;
+  return runtime::gemm_row_major_epilogue_available(program.device(), epilogue, dtype);
+}
+
+// Note [GEMM auxiliary output in lowering]: the first `gelu` reading a
+// linear's result whose other readers (or the program's outputs: a training
+// forward saves the pre-activation for the backward) need the result too. Only
+// when the feature count is a multiple of 8, as cuBLASLt's aux matrix needs.
+const ir::Node* aux_gelu_user(const ir::Program& program,
+                              const std::vector<std::vector<size_t>>& ir_users,
+                              ir::ValueId linear_result) {
+  const ir::TensorType& type = program.value(linear_result).type;
+  if (type.shape.empty() || type.shape.back() % 8 != 0 ||
+      !epilogue_runs(program, runtime::GemmEpilogue::kBiasGeluAux, type.dtype)) {
+    return nullptr;
+  }
+  for (size_t user : ir_users[static_cast<size_t>(linear_result)]) {
+    const ir::Node& node = program.nodes()[user];
+    if (node.op == "gelu" && node.operands.size() == 1 && node.results.size() == 1 &&
+        program.value(node.results[0]).type == type) {
+      return &node;
+    }
+  }
+  return nullptr;
+}
+
+// Note [Bias gradients from weight-gradient GEMMs]: a linear's gradient rule
+// computes dW = matmul(transpose(G), X) and, later, db = sum(G) over every dim
+// but the last (G: the output's gradient, maybe reshaped to [rows, N] for the
+// GEMM). db is the row sums of the GEMM's op(A) = G^T, so the GEMM yields it
+// too (kBiasGradA) and the reduction costs no kernel. Returns that `sum` node
+// (it must come after the matmul, so its result's readers do too), or null.
+const ir::Node* bias_gradient_sum(const ir::Program& program,
+                                  const std::vector<std::vector<size_t>>& ir_users,
+                                  const ir::Node& matmul, size_t matmul_index) {
+  if (matmul.operands.size() != 2 || matmul.results.size() != 1) return nullptr;
+  const ir::Value& transposed = program.value(matmul.operands[0]);
+  const ir::TensorType& result_type = program.value(matmul.results[0]).type;
+  if (transposed.producer < 0 || transposed.type.rank() != 2 || result_type.rank() != 2 ||
+      program.value(matmul.operands[1]).type.rank() != 2 || result_type.has_dynamic_dims()) {
+    return nullptr;
+  }
+  const ir::Node& transpose = program.nodes()[static_cast<size_t>(transposed.producer)];
+  if (transpose.op != "transpose" || transpose.operands.size() != 1) return nullptr;
+  auto dim = [&](const char* name) {
+    int64_t d = transpose.attrs.get_int(name);
+    return d < 0 ? d + 2 : d;
+  };
+  if (std::min(dim("dim0"), dim("dim1")) != 0 || std::max(dim("dim0"), dim("dim1")) != 1) {
+    return nullptr;
+  }
+  // G itself, or G reshaped to [rows, N].
+  ir::ValueId gradient = transpose.operands[0];
+  const int64_t features = program.value(gradient).type.shape.back();
+  const ir::Value& rows = program.value(gradient);
+  if (rows.producer >= 0) {
+    const ir::Node& reshape = program.nodes()[static_cast<size_t>(rows.producer)];
+    if (reshape.op == "reshape" && reshape.operands.size() == 1 &&
+        program.value(reshape.operands[0]).type.shape.back() == features) {
+      gradient = reshape.operands[0];
+    }
+  }
+  const ir::TensorType& gradient_type = program.value(gradient).type;
+  for (size_t user : ir_users[static_cast<size_t>(gradient)]) {
+    const ir::Node& sum = program.nodes()[user];
+    if (user <= matmul_index || sum.op != "sum" || sum.results.size() != 1 ||
+        !sum.attrs.has("dims")) {
+      continue;
+    }
+    const ir::TensorType& sum_type = program.value(sum.results[0]).type;
+    if (sum_type.dtype != result_type.dtype || sum_type.shape.empty() ||
+        sum_type.shape.back() != features || runtime::shape_numel(sum_type.shape) != features) {
+      continue;
+    }
+    // Every dim but the last is reduced.
+    const int64_t rank = gradient_type.rank();
+    std::vector<int64_t> dims;
+    for (int64_t d : sum.attrs.get_ints("dims")) dims.push_back(d < 0 ? d + rank : d);
+    std::sort(dims.begin(), dims.end());
+    std::vector<int64_t> leading(static_cast<size_t>(rank - 1));
+    for (int64_t d = 0; d + 1 < rank; ++d) leading[static_cast<size_t>(d)] = d;
+    if (dims == leading &&
+        epilogue_runs(program, runtime::GemmEpilogue::kBiasGradA, result_type.dtype)) {
+      return &sum;
+    }
+  }
+  return nullptr;
+}
+
+// Note [GEMM gelu gradients]: a GEMM (a linear without bias, or a 2-D matmul)
+// whose result is read only by `gelu_backward(result, x)`, with x of the
+// result's type already computed, yields the gelu_backward's result itself
+// (kDGelu: the product times gelu'(x), x read as the aux matrix). Only when
+// the row length is a multiple of 8, as cuBLASLt's aux matrix needs.
+const ir::Node* gelu_gradient_user(const ir::Program& program,
+                                   const std::vector<std::vector<size_t>>& ir_users,
+                                   const std::vector<bool>& ir_output, const ir::Node& gemm,
+                                   const std::vector<int>& id_of) {
+  if (gemm.results.size() != 1) return nullptr;
+  const bool plain_linear = gemm.op == "linear" && gemm.operands.size() == 2;
+  const bool plain_matmul = gemm.op == "matmul" && gemm.operands.size() == 2 &&
+                            program.value(gemm.operands[0]).type.rank() == 2 &&
+                            program.value(gemm.operands[1]).type.rank() == 2;
+  if (!plain_linear && !plain_matmul) return nullptr;
+  const ir::ValueId result = gemm.results[0];
+  const ir::TensorType& type = program.value(result).type;
+  const runtime::DType dtype = type.dtype;
+  if (type.shape.empty() || type.shape.back() % 8 != 0 || type.has_dynamic_dims() ||
+      ir_output[static_cast<size_t>(result)] || ir_users[static_cast<size_t>(result)].size() != 1 ||
+      !(dtype == runtime::DType::kF32 || dtype == runtime::DType::kBF16 ||
+        dtype == runtime::DType::kF16)) {
+    return nullptr;
+  }
+  const ir::Node& user = program.nodes()[ir_users[static_cast<size_t>(result)][0]];
+  if (user.op != "gelu_backward" || user.operands.size() != 2 || user.operands[0] != result ||
+      user.operands[1] == result) {
+    return nullptr;
+  }
+  const ir::ValueId x = user.operands[1];
+  if (program.value(x).type != type || id_of[static_cast<size_t>(x)] < 0 ||
+      !epilogue_runs(program, runtime::GemmEpilogue::kDGelu, dtype)) {
+    return nullptr;
+  }
+  return &user;
 }
 
 }  // namespace
@@ -156,7 +287,49 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
           lowered.results = {id};
           lowered.epilogue = runtime::GemmEpilogue::kBiasGelu;
           absorbed[users[0]] = true;
+        } else if (const ir::Node* gelu = aux_gelu_user(program, ir_users, linear_result)) {
+          // Note [GEMM auxiliary output in lowering].
+          const ir::Value& value = program.value(gelu->results[0]);
+          int id = add_value(LoweringValue{value.name, value.type, value.kind, -1, -1, false});
+          id_of[static_cast<size_t>(gelu->results[0])] = id;
+          lowered.results = {id, results[0]};
+          lowered.epilogue = runtime::GemmEpilogue::kBiasGeluAux;
+          absorbed[static_cast<size_t>(gelu - program.nodes().data())] = true;
         }
+        add_node(std::move(lowered));
+        continue;
+      }
+    }
+    if (!split_bias && epilogues && node.op == "matmul") {
+      if (const ir::Node* sum = bias_gradient_sum(program, ir_users, node, node_index)) {
+        // Note [Bias gradients from weight-gradient GEMMs].
+        const ir::Value& value = program.value(sum->results[0]);
+        int id = add_value(LoweringValue{value.name, value.type, value.kind, -1, -1, false});
+        id_of[static_cast<size_t>(sum->results[0])] = id;
+        lowered.results = {results[0], id};
+        lowered.epilogue = runtime::GemmEpilogue::kBiasGradA;
+        absorbed[static_cast<size_t>(sum - program.nodes().data())] = true;
+        add_node(std::move(lowered));
+        continue;
+      }
+    }
+    if (!split_bias && epilogues) {
+      if (const ir::Node* gelu = gelu_gradient_user(program, ir_users, ir_output, node, id_of)) {
+        // Note [GEMM gelu gradients]: the GEMM's value is never materialized.
+        const ir::Value& value = program.value(gelu->results[0]);
+        values_.pop_back();
+        uses_.pop_back();
+        id_of[static_cast<size_t>(node.results[0])] = -1;
+        int id = add_value(LoweringValue{value.name, value.type, value.kind, -1, -1, false});
+        id_of[static_cast<size_t>(gelu->results[0])] = id;
+        const ir::Value& x = program.value(gelu->operands[1]);
+        lowered.operands.push_back(id_of[static_cast<size_t>(gelu->operands[1])]);
+        lowered.context.operand_types.push_back(x.type);
+        lowered.context.operand_names.push_back(x.name);
+        lowered.results = {id};
+        lowered.transpose_b = node.op == "linear";
+        lowered.epilogue = runtime::GemmEpilogue::kDGelu;
+        absorbed[static_cast<size_t>(gelu - program.nodes().data())] = true;
         add_node(std::move(lowered));
         continue;
       }

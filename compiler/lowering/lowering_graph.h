@@ -48,7 +48,8 @@ struct LoweringNode {
   // kPointwise: for each result, the operand it is written into in place (-1: a new value).
   std::vector<int> in_place_operand;
   bool transpose_b = false;  // kGemm: op(B) = B^T (linear's weight)
-  // kGemm: bias (operand 2) and gelu applied by the GEMM (Note [GEMM epilogues in lowering]).
+  // kGemm: bias (operand 2) and gelu applied by the GEMM (Note [GEMM epilogues in lowering]);
+  // with kBiasGeluAux, results are {gelu's result, the linear's pre-activation}.
   runtime::GemmEpilogue epilogue = runtime::GemmEpilogue::kNone;
   bool in_place() const;
 };
@@ -60,7 +61,10 @@ struct LoweringNode {
 // (cuBLASLt epilogues on cuda, the host GEMM's on sim/cpu; both use gelu's tanh
 // approximation, as the gelu op does). GROVE_GEMM_EPILOGUES=0 turns this off:
 // the linear is then a GEMM plus a pointwise bias add that fuses with the
-// elementwise work after it.
+// elementwise work after it. When the linear's result is also needed (a
+// training forward saves it for gelu's gradient), the GEMM yields both the
+// gelu's result and, through cuBLASLt's aux output, the pre-activation
+// (kBiasGeluAux, Note [GEMM auxiliary output in lowering]).
 bool gemm_epilogues_enabled();
 
 class LoweringGraph {

@@ -35,7 +35,9 @@ class Scheduler {
   void schedule_host(const LoweringNode& node);
   void schedule_dynamic(int node_index);
   // A contiguous copy of `slot` (for operands a GEMM cannot read as they are).
-  int contiguous_copy(int slot, const std::string& node_name);
+  // `node_name` is taken by value: callers pass a slot's own name, and
+  // add_temp() may reallocate out_.slots.
+  int contiguous_copy(int slot, std::string node_name);
   void make_outputs_contiguous();
   void add_kernel(AssembledKernel assembled, const std::string& node_name,
                   std::vector<int> allocate);
@@ -173,7 +175,7 @@ void Scheduler::add_kernel(AssembledKernel assembled, const std::string& node_na
   out_.steps.push_back(std::move(step));
 }
 
-int Scheduler::contiguous_copy(int slot, const std::string& node_name) {
+int Scheduler::contiguous_copy(int slot, std::string node_name) {
   const SlotInfo info = out_.slots[static_cast<size_t>(slot)];
   int temp = add_temp(info.name + ".contiguous", info.dtype, Layout::contiguous(info.layout.shape));
   KernelAssembler assembler(graph_, out_.fusion, out_.slots, substitutes_);
@@ -298,12 +300,13 @@ void Scheduler::schedule_view(const LoweringNode& node) {
 void Scheduler::schedule_gemm(const LoweringNode& node) {
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
-  const int c = launch.c_slot;
   Step step;
   step.kind = StepKind::kGemm;
   step.node_name = node.name;
   step.op = node.op;
-  if (allocated_.insert(c).second) step.allocate.push_back(c);
+  for (int slot : launch.written_slots()) {
+    if (allocated_.insert(slot).second) step.allocate.push_back(slot);
+  }
   step.gemm = std::move(launch);
   out_.steps.push_back(std::move(step));
 }

@@ -21,9 +21,13 @@ void step_slots(const Step& step, std::vector<int>* reads, std::vector<int>* def
       reads->push_back(step.gemm.a_slot);
       reads->push_back(step.gemm.b_slot);
       if (step.gemm.bias_slot >= 0) reads->push_back(step.gemm.bias_slot);
-      if (std::find(step.allocate.begin(), step.allocate.end(), step.gemm.c_slot) ==
-          step.allocate.end()) {
-        reads->push_back(step.gemm.c_slot);
+      if (step.gemm.args.epilogue == runtime::GemmEpilogue::kDGelu) {
+        reads->push_back(step.gemm.aux_slot);
+      }
+      for (int slot : step.gemm.written_slots()) {
+        if (std::find(step.allocate.begin(), step.allocate.end(), slot) == step.allocate.end()) {
+          reads->push_back(slot);  // written in place (a forwarded result)
+        }
       }
       break;
     case StepKind::kDynamicElementwise:

@@ -39,9 +39,22 @@ struct GemmCall {
 
 struct GemmLaunch {
   int a_slot = -1, b_slot = -1, c_slot = -1;
-  int bias_slot = -1;      // with args.epilogue (Note [GEMM epilogues in lowering])
-  runtime::GemmArgs args;  // row-major; a, b, c, bias null
+  int bias_slot = -1;  // with args.epilogue (Note [GEMM epilogues in lowering])
+  // kBiasGeluAux: the pre-activation it writes; kDGelu: gelu's input it reads
+  // (contiguous, like C).
+  int aux_slot = -1;
+  int bias_grad_slot = -1;  // with kBiasGradA: the row sums of op(A) (contiguous)
+  runtime::GemmArgs args;   // row-major; a, b, c, bias, aux null
   std::vector<GemmCall> calls;
+  // The slots the launch writes: C and its epilogue's extra outputs.
+  std::vector<int> written_slots() const {
+    std::vector<int> slots = {c_slot};
+    if (aux_slot >= 0 && args.epilogue == runtime::GemmEpilogue::kBiasGeluAux) {
+      slots.push_back(aux_slot);
+    }
+    if (bias_grad_slot >= 0) slots.push_back(bias_grad_slot);
+    return slots;
+  }
 };
 
 enum class StepKind : uint8_t {

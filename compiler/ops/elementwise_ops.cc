@@ -75,6 +75,25 @@ int emit_gelu(KernelEmitter& emitter, int x) {
                         one_plus);
 }
 
+// gelu_backward(g, x) = g * gelu'(x) for the tanh approximation: with
+// t = tanh(k (x + a x^3)), gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
+int emit_gelu_backward(KernelEmitter& emitter, int g, int x) {
+  DType dtype = emitter.dtype_of(x);
+  auto mul = [&](int a, int b) { return emitter.binary(ExprOp::kMul, a, b); };
+  auto add = [&](int a, int b) { return emitter.binary(ExprOp::kAdd, a, b); };
+  auto constant = [&](double value) { return emitter.constant(value, dtype); };
+  const double k = std::sqrt(2.0 / M_PI);
+  const double a = 0.044715;
+  int x_squared = mul(x, x);
+  int t = emitter.unary(ExprOp::kTanh,
+                        mul(constant(k), mul(x, add(constant(1.0), mul(constant(a), x_squared)))));
+  int left = mul(constant(0.5), add(constant(1.0), t));
+  int sech_squared = emitter.binary(ExprOp::kSub, constant(1.0), mul(t, t));
+  int slope = mul(constant(k), add(constant(1.0), mul(constant(3 * a), x_squared)));
+  int right = mul(mul(constant(0.5), x), mul(sech_squared, slope));
+  return mul(g, add(left, right));
+}
+
 DType dtype_attr(const OpContext& context, const std::string& attr) {
   const std::string& name = context.attrs.get_string(attr);
   try {
@@ -115,6 +134,15 @@ void register_elementwise_ops(OpRegistry& registry) {
         return emitter.binary(ExprOp::kMax, x, emitter.constant(0, emitter.dtype_of(x)));
       }));
   registry.add(unary_op("gelu", "gelu, tanh approximation", DTypeRule::kFloating, emit_gelu));
+  // gelu's gradient as one op, so that the lowering can give it to a GEMM's
+  // epilogue (cuBLASLt's DGELU) instead of a kernel.
+  OpDef gelu_backward = binary_op("gelu_backward", "g * gelu'(x) (gelu's gradient; g, x)",
+                                  DTypeRule::kFloating, ExprOp::kMul, false);
+  gelu_backward.elementwise_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
+                                      const OpContext&) {
+    return std::vector<int>{emit_gelu_backward(emitter, operands[0], operands[1])};
+  };
+  registry.add(gelu_backward);
 
   OpDef where;
   where.name = "where";

@@ -106,6 +106,13 @@ double gelu(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
+// g * gelu'(x), the derivative of gelu's tanh approximation.
+double gelu_backward(double g, double x) {
+  const double k = std::sqrt(2 / M_PI), a = 0.044715;
+  const double t = std::tanh(k * (x + a * x * x * x));
+  return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * a * x * x));
+}
+
 // Splits `shape` around `dims` (sorted): outer × reduced, with `reduced`
 // enumerating the row elements. Returns, for each output element (non-reduced
 // index, row-major) the flat input indices of its row.
@@ -426,6 +433,7 @@ const std::map<std::string, Binary>& binary_functions() {
       {"ge", [](double a, double b) { return a >= b ? 1.0 : 0.0; }},
       {"eq", [](double a, double b) { return a == b ? 1.0 : 0.0; }},
       {"ne", [](double a, double b) { return a != b ? 1.0 : 0.0; }},
+      {"gelu_backward", gelu_backward},
   };
   return functions;
 }

@@ -60,8 +60,13 @@ struct PreparedProgram {
   // Note [Pool inputs of piecewise programs]: positions to check; empty for a
   // one-segment program that returns no input, or one that continues a step.
   std::vector<size_t> pool_input_candidates;
+  // Note [Mutated pool inputs of piecewise programs]: mutated inputs to test.
+  std::vector<size_t> mutated_pool_candidates;
+  std::atomic<int64_t> pool_mutation_fallbacks{0};
   int64_t fallbacks = 0;              // segments left eager for a real reason
   std::atomic<int64_t> calls{0};
+
+  int64_t id = 0;  // unique per process (next_program_id)
 
   // Function ids per tree manager (one manager per device and thread).
   std::mutex mutex;
@@ -71,47 +76,49 @@ struct PreparedProgram {
     // the eager call otherwise. Built once, so a call copies no std::function.
     std::vector<Callable> calls;
   };
-  std::map<const TreeManager*, Registration> registrations;
+  // Note [Registrations by pool]: keyed by the manager's private pool id.
+  // Pool ids are never reused on a device, so a manager created at the
+  // address of a dead one (reset_tree_managers) is never mistaken for it,
+  // and a call needs no check that the ids still name these functions.
+  std::map<uint64_t, Registration> registrations;
 
-  // The ids of the captured segments in `manager`, registering them when the
-  // manager has not seen this program (or was replaced by a new one).
+  // The captured segments' callables in `manager`, registering them when the
+  // manager has not seen this program. The calling thread's last answer is
+  // kept in a thread_local, so a steady-state call takes no lock.
   const Registration& registration_in(TreeManager& manager) {
+    struct LastLookup {
+      int64_t program = -1;
+      uint64_t pool = 0;
+      const Registration* registration = nullptr;
+    };
+    thread_local LastLookup last;
+    const uint64_t pool = manager.pool().value;
+    if (last.program == id && last.pool == pool) [[likely]]
+      return *last.registration;
     std::lock_guard<std::mutex> lock(mutex);
-    auto found = registrations.find(&manager);
-    if (found != registrations.end() && still_registered(manager, found->second)) {
-      return found->second;
-    }
-    Registration registration;
-    registration.ids.resize(plans.size());
-    registration.calls = eager_calls;
-    for (size_t s = 0; s < plans.size(); ++s) {
-      if (!plans[s].captured) continue;
-      FunctionId id = manager.register_function(plans[s].spec);
-      registration.ids[s] = id;
-      registration.calls[s] = [&manager, id](const TensorList& segment_inputs) {
-        return manager.run(id, segment_inputs);
-      };
-    }
-    return registrations[&manager] = std::move(registration);
-  }
-
-  // A manager at a recycled address has other functions under these ids.
-  bool still_registered(const TreeManager& manager, const Registration& registration) const {
-    if (manager.is_shut_down()) return false;
-    for (size_t s = 0; s < plans.size(); ++s) {
-      const auto& id = registration.ids[s];
-      if (!id) continue;
-      try {
-        if (manager.function(*id).spec.name != plans[s].spec.name) return false;
-      } catch (const Error&) {
-        return false;  // fewer functions than this id: a new manager
+    auto found = registrations.find(pool);
+    if (found == registrations.end()) {
+      Registration registration;
+      registration.ids.resize(plans.size());
+      registration.calls = eager_calls;
+      for (size_t s = 0; s < plans.size(); ++s) {
+        if (!plans[s].captured) continue;
+        FunctionId function_id = manager.register_function(plans[s].spec);
+        registration.ids[s] = function_id;
+        registration.calls[s] = [&manager, function_id](const TensorList& segment_inputs) {
+          return manager.run(function_id, segment_inputs);
+        };
       }
+      found = registrations.emplace(pool, std::move(registration)).first;
     }
-    return true;
+    last = LastLookup{id, pool, &found->second};  // map nodes never move
+    return found->second;
   }
 
   TensorList call(const TensorList& inputs) {
     ++calls;
+    // Note [Stale inputs throw first] (tree_manager.h): before any segment writes.
+    if (plans.size() != 1 || !any_captured) throw_if_any_stale(inputs);
     if (!any_captured) return lowered.run_with(eager_calls, inputs);
     TreeManager& manager = tree_manager_for(device);
     const Registration& registration = registration_in(manager);
@@ -119,6 +126,10 @@ struct PreparedProgram {
     // hand tensors to each other across separate calls, so one training step
     // is one generation: the forward marks the step's beginning, and the
     // backward and optimizer step continue it.
+    if (!mutated_pool_candidates.empty() && mutated_input_in_pool(manager, inputs)) {
+      ++pool_mutation_fallbacks;
+      return lowered.run_with(eager_calls, inputs);
+    }
     if (starts_step) manager.mark_step_begin();
     InvocationScope scope(manager);
     if (pool_input_candidates.empty()) return lowered.run_with(registration.calls, inputs);
@@ -144,6 +155,28 @@ struct PreparedProgram {
   // The check is one pool lookup per candidate input, and only an input found
   // in the pool is copied; params and buffers (static inputs) are never
   // candidates, so programs without such inputs pay nothing.
+  // Note [Mutated pool inputs of piecewise programs]: a mutated input that
+  // lives in the tree's pool (an earlier replay's output fed back) cannot get
+  // a private copy (the write must land in it), and an earlier segment's
+  // replay may overwrite its block before the segment that writes it runs
+  // (fuzz seed 1248). Such a call runs all segments eagerly, which touches no
+  // pool memory but the input's; one pool lookup per mutated input.
+  bool mutated_input_in_pool(const TreeManager& manager, const TensorList& inputs) const {
+    runtime::CachingAllocator& allocator = runtime::device_context(device).allocator();
+    for (size_t i : mutated_pool_candidates) {
+      if (i >= inputs.size() || !inputs[i].defined() || inputs[i].nbytes() == 0) continue;
+      std::optional<runtime::PoolId> pool = allocator.pool_containing(inputs[i].address());
+      if (pool && *pool == manager.pool()) {
+        log_once(LogLevel::kInfo, str_cat("cudagraphs:pool_mutation:", id),
+                 str_cat("not captured this call: ", model_name, ": mutated input ", i,
+                         " lives in the CUDA graph tree's pool (an earlier replay's output); "
+                         "the program runs eagerly when called so. Clone it first"));
+        return true;
+      }
+    }
+    return false;
+  }
+
   TensorList private_pool_inputs(const TreeManager& manager, const TensorList& inputs) const {
     runtime::DeviceContext& context = runtime::device_context(device);
     runtime::CachingAllocator& allocator = context.allocator();
@@ -176,6 +209,7 @@ struct PreparedProgram {
                           {"device", device.str()},
                           {"calls", calls.load()},
                           {"fallback_segments", fallbacks},
+                          {"pool_mutation_fallbacks", pool_mutation_fallbacks.load()},
                           {"segments", std::move(segments)}};
   }
 };
@@ -200,6 +234,7 @@ class CudagraphsBackend : public ExecutionBackend {
     program->model_name = lowered.program().name();
     std::string stage = options.stage.empty() ? "" : str_cat(":", options.stage);
     int64_t program_id = next_program_id++;
+    program->id = program_id;
     program->starts_step = options.stage == "forward";
     const auto& segments = lowered.segments();
     for (size_t s = 0; s < segments.size(); ++s) {
@@ -257,7 +292,9 @@ class CudagraphsBackend : public ExecutionBackend {
       };
       size_t input_count = lowered.program().inputs().size();
       for (size_t i = 0; i < input_count; ++i) {
-        if (listed(whole.static_input_indices, i) || listed(whole.mutated_input_indices, i)) {
+        if (listed(whole.static_input_indices, i)) continue;
+        if (listed(whole.mutated_input_indices, i)) {
+          if (segments.size() > 1) program->mutated_pool_candidates.push_back(i);
           continue;
         }
         if (segments.size() > 1 || returned(i)) program->pool_input_candidates.push_back(i);

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "runtime/collectives/host_communicator.h"
-#include "runtime/collectives/nccl_communicator.h"
+#include "runtime/cuda/nccl_communicator.h"
 
 namespace grove::runtime::collectives {
 namespace {

@@ -11,6 +11,7 @@
 
 #include "runtime/cuda/cublas_library.h"
 #include "runtime/cuda/cuda_error.h"
+#include "runtime/logging.h"
 
 namespace grove::runtime {
 namespace {
@@ -189,11 +190,13 @@ struct LtKey {
   bool transpose_a = false, transpose_b = false;
   int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
-  uint32_t alignments[4] = {0, 0, 0, 0};  // A, B, C, bias
+  int64_t ld_aux = 0;
+  uint32_t alignments[5] = {0, 0, 0, 0, 0};  // A, B, C, bias, aux
   size_t workspace = 0;
   auto tie() const {
     return std::tie(device, dtype, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, epilogue,
-                    alignments[0], alignments[1], alignments[2], alignments[3], workspace);
+                    ld_aux, alignments[0], alignments[1], alignments[2], alignments[3],
+                    alignments[4], workspace);
   }
   bool operator<(const LtKey& other) const { return tie() < other.tie(); }
 };
@@ -223,9 +226,24 @@ void set_desc(const CublasLibrary& library, cublasLtMatmulDesc_t desc,
                "cublasLtMatmulDescSetAttribute", doing);
 }
 
-// Makes the plan of `key` (caller holds the registry's mutex).
+bool is_bias_gradient(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kBiasGradA || epilogue == GemmEpilogue::kBiasGradB;
+}
+
+bool uses_aux(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kBiasGeluAux || epilogue == GemmEpilogue::kDGelu;
+}
+
+// The vector cuBLASLt's BIAS_POINTER names: read (bias) or written (bias gradient).
+const void* bias_pointer(const GemmArgs& g) {
+  return is_bias_gradient(g.epilogue) ? g.bias_grad : g.bias;
+}
+
+// Makes the plan of `key` (caller holds the registry's mutex). The heuristic
+// reads the bias and aux pointers' alignment from the descriptor, so this
+// call's pointers (of the alignments in `key`) are set before it runs.
 LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const LtKey& key,
-                 const GemmWhat& doing) {
+                 const GemmArgs& g, const GemmWhat& doing) {
   cudaDataType type = cuda_data_type(key.dtype);
   LtPlan plan;
   check_cublas(library, library.lt_desc_create(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -239,8 +257,22 @@ LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const Lt
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     if (key.epilogue == GemmEpilogue::kBias) epilogue = CUBLASLT_EPILOGUE_BIAS;
     if (key.epilogue == GemmEpilogue::kBiasGelu) epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+    if (key.epilogue == GemmEpilogue::kBiasGeluAux) epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    if (key.epilogue == GemmEpilogue::kBiasGradA) epilogue = CUBLASLT_EPILOGUE_BGRADA;
+    if (key.epilogue == GemmEpilogue::kBiasGradB) epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    if (key.epilogue == GemmEpilogue::kDGelu) epilogue = CUBLASLT_EPILOGUE_DGELU;
     set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, doing);
-    set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type, doing);
+    if (key.epilogue != GemmEpilogue::kDGelu) {
+      set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type, doing);
+      set_desc(library, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_pointer(g), doing);
+    }
+    if (uses_aux(key.epilogue)) {
+      // Note [GEMM auxiliary output]: the pre-activation, of C's type (the aux
+      // data type is left unset: it then defaults to the output's) and layout.
+      set_desc<int64_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, key.ld_aux,
+                        doing);
+      set_desc(library, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux, doing);
+    }
     auto layout = [&](cublasLtMatrixLayout_t* out, int64_t rows, int64_t cols, int64_t ld) {
       check_cublas(library,
                    library.lt_layout_create(out, type, static_cast<uint64_t>(rows),
@@ -292,8 +324,25 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
   GROVE_CHECK_AS(ShapeError, g.batch_count == 1, "cuBLAS GEMM with a ",
                  gemm_epilogue_name(g.epilogue), " epilogue: batch_count must be 1, found ",
                  g.batch_count);
-  GROVE_CHECK(g.bias != nullptr || g.m == 0, "cuBLAS GEMM with a ", gemm_epilogue_name(g.epilogue),
-              " epilogue: the bias pointer is null");
+  GROVE_CHECK(g.epilogue == GemmEpilogue::kDGelu || bias_pointer(g) != nullptr,
+              "cuBLAS GEMM with a ", gemm_epilogue_name(g.epilogue), " epilogue: the ",
+              is_bias_gradient(g.epilogue) ? "bias_grad" : "bias", " pointer is null");
+  if (is_bias_gradient(g.epilogue) || g.epilogue == GemmEpilogue::kDGelu) {
+    // Note [GEMM bias gradients].
+    GROVE_CHECK_AS(ShapeError, g.alpha == 1.0f && g.beta == 0.0f, "cuBLAS GEMM with a ",
+                   gemm_epilogue_name(g.epilogue), " epilogue needs alpha 1 and beta 0, found ",
+                   g.alpha, " and ", g.beta, "; compute the bias gradient separately");
+  }
+  if (uses_aux(g.epilogue)) {
+    // Note [GEMM auxiliary output].
+    GROVE_CHECK(
+        g.aux != nullptr, "cuBLAS GEMM with a ", gemm_epilogue_name(g.epilogue),
+        " epilogue: the aux pointer is null; pass the pre-activation's buffer (m x n like C)");
+    GROVE_CHECK_AS(ShapeError, g.ld_aux >= g.m && g.ld_aux % 8 == 0, "cuBLAS GEMM with a ",
+                   gemm_epilogue_name(g.epilogue), " epilogue: ld_aux = ", g.ld_aux,
+                   " but cuBLASLt needs a multiple of 8 that is at least C's ", g.m,
+                   " rows (column-major); run the gelu (or its gradient) as a separate kernel");
+  }
   const StreamHandleState& state = state_for(library, device, stream);
   LtKey key;
   key.device = device.index;
@@ -304,7 +353,11 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
   key.alignments[0] = alignment_of(g.a);
   key.alignments[1] = alignment_of(g.b);
   key.alignments[2] = alignment_of(g.c);
-  key.alignments[3] = alignment_of(g.bias);
+  key.alignments[3] = alignment_of(bias_pointer(g));
+  if (uses_aux(g.epilogue)) {
+    key.ld_aux = g.ld_aux;
+    key.alignments[4] = alignment_of(g.aux);
+  }
   key.workspace = state.workspace_bytes;
   LtRegistry& r = lt_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -318,10 +371,15 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
   auto plan = r.plans.find(key);
   if (plan == r.plans.end()) {
     cuda_detail::RelaxedCaptureModeGuard relaxed;
-    plan = r.plans.emplace(key, make_plan(library, handle->second, key, doing)).first;
+    plan = r.plans.emplace(key, make_plan(library, handle->second, key, g, doing)).first;
   }
   const LtPlan& p = plan->second;
-  set_desc(library, p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias, doing);
+  if (g.epilogue != GemmEpilogue::kDGelu) {
+    set_desc(library, p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_pointer(g), doing);
+  }
+  if (uses_aux(g.epilogue)) {
+    set_desc(library, p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux, doing);
+  }
   check_cublas(library,
                library.lt_matmul(handle->second, p.desc, &g.alpha, g.a, p.a, g.b, p.b, &g.beta, g.c,
                                  p.c, g.c, p.c, &p.algo, state.workspace, state.workspace_bytes,
@@ -339,6 +397,14 @@ const char* gemm_epilogue_name(GemmEpilogue epilogue) {
       return "bias";
     case GemmEpilogue::kBiasGelu:
       return "bias_gelu";
+    case GemmEpilogue::kBiasGeluAux:
+      return "bias_gelu_aux";
+    case GemmEpilogue::kBiasGradA:
+      return "bias_grad_a";
+    case GemmEpilogue::kBiasGradB:
+      return "bias_grad_b";
+    case GemmEpilogue::kDGelu:
+      return "dgelu";
   }
   return "?";
 }
@@ -387,6 +453,64 @@ void gemm(Device device, StreamHandle stream, const GemmArgs& g) {
       "cublasGemmStridedBatchedEx", doing);
 }
 
+bool gemm_row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dtype) {
+  if (epilogue == GemmEpilogue::kNone) return true;
+  static std::mutex mutex;
+  static auto* known = new std::map<std::tuple<int, GemmEpilogue, DType>, bool>();
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device.index, epilogue, dtype);
+  if (auto found = known->find(key); found != known->end()) return found->second;
+  bool available = false;
+  try {
+    const CublasLibrary& library = require_cublas();
+    if (library.lt_ok && device.is_cuda()) {
+      // Column-major after gemm_row_major's swap; pointers are only looked at
+      // for their alignment (256 bytes, as pool blocks are).
+      LtKey probe;
+      probe.device = device.index;
+      probe.dtype = dtype;
+      probe.m = probe.n = probe.k = probe.lda = probe.ldb = probe.ldc = 64;
+      probe.epilogue = epilogue;
+      if (epilogue == GemmEpilogue::kBiasGradA) probe.epilogue = GemmEpilogue::kBiasGradB;
+      if (epilogue == GemmEpilogue::kBiasGradB) probe.epilogue = GemmEpilogue::kBiasGradA;
+      // Row-major linear: B (the weight) read transposed is cuBLAS's A; the
+      // weight gradient G^T X: G read transposed is cuBLAS's B.
+      probe.transpose_a = epilogue != GemmEpilogue::kBiasGradA;
+      probe.transpose_b = epilogue == GemmEpilogue::kBiasGradA;
+      probe.ld_aux = uses_aux(epilogue) ? 64 : 0;
+      for (uint32_t& alignment : probe.alignments) alignment = 256;
+      probe.workspace = workspace_bytes();
+      GemmArgs args;
+      void* aligned = reinterpret_cast<void*>(uintptr_t{1} << 20);
+      args.epilogue = probe.epilogue;
+      args.bias = args.bias_grad = args.aux = aligned;
+      const GemmWhat doing{args, device};
+      LtRegistry& r = lt_registry();
+      std::lock_guard<std::mutex> registry_lock(r.mutex);
+      auto handle = r.handles.find(device.index);
+      if (handle == r.handles.end()) {
+        cuda_detail::RelaxedCaptureModeGuard relaxed;
+        cublasLtHandle_t created = nullptr;
+        check_cublas(library, library.lt_create(&created), "cublasLtCreate", doing);
+        handle = r.handles.emplace(device.index, created).first;
+      }
+      cuda_detail::RelaxedCaptureModeGuard relaxed;
+      LtPlan plan = make_plan(library, handle->second, probe, args, doing);
+      library.lt_layout_destroy(plan.a);
+      library.lt_layout_destroy(plan.b);
+      library.lt_layout_destroy(plan.c);
+      library.lt_desc_destroy(plan.desc);
+      available = true;
+    }
+  } catch (const Error& error) {
+    log(LogLevel::kInfo, str_cat("cuBLASLt has no ", gemm_epilogue_name(epilogue), " epilogue for ",
+                                 dtype_name(dtype), " on ", device.str(), " (", error.what(),
+                                 "); the lowering runs that work as kernels"));
+  }
+  known->emplace(key, available);
+  return available;
+}
+
 void gemm_row_major(Device device, StreamHandle stream, const GemmArgs& args) {
   // A row-major matrix is its transpose in column-major, and C^T = op(B)^T op(A)^T.
   GemmArgs swapped = args;
@@ -400,6 +524,9 @@ void gemm_row_major(Device device, StreamHandle stream, const GemmArgs& args) {
   swapped.ldb = args.lda;
   swapped.transpose_b = args.transpose_a;
   swapped.stride_b = args.stride_a;
+  // Note [GEMM bias gradients]: the row-major A is cuBLAS's B.
+  if (args.epilogue == GemmEpilogue::kBiasGradA) swapped.epilogue = GemmEpilogue::kBiasGradB;
+  if (args.epilogue == GemmEpilogue::kBiasGradB) swapped.epilogue = GemmEpilogue::kBiasGradA;
   gemm(device, stream, swapped);
 }
 

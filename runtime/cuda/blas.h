@@ -18,9 +18,22 @@ namespace grove::runtime {
 
 // Work cuBLASLt applies to the product before storing it (Note [GEMM
 // epilogues]): nothing, + bias, or gelu(+ bias) with gelu's tanh
-// approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-enum class GemmEpilogue : uint8_t { kNone, kBias, kBiasGelu };
-const char* gemm_epilogue_name(GemmEpilogue epilogue);  // "none", "bias", "bias_gelu"
+// approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); kBiasGeluAux
+// is kBiasGelu that also stores the pre-activation (product + bias) into `aux`
+// for the backward (Note [GEMM auxiliary output]). kBiasGradA / kBiasGradB
+// also write a bias gradient (Note [GEMM bias gradients]). kDGelu multiplies
+// the product by gelu'(aux), the gelu gradient (Note [GEMM auxiliary output]).
+enum class GemmEpilogue : uint8_t {
+  kNone,
+  kBias,
+  kBiasGelu,
+  kBiasGeluAux,
+  kBiasGradA,
+  kBiasGradB,
+  kDGelu
+};
+// "none", "bias", "bias_gelu", "bias_gelu_aux", "bias_grad_a", "bias_grad_b", "dgelu"
+const char* gemm_epilogue_name(GemmEpilogue epilogue);
 
 // One GEMM (or a strided batch of them) in cuBLAS's column-major convention:
 // C = alpha * op(A) * op(B) + beta * C, op(A) is m x k, op(B) is k x n, C is
@@ -51,6 +64,28 @@ struct GemmArgs {
   // cuBLASLt, whose GELU is the tanh approximation above.
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   const void* bias = nullptr;
+  // Note [GEMM auxiliary output]: with kBiasGeluAux, the matrix gelu was
+  // applied to (alpha op(A) op(B) + beta C + bias) is also stored into `aux`,
+  // laid out like C (same rows and columns, of `dtype`) with leading dimension
+  // ld_aux. cuBLASLt needs ld_aux to be a multiple of 8 and at least C's rows
+  // (column-major m); the lowering only asks for it when that holds. The
+  // forward of a training step keeps this pre-activation for gelu's gradient
+  // instead of running the gelu as a separate kernel after the GEMM. With
+  // kDGelu, `aux` (same layout rules) is read: C = op(A) op(B) * gelu'(aux),
+  // elementwise, with gelu' the derivative of the tanh approximation (needs
+  // alpha 1, beta 0, batch_count 1): the backward's product of the next
+  // layer's gradient and its weight, times gelu', in one GEMM (cuBLASLt DGELU).
+  void* aux = nullptr;
+  int64_t ld_aux = 0;
+  // Note [GEMM bias gradients]: besides C, kBiasGradA writes
+  // bias_grad[i] = sum_p op(A)[i, p] (one per row of op(A): m values) and
+  // kBiasGradB writes bias_grad[j] = sum_p op(B)[p, j] (n values), reduced over
+  // k: cuBLASLt's BGRADA / BGRADB. A weight-gradient GEMM dW = G^T X thereby
+  // also yields the bias gradient (G summed over rows) without a reduction
+  // kernel. The same math holds for gemm_row_major with row-major matrices
+  // (it swaps A and B, so kBiasGradA becomes cuBLASLt's BGRADB). Needs
+  // batch_count 1, alpha 1 and beta 0; bias_grad (of `dtype`) is contiguous.
+  void* bias_grad = nullptr;
 };
 
 // Enqueues the GEMM on `stream` of `device` (a cuda device). Throws ShapeError
@@ -59,6 +94,13 @@ struct GemmArgs {
 void gemm(Device device, StreamHandle stream, const GemmArgs& args);
 // The same GEMM with every matrix row-major (leading dimension = row stride).
 void gemm_row_major(Device device, StreamHandle stream, const GemmArgs& args);
+
+// Whether cuBLASLt on `device` (a cuda device) has an algorithm for a
+// representative row-major GEMM (64 x 64 x 64, operands laid out as the
+// lowering's linear / weight-gradient GEMMs are) of `dtype` with `epilogue`,
+// so that the lowering only asks for epilogues the installed cuBLASLt runs.
+// False (never a throw) when cuBLAS is missing; cached per (device, epilogue, dtype).
+bool gemm_row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dtype);
 
 // Creates the (device, stream) handle and its workspace now, e.g. before a
 // capture, so that the first captured GEMM does no set-up work.

@@ -1,10 +1,6 @@
 #include "runtime/cuda/cublas_library.h"
 
-#include <dlfcn.h>
-
-#include <cstdlib>
-#include <vector>
-
+#include "runtime/cuda/library_loader.h"
 #include "runtime/error.h"
 
 namespace grove::runtime::cuda_detail {
@@ -16,39 +12,15 @@ struct Loaded {
   std::string error;
 };
 
-// Where to look, in order: GROVE_CUBLAS_DIR, the dynamic loader's own search
-// (LD_LIBRARY_PATH, ld.so.cache), then the usual toolkit locations.
-std::vector<std::string> candidate_directories() {
-  std::vector<std::string> directories;
-  if (const char* dir = std::getenv("GROVE_CUBLAS_DIR"); dir != nullptr && *dir != '\0') {
-    directories.push_back(std::string(dir) + "/");
-  }
-  directories.push_back("");
-  if (const char* home = std::getenv("CUDA_HOME"); home != nullptr && *home != '\0') {
-    directories.push_back(std::string(home) + "/lib64/");
-  }
-  directories.push_back("/usr/local/cuda/lib64/");
-  directories.push_back("/usr/local/cuda-13/lib64/");
-  return directories;
-}
+// GROVE_CUBLAS_DIR, the loader's own search, $CUDA_HOME/lib64, then the
+// toolkit's usual places (library_loader.h).
+const LibrarySearch kCublasSearch{"GROVE_CUBLAS_DIR",
+                                  {"/usr/local/cuda/lib64", "/usr/local/cuda-13/lib64"}};
 
-// Opens `soname` from the first directory that has it; RTLD_GLOBAL so that
-// libcublas finds the libcublasLt already loaded.
+// RTLD_GLOBAL (open_shared_library) so that libcublas finds the libcublasLt
+// already loaded.
 void* open_library(const char* soname, std::string& errors) {
-  for (const std::string& directory : candidate_directories()) {
-    std::string path = directory + soname;
-    if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) return handle;
-    const char* error = dlerror();
-    errors += str_cat("\n  ", path, ": ", error != nullptr ? error : "not found");
-  }
-  return nullptr;
-}
-
-template <typename Function>
-bool resolve(void* handle, const char* symbol, Function& function, std::string& errors) {
-  function = reinterpret_cast<Function>(dlsym(handle, symbol));
-  if (function == nullptr) errors += str_cat("\n  missing symbol ", symbol);
-  return function != nullptr;
+  return open_shared_library(soname, kCublasSearch, errors);
 }
 
 Loaded load() {
@@ -58,26 +30,29 @@ Loaded load() {
   void* handle = lt != nullptr ? open_library("libcublas.so.13", errors) : nullptr;
   if (handle != nullptr) {
     CublasLibrary& l = loaded.library;
-    bool ok = resolve(handle, "cublasCreate_v2", l.create, errors);
-    ok &= resolve(handle, "cublasDestroy_v2", l.destroy, errors);
-    ok &= resolve(handle, "cublasSetStream_v2", l.set_stream, errors);
-    ok &= resolve(handle, "cublasSetWorkspace_v2", l.set_workspace, errors);
-    ok &= resolve(handle, "cublasGemmEx", l.gemm_ex, errors);
-    ok &= resolve(handle, "cublasGemmStridedBatchedEx", l.gemm_strided_batched_ex, errors);
-    ok &= resolve(handle, "cublasGetStatusString", l.status_string, errors);
+    bool ok = resolve_symbol(handle, "cublasCreate_v2", l.create, errors);
+    ok &= resolve_symbol(handle, "cublasDestroy_v2", l.destroy, errors);
+    ok &= resolve_symbol(handle, "cublasSetStream_v2", l.set_stream, errors);
+    ok &= resolve_symbol(handle, "cublasSetWorkspace_v2", l.set_workspace, errors);
+    ok &= resolve_symbol(handle, "cublasGemmEx", l.gemm_ex, errors);
+    ok &= resolve_symbol(handle, "cublasGemmStridedBatchedEx", l.gemm_strided_batched_ex, errors);
+    ok &= resolve_symbol(handle, "cublasGetStatusString", l.status_string, errors);
     loaded.ok = ok;
     std::string lt_errors;
-    bool lt_ok = resolve(lt, "cublasLtCreate", l.lt_create, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatmulDescCreate", l.lt_desc_create, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatmulDescDestroy", l.lt_desc_destroy, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatmulDescSetAttribute", l.lt_desc_set, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatrixLayoutCreate", l.lt_layout_create, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatrixLayoutDestroy", l.lt_layout_destroy, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatmulPreferenceCreate", l.lt_preference_create, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatmulPreferenceDestroy", l.lt_preference_destroy, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatmulPreferenceSetAttribute", l.lt_preference_set, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatmulAlgoGetHeuristic", l.lt_heuristic, lt_errors);
-    lt_ok &= resolve(lt, "cublasLtMatmul", l.lt_matmul, lt_errors);
+    bool lt_ok = resolve_symbol(lt, "cublasLtCreate", l.lt_create, lt_errors);
+    lt_ok &= resolve_symbol(lt, "cublasLtMatmulDescCreate", l.lt_desc_create, lt_errors);
+    lt_ok &= resolve_symbol(lt, "cublasLtMatmulDescDestroy", l.lt_desc_destroy, lt_errors);
+    lt_ok &= resolve_symbol(lt, "cublasLtMatmulDescSetAttribute", l.lt_desc_set, lt_errors);
+    lt_ok &= resolve_symbol(lt, "cublasLtMatrixLayoutCreate", l.lt_layout_create, lt_errors);
+    lt_ok &= resolve_symbol(lt, "cublasLtMatrixLayoutDestroy", l.lt_layout_destroy, lt_errors);
+    lt_ok &=
+        resolve_symbol(lt, "cublasLtMatmulPreferenceCreate", l.lt_preference_create, lt_errors);
+    lt_ok &=
+        resolve_symbol(lt, "cublasLtMatmulPreferenceDestroy", l.lt_preference_destroy, lt_errors);
+    lt_ok &=
+        resolve_symbol(lt, "cublasLtMatmulPreferenceSetAttribute", l.lt_preference_set, lt_errors);
+    lt_ok &= resolve_symbol(lt, "cublasLtMatmulAlgoGetHeuristic", l.lt_heuristic, lt_errors);
+    lt_ok &= resolve_symbol(lt, "cublasLtMatmul", l.lt_matmul, lt_errors);
     l.lt_ok = lt_ok;
   }
   if (!loaded.ok) {

@@ -121,6 +121,41 @@ TEST_P(TreeCopyBack, AliasingThatAppearsAfterRecordingFallsBackOnReplay) {
   trees.verify();
 }
 
+// Note [Copy-back into the pool] (fuzz seeds 1169, 1238, 1318): the mutated
+// input is the previous replay's output, fed back after a new step; this
+// replay writes its output into that same block, and a copy-back would then
+// overwrite the output with the mutated input. It runs eagerly with why.
+TEST_P(TreeCopyBack, MutatedInputInTheTreesPoolFallsBackWithReason) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec("bump_x_double_y",
+                                              [](const TensorList& in) {
+                                                launch_add_scalar_in_place(in[0], 1.0f);
+                                                return TensorList{scale(in[1], 2.0f)};
+                                              },
+                                              {}, /*mutated*/ {0}));
+  TensorList last;
+  for (int step = 0; step < 3; ++step) {  // warm-up, recording, replay
+    trees.mark_step_begin();
+    last = trees.run(f, {random_tensor(rng, {32}), random_tensor(rng, {32})});
+  }
+  ASSERT_EQ(trees.counters().replays, 1u);
+  for (int step = 0; step < 2; ++step) {
+    trees.mark_step_begin();
+    Tensor y = random_tensor(rng, {32});
+    Floats bumped = host_add_scalar(host(last[0]), 1.0f);
+    Tensor x = last[0];
+    TensorList out = trees.run(f, {x, y});
+    EXPECT_VALUES(out[0], host_scale(host(y), 2.0f));
+    EXPECT_VALUES(x, bumped);
+    trees.verify();
+    last = out;
+  }
+  EXPECT_EQ(trees.counters().replays, 1u);
+  EXPECT_EQ(trees.stats()["fallback_calls"]["mutated inputs"], 2) << trees.stats().dump();
+  EXPECT_EQ(trees.stats()["rerecord_reasons"].size(), 0u) << trees.stats().dump();
+}
+
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeCopyBack);
 
 }  // namespace

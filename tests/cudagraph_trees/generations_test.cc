@@ -183,6 +183,67 @@ TEST_P(TreeGenerations, InvocationScopesNestAndMustBalance) {
   EXPECT_THROW(trees.end_invocation(), Error);
 }
 
+// Note [Stale inputs throw first] (fuzz seed 111): the function writes a
+// static input before it reads input 0, and runs eagerly (input 0 aliased the
+// written input once). A stale input 0 must throw before the write, so that a
+// retry with a fresh tensor does not apply it twice.
+TEST_P(TreeGenerations, StaleInputThrowsBeforeAnEagerFallbackWritesAnything) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec("bump_then_read",
+                                              [](const TensorList& in) {
+                                                launch_add_scalar_in_place(in[1], 1.0f);
+                                                return TensorList{add(in[0], in[0])};
+                                              },
+                                              /*static*/ {1}, /*mutated*/ {1}));
+  FunctionId g = trees.register_function(spec("double", [](const TensorList& in) {
+    return TensorList{scale(in[0], 2.0f)};
+  }));
+  Tensor p = random_tensor(rng, {32});
+  Floats expected_p = host_add_scalar(host(p), 1.0f);
+  trees.run(f, {p, p});  // decides eager: input 0 aliases the written input 1
+  ASSERT_EQ(trees.counters().eager_calls, 1u);
+  TensorList warm = trees.run(g, {random_tensor(rng, {32})});  // a warm-up output
+  trees.mark_step_begin();
+  EXPECT_THROW(trees.run(f, {warm[0], p}), StaleTensorError);
+  EXPECT_VALUES(p, expected_p);  // not bumped by the call that threw
+  Tensor x = random_tensor(rng, {32});
+  TensorList out = trees.run(f, {x, p});  // the retry
+  EXPECT_VALUES(p, host_add_scalar(expected_p, 1.0f));
+  EXPECT_VALUES(out[0], host_add(host(x), host(x)));
+  trees.verify();
+}
+
+// Note [Sources inside placeholders] (fuzz seed 1611): a replay output that is
+// the copied input itself lives in that input's placeholder; fed back as the
+// other input of the same root after a new step, it must be read before the
+// replay copies the new input 0 over it.
+TEST_P(TreeGenerations, ReplayOutputFedBackFromAPlaceholderKeepsItsValues) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(spec("pass_and_add", [](const TensorList& in) {
+    return TensorList{in[0], add(in[0], in[1])};
+  }));
+  TensorList last;
+  for (int step = 0; step < 3; ++step) {  // warm-up, recording, replay
+    trees.mark_step_begin();
+    last = trees.run(f, {random_tensor(rng, {64}), random_tensor(rng, {64})});
+  }
+  ASSERT_EQ(trees.counters().replays, 1u);
+  for (int step = 0; step < 3; ++step) {
+    trees.mark_step_begin();
+    Floats previous = host(last[0]);  // the placeholder of input 0
+    Tensor x = random_tensor(rng, {64});
+    TensorList out = trees.run(f, {x, last[0]});
+    EXPECT_VALUES(out[0], host(x));
+    EXPECT_VALUES(out[1], host_add(host(x), previous));
+    trees.verify();
+    last = out;
+  }
+  EXPECT_EQ(trees.counters().replays, 4u);
+  EXPECT_GE(trees.counters().staged_input_copies, 3u);
+}
+
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeGenerations);
 
 }  // namespace

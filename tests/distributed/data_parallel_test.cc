@@ -16,9 +16,10 @@
 #include "compiler/training/trainer.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "runtime/collectives/communication_stream.h"
 #include "runtime/collectives/host_communicator.h"
-#include "runtime/collectives/nccl_communicator.h"
 #include "runtime/collectives/setup.h"
+#include "runtime/cuda/nccl_communicator.h"
 #include "runtime/device_context.h"
 #include "tests/runtime/device_test_util.h"
 
@@ -101,7 +102,10 @@ struct RankResult {
   Params params;
   std::vector<float> losses;
   bool backward_captured = false;  // the backward's all_reduce ran inside a replayed graph
-  std::string stats;               // the rank's tree statistics (cudagraphs)
+  bool overlapped = false;         // the trainer ran its all-reduces on the side stream
+  int64_t forks = 0;               // forks onto the rank's communication stream
+  size_t buckets = 0;
+  std::string stats;  // the rank's tree statistics (cudagraphs)
   std::exception_ptr error;
 };
 
@@ -109,7 +113,7 @@ struct RankResult {
 std::vector<RankResult> train_data_parallel(const std::vector<Device>& devices,
                                             const std::string& backend, const std::string& group,
                                             const Batches& batches, OptimizerKind optimizer,
-                                            const Hyperparameters& hyper) {
+                                            const Hyperparameters& hyper, bool overlap = true) {
   std::vector<RankResult> results(devices.size());
   std::vector<std::thread> threads;
   for (int rank = 0; rank < static_cast<int>(devices.size()); ++rank) {
@@ -125,7 +129,12 @@ std::vector<RankResult> train_data_parallel(const std::vector<Device>& devices,
         options.trainer.backend = backend;
         options.trainer.optimizer = optimizer;
         options.all_reduce.bucket_bytes = 600;  // several buckets for this small model
+        options.all_reduce.overlap = overlap;
         DataParallelTrainer trainer(model, loss, options);
+        result.overlapped = trainer.overlaps_communication();
+        result.buckets = trainer.buckets().outputs.size();
+        const int64_t forks_before =
+            runtime::collectives::communication_stream(device).fork_count();
         for (int step = 0; step < kSteps; ++step) {
           Tensor x = Tensor::from_vector(rows(batches.x[step], 12, rank * kShard, kShard),
                                          {kShard, 12}, device);
@@ -135,6 +144,8 @@ std::vector<RankResult> train_data_parallel(const std::vector<Device>& devices,
         }
         result.params = params_of(
             [&](const std::string& name) -> const Tensor& { return trainer.state(name); });
+        result.forks =
+            runtime::collectives::communication_stream(device).fork_count() - forks_before;
         if (backend == "cudagraphs") {
           nlohmann::json stats = cudagraph_trees::tree_manager_for(device).stats();
           // Every call after the warm-up and recording of each stage replays,
@@ -216,19 +227,33 @@ TEST_P(DataParallel, TwoRanksMatchSingleRankOnTheConcatenatedBatchForFiveSteps) 
   }
 }
 
-TEST_P(DataParallel, CapturedStepsEqualEagerStepsBitwiseWithCollectivesInTheGraph) {
+// Overlap is the default; the in-line run (all-reduces on the compute stream)
+// is the reference: the same kernels and collectives, only on other streams.
+TEST_P(DataParallel, OverlappedAndCapturedStepsEqualInLineEagerStepsBitwise) {
   GROVE_SEEDED_RNG(rng);
   Batches batches = random_batches(rng);
   Hyperparameters hyper;
   hyper.lr = 1e-3;
+  std::vector<RankResult> in_line =
+      train_data_parallel(rank_devices(), "eager", group("bitwise.in_line"), batches,
+                          OptimizerKind::kAdamW, hyper, /*overlap=*/false);
   std::vector<RankResult> eager = train_data_parallel(
       rank_devices(), "eager", group("bitwise.eager"), batches, OptimizerKind::kAdamW, hyper);
   std::vector<RankResult> graphs = train_data_parallel(
       rank_devices(), "cudagraphs", group("bitwise.graphs"), batches, OptimizerKind::kAdamW, hyper);
   for (int rank = 0; rank < kWorld; ++rank) {
     SCOPED_TRACE(str_cat("rank ", rank));
-    EXPECT_EQ(graphs[rank].losses, eager[rank].losses);
-    expect_bitwise_params(graphs[rank].params, eager[rank].params, "cudagraphs vs eager");
+    EXPECT_FALSE(in_line[rank].overlapped);
+    EXPECT_EQ(in_line[rank].forks, 0);
+    EXPECT_TRUE(eager[rank].overlapped);
+    EXPECT_TRUE(graphs[rank].overlapped);
+    ASSERT_GE(eager[rank].buckets, 2u);
+    // Every bucket of every eager step forked onto the communication stream.
+    EXPECT_EQ(eager[rank].forks, static_cast<int64_t>(kSteps * eager[rank].buckets));
+    EXPECT_EQ(eager[rank].losses, in_line[rank].losses);
+    expect_bitwise_params(eager[rank].params, in_line[rank].params, "overlapped vs in line");
+    EXPECT_EQ(graphs[rank].losses, in_line[rank].losses);
+    expect_bitwise_params(graphs[rank].params, in_line[rank].params, "cudagraphs vs in line");
     EXPECT_TRUE(graphs[rank].backward_captured) << graphs[rank].stats;
   }
 }

@@ -80,13 +80,7 @@ class CallSequence {
         rng_(seed),
         eager_(compiler::backends::compile(program, {.backend = "eager"})),
         graphs_(compiler::backends::compile(program, {.backend = "cudagraphs"})),
-        input_ids_(program.inputs_of_kind(ValueKind::kInput)) {
-    for (const auto& node : program.nodes()) {
-      if (node.op == "copy_into" && program.value(node.operands[0]).kind == ValueKind::kInput) {
-        mutates_an_input_ = true;
-      }
-    }
-  }
+        input_ids_(program.inputs_of_kind(ValueKind::kInput)) {}
 
   // "" when the call matched.
   std::string call(int index, DifferentialOutcome& outcome) {
@@ -94,8 +88,6 @@ class CallSequence {
     TensorList eager_inputs, graphs_inputs;
     int mode = std::uniform_int_distribution<int>(0, 2)(rng_);
     if (mode == 1 && owned_eager_.empty()) mode = 0;
-    // Note [Aliased inputs]; GROVE_FUZZ_FEED_MUTATED=1 feeds back anyway (repro).
-    if (mode == 2 && mutates_an_input_ && std::getenv("GROVE_FUZZ_FEED_MUTATED") == nullptr) mode = 0;
     bool fed_back = false;
     std::set<size_t> fed_inputs;  // previous outputs: a replay may overwrite them (DESIGN §4.7)
     std::vector<std::vector<uint8_t>> values;
@@ -116,13 +108,13 @@ class CallSequence {
       eager_inputs = owned_eager_;
       graphs_inputs = owned_graphs_;
       if (mode == 2) {
-        // Feed back outputs of the previous call whose type fits an input,
-        // each into one input at most (Note [Aliased inputs]).
+        // Feed back outputs of the previous call whose type fits an input;
+        // now and then one output into two inputs (Note [Aliased inputs]).
         std::vector<bool> used(last_eager_.size(), false);
         for (size_t i = 0; i < input_ids_.size(); ++i) {
           const auto& type = program_.value(input_ids_[i]).type;
           for (size_t o = 0; o < last_eager_.size(); ++o) {
-            if (used[o]) continue;
+            if (used[o] && !chance(0.3)) continue;
             if (last_eager_[o].shape() == type.shape && last_eager_[o].dtype() == type.dtype &&
                 last_eager_[o].is_contiguous() && last_graphs_[o].is_contiguous() && chance(0.7)) {
               eager_inputs[i] = last_eager_[o];
@@ -139,8 +131,10 @@ class CallSequence {
     // The values the graphs side is called with, for a retry after a stale input.
     std::vector<std::vector<uint8_t>> graphs_values;
     if (fed_back) {
-      for (const Tensor& t : graphs_inputs) {
-        graphs_values.push_back(t.storage()->is_poisoned() ? std::vector<uint8_t>{} : t.to_host_bytes());
+      for (size_t i = 0; i < graphs_inputs.size(); ++i) {
+        const Tensor& t = graphs_inputs[i];
+        graphs_values.push_back(t.storage()->is_poisoned() ? eager_inputs[i].to_host_bytes()
+                                                           : t.to_host_bytes());
       }
     }
     TensorList eager_outputs = eager_(eager_inputs);
@@ -150,12 +144,19 @@ class CallSequence {
     } catch (const StaleTensorError&) {
       if (!fed_back) throw;
       ++outcome.stale_retries;
+      // As a user following the error message would: only the stale inputs
+      // are replaced, by fresh tensors holding the values the call was given
+      // (the eager side saw them before it ran; mutation may have changed
+      // eager_inputs since). The other inputs stay as they are, aliasing
+      // included (a fed-back view of a buffer must stay one: fuzz seed 111).
+      // The failed call must have changed nothing (Note [Stale inputs throw
+      // first], cudagraph_trees/tree_manager.h).
       for (size_t i = 0; i < graphs_inputs.size(); ++i) {
-        if (graphs_values[i].empty()) graphs_values[i] = eager_inputs[i].to_host_bytes();
+        if (!graphs_inputs[i].storage()->is_poisoned()) continue;
+        const auto& type = program_.value(input_ids_[i]).type;
+        graphs_inputs[i] = Tensor::from_host(graphs_values[i].data(), type.shape, type.dtype,
+                                             program_.device());
       }
-      // The eager side saw the fed values before it ran; mutation may have
-      // changed eager_inputs since, so use the values captured before the call.
-      graphs_inputs = fresh(graphs_values);
       graphs_outputs = graphs_(graphs_inputs);
     }
     ++outcome.calls;
@@ -204,7 +205,6 @@ class CallSequence {
   CompiledModel eager_;
   CompiledModel graphs_;
   std::vector<ValueId> input_ids_;
-  bool mutates_an_input_ = false;
   TensorList owned_eager_, owned_graphs_;
   TensorList last_eager_, last_graphs_;
   std::deque<std::pair<TensorList, TensorList>> kept_;

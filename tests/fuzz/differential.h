@@ -12,13 +12,12 @@
 // generation ended: DESIGN §4.7); the call is then repeated with copies of
 // the values, as a user following the error message would.
 //
-// Note [Aliased inputs]: feeding outputs back into a program that mutates an
-// `input` in place (copy_into, DESIGN §4.6 type (d)) makes "cudagraphs"
-// differ from "eager" today: one tensor passed as two inputs, one mutated
-// (known_failures/aliased_mutated_inputs.json), and outputs aliasing mutated
-// inputs passed back in (seeds 26560, 26572, 26575 of fuzz_test's default
-// run). Until that is fixed the fuzzer feeds each output into one input at
-// most, and never feeds back into programs that mutate an input.
+// Note [Aliased inputs]: fed-back outputs go into any input whose type fits,
+// mutated (copy_into) inputs included, and now and then one output into two
+// inputs, so calls see inputs sharing memory with each other, with buffers
+// and with the tree's pool. The tree must then fall back or copy as eager
+// semantics require (cudagraph_trees: Note [Copy-back of mutated inputs],
+// Note [Copy-back into the pool], Note [Sources inside placeholders]).
 //
 //   DifferentialOutcome outcome = run_differential(program, scenario_seed, 8);
 //   if (!outcome.passed) std::cout << reduce_failure(program, scenario_seed, 8).json;

@@ -22,9 +22,9 @@ TEST_P(DifferentialFuzz, RandomProgramsAndCallSequencesMatchEagerBitwise) {
   FuzzOptions options;
   options.device = device();
   options.seed = testing::test_seed() % 100000;
-  // 170 cases (seeds 26548...26717) pass, including the fixed 26608, 26671,
-  // 26707 and 26715; seed 26731 (aliased buffer mutation) still fails:
-  // known_failures/README.md.
+  // 170 cases from the default seed; the fixed seeds and their regression
+  // tests are listed in known_failures/README.md. Fed-back outputs reach
+  // mutated and aliased inputs too (Note [Aliased inputs]).
   options.programs = 170;
   options.calls = 8;
   // Longer runs (the GPU bundle carries this test, not fuzz_main):

@@ -328,6 +328,53 @@ TEST_P(ServerTest, AFailingBatchFailsOnlyItsOwnRequests) {
   EXPECT_EQ(server.stats().completed, 1u);
 }
 
+// Note [Two batches in flight]: with a batch due while another runs, the
+// worker launches it before it answers the running one, so the host work of
+// answering overlaps the device's work on the next batch.
+TEST_P(ServerTest, TheNextDueBatchIsLaunchedBeforeThePreviousBatchIsAnswered) {
+  GROVE_SEEDED_RNG(rng);
+  ServerConfig settings = config();
+  settings.max_wait = std::chrono::microseconds(0);
+  std::promise<void> queued;
+  std::shared_future<void> all_queued = queued.get_future().share();
+  std::vector<std::shared_future<Response>> second_batch;  // written before all_queued
+  std::atomic<int> batches{0};
+  std::atomic<int> answered_at_third_launch{-1};
+  settings.before_batch = [&](int64_t, runtime::Device) {
+    const int index = batches.fetch_add(1);
+    if (index == 0) all_queued.wait();
+    if (index == 2) {
+      int answered = 0;
+      for (const std::shared_future<Response>& future : second_batch) {
+        answered += future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      }
+      answered_at_third_launch = answered;
+    }
+  };
+  Server server(tiny_model(), settings);
+  std::vector<Request> requests;
+  std::vector<std::shared_future<Response>> futures;
+  requests.push_back(random_request(rng, 1));
+  futures.push_back(server.submit(requests.back()).share());
+  while (batches.load() == 0) std::this_thread::yield();  // the worker holds request 0 alone
+  for (int i = 0; i < 16; ++i) {
+    requests.push_back(random_request(rng, 1));
+    futures.push_back(server.submit(requests.back()).share());
+  }
+  second_batch.assign(futures.begin() + 1, futures.begin() + 9);
+  queued.set_value();
+  for (size_t i = 0; i < futures.size(); ++i) {
+    EXPECT_LE(test_support::max_abs_difference(futures[i].get().outputs,
+                                               reference_outputs(requests[i], device())),
+              kTolerance)
+        << "request " << i;
+  }
+  EXPECT_EQ(batches.load(), 3);  // 1 row, then two full batches of 8
+  EXPECT_EQ(answered_at_third_launch.load(), 0)
+      << "the second batch was answered before the third was launched";
+  EXPECT_EQ(server.stats().completed, 17u);
+}
+
 TEST_P(ServerTest, GraphBackendAnswersAreBitwiseEqualToEagerAndComeFromReplays) {
   GROVE_SEEDED_RNG(rng);
   std::vector<Request> requests;

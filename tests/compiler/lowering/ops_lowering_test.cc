@@ -53,6 +53,10 @@ std::vector<OpCase> op_cases() {
                        b.output(b.op1(name, {x, y}));
                      }});
   }
+  cases.push_back({"gelu_backward", {"gelu_backward"}, [](ProgramBuilder& b, DType t) {
+                     ValueId g = in(b, "g", {3, 5}, t);
+                     b.output(b.op1("gelu_backward", {g, in(b, "x", {5}, t)}));
+                   }});
   OpCase pow_case{"pow", {"pow"}, [](ProgramBuilder& b, DType t) {
                     b.output(b.pow(in(b, "x", {4, 3}, t), in(b, "y", {3}, t)));
                   }};

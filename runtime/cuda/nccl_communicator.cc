@@ -1,4 +1,4 @@
-#include "runtime/collectives/nccl_communicator.h"
+#include "runtime/cuda/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/collectives/nccl_library.h"
+#include "runtime/cuda/nccl_library.h"
 #include "runtime/logging.h"
 
 namespace grove::runtime::collectives {

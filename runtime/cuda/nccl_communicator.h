@@ -1,4 +1,5 @@
-// The NCCL implementation of Communicator for `cuda` devices. NCCL is opened
+// The NCCL implementation of Communicator for `cuda` devices (here, under
+// runtime/cuda, because nccl.h includes the CUDA runtime header). NCCL is opened
 // with dlopen at first use (nccl_library.h); a missing library is a
 // CommunicationError, never a load failure. NVLink multicast (NVLS) is never
 // enabled: NCCL_NVLS_ENABLE is forced to 0 before any communicator is made.
@@ -10,7 +11,9 @@
 // fit grove's tree managers, which are per (device, thread): each rank's
 // thread gets its own manager, capture stream and pool on its own GPU, and the
 // compiled kernels, cuBLAS handles and the JIT cache are shared by the ranks.
-// NCCL kernels are enqueued on the rank's current stream and are capturable,
+// NCCL kernels are enqueued on the stream the caller passes (the rank's
+// communication stream when the backward overlaps them, Note [Communication
+// stream] in runtime/collectives/communication_stream.h) and are capturable,
 // so a captured backward holds its all-reduces as graph nodes. The
 // communicator is non-blocking (ncclConfig_t::blocking = 0) so that joining a
 // group with a missing rank times out instead of hanging, and connections are

@@ -1,8 +1,8 @@
 // The NCCL entry points grove uses, resolved with dlopen/dlsym at first use
-// (like cuBLAS in runtime/cuda/cublas_library.h), so that no grove binary
-// depends on libnccl at load time: CI machines without NCCL build and run
-// everything, and only a cuda collective asks for the library. Internal to
-// runtime/collectives (it includes nccl.h, hence the CUDA runtime header).
+// through the same search as cuBLAS (library_loader.h), so that no grove
+// binary depends on libnccl at load time: CI machines without NCCL build and
+// run everything, and only a cuda collective asks for the library. Internal to
+// runtime/cuda (it includes nccl.h, hence the CUDA runtime header: DESIGN §1).
 #pragma once
 
 #include <nccl.h>

@@ -1,0 +1,259 @@
+// Overlap of gradient all-reduces with the backward (Note [Communication
+// stream] in runtime/collectives/communication_stream.h): the shape of the
+// backward program, the communication stream's fork/join, and the captured
+// sim graph, where the all-reduces must form a branch parallel to the
+// backward kernels that follow them.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "compiler/autodiff/training_programs.h"
+#include "compiler/distributed/data_parallel_trainer.h"
+#include "compiler/distributed/gradient_all_reduce.h"
+#include "compiler/ir/builder.h"
+#include "compiler/training/losses.h"
+#include "runtime/collectives/communication_stream.h"
+#include "runtime/collectives/setup.h"
+#include "runtime/device_context.h"
+#include "runtime/graph_recording.h"
+#include "tests/runtime/device_test_util.h"
+
+namespace grove::compiler::distributed {
+namespace {
+
+using ir::DType;
+using ir::ValueId;
+using runtime::Device;
+using runtime::DeviceType;
+using runtime::Tensor;
+
+constexpr int64_t kRows = 4;
+const Device kSim{DeviceType::kSim, 0};
+
+// Four linear layers: the backward produces the last layer's gradients first,
+// so the early buckets have several layers of backward left to overlap.
+ir::Program deep_mlp(Device device, ValueId* loss) {
+  ir::ProgramBuilder b("overlap_mlp", device);
+  ValueId h = b.input("x", {kRows, 8});
+  for (int layer = 0; layer < 4; ++layer) {
+    const int64_t out = layer == 3 ? 3 : 8;
+    ValueId w = b.param(str_cat("fc", layer, ".weight"), {out, 8}, DType::kF32,
+                        ir::normal_init(0.4, 30 + layer));
+    ValueId bias = b.param(str_cat("fc", layer, ".bias"), {out}, DType::kF32,
+                           ir::normal_init(0.1, 40 + layer));
+    h = b.linear(h, w, bias, str_cat("fc", layer));
+    if (layer < 3) h = b.tanh(h);
+  }
+  b.output(h);
+  ir::Program model = b.build();
+  *loss = training::add_mse_loss(model, model.outputs()[0]);
+  return model;
+}
+
+std::vector<const ir::Node*> nodes_of(const ir::Program& program, const std::string& op) {
+  std::vector<const ir::Node*> found;
+  for (const ir::Node& node : program.nodes()) {
+    if (node.op == op) found.push_back(&node);
+  }
+  return found;
+}
+
+// The captured sim graph, from its DOT text: node labels and dependencies.
+struct CapturedGraph {
+  std::vector<std::string> labels;
+  std::vector<std::vector<size_t>> dependencies;
+
+  static CapturedGraph parse(const std::string& dot) {
+    CapturedGraph graph;
+    std::regex node(R"re(^\s*n(\d+) \[label="\d+: (.*)"\];$)re");
+    std::regex edge(R"(^\s*n(\d+) -> n(\d+);$)");
+    std::istringstream lines(dot);
+    std::string line;
+    std::smatch match;
+    while (std::getline(lines, line)) {
+      if (std::regex_match(line, match, node)) {
+        graph.labels.push_back(match[2]);
+        graph.dependencies.emplace_back();
+      } else if (std::regex_match(line, match, edge)) {
+        graph.dependencies.at(std::stoul(match[2])).push_back(std::stoul(match[1]));
+      }
+    }
+    return graph;
+  }
+  bool is_all_reduce(size_t node) const {
+    return labels[node].find("grove_host_all_reduce") != std::string::npos;
+  }
+  // Whether `node` runs after `ancestor` in every execution (a path of edges).
+  bool depends_on(size_t node, size_t ancestor) const {
+    std::vector<size_t> pending = {node};
+    std::vector<bool> seen(labels.size(), false);
+    while (!pending.empty()) {
+      size_t at = pending.back();
+      pending.pop_back();
+      if (at == ancestor) return true;
+      if (seen[at]) continue;
+      seen[at] = true;
+      for (size_t d : dependencies[at]) pending.push_back(d);
+    }
+    return false;
+  }
+};
+
+// One rank alone (world size 1: a host collective returns at once) captures
+// its backward on a fresh stream and returns the graph.
+CapturedGraph capture_backward(bool overlap, size_t* buckets) {
+  runtime::collectives::join_local_group(kSim, 0, 1, str_cat("overlap.capture.", overlap),
+                                         std::chrono::milliseconds(10000));
+  ValueId loss;
+  ir::Program model = deep_mlp(kSim, &loss);
+  DataParallelOptions options;
+  options.trainer.backend = "eager";
+  options.all_reduce.bucket_bytes = 200;  // about one layer per bucket
+  options.all_reduce.overlap = overlap;
+  DataParallelTrainer trainer(model, loss, options);
+  EXPECT_EQ(trainer.overlaps_communication(), overlap);
+  *buckets = trainer.buckets().outputs.size();
+  GROVE_SEEDED_RNG(rng);
+  Tensor x = Tensor::from_vector(testing::random_floats(rng, kRows * 8), {kRows, 8}, kSim);
+  Tensor target = Tensor::from_vector(testing::random_floats(rng, kRows * 3), {kRows, 3}, kSim);
+  TensorList args = trainer.backward_arguments({x, target});
+
+  runtime::DeviceContext& context = runtime::device_context(kSim);
+  runtime::StreamHandle stream = context.create_stream();
+  runtime::PoolId pool = context.allocator().create_pool();
+  runtime::GraphRecording recording(kSim);
+  {
+    runtime::StreamGuard guard(kSim, stream);
+    recording.capture_begin(stream, pool);
+    try {
+      trainer.lowered_backward().function().call(args);
+    } catch (...) {
+      recording.abort_capture();
+      throw;
+    }
+    recording.capture_end();  // throws when the side stream was left unjoined
+  }
+  EXPECT_FALSE(runtime::collectives::communication_stream(kSim).forked());
+  CapturedGraph graph = CapturedGraph::parse(recording.dot());
+  runtime::collectives::leave_group(kSim);
+  return graph;
+}
+
+TEST(GradientAllReduce, OverlapMovesGradientCopiesUpAndEndsTheBackwardWithAJoin) {
+  ValueId loss;
+  ir::Program model = deep_mlp(kSim, &loss);
+  autodiff::TrainingPrograms programs = autodiff::build_training_programs(model, loss);
+  GradientBuckets buckets;
+  ir::Program backward =
+      add_gradient_all_reduce(programs.backward, {.bucket_bytes = 200}, &buckets);
+  std::vector<const ir::Node*> all_reduces = nodes_of(backward, "all_reduce");
+  ASSERT_EQ(all_reduces.size(), buckets.outputs.size());
+  ASSERT_GE(all_reduces.size(), 3u);
+  for (const ir::Node* node : all_reduces) EXPECT_EQ(node->attrs.get_int("overlap"), 1);
+  // The first bucket is enqueued with most of the backward still to run; the
+  // last one at the end.
+  EXPECT_GT(buckets.nodes_after.front(), 4);
+  EXPECT_EQ(buckets.nodes_after.back(), 0);
+  for (size_t b = 1; b < buckets.nodes_after.size(); ++b) {
+    EXPECT_LE(buckets.nodes_after[b], buckets.nodes_after[b - 1]);
+  }
+  // The backward ends with the join, over every reduced gradient, and returns it.
+  const ir::Node& last = backward.nodes().back();
+  ASSERT_EQ(last.op, "collective_join");
+  EXPECT_EQ(last.operands.size(), programs.params.size());
+  for (ValueId output : backward.outputs()) {
+    EXPECT_EQ(backward.value(output).producer, static_cast<int32_t>(backward.nodes().size() - 1));
+  }
+
+  ir::Program in_line =
+      add_gradient_all_reduce(programs.backward, {.bucket_bytes = 200, .overlap = false});
+  EXPECT_TRUE(nodes_of(in_line, "collective_join").empty());
+  for (const ir::Node* node : nodes_of(in_line, "all_reduce")) {
+    EXPECT_EQ(node->attrs.get_int("overlap"), 0);
+  }
+}
+
+TEST(GradientAllReduce, OverlapRejectsGradientsOutsidePersistentBuffers) {
+  ValueId loss;
+  ir::Program model = deep_mlp(kSim, &loss);
+  autodiff::TrainingOptions options;
+  options.gradient_storage = autodiff::GradientStorage::kOutputs;
+  autodiff::TrainingPrograms programs = autodiff::build_training_programs(model, loss, options);
+  try {
+    add_gradient_all_reduce(programs.backward, {});
+    FAIL() << "overlap over fresh gradient values was accepted";
+  } catch (const ConfigError& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("Note [Communication stream]"), std::string::npos) << message;
+    EXPECT_NE(message.find("overlap = false"), std::string::npos) << message;
+  }
+  // In line, fresh gradient values are fine (they stay on the compute stream).
+  EXPECT_NO_THROW(add_gradient_all_reduce(programs.backward, {.overlap = false}));
+}
+
+TEST(CommunicationStream, JoinsOnlyIntoTheStreamItForkedFrom) {
+  runtime::DeviceContext& context = runtime::device_context(kSim);
+  runtime::StreamHandle compute = context.create_stream();
+  runtime::StreamHandle other = context.create_stream();
+  runtime::collectives::CommunicationStream& side =
+      runtime::collectives::communication_stream(kSim);
+  side.join_into(other);  // nothing forked: nothing to do
+  side.fork_from(compute);
+  EXPECT_TRUE(side.forked());
+  EXPECT_THROW(side.join_into(other), Error);
+  side.join_into(compute);
+  EXPECT_FALSE(side.forked());
+  EXPECT_THROW(side.fork_from(runtime::StreamHandle{}), Error);
+  // A fork left unjoined (its step failed) does not block a fork from another stream.
+  side.fork_from(compute);
+  side.fork_from(other);
+  side.join_into(other);
+  EXPECT_FALSE(side.forked());
+}
+
+TEST(CommunicationStream, CapturedAllReducesRunOnABranchParallelToTheRemainingBackward) {
+  size_t buckets = 0;
+  CapturedGraph graph = capture_backward(/*overlap=*/true, &buckets);
+  std::vector<size_t> all_reduces;
+  for (size_t n = 0; n < graph.labels.size(); ++n) {
+    if (graph.is_all_reduce(n)) all_reduces.push_back(n);
+  }
+  ASSERT_EQ(all_reduces.size(), buckets);
+  ASSERT_GE(all_reduces.size(), 3u);
+  // Backward work captured after the first all-reduce: none of it waits for
+  // any all-reduce, so the collectives run beside it.
+  size_t later_compute = 0;
+  for (size_t n = all_reduces.front() + 1; n < graph.labels.size(); ++n) {
+    if (graph.is_all_reduce(n)) continue;
+    ++later_compute;
+    for (size_t a : all_reduces) {
+      EXPECT_FALSE(graph.depends_on(n, a)) << graph.labels[n] << " waits for all_reduce node " << a;
+    }
+  }
+  EXPECT_GE(later_compute, 4u);
+  // The side stream runs the collectives in order (every rank issues them in
+  // the same order), each after the backward work that made its bucket.
+  for (size_t i = 0; i < all_reduces.size(); ++i) {
+    EXPECT_FALSE(graph.dependencies[all_reduces[i]].empty());
+    if (i > 0) EXPECT_TRUE(graph.depends_on(all_reduces[i], all_reduces[i - 1]));
+  }
+}
+
+TEST(CommunicationStream, InLineAllReducesSerializeTheRemainingBackward) {
+  size_t buckets = 0;
+  CapturedGraph graph = capture_backward(/*overlap=*/false, &buckets);
+  size_t first = graph.labels.size();
+  for (size_t n = 0; n < graph.labels.size() && first == graph.labels.size(); ++n) {
+    if (graph.is_all_reduce(n)) first = n;
+  }
+  ASSERT_LT(first, graph.labels.size());
+  ASSERT_GE(buckets, 3u);
+  for (size_t n = first + 1; n < graph.labels.size(); ++n) {
+    EXPECT_TRUE(graph.depends_on(n, first)) << graph.labels[n];
+  }
+}
+
+}  // namespace
+}  // namespace grove::compiler::distributed
