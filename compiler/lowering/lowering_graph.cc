@@ -39,10 +39,12 @@ NodeClass classify(const ops::OpDef& def) {
 
 // Whether `program`'s device runs `epilogue` on GEMMs of `dtype`: always on
 // sim and cpu (the host GEMM), on cuda when the installed cuBLASLt has it.
+// `m`, `n`, `k`: the GEMM's row-major sizes where they matter (the
+// bias-gradient epilogue), else a representative 64.
 bool epilogue_runs(const ir::Program& program, runtime::GemmEpilogue epilogue,
-                   runtime::DType dtype) {
+                   runtime::DType dtype, int64_t m = 64, int64_t n = 64, int64_t k = 64) {
   if (!program.device().is_cuda()) return true;
-  return runtime::gemm_row_major_epilogue_available(program.device(), epilogue, dtype);
+  return runtime::gemm_row_major_epilogue_available(program.device(), epilogue, dtype, m, n, k);
 }
 
 // Note [GEMM auxiliary output in lowering]: the first `gelu` reading a
@@ -123,7 +125,9 @@ const ir::Node* bias_gradient_sum(const ir::Program& program,
     std::vector<int64_t> leading(static_cast<size_t>(rank - 1));
     for (int64_t d = 0; d + 1 < rank; ++d) leading[static_cast<size_t>(d)] = d;
     if (dims == leading &&
-        epilogue_runs(program, runtime::GemmEpilogue::kBiasGradA, result_type.dtype)) {
+        epilogue_runs(program, runtime::GemmEpilogue::kBiasGradA, result_type.dtype,
+                      result_type.shape[0], result_type.shape[1],
+                      runtime::shape_numel(gradient_type.shape) / features)) {
       return &sum;
     }
   }

@@ -99,8 +99,14 @@ void gemm_row_major(Device device, StreamHandle stream, const GemmArgs& args);
 // representative row-major GEMM (64 x 64 x 64, operands laid out as the
 // lowering's linear / weight-gradient GEMMs are) of `dtype` with `epilogue`,
 // so that the lowering only asks for epilogues the installed cuBLASLt runs.
-// False (never a throw) when cuBLAS is missing; cached per (device, epilogue, dtype).
-bool gemm_row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dtype);
+// False (never a throw) when cuBLAS is missing; cached per (device, epilogue, dtype,
+// sizes).
+// `m`, `n`, `k` are the row-major GEMM's sizes (C is m x n, k reduced): the
+// bias-gradient epilogues are not available for every shape (cuBLASLt 13 on
+// an H200 refused BGRADB for k = 1 and k = 8 while it ran k = 32), so the
+// lowering asks with the real sizes.
+bool gemm_row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dtype,
+                                       int64_t m = 64, int64_t n = 64, int64_t k = 64);
 
 // Creates the (device, stream) handle and its workspace now, e.g. before a
 // capture, so that the first captured GEMM does no set-up work.

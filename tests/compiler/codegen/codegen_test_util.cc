@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "runtime/dtype.h"
 #include "runtime/tensor.h"
@@ -146,6 +148,20 @@ std::vector<Buffer> run_kernel(const KernelSpec& spec, runtime::Device device,
 std::vector<Buffer> run_host_function(runtime::HostKernelFn function, const KernelSpec& spec,
                                       const std::vector<Buffer>& inputs,
                                       const std::vector<float>& scalars) {
+  // A host kernel reads what its spec says, whatever the buffers hold.
+  if (inputs.size() != spec.inputs.size()) {
+    throw std::logic_error(spec.name + ": " + std::to_string(inputs.size()) + " inputs for " +
+                           std::to_string(spec.inputs.size()) + " buffers");
+  }
+  for (size_t i = 0; i < inputs.size() && i < spec.inputs.size(); ++i) {
+    if (spec.inputs[i].strides.size() != spec.iteration_shape.size()) continue;
+    const int64_t reach = span(spec.iteration_shape, spec.inputs[i].strides);
+    if (static_cast<int64_t>(inputs[i].values.size()) < reach) {
+      throw std::logic_error(spec.name + ": input " + std::to_string(i) + " has " +
+                             std::to_string(inputs[i].values.size()) +
+                             " values; the kernel reads " + std::to_string(reach));
+    }
+  }
   std::vector<std::vector<uint8_t>> input_bytes;
   for (const Buffer& input : inputs) input_bytes.push_back(encode(input));
   std::vector<std::vector<uint8_t>> output_bytes;
