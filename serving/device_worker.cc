@@ -205,7 +205,7 @@ void DeviceWorker::answer(InFlight& run) {
       rows_out.bytes.assign(begin, begin + static_cast<size_t>(request.rows) * spec.row_bytes);
       response.outputs.push_back(std::move(rows_out));
     }
-    response.timing = {request.submitted, run.dispatched, run.completed,
+    response.timing = {request.submitted, run.dispatched,  run.completed,
                        run.rows,          run.bucket_rows, device_};
     first_row += request.rows;
     request.promise.set_value(std::move(response));

@@ -84,9 +84,9 @@ class DeviceWorker {
     int64_t bucket_rows = 0;  // the bucket it runs in
     Clock::time_point dispatched;
     Clock::time_point completed;
-    compiler::TensorList device_outputs;  // until read_back()
+    compiler::TensorList device_outputs;             // until read_back()
     std::vector<std::vector<uint8_t>> host_outputs;  // each output's first `rows` rows
-    std::exception_ptr error;  // the failure of the whole batch, if any
+    std::exception_ptr error;                        // the failure of the whole batch, if any
   };
 
   void thread_main(std::promise<void>& ready);

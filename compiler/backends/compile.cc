@@ -166,7 +166,7 @@ TensorList CompiledModel::operator()(const TensorList& inputs) const {
       }(),
       "), found ", inputs.size());
   ArgumentLease lease(argument_lists_->mutex, argument_lists_->spare, persistent_,
-                     input_positions_);  // Note [Reused argument lists]
+                      input_positions_);  // Note [Reused argument lists]
   TensorList& all = lease.list();
   for (size_t k = 0; k < inputs.size(); ++k) {
     const size_t position = input_positions_[k];
@@ -186,8 +186,7 @@ TensorList CompiledModel::operator()(const TensorList& inputs) const {
                    runtime::dtype_name(value.type.dtype), ", found ",
                    runtime::dtype_name(tensor.dtype()));
     GROVE_CHECK_AS(ShapeError, tensor.shape() == value.type.shape, name(), " expects shape ",
-                   ir::shape_text(value.type.shape), ", found ",
-                   runtime::shape_str(tensor.shape()),
+                   ir::shape_text(value.type.shape), ", found ", runtime::shape_str(tensor.shape()),
                    "; the model was compiled for these dims (recompile for other sizes)");
     all[position] = tensor;
   }

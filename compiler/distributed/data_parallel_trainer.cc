@@ -10,7 +10,6 @@
 
 namespace grove::compiler::distributed {
 
-using autodiff::BackwardInput;
 using runtime::Tensor;
 
 DataParallelTrainer::DataParallelTrainer(const ir::Program& model, ir::ValueId loss,
@@ -83,24 +82,8 @@ TensorList DataParallelTrainer::arguments(const ir::Program& program,
 TensorList DataParallelTrainer::backward_arguments(const TensorList& inputs, Tensor* loss) {
   TensorList forward_args = arguments(programs_.forward, inputs);
   TensorList outputs = forward_->call(forward_args);
-  TensorList backward_args;
-  for (size_t i = 0; i < backward_.inputs().size(); ++i) {
-    const BackwardInput& source = programs_.backward_inputs[i];
-    switch (source.source) {
-      case BackwardInput::Source::kLossGradient:
-        backward_args.push_back(loss_grad_);
-        break;
-      case BackwardInput::Source::kForwardOutput:
-        backward_args.push_back(outputs.at(source.index));
-        break;
-      case BackwardInput::Source::kForwardInput:
-        backward_args.push_back(forward_args.at(source.index));
-        break;
-      case BackwardInput::Source::kGradientBuffer:
-        backward_args.push_back(state_.at(backward_.value(backward_.inputs()[i]).name));
-        break;
-    }
-  }
+  TensorList backward_args =
+      training::backward_arguments(programs_, loss_grad_, forward_args, outputs, state_);
   if (loss != nullptr) *loss = outputs.at(programs_.loss_output);
   return backward_args;
 }

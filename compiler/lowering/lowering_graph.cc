@@ -41,8 +41,8 @@ NodeClass classify(const ops::OpDef& def) {
 // sim and cpu (the host GEMM), on cuda when the installed cuBLASLt has it.
 // `m`, `n`, `k`: the GEMM's row-major sizes where they matter (the
 // bias-gradient epilogue), else a representative 64.
-bool epilogue_runs(const ir::Program& program, runtime::GemmEpilogue epilogue,
-                   runtime::DType dtype, int64_t m = 64, int64_t n = 64, int64_t k = 64) {
+bool epilogue_runs(const ir::Program& program, runtime::GemmEpilogue epilogue, runtime::DType dtype,
+                   int64_t m = 64, int64_t n = 64, int64_t k = 64) {
   if (!program.device().is_cuda()) return true;
   return runtime::gemm_row_major_epilogue_available(program.device(), epilogue, dtype, m, n, k);
 }

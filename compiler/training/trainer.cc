@@ -1,15 +1,13 @@
 #include "compiler/training/trainer.h"
 
-#include "compiler/training/training_stage.h"
-
 #include "compiler/backends/compile.h"
 #include "compiler/ir/builder.h"
+#include "compiler/training/training_stage.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
 namespace grove::compiler::training {
 
-using autodiff::BackwardInput;
 using runtime::Tensor;
 
 Trainer::Trainer(const ir::Program& model, ir::ValueId loss, const TrainerOptions& options)
@@ -60,25 +58,8 @@ TensorList Trainer::arguments(const ir::Program& program, const TensorList& inpu
 Tensor Trainer::forward_backward(const TensorList& inputs) {
   TensorList forward_args = arguments(programs_.forward, inputs);
   TensorList outputs = forward_->call(forward_args);
-  TensorList backward_args;
-  const ir::Program& backward = programs_.backward;
-  for (size_t i = 0; i < backward.inputs().size(); ++i) {
-    const BackwardInput& source = programs_.backward_inputs[i];
-    switch (source.source) {
-      case BackwardInput::Source::kLossGradient:
-        backward_args.push_back(loss_grad_);
-        break;
-      case BackwardInput::Source::kForwardOutput:
-        backward_args.push_back(outputs.at(source.index));
-        break;
-      case BackwardInput::Source::kForwardInput:
-        backward_args.push_back(forward_args.at(source.index));
-        break;
-      case BackwardInput::Source::kGradientBuffer:
-        backward_args.push_back(state_.at(backward.value(backward.inputs()[i]).name));
-        break;
-    }
-  }
+  TensorList backward_args =
+      backward_arguments(programs_, loss_grad_, forward_args, outputs, state_);
   backward_->call(backward_args);
   return outputs.at(programs_.loss_output);
 }

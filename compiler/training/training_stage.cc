@@ -30,4 +30,32 @@ runtime::Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Devic
   return backends::initial_tensor(spec, device);
 }
 
+TensorList backward_arguments(const autodiff::TrainingPrograms& programs,
+                              const runtime::Tensor& loss_gradient, const TensorList& forward_args,
+                              const TensorList& forward_outputs,
+                              const std::map<std::string, runtime::Tensor>& state) {
+  using autodiff::BackwardInput;
+  const ir::Program& backward = programs.backward;
+  TensorList arguments;
+  arguments.reserve(backward.inputs().size());
+  for (size_t i = 0; i < backward.inputs().size(); ++i) {
+    const BackwardInput& source = programs.backward_inputs[i];
+    switch (source.source) {
+      case BackwardInput::Source::kLossGradient:
+        arguments.push_back(loss_gradient);
+        break;
+      case BackwardInput::Source::kForwardOutput:
+        arguments.push_back(forward_outputs.at(source.index));
+        break;
+      case BackwardInput::Source::kForwardInput:
+        arguments.push_back(forward_args.at(source.index));
+        break;
+      case BackwardInput::Source::kGradientBuffer:
+        arguments.push_back(state.at(backward.value(backward.inputs()[i]).name));
+        break;
+    }
+  }
+  return arguments;
+}
+
 }  // namespace grove::compiler::training

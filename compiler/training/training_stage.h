@@ -6,9 +6,11 @@
 //   TensorList outputs = forward->call(arguments);
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
+#include "compiler/autodiff/training_programs.h"
 #include "compiler/ir/program.h"
 #include "compiler/lowered_function.h"
 #include "compiler/lowering/lower.h"
@@ -31,5 +33,13 @@ std::unique_ptr<TrainerStage> prepare_training_stage(const ir::Program& program,
 // A 0-d tensor on `device` holding `value` (the loss gradient seed, a
 // hyper-parameter), for the inputs a training step passes to its programs.
 runtime::Tensor scalar_tensor(double value, runtime::DType dtype, runtime::Device device);
+
+// The backward's arguments in its input order, each taken from where
+// programs.backward_inputs says: the loss gradient seed, a forward output or
+// argument, or the gradient buffer of that name in `state`.
+TensorList backward_arguments(const autodiff::TrainingPrograms& programs,
+                              const runtime::Tensor& loss_gradient, const TensorList& forward_args,
+                              const TensorList& forward_outputs,
+                              const std::map<std::string, runtime::Tensor>& state);
 
 }  // namespace grove::compiler::training

@@ -453,8 +453,8 @@ void gemm(Device device, StreamHandle stream, const GemmArgs& g) {
       "cublasGemmStridedBatchedEx", doing);
 }
 
-bool gemm_row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dtype,
-                                       int64_t m, int64_t n, int64_t k) {
+bool gemm_row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dtype, int64_t m,
+                                       int64_t n, int64_t k) {
   if (epilogue == GemmEpilogue::kNone) return true;
   // Note [Bias-gradient epilogues on cuda]: on an H200 (CUDA 13.0) the probe
   // below found BGRADB for the weight-gradient GEMM, yet the real calls of
