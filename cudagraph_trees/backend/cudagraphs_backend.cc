@@ -10,6 +10,7 @@
 
 #include "compiler/backends/compile.h"
 #include "cudagraph_trees/config.h"
+#include "cudagraph_trees/mutation_classifier.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -62,6 +63,8 @@ struct PreparedProgram {
   std::vector<size_t> pool_input_candidates;
   // Note [Mutated pool inputs of piecewise programs]: mutated inputs to test.
   std::vector<size_t> mutated_pool_candidates;
+  // Note [Private copies of mutated storage]: every mutated input.
+  std::vector<size_t> mutated_inputs;
   std::atomic<int64_t> pool_mutation_fallbacks{0};
   int64_t fallbacks = 0;              // segments left eager for a real reason
   std::atomic<int64_t> calls{0};
@@ -133,7 +136,12 @@ struct PreparedProgram {
     if (starts_step) manager.mark_step_begin();
     InvocationScope scope(manager);
     if (pool_input_candidates.empty()) return lowered.run_with(registration.calls, inputs);
-    return lowered.run_with(registration.calls, private_pool_inputs(manager, inputs));
+    std::optional<TensorList> private_inputs = private_pool_inputs(manager, inputs);
+    if (!private_inputs) {
+      ++pool_mutation_fallbacks;
+      return lowered.run_with(eager_calls, inputs);
+    }
+    return lowered.run_with(registration.calls, *private_inputs);
   }
 
   // Note [Pool inputs of piecewise programs]: an input may be a replay output
@@ -177,7 +185,14 @@ struct PreparedProgram {
     return false;
   }
 
-  TensorList private_pool_inputs(const TreeManager& manager, const TensorList& inputs) const {
+  // Note [Private copies of mutated storage]: a private copy breaks the
+  // sharing between the input and everything else over the same storage. When
+  // a mutated input shares it (one fed-back output passed as both a returned
+  // input and a mutated one: fuzz seed 80421), eager's write shows through the
+  // returned view and the copy's would not; such a call runs eagerly, whose
+  // kernels touch no pool memory but the inputs'. Returns nullopt then.
+  std::optional<TensorList> private_pool_inputs(const TreeManager& manager,
+                                                const TensorList& inputs) const {
     runtime::DeviceContext& context = runtime::device_context(device);
     runtime::CachingAllocator& allocator = context.allocator();
     TensorList result;
@@ -186,6 +201,15 @@ struct PreparedProgram {
       if (!input.defined() || input.nbytes() == 0) continue;
       std::optional<runtime::PoolId> pool = allocator.pool_containing(input.address());
       if (!pool || *pool != manager.pool()) continue;
+      for (size_t m : mutated_inputs) {
+        if (m < inputs.size() && inputs_overlap(input, inputs[m])) {
+          log_once(LogLevel::kInfo, str_cat("cudagraphs:private_copy_alias:", id),
+                   str_cat("not captured this call: ", model_name, ": input ", i,
+                           " lives in the CUDA graph tree's pool and shares memory with mutated "
+                           "input ", m, "; the program runs eagerly when called so. Clone one"));
+          return std::nullopt;
+        }
+      }
       if (result.empty()) result = inputs;
       runtime::Tensor copy = runtime::Tensor::empty(input.shape(), input.dtype(), input.device());
       context.backend().copy_async(copy.data_ptr(), input.data_ptr(), input.nbytes(),
@@ -294,6 +318,7 @@ class CudagraphsBackend : public ExecutionBackend {
       for (size_t i = 0; i < input_count; ++i) {
         if (listed(whole.static_input_indices, i)) continue;
         if (listed(whole.mutated_input_indices, i)) {
+          program->mutated_inputs.push_back(i);
           if (segments.size() > 1) program->mutated_pool_candidates.push_back(i);
           continue;
         }

@@ -237,7 +237,9 @@ TEST(CommunicationStream, CapturedAllReducesRunOnABranchParallelToTheRemainingBa
   // the same order), each after the backward work that made its bucket.
   for (size_t i = 0; i < all_reduces.size(); ++i) {
     EXPECT_FALSE(graph.dependencies[all_reduces[i]].empty());
-    if (i > 0) EXPECT_TRUE(graph.depends_on(all_reduces[i], all_reduces[i - 1]));
+    if (i > 0) {
+      EXPECT_TRUE(graph.depends_on(all_reduces[i], all_reduces[i - 1]));
+    }
   }
 }
 

@@ -238,6 +238,42 @@ TEST_P(CudagraphsBackend, FedBackReplayOutputReturnedAsAnOutputKeepsItsValues) {
   tree_manager_for(GetParam()).verify();
 }
 
+// The fuzzer's seed 80421 (found on cuda): x1 += x0 in place, and the program
+// returns a view of x0. One replay output fed back as both x0 and x1 makes
+// the write show through the returned view in eager; a private copy of x0
+// (Note [Pool inputs of piecewise programs]) would hide it.
+TEST_P(CudagraphsBackend, FedBackOutputPassedAsReturnedAndMutatedInputSeesTheWrite) {
+  ProgramBuilder b("returns_input_mutates_alias", GetParam());
+  ValueId x0 = b.input("x0", {4});
+  ValueId x1 = b.input("x1", {4});
+  ValueId sum = b.add(x1, x0, "sum");
+  b.copy_into(x1, sum, "update");
+  b.output(b.reshape(x0, {2, 2}, "view"));
+  b.output(b.mul(x0, x0, "squared"));
+  compiler::ir::Program program = b.build();
+  CompiledModel eager = compile(program, {.backend = "eager"});
+  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+  TensorList eager_inputs = random_inputs(program, GetParam(), 80421);
+  TensorList graphs_inputs = random_inputs(program, GetParam(), 80421);
+  for (int call = 0; call < 6; ++call) {
+    TensorList expected = eager(eager_inputs);
+    TensorList got = graphs(graphs_inputs);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].to_vector<float>(), expected[0].to_vector<float>()) << "call " << call;
+    EXPECT_EQ(got[1].to_vector<float>(), expected[1].to_vector<float>()) << "call " << call;
+    EXPECT_EQ(graphs_inputs[1].to_vector<float>(), eager_inputs[1].to_vector<float>())
+        << "call " << call;
+    // From the first replay on, feed `squared` back as both x0 and x1.
+    TensorList fresh = random_inputs(program, GetParam(), 80422 + static_cast<uint64_t>(call));
+    TensorList fresh_copy = random_inputs(program, GetParam(), 80422 + static_cast<uint64_t>(call));
+    eager_inputs = call >= 2 ? TensorList{expected[1], expected[1]} : fresh;
+    graphs_inputs = call >= 2 ? TensorList{got[1], got[1]} : fresh_copy;
+  }
+  nlohmann::json stats = stats_of(graphs);
+  EXPECT_GE(stats["programs"][0]["pool_mutation_fallbacks"].get<int64_t>(), 1) << stats.dump();
+  tree_manager_for(GetParam()).verify();
+}
+
 TEST_P(CudagraphsBackend, StrictModeThrowsInsteadOfFallingBack) {
   ::setenv("GROVE_CUDAGRAPHS_STRICT", "1", 1);
   reset_tree_managers();
