@@ -46,6 +46,9 @@ GraphActivity graph_activity(const nlohmann::json& before, const nlohmann::json&
   activity.replays = delta("replays");
   activity.eager_calls = delta("eager_calls");
   activity.capture_failures = delta("capture_failures");
+  activity.input_copies = delta("input_copies");
+  activity.input_patches = delta("input_patches");
+  activity.input_copy_backs = delta("input_copy_backs");
   auto calls = after.find("fallback_calls");
   if (calls != after.end() && calls->is_object()) {
     nlohmann::json earlier = before.value("fallback_calls", nlohmann::json::object());
@@ -64,12 +67,17 @@ nlohmann::json GraphActivity::to_json() const {
                         {"replays", replays},
                         {"eager_calls", eager_calls},
                         {"capture_failures", capture_failures},
+                        {"input_copies", input_copies},
+                        {"input_patches", input_patches},
+                        {"input_copy_backs", input_copy_backs},
                         {"fallback_calls", fallbacks}};
 }
 
 std::string GraphActivity::summary() const {
   std::string text = str_cat(recordings, " rec / ", replays, " replays");
   if (eager_calls > 0) text += str_cat(" / ", eager_calls, " eager");
+  if (input_copies > 0) text += str_cat(" / ", input_copies, " input copies");
+  if (input_patches > 0) text += str_cat(" / ", input_patches, " patches");
   for (const auto& [reason, count] : fallbacks) text += str_cat(" (", reason, ": ", count, ")");
   return text;
 }

@@ -48,6 +48,11 @@ struct GraphActivity {
   uint64_t replays = 0;
   uint64_t eager_calls = 0;  // calls that fell back to eager
   uint64_t capture_failures = 0;
+  // How the copied inputs were bound: device copies, zero-copy patches of the
+  // graph, copy-backs of mutated inputs.
+  uint64_t input_copies = 0;
+  uint64_t input_patches = 0;
+  uint64_t input_copy_backs = 0;
   std::map<std::string, uint64_t> fallbacks;  // fallback calls by reason
 
   nlohmann::json to_json() const;

@@ -14,7 +14,11 @@
 // JSON, for the whole case and for the timed calls. A third row, "bare
 // replay", launches the graphs of the last cudagraphs call directly (same
 // stream, same sync), interleaved with the other two: cudagraphs' median minus
-// it is what the tree manager and the backend add per call.
+// it is what the tree manager and the backend add per call. A fourth row,
+// "bare replay + input copies", first copies every input to scratch memory as
+// the copy binding would. A last pass
+// times each on the GPU between events (Note [GPU time of a call]), which
+// splits that difference into host and device parts.
 //
 // When this binary has no "cudagraphs" backend registered, its rows say
 // "cudagraphs backend not registered" and eager is still measured.
@@ -45,6 +49,7 @@ constexpr const char* kName = "backend_latency";
 // The row of the bare replay: the very graphs "cudagraphs" recorded, launched
 // without the tree manager (the floor its replay path is judged against).
 constexpr const char* kBareReplay = "bare replay";
+constexpr const char* kBareReplayWithCopies = "bare replay + input copies";
 
 const std::vector<FlagSpec> kFlags = {
     {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
@@ -81,6 +86,7 @@ struct Row {
   std::string error;
   LatencySummary latency;
   LatencySummary enqueue;  // host time until the call returned
+  LatencySummary gpu;      // GPU time between events around the call (own pass)
   double compile_ms = 0;
   std::optional<bool> identical_to_eager;    // graph backend only
   std::optional<GraphActivity> whole_case;   // graph backend: compile to the last call
@@ -101,8 +107,32 @@ struct Contender {
   std::optional<compiler::backends::CompiledModel> model;
   std::vector<double> samples_us;
   std::vector<double> enqueue_us;  // host time until the call returned
+  std::vector<double> gpu_us;      // GPU time between events around the call
   double compile_ms = 0;
 };
+
+// A bare replay variant: a call that launches the recorded graphs directly.
+struct BareContender {
+  std::string name;
+  std::function<void()> call;
+  std::vector<double> samples_us, enqueue_us, gpu_us;
+};
+
+// Note [GPU time of a call]: the GPU time between timing events recorded
+// just before and just after a call, in a pass of its own after the timed
+// calls (recording events adds host time the latency columns should not
+// carry). Latency minus GPU time is what the host adds; for the bare replay
+// and cudagraphs the GPU time differs only by the work the backend enqueues
+// besides the graph (input copies, copy-backs).
+void time_on_gpu(const std::function<void()>& call, runtime::Backend& device_backend,
+                 runtime::StreamHandle stream, runtime::EventHandle before,
+                 runtime::EventHandle after, std::vector<double>& gpu_us) {
+  device_backend.record_event(before, stream);
+  call();
+  device_backend.record_event(after, stream);
+  device_backend.synchronize_stream(stream);
+  gpu_us.push_back(1000.0 * device_backend.elapsed_ms(before, after));
+}
 
 // Times one call: until it returns (enqueue) and until its stream is done.
 void call_and_wait(const std::function<void()>& call, runtime::Backend& device_backend,
@@ -161,7 +191,27 @@ CaseResult run_case(const Case& config, const Options& options) {
     (*contenders[1].model)(inputs);
     bare_graphs = last_path_graphs(options.device);
   }
-  std::vector<double> bare_samples_us, bare_enqueue_us;
+  // A second bare row adds what the copy binding enqueues besides the graph:
+  // one device-to-device copy per input (into scratch memory of its own), so
+  // that cudagraphs' GPU time can be told apart into copies and the rest.
+  std::vector<BareContender> bares;
+  compiler::TensorList scratch;
+  if (!bare_graphs.empty()) {
+    for (const runtime::Tensor& input : inputs) {
+      scratch.push_back(runtime::Tensor::empty(input.shape(), input.dtype(), input.device()));
+    }
+    bares.push_back({kBareReplay, [&] {
+                       for (runtime::GraphRecording* graph : bare_graphs) graph->replay(stream);
+                     }});
+    bares.push_back({kBareReplayWithCopies, [&] {
+                       for (size_t k = 0; k < inputs.size(); ++k) {
+                         device_backend.copy_async(scratch[k].data_ptr(), inputs[k].data_ptr(),
+                                                   inputs[k].nbytes(),
+                                                   runtime::CopyKind::kDeviceToDevice, stream);
+                       }
+                       for (runtime::GraphRecording* graph : bare_graphs) graph->replay(stream);
+                     }});
+  }
   device_backend.synchronize_stream(stream);
 
   nlohmann::json stats_before_timing = graphs ? tree_counters(options.device) : nlohmann::json();
@@ -170,15 +220,28 @@ CaseResult run_case(const Case& config, const Options& options) {
       call_and_wait([&] { (*contender.model)(inputs); }, device_backend, stream,
                     contender.enqueue_us, contender.samples_us);
     }
-    if (!bare_graphs.empty()) {
-      call_and_wait(
-          [&] {
-            for (runtime::GraphRecording* graph : bare_graphs) graph->replay(stream);
-          },
-          device_backend, stream, bare_enqueue_us, bare_samples_us);
+    for (BareContender& bare : bares) {
+      call_and_wait(bare.call, device_backend, stream, bare.enqueue_us, bare.samples_us);
     }
   }
   nlohmann::json stats_after = graphs ? tree_counters(options.device) : nlohmann::json();
+
+  // Note [GPU time of a call].
+  {
+    runtime::EventHandle before = device_backend.create_event(true);
+    runtime::EventHandle after = device_backend.create_event(true);
+    for (int64_t i = 0; i < options.iters; ++i) {
+      for (Contender& contender : contenders) {
+        time_on_gpu([&] { (*contender.model)(inputs); }, device_backend, stream, before, after,
+                    contender.gpu_us);
+      }
+      for (BareContender& bare : bares) {
+        time_on_gpu(bare.call, device_backend, stream, before, after, bare.gpu_us);
+      }
+    }
+    device_backend.destroy_event(before);
+    device_backend.destroy_event(after);
+  }
 
   for (const Contender& contender : contenders) {
     Row row;
@@ -186,6 +249,7 @@ CaseResult run_case(const Case& config, const Options& options) {
     row.measured = true;
     row.latency = summarize(contender.samples_us);
     row.enqueue = summarize(contender.enqueue_us);
+    row.gpu = summarize(contender.gpu_us);
     row.compile_ms = contender.compile_ms;
     if (contender.backend == kGraphBackend) {
       row.identical_to_eager = identical;
@@ -198,12 +262,13 @@ CaseResult run_case(const Case& config, const Options& options) {
     result.rows.push_back(row);
   }
   if (!graphs) result.rows.push_back(Row{.backend = kGraphBackend});
-  if (!bare_samples_us.empty()) {
+  for (const BareContender& bare : bares) {
     Row row;
-    row.backend = kBareReplay;
+    row.backend = bare.name;
     row.measured = true;
-    row.latency = summarize(bare_samples_us);
-    row.enqueue = summarize(bare_enqueue_us);
+    row.latency = summarize(bare.samples_us);
+    row.enqueue = summarize(bare.enqueue_us);
+    row.gpu = summarize(bare.gpu_us);
     row.bare_graphs = bare_graphs.size();
     result.rows.push_back(row);
   }
@@ -243,6 +308,7 @@ void print_table(const std::vector<CaseResult>& results) {
                {"p90 us", Align::kRight},
                {"spread", Align::kRight},
                {"enqueue us", Align::kRight},
+               {"GPU us", Align::kRight},
                {"speedup", Align::kRight},
                {"identical"},
                {"graphs (timed calls)"},
@@ -251,7 +317,7 @@ void print_table(const std::vector<CaseResult>& results) {
     double eager_median = eager_median_us(result);
     for (const Row& row : result.rows) {
       if (!row.measured) {
-        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "",
+        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "", "",
                        unmeasured_cell(row.error), ""});
         continue;
       }
@@ -260,7 +326,7 @@ void print_table(const std::vector<CaseResult>& results) {
       table.add_row({result.config.label, row.backend, format_fixed(row.latency.median_us, 1),
                      format_fixed(row.latency.p90_us, 1),
                      format_fixed(100 * row.latency.spread(), 1) + "%",
-                     format_fixed(row.enqueue.median_us, 1),
+                     format_fixed(row.enqueue.median_us, 1), format_fixed(row.gpu.median_us, 1),
                      eager_median > 0 ? format_ratio(eager_median / row.latency.median_us) : "",
                      identical, activity_cell(row.timed_calls), activity_cell(row.whole_case)});
     }
@@ -275,6 +341,7 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
   report["dtype"] = "f32";
   report["latency"] = "host time from the call until the stream is synchronized";
   report["enqueue"] = "host time from the call until it returned (work queued, not done)";
+  report["gpu"] = "GPU time between timing events around the call, in a pass of its own";
   report["speedup"] = "eager median / this backend's median";
   report["compile_ms"] =
       "compile() wall time; the second backend of a case reuses the kernels the first generated";
@@ -295,6 +362,7 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
       entry["status"] = "measured";
       entry["latency"] = latency_json(row.latency);
       entry["enqueue"] = latency_json(row.enqueue);
+      entry["gpu"] = latency_json(row.gpu);
       if (eager_median > 0) entry["speedup_vs_eager"] = eager_median / row.latency.median_us;
       entry["compile_ms"] = row.compile_ms;
       entry["eager_kernels_per_call"] = result.kernels;
@@ -303,7 +371,7 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
       if (row.timed_calls) entry["graphs_timed_calls"] = row.timed_calls->to_json();
       if (row.whole_case) entry["graphs_whole_case"] = row.whole_case->to_json();
       if (!row.backend_programs.is_null()) entry["backend_programs"] = row.backend_programs;
-      if (row.backend == kBareReplay) entry["graphs_per_call"] = row.bare_graphs;
+      if (row.bare_graphs > 0) entry["graphs_per_call"] = row.bare_graphs;
       report["results"].push_back(entry);
     }
   }

@@ -21,9 +21,12 @@ else
   rows=$(echo "$output" | grep -Ec "^[a-z0-9]+ b=.* cudagraphs .* yes ")
   [ "$rows" -eq 2 ] || { echo "expected 2 cudagraphs rows identical to eager, found $rows" >&2; exit 1; }
   bare=$(echo "$output" | grep -Ec "^[a-z0-9]+ b=.* bare replay ")
-  [ "$bare" -eq 2 ] || { echo "expected 2 bare replay rows, found $bare" >&2; exit 1; }
+  copies=$(echo "$output" | grep -Ec "^[a-z0-9]+ b=.* bare replay \+ input copies ")
+  [ "$bare" -eq 4 ] || { echo "expected 4 bare replay rows, found $bare" >&2; exit 1; }
+  [ "$copies" -eq 2 ] || { echo "expected 2 bare replay + input copies rows, found $copies" >&2; exit 1; }
   count=$(grep -c '"backend":' "$json")
-  [ "$count" -eq 6 ] || { echo "expected 6 results in $json, found $count" >&2; exit 1; }
+  [ "$count" -eq 8 ] || { echo "expected 8 results in $json, found $count" >&2; exit 1; }
+  grep -q '"gpu": {' "$json" || { echo "rows lack their GPU time" >&2; exit 1; }
   grep -q '"graphs_per_call": 1' "$json" || { echo "bare replay rows lack graphs_per_call" >&2; exit 1; }
 fi
 # Bad flags fail with a usage message, not a crash.
