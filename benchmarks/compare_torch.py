@@ -11,7 +11,8 @@ Cases (the ones grove's benchmarks measure):
              cross entropy); SGD with momentum 0.9; the reduce-overhead
              configurations call torch.compiler.cudagraph_mark_step_begin()
              before every step, and the whole step (forward, backward and
-             optimizer) is also compiled as one function.
+             optimizer) is also compiled as one function. As a reference (not a
+             goal), the eager step captured by hand into one CUDA graph.
 
 Latency is host time from the call until torch.cuda.synchronize() returns,
 median and p90 over --iters calls after --warmup calls, as grove measures it.
@@ -31,6 +32,10 @@ import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# A reference row: the eager step captured by hand (Bench.hand_captured_step).
+HAND_CAPTURED = "hand-captured CUDA graph, whole step"
 
 
 def load_model_json(models_dir, name):
@@ -290,6 +295,53 @@ class Bench:
                 return summary
 
             self.record({"mode": "training", "case": case, "config": config}, run)
+        self.record({"mode": "training", "case": case, "config": HAND_CAPTURED},
+                    lambda: self.hand_captured_step(name, batch, seq))
+
+    def hand_captured_step(self, name, batch, seq):
+        """The eager step (forward, backward, SGD) captured by hand into one
+        torch.cuda.CUDAGraph and replayed: what PyTorch's own kernels take with
+        no launch overhead at all. A reference, not a configuration PyTorch
+        users get from torch.compile, so the goals do not compare with it."""
+        torch = self.torch
+        F = torch.nn.functional
+        module, spec, dtype = self.model(name, self.args.dtype)
+        module.train()
+        x = self.inputs(name, spec, dtype, batch, seq)
+        if name.startswith("mlp"):
+            target = torch.rand_like(x) * 2 - 1
+            loss_of = lambda out: F.mse_loss(out, target)
+        else:
+            loss_of = lambda out: F.cross_entropy(
+                out[:, :-1].reshape(-1, out.shape[-1]), x[:, 1:].reshape(-1))
+        optimizer = torch.optim.SGD(module.parameters(), lr=1e-2, momentum=0.9)
+
+        def step():
+            loss = loss_of(module(x))
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        # Warm up on a side stream (PyTorch's documented whole-network capture).
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                optimizer.zero_grad(set_to_none=True)
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            static_loss = step()
+
+        def call():
+            graph.replay()
+            return static_loss
+
+        summary = time_calls(torch, call, self.args.warmup, self.args.iters)
+        summary["final_loss"] = float(call().detach())
+        return summary
 
 
 def print_table(results):

@@ -260,7 +260,10 @@ def compare_torch(report):
     lines = ["PyTorch %s on the same GPU, the same models built from grove's JSON files "
              "(`nn.Linear`, `F.gelu`, `F.scaled_dot_product_attention(is_causal=True)`): eager, "
              "`torch.compile` default and `mode=\"reduce-overhead\"` (PyTorch's CUDA Graph "
-             "Trees); for training also the whole step compiled. %s calls after %s warm-up; "
+             "Trees); for training also the whole step compiled, and, as a reference that no "
+             "goal compares with, the eager step captured by hand into one CUDA graph "
+             "(`torch.cuda.graph`: PyTorch's kernels with no launch overhead). %s calls after "
+             "%s warm-up; "
              "TF32 matmul %s." % (report.get("torch", "?"), report.get("iters", "?"),
                                   report.get("warmup", "?"),
                                   "on" if report.get("tf32_matmul") else "off"), ""]
@@ -271,7 +274,8 @@ def compare_torch(report):
     for mode in ("inference", "training"):
         for case in cases_in_order([r for r in results if r.get("mode") == mode]):
             timed = [(median_of(r), r["config"]) for r in results
-                     if r.get("mode") == mode and r.get("case") == case and median_of(r)]
+                     if r.get("mode") == mode and r.get("case") == case and median_of(r)
+                     and not r["config"].startswith("hand-captured")]
             if timed:
                 fastest.append("%s %s: %s (%s µs)" % (mode, case, min(timed)[1],
                                                      us(min(timed)[0])))

@@ -133,7 +133,10 @@ GemmLaunch plan_gemm(const LoweringGraph& graph, const LoweringNode& node,
     }
     int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
     size_t outer_end = dims.size();
-    if (!dims.empty()) {
+    auto merge_batches = [&] {
+      batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+      outer_end = dims.size();
+      if (dims.empty()) return;
       size_t last = dims.back();
       batch = sizes[last], stride_a = sa[last], stride_b = sb[last], stride_c = sc[last];
       outer_end = dims.size() - 1;
@@ -144,6 +147,52 @@ GemmLaunch plan_gemm(const LoweringGraph& graph, const LoweringNode& node,
         }
         batch *= sizes[d];
         --outer_end;
+      }
+    };
+    merge_batches();
+    // Note [Copies instead of GEMM loops]: an operand whose batch dims are not
+    // evenly strided (attention's heads split out of a [B, T, H*D] row:
+    // batch strides T*H*D and D) splits the GEMM into a loop of launches, one
+    // per outer index (8 GEMMs per attention matmul of gpt4x256 at batch 8).
+    // A contiguous copy of such an operand (one small kernel) makes its batch
+    // dims merge, and the whole batch runs as one strided-batched GEMM. Worth
+    // it while the copy moves less than about 4 MiB per launch it saves; an
+    // operand broadcast over some batch dims (stride 0) stays as it is.
+    int64_t loops = 1;
+    for (size_t i = 0; i < outer_end; ++i) loops *= sizes[dims[i]];
+    if (loops > 1) {
+      auto uneven = [&](const Shape& strides) {
+        for (size_t i = 0; i + 1 < dims.size(); ++i) {
+          if (strides[dims[i]] != strides[dims[i + 1]] * sizes[dims[i + 1]]) return true;
+        }
+        return false;
+      };
+      auto broadcast = [&](const Shape& strides) {
+        return std::any_of(dims.begin(), dims.end(), [&](size_t d) { return strides[d] == 0; });
+      };
+      const int64_t budget = (loops - 1) * (int64_t{4} << 20);
+      auto worth_copying = [&](int slot, const Shape& strides) {
+        int64_t bytes = runtime::shape_numel(layout_of(slot).shape) *
+                        static_cast<int64_t>(runtime::dtype_size(dtype));
+        return uneven(strides) && !broadcast(strides) && bytes <= budget;
+      };
+      bool copied = false;
+      if (worth_copying(a, sa)) {
+        a = contiguous_copy(a);
+        a_matrix = matrix_of(a, m, k);
+        sa = batch_strides(a, a_shape);
+        copied = true;
+      }
+      if (worth_copying(b, sb)) {
+        b = contiguous_copy(b);
+        b_matrix = matrix_of(b, k, n);
+        sb = batch_strides(b, b_shape);
+        copied = true;
+      }
+      if (copied) {
+        g.transpose_a = a_matrix.transposed, g.lda = a_matrix.ld;
+        g.transpose_b = b_matrix.transposed, g.ldb = b_matrix.ld;
+        merge_batches();
       }
     }
     g.batch_count = batch, g.stride_a = stride_a, g.stride_b = stride_b, g.stride_c = stride_c;

@@ -78,6 +78,18 @@ TEST(ModelFusion, Gpt4x256LaunchesTwentyFiveKernelsAndThirtyThreeGemms) {
   EXPECT_TRUE(lowered.function().segments[0].capturable());
 }
 
+// At batch 8 the heads of q, k and v are strided unevenly across the batch
+// (Note [Copies instead of GEMM loops]): each is copied contiguous once, and
+// scores and context stay one strided-batched GEMM each instead of a loop of
+// 8, so the GEMM count is the same as at batch 1.
+TEST(ModelFusion, Gpt4x256AtBatchEightCopiesTheHeadsInsteadOfLoopingGemms) {
+  LoweredProgram lowered = compiler::lowering::lower(load("gpt4x256", {{"batch", 8}, {"seq", 32}}));
+  KernelReport report = lowered.kernel_report();
+  EXPECT_EQ(report.library_gemms, 33u) << report.str();
+  std::map<std::string, int> counts = histogram(report);
+  EXPECT_EQ(counts["copy"], 4 * 4) << report.str();
+}
+
 TEST(ModelEndToEnd, Mlp16x512OnSimMatchesTheReference) {
   compiler::ir::Program program = load("mlp16x512", {{"batch", 3}});
   testing::HostTensorList inputs = testing::random_inputs(program, 4242);
