@@ -114,6 +114,11 @@ class Backend {
   // Raw device memory (the caching allocator's segments).
   virtual void* allocate_raw(size_t bytes) = 0;
   virtual void free_raw(void* pointer) = 0;
+  // Page-locked host memory (cudaHostAlloc on cuda, plain memory on sim):
+  // copies between it and the device are truly asynchronous. Not for use
+  // during a capture.
+  virtual void* allocate_host_pinned(size_t bytes) = 0;
+  virtual void free_host_pinned(void* pointer) = 0;
 
   virtual void copy_async(void* destination, const void* source, size_t bytes, CopyKind kind,
                           StreamHandle stream) = 0;

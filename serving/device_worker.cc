@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cudagraph_trees/tree_manager.h"
+#include "runtime/device_context.h"
 #include "runtime/logging.h"
 
 namespace grove::serving {
@@ -52,6 +53,7 @@ void DeviceWorker::thread_main(std::promise<void>& ready) {
     prepare();
   } catch (...) {
     buckets_.clear();
+    release_staging();
     if (uses_graphs(config_)) cudagraph_trees::reset_tree_managers();
     ready.set_exception(std::current_exception());
     return;
@@ -62,6 +64,7 @@ void DeviceWorker::thread_main(std::promise<void>& ready) {
   // tree manager and stream: release them here, before the thread ends.
   tree_at_exit_ = tree_counters();
   buckets_.clear();
+  release_staging();
   if (uses_graphs(config_)) cudagraph_trees::reset_tree_managers();
 }
 
@@ -80,9 +83,17 @@ void DeviceWorker::prepare() {
     buckets_.push_back(std::move(bucket));
   }
   programs_.clear();
-  const int64_t largest = config_.buckets.back();
+  // Note [Asynchronous staging].
+  const size_t largest = static_cast<size_t>(config_.buckets.back());
   for (const RowSpec& input : signature_.inputs) {
-    staging_.emplace_back(static_cast<size_t>(largest) * input.row_bytes, 0);
+    staging_.emplace_back(device_, largest * input.row_bytes);
+  }
+  runtime::Backend& backend = runtime::device_context(device_).backend();
+  for (size_t parity = 0; parity < 2; ++parity) {
+    for (const RowSpec& output : signature_.outputs) {
+      output_staging_[parity].emplace_back(device_, largest * output.row_bytes);
+    }
+    staging_done_[parity] = backend.create_event(false);
   }
   // Largest first: Note [One compiled model per bucket]. Zero rows are a
   // valid input for any model (index 0 for integer inputs).
@@ -134,6 +145,10 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
     GROVE_CHECK(bucket != nullptr, "no compiled bucket of ", run.bucket_rows, " rows on ",
                 device_.str());
     if (config_.before_batch) config_.before_batch(run.rows, device_);
+    // Note [Asynchronous staging]: gather, copy in, run, copy back; no wait.
+    runtime::DeviceContext& context = runtime::device_context(device_);
+    runtime::Backend& backend = context.backend();
+    const runtime::StreamHandle stream = context.current_stream();
     for (size_t k = 0; k < signature_.inputs.size(); ++k) {
       const size_t row_bytes = signature_.inputs[k].row_bytes;
       uint8_t* staging = staging_[k].data();
@@ -144,38 +159,58 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
         offset += bytes.size();
       }
       // Padded rows are zeros (Note [Shape buckets]); they never reach a response.
-      std::memset(staging + offset, 0, static_cast<size_t>(bucket->rows) * row_bytes - offset);
-      // The stream is idle here (the previous batch was read back), so this
-      // synchronous copy waits for nothing but itself.
-      bucket->inputs[k].copy_from_host(staging);
+      const size_t bucket_bytes = static_cast<size_t>(bucket->rows) * row_bytes;
+      std::memset(staging + offset, 0, bucket_bytes - offset);
+      backend.copy_async(bucket->inputs[k].data_ptr(), staging, bucket_bytes,
+                         runtime::CopyKind::kHostToDevice, stream);
     }
-    run.device_outputs = (*bucket->model)(bucket->inputs);
-    GROVE_CHECK(run.device_outputs.size() == signature_.outputs.size(), "served model returned ",
-                run.device_outputs.size(), " outputs; its signature has ",
-                signature_.outputs.size());
+    compiler::TensorList outputs = (*bucket->model)(bucket->inputs);
+    GROVE_CHECK(outputs.size() == signature_.outputs.size(), "served model returned ",
+                outputs.size(), " outputs; its signature has ", signature_.outputs.size());
+    run.staging = next_staging_;
+    next_staging_ ^= 1;
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      runtime::Tensor rows = outputs[o].slice(0, 0, run.rows);
+      if (!rows.is_contiguous()) {
+        run.strided_outputs.emplace_back(o, std::move(rows));  // read in read_back()
+        continue;
+      }
+      backend.copy_async(output_staging_[run.staging][o].data(), rows.data_ptr(),
+                         static_cast<size_t>(run.rows) * signature_.outputs[o].row_bytes,
+                         runtime::CopyKind::kDeviceToHost, stream);
+    }
+    run.done = staging_done_[run.staging];
+    backend.record_event(run.done, stream);
   } catch (...) {
     // The requests were checked at submit(), so this is the device's or the
     // model's failure: every request of the batch gets it.
     run.error = std::current_exception();
-    run.device_outputs.clear();
   }
   return run;
 }
 
 void DeviceWorker::read_back(InFlight& run) {
-  if (!run.error) {
-    try {
-      run.host_outputs.reserve(run.device_outputs.size());
-      for (const runtime::Tensor& output : run.device_outputs) {
-        run.host_outputs.push_back(output.slice(0, 0, run.rows).to_host_bytes());
-      }
-    } catch (...) {
-      run.error = std::current_exception();
+  // Note [Asynchronous staging]: the batch's rows are in its output staging
+  // once its event has fired. After a failure part of the batch may still be
+  // queued, so the whole stream is waited for before the stagings are reused.
+  runtime::DeviceContext& context = runtime::device_context(device_);
+  try {
+    if (!run.error) {
+      context.backend().synchronize_event(run.done);
+    } else {
+      context.backend().synchronize_stream(context.current_stream());
     }
+    // A strided output (a view the model returns) is gathered synchronously;
+    // it must not outlive the batch, since the next replay may overwrite it.
+    for (const auto& [o, rows] : run.strided_outputs) {
+      if (run.error) break;
+      std::vector<uint8_t> bytes = rows.to_host_bytes();
+      std::memcpy(output_staging_[run.staging][o].data(), bytes.data(), bytes.size());
+    }
+  } catch (...) {
+    if (!run.error) run.error = std::current_exception();
   }
-  // No reference to graph outputs may outlive this batch: the next replay of
-  // any bucket may overwrite them.
-  run.device_outputs.clear();
+  run.strided_outputs.clear();
   run.completed = Clock::now();
 }
 
@@ -200,8 +235,8 @@ void DeviceWorker::answer(InFlight& run) {
       rows_out.shape = spec.row_shape;
       rows_out.shape.insert(rows_out.shape.begin(), request.rows);
       rows_out.dtype = spec.dtype;
-      const uint8_t* begin =
-          run.host_outputs[o].data() + static_cast<size_t>(first_row) * spec.row_bytes;
+      const uint8_t* begin = output_staging_[run.staging][o].data() +
+                             static_cast<size_t>(first_row) * spec.row_bytes;
       rows_out.bytes.assign(begin, begin + static_cast<size_t>(request.rows) * spec.row_bytes);
       response.outputs.push_back(std::move(rows_out));
     }
@@ -209,6 +244,16 @@ void DeviceWorker::answer(InFlight& run) {
                        run.rows,          run.bucket_rows, device_};
     first_row += request.rows;
     request.promise.set_value(std::move(response));
+  }
+}
+
+void DeviceWorker::release_staging() {
+  staging_.clear();
+  runtime::Backend& backend = runtime::device_context(device_).backend();
+  for (size_t parity = 0; parity < 2; ++parity) {
+    output_staging_[parity].clear();
+    if (staging_done_[parity].impl != nullptr) backend.destroy_event(staging_done_[parity]);
+    staging_done_[parity] = runtime::EventHandle{};
   }
 }
 

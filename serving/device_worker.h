@@ -30,6 +30,20 @@
 // replay may overwrite them. When no batch is due the worker finishes the
 // running batch first, so a lone request is never held back waiting for
 // company. Each request is still answered exactly once, in FIFO order.
+//
+// Note [Asynchronous staging]
+// A batch's rows travel through page-locked (pinned) host buffers: launch()
+// gathers the rows into the input staging, enqueues the host-to-device copy,
+// the model and the device-to-host copy of each output's real rows into one
+// of two output stagings, and records an event; nothing waits. read_back()
+// waits for that event only. Copies from pinned memory are asynchronous (from
+// pageable memory CUDA stages them synchronously), so the device never idles
+// for a copy while the host gathers or answers. Reuse is ordered: the input
+// staging is refilled only after read_back() of the batch that read it, and
+// the two output stagings alternate, so batch N+1's copy-back cannot overwrite
+// the rows answer() is still handing out for batch N. Graph outputs may be
+// dropped right after the copy-back is enqueued: any later replay that reuses
+// their memory runs after it in stream order.
 #pragma once
 
 #include <exception>
@@ -40,6 +54,7 @@
 #include <vector>
 
 #include "compiler/backends/compile.h"
+#include "runtime/pinned_host_buffer.h"
 #include "serving/model_signature.h"
 #include "serving/request_queue.h"
 #include "serving/server_config.h"
@@ -84,9 +99,11 @@ class DeviceWorker {
     int64_t bucket_rows = 0;  // the bucket it runs in
     Clock::time_point dispatched;
     Clock::time_point completed;
-    compiler::TensorList device_outputs;             // until read_back()
-    std::vector<std::vector<uint8_t>> host_outputs;  // each output's first `rows` rows
-    std::exception_ptr error;                        // the failure of the whole batch, if any
+    size_t staging = 0;             // which output staging holds its rows
+    // Outputs whose rows are not contiguous, gathered by read_back().
+    std::vector<std::pair<size_t, runtime::Tensor>> strided_outputs;
+    runtime::EventHandle done{};    // recorded after its copy-back (Note [Asynchronous staging])
+    std::exception_ptr error;       // the failure of the whole batch, if any
   };
 
   void thread_main(std::promise<void>& ready);
@@ -96,12 +113,13 @@ class DeviceWorker {
   // Pads and copies the batch's input rows into its bucket and enqueues the
   // bucket's model; never throws (a failure is kept in `error`).
   InFlight launch(std::vector<PendingRequest> batch);
-  // Waits for the batch's outputs and copies its rows to the host, releasing
-  // the device outputs; never throws.
+  // Waits until the batch's rows are in its output staging; never throws.
   void read_back(InFlight& batch);
   // Counts the batch and sets every request's future (its rows or the error).
   void answer(InFlight& batch);
   nlohmann::json tree_counters() const;
+  // Frees the pinned stagings and their events (the stream is idle then).
+  void release_staging();
 
   const runtime::Device device_;
   std::vector<compiler::ir::Program> programs_;
@@ -110,7 +128,12 @@ class DeviceWorker {
   RequestQueue& queue_;
   StatsRecorder& stats_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<uint8_t>> staging_;  // per input: the largest bucket's rows
+  // Note [Asynchronous staging]: per input, the largest bucket's rows; per
+  // output, two stagings of the largest bucket's rows, and one event each.
+  std::vector<runtime::PinnedHostBuffer> staging_;
+  std::vector<runtime::PinnedHostBuffer> output_staging_[2];
+  runtime::EventHandle staging_done_[2]{};
+  size_t next_staging_ = 0;
   std::thread thread_;
   double warmup_ms_ = 0;
   nlohmann::json tree_after_warmup_;

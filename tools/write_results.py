@@ -367,8 +367,13 @@ def memory_goals(reports):
 
 
 def serving_goals(reports):
+    """Issue 8: at a rate that saturates eager, cudagraphs answers at least 2x
+    eager's throughput with a lower p99. Judged at the highest offered rate
+    that saturates eager (both backends under the most load), against eager's
+    best throughput at any rate: capacity against capacity, so that eager's
+    own slowdown under overload does not count in cudagraphs' favour."""
     report = reports.get("serve")
-    goal = "serving: cudagraphs ≥ 2× eager's throughput at eager's saturating rate, lower p99"
+    goal = "serving: cudagraphs ≥ 2× eager's throughput at a rate saturating eager, lower p99"
     if report is None:
         return [[goal, "needs serve.json", UNMEASURED]]
     rows = sections.rows_of(report)
@@ -381,19 +386,21 @@ def serving_goals(reports):
         if not saturated:
             goals.append([label, "eager never saturated at the offered rates", UNMEASURED])
             continue
-        base = saturated[0]
+        base = saturated[-1]
+        best_eager = max(r.get("answered_per_s", 0) for r in eager)
         graph = sections.find(rows, max_batch=max_batch, backend="cudagraphs",
                               offered_per_s=base.get("offered_per_s"))
         p99 = lambda r: (r.get("latency") or {}).get("p99_us")
-        if not graph or not base.get("answered_per_s") or p99(graph) is None or p99(base) is None:
+        if not graph or not best_eager or p99(graph) is None or p99(base) is None:
             goals.append([label, "no cudagraphs run at %.0f/s" % base.get("offered_per_s", 0),
                           UNMEASURED])
             continue
-        speed = graph.get("answered_per_s", 0) / base["answered_per_s"]
-        goals.append([label, "at %.0f/s: %.0f / %.0f answered/s = %s; p99 %s vs %s µs" % (
-            base["offered_per_s"], graph.get("answered_per_s", 0), base["answered_per_s"],
-            ratio(speed), us(p99(graph)), us(p99(base))),
-            verdict(speed >= 2 and p99(graph) < p99(base))])
+        speed = graph.get("answered_per_s", 0) / best_eager
+        goals.append([label, "at %.0f/s: cudagraphs %.0f answered/s / eager's best %.0f = %s; "
+                      "p99 %s vs %s µs" % (
+                          base["offered_per_s"], graph.get("answered_per_s", 0), best_eager,
+                          ratio(speed), us(p99(graph)), us(p99(base))),
+                      verdict(speed >= 2 and p99(graph) < p99(base))])
     return goals or [[goal, "serve.json has no runs", UNMEASURED]]
 
 

@@ -398,8 +398,9 @@ def serve(report):
             "%s %.0f/s" % (backend, rate) for backend, rate in best.items())))
     if peaks:
         lines += ["", "Reading: the most requests answered per second at any offered rate, "
-                  "per backend (%s). The goal compares the backends at the lowest rate that "
-                  "saturates eager." % "; ".join(peaks)]
+                  "per backend (%s). The goal takes cudagraphs' throughput at the highest offered "
+                  "rate that saturates eager over eager's best at any rate, and the p99 of both "
+                  "at that rate." % "; ".join(peaks)]
     return lines
 
 

@@ -3,6 +3,7 @@
 // cuda_graphs.cc.
 #include "runtime/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <array>
 #include <mutex>
 
@@ -153,6 +154,20 @@ void CudaBackend::free_raw(void* pointer) {
   use_device();
   check_unsafe_call(cudaFree(pointer), "cudaFree",
                     str_cat("freeing the segment at ", pointer, " on ", where()));
+}
+
+void* CudaBackend::allocate_host_pinned(size_t bytes) {
+  use_device();
+  void* pointer = nullptr;
+  GROVE_CUDA_CHECK(cudaHostAlloc(&pointer, std::max<size_t>(bytes, 1), cudaHostAllocPortable),
+                   "allocating ", bytes, " bytes of pinned host memory for ", where());
+  return pointer;
+}
+
+void CudaBackend::free_host_pinned(void* pointer) {
+  if (pointer == nullptr) return;
+  check_unsafe_call(cudaFreeHost(pointer), "cudaFreeHost",
+                    str_cat("freeing pinned host memory at ", pointer, " for ", where()));
 }
 
 void CudaBackend::copy_async(void* destination, const void* source, size_t bytes, CopyKind kind,

@@ -65,6 +65,8 @@ class CudaBackend final : public Backend {
 
   void* allocate_raw(size_t bytes) override;
   void free_raw(void* pointer) override;
+  void* allocate_host_pinned(size_t bytes) override;
+  void free_host_pinned(void* pointer) override;
   void copy_async(void* destination, const void* source, size_t bytes, CopyKind kind,
                   StreamHandle stream) override;
   void memset_async(void* destination, int byte_value, size_t bytes, StreamHandle stream) override;

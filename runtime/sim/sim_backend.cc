@@ -107,6 +107,17 @@ class SimBackend final : public Backend {
     std::free(pointer);
   }
 
+  void* allocate_host_pinned(size_t bytes) override {
+    forbid_during_capture("allocating pinned host memory");
+    void* pointer = std::aligned_alloc(256, std::max<size_t>((bytes + 255) / 256 * 256, 256));
+    if (pointer == nullptr)
+      throw OutOfMemoryError(
+          str_cat(device_.str(), ": pinned host allocation of ", bytes, " bytes failed"));
+    return pointer;
+  }
+
+  void free_host_pinned(void* pointer) override { std::free(pointer); }
+
   void copy_async(void* destination, const void* source, size_t bytes, CopyKind kind,
                   StreamHandle stream) override {
     SimStream& s = stream_of(stream);

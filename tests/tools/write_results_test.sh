@@ -44,7 +44,7 @@ has("| tree manager cost < 1.5 µs at 33 inputs (copy binding) | 3.90 µs | **NO
 # Input binding 64 MiB: (112.3 - 45.1) / (46.0 - 45.1) = 74.67; bucket pool 36 / 32 MiB.
 has("67.20 / 0.900 µs = 74.67× | met |")
 has("36.0 MiB / 32.0 MiB = 1.12× | met |")
-has("at 40000/s: 36800 / 14100 answered/s = 2.61×; p99 2100.0 vs 52000.0 µs | met |")
+has("at 40000/s: cudagraphs 36800 answered/s / eager's best 14100 = 2.61×; p99 2100.0 vs 52000.0 µs | met |")
 has("cold 13.2–79.7 ms, cached 0.64–1.43 ms | met |")
 has("(ratios computed by this script): 10 met, 6 not met, 0 not measured.")
 has("- Goals: 10 met, 6 not met, 0 not measured (the table at the end)")
