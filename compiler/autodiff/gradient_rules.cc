@@ -22,6 +22,8 @@ const std::map<std::string, std::string>& non_differentiable_ops() {
     reasons["sgd_momentum_update"] = "an in-place optimizer update, run after the backward";
     reasons["adamw_update"] = "an in-place optimizer update, run after the backward";
     reasons["gelu_backward"] = "it is gelu's gradient; second derivatives are not supported";
+    reasons["layer_norm_backward"] =
+        "it is layer_norm's gradient; second derivatives are not supported";
     return reasons;
   }();
   return ops;

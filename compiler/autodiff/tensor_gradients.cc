@@ -86,29 +86,28 @@ void register_reductions() {
   // (Note [Saved activations]):
   //   xhat = (x - mean) rstd,  dweight = sum_rows(g xhat),  dbias = sum_rows(g),
   //   dx = rstd (gw - mean(gw) - xhat mean(gw xhat))  with gw = g weight.
+  // dx is one layer_norm_backward kernel (Note [Layer-norm input gradient]),
+  // and xhat is layer_norm itself with weight 1 and bias 0 (one kernel).
   set("layer_norm", [](GradientContext& c) -> Grads {
     ProgramBuilder& b = c.b();
     DType dtype = dtype_of(c);
     ValueId x = c.operand(0);
     ValueId g = c.grad();
+    const double eps = c.attrs().get_float("eps");
     int64_t rank = c.operand_type(0).rank();
+    int64_t features = c.operand_type(0).shape.back();
     std::vector<int64_t> row_dims(static_cast<size_t>(rank - 1));
     std::iota(row_dims.begin(), row_dims.end(), 0);
-    ValueId centered = b.sub(x, b.mean(x, {-1}, /*keepdim=*/true));
-    ValueId variance = b.mean(b.mul(centered, centered), {-1}, /*keepdim=*/true);
-    ValueId rstd = b.rsqrt(b.add(variance, scalar(b, c.attrs().get_float("eps"), dtype)));
-    ValueId normalized = b.mul(centered, rstd);
     auto over_rows = [&](ValueId value) {
       return row_dims.empty() ? value : b.sum(value, row_dims, /*keepdim=*/false);
     };
     Grads grads(3, ir::kNoValue);
-    if (c.wants(0)) {
-      ValueId gw = b.mul(g, c.operand(1));
-      ValueId mean_gw = b.mean(gw, {-1}, /*keepdim=*/true);
-      ValueId mean_gw_xhat = b.mean(b.mul(gw, normalized), {-1}, /*keepdim=*/true);
-      grads[0] = b.mul(rstd, b.sub(b.sub(gw, mean_gw), b.mul(normalized, mean_gw_xhat)));
+    if (c.wants(0)) grads[0] = b.op1("layer_norm_backward", {g, x, c.operand(1)}, {{"eps", eps}});
+    if (c.wants(1)) {
+      ValueId normalized = b.layer_norm(x, b.full(1.0, {features}, dtype),
+                                        b.full(0.0, {features}, dtype), eps);
+      grads[1] = over_rows(b.mul(g, normalized));
     }
-    if (c.wants(1)) grads[1] = over_rows(b.mul(g, normalized));
     if (c.wants(2)) grads[2] = over_rows(g);
     return grads;
   });

@@ -173,6 +173,67 @@ void register_reduction_ops(OpRegistry& registry) {
   };
   registry.add(std::move(layer_norm));
 
+  // Note [Layer-norm input gradient]: layer_norm's dx as one row kernel. The
+  // gradient built from primitives (mean, sub, rsqrt, two means of products)
+  // lowers to about seven kernels per layer norm; this op recomputes the row
+  // statistics from x and does the two gradient reductions in one pass:
+  //   xhat = (x - mean) rstd,  gw = g weight,
+  //   dx = rstd (gw - mean(gw) - xhat mean(gw xhat)).
+  OpDef layer_norm_backward;
+  layer_norm_backward.name = "layer_norm_backward";
+  layer_norm_backward.summary =
+      "layer_norm's input gradient from (grad, x, weight) over the last dim";
+  layer_norm_backward.min_operands = layer_norm_backward.max_operands = 3;
+  layer_norm_backward.attrs = {{"eps", AttrKind::kFloat, 1e-5}};
+  layer_norm_backward.kind = OpKind::kReduction;
+  layer_norm_backward.infer = [](const OpContext& context) {
+    require_floating(context, 0);
+    require_rank_at_least(context, 1, 1);
+    require_same_dtype(context, 0, 1);
+    require_same_dtype(context, 0, 2);
+    GROVE_CHECK_AS(ShapeError, context.operand(0).shape == context.operand(1).shape,
+                   context.where(), ": ", context.describe_operand(0), " must have the shape of ",
+                   context.describe_operand(1));
+    int64_t features = context.operand(1).shape.back();
+    GROVE_CHECK_AS(ShapeError, context.operand(2).shape == Shape{features}, context.where(), ": ",
+                   context.describe_operand(2), " must have shape [", features, "]");
+    GROVE_CHECK_AS(ShapeError, features > 0, context.where(), ": cannot normalize an empty row");
+    GROVE_CHECK(context.attrs.get_float("eps") > 0, context.where(),
+                ": attribute 'eps' must be > 0");
+    return std::vector<TensorType>{context.operand(1)};
+  };
+  layer_norm_backward.reduction_plan = [](const OpContext& context) {
+    ReductionPlan plan;
+    plan.reduced_dims = {context.operand(1).rank() - 1};
+    plan.per_row_result = false;
+    plan.operand_layouts = {RowLayout::kFull, RowLayout::kFull, RowLayout::kPerColumn};
+    return plan;
+  };
+  layer_norm_backward.reduction_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
+                                          const OpContext& context) {
+    int g = operands[0];
+    int x = operands[1];
+    int count = emitter.constant(static_cast<double>(context.operand(1).shape.back()));
+    int mean = emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, x), count);
+    int centered = emitter.binary(ExprOp::kSub, x, mean);
+    int variance = emitter.binary(
+        ExprOp::kDiv,
+        emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, centered, centered)), count);
+    int rstd = emitter.unary(
+        ExprOp::kRsqrt,
+        emitter.binary(ExprOp::kAdd, variance, emitter.constant(context.attrs.get_float("eps"))));
+    int normalized = emitter.binary(ExprOp::kMul, centered, rstd);
+    int gw = emitter.binary(ExprOp::kMul, g, operands[2]);
+    int mean_gw = emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, gw), count);
+    int mean_gw_xhat = emitter.binary(
+        ExprOp::kDiv,
+        emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, gw, normalized)), count);
+    int inner = emitter.binary(ExprOp::kSub, emitter.binary(ExprOp::kSub, gw, mean_gw),
+                               emitter.binary(ExprOp::kMul, normalized, mean_gw_xhat));
+    return emitter.binary(ExprOp::kMul, rstd, inner);
+  };
+  registry.add(std::move(layer_norm_backward));
+
   OpDef cross_entropy;
   cross_entropy.name = "cross_entropy";
   cross_entropy.summary =

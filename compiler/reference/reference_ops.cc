@@ -191,6 +191,43 @@ HostTensor softmax(const ir::Node& node, const Operands& in, const ir::TensorTyp
   return out;
 }
 
+// layer_norm's input gradient (Note [Layer-norm input gradient]) in float64.
+HostTensor layer_norm_backward(const ir::Node& node, const Operands& in,
+                               const ir::TensorType& type) {
+  const HostTensor& g = *in[0];
+  const HostTensor& x = *in[1];
+  const HostTensor& weight = *in[2];
+  int64_t features = x.shape.back();
+  double eps = node.attrs.get_float("eps");
+  double n = static_cast<double>(features);
+  HostTensor out = make(type);
+  for (int64_t row = 0; row * features < x.numel(); ++row) {
+    const double* values = x.data.data() + row * features;
+    const double* grads = g.data.data() + row * features;
+    double mean = 0, variance = 0;
+    for (int64_t j = 0; j < features; ++j) mean += values[j];
+    mean /= n;
+    for (int64_t j = 0; j < features; ++j) variance += (values[j] - mean) * (values[j] - mean);
+    variance /= n;
+    double rstd = 1 / std::sqrt(variance + eps);
+    double mean_gw = 0, mean_gw_xhat = 0;
+    for (int64_t j = 0; j < features; ++j) {
+      double gw = grads[j] * weight.data[static_cast<size_t>(j)];
+      mean_gw += gw;
+      mean_gw_xhat += gw * (values[j] - mean) * rstd;
+    }
+    mean_gw /= n;
+    mean_gw_xhat /= n;
+    for (int64_t j = 0; j < features; ++j) {
+      double gw = grads[j] * weight.data[static_cast<size_t>(j)];
+      double xhat = (values[j] - mean) * rstd;
+      out.data[static_cast<size_t>(row * features + j)] =
+          rstd * (gw - mean_gw - xhat * mean_gw_xhat);
+    }
+  }
+  return out;
+}
+
 HostTensor layer_norm(const ir::Node& node, const Operands& in, const ir::TensorType& type) {
   const HostTensor& x = *in[0];
   int64_t features = x.shape.back();
@@ -483,6 +520,7 @@ HostTensorList evaluate_node(const ir::Node& node, const Operands& in,
   if (op == "sum" || op == "mean" || op == "max") return {reduce(node, in, type)};
   if (op == "softmax" || op == "log_softmax") return {softmax(node, in, type)};
   if (op == "layer_norm") return {layer_norm(node, in, type)};
+  if (op == "layer_norm_backward") return {layer_norm_backward(node, in, type)};
   if (op == "matmul") return {matmul(in, type, false)};
   if (op == "linear") return {linear(in, type)};
   if (op == "reshape") {
