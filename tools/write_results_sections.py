@@ -155,19 +155,27 @@ def backend_latency(report):
             graphs = "%s rec / %s replays / %s eager" % (timed.get("recordings", 0),
                                                          timed.get("replays", 0),
                                                          timed.get("eager_calls", 0))
+            if timed.get("input_copies"):
+                graphs += " / %s input copies" % timed["input_copies"]
         elif r.get("graphs_per_call") is not None:
             graphs = "%s graph(s) per call" % r["graphs_per_call"]
         identical = r.get("identical_to_eager")
         rows.append([r.get("case"), r.get("backend"), latency_cell(r.get("latency")),
+                     us((r.get("enqueue") or {}).get("median_us")),
+                     us((r.get("gpu") or {}).get("median_us")),
                      ratio(r.get("speedup_vs_eager")),
                      "" if identical is None else ("yes" if identical else "NO"), graphs])
     lines = ["Per-call inference latency of the `eager` and `cudagraphs` backends in one "
-             "process (f32), with the bare replay of the very graphs `cudagraphs` recorded; the "
-             "calls alternate so that drift hits all alike. %s timed calls after %s warm-up; "
-             "host time until the stream is synchronized." % (report.get("iters", "?"),
-                                                             report.get("warmup", "?")), ""]
-    lines += table(["case", "backend", "median (p90)", "vs eager", "identical to eager",
-                    "graphs (timed calls)"], rows, ["l", "l", "r", "r", "l", "l"])
+             "process (f32), with the bare replay of the very graphs `cudagraphs` recorded and "
+             "that replay preceded by a device copy of each input (what the copy binding "
+             "enqueues); the calls alternate so that drift hits all alike. %s timed calls after "
+             "%s warm-up; host time until the stream is synchronized. Enqueue: host time until "
+             "the call returned. GPU: time between events around the call, in a pass of its "
+             "own (it includes any wait of the device for the host within the call)."
+             % (report.get("iters", "?"), report.get("warmup", "?")), ""]
+    lines += table(["case", "backend", "median (p90)", "enqueue", "GPU", "vs eager",
+                    "identical to eager", "graphs (timed calls)"], rows,
+                   ["l", "l", "r", "r", "r", "r", "l", "l"])
     overhead = []
     for case in cases_in_order(results):
         graph = find(results, case=case, backend="cudagraphs")
@@ -410,22 +418,28 @@ def data_parallel(report):
     for r in results:
         captured = r.get("collectives_captured")
         efficiency = r.get("scaling_efficiency")
+        gain = r.get("overlap_gain")
         rows.append([r.get("case"), r.get("backend"), r.get("devices"),
+                     "-" if r.get("overlap") is None else ("on" if r.get("overlap") else "off"),
                      latency_cell(r.get("step")), "%.0f" % r.get("samples_per_s", 0),
                      "-" if efficiency is None or r.get("devices") == 1
                      else "%.1f%%" % (100 * efficiency),
                      r.get("buckets", "-"),
                      "%.4f → %.4f" % (r.get("first_loss", float("nan")),
                                       r.get("last_loss", float("nan"))),
-                     "-" if captured is None else ("yes" if captured else "NO")])
+                     "-" if captured is None else ("yes" if captured else "NO"),
+                     "-" if not gain or not r.get("overlap") else ratio(gain)])
     lines = ["Data-parallel training (one thread and device per rank, gradients averaged by "
              "bucketed all-reduce inside the backward): rank 0's step time on 1 and more "
              "devices, eager against cudagraphs. Weak scaling (every rank keeps its batch), so "
-             "the scaling efficiency of N devices is step(1) / step(N).", ""]
-    lines += table(["case (per-rank batch)", "backend", "devices", "step", "samples/s",
-                    "scaling efficiency", "buckets", "loss (first → last)",
-                    "collectives captured"], rows,
-                   ["l", "l", "r", "r", "r", "r", "r", "l", "l"])
+             "the scaling efficiency of N devices is step(1) / step(N), with the same backend and "
+             "overlap setting. Overlap on: the all-reduces run on a communication stream while "
+             "the rest of the backward computes; off: in line on the compute stream. Overlap "
+             "gain: the step without overlap over the step with it.", ""]
+    lines += table(["case (per-rank batch)", "backend", "devices", "overlap", "step",
+                    "samples/s", "scaling efficiency", "buckets", "loss (first → last)",
+                    "collectives captured", "overlap gain"], rows,
+                   ["l", "l", "r", "l", "r", "r", "r", "r", "l", "l", "r"])
     if not any((r.get("devices") or 1) > 1 for r in results):
         lines += ["", "Reading: this session had one device, so no scaling was measured; "
                   "run data_parallel on a 2-GPU machine for it."]
