@@ -169,10 +169,27 @@ struct PreparedProgram {
   // replay may overwrite its block before the segment that writes it runs
   // (fuzz seed 1248). Such a call runs all segments eagerly, which touches no
   // pool memory but the input's; one pool lookup per mutated input.
+  // Note [Aliased mutated inputs of piecewise programs]: a mutated input that
+  // shares memory with another input makes the other input's values depend
+  // on when the write happens. Within one captured segment the tree manager
+  // sees the aliasing and runs that segment eagerly, but an earlier segment's
+  // replay may already have handed a later one a view of its placeholder (a
+  // snapshot of the input taken before the write) where eager code passes a
+  // view of the caller's tensor, which the write then changes (fuzz seed
+  // 5814). Such a call runs all segments eagerly; a few comparisons per
+  // mutated input.
   bool mutated_input_in_pool(const TreeManager& manager, const TensorList& inputs) const {
     runtime::CachingAllocator& allocator = runtime::device_context(device).allocator();
     for (size_t i : mutated_pool_candidates) {
       if (i >= inputs.size() || !inputs[i].defined() || inputs[i].nbytes() == 0) continue;
+      for (size_t other = 0; other < inputs.size(); ++other) {
+        if (other == i || !inputs_overlap(inputs[i], inputs[other])) continue;
+        log_once(LogLevel::kInfo, str_cat("cudagraphs:mutated_alias:", id),
+                 str_cat("not captured this call: ", model_name, ": mutated input ", i,
+                         " shares memory with input ", other, "; the program runs eagerly "
+                         "when called so. Pass tensors that do not alias, or clone one"));
+        return true;
+      }
       std::optional<runtime::PoolId> pool = allocator.pool_containing(inputs[i].address());
       if (pool && *pool == manager.pool()) {
         log_once(LogLevel::kInfo, str_cat("cudagraphs:pool_mutation:", id),

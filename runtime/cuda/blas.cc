@@ -42,6 +42,8 @@ struct StreamHandleState {
 struct HandleRegistry {
   std::mutex mutex;
   std::map<std::pair<int, cudaStream_t>, StreamHandleState> handles;
+  // Note [cuBLAS state of destroyed streams]: per device index.
+  std::map<int, std::vector<StreamHandleState>> recycled;
 };
 
 HandleRegistry& registry() {
@@ -106,6 +108,13 @@ const StreamHandleState& state_for(const CublasLibrary& library, Device device,
   cuda_detail::RelaxedCaptureModeGuard relaxed;
   StreamHandleState state;
   std::string where = str_cat("setting up cuBLAS for a stream of ", device.str());
+  // Note [cuBLAS state of destroyed streams].
+  if (std::vector<StreamHandleState>& spare = r.recycled[device.index]; !spare.empty()) {
+    state = spare.back();
+    check_cublas(library, library.set_stream(state.handle, key.second), "cublasSetStream", where);
+    spare.pop_back();
+    return r.handles.emplace(key, state).first->second;
+  }
   size_t bytes = 0;
   check_cublas(library, library.create(&state.handle), "cublasCreate", where);
   try {
@@ -412,6 +421,23 @@ const char* gemm_epilogue_name(GemmEpilogue epilogue) {
 bool cublas_available() { return cublas_library() != nullptr; }
 
 std::string cublas_unavailable_reason() { return cuda_detail::cublas_load_error(); }
+
+void recycle_gemm_state(Device device, StreamHandle stream) {
+  HandleRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.handles.find(std::make_pair(device.index, static_cast<cudaStream_t>(stream.impl)));
+  if (it == r.handles.end()) return;
+  r.recycled[device.index].push_back(it->second);
+  r.handles.erase(it);
+}
+
+size_t gemm_state_count(Device device) {
+  HandleRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  size_t count = r.recycled[device.index].size();
+  for (const auto& [key, state] : r.handles) count += key.first == device.index ? 1 : 0;
+  return count;
+}
 
 void prepare_gemm(Device device, StreamHandle stream) {
   handle_for(require_cublas(), device, stream);

@@ -112,6 +112,22 @@ bool gemm_row_major_epilogue_available(Device device, GemmEpilogue epilogue, DTy
 // capture, so that the first captured GEMM does no set-up work.
 void prepare_gemm(Device device, StreamHandle stream);
 
+// Note [cuBLAS state of destroyed streams]: called when `stream` is being
+// destroyed (after it finished its work): its handle and workspace go to a
+// free list of the device, and the next stream that needs cuBLAS takes them
+// over instead of allocating another workspace (32 MiB on Hopper). Without
+// this, every stream ever used for a GEMM kept its workspace until exit: a
+// process that creates tree managers (each with a capture stream) over and
+// over ran out of device memory (the cuda fuzzer after about 4,000
+// programs). Nothing is freed, so a graph captured on the stream never
+// reads freed memory; graphs must still not outlive their capture stream
+// and replay beside the stream that inherits it (the tree manager destroys
+// its graphs before its capture stream).
+void recycle_gemm_state(Device device, StreamHandle stream);
+// How many cuBLAS handles (each with a workspace) exist for `device`, in use
+// or recycled: bounded by the most streams that used GEMMs at once.
+size_t gemm_state_count(Device device);
+
 // Whether libcublas.so.13 could be opened; the reason when it could not.
 bool cublas_available();
 std::string cublas_unavailable_reason();

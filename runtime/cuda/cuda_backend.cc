@@ -7,6 +7,7 @@
 #include <array>
 #include <mutex>
 
+#include "runtime/cuda/blas.h"
 #include "runtime/cuda/cuda_backend_impl.h"
 #include "runtime/cuda/cuda_error.h"
 #include "runtime/logging.h"
@@ -210,6 +211,11 @@ void CudaBackend::destroy_stream(StreamHandle stream) {
     streams_.erase(cuda_stream(stream));
   }
   use_device();
+  // Note [cuBLAS state of destroyed streams] (blas.h): the stream's GEMMs must
+  // have finished before another stream takes over their workspace.
+  GROVE_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(stream)),
+                   "finishing a stream's work before destroying it on ", where());
+  recycle_gemm_state(device(), stream);
   GROVE_CUDA_CHECK(cudaStreamDestroy(cuda_stream(stream)), "destroying a stream on ", where());
 }
 

@@ -151,11 +151,26 @@ class CallSequence {
       // included (a fed-back view of a buffer must stay one: fuzz seed 111).
       // The failed call must have changed nothing (Note [Stale inputs throw
       // first], cudagraph_trees/tree_manager.h).
+      // One stale tensor fed into two inputs gets one replacement: the
+      // eager side still passes them aliased.
+      std::vector<std::pair<Tensor, Tensor>> replaced;  // stale input, its replacement
       for (size_t i = 0; i < graphs_inputs.size(); ++i) {
         if (!graphs_inputs[i].storage()->is_poisoned()) continue;
-        const auto& type = program_.value(input_ids_[i]).type;
-        graphs_inputs[i] = Tensor::from_host(graphs_values[i].data(), type.shape, type.dtype,
-                                             program_.device());
+        Tensor replacement;
+        for (const auto& [stale, fresh_tensor] : replaced) {
+          if (stale.storage() == graphs_inputs[i].storage() &&
+              stale.offset() == graphs_inputs[i].offset() &&
+              stale.shape() == graphs_inputs[i].shape()) {
+            replacement = fresh_tensor;
+          }
+        }
+        if (!replacement.defined()) {
+          const auto& type = program_.value(input_ids_[i]).type;
+          replacement = Tensor::from_host(graphs_values[i].data(), type.shape, type.dtype,
+                                          program_.device());
+          replaced.emplace_back(graphs_inputs[i], replacement);
+        }
+        graphs_inputs[i] = replacement;
       }
       graphs_outputs = graphs_(graphs_inputs);
     }

@@ -318,6 +318,34 @@ TEST_F(CudaBackendTest, CapturedCublasGemmReplaysWithCorrectResults) {
   }
 }
 
+// Note [cuBLAS state of destroyed streams]: streams created and destroyed in
+// turn, each running a GEMM, share one workspace instead of keeping one each,
+// and a GEMM on a stream that inherited it is still right.
+TEST_F(CudaBackendTest, DestroyedStreamsHandTheirCublasStateToTheNextStream) {
+  ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
+  GROVE_SEEDED_RNG(rng);
+  const int64_t n = 16;
+  std::vector<float> a = random_floats(rng, n * n), b = random_floats(rng, n * n);
+  Tensor ta = Tensor::from_vector(a, {n, n}, kCudaDevice);
+  Tensor tb = Tensor::from_vector(b, {n, n}, kCudaDevice);
+  Tensor tc = Tensor::empty({n, n}, DType::kF32, kCudaDevice);
+  GemmArgs args;
+  args.m = args.n = args.k = n;
+  args.a = ta.data_ptr(), args.lda = n;
+  args.b = tb.data_ptr(), args.ldb = n;
+  args.c = tc.data_ptr(), args.ldc = n;
+  backend().synchronize_stream(stream_);
+  size_t before = gemm_state_count(kCudaDevice);
+  for (int round = 0; round < 20; ++round) {
+    StreamHandle stream = backend().create_stream();
+    gemm_row_major(kCudaDevice, stream, args);
+    backend().synchronize_stream(stream);
+    expect_near_all(tc.to_vector<float>(), host_matmul(a, b, n, n, n), 1e-4f);
+    backend().destroy_stream(stream);
+  }
+  EXPECT_LE(gemm_state_count(kCudaDevice), before + 1);
+}
+
 TEST_F(CudaBackendTest, StridedBatchedBf16GemmMatchesHostReference) {
   ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
   GROVE_SEEDED_RNG(rng);
