@@ -11,11 +11,11 @@ output=$("$binary" --device sim --iters 2 --warmup 3 --mlp-batches 2 --gpt-batch
 echo "$output"
 for label in "mlp16x512 b=2" "gpt4x256 b=1 T=4"; do
   for backend in eager cudagraphs; do
-    echo "$output" | grep -Eq "^$label +$backend " ||
+    grep -Eq "^$label +$backend " <<<"$output" ||
       { echo "missing row for $label / $backend" >&2; exit 1; }
   done
 done
-if echo "$output" | grep -q "cudagraphs backend not registered"; then
+if grep -q "cudagraphs backend not registered" <<<"$output"; then
   echo "cudagraphs not registered in this build: only eager was measured"
 else
   rows=$(echo "$output" | grep -Ec "^[a-z0-9]+ b=.* cudagraphs .* yes ")

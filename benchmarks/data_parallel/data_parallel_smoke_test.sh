@@ -15,14 +15,14 @@ label="gpt4x256 b=1 T=4"
 for backend in eager cudagraphs; do
   for devices in 1 2; do
     for overlap in on off; do
-      echo "$output" | grep -Eq "^$label +$backend +$devices .* $overlap +([0-9.]+x|-) " ||
+      grep -Eq "^$label +$backend +$devices .* $overlap +([0-9.]+x|-) " <<<"$output" ||
         { echo "missing row for $label / $backend / $devices / overlap $overlap" >&2; exit 1; }
     done
   done
 done
 captured=$(echo "$output" | grep -Ec " cudagraphs .* yes$")
 [ "$captured" -eq 4 ] || { echo "expected 4 captured cudagraphs rows, found $captured" >&2; exit 1; }
-if echo "$output" | grep -Eq " on\* "; then
+if grep -Eq " on\* " <<<"$output"; then
   echo "a row asked for overlap but ran in line" >&2; exit 1
 fi
 count=$(grep -c '"backend":' "$json")

@@ -7,7 +7,7 @@ json="${TEST_TMPDIR:-/tmp}/launch_overhead.json"
 output=$("$binary" --repeats 3 --warmup 1 --json "$json")
 echo "$output"
 for n in 1 10 100 1000; do
-  echo "$output" | grep -Eq "^ *$n \|" || { echo "missing row for N=$n" >&2; exit 1; }
+  grep -Eq "^ *$n \|" <<<"$output" || { echo "missing row for N=$n" >&2; exit 1; }
 done
 count=$(grep -c '"n":' "$json")
 [ "$count" -eq 4 ] || { echo "expected 4 results in $json, found $count" >&2; exit 1; }

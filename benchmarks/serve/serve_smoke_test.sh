@@ -10,12 +10,12 @@ output=$("$binary" --device sim --rates 20,60 --max-batches 4 --rows 1-2 --durat
 echo "$output"
 for backend in eager cudagraphs; do
   for rate in 20 60; do
-    echo "$output" | grep -Eq "^ +4 +$backend +$rate " ||
+    grep -Eq "^ +4 +$backend +$rate " <<<"$output" ||
       { echo "missing row for $backend at $rate/s" >&2; exit 1; }
   done
 done
-echo "$output" | grep -q "cudagraphs vs eager" || { echo "missing comparison table" >&2; exit 1; }
-echo "$output" | grep -q "answers identical across backends: yes" ||
+grep -q "cudagraphs vs eager" <<<"$output" || { echo "missing comparison table" >&2; exit 1; }
+grep -q "answers identical across backends: yes" <<<"$output" ||
   { echo "backends disagree" >&2; exit 1; }
 python3 - "$json" <<'PY'
 import json, sys

@@ -11,14 +11,14 @@ output=$("$binary" --device sim --iters 2 --warmup 4 --mlp-batch 4 --gpt-batch 1
 echo "$output"
 for label in "mlp16x512 b=4" "gpt4x256 b=1 T=8"; do
   for backend in eager cudagraphs; do
-    echo "$output" | grep -Eq "^$label +$backend " ||
+    grep -Eq "^$label +$backend " <<<"$output" ||
       { echo "missing row for $label / $backend" >&2; exit 1; }
   done
   # Columns after the label: backend, median, p90, spread, speedup, first loss, last loss.
   echo "$output" | grep -E "^$label +eager " |
     sed -E "s/^$label +//" | awk '{ if (!($7 < $6)) { print "loss did not fall: " $0; exit 1 } }' >&2
 done
-if echo "$output" | grep -q "cudagraphs backend not registered"; then
+if grep -q "cudagraphs backend not registered" <<<"$output"; then
   echo "cudagraphs not registered in this build: only eager was measured"
 else
   rows=$(echo "$output" | grep -Ec "^[a-z0-9]+ b=.* cudagraphs .* yes ")
