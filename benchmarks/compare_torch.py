@@ -252,25 +252,33 @@ class Bench:
 
             self.record({"mode": "inference", "case": case, "config": config}, run)
 
-    def training(self, name, batch, seq=None):
+    def training_setup(self, name, batch, seq):
+        """A fresh model in training mode, its input, its loss (MSE against a
+        random target for mlp, next-token cross entropy for gpt) and SGD with
+        momentum 0.9: the same for every training configuration."""
         torch = self.torch
         F = torch.nn.functional
+        module, spec, dtype = self.model(name, self.args.dtype)
+        module.train()
+        x = self.inputs(name, spec, dtype, batch, seq)
+        if name.startswith("mlp"):
+            target = torch.rand_like(x) * 2 - 1
+            loss_of = lambda out: F.mse_loss(out, target)
+        else:
+            loss_of = lambda out: F.cross_entropy(
+                out[:, :-1].reshape(-1, out.shape[-1]), x[:, 1:].reshape(-1))
+        optimizer = torch.optim.SGD(module.parameters(), lr=1e-2, momentum=0.9)
+        return module, x, loss_of, optimizer
+
+    def training(self, name, batch, seq=None):
+        torch = self.torch
         case = "%s b=%d%s" % (name, batch, " T=%d" % seq if seq else "")
         configs = [("eager", None, False), ("compile default", {}, False),
                    ("compile reduce-overhead", {"mode": "reduce-overhead"}, False),
                    ("compile reduce-overhead, whole step", {"mode": "reduce-overhead"}, True)]
         for config, compile_kwargs, whole_step in configs:
             def run(compile_kwargs=compile_kwargs, whole_step=whole_step):
-                module, spec, dtype = self.model(name, self.args.dtype)
-                module.train()
-                x = self.inputs(name, spec, dtype, batch, seq)
-                if name.startswith("mlp"):
-                    target = torch.rand_like(x) * 2 - 1
-                    loss_of = lambda out: F.mse_loss(out, target)
-                else:
-                    loss_of = lambda out: F.cross_entropy(
-                        out[:, :-1].reshape(-1, out.shape[-1]), x[:, 1:].reshape(-1))
-                optimizer = torch.optim.SGD(module.parameters(), lr=1e-2, momentum=0.9)
+                module, x, loss_of, optimizer = self.training_setup(name, batch, seq)
                 graphs = compile_kwargs is not None and compile_kwargs.get("mode") == "reduce-overhead"
                 forward = module
                 if compile_kwargs is not None and not whole_step:
@@ -304,17 +312,7 @@ class Bench:
         no launch overhead at all. A reference, not a configuration PyTorch
         users get from torch.compile, so the goals do not compare with it."""
         torch = self.torch
-        F = torch.nn.functional
-        module, spec, dtype = self.model(name, self.args.dtype)
-        module.train()
-        x = self.inputs(name, spec, dtype, batch, seq)
-        if name.startswith("mlp"):
-            target = torch.rand_like(x) * 2 - 1
-            loss_of = lambda out: F.mse_loss(out, target)
-        else:
-            loss_of = lambda out: F.cross_entropy(
-                out[:, :-1].reshape(-1, out.shape[-1]), x[:, 1:].reshape(-1))
-        optimizer = torch.optim.SGD(module.parameters(), lr=1e-2, momentum=0.9)
+        module, x, loss_of, optimizer = self.training_setup(name, batch, seq)
 
         def step():
             loss = loss_of(module(x))

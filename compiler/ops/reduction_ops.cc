@@ -110,6 +110,29 @@ OpDef softmax_op(const std::string& name, bool log) {
   return def;
 }
 
+// layer_norm's row statistics over the last dim of `x` (of type `type`), in
+// the order both layer_norm and layer_norm_backward emit them.
+struct RowNormalization {
+  int count = 0;       // the row length, as a constant
+  int rstd = 0;        // 1 / sqrt(var + eps)
+  int normalized = 0;  // (x - mean) * rstd
+};
+
+RowNormalization emit_row_normalization(KernelEmitter& emitter, int x, const TensorType& type,
+                                        double eps) {
+  RowNormalization row;
+  row.count = emitter.constant(static_cast<double>(type.shape.back()));
+  int mean = emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, x), row.count);
+  int centered = emitter.binary(ExprOp::kSub, x, mean);
+  int variance = emitter.binary(
+      ExprOp::kDiv,
+      emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, centered, centered)), row.count);
+  row.rstd = emitter.unary(ExprOp::kRsqrt,
+                           emitter.binary(ExprOp::kAdd, variance, emitter.constant(eps)));
+  row.normalized = emitter.binary(ExprOp::kMul, centered, row.rstd);
+  return row;
+}
+
 }  // namespace
 
 void register_reduction_ops(OpRegistry& registry) {
@@ -157,18 +180,9 @@ void register_reduction_ops(OpRegistry& registry) {
   };
   layer_norm.reduction_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
                                  const OpContext& context) {
-    int x = operands[0];
-    int count = emitter.constant(static_cast<double>(context.operand(0).shape.back()));
-    int mean = emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, x), count);
-    int centered = emitter.binary(ExprOp::kSub, x, mean);
-    int variance = emitter.binary(
-        ExprOp::kDiv,
-        emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, centered, centered)), count);
-    int inv_std = emitter.unary(
-        ExprOp::kRsqrt,
-        emitter.binary(ExprOp::kAdd, variance, emitter.constant(context.attrs.get_float("eps"))));
-    int normalized = emitter.binary(ExprOp::kMul, centered, inv_std);
-    return emitter.binary(ExprOp::kAdd, emitter.binary(ExprOp::kMul, normalized, operands[1]),
+    RowNormalization row = emit_row_normalization(emitter, operands[0], context.operand(0),
+                                                  context.attrs.get_float("eps"));
+    return emitter.binary(ExprOp::kAdd, emitter.binary(ExprOp::kMul, row.normalized, operands[1]),
                           operands[2]);
   };
   registry.add(std::move(layer_norm));
@@ -212,17 +226,9 @@ void register_reduction_ops(OpRegistry& registry) {
   layer_norm_backward.reduction_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
                                           const OpContext& context) {
     int g = operands[0];
-    int x = operands[1];
-    int count = emitter.constant(static_cast<double>(context.operand(1).shape.back()));
-    int mean = emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, x), count);
-    int centered = emitter.binary(ExprOp::kSub, x, mean);
-    int variance = emitter.binary(
-        ExprOp::kDiv,
-        emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, centered, centered)), count);
-    int rstd = emitter.unary(
-        ExprOp::kRsqrt,
-        emitter.binary(ExprOp::kAdd, variance, emitter.constant(context.attrs.get_float("eps"))));
-    int normalized = emitter.binary(ExprOp::kMul, centered, rstd);
+    RowNormalization row = emit_row_normalization(emitter, operands[1], context.operand(1),
+                                                  context.attrs.get_float("eps"));
+    const int count = row.count, rstd = row.rstd, normalized = row.normalized;
     int gw = emitter.binary(ExprOp::kMul, g, operands[2]);
     int mean_gw = emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, gw), count);
     int mean_gw_xhat = emitter.binary(
