@@ -278,7 +278,9 @@ TEST(GradientRules, EveryOpHasARuleAndAGradientCheckUnlessNonDifferentiable) {
   for (const std::string& op : registry.op_names()) {
     bool non_differentiable = non_differentiable_ops().count(op) != 0;
     EXPECT_EQ(static_cast<bool>(registry.get(op).gradient), !non_differentiable) << op;
-    if (!non_differentiable) EXPECT_TRUE(checked.count(op)) << op << " has no gradient check";
+    if (!non_differentiable) {
+      EXPECT_TRUE(checked.count(op)) << op << " has no gradient check";
+    }
   }
   for (const auto& [op, reason] : non_differentiable_ops()) {
     EXPECT_NE(registry.find(op), nullptr) << op << " is listed but not registered";
