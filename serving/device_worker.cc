@@ -85,11 +85,11 @@ void DeviceWorker::prepare() {
   programs_.clear();
   // Note [Asynchronous staging].
   const size_t largest = static_cast<size_t>(config_.buckets.back());
-  for (const RowSpec& input : signature_.inputs) {
-    staging_.emplace_back(device_, largest * input.row_bytes);
-  }
   runtime::Backend& backend = runtime::device_context(device_).backend();
   for (size_t parity = 0; parity < 2; ++parity) {
+    for (const RowSpec& input : signature_.inputs) {
+      input_staging_[parity].emplace_back(device_, largest * input.row_bytes);
+    }
     for (const RowSpec& output : signature_.outputs) {
       output_staging_[parity].emplace_back(device_, largest * output.row_bytes);
     }
@@ -100,7 +100,7 @@ void DeviceWorker::prepare() {
   for (size_t i = buckets_.size(); i-- > 0;) {
     Bucket& bucket = buckets_[i];
     for (size_t k = 0; k < bucket.inputs.size(); ++k) {
-      bucket.inputs[k].copy_from_host(staging_[k].data());
+      bucket.inputs[k].copy_from_host(input_staging_[0][k].data());
     }
     for (int64_t call = 0; call < config_.warmup_calls; ++call) {
       compiler::TensorList outputs = (*bucket.model)(bucket.inputs);
@@ -120,14 +120,18 @@ void DeviceWorker::serve() {
     // one only if it is due now; otherwise finish the running one first.
     std::vector<PendingRequest> next = running ? queue_.take_due_batch() : queue_.take_batch();
     if (!running && next.empty()) return;  // closed and empty
-    std::optional<InFlight> finished;
-    if (running) {
-      read_back(*running);
-      finished = std::move(running);
-      running.reset();
+    std::optional<InFlight> launched;
+    if (!next.empty()) {
+      // A strided output is read synchronously by read_back(), before the
+      // next replay may overwrite it (Note [Asynchronous staging]).
+      if (running && !running->strided_outputs.empty()) read_back(*running);
+      launched = launch(std::move(next));
     }
-    if (!next.empty()) running = launch(std::move(next));
-    if (finished) answer(*finished);
+    if (running) {
+      if (!running->read) read_back(*running);
+      answer(*running);
+    }
+    running = std::move(launched);
   }
 }
 
@@ -149,9 +153,11 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
     runtime::DeviceContext& context = runtime::device_context(device_);
     runtime::Backend& backend = context.backend();
     const runtime::StreamHandle stream = context.current_stream();
+    run.staging = next_staging_;
+    next_staging_ ^= 1;
     for (size_t k = 0; k < signature_.inputs.size(); ++k) {
       const size_t row_bytes = signature_.inputs[k].row_bytes;
-      uint8_t* staging = staging_[k].data();
+      uint8_t* staging = input_staging_[run.staging][k].data();
       size_t offset = 0;
       for (const PendingRequest& request : run.requests) {
         const std::vector<uint8_t>& bytes = request.request.inputs[k].bytes;
@@ -167,8 +173,6 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
     compiler::TensorList outputs = (*bucket->model)(bucket->inputs);
     GROVE_CHECK(outputs.size() == signature_.outputs.size(), "served model returned ",
                 outputs.size(), " outputs; its signature has ", signature_.outputs.size());
-    run.staging = next_staging_;
-    next_staging_ ^= 1;
     for (size_t o = 0; o < outputs.size(); ++o) {
       runtime::Tensor rows = outputs[o].slice(0, 0, run.rows);
       if (!rows.is_contiguous()) {
@@ -211,6 +215,7 @@ void DeviceWorker::read_back(InFlight& run) {
     if (!run.error) run.error = std::current_exception();
   }
   run.strided_outputs.clear();
+  run.read = true;
   run.completed = Clock::now();
 }
 
@@ -248,9 +253,9 @@ void DeviceWorker::answer(InFlight& run) {
 }
 
 void DeviceWorker::release_staging() {
-  staging_.clear();
   runtime::Backend& backend = runtime::device_context(device_).backend();
   for (size_t parity = 0; parity < 2; ++parity) {
+    input_staging_[parity].clear();
     output_staging_[parity].clear();
     if (staging_done_[parity].impl != nullptr) backend.destroy_event(staging_done_[parity]);
     staging_done_[parity] = runtime::EventHandle{};

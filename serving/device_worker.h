@@ -22,28 +22,30 @@
 //
 // Note [Two batches in flight]
 // The worker keeps the device busy while it does its host work: when the
-// queue has a batch due while the previous one still runs, it takes and
-// stages it, then reads the previous batch's rows back (waiting for the
-// device), launches the new batch, and only then answers the previous batch's
-// requests, while the device runs the new one. The read-back must come before
-// the next launch: every bucket's outputs live in the one graph pool, and any
-// replay may overwrite them. When no batch is due the worker finishes the
-// running batch first, so a lone request is never held back waiting for
-// company. Each request is still answered exactly once, in FIFO order.
+// queue has a batch due while the previous one still runs, it takes, stages
+// and launches it right away, queued on the stream behind the running batch,
+// and only then waits for the previous batch's rows and answers its
+// requests, while the device works on both. When no batch is due the worker
+// finishes the running batch first, so a lone request is never held back
+// waiting for company. Each request is still answered exactly once, in FIFO
+// order.
 //
 // Note [Asynchronous staging]
 // A batch's rows travel through page-locked (pinned) host buffers: launch()
-// gathers the rows into the input staging, enqueues the host-to-device copy,
-// the model and the device-to-host copy of each output's real rows into one
-// of two output stagings, and records an event; nothing waits. read_back()
-// waits for that event only. Copies from pinned memory are asynchronous (from
-// pageable memory CUDA stages them synchronously), so the device never idles
-// for a copy while the host gathers or answers. Reuse is ordered: the input
-// staging is refilled only after read_back() of the batch that read it, and
-// the two output stagings alternate, so batch N+1's copy-back cannot overwrite
-// the rows answer() is still handing out for batch N. Graph outputs may be
-// dropped right after the copy-back is enqueued: any later replay that reuses
-// their memory runs after it in stream order.
+// gathers the rows into an input staging, enqueues the host-to-device copy,
+// the model and the device-to-host copy of each output's real rows into an
+// output staging, and records an event; nothing waits. read_back() waits for
+// that event only. Copies from pinned memory are asynchronous (from pageable
+// memory CUDA stages them synchronously), so the device never idles for a
+// copy while the host gathers or answers. Two sets of stagings alternate
+// between batches: batch N+1 is gathered and launched while batch N's copies
+// may still be pending and while its rows are being answered, and batch N+2
+// reuses N's set only after N was read back and answered. Everything on the
+// device is ordered by the one stream: N+1's input copy runs after N's model,
+// and N+1's replay, which may reuse the memory of N's graph outputs, runs
+// after N's copy-back; so graph outputs may be dropped as soon as their
+// copy-back is enqueued. An output whose rows are not contiguous is gathered
+// synchronously by read_back(), which then runs before the next launch.
 #pragma once
 
 #include <exception>
@@ -99,7 +101,8 @@ class DeviceWorker {
     int64_t bucket_rows = 0;  // the bucket it runs in
     Clock::time_point dispatched;
     Clock::time_point completed;
-    size_t staging = 0;             // which output staging holds its rows
+    size_t staging = 0;             // which input and output stagings it uses
+    bool read = false;              // read_back() has run
     // Outputs whose rows are not contiguous, gathered by read_back().
     std::vector<std::pair<size_t, runtime::Tensor>> strided_outputs;
     runtime::EventHandle done{};    // recorded after its copy-back (Note [Asynchronous staging])
@@ -128,9 +131,9 @@ class DeviceWorker {
   RequestQueue& queue_;
   StatsRecorder& stats_;
   std::vector<Bucket> buckets_;
-  // Note [Asynchronous staging]: per input, the largest bucket's rows; per
-  // output, two stagings of the largest bucket's rows, and one event each.
-  std::vector<runtime::PinnedHostBuffer> staging_;
+  // Note [Asynchronous staging]: two sets, used by batches in turn: per input
+  // and per output the largest bucket's rows, and one event per set.
+  std::vector<runtime::PinnedHostBuffer> input_staging_[2];
   std::vector<runtime::PinnedHostBuffer> output_staging_[2];
   runtime::EventHandle staging_done_[2]{};
   size_t next_staging_ = 0;
