@@ -61,10 +61,11 @@ struct PreparedProgram {
   // Note [Pool inputs of piecewise programs]: positions to check; empty for a
   // one-segment program that returns no input, or one that continues a step.
   std::vector<size_t> pool_input_candidates;
-  // Note [Mutated pool inputs of piecewise programs]: mutated inputs to test.
-  std::vector<size_t> mutated_pool_candidates;
-  // Note [Private copies of mutated storage]: every mutated input.
+  // Every mutated input that is not static, for Note [Private copies of
+  // mutated storage] and, in piecewise programs, for Notes [Mutated pool inputs
+  // of piecewise programs] and [Aliased mutated inputs of piecewise programs].
   std::vector<size_t> mutated_inputs;
+  bool piecewise = false;  // more than one segment
   std::atomic<int64_t> pool_mutation_fallbacks{0};
   int64_t fallbacks = 0;              // segments left eager for a real reason
   std::atomic<int64_t> calls{0};
@@ -129,7 +130,7 @@ struct PreparedProgram {
     // hand tensors to each other across separate calls, so one training step
     // is one generation: the forward marks the step's beginning, and the
     // backward and optimizer step continue it.
-    if (!mutated_pool_candidates.empty() && mutated_input_in_pool(manager, inputs)) {
+    if (piecewise && !mutated_inputs.empty() && mutated_input_needs_eager(manager, inputs)) {
       ++pool_mutation_fallbacks;
       return lowered.run_with(eager_calls, inputs);
     }
@@ -178,9 +179,9 @@ struct PreparedProgram {
   // view of the caller's tensor, which the write then changes (fuzz seed
   // 5814). Such a call runs all segments eagerly; a few comparisons per
   // mutated input.
-  bool mutated_input_in_pool(const TreeManager& manager, const TensorList& inputs) const {
+  bool mutated_input_needs_eager(const TreeManager& manager, const TensorList& inputs) const {
     runtime::CachingAllocator& allocator = runtime::device_context(device).allocator();
-    for (size_t i : mutated_pool_candidates) {
+    for (size_t i : mutated_inputs) {
       if (i >= inputs.size() || !inputs[i].defined() || inputs[i].nbytes() == 0) continue;
       for (size_t other = 0; other < inputs.size(); ++other) {
         if (other == i || !inputs_overlap(inputs[i], inputs[other])) continue;
@@ -331,15 +332,15 @@ class CudagraphsBackend : public ExecutionBackend {
         }
         return false;
       };
+      program->piecewise = segments.size() > 1;
       size_t input_count = lowered.program().inputs().size();
       for (size_t i = 0; i < input_count; ++i) {
         if (listed(whole.static_input_indices, i)) continue;
         if (listed(whole.mutated_input_indices, i)) {
           program->mutated_inputs.push_back(i);
-          if (segments.size() > 1) program->mutated_pool_candidates.push_back(i);
           continue;
         }
-        if (segments.size() > 1 || returned(i)) program->pool_input_candidates.push_back(i);
+        if (program->piecewise || returned(i)) program->pool_input_candidates.push_back(i);
       }
     }
     {
