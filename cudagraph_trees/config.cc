@@ -76,6 +76,8 @@ TreeConfig TreeConfig::from_environment() {
     }
   }
   config.zero_copy_inputs = read_bool("GROVE_CUDAGRAPHS_ZERO_COPY", config.zero_copy_inputs);
+  config.graph_input_copies =
+      read_bool("GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES", config.graph_input_copies);
   config.min_segment_kernels =
       read_int("GROVE_CUDAGRAPHS_MIN_SEGMENT_KERNELS", config.min_segment_kernels, 0);
   config.batch_buckets = read_sizes("GROVE_CUDAGRAPHS_BATCH_BUCKETS", config.batch_buckets);

@@ -39,6 +39,11 @@ struct TreeConfig {
   // kernels in a recorded graph instead of copying a copied input whose
   // address changed, where that is safe (Note [Zero-copy inputs], zero_copy.h).
   bool zero_copy_inputs = true;
+  // GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=1/0: a copied input that is not
+  // zero-copied is copied by a kernel at the head of the recorded graph
+  // instead of a separate copy before each launch (Note [Input copies inside
+  // the graph], input_binding.h).
+  bool graph_input_copies = true;
   // GROVE_CUDAGRAPHS_MIN_SEGMENT_KERNELS: the "cudagraphs" backend runs a
   // segment launching fewer kernels (generated + library) than this eagerly.
   int min_segment_kernels = 1;

@@ -164,6 +164,7 @@ bool InputBinding::prepare_replay_staged(const TensorList& inputs, ReplayContext
     any = true;
   }
   if (!any) return false;
+  disarm_graph_copies(context);
   for (size_t p = 0; p < copied_.size(); ++p) {
     CopiedInput& copied = copied_[p];
     if (copied.span_bytes == 0) continue;
@@ -259,6 +260,48 @@ std::string InputBinding::plan_zero_copy(const runtime::GraphRecording& graph,
     pool_ = pool;
   }
   return why_not;
+}
+
+size_t InputBinding::add_graph_copies(runtime::GraphRecording& graph, const TensorList& inputs) {
+  runtime::KernelHandle kernel;
+  for (CopiedInput& copied : copied_) {
+    if (copied.span_bytes == 0 || copied.zero_copy >= 0) continue;
+    if (!kernel) kernel = runtime::span_copy_kernel(graph.device());
+    const char* source =
+        static_cast<const char*>(inputs[copied.index].data_ptr()) + copied.span_low_bytes;
+    GraphCopy copy;
+    copy.args = runtime::span_copy_args(copied.placeholder, source, copied.span_bytes);
+    copy.kernel_node =
+        graph.add_head_kernel(kernel, runtime::span_copy_dims(copied.span_bytes), copy.args);
+    copied.graph_copy = static_cast<int32_t>(graph_copies_.size());
+    graph_copies_.push_back(std::move(copy));
+  }
+  return graph_copies_.size();
+}
+
+void InputBinding::repoint_graph_copy(GraphCopy& copy, const CopiedInput& copied,
+                                      const char* source, ReplayContext& context) {
+  copy.args.slots[runtime::kSpanCopySourceSlot] = reinterpret_cast<uint64_t>(source);
+  copy.args.slots[runtime::kSpanCopyBytesSlot] = copied.span_bytes;
+  context.graph->set_kernel_node_args(copy.kernel_node, copy.args);
+  copy.armed = true;
+  ++context.counters.copy_source_patches;
+}
+
+void InputBinding::disarm_graph_copies(ReplayContext& context) {
+  for (GraphCopy& copy : graph_copies_) {
+    if (!copy.armed) continue;
+    copy.args.slots[runtime::kSpanCopyBytesSlot] = 0;
+    context.graph->set_kernel_node_args(copy.kernel_node, copy.args);
+    copy.armed = false;
+  }
+}
+
+bool InputBinding::copied_in_graph(size_t index) const {
+  for (const CopiedInput& copied : copied_) {
+    if (copied.index == index) return copied.graph_copy >= 0;
+  }
+  return false;
 }
 
 bool InputBinding::rebind_slow(CopiedInput& copied, uintptr_t start, const TensorList& inputs,

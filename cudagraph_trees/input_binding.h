@@ -11,6 +11,26 @@
 // the function writes is copied back after each replay (Note [Copy-back of
 // mutated inputs]); a copied input whose readers are all grove kernels may be
 // bound by patching the graph instead of copying (Note [Zero-copy inputs]).
+//
+// Note [Input copies inside the graph]
+// A copied input that is not zero-copied is copied by a span copy kernel
+// (runtime/span_copy_kernel.h) that grove adds at the head of the recorded
+// graph, before every captured node, instead of by a device-to-device copy
+// enqueued before each launch: a replay whose inputs kept their addresses
+// then enqueues nothing but the graph launch, and the copy costs the GPU one
+// more node of the graph instead of a separate operation on the stream. The
+// kernel reads the caller's memory when the graph runs, which is stream
+// order after the call, exactly like the separate copy. Because it runs
+// before every captured node, the graph's own writes (pool intermediates,
+// written inputs) cannot reach its source first, so the zero-copy rules 4-6
+// do not apply: any source address is fine (the kernel falls back to byte
+// copies when a pointer is not 16-byte aligned). When the input moves, the
+// replay re-points the kernel's source slot (one kernel-node update), as a
+// zero-copy patch does. The head copies of one graph run concurrently, so a
+// source inside another placeholder would race with that placeholder's copy:
+// the staged path (Note [Sources inside placeholders]) then disarms every
+// head copy (bytes slot 0) and copies outside the graph; the next ordinary
+// replay re-arms them.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +45,7 @@
 #include "cudagraph_trees/zero_copy.h"
 #include "runtime/backend.h"
 #include "runtime/caching_allocator.h"
+#include "runtime/span_copy_kernel.h"
 
 namespace grove::cudagraph_trees {
 
@@ -65,6 +86,7 @@ struct CopiedInput {
   void* placeholder = nullptr;  // start of the placeholder's span in the pool
   bool copy_back = false;       // the function writes it (type-(d) mutation)
   int32_t zero_copy = -1;       // its ZeroCopyPlan input, or -1
+  int32_t graph_copy = -1;      // its head copy kernel (graph_copies_), or -1
   // Set by each replay: where the copy-back goes (null: the graph wrote the
   // caller's memory directly, or no copy-back).
   void* copy_back_to = nullptr;
@@ -151,8 +173,12 @@ class InputBinding {
         copied.copy_back_to = nullptr;
         continue;
       }
-      context.backend.copy_async(copied.placeholder, source, copied.span_bytes,
-                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+      if (copied.graph_copy >= 0) [[likely]] {
+        copy_in_graph(copied, source, context);
+      } else {
+        context.backend.copy_async(copied.placeholder, source, copied.span_bytes,
+                                   runtime::CopyKind::kDeviceToDevice, context.stream);
+      }
       ++context.counters.input_copies;
       copied.copy_back_to = copied.copy_back ? source : nullptr;
     }
@@ -179,6 +205,11 @@ class InputBinding {
                              const std::unordered_set<const void*>& output_addresses,
                              const RegisteredFunction& function,
                              const runtime::CachingAllocator& allocator, runtime::PoolId pool);
+  // Between capture and instantiation, after plan_zero_copy(): adds a head
+  // copy kernel to `graph` for every copied input that is neither empty nor
+  // zero-copied, reading `inputs` (the recording's own call); returns how
+  // many (Note [Input copies inside the graph]).
+  size_t add_graph_copies(runtime::GraphRecording& graph, const TensorList& inputs);
 
   // Managed inputs whose address differs from the recorded one (slow path).
   std::vector<size_t> moved_managed_inputs(const TensorList& inputs) const;
@@ -189,6 +220,9 @@ class InputBinding {
   size_t copied_count() const { return copied_.size(); }
   size_t copy_back_count() const { return copy_back_.size(); }
   size_t zero_copy_count() const { return zero_copy_.input_count(); }
+  size_t graph_copy_count() const { return graph_copies_.size(); }
+  // Whether copied input `index` (an input index) is copied by a head kernel.
+  bool copied_in_graph(size_t index) const;
   // Whether copied input `index` (an input index) is bound by patching.
   bool zero_copied(size_t index) const;
   size_t checked_count() const { return managed_.size() + static_.size(); }
@@ -205,6 +239,13 @@ class InputBinding {
   const runtime::CachingAllocator* copy_back_allocator_ = nullptr;
   runtime::PoolId tree_pool_;
   ZeroCopyPlan zero_copy_;
+  // A head copy kernel and its arguments as currently set in the graph.
+  struct GraphCopy {
+    size_t kernel_node = 0;
+    runtime::KernelArgs args;
+    bool armed = true;  // false: its bytes slot is 0 (staged replays)
+  };
+  std::vector<GraphCopy> graph_copies_;
   const runtime::CachingAllocator* allocator_ = nullptr;  // set with a non-empty plan
   runtime::PoolId pool_;
 
@@ -225,6 +266,20 @@ class InputBinding {
   }
   bool rebind_slow(CopiedInput& copied, uintptr_t start, const TensorList& inputs,
                    ReplayContext& context);
+  // Note [Input copies inside the graph]: nothing when the head kernel
+  // already reads `source`, else one kernel-node update.
+  void copy_in_graph(const CopiedInput& copied, const char* source, ReplayContext& context) {
+    GraphCopy& copy = graph_copies_[static_cast<size_t>(copied.graph_copy)];
+    if (!copy.armed ||
+        copy.args.slots[runtime::kSpanCopySourceSlot] != reinterpret_cast<uint64_t>(source)) [[unlikely]] {
+      repoint_graph_copy(copy, copied, source, context);
+    }
+    ++context.counters.input_copies_in_graph;
+  }
+  void repoint_graph_copy(GraphCopy& copy, const CopiedInput& copied, const char* source,
+                          ReplayContext& context);
+  // Staged replays copy outside the graph: every head copy then copies nothing.
+  void disarm_graph_copies(ReplayContext& context);
 };
 
 }  // namespace grove::cudagraph_trees

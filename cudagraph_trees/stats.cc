@@ -18,11 +18,14 @@ nlohmann::json counters_json(const TreeCounters& counters) {
   json["pending_backward_blocks"] = counters.pending_backward_blocks;
   json["capture_failures"] = counters.capture_failures;
   json["input_copies"] = counters.input_copies;
+  json["input_copies_in_graph"] = counters.input_copies_in_graph;
+  json["copy_source_patches"] = counters.copy_source_patches;
   json["staged_input_copies"] = counters.staged_input_copies;
   json["input_patches"] = counters.input_patches;
   json["zero_copy_refusals"] = counters.zero_copy_refusals;
   json["input_copy_backs"] = counters.input_copy_backs;
   json["zero_copy_inputs"] = counters.zero_copy_inputs;
+  json["graph_copy_inputs"] = counters.graph_copy_inputs;
   json["copy_back_inputs"] = counters.copy_back_inputs;
   return json;
 }

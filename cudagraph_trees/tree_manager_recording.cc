@@ -170,8 +170,8 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
   if (graph->node_count() == 0) {
     graph.reset();  // kernel-free: replays only re-emit outputs
   } else {
-    graph->instantiate();
-    graph->replay(capture_stream_);  // computes the first outputs
+    // Both plans read the captured graph before it is instantiated: the head
+    // copies join the graph (Note [Input copies inside the graph]).
     if (config_.zero_copy_inputs) {
       std::unordered_set<const void*> output_addresses;
       for (const runtime::Tensor& output : outputs) {
@@ -187,6 +187,11 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
                                       why_not));
       }
     }
+    if (config_.graph_input_copies) {
+      counters_.graph_copy_inputs += parts.inputs.add_graph_copies(*graph, inputs);
+    }
+    graph->instantiate();
+    graph->replay(capture_stream_);  // computes the first outputs
   }
   // Note [Copy-back of mutated inputs]: the caller sees the first replay's writes.
   parts.inputs.copy_back_after_recording(inputs, backend_, capture_stream_, counters_);

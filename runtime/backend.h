@@ -161,6 +161,11 @@ class Backend {
   // Changes one kernel node's arguments in `exec`; takes effect from its next launch.
   virtual void set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
                                     size_t kernel_node_index, const KernelArgs& args) = 0;
+  // Adds a kernel node to a captured graph that is not instantiated yet,
+  // ordered before every node the graph has (all of them run after it), and
+  // returns its kernel-node index: the existing kernel nodes keep theirs.
+  virtual size_t add_head_kernel_node(GraphHandle graph, KernelHandle kernel,
+                                      const LaunchDims& dims, const KernelArgs& args) = 0;
   virtual size_t graph_node_count(GraphHandle graph) = 0;
   virtual std::string graph_dot(GraphHandle graph) = 0;
   virtual void destroy_graph(GraphHandle graph) = 0;

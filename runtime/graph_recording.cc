@@ -102,8 +102,19 @@ void GraphRecording::replay(StreamHandle stream) {
   backend_.launch_graph(exec_, stream);
 }
 
+size_t GraphRecording::add_head_kernel(KernelHandle kernel, const LaunchDims& dims,
+                                       const KernelArgs& args) {
+  GROVE_CHECK(graph_ && !exec_ && !capturing_,
+              "add_head_kernel needs a captured graph that is not instantiated yet");
+  size_t index = backend_.add_head_kernel_node(graph_, kernel, dims, args);
+  ++head_kernels_;
+  return index;
+}
+
 bool GraphRecording::update() {
   GROVE_CHECK(exec_ && pending_graph_, "update() needs an instantiated graph and a re-capture");
+  GROVE_CHECK(head_kernels_ == 0, "update() of a recording with ", head_kernels_,
+              " head kernels: a re-capture would lose them; record afresh instead");
   ExecUpdateResult result = backend_.update_graph_exec(exec_, pending_graph_);
   if (result.updated) {
     backend_.destroy_graph(graph_);

@@ -40,6 +40,10 @@ class GraphRecording {
   // graph's arguments in (true), or re-instantiates (false, reason logged).
   bool update();
 
+  // Between capture_end() and instantiate(): adds a kernel node that runs
+  // before every captured node; returns its kernel-node index (the captured
+  // nodes keep theirs). A recording with head kernels cannot update().
+  size_t add_head_kernel(KernelHandle kernel, const LaunchDims& dims, const KernelArgs& args);
   std::vector<KernelNodeInfo> kernel_nodes() const;
   void set_kernel_node_args(size_t kernel_node_index, const KernelArgs& args);
   size_t node_count() const;
@@ -62,6 +66,7 @@ class GraphRecording {
   GraphHandle pending_graph_;  // a re-capture waiting for update()
   GraphExecHandle exec_;
   InstantiateOptions options_;
+  size_t head_kernels_ = 0;
   std::string last_update_reason_;
 };
 

@@ -99,6 +99,8 @@ class CudaBackend final : public Backend {
   std::vector<KernelNodeInfo> kernel_nodes(GraphHandle graph) override;
   void set_kernel_node_args(GraphExecHandle exec, GraphHandle graph, size_t kernel_node_index,
                             const KernelArgs& args) override;
+  size_t add_head_kernel_node(GraphHandle graph, KernelHandle kernel, const LaunchDims& dims,
+                              const KernelArgs& args) override;
   size_t graph_node_count(GraphHandle graph) override;
   std::string graph_dot(GraphHandle graph) override;
   void destroy_graph(GraphHandle graph) override;

@@ -264,6 +264,52 @@ void CudaBackend::set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
       record->second.kernel->name, "') in an executable graph on ", where());
 }
 
+// Note [Head kernel nodes]: the node is appended to grove's cached list of
+// the graph's kernel nodes (the list kernel-node indices refer to), so the
+// indices of the captured nodes stay what kernel_nodes() reported; the exec
+// made from this graph later addresses its nodes through the same list.
+size_t CudaBackend::add_head_kernel_node(GraphHandle graph, KernelHandle kernel,
+                                         const LaunchDims& dims, const KernelArgs& args) {
+  CudaGraph& g = graph_of(graph);
+  GROVE_CHECK_AS(DeviceError, kernel.impl != nullptr, where(), ": head node of a null kernel");
+  const auto* cuda_kernel = static_cast<const CudaKernel*>(kernel.impl);
+  use_device();
+  std::lock_guard<std::mutex> lock(mutex_);
+  kernel_nodes_of(g);  // the list the new node is appended to
+  size_t root_count = 0;
+  GROVE_CUDA_CHECK(cudaGraphGetRootNodes(g.graph, nullptr, &root_count),
+                   "counting the root nodes of a graph on ", where());
+  std::vector<cudaGraphNode_t> roots(root_count);
+  if (root_count > 0) {
+    GROVE_CUDA_CHECK(cudaGraphGetRootNodes(g.graph, roots.data(), &root_count),
+                     "listing the root nodes of a graph on ", where());
+  }
+  std::vector<void*> pointers(args.slots.size());
+  for (size_t i = 0; i < args.slots.size(); ++i) {
+    pointers[i] = const_cast<uint64_t*>(&args.slots[i]);
+  }
+  cudaKernelNodeParams params{};
+  params.func = reinterpret_cast<void*>(cuda_kernel->kernel);
+  params.gridDim = dim3(dims.grid.x, dims.grid.y, dims.grid.z);
+  params.blockDim = dim3(dims.block.x, dims.block.y, dims.block.z);
+  params.sharedMemBytes = dims.shared_bytes;
+  params.kernelParams = pointers.data();
+  cudaGraphNode_t node = nullptr;
+  GROVE_CUDA_CHECK(cudaGraphAddKernelNode(&node, g.graph, nullptr, 0, &params),
+                   "adding kernel node '", cuda_kernel->name, "' (grid ", dims.grid.x, ", block ",
+                   dims.block.x, ") at the head of a graph on ", where());
+  if (root_count > 0) {
+    std::vector<cudaGraphNode_t> from(root_count, node);
+    GROVE_CUDA_CHECK(
+        cudaGraphAddDependencies(g.graph, from.data(), roots.data(), nullptr, root_count),
+        "ordering the graph's ", root_count, " root nodes after kernel node '",
+        cuda_kernel->name, "' on ", where());
+  }
+  g.launches[node] = LaunchRecord{cuda_kernel, dims, args};
+  g.kernel_nodes->push_back(node);
+  return g.kernel_nodes->size() - 1;
+}
+
 size_t CudaBackend::graph_node_count(GraphHandle graph) {
   size_t count = 0;
   GROVE_CUDA_CHECK(cudaGraphGetNodes(graph_of(graph).graph, nullptr, &count),

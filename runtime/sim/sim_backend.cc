@@ -328,7 +328,9 @@ class SimBackend final : public Backend {
 
   GraphExecHandle instantiate(GraphHandle graph, const InstantiateOptions&) override {
     auto* exec = new SimGraphExec();
-    exec->nodes = static_cast<SimGraph*>(graph.impl)->nodes;
+    const auto& source = *static_cast<SimGraph*>(graph.impl);
+    exec->nodes = source.nodes;
+    exec->order = sim::execution_order(source);
     return GraphExecHandle{exec};
   }
 
@@ -337,7 +339,8 @@ class SimBackend final : public Backend {
     GROVE_CHECK_AS(CaptureViolation, s.capture == nullptr,
                    "launching a graph into a capturing stream is not supported by grove");
     if (stream.is_default()) forbid_during_capture("launching on the legacy default stream");
-    for (const SimNode& node : static_cast<SimGraphExec*>(exec.impl)->nodes) node.run();
+    const auto& e = *static_cast<SimGraphExec*>(exec.impl);
+    for (size_t index : e.order) e.nodes[index].run();
   }
 
   ExecUpdateResult update_graph_exec(GraphExecHandle exec, GraphHandle graph) override {
@@ -371,6 +374,25 @@ class SimBackend final : public Backend {
       }
     }
     throw Error(str_cat("set_kernel_node_args: the graph has no kernel node ", kernel_node_index));
+  }
+
+  size_t add_head_kernel_node(GraphHandle graph, KernelHandle kernel, const LaunchDims& dims,
+                              const KernelArgs& args) override {
+    GROVE_CHECK(kernel.impl != nullptr, device_.str(), ": head node of a null kernel");
+    auto& g = *static_cast<SimGraph*>(graph.impl);
+    size_t index = g.nodes.size();
+    size_t kernel_index = 0;
+    for (SimNode& node : g.nodes) {
+      if (node.dependencies.empty()) node.dependencies.push_back(index);
+      if (node.kind == SimNode::Kind::kKernel) ++kernel_index;
+    }
+    SimNode head;
+    head.kind = SimNode::Kind::kKernel;
+    head.kernel = static_cast<const SimKernel*>(kernel.impl);
+    head.dims = dims;
+    head.args = args;
+    g.nodes.push_back(std::move(head));
+    return kernel_index;
   }
 
   size_t graph_node_count(GraphHandle graph) override {

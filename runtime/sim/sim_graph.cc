@@ -1,7 +1,9 @@
 #include "runtime/sim/sim_graph.h"
 
+#include <cstdint>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "runtime/error.h"
 
@@ -37,6 +39,37 @@ std::string SimNode::label() const {
       return "host function";
   }
   return "?";
+}
+
+std::vector<size_t> execution_order(const SimGraph& graph) {
+  std::vector<size_t> order;
+  order.reserve(graph.nodes.size());
+  std::vector<uint8_t> state(graph.nodes.size(), 0);  // 0 new, 1 open, 2 placed
+  std::vector<std::pair<size_t, size_t>> stack;       // (node, next dependency)
+  for (size_t start = 0; start < graph.nodes.size(); ++start) {
+    if (state[start] != 0) continue;
+    stack.push_back({start, 0});
+    state[start] = 1;
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      const std::vector<size_t>& dependencies = graph.nodes[node].dependencies;
+      if (next < dependencies.size()) {
+        size_t dependency = dependencies[next++];
+        GROVE_CHECK(dependency < graph.nodes.size() && state[dependency] != 1,
+                    "sim graph: node ", node, " has a cyclic or dangling dependency on node ",
+                    dependency);
+        if (state[dependency] == 0) {
+          state[dependency] = 1;
+          stack.push_back({dependency, 0});
+        }
+        continue;
+      }
+      state[node] = 2;
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  return order;
 }
 
 ExecUpdateResult check_same_topology(const SimGraphExec& exec, const SimGraph& graph) {

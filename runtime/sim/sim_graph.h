@@ -1,6 +1,8 @@
 // The graph a sim capture records: nodes in capture order, each with the
-// nodes it depends on. Capture order is a valid execution order, so replay
-// runs the nodes front to back with their recorded arguments.
+// nodes it depends on. Capture order is a valid execution order; a head node
+// added after capture (Backend::add_head_kernel_node) is appended last and
+// the roots depend on it, so replay runs the nodes in execution_order():
+// every node after the nodes it depends on, otherwise in index order.
 #pragma once
 
 #include <string>
@@ -43,7 +45,10 @@ struct SimGraph {
 
 struct SimGraphExec {
   std::vector<SimNode> nodes;
+  std::vector<size_t> order;  // execution_order() of the graph it was made from
 };
+
+std::vector<size_t> execution_order(const SimGraph& graph);
 
 // Whether `graph` has the topology of `exec` (same nodes, kinds, kernels and
 // edges), so that its arguments can be swapped in; the reason when not.
