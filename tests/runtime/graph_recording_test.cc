@@ -5,8 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "runtime/span_copy_kernel.h"
 #include "runtime/tensor.h"
 #include "tests/runtime/device_test_util.h"
 #include "tests/runtime/test_kernels.h"
@@ -332,7 +341,91 @@ TEST_P(GraphRecordingTest, CaptureEndWithAnInnerRoutingLeftOpenStillEndsTheCaptu
   context_->allocator().release_pool(other);
 }
 
+// A head kernel (the span copy) runs before every captured node: here it
+// fills the input the captured add reads. The captured node keeps its index.
+TEST_P(GraphRecordingTest, AHeadKernelRunsBeforeTheCapturedNodes) {
+  GROVE_SEEDED_RNG(rng);
+  Tensor a = random_tensor(rng, 333), b = random_tensor(rng, 333);
+  Tensor source = random_tensor(rng, 333), out = random_tensor(rng, 333);
+  GraphRecording recording(device());
+  recording.capture_begin(stream_, pool_);
+  testing::launch_add(a, b, out);
+  recording.capture_end();
+  size_t nodes = recording.node_count();
+  KernelArgs copy = span_copy_args(a.data_ptr(), source.data_ptr(), a.nbytes());
+  size_t head = recording.add_head_kernel(span_copy_kernel(device()), span_copy_dims(a.nbytes()),
+                                          copy);
+  EXPECT_EQ(head, 1u);
+  EXPECT_EQ(recording.node_count(), nodes + 1);
+  std::vector<KernelNodeInfo> kernels = recording.kernel_nodes();
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0].args, add_args(a, b, out));
+  EXPECT_EQ(kernels[1].kernel_name, "grove_copy_span");
+  EXPECT_TRUE(kernels[1].launched_by_grove);
+  recording.instantiate();
+  EXPECT_THROW(recording.add_head_kernel(span_copy_kernel(device()), span_copy_dims(8), copy),
+               Error);
+  recording.replay(stream_);
+  EXPECT_EQ(a.to_vector<float>(), source.to_vector<float>());
+  EXPECT_EQ(out.to_vector<float>(), plus(source.to_vector<float>(), b.to_vector<float>()));
+  // The head node's source can be patched like any grove kernel node.
+  Tensor other = random_tensor(rng, 333);
+  copy.slots[kSpanCopySourceSlot] = reinterpret_cast<uint64_t>(other.data_ptr());
+  recording.set_kernel_node_args(head, copy);
+  recording.replay(stream_);
+  EXPECT_EQ(out.to_vector<float>(), plus(other.to_vector<float>(), b.to_vector<float>()));
+  // A re-capture would lose the head kernel: update() refuses.
+  recording.capture_begin(stream_, pool_);
+  testing::launch_add(a, b, out);
+  recording.capture_end();
+  EXPECT_THROW(recording.update(), Error);
+}
+
+// The span copy at every alignment and size class: 16-byte vectors where both
+// pointers allow them, bytes elsewhere, nothing for 0 bytes.
+TEST_P(GraphRecordingTest, TheSpanCopyKernelCopiesExactlyTheBytesAskedFor) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t floats = (1 << 18) + 64;
+  Tensor source = random_tensor(rng, floats);
+  Tensor destination = random_tensor(rng, floats);
+  std::vector<float> source_host = source.to_vector<float>();
+  KernelHandle kernel = span_copy_kernel(device());
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{4096},
+                       size_t{(1 << 20) + 3}}) {
+    for (size_t from_offset : {0, 1, 4, 16}) {
+      for (size_t to_offset : {0, 3, 16}) {
+        std::vector<float> before = destination.to_vector<float>();
+        auto* to = static_cast<char*>(destination.data_ptr()) + to_offset;
+        const auto* from = static_cast<const char*>(source.data_ptr()) + from_offset;
+        context_->backend().launch_kernel(kernel, span_copy_dims(bytes),
+                                          span_copy_args(to, from, bytes), stream_);
+        std::vector<float> after = destination.to_vector<float>();
+        std::vector<char> expected(before.size() * sizeof(float));
+        std::memcpy(expected.data(), before.data(), expected.size());
+        std::memcpy(expected.data() + to_offset,
+                    reinterpret_cast<const char*>(source_host.data()) + from_offset, bytes);
+        ASSERT_EQ(std::memcmp(after.data(), expected.data(), expected.size()), 0)
+            << bytes << " bytes from offset " << from_offset << " to offset " << to_offset;
+      }
+    }
+  }
+}
+
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(GraphRecordingTest);
+
+// The span copy's PTX assembles for Hopper (where ptxas is installed).
+TEST(SpanCopyKernel, PtxAssemblesForSm90) {
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "ptxas not installed at " << ptxas;
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("grove_span_copy_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "span_copy.ptx") << span_copy_ptx();
+  std::string command = std::string(ptxas) + " -arch=sm_90 -o " + (dir / "span_copy.cubin").string() +
+                        " " + (dir / "span_copy.ptx").string() + " 2>&1";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  std::filesystem::remove_all(dir);
+}
 
 TEST(GraphRecording, CpuDevicesCannotRecord) {
   EXPECT_THROW(GraphRecording recording(kCpuDevice), DeviceError);
