@@ -166,9 +166,9 @@ def backend_latency(report):
                      ratio(r.get("speedup_vs_eager")),
                      "" if identical is None else ("yes" if identical else "NO"), graphs])
     lines = ["Per-call inference latency of the `eager` and `cudagraphs` backends in one "
-             "process (f32), with the bare replay of the very graphs `cudagraphs` recorded and "
-             "that replay preceded by a device copy of each input (what the copy binding "
-             "enqueues); the calls alternate so that drift hits all alike. %s timed calls after "
+             "process (f32), with the bare replay of the very graphs `cudagraphs` recorded (they "
+             "begin with grove's in-graph input copies) and the bare replay of the eager "
+             "callable captured directly (body only, no input copy); the calls alternate so that drift hits all alike. %s timed calls after "
              "%s warm-up; host time until the stream is synchronized. Enqueue: host time until "
              "the call returned. GPU: time between events around the call, in a pass of its "
              "own (it includes any wait of the device for the host within the call)."
