@@ -11,10 +11,13 @@
 // after run() (or the bare graph launch), and the stream is synchronized,
 // untimed, after every `--burst` calls, so that the launch queue never fills
 // and no call waits for the GPU. The manager's cost is the difference of the
-// per-call medians. Two binding modes are measured: zero-copy (the default:
+// per-call medians. Three binding modes are measured: zero-copy (the default:
 // the copied input's address did not change, so nothing is copied or
-// patched) and copy (zero_copy_inputs = false: the input is copied into its
-// placeholder before each replay, one cudaMemcpyAsync on the host).
+// patched), copy (zero_copy_inputs = false: the input is copied into its
+// placeholder before each replay, one cudaMemcpyAsync on the host) and
+// in-graph copy (zero_copy_inputs = false, graph_input_copies = true: a head
+// kernel of the graph copies it, Note [Input copies inside the graph]; the
+// bare replay of that graph includes the copy kernel).
 //
 //   tree_overhead [--device auto|cuda|sim] [--iterations N] [--repeats R] [--burst B] [--json PATH]
 #include <cstdio>
@@ -101,9 +104,19 @@ void time_calls(const Options& options, grove::runtime::DeviceContext& context,
   context.backend().synchronize_stream(stream);
 }
 
-Measurement measure(const Options& options, int input_count, bool zero_copy, std::mt19937& rng) {
+struct Binding {
+  const char* name;
+  bool zero_copy;
+  bool graph_input_copies;
+};
+constexpr Binding kBindings[] = {
+    {"zero-copy", true, false}, {"copy", false, false}, {"in-graph copy", false, true}};
+
+Measurement measure(const Options& options, int input_count, const Binding& binding,
+                    std::mt19937& rng) {
   TreeConfig config;
-  config.zero_copy_inputs = zero_copy;
+  config.zero_copy_inputs = binding.zero_copy;
+  config.graph_input_copies = binding.graph_input_copies;
   TreeManager trees(options.device, config);
   FunctionSpec spec;
   spec.name = "chain16";
@@ -167,11 +180,11 @@ int run(int argc, char** argv) {
                       {"manager cost us", bench::Align::kRight}});
   nlohmann::json rows = nlohmann::json::array();
   nlohmann::json goals = nlohmann::json::object();
-  for (bool zero_copy : {true, false}) {
-    const char* binding = zero_copy ? "zero-copy" : "copy";
+  for (const Binding& mode : kBindings) {
+    const char* binding = mode.name;
     double cost_33 = 0, cost_257 = 0;
     for (int input_count : kInputCounts) {
-      Measurement m = measure(options, input_count, zero_copy, rng);
+      Measurement m = measure(options, input_count, mode, rng);
       double cost = m.manager.median_us - m.bare.median_us;
       if (input_count == 33) cost_33 = cost;
       if (input_count == 257) cost_257 = cost;
@@ -195,9 +208,10 @@ int run(int argc, char** argv) {
                       {"meets_per_input_goal", per_input_ns < 10.0}};
   }
   std::fputs(table.render().c_str(), stdout);
-  for (const char* binding : {"zero-copy", "copy"}) {
+  for (const Binding& mode : kBindings) {
+    const char* binding = mode.name;
     const nlohmann::json& goal = goals[binding];
-    std::printf("%-9s manager cost at 33 inputs: %.3f us (goal < 1.5 us); per extra input: %.2f ns "
+    std::printf("%-13s manager cost at 33 inputs: %.3f us (goal < 1.5 us); per extra input: %.2f ns "
                 "(goal < 10 ns)\n",
                 binding, goal["manager_cost_33_inputs_us"].get<double>(),
                 goal["per_extra_input_ns"].get<double>());
