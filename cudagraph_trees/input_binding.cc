@@ -297,6 +297,13 @@ void InputBinding::disarm_graph_copies(ReplayContext& context) {
   }
 }
 
+std::pair<const void*, size_t> InputBinding::placeholder_span(size_t index) const {
+  for (const CopiedInput& copied : copied_) {
+    if (copied.index == index) return {copied.placeholder, copied.span_bytes};
+  }
+  return {nullptr, 0};
+}
+
 bool InputBinding::copied_in_graph(size_t index) const {
   for (const CopiedInput& copied : copied_) {
     if (copied.index == index) return copied.graph_copy >= 0;

@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <set>
+#include <utility>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -223,6 +224,8 @@ class InputBinding {
   size_t graph_copy_count() const { return graph_copies_.size(); }
   // Whether copied input `index` (an input index) is copied by a head kernel.
   bool copied_in_graph(size_t index) const;
+  // The placeholder span of copied input `index` (an input index): [start, start + bytes).
+  std::pair<const void*, size_t> placeholder_span(size_t index) const;
   // Whether copied input `index` (an input index) is bound by patching.
   bool zero_copied(size_t index) const;
   size_t checked_count() const { return managed_.size() + static_.size(); }

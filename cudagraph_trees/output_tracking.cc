@@ -16,15 +16,17 @@ const char* output_kind_name(OutputKind kind) {
 }
 
 NodeOutputs NodeOutputs::classify(const TensorList& outputs, const TensorList& inputs,
-                                  const std::vector<InputKind>& kinds,
+                                  const TensorList& bound, const std::vector<InputKind>& kinds,
                                   const PoolMembership& in_pool, runtime::Device device) {
+  (void)kinds;
   NodeOutputs result;
   result.device_ = device;
-  // Static and managed inputs are passed to the body as themselves.
+  // Static and managed inputs are passed to the body as themselves, copied
+  // inputs as their placeholders (Note [Views of copied inputs]).
   std::unordered_map<const void*, size_t> input_by_storage;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (kinds[i] == InputKind::kCopied || !inputs[i].defined()) continue;
-    const void* address = inputs[i].storage()->address();
+  for (size_t i = 0; i < bound.size() && i < inputs.size(); ++i) {
+    if (!bound[i].defined() || !inputs[i].defined()) continue;
+    const void* address = bound[i].storage()->address();
     if (address != nullptr) input_by_storage.emplace(address, i);
   }
   std::unordered_map<const void*, size_t> storage_by_address;
@@ -46,7 +48,7 @@ NodeOutputs NodeOutputs::classify(const TensorList& outputs, const TensorList& i
     } else if (auto in = input_by_storage.find(address); in != input_by_storage.end()) {
       record.kind = OutputKind::kAliasesInput;
       record.input_index = in->second;
-      record.offset_from_input = output.offset() - inputs[in->second].offset();
+      record.offset_from_input = output.offset() - bound[in->second].offset();
     } else if (auto earlier = storage_by_address.find(address);
                earlier != storage_by_address.end()) {
       record.kind = OutputKind::kAliasesOutput;
@@ -68,6 +70,14 @@ NodeOutputs NodeOutputs::classify(const TensorList& outputs, const TensorList& i
     result.records_.push_back(std::move(record));
   }
   return result;
+}
+
+void NodeOutputs::rebase_input_views(TensorList& outputs, const TensorList& inputs) const {
+  for (size_t j = 0; j < records_.size() && j < outputs.size(); ++j) {
+    if (records_[j].kind == OutputKind::kAliasesInput) {
+      outputs[j] = view_of_input(records_[j], inputs);
+    }
+  }
 }
 
 void NodeOutputs::build_cache() {

@@ -8,8 +8,26 @@
 //   pool storage  - a new block of the tree's pool: tracked;
 //   aliases output j - a view of an earlier output of the same call: shares
 //                   that output's storage (one storage, freed once);
-//   aliases input i  - a view of a static or pool-managed input: built on the
-//                   input's storage on every replay (liveness is the input's).
+//   aliases input i  - a view of an input: built on the caller's input's
+//                   storage on every replay (liveness is the input's). For a
+//                   copied input the body saw its placeholder, and the view
+//                   is moved onto the caller's tensor (Note [Views of copied
+//                   inputs]).
+//
+// Note [Views of copied inputs]
+// A copied input reaches the body as its placeholder, so an output that is a
+// view of it (the input returned, reshaped or sliced) is a view of the
+// placeholder. Eager code returns a view of the caller's tensor instead, and
+// the difference shows as soon as anyone writes one of them: fed back into a
+// function that writes one input through another (fuzz seed 23188: x and
+// reshape(x) returned, then passed back as an input and a mutated input),
+// eager sees the write through the alias and the placeholder view does not.
+// So such outputs are re-emitted on the caller's storage, at the same offset
+// relative to the tensor (placeholder and input have the same strides), on
+// every replay and at the recording itself. The values are the same: the
+// graph writes a copied input's placeholder only where the function mutates
+// the input, and copy-back then writes the caller's tensor before anyone can
+// read the view.
 //
 // Note [Output liveness]: a TrackedStorage holds a weak reference to the
 // storage currently standing for an output, plus the number of strong
@@ -61,10 +79,14 @@ using PoolMembership = std::function<bool(const void* address)>;
 class NodeOutputs {
  public:
   NodeOutputs() = default;
-  // `inputs` are the caller's inputs, `kinds` their classification.
+  // `inputs` are the caller's inputs, `bound` what the body was called with
+  // (placeholders in place of copied inputs), `kinds` their classification.
   static NodeOutputs classify(const TensorList& outputs, const TensorList& inputs,
-                              const std::vector<InputKind>& kinds, const PoolMembership& in_pool,
-                              runtime::Device device);
+                              const TensorList& bound, const std::vector<InputKind>& kinds,
+                              const PoolMembership& in_pool, runtime::Device device);
+  // The recording's own outputs as a replay emits them: views of copied
+  // inputs moved onto the caller's tensors (Note [Views of copied inputs]).
+  void rebase_input_views(TensorList& outputs, const TensorList& inputs) const;
 
   // Appends this node's outputs for one replay to `result`; allocates no
   // device memory (host Storage objects only the first time after a cache drop).
@@ -73,13 +95,16 @@ class NodeOutputs {
     for (size_t j = 0; j < records_.size(); ++j) {
       const OutputRecord& record = records_[j];
       if (record.kind == OutputKind::kAliasesInput) {
-        const runtime::Tensor& input = inputs[record.input_index];
-        result.emplace_back(input.storage(), record.shape, record.strides,
-                            input.offset() + record.offset_from_input, record.dtype);
+        result.push_back(view_of_input(record, inputs));
       } else {
         result.push_back(cached_outputs_[j]);
       }
     }
+  }
+  static runtime::Tensor view_of_input(const OutputRecord& record, const TensorList& inputs) {
+    const runtime::Tensor& input = inputs[record.input_index];
+    return runtime::Tensor(input.storage(), record.shape, record.strides,
+                           input.offset() + record.offset_from_input, record.dtype);
   }
   // Forgets the cached replay tensors (before a checkpoint restore, where the
   // storages users still hold become the owners of their blocks).

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -119,6 +120,47 @@ inline Floats host_add_scalar(const Floats& a, float value) {
       }                                                                                 \
     }                                                                                   \
   } while (false)
+
+// The input whose placeholder span in `node` holds `tensor`'s first element, or -1.
+inline int placeholder_holding(const TreeNode& node, const Tensor& tensor) {
+  auto address = reinterpret_cast<uintptr_t>(tensor.data_ptr());
+  for (size_t i = 0; i < node.inputs().kinds().size(); ++i) {
+    auto [start, bytes] = node.inputs().placeholder_span(i);
+    auto low = reinterpret_cast<uintptr_t>(start);
+    if (start != nullptr && low <= address && address < low + bytes) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Note [Sources inside placeholders]: a placeholder returns to the pool after
+// its recording, so a later node's output may live in it. Records
+// f(a, b) = a + b at the root and g(y) = 3 y as its child and replays both
+// once: g's replay output then lies in the block of one of f's placeholders
+// (the pool hands the freed block out again; asserted). Returns g's output
+// and which of f's inputs owns that placeholder. `keep` holds every input.
+struct PlaceholderReuse {
+  FunctionId f;
+  Tensor g_output;
+  int holder = -1;
+};
+inline PlaceholderReuse reuse_a_placeholder(TreeManager& trees, const std::function<Tensor()>& fresh) {
+  PlaceholderReuse reuse;
+  reuse.f = trees.register_function(spec("add", [](const TensorList& in) {
+    return TensorList{add(in[0], in[1])};
+  }));
+  FunctionId g = trees.register_function(spec("triple", [](const TensorList& in) {
+    return TensorList{scale(in[0], 3.0f)};
+  }));
+  for (int step = 0; step < 3; ++step) {  // warm-up, recording, replay
+    trees.mark_step_begin();
+    TensorList f_out = trees.run(reuse.f, {fresh(), fresh()});
+    reuse.g_output = trees.run(g, {f_out[0]})[0];
+  }
+  EXPECT_EQ(trees.counters().recordings, 2u);
+  EXPECT_EQ(trees.counters().replays, 2u);
+  reuse.holder = placeholder_holding(*trees.roots(reuse.f)[0], reuse.g_output);
+  return reuse;
+}
 
 inline size_t count_occurrences(const std::string& text, const std::string& needle) {
   size_t count = 0;

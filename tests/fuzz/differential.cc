@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iostream>
 #include <random>
 #include <set>
 #include <optional>
@@ -84,7 +85,9 @@ class CallSequence {
 
   // "" when the call matched.
   std::string call(int index, DifferentialOutcome& outcome) {
-    if (chance(0.25)) cudagraph_trees::mark_step_begin();
+    bool new_step = chance(0.25);
+    if (new_step) cudagraph_trees::mark_step_begin();
+    std::string trace = "call " + std::to_string(index) + (new_step ? " (new step)" : "") + ":";
     TensorList eager_inputs, graphs_inputs;
     int mode = std::uniform_int_distribution<int>(0, 2)(rng_);
     if (mode == 1 && owned_eager_.empty()) mode = 0;
@@ -119,6 +122,7 @@ class CallSequence {
                 last_eager_[o].is_contiguous() && last_graphs_[o].is_contiguous() && chance(0.7)) {
               eager_inputs[i] = last_eager_[o];
               graphs_inputs[i] = last_graphs_[o];
+              trace += " input " + std::to_string(i) + " <- output " + std::to_string(o) + ";";
               fed_back = true;
               used[o] = true;
               fed_inputs.insert(i);
@@ -137,6 +141,10 @@ class CallSequence {
                                                            : t.to_host_bytes());
       }
     }
+    if (trace_) {
+      std::cerr << trace << " inputs "
+                << (mode == 0 ? "new" : mode == 1 ? "overwritten in place" : "fed back") << "\n";
+    }
     TensorList eager_outputs = eager_(eager_inputs);
     TensorList graphs_outputs;
     try {
@@ -144,6 +152,7 @@ class CallSequence {
     } catch (const StaleTensorError&) {
       if (!fed_back) throw;
       ++outcome.stale_retries;
+      if (trace_) std::cerr << "  a fed-back input was stale: retried with copies\n";
       // As a user following the error message would: only the stale inputs
       // are replaced, by fresh tensors holding the values the call was given
       // (the eager side saw them before it ran; mutation may have changed
@@ -175,6 +184,16 @@ class CallSequence {
       graphs_outputs = graphs_(graphs_inputs);
     }
     ++outcome.calls;
+    if (trace_) {
+      const cudagraph_trees::TreeCounters& counters =
+          cudagraph_trees::tree_manager_for(program_.device()).counters();
+      std::cerr << "  tree so far: " << counters.warmups << " warm-ups, " << counters.recordings
+                << " recordings, " << counters.replays << " replays, " << counters.eager_calls
+                << " eager calls, " << counters.input_copies << " input copies, "
+                << counters.input_copy_backs << " copy-backs; backend: "
+                << graphs_.backend_stats() << "\n"
+                << cudagraph_trees::tree_manager_for(program_.device()).dot() << "\n";
+    }
     std::string where = "call " + std::to_string(index) + " (inputs " +
                         (mode == 0 ? "new" : mode == 1 ? "overwritten in place" : "fed back") + ")";
     if (eager_outputs.size() != graphs_outputs.size()) return where + ": output counts differ";
@@ -216,6 +235,8 @@ class CallSequence {
   }
 
   const Program& program_;
+  // GROVE_FUZZ_TRACE=1: each call's binding on stderr (for reading a failure).
+  const bool trace_ = std::getenv("GROVE_FUZZ_TRACE") != nullptr;
   std::mt19937_64 rng_;
   CompiledModel eager_;
   CompiledModel graphs_;

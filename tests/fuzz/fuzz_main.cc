@@ -2,6 +2,11 @@
 //
 //   fuzz_main --device cuda --seconds 600 --seed 1
 //   fuzz_main --device sim --programs 200 --calls 12
+//   GROVE_FUZZ_TRACE=1 fuzz_main --device sim --program reduced.json --seed 23188
+//
+// --program runs one saved program (a reduced failure's JSON) with the call
+// sequence of scenario seed --seed, once, without reducing it; with
+// GROVE_FUZZ_TRACE=1 each call's binding and the tree are printed.
 //
 // Prints each failure (seeds, what differed, the reduced program as JSON)
 // and a final summary line; exits 1 when anything failed, 2 on bad flags,
@@ -13,6 +18,8 @@
 #include "runtime/device.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "compiler/model_format/model_json.h"
+#include "tests/fuzz/differential.h"
 #include "tests/fuzz/fuzz_driver.h"
 
 namespace {
@@ -20,7 +27,7 @@ namespace {
 int usage(const std::string& problem) {
   std::cerr << "fuzz_main: " << problem
             << "\nusage: fuzz_main [--device sim|cuda] [--seconds S] [--seed N] [--programs N]"
-               " [--calls N] [--training-every N]\n";
+               " [--calls N] [--training-every N] [--program FILE]\n";
   return 2;
 }
 
@@ -31,6 +38,7 @@ int main(int argc, char** argv) {
   options.programs = 1000000;
   options.seconds = 60;
   bool programs_given = false, seconds_given = false;
+  std::string program_file;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (i + 1 >= argc) return usage("flag " + flag + " needs a value");
@@ -48,6 +56,8 @@ int main(int argc, char** argv) {
         programs_given = true;
       } else if (flag == "--calls") {
         options.calls = std::stoi(value);
+      } else if (flag == "--program") {
+        program_file = value;
       } else if (flag == "--training-every") {
         options.training_every = std::stoi(value);
       } else {
@@ -61,6 +71,15 @@ int main(int argc, char** argv) {
   if (options.device.is_cuda() && grove::runtime::cuda_device_count() == 0) {
     std::cout << "no CUDA device\n";
     return 0;
+  }
+  if (!program_file.empty()) {
+    grove::compiler::ir::Program program =
+        grove::compiler::model_format::load_model_file(program_file, {}, options.device);
+    grove::fuzz::DifferentialOutcome outcome =
+        grove::fuzz::run_differential(program, options.seed, options.calls);
+    std::cout << program_file << " with scenario seed " << options.seed << ": "
+              << (outcome.passed ? "passed" : "FAILURE " + outcome.failure) << "\n";
+    return outcome.passed ? 0 : 1;
   }
   options.progress = &std::cout;
   std::cout << "fuzzing on " << options.device.str() << " from seed " << options.seed << "\n";

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "compiler/model_format/model_json.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "tests/fuzz/differential.h"
 #include "tests/fuzz/fuzz_driver.h"
@@ -39,6 +40,23 @@ TEST_P(DifferentialFuzz, RandomProgramsAndCallSequencesMatchEagerBitwise) {
   RecordProperty("fuzz", summary.str());
   EXPECT_GT(summary.replays, summary.calls / 4) << summary.str();
   for (const std::string& failure : summary.failures) ADD_FAILURE() << failure;
+}
+
+// Reduced programs of fixed failures (known_failures/), each replayed with
+// the call sequence of the scenario seed that failed.
+TEST_P(DifferentialFuzz, ReducedProgramsOfFixedFailuresPass) {
+  struct Saved {
+    const char* file;
+    uint64_t scenario_seed;
+  };
+  for (const Saved& saved : {Saved{"tests/fuzz/known_failures/seed_23188_views_of_copied_inputs.json",
+                                   23188}}) {
+    compiler::ir::Program program =
+        compiler::model_format::load_model_file(saved.file, {}, device());
+    DifferentialOutcome outcome = run_differential(program, saved.scenario_seed, 8);
+    EXPECT_TRUE(outcome.passed) << saved.file << ": " << outcome.failure;
+    EXPECT_GT(outcome.replays, 0) << saved.file;
+  }
 }
 
 TEST_P(DifferentialFuzz, GeneratorIsDeterministicPerSeed) {
