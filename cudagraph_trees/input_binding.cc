@@ -233,7 +233,6 @@ void InputBinding::copy_back_after_recording(const TensorList& inputs, runtime::
 }
 
 std::string InputBinding::plan_zero_copy(const runtime::GraphRecording& graph,
-                                         const std::unordered_set<const void*>& output_addresses,
                                          const RegisteredFunction& function,
                                          const runtime::CachingAllocator& allocator,
                                          runtime::PoolId pool) {
@@ -242,11 +241,7 @@ std::string InputBinding::plan_zero_copy(const runtime::GraphRecording& graph,
   std::vector<uint32_t> positions;
   for (uint32_t p = 0; p < copied_.size(); ++p) {
     const CopiedInput& copied = copied_[p];
-    // Rule 3: an output that aliases the placeholder needs the placeholder filled.
-    if (copied.placeholder == nullptr || copied.span_bytes == 0 ||
-        output_addresses.count(copied.placeholder) > 0) {
-      continue;
-    }
+    if (copied.placeholder == nullptr || copied.span_bytes == 0) continue;
     candidates.push_back({reinterpret_cast<uintptr_t>(copied.placeholder), copied.span_bytes});
     positions.push_back(p);
   }

@@ -198,12 +198,10 @@ class InputBinding {
   // `inputs` (the caller's tensors) on `stream`.
   void copy_back_after_recording(const TensorList& inputs, runtime::Backend& backend,
                                  runtime::StreamHandle stream, TreeCounters& counters) const;
-  // Right after instantiation: decides which copied inputs can be bound by
-  // patching `graph` (Note [Zero-copy inputs], rules 1-3). `output_addresses`
-  // are the storages the node's outputs live in. Returns why the graph is
-  // ineligible as a whole, or "".
+  // Right after capture: decides which copied inputs can be bound by
+  // patching `graph` (Note [Zero-copy inputs], rules 1-3). Returns why the
+  // graph is ineligible as a whole, or "".
   std::string plan_zero_copy(const runtime::GraphRecording& graph,
-                             const std::unordered_set<const void*>& output_addresses,
                              const RegisteredFunction& function,
                              const runtime::CachingAllocator& allocator, runtime::PoolId pool);
   // Between capture and instantiation, after plan_zero_copy(): adds a head

@@ -20,8 +20,10 @@
 //     the tensor's span (views add their offset on the host), so every access
 //     is covered; other slots (sizes, strides, float bits) are far below any
 //     device address;
-//  3. no output aliases the placeholder (an output view of the input would be
-//     re-emitted as pool memory the graph no longer fills);
+//  3. no output needs the placeholder filled: this holds by construction,
+//     since an output that views a copied input is emitted on the caller's
+//     tensor, never on the placeholder (Note [Views of copied inputs],
+//     output_tracking.h; before that note such inputs were always copied);
 // and, per replay, when the address changed:
 //  4. the new address is outside the tree's pool: the graph's own
 //     intermediates live there and could overwrite it before it is read;

@@ -96,22 +96,29 @@ TEST_P(TreeZeroCopy, MisalignedAddressIsCopiedAndThePatchUndone) {
   trees.verify();
 }
 
-TEST_P(TreeZeroCopy, InputAliasedByAnOutputIsAlwaysCopied) {
+// Rule 3 holds by construction: the returned input is a view of the caller's
+// tensor (Note [Views of copied inputs]), so the placeholder need not be
+// filled and the input is patched like any other.
+TEST_P(TreeZeroCopy, InputReturnedAsAnOutputIsPatchedAndReturnedAsTheCallersTensor) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   // Returns a view of its input next to a computed value.
   FunctionId f = trees.register_function(spec("passthrough", [](const TensorList& in) {
-    return TensorList{in[0], scale(in[0], 3.0f)};
+    return TensorList{in[0].view({4, 8}), scale(in[0], 3.0f)};
   }));
+  std::vector<Tensor> xs;  // all kept alive: every call sees a new address
   for (int i = 0; i < 4; ++i) {
-    Tensor x = random_tensor(rng, {32});
+    xs.push_back(random_tensor(rng, {32}));
+    const Tensor& x = xs.back();
     TensorList out = trees.run(f, {x});
     EXPECT_VALUES(out[0], host(x));
+    EXPECT_EQ(out[0].storage().get(), x.storage().get());
     EXPECT_VALUES(out[1], host_scale(host(x), 3.0f));
   }
-  EXPECT_EQ(trees.counters().zero_copy_inputs, 0u);
-  EXPECT_EQ(trees.counters().input_copies, 2u);
-  EXPECT_EQ(trees.counters().input_patches, 0u);
+  EXPECT_EQ(trees.counters().zero_copy_inputs, 1u);
+  EXPECT_EQ(trees.counters().input_copies, 0u);
+  EXPECT_EQ(trees.counters().input_patches, 2u);
+  trees.verify();
 }
 
 TEST_P(TreeZeroCopy, MutatedInputIsPatchedWhileNoInputAliasesItAndRunsEagerlyWhenOneDoes) {
