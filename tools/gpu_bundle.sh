@@ -128,6 +128,26 @@ copy_target() {
 }
 
 for target in "${tests[@]}"; do copy_target "$target" tests.txt; done
+# A test's `env` attribute (bazel test sets it; run_all.sh runs binaries
+# directly) goes into <binary>.env as KEY=VALUE lines, which run_all.sh applies.
+"${bazel_cmd[@]}" query --noshow_progress --output=build "kind(cc_test, $universe)" 2>/dev/null |
+  python3 -c '
+import os, re, sys
+root, bundle = sys.argv[1], sys.argv[2]
+for block in re.split(r"\n(?=# )", sys.stdin.read()):
+    where = re.match(r"# (\S+)/BUILD(?:\.bazel)?:", block)
+    name = re.search(r"name = \"([^\"]+)\"", block)
+    env = re.search(r"env = \{([^}]*)\}", block)
+    if not (where and name and env):
+        continue
+    package = os.path.relpath(where.group(1), root)
+    binary = os.path.join(bundle, "grove", package, name.group(1))
+    if not os.path.exists(binary):
+        continue
+    with open(binary + ".env", "w") as out:
+        for key, value in re.findall(r"\"([^\"]+)\": \"([^\"]*)\"", env.group(1)):
+            out.write("%s=%s\n" % (key, value))
+' "$root" "$bundle"
 for target in "${benchmarks[@]}"; do copy_target "$target" benchmarks.txt; done
 cp tools/gpu_run_all.sh "$bundle/run_all.sh"
 chmod +x "$bundle/run_all.sh"

@@ -62,8 +62,11 @@ while read -r path; do
   log="$scratch_logs/$name.log"
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/grove_test.XXXXXX")
   start=$(date +%s.%N)
-  (cd "$tree/grove" && TEST_SRCDIR="$tree" TEST_WORKSPACE=grove TEST_TMPDIR="$scratch" \
-    timeout "$timeout_s" "./$path") >"$log" 2>&1
+  # The test's `env` attribute, as gpu_bundle.sh wrote it (KEY=VALUE lines).
+  test_env=()
+  [ -f "$tree/grove/$path.env" ] && mapfile -t test_env <"$tree/grove/$path.env"
+  (cd "$tree/grove" && env "${test_env[@]}" TEST_SRCDIR="$tree" TEST_WORKSPACE=grove \
+    TEST_TMPDIR="$scratch" timeout "$timeout_s" "./$path") >"$log" 2>&1
   status=$?
   seconds=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   rm -rf "$scratch"
