@@ -16,9 +16,8 @@ const char* output_kind_name(OutputKind kind) {
 }
 
 NodeOutputs NodeOutputs::classify(const TensorList& outputs, const TensorList& inputs,
-                                  const TensorList& bound, const std::vector<InputKind>& kinds,
-                                  const PoolMembership& in_pool, runtime::Device device) {
-  (void)kinds;
+                                  const TensorList& bound, const PoolMembership& in_pool,
+                                  runtime::Device device) {
   NodeOutputs result;
   result.device_ = device;
   // Static and managed inputs are passed to the body as themselves, copied

@@ -80,10 +80,10 @@ class NodeOutputs {
  public:
   NodeOutputs() = default;
   // `inputs` are the caller's inputs, `bound` what the body was called with
-  // (placeholders in place of copied inputs), `kinds` their classification.
+  // (placeholders in place of copied inputs).
   static NodeOutputs classify(const TensorList& outputs, const TensorList& inputs,
-                              const TensorList& bound, const std::vector<InputKind>& kinds,
-                              const PoolMembership& in_pool, runtime::Device device);
+                              const TensorList& bound, const PoolMembership& in_pool,
+                              runtime::Device device);
   // The recording's own outputs as a replay emits them: views of copied
   // inputs moved onto the caller's tensors (Note [Views of copied inputs]).
   void rebase_input_views(TensorList& outputs, const TensorList& inputs) const;

@@ -192,8 +192,8 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
   parts.inputs.copy_back_after_recording(inputs, backend_, capture_stream_, counters_);
   counters_.copy_back_inputs += parts.inputs.copy_back_count();
   order_caller_after(caller);
-  parts.outputs = NodeOutputs::classify(outputs, inputs, bound, parts.inputs.kinds(),
-                                        [this](const void* a) { return in_pool(a); }, device_);
+  parts.outputs = NodeOutputs::classify(
+      outputs, inputs, bound, [this](const void* a) { return in_pool(a); }, device_);
   // Note [Views of copied inputs]: no output keeps a placeholder after this.
   parts.outputs.rebase_input_views(outputs, inputs);
   bound.clear();  // the placeholders return to the pool
