@@ -127,13 +127,15 @@ InputBinding InputBinding::bind(const Request& request, TensorList& bound_inputs
 }
 
 // Note [Sources inside placeholders]
-// A replay output that is a view of a copied input is a view of that input's
-// placeholder (the graph never wrote it; OutputKind::kPoolStorage). Fed back
-// into the same node as another copied input, its values live in a
-// placeholder that prepare_replay() overwrites: copying input 1 into its
-// placeholder first and then input 3 out of that same placeholder hands the
-// graph the new input 1 where eager code reads the old values (fuzz seed
-// 1611: outputs `reshape(x1)` and `x1`, fed back). So before any copy, each
+// A source may lie in a block that is also a placeholder of this node: the
+// placeholders return to the pool after the recording, and a later node's
+// output can be allocated there (fuzz seed 1611 got there through a replay
+// output that viewed a placeholder, which Note [Views of copied inputs] has
+// since ruled out). Fed back into this node as one copied input, its values
+// live in another input's placeholder that prepare_replay() overwrites:
+// copying input 1 into its placeholder first and then input 3 out of that
+// same block hands the graph the new input 1 where eager code reads the old
+// values. So before any copy, each
 // source is tested against the range that covers all of the node's
 // placeholders (one compare per copied input; sources outside the pool never
 // hit it). When one does overlap a placeholder for real, every such source

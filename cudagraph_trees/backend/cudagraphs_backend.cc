@@ -174,11 +174,13 @@ struct PreparedProgram {
   // shares memory with another input makes the other input's values depend
   // on when the write happens. Within one captured segment the tree manager
   // sees the aliasing and runs that segment eagerly, but an earlier segment's
-  // replay may already have handed a later one a view of its placeholder (a
+  // replay had already handed a later one a view of its placeholder (a
   // snapshot of the input taken before the write) where eager code passes a
   // view of the caller's tensor, which the write then changes (fuzz seed
   // 5814). Such a call runs all segments eagerly; a few comparisons per
-  // mutated input.
+  // mutated input. (Note [Views of copied inputs] now hands on views of the
+  // caller's tensor, which covers this case too; the check stays as the
+  // cheaper, segment-independent guarantee.)
   bool mutated_input_needs_eager(const TreeManager& manager, const TensorList& inputs) const {
     runtime::CachingAllocator& allocator = runtime::device_context(device).allocator();
     for (size_t i : mutated_inputs) {
