@@ -1,6 +1,10 @@
 #include "runtime/device_context.h"
 
 #include <array>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
 #include <unordered_map>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -90,6 +94,18 @@ StreamHandle DeviceContext::create_stream() {
   std::lock_guard<std::mutex> lock(mutex_);
   owned_streams_.push_back(stream);
   return stream;
+}
+
+KernelHandle load_kernel_once(Device device, const KernelSource& source) {
+  static std::mutex mutex;
+  static auto* handles = new std::map<std::pair<Device, std::string>, KernelHandle>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(device, source.name);
+  auto found = handles->find(key);
+  if (found != handles->end()) return found->second;
+  KernelHandle handle = device_context(device).backend().load_kernel(source);
+  handles->emplace(std::move(key), handle);
+  return handle;
 }
 
 DeviceContext& device_context(Device device) {

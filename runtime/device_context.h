@@ -40,6 +40,11 @@ class DeviceContext {
 // The context of `device`; throws DeviceError when the device does not exist
 // (e.g. "cuda:0" on a machine with no CUDA device).
 DeviceContext& device_context(Device device);
+
+// A kernel the runtime itself ships (a collective's host kernel, the span
+// copy): loaded on `device` the first time, by name, and the same handle
+// returned after that. Thread-safe.
+KernelHandle load_kernel_once(Device device, const KernelSource& source);
 // Whether `device` can be used here.
 bool device_available(Device device);
 int cuda_device_count();

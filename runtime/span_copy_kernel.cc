@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "runtime/device_context.h"
 
@@ -27,11 +25,6 @@ void host_copy_span(const LaunchDims*, const uint64_t* args) {
 }  // namespace
 
 KernelHandle span_copy_kernel(Device device) {
-  static std::mutex mutex;
-  static auto* handles = new std::map<Device, KernelHandle>();
-  std::lock_guard<std::mutex> lock(mutex);
-  auto found = handles->find(device);
-  if (found != handles->end()) return found->second;
   KernelSource source;
   source.name = kName;
   if (device.is_cuda()) {
@@ -39,9 +32,7 @@ KernelHandle span_copy_kernel(Device device) {
   } else {
     source.host_function = &host_copy_span;
   }
-  KernelHandle handle = device_context(device).backend().load_kernel(source);
-  handles->emplace(device, handle);
-  return handle;
+  return load_kernel_once(device, source);
 }
 
 LaunchDims span_copy_dims(size_t bytes) {

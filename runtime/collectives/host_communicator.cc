@@ -248,17 +248,10 @@ void host_all_reduce_kernel(const LaunchDims*, const uint64_t* args) {
 }
 
 KernelHandle host_kernel_handle(Device device) {
-  static std::mutex mutex;
-  static auto* handles = new std::map<Device, KernelHandle>();
-  std::lock_guard<std::mutex> lock(mutex);
-  auto found = handles->find(device);
-  if (found != handles->end()) return found->second;
   KernelSource source;
   source.name = "grove_host_all_reduce";
   source.host_function = &host_all_reduce_kernel;
-  KernelHandle handle = device_context(device).backend().load_kernel(source);
-  handles->emplace(device, handle);
-  return handle;
+  return load_kernel_once(device, source);
 }
 
 }  // namespace

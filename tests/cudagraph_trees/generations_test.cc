@@ -223,24 +223,9 @@ TEST_P(TreeGenerations, StaleInputThrowsBeforeAnEagerFallbackWritesAnything) {
 TEST_P(TreeGenerations, ASourceInsideAnotherInputsPlaceholderIsStaged) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  std::vector<Tensor> keep;
-  auto fresh = [&] {
-    keep.push_back(random_tensor(rng, {64}));
-    return keep.back();
-  };
+  auto fresh = [&] { return kept_random_tensor(rng, {64}); };
   PlaceholderReuse reuse = reuse_a_placeholder(trees, fresh);
-  ASSERT_GE(reuse.holder, 0) << "g's output was expected in a block f's placeholder freed";
-  for (int round = 0; round < 3; ++round) {
-    trees.mark_step_begin();
-    Floats previous = host(reuse.g_output);
-    Tensor x = fresh();
-    TensorList inputs(2);
-    inputs[static_cast<size_t>(reuse.holder)] = x;
-    inputs[static_cast<size_t>(1 - reuse.holder)] = reuse.g_output;
-    TensorList out = trees.run(reuse.f, inputs);
-    EXPECT_VALUES(out[0], host_add(host(x), previous));
-    trees.verify();
-  }
+  feed_back_into_a_placeholder(trees, reuse, fresh, 3);
   EXPECT_EQ(trees.counters().staged_input_copies, 3u);
 }
 

@@ -19,15 +19,6 @@ class TreeGraphCopies : public TreeTest {
   }
 };
 
-// 2 * x + w (w static).
-FunctionSpec double_plus_param() {
-  return spec("double_plus",
-              [](const TensorList& in) { return TensorList{add(scale(in[0], 2.0f), in[1])}; },
-              /*static*/ {1});
-}
-
-Floats double_plus(const Floats& x, const Floats& w) { return host_add(host_scale(x, 2.0f), w); }
-
 size_t head_copy_nodes(const TreeNode& node) {
   size_t count = 0;
   for (const runtime::KernelNodeInfo& info : node.graph()->kernel_nodes()) {
@@ -144,24 +135,10 @@ TEST_P(TreeGraphCopies, StagedReplaysDisarmTheHeadCopiesAndLaterReplaysRearmThem
   TreeManager& trees = make_copying_manager();
   // Every input stays alive, so no input reuses a block an earlier one had
   // (a head copy left pointing at an old input would read its old values).
-  std::vector<Tensor> keep;
-  auto fresh = [&] {
-    keep.push_back(random_tensor(rng, {64}));
-    return keep.back();
-  };
+  auto fresh = [&] { return kept_random_tensor(rng, {64}); };
   PlaceholderReuse reuse = reuse_a_placeholder(trees, fresh);
-  ASSERT_GE(reuse.holder, 0) << "g's output was expected in a block f's placeholder freed";
   EXPECT_EQ(trees.counters().graph_copy_inputs, 2u);  // f's two inputs
-  for (int round = 0; round < 2; ++round) {
-    trees.mark_step_begin();
-    Floats previous = host(reuse.g_output);
-    Tensor x = fresh();
-    TensorList inputs(2);
-    inputs[static_cast<size_t>(reuse.holder)] = x;
-    inputs[static_cast<size_t>(1 - reuse.holder)] = reuse.g_output;
-    TensorList out = trees.run(reuse.f, inputs);
-    EXPECT_VALUES(out[0], host_add(host(x), previous));
-  }
+  feed_back_into_a_placeholder(trees, reuse, fresh, 2);
   EXPECT_EQ(trees.counters().staged_input_copies, 2u);
   const uint64_t in_graph_before = trees.counters().input_copies_in_graph;
   // Ordinary inputs again: the head copies are re-armed and re-pointed.

@@ -54,11 +54,18 @@ class TreeTest : public DeviceTest {
     return Tensor::from_vector(random_floats(rng, static_cast<size_t>(runtime::shape_numel(shape))),
                                shape, device());
   }
+  // A random tensor that stays alive until the test ends, so that no later
+  // tensor gets its block (and its address) back.
+  Tensor kept_random_tensor(std::mt19937& rng, const runtime::Shape& shape) {
+    kept_.push_back(random_tensor(rng, shape));
+    return kept_.back();
+  }
   runtime::PoolStats pool_stats() const {
     return runtime::device_context(device()).allocator().stats(manager_->pool());
   }
 
   std::unique_ptr<TreeManager> manager_;
+  std::vector<Tensor> kept_;
 };
 
 // A body that counts its calls.
@@ -121,6 +128,16 @@ inline Floats host_add_scalar(const Floats& a, float value) {
     }                                                                                   \
   } while (false)
 
+// 2 * x + w (w static), and its host reference.
+inline FunctionSpec double_plus_param() {
+  return spec("double_plus",
+              [](const TensorList& in) { return TensorList{add(scale(in[0], 2.0f), in[1])}; },
+              /*static*/ {1});
+}
+inline Floats double_plus(const Floats& x, const Floats& w) {
+  return host_add(host_scale(x, 2.0f), w);
+}
+
 // The input whose placeholder span in `node` holds `tensor`'s first element, or -1.
 inline int placeholder_holding(const TreeNode& node, const Tensor& tensor) {
   auto address = reinterpret_cast<uintptr_t>(tensor.data_ptr());
@@ -160,6 +177,25 @@ inline PlaceholderReuse reuse_a_placeholder(TreeManager& trees, const std::funct
   EXPECT_EQ(trees.counters().replays, 2u);
   reuse.holder = placeholder_holding(*trees.roots(reuse.f)[0], reuse.g_output);
   return reuse;
+}
+
+// `rounds` new steps, each calling f with a fresh tensor as the input whose
+// placeholder holds g's output and g's output as the other input: every
+// replay must read g's output before it copies the fresh tensor over it.
+inline void feed_back_into_a_placeholder(TreeManager& trees, const PlaceholderReuse& reuse,
+                                         const std::function<Tensor()>& fresh, int rounds) {
+  ASSERT_GE(reuse.holder, 0) << "g's output was expected in a block f's placeholder freed";
+  for (int round = 0; round < rounds; ++round) {
+    trees.mark_step_begin();
+    Floats previous = host(reuse.g_output);
+    Tensor x = fresh();
+    TensorList inputs(2);
+    inputs[static_cast<size_t>(reuse.holder)] = x;
+    inputs[static_cast<size_t>(1 - reuse.holder)] = reuse.g_output;
+    TensorList out = trees.run(reuse.f, inputs);
+    EXPECT_VALUES(out[0], host_add(host(x), previous));
+    trees.verify();
+  }
 }
 
 inline size_t count_occurrences(const std::string& text, const std::string& needle) {

@@ -8,15 +8,6 @@ namespace {
 
 class TreeZeroCopy : public TreeTest {};
 
-// 2 * x + w (w static).
-FunctionSpec double_plus_param() {
-  return spec("double_plus",
-              [](const TensorList& in) { return TensorList{add(scale(in[0], 2.0f), in[1])}; },
-              /*static*/ {1});
-}
-
-Floats double_plus(const Floats& x, const Floats& w) { return host_add(host_scale(x, 2.0f), w); }
-
 TEST_P(TreeZeroCopy, ChangingAnInputAddressPatchesInsteadOfCopying) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
