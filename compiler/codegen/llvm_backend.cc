@@ -6,11 +6,13 @@
 #include <mutex>
 
 #include "compiler/codegen/codegen.h"
+#include "compiler/codegen/jit_arena.h"
 #include "compiler/codegen/kernel_emitter.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
@@ -134,7 +136,19 @@ class HostJit {
     GROVE_CHECK(static_cast<bool>(machine), "codegen: cannot create the host target machine: ",
                 llvm_error_text(machine.takeError()));
     target_machine_ = std::move(*machine);
-    auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*machine_builder).create();
+    // Note [JIT memory in arenas] (jit_arena.h).
+    JitArena* arena = arena_.get();
+    auto jit = llvm::orc::LLJITBuilder()
+                   .setJITTargetMachineBuilder(*machine_builder)
+                   .setObjectLinkingLayerCreator(
+                       [arena](llvm::orc::ExecutionSession& session, const llvm::Triple&)
+                           -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+                         return std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
+                             session, [arena] {
+                               return std::make_unique<llvm::SectionMemoryManager>(arena);
+                             });
+                       })
+                   .create();
     GROVE_CHECK(static_cast<bool>(jit),
                 "codegen: cannot create the host JIT: ", llvm_error_text(jit.takeError()));
     jit_ = std::move(*jit);
@@ -163,6 +177,7 @@ class HostJit {
 
   std::mutex mutex_;
   std::atomic<uint64_t> sequence_{0};
+  std::unique_ptr<JitArena> arena_ = std::make_unique<JitArena>();  // outlives jit_
   std::unique_ptr<llvm::TargetMachine> target_machine_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
 };

@@ -2,8 +2,11 @@
 // and the kernel cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <limits>
 
 #include "compiler/codegen/codegen.h"
@@ -200,6 +203,26 @@ TEST(KernelCache, SecondCompileOfASignatureIsACacheHit) {
   CompiledKernel on_cpu = compile_kernel(spec, runtime::kCpuDevice);
   EXPECT_EQ(kernel_cache_stats().code_generations, before.code_generations + 2);
   EXPECT_EQ(on_cpu.device, runtime::kCpuDevice);
+}
+
+// Note [JIT memory in arenas] (compiler/codegen/jit_arena.h): host kernels
+// share a few memory mappings instead of adding about three each, so a
+// process cannot run out of mappings (vm.max_map_count) by compiling many.
+TEST(HostJitMemory, ManyDistinctKernelsAddFewMappings) {
+  auto mappings = [] {
+    std::ifstream maps("/proc/self/maps");
+    return std::count(std::istreambuf_iterator<char>(maps), std::istreambuf_iterator<char>(), '\n');
+  };
+  compile_kernel(softmax_spec(2, 99, DType::kF32), runtime::kSimDevice);  // the JIT exists
+  const auto before = mappings();
+  constexpr int kKernels = 300;
+  for (int i = 0; i < kKernels; ++i) {
+    compile_kernel(softmax_spec(2, 100 + i, DType::kF32), runtime::kSimDevice);
+  }
+  const auto after = mappings();
+  std::printf("%d host kernels added %ld memory mappings\n", kKernels,
+              static_cast<long>(after - before));
+  EXPECT_LT(after - before, 30) << "each kernel must not map pages of its own";
 }
 
 TEST(KernelCache, LaunchChecksArgumentCountsAndDevices) {
