@@ -7,7 +7,9 @@
 #   bash gpu_bundle/run_all.sh [--benchmarks[=SUBSTRING]] [--filter SUBSTRING]
 #
 # --benchmarks also runs each benchmark binary (or those whose path contains
-# SUBSTRING) with --json <logs>/<name>.json.
+# SUBSTRING) with --json <logs>/<name>.json (<name><suffix>.json when
+# GROVE_BENCHMARK_SUFFIX is set: a second run of a benchmark under another
+# configuration keeps the first run's files).
 # Logs go to $OUT/gpu_logs when OUT is set (else a temporary directory): the
 # full output of every failed binary in failures.log, and each benchmark's
 # table and JSON. GROVE_TEST_TIMEOUT bounds
@@ -106,7 +108,7 @@ if [ "$run_benchmarks" -eq 1 ]; then
   while read -r path; do
     [ -n "$path" ] || continue
     case "$path" in *"$benchmark_filter"*) ;; *) continue ;; esac
-    name=$(basename "$path")
+    name=$(basename "$path")${GROVE_BENCHMARK_SUFFIX:-}
     echo
     echo "== benchmark $path"
     (cd "$tree/grove" && timeout "$timeout_s" "./$path" --json "$logs/$name.json") 2>&1 |

@@ -77,7 +77,8 @@ def short_error(text, limit=160):
 
 # ------------------------------------------------------------ missing reports
 
-PRODUCER = {"torch": "torch"}  # JSON name -> the session step that writes it
+# JSON name -> the session step that writes it (default: benchmarks)
+PRODUCER = {"torch": "torch", "backend_latency_graph_copies": "graph_copies"}
 
 
 def not_run(context, name):
@@ -468,6 +469,10 @@ SECTIONS = [
     ("launch_overhead", "Launch overhead (`benchmarks/launch_overhead`)", launch_overhead),
     ("backend_latency", "Inference: eager vs cudagraphs vs bare replay "
                         "(`benchmarks/backend_latency`)", backend_latency),
+    ("backend_latency_graph_copies", "Inference with in-graph input copies "
+                                     "(`GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=1 "
+                                     "benchmarks/backend_latency`, the A/B of the default)",
+     backend_latency),
     ("eager_latency", "Eager backend (`benchmarks/eager_latency`)", eager_latency),
     ("train_step", "Training step (`benchmarks/train_step`)", train_step),
     ("torch", "PyTorch in the same session (`benchmarks/compare_torch.py`)", compare_torch),
