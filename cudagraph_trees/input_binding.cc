@@ -294,18 +294,21 @@ void InputBinding::disarm_graph_copies(ReplayContext& context) {
   }
 }
 
-std::pair<const void*, size_t> InputBinding::placeholder_span(size_t index) const {
+const CopiedInput* InputBinding::find_copied(size_t index) const {
   for (const CopiedInput& copied : copied_) {
-    if (copied.index == index) return {copied.placeholder, copied.span_bytes};
+    if (copied.index == index) return &copied;
   }
+  return nullptr;
+}
+
+std::pair<const void*, size_t> InputBinding::placeholder_span(size_t index) const {
+  if (const CopiedInput* copied = find_copied(index)) return {copied->placeholder, copied->span_bytes};
   return {nullptr, 0};
 }
 
 bool InputBinding::copied_in_graph(size_t index) const {
-  for (const CopiedInput& copied : copied_) {
-    if (copied.index == index) return copied.graph_copy >= 0;
-  }
-  return false;
+  const CopiedInput* copied = find_copied(index);
+  return copied != nullptr && copied->graph_copy >= 0;
 }
 
 bool InputBinding::rebind_slow(CopiedInput& copied, uintptr_t start, const TensorList& inputs,
@@ -344,10 +347,8 @@ bool InputBinding::rebind_slow(CopiedInput& copied, uintptr_t start, const Tenso
 }
 
 bool InputBinding::zero_copied(size_t index) const {
-  for (const CopiedInput& copied : copied_) {
-    if (copied.index == index) return copied.zero_copy >= 0;
-  }
-  return false;
+  const CopiedInput* copied = find_copied(index);
+  return copied != nullptr && copied->zero_copy >= 0;
 }
 
 std::vector<size_t> InputBinding::moved_managed_inputs(const TensorList& inputs) const {

@@ -35,9 +35,9 @@
 
 #include <cstdint>
 #include <set>
-#include <utility>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "cudagraph_trees/function_registry.h"
@@ -219,7 +219,6 @@ class InputBinding {
   size_t copied_count() const { return copied_.size(); }
   size_t copy_back_count() const { return copy_back_.size(); }
   size_t zero_copy_count() const { return zero_copy_.input_count(); }
-  size_t graph_copy_count() const { return graph_copies_.size(); }
   // Whether copied input `index` (an input index) is copied by a head kernel.
   bool copied_in_graph(size_t index) const;
   // The placeholder span of copied input `index` (an input index): [start, start + bytes).
@@ -251,6 +250,8 @@ class InputBinding {
   runtime::PoolId pool_;
 
   bool copy_back_unaliased_slow(const TensorList& inputs) const;
+  // The copied input for input `index`, or null.
+  const CopiedInput* find_copied(size_t index) const;
   // Note [Sources inside placeholders]: false when no source overlaps a
   // placeholder after all (the common path then binds the inputs).
   bool prepare_replay_staged(const TensorList& inputs, ReplayContext& context);

@@ -73,7 +73,6 @@ llvm::sys::MemoryBlock JitArena::allocateMappedMemory(Purpose purpose, size_t by
       part.used += size;
       return llvm::sys::MemoryBlock(start, size);
     }
-    ++fallbacks_;
   }
   return llvm::sys::Memory::allocateMappedMemory(bytes, near, flags, error);
 }
@@ -100,16 +99,6 @@ std::error_code JitArena::releaseMappedMemory(llvm::sys::MemoryBlock& block) {
   }
   block = llvm::sys::MemoryBlock();
   return std::error_code();
-}
-
-size_t JitArena::used_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return parts_[0].used + parts_[1].used + parts_[2].used;
-}
-
-size_t JitArena::fallbacks() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return fallbacks_;
 }
 
 }  // namespace grove::compiler::codegen

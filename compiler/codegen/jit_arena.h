@@ -44,10 +44,6 @@ class JitArena : public llvm::SectionMemoryManager::MemoryMapper {
                                       unsigned flags) override;
   std::error_code releaseMappedMemory(llvm::sys::MemoryBlock& block) override;
 
-  // Bytes handed out from the arena so far, and requests that fell back.
-  size_t used_bytes() const;
-  size_t fallbacks() const;
-
  private:
   struct Part {
     char* base = nullptr;
@@ -56,12 +52,11 @@ class JitArena : public llvm::SectionMemoryManager::MemoryMapper {
   };
   bool owns(const void* address) const;
 
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   char* reservation_ = nullptr;
   size_t reservation_bytes_ = 0;
   size_t page_ = 4096;
   Part parts_[3];
-  size_t fallbacks_ = 0;
 };
 
 }  // namespace grove::compiler::codegen

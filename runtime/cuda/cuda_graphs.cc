@@ -25,6 +25,25 @@ CudaGraphExec& exec_of(GraphExecHandle exec) {
   return *static_cast<CudaGraphExec*>(exec.impl);
 }
 
+// A kernel node's parameters for grove's own kernel; CUDA reads each argument
+// through a pointer to its slot, so `pointers` must live until the call that
+// takes the parameters.
+cudaKernelNodeParams kernel_node_params(const CudaKernel& kernel, const LaunchDims& dims,
+                                        const KernelArgs& args, std::vector<void*>& pointers) {
+  pointers.resize(args.slots.size());
+  for (size_t i = 0; i < args.slots.size(); ++i) {
+    pointers[i] = const_cast<uint64_t*>(&args.slots[i]);
+  }
+  cudaKernelNodeParams params{};
+  params.func = reinterpret_cast<void*>(kernel.kernel);
+  params.gridDim = dim3(dims.grid.x, dims.grid.y, dims.grid.z);
+  params.blockDim = dim3(dims.block.x, dims.block.y, dims.block.z);
+  params.sharedMemBytes = dims.shared_bytes;
+  params.kernelParams = pointers.data();
+  params.extra = nullptr;
+  return params;
+}
+
 const char* update_result_text(cudaGraphExecUpdateResult result) {
   switch (result) {
     case cudaGraphExecUpdateSuccess:
@@ -247,17 +266,8 @@ void CudaBackend::set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
   // The node's launch configuration comes from grove's own record: CUDA cannot
   // read back a node whose function is a library kernel (cudaKernel_t).
   const LaunchRecord& launch = record->second;
-  cudaKernelNodeParams params{};
-  params.func = reinterpret_cast<void*>(launch.kernel->kernel);
-  params.gridDim = dim3(launch.dims.grid.x, launch.dims.grid.y, launch.dims.grid.z);
-  params.blockDim = dim3(launch.dims.block.x, launch.dims.block.y, launch.dims.block.z);
-  params.sharedMemBytes = launch.dims.shared_bytes;
-  std::vector<void*> pointers(args.slots.size());
-  for (size_t i = 0; i < args.slots.size(); ++i) {
-    pointers[i] = const_cast<uint64_t*>(&args.slots[i]);
-  }
-  params.kernelParams = pointers.data();
-  params.extra = nullptr;
+  std::vector<void*> pointers;
+  cudaKernelNodeParams params = kernel_node_params(*launch.kernel, launch.dims, args, pointers);
   GROVE_CUDA_CHECK(
       cudaGraphExecKernelNodeSetParams(e.exec, source_nodes[kernel_node_index], &params),
       "patching the arguments of kernel node ", kernel_node_index, " ('",
@@ -284,16 +294,8 @@ size_t CudaBackend::add_head_kernel_node(GraphHandle graph, KernelHandle kernel,
     GROVE_CUDA_CHECK(cudaGraphGetRootNodes(g.graph, roots.data(), &root_count),
                      "listing the root nodes of a graph on ", where());
   }
-  std::vector<void*> pointers(args.slots.size());
-  for (size_t i = 0; i < args.slots.size(); ++i) {
-    pointers[i] = const_cast<uint64_t*>(&args.slots[i]);
-  }
-  cudaKernelNodeParams params{};
-  params.func = reinterpret_cast<void*>(cuda_kernel->kernel);
-  params.gridDim = dim3(dims.grid.x, dims.grid.y, dims.grid.z);
-  params.blockDim = dim3(dims.block.x, dims.block.y, dims.block.z);
-  params.sharedMemBytes = dims.shared_bytes;
-  params.kernelParams = pointers.data();
+  std::vector<void*> pointers;
+  cudaKernelNodeParams params = kernel_node_params(*cuda_kernel, dims, args, pointers);
   cudaGraphNode_t node = nullptr;
   GROVE_CUDA_CHECK(cudaGraphAddKernelNode(&node, g.graph, nullptr, 0, &params),
                    "adding kernel node '", cuda_kernel->name, "' (grid ", dims.grid.x, ", block ",
