@@ -42,10 +42,10 @@ struct TreeConfig {
   // GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=1/0: a copied input that is not
   // zero-copied is copied by a kernel at the head of the recorded graph
   // instead of a separate copy before each launch (Note [Input copies inside
-  // the graph], input_binding.h). Off by default until its cuda path has
-  // passed the GPU tests and won in backend_latency on a GPU (it was written
-  // in a session that had no GPU); sim covers it in every test run.
-  bool graph_input_copies = false;
+  // the graph], input_binding.h). On by default: on an H200 it brought the
+  // cudagraphs call of mlp16x512 b=1 from about 5.6 us over the bare replay
+  // to about 0.6 us (benchmarks/RESULTS.md, backend_latency).
+  bool graph_input_copies = true;
   // GROVE_CUDAGRAPHS_MIN_SEGMENT_KERNELS: the "cudagraphs" backend runs a
   // segment launching fewer kernels (generated + library) than this eagerly.
   int min_segment_kernels = 1;

@@ -7,10 +7,10 @@
 #                  benchmark, <name>.json + <name>.txt into $OUT/gpu_logs; the
 #                  filter skips the tests, which ran in step 1, so that a slow
 #                  test step cannot eat the benchmarks' time)
-#   2b. graph_copies  backend_latency again with GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=1
-#                  (backend_latency_graph_copies.{json,txt}): the A/B that decides
-#                  whether in-graph input copies (Note [Input copies inside the
-#                  graph]) become the default
+#   2b. host_copies  backend_latency again with GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=0
+#                  (backend_latency_host_copies.{json,txt}): the A/B that keeps
+#                  in-graph input copies (Note [Input copies inside the graph])
+#                  the default only while they win
 #   3. torch       python3 benchmarks/compare_torch.py --json $OUT/gpu_logs/torch.json
 #                  --iters 100 --warmup 10
 #   4. results     python3 tools/write_results.py --logs $OUT/gpu_logs --out $OUT
@@ -31,7 +31,7 @@
 # writing RESULTS.md, may run up to 30 s past the deadline, so the session ends
 # within about 9 minutes even when every step uses its whole limit. Limits (seconds):
 # GROVE_TESTS_LIMIT_S (240), GROVE_BENCHMARKS_LIMIT_S (200),
-# GROVE_GRAPH_COPIES_LIMIT_S (45), GROVE_TORCH_LIMIT_S
+# GROVE_HOST_COPIES_LIMIT_S (45), GROVE_TORCH_LIMIT_S
 # (180), GROVE_RESULTS_LIMIT_S (60); GROVE_TEST_TIMEOUT bounds each binary
 # inside run_all.sh (default here 150). GROVE_BUNDLE_DIR, GROVE_PYTHON and
 # GROVE_TORCH_SCRIPT replace gpu_bundle, python3 and benchmarks/compare_torch.py
@@ -175,9 +175,9 @@ else
     bash "$bundle/run_all.sh"
   run_step benchmarks "${GROVE_BENCHMARKS_LIMIT_S:-200}" 135 \
     "bash $bundle/run_all.sh --filter // --benchmarks" benchmarks_only
-  run_step graph_copies "${GROVE_GRAPH_COPIES_LIMIT_S:-45}" 90 \
-    "GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=1 bash $bundle/run_all.sh --benchmarks=backend_latency" \
-    env GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=1 GROVE_BENCHMARK_SUFFIX=_graph_copies \
+  run_step host_copies "${GROVE_HOST_COPIES_LIMIT_S:-45}" 90 \
+    "GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=0 bash $bundle/run_all.sh --benchmarks=backend_latency" \
+    env GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=0 GROVE_BENCHMARK_SUFFIX=_host_copies \
     bash "$bundle/run_all.sh" --filter // --benchmarks=benchmarks/backend_latency/
 fi
 run_step torch "${GROVE_TORCH_LIMIT_S:-180}" 20 \

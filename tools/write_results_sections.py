@@ -78,7 +78,7 @@ def short_error(text, limit=160):
 # ------------------------------------------------------------ missing reports
 
 # JSON name -> the session step that writes it (default: benchmarks)
-PRODUCER = {"torch": "torch", "backend_latency_graph_copies": "graph_copies"}
+PRODUCER = {"torch": "torch", "backend_latency_host_copies": "host_copies"}
 
 
 def not_run(context, name):
@@ -169,13 +169,15 @@ def backend_latency(report):
     lines = ["Per-call inference latency of the `eager` and `cudagraphs` backends in one "
              "process (f32), with the bare replay of the very graphs `cudagraphs` recorded (they "
              "begin with grove's in-graph input copies) and the bare replay of the eager "
-             "callable captured directly (body only, no input copy); the calls alternate so that drift hits all alike. %s timed calls after "
+             "callable captured directly (body only, no input copy); the calls alternate so that drift "
+             "hits all alike, and each timed call follows an untimed call of its own (a serving "
+             "loop's steady state). %s timed calls after "
              "%s warm-up; host time until the stream is synchronized. Enqueue: host time until "
              "the call returned. GPU: time between events around the call, in a pass of its "
              "own (it includes any wait of the device for the host within the call)."
              % (report.get("iters", "?"), report.get("warmup", "?")), ""]
     lines += table(["case", "backend", "median (p90)", "enqueue", "GPU", "vs eager",
-                    "identical to eager", "graphs (timed calls)"], rows,
+                    "identical to eager", "graphs (timing loop)"], rows,
                    ["l", "l", "r", "r", "r", "r", "l", "l"])
     overhead = []
     for case in cases_in_order(results):
@@ -469,9 +471,9 @@ SECTIONS = [
     ("launch_overhead", "Launch overhead (`benchmarks/launch_overhead`)", launch_overhead),
     ("backend_latency", "Inference: eager vs cudagraphs vs bare replay "
                         "(`benchmarks/backend_latency`)", backend_latency),
-    ("backend_latency_graph_copies", "Inference with in-graph input copies "
-                                     "(`GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=1 "
-                                     "benchmarks/backend_latency`, the A/B of the default)",
+    ("backend_latency_host_copies", "Inference with input copies before the launch "
+                                    "(`GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=0 "
+                                    "benchmarks/backend_latency`, the A/B of the default)",
      backend_latency),
     ("eager_latency", "Eager backend (`benchmarks/eager_latency`)", eager_latency),
     ("train_step", "Training step (`benchmarks/train_step`)", train_step),

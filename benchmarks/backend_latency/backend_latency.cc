@@ -6,21 +6,22 @@
 // seeded inputs. After --warmup untimed calls of each (the graph backend warms
 // up, records, then replays), one more call of each checks that the outputs
 // are bitwise identical; then the timed calls alternate between the backends,
-// call by call, so drift on the machine hits both alike. Latency is host time
-// from the call until the calling thread's stream is synchronized (results
-// ready): median, p90 and spread; the ratio is eager's median over
-// cudagraphs'. For "cudagraphs" the tree manager's counters (recordings,
-// replays, warm-ups, eager fallbacks by reason) are read from its stats()
-// JSON, for the whole case and for the timed calls. A third row, "bare
-// replay", launches the graphs of the last cudagraphs call directly (same
-// stream, same sync), interleaved with the other two: cudagraphs' median minus
-// it is what the tree manager and the backend add per call. Those graphs
-// begin with grove's input copies (Note [Input copies inside the graph]); a
-// fourth row, "bare replay, body only", launches a graph of the eager
-// callable captured directly, without them, so that the GPU cost of the
-// in-graph copies shows too. A last pass
-// times each on the GPU between events (Note [GPU time of a call]), which
-// splits that difference into host and device parts.
+// call by call, so drift on the machine hits both alike, and each timed call
+// follows an untimed call of its own (Note [Each timed call after one of its
+// own]). Latency is host time from the call until the calling thread's stream
+// is synchronized (results ready): median, p90 and spread; the ratio is
+// eager's median over cudagraphs'. For "cudagraphs" the tree manager's
+// counters (recordings, replays, warm-ups, eager fallbacks by reason) are read
+// from its stats() JSON, for the whole case and for the timing loop (timed and
+// priming calls). A third row, "bare replay", launches the graphs of the last
+// cudagraphs call directly (same stream, same sync), interleaved with the
+// others: cudagraphs' median minus it is what the tree manager and the backend
+// add per call. Those graphs begin with grove's input copies (Note [Input
+// copies inside the graph]); a fourth row, "bare replay, body only", launches
+// a graph of the eager callable captured directly, without them, so that the
+// GPU cost of the in-graph copies shows too. A last pass times each on the GPU
+// between events (Note [GPU time of a call]), which splits that difference
+// into host and device parts.
 //
 // When this binary has no "cudagraphs" backend registered, its rows say
 // "cudagraphs backend not registered" and eager is still measured.
@@ -94,11 +95,12 @@ struct Row {
   LatencySummary enqueue;  // host time until the call returned
   LatencySummary gpu;      // GPU time between events around the call (own pass)
   double compile_ms = 0;
-  std::optional<bool> identical_to_eager;    // graph backend only
-  std::optional<GraphActivity> whole_case;   // graph backend: compile to the last call
-  std::optional<GraphActivity> timed_calls;  // graph backend: the timed calls only
-  nlohmann::json backend_programs;           // graph backend: from CompiledModel::backend_stats()
-  size_t bare_graphs = 0;                    // bare replay: graphs launched per call
+  std::optional<bool> identical_to_eager;   // graph backend only
+  std::optional<GraphActivity> whole_case;  // graph backend: compile to the last call
+  // graph backend: the timing loop (timed and priming calls)
+  std::optional<GraphActivity> timed_calls;
+  nlohmann::json backend_programs;  // graph backend: from CompiledModel::backend_stats()
+  size_t bare_graphs = 0;           // bare replay: graphs launched per call
 };
 
 struct CaseResult {
@@ -140,6 +142,21 @@ void time_on_gpu(const std::function<void()>& call, runtime::Backend& device_bac
   gpu_us.push_back(1000.0 * device_backend.elapsed_ms(before, after));
 }
 
+// Note [Each timed call after one of its own]
+// The contenders take turns, so a timed call would otherwise follow a call of
+// another contender. That is not neutral: the bare replay launches the very
+// graph the cudagraphs call before it had just run, over the same
+// intermediates, and found the GPU's caches warm for it, while every other
+// row followed work over other addresses. On an H200 that alone made the
+// bare replay of gpt4x256 b=1 about 24 us faster than the same graph launched
+// by "cudagraphs". A serving loop calls one model again and again, so each
+// timed call now follows one untimed call of its own contender.
+void prime(const std::function<void()>& call, runtime::Backend& device_backend,
+           runtime::StreamHandle stream) {
+  call();
+  device_backend.synchronize_stream(stream);
+}
+
 // Times one call: until it returns (enqueue) and until its stream is done.
 void call_and_wait(const std::function<void()>& call, runtime::Backend& device_backend,
                    runtime::StreamHandle stream, std::vector<double>& enqueue_us,
@@ -177,8 +194,9 @@ struct BodyGraph {
       graph->instantiate();
       return true;
     } catch (const Error& error) {
-      std::cerr << kName << ": no body-only row: capturing the eager callable failed: "
-                << error.what() << "\n";
+      std::cerr << kName
+                << ": no body-only row: capturing the eager callable failed: " << error.what()
+                << "\n";
       outputs.clear();
       graph.reset();
       return false;
@@ -251,12 +269,15 @@ CaseResult run_case(const Case& config, const Options& options) {
   device_backend.synchronize_stream(stream);
 
   nlohmann::json stats_before_timing = graphs ? tree_counters(options.device) : nlohmann::json();
+  // Note [Each timed call after one of its own].
   for (int64_t i = 0; i < options.iters; ++i) {
     for (Contender& contender : contenders) {
-      call_and_wait([&] { (*contender.model)(inputs); }, device_backend, stream,
-                    contender.enqueue_us, contender.samples_us);
+      std::function<void()> call = [&] { (*contender.model)(inputs); };
+      prime(call, device_backend, stream);
+      call_and_wait(call, device_backend, stream, contender.enqueue_us, contender.samples_us);
     }
     for (BareContender& bare : bares) {
+      prime(bare.call, device_backend, stream);
       call_and_wait(bare.call, device_backend, stream, bare.enqueue_us, bare.samples_us);
     }
   }
@@ -268,10 +289,12 @@ CaseResult run_case(const Case& config, const Options& options) {
     runtime::EventHandle after = device_backend.create_event(true);
     for (int64_t i = 0; i < options.iters; ++i) {
       for (Contender& contender : contenders) {
-        time_on_gpu([&] { (*contender.model)(inputs); }, device_backend, stream, before, after,
-                    contender.gpu_us);
+        std::function<void()> call = [&] { (*contender.model)(inputs); };
+        prime(call, device_backend, stream);
+        time_on_gpu(call, device_backend, stream, before, after, contender.gpu_us);
       }
       for (BareContender& bare : bares) {
+        prime(bare.call, device_backend, stream);
         time_on_gpu(bare.call, device_backend, stream, before, after, bare.gpu_us);
       }
     }
@@ -347,7 +370,7 @@ void print_table(const std::vector<CaseResult>& results) {
                {"GPU us", Align::kRight},
                {"speedup", Align::kRight},
                {"identical"},
-               {"graphs (timed calls)"},
+               {"graphs (timing loop)"},
                {"graphs (whole case)"}});
   for (const CaseResult& result : results) {
     double eager_median = eager_median_us(result);

@@ -33,14 +33,14 @@ TEST(TreeConfig, DefaultsFollowPyTorch) {
 TEST(TreeConfig, BackendKnobsComeFromTheEnvironment) {
   ScopedEnv policy("GROVE_CUDAGRAPHS_MUTATION_POLICY", "eager");
   ScopedEnv zero_copy("GROVE_CUDAGRAPHS_ZERO_COPY", "0");
-  ScopedEnv graph_copies("GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES", "1");
+  ScopedEnv graph_copies("GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES", "0");
   ScopedEnv kernels("GROVE_CUDAGRAPHS_MIN_SEGMENT_KERNELS", "3");
   ScopedEnv buckets("GROVE_CUDAGRAPHS_BATCH_BUCKETS", "1,2,4,16");
   TreeConfig config = TreeConfig::from_environment();
   EXPECT_EQ(config.mutation_policy, MutationPolicy::kEager);
   EXPECT_FALSE(config.zero_copy_inputs);
-  EXPECT_TRUE(config.graph_input_copies);
-  EXPECT_FALSE(TreeConfig{}.graph_input_copies);  // off unless asked for
+  EXPECT_FALSE(config.graph_input_copies);
+  EXPECT_TRUE(TreeConfig{}.graph_input_copies);  // on unless turned off
   EXPECT_EQ(config.min_segment_kernels, 3);
   EXPECT_EQ(config.batch_buckets, (std::vector<int64_t>{1, 2, 4, 16}));
 }
