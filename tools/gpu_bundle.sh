@@ -4,7 +4,7 @@
 # their runfiles name into gpu_bundle/ (git-ignored), next to a runner,
 # gpu_bundle/run_all.sh, that runs them all on a GPU host and prints one
 # summary. The bundle carries no CUDA library: binaries link cudart statically
-# and open cuBLAS from the host's CUDA Toolkit at run time. See docs/gpu_host.md.
+# and open cuBLAS from the host's CUDA Toolkit at run time. See the README, "Running on a GPU host".
 #
 #   tools/gpu_bundle.sh [extra bazel build flags]
 #

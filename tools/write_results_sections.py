@@ -142,7 +142,9 @@ def launch_overhead(report):
     return lines
 
 
-def backend_latency(report):
+def backend_latency(report, graph_copies=True):
+    """graph_copies: whether the run's graphs began with in-graph input copies
+    (the default) or its input copies were device copies before each launch."""
     results = rows_of(report)
     rows = []
     for r in results:
@@ -166,16 +168,17 @@ def backend_latency(report):
                      us((r.get("gpu") or {}).get("median_us")),
                      ratio(r.get("speedup_vs_eager")),
                      "" if identical is None else ("yes" if identical else "NO"), graphs])
+    copies = ("they begin with grove's in-graph input copies" if graph_copies else
+              "without input copies: this run copied its inputs before each launch")
     lines = ["Per-call inference latency of the `eager` and `cudagraphs` backends in one "
-             "process (f32), with the bare replay of the very graphs `cudagraphs` recorded (they "
-             "begin with grove's in-graph input copies) and the bare replay of the eager "
-             "callable captured directly (body only, no input copy); the calls alternate so that drift "
-             "hits all alike, and each timed call follows an untimed call of its own (a serving "
-             "loop's steady state). %s timed calls after "
-             "%s warm-up; host time until the stream is synchronized. Enqueue: host time until "
+             "process (f32), with the bare replay of the very graphs `cudagraphs` recorded (%s) "
+             "and the bare replay of the eager callable captured directly (body only, no input "
+             "copy); the calls alternate so that drift hits all alike, and each timed call "
+             "follows an untimed call of its own (a serving loop's steady state). %s timed calls "
+             "after %s warm-up; host time until the stream is synchronized. Enqueue: host time until "
              "the call returned. GPU: time between events around the call, in a pass of its "
              "own (it includes any wait of the device for the host within the call)."
-             % (report.get("iters", "?"), report.get("warmup", "?")), ""]
+             % (copies, report.get("iters", "?"), report.get("warmup", "?")), ""]
     lines += table(["case", "backend", "median (p90)", "enqueue", "GPU", "vs eager",
                     "identical to eager", "graphs (timing loop)"], rows,
                    ["l", "l", "r", "r", "r", "r", "l", "l"])
@@ -487,7 +490,7 @@ SECTIONS = [
     ("backend_latency_host_copies", "Inference with input copies before the launch "
                                     "(`GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=0 "
                                     "benchmarks/backend_latency`, the A/B of the default)",
-     backend_latency),
+     lambda report: backend_latency(report, graph_copies=False)),
     ("eager_latency", "Eager backend (`benchmarks/eager_latency`)", eager_latency),
     ("train_step", "Training step (`benchmarks/train_step`)", train_step),
     ("torch", "PyTorch in the same session (`benchmarks/compare_torch.py`)", compare_torch),

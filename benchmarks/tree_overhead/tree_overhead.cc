@@ -11,11 +11,12 @@
 // after run() (or the bare graph launch), and the stream is synchronized,
 // untimed, after every `--burst` calls, so that the launch queue never fills
 // and no call waits for the GPU. The manager's cost is the difference of the
-// per-call medians. Three binding modes are measured: zero-copy (the default:
-// the copied input's address did not change, so nothing is copied or
-// patched), copy (zero_copy_inputs = false: the input is copied into its
-// placeholder before each replay, one cudaMemcpyAsync on the host) and
-// in-graph copy (zero_copy_inputs = false, graph_input_copies = true: a head
+// per-call medians. Three binding modes are measured: zero-copy (the default
+// where it applies: the copied input's address did not change, so nothing is
+// copied or patched), copy (zero_copy_inputs and graph_input_copies
+// off: the input is copied into its placeholder before each replay, one
+// cudaMemcpyAsync on the host) and in-graph copy (zero_copy_inputs off,
+// graph_input_copies on, the default for inputs zero-copy cannot bind: a head
 // kernel of the graph copies it, Note [Input copies inside the graph]; the
 // bare replay of that graph includes the copy kernel).
 //
