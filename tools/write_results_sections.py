@@ -234,16 +234,24 @@ def train_step(report):
         speed = graph.get("speedup_vs_eager") if graph else None
         note = "; ".join("%s %s: %s" % (r.get("backend"), r.get("status"),
                                         short_error(r.get("error", ""), 120)) for r in failures)
+        bare = (graph or {}).get("bare_replay")
+        over_bare = None
+        if median_of(graph) is not None and isinstance(bare, dict) and \
+                bare.get("median_us") is not None:
+            over_bare = median_of(graph) - bare["median_us"]
         rows.append([case, latency_cell((eager or {}).get("latency")),
-                     latency_cell((graph or {}).get("latency")), ratio(speed), losses, note])
+                     latency_cell((graph or {}).get("latency")), latency_cell(bare),
+                     us(over_bare), ratio(speed), losses, note])
     lines = ["One training step (forward, backward, SGD with momentum %s), eager against "
              "cudagraphs (all three phases captured), %s timed steps after %s warm-up; host "
-             "time until the stream is synchronized." % (
+             "time until the stream is synchronized. Bare replay: the graphs of the last "
+             "cudagraphs step launched directly, step after step (no binding, no checks, no "
+             "trainer); over bare: cudagraphs median minus bare replay median." % (
                  first(results, "momentum", "0.9"), report.get("iters", "?"),
                  report.get("warmup", "?")), ""]
-    lines += table(["case", "grove eager", "grove cudagraphs", "speedup",
-                    "losses identical (first → last)", "failures"],
-                   rows, ["l", "r", "r", "r", "l", "l"])
+    lines += table(["case", "grove eager", "grove cudagraphs", "bare replay", "over bare",
+                    "speedup", "losses identical (first → last)", "failures"],
+                   rows, ["l", "r", "r", "r", "r", "r", "l", "l"])
     speedups = [r["speedup_vs_eager"] for r in results
                 if r.get("backend") == "cudagraphs" and r.get("speedup_vs_eager")]
     if speedups:

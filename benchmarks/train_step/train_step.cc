@@ -18,7 +18,9 @@
 // backend's losses are compared with eager's bit for bit, and the tree
 // manager's counters (recordings, replays, eager fallbacks by reason) are
 // read from its stats() JSON. Under the graph backend each step begins with
-// mark_step_begin() unless --mark-step off.
+// mark_step_begin() unless --mark-step off. After its timed steps, the graph
+// backend's row also times the bare replay: the graphs of the last step
+// (forward, backward, optimizer) launched directly, --iters times.
 //
 //   train_step [--device auto|cuda|sim] [--iters 100] [--warmup 10] [--json FILE]
 //              [--mlp-batch 32] [--gpt-batch 8] [--seq 32] [--backends eager,cudagraphs]
@@ -38,6 +40,7 @@
 #include "compiler/training/losses.h"
 #include "compiler/training/trainer.h"
 #include "runtime/device_context.h"
+#include "runtime/graph_recording.h"
 
 namespace grove::benchmarks {
 namespace {
@@ -101,6 +104,10 @@ struct Row {
   std::optional<bool> losses_match_eager;
   std::optional<GraphActivity> timed_steps;
   std::optional<GraphActivity> whole_run;
+  // Graph backend: the graphs of the last step launched directly, step after
+  // step (the floor of a captured step: no binding, no checks, no trainer).
+  std::optional<LatencySummary> bare;
+  size_t bare_graphs = 0;
 };
 
 struct ModelWithLoss {
@@ -203,6 +210,20 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
     nlohmann::json stats_after = tree_counters(options.device);
     row.whole_run = graph_activity(stats_at_start, stats_after);
     row.timed_steps = graph_activity(stats_before_timing, stats_after);
+    // The bare replay runs the optimizer graph too, so it goes on training
+    // the model; nothing reads the parameters after this.
+    std::vector<runtime::GraphRecording*> path = last_path_graphs(options.device);
+    if (!path.empty()) {
+      std::vector<double> bare_us;
+      for (int64_t i = 0; i < options.iters; ++i) {
+        Stopwatch watch;
+        for (runtime::GraphRecording* graph : path) graph->replay(stream);
+        context.backend().synchronize_stream(stream);
+        bare_us.push_back(watch.elapsed_us());
+      }
+      row.bare = summarize(bare_us);
+      row.bare_graphs = path.size();
+    }
   }
   row.measured = true;
   row.steps = trainer.steps_taken();
@@ -279,22 +300,24 @@ void print_table(const std::vector<CaseResult>& results) {
                {"last loss", Align::kRight},
                {"= eager"},
                {"build ms", Align::kRight},
+               {"bare replay us", Align::kRight},
                {"graphs (timed steps)"}});
   for (const CaseResult& result : results) {
     const Row* eager = eager_row(result);
     for (const Row& row : result.rows) {
       if (!row.measured) {
-        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "", "", "",
+        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "", "", "", "",
                        unmeasured_cell(row.error)});
         continue;
       }
       std::string match = row.losses_match_eager ? (*row.losses_match_eager ? "yes" : "NO") : "";
-      table.add_row({result.config.label, row.backend, format_fixed(row.latency.median_us, 1),
-                     format_fixed(row.latency.p90_us, 1),
-                     format_fixed(100 * row.latency.spread(), 1) + "%",
-                     eager ? format_ratio(eager->latency.median_us / row.latency.median_us) : "",
-                     format_fixed(row.first_loss, 4), format_fixed(row.last_loss, 4), match,
-                     format_fixed(row.build_ms, 0), activity_cell(row.timed_steps)});
+      table.add_row(
+          {result.config.label, row.backend, format_fixed(row.latency.median_us, 1),
+           format_fixed(row.latency.p90_us, 1), format_fixed(100 * row.latency.spread(), 1) + "%",
+           eager ? format_ratio(eager->latency.median_us / row.latency.median_us) : "",
+           format_fixed(row.first_loss, 4), format_fixed(row.last_loss, 4), match,
+           format_fixed(row.build_ms, 0), row.bare ? format_fixed(row.bare->median_us, 1) : "",
+           activity_cell(row.timed_steps)});
     }
   }
   std::fputs(table.render().c_str(), stdout);
@@ -340,6 +363,10 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
       if (row.losses_match_eager) entry["losses_match_eager"] = *row.losses_match_eager;
       if (row.timed_steps) entry["graphs_timed_steps"] = row.timed_steps->to_json();
       if (row.whole_run) entry["graphs_whole_run"] = row.whole_run->to_json();
+      if (row.bare) {
+        entry["bare_replay"] = latency_json(*row.bare);
+        entry["bare_graphs_per_step"] = row.bare_graphs;
+      }
       report["results"].push_back(entry);
     }
   }
