@@ -2,6 +2,7 @@
 
 #include "compiler/backends/compile.h"
 #include "compiler/ir/builder.h"
+#include "compiler/training/hyperparameter_slots.h"
 #include "compiler/training/training_stage.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -36,6 +37,8 @@ Trainer::Trainer(const ir::Program& model, ir::ValueId loss, const TrainerOption
   }
   const ir::Value& loss_grad = programs_.backward.value(programs_.backward.inputs().at(0));
   loss_grad_ = scalar_tensor(1.0, loss_grad.type.dtype, device);
+  hyperparameters_ =
+      std::make_unique<HyperparameterSlots>(optimizer_.hyperparameter_names.size(), device);
 }
 
 Trainer::~Trainer() = default;
@@ -66,15 +69,15 @@ Tensor Trainer::forward_backward(const TensorList& inputs) {
 
 Tensor Trainer::step(const TensorList& inputs, const Hyperparameters& hyperparameters) {
   Tensor loss = forward_backward(inputs);
-  TensorList hyper;
-  runtime::Device device = programs_.forward.device();
-  for (double value : optimizer_.hyperparameter_values(hyperparameters, steps_ + 1)) {
-    hyper.push_back(scalar_tensor(value, runtime::DType::kF32, device));
-  }
+  // Note [Hyperparameters on the device].
+  const TensorList& hyper =
+      hyperparameters_->write(optimizer_.hyperparameter_values(hyperparameters, steps_ + 1));
   optimizer_step_->call(arguments(optimizer_.program, hyper));
   ++steps_;
   return loss;
 }
+
+uint64_t Trainer::hyperparameter_copies() const { return hyperparameters_->copies(); }
 
 const Tensor& Trainer::state(const std::string& name) const {
   auto found = state_.find(name);

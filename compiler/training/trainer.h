@@ -17,7 +17,9 @@
 // their addresses across steps, which is what lets a graph backend capture
 // the forward, the backward and the optimizer step once and replay them.
 // d(loss) is a persistent scalar 1 for the same reason; the hyper-parameters
-// are small per-step inputs, so a schedule needs no recompilation.
+// are small per-step inputs, so a schedule needs no recompilation, held in
+// device scalars that keep their addresses too (Note [Hyperparameters on the
+// device], hyperparameter_slots.h).
 #pragma once
 
 #include <map>
@@ -34,6 +36,7 @@ namespace grove::compiler::training {
 
 // One lowered and prepared program (trainer.cc).
 struct TrainerStage;
+class HyperparameterSlots;
 
 struct TrainerOptions {
   std::string backend = "eager";
@@ -63,6 +66,9 @@ class Trainer {
   const runtime::Tensor& state(const std::string& name) const;
   std::vector<std::string> state_names() const;
   int64_t steps_taken() const { return steps_; }
+  // Host-to-device copies of hyper-parameter values so far: one per step whose
+  // values differ from the previous step's (Note [Hyperparameters on the device]).
+  uint64_t hyperparameter_copies() const;
   const std::string& backend() const { return backend_; }
 
   const autodiff::TrainingPrograms& programs() const { return programs_; }
@@ -83,6 +89,7 @@ class Trainer {
   std::unique_ptr<TrainerStage> optimizer_step_;
   std::map<std::string, runtime::Tensor> state_;
   runtime::Tensor loss_grad_;
+  std::unique_ptr<HyperparameterSlots> hyperparameters_;
   int64_t steps_ = 0;
 };
 

@@ -106,6 +106,37 @@ TEST(Trainer, ParamsGradientsAndOptimizerStateKeepTheirAddresses) {
   EXPECT_EQ(mutated, mutated_input_positions(trainer.optimizer().program));
 }
 
+// Note [Hyperparameters on the device]: a learning-rate schedule reaches every
+// step (losses and the final params match the reference, which takes each
+// step's values directly), and the values cross to the device once per
+// change: 7 changes over 10 steps, more than the pinned ring has slots.
+TEST(Trainer, ScheduledHyperparametersReachEveryStepWithOneCopyPerChange) {
+  ValueId loss;
+  ir::Program model = small_mlp(&loss);
+  std::mt19937_64 rng(13);
+  reference::HostTensorList inputs = {testing::normal_tensor({4, 6}, 1.0, rng),
+                                      testing::normal_tensor({4, 3}, 1.0, rng)};
+  TensorList device_inputs = {to_device(inputs[0]), to_device(inputs[1])};
+  ReferenceTrainer reference_trainer(model, loss, OptimizerKind::kSgdMomentum);
+  Trainer trainer(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kSgdMomentum});
+  const std::vector<double> schedule = {0.1, 0.1, 0.1, 0.05, 0.02, 0.2, 0.01, 0.3, 0.07, 0.07};
+  for (size_t step = 0; step < schedule.size(); ++step) {
+    Hyperparameters hyper;
+    hyper.lr = schedule[step];
+    double expected = reference_trainer.step(inputs, hyper);
+    double got = trainer.step(device_inputs, hyper).to_doubles().at(0);
+    EXPECT_NEAR(got, expected, 1e-4 * std::abs(expected)) << "step " << step;
+  }
+  std::vector<double> expected = reference_trainer.state("fc1.weight").data;
+  std::vector<double> got = trainer.state("fc1.weight").to_doubles();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], expected[i], 1e-4 + 1e-4 * std::abs(expected[i]))
+        << "fc1.weight[" << i << "]";
+  }
+  EXPECT_EQ(trainer.hyperparameter_copies(), 7u);
+}
+
 TEST(Trainer, MlpBenchmarkLossCurveMatchesTheReference) {
   testing::ModelWithLoss model = testing::mlp_with_mse(/*batch=*/8, kSimDevice);
   std::mt19937_64 rng(21);

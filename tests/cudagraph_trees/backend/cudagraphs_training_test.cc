@@ -79,5 +79,39 @@ TEST(CudagraphsTraining, SmallMlpAdamWMatchesEagerBitwiseOverFiveSteps) {
   reset_tree_managers();
 }
 
+// A learning-rate schedule under "cudagraphs": the optimizer's hyper-parameter
+// scalars keep their addresses (Note [Hyperparameters on the device]), so
+// each step replays the recorded optimizer graph with that step's values, and
+// the params equal eager's bit for bit after every step.
+TEST(CudagraphsTraining, SgdMomentumWithALearningRateScheduleMatchesEagerBitwise) {
+  register_cudagraphs_backend();
+  reset_tree_managers();
+  ValueId loss;
+  compiler::ir::Program model = small_mlp(&loss);
+  Trainer eager(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kSgdMomentum});
+  Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = OptimizerKind::kSgdMomentum});
+  const std::vector<double> schedule = {0.1, 0.1, 0.1, 0.05, 0.02, 0.2, 0.01, 0.3, 0.07, 0.07};
+  std::mt19937_64 rng(34);
+  for (size_t step = 0; step < schedule.size(); ++step) {
+    Hyperparameters hyper;
+    hyper.lr = schedule[step];
+    TensorList inputs = {random_tensor({4, 6}, rng), random_tensor({4, 3}, rng)};
+    EXPECT_EQ(graphs.step(inputs, hyper).to_doubles(), eager.step(inputs, hyper).to_doubles())
+        << "loss at step " << step;
+    for (const char* name : {"fc1.weight", "fc2.weight", "fc1.weight.momentum"}) {
+      std::vector<float> a = eager.state(name).to_vector<float>();
+      std::vector<float> b = graphs.state(name).to_vector<float>();
+      ASSERT_EQ(a.size(), b.size()) << name;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << name << " at step " << step;
+    }
+  }
+  EXPECT_EQ(graphs.hyperparameter_copies(), 7u);
+  nlohmann::json stats = tree_manager_for(kSimDevice).stats();
+  EXPECT_GE(stats["replays"].get<int64_t>(), 20) << stats.dump();
+  EXPECT_EQ(stats["eager_calls"].get<int64_t>(), 0) << stats.dump();
+  reset_tree_managers();
+}
+
 }  // namespace
 }  // namespace grove::cudagraph_trees::backend
