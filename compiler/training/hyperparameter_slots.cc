@@ -1,6 +1,6 @@
 #include "compiler/training/hyperparameter_slots.h"
 
-#include <algorithm>
+#include <cstring>
 
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -10,21 +10,20 @@ namespace grove::compiler::training {
 HyperparameterSlots::HyperparameterSlots(size_t count, runtime::Device device)
     : device_(device), count_(count), last_(count, 0.0f) {
   GROVE_CHECK(count > 0, "HyperparameterSlots: no hyper-parameters");
-  runtime::Backend& backend = runtime::device_context(device).backend();
   std::vector<float> zeros(count, 0.0f);
   buffer_ = runtime::Tensor::from_vector(zeros, {static_cast<int64_t>(count)}, device);
   for (size_t i = 0; i < count; ++i) {
     auto at = static_cast<int64_t>(i);
     scalars_.push_back(buffer_.slice(0, at, at + 1).view({}));
   }
+  runtime::Backend& backend = runtime::device_context(device).backend();
   try {
     for (Slot& slot : ring_) {
-      slot.host = static_cast<float*>(backend.allocate_host_pinned(count * sizeof(float)));
+      slot.host = runtime::PinnedHostBuffer(device, count * sizeof(float));
       slot.copied = backend.create_event(/*enable_timing=*/false);
     }
   } catch (...) {
     for (Slot& slot : ring_) {
-      if (slot.host != nullptr) backend.free_host_pinned(slot.host);
       if (slot.copied.impl != nullptr) backend.destroy_event(slot.copied);
     }
     throw;
@@ -36,7 +35,6 @@ HyperparameterSlots::~HyperparameterSlots() {
   for (Slot& slot : ring_) {
     // The copy reads the pinned slot when the stream reaches it.
     if (slot.pending) backend.synchronize_event(slot.copied);
-    if (slot.host != nullptr) backend.free_host_pinned(slot.host);
     if (slot.copied.impl != nullptr) backend.destroy_event(slot.copied);
   }
 }
@@ -51,8 +49,8 @@ const TensorList& HyperparameterSlots::write(const std::vector<double>& values) 
   runtime::StreamHandle stream = context.current_stream();
   Slot& slot = ring_[next_];
   if (slot.pending) backend.synchronize_event(slot.copied);
-  std::copy(next.begin(), next.end(), slot.host);
-  backend.copy_async(buffer_.data_ptr(), slot.host, count_ * sizeof(float),
+  std::memcpy(slot.host.data(), next.data(), count_ * sizeof(float));
+  backend.copy_async(buffer_.data_ptr(), slot.host.data(), count_ * sizeof(float),
                      runtime::CopyKind::kHostToDevice, stream);
   backend.record_event(slot.copied, stream);
   slot.pending = true;

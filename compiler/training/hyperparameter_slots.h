@@ -24,6 +24,7 @@
 #include "compiler/lowered_function.h"
 #include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/pinned_host_buffer.h"
 
 namespace grove::compiler::training {
 
@@ -33,7 +34,7 @@ class HyperparameterSlots {
 
   // `count` f32 scalars on `device`, zero until the first write().
   HyperparameterSlots(size_t count, runtime::Device device);
-  // Waits for the copies still pending, then frees the pinned slots.
+  // Waits for the copies still pending; the pinned slots are freed after.
   ~HyperparameterSlots();
   HyperparameterSlots(const HyperparameterSlots&) = delete;
   HyperparameterSlots& operator=(const HyperparameterSlots&) = delete;
@@ -49,7 +50,7 @@ class HyperparameterSlots {
 
  private:
   struct Slot {
-    float* host = nullptr;  // pinned, `count` floats
+    runtime::PinnedHostBuffer host;  // `count` floats
     runtime::EventHandle copied{};
     bool pending = false;  // an event was recorded after this slot's last copy
   };
