@@ -58,28 +58,19 @@ TEST_P(TreeGraphCopies, ReplaysCopyInsideTheGraphAndSeeNewContents) {
 TEST_P(TreeGraphCopies, MovedInputsRepointTheHeadCopyAtAnyAlignment) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_copying_manager();
-  FunctionId f = trees.register_function(double_plus_param());
-  Tensor w = random_tensor(rng, {64});
-  Tensor big = random_tensor(rng, {80});
-  auto view_at = [&](int64_t offset) {
-    return Tensor(big.storage(), {64}, {1}, offset, runtime::DType::kF32);
-  };
-  std::vector<Tensor> xs = {random_tensor(rng, {64}), random_tensor(rng, {64}),
-                            random_tensor(rng, {64})};
-  trees.run(f, {xs[0], w});
-  trees.run(f, {xs[1], w});  // recorded reading xs[1]
-  TensorList out = trees.run(f, {xs[2], w});
-  EXPECT_VALUES(out[0], double_plus(host(xs[2]), host(w)));
+  MovedInput moved = record_then_move_input(trees, rng);  // recorded reading xs[1]
+  TensorList out = moved.out;
+  EXPECT_VALUES(out[0], double_plus(host(moved.xs[2]), host(moved.w)));
   EXPECT_EQ(trees.counters().copy_source_patches, 1u);
   // 4 and 12 bytes off any 16-byte boundary: the kernel copies bytewise.
   for (int64_t offset : {1, 3, 4, 16}) {
-    out = trees.run(f, {view_at(offset), w});
-    EXPECT_VALUES(out[0], double_plus(host(view_at(offset)), host(w)));
+    out = trees.run(moved.f, {moved.view_at(offset), moved.w});
+    EXPECT_VALUES(out[0], double_plus(host(moved.view_at(offset)), host(moved.w)));
   }
   EXPECT_EQ(trees.counters().copy_source_patches, 5u);
   // The same address again: no patch.
-  out = trees.run(f, {view_at(16), w});
-  EXPECT_VALUES(out[0], double_plus(host(view_at(16)), host(w)));
+  out = trees.run(moved.f, {moved.view_at(16), moved.w});
+  EXPECT_VALUES(out[0], double_plus(host(moved.view_at(16)), host(moved.w)));
   EXPECT_EQ(trees.counters().copy_source_patches, 5u);
   EXPECT_EQ(trees.counters().input_copies_in_graph, 6u);
   EXPECT_EQ(trees.counters().recordings, 1u);

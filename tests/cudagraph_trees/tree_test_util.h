@@ -21,6 +21,7 @@
 
 namespace grove::testing {
 
+using compiler::TensorList;
 using cudagraph_trees::CompilationMode;
 using cudagraph_trees::FunctionId;
 using cudagraph_trees::FunctionSpec;
@@ -30,7 +31,6 @@ using cudagraph_trees::PathState;
 using cudagraph_trees::TreeConfig;
 using cudagraph_trees::TreeManager;
 using cudagraph_trees::TreeNode;
-using compiler::TensorList;
 using runtime::Tensor;
 
 using Body = compiler::Callable;
@@ -60,6 +60,20 @@ class TreeTest : public DeviceTest {
     kept_.push_back(random_tensor(rng, shape));
     return kept_.back();
   }
+  // The moved-input scenario of the binding tests: 2 x + w (double_plus_param)
+  // warmed up on xs[0], recorded on xs[1] and replayed on xs[2], a new address
+  // (`out`); view_at(k) is a [64] f32 view of a spare storage starting k
+  // elements in, for sources off the placeholder's alignment.
+  struct MovedInput {
+    FunctionId f;
+    Tensor w, spare;
+    std::vector<Tensor> xs;
+    TensorList out;
+    Tensor view_at(int64_t offset) const {
+      return Tensor(spare.storage(), {64}, {1}, offset, runtime::DType::kF32);
+    }
+  };
+  MovedInput record_then_move_input(TreeManager& trees, std::mt19937& rng);
   runtime::PoolStats pool_stats() const {
     return runtime::device_context(device()).allocator().stats(manager_->pool());
   }
@@ -113,19 +127,19 @@ inline Floats host_add_scalar(const Floats& a, float value) {
 }
 
 // Non-fatal (usable in lambdas that return values); reports the first mismatch only.
-#define EXPECT_VALUES(tensor, expected)                                                 \
-  do {                                                                                  \
-    Floats actual_values = ::grove::testing::host(tensor);                              \
-    const Floats& expected_values = (expected);                                         \
-    EXPECT_EQ(actual_values.size(), expected_values.size());                            \
+#define EXPECT_VALUES(tensor, expected)                                                   \
+  do {                                                                                    \
+    Floats actual_values = ::grove::testing::host(tensor);                                \
+    const Floats& expected_values = (expected);                                           \
+    EXPECT_EQ(actual_values.size(), expected_values.size());                              \
     for (size_t v = 0; v < std::min(actual_values.size(), expected_values.size()); ++v) { \
-      if (std::abs(actual_values[v] - expected_values[v]) >                              \
-          1e-5f * std::max(1.0f, std::abs(expected_values[v]))) {                       \
-        ADD_FAILURE() << "value " << v << ": " << actual_values[v] << " != expected "   \
-                      << expected_values[v];                                            \
-        break;                                                                          \
-      }                                                                                 \
-    }                                                                                   \
+      if (std::abs(actual_values[v] - expected_values[v]) >                               \
+          1e-5f * std::max(1.0f, std::abs(expected_values[v]))) {                         \
+        ADD_FAILURE() << "value " << v << ": " << actual_values[v] << " != expected "     \
+                      << expected_values[v];                                              \
+        break;                                                                            \
+      }                                                                                   \
+    }                                                                                     \
   } while (false)
 
 // 2 * x + w (w static), and its host reference.
@@ -136,6 +150,19 @@ inline FunctionSpec double_plus_param() {
 }
 inline Floats double_plus(const Floats& x, const Floats& w) {
   return host_add(host_scale(x, 2.0f), w);
+}
+
+inline TreeTest::MovedInput TreeTest::record_then_move_input(TreeManager& trees,
+                                                             std::mt19937& rng) {
+  MovedInput moved;
+  moved.f = trees.register_function(double_plus_param());
+  moved.w = random_tensor(rng, {64});
+  moved.spare = random_tensor(rng, {80});
+  for (int i = 0; i < 3; ++i) moved.xs.push_back(random_tensor(rng, {64}));
+  trees.run(moved.f, {moved.xs[0], moved.w});
+  trees.run(moved.f, {moved.xs[1], moved.w});
+  moved.out = trees.run(moved.f, {moved.xs[2], moved.w});
+  return moved;
 }
 
 // The input whose placeholder span in `node` holds `tensor`'s first element, or -1.
@@ -160,14 +187,13 @@ struct PlaceholderReuse {
   Tensor g_output;
   int holder = -1;
 };
-inline PlaceholderReuse reuse_a_placeholder(TreeManager& trees, const std::function<Tensor()>& fresh) {
+inline PlaceholderReuse reuse_a_placeholder(TreeManager& trees,
+                                            const std::function<Tensor()>& fresh) {
   PlaceholderReuse reuse;
-  reuse.f = trees.register_function(spec("add", [](const TensorList& in) {
-    return TensorList{add(in[0], in[1])};
-  }));
-  FunctionId g = trees.register_function(spec("triple", [](const TensorList& in) {
-    return TensorList{scale(in[0], 3.0f)};
-  }));
+  reuse.f = trees.register_function(
+      spec("add", [](const TensorList& in) { return TensorList{add(in[0], in[1])}; }));
+  FunctionId g = trees.register_function(
+      spec("triple", [](const TensorList& in) { return TensorList{scale(in[0], 3.0f)}; }));
   for (int step = 0; step < 3; ++step) {  // warm-up, recording, replay
     trees.mark_step_begin();
     TensorList f_out = trees.run(reuse.f, {fresh(), fresh()});

@@ -61,27 +61,18 @@ TEST_P(TreeZeroCopy, DisabledByConfigCopiesEveryReplay) {
 TEST_P(TreeZeroCopy, MisalignedAddressIsCopiedAndThePatchUndone) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(double_plus_param());
-  Tensor w = random_tensor(rng, {64});
-  Tensor big = random_tensor(rng, {80});
-  auto view_at = [&](int64_t offset) {
-    return Tensor(big.storage(), {64}, {1}, offset, runtime::DType::kF32);
-  };
-  std::vector<Tensor> xs = {random_tensor(rng, {64}), random_tensor(rng, {64}),
-                            random_tensor(rng, {64})};
-  trees.run(f, {xs[0], w});
-  trees.run(f, {xs[1], w});
-  TensorList out = trees.run(f, {xs[2], w});  // patched
+  MovedInput moved = record_then_move_input(trees, rng);  // the replay is patched
+  TensorList out = moved.out;
   EXPECT_EQ(trees.counters().input_patches, 1u);
   // 4 bytes off the placeholder's alignment: kernels specialised for aligned
   // access must not see it, so it is copied (and the slots point back).
-  out = trees.run(f, {view_at(1), w});
-  EXPECT_VALUES(out[0], double_plus(host(view_at(1)), host(w)));
+  out = trees.run(moved.f, {moved.view_at(1), moved.w});
+  EXPECT_VALUES(out[0], double_plus(host(moved.view_at(1)), host(moved.w)));
   EXPECT_EQ(trees.counters().zero_copy_refusals, 1u);
   EXPECT_EQ(trees.counters().input_copies, 1u);
-  EXPECT_EQ(trees.counters().input_patches, 2u);  // back to the placeholder
-  out = trees.run(f, {view_at(4), w});            // 16 bytes: patched again
-  EXPECT_VALUES(out[0], double_plus(host(view_at(4)), host(w)));
+  EXPECT_EQ(trees.counters().input_patches, 2u);          // back to the placeholder
+  out = trees.run(moved.f, {moved.view_at(4), moved.w});  // 16 bytes: patched again
+  EXPECT_VALUES(out[0], double_plus(host(moved.view_at(4)), host(moved.w)));
   EXPECT_EQ(trees.counters().input_patches, 3u);
   EXPECT_EQ(trees.counters().input_copies, 1u);
   trees.verify();

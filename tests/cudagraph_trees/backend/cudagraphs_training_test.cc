@@ -43,6 +43,22 @@ Tensor random_tensor(const runtime::Shape& shape, std::mt19937_64& rng) {
   return Tensor::from_vector(values, shape, kSimDevice);
 }
 
+// State tensor `name` of both trainers, equal bit for bit (f32) or by value.
+void expect_same_state(const Trainer& eager, const Trainer& graphs, const std::string& name,
+                       size_t step) {
+  const Tensor& a = eager.state(name);
+  const Tensor& b = graphs.state(name);
+  if (a.dtype() != runtime::DType::kF32) {
+    EXPECT_EQ(b.to_doubles(), a.to_doubles()) << name << " at step " << step;
+    return;
+  }
+  std::vector<float> av = a.to_vector<float>();
+  std::vector<float> bv = b.to_vector<float>();
+  ASSERT_EQ(av.size(), bv.size()) << name;
+  EXPECT_EQ(std::memcmp(av.data(), bv.data(), av.size() * sizeof(float)), 0)
+      << name << " at step " << step;
+}
+
 TEST(CudagraphsTraining, SmallMlpAdamWMatchesEagerBitwiseOverFiveSteps) {
   register_cudagraphs_backend();
   reset_tree_managers();
@@ -60,17 +76,7 @@ TEST(CudagraphsTraining, SmallMlpAdamWMatchesEagerBitwiseOverFiveSteps) {
     std::vector<double> got = graphs.step(inputs, hyper).to_doubles();
     EXPECT_EQ(got, expected) << "loss at step " << step;
     for (const std::string& name : eager.state_names()) {
-      const Tensor& a = eager.state(name);
-      const Tensor& b = graphs.state(name);
-      if (a.dtype() != runtime::DType::kF32) {
-        EXPECT_EQ(b.to_doubles(), a.to_doubles()) << name << " at step " << step;
-        continue;
-      }
-      std::vector<float> av = a.to_vector<float>();
-      std::vector<float> bv = b.to_vector<float>();
-      ASSERT_EQ(av.size(), bv.size()) << name;
-      EXPECT_EQ(std::memcmp(av.data(), bv.data(), av.size() * sizeof(float)), 0)
-          << name << " at step " << step;
+      expect_same_state(eager, graphs, name, static_cast<size_t>(step));
     }
   }
   nlohmann::json stats = tree_manager_for(kSimDevice).stats();
@@ -98,12 +104,8 @@ TEST(CudagraphsTraining, SgdMomentumWithALearningRateScheduleMatchesEagerBitwise
     TensorList inputs = {random_tensor({4, 6}, rng), random_tensor({4, 3}, rng)};
     EXPECT_EQ(graphs.step(inputs, hyper).to_doubles(), eager.step(inputs, hyper).to_doubles())
         << "loss at step " << step;
-    for (const char* name : {"fc1.weight", "fc2.weight", "fc1.weight.momentum"}) {
-      std::vector<float> a = eager.state(name).to_vector<float>();
-      std::vector<float> b = graphs.state(name).to_vector<float>();
-      ASSERT_EQ(a.size(), b.size()) << name;
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-          << name << " at step " << step;
+    for (const std::string& name : eager.state_names()) {
+      expect_same_state(eager, graphs, name, step);
     }
   }
   EXPECT_EQ(graphs.hyperparameter_copies(), 7u);
