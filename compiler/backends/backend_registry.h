@@ -1,6 +1,7 @@
 // Execution backends by name: how a lowered program is run. "eager" runs the
-// lowered function directly; a later issue adds "cudagraphs" (segments handed
-// to the tree manager). compile() (compile.h) picks one by name.
+// lowered function directly; "cudagraphs" (cudagraph_trees/backend) hands
+// capturable segments to the tree manager. compile() (compile.h) picks one by
+// name, and CompiledModel is the one door callers use to reach it.
 #pragma once
 
 #include <functional>
@@ -38,6 +39,16 @@ class ExecutionBackend {
   // ("{}" when it keeps nothing), and a Graphviz picture ("" when none).
   virtual std::string stats_json() const { return "{}"; }
   virtual std::string dot() const { return ""; }
+  // The device memory the backend holds for its programs beyond their
+  // tensors (a graph backend's private pool), as JSON text; "{}" when none.
+  virtual std::string memory_json() const { return "{}"; }
+  // Starts a new step on the calling thread: outputs of earlier calls may be
+  // overwritten by the next call (PyTorch's cudagraph_mark_step_begin). A
+  // no-op for backends that keep no outputs between calls.
+  virtual void mark_step_begin() {}
+  // Drops what the backend recorded (graphs, pools); the next call records
+  // anew. Outputs of earlier calls must not be used afterwards.
+  virtual void reset() {}
 };
 
 using BackendFactory = std::function<std::unique_ptr<ExecutionBackend>()>;
