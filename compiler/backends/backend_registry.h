@@ -13,6 +13,7 @@
 #include "compiler/lowered_function.h"
 #include "compiler/lowering/lower.h"
 #include "compiler/ops/op_registry.h"
+#include "runtime/graph_recording.h"
 
 namespace grove::compiler::backends {
 
@@ -49,6 +50,10 @@ class ExecutionBackend {
   // Drops what the backend recorded (graphs, pools); the next call records
   // anew. Outputs of earlier calls must not be used afterwards.
   virtual void reset() {}
+  // The graphs of the path the calling thread's tree ran last, root first:
+  // what a bare replay of the last call launches (benchmarks time it). Empty
+  // for backends that record no graphs.
+  virtual std::vector<runtime::GraphRecording*> current_path_graphs() const { return {}; }
 };
 
 using BackendFactory = std::function<std::unique_ptr<ExecutionBackend>()>;

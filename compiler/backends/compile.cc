@@ -135,7 +135,7 @@ CompiledModel compile(const ir::Program& program, const CompileOptions& options)
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - lower_start)
           .count();
   model.call_ = backend->prepare(*model.lowered_, options);
-  model.backend_instance_ = std::move(backend);
+  model.backend_ = std::move(backend);
   model.persistent_.resize(target.inputs().size());
   for (size_t i = 0; i < target.inputs().size(); ++i) {
     const ir::Value& value = target.value(target.inputs()[i]);

@@ -43,10 +43,25 @@ class CompiledModel {
   double lower_ms() const { return lower_ms_; }
   // Wall time of the whole compile (lowering, code generation, state initialization).
   double total_compile_ms() const { return total_compile_ms_; }
+  // The door to the execution backend: callers (cli, serving, benchmarks,
+  // the C API) reach what the backend keeps only through these, never
+  // through the tree manager itself (docs/ARCHITECTURE.md, "One door").
   // The backend's stats (JSON text) and Graphviz picture, e.g. the graph tree
   // of "cudagraphs"; "{}" / "" for backends that keep none.
-  std::string backend_stats() const { return backend_instance_ ? backend_instance_->stats_json() : "{}"; }
-  std::string backend_dot() const { return backend_instance_ ? backend_instance_->dot() : ""; }
+  std::string backend_stats() const { return backend_->stats_json(); }
+  std::string backend_dot() const { return backend_->dot(); }
+  // Device memory the backend holds beyond the model's tensors (JSON text).
+  std::string backend_memory() const { return backend_->memory_json(); }
+  // Starts a new step on the calling thread: outputs of earlier calls may be
+  // overwritten by later ones (PyTorch's cudagraph_mark_step_begin).
+  void mark_step_begin() const { backend_->mark_step_begin(); }
+  // Drops the backend's recorded graphs and pools; earlier outputs must not
+  // be used afterwards.
+  void reset_backend() const { backend_->reset(); }
+  // The graphs the last call's path replays, root first (empty for eager).
+  std::vector<runtime::GraphRecording*> backend_graphs() const {
+    return backend_->current_path_graphs();
+  }
 
  private:
   friend CompiledModel compile(const ir::Program& program, const CompileOptions& options);
@@ -56,7 +71,7 @@ class CompiledModel {
   std::shared_ptr<const lowering::LoweredProgram> lowered_;
   std::string backend_name_;
   Callable call_;
-  std::shared_ptr<ExecutionBackend> backend_instance_;
+  std::shared_ptr<ExecutionBackend> backend_;  // never null
   // One entry per Program::inputs(); params and buffers hold their tensors.
   std::vector<runtime::Tensor> persistent_;
   // Note [Reused argument lists] (compile.cc).
