@@ -26,7 +26,7 @@
 // reads the new contents through the aliasing result. A mutated operand must
 // be a param or a buffer (or a result aliasing one), so that the write lands
 // in persistent state; mutating an `input` is allowed too and the tree
-// manager treats it as DESIGN.md §4.6 type (d).
+// manager treats it as a mutation of type (d) (docs/ARCHITECTURE.md, 4.4).
 #pragma once
 
 #include <map>
