@@ -211,6 +211,11 @@ class InvocationScope {
 // The calling thread's manager for `device`, created on first use with
 // TreeConfig::from_environment(). Throws DeviceError for devices without graphs.
 TreeManager& tree_manager_for(runtime::Device device);
+// The calling thread's manager for `device`, or null when it has none (or
+// only one that was shut down); creates nothing.
+TreeManager* find_tree_manager(runtime::Device device);
+// Shuts down and forgets the calling thread's manager for `device`, if any.
+void reset_tree_manager(runtime::Device device);
 // mark_step_begin() on every manager of the calling thread.
 void mark_step_begin();
 // Shuts down and forgets the calling thread's managers.

@@ -85,7 +85,8 @@ void TreeManager::verify() const {
   auto check_slots = [&](const std::vector<ChildSlot>& slots, const TreeNode* parent) {
     for (size_t f = 0; f < slots.size(); ++f) {
       for (const TreeNode* child : slots[f].children) {
-        if (child->parent() != parent) problem = str_cat("node ", child->id(), " has the wrong parent");
+        if (child->parent() != parent)
+          problem = str_cat("node ", child->id(), " has the wrong parent");
         if (child->function_id().value != f) {
           problem = str_cat("node ", child->id(), " sits in the slot of function ", f);
         }
@@ -204,10 +205,10 @@ void TreeManager::shutdown() {
   root_slots_.clear();
   live_blocks_at_shutdown_ = allocator_.stats(pool_).live_blocks;
   if (live_blocks_at_shutdown_ != 0) {
-    log(LogLevel::kWarn, str_cat("cudagraph tree manager for ", device_.str(), ": ",
-                                 live_blocks_at_shutdown_,
-                                 " pool blocks are still held by tensors the tree does not track; "
-                                 "they lose their memory now"));
+    log(LogLevel::kWarn,
+        str_cat("cudagraph tree manager for ", device_.str(), ": ", live_blocks_at_shutdown_,
+                " pool blocks are still held by tensors the tree does not track; "
+                "they lose their memory now"));
   }
   allocator_.release_pool(pool_);
   backend_.destroy_event(caller_ready_);
@@ -223,6 +224,17 @@ TreeManager& tree_manager_for(runtime::Device device) {
   }
   return *manager;
 }
+
+TreeManager* find_tree_manager(runtime::Device device) {
+  auto found = thread_managers().find(device);
+  if (found == thread_managers().end() || found->second == nullptr ||
+      found->second->is_shut_down()) {
+    return nullptr;
+  }
+  return found->second.get();
+}
+
+void reset_tree_manager(runtime::Device device) { thread_managers().erase(device); }
 
 void mark_step_begin() {
   for (auto& [device, manager] : thread_managers()) {

@@ -22,8 +22,8 @@ namespace grove::cudagraph_trees::backend {
 namespace {
 
 using compiler::TensorList;
-using compiler::backends::CompiledModel;
 using compiler::backends::compile;
+using compiler::backends::CompiledModel;
 using compiler::ir::ProgramBuilder;
 using compiler::ir::ValueId;
 using runtime::Device;
@@ -92,8 +92,7 @@ class CudagraphsBackend : public ::testing::TestWithParam<Device> {
       ASSERT_EQ(got.size(), expected.size());
       for (size_t o = 0; o < got.size(); ++o) {
         ASSERT_EQ(got[o].size(), expected[o].size());
-        EXPECT_EQ(std::memcmp(got[o].data(), expected[o].data(), got[o].size() * sizeof(float)),
-                  0)
+        EXPECT_EQ(std::memcmp(got[o].data(), expected[o].data(), got[o].size() * sizeof(float)), 0)
             << program.name() << " call " << call << " output " << o;
       }
     }
@@ -310,6 +309,43 @@ TEST_P(CudagraphsBackend, PiecewiseProgramWithAMutatedInputAliasingAnotherRunsEa
   nlohmann::json stats = stats_of(graphs);
   EXPECT_GE(stats["programs"][0]["pool_mutation_fallbacks"].get<int64_t>(), 3) << stats.dump();
   tree_manager_for(GetParam()).verify();
+}
+
+// The one door: the compiled model reaches its tree through the backend
+// (memory, the graphs of the last path, mark_step_begin, reset) without
+// naming the tree manager.
+TEST_P(CudagraphsBackend, CompiledModelReachesItsTreeThroughTheBackend) {
+  compiler::ir::Program program = compiler::model_format::load_model_file(
+      "benchmarks/models/mlp16x512.json", {{"batch", 2}}, GetParam());
+  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+  TensorList inputs = random_inputs(program, GetParam(), 18);
+  for (int call = 0; call < 3; ++call) graphs(inputs);  // warm-up, record, replay
+  nlohmann::json memory = nlohmann::json::parse(graphs.backend_memory());
+  EXPECT_EQ(memory["device"], GetParam().str()) << memory.dump();
+  EXPECT_GT(memory["pool"]["reserved_bytes"].get<int64_t>(), 0) << memory.dump();
+  EXPECT_GE(memory["pool"]["segments"].get<int64_t>(), 1) << memory.dump();
+  EXPECT_EQ(graphs.backend_graphs().size(), 1u);
+  EXPECT_FALSE(graphs.backend_dot().empty());
+
+  TreeManager* tree = find_tree_manager(GetParam());
+  ASSERT_NE(tree, nullptr);
+  int64_t generation = tree->generation();
+  graphs.mark_step_begin();
+  EXPECT_NE(tree->generation(), generation);
+  int64_t marked = tree->generation();
+  graphs(inputs);
+  EXPECT_EQ(tree->generation(), marked);  // once marked, only marks start generations
+
+  graphs.reset_backend();
+  EXPECT_EQ(find_tree_manager(GetParam()), nullptr);
+  EXPECT_EQ(graphs.backend_memory(), "{}");
+  EXPECT_TRUE(graphs.backend_graphs().empty());
+  graphs.reset_backend();  // nothing left to drop
+  // The next calls record anew in a new tree.
+  for (int call = 0; call < 3; ++call) graphs(inputs);
+  nlohmann::json stats = stats_of(graphs);
+  EXPECT_EQ(stats["tree"]["recordings"].get<int64_t>(), 1) << stats.dump();
+  EXPECT_EQ(stats["tree"]["replays"].get<int64_t>(), 1) << stats.dump();
 }
 
 TEST_P(CudagraphsBackend, StrictModeThrowsInsteadOfFallingBack) {
