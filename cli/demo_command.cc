@@ -4,8 +4,8 @@
 // both backends, compared the same way.
 #include <cstdio>
 
-#include "benchmarks/common/table.h"
 #include "cli/commands.h"
+#include "cli/common/table.h"
 #include "cli/measure.h"
 #include "cli/model_setup.h"
 #include "cli/progress.h"
@@ -87,7 +87,7 @@ bool compare_backends(const std::vector<std::string>& backends, bool training,
   return identical;
 }
 
-DemoOptions parse_demo_options(const ParsedArgs& args) {
+DemoOptions parse_demo_options(const ParsedFlags& args) {
   DemoOptions options;
   options.device = parse_device_choice(args.value("--device", "auto"));
   options.models_dir = args.value("--models", options.models_dir);
@@ -105,6 +105,7 @@ DemoOptions parse_demo_options(const ParsedArgs& args) {
 
 const CommandSpec& demo_command_spec() {
   static const CommandSpec spec{
+      "grove",
       "demo",
       "",
       "gpt4x256 with eager and cudagraphs: latency, identical outputs, tree stats, training",
@@ -123,13 +124,13 @@ const CommandSpec& demo_command_spec() {
 }
 
 int demo_command(const std::vector<std::string>& args) {
-  ParsedArgs parsed = parse_flags(demo_command_spec(), args);
+  ParsedFlags parsed = parse_flags(demo_command_spec(), args);
   if (parsed.help_requested()) {
     std::fputs(help_text(demo_command_spec()).c_str(), stdout);
     return 0;
   }
   DemoOptions options = parse_demo_options(parsed);
-  benchmarks::Stopwatch total;
+  Stopwatch total;
   DemoSizes sizes = sizes_for(options.device);
   int64_t iters = options.iters > 0 ? options.iters : sizes.iters;
 

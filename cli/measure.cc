@@ -9,7 +9,6 @@
 namespace grove::cli {
 namespace {
 
-using benchmarks::Stopwatch;
 using compiler::TensorList;
 
 // Owns a fresh stream for the measurement, current while it lives.
@@ -62,7 +61,7 @@ void time_calls(const MeasureOptions& options, runtime::Device device, const std
     samples.push_back(watch.elapsed_us());
     after_call(outputs);
   }
-  result.latency = benchmarks::summarize(samples);
+  result.latency = summarize(samples);
   if (uses_tree(options.backend)) result.timed_activity = tree_activity(before, tree_stats(device));
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/common/latency.h"
+#include "cli/common/latency.h"
 #include "cli/model_setup.h"
 #include "cli/tree_stats.h"
 #include "compiler/ir/program.h"
@@ -27,11 +27,11 @@ struct MeasureOptions {
 
 struct Measurement {
   std::string backend;
-  benchmarks::LatencySummary latency;  // per call (inference) or per step (training)
-  size_t kernels_per_call = 0;         // generated kernels one call launches when run eagerly
-  size_t gemms_per_call = 0;           // library GEMMs one call launches when run eagerly
-  double compile_s = 0;                // compile (lowering, code generation, state init)
-  double warmup_s = 0;                 // the untimed calls
+  LatencySummary latency;       // per call (inference) or per step (training)
+  size_t kernels_per_call = 0;  // generated kernels one call launches when run eagerly
+  size_t gemms_per_call = 0;    // library GEMMs one call launches when run eagerly
+  double compile_s = 0;         // compile (lowering, code generation, state init)
+  double warmup_s = 0;          // the untimed calls
   // Under the graph backend: the tree's counters over the timed calls.
   std::optional<TreeActivity> timed_activity;
   // Inference: the outputs of the last call, as bytes. Training: the loss of

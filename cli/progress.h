@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "benchmarks/common/latency.h"
+#include "cli/common/latency.h"
 
 namespace grove::cli {
 
@@ -25,7 +25,7 @@ class Phase {
   std::string label_;
   std::string note_;
   int uncaught_at_start_;
-  benchmarks::Stopwatch watch_;
+  Stopwatch watch_;
 };
 
 }  // namespace grove::cli

@@ -1,13 +1,9 @@
 #include "cli/report.h"
 
-#include "benchmarks/common/json_report.h"
+#include "cli/common/json_report.h"
 
 namespace grove::cli {
 namespace {
-
-using benchmarks::Align;
-using benchmarks::format_fixed;
-using benchmarks::Table;
 
 // Latency in µs below 10 ms, in ms above, with its unit.
 std::string format_latency(double us) {
@@ -86,7 +82,7 @@ Table comparison_table(const std::vector<Measurement>& measurements, bool traini
       eager = per_call(m.timed_activity->eager_calls, m.latency.count);
     }
     table.add_row({m.backend, format_latency(m.latency.median_us), format_latency(m.latency.p90_us),
-                   benchmarks::format_ratio(ratio), std::to_string(m.kernels_per_call),
+                   format_ratio(ratio), std::to_string(m.kernels_per_call),
                    std::to_string(m.gemms_per_call), launches, eager,
                    training ? loss_text(m) : m.outputs_text});
   }
@@ -96,7 +92,7 @@ Table comparison_table(const std::vector<Measurement>& measurements, bool traini
 nlohmann::json measurement_json(const Measurement& m, bool training) {
   nlohmann::json json{{"backend", m.backend},
                       {"mode", training ? "training" : "inference"},
-                      {"latency", benchmarks::latency_json(m.latency)},
+                      {"latency", latency_json(m.latency)},
                       {"kernels_per_call", m.kernels_per_call},
                       {"gemms_per_call", m.gemms_per_call},
                       {"compile_s", m.compile_s},

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/common/table.h"
+#include "cli/common/table.h"
 #include "cli/measure.h"
 #include "compiler/ir/program.h"
 
@@ -16,11 +16,11 @@ namespace grove::cli {
 std::string dims_text(const compiler::ir::Program& program);
 
 // Two columns (metric, value) for one measurement.
-benchmarks::Table measurement_table(const Measurement& measurement, bool training);
+Table measurement_table(const Measurement& measurement, bool training);
 // Two columns (metric, value) summarizing a tree's stats() snapshot.
-benchmarks::Table tree_table(const nlohmann::json& stats);
+Table tree_table(const nlohmann::json& stats);
 // One row per backend, with each backend's latency relative to the first row.
-benchmarks::Table comparison_table(const std::vector<Measurement>& measurements, bool training);
+Table comparison_table(const std::vector<Measurement>& measurements, bool training);
 
 nlohmann::json measurement_json(const Measurement& measurement, bool training);
 

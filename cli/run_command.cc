@@ -4,10 +4,10 @@
 #include <fstream>
 #include <thread>
 
-#include "benchmarks/common/json_report.h"
-#include "benchmarks/common/latency.h"
-#include "benchmarks/common/table.h"
 #include "cli/commands.h"
+#include "cli/common/json_report.h"
+#include "cli/common/latency.h"
+#include "cli/common/table.h"
 #include "cli/measure.h"
 #include "cli/model_setup.h"
 #include "cli/report.h"
@@ -31,7 +31,7 @@ struct RunOptions {
   std::string dot_path;
 };
 
-RunOptions parse_run_options(const ParsedArgs& args) {
+RunOptions parse_run_options(const ParsedFlags& args) {
   if (args.positional().empty()) {
     throw UsageError("run: missing the model file (grove run MODEL.json [options])");
   }
@@ -118,7 +118,7 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
         ModelSpec spec = options.model;
         spec.device = device;
         TrainingSetup setup = add_training_loss(load_program(spec));
-        benchmarks::Stopwatch compile;
+        Stopwatch compile;
         compiler::distributed::DataParallelOptions dp;
         dp.trainer.backend = options.measure.backend;
         dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
@@ -134,7 +134,7 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
           run.buckets = trainer.buckets().outputs.size();
         }
         for (int64_t i = 0; i < options.measure.warmup + options.measure.iters; ++i) {
-          benchmarks::Stopwatch watch;
+          Stopwatch watch;
           double loss = trainer.step(inputs, hyper).to_doubles().at(0);  // synchronizes
           if (rank != 0) continue;
           if (i >= options.measure.warmup) run.step_us.push_back(watch.elapsed_us());
@@ -166,42 +166,40 @@ int report_data_parallel(const RunOptions& options) {
       dims_text(program).c_str(),
       options.overlap ? "overlapping the backward" : "in line (--no-overlap)");
   DataParallelRun run = run_data_parallel(options);
-  benchmarks::LatencySummary step = benchmarks::summarize(run.step_us);
+  LatencySummary step = summarize(run.step_us);
   int64_t batch = program.dims().count("batch") ? program.dims().at("batch") : 1;
   double samples_per_s = 1e6 * static_cast<double>(batch * options.gpus) / step.median_us;
-  benchmarks::Table table({{"devices", benchmarks::Align::kRight},
-                           {"backend"},
-                           {"step median", benchmarks::Align::kRight},
-                           {"p90", benchmarks::Align::kRight},
-                           {"samples/s", benchmarks::Align::kRight},
-                           {"buckets", benchmarks::Align::kRight},
-                           {"first loss", benchmarks::Align::kRight},
-                           {"last loss", benchmarks::Align::kRight}});
+  Table table({{"devices", Align::kRight},
+               {"backend"},
+               {"step median", Align::kRight},
+               {"p90", Align::kRight},
+               {"samples/s", Align::kRight},
+               {"buckets", Align::kRight},
+               {"first loss", Align::kRight},
+               {"last loss", Align::kRight}});
   table.add_row({std::to_string(options.gpus), options.measure.backend,
-                 benchmarks::format_fixed(step.median_us, 1) + " us",
-                 benchmarks::format_fixed(step.p90_us, 1) + " us",
-                 benchmarks::format_fixed(samples_per_s, 0), std::to_string(run.buckets),
-                 benchmarks::format_fixed(run.losses.front(), 4),
-                 benchmarks::format_fixed(run.losses.back(), 4)});
+                 format_fixed(step.median_us, 1) + " us", format_fixed(step.p90_us, 1) + " us",
+                 format_fixed(samples_per_s, 0), std::to_string(run.buckets),
+                 format_fixed(run.losses.front(), 4), format_fixed(run.losses.back(), 4)});
   std::printf("\n%s", table.render().c_str());
   if (options.measure.backend == kGraphBackend) {
     std::printf("\ntree of CUDA graphs of rank 0 (totals)\n%s",
                 tree_table(run.tree).render().c_str());
   }
   if (!options.stats_json_path.empty()) {
-    nlohmann::json report = benchmarks::report_header("grove run", options.model.device);
+    nlohmann::json report = report_header("grove run", options.model.device);
     report["model"] = program.name();
     report["model_file"] = options.model.path;
     report["dims"] = program.dims();
     report["devices"] = options.gpus;
     report["backend"] = options.measure.backend;
-    report["step"] = benchmarks::latency_json(step);
+    report["step"] = latency_json(step);
     report["samples_per_s"] = samples_per_s;
     report["losses"] = run.losses;
     report["buckets"] = run.buckets;
     report["overlap"] = options.overlap;
     report["tree"] = run.tree;
-    benchmarks::write_json_file(options.stats_json_path, report);
+    write_json_file(options.stats_json_path, report);
     std::printf("\nwrote stats to %s\n", options.stats_json_path.c_str());
   }
   return 0;
@@ -218,6 +216,7 @@ void write_text_file(const std::string& path, const std::string& text) {
 
 const CommandSpec& run_command_spec() {
   static const CommandSpec spec{
+      "grove",
       "run",
       "MODEL.json",
       "compile a model, run it on random inputs, print per-call latency and launches",
@@ -249,7 +248,7 @@ const CommandSpec& run_command_spec() {
 }
 
 int run_command(const std::vector<std::string>& args) {
-  ParsedArgs parsed = parse_flags(run_command_spec(), args);
+  ParsedFlags parsed = parse_flags(run_command_spec(), args);
   if (parsed.help_requested()) {
     std::fputs(help_text(run_command_spec()).c_str(), stdout);
     return 0;
@@ -272,14 +271,14 @@ int run_command(const std::vector<std::string>& args) {
     std::printf("\ntree of CUDA graphs (totals)\n%s", tree_table(stats).render().c_str());
   }
   if (!options.stats_json_path.empty()) {
-    nlohmann::json report = benchmarks::report_header("grove run", options.model.device);
+    nlohmann::json report = report_header("grove run", options.model.device);
     report["model"] = program.name();
     report["model_file"] = options.model.path;
     report["dims"] = program.dims();
     report["dtype"] = runtime::dtype_name(options.model.dtype);
     report["measurement"] = measurement_json(measurement, options.train);
     report["tree"] = stats;
-    benchmarks::write_json_file(options.stats_json_path, report);
+    write_json_file(options.stats_json_path, report);
     std::printf("\nwrote stats to %s\n", options.stats_json_path.c_str());
   }
   if (!options.dot_path.empty()) {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "benchmarks/common/table.h"
 #include "cli/arguments.h"
+#include "cli/common/table.h"
 #include "compiler/backends/backend_registry.h"
 #include "cudagraph_trees/tree_manager.h"
 
@@ -91,9 +91,8 @@ std::vector<std::pair<std::string, std::string>> stats_summary(const nlohmann::j
   }
   lines.emplace_back("capture failures", number("capture_failures"));
   if (auto pool = stats.find("pool"); pool != stats.end() && pool->is_object()) {
-    lines.emplace_back("pool reserved", benchmarks::format_bytes(counter(*pool, "reserved_bytes")));
-    lines.emplace_back("pool peak allocated",
-                       benchmarks::format_bytes(counter(*pool, "peak_allocated_bytes")));
+    lines.emplace_back("pool reserved", format_bytes(counter(*pool, "reserved_bytes")));
+    lines.emplace_back("pool peak allocated", format_bytes(counter(*pool, "peak_allocated_bytes")));
   }
   return lines;
 }

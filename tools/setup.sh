@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs what grove's build needs on Debian 12 (bookworm), idempotently:
 # Bazel 4 (bazel-bootstrap) with the platforms repository, GoogleTest,
-# nlohmann_json, LLVM 14, zlib and ncurses (for LLVM's static link), and
+# nlohmann_json, CLI11, LLVM 14, zlib and ncurses (for LLVM's static link), and
 # checks that the CUDA Toolkit (nvcc, libcudart_static.a) is at /usr/local/cuda.
 # Fast when everything is there: it only asks dpkg.
 set -euo pipefail
 
 packages=(bazel-bootstrap bazel-platforms libgtest-dev nlohmann-json3-dev llvm-14-dev
-          zlib1g-dev libncurses-dev clang-format)
+          zlib1g-dev libncurses-dev clang-format libcli11-dev)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -25,7 +25,7 @@
 #include "cudagraph_trees/shape_buckets.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
-#include "tests/runtime/test_kernels.h"
+#include "runtime/testing/test_kernels.h"
 
 namespace grove::benchmarks {
 namespace {

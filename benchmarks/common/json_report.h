@@ -1,31 +1,14 @@
-// The JSON every grove benchmark writes: a header naming the benchmark, the
-// device and the date, then the benchmark's own fields.
-//
-//   nlohmann::json report = report_header("eager_latency", device);
-//   report["results"].push_back({{"case", "mlp b=1"}, {"latency_median_us", 41.3}});
-//   write_json_file(path, report);
+// The JSON reports of cli/common/json_report.h, under the benchmarks' namespace.
 #pragma once
 
-#include <nlohmann/json.hpp>
-#include <string>
-
 #include "benchmarks/common/latency.h"
-#include "runtime/device.h"
+#include "cli/common/json_report.h"
 
 namespace grove::benchmarks {
 
-// {"benchmark": name, "device": "cuda:0", "device_name": <backend name>,
-//  "date": "YYYY-MM-DD" (UTC)}.
-nlohmann::json report_header(const std::string& benchmark, runtime::Device device);
-
-// {"count", "min_us", "median_us", "p90_us", "p99_us", "max_us", "spread"}.
-nlohmann::json latency_json(const LatencySummary& summary);
-
-// Writes `json` (2-space indent, trailing newline); throws grove::Error naming
-// the path when the file cannot be written.
-void write_json_file(const std::string& path, const nlohmann::json& json);
-
-// Today's date in UTC, "YYYY-MM-DD".
-std::string utc_date();
+using cli::latency_json;
+using cli::report_header;
+using cli::utc_date;
+using cli::write_json_file;
 
 }  // namespace grove::benchmarks

@@ -1,48 +1,15 @@
-// A plain-text table with aligned columns, for benchmark and CLI output:
-//
-//   Table table({{"case"}, {"median us", Align::kRight}});
-//   table.add_row({"mlp b=1", format_fixed(41.27, 1)});
-//   std::fputs(table.render().c_str(), stdout);
-//
-//   case     median us
-//   -------  ---------
-//   mlp b=1       41.3
+// The aligned text tables of cli/common/table.h, under the benchmarks' namespace.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
+#include "cli/common/table.h"
 
 namespace grove::benchmarks {
 
-enum class Align : uint8_t { kLeft, kRight };
-
-struct Column {
-  std::string header;
-  Align align = Align::kLeft;
-};
-
-class Table {
- public:
-  explicit Table(std::vector<Column> columns);
-
-  // Throws grove::Error when the row's cell count differs from the column count.
-  void add_row(std::vector<std::string> cells);
-  size_t row_count() const { return rows_.size(); }
-  // Header, a dashed rule, then the rows; columns separated by two spaces,
-  // trailing spaces trimmed, every line ending in '\n'.
-  std::string render() const;
-
- private:
-  std::vector<Column> columns_;
-  std::vector<std::vector<std::string>> rows_;
-};
-
-// "41.3" (fixed-point with `decimals` digits).
-std::string format_fixed(double value, int decimals);
-// "1.50 MiB", "512 B", "3.00 GiB".
-std::string format_bytes(uint64_t bytes);
-// "3.07x" (a ratio with two decimals).
-std::string format_ratio(double ratio);
+using cli::Align;
+using cli::Column;
+using cli::format_bytes;
+using cli::format_fixed;
+using cli::format_ratio;
+using cli::Table;
 
 }  // namespace grove::benchmarks

@@ -35,6 +35,7 @@
 #include <tuple>
 #include <vector>
 
+#include "benchmarks/common/flags.h"
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
@@ -68,84 +69,55 @@ struct Options {
   std::string json;
 };
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    if (comma > start) parts.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return parts;
-}
+const std::vector<FlagSpec> kFlags = {
+    {"--device", "DEVICE", "auto (default), cuda or sim"},
+    {"--gpus", "LIST", "device counts to compare (default 1,2)"},
+    {"--iters", "N", "timed steps (default 50)"},
+    {"--warmup", "N", "untimed steps first (default 5)"},
+    {"--mlp-batch", "N", "rows per device for mlp16x512 (default 32)"},
+    {"--gpt-batch", "N", "rows per device for gpt4x256 (default 8)"},
+    {"--seq", "T", "gpt4x256 sequence length (default 32)"},
+    {"--backends", "LIST", "execution backends (default eager,cudagraphs)"},
+    {"--overlap", "LIST", "on and/or off: all-reduces overlapped or in line (default on,off)"},
+    {"--cases", "LIST", "mlp16x512 and/or gpt4x256 (default both)"},
+    {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
+    {"--json", "FILE", "write the results as JSON"},
+};
 
-int64_t parse_positive(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  long long value = std::strtoll(text.c_str(), &end, 10);
-  GROVE_CHECK_AS(ConfigError, end != text.c_str() && *end == '\0' && value > 0,
-                 "data_parallel: ", flag, " takes a positive integer, found '", text, "'");
-  return value;
-}
-
-Options parse(int argc, char** argv) {
+Options parse(const FlagValues& flags) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help") {
-      std::puts(
-          "data_parallel [--device auto|cuda|sim] [--gpus 1,2] [--iters 50] [--warmup 5]\n"
-          "              [--mlp-batch 32] [--gpt-batch 8] [--seq 32] "
-          "[--backends eager,cudagraphs]\n"
-          "              [--overlap on,off] [--cases mlp16x512,gpt4x256] [--models DIR] "
-          "[--json FILE]");
-      std::exit(0);
-    }
-    GROVE_CHECK_AS(ConfigError, i + 1 < argc, "data_parallel: ", flag, " needs a value");
-    std::string value = argv[++i];
-    if (flag == "--device") {
-      options.device = value;
-    } else if (flag == "--gpus") {
-      options.gpus.clear();
-      for (const std::string& n : split(value)) {
-        options.gpus.push_back(static_cast<int>(parse_positive(flag, n)));
-      }
-    } else if (flag == "--iters") {
-      options.iters = static_cast<int>(parse_positive(flag, value));
-    } else if (flag == "--warmup") {
-      options.warmup = static_cast<int>(parse_positive(flag, value));
-    } else if (flag == "--mlp-batch") {
-      options.mlp_batch = parse_positive(flag, value);
-    } else if (flag == "--gpt-batch") {
-      options.gpt_batch = parse_positive(flag, value);
-    } else if (flag == "--seq") {
-      options.seq = parse_positive(flag, value);
-    } else if (flag == "--backends") {
-      options.backends = split(value);
-    } else if (flag == "--overlap") {
-      options.overlap.clear();
-      for (const std::string& mode : split(value)) {
-        GROVE_CHECK_AS(ConfigError, mode == "on" || mode == "off",
-                       "data_parallel: --overlap takes a list of on and off, found '", mode, "'");
-        options.overlap.push_back(mode == "on");
-      }
-      GROVE_CHECK_AS(ConfigError, !options.overlap.empty(), "data_parallel: --overlap is empty");
-    } else if (flag == "--cases") {
-      options.cases = split(value);
-      for (const std::string& name : options.cases) {
-        GROVE_CHECK_AS(ConfigError, name == "mlp16x512" || name == "gpt4x256",
-                       "data_parallel: --cases takes mlp16x512 and/or gpt4x256, found '", name,
-                       "'");
-      }
-    } else if (flag == "--models") {
-      options.models_dir = value;
-    } else if (flag == "--json") {
-      options.json = value;
-    } else {
-      throw ConfigError(
-          str_cat("data_parallel: unknown flag '", flag, "'; run with --help for the flags"));
+  options.device = flags.text("--device", options.device);
+  if (flags.has("--gpus")) {
+    options.gpus.clear();
+    for (const std::string& n : flags.list("--gpus", {})) {
+      options.gpus.push_back(static_cast<int>(cli::parse_integer("--gpus", n, 1, 1 << 16)));
     }
   }
+  options.iters = static_cast<int>(flags.integer("--iters", options.iters, 1, 1 << 30));
+  options.warmup = static_cast<int>(flags.integer("--warmup", options.warmup, 1, 1 << 30));
+  options.mlp_batch = flags.integer("--mlp-batch", options.mlp_batch, 1);
+  options.gpt_batch = flags.integer("--gpt-batch", options.gpt_batch, 1);
+  options.seq = flags.integer("--seq", options.seq, 1);
+  options.backends = flags.list("--backends", options.backends);
+  if (flags.has("--overlap")) {
+    options.overlap.clear();
+    for (const std::string& mode : flags.list("--overlap", {})) {
+      if (mode != "on" && mode != "off") {
+        throw UsageError(
+            str_cat("data_parallel: --overlap takes a list of on and off, found '", mode, "'"));
+      }
+      options.overlap.push_back(mode == "on");
+    }
+  }
+  options.cases = flags.list("--cases", options.cases);
+  for (const std::string& name : options.cases) {
+    if (name != "mlp16x512" && name != "gpt4x256") {
+      throw UsageError(
+          str_cat("data_parallel: --cases takes mlp16x512 and/or gpt4x256, found '", name, "'"));
+    }
+  }
+  options.models_dir = flags.text("--models", options.models_dir);
+  options.json = flags.text("--json", options.json);
   std::vector<std::string> known = compiler::backends::backend_names();
   for (const std::string& backend : options.backends) {
     GROVE_CHECK_AS(ConfigError, std::find(known.begin(), known.end(), backend) != known.end(),
@@ -267,7 +239,17 @@ Row run_case(const Case& config, const Options& options, const std::string& back
 }
 
 int run(int argc, char** argv) {
-  Options options = parse(argc, argv);
+  FlagValues flags = parse_flags("data_parallel", argc, argv, kFlags);
+  if (flags.help_requested()) {
+    std::fputs(usage_text("data_parallel",
+                          "Data-parallel training: step time and scaling efficiency on 1 and 2 "
+                          "devices, eager vs cudagraphs.",
+                          kFlags)
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  Options options = parse(flags);
   Device first =
       options.device == "auto" ? runtime::default_device() : runtime::Device::parse(options.device);
   const runtime::DeviceType type = first.type;
@@ -369,10 +351,5 @@ int run(int argc, char** argv) {
 }  // namespace grove::benchmarks
 
 int main(int argc, char** argv) {
-  try {
-    return grove::benchmarks::run(argc, argv);
-  } catch (const std::exception& error) {
-    std::cerr << "data_parallel: " << error.what() << "\n";
-    return 1;
-  }
+  return grove::benchmarks::benchmark_main("data_parallel", grove::benchmarks::run, argc, argv);
 }

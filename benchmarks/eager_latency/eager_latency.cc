@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/common/flags.h"
 #include "benchmarks/common/latency.h"
 #include "compiler/backends/compile.h"
 #include "compiler/codegen/kernel_compiler.h"
@@ -128,31 +129,21 @@ Result run_case(const Case& config, const Options& options) {
   return result;
 }
 
-Options parse(int argc, char** argv) {
+const std::vector<FlagSpec> kFlags = {
+    {"--device", "DEVICE", "cuda or sim (default: cuda when present, else sim)"},
+    {"--iters", "N", "timed calls per case (default 200)"},
+    {"--warmup", "N", "untimed calls first (default 20)"},
+    {"--json", "FILE", "write the results as JSON"},
+    {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
+};
+
+Options parse(const FlagValues& flags) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      GROVE_CHECK(i + 1 < argc, "eager_latency: flag ", flag, " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--device") {
-      options.device = Device::parse(value());
-    } else if (flag == "--iters") {
-      options.iters = std::stoi(value());
-    } else if (flag == "--warmup") {
-      options.warmup = std::stoi(value());
-    } else if (flag == "--json") {
-      options.json_path = value();
-    } else if (flag == "--models") {
-      options.models_dir = value();
-    } else {
-      throw Error(str_cat("eager_latency: unknown flag '", flag,
-                          "'; flags: --device, --iters, --warmup, --json, --models"));
-    }
-  }
-  GROVE_CHECK(options.iters >= 1 && options.warmup >= 0,
-              "eager_latency: --iters must be >= 1 and --warmup >= 0");
+  if (flags.has("--device")) options.device = Device::parse(flags.text("--device", ""));
+  options.iters = static_cast<int>(flags.integer("--iters", options.iters, 1, 1 << 30));
+  options.warmup = static_cast<int>(flags.integer("--warmup", options.warmup, 0, 1 << 30));
+  options.json_path = flags.text("--json", options.json_path);
+  options.models_dir = flags.text("--models", options.models_dir);
   return options;
 }
 
@@ -182,7 +173,14 @@ std::string json(const std::vector<Result>& results, const Options& options) {
 }
 
 int run(int argc, char** argv) {
-  Options options = parse(argc, argv);
+  FlagValues flags = parse_flags("eager_latency", argc, argv, kFlags);
+  if (flags.help_requested()) {
+    std::fputs(
+        usage_text("eager_latency", "Per-call latency of the eager backend.", kFlags).c_str(),
+        stdout);
+    return 0;
+  }
+  Options options = parse(flags);
   std::vector<Case> cases = {
       {"mlp16x512 b=1", "mlp16x512", {{"batch", 1}}},
       {"mlp16x512 b=256", "mlp16x512", {{"batch", 256}}},
@@ -217,10 +215,5 @@ int run(int argc, char** argv) {
 }  // namespace grove::benchmarks
 
 int main(int argc, char** argv) {
-  try {
-    return grove::benchmarks::run(argc, argv);
-  } catch (const grove::Error& error) {
-    std::cerr << error.what() << std::endl;
-    return 1;
-  }
+  return grove::benchmarks::benchmark_main("eager_latency", grove::benchmarks::run, argc, argv);
 }

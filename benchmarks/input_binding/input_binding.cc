@@ -33,7 +33,7 @@
 #include "benchmarks/common/table.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
-#include "tests/runtime/test_kernels.h"
+#include "runtime/testing/test_kernels.h"
 
 namespace grove::benchmarks {
 namespace {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/common/flags.h"
 #include "runtime/backend.h"
-#include "runtime/cuda/cuda_backend.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -89,49 +89,24 @@ struct Options {
   std::string json_path = "launch_overhead.json";
 };
 
-int parse_positive(const std::string& flag, const std::string& value) {
-  try {
-    size_t used = 0;
-    int parsed = std::stoi(value, &used);
-    if (used == value.size() && parsed > 0) return parsed;
-  } catch (const std::exception&) {
-  }
-  throw ConfigError(str_cat(flag, "='", value, "': expected a positive integer"));
-}
+const std::vector<FlagSpec> kFlags = {
+    {"--device", "DEVICE", "cuda or sim (default: cuda when present, else sim)"},
+    {"--repeats", "N", "timed runs per size (default 200)"},
+    {"--warmup", "N", "untimed runs first (default 20)"},
+    {"--sizes", "LIST", "kernel counts N (default 1,10,100,1000)"},
+    {"--json", "PATH", "where to write the JSON (default launch_overhead.json)"},
+};
 
-Options parse_options(int argc, char** argv) {
+Options parse_options(const FlagValues& flags) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string flag = arg, value;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else if (arg == "--help" || arg == "-h") {
-      std::cout << "usage: launch_overhead [--device cuda|sim] [--repeats N] [--warmup N] "
-                   "[--sizes 1,10,100,1000] [--json PATH]\n";
-      std::exit(0);
-    } else {
-      GROVE_CHECK_AS(ConfigError, i + 1 < argc, "flag ", arg, " needs a value");
-      value = argv[++i];
-    }
-    if (flag == "--device") {
-      options.device = value;
-    } else if (flag == "--repeats") {
-      options.repeats = parse_positive(flag, value);
-    } else if (flag == "--warmup") {
-      options.warmup = parse_positive(flag, value);
-    } else if (flag == "--json") {
-      options.json_path = value;
-    } else if (flag == "--sizes") {
-      options.sizes.clear();
-      std::stringstream list(value);
-      for (std::string item; std::getline(list, item, ',');) {
-        options.sizes.push_back(parse_positive(flag, item));
-      }
-    } else {
-      throw ConfigError(str_cat("unknown flag '", flag,
-                                "'; expected --device, --repeats, --warmup, --sizes or --json"));
+  options.device = flags.text("--device", options.device);
+  options.repeats = static_cast<int>(flags.integer("--repeats", options.repeats, 1, 1 << 30));
+  options.warmup = static_cast<int>(flags.integer("--warmup", options.warmup, 1, 1 << 30));
+  options.json_path = flags.text("--json", options.json_path);
+  if (flags.has("--sizes")) {
+    options.sizes.clear();
+    for (const std::string& item : flags.list("--sizes", {})) {
+      options.sizes.push_back(static_cast<int>(cli::parse_integer("--sizes", item, 1, 1 << 30)));
     }
   }
   return options;
@@ -328,14 +303,20 @@ std::string cell(const Spread& s) {
 }
 
 int run_main(int argc, char** argv) {
-  Options options = parse_options(argc, argv);
+  FlagValues flags = parse_flags("launch_overhead", argc, argv, kFlags);
+  if (flags.help_requested()) {
+    std::fputs(
+        usage_text("launch_overhead",
+                   "The floor of launch costs: N kernel launches vs one N-node graph.", kFlags)
+            .c_str(),
+        stdout);
+    return 0;
+  }
+  Options options = parse_options(flags);
   Device device;
   if (options.device.empty()) {
     device = runtime::default_device();
-    if (device.is_sim()) {
-      std::cout << "no CUDA device (" << runtime::cuda_unavailable_reason()
-                << "); measuring the sim backend\n";
-    }
+    if (device.is_sim()) std::cout << "no CUDA device; measuring the sim backend\n";
   } else {
     device = Device::parse(options.device);
   }
@@ -394,10 +375,6 @@ int run_main(int argc, char** argv) {
 }  // namespace grove::benchmarks
 
 int main(int argc, char** argv) {
-  try {
-    return grove::benchmarks::run_main(argc, argv);
-  } catch (const grove::Error& error) {
-    std::cerr << "launch_overhead: " << error.what() << "\n";
-    return 1;
-  }
+  return grove::benchmarks::benchmark_main("launch_overhead", grove::benchmarks::run_main, argc,
+                                           argv);
 }

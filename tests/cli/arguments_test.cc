@@ -1,23 +1,23 @@
-// The `grove` command's argument parsing, and the shared benchmark helpers
-// (benchmarks/common) it prints with.
+// The `grove` command's argument parsing, and the output helpers it shares
+// with the benchmarks (cli/common).
 #include "cli/arguments.h"
 
 #include <gtest/gtest.h>
 
-#include "benchmarks/common/latency.h"
-#include "benchmarks/common/table.h"
+#include "cli/common/latency.h"
+#include "cli/common/table.h"
 
 namespace grove::cli {
 namespace {
 
 const CommandSpec& spec() {
   static const CommandSpec command{
-      "run", "MODEL", "s", "d", {{"--batch", "N", "batch"}, {"--train", "", "train"}}};
+      "grove", "run", "MODEL", "s", "d", {{"--batch", "N", "batch"}, {"--train", "", "train"}}};
   return command;
 }
 
 TEST(ParseFlags, AcceptsSeparateAndInlineValuesAndSwitches) {
-  ParsedArgs args = parse_flags(spec(), {"m.json", "--batch", "4", "--train"});
+  ParsedFlags args = parse_flags(spec(), {"m.json", "--batch", "4", "--train"});
   EXPECT_EQ(args.positional(), std::vector<std::string>{"m.json"});
   EXPECT_EQ(args.value("--batch"), "4");
   EXPECT_TRUE(args.has("--train"));
@@ -62,18 +62,18 @@ TEST(HelpText, ListsEveryFlagWithItsValueName) {
 TEST(LatencySummary, MedianAndP90OfSeededSamples) {
   std::vector<double> samples;
   for (int i = 100; i >= 1; --i) samples.push_back(i * 1.5);  // 1.5 .. 150, reversed
-  benchmarks::LatencySummary summary = benchmarks::summarize(samples);
+  LatencySummary summary = summarize(samples);
   EXPECT_EQ(summary.count, 100u);
   EXPECT_DOUBLE_EQ(summary.min_us, 1.5);
   EXPECT_DOUBLE_EQ(summary.max_us, 150);
   EXPECT_DOUBLE_EQ(summary.median_us, 76.5);  // nearest rank of 49.5 rounds to 51st value
   EXPECT_DOUBLE_EQ(summary.p90_us, 135);
   EXPECT_NEAR(summary.spread(), (135 - 76.5) / 76.5, 1e-12);
-  EXPECT_THROW(benchmarks::summarize({}), Error);
+  EXPECT_THROW(summarize({}), Error);
 }
 
 TEST(Table, AlignsColumnsAndRejectsRaggedRows) {
-  benchmarks::Table table({{"case"}, {"us", benchmarks::Align::kRight}});
+  Table table({{"case"}, {"us", Align::kRight}});
   table.add_row({"mlp b=1", "41.3"});
   table.add_row({"gpt", "1234.5"});
   EXPECT_EQ(table.render(),
@@ -82,9 +82,9 @@ TEST(Table, AlignsColumnsAndRejectsRaggedRows) {
             "mlp b=1    41.3\n"
             "gpt      1234.5\n");
   EXPECT_THROW(table.add_row({"only one"}), Error);
-  EXPECT_EQ(benchmarks::format_bytes(512), "512 B");
-  EXPECT_EQ(benchmarks::format_bytes(3 * 1024 * 1024 / 2), "1.50 MiB");
-  EXPECT_EQ(benchmarks::format_ratio(3.066), "3.07x");
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(3 * 1024 * 1024 / 2), "1.50 MiB");
+  EXPECT_EQ(format_ratio(3.066), "3.07x");
 }
 
 }  // namespace

@@ -16,8 +16,8 @@
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
 #include "runtime/logging.h"
+#include "runtime/testing/test_kernels.h"
 #include "tests/runtime/device_test_util.h"
-#include "tests/runtime/test_kernels.h"
 
 namespace grove::testing {
 

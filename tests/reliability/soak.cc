@@ -10,7 +10,7 @@
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
-#include "tests/runtime/test_kernels.h"
+#include "runtime/testing/test_kernels.h"
 
 namespace grove::reliability {
 

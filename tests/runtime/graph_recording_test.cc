@@ -17,8 +17,8 @@
 #include "runtime/error.h"
 #include "runtime/span_copy_kernel.h"
 #include "runtime/tensor.h"
+#include "runtime/testing/test_kernels.h"
 #include "tests/runtime/device_test_util.h"
-#include "tests/runtime/test_kernels.h"
 
 namespace grove::runtime {
 namespace {

@@ -10,8 +10,8 @@
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "runtime/testing/test_kernels.h"
 #include "tests/runtime/device_test_util.h"
-#include "tests/runtime/test_kernels.h"
 
 namespace grove::runtime {
 namespace {

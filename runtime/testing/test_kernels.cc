@@ -1,4 +1,4 @@
-#include "tests/runtime/test_kernels.h"
+#include "runtime/testing/test_kernels.h"
 
 #include <array>
 #include <cstring>
@@ -17,7 +17,7 @@ using runtime::LaunchDims;
 using runtime::Tensor;
 
 constexpr const char* kPtx =
-#include "tests/runtime/test_kernels_ptx.inc"
+#include "runtime/testing/test_kernels_ptx.inc"
     ;
 
 float slot_f32(uint64_t slot) {

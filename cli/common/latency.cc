@@ -1,11 +1,11 @@
-#include "benchmarks/common/latency.h"
+#include "cli/common/latency.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "runtime/error.h"
 
-namespace grove::benchmarks {
+namespace grove::cli {
 
 double percentile(std::vector<double> samples, double fraction) {
   GROVE_CHECK(!samples.empty(), "percentile: no samples; measure at least one iteration");
@@ -28,4 +28,4 @@ LatencySummary summarize(const std::vector<double>& samples_us) {
   return summary;
 }
 
-}  // namespace grove::benchmarks
+}  // namespace grove::cli

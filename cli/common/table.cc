@@ -1,11 +1,11 @@
-#include "benchmarks/common/table.h"
+#include "cli/common/table.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "runtime/error.h"
 
-namespace grove::benchmarks {
+namespace grove::cli {
 
 Table::Table(std::vector<Column> columns) : columns_(std::move(columns)) {
   GROVE_CHECK(!columns_.empty(), "Table: a table needs at least one column");
@@ -63,4 +63,4 @@ std::string format_bytes(uint64_t bytes) {
 
 std::string format_ratio(double ratio) { return format_fixed(ratio, 2) + "x"; }
 
-}  // namespace grove::benchmarks
+}  // namespace grove::cli

@@ -1,4 +1,4 @@
-#include "benchmarks/common/json_report.h"
+#include "cli/common/json_report.h"
 
 #include <ctime>
 #include <fstream>
@@ -6,7 +6,7 @@
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
-namespace grove::benchmarks {
+namespace grove::cli {
 
 std::string utc_date() {
   std::time_t now = std::time(nullptr);
@@ -40,4 +40,4 @@ void write_json_file(const std::string& path, const nlohmann::json& json) {
   GROVE_CHECK(!file.fail(), "writing '", path, "' failed (disk full?)");
 }
 
-}  // namespace grove::benchmarks
+}  // namespace grove::cli

@@ -1,5 +1,5 @@
 // Source of the PTX embedded in test_kernels.cc (regenerate with
-// tests/runtime/regenerate_test_kernels.sh). Each kernel mirrors a host
+// runtime/testing/regenerate_test_kernels.sh). Each kernel mirrors a host
 // function there with the same argument slots.
 extern "C" __global__ void grove_test_fill_f32(float* out, long long n, float value) {
   long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
