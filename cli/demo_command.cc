@@ -134,14 +134,11 @@ int demo_command(const std::vector<std::string>& args) {
   DemoSizes sizes = sizes_for(options.device);
   int64_t iters = options.iters > 0 ? options.iters : sizes.iters;
 
-  std::vector<std::string> backends = {"eager"};
-  if (backend_registered(kGraphBackend)) backends.push_back(kGraphBackend);
+  // The grove binary links the cudagraphs backend (//cli:cli_lib).
+  require_backend(kGraphBackend);
+  const std::vector<std::string> backends = {"eager", kGraphBackend};
   std::printf("grove demo: %s on %s (%s)\n", kDemoModel, options.device.str().c_str(),
               runtime::device_context(options.device).backend().name().c_str());
-  if (backends.size() == 1) {
-    std::printf("note: the %s backend is not registered in this build; running eager only\n",
-                kGraphBackend);
-  }
   const std::string path = options.models_dir + "/" + kDemoModel + ".json";
 
   std::printf("\n== inference: batch %lld, T=%lld, f32, %lld timed calls per backend ==\n",
@@ -165,9 +162,7 @@ int demo_command(const std::vector<std::string>& args) {
       identical;
 
   std::printf("\ndemo finished in %.1f s: %s\n", total.elapsed_s(),
-              identical ? (backends.size() > 1 ? "cudagraphs matches eager bit for bit"
-                                               : "eager only (cudagraphs not registered)")
-                        : "MISMATCH between backends");
+              identical ? "cudagraphs matches eager bit for bit" : "MISMATCH between backends");
   if (!identical) {
     throw Error(
         str_cat("demo: the ", kGraphBackend,

@@ -33,10 +33,6 @@ void require_backend(const std::string& name) {
   for (const std::string& each : compiler::backends::backend_names()) {
     known += (known.empty() ? "" : ", ") + each;
   }
-  if (name == kGraphBackend) {
-    throw UsageError(str_cat("backend 'cudagraphs' is not registered in this build (known: ", known,
-                             "); use --backend eager"));
-  }
   throw UsageError(str_cat("--backend: unknown backend '", name, "'; known backends: ", known));
 }
 

@@ -19,8 +19,7 @@ inline constexpr const char* kGraphBackend = "cudagraphs";
 
 // Whether backend `name` is registered in this build.
 bool backend_registered(const std::string& name);
-// Throws UsageError when `name` is not registered, listing the known backends
-// and, for "cudagraphs", saying that this build does not include it.
+// Throws UsageError when `name` is not registered, listing the known backends.
 void require_backend(const std::string& name);
 
 // The calling thread's tree manager of `device`: stats() as JSON, dot() as text.

@@ -10,10 +10,8 @@
 namespace grove::cli::testing {
 namespace {
 
+// The grove binary links the cudagraphs backend (//cli:cli_lib).
 const char* const kGrove = "cli/grove";
-// The same command with a "cudagraphs" backend always registered (the real
-// one when the build has it, else the stand-in of stand_in_graph_backend.h).
-const char* const kGroveWithGraphs = "tests/cli/grove_with_stand_in";
 const char* const kMlp = "benchmarks/models/mlp16x512.json";
 
 // The value column of the table row starting with `metric`.
@@ -53,9 +51,9 @@ TEST(GroveRun, EagerOnSimPrintsLatencyAndLaunchesPerCall) {
 TEST(GroveRun, CudagraphsOnSimReplaysOneGraphPerCall) {
   const std::string stats = scratch_path("graph_stats.json");
   const std::string dot = scratch_path("tree.dot");
-  CommandResult result = run_command(
-      kGroveWithGraphs, {"run", kMlp, "--device", "sim", "--batch", "2", "--backend", "cudagraphs",
-                         "--iters", "5", "--stats-json", stats, "--dot", dot});
+  CommandResult result =
+      run_command(kGrove, {"run", kMlp, "--device", "sim", "--batch", "2", "--backend",
+                           "cudagraphs", "--iters", "5", "--stats-json", stats, "--dot", dot});
   ASSERT_EQ(result.status, 0) << result.out << result.err;
   EXPECT_EQ(row_value(result.out, "graph launches per call"), "1.00") << result.out;
   EXPECT_EQ(row_value(result.out, "eager segment runs per call"), "0.00");
@@ -71,16 +69,15 @@ TEST(GroveRun, CudagraphsOnSimReplaysOneGraphPerCall) {
   EXPECT_EQ(read_text(dot).rfind("digraph", 0), 0u) << read_text(dot);
 }
 
-TEST(GroveRun, CudagraphsNeedsTheBackendInTheBuild) {
+TEST(GroveRun, CudagraphsIsInTheBuildAndReplaysWhileTimed) {
   CommandResult result = run_command(
       kGrove, {"run", kMlp, "--device", "sim", "--backend", "cudagraphs", "--iters", "2"});
-  if (result.status == 0) {
-    EXPECT_NE(result.out.find("graph launches per call"), std::string::npos) << result.out;
-  } else {
-    EXPECT_EQ(result.err,
-              "grove: error: backend 'cudagraphs' is not registered in this build (known: eager); "
-              "use --backend eager\n");
-  }
+  ASSERT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_EQ(row_value(result.out, "graph launches per call"), "1.00") << result.out;
+  EXPECT_EQ(row_value(result.out, "recordings while timed"), "0") << result.out;
+  EXPECT_NE(result.out.find("tree of CUDA graphs (totals)"), std::string::npos) << result.out;
+  EXPECT_GT(std::stoll(row_value(result.out, "replays")), 0) << result.out;
+  EXPECT_TRUE(result.err.empty()) << result.err;
 }
 
 TEST(GroveRun, TrainingOnSimLowersTheLoss) {
