@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "cudagraph_trees/input_binding.h"
+#include "cudagraph_trees/function_registry.h"
 #include "runtime/storage.h"
 #include "runtime/tensor.h"
 
@@ -91,7 +91,8 @@ class NodeOutputs {
   // Appends this node's outputs for one replay to `result`; allocates no
   // device memory (host Storage objects only the first time after a cache drop).
   void emit(const TensorList& inputs, TensorList& result) {
-    if (!cache_valid_) [[unlikely]] build_cache();
+    if (!cache_valid_) [[unlikely]]
+      build_cache();
     for (size_t j = 0; j < records_.size(); ++j) {
       const OutputRecord& record = records_[j];
       if (record.kind == OutputKind::kAliasesInput) {

@@ -173,7 +173,7 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
     // Both plans read the captured graph before it is instantiated: the head
     // copies join the graph (Note [Input copies inside the graph]).
     if (config_.zero_copy_inputs) {
-      std::string why_not = parts.inputs.plan_zero_copy(*graph, function, allocator_, pool_);
+      std::string why_not = parts.inputs.plan_zero_copy(*graph);
       counters_.zero_copy_inputs += parts.inputs.zero_copy_count();
       if (!why_not.empty() && parts.inputs.copied_count() > 0 && log_enabled(LogLevel::kDebug)) {
         log(LogLevel::kDebug, str_cat(function.describe(),
