@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <regex>
 
 #include "compiler/model_format/model_json.h"
 #include "cudagraph_trees/tree_manager.h"
@@ -34,7 +36,8 @@ TEST_P(DifferentialFuzz, RandomProgramsAndCallSequencesMatchEagerBitwise) {
     options.seconds = std::atof(seconds);
     options.programs = 1 << 30;
   }
-  if (const char* seed = std::getenv("GROVE_FUZZ_SEED")) options.seed = std::strtoull(seed, nullptr, 10);
+  if (const char* seed = std::getenv("GROVE_FUZZ_SEED"))
+    options.seed = std::strtoull(seed, nullptr, 10);
   options.progress = &std::cout;
   FuzzSummary summary = run_fuzz(options);
   RecordProperty("fuzz", summary.str());
@@ -42,21 +45,28 @@ TEST_P(DifferentialFuzz, RandomProgramsAndCallSequencesMatchEagerBitwise) {
   for (const std::string& failure : summary.failures) ADD_FAILURE() << failure;
 }
 
-// Reduced programs of fixed failures (known_failures/), each replayed with
-// the call sequence of the scenario seed that failed.
+// The reduced program of every fixed failure in known_failures/ (named
+// seed_<scenario seed>_<what>.json), replayed with the call sequence of the
+// scenario seed that failed. A new fixture is picked up by its file name.
 TEST_P(DifferentialFuzz, ReducedProgramsOfFixedFailuresPass) {
-  struct Saved {
-    const char* file;
-    uint64_t scenario_seed;
-  };
-  for (const Saved& saved : {Saved{"tests/fuzz/known_failures/seed_23188_views_of_copied_inputs.json",
-                                   23188}}) {
+  const std::filesystem::path directory = "tests/fuzz/known_failures";
+  const std::regex name("seed_([0-9]+)_[a-z0-9_]+\\.json");
+  int replayed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    const std::string file = entry.path().filename().string();
+    if (entry.path().extension() != ".json") continue;
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(file, match, name))
+        << entry.path() << ": name a fixture seed_<scenario seed>_<what>.json";
+    const uint64_t scenario_seed = std::stoull(match[1].str());
     compiler::ir::Program program =
-        compiler::model_format::load_model_file(saved.file, {}, device());
-    DifferentialOutcome outcome = run_differential(program, saved.scenario_seed, 8);
-    EXPECT_TRUE(outcome.passed) << saved.file << ": " << outcome.failure;
-    EXPECT_GT(outcome.replays, 0) << saved.file;
+        compiler::model_format::load_model_file(entry.path().string(), {}, device());
+    DifferentialOutcome outcome = run_differential(program, scenario_seed, 8);
+    EXPECT_TRUE(outcome.passed) << file << ": " << outcome.failure;
+    EXPECT_GT(outcome.replays, 0) << file;
+    ++replayed;
   }
+  EXPECT_EQ(replayed, 4) << "fixtures in " << directory << " (update the count with the README)";
 }
 
 TEST_P(DifferentialFuzz, GeneratorIsDeterministicPerSeed) {
