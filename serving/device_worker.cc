@@ -2,8 +2,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
-#include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
 #include "runtime/logging.h"
 
@@ -52,9 +52,8 @@ void DeviceWorker::thread_main(std::promise<void>& ready) {
   try {
     prepare();
   } catch (...) {
-    buckets_.clear();
+    release_buckets();
     release_staging();
-    if (uses_graphs(config_)) cudagraph_trees::reset_tree_managers();
     ready.set_exception(std::current_exception());
     return;
   }
@@ -63,9 +62,17 @@ void DeviceWorker::thread_main(std::promise<void>& ready) {
   // Graph outputs, staging tensors and recordings belong to this thread's
   // tree manager and stream: release them here, before the thread ends.
   tree_at_exit_ = tree_counters();
-  buckets_.clear();
+  release_buckets();
   release_staging();
-  if (uses_graphs(config_)) cudagraph_trees::reset_tree_managers();
+}
+
+void DeviceWorker::release_buckets() {
+  // Dropping the recordings goes through each model's backend (the graph
+  // tree of this thread and device), then the models themselves.
+  for (Bucket& bucket : buckets_) {
+    if (bucket.model) bucket.model->reset_backend();
+  }
+  buckets_.clear();
 }
 
 void DeviceWorker::prepare() {
@@ -240,8 +247,8 @@ void DeviceWorker::answer(InFlight& run) {
       rows_out.shape = spec.row_shape;
       rows_out.shape.insert(rows_out.shape.begin(), request.rows);
       rows_out.dtype = spec.dtype;
-      const uint8_t* begin = output_staging_[run.staging][o].data() +
-                             static_cast<size_t>(first_row) * spec.row_bytes;
+      const uint8_t* begin =
+          output_staging_[run.staging][o].data() + static_cast<size_t>(first_row) * spec.row_bytes;
       rows_out.bytes.assign(begin, begin + static_cast<size_t>(request.rows) * spec.row_bytes);
       response.outputs.push_back(std::move(rows_out));
     }
@@ -263,8 +270,12 @@ void DeviceWorker::release_staging() {
 }
 
 nlohmann::json DeviceWorker::tree_counters() const {
-  if (!uses_graphs(config_)) return nlohmann::json();
-  return cudagraph_trees::tree_manager_for(device_).stats();
+  if (!uses_graphs(config_) || buckets_.empty() || !buckets_.front().model) {
+    return nlohmann::json();
+  }
+  // Every bucket's model runs in the same tree (this thread's, of device_).
+  nlohmann::json stats = nlohmann::json::parse(buckets_.front().model->backend_stats());
+  return stats.contains("tree") ? stats["tree"] : nlohmann::json();
 }
 
 nlohmann::json DeviceWorker::report() const {

@@ -101,12 +101,12 @@ class DeviceWorker {
     int64_t bucket_rows = 0;  // the bucket it runs in
     Clock::time_point dispatched;
     Clock::time_point completed;
-    size_t staging = 0;             // which input and output stagings it uses
-    bool read = false;              // read_back() has run
+    size_t staging = 0;  // which input and output stagings it uses
+    bool read = false;   // read_back() has run
     // Outputs whose rows are not contiguous, gathered by read_back().
     std::vector<std::pair<size_t, runtime::Tensor>> strided_outputs;
-    runtime::EventHandle done{};    // recorded after its copy-back (Note [Asynchronous staging])
-    std::exception_ptr error;       // the failure of the whole batch, if any
+    runtime::EventHandle done{};  // recorded after its copy-back (Note [Asynchronous staging])
+    std::exception_ptr error;     // the failure of the whole batch, if any
   };
 
   void thread_main(std::promise<void>& ready);
@@ -121,6 +121,8 @@ class DeviceWorker {
   // Counts the batch and sets every request's future (its rows or the error).
   void answer(InFlight& batch);
   nlohmann::json tree_counters() const;
+  // Drops every bucket's recordings (through its model's backend) and the models.
+  void release_buckets();
   // Frees the pinned stagings and their events (the stream is idle then).
   void release_staging();
 

@@ -38,6 +38,11 @@ std::vector<runtime::GraphRecording*> last_path_graphs(runtime::Device device) {
 
 void mark_graph_step_begin() { cudagraph_trees::mark_step_begin(); }
 
+nlohmann::json tree_counters(const std::string& backend_stats) {
+  nlohmann::json stats = nlohmann::json::parse(backend_stats);
+  return stats.contains("tree") ? stats["tree"] : nlohmann::json();
+}
+
 GraphActivity graph_activity(const nlohmann::json& before, const nlohmann::json& after) {
   GraphActivity activity;
   auto delta = [&](const char* key) { return growth(counter(before, key), counter(after, key)); };

@@ -33,13 +33,13 @@ inline constexpr const char* kGraphBackend = "cudagraphs";
 // Whether an execution backend of that name is registered in this binary.
 bool backend_registered(const std::string& name);
 
-// The counters of the calling thread's tree manager of `device`
-// (cudagraph_trees::TreeManager::stats()).
+// The graph tree's counters in a backend's stats (CompiledModel::backend_stats(),
+// Trainer::backend_stats()); empty when the backend keeps no tree.
+nlohmann::json tree_counters(const std::string& backend_stats);
+// Transitional, for train_step until the Trainer offers the door's calls.
 nlohmann::json tree_counters(runtime::Device device);
-
-// The graphs of the path the calling thread's tree manager of `device` ran
-// last, root first: what a bare replay of the last graph call launches.
 std::vector<runtime::GraphRecording*> last_path_graphs(runtime::Device device);
+void mark_graph_step_begin();
 
 // What the tree did between two stats() snapshots.
 struct GraphActivity {
@@ -65,11 +65,6 @@ std::string activity_cell(const std::optional<GraphActivity>& activity);
 // A table cell for a row that was not measured: kNotRegistered when `error` is
 // empty, else "FAILED: " and the error cut to fit.
 std::string unmeasured_cell(const std::string& error);
-
-// cudagraph_trees::mark_step_begin() on the calling thread's tree managers:
-// what a training loop calls before each step under the graph backend (as
-// PyTorch's torch.compiler.cudagraph_mark_step_begin()).
-void mark_graph_step_begin();
 
 // Seeded random values for every `input` of `program`, in call order, on
 // `device`: floats uniform in [-1, 1), integers uniform in [0, integer_bound).

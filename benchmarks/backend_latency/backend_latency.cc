@@ -215,7 +215,6 @@ CaseResult run_case(const Case& config, const Options& options) {
   compiler::ir::Program program = compiler::model_format::load_model_file(
       options.models_dir + "/" + config.model + ".json", config.dims, options.device);
   const bool graphs = backend_registered(kGraphBackend);
-  nlohmann::json stats_at_start = graphs ? tree_counters(options.device) : nlohmann::json();
 
   std::vector<Contender> contenders;
   for (const char* backend : {kEagerBackend, kGraphBackend}) {
@@ -227,6 +226,11 @@ CaseResult run_case(const Case& config, const Options& options) {
     contender.compile_ms = watch.elapsed_us() / 1000;
     contenders.push_back(std::move(contender));
   }
+  // Compiling records nothing: the tree's counters from here on are this case's.
+  auto graph_counters = [&] {
+    return graphs ? tree_counters(contenders[1].model->backend_stats()) : nlohmann::json();
+  };
+  nlohmann::json stats_at_start = graph_counters();
   compiler::lowering::KernelReport report = contenders[0].model->kernel_report();
   result.kernels = report.kernels.size();
   result.gemms = report.library_gemms;
@@ -253,7 +257,7 @@ CaseResult run_case(const Case& config, const Options& options) {
   std::vector<runtime::GraphRecording*> bare_graphs;
   if (contenders.size() > 1 && identical.value_or(false)) {
     (*contenders[1].model)(inputs);
-    bare_graphs = last_path_graphs(options.device);
+    bare_graphs = contenders[1].model->backend_graphs();
   }
   std::vector<BareContender> bares;
   BodyGraph body;
@@ -268,7 +272,7 @@ CaseResult run_case(const Case& config, const Options& options) {
   }
   device_backend.synchronize_stream(stream);
 
-  nlohmann::json stats_before_timing = graphs ? tree_counters(options.device) : nlohmann::json();
+  nlohmann::json stats_before_timing = graph_counters();
   // Note [Each timed call after one of its own].
   for (int64_t i = 0; i < options.iters; ++i) {
     for (Contender& contender : contenders) {
@@ -281,7 +285,7 @@ CaseResult run_case(const Case& config, const Options& options) {
       call_and_wait(bare.call, device_backend, stream, bare.enqueue_us, bare.samples_us);
     }
   }
-  nlohmann::json stats_after = graphs ? tree_counters(options.device) : nlohmann::json();
+  nlohmann::json stats_after = graph_counters();
 
   // Note [GPU time of a call].
   {
