@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# tools/check_layers.sh --includes on small trees: every layer rule catches
+# its violation (and names the file and line), and a tree that keeps the rules
+# passes, including the includes each layer is allowed.
+set -euo pipefail
+check=tools/check_layers.sh
+[ -x "$check" ] || { echo "missing $check in runfiles" >&2; exit 1; }
+check=$(pwd)/$check
+root=${TEST_TMPDIR:-$(mktemp -d)}
+
+# write PATH LINE...: a source file holding the given lines.
+write() {
+  local path=$1; shift
+  mkdir -p "$(dirname "$path")"
+  printf '%s\n' "$@" >"$path"
+}
+
+expect_pass() {
+  local output
+  if ! output=$("$check" --includes "$1"); then
+    echo "FAIL: $1 should pass:"$'\n'"$output" >&2; exit 1
+  fi
+  grep -q "^check includes: passed$" <<<"$output"
+}
+
+# expect_violation DIR FILE:LINE: the tree fails and the report names FILE:LINE.
+expect_violation() {
+  local output
+  if output=$("$check" --includes "$1"); then
+    echo "FAIL: $1 should fail on $2:"$'\n'"$output" >&2; exit 1
+  fi
+  grep -q "^check includes: failed$" <<<"$output"
+  grep -q "^  $2:" <<<"$output" || { echo "FAIL: $2 not reported:"$'\n'"$output" >&2; exit 1; }
+}
+
+# Allowed: the platforms include the CUDA headers and the runtime core; codegen
+# includes LLVM and CUDA; tests include anything but LLVM and CUDA headers;
+# benchmarks include the product.
+good=$root/good
+write "$good/runtime/cuda/cuda_backend.cc" '#include <cuda.h>' '#include "runtime/backend.h"'
+write "$good/runtime/device_context.cc" '#include "runtime/sim/sim_backend.h"'
+write "$good/compiler/codegen/llvm_backend.cc" '#include <llvm/IR/Module.h>' '#include <cuda.h>'
+write "$good/cli/run_command.cc" '#include "compiler/backends/compile.h"'
+write "$good/benchmarks/serve/serve.cc" '#include "cli/common/flags.h"' '#include "serving/server.h"'
+write "$good/tests/runtime/cuda_test.cc" '#include "runtime/cuda/cuda_backend.h"' '#include "benchmarks/common/table.h"'
+expect_pass "$good"
+
+n=0
+violation() {  # violation FILE LINE: a good tree plus FILE holding LINE on line 2
+  n=$((n + 1))
+  local tree=$root/bad$n
+  cp -r "$good" "$tree"
+  write "$tree/$1" '// a file that breaks one rule' "$2"
+  expect_violation "$tree" "$1:2"
+}
+violation compiler/lowering/steps.h '#include "runtime/cuda/blas.h"'
+violation cudagraph_trees/tree_manager.cc '#include "runtime/sim/sim_graph.h"'
+violation benchmarks/launch_overhead/launch_overhead.cc '  #  include "runtime/cuda/cuda_backend.h"'
+violation cli/report.cc '#include "benchmarks/common/table.h"'
+violation serving/server.cc '#include "tests/runtime/device_test_util.h"'
+violation runtime/tensor.cc '#include "tests/runtime/test_kernels.h"'
+violation benchmarks/bucket_pool/bucket_pool.cc '#include "tests/runtime/test_kernels.h"'
+violation runtime/blas.cc '#include <cublasLt.h>'
+violation serving/device_worker.cc '#include <cuda_runtime.h>'
+violation tests/runtime/graph_test.cc '#include <cuda.h>'
+violation compiler/lowering/executor.cc '#include <llvm/Support/Error.h>'
+violation runtime/cuda/ptx.cc '#include <llvm-c/Core.h>'
+echo "check_layers_test: the good tree passes and all $n violations are reported"

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The layer rules of docs/ARCHITECTURE.md (section 1) that a build does not
+# check by itself, and the format of the C++ sources:
+#
+#   includes    no header crosses a layer: platform headers (runtime/cuda,
+#               runtime/sim) only inside runtime/ and the tests; nothing under
+#               benchmarks/ or tests/ from the product (runtime, compiler,
+#               cudagraph_trees, serving, cli); nothing under tests/ from
+#               benchmarks/; CUDA headers only in runtime/cuda and
+#               compiler/codegen; LLVM headers only in compiler/codegen.
+#   visibility  Bazel refuses a dependency its visibility forbids: the probes
+#               in tests/tools/visibility_probe must fail analysis with a
+#               visibility error, and their control must pass.
+#   format      clang-format --dry-run --Werror over the C++ sources.
+#
+#   tools/check_layers.sh                 every check on this checkout
+#   tools/check_layers.sh --includes DIR  the include rules on the tree at DIR
+#
+# Prints "check <name>: passed" or "check <name>: failed" per check (the
+# totals of tools/test.sh count them) and exits 1 when any failed.
+set -uo pipefail
+
+# C++ sources under the current directory, as paths relative to it.
+cpp_sources() {
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1 &&
+     [ "$(git rev-parse --show-toplevel)" = "$(pwd -P)" ]; then
+    git ls-files --cached --others --exclude-standard -- '*.h' '*.cc' '*.cu' |
+      while read -r file; do [ -f "$file" ] && echo "$file"; done
+  else
+    find . -type f \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | sed 's|^\./||'
+  fi
+}
+
+# Prints "file:line: include" for each include of `pattern` in `files` (stdin).
+includes_matching() {
+  local pattern=$1
+  xargs -r grep -n -H -E "^[[:space:]]*#[[:space:]]*include[[:space:]]*${pattern}" || true
+}
+
+# Reads the list of sources on stdin; prints one line per broken rule.
+include_violations() {
+  local sources
+  sources=$(cat)
+  local product='^(runtime|compiler|cudagraph_trees|serving|cli)/'
+  local above_runtime='^(compiler|cudagraph_trees|serving|cli|benchmarks)/'
+  grep -E "$above_runtime" <<<"$sources" | includes_matching '"runtime/(cuda|sim)/' |
+    sed 's/$/  (a platform header above the runtime: use runtime::Backend)/'
+  grep -E "$product" <<<"$sources" | includes_matching '"(benchmarks|tests)/' |
+    sed 's/$/  (the product includes the harness or the tests)/'
+  grep -E '^benchmarks/' <<<"$sources" | includes_matching '"tests/' |
+    sed 's/$/  (a benchmark includes test code)/'
+  local cuda='[<"](cuda|cuda_runtime|cuda_runtime_api|cublas|cublas_v2|cublasLt|cudaTypedefs|nccl|nvrtc|cuda_bf16|cuda_fp16|driver_types|vector_types|library_types)\.h[>"]'
+  grep -v -E '^(runtime/cuda|compiler/codegen)/' <<<"$sources" | includes_matching "$cuda" |
+    sed 's/$/  (a CUDA header outside runtime\/cuda and compiler\/codegen)/'
+  grep -v -E '^compiler/codegen/' <<<"$sources" | includes_matching '[<"](llvm|llvm-c)/' |
+    sed 's/$/  (an LLVM header outside compiler\/codegen)/'
+}
+
+report() {  # report NAME STATUS [DETAILS]
+  if [ "$2" -eq 0 ]; then
+    echo "check $1: passed"
+  else
+    [ -n "${3:-}" ] && echo "$3" | sed 's/^/  /'
+    echo "check $1: failed"
+  fi
+  return "$2"
+}
+
+check_includes() {
+  local violations
+  violations=$(cpp_sources | include_violations)
+  [ -z "$violations" ]
+  report includes $? "$violations"
+}
+
+# The probes are tagged manual, so `bazel build //...` never sees them.
+check_visibility() {
+  local status=0 details="" probe output
+  for probe in tests_do_not_see_benchmarks product_internals_stay_in_cli; do
+    output=$(bazel build --nobuild "//tests/tools/visibility_probe:$probe" 2>&1)
+    if [ $? -eq 0 ]; then
+      status=1 details+="//tests/tools/visibility_probe:$probe built; its dependency must not be visible"$'\n'
+    elif ! grep -q "is not visible from target" <<<"$output"; then
+      status=1 details+="//tests/tools/visibility_probe:$probe failed without a visibility error:"$'\n'
+      details+=$(grep -E "ERROR" <<<"$output" | head -5)$'\n'
+    fi
+  done
+  if ! output=$(bazel build --nobuild //tests/tools/visibility_probe:control 2>&1); then
+    status=1 details+="the control probe does not analyze:"$'\n'$(grep ERROR <<<"$output" | head -5)
+  fi
+  report visibility "$status" "$details"
+}
+
+check_format() {
+  local output
+  output=$(cpp_sources | grep -v -E '\.cu$' | xargs -r clang-format --dry-run --Werror 2>&1)
+  local status=$?
+  report format "$status" "$(grep -E ': error: ' <<<"$output" | sed -E 's/:[0-9]+:[0-9]+: error: .*//' | sort -u)"
+}
+
+if [ "${1:-}" = "--includes" ]; then
+  cd "${2:?--includes needs a directory}" || exit 2
+  check_includes
+  exit $?
+fi
+
+cd "$(dirname "$0")/.." || exit 2
+failed=0
+check_includes || failed=1
+check_visibility || failed=1
+check_format || failed=1
+exit "$failed"
