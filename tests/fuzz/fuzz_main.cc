@@ -15,58 +15,61 @@
 #include <iostream>
 #include <string>
 
+#include "cli/common/flags.h"
+#include "compiler/model_format/model_json.h"
 #include "runtime/device.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
-#include "compiler/model_format/model_json.h"
 #include "tests/fuzz/differential.h"
 #include "tests/fuzz/fuzz_driver.h"
 
 namespace {
 
-int usage(const std::string& problem) {
-  std::cerr << "fuzz_main: " << problem
-            << "\nusage: fuzz_main [--device sim|cuda] [--seconds S] [--seed N] [--programs N]"
-               " [--calls N] [--training-every N] [--program FILE]\n";
-  return 2;
+const grove::cli::CommandSpec kSpec{
+    "",
+    "fuzz_main",
+    "",
+    "Differential fuzzer: cudagraphs against eager on random programs.",
+    "Runs random programs and call sequences with the cudagraphs and eager backends and\n"
+    "compares them bitwise; prints each failure with its reduced program and a summary.",
+    {
+        {"--device", "DEVICE", "sim (default) or cuda"},
+        {"--seconds", "S", "stop after S seconds (default 60; 0 with --programs alone)"},
+        {"--seed", "N", "first program seed (default 1)"},
+        {"--programs", "N", "stop after N programs (default: no limit)"},
+        {"--calls", "N", "calls per program (default 8)"},
+        {"--training-every", "N", "every Nth case trains (default 5; 0: never)"},
+        {"--program", "FILE", "replay one saved program with the call sequence of --seed"},
+    }};
+
+grove::runtime::Device parse_device(const std::string& text) {
+  try {
+    return grove::runtime::Device::parse(text);
+  } catch (const grove::Error& error) {
+    throw grove::cli::UsageError(std::string("fuzz_main: --device: ") + error.what());
+  }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
+  grove::cli::ParsedFlags flags = grove::cli::parse_flags(kSpec, argc, argv);
+  if (flags.help_requested()) {
+    std::cout << grove::cli::help_text(kSpec);
+    return 0;
+  }
   grove::fuzz::FuzzOptions options;
   options.programs = 1000000;
   options.seconds = 60;
-  bool programs_given = false, seconds_given = false;
-  std::string program_file;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (i + 1 >= argc) return usage("flag " + flag + " needs a value");
-    std::string value = argv[++i];
-    try {
-      if (flag == "--device") {
-        options.device = grove::runtime::Device::parse(value);
-      } else if (flag == "--seconds") {
-        options.seconds = std::stod(value);
-        seconds_given = true;
-      } else if (flag == "--seed") {
-        options.seed = std::stoull(value);
-      } else if (flag == "--programs") {
-        options.programs = std::stoi(value);
-        programs_given = true;
-      } else if (flag == "--calls") {
-        options.calls = std::stoi(value);
-      } else if (flag == "--program") {
-        program_file = value;
-      } else if (flag == "--training-every") {
-        options.training_every = std::stoi(value);
-      } else {
-        return usage("unknown flag " + flag);
-      }
-    } catch (const std::exception& error) {
-      return usage("bad value '" + value + "' for " + flag + ": " + error.what());
-    }
-  }
+  if (flags.has("--device")) options.device = parse_device(flags.value("--device"));
+  const bool seconds_given = flags.has("--seconds");
+  const bool programs_given = flags.has("--programs");
+  options.seconds = flags.positive_number("--seconds", options.seconds);
+  options.seed =
+      static_cast<uint64_t>(flags.integer("--seed", static_cast<int64_t>(options.seed), 0));
+  options.programs = static_cast<int>(flags.integer("--programs", options.programs, 1, 1 << 30));
+  options.calls = static_cast<int>(flags.integer("--calls", options.calls, 1, 1 << 20));
+  options.training_every =
+      static_cast<int>(flags.integer("--training-every", options.training_every, 0, 1 << 30));
+  const std::string program_file = flags.value("--program");
   if (programs_given && !seconds_given) options.seconds = 0;
   if (options.device.is_cuda() && grove::runtime::cuda_device_count() == 0) {
     std::cout << "no CUDA device\n";
@@ -85,4 +88,15 @@ int main(int argc, char** argv) {
   std::cout << "fuzzing on " << options.device.str() << " from seed " << options.seed << "\n";
   grove::fuzz::FuzzSummary summary = grove::fuzz::run_fuzz(options);
   return summary.failures.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const grove::cli::UsageError& error) {
+    std::cerr << error.what() << " (see fuzz_main --help)\n";
+    return 2;
+  }
 }
