@@ -1,5 +1,5 @@
-// The JSON every grove benchmark writes: a header naming the benchmark, the
-// device and the date, then the benchmark's own fields.
+// The JSON that grove run --stats-json and every benchmark write: a header naming
+// the command or benchmark, the device and the date, then its own fields.
 //
 //   nlohmann::json report = report_header("eager_latency", device);
 //   report["results"].push_back({{"case", "mlp b=1"}, {"latency_median_us", 41.3}});

@@ -1,5 +1,5 @@
-// Latency samples and their summary: what every grove benchmark reports for a
-// repeated measurement (median, p90, and the spread between them).
+// Latency samples and their summary: what grove run and every benchmark report
+// for a repeated measurement (median, p90, and the spread between them).
 //
 //   std::vector<double> samples;
 //   for (...) { Stopwatch watch; work(); samples.push_back(watch.elapsed_us()); }
