@@ -4,11 +4,16 @@ namespace grove::compiler {
 
 const char* capture_blocker_name(CaptureBlocker blocker) {
   switch (blocker) {
-    case CaptureBlocker::kNone: return "capturable";
-    case CaptureBlocker::kNeedsHostSync: return "needs a host sync";
-    case CaptureBlocker::kHostOnly: return "host-only op";
-    case CaptureBlocker::kCpuTensors: return "cpu tensors";
-    case CaptureBlocker::kSeveralDevices: return "several devices";
+    case CaptureBlocker::kNone:
+      return "capturable";
+    case CaptureBlocker::kNeedsHostSync:
+      return "needs a host sync";
+    case CaptureBlocker::kHostOnly:
+      return "host-only op";
+    case CaptureBlocker::kCpuTensors:
+      return "cpu tensors";
+    case CaptureBlocker::kSeveralDevices:
+      return "several devices";
   }
   return "?";
 }

@@ -31,8 +31,8 @@ const char* capture_blocker_name(CaptureBlocker blocker);
 // each capturable segment into a function of its own.
 struct Segment {
   CaptureBlocker blocker = CaptureBlocker::kNone;
-  std::string op;         // the op that made it non-capturable, when it is not
-  std::string node_name;  // that op's node name in the model
+  std::string op;           // the op that made it non-capturable, when it is not
+  std::string node_name;    // that op's node name in the model
   size_t kernel_count = 0;  // generated kernels one call of the segment launches
   size_t gemm_count = 0;    // library GEMMs (cuBLAS / host GEMM) it launches
   bool capturable() const { return blocker == CaptureBlocker::kNone; }

@@ -6,9 +6,12 @@ namespace grove::runtime {
 
 const char* device_type_name(DeviceType type) {
   switch (type) {
-    case DeviceType::kCpu: return "cpu";
-    case DeviceType::kSim: return "sim";
-    case DeviceType::kCuda: return "cuda";
+    case DeviceType::kCpu:
+      return "cpu";
+    case DeviceType::kSim:
+      return "sim";
+    case DeviceType::kCuda:
+      return "cuda";
   }
   return "?";
 }
@@ -33,7 +36,8 @@ Device Device::parse(const std::string& text) {
   if (kind == "cpu") return Device{DeviceType::kCpu, index};
   if (kind == "sim") return Device{DeviceType::kSim, index};
   if (kind == "cuda") return Device{DeviceType::kCuda, index};
-  throw DeviceError(str_cat("unknown device '", text, "': expected cpu, sim, sim:N, cuda or cuda:N"));
+  throw DeviceError(
+      str_cat("unknown device '", text, "': expected cpu, sim, sim:N, cuda or cuda:N"));
 }
 
 std::ostream& operator<<(std::ostream& stream, const Device& device) {

@@ -2,8 +2,8 @@
 // the host emulation of CUDA semantics (sim), or a real GPU (cuda).
 #pragma once
 
-#include <cstdint>
 #include <compare>
+#include <cstdint>
 #include <functional>
 #include <ostream>
 #include <string>

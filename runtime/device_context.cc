@@ -4,8 +4,8 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/error.h"

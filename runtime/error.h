@@ -92,11 +92,11 @@ std::string str_cat(const Parts&... parts) {
 
 // GROVE_CHECK(cond, parts...) throws grove::Error with the concatenated parts.
 // GROVE_CHECK_AS(ErrorType, cond, parts...) throws the given subclass.
-#define GROVE_CHECK_AS(ErrorType, cond, ...)               \
-  do {                                                     \
-    if (!(cond)) [[unlikely]] {                            \
-      throw ErrorType(::grove::str_cat(__VA_ARGS__));      \
-    }                                                      \
+#define GROVE_CHECK_AS(ErrorType, cond, ...)          \
+  do {                                                \
+    if (!(cond)) [[unlikely]] {                       \
+      throw ErrorType(::grove::str_cat(__VA_ARGS__)); \
+    }                                                 \
   } while (false)
 
 #define GROVE_CHECK(cond, ...) GROVE_CHECK_AS(::grove::Error, cond, __VA_ARGS__)

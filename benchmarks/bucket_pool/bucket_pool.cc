@@ -13,11 +13,10 @@
 //   bucket_pool [--device auto|cuda|sim] [--width 4096] [--kernels 8] [--json FILE]
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "benchmarks/common/flags.h"
 #include "benchmarks/common/json_report.h"
@@ -88,9 +87,9 @@ runtime::PoolStats pool_stats(const TreeManager& trees) {
 int run(int argc, char** argv) {
   FlagValues flags = parse_flags(kName, argc, argv, kFlags);
   if (flags.help_requested()) {
-    std::fputs(usage_text(kName, "Pool bytes of shape buckets: shared pool vs separate.", kFlags)
-                   .c_str(),
-               stdout);
+    std::fputs(
+        usage_text(kName, "Pool bytes of shape buckets: shared pool vs separate.", kFlags).c_str(),
+        stdout);
     return 0;
   }
   runtime::Device device = resolve_device(flags.text("--device", "auto"));
@@ -127,14 +126,14 @@ int run(int argc, char** argv) {
   const size_t largest = alone_bytes.back();
 
   nlohmann::json report = report_header(kName, device);
-  std::printf("%s on %s (%s): %lld row-wise kernels over [batch, %lld] f32, buckets 1..64; "
-              "pool reserved bytes\n",
-              kName, device.str().c_str(), report["device_name"].get<std::string>().c_str(),
-              static_cast<long long>(kernels), static_cast<long long>(width));
+  std::printf(
+      "%s on %s (%s): %lld row-wise kernels over [batch, %lld] f32, buckets 1..64; "
+      "pool reserved bytes\n",
+      kName, device.str().c_str(), report["device_name"].get<std::string>().c_str(),
+      static_cast<long long>(kernels), static_cast<long long>(width));
   Table table({{"recording"}, {"pool bytes", Align::kRight}, {"vs largest alone", Align::kRight}});
   for (size_t b = 0; b < kBuckets.size(); ++b) {
-    table.add_row({"bucket " + std::to_string(kBuckets[b]) + " alone",
-                   format_bytes(alone_bytes[b]),
+    table.add_row({"bucket " + std::to_string(kBuckets[b]) + " alone", format_bytes(alone_bytes[b]),
                    format_ratio(static_cast<double>(alone_bytes[b]) / largest)});
   }
   table.add_row({"sum of separate recordings", format_bytes(sum),

@@ -23,11 +23,10 @@
 //   tree_overhead [--device auto|cuda|sim] [--iterations N] [--repeats R] [--burst B] [--json PATH]
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "benchmarks/common/flags.h"
 #include "benchmarks/common/json_report.h"
@@ -143,8 +142,10 @@ Measurement measure(const Options& options, int input_count, const Binding& bind
   std::vector<double> manager_us, bare_us;
   for (int r = 0; r < options.repeats; ++r) {
     // Alternate the two paths so that drift in the machine's speed hits both.
-    time_calls(options, context, stream, [&] { trees.run(f, inputs); }, manager_us);
-    time_calls(options, context, stream, [&] { graph->replay(stream); }, bare_us);
+    time_calls(
+        options, context, stream, [&] { trees.run(f, inputs); }, manager_us);
+    time_calls(
+        options, context, stream, [&] { graph->replay(stream); }, bare_us);
   }
   GROVE_CHECK(trees.counters().recordings == 1 && trees.counters().eager_calls == 0,
               "the benchmark re-recorded or fell back; the numbers would be meaningless");
@@ -212,10 +213,11 @@ int run(int argc, char** argv) {
   for (const Binding& mode : kBindings) {
     const char* binding = mode.name;
     const nlohmann::json& goal = goals[binding];
-    std::printf("%-13s manager cost at 33 inputs: %.3f us (goal < 1.5 us); per extra input: %.2f ns "
-                "(goal < 10 ns)\n",
-                binding, goal["manager_cost_33_inputs_us"].get<double>(),
-                goal["per_extra_input_ns"].get<double>());
+    std::printf(
+        "%-13s manager cost at 33 inputs: %.3f us (goal < 1.5 us); per extra input: %.2f ns "
+        "(goal < 10 ns)\n",
+        binding, goal["manager_cost_33_inputs_us"].get<double>(),
+        goal["per_extra_input_ns"].get<double>());
   }
   if (!options.json_path.empty()) {
     report["kernels"] = kKernels;

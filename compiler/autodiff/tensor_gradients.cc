@@ -104,8 +104,8 @@ void register_reductions() {
     Grads grads(3, ir::kNoValue);
     if (c.wants(0)) grads[0] = b.op1("layer_norm_backward", {g, x, c.operand(1)}, {{"eps", eps}});
     if (c.wants(1)) {
-      ValueId normalized = b.layer_norm(x, b.full(1.0, {features}, dtype),
-                                        b.full(0.0, {features}, dtype), eps);
+      ValueId normalized =
+          b.layer_norm(x, b.full(1.0, {features}, dtype), b.full(0.0, {features}, dtype), eps);
       grads[1] = over_rows(b.mul(g, normalized));
     }
     if (c.wants(2)) grads[2] = over_rows(g);

@@ -38,8 +38,8 @@ JitArena::JitArena(size_t part_bytes) {
   long page = ::sysconf(_SC_PAGESIZE);
   if (page > 0) page_ = static_cast<size_t>(page);
   size_t part = round_up(part_bytes, page_);
-  void* reserved = ::mmap(nullptr, 3 * part, PROT_NONE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* reserved =
+      ::mmap(nullptr, 3 * part, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (reserved == MAP_FAILED) return;  // every request then falls back
   reservation_ = static_cast<char*>(reserved);
   reservation_bytes_ = 3 * part;
@@ -77,12 +77,12 @@ llvm::sys::MemoryBlock JitArena::allocateMappedMemory(Purpose purpose, size_t by
   return llvm::sys::Memory::allocateMappedMemory(bytes, near, flags, error);
 }
 
-std::error_code JitArena::protectMappedMemory(const llvm::sys::MemoryBlock& block,
-                                              unsigned flags) {
+std::error_code JitArena::protectMappedMemory(const llvm::sys::MemoryBlock& block, unsigned flags) {
   if (!owns(block.base())) return llvm::sys::Memory::protectMappedMemory(block, flags);
   if (block.allocatedSize() == 0) return std::error_code();
   auto start = reinterpret_cast<uintptr_t>(block.base()) / page_ * page_;
-  uintptr_t end = round_up(reinterpret_cast<uintptr_t>(block.base()) + block.allocatedSize(), page_);
+  uintptr_t end =
+      round_up(reinterpret_cast<uintptr_t>(block.base()) + block.allocatedSize(), page_);
   if (::mprotect(reinterpret_cast<void*>(start), end - start, protection_of(flags)) != 0) {
     return std::error_code(errno, std::generic_category());
   }

@@ -38,10 +38,9 @@ class JitArena : public llvm::SectionMemoryManager::MemoryMapper {
   JitArena& operator=(const JitArena&) = delete;
 
   llvm::sys::MemoryBlock allocateMappedMemory(Purpose purpose, size_t bytes,
-                                              const llvm::sys::MemoryBlock* near,
-                                              unsigned flags, std::error_code& error) override;
-  std::error_code protectMappedMemory(const llvm::sys::MemoryBlock& block,
-                                      unsigned flags) override;
+                                              const llvm::sys::MemoryBlock* near, unsigned flags,
+                                              std::error_code& error) override;
+  std::error_code protectMappedMemory(const llvm::sys::MemoryBlock& block, unsigned flags) override;
   std::error_code releaseMappedMemory(llvm::sys::MemoryBlock& block) override;
 
  private:

@@ -138,17 +138,17 @@ class HostJit {
     target_machine_ = std::move(*machine);
     // Note [JIT memory in arenas] (jit_arena.h).
     JitArena* arena = arena_.get();
-    auto jit = llvm::orc::LLJITBuilder()
-                   .setJITTargetMachineBuilder(*machine_builder)
-                   .setObjectLinkingLayerCreator(
-                       [arena](llvm::orc::ExecutionSession& session, const llvm::Triple&)
-                           -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
-                         return std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
-                             session, [arena] {
-                               return std::make_unique<llvm::SectionMemoryManager>(arena);
-                             });
-                       })
-                   .create();
+    auto jit =
+        llvm::orc::LLJITBuilder()
+            .setJITTargetMachineBuilder(*machine_builder)
+            .setObjectLinkingLayerCreator(
+                [arena](llvm::orc::ExecutionSession& session, const llvm::Triple&)
+                    -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+                  return std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(session, [arena] {
+                    return std::make_unique<llvm::SectionMemoryManager>(arena);
+                  });
+                })
+            .create();
     GROVE_CHECK(static_cast<bool>(jit),
                 "codegen: cannot create the host JIT: ", llvm_error_text(jit.takeError()));
     jit_ = std::move(*jit);

@@ -127,8 +127,8 @@ RowNormalization emit_row_normalization(KernelEmitter& emitter, int x, const Ten
   int variance = emitter.binary(
       ExprOp::kDiv,
       emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, centered, centered)), row.count);
-  row.rstd = emitter.unary(ExprOp::kRsqrt,
-                           emitter.binary(ExprOp::kAdd, variance, emitter.constant(eps)));
+  row.rstd =
+      emitter.unary(ExprOp::kRsqrt, emitter.binary(ExprOp::kAdd, variance, emitter.constant(eps)));
   row.normalized = emitter.binary(ExprOp::kMul, centered, row.rstd);
   return row;
 }
@@ -232,8 +232,8 @@ void register_reduction_ops(OpRegistry& registry) {
     int gw = emitter.binary(ExprOp::kMul, g, operands[2]);
     int mean_gw = emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, gw), count);
     int mean_gw_xhat = emitter.binary(
-        ExprOp::kDiv,
-        emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, gw, normalized)), count);
+        ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, gw, normalized)),
+        count);
     int inner = emitter.binary(ExprOp::kSub, emitter.binary(ExprOp::kSub, gw, mean_gw),
                                emitter.binary(ExprOp::kMul, normalized, mean_gw_xhat));
     return emitter.binary(ExprOp::kMul, rstd, inner);

@@ -304,8 +304,8 @@ size_t CudaBackend::add_head_kernel_node(GraphHandle graph, KernelHandle kernel,
     std::vector<cudaGraphNode_t> from(root_count, node);
     GROVE_CUDA_CHECK(
         cudaGraphAddDependencies(g.graph, from.data(), roots.data(), nullptr, root_count),
-        "ordering the graph's ", root_count, " root nodes after kernel node '",
-        cuda_kernel->name, "' on ", where());
+        "ordering the graph's ", root_count, " root nodes after kernel node '", cuda_kernel->name,
+        "' on ", where());
   }
   g.launches[node] = LaunchRecord{cuda_kernel, dims, args};
   g.kernel_nodes->push_back(node);

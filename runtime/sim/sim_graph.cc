@@ -55,9 +55,8 @@ std::vector<size_t> execution_order(const SimGraph& graph) {
       const std::vector<size_t>& dependencies = graph.nodes[node].dependencies;
       if (next < dependencies.size()) {
         size_t dependency = dependencies[next++];
-        GROVE_CHECK(dependency < graph.nodes.size() && state[dependency] != 1,
-                    "sim graph: node ", node, " has a cyclic or dangling dependency on node ",
-                    dependency);
+        GROVE_CHECK(dependency < graph.nodes.size() && state[dependency] != 1, "sim graph: node ",
+                    node, " has a cyclic or dangling dependency on node ", dependency);
         if (state[dependency] == 0) {
           state[dependency] = 1;
           stack.push_back({dependency, 0});
@@ -74,8 +73,8 @@ std::vector<size_t> execution_order(const SimGraph& graph) {
 
 ExecUpdateResult check_same_topology(const SimGraphExec& exec, const SimGraph& graph) {
   if (exec.nodes.size() != graph.nodes.size()) {
-    return {false, str_cat("node count changed from ", exec.nodes.size(), " to ",
-                           graph.nodes.size())};
+    return {false,
+            str_cat("node count changed from ", exec.nodes.size(), " to ", graph.nodes.size())};
   }
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const SimNode& before = exec.nodes[i];

@@ -69,9 +69,12 @@ struct KernelInfo {
 
 KernelInfo info(TestKernel which) {
   switch (which) {
-    case TestKernel::kFill: return {"grove_test_fill_f32", host_fill};
-    case TestKernel::kAdd: return {"grove_test_add_f32", host_add};
-    case TestKernel::kScale: return {"grove_test_scale_f32", host_scale};
+    case TestKernel::kFill:
+      return {"grove_test_fill_f32", host_fill};
+    case TestKernel::kAdd:
+      return {"grove_test_add_f32", host_add};
+    case TestKernel::kScale:
+      return {"grove_test_scale_f32", host_scale};
     case TestKernel::kAddScalarInPlace:
       return {"grove_test_add_scalar_inplace_f32", host_add_scalar_in_place};
   }

@@ -9,14 +9,18 @@ class TreeGenerations : public TreeTest {
  protected:
   // forward(x, w) -> {loss = act/2, h = x + w, act = 2h}; backward(h, act, grad) -> h + act + grad.
   void RegisterTraining(TreeManager& trees) {
-    forward_ = trees.register_function(spec("net:forward", [](const TensorList& in) {
-      Tensor h = add(in[0], in[1]);
-      Tensor act = scale(h, 2.0f);
-      return TensorList{scale(act, 0.5f), h, act};
-    }, {1}, {}, CompilationMode::kForward));
-    backward_ = trees.register_function(spec("net:backward", [](const TensorList& in) {
-      return TensorList{add(add(in[0], in[1]), in[2])};
-    }, {}, {}, CompilationMode::kBackward));
+    forward_ = trees.register_function(spec(
+        "net:forward",
+        [](const TensorList& in) {
+          Tensor h = add(in[0], in[1]);
+          Tensor act = scale(h, 2.0f);
+          return TensorList{scale(act, 0.5f), h, act};
+        },
+        {1}, {}, CompilationMode::kForward));
+    backward_ = trees.register_function(spec(
+        "net:backward",
+        [](const TensorList& in) { return TensorList{add(add(in[0], in[1]), in[2])}; }, {}, {},
+        CompilationMode::kBackward));
   }
   FunctionId forward_, backward_;
 };
@@ -92,9 +96,8 @@ TEST_P(TreeGenerations, ForwardsWithoutBackwardWarnAndDoNotStartGenerations) {
 TEST_P(TreeGenerations, StaleWarmupAndRecordingOutputsThrowThroughAnyView) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("double", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
+  FunctionId f = trees.register_function(
+      spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
   TensorList warmup_out = trees.run(f, {random_tensor(rng, {32})});
   Tensor warmup_view = warmup_out[0].slice(0, 4, 12);
   TensorList recording_out = trees.run(f, {random_tensor(rng, {32})});
@@ -130,9 +133,8 @@ TEST_P(TreeGenerations, StaleWarmupAndRecordingOutputsThrowThroughAnyView) {
 TEST_P(TreeGenerations, StaleInputThatFailsAReplayLeavesThePathWhereItWas) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("double", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
+  FunctionId f = trees.register_function(
+      spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
   trees.run(f, {random_tensor(rng, {32})});  // warm-up
   trees.mark_step_begin();
   TensorList recorded = trees.run(f, {random_tensor(rng, {32})});
@@ -158,8 +160,8 @@ TEST_P(TreeGenerations, StaleGradientsGetTheGradientAccumulationMessage) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   RegisterTraining(trees);
-  TensorList first = trees.run(backward_, {random_tensor(rng, {8}), random_tensor(rng, {8}),
-                                           random_tensor(rng, {8})});
+  TensorList first = trees.run(
+      backward_, {random_tensor(rng, {8}), random_tensor(rng, {8}), random_tensor(rng, {8})});
   trees.run(backward_, {random_tensor(rng, {8}), random_tensor(rng, {8}), random_tensor(rng, {8})});
   try {
     host(first[0]);
@@ -196,9 +198,8 @@ TEST_P(TreeGenerations, StaleInputThrowsBeforeAnEagerFallbackWritesAnything) {
                                                 return TensorList{add(in[0], in[0])};
                                               },
                                               /*static*/ {1}, /*mutated*/ {1}));
-  FunctionId g = trees.register_function(spec("double", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
+  FunctionId g = trees.register_function(
+      spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
   Tensor p = random_tensor(rng, {32});
   Floats expected_p = host_add_scalar(host(p), 1.0f);
   trees.run(f, {p, p});  // decides eager: input 0 aliases the written input 1

@@ -14,9 +14,9 @@ class TreeInvariants : public TreeTest {
       for (int k = 0; k < 8; ++k) out.push_back(scale(in[0], static_cast<float>(k + 1)));
       return out;
     }));
-    consume_ = trees.register_function(spec("consume", consume_calls_.wrap([](const TensorList& in) {
-      return TensorList{scale(in[0], 10.0f)};
-    })));
+    consume_ = trees.register_function(spec(
+        "consume",
+        consume_calls_.wrap([](const TensorList& in) { return TensorList{scale(in[0], 10.0f)}; })));
   }
   void RunMakeConsume(TreeManager& trees, std::mt19937& rng, int pick) {
     InvocationScope call(trees);
@@ -35,9 +35,8 @@ TEST_P(TreeInvariants, ChangedParameterAddressRecordsSiblingNotCountedTowardLimi
   TreeConfig config;
   config.rerecord_limit = 1;
   TreeManager& trees = make_manager(config);
-  FunctionId f = trees.register_function(spec("affine", [](const TensorList& in) {
-    return TensorList{add(in[0], in[1])};
-  }, {1}));
+  FunctionId f = trees.register_function(
+      spec("affine", [](const TensorList& in) { return TensorList{add(in[0], in[1])}; }, {1}));
   std::vector<Tensor> params;
   for (int i = 0; i < 4; ++i) params.push_back(random_tensor(rng, {64}));
   for (int index : {0, 0, 1, 2, 3, 0, 1, 3}) {
@@ -106,9 +105,8 @@ TEST_P(TreeInvariants, RecordedDeadOutputAliveAtReplayRecordsSibling) {
   FunctionId f = trees.register_function(spec("pair", [](const TensorList& in) {
     return TensorList{scale(in[0], 2.0f), scale(in[0], 3.0f)};
   }));
-  FunctionId g = trees.register_function(spec("g", [](const TensorList& in) {
-    return TensorList{scale(in[0], 5.0f)};
-  }));
+  FunctionId g = trees.register_function(
+      spec("g", [](const TensorList& in) { return TensorList{scale(in[0], 5.0f)}; }));
   // keep_second: whether the caller holds f's second output while g runs.
   auto step = [&](bool keep_second) {
     InvocationScope call(trees);
@@ -132,7 +130,7 @@ TEST_P(TreeInvariants, RecordedDeadOutputAliveAtReplayRecordsSibling) {
   ASSERT_EQ(f_node->children(g).size(), 2u);
   EXPECT_EQ(trees.counters().rerecord_reasons.at("an output that was dead at recording is alive"),
             1u);
-  step(true);  // replays the new sibling
+  step(true);   // replays the new sibling
   step(false);  // replays the first child again
   EXPECT_EQ(f_node->children(g).size(), 2u);
 }

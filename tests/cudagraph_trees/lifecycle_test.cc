@@ -12,11 +12,10 @@ TEST_P(TreeLifecycle, WarmsUpThenRecordsThenReplaysWithoutCallingTheBody) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   CountedBody counted;
-  FunctionId f = trees.register_function(spec(
-      "affine", counted.wrap([](const TensorList& in) {
-        return TensorList{scale(add(in[0], in[1]), 2.0f)};
-      }),
-      {1}));
+  FunctionId f = trees.register_function(spec("affine", counted.wrap([](const TensorList& in) {
+    return TensorList{scale(add(in[0], in[1]), 2.0f)};
+  }),
+                                              {1}));
   Tensor w = random_tensor(rng, {64});
   for (int step = 0; step < 6; ++step) {
     Tensor x = random_tensor(rng, {64});
@@ -24,7 +23,7 @@ TEST_P(TreeLifecycle, WarmsUpThenRecordsThenReplaysWithoutCallingTheBody) {
     ASSERT_EQ(out.size(), 1u);
     EXPECT_VALUES(out[0], host_scale(host_add(host(x), host(w)), 2.0f));
     trees.verify();
-    PathState expected = step == 0 ? PathState::kWarmup
+    PathState expected = step == 0   ? PathState::kWarmup
                          : step == 1 ? PathState::kRecording
                                      : PathState::kExecution;
     EXPECT_EQ(trees.state(), expected) << "step " << step;
@@ -36,7 +35,8 @@ TEST_P(TreeLifecycle, WarmsUpThenRecordsThenReplaysWithoutCallingTheBody) {
   EXPECT_EQ(trees.counters().checkpoint_restores, 0u);
   ASSERT_EQ(trees.roots(f).size(), 1u);
   const TreeNode* root = trees.roots(f)[0];
-  EXPECT_EQ(root->inputs().kinds(), (std::vector<InputKind>{InputKind::kCopied, InputKind::kStatic}));
+  EXPECT_EQ(root->inputs().kinds(),
+            (std::vector<InputKind>{InputKind::kCopied, InputKind::kStatic}));
   EXPECT_EQ(trees.node_count(), 1u);
   EXPECT_FALSE(root->kernel_free());
 }
@@ -45,9 +45,8 @@ TEST_P(TreeLifecycle, TwoInputShapesMakeTwoRoots) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   CountedBody counted;
-  FunctionId f = trees.register_function(spec("triple", counted.wrap([](const TensorList& in) {
-    return TensorList{scale(in[0], 3.0f)};
-  })));
+  FunctionId f = trees.register_function(spec(
+      "triple", counted.wrap([](const TensorList& in) { return TensorList{scale(in[0], 3.0f)}; })));
   const std::vector<int64_t> sizes = {16, 16, 32, 32, 16, 32, 16, 32};
   for (int64_t size : sizes) {
     Tensor x = random_tensor(rng, {size});
@@ -70,11 +69,10 @@ TEST_P(TreeLifecycle, ReplayAllocatesNoDeviceMemory) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   CountedBody counted;
-  FunctionId f = trees.register_function(spec(
-      "affine", counted.wrap([](const TensorList& in) {
-        return TensorList{scale(add(in[0], in[1]), 2.0f)};
-      }),
-      {1}));
+  FunctionId f = trees.register_function(spec("affine", counted.wrap([](const TensorList& in) {
+    return TensorList{scale(add(in[0], in[1]), 2.0f)};
+  }),
+                                              {1}));
   Tensor w = random_tensor(rng, {256});
   std::vector<Tensor> xs;
   for (int i = 0; i < 12; ++i) xs.push_back(random_tensor(rng, {256}));
@@ -102,9 +100,8 @@ TEST_P(TreeLifecycle, ReplayAllocatesNoDeviceMemory) {
 TEST_P(TreeLifecycle, ReplayOutputIsReusedAndOverwrittenByTheNextReplay) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("double", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
+  FunctionId f = trees.register_function(
+      spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
   trees.run(f, {random_tensor(rng, {32})});
   TensorList recorded = trees.run(f, {random_tensor(rng, {32})});
   Tensor x3 = random_tensor(rng, {32});
@@ -125,12 +122,11 @@ TEST_P(TreeLifecycle, KernelFreeFunctionReEmitsViewsWithoutAGraph) {
   TreeManager& trees = make_manager();
   CountedBody counted;
   runtime::Device dev = device();
-  FunctionId f = trees.register_function(spec(
-      "views", counted.wrap([dev](const TensorList& in) {
-        return TensorList{in[1].view({4, 4}), in[0].slice(0, 2, 10),
-                          Tensor::empty({0}, runtime::DType::kF32, dev)};
-      }),
-      {1}));
+  FunctionId f = trees.register_function(spec("views", counted.wrap([dev](const TensorList& in) {
+    return TensorList{in[1].view({4, 4}), in[0].slice(0, 2, 10),
+                      Tensor::empty({0}, runtime::DType::kF32, dev)};
+  }),
+                                              {1}));
   Tensor w = random_tensor(rng, {16});
   for (int step = 0; step < 5; ++step) {
     Tensor x = random_tensor(rng, {12});
@@ -159,13 +155,13 @@ TEST_P(TreeLifecycle, KernelFreeFunctionReEmitsViewsWithoutAGraph) {
 TEST_P(TreeLifecycle, AliasedOutputsShareOneStorageAndAreFreedOnce) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec(
-      "views_of_sum",
-      [](const TensorList& in) {
-        Tensor y = add(in[0], in[1]);
-        return TensorList{y, y.view({8, 8}), y.slice(0, 0, 32)};
-      },
-      {1}));
+  FunctionId f =
+      trees.register_function(spec("views_of_sum",
+                                   [](const TensorList& in) {
+                                     Tensor y = add(in[0], in[1]);
+                                     return TensorList{y, y.view({8, 8}), y.slice(0, 0, 32)};
+                                   },
+                                   {1}));
   Tensor w = random_tensor(rng, {64});
   trees.run(f, {random_tensor(rng, {64}), w});
   Tensor x = random_tensor(rng, {64});
@@ -193,9 +189,8 @@ TEST_P(TreeLifecycle, AliasedOutputsShareOneStorageAndAreFreedOnce) {
 TEST_P(TreeLifecycle, StatsAndDotDescribeTheTree) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("affine", [](const TensorList& in) {
-    return TensorList{add(in[0], in[1])};
-  }, {1}));
+  FunctionId f = trees.register_function(
+      spec("affine", [](const TensorList& in) { return TensorList{add(in[0], in[1])}; }, {1}));
   Tensor w = random_tensor(rng, {8});
   for (int i = 0; i < 4; ++i) trees.run(f, {random_tensor(rng, {8}), w});
   nlohmann::json stats = trees.stats();

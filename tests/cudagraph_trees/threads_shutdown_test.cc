@@ -28,9 +28,10 @@ TEST_P(TreeThreadsShutdown, ThreeThreadsWithTheirOwnManagersComputeCorrectly) {
         ++ready;  // all three managers exist at once, and the threads run concurrently
         while (ready.load() < 3) std::this_thread::yield();
         float factor = static_cast<float>(t + 2);
-        FunctionId f = trees.register_function(spec("per_thread", [factor](const TensorList& in) {
-          return TensorList{scale(add(in[0], in[1]), factor)};
-        }, {1}));
+        FunctionId f = trees.register_function(spec(
+            "per_thread",
+            [factor](const TensorList& in) { return TensorList{scale(add(in[0], in[1]), factor)}; },
+            {1}));
         Tensor w = Tensor::from_vector(random_floats(rng, 512), {512}, dev);
         for (int step = 0; step < 20; ++step) {
           Tensor x = Tensor::from_vector(random_floats(rng, 512), {512}, dev);
@@ -63,12 +64,10 @@ TEST_P(TreeThreadsShutdown, ThreeThreadsWithTheirOwnManagersComputeCorrectly) {
 TEST_P(TreeThreadsShutdown, ShutdownInvalidatesOutputsAndReleasesThePool) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("f", [](const TensorList& in) {
-    return TensorList{add(in[0], in[1])};
-  }, {1}));
-  FunctionId g = trees.register_function(spec("g", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
+  FunctionId f = trees.register_function(
+      spec("f", [](const TensorList& in) { return TensorList{add(in[0], in[1])}; }, {1}));
+  FunctionId g = trees.register_function(
+      spec("g", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
   Tensor w = random_tensor(rng, {64});
   TensorList replayed, recorded;
   for (int step = 0; step < 4; ++step) {

@@ -11,12 +11,10 @@ TEST_P(TreeShape, ChainRecordsSecondFunctionAsChildAndFeedsOutputWithoutCopy) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   CountedBody f_body, g_body;
-  FunctionId f = trees.register_function(spec("f", f_body.wrap([](const TensorList& in) {
-    return TensorList{add(in[0], in[1])};
-  }), {1}));
-  FunctionId g = trees.register_function(spec("g", g_body.wrap([](const TensorList& in) {
-    return TensorList{scale(in[0], 0.5f)};
-  })));
+  FunctionId f = trees.register_function(spec(
+      "f", f_body.wrap([](const TensorList& in) { return TensorList{add(in[0], in[1])}; }), {1}));
+  FunctionId g = trees.register_function(
+      spec("g", g_body.wrap([](const TensorList& in) { return TensorList{scale(in[0], 0.5f)}; })));
   Tensor w = random_tensor(rng, {128});
   for (int step = 0; step < 5; ++step) {
     InvocationScope call(trees);  // one compiled call with two segments
@@ -45,15 +43,12 @@ TEST_P(TreeShape, ChainRecordsSecondFunctionAsChildAndFeedsOutputWithoutCopy) {
 TEST_P(TreeShape, NewBranchAfterReplayRecordsSiblingAfterTwoCheckpointRestores) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("f", [](const TensorList& in) {
-    return TensorList{add(in[0], in[1])};
-  }, {1}));
-  FunctionId g = trees.register_function(spec("g", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
-  FunctionId h = trees.register_function(spec("h", [](const TensorList& in) {
-    return TensorList{scale(in[0], 3.0f)};
-  }));
+  FunctionId f = trees.register_function(
+      spec("f", [](const TensorList& in) { return TensorList{add(in[0], in[1])}; }, {1}));
+  FunctionId g = trees.register_function(
+      spec("g", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
+  FunctionId h = trees.register_function(
+      spec("h", [](const TensorList& in) { return TensorList{scale(in[0], 3.0f)}; }));
   Tensor w = random_tensor(rng, {256});
   // Runs f then the branch; returns the pool's live blocks while both outputs are held.
   auto step = [&](FunctionId branch, float factor) {
@@ -97,9 +92,8 @@ TEST_P(TreeShape, LiveOutputsForceChildrenAndDeadOutputsLetThePathEnd) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   CountedBody counted;
-  FunctionId f = trees.register_function(spec("double", counted.wrap([](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  })));
+  FunctionId f = trees.register_function(spec(
+      "double", counted.wrap([](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; })));
   auto call = [&]() {
     Tensor x = random_tensor(rng, {64});
     TensorList out = trees.run(f, {x});
@@ -107,8 +101,8 @@ TEST_P(TreeShape, LiveOutputsForceChildrenAndDeadOutputsLetThePathEnd) {
     trees.verify();
     return out;
   };
-  trees.mark_step_begin();  // from now on only mark_step_begin() starts generations
-  call();                   // warm-up; its output dies at once
+  trees.mark_step_begin();   // from now on only mark_step_begin() starts generations
+  call();                    // warm-up; its output dies at once
   TensorList held = call();  // path ended (all dead): recorded as a root
   ASSERT_EQ(trees.roots(f).size(), 1u);
   const TreeNode* root = trees.roots(f)[0];

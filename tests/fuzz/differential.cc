@@ -4,9 +4,9 @@
 #include <cstring>
 #include <deque>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <set>
-#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -143,7 +143,10 @@ class CallSequence {
     }
     if (trace_) {
       std::cerr << trace << " inputs "
-                << (mode == 0 ? "new" : mode == 1 ? "overwritten in place" : "fed back") << "\n";
+                << (mode == 0   ? "new"
+                    : mode == 1 ? "overwritten in place"
+                                : "fed back")
+                << "\n";
     }
     TensorList eager_outputs = eager_(eager_inputs);
     TensorList graphs_outputs;
@@ -175,8 +178,8 @@ class CallSequence {
         }
         if (!replacement.defined()) {
           const auto& type = program_.value(input_ids_[i]).type;
-          replacement = Tensor::from_host(graphs_values[i].data(), type.shape, type.dtype,
-                                          program_.device());
+          replacement =
+              Tensor::from_host(graphs_values[i].data(), type.shape, type.dtype, program_.device());
           replaced.emplace_back(graphs_inputs[i], replacement);
         }
         graphs_inputs[i] = replacement;
@@ -190,12 +193,15 @@ class CallSequence {
       std::cerr << "  tree so far: " << counters.warmups << " warm-ups, " << counters.recordings
                 << " recordings, " << counters.replays << " replays, " << counters.eager_calls
                 << " eager calls, " << counters.input_copies << " input copies, "
-                << counters.input_copy_backs << " copy-backs; backend: "
-                << graphs_.backend_stats() << "\n"
+                << counters.input_copy_backs << " copy-backs; backend: " << graphs_.backend_stats()
+                << "\n"
                 << cudagraph_trees::tree_manager_for(program_.device()).dot() << "\n";
     }
     std::string where = "call " + std::to_string(index) + " (inputs " +
-                        (mode == 0 ? "new" : mode == 1 ? "overwritten in place" : "fed back") + ")";
+                        (mode == 0   ? "new"
+                         : mode == 1 ? "overwritten in place"
+                                     : "fed back") +
+                        ")";
     if (eager_outputs.size() != graphs_outputs.size()) return where + ": output counts differ";
     for (size_t o = 0; o < eager_outputs.size(); ++o) {
       std::string difference = bitwise_difference(eager_outputs[o], graphs_outputs[o]);
@@ -208,7 +214,8 @@ class CallSequence {
       }
       std::string difference = bitwise_difference(eager_inputs[i], graphs_inputs[i]);
       if (!difference.empty()) {
-        return where + ", input " + program_.value(input_ids_[i]).name + " after the call: " + difference;
+        return where + ", input " + program_.value(input_ids_[i]).name +
+               " after the call: " + difference;
       }
     }
     for (const std::string& name : eager_.state_names()) {
@@ -229,7 +236,8 @@ class CallSequence {
     TensorList tensors;
     for (size_t i = 0; i < input_ids_.size(); ++i) {
       const auto& type = program_.value(input_ids_[i]).type;
-      tensors.push_back(Tensor::from_host(values[i].data(), type.shape, type.dtype, program_.device()));
+      tensors.push_back(
+          Tensor::from_host(values[i].data(), type.shape, type.dtype, program_.device()));
     }
     return tensors;
   }
@@ -262,8 +270,8 @@ DifferentialOutcome run_differential(const Program& program, uint64_t scenario_s
         break;
       }
     }
-    outcome.replays = static_cast<int>(
-        cudagraph_trees::tree_manager_for(program.device()).counters().replays);
+    outcome.replays =
+        static_cast<int>(cudagraph_trees::tree_manager_for(program.device()).counters().replays);
   } catch (const std::exception& error) {
     outcome.passed = false;
     outcome.failure = "call " + std::to_string(outcome.calls) + " threw: " + error.what();
@@ -276,7 +284,8 @@ ReducedFailure reduce_failure(const Program& program, uint64_t scenario_seed, in
                               int max_attempts) {
   ReducedFailure best{program, run_differential(program, scenario_seed, calls).failure, "", 1};
   bool progress = true;
-  auto try_candidate = [&](const std::set<size_t>& dropped, const std::map<int32_t, size_t>& bypassed) {
+  auto try_candidate = [&](const std::set<size_t>& dropped,
+                           const std::map<int32_t, size_t>& bypassed) {
     if (best.attempts >= max_attempts) return false;
     std::optional<Program> candidate;
     try {
@@ -293,7 +302,8 @@ ReducedFailure reduce_failure(const Program& program, uint64_t scenario_seed, in
   };
   while (progress && best.attempts < max_attempts) {
     progress = false;
-    for (size_t o = 0; best.program.outputs().size() > 1 && o < best.program.outputs().size(); ++o) {
+    for (size_t o = 0; best.program.outputs().size() > 1 && o < best.program.outputs().size();
+         ++o) {
       if (try_candidate({o}, {})) {
         progress = true;
         break;
@@ -335,26 +345,37 @@ DifferentialOutcome run_training_differential(uint64_t seed, runtime::Device dev
       std::string name = "fc" + std::to_string(layer);
       ValueId w = b.param(name + ".weight", {next, width}, DType::kF32,
                           compiler::ir::normal_init(0.5, static_cast<uint64_t>(pick(1, 99))));
-      ValueId bias = pick(0, 1) ? b.param(name + ".bias", {next}, DType::kF32,
-                                          compiler::ir::normal_init(0.1, static_cast<uint64_t>(pick(1, 99))))
-                                : compiler::ir::kNoValue;
+      ValueId bias =
+          pick(0, 1) ? b.param(name + ".bias", {next}, DType::kF32,
+                               compiler::ir::normal_init(0.1, static_cast<uint64_t>(pick(1, 99))))
+                     : compiler::ir::kNoValue;
       h = b.linear(h, w, bias, name);
       switch (pick(0, 4)) {
-        case 0: h = b.relu(h); break;
-        case 1: h = b.gelu(h); break;
-        case 2: h = b.tanh(h); break;
-        case 3: h = b.sigmoid(h); break;
+        case 0:
+          h = b.relu(h);
+          break;
+        case 1:
+          h = b.gelu(h);
+          break;
+        case 2:
+          h = b.tanh(h);
+          break;
+        case 3:
+          h = b.sigmoid(h);
+          break;
         default:
-          h = b.layer_norm(h, b.param(name + ".ln_w", {next}, DType::kF32, compiler::ir::ones_init()),
-                           b.param(name + ".ln_b", {next}, DType::kF32, compiler::ir::zeros_init()));
+          h = b.layer_norm(
+              h, b.param(name + ".ln_w", {next}, DType::kF32, compiler::ir::ones_init()),
+              b.param(name + ".ln_b", {next}, DType::kF32, compiler::ir::zeros_init()));
       }
       width = next;
     }
     b.output(h);
     Program model = b.build();
     ValueId loss = compiler::training::add_mse_loss(model, model.outputs()[0]);
-    compiler::training::OptimizerKind kind = pick(0, 1) ? compiler::training::OptimizerKind::kAdamW
-                                                        : compiler::training::OptimizerKind::kSgdMomentum;
+    compiler::training::OptimizerKind kind = pick(0, 1)
+                                                 ? compiler::training::OptimizerKind::kAdamW
+                                                 : compiler::training::OptimizerKind::kSgdMomentum;
     compiler::training::Trainer eager(model, loss, {.backend = "eager", .optimizer = kind});
     compiler::training::Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = kind});
     compiler::training::Hyperparameters hyper;
@@ -362,7 +383,8 @@ DifferentialOutcome run_training_differential(uint64_t seed, runtime::Device dev
     hyper.weight_decay = pick(0, 1) ? 0.01 : 0.0;
     for (int step = 0; step < steps && outcome.passed; ++step) {
       TensorList inputs;
-      for (const runtime::Shape& shape : {runtime::Shape{batch, input_width}, runtime::Shape{batch, width}}) {
+      for (const runtime::Shape& shape :
+           {runtime::Shape{batch, input_width}, runtime::Shape{batch, width}}) {
         std::vector<uint8_t> bytes = random_bytes({shape, DType::kF32, device}, rng);
         inputs.push_back(Tensor::from_host(bytes.data(), shape, DType::kF32, device));
       }
@@ -381,7 +403,8 @@ DifferentialOutcome run_training_differential(uint64_t seed, runtime::Device dev
       }
       cudagraph_trees::tree_manager_for(device).verify();
     }
-    outcome.replays = static_cast<int>(cudagraph_trees::tree_manager_for(device).counters().replays);
+    outcome.replays =
+        static_cast<int>(cudagraph_trees::tree_manager_for(device).counters().replays);
   } catch (const std::exception& error) {
     outcome.passed = false;
     outcome.failure = "step " + std::to_string(outcome.calls) + " threw: " + error.what();

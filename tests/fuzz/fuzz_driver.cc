@@ -26,10 +26,12 @@ FuzzSummary run_fuzz(const FuzzOptions& options) {
   for (int c = 0; c < options.programs; ++c) {
     if (options.seconds > 0 && elapsed() > options.seconds) break;
     uint64_t seed = options.seed + static_cast<uint64_t>(c);
-    bool training = options.training_every > 0 && c % options.training_every == options.training_every - 1;
+    bool training =
+        options.training_every > 0 && c % options.training_every == options.training_every - 1;
     std::ostringstream report;
     if (training) {
-      DifferentialOutcome outcome = run_training_differential(seed, options.device, options.training_steps);
+      DifferentialOutcome outcome =
+          run_training_differential(seed, options.device, options.training_steps);
       ++summary.training_cases;
       summary.calls += outcome.calls;
       summary.replays += outcome.replays;
@@ -50,8 +52,10 @@ FuzzSummary run_fuzz(const FuzzOptions& options) {
                << " calls) on " << options.device.str() << ": " << outcome.failure;
         if (options.reduce && summary.failures.empty()) {
           ReducedFailure reduced = reduce_failure(program, seed, options.calls);
-          report << "\nreduced in " << reduced.attempts << " runs to " << reduced.program.nodes().size()
-                 << " nodes; failure: " << reduced.failure << "\nreduced program:\n" << reduced.json;
+          report << "\nreduced in " << reduced.attempts << " runs to "
+                 << reduced.program.nodes().size() << " nodes; failure: " << reduced.failure
+                 << "\nreduced program:\n"
+                 << reduced.json;
         } else {
           report << "\nprogram:\n" << program.str();
         }

@@ -20,20 +20,20 @@ namespace grove::fuzz {
 struct FuzzOptions {
   runtime::Device device = runtime::kSimDevice;
   uint64_t seed = 1;
-  int programs = 20;         // upper bound on cases
-  double seconds = 0;        // > 0: stop starting new cases after this long
-  int calls = 8;             // calls per program
-  int training_steps = 4;    // steps per training case
-  int training_every = 5;    // every n-th case trains (0: never)
-  bool reduce = true;        // reduce the first failure
+  int programs = 20;                 // upper bound on cases
+  double seconds = 0;                // > 0: stop starting new cases after this long
+  int calls = 8;                     // calls per program
+  int training_steps = 4;            // steps per training case
+  int training_every = 5;            // every n-th case trains (0: never)
+  bool reduce = true;                // reduce the first failure
   std::ostream* progress = nullptr;  // a line per failure and a summary, when set
 };
 
 struct FuzzSummary {
   int programs = 0;  // inference cases run
   int training_cases = 0;
-  int calls = 0;     // calls (or training steps) on each backend
-  int replays = 0;   // graph replays among them
+  int calls = 0;    // calls (or training steps) on each backend
+  int replays = 0;  // graph replays among them
   int stale_retries = 0;
   std::vector<std::string> failures;  // seeds, failure, reduced JSON
   double seconds = 0;

@@ -63,7 +63,9 @@ class Generator {
  private:
   int pick(int low, int high) { return std::uniform_int_distribution<int>(low, high)(rng_); }
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
-  ValueId any_live() { return live_[static_cast<size_t>(pick(0, static_cast<int>(live_.size()) - 1))]; }
+  ValueId any_live() {
+    return live_[static_cast<size_t>(pick(0, static_cast<int>(live_.size()) - 1))];
+  }
   std::string fresh(const std::string& stem) { return stem + std::to_string(next_name_++); }
 
   Shape random_shape() {
@@ -105,7 +107,9 @@ class Generator {
     if (mode == 2) return new_param(broadcast_partner(shape));
     return builder_.full(std::uniform_real_distribution<double>(-2, 2)(rng_));
   }
-  int64_t random_dim(ValueId v) { return pick(0, static_cast<int>(builder_.type(v).shape.size()) - 1); }
+  int64_t random_dim(ValueId v) {
+    return pick(0, static_cast<int>(builder_.type(v).shape.size()) - 1);
+  }
 
   void add_host_sync() {
     if (live_.empty() || !chance(0.9)) return;
@@ -120,9 +124,8 @@ class Generator {
     ValueId result = compiler::ir::kNoValue;
     switch (pick(0, 13)) {
       case 0: {  // unary math (domains kept valid where it is cheap)
-        static const std::vector<std::string> kUnary = {"neg",  "exp",     "tanh", "sigmoid",
-                                                        "relu", "gelu",    "sqrt", "rsqrt",
-                                                        "log"};
+        static const std::vector<std::string> kUnary = {"neg",  "exp",  "tanh",  "sigmoid", "relu",
+                                                        "gelu", "sqrt", "rsqrt", "log"};
         const std::string& op = kUnary[static_cast<size_t>(pick(0, 8))];
         ValueId operand = a;
         if (op == "sqrt" || op == "rsqrt" || op == "log") {
@@ -197,7 +200,8 @@ class Generator {
           int64_t dim = random_dim(a);
           int64_t size = shape[static_cast<size_t>(dim)];
           int64_t start = pick(0, static_cast<int>(size) - 1);
-          result = builder_.slice(a, dim, start, pick(static_cast<int>(start) + 1, static_cast<int>(size)));
+          result = builder_.slice(a, dim, start,
+                                  pick(static_cast<int>(start) + 1, static_cast<int>(size)));
         } else {
           result = chance(0.5) ? builder_.reshape(a, {-1})
                                : builder_.reshape(a, {1, runtime::shape_numel(shape)});
@@ -273,7 +277,8 @@ Program rewrite_program(const Program& program, const std::set<size_t>& dropped_
   }
   std::vector<ValueId> outputs;
   for (size_t o = 0; o < program.outputs().size(); ++o) {
-    if (dropped_outputs.count(o) == 0) outputs.push_back(source[static_cast<size_t>(program.outputs()[o])]);
+    if (dropped_outputs.count(o) == 0)
+      outputs.push_back(source[static_cast<size_t>(program.outputs()[o])]);
   }
   GROVE_CHECK(!outputs.empty(), "rewrite_program: no outputs left");
   // Nodes some output depends on, walking backwards.
@@ -287,14 +292,16 @@ Program rewrite_program(const Program& program, const std::set<size_t>& dropped_
     if (!needed) continue;
     keep[n] = true;
     for (ValueId operand : nodes[n].operands) {
-      if (operand != compiler::ir::kNoValue) needed_value[static_cast<size_t>(source[static_cast<size_t>(operand)])] = true;
+      if (operand != compiler::ir::kNoValue)
+        needed_value[static_cast<size_t>(source[static_cast<size_t>(operand)])] = true;
     }
   }
   Program result(program.name(), program.device());
   std::vector<ValueId> mapped(program.values().size(), compiler::ir::kNoValue);
   for (ValueId input : program.inputs()) {
     const auto& value = program.value(input);
-    mapped[static_cast<size_t>(input)] = result.add_input(value.name, value.type, value.kind, value.initializer);
+    mapped[static_cast<size_t>(input)] =
+        result.add_input(value.name, value.type, value.kind, value.initializer);
   }
   for (size_t n = 0; n < nodes.size(); ++n) {
     if (!keep[n]) continue;

@@ -21,8 +21,8 @@ namespace grove::reliability {
 namespace {
 
 using compiler::TensorList;
-using compiler::backends::CompiledModel;
 using compiler::backends::compile;
+using compiler::backends::CompiledModel;
 using compiler::ir::ProgramBuilder;
 using compiler::ir::ValueId;
 using runtime::DType;
@@ -55,8 +55,8 @@ compiler::ir::Program small_program(runtime::Device device) {
 }
 
 Tensor random_tensor(const runtime::Shape& shape, runtime::Device device, std::mt19937& rng) {
-  return Tensor::from_vector(testing::random_floats(rng, static_cast<size_t>(runtime::shape_numel(shape))),
-                             shape, device);
+  return Tensor::from_vector(
+      testing::random_floats(rng, static_cast<size_t>(runtime::shape_numel(shape))), shape, device);
 }
 
 class BadCallInput : public testing::DeviceTest {
@@ -78,13 +78,21 @@ TEST_P(BadCallInput, WrongCountShapeDtypeAndDeviceNameTheInputOnEveryBackend) {
     Tensor good = random_tensor({3, 4}, device(), rng);
     expect_error<ShapeError>([&] { model({good, good}); }, {"small", "takes 1 inputs", "found 2"});
     expect_error<ShapeError>([&] { model({}); }, {"small", "found 0"});
-    expect_error<ShapeError>([&] { model({random_tensor({4, 3}, device(), rng)}); },
-                             {"'x'", "expects shape [3, 4]", "found [4, 3]"});
+    expect_error<ShapeError>(
+        [&] {
+          model({random_tensor({4, 3}, device(), rng)});
+        },
+        {"'x'", "expects shape [3, 4]", "found [4, 3]"});
     expect_error<DTypeError>(
-        [&] { model({Tensor::from_vector(std::vector<int64_t>(12, 1), {3, 4}, device())}); },
+        [&] {
+          model({Tensor::from_vector(std::vector<int64_t>(12, 1), {3, 4}, device())});
+        },
         {"'x'", "expects dtype f32", "found i64"});
-    expect_error<DeviceError>([&] { model({random_tensor({3, 4}, runtime::kCpuDevice, rng)}); },
-                              {"'x'", "expects a tensor on", "found one on cpu"});
+    expect_error<DeviceError>(
+        [&] {
+          model({random_tensor({3, 4}, runtime::kCpuDevice, rng)});
+        },
+        {"'x'", "expects a tensor on", "found one on cpu"});
     // Still usable after every rejected call.
     EXPECT_EQ(model({good})[0].shape(), (runtime::Shape{3, 4}));
   }
@@ -153,10 +161,12 @@ TEST(BadModelJson, MalformedTextIsAModelFormatError) {
 TEST(BadModelJson, DeepNestingIsRejectedBeforeItExhaustsTheStack) {
   std::string deep(100000, '[');
   deep += std::string(100000, ']');
-  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(deep); }, {"deeper than"});
+  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(deep); },
+                                 {"deeper than"});
   std::string attrs = model_text(R"([{"name": "y", "op": "tanh", "inputs": ["x"], "attrs": )" +
                                  std::string(40, '[') + std::string(40, ']') + "}]");
-  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(attrs); }, {"deeper than"});
+  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(attrs); },
+                                 {"deeper than"});
 }
 
 TEST(BadModelJson, HugeAndNegativeShapesNameTheInput) {
@@ -165,7 +175,8 @@ TEST(BadModelJson, HugeAndNegativeShapesNameTheInput) {
   expect_error<ModelFormatError>([&] { compiler::model_format::load_model(huge); }, {"x"});
   std::string product = R"({"name": "m", "inputs": [{"name": "x", "shape": [65536, 65536, 65536],
                              "dtype": "f32"}], "nodes": [], "outputs": ["x"]})";
-  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(product); }, {"x", "elements"});
+  expect_error<ModelFormatError>([&] { compiler::model_format::load_model(product); },
+                                 {"x", "elements"});
   std::string negative = R"({"name": "m", "inputs": [{"name": "x", "shape": [-3, 2],
                               "dtype": "f32"}], "nodes": [], "outputs": ["x"]})";
   expect_error<ModelFormatError>([&] { compiler::model_format::load_model(negative); }, {"x"});
@@ -176,19 +187,31 @@ TEST(BadModelJson, HugeAndNegativeShapesNameTheInput) {
 
 TEST(BadModelJson, UnknownOpsFieldsAndNamesNameTheNode) {
   expect_error<ModelFormatError>(
-      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "frobnicate", "inputs": ["x"]}])")); },
+      [] {
+        compiler::model_format::load_model(
+            model_text(R"([{"name": "y", "op": "frobnicate", "inputs": ["x"]}])"));
+      },
       {"y", "frobnicate"});
   expect_error<ModelFormatError>(
       [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "inputs": ["x"]}])")); },
       {"y", "op"});
   expect_error<ModelFormatError>(
-      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "tanh", "inputs": ["nowhere"]}])")); },
+      [] {
+        compiler::model_format::load_model(
+            model_text(R"([{"name": "y", "op": "tanh", "inputs": ["nowhere"]}])"));
+      },
       {"y", "nowhere"});
   expect_error<ModelFormatError>(
-      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "tanh", "inputs": "x"}])")); },
+      [] {
+        compiler::model_format::load_model(
+            model_text(R"([{"name": "y", "op": "tanh", "inputs": "x"}])"));
+      },
       {"y", "inputs"});
   expect_error<ModelFormatError>(
-      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "tanh", "inputs": ["x"]}])", R"(["absent"])")); },
+      [] {
+        compiler::model_format::load_model(
+            model_text(R"([{"name": "y", "op": "tanh", "inputs": ["x"]}])", R"(["absent"])"));
+      },
       {"absent"});
   expect_error<ModelFormatError>(
       [] {
@@ -206,7 +229,10 @@ TEST(BadModelJson, CyclesAreUseBeforeDefinition) {
       },
       {"a", "y"});
   expect_error<ModelFormatError>(
-      [] { compiler::model_format::load_model(model_text(R"([{"name": "y", "op": "tanh", "inputs": ["y"]}])")); },
+      [] {
+        compiler::model_format::load_model(
+            model_text(R"([{"name": "y", "op": "tanh", "inputs": ["y"]}])"));
+      },
       {"y"});
 }
 
@@ -249,8 +275,9 @@ TEST(BadConfig, OutOfRangeFieldsAreConfigErrorsNamingTheField) {
   expect_error<ConfigError>([&] { config.validate(); }, {"batch_buckets"});
   config = {};
   config.rerecord_limit = -1;
-  expect_error<ConfigError>([&] { cudagraph_trees::TreeManager manager(runtime::kSimDevice, config); },
-                            {"rerecord_limit"});
+  expect_error<ConfigError>(
+      [&] { cudagraph_trees::TreeManager manager(runtime::kSimDevice, config); },
+      {"rerecord_limit"});
 }
 
 TEST(BadConfig, MalformedEnvironmentVariablesAreConfigErrorsNamingTheVariable) {
@@ -258,18 +285,19 @@ TEST(BadConfig, MalformedEnvironmentVariablesAreConfigErrorsNamingTheVariable) {
     const char* variable;
     const char* value;
   };
-  for (const Case& c : std::vector<Case>{{"GROVE_CUDAGRAPHS_STRICT", "maybe"},
-                                         {"GROVE_CUDAGRAPHS_RERECORD_LIMIT", "-1"},
-                                         {"GROVE_CUDAGRAPHS_RERECORD_LIMIT", "12abc"},
-                                         {"GROVE_CUDAGRAPHS_RERECORD_LIMIT", "99999999999999999999"},
-                                         {"GROVE_CUDAGRAPHS_MANAGED_INPUT_LIMIT", "0"},
-                                         {"GROVE_CUDAGRAPHS_SHAPE_WARN_LIMIT", "x"},
-                                         {"GROVE_CUDAGRAPHS_MUTATION_POLICY", "sometimes"},
-                                         {"GROVE_CUDAGRAPHS_ZERO_COPY", "2"},
-                                         {"GROVE_CUDAGRAPHS_MIN_SEGMENT_KERNELS", "-3"},
-                                         {"GROVE_CUDAGRAPHS_BATCH_BUCKETS", "1,,4"},
-                                         {"GROVE_CUDAGRAPHS_BATCH_BUCKETS", "1,-2"},
-                                         {"GROVE_CUDAGRAPHS_BATCH_BUCKETS", "8,4,abc"}}) {
+  for (const Case& c :
+       std::vector<Case>{{"GROVE_CUDAGRAPHS_STRICT", "maybe"},
+                         {"GROVE_CUDAGRAPHS_RERECORD_LIMIT", "-1"},
+                         {"GROVE_CUDAGRAPHS_RERECORD_LIMIT", "12abc"},
+                         {"GROVE_CUDAGRAPHS_RERECORD_LIMIT", "99999999999999999999"},
+                         {"GROVE_CUDAGRAPHS_MANAGED_INPUT_LIMIT", "0"},
+                         {"GROVE_CUDAGRAPHS_SHAPE_WARN_LIMIT", "x"},
+                         {"GROVE_CUDAGRAPHS_MUTATION_POLICY", "sometimes"},
+                         {"GROVE_CUDAGRAPHS_ZERO_COPY", "2"},
+                         {"GROVE_CUDAGRAPHS_MIN_SEGMENT_KERNELS", "-3"},
+                         {"GROVE_CUDAGRAPHS_BATCH_BUCKETS", "1,,4"},
+                         {"GROVE_CUDAGRAPHS_BATCH_BUCKETS", "1,-2"},
+                         {"GROVE_CUDAGRAPHS_BATCH_BUCKETS", "8,4,abc"}}) {
     SCOPED_TRACE(std::string(c.variable) + "=" + c.value);
     ScopedEnv env(c.variable, c.value);
     expect_error<ConfigError>([] { cudagraph_trees::TreeConfig::from_environment(); },

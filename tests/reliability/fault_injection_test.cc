@@ -41,14 +41,13 @@ TEST_P(FaultInjection, CaptureViolationDuringRecordingFallsBackAndLaterCallsAreC
   TreeManager& trees = make_manager();
   // The recording call (the second) reads device memory on the host.
   auto calls = std::make_shared<int>(0);
-  FunctionId f = trees.register_function(spec(
-      "reads_while_recording",
-      [calls](const TensorList& in) {
-        Tensor out = add(scale(in[0], 2.0f), in[1]);
-        if (++*calls == 2) (void)out.to_vector<float>();
-        return TensorList{out};
-      },
-      {1}));
+  FunctionId f = trees.register_function(spec("reads_while_recording",
+                                              [calls](const TensorList& in) {
+                                                Tensor out = add(scale(in[0], 2.0f), in[1]);
+                                                if (++*calls == 2) (void)out.to_vector<float>();
+                                                return TensorList{out};
+                                              },
+                                              {1}));
   Tensor w = random_tensor(rng, {64});
   expect_correct_calls(trees, f, w, rng, 1);
   size_t live_before = pool_stats().live_blocks;
@@ -81,16 +80,16 @@ TEST_P(FaultInjection, AllocationFailureDuringRecordingLeavesTheTreeConsistent) 
   TreeManager& trees = make_manager();
   // The recording call (the second) needs a 4 MiB temporary: a new segment.
   auto calls = std::make_shared<int>(0);
-  FunctionId f = trees.register_function(spec(
-      "big_temporary_when_recording",
-      [calls](const TensorList& in) {
-        if (++*calls == 2) {
-          Tensor big = Tensor::empty({1 << 20}, runtime::DType::kF32, in[0].device());
-          launch_fill(big, 1.0f);
-        }
-        return TensorList{add(scale(in[0], 2.0f), in[1])};
-      },
-      {1}));
+  FunctionId f = trees.register_function(
+      spec("big_temporary_when_recording",
+           [calls](const TensorList& in) {
+             if (++*calls == 2) {
+               Tensor big = Tensor::empty({1 << 20}, runtime::DType::kF32, in[0].device());
+               launch_fill(big, 1.0f);
+             }
+             return TensorList{add(scale(in[0], 2.0f), in[1])};
+           },
+           {1}));
   Tensor w = random_tensor(rng, {64});
   expect_correct_calls(trees, f, w, rng, 1);  // warm-up
   Tensor x = random_tensor(rng, {64});
@@ -109,14 +108,16 @@ TEST_P(FaultInjection, BodyThrowingDuringWarmupPropagatesAndTheNextCallsAreCorre
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   auto calls = std::make_shared<int>(0);
-  FunctionId f = trees.register_function(spec(
-      "throws_once",
-      [calls](const TensorList& in) {
-        Tensor partial = scale(in[0], 2.0f);  // pool memory in use when it throws
-        if (++*calls == 1) throw ShapeError("throws_once: injected failure");
-        return TensorList{add(partial, in[1])};
-      },
-      {1}));
+  FunctionId f =
+      trees.register_function(spec("throws_once",
+                                   [calls](const TensorList& in) {
+                                     Tensor partial =
+                                         scale(in[0], 2.0f);  // pool memory in use when it throws
+                                     if (++*calls == 1)
+                                       throw ShapeError("throws_once: injected failure");
+                                     return TensorList{add(partial, in[1])};
+                                   },
+                                   {1}));
   Tensor w = random_tensor(rng, {64});
   try {
     trees.run(f, {random_tensor(rng, {64}), w});
@@ -148,7 +149,7 @@ TEST_P(FaultInjection, BodyThrowingAfterAReplayedParentKeepsTheParentsOutputs) {
     Tensor x = random_tensor(rng, {64});
     TensorList a = trees.run(f, {x, w});
     Floats expected_a = host_add(host_scale(host(x), 2.0f), host(w));
-    if (step < 2) continue;  // f warms up and records first
+    if (step < 2) continue;          // f warms up and records first
     *fail = step == 2 || step == 4;  // g's warm-up after a replay of f, twice
     if (*fail) {
       EXPECT_THROW(trees.run(g, {a[0]}), Error);

@@ -33,7 +33,8 @@ struct Variant {
 constexpr int kPeriod = 12;
 constexpr int kWarmCycles = 4;
 
-FunctionSpec make_spec(std::string name, compiler::Callable body, std::vector<size_t> static_inputs) {
+FunctionSpec make_spec(std::string name, compiler::Callable body,
+                       std::vector<size_t> static_inputs) {
   FunctionSpec spec;
   spec.name = std::move(name);
   spec.static_input_indices = std::move(static_inputs);
@@ -81,8 +82,8 @@ SoakReport run_soak(const SoakOptions& options) {
   std::vector<Variant> schedule;
   for (int i = 0; i < kPeriod; ++i) {
     auto coin = [&] { return std::bernoulli_distribution(0.5)(rng); };
-    schedule.push_back({i == 0 || coin(), std::uniform_int_distribution<int>(0, 2)(rng), coin(),
-                        coin(), coin()});
+    schedule.push_back(
+        {i == 0 || coin(), std::uniform_int_distribution<int>(0, 2)(rng), coin(), coin(), coin()});
   }
   const runtime::Shape shape = {options.elements};
   auto random_values = [&] {
@@ -95,13 +96,17 @@ SoakReport run_soak(const SoakOptions& options) {
     std::vector<float> w_host = random_values();
     Tensor w = Tensor::from_vector(w_host, shape, options.device);
     std::vector<Tensor> inputs;
-    for (int i = 0; i < 3; ++i) inputs.push_back(Tensor::from_vector(random_values(), shape, options.device));
+    for (int i = 0; i < 3; ++i)
+      inputs.push_back(Tensor::from_vector(random_values(), shape, options.device));
     FunctionId f = manager.register_function(make_spec(
-        "soak_f", [](const TensorList& in) { return TensorList{testing::add(in[0], in[1])}; }, {1}));
+        "soak_f", [](const TensorList& in) { return TensorList{testing::add(in[0], in[1])}; },
+        {1}));
     FunctionId g = manager.register_function(make_spec(
-        "soak_g", [](const TensorList& in) { return TensorList{testing::scale(in[0], 2.0f)}; }, {}));
+        "soak_g", [](const TensorList& in) { return TensorList{testing::scale(in[0], 2.0f)}; },
+        {}));
     FunctionId h = manager.register_function(make_spec(
-        "soak_h", [](const TensorList& in) { return TensorList{testing::scale(in[0], 3.0f)}; }, {}));
+        "soak_h", [](const TensorList& in) { return TensorList{testing::scale(in[0], 3.0f)}; },
+        {}));
     std::vector<PoolFigures> ring(kPeriod);
     TensorList kept_z;
     while (true) {
@@ -110,7 +115,8 @@ SoakReport run_soak(const SoakOptions& options) {
       std::vector<float> x_host = random_values();
       Tensor& x = inputs[static_cast<size_t>(variant.input_slot)];
       x.copy_from_host(x_host.data());
-      std::vector<float> y_expected(x_host.size()), z_expected(x_host.size()), h_expected(x_host.size());
+      std::vector<float> y_expected(x_host.size()), z_expected(x_host.size()),
+          h_expected(x_host.size());
       for (size_t i = 0; i < x_host.size(); ++i) {
         y_expected[i] = x_host[i] + w_host[i];
         z_expected[i] = y_expected[i] * 2.0f;

@@ -21,7 +21,7 @@ struct SoakOptions {
   runtime::Device device = runtime::kSimDevice;
   uint64_t seed = 1;
   int64_t replays = 100000;
-  double seconds = 0;  // > 0: also stop after this long
+  double seconds = 0;    // > 0: also stop after this long
   int64_t elements = 8;  // per tensor: tiny kernels
 };
 

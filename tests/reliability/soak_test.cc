@@ -2,12 +2,13 @@
 // changing input addresses: outputs correct, pool figures repeat exactly
 // from cycle to cycle (soak.h). The cuda instance runs a shorter soak; the
 // lead's 10-minute run uses soak_main.
+#include "tests/reliability/soak.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <iostream>
 
-#include "tests/reliability/soak.h"
 #include "tests/runtime/device_test_util.h"
 
 namespace grove::reliability {

@@ -96,7 +96,8 @@ TEST_P(Threads, EightThreadsOnTheirOwnStreamsMatchEagerBitwise) {
   }
   for (std::thread& thread : threads) thread.join();
   for (int t = 0; t < kThreads; ++t) {
-    EXPECT_TRUE(failures[t].empty()) << "thread " << t << ": " << failures[t] << " (seed " << seed << ")";
+    EXPECT_TRUE(failures[t].empty())
+        << "thread " << t << ": " << failures[t] << " (seed " << seed << ")";
     EXPECT_GE(replays[t], static_cast<uint64_t>(kCalls - 3)) << "thread " << t;
   }
 }

@@ -4,14 +4,13 @@
 #include "runtime/graph_recording.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <unistd.h>
 
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -353,8 +352,8 @@ TEST_P(GraphRecordingTest, AHeadKernelRunsBeforeTheCapturedNodes) {
   recording.capture_end();
   size_t nodes = recording.node_count();
   KernelArgs copy = span_copy_args(a.data_ptr(), source.data_ptr(), a.nbytes());
-  size_t head = recording.add_head_kernel(span_copy_kernel(device()), span_copy_dims(a.nbytes()),
-                                          copy);
+  size_t head =
+      recording.add_head_kernel(span_copy_kernel(device()), span_copy_dims(a.nbytes()), copy);
   EXPECT_EQ(head, 1u);
   EXPECT_EQ(recording.node_count(), nodes + 1);
   std::vector<KernelNodeInfo> kernels = recording.kernel_nodes();
@@ -417,12 +416,13 @@ GROVE_INSTANTIATE_DEVICE_TEST_SUITE(GraphRecordingTest);
 TEST(SpanCopyKernel, PtxAssemblesForSm90) {
   const char* ptxas = "/usr/local/cuda/bin/ptxas";
   if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "ptxas not installed at " << ptxas;
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              ("grove_span_copy_" + std::to_string(::getpid()));
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("grove_span_copy_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "span_copy.ptx") << span_copy_ptx();
-  std::string command = std::string(ptxas) + " -arch=sm_90 -o " + (dir / "span_copy.cubin").string() +
-                        " " + (dir / "span_copy.ptx").string() + " 2>&1";
+  std::string command = std::string(ptxas) + " -arch=sm_90 -o " +
+                        (dir / "span_copy.cubin").string() + " " +
+                        (dir / "span_copy.ptx").string() + " 2>&1";
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
   std::filesystem::remove_all(dir);
 }

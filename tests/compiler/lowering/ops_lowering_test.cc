@@ -57,12 +57,12 @@ std::vector<OpCase> op_cases() {
                      ValueId g = in(b, "g", {3, 5}, t);
                      b.output(b.op1("gelu_backward", {g, in(b, "x", {5}, t)}));
                    }});
-  cases.push_back({"layer_norm_backward", {"layer_norm_backward"}, [](ProgramBuilder& b, DType t) {
-                     ValueId g = in(b, "g", {2, 3, 7}, t);
-                     ValueId x = in(b, "x", {2, 3, 7}, t);
-                     b.output(b.op1("layer_norm_backward", {g, x, in(b, "w", {7}, t)},
-                                    {{"eps", 1e-5}}));
-                   }});
+  cases.push_back(
+      {"layer_norm_backward", {"layer_norm_backward"}, [](ProgramBuilder& b, DType t) {
+         ValueId g = in(b, "g", {2, 3, 7}, t);
+         ValueId x = in(b, "x", {2, 3, 7}, t);
+         b.output(b.op1("layer_norm_backward", {g, x, in(b, "w", {7}, t)}, {{"eps", 1e-5}}));
+       }});
   OpCase pow_case{"pow", {"pow"}, [](ProgramBuilder& b, DType t) {
                     b.output(b.pow(in(b, "x", {4, 3}, t), in(b, "y", {3}, t)));
                   }};
