@@ -7,20 +7,25 @@
 namespace grove::cudagraph_trees {
 
 enum class FallbackCategory : uint8_t {
-  kMutatedInputs,     // writes an input that is neither static nor pool-managed
-  kRerecordLimit,     // re-recorded too often under one parent
-  kCaptureFailure,    // the body did something capture forbids
-  kCpuTensors,        // an input or the function's devices include cpu
-  kSeveralDevices,    // inputs on another device than the manager's
+  kMutatedInputs,   // writes an input that is neither static nor pool-managed
+  kRerecordLimit,   // re-recorded too often under one parent
+  kCaptureFailure,  // the body did something capture forbids
+  kCpuTensors,      // an input or the function's devices include cpu
+  kSeveralDevices,  // inputs on another device than the manager's
 };
 
 inline const char* fallback_category_name(FallbackCategory category) {
   switch (category) {
-    case FallbackCategory::kMutatedInputs: return "mutated inputs";
-    case FallbackCategory::kRerecordLimit: return "re-record limit";
-    case FallbackCategory::kCaptureFailure: return "capture failure";
-    case FallbackCategory::kCpuTensors: return "cpu tensors";
-    case FallbackCategory::kSeveralDevices: return "several devices";
+    case FallbackCategory::kMutatedInputs:
+      return "mutated inputs";
+    case FallbackCategory::kRerecordLimit:
+      return "re-record limit";
+    case FallbackCategory::kCaptureFailure:
+      return "capture failure";
+    case FallbackCategory::kCpuTensors:
+      return "cpu tensors";
+    case FallbackCategory::kSeveralDevices:
+      return "several devices";
   }
   return "?";
 }

@@ -26,9 +26,12 @@ std::vector<bool> index_flags(const std::vector<size_t>& indices, const std::str
 
 const char* compilation_mode_name(CompilationMode mode) {
   switch (mode) {
-    case CompilationMode::kInference: return "inference";
-    case CompilationMode::kForward: return "forward";
-    case CompilationMode::kBackward: return "backward";
+    case CompilationMode::kInference:
+      return "inference";
+    case CompilationMode::kForward:
+      return "forward";
+    case CompilationMode::kBackward:
+      return "backward";
   }
   return "?";
 }
@@ -49,7 +52,8 @@ std::string RegisteredFunction::describe() const {
 }
 
 FunctionId FunctionRegistry::add(FunctionSpec spec) {
-  GROVE_CHECK(!spec.name.empty(), "register_function: the function spec has no name; give it one "
+  GROVE_CHECK(!spec.name.empty(),
+              "register_function: the function spec has no name; give it one "
               "for messages (e.g. '<model>:forward')");
   GROVE_CHECK(static_cast<bool>(spec.body), "register_function('", spec.name,
               "'): the spec has no body to run");

@@ -29,8 +29,8 @@ std::string stale_output_message(const StaleOutputOrigin& origin) {
 }
 
 std::string shutdown_output_message(const StaleOutputOrigin& origin) {
-  return str_cat("accessing output ", origin.output_index, " of function '",
-                 origin.function_name, "' (graph node ", origin.node_id,
+  return str_cat("accessing output ", origin.output_index, " of function '", origin.function_name,
+                 "' (graph node ", origin.node_id,
                  ") after its CUDA graph tree manager was shut down and its memory pool released; "
                  "clone outputs you need before shutdown()");
 }

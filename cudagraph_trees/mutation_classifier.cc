@@ -85,7 +85,8 @@ MutationVerdict CopyBackMutationClassifier::classify(const MutationQuery& query)
       // Note [Copy-back into the pool].
       verdict.capture = false;
       verdict.reason = str_cat(
-          "mutated input ", index, " lives in the graph tree's memory pool (an output of an "
+          "mutated input ", index,
+          " lives in the graph tree's memory pool (an output of an "
           "earlier replay that is not on the current path); the graph may write that memory, "
           "so copying the mutation back would overwrite its results. Clone the input first");
       return verdict;

@@ -6,11 +6,16 @@ namespace grove::cudagraph_trees {
 
 const char* output_kind_name(OutputKind kind) {
   switch (kind) {
-    case OutputKind::kUndefined: return "undefined";
-    case OutputKind::kFixed: return "fixed";
-    case OutputKind::kPoolStorage: return "pool";
-    case OutputKind::kAliasesOutput: return "aliases-output";
-    case OutputKind::kAliasesInput: return "aliases-input";
+    case OutputKind::kUndefined:
+      return "undefined";
+    case OutputKind::kFixed:
+      return "fixed";
+    case OutputKind::kPoolStorage:
+      return "pool";
+    case OutputKind::kAliasesOutput:
+      return "aliases-output";
+    case OutputKind::kAliasesInput:
+      return "aliases-input";
   }
   return "?";
 }

@@ -1,8 +1,7 @@
 #include "cudagraph_trees/shape_buckets.h"
 
-#include <atomic>
-
 #include <algorithm>
+#include <atomic>
 #include <set>
 
 #include "runtime/device_context.h"
@@ -93,8 +92,7 @@ TensorList BucketedFunction::operator()(const TensorList& inputs) {
                                  buckets_.back(), "); add a larger bucket to capture it");
     GROVE_CHECK_AS(NotCapturedError, !manager_.config().strict, "function '", spec_.function.name,
                    "' was not captured: ", reason, " (strict mode, GROVE_CUDAGRAPHS_STRICT=1)");
-    log_once(LogLevel::kInfo,
-             str_cat("cudagraph_trees:bucket:", serial_, ":", rows),
+    log_once(LogLevel::kInfo, str_cat("cudagraph_trees:bucket:", serial_, ":", rows),
              str_cat("not captured: '", spec_.function.name, "' runs eagerly: ", reason));
     ++eager_calls_;
     return spec_.function.body(inputs);

@@ -1,5 +1,7 @@
 #include "cudagraph_trees/stats.h"
 
+#include <nlohmann/json.hpp>
+
 namespace grove::cudagraph_trees {
 
 nlohmann::json counters_json(const TreeCounters& counters) {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "runtime/caching_allocator.h"
@@ -22,16 +22,16 @@ struct TreeCounters {
   uint64_t demoted_inputs = 0;       // managed inputs turned into copied inputs
   uint64_t pending_backward_blocks = 0;
   uint64_t capture_failures = 0;
-  uint64_t input_copies = 0;        // copied inputs copied into their placeholder (per replay)
+  uint64_t input_copies = 0;           // copied inputs copied into their placeholder (per replay)
   uint64_t input_copies_in_graph = 0;  // those of them copied by the graph's head kernels
   uint64_t copy_source_patches = 0;    // head copy kernels re-pointed at a moved input
-  uint64_t input_patches = 0;       // zero-copy inputs bound by patching kernel nodes
-  uint64_t zero_copy_refusals = 0;  // replays where a zero-copy input had to be copied
-  uint64_t input_copy_backs = 0;    // mutated copied inputs copied back to the caller
-  uint64_t zero_copy_inputs = 0;    // copied inputs recorded as zero-copy eligible
-  uint64_t graph_copy_inputs = 0;   // copied inputs recorded with a head copy kernel
-  uint64_t copy_back_inputs = 0;    // copied inputs recorded with copy-back
-  uint64_t staged_input_copies = 0;  // replays whose inputs came from placeholders (staged)
+  uint64_t input_patches = 0;          // zero-copy inputs bound by patching kernel nodes
+  uint64_t zero_copy_refusals = 0;     // replays where a zero-copy input had to be copied
+  uint64_t input_copy_backs = 0;       // mutated copied inputs copied back to the caller
+  uint64_t zero_copy_inputs = 0;       // copied inputs recorded as zero-copy eligible
+  uint64_t graph_copy_inputs = 0;      // copied inputs recorded with a head copy kernel
+  uint64_t copy_back_inputs = 0;       // copied inputs recorded with copy-back
+  uint64_t staged_input_copies = 0;    // replays whose inputs came from placeholders (staged)
   std::map<std::string, uint64_t> rerecord_reasons;    // by invariant failure
   std::map<std::string, uint64_t> fallback_calls;      // by fallback category
   std::map<std::string, uint64_t> fallback_decisions;  // (parent, function) pairs decided eager

@@ -1,11 +1,13 @@
 #include "cudagraph_trees/tree_manager.h"
 
-#include <atomic>
-
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 
+#include "cudagraph_trees/mutation_classifier.h"
+#include "cudagraph_trees/tree_node.h"
+#include "runtime/device_context.h"
 #include "runtime/logging.h"
 
 namespace grove::cudagraph_trees {
@@ -150,6 +152,31 @@ TensorList TreeManager::run(FunctionId id, TensorList&& inputs) {
   return result;
 }
 
+inline void TreeManager::replay(TreeNode* node, const TensorList& inputs, TensorList* consumable,
+                                TensorList& result) {
+  // Note [A replay that throws]: a stale input (a fed-back output that a new
+  // generation invalidated) throws StaleTensorError while the node binds its
+  // inputs, before it launches or emits anything. The path must then stay
+  // where it was: a path that claims this node ran would make the next call
+  // record under it and restore its checkpoint, whose output blocks belong
+  // to no live output.
+  PathNode* previous = current_;
+  PathState previous_state = state_;
+  int64_t previous_generation = generation_;
+  current_ = node;
+  state_ = PathState::kExecution;
+  generation_ = generations_.current();
+  try {
+    node->replay(inputs, consumable, backend_, context_.current_stream(), counters_, result);
+  } catch (...) {
+    current_ = previous;
+    state_ = previous_state;
+    generation_ = previous_generation;
+    throw;
+  }
+  ++counters_.replays;
+}
+
 void TreeManager::dispatch(RegisteredFunction& function, const TensorList& inputs,
                            TensorList* consumable, TensorList& result) {
   if (function.eager) [[unlikely]] {
@@ -186,10 +213,7 @@ void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inpu
   // Note [Stale inputs throw first]: after a generation that ended here
   // poisoned its outputs, which this call may have been handed.
   throw_if_any_stale(inputs);
-  for (size_t index : function.spec.static_input_indices) {
-    GROVE_CHECK(index < inputs.size(), function.describe(), ": static input index ", index,
-                " but the call has ", inputs.size(), " inputs; fix the function's spec");
-  }
+  check_static_input_indices(function, inputs);
   if (std::optional<EagerDecision> blocker = device_blocker(function, inputs)) {
     decide_eager(function, function.eager, std::move(*blocker));
     run_eager(function, inputs, *function.eager, result);
@@ -207,96 +231,139 @@ void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inpu
     return;
   }
   if (state_ != PathState::kRecording) {
-    // The fast path tried these already unless a recording or warm-up path just ended.
-    InvariantStatus first_failure = InvariantStatus::kOk;
-    InvariantStatus first_unexpected = InvariantStatus::kOk;
-    bool shape_changed = false;
-    TreeNode* last = nullptr;
-    for (TreeNode* child : slot.children) {
-      InvariantStatus status = child->check(inputs);
-      if (status == InvariantStatus::kOk) {
-        replay(child, inputs, consumable, result);
-        return;
-      }
-      if (first_failure == InvariantStatus::kOk) first_failure = status;
-      if (status == InvariantStatus::kCopiedInputChanged) {
-        shape_changed = true;
-      } else if (status != InvariantStatus::kStaticInputMoved &&
-                 first_unexpected == InvariantStatus::kOk) {
-        first_unexpected = status;
-      }
-      last = child;
-    }
-    // A path whose outputs all died (or whose generation ended) lets this call start at a root.
-    if (current_ != nullptr && try_end_execution()) {
-      slow_path(function, inputs, consumable, result);
-      return;
-    }
-    if (function.has_mutated_inputs()) {
-      classify_mutation(function, inputs, slot);  // inputs may now come from outside the pool
-      if (slot.eager) {
-        run_eager(function, inputs, *slot.eager, result);
-        return;
-      }
-    }
-    if (last != nullptr && !function.has_mutated_inputs()) {
-      // Managed inputs that keep moving are copied in later recordings.
-      std::vector<bool> aliased(inputs.size(), false);
-      for (const OutputRecord& record : last->outputs().records()) {
-        if (record.kind == OutputKind::kAliasesInput) aliased[record.input_index] = true;
-      }
-      for (size_t index : last->inputs().moved_managed_inputs(inputs)) {
-        if (aliased[index]) continue;
-        if (slot.managed_moves.size() <= index) slot.managed_moves.resize(index + 1, 0);
-        if (++slot.managed_moves[index] >= config_.managed_input_move_limit &&
-            slot.demoted.insert(index).second) {
-          ++counters_.demoted_inputs;
-          log(LogLevel::kInfo,
-              str_cat(function.describe(), ": pool-managed input ", index, " changed address ",
-                      slot.managed_moves[index], " times; it is copied from now on"));
-        }
-      }
-    }
-    if (first_failure != InvariantStatus::kOk) {
-      ++counters_.rerecords;
-      ++counters_.rerecord_reasons[invariant_status_text(first_failure)];
-      if (log_enabled(LogLevel::kDebug)) {
-        log(LogLevel::kDebug, str_cat("re-recording ", function.describe(), " under node ",
-                                      current_ != nullptr ? str_cat(current_->id()) : "none", ": ",
-                                      invariant_status_text(first_failure), "; ",
-                                      last->inputs().describe_mismatches(inputs)));
-      }
-    }
-    if (first_unexpected != InvariantStatus::kOk &&
-        ++slot.unexpected_rerecords > config_.rerecord_limit) {
-      decide_eager(
-          function, slot.eager,
-          {FallbackCategory::kRerecordLimit,
-           str_cat("exceeded the re-record limit (", config_.rerecord_limit, ") under graph node ",
-                   current_ != nullptr ? str_cat(current_->id()) : "none (root)",
-                   "; last reason: ", invariant_status_text(first_unexpected),
-                   ". Raise GROVE_CUDAGRAPHS_RERECORD_LIMIT or keep input addresses "
-                   "stable")});
-      run_eager(function, inputs, *slot.eager, result);
-      return;
-    }
-    if (shape_changed && ++slot.shape_rerecords == config_.shape_warn_limit) {
-      log(LogLevel::kWarn,
-          str_cat(function.describe(), ": recorded a graph for ", slot.shape_rerecords + 1,
-                  " distinct input shapes; each costs a recording and pool memory. Pad inputs "
-                  "to a few fixed shapes (shape buckets)"));
-    }
-    if (state_ == PathState::kExecution) restore_checkpoint();
-  } else if (function.has_mutated_inputs()) {
-    classify_mutation(function, inputs, slot);  // re-checked before every new recording
-    if (slot.eager) {
-      run_eager(function, inputs, *slot.eager, result);
-      return;
-    }
+    if (replay_or_prepare_rerecord(function, inputs, consumable, result, slot)) return;
+  } else if (reclassified_as_eager(function, inputs, slot, result)) {
+    return;  // mutations are re-checked before every new recording
   }
   if (!record(function, inputs, consumable, result)) {
     run_eager(function, inputs, *slot_for(current_, function.id).eager, result);
   }
+}
+
+void TreeManager::check_static_input_indices(const RegisteredFunction& function,
+                                             const TensorList& inputs) const {
+  for (size_t index : function.spec.static_input_indices) {
+    GROVE_CHECK(index < inputs.size(), function.describe(), ": static input index ", index,
+                " but the call has ", inputs.size(), " inputs; fix the function's spec");
+  }
+}
+
+// Why no child of the current node replayed a call: the first failure, the
+// first one not explained by a moved static input or a new shape, and the
+// last child tried.
+struct TreeManager::ChildMisses {
+  InvariantStatus first_failure = InvariantStatus::kOk;
+  InvariantStatus first_unexpected = InvariantStatus::kOk;
+  bool shape_changed = false;
+  TreeNode* last = nullptr;
+};
+
+bool TreeManager::replay_or_prepare_rerecord(RegisteredFunction& function, const TensorList& inputs,
+                                             TensorList* consumable, TensorList& result,
+                                             ChildSlot& slot) {
+  // The fast path tried these already unless a recording or warm-up path just ended.
+  ChildMisses misses;
+  if (TreeNode* match = find_replayable_child(slot, inputs, misses)) {
+    replay(match, inputs, consumable, result);
+    return true;
+  }
+  // A path whose outputs all died (or whose generation ended) lets this call start at a root.
+  if (current_ != nullptr && try_end_execution()) {
+    slow_path(function, inputs, consumable, result);
+    return true;
+  }
+  // Inputs may now come from outside the pool.
+  if (reclassified_as_eager(function, inputs, slot, result)) return true;
+  if (misses.last != nullptr && !function.has_mutated_inputs()) {
+    demote_moving_managed_inputs(function, inputs, *misses.last, slot);
+  }
+  if (misses.first_failure != InvariantStatus::kOk) count_rerecord(function, inputs, misses);
+  if (misses.first_unexpected != InvariantStatus::kOk &&
+      ++slot.unexpected_rerecords > config_.rerecord_limit) {
+    decide_eager_after_rerecord_limit(function, slot, misses.first_unexpected);
+    run_eager(function, inputs, *slot.eager, result);
+    return true;
+  }
+  if (misses.shape_changed && ++slot.shape_rerecords == config_.shape_warn_limit) {
+    log(LogLevel::kWarn,
+        str_cat(function.describe(), ": recorded a graph for ", slot.shape_rerecords + 1,
+                " distinct input shapes; each costs a recording and pool memory. Pad inputs "
+                "to a few fixed shapes (shape buckets)"));
+  }
+  if (state_ == PathState::kExecution) restore_checkpoint();
+  return false;
+}
+
+TreeNode* TreeManager::find_replayable_child(const ChildSlot& slot, const TensorList& inputs,
+                                             ChildMisses& misses) const {
+  for (TreeNode* child : slot.children) {
+    InvariantStatus status = child->check(inputs);
+    if (status == InvariantStatus::kOk) return child;
+    if (misses.first_failure == InvariantStatus::kOk) misses.first_failure = status;
+    if (status == InvariantStatus::kCopiedInputChanged) {
+      misses.shape_changed = true;
+    } else if (status != InvariantStatus::kStaticInputMoved &&
+               misses.first_unexpected == InvariantStatus::kOk) {
+      misses.first_unexpected = status;
+    }
+    misses.last = child;
+  }
+  return nullptr;
+}
+
+bool TreeManager::reclassified_as_eager(const RegisteredFunction& function,
+                                        const TensorList& inputs, ChildSlot& slot,
+                                        TensorList& result) {
+  if (!function.has_mutated_inputs()) return false;
+  classify_mutation(function, inputs, slot);
+  if (!slot.eager) return false;
+  run_eager(function, inputs, *slot.eager, result);
+  return true;
+}
+
+void TreeManager::demote_moving_managed_inputs(const RegisteredFunction& function,
+                                               const TensorList& inputs, const TreeNode& last,
+                                               ChildSlot& slot) {
+  // Managed inputs that keep moving are copied in later recordings.
+  std::vector<bool> aliased(inputs.size(), false);
+  for (const OutputRecord& record : last.outputs().records()) {
+    if (record.kind == OutputKind::kAliasesInput) aliased[record.input_index] = true;
+  }
+  for (size_t index : last.inputs().moved_managed_inputs(inputs)) {
+    if (aliased[index]) continue;
+    if (slot.managed_moves.size() <= index) slot.managed_moves.resize(index + 1, 0);
+    if (++slot.managed_moves[index] >= config_.managed_input_move_limit &&
+        slot.demoted.insert(index).second) {
+      ++counters_.demoted_inputs;
+      log(LogLevel::kInfo,
+          str_cat(function.describe(), ": pool-managed input ", index, " changed address ",
+                  slot.managed_moves[index], " times; it is copied from now on"));
+    }
+  }
+}
+
+void TreeManager::count_rerecord(const RegisteredFunction& function, const TensorList& inputs,
+                                 const ChildMisses& misses) {
+  ++counters_.rerecords;
+  ++counters_.rerecord_reasons[invariant_status_text(misses.first_failure)];
+  if (log_enabled(LogLevel::kDebug)) {
+    log(LogLevel::kDebug, str_cat("re-recording ", function.describe(), " under node ",
+                                  current_ != nullptr ? str_cat(current_->id()) : "none", ": ",
+                                  invariant_status_text(misses.first_failure), "; ",
+                                  misses.last->inputs().describe_mismatches(inputs)));
+  }
+}
+
+void TreeManager::decide_eager_after_rerecord_limit(const RegisteredFunction& function,
+                                                    ChildSlot& slot, InvariantStatus reason) {
+  decide_eager(
+      function, slot.eager,
+      {FallbackCategory::kRerecordLimit,
+       str_cat("exceeded the re-record limit (", config_.rerecord_limit, ") under graph node ",
+               current_ != nullptr ? str_cat(current_->id()) : "none (root)",
+               "; last reason: ", invariant_status_text(reason),
+               ". Raise GROVE_CUDAGRAPHS_RERECORD_LIMIT or keep input addresses "
+               "stable")});
 }
 
 void TreeManager::run_eager(const RegisteredFunction& function, const TensorList& inputs,
@@ -365,27 +432,11 @@ ChildSlot& TreeManager::slot_for(PathNode* parent, FunctionId id) {
   return root_slots_[id.value];
 }
 
-const std::vector<TreeNode*>& TreeManager::roots(FunctionId id) const {
-  static const std::vector<TreeNode*> kNone;
-  return id.value < root_slots_.size() ? root_slots_[id.value].children : kNone;
-}
-
 std::vector<PathNode*> TreeManager::path() const {
   std::vector<PathNode*> nodes;
   for (PathNode* node = current_; node != nullptr; node = node->parent()) nodes.push_back(node);
   std::reverse(nodes.begin(), nodes.end());
   return nodes;
-}
-
-std::vector<runtime::GraphRecording*> TreeManager::current_path_graphs() const {
-  std::vector<runtime::GraphRecording*> graphs;
-  for (PathNode* node : path()) {
-    if (node->is_warmup()) continue;
-    if (runtime::GraphRecording* graph = static_cast<TreeNode*>(node)->mutable_graph()) {
-      graphs.push_back(graph);
-    }
-  }
-  return graphs;
 }
 
 bool TreeManager::all_path_outputs_dead() const {
@@ -436,8 +487,7 @@ void TreeManager::try_end_recording_or_warmup(const RegisteredFunction& function
     for (PathNode* node = current_; node != nullptr; node = node->parent()) {
       if (node->function_id() == function.id) {
         log_once(LogLevel::kWarn,
-                 str_cat("cudagraph_trees:pending_backward:", serial_, ":",
-                         function.id.value),
+                 str_cat("cudagraph_trees:pending_backward:", serial_, ":", function.id.value),
                  pending_backward_message(function.spec.name));
         break;
       }

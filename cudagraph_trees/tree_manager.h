@@ -1,5 +1,5 @@
 // TreeManager records a JIT's functions into a tree of CUDA graphs sharing
-// one private memory pool, and replays them (DESIGN §4). One manager per
+// one private memory pool, and replays them (docs/ARCHITECTURE.md, section 4). One manager per
 // (device, thread): tree_manager_for(device). Each function's first call on a
 // path warms up (eager, inside the pool), the next records a graph, later
 // calls replay it. A node's parent is the node that ran before it while that
@@ -13,39 +13,54 @@
 // Replay outputs live in the pool and are overwritten by later replays; warm-up
 // and recording outputs are invalidated (StaleTensorError on access) when a new
 // generation starts (generations.h).
+//
+// This header declares the manager with its path nodes, graphs and JSON types
+// incomplete; include tree_introspection.h to use what stats(), dot(),
+// current_node(), all_roots(), roots() and current_path_graphs() return.
 #pragma once
 
+#include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "cudagraph_trees/config.h"
+#include "cudagraph_trees/fallback.h"
 #include "cudagraph_trees/function_registry.h"
 #include "cudagraph_trees/generations.h"
-#include "cudagraph_trees/mutation_classifier.h"
 #include "cudagraph_trees/stats.h"
-#include "cudagraph_trees/tree_node.h"
-#include "runtime/device_context.h"
+#include "runtime/caching_allocator.h"
+#include "runtime/device.h"
+
+namespace grove::runtime {
+class DeviceContext;
+class GraphRecording;
+}  // namespace grove::runtime
 
 namespace grove::cudagraph_trees {
 
+class InputBinding;
+class MutationClassifier;
+class PathNode;
+class TreeNode;
+class WarmupNode;
+struct ChildSlot;
+struct TrackedStorage;
+enum class InvariantStatus : uint8_t;
+
 // Note [Stale inputs throw first]
 // A call with a stale input (a warm-up or recording output whose generation
-// ended, Note [Stale outputs]) must throw StaleTensorError before it changes
-// anything, so that the caller can repeat it with fresh tensors. Eager code
-// only throws when it reads the input, which may be after it wrote a buffer
-// or a mutated input: the repeated call then applies the write twice (fuzz
-// seed 111: `copy_into(b4, b4 + x0)` ran eagerly, then reading a stale x1
-// threw). So every call that runs a body (eager fallback, warm-up, recording)
-// checks its inputs first, after ending a generation (which may poison an
-// input of this very call: a warm-up output fed back); a replay checks its copied inputs before it
-// copies or launches anything, and its managed inputs cannot be stale (a new
-// generation restarts the path at a root, which has none). A program of
-// several segments checks all its inputs before the first segment runs
-// (cudagraphs_backend.cc). One flag load per input, off the replay path.
+// ended, Note [Stale outputs]) throws StaleTensorError before it writes
+// anything, so that repeating it with fresh tensors applies its writes once.
+// Every body run (eager fallback, warm-up, recording) checks its inputs after
+// the generation bookkeeping of the call; a replay checks its copied inputs
+// before it copies or launches; a program of several segments checks all its
+// inputs before the first segment runs (backend/prepared_program.cc). One flag
+// load per input, off the replay path. Test:
+// TreeGenerations.StaleInputThrowsBeforeAnEagerFallbackWritesAnything.
 void throw_if_any_stale(const TensorList& inputs);
 
 // What the node the manager ran last was doing.
@@ -113,35 +128,54 @@ class TreeManager {
                 TensorList& result);
   void slow_path(RegisteredFunction& function, const TensorList& inputs, TensorList* consumable,
                  TensorList& result);
-  void replay(TreeNode* node, const TensorList& inputs, TensorList* consumable,
-              TensorList& result) {
-    // Note [A replay that throws]: a stale input (a fed-back output that a new
-    // generation invalidated) throws StaleTensorError while the node binds its
-    // inputs, before it launches or emits anything. The path must then stay
-    // where it was: a path that claims this node ran would make the next call
-    // record under it and restore its checkpoint, whose output blocks belong
-    // to no live output.
-    PathNode* previous = current_;
-    PathState previous_state = state_;
-    int64_t previous_generation = generation_;
-    current_ = node;
-    state_ = PathState::kExecution;
-    generation_ = generations_.current();
-    try {
-      node->replay(inputs, consumable, backend_, context_.current_stream(), counters_, result);
-    } catch (...) {
-      current_ = previous;
-      state_ = previous_state;
-      generation_ = previous_generation;
-      throw;
-    }
-    ++counters_.replays;
-  }
+  // Note [A replay that throws] (tree_manager.cc); defined there, inline.
+  void replay(TreeNode* node, const TensorList& inputs, TensorList* consumable, TensorList& result);
   void warmup(RegisteredFunction& function, const TensorList& inputs, TensorList* consumable,
               TensorList& result);
+
+  // The steps of slow_path() (tree_manager.cc).
+  struct ChildMisses;
+  void check_static_input_indices(const RegisteredFunction& function,
+                                  const TensorList& inputs) const;
+  // Under a replayed path (or none): replays a child that matches now, or
+  // prepares a recording under the current node (demotions, re-record
+  // accounting, checkpoint restore). True when the call was answered without
+  // a recording (a replay, a restart at a root, an eager fallback).
+  bool replay_or_prepare_rerecord(RegisteredFunction& function, const TensorList& inputs,
+                                  TensorList* consumable, TensorList& result, ChildSlot& slot);
+  TreeNode* find_replayable_child(const ChildSlot& slot, const TensorList& inputs,
+                                  ChildMisses& misses) const;
+  // Re-classifies a mutating function's inputs; true when that sent the call
+  // to eager (and ran it).
+  bool reclassified_as_eager(const RegisteredFunction& function, const TensorList& inputs,
+                             ChildSlot& slot, TensorList& result);
+  void demote_moving_managed_inputs(const RegisteredFunction& function, const TensorList& inputs,
+                                    const TreeNode& last, ChildSlot& slot);
+  void count_rerecord(const RegisteredFunction& function, const TensorList& inputs,
+                      const ChildMisses& misses);
+  void decide_eager_after_rerecord_limit(const RegisteredFunction& function, ChildSlot& slot,
+                                         InvariantStatus reason);
+
   // False when the capture failed (the slot is then decided eager).
   bool record(RegisteredFunction& function, const TensorList& inputs, TensorList* consumable,
               TensorList& result);
+  // The steps of record() (tree_manager_recording.cc).
+  std::vector<const TrackedStorage*> live_outputs(const std::vector<PathNode*>& nodes) const;
+  // Classifies the inputs and fills the placeholders, inside the pool.
+  InputBinding bind_inputs(const RegisteredFunction& function, const TensorList& inputs,
+                           const ChildSlot& slot, TensorList& bound);
+  // Runs the body on the capture stream into `graph`; throws CaptureViolation.
+  void capture(const RegisteredFunction& function, const TensorList& bound,
+               runtime::GraphRecording& graph, TensorList& outputs);
+  void decide_eager_after_capture_failure(const RegisteredFunction& function, ChildSlot& slot,
+                                          const CaptureViolation& violation);
+  // Plans zero-copy inputs, adds the head copies, instantiates and replays
+  // once (the first outputs).
+  void complete_graph(const RegisteredFunction& function, const TensorList& inputs,
+                      InputBinding& binding, runtime::GraphRecording& graph);
+  // Hangs `node` under the current node (or as a root) and makes it current.
+  void add_recorded_node(std::unique_ptr<TreeNode> node, ChildSlot& slot,
+                         const std::vector<PathNode*>& ancestors);
   void run_eager(const RegisteredFunction& function, const TensorList& inputs,
                  const EagerDecision& decision, TensorList& result);
   void decide_eager(const RegisteredFunction& function, std::optional<EagerDecision>& slot,

@@ -1,5 +1,4 @@
-// TreeManager's introspection and end of life: stats, DOT, verify, shutdown,
-// and the per-thread registry of managers.
+// TreeManager's end of life (shutdown) and the per-thread registry of managers.
 #include <functional>
 #include <map>
 #include <mutex>
@@ -7,27 +6,13 @@
 #include <sstream>
 
 #include "cudagraph_trees/capture_lock.h"
-#include "cudagraph_trees/dot.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "cudagraph_trees/tree_node.h"
 #include "runtime/collectives/held_locks.h"
 #include "runtime/logging.h"
 
 namespace grove::cudagraph_trees {
 namespace {
-
-void for_each_node(const std::vector<std::unique_ptr<TreeNode>>& nodes,
-                   const std::function<void(TreeNode&)>& visit) {
-  for (const auto& node : nodes) {
-    visit(*node);
-    for_each_node(node->owned_children(), visit);
-  }
-}
-
-std::string address_list(const std::set<const void*>& addresses) {
-  std::ostringstream text;
-  for (const void* address : addresses) text << address << " ";
-  return text.str();
-}
 
 std::map<runtime::Device, std::unique_ptr<TreeManager>>& thread_managers() {
   thread_local std::map<runtime::Device, std::unique_ptr<TreeManager>> managers;
@@ -35,146 +20,6 @@ std::map<runtime::Device, std::unique_ptr<TreeManager>>& thread_managers() {
 }
 
 }  // namespace
-
-size_t TreeManager::node_count() const {
-  size_t count = 0;
-  for_each_node(roots_, [&](TreeNode&) { ++count; });
-  return count;
-}
-
-nlohmann::json TreeManager::stats() const {
-  nlohmann::json json = counters_json(counters_);
-  json["device"] = device_.str();
-  json["state"] = path_state_name(state_);
-  json["generation"] = generations_.current();
-  json["shut_down"] = shut_down_;
-  json["nodes"] = node_count();
-  json["roots"] = roots_.size();
-  json["current_node"] = current_ != nullptr ? nlohmann::json(current_->id()) : nlohmann::json();
-  nlohmann::json functions = nlohmann::json::array();
-  for (const RegisteredFunction& function : registry_.all()) {
-    nlohmann::json entry{{"id", function.id.value},
-                         {"name", function.spec.name},
-                         {"mode", compilation_mode_name(function.spec.mode)},
-                         {"roots", roots(function.id).size()},
-                         {"warmed_signatures", function.warmed_signatures.size()}};
-    if (function.eager) entry["eager_reason"] = function.eager->message;
-    functions.push_back(std::move(entry));
-  }
-  json["functions"] = std::move(functions);
-  if (shut_down_) {
-    json["pool"] = pool_json(runtime::PoolStats{});
-    json["pool"]["live_blocks_at_shutdown"] = live_blocks_at_shutdown_;
-  } else {
-    json["pool"] = pool_json(allocator_.stats(pool_));
-  }
-  return json;
-}
-
-std::string TreeManager::dot() const {
-  std::vector<const WarmupNode*> warmups;
-  for (const auto& node : warmup_path_) warmups.push_back(node.get());
-  return tree_dot(roots_, warmups, current_);
-}
-
-void TreeManager::verify() const {
-  GROVE_CHECK(!shut_down_, "verify() of a tree manager that was shut down");
-  // The tree: parents, slots and ids agree.
-  std::set<int64_t> ids;
-  std::string problem;
-  auto check_slots = [&](const std::vector<ChildSlot>& slots, const TreeNode* parent) {
-    for (size_t f = 0; f < slots.size(); ++f) {
-      for (const TreeNode* child : slots[f].children) {
-        if (child->parent() != parent)
-          problem = str_cat("node ", child->id(), " has the wrong parent");
-        if (child->function_id().value != f) {
-          problem = str_cat("node ", child->id(), " sits in the slot of function ", f);
-        }
-      }
-    }
-  };
-  check_slots(root_slots_, nullptr);
-  size_t slotted = 0;
-  for (const ChildSlot& slot : root_slots_) slotted += slot.children.size();
-  GROVE_CHECK(slotted == roots_.size(), "verify: ", roots_.size(), " roots but ", slotted,
-              " in root slots");
-  for_each_node(roots_, [&](TreeNode& node) {
-    if (!ids.insert(node.id()).second) problem = str_cat("graph id ", node.id(), " repeats");
-    check_slots(node.slots(), &node);
-    size_t in_slots = 0;
-    for (const ChildSlot& slot : node.slots()) in_slots += slot.children.size();
-    if (in_slots != node.owned_children().size()) {
-      problem = str_cat("node ", node.id(), " owns ", node.owned_children().size(),
-                        " children but its slots list ", in_slots);
-    }
-  });
-  GROVE_CHECK(problem.empty(), "verify: tree inconsistent: ", problem);
-
-  // The path and its state.
-  switch (state_) {
-    case PathState::kNone:
-      GROVE_CHECK(current_ == nullptr && warmup_path_.empty(),
-                  "verify: state none with a current node");
-      break;
-    case PathState::kWarmup:
-      GROVE_CHECK(current_ != nullptr && current_->is_warmup() && !warmup_path_.empty() &&
-                      current_ == warmup_path_.back().get(),
-                  "verify: state warmup but the current node is not the last warm-up node");
-      break;
-    case PathState::kRecording:
-    case PathState::kExecution:
-      GROVE_CHECK(current_ != nullptr && !current_->is_warmup() && warmup_path_.empty(),
-                  "verify: state ", path_state_name(state_), " needs a graph node as current");
-      break;
-  }
-  for (PathNode* node = current_; node != nullptr; node = node->parent()) {
-    GROVE_CHECK(node->parent() == nullptr || node->parent()->depth() + 1 == node->depth(),
-                "verify: depth of node ", node->id(), " disagrees with its parent's");
-  }
-
-  // The pool: allocated blocks are exactly the live storages the tree tracks
-  // that own memory (Note [Replay outputs]).
-  std::set<const void*> allocated;
-  runtime::PoolCheckpoint snapshot = allocator_.checkpoint(pool_);
-  for (const runtime::SegmentState& segment : snapshot.segments) {
-    for (const runtime::BlockState& block : segment.blocks) {
-      if (block.allocated) allocated.insert(static_cast<const char*>(segment.base) + block.offset);
-    }
-  }
-  std::set<const void*> owning;
-  auto collect = [&](const PathNode& node) {
-    for (const TrackedStorage& storage : node.tracked()) {
-      runtime::StoragePtr alive = storage.lock_if_live();
-      if (alive != nullptr && alive->owns_memory() && !alive->is_poisoned()) {
-        owning.insert(storage.address);
-      }
-    }
-  };
-  for_each_node(roots_, [&](TreeNode& node) { collect(node); });
-  for (const auto& node : warmup_path_) collect(*node);
-  std::set<const void*> untracked, unallocated;
-  for (const void* address : allocated) {
-    if (owning.count(address) == 0) untracked.insert(address);
-  }
-  for (const void* address : owning) {
-    if (allocated.count(address) == 0) unallocated.insert(address);
-  }
-  GROVE_CHECK(untracked.empty() && unallocated.empty(), "verify: pool ", pool_.value, " of ",
-              device_.str(), " disagrees with the tree: allocated blocks no tracked output owns: [",
-              address_list(untracked), "]; tracked outputs whose block is free: [",
-              address_list(unallocated),
-              "]. A function body probably keeps a pool tensor alive outside its outputs");
-  if (state_ == PathState::kWarmup || state_ == PathState::kRecording) {
-    for (PathNode* node = current_; node != nullptr; node = node->parent()) {
-      for (const TrackedStorage& storage : node->tracked()) {
-        runtime::StoragePtr alive = storage.lock_if_live();
-        GROVE_CHECK(alive == nullptr || alive->owns_memory(), "verify: live output ",
-                    storage.first_output, " of node ", node->id(),
-                    " does not own its block while the path allocates");
-      }
-    }
-  }
-}
 
 void TreeManager::shutdown() {
   if (shut_down_) return;

@@ -6,7 +6,9 @@
 
 #include "cudagraph_trees/capture_lock.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "cudagraph_trees/tree_node.h"
 #include "runtime/collectives/held_locks.h"
+#include "runtime/device_context.h"
 #include "runtime/logging.h"
 
 namespace grove::cudagraph_trees {
@@ -69,7 +71,7 @@ void TreeManager::restore_checkpoint() {
     for (const TrackedStorage& storage : node->tracked()) {
       runtime::StoragePtr alive = storage.lock_if_live();
       // A poisoned storage gave its block back when it was invalidated; it
-      // must not own one again (Note [A replay that throws], tree_manager.h).
+      // must not own one again (Note [A replay that throws], tree_manager.cc).
       if (alive == nullptr || alive->is_poisoned()) continue;
       if (seen.insert(storage.address).second) live.push_back(alive);
     }
@@ -120,13 +122,7 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
   auto* parent = static_cast<TreeNode*>(current_);
   ChildSlot& slot = slot_for(current_, function.id);
   std::vector<PathNode*> ancestors = path();
-
-  std::vector<const TrackedStorage*> live_before;
-  for (PathNode* node : ancestors) {
-    for (const TrackedStorage& storage : node->tracked()) {
-      if (storage.live()) live_before.push_back(&storage);
-    }
-  }
+  std::vector<const TrackedStorage*> live_before = live_outputs(ancestors);
   TreeNode::Parts parts;
   if (parent != nullptr) {
     for (const TrackedStorage* storage : parent->live_after()) {
@@ -137,56 +133,22 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
   runtime::StreamHandle caller = context_.current_stream();
   order_capture_after(caller);
   TensorList bound;
-  {
-    PoolRouting routing(allocator_, pool_);
-    std::unordered_set<const void*> managed = path_output_addresses();
-    parts.inputs = InputBinding::bind(
-        {inputs, function, managed, slot.demoted, allocator_, capture_stream_, pool_}, bound);
-  }
+  parts.inputs = bind_inputs(function, inputs, slot, bound);
   auto graph = std::make_unique<runtime::GraphRecording>(device_);
   TensorList outputs;
   try {
-    runtime::StreamGuard stream(device_, capture_stream_);
-    graph->capture_begin(capture_stream_, pool_);
-    try {
-      outputs = function.spec.body(bound);
-    } catch (...) {
-      graph->abort_capture();
-      throw;
-    }
-    graph->capture_end();
+    capture(function, bound, *graph, outputs);
   } catch (const CaptureViolation& violation) {
     outputs.clear();
     bound.clear();
     order_caller_after(caller);
-    ++counters_.capture_failures;
-    decide_eager(function, slot.eager,
-                 {FallbackCategory::kCaptureFailure,
-                  str_cat("capture failed: ", violation.what(),
-                          ". Move host syncs and host reads out of the function (or into their "
-                          "own eager segment)")});
+    decide_eager_after_capture_failure(function, slot, violation);
     return false;
   }
   if (graph->node_count() == 0) {
     graph.reset();  // kernel-free: replays only re-emit outputs
   } else {
-    // Both plans read the captured graph before it is instantiated: the head
-    // copies join the graph (Note [Input copies inside the graph]).
-    if (config_.zero_copy_inputs) {
-      std::string why_not = parts.inputs.plan_zero_copy(*graph);
-      counters_.zero_copy_inputs += parts.inputs.zero_copy_count();
-      if (!why_not.empty() && parts.inputs.copied_count() > 0 && log_enabled(LogLevel::kDebug)) {
-        log(LogLevel::kDebug, str_cat(function.describe(),
-                                      ": copied inputs are copied on "
-                                      "every replay, not patched: ",
-                                      why_not));
-      }
-    }
-    if (config_.graph_input_copies) {
-      counters_.graph_copy_inputs += parts.inputs.add_graph_copies(*graph, inputs);
-    }
-    graph->instantiate();
-    graph->replay(capture_stream_);  // computes the first outputs
+    complete_graph(function, inputs, parts.inputs, *graph);
   }
   // Note [Copy-back of mutated inputs]: the caller sees the first replay's writes.
   parts.inputs.copy_back_after_recording(inputs, backend_, capture_stream_, counters_);
@@ -203,16 +165,83 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
   }
   parts.checkpoint = allocator_.checkpoint(pool_);
   parts.graph = std::move(graph);
+  add_recorded_node(std::make_unique<TreeNode>(parent, function, next_graph_id_++,
+                                               generations_.current(), std::move(parts)),
+                    slot, ancestors);
+  ++counters_.recordings;
+  result = std::move(outputs);
+  return true;
+}
 
-  int64_t generation = generations_.current();
-  auto node =
-      std::make_unique<TreeNode>(parent, function, next_graph_id_++, generation, std::move(parts));
-  std::vector<const TrackedStorage*> live_after;
-  for (PathNode* ancestor : ancestors) {
-    for (const TrackedStorage& storage : ancestor->tracked()) {
-      if (storage.live()) live_after.push_back(&storage);
+std::vector<const TrackedStorage*> TreeManager::live_outputs(
+    const std::vector<PathNode*>& nodes) const {
+  std::vector<const TrackedStorage*> live;
+  for (PathNode* node : nodes) {
+    for (const TrackedStorage& storage : node->tracked()) {
+      if (storage.live()) live.push_back(&storage);
     }
   }
+  return live;
+}
+
+InputBinding TreeManager::bind_inputs(const RegisteredFunction& function, const TensorList& inputs,
+                                      const ChildSlot& slot, TensorList& bound) {
+  PoolRouting routing(allocator_, pool_);
+  std::unordered_set<const void*> managed = path_output_addresses();
+  return InputBinding::bind(
+      {inputs, function, managed, slot.demoted, allocator_, capture_stream_, pool_}, bound);
+}
+
+void TreeManager::capture(const RegisteredFunction& function, const TensorList& bound,
+                          runtime::GraphRecording& graph, TensorList& outputs) {
+  runtime::StreamGuard stream(device_, capture_stream_);
+  graph.capture_begin(capture_stream_, pool_);
+  try {
+    outputs = function.spec.body(bound);
+  } catch (...) {
+    graph.abort_capture();
+    throw;
+  }
+  graph.capture_end();
+}
+
+void TreeManager::decide_eager_after_capture_failure(const RegisteredFunction& function,
+                                                     ChildSlot& slot,
+                                                     const CaptureViolation& violation) {
+  ++counters_.capture_failures;
+  decide_eager(function, slot.eager,
+               {FallbackCategory::kCaptureFailure,
+                str_cat("capture failed: ", violation.what(),
+                        ". Move host syncs and host reads out of the function (or into their "
+                        "own eager segment)")});
+}
+
+void TreeManager::complete_graph(const RegisteredFunction& function, const TensorList& inputs,
+                                 InputBinding& binding, runtime::GraphRecording& graph) {
+  // Both plans read the captured graph before it is instantiated: the head
+  // copies join the graph (Note [Input copies inside the graph]).
+  if (config_.zero_copy_inputs) {
+    std::string why_not = binding.plan_zero_copy(graph);
+    counters_.zero_copy_inputs += binding.zero_copy_count();
+    if (!why_not.empty() && binding.copied_count() > 0 && log_enabled(LogLevel::kDebug)) {
+      log(LogLevel::kDebug, str_cat(function.describe(),
+                                    ": copied inputs are copied on "
+                                    "every replay, not patched: ",
+                                    why_not));
+    }
+  }
+  if (config_.graph_input_copies) {
+    counters_.graph_copy_inputs += binding.add_graph_copies(graph, inputs);
+  }
+  graph.instantiate();
+  graph.replay(capture_stream_);  // computes the first outputs
+}
+
+void TreeManager::add_recorded_node(std::unique_ptr<TreeNode> node, ChildSlot& slot,
+                                    const std::vector<PathNode*>& ancestors) {
+  auto* parent = static_cast<TreeNode*>(current_);
+  int64_t generation = node->generation();
+  std::vector<const TrackedStorage*> live_after = live_outputs(ancestors);
   for (const TrackedStorage& storage : node->tracked()) live_after.push_back(&storage);
   node->set_live_after(std::move(live_after));
   TreeNode* raw = nullptr;
@@ -226,9 +255,6 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
   current_ = raw;
   state_ = PathState::kRecording;
   generation_ = generation;
-  ++counters_.recordings;
-  result = std::move(outputs);
-  return true;
 }
 
 }  // namespace grove::cudagraph_trees

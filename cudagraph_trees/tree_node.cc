@@ -56,4 +56,12 @@ void TreeNode::check_deaths_after_replay() const {
   }
 }
 
+void for_each_node(const std::vector<std::unique_ptr<TreeNode>>& roots,
+                   const std::function<void(TreeNode&)>& visit) {
+  for (const auto& node : roots) {
+    visit(*node);
+    for_each_node(node->owned_children(), visit);
+  }
+}
+
 }  // namespace grove::cudagraph_trees

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -174,5 +175,9 @@ class TreeNode final : public PathNode {
   Parts parts_;
   std::vector<std::unique_ptr<TreeNode>> children_;
 };
+
+// Visits every node of the trees under `roots`, parents before children.
+void for_each_node(const std::vector<std::unique_ptr<TreeNode>>& roots,
+                   const std::function<void(TreeNode&)>& visit);
 
 }  // namespace grove::cudagraph_trees

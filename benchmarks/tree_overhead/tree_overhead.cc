@@ -32,7 +32,7 @@
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
-#include "cudagraph_trees/tree_manager.h"
+#include "cudagraph_trees/tree_introspection.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/testing/test_kernels.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cudagraph_trees/tree_manager.h"
+#include "cudagraph_trees/tree_introspection.h"
 #include "runtime/device_context.h"
 #include "runtime/logging.h"
 #include "runtime/testing/test_kernels.h"
