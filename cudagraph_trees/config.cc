@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "cudagraph_trees/batch_buckets.h"
+
 namespace grove::cudagraph_trees {
 namespace {
 
@@ -95,11 +97,9 @@ void TreeConfig::validate() const {
                  "TreeConfig.shape_warn_limit = ", shape_warn_limit, ": expected >= 1");
   GROVE_CHECK_AS(ConfigError, min_segment_kernels >= 0,
                  "TreeConfig.min_segment_kernels = ", min_segment_kernels, ": expected >= 0");
-  for (size_t i = 0; i < batch_buckets.size(); ++i) {
-    GROVE_CHECK_AS(ConfigError,
-                   batch_buckets[i] >= 1 && (i == 0 || batch_buckets[i] > batch_buckets[i - 1]),
-                   "TreeConfig.batch_buckets: entry ", i, " is ", batch_buckets[i],
-                   "; expected positive sizes in increasing order, e.g. {1, 2, 4, 8}");
+  // Empty: BucketedFunction then needs its own BucketSpec::buckets.
+  if (!batch_buckets.empty()) {
+    BatchBuckets checked(batch_buckets, "TreeConfig.batch_buckets");  // throws ConfigError
   }
 }
 

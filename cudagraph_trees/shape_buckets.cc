@@ -27,17 +27,13 @@ uint64_t next_bucket_serial() {
 }  // namespace
 
 BucketedFunction::BucketedFunction(TreeManager& manager, BucketSpec spec)
-    : manager_(manager), spec_(std::move(spec)), serial_(next_bucket_serial()) {
-  buckets_ = spec_.buckets.empty() ? manager_.config().batch_buckets : spec_.buckets;
+    : manager_(manager),
+      spec_(std::move(spec)),
+      serial_(next_bucket_serial()),
+      buckets_(spec_.buckets.empty() ? manager_.config().batch_buckets : spec_.buckets,
+               str_cat("BucketedFunction '", spec_.function.name,
+                       "': BucketSpec::buckets (or GROVE_CUDAGRAPHS_BATCH_BUCKETS)")) {
   const std::string& name = spec_.function.name;
-  GROVE_CHECK_AS(ConfigError, !buckets_.empty(), "BucketedFunction '", name,
-                 "': no batch sizes; list them in BucketSpec::buckets or "
-                 "GROVE_CUDAGRAPHS_BATCH_BUCKETS (e.g. 1,2,4,8)");
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    GROVE_CHECK_AS(ConfigError, buckets_[i] >= 1 && (i == 0 || buckets_[i] > buckets_[i - 1]),
-                   "BucketedFunction '", name, "': bucket ", i, " is ", buckets_[i],
-                   "; expected positive sizes in increasing order");
-  }
   GROVE_CHECK(!spec_.batched_inputs.empty(), "BucketedFunction '", name,
               "': no batched inputs; name the inputs whose dim 0 is the batch");
   std::set<size_t> mutated(spec_.function.mutated_input_indices.begin(),
@@ -58,12 +54,12 @@ BucketedFunction::BucketedFunction(TreeManager& manager, BucketSpec spec)
       per_bucket.static_input_indices.push_back(index);
     }
   }
-  for (int64_t rows : buckets_) {
+  for (int64_t rows : buckets_.sizes()) {
     FunctionSpec bucket = per_bucket;
     bucket.name = str_cat(name, ":bucket", rows);
     functions_.push_back(manager_.register_function(std::move(bucket)));
   }
-  calls_per_bucket_.assign(buckets_.size(), 0);
+  calls_per_bucket_.assign(buckets_.count(), 0);
 }
 
 int64_t BucketedFunction::batch_of(const TensorList& inputs) const {
@@ -86,10 +82,10 @@ int64_t BucketedFunction::batch_of(const TensorList& inputs) const {
 
 TensorList BucketedFunction::operator()(const TensorList& inputs) {
   int64_t rows = batch_of(inputs);
-  auto bucket = std::lower_bound(buckets_.begin(), buckets_.end(), rows);
-  if (bucket == buckets_.end()) {
+  std::optional<size_t> bucket = buckets_.index_for(rows);
+  if (!bucket) {
     std::string reason = str_cat("batch size ", rows, " is above the largest bucket (",
-                                 buckets_.back(), "); add a larger bucket to capture it");
+                                 buckets_.largest(), "); add a larger bucket to capture it");
     GROVE_CHECK_AS(NotCapturedError, !manager_.config().strict, "function '", spec_.function.name,
                    "' was not captured: ", reason, " (strict mode, GROVE_CUDAGRAPHS_STRICT=1)");
     log_once(LogLevel::kInfo, str_cat("cudagraph_trees:bucket:", serial_, ":", rows),
@@ -98,13 +94,13 @@ TensorList BucketedFunction::operator()(const TensorList& inputs) {
     return spec_.function.body(inputs);
   }
   if (!prepared_) prepare(inputs);
-  return run_bucket(static_cast<size_t>(bucket - buckets_.begin()), inputs, rows);
+  return run_bucket(*bucket, inputs, rows);
 }
 
 void BucketedFunction::prepare(const TensorList& inputs) {
   // Staging buffers, zeroed, with the first call's rows (contents do not matter
   // for recording; Note [Shape buckets]).
-  const int64_t largest = buckets_.back();
+  const int64_t largest = buckets_.largest();
   for (size_t index : spec_.batched_inputs) {
     const runtime::Tensor& input = inputs[index];
     runtime::Shape shape = input.shape();
@@ -113,9 +109,9 @@ void BucketedFunction::prepare(const TensorList& inputs) {
   }
   // Largest first, each bucket warmed up and recorded in its own generations.
   uint64_t padded_before = padded_rows_;
-  for (size_t b = buckets_.size(); b-- > 0;) {
+  for (size_t b = buckets_.count(); b-- > 0;) {
     for (int pass = 0; pass < 2; ++pass) {
-      TensorList outputs = run_bucket(b, inputs, std::min(batch_of(inputs), buckets_[b]));
+      TensorList outputs = run_bucket(b, inputs, std::min(batch_of(inputs), buckets_.sizes()[b]));
       --calls_per_bucket_[b];
     }
   }
@@ -125,7 +121,7 @@ void BucketedFunction::prepare(const TensorList& inputs) {
 
 TensorList BucketedFunction::run_bucket(size_t bucket_index, const TensorList& inputs,
                                         int64_t rows) {
-  const int64_t bucket_rows = buckets_[bucket_index];
+  const int64_t bucket_rows = buckets_.sizes()[bucket_index];
   runtime::DeviceContext& context = runtime::device_context(manager_.device());
   runtime::StreamHandle stream = context.current_stream();
   bucket_inputs_.assign(inputs.begin(), inputs.end());
@@ -139,18 +135,19 @@ TensorList BucketedFunction::run_bucket(size_t bucket_index, const TensorList& i
                    "BucketedFunction '", spec_.function.name, "': batched input ",
                    spec_.batched_inputs[k], " is ", input.str(), "; the buckets were made for ",
                    staging.str(), " (only dim 0 may vary)");
-    size_t row_bytes = staging.nbytes() / static_cast<size_t>(buckets_.back());
+    size_t row_bytes = staging.nbytes() / static_cast<size_t>(buckets_.largest());
     auto* base = static_cast<char*>(staging.data_ptr());
-    size_t real = static_cast<size_t>(std::min(rows, bucket_rows)) * row_bytes;
-    if (real > 0) {
-      context.backend().copy_async(base, input.data_ptr(), real, runtime::CopyKind::kDeviceToDevice,
-                                   stream);
+    BucketPadding padding = bucket_padding(rows, bucket_rows, row_bytes);
+    if (padding.real_bytes > 0) {
+      context.backend().copy_async(base, input.data_ptr(), padding.real_bytes,
+                                   runtime::CopyKind::kDeviceToDevice, stream);
     }
-    size_t padded = static_cast<size_t>(bucket_rows) * row_bytes - real;
-    if (padded > 0) context.backend().memset_async(base + real, 0, padded, stream);
+    if (padding.padding_bytes > 0) {
+      context.backend().memset_async(base + padding.real_bytes, 0, padding.padding_bytes, stream);
+    }
     bucket_inputs_[spec_.batched_inputs[k]] = first_rows(staging, bucket_rows);
   }
-  padded_rows_ += static_cast<uint64_t>(bucket_rows - std::min(rows, bucket_rows));
+  padded_rows_ += static_cast<uint64_t>(bucket_padding(rows, bucket_rows, 0).padded_rows);
   ++calls_per_bucket_[bucket_index];
   TensorList outputs = manager_.run(functions_[bucket_index], bucket_inputs_);
   for (size_t index : spec_.batched_outputs) {
@@ -166,7 +163,7 @@ TensorList BucketedFunction::run_bucket(size_t bucket_index, const TensorList& i
 }
 
 nlohmann::json BucketedFunction::stats() const {
-  return nlohmann::json{{"buckets", buckets_},
+  return nlohmann::json{{"buckets", buckets_.sizes()},
                         {"calls_per_bucket", calls_per_bucket_},
                         {"eager_calls", eager_calls_},
                         {"padded_rows", padded_rows_},

@@ -1,6 +1,6 @@
 // BucketedFunction runs a function whose batch dimension varies through a few
-// recorded graphs, one per configured batch size ("bucket"): a call of n rows
-// is padded up to the smallest bucket b >= n, replays b's graph, and returns
+// recorded graphs, one per configured batch size ("bucket", batch_buckets.h):
+// a call of n rows is padded up to the smallest bucket b >= n, replays b's graph, and returns
 // the first n rows of each batched output. Sizes above the largest bucket run
 // eagerly (reason logged once, counted in stats()).
 //
@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "cudagraph_trees/batch_buckets.h"
 #include "cudagraph_trees/tree_manager.h"
 
 namespace grove::cudagraph_trees {
@@ -56,7 +57,7 @@ class BucketedFunction {
   // generation per bucket.
   TensorList operator()(const TensorList& inputs);
 
-  const std::vector<int64_t>& buckets() const { return buckets_; }
+  const std::vector<int64_t>& buckets() const { return buckets_.sizes(); }
   FunctionId bucket_function(size_t bucket_index) const { return functions_[bucket_index]; }
   // {"buckets": [...], "calls_per_bucket": [...], "eager_calls": n,
   //  "padded_rows": n, "prepared": bool}
@@ -70,7 +71,7 @@ class BucketedFunction {
   TreeManager& manager_;
   BucketSpec spec_;
   uint64_t serial_;  // unique per helper, keys its log_once messages
-  std::vector<int64_t> buckets_;
+  BatchBuckets buckets_;
   std::vector<FunctionId> functions_;
   std::vector<runtime::Tensor> staging_;  // per batched input: [largest bucket, ...]
   std::vector<uint64_t> calls_per_bucket_;

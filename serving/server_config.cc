@@ -1,8 +1,10 @@
 #include "serving/server_config.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "compiler/backends/backend_registry.h"
+#include "cudagraph_trees/batch_buckets.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -12,12 +14,6 @@ namespace {
 constexpr int64_t kMaxRowsPerBatch = int64_t{1} << 20;
 constexpr size_t kMaxQueueCapacity = size_t{1} << 24;
 constexpr auto kMaxWait = std::chrono::seconds(3600);
-
-std::string list_str(const std::vector<int64_t>& values) {
-  std::string text = "[";
-  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
-  return text + "]";
-}
 
 }  // namespace
 
@@ -35,17 +31,7 @@ ProgramFactory model_file_factory(std::string path, std::string batch_dim,
 }
 
 void ServerConfig::validate() const {
-  GROVE_CHECK_AS(ConfigError, !buckets.empty(),
-                 "ServerConfig::buckets is empty; give the batch sizes to compile, e.g. "
-                 "{1, 2, 4, 8, 16, 32, 64}");
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    GROVE_CHECK_AS(ConfigError, buckets[i] >= 1 && buckets[i] <= kMaxRowsPerBatch,
-                   "ServerConfig::buckets ", list_str(buckets), ": bucket ", buckets[i],
-                   " is outside [1, ", kMaxRowsPerBatch, "]");
-    GROVE_CHECK_AS(ConfigError, i == 0 || buckets[i] > buckets[i - 1], "ServerConfig::buckets ",
-                   list_str(buckets),
-                   " must be strictly increasing; sort them and drop duplicates");
-  }
+  cudagraph_trees::BatchBuckets checked(buckets, "ServerConfig::buckets", kMaxRowsPerBatch);
   GROVE_CHECK_AS(ConfigError, max_batch >= 1 && max_batch <= buckets.back(),
                  "ServerConfig::max_batch ", max_batch, " is outside [1, ", buckets.back(),
                  "] (the largest bucket); lower it or add a bucket of at least ", max_batch);
@@ -85,10 +71,10 @@ std::vector<runtime::Device> ServerConfig::resolved_devices() const {
 }
 
 int64_t ServerConfig::bucket_for(int64_t rows) const {
-  auto found = std::lower_bound(buckets.begin(), buckets.end(), rows);
-  GROVE_CHECK(found != buckets.end(), "ServerConfig::bucket_for: ", rows,
+  std::optional<size_t> index = cudagraph_trees::bucket_index_for(buckets, rows);
+  GROVE_CHECK(index.has_value(), "ServerConfig::bucket_for: ", rows,
               " rows exceed the largest bucket ", buckets.back());
-  return *found;
+  return buckets[*index];
 }
 
 }  // namespace grove::serving

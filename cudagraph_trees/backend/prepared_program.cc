@@ -24,7 +24,7 @@ std::shared_ptr<PreparedProgram> PreparedProgram::prepare(
   auto program = std::make_shared<PreparedProgram>(lowered, device);
   program->model_name_ = lowered.program().name();
   program->id_ = next_program_id++;
-  program->starts_step_ = options.stage == "forward";
+  program->starts_step_ = options.stage == compiler::backends::Stage::kForward;
   SegmentContext context{options, config, program->model_name_, device, graphs, program->id_};
   const auto& segments = lowered.segments();
   for (size_t s = 0; s < segments.size(); ++s) {

@@ -19,13 +19,20 @@ std::string fallback_reason(const compiler::Segment& segment, const std::string&
 }  // namespace
 
 CompilationMode mode_for(const compiler::backends::CompileOptions& options) {
-  if (options.mode == compiler::ops::ExecMode::kInference) return CompilationMode::kInference;
-  if (options.stage == "backward") return CompilationMode::kBackward;
-  // The optimizer step's in-place param updates are static-input mutations
-  // (category (b)); as an inference function it does not hold the generation
-  // open waiting for a backward.
-  if (options.stage == "optimizer") return CompilationMode::kInference;
-  return CompilationMode::kForward;
+  using compiler::backends::Stage;
+  switch (options.stage) {
+    case Stage::kForward:
+      return CompilationMode::kForward;
+    case Stage::kBackward:
+      return CompilationMode::kBackward;
+    case Stage::kInference:
+    // The optimizer step's in-place param updates are static-input mutations
+    // (category (b)); as an inference function it does not hold the generation
+    // open waiting for a backward.
+    case Stage::kOptimizer:
+      return CompilationMode::kInference;
+  }
+  return CompilationMode::kInference;
 }
 
 SegmentPlan plan_segment(const compiler::LoweredFunction& segment, size_t index,
@@ -56,9 +63,12 @@ SegmentPlan plan_segment(const compiler::LoweredFunction& segment, size_t index,
     plan.category = "too few kernels";
     log_once(LogLevel::kDebug, str_cat("cudagraphs:", context.program_id, ":", index), plan.reason);
   } else {
-    const std::string& stage = context.options.stage;
+    const compiler::backends::Stage stage = context.options.stage;
     plan.captured = true;
-    plan.spec.name = str_cat(context.model_name, stage.empty() ? "" : str_cat(":", stage),
+    plan.spec.name = str_cat(context.model_name,
+                             stage == compiler::backends::Stage::kInference
+                                 ? ""
+                                 : str_cat(":", compiler::backends::stage_name(stage)),
                              ":segment", index, "#", context.program_id);
     plan.spec.mode = mode_for(context.options);
     plan.spec.static_input_indices = segment.static_input_indices;
@@ -74,7 +84,10 @@ InputChecks plan_input_checks(const compiler::lowering::LoweredProgram& lowered,
   // A backward or optimizer step continues the forward's generation, whose
   // outputs stay alive on the path (Note [Pool inputs of piecewise programs]).
   InputChecks checks;
-  if (options.stage == "backward" || options.stage == "optimizer") return checks;
+  if (options.stage == compiler::backends::Stage::kBackward ||
+      options.stage == compiler::backends::Stage::kOptimizer) {
+    return checks;
+  }
   const compiler::LoweredFunction& whole = lowered.function();
   auto listed = [](const std::vector<size_t>& list, size_t i) {
     return std::find(list.begin(), list.end(), i) != list.end();
