@@ -12,8 +12,8 @@
 
 namespace grove::cudagraph_trees {
 
-// What to do with a function that writes an input the tree copies (DESIGN
-// §4.6, type (d)): copy the placeholder back into the caller's tensor after
+// What to do with a function that writes an input the tree copies (type (d),
+// mutation_classifier.h): copy the placeholder back into the caller's tensor after
 // each replay, or run the function eagerly.
 enum class MutationPolicy : uint8_t { kCopyBack, kEager };
 const char* mutation_policy_name(MutationPolicy policy);  // "copy-back", "eager"

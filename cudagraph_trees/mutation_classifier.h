@@ -1,5 +1,5 @@
 // Decides whether a function's in-place writes to its inputs can be captured
-// (DESIGN §4.6). Writes to (a) nothing, (b) static inputs, (c) pool-managed
+// (docs/ARCHITECTURE.md, section 4). Writes to (a) nothing, (b) static inputs, (c) pool-managed
 // inputs stay correct in a graph: the graph writes the very memory the caller
 // sees. A write to any other input (d) would land in the copied placeholder,
 // not the caller's tensor. The decision is made once per (parent node,

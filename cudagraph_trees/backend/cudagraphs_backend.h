@@ -1,4 +1,4 @@
-// The "cudagraphs" execution backend (DESIGN §4, issue 7): each capturable
+// The "cudagraphs" execution backend (docs/ARCHITECTURE.md, section 3): each capturable
 // segment of a lowered program becomes a function of the device's tree
 // manager (tree_manager_for(device)); the other segments run eagerly between
 // them through LoweredProgram::run_with (piecewise). One compiled call is one

@@ -1,4 +1,4 @@
-// Input mutation (DESIGN §4.6) and the other eager fallbacks: cpu inputs,
+// Input mutation (docs/ARCHITECTURE.md, section 4) and the other eager fallbacks: cpu inputs,
 // capture failures, strict mode.
 #include "tests/cudagraph_trees/tree_test_util.h"
 
