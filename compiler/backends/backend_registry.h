@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "compiler/backends/stage.h"
 #include "compiler/lowered_function.h"
 #include "compiler/lowering/lower.h"
-#include "compiler/ops/op_registry.h"
 #include "runtime/graph_recording.h"
 
 namespace grove::compiler::backends {
@@ -21,10 +21,9 @@ struct CompileOptions {
   std::string backend = "eager";
   // Where the model runs; empty: the program's own device.
   std::optional<runtime::Device> device;
-  ops::ExecMode mode = ops::ExecMode::kInference;
-  // Which training program this is ("forward", "backward", "optimizer"; empty:
-  // a whole model). Graph backends use it to pick the recording mode.
-  std::string stage;
+  // A whole model, or which program of a training step; it implies the
+  // lowering mode (exec_mode(stage)) and a graph backend's recording mode.
+  Stage stage = Stage::kInference;
 };
 
 class ExecutionBackend {

@@ -109,7 +109,18 @@ Tensor initial_tensor(const ir::Value& value, runtime::Device device) {
 }
 
 CompiledModel compile(const ir::Program& program, const CompileOptions& options) {
+  runtime::Device device = options.device ? *options.device : program.device();
+  return compile(
+      program, options, [device](const ir::Value& value) { return initial_tensor(value, device); },
+      make_backend(options.backend));
+}
+
+CompiledModel compile(const ir::Program& program, const CompileOptions& options,
+                      const StateBinder& bind_state, std::shared_ptr<ExecutionBackend> backend) {
   auto start = std::chrono::steady_clock::now();
+  GROVE_CHECK(backend != nullptr && backend->name() == options.backend, "compile of '",
+              program.name(), "': the shared backend is '", backend ? backend->name() : "none",
+              "', the options name '", options.backend, "'; pass a backend of that name");
   CompiledModel model;
   if (options.device && *options.device != program.device()) {
     // Retarget through the model format, which binds every type to the device.
@@ -124,10 +135,9 @@ CompiledModel compile(const ir::Program& program, const CompileOptions& options)
                  " is not available here; compile for ", runtime::default_device().str(),
                  " instead");
   target.verify();
-  std::unique_ptr<ExecutionBackend> backend = make_backend(options.backend);
   model.backend_name_ = backend->name();
   lowering::LowerOptions lower_options;
-  lower_options.mode = options.mode;
+  lower_options.mode = exec_mode(options.stage);
   auto lower_start = std::chrono::steady_clock::now();
   model.lowered_ =
       std::make_shared<const lowering::LoweredProgram>(lowering::lower(target, lower_options));
@@ -140,7 +150,14 @@ CompiledModel compile(const ir::Program& program, const CompileOptions& options)
   for (size_t i = 0; i < target.inputs().size(); ++i) {
     const ir::Value& value = target.value(target.inputs()[i]);
     if (value.is_persistent()) {
-      model.persistent_[i] = initial_tensor(value, target.device());
+      Tensor tensor = bind_state(value);
+      GROVE_CHECK(tensor.defined() && tensor.device() == value.type.device &&
+                      tensor.dtype() == value.type.dtype && tensor.shape() == value.type.shape,
+                  "compile of '", target.name(), "': ", ir::value_kind_name(value.kind), " '",
+                  value.name, "' of type ", value.type.str(),
+                  " is bound to a tensor of another type, device or shape; programs sharing "
+                  "state must agree on it");
+      model.persistent_[i] = std::move(tensor);
       model.state_positions_[value.name] = i;
     } else {
       model.input_positions_.push_back(i);

@@ -7,6 +7,7 @@
 //   TensorList outputs = model({x});
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,10 @@
 #include "compiler/lowering/lower.h"
 
 namespace grove::compiler::backends {
+
+// The tensor a program of a group binds to its param or buffer `value`
+// (compile() below, for programs that share their state).
+using StateBinder = std::function<runtime::Tensor(const ir::Value& value)>;
 
 class CompiledModel {
  public:
@@ -64,7 +69,9 @@ class CompiledModel {
   }
 
  private:
-  friend CompiledModel compile(const ir::Program& program, const CompileOptions& options);
+  friend CompiledModel compile(const ir::Program& program, const CompileOptions& options,
+                               const StateBinder& bind_state,
+                               std::shared_ptr<ExecutionBackend> backend);
   CompiledModel() = default;
 
   std::shared_ptr<const ir::Program> program_;
@@ -90,6 +97,14 @@ class CompiledModel {
 // Throws grove::Error naming the node (lowering), the backend (unknown name)
 // or the device (absent).
 CompiledModel compile(const ir::Program& program, const CompileOptions& options = {});
+// compile() of one of several programs that run together and share their
+// params, buffers and backend (a training step's forward, backward and
+// optimizer step, compiler/training/trainer.h): each param or buffer is bound
+// to bind_state(value), which must match its type, instead of a fresh tensor
+// from its initializer, and `backend` (named options.backend) prepares the
+// program, so its stats and step marks cover the whole group.
+CompiledModel compile(const ir::Program& program, const CompileOptions& options,
+                      const StateBinder& bind_state, std::shared_ptr<ExecutionBackend> backend);
 
 // A tensor on `device` holding the initial value of param/buffer `value`.
 runtime::Tensor initial_tensor(const ir::Value& value, runtime::Device device);

@@ -28,8 +28,10 @@ DataParallelTrainer::DataParallelTrainer(const ir::Program& model, ir::ValueId l
   rank_ = communicator.rank();
   world_size_ = communicator.world_size();
   backward_ = add_gradient_all_reduce(programs_.backward, options.all_reduce, &buckets_);
-  forward_ = training::prepare_training_stage(programs_.forward, backend_, "forward");
-  backward_stage_ = training::prepare_training_stage(backward_, backend_, "backward");
+  forward_ =
+      training::prepare_training_stage(programs_.forward, backend_, backends::Stage::kForward);
+  backward_stage_ =
+      training::prepare_training_stage(backward_, backend_, backends::Stage::kBackward);
   if (options.all_reduce.overlap && backward_stage_->lowered.segments().size() > 1) {
     // Note [Communication stream]: a graph backend captures each segment on
     // its own, and a fork must be joined within the capture that made it; a
@@ -41,10 +43,12 @@ DataParallelTrainer::DataParallelTrainer(const ir::Program& model, ir::ValueId l
     AllReduceOptions in_line = options.all_reduce;
     in_line.overlap = false;
     backward_ = add_gradient_all_reduce(programs_.backward, in_line, &buckets_);
-    backward_stage_ = training::prepare_training_stage(backward_, backend_, "backward");
+    backward_stage_ =
+        training::prepare_training_stage(backward_, backend_, backends::Stage::kBackward);
   }
   overlap_ = options.all_reduce.overlap && backward_stage_->lowered.segments().size() <= 1;
-  optimizer_step_ = training::prepare_training_stage(optimizer_.program, backend_, "optimizer");
+  optimizer_step_ =
+      training::prepare_training_stage(optimizer_.program, backend_, backends::Stage::kOptimizer);
   // Note [Training state addresses] (trainer.h): one tensor per persistent name.
   for (const ir::Program* program : {&programs_.forward, &backward_, &optimizer_.program}) {
     for (ir::ValueId id : program->inputs()) {

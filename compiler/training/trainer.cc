@@ -22,9 +22,10 @@ Trainer::Trainer(const ir::Program& model, ir::ValueId loss, const TrainerOption
   GROVE_CHECK_AS(DeviceError, runtime::device_available(device), "Trainer for '", model.name(),
                  "': device ", device.str(), " is not available here; build the model for ",
                  runtime::default_device().str(), " instead");
-  forward_ = prepare_training_stage(programs_.forward, backend_, "forward");
-  backward_ = prepare_training_stage(programs_.backward, backend_, "backward");
-  optimizer_step_ = prepare_training_stage(optimizer_.program, backend_, "optimizer");
+  forward_ = prepare_training_stage(programs_.forward, backend_, backends::Stage::kForward);
+  backward_ = prepare_training_stage(programs_.backward, backend_, backends::Stage::kBackward);
+  optimizer_step_ =
+      prepare_training_stage(optimizer_.program, backend_, backends::Stage::kOptimizer);
   // Note [Training state addresses]: one tensor per persistent name, for good.
   for (const ir::Program* program :
        {&programs_.forward, &programs_.backward, &optimizer_.program}) {

@@ -8,7 +8,7 @@ namespace grove::compiler::training {
 
 std::unique_ptr<TrainerStage> prepare_training_stage(const ir::Program& program,
                                                      const std::string& backend,
-                                                     const std::string& stage) {
+                                                     backends::Stage stage) {
   program.verify();
   lowering::LowerOptions lower_options;
   lower_options.mode = ops::ExecMode::kTraining;
@@ -16,7 +16,6 @@ std::unique_ptr<TrainerStage> prepare_training_stage(const ir::Program& program,
   std::unique_ptr<backends::ExecutionBackend> execution = backends::make_backend(backend);
   backends::CompileOptions options;
   options.backend = backend;
-  options.mode = ops::ExecMode::kTraining;
   options.stage = stage;
   Callable call = execution->prepare(lowered, options);
   return std::unique_ptr<TrainerStage>(new TrainerStage{std::move(lowered), std::move(call)});

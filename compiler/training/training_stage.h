@@ -11,6 +11,7 @@
 #include <string>
 
 #include "compiler/autodiff/training_programs.h"
+#include "compiler/backends/stage.h"
 #include "compiler/ir/program.h"
 #include "compiler/lowered_function.h"
 #include "compiler/lowering/lower.h"
@@ -28,7 +29,7 @@ struct TrainerStage {
 // program that does not verify.
 std::unique_ptr<TrainerStage> prepare_training_stage(const ir::Program& program,
                                                      const std::string& backend,
-                                                     const std::string& stage);
+                                                     backends::Stage stage);
 
 // A 0-d tensor on `device` holding `value` (the loss gradient seed, a
 // hyper-parameter), for the inputs a training step passes to its programs.
