@@ -82,7 +82,7 @@ bool compare_backends(const std::vector<std::string>& backends, bool training,
   }
   if (backends.size() > 1) {
     std::printf("\ntree of CUDA graphs after %s\n%s", training ? "training" : "inference",
-                tree_table(tree_stats(options.device)).render().c_str());
+                tree_table(measurements.back().tree).render().c_str());
   }
   return identical;
 }

@@ -3,7 +3,6 @@
 #include "cli/progress.h"
 #include "compiler/backends/compile.h"
 #include "compiler/training/trainer.h"
-#include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
 
 namespace grove::cli {
@@ -34,10 +33,12 @@ std::string phase_label(const std::string& what, const std::string& model,
 }
 
 // Times `call` options.iters times after options.warmup untimed calls.
-template <typename Call, typename AfterCall>
-void time_calls(const MeasureOptions& options, runtime::Device device, const std::string& model,
+// `door` is the CompiledModel or Trainer whose backend ran the calls.
+template <typename Door, typename Call, typename AfterCall>
+void time_calls(const MeasureOptions& options, const Door& door, const std::string& model,
                 const char* unit, MeasurementStream& stream, Measurement& result, Call call,
                 AfterCall after_call) {
+  const bool tree = uses_tree(options.backend);
   {
     Phase phase(
         phase_label(str_cat("warm up (", options.warmup, " ", unit, ")"), model, options.backend));
@@ -51,7 +52,7 @@ void time_calls(const MeasureOptions& options, runtime::Device device, const std
   }
   Phase phase(
       phase_label(str_cat("measure (", options.iters, " ", unit, ")"), model, options.backend));
-  nlohmann::json before = uses_tree(options.backend) ? tree_stats(device) : nlohmann::json();
+  nlohmann::json before = tree ? tree_in(door.backend_stats()) : nlohmann::json();
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(options.iters));
   for (int64_t i = 0; i < options.iters; ++i) {
@@ -62,7 +63,11 @@ void time_calls(const MeasureOptions& options, runtime::Device device, const std
     after_call(outputs);
   }
   result.latency = summarize(samples);
-  if (uses_tree(options.backend)) result.timed_activity = tree_activity(before, tree_stats(device));
+  if (tree) {
+    result.tree = tree_in(door.backend_stats());
+    result.tree_dot = door.backend_dot();
+    result.timed_activity = tree_activity(before, result.tree);
+  }
 }
 
 }  // namespace
@@ -86,7 +91,7 @@ Measurement measure_inference(const compiler::ir::Program& program, const Measur
   MeasurementStream stream(device);
   TensorList inputs = random_inputs(model->program(), device, options.seed);
   time_calls(
-      options, device, program.name(), "calls", stream, result, [&] { return (*model)(inputs); },
+      options, *model, program.name(), "calls", stream, result, [&] { return (*model)(inputs); },
       [&](const TensorList& outputs) {
         result.result_bytes.clear();
         for (const runtime::Tensor& output : outputs) {
@@ -125,12 +130,12 @@ Measurement measure_training(const TrainingSetup& setup, const MeasureOptions& o
   hyperparameters.lr = options.learning_rate;
   hyperparameters.momentum = 0.9;
   time_calls(
-      options, device, setup.program.name(), "steps", stream, result,
+      options, *trainer, setup.program.name(), "steps", stream, result,
       [&] {
         // As PyTorch's cudagraph_mark_step_begin(): one training step is one
         // generation of the tree, so the forward's saved activations stay
         // alive for the backward and the optimizer step.
-        if (uses_tree(options.backend)) cudagraph_trees::mark_step_begin();
+        trainer->mark_step_begin();
         return trainer->step(inputs, hyperparameters);
       },
       [&](const runtime::Tensor& loss) { result.losses.push_back(loss.to_doubles().at(0)); });

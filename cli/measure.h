@@ -32,8 +32,11 @@ struct Measurement {
   size_t gemms_per_call = 0;    // library GEMMs one call launches when run eagerly
   double compile_s = 0;         // compile (lowering, code generation, state init)
   double warmup_s = 0;          // the untimed calls
-  // Under the graph backend: the tree's counters over the timed calls.
+  // Under the graph backend: the tree's counters over the timed calls, and
+  // the tree (stats and DOT) after the last call.
   std::optional<TreeActivity> timed_activity;
+  nlohmann::json tree;
+  std::string tree_dot;
   // Inference: the outputs of the last call, as bytes. Training: the loss of
   // every step (warm-up steps included) and every state tensor after the last
   // step (params, gradients, optimizer state) in state-name order.

@@ -2,6 +2,7 @@
 // seeded inputs, and print what one call costs.
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -13,7 +14,6 @@
 #include "cli/report.h"
 #include "cli/tree_stats.h"
 #include "compiler/distributed/data_parallel_trainer.h"
-#include "cudagraph_trees/tree_manager.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 
@@ -112,6 +112,7 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
   for (int rank = 0; rank < options.gpus; ++rank) {
     threads.emplace_back([&, rank] {
       const runtime::Device device{options.model.device.type, rank};
+      std::optional<compiler::distributed::DataParallelTrainer> trainer;
       try {
         runtime::collectives::join_local_group(device, rank, options.gpus, "grove-run",
                                                runtime::collectives::default_collective_timeout());
@@ -123,7 +124,7 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
         dp.trainer.backend = options.measure.backend;
         dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
         dp.all_reduce.overlap = options.overlap;
-        compiler::distributed::DataParallelTrainer trainer(setup.program, setup.loss, dp);
+        trainer.emplace(setup.program, setup.loss, dp);
         compiler::TensorList inputs = random_inputs(
             setup.program, device, options.measure.seed + static_cast<uint64_t>(rank));
         compiler::training::Hyperparameters hyper;
@@ -131,20 +132,23 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
         hyper.momentum = 0.9;
         if (rank == 0) {
           run.compile_s = compile.elapsed_s();
-          run.buckets = trainer.buckets().outputs.size();
+          run.buckets = trainer->buckets().outputs.size();
         }
         for (int64_t i = 0; i < options.measure.warmup + options.measure.iters; ++i) {
           Stopwatch watch;
-          double loss = trainer.step(inputs, hyper).to_doubles().at(0);  // synchronizes
+          double loss = trainer->step(inputs, hyper).to_doubles().at(0);  // synchronizes
           if (rank != 0) continue;
           if (i >= options.measure.warmup) run.step_us.push_back(watch.elapsed_us());
           run.losses.push_back(loss);
         }
-        if (rank == 0 && options.measure.backend == kGraphBackend) run.tree = tree_stats(device);
+        if (rank == 0 && options.measure.backend == kGraphBackend) {
+          run.tree = tree_in(trainer->backend_stats());
+        }
       } catch (...) {
         errors[static_cast<size_t>(rank)] = std::current_exception();
       }
-      cudagraph_trees::reset_tree_managers();
+      // Graphs recorded on this thread go before its communicator does.
+      if (trainer) trainer->reset_backend();
       runtime::collectives::leave_group(device);
     });
   }
@@ -267,7 +271,7 @@ int run_command(const std::vector<std::string>& args) {
   std::printf("\n%s", measurement_table(measurement, options.train).render().c_str());
   nlohmann::json stats;
   if (options.measure.backend == kGraphBackend) {
-    stats = tree_stats(options.model.device);
+    stats = measurement.tree;
     std::printf("\ntree of CUDA graphs (totals)\n%s", tree_table(stats).render().c_str());
   }
   if (!options.stats_json_path.empty()) {
@@ -282,7 +286,7 @@ int run_command(const std::vector<std::string>& args) {
     std::printf("\nwrote stats to %s\n", options.stats_json_path.c_str());
   }
   if (!options.dot_path.empty()) {
-    write_text_file(options.dot_path, tree_dot(options.model.device));
+    write_text_file(options.dot_path, measurement.tree_dot);
     std::printf("wrote the tree's DOT to %s\n", options.dot_path.c_str());
   }
   return 0;

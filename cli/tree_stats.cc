@@ -5,7 +5,6 @@
 #include "cli/arguments.h"
 #include "cli/common/table.h"
 #include "compiler/backends/backend_registry.h"
-#include "cudagraph_trees/tree_manager.h"
 
 namespace grove::cli {
 namespace {
@@ -36,12 +35,9 @@ void require_backend(const std::string& name) {
   throw UsageError(str_cat("--backend: unknown backend '", name, "'; known backends: ", known));
 }
 
-nlohmann::json tree_stats(runtime::Device device) {
-  return cudagraph_trees::tree_manager_for(device).stats();
-}
-
-std::string tree_dot(runtime::Device device) {
-  return cudagraph_trees::tree_manager_for(device).dot();
+nlohmann::json tree_in(const std::string& backend_stats) {
+  nlohmann::json stats = nlohmann::json::parse(backend_stats);
+  return stats.contains("tree") ? stats["tree"] : nlohmann::json();
 }
 
 TreeActivity tree_activity(const nlohmann::json& before, const nlohmann::json& after) {

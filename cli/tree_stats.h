@@ -1,8 +1,6 @@
 // What the "cudagraphs" backend's tree did, as the `grove` command reports it.
-// The backend runs every capturable segment through the calling thread's tree
-// manager of the device (cudagraph_trees::tree_manager_for), so the tree's
-// stats() and dot() are read from there; nothing here creates a manager for
-// a device that has none unless asked to.
+// The tree is read through the door (CompiledModel::backend_stats(),
+// Trainer::backend_stats()), whose JSON holds it under "tree".
 #pragma once
 
 #include <cstdint>
@@ -22,9 +20,8 @@ bool backend_registered(const std::string& name);
 // Throws UsageError when `name` is not registered, listing the known backends.
 void require_backend(const std::string& name);
 
-// The calling thread's tree manager of `device`: stats() as JSON, dot() as text.
-nlohmann::json tree_stats(runtime::Device device);
-std::string tree_dot(runtime::Device device);
+// The tree's stats inside a backend's stats JSON text; null when it has none.
+nlohmann::json tree_in(const std::string& backend_stats);
 
 // The counters that changed between two stats() snapshots, per call.
 struct TreeActivity {

@@ -5,7 +5,6 @@
 #include <iostream>
 
 #include "compiler/backends/backend_registry.h"
-#include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
 
 namespace grove::benchmarks {
@@ -27,16 +26,6 @@ bool backend_registered(const std::string& name) {
   std::vector<std::string> names = compiler::backends::backend_names();
   return std::find(names.begin(), names.end(), name) != names.end();
 }
-
-nlohmann::json tree_counters(runtime::Device device) {
-  return cudagraph_trees::tree_manager_for(device).stats();
-}
-
-std::vector<runtime::GraphRecording*> last_path_graphs(runtime::Device device) {
-  return cudagraph_trees::tree_manager_for(device).current_path_graphs();
-}
-
-void mark_graph_step_begin() { cudagraph_trees::mark_step_begin(); }
 
 nlohmann::json tree_counters(const std::string& backend_stats) {
   nlohmann::json stats = nlohmann::json::parse(backend_stats);

@@ -36,10 +36,6 @@ bool backend_registered(const std::string& name);
 // The graph tree's counters in a backend's stats (CompiledModel::backend_stats(),
 // Trainer::backend_stats()); empty when the backend keeps no tree.
 nlohmann::json tree_counters(const std::string& backend_stats);
-// Transitional, for train_step until the Trainer offers the door's calls.
-nlohmann::json tree_counters(runtime::Device device);
-std::vector<runtime::GraphRecording*> last_path_graphs(runtime::Device device);
-void mark_graph_step_begin();
 
 // What the tree did between two stats() snapshots.
 struct GraphActivity {

@@ -43,7 +43,6 @@
 #include "compiler/distributed/data_parallel_trainer.h"
 #include "compiler/model_format/model_json.h"
 #include "compiler/training/losses.h"
-#include "cudagraph_trees/tree_manager.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 
@@ -201,13 +200,13 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     row.buckets = trainer.buckets().outputs.size();
     row.overlapped = trainer.overlaps_communication();
     if (backend != "eager") {
-      nlohmann::json stats = cudagraph_trees::tree_manager_for(device).stats();
+      nlohmann::json stats = nlohmann::json::parse(trainer.backend_stats())["tree"];
       row.captured = stats["eager_calls"].get<int64_t>() == 0 &&
                      stats["capture_failures"].get<int64_t>() == 0 &&
                      stats["replays"].get<int64_t>() > 0;
     }
   }
-  cudagraph_trees::reset_tree_managers();
+  trainer.reset_backend();  // this thread's graphs go before its communicator
   runtime::collectives::leave_group(device);
 }
 

@@ -172,12 +172,15 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
   if (!backend_registered(backend)) return row;
   const bool graphs = backend == kGraphBackend;
   ModelWithLoss model = build_model(config, options);
-  nlohmann::json stats_at_start = graphs ? tree_counters(options.device) : nlohmann::json();
-
   Stopwatch build_watch;
   Trainer trainer(model.program, model.loss,
                   {.backend = backend, .optimizer = OptimizerKind::kSgdMomentum});
   row.build_ms = build_watch.elapsed_us() / 1000;
+  // Building records nothing: the tree's counters from here on are this row's.
+  auto graph_counters = [&] {
+    return graphs ? tree_counters(trainer.backend_stats()) : nlohmann::json();
+  };
+  nlohmann::json stats_at_start = graph_counters();
   for (const compiler::lowering::LoweredProgram* lowered :
        {&trainer.lowered_forward(), &trainer.lowered_backward(), &trainer.lowered_optimizer()}) {
     compiler::lowering::KernelReport report = lowered->kernel_report();
@@ -189,7 +192,7 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
   runtime::StreamHandle stream = context.current_stream();
   compiler::TensorList inputs = synthetic_inputs(config, model, options.device);
   auto step = [&] {
-    if (graphs && options.mark_step) mark_graph_step_begin();
+    if (graphs && options.mark_step) trainer.mark_step_begin();
     return trainer.step(inputs, config.hyperparameters);
   };
   // A graph backend's loss may live in its pool until the next step: read it at once.
@@ -197,7 +200,7 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
   for (int64_t i = 1; i < options.warmup; ++i) step();
   context.backend().synchronize_stream(stream);
 
-  nlohmann::json stats_before_timing = graphs ? tree_counters(options.device) : nlohmann::json();
+  nlohmann::json stats_before_timing = graph_counters();
   std::vector<double> samples_us;
   for (int64_t i = 0; i < options.iters; ++i) {
     Stopwatch watch;
@@ -207,12 +210,12 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
     if (i + 1 == options.iters) row.last_loss = loss.to_doubles().at(0);
   }
   if (graphs) {
-    nlohmann::json stats_after = tree_counters(options.device);
+    nlohmann::json stats_after = graph_counters();
     row.whole_run = graph_activity(stats_at_start, stats_after);
     row.timed_steps = graph_activity(stats_before_timing, stats_after);
     // The bare replay runs the optimizer graph too, so it goes on training
     // the model; nothing reads the parameters after this.
-    std::vector<runtime::GraphRecording*> path = last_path_graphs(options.device);
+    std::vector<runtime::GraphRecording*> path = trainer.backend_graphs();
     if (!path.empty()) {
       std::vector<double> bare_us;
       for (int64_t i = 0; i < options.iters; ++i) {
