@@ -1,5 +1,5 @@
 // Backend is the one narrow interface between grove and a device: raw memory,
-// copies, streams, events, kernels, stream capture and graphs. `sim` and
+// copies, streams, events, kernels, stream capture, graphs and BLAS. `sim` and
 // `cuda` implement it (`cpu` is the sim backend without capture); nothing
 // above runtime/ ever sees a CUDA type. One Backend instance serves one device.
 #pragma once
@@ -12,6 +12,8 @@
 #include "runtime/device.h"
 
 namespace grove::runtime {
+
+class BlasSupport;  // runtime/blas.h
 
 // Opaque handles; what they point to belongs to the backend that made them.
 // A null stream is the legacy default stream, which grove never uses for its
@@ -170,6 +172,9 @@ class Backend {
   virtual std::string graph_dot(GraphHandle graph) = 0;
   virtual void destroy_graph(GraphHandle graph) = 0;
   virtual void destroy_graph_exec(GraphExecHandle exec) = 0;
+
+  // The device's GEMMs (runtime/blas.h); lives as long as the backend.
+  virtual BlasSupport& blas() = 0;
 };
 
 }  // namespace grove::runtime

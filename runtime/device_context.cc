@@ -7,9 +7,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "runtime/cuda/cuda_backend.h"
 #include "runtime/error.h"
-#include "runtime/sim/sim_backend.h"
+#include "runtime/platforms.h"
 
 namespace grove::runtime {
 namespace {
@@ -41,21 +40,7 @@ thread_local CurrentStreamCache t_current_stream_cache;
 std::unique_ptr<Backend> make_backend(Device device) {
   GROVE_CHECK_AS(DeviceError, device.index >= 0 && device.index < kMaxDevicesPerType, "device ",
                  device.str(), ": index out of range");
-  switch (device.type) {
-    case DeviceType::kCpu:
-    case DeviceType::kSim:
-      return make_sim_backend(device);
-    case DeviceType::kCuda: {
-      int count = cuda_device_count();
-      GROVE_CHECK_AS(DeviceError, count > 0, "device ", device.str(),
-                     " is not available: no CUDA device (", cuda_unavailable_reason(),
-                     "). Use --device sim to run on the host emulation");
-      GROVE_CHECK_AS(DeviceError, device.index < count, "device ", device.str(),
-                     " is not available: this machine has ", count, " CUDA device(s)");
-      return make_cuda_backend(device.index);
-    }
-  }
-  throw DeviceError("unknown device type");
+  return make_platform_backend(device);
 }
 
 }  // namespace

@@ -1,14 +1,11 @@
 #include "compiler/lowering/executor.h"
 
 #include <iostream>
-#include <map>
-#include <mutex>
 #include <sstream>
 
 #include "compiler/codegen/kernel_compiler.h"
-#include "compiler/host_blas/host_gemm.h"
 #include "compiler/ops/op_helpers.h"
-#include "runtime/cuda/blas.h"
+#include "runtime/blas.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -16,21 +13,6 @@ namespace grove::compiler::lowering {
 namespace {
 
 using runtime::Tensor;
-
-runtime::KernelHandle host_gemm_handle(runtime::Device device) {
-  static std::mutex mutex;
-  static std::map<runtime::Device, runtime::KernelHandle>* handles =
-      new std::map<runtime::Device, runtime::KernelHandle>();
-  std::lock_guard<std::mutex> lock(mutex);
-  auto found = handles->find(device);
-  if (found != handles->end()) return found->second;
-  runtime::KernelSource source;
-  source.name = "grove_host_gemm";
-  source.host_function = host_blas::host_gemm_kernel();
-  runtime::KernelHandle handle = runtime::device_context(device).backend().load_kernel(source);
-  handles->emplace(device, handle);
-  return handle;
-}
 
 const Tensor& slot_tensor(const ScheduledProgram& program, const std::vector<Tensor>& env, int slot,
                           const Step& step) {
@@ -52,8 +34,10 @@ void* advance(void* pointer, int64_t elements, runtime::DType dtype) {
          elements * static_cast<int64_t>(runtime::dtype_size(dtype));
 }
 
+// Each call runs on the device's BLAS (Backend::blas()): cuBLAS on cuda, the
+// host GEMM recorded as a host kernel on sim and cpu.
 void run_gemm(const ScheduledProgram& program, const Step& step, std::vector<Tensor>& env,
-              runtime::StreamHandle stream) {
+              runtime::BlasSupport& blas, runtime::StreamHandle stream) {
   const GemmLaunch& launch = step.gemm;
   void* a = slot_tensor(program, env, launch.a_slot, step).data_ptr();
   void* b = slot_tensor(program, env, launch.b_slot, step).data_ptr();
@@ -68,14 +52,7 @@ void run_gemm(const ScheduledProgram& program, const Step& step, std::vector<Ten
     args.a = advance(a, call.a_offset, args.dtype);
     args.b = advance(b, call.b_offset, args.dtype);
     args.c = advance(c, call.c_offset, args.dtype);
-    if (program.device.is_cuda()) {
-      runtime::gemm_row_major(program.device, stream, args);
-    } else {
-      runtime::device_context(program.device)
-          .backend()
-          .launch_kernel(host_gemm_handle(program.device), runtime::LaunchDims{},
-                         host_blas::host_gemm_kernel_args(args), stream);
-    }
+    blas.gemm_row_major(stream, args);
   }
 }
 
@@ -192,7 +169,7 @@ void run_steps(const ScheduledProgram& program, size_t first, size_t end, std::v
         break;
       }
       case StepKind::kGemm:
-        run_gemm(program, step, env, stream);
+        run_gemm(program, step, env, context.backend().blas(), stream);
         break;
       case StepKind::kView: {
         const Tensor& source = slot_tensor(program, env, step.source, step);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/device_context.h"
 #include "runtime/error.h"
 
 namespace grove::compiler::lowering {
@@ -37,14 +38,17 @@ NodeClass classify(const ops::OpDef& def) {
   return NodeClass::kHost;
 }
 
-// Whether `program`'s device runs `epilogue` on GEMMs of `dtype`: always on
-// sim and cpu (the host GEMM), on cuda when the installed cuBLASLt has it.
-// `m`, `n`, `k`: the GEMM's row-major sizes where they matter (the
-// bias-gradient epilogue), else a representative 64.
+// Whether `program`'s device runs `epilogue` on GEMMs of `dtype`, as its BLAS
+// says (always on sim and cpu, on cuda when the installed cuBLASLt has it); no
+// epilogue runs on a device this machine lacks. `m`, `n`, `k`: the GEMM's
+// row-major sizes where they matter (the bias-gradient epilogue), else a
+// representative 64.
 bool epilogue_runs(const ir::Program& program, runtime::GemmEpilogue epilogue, runtime::DType dtype,
                    int64_t m = 64, int64_t n = 64, int64_t k = 64) {
-  if (!program.device().is_cuda()) return true;
-  return runtime::gemm_row_major_epilogue_available(program.device(), epilogue, dtype, m, n, k);
+  const runtime::Device device = program.device();
+  if (!runtime::device_available(device)) return false;
+  return runtime::device_context(device).backend().blas().gemm_row_major_epilogue_available(
+      epilogue, dtype, m, n, k);
 }
 
 // Note [GEMM auxiliary output in lowering]: the first `gelu` reading a

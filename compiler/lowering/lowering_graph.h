@@ -10,7 +10,7 @@
 
 #include "compiler/ir/program.h"
 #include "compiler/ops/op_registry.h"
-#include "runtime/cuda/blas.h"
+#include "runtime/blas.h"
 
 namespace grove::compiler::lowering {
 

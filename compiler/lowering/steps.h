@@ -10,7 +10,7 @@
 #include "compiler/codegen/kernel_compiler.h"
 #include "compiler/codegen/kernel_spec.h"
 #include "compiler/lowering/layout.h"
-#include "runtime/cuda/blas.h"
+#include "runtime/blas.h"
 #include "runtime/dtype.h"
 
 namespace grove::compiler::lowering {

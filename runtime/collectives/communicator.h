@@ -6,6 +6,7 @@
 // same order with the same buffer shapes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,6 +54,25 @@ class Communicator {
   // meets the other ranks once. Enqueued on `stream` of device(); returns
   // without waiting where the device is asynchronous.
   virtual void all_reduce(const std::vector<Buffer>& buffers, ReduceOp op, StreamHandle stream) = 0;
+};
+
+// A platform's own collective library (NCCL on cuda; runtime/platforms.h
+// finds it for a device): the id rank 0 makes and every rank joins the group
+// with, and the communicator of one rank. Devices without one (sim, cpu) use
+// HostCommunicator.
+class CollectiveLibrary {
+ public:
+  virtual ~CollectiveLibrary() = default;
+
+  // Whether the library can be opened on this machine.
+  virtual bool available() = 0;
+  // A new group id (opaque bytes); throws CommunicationError on failure.
+  virtual std::string unique_id() = 0;
+  // Joins the group `unique_id` as `rank` of `world_size` on `device`;
+  // waits at most `timeout` for the other ranks.
+  virtual std::shared_ptr<Communicator> join(Device device, int rank, int world_size,
+                                             const std::string& unique_id,
+                                             std::chrono::milliseconds timeout) = 0;
 };
 
 // The communicator collectives on `device` use (set by the rank that owns the

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "runtime/collectives/host_communicator.h"
-#include "runtime/cuda/nccl_communicator.h"
+#include "runtime/platforms.h"
 
 namespace grove::runtime::collectives {
 namespace {
@@ -61,11 +61,11 @@ std::string read_id_file(const std::string& path, int rank, std::chrono::millise
 }
 
 std::shared_ptr<Communicator> make(Device device, int rank, int world_size,
-                                   const std::string& group, const std::string& nccl_id,
+                                   const std::string& group, const std::string& group_id,
                                    std::chrono::milliseconds timeout) {
   std::shared_ptr<Communicator> communicator;
-  if (device.is_cuda()) {
-    communicator = std::make_shared<NcclCommunicator>(device, rank, world_size, nccl_id, timeout);
+  if (CollectiveLibrary* library = platform_collective_library(device)) {
+    communicator = library->join(device, rank, world_size, group_id, timeout);
   } else {
     communicator = std::make_shared<HostCommunicator>(host_rendezvous(group, world_size, timeout),
                                                       rank, device);
@@ -97,32 +97,32 @@ RankConfig RankConfig::from_environment() {
 std::shared_ptr<Communicator> join_group(Device device, const RankConfig& config) {
   GROVE_CHECK_AS(ConfigError, !config.id_file.empty(),
                  "join_group: RankConfig::id_file is empty; set GROVE_NCCL_ID_FILE");
-  std::string nccl_id;
-  if (device.is_cuda()) {
+  std::string group_id;
+  if (CollectiveLibrary* library = platform_collective_library(device)) {
     if (config.rank == 0) {
-      nccl_id = nccl_unique_id();
-      write_id_file(config.id_file, nccl_id);
+      group_id = library->unique_id();
+      write_id_file(config.id_file, group_id);
     } else {
-      nccl_id = read_id_file(config.id_file, config.rank, config.timeout);
+      group_id = read_id_file(config.id_file, config.rank, config.timeout);
     }
   }
-  return make(device, config.rank, config.world_size, "file:" + config.id_file, nccl_id,
+  return make(device, config.rank, config.world_size, "file:" + config.id_file, group_id,
               config.timeout);
 }
 
 std::shared_ptr<Communicator> join_local_group(Device device, int rank, int world_size,
                                                const std::string& group_name,
                                                std::chrono::milliseconds timeout) {
-  std::string nccl_id;
-  if (device.is_cuda()) {
+  std::string group_id;
+  if (CollectiveLibrary* library = platform_collective_library(device)) {
     static std::mutex mutex;
     static auto* ids = new std::map<std::pair<std::string, int>, std::string>();
     std::lock_guard<std::mutex> lock(mutex);
     std::string& id = (*ids)[{group_name, world_size}];
-    if (id.empty()) id = nccl_unique_id();
-    nccl_id = id;
+    if (id.empty()) id = library->unique_id();
+    group_id = id;
   }
-  return make(device, rank, world_size, "local:" + group_name, nccl_id, timeout);
+  return make(device, rank, world_size, "local:" + group_name, group_id, timeout);
 }
 
 void leave_group(Device device) { set_communicator(device, nullptr); }

@@ -1,5 +1,7 @@
 #include "runtime/cuda/cublas_library.h"
 
+#include <ostream>
+
 #include "runtime/cuda/library_loader.h"
 #include "runtime/error.h"
 
@@ -78,5 +80,33 @@ const CublasLibrary* cublas_library() {
 }
 
 const std::string& cublas_load_error() { return loaded_once().error; }
+
+const CublasLibrary& require_cublas() {
+  const CublasLibrary* library = cublas_library();
+  GROVE_CHECK_AS(DeviceError, library != nullptr, cublas_load_error());
+  return *library;
+}
+
+std::ostream& operator<<(std::ostream& out, const GemmWhat& what) {
+  const GemmArgs& g = what.g;
+  return out << "computing a " << dtype_name(g.dtype) << " GEMM (m=" << g.m << ", n=" << g.n
+             << ", k=" << g.k << ", batch=" << g.batch_count << ", epilogue "
+             << gemm_epilogue_name(g.epilogue) << ") on " << what.device.str();
+}
+
+cudaDataType cuda_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    default:
+      break;
+  }
+  throw DTypeError(
+      str_cat("cuBLAS GEMM: dtype ", dtype_name(dtype), " is not supported; use f32, f16 or bf16"));
+}
 
 }  // namespace grove::runtime::cuda_detail

@@ -1,12 +1,19 @@
 // The cuBLAS entry points grove uses, resolved with dlopen/dlsym at first use
 // so that no grove binary has a load-time dependency on libcublas (CI machines
-// and the GPU bundle carry no CUDA libraries). Internal to runtime/cuda.
+// and the GPU bundle carry no CUDA libraries), and what every cuBLAS call of
+// grove's BLAS shares: checking statuses and naming the GEMM in errors.
+// Internal to runtime/cuda.
 #pragma once
 
 #include <cublasLt.h>
 #include <cublas_api.h>
 
+#include <iosfwd>
 #include <string>
+
+#include "runtime/blas.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
 
 namespace grove::runtime::cuda_detail {
 
@@ -50,5 +57,31 @@ struct CublasLibrary {
 // then `cublas_load_error()` says what was tried and why it failed.
 const CublasLibrary* cublas_library();
 const std::string& cublas_load_error();
+// The library; throws DeviceError with cublas_load_error() when it is missing.
+const CublasLibrary& require_cublas();
+
+// What a GEMM call was doing, for error messages; formatted only when one is
+// thrown (building the text on every GEMM cost about a microsecond of an
+// eager call's launch time each).
+struct GemmWhat {
+  const GemmArgs& g;
+  Device device;
+};
+std::ostream& operator<<(std::ostream& out, const GemmWhat& what);
+
+// Throws DeviceError naming `call`, cuBLAS's status and what grove was `doing`
+// (anything streamable: a GemmWhat, a string; formatted on failure only).
+template <typename Doing>
+void check_cublas(const CublasLibrary& library, cublasStatus_t status, const char* call,
+                  const Doing& doing) {
+  if (status == CUBLAS_STATUS_SUCCESS) [[likely]] {
+    return;
+  }
+  throw DeviceError(str_cat(call, " failed while ", doing, ": ", library.status_string(status),
+                            " (cublasStatus ", static_cast<int>(status), ")"));
+}
+
+// The cuBLAS data type of a GEMM's `dtype`; DTypeError for other than f32, f16, bf16.
+cudaDataType cuda_data_type(DType dtype);
 
 }  // namespace grove::runtime::cuda_detail

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/blas.h"
 
 namespace grove::runtime::cuda_detail {
 
@@ -106,6 +107,8 @@ class CudaBackend final : public Backend {
   void destroy_graph(GraphHandle graph) override;
   void destroy_graph_exec(GraphExecHandle exec) override;
 
+  BlasSupport& blas() override { return *blas_; }
+
  private:
   // Makes cuda:index_ the calling thread's current device.
   void use_device() const;
@@ -144,7 +147,8 @@ class CudaBackend final : public Backend {
   std::unordered_map<cudaStream_t, std::string> invalidated_by_grove_;
   cudaStream_t upload_stream_ = nullptr;
   std::unordered_map<cudaStream_t, bool>
-      streams_;  // created here (Note [Unsafe calls during capture])
+      streams_;                        // created here (Note [Unsafe calls during capture])
+  std::unique_ptr<BlasSupport> blas_;  // cuBLAS (blas.h)
 };
 
 }  // namespace grove::runtime::cuda_detail

@@ -115,6 +115,26 @@ NcclCommunicator::NcclCommunicator(Device device, int rank, int world_size,
                                device.str(), " joined (NVLS off)"));
 }
 
+namespace {
+
+class NcclCollectiveLibrary final : public CollectiveLibrary {
+ public:
+  bool available() override { return nccl_available(); }
+  std::string unique_id() override { return nccl_unique_id(); }
+  std::shared_ptr<Communicator> join(Device device, int rank, int world_size,
+                                     const std::string& unique_id,
+                                     std::chrono::milliseconds timeout) override {
+    return std::make_shared<NcclCommunicator>(device, rank, world_size, unique_id, timeout);
+  }
+};
+
+}  // namespace
+
+CollectiveLibrary& nccl_collective_library() {
+  static auto* instance = new NcclCollectiveLibrary();  // lives until exit
+  return *instance;
+}
+
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;
   const nccl_detail::NcclLibrary& nccl = nccl_library();

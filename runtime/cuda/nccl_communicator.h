@@ -32,6 +32,9 @@ namespace grove::runtime::collectives {
 std::string nccl_unique_id();
 // Whether libnccl.so.2 can be opened on this machine.
 bool nccl_available();
+// NCCL as the cuda platform's CollectiveLibrary (the functions above and
+// NcclCommunicator); lives until exit.
+CollectiveLibrary& nccl_collective_library();
 
 class NcclCommunicator : public Communicator {
  public:

@@ -2,7 +2,7 @@
 // through the same search as cuBLAS (library_loader.h), so that no grove
 // binary depends on libnccl at load time: CI machines without NCCL build and
 // run everything, and only a cuda collective asks for the library. Internal to
-// runtime/cuda (it includes nccl.h, hence the CUDA runtime header: DESIGN §1).
+// runtime/cuda (it includes nccl.h, hence the CUDA runtime header).
 #pragma once
 
 #include <nccl.h>

@@ -11,7 +11,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/blas.h"
 #include "runtime/error.h"
+#include "runtime/sim/host_blas.h"
 #include "runtime/sim/sim_graph.h"
 
 namespace grove::runtime {
@@ -72,7 +74,8 @@ size_t sim_memory_limit() {
 
 class SimBackend final : public Backend {
  public:
-  explicit SimBackend(Device device) : device_(device), memory_limit_(sim_memory_limit()) {}
+  explicit SimBackend(Device device)
+      : device_(device), memory_limit_(sim_memory_limit()), blas_(sim::make_host_blas(*this)) {}
 
   ~SimBackend() override {
     for (auto& [pointer, bytes] : allocations_) std::free(pointer);
@@ -255,6 +258,8 @@ class SimBackend final : public Backend {
     node.args = args;
     submit(stream, std::move(node));
   }
+
+  BlasSupport& blas() override { return *blas_; }
 
   void launch_host_function(StreamHandle stream, void (*function)(void*),
                             void* user_data) override {
@@ -520,6 +525,7 @@ class SimBackend final : public Backend {
   std::vector<std::unique_ptr<SimEvent>> events_;
   std::deque<SimKernel> kernels_;
   std::vector<std::unique_ptr<Capture>> captures_;
+  std::unique_ptr<BlasSupport> blas_;
 };
 
 }  // namespace

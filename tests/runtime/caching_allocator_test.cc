@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "runtime/error.h"
-#include "runtime/sim/sim_backend.h"
+#include "runtime/platforms.h"
 #include "tests/runtime/device_test_util.h"
 
 namespace grove::runtime {
@@ -43,7 +43,7 @@ class CachingAllocatorTest : public ::testing::Test {
   void TearDown() override { destroy(); }
 
   void make() {
-    backend_ = make_sim_backend(kSimDevice);
+    backend_ = make_platform_backend(kSimDevice);
     allocator_ = std::make_unique<CachingAllocator>(*backend_);
     stream_a_ = backend_->create_stream();
     stream_b_ = backend_->create_stream();

@@ -1,4 +1,4 @@
-#include "compiler/host_blas/host_gemm.h"
+#include "runtime/sim/host_gemm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +8,8 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
-namespace grove::compiler::host_blas {
+namespace grove::runtime::sim {
 namespace {
-
-using runtime::DType;
 
 constexpr int64_t kBlockK = 128;
 constexpr int64_t kBlockN = 256;
@@ -21,9 +19,9 @@ float load(const void* base, DType dtype, int64_t index) {
     case DType::kF32:
       return static_cast<const float*>(base)[index];
     case DType::kBF16:
-      return runtime::bf16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
+      return bf16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
     case DType::kF16:
-      return runtime::f16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
+      return f16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
     default:
       return 0;
   }
@@ -35,10 +33,10 @@ void store(void* base, DType dtype, int64_t index, float value) {
       static_cast<float*>(base)[index] = value;
       break;
     case DType::kBF16:
-      static_cast<uint16_t*>(base)[index] = runtime::float_to_bf16_bits(value);
+      static_cast<uint16_t*>(base)[index] = float_to_bf16_bits(value);
       break;
     case DType::kF16:
-      static_cast<uint16_t*>(base)[index] = runtime::float_to_f16_bits(value);
+      static_cast<uint16_t*>(base)[index] = float_to_f16_bits(value);
       break;
     default:
       break;
@@ -49,7 +47,7 @@ void store(void* base, DType dtype, int64_t index, float value) {
 // element is a dot product of two contiguous rows, summed in eight interleaved
 // partial sums (p mod 8) combined in a fixed order, so the compiler can use
 // vector registers and the result does not depend on m, n or blocking.
-void gemm_f32_dot(const runtime::GemmArgs& g, const float* __restrict a, const float* __restrict b,
+void gemm_f32_dot(const GemmArgs& g, const float* __restrict a, const float* __restrict b,
                   float* __restrict c) {
   constexpr int64_t kLanes = 8;
   const int64_t k_main = g.k - g.k % kLanes;
@@ -74,7 +72,7 @@ void gemm_f32_dot(const runtime::GemmArgs& g, const float* __restrict a, const f
 // One matrix: C[m, n] = sum_k A(m, k) B(k, n), blocked over k and n. Each
 // block of B is unpacked to f32 once; each row of C accumulates in f32 in a
 // row buffer, k in increasing order.
-void gemm_one(const runtime::GemmArgs& g, const void* a, const void* b, void* c) {
+void gemm_one(const GemmArgs& g, const void* a, const void* b, void* c) {
   auto a_at = [&](int64_t i, int64_t p) { return g.transpose_a ? p * g.lda + i : i * g.lda + p; };
   auto b_at = [&](int64_t p, int64_t j) { return g.transpose_b ? j * g.ldb + p : p * g.ldb + j; };
   std::vector<float> accumulator(static_cast<size_t>(g.m * std::min(g.n, kBlockN)));
@@ -117,18 +115,18 @@ void gemm_one(const runtime::GemmArgs& g, const void* a, const void* b, void* c)
   }
 }
 
-// Note [GEMM epilogues] (runtime/cuda/blas.h) on the host: after the product
+// Note [GEMM epilogues] (runtime/blas.h) on the host: after the product
 // is stored, each element of row-major C gets bias[column] added and, for
 // kBiasGelu, gelu's tanh approximation applied, in f32; kBiasGeluAux also
 // stores the value gelu was applied to into row-major `aux` (Note [GEMM
 // auxiliary output]), rounded to the dtype as cuBLASLt stores it.
 // kDGelu multiplies each element by gelu'(aux) instead, in f32.
-void apply_epilogue(const runtime::GemmArgs& g, void* c) {
+void apply_epilogue(const GemmArgs& g, void* c) {
   const float sqrt_2_over_pi = static_cast<float>(std::sqrt(2.0 / M_PI));
   for (int64_t i = 0; i < g.m; ++i) {
     for (int64_t j = 0; j < g.n; ++j) {
       const int64_t at = i * g.ldc + j;
-      if (g.epilogue == runtime::GemmEpilogue::kDGelu) {
+      if (g.epilogue == GemmEpilogue::kDGelu) {
         const float x = load(g.aux, g.dtype, i * g.ld_aux + j);
         const float t = std::tanh(sqrt_2_over_pi * (x + 0.044715f * (x * x * x)));
         const float slope = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * sqrt_2_over_pi *
@@ -137,10 +135,8 @@ void apply_epilogue(const runtime::GemmArgs& g, void* c) {
         continue;
       }
       float x = load(c, g.dtype, at) + load(g.bias, g.dtype, j);
-      if (g.epilogue == runtime::GemmEpilogue::kBiasGeluAux)
-        store(g.aux, g.dtype, i * g.ld_aux + j, x);
-      if (g.epilogue == runtime::GemmEpilogue::kBiasGelu ||
-          g.epilogue == runtime::GemmEpilogue::kBiasGeluAux) {
+      if (g.epilogue == GemmEpilogue::kBiasGeluAux) store(g.aux, g.dtype, i * g.ld_aux + j, x);
+      if (g.epilogue == GemmEpilogue::kBiasGelu || g.epilogue == GemmEpilogue::kBiasGeluAux) {
         x = 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * (x + 0.044715f * (x * x * x))));
       }
       store(c, g.dtype, at, x);
@@ -148,15 +144,14 @@ void apply_epilogue(const runtime::GemmArgs& g, void* c) {
   }
 }
 
-bool is_bias_gradient(runtime::GemmEpilogue epilogue) {
-  return epilogue == runtime::GemmEpilogue::kBiasGradA ||
-         epilogue == runtime::GemmEpilogue::kBiasGradB;
+bool is_bias_gradient(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kBiasGradA || epilogue == GemmEpilogue::kBiasGradB;
 }
 
 // Note [GEMM bias gradients] on the host: op(A)'s rows (kBiasGradA) or op(B)'s
 // columns (kBiasGradB) summed over k in f32, in order of p.
-void store_bias_gradient(const runtime::GemmArgs& g) {
-  const bool of_a = g.epilogue == runtime::GemmEpilogue::kBiasGradA;
+void store_bias_gradient(const GemmArgs& g) {
+  const bool of_a = g.epilogue == GemmEpilogue::kBiasGradA;
   const void* matrix = of_a ? g.a : g.b;
   const int64_t count = of_a ? g.m : g.n;
   const int64_t ld = of_a ? g.lda : g.ldb;
@@ -176,8 +171,8 @@ void store_bias_gradient(const runtime::GemmArgs& g) {
 // stride_a, stride_b, stride_c; then alpha and beta as f32 (low 4 bytes);
 // then the i64 epilogue, the bias pointer, the aux pointer, i64 ld_aux and the
 // bias_grad pointer.
-void host_gemm_entry(const runtime::LaunchDims*, const uint64_t* slots) {
-  runtime::GemmArgs g;
+void host_gemm_entry(const LaunchDims*, const uint64_t* slots) {
+  GemmArgs g;
   g.a = reinterpret_cast<const void*>(slots[0]);
   g.b = reinterpret_cast<const void*>(slots[1]);
   g.c = reinterpret_cast<void*>(slots[2]);
@@ -197,20 +192,20 @@ void host_gemm_entry(const runtime::LaunchDims*, const uint64_t* slots) {
   };
   g.alpha = f32(16);
   g.beta = f32(17);
-  g.epilogue = static_cast<runtime::GemmEpilogue>(slots[18]);
+  g.epilogue = static_cast<GemmEpilogue>(slots[18]);
   g.bias = reinterpret_cast<const void*>(slots[19]);
   g.aux = reinterpret_cast<void*>(slots[20]);
   g.ld_aux = i64(21);
   g.bias_grad = reinterpret_cast<void*>(slots[22]);
-  gemm_row_major(g);
+  host_gemm_row_major(g);
 }
 
 }  // namespace
 
-void gemm_row_major(const runtime::GemmArgs& g) {
+void host_gemm_row_major(const GemmArgs& g) {
   GROVE_CHECK_AS(
       DTypeError, g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16,
-      "host GEMM: dtype ", runtime::dtype_name(g.dtype), " is not supported; use f32, bf16 or f16");
+      "host GEMM: dtype ", dtype_name(g.dtype), " is not supported; use f32, bf16 or f16");
   GROVE_CHECK_AS(ShapeError, g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch_count >= 1,
                  "host GEMM: m, n, k must be >= 0 and batch_count >= 1, found m=", g.m, " n=", g.n,
                  " k=", g.k, " batch_count=", g.batch_count);
@@ -221,35 +216,33 @@ void gemm_row_major(const runtime::GemmArgs& g) {
                      g.ldc >= std::max<int64_t>(1, g.n),
                  "host GEMM: leading dimensions lda=", g.lda, " ldb=", g.ldb, " ldc=", g.ldc,
                  " are smaller than the row lengths ", a_cols, ", ", b_cols, ", ", g.n);
-  GROVE_CHECK_AS(ShapeError, g.epilogue == runtime::GemmEpilogue::kNone || g.batch_count == 1,
-                 "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
+  GROVE_CHECK_AS(ShapeError, g.epilogue == GemmEpilogue::kNone || g.batch_count == 1,
+                 "host GEMM: a ", gemm_epilogue_name(g.epilogue),
                  " epilogue needs batch_count 1, found ", g.batch_count);
-  GROVE_CHECK(g.epilogue == runtime::GemmEpilogue::kNone || is_bias_gradient(g.epilogue) ||
-                  g.epilogue == runtime::GemmEpilogue::kDGelu || g.bias != nullptr ||
-                  g.m * g.n == 0,
-              "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
+  GROVE_CHECK(g.epilogue == GemmEpilogue::kNone || is_bias_gradient(g.epilogue) ||
+                  g.epilogue == GemmEpilogue::kDGelu || g.bias != nullptr || g.m * g.n == 0,
+              "host GEMM: a ", gemm_epilogue_name(g.epilogue),
               " epilogue needs a bias pointer, found null");
   GROVE_CHECK_AS(ShapeError,
-                 (g.epilogue != runtime::GemmEpilogue::kBiasGeluAux &&
-                  g.epilogue != runtime::GemmEpilogue::kDGelu) ||
+                 (g.epilogue != GemmEpilogue::kBiasGeluAux && g.epilogue != GemmEpilogue::kDGelu) ||
                      g.m * g.n == 0 || (g.aux != nullptr && g.ld_aux >= g.n),
-                 "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
+                 "host GEMM: a ", gemm_epilogue_name(g.epilogue),
                  " epilogue needs an aux buffer with ld_aux >= n = ", g.n, ", found aux ",
                  g.aux == nullptr ? "null" : "set", " and ld_aux ", g.ld_aux,
                  "; pass the pre-activation's buffer (m x n like C)");
-  if (g.epilogue == runtime::GemmEpilogue::kDGelu) {
+  if (g.epilogue == GemmEpilogue::kDGelu) {
     GROVE_CHECK_AS(ShapeError, g.alpha == 1.0f && g.beta == 0.0f,
                    "host GEMM: a dgelu epilogue needs alpha 1 and beta 0, found alpha ", g.alpha,
                    ", beta ", g.beta);
   }
   if (is_bias_gradient(g.epilogue)) {
     GROVE_CHECK_AS(ShapeError, g.bias_grad != nullptr && g.alpha == 1.0f && g.beta == 0.0f,
-                   "host GEMM: a ", runtime::gemm_epilogue_name(g.epilogue),
+                   "host GEMM: a ", gemm_epilogue_name(g.epilogue),
                    " epilogue needs a bias_grad pointer, alpha 1 and beta 0, found bias_grad ",
                    g.bias_grad == nullptr ? "null" : "set", ", alpha ", g.alpha, ", beta ", g.beta);
   }
   if (g.m == 0 || g.n == 0) return;
-  const size_t element = runtime::dtype_size(g.dtype);
+  const size_t element = dtype_size(g.dtype);
   for (int64_t batch = 0; batch < g.batch_count; ++batch) {
     const auto* a = static_cast<const uint8_t*>(g.a) + batch * g.stride_a * element;
     const auto* b = static_cast<const uint8_t*>(g.b) + batch * g.stride_b * element;
@@ -263,15 +256,15 @@ void gemm_row_major(const runtime::GemmArgs& g) {
   }
   if (is_bias_gradient(g.epilogue)) {
     store_bias_gradient(g);
-  } else if (g.epilogue != runtime::GemmEpilogue::kNone) {
+  } else if (g.epilogue != GemmEpilogue::kNone) {
     apply_epilogue(g, g.c);
   }
 }
 
-runtime::HostKernelFn host_gemm_kernel() { return &host_gemm_entry; }
+HostKernelFn host_gemm_kernel() { return &host_gemm_entry; }
 
-runtime::KernelArgs host_gemm_kernel_args(const runtime::GemmArgs& g) {
-  runtime::KernelArgs args;
+KernelArgs host_gemm_kernel_args(const GemmArgs& g) {
+  KernelArgs args;
   args.add_pointer(g.a).add_pointer(g.b).add_pointer(g.c);
   args.add_i64(static_cast<int64_t>(g.dtype)).add_i64(g.transpose_a).add_i64(g.transpose_b);
   args.add_i64(g.m).add_i64(g.n).add_i64(g.k);
@@ -283,4 +276,4 @@ runtime::KernelArgs host_gemm_kernel_args(const runtime::GemmArgs& g) {
   return args;
 }
 
-}  // namespace grove::compiler::host_blas
+}  // namespace grove::runtime::sim

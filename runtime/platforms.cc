@@ -1,0 +1,33 @@
+#include "runtime/platforms.h"
+
+#include "runtime/collectives/communicator.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/nccl_communicator.h"
+#include "runtime/error.h"
+#include "runtime/sim/sim_backend.h"
+
+namespace grove::runtime {
+
+std::unique_ptr<Backend> make_platform_backend(Device device) {
+  switch (device.type) {
+    case DeviceType::kCpu:
+    case DeviceType::kSim:
+      return make_sim_backend(device);
+    case DeviceType::kCuda: {
+      int count = cuda_device_count();
+      GROVE_CHECK_AS(DeviceError, count > 0, "device ", device.str(),
+                     " is not available: no CUDA device (", cuda_unavailable_reason(),
+                     "). Use --device sim to run on the host emulation");
+      GROVE_CHECK_AS(DeviceError, device.index < count, "device ", device.str(),
+                     " is not available: this machine has ", count, " CUDA device(s)");
+      return make_cuda_backend(device.index);
+    }
+  }
+  throw DeviceError("unknown device type");
+}
+
+collectives::CollectiveLibrary* platform_collective_library(Device device) {
+  return device.is_cuda() ? &collectives::nccl_collective_library() : nullptr;
+}
+
+}  // namespace grove::runtime
