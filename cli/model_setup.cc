@@ -65,42 +65,15 @@ void fill_random(std::vector<uint8_t>& bytes, DType dtype, int64_t bound, std::m
   const size_t size = runtime::dtype_size(dtype);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (size_t at = 0; at < bytes.size(); at += size) {
-    uint8_t* out = bytes.data() + at;
-    switch (dtype) {
-      case DType::kF32: {
-        float v = uniform(rng);
-        std::memcpy(out, &v, sizeof(v));
-        break;
-      }
-      case DType::kF64: {
-        double v = uniform(rng);
-        std::memcpy(out, &v, sizeof(v));
-        break;
-      }
-      case DType::kBF16: {
-        uint16_t v = runtime::float_to_bf16_bits(uniform(rng));
-        std::memcpy(out, &v, sizeof(v));
-        break;
-      }
-      case DType::kF16: {
-        uint16_t v = runtime::float_to_f16_bits(uniform(rng));
-        std::memcpy(out, &v, sizeof(v));
-        break;
-      }
-      case DType::kI32: {
-        auto v = static_cast<int32_t>(rng() % static_cast<uint64_t>(bound));
-        std::memcpy(out, &v, sizeof(v));
-        break;
-      }
-      case DType::kI64: {
-        auto v = static_cast<int64_t>(rng() % static_cast<uint64_t>(bound));
-        std::memcpy(out, &v, sizeof(v));
-        break;
-      }
-      case DType::kBool:
-        *out = static_cast<uint8_t>(rng() & 1U);
-        break;
+    double value = 0;
+    if (runtime::is_floating(dtype)) {
+      value = uniform(rng);
+    } else if (dtype == DType::kBool) {
+      value = static_cast<double>(rng() & 1U);
+    } else {
+      value = static_cast<double>(rng() % static_cast<uint64_t>(bound));
     }
+    runtime::store_element(bytes.data() + at, dtype, value);
   }
 }
 

@@ -107,4 +107,90 @@ float f16_bits_to_float(uint16_t bits) {
   return value;
 }
 
+namespace {
+
+template <typename T>
+T read_as(const void* at) {
+  T value;
+  std::memcpy(&value, at, sizeof(value));
+  return value;
+}
+
+template <typename T>
+void write_as(void* at, T value) {
+  std::memcpy(at, &value, sizeof(value));
+}
+
+template <typename Int>
+Int truncate_to(double value) {
+  return std::isfinite(value) ? static_cast<Int>(std::trunc(value)) : Int{0};
+}
+
+}  // namespace
+
+double load_element(const void* at, DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return read_as<float>(at);
+    case DType::kF64:
+      return read_as<double>(at);
+    case DType::kF16:
+      return f16_bits_to_float(read_as<uint16_t>(at));
+    case DType::kBF16:
+      return bf16_bits_to_float(read_as<uint16_t>(at));
+    case DType::kI32:
+      return read_as<int32_t>(at);
+    case DType::kI64:
+      return static_cast<double>(read_as<int64_t>(at));
+    case DType::kBool:
+      return read_as<uint8_t>(at) != 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+void store_element(void* at, DType dtype, double value) {
+  switch (dtype) {
+    case DType::kF32:
+      write_as(at, static_cast<float>(value));
+      break;
+    case DType::kF64:
+      write_as(at, value);
+      break;
+    case DType::kF16:
+      write_as(at, float_to_f16_bits(static_cast<float>(value)));
+      break;
+    case DType::kBF16:
+      write_as(at, float_to_bf16_bits(static_cast<float>(value)));
+      break;
+    case DType::kI32:
+      write_as(at, truncate_to<int32_t>(value));
+      break;
+    case DType::kI64:
+      write_as(at, truncate_to<int64_t>(value));
+      break;
+    case DType::kBool:
+      write_as(at, static_cast<uint8_t>(value != 0 ? 1 : 0));
+      break;
+  }
+}
+
+double round_to_dtype(double value, DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+      return value;
+    case DType::kF32:
+      return static_cast<double>(static_cast<float>(value));
+    case DType::kBF16:
+      return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(value)));
+    case DType::kF16:
+      return f16_bits_to_float(float_to_f16_bits(static_cast<float>(value)));
+    case DType::kI32:
+    case DType::kI64:
+      return std::isfinite(value) ? std::trunc(value) : 0;
+    case DType::kBool:
+      return value != 0 ? 1 : 0;
+  }
+  return value;
+}
+
 }  // namespace grove::runtime

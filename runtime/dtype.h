@@ -37,4 +37,16 @@ inline float bf16_bits_to_float(uint16_t bits) {
 uint16_t float_to_f16_bits(float value);
 float f16_bits_to_float(uint16_t bits);
 
+// One element of `dtype` at `at` (any alignment), as a double: exact for every
+// dtype but i64 beyond 2^53; bool reads as 0 or 1.
+double load_element(const void* at, DType dtype);
+// Writes `value` at `at` as one element of `dtype`: floats round to nearest
+// even (bf16 and f16 through f32), integers truncate toward zero (a NaN or an
+// infinity becomes 0), bool is value != 0.
+void store_element(void* at, DType dtype, double value);
+// `value` rounded as `dtype` holds it: what a store_element and a
+// load_element give back, except that integers are not bounded by the
+// dtype's range (the float64 reference keeps i32 sums exact).
+double round_to_dtype(double value, DType dtype);
+
 }  // namespace grove::runtime

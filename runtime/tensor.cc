@@ -75,6 +75,12 @@ Tensor Tensor::from_host(const void* host_data, const Shape& shape, DType dtype,
   return tensor;
 }
 
+Tensor Tensor::scalar(double value, DType dtype, Device device) {
+  uint8_t bytes[sizeof(double)];
+  store_element(bytes, dtype, value);
+  return from_host(bytes, {}, dtype, device);
+}
+
 Device Tensor::device() const {
   GROVE_CHECK(defined(), "device() of an undefined tensor");
   return storage_->device();
@@ -243,50 +249,9 @@ std::vector<uint8_t> Tensor::to_host_bytes() const {
 std::vector<double> Tensor::to_doubles() const {
   std::vector<uint8_t> bytes = to_host_bytes();
   std::vector<double> values(static_cast<size_t>(numel()));
-  for (size_t i = 0; i < values.size(); ++i) {
-    const uint8_t* p = bytes.data() + i * dtype_size(dtype_);
-    switch (dtype_) {
-      case DType::kF32: {
-        float v;
-        std::memcpy(&v, p, 4);
-        values[i] = v;
-        break;
-      }
-      case DType::kF64: {
-        double v;
-        std::memcpy(&v, p, 8);
-        values[i] = v;
-        break;
-      }
-      case DType::kF16: {
-        uint16_t v;
-        std::memcpy(&v, p, 2);
-        values[i] = f16_bits_to_float(v);
-        break;
-      }
-      case DType::kBF16: {
-        uint16_t v;
-        std::memcpy(&v, p, 2);
-        values[i] = bf16_bits_to_float(v);
-        break;
-      }
-      case DType::kI32: {
-        int32_t v;
-        std::memcpy(&v, p, 4);
-        values[i] = v;
-        break;
-      }
-      case DType::kI64: {
-        int64_t v;
-        std::memcpy(&v, p, 8);
-        values[i] = static_cast<double>(v);
-        break;
-      }
-      case DType::kBool:
-        values[i] = *p ? 1.0 : 0.0;
-        break;
-    }
-  }
+  const size_t size = dtype_size(dtype_);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = load_element(bytes.data() + i * size, dtype_);
   return values;
 }
 

@@ -36,6 +36,8 @@ class Tensor {
   static Tensor from_host(const void* host_data, const Shape& shape, DType dtype, Device device);
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device);
+  // A 0-d tensor holding `value` stored as `dtype` (store_element, dtype.h).
+  static Tensor scalar(double value, DType dtype, Device device);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

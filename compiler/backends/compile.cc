@@ -15,43 +15,10 @@ using runtime::DType;
 using runtime::Tensor;
 
 std::vector<uint8_t> encode(const std::vector<double>& values, DType dtype) {
-  std::vector<uint8_t> bytes(values.size() * runtime::dtype_size(dtype));
+  const size_t size = runtime::dtype_size(dtype);
+  std::vector<uint8_t> bytes(values.size() * size);
   for (size_t i = 0; i < values.size(); ++i) {
-    double value = values[i];
-    uint8_t* at = bytes.data() + i * runtime::dtype_size(dtype);
-    switch (dtype) {
-      case DType::kF32: {
-        auto v = static_cast<float>(value);
-        std::memcpy(at, &v, sizeof(v));
-        break;
-      }
-      case DType::kF64:
-        std::memcpy(at, &value, sizeof(value));
-        break;
-      case DType::kBF16: {
-        uint16_t v = runtime::float_to_bf16_bits(static_cast<float>(value));
-        std::memcpy(at, &v, sizeof(v));
-        break;
-      }
-      case DType::kF16: {
-        uint16_t v = runtime::float_to_f16_bits(static_cast<float>(value));
-        std::memcpy(at, &v, sizeof(v));
-        break;
-      }
-      case DType::kI32: {
-        auto v = static_cast<int32_t>(std::trunc(value));
-        std::memcpy(at, &v, sizeof(v));
-        break;
-      }
-      case DType::kI64: {
-        auto v = static_cast<int64_t>(std::trunc(value));
-        std::memcpy(at, &v, sizeof(v));
-        break;
-      }
-      case DType::kBool:
-        *at = value != 0 ? 1 : 0;
-        break;
-    }
+    runtime::store_element(bytes.data() + i * size, dtype, values[i]);
   }
   return bytes;
 }

@@ -6,11 +6,12 @@
 // the rest of the backward: Note [Communication stream] in
 // runtime/collectives/communication_stream.h; AllReduceOptions::overlap =
 // false runs them in line), then applies the same optimizer update, so the
-// params stay identical on every rank. It is the Trainer (trainer.h) with
-// that backward; the stages are prepared with one execution backend, and with
-// "cudagraphs" the forward, the backward (collectives included) and the
-// optimizer step are captured in the calling thread's tree of the rank's
-// device (Note [One thread per GPU] in runtime/cuda/nccl_communicator.h).
+// params stay identical on every rank. It is the Trainer (trainer.h) whose
+// TrainerOptions::compile_backward adds the all-reduces to the backward; the
+// stages share one execution backend, and with "cudagraphs" the forward, the
+// backward (collectives included) and the optimizer step are captured in the
+// calling thread's tree of the rank's device (Note [One thread per GPU] in
+// runtime/cuda/nccl_communicator.h).
 //
 //   collectives::join_local_group(device, rank, world_size, "run", timeout);
 //   DataParallelTrainer trainer(model_for(device), loss, {.trainer = {.backend = "cudagraphs"}});
@@ -20,8 +21,6 @@
 // on the concatenated batch (up to float rounding).
 #pragma once
 
-#include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +30,7 @@
 namespace grove::compiler::distributed {
 
 struct DataParallelOptions {
+  // compile_backward must be empty: the data-parallel trainer sets it.
   training::TrainerOptions trainer;
   AllReduceOptions all_reduce;
 };
@@ -47,11 +47,15 @@ class DataParallelTrainer {
 
   // One step on this rank's shard (the model's `input` values in call order).
   // Returns this rank's loss (before the update) as a device scalar.
-  runtime::Tensor step(const TensorList& inputs, const training::Hyperparameters& hyperparameters);
+  runtime::Tensor step(const TensorList& inputs, const training::Hyperparameters& hyperparameters) {
+    return trainer_.step(inputs, hyperparameters);
+  }
   // The first half of step(): runs the forward on this rank's shard and
   // returns the arguments of the backward program (for tools and tests that
   // run or capture lowered_backward() themselves); `loss` receives the loss.
-  TensorList backward_arguments(const TensorList& inputs, runtime::Tensor* loss = nullptr);
+  TensorList backward_arguments(const TensorList& inputs, runtime::Tensor* loss = nullptr) {
+    return trainer_.backward_arguments(inputs, loss);
+  }
 
   // Whether the gradient all-reduces overlap the backward on the
   // communication stream (AllReduceOptions::overlap, unless the backward
@@ -59,30 +63,31 @@ class DataParallelTrainer {
   bool overlaps_communication() const { return overlap_; }
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
-  const runtime::Tensor& state(const std::string& name) const;
-  std::vector<std::string> state_names() const;
-  int64_t steps_taken() const { return steps_; }
+  const runtime::Tensor& state(const std::string& name) const { return trainer_.state(name); }
+  std::vector<std::string> state_names() const { return trainer_.state_names(); }
+  int64_t steps_taken() const { return trainer_.steps_taken(); }
   const GradientBuckets& buckets() const { return buckets_; }
-  const ir::Program& backward_program() const { return backward_; }
-  const lowering::LoweredProgram& lowered_backward() const;
+  const ir::Program& backward_program() const { return trainer_.backward_stage().program(); }
+  const lowering::LoweredProgram& lowered_backward() const { return trainer_.lowered_backward(); }
+  // The single-device trainer this rank runs (its stages, hyper-parameter
+  // copies, lowered programs).
+  const training::Trainer& trainer() const { return trainer_; }
+
+  // The door to the execution backend (Trainer's of the same names).
+  std::string backend_stats() const { return trainer_.backend_stats(); }
+  std::string backend_dot() const { return trainer_.backend_dot(); }
+  void mark_step_begin() const { trainer_.mark_step_begin(); }
+  void reset_backend() const { trainer_.reset_backend(); }
 
  private:
-  TensorList arguments(const ir::Program& program, const TensorList& inputs) const;
+  training::TrainerOptions with_all_reduce(const ir::Program& model,
+                                           const DataParallelOptions& options);
 
-  autodiff::TrainingPrograms programs_;
-  ir::Program backward_;  // programs_.backward with the gradient all-reduces
-  GradientBuckets buckets_;
-  training::OptimizerProgram optimizer_;
-  std::string backend_;
   int rank_ = 0;
   int world_size_ = 1;
-  std::unique_ptr<training::TrainerStage> forward_;
-  std::unique_ptr<training::TrainerStage> backward_stage_;
-  std::unique_ptr<training::TrainerStage> optimizer_step_;
-  std::map<std::string, runtime::Tensor> state_;
-  runtime::Tensor loss_grad_;
-  int64_t steps_ = 0;
+  GradientBuckets buckets_;
   bool overlap_ = false;
+  training::Trainer trainer_;  // built last: its compile_backward fills the fields above
 };
 
 }  // namespace grove::compiler::distributed

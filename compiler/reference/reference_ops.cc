@@ -19,25 +19,6 @@ namespace grove::compiler::reference {
 using ir::DType;
 using ir::Shape;
 
-double round_to_dtype(double value, DType dtype) {
-  switch (dtype) {
-    case DType::kF64:
-      return value;
-    case DType::kF32:
-      return static_cast<double>(static_cast<float>(value));
-    case DType::kBF16:
-      return runtime::bf16_bits_to_float(runtime::float_to_bf16_bits(static_cast<float>(value)));
-    case DType::kF16:
-      return runtime::f16_bits_to_float(runtime::float_to_f16_bits(static_cast<float>(value)));
-    case DType::kI32:
-    case DType::kI64:
-      return std::isfinite(value) ? std::trunc(value) : 0;
-    case DType::kBool:
-      return value != 0 ? 1 : 0;
-  }
-  return value;
-}
-
 namespace {
 
 using Operands = std::vector<const HostTensor*>;

@@ -6,6 +6,7 @@
 
 #include "compiler/ir/program.h"
 #include "compiler/reference/reference_interpreter.h"
+#include "runtime/dtype.h"
 
 namespace grove::compiler::reference {
 
@@ -15,8 +16,7 @@ HostTensorList evaluate_node(const ir::Node& node, const std::vector<const HostT
                              const std::vector<ir::TensorType>& result_types,
                              const ReferenceOptions& options);
 
-// Rounds `value` as storing it in `dtype` would (integers truncate toward
-// zero, bool is != 0, f16/bf16/f32 round to nearest even; f64 unchanged).
-double round_to_dtype(double value, ir::DType dtype);
+// Rounds `value` as storing it in `dtype` would (runtime/dtype.h).
+using runtime::round_to_dtype;
 
 }  // namespace grove::compiler::reference

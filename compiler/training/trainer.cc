@@ -1,9 +1,6 @@
 #include "compiler/training/trainer.h"
 
-#include "compiler/backends/compile.h"
-#include "compiler/ir/builder.h"
 #include "compiler/training/hyperparameter_slots.h"
-#include "compiler/training/training_stage.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -22,58 +19,132 @@ Trainer::Trainer(const ir::Program& model, ir::ValueId loss, const TrainerOption
   GROVE_CHECK_AS(DeviceError, runtime::device_available(device), "Trainer for '", model.name(),
                  "': device ", device.str(), " is not available here; build the model for ",
                  runtime::default_device().str(), " instead");
-  forward_ = prepare_training_stage(programs_.forward, backend_, backends::Stage::kForward);
-  backward_ = prepare_training_stage(programs_.backward, backend_, backends::Stage::kBackward);
-  optimizer_step_ =
-      prepare_training_stage(optimizer_.program, backend_, backends::Stage::kOptimizer);
-  // Note [Training state addresses]: one tensor per persistent name, for good.
-  for (const ir::Program* program :
-       {&programs_.forward, &programs_.backward, &optimizer_.program}) {
-    for (ir::ValueId id : program->inputs()) {
-      const ir::Value& value = program->value(id);
-      if (value.is_persistent() && !state_.count(value.name)) {
-        state_[value.name] = backends::initial_tensor(value, device);
-      }
-    }
+  execution_ = backends::make_backend(backend_);
+  forward_ = compile_stage(programs_.forward, backends::Stage::kForward);
+  if (options.compile_backward) {
+    backward_ = options.compile_backward(programs_.backward, [this](const ir::Program& program) {
+      return compile_stage(program, backends::Stage::kBackward);
+    });
+  } else {
+    backward_ = compile_stage(programs_.backward, backends::Stage::kBackward);
   }
+  optimizer_step_ = compile_stage(optimizer_.program, backends::Stage::kOptimizer);
+  plan_backward_sources();
   const ir::Value& loss_grad = programs_.backward.value(programs_.backward.inputs().at(0));
-  loss_grad_ = scalar_tensor(1.0, loss_grad.type.dtype, device);
-  hyperparameters_ =
-      std::make_unique<HyperparameterSlots>(optimizer_.hyperparameter_names.size(), device);
+  loss_grad_ = Tensor::scalar(1.0, loss_grad.type.dtype, device);
+  const size_t hyperparameter_count = optimizer_.hyperparameter_names.size();
+  GROVE_CHECK(optimizer_step_->input_names().size() == hyperparameter_count, "Trainer: program '",
+              optimizer_.program.name(), "' takes ", optimizer_step_->input_names().size(),
+              " inputs, expected its ", hyperparameter_count, " hyper-parameters");
+  hyperparameters_ = std::make_unique<HyperparameterSlots>(hyperparameter_count, device);
 }
 
 Trainer::~Trainer() = default;
 Trainer::Trainer(Trainer&&) noexcept = default;
 Trainer& Trainer::operator=(Trainer&&) noexcept = default;
 
-TensorList Trainer::arguments(const ir::Program& program, const TensorList& inputs) const {
-  TensorList args;
-  size_t next = 0;
-  size_t expected = program.inputs_of_kind(ir::ValueKind::kInput).size();
-  GROVE_CHECK(inputs.size() == expected, "Trainer: program '", program.name(), "' takes ", expected,
-              " inputs (its `input` values in call order), found ", inputs.size());
-  for (ir::ValueId id : program.inputs()) {
-    const ir::Value& value = program.value(id);
-    args.push_back(value.is_persistent() ? state_.at(value.name) : inputs[next++]);
+backends::CompiledModel Trainer::compile_stage(const ir::Program& program, backends::Stage stage) {
+  backends::CompileOptions options;
+  options.backend = backend_;
+  options.stage = stage;
+  // Note [Training state addresses]: one tensor per persistent name, for good.
+  auto bind_state = [this](const ir::Value& value) {
+    auto [found, inserted] = state_.try_emplace(value.name);
+    if (inserted) found->second = backends::initial_tensor(value, value.type.device);
+    return found->second;
+  };
+  return backends::compile(program, options, bind_state, execution_);
+}
+
+void Trainer::plan_backward_sources() {
+  // Note [Argument sources]: position of each forward input among its call inputs.
+  const ir::Program& forward = programs_.forward;
+  std::vector<std::optional<size_t>> call_input_of(forward.inputs().size());
+  size_t call_inputs = 0;
+  for (size_t i = 0; i < forward.inputs().size(); ++i) {
+    if (!forward.value(forward.inputs()[i]).is_persistent()) call_input_of[i] = call_inputs++;
   }
-  return args;
+  const ir::Program& backward = backward_->program();
+  GROVE_CHECK(backward.inputs().size() == programs_.backward_inputs.size() &&
+                  backward.outputs().size() == programs_.backward.outputs().size(),
+              "Trainer: the compiled backward '", backward.name(), "' has ",
+              backward.inputs().size(), " inputs and ", backward.outputs().size(),
+              " outputs; autodiff's has ", programs_.backward_inputs.size(), " and ",
+              programs_.backward.outputs().size(),
+              "; TrainerOptions::compile_backward must keep them");
+  using autodiff::BackwardInput;
+  for (size_t i = 0; i < backward.inputs().size(); ++i) {
+    const ir::Value& value = backward.value(backward.inputs()[i]);
+    if (value.is_persistent()) continue;  // bound to the state when compiled
+    const BackwardInput& source = programs_.backward_inputs[i];
+    switch (source.source) {
+      case BackwardInput::Source::kLossGradient:
+        backward_sources_.push_back({BackwardSource::Kind::kLossGradient, 0});
+        break;
+      case BackwardInput::Source::kForwardOutput:
+        backward_sources_.push_back({BackwardSource::Kind::kForwardOutput, source.index});
+        break;
+      case BackwardInput::Source::kForwardInput:
+        GROVE_CHECK(call_input_of.at(source.index).has_value(), "Trainer: backward input '",
+                    value.name, "' is an input, but forward input ", source.index,
+                    " is persistent");
+        backward_sources_.push_back(
+            {BackwardSource::Kind::kCallInput, *call_input_of[source.index]});
+        break;
+      case BackwardInput::Source::kGradientBuffer:
+        GROVE_CHECK(false, "Trainer: backward input '", value.name,
+                    "' is a gradient buffer but not persistent");
+    }
+  }
+}
+
+TensorList Trainer::run_forward(const TensorList& inputs, TensorList* backward_inputs) {
+  TensorList outputs = (*forward_)(inputs);
+  backward_inputs->clear();
+  backward_inputs->reserve(backward_sources_.size());
+  for (const BackwardSource& source : backward_sources_) {
+    switch (source.kind) {
+      case BackwardSource::Kind::kLossGradient:
+        backward_inputs->push_back(loss_grad_);
+        break;
+      case BackwardSource::Kind::kForwardOutput:
+        backward_inputs->push_back(outputs[source.index]);
+        break;
+      case BackwardSource::Kind::kCallInput:
+        backward_inputs->push_back(inputs[source.index]);
+        break;
+    }
+  }
+  return outputs;
 }
 
 Tensor Trainer::forward_backward(const TensorList& inputs) {
-  TensorList forward_args = arguments(programs_.forward, inputs);
-  TensorList outputs = forward_->call(forward_args);
-  TensorList backward_args =
-      backward_arguments(programs_, loss_grad_, forward_args, outputs, state_);
-  backward_->call(backward_args);
+  TensorList backward_inputs;
+  TensorList outputs = run_forward(inputs, &backward_inputs);
+  (*backward_)(backward_inputs);
   return outputs.at(programs_.loss_output);
 }
 
+TensorList Trainer::backward_arguments(const TensorList& inputs, Tensor* loss) {
+  TensorList backward_inputs;
+  TensorList outputs = run_forward(inputs, &backward_inputs);
+  if (loss != nullptr) *loss = outputs.at(programs_.loss_output);
+  const ir::Program& backward = backward_->program();
+  TensorList arguments;
+  arguments.reserve(backward.inputs().size());
+  size_t next = 0;
+  for (ir::ValueId id : backward.inputs()) {
+    const ir::Value& value = backward.value(id);
+    arguments.push_back(value.is_persistent() ? state_.at(value.name) : backward_inputs[next++]);
+  }
+  return arguments;
+}
+
 Tensor Trainer::step(const TensorList& inputs, const Hyperparameters& hyperparameters) {
-  Tensor loss = forward_backward(inputs);
+  Tensor loss = forward_backward(inputs);  // the saved activations die with the backward
   // Note [Hyperparameters on the device].
-  const TensorList& hyper =
-      hyperparameters_->write(optimizer_.hyperparameter_values(hyperparameters, steps_ + 1));
-  optimizer_step_->call(arguments(optimizer_.program, hyper));
+  (*optimizer_step_)(
+      hyperparameters_->write(optimizer_.hyperparameter_values(hyperparameters, steps_ + 1)));
   ++steps_;
   return loss;
 }
@@ -91,12 +162,6 @@ std::vector<std::string> Trainer::state_names() const {
   std::vector<std::string> names;
   for (const auto& [name, unused] : state_) names.push_back(name);
   return names;
-}
-
-const lowering::LoweredProgram& Trainer::lowered_forward() const { return forward_->lowered; }
-const lowering::LoweredProgram& Trainer::lowered_backward() const { return backward_->lowered; }
-const lowering::LoweredProgram& Trainer::lowered_optimizer() const {
-  return optimizer_step_->lowered;
 }
 
 }  // namespace grove::compiler::training

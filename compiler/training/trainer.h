@@ -1,8 +1,9 @@
 // Trainer: the training-step API. It builds the forward and backward programs
 // (compiler/autodiff) and an optimizer step program (optimizer.h) for a model
-// with a loss, lowers each, prepares each with one execution backend
-// ("eager" today), and owns the persistent state they share by name: params,
-// buffers, the gradient buffers "grad.<param>" and the optimizer state.
+// with a loss, compiles each through compile() (compiler/backends/compile.h)
+// as one stage of a step (backends::Stage) with one execution backend instance
+// shared by the three, and owns the persistent state they share by name:
+// params, buffers, the gradient buffers "grad.<param>" and the optimizer state.
 //
 //   Trainer trainer(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kAdamW});
 //   for (...) {
@@ -19,29 +20,52 @@
 // d(loss) is a persistent scalar 1 for the same reason; the hyper-parameters
 // are small per-step inputs, so a schedule needs no recompilation, held in
 // device scalars that keep their addresses too (Note [Hyperparameters on the
-// device], hyperparameter_slots.h).
+// device], hyperparameter_slots.h). Guarded by
+// Trainer.ParamsGradientsAndOptimizerStateKeepTheirAddresses.
+//
+// Note [Argument sources]: where each argument of a step's programs comes from
+// is worked out once, when the Trainer is built: the persistent ones are bound
+// to the state when each stage is compiled, the forward takes the caller's
+// inputs, the optimizer step the hyper-parameter slots in order, and each
+// per-call input of the backward is the loss gradient seed, a forward output
+// (a saved activation) or one of the caller's inputs, by position. A step
+// looks nothing up by name. Guarded by Trainer.BackwardArgumentsComeFromTheirSources.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/autodiff/training_programs.h"
+#include "compiler/backends/compile.h"
 #include "compiler/lowered_function.h"
 #include "compiler/lowering/lower.h"
 #include "compiler/training/optimizer.h"
 
 namespace grove::compiler::training {
 
-// One lowered and prepared program (trainer.cc).
-struct TrainerStage;
 class HyperparameterSlots;
+
+// Compiles one program of the step with the trainer's backend and state.
+using StageCompiler = std::function<backends::CompiledModel(const ir::Program& program)>;
+// Compiles the backward stage from autodiff's backward program, through
+// `compile`; the program it compiles must keep the backward's inputs and
+// outputs, in order.
+using BackwardCompiler = std::function<backends::CompiledModel(const ir::Program& backward,
+                                                               const StageCompiler& compile)>;
 
 struct TrainerOptions {
   std::string backend = "eager";
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   autodiff::TrainingOptions training;
+  // How the backward stage is compiled; empty: autodiff's backward as is.
+  // Data-parallel training adds its gradient all-reduces here
+  // (compiler/distributed/data_parallel_trainer.h). Called only while the
+  // Trainer is built.
+  BackwardCompiler compile_backward;
 };
 
 class Trainer {
@@ -61,6 +85,10 @@ class Trainer {
   runtime::Tensor step(const TensorList& inputs, const Hyperparameters& hyperparameters);
   // Forward and backward only: the gradients land in the gradient buffers.
   runtime::Tensor forward_backward(const TensorList& inputs);
+  // Runs the forward on `inputs` and returns every argument of the backward
+  // program (Program::inputs() order) without running it, for tools and tests
+  // that run or capture lowered_backward() themselves; `loss` receives the loss.
+  TensorList backward_arguments(const TensorList& inputs, runtime::Tensor* loss = nullptr);
 
   // A param, buffer, gradient buffer or optimizer state tensor by name.
   const runtime::Tensor& state(const std::string& name) const;
@@ -73,21 +101,50 @@ class Trainer {
 
   const autodiff::TrainingPrograms& programs() const { return programs_; }
   const OptimizerProgram& optimizer() const { return optimizer_; }
+  // The compiled stages; backward_stage().program() is the backward that runs
+  // (TrainerOptions::compile_backward may have rewritten autodiff's).
+  const backends::CompiledModel& forward_stage() const { return *forward_; }
+  const backends::CompiledModel& backward_stage() const { return *backward_; }
+  const backends::CompiledModel& optimizer_stage() const { return *optimizer_step_; }
   // The lowered programs (kernel reports, mutated-input metadata).
-  const lowering::LoweredProgram& lowered_forward() const;
-  const lowering::LoweredProgram& lowered_backward() const;
-  const lowering::LoweredProgram& lowered_optimizer() const;
+  const lowering::LoweredProgram& lowered_forward() const { return forward_->lowered(); }
+  const lowering::LoweredProgram& lowered_backward() const { return backward_->lowered(); }
+  const lowering::LoweredProgram& lowered_optimizer() const { return optimizer_step_->lowered(); }
+
+  // The door to the execution backend the three stages share (CompiledModel's
+  // of the same names): its stats and Graphviz picture, the memory it holds,
+  // the start of a step, dropping its recordings, the graphs of the last path.
+  std::string backend_stats() const { return forward_->backend_stats(); }
+  std::string backend_dot() const { return forward_->backend_dot(); }
+  std::string backend_memory() const { return forward_->backend_memory(); }
+  void mark_step_begin() const { forward_->mark_step_begin(); }
+  void reset_backend() const { forward_->reset_backend(); }
+  std::vector<runtime::GraphRecording*> backend_graphs() const {
+    return forward_->backend_graphs();
+  }
 
  private:
-  TensorList arguments(const ir::Program& program, const TensorList& inputs) const;
+  // Note [Argument sources]: one per `input` value of the backward, in order.
+  struct BackwardSource {
+    enum class Kind : uint8_t { kLossGradient, kForwardOutput, kCallInput };
+    Kind kind = Kind::kLossGradient;
+    size_t index = 0;  // into the forward's outputs or the caller's inputs
+  };
+
+  backends::CompiledModel compile_stage(const ir::Program& program, backends::Stage stage);
+  void plan_backward_sources();
+  // The forward's outputs and the backward's per-call inputs, for `inputs`.
+  TensorList run_forward(const TensorList& inputs, TensorList* backward_inputs);
 
   autodiff::TrainingPrograms programs_;
   OptimizerProgram optimizer_;
   std::string backend_;
-  std::unique_ptr<TrainerStage> forward_;
-  std::unique_ptr<TrainerStage> backward_;
-  std::unique_ptr<TrainerStage> optimizer_step_;
+  std::shared_ptr<backends::ExecutionBackend> execution_;  // shared by the stages
   std::map<std::string, runtime::Tensor> state_;
+  std::optional<backends::CompiledModel> forward_;
+  std::optional<backends::CompiledModel> backward_;
+  std::optional<backends::CompiledModel> optimizer_step_;
+  std::vector<BackwardSource> backward_sources_;
   runtime::Tensor loss_grad_;
   std::unique_ptr<HyperparameterSlots> hyperparameters_;
   int64_t steps_ = 0;

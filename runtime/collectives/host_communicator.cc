@@ -48,58 +48,6 @@ class HostRendezvous {
 
 namespace {
 
-double load(const uint8_t* at, DType dtype) {
-  switch (dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, at, sizeof(v));
-      return v;
-    }
-    case DType::kF64: {
-      double v;
-      std::memcpy(&v, at, sizeof(v));
-      return v;
-    }
-    case DType::kBF16: {
-      uint16_t v;
-      std::memcpy(&v, at, sizeof(v));
-      return bf16_bits_to_float(v);
-    }
-    case DType::kF16: {
-      uint16_t v;
-      std::memcpy(&v, at, sizeof(v));
-      return f16_bits_to_float(v);
-    }
-    default:
-      return 0;
-  }
-}
-
-void store(uint8_t* at, DType dtype, double value) {
-  switch (dtype) {
-    case DType::kF32: {
-      auto v = static_cast<float>(value);
-      std::memcpy(at, &v, sizeof(v));
-      break;
-    }
-    case DType::kF64:
-      std::memcpy(at, &value, sizeof(value));
-      break;
-    case DType::kBF16: {
-      uint16_t v = float_to_bf16_bits(static_cast<float>(value));
-      std::memcpy(at, &v, sizeof(v));
-      break;
-    }
-    case DType::kF16: {
-      uint16_t v = float_to_f16_bits(static_cast<float>(value));
-      std::memcpy(at, &v, sizeof(v));
-      break;
-    }
-    default:
-      break;
-  }
-}
-
 template <typename Int>
 void reduce_integers(const std::vector<const uint8_t*>& sources, uint8_t* destination,
                      int64_t count, ReduceOp op) {
@@ -125,9 +73,9 @@ void reduce(const std::vector<const uint8_t*>& sources, uint8_t* destination, in
   const double ranks = static_cast<double>(sources.size());
   for (int64_t i = 0; i < count; ++i) {
     double total = 0;
-    for (const uint8_t* source : sources) total += load(source + i * size, dtype);
+    for (const uint8_t* source : sources) total += load_element(source + i * size, dtype);
     if (op == ReduceOp::kMean) total /= ranks;
-    store(destination + i * size, dtype, total);
+    store_element(destination + i * size, dtype, total);
   }
 }
 

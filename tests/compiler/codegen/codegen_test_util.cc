@@ -18,32 +18,7 @@ std::vector<uint8_t> encode(const Buffer& buffer) {
   const size_t size = runtime::dtype_size(buffer.dtype);
   std::vector<uint8_t> bytes(buffer.values.size() * size);
   for (size_t i = 0; i < buffer.values.size(); ++i) {
-    const double v = buffer.values[i];
-    uint8_t* out = bytes.data() + i * size;
-    auto put = [&](auto value) { std::memcpy(out, &value, sizeof(value)); };
-    switch (buffer.dtype) {
-      case DType::kF32:
-        put(static_cast<float>(v));
-        break;
-      case DType::kF64:
-        put(v);
-        break;
-      case DType::kBF16:
-        put(runtime::float_to_bf16_bits(static_cast<float>(v)));
-        break;
-      case DType::kF16:
-        put(runtime::float_to_f16_bits(static_cast<float>(v)));
-        break;
-      case DType::kI32:
-        put(static_cast<int32_t>(v));
-        break;
-      case DType::kI64:
-        put(static_cast<int64_t>(v));
-        break;
-      case DType::kBool:
-        put(static_cast<uint8_t>(v != 0));
-        break;
-    }
+    runtime::store_element(bytes.data() + i * size, buffer.dtype, buffer.values[i]);
   }
   return bytes;
 }
@@ -51,37 +26,8 @@ std::vector<uint8_t> encode(const Buffer& buffer) {
 Buffer decode(DType dtype, const uint8_t* bytes, int64_t count) {
   Buffer buffer{dtype, std::vector<double>(count)};
   const size_t size = runtime::dtype_size(dtype);
-  for (int64_t i = 0; i < count; ++i) {
-    const uint8_t* in = bytes + i * size;
-    auto get = [&](auto value) {
-      std::memcpy(&value, in, sizeof(value));
-      return value;
-    };
-    double& v = buffer.values[i];
-    switch (dtype) {
-      case DType::kF32:
-        v = get(float{});
-        break;
-      case DType::kF64:
-        v = get(double{});
-        break;
-      case DType::kBF16:
-        v = runtime::bf16_bits_to_float(get(uint16_t{}));
-        break;
-      case DType::kF16:
-        v = runtime::f16_bits_to_float(get(uint16_t{}));
-        break;
-      case DType::kI32:
-        v = get(int32_t{});
-        break;
-      case DType::kI64:
-        v = static_cast<double>(get(int64_t{}));
-        break;
-      case DType::kBool:
-        v = get(uint8_t{});
-        break;
-    }
-  }
+  for (int64_t i = 0; i < count; ++i)
+    buffer.values[i] = runtime::load_element(bytes + i * size, dtype);
   return buffer;
 }
 

@@ -9,64 +9,13 @@ namespace grove::testing {
 
 using runtime::DType;
 
-double round_to(double value, DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<float>(value);
-    case DType::kBF16:
-      return runtime::bf16_bits_to_float(runtime::float_to_bf16_bits(static_cast<float>(value)));
-    case DType::kF16:
-      return runtime::f16_bits_to_float(runtime::float_to_f16_bits(static_cast<float>(value)));
-    case DType::kI32:
-    case DType::kI64:
-      return std::trunc(value);
-    case DType::kBool:
-      return value != 0 ? 1 : 0;
-    case DType::kF64:
-      return value;
-  }
-  return value;
-}
+double round_to(double value, DType dtype) { return runtime::round_to_dtype(value, dtype); }
 
 runtime::Tensor to_device(const HostTensor& host, runtime::Device device) {
   const size_t size = runtime::dtype_size(host.dtype);
   std::vector<uint8_t> bytes(host.data.size() * size);
   for (size_t i = 0; i < host.data.size(); ++i) {
-    uint8_t* at = bytes.data() + i * size;
-    double value = host.data[i];
-    switch (host.dtype) {
-      case DType::kF32: {
-        auto v = static_cast<float>(value);
-        std::memcpy(at, &v, size);
-        break;
-      }
-      case DType::kF64:
-        std::memcpy(at, &value, size);
-        break;
-      case DType::kBF16: {
-        uint16_t v = runtime::float_to_bf16_bits(static_cast<float>(value));
-        std::memcpy(at, &v, size);
-        break;
-      }
-      case DType::kF16: {
-        uint16_t v = runtime::float_to_f16_bits(static_cast<float>(value));
-        std::memcpy(at, &v, size);
-        break;
-      }
-      case DType::kI32: {
-        auto v = static_cast<int32_t>(value);
-        std::memcpy(at, &v, size);
-        break;
-      }
-      case DType::kI64: {
-        auto v = static_cast<int64_t>(value);
-        std::memcpy(at, &v, size);
-        break;
-      }
-      case DType::kBool:
-        *at = value != 0;
-        break;
-    }
+    runtime::store_element(bytes.data() + i * size, host.dtype, host.data[i]);
   }
   return runtime::Tensor::from_host(bytes.data(), host.shape, host.dtype, device);
 }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 
@@ -104,6 +105,61 @@ TEST(Trainer, ParamsGradientsAndOptimizerStateKeepTheirAddresses) {
   std::vector<size_t> mutated = trainer.lowered_optimizer().function().mutated_input_indices;
   std::sort(mutated.begin(), mutated.end());
   EXPECT_EQ(mutated, mutated_input_positions(trainer.optimizer().program));
+}
+
+// Note [Argument sources]: every backward argument is the tensor its source
+// names (state by address, the caller's inputs by address, d(loss) = 1, the
+// forward's saved outputs), and running the lowered backward on them writes
+// the gradients a forward_backward() writes.
+TEST(Trainer, BackwardArgumentsComeFromTheirSources) {
+  ValueId loss;
+  ir::Program model = small_mlp(&loss);
+  Trainer trainer(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kSgdMomentum});
+  std::mt19937_64 rng(21);
+  TensorList inputs = {to_device(testing::normal_tensor({4, 6}, 1.0, rng)),
+                       to_device(testing::normal_tensor({4, 3}, 1.0, rng))};
+  Tensor loss_value;
+  TensorList args = trainer.backward_arguments(inputs, &loss_value);
+  EXPECT_TRUE(loss_value.defined());
+  const autodiff::TrainingPrograms& programs = trainer.programs();
+  const ir::Program& backward = trainer.backward_stage().program();
+  const std::vector<ValueId> call_inputs = programs.forward.inputs_of_kind(ir::ValueKind::kInput);
+  ASSERT_EQ(args.size(), backward.inputs().size());
+  size_t saved = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ir::Value& value = backward.value(backward.inputs()[i]);
+    const autodiff::BackwardInput& source = programs.backward_inputs[i];
+    if (value.is_persistent()) {
+      EXPECT_EQ(args[i].address(), trainer.state(value.name).address()) << value.name;
+      continue;
+    }
+    switch (source.source) {
+      case autodiff::BackwardInput::Source::kLossGradient:
+        EXPECT_EQ(args[i].to_doubles(), std::vector<double>{1.0});
+        break;
+      case autodiff::BackwardInput::Source::kForwardInput: {
+        auto at = std::find(call_inputs.begin(), call_inputs.end(),
+                            programs.forward.inputs()[source.index]);
+        ASSERT_NE(at, call_inputs.end()) << value.name;
+        EXPECT_EQ(args[i].address(),
+                  inputs[static_cast<size_t>(at - call_inputs.begin())].address())
+            << value.name;
+        break;
+      }
+      case autodiff::BackwardInput::Source::kForwardOutput:
+        ++saved;
+        EXPECT_EQ(args[i].shape(), value.type.shape) << value.name;
+        break;
+      case autodiff::BackwardInput::Source::kGradientBuffer:
+        ADD_FAILURE() << "gradient buffer " << value.name << " is not persistent";
+        break;
+    }
+  }
+  EXPECT_EQ(saved, programs.saved_count());
+  trainer.lowered_backward().function().call(args);
+  std::vector<double> by_hand = trainer.state("grad.fc1.weight").to_doubles();
+  trainer.forward_backward(inputs);
+  EXPECT_EQ(trainer.state("grad.fc1.weight").to_doubles(), by_hand);
 }
 
 // Note [Hyperparameters on the device]: a learning-rate schedule reaches every
