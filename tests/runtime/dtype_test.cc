@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -153,6 +154,46 @@ TEST(DType, BF16KnownValues) {
   EXPECT_EQ(float_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // tie, even above
   EXPECT_EQ(float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 0x3f81);
   EXPECT_EQ(bf16_bits_to_float(0xc0a0), -5.0f);
+}
+
+// load_element and store_element are the one place a dtype's bytes are read
+// and written: a value survives a round trip as round_to_dtype says, at any
+// alignment, and the bytes are the dtype's own bit patterns.
+TEST(DType, ElementsRoundTripThroughStoreAndLoadAsRoundToDtypeSays) {
+  GROVE_SEEDED_RNG(rng);
+  std::uniform_real_distribution<double> values(-300.0, 300.0);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64,
+                      DType::kBool, DType::kF64}) {
+    for (int trial = 0; trial < 64; ++trial) {
+      const double value = trial == 0 ? 0.0 : values(rng);
+      unsigned char bytes[1 + sizeof(double)] = {};
+      store_element(bytes + 1, dtype, value);  // unaligned on purpose
+      EXPECT_EQ(load_element(bytes + 1, dtype), round_to_dtype(value, dtype))
+          << dtype_name(dtype) << " " << value;
+    }
+  }
+}
+
+TEST(DType, StoreElementWritesEachDtypesBitPattern) {
+  auto stored = [](DType dtype, double value) {
+    unsigned char bytes[sizeof(double)] = {};
+    store_element(bytes, dtype, value);
+    return std::vector<unsigned char>(bytes, bytes + dtype_size(dtype));
+  };
+  auto bytes_of = [](auto value) {
+    std::vector<unsigned char> bytes(sizeof(value));
+    std::memcpy(bytes.data(), &value, sizeof(value));
+    return bytes;
+  };
+  EXPECT_EQ(stored(DType::kF32, 1.0), bytes_of(1.0f));
+  EXPECT_EQ(stored(DType::kF64, 0.1), bytes_of(0.1));
+  EXPECT_EQ(stored(DType::kF16, 1.0), bytes_of(uint16_t{0x3c00}));
+  EXPECT_EQ(stored(DType::kBF16, -5.0), bytes_of(uint16_t{0xc0a0}));
+  EXPECT_EQ(stored(DType::kI32, -7.9), bytes_of(int32_t{-7}));
+  EXPECT_EQ(stored(DType::kI64, 7.9), bytes_of(int64_t{7}));
+  EXPECT_EQ(stored(DType::kI32, std::nan("")), bytes_of(int32_t{0}));
+  EXPECT_EQ(stored(DType::kBool, -0.5), bytes_of(uint8_t{1}));
+  EXPECT_EQ(stored(DType::kBool, 0.0), bytes_of(uint8_t{0}));
 }
 
 }  // namespace

@@ -145,6 +145,16 @@ TEST(Storage, ForeignMemoryIsNotOwnedUntilGivenAnOwner) {
   EXPECT_EQ(destroyed, 2);
 }
 
+TEST(Tensor, ScalarHoldsTheValueStoredAsItsDtype) {
+  Tensor half = Tensor::scalar(2.5, DType::kF16, kSimDevice);
+  EXPECT_EQ(half.shape(), Shape{});
+  EXPECT_EQ(half.dtype(), DType::kF16);
+  EXPECT_EQ(half.to_doubles(), std::vector<double>{2.5});
+  EXPECT_EQ(Tensor::scalar(-3.7, DType::kI64, kSimDevice).to_doubles(), std::vector<double>{-3});
+  EXPECT_EQ(Tensor::scalar(0.1, DType::kF32, kSimDevice).to_doubles(),
+            std::vector<double>{static_cast<float>(0.1)});
+}
+
 TEST(TensorViews, ViewReshapesAContiguousTensorAndInfersOneExtent) {
   GROVE_SEEDED_RNG(rng);
   Tensor tensor = random_tensor(rng, {2, 3, 4});
