@@ -78,7 +78,7 @@ const char* update_result_text(cudaGraphExecUpdateResult result) {
 // allocations are unfreed (cudaErrorInvalidValue) unless it was instantiated
 // with cudaGraphInstantiateFlagAutoFreeOnLaunch, which frees them at the start
 // of the next launch. That matches grove's replay contract: a replay overwrites
-// the previous replay's outputs (DESIGN.md §4.7). Memory from grove's own
+// the previous replay's outputs (docs/ARCHITECTURE.md). Memory from grove's own
 // private pools is ordinary cudaMalloc memory outside the graph and is not
 // affected. InstantiateOptions::auto_free_on_launch therefore defaults to true.
 GraphExecHandle CudaBackend::instantiate(GraphHandle graph, const InstantiateOptions& options) {
