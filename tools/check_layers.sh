@@ -11,6 +11,9 @@
 #   visibility  Bazel refuses a dependency its visibility forbids: the probes
 #               in tests/tools/visibility_probe must fail analysis with a
 #               visibility error, and their control must pass.
+#   docs        no comment cites a design document outside the repository;
+#               every cited Note [...] is defined; docs/ARCHITECTURE.md's index
+#               of Notes is current (tools/notes_index.py --write renews it).
 #   format      clang-format --dry-run --Werror over the C++ sources.
 #
 #   tools/check_layers.sh                 every check on this checkout
@@ -76,12 +79,15 @@ check_includes() {
 # The probes are tagged manual, so `bazel build //...` never sees them.
 check_visibility() {
   local status=0 details="" probe output
-  for probe in tests_do_not_see_benchmarks product_internals_stay_in_cli; do
-    output=$(bazel build --nobuild "//tests/tools/visibility_probe:$probe" 2>&1)
+  for probe in //tests/tools/visibility_probe:tests_do_not_see_benchmarks \
+               //tests/tools/visibility_probe:product_internals_stay_in_cli \
+               //cli/visibility_probe:cli_does_not_see_benchmarks \
+               //cli/visibility_probe:cli_does_not_see_tree_internals; do
+    output=$(bazel build --nobuild "$probe" 2>&1)
     if [ $? -eq 0 ]; then
-      status=1 details+="//tests/tools/visibility_probe:$probe built; its dependency must not be visible"$'\n'
+      status=1 details+="$probe built; its dependency must not be visible"$'\n'
     elif ! grep -q "is not visible from target" <<<"$output"; then
-      status=1 details+="//tests/tools/visibility_probe:$probe failed without a visibility error:"$'\n'
+      status=1 details+="$probe failed without a visibility error:"$'\n'
       details+=$(grep -E "ERROR" <<<"$output" | head -5)$'\n'
     fi
   done
@@ -89,6 +95,17 @@ check_visibility() {
     status=1 details+="the control probe does not analyze:"$'\n'$(grep ERROR <<<"$output" | head -5)
   fi
   report visibility "$status" "$details"
+}
+
+# docs/ARCHITECTURE.md is the design: no comment cites a document outside the
+# repository, every cited Note exists, and the doc's index of Notes is current.
+check_docs() {
+  local details status=0
+  details=$(git grep -n -E 'DESIGN(\.md| §)' -- ':!tools/check_layers.sh' 2>/dev/null)
+  [ -n "$details" ] && status=1 details="cites a document outside the repository:"$'\n'"$details"$'\n'
+  local notes
+  notes=$(python3 tools/notes_index.py --check) || { status=1 details+="$notes"; }
+  report docs "$status" "$details"
 }
 
 check_format() {
@@ -108,5 +125,6 @@ cd "$(dirname "$0")/.." || exit 2
 failed=0
 check_includes || failed=1
 check_visibility || failed=1
+check_docs || failed=1
 check_format || failed=1
 exit "$failed"

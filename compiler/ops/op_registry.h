@@ -3,8 +3,8 @@
 // rule. Every layer that needs to know about an op asks the registry.
 //
 // API summary (stable; the lowering, codegen and autodiff build on it):
-//   OpRegistry::global()        every built-in op (list: op_names() or
-//                               DESIGN.md §3), registered on first use.
+//   OpRegistry::global()        every built-in op (list: op_names()),
+//                               registered on first use.
 //   get(name) / find(name)      the OpDef; get throws naming known ops.
 //   normalize_attrs(ctx, attrs) fills defaults, rejects unknown/mistyped attrs.
 //   infer_types(ctx)            checks operand count and runs OpDef::infer;

@@ -92,7 +92,8 @@ class CallSequence {
     int mode = std::uniform_int_distribution<int>(0, 2)(rng_);
     if (mode == 1 && owned_eager_.empty()) mode = 0;
     bool fed_back = false;
-    std::set<size_t> fed_inputs;  // previous outputs: a replay may overwrite them (DESIGN §4.7)
+    std::set<size_t>
+        fed_inputs;  // previous outputs: a replay may overwrite them (docs/ARCHITECTURE.md, 4.6)
     std::vector<std::vector<uint8_t>> values;
     for (size_t i = 0; i < input_ids_.size(); ++i) {
       const auto& type = program_.value(input_ids_[i]).type;

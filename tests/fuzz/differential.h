@@ -9,7 +9,7 @@
 // fed back: pool-managed inputs), whether mark_step_begin() starts a new
 // generation first, and whether the outputs are kept alive for a few calls or
 // dropped at once. A fed-back output may legitimately be stale (its
-// generation ended: DESIGN §4.7); the call is then repeated with copies of
+// generation ended: docs/ARCHITECTURE.md, 4.6); the call is then repeated with copies of
 // the values, as a user following the error message would.
 //
 // Note [Aliased inputs]: fed-back outputs go into any input whose type fits,
