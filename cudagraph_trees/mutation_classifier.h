@@ -27,12 +27,11 @@
 // write. A type-(d) input living in the tree's pool is a replay output of a
 // node off the current path (say, the previous replay of this very root, fed
 // back after a new generation began): the graph may write its outputs or
-// intermediates over that block, and the copy-back then overwrites them
-// with the mutated input (fuzz seeds 1169, 1238, 1248, 1318: `copy_into(x, ...)`
-// with x the previous call's output, whose block this replay's output reuses).
-// Eager code keeps the two apart, so such a call goes to eager with the
-// reason, at classification and on replay (one pool lookup per copy-back
-// input, only for nodes that have copy-back inputs).
+// intermediates over that block, and the copy-back would then overwrite them
+// with the mutated input. Such a call goes to eager with the reason, at
+// classification and on replay (one pool lookup per copy-back input, only for
+// nodes that have copy-back inputs). Guarded by
+// TreeCopyBack.MutatedInputInTheTreesPoolFallsBackWithReason.
 #pragma once
 
 #include <functional>

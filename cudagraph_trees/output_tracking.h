@@ -17,17 +17,15 @@
 // Note [Views of copied inputs]
 // A copied input reaches the body as its placeholder, so an output that is a
 // view of it (the input returned, reshaped or sliced) is a view of the
-// placeholder. Eager code returns a view of the caller's tensor instead, and
-// the difference shows as soon as anyone writes one of them: fed back into a
-// function that writes one input through another (fuzz seed 23188: x and
-// reshape(x) returned, then passed back as an input and a mutated input),
-// eager sees the write through the alias and the placeholder view does not.
-// So such outputs are re-emitted on the caller's storage, at the same offset
+// placeholder. Eager code returns a view of the caller's tensor instead, and a
+// write through one alias must show through the other as it does in eager
+// code. So such outputs are re-emitted on the caller's storage, at the same offset
 // relative to the tensor (placeholder and input have the same strides), on
 // every replay and at the recording itself. The values are the same: the
 // graph writes a copied input's placeholder only where the function mutates
 // the input, and copy-back then writes the caller's tensor before anyone can
-// read the view.
+// read the view. Guarded by TreeLifecycle.KernelFreeFunctionReEmitsViewsWithoutAGraph
+// and DifferentialFuzz.ReducedProgramsOfFixedFailuresPass (seed 23188).
 //
 // Note [Output liveness]: a TrackedStorage holds a weak reference to the
 // storage currently standing for an output, plus the number of strong

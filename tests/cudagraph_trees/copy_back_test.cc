@@ -121,7 +121,7 @@ TEST_P(TreeCopyBack, AliasingThatAppearsAfterRecordingFallsBackOnReplay) {
   trees.verify();
 }
 
-// Note [Copy-back into the pool] (fuzz seeds 1169, 1238, 1318): the mutated
+// Note [Copy-back into the pool]: the mutated
 // input is the previous replay's output, fed back after a new step; this
 // replay writes its output into that same block, and a copy-back would then
 // overwrite the output with the mutated input. It runs eagerly with why.
