@@ -1,7 +1,7 @@
 // `grove run MODEL.json`: compile a model with one backend, run it on random
 // seeded inputs, and print what one call costs.
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -30,6 +30,34 @@ struct RunOptions {
   std::string stats_json_path;
   std::string dot_path;
 };
+
+// True when `a` and `b` name the same file (or would, once created).
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  if (std::filesystem::equivalent(a, b, error)) return true;
+  return std::filesystem::weakly_canonical(a, error) == std::filesystem::weakly_canonical(b, error);
+}
+
+// The outputs are checked before the run, so that a run of minutes never ends
+// in an unwritable path, and never overwrite the model or each other.
+void check_output_paths(const RunOptions& options) {
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"--stats-json", &options.stats_json_path}, {"--dot", &options.dot_path}};
+  for (const auto& [flag, path] : outputs) {
+    if (path->empty()) continue;
+    if (same_file(*path, options.model.path)) {
+      throw UsageError(str_cat(flag, " ", *path,
+                               ": is the model file itself; writing there "
+                               "would destroy the model; choose another path"));
+    }
+    check_output_path(flag, *path);
+  }
+  if (!options.stats_json_path.empty() && !options.dot_path.empty() &&
+      same_file(options.stats_json_path, options.dot_path)) {
+    throw UsageError(str_cat("--stats-json and --dot both name ", options.dot_path,
+                             "; the second would overwrite the first; give each its own file"));
+  }
+}
 
 RunOptions parse_run_options(const ParsedFlags& args) {
   if (args.positional().empty()) {
@@ -80,6 +108,7 @@ RunOptions parse_run_options(const ParsedFlags& args) {
   }
   options.stats_json_path = args.value("--stats-json");
   options.dot_path = args.value("--dot");
+  check_output_paths(options);
   require_backend(options.measure.backend);
   if (!options.dot_path.empty() && options.measure.backend != kGraphBackend) {
     throw UsageError(str_cat("--dot writes the tree of CUDA graphs, which only the ", kGraphBackend,
@@ -207,13 +236,6 @@ int report_data_parallel(const RunOptions& options) {
     std::printf("\nwrote stats to %s\n", options.stats_json_path.c_str());
   }
   return 0;
-}
-
-void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream file(path);
-  GROVE_CHECK(file.good(), "cannot open '", path,
-              "' for writing; check that its directory exists and is writable");
-  file << text;
 }
 
 }  // namespace

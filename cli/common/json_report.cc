@@ -1,6 +1,9 @@
 #include "cli/common/json_report.h"
 
+#include <unistd.h>
+
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 
 #include "runtime/device_context.h"
@@ -31,13 +34,36 @@ nlohmann::json latency_json(const LatencySummary& summary) {
                         {"spread", summary.spread()}};
 }
 
-void write_json_file(const std::string& path, const nlohmann::json& json) {
+void write_text_file(const std::string& path, const std::string& text) {
   std::ofstream file(path);
   GROVE_CHECK(file.good(), "cannot open '", path,
               "' for writing; check that its directory exists and is writable");
-  file << json.dump(2) << "\n";
+  file << text;
   file.close();
-  GROVE_CHECK(!file.fail(), "writing '", path, "' failed (disk full?)");
+  GROVE_CHECK(!file.fail(), "writing '", path, "' failed (", text.size(),
+              " bytes; is the disk full?); nothing was written there");
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& json) {
+  write_text_file(path, json.dump(2) + "\n");
+}
+
+void check_output_path(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::file_status status = fs::status(path, error);
+  GROVE_CHECK(!fs::is_directory(status), flag, " ", path, ": is a directory; name a file to write");
+  if (fs::exists(status)) {
+    GROVE_CHECK(::access(path.c_str(), W_OK) == 0, flag, " ", path,
+                ": exists and is not writable; choose another path");
+    return;
+  }
+  fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  GROVE_CHECK(fs::is_directory(parent, error), flag, " ", path, ": directory '", parent.string(),
+              "' does not exist; create it first");
+  GROVE_CHECK(::access(parent.c_str(), W_OK) == 0, flag, " ", path, ": directory '",
+              parent.string(), "' is not writable; choose another path");
 }
 
 }  // namespace grove::cli

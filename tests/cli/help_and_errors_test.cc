@@ -117,6 +117,27 @@ TEST(GroveErrors, DotNeedsTheGraphBackend) {
   expect_error({"run", kMlp, "--dot", scratch_path("tree.dot")}, "--backend cudagraphs", 2);
 }
 
+// Issue 24, item 8: output paths are checked before the run, and a failed
+// write is an error, never "wrote".
+TEST(GroveErrors, OutputPathsAreCheckedBeforeTheRun) {
+  expect_error({"run", kMlp, "--stats-json", kMlp}, "is the model file itself", 2);
+  std::string both = scratch_path("both.out");
+  expect_error({"run", kMlp, "--backend", "cudagraphs", "--stats-json", both, "--dot", both},
+               "give each its own file", 2);
+  expect_error({"run", kMlp, "--stats-json", scratch_path("no_such_dir/stats.json")},
+               "does not exist; create it first");
+  expect_error({"run", kMlp, "--stats-json", scratch_path("")}, "is a directory");
+}
+
+TEST(GroveErrors, AFailedWriteIsAnError) {
+  CommandResult result = run_command(
+      kGrove, {"run", kMlp, "--backend", "cudagraphs", "--iters", "2", "--dot", "/dev/full"});
+  SCOPED_TRACE("stdout: " + result.out + "\nstderr: " + result.err);
+  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.err.find("writing '/dev/full' failed"), std::string::npos);
+  EXPECT_EQ(result.out.find("wrote the tree's DOT"), std::string::npos);
+}
+
 TEST(GroveErrors, RepeatedFlag) {
   expect_error({"run", kMlp, "--batch", "2", "--batch", "3"}, "given twice", 2);
 }
