@@ -21,21 +21,20 @@ using compiler::ir::ValueKind;
 using runtime::DType;
 
 std::string read_file(const std::string& path) {
-  std::ifstream file(path);
-  GROVE_CHECK_AS(ModelFormatError, file.good(), "cannot open model file '", path,
-                 "'; give the path of a grove model JSON (e.g. benchmarks/models/mlp16x512.json)");
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
+  try {
+    return compiler::model_format::read_model_file(path);
+  } catch (const ModelFormatError& error) {
+    throw ModelFormatError(str_cat(error.what(), " (e.g. benchmarks/models/mlp16x512.json)"));
+  }
 }
 
 // Rewrites the dtype of every f32 input, param and buffer; the nodes infer theirs.
 std::string with_dtype(const std::string& text, DType dtype, const std::string& path) {
   nlohmann::json model;
   try {
-    model = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    throw ModelFormatError(str_cat("model file '", path, "' does not parse: ", error.what()));
+    model = compiler::model_format::parse_model_json(text);  // depth-bounded
+  } catch (const ModelFormatError& error) {
+    throw ModelFormatError(str_cat("model file '", path, "': ", error.what()));
   }
   if (!model.is_object()) return text;  // the loader reports the shape of the problem
   for (const char* section : {"inputs", "params", "buffers"}) {

@@ -1,5 +1,7 @@
 #include "compiler/model_format/model_json.h"
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -420,12 +422,20 @@ json init_json(const ir::Initializer& init) {
 
 }  // namespace
 
-ir::Program load_model(const std::string& json_text, const DimBindings& dims, ir::Device device) {
-  json model;
+int64_t max_model_bytes() {
+  const char* text = std::getenv("GROVE_MODEL_MAX_BYTES");
+  if (text == nullptr || *text == '\0') return kDefaultMaxModelBytes;
+  char* end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  GROVE_CHECK_AS(ModelFormatError, end != text && *end == '\0' && value > 0,
+                 "GROVE_MODEL_MAX_BYTES='", text, "' is not a positive number of bytes");
+  return value;
+}
+
+json parse_model_json(const std::string& json_text) {
+  // Note [Model JSON bounded at parse time].
   try {
-    // nlohmann's parser keeps its own stack, so deep input cannot overflow ours;
-    // the callback stops it early.
-    model = json::parse(json_text, [](int depth, json::parse_event_t, json&) {
+    return json::parse(json_text, [](int depth, json::parse_event_t, json&) {
       if (depth > kMaxJsonDepth) {
         throw ModelFormatError(str_cat("model JSON nests deeper than ", kMaxJsonDepth,
                                        " levels; grove models are at most a few levels deep"));
@@ -435,15 +445,42 @@ ir::Program load_model(const std::string& json_text, const DimBindings& dims, ir
   } catch (const json::exception& error) {
     throw ModelFormatError(str_cat("model JSON does not parse: ", error.what()));
   }
-  return Loader(dims, device).load(model);
+}
+
+std::string read_model_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::file_status status = fs::status(path, error);
+  GROVE_CHECK_AS(ModelFormatError, fs::exists(status), "cannot open model file '", path,
+                 "': no such file");
+  GROVE_CHECK_AS(ModelFormatError, !fs::is_directory(status), "model file '", path,
+                 "' is a directory; give the path of a grove model JSON file");
+  GROVE_CHECK_AS(ModelFormatError, fs::is_regular_file(status), "model file '", path,
+                 "' is not a regular file (a device, pipe or socket); give the path of a grove "
+                 "model JSON file");
+  const uintmax_t size = fs::file_size(path, error);
+  GROVE_CHECK_AS(ModelFormatError, !error, "cannot read the size of model file '", path,
+                 "': ", error.message());
+  const int64_t limit = max_model_bytes();
+  GROVE_CHECK_AS(ModelFormatError, size <= static_cast<uintmax_t>(limit), "model file '", path,
+                 "' is ", size, " bytes, more than the ", limit,
+                 "-byte limit for model JSON; raise GROVE_MODEL_MAX_BYTES if it is really a model");
+  std::ifstream file(path, std::ios::binary);
+  GROVE_CHECK_AS(ModelFormatError, file.good(), "cannot open model file '", path, "'");
+  std::string text(static_cast<size_t>(size), '\0');
+  file.read(text.data(), static_cast<std::streamsize>(size));
+  GROVE_CHECK_AS(ModelFormatError, file.gcount() == static_cast<std::streamsize>(size),
+                 "model file '", path, "' changed while it was read; read ", file.gcount(), " of ",
+                 size, " bytes");
+  return text;
+}
+
+ir::Program load_model(const std::string& json_text, const DimBindings& dims, ir::Device device) {
+  return Loader(dims, device).load(parse_model_json(json_text));
 }
 
 ir::Program load_model_file(const std::string& path, const DimBindings& dims, ir::Device device) {
-  std::ifstream file(path);
-  GROVE_CHECK_AS(ModelFormatError, file.good(), "cannot open model file '", path, "'");
-  std::stringstream text;
-  text << file.rdbuf();
-  return load_model(text.str(), dims, device);
+  return load_model(read_model_file(path), dims, device);
 }
 
 std::string export_model(const ir::Program& program) {

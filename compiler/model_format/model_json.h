@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "compiler/ir/program.h"
@@ -35,6 +36,23 @@
 namespace grove::compiler::model_format {
 
 inline constexpr int kMaxJsonDepth = 16;
+// Model files larger than this are refused before they are read (a grove
+// model is a few KB of JSON; weights live elsewhere). GROVE_MODEL_MAX_BYTES
+// overrides it.
+inline constexpr int64_t kDefaultMaxModelBytes = int64_t{64} << 20;
+int64_t max_model_bytes();
+
+// Note [Model JSON bounded at parse time]: every reader of model text goes
+// through parse_model_json, which stops at kMaxJsonDepth levels while parsing
+// (nlohmann's parser keeps its own stack), so nothing afterwards (the loader,
+// a dtype rewrite, dump()) walks a document deeper than that. Guarded by
+// ModelFormat.DeepJsonIsRejectedWhileParsing and
+// GroveErrors.DeepModelWithDtypeIsRejected.
+nlohmann::json parse_model_json(const std::string& json_text);
+// The text of model file `path`: a regular file of at most max_model_bytes().
+// Throws ModelFormatError naming the path otherwise ("is a directory", "is not
+// a regular file", too large, unreadable).
+std::string read_model_file(const std::string& path);
 
 using DimBindings = std::map<std::string, int64_t>;
 

@@ -2,6 +2,8 @@
 // "grove: error: ..." on stderr and a non-zero exit status.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "tests/cli/command_runner.h"
 
 namespace grove::cli::testing {
@@ -136,6 +138,24 @@ TEST(GroveErrors, AFailedWriteIsAnError) {
   EXPECT_NE(result.status, 0);
   EXPECT_NE(result.err.find("writing '/dev/full' failed"), std::string::npos);
   EXPECT_EQ(result.out.find("wrote the tree's DOT"), std::string::npos);
+}
+
+// Issue 24, items 1, 5 and 10: a deep document with --dtype bf16 (which
+// rewrites the JSON) is rejected while parsing, not by a stack overflow in
+// dump(); directories and devices are refused before anything is read.
+TEST(GroveErrors, DeepModelWithDtypeIsRejected) {
+  std::string deep = scratch_path("deep.json");
+  {
+    std::ofstream file(deep);
+    file << "{\"name\": \"deep\", \"x\": " << std::string(100000, '[') << std::string(100000, ']')
+         << "}";
+  }
+  expect_error({"run", deep, "--dtype", "bf16"}, "nests deeper than 16 levels");
+}
+
+TEST(GroveErrors, ModelPathThatIsNotARegularFile) {
+  expect_error({"run", scratch_path("")}, "is a directory");
+  expect_error({"run", "/dev/zero"}, "is not a regular file");
 }
 
 TEST(GroveErrors, RepeatedFlag) {

@@ -97,6 +97,38 @@ TEST(ModelFormat, GptReferenceRunGivesCausalFiniteLogits) {
   EXPECT_NE(changed.at({0, 7, 0}), logits.at({0, 7, 0}));
 }
 
+TEST(ModelFormat, DeepJsonIsRejectedWhileParsing) {
+  std::string deep =
+      "{\"name\": \"deep\", \"x\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  expect_format_error(deep, {"nests deeper than 16 levels"});
+}
+
+// Expects read_model_file(path) to throw a ModelFormatError mentioning `part`.
+void expect_read_error(const std::string& path, const std::string& part) {
+  try {
+    read_model_file(path);
+    ADD_FAILURE() << "no ModelFormatError for " << path;
+  } catch (const ModelFormatError& error) {
+    EXPECT_NE(std::string(error.what()).find(part), std::string::npos) << error.what();
+  }
+}
+
+TEST(ModelFormat, ModelFilesMustBeRegularAndWithinTheSizeLimit) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string dir = tmp != nullptr ? tmp : "/tmp";
+  expect_read_error(dir, "is a directory");
+  expect_read_error("/dev/zero", "is not a regular file");
+  std::string big = dir + "/big_model.json";
+  {
+    std::ofstream file(big);
+    file << std::string(2048, ' ');
+  }
+  setenv("GROVE_MODEL_MAX_BYTES", "1024", 1);
+  expect_read_error(big, "more than the 1024-byte limit");
+  unsetenv("GROVE_MODEL_MAX_BYTES");
+  EXPECT_EQ(read_model_file(big).size(), 2048u);
+}
+
 TEST(ModelFormat, ReportsInvalidJson) { expect_format_error("{\"name\": ", {"does not parse"}); }
 
 TEST(ModelFormat, ReportsUnknownOpWithNodeAndField) {
