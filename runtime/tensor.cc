@@ -12,7 +12,10 @@ namespace grove::runtime {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t count = 1;
-  for (int64_t extent : shape) count *= extent;
+  for (int64_t extent : shape) {
+    GROVE_CHECK_AS(ShapeError, !__builtin_mul_overflow(count, extent, &count), "shape ",
+                   shape_str(shape), " has more elements than a 64-bit count holds");
+  }
   return count;
 }
 

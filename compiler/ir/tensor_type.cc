@@ -1,5 +1,6 @@
 #include "compiler/ir/tensor_type.h"
 
+#include <limits>
 #include <sstream>
 
 namespace grove::compiler::ir {
@@ -8,7 +9,8 @@ int64_t TensorType::numel() const {
   int64_t count = 1;
   for (int64_t dim : shape) {
     if (dim == kDynamicDim) return kDynamicDim;
-    count *= dim;
+    // An overflowing product saturates, so every limit check rejects it.
+    if (__builtin_mul_overflow(count, dim, &count)) return std::numeric_limits<int64_t>::max();
   }
   return count;
 }

@@ -45,7 +45,9 @@ Shape reshape_shape(const OpContext& context) {
     GROVE_CHECK_AS(ShapeError, shape[d] > 0, context.where(), ": attribute 'shape' ",
                    ir::shape_text(context.attrs.get_ints("shape")), " has an invalid size ",
                    shape[d], " (use -1 to infer one dimension, 0 to copy the input's)");
-    known *= shape[d];
+    GROVE_CHECK_AS(ShapeError, !__builtin_mul_overflow(known, shape[d], &known), context.where(),
+                   ": attribute 'shape' ", ir::shape_text(context.attrs.get_ints("shape")),
+                   " has more elements than a 64-bit count holds");
   }
   int64_t total = runtime::shape_numel(input);
   if (inferred >= 0) {

@@ -182,6 +182,16 @@ TEST(ModelFormat, ReportsAbsurdSizes) {
                       {"inputs[0] 'x'", "field 'shape'", "2^31"});
 }
 
+// Issue 24, item 3: the product of a reshape's sizes wrapped to 16 in int64
+// and passed; a following sum read out of bounds.
+TEST(ModelFormat, ReshapeWhoseSizesOverflowIsRejectedNamingTheNode) {
+  expect_format_error(R"({"name": "m", "inputs": [{"name": "x", "shape": [16]}],
+                          "nodes": [{"name": "r", "op": "reshape", "inputs": ["x"],
+                                     "attrs": {"shape": [4611686018427387905, 4, 4]}}],
+                          "outputs": ["r"]})",
+                      {"node 'r'", "64-bit"});
+}
+
 TEST(ModelFormat, ReportsNestingTooDeep) {
   std::string deep = R"({"name": "m", "description": )" + std::string(40, '[') +
                      std::string(40, ']') + R"(, "nodes": [], "outputs": []})";
