@@ -1,8 +1,10 @@
 #include "compiler/model_format/model_json.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -88,7 +90,43 @@ int64_t Loader::dim_value(const json& entry, const std::string& field,
     where.fail(field, str_cat("must be an integer or a dimension name, found ", type_name(entry),
                               " ", entry.dump()));
   }
+  if (entry.is_number_unsigned() &&
+      entry.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    where.fail(field, str_cat("is ", entry.get<uint64_t>(), ", beyond the largest size (",
+                              ir::kMaxElements, " elements per value)"));
+  }
   return entry.get<int64_t>();
+}
+
+// Edit distance between two op names (insertions, deletions, substitutions).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "did you mean 'gelu' or 'relu'?" for the closest registered names, else the list.
+std::string closest_ops(const std::string& op, const std::vector<std::string>& known) {
+  size_t best = std::numeric_limits<size_t>::max();
+  for (const std::string& name : known) best = std::min(best, edit_distance(op, name));
+  std::string names;
+  if (best <= std::max<size_t>(2, op.size() / 3)) {
+    for (const std::string& name : known) {
+      if (edit_distance(op, name) == best) names += (names.empty() ? "'" : ", '") + name + "'";
+    }
+    return str_cat("did you mean ", names, "?");
+  }
+  for (const std::string& name : known) names += (names.empty() ? "" : ", ") + name;
+  return str_cat("known ops: ", names);
 }
 
 ir::Shape Loader::parse_shape(const json& entry, const Location& where) const {
@@ -230,7 +268,8 @@ void Loader::add_node(const json& entry, size_t index, ir::Program& program) con
   const ops::OpRegistry& registry = ops::OpRegistry::global();
   const ops::OpDef* def = registry.find(op);
   if (def == nullptr) {
-    where.fail("op", str_cat("'", op, "' is not a registered op (see OpRegistry::op_names())"));
+    where.fail(
+        "op", str_cat("'", op, "' is not a registered op; ", closest_ops(op, registry.op_names())));
   }
   if (program.find_node(name)) where.fail("name", "is already used by another node");
 

@@ -192,6 +192,19 @@ TEST(ModelFormat, ReshapeWhoseSizesOverflowIsRejectedNamingTheNode) {
                       {"node 'r'", "64-bit"});
 }
 
+// Issue 24, item 10: a size past int64 said "is negative (-1)"; an unknown
+// op pointed at OpRegistry::op_names() instead of naming the ops.
+TEST(ModelFormat, SizesBeyondInt64AndUnknownOpsAreNamed) {
+  expect_format_error(
+      R"({"name": "m", "inputs": [{"name": "x", "shape": [18446744073709551615, 8]}],
+                          "nodes": [], "outputs": []})",
+      {"field 'shape[0]'", "is 18446744073709551615, beyond the largest size"});
+  expect_format_error(tiny_model(R"({"name": "act", "op": "gelo", "inputs": ["fc"]})"),
+                      {"node 'act'", "'gelo' is not a registered op", "did you mean 'gelu'"});
+  expect_format_error(tiny_model(R"({"name": "act", "op": "zzzzzzzzzzzz", "inputs": ["fc"]})"),
+                      {"known ops: ", "relu"});
+}
+
 TEST(ModelFormat, ReportsNestingTooDeep) {
   std::string deep = R"({"name": "m", "description": )" + std::string(40, '[') +
                      std::string(40, ']') + R"(, "nodes": [], "outputs": []})";
