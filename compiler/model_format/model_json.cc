@@ -1,6 +1,7 @@
 #include "compiler/model_format/model_json.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -150,6 +151,53 @@ ir::Shape Loader::parse_shape(const json& entry, const Location& where) const {
   return shape;
 }
 
+// The largest finite magnitude of a floating dtype; 0 for other dtypes.
+double largest_finite(runtime::DType dtype) {
+  switch (dtype) {
+    case runtime::DType::kF16:
+      return 65504.0;
+    case runtime::DType::kBF16:
+      return 3.3895313892515355e38;
+    case runtime::DType::kF32:
+      return static_cast<double>(std::numeric_limits<float>::max());
+    case runtime::DType::kF64:
+      return std::numeric_limits<double>::max();
+    default:
+      return 0;
+  }
+}
+
+// An initializer whose parameters the dtype cannot hold gives inf or NaN
+// parameters (and a training run that prints -nan): refuse it up front.
+void check_representable(const ir::Initializer& init, runtime::DType dtype, const Location& where) {
+  const double limit = largest_finite(dtype);
+  if (limit == 0) return;
+  auto check = [&](const char* field, double value) {
+    if (std::isfinite(value) && std::abs(value) <= limit) return;
+    where.fail(
+        str_cat("init.", field),
+        str_cat("is ", value, ", which ", runtime::dtype_name(dtype),
+                " cannot hold (its largest finite value is ", limit, "); choose a smaller value"));
+  };
+  switch (init.kind) {
+    case ir::InitKind::kConstant:
+      check("value", init.value);
+      break;
+    case ir::InitKind::kNormal:
+      check("mean", init.mean);
+      check("std", init.std);
+      // Six standard deviations cover every draw the generator makes in practice.
+      check("std", std::abs(init.mean) + 6 * init.std);
+      break;
+    case ir::InitKind::kUniform:
+      check("low", init.low);
+      check("high", init.high);
+      break;
+    default:
+      break;
+  }
+}
+
 double number_field(const json& init, const char* field, double fallback, const Location& where) {
   auto found = init.find(field);
   if (found == init.end()) return fallback;
@@ -223,7 +271,10 @@ void Loader::declare_inputs(const json& model, const char* section, ir::ValueKin
       }
     }
     std::optional<ir::Initializer> init;
-    if (persistent) init = parse_init(entry, where);
+    if (persistent) {
+      init = parse_init(entry, where);
+      check_representable(*init, type.dtype, where);
+    }
     if (program.has_name(name)) where.fail("name", "is already defined; names must be unique");
     program.add_input(name, type, kind, init);
   }

@@ -205,6 +205,22 @@ TEST(ModelFormat, SizesBeyondInt64AndUnknownOpsAreNamed) {
                       {"known ops: ", "relu"});
 }
 
+// Issue 24, item 9: uniform +-1e308 into f32 and constant 1e300 were accepted
+// and training printed -nan.
+TEST(ModelFormat, InitializersTheDtypeCannotHoldAreRejected) {
+  auto model_with_init = [](const std::string& init) {
+    return R"({"name": "m", "inputs": [{"name": "x", "shape": [2]}],
+               "params": [{"name": "w", "shape": [2], "dtype": "f32", "init": )" +
+           init + R"(}], "nodes": [{"name": "y", "op": "add", "inputs": ["x", "w"]}],
+               "outputs": ["y"]})";
+  };
+  expect_format_error(model_with_init(R"({"kind": "uniform", "low": -1e308, "high": 1e308})"),
+                      {"params[0] 'w'", "field 'init.low'", "f32 cannot hold"});
+  expect_format_error(model_with_init(R"({"kind": "constant", "value": 1e300})"),
+                      {"field 'init.value'", "f32 cannot hold"});
+  load_model(model_with_init(R"({"kind": "uniform", "low": -3e38, "high": 3e38})"));
+}
+
 TEST(ModelFormat, ReportsNestingTooDeep) {
   std::string deep = R"({"name": "m", "description": )" + std::string(40, '[') +
                      std::string(40, ']') + R"(, "nodes": [], "outputs": []})";
