@@ -2,11 +2,13 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/paths.h"
+#include "cli/terminal_text.h"
 
 namespace grove::cli {
 namespace {
@@ -33,13 +35,14 @@ int dispatch(const std::vector<std::string>& args) {
       str_cat("unknown command '", command, "'; commands: run, demo, help (see grove --help)"));
 }
 
-// One line: newlines in nested messages become "; ".
+// One line: newlines in nested messages become "; ", other control bytes
+// (from a model's names) are escaped.
 std::string one_line(std::string message) {
   for (size_t at = message.find('\n'); at != std::string::npos; at = message.find('\n', at)) {
     message.replace(at, 1, "; ");
   }
   while (!message.empty() && (message.back() == ' ' || message.back() == ';')) message.pop_back();
-  return message;
+  return printable(message);
 }
 
 }  // namespace
@@ -65,6 +68,12 @@ int grove_main(int argc, char** argv) {
   std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   try {
     return dispatch(args);
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "grove: error: out of host memory (std::bad_alloc); the model, --batch or "
+                 "--seq asks for more memory than this machine has: try smaller sizes\n");
+    return 1;
   } catch (const UsageError& error) {
     std::fflush(stdout);
     std::fprintf(stderr, "grove: error: %s\n", one_line(error.what()).c_str());

@@ -12,6 +12,7 @@
 #include "cli/measure.h"
 #include "cli/model_setup.h"
 #include "cli/report.h"
+#include "cli/terminal_text.h"
 #include "cli/tree_stats.h"
 #include "compiler/distributed/data_parallel_trainer.h"
 #include "runtime/collectives/setup.h"
@@ -282,7 +283,7 @@ int run_command(const std::vector<std::string>& args) {
   RunOptions options = parse_run_options(parsed);
   if (options.gpus > 1) return report_data_parallel(options);
   compiler::ir::Program program = load_program(options.model);
-  std::printf("grove run %s on %s (%s), backend %s, %s%s\n", program.name().c_str(),
+  std::printf("grove run %s on %s (%s), backend %s, %s%s\n", printable(program.name()).c_str(),
               options.model.device.str().c_str(),
               runtime::device_context(options.model.device).backend().name().c_str(),
               options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),

@@ -158,6 +158,20 @@ TEST(GroveErrors, ModelPathThatIsNotARegularFile) {
   expect_error({"run", "/dev/zero"}, "is not a regular file");
 }
 
+// Issue 24, item 10: escape bytes from a model reached the terminal raw.
+TEST(GroveErrors, ControlBytesFromAModelAreEscaped) {
+  std::string model = scratch_path("escape.json");
+  {
+    std::ofstream file(model);
+    file << R"({"name": "m\u001b[2J", "inputs": [{"name": "x", "shape": [2]}],
+               "nodes": [{"name": "y", "op": "gelo", "inputs": ["x"]}], "outputs": ["y"]})";
+  }
+  CommandResult result = run_command(kGrove, {"run", model});
+  EXPECT_NE(result.status, 0);
+  EXPECT_EQ(result.err.find('\x1b'), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("m\\x1b[2J"), std::string::npos) << result.err;
+}
+
 TEST(GroveErrors, RepeatedFlag) {
   expect_error({"run", kMlp, "--batch", "2", "--batch", "3"}, "given twice", 2);
 }
