@@ -187,6 +187,12 @@ std::string InputBinding::describe_mismatches(const TensorList& inputs) const {
              << " offset " << c.offset << " became "
              << (now.defined() ? now.storage()->address() : nullptr) << " offset " << now.offset()
              << "; ";
+      } else if (!c.layout_matches(inputs[c.index])) {
+        const runtime::Tensor& now = inputs[c.index];
+        text << "input " << c.index << " (" << kind << "): recorded as "
+             << runtime::shape_str(c.shape) << " strides " << runtime::shape_str(c.strides)
+             << ", now " << runtime::shape_str(now.shape()) << " strides "
+             << runtime::shape_str(now.strides()) << " at the same address; ";
       }
     }
   };

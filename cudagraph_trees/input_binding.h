@@ -70,6 +70,16 @@ class InputBinding {
     }
     return true;
   }
+  // Note [Layouts of checked inputs].
+  bool checked_layouts_match(const TensorList& inputs) const {
+    for (const CheckedInput& checked : managed_) {
+      if (!checked.layout_matches(inputs[checked.index])) return false;
+    }
+    for (const CheckedInput& checked : static_) {
+      if (!checked.layout_matches(inputs[checked.index])) return false;
+    }
+    return true;
+  }
   bool copied_layouts_match(const TensorList& inputs) const {
     for (const CopiedInput& copied : copied_) {
       if (!copied.meta.matches(inputs[copied.index])) return false;

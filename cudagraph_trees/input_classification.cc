@@ -46,6 +46,8 @@ const char* invariant_status_text(InvariantStatus status) {
       return "static input address changed";
     case InvariantStatus::kCopiedInputChanged:
       return "input shape, strides, dtype or device changed";
+    case InvariantStatus::kCheckedInputLayoutChanged:
+      return "static or pool-managed input has a new shape, strides or dtype at the same address";
     case InvariantStatus::kMutatedInputAliased:
       return "a mutated input shares memory with another input or the tree's pool";
   }
@@ -68,12 +70,12 @@ ClassifiedInputs classify_inputs(const ClassificationRequest& request, TensorLis
       GROVE_CHECK(input.defined(), request.function.describe(), ": static input ", i,
                   " is undefined; static inputs must be tensors with a fixed address");
       classified.kinds[i] = InputKind::kStatic;
-      classified.statics.push_back(CheckedInput{index, input.storage()->address(), input.offset()});
+      classified.statics.push_back(CheckedInput::of(index, input));
       if (written) classified.written_fixed.push_back(index);
       bound_inputs.push_back(input);
     } else if (pool_output && request.demoted.count(i) == 0) {
       classified.kinds[i] = InputKind::kManaged;
-      classified.managed.push_back(CheckedInput{index, input.storage()->address(), input.offset()});
+      classified.managed.push_back(CheckedInput::of(index, input));
       if (written) classified.written_fixed.push_back(index);
       bound_inputs.push_back(input);
     } else {

@@ -33,20 +33,44 @@ enum class InvariantStatus : uint8_t {
   kExpectedDeadOutputAlive,
   kStaticInputMoved,
   kCopiedInputChanged,
+  kCheckedInputLayoutChanged,
   kMutatedInputAliased,
 };
 const char* invariant_status_text(InvariantStatus status);
 
-// A static or managed input: replayed only at the address it was recorded at.
+// A static or managed input: replayed only at the address it was recorded at,
+// and only with the layout it was recorded with.
+//
+// Note [Layouts of checked inputs]
+// The graph bakes in a static or managed input's address and also the shape,
+// strides and dtype its kernels were launched for. A call that passes another
+// view of the same memory (a longer slice, a transpose) has the same address
+// but must not replay: it warms up and records a new child. The replay check
+// compares the layout after the address, two small-vector compares and one
+// dtype compare per checked input (Note [Replay fast path]). Tests:
+// TreeInvariants.StaticInputWithANewShapeAtTheSameAddressRecordsANewGraph,
+// ManagedInputTransposedAtTheSameAddressRecordsANewGraph.
 struct CheckedInput {
   uint32_t index = 0;
   const void* storage_address = nullptr;  // the storage's base at record time
   int64_t offset = 0;                     // the tensor's element offset at record time
+  runtime::DType dtype = runtime::DType::kF32;
+  runtime::Shape shape;
+  runtime::Shape strides;
 
+  static CheckedInput of(uint32_t index, const runtime::Tensor& tensor) {
+    return CheckedInput{index,           tensor.storage()->address(),
+                        tensor.offset(), tensor.dtype(),
+                        tensor.shape(),  tensor.strides()};
+  }
   // Inline on purpose (Note [Replay fast path]): two loads and two compares.
   bool matches(const runtime::Tensor& tensor) const {
     const runtime::StoragePtr& storage = tensor.storage();
     return storage != nullptr && storage->address() == storage_address && tensor.offset() == offset;
+  }
+  // Note [Layouts of checked inputs]; called after matches() held.
+  bool layout_matches(const runtime::Tensor& tensor) const {
+    return tensor.dtype() == dtype && tensor.shape() == shape && tensor.strides() == strides;
   }
   const void* address() const { return storage_address; }
 };

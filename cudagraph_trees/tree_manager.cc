@@ -18,7 +18,8 @@ namespace grove::cudagraph_trees {
 // compare; a new generation ends a replayed path without touching memory);
 // one vector index to find the candidate children of the current node (slots
 // are indexed by the dense FunctionId, never hashed); per candidate, one
-// address comparison per managed and static input, a liveness read per output
+// address comparison per managed and static input and then one layout
+// comparison (Note [Layouts of checked inputs]), a liveness read per output
 // that must be dead (usually none) and a layout comparison per copied input;
 // one device-to-device copy per copied input into its pool placeholder; the
 // cached output tensors (one vector of Tensors built on the first replay,
@@ -300,7 +301,8 @@ TreeNode* TreeManager::find_replayable_child(const ChildSlot& slot, const Tensor
     InvariantStatus status = child->check(inputs);
     if (status == InvariantStatus::kOk) return child;
     if (misses.first_failure == InvariantStatus::kOk) misses.first_failure = status;
-    if (status == InvariantStatus::kCopiedInputChanged) {
+    if (status == InvariantStatus::kCopiedInputChanged ||
+        status == InvariantStatus::kCheckedInputLayoutChanged) {
       misses.shape_changed = true;
     } else if (status != InvariantStatus::kStaticInputMoved &&
                misses.first_unexpected == InvariantStatus::kOk) {

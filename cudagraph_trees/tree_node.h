@@ -121,6 +121,9 @@ class TreeNode final : public PathNode {
       if (storage->live()) return InvariantStatus::kExpectedDeadOutputAlive;
     }
     if (!parts_.inputs.static_addresses_match(inputs)) return InvariantStatus::kStaticInputMoved;
+    if (!parts_.inputs.checked_layouts_match(inputs)) {
+      return InvariantStatus::kCheckedInputLayoutChanged;  // Note [Layouts of checked inputs]
+    }
     if (!parts_.inputs.copied_layouts_match(inputs)) return InvariantStatus::kCopiedInputChanged;
     if (!parts_.inputs.copy_back_inputs_unaliased(inputs)) {
       return InvariantStatus::kMutatedInputAliased;

@@ -135,6 +135,60 @@ TEST_P(TreeInvariants, RecordedDeadOutputAliveAtReplayRecordsSibling) {
   EXPECT_EQ(f_node->children(g).size(), 2u);
 }
 
+// Note [Layouts of checked inputs]: w is static; base[0:32] and base[0:64]
+// start at the same address.
+TEST_P(TreeInvariants, StaticInputWithANewShapeAtTheSameAddressRecordsANewGraph) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(
+      spec("double_w", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }, {0}));
+  Tensor base = random_tensor(rng, {64});
+  for (int64_t rows : {32, 32, 32, 64, 64, 64, 32, 64}) {
+    Tensor w = base.slice(0, 0, rows);
+    TensorList out = trees.run(f, {w});
+    ASSERT_EQ(out[0].shape(), runtime::Shape({rows}));
+    EXPECT_VALUES(out[0], host_scale(host(w), 2.0f));
+    trees.verify();
+  }
+  EXPECT_EQ(trees.roots(f).size(), 2u);
+  EXPECT_EQ(trees.counters().recordings, 2u);
+  EXPECT_EQ(trees.counters().replays, 4u);
+  EXPECT_EQ(trees.counters().rerecord_reasons.at(cudagraph_trees::invariant_status_text(
+                cudagraph_trees::InvariantStatus::kCheckedInputLayoutChanged)),
+            1u);
+}
+
+// A pool output [4, 8] passed as itself, then transposed ([8, 4], strides
+// [1, 8]) at the same address: the graph of the first layout must not replay.
+TEST_P(TreeInvariants, ManagedInputTransposedAtTheSameAddressRecordsANewGraph) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId make = trees.register_function(
+      spec("make", [](const TensorList& in) { return TensorList{scale(in[0], 3.0f)}; }));
+  // 2 m in m's own layout: transposed inputs go through the contiguous kernel.
+  FunctionId twice = trees.register_function(spec("twice", [](const TensorList& in) {
+    const Tensor& m = in[0];
+    if (m.is_contiguous()) return TensorList{scale(m, 2.0f)};
+    return TensorList{scale(m.transpose(0, 1), 2.0f).transpose(0, 1)};
+  }));
+  for (bool transposed : {false, false, false, true, true, true, false, true}) {
+    InvocationScope call(trees);
+    Tensor x = random_tensor(rng, {4, 8});
+    Tensor m = trees.run(make, {x})[0];
+    Tensor input = transposed ? m.transpose(0, 1) : m;
+    TensorList out = trees.run(twice, {input});
+    ASSERT_EQ(out[0].shape(), input.shape());
+    EXPECT_VALUES(out[0], host_scale(host(input), 2.0f));
+    trees.verify();
+  }
+  const TreeNode* make_node = trees.roots(make)[0];
+  ASSERT_EQ(make_node->children(twice).size(), 2u);
+  for (const TreeNode* child : make_node->children(twice)) {
+    EXPECT_EQ(child->inputs().kinds()[0], InputKind::kManaged);
+  }
+  EXPECT_EQ(trees.counters().eager_calls, 0u);
+}
+
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeInvariants);
 
 }  // namespace
