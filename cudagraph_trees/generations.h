@@ -6,6 +6,16 @@
 // Once mark_step_begin() is used, only mark_step_begin() advances generations
 // and pending backwards no longer matter.
 //
+// Note [Several backwards per step]
+// All the backwards that follow forwards stay in the forwards' generation,
+// however many there are (two forwards and then their two backwards, as in
+// micro-batch gradient accumulation): the first backward clears the pending
+// flag, but the backwards after it still read activations the forwards saved,
+// so only a call of another mode (the next forward) or mark_step_begin() ends
+// the generation. Backwards called without a forward before them start
+// generations as any top-level call does. Test:
+// TreeGenerations.TwoForwardsThenTwoBackwardsStayInOneGenerationAndMatchEager.
+//
 // This file also writes the messages of outputs invalidated when a
 // generation ends (Note [Stale outputs] in tree_manager.cc).
 #pragma once
@@ -32,8 +42,14 @@ class GenerationTracker {
     mark_step_used_ = true;
   }
   void after_call(CompilationMode mode) {
+    if (mode == CompilationMode::kBackward) {
+      // Note [Several backwards per step].
+      backwards_of_forwards_ = backwards_of_forwards_ || pending_backward_;
+      pending_backward_ = false;
+      return;
+    }
+    backwards_of_forwards_ = false;
     if (mode == CompilationMode::kForward) pending_backward_ = true;
-    if (mode == CompilationMode::kBackward) pending_backward_ = false;
   }
 
   // Steps are negative so that the first mark_step_begin() is a new generation too.
@@ -41,8 +57,11 @@ class GenerationTracker {
   bool mark_step_used() const { return mark_step_used_; }
   bool pending_backward() const { return pending_backward_; }
   bool in_new_generation(int64_t last) const { return current() != last; }
-  bool can_start_new_generation(int64_t last) const {
-    return current() != last && (mark_step_used_ || !pending_backward_);
+  // Whether a call of a function of `mode` may end the generation `last`.
+  bool can_start_new_generation(int64_t last, CompilationMode mode) const {
+    return current() != last &&
+           (mark_step_used_ ||
+            !(pending_backward_ || (backwards_of_forwards_ && mode == CompilationMode::kBackward)));
   }
   // The current generation is new but a forward still waits for its backward.
   bool blocked_by_pending_backward(int64_t last) const {
@@ -55,6 +74,8 @@ class GenerationTracker {
   int scope_depth_ = 0;
   bool mark_step_used_ = false;
   bool pending_backward_ = false;
+  // The last calls were backwards that followed forwards.
+  bool backwards_of_forwards_ = false;
 };
 
 // Where an invalidated output came from, for its message.

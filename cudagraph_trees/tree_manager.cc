@@ -186,7 +186,8 @@ void TreeManager::dispatch(RegisteredFunction& function, const TensorList& input
     return;
   }
   // Note [Replay fast path].
-  if (state_ == PathState::kExecution && generations_.can_start_new_generation(generation_)) {
+  if (state_ == PathState::kExecution &&
+      generations_.can_start_new_generation(generation_, function.spec.mode)) {
     end_path(false);
   }
   if (state_ == PathState::kExecution || state_ == PathState::kNone) {
@@ -269,7 +270,7 @@ bool TreeManager::replay_or_prepare_rerecord(RegisteredFunction& function, const
     return true;
   }
   // A path whose outputs all died (or whose generation ended) lets this call start at a root.
-  if (current_ != nullptr && try_end_execution()) {
+  if (current_ != nullptr && try_end_execution(function)) {
     slow_path(function, inputs, consumable, result);
     return true;
   }

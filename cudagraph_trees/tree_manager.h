@@ -193,7 +193,7 @@ class TreeManager {
   runtime::PoolCheckpoint checkpoint_keeping_segments(
       const runtime::PoolCheckpoint& checkpoint) const;
   void try_end_recording_or_warmup(const RegisteredFunction& function);
-  bool try_end_execution();
+  bool try_end_execution(const RegisteredFunction& function);
   void end_path(bool invalidate_outputs);
   void invalidate_path_outputs();
   bool in_pool(const void* address) const;

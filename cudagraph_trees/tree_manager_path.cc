@@ -51,7 +51,7 @@ void TreeManager::order_caller_after(runtime::StreamHandle caller) {
 }
 
 void TreeManager::try_end_recording_or_warmup(const RegisteredFunction& function) {
-  if (generations_.can_start_new_generation(generation_)) {
+  if (generations_.can_start_new_generation(generation_, function.spec.mode)) {
     end_path(true);
     return;
   }
@@ -72,8 +72,9 @@ void TreeManager::try_end_recording_or_warmup(const RegisteredFunction& function
   }
 }
 
-bool TreeManager::try_end_execution() {
-  if (generations_.can_start_new_generation(generation_) || all_path_outputs_dead()) {
+bool TreeManager::try_end_execution(const RegisteredFunction& function) {
+  if (generations_.can_start_new_generation(generation_, function.spec.mode) ||
+      all_path_outputs_dead()) {
     end_path(false);
     return true;
   }

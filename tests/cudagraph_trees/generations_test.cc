@@ -61,6 +61,46 @@ TEST_P(TreeGenerations, BackwardIsRecordedAsChildOfForwardAndSavedActivationsDie
   EXPECT_EQ(trees.counters().replays, 6u);
 }
 
+// Note [Several backwards per step]: two forwards, then their two backwards
+// (micro-batch gradient accumulation), no mark_step_begin(); the gradients
+// summed over the micro-batches equal eager's, in warm-up, recording and replay.
+TEST_P(TreeGenerations, TwoForwardsThenTwoBackwardsStayInOneGenerationAndMatchEager) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  RegisterTraining(trees);
+  Tensor w = random_tensor(rng, {32});
+  for (int step = 0; step < 5; ++step) {
+    std::vector<TensorList> saved;
+    Floats expected_sum(32, 0.0f);
+    for (int micro = 0; micro < 2; ++micro) {
+      Tensor x = random_tensor(rng, {32});
+      Tensor grad = random_tensor(rng, {32});
+      TensorList forward_out = trees.run(forward_, {x, w});
+      Floats h = host_add(host(x), host(w));
+      EXPECT_VALUES(forward_out[0], h);
+      expected_sum = host_add(expected_sum, host_add(host_add(h, host_scale(h, 2.0f)), host(grad)));
+      saved.push_back(TensorList{forward_out[1], forward_out[2], grad});
+    }
+    Floats sum(32, 0.0f);
+    for (TensorList& inputs : saved) {
+      TensorList grads;
+      ASSERT_NO_THROW(grads = trees.run(backward_, std::move(inputs))) << "step " << step;
+      sum = host_add(sum, host(grads[0]));
+      trees.verify();
+    }
+    EXPECT_VALUES(Tensor::from_vector(sum, {32}, device()), expected_sum);
+  }
+  EXPECT_TRUE(trees.roots(backward_).empty());  // every backward is under the forwards
+  EXPECT_EQ(trees.counters().eager_calls, 0u);
+  EXPECT_EQ(trees.counters().outputs_poisoned, 0u);
+  EXPECT_GT(trees.counters().replays, 0u);
+  // The next forward ends the generation as before.
+  Tensor x = random_tensor(rng, {32});
+  trees.run(forward_, {x, w});
+  EXPECT_EQ(trees.state(), PathState::kExecution);
+  EXPECT_EQ(trees.current_node()->depth(), 0u);
+}
+
 TEST_P(TreeGenerations, ForwardsWithoutBackwardWarnAndDoNotStartGenerations) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
