@@ -94,9 +94,15 @@ TreeManager::TreeManager(runtime::Device device, TreeConfig config)
   capture_stream_ = backend_.create_stream();
   caller_ready_ = backend_.create_event(false);
   capture_done_ = backend_.create_event(false);
+  lease_state_ = std::make_shared<LeaseState>();
+  lease_state_->manager = this;
 }
 
 TreeManager::~TreeManager() {
+  {
+    std::lock_guard<std::mutex> lock(lease_state_->mutex);
+    lease_state_->manager = nullptr;
+  }
   try {
     shutdown();
   } catch (const std::exception& error) {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -44,6 +45,16 @@ namespace grove::cudagraph_trees {
 
 class InputBinding;
 class MutationClassifier;
+class TreeLease;
+class TreeManager;
+
+// The leases' view of their manager (Note [Trees follow their functions]).
+struct LeaseState {
+  std::mutex mutex;
+  TreeManager* manager = nullptr;  // null once the manager died
+  size_t leases = 0;
+  size_t leased_functions = 0;  // ever leased
+};
 class PathNode;
 class TreeNode;
 class WarmupNode;
@@ -75,6 +86,18 @@ class TreeManager {
   TreeManager& operator=(const TreeManager&) = delete;
 
   FunctionId register_function(FunctionSpec spec);
+  // Note [Trees follow their functions]
+  // A holder of registered functions (a prepared program of the cudagraphs
+  // backend) leases the `count` functions it registered last. When the last
+  // lease goes and every function of this manager was leased, nothing can
+  // call the tree any more: the manager shuts down (graphs dropped, pool
+  // released, outputs still held poisoned), as PyTorch drops its manager
+  // with the last function, and tree_manager_for() makes a new one on the
+  // next use. Functions registered without a lease keep the tree forever.
+  // The lease may die on any thread. Tests:
+  // TreeLifecycle.LastLeaseShutsTheTreeDownUnlessAFunctionIsUnleased and
+  // CudagraphsBackend.DestroyedModelReturnsTheDeviceMemoryItsTreeHeld.
+  std::shared_ptr<TreeLease> lease_functions(size_t count);
 
   // Runs a registered function: warm-up, recording, replay or eager fallback.
   TensorList run(FunctionId id, const TensorList& inputs);
@@ -176,6 +199,15 @@ class TreeManager {
   // Hangs `node` under the current node (or as a root) and makes it current.
   void add_recorded_node(std::unique_ptr<TreeNode> node, ChildSlot& slot,
                          const std::vector<PathNode*>& ancestors);
+  // Note [Foreign blocks in the pool]
+  // When a warm-up or a recording ends, every allocated block of the pool
+  // must belong to an output the tree tracks; a body that keeps a pool tensor
+  // of its own (a workspace cached across calls) would have that block
+  // reused under it by later recordings and sibling branches. So the end of
+  // each warm-up and recording (never a replay) walks the pool's blocks and
+  // throws Error naming the function and the block's size. Test:
+  // TreeLifecycle.ABodyThatKeepsAPoolBlockFailsNamingTheFunctionAndSize.
+  void check_no_foreign_blocks(const RegisteredFunction& function) const;
   void run_eager(const RegisteredFunction& function, const TensorList& inputs,
                  const EagerDecision& decision, TensorList& result);
   void decide_eager(const RegisteredFunction& function, std::optional<EagerDecision>& slot,
@@ -226,6 +258,10 @@ class TreeManager {
   TreeCounters counters_;
   bool shut_down_ = false;
   size_t live_blocks_at_shutdown_ = 0;
+  // Note [Trees follow their functions]; shared with the leases, which
+  // outlive the manager safely (it clears its pointer there when it dies).
+  std::shared_ptr<LeaseState> lease_state_;
+  friend class TreeLease;
 };
 
 // Groups the calls made while it lives into one generation.

@@ -3,6 +3,7 @@
 // completes the types they return).
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include "cudagraph_trees/dot.h"
 #include "cudagraph_trees/tree_introspection.h"
@@ -74,6 +75,34 @@ std::string TreeManager::dot() const {
   std::vector<const WarmupNode*> warmups;
   for (const auto& node : warmup_path_) warmups.push_back(node.get());
   return tree_dot(roots_, warmups, current_);
+}
+
+void TreeManager::check_no_foreign_blocks(const RegisteredFunction& function) const {
+  // Note [Foreign blocks in the pool].
+  std::unordered_set<const void*> owned;
+  auto collect = [&](const PathNode& node) {
+    for (const TrackedStorage& storage : node.tracked()) {
+      runtime::StoragePtr alive = storage.lock_if_live();
+      if (alive != nullptr && alive->owns_memory() && !alive->is_poisoned()) {
+        owned.insert(storage.address);
+      }
+    }
+  };
+  for_each_node(roots_, [&](TreeNode& node) { collect(node); });
+  for (const auto& node : warmup_path_) collect(*node);
+  for (const runtime::SegmentState& segment : allocator_.checkpoint(pool_).segments) {
+    for (const runtime::BlockState& block : segment.blocks) {
+      const void* address = static_cast<const char*>(segment.base) + block.offset;
+      if (!block.allocated || owned.count(address) > 0) continue;
+      throw Error(str_cat(
+          function.describe(), " keeps a block of ", block.size, " bytes (at ", address,
+          ") of the CUDA graph tree's pool that none of its outputs owns, after its ",
+          state_ == PathState::kWarmup ? "warm-up" : "recording",
+          ". A body must not cache pool tensors across calls (a workspace): allocate such "
+          "buffers outside the captured function and pass them in as static inputs, or return "
+          "them as outputs"));
+    }
+  }
 }
 
 void TreeManager::verify() const {

@@ -21,6 +21,40 @@ std::map<runtime::Device, std::unique_ptr<TreeManager>>& thread_managers() {
 
 }  // namespace
 
+class TreeLease {
+ public:
+  explicit TreeLease(std::shared_ptr<LeaseState> state) : state_(std::move(state)) {}
+  TreeLease(const TreeLease&) = delete;
+  TreeLease& operator=(const TreeLease&) = delete;
+  ~TreeLease() {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    TreeManager* manager = state_->manager;
+    if (--state_->leases != 0 || manager == nullptr || manager->is_shut_down()) return;
+    if (state_->leased_functions < manager->registry_.size()) return;  // unleased functions
+    try {
+      log(LogLevel::kInfo, str_cat("cudagraph tree manager for ", manager->device().str(),
+                                   ": the last function using it went; releasing its ",
+                                   manager->node_count(), " graphs and its pool"));
+      manager->shutdown();
+    } catch (const std::exception& error) {
+      log(LogLevel::kError, str_cat("cudagraph tree manager for ", manager->device().str(),
+                                    ": release after its last function failed: ", error.what()));
+    }
+  }
+
+ private:
+  std::shared_ptr<LeaseState> state_;
+};
+
+std::shared_ptr<TreeLease> TreeManager::lease_functions(size_t count) {
+  std::lock_guard<std::mutex> lock(lease_state_->mutex);
+  GROVE_CHECK(!shut_down_, "lease_functions() on a tree manager for ", device_.str(),
+              " that was shut down; use tree_manager_for() for a new one");
+  ++lease_state_->leases;
+  lease_state_->leased_functions += count;
+  return std::make_shared<TreeLease>(lease_state_);
+}
+
 void TreeManager::shutdown() {
   if (shut_down_) return;
   std::lock_guard<std::mutex> lock(process_capture_lock());

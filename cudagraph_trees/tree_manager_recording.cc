@@ -110,6 +110,7 @@ void TreeManager::warmup(RegisteredFunction& function, const TensorList& inputs,
   state_ = PathState::kWarmup;
   generation_ = generation;
   ++counters_.warmups;
+  check_no_foreign_blocks(function);
 }
 
 bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
@@ -170,6 +171,7 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
                     slot, ancestors);
   ++counters_.recordings;
   result = std::move(outputs);
+  check_no_foreign_blocks(function);
   return true;
 }
 

@@ -55,6 +55,7 @@ const PreparedProgram::Registration& PreparedProgram::registration_in(TreeManage
     Registration registration;
     registration.ids.resize(plans_.size());
     registration.calls = eager_calls_;
+    size_t leased = 0;
     for (size_t s = 0; s < plans_.size(); ++s) {
       if (!plans_[s].captured) continue;
       FunctionId function_id = manager.register_function(plans_[s].spec);
@@ -62,7 +63,9 @@ const PreparedProgram::Registration& PreparedProgram::registration_in(TreeManage
       registration.calls[s] = [&manager, function_id](const TensorList& segment_inputs) {
         return manager.run(function_id, segment_inputs);
       };
+      ++leased;
     }
+    registration.lease = manager.lease_functions(leased);
     found = registrations_.emplace(pool, std::move(registration)).first;
   }
   last = LastLookup{id_, pool, &found->second};  // map nodes never move

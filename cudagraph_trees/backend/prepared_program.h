@@ -20,8 +20,9 @@
 #include "cudagraph_trees/function_registry.h"
 
 namespace grove::cudagraph_trees {
+class TreeLease;
 class TreeManager;
-}
+}  // namespace grove::cudagraph_trees
 
 namespace grove::cudagraph_trees::backend {
 
@@ -85,6 +86,9 @@ class PreparedProgram {
     // One callable per segment: the manager's run() for captured segments,
     // the eager call otherwise. Built once, so a call copies no std::function.
     std::vector<compiler::Callable> calls;
+    // Keeps the manager's tree while this program lives (Note [Trees follow
+    // their functions], tree_manager.h).
+    std::shared_ptr<TreeLease> lease;
   };
 
   // The captured segments' callables in `manager`, registering them when the

@@ -211,6 +211,64 @@ TEST_P(TreeLifecycle, StatsAndDotDescribeTheTree) {
   EXPECT_NE(dot.find("affine\\ngraph 0\\ninference\\n1 outputs"), std::string::npos) << dot;
 }
 
+// Note [Trees follow their functions].
+TEST_P(TreeLifecycle, LastLeaseShutsTheTreeDownUnlessAFunctionIsUnleased) {
+  GROVE_SEEDED_RNG(rng);
+  {
+    TreeManager& trees = make_manager();
+    FunctionId f = trees.register_function(
+        spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
+    std::shared_ptr<cudagraph_trees::TreeLease> first = trees.lease_functions(1);
+    std::shared_ptr<cudagraph_trees::TreeLease> second = trees.lease_functions(0);
+    TensorList out;
+    for (int call = 0; call < 3; ++call) out = trees.run(f, {random_tensor(rng, {32})});
+    EXPECT_GT(pool_stats().reserved_bytes, 0u);
+    first.reset();
+    EXPECT_FALSE(trees.is_shut_down());
+    second.reset();
+    EXPECT_TRUE(trees.is_shut_down());
+    EXPECT_THROW(host(out[0]), StaleTensorError);
+    EXPECT_FALSE(runtime::device_context(device())
+                     .allocator()
+                     .pool_containing(out[0].address())
+                     .has_value());
+  }
+  TreeManager& trees = make_manager();
+  FunctionId f = trees.register_function(
+      spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
+  std::shared_ptr<cudagraph_trees::TreeLease> lease = trees.lease_functions(1);
+  trees.register_function(
+      spec("unleased", [](const TensorList& in) { return TensorList{scale(in[0], 3.0f)}; }));
+  trees.run(f, {random_tensor(rng, {32})});
+  lease.reset();
+  EXPECT_FALSE(trees.is_shut_down());
+  Tensor x = random_tensor(rng, {32});
+  EXPECT_VALUES(trees.run(f, {x})[0], host_scale(host(x), 2.0f));
+}
+
+// Note [Foreign blocks in the pool]: the body caches a pool tensor (a
+// workspace) across calls; the warm-up that allocated it fails and says so.
+TEST_P(TreeLifecycle, ABodyThatKeepsAPoolBlockFailsNamingTheFunctionAndSize) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  auto workspace = std::make_shared<Tensor>();
+  FunctionId f = trees.register_function(spec("keeper", [workspace](const TensorList& in) {
+    if (!workspace->defined()) *workspace = scale(in[0], 1.0f);
+    return TensorList{scale(in[0], 2.0f)};
+  }));
+  try {
+    trees.run(f, {random_tensor(rng, {256})});
+    ADD_FAILURE() << "expected an error about the kept pool block";
+  } catch (const Error& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("'keeper'"), std::string::npos) << message;
+    EXPECT_NE(message.find("keeps a block of "), std::string::npos) << message;
+    EXPECT_NE(message.find(str_cat(workspace->storage()->nbytes())), std::string::npos) << message;
+    EXPECT_NE(message.find("warm-up"), std::string::npos) << message;
+  }
+  workspace.reset();
+}
+
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeLifecycle);
 
 }  // namespace

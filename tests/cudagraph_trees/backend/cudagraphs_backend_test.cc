@@ -110,6 +110,30 @@ TEST_P(CudagraphsBackend, RegistrationIsIdempotentAndListed) {
   EXPECT_EQ(compiler::backends::make_backend("cudagraphs")->name(), "cudagraphs");
 }
 
+// Note [Trees follow their functions] (tree_manager.h): a server that loads
+// and unloads models gets its device memory back.
+TEST_P(CudagraphsBackend, DestroyedModelReturnsTheDeviceMemoryItsTreeHeld) {
+  runtime::CachingAllocator& allocator = runtime::device_context(GetParam()).allocator();
+  compiler::ir::Program program = compiler::model_format::load_model_file(
+      "benchmarks/models/mlp16x512.json", {{"batch", 2}}, GetParam());
+  TensorList inputs = random_inputs(program, GetParam(), 7);
+  allocator.empty_cache();
+  size_t before = allocator.stats(runtime::kDefaultPool).reserved_bytes;
+  const void* output_address = nullptr;
+  {
+    CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+    for (int call = 0; call < 4; ++call) output_address = graphs(inputs)[0].address();
+    TreeManager* manager = find_tree_manager(GetParam());
+    ASSERT_NE(manager, nullptr);
+    EXPECT_GE(manager->node_count(), 1u);
+    EXPECT_TRUE(allocator.pool_containing(output_address).has_value());
+  }
+  EXPECT_EQ(find_tree_manager(GetParam()), nullptr);
+  EXPECT_FALSE(allocator.pool_containing(output_address).has_value());
+  allocator.empty_cache();
+  EXPECT_EQ(allocator.stats(runtime::kDefaultPool).reserved_bytes, before);
+}
+
 TEST_P(CudagraphsBackend, Mlp16x512MatchesEagerBitwiseOverWarmupRecordAndReplays) {
   compiler::ir::Program program = compiler::model_format::load_model_file(
       "benchmarks/models/mlp16x512.json", {{"batch", 2}}, GetParam());
