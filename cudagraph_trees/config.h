@@ -30,7 +30,8 @@ struct TreeConfig {
   // address under one parent before that input is copied instead of checked.
   int managed_input_move_limit = 5;
   // GROVE_CUDAGRAPHS_SHAPE_WARN_LIMIT: recordings of one function under one
-  // parent for distinct input shapes before a warning suggests padding.
+  // parent for distinct input shapes before a warning suggests padding
+  // (given once per function).
   int shape_warn_limit = 8;
   // GROVE_CUDAGRAPHS_MUTATION_POLICY=copy-back|eager: how type-(d) input
   // mutation is handled (Note [Copy-back of mutated inputs], mutation_classifier.h).

@@ -50,6 +50,9 @@ struct RegisteredFunction {
   std::vector<InputSignature> warmed_signatures;
   // Set when the function can never be captured (cpu tensors, several devices).
   std::optional<EagerDecision> eager;
+  // The "distinct input shapes" warning was given (once per function, under
+  // whichever parent reached the limit first).
+  bool shape_warning_given = false;
 
   bool static_input(size_t index) const { return index < is_static.size() && is_static[index]; }
   bool mutated_input(size_t index) const { return index < is_mutated.size() && is_mutated[index]; }

@@ -292,7 +292,9 @@ bool TreeManager::replay_or_prepare_rerecord(RegisteredFunction& function, const
     run_eager(function, inputs, *slot.eager, result);
     return true;
   }
-  if (misses.shape_changed && ++slot.shape_rerecords == config_.shape_warn_limit) {
+  if (misses.shape_changed && ++slot.shape_rerecords == config_.shape_warn_limit &&
+      !function.shape_warning_given) {
+    function.shape_warning_given = true;
     log(LogLevel::kWarn,
         str_cat(function.describe(), ": recorded a graph for ", slot.shape_rerecords + 1,
                 " distinct input shapes; each costs a recording and pool memory. Pad inputs "

@@ -128,6 +128,35 @@ TEST_P(TreeShape, LiveOutputsForceChildrenAndDeadOutputsLetThePathEnd) {
   EXPECT_EQ(counted.count(), 3);
 }
 
+// The "distinct input shapes" warning names a function once, however many
+// parents the function reaches the limit under.
+TEST_P(TreeShape, DistinctShapesWarningIsGivenOncePerFunction) {
+  GROVE_SEEDED_RNG(rng);
+  TreeConfig config;
+  config.shape_warn_limit = 2;
+  TreeManager& trees = make_manager(config);
+  FunctionId parents[] = {
+      trees.register_function(
+          spec("p1", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; })),
+      trees.register_function(
+          spec("p2", [](const TensorList& in) { return TensorList{scale(in[0], 3.0f)}; }))};
+  FunctionId g = trees.register_function(
+      spec("g", [](const TensorList& in) { return TensorList{scale(in[1], 5.0f)}; }));
+  for (FunctionId parent : parents) {
+    for (int64_t size : {8, 16, 24, 32}) {
+      for (int call = 0; call < 3; ++call) {  // warm-up, recording, replay
+        InvocationScope scope(trees);
+        Tensor p = trees.run(parent, {random_tensor(rng, {8})})[0];
+        Tensor x = random_tensor(rng, {size});
+        EXPECT_VALUES(trees.run(g, {p, x})[0], host_scale(host(x), 5.0f));
+      }
+    }
+    EXPECT_EQ(trees.roots(parent)[0]->children(g).size(), 4u);
+  }
+  EXPECT_EQ(count_occurrences(recent_log(), "'g' (inference): recorded a graph for"), 1u)
+      << recent_log();
+}
+
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeShape);
 
 }  // namespace
