@@ -13,7 +13,8 @@
 #               visibility error, and their control must pass.
 #   docs        no comment cites a design document outside the repository;
 #               every cited Note [...] is defined; docs/ARCHITECTURE.md's index
-#               of Notes is current (tools/notes_index.py --write renews it).
+#               of Notes names no Note that is gone or moved (tools/notes_index.py
+#               --write renews it; a Note it lacks is only a warning).
 #   format      clang-format --dry-run --Werror over the C++ sources.
 #
 #   tools/check_layers.sh                 every check on this checkout
@@ -98,7 +99,7 @@ check_visibility() {
 }
 
 # docs/ARCHITECTURE.md is the design: no comment cites a document outside the
-# repository, every cited Note exists, and the doc's index of Notes is current.
+# repository, every cited Note exists, and the doc's index of Notes is not stale.
 check_docs() {
   local details status=0
   details=$(git grep -n -E 'DESIGN(\.md| §)' -- ':!tools/check_layers.sh' 2>/dev/null)
