@@ -78,6 +78,8 @@ TreeConfig TreeConfig::from_environment() {
     }
   }
   config.zero_copy_inputs = read_bool("GROVE_CUDAGRAPHS_ZERO_COPY", config.zero_copy_inputs);
+  config.clone_kept_outputs =
+      read_bool("GROVE_CUDAGRAPHS_CLONE_KEPT_OUTPUTS", config.clone_kept_outputs);
   config.graph_input_copies =
       read_bool("GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES", config.graph_input_copies);
   config.min_segment_kernels =

@@ -40,6 +40,11 @@ struct TreeConfig {
   // kernels in a recorded graph instead of copying a copied input whose
   // address changed, where that is safe (Note [Zero-copy inputs], zero_copy.h).
   bool zero_copy_inputs = true;
+  // GROVE_CUDAGRAPHS_CLONE_KEPT_OUTPUTS=1/0: before a replay rewrites outputs
+  // of the previous replay that the caller still holds, clone them so that
+  // kept outputs keep their values (off: accessing one throws; Note [Kept
+  // replay outputs], output_tracking.h).
+  bool clone_kept_outputs = false;
   // GROVE_CUDAGRAPHS_GRAPH_INPUT_COPIES=1/0: a copied input that is not
   // zero-copied is copied by a kernel at the head of the recorded graph
   // instead of a separate copy before each launch (Note [Input copies inside

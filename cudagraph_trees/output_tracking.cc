@@ -84,40 +84,96 @@ void NodeOutputs::rebase_input_views(TensorList& outputs, const TensorList& inpu
   }
 }
 
-void NodeOutputs::build_cache() {
-  cached_storages_.assign(storages_.size(), nullptr);
+void NodeOutputs::build_set(OutputSet& set) {
+  set.retired = false;
+  set.storages.assign(storages_.size(), nullptr);
   for (size_t k = 0; k < storages_.size(); ++k) {
-    TrackedStorage& tracked = storages_[k];
     // Non-owning: the pool block belongs to the tree (Note [Replay outputs]).
-    cached_storages_[k] = std::make_shared<runtime::Storage>(const_cast<void*>(tracked.address),
-                                                             tracked.nbytes, device_, nullptr);
-    tracked.ref = cached_storages_[k];
-    tracked.internal_refs = 1;
+    set.storages[k] = std::make_shared<runtime::Storage>(const_cast<void*>(storages_[k].address),
+                                                         storages_[k].nbytes, device_, nullptr);
   }
-  cached_outputs_.assign(records_.size(), runtime::Tensor());
+  set.outputs.assign(records_.size(), runtime::Tensor());
   for (size_t j = 0; j < records_.size(); ++j) {
     const OutputRecord& record = records_[j];
     switch (record.kind) {
       case OutputKind::kFixed:
-        cached_outputs_[j] = record.fixed;
+        set.outputs[j] = record.fixed;
         break;
       case OutputKind::kPoolStorage:
       case OutputKind::kAliasesOutput:
-        cached_outputs_[j] = runtime::Tensor(cached_storages_[record.storage_index], record.shape,
-                                             record.strides, record.offset, record.dtype);
-        ++storages_[record.storage_index].internal_refs;
+        set.outputs[j] = runtime::Tensor(set.storages[record.storage_index], record.shape,
+                                         record.strides, record.offset, record.dtype);
         break;
       case OutputKind::kUndefined:
       case OutputKind::kAliasesInput:
         break;
     }
   }
+}
+
+void NodeOutputs::build_cache() {
+  active_ = 0;
+  sets_[1] = OutputSet{};
+  build_set(sets_[0]);
+  for (size_t k = 0; k < storages_.size(); ++k) {
+    storages_[k].ref = sets_[0].storages[k];
+    storages_[k].internal_refs = 1;
+  }
+  for (const OutputRecord& record : records_) {
+    if (record.kind == OutputKind::kPoolStorage || record.kind == OutputKind::kAliasesOutput) {
+      ++storages_[record.storage_index].internal_refs;
+    }
+  }
   cache_valid_ = true;
 }
 
+void NodeOutputs::retire(ReplayContext& context, runtime::CachingAllocator* clone_into,
+                         const std::string& function_name, int64_t node_id) {
+  // Note [Kept replay outputs].
+  OutputSet& kept = sets_[active_];
+  for (size_t k = 0; k < storages_.size(); ++k) {
+    const runtime::StoragePtr& storage = kept.storages[k];
+    bool held = storages_[k].live();
+    if (clone_into != nullptr) {
+      if (!held) continue;
+      runtime::StoragePtr clone = clone_into->allocate(storage->nbytes(), context.stream);
+      context.backend.copy_async(clone->address(), storage->address(), storage->nbytes(),
+                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+      void* address = clone->address();
+      storage->rebind(address, clone->release_owner());
+      kept.retired = true;
+      ++context.counters.outputs_cloned;
+      continue;
+    }
+    if (overwritten_message_ == nullptr) {
+      overwritten_message_ = std::make_shared<const std::string>(str_cat(
+          "accessing an output of function '", function_name, "' (graph node ", node_id,
+          ") that a later replay of the same CUDA graph overwrote. Replay outputs live in the "
+          "graph's memory and every replay rewrites them: clone the output before calling the "
+          "function again, or set GROVE_CUDAGRAPHS_CLONE_KEPT_OUTPUTS=1 "
+          "(TreeConfig::clone_kept_outputs) to have kept outputs cloned"));
+    }
+    storage->mark_overwritten(overwritten_message_);
+    if (held) ++context.counters.outputs_overwritten;
+  }
+  OutputSet& next = sets_[1 - active_];
+  bool reusable = !next.storages.empty() && !next.retired;
+  for (size_t k = 0; reusable && k < storages_.size(); ++k) {
+    reusable = next.storages[k].use_count() == storages_[k].internal_refs;
+  }
+  if (reusable) {
+    for (const runtime::StoragePtr& storage : next.storages) storage->clear_overwritten();
+  } else {
+    build_set(next);
+  }
+  active_ = 1 - active_;
+  for (size_t k = 0; k < storages_.size(); ++k) storages_[k].ref = next.storages[k];
+}
+
 void NodeOutputs::drop_cache() {
-  cached_outputs_.clear();
-  cached_storages_.clear();
+  sets_[0] = OutputSet{};
+  sets_[1] = OutputSet{};
+  active_ = 0;
   for (TrackedStorage& tracked : storages_) tracked.internal_refs = 0;
   cache_valid_ = false;
 }

@@ -27,6 +27,23 @@
 // read the view. Guarded by TreeLifecycle.KernelFreeFunctionReEmitsViewsWithoutAGraph
 // and DifferentialFuzz.ReducedProgramsOfFixedFailuresPass (seed 23188).
 //
+// Note [Kept replay outputs]
+// A replay writes its outputs where the previous replay of the same node
+// wrote them. Before it launches, a node whose previous outputs someone still
+// holds (a use count above the tree's own) retires that set of storages:
+// each is marked overwritten (Note [Overwritten storage], runtime/storage.h),
+// so reading a kept output throws "accessing output ... that a later replay
+// overwrote", or, with TreeConfig::clone_kept_outputs, the outputs still held
+// are cloned outside the pool and their storages rebound to the clones, so the
+// caller's tensors keep their values. The replay then emits the node's other
+// set of storages (two sets, reused once nobody holds them, so a loop that
+// keeps only the last call's outputs allocates nothing); a set still held or
+// cloned is replaced by a new one. Costs per replay: one use-count read per
+// pool output. Only a later replay of the same node overwrites: outputs
+// passed between functions within a step are untouched. Tests:
+// TreeLifecycle.KeptReplayOutputThrowsOnceTheNextReplayOverwritesIt and
+// TreeLifecycle.CloneKeptOutputsKeepsEveryReplaysValues.
+//
 // Note [Output liveness]: a TrackedStorage holds a weak reference to the
 // storage currently standing for an output, plus the number of strong
 // references the tree itself holds (the cached replay tensors and storages).
@@ -40,6 +57,8 @@
 #include <vector>
 
 #include "cudagraph_trees/function_registry.h"
+#include "cudagraph_trees/replay_context.h"
+#include "runtime/caching_allocator.h"
 #include "runtime/storage.h"
 #include "runtime/tensor.h"
 
@@ -91,12 +110,26 @@ class NodeOutputs {
   void emit(const TensorList& inputs, TensorList& result) {
     if (!cache_valid_) [[unlikely]]
       build_cache();
+    const std::vector<runtime::Tensor>& cached = sets_[active_].outputs;
     for (size_t j = 0; j < records_.size(); ++j) {
       const OutputRecord& record = records_[j];
       if (record.kind == OutputKind::kAliasesInput) {
         result.push_back(view_of_input(record, inputs));
       } else {
-        result.push_back(cached_outputs_[j]);
+        result.push_back(cached[j]);
+      }
+    }
+  }
+  // Note [Kept replay outputs]: before a replay, retires the outputs of the
+  // previous one that someone still holds. `function_name` and `node_id` are
+  // for the message.
+  void retire_kept_outputs(ReplayContext& context, runtime::CachingAllocator* clone_into,
+                           const std::string& function_name, int64_t node_id) {
+    if (!cache_valid_) return;
+    for (const TrackedStorage& storage : storages_) {
+      if (storage.live()) [[unlikely]] {
+        retire(context, clone_into, function_name, node_id);
+        return;
       }
     }
   }
@@ -114,14 +147,24 @@ class NodeOutputs {
   const std::vector<OutputRecord>& records() const { return records_; }
 
  private:
+  // One set of replay tensors over non-owning storages (Note [Replay outputs]).
+  struct OutputSet {
+    std::vector<runtime::StoragePtr> storages;
+    std::vector<runtime::Tensor> outputs;
+    bool retired = false;  // cloned (its storages moved away): never emitted again
+  };
   void build_cache();
+  void build_set(OutputSet& set);
+  void retire(ReplayContext& context, runtime::CachingAllocator* clone_into,
+              const std::string& function_name, int64_t node_id);
 
   runtime::Device device_;
   std::vector<OutputRecord> records_;
   std::vector<TrackedStorage> storages_;
-  std::vector<runtime::StoragePtr> cached_storages_;
-  std::vector<runtime::Tensor> cached_outputs_;
+  OutputSet sets_[2];
+  int active_ = 0;
   bool cache_valid_ = false;
+  std::shared_ptr<const std::string> overwritten_message_;  // built on first need
 };
 
 // The pool storages among a warm-up's outputs, one entry per storage: outputs

@@ -16,6 +16,8 @@ nlohmann::json counters_json(const TreeCounters& counters) {
   json["fallback_calls"] = counters.fallback_calls;
   json["fallback_decisions"] = counters.fallback_decisions;
   json["outputs_poisoned"] = counters.outputs_poisoned;
+  json["outputs_overwritten"] = counters.outputs_overwritten;
+  json["outputs_cloned"] = counters.outputs_cloned;
   json["demoted_inputs"] = counters.demoted_inputs;
   json["pending_backward_blocks"] = counters.pending_backward_blocks;
   json["capture_failures"] = counters.capture_failures;

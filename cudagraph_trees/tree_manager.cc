@@ -65,7 +65,8 @@ const char* path_state_name(PathState state) {
 void throw_if_any_stale(const TensorList& inputs) {
   // Note [Stale inputs throw first].
   for (const runtime::Tensor& input : inputs) {
-    if (input.defined() && input.storage()->is_poisoned()) [[unlikely]]
+    if (input.defined() && (input.storage()->is_poisoned() || input.storage()->is_overwritten()))
+        [[unlikely]]
       (void)input.storage()->data();  // throws StaleTensorError with the origin
   }
 }
@@ -174,7 +175,8 @@ inline void TreeManager::replay(TreeNode* node, const TensorList& inputs, Tensor
   state_ = PathState::kExecution;
   generation_ = generations_.current();
   try {
-    node->replay(inputs, consumable, backend_, context_.current_stream(), counters_, result);
+    node->replay(inputs, consumable, backend_, context_.current_stream(), counters_, result,
+                 config_.clone_kept_outputs ? &allocator_ : nullptr);
   } catch (...) {
     current_ = previous;
     state_ = previous_state;

@@ -133,10 +133,14 @@ class TreeNode final : public PathNode {
   // Binds the copied inputs (copies or zero-copy patches), appends the outputs
   // to `result`, releases `consumable` (the caller's handed-over inputs),
   // launches the graph and copies mutated inputs back.
+  // `clone_into` is the allocator for clones of kept outputs (Note [Kept
+  // replay outputs], output_tracking.h), or null to mark them overwritten.
   void replay(const TensorList& inputs, TensorList* consumable, runtime::Backend& backend,
-              runtime::StreamHandle stream, TreeCounters& counters, TensorList& result) {
+              runtime::StreamHandle stream, TreeCounters& counters, TensorList& result,
+              runtime::CachingAllocator* clone_into = nullptr) {
     ReplayContext context{backend, stream, parts_.graph.get(), counters};
     parts_.inputs.prepare_replay(inputs, context);
+    parts_.outputs.retire_kept_outputs(context, clone_into, function().spec.name, id());
     parts_.outputs.emit(inputs, result);
     if (consumable != nullptr) consumable->clear();
     if (!parts_.expected_dead_after.empty()) [[unlikely]]

@@ -13,6 +13,15 @@ void Storage::poison(std::string message) {
   owner_.reset();
 }
 
-void Storage::throw_stale() const { throw StaleTensorError(poison_message_); }
+void Storage::rebind(void* data, std::unique_ptr<MemoryOwner> owner) {
+  owner_.reset();
+  data_ = data;
+  owner_ = std::move(owner);
+  overwritten_.reset();
+}
+
+void Storage::throw_stale() const {
+  throw StaleTensorError(poisoned_ ? poison_message_ : *overwritten_);
+}
 
 }  // namespace grove::runtime

@@ -33,7 +33,7 @@ class Storage {
 
   // The address for reading or writing data; throws StaleTensorError once poisoned.
   void* data() const {
-    if (poisoned_) [[unlikely]]
+    if (poisoned_ || overwritten_ != nullptr) [[unlikely]]
       throw_stale();
     return data_;
   }
@@ -56,6 +56,20 @@ class Storage {
   bool is_poisoned() const { return poisoned_; }
   const std::string& poison_message() const { return poison_message_; }
 
+  // Note [Overwritten storage]: a storage whose memory someone else rewrote
+  // (a graph replay's output after a later replay of the same graph) throws
+  // StaleTensorError with `*message` on every later data access, like a
+  // poisoned one, but frees nothing and can be cleared when its memory is
+  // handed out again. Marking and clearing copy a shared pointer (no
+  // allocation). Test: TreeLifecycle.KeptReplayOutputThrowsOnceTheNextReplayOverwritesIt.
+  void mark_overwritten(const std::shared_ptr<const std::string>& message) {
+    overwritten_ = message;
+  }
+  void clear_overwritten() { overwritten_.reset(); }
+  bool is_overwritten() const { return overwritten_ != nullptr; }
+  // Points this storage at other memory (a clone of its values) with its owner.
+  void rebind(void* data, std::unique_ptr<MemoryOwner> owner);
+
  private:
   [[noreturn]] void throw_stale() const;
 
@@ -65,6 +79,7 @@ class Storage {
   std::unique_ptr<MemoryOwner> owner_;
   bool poisoned_ = false;
   std::string poison_message_;
+  std::shared_ptr<const std::string> overwritten_;
 };
 
 using StoragePtr = std::shared_ptr<Storage>;

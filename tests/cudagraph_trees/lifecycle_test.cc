@@ -97,7 +97,9 @@ TEST_P(TreeLifecycle, ReplayAllocatesNoDeviceMemory) {
   EXPECT_EQ(counted.count(), 2);
 }
 
-TEST_P(TreeLifecycle, ReplayOutputIsReusedAndOverwrittenByTheNextReplay) {
+// Note [Kept replay outputs]: the output of replay 3, kept past replay 4,
+// throws on access instead of silently showing replay 4's values.
+TEST_P(TreeLifecycle, KeptReplayOutputThrowsOnceTheNextReplayOverwritesIt) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   FunctionId f = trees.register_function(
@@ -109,11 +111,57 @@ TEST_P(TreeLifecycle, ReplayOutputIsReusedAndOverwrittenByTheNextReplay) {
   TensorList out3 = trees.run(f, {x3});
   EXPECT_VALUES(out3[0], host_scale(host(x3), 2.0f));
   TensorList out4 = trees.run(f, {x4});
-  EXPECT_EQ(out3[0].storage().get(), out4[0].storage().get());
-  EXPECT_FALSE(out3[0].storage()->owns_memory());
-  EXPECT_VALUES(out3[0], host_scale(host(x4), 2.0f));  // overwritten, not poisoned
-  EXPECT_EQ(trees.counters().outputs_poisoned, 1u);    // only the recording's output
+  EXPECT_EQ(out3[0].address(), out4[0].address());  // the same pool memory
+  EXPECT_FALSE(out4[0].storage()->owns_memory());
+  EXPECT_VALUES(out4[0], host_scale(host(x4), 2.0f));
+  try {
+    host(out3[0]);
+    ADD_FAILURE() << "expected StaleTensorError";
+  } catch (const StaleTensorError& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find("function 'double'"), std::string::npos) << message;
+    EXPECT_NE(message.find("a later replay of the same CUDA graph overwrote"), std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(trees.counters().outputs_overwritten, 1u);
+  EXPECT_EQ(trees.counters().outputs_poisoned, 1u);  // only the recording's output
   EXPECT_THROW(host(recorded[0]), StaleTensorError);
+  trees.verify();
+  // A loop that keeps only the last call's outputs alternates between two sets
+  // of storages: nothing is built after the second, and none throws.
+  out3.clear();
+  std::vector<const runtime::Storage*> storages;
+  for (int call = 0; call < 6; ++call) {
+    Tensor x = random_tensor(rng, {32});
+    out4 = trees.run(f, {x});
+    EXPECT_VALUES(out4[0], host_scale(host(x), 2.0f));
+    storages.push_back(out4[0].storage().get());
+  }
+  for (size_t i = 2; i < storages.size(); ++i) EXPECT_EQ(storages[i], storages[i - 2]) << i;
+  EXPECT_NE(storages[0], storages[1]);
+}
+
+TEST_P(TreeLifecycle, CloneKeptOutputsKeepsEveryReplaysValues) {
+  GROVE_SEEDED_RNG(rng);
+  TreeConfig config;
+  config.clone_kept_outputs = true;
+  TreeManager& trees = make_manager(config);
+  FunctionId f = trees.register_function(
+      spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
+  std::vector<Tensor> kept;
+  std::vector<Floats> expected;
+  for (int call = 0; call < 6; ++call) {
+    Tensor x = random_tensor(rng, {32});
+    kept.push_back(trees.run(f, {x})[0]);
+    expected.push_back(host_scale(host(x), 2.0f));
+    trees.mark_step_begin();
+  }
+  // Warm-up and recording outputs end with their generation (Note [Stale outputs]).
+  EXPECT_THROW(host(kept[0]), StaleTensorError);
+  EXPECT_THROW(host(kept[1]), StaleTensorError);
+  for (size_t i = 2; i < kept.size(); ++i) EXPECT_VALUES(kept[i], expected[i]);
+  EXPECT_EQ(trees.counters().outputs_cloned, 3u);  // replays 4, 5 and 6 cloned 3, 4 and 5
+  EXPECT_EQ(trees.counters().outputs_overwritten, 0u);
   trees.verify();
 }
 
