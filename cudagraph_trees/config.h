@@ -18,6 +18,12 @@ namespace grove::cudagraph_trees {
 enum class MutationPolicy : uint8_t { kCopyBack, kEager };
 const char* mutation_policy_name(MutationPolicy policy);  // "copy-back", "eager"
 
+// What to do with a pool-managed input whose address keeps changing under one
+// parent (TreeConfig::managed_input_move_limit): copy it into the graph from
+// then on, or run the function eagerly under that parent.
+enum class ManagedInputPolicy : uint8_t { kCopy, kEager };
+const char* managed_input_policy_name(ManagedInputPolicy policy);  // "copy", "eager"
+
 struct TreeConfig {
   // GROVE_CUDAGRAPHS_STRICT=1: a function that would fall back to eager
   // execution throws NotCapturedError instead.
@@ -29,6 +35,17 @@ struct TreeConfig {
   // GROVE_CUDAGRAPHS_MANAGED_INPUT_LIMIT: changes of one pool-managed input's
   // address under one parent before that input is copied instead of checked.
   int managed_input_move_limit = 5;
+  // GROVE_CUDAGRAPHS_MANAGED_INPUT_POLICY=copy|eager: what happens once that
+  // limit is reached.
+  ManagedInputPolicy managed_input_policy = ManagedInputPolicy::kCopy;
+  // GROVE_CUDAGRAPHS_SKIP="name,prefix*": functions never captured (they run
+  // eagerly, also in strict mode), by exact name or by a prefix ending in
+  // '*'; FunctionSpec::never_capture marks one in its spec.
+  std::vector<std::string> skip_functions;
+  // GROVE_CUDAGRAPHS_INITIAL_POOL_BYTES: device memory reserved for the
+  // tree's private pool when the manager is made (0: grown on demand), so
+  // that recordings do not each ask the device for new segments.
+  size_t initial_pool_bytes = 0;
   // GROVE_CUDAGRAPHS_SHAPE_WARN_LIMIT: recordings of one function under one
   // parent for distinct input shapes before a warning suggests padding
   // (given once per function).
@@ -64,6 +81,8 @@ struct TreeConfig {
   static TreeConfig from_environment();
   // Throws ConfigError when a field is out of range.
   void validate() const;
+  // The skip_functions entry that names `function_name`, or null.
+  const std::string* skip_entry_for(const std::string& function_name) const;
 };
 
 // A function would not be captured and TreeConfig::strict forbids the eager

@@ -46,6 +46,19 @@ bool RegisteredFunction::warmed_up_for(const TensorList& inputs) const {
   return false;
 }
 
+std::optional<std::string> CaptureSizes::rejects(const TensorList& inputs) const {
+  if (input >= inputs.size() || !inputs[input].defined() || dim >= inputs[input].shape().size()) {
+    return str_cat("input ", input, " has no dimension ", dim,
+                   " (the function's capture sizes name it)");
+  }
+  int64_t size = inputs[input].shape()[dim];
+  if (std::binary_search(sizes.begin(), sizes.end(), size)) return std::nullopt;
+  std::string listed;
+  for (int64_t allowed : sizes) listed += str_cat(listed.empty() ? "" : ", ", allowed);
+  return str_cat("dimension ", dim, " of input ", input, " is ", size,
+                 ", not one of the capture sizes [", listed, "]");
+}
+
 std::string RegisteredFunction::describe() const {
   return str_cat("function ", id.value, " '", spec.name, "' (", compilation_mode_name(spec.mode),
                  ")");
@@ -57,6 +70,16 @@ FunctionId FunctionRegistry::add(FunctionSpec spec) {
               "for messages (e.g. '<model>:forward')");
   GROVE_CHECK(static_cast<bool>(spec.body), "register_function('", spec.name,
               "'): the spec has no body to run");
+  if (spec.capture_sizes) {
+    const std::vector<int64_t>& sizes = spec.capture_sizes->sizes;
+    GROVE_CHECK(!sizes.empty(), "register_function('", spec.name,
+                "'): capture_sizes lists no size; list the sizes to record, or leave it unset");
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      GROVE_CHECK(sizes[i] >= 1 && (i == 0 || sizes[i] > sizes[i - 1]), "register_function('",
+                  spec.name, "'): capture_sizes must be positive and increasing; entry ", i, " is ",
+                  sizes[i]);
+    }
+  }
   RegisteredFunction function;
   function.id = FunctionId{static_cast<uint32_t>(functions_.size())};
   function.is_static = index_flags(spec.static_input_indices, spec.name, "static input");

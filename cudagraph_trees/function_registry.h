@@ -28,6 +28,18 @@ struct FunctionId {
   friend auto operator<=>(FunctionId, FunctionId) = default;
 };
 
+// The sizes of one dynamic dimension of a function that the tree records:
+// dimension `dim` of input `input`. A call with any other size runs eagerly
+// (BucketedFunction, shape_buckets.h, pads to the next size instead).
+struct CaptureSizes {
+  size_t input = 0;
+  size_t dim = 0;
+  std::vector<int64_t> sizes;  // increasing, positive
+
+  // Null when the call's size is one of `sizes`, else why not (for the log).
+  std::optional<std::string> rejects(const TensorList& inputs) const;
+};
+
 struct FunctionSpec {
   std::string name;  // for messages: "<model>:forward:segment0"
   CompilationMode mode = CompilationMode::kInference;
@@ -40,6 +52,18 @@ struct FunctionSpec {
   // Devices the body touches, when known (from the lowered function). A cpu
   // device or more than one device means the function is never captured.
   std::vector<runtime::Device> devices;
+
+  // Controls (PyTorch's users have them too; Note [Function controls],
+  // tree_manager.h):
+  // Never record this function: it always runs eagerly (TreeConfig's
+  // skip_functions names functions by name as well).
+  bool never_capture = false;
+  // Record on the first call instead of warming up first, for a body known
+  // to be capture-safe (no lazy initialisation, no allocation outside the
+  // pool, no host synchronisation).
+  bool skip_warmup = false;
+  // Only these sizes of one dynamic dimension are recorded.
+  std::optional<CaptureSizes> capture_sizes;
 };
 
 struct RegisteredFunction {

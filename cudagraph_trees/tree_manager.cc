@@ -93,6 +93,11 @@ TreeManager::TreeManager(runtime::Device device, TreeConfig config)
   config_.validate();
   pool_ = allocator_.create_pool();
   capture_stream_ = backend_.create_stream();
+  // Note [Function controls]: warm-ups and recordings allocate on the
+  // capture stream, so the reserved segment serves them.
+  if (config_.initial_pool_bytes > 0) {
+    allocator_.reserve(pool_, config_.initial_pool_bytes, capture_stream_);
+  }
   caller_ready_ = backend_.create_event(false);
   capture_done_ = backend_.create_event(false);
   lease_state_ = std::make_shared<LeaseState>();
@@ -129,6 +134,17 @@ FunctionId TreeManager::register_function(FunctionSpec spec) {
                     str_cat("the function touches ", touched.str(), " besides ", device_.str())});
       break;
     }
+  }
+  // Note [Function controls].
+  if (!function.eager && function.spec.never_capture) {
+    decide_eager(function, function.eager,
+                 {FallbackCategory::kSkipped, "its spec marks it never to be captured"});
+  } else if (const std::string* entry = config_.skip_entry_for(function.spec.name);
+             !function.eager && entry != nullptr) {
+    decide_eager(function, function.eager,
+                 {FallbackCategory::kSkipped,
+                  str_cat("GROVE_CUDAGRAPHS_SKIP (TreeConfig::skip_functions) entry '", *entry,
+                          "' names it")});
   }
   return id;
 }
@@ -229,13 +245,28 @@ void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inpu
     run_eager(function, inputs, *function.eager, result);
     return;
   }
+  if (function.spec.capture_sizes) [[unlikely]] {
+    // Note [Function controls]: another size runs eagerly, per call.
+    if (std::optional<std::string> why = function.spec.capture_sizes->rejects(inputs)) {
+      log_once(LogLevel::kInfo,
+               str_cat("cudagraph_trees:", serial_, ":", function.id.value, ":uncaptured size"),
+               str_cat("not captured: ", function.describe(),
+                       " runs eagerly for sizes outside "
+                       "its capture sizes: ",
+                       *why));
+      run_eager(function, inputs, EagerDecision{FallbackCategory::kUncapturedSize, std::move(*why)},
+                result);
+      return;
+    }
+  }
   ChildSlot& slot = slot_for(current_, function.id);
   if (!slot.mutation_checked) classify_mutation(function, inputs, slot);
   if (slot.eager) {
     run_eager(function, inputs, *slot.eager, result);
     return;
   }
-  if (state_ == PathState::kWarmup || !function.warmed_up_for(inputs)) {
+  if (state_ == PathState::kWarmup ||
+      (!function.spec.skip_warmup && !function.warmed_up_for(inputs))) {
     if (state_ == PathState::kExecution) restore_checkpoint();
     warmup(function, inputs, consumable, result);
     return;
@@ -286,6 +317,10 @@ bool TreeManager::replay_or_prepare_rerecord(RegisteredFunction& function, const
   if (reclassified_as_eager(function, inputs, slot, result)) return true;
   if (misses.last != nullptr && !function.has_mutated_inputs()) {
     demote_moving_managed_inputs(function, inputs, *misses.last, slot);
+    if (slot.eager) {  // ManagedInputPolicy::kEager
+      run_eager(function, inputs, *slot.eager, result);
+      return true;
+    }
   }
   if (misses.first_failure != InvariantStatus::kOk) count_rerecord(function, inputs, misses);
   if (misses.first_unexpected != InvariantStatus::kOk &&
@@ -345,8 +380,17 @@ void TreeManager::demote_moving_managed_inputs(const RegisteredFunction& functio
   for (size_t index : last.inputs().moved_managed_inputs(inputs)) {
     if (aliased[index]) continue;
     if (slot.managed_moves.size() <= index) slot.managed_moves.resize(index + 1, 0);
-    if (++slot.managed_moves[index] >= config_.managed_input_move_limit &&
-        slot.demoted.insert(index).second) {
+    if (++slot.managed_moves[index] < config_.managed_input_move_limit) continue;
+    if (config_.managed_input_policy == ManagedInputPolicy::kEager) {
+      decide_eager(
+          function, slot.eager,
+          {FallbackCategory::kMovingManagedInput,
+           str_cat("pool-managed input ", index, " changed address ", slot.managed_moves[index],
+                   " times under one parent and GROVE_CUDAGRAPHS_MANAGED_INPUT_POLICY "
+                   "is eager")});
+      return;
+    }
+    if (slot.demoted.insert(index).second) {
       ++counters_.demoted_inputs;
       log(LogLevel::kInfo,
           str_cat(function.describe(), ": pool-managed input ", index, " changed address ",
@@ -381,7 +425,7 @@ void TreeManager::decide_eager_after_rerecord_limit(const RegisteredFunction& fu
 
 void TreeManager::run_eager(const RegisteredFunction& function, const TensorList& inputs,
                             const EagerDecision& decision, TensorList& result) {
-  if (config_.strict) {
+  if (config_.strict && !fallback_requested(decision.category)) {
     throw NotCapturedError(str_cat(function.describe(), " was not captured: ", decision.message,
                                    " (strict mode, GROVE_CUDAGRAPHS_STRICT=1)"));
   }

@@ -74,6 +74,22 @@ enum class InvariantStatus : uint8_t;
 // TreeGenerations.StaleInputThrowsBeforeAnEagerFallbackWritesAnything.
 void throw_if_any_stale(const TensorList& inputs);
 
+// Note [Function controls]
+// What a user can tell the tree about a function, as in PyTorch: never
+// capture it (FunctionSpec::never_capture, or a TreeConfig::skip_functions /
+// GROVE_CUDAGRAPHS_SKIP entry naming it: decided when it registers); record
+// only some sizes of one dynamic dimension (FunctionSpec::capture_sizes: a
+// call of another size runs eagerly, decided per call on the slow path;
+// BucketedFunction pads instead); record on the first call without a warm-up
+// (FunctionSpec::skip_warmup; under a warm-up path it still warms up, since a
+// recording cannot hang under a warm-up node); reserve the pool up front
+// (TreeConfig::initial_pool_bytes: one free segment on the capture stream,
+// where warm-ups and recordings allocate); and run eagerly instead of copying
+// a pool-managed input that keeps moving (ManagedInputPolicy::kEager). The
+// eager runs a user asked for are not errors in strict mode. None of these
+// adds work to the replay fast path. Tests: TreeControls.* in
+// tests/cudagraph_trees/controls_test.cc.
+
 // What the node the manager ran last was doing.
 enum class PathState : uint8_t { kNone, kWarmup, kRecording, kExecution };
 const char* path_state_name(PathState state);

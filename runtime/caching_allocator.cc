@@ -132,6 +132,16 @@ StoragePtr CachingAllocator::allocate(size_t bytes, StreamHandle stream) {
   return std::make_shared<Storage>(block->address, bytes, device, std::move(owner));
 }
 
+void CachingAllocator::reserve(PoolId pool_id, size_t bytes, StreamHandle stream) {
+  GROVE_CHECK(!pool_id.is_default(),
+              "reserve(): the default pool grows on demand; reserve memory for a private pool");
+  GROVE_CHECK(bytes > 0, "reserve(): reserve at least one byte");
+  std::lock_guard<std::mutex> lock(mutex_);
+  Pool& pool = pool_locked(pool_id);
+  Block* block = new_segment_locked(pool, round_up(bytes, kAlignment), stream);
+  pool.free_blocks.insert(block);
+}
+
 CachingAllocator::Block* CachingAllocator::find_free_block_locked(Pool& pool, size_t size,
                                                                   StreamHandle stream) {
   Block key;

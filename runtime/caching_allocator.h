@@ -87,6 +87,11 @@ class CachingAllocator {
   StoragePtr allocate(size_t bytes, StreamHandle stream);
 
   PoolId create_pool();
+  // Gives private pool `pool` a free segment of at least `bytes` for use on
+  // `stream` now, so that later allocations there take no new segment until
+  // it is used up (TreeConfig::initial_pool_bytes). Throws OutOfMemoryError
+  // naming the bytes when the device cannot hold it.
+  void reserve(PoolId pool, size_t bytes, StreamHandle stream);
   // Routes the calling thread's allocations to `pool` until the matching end.
   // Routings nest; end must name the innermost pool.
   void begin_allocate_to_pool(PoolId pool);

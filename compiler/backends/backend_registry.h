@@ -24,6 +24,12 @@ struct CompileOptions {
   // A whole model, or which program of a training step; it implies the
   // lowering mode (exec_mode(stage)) and a graph backend's recording mode.
   Stage stage = Stage::kInference;
+  // For a graph backend ("cudagraphs"; others ignore them): never record the
+  // model's segments, so they run eagerly through the backend, or record them
+  // on their first call without a warm-up, for a model known to be
+  // capture-safe (cudagraph_trees: Note [Function controls]).
+  bool never_capture = false;
+  bool skip_warmup = false;
 };
 
 class ExecutionBackend {

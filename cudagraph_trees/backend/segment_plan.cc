@@ -75,6 +75,8 @@ SegmentPlan plan_segment(const compiler::LoweredFunction& segment, size_t index,
     plan.spec.mutated_input_indices = segment.mutated_input_indices;
     plan.spec.body = segment.call;
     plan.spec.devices = segment.devices;
+    plan.spec.never_capture = context.options.never_capture;
+    plan.spec.skip_warmup = context.options.skip_warmup;
   }
   return plan;
 }

@@ -88,6 +88,36 @@ TEST(TreeConfig, MalformedEnvironmentValuesNameTheVariable) {
   EXPECT_THROW(TreeConfig::from_environment(), ConfigError);
 }
 
+TEST(TreeConfig, ControlsAreReadFromTheEnvironment) {
+  ScopedEnv skip("GROVE_CUDAGRAPHS_SKIP", "mlp:segment1,attention*");
+  ScopedEnv policy("GROVE_CUDAGRAPHS_MANAGED_INPUT_POLICY", "eager");
+  ScopedEnv bytes("GROVE_CUDAGRAPHS_INITIAL_POOL_BYTES", "1048576");
+  TreeConfig config = TreeConfig::from_environment();
+  EXPECT_EQ(config.skip_functions, (std::vector<std::string>{"mlp:segment1", "attention*"}));
+  EXPECT_EQ(config.managed_input_policy, ManagedInputPolicy::kEager);
+  EXPECT_EQ(config.initial_pool_bytes, 1048576u);
+  ASSERT_NE(config.skip_entry_for("attention:block3"), nullptr);
+  EXPECT_EQ(*config.skip_entry_for("attention:block3"), "attention*");
+  EXPECT_EQ(config.skip_entry_for("mlp:segment10"), nullptr);  // exact entries match exactly
+}
+
+TEST(TreeConfig, MalformedControlsNameTheVariable) {
+  for (auto [variable, value] : std::vector<std::pair<const char*, const char*>>{
+           {"GROVE_CUDAGRAPHS_SKIP", "a,,b"},
+           {"GROVE_CUDAGRAPHS_SKIP", "a,"},
+           {"GROVE_CUDAGRAPHS_MANAGED_INPUT_POLICY", "sometimes"},
+           {"GROVE_CUDAGRAPHS_INITIAL_POOL_BYTES", "-1"},
+           {"GROVE_CUDAGRAPHS_INITIAL_POOL_BYTES", "1MB"}}) {
+    ScopedEnv bad(variable, value);
+    try {
+      TreeConfig::from_environment();
+      ADD_FAILURE() << variable << "=" << value << ": expected ConfigError";
+    } catch (const ConfigError& error) {
+      EXPECT_NE(std::string(error.what()).find(variable), std::string::npos) << error.what();
+    }
+  }
+}
+
 TEST(TreeConfig, ManagerRejectsCpuDeviceAndBadConfig) {
   EXPECT_THROW(TreeManager(runtime::kCpuDevice, TreeConfig{}), DeviceError);
   TreeConfig bad;

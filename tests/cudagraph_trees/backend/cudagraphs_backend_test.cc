@@ -372,6 +372,29 @@ TEST_P(CudagraphsBackend, CompiledModelReachesItsTreeThroughTheBackend) {
   EXPECT_EQ(stats["tree"]["replays"].get<int64_t>(), 1) << stats.dump();
 }
 
+// Note [Function controls] through the one door: CompileOptions' never_capture
+// and skip_warmup reach the tree as the segments' spec.
+TEST_P(CudagraphsBackend, CompileOptionsNeverCaptureAndSkipWarmupReachTheTree) {
+  compiler::ir::Program program = compiler::model_format::load_model_file(
+      "benchmarks/models/mlp16x512.json", {{"batch", 2}}, GetParam());
+  TensorList inputs = random_inputs(program, GetParam(), 21);
+  CompiledModel eager = compile(program, {.backend = "eager"});
+  auto expected = host_values(eager(inputs));
+  {
+    CompiledModel skipped = compile(program, {.backend = "cudagraphs", .never_capture = true});
+    for (int call = 0; call < 3; ++call) EXPECT_EQ(host_values(skipped(inputs)), expected);
+    nlohmann::json tree = stats_of(skipped)["tree"];
+    EXPECT_EQ(tree["recordings"].get<int64_t>(), 0) << tree.dump();
+    EXPECT_EQ(tree["fallback_calls"]["skipped"].get<int64_t>(), 3) << tree.dump();
+  }
+  CompiledModel direct = compile(program, {.backend = "cudagraphs", .skip_warmup = true});
+  for (int call = 0; call < 3; ++call) EXPECT_EQ(host_values(direct(inputs)), expected);
+  nlohmann::json tree = stats_of(direct)["tree"];
+  EXPECT_EQ(tree["warmups"].get<int64_t>(), 0) << tree.dump();
+  EXPECT_EQ(tree["recordings"].get<int64_t>(), 1) << tree.dump();
+  EXPECT_EQ(tree["replays"].get<int64_t>(), 2) << tree.dump();
+}
+
 TEST_P(CudagraphsBackend, StrictModeThrowsInsteadOfFallingBack) {
   ::setenv("GROVE_CUDAGRAPHS_STRICT", "1", 1);
   reset_tree_managers();
