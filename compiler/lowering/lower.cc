@@ -6,6 +6,7 @@
 #include "compiler/lowering/executor.h"
 #include "compiler/lowering/scheduler.h"
 #include "runtime/error.h"
+#include "runtime/strided_copy_kernel.h"
 
 namespace grove::compiler::lowering {
 
@@ -36,6 +37,8 @@ struct Core {
     runtime::Device device;
   };
   std::vector<ExpectedInput> expected_inputs;
+  // Per program input: the program writes it in place (Note [Strided inputs]).
+  std::vector<bool> written_inputs;
 };
 
 void index_expected_inputs(Core& core) {
@@ -175,7 +178,16 @@ TensorList run_segments(const Core& core, const std::vector<Callable>& segment_c
               scheduled.program->name(), "': run_with needs one call per segment (",
               scheduled.segments.size(), "), found ", segment_calls.size());
   if (!inputs_match(core, inputs)) [[unlikely]] {
-    check_program_inputs(*scheduled.program, inputs, core.name);
+    check_program_inputs(*scheduled.program, inputs, core.name, &core.written_inputs);
+    // Note [Strided inputs]: the checks passed, so what failed the cheap
+    // match is a layout; the kernels read contiguous copies.
+    TensorList contiguous = inputs;
+    for (Tensor& input : contiguous) {
+      if (!input.is_contiguous()) input = runtime::contiguous_copy(input);
+    }
+    GROVE_CHECK(inputs_match(core, contiguous), core.name,
+                ": inputs still disagree with the program after their contiguous copies");
+    return run_segments(core, segment_calls, contiguous);
   }
   if (core.single_segment_passthrough) {
     TensorList outputs = segment_calls[0](inputs);
@@ -222,7 +234,7 @@ TensorList run_segments(const Core& core, const std::vector<Callable>& segment_c
 }  // namespace
 
 void check_program_inputs(const ir::Program& program, const TensorList& inputs,
-                          const std::string& what) {
+                          const std::string& what, const std::vector<bool>* written_inputs) {
   const auto& ids = program.inputs();
   GROVE_CHECK(inputs.size() == ids.size(), what, ": expected ", ids.size(),
               " inputs (inputs, params and buffers in declaration order), found ", inputs.size());
@@ -245,10 +257,17 @@ void check_program_inputs(const ir::Program& program, const TensorList& inputs,
     GROVE_CHECK_AS(DeviceError, tensor.device() == value.type.device, name(),
                    " expects a tensor on ", value.type.device.str(), ", found one on ",
                    tensor.device().str(), "; move it to ", value.type.device.str(), " first");
-    GROVE_CHECK_AS(ShapeError, tensor.is_contiguous(), name(),
-                   " must be contiguous (its strides are baked into the compiled kernels), found "
+    const bool copy_allowed = written_inputs != nullptr && i < written_inputs->size() &&
+                              !(*written_inputs)[i] && !value.is_persistent();
+    GROVE_CHECK_AS(ShapeError, tensor.is_contiguous() || copy_allowed, name(),
+                   " must be contiguous (the model writes it in place or owns it), found "
                    "strides ",
-                   runtime::shape_str(tensor.strides()), "; pass a contiguous copy");
+                   runtime::shape_str(tensor.strides()), "; pass a contiguous tensor");
+    GROVE_CHECK_AS(
+        ShapeError, tensor.is_contiguous() || tensor.dim() <= runtime::kMaxStridedCopyRank, name(),
+        " has ", tensor.dim(), " dimensions and strides ", runtime::shape_str(tensor.strides()),
+        "; a non-contiguous input may have at most ", runtime::kMaxStridedCopyRank,
+        "; pass a contiguous tensor");
   }
 }
 
@@ -427,7 +446,9 @@ LoweredProgram lower(const ir::Program& program, const LowerOptions& options) {
     if (program.value(program.inputs()[i]).is_persistent()) {
       whole.static_input_indices.push_back(i);
     }
-    if (written.count(scheduled.input_slots[i])) whole.mutated_input_indices.push_back(i);
+    const bool is_written = written.count(scheduled.input_slots[i]) > 0;
+    if (is_written) whole.mutated_input_indices.push_back(i);
+    core->written_inputs.push_back(is_written);
   }
   for (int slot : scheduled.output_slots) {
     int position = input_root(scheduled, slot);

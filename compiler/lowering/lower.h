@@ -93,8 +93,25 @@ LoweredProgram lower(const ir::Program& program, const LowerOptions& options = {
 
 // Checks `inputs` against `program`'s inputs (Program::inputs() order); errors
 // (grove::Error, ShapeError, DTypeError, DeviceError) name the input, what was
-// expected and what was found. `what` prefixes the message.
+// expected and what was found. `what` prefixes the message. Every input must
+// be contiguous unless `written_inputs` (per input: the program writes it) says
+// it is a per-call input the program only reads: such an input may have any
+// layout, and a lowered program runs on a contiguous copy of it.
+//
+// Note [Strided inputs]
+// Compiled kernels index their operands as contiguous (strides are baked in).
+// A per-call input of another layout (expanded with stride 0, transposed,
+// sliced) is copied once per call into a contiguous tensor by the runtime's
+// strided copy kernel, in stream order, before any segment runs, so eager and
+// cudagraphs see the same values (under cudagraphs the copy is a new tensor
+// each call, which the tree copies into its placeholder). An input the
+// program writes in place, and a param or buffer, must be contiguous: writing
+// into a copy would lose the write. Contiguous inputs take the cheap path
+// (Note [Cheap input checks]) and are never copied. Tests:
+// Lowering.ExpandedAndTransposedInputsGiveTheContiguousResults,
+// BadCallInput.NonContiguousAndExpandedInputsGiveTheResultsOfTheirContiguousCopies.
 void check_program_inputs(const ir::Program& program, const TensorList& inputs,
-                          const std::string& what);
+                          const std::string& what,
+                          const std::vector<bool>* written_inputs = nullptr);
 
 }  // namespace grove::compiler::lowering

@@ -159,8 +159,50 @@ TEST(Segments, CallErrorsNameTheInput) {
   EXPECT_NE(message({wrong_shape}).find("input 'x' (input 0) expects shape [4, 4]"),
             std::string::npos)
       << message({wrong_shape});
-  runtime::Tensor strided = runtime::Tensor::empty({4, 4}, DType::kF32, kSimDevice).transpose(0, 1);
-  EXPECT_NE(message({strided}).find("must be contiguous"), std::string::npos);
+}
+
+// Note [Strided inputs] (lower.h): a per-call input of any layout runs on its
+// contiguous copy; a param or an input the program writes must be contiguous.
+TEST(Lowering, ExpandedAndTransposedInputsGiveTheContiguousResults) {
+  ProgramBuilder b("layouts", kSimDevice);
+  ValueId x = b.input("x", {4, 3});
+  ValueId w = b.param("w", {4, 3}, DType::kF32, compiler::ir::normal_init(1.0, 3));
+  ValueId cache = b.buffer("cache", {4, 3}, DType::kF32, compiler::ir::zeros_init());
+  b.output(b.add(b.exp(x), w, "sum"));
+  b.output(b.copy_into(cache, x, "store"));
+  compiler::ir::Program program = b.build();
+  compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
+  const compiler::LoweredFunction& function = lowered.function();
+  testing::HostTensorList host = testing::random_inputs(program, 17);
+  runtime::Tensor w_tensor = testing::to_device(host[1], kSimDevice);
+  runtime::Tensor cache_tensor = testing::to_device(host[2], kSimDevice);
+  runtime::Tensor row =
+      runtime::Tensor::from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {1, 3}, kSimDevice);
+  runtime::Tensor wide =
+      testing::to_device(testing::random_inputs(program, 18)[0], kSimDevice).view({3, 4});
+  for (runtime::Tensor strided : {row.expand({4, 3}), wide.transpose(0, 1)}) {
+    ASSERT_FALSE(strided.is_contiguous());
+    runtime::Tensor copy =
+        runtime::Tensor::from_vector(strided.to_vector<float>(), {4, 3}, kSimDevice);
+    std::vector<float> expected =
+        function.call({copy, w_tensor, cache_tensor})[0].to_vector<float>();
+    std::vector<float> got = function.call({strided, w_tensor, cache_tensor})[0].to_vector<float>();
+    EXPECT_EQ(got, expected) << runtime::shape_str(strided.strides());
+    EXPECT_EQ(cache_tensor.to_vector<float>(), copy.to_vector<float>());  // the store ran
+  }
+  auto message = [&](const compiler::TensorList& inputs) {
+    try {
+      function.call(inputs);
+    } catch (const ShapeError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  runtime::Tensor w_transposed =
+      runtime::Tensor::from_vector(w_tensor.to_vector<float>(), {3, 4}, kSimDevice).transpose(0, 1);
+  std::string refused = message({row.expand({4, 3}), w_transposed, cache_tensor});
+  EXPECT_NE(refused.find("param 'w'"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("must be contiguous"), std::string::npos) << refused;
 }
 
 TEST(Layouts, ViewStridesFollowMemoryAndRefuseIncompatibleReshapes) {
