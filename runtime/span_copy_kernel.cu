@@ -1,4 +1,4 @@
-// Source of span_copy_kernel_ptx.inc (regenerate_span_copy_kernel.sh): the
+// Source of span_copy_kernel_ptx.inc (regenerate_ptx.sh): the
 // byte copy grove puts at the head of a recorded graph, see span_copy_kernel.h.
 // 16-byte vectors when both pointers allow them, then single bytes for the
 // rest (or for everything when a pointer is not 16-byte aligned).

@@ -1,4 +1,4 @@
-// Source of strided_copy_kernel_ptx.inc (regenerate_strided_copy_kernel.sh):
+// Source of strided_copy_kernel_ptx.inc (regenerate_ptx.sh):
 // gathers a strided tensor (expanded, transposed, sliced) into contiguous
 // memory, see strided_copy_kernel.h. One thread per destination element,
 // grid-strided; the element size is 1, 2, 4 or 8 bytes. Sizes and strides

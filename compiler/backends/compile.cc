@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "compiler/ir/generator_state.h"
 #include "compiler/model_format/model_json.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "runtime/philox_generator.h"
 
 namespace grove::compiler::backends {
 namespace {
@@ -131,6 +133,12 @@ CompiledModel compile(const ir::Program& program, const CompileOptions& options,
       model.input_names_.push_back(value.name);
     }
   }
+  model.generator_draws_ = ir::generator_draws(target);
+  if (model.generator_draws_ > 0) {
+    ir::GeneratorState state = *ir::find_generator_state(target);
+    model.generator_seed_position_ = static_cast<size_t>(target.input_position(state.seed));
+    model.generator_offset_position_ = static_cast<size_t>(target.input_position(state.offset));
+  }
   model.total_compile_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return model;
@@ -173,6 +181,12 @@ TensorList CompiledModel::operator()(const TensorList& inputs) const {
                    ir::shape_text(value.type.shape), ", found ", runtime::shape_str(tensor.shape()),
                    "; the model was compiled for these dims (recompile for other sizes)");
     all[position] = tensor;
+  }
+  if (generator_draws_ > 0) [[unlikely]] {
+    // Note [Implicit generator] (compiler/ir/generator_state.h).
+    runtime::store_generator_state(
+        persistent_[generator_seed_position_], persistent_[generator_offset_position_],
+        runtime::default_generator(device()).reserve(static_cast<uint64_t>(generator_draws_)));
   }
   return call_(all);
 }

@@ -63,6 +63,10 @@ class CompiledModel {
   // Drops the backend's recorded graphs and pools; earlier outputs must not
   // be used afterwards.
   void reset_backend() const { backend_->reset(); }
+  // Philox counters one call draws from the device's implicit generator
+  // (Note [Implicit generator], compiler/ir/generator_state.h); 0 for a
+  // model without implicit random ops.
+  int64_t generator_draws() const { return generator_draws_; }
   // The graphs the last call's path replays, root first (empty for eager).
   std::vector<runtime::GraphRecording*> backend_graphs() const {
     return backend_->current_path_graphs();
@@ -92,6 +96,9 @@ class CompiledModel {
   std::map<std::string, size_t> state_positions_;
   double lower_ms_ = 0;
   double total_compile_ms_ = 0;
+  int64_t generator_draws_ = 0;
+  size_t generator_seed_position_ = 0;  // in persistent_
+  size_t generator_offset_position_ = 0;
 };
 
 // Throws grove::Error naming the node (lowering), the backend (unknown name)

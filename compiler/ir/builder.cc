@@ -1,5 +1,6 @@
 #include "compiler/ir/builder.h"
 
+#include "compiler/ir/generator_state.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/error.h"
 
@@ -222,6 +223,10 @@ ValueId ProgramBuilder::concat(const std::vector<ValueId>& xs, int64_t dim,
 ValueId ProgramBuilder::dropout(ValueId x, ValueId seed, ValueId offset, double p,
                                 const std::string& name) {
   return op1("dropout", {x, seed, offset}, {{"p", p}}, name);
+}
+
+ValueId ProgramBuilder::dropout(ValueId x, double p, const std::string& name) {
+  return add_generator_dropout(program_, x, p, name.empty() ? fresh_node_name("dropout") : name);
 }
 
 std::vector<ValueId> ProgramBuilder::sgd_momentum_update(ValueId param, ValueId grad,

@@ -96,6 +96,9 @@ class ProgramBuilder {
   ValueId cross_entropy(ValueId logits, ValueId labels, const std::string& name = "");
   ValueId mse_loss(ValueId prediction, ValueId target, const std::string& name = "");
   ValueId dropout(ValueId x, ValueId seed, ValueId offset, double p, const std::string& name = "");
+  // dropout drawing from the device's implicit generator (Note [Implicit
+  // generator], generator_state.h).
+  ValueId dropout(ValueId x, double p, const std::string& name = "");
   ValueId copy_into(ValueId destination, ValueId source, const std::string& name = "");
   // Returns {new param, new momentum buffer}.
   std::vector<ValueId> sgd_momentum_update(ValueId param, ValueId grad, ValueId momentum_buffer,

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/ir/generator_state.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/error.h"
 
@@ -375,6 +376,19 @@ void Loader::add_node(const json& entry, size_t index, ir::Program& program) con
       }
       attrs.set(key, parse_attr(value, spec->kind, "attrs." + key, where));
     }
+  }
+  if (op == "dropout" && operands.size() == 1) {
+    // Note [Implicit generator] (compiler/ir/generator_state.h).
+    if (entry.contains("results")) where.fail("results", "dropout has one result, named by 'name'");
+    try {
+      ir::add_generator_dropout(program, operands[0], attrs.has("p") ? attrs.get_float("p") : 0.1,
+                                name);
+    } catch (const ModelFormatError&) {
+      throw;
+    } catch (const Error& error) {
+      where.fail(entry.contains("attrs") ? "inputs/attrs" : "inputs", error.what());
+    }
+    return;
   }
   std::vector<ir::TensorType> types;
   try {
