@@ -148,9 +148,9 @@ void NodeOutputs::retire(ReplayContext& context, runtime::CachingAllocator* clon
     if (overwritten_message_ == nullptr) {
       overwritten_message_ = std::make_shared<const std::string>(str_cat(
           "accessing an output of function '", function_name, "' (graph node ", node_id,
-          ") that a later replay of the same CUDA graph overwrote. Replay outputs live in the "
-          "graph's memory and every replay rewrites them: clone the output before calling the "
-          "function again, or set GROVE_CUDAGRAPHS_CLONE_KEPT_OUTPUTS=1 "
+          ") that a later replay of the CUDA graph tree overwrote. Replay outputs live in the "
+          "graphs' memory, which the next step's replays rewrite: clone the output before the "
+          "next call or step, or set GROVE_CUDAGRAPHS_CLONE_KEPT_OUTPUTS=1 "
           "(TreeConfig::clone_kept_outputs) to have kept outputs cloned"));
     }
     storage->mark_overwritten(overwritten_message_);

@@ -29,8 +29,11 @@
 //
 // Note [Kept replay outputs]
 // A replay writes its outputs where the previous replay of the same node
-// wrote them. Before it launches, a node whose previous outputs someone still
-// holds (a use count above the tree's own) retires that set of storages:
+// wrote them, and a replay on another branch may write over them too (sibling
+// branches share the pool). So when a path of replays ends (a new generation
+// begins) every node on it, and before it launches any node, whose previous
+// outputs someone still holds (a use count above the tree's own) retires that
+// set of storages, as PyTorch invalidates the outputs of the path it leaves:
 // each is marked overwritten (Note [Overwritten storage], runtime/storage.h),
 // so reading a kept output throws "accessing output ... that a later replay
 // overwrote", or, with TreeConfig::clone_kept_outputs, the outputs still held
@@ -39,10 +42,12 @@
 // set of storages (two sets, reused once nobody holds them, so a loop that
 // keeps only the last call's outputs allocates nothing); a set still held or
 // cloned is replaced by a new one. Costs per replay: one use-count read per
-// pool output. Only a later replay of the same node overwrites: outputs
-// passed between functions within a step are untouched. Tests:
-// TreeLifecycle.KeptReplayOutputThrowsOnceTheNextReplayOverwritesIt and
-// TreeLifecycle.CloneKeptOutputsKeepsEveryReplaysValues.
+// pool output, and one loop over the path's outputs when a path ends.
+// Outputs passed between functions within a step are untouched. Tests:
+// TreeLifecycle.KeptReplayOutputThrowsOnceTheNextReplayOverwritesIt,
+// TreeLifecycle.CloneKeptOutputsKeepsEveryReplaysValues,
+// TreeLifecycle.KeptOutputOfAnotherBranchThrowsOnceItsPathEnds and the
+// differential fuzzer's kept-output checks (tests/fuzz/differential.cc).
 //
 // Note [Output liveness]: a TrackedStorage holds a weak reference to the
 // storage currently standing for an output, plus the number of strong

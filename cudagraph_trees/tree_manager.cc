@@ -192,7 +192,7 @@ inline void TreeManager::replay(TreeNode* node, const TensorList& inputs, Tensor
   generation_ = generations_.current();
   try {
     node->replay(inputs, consumable, backend_, context_.current_stream(), counters_, result,
-                 config_.clone_kept_outputs ? &allocator_ : nullptr);
+                 config_.clone_kept_outputs ? &allocator_ : nullptr, retire_before_next_replay_);
   } catch (...) {
     current_ = previous;
     state_ = previous_state;
@@ -267,6 +267,7 @@ void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inpu
   }
   if (state_ == PathState::kWarmup ||
       (!function.spec.skip_warmup && !function.warmed_up_for(inputs))) {
+    retire_ended_paths(inputs);
     if (state_ == PathState::kExecution) restore_checkpoint();
     warmup(function, inputs, consumable, result);
     return;
@@ -276,9 +277,23 @@ void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inpu
   } else if (reclassified_as_eager(function, inputs, slot, result)) {
     return;  // mutations are re-checked before every new recording
   }
+  retire_ended_paths(inputs);
   if (!record(function, inputs, consumable, result)) {
     run_eager(function, inputs, *slot_for(current_, function.id).eager, result);
   }
+}
+
+void TreeManager::retire_ended_paths(const TensorList& inputs) {
+  // Note [Kept replay outputs]: a warm-up or recording allocates pool memory
+  // that ended paths' replay outputs may occupy (they own no blocks). Inputs
+  // among them now throw before the body runs (Note [Stale inputs throw first]).
+  if (retire_before_next_replay_.empty()) return;
+  for (TreeNode* ended : retire_before_next_replay_) {
+    ended->retire_kept_outputs(backend_, context_.current_stream(), counters_,
+                               config_.clone_kept_outputs ? &allocator_ : nullptr);
+  }
+  retire_before_next_replay_.clear();
+  throw_if_any_stale(inputs);
 }
 
 void TreeManager::check_static_input_indices(const RegisteredFunction& function,

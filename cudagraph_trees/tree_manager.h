@@ -174,6 +174,9 @@ class TreeManager {
 
   // The steps of slow_path() (tree_manager.cc).
   struct ChildMisses;
+  // Before a warm-up or recording: retires the kept outputs of ended paths
+  // (Note [Kept replay outputs]), then throws if an input was among them.
+  void retire_ended_paths(const TensorList& inputs);
   void check_static_input_indices(const RegisteredFunction& function,
                                   const TensorList& inputs) const;
   // Under a replayed path (or none): replays a child that matches now, or
@@ -266,6 +269,8 @@ class TreeManager {
   std::vector<std::unique_ptr<TreeNode>> roots_;
   std::vector<ChildSlot> root_slots_;
   std::vector<std::unique_ptr<WarmupNode>> warmup_path_;  // the warm-up tail of the path
+  // Replayed nodes of paths that ended (Note [Kept replay outputs]).
+  std::vector<TreeNode*> retire_before_next_replay_;
   PathNode* current_ = nullptr;
   PathState state_ = PathState::kNone;
   int64_t generation_ = 0;  // of the last warm-up, recording or replay

@@ -60,6 +60,7 @@ void TreeManager::shutdown() {
   std::lock_guard<std::mutex> lock(process_capture_lock());
   // Note [Waiting under the capture lock] (runtime/collectives/held_locks.h).
   runtime::collectives::HeldLock held(process_capture_lock());
+  retire_before_next_replay_.clear();
   auto invalidate = [&](PathNode& node) {
     if (!node.is_warmup()) static_cast<TreeNode&>(node).outputs().drop_cache();
     for (const TrackedStorage& storage : node.tracked()) {

@@ -82,7 +82,20 @@ bool TreeManager::try_end_execution(const RegisteredFunction& function) {
 }
 
 void TreeManager::end_path(bool invalidate_outputs) {
-  if (invalidate_outputs) invalidate_path_outputs();
+  if (invalidate_outputs) {
+    invalidate_path_outputs();
+  } else if (state_ == PathState::kExecution) {
+    // Note [Kept replay outputs]: the next replay may write over this path's
+    // memory; it retires the outputs still held once it has bound its inputs.
+    for (PathNode* node = current_; node != nullptr; node = node->parent()) {
+      auto* replayed = static_cast<TreeNode*>(node);
+      if (!node->is_warmup() &&
+          std::find(retire_before_next_replay_.begin(), retire_before_next_replay_.end(),
+                    replayed) == retire_before_next_replay_.end()) {
+        retire_before_next_replay_.push_back(replayed);
+      }
+    }
+  }
   current_ = nullptr;
   state_ = PathState::kNone;
   warmup_path_.clear();

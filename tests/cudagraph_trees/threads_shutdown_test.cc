@@ -89,12 +89,20 @@ TEST_P(TreeThreadsShutdown, ShutdownInvalidatesOutputsAndReleasesThePool) {
   EXPECT_EQ(stats["pool"]["segments"], 0);
   EXPECT_EQ(stats["nodes"], 0);
   EXPECT_THROW(allocator.stats(pool), Error);  // the pool is gone
-  try {
-    host(replayed[0]);
-    ADD_FAILURE() << "expected StaleTensorError";
-  } catch (const StaleTensorError& error) {
-    EXPECT_NE(std::string(error.what()).find("shut down"), std::string::npos) << error.what();
-  }
+  // The warm-up of the new root retired the kept replay output (Note [Kept
+  // replay outputs]); the warm-up's own output dies with the tree.
+  auto message_of = [](const Tensor& tensor) {
+    try {
+      host(tensor);
+    } catch (const StaleTensorError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no StaleTensorError");
+  };
+  EXPECT_NE(message_of(replayed[0]).find("overwrote"), std::string::npos)
+      << message_of(replayed[0]);
+  EXPECT_NE(message_of(recorded[0]).find("shut down"), std::string::npos)
+      << message_of(recorded[0]);
   EXPECT_THROW(trees.run(f, {random_tensor(rng, {64}), w}), Error);
   trees.shutdown();  // idempotent
 }

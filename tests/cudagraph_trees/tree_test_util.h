@@ -184,6 +184,7 @@ inline int placeholder_holding(const TreeNode& node, const Tensor& tensor) {
 // and which of f's inputs owns that placeholder. `keep` holds every input.
 struct PlaceholderReuse {
   FunctionId f;
+  FunctionId g;
   Tensor g_output;
   int holder = -1;
 };
@@ -192,8 +193,9 @@ inline PlaceholderReuse reuse_a_placeholder(TreeManager& trees,
   PlaceholderReuse reuse;
   reuse.f = trees.register_function(
       spec("add", [](const TensorList& in) { return TensorList{add(in[0], in[1])}; }));
-  FunctionId g = trees.register_function(
+  reuse.g = trees.register_function(
       spec("triple", [](const TensorList& in) { return TensorList{scale(in[0], 3.0f)}; }));
+  const FunctionId g = reuse.g;
   for (int step = 0; step < 3; ++step) {  // warm-up, recording, replay
     trees.mark_step_begin();
     TensorList f_out = trees.run(reuse.f, {fresh(), fresh()});
@@ -208,18 +210,25 @@ inline PlaceholderReuse reuse_a_placeholder(TreeManager& trees,
 // `rounds` new steps, each calling f with a fresh tensor as the input whose
 // placeholder holds g's output and g's output as the other input: every
 // replay must read g's output before it copies the fresh tensor over it.
+// That copy overwrites g's output, so reading it afterwards throws (Note
+// [Kept replay outputs]); g then runs on f's output for the next round.
 inline void feed_back_into_a_placeholder(TreeManager& trees, const PlaceholderReuse& reuse,
                                          const std::function<Tensor()>& fresh, int rounds) {
   ASSERT_GE(reuse.holder, 0) << "g's output was expected in a block f's placeholder freed";
+  Tensor source = reuse.g_output;
   for (int round = 0; round < rounds; ++round) {
     trees.mark_step_begin();
-    Floats previous = host(reuse.g_output);
+    Floats previous = host(source);
     Tensor x = fresh();
     TensorList inputs(2);
     inputs[static_cast<size_t>(reuse.holder)] = x;
-    inputs[static_cast<size_t>(1 - reuse.holder)] = reuse.g_output;
+    inputs[static_cast<size_t>(1 - reuse.holder)] = source;
     TensorList out = trees.run(reuse.f, inputs);
     EXPECT_VALUES(out[0], host_add(host(x), previous));
+    EXPECT_THROW(host(source), StaleTensorError) << "round " << round;
+    source = trees.run(reuse.g, {out[0]})[0];
+    EXPECT_EQ(placeholder_holding(*trees.roots(reuse.f)[0], source), reuse.holder);
+    EXPECT_VALUES(source, host_scale(host_add(host(x), previous), 3.0f));
     trees.verify();
   }
 }

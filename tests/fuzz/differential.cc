@@ -1,5 +1,6 @@
 #include "tests/fuzz/differential.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -18,6 +19,7 @@
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/error.h"
+#include "runtime/philox_generator.h"
 #include "tests/fuzz/program_generator.h"
 
 namespace grove::fuzz {
@@ -74,6 +76,11 @@ std::string bitwise_difference(const Tensor& expected, const Tensor& got) {
   return "bits differ";
 }
 
+// A stale (poisoned) or overwritten tensor: reading it throws StaleTensorError.
+bool invalidated(const Tensor& tensor) {
+  return tensor.storage()->is_poisoned() || tensor.storage()->is_overwritten();
+}
+
 class CallSequence {
  public:
   CallSequence(const Program& program, uint64_t seed)
@@ -89,7 +96,7 @@ class CallSequence {
     if (new_step) cudagraph_trees::mark_step_begin();
     std::string trace = "call " + std::to_string(index) + (new_step ? " (new step)" : "") + ":";
     TensorList eager_inputs, graphs_inputs;
-    int mode = std::uniform_int_distribution<int>(0, 2)(rng_);
+    int mode = std::uniform_int_distribution<int>(0, 3)(rng_);
     if (mode == 1 && owned_eager_.empty()) mode = 0;
     bool fed_back = false;
     std::set<size_t>
@@ -99,7 +106,11 @@ class CallSequence {
       const auto& type = program_.value(input_ids_[i]).type;
       values.push_back(random_bytes(type, rng_));
     }
-    if (mode == 1) {
+    if (mode == 3) {
+      // Strided views (Note [Strided inputs], compiler/lowering/lower.h).
+      eager_inputs = strided(values);
+      for (const Tensor& input : eager_inputs) graphs_inputs.push_back(same_layout_copy(input));
+    } else if (mode == 1) {
       for (size_t i = 0; i < input_ids_.size(); ++i) {
         owned_eager_[i].copy_from_host(values[i].data());
         owned_graphs_[i].copy_from_host(values[i].data());
@@ -138,20 +149,21 @@ class CallSequence {
     if (fed_back) {
       for (size_t i = 0; i < graphs_inputs.size(); ++i) {
         const Tensor& t = graphs_inputs[i];
-        graphs_values.push_back(t.storage()->is_poisoned() ? eager_inputs[i].to_host_bytes()
-                                                           : t.to_host_bytes());
+        graphs_values.push_back(invalidated(t) ? eager_inputs[i].to_host_bytes()
+                                               : t.to_host_bytes());
       }
     }
     if (trace_) {
-      std::cerr << trace << " inputs "
-                << (mode == 0   ? "new"
-                    : mode == 1 ? "overwritten in place"
-                                : "fed back")
-                << "\n";
+      std::cerr << trace << " inputs " << mode_name(mode) << "\n";
     }
+    // Both sides draw the same implicit random numbers (Note [Implicit generator]).
+    const uint64_t generator_seed = rng_();
+    runtime::PhiloxGenerator& generator = runtime::default_generator(program_.device());
+    generator.manual_seed(generator_seed);
     TensorList eager_outputs = eager_(eager_inputs);
     TensorList graphs_outputs;
     try {
+      generator.manual_seed(generator_seed);
       graphs_outputs = graphs_(graphs_inputs);
     } catch (const StaleTensorError&) {
       if (!fed_back) throw;
@@ -168,7 +180,7 @@ class CallSequence {
       // eager side still passes them aliased.
       std::vector<std::pair<Tensor, Tensor>> replaced;  // stale input, its replacement
       for (size_t i = 0; i < graphs_inputs.size(); ++i) {
-        if (!graphs_inputs[i].storage()->is_poisoned()) continue;
+        if (!invalidated(graphs_inputs[i])) continue;
         Tensor replacement;
         for (const auto& [stale, fresh_tensor] : replaced) {
           if (stale.storage() == graphs_inputs[i].storage() &&
@@ -185,6 +197,7 @@ class CallSequence {
         }
         graphs_inputs[i] = replacement;
       }
+      generator.manual_seed(generator_seed);
       graphs_outputs = graphs_(graphs_inputs);
     }
     ++outcome.calls;
@@ -198,19 +211,15 @@ class CallSequence {
                 << "\n"
                 << cudagraph_trees::tree_manager_for(program_.device()).dot() << "\n";
     }
-    std::string where = "call " + std::to_string(index) + " (inputs " +
-                        (mode == 0   ? "new"
-                         : mode == 1 ? "overwritten in place"
-                                     : "fed back") +
-                        ")";
+    std::string where = "call " + std::to_string(index) + " (inputs " + mode_name(mode) + ")";
     if (eager_outputs.size() != graphs_outputs.size()) return where + ": output counts differ";
     for (size_t o = 0; o < eager_outputs.size(); ++o) {
       std::string difference = bitwise_difference(eager_outputs[o], graphs_outputs[o]);
       if (!difference.empty()) return where + ", output " + std::to_string(o) + ": " + difference;
     }
     for (size_t i = 0; i < eager_inputs.size(); ++i) {
-      if (fed_inputs.count(i) > 0 || eager_inputs[i].storage()->is_poisoned() ||
-          graphs_inputs[i].storage()->is_poisoned()) {
+      if (fed_inputs.count(i) > 0 || invalidated(eager_inputs[i]) ||
+          invalidated(graphs_inputs[i])) {
         continue;
       }
       std::string difference = bitwise_difference(eager_inputs[i], graphs_inputs[i]);
@@ -224,6 +233,10 @@ class CallSequence {
       if (!difference.empty()) return where + ", state " + name + ": " + difference;
     }
     cudagraph_trees::tree_manager_for(program_.device()).verify();
+    if (!kept_.empty() && chance(0.5)) {
+      std::string kept_failure = check_kept_outputs(kept_.front());
+      if (!kept_failure.empty()) return where + ", " + kept_failure;
+    }
     last_eager_ = eager_outputs;
     last_graphs_ = graphs_outputs;
     if (chance(0.4)) kept_.push_back({eager_outputs, graphs_outputs});
@@ -233,6 +246,85 @@ class CallSequence {
 
  private:
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
+  // Note [Fuzz call sequences]: outputs kept from an earlier call read, on
+  // the graphs side, either what eager's copies read or, once a later replay
+  // overwrote them or their generation ended, throw StaleTensorError; never
+  // other values.
+  static std::string check_kept_outputs(const std::pair<TensorList, TensorList>& kept) {
+    for (size_t o = 0; o < kept.first.size(); ++o) {
+      const Tensor& graphs_output = kept.second[o];
+      if (invalidated(graphs_output)) {
+        try {
+          graphs_output.to_host_bytes();
+          return "kept output " + std::to_string(o) +
+                 " was invalidated but reading it did not throw";
+        } catch (const StaleTensorError&) {
+          continue;
+        }
+      }
+      std::string difference = bitwise_difference(kept.first[o], graphs_output);
+      if (!difference.empty()) return "kept output " + std::to_string(o) + ": " + difference;
+    }
+    return "";
+  }
+  static const char* mode_name(int mode) {
+    static const char* const kNames[] = {"new", "overwritten in place", "fed back",
+                                         "strided views"};
+    return kNames[mode];
+  }
+  // New inputs holding `values` where a read-only f32 input of rank >= 2 is
+  // now and then a transposed view and one with more than one row an
+  // expanded single row (whose values then replace `values`).
+  TensorList strided(std::vector<std::vector<uint8_t>>& values) {
+    TensorList tensors = fresh(values);
+    const std::vector<size_t>& written = eager_.lowered().function().mutated_input_indices;
+    for (size_t i = 0; i < input_ids_.size(); ++i) {
+      const auto& type = program_.value(input_ids_[i]).type;
+      size_t position = static_cast<size_t>(program_.input_position(input_ids_[i]));
+      if (type.dtype != DType::kF32 || type.shape.empty() ||
+          std::find(written.begin(), written.end(), position) != written.end()) {
+        continue;
+      }
+      const auto* floats = reinterpret_cast<float*>(values[i].data());
+      const int64_t rows = type.shape[0];
+      const int64_t row_size = runtime::shape_numel(type.shape) / std::max<int64_t>(rows, 1);
+      if (type.shape.size() >= 2 && chance(0.5)) {
+        runtime::Shape swapped = type.shape;
+        std::swap(swapped[0], swapped[1]);
+        const int64_t inner = row_size / type.shape[1];  // elements per [i, j] pair
+        std::vector<float> base(values[i].size() / sizeof(float));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < type.shape[1]; ++c) {
+            for (int64_t k = 0; k < inner; ++k) {
+              base[static_cast<size_t>((c * rows + r) * inner + k)] =
+                  floats[static_cast<size_t>((r * type.shape[1] + c) * inner + k)];
+            }
+          }
+        }
+        tensors[i] = Tensor::from_vector(base, swapped, program_.device()).transpose(0, 1);
+      } else if (rows > 1 && chance(0.5)) {
+        std::vector<float> row(floats, floats + row_size);
+        for (int64_t r = 1; r < rows; ++r) {
+          std::memcpy(values[i].data() + static_cast<size_t>(r * row_size) * sizeof(float),
+                      row.data(), static_cast<size_t>(row_size) * sizeof(float));
+        }
+        runtime::Shape one_row = type.shape;
+        one_row[0] = 1;
+        tensors[i] = Tensor::from_vector(row, one_row, program_.device()).expand(type.shape);
+      }
+    }
+    return tensors;
+  }
+  // A tensor with `tensor`'s shape, strides and offset over a copy of its storage.
+  static Tensor same_layout_copy(const Tensor& tensor) {
+    const int64_t elements =
+        static_cast<int64_t>(tensor.storage()->nbytes() / runtime::dtype_size(tensor.dtype()));
+    Tensor whole(tensor.storage(), {elements}, {1}, 0, tensor.dtype());
+    Tensor copy = Tensor::from_host(whole.to_host_bytes().data(), {elements}, tensor.dtype(),
+                                    tensor.device());
+    return Tensor(copy.storage(), tensor.shape(), tensor.strides(), tensor.offset(),
+                  tensor.dtype());
+  }
   TensorList fresh(const std::vector<std::vector<uint8_t>>& values) {
     TensorList tensors;
     for (size_t i = 0; i < input_ids_.size(); ++i) {

@@ -122,7 +122,7 @@ class Generator {
     ValueId a = any_live();
     const Shape shape = builder_.type(a).shape;
     ValueId result = compiler::ir::kNoValue;
-    switch (pick(0, 13)) {
+    switch (pick(0, 14)) {
       case 0: {  // unary math (domains kept valid where it is cheap)
         static const std::vector<std::string> kUnary = {"neg",  "exp",  "tanh",  "sigmoid", "relu",
                                                         "gelu", "sqrt", "rsqrt", "log"};
@@ -238,6 +238,10 @@ class Generator {
         result = builder_.copy_into(destination, source);
         break;
       }
+      case 14:  // dropout drawing from the device's implicit generator
+        if (!runtime::is_floating(builder_.type(a).dtype)) return false;
+        result = builder_.dropout(a, chance(0.5) ? 0.5 : 0.1);
+        break;
     }
     if (result == compiler::ir::kNoValue) return false;
     live_.push_back(result);
