@@ -114,7 +114,7 @@ Tensor run_dynamic(const ScheduledProgram& program, const Step& step, std::vecto
   codegen::KernelSpec spec;
   spec.name = node.op;
   spec.iteration_shape = shape;
-  ops::KernelEmitter emitter(spec);
+  codegen::KernelBuilder emitter(spec);
   std::vector<int> exprs;
   for (size_t k = 0; k < operands.size(); ++k) {
     context.operand_types[k].shape = operands[k].shape();
