@@ -11,10 +11,10 @@
 
 #include "compiler/model_format/model_json.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "tests/common/test_util.h"
 #include "tests/fuzz/differential.h"
 #include "tests/fuzz/fuzz_driver.h"
 #include "tests/fuzz/program_generator.h"
-#include "tests/runtime/device_test_util.h"
 
 namespace grove::fuzz {
 namespace {

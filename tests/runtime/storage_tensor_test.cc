@@ -9,18 +9,14 @@
 #include "runtime/error.h"
 #include "runtime/storage.h"
 #include "runtime/tensor.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::runtime {
 namespace {
 
 using ::grove::testing::random_floats;
 using ::grove::testing::random_ints;
-
-Tensor random_tensor(std::mt19937& rng, const Shape& shape) {
-  return Tensor::from_vector(random_floats(rng, static_cast<size_t>(shape_numel(shape))), shape,
-                             kSimDevice);
-}
+using ::grove::testing::random_tensor;
 
 // The element of a contiguous row-major host array at `index`.
 float at(const std::vector<float>& data, const Shape& shape, const std::vector<int64_t>& index) {
