@@ -124,14 +124,38 @@ TrainingSetup add_training_loss(const Program& model) {
 }
 
 compiler::TensorList random_inputs(const Program& program, runtime::Device device, uint64_t seed) {
+  // Each input is allocated on the device first and filled a chunk at a time,
+  // so an input too large for the device fails naming it before any host
+  // memory is spent (Note [Parameters made in chunks], compiler/backends/compile.cc).
+  constexpr size_t kChunkBytes = size_t{8} << 20;
   std::mt19937_64 rng(seed);
   compiler::TensorList inputs;
   for (ValueId id : program.inputs_of_kind(ValueKind::kInput)) {
-    const auto& type = program.value(id).type;
-    std::vector<uint8_t> bytes(static_cast<size_t>(runtime::shape_numel(type.shape)) *
-                               runtime::dtype_size(type.dtype));
-    fill_random(bytes, type.dtype, index_bound(program, id), rng);
-    inputs.push_back(runtime::Tensor::from_host(bytes.data(), type.shape, type.dtype, device));
+    const compiler::ir::Value& value = program.value(id);
+    runtime::Tensor tensor;
+    auto what = [&] {
+      return str_cat("the random value of input '", value.name, "' (", value.type.str(),
+                     ") of model '", program.name(), "'");
+    };
+    try {
+      tensor = runtime::Tensor::empty(value.type.shape, value.type.dtype, device);
+    } catch (const OutOfMemoryError& error) {
+      throw OutOfMemoryError(str_cat(what(), ": ", error.what(), "; lower --batch or --seq"));
+    } catch (const ShapeError& error) {
+      throw ShapeError(str_cat(what(), ": ", error.what()));
+    }
+    const size_t element_size = runtime::dtype_size(value.type.dtype);
+    const int64_t numel = tensor.numel();
+    const int64_t chunk = static_cast<int64_t>(kChunkBytes / element_size);
+    runtime::Tensor flat = tensor.view({numel});
+    std::vector<uint8_t> bytes;
+    for (int64_t first = 0; first < numel; first += chunk) {
+      const int64_t count = std::min(chunk, numel - first);
+      bytes.resize(static_cast<size_t>(count) * element_size);
+      fill_random(bytes, value.type.dtype, index_bound(program, id), rng);
+      flat.slice(0, first, first + count).copy_from_host(bytes.data());
+    }
+    inputs.push_back(tensor);
   }
   return inputs;
 }
