@@ -66,16 +66,32 @@ uint64_t load_weights(const backends::CompiledModel& model, const SafetensorsFil
   return copied;
 }
 
+namespace {
+
+TensorToWrite to_write(const std::string& name, const runtime::Tensor& tensor) {
+  TensorToWrite result;
+  result.name = name;
+  result.dtype = tensor.dtype();
+  result.shape.assign(tensor.shape().begin(), tensor.shape().end());
+  result.bytes = tensor.to_host_bytes();
+  return result;
+}
+
+}  // namespace
+
 std::vector<TensorToWrite> weights_of(const backends::CompiledModel& model) {
   std::vector<TensorToWrite> tensors;
   for (const std::string& name : weight_names(model.program())) {
-    const runtime::Tensor& state = model.state(name);
-    TensorToWrite tensor;
-    tensor.name = name;
-    tensor.dtype = state.dtype();
-    tensor.shape.assign(state.shape().begin(), state.shape().end());
-    tensor.bytes = state.to_host_bytes();
-    tensors.push_back(std::move(tensor));
+    tensors.push_back(to_write(name, model.state(name)));
+  }
+  return tensors;
+}
+
+std::vector<TensorToWrite> initial_weights(const ir::Program& program) {
+  std::vector<TensorToWrite> tensors;
+  for (const std::string& name : weight_names(program)) {
+    const ir::Value& value = program.value(*program.find_value(name));
+    tensors.push_back(to_write(name, backends::initial_tensor(value, program.device())));
   }
   return tensors;
 }

@@ -41,5 +41,8 @@ uint64_t load_weights(const backends::CompiledModel& model, const SafetensorsFil
 
 // The model's params and buffers as tensors to write (their current values).
 std::vector<TensorToWrite> weights_of(const backends::CompiledModel& model);
+// The program's params and buffers as their initializers make them (made on
+// the program's device), without compiling it.
+std::vector<TensorToWrite> initial_weights(const ir::Program& program);
 
 }  // namespace grove::compiler::weights

@@ -83,6 +83,17 @@ TEST(ModelWeights, ExportedWeightsLoadIntoAFreshModelUnchanged) {
   EXPECT_EQ(target.state("w").to_host_bytes(), source.state("w").to_host_bytes());
 }
 
+TEST(ModelWeights, InitialWeightsAreWhatCompileInitializes) {
+  CompiledModel model = backends::compile(linear_model(), {.backend = "eager"});
+  std::vector<TensorToWrite> initial = initial_weights(linear_model());
+  std::vector<TensorToWrite> compiled = weights_of(model);
+  ASSERT_EQ(initial.size(), compiled.size());
+  for (size_t i = 0; i < initial.size(); ++i) {
+    EXPECT_EQ(initial[i].name, compiled[i].name);
+    EXPECT_EQ(initial[i].bytes, compiled[i].bytes) << initial[i].name;
+  }
+}
+
 TEST(ModelWeights, MissingAndExtraTensorsAreNamed) {
   CompiledModel model = backends::compile(linear_model(), {.backend = "eager"});
   std::vector<TensorToWrite> missing = good_weights();
