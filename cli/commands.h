@@ -17,6 +17,12 @@ int run_command(const std::vector<std::string>& args);
 const CommandSpec& demo_command_spec();
 int demo_command(const std::vector<std::string>& args);
 
+const CommandSpec& export_weights_command_spec();
+int export_weights_command(const std::vector<std::string>& args);
+
+const CommandSpec& serve_command_spec();
+int serve_command(const std::vector<std::string>& args);
+
 // `grove help` / `grove --help`: the commands and their one-line summaries.
 std::string overview_text();
 

@@ -13,6 +13,8 @@
 namespace grove::cli {
 namespace {
 
+constexpr const char* kCommandList = "run, demo, serve, export-weights, help";
+
 int dispatch(const std::vector<std::string>& args) {
   if (args.empty()) {
     std::fputs(overview_text().c_str(), stderr);
@@ -27,12 +29,16 @@ int dispatch(const std::vector<std::string>& args) {
     }
     if (rest.size() == 1 && rest[0] == "run") return run_command({"--help"});
     if (rest.size() == 1 && rest[0] == "demo") return demo_command({"--help"});
-    throw UsageError(str_cat("help: unknown command '", rest[0], "'; commands: run, demo, help"));
+    if (rest.size() == 1 && rest[0] == "export-weights") return export_weights_command({"--help"});
+    if (rest.size() == 1 && rest[0] == "serve") return serve_command({"--help"});
+    throw UsageError(str_cat("help: unknown command '", rest[0], "'; commands: ", kCommandList));
   }
   if (command == "run") return run_command(rest);
   if (command == "demo") return demo_command(rest);
+  if (command == "export-weights") return export_weights_command(rest);
+  if (command == "serve") return serve_command(rest);
   throw UsageError(
-      str_cat("unknown command '", command, "'; commands: run, demo, help (see grove --help)"));
+      str_cat("unknown command '", command, "'; commands: ", kCommandList, " (see grove --help)"));
 }
 
 // One line: newlines in nested messages become "; ", other control bytes
@@ -52,7 +58,8 @@ std::string overview_text() {
       "usage: grove <command> [options]\n\n"
       "grove records a tensor JIT's work into a tree of CUDA graphs (on a GPU, or on the sim\n"
       "device that emulates CUDA on the host).\n\ncommands:\n";
-  for (const CommandSpec* spec : {&run_command_spec(), &demo_command_spec()}) {
+  for (const CommandSpec* spec : {&run_command_spec(), &demo_command_spec(), &serve_command_spec(),
+                                  &export_weights_command_spec()}) {
     std::string left = spec->name + (spec->positional.empty() ? "" : " " + spec->positional);
     text += "  " + left + std::string(left.size() < 16 ? 16 - left.size() : 1, ' ') +
             spec->summary + "\n";

@@ -1,8 +1,10 @@
 #include "cli/measure.h"
 
 #include "cli/progress.h"
+#include "cli/weights_io.h"
 #include "compiler/backends/compile.h"
 #include "compiler/training/trainer.h"
+#include "compiler/weights/model_weights.h"
 #include "runtime/device_context.h"
 
 namespace grove::cli {
@@ -84,6 +86,9 @@ Measurement measure_inference(const compiler::ir::Program& program, const Measur
     Phase phase(phase_label("compile", program.name(), options.backend));
     Stopwatch watch;
     model = compiler::backends::compile(program, {.backend = options.backend});
+    if (options.weights != nullptr) {
+      result.weight_bytes = compiler::weights::load_weights(*model, *options.weights);
+    }
     result.compile_s = watch.elapsed_s();
   }
   compiler::lowering::KernelReport report = model->kernel_report();
@@ -91,7 +96,9 @@ Measurement measure_inference(const compiler::ir::Program& program, const Measur
   result.gemms_per_call = report.library_gemms;
 
   MeasurementStream stream(device);
-  TensorList inputs = random_inputs(model->program(), device, options.seed);
+  TensorList inputs = options.inputs_path.empty()
+                          ? random_inputs(model->program(), device, options.seed)
+                          : inputs_from_file(model->program(), device, options.inputs_path);
   time_calls(
       options, *model, program.name(), "calls", stream, result, [&] { return (*model)(inputs); },
       [&](const TensorList& outputs) {

@@ -14,6 +14,7 @@
 #include "cli/tree_stats.h"
 #include "compiler/ir/program.h"
 #include "compiler/lowering/lower.h"
+#include "compiler/weights/safetensors.h"
 
 namespace grove::cli {
 
@@ -23,6 +24,12 @@ struct MeasureOptions {
   int64_t iters = 20;           // timed calls
   uint64_t seed = 0;            // of the random inputs
   double learning_rate = 1e-2;  // training: SGD with momentum 0.9
+  // Inference: weights copied into the model once it is compiled (--weights);
+  // nullptr keeps the model's initializers.
+  const compiler::weights::SafetensorsFile* weights = nullptr;
+  // Inference: a safetensors file of the model's inputs (--inputs) instead of
+  // random ones.
+  std::string inputs_path;
 };
 
 struct Measurement {
@@ -32,6 +39,7 @@ struct Measurement {
   size_t gemms_per_call = 0;    // library GEMMs one call launches when run eagerly
   double compile_s = 0;         // compile (lowering, code generation, state init)
   double warmup_s = 0;          // the untimed calls
+  uint64_t weight_bytes = 0;    // copied from options.weights
   // Under the graph backend: the tree's counters over the timed calls, and
   // the tree (stats and DOT) after the last call.
   std::optional<TreeActivity> timed_activity;

@@ -14,8 +14,10 @@
 #include "cli/report.h"
 #include "cli/terminal_text.h"
 #include "cli/tree_stats.h"
+#include "cli/weights_io.h"
 #include "cli/work_estimate.h"
 #include "compiler/distributed/data_parallel_trainer.h"
+#include "compiler/weights/model_weights.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 
@@ -32,6 +34,9 @@ struct RunOptions {
   bool overlap = true;
   std::string stats_json_path;
   std::string dot_path;
+  std::string weights_path;       // --weights
+  std::string inputs_path;        // --inputs
+  std::string save_outputs_path;  // --save-outputs
 };
 
 // True when `a` and `b` name the same file (or would, once created).
@@ -45,20 +50,32 @@ bool same_file(const std::string& a, const std::string& b) {
 // in an unwritable path, and never overwrite the model or each other.
 void check_output_paths(const RunOptions& options) {
   const std::pair<const char*, const std::string*> outputs[] = {
-      {"--stats-json", &options.stats_json_path}, {"--dot", &options.dot_path}};
+      {"--stats-json", &options.stats_json_path},
+      {"--dot", &options.dot_path},
+      {"--save-outputs", &options.save_outputs_path}};
+  const std::pair<const char*, const std::string*> inputs[] = {
+      {"the model file", &options.model.path},
+      {"--weights", &options.weights_path},
+      {"--inputs", &options.inputs_path}};
   for (const auto& [flag, path] : outputs) {
     if (path->empty()) continue;
-    if (same_file(*path, options.model.path)) {
-      throw UsageError(str_cat(flag, " ", *path,
-                               ": is the model file itself; writing there "
-                               "would destroy the model; choose another path"));
+    for (const auto& [input_flag, input_path] : inputs) {
+      if (!input_path->empty() && same_file(*path, *input_path)) {
+        throw UsageError(str_cat(flag, " ", *path, ": is ", input_flag,
+                                 " itself; writing there would destroy it; choose another path"));
+      }
     }
     check_output_path(flag, *path);
   }
-  if (!options.stats_json_path.empty() && !options.dot_path.empty() &&
-      same_file(options.stats_json_path, options.dot_path)) {
-    throw UsageError(str_cat("--stats-json and --dot both name ", options.dot_path,
-                             "; the second would overwrite the first; give each its own file"));
+  for (size_t a = 0; a < std::size(outputs); ++a) {
+    for (size_t b = a + 1; b < std::size(outputs); ++b) {
+      if (!outputs[a].second->empty() && !outputs[b].second->empty() &&
+          same_file(*outputs[a].second, *outputs[b].second)) {
+        throw UsageError(str_cat(outputs[a].first, " and ", outputs[b].first, " both name ",
+                                 *outputs[b].second,
+                                 "; the second would overwrite the first; give each its own file"));
+      }
+    }
   }
 }
 
@@ -112,6 +129,16 @@ RunOptions parse_run_options(const ParsedFlags& args) {
   }
   options.stats_json_path = args.value("--stats-json");
   options.dot_path = args.value("--dot");
+  options.weights_path = args.value("--weights");
+  options.inputs_path = args.value("--inputs");
+  options.save_outputs_path = args.value("--save-outputs");
+  for (const char* flag : {"--weights", "--inputs", "--save-outputs"}) {
+    if (options.train && args.has(flag)) {
+      throw UsageError(str_cat(flag,
+                               " is for inference; drop --train (training starts from the "
+                               "model's initializers and random inputs)"));
+    }
+  }
   check_output_paths(options);
   require_backend(options.measure.backend);
   if (!options.dot_path.empty() && options.measure.backend != kGraphBackend) {
@@ -284,6 +311,10 @@ const CommandSpec& run_command_spec() {
           {"--iters", "N", "timed calls (default 20)"},
           {"--warmup", "N", "untimed calls before timing (default 3)"},
           {"--seed", "N", "seed of the random inputs (default 1)"},
+          {"--weights", "FILE",
+           "load params and buffers from a safetensors file (names, shapes, dtypes must match)"},
+          {"--inputs", "FILE", "take the inputs from a safetensors file instead of random ones"},
+          {"--save-outputs", "FILE", "write the last call's outputs to a safetensors file"},
           {"--train", "", "time training steps (forward, backward, SGD) instead of inference"},
           {"--force", "",
            "run even when the estimate says it would take far longer than a minute on sim"},
@@ -322,6 +353,16 @@ int run_command(const std::vector<std::string>& args) {
               runtime::device_context(options.model.device).backend().name().c_str(),
               options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
               dims_text(program).c_str());
+  std::optional<compiler::weights::SafetensorsFile> weights;
+  if (!options.weights_path.empty()) {
+    // Checked before compiling, so a wrong file fails in milliseconds.
+    weights = compiler::weights::SafetensorsFile::open(options.weights_path);
+    compiler::weights::check_weights(program, *weights);
+    options.measure.weights = &*weights;
+    std::printf("weights %s: %s\n", printable(options.weights_path).c_str(),
+                weights_summary(*weights).c_str());
+  }
+  options.measure.inputs_path = options.inputs_path;
   Measurement measurement = options.train
                                 ? measure_training(add_training_loss(program), options.measure)
                                 : measure_inference(program, options.measure);
@@ -345,6 +386,10 @@ int run_command(const std::vector<std::string>& args) {
   if (!options.dot_path.empty()) {
     write_text_file(options.dot_path, measurement.tree_dot);
     std::printf("wrote the tree's DOT to %s\n", options.dot_path.c_str());
+  }
+  if (!options.save_outputs_path.empty()) {
+    write_outputs_file(program, measurement.result_bytes, options.save_outputs_path);
+    std::printf("wrote the last call's outputs to %s\n", options.save_outputs_path.c_str());
   }
   return 0;
 }

@@ -82,6 +82,7 @@ void DeviceWorker::prepare() {
     bucket.rows = config_.buckets[i];
     bucket.model.emplace(
         compiler::backends::compile(programs_[i], {.backend = config_.backend, .device = device_}));
+    if (config_.prepare_model) config_.prepare_model(*bucket.model);
     for (const RowSpec& input : signature_.inputs) {
       runtime::Shape shape = input.row_shape;
       shape.insert(shape.begin(), bucket.rows);
@@ -118,6 +119,7 @@ void DeviceWorker::prepare() {
   warmup_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
   tree_after_warmup_ = tree_counters();
+  refresh_snapshot();
 }
 
 void DeviceWorker::serve() {
@@ -137,6 +139,7 @@ void DeviceWorker::serve() {
     if (running) {
       if (!running->read) read_back(*running);
       answer(*running);
+      if (Clock::now() - snapshot_at_ >= config_.backend_snapshot_period) refresh_snapshot();
     }
     running = std::move(launched);
   }
@@ -276,6 +279,27 @@ nlohmann::json DeviceWorker::tree_counters() const {
   // Every bucket's model runs in the same tree (this thread's, of device_).
   nlohmann::json stats = nlohmann::json::parse(buckets_.front().model->backend_stats());
   return stats.contains("tree") ? stats["tree"] : nlohmann::json();
+}
+
+void DeviceWorker::refresh_snapshot() {
+  nlohmann::json snapshot{{"device", device_.str()}, {"backend", config_.backend}};
+  try {
+    snapshot["tree"] = tree_counters();
+    snapshot["memory"] = buckets_.empty() || !buckets_.front().model
+                             ? nlohmann::json::object()
+                             : nlohmann::json::parse(buckets_.front().model->backend_memory());
+  } catch (const std::exception& error) {
+    // Reporting must never fail a batch; the snapshot says what went wrong.
+    snapshot["error"] = error.what();
+  }
+  snapshot_at_ = Clock::now();
+  std::lock_guard<std::mutex> lock(snapshot_mutex_);
+  snapshot_ = std::move(snapshot);
+}
+
+nlohmann::json DeviceWorker::backend_snapshot() const {
+  std::lock_guard<std::mutex> lock(snapshot_mutex_);
+  return snapshot_;
 }
 
 nlohmann::json DeviceWorker::report() const {

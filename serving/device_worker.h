@@ -50,6 +50,7 @@
 
 #include <exception>
 #include <future>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -86,6 +87,11 @@ class DeviceWorker {
   // the worker thread's tree-manager counters ("cudagraphs" only), the second
   // once the thread has ended.
   nlohmann::json report() const;
+  // {"device", "tree": the tree's counters ("cudagraphs" only), "memory": the
+  // backend's memory (CompiledModel::backend_memory())} as the worker last
+  // refreshed it: after warm-up, then after a batch at most every
+  // config.backend_snapshot_period. Any thread.
+  nlohmann::json backend_snapshot() const;
 
  private:
   struct Bucket {
@@ -121,6 +127,8 @@ class DeviceWorker {
   // Counts the batch and sets every request's future (its rows or the error).
   void answer(InFlight& batch);
   nlohmann::json tree_counters() const;
+  // Re-reads backend_snapshot() on the worker thread.
+  void refresh_snapshot();
   // Drops every bucket's recordings (through its model's backend) and the models.
   void release_buckets();
   // Frees the pinned stagings and their events (the stream is idle then).
@@ -143,6 +151,9 @@ class DeviceWorker {
   double warmup_ms_ = 0;
   nlohmann::json tree_after_warmup_;
   nlohmann::json tree_at_exit_;
+  mutable std::mutex snapshot_mutex_;
+  nlohmann::json snapshot_;
+  Clock::time_point snapshot_at_;
 };
 
 }  // namespace grove::serving

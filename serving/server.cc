@@ -114,4 +114,10 @@ nlohmann::json Server::worker_reports() const {
   return reports;
 }
 
+nlohmann::json Server::backend_snapshots() const {
+  nlohmann::json snapshots = nlohmann::json::array();
+  for (const auto& worker : workers_) snapshots.push_back(worker->backend_snapshot());
+  return snapshots;
+}
+
 }  // namespace grove::serving

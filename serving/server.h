@@ -69,6 +69,8 @@ class Server {
   // One DeviceWorker::report() per device; the tree counters at exit are
   // filled in after shutdown().
   nlohmann::json worker_reports() const;
+  // One DeviceWorker::backend_snapshot() per device (a JSON array).
+  nlohmann::json backend_snapshots() const;
 
  private:
   ServerConfig config_;

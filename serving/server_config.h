@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/backends/compile.h"
 #include "compiler/ir/program.h"
 #include "compiler/model_format/model_json.h"
 #include "runtime/device.h"
@@ -65,6 +66,14 @@ struct ServerConfig {
   // queue requests deterministically. An exception it throws fails that
   // batch's requests with that error.
   std::function<void(int64_t rows, runtime::Device device)> before_batch;
+  // Called on the worker thread with each bucket's model once it is compiled
+  // and before it is warmed up: loading trained weights into its params
+  // (compiler/weights). An exception it throws fails the Server's construction.
+  std::function<void(const compiler::backends::CompiledModel& model)> prepare_model;
+  // How often a worker refreshes what Server::backend_snapshot() reports
+  // (its tree's counters and pool, which only the worker's thread may read):
+  // after a batch, when the last refresh is older than this.
+  std::chrono::milliseconds backend_snapshot_period{500};
 
   // Throws ConfigError naming the field, its value and the allowed range.
   void validate() const;

@@ -122,6 +122,15 @@ ParsedFlags parse_flags(const CommandSpec& command, const std::vector<std::strin
   }
 
   std::vector<std::string> extras = app.remaining();
+  // CLI11 binds the first positional argument; the later ones a spec names
+  // arrive as extras, in order.
+  std::vector<std::string> positionals;
+  if (positional != nullptr && positional->count() > 0) positionals = positional->results();
+  while (!extras.empty() && positionals.size() < command.positional_count() &&
+         !(extras.front().size() > 1 && extras.front()[0] == '-')) {
+    positionals.push_back(extras.front());
+    extras.erase(extras.begin());
+  }
   for (const std::string& extra : extras) {
     if (extra.size() > 1 && extra[0] == '-') {
       throw UsageError(str_cat(where, "unknown option '", extra.substr(0, extra.find('=')),
@@ -134,8 +143,9 @@ ParsedFlags parse_flags(const CommandSpec& command, const std::vector<std::strin
       throw UsageError(str_cat(where, "unexpected argument '", extras.front(), "'; '", command.name,
                                "' takes no positional arguments"));
     }
-    throw UsageError(str_cat(where, "unexpected second argument '", extras.front(), "'; '",
-                             command.name, "' takes one ", command.positional));
+    throw UsageError(str_cat(where, "unexpected argument '", extras.front(), "'; '", command.name,
+                             "' takes ", command.positional_count() == 1 ? "one " : "only ",
+                             command.positional));
   }
 
   std::map<std::string, std::string> values;
@@ -156,9 +166,17 @@ ParsedFlags parse_flags(const CommandSpec& command, const std::vector<std::strin
     }
     values[flag.name] = value;
   }
-  std::vector<std::string> positionals;
-  if (positional != nullptr && positional->count() > 0) positionals = positional->results();
   return ParsedFlags(command.name, help->count() > 0, std::move(positionals), std::move(values));
+}
+
+size_t CommandSpec::positional_count() const {
+  size_t words = 0;
+  bool in_word = false;
+  for (char c : positional) {
+    if (c != ' ' && !in_word) ++words;
+    in_word = c != ' ';
+  }
+  return words;
 }
 
 ParsedFlags parse_flags(const CommandSpec& command, int argc, char** argv) {

@@ -37,14 +37,18 @@ struct FlagSpec {
 };
 
 struct CommandSpec {
-  std::string program;      // "grove" for a subcommand; empty for a binary of its own
-  std::string name;         // "run", "tree_overhead"
-  std::string positional;   // "MODEL.json"; empty when the command takes none
+  std::string program;  // "grove" for a subcommand; empty for a binary of its own
+  std::string name;     // "run", "tree_overhead"
+  // "MODEL.json", or several words for as many arguments ("MODEL.json
+  // OUT.safetensors"); empty when the command takes none.
+  std::string positional;
   std::string summary;      // one line, for `grove help`
   std::string description;  // a paragraph, for --help
   std::vector<FlagSpec> flags;
   // "grove run" or "tree_overhead": what the user types.
   std::string invocation() const { return program.empty() ? name : program + " " + name; }
+  // The most positional arguments: the words of `positional`.
+  size_t positional_count() const;
 };
 
 // The flags one command line gave. Accessors that convert a value throw

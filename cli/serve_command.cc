@@ -1,0 +1,274 @@
+// `grove serve MODEL.json --weights W.safetensors`: the batching server
+// (serving::Server) behind HTTP, speaking the KServe v2 / Open Inference
+// Protocol, with /metrics for Prometheus. SIGTERM or SIGINT drains: every
+// request already received is answered, then the process exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <optional>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common/table.h"
+#include "cli/model_setup.h"
+#include "cli/terminal_text.h"
+#include "cli/tree_stats.h"
+#include "cli/weights_io.h"
+#include "compiler/weights/model_weights.h"
+#include "runtime/device_context.h"
+#include "serving/http_server.h"
+#include "serving/server.h"
+
+namespace grove::cli {
+namespace {
+
+struct ServeOptions {
+  ModelSpec model;
+  std::string weights_path;
+  serving::ServerConfig server;
+  serving::HttpConfig http;
+  int64_t graph_memory_budget = 0;  // bytes; 0: none
+};
+
+// Powers of two below max_batch, then max_batch itself.
+std::vector<int64_t> buckets_up_to(int64_t max_batch) {
+  std::vector<int64_t> buckets;
+  for (int64_t size = 1; size < max_batch; size *= 2) buckets.push_back(size);
+  buckets.push_back(max_batch);
+  return buckets;
+}
+
+ServeOptions parse_serve_options(const ParsedFlags& args) {
+  if (args.positional().empty()) {
+    throw UsageError("serve: missing the model file (grove serve MODEL.json [options])");
+  }
+  ServeOptions options;
+  options.model.path = args.positional().front();
+  options.model.device = parse_device_choice(args.value("--device", "auto"));
+  if (options.model.device.is_cpu()) {
+    throw UsageError("--device cpu cannot serve; use cuda or sim");
+  }
+  if (args.has("--seq")) {
+    options.model.dims["seq"] = parse_positive_int("--seq", args.value("--seq"), 1 << 20);
+  }
+  std::string dtype = args.value("--dtype", "f32");
+  if (dtype != "f32" && dtype != "bf16") {
+    throw UsageError(str_cat("--dtype expects f32 or bf16, found '", dtype, "'"));
+  }
+  options.model.dtype = runtime::parse_dtype(dtype);
+  options.weights_path = args.value("--weights");
+  serving::ServerConfig& server = options.server;
+  server.backend = args.value("--backend", kGraphBackend);
+  require_backend(server.backend);
+  server.max_batch = args.integer("--max-batch", 64, 1, 4096);
+  server.buckets = buckets_up_to(server.max_batch);
+  server.max_wait = std::chrono::microseconds(args.integer("--max-wait-us", 500, 0, 10000000));
+  server.queue_capacity = static_cast<size_t>(args.integer("--queue-capacity", 1024, 1, 1 << 20));
+  server.warmup_calls = server.backend == kGraphBackend ? 3 : 1;
+  server.devices = {options.model.device};
+  serving::HttpConfig& http = options.http;
+  http.host = args.value("--host", "127.0.0.1");
+  http.port = static_cast<int>(args.integer("--port", 8000, 0, 65535));
+  http.max_body_bytes = static_cast<size_t>(
+      args.integer("--max-body-bytes", int64_t{64} << 20, 64, int64_t{1} << 34));
+  http.threads = static_cast<int>(args.integer("--http-threads", 0, 0, 4096));
+  options.graph_memory_budget =
+      args.integer("--graph-memory-budget", 0, 0, std::numeric_limits<int64_t>::max());
+  return options;
+}
+
+// Waits for SIGTERM or SIGINT (blocked in every thread, see serve_command)
+// and stops the HTTP server when one arrives; ends when `done` is set.
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(serving::HttpServer& http) : http_(http) {
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~SignalWatcher() {
+    done_ = true;
+    thread_.join();
+  }
+  int received() const { return received_; }
+
+ private:
+  void watch() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    const timespec tick{0, 100 * 1000 * 1000};
+    while (!done_) {
+      int signal = sigtimedwait(&set, nullptr, &tick);
+      if (signal == SIGTERM || signal == SIGINT) {
+        received_ = signal;
+        std::printf("received %s: draining (every request received is answered)\n",
+                    signal == SIGTERM ? "SIGTERM" : "SIGINT");
+        std::fflush(stdout);
+        http_.stop();
+        return;
+      }
+    }
+  }
+
+  serving::HttpServer& http_;
+  std::atomic<bool> done_{false};
+  std::atomic<int> received_{0};
+  std::thread thread_;
+};
+
+std::string mib(double bytes) { return format_fixed(bytes / double(1 << 20), 1) + " MiB"; }
+
+}  // namespace
+
+const CommandSpec& serve_command_spec() {
+  static const CommandSpec spec{
+      "grove",
+      "serve",
+      "MODEL.json",
+      "serve a model over HTTP (KServe v2 / Open Inference Protocol) with batching",
+      "Compiles MODEL.json once per batch-size bucket (powers of two up to --max-batch), loads\n"
+      "--weights into every bucket, records the buckets' CUDA graphs largest first into one\n"
+      "pool (--backend cudagraphs), prints what it holds, and answers HTTP on --host:--port:\n"
+      "GET /v2/health/live, /v2/health/ready, /v2/models/NAME, /metrics (Prometheus) and\n"
+      "POST /v2/models/NAME/infer with JSON tensors. Requests are batched (up to --max-batch\n"
+      "rows, waiting at most --max-wait-us for company). A full queue answers 503 with\n"
+      "Retry-After; SIGTERM or SIGINT drains and exits 0.",
+      {
+          {"--weights", "FILE",
+           "params and buffers from a safetensors file (default: initializers)"},
+          {"--port", "N", "TCP port (default 8000; 0 picks a free one and prints it)"},
+          {"--host", "ADDR", "address to listen on (default 127.0.0.1)"},
+          {"--backend", "NAME", "cudagraphs (default) or eager"},
+          {"--max-batch", "N", "most rows in one batch (default 64)"},
+          {"--max-wait-us", "US", "longest a request waits for its batch to fill (default 500)"},
+          {"--device", "DEVICE", "auto (default: cuda when present, else sim), cuda or sim"},
+          {"--dtype", "TYPE", "f32 (default) or bf16 for the model's floating values"},
+          {"--seq", "T", "bind the model's 'seq' dimension"},
+          {"--queue-capacity", "N", "requests that may wait before 503 (default 1024)"},
+          {"--max-body-bytes", "N", "larger request bodies get 413 (default 67108864)"},
+          {"--http-threads", "N", "connections served at once (default max(32, 4 x max batch))"},
+          {"--graph-memory-budget", "BYTES",
+           "refuse to start when the recorded graphs' pool holds more (default: no limit)"},
+      }};
+  return spec;
+}
+
+int serve_command(const std::vector<std::string>& args) {
+  ParsedFlags parsed = parse_flags(serve_command_spec(), args);
+  if (parsed.help_requested()) {
+    std::fputs(help_text(serve_command_spec()).c_str(), stdout);
+    return 0;
+  }
+  ServeOptions options = parse_serve_options(parsed);
+  // Every thread started from here on (workers, HTTP pool) inherits the
+  // mask, so only the watcher receives SIGTERM and SIGINT.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  ModelSpec one_row = options.model;
+  one_row.dims["batch"] = 1;
+  compiler::ir::Program probe = load_program(one_row);
+  const std::string name = probe.name();
+  options.http.model_name = name;
+  std::printf(
+      "grove serve %s on %s (%s), backend %s, %s, buckets %s, max wait %lld us\n",
+      printable(name).c_str(), options.model.device.str().c_str(),
+      runtime::device_context(options.model.device).backend().name().c_str(),
+      options.server.backend.c_str(), runtime::dtype_name(options.model.dtype),
+      [&] {
+        std::string text;
+        for (int64_t b : options.server.buckets) {
+          text += (text.empty() ? "" : ",") + std::to_string(b);
+        }
+        return text;
+      }()
+          .c_str(),
+      static_cast<long long>(options.server.max_wait.count()));
+  std::optional<compiler::weights::SafetensorsFile> weights;
+  if (!options.weights_path.empty()) {
+    weights = compiler::weights::SafetensorsFile::open(options.weights_path);
+    compiler::weights::check_weights(probe, *weights);  // before compiling anything
+    std::printf("weights %s: %s, copied into each bucket's model\n",
+                printable(options.weights_path).c_str(), weights_summary(*weights).c_str());
+    options.server.prepare_model = [&weights](const compiler::backends::CompiledModel& model) {
+      compiler::weights::load_weights(model, *weights);
+    };
+  } else {
+    std::printf("weights: the model's initializers (no --weights)\n");
+  }
+  std::fflush(stdout);
+
+  const ModelSpec spec = options.model;
+  serving::ProgramFactory factory = [spec](int64_t batch, runtime::Device device) {
+    ModelSpec bound = spec;
+    bound.dims["batch"] = batch;
+    bound.device = device;
+    return load_program(bound);
+  };
+  serving::Server server(factory, options.server);
+  nlohmann::json reports = server.worker_reports();
+  nlohmann::json snapshots = server.backend_snapshots();
+  int64_t pool_bytes = 0;
+  for (size_t d = 0; d < snapshots.size(); ++d) {
+    const nlohmann::json& report = reports[d];
+    const nlohmann::json& snapshot = snapshots[d];
+    std::string line = str_cat("compiled ", options.server.buckets.size(), " buckets on ",
+                               report.value("device", "?"), " and warmed them up in ",
+                               format_fixed(report.value("warmup_ms", 0.0), 0), " ms");
+    const nlohmann::json& tree = report["tree_after_warmup"];
+    if (tree.is_object()) {
+      line +=
+          str_cat(": ", tree.value("recordings", 0), " graphs recorded, ", tree.value("replays", 0),
+                  " replays, ", tree.value("eager_calls", 0), " eager fallback calls");
+    }
+    std::printf("%s\n", line.c_str());
+    if (snapshot.contains("memory") && snapshot["memory"].contains("pool")) {
+      const nlohmann::json& pool = snapshot["memory"]["pool"];
+      const int64_t reserved = pool.value("reserved_bytes", int64_t{0});
+      pool_bytes += reserved;
+      std::printf(
+          "graph memory held on %s: pool %s reserved (%s allocated in %lld segments); the "
+          "instantiated graphs' own memory is not measured (the runtime has no free-memory "
+          "query)\n",
+          report.value("device", "?").c_str(), mib(static_cast<double>(reserved)).c_str(),
+          mib(static_cast<double>(pool.value("allocated_bytes", int64_t{0}))).c_str(),
+          static_cast<long long>(pool.value("segments", int64_t{0})));
+    } else {
+      std::printf("graph memory held on %s: none (backend %s records no graphs)\n",
+                  report.value("device", "?").c_str(), options.server.backend.c_str());
+    }
+  }
+  if (options.graph_memory_budget > 0 && pool_bytes > options.graph_memory_budget) {
+    server.shutdown(serving::ShutdownMode::kCancel);
+    throw Error(str_cat("the recorded graphs hold ", pool_bytes,
+                        " bytes of pool memory, over --graph-memory-budget ",
+                        options.graph_memory_budget, "; lower --max-batch or raise the budget"));
+  }
+  serving::HttpServer http(server, options.http);
+  std::printf("listening on http://%s:%d (POST /v2/models/%s/infer, GET /metrics)\n",
+              options.http.host.c_str(), http.port(), printable(name).c_str());
+  std::fflush(stdout);
+  {
+    SignalWatcher watcher(http);
+    http.serve();
+  }
+  server.shutdown(serving::ShutdownMode::kDrain);
+  serving::ServerStats stats = server.stats();
+  std::printf(
+      "stopped: %llu requests answered, %llu failed, %llu refused (queue full), %llu "
+      "batches, mean %.1f rows per batch\n",
+      static_cast<unsigned long long>(stats.completed),
+      static_cast<unsigned long long>(stats.failed),
+      static_cast<unsigned long long>(stats.rejected),
+      static_cast<unsigned long long>(stats.batches), stats.mean_batch_rows());
+  return 0;
+}
+
+}  // namespace grove::cli

@@ -1,0 +1,285 @@
+#include "serving/kserve_protocol.h"
+
+#include <cstring>
+#include <limits>
+
+namespace grove::serving {
+namespace {
+
+using nlohmann::json;
+
+struct DatatypeName {
+  runtime::DType dtype;
+  const char* name;
+};
+
+constexpr DatatypeName kDatatypes[] = {
+    {runtime::DType::kF32, "FP32"},  {runtime::DType::kF16, "FP16"},
+    {runtime::DType::kBF16, "BF16"}, {runtime::DType::kF64, "FP64"},
+    {runtime::DType::kI32, "INT32"}, {runtime::DType::kI64, "INT64"},
+    {runtime::DType::kBool, "BOOL"},
+};
+
+std::string shape_text(const runtime::Shape& shape) { return runtime::shape_str(shape); }
+
+// A value as the message quotes it: its JSON, cut after 40 characters.
+std::string brief(const json& value) {
+  std::string text = brief(value);
+  return text.size() <= 40 ? text : text.substr(0, 40) + "...";
+}
+
+// Appends the scalars of `data` (flat, or nested as `shape`) to `out`,
+// checking nesting against the shape when nested.
+void flatten(const json& data, const std::string& field, std::vector<const json*>& out) {
+  for (size_t i = 0; i < data.size(); ++i) {
+    const json& item = data[i];
+    if (item.is_array()) {
+      flatten(item, str_cat(field, "[", i, "]"), out);
+    } else {
+      out.push_back(&item);
+    }
+  }
+}
+
+void store_value(const json& value, runtime::DType dtype, uint8_t* at, const std::string& field) {
+  using runtime::DType;
+  switch (dtype) {
+    case DType::kBool:
+      GROVE_CHECK_AS(ProtocolError, value.is_boolean(), field, ": expected true or false for ",
+                     "BOOL, found ", brief(value));
+      *at = value.get<bool>() ? 1 : 0;
+      return;
+    case DType::kI32: {
+      GROVE_CHECK_AS(ProtocolError, value.is_number_integer(), field,
+                     ": expected an integer for INT32, found ", brief(value));
+      int64_t v = value.get<int64_t>();
+      GROVE_CHECK_AS(ProtocolError,
+                     value.is_number_integer() && !value.is_number_unsigned()
+                         ? v >= INT32_MIN && v <= INT32_MAX
+                         : value.get<uint64_t>() <= INT32_MAX,
+                     field, ": ", brief(value), " does not fit INT32");
+      int32_t narrow = static_cast<int32_t>(v);
+      std::memcpy(at, &narrow, 4);
+      return;
+    }
+    case DType::kI64: {
+      GROVE_CHECK_AS(ProtocolError, value.is_number_integer(), field,
+                     ": expected an integer for INT64, found ", brief(value));
+      GROVE_CHECK_AS(ProtocolError,
+                     !value.is_number_unsigned() || value.get<uint64_t>() <= INT64_MAX, field, ": ",
+                     brief(value), " does not fit INT64");
+      int64_t v = value.get<int64_t>();
+      std::memcpy(at, &v, 8);
+      return;
+    }
+    default:
+      GROVE_CHECK_AS(ProtocolError, value.is_number(), field, ": expected a number for ",
+                     kserve_datatype(dtype), ", found ", brief(value));
+      runtime::store_element(at, dtype, value.get<double>());
+      return;
+  }
+}
+
+json value_of(const uint8_t* at, runtime::DType dtype) {
+  switch (dtype) {
+    case runtime::DType::kBool:
+      return *at != 0;
+    case runtime::DType::kI32: {
+      int32_t v;
+      std::memcpy(&v, at, 4);
+      return v;
+    }
+    case runtime::DType::kI64: {
+      int64_t v;
+      std::memcpy(&v, at, 8);
+      return v;
+    }
+    case runtime::DType::kF32: {
+      float v;
+      std::memcpy(&v, at, 4);
+      return v;  // nlohmann writes the shortest text that reads back as this float
+    }
+    default:
+      return runtime::load_element(at, dtype);
+  }
+}
+
+}  // namespace
+
+const char* kserve_datatype(runtime::DType dtype) {
+  for (const DatatypeName& entry : kDatatypes) {
+    if (entry.dtype == dtype) return entry.name;
+  }
+  return nullptr;
+}
+
+InferRequest parse_infer_request(const std::string& body, const ModelSignature& signature,
+                                 int64_t max_batch) {
+  json document;
+  try {
+    document = json::parse(body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxRequestDepth) {
+        throw ProtocolError(str_cat("request body nests deeper than ", kMaxRequestDepth,
+                                    " levels; give data flat or nested as its shape"));
+      }
+      return true;
+    });
+  } catch (const json::exception& error) {
+    throw ProtocolError(str_cat("request body is not valid JSON: ", error.what()));
+  }
+  GROVE_CHECK_AS(ProtocolError, document.is_object(),
+                 "request body must be a JSON object with "
+                 "\"inputs\"");
+  InferRequest result;
+  if (auto id = document.find("id"); id != document.end()) {
+    GROVE_CHECK_AS(ProtocolError, id->is_string(), "id: expected a string, found ", brief(*id));
+    result.id = id->get<std::string>();
+  }
+  auto inputs = document.find("inputs");
+  GROVE_CHECK_AS(ProtocolError, inputs != document.end() && inputs->is_array(),
+                 "inputs: missing, or not an array of tensors");
+  GROVE_CHECK_AS(ProtocolError, inputs->size() == signature.inputs.size(),
+                 "inputs: the model takes ", signature.inputs.size(),
+                 " input(s), the request gives ", inputs->size());
+  result.request.inputs.resize(signature.inputs.size());
+  std::vector<bool> given(signature.inputs.size(), false);
+  int64_t rows = -1;
+  std::vector<const json*> scalars;
+  for (size_t i = 0; i < inputs->size(); ++i) {
+    const json& tensor = (*inputs)[i];
+    const std::string field = str_cat("inputs[", i, "]");
+    GROVE_CHECK_AS(ProtocolError, tensor.is_object(), field, ": expected an object");
+    auto name = tensor.find("name");
+    GROVE_CHECK_AS(ProtocolError, name != tensor.end() && name->is_string(), field,
+                   ".name: missing or not a string");
+    size_t k = 0;
+    while (k < signature.inputs.size() && signature.inputs[k].name != name->get<std::string>()) ++k;
+    GROVE_CHECK_AS(ProtocolError, k < signature.inputs.size(), field,
+                   ".name: the model has no input '", name->get<std::string>(), "'");
+    GROVE_CHECK_AS(ProtocolError, !given[k], field, ".name: input '", signature.inputs[k].name,
+                   "' is given twice");
+    given[k] = true;
+    const RowSpec& spec = signature.inputs[k];
+    const std::string where = str_cat(field, " ('", spec.name, "')");
+
+    auto datatype = tensor.find("datatype");
+    GROVE_CHECK_AS(ProtocolError, datatype != tensor.end() && datatype->is_string(), where,
+                   ".datatype: missing or not a string");
+    GROVE_CHECK_AS(ProtocolError, datatype->get<std::string>() == kserve_datatype(spec.dtype),
+                   where, ".datatype: expected ", kserve_datatype(spec.dtype), ", found ",
+                   datatype->get<std::string>());
+
+    auto shape_json = tensor.find("shape");
+    GROVE_CHECK_AS(ProtocolError, shape_json != tensor.end() && shape_json->is_array(), where,
+                   ".shape: missing or not an array");
+    runtime::Shape shape;
+    for (const json& size : *shape_json) {
+      GROVE_CHECK_AS(ProtocolError, size.is_number_unsigned() && size.get<uint64_t>() <= (1u << 30),
+                     where, ".shape: ", brief(*shape_json), " holds ", brief(size),
+                     "; sizes are integers in [0, 2^30]");
+      shape.push_back(size.get<int64_t>());
+    }
+    runtime::Shape expected_row = spec.row_shape;
+    GROVE_CHECK_AS(
+        ProtocolError,
+        shape.size() == expected_row.size() + 1 &&
+            std::equal(expected_row.begin(), expected_row.end(), shape.begin() + 1),
+        where, ".shape: expected [rows, ",
+        [&] {
+          std::string dims;
+          for (int64_t d : expected_row) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+          return dims;
+        }(),
+        "], found ", brief(*shape_json));
+    GROVE_CHECK_AS(ProtocolError, shape[0] >= 1 && shape[0] <= max_batch, where,
+                   ".shape: ", shape[0], " rows is outside [1, ", max_batch, "] (--max-batch)");
+    GROVE_CHECK_AS(ProtocolError, rows < 0 || rows == shape[0], where, ".shape: ", shape[0],
+                   " rows, but an earlier input has ", rows, "; every input has the same rows");
+    rows = shape[0];
+
+    auto data = tensor.find("data");
+    GROVE_CHECK_AS(ProtocolError, data != tensor.end() && data->is_array(), where,
+                   ".data: missing or not an array");
+    scalars.clear();
+    flatten(*data, where + ".data", scalars);
+    const int64_t count = runtime::shape_numel(shape);
+    GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(scalars.size()) == count, where,
+                   ".data: ", scalars.size(), " values for shape ", shape_text(shape),
+                   ", which holds ", count);
+    HostRows& host = result.request.inputs[k];
+    host.shape = shape;
+    host.dtype = spec.dtype;
+    const size_t element = runtime::dtype_size(spec.dtype);
+    host.bytes.resize(static_cast<size_t>(count) * element);
+    for (size_t e = 0; e < scalars.size(); ++e) {
+      store_value(*scalars[e], spec.dtype, host.bytes.data() + e * element,
+                  str_cat(where, ".data[", e, "]"));
+    }
+  }
+
+  if (auto outputs = document.find("outputs"); outputs != document.end()) {
+    GROVE_CHECK_AS(ProtocolError, outputs->is_array(), "outputs: expected an array of {\"name\"}");
+    for (size_t i = 0; i < outputs->size(); ++i) {
+      const json& wanted = (*outputs)[i];
+      GROVE_CHECK_AS(ProtocolError,
+                     wanted.is_object() && wanted.contains("name") && wanted["name"].is_string(),
+                     "outputs[", i, "]: expected {\"name\": ...}");
+      const std::string name = wanted["name"].get<std::string>();
+      size_t o = 0;
+      while (o < signature.outputs.size() && signature.outputs[o].name != name) ++o;
+      GROVE_CHECK_AS(ProtocolError, o < signature.outputs.size(), "outputs[", i,
+                     "].name: the model has no output '", name, "'");
+      result.outputs.push_back(o);
+    }
+  } else {
+    for (size_t o = 0; o < signature.outputs.size(); ++o) result.outputs.push_back(o);
+  }
+  return result;
+}
+
+std::string infer_response_json(const std::string& model_name, const InferRequest& request,
+                                const ModelSignature& signature, const Response& response) {
+  json outputs = json::array();
+  for (size_t o : request.outputs) {
+    const HostRows& rows = response.outputs.at(o);
+    const size_t element = runtime::dtype_size(rows.dtype);
+    json data = json::array();
+    data.get_ref<json::array_t&>().reserve(rows.bytes.size() / element);
+    for (size_t at = 0; at < rows.bytes.size(); at += element) {
+      data.push_back(value_of(rows.bytes.data() + at, rows.dtype));
+    }
+    outputs.push_back({{"name", signature.outputs[o].name},
+                       {"datatype", kserve_datatype(rows.dtype)},
+                       {"shape", std::vector<int64_t>(rows.shape.begin(), rows.shape.end())},
+                       {"data", std::move(data)}});
+  }
+  json body{{"model_name", model_name}, {"outputs", std::move(outputs)}};
+  if (!request.id.empty()) body["id"] = request.id;
+  return body.dump();
+}
+
+nlohmann::json model_metadata(const std::string& model_name, const ModelSignature& signature,
+                              int64_t max_batch) {
+  auto tensors = [](const std::vector<RowSpec>& specs) {
+    json list = json::array();
+    for (const RowSpec& spec : specs) {
+      std::vector<int64_t> shape{-1};
+      shape.insert(shape.end(), spec.row_shape.begin(), spec.row_shape.end());
+      const char* datatype = kserve_datatype(spec.dtype);
+      list.push_back({{"name", spec.name},
+                      {"datatype", datatype ? datatype : runtime::dtype_name(spec.dtype)},
+                      {"shape", shape}});
+    }
+    return list;
+  };
+  return json{{"name", model_name},
+              {"versions", {"1"}},
+              {"platform", "grove"},
+              {"inputs", tensors(signature.inputs)},
+              {"outputs", tensors(signature.outputs)},
+              {"parameters", {{"max_batch_size", max_batch}}}};
+}
+
+std::string error_json(const std::string& message) { return json{{"error", message}}.dump(); }
+
+}  // namespace grove::serving

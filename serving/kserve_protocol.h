@@ -1,0 +1,66 @@
+// The KServe v2 / Open Inference Protocol's JSON forms (REST), as grove's HTTP
+// server speaks them: an inference request becomes a serving::Request checked
+// against the model's signature, a Response becomes the protocol's JSON, and
+// a model's signature becomes its metadata.
+//
+//   POST /v2/models/mlp/infer
+//   {"id": "42", "inputs": [{"name": "x", "shape": [2, 512], "datatype": "FP32",
+//                            "data": [0.1, ...]}]}
+//   -> {"model_name": "mlp", "id": "42",
+//       "outputs": [{"name": "gelu15", "shape": [2, 512], "datatype": "FP32", "data": [...]}]}
+//
+// "data" may be flat (row-major) or nested as the shape; a request may list
+// the "outputs" it wants by name (all of them otherwise). The binary-data
+// extension is not supported.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/error.h"
+#include "serving/model_signature.h"
+#include "serving/request.h"
+
+namespace grove::serving {
+
+// A request body the protocol refuses; the message names the field
+// ("inputs[0].data[17]") and what was expected. HTTP 400.
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The most a request's JSON may nest (data nested as a rank-8 shape, inside
+// the request's own levels).
+inline constexpr int kMaxRequestDepth = 16;
+
+// "FP32", "INT64", ... for a grove dtype; nullptr for none.
+const char* kserve_datatype(runtime::DType dtype);
+
+struct InferRequest {
+  std::string id;               // echoed in the response ("" when absent)
+  Request request;              // one HostRows per model input, call order
+  std::vector<size_t> outputs;  // signature output indices to return, in order
+};
+
+// Parses and checks `body` against `signature` (input names, datatypes, row
+// shapes, row counts in [1, max_batch], element counts and values). Throws
+// ProtocolError naming the field.
+InferRequest parse_infer_request(const std::string& body, const ModelSignature& signature,
+                                 int64_t max_batch);
+
+// The response JSON text for `response` to `request`.
+std::string infer_response_json(const std::string& model_name, const InferRequest& request,
+                                const ModelSignature& signature, const Response& response);
+
+// GET /v2/models/{name}: name, versions, platform, inputs and outputs with
+// their datatypes and shapes (-1 for the batch dimension).
+nlohmann::json model_metadata(const std::string& model_name, const ModelSignature& signature,
+                              int64_t max_batch);
+
+// {"error": message}, the protocol's error body.
+std::string error_json(const std::string& message);
+
+}  // namespace grove::serving
