@@ -1,0 +1,102 @@
+"""Runs an imported graph (importer.Plan): grove segments compiled through the
+C API, the nodes grove cannot take in PyTorch between them (Note [Splitting a
+graph], importer.py)."""
+
+import torch
+import torch.fx
+
+import grove
+from grove import importer
+
+
+class GraphRunner:
+    def __init__(self, plan, backend="eager", device="sim", **options):
+        self.plan = plan
+        self.backend = backend
+        self.device = device
+        self.options = options
+        self.segments = []  # (Segment, grove.Model, bound param nodes and tensors)
+        self.steps = []
+        for kind, step in plan.steps:
+            if kind == "grove":
+                compiled = self._compile(step)
+                self.segments.append(compiled)
+                self.steps.append(("grove", compiled))
+            else:
+                self.steps.append(("torch", step))
+        self.static_positions = sorted(plan.static_positions)
+        self.constants = dict(plan.constants)
+        for node in plan.module.graph.nodes:
+            if node.op == "get_attr":
+                self.constants[node] = _attribute(plan.module, node.target)
+
+    def _compile(self, segment):
+        program = importer.segment_program(self.plan.name, segment)
+        params = {name: tensor for name, (tensor, _) in segment.params.items()}
+        model = grove.Model(program, backend=self.backend, device=self.device, params=params,
+                            **self.options)
+        bound = [(node, tensor.data_ptr()) for _, (tensor, node) in segment.params.items()
+                 if node is not None and node.op == "placeholder"]
+        return {"segment": segment, "model": model, "bound": bound,
+                "inputs": [node for _, node in segment.inputs]}
+
+    @property
+    def unsupported(self):
+        return self.plan.unsupported
+
+    def models(self):
+        return [compiled["model"] for compiled in self.segments]
+
+    def mark_step_begin(self):
+        for model in self.models():
+            model.mark_step_begin()
+
+    def __call__(self, *args):
+        env = dict(self.constants)
+        for node, value in zip(self.plan.placeholders, args):
+            env[node] = value
+        stream = None
+        for kind, step in self.steps:
+            if kind == "grove":
+                for node, address in step["bound"]:
+                    if env[node].data_ptr() != address:
+                        raise RuntimeError(
+                            "grove: static input '%s' moved (its data pointer changed since "
+                            "compilation); params are bound, never copied: recompile"
+                            % node.name)
+                inputs = []
+                for node in step["inputs"]:
+                    inputs.append(env[node] if node in env else self._constant(node))
+                if stream is None and inputs and inputs[0].is_cuda:
+                    stream = torch.cuda.current_stream(inputs[0].device).cuda_stream or None
+                outputs = step["model"](*inputs, stream=stream) if inputs else step["model"]()
+                for (node, _), value in zip(step["segment"].outputs, outputs):
+                    env[node] = value
+            else:
+                node = step
+                node_args = torch.fx.node.map_arg(node.args, lambda n: self._read(env, n))
+                node_kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self._read(env, n))
+                if node.op == "call_function":
+                    env[node] = node.target(*node_args, **node_kwargs)
+                elif node.op == "call_method":
+                    target, *rest = node_args
+                    env[node] = getattr(target, node.target)(*rest, **node_kwargs)
+                else:
+                    env[node] = self.plan.module.get_submodule(node.target)(*node_args,
+                                                                           **node_kwargs)
+        return torch.fx.node.map_arg(self.plan.output_arg, lambda n: self._read(env, n))
+
+    def _constant(self, node):
+        raise RuntimeError("grove: value '%s' was never computed" % node.name)
+
+    def _read(self, env, node):
+        if node in env:
+            return env[node]
+        return self._constant(node)
+
+
+def _attribute(module, target):
+    value = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
