@@ -287,6 +287,16 @@ def _reciprocal(c, a):
     return c.emit("div", [c.scalar(1.0, dtype), c.operand(a["self"], dtype)])
 
 
+def _abs(c, a):
+    x = a["self"]
+    dtype = c.dtype(x)
+    if dtype == torch.bool:
+        return c.tensor(x)
+    name = c.tensor(x)
+    negative = c.emit("lt", [name, c.scalar(0, dtype)])
+    return c.emit("where", [negative, c.emit("neg", [name]), name])
+
+
 def _silu(c, a):
     x = c.tensor(a["self"])
     return c.emit("mul", [x, c.emit("sigmoid", [x])])
@@ -576,6 +586,7 @@ CONVERTERS = {
     "aten.relu": _unary("relu"),
     "aten.reciprocal": _reciprocal,
     "aten.silu": _silu,
+    "aten.abs": _abs,
     "aten.gelu": _gelu,
     "aten.where": _where,
     "aten.masked_fill": _masked_fill,
