@@ -5,6 +5,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -393,6 +394,38 @@ grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs
       handles.push_back(std::make_unique<grove_tensor>(grove_tensor{std::move(result)}));
     for (size_t i = 0; i < handles.size(); ++i) outputs[i] = handles[i].release();
     *count = handles.size();
+  });
+  if (status != GROVE_OK) release_all(inputs, input_count, handed);
+  return status;
+}
+
+grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* inputs,
+                                   size_t input_count, void* stream, int64_t calls,
+                                   double* seconds_per_call) {
+  size_t handed = 0;
+  grove_status status = run_api("grove_model_time_runs", [&] {
+    require(seconds_per_call != nullptr, "the output pointer `seconds_per_call` is null");
+    const grove_model& checked_model = live(model);
+    require(calls > 0, "calls must be positive, found ", calls);
+    require(inputs != nullptr || input_count == 0, input_count, " inputs but the array is null");
+    const Device device = checked_model.device;
+    require(stream == nullptr || device.is_cuda(), "a stream was given but the model runs on ",
+            device.str(), "; pass NULL");
+    grove::compiler::TensorList tensors;
+    for (; handed < input_count;) {
+      const size_t index = handed++;
+      tensors.push_back(view_of(inputs[index], str_cat("input ", index)));
+    }
+    std::optional<grove::runtime::StreamGuard> on_stream;
+    if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});
+    const auto& compiled = *checked_model.compiled;
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t call = 0; call < calls; ++call) compiled(tensors);
+    grove::runtime::DeviceContext& context = grove::runtime::device_context(device);
+    context.backend().synchronize_stream(context.current_stream());
+    *seconds_per_call =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+        static_cast<double>(calls);
   });
   if (status != GROVE_OK) release_all(inputs, input_count, handed);
   return status;

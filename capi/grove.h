@@ -119,6 +119,15 @@ grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs
                              size_t input_count, void* stream, grove_tensor** outputs,
                              size_t capacity, size_t* count);
 
+/* Runs the model `calls` times on `inputs` from C++ (outputs dropped, the
+ * stream synchronized at the end) and writes the mean wall time of one call
+ * in seconds: what the same call costs without the caller's language, for
+ * benchmarks that measure their own side's overhead. The inputs are viewed
+ * for the whole loop; their release runs once, after it. */
+grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* inputs,
+                                   size_t input_count, void* stream, int64_t calls,
+                                   double* seconds_per_call);
+
 /* A new handle to param or buffer `name`. */
 grove_status grove_model_state(const grove_model* model, const char* name, grove_tensor** tensor);
 

@@ -291,6 +291,20 @@ class Model:
                                         self.output_count, ctypes.byref(produced)))
         return [Output(self._outputs[i]) for i in range(produced.value)]
 
+    def time_runs(self, *inputs, calls=100, stream=None):
+        """Mean seconds of one call made `calls` times from C++ (no Python)."""
+        lib = _capi.library()
+        descs = (_capi.TensorDesc * max(len(inputs), 1))()
+        keep = []
+        for index, value in enumerate(inputs):
+            desc, kept = describe(value, self._host_device, "input %d" % index)
+            descs[index] = desc
+            keep.append(kept)
+        seconds = ctypes.c_double()
+        _capi.check(lib.grove_model_time_runs(self._handle, descs, len(inputs), stream, calls,
+                                              ctypes.byref(seconds)))
+        return seconds.value
+
     def __call__(self, *inputs, stream=None):
         """Runs the model on torch tensors (returns torch tensors) or numpy
         arrays (returns numpy arrays). Note [Kept outputs through DLPack]."""

@@ -107,6 +107,8 @@ def _declare(lib):
         "grove_model_run": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.POINTER(p), size,
                             ctypes.POINTER(size)],
         "grove_model_state": [p, ctypes.c_char_p, ctypes.POINTER(p)],
+        "grove_model_time_runs": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.c_int64,
+                                  ctypes.POINTER(ctypes.c_double)],
         "grove_model_mark_step_begin": [p],
         "grove_model_stats_json": [p, ctypes.POINTER(p)],
         "grove_model_dot": [p, ctypes.POINTER(p)],

@@ -637,6 +637,7 @@ CONVERTERS = {
     "aten._scaled_dot_product_flash_attention": _attention,
     "aten._scaled_dot_product_efficient_attention": _attention,
     "aten._scaled_dot_product_flash_attention_for_cpu": _attention,
+    "aten._scaled_dot_product_cudnn_attention": _attention,
 }
 
 
@@ -705,6 +706,8 @@ class _Importer:
         for node in self.graph.nodes:
             if node.op in ("placeholder", "get_attr"):
                 self.dynamic.add(node)
+                if node.op == "placeholder":
+                    node.meta["grove_example"] = self.values.get(node)
                 continue
             if node.op == "output":
                 break

@@ -404,6 +404,28 @@ TEST(CApi, EveryFailingCallSetsAStatusAndAMessage) {
   grove_string_free(nullptr);
 }
 
+TEST(CApi, TimeRunsCallsTheModelFromCxxAndReleasesInputsOnce) {
+  grove_model* model = compile_or_fail(R"({"device": "sim", "backend": "cudagraphs"})");
+  ASSERT_NE(model, nullptr);
+  std::vector<float> x(24, 0.25f);
+  ReleaseCounter released;
+  grove_tensor_desc desc = describe(x.data(), kShape, 2, &released);
+  double seconds = -1;
+  ASSERT_EQ(grove_model_time_runs(model, &desc, 1, nullptr, 5, &seconds), GROVE_OK)
+      << grove_last_error();
+  EXPECT_GT(seconds, 0.0);
+  EXPECT_EQ(released.count, 1);
+  char* stats = nullptr;
+  ASSERT_EQ(grove_model_stats_json(model, &stats), GROVE_OK);
+  EXPECT_NE(std::string(stats).find("replay"), std::string::npos)
+      << "five calls warm up, record and replay: " << stats;
+  grove_string_free(stats);
+  expect_failure(grove_model_time_runs(model, &desc, 1, nullptr, 0, &seconds),
+                 GROVE_ERROR_INVALID_ARGUMENT, "calls must be positive");
+  EXPECT_EQ(released.count, 2);
+  grove_model_destroy(model);
+}
+
 TEST(CApi, LastErrorIsPerThreadAndKeptUntilTheNextFailure) {
   grove_model* model = nullptr;
   ASSERT_NE(grove_compile(nullptr, nullptr, nullptr, 0, &model), GROVE_OK);
