@@ -12,6 +12,7 @@ synchronization; the median and spread (p10-p90) are over blocks. Skips (exit
 0, says so) without CUDA or without torch._dynamo.
 """
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -78,7 +79,7 @@ def main():
         print("torch_backend: skipped: no CUDA device")
         return 0
     try:
-        import torch._dynamo
+        importlib.import_module("torch._dynamo")
     except ImportError:
         print("torch_backend: skipped: this PyTorch (%s) has no torch._dynamo" % torch.__version__)
         return 0

@@ -553,7 +553,7 @@ def _attention(c, a):
             scores = c.emit("add", [scores, c.operand(mask, dtype)])
     if a.get("is_causal"):
         rows, cols = c.shape(q)[-2], c.shape(k)[-2]
-        causal = torch.ones(rows, cols, dtype=torch.bool).tril()
+        causal = torch.ones(rows, cols, dtype=torch.bool, device=c.value(q).device).tril()
         scores = c.emit("where", [c.importer.constant(c.segment, causal), scores,
                                   c.scalar(-math.inf, dtype)])
     weights = c.emit("softmax", [scores], {"dim": -1})
