@@ -641,6 +641,12 @@ CONVERTERS = {
 }
 
 
+# Assertions tracing inserts about dtypes and sizes; grove checks every input's
+# type on each call, so they are dropped instead of splitting the graph.
+_SKIPPED_CHECKS = {"aten._assert_tensor_metadata", "aten._assert_async", "aten._assert_scalar",
+                   "aten.sym_constrain_range_for_size"}
+
+
 def supported_ops():
     return sorted(CONVERTERS)
 
@@ -720,8 +726,11 @@ class _Importer:
                 segment = None
                 continue
             if not node.users and (op_name(node.target) in CONVERTERS
+                                   or op_name(node.target) in _SKIPPED_CHECKS
                                    or op_name(node.target) == "getitem"):
-                continue  # a pure result nobody reads (a layer norm's mean, say)
+                # A pure result nobody reads (a layer norm's mean, say), or a
+                # metadata assertion the compiled program's fixed types make moot.
+                continue
             if not self.depends_on_inputs(node):
                 value = self.values[node]
                 if isinstance(value, torch.Tensor):

@@ -49,7 +49,7 @@ class GpuTorchBackendTest(unittest.TestCase):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
 
-    def check_model(self, name, module, inputs, expect_unsupported=()):
+    def check_model(self, name, module, inputs, expect_unsupported=(), require_bound=True):
         with torch.no_grad():
             expected = module(*inputs).clone()
         graphs, runners = run_compiled(module, inputs, {"mode": "cudagraphs"})
@@ -72,7 +72,8 @@ class GpuTorchBackendTest(unittest.TestCase):
                     self.assertEqual(state, tensor.data_ptr(), "%s: %s" % (name, grove_name))
                     if tensor.data_ptr() in addresses:
                         bound += 1
-        self.assertGreater(bound, 0, "%s: no parameter was bound" % name)
+        if require_bound:
+            self.assertGreater(bound, 0, "%s: no parameter was bound" % name)
         for op in expect_unsupported:
             self.assertIn(op, unsupported)
         return unsupported
@@ -80,7 +81,10 @@ class GpuTorchBackendTest(unittest.TestCase):
     def test_each_model(self):
         for name, module, inputs in gpu_models.cases("cuda"):
             with self.subTest(model=name):
-                unsupported = self.check_model(name, module, inputs)
+                # PyTorch's own encoder may take its fused fast path, one op
+                # holding every parameter, which then runs in PyTorch.
+                unsupported = self.check_model(name, module, inputs,
+                                               require_bound=not name.startswith("transformer"))
                 print("%s: ops run in PyTorch: %s" % (name, sorted(unsupported) or "none"))
 
     def test_unsupported_op_runs_split_and_is_reported(self):

@@ -226,6 +226,26 @@ class TorchBackendTest(unittest.TestCase):
                 torch.testing.assert_close(result, module(x), rtol=RTOL, atol=ATOL)
         grove.torch.mark_step_begin()
 
+    def test_parameter_inputs_are_bound_as_static_inputs(self):
+        # Dynamo (PyTorch >= 2.5) lifts parameters to graph inputs; the backend
+        # binds each nn.Parameter input instead of passing it per call.
+        def function(x, weight, bias):
+            return torch.relu(torch.nn.functional.linear(x, weight, bias))
+
+        gm = torch.fx.symbolic_trace(function)
+        weight = nn.Parameter(torch.randn(6, 4))
+        bias = nn.Parameter(torch.randn(6))
+        x = torch.randn(3, 4)
+        compiled = grove.torch.grove_backend(gm, [x, weight, bias], options={"mode": "eager"})
+        (compiled_model,) = compiled.runner.models()
+        program = importer.segment_program("check", compiled.runner.plan.steps[0][1])
+        self.assertEqual(len(program["inputs"]), 1, "only x is passed per call")
+        self.assertEqual(program["inputs"][0]["shape"], [3, 4])
+        states = {compiled_model.state(entry["name"]).data_ptr() for entry in program["params"]}
+        self.assertEqual(states, {weight.data_ptr(), bias.data_ptr()})
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x, weight, bias), function(x, weight, bias))
+
     def test_unknown_options_are_named(self):
         gm = torch.fx.symbolic_trace(Mlp())
         with self.assertRaisesRegex(ValueError, "unknown option.*fast"):
