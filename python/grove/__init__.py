@@ -7,21 +7,8 @@ so one package serves any Python 3 and any PyTorch build).
     (y,) = model(x)            # x: a torch tensor or numpy array; y: the same kind
 
 Inputs and bound params are viewed, never copied (Model.state(name).data_ptr()
-is the caller's pointer). Outputs come back through DLPack without a copy.
-
-Note [Kept outputs through DLPack]: a replay of a CUDA graph writes its outputs
-into the same memory every time, so an output the caller still holds is
-overwritten by the next replay (the tree marks its storage: Note [Kept replay
-outputs], cudagraph_trees). DLPack hands PyTorch a bare pointer, so after each
-call the model asks grove (grove_tensor_is_valid) about every earlier output
-that is still alive and, where PyTorch has the storage hook
-(torch._C._set_storage_access_error_msg, PyTorch >= 2.1), makes any access to
-an overwritten one raise with grove's message, as PyTorch's own cudagraph
-trees do. Where there is no hook (older PyTorch, NumPy) the outputs of a
-graph backend are copied before they are returned, so nothing the caller holds
-is ever overwritten; eager outputs are fresh memory and never copied. Guarded
-by ModelTest.KeptOutputsOfAGraphBackendNeverChangeUnderTheCaller and
-ModelTest.OverwrittenOutputRaisesThroughTheStorageHook.
+is the caller's pointer). Outputs come back through DLPack without a copy
+(Note [Kept outputs through DLPack] below).
 """
 
 import ctypes
@@ -33,6 +20,21 @@ from grove import _capi
 from grove._capi import GroveError, StaleOutputError
 
 __all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output"]
+
+# Note [Kept outputs through DLPack]: a replay of a CUDA graph writes its outputs
+# into the same memory every time, so an output the caller still holds is
+# overwritten by the next replay (the tree marks its storage: Note [Kept replay
+# outputs], cudagraph_trees). DLPack hands PyTorch a bare pointer, so after each
+# call the model asks grove (grove_tensor_is_valid) about every earlier output
+# that is still alive and, where PyTorch has the storage hook
+# (torch._C._set_storage_access_error_msg, PyTorch >= 2.1), makes any access to
+# an overwritten one raise with grove's message, as PyTorch's own cudagraph
+# trees do. Where there is no hook (older PyTorch, NumPy) the outputs of a
+# graph backend are copied before they are returned, so nothing the caller holds
+# is ever overwritten; eager outputs are fresh memory and never copied. Guarded
+# by ModelTest.test_kept_outputs_of_a_graph_backend_never_change_under_the_caller
+# and ModelTest.test_overwritten_output_raises_through_the_storage_hook
+# (tests/python/model_test.py).
 
 _held = {}
 _tokens = itertools.count(1)

@@ -6,16 +6,7 @@ left to PyTorch.
     runner = plan.compile(backend="cudagraphs", device="sim")
     outputs = runner(*inputs)
 
-Note [Splitting a graph]: the nodes are taken in the graph's order. A run of
-nodes grove can take becomes one grove program (a segment); a node it cannot
-take runs in PyTorch eagerly between segments, with its operands read from the
-values computed so far and its result available to later segments as an
-input. Because segments follow the graph's topological order, each value is
-computed before its first use whichever side computes it. Nodes that depend on
-no input at all (torch.ones, arange, a causal mask) are computed once at import
-time and bound to the program as constants. Params (get_attr nodes and the
-inputs the caller marks static) are bound to the caller's tensors, never
-copied. Guarded by ImporterTest.UnsupportedOpSplitsTheGraphAndMatchesTorch.
+See Note [Splitting a graph] below.
 """
 
 import logging
@@ -32,6 +23,19 @@ if os.environ.get("GROVE_LOG", "").lower() in ("info", "debug") and not log.hand
     _handler.setFormatter(logging.Formatter("grove: %(message)s"))
     log.addHandler(_handler)
     log.setLevel(logging.DEBUG if os.environ["GROVE_LOG"].lower() == "debug" else logging.INFO)
+
+
+# Note [Splitting a graph]: the nodes are taken in the graph's order. A run of
+# nodes grove can take becomes one grove program (a segment); a node it cannot
+# take runs in PyTorch eagerly between segments, with its operands read from the
+# values computed so far and its result available to later segments as an
+# input. Because segments follow the graph's topological order, each value is
+# computed before its first use whichever side computes it. Nodes that depend on
+# no input at all (torch.ones, arange, a causal mask) are computed once at import
+# time and bound to the program as constants. Params (get_attr nodes and the
+# inputs the caller marks static) are bound to the caller's tensors, never
+# copied. Guarded by ImporterTest.test_unsupported_op_splits_the_graph_and_matches_torch
+# (tests/python/importer_test.py).
 
 
 class Unsupported(Exception):
