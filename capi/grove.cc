@@ -5,6 +5,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -26,7 +27,9 @@ struct grove_model {
   std::optional<grove::compiler::backends::CompiledModel> compiled;
   grove::runtime::Device device;
   std::vector<std::string> input_names;
+  std::vector<int32_t> output_dtypes;
   size_t output_count = 0;
+  std::atomic<int64_t> borrowed_copies{0};
 };
 
 struct grove_tensor {
@@ -311,7 +314,12 @@ grove_status grove_compile(const char* program_json, const char* options_json,
     result->compiled.emplace(
         backends::compile(program, options, bind, backends::make_backend(options.backend)));
     result->input_names = result->compiled->input_names();
-    result->output_count = result->compiled->program().outputs().size();
+    const auto& program_outputs = result->compiled->program().outputs();
+    result->output_count = program_outputs.size();
+    for (grove::compiler::ir::ValueId id : program_outputs) {
+      result->output_dtypes.push_back(
+          static_cast<int32_t>(result->compiled->program().value(id).type.dtype));
+    }
     *model = result.release();
   });
   if (status != GROVE_OK) {
@@ -357,6 +365,93 @@ grove_status grove_model_output_count(const grove_model* model, size_t* count) {
   });
 }
 
+}  // extern "C"
+
+namespace {
+
+// Note [Borrowed inputs]: an input described with a NULL release is borrowed
+// for the call only, and costs the caller nothing per call (no callback). After
+// the call grove must not view it any more: a storage that someone besides the
+// call still holds (an output that is a view of the input; the backends keep
+// only weak references) is pointed at a device copy of its bytes
+// (Storage::rebind), so that output stays valid when the caller frees the
+// input. Counted by grove_model_borrowed_copies. Guarded by
+// CApi.OutputViewingABorrowedInputGetsACopy and
+// CApi.BorrowedInputsAreNotCopiedWhenNothingViewsThem.
+void detach_borrowed(grove_model& model, const std::vector<grove::runtime::StoragePtr>& borrowed) {
+  for (const grove::runtime::StoragePtr& storage : borrowed) {
+    if (storage.use_count() <= 1) continue;
+    const size_t nbytes = storage->nbytes();
+    Tensor copy = Tensor::empty({static_cast<int64_t>(nbytes)}, DType::kBool, storage->device());
+    grove::runtime::DeviceContext& context = grove::runtime::device_context(storage->device());
+    if (nbytes > 0) {
+      context.backend().copy_async(copy.data_ptr(), storage->data(), nbytes,
+                                   grove::runtime::CopyKind::kDeviceToDevice,
+                                   context.current_stream());
+    }
+    storage->rebind(copy.data_ptr(), copy.storage()->release_owner());
+    ++model.borrowed_copies;
+  }
+}
+
+// Runs the model on caller-described inputs; `handed` counts the descriptions
+// whose release grove owns (the rest are released by the caller of this).
+grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_desc* inputs,
+                                      size_t input_count, void* stream, size_t capacity,
+                                      size_t* handed) {
+  require(inputs != nullptr || input_count == 0, input_count, " inputs but the array is null");
+  require(model.output_count <= capacity, "the model returns ", model.output_count,
+          " outputs but `outputs` holds ", capacity);
+  const Device device = model.device;
+  require(stream == nullptr || device.is_cuda(), "a stream was given but the model runs on ",
+          device.str(), "; pass NULL (only cuda models run on a caller's stream)");
+  grove::compiler::TensorList tensors;
+  tensors.reserve(input_count);
+  std::vector<grove::runtime::StoragePtr> borrowed;
+  for (; *handed < input_count;) {
+    const size_t index = (*handed)++;
+    const std::string& name =
+        index < model.input_names.size() ? model.input_names[index] : std::string("(extra)");
+    tensors.push_back(view_of(inputs[index], str_cat("input ", index, " ('", name, "')")));
+    if (inputs[index].release == nullptr) borrowed.push_back(tensors.back().storage());
+  }
+  std::optional<grove::runtime::StreamGuard> on_stream;
+  if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});
+  grove::compiler::TensorList results = (*model.compiled)(tensors);
+  tensors.clear();
+  if (!borrowed.empty()) detach_borrowed(model, borrowed);
+  GROVE_CHECK(results.size() <= capacity, "the model returned ", results.size(),
+              " outputs, more than the ", capacity, " it declared");
+  return results;
+}
+
+// A DLManagedTensor holding its own reference to `value`.
+DLManagedTensor* to_dlpack(const Tensor& value) {
+  auto context = std::make_unique<DlpackContext>();
+  context->tensor = value;
+  void* data = value.data_ptr();  // throws StaleTensorError for stale data
+  for (int64_t d = 0; d < value.dim(); ++d) {
+    context->shape.push_back(value.shape()[static_cast<size_t>(d)]);
+    context->strides.push_back(value.strides()[static_cast<size_t>(d)]);
+  }
+  Device device = value.device();
+  DLTensor& dl = context->managed.dl_tensor;
+  dl.data = data;
+  dl.device = {device.is_cuda() ? kDLCUDA : kDLCPU, device.is_cuda() ? device.index : 0};
+  dl.ndim = static_cast<int32_t>(value.dim());
+  dl.dtype = dlpack_dtype(value.dtype());
+  dl.shape = context->shape.data();
+  dl.strides = context->strides.data();
+  dl.byte_offset = 0;
+  context->managed.manager_ctx = context.get();
+  context->managed.deleter = delete_dlpack;
+  return &context.release()->managed;
+}
+
+}  // namespace
+
+extern "C" {
+
 grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs,
                              size_t input_count, void* stream, grove_tensor** outputs,
                              size_t capacity, size_t* count) {
@@ -364,39 +459,75 @@ grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs
   grove_status status = run_api("grove_model_run", [&] {
     require(count != nullptr, "the output pointer `count` is null");
     *count = 0;
-    const grove_model& checked_model = live(model);
-    require(inputs != nullptr || input_count == 0, input_count, " inputs but the array is null");
+    require(model != nullptr, "the model handle is null");
     require(outputs != nullptr || capacity == 0, "capacity ", capacity,
             " but the outputs array is null");
-    require(checked_model.output_count <= capacity, "the model returns ",
-            checked_model.output_count, " outputs but `outputs` holds ", capacity);
-    const Device device = checked_model.device;
-    require(stream == nullptr || device.is_cuda(), "a stream was given but the model runs on ",
-            device.str(), "; pass NULL (only cuda models run on a caller's stream)");
-    grove::compiler::TensorList tensors;
-    tensors.reserve(input_count);
-    for (; handed < input_count;) {
-      const size_t index = handed++;
-      const std::string& name = index < checked_model.input_names.size()
-                                    ? checked_model.input_names[index]
-                                    : std::string("(extra)");
-      tensors.push_back(view_of(inputs[index], str_cat("input ", index, " ('", name, "')")));
-    }
-    std::optional<grove::runtime::StreamGuard> on_stream;
-    if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});
-    grove::compiler::TensorList results = (*checked_model.compiled)(tensors);
-    tensors.clear();
-    GROVE_CHECK(results.size() <= capacity, "the model returned ", results.size(),
-                " outputs, more than the ", capacity, " it declared");
+    grove::compiler::TensorList results =
+        run_model(*model, inputs, input_count, stream, capacity, &handed);
     std::vector<std::unique_ptr<grove_tensor>> handles;
     handles.reserve(results.size());
-    for (Tensor& result : results)
+    for (Tensor& result : results) {
       handles.push_back(std::make_unique<grove_tensor>(grove_tensor{std::move(result)}));
+    }
     for (size_t i = 0; i < handles.size(); ++i) outputs[i] = handles[i].release();
     *count = handles.size();
   });
   if (status != GROVE_OK) release_all(inputs, input_count, handed);
   return status;
+}
+
+grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc* inputs,
+                                    size_t input_count, void* stream, void** managed,
+                                    size_t capacity, size_t* count) {
+  size_t handed = 0;
+  grove_status status = run_api("grove_model_run_dlpack", [&] {
+    require(count != nullptr, "the output pointer `count` is null");
+    *count = 0;
+    require(model != nullptr, "the model handle is null");
+    require(managed != nullptr || capacity == 0, "capacity ", capacity,
+            " but the `managed` array is null");
+    grove::compiler::TensorList results =
+        run_model(*model, inputs, input_count, stream, capacity, &handed);
+    std::vector<DLManagedTensor*> made;
+    made.reserve(results.size());
+    try {
+      for (const Tensor& result : results) made.push_back(to_dlpack(result));
+    } catch (...) {
+      for (DLManagedTensor* tensor : made) tensor->deleter(tensor);
+      throw;
+    }
+    for (size_t i = 0; i < made.size(); ++i) managed[i] = made[i];
+    *count = made.size();
+  });
+  if (status != GROVE_OK) release_all(inputs, input_count, handed);
+  return status;
+}
+
+grove_status grove_dlpack_check(const void* managed_tensor) {
+  return run_api("grove_dlpack_check", [&] {
+    require(managed_tensor != nullptr, "the DLManagedTensor pointer is null");
+    const auto* managed = static_cast<const DLManagedTensor*>(managed_tensor);
+    require(managed->deleter == delete_dlpack,
+            "the DLManagedTensor was not made by grove (its deleter is another's)");
+    static_cast<const DlpackContext*>(managed->manager_ctx)->tensor.data_ptr();
+  });
+}
+
+grove_status grove_model_output_dtype(const grove_model* model, size_t index, int32_t* dtype) {
+  return run_api("grove_model_output_dtype", [&] {
+    require(dtype != nullptr, "the output pointer `dtype` is null");
+    const grove_model& checked_model = live(model);
+    require(index < checked_model.output_dtypes.size(), "output index ", index,
+            " is out of range; the model has ", checked_model.output_dtypes.size(), " outputs");
+    *dtype = checked_model.output_dtypes[index];
+  });
+}
+
+grove_status grove_model_borrowed_copies(const grove_model* model, int64_t* count) {
+  return run_api("grove_model_borrowed_copies", [&] {
+    require(count != nullptr, "the output pointer `count` is null");
+    *count = live(model).borrowed_copies.load();
+  });
 }
 
 grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* inputs,
@@ -536,26 +667,7 @@ grove_status grove_tensor_copy_to_host(const grove_tensor* tensor, void* host, s
 grove_status grove_tensor_to_dlpack(const grove_tensor* tensor, void** managed_tensor) {
   return run_api("grove_tensor_to_dlpack", [&] {
     require(managed_tensor != nullptr, "the output pointer `managed_tensor` is null");
-    const Tensor& value = live(tensor).tensor;
-    auto context = std::make_unique<DlpackContext>();
-    context->tensor = value;
-    void* data = value.data_ptr();  // throws StaleTensorError for stale data
-    for (int64_t d = 0; d < value.dim(); ++d) {
-      context->shape.push_back(value.shape()[static_cast<size_t>(d)]);
-      context->strides.push_back(value.strides()[static_cast<size_t>(d)]);
-    }
-    Device device = value.device();
-    DLTensor& dl = context->managed.dl_tensor;
-    dl.data = data;
-    dl.device = {device.is_cuda() ? kDLCUDA : kDLCPU, device.is_cuda() ? device.index : 0};
-    dl.ndim = static_cast<int32_t>(value.dim());
-    dl.dtype = dlpack_dtype(value.dtype());
-    dl.shape = context->shape.data();
-    dl.strides = context->strides.data();
-    dl.byte_offset = 0;
-    context->managed.manager_ctx = context.get();
-    context->managed.deleter = delete_dlpack;
-    *managed_tensor = &context.release()->managed;
+    *managed_tensor = to_dlpack(live(tensor).tensor);
   });
 }
 

@@ -65,8 +65,11 @@ typedef enum grove_device_type {
 /* A tensor the caller owns. grove views `data` without copying; when it no
  * longer needs the memory (the last grove view is gone) it calls
  * release(release_context) exactly once, on success or failure of the call
- * that was handed the description (NULL release: the caller keeps the memory
- * alive for the whole call or, for bound params, the model's life). */
+ * that was handed the description. NULL release: the memory is borrowed, and
+ * the caller keeps it alive for the whole call or, for bound params, the
+ * model's life; an output of a run that would still view a borrowed input
+ * after the call (a view of it) gets a copy of it instead (Note [Borrowed
+ * inputs], capi/grove.cc). */
 typedef struct grove_tensor_desc {
   void* data;
   int32_t dtype;       /* grove_dtype */
@@ -127,6 +130,22 @@ grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs
 grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* inputs,
                                    size_t input_count, void* stream, int64_t calls,
                                    double* seconds_per_call);
+
+/* grove_model_run whose outputs are DLManagedTensor* (DLPack 0.6, as
+ * grove_tensor_to_dlpack makes them), one per output, written to `managed`:
+ * the call a binding makes on its fast path, without output handles. */
+grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc* inputs,
+                                    size_t input_count, void* stream, void** managed,
+                                    size_t capacity, size_t* count);
+/* GROVE_OK while the memory of a DLManagedTensor grove made may be read;
+ * GROVE_ERROR_STALE (with the reason) once a later replay overwrote it or its
+ * step ended. The tensor must still be alive (its deleter not yet called). */
+grove_status grove_dlpack_check(const void* managed_tensor);
+/* The dtype (grove_dtype) of output `index`, known at compile time. */
+grove_status grove_model_output_dtype(const grove_model* model, size_t index, int32_t* dtype);
+/* How many borrowed inputs (NULL release) were copied because an output still
+ * viewed them after a call (Note [Borrowed inputs]). */
+grove_status grove_model_borrowed_copies(const grove_model* model, int64_t* count);
 
 /* A new handle to param or buffer `name`. */
 grove_status grove_model_state(const grove_model* model, const char* name, grove_tensor** tensor);

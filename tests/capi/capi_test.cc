@@ -5,7 +5,9 @@
 #include <dlpack/dlpack.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -423,6 +425,116 @@ TEST(CApi, TimeRunsCallsTheModelFromCxxAndReleasesInputsOnce) {
   expect_failure(grove_model_time_runs(model, &desc, 1, nullptr, 0, &seconds),
                  GROVE_ERROR_INVALID_ARGUMENT, "calls must be positive");
   EXPECT_EQ(released.count, 2);
+  grove_model_destroy(model);
+}
+
+// y = reshape(x): the output is a view of the input.
+const char* kView = R"({
+  "name": "view", "inputs": [{"name": "x", "shape": [3, 8], "dtype": "f32"}],
+  "nodes": [{"name": "y", "op": "reshape", "inputs": ["x"], "attrs": {"shape": [24]}},
+            {"name": "z", "op": "exp", "inputs": ["x"]}],
+  "outputs": ["y", "z"]
+})";
+
+TEST(CApi, OutputViewingABorrowedInputGetsACopy) {
+  for (const char* backend : {"eager", "cudagraphs"}) {
+    SCOPED_TRACE(backend);
+    grove_model* model = nullptr;
+    std::string options = std::string(R"({"device": "sim", "backend": ")") + backend + "\"}";
+    ASSERT_EQ(grove_compile(kView, options.c_str(), nullptr, 0, &model), GROVE_OK)
+        << grove_last_error();
+    std::mt19937 rng(17);
+    for (int call = 0; call < 4; ++call) {
+      auto x = std::make_unique<std::vector<float>>(random_values(rng, 24));
+      std::vector<float> expected = *x;
+      grove_tensor_desc desc = describe(x->data(), kShape, 2);  // borrowed: no release
+      void* managed[2] = {nullptr, nullptr};
+      size_t count = 0;
+      ASSERT_EQ(grove_model_run_dlpack(model, &desc, 1, nullptr, managed, 2, &count), GROVE_OK)
+          << grove_last_error();
+      ASSERT_EQ(count, 2u);
+      auto* y = static_cast<DLManagedTensor*>(managed[0]);
+      EXPECT_NE(y->dl_tensor.data, x->data()) << "the view was moved to grove's copy";
+      std::fill(x->begin(), x->end(), -1.0f);
+      x.reset();  // the caller frees its input; the output must not notice
+      std::vector<float> read(24);
+      std::memcpy(read.data(), y->dl_tensor.data, sizeof(float) * 24);
+      EXPECT_EQ(read, expected);
+      EXPECT_EQ(grove_dlpack_check(managed[0]), GROVE_OK);
+      for (void* tensor : managed) {
+        auto* dl = static_cast<DLManagedTensor*>(tensor);
+        dl->deleter(dl);
+      }
+    }
+    int64_t copies = 0;
+    ASSERT_EQ(grove_model_borrowed_copies(model, &copies), GROVE_OK);
+    EXPECT_GE(copies, 1);
+    grove_model_destroy(model);
+  }
+}
+
+TEST(CApi, BorrowedInputsAreNotCopiedWhenNothingViewsThem) {
+  for (const char* backend : {"eager", "cudagraphs"}) {
+    SCOPED_TRACE(backend);
+    std::string options = std::string(R"({"device": "sim", "backend": ")") + backend + "\"}";
+    grove_model* model = compile_or_fail(options.c_str());
+    ASSERT_NE(model, nullptr);
+    std::mt19937 rng(23);
+    void* kept[2] = {nullptr, nullptr};
+    for (int call = 0; call < 5; ++call) {
+      std::vector<float> x = random_values(rng, 24);
+      grove_tensor_desc desc = describe(x.data(), kShape, 2);
+      void* managed[2] = {nullptr, nullptr};
+      size_t count = 0;
+      ASSERT_EQ(grove_model_run_dlpack(model, &desc, 1, nullptr, managed, 2, &count), GROVE_OK)
+          << grove_last_error();
+      for (void* tensor : kept) {
+        if (tensor == nullptr) continue;
+        auto* dl = static_cast<DLManagedTensor*>(tensor);
+        dl->deleter(dl);
+      }
+      kept[0] = managed[0];
+      kept[1] = managed[1];
+    }
+    int64_t copies = -1;
+    ASSERT_EQ(grove_model_borrowed_copies(model, &copies), GROVE_OK);
+    EXPECT_EQ(copies, 0) << "no output views the input, so nothing is copied";
+    int32_t dtype = -1;
+    ASSERT_EQ(grove_model_output_dtype(model, 1, &dtype), GROVE_OK);
+    EXPECT_EQ(dtype, GROVE_F32);
+    expect_failure(grove_model_output_dtype(model, 2, &dtype), GROVE_ERROR_INVALID_ARGUMENT,
+                   "out of range");
+    for (void* tensor : kept) {
+      auto* dl = static_cast<DLManagedTensor*>(tensor);
+      dl->deleter(dl);
+    }
+    grove_model_destroy(model);
+  }
+}
+
+TEST(CApi, DlpackCheckReportsAnOverwrittenReplayOutput) {
+  grove_model* model = compile_or_fail(R"({"device": "sim", "backend": "cudagraphs"})");
+  ASSERT_NE(model, nullptr);
+  std::vector<float> x(24, 0.5f);
+  grove_tensor_desc desc = describe(x.data(), kShape, 2);
+  void* managed[2];
+  size_t count = 0;
+  for (int call = 0; call < 3; ++call) {  // warm-up, record, replay
+    ASSERT_EQ(grove_model_run_dlpack(model, &desc, 1, nullptr, managed, 2, &count), GROVE_OK);
+    if (call < 2) {
+      for (void* tensor : managed)
+        static_cast<DLManagedTensor*>(tensor)->deleter(static_cast<DLManagedTensor*>(tensor));
+    }
+  }
+  void* kept[2] = {managed[0], managed[1]};
+  EXPECT_EQ(grove_dlpack_check(kept[0]), GROVE_OK);
+  ASSERT_EQ(grove_model_run_dlpack(model, &desc, 1, nullptr, managed, 2, &count), GROVE_OK);
+  expect_failure(grove_dlpack_check(kept[0]), GROVE_ERROR_STALE, "overwrote");
+  DLManagedTensor foreign{};
+  expect_failure(grove_dlpack_check(&foreign), GROVE_ERROR_INVALID_ARGUMENT, "not made by grove");
+  for (void* tensor : {kept[0], kept[1], managed[0], managed[1]}) {
+    static_cast<DLManagedTensor*>(tensor)->deleter(static_cast<DLManagedTensor*>(tensor));
+  }
   grove_model_destroy(model);
 }
 
