@@ -14,6 +14,7 @@
 #include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -107,13 +108,27 @@ grove_status run_api(const char* function, Body&& body) noexcept {
   }
 }
 
-DType parse_dtype(int32_t dtype, const std::string& what) {
+// What a description describes ("input 0 ('x')"), formatted only when a
+// check fails: building the text on every call cost more than the call.
+struct Subject {
+  const char* kind;
+  size_t index;
+  const std::string* name;  // may be null
+};
+
+std::ostream& operator<<(std::ostream& stream, const Subject& subject) {
+  stream << subject.kind << " " << subject.index;
+  if (subject.name != nullptr) stream << " ('" << *subject.name << "')";
+  return stream;
+}
+
+DType parse_dtype(int32_t dtype, const Subject& what) {
   require(dtype >= GROVE_F32 && dtype <= GROVE_F64, what, ": unknown dtype code ", dtype,
           " (grove_dtype: 0 f32, 1 f16, 2 bf16, 3 i32, 4 i64, 5 bool, 6 f64)");
   return static_cast<DType>(dtype);
 }
 
-Device parse_device(int32_t type, int32_t index, const std::string& what) {
+Device parse_device(int32_t type, int32_t index, const Subject& what) {
   require(type >= GROVE_DEVICE_CPU && type <= GROVE_DEVICE_CUDA, what,
           ": unknown device type code ", type, " (0 cpu, 1 sim, 2 cuda)");
   require(index >= 0, what, ": negative device index ", index);
@@ -122,7 +137,7 @@ Device parse_device(int32_t type, int32_t index, const std::string& what) {
 
 // A grove tensor viewing the caller's memory. The release callback is owned
 // from the first line, so it runs once whether or not the description is good.
-Tensor view_of(const grove_tensor_desc& desc, const std::string& what) {
+Tensor view_of(const grove_tensor_desc& desc, const Subject& what) {
   grove::runtime::ReleaseCallback release;
   if (desc.release != nullptr) {
     release = [function = desc.release, context = desc.release_context] { function(context); };
@@ -277,7 +292,8 @@ grove_status grove_compile(const char* program_json, const char* options_json,
     for (size_t i = 0; i < binding_count; ++i) {
       const grove_state_binding& binding = bindings[i];
       handed = i + 1;  // view_of owns this binding's release from here on
-      std::string what = str_cat("binding ", i, " ('", binding.name ? binding.name : "", "')");
+      const std::string name = binding.name != nullptr ? binding.name : "";
+      const Subject what{"binding", i, &name};
       Tensor tensor = view_of(binding.tensor, what);
       require(binding.name != nullptr, what, ": the name is null");
       require(bound.count(binding.name) == 0, what, ": '", binding.name, "' is bound twice");
@@ -410,9 +426,9 @@ grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_des
   std::vector<grove::runtime::StoragePtr> borrowed;
   for (; *handed < input_count;) {
     const size_t index = (*handed)++;
-    const std::string& name =
-        index < model.input_names.size() ? model.input_names[index] : std::string("(extra)");
-    tensors.push_back(view_of(inputs[index], str_cat("input ", index, " ('", name, "')")));
+    const std::string* name =
+        index < model.input_names.size() ? &model.input_names[index] : nullptr;
+    tensors.push_back(view_of(inputs[index], Subject{"input", index, name}));
     if (inputs[index].release == nullptr) borrowed.push_back(tensors.back().storage());
   }
   std::optional<grove::runtime::StreamGuard> on_stream;
@@ -545,7 +561,7 @@ grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* 
     grove::compiler::TensorList tensors;
     for (; handed < input_count;) {
       const size_t index = handed++;
-      tensors.push_back(view_of(inputs[index], str_cat("input ", index)));
+      tensors.push_back(view_of(inputs[index], Subject{"input", index, nullptr}));
     }
     std::optional<grove::runtime::StreamGuard> on_stream;
     if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});

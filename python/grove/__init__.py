@@ -61,9 +61,15 @@ def _torch():
     return torch
 
 
+_TENSOR_TYPE = None
+
+
 def _is_torch(value):
-    torch = _torch()
-    return torch is not None and isinstance(value, torch.Tensor)
+    global _TENSOR_TYPE
+    if _TENSOR_TYPE is None:
+        torch = _torch()
+        _TENSOR_TYPE = torch.Tensor if torch is not None else type(None)
+    return isinstance(value, _TENSOR_TYPE) and _TENSOR_TYPE is not type(None)
 
 
 _TORCH_DTYPES = None
@@ -212,11 +218,28 @@ class _DlpackExporter:
         return (1, 0)  # kDLCPU: numpy takes host memory only
 
 
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
 def _new_capsule(pointer):
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype = ctypes.py_object
-    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    return new(pointer, b"dltensor", None)
+    return _capsule_new(pointer, b"dltensor", None)
+
+
+_FROM_DLPACK = None
+
+
+def _from_dlpack():
+    global _FROM_DLPACK
+    if _FROM_DLPACK is None:
+        torch = _torch()
+        _FROM_DLPACK = getattr(torch._C, "_from_dlpack", None)
+        if _FROM_DLPACK is None:
+            from torch.utils import dlpack
+
+            _FROM_DLPACK = dlpack.from_dlpack
+    return _FROM_DLPACK
 
 
 def _storage_hook():
@@ -262,8 +285,29 @@ class Model:
         _capi.check(lib.grove_model_output_count(handle, ctypes.byref(count)))
         self.output_count = count.value
         self._outputs = (ctypes.c_void_p * max(self.output_count, 1))()
-        self._kept = []  # (weak reference to a returned tensor, its Output)
+        self._kept = []  # (weak reference to a returned tensor, its DLManagedTensor*)
         self._copy_outputs = backend != "eager" and _storage_hook() is None
+        dtype = ctypes.c_int32()
+        self._bool_outputs = []
+        for index in range(self.output_count):
+            _capi.check(lib.grove_model_output_dtype(handle, index, ctypes.byref(dtype)))
+            self._bool_outputs.append(dtype.value == _capi.BOOL)
+        # The fast path (Model.call_torch): one reused description per input,
+        # rebuilt only when that input's layout changes.
+        self._descs = (_capi.TensorDesc * max(len(names), 1))()
+        self._layouts = [None] * len(names)
+        self._layout_arrays = [None] * len(names)
+        self._managed = (ctypes.c_void_p * max(self.output_count, 1))()
+        self._produced = ctypes.c_size_t()
+        self._produced_ref = ctypes.byref(self._produced)
+        fast = _capi.fast_library()
+        self._run_dlpack = fast.grove_model_run_dlpack
+        self._dlpack_check = fast.grove_dlpack_check
+        self._input_counts = [ctypes.c_size_t(n) for n in range(len(names) + 1)]
+        self._output_capacity = ctypes.c_size_t(self.output_count)
+        self._watch_kept = backend != "eager" and not self._copy_outputs
+        self._desc_items = [self._descs[index] for index in range(len(names))]
+        self._from_dlpack = _from_dlpack() if _torch() is not None else None
 
     def close(self):
         if getattr(self, "_handle", None):
@@ -310,40 +354,81 @@ class Model:
     def __call__(self, *inputs, stream=None):
         """Runs the model on torch tensors (returns torch tensors) or numpy
         arrays (returns numpy arrays). Note [Kept outputs through DLPack]."""
-        outputs = self.run(*inputs, stream=stream)
-        self._check_kept()
-        as_torch = any(_is_torch(value) for value in inputs) or (not inputs and _torch())
+        if all(_is_torch(value) for value in inputs) and (inputs or _torch() is not None):
+            return self.call_torch(inputs, stream)
         results = []
-        for output in outputs:
-            value = output.to_torch() if as_torch else output.to_numpy()
-            if self._copy_outputs:
-                value = value.clone() if as_torch else value.copy()
-            elif self.backend != "eager":
-                self._kept.append((weakref.ref(value), output))
-            results.append(value)
+        for output in self.run(*inputs, stream=stream):
+            value = output.to_numpy()
+            # NumPy has no storage hook: a graph backend's outputs are copied.
+            results.append(value.copy() if self.backend != "eager" else value)
         return results
 
-    def _check_kept(self):
-        if not self._kept:
-            return
-        hook = _storage_hook()
+    def call_torch(self, inputs, stream=None):
+        """The fast path for torch tensors: inputs borrowed for the call (no
+        callback; Note [Borrowed inputs], capi/grove.cc), outputs through
+        DLPack (Note [Kept outputs through DLPack]). Returns a list."""
+        layouts = self._layouts
+        if len(inputs) != len(layouts):
+            self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
+        items = self._desc_items
+        index = 0
+        for tensor in inputs:
+            layout = (tensor.shape, tensor.stride(), tensor.dtype, tensor.get_device())
+            if layout != layouts[index]:
+                desc, keep = describe(tensor, self._host_device, "input %d" % index,
+                                      release=False)
+                self._descs[index] = desc
+                self._layout_arrays[index] = keep[:2]
+                layouts[index] = layout
+            else:
+                items[index].data = tensor.data_ptr()
+            index += 1
+        status = self._run_dlpack(self._handle, self._descs, self._input_counts[index],
+                                  ctypes.c_void_p(stream) if stream else None, self._managed,
+                                  self._output_capacity, self._produced_ref)
+        if status:
+            _capi.check(status)
+        from_dlpack = self._from_dlpack
+        results = []
+        managed = self._managed
+        kept = self._kept
+        for index in range(self._produced.value):
+            pointer = managed[index]
+            value = from_dlpack(_capsule_new(pointer, b"dltensor", None))
+            if self._bool_outputs[index]:
+                value = value.view(_torch().bool)
+            if self._copy_outputs:
+                value = value.clone()
+            elif self._watch_kept:
+                kept.append((weakref.ref(value), pointer))
+            results.append(value)
+        if len(kept) > len(results):
+            self._check_kept_dlpack()
+        return results
+
+    def _check_kept_dlpack(self, newest=None):
+        """Poisons every earlier output still alive that grove reports stale;
+        the `newest` outputs (this call's) are fresh and kept unchecked."""
+        hook = None
         alive = []
-        for reference, output in self._kept:
+        current = self._produced.value if newest is None else newest
+        newest_entries = self._kept[len(self._kept) - current:] if current else []
+        for reference, pointer in self._kept[:len(self._kept) - current]:
             value = reference()
             if value is None:
                 continue
-            if output.valid:
-                alive.append((reference, output))
+            if self._dlpack_check(ctypes.c_void_p(pointer)) == 0:
+                alive.append((reference, pointer))
                 continue
-            try:
-                output.data_ptr()
-            except StaleOutputError as error:
-                hook(value, "grove: " + str(error))
-        self._kept = alive
+            hook = hook or _storage_hook()
+            message = _capi.library().grove_last_error().decode("utf-8", "replace")
+            hook(value, "grove: " + message)
+        self._kept = alive + newest_entries
 
     def mark_step_begin(self):
         _capi.check(_capi.library().grove_model_mark_step_begin(self._handle))
-        self._check_kept()
+        if self._kept:
+            self._check_kept_dlpack(newest=0)
 
     def state(self, name):
         handle = ctypes.c_void_p()

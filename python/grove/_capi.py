@@ -74,6 +74,21 @@ def _candidates():
 
 
 _library = None
+_fast = None
+
+
+def fast_library():
+    """libgrove.so again through ctypes.PyDLL, with no argument conversion: the
+    per-call entry points (run_dlpack, dlpack_check) called with prepared
+    ctypes objects. PyDLL keeps the GIL during the call, which saves its
+    release and reacquisition (a grove call never waits on Python)."""
+    global _fast
+    if _fast is None:
+        lib = ctypes.PyDLL(library()._name)
+        for name in ("grove_model_run_dlpack", "grove_dlpack_check"):
+            getattr(lib, name).restype = ctypes.c_int
+        _fast = lib
+    return _fast
 
 
 def library():
@@ -106,6 +121,11 @@ def _declare(lib):
         "grove_model_output_count": [p, ctypes.POINTER(size)],
         "grove_model_run": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.POINTER(p), size,
                             ctypes.POINTER(size)],
+        "grove_model_run_dlpack": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.POINTER(p),
+                                   size, ctypes.POINTER(size)],
+        "grove_dlpack_check": [p],
+        "grove_model_output_dtype": [p, size, i32p],
+        "grove_model_borrowed_copies": [p, ctypes.POINTER(ctypes.c_int64)],
         "grove_model_state": [p, ctypes.c_char_p, ctypes.POINTER(p)],
         "grove_model_time_runs": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.c_int64,
                                   ctypes.POINTER(ctypes.c_double)],
