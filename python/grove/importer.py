@@ -667,6 +667,8 @@ class _Importer:
             recorder.run(*example_inputs)
         self.values = recorder.values
         self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        devices = [value.device for value in example_inputs if isinstance(value, torch.Tensor)]
+        self.device = devices[0] if devices else torch.device("cpu")
         self.static_positions = set(static_positions)
         self.static_nodes = {self.placeholders[i] for i in self.static_positions}
         self.dynamic = set()  # nodes that depend on a per-call input or a param
@@ -696,7 +698,14 @@ class _Importer:
         if node.op == "get_attr" or node in self.static_nodes:
             segment.params[grove_name] = (value, node)
         elif node in self.constants:
-            segment.params[grove_name] = (self.constants[node], None)
+            constant = self.constants[node]
+            if constant.device != self.device:
+                # A constant PyTorch made on the host (a 0-d scalar tensor, say)
+                # joins the graph's device: the importer owns it, so moving it
+                # copies nothing of the caller's.
+                constant = constant.to(self.device)
+                self.constants[node] = constant
+            segment.params[grove_name] = (constant, None)
         else:
             if position is not None:
                 raise Unsupported("an element of a tuple made outside the segment")

@@ -176,6 +176,20 @@ class ImporterTest(unittest.TestCase):
                 (result,) = _as_list(runner(x))
             torch.testing.assert_close(result, expected, rtol=RTOL, atol=ATOL)
 
+    def test_constants_made_without_inputs_are_folded_and_bound(self):
+        def function(x):
+            mask = torch.ones(4, 4).tril().bool()
+            scale = torch.tensor(0.5)
+            return torch.where(mask, x * scale, torch.zeros(4, 4)) + torch.arange(4.0)
+
+        x = torch.randn(4, 4)
+        plan = importer.import_graph(trace(function, x), [x])
+        self.assertEqual(plan.unsupported, [])
+        (program,) = plan.programs()
+        self.assertGreaterEqual(len(program["params"]), 3, "mask, scale, zeros and arange")
+        self.assertEqual(len(program["inputs"]), 1)
+        torch.testing.assert_close(_as_list(plan.compile()(x))[0], function(x))
+
     def test_strict_raises_naming_the_op(self):
         module = nn.Sequential(nn.Linear(4, 4), nn.Softplus())
         x = torch.randn(2, 4)
