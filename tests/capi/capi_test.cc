@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -16,6 +17,7 @@
 #include "capi/grove.h"
 #include "compiler/backends/compile.h"
 #include "compiler/model_format/model_json.h"
+#include "runtime/device_context.h"
 #include "runtime/tensor.h"
 
 namespace {
@@ -536,6 +538,51 @@ TEST(CApi, DlpackCheckReportsAnOverwrittenReplayOutput) {
     static_cast<DLManagedTensor*>(tensor)->deleter(static_cast<DLManagedTensor*>(tensor));
   }
   grove_model_destroy(model);
+}
+
+// On cuda: inputs in device memory the caller owns (made here through grove's
+// runtime, as PyTorch would make them) and the caller's own stream.
+TEST(CApiCuda, RunsOnCallerDeviceMemoryAndTheCallersStreamLikeSim) {
+  using namespace grove;
+  if (runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  runtime::StreamHandle stream = runtime::device_context(runtime::kCudaDevice).create_stream();
+  for (const char* backend : {"eager", "cudagraphs"}) {
+    SCOPED_TRACE(backend);
+    std::string options = std::string(R"({"device": "cuda:0", "backend": ")") + backend + "\"}";
+    grove_model* model = compile_or_fail(options.c_str());
+    ASSERT_NE(model, nullptr);
+    compiler::backends::CompiledModel reference = compiler::backends::compile(
+        compiler::model_format::load_model(kMlp, {}, runtime::kSimDevice), {.backend = "eager"});
+    std::mt19937 rng(31);
+    for (int call = 0; call < 4; ++call) {
+      std::vector<float> host = random_values(rng, 24);
+      runtime::Tensor x = runtime::Tensor::from_vector(host, {3, 8}, runtime::kCudaDevice);
+      grove_tensor_desc desc = describe(static_cast<float*>(x.data_ptr()), kShape, 2);
+      desc.device_type = GROVE_DEVICE_CUDA;
+      void* managed[2];
+      size_t count = 0;
+      ASSERT_EQ(grove_model_run_dlpack(model, &desc, 1, stream.impl, managed, 2, &count), GROVE_OK)
+          << grove_last_error();
+      auto* y = static_cast<DLManagedTensor*>(managed[0]);
+      EXPECT_EQ(y->dl_tensor.device.device_type, kDLCUDA);
+      std::vector<float> expected =
+          reference({runtime::Tensor::from_vector(host, {3, 8}, runtime::kSimDevice)})[0]
+              .to_vector<float>();
+      runtime::device_context(runtime::kCudaDevice).backend().synchronize_stream(stream);
+      std::vector<float> actual(12);
+      runtime::DeviceContext& context = runtime::device_context(runtime::kCudaDevice);
+      context.backend().copy_async(actual.data(), y->dl_tensor.data, sizeof(float) * 12,
+                                   runtime::CopyKind::kDeviceToHost, stream);
+      context.backend().synchronize_stream(stream);
+      for (size_t i = 0; i < actual.size(); ++i) {
+        EXPECT_NEAR(actual[i], expected[i], 1e-4f + 1e-4f * std::abs(expected[i])) << i;
+      }
+      for (void* tensor : managed) {
+        static_cast<DLManagedTensor*>(tensor)->deleter(static_cast<DLManagedTensor*>(tensor));
+      }
+    }
+    grove_model_destroy(model);
+  }
 }
 
 TEST(CApi, LastErrorIsPerThreadAndKeptUntilTheNextFailure) {
