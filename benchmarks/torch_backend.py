@@ -48,25 +48,24 @@ def time_calls(function, inputs, repeats):
     }
 
 
-def grove_cxx_time(inputs, repeats):
-    """The C++ time of the grove segments the last compiled graph runs (one
-    segment per graph when nothing was split), fed the graph's own inputs."""
+def grove_cxx_time(repeats):
+    """The C++ time of the last graph grove compiled, when it is one grove
+    segment: the same CompiledModel called from C++ (grove_model_time_runs)
+    on the example inputs the graph was compiled with."""
     import grove.torch
 
-    runners = list(grove.torch._live_runners)
-    if not runners:
-        return None
-    runner = runners[-1]
-    if len(runner.steps) != 1 or runner.steps[0][0] != "grove":
+    graphs = grove.torch.compiled_graphs()
+    if not graphs or graphs[-1].runner._fast is None:
         return None  # split graphs have no single C++ call to compare with
-    compiled = runner.steps[0][1]
-    placeholders = runner.plan.placeholders
-    env = dict(zip(placeholders, inputs))
-    segment_inputs = [env[node] for node in compiled["inputs"]]
+    runner = graphs[-1].runner
+    fast = runner._fast
+    examples = [node.meta.get("grove_example") for node in runner.plan.placeholders]
+    inputs = [examples[position] for position in fast["inputs"]]
     stream = torch.cuda.current_stream().cuda_stream or None
-    compiled["model"].time_runs(*segment_inputs, calls=BLOCK, stream=stream)
-    samples = sorted(compiled["model"].time_runs(*segment_inputs, calls=BLOCK, stream=stream)
-                     * 1e6 for _ in range(max(1, repeats // BLOCK)))
+    model = fast["model"]
+    model.time_runs(*inputs, calls=BLOCK, stream=stream)
+    samples = sorted(model.time_runs(*inputs, calls=BLOCK, stream=stream) * 1e6
+                     for _ in range(max(1, repeats // BLOCK)))
     return statistics.median(samples)
 
 
@@ -99,16 +98,7 @@ def main():
         torch._dynamo.reset()
         grove_compiled = torch.compile(module, backend="grove", dynamic=False)
         row["grove"] = time_calls(grove_compiled, inputs, args.repeats)
-        # The graph's placeholders: dynamo passes params first or inputs first
-        # depending on the version; the runner keeps the example order, so the
-        # C++ timing reads the runner's own recorded inputs instead.
-        runners = list(grove.torch._live_runners)
-        cxx = None
-        if runners:
-            plan = runners[-1].plan
-            example = [node.meta.get("grove_example") for node in plan.placeholders]
-            if all(value is not None for value in example):
-                cxx = grove_cxx_time(example, args.repeats)
+        cxx = grove_cxx_time(args.repeats)
         row["grove_cxx_us"] = cxx
         grove_us = row["grove"]["median_us"]
         row["grove_over_reduce_overhead"] = grove_us / row["torch_reduce_overhead"]["median_us"]

@@ -32,6 +32,15 @@ log = importer.log
 _MODES = {"cudagraphs": "cudagraphs", "eager": "eager"}
 _OPTIONS = ("mode", "strict", "device")
 _live_runners = weakref.WeakSet()
+_compiled = []  # weak references to every CompiledGraph, oldest first
+
+
+def compiled_graphs():
+    """The graphs this backend compiled that are still alive, oldest first."""
+    alive = [reference() for reference in _compiled]
+    _compiled[:] = [reference for reference, graph in zip(list(_compiled), alive)
+                    if graph is not None]
+    return [graph for graph in alive if graph is not None]
 
 
 def mark_step_begin():
@@ -67,6 +76,7 @@ class CompiledGraph:
     def __init__(self, runner):
         self.runner = runner
         _live_runners.add(runner)
+        _compiled.append(weakref.ref(self))
 
     def __call__(self, *args):
         if self.runner._fast is not None:
