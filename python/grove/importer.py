@@ -642,6 +642,7 @@ CONVERTERS = {
     "aten._scaled_dot_product_efficient_attention": _attention,
     "aten._scaled_dot_product_flash_attention_for_cpu": _attention,
     "aten._scaled_dot_product_cudnn_attention": _attention,
+    "aten._scaled_dot_product_attention": _attention,
 }
 
 
@@ -813,6 +814,14 @@ class _Importer:
             segment.counter = counter
             raise
         if isinstance(result, tuple):
+            wanted = {user.args[1] for user in node.users if user.users}  # live reads
+            missing = sorted(p for p in wanted if p >= len(result) or result[p] is None)
+            if missing:
+                (count, names, inputs, params, counter) = saved
+                del segment.program_nodes[count:]
+                segment.names, segment.inputs, segment.params = names, inputs, params
+                segment.counter = counter
+                raise Unsupported("element(s) %s of its result are read" % missing)
             for position, item in enumerate(result):
                 if item is not None:
                     segment.names[(node, position)] = item

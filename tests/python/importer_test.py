@@ -5,6 +5,7 @@ directly). Tolerances: f32 results within rtol 1e-4, atol 1e-5 of torch's
 within 1.5e-7);
 results that pass through bf16 within one bf16 step (2^-7 relative);
 "cudagraphs" equals "eager" bitwise."""
+import operator
 import unittest
 
 import torch
@@ -189,6 +190,39 @@ class ImporterTest(unittest.TestCase):
         self.assertGreaterEqual(len(program["params"]), 3, "mask, scale, zeros and arange")
         self.assertEqual(len(program["inputs"]), 1)
         torch.testing.assert_close(_as_list(plan.compile()(x))[0], function(x))
+
+    def attention_graph(self, with_mask, causal):
+        """An fx graph calling ATen's attention op itself (PyTorch 1.13's
+        _scaled_dot_product_attention; 2.x traces to its flash, efficient or
+        cudnn forms, which the same converter takes)."""
+        graph = torch.fx.Graph()
+        q, k, v = (graph.placeholder(name) for name in ("q", "k", "v"))
+        mask = graph.placeholder("mask") if with_mask else None
+        target = getattr(torch.ops.aten, "_scaled_dot_product_attention", None)
+        if target is None:
+            self.skipTest("this PyTorch has no aten._scaled_dot_product_attention")
+        attention = graph.call_function(target.default, (q, k, v, mask, 0.0, False, causal))
+        graph.output(graph.call_function(operator.getitem, (attention, 0)))
+        return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+    def test_attention_causal_and_masked_matches_torch(self):
+        q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+        mask = torch.rand(6, 6) > 0.3
+        mask.fill_diagonal_(True)
+        for with_mask, causal in ((False, True), (True, False), (False, False)):
+            module = self.attention_graph(with_mask, causal)
+            inputs = [q, k, v] + ([mask] if with_mask else [])
+            plan = importer.import_graph(module, inputs)
+            self.assertEqual(plan.unsupported, [])
+            with torch.no_grad():
+                expected = module(*inputs)
+            for backend in ("eager", "cudagraphs"):
+                runner = plan.compile(backend=backend)
+                for _ in range(3):
+                    result = runner(*inputs)
+                torch.testing.assert_close(result, expected, rtol=RTOL, atol=ATOL,
+                                           msg=lambda m: "mask=%s causal=%s %s: %s"
+                                           % (with_mask, causal, backend, m))
 
     def test_strict_raises_naming_the_op(self):
         module = nn.Sequential(nn.Linear(4, 4), nn.Softplus())
