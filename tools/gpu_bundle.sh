@@ -149,6 +149,24 @@ for block in re.split(r"\n(?=# )", sys.stdin.read()):
             out.write("%s=%s\n" % (key, value))
 ' "$root" "$bundle"
 for target in "${benchmarks[@]}"; do copy_target "$target" benchmarks.txt; done
+# The Python package over libgrove.so (issue 19), its tests and the torch
+# backend benchmark; run_all.sh runs them with the host's python3 (and its
+# PyTorch). The library goes next to the package, where grove finds it.
+: >"$bundle/python_tests.txt"
+if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:libgrove.so; then
+  mkdir -p "$bundle/grove/python/grove" "$bundle/grove/tests/python" \
+    "$bundle/grove/tests/python_support" "$bundle/grove/benchmarks"
+  cp python/grove/*.py "$bundle/grove/python/grove/"
+  cp "$bin/capi/libgrove.so" "$bundle/grove/python/grove/libgrove.so"
+  chmod u+w "$bundle/grove/python/grove/libgrove.so"
+  strip --strip-unneeded "$bundle/grove/python/grove/libgrove.so"
+  cp tests/python/*.py "$bundle/grove/tests/python/"
+  cp tests/python_support/junit_main.py "$bundle/grove/tests/python_support/"
+  cp benchmarks/torch_backend.py "$bundle/grove/benchmarks/"
+  for test in tests/python/*_test.py; do echo "$test" >>"$bundle/python_tests.txt"; done
+else
+  echo "capi/libgrove.so" >>"$bundle/not_built.txt"
+fi
 cp tools/gpu_run_all.sh "$bundle/run_all.sh"
 chmod +x "$bundle/run_all.sh"
 git rev-parse --short HEAD >"$bundle/commit.txt" 2>/dev/null || echo unknown >"$bundle/commit.txt"

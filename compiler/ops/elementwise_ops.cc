@@ -94,6 +94,28 @@ int emit_gelu_backward(codegen::KernelBuilder& emitter, int g, int x) {
   return mul(g, add(left, right));
 }
 
+// erf(x) by Abramowitz and Stegun 7.1.26, |error| < 1.5e-7 (below f32's step
+// at 1): erf(|x|) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^(-x^2),
+// t = 1 / (1 + p |x|), and erf is odd. Built from exprs every device has, so
+// no libm call reaches the kernels; PyTorch's exact gelu is 0.5 x (1 + erf(x / sqrt 2)).
+int emit_erf(KernelEmitter& emitter, int x) {
+  DType dtype = emitter.dtype_of(x);
+  auto constant = [&](double value) { return emitter.constant(value, dtype); };
+  auto mul = [&](int a, int b) { return emitter.binary(ExprOp::kMul, a, b); };
+  auto add = [&](int a, int b) { return emitter.binary(ExprOp::kAdd, a, b); };
+  int magnitude = emitter.unary(ExprOp::kAbs, x);
+  int t = emitter.binary(ExprOp::kDiv, constant(1.0),
+                         add(constant(1.0), mul(constant(0.3275911), magnitude)));
+  int poly = constant(1.061405429);
+  for (double coefficient : {-1.453152027, 1.421413741, -0.284496736, 0.254829592}) {
+    poly = add(constant(coefficient), mul(t, poly));
+  }
+  int decay = emitter.unary(ExprOp::kExp, emitter.unary(ExprOp::kNeg, mul(x, x)));
+  int positive = emitter.binary(ExprOp::kSub, constant(1.0), mul(mul(t, poly), decay));
+  int is_negative = emitter.binary(ExprOp::kLt, x, constant(0.0));
+  return emitter.select(is_negative, emitter.unary(ExprOp::kNeg, positive), positive);
+}
+
 DType dtype_attr(const OpContext& context, const std::string& attr) {
   const std::string& name = context.attrs.get_string(attr);
   try {
@@ -134,6 +156,8 @@ void register_elementwise_ops(OpRegistry& registry) {
         return emitter.binary(ExprOp::kMax, x, emitter.constant(0, emitter.dtype_of(x)));
       }));
   registry.add(unary_op("gelu", "gelu, tanh approximation", DTypeRule::kFloating, emit_gelu));
+  registry.add(
+      unary_op("erf", "error function (|error| < 1.5e-7)", DTypeRule::kFloating, emit_erf));
   // gelu's gradient as one op, so that the lowering can give it to a GEMM's
   // epilogue (cuBLASLt's DGELU) instead of a kernel.
   OpDef gelu_backward = binary_op("gelu_backward", "g * gelu'(x) (gelu's gradient; g, x)",

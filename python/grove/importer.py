@@ -1,0 +1,868 @@
+"""The ATen importer: a torch.fx graph at the ATen level (what make_fx or
+AOTAutograd produce) becomes grove JSON programs, with what grove cannot take
+left to PyTorch.
+
+    plan = import_graph(graph_module, example_inputs, static_inputs={0, 1})
+    runner = plan.compile(backend="cudagraphs", device="sim")
+    outputs = runner(*inputs)
+
+See Note [Splitting a graph] below.
+"""
+
+import logging
+import math
+import operator
+import os
+
+import torch
+import torch.fx
+
+log = logging.getLogger("grove")
+if os.environ.get("GROVE_LOG", "").lower() in ("info", "debug") and not log.handlers:
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("grove: %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.DEBUG if os.environ["GROVE_LOG"].lower() == "debug" else logging.INFO)
+
+
+# Note [Splitting a graph]: the nodes are taken in the graph's order. A run of
+# nodes grove can take becomes one grove program (a segment); a node it cannot
+# take runs in PyTorch eagerly between segments, with its operands read from the
+# values computed so far and its result available to later segments as an
+# input. Because segments follow the graph's topological order, each value is
+# computed before its first use whichever side computes it. Nodes that depend on
+# no input at all (torch.ones, arange, a causal mask) are computed once at import
+# time and bound to the program as constants. Params (get_attr nodes and the
+# inputs the caller marks static) are bound to the caller's tensors, never
+# copied. Guarded by ImporterTest.test_unsupported_op_splits_the_graph_and_matches_torch
+# (tests/python/importer_test.py).
+
+
+class Unsupported(Exception):
+    """A node grove cannot take; it runs in PyTorch (or raises under strict)."""
+
+
+class StrictModeError(RuntimeError):
+    """strict=True and the graph holds an op grove does not take."""
+
+
+_DTYPES = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.bool: "bool",
+    torch.float64: "f64",
+}
+
+
+def dtype_name(dtype):
+    if dtype not in _DTYPES:
+        raise Unsupported("dtype %s" % dtype)
+    return _DTYPES[dtype]
+
+
+def op_name(target):
+    """'aten.addmm' for aten.addmm.default; the callable's name otherwise."""
+    if isinstance(target, torch._ops.OpOverload):
+        return "aten." + target.overloadpacket.__name__
+    if target is operator.getitem:
+        return "getitem"
+    return getattr(target, "__name__", str(target))
+
+
+def node_arguments(node):
+    """The node's arguments by schema name, defaults filled in."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return {}
+    schema = target._schema
+    result = {}
+    positional = list(node.args)
+    for index, argument in enumerate(schema.arguments):
+        if index < len(positional):
+            result[argument.name] = positional[index]
+        elif argument.name in node.kwargs:
+            result[argument.name] = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            result[argument.name] = argument.default_value
+        else:
+            result[argument.name] = None
+    return result
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs the graph once on the example inputs and keeps every node's value
+    (shapes and dtypes for the importer; constants for folding)."""
+
+    def __init__(self, module):
+        super().__init__(module)
+        self.values = {}
+
+    def run_node(self, node):
+        value = super().run_node(node)
+        self.values[node] = value
+        return value
+
+
+class Segment:
+    """One grove program cut from the graph."""
+
+    def __init__(self, index):
+        self.index = index
+        self.nodes = []  # the fx nodes computed here, in order
+        self.program_nodes = []  # grove node dicts
+        self.inputs = []  # (grove name, fx node) read per call
+        self.params = {}  # grove name -> (tensor, fx node or None)
+        self.outputs = []  # (fx node, position within a tuple value or None)
+        self.names = {}  # (fx node, position) -> grove value name
+        self.counter = 0
+
+
+class Plan:
+    """The import of one graph: segments and PyTorch nodes in graph order."""
+
+    def __init__(self, module, steps, placeholders, static_positions, unsupported, output_arg,
+                 name):
+        self.module = module
+        self.steps = steps  # ("grove", Segment) or ("torch", node)
+        self.placeholders = placeholders
+        self.static_positions = static_positions
+        self.unsupported = unsupported  # [(node name, op name, reason)]
+        self.output_arg = output_arg
+        self.name = name
+
+    def programs(self):
+        return [segment_program(self.name, step) for kind, step in self.steps if kind == "grove"]
+
+    def compile(self, backend="eager", device="sim", **options):
+        from grove.runner import GraphRunner
+
+        return GraphRunner(self, backend=backend, device=device, **options)
+
+
+def segment_program(name, segment):
+    program = {"name": "%s_%d" % (name, segment.index), "inputs": [], "params": [],
+               "nodes": segment.program_nodes, "outputs": []}
+    for grove_name, node in segment.inputs:
+        value = node.meta["grove_value"]
+        program["inputs"].append({"name": grove_name, "shape": list(value.shape),
+                                  "dtype": dtype_name(value.dtype)})
+    for grove_name, (tensor, _) in segment.params.items():
+        program["params"].append({"name": grove_name, "shape": list(tensor.shape),
+                                  "dtype": dtype_name(tensor.dtype), "init": {"kind": "zeros"}})
+    for node, position in segment.outputs:
+        program["outputs"].append(segment.names[(node, position)])
+    return program
+
+
+class _Converter:
+    """Emits grove nodes for one fx node into a segment."""
+
+    def __init__(self, importer, segment, node):
+        self.importer = importer
+        self.segment = segment
+        self.node = node
+        self.values = importer.values
+
+    # Values -------------------------------------------------------------
+    def value(self, arg):
+        return self.values[arg] if isinstance(arg, torch.fx.Node) else arg
+
+    def shape(self, arg):
+        return list(self.value(arg).shape)
+
+    def dtype(self, arg):
+        return self.value(arg).dtype
+
+    def result(self):
+        return self.values[self.node]
+
+    def emit(self, op, inputs, attrs=None):
+        segment = self.segment
+        segment.counter += 1
+        name = "%s.%d" % (self.node.name, segment.counter)
+        entry = {"name": name, "op": op, "inputs": list(inputs)}
+        if attrs:
+            entry["attrs"] = attrs
+        segment.program_nodes.append(entry)
+        return name
+
+    def tensor(self, arg, position=None):
+        """The grove name of fx value `arg` in this segment."""
+        return self.importer.name_in_segment(self.segment, arg, position)
+
+    def scalar(self, value, dtype):
+        if isinstance(value, bool) and dtype != torch.bool:
+            value = float(value)
+        if math.isinf(value) and dtype in (torch.float32, torch.float16, torch.bfloat16):
+            value = math.copysign(3.4028234663852886e38 if dtype == torch.float32 else 3.38e38,
+                                  value)
+        return self.emit("full", [], {"value": float(value), "shape": [],
+                                      "dtype": dtype_name(dtype)})
+
+    def operand(self, arg, dtype):
+        """`arg` (a tensor node or a Python number) as a grove value of `dtype`."""
+        if isinstance(arg, torch.fx.Node):
+            name = self.tensor(arg)
+            if self.dtype(arg) != dtype:
+                name = self.emit("cast", [name], {"dtype": dtype_name(dtype)})
+            return name
+        if isinstance(arg, (int, float, bool)):
+            return self.scalar(arg, dtype)
+        raise Unsupported("operand %r" % (arg,))
+
+    def cast(self, name, from_dtype, to_dtype):
+        if from_dtype == to_dtype:
+            return name
+        return self.emit("cast", [name], {"dtype": dtype_name(to_dtype)})
+
+
+def _dims(value, rank):
+    if value is None:
+        return []
+    if isinstance(value, int):
+        value = [value]
+    return [d % rank if rank else 0 for d in value]
+
+
+def _binary(op):
+    def convert(c, a):
+        dtype = c.result().dtype
+        left = a.get("self", a.get("input"))
+        right = a.get("other")
+        if dtype == torch.bool and op not in ("lt", "le", "gt", "ge", "eq", "ne"):
+            raise Unsupported("%s of bool tensors" % op)
+        if op in ("lt", "le", "gt", "ge", "eq", "ne"):
+            operand_dtype = torch.result_type(c.value(left), c.value(right))
+        else:
+            operand_dtype = dtype
+        x = c.operand(left, operand_dtype)
+        y = c.operand(right, operand_dtype)
+        alpha = a.get("alpha", 1)
+        if alpha not in (None, 1):
+            y = c.emit("mul", [y, c.scalar(alpha, operand_dtype)])
+        return c.emit(op, [x, y])
+
+    return convert
+
+
+def _unary(op):
+    def convert(c, a):
+        x = a.get("self", a.get("input"))
+        if not c.dtype(x).is_floating_point and op not in ("neg", "relu"):
+            raise Unsupported("%s of a %s tensor" % (op, c.dtype(x)))
+        return c.emit(op, [c.tensor(x)])
+
+    return convert
+
+
+def _rsub(c, a):
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    y = c.operand(a["other"], dtype)
+    if a.get("alpha", 1) not in (None, 1):
+        x = c.emit("mul", [x, c.scalar(a["alpha"], dtype)])
+    return c.emit("sub", [y, x])
+
+
+def _div(c, a):
+    if a.get("rounding_mode") is not None:
+        raise Unsupported("div with rounding_mode=%r" % a["rounding_mode"])
+    dtype = c.result().dtype
+    return c.emit("div", [c.operand(a["self"], dtype), c.operand(a["other"], dtype)])
+
+
+def _pow(c, a):
+    dtype = c.result().dtype
+    base = a.get("self")
+    exponent = a.get("exponent")
+    if not dtype.is_floating_point:
+        raise Unsupported("pow of integers")
+    if exponent == 2 and isinstance(base, torch.fx.Node):
+        x = c.operand(base, dtype)
+        return c.emit("mul", [x, x])
+    return c.emit("pow", [c.operand(base, dtype), c.operand(exponent, dtype)])
+
+
+def _reciprocal(c, a):
+    dtype = c.result().dtype
+    return c.emit("div", [c.scalar(1.0, dtype), c.operand(a["self"], dtype)])
+
+
+def _abs(c, a):
+    x = a["self"]
+    dtype = c.dtype(x)
+    if dtype == torch.bool:
+        return c.tensor(x)
+    name = c.tensor(x)
+    negative = c.emit("lt", [name, c.scalar(0, dtype)])
+    return c.emit("where", [negative, c.emit("neg", [name]), name])
+
+
+def _silu(c, a):
+    x = c.tensor(a["self"])
+    return c.emit("mul", [x, c.emit("sigmoid", [x])])
+
+
+def _gelu(c, a):
+    approximate = a.get("approximate", "none")
+    x = c.tensor(a["self"])
+    if approximate == "tanh":
+        return c.emit("gelu", [x])
+    if not c.importer.has_erf:
+        raise Unsupported("gelu(approximate='none') needs erf, which this grove lacks")
+    dtype = c.dtype(a["self"])
+    inner = c.emit("erf", [c.emit("mul", [x, c.scalar(1 / math.sqrt(2.0), dtype)])])
+    one_plus = c.emit("add", [inner, c.scalar(1.0, dtype)])
+    return c.emit("mul", [c.emit("mul", [x, c.scalar(0.5, dtype)]), one_plus])
+
+
+def _where(c, a):
+    dtype = c.result().dtype
+    condition = c.operand(a["condition"], torch.bool)
+    return c.emit("where", [condition, c.operand(a["self"], dtype), c.operand(a["other"], dtype)])
+
+
+def _masked_fill(c, a):
+    dtype = c.result().dtype
+    mask = c.operand(a["mask"], torch.bool)
+    return c.emit("where", [mask, c.operand(a["value"], dtype), c.tensor(a["self"])])
+
+
+def _logical_not(c, a):
+    x = a["self"]
+    if c.dtype(x) != torch.bool:
+        raise Unsupported("bitwise_not of a %s tensor" % c.dtype(x))
+    return c.emit("eq", [c.tensor(x), c.scalar(False, torch.bool)])
+
+
+def _matmul(c, a):
+    x, y = a["self"], a.get("mat2", a.get("other"))
+    if len(c.shape(x)) < 2 or len(c.shape(y)) < 2:
+        raise Unsupported("matmul of a vector")
+    return c.emit("matmul", [c.tensor(x), c.tensor(y)])
+
+
+def _addmm(c, a):
+    bias, x, y = a["self"], a["mat1"], a["mat2"]
+    beta, alpha = a.get("beta", 1), a.get("alpha", 1)
+    # addmm(b, x, t(w)) is linear(x, w, b): one GEMM with its bias epilogue.
+    if (isinstance(y, torch.fx.Node) and op_name(y.target) == "aten.t" and beta == 1
+            and alpha == 1 and len(c.shape(bias)) == 1 and not c.importer.is_torch_node(y)):
+        return c.emit("linear", [c.tensor(x), c.tensor(y.args[0]), c.tensor(bias)])
+    product = c.emit("matmul", [c.tensor(x), c.tensor(y)])
+    dtype = c.result().dtype
+    if alpha != 1:
+        product = c.emit("mul", [product, c.scalar(alpha, dtype)])
+    bias_name = c.operand(bias, dtype)
+    if beta != 1:
+        bias_name = c.emit("mul", [bias_name, c.scalar(beta, dtype)])
+    return c.emit("add", [product, bias_name])
+
+
+def _linear(c, a):
+    inputs = [c.tensor(a["input"]), c.tensor(a["weight"])]
+    if a.get("bias") is not None:
+        inputs.append(c.tensor(a["bias"]))
+    return c.emit("linear", inputs)
+
+
+def _t(c, a):
+    x = a["self"]
+    if len(c.shape(x)) < 2:
+        return c.tensor(x)
+    return c.emit("transpose", [c.tensor(x)], {"dim0": 0, "dim1": 1})
+
+
+def _reshape(c, a):
+    x = a["self"]
+    shape = list(c.result().shape)
+    if shape == c.shape(x):
+        return c.tensor(x)
+    return c.emit("reshape", [c.tensor(x)], {"shape": shape})
+
+
+def _permute(c, a):
+    return c.emit("permute", [c.tensor(a["self"])], {"order": list(a["dims"])})
+
+
+def _transpose(c, a):
+    return c.emit("transpose", [c.tensor(a["self"])], {"dim0": a["dim0"], "dim1": a["dim1"]})
+
+
+def _expand(c, a):
+    x = a["self"]
+    shape = list(c.result().shape)
+    if shape == c.shape(x):
+        return c.tensor(x)
+    dtype = c.dtype(x)
+    if dtype == torch.bool:
+        true = c.emit("full", [], {"value": 1.0, "shape": shape, "dtype": "bool"})
+        return c.emit("where", [c.tensor(x), true, c.scalar(False, torch.bool)])
+    zeros = c.emit("full", [], {"value": 0.0, "shape": shape, "dtype": dtype_name(dtype)})
+    return c.emit("add", [c.tensor(x), zeros])
+
+
+def _slice(c, a):
+    x = a["self"]
+    if a.get("step", 1) not in (None, 1):
+        raise Unsupported("slice with step %s" % a["step"])
+    size = c.shape(x)[a["dim"]]
+    start = a.get("start") or 0
+    end = a.get("end")
+    end = size if end is None else max(min(end, size), -size)
+    if start == 0 and end == size:
+        return c.tensor(x)
+    return c.emit("slice", [c.tensor(x)], {"dim": a["dim"], "start": start, "end": end})
+
+
+def _select(c, a):
+    x = a["self"]
+    dim = a["dim"] % len(c.shape(x))
+    index = a["index"] % c.shape(x)[dim]
+    picked = c.emit("slice", [c.tensor(x)], {"dim": dim, "start": index, "end": index + 1})
+    return c.emit("reshape", [picked], {"shape": list(c.result().shape)})
+
+
+def _cat(c, a):
+    tensors = [t for t in a["tensors"] if c.value(t).numel() > 0 or len(a["tensors"]) == 1]
+    dtype = c.result().dtype
+    dim = a.get("dim", 0) % len(c.result().shape)
+    if len(tensors) == 1:
+        return c.operand(tensors[0], dtype)
+    return c.emit("concat", [c.operand(t, dtype) for t in tensors], {"dim": dim})
+
+
+def _split(c, a):
+    x = a["self"]
+    dim = a.get("dim", 0) % len(c.shape(x))
+    names, start = [], 0
+    for piece in c.result():
+        end = start + piece.shape[dim]
+        names.append(c.emit("slice", [c.tensor(x)], {"dim": dim, "start": start, "end": end}))
+        start = end
+    return tuple(names)
+
+
+def _softmax(log):
+    def convert(c, a):
+        x = a["self"]
+        if not c.dtype(x).is_floating_point:
+            raise Unsupported("softmax of integers")
+        name = c.tensor(x)
+        if c.result().dtype != c.dtype(x):
+            name = c.cast(name, c.dtype(x), c.result().dtype)
+        return c.emit("log_softmax" if log else "softmax", [name], {"dim": a["dim"]})
+
+    return convert
+
+
+def _layer_norm(c, a):
+    x = a["input"]
+    shape = c.shape(x)
+    normalized = list(a["normalized_shape"])
+    if len(normalized) != 1:
+        raise Unsupported("layer_norm over %d dims" % len(normalized))
+    dtype = c.dtype(x)
+    features = shape[-1]
+    weight = a.get("weight")
+    bias = a.get("bias")
+    weight_name = c.tensor(weight) if weight is not None else c.emit(
+        "full", [], {"value": 1.0, "shape": [features], "dtype": dtype_name(dtype)})
+    bias_name = c.tensor(bias) if bias is not None else c.emit(
+        "full", [], {"value": 0.0, "shape": [features], "dtype": dtype_name(dtype)})
+    out = c.emit("layer_norm", [c.tensor(x), weight_name, bias_name], {"eps": float(a["eps"])})
+    if op_name(c.node.target) == "aten.native_layer_norm":
+        return (out, None, None)
+    return out
+
+
+def _embedding(c, a):
+    return c.emit("embedding", [c.tensor(a["weight"]), c.tensor(a["indices"])])
+
+
+def _reduce(op):
+    def convert(c, a):
+        x = a["self"]
+        rank = len(c.shape(x))
+        dims = _dims(a.get("dim"), rank)
+        if a.get("dtype") is not None and a["dtype"] != c.dtype(x):
+            raise Unsupported("%s with dtype=%s" % (op, a["dtype"]))
+        keepdim = 1 if a.get("keepdim") else 0
+        if rank == 0:
+            return c.tensor(x)
+        return c.emit(op, [c.tensor(x)], {"dims": dims, "keepdim": keepdim})
+
+    return convert
+
+
+def _var(c, a):
+    x = a["self"]
+    rank = len(c.shape(x))
+    dims = _dims(a.get("dim"), rank) or list(range(rank))
+    if "correction" in a and op_name(c.node.target) == "aten.var" and "unbiased" not in a:
+        correction = 1 if a.get("correction") is None else a["correction"]
+    else:
+        correction = 1 if a.get("unbiased", True) else 0
+    dtype = c.dtype(x)
+    count = 1
+    for d in dims:
+        count *= c.shape(x)[d]
+    name = c.tensor(x)
+    mean = c.emit("mean", [name], {"dims": dims, "keepdim": 1})
+    centered = c.emit("sub", [name, mean])
+    total = c.emit("sum", [c.emit("mul", [centered, centered])],
+                   {"dims": dims, "keepdim": 1 if a.get("keepdim") else 0})
+    return c.emit("div", [total, c.scalar(max(count - correction, 0), dtype)])
+
+
+def _to_copy(c, a):
+    x = a["self"]
+    target = c.result().dtype
+    if c.result().device != c.value(x).device:
+        raise Unsupported("a copy to another device")
+    return c.cast(c.tensor(x), c.dtype(x), target)
+
+
+def _identity(c, a):
+    return c.tensor(a.get("self", a.get("input")))
+
+
+def _dropout(c, a):
+    if a.get("train"):
+        raise Unsupported("dropout in training mode")
+    name = c.tensor(a["input"])
+    if op_name(c.node.target) == "aten.native_dropout":
+        return (name, None)
+    return name
+
+
+def _attention(c, a):
+    """scaled_dot_product_attention: softmax(q k^T * scale + mask) v."""
+    q, k, v = a["query"], a["key"], a["value"]
+    dtype = c.dtype(q)
+    if a.get("dropout_p"):
+        raise Unsupported("attention with dropout")
+    head = c.shape(q)[-1]
+    scale = a.get("scale") or 1.0 / math.sqrt(head)
+    keys = c.emit("transpose", [c.tensor(k)], {"dim0": -2, "dim1": -1})
+    scores = c.emit("mul", [c.emit("matmul", [c.tensor(q), keys]), c.scalar(scale, dtype)])
+    mask = a.get("attn_mask", a.get("attn_bias"))
+    if mask is not None:
+        if c.dtype(mask) == torch.bool:
+            scores = c.emit("where", [c.tensor(mask), scores, c.scalar(-math.inf, dtype)])
+        else:
+            scores = c.emit("add", [scores, c.operand(mask, dtype)])
+    if a.get("is_causal"):
+        rows, cols = c.shape(q)[-2], c.shape(k)[-2]
+        causal = torch.ones(rows, cols, dtype=torch.bool, device=c.value(q).device).tril()
+        scores = c.emit("where", [c.importer.constant(c.segment, causal), scores,
+                                  c.scalar(-math.inf, dtype)])
+    weights = c.emit("softmax", [scores], {"dim": -1})
+    out = c.emit("matmul", [weights, c.tensor(v)])
+    if op_name(c.node.target) != "aten.scaled_dot_product_attention":
+        return (out,) + (None,) * (len(c.result()) - 1)
+    return out
+
+
+CONVERTERS = {
+    "aten.add": _binary("add"),
+    "aten.sub": _binary("sub"),
+    "aten.mul": _binary("mul"),
+    "aten.div": _div,
+    "aten.rsub": _rsub,
+    "aten.pow": _pow,
+    "aten.lt": _binary("lt"),
+    "aten.le": _binary("le"),
+    "aten.gt": _binary("gt"),
+    "aten.ge": _binary("ge"),
+    "aten.eq": _binary("eq"),
+    "aten.ne": _binary("ne"),
+    "aten.neg": _unary("neg"),
+    "aten.exp": _unary("exp"),
+    "aten.log": _unary("log"),
+    "aten.sqrt": _unary("sqrt"),
+    "aten.rsqrt": _unary("rsqrt"),
+    "aten.tanh": _unary("tanh"),
+    "aten.sigmoid": _unary("sigmoid"),
+    "aten.relu": _unary("relu"),
+    "aten.reciprocal": _reciprocal,
+    "aten.silu": _silu,
+    "aten.abs": _abs,
+    "aten.gelu": _gelu,
+    "aten.where": _where,
+    "aten.masked_fill": _masked_fill,
+    "aten.bitwise_not": _logical_not,
+    "aten.logical_not": _logical_not,
+    "aten.mm": _matmul,
+    "aten.bmm": _matmul,
+    "aten.matmul": _matmul,
+    "aten.addmm": _addmm,
+    "aten.linear": _linear,
+    "aten.t": _t,
+    "aten.view": _reshape,
+    "aten._unsafe_view": _reshape,
+    "aten.reshape": _reshape,
+    "aten._reshape_alias": _reshape,
+    "aten.unsqueeze": _reshape,
+    "aten.squeeze": _reshape,
+    "aten.flatten": _reshape,
+    "aten.permute": _permute,
+    "aten.transpose": _transpose,
+    "aten.expand": _expand,
+    "aten.slice": _slice,
+    "aten.select": _select,
+    "aten.cat": _cat,
+    "aten.split": _split,
+    "aten.split_with_sizes": _split,
+    "aten._softmax": _softmax(False),
+    "aten.softmax": _softmax(False),
+    "aten._log_softmax": _softmax(True),
+    "aten.log_softmax": _softmax(True),
+    "aten.native_layer_norm": _layer_norm,
+    "aten.layer_norm": _layer_norm,
+    "aten.embedding": _embedding,
+    "aten.sum": _reduce("sum"),
+    "aten.mean": _reduce("mean"),
+    "aten.amax": _reduce("max"),
+    "aten.var": _var,
+    "aten._to_copy": _to_copy,
+    "aten.to": _to_copy,
+    "aten.clone": _identity,
+    "aten.alias": _identity,
+    "aten.detach": _identity,
+    "aten.contiguous": _identity,
+    "aten.lift_fresh_copy": _identity,
+    "aten.dropout": _dropout,
+    "aten.native_dropout": _dropout,
+    "aten.scaled_dot_product_attention": _attention,
+    "aten._scaled_dot_product_flash_attention": _attention,
+    "aten._scaled_dot_product_efficient_attention": _attention,
+    "aten._scaled_dot_product_flash_attention_for_cpu": _attention,
+    "aten._scaled_dot_product_cudnn_attention": _attention,
+    "aten._scaled_dot_product_attention": _attention,
+}
+
+
+# Assertions tracing inserts about dtypes and sizes; grove checks every input's
+# type on each call, so they are dropped instead of splitting the graph.
+_SKIPPED_CHECKS = {"aten._assert_tensor_metadata", "aten._assert_async", "aten._assert_scalar",
+                   "aten.sym_constrain_range_for_size"}
+
+
+def supported_ops():
+    return sorted(CONVERTERS)
+
+
+class _Importer:
+    def __init__(self, module, example_inputs, static_positions, strict, name, has_erf):
+        self.module = module
+        self.graph = module.graph
+        self.strict = strict
+        self.name = name
+        self.has_erf = has_erf
+        recorder = _Recorder(module)
+        with torch.no_grad():
+            recorder.run(*example_inputs)
+        self.values = recorder.values
+        self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        devices = [value.device for value in example_inputs if isinstance(value, torch.Tensor)]
+        self.device = devices[0] if devices else torch.device("cpu")
+        self.static_positions = set(static_positions)
+        self.static_nodes = {self.placeholders[i] for i in self.static_positions}
+        self.dynamic = set()  # nodes that depend on a per-call input or a param
+        self.torch_nodes = set()
+        self.owner = {}  # fx node -> the Segment that computes it
+        self.constants = {}  # fx node -> folded tensor
+
+    def is_torch_node(self, node):
+        return node in self.torch_nodes
+
+    def constant(self, segment, tensor):
+        segment.counter += 1
+        name = "const.%d" % segment.counter
+        segment.params[name] = (tensor, None)
+        return name
+
+    def name_in_segment(self, segment, node, position=None):
+        if not isinstance(node, torch.fx.Node):
+            raise Unsupported("a non-tensor operand %r" % (node,))
+        key = (node, position)
+        if key in segment.names:
+            return segment.names[key]
+        value = self.values[node] if position is None else self.values[node][position]
+        if not isinstance(value, torch.Tensor):
+            raise Unsupported("operand %s is not a tensor" % node.name)
+        grove_name = "v%d.%s" % (len(segment.names), node.name)
+        if node.op == "get_attr" or node in self.static_nodes:
+            segment.params[grove_name] = (value, node)
+        elif node in self.constants:
+            constant = self.constants[node]
+            if constant.device != self.device:
+                # A constant PyTorch made on the host (a 0-d scalar tensor, say)
+                # joins the graph's device: the importer owns it, so moving it
+                # copies nothing of the caller's.
+                constant = constant.to(self.device)
+                self.constants[node] = constant
+            segment.params[grove_name] = (constant, None)
+        else:
+            if position is not None:
+                raise Unsupported("an element of a tuple made outside the segment")
+            node.meta["grove_value"] = value
+            segment.inputs.append((grove_name, node))
+        segment.names[key] = grove_name
+        return grove_name
+
+    def depends_on_inputs(self, node):
+        return any(isinstance(arg, torch.fx.Node) and arg in self.dynamic
+                   for arg in node.all_input_nodes)
+
+    def run(self):
+        steps = []
+        segment = None
+        unsupported = []
+        for node in self.graph.nodes:
+            if node.op in ("placeholder", "get_attr"):
+                self.dynamic.add(node)
+                if node.op == "placeholder":
+                    node.meta["grove_example"] = self.values.get(node)
+                continue
+            if node.op == "output":
+                break
+            if node.op != "call_function":
+                reason = "%s nodes are not imported" % node.op
+                unsupported.append((node.name, node.op, reason))
+                self.torch_nodes.add(node)
+                self.dynamic.add(node)
+                steps.append(("torch", node))
+                segment = None
+                continue
+            if not node.users and (op_name(node.target) in CONVERTERS
+                                   or op_name(node.target) in _SKIPPED_CHECKS
+                                   or op_name(node.target) == "getitem"):
+                # A pure result nobody reads (a layer norm's mean, say), or a
+                # metadata assertion the compiled program's fixed types make moot.
+                continue
+            if not self.depends_on_inputs(node):
+                value = self.values[node]
+                if isinstance(value, torch.Tensor):
+                    self.constants[node] = value  # computed once, bound as a constant
+                    continue
+            self.dynamic.add(node)
+            try:
+                if segment is None:
+                    segment = Segment(sum(1 for kind, _ in steps if kind == "grove"))
+                    steps.append(("grove", segment))
+                self.convert(segment, node)
+            except Unsupported as reason:
+                name = op_name(node.target)
+                if self.strict:
+                    raise StrictModeError(
+                        "grove (strict): node '%s' (%s) is not supported: %s"
+                        % (node.name, name, reason)) from None
+                unsupported.append((node.name, name, str(reason)))
+                log.info("unsupported op %s at node '%s' (%s): runs in PyTorch", name,
+                         node.name, reason)
+                self.torch_nodes.add(node)
+                steps.append(("torch", node))
+                segment = None
+        steps = [(kind, step) for kind, step in steps
+                 if kind == "torch" or step.program_nodes or step.nodes]
+        self.finish_segments(steps)
+        output = next(n for n in self.graph.nodes if n.op == "output")
+        plan = Plan(self.module, steps, self.placeholders, self.static_positions, unsupported,
+                    output.args[0], self.name)
+        plan.constants = dict(self.constants)
+        return plan
+
+    def convert(self, segment, node):
+        name = op_name(node.target)
+        if name == "getitem":
+            source, position = node.args
+            if source not in segment.nodes:
+                raise Unsupported("getitem of a value made outside the segment")
+            picked = segment.names.get((source, position))
+            if picked is None:
+                raise Unsupported("element %d of %s" % (position, op_name(source.target)))
+            segment.names[(node, None)] = picked
+            segment.nodes.append(node)
+            self.owner[node] = segment
+            return
+        converter = CONVERTERS.get(name)
+        if converter is None:
+            raise Unsupported("no importer for %s" % name)
+        value = self.values[node]
+        tensors = value if isinstance(value, (tuple, list)) else [value]
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor):
+                dtype_name(tensor.dtype)
+        if isinstance(value, (tuple, list)):
+            for user in node.users:
+                if op_name(user.target) != "getitem":
+                    raise Unsupported("a tuple result used whole")
+        # Converters emit into the segment only when they succeed.
+        saved = (len(segment.program_nodes), dict(segment.names), list(segment.inputs),
+                 dict(segment.params), segment.counter)
+        try:
+            result = converter(_Converter(self, segment, node), node_arguments(node))
+        except Unsupported:
+            (count, names, inputs, params, counter) = saved
+            del segment.program_nodes[count:]
+            segment.names, segment.inputs, segment.params = names, inputs, params
+            segment.counter = counter
+            raise
+        if isinstance(result, tuple):
+            wanted = {user.args[1] for user in node.users if user.users}  # live reads
+            missing = sorted(p for p in wanted if p >= len(result) or result[p] is None)
+            if missing:
+                (count, names, inputs, params, counter) = saved
+                del segment.program_nodes[count:]
+                segment.names, segment.inputs, segment.params = names, inputs, params
+                segment.counter = counter
+                raise Unsupported("element(s) %s of its result are read" % missing)
+            for position, item in enumerate(result):
+                if item is not None:
+                    segment.names[(node, position)] = item
+        else:
+            segment.names[(node, None)] = result
+        segment.nodes.append(node)
+        self.owner[node] = segment
+
+    def finish_segments(self, steps):
+        """Each segment returns the values used after it (by later steps or
+        the graph's output)."""
+        order = {node: i for i, node in enumerate(self.graph.nodes)}
+        for kind, segment in steps:
+            if kind != "grove":
+                continue
+            last = max(order[n] for n in segment.nodes)
+            outputs = []
+            for node in segment.nodes:
+                if op_name(node.target) != "getitem" and isinstance(self.values[node], tuple):
+                    continue
+                if any(order[user] > last or user.op == "output" for user in node.users):
+                    outputs.append((node, None))
+            # A value that is a program input or param passes through a view.
+            for node, position in outputs:
+                grove_name = segment.names[(node, position)]
+                passthrough = any(grove_name == n for n, _ in segment.inputs) or \
+                    grove_name in segment.params
+                if passthrough:
+                    shape = list(self.values[node].shape)
+                    segment.counter += 1
+                    new = "%s.out%d" % (node.name, segment.counter)
+                    segment.program_nodes.append({"name": new, "op": "reshape",
+                                                  "inputs": [grove_name],
+                                                  "attrs": {"shape": shape}})
+                    segment.names[(node, position)] = new
+            segment.outputs = outputs
+
+
+def import_graph(module, example_inputs, static_inputs=(), strict=False, name="fx",
+                 has_erf=True):
+    """Imports an fx GraphModule at the ATen level into a Plan. static_inputs:
+    positions of placeholders bound as params (never copied, address checked);
+    strict: raise StrictModeError naming the first op grove cannot take."""
+    return _Importer(module, example_inputs, static_inputs, strict, name, has_erf).run()
