@@ -98,7 +98,7 @@ int emit_gelu_backward(codegen::KernelBuilder& emitter, int g, int x) {
 // at 1): erf(|x|) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^(-x^2),
 // t = 1 / (1 + p |x|), and erf is odd. Built from exprs every device has, so
 // no libm call reaches the kernels; PyTorch's exact gelu is 0.5 x (1 + erf(x / sqrt 2)).
-int emit_erf(KernelEmitter& emitter, int x) {
+int emit_erf(codegen::KernelBuilder& emitter, int x) {
   DType dtype = emitter.dtype_of(x);
   auto constant = [&](double value) { return emitter.constant(value, dtype); };
   auto mul = [&](int a, int b) { return emitter.binary(ExprOp::kMul, a, b); };
@@ -113,7 +113,7 @@ int emit_erf(KernelEmitter& emitter, int x) {
   int decay = emitter.unary(ExprOp::kExp, emitter.unary(ExprOp::kNeg, mul(x, x)));
   int positive = emitter.binary(ExprOp::kSub, constant(1.0), mul(mul(t, poly), decay));
   int is_negative = emitter.binary(ExprOp::kLt, x, constant(0.0));
-  return emitter.select(is_negative, emitter.unary(ExprOp::kNeg, positive), positive);
+  return emitter.where(is_negative, emitter.unary(ExprOp::kNeg, positive), positive);
 }
 
 DType dtype_attr(const OpContext& context, const std::string& attr) {
