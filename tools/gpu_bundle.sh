@@ -12,7 +12,9 @@
 # GROVE_BUNDLE_LIMIT_MIB caps the bundle (default 64). Past GROVE_BUNDLE_PACK_MIB
 # (default 60) MiB of raw files the tree is packed as payload.tar.xz, which
 # run_all.sh unpacks: a large xz dictionary shares the statically linked LLVM
-# and runtime code between binaries.
+# and runtime code between binaries. GROVE_BUNDLE_XZ replaces the LZMA2
+# options (default preset=1,dict=1024MiB; preset=3,dict=1536MiB packs tighter
+# and slower, for a suite grown past the limit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -174,7 +176,7 @@ git rev-parse --short HEAD >"$bundle/commit.txt" 2>/dev/null || echo unknown >"$
 raw_kib=$(du -sk "$bundle" | cut -f1)
 if [ "$raw_kib" -gt $((pack_mib * 1024)) ]; then
   echo "gpu_bundle: $((raw_kib / 1024)) MiB of files; packing them as payload.tar.xz"
-  tar -C "$bundle" -cf - grove | xz -T1 --lzma2=preset=1,dict=1024MiB >"$bundle/payload.tar.xz"
+  tar -C "$bundle" -cf - grove | xz -T1 --lzma2="${GROVE_BUNDLE_XZ:-preset=1,dict=1024MiB}" >"$bundle/payload.tar.xz"
   rm -rf "$bundle/grove"
 fi
 total_kib=$(du -sk "$bundle" | cut -f1)
