@@ -65,7 +65,11 @@ void require(bool condition, const Parts&... parts) {
 // The status of the exception being handled; sets the thread's message.
 grove_status status_of_current_exception(const char* function) {
   auto fail = [function](grove_status status, const char* what) {
-    t_last_error = str_cat(function, ": ", what);
+    try {
+      t_last_error = str_cat(function, ": ", what);
+    } catch (...) {  // no memory even for the message: keep the status
+      t_last_error.clear();
+    }
     return status;
   };
   try {
