@@ -294,6 +294,23 @@ class TorchBackendTest(unittest.TestCase):
         with torch.no_grad():
             torch.testing.assert_close(compiled(x, weight, bias), function(x, weight, bias))
 
+    def test_symbolic_sizes_compile_once_per_concrete_shape(self):
+        # What dynamo hands a backend for dynamic shapes: sizes as extra
+        # (non-tensor) inputs. Here plain ints stand in for its SymInts.
+        def function(x, rows):
+            return torch.tanh(x.view(rows, -1)) * 2
+
+        gm = torch.fx.symbolic_trace(function)
+        compiled = grove.torch.grove_backend(gm, [torch.randn(4, 6), 4],
+                                             options={"mode": "cudagraphs"})
+        self.assertIsInstance(compiled, grove.torch.PerShapeGraph)
+        for shape, rows in (((4, 6), 4), ((8, 3), 8), ((4, 6), 4), ((2, 5), 2)):
+            x = torch.randn(*shape)
+            for _ in range(3):
+                result = compiled(x, rows)
+            torch.testing.assert_close(result, function(x, rows))
+        self.assertEqual(len(compiled.compiled), 3, "one compilation per concrete shape")
+
     def test_unknown_options_are_named(self):
         gm = torch.fx.symbolic_trace(Mlp())
         with self.assertRaisesRegex(ValueError, "unknown option.*fast"):
