@@ -338,10 +338,18 @@ def _logical_not(c, a):
     return c.emit("eq", [c.tensor(x), c.scalar(False, torch.bool)])
 
 
+def _is_transposed_weight(c, arg):
+    """Whether `arg` is t(w) of a 2-d w that grove computes (x @ w.t() is linear)."""
+    return (isinstance(arg, torch.fx.Node) and op_name(arg.target) == "aten.t"
+            and not c.importer.is_torch_node(arg) and len(c.shape(arg.args[0])) == 2)
+
+
 def _matmul(c, a):
     x, y = a["self"], a.get("mat2", a.get("other"))
     if len(c.shape(x)) < 2 or len(c.shape(y)) < 2:
         raise Unsupported("matmul of a vector")
+    if op_name(c.node.target) == "aten.mm" and _is_transposed_weight(c, y):
+        return c.emit("linear", [c.tensor(x), c.tensor(y.args[0])])
     return c.emit("matmul", [c.tensor(x), c.tensor(y)])
 
 
@@ -349,8 +357,8 @@ def _addmm(c, a):
     bias, x, y = a["self"], a["mat1"], a["mat2"]
     beta, alpha = a.get("beta", 1), a.get("alpha", 1)
     # addmm(b, x, t(w)) is linear(x, w, b): one GEMM with its bias epilogue.
-    if (isinstance(y, torch.fx.Node) and op_name(y.target) == "aten.t" and beta == 1
-            and alpha == 1 and len(c.shape(bias)) == 1 and not c.importer.is_torch_node(y)):
+    if (_is_transposed_weight(c, y) and beta == 1 and alpha == 1
+            and isinstance(bias, torch.fx.Node) and len(c.shape(bias)) == 1):
         return c.emit("linear", [c.tensor(x), c.tensor(y.args[0]), c.tensor(bias)])
     product = c.emit("matmul", [c.tensor(x), c.tensor(y)])
     dtype = c.result().dtype
@@ -443,6 +451,26 @@ def _split(c, a):
         end = start + piece.shape[dim]
         names.append(c.emit("slice", [c.tensor(x)], {"dim": dim, "start": start, "end": end}))
         start = end
+    return tuple(names)
+
+
+def _full_like(value):
+    def convert(c, a):
+        result = c.result()
+        fill = a.get("fill_value", value)
+        return c.emit("full", [], {"value": float(fill), "shape": list(result.shape),
+                                   "dtype": dtype_name(result.dtype)})
+
+    return convert
+
+
+def _unbind(c, a):
+    x = a["self"]
+    dim = a.get("dim", 0) % len(c.shape(x))
+    names = []
+    for index, piece in enumerate(c.result()):
+        picked = c.emit("slice", [c.tensor(x)], {"dim": dim, "start": index, "end": index + 1})
+        names.append(c.emit("reshape", [picked], {"shape": list(piece.shape)}))
     return tuple(names)
 
 
@@ -618,6 +646,11 @@ CONVERTERS = {
     "aten.split": _split,
     "aten.split_with_sizes": _split,
     "aten._softmax": _softmax(False),
+    "aten._safe_softmax": _softmax(False),
+    "aten.full_like": _full_like(None),
+    "aten.zeros_like": _full_like(0.0),
+    "aten.ones_like": _full_like(1.0),
+    "aten.unbind": _unbind,
     "aten.softmax": _softmax(False),
     "aten._log_softmax": _softmax(True),
     "aten.log_softmax": _softmax(True),
