@@ -116,8 +116,6 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
     aten = _aten_graph(gm, example_inputs)
     plan = importer.import_graph(aten, example_inputs, static_inputs=_static_positions(
         example_inputs), strict=strict, name="torch_graph")
-    for node_name, op, reason in plan.unsupported:
-        log.info("unsupported op %s at node '%s' runs in PyTorch (%s)", op, node_name, reason)
     return CompiledGraph(plan.compile(backend=_MODES[mode], device=device))
 
 
