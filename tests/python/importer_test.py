@@ -6,6 +6,8 @@ within 1.5e-7);
 results that pass through bf16 within one bf16 step (2^-7 relative);
 "cudagraphs" equals "eager" bitwise."""
 import operator
+import os
+import sys
 import unittest
 
 import torch
@@ -13,10 +15,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import grove
-import grove.torch
-from grove import importer
-import junit_main
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import grove  # noqa: E402
+import grove.torch  # noqa: E402
+from grove import importer  # noqa: E402
+import junit_main  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -261,6 +265,45 @@ class ImporterTest(unittest.TestCase):
         torch.testing.assert_close(_as_list(runner(x, weight))[0], function(x, weight))
         with self.assertRaisesRegex(RuntimeError, "static input .* moved"):
             runner(x, weight.clone())
+
+
+class IssueModelsTest(unittest.TestCase):
+    """The GPU test's models (tests/python/gpu_models.py) traced here on the
+    CPU: each imports whole into one grove program and matches torch."""
+
+    def test_issue_models_import_whole_and_match_torch(self):
+        import gpu_models
+
+        patched = not hasattr(F, "scaled_dot_product_attention")
+        if patched:  # PyTorch 1.13 spells it with an underscore
+            F.scaled_dot_product_attention = (
+                lambda q, k, v, is_causal=False:
+                F._scaled_dot_product_attention(q, k, v, None, 0.0, False, is_causal)[0])
+        try:
+            cases = [case for case in gpu_models.cases("cpu") if "b256" not in case[0]]
+            encoder = gpu_models.nn.TransformerEncoder(
+                gpu_models.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0,
+                                                      activation="gelu", batch_first=True,
+                                                      norm_first=True),
+                2, enable_nested_tensor=False).eval()
+            cases.append(("encoder_norm_first_gelu", encoder, (torch.randn(2, 8, 64),)))
+            for name, module, inputs in cases:
+                with self.subTest(model=name):
+                    with torch.no_grad():
+                        expected = module(*inputs)
+                    plan = importer.import_graph(trace(module, *inputs), list(inputs))
+                    self.assertEqual(plan.unsupported, [])
+                    self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+                    results = {}
+                    for backend in ("eager", "cudagraphs"):
+                        runner = plan.compile(backend=backend)
+                        for _ in range(3):
+                            results[backend] = _as_list(runner(*inputs))[0].clone()
+                    torch.testing.assert_close(results["eager"], expected, rtol=RTOL, atol=ATOL)
+                    self.assertTrue(torch.equal(results["eager"], results["cudagraphs"]))
+        finally:
+            if patched:
+                del F.scaled_dot_product_attention
 
 
 class TorchBackendTest(unittest.TestCase):
