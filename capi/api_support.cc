@@ -34,8 +34,7 @@ Device parse_device(int32_t type, int32_t index, const Subject& what) {
 // What a DLManagedTensor made by grove_tensor_to_dlpack keeps alive.
 struct DlpackContext {
   Tensor tensor;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> strides;
+  std::vector<int64_t> extents;  // the shape, then the strides
   DLManagedTensor managed;
 };
 
@@ -159,9 +158,11 @@ DLManagedTensor* to_dlpack(const Tensor& value) {
   auto context = std::make_unique<DlpackContext>();
   context->tensor = value;
   void* data = value.data_ptr();  // throws StaleTensorError for stale data
-  for (int64_t d = 0; d < value.dim(); ++d) {
-    context->shape.push_back(value.shape()[static_cast<size_t>(d)]);
-    context->strides.push_back(value.strides()[static_cast<size_t>(d)]);
+  const auto rank = static_cast<size_t>(value.dim());
+  context->extents.resize(2 * rank);
+  for (size_t d = 0; d < rank; ++d) {
+    context->extents[d] = value.shape()[d];
+    context->extents[rank + d] = value.strides()[d];
   }
   Device device = value.device();
   DLTensor& dl = context->managed.dl_tensor;
@@ -169,8 +170,8 @@ DLManagedTensor* to_dlpack(const Tensor& value) {
   dl.device = {device.is_cuda() ? kDLCUDA : kDLCPU, device.is_cuda() ? device.index : 0};
   dl.ndim = static_cast<int32_t>(value.dim());
   dl.dtype = dlpack_dtype(value.dtype());
-  dl.shape = context->shape.data();
-  dl.strides = context->strides.data();
+  dl.shape = context->extents.data();
+  dl.strides = context->extents.data() + rank;
   dl.byte_offset = 0;
   context->managed.manager_ctx = context.get();
   context->managed.deleter = delete_dlpack;
