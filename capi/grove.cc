@@ -1,181 +1,37 @@
 // The C API over CompiledModel (compiler/backends/compile.h), the one door to
-// grove's backends. Every entry point catches everything: no exception
-// crosses the C boundary (Note [No exception crosses the C API]).
+// grove's backends: compiling, running and the model's queries. Every entry
+// point runs in run_api (Note [No exception crosses the C API]).
 #include "capi/grove.h"
 
-#include <dlpack/dlpack.h>
-
-#include <atomic>
 #include <chrono>
 #include <cstring>
-#include <exception>
 #include <map>
 #include <memory>
-#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <ostream>
 #include <string>
 #include <vector>
 
+#include "capi/api_support.h"
 #include "compiler/backends/compile.h"
 #include "compiler/model_format/model_json.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
-#include "runtime/external_storage.h"
-
-struct grove_model {
-  std::optional<grove::compiler::backends::CompiledModel> compiled;
-  grove::runtime::Device device;
-  std::vector<std::string> input_names;
-  std::vector<int32_t> output_dtypes;
-  size_t output_count = 0;
-  std::atomic<int64_t> borrowed_copies{0};
-};
-
-struct grove_tensor {
-  grove::runtime::Tensor tensor;
-};
 
 namespace {
 
 using grove::str_cat;
+using grove::capi::InvalidArgument;
+using grove::capi::live;
+using grove::capi::release_all;
+using grove::capi::require;
+using grove::capi::run_api;
+using grove::capi::Subject;
+using grove::capi::view_of;
 using grove::runtime::Device;
-using grove::runtime::DeviceType;
 using grove::runtime::DType;
-using grove::runtime::Shape;
 using grove::runtime::Tensor;
 namespace backends = grove::compiler::backends;
-
-constexpr int32_t kMaxRank = 8;
-
-thread_local std::string t_last_error;
-
-// Errors of the caller's arguments (null pointers, counts, unknown names).
-struct InvalidArgument : grove::Error {
-  using grove::Error::Error;
-};
-
-// An argument check whose failure is GROVE_ERROR_INVALID_ARGUMENT.
-template <typename... Parts>
-void require(bool condition, const Parts&... parts) {
-  if (!condition) throw InvalidArgument(str_cat(parts...));
-}
-
-// The status of the exception being handled; sets the thread's message.
-grove_status status_of_current_exception(const char* function) {
-  auto fail = [function](grove_status status, const char* what) {
-    t_last_error = str_cat(function, ": ", what);
-    return status;
-  };
-  try {
-    throw;
-  } catch (const InvalidArgument& error) {
-    return fail(GROVE_ERROR_INVALID_ARGUMENT, error.what());
-  } catch (const grove::ShapeError& error) {
-    return fail(GROVE_ERROR_SHAPE, error.what());
-  } catch (const grove::DTypeError& error) {
-    return fail(GROVE_ERROR_DTYPE, error.what());
-  } catch (const grove::DeviceError& error) {
-    return fail(GROVE_ERROR_DEVICE, error.what());
-  } catch (const grove::StaleTensorError& error) {
-    return fail(GROVE_ERROR_STALE, error.what());
-  } catch (const grove::ModelFormatError& error) {
-    return fail(GROVE_ERROR_MODEL_FORMAT, error.what());
-  } catch (const grove::OutOfMemoryError& error) {
-    return fail(GROVE_ERROR_OUT_OF_MEMORY, error.what());
-  } catch (const std::bad_alloc&) {
-    return fail(GROVE_ERROR_OUT_OF_MEMORY, "out of host memory");
-  } catch (const std::exception& error) {
-    return fail(GROVE_ERROR_INTERNAL, error.what());
-  } catch (...) {
-    return fail(GROVE_ERROR_INTERNAL, "an unknown exception");
-  }
-}
-
-// Note [No exception crosses the C API]: every entry point runs its body in
-// run_api, which turns any exception into a grove_status (following the
-// error's class) and the thread's last-error message, so a C or ctypes
-// caller never unwinds through C++ frames. Guarded by
-// CApi.EveryFailingCallSetsAStatusAndAMessage (tests/capi/capi_test.cc).
-template <typename Body>
-grove_status run_api(const char* function, Body&& body) noexcept {
-  try {
-    body();
-    return GROVE_OK;
-  } catch (...) {
-    return status_of_current_exception(function);
-  }
-}
-
-// What a description describes ("input 0 ('x')"), formatted only when a
-// check fails: building the text on every call cost more than the call.
-struct Subject {
-  const char* kind;
-  size_t index;
-  const std::string* name;  // may be null
-};
-
-std::ostream& operator<<(std::ostream& stream, const Subject& subject) {
-  stream << subject.kind << " " << subject.index;
-  if (subject.name != nullptr) stream << " ('" << *subject.name << "')";
-  return stream;
-}
-
-DType parse_dtype(int32_t dtype, const Subject& what) {
-  require(dtype >= GROVE_F32 && dtype <= GROVE_F64, what, ": unknown dtype code ", dtype,
-          " (grove_dtype: 0 f32, 1 f16, 2 bf16, 3 i32, 4 i64, 5 bool, 6 f64)");
-  return static_cast<DType>(dtype);
-}
-
-Device parse_device(int32_t type, int32_t index, const Subject& what) {
-  require(type >= GROVE_DEVICE_CPU && type <= GROVE_DEVICE_CUDA, what,
-          ": unknown device type code ", type, " (0 cpu, 1 sim, 2 cuda)");
-  require(index >= 0, what, ": negative device index ", index);
-  return Device{static_cast<DeviceType>(type), index};
-}
-
-// A grove tensor viewing the caller's memory. The release callback is owned
-// from the first line, so it runs once whether or not the description is good.
-Tensor view_of(const grove_tensor_desc& desc, const Subject& what) {
-  grove::runtime::ReleaseCallback release;
-  if (desc.release != nullptr) {
-    release = [function = desc.release, context = desc.release_context] { function(context); };
-  }
-  struct ReleaseUnlessTaken {
-    grove::runtime::ReleaseCallback* callback;
-    ~ReleaseUnlessTaken() {
-      if (*callback) (*callback)();
-    }
-  } guard{&release};
-  DType dtype = parse_dtype(desc.dtype, what);
-  Device device = parse_device(desc.device_type, desc.device_index, what);
-  require(desc.rank >= 0 && desc.rank <= kMaxRank, what, ": rank ", desc.rank, " is outside 0..",
-          kMaxRank);
-  require(desc.rank == 0 || desc.shape != nullptr, what, ": rank ", desc.rank,
-          " but the shape pointer is null");
-  Shape shape;
-  Shape strides;
-  for (int32_t d = 0; d < desc.rank; ++d) {
-    shape.push_back(desc.shape[d]);
-    if (desc.strides != nullptr) strides.push_back(desc.strides[d]);
-  }
-  grove::runtime::ReleaseCallback taken = std::move(release);
-  release = nullptr;
-  try {
-    return grove::runtime::external_tensor(desc.data, shape, strides, dtype, device,
-                                           std::move(taken));
-  } catch (const grove::Error& error) {
-    throw grove::ShapeError(str_cat(what, ": ", error.what()));
-  }
-}
-
-void release_all(const grove_tensor_desc* descs, size_t count, size_t from) {
-  if (descs == nullptr) return;
-  for (size_t i = from; i < count; ++i) {
-    if (descs[i].release != nullptr) descs[i].release(descs[i].release_context);
-  }
-}
 
 backends::CompileOptions parse_options(const char* options_json,
                                        grove::compiler::model_format::DimBindings* dims,
@@ -216,60 +72,65 @@ backends::CompileOptions parse_options(const char* options_json,
   return options;
 }
 
-char* copy_string(const std::string& text) {
-  char* copy = static_cast<char*>(std::malloc(text.size() + 1));
-  if (copy == nullptr) throw std::bad_alloc();
-  std::memcpy(copy, text.c_str(), text.size() + 1);
-  return copy;
-}
-
-// What a DLManagedTensor made by grove_tensor_to_dlpack keeps alive.
-struct DlpackContext {
-  Tensor tensor;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> strides;
-  DLManagedTensor managed;
-};
-
-void delete_dlpack(DLManagedTensor* managed) {
-  delete static_cast<DlpackContext*>(managed->manager_ctx);
-}
-
-DLDataType dlpack_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return {kDLFloat, 32, 1};
-    case DType::kF16:
-      return {kDLFloat, 16, 1};
-    case DType::kBF16:
-      return {kDLBfloat, 16, 1};
-    case DType::kI32:
-      return {kDLInt, 32, 1};
-    case DType::kI64:
-      return {kDLInt, 64, 1};
-    case DType::kBool:
-      return {kDLUInt, 8, 1};  // DLPack 0.6 has no bool code; one byte per element
-    case DType::kF64:
-      return {kDLFloat, 64, 1};
+// Note [Borrowed inputs]: an input described with a NULL release is borrowed
+// for the call only, and costs the caller nothing per call (no callback). After
+// the call grove must not view it any more: a storage that someone besides the
+// call still holds (an output that is a view of the input; the backends keep
+// only weak references) is pointed at a device copy of its bytes
+// (Storage::rebind), so that output stays valid when the caller frees the
+// input. Counted by grove_model_borrowed_copies. Guarded by
+// CApi.OutputViewingABorrowedInputGetsACopy and
+// CApi.BorrowedInputsAreNotCopiedWhenNothingViewsThem.
+void detach_borrowed(grove_model& model, const std::vector<grove::runtime::StoragePtr>& borrowed) {
+  for (const grove::runtime::StoragePtr& storage : borrowed) {
+    if (storage.use_count() <= 1) continue;
+    const size_t nbytes = storage->nbytes();
+    Tensor copy = Tensor::empty({static_cast<int64_t>(nbytes)}, DType::kBool, storage->device());
+    grove::runtime::DeviceContext& context = grove::runtime::device_context(storage->device());
+    if (nbytes > 0) {
+      context.backend().copy_async(copy.data_ptr(), storage->data(), nbytes,
+                                   grove::runtime::CopyKind::kDeviceToDevice,
+                                   context.current_stream());
+    }
+    storage->rebind(copy.data_ptr(), copy.storage()->release_owner());
+    ++model.borrowed_copies;
   }
-  throw grove::DTypeError("to_dlpack: unknown dtype");
 }
 
-const grove_tensor& live(const grove_tensor* tensor) {
-  require(tensor != nullptr, "the tensor handle is null");
-  return *tensor;
-}
-
-const grove_model& live(const grove_model* model) {
-  require(model != nullptr, "the model handle is null");
-  return *model;
+// Runs the model on caller-described inputs; `handed` counts the descriptions
+// whose release grove owns (the rest are released by the caller of this).
+grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_desc* inputs,
+                                      size_t input_count, void* stream, size_t capacity,
+                                      size_t* handed) {
+  require(inputs != nullptr || input_count == 0, input_count, " inputs but the array is null");
+  require(model.output_count <= capacity, "the model returns ", model.output_count,
+          " outputs but `outputs` holds ", capacity);
+  const Device device = model.device;
+  require(stream == nullptr || device.is_cuda(), "a stream was given but the model runs on ",
+          device.str(), "; pass NULL (only cuda models run on a caller's stream)");
+  grove::compiler::TensorList tensors;
+  tensors.reserve(input_count);
+  std::vector<grove::runtime::StoragePtr> borrowed;
+  for (; *handed < input_count;) {
+    const size_t index = (*handed)++;
+    const std::string* name =
+        index < model.input_names.size() ? &model.input_names[index] : nullptr;
+    tensors.push_back(view_of(inputs[index], Subject{"input", index, name}));
+    if (inputs[index].release == nullptr) borrowed.push_back(tensors.back().storage());
+  }
+  std::optional<grove::runtime::StreamGuard> on_stream;
+  if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});
+  grove::compiler::TensorList results = (*model.compiled)(tensors);
+  tensors.clear();
+  if (!borrowed.empty()) detach_borrowed(model, borrowed);
+  GROVE_CHECK(results.size() <= capacity, "the model returned ", results.size(),
+              " outputs, more than the ", capacity, " it declared");
+  return results;
 }
 
 }  // namespace
 
 extern "C" {
-
-const char* grove_last_error(void) { return t_last_error.c_str(); }
 
 int grove_capi_version(void) { return GROVE_CAPI_VERSION; }
 
@@ -353,7 +214,7 @@ void grove_model_destroy(grove_model* model) {
   try {
     delete model;
   } catch (...) {
-    t_last_error = "grove_model_destroy: an exception while destroying the model";
+    grove::capi::last_error() = "grove_model_destroy: an exception while destroying the model";
   }
 }
 
@@ -380,93 +241,6 @@ grove_status grove_model_output_count(const grove_model* model, size_t* count) {
     *count = live(model).output_count;
   });
 }
-
-}  // extern "C"
-
-namespace {
-
-// Note [Borrowed inputs]: an input described with a NULL release is borrowed
-// for the call only, and costs the caller nothing per call (no callback). After
-// the call grove must not view it any more: a storage that someone besides the
-// call still holds (an output that is a view of the input; the backends keep
-// only weak references) is pointed at a device copy of its bytes
-// (Storage::rebind), so that output stays valid when the caller frees the
-// input. Counted by grove_model_borrowed_copies. Guarded by
-// CApi.OutputViewingABorrowedInputGetsACopy and
-// CApi.BorrowedInputsAreNotCopiedWhenNothingViewsThem.
-void detach_borrowed(grove_model& model, const std::vector<grove::runtime::StoragePtr>& borrowed) {
-  for (const grove::runtime::StoragePtr& storage : borrowed) {
-    if (storage.use_count() <= 1) continue;
-    const size_t nbytes = storage->nbytes();
-    Tensor copy = Tensor::empty({static_cast<int64_t>(nbytes)}, DType::kBool, storage->device());
-    grove::runtime::DeviceContext& context = grove::runtime::device_context(storage->device());
-    if (nbytes > 0) {
-      context.backend().copy_async(copy.data_ptr(), storage->data(), nbytes,
-                                   grove::runtime::CopyKind::kDeviceToDevice,
-                                   context.current_stream());
-    }
-    storage->rebind(copy.data_ptr(), copy.storage()->release_owner());
-    ++model.borrowed_copies;
-  }
-}
-
-// Runs the model on caller-described inputs; `handed` counts the descriptions
-// whose release grove owns (the rest are released by the caller of this).
-grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_desc* inputs,
-                                      size_t input_count, void* stream, size_t capacity,
-                                      size_t* handed) {
-  require(inputs != nullptr || input_count == 0, input_count, " inputs but the array is null");
-  require(model.output_count <= capacity, "the model returns ", model.output_count,
-          " outputs but `outputs` holds ", capacity);
-  const Device device = model.device;
-  require(stream == nullptr || device.is_cuda(), "a stream was given but the model runs on ",
-          device.str(), "; pass NULL (only cuda models run on a caller's stream)");
-  grove::compiler::TensorList tensors;
-  tensors.reserve(input_count);
-  std::vector<grove::runtime::StoragePtr> borrowed;
-  for (; *handed < input_count;) {
-    const size_t index = (*handed)++;
-    const std::string* name =
-        index < model.input_names.size() ? &model.input_names[index] : nullptr;
-    tensors.push_back(view_of(inputs[index], Subject{"input", index, name}));
-    if (inputs[index].release == nullptr) borrowed.push_back(tensors.back().storage());
-  }
-  std::optional<grove::runtime::StreamGuard> on_stream;
-  if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});
-  grove::compiler::TensorList results = (*model.compiled)(tensors);
-  tensors.clear();
-  if (!borrowed.empty()) detach_borrowed(model, borrowed);
-  GROVE_CHECK(results.size() <= capacity, "the model returned ", results.size(),
-              " outputs, more than the ", capacity, " it declared");
-  return results;
-}
-
-// A DLManagedTensor holding its own reference to `value`.
-DLManagedTensor* to_dlpack(const Tensor& value) {
-  auto context = std::make_unique<DlpackContext>();
-  context->tensor = value;
-  void* data = value.data_ptr();  // throws StaleTensorError for stale data
-  for (int64_t d = 0; d < value.dim(); ++d) {
-    context->shape.push_back(value.shape()[static_cast<size_t>(d)]);
-    context->strides.push_back(value.strides()[static_cast<size_t>(d)]);
-  }
-  Device device = value.device();
-  DLTensor& dl = context->managed.dl_tensor;
-  dl.data = data;
-  dl.device = {device.is_cuda() ? kDLCUDA : kDLCPU, device.is_cuda() ? device.index : 0};
-  dl.ndim = static_cast<int32_t>(value.dim());
-  dl.dtype = dlpack_dtype(value.dtype());
-  dl.shape = context->shape.data();
-  dl.strides = context->strides.data();
-  dl.byte_offset = 0;
-  context->managed.manager_ctx = context.get();
-  context->managed.deleter = delete_dlpack;
-  return &context.release()->managed;
-}
-
-}  // namespace
-
-extern "C" {
 
 grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs,
                              size_t input_count, void* stream, grove_tensor** outputs,
@@ -507,7 +281,7 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
     std::vector<DLManagedTensor*> made;
     made.reserve(results.size());
     try {
-      for (const Tensor& result : results) made.push_back(to_dlpack(result));
+      for (const Tensor& result : results) made.push_back(grove::capi::to_dlpack(result));
     } catch (...) {
       for (DLManagedTensor* tensor : made) tensor->deleter(tensor);
       throw;
@@ -517,16 +291,6 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
   });
   if (status != GROVE_OK) release_all(inputs, input_count, handed);
   return status;
-}
-
-grove_status grove_dlpack_check(const void* managed_tensor) {
-  return run_api("grove_dlpack_check", [&] {
-    require(managed_tensor != nullptr, "the DLManagedTensor pointer is null");
-    const auto* managed = static_cast<const DLManagedTensor*>(managed_tensor);
-    require(managed->deleter == delete_dlpack,
-            "the DLManagedTensor was not made by grove (its deleter is another's)");
-    static_cast<const DlpackContext*>(managed->manager_ctx)->tensor.data_ptr();
-  });
 }
 
 grove_status grove_model_output_dtype(const grove_model* model, size_t index, int32_t* dtype) {
@@ -593,97 +357,14 @@ grove_status grove_model_mark_step_begin(grove_model* model) {
 grove_status grove_model_stats_json(const grove_model* model, char** text) {
   return run_api("grove_model_stats_json", [&] {
     require(text != nullptr, "the output pointer `text` is null");
-    *text = copy_string(live(model).compiled->backend_stats());
+    *text = grove::capi::copy_string(live(model).compiled->backend_stats());
   });
 }
 
 grove_status grove_model_dot(const grove_model* model, char** text) {
   return run_api("grove_model_dot", [&] {
     require(text != nullptr, "the output pointer `text` is null");
-    *text = copy_string(live(model).compiled->backend_dot());
-  });
-}
-
-void grove_string_free(char* text) { std::free(text); }
-
-void grove_tensor_destroy(grove_tensor* tensor) {
-  try {
-    delete tensor;
-  } catch (...) {
-    t_last_error = "grove_tensor_destroy: an exception while releasing the tensor";
-  }
-}
-
-grove_status grove_tensor_dtype(const grove_tensor* tensor, int32_t* dtype) {
-  return run_api("grove_tensor_dtype", [&] {
-    require(dtype != nullptr, "the output pointer `dtype` is null");
-    *dtype = static_cast<int32_t>(live(tensor).tensor.dtype());
-  });
-}
-
-grove_status grove_tensor_device(const grove_tensor* tensor, int32_t* device_type,
-                                 int32_t* device_index) {
-  return run_api("grove_tensor_device", [&] {
-    require(device_type != nullptr && device_index != nullptr, "an output pointer is null");
-    Device device = live(tensor).tensor.device();
-    *device_type = static_cast<int32_t>(device.type);
-    *device_index = device.index;
-  });
-}
-
-grove_status grove_tensor_rank(const grove_tensor* tensor, int32_t* rank) {
-  return run_api("grove_tensor_rank", [&] {
-    require(rank != nullptr, "the output pointer `rank` is null");
-    *rank = static_cast<int32_t>(live(tensor).tensor.dim());
-  });
-}
-
-grove_status grove_tensor_shape(const grove_tensor* tensor, int64_t* shape) {
-  return run_api("grove_tensor_shape", [&] {
-    const Tensor& value = live(tensor).tensor;
-    require(shape != nullptr || value.dim() == 0, "the output array `shape` is null");
-    for (int64_t d = 0; d < value.dim(); ++d) shape[d] = value.shape()[static_cast<size_t>(d)];
-  });
-}
-
-grove_status grove_tensor_strides(const grove_tensor* tensor, int64_t* strides) {
-  return run_api("grove_tensor_strides", [&] {
-    const Tensor& value = live(tensor).tensor;
-    require(strides != nullptr || value.dim() == 0, "the output array `strides` is null");
-    for (int64_t d = 0; d < value.dim(); ++d) strides[d] = value.strides()[static_cast<size_t>(d)];
-  });
-}
-
-grove_status grove_tensor_data(const grove_tensor* tensor, void** data) {
-  return run_api("grove_tensor_data", [&] {
-    require(data != nullptr, "the output pointer `data` is null");
-    *data = live(tensor).tensor.data_ptr();
-  });
-}
-
-grove_status grove_tensor_is_valid(const grove_tensor* tensor, int32_t* valid) {
-  return run_api("grove_tensor_is_valid", [&] {
-    require(valid != nullptr, "the output pointer `valid` is null");
-    const auto& storage = live(tensor).tensor.storage();
-    *valid = storage != nullptr && !storage->is_poisoned() && !storage->is_overwritten() ? 1 : 0;
-  });
-}
-
-grove_status grove_tensor_copy_to_host(const grove_tensor* tensor, void* host, size_t nbytes) {
-  return run_api("grove_tensor_copy_to_host", [&] {
-    const Tensor& value = live(tensor).tensor;
-    require(host != nullptr || nbytes == 0, "the host buffer is null");
-    require(nbytes == value.nbytes(), "the host buffer holds ", nbytes, " bytes; the tensor ",
-            value.str(), " needs ", value.nbytes());
-    std::vector<uint8_t> bytes = value.to_host_bytes();
-    if (!bytes.empty()) std::memcpy(host, bytes.data(), bytes.size());
-  });
-}
-
-grove_status grove_tensor_to_dlpack(const grove_tensor* tensor, void** managed_tensor) {
-  return run_api("grove_tensor_to_dlpack", [&] {
-    require(managed_tensor != nullptr, "the output pointer `managed_tensor` is null");
-    *managed_tensor = to_dlpack(live(tensor).tensor);
+    *text = grove::capi::copy_string(live(model).compiled->backend_dot());
   });
 }
 

@@ -9,6 +9,7 @@
 #
 #   tools/sanitize.sh                      # both, whole asan suite + tsan subset
 #   tools/sanitize.sh asan //tests/reliability/... //tests/fuzz/...
+#   tools/sanitize.sh asan //tests/capi/...   # the C API (libgrove.so's code) alone
 #   tools/sanitize.sh tsan
 #
 # GROVE_SANITIZE_OUTPUT_BASE (default /tmp/bazel_grove_sanitize) is the stem

@@ -143,7 +143,9 @@ def describe(value, host_device, what, release=True):
     desc = _capi.TensorDesc(data, dtype, device[0], device[1], rank, shape_array, stride_array)
     if release:
         desc.release = _release_callback
-        desc.release_context = _hold(value)
+        # A torch tensor is held through an alias of its storage, so a later
+        # `param.data = other` cannot free the memory grove still reads.
+        desc.release_context = _hold(value.detach() if _is_torch(value) else value)
     return desc, (shape_array, stride_array, value)
 
 

@@ -16,8 +16,10 @@ Options: mode "cudagraphs" (default) or "eager"; strict (default False) raises
 naming the first op grove cannot take instead of running it in PyTorch;
 device (default: cuda:N for CUDA inputs, sim for CPU tensors). Inference only:
 a graph that needs gradients runs in PyTorch (strict raises). Each input shape
-PyTorch guards on is one compilation; symbolic shapes (dynamic=True) run in
-PyTorch, so pass dynamic=False for one grove graph per shape.
+PyTorch guards on is one compilation; a graph with symbolic sizes
+(dynamic=True, or dynamo's automatic dynamic shapes) is compiled once per
+concrete shape it is called with (PerShapeGraph), one CUDA graph per shape in
+the tree.
 """
 
 import logging
@@ -90,14 +92,15 @@ class CompiledGraph:
 
 
 def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None):
-    """Compiles an fx GraphModule for its example inputs; the backend's work."""
+    """Compiles an fx GraphModule (or any function make_fx can trace) for its
+    example inputs; the backend's work."""
     if mode not in _MODES:
         raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
+    if not all(isinstance(value, torch.Tensor) for value in example_inputs):
+        # Symbolic sizes (dynamic=True, or dynamo's automatic dynamic shapes):
+        # one grove compilation per concrete shape, on first use.
+        return PerShapeGraph(gm, mode, strict, device)
     try:
-        for index, value in enumerate(example_inputs):
-            if not isinstance(value, torch.Tensor):
-                raise _Fallback("input %d is a %s, not a tensor (symbolic shapes: pass "
-                                "dynamic=False)" % (index, type(value).__name__))
         if torch.is_grad_enabled() and any(
                 value.requires_grad and not isinstance(value, torch.nn.Parameter)
                 for value in example_inputs):
@@ -106,16 +109,53 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
         if strict:
             raise importer.StrictModeError("grove (strict): %s" % reason) from None
         log.info("graph runs in PyTorch: %s", reason)
-        return gm.forward
+        return getattr(gm, "forward", gm)
     if device is None:
         cuda = [value for value in example_inputs if value.is_cuda]
         device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
     aten = _aten_graph(gm, example_inputs)
     plan = importer.import_graph(aten, example_inputs, static_inputs=_static_positions(
         example_inputs), strict=strict, name="torch_graph")
-    for node_name, op, reason in plan.unsupported:
-        log.info("unsupported op %s at node '%s' runs in PyTorch (%s)", op, node_name, reason)
     return CompiledGraph(plan.compile(backend=_MODES[mode], device=device))
+
+
+class PerShapeGraph:
+    """A graph with symbolic sizes, compiled once per concrete set of input
+    shapes (and integer arguments) it is called with: each is a static grove
+    program, and in cudagraphs mode one graph per shape in the device's tree.
+    The integer arguments (the sizes dynamo passes) are baked into each
+    compilation."""
+
+    def __init__(self, gm, mode, strict, device):
+        self.gm = gm
+        self.options = {"mode": mode, "strict": strict, "device": device}
+        self.compiled = {}
+
+    @staticmethod
+    def key(args):
+        return tuple((tuple(value.shape), value.stride(), value.dtype, value.device)
+                     if isinstance(value, torch.Tensor) else ("value", value) for value in args)
+
+    def __call__(self, *args):
+        key = self.key(args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            concrete = [int(value) if isinstance(value, torch.SymInt) else value
+                        for value in args] if hasattr(torch, "SymInt") else list(args)
+            tensors = [value for value in concrete if isinstance(value, torch.Tensor)]
+            positions = [i for i, value in enumerate(concrete) if isinstance(value, torch.Tensor)]
+            values = list(concrete)
+
+            def specialized(*tensor_args):
+                for position, value in zip(positions, tensor_args):
+                    values[position] = value
+                return self.gm(*values)
+
+            log.info("compiling a graph for input shapes %s", [tuple(t.shape) for t in tensors])
+            compiled = (positions, compile_graph(specialized, tensors, **self.options))
+            self.compiled[key] = compiled
+        positions, function = compiled
+        return function(*[args[position] for position in positions])
 
 
 def grove_backend(gm, example_inputs, options=None, **kwargs):

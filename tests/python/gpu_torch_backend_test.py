@@ -81,10 +81,8 @@ class GpuTorchBackendTest(unittest.TestCase):
     def test_each_model(self):
         for name, module, inputs in gpu_models.cases("cuda"):
             with self.subTest(model=name):
-                # PyTorch's own encoder may take its fused fast path, one op
-                # holding every parameter, which then runs in PyTorch.
-                unsupported = self.check_model(name, module, inputs,
-                                               require_bound=not name.startswith("transformer"))
+                unsupported = self.check_model(name, module, inputs)
+                self.assertEqual(unsupported, set(), "%s: every op runs in grove" % name)
                 print("%s: ops run in PyTorch: %s" % (name, sorted(unsupported) or "none"))
 
     def test_unsupported_op_runs_split_and_is_reported(self):
