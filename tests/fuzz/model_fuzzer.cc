@@ -342,7 +342,7 @@ ModelMutant mutate_model(const std::string& base, uint64_t seed) {
   Rng rng(seed);
   ModelMutant mutant;
   json document = json::parse(base);
-  int64_t count = pick(rng, 1, 3);
+  int64_t count = pick(rng, 0, 4) < 3 ? 1 : pick(rng, 2, 3);
   for (int64_t i = 0; i < count; ++i) {
     mutant.description += (i ? "; " : "") + mutate_once(document, rng);
   }
@@ -350,7 +350,10 @@ ModelMutant mutate_model(const std::string& base, uint64_t seed) {
   if (pick(rng, 0, 9) == 0) mutant.text = damage_text(mutant.text, rng, mutant.description);
   if (pick(rng, 0, 3) == 0)
     mutant.dims["batch"] = pick(rng, 0, 1) ? pick(rng, 1, 8) : pick(rng, 1, 1 << 20);
-  if (pick(rng, 0, 5) == 0) mutant.dims["seq"] = pick(rng, 1, 256);
+  const bool has_seq = base.find("\"seq\"") != std::string::npos;
+  if (pick(rng, 0, 5) == 0 && (has_seq || pick(rng, 0, 5) == 0)) {
+    mutant.dims["seq"] = pick(rng, 1, 256);
+  }
   mutant.bf16 = pick(rng, 0, 4) == 0;
   mutant.cudagraphs = pick(rng, 0, 3) == 0;
   return mutant;
