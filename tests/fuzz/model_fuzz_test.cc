@@ -10,8 +10,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "tests/common/test_util.h"
 #include "tests/fuzz/model_fuzzer.h"
-#include "tests/runtime/device_test_util.h"
 
 namespace grove::fuzz {
 namespace {
