@@ -24,7 +24,7 @@ std::string shape_text(const runtime::Shape& shape) { return runtime::shape_str(
 
 // A value as the message quotes it: its JSON, cut after 40 characters.
 std::string brief(const json& value) {
-  std::string text = brief(value);
+  std::string text = value.dump();
   return text.size() <= 40 ? text : text.substr(0, 40) + "...";
 }
 
