@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 namespace grove::serving {
@@ -108,6 +111,37 @@ TEST(KserveProtocol, ResponseHoldsTheAskedOutputsWithShapesAndDatatypes) {
   ASSERT_EQ(answer["outputs"].size(), 1u);
   EXPECT_EQ(answer["outputs"][0],
             json::parse(R"({"name":"mask","datatype":"BOOL","shape":[2,1],"data":[true,false]})"));
+}
+
+TEST(KserveProtocol, ResponseFloatsReadBackBitExactAndNonFiniteAreNull) {
+  InferRequest parsed = parse_infer_request(good_request().dump(), signature(), 4);
+  std::mt19937 random(5);
+  std::vector<float> values(6);
+  for (float& value : values) {
+    uint32_t bits = random();
+    std::memcpy(&value, &bits, 4);
+    if (!std::isfinite(value)) value = 1.0f / 3.0f;
+  }
+  values[1] = std::numeric_limits<float>::quiet_NaN();
+  values[2] = -std::numeric_limits<float>::infinity();
+  values[3] = std::numeric_limits<float>::denorm_min();
+  Response response;
+  response.outputs.push_back(HostRows::from_values<float>(values, {2, 3}));
+  HostRows mask;
+  mask.shape = {2, 1};
+  mask.dtype = DType::kBool;
+  mask.bytes = {0, 1};
+  response.outputs.push_back(mask);
+  json answer = json::parse(infer_response_json("m\"q", parsed, signature(), response));
+  EXPECT_EQ(answer["model_name"], "m\"q");
+  const json& data = answer["outputs"][0]["data"];
+  ASSERT_EQ(data.size(), 6u);
+  EXPECT_TRUE(data[1].is_null());
+  EXPECT_TRUE(data[2].is_null());
+  for (size_t i : {0u, 3u, 4u, 5u}) {
+    EXPECT_EQ(data[i].get<float>(), values[i]) << i << ": " << data[i].dump();
+  }
+  EXPECT_EQ(answer["outputs"][1]["data"], json::parse("[false, true]"));
 }
 
 TEST(KserveProtocol, MetadataNamesTensorsWithABatchDimension) {
