@@ -348,6 +348,36 @@ class ServeLifecycleTest(unittest.TestCase):
             self.assertEqual(answer.status_code, 200, answer.text)
             self.assertEqual(answer.json()["outputs"][0]["shape"], [1, 512])
 
+    def test_buckets_planned_from_an_earlier_runs_batch_sizes(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            seen = os.path.join(scratch, "seen.json")
+            with open(seen, "w") as f:
+                json.dump({"stats": {"batches_by_rows": {"1": 10, "3": 500, "12": 400}}}, f)
+            stats = os.path.join(scratch, "stats.json")
+            server = GroveServer("--backend", "eager", "--max-batch", "16", "--buckets",
+                                 f"auto:{seen}", "--stats-json", stats)
+            try:
+                text = "".join(server.lines)
+                self.assertIn("buckets 1,3,12,16,", text)
+                self.assertIn("padded rows 0 (powers of two: 2100), 4 buckets (5)", text)
+                rows = np.linspace(-1, 1, 2 * 512, dtype=np.float32).reshape(2, 512)
+                answer = requests.post(server.infer_url(), json=body_for(rows), timeout=60)
+                self.assertEqual(answer.status_code, 200, answer.text)
+                samples = parse_prometheus(requests.get(server.url + "/metrics").text)
+                self.assertEqual(samples[("grove_bucket_batches_total", 'bucket="3"')], 1)
+                self.assertEqual(samples[("grove_batches_by_rows_total", 'rows="2"')], 1)
+            finally:
+                status, _, err = server.stop()
+            self.assertEqual(status, 0, err)
+            with open(stats) as f:
+                report = json.load(f)
+            self.assertEqual(report["buckets"], [1, 3, 12, 16])
+            self.assertEqual(report["stats"]["batches_by_rows"], {"2": 1})
+            bad = subprocess.run([GROVE, "serve", MLP, "--device", "sim", "--max-batch", "16",
+                                  "--buckets", "4,2,16"], capture_output=True, text=True)
+            self.assertEqual(bad.returncode, 2)
+            self.assertIn("strictly increasing", bad.stderr)
+
     def test_graph_memory_budget_refuses_to_start(self):
         server = GroveServer("--max-batch", "2", "--graph-memory-budget", "1",
                              expect_ready=False)
