@@ -165,7 +165,7 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   http.host = args.value("--host", "127.0.0.1");
   http.port = static_cast<int>(args.integer("--port", 8000, 0, 65535));
   http.max_body_bytes = static_cast<size_t>(
-      args.integer("--max-body-bytes", int64_t{64} << 20, 64, int64_t{1} << 34));
+      args.integer("--max-body-bytes", int64_t{16} << 20, 64, int64_t{1} << 32));
   http.threads = static_cast<int>(args.integer("--http-threads", 0, 0, 4096));
   options.stats_json_path = args.value("--stats-json");
   if (!options.stats_json_path.empty()) check_output_path("--stats-json", options.stats_json_path);
@@ -242,7 +242,7 @@ const CommandSpec& serve_command_spec() {
           {"--dtype", "TYPE", "f32 (default) or bf16 for the model's floating values"},
           {"--seq", "T", "bind the model's 'seq' dimension"},
           {"--queue-capacity", "N", "requests that may wait before 503 (default 1024)"},
-          {"--max-body-bytes", "N", "larger request bodies get 413 (default 67108864)"},
+          {"--max-body-bytes", "N", "larger request bodies get 413 (default 16777216)"},
           {"--http-threads", "N", "connections served at once (default max(32, 4 x max batch))"},
           {"--buckets", "pow2|LIST|auto:FILE",
            "batch sizes compiled: powers of two (default), a list ending at --max-batch, or "

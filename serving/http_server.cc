@@ -197,7 +197,11 @@ HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::port() const { return impl_->port; }
 
-void HttpServer::serve() { impl_->http.listen_after_bind(); }
+void HttpServer::serve() {
+  const bool clean = impl_->http.listen_after_bind();
+  GROVE_CHECK(clean || impl_->stopping, "HttpServer on ", impl_->config.host, ":", impl_->port,
+              " stopped accepting connections without stop() (the listening socket failed)");
+}
 
 void HttpServer::stop() {
   // Note [Draining on stop].

@@ -39,7 +39,9 @@ struct HttpConfig {
   std::string model_name;  // the {name} of /v2/models/{name}
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see HttpServer::port())
-  size_t max_body_bytes = size_t{64} << 20;
+  // A JSON body is parsed into a tree several times its size, so the limit
+  // also bounds the memory one request can take.
+  size_t max_body_bytes = size_t{16} << 20;
   // Connections served at once (each holds a thread while its request waits
   // for its batch); 0: max(32, 4 * max_batch).
   int threads = 0;
@@ -56,7 +58,8 @@ class HttpServer {
 
   int port() const;
   // Accepts and answers requests until stop(); returns once every accepted
-  // request has been answered (Note [Draining on stop]).
+  // request has been answered (Note [Draining on stop]). Throws Error when
+  // the listening socket fails before stop().
   void serve();
   // Any thread, any number of times.
   void stop();
