@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "serving/kserve_protocol.h"
 #include "serving/metrics.h"
@@ -56,7 +58,17 @@ void HttpServer::Impl::infer(const httplib::Request& req, httplib::Response& res
   if (!known_model(req, res)) return;
   InferRequest parsed;
   try {
-    parsed = parse_infer_request(req.body, server.signature(), server.config().max_batch);
+    std::optional<size_t> json_length;
+    if (req.has_header("Inference-Header-Content-Length")) {
+      const std::string text = req.get_header_value("Inference-Header-Content-Length");
+      size_t value = 0;
+      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      GROVE_CHECK_AS(ProtocolError, error == std::errc() && end == text.data() + text.size(),
+                     "Inference-Header-Content-Length '", text, "' is not a byte count");
+      json_length = value;
+    }
+    parsed =
+        parse_infer_request(req.body, server.signature(), server.config().max_batch, json_length);
   } catch (const Error& error) {
     reply(res, 400, error_json(error.what()));
     return;
@@ -83,7 +95,16 @@ void HttpServer::Impl::infer(const httplib::Request& req, httplib::Response& res
     queue_wait.observe(
         std::chrono::duration<double>(response.timing.dispatched - response.timing.submitted)
             .count());
-    reply(res, 200, infer_response_json(config.model_name, parsed, server.signature(), response));
+    size_t json_length = 0;
+    std::string body =
+        infer_response_json(config.model_name, parsed, server.signature(), response, &json_length);
+    if (json_length > 0) {
+      res.status = 200;
+      res.set_header("Inference-Header-Content-Length", std::to_string(json_length));
+      res.set_content(std::move(body), "application/octet-stream");
+    } else {
+      reply(res, 200, body);
+    }
   } catch (const RequestCancelledError& error) {
     reply(res, 503, error_json(error.what()));
     return;

@@ -146,6 +146,26 @@ class ServeTest(unittest.TestCase):
         got = np.array(self.post(nested).json()["outputs"][0]["data"], dtype=np.float32)
         np.testing.assert_allclose(got, self.expected[5], rtol=1e-4, atol=ATOL)
 
+    def test_binary_tensor_data_extension(self):
+        rows = self.rows[6:9]
+        header = json.dumps({"inputs": [{"name": "x", "shape": [3, 512], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": rows.nbytes}}],
+                             "parameters": {"binary_data_output": True}}).encode()
+        answer = requests.post(self.server.infer_url(), data=header + rows.tobytes(),
+                               headers={"Inference-Header-Content-Length": str(len(header)),
+                                        "Content-Type": "application/octet-stream"},
+                               timeout=60)
+        self.assertEqual(answer.status_code, 200, answer.text)
+        length = int(answer.headers["Inference-Header-Content-Length"])
+        meta = json.loads(answer.content[:length])
+        out = meta["outputs"][0]
+        self.assertEqual(out["parameters"]["binary_data_size"], 3 * 512 * 4)
+        got = np.frombuffer(answer.content[length:], dtype="<f4").reshape(3, 512)
+        np.testing.assert_allclose(got, self.expected[6:9], rtol=1e-4, atol=ATOL)
+        # The same rows as JSON give the same floats, bit for bit.
+        plain = self.post(body_for(rows)).json()["outputs"][0]["data"]
+        np.testing.assert_array_equal(np.array(plain, dtype=np.float32).reshape(3, 512), got)
+
     def test_concurrent_clients_get_their_own_rows(self):
         # 12 clients at once, 1 or 2 rows each, distinct rows: batched together,
         # each answer must hold exactly its own rows.

@@ -144,6 +144,81 @@ TEST(KserveProtocol, ResponseFloatsReadBackBitExactAndNonFiniteAreNull) {
   EXPECT_EQ(answer["outputs"][1]["data"], json::parse("[false, true]"));
 }
 
+// A body in the binary tensor data extension: JSON, then the raw bytes of
+// the inputs that give binary_data_size, in the order they are listed.
+std::string binary_body(const json& header, const std::string& bytes, size_t* json_length) {
+  std::string text = header.dump();
+  *json_length = text.size();
+  return text + bytes;
+}
+
+TEST(KserveProtocol, BinaryInputsAndOutputsFollowTheJson) {
+  json header = json::parse(R"({"inputs": [
+      {"name": "x", "shape": [2, 3], "datatype": "FP32", "parameters": {"binary_data_size": 24}},
+      {"name": "ids", "shape": [2, 2], "datatype": "INT64", "data": [1, 2, 3, 4]}],
+      "outputs": [{"name": "y", "parameters": {"binary_data": true}}, {"name": "mask"}]})");
+  const std::vector<float> x = {1.5f, -2, 3, 4, 5, 6.25f};
+  std::string bytes(reinterpret_cast<const char*>(x.data()), 24);
+  size_t length = 0;
+  std::string body = binary_body(header, bytes, &length);
+  InferRequest parsed = parse_infer_request(body, signature(), 4, length);
+  EXPECT_EQ(parsed.request.inputs[0].values<float>(), x);
+  EXPECT_EQ(parsed.binary, (std::vector<bool>{true, false}));
+
+  Response response;
+  response.outputs.push_back(HostRows::from_values<float>(x, {2, 3}));
+  HostRows mask;
+  mask.shape = {2, 1};
+  mask.dtype = DType::kBool;
+  mask.bytes = {1, 0};
+  response.outputs.push_back(mask);
+  size_t answer_length = 0;
+  std::string answer = infer_response_json("m", parsed, signature(), response, &answer_length);
+  ASSERT_GT(answer_length, 0u);
+  ASSERT_EQ(answer.size(), answer_length + 24);
+  json answer_json = json::parse(answer.substr(0, answer_length));
+  EXPECT_EQ(answer_json["outputs"][0]["parameters"]["binary_data_size"], 24);
+  EXPECT_FALSE(answer_json["outputs"][0].contains("data"));
+  EXPECT_EQ(answer_json["outputs"][1]["data"], json::parse("[true, false]"));
+  EXPECT_EQ(answer.substr(answer_length), bytes);
+
+  // Without binary outputs the answer is JSON alone.
+  InferRequest plain = parse_infer_request(good_request().dump(), signature(), 4);
+  infer_response_json("m", plain, signature(), response, &answer_length);
+  EXPECT_EQ(answer_length, 0u);
+}
+
+TEST(KserveProtocol, BinaryBodiesThatDoNotAddUpAreRefused) {
+  json header = json::parse(R"({"inputs": [
+      {"name": "x", "shape": [2, 3], "datatype": "FP32", "parameters": {"binary_data_size": 24}},
+      {"name": "ids", "shape": [2, 2], "datatype": "INT64", "data": [1, 2, 3, 4]}]})");
+  auto error = [&](const json& h, size_t bytes, std::optional<size_t> length_override = {}) {
+    size_t length = 0;
+    std::string body = binary_body(h, std::string(bytes, '\0'), &length);
+    try {
+      parse_infer_request(body, signature(), 4, length_override ? *length_override : length);
+    } catch (const ProtocolError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(header, 20).find("only 20 binary bytes are left"), std::string::npos);
+  EXPECT_NE(error(header, 30).find("6 bytes after the JSON belong to no input"), std::string::npos);
+  EXPECT_NE(error(header, 24, 100000).find("beyond the body"), std::string::npos);
+  json wrong = header;
+  wrong["inputs"][0]["parameters"]["binary_data_size"] = 20;
+  EXPECT_NE(error(wrong, 20).find("holds 24"), std::string::npos);
+  json both = header;
+  both["inputs"][0]["data"] = json::array();
+  EXPECT_NE(error(both, 24).find("not both"), std::string::npos);
+  try {
+    parse_infer_request(header.dump(), signature(), 4);
+    FAIL() << "binary_data_size without the header was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("Inference-Header-Content-Length"), std::string::npos);
+  }
+}
+
 TEST(KserveProtocol, MetadataNamesTensorsWithABatchDimension) {
   json meta = model_metadata("m", signature(), 8);
   EXPECT_EQ(meta["inputs"][1], json::parse(R"({"name":"ids","datatype":"INT64","shape":[-1,2]})"));
