@@ -26,14 +26,14 @@ void reply(httplib::Response& res, int status, const std::string& body) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(Server& server, HttpConfig config) : server(server), config(std::move(config)) {}
+  Impl(InferenceService& server, HttpConfig config) : server(server), config(std::move(config)) {}
 
   void install_routes();
   void infer(const httplib::Request& req, httplib::Response& res);
   bool known_model(const httplib::Request& req, httplib::Response& res) const;
   MetricsInput metrics_input() const;
 
-  Server& server;
+  InferenceService& server;
   HttpConfig config;
   httplib::Server http;
   int port = 0;
@@ -67,8 +67,7 @@ void HttpServer::Impl::infer(const httplib::Request& req, httplib::Response& res
                      "Inference-Header-Content-Length '", text, "' is not a byte count");
       json_length = value;
     }
-    parsed =
-        parse_infer_request(req.body, server.signature(), server.config().max_batch, json_length);
+    parsed = parse_infer_request(req.body, server.signature(), server.max_batch(), json_length);
   } catch (const Error& error) {
     reply(res, 400, error_json(error.what()));
     return;
@@ -120,7 +119,7 @@ MetricsInput HttpServer::Impl::metrics_input() const {
   MetricsInput input;
   input.stats = server.stats();
   input.queue_depth = server.queue_size();
-  input.max_batch = server.config().max_batch;
+  input.max_batch = server.max_batch();
   {
     std::lock_guard<std::mutex> lock(responses_mutex);
     input.http_responses = responses;
@@ -149,7 +148,7 @@ void HttpServer::Impl::install_routes() {
   http.Get(R"(/v2/models/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
     if (!known_model(req, res)) return;
     reply(res, 200,
-          model_metadata(config.model_name, server.signature(), server.config().max_batch).dump());
+          model_metadata(config.model_name, server.signature(), server.max_batch()).dump());
   });
   http.Get(R"(/v2/models/([^/]+)/ready)",
            [this](const httplib::Request& req, httplib::Response& res) {
@@ -187,7 +186,7 @@ void HttpServer::Impl::install_routes() {
   });
 }
 
-HttpServer::HttpServer(Server& server, HttpConfig config)
+HttpServer::HttpServer(InferenceService& server, HttpConfig config)
     : impl_(std::make_unique<Impl>(server, std::move(config))) {
   HttpConfig& c = impl_->config;
   GROVE_CHECK_AS(ConfigError, !c.model_name.empty(), "HttpServer: model_name is empty");
@@ -195,9 +194,8 @@ HttpServer::HttpServer(Server& server, HttpConfig config)
                  " is outside [0, 65535]");
   GROVE_CHECK_AS(ConfigError, c.max_body_bytes >= 64, "HttpServer: max_body_bytes ",
                  c.max_body_bytes, " is below 64");
-  const int threads = c.threads > 0
-                          ? c.threads
-                          : static_cast<int>(std::max<int64_t>(32, 4 * server.config().max_batch));
+  const int threads =
+      c.threads > 0 ? c.threads : static_cast<int>(std::max<int64_t>(32, 4 * server.max_batch()));
   impl_->http.new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(threads));
   };

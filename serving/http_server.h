@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 
+#include "serving/inference_service.h"
 #include "serving/server.h"
 
 namespace grove::serving {
@@ -51,7 +52,7 @@ struct HttpConfig {
 class HttpServer {
  public:
   // Binds host:port (Error naming them when that fails); serve() accepts.
-  HttpServer(Server& server, HttpConfig config);
+  HttpServer(InferenceService& server, HttpConfig config);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
