@@ -27,6 +27,7 @@
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
 #include "serving/http_server.h"
+#include "serving/replanning_server.h"
 #include "serving/server.h"
 
 namespace grove::cli {
@@ -35,9 +36,10 @@ namespace {
 struct ServeOptions {
   ModelSpec model;
   std::string weights_path;
-  std::string stats_json_path;  // --stats-json: the server's stats at exit
-  std::string buckets_text;     // --buckets as given
-  std::string plan_note;        // what --buckets auto:FILE planned, for the start-up lines
+  std::string stats_json_path;   // --stats-json: the server's stats at exit
+  std::string buckets_text;      // --buckets as given
+  std::string plan_note;         // what --buckets auto:FILE planned, for the start-up lines
+  serving::ReplanConfig replan;  // period 0 unless --buckets auto...
   serving::ServerConfig server;
   serving::HttpConfig http;
   int64_t graph_memory_budget = 0;  // bytes; 0: none
@@ -97,7 +99,7 @@ std::map<int64_t, uint64_t> batches_seen(const std::string& path) {
 std::vector<int64_t> parse_buckets(const std::string& text, int64_t max_batch,
                                    std::string& plan_note) {
   const std::vector<int64_t> pow2 = serving::power_of_two_buckets(max_batch);
-  if (text == "pow2") return pow2;
+  if (text == "pow2" || text == "auto") return pow2;
   if (text.rfind("auto:", 0) == 0) {
     std::map<int64_t, uint64_t> seen = batches_seen(text.substr(5));
     for (auto it = seen.begin(); it != seen.end();) {
@@ -157,6 +159,15 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   server.max_batch = args.integer("--max-batch", 64, 1, 4096);
   options.buckets_text = args.value("--buckets", "pow2");
   server.buckets = parse_buckets(options.buckets_text, server.max_batch, options.plan_note);
+  options.replan.period = std::chrono::milliseconds(0);
+  if (options.buckets_text == "auto" || options.buckets_text.rfind("auto:", 0) == 0) {
+    options.replan.period =
+        std::chrono::milliseconds(1000 * args.integer("--replan-every-s", 30, 1, 86400));
+    options.replan.min_batches =
+        static_cast<uint64_t>(args.integer("--replan-min-batches", 200, 1, 1 << 30));
+  } else if (args.has("--replan-every-s") || args.has("--replan-min-batches")) {
+    throw UsageError("--replan-every-s and --replan-min-batches are for --buckets auto");
+  }
   server.max_wait = std::chrono::microseconds(args.integer("--max-wait-us", 500, 0, 10000000));
   server.queue_capacity = static_cast<size_t>(args.integer("--queue-capacity", 1024, 1, 1 << 20));
   server.warmup_calls = server.backend == kGraphBackend ? 3 : 1;
@@ -244,9 +255,13 @@ const CommandSpec& serve_command_spec() {
           {"--queue-capacity", "N", "requests that may wait before 503 (default 1024)"},
           {"--max-body-bytes", "N", "larger request bodies get 413 (default 16777216)"},
           {"--http-threads", "N", "connections served at once (default max(32, 4 x max batch))"},
-          {"--buckets", "pow2|LIST|auto:FILE",
-           "batch sizes compiled: powers of two (default), a list ending at --max-batch, or "
-           "planned from the batch sizes in a --stats-json FILE of an earlier run"},
+          {"--buckets", "pow2|LIST|auto|auto:FILE",
+           "batch sizes compiled: powers of two (default), a list ending at --max-batch, or auto: "
+           "re-planned from the traffic while serving (from the batch sizes in a --stats-json "
+           "FILE of an earlier run at start with auto:FILE)"},
+          {"--replan-every-s", "S", "with --buckets auto: how often to re-plan (default 30)"},
+          {"--replan-min-batches", "N",
+           "with --buckets auto: fewest batches a plan is made from (default 200)"},
           {"--stats-json", "FILE", "write the server's stats (batches by rows, ...) at exit"},
           {"--graph-memory-budget", "BYTES",
            "refuse to start when the recorded graphs' pool holds more (default: no limit)"},
@@ -310,7 +325,11 @@ int serve_command(const std::vector<std::string>& args) {
     bound.device = device;
     return load_program(bound);
   };
-  serving::Server server(factory, options.server);
+  options.replan.on_switch = [](const std::string& message) {
+    std::printf("%s\n", message.c_str());
+    std::fflush(stdout);
+  };
+  serving::ReplanningServer server(factory, options.server, options.replan);
   nlohmann::json reports = server.worker_reports();
   nlohmann::json snapshots = server.backend_snapshots();
   int64_t pool_bytes = 0;
@@ -363,7 +382,8 @@ int serve_command(const std::vector<std::string>& args) {
     nlohmann::json report = report_header("grove serve", options.model.device);
     report["model"] = name;
     report["backend"] = options.server.backend;
-    report["buckets"] = options.server.buckets;
+    report["buckets"] = server.buckets();
+    report["bucket_switches"] = server.switches();
     report["max_batch"] = options.server.max_batch;
     report["stats"] = stats.to_json();
     report["workers"] = server.worker_reports();

@@ -398,6 +398,31 @@ class ServeLifecycleTest(unittest.TestCase):
             self.assertEqual(bad.returncode, 2)
             self.assertIn("strictly increasing", bad.stderr)
 
+    def test_buckets_auto_replans_while_serving(self):
+        server = GroveServer("--backend", "eager", "--max-batch", "8", "--buckets", "auto",
+                             "--replan-every-s", "1", "--replan-min-batches", "10")
+        sent = 0
+        try:
+            rows = np.linspace(-1, 1, 3 * 512, dtype=np.float32).reshape(3, 512)
+            deadline = time.monotonic() + 60
+            samples = {}
+            while samples.get(("grove_bucket_batches_total", 'bucket="3"'), 0) < 1:
+                self.assertLess(time.monotonic(), deadline, "never re-planned to a bucket of 3")
+                answer = requests.post(server.infer_url(), json=body_for(rows), timeout=60)
+                self.assertEqual(answer.status_code, 200, answer.text)
+                sent += 1
+                samples = parse_prometheus(requests.get(server.url + "/metrics").text)
+                time.sleep(0.05)
+            # Counters kept counting across the switch.
+            self.assertEqual(samples[("grove_requests_total", 'outcome="completed"')], sent)
+            self.assertEqual(samples[("grove_batches_by_rows_total", 'rows="3"')], sent)
+        finally:
+            status, out, err = server.stop()
+        self.assertEqual(status, 0, err)
+        self.assertIn("buckets re-planned from", out)
+        self.assertIn("1,2,4,8 -> 3,8", out)
+        self.assertIn(f"stopped: {sent} requests answered", out)
+
     def test_graph_memory_budget_refuses_to_start(self):
         server = GroveServer("--max-batch", "2", "--graph-memory-budget", "1",
                              expect_ready=False)
