@@ -25,6 +25,9 @@ void add_stats(ServerStats& total, const ServerStats& part) {
   }
 }
 
+// The graph counters /metrics reports (serving/metrics.h).
+constexpr const char* kTreeCounters[] = {"replays", "recordings", "warmups", "eager_calls"};
+
 std::string list_text(const std::vector<int64_t>& sizes) {
   std::string text;
   for (int64_t size : sizes) text += (text.empty() ? "" : ",") + std::to_string(size);
@@ -77,7 +80,21 @@ ServerStats ReplanningServer::stats() const {
 size_t ReplanningServer::queue_size() const { return current()->queue_size(); }
 
 nlohmann::json ReplanningServer::backend_snapshots() const {
-  return current()->backend_snapshots();
+  std::shared_lock<std::shared_mutex> lock(switch_mutex_);
+  nlohmann::json snapshots = server_->backend_snapshots();
+  std::lock_guard<std::mutex> state(state_mutex_);
+  for (nlohmann::json& snapshot : snapshots) {
+    auto retired = retired_tree_.find(snapshot.value("device", ""));
+    if (retired == retired_tree_.end() || !snapshot.contains("tree") ||
+        !snapshot["tree"].is_object()) {
+      continue;
+    }
+    for (const auto& [key, count] : retired->second) {
+      nlohmann::json& value = snapshot["tree"][key];
+      value = (value.is_number_unsigned() ? value.get<uint64_t>() : 0) + count;
+    }
+  }
+  return snapshots;
 }
 
 nlohmann::json ReplanningServer::worker_reports() const { return current()->worker_reports(); }
@@ -129,9 +146,19 @@ bool ReplanningServer::replan_now() {
     server_ = replacement;
   }
   old->shutdown(ShutdownMode::kDrain);
+  const nlohmann::json reports = old->worker_reports();  // tree_at_exit is set now
   {
     std::lock_guard<std::mutex> state(state_mutex_);
     add_stats(retired_, old->stats());
+    for (const nlohmann::json& report : reports) {
+      const nlohmann::json& tree = report["tree_at_exit"];
+      if (!tree.is_object()) continue;
+      for (const char* key : kTreeCounters) {
+        if (tree.contains(key) && tree[key].is_number_unsigned()) {
+          retired_tree_[report.value("device", "")][key] += tree[key].get<uint64_t>();
+        }
+      }
+    }
     planned_at_.clear();  // the new Server counts from zero
     ++switches_;
   }

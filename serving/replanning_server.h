@@ -18,8 +18,9 @@
 // are run by it (ShutdownMode::kDrain) and their futures stay valid after it
 // is gone, and no request waits for the new Server's compilation, which is
 // done before the switch. The price is memory: both Servers hold their
-// models and graphs until the old one has drained. stats() adds the retired
-// Servers' counters to the current one's, so they never go back. Tests:
+// models and graphs until the old one has drained. stats() and the graph
+// counters of backend_snapshots() add the retired Servers' counts to the
+// current one's, so they never go back. Tests:
 // ReplanningServer.* in tests/serving/replanning_server_test.cc.
 #pragma once
 
@@ -89,8 +90,11 @@ class ReplanningServer : public InferenceService {
   ModelSignature signature_;
   mutable std::shared_mutex switch_mutex_;  // Note [Switching servers]
   std::shared_ptr<Server> server_;
-  mutable std::mutex state_mutex_;          // the fields below
-  ServerStats retired_;                     // counters of the Servers replaced
+  mutable std::mutex state_mutex_;  // the fields below
+  ServerStats retired_;             // counters of the Servers replaced
+  // Graph counters of the Servers replaced, by device, added to the current
+  // Server's in backend_snapshots() so /metrics counters never go back.
+  std::map<std::string, std::map<std::string, uint64_t>> retired_tree_;
   std::map<int64_t, uint64_t> planned_at_;  // batches_by_rows when the last plan was made
   uint64_t switches_ = 0;
   bool stopping_ = false;

@@ -116,6 +116,25 @@ TEST(ReplanningServer, DeclinesPlansWithTooFewBatchesOrTooLittleGain) {
   EXPECT_THROW(ReplanningServer(tiny_model(), eager_config(), {.min_gain = 0}), ConfigError);
 }
 
+TEST(ReplanningServer, GraphCountersNeverGoBackAcrossASwitch) {
+  ServerConfig config = eager_config();
+  config.backend = "cudagraphs";
+  config.warmup_calls = 3;
+  ReplanningServer server(tiny_model(), config, manual(10));
+  std::mt19937 rng(21);
+  for (int i = 0; i < 12; ++i) server.submit(random_request(rng, 3)).get();
+  auto replays = [&] {
+    nlohmann::json snapshots = server.backend_snapshots();
+    return snapshots.at(0).at("tree").value("replays", uint64_t{0});
+  };
+  // The worker refreshes its snapshot after batches, at most every 500 ms.
+  const uint64_t before = replays();
+  ASSERT_TRUE(server.replan_now());
+  const uint64_t after = replays();
+  EXPECT_GE(after, before) << "a switch made the replay counter go back";
+  EXPECT_GE(after, 12u + 4u) << "the retired server's replays (warm-up and 12 batches) are kept";
+}
+
 TEST(ReplanningServer, PlannerThreadReplansOnItsOwn) {
   ReplanConfig replan;
   replan.period = std::chrono::milliseconds(50);
