@@ -49,6 +49,7 @@ void time_calls(const MeasureOptions& options, const Door& door, const std::stri
       auto outputs = call();
       stream.synchronize();
       after_call(outputs);
+      phase.progress(i + 1, options.warmup, unit);
     }
     result.warmup_s = watch.elapsed_s();
   }
@@ -63,6 +64,7 @@ void time_calls(const MeasureOptions& options, const Door& door, const std::stri
     stream.synchronize();
     samples.push_back(watch.elapsed_us());
     after_call(outputs);
+    phase.progress(i + 1, options.iters, unit);
   }
   result.latency = summarize(samples);
   if (tree) {

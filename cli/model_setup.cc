@@ -28,7 +28,8 @@ std::string read_file(const std::string& path) {
   }
 }
 
-// Rewrites the dtype of every f32 input, param and buffer; the nodes infer theirs.
+// Rewrites the dtype of every f32 input, param, buffer and `full` constant;
+// the other nodes infer theirs.
 std::string with_dtype(const std::string& text, DType dtype, const std::string& path) {
   nlohmann::json model;
   try {
@@ -41,12 +42,33 @@ std::string with_dtype(const std::string& text, DType dtype, const std::string& 
     auto entries = model.find(section);
     if (entries == model.end() || !entries->is_array()) continue;
     for (auto& entry : *entries) {
-      if (entry.is_object() && entry.value("dtype", "") == "f32") {
-        entry["dtype"] = runtime::dtype_name(dtype);
+      // A dtype that is not a string is left for the loader to name (the
+      // model fuzzer found value("dtype", "") throwing nlohmann's type_error).
+      if (!entry.is_object()) continue;
+      auto found = entry.find("dtype");
+      if (found != entry.end() && found->is_string() && *found == "f32") {
+        *found = runtime::dtype_name(dtype);
       }
     }
   }
-  return model.dump();
+  // Constants made by `full` default to f32 and would then meet bf16 operands
+  // (gpt4x256 --dtype bf16 failed on its attention scale); they follow too.
+  auto nodes = model.find("nodes");
+  if (nodes != model.end() && nodes->is_array()) {
+    for (auto& node : *nodes) {
+      if (!node.is_object() || node.value("op", nlohmann::json()) != "full") continue;
+      auto attrs = node.find("attrs");
+      if (attrs == node.end()) attrs = node.emplace("attrs", nlohmann::json::object()).first;
+      if (!attrs->is_object()) continue;
+      auto found = attrs->find("dtype");
+      if (found == attrs->end()) {
+        (*attrs)["dtype"] = runtime::dtype_name(dtype);
+      } else if (found->is_string() && *found == "f32") {
+        *found = runtime::dtype_name(dtype);
+      }
+    }
+  }
+  return model.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // The exclusive upper bound of the integer values `input` may hold.
@@ -124,14 +146,38 @@ TrainingSetup add_training_loss(const Program& model) {
 }
 
 compiler::TensorList random_inputs(const Program& program, runtime::Device device, uint64_t seed) {
+  // Each input is allocated on the device first and filled a chunk at a time,
+  // so an input too large for the device fails naming it before any host
+  // memory is spent (Note [Parameters made in chunks], compiler/backends/compile.cc).
+  constexpr size_t kChunkBytes = size_t{8} << 20;
   std::mt19937_64 rng(seed);
   compiler::TensorList inputs;
   for (ValueId id : program.inputs_of_kind(ValueKind::kInput)) {
-    const auto& type = program.value(id).type;
-    std::vector<uint8_t> bytes(static_cast<size_t>(runtime::shape_numel(type.shape)) *
-                               runtime::dtype_size(type.dtype));
-    fill_random(bytes, type.dtype, index_bound(program, id), rng);
-    inputs.push_back(runtime::Tensor::from_host(bytes.data(), type.shape, type.dtype, device));
+    const compiler::ir::Value& value = program.value(id);
+    runtime::Tensor tensor;
+    auto what = [&] {
+      return str_cat("the random value of input '", value.name, "' (", value.type.str(),
+                     ") of model '", program.name(), "'");
+    };
+    try {
+      tensor = runtime::Tensor::empty(value.type.shape, value.type.dtype, device);
+    } catch (const OutOfMemoryError& error) {
+      throw OutOfMemoryError(str_cat(what(), ": ", error.what(), "; lower --batch or --seq"));
+    } catch (const ShapeError& error) {
+      throw ShapeError(str_cat(what(), ": ", error.what()));
+    }
+    const size_t element_size = runtime::dtype_size(value.type.dtype);
+    const int64_t numel = tensor.numel();
+    const int64_t chunk = static_cast<int64_t>(kChunkBytes / element_size);
+    runtime::Tensor flat = tensor.view({numel});
+    std::vector<uint8_t> bytes;
+    for (int64_t first = 0; first < numel; first += chunk) {
+      const int64_t count = std::min(chunk, numel - first);
+      bytes.resize(static_cast<size_t>(count) * element_size);
+      fill_random(bytes, value.type.dtype, index_bound(program, id), rng);
+      flat.slice(0, first, first + count).copy_from_host(bytes.data());
+    }
+    inputs.push_back(tensor);
   }
   return inputs;
 }

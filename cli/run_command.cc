@@ -15,6 +15,7 @@
 #include "cli/terminal_text.h"
 #include "cli/tree_stats.h"
 #include "cli/weights_io.h"
+#include "cli/work_estimate.h"
 #include "compiler/distributed/data_parallel_trainer.h"
 #include "compiler/weights/model_weights.h"
 #include "runtime/collectives/setup.h"
@@ -27,7 +28,8 @@ struct RunOptions {
   ModelSpec model;
   MeasureOptions measure;
   bool train = false;
-  int gpus = 1;  // data-parallel ranks (--gpus), one thread per device
+  bool force = false;  // --force: run even when the work estimate says it is far too long
+  int gpus = 1;        // data-parallel ranks (--gpus), one thread per device
   // --no-overlap: gradient all-reduces on the compute stream (AllReduceOptions::overlap).
   bool overlap = true;
   std::string stats_json_path;
@@ -102,6 +104,7 @@ RunOptions parse_run_options(const ParsedFlags& args) {
   options.measure.seed =
       static_cast<uint64_t>(parse_positive_int("--seed", args.value("--seed", "1")));
   options.train = args.has("--train");
+  options.force = args.has("--force");
   options.gpus = static_cast<int>(parse_positive_int("--gpus", args.value("--gpus", "1"), 64));
   if (options.gpus > 1) {
     if (!options.train) {
@@ -148,6 +151,25 @@ RunOptions parse_run_options(const ParsedFlags& args) {
                              "before it replays"));
   }
   return options;
+}
+
+// On sim, a run whose estimated time is far past a minute is refused without
+// --force, and one past a minute is announced, before anything is compiled:
+// `--batch 1048576` of mlp16x512 used to sit in "warm up" for hours. Devices
+// run in parallel with --gpus, so the estimate is per device. Test:
+// GroveLimits.RunFarLongerThanAMinuteOnSimIsRefusedWithoutForce.
+void check_work_estimate(const compiler::ir::Program& program, const RunOptions& options) {
+  if (!options.model.device.is_sim()) return;
+  WorkEstimate estimate =
+      estimate_work(program, options.measure.warmup + options.measure.iters, options.train);
+  if (estimate.seconds > kRefuseSeconds && !options.force) {
+    throw UsageError(str_cat("this run would take far longer than a minute (", estimate.str(),
+                             "); lower --batch, --seq or --iters, or pass --force to run it"));
+  }
+  if (estimate.seconds > kWarnSeconds) {
+    std::fprintf(stderr, "grove: warning: this run may take a while (%s)\n",
+                 estimate.str().c_str());
+  }
 }
 
 // Rank 0's view of a data-parallel run.
@@ -219,6 +241,7 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
 int report_data_parallel(const RunOptions& options) {
   ModelSpec spec = options.model;
   compiler::ir::Program program = load_program(spec);
+  check_work_estimate(program, options);
   std::printf(
       "grove run %s data-parallel on %d x %s (%s), backend %s, %s%s per device, all-reduces %s\n",
       program.name().c_str(), options.gpus, runtime::device_type_name(options.model.device.type),
@@ -293,6 +316,8 @@ const CommandSpec& run_command_spec() {
           {"--inputs", "FILE", "take the inputs from a safetensors file instead of random ones"},
           {"--save-outputs", "FILE", "write the last call's outputs to a safetensors file"},
           {"--train", "", "time training steps (forward, backward, SGD) instead of inference"},
+          {"--force", "",
+           "run even when the estimate says it would take far longer than a minute on sim"},
           {"--gpus", "N",
            "with --train: data-parallel training on N devices (one thread each; NCCL on cuda), "
            "--batch rows per device"},
@@ -314,6 +339,15 @@ int run_command(const std::vector<std::string>& args) {
   RunOptions options = parse_run_options(parsed);
   if (options.gpus > 1) return report_data_parallel(options);
   compiler::ir::Program program = load_program(options.model);
+  check_work_estimate(program, options);
+  if (program.outputs().empty()) {
+    // Issue 24, item 10: such a model was run and timed without a word.
+    std::fprintf(stderr,
+                 "grove: warning: model '%s' has no outputs (\"outputs\": []): its calls return "
+                 "nothing, and whatever they compute may be dropped; name the values to return "
+                 "in \"outputs\"\n",
+                 printable(program.name()).c_str());
+  }
   std::printf("grove run %s on %s (%s), backend %s, %s%s\n", printable(program.name()).c_str(),
               options.model.device.str().c_str(),
               runtime::device_context(options.model.device).backend().name().c_str(),

@@ -127,6 +127,8 @@ class TreeManager {
   void end_invocation() { generations_.end_scope(); }
   // Starts a new generation; from the first use on, only this does.
   void mark_step_begin() { generations_.mark_step_begin(); }
+  // A forward ran and its backward has not yet (Note [Training steps]).
+  bool forward_waits_for_backward() const { return generations_.pending_backward(); }
   // A backward ran outside the tree (not captured): forwards no longer wait.
   void set_running_backward() { generations_.after_call(CompilationMode::kBackward); }
 

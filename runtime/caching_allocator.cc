@@ -163,12 +163,14 @@ CachingAllocator::Block* CachingAllocator::new_segment_locked(Pool& pool, size_t
   // that a test injecting one failure sees exactly one OutOfMemoryError.
   bool injected = injected_failures_ > 0;
   if (injected) --injected_failures_;
+  std::string device_message;  // why the device refused, e.g. its limit
   auto try_allocate = [&]() -> bool {
     if (injected) return false;
     try {
       base = backend_.allocate_raw(segment_size);
       return true;
-    } catch (const OutOfMemoryError&) {
+    } catch (const OutOfMemoryError& error) {
+      device_message = error.what();
       return false;
     }
   };
@@ -189,6 +191,7 @@ CachingAllocator::Block* CachingAllocator::new_segment_locked(Pool& pool, size_t
                 "reserve a segment of ", segment_size, " bytes for a request of ", size,
                 " bytes in pool ", pool.id.value, " (", pool.allocated_bytes,
                 " bytes allocated in that pool)", injected ? " [injected failure]" : "",
+                device_message.empty() ? "" : " (" + device_message + ")",
                 "; free tensors you no longer need or call empty_cache()"));
   }
   auto segment = std::make_unique<Segment>();

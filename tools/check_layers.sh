@@ -45,8 +45,8 @@ includes_matching() {
 include_violations() {
   local sources
   sources=$(cat)
-  local product='^(runtime|compiler|cudagraph_trees|serving|cli)/'
-  local above_runtime='^(compiler|cudagraph_trees|serving|cli|benchmarks)/'
+  local product='^(runtime|compiler|cudagraph_trees|serving|cli|capi)/'
+  local above_runtime='^(compiler|cudagraph_trees|serving|cli|capi|benchmarks)/'
   grep -E "$above_runtime" <<<"$sources" | includes_matching '"runtime/(cuda|sim)/' |
     sed 's/$/  (a platform header above the runtime: use runtime::Backend)/'
   grep -E "$product" <<<"$sources" | includes_matching '"(benchmarks|tests)/' |

@@ -12,7 +12,9 @@
 # GROVE_BUNDLE_LIMIT_MIB caps the bundle (default 64). Past GROVE_BUNDLE_PACK_MIB
 # (default 60) MiB of raw files the tree is packed as payload.tar.xz, which
 # run_all.sh unpacks: a large xz dictionary shares the statically linked LLVM
-# and runtime code between binaries.
+# and runtime code between binaries. GROVE_BUNDLE_XZ replaces the LZMA2
+# options (default preset=1,dict=1024MiB; preset=3,dict=1536MiB packs tighter
+# and slower, for a suite grown past the limit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -166,6 +168,24 @@ for block in re.split(r"\n(?=# )", sys.stdin.read()):
             out.write("%s=%s\n" % (key, value))
 ' "$root" "$bundle"
 for target in "${benchmarks[@]}"; do copy_target "$target" benchmarks.txt; done
+# The Python package over libgrove.so (issue 19), its tests and the torch
+# backend benchmark; run_all.sh runs them with the host's python3 (and its
+# PyTorch). The library goes next to the package, where grove finds it.
+: >"$bundle/python_tests.txt"
+if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:libgrove.so; then
+  mkdir -p "$bundle/grove/python/grove" "$bundle/grove/tests/python" \
+    "$bundle/grove/tests/python_support" "$bundle/grove/benchmarks"
+  cp python/grove/*.py "$bundle/grove/python/grove/"
+  cp "$bin/capi/libgrove.so" "$bundle/grove/python/grove/libgrove.so"
+  chmod u+w "$bundle/grove/python/grove/libgrove.so"
+  strip --strip-unneeded "$bundle/grove/python/grove/libgrove.so"
+  cp tests/python/*.py "$bundle/grove/tests/python/"
+  cp tests/python_support/junit_main.py "$bundle/grove/tests/python_support/"
+  cp benchmarks/torch_backend.py "$bundle/grove/benchmarks/"
+  for test in tests/python/*_test.py; do echo "$test" >>"$bundle/python_tests.txt"; done
+else
+  echo "capi/libgrove.so" >>"$bundle/not_built.txt"
+fi
 cp tools/gpu_run_all.sh "$bundle/run_all.sh"
 chmod +x "$bundle/run_all.sh"
 git rev-parse --short HEAD >"$bundle/commit.txt" 2>/dev/null || echo unknown >"$bundle/commit.txt"
@@ -173,7 +193,7 @@ git rev-parse --short HEAD >"$bundle/commit.txt" 2>/dev/null || echo unknown >"$
 raw_kib=$(du -sk "$bundle" | cut -f1)
 if [ "$raw_kib" -gt $((pack_mib * 1024)) ]; then
   echo "gpu_bundle: $((raw_kib / 1024)) MiB of files; packing them as payload.tar.xz"
-  tar -C "$bundle" -cf - grove | xz -T1 --lzma2=preset=1,dict=1024MiB >"$bundle/payload.tar.xz"
+  tar -C "$bundle" -cf - grove | xz -T1 --lzma2="${GROVE_BUNDLE_XZ:-preset=1,dict=1024MiB}" >"$bundle/payload.tar.xz"
   rm -rf "$bundle/grove"
 fi
 total_kib=$(du -sk "$bundle" | cut -f1)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The runner that tools/gpu_bundle.sh puts at gpu_bundle/run_all.sh: on a GPU
 # host, runs every test binary of the bundle (their cuda instances run there),
-# prints one line per binary and a total "N passed, N failed" line, and exits
-# non-zero when any binary failed.
+# then the Python tests with the host's python3, prints one line per binary
+# and a total "N passed, N failed" line, and exits non-zero when any failed.
 #
 #   bash gpu_bundle/run_all.sh [--benchmarks[=SUBSTRING]] [--filter SUBSTRING]
 #
@@ -102,6 +102,38 @@ while read -r path; do
   fi
 done <"$here/tests.txt"
 
+# The Python tests (issue 19), with the host's python3 and its PyTorch; each
+# unittest case line counts like a gtest case.
+while read -r path; do
+  [ -n "$path" ] || continue
+  case "$path" in *"$filter"*) ;; *) continue ;; esac
+  name=$(basename "$path" .py)
+  log="$scratch_logs/$name.log"
+  start=$(date +%s.%N)
+  (cd "$tree/grove" && PYTHONPATH="$tree/grove/python:$tree/grove/tests/python_support" \
+    timeout "$timeout_s" python3 "$path") >"$log" 2>&1
+  status=$?
+  seconds=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+  ok=$(count_lines ' \.\.\. ok$' "$log")
+  bad=$(grep -cE ' \.\.\. (FAIL|ERROR)$' "$log" || true)
+  skipped=$(count_lines ' \.\.\. skipped' "$log")
+  cases_passed=$((cases_passed + ok))
+  cases_failed=$((cases_failed + bad))
+  cases_skipped=$((cases_skipped + skipped))
+  if [ "$status" -eq 0 ]; then
+    binaries_passed=$((binaries_passed + 1))
+    verdict="PASS"
+  else
+    binaries_failed=$((binaries_failed + 1))
+    failed_names+=("$path")
+    verdict="FAIL"
+    grep -E '^(FAIL|ERROR):|Error' "$log" | head -8 | sed 's/^/      /'
+    { echo "===== $path (exit $status)"; cat "$log"; } >>"$logs/failures.log"
+  fi
+  printf '%-5s %-52s %4d passed %3d failed %3d skipped  %6ss\n' "$verdict" "$path" \
+    "$ok" "$bad" "$skipped" "$seconds"
+done < <(cat "$here/python_tests.txt" 2>/dev/null)
+
 while read -r path; do
   [ -n "$path" ] || continue
   binaries_failed=$((binaries_failed + 1))
@@ -120,6 +152,17 @@ if [ "$run_benchmarks" -eq 1 ]; then
       tee "$logs/$name.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark $path failed"
   done <"$here/benchmarks.txt"
+  if [ -f "$tree/grove/benchmarks/torch_backend.py" ]; then
+    case "benchmarks/torch_backend.py" in
+      *"$benchmark_filter"*)
+        echo
+        echo "== benchmark benchmarks/torch_backend.py"
+        (cd "$tree/grove" && PYTHONPATH="$tree/grove/python" timeout "$timeout_s" \
+          python3 benchmarks/torch_backend.py --json "$logs/torch_backend${GROVE_BENCHMARK_SUFFIX:-}.json") 2>&1 |
+          tee "$logs/torch_backend${GROVE_BENCHMARK_SUFFIX:-}.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark benchmarks/torch_backend.py failed" ;;
+    esac
+  fi
 fi
 
 echo

@@ -11,17 +11,30 @@ checks_log=$(mktemp)
 tools/check_layers.sh | tee "$checks_log"
 checks_status=${PIPESTATUS[0]}
 
-bazel test //... "$@"
+events=$(mktemp)
+bazel test --build_event_json_file="$events" //... "$@"
 status=$?
 
-CHECKS_LOG=$checks_log python3 - <<'PY'
-import glob, os, xml.etree.ElementTree as ET
+# Only this run's test results count (cached ones included); stale test.xml
+# files of targets that no longer build or exist do not. A build that fails
+# counts as one failure, so the totals never look green when it did not run.
+CHECKS_LOG=$checks_log EVENTS=$events STATUS=$status python3 - <<'PY'
+import json, os, xml.etree.ElementTree as ET
+from urllib.parse import unquote, urlparse
 passed = failed = skipped = 0
 binaries = 0
-for path in glob.glob("bazel-testlogs/**/test.xml", recursive=True):
+xml_files = []
+for line in open(os.environ["EVENTS"]):
+    event = json.loads(line)
+    for output in event.get("testResult", {}).get("testActionOutput", []):
+        if output.get("name") == "test.xml":
+            xml_files.append(unquote(urlparse(output["uri"]).path))
+for path in xml_files:
     try:
         root = ET.parse(path).getroot()
-    except ET.ParseError:
+    except (ET.ParseError, OSError):
+        failed += 1
+        print(f"unreadable test result: {path}")
         continue
     binaries += 1
     for case in root.iter("testcase"):
@@ -36,9 +49,12 @@ checks = [line.split(": ")[-1].strip() for line in open(os.environ["CHECKS_LOG"]
           if line.startswith("check ")]
 passed += checks.count("passed")
 failed += checks.count("failed")
+if os.environ["STATUS"] not in ("0", "3"):  # 3: tests ran and some failed
+    failed += 1
+    print(f"bazel test did not complete (exit {os.environ['STATUS']}): counted as one failure")
 print(f"{binaries} test binaries, {len(checks)} checks (tools/check_layers.sh)")
 print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
 PY
-rm -f "$checks_log"
+rm -f "$checks_log" "$events"
 [ "$checks_status" -ne 0 ] && [ "$status" -eq 0 ] && status=1
 exit $status

@@ -96,6 +96,11 @@ void register_elementwise_gradients() {
   unary("gelu", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType) {
     return b.op1("gelu_backward", {g, x});
   });
+  // y = erf(x): dy/dx = 2 / sqrt(pi) e^(-x^2).
+  unary("erf", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType dtype) {
+    ValueId decay = b.exp(b.neg(b.mul(x, x)));
+    return b.mul(g, b.mul(scalar(b, 2.0 / std::sqrt(M_PI), dtype), decay));
+  });
   // y = sqrt(x): dy/dx = 1 / (2 y).
   unary("sqrt", [](ProgramBuilder& b, ValueId g, ValueId, ValueId y, DType dtype) {
     return b.div(g, b.mul(scalar(b, 2.0, dtype), y));

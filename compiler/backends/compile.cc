@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "compiler/ir/generator_state.h"
 #include "compiler/model_format/model_json.h"
@@ -15,15 +16,6 @@ namespace {
 
 using runtime::DType;
 using runtime::Tensor;
-
-std::vector<uint8_t> encode(const std::vector<double>& values, DType dtype) {
-  const size_t size = runtime::dtype_size(dtype);
-  std::vector<uint8_t> bytes(values.size() * size);
-  for (size_t i = 0; i < values.size(); ++i) {
-    runtime::store_element(bytes.data() + i * size, dtype, values[i]);
-  }
-  return bytes;
-}
 
 // Note [Reused argument lists]: a call hands the backend one list holding
 // every program input: the params and buffers (persistent_) and the caller's
@@ -67,14 +59,58 @@ class ArgumentLease {
   std::unique_ptr<TensorList> list_;
 };
 
+// "8589934592 bytes", or "more than 2^63 bytes" when the product overflows.
+std::string byte_count(int64_t numel, size_t element_size) {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>(element_size), &bytes)) {
+    return "more than 2^63 bytes";
+  }
+  return str_cat(bytes, " bytes");
+}
+
 }  // namespace
 
+// Note [Parameters made in chunks]: a param or buffer is allocated on its
+// device first, so the device's limit (GROVE_SIM_MEMORY_BYTES on sim) refuses
+// one that does not fit before any host memory is spent on it, with an error
+// naming the value and its bytes; then its initial values are made and copied
+// in chunks of kInitChunk elements, encoded straight into the dtype. Host
+// memory stays under kInitChunk * 16 bytes whatever the size: a 2^31-element
+// param used to build a vector<double> of numel (16 GiB) before any limit
+// applied. Test: GroveLimits.HugeParameterFailsFastNamingItsBytesWithBoundedMemory.
 Tensor initial_tensor(const ir::Value& value, runtime::Device device) {
+  constexpr int64_t kInitChunk = int64_t{1} << 20;
   GROVE_CHECK(value.initializer.has_value(), "initial_tensor: ", ir::value_kind_name(value.kind),
               " '", value.name, "' has no initializer");
-  std::vector<double> values = ir::initial_values(*value.initializer, value.type);
-  std::vector<uint8_t> bytes = encode(values, value.type.dtype);
-  return Tensor::from_host(bytes.data(), value.type.shape, value.type.dtype, device);
+  const int64_t numel = value.type.numel();
+  const size_t element_size = runtime::dtype_size(value.type.dtype);
+  const std::string what = str_cat(ir::value_kind_name(value.kind), " '", value.name, "' (",
+                                   value.type.str(), ", ", byte_count(numel, element_size), ")");
+  Tensor tensor;
+  try {
+    tensor = Tensor::empty(value.type.shape, value.type.dtype, device);
+  } catch (const OutOfMemoryError& error) {
+    throw OutOfMemoryError(str_cat(what, " does not fit on ", device.str(), ": ", error.what()));
+  } catch (const ShapeError& error) {
+    throw ShapeError(str_cat(what, ": ", error.what()));
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemoryError(
+        str_cat(what, " does not fit in the host memory of ", device.str(), "; make it smaller"));
+  }
+  Tensor flat = tensor.view({numel});
+  std::vector<double> values;
+  std::vector<uint8_t> bytes;
+  for (int64_t first = 0; first < numel; first += kInitChunk) {
+    const int64_t count = std::min(kInitChunk, numel - first);
+    values.resize(static_cast<size_t>(count));
+    bytes.resize(static_cast<size_t>(count) * element_size);
+    ir::initial_values_range(*value.initializer, value.type, first, values);
+    for (size_t i = 0; i < values.size(); ++i) {
+      runtime::store_element(bytes.data() + i * element_size, value.type.dtype, values[i]);
+    }
+    flat.slice(0, first, first + count).copy_from_host(bytes.data());
+  }
+  return tensor;
 }
 
 CompiledModel compile(const ir::Program& program, const CompileOptions& options) {

@@ -7,23 +7,23 @@ namespace grove::compiler::codegen {
 using runtime::DType;
 
 KernelBuilder::KernelBuilder(std::string name, runtime::Shape iteration_shape) {
-  spec_.name = std::move(name);
-  spec_.iteration_shape = std::move(iteration_shape);
+  spec_->name = std::move(name);
+  spec_->iteration_shape = std::move(iteration_shape);
 }
 
 int KernelBuilder::add(Expr expr) {
   for (int operand : expr.operands) {
-    GROVE_CHECK(operand >= 0 && operand < static_cast<int>(spec_.exprs.size()), "KernelBuilder '",
-                spec_.name, "': operand ", operand, " is not an expr built so far (",
-                spec_.exprs.size(), " exprs)");
+    GROVE_CHECK(operand >= 0 && operand < static_cast<int>(spec_->exprs.size()), "KernelBuilder '",
+                spec_->name, "': operand ", operand, " is not an expr built so far (",
+                spec_->exprs.size(), " exprs)");
   }
-  spec_.exprs.push_back(std::move(expr));
-  return static_cast<int>(spec_.exprs.size()) - 1;
+  spec_->exprs.push_back(std::move(expr));
+  return static_cast<int>(spec_->exprs.size()) - 1;
 }
 
 int KernelBuilder::input(DType dtype, runtime::Shape strides) {
-  spec_.inputs.push_back(BufferSpec{dtype, std::move(strides)});
-  return static_cast<int>(spec_.inputs.size()) - 1;
+  spec_->inputs.push_back(BufferSpec{dtype, std::move(strides)});
+  return static_cast<int>(spec_->inputs.size()) - 1;
 }
 
 int KernelBuilder::load(int input, DType as) {
@@ -45,7 +45,7 @@ int KernelBuilder::constant(double value, DType dtype) {
 int KernelBuilder::scalar() {
   Expr expr;
   expr.op = ExprOp::kScalarParam;
-  expr.input = spec_.scalar_count++;
+  expr.input = spec_->scalar_count++;
   return add(expr);
 }
 
@@ -77,6 +77,7 @@ int KernelBuilder::philox(int seed, int counter) {
 int KernelBuilder::reduced(int reduction) {
   Expr expr;
   expr.op = ExprOp::kReduced;
+  expr.dtype = DType::kF32;
   expr.reduction = reduction;
   return add(expr);
 }
@@ -87,8 +88,8 @@ int KernelBuilder::unary(ExprOp op, int operand) {
   expr.operands = {operand};
   const bool keeps_dtype =
       op == ExprOp::kNeg || op == ExprOp::kAbs || op == ExprOp::kRelu || op == ExprOp::kNot;
-  expr.dtype = keeps_dtype && operand >= 0 && operand < static_cast<int>(spec_.exprs.size())
-                   ? spec_.exprs[operand].dtype
+  expr.dtype = keeps_dtype && operand >= 0 && operand < static_cast<int>(spec_->exprs.size())
+                   ? spec_->exprs[operand].dtype
                    : DType::kF32;
   return add(expr);
 }
@@ -113,8 +114,8 @@ int KernelBuilder::binary(ExprOp op, int lhs, int rhs) {
       expr.dtype = DType::kF32;
       break;
     default:
-      expr.dtype = lhs >= 0 && lhs < static_cast<int>(spec_.exprs.size()) ? spec_.exprs[lhs].dtype
-                                                                          : DType::kF32;
+      expr.dtype = lhs >= 0 && lhs < static_cast<int>(spec_->exprs.size()) ? spec_->exprs[lhs].dtype
+                                                                           : DType::kF32;
   }
   return add(expr);
 }
@@ -123,13 +124,17 @@ int KernelBuilder::where(int condition, int if_true, int if_false) {
   Expr expr;
   expr.op = ExprOp::kWhere;
   expr.operands = {condition, if_true, if_false};
-  expr.dtype = if_true >= 0 && if_true < static_cast<int>(spec_.exprs.size())
-                   ? spec_.exprs[if_true].dtype
+  expr.dtype = if_true >= 0 && if_true < static_cast<int>(spec_->exprs.size())
+                   ? spec_->exprs[if_true].dtype
                    : DType::kF32;
   return add(expr);
 }
 
 int KernelBuilder::cast(int operand, DType dtype) {
+  if (operand >= 0 && operand < static_cast<int>(spec_->exprs.size()) &&
+      spec_->exprs[operand].dtype == dtype) {
+    return operand;
+  }
   Expr expr;
   expr.op = ExprOp::kCast;
   expr.dtype = dtype;
@@ -138,8 +143,11 @@ int KernelBuilder::cast(int operand, DType dtype) {
 }
 
 int KernelBuilder::reduce(ReduceOp op, int expr) {
-  spec_.reductions.push_back(Reduction{op, expr});
-  return static_cast<int>(spec_.reductions.size()) - 1;
+  GROVE_CHECK(expr >= 0 && expr < static_cast<int>(spec_->exprs.size()), "KernelBuilder '",
+              spec_->name, "': reduce of expr ", expr, ", which is not an expr built so far");
+  // Reductions accumulate in f32 (Note [Kernel spec types]).
+  spec_->reductions.push_back(Reduction{op, cast(expr, DType::kF32)});
+  return static_cast<int>(spec_->reductions.size()) - 1;
 }
 
 void KernelBuilder::output(int expr, DType dtype, runtime::Shape strides, bool per_row) {
@@ -148,12 +156,12 @@ void KernelBuilder::output(int expr, DType dtype, runtime::Shape strides, bool p
   output.expr = expr;
   output.per_row = per_row;
   output.strides = std::move(strides);
-  spec_.outputs.push_back(std::move(output));
+  spec_->outputs.push_back(std::move(output));
 }
 
 KernelSpec KernelBuilder::build() const {
-  spec_.verify();
-  return spec_;
+  spec_->verify();
+  return *spec_;
 }
 
 }  // namespace grove::compiler::codegen

@@ -55,12 +55,25 @@ std::string Initializer::str() const {
   return stream.str();
 }
 
-std::vector<double> initial_values(const Initializer& init, const TensorType& type) {
-  int64_t count = type.numel();
+void initial_values_range(const Initializer& init, const TensorType& type, int64_t first,
+                          std::span<double> out) {
+  const int64_t count = type.numel();
   GROVE_CHECK(count >= 0, "initial_values: type ", type.str(), " has a dynamic dimension");
-  std::vector<double> values(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    double& value = values[static_cast<size_t>(i)];
+  GROVE_CHECK(
+      first >= 0 && static_cast<uint64_t>(first) + out.size() <= static_cast<uint64_t>(count),
+      "initial_values: elements [", first, ", ", first + static_cast<int64_t>(out.size()),
+      ") lie outside ", type.str());
+  int64_t rows = 0;
+  int64_t cols = 0;
+  if (init.kind == InitKind::kTril) {
+    GROVE_CHECK(type.rank() >= 2, "tril initializer needs a value of rank >= 2, found ",
+                type.str());
+    cols = type.shape.back();
+    rows = type.shape[type.shape.size() - 2];
+  }
+  for (size_t k = 0; k < out.size(); ++k) {
+    const int64_t i = first + static_cast<int64_t>(k);
+    double& value = out[k];
     auto counter = static_cast<uint64_t>(i);
     switch (init.kind) {
       case InitKind::kZeros:
@@ -79,16 +92,19 @@ std::vector<double> initial_values(const Initializer& init, const TensorType& ty
         value = init.low + (init.high - init.low) * ops::philox_uniform_double(init.seed, counter);
         break;
       case InitKind::kTril: {
-        GROVE_CHECK(type.rank() >= 2, "tril initializer needs a value of rank >= 2, found ",
-                    type.str());
-        int64_t cols = type.shape.back();
-        int64_t rows = type.shape[type.shape.size() - 2];
         int64_t within = i % (rows * cols);
         value = (within % cols) <= (within / cols) ? 1 : 0;
         break;
       }
     }
   }
+}
+
+std::vector<double> initial_values(const Initializer& init, const TensorType& type) {
+  int64_t count = type.numel();
+  GROVE_CHECK(count >= 0, "initial_values: type ", type.str(), " has a dynamic dimension");
+  std::vector<double> values(static_cast<size_t>(count));
+  initial_values_range(init, type, 0, values);
   return values;
 }
 

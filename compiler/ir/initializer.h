@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,10 @@ struct Initializer {
 // `type` initialized by `init`. Integer and bool dtypes get the values rounded
 // toward zero / tested against zero when they are materialized.
 std::vector<double> initial_values(const Initializer& init, const TensorType& type);
+// Elements [first, first + out.size()) of initial_values(init, type), written
+// to `out`: a large value is made a chunk at a time (Note [Parameters made in
+// chunks], compiler/backends/compile.cc).
+void initial_values_range(const Initializer& init, const TensorType& type, int64_t first,
+                          std::span<double> out);
 
 }  // namespace grove::compiler::ir

@@ -1,6 +1,7 @@
 #include "compiler/lowering/executor.h"
 
 #include <iostream>
+#include <new>
 #include <sstream>
 
 #include "compiler/codegen/kernel_compiler.h"
@@ -23,10 +24,36 @@ const Tensor& slot_tensor(const ScheduledProgram& program, const std::vector<Ten
   return tensor;
 }
 
-Tensor allocate(const SlotInfo& info, runtime::Device device) {
+Tensor allocate_unnamed(const SlotInfo& info, runtime::Device device) {
   if (info.layout.is_contiguous()) return Tensor::empty(info.layout.shape, info.dtype, device);
   Tensor flat = Tensor::empty({runtime::shape_numel(info.layout.shape)}, info.dtype, device);
   return Tensor(flat.storage(), info.layout.shape, info.layout.strides, flat.offset(), info.dtype);
+}
+
+// The slot's tensor; a failure names the value, the node about to run and the
+// bytes asked for (issue 24: "std::bad_alloc" and "extent out of range" named
+// nothing). Test: GroveLimits.IntermediateTensorTooLargeForTheDeviceNamesTheNode.
+Tensor allocate(const ScheduledProgram& program, const SlotInfo& info, const Step& step) {
+  auto what = [&] {
+    int64_t bytes = 0;
+    bool overflows =
+        __builtin_mul_overflow(runtime::shape_numel(info.layout.shape),
+                               static_cast<int64_t>(runtime::dtype_size(info.dtype)), &bytes);
+    return str_cat("model '", program.program->name(), "': value '", info.name, "' (",
+                   runtime::dtype_name(info.dtype), runtime::shape_str(info.layout.shape), ", ",
+                   overflows ? std::string("more than 2^63") : std::to_string(bytes),
+                   " bytes) of node '", step.node_name, "'");
+  };
+  try {
+    return allocate_unnamed(info, program.device);
+  } catch (const OutOfMemoryError& error) {
+    throw OutOfMemoryError(
+        str_cat(what(), " does not fit on ", program.device.str(), ": ", error.what()));
+  } catch (const ShapeError& error) {
+    throw ShapeError(str_cat(what(), ": ", error.what()));
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemoryError(str_cat(what(), " does not fit in host memory"));
+  }
 }
 
 void* advance(void* pointer, int64_t elements, runtime::DType dtype) {
@@ -114,7 +141,7 @@ Tensor run_dynamic(const ScheduledProgram& program, const Step& step, std::vecto
   codegen::KernelSpec spec;
   spec.name = node.op;
   spec.iteration_shape = shape;
-  ops::KernelEmitter emitter(spec);
+  codegen::KernelBuilder emitter(spec);
   std::vector<int> exprs;
   for (size_t k = 0; k < operands.size(); ++k) {
     context.operand_types[k].shape = operands[k].shape();
@@ -150,7 +177,7 @@ void run_steps(const ScheduledProgram& program, size_t first, size_t end, std::v
     const Step& step = program.steps[i];
     for (int slot : step.allocate) {
       env[static_cast<size_t>(slot)] =
-          allocate(program.slots[static_cast<size_t>(slot)], program.device);
+          allocate(program, program.slots[static_cast<size_t>(slot)], step);
     }
     switch (step.kind) {
       case StepKind::kKernel: {

@@ -1,7 +1,6 @@
 #include "compiler/lowering/fusion.h"
 
 #include <algorithm>
-#include <functional>
 
 namespace grove::compiler::lowering {
 
@@ -10,6 +9,10 @@ ops::ReductionPlan reduction_plan(const LoweringNode& node) {
 }
 
 namespace {
+
+// The deepest chain of nodes one fused expression may hold (Note [Fused
+// expression depth]).
+constexpr int kMaxFusedDepth = 256;
 
 const runtime::Shape& iteration_shape_of_consumer(const LoweringGraph& graph,
                                                   const LoweringNode& consumer) {
@@ -110,6 +113,53 @@ bool can_share(const LoweringGraph& graph, const std::vector<bool>& inlined, int
   return true;
 }
 
+// Note [Fused expression depth]: the kernel assembler walks a group's
+// expression tree recursively from its root, and the code generator emits one
+// kernel per group, so a group's depth must not grow with the model: a chain of
+// 15,000 gelus overflowed the stack while assembling. Walking nodes in program
+// order, a node's depth is one more than the deepest producer inlined into it;
+// an operand whose producer is already kMaxFusedDepth deep is materialized
+// instead (its producer roots a group of its own). Materializing is always
+// valid, but it may split the consumers of a shared value (Note [Shared values
+// inside one group]) across two groups, so such values are materialized too,
+// later values first. Test:
+// LongChains.FiftyThousandNodeChainsCompileAndRunOnBothBackends.
+void bound_fused_depth(const LoweringGraph& graph, std::vector<bool>& inlined) {
+  const size_t node_count = graph.nodes().size();
+  std::vector<int> depth(node_count, 1);
+  for (size_t n = 0; n < node_count; ++n) {
+    const LoweringNode& node = graph.node(static_cast<int>(n));
+    for (int operand : node.operands) {
+      if (!inlined[static_cast<size_t>(operand)]) continue;
+      int producer_depth = depth[static_cast<size_t>(graph.value(operand).producer)];
+      if (producer_depth >= kMaxFusedDepth) {
+        inlined[static_cast<size_t>(operand)] = false;
+      } else {
+        depth[n] = std::max(depth[n], producer_depth + 1);
+      }
+    }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t v = graph.values().size(); v-- > 0;) {
+      if (!inlined[v]) continue;
+      const LoweringValue& value = graph.value(static_cast<int>(v));
+      const auto& uses = graph.uses()[v];
+      if (graph.node(value.producer).operands.empty()) continue;  // constants: any consumers
+      int root = -1;
+      for (const auto& use : uses) {
+        int consumer_root = group_root(graph, inlined, use.first);
+        if (root >= 0 && consumer_root != root) {
+          inlined[v] = false;
+          changed = true;
+          break;
+        }
+        root = consumer_root;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 FusionPlan plan_fusion(const LoweringGraph& graph) {
@@ -129,6 +179,7 @@ FusionPlan plan_fusion(const LoweringGraph& graph) {
       changed = true;
     }
   }
+  bound_fused_depth(graph, plan.inlined);
   plan.is_root.assign(node_count, false);
   plan.members.assign(node_count, {});
   plan.reduction.assign(node_count, -1);
@@ -136,7 +187,9 @@ FusionPlan plan_fusion(const LoweringGraph& graph) {
     return node.node_class == NodeClass::kPointwise || node.node_class == NodeClass::kReduction;
   };
   // Reverse order: un-inlining a second reduction turns it into a root that is
-  // visited later (Note [Fusion groups]).
+  // visited later (Note [Fusion groups]). The walk over a group keeps its own
+  // stack: a group may hold many nodes.
+  std::vector<char> is_member(node_count, 0);
   for (size_t n = node_count; n-- > 0;) {
     const LoweringNode& node = graph.node(static_cast<int>(n));
     if (!fusible(node)) continue;
@@ -146,7 +199,10 @@ FusionPlan plan_fusion(const LoweringGraph& graph) {
     plan.is_root[n] = true;
     std::vector<int> members;
     int reduction = node.node_class == NodeClass::kReduction ? static_cast<int>(n) : -1;
-    std::function<void(int)> visit = [&](int node_index) {
+    std::vector<int> pending = {static_cast<int>(n)};
+    while (!pending.empty()) {
+      int node_index = pending.back();
+      pending.pop_back();
       for (int operand : graph.node(node_index).operands) {
         if (!plan.inlined[static_cast<size_t>(operand)]) continue;
         int producer = graph.value(operand).producer;
@@ -157,13 +213,14 @@ FusionPlan plan_fusion(const LoweringGraph& graph) {
           }
           reduction = producer;
         }
-        if (std::find(members.begin(), members.end(), producer) == members.end()) {
+        if (!is_member[static_cast<size_t>(producer)]) {
+          is_member[static_cast<size_t>(producer)] = 1;
           members.push_back(producer);
-          visit(producer);
+          pending.push_back(producer);
         }
       }
-    };
-    visit(static_cast<int>(n));
+    }
+    for (int member : members) is_member[static_cast<size_t>(member)] = 0;
     std::sort(members.begin(), members.end());
     members.push_back(static_cast<int>(n));
     plan.members[n] = std::move(members);

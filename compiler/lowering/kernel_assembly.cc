@@ -139,7 +139,7 @@ int KernelAssembler::leaf(int value, const AccessMap& map) {
   std::optional<Shape> strides =
       iteration_strides(info.layout.shape, info.layout.strides, map, spec_.iteration_shape.size());
   if (!strides) throw NeedsRelayout{value, map};
-  ops::KernelEmitter emitter(spec_);
+  codegen::KernelBuilder emitter(spec_);
   codegen::Expr load;
   load.op = ExprOp::kLoad;
   load.dtype = ops::compute_dtype(info.dtype);
@@ -148,7 +148,7 @@ int KernelAssembler::leaf(int value, const AccessMap& map) {
 }
 
 int KernelAssembler::coordinate(const AccessMap& map, size_t value_dim) {
-  ops::KernelEmitter emitter(spec_);
+  codegen::KernelBuilder emitter(spec_);
   int dim = map.dim[value_dim];
   if (dim < 0) return emitter.constant(0, DType::kI64);
   GROVE_CHECK(map.inner[value_dim] == 1, "lowering: kernel '", spec_.name,
@@ -183,7 +183,7 @@ int KernelAssembler::reduction_expr(int node_index) {
   for (size_t k = 0; k < node.operands.size(); ++k) {
     operands.push_back(value_expr(node.operands[k], frame.operand_maps[k]));
   }
-  ops::KernelEmitter emitter(spec_);
+  codegen::KernelBuilder emitter(spec_);
   int expr = node.def->reduction_expr(emitter, operands, node.context);
   reduction_node_ = node_index;
   reduction_result_ = expr;
@@ -194,7 +194,7 @@ int KernelAssembler::pointwise_expr(int node_index, const AccessMap& map,
                                     std::vector<int>* all_results) {
   const LoweringNode& node = graph_.node(node_index);
   const Shape& shape = graph_.value(node.results[0]).type.shape;
-  ops::KernelEmitter emitter(spec_);
+  codegen::KernelBuilder emitter(spec_);
   auto operand = [&](size_t k) {
     const Shape& operand_shape = graph_.value(node.operands[k]).type.shape;
     return value_expr(node.operands[k], compose(map, broadcast_map(operand_shape, shape)));
@@ -261,7 +261,7 @@ int KernelAssembler::pointwise_expr(int node_index, const AccessMap& map,
       int uniform = emitter.add(draw);
       int keep = emitter.binary(ExprOp::kGe, uniform, emitter.constant(p));
       int scaled = emitter.binary(ExprOp::kMul, x, emitter.constant(1.0 / (1.0 - p)));
-      results = {emitter.select(keep, scaled, emitter.constant(0))};
+      results = {emitter.where(keep, scaled, emitter.constant(0))};
       break;
     }
   }
@@ -349,7 +349,7 @@ AssembledKernel KernelAssembler::copy(int source, int destination, const std::st
   const SlotInfo& from = slots_[static_cast<size_t>(source)];
   reset(name, from.layout.shape);
   AccessMap map = AccessMap::identity(from.layout.shape.size());
-  ops::KernelEmitter emitter(spec_);
+  codegen::KernelBuilder emitter(spec_);
   codegen::Expr load;
   load.op = ExprOp::kLoad;
   load.dtype = ops::compute_dtype(from.dtype);
@@ -363,7 +363,7 @@ AssembledKernel KernelAssembler::concat_part(int source, int destination, int64_
   const SlotInfo& from = slots_[static_cast<size_t>(source)];
   const SlotInfo& to = slots_[static_cast<size_t>(destination)];
   reset("concat", from.layout.shape);
-  ops::KernelEmitter emitter(spec_);
+  codegen::KernelBuilder emitter(spec_);
   codegen::Expr load;
   load.op = ExprOp::kLoad;
   load.dtype = ops::compute_dtype(from.dtype);
@@ -378,12 +378,12 @@ AssembledKernel KernelAssembler::concat_part(int source, int destination, int64_
 
 AssembledKernel KernelAssembler::row_mean(int row_values, int destination, int64_t rows) {
   reset("row_mean", {rows});
-  ops::KernelEmitter emitter(spec_);
+  codegen::KernelBuilder emitter(spec_);
   codegen::Expr load;
   load.op = ExprOp::kLoad;
   load.dtype = DType::kF32;
   load.input = input_buffer(row_values, {1});
-  int total = emitter.reduce(codegen::ReduceOp::kSum, emitter.add(load));
+  int total = emitter.reduce_value(codegen::ReduceOp::kSum, emitter.add(load));
   int mean = emitter.binary(ExprOp::kDiv, total, emitter.constant(static_cast<double>(rows)));
   const SlotInfo& to = slots_[static_cast<size_t>(destination)];
   spec_.outputs.push_back(codegen::OutputSpec{to.dtype, mean, true, {}});

@@ -24,7 +24,7 @@ void check_dtype_rule(const OpContext& context, size_t operand, DTypeRule rule) 
 }
 
 OpDef unary_op(const std::string& name, const std::string& summary, DTypeRule rule,
-               std::function<int(KernelEmitter&, int)> build) {
+               std::function<int(codegen::KernelBuilder&, int)> build) {
   OpDef def;
   def.name = name;
   def.summary = summary;
@@ -34,7 +34,7 @@ OpDef unary_op(const std::string& name, const std::string& summary, DTypeRule ru
     check_dtype_rule(context, 0, rule);
     return std::vector<TensorType>{context.operand(0)};
   };
-  def.elementwise_expr = [build](KernelEmitter& emitter, const std::vector<int>& operands,
+  def.elementwise_expr = [build](codegen::KernelBuilder& emitter, const std::vector<int>& operands,
                                  const OpContext&) {
     return std::vector<int>{build(emitter, operands[0])};
   };
@@ -55,15 +55,15 @@ OpDef binary_op(const std::string& name, const std::string& summary, DTypeRule r
     if (comparison) result.dtype = DType::kBool;
     return std::vector<TensorType>{result};
   };
-  def.elementwise_expr = [expr_op](KernelEmitter& emitter, const std::vector<int>& operands,
-                                   const OpContext&) {
+  def.elementwise_expr = [expr_op](codegen::KernelBuilder& emitter,
+                                   const std::vector<int>& operands, const OpContext&) {
     return std::vector<int>{emitter.binary(expr_op, operands[0], operands[1])};
   };
   return def;
 }
 
 // gelu, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-int emit_gelu(KernelEmitter& emitter, int x) {
+int emit_gelu(codegen::KernelBuilder& emitter, int x) {
   DType dtype = emitter.dtype_of(x);
   int x_cubed = emitter.binary(ExprOp::kMul, emitter.binary(ExprOp::kMul, x, x), x);
   int inner = emitter.binary(
@@ -77,7 +77,7 @@ int emit_gelu(KernelEmitter& emitter, int x) {
 
 // gelu_backward(g, x) = g * gelu'(x) for the tanh approximation: with
 // t = tanh(k (x + a x^3)), gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
-int emit_gelu_backward(KernelEmitter& emitter, int g, int x) {
+int emit_gelu_backward(codegen::KernelBuilder& emitter, int g, int x) {
   DType dtype = emitter.dtype_of(x);
   auto mul = [&](int a, int b) { return emitter.binary(ExprOp::kMul, a, b); };
   auto add = [&](int a, int b) { return emitter.binary(ExprOp::kAdd, a, b); };
@@ -92,6 +92,28 @@ int emit_gelu_backward(KernelEmitter& emitter, int g, int x) {
   int slope = mul(constant(k), add(constant(1.0), mul(constant(3 * a), x_squared)));
   int right = mul(mul(constant(0.5), x), mul(sech_squared, slope));
   return mul(g, add(left, right));
+}
+
+// erf(x) by Abramowitz and Stegun 7.1.26, |error| < 1.5e-7 (below f32's step
+// at 1): erf(|x|) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^(-x^2),
+// t = 1 / (1 + p |x|), and erf is odd. Built from exprs every device has, so
+// no libm call reaches the kernels; PyTorch's exact gelu is 0.5 x (1 + erf(x / sqrt 2)).
+int emit_erf(codegen::KernelBuilder& emitter, int x) {
+  DType dtype = emitter.dtype_of(x);
+  auto constant = [&](double value) { return emitter.constant(value, dtype); };
+  auto mul = [&](int a, int b) { return emitter.binary(ExprOp::kMul, a, b); };
+  auto add = [&](int a, int b) { return emitter.binary(ExprOp::kAdd, a, b); };
+  int magnitude = emitter.unary(ExprOp::kAbs, x);
+  int t = emitter.binary(ExprOp::kDiv, constant(1.0),
+                         add(constant(1.0), mul(constant(0.3275911), magnitude)));
+  int poly = constant(1.061405429);
+  for (double coefficient : {-1.453152027, 1.421413741, -0.284496736, 0.254829592}) {
+    poly = add(constant(coefficient), mul(t, poly));
+  }
+  int decay = emitter.unary(ExprOp::kExp, emitter.unary(ExprOp::kNeg, mul(x, x)));
+  int positive = emitter.binary(ExprOp::kSub, constant(1.0), mul(mul(t, poly), decay));
+  int is_negative = emitter.binary(ExprOp::kLt, x, constant(0.0));
+  return emitter.where(is_negative, emitter.unary(ExprOp::kNeg, positive), positive);
 }
 
 DType dtype_attr(const OpContext& context, const std::string& attr) {
@@ -119,7 +141,7 @@ void register_elementwise_ops(OpRegistry& registry) {
   registry.add(binary_op("ne", "a != b -> bool", DTypeRule::kAny, ExprOp::kNe, true));
 
   auto simple = [](ExprOp op) {
-    return [op](KernelEmitter& emitter, int x) { return emitter.unary(op, x); };
+    return [op](codegen::KernelBuilder& emitter, int x) { return emitter.unary(op, x); };
   };
   registry.add(unary_op("neg", "-x", DTypeRule::kNumeric, simple(ExprOp::kNeg)));
   registry.add(unary_op("exp", "e^x", DTypeRule::kFloating, simple(ExprOp::kExp)));
@@ -129,17 +151,19 @@ void register_elementwise_ops(OpRegistry& registry) {
       unary_op("sigmoid", "1 / (1 + e^-x)", DTypeRule::kFloating, simple(ExprOp::kSigmoid)));
   registry.add(unary_op("sqrt", "square root", DTypeRule::kFloating, simple(ExprOp::kSqrt)));
   registry.add(unary_op("rsqrt", "1 / sqrt(x)", DTypeRule::kFloating, simple(ExprOp::kRsqrt)));
-  registry.add(
-      unary_op("relu", "max(x, 0)", DTypeRule::kNumeric, [](KernelEmitter& emitter, int x) {
+  registry.add(unary_op(
+      "relu", "max(x, 0)", DTypeRule::kNumeric, [](codegen::KernelBuilder& emitter, int x) {
         return emitter.binary(ExprOp::kMax, x, emitter.constant(0, emitter.dtype_of(x)));
       }));
   registry.add(unary_op("gelu", "gelu, tanh approximation", DTypeRule::kFloating, emit_gelu));
+  registry.add(
+      unary_op("erf", "error function (|error| < 1.5e-7)", DTypeRule::kFloating, emit_erf));
   // gelu's gradient as one op, so that the lowering can give it to a GEMM's
   // epilogue (cuBLASLt's DGELU) instead of a kernel.
   OpDef gelu_backward = binary_op("gelu_backward", "g * gelu'(x) (gelu's gradient; g, x)",
                                   DTypeRule::kFloating, ExprOp::kMul, false);
-  gelu_backward.elementwise_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
-                                      const OpContext&) {
+  gelu_backward.elementwise_expr = [](codegen::KernelBuilder& emitter,
+                                      const std::vector<int>& operands, const OpContext&) {
     return std::vector<int>{emit_gelu_backward(emitter, operands[0], operands[1])};
   };
   registry.add(gelu_backward);
@@ -156,9 +180,9 @@ void register_elementwise_ops(OpRegistry& registry) {
     return std::vector<TensorType>{
         with_shape(context.operand(1), broadcast_shapes(context, {0, 1, 2}))};
   };
-  where.elementwise_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
+  where.elementwise_expr = [](codegen::KernelBuilder& emitter, const std::vector<int>& operands,
                               const OpContext&) {
-    return std::vector<int>{emitter.select(operands[0], operands[1], operands[2])};
+    return std::vector<int>{emitter.where(operands[0], operands[1], operands[2])};
   };
   registry.add(std::move(where));
 
@@ -172,7 +196,7 @@ void register_elementwise_ops(OpRegistry& registry) {
   cast.infer = [](const OpContext& context) {
     return std::vector<TensorType>{with_dtype(context.operand(0), dtype_attr(context, "dtype"))};
   };
-  cast.elementwise_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
+  cast.elementwise_expr = [](codegen::KernelBuilder& emitter, const std::vector<int>& operands,
                              const OpContext& context) {
     DType target = runtime::parse_dtype(context.attrs.get_string("dtype"));
     int x = operands[0];
@@ -201,7 +225,7 @@ void register_elementwise_ops(OpRegistry& registry) {
     }
     return std::vector<TensorType>{TensorType{shape, dtype_attr(context, "dtype"), context.device}};
   };
-  full.elementwise_expr = [](KernelEmitter& emitter, const std::vector<int>&,
+  full.elementwise_expr = [](codegen::KernelBuilder& emitter, const std::vector<int>&,
                              const OpContext& context) {
     DType dtype = runtime::parse_dtype(context.attrs.get_string("dtype"));
     return std::vector<int>{

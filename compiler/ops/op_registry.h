@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/codegen/kernel_builder.h"
 #include "compiler/codegen/kernel_spec.h"
 #include "compiler/ir/attributes.h"
 #include "compiler/ir/tensor_type.h"
@@ -118,35 +119,13 @@ struct Effects {
   bool host_side_effect = false;                   // e.g. print: never dead-code eliminated
 };
 
-// Appends Exprs (and Reductions) to a KernelSpec under construction. Hooks use
-// it so that they need not know how operands were loaded.
-class KernelEmitter {
- public:
-  explicit KernelEmitter(codegen::KernelSpec& spec) : spec_(spec) {}
-
-  int add(codegen::Expr expr);  // returns its index
-  int constant(double value, DType dtype = DType::kF32);
-  int unary(codegen::ExprOp op, int operand);
-  int binary(codegen::ExprOp op, int lhs, int rhs);  // dtype: lhs's, bool for compares
-  int select(int condition, int if_true, int if_false);
-  int cast(int operand, DType dtype);
-  int index(int dim);  // the iteration index along `dim` (i64)
-  // A Reduction over the innermost dimension of `row_expr`; returns a kReduced
-  // Expr for it (usable by later reductions and by outputs).
-  int reduce(codegen::ReduceOp op, int row_expr);
-  DType dtype_of(int expr) const { return spec_.exprs.at(expr).dtype; }
-  codegen::KernelSpec& spec() { return spec_; }
-
- private:
-  codegen::KernelSpec& spec_;
-};
-
 // Builds the Exprs of an elementwise (or copy/update) op. `operand_exprs[i]`
 // holds operand i's value as f32 for floating dtypes (the dtype it has
 // otherwise). Returns one Expr per result; codegen converts to the result dtype
 // on store.
-using ElementwiseExprFn = std::function<std::vector<int>(
-    KernelEmitter& emitter, const std::vector<int>& operand_exprs, const OpContext& context)>;
+using ElementwiseExprFn = std::function<std::vector<int>(codegen::KernelBuilder& emitter,
+                                                         const std::vector<int>& operand_exprs,
+                                                         const OpContext& context)>;
 
 // How an operand of a row-wise op maps onto the [rows..., row] iteration space.
 enum class RowLayout : uint8_t {
@@ -167,8 +146,9 @@ struct ReductionPlan {
 using ReductionPlanFn = std::function<ReductionPlan(const OpContext& context)>;
 // Appends the row computation; `operand_exprs` are loads laid out per the
 // plan. Returns the Expr of the result (per row or per element).
-using ReductionExprFn = std::function<int(
-    KernelEmitter& emitter, const std::vector<int>& operand_exprs, const OpContext& context)>;
+using ReductionExprFn =
+    std::function<int(codegen::KernelBuilder& emitter, const std::vector<int>& operand_exprs,
+                      const OpContext& context)>;
 
 // Gradient rules are written by the autodiff (issue 5). GradientContext is
 // defined there; it gives the node, its operands, results, and the upstream

@@ -22,12 +22,12 @@ double row_length(const OpContext& context, const ReductionPlan& plan) {
   return length;
 }
 
-int innermost_index(KernelEmitter& emitter) {
+int innermost_index(codegen::KernelBuilder& emitter) {
   return emitter.index(static_cast<int>(emitter.spec().iteration_shape.size()) - 1);
 }
 
 OpDef reduce_op(const std::string& name, const std::string& summary, bool floating_only,
-                std::function<int(KernelEmitter&, int, double)> build) {
+                std::function<int(codegen::KernelBuilder&, int, double)> build) {
   OpDef def;
   def.name = name;
   def.summary = summary;
@@ -65,7 +65,7 @@ OpDef reduce_op(const std::string& name, const std::string& summary, bool floati
     plan.operand_layouts = {RowLayout::kFull};
     return plan;
   };
-  def.reduction_expr = [build](KernelEmitter& emitter, const std::vector<int>& operands,
+  def.reduction_expr = [build](codegen::KernelBuilder& emitter, const std::vector<int>& operands,
                                const OpContext& context) {
     ReductionPlan plan;
     plan.reduced_dims =
@@ -97,13 +97,13 @@ OpDef softmax_op(const std::string& name, bool log) {
     plan.operand_layouts = {RowLayout::kFull};
     return plan;
   };
-  def.reduction_expr = [log](KernelEmitter& emitter, const std::vector<int>& operands,
+  def.reduction_expr = [log](codegen::KernelBuilder& emitter, const std::vector<int>& operands,
                              const OpContext&) {
     int x = operands[0];
-    int row_max = emitter.reduce(ReduceOp::kMax, x);
+    int row_max = emitter.reduce_value(ReduceOp::kMax, x);
     int shifted = emitter.binary(ExprOp::kSub, x, row_max);
     int exps = emitter.unary(ExprOp::kExp, shifted);
-    int total = emitter.reduce(ReduceOp::kSum, exps);
+    int total = emitter.reduce_value(ReduceOp::kSum, exps);
     if (log) return emitter.binary(ExprOp::kSub, shifted, emitter.unary(ExprOp::kLog, total));
     return emitter.binary(ExprOp::kDiv, exps, total);
   };
@@ -118,15 +118,16 @@ struct RowNormalization {
   int normalized = 0;  // (x - mean) * rstd
 };
 
-RowNormalization emit_row_normalization(KernelEmitter& emitter, int x, const TensorType& type,
-                                        double eps) {
+RowNormalization emit_row_normalization(codegen::KernelBuilder& emitter, int x,
+                                        const TensorType& type, double eps) {
   RowNormalization row;
   row.count = emitter.constant(static_cast<double>(type.shape.back()));
-  int mean = emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, x), row.count);
+  int mean = emitter.binary(ExprOp::kDiv, emitter.reduce_value(ReduceOp::kSum, x), row.count);
   int centered = emitter.binary(ExprOp::kSub, x, mean);
   int variance = emitter.binary(
       ExprOp::kDiv,
-      emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, centered, centered)), row.count);
+      emitter.reduce_value(ReduceOp::kSum, emitter.binary(ExprOp::kMul, centered, centered)),
+      row.count);
   row.rstd =
       emitter.unary(ExprOp::kRsqrt, emitter.binary(ExprOp::kAdd, variance, emitter.constant(eps)));
   row.normalized = emitter.binary(ExprOp::kMul, centered, row.rstd);
@@ -136,17 +137,20 @@ RowNormalization emit_row_normalization(KernelEmitter& emitter, int x, const Ten
 }  // namespace
 
 void register_reduction_ops(OpRegistry& registry) {
-  registry.add(reduce_op(
-      "sum", "sum over `dims` (empty: all)", false,
-      [](KernelEmitter& emitter, int x, double) { return emitter.reduce(ReduceOp::kSum, x); }));
+  registry.add(reduce_op("sum", "sum over `dims` (empty: all)", false,
+                         [](codegen::KernelBuilder& emitter, int x, double) {
+                           return emitter.reduce_value(ReduceOp::kSum, x);
+                         }));
   registry.add(reduce_op("mean", "mean over `dims` (empty: all)", true,
-                         [](KernelEmitter& emitter, int x, double length) {
-                           return emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, x),
+                         [](codegen::KernelBuilder& emitter, int x, double length) {
+                           return emitter.binary(ExprOp::kDiv,
+                                                 emitter.reduce_value(ReduceOp::kSum, x),
                                                  emitter.constant(length));
                          }));
-  registry.add(reduce_op(
-      "max", "max over `dims` (empty: all)", false,
-      [](KernelEmitter& emitter, int x, double) { return emitter.reduce(ReduceOp::kMax, x); }));
+  registry.add(reduce_op("max", "max over `dims` (empty: all)", false,
+                         [](codegen::KernelBuilder& emitter, int x, double) {
+                           return emitter.reduce_value(ReduceOp::kMax, x);
+                         }));
   registry.add(softmax_op("softmax", false));
   registry.add(softmax_op("log_softmax", true));
 
@@ -178,7 +182,7 @@ void register_reduction_ops(OpRegistry& registry) {
     plan.operand_layouts = {RowLayout::kFull, RowLayout::kPerColumn, RowLayout::kPerColumn};
     return plan;
   };
-  layer_norm.reduction_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
+  layer_norm.reduction_expr = [](codegen::KernelBuilder& emitter, const std::vector<int>& operands,
                                  const OpContext& context) {
     RowNormalization row = emit_row_normalization(emitter, operands[0], context.operand(0),
                                                   context.attrs.get_float("eps"));
@@ -223,17 +227,18 @@ void register_reduction_ops(OpRegistry& registry) {
     plan.operand_layouts = {RowLayout::kFull, RowLayout::kFull, RowLayout::kPerColumn};
     return plan;
   };
-  layer_norm_backward.reduction_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
+  layer_norm_backward.reduction_expr = [](codegen::KernelBuilder& emitter,
+                                          const std::vector<int>& operands,
                                           const OpContext& context) {
     int g = operands[0];
     RowNormalization row = emit_row_normalization(emitter, operands[1], context.operand(1),
                                                   context.attrs.get_float("eps"));
     const int count = row.count, rstd = row.rstd, normalized = row.normalized;
     int gw = emitter.binary(ExprOp::kMul, g, operands[2]);
-    int mean_gw = emitter.binary(ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, gw), count);
+    int mean_gw = emitter.binary(ExprOp::kDiv, emitter.reduce_value(ReduceOp::kSum, gw), count);
     int mean_gw_xhat = emitter.binary(
-        ExprOp::kDiv, emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, gw, normalized)),
-        count);
+        ExprOp::kDiv,
+        emitter.reduce_value(ReduceOp::kSum, emitter.binary(ExprOp::kMul, gw, normalized)), count);
     int inner = emitter.binary(ExprOp::kSub, emitter.binary(ExprOp::kSub, gw, mean_gw),
                                emitter.binary(ExprOp::kMul, normalized, mean_gw_xhat));
     return emitter.binary(ExprOp::kMul, rstd, inner);
@@ -266,16 +271,16 @@ void register_reduction_ops(OpRegistry& registry) {
     plan.operand_layouts = {RowLayout::kFull, RowLayout::kPerRow};
     return plan;
   };
-  cross_entropy.reduction_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
-                                    const OpContext&) {
+  cross_entropy.reduction_expr = [](codegen::KernelBuilder& emitter,
+                                    const std::vector<int>& operands, const OpContext&) {
     int logits = operands[0];
-    int row_max = emitter.reduce(ReduceOp::kMax, logits);
-    int total = emitter.reduce(
+    int row_max = emitter.reduce_value(ReduceOp::kMax, logits);
+    int total = emitter.reduce_value(
         ReduceOp::kSum, emitter.unary(ExprOp::kExp, emitter.binary(ExprOp::kSub, logits, row_max)));
     int is_label = emitter.binary(ExprOp::kEq, innermost_index(emitter),
                                   emitter.cast(operands[1], DType::kI64));
     int picked =
-        emitter.reduce(ReduceOp::kSum, emitter.select(is_label, logits, emitter.constant(0)));
+        emitter.reduce_value(ReduceOp::kSum, emitter.where(is_label, logits, emitter.constant(0)));
     int log_sum_exp = emitter.binary(ExprOp::kAdd, emitter.unary(ExprOp::kLog, total), row_max);
     return emitter.binary(ExprOp::kSub, log_sum_exp, picked);  // per row; then the mean
   };
@@ -300,10 +305,10 @@ void register_reduction_ops(OpRegistry& registry) {
     plan.operand_layouts = {RowLayout::kFull, RowLayout::kFull};
     return plan;
   };
-  mse.reduction_expr = [](KernelEmitter& emitter, const std::vector<int>& operands,
+  mse.reduction_expr = [](codegen::KernelBuilder& emitter, const std::vector<int>& operands,
                           const OpContext& context) {
     int diff = emitter.binary(ExprOp::kSub, operands[0], operands[1]);
-    int total = emitter.reduce(ReduceOp::kSum, emitter.binary(ExprOp::kMul, diff, diff));
+    int total = emitter.reduce_value(ReduceOp::kSum, emitter.binary(ExprOp::kMul, diff, diff));
     return emitter.binary(ExprOp::kDiv, total,
                           emitter.constant(static_cast<double>(context.operand(0).numel())));
   };

@@ -58,7 +58,7 @@ void register_training_ops(OpRegistry& registry) {
                    " does not broadcast to the destination ", context.describe_operand(0));
     return std::vector<TensorType>{context.operand(0)};
   };
-  copy_into.elementwise_expr = [](KernelEmitter&, const std::vector<int>& operands,
+  copy_into.elementwise_expr = [](codegen::KernelBuilder&, const std::vector<int>& operands,
                                   const OpContext&) { return std::vector<int>{operands[1]}; };
   registry.add(std::move(copy_into));
 
@@ -78,7 +78,8 @@ void register_training_ops(OpRegistry& registry) {
     for (size_t i = 3; i < 6; ++i) require_f32_scalar(context, i);
     return std::vector<TensorType>{context.operand(0), context.operand(2)};
   };
-  sgd.elementwise_expr = [](KernelEmitter& e, const std::vector<int>& in, const OpContext&) {
+  sgd.elementwise_expr = [](codegen::KernelBuilder& e, const std::vector<int>& in,
+                            const OpContext&) {
     int param = in[0], grad = in[1], buf = in[2], lr = in[3], momentum = in[4], decay = in[5];
     int g = e.binary(ExprOp::kAdd, grad, e.binary(ExprOp::kMul, decay, param));
     int new_buf = e.binary(ExprOp::kAdd, e.binary(ExprOp::kMul, momentum, buf), g);
@@ -107,7 +108,8 @@ void register_training_ops(OpRegistry& registry) {
     for (size_t i = 4; i < 10; ++i) require_f32_scalar(context, i);
     return std::vector<TensorType>{context.operand(0), context.operand(2), context.operand(3)};
   };
-  adamw.elementwise_expr = [](KernelEmitter& e, const std::vector<int>& in, const OpContext&) {
+  adamw.elementwise_expr = [](codegen::KernelBuilder& e, const std::vector<int>& in,
+                              const OpContext&) {
     int param = in[0], grad = in[1], m = in[2], v = in[3], lr = in[4], beta1 = in[5];
     int beta2 = in[6], eps = in[7], decay = in[8], step = in[9];
     int one = e.constant(1.0);

@@ -431,6 +431,7 @@ const std::map<std::string, Unary>& unary_functions() {
       {"sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }},
       {"relu", [](double x) { return x > 0 ? x : 0.0; }},
       {"gelu", gelu},
+      {"erf", [](double x) { return std::erf(x); }},
       {"sqrt", [](double x) { return std::sqrt(x); }},
       {"rsqrt", [](double x) { return 1 / std::sqrt(x); }},
   };

@@ -125,6 +125,15 @@ Tensor Trainer::forward_backward(const TensorList& inputs) {
   return outputs.at(programs_.loss_output);
 }
 
+Trainer::PendingBackward Trainer::forward(const TensorList& inputs) {
+  PendingBackward pending;
+  TensorList outputs = run_forward(inputs, &pending.backward_inputs);
+  pending.loss = outputs.at(programs_.loss_output);
+  return pending;
+}
+
+void Trainer::backward(const PendingBackward& pending) { (*backward_)(pending.backward_inputs); }
+
 TensorList Trainer::backward_arguments(const TensorList& inputs, Tensor* loss) {
   TensorList backward_inputs;
   TensorList outputs = run_forward(inputs, &backward_inputs);

@@ -85,6 +85,15 @@ class Trainer {
   runtime::Tensor step(const TensorList& inputs, const Hyperparameters& hyperparameters);
   // Forward and backward only: the gradients land in the gradient buffers.
   runtime::Tensor forward_backward(const TensorList& inputs);
+  // A forward whose backward runs later, for micro-batches: several
+  // forward()s, then their backward()s in any order, each writing its
+  // gradients into the gradient buffers as forward_backward() does.
+  struct PendingBackward {
+    runtime::Tensor loss;
+    TensorList backward_inputs;  // the backward stage's per-call inputs
+  };
+  PendingBackward forward(const TensorList& inputs);
+  void backward(const PendingBackward& pending);
   // Runs the forward on `inputs` and returns every argument of the backward
   // program (Program::inputs() order) without running it, for tools and tests
   // that run or capture lowered_backward() themselves; `loss` receives the loss.

@@ -82,13 +82,17 @@ TensorList PreparedProgram::call(const TensorList& inputs) {
   // Note [Training steps]: a Trainer's forward, backward and optimizer step
   // hand tensors to each other across separate calls, so one training step
   // is one generation: the forward marks the step's beginning, and the
-  // backward and optimizer step continue it.
+  // backward and optimizer step continue it. A forward that follows a forward
+  // still waiting for its backward continues the step too (micro-batches:
+  // several forwards, then their backwards, read each other's activations).
+  // Tests: CudagraphsTraining.SmallMlpAdamWMatchesEagerBitwiseOverFiveSteps,
+  // CudagraphsTraining.MicroBatchForwardsThenBackwardsMatchEagerBitwise.
   if (checks_.piecewise && !checks_.mutated_inputs.empty() &&
       mutated_input_needs_eager(manager, inputs)) {
     ++pool_mutation_fallbacks_;
     return lowered_.run_with(eager_calls_, inputs);
   }
-  if (starts_step_) manager.mark_step_begin();
+  if (starts_step_ && !manager.forward_waits_for_backward()) manager.mark_step_begin();
   InvocationScope scope(manager);
   if (checks_.pool_input_candidates.empty()) return lowered_.run_with(registration.calls, inputs);
   std::optional<TensorList> private_inputs = private_pool_inputs(manager, inputs);

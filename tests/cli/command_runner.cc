@@ -1,6 +1,8 @@
 #include "tests/cli/command_runner.h"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -41,16 +43,32 @@ void write_text(const std::string& path, const std::string& text) {
   file << text;
 }
 
-CommandResult run_command(const std::string& binary, const std::vector<std::string>& args) {
+CommandResult run_command(const std::string& binary, const std::vector<std::string>& args,
+                          const CommandOptions& options) {
   static int counter = 0;
   const std::string out_path = scratch_path("cmd" + std::to_string(counter) + ".out");
   const std::string err_path = scratch_path("cmd" + std::to_string(counter++) + ".err");
-  std::string line = quoted(binary);
+  std::string line;
+  if (options.max_virtual_kib > 0)
+    line += "ulimit -v " + std::to_string(options.max_virtual_kib) + "; ";
+  line += "exec env";
+  for (const std::string& assignment : options.env) line += " " + quoted(assignment);
+  line += " " + quoted(binary);
   for (const std::string& arg : args) line += " " + quoted(arg);
   line += " >" + quoted(out_path) + " 2>" + quoted(err_path);
-  int raw = std::system(line.c_str());
+  // wait4 rather than std::system: it reports the child's own peak RSS.
+  pid_t child = fork();
+  if (child == 0) {
+    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int raw = 0;
+  struct rusage usage {};
   CommandResult result;
-  result.status = raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  if (child > 0 && wait4(child, &raw, 0, &usage) == child) {
+    result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    result.max_rss_kib = usage.ru_maxrss;
+  }
   result.out = read_text(out_path);
   result.err = read_text(err_path);
   return result;

@@ -11,12 +11,21 @@ struct CommandResult {
   int status = -1;  // exit status; -1 when the process did not exit normally
   std::string out;
   std::string err;
+  long max_rss_kib = 0;  // the child's peak resident memory (getrusage's ru_maxrss)
   // The stderr lines (without their newlines).
   std::vector<std::string> err_lines() const;
 };
 
+struct CommandOptions {
+  // "NAME=value" assignments added to the child's environment.
+  std::vector<std::string> env;
+  // The child's address-space limit (ulimit -v), in KiB; 0 leaves it unlimited.
+  long max_virtual_kib = 0;
+};
+
 // `binary` is a runfiles path such as "cli/grove".
-CommandResult run_command(const std::string& binary, const std::vector<std::string>& args);
+CommandResult run_command(const std::string& binary, const std::vector<std::string>& args,
+                          const CommandOptions& options = {});
 
 // A writable scratch path for this test (under TEST_TMPDIR).
 std::string scratch_path(const std::string& name);

@@ -274,7 +274,7 @@ struct ExprEvaluator {
   }
 };
 
-std::vector<int> load_exprs(KernelEmitter& emitter, const std::vector<TensorType>& types) {
+std::vector<int> load_exprs(codegen::KernelBuilder& emitter, const std::vector<TensorType>& types) {
   std::vector<int> loads;
   for (size_t i = 0; i < types.size(); ++i) {
     codegen::Expr load;
@@ -298,7 +298,7 @@ TEST(OpHooks, ElementwiseExprsMatchTheReference) {
     OpContext context = context_of(op, types);
     codegen::KernelSpec spec;
     spec.iteration_shape = {16};
-    KernelEmitter emitter(spec);
+    codegen::KernelBuilder emitter(spec);
     int result = OpRegistry::global().get(op).elementwise_expr(emitter, load_exprs(emitter, types),
                                                                context)[0];
     ir::ProgramBuilder b;
@@ -362,7 +362,7 @@ TEST(OpHooks, RowReductionPatternsMatchTheReference) {
     ASSERT_EQ(plan.operand_layouts.size(), c.operands.size()) << c.op;
     codegen::KernelSpec spec;
     spec.iteration_shape = {rows, width};
-    KernelEmitter emitter(spec);
+    codegen::KernelBuilder emitter(spec);
     int result = def.reduction_expr(emitter, load_exprs(emitter, types), context);
 
     ir::ProgramBuilder b;
@@ -424,7 +424,7 @@ TEST(OpHooks, UpdateExprsReturnOneValuePerMutatedOperand) {
   OpContext context = context_of("sgd_momentum_update", types);
   codegen::KernelSpec spec;
   spec.iteration_shape = {4};
-  KernelEmitter emitter(spec);
+  codegen::KernelBuilder emitter(spec);
   std::vector<int> results = OpRegistry::global()
                                  .get("sgd_momentum_update")
                                  .elementwise_expr(emitter, load_exprs(emitter, types), context);

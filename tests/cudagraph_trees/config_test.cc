@@ -6,18 +6,12 @@
 #include <cstdlib>
 
 #include "cudagraph_trees/tree_manager.h"
+#include "tests/common/test_util.h"
 
 namespace grove::cudagraph_trees {
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 TEST(TreeConfig, DefaultsFollowPyTorch) {
   TreeConfig config;

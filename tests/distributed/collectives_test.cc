@@ -13,7 +13,7 @@
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 #include "runtime/tensor.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::runtime::collectives {
 namespace {

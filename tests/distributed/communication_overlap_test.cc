@@ -18,7 +18,7 @@
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 #include "runtime/graph_recording.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::compiler::distributed {
 namespace {

@@ -21,7 +21,7 @@
 #include "runtime/collectives/setup.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/device_context.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::compiler::distributed {
 namespace {

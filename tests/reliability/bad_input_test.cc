@@ -15,7 +15,7 @@
 #include "cudagraph_trees/config.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/error.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::reliability {
 namespace {
@@ -28,23 +28,8 @@ using compiler::ir::ValueId;
 using runtime::DType;
 using runtime::Tensor;
 
-// Expects `call` to throw exactly ErrorType (or a subclass) whose message
-// contains every one of `needles`.
-template <typename ErrorType>
-void expect_error(const std::function<void()>& call, std::initializer_list<std::string> needles) {
-  try {
-    call();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const ErrorType& error) {
-    std::string message = error.what();
-    for (const std::string& needle : needles) {
-      EXPECT_NE(message.find(needle), std::string::npos)
-          << "message lacks '" << needle << "': " << message;
-    }
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "wrong error type: " << error.what();
-  }
-}
+using testing::expect_error;
+using testing::ScopedEnv;
 
 compiler::ir::Program small_program(runtime::Device device) {
   ProgramBuilder b("small", device);
@@ -52,11 +37,6 @@ compiler::ir::Program small_program(runtime::Device device) {
   ValueId w = b.param("w", {4, 4}, DType::kF32, compiler::ir::normal_init(0.5, 3));
   b.output(b.tanh(b.matmul(x, w)));
   return b.build();
-}
-
-Tensor random_tensor(const runtime::Shape& shape, runtime::Device device, std::mt19937& rng) {
-  return Tensor::from_vector(
-      testing::random_floats(rng, static_cast<size_t>(runtime::shape_numel(shape))), shape, device);
 }
 
 class BadCallInput : public testing::DeviceTest {
@@ -75,12 +55,12 @@ TEST_P(BadCallInput, WrongCountShapeDtypeAndDeviceNameTheInputOnEveryBackend) {
   for (const std::string backend : {"eager", "cudagraphs"}) {
     SCOPED_TRACE(backend);
     CompiledModel model = compile(small_program(device()), {.backend = backend});
-    Tensor good = random_tensor({3, 4}, device(), rng);
+    Tensor good = testing::random_tensor(rng, {3, 4}, device());
     expect_error<ShapeError>([&] { model({good, good}); }, {"small", "takes 1 inputs", "found 2"});
     expect_error<ShapeError>([&] { model({}); }, {"small", "found 0"});
     expect_error<ShapeError>(
         [&] {
-          model({random_tensor({4, 3}, device(), rng)});
+          model({testing::random_tensor(rng, {4, 3}, device())});
         },
         {"'x'", "expects shape [3, 4]", "found [4, 3]"});
     expect_error<DTypeError>(
@@ -90,7 +70,7 @@ TEST_P(BadCallInput, WrongCountShapeDtypeAndDeviceNameTheInputOnEveryBackend) {
         {"'x'", "expects dtype f32", "found i64"});
     expect_error<DeviceError>(
         [&] {
-          model({random_tensor({3, 4}, runtime::kCpuDevice, rng)});
+          model({testing::random_tensor(rng, {3, 4}, runtime::kCpuDevice)});
         },
         {"'x'", "expects a tensor on", "found one on cpu"});
     // Still usable after every rejected call.
@@ -105,8 +85,8 @@ TEST_P(BadCallInput, NonContiguousAndExpandedInputsGiveTheResultsOfTheirContiguo
     SCOPED_TRACE(backend);
     CompiledModel model = compile(small_program(device()), {.backend = backend});
     for (int call = 0; call < 4; ++call) {
-      Tensor wide = random_tensor({4, 3}, device(), rng);
-      Tensor row = random_tensor({1, 4}, device(), rng);
+      Tensor wide = testing::random_tensor(rng, {4, 3}, device());
+      Tensor row = testing::random_tensor(rng, {1, 4}, device());
       for (Tensor strided : {wide.transpose(0, 1), row.expand({3, 4})}) {
         ASSERT_FALSE(strided.is_contiguous());
         Tensor copy = Tensor::from_vector(strided.to_vector<float>(), {3, 4}, device());
@@ -125,14 +105,14 @@ TEST_P(BadCallInput, StaleOutputPassedBackInThrowsStaleTensorErrorSayingWhatToDo
   ValueId x = b.input("x", {8});
   b.output(b.mul(x, x));
   CompiledModel model = compile(b.build(), {.backend = "cudagraphs"});
-  TensorList first = model({random_tensor({8}, device(), rng)});  // a warm-up output
-  model({random_tensor({8}, device(), rng)});                     // a new generation
+  TensorList first = model({testing::random_tensor(rng, {8}, device())});  // a warm-up output
+  model({testing::random_tensor(rng, {8}, device())});                     // a new generation
   ASSERT_TRUE(first[0].storage()->is_poisoned());
   expect_error<StaleTensorError>([&] { model({first[0]}); }, {"mark_step_begin"});
   expect_error<StaleTensorError>([&] { (void)first[0].to_vector<float>(); }, {"clone"});
   // The manager is intact and the model still correct.
   cudagraph_trees::tree_manager_for(device()).verify();
-  Tensor fresh = random_tensor({8}, device(), rng);
+  Tensor fresh = testing::random_tensor(rng, {8}, device());
   std::vector<float> values = fresh.to_vector<float>();
   std::vector<float> got = model({fresh})[0].to_vector<float>();
   for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(got[i], values[i] * values[i]);
@@ -243,16 +223,6 @@ TEST(BadModelJson, TypeErrorsInsideAValidDocumentNameTheNode) {
     EXPECT_NE(std::string(error.what()).find("y"), std::string::npos) << error.what();
   }
 }
-
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
 
 TEST(BadConfig, OutOfRangeFieldsAreConfigErrorsNamingTheField) {
   cudagraph_trees::TreeConfig config;

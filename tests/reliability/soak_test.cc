@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::reliability {
 namespace {

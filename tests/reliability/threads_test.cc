@@ -14,7 +14,7 @@
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::reliability {
 namespace {

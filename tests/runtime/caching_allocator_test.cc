@@ -12,7 +12,7 @@
 
 #include "runtime/error.h"
 #include "runtime/platforms.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::runtime {
 namespace {

@@ -17,7 +17,7 @@
 #include "runtime/span_copy_kernel.h"
 #include "runtime/tensor.h"
 #include "runtime/testing/test_kernels.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::runtime {
 namespace {

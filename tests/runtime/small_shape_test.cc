@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "runtime/tensor.h"
+#include "tests/common/test_util.h"
 #include "tests/runtime/allocation_counter.h"
-#include "tests/runtime/device_test_util.h"
 
 namespace grove::runtime {
 namespace {

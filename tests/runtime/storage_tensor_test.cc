@@ -9,18 +9,14 @@
 #include "runtime/error.h"
 #include "runtime/storage.h"
 #include "runtime/tensor.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::runtime {
 namespace {
 
 using ::grove::testing::random_floats;
 using ::grove::testing::random_ints;
-
-Tensor random_tensor(std::mt19937& rng, const Shape& shape) {
-  return Tensor::from_vector(random_floats(rng, static_cast<size_t>(shape_numel(shape))), shape,
-                             kSimDevice);
-}
+using ::grove::testing::random_tensor;
 
 // The element of a contiguous row-major host array at `index`.
 float at(const std::vector<float>& data, const Shape& shape, const std::vector<int64_t>& index) {
@@ -63,6 +59,18 @@ TEST(Storage, DroppingTheLastReferenceFreesTheAllocatorBlock) {
   EXPECT_EQ(allocator.stats(kDefaultPool).live_blocks, live_before + 1);
   slice = Tensor();
   EXPECT_EQ(allocator.stats(kDefaultPool).live_blocks, live_before);
+}
+
+// Issue 24: numel * element size wrapped to 0 bytes for [2^30, 2^31] of f64.
+TEST(Tensor, EmptyWhoseBytesOverflowIsAShapeError) {
+  try {
+    Tensor::empty({int64_t{1} << 30, int64_t{1} << 31}, DType::kF64, kSimDevice);
+    FAIL() << "expected a ShapeError";
+  } catch (const ShapeError& error) {
+    EXPECT_NE(std::string(error.what()).find("more bytes than a 64-bit size holds"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 TEST(Storage, PoisonMakesEveryDataAccessThroughEveryViewThrowTheMessage) {

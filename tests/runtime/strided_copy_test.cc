@@ -7,7 +7,7 @@
 #include "runtime/device_context.h"
 #include "runtime/graph_recording.h"
 #include "runtime/strided_copy_kernel.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::runtime {
 namespace {

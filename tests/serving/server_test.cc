@@ -11,7 +11,7 @@
 #include <future>
 #include <thread>
 
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 #include "tests/serving/serving_test_util.h"
 
 namespace grove::serving {

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "compiler/model_format/model_json.h"
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 namespace grove::serving::test_support {
 namespace {

@@ -117,6 +117,12 @@ std::vector<GradientCase> cases() {
       },
       Range{-3, 3});
   add(
+      "erf", "erf",
+      [](auto& b) {
+        return b.op1("erf", {p(b, "x", {3, 4})});
+      },
+      Range{-2, 2});
+  add(
       "sqrt", "sqrt",
       [](auto& b) {
         return b.sqrt(p(b, "x", {2, 3}));

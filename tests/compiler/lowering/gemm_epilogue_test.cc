@@ -11,8 +11,8 @@
 #include "compiler/ir/builder.h"
 #include "compiler/lowering/lower.h"
 #include "runtime/error.h"
+#include "tests/common/test_util.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
-#include "tests/runtime/device_test_util.h"
 
 namespace grove {
 namespace {

@@ -43,7 +43,7 @@ std::vector<OpCase> op_cases() {
     c.ranges.float_high = high;
     cases.push_back(c);
   };
-  for (const char* op : {"neg", "exp", "tanh", "sigmoid", "relu", "gelu"}) unary(op, -2, 2);
+  for (const char* op : {"neg", "exp", "tanh", "sigmoid", "relu", "gelu", "erf"}) unary(op, -2, 2);
   for (const char* op : {"log", "sqrt", "rsqrt"}) unary(op, 0.2, 3);
   for (const char* op : {"add", "sub", "mul", "div", "lt", "le", "gt", "ge", "eq", "ne"}) {
     std::string name = op;

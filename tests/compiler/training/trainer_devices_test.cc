@@ -11,8 +11,8 @@
 #include "compiler/training/reference_training.h"
 #include "compiler/training/trainer.h"
 #include "runtime/device_context.h"
+#include "tests/common/test_util.h"
 #include "tests/compiler/training/benchmark_models.h"
-#include "tests/runtime/device_test_util.h"
 
 namespace grove::compiler::training {
 namespace {

@@ -16,8 +16,8 @@
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
+#include "tests/common/test_util.h"
 #include "tests/runtime/allocation_counter.h"
-#include "tests/runtime/device_test_util.h"
 
 namespace grove::cudagraph_trees::backend {
 namespace {

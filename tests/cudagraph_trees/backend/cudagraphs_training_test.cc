@@ -89,6 +89,44 @@ TEST(CudagraphsTraining, SmallMlpAdamWMatchesEagerBitwiseOverFiveSteps) {
 // Note [Implicit generator]: a forward drawing dropout masks from the device's
 // generator trains bitwise like eager under the same seeds (the backward
 // reuses the forward's saved offsets), and each step draws a new mask.
+// Micro-batches: two forwards, then their two backwards (in both orders), and
+// an ordinary step between rounds; the second forward must not end the
+// first's generation (its saved activations stay readable), and every loss
+// and gradient equals eager's.
+TEST(CudagraphsTraining, MicroBatchForwardsThenBackwardsMatchEagerBitwise) {
+  register_cudagraphs_backend();
+  reset_tree_managers();
+  ValueId loss;
+  compiler::ir::Program model = small_mlp(&loss);
+  Trainer eager(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kAdamW});
+  Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = OptimizerKind::kAdamW});
+  Hyperparameters hyper;
+  hyper.lr = 0.01;
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 6; ++round) {
+    TensorList first = {random_tensor({4, 6}, rng), random_tensor({4, 3}, rng)};
+    TensorList second = {random_tensor({4, 6}, rng), random_tensor({4, 3}, rng)};
+    std::vector<std::vector<double>> losses[2];
+    for (Trainer* trainer : {&eager, &graphs}) {
+      Trainer::PendingBackward a = trainer->forward(first);
+      Trainer::PendingBackward b = trainer->forward(second);
+      trainer->backward(round % 2 == 0 ? a : b);
+      trainer->backward(round % 2 == 0 ? b : a);
+      losses[trainer == &graphs].push_back(a.loss.to_doubles());
+      losses[trainer == &graphs].push_back(b.loss.to_doubles());
+    }
+    EXPECT_EQ(losses[1], losses[0]) << "micro-batch losses in round " << round;
+    for (const std::string& name : eager.state_names()) {
+      expect_same_state(eager, graphs, name, static_cast<size_t>(round));
+    }
+    TensorList inputs = {random_tensor({4, 6}, rng), random_tensor({4, 3}, rng)};
+    EXPECT_EQ(graphs.step(inputs, hyper).to_doubles(), eager.step(inputs, hyper).to_doubles())
+        << "step after round " << round;
+  }
+  EXPECT_GT(tree_manager_for(kSimDevice).counters().replays, 0u);
+  reset_tree_managers();
+}
+
 TEST(CudagraphsTraining, ImplicitDropoutMatchesEagerBitwiseAndDrawsANewMaskEachStep) {
   register_cudagraphs_backend();
   reset_tree_managers();

@@ -1,4 +1,4 @@
-#include "tests/runtime/device_test_util.h"
+#include "tests/common/test_util.h"
 
 #include <cstdlib>
 #include <string_view>
@@ -55,6 +55,12 @@ std::vector<int64_t> random_ints(std::mt19937& rng, size_t count, int64_t low, i
     } while (value == 0);
   }
   return values;
+}
+
+runtime::Tensor random_tensor(std::mt19937& rng, const runtime::Shape& shape,
+                              runtime::Device device) {
+  return runtime::Tensor::from_vector(
+      random_floats(rng, static_cast<size_t>(runtime::shape_numel(shape))), shape, device);
 }
 
 }  // namespace grove::testing

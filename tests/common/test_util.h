@@ -1,6 +1,7 @@
-// Helpers for tests that run once per device: the devices to run on (sim
-// always, cuda:0 too), a fixture that skips cuda when the machine has no CUDA
-// device, and seeded random inputs whose seed is printed on failure.
+// Helpers every test may use: the devices to run on (sim always, cuda:0 too),
+// a fixture that skips cuda when the machine has no CUDA device, seeded random
+// inputs and tensors whose seed is printed on failure, expected errors with
+// their messages, and environment variables set for one scope.
 //
 //   class MyTest : public grove::testing::DeviceTest {};
 //   TEST_P(MyTest, DoesSomething) { runtime::Device device = GetParam(); ... }
@@ -10,11 +11,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "runtime/device.h"
+#include "runtime/tensor.h"
 
 namespace grove::testing {
 
@@ -50,6 +55,39 @@ std::vector<float> random_floats(std::mt19937& rng, size_t count, float low = -4
                                  float high = 4.0f);
 // `count` integers uniform in [low, high] with none zero (requires a nonzero in range).
 std::vector<int64_t> random_ints(std::mt19937& rng, size_t count, int64_t low, int64_t high);
+// An f32 tensor of `shape` on `device` holding random_floats().
+runtime::Tensor random_tensor(std::mt19937& rng, const runtime::Shape& shape,
+                              runtime::Device device = runtime::kSimDevice);
+
+// Expects `call` to throw ErrorType (or a subclass) whose message contains
+// every one of `needles`; another exception, or none, is a failure.
+template <typename ErrorType>
+void expect_error(const std::function<void()>& call, std::initializer_list<std::string> needles) {
+  try {
+    call();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const ErrorType& error) {
+    const std::string message = error.what();
+    for (const std::string& needle : needles) {
+      EXPECT_NE(message.find(needle), std::string::npos)
+          << "message lacks '" << needle << "': " << message;
+    }
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "wrong error type: " << error.what();
+  }
+}
+
+// Sets an environment variable for one scope, then unsets it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
 
 }  // namespace grove::testing
 

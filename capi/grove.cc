@@ -1,0 +1,371 @@
+// The C API over CompiledModel (compiler/backends/compile.h), the one door to
+// grove's backends: compiling, running and the model's queries. Every entry
+// point runs in run_api (Note [No exception crosses the C API]).
+#include "capi/grove.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "capi/api_support.h"
+#include "compiler/backends/compile.h"
+#include "compiler/model_format/model_json.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+
+namespace {
+
+using grove::str_cat;
+using grove::capi::InvalidArgument;
+using grove::capi::live;
+using grove::capi::release_all;
+using grove::capi::require;
+using grove::capi::run_api;
+using grove::capi::Subject;
+using grove::capi::view_of;
+using grove::runtime::Device;
+using grove::runtime::DType;
+using grove::runtime::Tensor;
+namespace backends = grove::compiler::backends;
+
+backends::CompileOptions parse_options(const char* options_json,
+                                       grove::compiler::model_format::DimBindings* dims,
+                                       Device* device) {
+  backends::CompileOptions options;
+  *device = grove::runtime::default_device();
+  if (options_json == nullptr || *options_json == '\0') return options;
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(options_json);
+  } catch (const nlohmann::json::exception& error) {
+    throw InvalidArgument(str_cat("options are not JSON: ", error.what()));
+  }
+  require(json.is_object(), "options must be a JSON object, found ", json.type_name());
+  for (const auto& [key, value] : json.items()) {
+    if (key == "backend") {
+      require(value.is_string(), "option 'backend' must be a string");
+      options.backend = value.get<std::string>();
+    } else if (key == "device") {
+      require(value.is_string(), "option 'device' must be a string such as \"sim:0\"");
+      *device = Device::parse(value.get<std::string>());
+    } else if (key == "dims") {
+      require(value.is_object(), "option 'dims' must map dimension names to integers");
+      for (const auto& [name, size] : value.items()) {
+        require(size.is_number_integer(), "option 'dims': '", name, "' must be an integer");
+        (*dims)[name] = size.get<int64_t>();
+      }
+    } else if (key == "never_capture" || key == "skip_warmup") {
+      require(value.is_boolean(), "option '", key, "' must be true or false");
+      (key == "never_capture" ? options.never_capture : options.skip_warmup) = value.get<bool>();
+    } else {
+      throw InvalidArgument(str_cat("unknown option '", key,
+                                    "' (known: backend, device, dims, never_capture, "
+                                    "skip_warmup)"));
+    }
+  }
+  options.device = *device;
+  return options;
+}
+
+// Note [Borrowed inputs]: an input described with a NULL release is borrowed
+// for the call only, and costs the caller nothing per call (no callback). After
+// the call grove must not view it any more: a storage that someone besides the
+// call still holds (an output that is a view of the input; the backends keep
+// only weak references) is pointed at a device copy of its bytes
+// (Storage::rebind), so that output stays valid when the caller frees the
+// input. Counted by grove_model_borrowed_copies. Guarded by
+// CApi.OutputViewingABorrowedInputGetsACopy and
+// CApi.BorrowedInputsAreNotCopiedWhenNothingViewsThem.
+void detach_borrowed(grove_model& model, const std::vector<grove::runtime::StoragePtr>& borrowed) {
+  for (const grove::runtime::StoragePtr& storage : borrowed) {
+    if (storage.use_count() <= 1) continue;
+    const size_t nbytes = storage->nbytes();
+    Tensor copy = Tensor::empty({static_cast<int64_t>(nbytes)}, DType::kBool, storage->device());
+    grove::runtime::DeviceContext& context = grove::runtime::device_context(storage->device());
+    if (nbytes > 0) {
+      context.backend().copy_async(copy.data_ptr(), storage->data(), nbytes,
+                                   grove::runtime::CopyKind::kDeviceToDevice,
+                                   context.current_stream());
+    }
+    storage->rebind(copy.data_ptr(), copy.storage()->release_owner());
+    ++model.borrowed_copies;
+  }
+}
+
+// Runs the model on caller-described inputs; `handed` counts the descriptions
+// whose release grove owns (the rest are released by the caller of this).
+grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_desc* inputs,
+                                      size_t input_count, void* stream, size_t capacity,
+                                      size_t* handed) {
+  require(inputs != nullptr || input_count == 0, input_count, " inputs but the array is null");
+  require(model.output_count <= capacity, "the model returns ", model.output_count,
+          " outputs but `outputs` holds ", capacity);
+  const Device device = model.device;
+  require(stream == nullptr || device.is_cuda(), "a stream was given but the model runs on ",
+          device.str(), "; pass NULL (only cuda models run on a caller's stream)");
+  grove::compiler::TensorList tensors;
+  tensors.reserve(input_count);
+  std::vector<grove::runtime::StoragePtr> borrowed;
+  for (; *handed < input_count;) {
+    const size_t index = (*handed)++;
+    const std::string* name =
+        index < model.input_names.size() ? &model.input_names[index] : nullptr;
+    tensors.push_back(view_of(inputs[index], Subject{"input", index, name}));
+    if (inputs[index].release == nullptr) borrowed.push_back(tensors.back().storage());
+  }
+  std::optional<grove::runtime::StreamGuard> on_stream;
+  if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});
+  grove::compiler::TensorList results = (*model.compiled)(tensors);
+  tensors.clear();
+  if (!borrowed.empty()) detach_borrowed(model, borrowed);
+  GROVE_CHECK(results.size() <= capacity, "the model returned ", results.size(),
+              " outputs, more than the ", capacity, " it declared");
+  return results;
+}
+
+}  // namespace
+
+extern "C" {
+
+int grove_capi_version(void) { return GROVE_CAPI_VERSION; }
+
+grove_status grove_compile(const char* program_json, const char* options_json,
+                           const grove_state_binding* bindings, size_t binding_count,
+                           grove_model** model) {
+  size_t handed = 0;  // bindings whose release grove owns
+  grove_status status = run_api("grove_compile", [&] {
+    require(model != nullptr, "the output pointer `model` is null");
+    *model = nullptr;
+    require(program_json != nullptr, "the program text is null");
+    require(bindings != nullptr || binding_count == 0, binding_count,
+            " bindings but the array is null");
+    grove::compiler::model_format::DimBindings dims;
+    Device device;
+    backends::CompileOptions options = parse_options(options_json, &dims, &device);
+    grove::compiler::ir::Program program =
+        grove::compiler::model_format::load_model(program_json, dims, device);
+    std::map<std::string, Tensor> bound;
+    for (size_t i = 0; i < binding_count; ++i) {
+      const grove_state_binding& binding = bindings[i];
+      handed = i + 1;  // view_of owns this binding's release from here on
+      const std::string name = binding.name != nullptr ? binding.name : "";
+      const Subject what{"binding", i, &name};
+      Tensor tensor = view_of(binding.tensor, what);
+      require(binding.name != nullptr, what, ": the name is null");
+      require(bound.count(binding.name) == 0, what, ": '", binding.name, "' is bound twice");
+      bound.emplace(binding.name, std::move(tensor));
+    }
+    for (const auto& [name, tensor] : bound) {
+      bool known = false;
+      for (grove::compiler::ir::ValueId id : program.inputs()) {
+        const auto& value = program.value(id);
+        if (value.name == name && value.is_persistent()) known = true;
+      }
+      require(known, "binding '", name, "': the program '", program.name(),
+              "' has no param or buffer of that name");
+      require(tensor.is_contiguous(), "binding '", name,
+              "': bound params and buffers must be contiguous (the tree checks their address, "
+              "never copies them); pass a contiguous tensor");
+    }
+    backends::StateBinder bind = [&](const grove::compiler::ir::Value& value) {
+      auto found = bound.find(value.name);
+      if (found == bound.end()) return backends::initial_tensor(value, device);
+      const Tensor& tensor = found->second;
+      GROVE_CHECK_AS(grove::ShapeError,
+                     tensor.device() == value.type.device && tensor.dtype() == value.type.dtype &&
+                         tensor.shape() == value.type.shape,
+                     "binding '", value.name,
+                     "': ", grove::compiler::ir::value_kind_name(value.kind), " of type ",
+                     value.type.str(), " is bound to a ",
+                     grove::runtime::dtype_name(tensor.dtype()), " tensor of shape ",
+                     grove::runtime::shape_str(tensor.shape()), " on ", tensor.device().str());
+      return tensor;
+    };
+    auto result = std::make_unique<grove_model>();
+    result->device = device;
+    result->compiled.emplace(
+        backends::compile(program, options, bind, backends::make_backend(options.backend)));
+    result->input_names = result->compiled->input_names();
+    const auto& program_outputs = result->compiled->program().outputs();
+    result->output_count = program_outputs.size();
+    for (grove::compiler::ir::ValueId id : program_outputs) {
+      result->output_dtypes.push_back(
+          static_cast<int32_t>(result->compiled->program().value(id).type.dtype));
+    }
+    *model = result.release();
+  });
+  if (status != GROVE_OK) {
+    // Descriptions not yet handed to grove are released here, so each
+    // binding's release runs exactly once whatever failed.
+    for (size_t i = handed; i < binding_count && bindings != nullptr; ++i) {
+      if (bindings[i].tensor.release != nullptr)
+        bindings[i].tensor.release(bindings[i].tensor.release_context);
+    }
+  }
+  return status;
+}
+
+void grove_model_destroy(grove_model* model) {
+  try {
+    delete model;
+  } catch (...) {
+    grove::capi::last_error() = "grove_model_destroy: an exception while destroying the model";
+  }
+}
+
+grove_status grove_model_input_count(const grove_model* model, size_t* count) {
+  return run_api("grove_model_input_count", [&] {
+    require(count != nullptr, "the output pointer `count` is null");
+    *count = live(model).input_names.size();
+  });
+}
+
+grove_status grove_model_input_name(const grove_model* model, size_t index, const char** name) {
+  return run_api("grove_model_input_name", [&] {
+    require(name != nullptr, "the output pointer `name` is null");
+    const grove_model& checked_model = live(model);
+    require(index < checked_model.input_names.size(), "input index ", index,
+            " is out of range; the model has ", checked_model.input_names.size(), " inputs");
+    *name = checked_model.input_names[index].c_str();
+  });
+}
+
+grove_status grove_model_output_count(const grove_model* model, size_t* count) {
+  return run_api("grove_model_output_count", [&] {
+    require(count != nullptr, "the output pointer `count` is null");
+    *count = live(model).output_count;
+  });
+}
+
+grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs,
+                             size_t input_count, void* stream, grove_tensor** outputs,
+                             size_t capacity, size_t* count) {
+  size_t handed = 0;  // descriptions whose release grove owns
+  grove_status status = run_api("grove_model_run", [&] {
+    require(count != nullptr, "the output pointer `count` is null");
+    *count = 0;
+    require(model != nullptr, "the model handle is null");
+    require(outputs != nullptr || capacity == 0, "capacity ", capacity,
+            " but the outputs array is null");
+    grove::compiler::TensorList results =
+        run_model(*model, inputs, input_count, stream, capacity, &handed);
+    std::vector<std::unique_ptr<grove_tensor>> handles;
+    handles.reserve(results.size());
+    for (Tensor& result : results) {
+      handles.push_back(std::make_unique<grove_tensor>(grove_tensor{std::move(result)}));
+    }
+    for (size_t i = 0; i < handles.size(); ++i) outputs[i] = handles[i].release();
+    *count = handles.size();
+  });
+  if (status != GROVE_OK) release_all(inputs, input_count, handed);
+  return status;
+}
+
+grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc* inputs,
+                                    size_t input_count, void* stream, void** managed,
+                                    size_t capacity, size_t* count) {
+  size_t handed = 0;
+  grove_status status = run_api("grove_model_run_dlpack", [&] {
+    require(count != nullptr, "the output pointer `count` is null");
+    *count = 0;
+    require(model != nullptr, "the model handle is null");
+    require(managed != nullptr || capacity == 0, "capacity ", capacity,
+            " but the `managed` array is null");
+    grove::compiler::TensorList results =
+        run_model(*model, inputs, input_count, stream, capacity, &handed);
+    std::vector<DLManagedTensor*> made;
+    made.reserve(results.size());
+    try {
+      for (const Tensor& result : results) made.push_back(grove::capi::to_dlpack(result));
+    } catch (...) {
+      for (DLManagedTensor* tensor : made) tensor->deleter(tensor);
+      throw;
+    }
+    for (size_t i = 0; i < made.size(); ++i) managed[i] = made[i];
+    *count = made.size();
+  });
+  if (status != GROVE_OK) release_all(inputs, input_count, handed);
+  return status;
+}
+
+grove_status grove_model_output_dtype(const grove_model* model, size_t index, int32_t* dtype) {
+  return run_api("grove_model_output_dtype", [&] {
+    require(dtype != nullptr, "the output pointer `dtype` is null");
+    const grove_model& checked_model = live(model);
+    require(index < checked_model.output_dtypes.size(), "output index ", index,
+            " is out of range; the model has ", checked_model.output_dtypes.size(), " outputs");
+    *dtype = checked_model.output_dtypes[index];
+  });
+}
+
+grove_status grove_model_borrowed_copies(const grove_model* model, int64_t* count) {
+  return run_api("grove_model_borrowed_copies", [&] {
+    require(count != nullptr, "the output pointer `count` is null");
+    *count = live(model).borrowed_copies.load();
+  });
+}
+
+grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* inputs,
+                                   size_t input_count, void* stream, int64_t calls,
+                                   double* seconds_per_call) {
+  size_t handed = 0;
+  grove_status status = run_api("grove_model_time_runs", [&] {
+    require(seconds_per_call != nullptr, "the output pointer `seconds_per_call` is null");
+    const grove_model& checked_model = live(model);
+    require(calls > 0, "calls must be positive, found ", calls);
+    require(inputs != nullptr || input_count == 0, input_count, " inputs but the array is null");
+    const Device device = checked_model.device;
+    require(stream == nullptr || device.is_cuda(), "a stream was given but the model runs on ",
+            device.str(), "; pass NULL");
+    grove::compiler::TensorList tensors;
+    for (; handed < input_count;) {
+      const size_t index = handed++;
+      tensors.push_back(view_of(inputs[index], Subject{"input", index, nullptr}));
+    }
+    std::optional<grove::runtime::StreamGuard> on_stream;
+    if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});
+    const auto& compiled = *checked_model.compiled;
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t call = 0; call < calls; ++call) compiled(tensors);
+    grove::runtime::DeviceContext& context = grove::runtime::device_context(device);
+    context.backend().synchronize_stream(context.current_stream());
+    *seconds_per_call =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+        static_cast<double>(calls);
+  });
+  if (status != GROVE_OK) release_all(inputs, input_count, handed);
+  return status;
+}
+
+grove_status grove_model_state(const grove_model* model, const char* name, grove_tensor** tensor) {
+  return run_api("grove_model_state", [&] {
+    require(tensor != nullptr, "the output pointer `tensor` is null");
+    require(name != nullptr, "the state name is null");
+    *tensor = new grove_tensor{live(model).compiled->state(name)};
+  });
+}
+
+grove_status grove_model_mark_step_begin(grove_model* model) {
+  return run_api("grove_model_mark_step_begin", [&] { live(model).compiled->mark_step_begin(); });
+}
+
+grove_status grove_model_stats_json(const grove_model* model, char** text) {
+  return run_api("grove_model_stats_json", [&] {
+    require(text != nullptr, "the output pointer `text` is null");
+    *text = grove::capi::copy_string(live(model).compiled->backend_stats());
+  });
+}
+
+grove_status grove_model_dot(const grove_model* model, char** text) {
+  return run_api("grove_model_dot", [&] {
+    require(text != nullptr, "the output pointer `text` is null");
+    *text = grove::capi::copy_string(live(model).compiled->backend_dot());
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,192 @@
+/* grove's C API (libgrove.so): compile a grove JSON program and run it on
+ * tensors the caller owns, with nothing copied in or out.
+ *
+ *   grove_model* model;
+ *   if (grove_compile(program_json, "{\"backend\": \"cudagraphs\"}", NULL, 0, &model) != GROVE_OK)
+ *     fprintf(stderr, "%s\n", grove_last_error());
+ *   grove_tensor_desc x = {data, GROVE_F32, GROVE_DEVICE_CUDA, 0, 2, shape, NULL, NULL, NULL};
+ *   grove_tensor* y;
+ *   size_t count;
+ *   grove_model_run(model, &x, 1, stream, &y, 1, &count);
+ *   ... grove_tensor_to_dlpack(y, &managed) or grove_tensor_data(y, &pointer) ...
+ *   grove_tensor_destroy(y);
+ *   grove_model_destroy(model);
+ *
+ * Every call returns a grove_status; on failure grove_last_error() holds a
+ * message (thread-local, valid until the thread's next failing call) naming
+ * what was wrong. No C++ exception ever leaves this library. Handles are
+ * opaque and each kind has its destroy call; destroying NULL does nothing.
+ * The layout of the structs below is part of the ABI (python/grove mirrors it
+ * with ctypes): fields are only ever appended.
+ */
+#ifndef GROVE_CAPI_GROVE_H_
+#define GROVE_CAPI_GROVE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GROVE_CAPI_VERSION 1
+
+typedef enum grove_status {
+  GROVE_OK = 0,
+  GROVE_ERROR_INVALID_ARGUMENT = 1, /* a null pointer, a count, an unknown name */
+  GROVE_ERROR_SHAPE = 2,
+  GROVE_ERROR_DTYPE = 3,
+  GROVE_ERROR_DEVICE = 4,
+  GROVE_ERROR_STALE = 5, /* a tensor a later replay overwrote or a finished step freed */
+  GROVE_ERROR_MODEL_FORMAT = 6,
+  GROVE_ERROR_OUT_OF_MEMORY = 7,
+  GROVE_ERROR_CAPACITY = 8, /* an output array too small; *count says how many are needed */
+  GROVE_ERROR_INTERNAL = 9  /* any other grove::Error or C++ exception */
+} grove_status;
+
+/* Values match grove::runtime::DType. */
+typedef enum grove_dtype {
+  GROVE_F32 = 0,
+  GROVE_F16 = 1,
+  GROVE_BF16 = 2,
+  GROVE_I32 = 3,
+  GROVE_I64 = 4,
+  GROVE_BOOL = 5,
+  GROVE_F64 = 6
+} grove_dtype;
+
+/* Values match grove::runtime::DeviceType. sim memory is host memory. */
+typedef enum grove_device_type {
+  GROVE_DEVICE_CPU = 0,
+  GROVE_DEVICE_SIM = 1,
+  GROVE_DEVICE_CUDA = 2
+} grove_device_type;
+
+/* A tensor the caller owns. grove views `data` without copying; when it no
+ * longer needs the memory (the last grove view is gone) it calls
+ * release(release_context) exactly once, on success or failure of the call
+ * that was handed the description. NULL release: the memory is borrowed, and
+ * the caller keeps it alive for the whole call or, for bound params, the
+ * model's life; an output of a run that would still view a borrowed input
+ * after the call (a view of it) gets a copy of it instead (Note [Borrowed
+ * inputs], capi/grove.cc). */
+typedef struct grove_tensor_desc {
+  void* data;
+  int32_t dtype;       /* grove_dtype */
+  int32_t device_type; /* grove_device_type */
+  int32_t device_index;
+  int32_t rank;           /* 0..8 */
+  const int64_t* shape;   /* rank entries (may be NULL when rank is 0) */
+  const int64_t* strides; /* rank entries in elements, or NULL for contiguous */
+  void (*release)(void* release_context);
+  void* release_context;
+} grove_tensor_desc;
+
+/* A param or buffer bound to caller memory at compile time: the model reads
+ * (and, for buffers updated in place, writes) that memory on every call and
+ * never copies it; the tree of CUDA graphs checks its address before replay. */
+typedef struct grove_state_binding {
+  const char* name;
+  grove_tensor_desc tensor;
+} grove_state_binding;
+
+typedef struct grove_model grove_model;
+typedef struct grove_tensor grove_tensor;
+
+/* The message of the calling thread's last failing call ("" if none). */
+const char* grove_last_error(void);
+int grove_capi_version(void);
+
+/* Compiles `program_json` (grove's JSON model format) with `options_json`
+ * (NULL or "{}" for defaults): {"backend": "eager" | "cudagraphs",
+ * "device": "sim:0" | "cuda:0" | ..., "dims": {"batch": 4},
+ * "never_capture": bool, "skip_warmup": bool}. Params and buffers named in
+ * `bindings` view the caller's memory (which must be contiguous and match the
+ * declared type); the others start from their initializers. */
+grove_status grove_compile(const char* program_json, const char* options_json,
+                           const grove_state_binding* bindings, size_t binding_count,
+                           grove_model** model);
+void grove_model_destroy(grove_model* model);
+
+grove_status grove_model_input_count(const grove_model* model, size_t* count);
+/* The name of input `index`; the pointer lives as long as the model. */
+grove_status grove_model_input_name(const grove_model* model, size_t index, const char** name);
+grove_status grove_model_output_count(const grove_model* model, size_t* count);
+
+/* Runs the model on `inputs` (the program's inputs in order). On cuda the
+ * work is ordered on `stream` (a cudaStream_t; NULL is the legacy default
+ * stream, PyTorch's default); on sim and cpu `stream` must be NULL. Writes up
+ * to `capacity` new output handles into `outputs` and their number into
+ * `*count`. Every descriptor's release runs exactly once whatever happens. */
+grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs,
+                             size_t input_count, void* stream, grove_tensor** outputs,
+                             size_t capacity, size_t* count);
+
+/* Runs the model `calls` times on `inputs` from C++ (outputs dropped, the
+ * stream synchronized at the end) and writes the mean wall time of one call
+ * in seconds: what the same call costs without the caller's language, for
+ * benchmarks that measure their own side's overhead. The inputs are viewed
+ * for the whole loop; their release runs once, after it. */
+grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* inputs,
+                                   size_t input_count, void* stream, int64_t calls,
+                                   double* seconds_per_call);
+
+/* grove_model_run whose outputs are DLManagedTensor* (DLPack 0.6, as
+ * grove_tensor_to_dlpack makes them), one per output, written to `managed`:
+ * the call a binding makes on its fast path, without output handles. */
+grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc* inputs,
+                                    size_t input_count, void* stream, void** managed,
+                                    size_t capacity, size_t* count);
+/* GROVE_OK while the memory of a DLManagedTensor grove made may be read;
+ * GROVE_ERROR_STALE (with the reason) once a later replay overwrote it or its
+ * step ended. The tensor must still be alive (its deleter not yet called). */
+grove_status grove_dlpack_check(const void* managed_tensor);
+/* The dtype (grove_dtype) of output `index`, known at compile time. */
+grove_status grove_model_output_dtype(const grove_model* model, size_t index, int32_t* dtype);
+/* How many borrowed inputs (NULL release) were copied because an output still
+ * viewed them after a call (Note [Borrowed inputs]). */
+grove_status grove_model_borrowed_copies(const grove_model* model, int64_t* count);
+
+/* A new handle to param or buffer `name`. */
+grove_status grove_model_state(const grove_model* model, const char* name, grove_tensor** tensor);
+
+/* Starts a new step: outputs of earlier calls may be overwritten by later ones. */
+grove_status grove_model_mark_step_begin(grove_model* model);
+/* The backend's stats as JSON and its Graphviz picture: new strings freed
+ * with grove_string_free. */
+grove_status grove_model_stats_json(const grove_model* model, char** text);
+grove_status grove_model_dot(const grove_model* model, char** text);
+void grove_string_free(char* text);
+
+/* Output tensors. A handle holds a reference: the memory stays grove's until
+ * every handle and every DLPack tensor made from it is gone. */
+void grove_tensor_destroy(grove_tensor* tensor);
+grove_status grove_tensor_dtype(const grove_tensor* tensor, int32_t* dtype);
+grove_status grove_tensor_device(const grove_tensor* tensor, int32_t* device_type,
+                                 int32_t* device_index);
+grove_status grove_tensor_rank(const grove_tensor* tensor, int32_t* rank);
+/* Copies rank entries each into shape / strides (in elements). */
+grove_status grove_tensor_shape(const grove_tensor* tensor, int64_t* shape);
+grove_status grove_tensor_strides(const grove_tensor* tensor, int64_t* strides);
+/* The address of element 0; GROVE_ERROR_STALE when a later replay overwrote
+ * the memory or the step that made it ended (the message says which). */
+grove_status grove_tensor_data(const grove_tensor* tensor, void** data);
+/* *valid = 1 while the data may be read, 0 once it is stale; then
+ * grove_tensor_data fails with the reason. Never fails for a live handle. */
+grove_status grove_tensor_is_valid(const grove_tensor* tensor, int32_t* valid);
+/* Copies the elements, in row-major order, into `host` (nbytes must be
+ * numel * element size); synchronous. */
+grove_status grove_tensor_copy_to_host(const grove_tensor* tensor, void* host, size_t nbytes);
+
+/* A DLManagedTensor* (DLPack 0.6, <dlpack/dlpack.h>) viewing the tensor's
+ * memory with a reference of its own; its deleter releases that reference.
+ * sim tensors are reported as kDLCPU (their memory is host memory), cuda ones
+ * as kDLCUDA. Fails with GROVE_ERROR_STALE on stale data: check
+ * grove_tensor_is_valid before every later read (python/grove does). */
+grove_status grove_tensor_to_dlpack(const grove_tensor* tensor, void** managed_tensor);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GROVE_CAPI_GROVE_H_ */

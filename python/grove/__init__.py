@@ -1,0 +1,458 @@
+"""grove from Python: compile a grove JSON program and run it on NumPy arrays
+or PyTorch tensors, through libgrove.so's C API (ctypes; no compiled module,
+so one package serves any Python 3 and any PyTorch build).
+
+    import grove
+    model = grove.compile(program_json, backend="cudagraphs", device="sim")
+    (y,) = model(x)            # x: a torch tensor or numpy array; y: the same kind
+
+Inputs and bound params are viewed, never copied (Model.state(name).data_ptr()
+is the caller's pointer). Outputs come back through DLPack without a copy
+(Note [Kept outputs through DLPack] below).
+"""
+
+import ctypes
+import itertools
+import json
+import weakref
+
+from grove import _capi
+from grove._capi import GroveError, StaleOutputError
+
+__all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output"]
+
+# Note [Kept outputs through DLPack]: a replay of a CUDA graph writes its outputs
+# into the same memory every time, so an output the caller still holds is
+# overwritten by the next replay (the tree marks its storage: Note [Kept replay
+# outputs], cudagraph_trees). DLPack hands PyTorch a bare pointer, so after each
+# call the model asks grove (grove_tensor_is_valid) about every earlier output
+# that is still alive and, where PyTorch has the storage hook
+# (torch._C._set_storage_access_error_msg, PyTorch >= 2.1), makes any access to
+# an overwritten one raise with grove's message, as PyTorch's own cudagraph
+# trees do. Where there is no hook (older PyTorch, NumPy) the outputs of a
+# graph backend are copied before they are returned, so nothing the caller holds
+# is ever overwritten; eager outputs are fresh memory and never copied. Guarded
+# by ModelTest.test_kept_outputs_of_a_graph_backend_never_change_under_the_caller
+# and ModelTest.test_overwritten_output_raises_through_the_storage_hook
+# (tests/python/model_test.py).
+
+_held = {}
+_tokens = itertools.count(1)
+
+
+def _release(context):
+    _held.pop(context, None)
+
+
+_release_callback = _capi.RELEASE(_release)
+
+
+def _hold(obj):
+    token = next(_tokens)
+    _held[token] = obj
+    return token
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+_TENSOR_TYPE = None
+
+
+def _is_torch(value):
+    global _TENSOR_TYPE
+    if _TENSOR_TYPE is None:
+        torch = _torch()
+        _TENSOR_TYPE = torch.Tensor if torch is not None else type(None)
+    return isinstance(value, _TENSOR_TYPE) and _TENSOR_TYPE is not type(None)
+
+
+_TORCH_DTYPES = None
+
+
+def _torch_dtype_codes():
+    global _TORCH_DTYPES
+    if _TORCH_DTYPES is None:
+        torch = _torch()
+        _TORCH_DTYPES = {
+            torch.float32: _capi.F32,
+            torch.float16: _capi.F16,
+            torch.bfloat16: _capi.BF16,
+            torch.int32: _capi.I32,
+            torch.int64: _capi.I64,
+            torch.bool: _capi.BOOL,
+            torch.float64: _capi.F64,
+        }
+    return _TORCH_DTYPES
+
+
+_NUMPY_DTYPES = {"float32": _capi.F32, "float16": _capi.F16, "int32": _capi.I32,
+                 "int64": _capi.I64, "bool": _capi.BOOL, "float64": _capi.F64}
+
+
+def _parse_device(device):
+    text = str(device)
+    kind, _, index = text.partition(":")
+    codes = {"cpu": _capi.DEVICE_CPU, "sim": _capi.DEVICE_SIM, "cuda": _capi.DEVICE_CUDA}
+    if kind not in codes:
+        raise ValueError("grove: unknown device %r (use 'sim', 'cuda' or 'cuda:N')" % text)
+    return codes[kind], int(index or 0)
+
+
+def describe(value, host_device, what, release=True):
+    """A TensorDesc viewing `value` (a torch tensor or numpy array) and the
+    objects that must stay alive while the description is in use. Host memory
+    is described as `host_device` (sim memory is host memory)."""
+    if _is_torch(value):
+        codes = _torch_dtype_codes()
+        if value.dtype not in codes:
+            raise TypeError("grove: %s has dtype %s, which grove does not take" % (what, value.dtype))
+        dtype = codes[value.dtype]
+        if value.is_cuda:
+            device = (_capi.DEVICE_CUDA, value.device.index or 0)
+        elif value.device.type == "cpu":
+            device = host_device
+        else:
+            raise TypeError("grove: %s is on %s; grove takes cpu (as sim) and cuda tensors"
+                            % (what, value.device))
+        shape, strides, data = tuple(value.shape), value.stride(), value.data_ptr()
+    else:
+        import numpy
+
+        array = value if isinstance(value, numpy.ndarray) else numpy.asarray(value)
+        name = str(array.dtype)
+        if name not in _NUMPY_DTYPES:
+            raise TypeError("grove: %s has dtype %s, which grove does not take" % (what, name))
+        dtype = _NUMPY_DTYPES[name]
+        device = host_device
+        size = array.itemsize
+        if any(stride % size for stride in array.strides):
+            raise ValueError("grove: %s has strides %s that are not whole elements"
+                             % (what, array.strides))
+        shape, strides = array.shape, tuple(stride // size for stride in array.strides)
+        data = array.ctypes.data
+        value = array
+    rank = len(shape)
+    shape_array = (ctypes.c_int64 * max(rank, 1))(*shape)
+    stride_array = (ctypes.c_int64 * max(rank, 1))(*strides)
+    desc = _capi.TensorDesc(data, dtype, device[0], device[1], rank, shape_array, stride_array)
+    if release:
+        desc.release = _release_callback
+        # A torch tensor is held through an alias of its storage, so a later
+        # `param.data = other` cannot free the memory grove still reads.
+        desc.release_context = _hold(value.detach() if _is_torch(value) else value)
+    return desc, (shape_array, stride_array, value)
+
+
+class Output:
+    """An output tensor grove still holds (a C API handle)."""
+
+    def __init__(self, handle):
+        self._handle = ctypes.c_void_p(handle)
+
+    def __del__(self):
+        lib = _capi._library
+        if lib is not None and self._handle:
+            lib.grove_tensor_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def _get(self, function, ctype):
+        value = ctype()
+        _capi.check(function(self._handle, ctypes.byref(value)))
+        return value.value
+
+    @property
+    def valid(self):
+        return bool(self._get(_capi.library().grove_tensor_is_valid, ctypes.c_int32))
+
+    @property
+    def dtype(self):
+        return _capi.DTYPE_NAMES[self._get(_capi.library().grove_tensor_dtype, ctypes.c_int32)]
+
+    @property
+    def shape(self):
+        lib = _capi.library()
+        rank = self._get(lib.grove_tensor_rank, ctypes.c_int32)
+        shape = (ctypes.c_int64 * max(rank, 1))()
+        _capi.check(lib.grove_tensor_shape(self._handle, shape))
+        return tuple(shape[:rank])
+
+    def data_ptr(self):
+        return self._get(_capi.library().grove_tensor_data, ctypes.c_void_p) or 0
+
+    def _capsule(self):
+        managed = ctypes.c_void_p()
+        _capi.check(_capi.library().grove_tensor_to_dlpack(self._handle, ctypes.byref(managed)))
+        return _new_capsule(managed.value)
+
+    def to_torch(self):
+        """A torch tensor over the same memory (no copy)."""
+        from torch.utils import dlpack
+
+        tensor = dlpack.from_dlpack(self._capsule())
+        if self.dtype == "bool":
+            tensor = tensor.view(_torch().bool)
+        return tensor
+
+    def to_numpy(self):
+        """A numpy array over the same memory (no copy; host and sim tensors only)."""
+        import numpy
+
+        array = numpy.from_dlpack(_DlpackExporter(self))
+        if self.dtype == "bool":
+            array = array.view(numpy.bool_)
+        return array
+
+
+class _DlpackExporter:
+    def __init__(self, output):
+        self._output = output
+
+    def __dlpack__(self, stream=None):
+        return self._output._capsule()
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU: numpy takes host memory only
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def _new_capsule(pointer):
+    return _capsule_new(pointer, b"dltensor", None)
+
+
+_FROM_DLPACK = None
+
+
+def _from_dlpack():
+    global _FROM_DLPACK
+    if _FROM_DLPACK is None:
+        torch = _torch()
+        _FROM_DLPACK = getattr(torch._C, "_from_dlpack", None)
+        if _FROM_DLPACK is None:
+            from torch.utils import dlpack
+
+            _FROM_DLPACK = dlpack.from_dlpack
+    return _FROM_DLPACK
+
+
+def _storage_hook():
+    torch = _torch()
+    return getattr(torch._C, "_set_storage_access_error_msg", None) if torch else None
+
+
+class Model:
+    """A compiled grove program (a grove_model handle)."""
+
+    def __init__(self, program, backend="eager", device="sim", dims=None, params=None,
+                 never_capture=False, skip_warmup=False):
+        lib = _capi.library()
+        text = program if isinstance(program, str) else json.dumps(program)
+        self.backend = backend
+        self.device = str(device)
+        self._host_device = _parse_device(self.device)
+        if self._host_device[0] == _capi.DEVICE_CUDA:
+            self._host_device = (_capi.DEVICE_CPU, 0)
+        options = {"backend": backend, "device": self.device, "never_capture": never_capture,
+                   "skip_warmup": skip_warmup}
+        if dims:
+            options["dims"] = dict(dims)
+        params = dict(params or {})
+        bindings = (_capi.StateBinding * max(len(params), 1))()
+        self._bound_keepalive = []
+        for index, (name, tensor) in enumerate(params.items()):
+            desc, keep = describe(tensor, self._host_device, "param '%s'" % name)
+            bindings[index] = _capi.StateBinding(name.encode(), desc)
+            self._bound_keepalive.append(keep)
+        handle = ctypes.c_void_p()
+        _capi.check(lib.grove_compile(text.encode(), json.dumps(options).encode(), bindings,
+                                      len(params), ctypes.byref(handle)))
+        self._handle = handle
+        count = ctypes.c_size_t()
+        _capi.check(lib.grove_model_input_count(handle, ctypes.byref(count)))
+        names = []
+        for index in range(count.value):
+            name = ctypes.c_char_p()
+            _capi.check(lib.grove_model_input_name(handle, index, ctypes.byref(name)))
+            names.append(name.value.decode())
+        self.input_names = names
+        _capi.check(lib.grove_model_output_count(handle, ctypes.byref(count)))
+        self.output_count = count.value
+        self._outputs = (ctypes.c_void_p * max(self.output_count, 1))()
+        self._kept = []  # (weak reference to a returned tensor, its DLManagedTensor*)
+        self._copy_outputs = backend != "eager" and _storage_hook() is None
+        dtype = ctypes.c_int32()
+        self._bool_outputs = []
+        for index in range(self.output_count):
+            _capi.check(lib.grove_model_output_dtype(handle, index, ctypes.byref(dtype)))
+            self._bool_outputs.append(dtype.value == _capi.BOOL)
+        # The fast path (Model.call_torch): one reused description per input,
+        # rebuilt only when that input's layout changes.
+        self._descs = (_capi.TensorDesc * max(len(names), 1))()
+        self._layouts = [None] * len(names)
+        self._layout_arrays = [None] * len(names)
+        self._managed = (ctypes.c_void_p * max(self.output_count, 1))()
+        self._produced = ctypes.c_size_t()
+        self._produced_ref = ctypes.byref(self._produced)
+        fast = _capi.fast_library()
+        self._run_dlpack = fast.grove_model_run_dlpack
+        self._dlpack_check = fast.grove_dlpack_check
+        self._input_counts = [ctypes.c_size_t(n) for n in range(len(names) + 1)]
+        self._output_capacity = ctypes.c_size_t(self.output_count)
+        self._watch_kept = backend != "eager" and not self._copy_outputs
+        self._desc_items = [self._descs[index] for index in range(len(names))]
+        self._from_dlpack = _from_dlpack() if _torch() is not None else None
+
+    def close(self):
+        if getattr(self, "_handle", None):
+            self._kept = []
+            _capi.library().grove_model_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+    def run(self, *inputs, stream=None):
+        """Runs the model; returns Output handles (no conversion)."""
+        lib = _capi.library()
+        count = len(inputs)
+        descs = (_capi.TensorDesc * max(count, 1))()
+        keep = []
+        for index, value in enumerate(inputs):
+            name = self.input_names[index] if index < len(self.input_names) else "extra"
+            desc, kept = describe(value, self._host_device, "input '%s'" % name)
+            descs[index] = desc
+            keep.append(kept)
+        produced = ctypes.c_size_t()
+        _capi.check(lib.grove_model_run(self._handle, descs, count, stream, self._outputs,
+                                        self.output_count, ctypes.byref(produced)))
+        return [Output(self._outputs[i]) for i in range(produced.value)]
+
+    def time_runs(self, *inputs, calls=100, stream=None):
+        """Mean seconds of one call made `calls` times from C++ (no Python)."""
+        lib = _capi.library()
+        descs = (_capi.TensorDesc * max(len(inputs), 1))()
+        keep = []
+        for index, value in enumerate(inputs):
+            desc, kept = describe(value, self._host_device, "input %d" % index)
+            descs[index] = desc
+            keep.append(kept)
+        seconds = ctypes.c_double()
+        _capi.check(lib.grove_model_time_runs(self._handle, descs, len(inputs), stream, calls,
+                                              ctypes.byref(seconds)))
+        return seconds.value
+
+    def __call__(self, *inputs, stream=None):
+        """Runs the model on torch tensors (returns torch tensors) or numpy
+        arrays (returns numpy arrays). Note [Kept outputs through DLPack]."""
+        if all(_is_torch(value) for value in inputs) and (inputs or _torch() is not None):
+            return self.call_torch(inputs, stream)
+        results = []
+        for output in self.run(*inputs, stream=stream):
+            value = output.to_numpy()
+            # NumPy has no storage hook: a graph backend's outputs are copied.
+            results.append(value.copy() if self.backend != "eager" else value)
+        return results
+
+    def call_torch(self, inputs, stream=None):
+        """The fast path for torch tensors: inputs borrowed for the call (no
+        callback; Note [Borrowed inputs], capi/grove.cc), outputs through
+        DLPack (Note [Kept outputs through DLPack]). Returns a list."""
+        layouts = self._layouts
+        if len(inputs) != len(layouts):
+            self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
+        items = self._desc_items
+        index = 0
+        for tensor in inputs:
+            layout = (tensor.shape, tensor.stride(), tensor.dtype, tensor.get_device())
+            if layout != layouts[index]:
+                desc, keep = describe(tensor, self._host_device, "input %d" % index,
+                                      release=False)
+                self._descs[index] = desc
+                self._layout_arrays[index] = keep[:2]
+                layouts[index] = layout
+            else:
+                items[index].data = tensor.data_ptr()
+            index += 1
+        status = self._run_dlpack(self._handle, self._descs, self._input_counts[index],
+                                  ctypes.c_void_p(stream) if stream else None, self._managed,
+                                  self._output_capacity, self._produced_ref)
+        if status:
+            _capi.check(status)
+        from_dlpack = self._from_dlpack
+        results = []
+        managed = self._managed
+        kept = self._kept
+        for index in range(self._produced.value):
+            pointer = managed[index]
+            value = from_dlpack(_capsule_new(pointer, b"dltensor", None))
+            if self._bool_outputs[index]:
+                value = value.view(_torch().bool)
+            if self._copy_outputs:
+                value = value.clone()
+            elif self._watch_kept:
+                kept.append((weakref.ref(value), pointer))
+            results.append(value)
+        if len(kept) > len(results):
+            self._check_kept_dlpack()
+        return results
+
+    def _check_kept_dlpack(self, newest=None):
+        """Poisons every earlier output still alive that grove reports stale;
+        the `newest` outputs (this call's) are fresh and kept unchecked."""
+        hook = None
+        alive = []
+        current = self._produced.value if newest is None else newest
+        newest_entries = self._kept[len(self._kept) - current:] if current else []
+        for reference, pointer in self._kept[:len(self._kept) - current]:
+            value = reference()
+            if value is None:
+                continue
+            if self._dlpack_check(ctypes.c_void_p(pointer)) == 0:
+                alive.append((reference, pointer))
+                continue
+            hook = hook or _storage_hook()
+            message = _capi.library().grove_last_error().decode("utf-8", "replace")
+            hook(value, "grove: " + message)
+        self._kept = alive + newest_entries
+
+    def mark_step_begin(self):
+        _capi.check(_capi.library().grove_model_mark_step_begin(self._handle))
+        if self._kept:
+            self._check_kept_dlpack(newest=0)
+
+    def state(self, name):
+        handle = ctypes.c_void_p()
+        _capi.check(_capi.library().grove_model_state(self._handle, name.encode(),
+                                                      ctypes.byref(handle)))
+        return Output(handle.value)
+
+    def _text(self, function):
+        pointer = ctypes.c_void_p()
+        _capi.check(function(self._handle, ctypes.byref(pointer)))
+        try:
+            return ctypes.string_at(pointer.value).decode()
+        finally:
+            _capi.library().grove_string_free(pointer)
+
+    def stats(self):
+        return json.loads(self._text(_capi.library().grove_model_stats_json))
+
+    def dot(self):
+        return self._text(_capi.library().grove_model_dot)
+
+
+def compile(program, backend="eager", device="sim", dims=None, params=None, **options):
+    """Compiles a grove program (JSON text or a dict) into a Model."""
+    return Model(program, backend=backend, device=device, dims=dims, params=params, **options)

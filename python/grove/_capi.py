@@ -1,0 +1,163 @@
+"""ctypes declarations of capi/grove.h and the loading of libgrove.so.
+
+The library is found through GROVE_LIBRARY (a path), next to this package, or
+in a Bazel runfiles tree (capi/libgrove.so beside python/). The structs mirror
+the header's layout exactly; the header only ever appends fields.
+"""
+
+import ctypes
+import os
+
+OK = 0
+STATUS_NAMES = {
+    1: "invalid argument",
+    2: "shape",
+    3: "dtype",
+    4: "device",
+    5: "stale",
+    6: "model format",
+    7: "out of memory",
+    8: "capacity",
+    9: "internal",
+}
+
+F32, F16, BF16, I32, I64, BOOL, F64 = range(7)
+DTYPE_NAMES = ["f32", "f16", "bf16", "i32", "i64", "bool", "f64"]
+DEVICE_CPU, DEVICE_SIM, DEVICE_CUDA = range(3)
+
+RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class TensorDesc(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("device_type", ctypes.c_int32),
+        ("device_index", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("release", RELEASE),
+        ("release_context", ctypes.c_void_p),
+    ]
+
+
+class StateBinding(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("tensor", TensorDesc)]
+
+
+class GroveError(RuntimeError):
+    """A failing C API call: `status` is the grove_status, the message grove's."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class StaleOutputError(GroveError):
+    """An output a later replay overwrote, or whose step ended."""
+
+
+def _candidates():
+    explicit = os.environ.get("GROVE_LIBRARY")
+    if explicit:
+        return [explicit]
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = [os.path.join(here, "libgrove.so")]
+    # Bazel runfiles: <runfiles>/<workspace>/python/grove -> <workspace>/capi.
+    found.append(os.path.join(here, "..", "..", "capi", "libgrove.so"))
+    runfiles = os.environ.get("RUNFILES_DIR") or os.environ.get("TEST_SRCDIR")
+    if runfiles:
+        for workspace in sorted(os.listdir(runfiles)) if os.path.isdir(runfiles) else []:
+            found.append(os.path.join(runfiles, workspace, "capi", "libgrove.so"))
+    return found
+
+
+_library = None
+_fast = None
+
+
+def fast_library():
+    """libgrove.so again through ctypes.PyDLL, with no argument conversion: the
+    per-call entry points (run_dlpack, dlpack_check) called with prepared
+    ctypes objects. PyDLL keeps the GIL during the call, which saves its
+    release and reacquisition (a grove call never waits on Python)."""
+    global _fast
+    if _fast is None:
+        lib = ctypes.PyDLL(library()._name)
+        for name in ("grove_model_run_dlpack", "grove_dlpack_check"):
+            getattr(lib, name).restype = ctypes.c_int
+        _fast = lib
+    return _fast
+
+
+def library():
+    """The loaded libgrove.so with its function signatures declared."""
+    global _library
+    if _library is not None:
+        return _library
+    tried = []
+    for path in _candidates():
+        if os.path.exists(path):
+            _library = _declare(ctypes.CDLL(os.path.abspath(path)))
+            return _library
+        tried.append(path)
+    raise ImportError(
+        "grove: libgrove.so not found (looked at %s); build it with "
+        "`bazel build //capi:libgrove.so` and set GROVE_LIBRARY to its path" % ", ".join(tried)
+    )
+
+
+def _declare(lib):
+    p = ctypes.c_void_p
+    size = ctypes.c_size_t
+    i32p = ctypes.POINTER(ctypes.c_int32)
+    i64p = ctypes.POINTER(ctypes.c_int64)
+    signatures = {
+        "grove_compile": [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(StateBinding), size,
+                          ctypes.POINTER(p)],
+        "grove_model_input_count": [p, ctypes.POINTER(size)],
+        "grove_model_input_name": [p, size, ctypes.POINTER(ctypes.c_char_p)],
+        "grove_model_output_count": [p, ctypes.POINTER(size)],
+        "grove_model_run": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.POINTER(p), size,
+                            ctypes.POINTER(size)],
+        "grove_model_run_dlpack": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.POINTER(p),
+                                   size, ctypes.POINTER(size)],
+        "grove_dlpack_check": [p],
+        "grove_model_output_dtype": [p, size, i32p],
+        "grove_model_borrowed_copies": [p, ctypes.POINTER(ctypes.c_int64)],
+        "grove_model_state": [p, ctypes.c_char_p, ctypes.POINTER(p)],
+        "grove_model_time_runs": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.c_int64,
+                                  ctypes.POINTER(ctypes.c_double)],
+        "grove_model_mark_step_begin": [p],
+        "grove_model_stats_json": [p, ctypes.POINTER(p)],
+        "grove_model_dot": [p, ctypes.POINTER(p)],
+        "grove_tensor_dtype": [p, i32p],
+        "grove_tensor_device": [p, i32p, i32p],
+        "grove_tensor_rank": [p, i32p],
+        "grove_tensor_shape": [p, i64p],
+        "grove_tensor_strides": [p, i64p],
+        "grove_tensor_data": [p, ctypes.POINTER(p)],
+        "grove_tensor_is_valid": [p, i32p],
+        "grove_tensor_copy_to_host": [p, p, size],
+        "grove_tensor_to_dlpack": [p, ctypes.POINTER(p)],
+    }
+    for name, arguments in signatures.items():
+        function = getattr(lib, name)
+        function.argtypes = arguments
+        function.restype = ctypes.c_int
+    for name in ("grove_model_destroy", "grove_tensor_destroy", "grove_string_free"):
+        getattr(lib, name).argtypes = [p]
+        getattr(lib, name).restype = None
+    lib.grove_last_error.argtypes = []
+    lib.grove_last_error.restype = ctypes.c_char_p
+    lib.grove_capi_version.restype = ctypes.c_int
+    return lib
+
+
+def check(status):
+    """Raises GroveError (StaleOutputError for stale data) unless status is OK."""
+    if status != OK:
+        message = library().grove_last_error().decode("utf-8", "replace")
+        kind = StaleOutputError if status == 5 else GroveError
+        raise kind(status, message)

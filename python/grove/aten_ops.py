@@ -1,0 +1,590 @@
+"""The ATen op converters of the importer (grove.importer): each emits the
+grove nodes that compute one ATen node, or raises Unsupported so the node runs
+in PyTorch. CONVERTERS maps an op's name ("aten.addmm") to its converter;
+README.md's table lists what is covered."""
+
+import math
+
+import torch
+import torch.fx
+
+from grove.fx_common import Unsupported, dtype_name, op_name
+
+
+class _Converter:
+    """Emits grove nodes for one fx node into a segment."""
+
+    def __init__(self, importer, segment, node):
+        self.importer = importer
+        self.segment = segment
+        self.node = node
+        self.values = importer.values
+
+    # Values -------------------------------------------------------------
+    def value(self, arg):
+        return self.values[arg] if isinstance(arg, torch.fx.Node) else arg
+
+    def shape(self, arg):
+        return list(self.value(arg).shape)
+
+    def dtype(self, arg):
+        return self.value(arg).dtype
+
+    def result(self):
+        return self.values[self.node]
+
+    def emit(self, op, inputs, attrs=None):
+        segment = self.segment
+        segment.counter += 1
+        name = "%s.%d" % (self.node.name, segment.counter)
+        entry = {"name": name, "op": op, "inputs": list(inputs)}
+        if attrs:
+            entry["attrs"] = attrs
+        segment.program_nodes.append(entry)
+        return name
+
+    def tensor(self, arg, position=None):
+        """The grove name of fx value `arg` in this segment."""
+        return self.importer.name_in_segment(self.segment, arg, position)
+
+    def scalar(self, value, dtype):
+        if isinstance(value, bool) and dtype != torch.bool:
+            value = float(value)
+        if math.isinf(value) and dtype in (torch.float32, torch.float16, torch.bfloat16):
+            value = math.copysign(3.4028234663852886e38 if dtype == torch.float32 else 3.38e38,
+                                  value)
+        return self.emit("full", [], {"value": float(value), "shape": [],
+                                      "dtype": dtype_name(dtype)})
+
+    def operand(self, arg, dtype):
+        """`arg` (a tensor node or a Python number) as a grove value of `dtype`."""
+        if isinstance(arg, torch.fx.Node):
+            name = self.tensor(arg)
+            if self.dtype(arg) != dtype:
+                name = self.emit("cast", [name], {"dtype": dtype_name(dtype)})
+            return name
+        if isinstance(arg, (int, float, bool)):
+            return self.scalar(arg, dtype)
+        raise Unsupported("operand %r" % (arg,))
+
+    def cast(self, name, from_dtype, to_dtype):
+        if from_dtype == to_dtype:
+            return name
+        return self.emit("cast", [name], {"dtype": dtype_name(to_dtype)})
+
+
+def _dims(value, rank):
+    if value is None:
+        return []
+    if isinstance(value, int):
+        value = [value]
+    return [d % rank if rank else 0 for d in value]
+
+
+def _binary(op):
+    def convert(c, a):
+        dtype = c.result().dtype
+        left = a.get("self", a.get("input"))
+        right = a.get("other")
+        if dtype == torch.bool and op not in ("lt", "le", "gt", "ge", "eq", "ne"):
+            raise Unsupported("%s of bool tensors" % op)
+        if op in ("lt", "le", "gt", "ge", "eq", "ne"):
+            operand_dtype = torch.result_type(c.value(left), c.value(right))
+        else:
+            operand_dtype = dtype
+        x = c.operand(left, operand_dtype)
+        y = c.operand(right, operand_dtype)
+        alpha = a.get("alpha", 1)
+        if alpha not in (None, 1):
+            y = c.emit("mul", [y, c.scalar(alpha, operand_dtype)])
+        return c.emit(op, [x, y])
+
+    return convert
+
+
+def _unary(op):
+    def convert(c, a):
+        x = a.get("self", a.get("input"))
+        if not c.dtype(x).is_floating_point and op not in ("neg", "relu"):
+            raise Unsupported("%s of a %s tensor" % (op, c.dtype(x)))
+        return c.emit(op, [c.tensor(x)])
+
+    return convert
+
+
+def _rsub(c, a):
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    y = c.operand(a["other"], dtype)
+    if a.get("alpha", 1) not in (None, 1):
+        x = c.emit("mul", [x, c.scalar(a["alpha"], dtype)])
+    return c.emit("sub", [y, x])
+
+
+def _div(c, a):
+    if a.get("rounding_mode") is not None:
+        raise Unsupported("div with rounding_mode=%r" % a["rounding_mode"])
+    dtype = c.result().dtype
+    return c.emit("div", [c.operand(a["self"], dtype), c.operand(a["other"], dtype)])
+
+
+def _pow(c, a):
+    dtype = c.result().dtype
+    base = a.get("self")
+    exponent = a.get("exponent")
+    if not dtype.is_floating_point:
+        raise Unsupported("pow of integers")
+    if exponent == 2 and isinstance(base, torch.fx.Node):
+        x = c.operand(base, dtype)
+        return c.emit("mul", [x, x])
+    return c.emit("pow", [c.operand(base, dtype), c.operand(exponent, dtype)])
+
+
+def _reciprocal(c, a):
+    dtype = c.result().dtype
+    return c.emit("div", [c.scalar(1.0, dtype), c.operand(a["self"], dtype)])
+
+
+def _abs(c, a):
+    x = a["self"]
+    dtype = c.dtype(x)
+    if dtype == torch.bool:
+        return c.tensor(x)
+    name = c.tensor(x)
+    negative = c.emit("lt", [name, c.scalar(0, dtype)])
+    return c.emit("where", [negative, c.emit("neg", [name]), name])
+
+
+def _silu(c, a):
+    x = c.tensor(a["self"])
+    return c.emit("mul", [x, c.emit("sigmoid", [x])])
+
+
+def _gelu(c, a):
+    approximate = a.get("approximate", "none")
+    x = c.tensor(a["self"])
+    if approximate == "tanh":
+        return c.emit("gelu", [x])
+    return _exact_gelu(c, x, c.dtype(a["self"]))
+
+
+def _exact_gelu(c, x, dtype):
+    """0.5 x (1 + erf(x / sqrt 2)), PyTorch's default gelu."""
+    if not c.importer.has_erf:
+        raise Unsupported("gelu(approximate='none') needs erf, which this grove lacks")
+    inner = c.emit("erf", [c.emit("mul", [x, c.scalar(1 / math.sqrt(2.0), dtype)])])
+    one_plus = c.emit("add", [inner, c.scalar(1.0, dtype)])
+    return c.emit("mul", [c.emit("mul", [x, c.scalar(0.5, dtype)]), one_plus])
+
+
+def _where(c, a):
+    dtype = c.result().dtype
+    condition = c.operand(a["condition"], torch.bool)
+    return c.emit("where", [condition, c.operand(a["self"], dtype), c.operand(a["other"], dtype)])
+
+
+def _masked_fill(c, a):
+    dtype = c.result().dtype
+    mask = c.operand(a["mask"], torch.bool)
+    return c.emit("where", [mask, c.operand(a["value"], dtype), c.tensor(a["self"])])
+
+
+def _logical_not(c, a):
+    x = a["self"]
+    if c.dtype(x) != torch.bool:
+        raise Unsupported("bitwise_not of a %s tensor" % c.dtype(x))
+    return c.emit("eq", [c.tensor(x), c.scalar(False, torch.bool)])
+
+
+def _is_transposed_weight(c, arg):
+    """Whether `arg` is t(w) of a 2-d w that grove computes (x @ w.t() is linear)."""
+    return (isinstance(arg, torch.fx.Node) and op_name(arg.target) == "aten.t"
+            and not c.importer.is_torch_node(arg) and len(c.shape(arg.args[0])) == 2)
+
+
+def _matmul(c, a):
+    x, y = a["self"], a.get("mat2", a.get("other"))
+    if len(c.shape(x)) < 2 or len(c.shape(y)) < 2:
+        raise Unsupported("matmul of a vector")
+    if op_name(c.node.target) == "aten.mm" and _is_transposed_weight(c, y):
+        return c.emit("linear", [c.tensor(x), c.tensor(y.args[0])])
+    return c.emit("matmul", [c.tensor(x), c.tensor(y)])
+
+
+def _addmm(c, a):
+    bias, x, y = a["self"], a["mat1"], a["mat2"]
+    beta, alpha = a.get("beta", 1), a.get("alpha", 1)
+    # addmm(b, x, t(w)) is linear(x, w, b): one GEMM with its bias epilogue.
+    if (_is_transposed_weight(c, y) and beta == 1 and alpha == 1
+            and isinstance(bias, torch.fx.Node) and len(c.shape(bias)) == 1):
+        return c.emit("linear", [c.tensor(x), c.tensor(y.args[0]), c.tensor(bias)])
+    product = c.emit("matmul", [c.tensor(x), c.tensor(y)])
+    dtype = c.result().dtype
+    if alpha != 1:
+        product = c.emit("mul", [product, c.scalar(alpha, dtype)])
+    bias_name = c.operand(bias, dtype)
+    if beta != 1:
+        bias_name = c.emit("mul", [bias_name, c.scalar(beta, dtype)])
+    return c.emit("add", [product, bias_name])
+
+
+def _linear(c, a):
+    inputs = [c.tensor(a["input"]), c.tensor(a["weight"])]
+    if a.get("bias") is not None:
+        inputs.append(c.tensor(a["bias"]))
+    return c.emit("linear", inputs)
+
+
+def _t(c, a):
+    x = a["self"]
+    if len(c.shape(x)) < 2:
+        return c.tensor(x)
+    return c.emit("transpose", [c.tensor(x)], {"dim0": 0, "dim1": 1})
+
+
+def _reshape(c, a):
+    x = a["self"]
+    shape = list(c.result().shape)
+    if shape == c.shape(x):
+        return c.tensor(x)
+    return c.emit("reshape", [c.tensor(x)], {"shape": shape})
+
+
+def _permute(c, a):
+    return c.emit("permute", [c.tensor(a["self"])], {"order": list(a["dims"])})
+
+
+def _transpose(c, a):
+    return c.emit("transpose", [c.tensor(a["self"])], {"dim0": a["dim0"], "dim1": a["dim1"]})
+
+
+def _expand(c, a):
+    x = a["self"]
+    shape = list(c.result().shape)
+    if shape == c.shape(x):
+        return c.tensor(x)
+    dtype = c.dtype(x)
+    if dtype == torch.bool:
+        true = c.emit("full", [], {"value": 1.0, "shape": shape, "dtype": "bool"})
+        return c.emit("where", [c.tensor(x), true, c.scalar(False, torch.bool)])
+    zeros = c.emit("full", [], {"value": 0.0, "shape": shape, "dtype": dtype_name(dtype)})
+    return c.emit("add", [c.tensor(x), zeros])
+
+
+def _slice(c, a):
+    x = a["self"]
+    if a.get("step", 1) not in (None, 1):
+        raise Unsupported("slice with step %s" % a["step"])
+    size = c.shape(x)[a["dim"]]
+    start = a.get("start") or 0
+    end = a.get("end")
+    end = size if end is None else max(min(end, size), -size)
+    if start == 0 and end == size:
+        return c.tensor(x)
+    return c.emit("slice", [c.tensor(x)], {"dim": a["dim"], "start": start, "end": end})
+
+
+def _select(c, a):
+    x = a["self"]
+    dim = a["dim"] % len(c.shape(x))
+    index = a["index"] % c.shape(x)[dim]
+    picked = c.emit("slice", [c.tensor(x)], {"dim": dim, "start": index, "end": index + 1})
+    return c.emit("reshape", [picked], {"shape": list(c.result().shape)})
+
+
+def _cat(c, a):
+    tensors = [t for t in a["tensors"] if c.value(t).numel() > 0 or len(a["tensors"]) == 1]
+    dtype = c.result().dtype
+    dim = a.get("dim", 0) % len(c.result().shape)
+    if len(tensors) == 1:
+        return c.operand(tensors[0], dtype)
+    return c.emit("concat", [c.operand(t, dtype) for t in tensors], {"dim": dim})
+
+
+def _split(c, a):
+    x = a["self"]
+    dim = a.get("dim", 0) % len(c.shape(x))
+    names, start = [], 0
+    for piece in c.result():
+        end = start + piece.shape[dim]
+        names.append(c.emit("slice", [c.tensor(x)], {"dim": dim, "start": start, "end": end}))
+        start = end
+    return tuple(names)
+
+
+def _full_like(value):
+    def convert(c, a):
+        result = c.result()
+        fill = a.get("fill_value", value)
+        return c.emit("full", [], {"value": float(fill), "shape": list(result.shape),
+                                   "dtype": dtype_name(result.dtype)})
+
+    return convert
+
+
+def _unbind(c, a):
+    x = a["self"]
+    dim = a.get("dim", 0) % len(c.shape(x))
+    names = []
+    for index, piece in enumerate(c.result()):
+        picked = c.emit("slice", [c.tensor(x)], {"dim": dim, "start": index, "end": index + 1})
+        names.append(c.emit("reshape", [picked], {"shape": list(piece.shape)}))
+    return tuple(names)
+
+
+def _softmax(log):
+    def convert(c, a):
+        x = a["self"]
+        if not c.dtype(x).is_floating_point:
+            raise Unsupported("softmax of integers")
+        name = c.tensor(x)
+        if c.result().dtype != c.dtype(x):
+            name = c.cast(name, c.dtype(x), c.result().dtype)
+        return c.emit("log_softmax" if log else "softmax", [name], {"dim": a["dim"]})
+
+    return convert
+
+
+def _layer_norm(c, a):
+    x = a["input"]
+    shape = c.shape(x)
+    normalized = list(a["normalized_shape"])
+    if len(normalized) != 1:
+        raise Unsupported("layer_norm over %d dims" % len(normalized))
+    dtype = c.dtype(x)
+    features = shape[-1]
+    weight = a.get("weight")
+    bias = a.get("bias")
+    weight_name = c.tensor(weight) if weight is not None else c.emit(
+        "full", [], {"value": 1.0, "shape": [features], "dtype": dtype_name(dtype)})
+    bias_name = c.tensor(bias) if bias is not None else c.emit(
+        "full", [], {"value": 0.0, "shape": [features], "dtype": dtype_name(dtype)})
+    out = c.emit("layer_norm", [c.tensor(x), weight_name, bias_name], {"eps": float(a["eps"])})
+    if op_name(c.node.target) == "aten.native_layer_norm":
+        return (out, None, None)
+    return out
+
+
+def _embedding(c, a):
+    return c.emit("embedding", [c.tensor(a["weight"]), c.tensor(a["indices"])])
+
+
+def _reduce(op):
+    def convert(c, a):
+        x = a["self"]
+        rank = len(c.shape(x))
+        dims = _dims(a.get("dim"), rank)
+        if a.get("dtype") is not None and a["dtype"] != c.dtype(x):
+            raise Unsupported("%s with dtype=%s" % (op, a["dtype"]))
+        keepdim = 1 if a.get("keepdim") else 0
+        if rank == 0:
+            return c.tensor(x)
+        return c.emit(op, [c.tensor(x)], {"dims": dims, "keepdim": keepdim})
+
+    return convert
+
+
+def _var(c, a):
+    x = a["self"]
+    rank = len(c.shape(x))
+    dims = _dims(a.get("dim"), rank) or list(range(rank))
+    if "correction" in a and op_name(c.node.target) == "aten.var" and "unbiased" not in a:
+        correction = 1 if a.get("correction") is None else a["correction"]
+    else:
+        correction = 1 if a.get("unbiased", True) else 0
+    dtype = c.dtype(x)
+    count = 1
+    for d in dims:
+        count *= c.shape(x)[d]
+    name = c.tensor(x)
+    mean = c.emit("mean", [name], {"dims": dims, "keepdim": 1})
+    centered = c.emit("sub", [name, mean])
+    total = c.emit("sum", [c.emit("mul", [centered, centered])],
+                   {"dims": dims, "keepdim": 1 if a.get("keepdim") else 0})
+    return c.emit("div", [total, c.scalar(max(count - correction, 0), dtype)])
+
+
+def _to_copy(c, a):
+    x = a["self"]
+    target = c.result().dtype
+    if c.result().device != c.value(x).device:
+        raise Unsupported("a copy to another device")
+    return c.cast(c.tensor(x), c.dtype(x), target)
+
+
+def _identity(c, a):
+    return c.tensor(a.get("self", a.get("input")))
+
+
+def _dropout(c, a):
+    if a.get("train"):
+        raise Unsupported("dropout in training mode")
+    name = c.tensor(a["input"])
+    if op_name(c.node.target) == "aten.native_dropout":
+        return (name, None)
+    return name
+
+
+def _attention(c, a):
+    """scaled_dot_product_attention: softmax(q k^T * scale + mask) v."""
+    q, k, v = a["query"], a["key"], a["value"]
+    dtype = c.dtype(q)
+    if a.get("dropout_p"):
+        raise Unsupported("attention with dropout")
+    head = c.shape(q)[-1]
+    scale = a.get("scale") or 1.0 / math.sqrt(head)
+    keys = c.emit("transpose", [c.tensor(k)], {"dim0": -2, "dim1": -1})
+    scores = c.emit("mul", [c.emit("matmul", [c.tensor(q), keys]), c.scalar(scale, dtype)])
+    mask = a.get("attn_mask", a.get("attn_bias"))
+    if mask is not None:
+        if c.dtype(mask) == torch.bool:
+            scores = c.emit("where", [c.tensor(mask), scores, c.scalar(-math.inf, dtype)])
+        else:
+            scores = c.emit("add", [scores, c.operand(mask, dtype)])
+    if a.get("is_causal"):
+        rows, cols = c.shape(q)[-2], c.shape(k)[-2]
+        causal = torch.ones(rows, cols, dtype=torch.bool, device=c.value(q).device).tril()
+        scores = c.emit("where", [c.importer.constant(c.segment, causal), scores,
+                                  c.scalar(-math.inf, dtype)])
+    weights = c.emit("softmax", [scores], {"dim": -1})
+    out = c.emit("matmul", [weights, c.tensor(v)])
+    if op_name(c.node.target) != "aten.scaled_dot_product_attention":
+        return (out,) + (None,) * (len(c.result()) - 1)
+    return out
+
+
+def _encoder_layer(c, a):
+    """PyTorch's fused nn.TransformerEncoderLayer (its inference fast path),
+    written out: self-attention, residuals, two layer norms, a ReLU or GELU MLP."""
+    if a.get("mask") is not None:
+        raise Unsupported("an encoder layer with a mask")
+    src = a["src"]
+    shape = c.shape(src)
+    if len(shape) != 3:
+        raise Unsupported("an encoder layer input of rank %d" % len(shape))
+    batch, time, width = shape
+    heads = a["num_heads"]
+    head = width // heads
+    dtype = c.dtype(src)
+    eps = float(a["eps"])
+
+    def norm(x, weight, bias):
+        return c.emit("layer_norm", [x, c.tensor(a[weight]), c.tensor(a[bias])], {"eps": eps})
+
+    def attention(x):
+        qkv = c.emit("linear", [x, c.tensor(a["qkv_weight"]), c.tensor(a["qkv_bias"])])
+        parts = []
+        for index in range(3):
+            part = c.emit("slice", [qkv], {"dim": 2, "start": index * width,
+                                           "end": (index + 1) * width})
+            part = c.emit("reshape", [part], {"shape": [batch, time, heads, head]})
+            parts.append(c.emit("transpose", [part], {"dim0": 1, "dim1": 2}))
+        q, k, v = parts
+        keys = c.emit("transpose", [k], {"dim0": -2, "dim1": -1})
+        scores = c.emit("mul", [c.emit("matmul", [q, keys]), c.scalar(1 / math.sqrt(head), dtype)])
+        mixed = c.emit("matmul", [c.emit("softmax", [scores], {"dim": -1}), v])
+        merged = c.emit("reshape", [c.emit("transpose", [mixed], {"dim0": 1, "dim1": 2})],
+                        {"shape": [batch, time, width]})
+        return c.emit("linear", [merged, c.tensor(a["proj_weight"]), c.tensor(a["proj_bias"])])
+
+    def feed_forward(x):
+        hidden = c.emit("linear", [x, c.tensor(a["ffn_weight_1"]), c.tensor(a["ffn_bias_1"])])
+        hidden = _exact_gelu(c, hidden, dtype) if a["use_gelu"] else c.emit("relu", [hidden])
+        return c.emit("linear", [hidden, c.tensor(a["ffn_weight_2"]), c.tensor(a["ffn_bias_2"])])
+
+    x = c.tensor(src)
+    if a["norm_first"]:
+        x = c.emit("add", [x, attention(norm(x, "norm_weight_1", "norm_bias_1"))])
+        return c.emit("add", [x, feed_forward(norm(x, "norm_weight_2", "norm_bias_2"))])
+    x = norm(c.emit("add", [x, attention(x)]), "norm_weight_1", "norm_bias_1")
+    return norm(c.emit("add", [x, feed_forward(x)]), "norm_weight_2", "norm_bias_2")
+
+
+CONVERTERS = {
+    "aten.add": _binary("add"),
+    "aten.sub": _binary("sub"),
+    "aten.mul": _binary("mul"),
+    "aten.div": _div,
+    "aten.rsub": _rsub,
+    "aten.pow": _pow,
+    "aten.lt": _binary("lt"),
+    "aten.le": _binary("le"),
+    "aten.gt": _binary("gt"),
+    "aten.ge": _binary("ge"),
+    "aten.eq": _binary("eq"),
+    "aten.ne": _binary("ne"),
+    "aten.neg": _unary("neg"),
+    "aten.exp": _unary("exp"),
+    "aten.log": _unary("log"),
+    "aten.sqrt": _unary("sqrt"),
+    "aten.rsqrt": _unary("rsqrt"),
+    "aten.tanh": _unary("tanh"),
+    "aten.sigmoid": _unary("sigmoid"),
+    "aten.relu": _unary("relu"),
+    "aten.reciprocal": _reciprocal,
+    "aten.silu": _silu,
+    "aten.abs": _abs,
+    "aten.gelu": _gelu,
+    "aten.where": _where,
+    "aten.masked_fill": _masked_fill,
+    "aten.bitwise_not": _logical_not,
+    "aten.logical_not": _logical_not,
+    "aten.mm": _matmul,
+    "aten.bmm": _matmul,
+    "aten.matmul": _matmul,
+    "aten.addmm": _addmm,
+    "aten.linear": _linear,
+    "aten.t": _t,
+    "aten.view": _reshape,
+    "aten._unsafe_view": _reshape,
+    "aten.reshape": _reshape,
+    "aten._reshape_alias": _reshape,
+    "aten.unsqueeze": _reshape,
+    "aten.squeeze": _reshape,
+    "aten.flatten": _reshape,
+    "aten.permute": _permute,
+    "aten.transpose": _transpose,
+    "aten.expand": _expand,
+    "aten.slice": _slice,
+    "aten.select": _select,
+    "aten.cat": _cat,
+    "aten.split": _split,
+    "aten.split_with_sizes": _split,
+    "aten._softmax": _softmax(False),
+    "aten._safe_softmax": _softmax(False),
+    "aten.full_like": _full_like(None),
+    "aten.zeros_like": _full_like(0.0),
+    "aten.ones_like": _full_like(1.0),
+    "aten.unbind": _unbind,
+    "aten.softmax": _softmax(False),
+    "aten._log_softmax": _softmax(True),
+    "aten.log_softmax": _softmax(True),
+    "aten.native_layer_norm": _layer_norm,
+    "aten.layer_norm": _layer_norm,
+    "aten.embedding": _embedding,
+    "aten.sum": _reduce("sum"),
+    "aten.mean": _reduce("mean"),
+    "aten.amax": _reduce("max"),
+    "aten.var": _var,
+    "aten._to_copy": _to_copy,
+    "aten.to": _to_copy,
+    "aten.clone": _identity,
+    "aten.alias": _identity,
+    "aten.detach": _identity,
+    "aten.contiguous": _identity,
+    "aten.lift_fresh_copy": _identity,
+    "aten.dropout": _dropout,
+    "aten.native_dropout": _dropout,
+    "aten.scaled_dot_product_attention": _attention,
+    "aten._scaled_dot_product_flash_attention": _attention,
+    "aten._scaled_dot_product_efficient_attention": _attention,
+    "aten._scaled_dot_product_flash_attention_for_cpu": _attention,
+    "aten._scaled_dot_product_cudnn_attention": _attention,
+    "aten._scaled_dot_product_attention": _attention,
+    "aten._scaled_dot_product_attention_forward": _attention,
+    "aten._transformer_encoder_layer_fwd": _encoder_layer,
+}
+
+
+# Assertions tracing inserts about dtypes and sizes; grove checks every input's
+# type on each call, so they are dropped instead of splitting the graph.

@@ -1,0 +1,61 @@
+"""What the ATen importer's parts share: its errors, dtype names, op names
+and a node's arguments by schema name."""
+
+import operator
+
+import torch
+import torch.fx
+
+
+class Unsupported(Exception):
+    """A node grove cannot take; it runs in PyTorch (or raises under strict)."""
+
+
+class StrictModeError(RuntimeError):
+    """strict=True and the graph holds an op grove does not take."""
+
+
+_DTYPES = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.bool: "bool",
+    torch.float64: "f64",
+}
+
+
+def dtype_name(dtype):
+    if dtype not in _DTYPES:
+        raise Unsupported("dtype %s" % dtype)
+    return _DTYPES[dtype]
+
+
+def op_name(target):
+    """'aten.addmm' for aten.addmm.default; the callable's name otherwise."""
+    if isinstance(target, torch._ops.OpOverload):
+        return "aten." + target.overloadpacket.__name__
+    if target is operator.getitem:
+        return "getitem"
+    return getattr(target, "__name__", str(target))
+
+
+def node_arguments(node):
+    """The node's arguments by schema name, defaults filled in."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return {}
+    schema = target._schema
+    result = {}
+    positional = list(node.args)
+    for index, argument in enumerate(schema.arguments):
+        if index < len(positional):
+            result[argument.name] = positional[index]
+        elif argument.name in node.kwargs:
+            result[argument.name] = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            result[argument.name] = argument.default_value
+        else:
+            result[argument.name] = None
+    return result

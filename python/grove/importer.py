@@ -1,0 +1,330 @@
+"""The ATen importer: a torch.fx graph at the ATen level (what make_fx or
+AOTAutograd produce) becomes grove JSON programs, with what grove cannot take
+left to PyTorch.
+
+    plan = import_graph(graph_module, example_inputs, static_inputs={0, 1})
+    runner = plan.compile(backend="cudagraphs", device="sim")
+    outputs = runner(*inputs)
+
+See Note [Splitting a graph] below.
+"""
+
+import logging
+import os
+
+import torch
+import torch.fx
+
+from grove.aten_ops import CONVERTERS, _Converter
+from grove.fx_common import (  # noqa: F401 (part of this module's interface)
+    StrictModeError,
+    Unsupported,
+    dtype_name,
+    node_arguments,
+    op_name,
+)
+
+log = logging.getLogger("grove")
+if os.environ.get("GROVE_LOG", "").lower() in ("info", "debug") and not log.handlers:
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("grove: %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.DEBUG if os.environ["GROVE_LOG"].lower() == "debug" else logging.INFO)
+
+
+# Note [Splitting a graph]: the nodes are taken in the graph's order. A run of
+# nodes grove can take becomes one grove program (a segment); a node it cannot
+# take runs in PyTorch eagerly between segments, with its operands read from the
+# values computed so far and its result available to later segments as an
+# input. Because segments follow the graph's topological order, each value is
+# computed before its first use whichever side computes it. Nodes that depend on
+# no input at all (torch.ones, arange, a causal mask) are computed once at import
+# time and bound to the program as constants. Params (get_attr nodes and the
+# inputs the caller marks static) are bound to the caller's tensors, never
+# copied. Guarded by ImporterTest.test_unsupported_op_splits_the_graph_and_matches_torch
+# (tests/python/importer_test.py).
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs the graph once on the example inputs and keeps every node's value
+    (shapes and dtypes for the importer; constants for folding)."""
+
+    def __init__(self, module):
+        super().__init__(module)
+        self.values = {}
+
+    def run_node(self, node):
+        value = super().run_node(node)
+        self.values[node] = value
+        return value
+
+
+class Segment:
+    """One grove program cut from the graph."""
+
+    def __init__(self, index):
+        self.index = index
+        self.nodes = []  # the fx nodes computed here, in order
+        self.program_nodes = []  # grove node dicts
+        self.inputs = []  # (grove name, fx node) read per call
+        self.params = {}  # grove name -> (tensor, fx node or None)
+        self.outputs = []  # (fx node, position within a tuple value or None)
+        self.names = {}  # (fx node, position) -> grove value name
+        self.counter = 0
+
+
+class Plan:
+    """The import of one graph: segments and PyTorch nodes in graph order."""
+
+    def __init__(self, module, steps, placeholders, static_positions, unsupported, output_arg,
+                 name):
+        self.module = module
+        self.steps = steps  # ("grove", Segment) or ("torch", node)
+        self.placeholders = placeholders
+        self.static_positions = static_positions
+        self.unsupported = unsupported  # [(node name, op name, reason)]
+        self.output_arg = output_arg
+        self.name = name
+
+    def programs(self):
+        return [segment_program(self.name, step) for kind, step in self.steps if kind == "grove"]
+
+    def compile(self, backend="eager", device="sim", **options):
+        from grove.runner import GraphRunner
+
+        return GraphRunner(self, backend=backend, device=device, **options)
+
+
+def segment_program(name, segment):
+    program = {"name": "%s_%d" % (name, segment.index), "inputs": [], "params": [],
+               "nodes": segment.program_nodes, "outputs": []}
+    for grove_name, node in segment.inputs:
+        value = node.meta["grove_value"]
+        program["inputs"].append({"name": grove_name, "shape": list(value.shape),
+                                  "dtype": dtype_name(value.dtype)})
+    for grove_name, (tensor, _) in segment.params.items():
+        program["params"].append({"name": grove_name, "shape": list(tensor.shape),
+                                  "dtype": dtype_name(tensor.dtype), "init": {"kind": "zeros"}})
+    for node, position in segment.outputs:
+        program["outputs"].append(segment.names[(node, position)])
+    return program
+
+
+_SKIPPED_CHECKS = {"aten._assert_tensor_metadata", "aten._assert_async", "aten._assert_scalar",
+                   "aten.sym_constrain_range_for_size"}
+
+
+def supported_ops():
+    return sorted(CONVERTERS)
+
+
+class _Importer:
+    def __init__(self, module, example_inputs, static_positions, strict, name, has_erf):
+        self.module = module
+        self.graph = module.graph
+        self.strict = strict
+        self.name = name
+        self.has_erf = has_erf
+        recorder = _Recorder(module)
+        with torch.no_grad():
+            recorder.run(*example_inputs)
+        self.values = recorder.values
+        self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        devices = [value.device for value in example_inputs if isinstance(value, torch.Tensor)]
+        self.device = devices[0] if devices else torch.device("cpu")
+        self.static_positions = set(static_positions)
+        self.static_nodes = {self.placeholders[i] for i in self.static_positions}
+        self.dynamic = set()  # nodes that depend on a per-call input or a param
+        self.torch_nodes = set()
+        self.owner = {}  # fx node -> the Segment that computes it
+        self.constants = {}  # fx node -> folded tensor
+
+    def is_torch_node(self, node):
+        return node in self.torch_nodes
+
+    def constant(self, segment, tensor):
+        segment.counter += 1
+        name = "const.%d" % segment.counter
+        segment.params[name] = (tensor, None)
+        return name
+
+    def name_in_segment(self, segment, node, position=None):
+        if not isinstance(node, torch.fx.Node):
+            raise Unsupported("a non-tensor operand %r" % (node,))
+        key = (node, position)
+        if key in segment.names:
+            return segment.names[key]
+        value = self.values[node] if position is None else self.values[node][position]
+        if not isinstance(value, torch.Tensor):
+            raise Unsupported("operand %s is not a tensor" % node.name)
+        grove_name = "v%d.%s" % (len(segment.names), node.name)
+        if node.op == "get_attr" or node in self.static_nodes:
+            segment.params[grove_name] = (value, node)
+        elif node in self.constants:
+            constant = self.constants[node]
+            if constant.device != self.device:
+                # A constant PyTorch made on the host (a 0-d scalar tensor, say)
+                # joins the graph's device: the importer owns it, so moving it
+                # copies nothing of the caller's.
+                constant = constant.to(self.device)
+                self.constants[node] = constant
+            segment.params[grove_name] = (constant, None)
+        else:
+            if position is not None:
+                raise Unsupported("an element of a tuple made outside the segment")
+            node.meta["grove_value"] = value
+            segment.inputs.append((grove_name, node))
+        segment.names[key] = grove_name
+        return grove_name
+
+    def depends_on_inputs(self, node):
+        return any(isinstance(arg, torch.fx.Node) and arg in self.dynamic
+                   for arg in node.all_input_nodes)
+
+    def run(self):
+        steps = []
+        segment = None
+        unsupported = []
+        for node in self.graph.nodes:
+            if node.op in ("placeholder", "get_attr"):
+                self.dynamic.add(node)
+                if node.op == "placeholder":
+                    node.meta["grove_example"] = self.values.get(node)
+                continue
+            if node.op == "output":
+                break
+            if node.op != "call_function":
+                reason = "%s nodes are not imported" % node.op
+                unsupported.append((node.name, node.op, reason))
+                self.torch_nodes.add(node)
+                self.dynamic.add(node)
+                steps.append(("torch", node))
+                segment = None
+                continue
+            if not node.users and (op_name(node.target) in CONVERTERS
+                                   or op_name(node.target) in _SKIPPED_CHECKS
+                                   or op_name(node.target) == "getitem"):
+                # A pure result nobody reads (a layer norm's mean, say), or a
+                # metadata assertion the compiled program's fixed types make moot.
+                continue
+            if not self.depends_on_inputs(node):
+                value = self.values[node]
+                if isinstance(value, torch.Tensor):
+                    self.constants[node] = value  # computed once, bound as a constant
+                    continue
+            self.dynamic.add(node)
+            try:
+                if segment is None:
+                    segment = Segment(sum(1 for kind, _ in steps if kind == "grove"))
+                    steps.append(("grove", segment))
+                self.convert(segment, node)
+            except Unsupported as reason:
+                name = op_name(node.target)
+                if self.strict:
+                    raise StrictModeError(
+                        "grove (strict): node '%s' (%s) is not supported: %s"
+                        % (node.name, name, reason)) from None
+                unsupported.append((node.name, name, str(reason)))
+                log.info("unsupported op %s at node '%s' (%s): runs in PyTorch", name,
+                         node.name, reason)
+                self.torch_nodes.add(node)
+                steps.append(("torch", node))
+                segment = None
+        steps = [(kind, step) for kind, step in steps
+                 if kind == "torch" or step.program_nodes or step.nodes]
+        self.finish_segments(steps)
+        output = next(n for n in self.graph.nodes if n.op == "output")
+        plan = Plan(self.module, steps, self.placeholders, self.static_positions, unsupported,
+                    output.args[0], self.name)
+        plan.constants = dict(self.constants)
+        return plan
+
+    def convert(self, segment, node):
+        name = op_name(node.target)
+        if name == "getitem":
+            source, position = node.args
+            if source not in segment.nodes:
+                raise Unsupported("getitem of a value made outside the segment")
+            picked = segment.names.get((source, position))
+            if picked is None:
+                raise Unsupported("element %d of %s" % (position, op_name(source.target)))
+            segment.names[(node, None)] = picked
+            segment.nodes.append(node)
+            self.owner[node] = segment
+            return
+        converter = CONVERTERS.get(name)
+        if converter is None:
+            raise Unsupported("no importer for %s" % name)
+        value = self.values[node]
+        tensors = value if isinstance(value, (tuple, list)) else [value]
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor):
+                dtype_name(tensor.dtype)
+        if isinstance(value, (tuple, list)):
+            for user in node.users:
+                if op_name(user.target) != "getitem":
+                    raise Unsupported("a tuple result used whole")
+        # Converters emit into the segment only when they succeed.
+        saved = (len(segment.program_nodes), dict(segment.names), list(segment.inputs),
+                 dict(segment.params), segment.counter)
+        try:
+            result = converter(_Converter(self, segment, node), node_arguments(node))
+        except Unsupported:
+            (count, names, inputs, params, counter) = saved
+            del segment.program_nodes[count:]
+            segment.names, segment.inputs, segment.params = names, inputs, params
+            segment.counter = counter
+            raise
+        if isinstance(result, tuple):
+            wanted = {user.args[1] for user in node.users if user.users}  # live reads
+            missing = sorted(p for p in wanted if p >= len(result) or result[p] is None)
+            if missing:
+                (count, names, inputs, params, counter) = saved
+                del segment.program_nodes[count:]
+                segment.names, segment.inputs, segment.params = names, inputs, params
+                segment.counter = counter
+                raise Unsupported("element(s) %s of its result are read" % missing)
+            for position, item in enumerate(result):
+                if item is not None:
+                    segment.names[(node, position)] = item
+        else:
+            segment.names[(node, None)] = result
+        segment.nodes.append(node)
+        self.owner[node] = segment
+
+    def finish_segments(self, steps):
+        """Each segment returns the values used after it (by later steps or
+        the graph's output)."""
+        order = {node: i for i, node in enumerate(self.graph.nodes)}
+        for kind, segment in steps:
+            if kind != "grove":
+                continue
+            last = max(order[n] for n in segment.nodes)
+            outputs = []
+            for node in segment.nodes:
+                if op_name(node.target) != "getitem" and isinstance(self.values[node], tuple):
+                    continue
+                if any(order[user] > last or user.op == "output" for user in node.users):
+                    outputs.append((node, None))
+            # A value that is a program input or param passes through a view.
+            for node, position in outputs:
+                grove_name = segment.names[(node, position)]
+                passthrough = any(grove_name == n for n, _ in segment.inputs) or \
+                    grove_name in segment.params
+                if passthrough:
+                    shape = list(self.values[node].shape)
+                    segment.counter += 1
+                    new = "%s.out%d" % (node.name, segment.counter)
+                    segment.program_nodes.append({"name": new, "op": "reshape",
+                                                  "inputs": [grove_name],
+                                                  "attrs": {"shape": shape}})
+                    segment.names[(node, position)] = new
+            segment.outputs = outputs
+
+
+def import_graph(module, example_inputs, static_inputs=(), strict=False, name="fx",
+                 has_erf=True):
+    """Imports an fx GraphModule at the ATen level into a Plan. static_inputs:
+    positions of placeholders bound as params (never copied, address checked);
+    strict: raise StrictModeError naming the first op grove cannot take."""
+    return _Importer(module, example_inputs, static_inputs, strict, name, has_erf).run()

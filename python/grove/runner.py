@@ -1,0 +1,178 @@
+"""Runs an imported graph (importer.Plan): grove segments compiled through the
+C API, the nodes grove cannot take in PyTorch between them (Note [Splitting a
+graph], importer.py)."""
+
+import torch
+import torch.fx
+
+import grove
+from grove import importer
+
+
+class GraphRunner:
+    def __init__(self, plan, backend="eager", device="sim", **options):
+        self.plan = plan
+        self.backend = backend
+        self.device = device
+        self.options = options
+        self.segments = []  # (Segment, grove.Model, bound param nodes and tensors)
+        self.steps = []
+        for kind, step in plan.steps:
+            if kind == "grove":
+                compiled = self._compile(step)
+                self.segments.append(compiled)
+                self.steps.append(("grove", compiled))
+            else:
+                self.steps.append(("torch", step))
+        self.static_positions = sorted(plan.static_positions)
+        self.constants = dict(plan.constants)
+        for node in plan.module.graph.nodes:
+            if node.op == "get_attr":
+                self.constants[node] = _attribute(plan.module, node.target)
+        self._fast = self._fast_plan()
+
+    def _fast_plan(self):
+        """For a graph that is one grove segment fed only by placeholders and
+        returning its outputs (the common case): what a call needs, by position,
+        so it skips the environment of values."""
+        if len(self.steps) != 1 or self.steps[0][0] != "grove":
+            return None
+        compiled = self.steps[0][1]
+        positions = {node: index for index, node in enumerate(self.plan.placeholders)}
+        if not all(node in positions for node in compiled["inputs"]):
+            return None
+        produced = {node: index for index, (node, _) in enumerate(compiled["segment"].outputs)}
+        output = self.plan.output_arg
+        items = list(output) if isinstance(output, (tuple, list)) else [output]
+        if not all(isinstance(item, torch.fx.Node) and item in produced for item in items):
+            return None
+        return {
+            "model": compiled["model"],
+            "inputs": [positions[node] for node in compiled["inputs"]],
+            "checks": [(positions[node], address) for node, address in compiled["bound"]],
+            "outputs": [produced[item] for item in items],
+            "container": type(output) if isinstance(output, (tuple, list)) else None,
+        }
+
+    def _compile(self, segment):
+        program = importer.segment_program(self.plan.name, segment)
+        params = {name: tensor for name, (tensor, _) in segment.params.items()}
+        model = grove.Model(program, backend=self.backend, device=self.device, params=params,
+                            **self.options)
+        bound = [(node, tensor.data_ptr()) for _, (tensor, node) in segment.params.items()
+                 if node is not None and node.op == "placeholder"]
+        return {"segment": segment, "model": model, "bound": bound,
+                "inputs": [node for _, node in segment.inputs]}
+
+    @property
+    def unsupported(self):
+        return self.plan.unsupported
+
+    def models(self):
+        return [compiled["model"] for compiled in self.segments]
+
+    def mark_step_begin(self):
+        for model in self.models():
+            model.mark_step_begin()
+
+    def __call__(self, *args):
+        fast = self._fast
+        if fast is not None:
+            if fast["checks"] and not _static_inputs_in_place(args, fast):
+                for position, address in fast["checks"]:
+                    if args[position].data_ptr() != address:
+                        raise RuntimeError(
+                            "grove: static input %d moved (its data pointer changed since "
+                            "compilation); params are bound, never copied: recompile"
+                            % position)
+            inputs = [args[position] for position in fast["inputs"]]
+            stream = _stream_of(inputs[0]) if inputs and inputs[0].is_cuda else None
+            results = fast["model"].call_torch(inputs, stream)
+            picked = [results[index] for index in fast["outputs"]]
+            container = fast["container"]
+            return container(picked) if container is not None else picked[0]
+        return self.slow_call(*args)
+
+    def slow_call(self, *args):
+        env = dict(self.constants)
+        for node, value in zip(self.plan.placeholders, args):
+            env[node] = value
+        stream = None
+        for kind, step in self.steps:
+            if kind == "grove":
+                for node, address in step["bound"]:
+                    if env[node].data_ptr() != address:
+                        raise RuntimeError(
+                            "grove: static input '%s' moved (its data pointer changed since "
+                            "compilation); params are bound, never copied: recompile"
+                            % node.name)
+                inputs = []
+                for node in step["inputs"]:
+                    inputs.append(env[node] if node in env else self._constant(node))
+                if stream is None and inputs and inputs[0].is_cuda:
+                    stream = _stream_of(inputs[0])
+                outputs = step["model"](*inputs, stream=stream) if inputs else step["model"]()
+                for (node, _), value in zip(step["segment"].outputs, outputs):
+                    env[node] = value
+            else:
+                node = step
+                node_args = torch.fx.node.map_arg(node.args, lambda n: self._read(env, n))
+                node_kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self._read(env, n))
+                if node.op == "call_function":
+                    env[node] = node.target(*node_args, **node_kwargs)
+                elif node.op == "call_method":
+                    target, *rest = node_args
+                    env[node] = getattr(target, node.target)(*rest, **node_kwargs)
+                else:
+                    env[node] = self.plan.module.get_submodule(node.target)(*node_args,
+                                                                           **node_kwargs)
+        return torch.fx.node.map_arg(self.plan.output_arg, lambda n: self._read(env, n))
+
+    def _constant(self, node):
+        raise RuntimeError("grove: value '%s' was never computed" % node.name)
+
+    def _read(self, env, node):
+        if node in env:
+            return env[node]
+        return self._constant(node)
+
+
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+# PyTorch's own check of static inputs (its cudagraph trees use it), one C++
+# call for every bound parameter; a Python loop where it is missing.
+_POINTERS_EQUAL = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+
+
+def _static_inputs_in_place(args, fast):
+    """Whether every bound static input is still at its recorded address."""
+    global _POINTERS_EQUAL
+    if _POINTERS_EQUAL is not None:
+        if "pointer_list" not in fast:
+            fast["positions"] = [position for position, _ in fast["checks"]]
+            addresses = [None] * (max(fast["positions"]) + 1)
+            for position, address in fast["checks"]:
+                addresses[position] = address
+            fast["pointer_list"] = addresses
+        try:
+            return _POINTERS_EQUAL(list(args), fast["pointer_list"], fast["positions"])
+        except (TypeError, RuntimeError):
+            _POINTERS_EQUAL = None  # another signature: use the loop from now on
+    for position, address in fast["checks"]:
+        if args[position].data_ptr() != address:
+            return False
+    return True
+
+
+def _stream_of(tensor):
+    """The caller's current CUDA stream on the tensor's device (None: legacy default)."""
+    index = tensor.get_device()
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(index) or None
+    return torch.cuda.current_stream(index).cuda_stream or None
+
+
+def _attribute(module, target):
+    value = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value

@@ -1,0 +1,184 @@
+"""grove as a torch.compile backend.
+
+    import grove.torch
+    model = torch.compile(model, backend="grove")                       # cudagraphs
+    model = torch.compile(model, backend="grove", options={"mode": "eager"})
+    grove.torch.mark_step_begin()
+
+The backend traces the graph dynamo hands it down to ATen (make_fx), imports
+it (grove.importer: supported regions become grove programs, the rest runs in
+PyTorch) and runs it through the C API on the caller's own tensors: inputs
+and parameters are viewed, never copied, and outputs come back through DLPack.
+Parameters (nn.Parameter inputs, and get_attr tensors) are bound to the grove
+programs as params: their address is checked on every call.
+
+Options: mode "cudagraphs" (default) or "eager"; strict (default False) raises
+naming the first op grove cannot take instead of running it in PyTorch;
+device (default: cuda:N for CUDA inputs, sim for CPU tensors). Inference only:
+a graph that needs gradients runs in PyTorch (strict raises). Each input shape
+PyTorch guards on is one compilation; a graph with symbolic sizes
+(dynamic=True, or dynamo's automatic dynamic shapes) is compiled once per
+concrete shape it is called with (PerShapeGraph), one CUDA graph per shape in
+the tree.
+"""
+
+import logging
+import weakref
+
+import torch
+
+from grove import importer
+
+log = importer.log
+
+_MODES = {"cudagraphs": "cudagraphs", "eager": "eager"}
+_OPTIONS = ("mode", "strict", "device")
+_live_runners = weakref.WeakSet()
+_compiled = []  # weak references to every CompiledGraph, oldest first
+
+
+def compiled_graphs():
+    """The graphs this backend compiled that are still alive, oldest first."""
+    alive = [reference() for reference in _compiled]
+    _compiled[:] = [reference for reference, graph in zip(list(_compiled), alive)
+                    if graph is not None]
+    return [graph for graph in alive if graph is not None]
+
+
+def mark_step_begin():
+    """Starts a new step for every graph grove compiled: outputs of earlier
+    calls may be overwritten by later ones (torch.compiler.cudagraph_mark_step_begin)."""
+    for runner in list(_live_runners):
+        runner.mark_step_begin()
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _static_positions(example_inputs):
+    positions = []
+    for index, value in enumerate(example_inputs):
+        if isinstance(value, torch.nn.Parameter) or getattr(
+                value, "_dynamo_static_input_type", None) is not None:
+            positions.append(index)
+    return positions
+
+
+def _aten_graph(gm, example_inputs):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        return make_fx(gm)(*example_inputs)
+
+
+class CompiledGraph:
+    """What the backend returns to dynamo: a callable over the graph's inputs."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        _live_runners.add(runner)
+        _compiled.append(weakref.ref(self))
+
+    def __call__(self, *args):
+        if self.runner._fast is not None:
+            return self.runner(*args)  # grove alone: no autograd to switch off
+        with torch.no_grad():
+            return self.runner(*args)
+
+    @property
+    def unsupported(self):
+        return self.runner.unsupported
+
+
+def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None):
+    """Compiles an fx GraphModule (or any function make_fx can trace) for its
+    example inputs; the backend's work."""
+    if mode not in _MODES:
+        raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
+    if not all(isinstance(value, torch.Tensor) for value in example_inputs):
+        # Symbolic sizes (dynamic=True, or dynamo's automatic dynamic shapes):
+        # one grove compilation per concrete shape, on first use.
+        return PerShapeGraph(gm, mode, strict, device)
+    try:
+        if torch.is_grad_enabled() and any(
+                value.requires_grad and not isinstance(value, torch.nn.Parameter)
+                for value in example_inputs):
+            raise _Fallback("an input requires grad; grove's backend is for inference")
+    except _Fallback as reason:
+        if strict:
+            raise importer.StrictModeError("grove (strict): %s" % reason) from None
+        log.info("graph runs in PyTorch: %s", reason)
+        return getattr(gm, "forward", gm)
+    if device is None:
+        cuda = [value for value in example_inputs if value.is_cuda]
+        device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
+    aten = _aten_graph(gm, example_inputs)
+    plan = importer.import_graph(aten, example_inputs, static_inputs=_static_positions(
+        example_inputs), strict=strict, name="torch_graph")
+    return CompiledGraph(plan.compile(backend=_MODES[mode], device=device))
+
+
+class PerShapeGraph:
+    """A graph with symbolic sizes, compiled once per concrete set of input
+    shapes (and integer arguments) it is called with: each is a static grove
+    program, and in cudagraphs mode one graph per shape in the device's tree.
+    The integer arguments (the sizes dynamo passes) are baked into each
+    compilation."""
+
+    def __init__(self, gm, mode, strict, device):
+        self.gm = gm
+        self.options = {"mode": mode, "strict": strict, "device": device}
+        self.compiled = {}
+
+    @staticmethod
+    def key(args):
+        return tuple((tuple(value.shape), value.stride(), value.dtype, value.device)
+                     if isinstance(value, torch.Tensor) else ("value", value) for value in args)
+
+    def __call__(self, *args):
+        key = self.key(args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            concrete = [int(value) if isinstance(value, torch.SymInt) else value
+                        for value in args] if hasattr(torch, "SymInt") else list(args)
+            tensors = [value for value in concrete if isinstance(value, torch.Tensor)]
+            positions = [i for i, value in enumerate(concrete) if isinstance(value, torch.Tensor)]
+            values = list(concrete)
+
+            def specialized(*tensor_args):
+                for position, value in zip(positions, tensor_args):
+                    values[position] = value
+                return self.gm(*values)
+
+            log.info("compiling a graph for input shapes %s", [tuple(t.shape) for t in tensors])
+            compiled = (positions, compile_graph(specialized, tensors, **self.options))
+            self.compiled[key] = compiled
+        positions, function = compiled
+        return function(*[args[position] for position in positions])
+
+
+def grove_backend(gm, example_inputs, options=None, **kwargs):
+    """The dynamo backend "grove" (torch.compile(model, backend="grove", options={...}))."""
+    options = dict(options or {})
+    options.update(kwargs)
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise ValueError("grove: unknown option(s) %s (known: %s)" % (", ".join(unknown),
+                                                                      ", ".join(_OPTIONS)))
+    return compile_graph(gm, example_inputs, **options)
+
+
+def _register():
+    try:
+        from torch._dynamo.backends.registry import register_backend
+    except ImportError:  # PyTorch without dynamo (1.x): call grove_backend directly
+        return False
+    try:
+        register_backend(compiler_fn=grove_backend, name="grove")
+    except Exception as error:  # already registered by an earlier import
+        logging.getLogger("grove").debug("backend 'grove' not registered again: %s", error)
+    return True
+
+
+registered = _register()
