@@ -101,6 +101,21 @@ mkdir -p "$bundle/grove"
 : >"$bundle/not_built.txt"
 printf '%s\n' "${sim_only[@]}" >"$bundle/sim_only.txt"
 
+# Debian libraries an ELF file loads that a GPU host may lack (cpp-httplib,
+# and the brotli and OpenSSL libraries it loads), copied into grove/_syslib,
+# which run_all.sh puts on LD_LIBRARY_PATH.
+copy_system_libraries() {
+  local elf=$1
+  [ "$(head -c 4 "$elf" | od -An -c | tr -d ' ')" = '177ELF' ] || return 0
+  ldd "$elf" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    case "$name" in
+      libcpp-httplib.so* | libbrotli*.so* | libssl.so* | libcrypto.so*)
+        mkdir -p "$bundle/grove/_syslib"
+        [ -f "$bundle/grove/_syslib/$name" ] || cp -L "$path" "$bundle/grove/_syslib/$name" ;;
+    esac
+  done
+}
+
 # Copies a built binary, the shared objects Bazel built for it, and every
 # data file its runfiles manifest lists, into the bundle's runfiles-like tree
 # (gpu_bundle/grove/<workspace path>), which run_all.sh uses as TEST_SRCDIR.
@@ -134,6 +149,7 @@ copy_target() {
           strip --strip-unneeded "$bundle/grove/_solib_k8/$library"; }
     fi
   done
+  copy_system_libraries "$binary"
   local manifest="$binary.runfiles/MANIFEST"
   [ -f "$manifest" ] || return 0
   while read -r runfile real; do
@@ -147,6 +163,7 @@ copy_target() {
     if [ ! -e "$bundle/$runfile" ]; then
       mkdir -p "$bundle/$(dirname "$runfile")"
       cp -L "$real" "$bundle/$runfile"
+      copy_system_libraries "$real"  # the grove binary the command tests run
     fi
   done <"$manifest"
 }
