@@ -9,7 +9,8 @@
 #   tools/gpu_bundle.sh [extra bazel build flags]
 #
 # GROVE_BAZEL_OUTPUT_BASE picks Bazel's output base (default: Bazel's own).
-# GROVE_BUNDLE_LIMIT_MIB caps the bundle (default 64). Past GROVE_BUNDLE_PACK_MIB
+# GROVE_BUNDLE_LIMIT_MIB caps the bundle (default 64). GROVE_BUNDLE_ONLY=tests
+# or =benchmarks packs only the test or the benchmark binaries. Past GROVE_BUNDLE_PACK_MIB
 # (default 60) MiB of raw files the tree is packed as payload.tar.xz, which
 # run_all.sh unpacks: a large xz dictionary shares the statically linked LLVM
 # and runtime code between binaries. GROVE_BUNDLE_XZ replaces the LZMA2
@@ -74,6 +75,14 @@ for test in "${tests[@]}"; do
   fi
 done
 tests=("${gpu_tests[@]}")
+# GROVE_BUNDLE_ONLY=tests or =benchmarks packs one half, for a suite whose
+# whole bundle no longer fits one call's 64 MiB (two runs, one per half).
+case "${GROVE_BUNDLE_ONLY:-}" in
+  "") ;;
+  tests) benchmarks=() ;;
+  benchmarks) tests=() ;;
+  *) echo "gpu_bundle: GROVE_BUNDLE_ONLY must be tests or benchmarks" >&2; exit 2 ;;
+esac
 echo "gpu_bundle: ${#tests[@]} test binaries that can reach a GPU (${#sim_only[@]} sim-only left out), ${#benchmarks[@]} benchmark binaries"
 
 events=$(mktemp)
@@ -131,6 +140,9 @@ copy_target() {
   fi
   mkdir -p "$bundle/grove/$(dirname "$path")"
   cp "$binary" "$bundle/grove/$path"
+  # Bazel's --strip=always drops debug info only; the symbol table is 15% of a
+  # binary and nothing looks it up (the JIT resolves through the dynamic table).
+  chmod u+w "$bundle/grove/$path" && strip --strip-all "$bundle/grove/$path"
   echo "$path" >>"$bundle/$list"
   local needed
   needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
