@@ -53,7 +53,28 @@ if [ ${#tests[@]} -eq 0 ]; then
   echo "gpu_bundle: bazel query found no cc_test targets" >&2
   exit 1
 fi
-echo "gpu_bundle: ${#tests[@]} test binaries, ${#benchmarks[@]} benchmark binaries"
+
+# Note [Bundle carries tests that can reach a GPU]
+# A test binary whose sources never name CUDA or a device parameterization and
+# that does not run the grove binary (whose default device is cuda where one
+# exists) runs the same on the GPU host as here, so it stays out of the bundle,
+# which must fit the GPU tool's 64 MiB (every binary carries its own static
+# LLVM). sim_only.txt lists them; they ran in this machine's suite.
+# Test: tests/tools/test_reaches_gpu_test.sh.
+runs_grove=$("${bazel_cmd[@]}" query --noshow_progress   "attr(data, '//cli:grove', kind(cc_test, $universe))" 2>/dev/null || true)
+gpu_tests=()
+sim_only=()
+for test in "${tests[@]}"; do
+  mapfile -t sources < <("${bazel_cmd[@]}" query --noshow_progress "labels(srcs, $test)" 2>/dev/null |
+    sed -n 's|^//\([^:]*\):\(.*\)$|\1/\2|p; s|^//:\(.*\)$|\1|p')
+  if grep -qxF "$test" <<<"$runs_grove" || tools/test_reaches_gpu.sh "${sources[@]}"; then
+    gpu_tests+=("$test")
+  else
+    sim_only+=("$test")
+  fi
+done
+tests=("${gpu_tests[@]}")
+echo "gpu_bundle: ${#tests[@]} test binaries that can reach a GPU (${#sim_only[@]} sim-only left out), ${#benchmarks[@]} benchmark binaries"
 
 events=$(mktemp)
 # --keep_going: a target another change broke is reported (and counted as a
@@ -78,6 +99,7 @@ mkdir -p "$bundle/grove"
 : >"$bundle/tests.txt"
 : >"$bundle/benchmarks.txt"
 : >"$bundle/not_built.txt"
+printf '%s\n' "${sim_only[@]}" >"$bundle/sim_only.txt"
 
 # Debian libraries an ELF file loads that a GPU host may lack (cpp-httplib,
 # and the brotli and OpenSSL libraries it loads), copied into grove/_syslib,
