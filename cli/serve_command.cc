@@ -182,6 +182,7 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   if (!options.stats_json_path.empty()) check_output_path("--stats-json", options.stats_json_path);
   options.graph_memory_budget =
       args.integer("--graph-memory-budget", 0, 0, std::numeric_limits<int64_t>::max());
+  options.replan.memory_budget_bytes = options.graph_memory_budget;
   return options;
 }
 

@@ -23,7 +23,8 @@
 // stop() first makes /v2/health/ready answer 503, then stops accepting
 // connections; every request whose body was read is still answered, since
 // its handler waits for its future and the batching Server keeps running
-// until serve() has returned. The owner then shuts the Server down with
+// until serve() has returned (a queued request may still wait up to
+// max_wait for company). The owner then shuts the Server down with
 // ShutdownMode::kDrain. Test: test_sigterm_drains_and_exits_zero.
 #pragma once
 

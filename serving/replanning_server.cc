@@ -136,6 +136,23 @@ bool ReplanningServer::replan_now() {
       static_cast<double>(padding_planned) > replan_.min_gain * static_cast<double>(padding_now)) {
     return false;  // a switch costs a compile and, briefly, twice the memory
   }
+  if (replan_.memory_budget_bytes > 0) {
+    int64_t pool = 0;
+    for (const nlohmann::json& snapshot : old->backend_snapshots()) {
+      if (snapshot.contains("memory") && snapshot["memory"].contains("pool")) {
+        pool += snapshot["memory"]["pool"].value("reserved_bytes", int64_t{0});
+      }
+    }
+    if (2 * pool > replan_.memory_budget_bytes) {
+      if (replan_.on_switch) {
+        replan_.on_switch(str_cat(
+            "buckets not re-planned: during a switch both servers would "
+            "hold ",
+            2 * pool, " bytes of graph pool, over the budget of ", replan_.memory_budget_bytes));
+      }
+      return false;
+    }
+  }
   // Built before the switch, while the old Server keeps answering.
   ServerConfig next = config_;
   next.buckets = planned;

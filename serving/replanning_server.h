@@ -50,6 +50,10 @@ struct ReplanConfig {
   // Switch only when the plan pads at most this fraction of what the current
   // buckets padded on the same batches.
   double min_gain = 0.8;
+  // Graph pool bytes the two Servers of a switch may hold together (the old
+  // one's pool plus as much again for the new one, which has no more buckets
+  // and the same largest); a switch that would pass it is not made. 0: none.
+  int64_t memory_budget_bytes = 0;
   // Called on the planner thread with each switch: what changed, for logs.
   std::function<void(const std::string& message)> on_switch;
 };

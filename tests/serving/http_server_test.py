@@ -344,9 +344,9 @@ class ServeLifecycleTest(unittest.TestCase):
         self.assertEqual(status, 0, err)
 
     def test_sigterm_drains_and_exits_zero(self):
-        # Requests wait up to 300 ms for company, so they are still queued
-        # when SIGTERM arrives; each must still be answered.
-        server = GroveServer("--max-batch", "8", "--max-wait-us", "300000")
+        # Requests wait up to 3 s for company, so they are still queued when
+        # SIGTERM arrives; each must still be answered, without that wait.
+        server = GroveServer("--max-batch", "8", "--max-wait-us", "3000000")
         rows = np.linspace(-1, 1, 3 * 512, dtype=np.float32).reshape(3, 512)
         answers = [None] * 3
 
@@ -357,7 +357,12 @@ class ServeLifecycleTest(unittest.TestCase):
         threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
         for t in threads:
             t.start()
-        time.sleep(0.1)
+        # SIGTERM once all three wait in the queue (not before they were received).
+        deadline = time.monotonic() + 30
+        while parse_prometheus(requests.get(server.url + "/metrics").text)[
+                ("grove_pending_requests", "")] < 3:
+            self.assertLess(time.monotonic(), deadline, "the requests never reached the queue")
+            time.sleep(0.01)
         status, out, err = server.stop()
         for t in threads:
             t.join()

@@ -135,6 +135,22 @@ TEST(ReplanningServer, GraphCountersNeverGoBackAcrossASwitch) {
   EXPECT_GE(after, 12u + 4u) << "the retired server's replays (warm-up and 12 batches) are kept";
 }
 
+TEST(ReplanningServer, NoSwitchWhenBothServersWouldPassTheMemoryBudget) {
+  ServerConfig config = eager_config();
+  config.backend = "cudagraphs";
+  config.warmup_calls = 3;
+  ReplanConfig replan = manual(10);
+  replan.memory_budget_bytes = 1;  // below any pool
+  std::string logged;
+  replan.on_switch = [&](const std::string& message) { logged = message; };
+  ReplanningServer server(tiny_model(), config, replan);
+  std::mt19937 rng(23);
+  for (int i = 0; i < 12; ++i) server.submit(random_request(rng, 3)).get();
+  EXPECT_FALSE(server.replan_now());
+  EXPECT_EQ(server.switches(), 0u);
+  EXPECT_NE(logged.find("over the budget of 1"), std::string::npos) << logged;
+}
+
 TEST(ReplanningServer, PlannerThreadReplansOnItsOwn) {
   ReplanConfig replan;
   replan.period = std::chrono::milliseconds(50);
