@@ -10,11 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capi/api_support.h"
 #include "compiler/backends/compile.h"
 #include "compiler/model_format/model_json.h"
+#include "runtime/backend.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -97,6 +99,67 @@ void detach_borrowed(grove_model& model, const std::vector<grove::runtime::Stora
   }
 }
 
+// Note [Calls from the legacy default stream]
+// PyTorch's default stream is CUDA's legacy default stream (NULL), on which
+// nothing can be captured and the runtime refuses cuBLAS. A cuda call that
+// names it runs on the calling thread's own grove stream instead, ordered
+// after the work already queued on the legacy stream and before any work
+// queued there later, by one event each way; the host never waits. Any other
+// stream is used as it is. Test: CApiCuda.RunsOnCallerDeviceMemoryAndTheCallersStreamLikeSim
+// (the caller's stream and NULL), tests/python/gpu_torch_backend_test.py.
+class CallerStream {
+ public:
+  CallerStream(Device device, void* stream) {
+    if (!device.is_cuda()) return;
+    const bool legacy = stream == nullptr || stream == kCudaStreamLegacy;
+    if (!legacy) {
+      guard_.emplace(device, grove::runtime::StreamHandle{stream});
+      return;
+    }
+    context_ = &grove::runtime::device_context(device);
+    legacy_ = grove::runtime::StreamHandle{stream};
+    grove::runtime::Backend& backend = context_->backend();
+    event_ = backend.create_event(/*enable_timing=*/false);
+    try {
+      backend.record_event(event_, legacy_);
+      backend.stream_wait_event(context_->current_stream(), event_);
+    } catch (...) {
+      backend.destroy_event(event_);
+      throw;
+    }
+  }
+  // Orders the caller's legacy stream after what this call queued.
+  void finish() {
+    if (context_ == nullptr) return;
+    grove::runtime::DeviceContext* context = std::exchange(context_, nullptr);
+    grove::runtime::Backend& backend = context->backend();
+    try {
+      backend.record_event(event_, context->current_stream());
+      backend.stream_wait_event(legacy_, event_);
+    } catch (...) {
+      backend.destroy_event(event_);
+      throw;
+    }
+    backend.destroy_event(event_);
+  }
+  // A call that failed still orders the legacy stream after its queued work.
+  ~CallerStream() {
+    try {
+      finish();
+    } catch (...) {  // the call's own error is the one reported
+    }
+  }
+  CallerStream(const CallerStream&) = delete;
+  CallerStream& operator=(const CallerStream&) = delete;
+
+ private:
+  static inline void* const kCudaStreamLegacy = reinterpret_cast<void*>(0x1);
+  std::optional<grove::runtime::StreamGuard> guard_;
+  grove::runtime::DeviceContext* context_ = nullptr;
+  grove::runtime::StreamHandle legacy_;
+  grove::runtime::EventHandle event_;
+};
+
 // Runs the model on caller-described inputs; `handed` counts the descriptions
 // whose release grove owns (the rest are released by the caller of this).
 grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_desc* inputs,
@@ -118,11 +181,11 @@ grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_des
     tensors.push_back(view_of(inputs[index], Subject{"input", index, name}));
     if (inputs[index].release == nullptr) borrowed.push_back(tensors.back().storage());
   }
-  std::optional<grove::runtime::StreamGuard> on_stream;
-  if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});
+  CallerStream on_stream(device, stream);
   grove::compiler::TensorList results = (*model.compiled)(tensors);
   tensors.clear();
   if (!borrowed.empty()) detach_borrowed(model, borrowed);
+  on_stream.finish();
   GROVE_CHECK(results.size() <= capacity, "the model returned ", results.size(),
               " outputs, more than the ", capacity, " it declared");
   return results;
@@ -327,13 +390,13 @@ grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* 
       const size_t index = handed++;
       tensors.push_back(view_of(inputs[index], Subject{"input", index, nullptr}));
     }
-    std::optional<grove::runtime::StreamGuard> on_stream;
-    if (device.is_cuda()) on_stream.emplace(device, grove::runtime::StreamHandle{stream});
+    CallerStream on_stream(device, stream);
     const auto& compiled = *checked_model.compiled;
     auto start = std::chrono::steady_clock::now();
     for (int64_t call = 0; call < calls; ++call) compiled(tensors);
     grove::runtime::DeviceContext& context = grove::runtime::device_context(device);
     context.backend().synchronize_stream(context.current_stream());
+    on_stream.finish();
     *seconds_per_call =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
         static_cast<double>(calls);

@@ -115,7 +115,9 @@ grove_status grove_model_output_count(const grove_model* model, size_t* count);
 
 /* Runs the model on `inputs` (the program's inputs in order). On cuda the
  * work is ordered on `stream` (a cudaStream_t; NULL is the legacy default
- * stream, PyTorch's default); on sim and cpu `stream` must be NULL. Writes up
+ * stream, PyTorch's default: the call then runs on a stream of grove's own,
+ * ordered after and before the legacy stream's work by events, since nothing
+ * can be captured on the legacy stream); on sim and cpu `stream` must be NULL. Writes up
  * to `capacity` new output handles into `outputs` and their number into
  * `*count`. Every descriptor's release runs exactly once whatever happens. */
 grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs,

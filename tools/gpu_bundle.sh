@@ -210,6 +210,8 @@ if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:
   mkdir -p "$bundle/grove/python/grove" "$bundle/grove/tests/python" \
     "$bundle/grove/tests/python_support" "$bundle/grove/benchmarks"
   cp python/grove/*.py "$bundle/grove/python/grove/"
+  mkdir -p "$bundle/grove/python/grove_weights"
+  cp python/grove_weights/*.py "$bundle/grove/python/grove_weights/"
   cp "$bin/capi/libgrove.so" "$bundle/grove/python/grove/libgrove.so"
   chmod u+w "$bundle/grove/python/grove/libgrove.so"
   strip --strip-unneeded "$bundle/grove/python/grove/libgrove.so"

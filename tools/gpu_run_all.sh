@@ -110,7 +110,7 @@ while read -r path; do
   name=$(basename "$path" .py)
   log="$scratch_logs/$name.log"
   start=$(date +%s.%N)
-  (cd "$tree/grove" && PYTHONPATH="$tree/grove/python:$tree/grove/tests/python_support" \
+  (cd "$tree/grove" && TEST_SRCDIR="$tree" PYTHONPATH="$tree/grove/python:$tree/grove/tests/python_support" \
     timeout "$timeout_s" python3 "$path") >"$log" 2>&1
   status=$?
   seconds=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')

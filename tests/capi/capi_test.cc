@@ -541,13 +541,18 @@ TEST(CApi, DlpackCheckReportsAnOverwrittenReplayOutput) {
 }
 
 // On cuda: inputs in device memory the caller owns (made here through grove's
-// runtime, as PyTorch would make them) and the caller's own stream.
+// runtime, as PyTorch would make them), on the caller's own stream and on the
+// legacy default stream (NULL, PyTorch's default stream; Note [Calls from the
+// legacy default stream] in capi/grove.cc), where GEMMs used to be refused.
 TEST(CApiCuda, RunsOnCallerDeviceMemoryAndTheCallersStreamLikeSim) {
   using namespace grove;
   if (runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  runtime::StreamHandle stream = runtime::device_context(runtime::kCudaDevice).create_stream();
-  for (const char* backend : {"eager", "cudagraphs"}) {
-    SCOPED_TRACE(backend);
+  runtime::StreamHandle own = runtime::device_context(runtime::kCudaDevice).create_stream();
+  for (auto [backend, stream] : {std::pair{"eager", own}, std::pair{"cudagraphs", own},
+                                 std::pair{"eager", runtime::StreamHandle{}},
+                                 std::pair{"cudagraphs", runtime::StreamHandle{}}}) {
+    SCOPED_TRACE(std::string(backend) +
+                 (stream.is_default() ? " on the legacy default stream" : ""));
     std::string options = std::string(R"({"device": "cuda:0", "backend": ")") + backend + "\"}";
     grove_model* model = compile_or_fail(options.c_str());
     ASSERT_NE(model, nullptr);

@@ -46,7 +46,7 @@ TEST(GroveLimits, HugeParameterFailsFastNamingItsBytesWithBoundedMemory) {
                   "init": {"kind": "uniform", "low": -1, "high": 1, "seed": 1}}],
       "nodes": [{"name": "y", "op": "gelu", "inputs": ["x"]}], "outputs": ["y"]})");
   CommandResult result = run_command(
-      kGrove, {"run", model, "--iters", "1", "--warmup", "1"},
+      kGrove, {"run", model, "--device", "sim", "--iters", "1", "--warmup", "1"},
       {.env = {"GROVE_SIM_MEMORY_BYTES=1073741824"}, .max_virtual_kib = address_space_limit_kib()});
   SCOPED_TRACE("stderr: " + result.err);
   EXPECT_EQ(result.status, 1);
@@ -66,8 +66,9 @@ TEST(GroveLimits, IntermediateTensorTooLargeForTheDeviceNamesTheNode) {
       "params": [{"name": "column", "shape": [8192, 1], "dtype": "f32", "init": {"kind": "ones"}}],
       "nodes": [{"name": "proj", "op": "add", "inputs": ["x", "column"]},
                 {"name": "y", "op": "gelu", "inputs": ["proj"]}], "outputs": ["y", "proj"]})");
-  CommandResult result = run_command(kGrove, {"run", model, "--iters", "1", "--warmup", "1"},
-                                     {.env = {"GROVE_SIM_MEMORY_BYTES=1073741824"}});
+  CommandResult result =
+      run_command(kGrove, {"run", model, "--device", "sim", "--iters", "1", "--warmup", "1"},
+                  {.env = {"GROVE_SIM_MEMORY_BYTES=1073741824"}});
   SCOPED_TRACE("stderr: " + result.err);
   EXPECT_EQ(result.status, 1);
   ASSERT_EQ(result.err_lines().size(), 1u);
@@ -121,7 +122,7 @@ TEST(GroveLimits, InputTooLargeForTheDeviceNamesTheInput) {
       "inputs": [{"name": "tokens", "shape": [2147483648], "dtype": "f32"}],
       "nodes": [{"name": "y", "op": "gelu", "inputs": ["tokens"]}], "outputs": ["y"]})");
   CommandResult result = run_command(
-      kGrove, {"run", model, "--iters", "1", "--warmup", "1"},
+      kGrove, {"run", model, "--device", "sim", "--iters", "1", "--warmup", "1"},
       {.env = {"GROVE_SIM_MEMORY_BYTES=1073741824"}, .max_virtual_kib = address_space_limit_kib()});
   SCOPED_TRACE("stderr: " + result.err);
   EXPECT_EQ(result.status, 1);
