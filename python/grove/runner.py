@@ -10,8 +10,12 @@ from grove import importer
 
 
 class GraphRunner:
-    def __init__(self, plan, backend="eager", device="sim", **options):
+    def __init__(self, plan, backend="eager", device="sim", output_copies=None, **options):
+        """output_copies: None, or a function of an fx node returning whether
+        a segment output computing it is copied out of grove's memory (True,
+        False, or None for grove.Model's default)."""
         self.plan = plan
+        self.output_copies = output_copies
         self.backend = backend
         self.device = device
         self.options = options
@@ -57,8 +61,13 @@ class GraphRunner:
     def _compile(self, segment):
         program = importer.segment_program(self.plan.name, segment)
         params = {name: tensor for name, (tensor, _) in segment.params.items()}
+        options = dict(self.options)
+        if self.output_copies is not None:
+            default = grove.Model.default_copy(self.backend)
+            flags = [self.output_copies(node) for node, _ in segment.outputs]
+            options["copy_outputs"] = [default if flag is None else flag for flag in flags]
         model = grove.Model(program, backend=self.backend, device=self.device, params=params,
-                            **self.options)
+                            **options)
         bound = [(node, tensor.data_ptr()) for _, (tensor, node) in segment.params.items()
                  if node is not None and node.op == "placeholder"]
         return {"segment": segment, "model": model, "bound": bound,
