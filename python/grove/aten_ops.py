@@ -361,7 +361,24 @@ def _layer_norm(c, a):
         "full", [], {"value": 0.0, "shape": [features], "dtype": dtype_name(dtype)})
     out = c.emit("layer_norm", [c.tensor(x), weight_name, bias_name], {"eps": float(a["eps"])})
     if op_name(c.node.target) == "aten.native_layer_norm":
-        return (out, None, None)
+        # A training graph saves the row statistics for the backward.
+        wanted = {user.args[1] for user in c.node.users if user.users}
+        if not wanted & {1, 2}:
+            return (out, None, None)
+        name = c.tensor(x)
+        last = len(shape) - 1
+        mean = c.emit("mean", [name], {"dims": [last], "keepdim": 1})
+        centered = c.emit("sub", [name, mean])
+        variance = c.emit("mean", [c.emit("mul", [centered, centered])],
+                          {"dims": [last], "keepdim": 1})
+        rstd = c.emit("rsqrt", [c.emit("add", [variance, c.scalar(float(a["eps"]), dtype)])])
+        statistics = []
+        for position, value in ((1, mean), (2, rstd)):
+            saved = c.result()[position]
+            if list(saved.shape) != shape[:-1] + [1]:
+                value = c.emit("reshape", [value], {"shape": list(saved.shape)})
+            statistics.append(c.cast(value, dtype, saved.dtype))
+        return (out, statistics[0], statistics[1])
     return out
 
 
