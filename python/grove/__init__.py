@@ -19,7 +19,8 @@ import weakref
 from grove import _capi
 from grove._capi import GroveError, StaleOutputError
 
-__all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output"]
+__all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output",
+           "check_not_overwritten"]
 
 # Note [Kept outputs through DLPack]: a replay of a CUDA graph writes its outputs
 # into the same memory every time, so an output the caller still holds is
@@ -318,6 +319,7 @@ class Model:
         self._input_counts = [ctypes.c_size_t(n) for n in range(len(names) + 1)]
         self._output_capacity = ctypes.c_size_t(self.output_count)
         self._watch_kept = backend != "eager" and _storage_hook() is not None
+        self._tag_outputs = backend != "eager" and copy_outputs is not None
         self._desc_items = [self._descs[index] for index in range(len(names))]
         self._from_dlpack = _from_dlpack() if _torch() is not None else None
 
@@ -418,8 +420,11 @@ class Model:
                 value = value.view(_torch().bool)
             if self._copy_flags[index]:
                 value = value.clone()
-            elif self._watch_kept:
-                kept.append((weakref.ref(value), pointer))
+            else:
+                if self._tag_outputs:
+                    value._grove_output = pointer  # check_not_overwritten reads it
+                if self._watch_kept:
+                    kept.append((weakref.ref(value), pointer))
             results.append(value)
         if len(kept) > len(results):
             self._check_kept_dlpack()
@@ -468,6 +473,19 @@ class Model:
 
     def dot(self):
         return self._text(_capi.library().grove_model_dot)
+
+
+def check_not_overwritten(tensor, what):
+    """Raises StaleOutputError when `tensor` is an uncopied output of a graph
+    backend (copy_outputs False) that a later replay overwrote; `what` names
+    the tensor in the message."""
+    pointer = getattr(tensor, "_grove_output", None)
+    if pointer is None:
+        return
+    status = _capi.fast_library().grove_dlpack_check(ctypes.c_void_p(pointer))
+    if status:
+        message = _capi.library().grove_last_error().decode("utf-8", "replace")
+        raise StaleOutputError(status, "grove: %s: %s" % (what, message))
 
 
 def compile(program, backend="eager", device="sim", dims=None, params=None, **options):

@@ -6,8 +6,9 @@ graph may end in. Importing this module adds them to aten_ops.CONVERTERS."""
 import math
 
 import torch
+import torch.fx
 
-from grove.aten_ops import CONVERTERS
+from grove.aten_ops import CONVERTERS, full_reduction
 from grove.fx_common import Unsupported, dtype_name
 
 
@@ -198,7 +199,7 @@ def _mse_loss(c, a):
     if reduction == _NONE:
         return squares
     op = "mean" if reduction == _MEAN else "sum"
-    return c.emit(op, [squares], {"dims": [], "keepdim": 0})
+    return full_reduction(c, op, squares, len(c.shape(a["self"])))
 
 
 def _mse_loss_backward(c, a):
@@ -233,8 +234,8 @@ def _nll_loss_forward(c, a):
     """(-sum over rows of log_probs[n, target[n]] (over the kept count for
     'mean'), the kept count): rows whose target is ignore_index count nothing."""
     dtype, picks, kept = _nll_parts(c, a)
-    picked = c.emit("sum", [c.emit("mul", [c.tensor(a["self"]), picks])], {"dims": [], "keepdim": 0})
-    total_weight = c.emit("sum", [kept], {"dims": [], "keepdim": 0})
+    picked = full_reduction(c, "sum", c.emit("mul", [c.tensor(a["self"]), picks]), 2)
+    total_weight = full_reduction(c, "sum", kept, 1)
     reduction = a.get("reduction", _MEAN)
     if reduction == _NONE:
         raise Unsupported("nll_loss with reduction='none'")
@@ -262,6 +263,14 @@ def _new_full(value):
     return convert
 
 
+def _fill(c, a):
+    """fill.Scalar (functionalized fill_): the value in the result's shape."""
+    value = a.get("value")
+    if isinstance(value, torch.fx.Node):
+        raise Unsupported("fill with a tensor value")
+    return _new_full(value)(c, {"fill_value": value})
+
+
 BACKWARD_CONVERTERS = {
     "aten.threshold_backward": _threshold_backward,
     "aten.gelu_backward": _gelu_backward,
@@ -282,6 +291,8 @@ BACKWARD_CONVERTERS = {
     "aten.new_ones": _new_full(1.0),
     "aten.new_empty": _new_full(0.0),
     "aten.new_full": _new_full(None),
+    "aten.empty_like": _new_full(0.0),
+    "aten.fill": _fill,
 }
 
 CONVERTERS.update(BACKWARD_CONVERTERS)

@@ -396,9 +396,21 @@ def _reduce(op):
         keepdim = 1 if a.get("keepdim") else 0
         if rank == 0:
             return c.tensor(x)
+        if not keepdim and sorted(dims or range(rank)) == list(range(rank)):
+            return full_reduction(c, op, c.tensor(x), rank)
         return c.emit(op, [c.tensor(x)], {"dims": dims, "keepdim": keepdim})
 
     return convert
+
+
+def full_reduction(c, op, name, rank):
+    """`op` over every dim of a rank-`rank` value, to a 0-d value. Over the
+    last dim first, then the rest: grove's lowering fails on some single
+    full reductions of broadcast operands ("keeps needing relaid copies", a
+    scheduler bug reported with its repro)."""
+    if rank >= 2:
+        name = c.emit(op, [name], {"dims": [rank - 1], "keepdim": 0})
+    return c.emit(op, [name], {"dims": [], "keepdim": 0})
 
 
 def _var(c, a):

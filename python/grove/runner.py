@@ -9,6 +9,15 @@ import grove
 from grove import importer
 
 
+class StaticInputMovedError(RuntimeError):
+    """A bound static input (a parameter) is no longer at the address it was
+    compiled with; `position` is its place among the graph's inputs."""
+
+    def __init__(self, position, message):
+        super().__init__(message)
+        self.position = position
+
+
 class GraphRunner:
     def __init__(self, plan, backend="eager", device="sim", output_copies=None, **options):
         """output_copies: None, or a function of an fx node returning whether
@@ -90,9 +99,9 @@ class GraphRunner:
             if fast["checks"] and not _static_inputs_in_place(args, fast):
                 for position, address in fast["checks"]:
                     if args[position].data_ptr() != address:
-                        raise RuntimeError(
-                            "grove: static input %d moved (its data pointer changed since "
-                            "compilation); params are bound, never copied: recompile"
+                        raise StaticInputMovedError(
+                            position, "grove: static input %d moved (its data pointer changed "
+                            "since compilation); params are bound, never copied: recompile"
                             % position)
             inputs = [args[position] for position in fast["inputs"]]
             stream = _stream_of(inputs[0]) if inputs and inputs[0].is_cuda else None
@@ -111,7 +120,8 @@ class GraphRunner:
             if kind == "grove":
                 for node, address in step["bound"]:
                     if env[node].data_ptr() != address:
-                        raise RuntimeError(
+                        raise StaticInputMovedError(
+                            self.plan.placeholders.index(node),
                             "grove: static input '%s' moved (its data pointer changed since "
                             "compilation); params are bound, never copied: recompile"
                             % node.name)

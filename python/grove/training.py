@@ -19,7 +19,9 @@ the dynamo backend "grove" takes it for graphs that need gradients
 
 import torch
 
+import grove
 from grove import importer
+from grove.runner import StaticInputMovedError
 
 log = importer.log
 
@@ -40,16 +42,41 @@ log = importer.log
 _MODES = ("cudagraphs", "eager")
 
 
-def _boxed(runner):
-    """AOTAutograd's calling convention: one list of arguments, a list back."""
+def _boxed(runner, check_saved=None, labels=None):
+    """AOTAutograd's calling convention: one list of arguments, a list back.
+    check_saved: the graph's name, to check its inputs first (a backward's);
+    labels: names of the graph's inputs for messages (parameter names)."""
 
     def call(args):
-        result = runner(*args)
+        if check_saved is not None:
+            _check_saved_activations(args, runner, check_saved)
+        try:
+            result = runner(*args)
+        except StaticInputMovedError as error:
+            label = labels[error.position] if labels and error.position < len(labels) else None
+            if label is None:
+                raise
+            raise StaticInputMovedError(error.position, (
+                "grove: parameter '%s' was replaced outside the training step (its memory "
+                "moved since grove compiled the step, which binds parameters and never "
+                "copies them); update parameters in place (param.data.copy_(...), "
+                "optimizer steps) or compile the module again" % label)) from None
         return list(result) if isinstance(result, (tuple, list)) else [result]
 
     call._boxed_call = True
     call.runner = runner
     return call
+
+
+def _check_saved_activations(args, runner, graph):
+    """Note [Saved activations stay in the pool]: a saved activation that a
+    later replay overwrote is refused, naming it."""
+    for node, value in zip(runner.plan.placeholders, args):
+        if getattr(value, "_grove_output", None) is not None:
+            grove.check_not_overwritten(
+                value, "the %s graph reads saved activation '%s', which a later forward "
+                "overwrote; run each backward before the next step's forward "
+                "(mark_step_begin ends a step)" % (graph, node.name))
 
 
 def static_positions(example_inputs):
@@ -70,6 +97,7 @@ class StepCompiler:
         self.device = device
         self.name = name
         self.user_outputs = None  # how many of the forward's outputs are the user's
+        self.input_labels = None  # names of the forward's first inputs (parameters)
         self.forwards = []
         self.backwards = []
 
@@ -111,7 +139,7 @@ class StepCompiler:
                               stage="forward", output_copies=copies)
         self.forwards.append(runner)
         self._log(plan, "forward")
-        return _boxed(runner)
+        return _boxed(runner, labels=self.input_labels)
 
     def backward(self, graph_module, example_inputs):
         plan = importer.import_graph(graph_module, example_inputs,
@@ -127,7 +155,7 @@ class StepCompiler:
                               stage="backward", output_copies=copies)
         self.backwards.append(runner)
         self._log(plan, "backward")
-        return _boxed(runner)
+        return _boxed(runner, check_saved="%s_backward" % self.name)
 
     def _log(self, plan, what):
         if plan.unsupported:
@@ -162,6 +190,10 @@ class TrainingModule(torch.nn.Module):
                               "backend=\"grove\")") from error
         self.module = module
         self.compiler = StepCompiler(mode, strict, device, name=type(module).__name__)
+        # aot_module passes the parameters, then the buffers, then the inputs.
+        self.compiler.input_labels = (
+            [name for name, _ in _named(module.named_parameters)]
+            + [name for name, _ in _named(module.named_buffers)])
         self._options = {"mode": mode, "strict": strict, "device": device}
         self._train = aot_module(module, fw_compiler=self.compiler.forward,
                                  bw_compiler=self.compiler.backward,
@@ -191,6 +223,13 @@ class TrainingModule(torch.nn.Module):
             runner = getattr(compiled, "runner", None)
             if runner is not None:
                 runner.mark_step_begin()
+
+
+def _named(members):
+    try:
+        return list(members(remove_duplicate=False))
+    except TypeError:  # an older signature
+        return list(members())
 
 
 class _Stateless:
