@@ -89,17 +89,22 @@ def static_positions(example_inputs):
 class StepCompiler:
     """AOTAutograd's partition, forward and backward compilers for grove."""
 
-    def __init__(self, mode="cudagraphs", strict=False, device=None, name="train"):
+    def __init__(self, mode="cudagraphs", strict=False, device=None, name="train", lazy=False):
+        """lazy: import each graph on its first call, from the real arguments
+        (PyTorch 2.x hands the compilers fake tensors; parameters are bound
+        to the real ones)."""
         if mode not in _MODES:
             raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
         self.mode = mode
         self.strict = strict
         self.device = device
         self.name = name
+        self.lazy = lazy
         self.user_outputs = None  # how many of the forward's outputs are the user's
         self.input_labels = None  # names of the forward's first inputs (parameters)
         self.forwards = []
         self.backwards = []
+        self.inferences = []
 
     def partition(self, joint, joint_inputs, **kwargs):
         """The default partition, noting how many forward outputs are the user's."""
@@ -121,6 +126,31 @@ class StepCompiler:
         return "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
 
     def forward(self, graph_module, example_inputs):
+        if self.lazy:
+            return _Lazy(lambda args: self._forward(graph_module, args))
+        return self._forward(graph_module, example_inputs)
+
+    def backward(self, graph_module, example_inputs):
+        if self.lazy:
+            return _Lazy(lambda args: self._backward(graph_module, args))
+        return self._backward(graph_module, example_inputs)
+
+    def inference(self, graph_module, example_inputs):
+        """AOTAutograd's inference compiler (no input needs gradients)."""
+        if self.lazy:
+            return _Lazy(lambda args: self._inference(graph_module, args))
+        return self._inference(graph_module, example_inputs)
+
+    def _inference(self, graph_module, example_inputs):
+        plan = importer.import_graph(graph_module, list(example_inputs),
+                                     static_inputs=static_positions(example_inputs),
+                                     strict=self.strict, name="%s_inference" % self.name)
+        runner = plan.compile(backend=self.mode, device=self._device(example_inputs))
+        self.inferences.append(runner)
+        return _boxed(runner)
+
+    def _forward(self, graph_module, example_inputs):
+        example_inputs = list(example_inputs)
         plan = importer.import_graph(graph_module, example_inputs,
                                      static_inputs=static_positions(example_inputs),
                                      strict=self.strict, name="%s_forward" % self.name)
@@ -141,7 +171,8 @@ class StepCompiler:
         self._log(plan, "forward")
         return _boxed(runner, labels=self.input_labels)
 
-    def backward(self, graph_module, example_inputs):
+    def _backward(self, graph_module, example_inputs):
+        example_inputs = list(example_inputs)
         plan = importer.import_graph(graph_module, example_inputs,
                                      static_inputs=static_positions(example_inputs),
                                      strict=self.strict, name="%s_backward" % self.name)
@@ -163,11 +194,39 @@ class StepCompiler:
                      ", ".join("%s (%s)" % (op, node) for node, op, _ in plan.unsupported))
 
     def runners(self):
-        return self.forwards + self.backwards
+        return self.forwards + self.backwards + self.inferences
 
     def mark_step_begin(self):
         for runner in self.runners():
             runner.mark_step_begin()
+
+
+class _Lazy:
+    """A boxed callable compiled on its first call, from that call's arguments."""
+
+    _boxed_call = True
+
+    def __init__(self, build):
+        self.build = build
+        self.compiled = None
+
+    def __call__(self, args):
+        if self.compiled is None:
+            self.compiled = self.build(list(args))
+        return self.compiled(args)
+
+
+def aot_backend(mode="cudagraphs", strict=False, device=None):
+    """PyTorch 2.x: a dynamo backend that hands the graph to AOTAutograd with
+    grove's compilers (torch.compile(model, backend="grove") uses it for
+    graphs that need gradients). Returns (backend, StepCompiler)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    compiler = StepCompiler(mode, strict, device, name="torch_graph", lazy=True)
+    backend = aot_autograd(fw_compiler=compiler.forward, bw_compiler=compiler.backward,
+                           inference_compiler=compiler.inference,
+                           partition_fn=compiler.partition)
+    return backend, compiler
 
 
 def _output_nodes(output):

@@ -18,6 +18,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import grove  # noqa: E402
+import grove.torch  # noqa: E402
 import grove.training  # noqa: E402
 from grove import importer  # noqa: E402
 import junit_main  # noqa: E402
@@ -337,6 +338,30 @@ class TrainingTest(unittest.TestCase):
         with self.assertRaises(RuntimeError) as raised:
             trained(*make_inputs())
         self.assertIn("parameter 'layers.1.bias' was replaced", str(raised.exception))
+
+
+class BackendTest(unittest.TestCase):
+    def test_a_graph_that_needs_gradients_takes_the_training_path(self):
+        def function(x, weight):
+            return torch.relu(F.linear(x, weight))
+
+        gm = torch.fx.symbolic_trace(function)
+        weight = nn.Parameter(torch.randn(6, 4))
+        x = torch.randn(3, 4)
+        if grove.torch.registered:  # PyTorch 2.x: AOTAutograd with grove's stage compilers
+            compiled = grove.torch.grove_backend(gm, [x, weight], options={"mode": "eager"})
+            out = compiled(x, weight)
+            out.sum().backward()
+            torch.testing.assert_close(weight.grad, (function(x, weight) > 0).float().t() @ x)
+            return
+        # PyTorch 1.13 has no AOTAutograd for dynamo: the graph runs in PyTorch
+        # (its gradients intact), and strict names the way that trains.
+        compiled = grove.torch.grove_backend(gm, [x, weight], options={"mode": "eager"})
+        compiled(x, weight).sum().backward()
+        self.assertIsNotNone(weight.grad)
+        with self.assertRaises(importer.StrictModeError) as raised:
+            grove.torch.grove_backend(gm, [x, weight], options={"strict": True})
+        self.assertIn("grove.training.compile_module", str(raised.exception))
 
 
 def _autograd_graph(function, *inputs):
