@@ -124,7 +124,7 @@ def _training_graph(gm, example_inputs, mode, strict, device):
                 "AOTAutograd for dynamo (%s); use grove.training.compile_module" % error) from None
         log.info("graph runs in PyTorch: it needs gradients and AOTAutograd is missing")
         return getattr(gm, "forward", gm)
-    _live_runners.add(compiler)
+    compiler.on_runner = _live_runners.add  # mark_step_begin reaches them
     return backend(gm, example_inputs)
 
 

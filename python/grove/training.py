@@ -105,6 +105,7 @@ class StepCompiler:
         self.forwards = []
         self.backwards = []
         self.inferences = []
+        self.on_runner = None  # called with each GraphRunner made (grove.torch tracks them)
 
     def partition(self, joint, joint_inputs, **kwargs):
         """The default partition, noting how many forward outputs are the user's."""
@@ -147,6 +148,8 @@ class StepCompiler:
                                      strict=self.strict, name="%s_inference" % self.name)
         runner = plan.compile(backend=self.mode, device=self._device(example_inputs))
         self.inferences.append(runner)
+        if self.on_runner is not None:
+            self.on_runner(runner)
         return _boxed(runner)
 
     def _forward(self, graph_module, example_inputs):
@@ -168,6 +171,8 @@ class StepCompiler:
         runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
                               stage="forward", output_copies=copies)
         self.forwards.append(runner)
+        if self.on_runner is not None:
+            self.on_runner(runner)
         self._log(plan, "forward")
         return _boxed(runner, labels=self.input_labels)
 
@@ -185,6 +190,8 @@ class StepCompiler:
         runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
                               stage="backward", output_copies=copies)
         self.backwards.append(runner)
+        if self.on_runner is not None:
+            self.on_runner(runner)
         self._log(plan, "backward")
         return _boxed(runner, check_saved="%s_backward" % self.name)
 
