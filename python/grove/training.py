@@ -274,7 +274,11 @@ class TrainingModule(torch.nn.Module):
     def _evaluate(self, *args):
         from grove import torch as grove_torch
 
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        # The parameters are bound constants of the traced graph: one whose
+        # memory moved (p.data = ...) needs a new compilation.
+        key = (tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
+                     for a in args),
+               tuple(p.data_ptr() for p in self.module.parameters()))
         compiled = self._inference.get(key)
         if compiled is None:
             compiled = grove_torch.compile_graph(_Stateless(self.module), list(args),

@@ -334,10 +334,16 @@ class TrainingTest(unittest.TestCase):
         module, make_inputs = mlp_case()
         trained = grove.training.compile_module(module, "eager")
         loss_of(trained(*make_inputs())).backward()
-        module.layers[1].bias.data = module.layers[1].bias.data.clone()
+        x = make_inputs()
+        with torch.no_grad():
+            trained(*x)
+        module.layers[1].bias.data = module.layers[1].bias.data + 1.0
         with self.assertRaises(RuntimeError) as raised:
-            trained(*make_inputs())
+            trained(*x)
         self.assertIn("parameter 'layers.1.bias' was replaced", str(raised.exception))
+        # Evaluation compiles again for the moved parameter and sees its new values.
+        with torch.no_grad():
+            torch.testing.assert_close(trained(*x), module(*x), rtol=RTOL, atol=ATOL)
 
 
 class BackendTest(unittest.TestCase):
