@@ -17,6 +17,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import gpu_models  # noqa: E402
 import grove  # noqa: E402
 import grove.torch  # noqa: E402
 import grove.training  # noqa: E402
@@ -123,6 +124,12 @@ class LlamaBlock(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
+def encoder_case():
+    """PyTorch's own nn.TransformerEncoder (a model nobody here wrote)."""
+    return gpu_models.transformer_encoder(width=32, heads=4, layers=2), \
+        lambda: (torch.randn(2, 8, 32),)
+
+
 def mlp_case():
     return Mlp(), lambda: (torch.randn(4, 32),)
 
@@ -203,6 +210,9 @@ class TrainingTest(unittest.TestCase):
 
     def test_llama_style_block_gradients_match_torch(self):
         self.gradients_over_steps(llama_case)
+
+    def test_transformer_encoder_gradients_match_torch(self):
+        self.gradients_over_steps(encoder_case)
 
     def test_forward_and_backward_are_the_trees_stages(self):
         results = self.gradients_over_steps(mlp_case, steps=3)
