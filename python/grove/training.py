@@ -127,9 +127,10 @@ class StepCompiler:
         return "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
 
     def forward(self, graph_module, example_inputs):
+        user_outputs = self.user_outputs  # of this graph's partition, noted just before
         if self.lazy:
-            return _Lazy(lambda args: self._forward(graph_module, args))
-        return self._forward(graph_module, example_inputs)
+            return _Lazy(lambda args: self._forward(graph_module, args, user_outputs))
+        return self._forward(graph_module, example_inputs, user_outputs)
 
     def backward(self, graph_module, example_inputs):
         if self.lazy:
@@ -147,19 +148,17 @@ class StepCompiler:
                                      static_inputs=static_positions(example_inputs),
                                      strict=self.strict, name="%s_inference" % self.name)
         runner = plan.compile(backend=self.mode, device=self._device(example_inputs))
-        self.inferences.append(runner)
-        if self.on_runner is not None:
-            self.on_runner(runner)
+        self._made(self.inferences, runner)
         return _boxed(runner)
 
-    def _forward(self, graph_module, example_inputs):
+    def _forward(self, graph_module, example_inputs, user_outputs):
         example_inputs = list(example_inputs)
         plan = importer.import_graph(graph_module, example_inputs,
                                      static_inputs=static_positions(example_inputs),
                                      strict=self.strict, name="%s_forward" % self.name)
         output = plan.output_arg
         items = list(output) if isinstance(output, (tuple, list)) else [output]
-        count = self.user_outputs if self.user_outputs is not None else len(items)
+        count = user_outputs if user_outputs is not None else len(items)
         user = {item for item in items[:count] if isinstance(item, torch.fx.Node)}
         saved = {item for item in items[count:] if isinstance(item, torch.fx.Node)}
 
@@ -170,9 +169,7 @@ class StepCompiler:
 
         runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
                               stage="forward", output_copies=copies)
-        self.forwards.append(runner)
-        if self.on_runner is not None:
-            self.on_runner(runner)
+        self._made(self.forwards, runner)
         self._log(plan, "forward")
         return _boxed(runner, labels=self.input_labels)
 
@@ -189,11 +186,14 @@ class StepCompiler:
 
         runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
                               stage="backward", output_copies=copies)
-        self.backwards.append(runner)
-        if self.on_runner is not None:
-            self.on_runner(runner)
+        self._made(self.backwards, runner)
         self._log(plan, "backward")
         return _boxed(runner, check_saved="%s_backward" % self.name)
+
+    def _made(self, runners, runner):
+        runners.append(runner)
+        if self.on_runner is not None:
+            self.on_runner(runner)
 
     def _log(self, plan, what):
         if plan.unsupported:
