@@ -357,6 +357,35 @@ class TrainingTest(unittest.TestCase):
 
 
 class BackendTest(unittest.TestCase):
+    def test_lazy_compilers_import_from_the_first_calls_arguments(self):
+        """PyTorch 2.x hands the stage compilers fake tensors; the lazy
+        StepCompiler (what the dynamo backend uses) imports each graph from
+        its first real call, so here the compilers are given meta tensors."""
+        from functorch.compile import aot_module
+
+        torch.manual_seed(SEED)
+        module, make_inputs = gpt_case()
+        reference = copy.deepcopy(module)
+        compiler = grove.training.StepCompiler("cudagraphs", lazy=True, name="lazy")
+
+        def meta(compile_stage):
+            return lambda gm, inputs: compile_stage(gm, [t.to("meta") for t in inputs])
+
+        trained = aot_module(module, fw_compiler=meta(compiler.forward),
+                             bw_compiler=meta(compiler.backward),
+                             partition_fn=compiler.partition)
+        for _ in range(3):
+            x = make_inputs()
+            module.zero_grad(set_to_none=True)
+            reference.zero_grad(set_to_none=True)
+            loss_of(trained(*x)).backward()
+            loss_of(reference(*x)).backward()
+            assert_close_all(self, grads(module), grads(reference), "gradient")
+        self.assertEqual([len(compiler.forwards), len(compiler.backwards)], [1, 1])
+        for runner in compiler.runners():
+            self.assertEqual(runner.plan.unsupported, [])
+
+
     def test_a_graph_that_needs_gradients_takes_the_training_path(self):
         def function(x, weight):
             return torch.relu(F.linear(x, weight))
