@@ -57,13 +57,28 @@ class GraphRunner:
         produced = {node: index for index, (node, _) in enumerate(compiled["segment"].outputs)}
         output = self.plan.output_arg
         items = list(output) if isinstance(output, (tuple, list)) else [output]
-        if not all(isinstance(item, torch.fx.Node) and item in produced for item in items):
-            return None
+        # Outputs the segment computes, and (training graphs) inputs passed
+        # through, folded constants (a mask saved for the backward) and None
+        # gradients: (0, output index), (1, argument position), (2, value).
+        sources = []
+        for item in items:
+            if isinstance(item, torch.fx.Node) and item in produced:
+                sources.append((0, produced[item]))
+            elif isinstance(item, torch.fx.Node) and item in positions:
+                sources.append((1, positions[item]))
+            elif isinstance(item, torch.fx.Node) and item in self.constants:
+                sources.append((2, self.constants[item]))
+            elif item is None:
+                sources.append((2, None))
+            else:
+                return None
+        only_segment = all(kind == 0 for kind, _ in sources)
         return {
             "model": compiled["model"],
             "inputs": [positions[node] for node in compiled["inputs"]],
             "checks": [(positions[node], address) for node, address in compiled["bound"]],
-            "outputs": [produced[item] for item in items],
+            "outputs": [index for _, index in sources] if only_segment else None,
+            "sources": sources,
             "container": type(output) if isinstance(output, (tuple, list)) else None,
         }
 
@@ -106,7 +121,11 @@ class GraphRunner:
             inputs = [args[position] for position in fast["inputs"]]
             stream = _stream_of(inputs[0]) if inputs and inputs[0].is_cuda else None
             results = fast["model"].call_torch(inputs, stream)
-            picked = [results[index] for index in fast["outputs"]]
+            if fast["outputs"] is not None:
+                picked = [results[index] for index in fast["outputs"]]
+            else:
+                picked = [results[index] if kind == 0 else args[index] if kind == 1 else index
+                          for kind, index in fast["sources"]]
             container = fast["container"]
             return container(picked) if container is not None else picked[0]
         return self.slow_call(*args)

@@ -169,6 +169,9 @@ def assert_equal_all(test, actual, expected, what):
 def whole_in_grove(test, trained):
     for runner in trained.compiler.runners():
         test.assertEqual(runner.plan.unsupported, [], "ops left to PyTorch")
+        # One grove program fed by the graph's inputs: the runner's fast path,
+        # with passed-through inputs, saved constants and None gradients.
+        test.assertIsNotNone(runner._fast, "%s takes the fast path" % runner.plan.name)
 
 
 class TrainingTest(unittest.TestCase):
