@@ -230,6 +230,28 @@ class TrainingTest(unittest.TestCase):
         self.assertGreater(tree["zero_copy_inputs"], 0)
         self.assertEqual(tree["input_copies"], 0)
 
+    def test_gradients_land_in_grad_without_a_copy_in_eager_mode(self):
+        """Eager outputs are fresh grove memory: autograd keeps the backward's
+        outputs as .grad itself (cudagraphs mode copies them out of the pool:
+        Note [Saved activations stay in the pool])."""
+        module, make_inputs = mlp_case()
+        trained = grove.training.compile_module(module, "eager")
+        x = make_inputs()
+        loss_of(trained(*x)).backward()
+        model = trained.compiler.backwards[0]._fast["model"]
+        returned = []
+        call = model.call_torch
+
+        def recording(inputs, stream=None):
+            results = call(inputs, stream)
+            returned.extend(result.data_ptr() for result in results)
+            return results
+
+        model.call_torch = recording
+        module.zero_grad(set_to_none=True)
+        loss_of(trained(*x)).backward()
+        self.assertEqual(sorted(p.grad.data_ptr() for p in module.parameters()), sorted(returned))
+
     def test_gradient_accumulation_two_forwards_one_backward_each(self):
         module, make_inputs = mlp_case()
         batches = [make_inputs() for _ in range(8)]
