@@ -29,6 +29,7 @@ import weakref
 import torch
 
 from grove import importer
+from grove import optim  # noqa: F401 (grove.torch.optim: SGD, AdamW)
 
 log = importer.log
 
