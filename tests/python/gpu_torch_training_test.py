@@ -4,7 +4,8 @@ backward as its tree's stages). 50 steps of the mlp, the gpt and the
 LLaMA-style block (gpu_models.py, smaller sizes): the losses track torch
 eager at every step (f32 with TF32 off: rtol 2e-3, atol 2e-4), and grove's
 cudagraphs mode equals its eager mode bitwise; gradient accumulation,
-no_grad evaluation between steps, and torch.optim.AdamW (fused=True) too.
+no_grad evaluation between steps, torch.optim.AdamW (fused=True) and
+grove.torch.optim.AdamW too.
 Skips without CUDA or without torch._dynamo (CI: training_test.py covers the
 same on sim with PyTorch 1.13)."""
 import copy
@@ -87,6 +88,11 @@ def train(module, batch, loss_of, backend, steps=STEPS, optimizer="sgd", accumul
         run = torch.compile(model, backend="grove", options={"mode": backend}, dynamic=False)
     if optimizer == "sgd":
         step_fn = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    elif optimizer == "grove_adamw":
+        import grove.torch
+
+        mode = backend or "eager"
+        step_fn = grove.torch.optim.AdamW(model.parameters(), lr=1e-3, mode=mode)
     else:
         step_fn = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
     losses, evaluations = [], []
@@ -149,6 +155,10 @@ class GpuTorchTrainingTest(unittest.TestCase):
 
     def test_fused_adamw(self):
         self.check("llama", steps=20, optimizer="adamw")
+
+    def test_grove_optim_adamw(self):
+        """grove.torch.optim.AdamW: torch eager runs it in grove's eager mode."""
+        self.check("mlp", steps=20, optimizer="grove_adamw")
 
 
 if __name__ == "__main__":
