@@ -28,7 +28,8 @@ std::string read_file(const std::string& path) {
   }
 }
 
-// Rewrites the dtype of every f32 input, param and buffer; the nodes infer theirs.
+// Rewrites the dtype of every f32 input, param, buffer and `full` constant;
+// the other nodes infer theirs.
 std::string with_dtype(const std::string& text, DType dtype, const std::string& path) {
   nlohmann::json model;
   try {
@@ -41,12 +42,33 @@ std::string with_dtype(const std::string& text, DType dtype, const std::string& 
     auto entries = model.find(section);
     if (entries == model.end() || !entries->is_array()) continue;
     for (auto& entry : *entries) {
-      if (entry.is_object() && entry.value("dtype", "") == "f32") {
-        entry["dtype"] = runtime::dtype_name(dtype);
+      // A dtype that is not a string is left for the loader to name (the
+      // model fuzzer found value("dtype", "") throwing nlohmann's type_error).
+      if (!entry.is_object()) continue;
+      auto found = entry.find("dtype");
+      if (found != entry.end() && found->is_string() && *found == "f32") {
+        *found = runtime::dtype_name(dtype);
       }
     }
   }
-  return model.dump();
+  // Constants made by `full` default to f32 and would then meet bf16 operands
+  // (gpt4x256 --dtype bf16 failed on its attention scale); they follow too.
+  auto nodes = model.find("nodes");
+  if (nodes != model.end() && nodes->is_array()) {
+    for (auto& node : *nodes) {
+      if (!node.is_object() || node.value("op", nlohmann::json()) != "full") continue;
+      auto attrs = node.find("attrs");
+      if (attrs == node.end()) attrs = node.emplace("attrs", nlohmann::json::object()).first;
+      if (!attrs->is_object()) continue;
+      auto found = attrs->find("dtype");
+      if (found == attrs->end()) {
+        (*attrs)["dtype"] = runtime::dtype_name(dtype);
+      } else if (found->is_string() && *found == "f32") {
+        *found = runtime::dtype_name(dtype);
+      }
+    }
+  }
+  return model.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // The exclusive upper bound of the integer values `input` may hold.

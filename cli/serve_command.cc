@@ -8,11 +8,16 @@
 #include <atomic>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/common/json_report.h"
 #include "cli/common/table.h"
 #include "cli/model_setup.h"
 #include "cli/terminal_text.h"
@@ -20,7 +25,9 @@
 #include "cli/weights_io.h"
 #include "compiler/weights/model_weights.h"
 #include "runtime/device_context.h"
+#include "serving/bucket_plan.h"
 #include "serving/http_server.h"
+#include "serving/replanning_server.h"
 #include "serving/server.h"
 
 namespace grove::cli {
@@ -29,16 +36,101 @@ namespace {
 struct ServeOptions {
   ModelSpec model;
   std::string weights_path;
+  std::string stats_json_path;   // --stats-json: the server's stats at exit
+  std::string buckets_text;      // --buckets as given
+  std::string plan_note;         // what --buckets auto:FILE planned, for the start-up lines
+  serving::ReplanConfig replan;  // period 0 unless --buckets auto...
   serving::ServerConfig server;
   serving::HttpConfig http;
   int64_t graph_memory_budget = 0;  // bytes; 0: none
 };
 
-// Powers of two below max_batch, then max_batch itself.
-std::vector<int64_t> buckets_up_to(int64_t max_batch) {
+// The text of a small regular file; UsageError naming `flag` otherwise.
+std::string read_small_file(const std::string& flag, const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error) ||
+      std::filesystem::file_size(path, error) > (uint64_t{16} << 20)) {
+    throw UsageError(str_cat(flag, ": '", path, "' is not a regular file of at most 16 MiB"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) throw UsageError(str_cat(flag, ": cannot read '", path, "'"));
+  return text.str();
+}
+
+// The batch sizes a stats file (--stats-json of an earlier serve) saw:
+// its "batches_by_rows" object, {"3": 500, "12": 400}.
+std::map<int64_t, uint64_t> batches_seen(const std::string& path) {
+  nlohmann::json stats;
+  try {
+    stats = nlohmann::json::parse(read_small_file("--buckets auto:", path));
+  } catch (const nlohmann::json::exception& error) {
+    throw UsageError(str_cat("--buckets auto:", path, ": not JSON: ", error.what()));
+  }
+  const nlohmann::json* by_rows = stats.is_object() ? &stats : nullptr;
+  if (by_rows && by_rows->contains("stats")) by_rows = &(*by_rows)["stats"];
+  if (!by_rows || !by_rows->contains("batches_by_rows") ||
+      !(*by_rows)["batches_by_rows"].is_object()) {
+    throw UsageError(str_cat("--buckets auto:", path,
+                             ": no \"batches_by_rows\" object (write one with grove serve "
+                             "--stats-json)"));
+  }
+  std::map<int64_t, uint64_t> seen;
+  for (const auto& [rows, count] : (*by_rows)["batches_by_rows"].items()) {
+    int64_t size = 0;
+    try {
+      size = std::stoll(rows);
+    } catch (const std::exception&) {
+      size = 0;
+    }
+    if (size < 1 || !count.is_number_unsigned()) {
+      throw UsageError(str_cat("--buckets auto:", path, ": batches_by_rows entry \"", rows,
+                               "\": ", count.dump(), " is not rows -> a count"));
+    }
+    seen[size] += count.get<uint64_t>();
+  }
+  return seen;
+}
+
+// --buckets: "pow2" (the powers of two below max batch, then max batch), a
+// list "1,3,12,16", or "auto:FILE" (Note [Bucket planning], from the batch
+// sizes an earlier run saw, as many buckets as pow2 would use, at most).
+std::vector<int64_t> parse_buckets(const std::string& text, int64_t max_batch,
+                                   std::string& plan_note) {
+  const std::vector<int64_t> pow2 = serving::power_of_two_buckets(max_batch);
+  if (text == "pow2" || text == "auto") return pow2;
+  if (text.rfind("auto:", 0) == 0) {
+    std::map<int64_t, uint64_t> seen = batches_seen(text.substr(5));
+    for (auto it = seen.begin(); it != seen.end();) {
+      it = it->first > max_batch ? seen.erase(it) : std::next(it);
+    }
+    std::vector<int64_t> planned = serving::plan_buckets(seen, max_batch, pow2.size());
+    uint64_t batches = 0;
+    for (const auto& [rows, count] : seen) batches += count;
+    plan_note = str_cat("planned from ", batches, " batches in ", text.substr(5), ": padded rows ",
+                        serving::padded_rows(planned, seen),
+                        " (powers of two: ", serving::padded_rows(pow2, seen), "), ",
+                        planned.size(), " buckets (", pow2.size(), ")");
+    return planned;
+  }
   std::vector<int64_t> buckets;
-  for (int64_t size = 1; size < max_batch; size *= 2) buckets.push_back(size);
-  buckets.push_back(max_batch);
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    buckets.push_back(parse_positive_int("--buckets", item, 1 << 20));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (!std::is_sorted(buckets.begin(), buckets.end()) ||
+      std::adjacent_find(buckets.begin(), buckets.end()) != buckets.end()) {
+    throw UsageError(str_cat("--buckets ", text, ": sizes must be strictly increasing"));
+  }
+  if (buckets.back() != max_batch) {
+    throw UsageError(
+        str_cat("--buckets ", text, ": the largest bucket must be --max-batch (", max_batch, ")"));
+  }
   return buckets;
 }
 
@@ -65,7 +157,17 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   server.backend = args.value("--backend", kGraphBackend);
   require_backend(server.backend);
   server.max_batch = args.integer("--max-batch", 64, 1, 4096);
-  server.buckets = buckets_up_to(server.max_batch);
+  options.buckets_text = args.value("--buckets", "pow2");
+  server.buckets = parse_buckets(options.buckets_text, server.max_batch, options.plan_note);
+  options.replan.period = std::chrono::milliseconds(0);
+  if (options.buckets_text == "auto" || options.buckets_text.rfind("auto:", 0) == 0) {
+    options.replan.period =
+        std::chrono::milliseconds(1000 * args.integer("--replan-every-s", 30, 1, 86400));
+    options.replan.min_batches =
+        static_cast<uint64_t>(args.integer("--replan-min-batches", 200, 1, 1 << 30));
+  } else if (args.has("--replan-every-s") || args.has("--replan-min-batches")) {
+    throw UsageError("--replan-every-s and --replan-min-batches are for --buckets auto");
+  }
   server.max_wait = std::chrono::microseconds(args.integer("--max-wait-us", 500, 0, 10000000));
   server.queue_capacity = static_cast<size_t>(args.integer("--queue-capacity", 1024, 1, 1 << 20));
   server.warmup_calls = server.backend == kGraphBackend ? 3 : 1;
@@ -74,10 +176,13 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   http.host = args.value("--host", "127.0.0.1");
   http.port = static_cast<int>(args.integer("--port", 8000, 0, 65535));
   http.max_body_bytes = static_cast<size_t>(
-      args.integer("--max-body-bytes", int64_t{64} << 20, 64, int64_t{1} << 34));
+      args.integer("--max-body-bytes", int64_t{16} << 20, 64, int64_t{1} << 32));
   http.threads = static_cast<int>(args.integer("--http-threads", 0, 0, 4096));
+  options.stats_json_path = args.value("--stats-json");
+  if (!options.stats_json_path.empty()) check_output_path("--stats-json", options.stats_json_path);
   options.graph_memory_budget =
       args.integer("--graph-memory-budget", 0, 0, std::numeric_limits<int64_t>::max());
+  options.replan.memory_budget_bytes = options.graph_memory_budget;
   return options;
 }
 
@@ -149,8 +254,16 @@ const CommandSpec& serve_command_spec() {
           {"--dtype", "TYPE", "f32 (default) or bf16 for the model's floating values"},
           {"--seq", "T", "bind the model's 'seq' dimension"},
           {"--queue-capacity", "N", "requests that may wait before 503 (default 1024)"},
-          {"--max-body-bytes", "N", "larger request bodies get 413 (default 67108864)"},
+          {"--max-body-bytes", "N", "larger request bodies get 413 (default 16777216)"},
           {"--http-threads", "N", "connections served at once (default max(32, 4 x max batch))"},
+          {"--buckets", "pow2|LIST|auto|auto:FILE",
+           "batch sizes compiled: powers of two (default), a list ending at --max-batch, or auto: "
+           "re-planned from the traffic while serving (from the batch sizes in a --stats-json "
+           "FILE of an earlier run at start with auto:FILE)"},
+          {"--replan-every-s", "S", "with --buckets auto: how often to re-plan (default 30)"},
+          {"--replan-min-batches", "N",
+           "with --buckets auto: fewest batches a plan is made from (default 200)"},
+          {"--stats-json", "FILE", "write the server's stats (batches by rows, ...) at exit"},
           {"--graph-memory-budget", "BYTES",
            "refuse to start when the recorded graphs' pool holds more (default: no limit)"},
       }};
@@ -191,6 +304,7 @@ int serve_command(const std::vector<std::string>& args) {
       }()
           .c_str(),
       static_cast<long long>(options.server.max_wait.count()));
+  if (!options.plan_note.empty()) std::printf("buckets %s\n", options.plan_note.c_str());
   std::optional<compiler::weights::SafetensorsFile> weights;
   if (!options.weights_path.empty()) {
     weights = compiler::weights::SafetensorsFile::open(options.weights_path);
@@ -212,7 +326,11 @@ int serve_command(const std::vector<std::string>& args) {
     bound.device = device;
     return load_program(bound);
   };
-  serving::Server server(factory, options.server);
+  options.replan.on_switch = [](const std::string& message) {
+    std::printf("%s\n", message.c_str());
+    std::fflush(stdout);
+  };
+  serving::ReplanningServer server(factory, options.server, options.replan);
   nlohmann::json reports = server.worker_reports();
   nlohmann::json snapshots = server.backend_snapshots();
   int64_t pool_bytes = 0;
@@ -261,6 +379,17 @@ int serve_command(const std::vector<std::string>& args) {
   }
   server.shutdown(serving::ShutdownMode::kDrain);
   serving::ServerStats stats = server.stats();
+  if (!options.stats_json_path.empty()) {
+    nlohmann::json report = report_header("grove serve", options.model.device);
+    report["model"] = name;
+    report["backend"] = options.server.backend;
+    report["buckets"] = server.buckets();
+    report["bucket_switches"] = server.switches();
+    report["max_batch"] = options.server.max_batch;
+    report["stats"] = stats.to_json();
+    report["workers"] = server.worker_reports();
+    write_json_file(options.stats_json_path, report);
+  }
   std::printf(
       "stopped: %llu requests answered, %llu failed, %llu refused (queue full), %llu "
       "batches, mean %.1f rows per batch\n",

@@ -11,10 +11,10 @@
 
 namespace grove::cli {
 
-// Floating-point operations per second assumed for the sim device: a generous
-// figure for grove's host GEMM (about 6.5 GFLOP/s measured on 2 shared cores),
-// so an estimate errs on the short side and refuses only runs far too long.
-constexpr double kSimFlopsPerSecond = 1e10;
+// Floating-point operations per second assumed for the sim device: grove's
+// host GEMM ran mlp16x512 at 6.4 GFLOP/s on 2 shared cores (batch 64 and 1024),
+// and a busier machine is slower, so estimates tend to the short side.
+constexpr double kSimFlopsPerSecond = 6e9;
 // Estimated seconds past which `grove run` on sim warns, and refuses without --force.
 constexpr double kWarnSeconds = 60;
 constexpr double kRefuseSeconds = 600;

@@ -67,7 +67,14 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
                    shape_str(shape), " has an extent out of range");
   }
   DeviceContext& context = device_context(device);
-  size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  size_t bytes = 0;
+  // [2^30, 2^31] of f64 is 2^64 bytes: the product wrapped to 0 and gave a
+  // tensor of 2^61 elements backed by nothing.
+  GROVE_CHECK_AS(
+      ShapeError,
+      !__builtin_mul_overflow(static_cast<size_t>(shape_numel(shape)), dtype_size(dtype), &bytes),
+      "Tensor::empty: shape ", shape_str(shape), " of ", dtype_name(dtype),
+      " has more bytes than a 64-bit size holds");
   StoragePtr storage = context.allocator().allocate(bytes, context.current_stream());
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "serving/kserve_protocol.h"
 #include "serving/metrics.h"
@@ -24,14 +26,14 @@ void reply(httplib::Response& res, int status, const std::string& body) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(Server& server, HttpConfig config) : server(server), config(std::move(config)) {}
+  Impl(InferenceService& server, HttpConfig config) : server(server), config(std::move(config)) {}
 
   void install_routes();
   void infer(const httplib::Request& req, httplib::Response& res);
   bool known_model(const httplib::Request& req, httplib::Response& res) const;
   MetricsInput metrics_input() const;
 
-  Server& server;
+  InferenceService& server;
   HttpConfig config;
   httplib::Server http;
   int port = 0;
@@ -56,7 +58,16 @@ void HttpServer::Impl::infer(const httplib::Request& req, httplib::Response& res
   if (!known_model(req, res)) return;
   InferRequest parsed;
   try {
-    parsed = parse_infer_request(req.body, server.signature(), server.config().max_batch);
+    std::optional<size_t> json_length;
+    if (req.has_header("Inference-Header-Content-Length")) {
+      const std::string text = req.get_header_value("Inference-Header-Content-Length");
+      size_t value = 0;
+      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      GROVE_CHECK_AS(ProtocolError, error == std::errc() && end == text.data() + text.size(),
+                     "Inference-Header-Content-Length '", text, "' is not a byte count");
+      json_length = value;
+    }
+    parsed = parse_infer_request(req.body, server.signature(), server.max_batch(), json_length);
   } catch (const Error& error) {
     reply(res, 400, error_json(error.what()));
     return;
@@ -83,7 +94,16 @@ void HttpServer::Impl::infer(const httplib::Request& req, httplib::Response& res
     queue_wait.observe(
         std::chrono::duration<double>(response.timing.dispatched - response.timing.submitted)
             .count());
-    reply(res, 200, infer_response_json(config.model_name, parsed, server.signature(), response));
+    size_t json_length = 0;
+    std::string body =
+        infer_response_json(config.model_name, parsed, server.signature(), response, &json_length);
+    if (json_length > 0) {
+      res.status = 200;
+      res.set_header("Inference-Header-Content-Length", std::to_string(json_length));
+      res.set_content(std::move(body), "application/octet-stream");
+    } else {
+      reply(res, 200, body);
+    }
   } catch (const RequestCancelledError& error) {
     reply(res, 503, error_json(error.what()));
     return;
@@ -99,7 +119,7 @@ MetricsInput HttpServer::Impl::metrics_input() const {
   MetricsInput input;
   input.stats = server.stats();
   input.queue_depth = server.queue_size();
-  input.max_batch = server.config().max_batch;
+  input.max_batch = server.max_batch();
   {
     std::lock_guard<std::mutex> lock(responses_mutex);
     input.http_responses = responses;
@@ -128,7 +148,7 @@ void HttpServer::Impl::install_routes() {
   http.Get(R"(/v2/models/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
     if (!known_model(req, res)) return;
     reply(res, 200,
-          model_metadata(config.model_name, server.signature(), server.config().max_batch).dump());
+          model_metadata(config.model_name, server.signature(), server.max_batch()).dump());
   });
   http.Get(R"(/v2/models/([^/]+)/ready)",
            [this](const httplib::Request& req, httplib::Response& res) {
@@ -166,7 +186,7 @@ void HttpServer::Impl::install_routes() {
   });
 }
 
-HttpServer::HttpServer(Server& server, HttpConfig config)
+HttpServer::HttpServer(InferenceService& server, HttpConfig config)
     : impl_(std::make_unique<Impl>(server, std::move(config))) {
   HttpConfig& c = impl_->config;
   GROVE_CHECK_AS(ConfigError, !c.model_name.empty(), "HttpServer: model_name is empty");
@@ -174,9 +194,8 @@ HttpServer::HttpServer(Server& server, HttpConfig config)
                  " is outside [0, 65535]");
   GROVE_CHECK_AS(ConfigError, c.max_body_bytes >= 64, "HttpServer: max_body_bytes ",
                  c.max_body_bytes, " is below 64");
-  const int threads = c.threads > 0
-                          ? c.threads
-                          : static_cast<int>(std::max<int64_t>(32, 4 * server.config().max_batch));
+  const int threads =
+      c.threads > 0 ? c.threads : static_cast<int>(std::max<int64_t>(32, 4 * server.max_batch()));
   impl_->http.new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(threads));
   };
@@ -197,7 +216,11 @@ HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::port() const { return impl_->port; }
 
-void HttpServer::serve() { impl_->http.listen_after_bind(); }
+void HttpServer::serve() {
+  const bool clean = impl_->http.listen_after_bind();
+  GROVE_CHECK(clean || impl_->stopping, "HttpServer on ", impl_->config.host, ":", impl_->port,
+              " stopped accepting connections without stop() (the listening socket failed)");
+}
 
 void HttpServer::stop() {
   // Note [Draining on stop].

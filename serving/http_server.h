@@ -23,7 +23,8 @@
 // stop() first makes /v2/health/ready answer 503, then stops accepting
 // connections; every request whose body was read is still answered, since
 // its handler waits for its future and the batching Server keeps running
-// until serve() has returned. The owner then shuts the Server down with
+// until serve() has returned (a queued request may still wait up to
+// max_wait for company). The owner then shuts the Server down with
 // ShutdownMode::kDrain. Test: test_sigterm_drains_and_exits_zero.
 #pragma once
 
@@ -31,6 +32,7 @@
 #include <memory>
 #include <string>
 
+#include "serving/inference_service.h"
 #include "serving/server.h"
 
 namespace grove::serving {
@@ -39,7 +41,9 @@ struct HttpConfig {
   std::string model_name;  // the {name} of /v2/models/{name}
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see HttpServer::port())
-  size_t max_body_bytes = size_t{64} << 20;
+  // A JSON body is parsed into a tree several times its size, so the limit
+  // also bounds the memory one request can take.
+  size_t max_body_bytes = size_t{16} << 20;
   // Connections served at once (each holds a thread while its request waits
   // for its batch); 0: max(32, 4 * max_batch).
   int threads = 0;
@@ -49,14 +53,15 @@ struct HttpConfig {
 class HttpServer {
  public:
   // Binds host:port (Error naming them when that fails); serve() accepts.
-  HttpServer(Server& server, HttpConfig config);
+  HttpServer(InferenceService& server, HttpConfig config);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const;
   // Accepts and answers requests until stop(); returns once every accepted
-  // request has been answered (Note [Draining on stop]).
+  // request has been answered (Note [Draining on stop]). Throws Error when
+  // the listening socket fails before stop().
   void serve();
   // Any thread, any number of times.
   void stop();

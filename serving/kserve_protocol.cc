@@ -1,7 +1,10 @@
 #include "serving/kserve_protocol.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace grove::serving {
 namespace {
@@ -24,7 +27,7 @@ std::string shape_text(const runtime::Shape& shape) { return runtime::shape_str(
 
 // A value as the message quotes it: its JSON, cut after 40 characters.
 std::string brief(const json& value) {
-  std::string text = brief(value);
+  std::string text = value.dump();
   return text.size() <= 40 ? text : text.substr(0, 40) + "...";
 }
 
@@ -80,28 +83,69 @@ void store_value(const json& value, runtime::DType dtype, uint8_t* at, const std
   }
 }
 
-json value_of(const uint8_t* at, runtime::DType dtype) {
-  switch (dtype) {
-    case runtime::DType::kBool:
-      return *at != 0;
-    case runtime::DType::kI32: {
-      int32_t v;
-      std::memcpy(&v, at, 4);
-      return v;
+template <typename T>
+void append_number(std::string& out, T value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) {  // JSON has no NaN or infinity
+      out += "null";
+      return;
     }
-    case runtime::DType::kI64: {
-      int64_t v;
-      std::memcpy(&v, at, 8);
-      return v;
-    }
-    case runtime::DType::kF32: {
-      float v;
-      std::memcpy(&v, at, 4);
-      return v;  // nlohmann writes the shortest text that reads back as this float
-    }
-    default:
-      return runtime::load_element(at, dtype);
   }
+  char text[40];
+  auto [end, error] = std::to_chars(text, text + sizeof(text), value);
+  out.append(text, end);
+}
+
+// Note [Response numbers]
+// Answers are written by hand, not through nlohmann::json: each float in the
+// fewest digits that read back as the same float (std::to_chars), which keeps
+// a 512-wide f32 row near 6 KB instead of the 10 KB it takes printed as a
+// double, and saves building a JSON tree per answer. A NaN or an infinity,
+// which JSON cannot hold, is written as null. Test:
+// KserveProtocol.ResponseFloatsReadBackBitExactAndNonFiniteAreNull.
+//
+// The elements of `rows` as a flat JSON array.
+void append_data(std::string& out, const HostRows& rows) {
+  const size_t element = runtime::dtype_size(rows.dtype);
+  out.reserve(out.size() + rows.bytes.size() / element * 12 + 2);
+  out += '[';
+  for (size_t at = 0; at < rows.bytes.size(); at += element) {
+    if (at > 0) out += ',';
+    const uint8_t* data = rows.bytes.data() + at;
+    switch (rows.dtype) {
+      case runtime::DType::kBool:
+        out += *data ? "true" : "false";
+        break;
+      case runtime::DType::kI32: {
+        int32_t v;
+        std::memcpy(&v, data, 4);
+        append_number(out, v);
+        break;
+      }
+      case runtime::DType::kI64: {
+        int64_t v;
+        std::memcpy(&v, data, 8);
+        append_number(out, v);
+        break;
+      }
+      case runtime::DType::kF64: {
+        double v;
+        std::memcpy(&v, data, 8);
+        append_number(out, v);
+        break;
+      }
+      case runtime::DType::kF32: {
+        float v;
+        std::memcpy(&v, data, 4);
+        append_number(out, v);
+        break;
+      }
+      default:  // f16, bf16: every value is a float exactly
+        append_number(out, static_cast<float>(runtime::load_element(data, rows.dtype)));
+        break;
+    }
+  }
+  out += ']';
 }
 
 }  // namespace
@@ -114,16 +158,23 @@ const char* kserve_datatype(runtime::DType dtype) {
 }
 
 InferRequest parse_infer_request(const std::string& body, const ModelSignature& signature,
-                                 int64_t max_batch) {
+                                 int64_t max_batch, std::optional<size_t> json_length) {
+  GROVE_CHECK_AS(ProtocolError, !json_length || *json_length <= body.size(),
+                 "Inference-Header-Content-Length ", json_length.value_or(0),
+                 " is beyond the body's ", body.size(), " bytes");
+  const size_t text_end = json_length ? *json_length : body.size();
+  size_t binary_at = text_end;  // the next binary tensor's first byte
   json document;
   try {
-    document = json::parse(body, [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxRequestDepth) {
-        throw ProtocolError(str_cat("request body nests deeper than ", kMaxRequestDepth,
-                                    " levels; give data flat or nested as its shape"));
-      }
-      return true;
-    });
+    document = json::parse(
+        body.begin(), body.begin() + static_cast<std::ptrdiff_t>(text_end),
+        [](int depth, json::parse_event_t, json&) {
+          if (depth > kMaxRequestDepth) {
+            throw ProtocolError(str_cat("request body nests deeper than ", kMaxRequestDepth,
+                                        " levels; give data flat or nested as its shape"));
+          }
+          return true;
+        });
   } catch (const json::exception& error) {
     throw ProtocolError(str_cat("request body is not valid JSON: ", error.what()));
   }
@@ -197,19 +248,48 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
                    " rows, but an earlier input has ", rows, "; every input has the same rows");
     rows = shape[0];
 
+    const int64_t elements = runtime::shape_numel(shape);
+    const size_t element_size = runtime::dtype_size(spec.dtype);
+    auto parameters = tensor.find("parameters");
+    if (parameters != tensor.end() && parameters->is_object() &&
+        parameters->contains("binary_data_size")) {
+      const json& size = (*parameters)["binary_data_size"];
+      GROVE_CHECK_AS(ProtocolError, json_length.has_value(), where,
+                     ".parameters.binary_data_size: binary data needs the "
+                     "Inference-Header-Content-Length header");
+      GROVE_CHECK_AS(ProtocolError, !tensor.contains("data"), where,
+                     ": give either data or parameters.binary_data_size, not both");
+      const uint64_t expected = static_cast<uint64_t>(elements) * element_size;
+      GROVE_CHECK_AS(ProtocolError, size.is_number_unsigned() && size.get<uint64_t>() == expected,
+                     where, ".parameters.binary_data_size: ", brief(size), " bytes, but shape ",
+                     shape_text(shape), " of ", kserve_datatype(spec.dtype), " holds ", expected);
+      GROVE_CHECK_AS(ProtocolError, expected <= body.size() - binary_at, where,
+                     ".parameters.binary_data_size: ", expected, " bytes, but only ",
+                     body.size() - binary_at, " binary bytes are left in the body");
+      HostRows& host = result.request.inputs[k];
+      host.shape = shape;
+      host.dtype = spec.dtype;
+      host.bytes.assign(body.begin() + static_cast<std::ptrdiff_t>(binary_at),
+                        body.begin() + static_cast<std::ptrdiff_t>(binary_at + expected));
+      if (spec.dtype == runtime::DType::kBool) {
+        for (uint8_t& byte : host.bytes) byte = byte != 0;
+      }
+      binary_at += expected;
+      continue;
+    }
     auto data = tensor.find("data");
     GROVE_CHECK_AS(ProtocolError, data != tensor.end() && data->is_array(), where,
                    ".data: missing or not an array");
     scalars.clear();
     flatten(*data, where + ".data", scalars);
-    const int64_t count = runtime::shape_numel(shape);
+    const int64_t count = elements;
     GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(scalars.size()) == count, where,
                    ".data: ", scalars.size(), " values for shape ", shape_text(shape),
                    ", which holds ", count);
     HostRows& host = result.request.inputs[k];
     host.shape = shape;
     host.dtype = spec.dtype;
-    const size_t element = runtime::dtype_size(spec.dtype);
+    const size_t element = element_size;
     host.bytes.resize(static_cast<size_t>(count) * element);
     for (size_t e = 0; e < scalars.size(); ++e) {
       store_value(*scalars[e], spec.dtype, host.bytes.data() + e * element,
@@ -217,6 +297,17 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     }
   }
 
+  GROVE_CHECK_AS(ProtocolError, binary_at == body.size(), body.size() - binary_at,
+                 " bytes after the JSON belong to no input's parameters.binary_data_size");
+  bool all_binary = false;
+  if (auto parameters = document.find("parameters"); parameters != document.end()) {
+    GROVE_CHECK_AS(ProtocolError, parameters->is_object(), "parameters: expected an object");
+    if (auto flag = parameters->find("binary_data_output"); flag != parameters->end()) {
+      GROVE_CHECK_AS(ProtocolError, flag->is_boolean(),
+                     "parameters.binary_data_output: expected true or false");
+      all_binary = flag->get<bool>();
+    }
+  }
   if (auto outputs = document.find("outputs"); outputs != document.end()) {
     GROVE_CHECK_AS(ProtocolError, outputs->is_array(), "outputs: expected an array of {\"name\"}");
     for (size_t i = 0; i < outputs->size(); ++i) {
@@ -230,32 +321,59 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
       GROVE_CHECK_AS(ProtocolError, o < signature.outputs.size(), "outputs[", i,
                      "].name: the model has no output '", name, "'");
       result.outputs.push_back(o);
+      bool binary = all_binary;
+      if (auto parameters = wanted.find("parameters"); parameters != wanted.end()) {
+        GROVE_CHECK_AS(ProtocolError, parameters->is_object(), "outputs[", i,
+                       "].parameters: expected an object");
+        if (auto flag = parameters->find("binary_data"); flag != parameters->end()) {
+          GROVE_CHECK_AS(ProtocolError, flag->is_boolean(), "outputs[", i,
+                         "].parameters.binary_data: expected true or false");
+          binary = flag->get<bool>();
+        }
+      }
+      result.binary.push_back(binary);
     }
   } else {
-    for (size_t o = 0; o < signature.outputs.size(); ++o) result.outputs.push_back(o);
+    for (size_t o = 0; o < signature.outputs.size(); ++o) {
+      result.outputs.push_back(o);
+      result.binary.push_back(all_binary);
+    }
   }
   return result;
 }
 
 std::string infer_response_json(const std::string& model_name, const InferRequest& request,
-                                const ModelSignature& signature, const Response& response) {
-  json outputs = json::array();
-  for (size_t o : request.outputs) {
+                                const ModelSignature& signature, const Response& response,
+                                size_t* json_length) {
+  // Note [Response numbers].
+  std::string out = "{\"model_name\":" + json(model_name).dump();
+  if (!request.id.empty()) out += ",\"id\":" + json(request.id).dump();
+  out += ",\"outputs\":[";
+  for (size_t i = 0; i < request.outputs.size(); ++i) {
+    const size_t o = request.outputs[i];
     const HostRows& rows = response.outputs.at(o);
-    const size_t element = runtime::dtype_size(rows.dtype);
-    json data = json::array();
-    data.get_ref<json::array_t&>().reserve(rows.bytes.size() / element);
-    for (size_t at = 0; at < rows.bytes.size(); at += element) {
-      data.push_back(value_of(rows.bytes.data() + at, rows.dtype));
+    if (i > 0) out += ',';
+    out += "{\"name\":" + json(signature.outputs[o].name).dump() + ",\"datatype\":\"" +
+           kserve_datatype(rows.dtype) + "\",\"shape\":" +
+           json(std::vector<int64_t>(rows.shape.begin(), rows.shape.end())).dump();
+    if (i < request.binary.size() && request.binary[i]) {
+      out += ",\"parameters\":{\"binary_data_size\":" + std::to_string(rows.bytes.size()) + "}}";
+      continue;
     }
-    outputs.push_back({{"name", signature.outputs[o].name},
-                       {"datatype", kserve_datatype(rows.dtype)},
-                       {"shape", std::vector<int64_t>(rows.shape.begin(), rows.shape.end())},
-                       {"data", std::move(data)}});
+    out += ",\"data\":";
+    append_data(out, rows);
+    out += '}';
   }
-  json body{{"model_name", model_name}, {"outputs", std::move(outputs)}};
-  if (!request.id.empty()) body["id"] = request.id;
-  return body.dump();
+  out += "]}";
+  const size_t text = out.size();
+  for (size_t i = 0; i < request.outputs.size(); ++i) {
+    if (i < request.binary.size() && request.binary[i]) {
+      const std::vector<uint8_t>& bytes = response.outputs.at(request.outputs[i]).bytes;
+      out.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    }
+  }
+  if (json_length != nullptr) *json_length = out.size() > text ? text : 0;
+  return out;
 }
 
 nlohmann::json model_metadata(const std::string& model_name, const ModelSignature& signature,

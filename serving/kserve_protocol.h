@@ -10,12 +10,22 @@
 //       "outputs": [{"name": "gelu15", "shape": [2, 512], "datatype": "FP32", "data": [...]}]}
 //
 // "data" may be flat (row-major) or nested as the shape; a request may list
-// the "outputs" it wants by name (all of them otherwise). The binary-data
-// extension is not supported.
+// the "outputs" it wants by name (all of them otherwise).
+//
+// The binary tensor data extension is supported: with an
+// Inference-Header-Content-Length header of L, the body's first L bytes are
+// the JSON and the rest holds raw little-endian tensors, one per input whose
+// "parameters" give "binary_data_size" (instead of "data"), in the order the
+// inputs are listed. An output asked for with "parameters": {"binary_data":
+// true} (or every output, with the request's "binary_data_output": true) is
+// answered the same way: its JSON gets "binary_data_size", its bytes follow
+// the answer's JSON, and the answer's JSON length is returned for the
+// Inference-Header-Content-Length header.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,17 +53,24 @@ struct InferRequest {
   std::string id;               // echoed in the response ("" when absent)
   Request request;              // one HostRows per model input, call order
   std::vector<size_t> outputs;  // signature output indices to return, in order
+  std::vector<bool> binary;     // per entry of `outputs`: answer it as raw bytes
 };
 
 // Parses and checks `body` against `signature` (input names, datatypes, row
 // shapes, row counts in [1, max_batch], element counts and values). Throws
 // ProtocolError naming the field.
+// `json_length`: the Inference-Header-Content-Length of a body with binary
+// tensors (nullopt: the whole body is JSON).
 InferRequest parse_infer_request(const std::string& body, const ModelSignature& signature,
-                                 int64_t max_batch);
+                                 int64_t max_batch,
+                                 std::optional<size_t> json_length = std::nullopt);
 
-// The response JSON text for `response` to `request`.
+// The response body for `response` to `request`: its JSON, then the bytes of
+// the outputs asked for as binary. `json_length`, when given, is set to the
+// JSON's length when binary bytes follow it and to 0 otherwise.
 std::string infer_response_json(const std::string& model_name, const InferRequest& request,
-                                const ModelSignature& signature, const Response& response);
+                                const ModelSignature& signature, const Response& response,
+                                size_t* json_length = nullptr);
 
 // GET /v2/models/{name}: name, versions, platform, inputs and outputs with
 // their datatypes and shapes (-1 for the batch dimension).

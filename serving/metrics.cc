@@ -113,6 +113,12 @@ std::string prometheus_text(const MetricsInput& input) {
   sample(out, "grove_batch_rows_sum", "", row_sum);
   sample(out, "grove_batch_rows_count", "", static_cast<double>(cumulative));
 
+  family(out, "grove_batches_by_rows_total", "counter",
+         "Batches by their exact real rows (what --buckets auto plans from).");
+  for (const auto& [rows, count] : stats.batches_by_rows) {
+    sample(out, "grove_batches_by_rows_total", str_cat("rows=\"", rows, "\""),
+           static_cast<double>(count));
+  }
   family(out, "grove_bucket_batches_total", "counter", "Batches run per compiled bucket (hits).");
   for (const auto& [bucket, count] : stats.batches_by_bucket) {
     sample(out, "grove_bucket_batches_total", str_cat("bucket=\"", bucket, "\""),

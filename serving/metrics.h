@@ -4,6 +4,7 @@
 //
 // Families: grove_requests_total{outcome}, grove_http_responses_total{code},
 // grove_batches_total, grove_batch_rows (histogram of real rows per batch),
+// grove_batches_by_rows_total{rows} (exact sizes, what bucket planning reads),
 // grove_bucket_batches_total{bucket} (hits per compiled bucket),
 // grove_rows_total and grove_padded_rows_total (padding waste),
 // grove_queue_depth, grove_pending_requests, grove_request_latency_seconds

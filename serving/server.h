@@ -27,6 +27,7 @@
 
 #include "serving/device_worker.h"
 #include "serving/errors.h"
+#include "serving/inference_service.h"
 #include "serving/model_signature.h"
 #include "serving/request.h"
 #include "serving/request_queue.h"
@@ -35,7 +36,7 @@
 
 namespace grove::serving {
 
-class Server {
+class Server : public InferenceService {
  public:
   // Validates the config (ConfigError naming the field), builds the model for
   // every bucket and device (ConfigError when a program is not batched along
@@ -44,7 +45,7 @@ class Server {
   // (rethrowing the first worker's error).
   Server(const ProgramFactory& model, ServerConfig config);
   // shutdown(ShutdownMode::kDrain) unless it already happened.
-  ~Server();
+  ~Server() override;
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
@@ -52,7 +53,7 @@ class Server {
   // Throws, queueing nothing: ShapeError / DTypeError naming the input for a
   // request that does not fit the model, QueueFullError when queue_capacity
   // requests are waiting (back-pressure), ServerClosedError after shutdown().
-  std::future<Response> submit(Request request);
+  std::future<Response> submit(Request request) override;
 
   // Stops taking requests and waits for the workers. kDrain runs every queued
   // request (batches are not held back for max_wait); kCancel sets every
@@ -62,15 +63,16 @@ class Server {
 
   // A request is counted (completed, failed, cancelled) before its future
   // becomes ready, so a caller holding an answer sees it counted.
-  ServerStats stats() const { return stats_.snapshot(); }
-  size_t queue_size() const { return queue_.size(); }
+  ServerStats stats() const override { return stats_.snapshot(); }
+  size_t queue_size() const override { return queue_.size(); }
   const ServerConfig& config() const { return config_; }
-  const ModelSignature& signature() const { return signature_; }
+  const ModelSignature& signature() const override { return signature_; }
+  int64_t max_batch() const override { return config_.max_batch; }
   // One DeviceWorker::report() per device; the tree counters at exit are
   // filled in after shutdown().
   nlohmann::json worker_reports() const;
   // One DeviceWorker::backend_snapshot() per device (a JSON array).
-  nlohmann::json backend_snapshots() const;
+  nlohmann::json backend_snapshots() const override;
 
  private:
   ServerConfig config_;

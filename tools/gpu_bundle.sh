@@ -9,7 +9,8 @@
 #   tools/gpu_bundle.sh [extra bazel build flags]
 #
 # GROVE_BAZEL_OUTPUT_BASE picks Bazel's output base (default: Bazel's own).
-# GROVE_BUNDLE_LIMIT_MIB caps the bundle (default 64). Past GROVE_BUNDLE_PACK_MIB
+# GROVE_BUNDLE_LIMIT_MIB caps the bundle (default 64). GROVE_BUNDLE_ONLY=tests
+# or =benchmarks packs only the test or the benchmark binaries. Past GROVE_BUNDLE_PACK_MIB
 # (default 60) MiB of raw files the tree is packed as payload.tar.xz, which
 # run_all.sh unpacks: a large xz dictionary shares the statically linked LLVM
 # and runtime code between binaries. GROVE_BUNDLE_XZ replaces the LZMA2
@@ -53,7 +54,36 @@ if [ ${#tests[@]} -eq 0 ]; then
   echo "gpu_bundle: bazel query found no cc_test targets" >&2
   exit 1
 fi
-echo "gpu_bundle: ${#tests[@]} test binaries, ${#benchmarks[@]} benchmark binaries"
+
+# Note [Bundle carries tests that can reach a GPU]
+# A test binary whose sources never name CUDA or a device parameterization and
+# that does not run the grove binary (whose default device is cuda where one
+# exists) runs the same on the GPU host as here, so it stays out of the bundle,
+# which must fit the GPU tool's 64 MiB (every binary carries its own static
+# LLVM). sim_only.txt lists them; they ran in this machine's suite.
+# Test: tests/tools/test_reaches_gpu_test.sh.
+runs_grove=$("${bazel_cmd[@]}" query --noshow_progress   "attr(data, '//cli:grove', kind(cc_test, $universe))" 2>/dev/null || true)
+gpu_tests=()
+sim_only=()
+for test in "${tests[@]}"; do
+  mapfile -t sources < <("${bazel_cmd[@]}" query --noshow_progress "labels(srcs, $test)" 2>/dev/null |
+    sed -n 's|^//\([^:]*\):\(.*\)$|\1/\2|p; s|^//:\(.*\)$|\1|p')
+  if grep -qxF "$test" <<<"$runs_grove" || tools/test_reaches_gpu.sh "${sources[@]}"; then
+    gpu_tests+=("$test")
+  else
+    sim_only+=("$test")
+  fi
+done
+tests=("${gpu_tests[@]}")
+# GROVE_BUNDLE_ONLY=tests or =benchmarks packs one half, for a suite whose
+# whole bundle no longer fits one call's 64 MiB (two runs, one per half).
+case "${GROVE_BUNDLE_ONLY:-}" in
+  "") ;;
+  tests) benchmarks=() ;;
+  benchmarks) tests=() ;;
+  *) echo "gpu_bundle: GROVE_BUNDLE_ONLY must be tests or benchmarks" >&2; exit 2 ;;
+esac
+echo "gpu_bundle: ${#tests[@]} test binaries that can reach a GPU (${#sim_only[@]} sim-only left out), ${#benchmarks[@]} benchmark binaries"
 
 events=$(mktemp)
 # --keep_going: a target another change broke is reported (and counted as a
@@ -78,6 +108,22 @@ mkdir -p "$bundle/grove"
 : >"$bundle/tests.txt"
 : >"$bundle/benchmarks.txt"
 : >"$bundle/not_built.txt"
+printf '%s\n' "${sim_only[@]}" >"$bundle/sim_only.txt"
+
+# Debian libraries an ELF file loads that a GPU host may lack (cpp-httplib,
+# and the brotli and OpenSSL libraries it loads), copied into grove/_syslib,
+# which run_all.sh puts on LD_LIBRARY_PATH.
+copy_system_libraries() {
+  local elf=$1
+  [ "$(head -c 4 "$elf" | od -An -c | tr -d ' ')" = '177ELF' ] || return 0
+  ldd "$elf" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    case "$name" in
+      libcpp-httplib.so* | libbrotli*.so* | libssl.so* | libcrypto.so*)
+        mkdir -p "$bundle/grove/_syslib"
+        [ -f "$bundle/grove/_syslib/$name" ] || cp -L "$path" "$bundle/grove/_syslib/$name" ;;
+    esac
+  done
+}
 
 # Copies a built binary, the shared objects Bazel built for it, and every
 # data file its runfiles manifest lists, into the bundle's runfiles-like tree
@@ -94,6 +140,9 @@ copy_target() {
   fi
   mkdir -p "$bundle/grove/$(dirname "$path")"
   cp "$binary" "$bundle/grove/$path"
+  # Bazel's --strip=always drops debug info only; the symbol table is 15% of a
+  # binary and nothing looks it up (the JIT resolves through the dynamic table).
+  chmod u+w "$bundle/grove/$path" && strip --strip-all "$bundle/grove/$path"
   echo "$path" >>"$bundle/$list"
   local needed
   needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
@@ -112,6 +161,7 @@ copy_target() {
           strip --strip-unneeded "$bundle/grove/_solib_k8/$library"; }
     fi
   done
+  copy_system_libraries "$binary"
   local manifest="$binary.runfiles/MANIFEST"
   [ -f "$manifest" ] || return 0
   while read -r runfile real; do
@@ -125,6 +175,7 @@ copy_target() {
     if [ ! -e "$bundle/$runfile" ]; then
       mkdir -p "$bundle/$(dirname "$runfile")"
       cp -L "$real" "$bundle/$runfile"
+      copy_system_libraries "$real"  # the grove binary the command tests run
     fi
   done <"$manifest"
 }

@@ -11,6 +11,8 @@
 #   tools/sanitize.sh asan //tests/reliability/... //tests/fuzz/...
 #   tools/sanitize.sh asan //tests/capi/...   # the C API (libgrove.so's code) alone
 #   tools/sanitize.sh tsan
+#   tools/sanitize.sh model-fuzz [SECONDS]   # the model-file fuzzer under asan
+#                                            # for SECONDS (default 600)
 #
 # GROVE_SANITIZE_OUTPUT_BASE (default /tmp/bazel_grove_sanitize) is the stem
 # of the output bases (<stem>_asan, <stem>_tsan). Exits non-zero when any
@@ -46,11 +48,17 @@ case "$which" in
     run asan "${@:-//...}" || status=1 ;;
   tsan)
     run tsan "${@:-${tsan_targets[@]}}" || status=1 ;;
+  model-fuzz)
+    # Mutated model files (tests/fuzz/model_fuzzer.h) under ASan + UBSan: every
+    # mutant must end in success or grove::Error, with no sanitizer report.
+    seconds=${1:-600}
+    run asan //tests/fuzz:model_fuzz_test --test_env=GROVE_MODEL_FUZZ_SECONDS="$seconds" \
+      --test_output=errors || status=1 ;;
   both)
     run asan //... || status=1
     run tsan "${tsan_targets[@]}" || status=1 ;;
   *)
-    echo "usage: tools/sanitize.sh [asan|tsan|both] [bazel targets...]" >&2
+    echo "usage: tools/sanitize.sh [asan|tsan|both] [bazel targets...] | model-fuzz [SECONDS]" >&2
     exit 2 ;;
 esac
 exit $status

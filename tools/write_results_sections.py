@@ -508,7 +508,16 @@ SECTIONS = [
     ("bucket_pool", "Shape buckets: pool bytes (`benchmarks/bucket_pool`)", bucket_pool),
     ("serve", "Serving (`benchmarks/serve`)", serve),
     ("data_parallel", "Data-parallel training (`benchmarks/data_parallel`)", data_parallel),
+    ("serve_http", "Serving over HTTP (`benchmarks/serve_http`)",
+     lambda report: _serving().serve_http(report)),
+    ("bucket_plan", "Planned batch buckets (`benchmarks/bucket_plan`)",
+     lambda report: _serving().bucket_plan(report)),
 ]
+
+
+def _serving():
+    import write_results_serving  # noqa: E402  (next to this file; imports this module)
+    return write_results_serving
 
 
 # ------------------------------------------------------------- lookups

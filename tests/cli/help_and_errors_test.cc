@@ -153,6 +153,18 @@ TEST(GroveErrors, DeepModelWithDtypeIsRejected) {
   expect_error({"run", deep, "--dtype", "bf16"}, "nests deeper than 16 levels");
 }
 
+// Found by the model fuzzer (issue 24): the --dtype rewrite read a dtype that
+// is not a string with nlohmann's value(), whose type_error reached the user.
+TEST(GroveErrors, DtypeThatIsNotAStringWithBf16IsNamed) {
+  std::string model = scratch_path("object_dtype.json");
+  {
+    std::ofstream file(model);
+    file << R"({"name": "m", "inputs": [{"name": "x", "shape": [2], "dtype": {}}],
+               "nodes": [{"name": "y", "op": "gelu", "inputs": ["x"]}], "outputs": ["y"]})";
+  }
+  expect_error({"run", model, "--dtype", "bf16"}, "field 'dtype'");
+}
+
 TEST(GroveErrors, ModelPathThatIsNotARegularFile) {
   expect_error({"run", scratch_path("")}, "is a directory");
   expect_error({"run", "/dev/zero"}, "is not a regular file");

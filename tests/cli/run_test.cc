@@ -21,6 +21,20 @@ std::string row_value(const std::string& out, const std::string& metric) {
   return std::regex_search(out, match, row) ? match[2].str() : "<no row '" + metric + "'>";
 }
 
+// Found by the model fuzzer: --dtype bf16 left gpt4x256's `full` constants in
+// f32, and its attention scale then met bf16 scores ("must have the same dtype").
+TEST(GroveRun, Gpt4x256RunsAndTrainsInBf16) {
+  for (bool train : {false, true}) {
+    std::vector<std::string> args = {
+        "run", "benchmarks/models/gpt4x256.json", "--device", "sim", "--dtype", "bf16", "--iters",
+        "1"};
+    if (train) args.push_back("--train");
+    CommandResult result = run_command(kGrove, args);
+    ASSERT_EQ(result.status, 0) << result.out << result.err;
+    if (!train) EXPECT_EQ(row_value(result.out, "outputs"), "bf16[1, 32, 512]");
+  }
+}
+
 TEST(GroveRun, EagerOnSimPrintsLatencyAndLaunchesPerCall) {
   const std::string stats = scratch_path("eager_stats.json");
   CommandResult result = run_command(kGrove, {"run", kMlp, "--device", "sim", "--batch", "3",

@@ -61,6 +61,18 @@ TEST(Storage, DroppingTheLastReferenceFreesTheAllocatorBlock) {
   EXPECT_EQ(allocator.stats(kDefaultPool).live_blocks, live_before);
 }
 
+// Issue 24: numel * element size wrapped to 0 bytes for [2^30, 2^31] of f64.
+TEST(Tensor, EmptyWhoseBytesOverflowIsAShapeError) {
+  try {
+    Tensor::empty({int64_t{1} << 30, int64_t{1} << 31}, DType::kF64, kSimDevice);
+    FAIL() << "expected a ShapeError";
+  } catch (const ShapeError& error) {
+    EXPECT_NE(std::string(error.what()).find("more bytes than a 64-bit size holds"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(Storage, PoisonMakesEveryDataAccessThroughEveryViewThrowTheMessage) {
   GROVE_SEEDED_RNG(rng);
   Tensor tensor = random_tensor(rng, {3, 4});

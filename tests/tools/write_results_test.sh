@@ -21,7 +21,8 @@ def has(text):
 for header in ["# grove benchmark results", "## Launch overhead", "## Inference: eager vs cudagraphs",
                "## Eager backend", "## Training step", "## PyTorch in the same session",
                "## Tree manager overhead", "## Input binding", "## Shape buckets", "## Serving",
-               "## Data-parallel training", "## grove and PyTorch side by side",
+               "## Data-parallel training", "## Serving over HTTP", "## Planned batch buckets",
+               "## grove and PyTorch side by side",
                "## mystery_bench", "## Plot", "## Goals"]:
     has(header)
 has("- Device: NVIDIA H200; PyTorch 2.11.0+cu130, CUDA 13.0")
@@ -53,6 +54,12 @@ has("| mlp16x512 b=32 | cudagraphs | 2 | - | 1000.0 (1040.0) | 64000 | 78.0% | 4
 has("## Data-parallel training")
 # The unknown report lists its scalars; PyTorch's failure is footnoted.
 has("| widgets_per_s | 1234.5 |")
+# serve_http: best answered/s per backend at max batch 16 is 6000 and 15000: 2.50x.
+has("| 16 | 6000 | 15000 | 2.50× |")
+has("| 16 | cudagraphs | 8000 | 7950 | 0 | 0 |")
+# bucket_plan: the planned set pads nothing, the powers of two 403 of 1333 + 403 rows (23.2%).
+has("| planned | 1,3,12,16 | 0 | 0.0% | 2.0 MiB |")
+has("| powers of two | 1,2,4,8,16 | 403 | 23.2% | 2.0 MiB |")
 has("failed [1]")
 # Side by side: grove cudagraphs / PyTorch best for mlp b=1 is 100.718 / 152.114.
 has("| inference | mlp16x512 b=1 | 229.5 | 100.7 | 99.20 | 601.4 | 560.3 | 152.1 | 0.66× | 2.62× |")

@@ -1,0 +1,33 @@
+// InferenceService is what a front end (serving/http_server.h) needs of a
+// batching server: submit rows, the model's signature and max batch, and the
+// counters it reports. Server is one; ReplanningServer, which replaces its
+// Server when traffic calls for other buckets, is another.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "serving/model_signature.h"
+#include "serving/request.h"
+#include "serving/server_stats.h"
+
+namespace grove::serving {
+
+class InferenceService {
+ public:
+  virtual ~InferenceService() = default;
+  // Server::submit(): the request's future, or ShapeError / DTypeError /
+  // QueueFullError / ServerClosedError with nothing queued.
+  virtual std::future<Response> submit(Request request) = 0;
+  virtual const ModelSignature& signature() const = 0;
+  virtual int64_t max_batch() const = 0;
+  // Counters since the service started (monotonic, as Prometheus wants them).
+  virtual ServerStats stats() const = 0;
+  virtual size_t queue_size() const = 0;
+  // One entry per device: Server::backend_snapshots().
+  virtual nlohmann::json backend_snapshots() const = 0;
+};
+
+}  // namespace grove::serving

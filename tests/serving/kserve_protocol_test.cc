@@ -1,0 +1,255 @@
+// The KServe v2 JSON forms: requests become rows checked against the model's
+// signature, every malformed request a ProtocolError naming the field, and
+// responses and metadata in the protocol's shape.
+#include "serving/kserve_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace grove::serving {
+namespace {
+
+using nlohmann::json;
+using runtime::DType;
+
+ModelSignature signature() {
+  ModelSignature s;
+  s.inputs.push_back({"x", {3}, DType::kF32, 12});
+  s.inputs.push_back({"ids", {2}, DType::kI64, 16});
+  s.outputs.push_back({"y", {3}, DType::kF32, 12});
+  s.outputs.push_back({"mask", {1}, DType::kBool, 1});
+  return s;
+}
+
+json good_request() {
+  return json::parse(R"({"id": "r1", "inputs": [
+      {"name": "ids", "shape": [2, 2], "datatype": "INT64", "data": [[1, -2], [3, 4000000000000]]},
+      {"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [0.5, 1, 2, 3, 4, 5]}]})");
+}
+
+std::string error_of(const std::string& body) {
+  try {
+    parse_infer_request(body, signature(), 4);
+  } catch (const ProtocolError& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+std::string error_of(const json& body) { return error_of(std::string(body.dump())); }
+
+TEST(KserveProtocol, RequestBecomesRowsInTheModelsInputOrder) {
+  InferRequest parsed = parse_infer_request(good_request().dump(), signature(), 4);
+  EXPECT_EQ(parsed.id, "r1");
+  ASSERT_EQ(parsed.request.inputs.size(), 2u);
+  EXPECT_EQ(parsed.request.inputs[0].values<float>(), (std::vector<float>{0.5f, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(parsed.request.inputs[1].values<int64_t>(),
+            (std::vector<int64_t>{1, -2, 3, 4000000000000}));
+  EXPECT_EQ(parsed.outputs, (std::vector<size_t>{0, 1}));
+}
+
+TEST(KserveProtocol, EveryMalformedFieldIsNamed) {
+  json body = good_request();
+  EXPECT_NE(error_of(std::string("{")).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of(std::string("[]")).find("must be a JSON object"), std::string::npos);
+  body["inputs"][1]["shape"] = {2, 4};
+  EXPECT_NE(error_of(body).find("inputs[1] ('x').shape: expected [rows, 3], found [2,4]"),
+            std::string::npos)
+      << error_of(body);
+  body = good_request();
+  body["inputs"][1]["shape"] = {2};
+  EXPECT_NE(error_of(body).find("inputs[1] ('x').shape: expected [rows, 3]"), std::string::npos);
+  body = good_request();
+  body["inputs"][1]["shape"] = {5, 3};
+  EXPECT_NE(error_of(body).find("5 rows is outside [1, 4]"), std::string::npos);
+  body = good_request();
+  body["inputs"][1]["data"][4] = "four";
+  EXPECT_NE(error_of(body).find("inputs[1] ('x').data[4]: expected a number for FP32"),
+            std::string::npos)
+      << error_of(body);
+  body = good_request();
+  body["inputs"][0]["data"][0][1] = 1.5;
+  EXPECT_NE(error_of(body).find("data[1]: expected an integer for INT64"), std::string::npos);
+  body = good_request();
+  body["inputs"][1]["shape"] = {1, 3};
+  EXPECT_NE(error_of(body).find("1 rows, but an earlier input has 2"), std::string::npos);
+  body = good_request();
+  body["inputs"][1]["datatype"] = "FP16";
+  EXPECT_NE(error_of(body).find("datatype: expected FP32, found FP16"), std::string::npos);
+  body = good_request();
+  body["inputs"][1]["name"] = "ids";
+  EXPECT_NE(error_of(body).find("input 'ids' is given twice"), std::string::npos);
+  body = good_request();
+  body["outputs"] = {{{"name", "z"}}};
+  EXPECT_NE(error_of(body).find("outputs[0].name: the model has no output 'z'"), std::string::npos);
+  body = good_request();
+  body["inputs"][1]["data"] = {1, 2, 3};
+  EXPECT_NE(error_of(body).find("3 values for shape [2, 3], which holds 6"), std::string::npos);
+  std::string deep =
+      R"({"inputs": [{"name": "x", "data": )" + std::string(40, '[') + std::string(40, ']') + "}]}";
+  EXPECT_NE(error_of(deep).find("nests deeper"), std::string::npos);
+}
+
+TEST(KserveProtocol, ResponseHoldsTheAskedOutputsWithShapesAndDatatypes) {
+  json body = good_request();
+  body["outputs"] = {{{"name", "mask"}}};
+  InferRequest parsed = parse_infer_request(body.dump(), signature(), 4);
+  Response response;
+  response.outputs.push_back(HostRows::from_values<float>({1, 2, 3, 4, 5, 6}, {2, 3}));
+  HostRows mask;
+  mask.shape = {2, 1};
+  mask.dtype = DType::kBool;
+  mask.bytes = {1, 0};
+  response.outputs.push_back(mask);
+  json answer = json::parse(infer_response_json("m", parsed, signature(), response));
+  EXPECT_EQ(answer["model_name"], "m");
+  EXPECT_EQ(answer["id"], "r1");
+  ASSERT_EQ(answer["outputs"].size(), 1u);
+  EXPECT_EQ(answer["outputs"][0],
+            json::parse(R"({"name":"mask","datatype":"BOOL","shape":[2,1],"data":[true,false]})"));
+}
+
+TEST(KserveProtocol, ResponseFloatsReadBackBitExactAndNonFiniteAreNull) {
+  InferRequest parsed = parse_infer_request(good_request().dump(), signature(), 4);
+  std::mt19937 random(5);
+  std::vector<float> values(6);
+  for (float& value : values) {
+    uint32_t bits = random();
+    std::memcpy(&value, &bits, 4);
+    if (!std::isfinite(value)) value = 1.0f / 3.0f;
+  }
+  values[1] = std::numeric_limits<float>::quiet_NaN();
+  values[2] = -std::numeric_limits<float>::infinity();
+  values[3] = std::numeric_limits<float>::denorm_min();
+  Response response;
+  response.outputs.push_back(HostRows::from_values<float>(values, {2, 3}));
+  HostRows mask;
+  mask.shape = {2, 1};
+  mask.dtype = DType::kBool;
+  mask.bytes = {0, 1};
+  response.outputs.push_back(mask);
+  json answer = json::parse(infer_response_json("m\"q", parsed, signature(), response));
+  EXPECT_EQ(answer["model_name"], "m\"q");
+  const json& data = answer["outputs"][0]["data"];
+  ASSERT_EQ(data.size(), 6u);
+  EXPECT_TRUE(data[1].is_null());
+  EXPECT_TRUE(data[2].is_null());
+  for (size_t i : {0u, 3u, 4u, 5u}) {
+    EXPECT_EQ(data[i].get<float>(), values[i]) << i << ": " << data[i].dump();
+  }
+  EXPECT_EQ(answer["outputs"][1]["data"], json::parse("[false, true]"));
+}
+
+// A body in the binary tensor data extension: JSON, then the raw bytes of
+// the inputs that give binary_data_size, in the order they are listed.
+std::string binary_body(const json& header, const std::string& bytes, size_t* json_length) {
+  std::string text = header.dump();
+  *json_length = text.size();
+  return text + bytes;
+}
+
+TEST(KserveProtocol, BinaryInputsAndOutputsFollowTheJson) {
+  json header = json::parse(R"({"inputs": [
+      {"name": "x", "shape": [2, 3], "datatype": "FP32", "parameters": {"binary_data_size": 24}},
+      {"name": "ids", "shape": [2, 2], "datatype": "INT64", "data": [1, 2, 3, 4]}],
+      "outputs": [{"name": "y", "parameters": {"binary_data": true}}, {"name": "mask"}]})");
+  const std::vector<float> x = {1.5f, -2, 3, 4, 5, 6.25f};
+  std::string bytes(reinterpret_cast<const char*>(x.data()), 24);
+  size_t length = 0;
+  std::string body = binary_body(header, bytes, &length);
+  InferRequest parsed = parse_infer_request(body, signature(), 4, length);
+  EXPECT_EQ(parsed.request.inputs[0].values<float>(), x);
+  EXPECT_EQ(parsed.binary, (std::vector<bool>{true, false}));
+
+  Response response;
+  response.outputs.push_back(HostRows::from_values<float>(x, {2, 3}));
+  HostRows mask;
+  mask.shape = {2, 1};
+  mask.dtype = DType::kBool;
+  mask.bytes = {1, 0};
+  response.outputs.push_back(mask);
+  size_t answer_length = 0;
+  std::string answer = infer_response_json("m", parsed, signature(), response, &answer_length);
+  ASSERT_GT(answer_length, 0u);
+  ASSERT_EQ(answer.size(), answer_length + 24);
+  json answer_json = json::parse(answer.substr(0, answer_length));
+  EXPECT_EQ(answer_json["outputs"][0]["parameters"]["binary_data_size"], 24);
+  EXPECT_FALSE(answer_json["outputs"][0].contains("data"));
+  EXPECT_EQ(answer_json["outputs"][1]["data"], json::parse("[true, false]"));
+  EXPECT_EQ(answer.substr(answer_length), bytes);
+
+  // Without binary outputs the answer is JSON alone.
+  InferRequest plain = parse_infer_request(good_request().dump(), signature(), 4);
+  infer_response_json("m", plain, signature(), response, &answer_length);
+  EXPECT_EQ(answer_length, 0u);
+}
+
+TEST(KserveProtocol, BinaryBodiesThatDoNotAddUpAreRefused) {
+  json header = json::parse(R"({"inputs": [
+      {"name": "x", "shape": [2, 3], "datatype": "FP32", "parameters": {"binary_data_size": 24}},
+      {"name": "ids", "shape": [2, 2], "datatype": "INT64", "data": [1, 2, 3, 4]}]})");
+  auto error = [&](const json& h, size_t bytes, std::optional<size_t> length_override = {}) {
+    size_t length = 0;
+    std::string body = binary_body(h, std::string(bytes, '\0'), &length);
+    try {
+      parse_infer_request(body, signature(), 4, length_override ? *length_override : length);
+    } catch (const ProtocolError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(header, 20).find("only 20 binary bytes are left"), std::string::npos);
+  EXPECT_NE(error(header, 30).find("6 bytes after the JSON belong to no input"), std::string::npos);
+  EXPECT_NE(error(header, 24, 100000).find("beyond the body"), std::string::npos);
+  json wrong = header;
+  wrong["inputs"][0]["parameters"]["binary_data_size"] = 20;
+  EXPECT_NE(error(wrong, 20).find("holds 24"), std::string::npos);
+  json both = header;
+  both["inputs"][0]["data"] = json::array();
+  EXPECT_NE(error(both, 24).find("not both"), std::string::npos);
+  try {
+    parse_infer_request(header.dump(), signature(), 4);
+    FAIL() << "binary_data_size without the header was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("Inference-Header-Content-Length"), std::string::npos);
+  }
+}
+
+TEST(KserveProtocol, MetadataNamesTensorsWithABatchDimension) {
+  json meta = model_metadata("m", signature(), 8);
+  EXPECT_EQ(meta["inputs"][1], json::parse(R"({"name":"ids","datatype":"INT64","shape":[-1,2]})"));
+  EXPECT_EQ(meta["parameters"]["max_batch_size"], 8);
+}
+
+// Random edits of a valid request: each parses or throws ProtocolError.
+TEST(KserveProtocol, RandomMutationsEndInSuccessOrProtocolError) {
+  const std::string valid = good_request().dump();
+  const uint32_t seed = 77;
+  std::mt19937 random(seed);
+  const std::string alphabet = "0123456789[]{}\",:-.eE truefalsnul";
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string body = valid;
+    for (int m = 0; m < 1 + static_cast<int>(random() % 3); ++m) {
+      size_t at = random() % body.size();
+      if (random() % 2) {
+        body[at] = alphabet[random() % alphabet.size()];
+      } else {
+        body.erase(at, 1 + random() % 4);
+        if (body.empty()) body = "{";
+      }
+    }
+    try {
+      parse_infer_request(body, signature(), 4);
+    } catch (const ProtocolError&) {
+    } catch (const std::exception& error) {
+      FAIL() << "seed " << seed << " trial " << trial << ": " << error.what() << "\n" << body;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace grove::serving

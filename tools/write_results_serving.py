@@ -1,0 +1,65 @@
+"""RESULTS.md sections for grove serve's benchmarks: serve_http (the whole HTTP
+path under open-loop load) and bucket_plan (planned buckets against powers of
+two). Kept apart from write_results_sections.py, which lists them in SECTIONS."""
+import write_results_sections as sections  # noqa: E402  (lives next to this file)
+
+
+def serve_http(report):
+    results = sections.rows_of(report)
+    rows = []
+    for r in results:
+        lat = r.get("latency") or {}
+        rows.append([r.get("max_batch"), r.get("backend"), "%.0f" % r.get("offered_per_s", 0),
+                     "%.0f" % r.get("answered_per_s", 0), r.get("rejected", 0),
+                     r.get("errors", 0), sections.us(lat.get("median_us")),
+                     sections.us(lat.get("p99_us")), "%.1f" % r.get("mean_batch_rows", 0),
+                     "yes" if r.get("saturated") else "",
+                     sections.ratio(r.get("p99_eager_over_this"))])
+    lines = ["`grove serve`'s whole path under open-loop load over loopback (%s, one row per "
+             "request as KServe v2 JSON, %s keep-alive clients with Poisson arrivals, %s ms per "
+             "rate and backend): offered and answered requests per second, latency from a "
+             "request's scheduled arrival to its whole answer read by the client. A run is "
+             "saturated when it got 503s or answered under 90%% of the offered rate."
+             % (report.get("model", "?"), report.get("clients", "?"),
+                report.get("duration_ms", "?")), ""]
+    lines += sections.table(["max batch", "backend", "offered/s", "answered/s", "503s", "errors",
+                             "p50", "p99", "mean batch", "saturated", "p99 eager / this"], rows,
+                            ["r", "l", "r", "r", "r", "r", "r", "r", "r", "l", "r"])
+    best_rows = []
+    for max_batch in sections.cases_in_order([{"case": r.get("max_batch")} for r in results]):
+        best = {}
+        for r in results:
+            if r.get("max_batch") == max_batch:
+                best[r.get("backend")] = max(best.get(r.get("backend"), 0),
+                                             r.get("answered_per_s", 0))
+        if best.get("eager") and best.get("cudagraphs"):
+            best_rows.append([max_batch, "%.0f" % best["eager"], "%.0f" % best["cudagraphs"],
+                              sections.ratio(best["cudagraphs"] / best["eager"])])
+    if best_rows:
+        lines += ["", "Best answered/s at any offered rate (the goal: cudagraphs ≥ 2× eager's "
+                  "best at max batch 16 and 64):", ""]
+        lines += sections.table(["max batch", "eager", "cudagraphs", "cudagraphs / eager"],
+                                best_rows, ["r", "r", "r", "r"])
+    return lines
+
+
+def bucket_plan(report):
+    rows = []
+    for r in sections.rows_of(report):
+        total = (r.get("rows") or 0) + (r.get("padded_rows") or 0)
+        lat = r.get("batch_latency") or {}
+        rows.append([r.get("set"), ",".join(str(b) for b in r.get("buckets", [])),
+                     r.get("padded_rows", 0),
+                     "%.1f%%" % (100.0 * r.get("padded_rows", 0) / total) if total else "-",
+                     sections.mib(r.get("pool_reserved_bytes", 0)),
+                     sections.us(lat.get("median_us")), sections.us(lat.get("p99_us"))])
+    lines = ["Batch buckets planned from one skewed trace of batch sizes and measured on "
+             "another of the same mix (%s, max batch %s, %s batches each), against the powers "
+             "of two: padded rows, the graph pool the server holds, time per batch. The goal: "
+             "less padding and no more memory." % (report.get("model", "?"),
+                                                   report.get("max_batch", "?"),
+                                                   report.get("batches", "?")), ""]
+    lines += sections.table(["buckets", "sizes", "padded rows", "padding", "pool reserved",
+                             "batch p50", "batch p99"], rows,
+                            ["l", "l", "r", "r", "r", "r", "r"])
+    return lines
