@@ -126,6 +126,9 @@ def _training_graph(gm, example_inputs, mode, strict, device):
         log.info("graph runs in PyTorch: it needs gradients and AOTAutograd is missing")
         return getattr(gm, "forward", gm)
     compiler.on_runner = _live_runners.add  # mark_step_begin reaches them
+    # PyTorch's fused attention kernels (and their backwards) are not grove
+    # ops; written out, attention trains in grove.
+    training.write_out_attention(gm)
     return backend(gm, example_inputs)
 
 

@@ -236,6 +236,53 @@ def aot_backend(mode="cudagraphs", strict=False, device=None):
     return backend, compiler
 
 
+def math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                   scale=None):
+    """scaled_dot_product_attention written in matmul, masked_fill and
+    softmax, whose forward and backward grove imports whole (PyTorch's fused
+    attention kernels and their backwards are not grove ops)."""
+    head = query.shape[-1]
+    scores = (query @ key.transpose(-2, -1)) * (scale if scale is not None else head ** -0.5)
+    if is_causal:
+        causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool,
+                            device=query.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return torch.softmax(scores, dim=-1) @ value
+
+
+def _attention_targets():
+    targets = set()
+    for owner in (torch.nn.functional, getattr(torch._C, "_nn", None)):
+        function = getattr(owner, "scaled_dot_product_attention", None)
+        if function is not None:
+            targets.add(function)
+    return targets
+
+
+def write_out_attention(graph_module, targets=None):
+    """Replaces each call of scaled_dot_product_attention in a torch-level fx
+    graph (dynamo's) by math_attention, where it has no dropout and no
+    grouped-query option; returns how many it replaced."""
+    targets = _attention_targets() if targets is None else set(targets)
+    replaced = 0
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or node.target not in targets:
+            continue
+        dropout = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
+        if dropout or node.kwargs.get("enable_gqa") or len(node.args) > 7:
+            continue
+        node.target = math_attention
+        replaced += 1
+    if replaced:
+        graph_module.recompile()
+    return replaced
+
+
 def _output_nodes(output):
     items = list(output) if isinstance(output, (tuple, list)) else [output]
     return [item for item in items if isinstance(item, torch.fx.Node)]

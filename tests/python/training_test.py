@@ -381,6 +381,56 @@ class TrainingTest(unittest.TestCase):
             torch.testing.assert_close(trained(*x), module(*x), rtol=RTOL, atol=ATOL)
 
 
+def stand_in_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                       scale=None):
+    """What F.scaled_dot_product_attention computes (PyTorch 1.13 has none):
+    the call write_out_attention replaces in a dynamo graph."""
+    scores = query @ key.transpose(-2, -1) * (scale or query.shape[-1] ** -0.5)
+    if is_causal:
+        scores = scores + torch.full(scores.shape[-2:], float("-inf")).triu(1)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
+            else scores + attn_mask
+    return scores.softmax(-1) @ value
+
+
+torch.fx.wrap("stand_in_attention")
+
+
+class AttentionTest(unittest.TestCase):
+    def test_attention_is_written_out_and_trains_whole_in_grove(self):
+        """Dynamo graphs call scaled_dot_product_attention, whose fused
+        backward grove cannot take: write_out_attention rewrites the call
+        (causal, with a bool mask, with a float mask and a scale), and the
+        graph then trains whole in grove with torch's gradients."""
+        from functorch.compile import aot_function
+
+        mask = torch.rand(8, 8) > 0.3
+        mask.fill_diagonal_(True)
+        bias = torch.randn(8, 8)
+
+        def attend(q, k, v):
+            return (stand_in_attention(q, k, v, is_causal=True)
+                    + stand_in_attention(q, k, v, mask)
+                    + stand_in_attention(q, k, v, attn_mask=bias, scale=0.3))
+
+        graph = torch.fx.symbolic_trace(attend)
+        self.assertEqual(grove.training.write_out_attention(graph, {stand_in_attention}), 3)
+        compiler = grove.training.StepCompiler("cudagraphs", name="attention")
+        trained = aot_function(graph, fw_compiler=compiler.forward,
+                               bw_compiler=compiler.backward, partition_fn=compiler.partition)
+        for _ in range(3):
+            inputs = [torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3)]
+            expected_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+            weights = torch.randn(2, 4, 8, 16)
+            (trained(*inputs) * weights).sum().backward()
+            (attend(*expected_inputs) * weights).sum().backward()
+            assert_close_all(self, [t.grad for t in inputs], [t.grad for t in expected_inputs],
+                             "attention gradient")
+        for runner in compiler.runners():
+            self.assertEqual(runner.plan.unsupported, [])
+
+
 class OptimizerTest(unittest.TestCase):
     """grove.torch.optim: grove's captured optimizer step over the same
     parameters reaches torch.optim's losses (rtol 1e-4, atol 1e-5), and its
