@@ -5,6 +5,14 @@ cost of the grove backend: its call minus the same grove CompiledModel called
 from C++ (grove_model_time_runs) on the same inputs.
 
     python3 benchmarks/torch_backend.py [--json out.json] [--repeats 200]
+    python3 benchmarks/torch_backend.py --train [--json out.json]
+
+--train times one training step (forward, loss, backward, AdamW with
+fused=True) of mlp16x512 b=32 and gpt4x256 b=8 T=32 under torch eager,
+torch.compile(mode="reduce-overhead"), the whole step captured by hand with
+torch.cuda.graph (PyTorch's kernels with no launch overhead; AdamW
+capturable), and backend="grove" with PyTorch's optimizer and with grove.torch.optim
+(grove/r-o: the latter over reduce-overhead; the issue's goal is <= 0.5).
 
 Prints a table and writes JSON. Each variant warms up (20 calls), then is
 timed as `repeats` calls in blocks of 20, each block ended by a device
@@ -69,10 +77,128 @@ def grove_cxx_time(repeats):
     return statistics.median(samples)
 
 
+def time_steps(step, repeats):
+    """Median and spread of one training step (`step()`), in microseconds."""
+    for _ in range(BLOCK):
+        step()
+    torch.cuda.synchronize()
+    per_step = []
+    for _ in range(max(1, repeats // BLOCK)):
+        start = time.perf_counter()
+        for _ in range(BLOCK):
+            step()
+        torch.cuda.synchronize()
+        per_step.append((time.perf_counter() - start) / BLOCK * 1e6)
+    per_step.sort()
+    return {"median_us": statistics.median(per_step),
+            "p10_us": per_step[int(0.1 * (len(per_step) - 1))],
+            "p90_us": per_step[int(0.9 * (len(per_step) - 1))]}
+
+
+def training_cases():
+    import gpu_models
+
+    torch.manual_seed(0)
+    target = torch.randn(32, 512, device="cuda")
+    tokens = torch.randint(0, 512, (8, 33), device="cuda")
+    return [
+        ("mlp16x512_b32", gpu_models.Mlp().cuda(), (torch.randn(32, 512, device="cuda"),),
+         lambda out: torch.nn.functional.mse_loss(out, target)),
+        ("gpt4x256_b8_t32", gpu_models.Gpt().cuda(), (tokens[:, :-1].contiguous(),),
+         lambda out: torch.nn.functional.cross_entropy(out.reshape(-1, 512),
+                                                       tokens[:, 1:].reshape(-1))),
+    ]
+
+
+def train_variant(module, inputs, loss_of, variant):
+    """A step function of `variant` over a copy of `module`."""
+    import copy
+
+    model = copy.deepcopy(module)
+    capturable = variant == "cuda_graph"
+    if variant == "grove_optim":
+        import grove.torch
+
+        optimizer = grove.torch.optim.AdamW(model.parameters(), lr=1e-4)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True,
+                                      capturable=capturable)
+    torch._dynamo.reset()
+    if variant == "torch_reduce_overhead":
+        run = torch.compile(model, mode="reduce-overhead", dynamic=False)
+    elif variant.startswith("grove"):
+        run = torch.compile(model, backend="grove", dynamic=False,
+                            options={"mode": "eager" if variant == "grove_eager" else "cudagraphs"})
+    else:
+        run = model
+
+    def step():
+        optimizer.zero_grad(set_to_none=not capturable)
+        loss = loss_of(run(*inputs))
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    if not capturable:
+        return step
+    # PyTorch's whole-step capture: warm up on a side stream, then record once.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+def train_main(args):
+    variants = ["torch_eager", "torch_reduce_overhead", "cuda_graph", "grove_eager", "grove",
+                "grove_optim"]
+    rows = []
+    for name, module, inputs, loss_of in training_cases():
+        row = {"model": name}
+        for variant in variants:
+            try:
+                row[variant] = time_steps(train_variant(module, inputs, loss_of, variant),
+                                          args.repeats)
+            except Exception as error:  # one variant failing leaves the others' numbers
+                row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+        base = row["torch_reduce_overhead"].get("median_us")
+        grove_us = row["grove_optim"].get("median_us")
+        row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
+        rows.append(row)
+    header = "%-18s" % "model" + "".join("%24s" % v for v in variants) + "%12s" % "grove/r-o"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        cells = []
+        for variant in variants:
+            entry = row[variant]
+            cells.append("%24s" % ("%.1f us" % entry["median_us"] if "median_us" in entry
+                                   else "failed"))
+        ratio = row["grove_over_reduce_overhead"]
+        print("%-18s" % row["model"] + "".join(cells) +
+              "%12s" % ("-" if ratio is None else "%.2f" % ratio))
+        for variant in variants:
+            if "error" in row[variant]:
+                print("  %s %s: %s" % (row["model"], variant, row[variant]["error"]))
+    result = {"benchmark": "torch_backend_train", "torch": torch.__version__,
+              "device": torch.cuda.get_device_name(), "repeats": args.repeats, "rows": rows}
+    with open(args.json, "w") as out:
+        json.dump(result, out, indent=2)
+    print("wrote %s" % args.json)
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="torch_backend.json")
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--train", action="store_true",
+                        help="time training steps instead of inference calls")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("torch_backend: skipped: no CUDA device")
@@ -86,6 +212,8 @@ def main():
     import gpu_models
 
     torch.backends.cuda.matmul.allow_tf32 = False
+    if args.train:
+        return train_main(args)
     rows = []
     for name, module, inputs in gpu_models.cases("cuda"):
         if name.startswith("transformer_encoder"):

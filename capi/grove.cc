@@ -35,6 +35,19 @@ using grove::runtime::DType;
 using grove::runtime::Tensor;
 namespace backends = grove::compiler::backends;
 
+// A training step's forward and backward run as the tree's forward and
+// backward stages (Note [Training steps], cudagraph_trees/backend), so the
+// forward's saved activations stay in the tree's pool for the backward.
+backends::Stage parse_stage(const std::string& name) {
+  for (backends::Stage stage : {backends::Stage::kInference, backends::Stage::kForward,
+                                backends::Stage::kBackward, backends::Stage::kOptimizer}) {
+    if (name == backends::stage_name(stage)) return stage;
+  }
+  throw InvalidArgument(str_cat("option 'stage' is '", name,
+                                "'; use \"inference\", \"forward\", \"backward\" or "
+                                "\"optimizer\""));
+}
+
 backends::CompileOptions parse_options(const char* options_json,
                                        grove::compiler::model_format::DimBindings* dims,
                                        Device* device) {
@@ -61,12 +74,15 @@ backends::CompileOptions parse_options(const char* options_json,
         require(size.is_number_integer(), "option 'dims': '", name, "' must be an integer");
         (*dims)[name] = size.get<int64_t>();
       }
+    } else if (key == "stage") {
+      require(value.is_string(), "option 'stage' must be a string");
+      options.stage = parse_stage(value.get<std::string>());
     } else if (key == "never_capture" || key == "skip_warmup") {
       require(value.is_boolean(), "option '", key, "' must be true or false");
       (key == "never_capture" ? options.never_capture : options.skip_warmup) = value.get<bool>();
     } else {
       throw InvalidArgument(str_cat("unknown option '", key,
-                                    "' (known: backend, device, dims, never_capture, "
+                                    "' (known: backend, device, dims, stage, never_capture, "
                                     "skip_warmup)"));
     }
   }

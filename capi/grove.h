@@ -100,7 +100,11 @@ int grove_capi_version(void);
 /* Compiles `program_json` (grove's JSON model format) with `options_json`
  * (NULL or "{}" for defaults): {"backend": "eager" | "cudagraphs",
  * "device": "sim:0" | "cuda:0" | ..., "dims": {"batch": 4},
- * "never_capture": bool, "skip_warmup": bool}. Params and buffers named in
+ * "stage": "inference" | "forward" | "backward" | "optimizer",
+ * "never_capture": bool, "skip_warmup": bool}. "stage" says which part of a
+ * training step the program is (default "inference"): with "cudagraphs", a
+ * forward holds the tree's generation open until its backward runs, so the
+ * backward reads the activations the forward saved in the tree's pool. Params and buffers named in
  * `bindings` view the caller's memory (which must be contiguous and match the
  * declared type); the others start from their initializers. */
 grove_status grove_compile(const char* program_json, const char* options_json,

@@ -19,7 +19,8 @@ import weakref
 from grove import _capi
 from grove._capi import GroveError, StaleOutputError
 
-__all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output"]
+__all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output",
+           "check_not_overwritten"]
 
 # Note [Kept outputs through DLPack]: a replay of a CUDA graph writes its outputs
 # into the same memory every time, so an output the caller still holds is
@@ -253,7 +254,7 @@ class Model:
     """A compiled grove program (a grove_model handle)."""
 
     def __init__(self, program, backend="eager", device="sim", dims=None, params=None,
-                 never_capture=False, skip_warmup=False):
+                 never_capture=False, skip_warmup=False, stage="inference", copy_outputs=None):
         lib = _capi.library()
         text = program if isinstance(program, str) else json.dumps(program)
         self.backend = backend
@@ -262,7 +263,8 @@ class Model:
         if self._host_device[0] == _capi.DEVICE_CUDA:
             self._host_device = (_capi.DEVICE_CPU, 0)
         options = {"backend": backend, "device": self.device, "never_capture": never_capture,
-                   "skip_warmup": skip_warmup}
+                   "skip_warmup": skip_warmup, "stage": stage}
+        self.stage = stage
         if dims:
             options["dims"] = dict(dims)
         params = dict(params or {})
@@ -288,7 +290,16 @@ class Model:
         self.output_count = count.value
         self._outputs = (ctypes.c_void_p * max(self.output_count, 1))()
         self._kept = []  # (weak reference to a returned tensor, its DLManagedTensor*)
-        self._copy_outputs = backend != "eager" and _storage_hook() is None
+        # copy_outputs: None follows Note [Kept outputs through DLPack]; else one
+        # bool per output (Note [Saved activations stay in the pool], training.py).
+        default_copy = Model.default_copy(backend)
+        if copy_outputs is None:
+            self._copy_flags = [default_copy] * self.output_count
+        else:
+            self._copy_flags = [bool(flag) for flag in copy_outputs]
+            if len(self._copy_flags) != self.output_count:
+                raise ValueError("grove: copy_outputs has %d flags for %d outputs"
+                                 % (len(self._copy_flags), self.output_count))
         dtype = ctypes.c_int32()
         self._bool_outputs = []
         for index in range(self.output_count):
@@ -307,9 +318,17 @@ class Model:
         self._dlpack_check = fast.grove_dlpack_check
         self._input_counts = [ctypes.c_size_t(n) for n in range(len(names) + 1)]
         self._output_capacity = ctypes.c_size_t(self.output_count)
-        self._watch_kept = backend != "eager" and not self._copy_outputs
+        self._watch_kept = backend != "eager" and _storage_hook() is not None
+        self._tag_outputs = backend != "eager" and copy_outputs is not None
         self._desc_items = [self._descs[index] for index in range(len(names))]
         self._from_dlpack = _from_dlpack() if _torch() is not None else None
+
+    @staticmethod
+    def default_copy(backend):
+        """Whether outputs of `backend` are copied by default (Note [Kept
+        outputs through DLPack]): a graph backend's, where PyTorch has no
+        storage hook."""
+        return backend != "eager" and _storage_hook() is None
 
     def close(self):
         if getattr(self, "_handle", None):
@@ -399,10 +418,13 @@ class Model:
             value = from_dlpack(_capsule_new(pointer, b"dltensor", None))
             if self._bool_outputs[index]:
                 value = value.view(_torch().bool)
-            if self._copy_outputs:
+            if self._copy_flags[index]:
                 value = value.clone()
-            elif self._watch_kept:
-                kept.append((weakref.ref(value), pointer))
+            else:
+                if self._tag_outputs:
+                    value._grove_output = pointer  # check_not_overwritten reads it
+                if self._watch_kept:
+                    kept.append((weakref.ref(value), pointer))
             results.append(value)
         if len(kept) > len(results):
             self._check_kept_dlpack()
@@ -451,6 +473,19 @@ class Model:
 
     def dot(self):
         return self._text(_capi.library().grove_model_dot)
+
+
+def check_not_overwritten(tensor, what):
+    """Raises StaleOutputError when `tensor` is an uncopied output of a graph
+    backend (copy_outputs False) that a later replay overwrote; `what` names
+    the tensor in the message."""
+    pointer = getattr(tensor, "_grove_output", None)
+    if pointer is None:
+        return
+    status = _capi.fast_library().grove_dlpack_check(ctypes.c_void_p(pointer))
+    if status:
+        message = _capi.library().grove_last_error().decode("utf-8", "replace")
+        raise StaleOutputError(status, "grove: %s: %s" % (what, message))
 
 
 def compile(program, backend="eager", device="sim", dims=None, params=None, **options):

@@ -361,7 +361,24 @@ def _layer_norm(c, a):
         "full", [], {"value": 0.0, "shape": [features], "dtype": dtype_name(dtype)})
     out = c.emit("layer_norm", [c.tensor(x), weight_name, bias_name], {"eps": float(a["eps"])})
     if op_name(c.node.target) == "aten.native_layer_norm":
-        return (out, None, None)
+        # A training graph saves the row statistics for the backward.
+        wanted = {user.args[1] for user in c.node.users if user.users}
+        if not wanted & {1, 2}:
+            return (out, None, None)
+        name = c.tensor(x)
+        last = len(shape) - 1
+        mean = c.emit("mean", [name], {"dims": [last], "keepdim": 1})
+        centered = c.emit("sub", [name, mean])
+        variance = c.emit("mean", [c.emit("mul", [centered, centered])],
+                          {"dims": [last], "keepdim": 1})
+        rstd = c.emit("rsqrt", [c.emit("add", [variance, c.scalar(float(a["eps"]), dtype)])])
+        statistics = []
+        for position, value in ((1, mean), (2, rstd)):
+            saved = c.result()[position]
+            if list(saved.shape) != shape[:-1] + [1]:
+                value = c.emit("reshape", [value], {"shape": list(saved.shape)})
+            statistics.append(c.cast(value, dtype, saved.dtype))
+        return (out, statistics[0], statistics[1])
     return out
 
 
@@ -379,9 +396,21 @@ def _reduce(op):
         keepdim = 1 if a.get("keepdim") else 0
         if rank == 0:
             return c.tensor(x)
+        if not keepdim and sorted(dims or range(rank)) == list(range(rank)):
+            return full_reduction(c, op, c.tensor(x), rank)
         return c.emit(op, [c.tensor(x)], {"dims": dims, "keepdim": keepdim})
 
     return convert
+
+
+def full_reduction(c, op, name, rank):
+    """`op` over every dim of a rank-`rank` value, to a 0-d value. Over the
+    last dim first, then the rest: grove's lowering fails on some single
+    full reductions of broadcast operands ("keeps needing relaid copies", a
+    scheduler bug reported with its repro)."""
+    if rank >= 2:
+        name = c.emit(op, [name], {"dims": [rank - 1], "keepdim": 0})
+    return c.emit(op, [name], {"dims": [], "keepdim": 0})
 
 
 def _var(c, a):
@@ -451,53 +480,6 @@ def _attention(c, a):
     if op_name(c.node.target) != "aten.scaled_dot_product_attention":
         return (out,) + (None,) * (len(c.result()) - 1)
     return out
-
-
-def _encoder_layer(c, a):
-    """PyTorch's fused nn.TransformerEncoderLayer (its inference fast path),
-    written out: self-attention, residuals, two layer norms, a ReLU or GELU MLP."""
-    if a.get("mask") is not None:
-        raise Unsupported("an encoder layer with a mask")
-    src = a["src"]
-    shape = c.shape(src)
-    if len(shape) != 3:
-        raise Unsupported("an encoder layer input of rank %d" % len(shape))
-    batch, time, width = shape
-    heads = a["num_heads"]
-    head = width // heads
-    dtype = c.dtype(src)
-    eps = float(a["eps"])
-
-    def norm(x, weight, bias):
-        return c.emit("layer_norm", [x, c.tensor(a[weight]), c.tensor(a[bias])], {"eps": eps})
-
-    def attention(x):
-        qkv = c.emit("linear", [x, c.tensor(a["qkv_weight"]), c.tensor(a["qkv_bias"])])
-        parts = []
-        for index in range(3):
-            part = c.emit("slice", [qkv], {"dim": 2, "start": index * width,
-                                           "end": (index + 1) * width})
-            part = c.emit("reshape", [part], {"shape": [batch, time, heads, head]})
-            parts.append(c.emit("transpose", [part], {"dim0": 1, "dim1": 2}))
-        q, k, v = parts
-        keys = c.emit("transpose", [k], {"dim0": -2, "dim1": -1})
-        scores = c.emit("mul", [c.emit("matmul", [q, keys]), c.scalar(1 / math.sqrt(head), dtype)])
-        mixed = c.emit("matmul", [c.emit("softmax", [scores], {"dim": -1}), v])
-        merged = c.emit("reshape", [c.emit("transpose", [mixed], {"dim0": 1, "dim1": 2})],
-                        {"shape": [batch, time, width]})
-        return c.emit("linear", [merged, c.tensor(a["proj_weight"]), c.tensor(a["proj_bias"])])
-
-    def feed_forward(x):
-        hidden = c.emit("linear", [x, c.tensor(a["ffn_weight_1"]), c.tensor(a["ffn_bias_1"])])
-        hidden = _exact_gelu(c, hidden, dtype) if a["use_gelu"] else c.emit("relu", [hidden])
-        return c.emit("linear", [hidden, c.tensor(a["ffn_weight_2"]), c.tensor(a["ffn_bias_2"])])
-
-    x = c.tensor(src)
-    if a["norm_first"]:
-        x = c.emit("add", [x, attention(norm(x, "norm_weight_1", "norm_bias_1"))])
-        return c.emit("add", [x, feed_forward(norm(x, "norm_weight_2", "norm_bias_2"))])
-    x = norm(c.emit("add", [x, attention(x)]), "norm_weight_1", "norm_bias_1")
-    return norm(c.emit("add", [x, feed_forward(x)]), "norm_weight_2", "norm_bias_2")
 
 
 CONVERTERS = {
@@ -582,7 +564,6 @@ CONVERTERS = {
     "aten._scaled_dot_product_cudnn_attention": _attention,
     "aten._scaled_dot_product_attention": _attention,
     "aten._scaled_dot_product_attention_forward": _attention,
-    "aten._transformer_encoder_layer_fwd": _encoder_layer,
 }
 
 

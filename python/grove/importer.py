@@ -15,6 +15,8 @@ import os
 import torch
 import torch.fx
 
+from grove import aten_backward_ops  # noqa: F401 (adds the backward ops to CONVERTERS)
+from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
 from grove.aten_ops import CONVERTERS, _Converter
 from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     StrictModeError,

@@ -9,9 +9,22 @@ import grove
 from grove import importer
 
 
+class StaticInputMovedError(RuntimeError):
+    """A bound static input (a parameter) is no longer at the address it was
+    compiled with; `position` is its place among the graph's inputs."""
+
+    def __init__(self, position, message):
+        super().__init__(message)
+        self.position = position
+
+
 class GraphRunner:
-    def __init__(self, plan, backend="eager", device="sim", **options):
+    def __init__(self, plan, backend="eager", device="sim", output_copies=None, **options):
+        """output_copies: None, or a function of an fx node returning whether
+        a segment output computing it is copied out of grove's memory (True,
+        False, or None for grove.Model's default)."""
         self.plan = plan
+        self.output_copies = output_copies
         self.backend = backend
         self.device = device
         self.options = options
@@ -44,21 +57,41 @@ class GraphRunner:
         produced = {node: index for index, (node, _) in enumerate(compiled["segment"].outputs)}
         output = self.plan.output_arg
         items = list(output) if isinstance(output, (tuple, list)) else [output]
-        if not all(isinstance(item, torch.fx.Node) and item in produced for item in items):
-            return None
+        # Outputs the segment computes, and (training graphs) inputs passed
+        # through, folded constants (a mask saved for the backward) and None
+        # gradients: (0, output index), (1, argument position), (2, value).
+        sources = []
+        for item in items:
+            if isinstance(item, torch.fx.Node) and item in produced:
+                sources.append((0, produced[item]))
+            elif isinstance(item, torch.fx.Node) and item in positions:
+                sources.append((1, positions[item]))
+            elif isinstance(item, torch.fx.Node) and item in self.constants:
+                sources.append((2, self.constants[item]))
+            elif item is None:
+                sources.append((2, None))
+            else:
+                return None
+        only_segment = all(kind == 0 for kind, _ in sources)
         return {
             "model": compiled["model"],
             "inputs": [positions[node] for node in compiled["inputs"]],
             "checks": [(positions[node], address) for node, address in compiled["bound"]],
-            "outputs": [produced[item] for item in items],
+            "outputs": [index for _, index in sources] if only_segment else None,
+            "sources": sources,
             "container": type(output) if isinstance(output, (tuple, list)) else None,
         }
 
     def _compile(self, segment):
         program = importer.segment_program(self.plan.name, segment)
         params = {name: tensor for name, (tensor, _) in segment.params.items()}
+        options = dict(self.options)
+        if self.output_copies is not None:
+            default = grove.Model.default_copy(self.backend)
+            flags = [self.output_copies(node) for node, _ in segment.outputs]
+            options["copy_outputs"] = [default if flag is None else flag for flag in flags]
         model = grove.Model(program, backend=self.backend, device=self.device, params=params,
-                            **self.options)
+                            **options)
         bound = [(node, tensor.data_ptr()) for _, (tensor, node) in segment.params.items()
                  if node is not None and node.op == "placeholder"]
         return {"segment": segment, "model": model, "bound": bound,
@@ -81,14 +114,18 @@ class GraphRunner:
             if fast["checks"] and not _static_inputs_in_place(args, fast):
                 for position, address in fast["checks"]:
                     if args[position].data_ptr() != address:
-                        raise RuntimeError(
-                            "grove: static input %d moved (its data pointer changed since "
-                            "compilation); params are bound, never copied: recompile"
+                        raise StaticInputMovedError(
+                            position, "grove: static input %d moved (its data pointer changed "
+                            "since compilation); params are bound, never copied: recompile"
                             % position)
             inputs = [args[position] for position in fast["inputs"]]
             stream = _stream_of(inputs[0]) if inputs and inputs[0].is_cuda else None
             results = fast["model"].call_torch(inputs, stream)
-            picked = [results[index] for index in fast["outputs"]]
+            if fast["outputs"] is not None:
+                picked = [results[index] for index in fast["outputs"]]
+            else:
+                picked = [results[index] if kind == 0 else args[index] if kind == 1 else index
+                          for kind, index in fast["sources"]]
             container = fast["container"]
             return container(picked) if container is not None else picked[0]
         return self.slow_call(*args)
@@ -102,7 +139,8 @@ class GraphRunner:
             if kind == "grove":
                 for node, address in step["bound"]:
                     if env[node].data_ptr() != address:
-                        raise RuntimeError(
+                        raise StaticInputMovedError(
+                            self.plan.placeholders.index(node),
                             "grove: static input '%s' moved (its data pointer changed since "
                             "compilation); params are bound, never copied: recompile"
                             % node.name)

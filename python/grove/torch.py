@@ -14,8 +14,9 @@ programs as params: their address is checked on every call.
 
 Options: mode "cudagraphs" (default) or "eager"; strict (default False) raises
 naming the first op grove cannot take instead of running it in PyTorch;
-device (default: cuda:N for CUDA inputs, sim for CPU tensors). Inference only:
-a graph that needs gradients runs in PyTorch (strict raises). Each input shape
+device (default: cuda:N for CUDA inputs, sim for CPU tensors). A graph that
+needs gradients goes through AOTAutograd: grove compiles its forward and
+backward as the tree's stages (grove.training). Each input shape
 PyTorch guards on is one compilation; a graph with symbolic sizes
 (dynamic=True, or dynamo's automatic dynamic shapes) is compiled once per
 concrete shape it is called with (PerShapeGraph), one CUDA graph per shape in
@@ -28,6 +29,7 @@ import weakref
 import torch
 
 from grove import importer
+from grove import optim  # noqa: F401 (grove.torch.optim: SGD, AdamW)
 
 log = importer.log
 
@@ -50,10 +52,6 @@ def mark_step_begin():
     calls may be overwritten by later ones (torch.compiler.cudagraph_mark_step_begin)."""
     for runner in list(_live_runners):
         runner.mark_step_begin()
-
-
-class _Fallback(Exception):
-    pass
 
 
 def _static_positions(example_inputs):
@@ -100,16 +98,8 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
         # Symbolic sizes (dynamic=True, or dynamo's automatic dynamic shapes):
         # one grove compilation per concrete shape, on first use.
         return PerShapeGraph(gm, mode, strict, device)
-    try:
-        if torch.is_grad_enabled() and any(
-                value.requires_grad and not isinstance(value, torch.nn.Parameter)
-                for value in example_inputs):
-            raise _Fallback("an input requires grad; grove's backend is for inference")
-    except _Fallback as reason:
-        if strict:
-            raise importer.StrictModeError("grove (strict): %s" % reason) from None
-        log.info("graph runs in PyTorch: %s", reason)
-        return getattr(gm, "forward", gm)
+    if torch.is_grad_enabled() and any(value.requires_grad for value in example_inputs):
+        return _training_graph(gm, example_inputs, mode, strict, device)
     if device is None:
         cuda = [value for value in example_inputs if value.is_cuda]
         device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
@@ -117,6 +107,29 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
     plan = importer.import_graph(aten, example_inputs, static_inputs=_static_positions(
         example_inputs), strict=strict, name="torch_graph")
     return CompiledGraph(plan.compile(backend=_MODES[mode], device=device))
+
+
+def _training_graph(gm, example_inputs, mode, strict, device):
+    """A graph that needs gradients: AOTAutograd partitions it and grove
+    compiles the forward and the backward as the tree's stages
+    (grove.training). Without AOTAutograd (PyTorch 1.13's dynamo-less build)
+    the graph runs in PyTorch, or strict raises."""
+    try:
+        from grove import training
+
+        backend, compiler = training.aot_backend(mode, strict, device)
+    except ImportError as error:
+        if strict:
+            raise importer.StrictModeError(
+                "grove (strict): the graph needs gradients and this PyTorch has no "
+                "AOTAutograd for dynamo (%s); use grove.training.compile_module" % error) from None
+        log.info("graph runs in PyTorch: it needs gradients and AOTAutograd is missing")
+        return getattr(gm, "forward", gm)
+    compiler.on_runner = _live_runners.add  # mark_step_begin reaches them
+    # PyTorch's fused attention kernels (and their backwards) are not grove
+    # ops; written out, attention trains in grove.
+    training.write_out_attention(gm)
+    return backend(gm, example_inputs)
 
 
 class PerShapeGraph:

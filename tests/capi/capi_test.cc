@@ -540,6 +540,69 @@ TEST(CApi, DlpackCheckReportsAnOverwrittenReplayOutput) {
   grove_model_destroy(model);
 }
 
+// A training step through the C API: the forward compiled as the tree's
+// forward stage keeps its outputs (the saved activations) valid until its
+// backward stage has run, and the next step's forward replay overwrites them.
+TEST(CApi, ForwardStageOutputsLiveUntilTheBackwardStageAndTheNextStep) {
+  const char* backward_program = R"({
+    "name": "capi_backward",
+    "inputs": [{"name": "a", "shape": [3, 16], "dtype": "f32"}],
+    "nodes": [{"name": "two", "op": "full", "inputs": [], "attrs": {"value": 2.0, "shape": [], "dtype": "f32"}},
+              {"name": "g", "op": "mul", "inputs": ["a", "two"]}],
+    "outputs": ["g"]
+  })";
+  grove_model* forward =
+      compile_or_fail(R"({"device": "sim", "backend": "cudagraphs", "stage": "forward"})");
+  grove_model* backward = nullptr;
+  ASSERT_EQ(grove_compile(backward_program,
+                          R"({"device": "sim", "backend": "cudagraphs", "stage": "backward"})",
+                          nullptr, 0, &backward),
+            GROVE_OK)
+      << grove_last_error();
+  ASSERT_NE(forward, nullptr);
+  std::mt19937 rng(29);
+  grove_tensor* previous_saved = nullptr;
+  for (int step = 0; step < 4; ++step) {  // warm-up, record, then replays
+    SCOPED_TRACE("seed 29, step " + std::to_string(step));
+    std::vector<float> x = random_values(rng, 24);
+    grove_tensor_desc desc = describe(x.data(), kShape, 2);
+    grove_tensor* outputs[2] = {nullptr, nullptr};
+    size_t count = 0;
+    ASSERT_EQ(grove_model_run(forward, &desc, 1, nullptr, outputs, 2, &count), GROVE_OK)
+        << grove_last_error();
+    int32_t valid = -1;
+    if (previous_saved != nullptr && step >= 3) {
+      ASSERT_EQ(grove_tensor_is_valid(previous_saved, &valid), GROVE_OK);
+      EXPECT_EQ(valid, 0) << "the next step's forward replay overwrote the saved activation";
+    }
+    if (previous_saved != nullptr) grove_tensor_destroy(previous_saved);
+    grove_tensor* saved = outputs[1];
+    void* data = nullptr;
+    ASSERT_EQ(grove_tensor_data(saved, &data), GROVE_OK) << grove_last_error();
+    const int64_t saved_shape[2] = {3, 16};
+    grove_tensor_desc saved_desc = describe(static_cast<float*>(data), saved_shape, 2);
+    grove_tensor* gradient = nullptr;
+    ASSERT_EQ(grove_model_run(backward, &saved_desc, 1, nullptr, &gradient, 1, &count), GROVE_OK)
+        << grove_last_error();
+    ASSERT_EQ(grove_tensor_is_valid(saved, &valid), GROVE_OK);
+    EXPECT_EQ(valid, 1) << "the backward of the same step must not overwrite the forward's outputs";
+    std::vector<float> activation = host_values(saved);
+    std::vector<float> doubled = host_values(gradient);
+    ASSERT_EQ(doubled.size(), activation.size());
+    for (size_t i = 0; i < activation.size(); ++i) EXPECT_EQ(doubled[i], 2.0f * activation[i]);
+    grove_tensor_destroy(gradient);
+    grove_tensor_destroy(outputs[0]);
+    previous_saved = saved;
+  }
+  grove_tensor_destroy(previous_saved);
+  grove_model* model = nullptr;
+  expect_failure(
+      grove_compile(kMlp, R"({"device": "sim", "stage": "backwards"})", nullptr, 0, &model),
+      GROVE_ERROR_INVALID_ARGUMENT, "option 'stage' is 'backwards'");
+  grove_model_destroy(backward);
+  grove_model_destroy(forward);
+}
+
 // On cuda: inputs in device memory the caller owns (made here through grove's
 // runtime, as PyTorch would make them), on the caller's own stream and on the
 // legacy default stream (NULL, PyTorch's default stream; Note [Calls from the

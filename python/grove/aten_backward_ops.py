@@ -1,0 +1,298 @@
+"""Converters of the ATen ops a backward graph holds (what AOTAutograd's
+partition hands the backward compiler, or make_fx of a function calling
+torch.autograd.grad), written out in grove ops, and of the losses a training
+graph may end in. Importing this module adds them to aten_ops.CONVERTERS."""
+
+import math
+
+import torch
+import torch.fx
+
+from grove.aten_ops import CONVERTERS, full_reduction
+from grove.fx_common import Unsupported, dtype_name
+
+
+def _threshold_backward(c, a):
+    """grad where self > threshold, else 0 (relu's backward reads its output)."""
+    dtype = c.result().dtype
+    x = a["self"]
+    at_or_below = c.emit("le", [c.tensor(x), c.scalar(a["threshold"], c.dtype(x))])
+    return c.emit("where", [at_or_below, c.scalar(0.0, dtype), c.operand(a["grad_output"], dtype)])
+
+
+def _gelu_backward(c, a):
+    dtype = c.result().dtype
+    g, x = c.operand(a["grad_output"], dtype), c.operand(a["self"], dtype)
+    if a.get("approximate", "none") == "tanh":
+        return c.emit("gelu_backward", [g, x])  # grove's gelu is the tanh form
+    if not c.importer.has_erf:
+        raise Unsupported("gelu_backward(approximate='none') needs erf, which this grove lacks")
+    # d/dx [x Phi(x)] = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+    cdf = c.emit("mul", [c.emit("add", [c.emit("erf", [c.emit(
+        "mul", [x, c.scalar(1 / math.sqrt(2.0), dtype)])]), c.scalar(1.0, dtype)]),
+        c.scalar(0.5, dtype)])
+    square = c.emit("mul", [x, x])
+    pdf = c.emit("mul", [c.emit("exp", [c.emit("mul", [square, c.scalar(-0.5, dtype)])]),
+                         c.scalar(1 / math.sqrt(2 * math.pi), dtype)])
+    return c.emit("mul", [g, c.emit("add", [cdf, c.emit("mul", [x, pdf])])])
+
+
+def _sigmoid_backward(c, a):
+    dtype = c.result().dtype
+    y = c.operand(a["output"], dtype)
+    one_minus = c.emit("sub", [c.scalar(1.0, dtype), y])
+    return c.emit("mul", [c.operand(a["grad_output"], dtype), c.emit("mul", [y, one_minus])])
+
+
+def _tanh_backward(c, a):
+    dtype = c.result().dtype
+    y = c.operand(a["output"], dtype)
+    one_minus = c.emit("sub", [c.scalar(1.0, dtype), c.emit("mul", [y, y])])
+    return c.emit("mul", [c.operand(a["grad_output"], dtype), one_minus])
+
+
+def _silu_backward(c, a):
+    """g s (1 + x (1 - s)), s = sigmoid(x)."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    s = c.emit("sigmoid", [x])
+    inner = c.emit("add", [c.scalar(1.0, dtype),
+                           c.emit("mul", [x, c.emit("sub", [c.scalar(1.0, dtype), s])])])
+    return c.emit("mul", [c.operand(a["grad_output"], dtype), c.emit("mul", [s, inner])])
+
+
+def _softmax_backward(c, a):
+    """y (g - sum(g y, dim)) for y = softmax(x)."""
+    dtype = c.dtype(a["output"])
+    y = c.tensor(a["output"])
+    g = c.operand(a["grad_output"], dtype)
+    dim = a["dim"] % len(c.shape(a["output"]))
+    dot = c.emit("sum", [c.emit("mul", [g, y])], {"dims": [dim], "keepdim": 1})
+    result = c.emit("mul", [y, c.emit("sub", [g, dot])])
+    return c.cast(result, dtype, c.result().dtype)
+
+
+def _log_softmax_backward(c, a):
+    """g - exp(y) sum(g, dim) for y = log_softmax(x)."""
+    dtype = c.dtype(a["output"])
+    y = c.tensor(a["output"])
+    g = c.operand(a["grad_output"], dtype)
+    dim = a["dim"] % len(c.shape(a["output"]))
+    total = c.emit("sum", [g], {"dims": [dim], "keepdim": 1})
+    result = c.emit("sub", [g, c.emit("mul", [c.emit("exp", [y]), total])])
+    return c.cast(result, dtype, c.result().dtype)
+
+
+def _layer_norm_backward(c, a):
+    """native_layer_norm_backward from the forward's saved mean and rstd:
+    xhat = (x - mean) rstd, gw = g weight,
+    dx = rstd (gw - mean(gw) - xhat mean(gw xhat)), dweight = sum(g xhat),
+    dbias = sum(g), the sums over every dim but the normalized one."""
+    x = a["input"]
+    normalized = list(a["normalized_shape"])
+    if len(normalized) != 1:
+        raise Unsupported("layer_norm backward over %d dims" % len(normalized))
+    shape = c.shape(x)
+    rank = len(shape)
+    dtype = c.dtype(x)
+    mask = list(a.get("output_mask") or [True, True, True])
+    g = c.operand(a["grad_out"], dtype)
+    xhat = c.emit("mul", [c.emit("sub", [c.tensor(x), c.operand(a["mean"], dtype)]),
+                          c.operand(a["rstd"], dtype)])
+    batch_dims = list(range(rank - 1))
+    results = [None, None, None]
+    if mask[0]:
+        weight = a.get("weight")
+        gw = c.emit("mul", [g, c.tensor(weight)]) if weight is not None else g
+        mean_gw = c.emit("mean", [gw], {"dims": [rank - 1], "keepdim": 1})
+        mean_gw_xhat = c.emit("mean", [c.emit("mul", [gw, xhat])],
+                              {"dims": [rank - 1], "keepdim": 1})
+        inner = c.emit("sub", [c.emit("sub", [gw, mean_gw]), c.emit("mul", [xhat, mean_gw_xhat])])
+        results[0] = c.emit("mul", [c.operand(a["rstd"], dtype), inner])
+    if mask[1] and a.get("weight") is not None:
+        results[1] = c.emit("sum", [c.emit("mul", [g, xhat])], {"dims": batch_dims, "keepdim": 0})
+    if mask[2] and a.get("bias") is not None:
+        results[2] = c.emit("sum", [g], {"dims": batch_dims, "keepdim": 0})
+    return tuple(results)
+
+
+def _one_hot_rows(c, indices, classes, dtype, skipped=None):
+    """[N, classes] of `dtype`: row n is 1 at column indices[n] (0 everywhere
+    for an index equal to `skipped`)."""
+    ids = c.tensor(indices)
+    count = c.value(indices).numel()
+    column = c.emit("reshape", [ids], {"shape": [count, 1]})
+    positions = torch.arange(classes, dtype=c.dtype(indices), device=c.value(indices).device)
+    if skipped is not None and 0 <= skipped < classes:
+        positions[skipped] = -1  # never equal to a valid index
+    matches = c.emit("eq", [column, c.importer.constant(c.segment, positions)])
+    return c.emit("cast", [matches], {"dtype": dtype_name(dtype)})
+
+
+def _embedding_backward(c, a):
+    """The rows of grad_output summed into the table rows their indices name,
+    as one_hot(indices)^T @ grad (padding_idx rows get nothing)."""
+    if a.get("scale_grad_by_freq"):
+        raise Unsupported("embedding backward with scale_grad_by_freq")
+    grad = a["grad_output"]
+    dtype = c.result().dtype
+    width = c.shape(grad)[-1]
+    count = c.value(a["indices"]).numel()
+    padding = a.get("padding_idx")
+    picks = _one_hot_rows(c, a["indices"], a["num_weights"], dtype,
+                          padding if padding is not None and padding >= 0 else None)
+    rows = c.emit("reshape", [c.operand(grad, dtype)], {"shape": [count, width]})
+    return c.emit("matmul", [c.emit("transpose", [picks], {"dim0": 0, "dim1": 1}), rows])
+
+
+def _pad_into(c, grad_name, sizes, dim, start, end, dtype):
+    """grad placed at [start, end) of `dim` in zeros of `sizes` (a slice's backward)."""
+    parts = []
+    if start > 0:
+        shape = list(sizes)
+        shape[dim] = start
+        parts.append(c.emit("full", [], {"value": 0.0, "shape": shape, "dtype": dtype_name(dtype)}))
+    parts.append(grad_name)
+    if end < sizes[dim]:
+        shape = list(sizes)
+        shape[dim] = sizes[dim] - end
+        parts.append(c.emit("full", [], {"value": 0.0, "shape": shape, "dtype": dtype_name(dtype)}))
+    if len(parts) == 1:
+        return grad_name
+    return c.emit("concat", parts, {"dim": dim})
+
+
+def _slice_backward(c, a):
+    if a.get("step", 1) != 1:
+        raise Unsupported("slice_backward with step %s" % a["step"])
+    sizes = list(a["input_sizes"])
+    dim = a["dim"] % len(sizes)
+    start, end = a["start"], a["end"]
+    start = max(start + sizes[dim] if start < 0 else start, 0)
+    end = min(end + sizes[dim] if end < 0 else end, sizes[dim])
+    dtype = c.result().dtype
+    return _pad_into(c, c.operand(a["grad_output"], dtype), sizes, dim, start, end, dtype)
+
+
+def _select_backward(c, a):
+    sizes = list(a["input_sizes"])
+    dim = a["dim"] % len(sizes)
+    index = a["index"] % sizes[dim]
+    dtype = c.result().dtype
+    shape = list(sizes)
+    shape[dim] = 1
+    grad = c.emit("reshape", [c.operand(a["grad_output"], dtype)], {"shape": shape})
+    return _pad_into(c, grad, sizes, dim, index, index + 1, dtype)
+
+
+_MEAN, _SUM, _NONE = 1, 2, 0  # at::Reduction
+
+
+def _mse_loss(c, a):
+    dtype = c.result().dtype
+    x, target = c.operand(a["self"], dtype), c.operand(a["target"], dtype)
+    reduction = a.get("reduction", _MEAN)
+    if reduction == _MEAN and c.shape(a["self"]) == c.shape(a["target"]):
+        return c.emit("mse_loss", [x, target])
+    difference = c.emit("sub", [x, target])
+    squares = c.emit("mul", [difference, difference])
+    if reduction == _NONE:
+        return squares
+    op = "mean" if reduction == _MEAN else "sum"
+    return full_reduction(c, op, squares, len(c.shape(a["self"])))
+
+
+def _mse_loss_backward(c, a):
+    """2 (x - target) g, over the element count for reduction='mean'."""
+    dtype = c.result().dtype
+    x, target = c.operand(a["self"], dtype), c.operand(a["target"], dtype)
+    scale = 2.0
+    if a.get("reduction", _MEAN) == _MEAN:
+        scale /= max(c.value(a["self"]).numel(), 1)
+    difference = c.emit("mul", [c.emit("sub", [x, target]), c.scalar(scale, dtype)])
+    return c.emit("mul", [difference, c.operand(a["grad_output"], dtype)])
+
+
+def _nll_parts(c, a):
+    log_probs = a["self"]
+    if len(c.shape(log_probs)) != 2:
+        raise Unsupported("nll_loss of a rank-%d input (grove takes [batch, classes])"
+                          % len(c.shape(log_probs)))
+    if a.get("weight") is not None:
+        raise Unsupported("nll_loss with class weights")
+    dtype = c.dtype(log_probs)
+    classes = c.shape(log_probs)[1]
+    target = a["target"]
+    ignore = a.get("ignore_index", -100)
+    picks = _one_hot_rows(c, target, classes, dtype, ignore)  # ignored rows match nothing
+    kept = c.emit("cast", [c.emit("ne", [c.tensor(target), c.scalar(ignore, c.dtype(target))])],
+                  {"dtype": dtype_name(dtype)})
+    return dtype, picks, kept
+
+
+def _nll_loss_forward(c, a):
+    """(-sum over rows of log_probs[n, target[n]] (over the kept count for
+    'mean'), the kept count): rows whose target is ignore_index count nothing."""
+    dtype, picks, kept = _nll_parts(c, a)
+    picked = full_reduction(c, "sum", c.emit("mul", [c.tensor(a["self"]), picks]), 2)
+    total_weight = full_reduction(c, "sum", kept, 1)
+    reduction = a.get("reduction", _MEAN)
+    if reduction == _NONE:
+        raise Unsupported("nll_loss with reduction='none'")
+    loss = c.emit("neg", [picked])
+    if reduction == _MEAN:
+        loss = c.emit("div", [loss, total_weight])
+    return (loss, total_weight)
+
+
+def _nll_loss_backward(c, a):
+    dtype, picks, _ = _nll_parts(c, a)
+    scale = c.emit("neg", [c.operand(a["grad_output"], dtype)])
+    if a.get("reduction", _MEAN) == _MEAN:
+        scale = c.emit("div", [scale, c.operand(a["total_weight"], dtype)])
+    return c.emit("mul", [picks, scale])
+
+
+def _new_full(value):
+    def convert(c, a):
+        result = c.result()
+        fill = a.get("fill_value", value)
+        return c.emit("full", [], {"value": float(fill), "shape": list(result.shape),
+                                   "dtype": dtype_name(result.dtype)})
+
+    return convert
+
+
+def _fill(c, a):
+    """fill.Scalar (functionalized fill_): the value in the result's shape."""
+    value = a.get("value")
+    if isinstance(value, torch.fx.Node):
+        raise Unsupported("fill with a tensor value")
+    return _new_full(value)(c, {"fill_value": value})
+
+
+BACKWARD_CONVERTERS = {
+    "aten.threshold_backward": _threshold_backward,
+    "aten.gelu_backward": _gelu_backward,
+    "aten.sigmoid_backward": _sigmoid_backward,
+    "aten.tanh_backward": _tanh_backward,
+    "aten.silu_backward": _silu_backward,
+    "aten._softmax_backward_data": _softmax_backward,
+    "aten._log_softmax_backward_data": _log_softmax_backward,
+    "aten.native_layer_norm_backward": _layer_norm_backward,
+    "aten.embedding_dense_backward": _embedding_backward,
+    "aten.slice_backward": _slice_backward,
+    "aten.select_backward": _select_backward,
+    "aten.mse_loss": _mse_loss,
+    "aten.mse_loss_backward": _mse_loss_backward,
+    "aten.nll_loss_forward": _nll_loss_forward,
+    "aten.nll_loss_backward": _nll_loss_backward,
+    "aten.new_zeros": _new_full(0.0),
+    "aten.new_ones": _new_full(1.0),
+    "aten.new_empty": _new_full(0.0),
+    "aten.new_full": _new_full(None),
+    "aten.empty_like": _new_full(0.0),
+    "aten.fill": _fill,
+}
+
+CONVERTERS.update(BACKWARD_CONVERTERS)

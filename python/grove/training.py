@@ -1,0 +1,365 @@
+"""Training through grove: the forward and backward graphs AOTAutograd
+partitions are each imported (grove.importer) and compiled by grove, the
+forward as the tree's forward stage and the backward as its backward stage,
+so the activations the forward saves stay in grove's memory (the tree's pool
+in "cudagraphs" mode) until the backward reads them.
+
+    import grove.training
+    model = grove.training.compile_module(model)              # "cudagraphs"
+    loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+
+PyTorch's own optimizers work unchanged: parameters are bound (viewed, never
+copied; their address is checked on every call) and gradients land in their
+.grad through autograd. A call with gradients disabled (torch.no_grad()
+evaluation) runs an inference compilation of the same module instead.
+PyTorch 1.13 takes this path through functorch's aot_module; on PyTorch 2.x
+the dynamo backend "grove" takes it for graphs that need gradients
+(grove.torch).
+"""
+
+import torch
+
+import grove
+from grove import importer
+from grove.runner import StaticInputMovedError
+
+log = importer.log
+
+# Note [Saved activations stay in the pool]: the forward graph returns the
+# user's outputs first and then the activations it saves for the backward.
+# Only the backward reads the saved ones, within the same step (the tree keeps
+# a forward's generation open until its backward has run), so they are handed
+# over uncopied even where PyTorch has no storage hook (Note [Kept outputs
+# through DLPack], grove/__init__.py), and a backward that reads an activation a
+# later replay overwrote fails with grove's stale-input message instead of
+# reading new data. The user's outputs follow the default rule. The backward's
+# outputs (gradients) are always copied out of a graph backend's memory:
+# autograd keeps them as .grad across steps, where the next replay would
+# overwrite them. Guarded by TrainingTest.test_micro_batches_keep_saved_activations
+# and TrainingTest.test_backward_after_a_replay_overwrote_its_activations_raises
+# (tests/python/training_test.py).
+
+_MODES = ("cudagraphs", "eager")
+
+
+def _boxed(runner, check_saved=None, labels=None):
+    """AOTAutograd's calling convention: one list of arguments, a list back.
+    check_saved: the graph's name, to check its inputs first (a backward's);
+    labels: names of the graph's inputs for messages (parameter names)."""
+
+    def call(args):
+        if check_saved is not None:
+            _check_saved_activations(args, runner, check_saved)
+        try:
+            result = runner(*args)
+        except StaticInputMovedError as error:
+            label = labels[error.position] if labels and error.position < len(labels) else None
+            if label is None:
+                raise
+            raise StaticInputMovedError(error.position, (
+                "grove: parameter '%s' was replaced outside the training step (its memory "
+                "moved since grove compiled the step, which binds parameters and never "
+                "copies them); update parameters in place (param.data.copy_(...), "
+                "optimizer steps) or compile the module again" % label)) from None
+        return list(result) if isinstance(result, (tuple, list)) else [result]
+
+    call._boxed_call = True
+    call.runner = runner
+    return call
+
+
+def _check_saved_activations(args, runner, graph):
+    """Note [Saved activations stay in the pool]: a saved activation that a
+    later replay overwrote is refused, naming it."""
+    for node, value in zip(runner.plan.placeholders, args):
+        if getattr(value, "_grove_output", None) is not None:
+            grove.check_not_overwritten(
+                value, "the %s graph reads saved activation '%s', which a later forward "
+                "overwrote; run each backward before the next step's forward "
+                "(mark_step_begin ends a step)" % (graph, node.name))
+
+
+def static_positions(example_inputs):
+    """Positions of the parameters among a graph's inputs (bound, never copied)."""
+    return [index for index, value in enumerate(example_inputs)
+            if isinstance(value, torch.nn.Parameter)
+            or getattr(value, "_dynamo_static_input_type", None) is not None]
+
+
+class StepCompiler:
+    """AOTAutograd's partition, forward and backward compilers for grove."""
+
+    def __init__(self, mode="cudagraphs", strict=False, device=None, name="train", lazy=False):
+        """lazy: import each graph on its first call, from the real arguments
+        (PyTorch 2.x hands the compilers fake tensors; parameters are bound
+        to the real ones)."""
+        if mode not in _MODES:
+            raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
+        self.mode = mode
+        self.strict = strict
+        self.device = device
+        self.name = name
+        self.lazy = lazy
+        self.user_outputs = None  # how many of the forward's outputs are the user's
+        self.input_labels = None  # names of the forward's first inputs (parameters)
+        self.forwards = []
+        self.backwards = []
+        self.inferences = []
+        self.on_runner = None  # called with each GraphRunner made (grove.torch tracks them)
+
+    def partition(self, joint, joint_inputs, **kwargs):
+        """The default partition, noting how many forward outputs are the user's."""
+        try:
+            from torch._functorch.partitioners import default_partition
+        except ImportError:  # PyTorch 1.13: functorch
+            from functorch.compile import default_partition
+        if "num_fwd_outputs" in kwargs:
+            self.user_outputs = kwargs["num_fwd_outputs"]
+        else:
+            outputs = joint_inputs[1]
+            self.user_outputs = len(outputs) if isinstance(outputs, (tuple, list)) else 1
+        return default_partition(joint, joint_inputs, **kwargs)
+
+    def _device(self, example_inputs):
+        if self.device is not None:
+            return self.device
+        cuda = [v for v in example_inputs if isinstance(v, torch.Tensor) and v.is_cuda]
+        return "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
+
+    def forward(self, graph_module, example_inputs):
+        user_outputs = self.user_outputs  # of this graph's partition, noted just before
+        if self.lazy:
+            return _Lazy(lambda args: self._forward(graph_module, args, user_outputs))
+        return self._forward(graph_module, example_inputs, user_outputs)
+
+    def backward(self, graph_module, example_inputs):
+        if self.lazy:
+            return _Lazy(lambda args: self._backward(graph_module, args))
+        return self._backward(graph_module, example_inputs)
+
+    def inference(self, graph_module, example_inputs):
+        """AOTAutograd's inference compiler (no input needs gradients)."""
+        if self.lazy:
+            return _Lazy(lambda args: self._inference(graph_module, args))
+        return self._inference(graph_module, example_inputs)
+
+    def _inference(self, graph_module, example_inputs):
+        plan = importer.import_graph(graph_module, list(example_inputs),
+                                     static_inputs=static_positions(example_inputs),
+                                     strict=self.strict, name="%s_inference" % self.name)
+        runner = plan.compile(backend=self.mode, device=self._device(example_inputs))
+        self._made(self.inferences, runner)
+        return _boxed(runner)
+
+    def _forward(self, graph_module, example_inputs, user_outputs):
+        example_inputs = list(example_inputs)
+        plan = importer.import_graph(graph_module, example_inputs,
+                                     static_inputs=static_positions(example_inputs),
+                                     strict=self.strict, name="%s_forward" % self.name)
+        output = plan.output_arg
+        items = list(output) if isinstance(output, (tuple, list)) else [output]
+        count = user_outputs if user_outputs is not None else len(items)
+        user = {item for item in items[:count] if isinstance(item, torch.fx.Node)}
+        saved = {item for item in items[count:] if isinstance(item, torch.fx.Node)}
+
+        def copies(node):  # Note [Saved activations stay in the pool]
+            if node in saved and node not in user:
+                return False
+            return None
+
+        runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
+                              stage="forward", output_copies=copies)
+        self._made(self.forwards, runner)
+        self._log(plan, "forward")
+        return _boxed(runner, labels=self.input_labels)
+
+    def _backward(self, graph_module, example_inputs):
+        example_inputs = list(example_inputs)
+        plan = importer.import_graph(graph_module, example_inputs,
+                                     static_inputs=static_positions(example_inputs),
+                                     strict=self.strict, name="%s_backward" % self.name)
+        graph_outputs = set(n for n in _output_nodes(plan.output_arg))
+        copy = self.mode != "eager"
+
+        def copies(node):  # gradients leave the pool: Note [Saved activations stay in the pool]
+            return copy if node in graph_outputs else None
+
+        runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
+                              stage="backward", output_copies=copies)
+        self._made(self.backwards, runner)
+        self._log(plan, "backward")
+        return _boxed(runner, check_saved="%s_backward" % self.name)
+
+    def _made(self, runners, runner):
+        runners.append(runner)
+        if self.on_runner is not None:
+            self.on_runner(runner)
+
+    def _log(self, plan, what):
+        if plan.unsupported:
+            log.info("%s graph: %d op(s) run in PyTorch: %s", what, len(plan.unsupported),
+                     ", ".join("%s (%s)" % (op, node) for node, op, _ in plan.unsupported))
+
+    def runners(self):
+        return self.forwards + self.backwards + self.inferences
+
+    def mark_step_begin(self):
+        for runner in self.runners():
+            runner.mark_step_begin()
+
+
+class _Lazy:
+    """A boxed callable compiled on its first call, from that call's arguments."""
+
+    _boxed_call = True
+
+    def __init__(self, build):
+        self.build = build
+        self.compiled = None
+
+    def __call__(self, args):
+        if self.compiled is None:
+            self.compiled = self.build(list(args))
+        return self.compiled(args)
+
+
+def aot_backend(mode="cudagraphs", strict=False, device=None):
+    """PyTorch 2.x: a dynamo backend that hands the graph to AOTAutograd with
+    grove's compilers (torch.compile(model, backend="grove") uses it for
+    graphs that need gradients). Returns (backend, StepCompiler)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    compiler = StepCompiler(mode, strict, device, name="torch_graph", lazy=True)
+    backend = aot_autograd(fw_compiler=compiler.forward, bw_compiler=compiler.backward,
+                           inference_compiler=compiler.inference,
+                           partition_fn=compiler.partition)
+    return backend, compiler
+
+
+def math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                   scale=None):
+    """scaled_dot_product_attention written in matmul, masked_fill and
+    softmax, whose forward and backward grove imports whole (PyTorch's fused
+    attention kernels and their backwards are not grove ops)."""
+    head = query.shape[-1]
+    scores = (query @ key.transpose(-2, -1)) * (scale if scale is not None else head ** -0.5)
+    if is_causal:
+        causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool,
+                            device=query.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return torch.softmax(scores, dim=-1) @ value
+
+
+def _attention_targets():
+    targets = set()
+    for owner in (torch.nn.functional, getattr(torch._C, "_nn", None)):
+        function = getattr(owner, "scaled_dot_product_attention", None)
+        if function is not None:
+            targets.add(function)
+    return targets
+
+
+def write_out_attention(graph_module, targets=None):
+    """Replaces each call of scaled_dot_product_attention in a torch-level fx
+    graph (dynamo's) by math_attention, where it has no dropout and no
+    grouped-query option; returns how many it replaced."""
+    targets = _attention_targets() if targets is None else set(targets)
+    replaced = 0
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or node.target not in targets:
+            continue
+        dropout = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
+        if dropout or node.kwargs.get("enable_gqa") or len(node.args) > 7:
+            continue
+        node.target = math_attention
+        replaced += 1
+    if replaced:
+        graph_module.recompile()
+    return replaced
+
+
+def _output_nodes(output):
+    items = list(output) if isinstance(output, (tuple, list)) else [output]
+    return [item for item in items if isinstance(item, torch.fx.Node)]
+
+
+class TrainingModule(torch.nn.Module):
+    """A module whose calls with gradients run AOTAutograd's forward and
+    backward graphs through grove; calls without gradients run an inference
+    compilation of the same module (compiled once per input shape)."""
+
+    def __init__(self, module, mode="cudagraphs", strict=False, device=None):
+        super().__init__()
+        try:
+            from functorch.compile import aot_module
+        except ImportError as error:
+            raise ImportError("grove.training.compile_module needs functorch's aot_module "
+                              "(PyTorch 1.13); on PyTorch 2.x use torch.compile(model, "
+                              "backend=\"grove\")") from error
+        self.module = module
+        self.compiler = StepCompiler(mode, strict, device, name=type(module).__name__)
+        # aot_module passes the parameters, then the buffers, then the inputs.
+        self.compiler.input_labels = (
+            [name for name, _ in _named(module.named_parameters)]
+            + [name for name, _ in _named(module.named_buffers)])
+        self._options = {"mode": mode, "strict": strict, "device": device}
+        self._train = aot_module(module, fw_compiler=self.compiler.forward,
+                                 bw_compiler=self.compiler.backward,
+                                 partition_fn=self.compiler.partition)
+        self._inference = {}
+
+    def forward(self, *args):
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.module.parameters()):
+            return self._train(*args)
+        return self._evaluate(*args)
+
+    def _evaluate(self, *args):
+        from grove import torch as grove_torch
+
+        # The parameters are bound constants of the traced graph: one whose
+        # memory moved (p.data = ...) needs a new compilation.
+        key = (tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
+                     for a in args),
+               tuple(p.data_ptr() for p in self.module.parameters()))
+        compiled = self._inference.get(key)
+        if compiled is None:
+            compiled = grove_torch.compile_graph(_Stateless(self.module), list(args),
+                                                 **self._options)
+            self._inference[key] = compiled
+        with torch.no_grad():
+            return compiled(*args)
+
+    def mark_step_begin(self):
+        self.compiler.mark_step_begin()
+        for compiled in self._inference.values():
+            runner = getattr(compiled, "runner", None)
+            if runner is not None:
+                runner.mark_step_begin()
+
+
+def _named(members):
+    try:
+        return list(members(remove_duplicate=False))
+    except TypeError:  # an older signature
+        return list(members())
+
+
+class _Stateless:
+    """The module as a function of its inputs (its parameters become get_attr
+    constants of the traced graph, bound, never copied)."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __call__(self, *args):
+        return self.module(*args)
+
+
+def compile_module(module, mode="cudagraphs", strict=False, device=None):
+    """The module trained through grove (PyTorch 1.13's functorch path)."""
+    return TrainingModule(module, mode=mode, strict=strict, device=device)

@@ -1,0 +1,164 @@
+"""Training with torch.compile(backend="grove") on a GPU host (PyTorch 2.x:
+dynamo hands the graph to AOTAutograd, grove compiles the forward and the
+backward as its tree's stages). 50 steps of the mlp, the gpt and the
+LLaMA-style block (gpu_models.py, smaller sizes): the losses track torch
+eager at every step (f32 with TF32 off: rtol 2e-3, atol 2e-4), and grove's
+cudagraphs mode equals its eager mode bitwise; gradient accumulation,
+no_grad evaluation between steps, torch.optim.AdamW (fused=True) and
+grove.torch.optim.AdamW too.
+Skips without CUDA or without torch._dynamo (CI: training_test.py covers the
+same on sim with PyTorch 1.13)."""
+import copy
+import os
+import sys
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_models  # noqa: E402
+
+import junit_main  # noqa: E402
+
+HAS_CUDA = torch.cuda.is_available()
+try:
+    import torch._dynamo  # noqa: F401
+
+    HAS_DYNAMO = True
+except ImportError:
+    HAS_DYNAMO = False
+
+RTOL, ATOL = 2e-3, 2e-4
+STEPS = 50
+SEED = 20261124
+
+
+def mlp_case():
+    model = gpu_models.Mlp(width=256, depth=4)
+    target = torch.randn(32, 256, device="cuda")
+
+    def batch(step):
+        generator = torch.Generator(device="cuda").manual_seed(SEED + step)
+        return (torch.randn(32, 256, device="cuda", generator=generator),)
+
+    return model, batch, lambda output, step: F.mse_loss(output, target)
+
+
+def gpt_case():
+    model = gpu_models.Gpt(vocab=512, width=128, heads=4, layers=2, max_len=64)
+
+    def tokens(step):
+        generator = torch.Generator(device="cuda").manual_seed(SEED + step)
+        return torch.randint(0, 512, (8, 33), device="cuda", generator=generator)
+
+    def batch(step):
+        return (tokens(step)[:, :-1],)
+
+    def loss(logits, step):
+        return F.cross_entropy(logits.reshape(-1, 512), tokens(step)[:, 1:].reshape(-1))
+
+    return model, batch, loss
+
+
+def llama_case():
+    model = gpu_models.LlamaBlock(width=128, heads=4, hidden=344, max_len=64)
+    target = torch.randn(4, 32, 128, device="cuda")
+
+    def batch(step):
+        generator = torch.Generator(device="cuda").manual_seed(SEED + step)
+        return (torch.randn(4, 32, 128, device="cuda", generator=generator),)
+
+    return model, batch, lambda output, step: F.mse_loss(output, target)
+
+
+CASES = {"mlp": mlp_case, "gpt": gpt_case, "llama": llama_case}
+
+
+def train(module, batch, loss_of, backend, steps=STEPS, optimizer="sgd", accumulate=1,
+          evaluate=False):
+    """Losses (and evaluations) of `steps` optimizer steps; backend None is torch eager."""
+    torch._dynamo.reset()
+    model = copy.deepcopy(module)
+    import grove.torch  # registers the backend; grove.torch.optim
+
+    if backend is None:
+        run = model
+    else:
+        run = torch.compile(model, backend="grove", options={"mode": backend}, dynamic=False)
+    if optimizer == "sgd":
+        step_fn = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    elif optimizer == "grove_adamw" and backend is not None:
+        step_fn = grove.torch.optim.AdamW(model.parameters(), lr=1e-3, mode=backend)
+    elif optimizer == "grove_adamw":  # the reference: PyTorch's own AdamW
+        step_fn = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    else:
+        step_fn = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    losses, evaluations = [], []
+    for step in range(steps):
+        step_fn.zero_grad(set_to_none=True)
+        for micro in range(accumulate):
+            index = step * accumulate + micro
+            loss = loss_of(run(*batch(index)), index)
+            loss.backward()
+            losses.append(loss.detach().clone())
+        step_fn.step()
+        if evaluate:
+            with torch.no_grad():
+                evaluations.append(run(*batch(10_000)).clone())
+    torch.cuda.synchronize()
+    return torch.stack(losses), evaluations
+
+
+@unittest.skipUnless(HAS_CUDA, "no CUDA device")
+@unittest.skipUnless(HAS_DYNAMO, "this PyTorch has no torch._dynamo")
+class GpuTorchTrainingTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    def setUp(self):
+        torch.manual_seed(SEED)
+
+    def check(self, name, **options):
+        module, batch, loss_of = CASES[name]()
+        module = module.cuda()
+        expected, expected_eval = train(module, batch, loss_of, None, **options)
+        eager, eager_eval = train(module, batch, loss_of, "eager", **options)
+        graphs, graphs_eval = train(module, batch, loss_of, "cudagraphs", **options)
+        torch.testing.assert_close(eager, expected, rtol=RTOL, atol=ATOL,
+                                   msg=lambda m: "%s %s: grove eager vs torch: %s"
+                                   % (name, options, m))
+        self.assertTrue(torch.equal(graphs, eager),
+                        "%s %s: grove cudagraphs losses differ from grove eager" % (name, options))
+        for step, (a, b) in enumerate(zip(graphs_eval, eager_eval)):
+            self.assertTrue(torch.equal(a, b), "%s: evaluation after step %d" % (name, step))
+        for step, (a, b) in enumerate(zip(eager_eval, expected_eval)):
+            torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+
+    def test_mlp_50_sgd_steps(self):
+        self.check("mlp")
+
+    def test_gpt_50_sgd_steps(self):
+        self.check("gpt")
+
+    def test_llama_block_50_sgd_steps(self):
+        self.check("llama")
+
+    def test_gradient_accumulation(self):
+        self.check("mlp", steps=10, accumulate=2)
+
+    def test_no_grad_evaluation_between_steps(self):
+        self.check("gpt", steps=10, evaluate=True)
+
+    def test_fused_adamw(self):
+        self.check("llama", steps=20, optimizer="adamw")
+
+    def test_grove_optim_adamw(self):
+        """grove.torch.optim.AdamW against torch eager with torch.optim.AdamW."""
+        self.check("mlp", steps=20, optimizer="grove_adamw")
+
+
+if __name__ == "__main__":
+    junit_main.main()
