@@ -58,27 +58,13 @@ class InputBinding {
 
   // Replay-path checks; each is a few comparisons per input.
   bool count_matches(const TensorList& inputs) const { return inputs.size() == kinds_.size(); }
-  bool managed_addresses_match(const TensorList& inputs) const {
-    for (const CheckedInput& checked : managed_) {
-      if (!checked.matches(inputs[checked.index])) return false;
-    }
-    return true;
+  // Managed and static inputs: each input's address, then its layout (Note
+  // [Layouts of checked inputs]) while the tensor is in cache, in one pass.
+  InvariantStatus check_managed(const TensorList& inputs) const {
+    return check_each(managed_, inputs, InvariantStatus::kManagedInputMoved);
   }
-  bool static_addresses_match(const TensorList& inputs) const {
-    for (const CheckedInput& checked : static_) {
-      if (!checked.matches(inputs[checked.index])) return false;
-    }
-    return true;
-  }
-  // Note [Layouts of checked inputs].
-  bool checked_layouts_match(const TensorList& inputs) const {
-    for (const CheckedInput& checked : managed_) {
-      if (!checked.layout_matches(inputs[checked.index])) return false;
-    }
-    for (const CheckedInput& checked : static_) {
-      if (!checked.layout_matches(inputs[checked.index])) return false;
-    }
-    return true;
+  InvariantStatus check_static(const TensorList& inputs) const {
+    return check_each(static_, inputs, InvariantStatus::kStaticInputMoved);
   }
   bool copied_layouts_match(const TensorList& inputs) const {
     for (const CopiedInput& copied : copied_) {
@@ -159,6 +145,15 @@ class InputBinding {
   size_t checked_count() const { return managed_.size() + static_.size(); }
 
  private:
+  static InvariantStatus check_each(const std::vector<CheckedInput>& checked_inputs,
+                                    const TensorList& inputs, InvariantStatus moved) {
+    for (const CheckedInput& checked : checked_inputs) {
+      const runtime::Tensor& tensor = inputs[checked.index];
+      if (!checked.matches(tensor)) return moved;
+      if (!checked.layout_matches(tensor)) return InvariantStatus::kCheckedInputLayoutChanged;
+    }
+    return InvariantStatus::kOk;
+  }
   std::vector<InputKind> kinds_;
   std::vector<CheckedInput> managed_;
   std::vector<CheckedInput> static_;

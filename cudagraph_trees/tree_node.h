@@ -116,13 +116,16 @@ class TreeNode final : public PathNode {
   // Note [Replay fast path]: see tree_manager.cc.
   InvariantStatus check(const TensorList& inputs) const {
     if (!parts_.inputs.count_matches(inputs)) return InvariantStatus::kInputCountChanged;
-    if (!parts_.inputs.managed_addresses_match(inputs)) return InvariantStatus::kManagedInputMoved;
+    if (InvariantStatus managed = parts_.inputs.check_managed(inputs);
+        managed != InvariantStatus::kOk) {
+      return managed;
+    }
     for (const TrackedStorage* storage : parts_.expected_dead_before) {
       if (storage->live()) return InvariantStatus::kExpectedDeadOutputAlive;
     }
-    if (!parts_.inputs.static_addresses_match(inputs)) return InvariantStatus::kStaticInputMoved;
-    if (!parts_.inputs.checked_layouts_match(inputs)) {
-      return InvariantStatus::kCheckedInputLayoutChanged;  // Note [Layouts of checked inputs]
+    if (InvariantStatus statics = parts_.inputs.check_static(inputs);
+        statics != InvariantStatus::kOk) {
+      return statics;  // a static input moved, or a checked layout changed
     }
     if (!parts_.inputs.copied_layouts_match(inputs)) return InvariantStatus::kCopiedInputChanged;
     if (!parts_.inputs.copy_back_inputs_unaliased(inputs)) {

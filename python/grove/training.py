@@ -217,10 +217,14 @@ class _Lazy:
         self.build = build
         self.compiled = None
 
-    def __call__(self, args):
+    def __call__(self, *args):
+        # Boxed (one list of tensors) as AOTAutograd calls a compiler's result,
+        # or unboxed where PyTorch 2.x wraps it and drops `_boxed_call` (the
+        # backward behind dynamo's disable wrapper).
+        boxed = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
         if self.compiled is None:
-            self.compiled = self.build(list(args))
-        return self.compiled(args)
+            self.compiled = self.build(list(boxed))
+        return self.compiled(boxed)
 
 
 def aot_backend(mode="cudagraphs", strict=False, device=None):
@@ -302,7 +306,10 @@ class TrainingModule(torch.nn.Module):
                               "(PyTorch 1.13); on PyTorch 2.x use torch.compile(model, "
                               "backend=\"grove\")") from error
         self.module = module
-        self.compiler = StepCompiler(mode, strict, device, name=type(module).__name__)
+        # PyTorch 2.x's aot_module traces with fake tensors, which hold no data
+        # for the constants grove binds: import each graph on its first call.
+        lazy = not torch.__version__.startswith("1.")
+        self.compiler = StepCompiler(mode, strict, device, name=type(module).__name__, lazy=lazy)
         # aot_module passes the parameters, then the buffers, then the inputs.
         self.compiler.input_labels = (
             [name for name, _ in _named(module.named_parameters)]
