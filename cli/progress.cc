@@ -1,6 +1,7 @@
 #include "cli/progress.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "cli/work_estimate.h"
@@ -11,8 +12,21 @@ namespace {
 constexpr size_t kLabelWidth = 56;
 }
 
+double first_progress_s() {
+  static const double seconds = [] {
+    const char* text = std::getenv("GROVE_PROGRESS_AFTER_S");
+    if (text == nullptr || *text == '\0') return kFirstProgressS;
+    char* end = nullptr;
+    const double value = std::strtod(text, &end);
+    return end != nullptr && *end == '\0' && value >= 0 ? value : kFirstProgressS;
+  }();
+  return seconds;
+}
+
 Phase::Phase(std::string label)
-    : label_(std::move(label)), uncaught_at_start_(std::uncaught_exceptions()) {
+    : label_(std::move(label)),
+      uncaught_at_start_(std::uncaught_exceptions()),
+      next_progress_s_(first_progress_s()) {
   print_label();
   std::fflush(stdout);
 }
