@@ -202,6 +202,10 @@ HttpServer::HttpServer(InferenceService& server, HttpConfig config)
   impl_->http.set_payload_max_length(c.max_body_bytes);
   impl_->http.set_keep_alive_max_count(1 << 20);
   impl_->http.set_keep_alive_timeout(2);
+  // An answer is written in more than one send (headers, body): with Nagle's
+  // algorithm the second waits for the client's delayed ACK, about 40 ms per
+  // request on Linux (measured on the H200 host: 72 answered/s from 8 clients).
+  impl_->http.set_tcp_nodelay(true);
   impl_->install_routes();
   if (c.port == 0) {
     impl_->port = impl_->http.bind_to_any_port(c.host);

@@ -127,6 +127,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& p
       std::exponential_distribution<double> gap(rate / static_cast<double>(options.clients));
       httplib::Client client("127.0.0.1", port);
       client.set_keep_alive(true);
+      client.set_tcp_nodelay(true);  // as the server (serving/http_server.cc)
       client.set_read_timeout(60, 0);
       std::vector<double> mine;
       uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
