@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <ctime>
@@ -330,6 +331,13 @@ int serve_command(const std::vector<std::string>& args) {
     std::printf("%s\n", message.c_str());
     std::fflush(stdout);
   };
+  // The device memory the server takes (params, pool, workspaces and the
+  // instantiated graphs), as each device's free-memory delta.
+  const std::vector<runtime::Device> devices = options.server.resolved_devices();
+  std::vector<int64_t> free_before;
+  for (runtime::Device device : devices) {
+    free_before.push_back(runtime::device_context(device).backend().memory_info().free_bytes);
+  }
   serving::ReplanningServer server(factory, options.server, options.replan);
   nlohmann::json reports = server.worker_reports();
   nlohmann::json snapshots = server.backend_snapshots();
@@ -351,17 +359,24 @@ int serve_command(const std::vector<std::string>& args) {
       const nlohmann::json& pool = snapshot["memory"]["pool"];
       const int64_t reserved = pool.value("reserved_bytes", int64_t{0});
       pool_bytes += reserved;
-      std::printf(
-          "graph memory held on %s: pool %s reserved (%s allocated in %lld segments); the "
-          "instantiated graphs' own memory is not measured (the runtime has no free-memory "
-          "query)\n",
-          report.value("device", "?").c_str(), mib(static_cast<double>(reserved)).c_str(),
-          mib(static_cast<double>(pool.value("allocated_bytes", int64_t{0}))).c_str(),
-          static_cast<long long>(pool.value("segments", int64_t{0})));
+      std::printf("graph memory held on %s: pool %s reserved (%s allocated in %lld segments)\n",
+                  report.value("device", "?").c_str(), mib(static_cast<double>(reserved)).c_str(),
+                  mib(static_cast<double>(pool.value("allocated_bytes", int64_t{0}))).c_str(),
+                  static_cast<long long>(pool.value("segments", int64_t{0})));
     } else {
       std::printf("graph memory held on %s: none (backend %s records no graphs)\n",
                   report.value("device", "?").c_str(), options.server.backend.c_str());
     }
+  }
+  for (size_t d = 0; d < devices.size() && d < free_before.size(); ++d) {
+    const int64_t free_after =
+        runtime::device_context(devices[d]).backend().memory_info().free_bytes;
+    if (free_before[d] < 0 || free_after < 0) continue;  // the device cannot say
+    std::printf(
+        "device memory the server took on %s (free-memory delta: params, pool, workspaces and "
+        "the instantiated graphs): %s\n",
+        devices[d].str().c_str(),
+        mib(static_cast<double>(std::max<int64_t>(0, free_before[d] - free_after))).c_str());
   }
   if (options.graph_memory_budget > 0 && pool_bytes > options.graph_memory_budget) {
     server.shutdown(serving::ShutdownMode::kCancel);

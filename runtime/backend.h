@@ -113,6 +113,15 @@ class Backend {
   // A human-readable name: "sim", "NVIDIA H200", ...
   virtual std::string name() const = 0;
 
+  // The device's free and total memory right now (cudaMemGetInfo on cuda; on
+  // sim, GROVE_SIM_MEMORY_BYTES less what is allocated), for reports such as
+  // the memory a server's graphs take (a free-memory delta). -1: not known.
+  struct MemoryInfo {
+    int64_t free_bytes = -1;
+    int64_t total_bytes = -1;
+  };
+  virtual MemoryInfo memory_info() { return {}; }
+
   // Raw device memory (the caching allocator's segments).
   virtual void* allocate_raw(size_t bytes) = 0;
   virtual void free_raw(void* pointer) = 0;

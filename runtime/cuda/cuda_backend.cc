@@ -142,6 +142,15 @@ std::string CudaBackend::where() const { return str_cat("cuda:", index_, " (", n
 // as any graph uses it, so grove switches the thread to relaxed mode around the
 // call (as PyTorch's allocator does). Freeing is different: cudaFree during a
 // capture could release memory a graph still references, so it stays checked.
+Backend::MemoryInfo CudaBackend::memory_info() {
+  use_device();
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  GROVE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the free memory of ",
+                   where());
+  return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
 void* CudaBackend::allocate_raw(size_t bytes) {
   use_device();
   void* pointer = nullptr;

@@ -64,6 +64,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device{DeviceType::kCuda, index_}; }
   std::string name() const override { return name_; }
 
+  MemoryInfo memory_info() override;
   void* allocate_raw(size_t bytes) override;
   void free_raw(void* pointer) override;
   void* allocate_host_pinned(size_t bytes) override;

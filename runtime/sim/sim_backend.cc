@@ -84,6 +84,12 @@ class SimBackend final : public Backend {
   Device device() const override { return device_; }
   std::string name() const override { return device_.is_cpu() ? "cpu" : "sim"; }
 
+  MemoryInfo memory_info() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {static_cast<int64_t>(memory_limit_ - std::min(memory_limit_, allocated_bytes_)),
+            static_cast<int64_t>(memory_limit_)};
+  }
+
   void* allocate_raw(size_t bytes) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (bytes > memory_limit_ - std::min(memory_limit_, allocated_bytes_)) {

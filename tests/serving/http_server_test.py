@@ -117,6 +117,11 @@ class ServeTest(unittest.TestCase):
         self.assertIn("buckets 1,2,4,8", text)
         self.assertIn("4 graphs recorded", text)
         self.assertRegex(text, r"graph memory held on sim:0: pool [0-9.]+ MiB reserved")
+        # The free-memory delta holds at least the pool and mlp16x512's 16 MiB of params.
+        taken = re.search(r"device memory the server took on sim:0 \(free-memory delta[^)]*\): "
+                          r"([0-9.]+) MiB", text)
+        self.assertIsNotNone(taken, text)
+        self.assertGreaterEqual(float(taken.group(1)), 16.0)
         self.assertIn("weights ", text)
 
     def test_health_and_metadata(self):
