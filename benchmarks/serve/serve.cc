@@ -31,6 +31,7 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "runtime/device_context.h"
+#include "serving/bucket_plan.h"
 #include "serving/server.h"
 
 namespace grove::benchmarks {
@@ -208,13 +209,6 @@ RunResult run_load(serving::Server& server, const std::vector<serving::Request>&
   result.rows = after.rows - before.rows;
   result.padded_rows = after.padded_rows - before.padded_rows;
   return result;
-}
-
-std::vector<int64_t> buckets_up_to(int64_t max_batch) {
-  std::vector<int64_t> buckets;
-  for (int64_t b = 1; b < max_batch; b *= 2) buckets.push_back(b);
-  buckets.push_back(max_batch);
-  return buckets;
 }
 
 Options parse_options(const FlagValues& flags) {
@@ -398,7 +392,7 @@ int run(int argc, char** argv) {
       serving::ServerConfig config;
       config.devices = {options.device};
       config.backend = backend;
-      config.buckets = buckets_up_to(max_batch);
+      config.buckets = serving::power_of_two_buckets(max_batch);
       config.max_batch = max_batch;
       config.max_wait = std::chrono::microseconds(options.max_wait_us);
       config.queue_capacity = static_cast<size_t>(options.queue_capacity);

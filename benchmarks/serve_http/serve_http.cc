@@ -30,6 +30,7 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "runtime/device_context.h"
+#include "serving/bucket_plan.h"
 #include "serving/http_server.h"
 #include "serving/server.h"
 
@@ -167,13 +168,6 @@ RunResult run_load(const serving::Server& server, int port, const std::string& p
   const uint64_t batches = after.batches - before.batches;
   result.mean_batch_rows = batches ? double(after.rows - before.rows) / double(batches) : 0;
   return result;
-}
-
-std::vector<int64_t> buckets_up_to(int64_t max_batch) {
-  std::vector<int64_t> buckets;
-  for (int64_t b = 1; b < max_batch; b *= 2) buckets.push_back(b);
-  buckets.push_back(max_batch);
-  return buckets;
 }
 
 Options parse_options(const FlagValues& flags) {
@@ -317,7 +311,7 @@ int run(int argc, char** argv) {
       serving::ServerConfig config;
       config.devices = {options.device};
       config.backend = backend;
-      config.buckets = buckets_up_to(max_batch);
+      config.buckets = serving::power_of_two_buckets(max_batch);
       config.max_batch = max_batch;
       config.max_wait = std::chrono::microseconds(options.max_wait_us);
       config.queue_capacity = 1 << 16;
