@@ -474,13 +474,18 @@ DifferentialOutcome run_training_differential(uint64_t seed, runtime::Device dev
     compiler::training::Hyperparameters hyper;
     hyper.lr = 0.01;
     hyper.weight_decay = pick(0, 1) ? 0.01 : 0.0;
-    for (int step = 0; step < steps && outcome.passed; ++step) {
-      TensorList inputs;
+    // One batch of the model's input and target, drawn from the case's rng.
+    auto random_batch = [&] {
+      TensorList batch_tensors;
       for (const runtime::Shape& shape :
            {runtime::Shape{batch, input_width}, runtime::Shape{batch, width}}) {
         std::vector<uint8_t> bytes = random_bytes({shape, DType::kF32, device}, rng);
-        inputs.push_back(Tensor::from_host(bytes.data(), shape, DType::kF32, device));
+        batch_tensors.push_back(Tensor::from_host(bytes.data(), shape, DType::kF32, device));
       }
+      return batch_tensors;
+    };
+    for (int step = 0; step < steps && outcome.passed; ++step) {
+      TensorList inputs = random_batch();
       // Most steps are whole steps; some are micro-batches: two forwards, then
       // their two backwards in either order (the last one's gradients stay)
       // (Note [Several backwards per step] in cudagraph_trees/generations.h).
@@ -490,11 +495,7 @@ DifferentialOutcome run_training_differential(uint64_t seed, runtime::Device dev
         Tensor got = graphs.step(inputs, hyper);
         difference = bitwise_difference(expected, got);
       } else {
-        TensorList second;
-        for (const Tensor& input : inputs) {
-          std::vector<uint8_t> bytes = random_bytes({input.shape(), DType::kF32, device}, rng);
-          second.push_back(Tensor::from_host(bytes.data(), input.shape(), DType::kF32, device));
-        }
+        TensorList second = random_batch();
         const bool reversed = pick(0, 1) == 1;
         auto accumulate = [&](compiler::training::Trainer& trainer, Tensor* first_loss) {
           compiler::training::Trainer::PendingBackward first = trainer.forward(inputs);
