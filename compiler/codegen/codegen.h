@@ -27,7 +27,9 @@ std::string kernel_symbol(const KernelSpec& spec);
 // blocks in a grid-stride loop (grid = min(ceil(n / 256), 4096), at least 1); a
 // reduction kernel runs one block per row (grid-stride over rows, grid <=
 // 65535) whose size is the row length rounded up to a power of two, clamped to
-// [32, 256]. Host kernels ignore the dims (1x1).
+// [32, 256]; with warp_rows (Note [Warp-per-row reductions] in kernel_spec.h)
+// 128-thread blocks reduce 4 rows each (grid-stride, grid <= 65535). Host
+// kernels ignore the dims (1x1).
 runtime::LaunchDims kernel_launch_dims(const KernelSpec& spec, runtime::DeviceType device_type);
 
 // Textual LLVM IR of the kernel for `device_type` (cuda: NVPTX; sim/cpu: host),

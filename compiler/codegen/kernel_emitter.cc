@@ -121,7 +121,7 @@ void Emitter::emit(const std::string& symbol) {
     };
     annotate("kernel", 1);
     annotate("maxntidx", block);
-    if (!spec_.reductions.empty() && block > kWarpSize) {
+    if (!spec_.reductions.empty() && block > kWarpSize && !spec_.warp_rows) {
       auto* array_type = llvm::ArrayType::get(b_.getFloatTy(), kWarpSize + 1);
       shared_ =
           new llvm::GlobalVariable(module_, array_type, false, llvm::GlobalValue::InternalLinkage,
@@ -172,8 +172,8 @@ void Emitter::emit(const std::string& symbol) {
 using emitter_detail::Emitter;
 using emitter_detail::kElementwiseBlock;
 using emitter_detail::kMaxElementwiseGrid;
-using emitter_detail::kMaxReductionGrid;
 using emitter_detail::reduction_block_size;
+using emitter_detail::reduction_grid_size;
 
 std::unique_ptr<llvm::Module> emit_kernel_module(const KernelSpec& spec, const std::string& symbol,
                                                  const EmitOptions& options,
@@ -198,8 +198,7 @@ runtime::LaunchDims kernel_launch_dims(const KernelSpec& spec, runtime::DeviceTy
     dims.grid.x = static_cast<uint32_t>(std::clamp<uint64_t>(blocks, 1, kMaxElementwiseGrid));
     dims.block.x = kElementwiseBlock;
   } else {
-    dims.grid.x = static_cast<uint32_t>(
-        std::clamp<uint64_t>(static_cast<uint64_t>(spec.row_count()), 1, kMaxReductionGrid));
+    dims.grid.x = reduction_grid_size(spec);
     dims.block.x = reduction_block_size(spec);
   }
   return dims;

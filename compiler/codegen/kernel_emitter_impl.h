@@ -24,9 +24,13 @@ constexpr uint32_t kElementwiseBlock = 256;
 constexpr uint32_t kMaxElementwiseGrid = 4096;
 constexpr uint32_t kMaxReductionGrid = 65535;
 constexpr uint32_t kWarpSize = 32;
+// Note [Warp-per-row reductions] (kernel_spec.h): rows per block.
+constexpr uint32_t kWarpRowsPerBlock = 4;
 
 // Threads per block of a reduction kernel (Note [Kernel launch geometry]).
 uint32_t reduction_block_size(const KernelSpec& spec);
+// Blocks of a reduction kernel's grid (Note [Kernel launch geometry]).
+uint32_t reduction_grid_size(const KernelSpec& spec);
 
 // Where an expression is evaluated: the coordinates of the current element
 // (the last one null in a per-row context), its linear index over the
@@ -87,6 +91,12 @@ class Emitter {
   void emit_elementwise();
   void emit_reduction_rows();
   Value* block_reduce(ReduceOp op, Value* partial);
+  Value* warp_reduce(ReduceOp op, Value* value);
+  // One pass over the row for reductions [first, end), which read none of each
+  // other's results; returns their row totals.
+  std::vector<Value*> reduce_row(size_t first, size_t end, Value* element_start,
+                                 Value* element_step,
+                                 const std::function<Site(Value*)>& element_site);
   Value* special_register(llvm::Intrinsic::ID id);
 
   const KernelSpec& spec_;

@@ -14,24 +14,34 @@
 namespace grove::compiler::codegen::emitter_detail {
 
 uint32_t reduction_block_size(const KernelSpec& spec) {
+  if (spec.warp_rows) return kWarpRowsPerBlock * kWarpSize;
   uint32_t block = kWarpSize;
   while (block < 256 && block < static_cast<uint64_t>(spec.row_length())) block *= 2;
   return block;
 }
 
+uint32_t reduction_grid_size(const KernelSpec& spec) {
+  uint64_t blocks = static_cast<uint64_t>(spec.row_count());
+  if (spec.warp_rows) blocks = (blocks + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(blocks, 1, kMaxReductionGrid));
+}
+
+Value* Emitter::warp_reduce(ReduceOp op, Value* value) {
+  for (uint32_t lane_mask = kWarpSize / 2; lane_mask > 0; lane_mask /= 2) {
+    Value* other = b_.CreateIntrinsic(
+        llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
+        {b_.getInt32(0xffffffff), value, b_.getInt32(lane_mask), b_.getInt32(kWarpSize - 1)});
+    value = combine(op, value, other);
+  }
+  return value;
+}
+
 Value* Emitter::block_reduce(ReduceOp op, Value* partial) {
   const uint32_t block = reduction_block_size(spec_);
-  auto warp_reduce = [&](Value* value) {
-    for (uint32_t lane_mask = kWarpSize / 2; lane_mask > 0; lane_mask /= 2) {
-      Value* other = b_.CreateIntrinsic(
-          llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
-          {b_.getInt32(0xffffffff), value, b_.getInt32(lane_mask), b_.getInt32(kWarpSize - 1)});
-      value = combine(op, value, other);
-    }
-    return value;
-  };
+  auto warp_reduce = [&](Value* value) { return this->warp_reduce(op, value); };
   Value* value = warp_reduce(partial);
-  if (block == kWarpSize) return value;  // the butterfly leaves the total in every lane
+  // The butterfly leaves the total in every lane.
+  if (block == kWarpSize || spec_.warp_rows) return value;
   // Note [Block reduction slots]: warp leaders write slots 0..warps-1, warp 0
   // folds them into slot 32, and two barriers per reduction order every write
   // after the reads of the previous use, so one 33-float array serves every
@@ -67,6 +77,34 @@ Value* Emitter::block_reduce(ReduceOp op, Value* partial) {
   return b_.CreateLoad(b_.getFloatTy(), slot(b_.getInt32(32)));
 }
 
+std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element_start,
+                                        Value* element_step,
+                                        const std::function<Site(Value*)>& element_site) {
+  std::vector<Value*> identities;
+  for (size_t r = first; r < end; ++r) identities.push_back(identity(spec_.reductions[r].op));
+  std::vector<Value*> totals =
+      loop(element_start, i64(spec_.row_length()), element_step, identities,
+           [&](Value* k, const std::vector<Value*>& accumulators) {
+             // One memo for the group: an expression several reductions read
+             // (a small-M GEMM's weight element) is loaded once per element.
+             std::vector<Value*> memo(spec_.exprs.size(), nullptr);
+             const Site at = element_site(k);
+             std::vector<Value*> next;
+             for (size_t r = first; r < end; ++r) {
+               const Reduction& reduction = spec_.reductions[r];
+               Value* value = eval(reduction.expr, at, memo);
+               next.push_back(combine(reduction.op, accumulators[r - first], value));
+             }
+             return next;
+           });
+  if (nvptx()) {
+    for (size_t r = first; r < end; ++r) {
+      totals[r - first] = block_reduce(spec_.reductions[r].op, totals[r - first]);
+    }
+  }
+  return totals;
+}
+
 void Emitter::emit_reduction_rows() {
   const int64_t rows = spec_.row_count();
   const int64_t length = spec_.row_length();
@@ -75,13 +113,34 @@ void Emitter::emit_reduction_rows() {
   Value* row_step = i64(1);
   Value* element_start = i64(0);
   Value* element_step = i64(1);
-  Value* thread = nullptr;
+  Value* leader = nullptr;  // the thread that writes per-row outputs: 0 in its block or warp
   if (nvptx()) {
-    row_start = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
-    row_step = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
-    thread = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-    element_start = thread;
-    element_step = i64(reduction_block_size(spec_));
+    Value* thread = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+    Value* block = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    Value* grid = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+    if (spec_.warp_rows) {
+      // Note [Warp-per-row reductions].
+      Value* lane = b_.CreateAnd(thread, i64(kWarpSize - 1));
+      row_start =
+          b_.CreateAdd(b_.CreateMul(block, i64(kWarpRowsPerBlock)), b_.CreateLShr(thread, 5));
+      row_step = b_.CreateMul(grid, i64(kWarpRowsPerBlock));
+      element_start = lane;
+      element_step = i64(kWarpSize);
+      leader = lane;
+    } else {
+      row_start = block;
+      row_step = grid;
+      element_start = thread;
+      element_step = i64(reduction_block_size(spec_));
+      leader = thread;
+    }
+  }
+  // The highest reduction each expr reads (-1 for none), to group reductions.
+  std::vector<int> reads(spec_.exprs.size(), -1);
+  for (size_t i = 0; i < spec_.exprs.size(); ++i) {
+    const Expr& expr = spec_.exprs[i];
+    if (expr.op == ExprOp::kReduced) reads[i] = expr.reduction;
+    for (int operand : expr.operands) reads[i] = std::max(reads[i], reads[operand]);
   }
   loop(row_start, i64(rows), row_step, {}, [&](Value* row, const std::vector<Value*>&) {
     Site site;
@@ -94,24 +153,26 @@ void Emitter::emit_reduction_rows() {
       at.linear = b_.CreateAdd(row_base, k);
       return at;
     };
-    for (const Reduction& reduction : spec_.reductions) {
-      std::vector<Value*> accumulated =
-          loop(element_start, i64(length), element_step, {identity(reduction.op)},
-               [&](Value* k, const std::vector<Value*>& accumulator) {
-                 std::vector<Value*> memo(spec_.exprs.size(), nullptr);
-                 Value* value = eval(reduction.expr, element_site(k), memo);
-                 return std::vector<Value*>{combine(reduction.op, accumulator[0], value)};
-               });
-      Value* total = accumulated[0];
-      if (nvptx()) total = block_reduce(reduction.op, total);
-      site.reduced.push_back(total);
+    // Note [Kernel spec reductions]: reductions run in order; a run of them
+    // that reads none of each other's results shares one pass over the row.
+    // Each still folds its elements in the same order, so results are unchanged.
+    for (size_t first = 0; first < spec_.reductions.size();) {
+      size_t end = first + 1;
+      while (end < spec_.reductions.size() &&
+             reads[static_cast<size_t>(spec_.reductions[end].expr)] < static_cast<int>(first)) {
+        ++end;
+      }
+      for (Value* total : reduce_row(first, end, element_start, element_step, element_site)) {
+        site.reduced.push_back(total);
+      }
+      first = end;
     }
     Site row_site = site;
     row_site.linear = nullptr;
     if (nvptx()) {
       auto* write = llvm::BasicBlock::Create(context_, "row_outputs", function_);
       auto* after = llvm::BasicBlock::Create(context_, "after_row_outputs", function_);
-      b_.CreateCondBr(b_.CreateICmpEQ(thread, i64(0)), write, after);
+      b_.CreateCondBr(b_.CreateICmpEQ(leader, i64(0)), write, after);
       b_.SetInsertPoint(write);
       store_outputs(row_site, /*per_row=*/true);
       b_.CreateBr(after);

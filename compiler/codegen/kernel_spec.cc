@@ -255,6 +255,7 @@ std::string KernelSpec::signature() const {
     out << "|parts=";
     append_shape(out, part_sizes);
   }
+  if (warp_rows) out << "|warp_rows";
   return out.str();
 }
 
@@ -287,6 +288,9 @@ void KernelSpec::verify() const {
                      runtime::shape_str(input.strides), "; make the tensor contiguous first");
     }
   }
+  GROVE_CHECK(!warp_rows || !reductions.empty(), where,
+              ": warp_rows is set but the kernel has no reductions; only reduction kernels "
+              "reduce rows with warps (Note [Warp-per-row reductions])");
   if (!reductions.empty()) {
     GROVE_CHECK_AS(ShapeError, rank >= 1, where,
                    ": a reduction kernel needs an iteration rank >= 1 (the last dimension is "

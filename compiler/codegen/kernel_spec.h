@@ -146,6 +146,15 @@ struct KernelSpec {
   std::vector<Expr> exprs;  // topologically ordered: operands precede users
   std::vector<Reduction> reductions;
   std::vector<OutputSpec> outputs;
+  // Note [Warp-per-row reductions]: on cuda a reduction kernel with warp_rows
+  // reduces each row with one warp instead of one block (kWarpRowsPerBlock
+  // rows per 128-thread block, grid-stride over rows): lane l folds elements
+  // l, l + 32, ... and a butterfly of warp shuffles combines the lanes, with no
+  // shared memory and no barrier. For short rows and many of them (a small-M
+  // GEMM's output columns, compiler/lowering/small_m_gemm.h). The host code is
+  // unchanged (a row is reduced sequentially), so only the cuda summation
+  // order depends on it; it is part of the signature.
+  bool warp_rows = false;
 
   // Canonical text of everything that affects the generated code; kernels are
   // cached by it.

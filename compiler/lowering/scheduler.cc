@@ -9,6 +9,7 @@
 #include "compiler/lowering/horizontal_fusion.h"
 #include "compiler/lowering/kernel_assembly.h"
 #include "compiler/lowering/segment_split.h"
+#include "compiler/lowering/small_m_gemm.h"
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
 
@@ -300,6 +301,11 @@ void Scheduler::schedule_view(const LoweringNode& node) {
 void Scheduler::schedule_gemm(const LoweringNode& node) {
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
+  if (use_small_m_gemm(launch, out_.device, options_.load_kernels)) {
+    // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
+    add_kernel(small_m_gemm_kernel(launch), node.name, launch.written_slots());
+    return;
+  }
   Step step;
   step.kind = StepKind::kGemm;
   step.node_name = node.name;

@@ -1,0 +1,52 @@
+// GemmTuningTable is the on-disk record of which kernel ran a GEMM shape
+// faster on one GPU: grove's small-M kernel (small_m_gemm.h) or the device's
+// library GEMM, as measured on that GPU. One JSON file, by default
+// $GROVE_CACHE_DIR/gemm_tuning.json or ~/.cache/grove/gemm_tuning.json:
+//
+//   {"version": 1, "entries": {"<key>": {"grove_us": 1.9, "library_us": 5.2}}}
+//
+// A missing file is an empty table; a corrupt or unreadable one is ignored
+// with a warning (and replaced by the next store), never an error.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace grove::compiler::lowering {
+
+struct GemmTuningEntry {
+  double grove_us = 0;    // GPU time of grove's kernel per call, microseconds
+  double library_us = 0;  // GPU time of the library GEMM per call
+  bool grove_faster() const { return grove_us < library_us; }
+};
+
+class GemmTuningTable {
+ public:
+  explicit GemmTuningTable(std::filesystem::path path) : path_(std::move(path)) {}
+
+  // $GROVE_CACHE_DIR/gemm_tuning.json when GROVE_CACHE_DIR is set, else
+  // $HOME/.cache/grove/gemm_tuning.json (./.grove_cache/... without HOME).
+  static std::filesystem::path default_path();
+
+  // Replaces the entries by the file's. Never throws: a missing file gives an
+  // empty table; an unreadable or corrupt file (or entry) is skipped with a
+  // warning naming the file and what is wrong with it.
+  void load();
+  std::optional<GemmTuningEntry> find(const std::string& key) const;
+  // Adds or replaces `key`, re-reads the file (to keep other processes'
+  // entries) and writes it whole through a temporary file and a rename, so a
+  // reader never sees half a file. Never throws: a failed write warns (the
+  // entry stays in memory).
+  void store(const std::string& key, const GemmTuningEntry& entry);
+
+  const std::filesystem::path& path() const { return path_; }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  std::filesystem::path path_;
+  std::map<std::string, GemmTuningEntry> entries_;
+};
+
+}  // namespace grove::compiler::lowering

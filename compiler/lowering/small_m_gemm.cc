@@ -1,0 +1,334 @@
+#include "compiler/lowering/small_m_gemm.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "compiler/codegen/kernel_builder.h"
+#include "compiler/lowering/gemm_tuning_table.h"
+#include "runtime/blas.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
+
+namespace grove::compiler::lowering {
+namespace {
+
+using codegen::ExprOp;
+using codegen::ReduceOp;
+using runtime::DType;
+using runtime::GemmArgs;
+using runtime::GemmEpilogue;
+
+bool has_bias(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kBiasGelu ||
+         epilogue == GemmEpilogue::kBiasGeluAux;
+}
+
+bool has_gelu(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kBiasGelu || epilogue == GemmEpilogue::kBiasGeluAux;
+}
+
+// Elements a row-major (or transposed) rows x cols matrix with leading
+// dimension `ld` spans.
+int64_t extent(bool transposed, int64_t rows, int64_t cols, int64_t ld) {
+  if (rows == 0 || cols == 0) return 0;
+  return transposed ? (cols - 1) * ld + rows : (rows - 1) * ld + cols;
+}
+
+// Note [One small-M choice per shape]: "eager" and "cudagraphs" lower the same
+// program separately, and their results must be bitwise equal, so both must run
+// the same kernel for a GEMM. A measurement is noisy, so a shape is measured
+// at most once per process: the choice (from the table, a measurement or the
+// heuristic) is kept here by key and every later compile reads it; across
+// processes the table on disk keeps it. Test:
+// SmallMGemmOnDevice.EagerAndCudagraphsAgreeBitwiseWithTheKernelChosen.
+std::mutex& choices_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::map<std::string, bool>& choices() {
+  static std::map<std::string, bool> map;
+  return map;
+}
+
+constexpr int kLaunchesPerGraph = 20;
+constexpr int kGraphLaunches = 10;
+constexpr int kRounds = 3;
+
+// Device memory freed on every path out of the measurement.
+class DeviceBuffers {
+ public:
+  explicit DeviceBuffers(runtime::Backend& backend) : backend_(backend) {}
+  ~DeviceBuffers() {
+    for (void* pointer : pointers_) backend_.free_raw(pointer);
+  }
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+  void* zeros(int64_t elements, DType dtype, runtime::StreamHandle stream) {
+    const size_t bytes =
+        static_cast<size_t>(std::max<int64_t>(elements, 1)) * runtime::dtype_size(dtype);
+    pointers_.push_back(backend_.allocate_raw(bytes));
+    backend_.memset_async(pointers_.back(), 0, bytes, stream);
+    return pointers_.back();
+  }
+
+ private:
+  runtime::Backend& backend_;
+  std::vector<void*> pointers_;
+};
+
+// GPU time per call of `enqueue`, from a CUDA graph of kLaunchesPerGraph
+// calls (a graph, as cudagraphs runs them: stream launches would time the
+// host's launch rate instead).
+double graph_time_us(runtime::Backend& backend, runtime::StreamHandle stream,
+                     const std::function<void()>& enqueue) {
+  enqueue();
+  backend.synchronize_stream(stream);
+  backend.begin_capture(stream, runtime::CaptureMode::kThreadLocal);
+  try {
+    for (int i = 0; i < kLaunchesPerGraph; ++i) enqueue();
+  } catch (...) {
+    backend.invalidate_capture(stream);
+    try {
+      backend.end_capture(stream);
+    } catch (...) {
+    }
+    throw;
+  }
+  runtime::GraphHandle graph = backend.end_capture(stream);
+  runtime::GraphExecHandle exec = backend.instantiate(graph, {});
+  runtime::EventHandle start = backend.create_event(true);
+  runtime::EventHandle stop = backend.create_event(true);
+  backend.launch_graph(exec, stream);
+  backend.record_event(start, stream);
+  for (int i = 0; i < kGraphLaunches; ++i) backend.launch_graph(exec, stream);
+  backend.record_event(stop, stream);
+  backend.synchronize_event(stop);
+  const double us = 1000.0 * backend.elapsed_ms(start, stop) / (kGraphLaunches * kLaunchesPerGraph);
+  backend.destroy_event(start);
+  backend.destroy_event(stop);
+  backend.destroy_graph_exec(exec);
+  backend.destroy_graph(graph);
+  return us;
+}
+
+// Times grove's kernel and the library GEMM for `launch` on `device` (zeros
+// as data). nullopt, after a warning, when anything fails.
+std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device device) {
+  try {
+    runtime::DeviceContext& context = runtime::device_context(device);
+    runtime::Backend& backend = context.backend();
+    if (backend.capture_status(context.current_stream()) != runtime::CaptureStatus::kNone) {
+      return std::nullopt;  // compiling inside a capture: no device work now
+    }
+    AssembledKernel assembled = small_m_gemm_kernel(launch);
+    codegen::CompiledKernel kernel = codegen::compile_kernel(assembled.spec, device);
+    runtime::StreamHandle stream = backend.create_stream();
+    std::optional<GemmTuningEntry> entry;
+    try {
+      DeviceBuffers buffers(backend);
+      GemmArgs args = launch.args;
+      args.a =
+          buffers.zeros(extent(args.transpose_a, args.m, args.k, args.lda), args.dtype, stream);
+      args.b =
+          buffers.zeros(extent(args.transpose_b, args.k, args.n, args.ldb), args.dtype, stream);
+      args.c = buffers.zeros(extent(false, args.m, args.n, args.ldc), args.dtype, stream);
+      if (has_bias(args.epilogue)) args.bias = buffers.zeros(args.n, args.dtype, stream);
+      if (args.epilogue == GemmEpilogue::kBiasGeluAux) {
+        args.aux = buffers.zeros(extent(false, args.m, args.n, args.ld_aux), args.dtype, stream);
+      }
+      std::vector<const void*> inputs = {args.a, args.b};
+      if (has_bias(args.epilogue)) inputs.push_back(args.bias);
+      std::vector<void*> outputs;
+      for (size_t o = 0; o < assembled.output_slots.size(); ++o) {
+        void* base = assembled.output_slots[o] == launch.c_slot ? args.c : args.aux;
+        outputs.push_back(static_cast<char*>(base) +
+                          assembled.output_offsets[o] *
+                              static_cast<int64_t>(runtime::dtype_size(args.dtype)));
+      }
+      backend.blas().prepare_gemm(stream);
+      GemmTuningEntry times{1e30, 1e30};
+      for (int round = 0; round < kRounds; ++round) {
+        times.grove_us = std::min(times.grove_us, graph_time_us(backend, stream, [&] {
+                                    codegen::launch(kernel, inputs, outputs, {}, stream);
+                                  }));
+        times.library_us = std::min(times.library_us, graph_time_us(backend, stream, [&] {
+                                      backend.blas().gemm_row_major(stream, args);
+                                    }));
+      }
+      backend.synchronize_stream(stream);
+      entry = times;
+    } catch (...) {
+      backend.destroy_stream(stream);
+      throw;
+    }
+    backend.destroy_stream(stream);
+    return entry;
+  } catch (const std::exception& error) {
+    log(LogLevel::kWarn,
+        str_cat("small-M GEMM: could not time ", small_m_gemm_tuning_key("?", launch.args), " on ",
+                device.str(), " (", error.what(), "); using the shape heuristic for it"));
+    return std::nullopt;
+  }
+}
+
+// Note [Small-M GEMM selection], auto on a present cuda device.
+bool tuned_choice(const GemmLaunch& launch, runtime::Device device) {
+  runtime::Backend& backend = runtime::device_context(device).backend();
+  const std::string key = small_m_gemm_tuning_key(backend.name(), launch.args);
+  std::lock_guard<std::mutex> lock(choices_mutex());
+  auto known = choices().find(key);
+  if (known != choices().end()) return known->second;
+  GemmTuningTable table(GemmTuningTable::default_path());
+  table.load();
+  bool choice = small_m_gemm_heuristic(launch.args);
+  if (std::optional<GemmTuningEntry> entry = table.find(key)) {
+    choice = entry->grove_faster();
+  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device)) {
+    choice = measured->grove_faster();
+    table.store(key, *measured);
+    log(LogLevel::kInfo,
+        str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us, library ",
+                measured->library_us, " us per call; ", choice ? "grove" : "library", " chosen"));
+  }
+  choices()[key] = choice;
+  return choice;
+}
+
+}  // namespace
+
+SmallMGemmMode small_m_gemm_mode() {
+  const char* value = std::getenv("GROVE_SMALL_M_GEMM");
+  const std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "auto") return SmallMGemmMode::kAuto;
+  if (text == "on") return SmallMGemmMode::kOn;
+  if (text == "off") return SmallMGemmMode::kOff;
+  throw ConfigError(str_cat("GROVE_SMALL_M_GEMM='", text,
+                            "': expected off (library GEMMs only), on (grove's small-M kernel "
+                            "for every GEMM with M <= ",
+                            kMaxSmallM, ") or auto (the default: measured per GPU and shape)"));
+}
+
+bool small_m_gemm_qualifies(const GemmLaunch& launch) {
+  const GemmArgs& g = launch.args;
+  const bool epilogue = g.epilogue == GemmEpilogue::kNone || has_bias(g.epilogue);
+  return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
+         g.m >= 1 && g.m <= kMaxSmallM && g.n >= 1 && g.k >= 1 && epilogue &&
+         (!has_bias(g.epilogue) || launch.bias_slot >= 0) &&
+         (g.epilogue != GemmEpilogue::kBiasGeluAux || launch.aux_slot >= 0) &&
+         (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
+         launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
+         launch.calls[0].c_offset == 0;
+}
+
+bool small_m_gemm_heuristic(const GemmArgs& args) {
+  const int64_t weight_bytes =
+      args.n * args.k * static_cast<int64_t>(runtime::dtype_size(args.dtype));
+  const bool read_along_k = args.transpose_b || args.n == 1;
+  return args.m <= 8 && read_along_k && weight_bytes <= (int64_t{8} << 20);
+}
+
+std::string small_m_gemm_tuning_key(const std::string& gpu, const GemmArgs& args) {
+  return str_cat(gpu, '|', runtime::dtype_name(args.dtype), "|m=", args.m, ",n=", args.n,
+                 ",k=", args.k, "|ta=", args.transpose_a ? 1 : 0, ",tb=", args.transpose_b ? 1 : 0,
+                 '|', runtime::gemm_epilogue_name(args.epilogue));
+}
+
+// Note [Small-M GEMM kernel]: C[m, n] = epilogue(sum_k A[m, k] B[n, k]) as a
+// reduction kernel over the iteration space [N, K] with one reduction per row
+// m of A (all M share one pass over K: Note [Kernel spec reductions]) and
+// warp_rows (Note [Warp-per-row reductions]): on cuda one warp per output
+// column n reads B's row n once, coalesced when B is K-contiguous (linear's
+// weight), and A's rows (M x K, small: L1-resident) through load_at; output m
+// is per row, written at C + m * ldc (and the pre-activation at aux + m *
+// ld_aux for bias_gelu_aux). Sums accumulate in f32 in increasing k per lane,
+// so results differ from the library GEMM's within rounding, never between
+// eager and cudagraphs (the same kernel runs in both).
+AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch) {
+  const GemmArgs& g = launch.args;
+  GROVE_CHECK(small_m_gemm_qualifies(launch), "small-M GEMM: ", small_m_gemm_tuning_key("", g),
+              " does not qualify for grove's kernel (a grove bug; please report it)");
+  std::string name = "small_m_gemm";
+  if (g.epilogue != GemmEpilogue::kNone)
+    name += str_cat('_', runtime::gemm_epilogue_name(g.epilogue));
+  codegen::KernelBuilder b(name, {g.n, g.k});
+  AssembledKernel out;
+  const int a = b.input(g.dtype, {0, 0});  // read through load_at
+  out.input_slots.push_back(launch.a_slot);
+  const int w =
+      b.input(g.dtype, g.transpose_b ? runtime::Shape{g.ldb, 1} : runtime::Shape{1, g.ldb});
+  out.input_slots.push_back(launch.b_slot);
+  int bias = -1;
+  if (has_bias(g.epilogue)) {
+    bias = b.input(g.dtype, {1, 0});
+    out.input_slots.push_back(launch.bias_slot);
+  }
+  const int k = b.index(1);
+  const int a_column =
+      g.transpose_a ? b.binary(ExprOp::kMul, k, b.constant(static_cast<double>(g.lda), DType::kI64))
+                    : k;
+  const int64_t a_row_stride = g.transpose_a ? 1 : g.lda;
+  const int weight = b.load(w);
+  std::vector<int> sums;
+  for (int64_t m = 0; m < g.m; ++m) {
+    const int at = m == 0
+                       ? a_column
+                       : b.binary(ExprOp::kAdd, a_column,
+                                  b.constant(static_cast<double>(m * a_row_stride), DType::kI64));
+    sums.push_back(b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, b.load_at(a, at), weight)));
+  }
+  const int bias_value = bias >= 0 ? b.load(bias) : -1;
+  for (int64_t m = 0; m < g.m; ++m) {
+    int value = b.reduced(sums[static_cast<size_t>(m)]);
+    if (bias_value >= 0) value = b.binary(ExprOp::kAdd, value, bias_value);
+    const int pre_activation = value;
+    if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
+    b.output(value, g.dtype, {1}, /*per_row=*/true);
+    out.output_slots.push_back(launch.c_slot);
+    out.output_offsets.push_back(m * g.ldc);
+    if (g.epilogue == GemmEpilogue::kBiasGeluAux) {
+      b.output(pre_activation, g.dtype, {1}, /*per_row=*/true);
+      out.output_slots.push_back(launch.aux_slot);
+      out.output_offsets.push_back(m * g.ld_aux);
+    }
+  }
+  b.spec().warp_rows = true;
+  out.spec = b.build();
+  return out;
+}
+
+// Note [Small-M GEMM selection]: off and on are absolute; auto is a
+// performance policy for cuda: the tuning table on a present device (measuring
+// on the first compile of a shape: Note [One small-M choice per shape]), the
+// shape heuristic where nothing can be measured (a cuda program lowered
+// without loading kernels, or a failed measurement). On sim and cpu auto keeps
+// the host GEMM: nothing there is worth tuning, and results stay those of the
+// host GEMM (tests force the kernel with on). The choice is made at lowering,
+// so a lowered program runs one kernel per GEMM whichever backend runs it.
+// Tests: SmallMGemmSelection.* (the switch changes the kernel and GEMM counts).
+bool use_small_m_gemm(const GemmLaunch& launch, runtime::Device device, bool can_measure) {
+  if (!small_m_gemm_qualifies(launch)) return false;
+  switch (small_m_gemm_mode()) {
+    case SmallMGemmMode::kOff:
+      return false;
+    case SmallMGemmMode::kOn:
+      return true;
+    case SmallMGemmMode::kAuto:
+      break;
+  }
+  if (device.type != runtime::DeviceType::kCuda) return false;
+  if (!can_measure || !runtime::device_available(device)) {
+    return small_m_gemm_heuristic(launch.args);
+  }
+  return tuned_choice(launch, device);
+}
+
+void clear_small_m_gemm_choices() {
+  std::lock_guard<std::mutex> lock(choices_mutex());
+  choices().clear();
+}
+
+}  // namespace grove::compiler::lowering

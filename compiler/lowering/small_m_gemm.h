@@ -1,0 +1,60 @@
+// Small-M GEMMs of grove's own: a GEMM with few rows (batch-1 / decode
+// inference: x [M, K] times a weight [N, K]^T, M <= kMaxSmallM) runs as one
+// generated reduction kernel instead of a library GEMM call, with the bias and
+// gelu epilogue in the kernel. On cuda the library call costs ~5 us of GPU
+// time for a 1x512x512 product whose weights sit in L2; the kernel is a warp
+// per output column reading the weight row coalesced, M accumulators per lane
+// and a shuffle reduction (Note [Small-M GEMM kernel]).
+//
+// Which one runs (GROVE_SMALL_M_GEMM, Note [Small-M GEMM selection]):
+//   off   the library GEMM always;
+//   on    grove's kernel for every GEMM that qualifies;
+//   auto  (default) on cuda the tuning table (gemm_tuning_table.h): measured
+//         once per GPU and shape on first compile, then read from disk; a
+//         shape heuristic where no measurement can be made. On sim and cpu
+//         auto keeps the host GEMM (on still runs the kernel there).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "compiler/codegen/kernel_compiler.h"
+#include "compiler/lowering/kernel_assembly.h"
+#include "compiler/lowering/steps.h"
+#include "runtime/device.h"
+
+namespace grove::compiler::lowering {
+
+constexpr int64_t kMaxSmallM = 16;
+
+enum class SmallMGemmMode { kOff, kOn, kAuto };
+
+// GROVE_SMALL_M_GEMM (off | on | auto; unset or empty: auto). Throws
+// ConfigError naming the variable and the values it takes.
+SmallMGemmMode small_m_gemm_mode();
+
+// Whether grove's kernel can compute `launch`: one GEMM (no batch), alpha 1,
+// beta 0, 1 <= M <= kMaxSmallM, K >= 1, f32 / bf16 / f16, and an epilogue of
+// none, bias, bias_gelu or bias_gelu_aux.
+bool small_m_gemm_qualifies(const GemmLaunch& launch);
+
+// The heuristic auto falls back to: M <= 8, the weight read along K
+// (linear's [N, K] layout: coalesced) and at most 8 MiB of weights (reads
+// that stay in L2 and a launch-bound library call).
+bool small_m_gemm_heuristic(const runtime::GemmArgs& args);
+
+// The tuning table's key: "<gpu>|<dtype>|m=..,n=..,k=..|ta=..,tb=..|<epilogue>".
+std::string small_m_gemm_tuning_key(const std::string& gpu, const runtime::GemmArgs& args);
+
+// The kernel that computes a qualifying `launch` over its slots.
+AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch);
+
+// Whether `launch` runs as grove's kernel on `device` (Note [Small-M GEMM
+// selection]). With auto on cuda this may compile the kernel and time both
+// variants on the device (when `can_measure` and the device is present).
+bool use_small_m_gemm(const GemmLaunch& launch, runtime::Device device, bool can_measure);
+
+// Forgets the process-wide choices (Note [One small-M choice per shape]); for tests.
+void clear_small_m_gemm_choices();
+
+}  // namespace grove::compiler::lowering

@@ -1,0 +1,401 @@
+// grove's small-M GEMM kernel (compiler/lowering/small_m_gemm.h): the switch
+// GROVE_SMALL_M_GEMM really changes what runs (kernel and GEMM counts), the
+// kernel matches the float64 reference for several M, K and N (not multiples
+// of 32) with bias and gelu epilogues, "eager" equals "cudagraphs" bitwise with
+// the kernel chosen, its PTX passes ptxas, and the tuning table's logic (keys,
+// reads, writes, corrupt files) holds on any machine.
+#include "compiler/lowering/small_m_gemm.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "compiler/backends/compile.h"
+#include "compiler/codegen/codegen.h"
+#include "compiler/ir/builder.h"
+#include "compiler/lowering/gemm_tuning_table.h"
+#include "compiler/lowering/lower.h"
+#include "compiler/lowering/scheduler.h"
+#include "cudagraph_trees/backend/cudagraphs_backend.h"
+#include "cudagraph_trees/tree_manager.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
+#include "tests/common/test_util.h"
+#include "tests/compiler/lowering/lowering_test_util.h"
+
+namespace grove {
+namespace {
+
+using compiler::ir::ProgramBuilder;
+using compiler::ir::ValueId;
+using compiler::lowering::GemmTuningEntry;
+using compiler::lowering::GemmTuningTable;
+using compiler::lowering::KernelReport;
+using runtime::DType;
+
+enum class Epilogue { kNone, kBias, kBiasGelu };
+
+const char* epilogue_label(Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::kNone:
+      return "none";
+    case Epilogue::kBias:
+      return "bias";
+    case Epilogue::kBiasGelu:
+      return "bias_gelu";
+  }
+  return "?";
+}
+
+// y = linear(x [m, k], w [n, k], bias [n]), then gelu: one GEMM whose epilogue
+// is `epilogue` (Note [GEMM epilogues in lowering]).
+compiler::ir::Program linear_program(runtime::Device device, int64_t m, int64_t k, int64_t n,
+                                     Epilogue epilogue, DType dtype = DType::kF32) {
+  ProgramBuilder b("small_m_linear", device);
+  ValueId x = b.input("x", {m, k}, dtype);
+  ValueId w = b.input("w", {n, k}, dtype);
+  ValueId bias = epilogue == Epilogue::kNone ? compiler::ir::kNoValue : b.input("bias", {n}, dtype);
+  ValueId y = b.linear(x, w, bias, "fc");
+  b.output(epilogue == Epilogue::kBiasGelu ? b.gelu(y, "act") : y);
+  return b.build();
+}
+
+// Two layers, as a decoder's MLP at batch 1: linear + gelu, then linear.
+compiler::ir::Program two_layers(runtime::Device device, int64_t m) {
+  ProgramBuilder b("small_m_mlp", device);
+  ValueId x = b.input("x", {m, 80});
+  ValueId w1 = b.input("w1", {96, 80});
+  ValueId b1 = b.input("b1", {96});
+  ValueId w2 = b.input("w2", {40, 96});
+  ValueId b2 = b.input("b2", {40});
+  b.output(b.linear(b.gelu(b.linear(x, w1, b1, "fc1"), "act"), w2, b2, "fc2"));
+  return b.build();
+}
+
+KernelReport report_of(const compiler::ir::Program& program) {
+  return compiler::lowering::lower(program).kernel_report();
+}
+
+size_t small_m_kernels(const KernelReport& report) {
+  size_t count = 0;
+  for (const std::string& name : report.kernels) count += name.rfind("small_m_gemm", 0) == 0;
+  return count;
+}
+
+testing::HostTensorList inputs_for(const compiler::ir::Program& program, uint32_t seed) {
+  testing::InputRanges ranges;
+  ranges.float_low = -1.0, ranges.float_high = 1.0;
+  return testing::random_inputs(program, seed, ranges);
+}
+
+TEST(SmallMGemmSelection, SwitchChangesTheKernelAndGemmCounts) {
+  compiler::ir::Program program =
+      linear_program(runtime::kSimDevice, 2, 45, 37, Epilogue::kBiasGelu);
+  {
+    testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
+    KernelReport report = report_of(program);
+    EXPECT_EQ(report.library_gemms, 0u) << report.str();
+    ASSERT_EQ(report.kernels.size(), 1u) << report.str();
+    EXPECT_EQ(report.kernels[0], "small_m_gemm_bias_gelu") << report.str();
+  }
+  {
+    testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "off");
+    KernelReport report = report_of(program);
+    EXPECT_EQ(report.library_gemms, 1u) << report.str();
+    EXPECT_EQ(report.kernels.size(), 0u) << report.str();
+  }
+}
+
+// auto is a cuda policy: sim keeps its host GEMM.
+TEST(SmallMGemmSelection, AutoOnSimKeepsTheHostGemm) {
+  testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "auto");
+  KernelReport report =
+      report_of(linear_program(runtime::kSimDevice, 1, 512, 512, Epilogue::kBiasGelu));
+  EXPECT_EQ(small_m_kernels(report), 0u) << report.str();
+  EXPECT_EQ(report.library_gemms, 1u) << report.str();
+}
+
+// A cuda program lowered without loading kernels cannot measure: auto is the
+// heuristic (M <= 8, weight read along K, at most 8 MiB of weights).
+TEST(SmallMGemmSelection, AutoWithoutMeasurementsUsesTheShapeHeuristic) {
+  testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "auto");
+  auto kernels_and_gemms = [](int64_t m, int64_t k, int64_t n) {
+    compiler::lowering::ScheduleOptions options;
+    options.load_kernels = false;
+    compiler::lowering::ScheduledProgram scheduled = compiler::lowering::schedule_program(
+        linear_program(runtime::kCudaDevice, m, k, n, Epilogue::kBiasGelu), options);
+    std::pair<size_t, size_t> counts;
+    for (const compiler::lowering::Step& step : scheduled.steps) {
+      counts.first += step.kind == compiler::lowering::StepKind::kKernel;
+      counts.second += step.kind == compiler::lowering::StepKind::kGemm;
+    }
+    return counts;
+  };
+  EXPECT_EQ(kernels_and_gemms(1, 512, 512), std::make_pair(size_t{1}, size_t{0}));
+  EXPECT_EQ(kernels_and_gemms(8, 512, 512), std::make_pair(size_t{1}, size_t{0}));
+  EXPECT_EQ(kernels_and_gemms(16, 512, 512), std::make_pair(size_t{0}, size_t{1}));
+  EXPECT_EQ(kernels_and_gemms(1, 4096, 4096), std::make_pair(size_t{0}, size_t{1}));  // 64 MiB
+}
+
+TEST(SmallMGemmSelection, TooManyRowsNeverQualify) {
+  testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
+  KernelReport report = report_of(linear_program(
+      runtime::kSimDevice, compiler::lowering::kMaxSmallM + 1, 45, 37, Epilogue::kBias));
+  EXPECT_EQ(report.library_gemms, 1u) << report.str();
+  EXPECT_EQ(small_m_kernels(report), 0u) << report.str();
+}
+
+TEST(SmallMGemmSelection, UnknownSwitchValueNamesTheVariable) {
+  testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "fast");
+  testing::expect_error<ConfigError>(
+      [] { report_of(linear_program(runtime::kSimDevice, 1, 45, 37, Epilogue::kBias)); },
+      {"GROVE_SMALL_M_GEMM='fast'", "off", "on", "auto"});
+}
+
+// The kernel on [N, K] with warp_rows: one warp per column on cuda, no barrier.
+TEST(SmallMGemmKernel, PtxShufflesWithoutBarriersAndPassesPtxas) {
+  compiler::lowering::GemmLaunch launch;
+  launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.bias_slot = 3;
+  launch.args.m = 3, launch.args.n = 37, launch.args.k = 45;
+  launch.args.lda = 45, launch.args.ldb = 45, launch.args.ldc = 37;
+  launch.args.transpose_b = true;
+  launch.args.epilogue = runtime::GemmEpilogue::kBiasGelu;
+  launch.calls.emplace_back();
+  const compiler::codegen::KernelSpec spec = compiler::lowering::small_m_gemm_kernel(launch).spec;
+  EXPECT_TRUE(spec.warp_rows);
+  EXPECT_EQ(spec.reductions.size(), 3u);
+  EXPECT_EQ(spec.outputs.size(), 3u);
+  runtime::LaunchDims dims =
+      compiler::codegen::kernel_launch_dims(spec, runtime::DeviceType::kCuda);
+  EXPECT_EQ(dims.block.x, 128u);
+  EXPECT_EQ(dims.grid.x, 10u);  // 37 columns, 4 per block
+  const std::string ptx = compiler::codegen::emit_ptx(spec);
+  EXPECT_NE(ptx.find("shfl.sync.bfly"), std::string::npos);
+  EXPECT_EQ(ptx.find("bar.sync"), std::string::npos) << "a warp per row needs no barrier";
+  constexpr const char* kPtxas = "/usr/local/cuda/bin/ptxas";
+  if (access(kPtxas, X_OK) != 0) GTEST_SKIP() << kPtxas << " not found: skipping ptxas";
+  char path[] = "/tmp/grove_small_m_ptx_XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << ptx;
+  const std::string command = std::string(kPtxas) + " -arch=sm_90 " + path + " -o /dev/null 2>&1";
+  EXPECT_EQ(std::system(command.c_str()), 0) << ptx;
+  std::remove(path);
+}
+
+class SmallMGemmOnDevice : public testing::DeviceTest {
+ protected:
+  void SetUp() override {
+    testing::DeviceTest::SetUp();
+    if (IsSkipped()) return;
+    cudagraph_trees::backend::register_cudagraphs_backend();
+    cudagraph_trees::reset_tree_managers();
+  }
+  void TearDown() override { cudagraph_trees::reset_tree_managers(); }
+};
+
+TEST_P(SmallMGemmOnDevice, MatchesTheReferenceForSeveralRowCountsAndEpilogues) {
+  testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
+  uint32_t seed = 1;
+  for (int64_t m : {1, 2, 3, 8, 16}) {
+    for (auto [k, n] : {std::pair<int64_t, int64_t>{45, 37}, {200, 70}}) {
+      for (Epilogue epilogue : {Epilogue::kNone, Epilogue::kBias, Epilogue::kBiasGelu}) {
+        const std::string label =
+            str_cat("m=", m, " k=", k, " n=", n, " epilogue=", epilogue_label(epilogue));
+        SCOPED_TRACE(label);
+        compiler::ir::Program program = linear_program(device(), m, k, n, epilogue);
+        KernelReport report = report_of(program);
+        ASSERT_EQ(small_m_kernels(report), 1u) << report.str();
+        ASSERT_EQ(report.library_gemms, 0u) << report.str();
+        testing::expect_matches_reference(program, inputs_for(program, ++seed), device(),
+                                          testing::tolerance_for(DType::kF32), label);
+      }
+    }
+  }
+}
+
+TEST_P(SmallMGemmOnDevice, HalfPrecisionMatchesTheReference) {
+  testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(runtime::dtype_name(dtype));
+    compiler::ir::Program program = linear_program(device(), 3, 45, 37, Epilogue::kBiasGelu, dtype);
+    ASSERT_EQ(small_m_kernels(report_of(program)), 1u);
+    testing::expect_matches_reference(program, inputs_for(program, 77), device(),
+                                      testing::tolerance_for(dtype), "half");
+  }
+}
+
+// matmul's B is [K, N] (read across K: strided), A read transposed, and the
+// pre-activation a training forward saves (bias_gelu_aux: two outputs per row).
+TEST_P(SmallMGemmOnDevice, StridedOperandsAndTheSavedPreActivationMatchTheReference) {
+  testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
+  {
+    ProgramBuilder b("small_m_matmul", device());
+    ValueId xt = b.input("xt", {45, 3});
+    ValueId w = b.input("w", {45, 37});
+    b.output(b.matmul(b.transpose(xt, 0, 1), w, "mm"));
+    compiler::ir::Program program = b.build();
+    ASSERT_EQ(small_m_kernels(report_of(program)), 1u) << report_of(program).str();
+    testing::expect_matches_reference(program, inputs_for(program, 5), device(),
+                                      testing::tolerance_for(DType::kF32), "matmul");
+  }
+  {
+    ProgramBuilder b("small_m_gelu_aux", device());
+    ValueId x = b.input("x", {2, 45});
+    ValueId w = b.input("w", {40, 45});
+    ValueId bias = b.input("bias", {40});
+    ValueId pre = b.linear(x, w, bias, "fc");
+    b.output(b.gelu(pre, "act"));
+    b.output(pre);
+    compiler::ir::Program program = b.build();
+    compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
+    KernelReport report = lowered.kernel_report();
+    ASSERT_EQ(report.kernels.size(), 1u) << report.str() << lowered.describe();
+    EXPECT_EQ(report.kernels[0], "small_m_gemm_bias_gelu_aux") << report.str();
+    testing::expect_matches_reference(program, inputs_for(program, 6), device(),
+                                      testing::tolerance_for(DType::kF32), "gelu_aux");
+  }
+}
+
+// Note [One small-M choice per shape]: both backends run the kernel, bitwise equal.
+TEST_P(SmallMGemmOnDevice, EagerAndCudagraphsAgreeBitwiseWithTheKernelChosen) {
+  for (const char* mode : {"on", "auto"}) {
+    SCOPED_TRACE(mode);
+    testing::ScopedEnv env("GROVE_SMALL_M_GEMM", mode);
+    compiler::ir::Program program = two_layers(device(), 1);
+    compiler::backends::CompiledModel eager =
+        compiler::backends::compile(program, {.backend = "eager"});
+    compiler::backends::CompiledModel graphs =
+        compiler::backends::compile(program, {.backend = "cudagraphs"});
+    // auto: the host GEMM on sim; on cuda whatever the table says, the same for both.
+    if (std::string(mode) == "on") {
+      EXPECT_EQ(small_m_kernels(eager.kernel_report()), 2u) << eager.kernel_report().str();
+    }
+    EXPECT_EQ(eager.kernel_report().kernels, graphs.kernel_report().kernels);
+    EXPECT_EQ(eager.kernel_report().library_gemms, graphs.kernel_report().library_gemms);
+    GROVE_SEEDED_RNG(rng);
+    for (int call = 0; call < 4; ++call) {
+      compiler::TensorList inputs = {testing::random_tensor(rng, {1, 80}, device()),
+                                     testing::random_tensor(rng, {96, 80}, device()),
+                                     testing::random_tensor(rng, {96}, device()),
+                                     testing::random_tensor(rng, {40, 96}, device()),
+                                     testing::random_tensor(rng, {40}, device())};
+      std::vector<float> expected = eager(inputs)[0].to_vector<float>();
+      std::vector<float> got = graphs(inputs)[0].to_vector<float>();
+      ASSERT_EQ(got.size(), expected.size());
+      EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0)
+          << "call " << call;
+    }
+  }
+}
+
+GROVE_INSTANTIATE_DEVICE_TEST_SUITE(SmallMGemmOnDevice);
+
+// The tuning table, on any machine: a scratch GROVE_CACHE_DIR per test.
+class GemmTuningTableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/grove_tuning_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    directory_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+  std::filesystem::path file() const { return directory_ / "gemm_tuning.json"; }
+  std::filesystem::path directory_;
+};
+
+TEST_F(GemmTuningTableTest, DefaultPathFollowsGroveCacheDir) {
+  testing::ScopedEnv env("GROVE_CACHE_DIR", directory_.c_str());
+  EXPECT_EQ(GemmTuningTable::default_path(), file());
+}
+
+TEST_F(GemmTuningTableTest, KeyNamesTheGpuTheShapeAndTheEpilogue) {
+  runtime::GemmArgs args;
+  args.dtype = DType::kBF16;
+  args.m = 1, args.n = 512, args.k = 256;
+  args.transpose_b = true;
+  args.epilogue = runtime::GemmEpilogue::kBiasGelu;
+  EXPECT_EQ(compiler::lowering::small_m_gemm_tuning_key("NVIDIA H200", args),
+            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu");
+}
+
+TEST_F(GemmTuningTableTest, StoredEntriesAreFoundAgainByKeyAfterARead) {
+  {
+    GemmTuningTable table(file());
+    table.load();
+    EXPECT_EQ(table.size(), 0u);  // no file yet
+    table.store("gpu|f32|a", GemmTuningEntry{1.5, 5.0});
+    table.store("gpu|f32|b", GemmTuningEntry{7.0, 4.0});
+  }
+  GemmTuningTable table(file());
+  table.load();
+  ASSERT_EQ(table.size(), 2u);
+  ASSERT_TRUE(table.find("gpu|f32|a").has_value());
+  EXPECT_DOUBLE_EQ(table.find("gpu|f32|a")->grove_us, 1.5);
+  EXPECT_TRUE(table.find("gpu|f32|a")->grove_faster());
+  EXPECT_FALSE(table.find("gpu|f32|b")->grove_faster());
+  EXPECT_FALSE(table.find("other gpu|f32|a").has_value());
+}
+
+TEST_F(GemmTuningTableTest, StoreKeepsEntriesAnotherProcessWrote) {
+  GemmTuningTable first(file());
+  first.load();
+  GemmTuningTable second(file());
+  second.load();
+  first.store("one", GemmTuningEntry{1, 2});
+  second.store("two", GemmTuningEntry{3, 4});
+  GemmTuningTable table(file());
+  table.load();
+  EXPECT_EQ(table.size(), 2u);
+  EXPECT_TRUE(table.find("one").has_value());
+}
+
+TEST_F(GemmTuningTableTest, CorruptFileIsIgnoredWithAWarningAndRewritten) {
+  for (const char* text : {"{\"version\": 1, \"entries\": {\"k\": ", "[1, 2]", "\x01\x02garbage",
+                           "{\"version\": 7, \"entries\": {}}"}) {
+    SCOPED_TRACE(text);
+    std::ofstream(file(), std::ios::trunc) << text;
+    clear_recent_log();
+    GemmTuningTable table(file());
+    table.load();  // no throw
+    EXPECT_EQ(table.size(), 0u);
+    EXPECT_NE(recent_log().find("GEMM tuning table"), std::string::npos) << recent_log();
+    table.store("k", GemmTuningEntry{1, 2});
+    GemmTuningTable reread(file());
+    reread.load();
+    EXPECT_EQ(reread.size(), 1u);
+  }
+}
+
+TEST_F(GemmTuningTableTest, EntriesWithoutValidTimesAreSkipped) {
+  std::ofstream(file()) << R"({"version": 1, "entries": {
+      "good": {"grove_us": 1, "library_us": 2},
+      "negative": {"grove_us": -1, "library_us": 2},
+      "text": {"grove_us": "fast", "library_us": 2},
+      "missing": {"grove_us": 1}}})";
+  clear_recent_log();
+  GemmTuningTable table(file());
+  table.load();
+  EXPECT_EQ(table.size(), 1u);
+  EXPECT_TRUE(table.find("good").has_value());
+  EXPECT_NE(recent_log().find("entry 'negative'"), std::string::npos) << recent_log();
+}
+
+TEST_F(GemmTuningTableTest, UnwritableDirectoryWarnsAndKeepsTheEntryInMemory) {
+  const std::filesystem::path blocked = directory_ / "not_a_directory";
+  std::ofstream(blocked) << "a file";
+  GemmTuningTable table(blocked / "gemm_tuning.json");
+  clear_recent_log();
+  table.store("k", GemmTuningEntry{1, 2});  // no throw
+  EXPECT_TRUE(table.find("k").has_value());
+  EXPECT_NE(recent_log().find("GEMM tuning table"), std::string::npos) << recent_log();
+}
+
+}  // namespace
+}  // namespace grove
