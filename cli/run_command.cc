@@ -30,6 +30,9 @@ struct RunOptions {
   bool train = false;
   bool force = false;  // --force: run even when the work estimate says it is far too long
   int gpus = 1;        // data-parallel ranks (--gpus), one thread per device
+  // Set when this process is one rank of a group (RANK/WORLD_SIZE or GROVE_RANK in the
+  // environment) and trains: the rank joins the group instead of running --gpus threads.
+  std::optional<runtime::collectives::RankConfig> rank_config;
   // --no-overlap: gradient all-reduces on the compute stream (AllReduceOptions::overlap).
   bool overlap = true;
   std::string stats_json_path;
@@ -79,6 +82,34 @@ void check_output_paths(const RunOptions& options) {
   }
 }
 
+// `grove run --train` started as one rank of a group (torchrun-style: RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK; or GROVE_RANK...): the
+// rank's configuration, checked against the flags.
+runtime::collectives::RankConfig rank_config_of_process(const RunOptions& options,
+                                                        const ParsedFlags& args) {
+  runtime::collectives::RankConfig config = runtime::collectives::RankConfig::from_environment();
+  const runtime::Device device = options.model.device;
+  if (options.gpus > 1) {
+    throw UsageError(str_cat("--gpus ", options.gpus,
+                             " runs ranks as threads of this process, but the environment makes it "
+                             "rank ",
+                             config.rank, " of ", config.world_size,
+                             " (RANK/WORLD_SIZE); drop --gpus and start one process per device"));
+  }
+  if (device.is_cpu()) {
+    throw UsageError("data-parallel training needs --device cuda or sim (cpu has no collectives)");
+  }
+  if (device.is_cuda() && config.device_index() >= runtime::cuda_device_count()) {
+    throw UsageError(str_cat("rank ", config.rank, " would train on cuda:", config.device_index(),
+                             " (LOCAL_RANK, else RANK) but this machine has ",
+                             runtime::cuda_device_count(), " CUDA devices"));
+  }
+  if (!args.value("--dot").empty()) {
+    throw UsageError("--dot is for one device; drop it when training as one rank of a group");
+  }
+  return config;
+}
+
 RunOptions parse_run_options(const ParsedFlags& args) {
   if (args.positional().empty()) {
     throw UsageError("run: missing the model file (grove run MODEL.json [options])");
@@ -123,8 +154,11 @@ RunOptions parse_run_options(const ParsedFlags& args) {
       throw UsageError("--dot is for one device; drop it with --gpus");
     }
   }
+  if (options.train && runtime::collectives::launched_as_rank()) {
+    options.rank_config = rank_config_of_process(options, args);
+  }
   options.overlap = !args.has("--no-overlap");
-  if (!options.overlap && options.gpus == 1) {
+  if (!options.overlap && options.gpus == 1 && !options.rank_config) {
     throw UsageError("--no-overlap is about data-parallel gradient all-reduces; add --gpus N");
   }
   options.stats_json_path = args.value("--stats-json");
@@ -172,8 +206,10 @@ void check_work_estimate(const compiler::ir::Program& program, const RunOptions&
   }
 }
 
-// Rank 0's view of a data-parallel run.
+// The view of a data-parallel run from the lowest rank of this process (rank 0
+// unless this process is another rank of a group).
 struct DataParallelRun {
+  int rank = 0;
   std::vector<double> step_us;  // timed steps
   std::vector<double> losses;   // every step, warm-up included
   size_t buckets = 0;
@@ -181,20 +217,48 @@ struct DataParallelRun {
   nlohmann::json tree;  // rank 0's tree stats (cudagraphs)
 };
 
+int world_size(const RunOptions& options) {
+  return options.rank_config ? options.rank_config->world_size : options.gpus;
+}
+
+// The device `rank` trains on: device r of the chosen type for --gpus threads,
+// LOCAL_RANK (else RANK) for a rank that is a process.
+runtime::Device device_of_rank(const RunOptions& options, int rank) {
+  const int index = options.rank_config ? options.rank_config->device_index() : rank;
+  return runtime::Device{options.model.device.type, index};
+}
+
 // `grove run --train --gpus N`: N ranks as threads, rank r on device r of the
-// chosen type, each on its own random shard (seed + r) of --batch rows,
-// gradients averaged in the backward (compiler/distributed).
+// chosen type; or, started as one rank of a group, this process's rank alone
+// (the others are processes too). Each rank trains on its own random shard
+// (seed + r) of --batch rows, gradients averaged in the backward
+// (compiler/distributed): the same steps either way, so the same losses
+// (Note [Host reduction order] in runtime/collectives/host_reduction.h).
 DataParallelRun run_data_parallel(const RunOptions& options) {
   DataParallelRun run;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(options.gpus));
+  std::vector<int> ranks;
+  if (options.rank_config) {
+    ranks.push_back(options.rank_config->rank);
+  } else {
+    for (int rank = 0; rank < options.gpus; ++rank) ranks.push_back(rank);
+  }
+  run.rank = ranks.front();
+  std::vector<std::exception_ptr> errors(ranks.size());
   std::vector<std::thread> threads;
-  for (int rank = 0; rank < options.gpus; ++rank) {
-    threads.emplace_back([&, rank] {
-      const runtime::Device device{options.model.device.type, rank};
+  for (size_t slot = 0; slot < ranks.size(); ++slot) {
+    threads.emplace_back([&, slot] {
+      const int rank = ranks[slot];
+      const bool reports = rank == run.rank;
+      const runtime::Device device = device_of_rank(options, rank);
       std::optional<compiler::distributed::DataParallelTrainer> trainer;
       try {
-        runtime::collectives::join_local_group(device, rank, options.gpus, "grove-run",
-                                               runtime::collectives::default_collective_timeout());
+        if (options.rank_config) {
+          runtime::collectives::join_group(device, *options.rank_config);
+        } else {
+          runtime::collectives::join_local_group(
+              device, rank, options.gpus, "grove-run",
+              runtime::collectives::default_collective_timeout());
+        }
         ModelSpec spec = options.model;
         spec.device = device;
         TrainingSetup setup = add_training_loss(load_program(spec));
@@ -209,22 +273,22 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
         compiler::training::Hyperparameters hyper;
         hyper.lr = options.measure.learning_rate;
         hyper.momentum = 0.9;
-        if (rank == 0) {
+        if (reports) {
           run.compile_s = compile.elapsed_s();
           run.buckets = trainer->buckets().outputs.size();
         }
         for (int64_t i = 0; i < options.measure.warmup + options.measure.iters; ++i) {
           Stopwatch watch;
           double loss = trainer->step(inputs, hyper).to_doubles().at(0);  // synchronizes
-          if (rank != 0) continue;
+          if (!reports) continue;
           if (i >= options.measure.warmup) run.step_us.push_back(watch.elapsed_us());
           run.losses.push_back(loss);
         }
-        if (rank == 0 && options.measure.backend == kGraphBackend) {
+        if (reports && options.measure.backend == kGraphBackend) {
           run.tree = tree_in(trainer->backend_stats());
         }
       } catch (...) {
-        errors[static_cast<size_t>(rank)] = std::current_exception();
+        errors[slot] = std::current_exception();
       }
       // Graphs recorded on this thread go before its communicator does.
       if (trainer) trainer->reset_backend();
@@ -242,17 +306,36 @@ int report_data_parallel(const RunOptions& options) {
   ModelSpec spec = options.model;
   compiler::ir::Program program = load_program(spec);
   check_work_estimate(program, options);
-  std::printf(
-      "grove run %s data-parallel on %d x %s (%s), backend %s, %s%s per device, all-reduces %s\n",
-      program.name().c_str(), options.gpus, runtime::device_type_name(options.model.device.type),
-      runtime::device_context(options.model.device).backend().name().c_str(),
-      options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
-      dims_text(program).c_str(),
-      options.overlap ? "overlapping the backward" : "in line (--no-overlap)");
+  const int world = world_size(options);
+  // The device of this process's first rank (device 0 with --gpus).
+  const runtime::Device first_device = device_of_rank(options, 0);
+  const std::string placement =
+      options.rank_config ? str_cat(world, " processes, this one rank ", options.rank_config->rank,
+                                    " on ", first_device.str())
+                          : str_cat(world, " x ", runtime::device_type_name(first_device.type));
+  const bool quiet = options.rank_config && options.rank_config->rank != 0;
+  if (!quiet) {
+    std::printf(
+        "grove run %s data-parallel on %s (%s), backend %s, %s%s per device, all-reduces %s\n",
+        program.name().c_str(), placement.c_str(),
+        runtime::device_context(first_device).backend().name().c_str(),
+        options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
+        dims_text(program).c_str(),
+        options.overlap ? "overlapping the backward" : "in line (--no-overlap)");
+    std::fflush(stdout);
+  }
   DataParallelRun run = run_data_parallel(options);
+  if (quiet) {
+    // Rank 0 reports the run; the other ranks say that they took part.
+    std::printf("grove run %s data-parallel: rank %d of %d on %s done, %zu steps, last loss %s\n",
+                program.name().c_str(), run.rank, world,
+                device_of_rank(options, run.rank).str().c_str(), run.losses.size(),
+                format_fixed(run.losses.back(), 4).c_str());
+    return 0;
+  }
   LatencySummary step = summarize(run.step_us);
   int64_t batch = program.dims().count("batch") ? program.dims().at("batch") : 1;
-  double samples_per_s = 1e6 * static_cast<double>(batch * options.gpus) / step.median_us;
+  double samples_per_s = 1e6 * static_cast<double>(batch * world) / step.median_us;
   Table table({{"devices", Align::kRight},
                {"backend"},
                {"step median", Align::kRight},
@@ -261,7 +344,7 @@ int report_data_parallel(const RunOptions& options) {
                {"buckets", Align::kRight},
                {"first loss", Align::kRight},
                {"last loss", Align::kRight}});
-  table.add_row({std::to_string(options.gpus), options.measure.backend,
+  table.add_row({std::to_string(world), options.measure.backend,
                  format_fixed(step.median_us, 1) + " us", format_fixed(step.p90_us, 1) + " us",
                  format_fixed(samples_per_s, 0), std::to_string(run.buckets),
                  format_fixed(run.losses.front(), 4), format_fixed(run.losses.back(), 4)});
@@ -275,7 +358,8 @@ int report_data_parallel(const RunOptions& options) {
     report["model"] = program.name();
     report["model_file"] = options.model.path;
     report["dims"] = program.dims();
-    report["devices"] = options.gpus;
+    report["devices"] = world;
+    if (options.rank_config) report["processes"] = world;
     report["backend"] = options.measure.backend;
     report["step"] = latency_json(step);
     report["samples_per_s"] = samples_per_s;
@@ -320,9 +404,12 @@ const CommandSpec& run_command_spec() {
            "run even when the estimate says it would take far longer than a minute on sim"},
           {"--gpus", "N",
            "with --train: data-parallel training on N devices (one thread each; NCCL on cuda), "
-           "--batch rows per device"},
+           "--batch rows per device. Started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
+           "(torchrun-style, one process per device: LOCAL_RANK, else RANK, picks it), --train "
+           "joins that group instead; rank 0 prints the report"},
           {"--no-overlap", "",
-           "with --gpus: run the gradient all-reduces on the compute stream instead of "
+           "with --gpus (or as a rank): run the gradient all-reduces on the compute stream instead "
+           "of "
            "overlapping them with the rest of the backward"},
           {"--stats-json", "FILE", "write the measurement and the tree's stats as JSON"},
           {"--dot", "FILE", "write the tree of CUDA graphs as Graphviz DOT (cudagraphs)"},
@@ -337,7 +424,7 @@ int run_command(const std::vector<std::string>& args) {
     return 0;
   }
   RunOptions options = parse_run_options(parsed);
-  if (options.gpus > 1) return report_data_parallel(options);
+  if (options.gpus > 1 || options.rank_config) return report_data_parallel(options);
   compiler::ir::Program program = load_program(options.model);
   check_work_estimate(program, options);
   if (program.outputs().empty()) {

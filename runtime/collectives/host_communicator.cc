@@ -6,11 +6,13 @@
 #include <mutex>
 
 #include "runtime/collectives/held_locks.h"
+#include "runtime/collectives/host_reduction.h"
 #include "runtime/device_context.h"
 
 namespace grove::runtime::collectives {
 
-class HostRendezvous {
+// The meeting point of ranks that are threads of one process.
+class HostRendezvous : public HostGroup {
  public:
   HostRendezvous(std::string group_id, int world_size, std::chrono::milliseconds timeout)
       : group_id_(std::move(group_id)),
@@ -20,11 +22,10 @@ class HostRendezvous {
         layouts_(static_cast<size_t>(world_size)),
         arrived_(static_cast<size_t>(world_size), false) {}
 
-  const std::string& group_id() const { return group_id_; }
-  int world_size() const { return world_size_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  std::string name() const override { return group_id_; }
+  int world_size() const override { return world_size_; }
 
-  void all_reduce(int rank, const std::vector<Buffer>& buffers, ReduceOp op);
+  void all_reduce(int rank, const std::vector<Buffer>& buffers, ReduceOp op) override;
 
  private:
   // Waits until every rank has called barrier() for the current phase.
@@ -45,41 +46,6 @@ class HostRendezvous {
   int64_t collectives_ = 0;  // completed collectives of rank 0's count, for messages
   std::string failure_;      // set once a rank timed out: the group is unusable
 };
-
-namespace {
-
-template <typename Int>
-void reduce_integers(const std::vector<const uint8_t*>& sources, uint8_t* destination,
-                     int64_t count, ReduceOp op) {
-  const auto ranks = static_cast<Int>(sources.size());
-  for (int64_t i = 0; i < count; ++i) {
-    Int total = 0;
-    for (const uint8_t* source : sources) {
-      Int v;
-      std::memcpy(&v, source + i * sizeof(Int), sizeof(Int));
-      total += v;
-    }
-    if (op == ReduceOp::kMean) total /= ranks;
-    std::memcpy(destination + i * sizeof(Int), &total, sizeof(Int));
-  }
-}
-
-// destination[i] = reduce over ranks (in rank order) of sources[r][i].
-void reduce(const std::vector<const uint8_t*>& sources, uint8_t* destination, int64_t count,
-            DType dtype, ReduceOp op) {
-  if (dtype == DType::kI32) return reduce_integers<int32_t>(sources, destination, count, op);
-  if (dtype == DType::kI64) return reduce_integers<int64_t>(sources, destination, count, op);
-  const size_t size = dtype_size(dtype);
-  const double ranks = static_cast<double>(sources.size());
-  for (int64_t i = 0; i < count; ++i) {
-    double total = 0;
-    for (const uint8_t* source : sources) total += load_element(source + i * size, dtype);
-    if (op == ReduceOp::kMean) total /= ranks;
-    store_element(destination + i * size, dtype, total);
-  }
-}
-
-}  // namespace
 
 void HostRendezvous::barrier(std::unique_lock<std::mutex>& lock, int rank, const char* phase) {
   GROVE_CHECK_AS(CommunicationError, failure_.empty(), failure_);
@@ -124,28 +90,13 @@ void HostRendezvous::barrier(std::unique_lock<std::mutex>& lock, int rank, const
 }
 
 void HostRendezvous::check_layouts(int rank) const {
-  const std::vector<Buffer>& mine = layouts_[static_cast<size_t>(rank)];
   for (int r = 0; r < world_size_; ++r) {
-    const std::vector<Buffer>& theirs = layouts_[static_cast<size_t>(r)];
-    GROVE_CHECK_AS(CommunicationError, theirs.size() == mine.size(), "all_reduce of group '",
-                   group_id_, "': rank ", rank, " reduces ", mine.size(), " buffers but rank ", r,
-                   " reduces ", theirs.size(), "; every rank must issue the same collectives");
-    for (size_t b = 0; b < mine.size(); ++b) {
-      GROVE_CHECK_AS(CommunicationError,
-                     theirs[b].count == mine[b].count && theirs[b].dtype == mine[b].dtype,
-                     "all_reduce of group '", group_id_, "': buffer ", b, " is ", mine[b].count,
-                     " x ", dtype_name(mine[b].dtype), " on rank ", rank, " but ", theirs[b].count,
-                     " x ", dtype_name(theirs[b].dtype), " on rank ", r,
-                     "; every rank must reduce buffers of the same shapes");
-    }
+    check_same_layouts(group_id_, rank, layouts_[static_cast<size_t>(rank)], r,
+                       layouts_[static_cast<size_t>(r)]);
   }
 }
 
 void HostRendezvous::all_reduce(int rank, const std::vector<Buffer>& buffers, ReduceOp op) {
-  for (const Buffer& buffer : buffers) {
-    GROVE_CHECK_AS(DTypeError, buffer.dtype != DType::kBool, "all_reduce: bool buffers cannot be ",
-                   reduce_op_name(op), "-reduced; cast to an integer dtype first");
-  }
   std::unique_lock<std::mutex> lock(mutex_);
   // Stage this rank's contribution; nobody reads it before the first barrier.
   auto& staged = staged_[static_cast<size_t>(rank)];
@@ -163,7 +114,8 @@ void HostRendezvous::all_reduce(int rank, const std::vector<Buffer>& buffers, Re
     for (int r = 0; r < world_size_; ++r) {
       sources.push_back(staged_[static_cast<size_t>(r)][b].data());
     }
-    reduce(sources, static_cast<uint8_t*>(buffers[b].data), buffers[b].count, buffers[b].dtype, op);
+    reduce_in_rank_order(sources, static_cast<uint8_t*>(buffers[b].data), buffers[b].count,
+                         buffers[b].dtype, op);
   }
   // Nobody may stage the next collective before every rank has read this one.
   barrier(lock, rank, "waiting for every rank to finish reading");
@@ -204,8 +156,8 @@ KernelHandle host_kernel_handle(Device device) {
 
 }  // namespace
 
-std::shared_ptr<HostRendezvous> host_rendezvous(const std::string& group_id, int world_size,
-                                                std::chrono::milliseconds timeout) {
+std::shared_ptr<HostGroup> host_rendezvous(const std::string& group_id, int world_size,
+                                           std::chrono::milliseconds timeout) {
   GROVE_CHECK_AS(CommunicationError, world_size >= 1, "host group '", group_id,
                  "': world size must be at least 1, found ", world_size);
   RendezvousTable& table = rendezvous_table();
@@ -223,13 +175,11 @@ std::shared_ptr<HostRendezvous> host_rendezvous(const std::string& group_id, int
   return created;
 }
 
-HostCommunicator::HostCommunicator(std::shared_ptr<HostRendezvous> rendezvous, int rank,
-                                   Device device)
-    : rendezvous_(std::move(rendezvous)), rank_(rank), device_(device) {
-  GROVE_CHECK_AS(CommunicationError, rendezvous_ != nullptr, "HostCommunicator needs a group");
-  GROVE_CHECK_AS(CommunicationError, rank >= 0 && rank < rendezvous_->world_size(), "host group '",
-                 rendezvous_->group_id(), "': rank ", rank, " is outside [0, ",
-                 rendezvous_->world_size(), ")");
+HostCommunicator::HostCommunicator(std::shared_ptr<HostGroup> group, int rank, Device device)
+    : group_(std::move(group)), rank_(rank), device_(device) {
+  GROVE_CHECK_AS(CommunicationError, group_ != nullptr, "HostCommunicator needs a group");
+  GROVE_CHECK_AS(CommunicationError, rank >= 0 && rank < group_->world_size(), "host group '",
+                 group_->name(), "': rank ", rank, " is outside [0, ", group_->world_size(), ")");
   GROVE_CHECK_AS(DeviceError, !device.is_cuda(),
                  "the host communicator serves sim and cpu "
                  "devices; ",
@@ -238,7 +188,7 @@ HostCommunicator::HostCommunicator(std::shared_ptr<HostRendezvous> rendezvous, i
 
 HostCommunicator::~HostCommunicator() = default;
 
-int HostCommunicator::world_size() const { return rendezvous_->world_size(); }
+int HostCommunicator::world_size() const { return group_->world_size(); }
 
 void HostCommunicator::all_reduce(const std::vector<Buffer>& buffers, ReduceOp op,
                                   StreamHandle stream) {
@@ -256,7 +206,8 @@ void HostCommunicator::all_reduce(const std::vector<Buffer>& buffers, ReduceOp o
 }
 
 void HostCommunicator::reduce_now(const std::vector<Buffer>& buffers, ReduceOp op) {
-  rendezvous_->all_reduce(rank_, buffers, op);
+  check_reducible(buffers, op);
+  group_->all_reduce(rank_, buffers, op);
 }
 
 }  // namespace grove::runtime::collectives

@@ -9,17 +9,29 @@
 #include <thread>
 
 #include "runtime/collectives/host_communicator.h"
+#include "runtime/collectives/socket_host_group.h"
+#include "runtime/collectives/tcp_rendezvous.h"
 #include "runtime/platforms.h"
 
 namespace grove::runtime::collectives {
 namespace {
 
-int env_int(const char* name, int fallback, bool required) {
+constexpr const char* kGroveVariables = "GROVE_RANK, GROVE_WORLD_SIZE and GROVE_NCCL_ID_FILE";
+constexpr const char* kTorchrunVariables =
+    "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (as torchrun sets them)";
+
+bool is_set(const char* name) {
+  const char* text = std::getenv(name);
+  return text != nullptr && *text != '\0';
+}
+
+// `required` names the variables every rank needs, for the message; nullptr
+// when the variable is optional.
+int env_int(const char* name, int fallback, const char* required) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') {
-    GROVE_CHECK_AS(ConfigError, !required, name,
-                   " is not set; every rank needs GROVE_RANK, GROVE_WORLD_SIZE and "
-                   "GROVE_NCCL_ID_FILE");
+    GROVE_CHECK_AS(ConfigError, required == nullptr, name, " is not set; every rank needs ",
+                   required == nullptr ? "" : required);
     return fallback;
   }
   char* end = nullptr;
@@ -74,29 +86,86 @@ std::shared_ptr<Communicator> make(Device device, int rank, int world_size,
   return communicator;
 }
 
+// The TCP scheme: rank 0 listens and hands out the group id; NCCL (cuda) then
+// makes its own connections, host ranks (sim, cpu) keep these.
+std::shared_ptr<Communicator> join_tcp_group(Device device, const RankConfig& config) {
+  GROVE_CHECK_AS(ConfigError, config.master_port >= 1 && config.master_port <= 65535,
+                 "join_group: MASTER_PORT=", config.master_port,
+                 " is not a TCP port; give every rank the same free port in 1 .. 65535");
+  CollectiveLibrary* library = platform_collective_library(device);
+  TcpGroup links;
+  if (config.rank == 0) {
+    const std::string group_id = library != nullptr ? library->unique_id() : std::string();
+    TcpListener listener = TcpListener::listen(config.master_addr, config.master_port,
+                                               str_cat("MASTER_PORT=", config.master_port));
+    links = accept_ranks(listener, str_cat(config.master_addr, ":", config.master_port),
+                         config.world_size, group_id, config.timeout);
+  } else {
+    links = connect_to_rank_zero(config.master_addr, config.master_port, config.rank,
+                                 config.world_size, config.timeout);
+  }
+  std::shared_ptr<Communicator> communicator;
+  if (library != nullptr) {
+    communicator =
+        library->join(device, config.rank, config.world_size, links.group_id, config.timeout);
+  } else {
+    communicator = make_socket_communicator(std::move(links), device, config.timeout);
+  }
+  set_communicator(device, communicator);
+  return communicator;
+}
+
 }  // namespace
 
 std::chrono::milliseconds default_collective_timeout() {
-  return std::chrono::milliseconds(env_int("GROVE_COLLECTIVE_TIMEOUT_MS", 120000, false));
+  return std::chrono::milliseconds(env_int("GROVE_COLLECTIVE_TIMEOUT_MS", 120000, nullptr));
 }
 
 RankConfig RankConfig::from_environment() {
   RankConfig config;
-  config.rank = env_int("GROVE_RANK", 0, true);
-  config.world_size = env_int("GROVE_WORLD_SIZE", 1, true);
-  const char* file = std::getenv("GROVE_NCCL_ID_FILE");
-  GROVE_CHECK_AS(ConfigError, file != nullptr && *file != '\0',
-                 "GROVE_NCCL_ID_FILE is not set; give every rank the same path (rank 0 writes "
-                 "the group id there)");
-  config.id_file = file;
+  config.local_rank = env_int("LOCAL_RANK", -1, nullptr);
+  if (is_set("GROVE_RANK") || is_set("GROVE_WORLD_SIZE") || is_set("GROVE_NCCL_ID_FILE")) {
+    config.rank = env_int("GROVE_RANK", 0, kGroveVariables);
+    config.world_size = env_int("GROVE_WORLD_SIZE", 1, kGroveVariables);
+    GROVE_CHECK_AS(ConfigError, is_set("GROVE_NCCL_ID_FILE"),
+                   "GROVE_NCCL_ID_FILE is not set; give every rank the same path (rank 0 writes "
+                   "the group id there)");
+    config.id_file = std::getenv("GROVE_NCCL_ID_FILE");
+    GROVE_CHECK_AS(ConfigError, config.world_size >= 1 && config.rank < config.world_size,
+                   "GROVE_RANK=", config.rank,
+                   " must be below GROVE_WORLD_SIZE=", config.world_size);
+    return config;
+  }
+  const std::string needs = str_cat(kTorchrunVariables, ", or ", kGroveVariables);
+  config.rank = env_int("RANK", 0, needs.c_str());
+  config.world_size = env_int("WORLD_SIZE", 1, needs.c_str());
   GROVE_CHECK_AS(ConfigError, config.world_size >= 1 && config.rank < config.world_size,
-                 "GROVE_RANK=", config.rank, " must be below GROVE_WORLD_SIZE=", config.world_size);
+                 "RANK=", config.rank, " must be below WORLD_SIZE=", config.world_size,
+                 "; number the ranks 0 .. WORLD_SIZE - 1");
+  GROVE_CHECK_AS(ConfigError, is_set("MASTER_ADDR"),
+                 "MASTER_ADDR is not set; give every rank the address of rank 0's machine "
+                 "(127.0.0.1 on one machine)");
+  config.master_addr = std::getenv("MASTER_ADDR");
+  config.master_port = env_int("MASTER_PORT", 0, needs.c_str());
+  GROVE_CHECK_AS(ConfigError, config.master_port >= 1 && config.master_port <= 65535,
+                 "MASTER_PORT=", config.master_port,
+                 " is not a TCP port; give every rank the same free port in 1 .. 65535");
   return config;
 }
 
+bool launched_as_rank() {
+  return is_set("RANK") || is_set("WORLD_SIZE") || is_set("GROVE_RANK") ||
+         is_set("GROVE_WORLD_SIZE");
+}
+
 std::shared_ptr<Communicator> join_group(Device device, const RankConfig& config) {
+  GROVE_CHECK_AS(ConfigError,
+                 config.world_size >= 1 && config.rank >= 0 && config.rank < config.world_size,
+                 "join_group: rank ", config.rank, " is outside [0, ", config.world_size, ")");
+  if (!config.master_addr.empty()) return join_tcp_group(device, config);
   GROVE_CHECK_AS(ConfigError, !config.id_file.empty(),
-                 "join_group: RankConfig::id_file is empty; set GROVE_NCCL_ID_FILE");
+                 "join_group: RankConfig has neither master_addr nor id_file; set MASTER_ADDR "
+                 "and MASTER_PORT, or GROVE_NCCL_ID_FILE");
   std::string group_id;
   if (CollectiveLibrary* library = platform_collective_library(device)) {
     if (config.rank == 0) {

@@ -1,16 +1,24 @@
 // Joining a data-parallel group: which rank this is, how many ranks there are,
-// and the group's unique id, passed the usual way.
+// and how the ranks find each other, passed the usual ways.
 //
-//   Environment (one process or thread per rank):
+//   Processes, torchrun-style (one process per GPU, any number of machines):
+//     RANK=1 WORLD_SIZE=2 MASTER_ADDR=10.0.0.5 MASTER_PORT=29500 [LOCAL_RANK=1]
+//     RankConfig config = RankConfig::from_environment();
+//     join_group(Device{DeviceType::kCuda, config.device_index()}, config);
+//   Processes, grove's own variables (ranks on one machine sharing a file):
 //     GROVE_RANK=1 GROVE_WORLD_SIZE=2 GROVE_NCCL_ID_FILE=/tmp/run42.id
-//     auto communicator = join_group(Device::parse("cuda:1"), RankConfig::from_environment());
 //   Threads of one process (tests, `grove run --gpus N`):
 //     join_local_group(device_of_rank, rank, world_size, "run42", timeout);
 //
-// Rank 0 makes the group's id (NCCL's unique id on cuda; the file's path names
-// the group on sim) and writes it to the id file; the other ranks wait for the
-// file, at most the timeout. Either way the communicator is installed as the
-// device's (communicator.h: communicator_for), which the all_reduce op uses.
+// Over TCP (tcp_rendezvous.h), rank 0 listens on MASTER_PORT and the others
+// connect to MASTER_ADDR:MASTER_PORT; rank 0 hands out the group id (NCCL's
+// unique id on cuda). On cuda NCCL then forms the group itself; on sim and cpu
+// the connections carry the collectives (socket_host_group.h), with results
+// bitwise equal to the threaded ranks'. With the id file, rank 0 writes the id
+// and the others wait for the file, at most the timeout (on sim the file's
+// path only names an in-process group: ranks must be threads). Either way the
+// communicator is installed as the device's (communicator.h:
+// communicator_for), which the all_reduce op uses.
 #pragma once
 
 #include <chrono>
@@ -27,18 +35,39 @@ std::chrono::milliseconds default_collective_timeout();
 struct RankConfig {
   int rank = 0;
   int world_size = 1;
-  // Where rank 0 writes the group id and the other ranks read it.
+  // Where rank 0 writes the group id and the other ranks read it (used when
+  // master_addr is empty).
   std::string id_file;
   std::chrono::milliseconds timeout = default_collective_timeout();
+  // The TCP rendezvous: rank 0 listens on master_port (on every interface),
+  // the others connect to master_addr:master_port. Used when master_addr is set.
+  std::string master_addr;
+  int master_port = 0;
+  // The device index on this machine (LOCAL_RANK); -1 when unset.
+  int local_rank = -1;
 
-  // From GROVE_RANK, GROVE_WORLD_SIZE and GROVE_NCCL_ID_FILE (and the
-  // timeout variable). Throws ConfigError naming the variable when one is
+  // LOCAL_RANK where set, else the rank.
+  int device_index() const { return local_rank >= 0 ? local_rank : rank; }
+
+  // From the environment, either scheme; the GROVE_* variables win: where any
+  // of GROVE_RANK, GROVE_WORLD_SIZE, GROVE_NCCL_ID_FILE is set, the id-file
+  // scheme is read (all three required) and RANK, WORLD_SIZE, MASTER_ADDR and
+  // MASTER_PORT are ignored, so a grove launch inside another launcher's
+  // environment keeps its meaning. Otherwise RANK, WORLD_SIZE, MASTER_ADDR and
+  // MASTER_PORT are all required. LOCAL_RANK and GROVE_COLLECTIVE_TIMEOUT_MS
+  // are read in both. Throws ConfigError naming the variable when one is
   // missing or malformed, or the rank is outside [0, world size).
   static RankConfig from_environment();
 };
 
+// Whether this process was started as one rank of a group: RANK, WORLD_SIZE,
+// GROVE_RANK or GROVE_WORLD_SIZE is set.
+bool launched_as_rank();
+
 // Makes this rank's communicator for `device` (NCCL on cuda, host on sim and
-// cpu), installs it as the device's, and returns it.
+// cpu: over TCP when config.master_addr is set), installs it as the device's,
+// and returns it. Throws CommunicationError naming the rank, the variable or
+// the endpoint when the group cannot form within config.timeout.
 std::shared_ptr<Communicator> join_group(Device device, const RankConfig& config);
 
 // The same for ranks that are threads of one process: the id is exchanged in
