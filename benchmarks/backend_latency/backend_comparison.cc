@@ -76,6 +76,34 @@ std::string GraphActivity::summary() const {
   return text;
 }
 
+nlohmann::json GraphNodeCount::to_json() const {
+  return nlohmann::json{{"graphs", graphs}, {"nodes", nodes}, {"kernel_nodes", kernel_nodes}};
+}
+
+std::optional<GraphNodeCount> count_graph_nodes(
+    const std::vector<runtime::GraphRecording*>& graphs) {
+  if (graphs.empty()) return std::nullopt;
+  GraphNodeCount count;
+  try {
+    for (const runtime::GraphRecording* graph : graphs) {
+      count.graphs += 1;
+      count.nodes += graph->node_count();
+      count.kernel_nodes += graph->kernel_nodes().size();
+    }
+  } catch (const Error& error) {
+    std::cerr << "graph node count not measured: " << error.what() << "\n";
+    return std::nullopt;
+  }
+  return count;
+}
+
+std::string node_count_cell(const std::optional<GraphNodeCount>& count) {
+  if (!count || count->graphs == 0) return "";
+  std::string text = str_cat(count->nodes, " (", count->kernel_nodes, " kernels)");
+  if (count->graphs > 1) text += str_cat(" in ", count->graphs, " graphs");
+  return text;
+}
+
 compiler::TensorList random_inputs(const compiler::ir::Program& program, runtime::Device device,
                                    uint64_t seed, int64_t integer_bound) {
   GROVE_CHECK(integer_bound > 0, "random_inputs: integer_bound must be positive, found ",

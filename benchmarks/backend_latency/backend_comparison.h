@@ -67,6 +67,24 @@ std::string unmeasured_cell(const std::string& error);
 compiler::TensorList random_inputs(const compiler::ir::Program& program, runtime::Device device,
                                    uint64_t seed, int64_t integer_bound);
 
+// The size of the graphs one call launches (CompiledModel::backend_graphs(),
+// Trainer::backend_graphs()): what RESULTS.md's node floor multiplies by the
+// GPU time per graph node that benchmarks/launch_overhead measures.
+struct GraphNodeCount {
+  size_t graphs = 0;
+  size_t nodes = 0;         // every node: kernels, memcpys, memsets, empty nodes
+  size_t kernel_nodes = 0;  // kernel nodes alone (GEMMs and grove's kernels)
+
+  nlohmann::json to_json() const;
+};
+// Empty when `graphs` is, or when counting failed (the reason goes to stderr:
+// a count must not cost the benchmark its latency rows).
+std::optional<GraphNodeCount> count_graph_nodes(
+    const std::vector<runtime::GraphRecording*>& graphs);
+// A table cell: "N nodes" (and the graph count when there are several), or
+// empty when no graph was launched.
+std::string node_count_cell(const std::optional<GraphNodeCount>& count);
+
 // Whether two tensor lists hold the same bytes, tensor by tensor.
 bool bitwise_equal(const compiler::TensorList& a, const compiler::TensorList& b);
 

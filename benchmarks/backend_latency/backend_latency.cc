@@ -21,7 +21,9 @@
 // a graph of the eager callable captured directly, without them, so that the
 // GPU cost of the in-graph copies shows too. A last pass times each on the GPU
 // between events (Note [GPU time of a call]), which splits that difference
-// into host and device parts.
+// into host and device parts. The rows that launch graphs also report the
+// graphs' node count (RESULTS.md's node floor multiplies it by
+// launch_overhead's GPU time per graph node).
 //
 // When this binary has no "cudagraphs" backend registered, its rows say
 // "cudagraphs backend not registered" and eager is still measured.
@@ -101,6 +103,8 @@ struct Row {
   std::optional<GraphActivity> timed_calls;
   nlohmann::json backend_programs;  // graph backend: from CompiledModel::backend_stats()
   size_t bare_graphs = 0;           // bare replay: graphs launched per call
+  // cudagraphs and bare replay: the graphs of the last call; body only: its graph.
+  std::optional<GraphNodeCount> graph_nodes;
 };
 
 struct CaseResult {
@@ -123,6 +127,7 @@ struct Contender {
 struct BareContender {
   std::string name;
   std::function<void()> call;
+  std::optional<GraphNodeCount> graph_nodes;
   std::vector<double> samples_us, enqueue_us, gpu_us;
 };
 
@@ -255,19 +260,24 @@ CaseResult run_case(const Case& config, const Options& options) {
   // The bare replay: the graphs the last cudagraphs call launched, launched
   // directly (no input binding, no invariant checks, no output re-emission).
   std::vector<runtime::GraphRecording*> bare_graphs;
-  if (contenders.size() > 1 && identical.value_or(false)) {
+  std::optional<GraphNodeCount> graph_nodes;  // of the graphs a cudagraphs call launches
+  if (contenders.size() > 1) {
     (*contenders[1].model)(inputs);
-    bare_graphs = contenders[1].model->backend_graphs();
+    graph_nodes = count_graph_nodes(contenders[1].model->backend_graphs());
+    if (identical.value_or(false)) bare_graphs = contenders[1].model->backend_graphs();
   }
   std::vector<BareContender> bares;
   BodyGraph body;
   if (!bare_graphs.empty()) {
-    bares.push_back({kBareReplay, [&] {
+    bares.push_back({kBareReplay,
+                     [&] {
                        for (runtime::GraphRecording* graph : bare_graphs) graph->replay(stream);
-                     }});
+                     },
+                     graph_nodes});
     device_backend.synchronize_stream(stream);
     if (body.capture(*contenders[0].model, inputs, options.device, stream)) {
-      bares.push_back({kBareBody, [&] { body.graph->replay(stream); }});
+      bares.push_back(
+          {kBareBody, [&] { body.graph->replay(stream); }, count_graph_nodes({body.graph.get()})});
     }
   }
   device_backend.synchronize_stream(stream);
@@ -318,6 +328,7 @@ CaseResult run_case(const Case& config, const Options& options) {
       row.identical_to_eager = identical;
       row.whole_case = graph_activity(stats_at_start, stats_after);
       row.timed_calls = graph_activity(stats_before_timing, stats_after);
+      row.graph_nodes = graph_nodes;
       // Its "programs" say which segments were captured and why others were not.
       row.backend_programs = nlohmann::json::parse(contender.model->backend_stats())
                                  .value("programs", nlohmann::json());
@@ -332,7 +343,8 @@ CaseResult run_case(const Case& config, const Options& options) {
     row.latency = summarize(bare.samples_us);
     row.enqueue = summarize(bare.enqueue_us);
     row.gpu = summarize(bare.gpu_us);
-    row.bare_graphs = bare_graphs.size();
+    row.bare_graphs = bare.name == kBareBody ? 1 : bare_graphs.size();
+    row.graph_nodes = bare.graph_nodes;
     result.rows.push_back(row);
   }
   return result;
@@ -374,13 +386,14 @@ void print_table(const std::vector<CaseResult>& results) {
                {"GPU us", Align::kRight},
                {"speedup", Align::kRight},
                {"identical"},
+               {"graph nodes"},
                {"graphs (timing loop)"},
                {"graphs (whole case)"}});
   for (const CaseResult& result : results) {
     double eager_median = eager_median_us(result);
     for (const Row& row : result.rows) {
       if (!row.measured) {
-        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "", "",
+        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "", "", "",
                        unmeasured_cell(row.error), ""});
         continue;
       }
@@ -391,7 +404,8 @@ void print_table(const std::vector<CaseResult>& results) {
                      format_fixed(100 * row.latency.spread(), 1) + "%",
                      format_fixed(row.enqueue.median_us, 1), format_fixed(row.gpu.median_us, 1),
                      eager_median > 0 ? format_ratio(eager_median / row.latency.median_us) : "",
-                     identical, activity_cell(row.timed_calls), activity_cell(row.whole_case)});
+                     identical, node_count_cell(row.graph_nodes), activity_cell(row.timed_calls),
+                     activity_cell(row.whole_case)});
     }
   }
   std::fputs(table.render().c_str(), stdout);
@@ -406,6 +420,10 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
   report["enqueue"] = "host time from the call until it returned (work queued, not done)";
   report["gpu"] = "GPU time between timing events around the call, in a pass of its own";
   report["speedup"] = "eager median / this backend's median";
+  report["graph_nodes_per_call"] =
+      "nodes of the graphs one call launches (cudaGraphGetNodes: kernels, copies, memsets), "
+      "counted on the untimed call before the timing loop (the graphs the timed calls replay); "
+      "graph_kernel_nodes_per_call: kernel nodes alone";
   report["compile_ms"] =
       "compile() wall time; the second backend of a case reuses the kernels the first generated";
   report["results"] = nlohmann::json::array();
@@ -435,6 +453,11 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
       if (row.whole_case) entry["graphs_whole_case"] = row.whole_case->to_json();
       if (!row.backend_programs.is_null()) entry["backend_programs"] = row.backend_programs;
       if (row.bare_graphs > 0) entry["graphs_per_call"] = row.bare_graphs;
+      if (row.graph_nodes) {
+        entry["graph_nodes_per_call"] = row.graph_nodes->nodes;
+        entry["graph_kernel_nodes_per_call"] = row.graph_nodes->kernel_nodes;
+        entry["graph_count_per_call"] = row.graph_nodes->graphs;
+      }
       report["results"].push_back(entry);
     }
   }

@@ -28,6 +28,9 @@ else
   [ "$count" -eq 8 ] || { echo "expected 8 results in $json, found $count" >&2; exit 1; }
   grep -q '"gpu": {' "$json" || { echo "rows lack their GPU time" >&2; exit 1; }
   grep -q '"graphs_per_call": 1' "$json" || { echo "bare replay rows lack graphs_per_call" >&2; exit 1; }
+  # The node count RESULTS.md's node floor multiplies: on the cudagraphs and both bare rows.
+  nodes=$(grep -Ec '"graph_nodes_per_call": [1-9][0-9]*,?$' "$json")
+  [ "$nodes" -eq 6 ] || { echo "expected 6 rows with graph_nodes_per_call, found $nodes" >&2; exit 1; }
 fi
 # Bad flags fail with a usage message, not a crash.
 if "$binary" --iters zero >/dev/null 2>&1; then echo "--iters zero was accepted" >&2; exit 1; fi

@@ -20,7 +20,8 @@
 // read from its stats() JSON. Under the graph backend each step begins with
 // mark_step_begin() unless --mark-step off. After its timed steps, the graph
 // backend's row also times the bare replay: the graphs of the last step
-// (forward, backward, optimizer) launched directly, --iters times.
+// (forward, backward, optimizer) launched directly, --iters times, and counts
+// their nodes (RESULTS.md's node floor).
 //
 //   train_step [--device auto|cuda|sim] [--iters 100] [--warmup 10] [--json FILE]
 //              [--mlp-batch 32] [--gpt-batch 8] [--seq 32] [--backends eager,cudagraphs]
@@ -108,6 +109,8 @@ struct Row {
   // step (the floor of a captured step: no binding, no checks, no trainer).
   std::optional<LatencySummary> bare;
   size_t bare_graphs = 0;
+  // Graph backend: the nodes of the graphs one step launches (those of the bare replay).
+  std::optional<GraphNodeCount> graph_nodes;
 };
 
 struct ModelWithLoss {
@@ -216,6 +219,7 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
     // The bare replay runs the optimizer graph too, so it goes on training
     // the model; nothing reads the parameters after this.
     std::vector<runtime::GraphRecording*> path = trainer.backend_graphs();
+    row.graph_nodes = count_graph_nodes(path);
     if (!path.empty()) {
       std::vector<double> bare_us;
       for (int64_t i = 0; i < options.iters; ++i) {
@@ -304,12 +308,13 @@ void print_table(const std::vector<CaseResult>& results) {
                {"= eager"},
                {"build ms", Align::kRight},
                {"bare replay us", Align::kRight},
+               {"graph nodes"},
                {"graphs (timed steps)"}});
   for (const CaseResult& result : results) {
     const Row* eager = eager_row(result);
     for (const Row& row : result.rows) {
       if (!row.measured) {
-        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "", "", "", "",
+        table.add_row({result.config.label, row.backend, "-", "-", "", "", "", "", "", "", "", "",
                        unmeasured_cell(row.error)});
         continue;
       }
@@ -320,7 +325,7 @@ void print_table(const std::vector<CaseResult>& results) {
            eager ? format_ratio(eager->latency.median_us / row.latency.median_us) : "",
            format_fixed(row.first_loss, 4), format_fixed(row.last_loss, 4), match,
            format_fixed(row.build_ms, 0), row.bare ? format_fixed(row.bare->median_us, 1) : "",
-           activity_cell(row.timed_steps)});
+           node_count_cell(row.graph_nodes), activity_cell(row.timed_steps)});
     }
   }
   std::fputs(table.render().c_str(), stdout);
@@ -334,6 +339,9 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
   report["mark_step_begin"] = options.mark_step;
   report["latency"] = "host time from the step call until the stream is synchronized";
   report["speedup"] = "eager median / this backend's median";
+  report["graph_nodes_per_step"] =
+      "nodes of the graphs one step launches (cudaGraphGetNodes: kernels, copies, memsets), "
+      "counted after the timed steps; graph_kernel_nodes_per_step: kernel nodes alone";
   report["trainer_build_ms"] =
       "Trainer construction (autodiff, lowering, code generation, state); kernels an earlier "
       "backend generated come from the cache";
@@ -369,6 +377,11 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
       if (row.bare) {
         entry["bare_replay"] = latency_json(*row.bare);
         entry["bare_graphs_per_step"] = row.bare_graphs;
+      }
+      if (row.graph_nodes) {
+        entry["graph_nodes_per_step"] = row.graph_nodes->nodes;
+        entry["graph_kernel_nodes_per_step"] = row.graph_nodes->kernel_nodes;
+        entry["graph_count_per_step"] = row.graph_nodes->graphs;
       }
       report["results"].push_back(entry);
     }

@@ -23,6 +23,9 @@ if grep -q "cudagraphs backend not registered" <<<"$output"; then
 else
   rows=$(echo "$output" | grep -Ec "^[a-z0-9]+ b=.* cudagraphs .* yes ")
   [ "$rows" -eq 2 ] || { echo "expected 2 cudagraphs rows matching eager, found $rows" >&2; exit 1; }
+  # The node count RESULTS.md's node floor multiplies, on each cudagraphs row.
+  nodes=$(grep -Ec '"graph_nodes_per_step": [1-9][0-9]*,?$' "$json")
+  [ "$nodes" -eq 2 ] || { echo "expected 2 rows with graph_nodes_per_step, found $nodes" >&2; exit 1; }
 fi
 count=$(grep -c '"backend":' "$json")
 [ "$count" -eq 4 ] || { echo "expected 4 results in $json, found $count" >&2; exit 1; }
