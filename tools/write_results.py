@@ -7,13 +7,17 @@ session's own record (session.tsv: steps, their status and time; tests.log:
 run_all.sh's summary), and writes --out/RESULTS.md: a header (device, date,
 grove commit, the exact commands), one section per benchmark with its table
 and a reading of what it measures, a side-by-side table of grove and PyTorch,
-and a goals table whose ratios are computed here from the numbers. A benchmark
+the floors of every inference and training case (graph nodes × GPU time per
+node, bytes that must move ÷ HBM bandwidth: tools/write_results_floors.py),
+and a goals table whose ratios are computed here from the numbers. Every
+compare_torch report in --logs (torch.json, and e.g. torch_bf16.json from a
+second call) goes to one PyTorch section. A benchmark
 whose JSON is missing gets "not run in this session"; an unknown <name>.json
 gets its top-level scalar fields listed. The plot (latency per model and
 backend, grouped bars) needs matplotlib; without it RESULTS.md says so.
 
   python3 tools/write_results.py --logs $OUT/gpu_logs --out $OUT
-      [--commit-file gpu_bundle/commit.txt] [--no-plot]
+      [--commit-file gpu_bundle/commit.txt] [--no-plot] [--hbm-tbs TB/s]
 
 Exit status: 0 when RESULTS.md was written (even with benchmarks missing), 2 for
 bad arguments (a --logs that is not a directory, an --out that cannot be made).
@@ -98,7 +102,31 @@ def read_reports(logs):
             reports[name] = data
         except (OSError, ValueError) as error:
             broken[name] = str(error)
+    merge_torch_reports(reports)
     return reports, broken
+
+
+def merge_torch_reports(reports):
+    """compare_torch run in more than one call (torch.json, torch_bf16.json, ...):
+    the rows of every report whose benchmark is compare_torch go to "torch"
+    (torch.json's header first), so that one section shows them all."""
+    names = sorted(name for name, report in reports.items()
+                   if report.get("benchmark") == "compare_torch" and name != "torch")
+    if not names:
+        return
+    merged = dict(reports.get("torch") or reports[names[0]])
+    merged["results"] = list(sections.rows_of(reports.get("torch", {})))
+    unfinished = []
+    for name in ["torch"] * ("torch" in reports) + names:
+        report = reports[name]
+        if report.get("stopped") or report.get("complete") is False:
+            unfinished.append("%s.json: %s" % (name, report.get("stopped") or "complete: false"))
+    for name in names:
+        merged["results"] += sections.rows_of(reports.pop(name))
+    merged.pop("complete", None)
+    merged["stopped"] = "; ".join(unfinished) or None
+    merged["merged_from"] = ["torch"] * ("torch" in reports) + names
+    reports["torch"] = merged
 
 
 def output_tail(logs, name, lines=6):
@@ -238,7 +266,8 @@ def batch1_case(rows, model):
 
 def inference_goals(reports):
     backend = sections.rows_of(reports.get("backend_latency", {}))
-    torch = [r for r in sections.rows_of(reports.get("torch", {})) if r.get("mode") == "inference"]
+    torch = [r for r in sections.comparable_torch_rows(reports.get("torch"))
+             if r.get("mode") == "inference"]
     eager_rows = sections.rows_of(reports.get("eager_latency", {}))
     goals = []
     for model in ("mlp16x512", "gpt4x256"):
@@ -283,7 +312,8 @@ def inference_goals(reports):
 
 def training_goals(reports):
     steps = sections.rows_of(reports.get("train_step", {}))
-    torch = [r for r in sections.rows_of(reports.get("torch", {})) if r.get("mode") == "training"]
+    torch = [r for r in sections.comparable_torch_rows(reports.get("torch"))
+             if r.get("mode") == "training"]
     cases = sections.cases_in_order(steps) or sections.cases_in_order(torch) or \
         ["mlp16x512 b=32", "gpt4x256 b=8 T=32"]
     goals = []
@@ -294,7 +324,11 @@ def training_goals(reports):
         best = sections.best_torch(values)
         goal = "training step ≤ 0.25× PyTorch's best, %s" % case
         if graphs and best:
-            goals.append([goal, "%s / %s (%s) = %s" % (us(graphs), us(best[1]), best[0],
+            config = next(c for c, series in sections.TORCH_SERIES.items() if series == best[0])
+            row = sections.find(torch, case=case, config=config) or {}
+            label = best[0] + (", %s" % row["optimizer_label"] if row.get("optimizer_label")
+                               else "")
+            goals.append([goal, "%s / %s (%s) = %s" % (us(graphs), us(best[1]), label,
                                                       ratio(graphs / best[1])),
                           verdict(graphs / best[1] <= 0.25)])
         else:
@@ -511,8 +545,12 @@ def write_results(args, now=None):
     now = now or datetime.datetime.now(datetime.timezone.utc)
     session = read_session(args.logs)
     reports, broken = read_reports(args.logs)
+    names = device_names(reports)
+    smi = session["values"].get("nvidia_smi", "").split(",")[0].strip()
     context = sections.Context(reports, broken, session["steps"],
-                               lambda name: output_tail(args.logs, name))
+                               lambda name: output_tail(args.logs, name),
+                               device=names[0] if names else (smi or None),
+                               hbm_tbs=getattr(args, "hbm_tbs", None))
     goals = goal_rows(context)
     lines = header(args, session, reports, broken, now, goal_counts(goals))
     lines += sections.render_all(context)
@@ -533,6 +571,9 @@ def main(argv=None):
     parser.add_argument("--commit-file", default="gpu_bundle/commit.txt",
                         help="file holding the grove commit (default gpu_bundle/commit.txt)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw latency.png")
+    parser.add_argument("--hbm-tbs", type=float, default=None,
+                        help="HBM bandwidth in TB/s for the memory floor (default: from the "
+                             "device's name: H200 4.8, H100 SXM 3.35)")
     args = parser.parse_args(argv)
     try:
         path = write_results(args)

@@ -10,21 +10,33 @@ session knows (its step failed or timed out, or it ran and wrote no JSON).
 SHAPE_ERRORS = (TypeError, ValueError, KeyError, ZeroDivisionError, AttributeError, IndexError)
 
 PLOT_SERIES = ["grove eager", "grove cudagraphs", "bare replay", "PyTorch eager",
-               "PyTorch compile", "PyTorch reduce-overhead", "PyTorch reduce-overhead (whole step)"]
+               "PyTorch compile", "PyTorch reduce-overhead", "PyTorch reduce-overhead (whole step)",
+               "PyTorch hand-captured graph"]
 
+# compare_torch's configurations that PyTorch's users get, by series name: the
+# goals compare grove with the fastest of them.
 TORCH_SERIES = {"eager": "PyTorch eager", "compile default": "PyTorch compile",
                 "compile reduce-overhead": "PyTorch reduce-overhead",
                 "compile reduce-overhead, whole step": "PyTorch reduce-overhead (whole step)"}
+# The eager call or step captured by hand (torch.cuda.graph): a reference that
+# no goal compares with.
+HAND_CAPTURED_CONFIGS = ("hand-captured CUDA graph", "hand-captured CUDA graph, whole step")
+HAND_CAPTURED_SERIES = "PyTorch hand-captured graph"
+# Optimizers of compare_torch's training rows that do grove's train_step math
+# (SGD, momentum 0.9); rows from before the field existed used it too.
+SGD_MOMENTUM = (None, "sgd", "sgd-fused")
 
 
 class Context:
     """What the renderers read: the reports, the unreadable ones, the session's steps."""
 
-    def __init__(self, reports, broken, steps, tail):
+    def __init__(self, reports, broken, steps, tail, device=None, hbm_tbs=None):
         self.reports = reports
         self.broken = broken
         self.steps = {step["name"]: step for step in steps}
         self.tail = tail  # name -> last lines of <name>.txt, or None
+        self.device = device  # the GPU's name, for its HBM bandwidth (floors)
+        self.hbm_tbs = hbm_tbs  # --hbm-tbs: a bandwidth that overrides the known ones
 
 
 # ---------------------------------------------------------------- formatting
@@ -60,6 +72,16 @@ def latency_cell(latency):
     if not isinstance(latency, dict) or latency.get("median_us") is None:
         return "-"
     return "%s (%s)" % (us(latency["median_us"]), us(latency.get("p90_us")))
+
+
+def nodes_cell(row, key):
+    """'nodes (kernel nodes)' of a row's graph node count (key: graph_nodes_per_call
+    or _per_step); empty when the run did not count them."""
+    nodes = row.get(key)
+    if not isinstance(nodes, int):
+        return ""
+    kernels = row.get(key.replace("graph_nodes", "graph_kernel_nodes"))
+    return "%d (%d kernels)" % (nodes, kernels) if isinstance(kernels, int) else str(nodes)
 
 
 def median(latency):
@@ -150,7 +172,7 @@ def backend_latency(report, graph_copies=True):
     for r in results:
         if r.get("status") != "measured":
             rows.append([r.get("case"), r.get("backend"), r.get("status", "?"), "", "",
-                         short_error(r.get("error", ""))])
+                         short_error(r.get("error", "")), "", "", ""])
             continue
         timed = r.get("graphs_timed_calls") or {}
         graphs = ""
@@ -167,7 +189,8 @@ def backend_latency(report, graph_copies=True):
                      us((r.get("enqueue") or {}).get("median_us")),
                      us((r.get("gpu") or {}).get("median_us")),
                      ratio(r.get("speedup_vs_eager")),
-                     "" if identical is None else ("yes" if identical else "NO"), graphs])
+                     "" if identical is None else ("yes" if identical else "NO"), graphs,
+                     nodes_cell(r, "graph_nodes_per_call")])
     copies = ("they begin with grove's in-graph input copies" if graph_copies else
               "without input copies: this run copied its inputs before each launch")
     lines = ["Per-call inference latency of the `eager` and `cudagraphs` backends in one "
@@ -177,11 +200,12 @@ def backend_latency(report, graph_copies=True):
              "follows an untimed call of its own (a serving loop's steady state). %s timed calls "
              "after %s warm-up; host time until the stream is synchronized. Enqueue: host time until "
              "the call returned. GPU: time between events around the call, in a pass of its "
-             "own (it includes any wait of the device for the host within the call)."
+             "own (it includes any wait of the device for the host within the call). Graph "
+             "nodes: of the graphs one call launches (all nodes, kernel nodes in brackets)."
              % (copies, report.get("iters", "?"), report.get("warmup", "?")), ""]
     lines += table(["case", "backend", "median (p90)", "enqueue", "GPU", "vs eager",
-                    "identical to eager", "graphs (timing loop)"], rows,
-                   ["l", "l", "r", "r", "r", "r", "l", "l"])
+                    "identical to eager", "graphs (timing loop)", "graph nodes"], rows,
+                   ["l", "l", "r", "r", "r", "r", "l", "l", "r"])
     overhead = []
     for case in cases_in_order(results):
         graph = find(results, case=case, backend="cudagraphs")
@@ -241,17 +265,20 @@ def train_step(report):
             over_bare = median_of(graph) - bare["median_us"]
         rows.append([case, latency_cell((eager or {}).get("latency")),
                      latency_cell((graph or {}).get("latency")), latency_cell(bare),
-                     us(over_bare), ratio(speed), losses, note])
+                     us(over_bare), ratio(speed), losses, nodes_cell(graph or {},
+                                                                     "graph_nodes_per_step"),
+                     note])
     lines = ["One training step (forward, backward, SGD with momentum %s), eager against "
              "cudagraphs (all three phases captured), %s timed steps after %s warm-up; host "
              "time until the stream is synchronized. Bare replay: the graphs of the last "
              "cudagraphs step launched directly, step after step (no binding, no checks, no "
-             "trainer); over bare: cudagraphs median minus bare replay median." % (
+             "trainer); over bare: cudagraphs median minus bare replay median; graph nodes: of "
+             "the graphs one cudagraphs step launches (kernel nodes in brackets)." % (
                  first(results, "momentum", "0.9"), report.get("iters", "?"),
                  report.get("warmup", "?")), ""]
     lines += table(["case", "grove eager", "grove cudagraphs", "bare replay", "over bare",
-                    "speedup", "losses identical (first → last)", "failures"],
-                   rows, ["l", "r", "r", "r", "r", "r", "l", "l"])
+                    "speedup", "losses identical (first → last)", "graph nodes", "failures"],
+                   rows, ["l", "r", "r", "r", "r", "r", "l", "r", "l"])
     speedups = [r["speedup_vs_eager"] for r in results
                 if r.get("backend") == "cudagraphs" and r.get("speedup_vs_eager")]
     if speedups:
@@ -261,49 +288,78 @@ def train_step(report):
     return lines
 
 
+def torch_config_column(config):
+    """The column of a compare_torch configuration: both hand-captured rows share one."""
+    return "hand-captured CUDA graph" if config in HAND_CAPTURED_CONFIGS else config
+
+
+def torch_variant(row):
+    """(dtype, optimizer label) of a compare_torch row; rows from before these
+    fields existed ran f32 (the models' own) with SGD momentum 0.9."""
+    dtype = row.get("dtype") or "f32"
+    if row.get("mode") != "training":
+        return dtype, "-"
+    return dtype, row.get("optimizer_label") or "SGD momentum 0.9"
+
+
 def compare_torch(report):
     results = rows_of(report)
-    configs = [c for c in TORCH_SERIES if any(r.get("config") == c for r in results)]
-    rows, errors = [], {}
+    columns = []
+    for config in list(TORCH_SERIES) + ["hand-captured CUDA graph"]:
+        if any(torch_config_column(r.get("config")) == config for r in results):
+            columns.append(config)
+    rows, errors, fastest = [], {}, []
     for mode in ("inference", "training"):
-        for case in cases_in_order([r for r in results if r.get("mode") == mode]):
-            row = [mode, case]
-            for config in configs:
-                r = find(results, mode=mode, case=case, config=config)
+        in_mode = [r for r in results if r.get("mode") == mode]
+        variants = []
+        for r in in_mode:
+            if (r.get("case"), torch_variant(r)) not in variants:
+                variants.append((r.get("case"), torch_variant(r)))
+        for case, variant in variants:
+            group = [r for r in in_mode if r.get("case") == case and torch_variant(r) == variant]
+            row = [mode, case, variant[0], variant[1]]
+            for config in columns:
+                r = next((r for r in group if torch_config_column(r.get("config")) == config),
+                         None)
                 if r is None:
                     row.append("-")
                 elif "error" in r:
                     key = short_error(r["error"], 200)
                     errors.setdefault(key, len(errors) + 1)
                     row.append("failed [%d]" % errors[key])
+                elif "skipped" in r:
+                    row.append("skipped")
                 else:
                     row.append(latency_cell(r))
             rows.append(row)
+            timed = [(median_of(r), r["config"]) for r in group
+                     if median_of(r) and r.get("config") not in HAND_CAPTURED_CONFIGS]
+            if timed:
+                label = "%s %s %s%s" % (mode, case, variant[0],
+                                        "" if variant[1] == "-" else ", " + variant[1])
+                fastest.append("%s: %s (%s µs)" % (label, min(timed)[1], us(min(timed)[0])))
     lines = ["PyTorch %s on the same GPU, the same models built from grove's JSON files "
              "(`nn.Linear`, `F.gelu`, `F.scaled_dot_product_attention(is_causal=True)`): eager, "
              "`torch.compile` default and `mode=\"reduce-overhead\"` (PyTorch's CUDA Graph "
              "Trees); for training also the whole step compiled, and, as a reference that no "
-             "goal compares with, the eager step captured by hand into one CUDA graph "
-             "(`torch.cuda.graph`: PyTorch's kernels with no launch overhead). %s calls after "
-             "%s warm-up; "
-             "TF32 matmul %s." % (report.get("torch", "?"), report.get("iters", "?"),
-                                  report.get("warmup", "?"),
-                                  "on" if report.get("tf32_matmul") else "off"), ""]
-    lines += table(["mode", "case"] + configs, rows, ["l", "l"] + ["r"] * len(configs))
+             "goal compares with, the eager call or step captured by hand into one CUDA graph "
+             "(`torch.cuda.graph`: PyTorch's kernels with no launch overhead). Each row names "
+             "its dtype (f32: the models' own; bf16: parameters and inputs cast) and, for "
+             "training, its optimizer; the goals and the side-by-side table take f32 and SGD "
+             "momentum 0.9 (fused or not: grove's train_step optimizer). %s calls after "
+             "%s warm-up; TF32 matmul %s." % (report.get("torch", "?"), report.get("iters", "?"),
+                                              report.get("warmup", "?"),
+                                              "on" if report.get("tf32_matmul") else "off"), ""]
+    if report.get("stopped") or report.get("complete") is False:
+        lines += ["**The run did not finish** (%s): rows it did not reach are missing." % (
+            report.get("stopped") or "its JSON says complete: false"), ""]
+    lines += table(["mode", "case", "dtype", "optimizer"] + columns, rows,
+                   ["l", "l", "l", "l"] + ["r"] * len(columns))
     for text, number in sorted(errors.items(), key=lambda item: item[1]):
         lines += ["", "[%d] %s" % (number, text)]
-    fastest = []
-    for mode in ("inference", "training"):
-        for case in cases_in_order([r for r in results if r.get("mode") == mode]):
-            timed = [(median_of(r), r["config"]) for r in results
-                     if r.get("mode") == mode and r.get("case") == case and median_of(r)
-                     and not r["config"].startswith("hand-captured")]
-            if timed:
-                fastest.append("%s %s: %s (%s µs)" % (mode, case, min(timed)[1],
-                                                     us(min(timed)[0])))
     if fastest:
-        lines += ["", "Reading: PyTorch's fastest configuration per case (the training goal "
-                  "compares grove with it): %s." % "; ".join(fastest)]
+        lines += ["", "Reading: PyTorch's fastest configuration per row, the hand-captured "
+                  "graph aside: %s." % "; ".join(fastest)]
     return lines
 
 
@@ -515,6 +571,11 @@ SECTIONS = [
 ]
 
 
+def _floors():
+    import write_results_floors  # noqa: E402  (next to this file; imports this module)
+    return write_results_floors
+
+
 def _serving():
     import write_results_serving  # noqa: E402  (next to this file; imports this module)
     return write_results_serving
@@ -551,6 +612,26 @@ def binding_ratio_text(copy_cost, zero_cost):
     return ratio(copy_cost / zero_cost)
 
 
+def comparable_torch_rows(report):
+    """compare_torch's rows that grove's numbers are compared with: f32, and for
+    training SGD momentum 0.9 (fused or not); of several rows of one (mode, case,
+    config) the fastest measured one (the first when none was measured)."""
+    chosen, order = {}, []
+    for r in rows_of(report or {}):
+        if (r.get("dtype") or "f32") != "f32":
+            continue
+        if r.get("mode") == "training" and r.get("optimizer") not in SGD_MOMENTUM:
+            continue
+        key = (r.get("mode"), r.get("case"), r.get("config"))
+        if key not in chosen:
+            chosen[key] = r
+            order.append(key)
+        elif median_of(r) and (not median_of(chosen[key]) or
+                               median_of(r) < median_of(chosen[key])):
+            chosen[key] = r
+    return [chosen[key] for key in order]
+
+
 def latency_matrix(reports):
     """[(mode, [(case, {series: median us})])] for the side-by-side table and the plot."""
     panels = []
@@ -559,7 +640,7 @@ def latency_matrix(reports):
                                                "bare replay": "bare replay"}),
              "training": ("train_step", {"eager": "grove eager",
                                          "cudagraphs": "grove cudagraphs"})}
-    torch_rows = rows_of(reports.get("torch", {}))
+    torch_rows = comparable_torch_rows(reports.get("torch"))
     for mode in ("inference", "training"):
         source, names = grove[mode]
         grove_rows = rows_of(reports.get(source, {}))
@@ -573,6 +654,8 @@ def latency_matrix(reports):
             for r in mode_torch:
                 if r.get("case") == case and r.get("config") in TORCH_SERIES:
                     values[TORCH_SERIES[r["config"]]] = median_of(r)
+                elif r.get("case") == case and r.get("config") in HAND_CAPTURED_CONFIGS:
+                    values[HAND_CAPTURED_SERIES] = median_of(r)
             cases.append((case, values))
         panels.append((mode, cases))
     return panels
@@ -582,10 +665,14 @@ def side_by_side(context):
     panels = latency_matrix(context.reports)
     if not any(cases for _, cases in panels):
         return []
+    floors = _floors().floors(context)
     lines = ["## grove and PyTorch side by side", "",
              "Median latency per call (inference) or per step (training), µs, from the "
-             "sections above. The last two columns: grove cudagraphs' time over PyTorch's fastest "
-             "measured configuration (below 1: grove is faster), and grove eager's speedup "
+             "sections above (PyTorch: f32; training with SGD momentum 0.9, the faster of "
+             "foreach and fused). Floor: the larger of the node floor and the memory floor "
+             "(the next section). The last three columns: grove cudagraphs' time over the floor, "
+             "over PyTorch's fastest configuration that torch.compile users get (the "
+             "hand-captured graph aside; below 1: grove is faster), and grove eager's speedup "
              "over PyTorch eager.", ""]
     used = [s for s in PLOT_SERIES if any(v.get(s) for _, cases in panels for _, v in cases)]
     rows = []
@@ -593,13 +680,17 @@ def side_by_side(context):
         for case, values in cases:
             torch_best = best_torch(values)
             graph = values.get("grove cudagraphs")
+            floor = (floors.get((mode, case)) or {}).get("floor_us")
             rows.append([mode, case] + [us(values.get(s)) for s in used] + [
+                _floors().floor_cell(floors.get((mode, case))),
+                ratio(graph / floor) if graph and floor else "-",
                 ratio(graph / torch_best[1]) if graph and torch_best else "-",
                 ratio(values["PyTorch eager"] / values["grove eager"])
                 if values.get("grove eager") and values.get("PyTorch eager") else "-"])
-    lines += table(["mode", "case"] + used + ["grove cudagraphs / PyTorch best",
+    lines += table(["mode", "case"] + used + ["floor", "grove cudagraphs / floor",
+                                              "grove cudagraphs / PyTorch best",
                                               "PyTorch eager / grove eager"],
-                   rows, ["l", "l"] + ["r"] * (len(used) + 2))
+                   rows, ["l", "l"] + ["r"] * (len(used) + 4))
     return lines + [""]
 
 
@@ -628,6 +719,12 @@ def render_all(context):
     except SHAPE_ERRORS as error:
         lines += ["## grove and PyTorch side by side", "",
                   "Not written: a report has an unexpected shape (%s)." % error, ""]
+    try:
+        lines += _floors().section(context)
+    except SHAPE_ERRORS as error:
+        lines += ["## Floors: graph nodes and bytes that must move", "",
+                  "Not written: a report has an unexpected shape (%s: %s)."
+                  % (type(error).__name__, error), ""]
     for name in sorted(set(context.reports) - known):
         lines += ["## %s (`%s.json`)" % (name, name), ""] + generic(context.reports[name]) + [""]
     return lines

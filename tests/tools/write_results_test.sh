@@ -2,8 +2,10 @@
 # tools/write_results.py over the sample JSON of fixtures/ (shapes of the
 # benchmarks' real reports; session 4's numbers where they exist): the whole
 # set, a set with reports missing, a broken report, a session whose torch step
-# timed out, and bad arguments. Checks the Markdown: headers, ratios computed
-# from the numbers, goal verdicts and the "not run" lines.
+# timed out, logs with graph node counts and compare_torch's dtypes and
+# optimizers (fixtures/floors), and bad arguments. Checks the Markdown:
+# headers, ratios and floors computed from the numbers, goal verdicts and the
+# "not run" lines.
 set -euo pipefail
 fixtures=tests/tools/fixtures
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
@@ -62,7 +64,12 @@ has("| planned | 1,3,12,16 | 0 | 0.0% | 2.0 MiB |")
 has("| powers of two | 1,2,4,8,16 | 403 | 23.2% | 2.0 MiB |")
 has("failed [1]")
 # Side by side: grove cudagraphs / PyTorch best for mlp b=1 is 100.718 / 152.114.
-has("| inference | mlp16x512 b=1 | 229.5 | 100.7 | 99.20 | 601.4 | 560.3 | 152.1 | 0.66× | 2.62× |")
+# (old logs: no node counts, so the floor is the memory floor alone, on the H200's 4.8 TB/s:
+# 16,877,568 bytes / 4.8 TB/s = 3.52 us).
+has("| inference | mlp16x512 b=1 | 229.5 | 100.7 | 99.20 | 601.4 | 560.3 | 152.1 | 3.52 (memory only) | 28.64× | 0.66× | 2.62× |")
+has("## Floors: graph nodes and bytes that must move")
+has("Not measured: no node count in the run (older benchmark) (inference mlp16x512 b=1,")
+has("| inference | mlp16x512 b=1 | - | not measured | 16.10 MiB | 3.52 | 3.52 (memory only) |")
 try:
     import matplotlib  # noqa: F401
     assert os.path.isfile(os.path.join(sys.argv[2], "latency.png")), "no latency.png"
@@ -149,7 +156,49 @@ has("| 64 MiB | 87377.7 (125639.1) |")
 assert "shape this script did not expect" not in md
 PY
 
-# 6. Bad arguments fail with a message and status 2.
+# 6. Logs with node counts (backend_latency, train_step), compare_torch in its
+#    current shape (dtypes, optimizers, hand-captured inference, a skipped
+#    row) split over torch.json and torch_bf16.json, on an H100 SXM.
+write --logs "$fixtures/floors" --out "$tmp/floors" --no-plot >/dev/null
+python3 - "$tmp/floors/RESULTS.md" <<'PY'
+import sys
+md = open(sys.argv[1]).read()
+def has(text):
+    assert text in md, "RESULTS.md lacks %r" % text
+has("- Device: NVIDIA H100 80GB HBM3")
+has("(H100 SXM HBM, 3.35 TB/s; device: NVIDIA H100 80GB HBM3)")
+has("× 0.772 µs of GPU time per graph node (launch_overhead, N = 1000)")
+# Node floor 17 x 0.7720 = 13.12 us; memory floor: 16 x (512 x 512 + 512) x 4 parameter bytes,
+# 512 x 4 input bytes, 32 activations of 512 x 4 bytes = 16,877,568 bytes / 3.35 TB/s = 5.04 us.
+has("| inference | mlp16x512 b=1 | 17 (17 kernels) | 13.12 | 16.10 MiB | 5.04 | 13.12 (nodes) | 100.7 | 7.67× | 87.59 |")
+has("| training | gpt4x256 b=8 T=32 | 2000 (1996 kernels) | 1544.0 | 82.54 MiB |")
+has("| mlp16x512 b=1 | cudagraphs | 100.7 (110.8) | - | - | 2.28× | yes | 0 rec / 200 replays / 0 eager | 17 (17 kernels) |")
+has("| yes (0.2391 → 0.0024) | 120 (116 kernels) |")
+# Both compare_torch reports in one section; bf16 and AdamW rows shown, not compared.
+has("| inference | mlp16x512 b=1 | f32 | - | 500.0 (525.0) | 450.0 (472.5) | 150.0 (157.5) | - | 60.00 (63.00) |")
+has("| inference | mlp16x512 b=1 | bf16 | - | 450.0 (472.5) | - | 75.00 (78.75) | - | - |")
+has("| training | gpt4x256 b=8 T=32 | f32 | AdamW, fused | 8500.0 (8925.0) | 7300.0 (7665.0) | 2800.0 (2940.0) | 2000.0 (2100.0) | skipped |")
+has("**The run did not finish** (torch_bf16.json: stopped from outside (signal 15) after 7 rows)")
+# PyTorch's best for the goals: f32, SGD momentum (fused 1200 beats foreach 1500; AdamW's
+# 1000 and the hand-captured 540 do not count).
+has("774.2 / 1200.0 (PyTorch reduce-overhead (whole step), SGD momentum 0.9, fused) = 0.65× | **NOT met** |")
+has("| training | mlp16x512 b=32 | 2233.8 | 774.2 | - | 3300.0 | 3600.0 | 1900.0 | 1200.0 | 540.0 | 92.64 (nodes) | 8.36× | 0.65× |")
+has("| inference | gpt4x256 b=1 T=32 | 1018.2 | 373.6 | 370.1 | 1600.0 | 1100.0 | 320.0 | - | 230.0 | 47.09 (nodes) | 7.93× | 1.17× |")
+PY
+# An H100 whose bandwidth the script does not know: the memory floor is not
+# measured (and says why) until --hbm-tbs gives it.
+mkdir -p "$tmp/pcie"
+for file in "$fixtures"/floors/*.json; do
+  sed 's/NVIDIA H100 80GB HBM3/NVIDIA H100 PCIe/' "$file" >"$tmp/pcie/$(basename "$file")"
+done
+write --logs "$tmp/pcie" --out "$tmp/pcie/out" --no-plot >/dev/null
+grep -qF "no HBM bandwidth known for device 'NVIDIA H100 PCIe' (pass --hbm-tbs)" "$tmp/pcie/out/RESULTS.md"
+grep -qF "| inference | mlp16x512 b=1 | 17 (17 kernels) | 13.12 | 16.10 MiB | not measured | 13.12 (nodes only) |" \
+  "$tmp/pcie/out/RESULTS.md"
+write --logs "$tmp/pcie" --out "$tmp/pcie/out2" --no-plot --hbm-tbs 2.0 >/dev/null
+grep -qF "(--hbm-tbs 2; device: NVIDIA H100 PCIe)" "$tmp/pcie/out2/RESULTS.md"
+
+# 7. Bad arguments fail with a message and status 2.
 status=0
 write --logs "$tmp/does_not_exist" --out "$tmp/x" 2>"$tmp/err" || status=$?
 [ "$status" -eq 2 ] || { echo "missing --logs gave status $status, expected 2" >&2; exit 1; }
