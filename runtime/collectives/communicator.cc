@@ -34,7 +34,7 @@ Communicator& communicator_for(Device device) {
                  "no communicator for ", device.str(),
                  ": a collective (all_reduce) needs the rank that owns ", device.str(),
                  " to join a group first (collectives::join_local_group or "
-                 "collectives::communicator_from_environment)");
+                 "collectives::join_group)");
   return *found->second;
 }
 

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -45,9 +46,11 @@ void write_text(const std::string& path, const std::string& text) {
 
 CommandResult run_command(const std::string& binary, const std::vector<std::string>& args,
                           const CommandOptions& options) {
-  static int counter = 0;
-  const std::string out_path = scratch_path("cmd" + std::to_string(counter) + ".out");
-  const std::string err_path = scratch_path("cmd" + std::to_string(counter++) + ".err");
+  // Atomic: tests run several commands at once (ranks of one group).
+  static std::atomic<int> counter = 0;
+  const int number = counter++;
+  const std::string out_path = scratch_path("cmd" + std::to_string(number) + ".out");
+  const std::string err_path = scratch_path("cmd" + std::to_string(number) + ".err");
   std::string line;
   if (options.max_virtual_kib > 0)
     line += "ulimit -v " + std::to_string(options.max_virtual_kib) + "; ";

@@ -23,7 +23,7 @@ struct CommandOptions {
   long max_virtual_kib = 0;
 };
 
-// `binary` is a runfiles path such as "cli/grove".
+// `binary` is a runfiles path such as "cli/grove". Safe to call from several threads at once.
 CommandResult run_command(const std::string& binary, const std::vector<std::string>& args,
                           const CommandOptions& options = {});
 
