@@ -95,11 +95,12 @@ std::shared_ptr<Communicator> join_tcp_group(Device device, const RankConfig& co
   CollectiveLibrary* library = platform_collective_library(device);
   TcpGroup links;
   if (config.rank == 0) {
-    const std::string group_id = library != nullptr ? library->unique_id() : std::string();
     TcpListener listener = TcpListener::listen(config.master_addr, config.master_port,
                                                str_cat("MASTER_PORT=", config.master_port));
+    std::function<std::string()> make_group_id;
+    if (library != nullptr) make_group_id = [library] { return library->unique_id(); };
     links = accept_ranks(listener, str_cat(config.master_addr, ":", config.master_port),
-                         config.world_size, group_id, config.timeout);
+                         config.world_size, make_group_id, config.timeout);
   } else {
     links = connect_to_rank_zero(config.master_addr, config.master_port, config.rank,
                                  config.world_size, config.timeout);

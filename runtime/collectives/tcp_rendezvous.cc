@@ -53,12 +53,12 @@ std::string missing_ranks(const std::vector<TcpConnection>& links) {
 }  // namespace
 
 TcpGroup accept_ranks(TcpListener& listener, const std::string& endpoint, int world_size,
-                      const std::string& group_id, std::chrono::milliseconds timeout) {
+                      const std::function<std::string()>& make_group_id,
+                      std::chrono::milliseconds timeout) {
   TcpGroup group;
   group.rank = 0;
   group.world_size = world_size;
   group.endpoint = endpoint;
-  group.group_id = group_id;
   group.links.resize(static_cast<size_t>(world_size));
   const Deadline deadline = deadline_after(timeout);
   for (int joined = 1; joined < world_size;) {
@@ -98,8 +98,15 @@ TcpGroup accept_ranks(TcpListener& listener, const std::string& endpoint, int wo
     group.links[static_cast<size_t>(hello.rank)] = std::move(*link);
     ++joined;
   }
+  if (make_group_id) {
+    try {
+      group.group_id = make_group_id();
+    } catch (const std::exception& error) {
+      fail_group(group.links, str_cat("rank 0 could not make the group id: ", error.what()));
+    }
+  }
   for (size_t r = 1; r < group.links.size(); ++r) {
-    send_reply(group.links[r], true, group_id, deadline);
+    send_reply(group.links[r], true, group.group_id, deadline);
   }
   return group;
 }

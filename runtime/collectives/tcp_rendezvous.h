@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,12 @@ struct TcpGroup {
 };
 
 // Rank 0's side: waits at most `timeout` for ranks 1 .. world_size - 1 to
-// connect to `listener`, then sends them `group_id`.
+// connect to `listener`, then sends them the group id `make_group_id` returns
+// (empty when it is null). It is called once every rank has come, so that a
+// failure to make it (no NCCL) reaches the waiting ranks as its message.
 TcpGroup accept_ranks(TcpListener& listener, const std::string& endpoint, int world_size,
-                      const std::string& group_id, std::chrono::milliseconds timeout);
+                      const std::function<std::string()>& make_group_id,
+                      std::chrono::milliseconds timeout);
 
 // Rank `rank`'s side (rank > 0): connects to rank 0 at `address`:`port`,
 // trying for at most `timeout`, and waits at most `timeout` after connecting

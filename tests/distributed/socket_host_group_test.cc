@@ -51,7 +51,7 @@ std::vector<TcpGroup> connect_ranks(int world, std::chrono::milliseconds timeout
   std::vector<TcpGroup> groups(static_cast<size_t>(world));
   run_ranks(world, [&](int rank) {
     groups[static_cast<size_t>(rank)] =
-        rank == 0 ? accept_ranks(listener, str_cat("127.0.0.1:", port), world, "", timeout)
+        rank == 0 ? accept_ranks(listener, str_cat("127.0.0.1:", port), world, nullptr, timeout)
                   : connect_to_rank_zero("127.0.0.1", port, rank, world, timeout);
   });
   return groups;

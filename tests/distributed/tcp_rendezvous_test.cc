@@ -151,9 +151,10 @@ TEST(TcpRendezvous, RankZeroHandsEveryRankTheGroupIdBytes) {
   // does here; what matters is that arrival order does not.
   for (int rank = kWorld - 1; rank >= 0; --rank) {
     threads.emplace_back([&, rank] {
-      groups[rank] = rank == 0
-                         ? accept_ranks(listener, str_cat("127.0.0.1:", port), kWorld, id, kPatient)
-                         : connect_to_rank_zero("127.0.0.1", port, rank, kWorld, kPatient);
+      groups[rank] = rank == 0 ? accept_ranks(
+                                     listener, str_cat("127.0.0.1:", port), kWorld,
+                                     [&] { return id; }, kPatient)
+                               : connect_to_rank_zero("127.0.0.1", port, rank, kWorld, kPatient);
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -162,6 +163,26 @@ TEST(TcpRendezvous, RankZeroHandsEveryRankTheGroupIdBytes) {
     EXPECT_EQ(groups[rank].rank, rank);
     EXPECT_EQ(groups[rank].links.size(), rank == 0 ? size_t{kWorld} : size_t{1});
   }
+}
+
+// On cuda rank 0 makes NCCL's id once every rank has come; where it cannot
+// (no libnccl), the waiting ranks get its reason instead of a timeout.
+TEST(TcpRendezvous, AGroupIdRankZeroCannotMakeFailsEveryRankWithTheReason) {
+  TcpListener listener = TcpListener::listen("127.0.0.1", 0, "the test's port");
+  const int port = listener.port();
+  std::string rank_one;
+  std::thread one([&] {
+    rank_one = error_of([&] { connect_to_rank_zero("127.0.0.1", port, 1, 2, kPatient); });
+  });
+  std::string rank_zero = error_of([&] {
+    accept_ranks(
+        listener, "127.0.0.1:p", 2,
+        []() -> std::string { throw CommunicationError("libnccl.so.2 cannot be opened"); },
+        kPatient);
+  });
+  one.join();
+  expect_contains(rank_zero, "rank 0 could not make the group id: libnccl.so.2 cannot be opened");
+  expect_contains(rank_one, "rank 0 could not make the group id: libnccl.so.2 cannot be opened");
 }
 
 TEST(TcpRendezvous, RanksThatStartBeforeRankZeroWaitForIt) {
@@ -214,7 +235,7 @@ TEST(TcpRendezvous, RankZeroNamesTheRanksThatNeverCameAndTellsTheOthers) {
   std::thread one([&] {
     rank_one = error_of([&] { connect_to_rank_zero("127.0.0.1", port, 1, 3, kPatient); });
   });
-  rank_zero = error_of([&] { accept_ranks(listener, "127.0.0.1:p", 3, "", kShort); });
+  rank_zero = error_of([&] { accept_ranks(listener, "127.0.0.1:p", 3, nullptr, kShort); });
   one.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   expect_contains(rank_zero, "for rank(s) 2, which never connected");
@@ -241,7 +262,7 @@ TEST(TcpRendezvous, DisagreeingWorldSizesAndDuplicateRanksFailTheGroup) {
     // Rank 0's process owns the port: it closes when the rendezvous fails, so
     // a rank that connects after the failure learns it at once too.
     std::thread zero([&, owned = std::move(listener)]() mutable {
-      rank_zero = error_of([&] { accept_ranks(owned, "127.0.0.1:p", 3, "", kPatient); });
+      rank_zero = error_of([&] { accept_ranks(owned, "127.0.0.1:p", 3, nullptr, kPatient); });
     });
     std::vector<std::thread> threads;
     for (int i = 0; i < 2; ++i) {
