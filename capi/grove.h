@@ -158,6 +158,21 @@ grove_status grove_model_state(const grove_model* model, const char* name, grove
 
 /* Starts a new step: outputs of earlier calls may be overwritten by later ones. */
 grove_status grove_model_mark_step_begin(grove_model* model);
+/* Trees of CUDA graphs across threads. Each thread records and replays into
+ * trees of its own (one per device). A call made on another thread for the
+ * same step, such as the backward that PyTorch's autograd runs on its device
+ * thread, must use the trees of the thread that ran the forward: take them
+ * there with grove_trees_of_thread, and wrap the call on the other thread in
+ * grove_trees_enter / grove_trees_exit (nestable). The owning thread must not
+ * call grove at the same time. A handle keeps the trees alive; free it with
+ * grove_trees_destroy. */
+typedef struct grove_trees grove_trees;
+grove_status grove_trees_of_thread(grove_trees** trees);
+grove_status grove_trees_enter(const grove_trees* trees);
+/* Fails with GROVE_ERROR_INVALID_ARGUMENT when no grove_trees_enter is open. */
+grove_status grove_trees_exit(void);
+void grove_trees_destroy(grove_trees* trees);
+
 /* The backend's stats as JSON and its Graphviz picture: new strings freed
  * with grove_string_free. */
 grove_status grove_model_stats_json(const grove_model* model, char** text);

@@ -314,4 +314,32 @@ void mark_step_begin();
 // Shuts down and forgets the calling thread's managers.
 void reset_tree_managers();
 
+// Note [Trees of another thread]
+// Managers belong to a (device, thread). A thread may use another thread's
+// managers for a while, as PyTorch's autograd worker threads use the trees of
+// the thread that ran the forward: the backward of a training step runs on
+// autograd's device thread, and only in the forward's tree does it read the
+// saved activations in place, end the forward's pending backward and let the
+// next forward start a new generation (in a tree of its own the forward never
+// left warm-up). The thread that owns the trees must not call into them at the
+// same time (autograd blocks it while the backward runs). Tests:
+// TreeThreads.BackwardOnAnotherThreadJoinsTheForwardsTreeAndReplays,
+// TrainingTest.test_backward_on_another_thread_replays_in_the_forwards_tree.
+struct ThreadTrees;
+// The calling thread's managers (those it uses now, inside a ThreadTreesScope
+// the scope's), shared: they live as long as the thread or any holder.
+std::shared_ptr<ThreadTrees> current_thread_trees();
+
+// While it lives, the calling thread's calls use `trees` instead of its own.
+class ThreadTreesScope {
+ public:
+  explicit ThreadTreesScope(std::shared_ptr<ThreadTrees> trees);
+  ~ThreadTreesScope();
+  ThreadTreesScope(const ThreadTreesScope&) = delete;
+  ThreadTreesScope& operator=(const ThreadTreesScope&) = delete;
+
+ private:
+  std::shared_ptr<ThreadTrees> previous_;
+};
+
 }  // namespace grove::cudagraph_trees

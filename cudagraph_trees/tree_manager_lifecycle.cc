@@ -4,6 +4,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "cudagraph_trees/capture_lock.h"
 #include "cudagraph_trees/tree_manager.h"
@@ -12,14 +13,35 @@
 #include "runtime/logging.h"
 
 namespace grove::cudagraph_trees {
+
+struct ThreadTrees {
+  std::map<runtime::Device, std::unique_ptr<TreeManager>> managers;
+};
+
 namespace {
 
+// Note [Trees of another thread]: the managers the calling thread uses now.
+std::shared_ptr<ThreadTrees>& active_trees() {
+  thread_local std::shared_ptr<ThreadTrees> trees = std::make_shared<ThreadTrees>();
+  return trees;
+}
+
 std::map<runtime::Device, std::unique_ptr<TreeManager>>& thread_managers() {
-  thread_local std::map<runtime::Device, std::unique_ptr<TreeManager>> managers;
-  return managers;
+  return active_trees()->managers;
 }
 
 }  // namespace
+
+std::shared_ptr<ThreadTrees> current_thread_trees() { return active_trees(); }
+
+ThreadTreesScope::ThreadTreesScope(std::shared_ptr<ThreadTrees> trees) {
+  GROVE_CHECK(trees != nullptr,
+              "ThreadTreesScope: null trees; pass current_thread_trees() of "
+              "the thread whose trees this one should use");
+  previous_ = std::exchange(active_trees(), std::move(trees));
+}
+
+ThreadTreesScope::~ThreadTreesScope() { active_trees() = std::move(previous_); }
 
 class TreeLease {
  public:

@@ -14,13 +14,14 @@ is the caller's pointer). Outputs come back through DLPack without a copy
 import ctypes
 import itertools
 import json
+import threading
 import weakref
 
 from grove import _capi
 from grove._capi import GroveError, StaleOutputError
 
 __all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output",
-           "check_not_overwritten"]
+           "check_not_overwritten", "ThreadTrees", "thread_trees"]
 
 # Note [Kept outputs through DLPack]: a replay of a CUDA graph writes its outputs
 # into the same memory every time, so an output the caller still holds is
@@ -491,3 +492,42 @@ def check_not_overwritten(tensor, what):
 def compile(program, backend="eager", device="sim", dims=None, params=None, **options):
     """Compiles a grove program (JSON text or a dict) into a Model."""
     return Model(program, backend=backend, device=device, dims=dims, params=params, **options)
+
+
+class ThreadTrees:
+    """One thread's trees of CUDA graphs (grove_trees_of_thread), entered from
+    another thread with `with trees:` so that the calls made there land in
+    them: the backward that PyTorch's autograd runs on its device thread uses
+    the forward's trees (Note [Trees of another thread],
+    cudagraph_trees/tree_manager.h)."""
+
+    def __init__(self):
+        handle = ctypes.c_void_p()
+        _capi.check(_capi.library().grove_trees_of_thread(ctypes.byref(handle)))
+        self._handle = handle
+        self.thread = threading.get_ident()
+
+    def __enter__(self):
+        _capi.check(_capi.library().grove_trees_enter(self._handle))
+        return self
+
+    def __exit__(self, *exc):
+        _capi.check(_capi.library().grove_trees_exit())
+        return False
+
+    def __del__(self):
+        lib = _capi._library
+        if lib is not None and getattr(self, "_handle", None):
+            lib.grove_trees_destroy(self._handle)
+            self._handle = None
+
+
+_thread_state = threading.local()
+
+
+def thread_trees():
+    """The calling thread's ThreadTrees (one handle per thread)."""
+    trees = getattr(_thread_state, "trees", None)
+    if trees is None:
+        trees = _thread_state.trees = ThreadTrees()
+    return trees

@@ -130,6 +130,9 @@ def _declare(lib):
         "grove_model_time_runs": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.c_int64,
                                   ctypes.POINTER(ctypes.c_double)],
         "grove_model_mark_step_begin": [p],
+        "grove_trees_of_thread": [ctypes.POINTER(p)],
+        "grove_trees_enter": [p],
+        "grove_trees_exit": [],
         "grove_model_stats_json": [p, ctypes.POINTER(p)],
         "grove_model_dot": [p, ctypes.POINTER(p)],
         "grove_tensor_dtype": [p, i32p],
@@ -146,7 +149,8 @@ def _declare(lib):
         function = getattr(lib, name)
         function.argtypes = arguments
         function.restype = ctypes.c_int
-    for name in ("grove_model_destroy", "grove_tensor_destroy", "grove_string_free"):
+    for name in ("grove_model_destroy", "grove_tensor_destroy", "grove_string_free",
+                 "grove_trees_destroy"):
         getattr(lib, name).argtypes = [p]
         getattr(lib, name).restype = None
     lib.grove_last_error.argtypes = []

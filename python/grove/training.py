@@ -17,6 +17,8 @@ the dynamo backend "grove" takes it for graphs that need gradients
 (grove.torch).
 """
 
+import threading
+
 import torch
 
 import grove
@@ -42,16 +44,48 @@ log = importer.log
 _MODES = ("cudagraphs", "eager")
 
 
-def _boxed(runner, check_saved=None, labels=None):
+class StepThreads:
+    """Note [Trees of another thread] (cudagraph_trees/tree_manager.h): on
+    CUDA, autograd runs the backward on its own device thread, whose calls
+    would land in a tree of that thread's; the backward must run in the
+    forward's tree (to read the saved activations in place and end the
+    forward's pending backward, or the forward never leaves warm-up). The
+    forward notes its thread's trees; a backward on another thread enters
+    them. Guarded by TrainingTest.test_backward_on_another_thread_replays_in_the_forwards_tree."""
+
+    def __init__(self):
+        self.trees = None
+
+    def forward_called(self):
+        trees = self.trees
+        if trees is None or trees.thread != threading.get_ident():
+            self.trees = grove.thread_trees()
+
+    def run(self, call, args):
+        trees = self.trees
+        if trees is None or trees.thread == threading.get_ident():
+            return call(*args)
+        with trees:
+            return call(*args)
+
+
+def _boxed(runner, check_saved=None, labels=None, threads=None, forward=False):
     """AOTAutograd's calling convention: one list of arguments, a list back.
     check_saved: the graph's name, to check its inputs first (a backward's);
-    labels: names of the graph's inputs for messages (parameter names)."""
+    labels: names of the graph's inputs for messages (parameter names);
+    threads: the step's StepThreads (forward: whether this is the forward)."""
 
     def call(args):
         if check_saved is not None:
             _check_saved_activations(args, runner, check_saved)
         try:
-            result = runner(*args)
+            if threads is None:
+                result = runner(*args)
+            elif forward:
+                threads.forward_called()
+                result = runner(*args)
+            else:
+                result = threads.run(runner, args)
         except StaticInputMovedError as error:
             label = labels[error.position] if labels and error.position < len(labels) else None
             if label is None:
@@ -106,6 +140,7 @@ class StepCompiler:
         self.backwards = []
         self.inferences = []
         self.on_runner = None  # called with each GraphRunner made (grove.torch tracks them)
+        self.threads = StepThreads() if mode != "eager" else None
 
     def partition(self, joint, joint_inputs, **kwargs):
         """The default partition, noting how many forward outputs are the user's."""
@@ -171,7 +206,7 @@ class StepCompiler:
                               stage="forward", output_copies=copies)
         self._made(self.forwards, runner)
         self._log(plan, "forward")
-        return _boxed(runner, labels=self.input_labels)
+        return _boxed(runner, labels=self.input_labels, threads=self.threads, forward=True)
 
     def _backward(self, graph_module, example_inputs):
         example_inputs = list(example_inputs)
@@ -188,7 +223,7 @@ class StepCompiler:
                               stage="backward", output_copies=copies)
         self._made(self.backwards, runner)
         self._log(plan, "backward")
-        return _boxed(runner, check_saved="%s_backward" % self.name)
+        return _boxed(runner, check_saved="%s_backward" % self.name, threads=self.threads)
 
     def _made(self, runners, runner):
         runners.append(runner)

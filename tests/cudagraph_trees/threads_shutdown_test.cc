@@ -61,6 +61,65 @@ TEST_P(TreeThreadsShutdown, ThreeThreadsWithTheirOwnManagersComputeCorrectly) {
   for (uint64_t count : replays) EXPECT_EQ(count, 18u);
 }
 
+// Note [Trees of another thread]: each step's backward runs on a thread of
+// its own (as autograd's device thread runs it) inside a ThreadTreesScope of
+// the forward's trees. It lands in the forward's tree as the forward's child
+// and ends its pending backward, so the next forward starts a new generation
+// and, from the third step on, both replay; gradients match eager throughout.
+TEST_P(TreeThreadsShutdown, BackwardOnAnotherThreadJoinsTheForwardsTreeAndReplays) {
+  GROVE_SEEDED_RNG(rng);
+  const runtime::Device dev = device();
+  cudagraph_trees::reset_tree_manager(dev);
+  TreeManager& trees = tree_manager_for(dev);
+  const FunctionId forward = trees.register_function(spec(
+      "net:forward",
+      [](const TensorList& in) {
+        Tensor h = add(in[0], in[1]);
+        return TensorList{scale(h, 0.5f), h};
+      },
+      {1}, {}, CompilationMode::kForward));
+  const FunctionId backward = trees.register_function(spec(
+      "net:backward", [](const TensorList& in) { return TensorList{add(in[0], in[1])}; }, {}, {},
+      CompilationMode::kBackward));
+  std::shared_ptr<cudagraph_trees::ThreadTrees> forward_trees =
+      cudagraph_trees::current_thread_trees();
+  Tensor w = random_tensor(rng, {64});
+  for (int step = 0; step < 5; ++step) {
+    Tensor x = random_tensor(rng, {64});
+    Tensor grad = random_tensor(rng, {64});
+    TensorList saved = trees.run(forward, {x, w});
+    Floats h = host_add(host(x), host(w));
+    EXPECT_VALUES(saved[0], host_scale(h, 0.5f));
+    TensorList inputs{saved[1], grad};
+    saved.clear();
+    TensorList grads;
+    bool same_manager = false;
+    bool own_manager_after = false;
+    std::thread autograd_thread([&] {
+      {
+        cudagraph_trees::ThreadTreesScope scope(forward_trees);
+        TreeManager& used = tree_manager_for(dev);
+        same_manager = &used == &trees;
+        grads = used.run(backward, std::move(inputs));
+      }
+      own_manager_after = &tree_manager_for(dev) != &trees;
+    });
+    autograd_thread.join();
+    EXPECT_TRUE(same_manager) << "step " << step;
+    EXPECT_TRUE(own_manager_after) << "step " << step;
+    ASSERT_EQ(grads.size(), 1u);
+    EXPECT_VALUES(grads[0], host_add(h, host(grad)));
+    EXPECT_FALSE(trees.forward_waits_for_backward()) << "step " << step;
+    trees.verify();
+  }
+  EXPECT_EQ(trees.counters().recordings, 2u);
+  EXPECT_EQ(trees.counters().replays, 6u);
+  EXPECT_EQ(trees.counters().eager_calls, 0u);
+  ASSERT_EQ(trees.roots(forward).size(), 1u);
+  EXPECT_EQ(trees.roots(forward)[0]->children(backward).size(), 1u);
+  cudagraph_trees::reset_tree_manager(dev);
+}
+
 TEST_P(TreeThreadsShutdown, ShutdownInvalidatesOutputsAndReleasesThePool) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();

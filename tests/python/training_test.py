@@ -8,6 +8,7 @@ import copy
 import math
 import os
 import sys
+import threading
 import unittest
 
 import torch
@@ -229,6 +230,39 @@ class TrainingTest(unittest.TestCase):
         # The backward reads the forward's saved activations where they lie.
         self.assertGreater(tree["zero_copy_inputs"], 0)
         self.assertEqual(tree["input_copies"], 0)
+
+    def test_backward_on_another_thread_replays_in_the_forwards_tree(self):
+        """On CUDA, autograd runs the backward on its device thread, not the
+        forward's (CPU tensors, as here, run it on the calling thread, so each
+        backward below is called from a thread of its own). The backward must
+        land in the forward's tree (Note [Trees of another thread],
+        cudagraph_trees/tree_manager.h): then the forward ends its pending
+        backward, leaves warm-up and replays. Without it the forward warmed up
+        on every step and the backward recorded into a new tree each time."""
+        module, make_inputs = mlp_case()
+        batches = [make_inputs() for _ in range(6)]
+        results = {}
+        for mode in ("eager", "cudagraphs"):
+            model = copy.deepcopy(module)
+            trained = grove.training.compile_module(model, mode)
+            results[mode] = []
+            for step, x in enumerate(batches):
+                if mode == "cudagraphs" and step == 3:
+                    before = trained.compiler.forwards[0].models()[0].stats()["tree"]
+                model.zero_grad(set_to_none=True)
+                loss = loss_of(trained(*x))
+                worker = threading.Thread(target=loss.backward)
+                worker.start()
+                worker.join()
+                results[mode].append(grads(model))
+        after = trained.compiler.forwards[0].models()[0].stats()["tree"]
+        for step in range(len(batches)):
+            assert_equal_all(self, results["cudagraphs"][step], results["eager"][step],
+                             "gradient with the backward on another thread, step %d" % step)
+        # Steps 4 to 6: forward and backward both replayed, nothing warmed up.
+        self.assertEqual(after["replays"] - before["replays"], 6)
+        self.assertEqual(after["warmups"] - before["warmups"], 0)
+        self.assertEqual(after["recordings"] - before["recordings"], 0)
 
     def test_gradients_land_in_grad_without_a_copy_in_eager_mode(self):
         """Eager outputs are fresh grove memory: autograd keeps the backward's
