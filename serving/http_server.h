@@ -41,8 +41,9 @@ struct HttpConfig {
   std::string model_name;  // the {name} of /v2/models/{name}
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see HttpServer::port())
-  // A JSON body is parsed into a tree several times its size, so the limit
-  // also bounds the memory one request can take.
+  // A JSON body's data is read into values of 16 bytes each, up to about
+  // twice the body's size, so the limit also bounds the memory one request
+  // can take (Note [Reading request data]).
   size_t max_body_bytes = size_t{16} << 20;
   // Connections served at once (each holds a thread while its request waits
   // for its batch); 0: max(32, 4 * max_batch).

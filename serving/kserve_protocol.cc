@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <type_traits>
+
+#include "serving/kserve_request_reader.h"
 
 namespace grove::serving {
 namespace {
@@ -31,56 +34,124 @@ std::string brief(const json& value) {
   return text.size() <= 40 ? text : text.substr(0, 40) + "...";
 }
 
-// Appends the scalars of `data` (flat, or nested as `shape`) to `out`,
-// checking nesting against the shape when nested.
-void flatten(const json& data, const std::string& field, std::vector<const json*>& out) {
-  for (size_t i = 0; i < data.size(); ++i) {
-    const json& item = data[i];
-    if (item.is_array()) {
-      flatten(item, str_cat(field, "[", i, "]"), out);
-    } else {
-      out.push_back(&item);
+// Why `dtype` cannot hold the element `value` of `data` (the rest of a
+// message that names the element first); "" when it can.
+std::string refusal(const InputData& data, const DataValue& value, runtime::DType dtype) {
+  using Kind = DataValue::Kind;
+  const bool integer = value.kind == Kind::kInteger || value.kind == Kind::kUnsigned;
+  switch (dtype) {
+    case runtime::DType::kBool:
+      if (value.kind != Kind::kBool) {
+        return str_cat(": expected true or false for BOOL, found ", brief(data.value_json(value)));
+      }
+      return "";
+    case runtime::DType::kI32:
+      if (!integer) {
+        return str_cat(": expected an integer for INT32, found ", brief(data.value_json(value)));
+      }
+      if (value.kind == Kind::kInteger ? value.integer < INT32_MIN || value.integer > INT32_MAX
+                                       : value.unsigned_integer > INT32_MAX) {
+        return str_cat(": ", brief(data.value_json(value)), " does not fit INT32");
+      }
+      return "";
+    case runtime::DType::kI64:
+      if (!integer) {
+        return str_cat(": expected an integer for INT64, found ", brief(data.value_json(value)));
+      }
+      if (value.kind == Kind::kUnsigned && value.unsigned_integer > INT64_MAX) {
+        return str_cat(": ", brief(data.value_json(value)), " does not fit INT64");
+      }
+      return "";
+    default:
+      if (!integer && value.kind != Kind::kFloat) {
+        return str_cat(": expected a number for ", kserve_datatype(dtype), ", found ",
+                       brief(data.value_json(value)));
+      }
+      return "";
+  }
+}
+
+double number_of(const DataValue& value) {
+  switch (value.kind) {
+    case DataValue::Kind::kInteger:
+      return static_cast<double>(value.integer);
+    case DataValue::Kind::kUnsigned:
+      return static_cast<double>(value.unsigned_integer);
+    default:
+      return value.floating;
+  }
+}
+
+// Writes the elements of `data` as `dtype` to `out`; throws ProtocolError
+// naming the first one `dtype` cannot hold ("inputs[0] ('x').data[17]").
+// Note [Reading request data]: the field is named only for a refusal.
+void store_values(const InputData& data, runtime::DType dtype, uint8_t* out,
+                  const std::string& where) {
+  using Kind = DataValue::Kind;
+  const size_t element = runtime::dtype_size(dtype);
+  for (size_t e = 0; e < data.values.size(); ++e) {
+    const DataValue& value = data.values[e];
+    uint8_t* at = out + e * element;
+    if (dtype == runtime::DType::kF32 && value.kind == Kind::kFloat) {
+      const float narrow = static_cast<float>(value.floating);  // as store_element rounds
+      std::memcpy(at, &narrow, 4);
+      continue;
+    }
+    const std::string refused = refusal(data, value, dtype);
+    if (!refused.empty()) throw ProtocolError(str_cat(where, ".data[", e, "]", refused));
+    switch (dtype) {
+      case runtime::DType::kBool:
+        *at = value.boolean ? 1 : 0;
+        break;
+      case runtime::DType::kI32: {
+        const auto narrow = static_cast<int32_t>(
+            value.kind == Kind::kInteger ? value.integer
+                                         : static_cast<int64_t>(value.unsigned_integer));
+        std::memcpy(at, &narrow, 4);
+        break;
+      }
+      case runtime::DType::kI64: {
+        const int64_t wide = value.kind == Kind::kInteger
+                                 ? value.integer
+                                 : static_cast<int64_t>(value.unsigned_integer);
+        std::memcpy(at, &wide, 8);
+        break;
+      }
+      default:
+        runtime::store_element(at, dtype, number_of(value));
+        break;
     }
   }
 }
 
-void store_value(const json& value, runtime::DType dtype, uint8_t* at, const std::string& field) {
-  using runtime::DType;
-  switch (dtype) {
-    case DType::kBool:
-      GROVE_CHECK_AS(ProtocolError, value.is_boolean(), field, ": expected true or false for ",
-                     "BOOL, found ", brief(value));
-      *at = value.get<bool>() ? 1 : 0;
-      return;
-    case DType::kI32: {
-      GROVE_CHECK_AS(ProtocolError, value.is_number_integer(), field,
-                     ": expected an integer for INT32, found ", brief(value));
-      int64_t v = value.get<int64_t>();
-      GROVE_CHECK_AS(ProtocolError,
-                     value.is_number_integer() && !value.is_number_unsigned()
-                         ? v >= INT32_MIN && v <= INT32_MAX
-                         : value.get<uint64_t>() <= INT32_MAX,
-                     field, ": ", brief(value), " does not fit INT32");
-      int32_t narrow = static_cast<int32_t>(v);
-      std::memcpy(at, &narrow, 4);
-      return;
+// The elements of a "data" tree, flattened row-major (for a tree the reader
+// did not take apart: Note [Reading request data] keeps every root.inputs[i].data).
+void flatten(const json& tree, InputData& data) {
+  for (const json& item : tree) {
+    if (item.is_array()) {
+      flatten(item, data);
+      continue;
     }
-    case DType::kI64: {
-      GROVE_CHECK_AS(ProtocolError, value.is_number_integer(), field,
-                     ": expected an integer for INT64, found ", brief(value));
-      GROVE_CHECK_AS(ProtocolError,
-                     !value.is_number_unsigned() || value.get<uint64_t>() <= INT64_MAX, field, ": ",
-                     brief(value), " does not fit INT64");
-      int64_t v = value.get<int64_t>();
-      std::memcpy(at, &v, 8);
-      return;
+    DataValue& value = data.values.emplace_back();
+    if (item.is_number_unsigned()) {
+      value.kind = DataValue::Kind::kUnsigned;
+      value.unsigned_integer = item.get<uint64_t>();
+    } else if (item.is_number_integer()) {
+      value.kind = DataValue::Kind::kInteger;
+      value.integer = item.get<int64_t>();
+    } else if (item.is_number_float()) {
+      value.kind = DataValue::Kind::kFloat;
+      value.floating = item.get<double>();
+    } else if (item.is_boolean()) {
+      value.kind = DataValue::Kind::kBool;
+      value.boolean = item.get<bool>();
+    } else {
+      value.kind = DataValue::Kind::kOther;
+      value.other = data.others.size();
+      data.others.push_back(item);
     }
-    default:
-      GROVE_CHECK_AS(ProtocolError, value.is_number(), field, ": expected a number for ",
-                     kserve_datatype(dtype), ", found ", brief(value));
-      runtime::store_element(at, dtype, value.get<double>());
-      return;
   }
+  data.read = true;
 }
 
 template <typename T>
@@ -164,20 +235,9 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
                  " is beyond the body's ", body.size(), " bytes");
   const size_t text_end = json_length ? *json_length : body.size();
   size_t binary_at = text_end;  // the next binary tensor's first byte
-  json document;
-  try {
-    document = json::parse(
-        body.begin(), body.begin() + static_cast<std::ptrdiff_t>(text_end),
-        [](int depth, json::parse_event_t, json&) {
-          if (depth > kMaxRequestDepth) {
-            throw ProtocolError(str_cat("request body nests deeper than ", kMaxRequestDepth,
-                                        " levels; give data flat or nested as its shape"));
-          }
-          return true;
-        });
-  } catch (const json::exception& error) {
-    throw ProtocolError(str_cat("request body is not valid JSON: ", error.what()));
-  }
+  // Note [Reading request data].
+  RequestDocument read = read_request_document(std::string_view(body.data(), text_end));
+  const json& document = read.json;
   GROVE_CHECK_AS(ProtocolError, document.is_object(),
                  "request body must be a JSON object with "
                  "\"inputs\"");
@@ -195,7 +255,6 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
   result.request.inputs.resize(signature.inputs.size());
   std::vector<bool> given(signature.inputs.size(), false);
   int64_t rows = -1;
-  std::vector<const json*> scalars;
   for (size_t i = 0; i < inputs->size(); ++i) {
     const json& tensor = (*inputs)[i];
     const std::string field = str_cat("inputs[", i, "]");
@@ -280,21 +339,21 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     auto data = tensor.find("data");
     GROVE_CHECK_AS(ProtocolError, data != tensor.end() && data->is_array(), where,
                    ".data: missing or not an array");
-    scalars.clear();
-    flatten(*data, where + ".data", scalars);
+    InputData flattened;
+    const InputData* values = i < read.data.size() && read.data[i].read ? &read.data[i] : nullptr;
+    if (values == nullptr) {
+      flatten(*data, flattened);
+      values = &flattened;
+    }
     const int64_t count = elements;
-    GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(scalars.size()) == count, where,
-                   ".data: ", scalars.size(), " values for shape ", shape_text(shape),
+    GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(values->values.size()) == count, where,
+                   ".data: ", values->values.size(), " values for shape ", shape_text(shape),
                    ", which holds ", count);
     HostRows& host = result.request.inputs[k];
     host.shape = shape;
     host.dtype = spec.dtype;
-    const size_t element = element_size;
-    host.bytes.resize(static_cast<size_t>(count) * element);
-    for (size_t e = 0; e < scalars.size(); ++e) {
-      store_value(*scalars[e], spec.dtype, host.bytes.data() + e * element,
-                  str_cat(where, ".data[", e, "]"));
-    }
+    host.bytes.resize(static_cast<size_t>(count) * element_size);
+    store_values(*values, spec.dtype, host.bytes.data(), where);
   }
 
   GROVE_CHECK_AS(ProtocolError, binary_at == body.size(), body.size() - binary_at,

@@ -1,0 +1,461 @@
+#include "serving/kserve_request_reader.h"
+
+#include <charconv>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "serving/kserve_protocol.h"
+
+namespace grove::serving {
+namespace {
+
+using nlohmann::json;
+
+// nlohmann's SAX events into a tree, except the elements of root.inputs[i].data
+// arrays, which go to RequestDocument::data (Note [Reading request data]).
+class RequestSax {
+ public:
+  explicit RequestSax(RequestDocument& document) : document_(document) {}
+
+  bool null() { return value(nullptr); }
+  bool boolean(bool v) {
+    if (capturing()) return capture(DataValue::Kind::kBool, [&](DataValue& d) { d.boolean = v; });
+    return value(v);
+  }
+  bool number_integer(json::number_integer_t v) {
+    if (capturing()) {
+      return capture(DataValue::Kind::kInteger, [&](DataValue& d) { d.integer = v; });
+    }
+    return value(v);
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (capturing()) {
+      return capture(DataValue::Kind::kUnsigned, [&](DataValue& d) { d.unsigned_integer = v; });
+    }
+    return value(v);
+  }
+  bool number_float(json::number_float_t v, const json::string_t&) {
+    if (capturing()) return capture(DataValue::Kind::kFloat, [&](DataValue& d) { d.floating = v; });
+    return value(v);
+  }
+  bool string(json::string_t& v) { return value(std::move(v)); }
+  bool binary(json::binary_t& v) { return value(json::binary(std::move(v))); }
+
+  bool start_object(size_t) {
+    check_depth();
+    ++open_;
+    if (capturing()) {
+      // An object among the data: built as a tree, kept as an odd element.
+      capture_->others.emplace_back(json::object());
+      push_other();
+      stack_.push_back(&capture_->others.back());
+      return true;
+    }
+    const bool input = stack_.size() == 2 && stack_.back() == inputs_;
+    json* object = put(json::object());
+    if (input) {
+      input_index_ = inputs_->size() - 1;
+      if (document_.data.size() <= input_index_) document_.data.resize(input_index_ + 1);
+      input_ = object;
+    }
+    stack_.push_back(object);
+    return true;
+  }
+
+  bool key(json::string_t& name) {
+    check_depth();
+    json& object = *stack_.back();
+    key_is_inputs_ = stack_.size() == 1 && name == "inputs";
+    key_is_data_ = stack_.size() == 3 && stack_.back() == input_ && name == "data";
+    slot_ = &object[name];  // a duplicate key's later value replaces the earlier one
+    return true;
+  }
+
+  bool end_object() {
+    --open_;
+    stack_.pop_back();
+    return true;
+  }
+
+  bool start_array(size_t) {
+    check_depth();
+    ++open_;
+    if (capturing()) {
+      ++capture_arrays_;  // nested data: flattened
+      return true;
+    }
+    if (key_is_data_ && stack_.size() == 3 && stack_.back() == input_) {
+      key_is_data_ = false;
+      put(json::array());  // the tree keeps an empty "data" array
+      InputData& data = document_.data[input_index_];
+      data = InputData();
+      data.read = true;
+      capture_ = &data;
+      capture_base_ = stack_.size();
+      capture_arrays_ = 1;
+      return true;
+    }
+    const bool inputs = key_is_inputs_ && stack_.size() == 1;
+    json* array = put(json::array());
+    if (inputs) {
+      key_is_inputs_ = false;
+      inputs_ = array;
+      input_ = nullptr;
+      document_.data.clear();  // a later "inputs" replaces an earlier one
+    }
+    stack_.push_back(array);
+    return true;
+  }
+
+  bool end_array() {
+    --open_;
+    if (capture_ != nullptr && stack_.size() == capture_base_) {
+      if (--capture_arrays_ == 0) capture_ = nullptr;
+      return true;
+    }
+    stack_.pop_back();
+    return true;
+  }
+
+  template <typename Exception>
+  bool parse_error(size_t, const std::string&, const Exception& error) {
+    throw ProtocolError(str_cat("request body is not valid JSON: ", error.what()));
+  }
+
+ private:
+  // Inside a data array and not inside an object among its elements.
+  bool capturing() const { return capture_ != nullptr && stack_.size() == capture_base_; }
+
+  template <typename Fill>
+  bool capture(DataValue::Kind kind, Fill fill) {
+    check_depth();
+    DataValue& value = capture_->values.emplace_back();
+    value.kind = kind;
+    fill(value);
+    return true;
+  }
+
+  void push_other() {
+    DataValue& value = capture_->values.emplace_back();
+    value.kind = DataValue::Kind::kOther;
+    value.other = capture_->others.size() - 1;
+  }
+
+  template <typename Value>
+  bool value(Value&& v) {
+    check_depth();
+    if (capturing()) {
+      capture_->others.emplace_back(std::forward<Value>(v));
+      push_other();
+      return true;
+    }
+    put(std::forward<Value>(v));
+    return true;
+  }
+
+  // Places a value in the open container (or as the root); returns it.
+  template <typename Value>
+  json* put(Value&& v) {
+    if (stack_.empty()) {
+      document_.json = json(std::forward<Value>(v));
+      return &document_.json;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.emplace_back(std::forward<Value>(v));
+      return &parent.back();
+    }
+    *slot_ = json(std::forward<Value>(v));
+    return slot_;
+  }
+
+  // As nlohmann::json::parse's callback saw depth: the containers open
+  // around the event.
+  void check_depth() const {
+    if (open_ > kMaxRequestDepth) {
+      throw ProtocolError(str_cat("request body nests deeper than ", kMaxRequestDepth,
+                                  " levels; give data flat or nested as its shape"));
+    }
+  }
+
+  RequestDocument& document_;
+  std::vector<json*> stack_;  // the open containers of the tree
+  json* slot_ = nullptr;      // the value of the object key just read
+  int open_ = 0;              // open containers, data arrays included
+  bool key_is_inputs_ = false;
+  bool key_is_data_ = false;
+  json* inputs_ = nullptr;  // root.inputs, once an array
+  json* input_ = nullptr;   // the object of root.inputs being read
+  size_t input_index_ = 0;
+  InputData* capture_ = nullptr;  // the data array being read, if any
+  size_t capture_base_ = 0;       // stack_.size() inside it
+  int capture_arrays_ = 0;        // its arrays open
+};
+
+// The fast reader's scan (Note [Reading request data]): finds the data arrays
+// of root.inputs[i] and reads their numbers; nullopt where it gives up.
+class DataArrayScan {
+ public:
+  struct Span {
+    size_t input = 0;
+    size_t begin = 0, end = 0;  // the array's text, brackets included
+    InputData data;
+  };
+
+  explicit DataArrayScan(std::string_view text) : text_(text) {}
+
+  std::optional<std::vector<Span>> run() {
+    skip_space();
+    if (!object([&](std::string_view key) {
+          if (key != "inputs") return skip_value(1);
+          if (seen_inputs_ || peek() != '[') return false;
+          seen_inputs_ = true;
+          return inputs();
+        })) {
+      return std::nullopt;
+    }
+    return std::move(spans_);
+  }
+
+ private:
+  char peek() const { return at_ < text_.size() ? text_[at_] : '\0'; }
+  void skip_space() {
+    while (at_ < text_.size() &&
+           (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\r' || text_[at_] == '\t')) {
+      ++at_;
+    }
+  }
+  bool consume(char c) {
+    if (peek() != c) return false;
+    ++at_;
+    return true;
+  }
+  bool expect(char c) {
+    skip_space();
+    if (peek() != c) return false;
+    ++at_;
+    skip_space();
+    return true;
+  }
+
+  // A string's raw text between its quotes; false at its end of text.
+  bool string(std::string_view* raw) {
+    if (peek() != '"') return false;
+    const size_t begin = ++at_;
+    while (at_ < text_.size() && text_[at_] != '"') at_ += text_[at_] == '\\' ? 2 : 1;
+    if (at_ >= text_.size()) return false;
+    if (raw != nullptr) *raw = text_.substr(begin, at_ - begin);
+    ++at_;
+    return true;
+  }
+
+  // {key: value, ...} at depth 0; `member` reads each value (at_ on it).
+  template <typename Member>
+  bool object(Member member) {
+    if (!expect('{')) return false;
+    if (consume('}')) return true;
+    while (true) {
+      std::string_view key;
+      if (!string(&key) || key.find('\\') != std::string_view::npos) return false;
+      if (!expect(':') || !member(key)) return false;
+      skip_space();
+      if (consume('}')) return true;
+      if (!expect(',')) return false;
+    }
+  }
+
+  // The root's "inputs" array (depth 1).
+  bool inputs() {
+    if (!expect('[')) return false;
+    if (consume(']')) return true;
+    for (size_t index = 0;; ++index) {
+      if (peek() == '{') {
+        bool seen_data = false;
+        if (!object([&](std::string_view key) {
+              if (key != "data" || peek() != '[') return skip_value(3);
+              if (seen_data) return false;
+              seen_data = true;
+              return data(index);
+            })) {
+          return false;
+        }
+      } else if (!skip_value(2)) {
+        return false;
+      }
+      skip_space();
+      if (consume(']')) return true;
+      if (!expect(',')) return false;
+    }
+  }
+
+  // Any value, unchecked (the reference reader checks it in the rest of the
+  // text); `depth` containers are open around it.
+  bool skip_value(int depth) {
+    skip_space();
+    const char c = peek();
+    if (c == '"') return string(nullptr);
+    if (c == '{' || c == '[') {
+      if (depth >= kMaxRequestDepth) return false;
+      const char close = c == '{' ? '}' : ']';
+      ++at_;
+      skip_space();
+      if (consume(close)) return true;
+      while (true) {
+        if (c == '{' && (!string(nullptr) || !expect(':'))) return false;
+        if (!skip_value(depth + 1)) return false;
+        skip_space();
+        if (consume(close)) return true;
+        if (!expect(',')) return false;
+      }
+    }
+    const size_t begin = at_;
+    while (at_ < text_.size() &&
+           std::string_view(",]} \n\r\t").find(text_[at_]) == std::string_view::npos) {
+      ++at_;
+    }
+    return at_ > begin;
+  }
+
+  // root.inputs[index].data (its "[" at at_; depth 3 around it).
+  bool data(size_t index) {
+    Span span;
+    span.input = index;
+    span.begin = at_;
+    span.data.read = true;
+    span.data.values.reserve(1024);
+    if (!numbers(span.data, 3)) return false;
+    span.end = at_;
+    spans_.push_back(std::move(span));
+    return true;
+  }
+
+  bool numbers(InputData& data, int depth) {
+    if (depth >= kMaxRequestDepth) return false;
+    ++at_;  // '['
+    skip_space();
+    if (consume(']')) return true;
+    while (true) {
+      if (peek() == '[') {
+        if (!numbers(data, depth + 1)) return false;
+      } else if (!number(data.values.emplace_back())) {
+        return false;
+      }
+      skip_space();
+      if (consume(']')) return true;
+      if (peek() != ',') return false;
+      ++at_;
+      skip_space();
+    }
+  }
+
+  // A JSON number token, converted as nlohmann's lexer converts it.
+  bool number(DataValue& value) {
+    const char* begin = text_.data() + at_;
+    const char* end = text_.data() + text_.size();
+    const char* p = begin;
+    const bool negative = p < end && *p == '-';
+    if (negative) ++p;
+    auto digits = [&] {
+      const char* first = p;
+      while (p < end && *p >= '0' && *p <= '9') ++p;
+      return p > first;
+    };
+    if (p < end && *p == '0') {
+      ++p;
+    } else if (!digits()) {
+      return false;
+    }
+    bool integer = true;
+    if (p < end && *p == '.') {
+      ++p;
+      if (!digits()) return false;
+      integer = false;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+      ++p;
+      if (p < end && (*p == '+' || *p == '-')) ++p;
+      if (!digits()) return false;
+      integer = false;
+    }
+    at_ += static_cast<size_t>(p - begin);
+    if (integer && negative) {
+      value.kind = DataValue::Kind::kInteger;
+      if (std::from_chars(begin, p, value.integer).ec == std::errc()) return true;
+    } else if (integer) {
+      value.kind = DataValue::Kind::kUnsigned;
+      if (std::from_chars(begin, p, value.unsigned_integer).ec == std::errc()) return true;
+    }
+    // A float token, or an integer past 64 bits (nlohmann reads it as a double).
+    value.kind = DataValue::Kind::kFloat;
+    auto [last, error] = std::from_chars(begin, p, value.floating);
+    return error == std::errc() && last == p && std::isfinite(value.floating);
+  }
+
+  std::string_view text_;
+  size_t at_ = 0;
+  bool seen_inputs_ = false;
+  std::vector<Span> spans_;
+};
+
+}  // namespace
+
+std::optional<RequestDocument> read_request_document_fast(std::string_view text) {
+  std::optional<std::vector<DataArrayScan::Span>> spans = DataArrayScan(text).run();
+  if (!spans) return std::nullopt;
+  std::string rest;
+  rest.reserve(text.size());
+  size_t at = 0;
+  for (const DataArrayScan::Span& span : *spans) {
+    rest.append(text.substr(at, span.begin - at));
+    rest += "[]";
+    at = span.end;
+  }
+  rest.append(text.substr(at));
+  RequestDocument document;
+  try {
+    document = read_request_document_reference(rest);
+  } catch (const ProtocolError&) {
+    return std::nullopt;  // the reference reader names the error in the original text
+  }
+  for (DataArrayScan::Span& span : *spans) {
+    if (span.input >= document.data.size() || !document.data[span.input].read ||
+        !document.data[span.input].values.empty()) {
+      return std::nullopt;  // not where the reference reader found it: read it all again
+    }
+    document.data[span.input] = std::move(span.data);
+  }
+  return document;
+}
+
+json InputData::value_json(const DataValue& value) const {
+  switch (value.kind) {
+    case DataValue::Kind::kInteger:
+      return json(value.integer);
+    case DataValue::Kind::kUnsigned:
+      return json(value.unsigned_integer);
+    case DataValue::Kind::kFloat:
+      return json(value.floating);
+    case DataValue::Kind::kBool:
+      return json(value.boolean);
+    case DataValue::Kind::kOther:
+      break;
+  }
+  return others.at(value.other);
+}
+
+RequestDocument read_request_document_reference(std::string_view text) {
+  RequestDocument document;
+  RequestSax sax(document);
+  json::sax_parse(text.begin(), text.end(), &sax);
+  return document;
+}
+
+RequestDocument read_request_document(std::string_view text) {
+  // Note [Reading request data].
+  if (std::optional<RequestDocument> document = read_request_document_fast(text))
+    return std::move(*document);
+  return read_request_document_reference(text);
+}
+
+}  // namespace grove::serving

@@ -1,0 +1,82 @@
+// How grove reads the JSON of a KServe v2 inference request
+// (serving/kserve_protocol.h): a tree of everything but the inputs' "data"
+// arrays, whose elements are kept beside it as flat values, without a JSON
+// node, or a field name, per element. parse_infer_request() checks both.
+//
+//   RequestDocument document = read_request_document(body);
+//   document.json["inputs"][0]["data"];  // [] (an array, emptied)
+//   document.data[0].values;             // its 512 numbers, row-major
+//
+// Note [Reading request data]
+// A 512-float row is most of a request, and reading it into nlohmann::json
+// nodes cost more CPU than the rest of the HTTP path (serve_http on sim, a
+// model that costs nothing: 69% of the process's CPU in parse_infer_request,
+// half of it naming a field per element). Two readers give the same result:
+//  * the reference reader, nlohmann's SAX parser over the whole text: the
+//    tree as nlohmann::json::parse builds it (the last of duplicate keys
+//    wins), "data" arrays under root.inputs[i] kept as flat values (nested
+//    arrays flattened, row-major), and any error thrown as
+//    parse_infer_request always did ("not valid JSON: ...", "nests deeper");
+//  * the fast reader, for the common body: a scan that finds each
+//    root.inputs[i].data array of plain JSON numbers (nested arrays too),
+//    converts them with std::from_chars exactly as nlohmann's lexer would
+//    (an integer token as a signed or unsigned 64-bit integer when it fits,
+//    else as a double; -0 is the integer 0), then runs the reference reader
+//    on the text with those arrays replaced by [] and puts the values back.
+//    Replacing a valid JSON value by another keeps the text valid or invalid
+//    alike, so it only has to find the arrays right in valid JSON: it gives up
+//    on anything it does not fully check (a key with an escape, a duplicate
+//    "inputs" or "data", a string or literal among the numbers, a number
+//    from_chars will not take, nesting past kMaxRequestDepth), and on any
+//    error the reference reader reads the original text, so every refusal
+//    keeps its message. Tests: KserveRequestReader.* (both readers agree on
+//    random and mutated bodies).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace grove::serving {
+
+// One element of an input's "data" as the JSON held it: the kind is the one
+// nlohmann gives the number (unsigned for a non-negative integer token).
+struct DataValue {
+  enum class Kind : uint8_t { kInteger, kUnsigned, kFloat, kBool, kOther };
+  Kind kind = Kind::kOther;
+  union {
+    int64_t integer;
+    uint64_t unsigned_integer;
+    double floating;
+    bool boolean;
+    size_t other;  // kOther: index into InputData::others
+  };
+};
+
+// The elements of one inputs[i].data array.
+struct InputData {
+  bool read = false;                   // "data" is an array and its elements are here
+  std::vector<DataValue> values;       // flat, row-major
+  std::vector<nlohmann::json> others;  // the strings, nulls and objects among them
+
+  // The element as a JSON value (for messages).
+  nlohmann::json value_json(const DataValue& value) const;
+};
+
+struct RequestDocument {
+  nlohmann::json json;          // the body, every root.inputs[i].data array emptied
+  std::vector<InputData> data;  // per entry of root.inputs
+};
+
+// Note [Reading request data]. Throws ProtocolError (kserve_protocol.h) for
+// text that is not JSON or nests deeper than kMaxRequestDepth.
+RequestDocument read_request_document(std::string_view text);
+// Each reader alone (tests compare them): the fast one's nullopt means it
+// gave up on `text`, which read_request_document() then reads with the other.
+std::optional<RequestDocument> read_request_document_fast(std::string_view text);
+RequestDocument read_request_document_reference(std::string_view text);
+
+}  // namespace grove::serving
