@@ -80,23 +80,56 @@ Value* Emitter::block_reduce(ReduceOp op, Value* partial) {
 std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element_start,
                                         Value* element_step,
                                         const std::function<Site(Value*)>& element_site) {
-  std::vector<Value*> identities;
-  for (size_t r = first; r < end; ++r) identities.push_back(identity(spec_.reductions[r].op));
-  std::vector<Value*> totals =
-      loop(element_start, i64(spec_.row_length()), element_step, identities,
-           [&](Value* k, const std::vector<Value*>& accumulators) {
-             // One memo for the group: an expression several reductions read
-             // (a small-M GEMM's weight element) is loaded once per element.
-             std::vector<Value*> memo(spec_.exprs.size(), nullptr);
-             const Site at = element_site(k);
-             std::vector<Value*> next;
-             for (size_t r = first; r < end; ++r) {
-               const Reduction& reduction = spec_.reductions[r];
-               Value* value = eval(reduction.expr, at, memo);
-               next.push_back(combine(reduction.op, accumulators[r - first], value));
-             }
-             return next;
-           });
+  std::vector<Value*> totals;
+  for (size_t r = first; r < end; ++r) totals.push_back(identity(spec_.reductions[r].op));
+  // Folds the elements at `ks` (in order) into `accumulators`. One memo per
+  // element shared by the group: an expression several reductions read (a
+  // small-M GEMM's weight element) is loaded once.
+  auto fold = [&](const std::vector<Value*>& ks, std::vector<Value*> accumulators) {
+    std::vector<std::vector<Value*>> values;
+    for (Value* k : ks) {
+      std::vector<Value*> memo(spec_.exprs.size(), nullptr);
+      const Site at = element_site(k);
+      values.emplace_back();
+      for (size_t r = first; r < end; ++r) {
+        values.back().push_back(eval(spec_.reductions[r].expr, at, memo));
+      }
+    }
+    for (const std::vector<Value*>& element : values) {
+      for (size_t r = first; r < end; ++r) {
+        accumulators[r - first] =
+            combine(spec_.reductions[r].op, accumulators[r - first], element[r - first]);
+      }
+    }
+    return accumulators;
+  };
+  const int64_t length = spec_.row_length();
+  Value* remainder_start = element_start;
+  const int64_t unrolled_end = length - (kWarpRowsUnroll - 1) * kWarpSize;
+  if (nvptx() && spec_.warp_rows && unrolled_end > 0) {
+    // Note [Warp-per-row reductions]: kWarpRowsUnroll elements per lane per
+    // iteration, all loaded before any is folded (loads in flight together
+    // instead of one L2 round trip per element); each lane still folds its
+    // elements in increasing order, so the sums are those of the plain loop.
+    const int64_t stride = kWarpRowsUnroll * kWarpSize;
+    totals = loop(element_start, i64(unrolled_end), i64(stride), totals,
+                  [&](Value* k, const std::vector<Value*>& accumulators) {
+                    std::vector<Value*> ks;
+                    for (int64_t j = 0; j < kWarpRowsUnroll; ++j) {
+                      ks.push_back(b_.CreateAdd(k, i64(j * kWarpSize)));
+                    }
+                    return fold(ks, accumulators);
+                  });
+    // Where this lane's unrolled iterations stopped.
+    Value* left = b_.CreateSub(i64(unrolled_end), element_start);
+    Value* positive = b_.CreateICmpSGT(left, i64(0));
+    Value* iterations = b_.CreateSelect(
+        positive, b_.CreateUDiv(b_.CreateAdd(left, i64(stride - 1)), i64(stride)), i64(0));
+    remainder_start = b_.CreateAdd(element_start, b_.CreateMul(iterations, i64(stride)));
+  }
+  totals = loop(
+      remainder_start, i64(length), element_step, totals,
+      [&](Value* k, const std::vector<Value*>& accumulators) { return fold({k}, accumulators); });
   if (nvptx()) {
     for (size_t r = first; r < end; ++r) {
       totals[r - first] = block_reduce(spec_.reductions[r].op, totals[r - first]);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "compiler/lowering/gemm_tuning_table.h"
 #include "compiler/lowering/lower.h"
 #include "compiler/lowering/scheduler.h"
+#include "compiler/model_format/model_json.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/error.h"
@@ -142,6 +144,24 @@ TEST(SmallMGemmSelection, AutoWithoutMeasurementsUsesTheShapeHeuristic) {
   EXPECT_EQ(kernels_and_gemms(1, 4096, 4096), std::make_pair(size_t{0}, size_t{1}));  // 64 MiB
 }
 
+// Issue 22's case: mlp16x512 at batch 1 is 16 GEMMs (graph nodes) either way,
+// library calls when off, grove's kernels (bias and gelu inside) when on.
+TEST(SmallMGemmSelection, Mlp16x512AtBatchOneRunsSixteenKernelsInsteadOfSixteenGemms) {
+  compiler::ir::Program program = compiler::model_format::load_model_file(
+      "benchmarks/models/mlp16x512.json", {{"batch", 1}}, runtime::kSimDevice);
+  for (const char* mode : {"off", "on"}) {
+    testing::ScopedEnv env("GROVE_SMALL_M_GEMM", mode);
+    compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
+    KernelReport report = lowered.kernel_report();
+    std::printf("mlp16x512 b=1, GROVE_SMALL_M_GEMM=%s: %s\n", mode, report.str().c_str());
+    ASSERT_EQ(lowered.function().segments.size(), 1u);
+    const compiler::Segment& segment = lowered.function().segments[0];
+    EXPECT_EQ(segment.kernel_count + segment.gemm_count, 16u);
+    EXPECT_EQ(segment.kernel_count, std::string(mode) == "on" ? 16u : 0u) << report.str();
+    EXPECT_EQ(small_m_kernels(report), std::string(mode) == "on" ? 16u : 0u) << report.str();
+  }
+}
+
 TEST(SmallMGemmSelection, TooManyRowsNeverQualify) {
   testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
   KernelReport report = report_of(linear_program(
@@ -161,8 +181,9 @@ TEST(SmallMGemmSelection, UnknownSwitchValueNamesTheVariable) {
 TEST(SmallMGemmKernel, PtxShufflesWithoutBarriersAndPassesPtxas) {
   compiler::lowering::GemmLaunch launch;
   launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.bias_slot = 3;
-  launch.args.m = 3, launch.args.n = 37, launch.args.k = 45;
-  launch.args.lda = 45, launch.args.ldb = 45, launch.args.ldc = 37;
+  // K = 200: lanes run the 4-element unrolled loop, then the remainder.
+  launch.args.m = 3, launch.args.n = 37, launch.args.k = 200;
+  launch.args.lda = 200, launch.args.ldb = 200, launch.args.ldc = 37;
   launch.args.transpose_b = true;
   launch.args.epilogue = runtime::GemmEpilogue::kBiasGelu;
   launch.calls.emplace_back();
@@ -175,6 +196,7 @@ TEST(SmallMGemmKernel, PtxShufflesWithoutBarriersAndPassesPtxas) {
   EXPECT_EQ(dims.block.x, 128u);
   EXPECT_EQ(dims.grid.x, 10u);  // 37 columns, 4 per block
   const std::string ptx = compiler::codegen::emit_ptx(spec);
+  if (const char* dump = std::getenv("GROVE_TEST_PTX_DUMP")) std::ofstream(dump) << ptx;
   EXPECT_NE(ptx.find("shfl.sync.bfly"), std::string::npos);
   EXPECT_EQ(ptx.find("bar.sync"), std::string::npos) << "a warp per row needs no barrier";
   constexpr const char* kPtxas = "/usr/local/cuda/bin/ptxas";
