@@ -240,7 +240,9 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
   if (options.rank_config) {
     ranks.push_back(options.rank_config->rank);
   } else {
-    for (int rank = 0; rank < options.gpus; ++rank) ranks.push_back(rank);
+    for (int rank = 0; rank < options.gpus; ++rank) {
+      ranks.push_back(rank);
+    }
   }
   run.rank = ranks.front();
   std::vector<std::exception_ptr> errors(ranks.size());
@@ -280,7 +282,9 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
         for (int64_t i = 0; i < options.measure.warmup + options.measure.iters; ++i) {
           Stopwatch watch;
           double loss = trainer->step(inputs, hyper).to_doubles().at(0);  // synchronizes
-          if (!reports) continue;
+          if (!reports) {
+            continue;
+          }
           if (i >= options.measure.warmup) run.step_us.push_back(watch.elapsed_us());
           run.losses.push_back(loss);
         }
@@ -359,7 +363,9 @@ int report_data_parallel(const RunOptions& options) {
     report["model_file"] = options.model.path;
     report["dims"] = program.dims();
     report["devices"] = world;
-    if (options.rank_config) report["processes"] = world;
+    if (options.rank_config) {
+      report["processes"] = world;
+    }
     report["backend"] = options.measure.backend;
     report["step"] = latency_json(step);
     report["samples_per_s"] = samples_per_s;
@@ -424,7 +430,9 @@ int run_command(const std::vector<std::string>& args) {
     return 0;
   }
   RunOptions options = parse_run_options(parsed);
-  if (options.gpus > 1 || options.rank_config) return report_data_parallel(options);
+  if (options.gpus > 1 || options.rank_config) {
+    return report_data_parallel(options);
+  }
   compiler::ir::Program program = load_program(options.model);
   check_work_estimate(program, options);
   if (program.outputs().empty()) {

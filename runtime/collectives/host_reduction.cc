@@ -16,7 +16,9 @@ void reduce_integers(const std::vector<const uint8_t*>& sources, uint8_t* destin
       std::memcpy(&v, source + i * sizeof(Int), sizeof(Int));
       total += v;
     }
-    if (op == ReduceOp::kMean) total /= ranks;
+    if (op == ReduceOp::kMean) {
+      total /= ranks;
+    }
     std::memcpy(destination + i * sizeof(Int), &total, sizeof(Int));
   }
 }
@@ -25,14 +27,22 @@ void reduce_integers(const std::vector<const uint8_t*>& sources, uint8_t* destin
 
 void reduce_in_rank_order(const std::vector<const uint8_t*>& sources, uint8_t* destination,
                           int64_t count, DType dtype, ReduceOp op) {
-  if (dtype == DType::kI32) return reduce_integers<int32_t>(sources, destination, count, op);
-  if (dtype == DType::kI64) return reduce_integers<int64_t>(sources, destination, count, op);
+  if (dtype == DType::kI32) {
+    return reduce_integers<int32_t>(sources, destination, count, op);
+  }
+  if (dtype == DType::kI64) {
+    return reduce_integers<int64_t>(sources, destination, count, op);
+  }
   const size_t size = dtype_size(dtype);
   const double ranks = static_cast<double>(sources.size());
   for (int64_t i = 0; i < count; ++i) {
     double total = 0;
-    for (const uint8_t* source : sources) total += load_element(source + i * size, dtype);
-    if (op == ReduceOp::kMean) total /= ranks;
+    for (const uint8_t* source : sources) {
+      total += load_element(source + i * size, dtype);
+    }
+    if (op == ReduceOp::kMean) {
+      total /= ranks;
+    }
     store_element(destination + i * size, dtype, total);
   }
 }

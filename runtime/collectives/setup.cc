@@ -98,7 +98,9 @@ std::shared_ptr<Communicator> join_tcp_group(Device device, const RankConfig& co
     TcpListener listener = TcpListener::listen(config.master_addr, config.master_port,
                                                str_cat("MASTER_PORT=", config.master_port));
     std::function<std::string()> make_group_id;
-    if (library != nullptr) make_group_id = [library] { return library->unique_id(); };
+    if (library != nullptr) {
+      make_group_id = [library] { return library->unique_id(); };
+    }
     links = accept_ranks(listener, str_cat(config.master_addr, ":", config.master_port),
                          config.world_size, make_group_id, config.timeout);
   } else {
@@ -163,7 +165,9 @@ std::shared_ptr<Communicator> join_group(Device device, const RankConfig& config
   GROVE_CHECK_AS(ConfigError,
                  config.world_size >= 1 && config.rank >= 0 && config.rank < config.world_size,
                  "join_group: rank ", config.rank, " is outside [0, ", config.world_size, ")");
-  if (!config.master_addr.empty()) return join_tcp_group(device, config);
+  if (!config.master_addr.empty()) {
+    return join_tcp_group(device, config);
+  }
   GROVE_CHECK_AS(ConfigError, !config.id_file.empty(),
                  "join_group: RankConfig has neither master_addr nor id_file; set MASTER_ADDR "
                  "and MASTER_PORT, or GROVE_NCCL_ID_FILE");

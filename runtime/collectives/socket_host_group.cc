@@ -72,7 +72,9 @@ std::string SocketHostGroup::where() const {
 
 void SocketHostGroup::fail(const std::string& reason) {
   failure_ = reason;
-  for (TcpConnection& link : links_.links) link.close();
+  for (TcpConnection& link : links_.links) {
+    link.close();
+  }
   throw CommunicationError(reason);
 }
 
@@ -82,7 +84,9 @@ void SocketHostGroup::all_reduce(int rank, const std::vector<Buffer>& buffers, R
                  "' belongs to rank ", links_.rank, ", not rank ", rank);
   GROVE_CHECK_AS(CommunicationError, failure_.empty(), failure_);
   ++collective_;
-  if (links_.world_size == 1) return;
+  if (links_.world_size == 1) {
+    return;
+  }
   if (rank == 0) {
     reduce_at_rank_zero(buffers, op);
   } else {
@@ -165,8 +169,9 @@ void SocketHostGroup::reduce_at_rank_zero(const std::vector<Buffer>& buffers, Re
   size_t offset = 0;
   for (const Buffer& buffer : buffers) {
     std::vector<const uint8_t*> sources{static_cast<const uint8_t*>(buffer.data)};
-    for (int r = 1; r < world; ++r)
+    for (int r = 1; r < world; ++r) {
       sources.push_back(received[static_cast<size_t>(r)].data() + offset);
+    }
     reduce_in_rank_order(sources, static_cast<uint8_t*>(buffer.data), buffer.count, buffer.dtype,
                          op);
     offset += buffer_bytes(buffer);
@@ -178,7 +183,9 @@ void SocketHostGroup::reduce_at_rank_zero(const std::vector<Buffer>& buffers, Re
   for (int r = 1; r < world; ++r) {
     TcpConnection& link = links_.links[static_cast<size_t>(r)];
     Transfer sent = link.send_all(&header, sizeof(header), deadline);
-    if (sent == Transfer::kDone) sent = link.send_all(result.data(), result.size(), deadline);
+    if (sent == Transfer::kDone) {
+      sent = link.send_all(result.data(), result.size(), deadline);
+    }
     if (sent == Transfer::kClosed) {
       fail(str_cat(where(), ": rank ", r,
                    " closed its connection before taking the result (its process exited or "
@@ -212,7 +219,9 @@ void SocketHostGroup::contribute(const std::vector<Buffer>& buffers, ReduceOp op
     Transfer transfer = link.send_all(message.data(), message.size(), deadline_after(timeout_));
     // Rank 0 answers once the slowest rank has come: wait as long as it does.
     const Deadline deadline = deadline_after(timeout_);
-    if (transfer == Transfer::kDone) transfer = link.receive_all(&result, sizeof(result), deadline);
+    if (transfer == Transfer::kDone) {
+      transfer = link.receive_all(&result, sizeof(result), deadline);
+    }
     if (transfer == Transfer::kDone && result.ok == 1 && result.length != bytes.size()) {
       fail(str_cat(where(), ": rank ", rank, " got ", result.length,
                    " bytes of result from rank 0, expected ", bytes.size()));
@@ -235,7 +244,9 @@ void SocketHostGroup::contribute(const std::vector<Buffer>& buffers, ReduceOp op
                    " (its process exited or failed; see its output)"));
     }
   }
-  if (result.ok != 1) fail(reason);
+  if (result.ok != 1) {
+    fail(reason);
+  }
   unpack(bytes, buffers);
 }
 

@@ -36,7 +36,9 @@ void send_reply(TcpConnection& link, bool ok, const std::string& bytes, Deadline
 std::string missing_ranks(const std::vector<TcpConnection>& links) {
   std::string missing;
   for (size_t r = 1; r < links.size(); ++r) {
-    if (!links[r].is_open()) missing += str_cat(missing.empty() ? "" : ", ", r);
+    if (!links[r].is_open()) {
+      missing += str_cat(missing.empty() ? "" : ", ", r);
+    }
   }
   return missing;
 }
@@ -45,7 +47,9 @@ std::string missing_ranks(const std::vector<TcpConnection>& links) {
 [[noreturn]] void fail_group(std::vector<TcpConnection>& links, const std::string& reason) {
   const Deadline deadline = deadline_after(std::chrono::milliseconds(1000));
   for (TcpConnection& link : links) {
-    if (link.is_open()) send_reply(link, false, reason, deadline);
+    if (link.is_open()) {
+      send_reply(link, false, reason, deadline);
+    }
   }
   throw CommunicationError(reason);
 }
@@ -130,7 +134,9 @@ TcpGroup connect_to_rank_zero(const std::string& address, int port, int rank, in
   hello.world_size = world_size;
   ReplyHeader header{};
   Transfer result = link->send_all(&hello, sizeof(hello), deadline);
-  if (result == Transfer::kDone) result = link->receive_all(&header, sizeof(header), deadline);
+  if (result == Transfer::kDone) {
+    result = link->receive_all(&header, sizeof(header), deadline);
+  }
   GROVE_CHECK_AS(CommunicationError, result != Transfer::kTimedOut, "rank ", rank, " reached ",
                  group.endpoint, " but waited ", timeout.count(),
                  " ms for rank 0 to gather the other ranks; start every rank with WORLD_SIZE=",

@@ -29,8 +29,12 @@ bool wait_for(int fd, short events, Deadline deadline) {
   for (;;) {
     pollfd entry{fd, events, 0};
     int ready = ::poll(&entry, 1, milliseconds_left(deadline));
-    if (ready > 0) return true;
-    if (ready == 0) return false;
+    if (ready > 0) {
+      return true;
+    }
+    if (ready == 0) {
+      return false;
+    }
     GROVE_CHECK_AS(CommunicationError, errno == EINTR,
                    "poll on a collective's socket failed: ", std::strerror(errno));
   }
@@ -49,7 +53,9 @@ void set_no_delay(int fd) {
 struct AddressList {
   addrinfo* head = nullptr;
   ~AddressList() {
-    if (head != nullptr) ::freeaddrinfo(head);
+    if (head != nullptr) {
+      ::freeaddrinfo(head);
+    }
   }
 };
 
@@ -80,26 +86,36 @@ TcpConnection& TcpConnection::operator=(TcpConnection&& other) noexcept {
 }
 
 void TcpConnection::close() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    ::close(fd_);
+  }
   fd_ = -1;
 }
 
 Transfer TcpConnection::send_all(const void* data, size_t size, Deadline deadline) {
   const auto* bytes = static_cast<const uint8_t*>(data);
   while (size > 0) {
-    if (fd_ < 0) return Transfer::kClosed;
+    if (fd_ < 0) {
+      return Transfer::kClosed;
+    }
     ssize_t sent = ::send(fd_, bytes, size, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent > 0) {
       bytes += sent;
       size -= static_cast<size_t>(sent);
       continue;
     }
-    if (sent < 0 && errno == EINTR) continue;
-    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_for(fd_, POLLOUT, deadline)) return Transfer::kTimedOut;
+    if (sent < 0 && errno == EINTR) {
       continue;
     }
-    if (sent < 0 && is_peer_gone(errno)) return Transfer::kClosed;
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_for(fd_, POLLOUT, deadline)) {
+        return Transfer::kTimedOut;
+      }
+      continue;
+    }
+    if (sent < 0 && is_peer_gone(errno)) {
+      return Transfer::kClosed;
+    }
     throw CommunicationError(
         str_cat("send on a collective's socket failed: ", std::strerror(errno)));
   }
@@ -109,20 +125,30 @@ Transfer TcpConnection::send_all(const void* data, size_t size, Deadline deadlin
 Transfer TcpConnection::receive_all(void* data, size_t size, Deadline deadline) {
   auto* bytes = static_cast<uint8_t*>(data);
   while (size > 0) {
-    if (fd_ < 0) return Transfer::kClosed;
+    if (fd_ < 0) {
+      return Transfer::kClosed;
+    }
     ssize_t got = ::recv(fd_, bytes, size, MSG_DONTWAIT);
     if (got > 0) {
       bytes += got;
       size -= static_cast<size_t>(got);
       continue;
     }
-    if (got == 0) return Transfer::kClosed;
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_for(fd_, POLLIN, deadline)) return Transfer::kTimedOut;
+    if (got == 0) {
+      return Transfer::kClosed;
+    }
+    if (errno == EINTR) {
       continue;
     }
-    if (is_peer_gone(errno)) return Transfer::kClosed;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_for(fd_, POLLIN, deadline)) {
+        return Transfer::kTimedOut;
+      }
+      continue;
+    }
+    if (is_peer_gone(errno)) {
+      return Transfer::kClosed;
+    }
     throw CommunicationError(
         str_cat("receive on a collective's socket failed: ", std::strerror(errno)));
   }
@@ -175,12 +201,16 @@ TcpListener TcpListener::listen(const std::string& address, int port, const std:
 }
 
 TcpListener::~TcpListener() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    ::close(fd_);
+  }
 }
 
 std::optional<TcpConnection> TcpListener::accept(Deadline deadline) {
   for (;;) {
-    if (!wait_for(fd_, POLLIN, deadline)) return std::nullopt;
+    if (!wait_for(fd_, POLLIN, deadline)) {
+      return std::nullopt;
+    }
     int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) {
       set_no_delay(fd);
@@ -198,7 +228,9 @@ std::optional<TcpConnection> connect_with_retry(const std::string& address, int 
   for (;;) {
     for (addrinfo* at = resolved.head; at != nullptr; at = at->ai_next) {
       int fd = ::socket(at->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (fd < 0) continue;
+      if (fd < 0) {
+        continue;
+      }
       bool connected = ::connect(fd, at->ai_addr, at->ai_addrlen) == 0;
       if (!connected && errno == EINPROGRESS && wait_for(fd, POLLOUT, deadline)) {
         int error = 0;
@@ -213,7 +245,9 @@ std::optional<TcpConnection> connect_with_retry(const std::string& address, int 
       }
       ::close(fd);
     }
-    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return std::nullopt;
+    }
     std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
         std::chrono::milliseconds(50), deadline - std::chrono::steady_clock::now()));
   }

@@ -55,18 +55,25 @@ GroupRun run_group(const std::vector<std::vector<std::string>>& args,
     const int port = free_port();
     run.ranks.assign(args.size(), CommandResult{});
     std::vector<std::thread> threads;
+    threads.reserve(world);
     for (int rank = 0; rank < world; ++rank) {
       threads.emplace_back([&, rank] {
         CommandOptions options;
         options.env = rank_env(rank, world, port);
         if (rank < static_cast<int>(extra_env.size())) {
-          for (const std::string& assignment : extra_env[rank]) options.env.push_back(assignment);
+          for (const std::string& assignment : extra_env[rank]) {
+            options.env.push_back(assignment);
+          }
         }
         run.ranks[rank] = run_command(kGrove, args[rank], options);
       });
     }
-    for (std::thread& thread : threads) thread.join();
-    if (run.ranks[0].err.find("in use") == std::string::npos) break;
+    for (std::thread& thread : threads) {
+      thread.join();
+    }
+    if (run.ranks[0].err.find("in use") == std::string::npos) {
+      break;
+    }
   }
   return run;
 }
@@ -96,7 +103,9 @@ TEST(GroveRunProcesses, TwoRankProcessesReachTheThreadedLosses) {
     const std::string rank_stats = scratch_path("rank0_" + backend + ".json");
     // LOCAL_RANK picks the device on the cudagraphs run; RANK does on the eager one.
     std::vector<std::vector<std::string>> local_ranks;
-    if (backend == "cudagraphs") local_ranks = {{"LOCAL_RANK=0"}, {"LOCAL_RANK=1"}};
+    if (backend == "cudagraphs") {
+      local_ranks = {{"LOCAL_RANK=0"}, {"LOCAL_RANK=1"}};
+    }
     GroupRun group = run_group(
         {with(train_args(backend, 3), {"--stats-json", rank_stats}), train_args(backend, 3)},
         local_ranks);

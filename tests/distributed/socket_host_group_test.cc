@@ -29,6 +29,7 @@ constexpr std::chrono::milliseconds kPatient(30000);
 void run_ranks(int world, const std::function<void(int)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;
+  threads.reserve(world);
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       try {
@@ -38,9 +39,13 @@ void run_ranks(int world, const std::function<void(int)>& fn) {
       }
     });
   }
-  for (std::thread& thread : threads) thread.join();
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
   for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
+    if (error) {
+      std::rethrow_exception(error);
+    }
   }
 }
 
@@ -69,7 +74,9 @@ std::vector<RankData> random_data(int world, std::mt19937& rng) {
   for (int r = 0; r < world; ++r) {
     // Magnitudes far apart, so that an order or precision change shows in the bits.
     std::vector<float> f32 = grove::testing::random_floats(rng, 53, -4.0f, 4.0f);
-    for (size_t i = 0; i < f32.size(); i += 3) f32[i] *= 1e7f;
+    for (size_t i = 0; i < f32.size(); i += 3) {
+      f32[i] *= 1e7f;
+    }
     data.push_back({f32, grove::testing::random_floats(rng, 9),
                     grove::testing::random_ints(rng, 11, -90, 90)});
   }
@@ -134,7 +141,10 @@ TEST(SocketHostGroup, CapturedAllReduceRunsOnEveryReplayLikeTheThreadedOne) {
   constexpr int kWorld = 2;
   GROVE_SEEDED_RNG(rng);
   std::vector<std::vector<float>> values;
-  for (int r = 0; r < kWorld; ++r) values.push_back(grove::testing::random_floats(rng, 17));
+  values.reserve(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    values.push_back(grove::testing::random_floats(rng, 17));
+  }
   // Per rank: after capture, after the first replay, after the second.
   using Snapshots = std::vector<std::vector<float>>;
   auto capture_and_replay = [&](Communicator& communicator) {

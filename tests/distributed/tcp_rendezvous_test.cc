@@ -47,7 +47,9 @@ class Environment {
       saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
       unsetenv(name);
     }
-    for (const auto& [name, value] : values) setenv(name, value, 1);
+    for (const auto& [name, value] : values) {
+      setenv(name, value, 1);
+    }
   }
   ~Environment() {
     for (const auto& [name, value] : saved_) {
@@ -142,7 +144,9 @@ TEST(TcpRendezvous, RankZeroHandsEveryRankTheGroupIdBytes) {
   constexpr int kWorld = 4;
   GROVE_SEEDED_RNG(rng);
   std::string id(128, '\0');  // an NCCL unique id's size, zero bytes included
-  for (size_t i = 0; i < id.size(); i += 2) id[i] = static_cast<char>(rng() & 0xff);
+  for (size_t i = 0; i < id.size(); i += 2) {
+    id[i] = static_cast<char>(rng() & 0xff);
+  }
   TcpListener listener = TcpListener::listen("127.0.0.1", 0, "the test's port");
   const int port = listener.port();
   std::vector<TcpGroup> groups(kWorld);
@@ -157,7 +161,9 @@ TEST(TcpRendezvous, RankZeroHandsEveryRankTheGroupIdBytes) {
                                : connect_to_rank_zero("127.0.0.1", port, rank, kWorld, kPatient);
     });
   }
-  for (std::thread& thread : threads) thread.join();
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
   for (int rank = 0; rank < kWorld; ++rank) {
     EXPECT_EQ(groups[rank].group_id, id) << "rank " << rank;
     EXPECT_EQ(groups[rank].rank, rank);
@@ -196,7 +202,9 @@ TEST(TcpRendezvous, RanksThatStartBeforeRankZeroWaitForIt) {
   std::vector<std::thread> threads;
   for (int rank : {1, 0}) {
     threads.emplace_back([&, rank] {
-      if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (rank == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
       RankConfig mine = config;
       mine.rank = rank;
       Device device{DeviceType::kSim, 20 + rank};
@@ -210,7 +218,9 @@ TEST(TcpRendezvous, RanksThatStartBeforeRankZeroWaitForIt) {
       leave_group(device);
     });
   }
-  for (std::thread& thread : threads) thread.join();
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
   EXPECT_EQ(got[0], (std::vector<float>{3.0f, 10.0f}));
   EXPECT_EQ(got[1], got[0]);
 }
@@ -265,6 +275,7 @@ TEST(TcpRendezvous, DisagreeingWorldSizesAndDuplicateRanksFailTheGroup) {
       rank_zero = error_of([&] { accept_ranks(owned, "127.0.0.1:p", 3, nullptr, kPatient); });
     });
     std::vector<std::thread> threads;
+    threads.reserve(2);
     for (int i = 0; i < 2; ++i) {
       threads.emplace_back([&, i] {
         // Duplicate: two ranks 1. Otherwise: the second rank believes in 4 ranks.
@@ -274,7 +285,9 @@ TEST(TcpRendezvous, DisagreeingWorldSizesAndDuplicateRanksFailTheGroup) {
         });
       });
     }
-    for (std::thread& thread : threads) thread.join();
+    for (std::thread& thread : threads) {
+      thread.join();
+    }
     zero.join();
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
     const std::string expected =
@@ -282,7 +295,9 @@ TEST(TcpRendezvous, DisagreeingWorldSizesAndDuplicateRanksFailTheGroup) {
     expect_contains(rank_zero, expected);
     // The rank that caused it is told why; the other one too, or (when it came
     // after the failure) that rank 0 closed the connection.
-    if (!duplicate) expect_contains(others[1], expected);
+    if (!duplicate) {
+      expect_contains(others[1], expected);
+    }
     for (const std::string& message : others) {
       EXPECT_TRUE(message.find(expected) != std::string::npos ||
                   message.find("closed the connection during the rendezvous") != std::string::npos)
