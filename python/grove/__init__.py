@@ -423,8 +423,11 @@ class Model:
                 value = value.clone()
             else:
                 if self._tag_outputs:
-                    value._grove_output = pointer  # check_not_overwritten reads it
-                if self._watch_kept:
+                    # A training graph's saved activation: the backward that
+                    # reads it checks it (check_not_overwritten) and names it,
+                    # so the storage hook does not poison it first.
+                    value._grove_output = pointer
+                elif self._watch_kept:
                     kept.append((weakref.ref(value), pointer))
             results.append(value)
         if len(kept) > len(results):

@@ -26,6 +26,13 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     op_name,
 )
 
+
+# Ops whose result depends only on their tensor argument's shape, dtype and
+# device (a causal mask made with query.new_ones(...).tril(), say): folded
+# into constants like ops without inputs.
+_METADATA_ONLY = {"aten.new_ones", "aten.new_zeros", "aten.new_full", "aten.ones_like",
+                  "aten.zeros_like", "aten.full_like"}
+
 log = logging.getLogger("grove")
 if os.environ.get("GROVE_LOG", "").lower() in ("info", "debug") and not log.handlers:
     _handler = logging.StreamHandler()
@@ -170,6 +177,11 @@ class _Importer:
                 # copies nothing of the caller's.
                 constant = constant.to(self.device)
                 self.constants[node] = constant
+            if not constant.is_contiguous():
+                # A folded view (an expanded ones_like, say): grove binds
+                # contiguous memory, and the importer owns this copy.
+                constant = constant.contiguous()
+                self.constants[node] = constant
             segment.params[grove_name] = (constant, None)
         else:
             if position is not None:
@@ -180,6 +192,8 @@ class _Importer:
         return grove_name
 
     def depends_on_inputs(self, node):
+        if op_name(node.target) in _METADATA_ONLY:
+            return False  # reads its argument's shape, dtype and device, fixed per compilation
         return any(isinstance(arg, torch.fx.Node) and arg in self.dynamic
                    for arg in node.all_input_nodes)
 

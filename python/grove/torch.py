@@ -129,7 +129,22 @@ def _training_graph(gm, example_inputs, mode, strict, device):
     # PyTorch's fused attention kernels (and their backwards) are not grove
     # ops; written out, attention trains in grove.
     training.write_out_attention(gm)
+    if _returns_one_value(gm):
+        # AOTAutograd takes graphs that return a tuple (dynamo's always do).
+        output = next(node for node in reversed(gm.graph.nodes) if node.op == "output")
+        output.args = ((output.args[0],),)
+        gm.recompile()
+        compiled = backend(gm, example_inputs)
+        return lambda *args: compiled(*args)[0]
     return backend(gm, example_inputs)
+
+
+def _returns_one_value(gm):
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return False
+    outputs = [node for node in graph.nodes if node.op == "output"]
+    return len(outputs) == 1 and not isinstance(outputs[0].args[0], (tuple, list))
 
 
 class PerShapeGraph:

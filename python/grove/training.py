@@ -34,7 +34,11 @@ log = importer.log
 # over uncopied even where PyTorch has no storage hook (Note [Kept outputs
 # through DLPack], grove/__init__.py), and a backward that reads an activation a
 # later replay overwrote fails with grove's stale-input message instead of
-# reading new data. The user's outputs follow the default rule. The backward's
+# reading new data. The user's outputs (the model's output, a loss) are
+# copied out of a graph backend's memory: a training loop keeps them across
+# steps (losses.append(loss.detach())), and PyTorch's storage hook poisons only
+# the tensor grove returned, never a detached alias of it, which a later
+# replay would overwrite silently (TrainingTest.test_sgd_steps_reach_torch_losses). The backward's
 # outputs (gradients) are always copied out of a graph backend's memory:
 # autograd keeps them as .grad across steps, where the next replay would
 # overwrite them. Guarded by TrainingTest.test_micro_batches_keep_saved_activations
@@ -197,8 +201,12 @@ class StepCompiler:
         user = {item for item in items[:count] if isinstance(item, torch.fx.Node)}
         saved = {item for item in items[count:] if isinstance(item, torch.fx.Node)}
 
+        copy_user = self.mode != "eager"
+
         def copies(node):  # Note [Saved activations stay in the pool]
-            if node in saved and node not in user:
+            if node in user:
+                return copy_user
+            if node in saved:
                 return False
             return None
 
@@ -283,8 +291,9 @@ def math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
     head = query.shape[-1]
     scores = (query @ key.transpose(-2, -1)) * (scale if scale is not None else head ** -0.5)
     if is_causal:
-        causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool,
-                            device=query.device).tril()
+        # Made from the query (new_ones), so that tracing with fake tensors
+        # (PyTorch 2.x's AOTAutograd) makes a fake mask too.
+        causal = query.new_ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
@@ -354,10 +363,16 @@ class TrainingModule(torch.nn.Module):
                                  bw_compiler=self.compiler.backward,
                                  partition_fn=self.compiler.partition)
         self._inference = {}
+        self._traced = False
 
     def forward(self, *args):
         if torch.is_grad_enabled() and any(p.requires_grad for p in self.module.parameters()):
-            return self._train(*args)
+            if self._traced:
+                return self._train(*args)
+            with _attention_written_out(self.compiler.lazy):
+                result = self._train(*args)
+            self._traced = True
+            return result
         return self._evaluate(*args)
 
     def _evaluate(self, *args):
@@ -382,6 +397,37 @@ class TrainingModule(torch.nn.Module):
             runner = getattr(compiled, "runner", None)
             if runner is not None:
                 runner.mark_step_begin()
+
+
+class _attention_written_out:
+    """While AOTAutograd traces a module on PyTorch 2.x (the first call),
+    torch.nn.functional.scaled_dot_product_attention is math_attention, so that
+    modules calling it (nn.MultiheadAttention, nn.TransformerEncoder) trace to
+    grove ops instead of a fused attention kernel whose backward grove lacks.
+    PyTorch 1.13 traces attention to matmuls already (active=False)."""
+
+    def __init__(self, active):
+        self.active = active
+        self.saved = None
+
+    def __enter__(self):
+        if self.active:
+            original = self.saved = torch.nn.functional.scaled_dot_product_attention
+
+            def written_out(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                            scale=None, **options):
+                if dropout_p or options:  # dropout, grouped-query: PyTorch's own kernel
+                    return original(query, key, value, attn_mask, dropout_p, is_causal,
+                                    scale=scale, **options)
+                return math_attention(query, key, value, attn_mask, 0.0, is_causal, scale)
+
+            torch.nn.functional.scaled_dot_product_attention = written_out
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            torch.nn.functional.scaled_dot_product_attention = self.saved
+        return False
 
 
 def _named(members):
