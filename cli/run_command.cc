@@ -107,6 +107,13 @@ runtime::collectives::RankConfig rank_config_of_process(const RunOptions& option
   if (!args.value("--dot").empty()) {
     throw UsageError("--dot is for one device; drop it when training as one rank of a group");
   }
+  if (!device.is_cuda() && config.master_addr.empty()) {
+    // On sim the id file only names a group inside one process.
+    throw UsageError(
+        "on sim, ranks that are processes meet over TCP: start them with RANK, WORLD_SIZE, "
+        "MASTER_ADDR and MASTER_PORT instead of GROVE_RANK, GROVE_WORLD_SIZE and "
+        "GROVE_NCCL_ID_FILE");
+  }
   return config;
 }
 

@@ -154,6 +154,16 @@ TEST(GroveRunProcesses, GpusUnderRankVariablesIsAUsageError) {
       << result.err;
 }
 
+TEST(GroveRunProcesses, GroveIdFileVariablesOnSimAreAUsageError) {
+  CommandOptions options;
+  options.env = {"GROVE_RANK=0", "GROVE_WORLD_SIZE=2",
+                 "GROVE_NCCL_ID_FILE=" + scratch_path("unused.id")};
+  CommandResult result = run_command(kGrove, train_args("eager", 1), options);
+  EXPECT_EQ(result.status, 2) << result.out << result.err;
+  EXPECT_NE(result.err.find("on sim, ranks that are processes meet over TCP"), std::string::npos)
+      << result.err;
+}
+
 TEST(GroveRunProcesses, ARankAloneGivesUpNamingRankZero) {
   const int port = free_port();
   CommandOptions options;
