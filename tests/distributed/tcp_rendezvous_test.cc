@@ -243,12 +243,20 @@ TEST(TcpRendezvous, RankZeroNamesTheRanksThatNeverCameAndTellsTheOthers) {
   std::string rank_zero, rank_one;
   const auto start = std::chrono::steady_clock::now();
   std::thread one([&] {
-    rank_one = error_of([&] { connect_to_rank_zero("127.0.0.1", port, 1, 3, kPatient); });
+    rank_one = error_of(
+        [&] { connect_to_rank_zero("127.0.0.1", port, 1, 3, std::chrono::milliseconds(5000)); });
   });
-  rank_zero = error_of([&] { accept_ranks(listener, "127.0.0.1:p", 3, nullptr, kShort); });
+  {
+    // Rank 0 waits 1 s for ranks 1 and 2 (rank 1 comes at once), then its port closes.
+    TcpListener owned = std::move(listener);
+    rank_zero = error_of(
+        [&] { accept_ranks(owned, "127.0.0.1:p", 3, nullptr, std::chrono::milliseconds(1000)); });
+  }
   one.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-  expect_contains(rank_zero, "for rank(s) 2, which never connected");
+  expect_contains(rank_zero,
+                  "rank 0 of 3 waited 1000 ms at 127.0.0.1:p for rank(s) 2, which "
+                  "never connected");
   expect_contains(rank_one, "the group failed at rank 0");
   expect_contains(rank_one, "for rank(s) 2, which never connected");
 }
@@ -269,19 +277,22 @@ TEST(TcpRendezvous, DisagreeingWorldSizesAndDuplicateRanksFailTheGroup) {
     const auto start = std::chrono::steady_clock::now();
     std::string rank_zero;
     std::vector<std::string> others(2);
-    // Rank 0's process owns the port: it closes when the rendezvous fails, so
-    // a rank that connects after the failure learns it at once too.
+    // Rank 0's process owns the port: it closes when the rendezvous fails.
     std::thread zero([&, owned = std::move(listener)]() mutable {
       rank_zero = error_of([&] { accept_ranks(owned, "127.0.0.1:p", 3, nullptr, kPatient); });
     });
     std::vector<std::thread> threads;
     threads.reserve(2);
     for (int i = 0; i < 2; ++i) {
+      // The well-configured rank comes first (the second one's mistake fails
+      // the group). Duplicate: two ranks 1. Otherwise: the second believes in 4 ranks.
+      if (i == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
       threads.emplace_back([&, i] {
-        // Duplicate: two ranks 1. Otherwise: the second rank believes in 4 ranks.
         others[i] = error_of([&] {
           connect_to_rank_zero("127.0.0.1", port, duplicate ? 1 : 1 + i,
-                               !duplicate && i == 1 ? 4 : 3, kPatient);
+                               !duplicate && i == 1 ? 4 : 3, std::chrono::milliseconds(3000));
         });
       });
     }
@@ -293,16 +304,13 @@ TEST(TcpRendezvous, DisagreeingWorldSizesAndDuplicateRanksFailTheGroup) {
     const std::string expected =
         duplicate ? "two processes connected to 127.0.0.1:p as rank 1" : "WORLD_SIZE=4";
     expect_contains(rank_zero, expected);
-    // The rank that caused it is told why; the other one too, or (when it came
-    // after the failure) that rank 0 closed the connection.
-    if (!duplicate) {
-      expect_contains(others[1], expected);
-    }
-    for (const std::string& message : others) {
-      EXPECT_TRUE(message.find(expected) != std::string::npos ||
-                  message.find("closed the connection during the rendezvous") != std::string::npos)
-          << message;
-    }
+    // Both ranks are told why. Only on a machine so loaded that the first rank
+    // came after the failure does it find the port closed (and, as a rank that
+    // starts before rank 0 would, retry until its timeout).
+    expect_contains(others[1], expected);
+    EXPECT_TRUE(others[0].find(expected) != std::string::npos ||
+                others[0].find("could not reach rank 0") != std::string::npos)
+        << others[0];
   }
 }
 
