@@ -1,11 +1,14 @@
 #include "serving/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -37,6 +40,7 @@ struct HttpServer::Impl {
   HttpConfig config;
   httplib::Server http;
   int port = 0;
+  int listening_socket = -1;  // Note [Listen backlog]
   std::atomic<bool> stopping{false};
   LatencyHistogram request_latency;
   LatencyHistogram queue_wait;
@@ -207,6 +211,19 @@ HttpServer::HttpServer(InferenceService& server, HttpConfig config)
   // request on Linux (measured on the H200 host: 72 answered/s from 8 clients).
   impl_->http.set_tcp_nodelay(true);
   impl_->install_routes();
+  // Note [Listen backlog]
+  // cpp-httplib listens with a backlog of 5 (Debian's library is built with
+  // CPPHTTPLIB_LISTEN_BACKLOG 5). Clients that connect at once overflow it; a
+  // connection whose handshake the kernel dropped is accepted only when its
+  // request is retransmitted, and httplib closed it unanswered after the
+  // keep-alive timeout: 6 to 53 of 64 connections opened together got no answer
+  // (serve_http's clients and a plain socket test alike). listen(2) again on
+  // the bound socket raises the backlog to the system's maximum. Test:
+  // test_connections_opened_at_once_are_all_answered.
+  impl_->http.set_socket_options([impl = impl_.get()](socket_t sock) {
+    httplib::default_socket_options(sock);
+    impl->listening_socket = sock;  // the last one made is the one bound
+  });
   if (c.port == 0) {
     impl_->port = impl_->http.bind_to_any_port(c.host);
   } else {
@@ -214,6 +231,9 @@ HttpServer::HttpServer(InferenceService& server, HttpConfig config)
   }
   GROVE_CHECK(impl_->port > 0, "cannot listen on ", c.host, ":", c.port,
               " (in use, or not an address of this machine); choose another --port or --host");
+  GROVE_CHECK(impl_->listening_socket >= 0 && ::listen(impl_->listening_socket, SOMAXCONN) == 0,
+              "cannot raise the listen backlog of ", c.host, ":", impl_->port, ": ",
+              std::strerror(errno));
 }
 
 HttpServer::~HttpServer() { stop(); }

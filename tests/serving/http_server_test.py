@@ -5,7 +5,8 @@ free port with random weights written by grove_weights, and checks the KServe
 v2 routes, that every client gets its own rows (compared with `grove run` on
 the same rows and weights), the refusals of Note [HTTP status of a refusal],
 /metrics as Prometheus text, back-pressure (503 + Retry-After), a client that
-disconnects, SIGTERM draining (Note [Draining on stop]) and a bounded wrk run.
+disconnects, connections opened at once (Note [Listen backlog]), SIGTERM
+draining (Note [Draining on stop]) and a bounded wrk run.
 """
 import json
 import os
@@ -245,6 +246,23 @@ class ServeTest(unittest.TestCase):
         answer = self.post(body_for(self.rows[2:3]))
         self.assertEqual(answer.status_code, 200)
         self.assertLess(time.monotonic() - start, 10)
+
+    def test_connections_opened_at_once_are_all_answered(self):
+        # Note [Listen backlog]: with cpp-httplib's backlog of 5, connections
+        # opened together lost their handshake and were closed unanswered.
+        host, port = self.server.url[len("http://"):].split(":")
+        sockets = [socket.create_connection((host, int(port)), timeout=10) for _ in range(24)]
+        try:
+            start = time.monotonic()
+            for sock in sockets:
+                sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            for i, sock in enumerate(sockets):
+                self.assertTrue(sock.recv(4096).startswith(b"HTTP/1.1 200"), f"connection {i}")
+            # A dropped handshake costs a retransmission of a second or more.
+            self.assertLess(time.monotonic() - start, 0.9)
+        finally:
+            for sock in sockets:
+                sock.close()
 
     def metrics(self):
         text = requests.get(self.server.url + "/metrics").text
