@@ -11,18 +11,36 @@
 // moment its whole answer was read). A 503 (full queue) counts as rejected.
 // Answered/s is 200 answers over max(window, last answer - window start).
 //
+// Each encoding is a run of its own: "json" sends and asks for the data as
+// JSON numbers, "binary" in the KServe binary tensor data extension (raw
+// little-endian bytes after an Inference-Header-Content-Length of JSON).
+//
+// The clients run in this process, on the server's cores, so they are kept
+// cheap (Note [A client that costs little]).
+//
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 2000,8000,32000]
-//              [--max-batches 16,64] [--clients 64] [--duration-ms 1500] [--json FILE]
-#include <httplib.h>
+//              [--max-batches 16,64] [--encodings json,binary] [--clients 64]
+//              [--duration-ms 1500] [--json FILE]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "benchmarks/common/flags.h"
@@ -47,6 +65,10 @@ const std::vector<FlagSpec> kFlags = {
     {"--backends", "B1,B2", "execution backends (default eager,cudagraphs)"},
     {"--rates", "R1,R2", "offered requests per second (default 2000,8000,32000)"},
     {"--max-batches", "M1,M2", "max rows per batch; buckets are powers of 2 up to it (16,64)"},
+    {"--encodings", "E1,E2",
+     "json (numbers in JSON) and/or binary (the binary tensor data "
+     "extension); default json,binary"},
+    {"--binary", "", "the binary encoding alone (--encodings binary)"},
     {"--clients", "N", "client threads, one keep-alive connection each (default 64)"},
     {"--duration-ms", "MS", "arrivals per (rate, backend) span this long (default 1500)"},
     {"--max-wait-us", "US", "ServerConfig::max_wait (default 200)"},
@@ -61,6 +83,7 @@ struct Options {
   std::vector<std::string> backends = {"eager", "cudagraphs"};
   std::vector<double> rates = {2000, 8000, 32000};
   std::vector<int64_t> max_batches = {16, 64};
+  std::vector<std::string> encodings = {"json", "binary"};
   int64_t clients = 64;
   int64_t duration_ms = 1500;
   int64_t max_wait_us = 200;
@@ -71,21 +94,35 @@ struct Options {
 struct RunResult {
   int64_t max_batch = 0;
   std::string backend;
+  std::string encoding;
   double offered_rate = 0;
   uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
   double answered_rate = 0;
   std::optional<LatencySummary> latency;
   double mean_batch_rows = 0;
+  std::string first_error;  // what the first failed exchange met
   bool saturated() const { return rejected > 0 || answered_rate < 0.9 * offered_rate; }
 };
 
-// One row of the model's input as a KServe v2 body (float inputs only).
-std::vector<std::string> request_bodies(const serving::ModelSignature& signature,
-                                        std::mt19937_64& rng) {
+// Note [A client that costs little]
+// The clients share the CPU with the server they measure, so every cycle they
+// spend is taken from it: requests are whole HTTP messages built before the
+// run (headers and body sent in one send()), and an answer is read only as
+// far as its status and Content-Length, then its bytes are skipped, never
+// parsed. (With cpp-httplib's client a request took two sends and about ten
+// polls and reads, a quarter of the process's CPU at saturation on sim.)
+// serve_http_smoke_test checks that answers are counted.
+
+// One row of the model's input as a whole KServe v2 HTTP request (f32 inputs
+// only), in `encoding`.
+std::vector<std::string> requests(const serving::ModelSignature& signature, const std::string& path,
+                                  int port, const std::string& encoding, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> uniform(-1.f, 1.f);
-  std::vector<std::string> bodies;
+  const bool binary = encoding == "binary";
+  std::vector<std::string> messages;
   for (int i = 0; i < 16; ++i) {
     nlohmann::json inputs = nlohmann::json::array();
+    std::string bytes;
     for (const serving::RowSpec& input : signature.inputs) {
       if (input.dtype != runtime::DType::kF32) {
         throw UsageError(str_cat(kName, ": input '", input.name, "' is ",
@@ -95,28 +132,161 @@ std::vector<std::string> request_bodies(const serving::ModelSignature& signature
       shape.insert(shape.end(), input.row_shape.begin(), input.row_shape.end());
       std::vector<float> data(static_cast<size_t>(runtime::shape_numel(input.row_shape)));
       for (float& value : data) value = uniform(rng);
-      inputs.push_back(
-          {{"name", input.name}, {"shape", shape}, {"datatype", "FP32"}, {"data", data}});
+      nlohmann::json tensor{{"name", input.name}, {"shape", shape}, {"datatype", "FP32"}};
+      if (binary) {
+        tensor["parameters"] = {{"binary_data_size", data.size() * sizeof(float)}};
+        bytes.append(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+      } else {
+        tensor["data"] = data;
+      }
+      inputs.push_back(tensor);
     }
-    bodies.push_back(nlohmann::json{{"inputs", inputs}}.dump());
+    nlohmann::json header{{"inputs", inputs}};
+    if (binary) header["parameters"] = {{"binary_data_output", true}};
+    const std::string text = header.dump();
+    const std::string body = text + bytes;
+    std::string message = str_cat("POST ", path, " HTTP/1.1\r\nHost: 127.0.0.1:", port,
+                                  "\r\nContent-Length: ", body.size(), "\r\n");
+    if (binary) {
+      message += str_cat("Content-Type: application/octet-stream\r\n",
+                         "Inference-Header-Content-Length: ", text.size(), "\r\n");
+    } else {
+      message += "Content-Type: application/json\r\n";
+    }
+    messages.push_back(message + "\r\n" + body);
   }
-  return bodies;
+  return messages;
 }
+
+// One keep-alive HTTP/1.1 connection to 127.0.0.1 (Note [A client that costs
+// little]). Not thread-safe: one per client thread.
+class Connection {
+ public:
+  explicit Connection(int port) : port_(port) { buffer_.resize(1 << 16); }
+  ~Connection() { close_socket(); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Sends `request` and reads its answer: the HTTP status, or -1 with
+  // error() saying what failed (the connection is then reopened next time).
+  int exchange(const std::string& request) {
+    if (fd_ < 0 && !open()) return -1;  // error() says why
+    for (size_t sent = 0; sent < request.size();) {
+      const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return fail("send");
+      sent += static_cast<size_t>(n);
+    }
+    // The head: up to the blank line.
+    size_t have = 0, head_end = std::string::npos;
+    while (head_end == std::string::npos) {
+      if (have == buffer_.size()) return fail("an answer's head over 64 KiB");
+      const ssize_t n = ::recv(fd_, buffer_.data() + have, buffer_.size() - have, 0);
+      if (n <= 0) return fail(n == 0 ? "recv: the server closed the connection" : "recv");
+      const size_t from = have >= 3 ? have - 3 : 0;
+      have += static_cast<size_t>(n);
+      const size_t at = std::string_view(buffer_.data() + from, have - from).find("\r\n\r\n");
+      if (at != std::string_view::npos) head_end = from + at + 4;
+    }
+    const std::string_view head(buffer_.data(), head_end);
+    int status = 0;
+    if (head.size() < 12 || head.substr(0, 5) != "HTTP/" ||
+        std::sscanf(buffer_.data() + head.find(' ') + 1, "%3d", &status) != 1) {
+      return fail("an answer without an HTTP status line");
+    }
+    size_t length = 0;
+    const size_t field = find_field(head, "content-length:");
+    if (field == std::string_view::npos) return fail("an answer without Content-Length");
+    length = std::strtoull(head.data() + field, nullptr, 10);
+    // The body: skipped, not kept.
+    size_t body = have - head_end;
+    while (body < length) {
+      const ssize_t n = ::recv(fd_, buffer_.data(), std::min(buffer_.size(), length - body), 0);
+      if (n <= 0) return fail("recv (body)");
+      body += static_cast<size_t>(n);
+    }
+    if (body != length) return fail("bytes past an answer's Content-Length");
+    if (find_field(head, "connection: close") != std::string_view::npos) close_socket();
+    return status;
+  }
+
+  const std::string& error() const { return error_; }
+
+  // Connects (exchange() does when not connected); false with error() set.
+  bool open() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd_ < 0) return fail("socket") >= 0;
+    const int one = 1;
+    // As the server (serving/http_server.cc): no wait for a delayed ACK.
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    timeval timeout{60, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port_));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      return fail("connect") >= 0;
+    }
+    return true;
+  }
+
+ private:
+  // Where the value of header `name` (lowercase, with its colon) starts; npos if absent.
+  static size_t find_field(std::string_view head, std::string_view name) {
+    for (size_t line = head.find("\r\n"); line != std::string_view::npos;
+         line = head.find("\r\n", line + 2)) {
+      const size_t begin = line + 2;
+      if (head.size() - begin < name.size()) break;
+      bool same = true;
+      for (size_t i = 0; i < name.size() && same; ++i) {
+        same = std::tolower(static_cast<unsigned char>(head[begin + i])) == name[i];
+      }
+      if (same) return begin + name.size();
+    }
+    return std::string_view::npos;
+  }
+
+  int fail(const char* what) {
+    error_ = errno != 0 ? str_cat(what, ": ", std::strerror(errno)) : what;
+    errno = 0;
+    close_socket();
+    return -1;
+  }
+
+  void close_socket() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  const int port_;
+  int fd_ = -1;
+  std::vector<char> buffer_;
+  std::string error_;
+};
 
 void wait_until(Clock::time_point target) {
   auto now = Clock::now();
   if (now < target) std::this_thread::sleep_for(target - now);
 }
 
-RunResult run_load(const serving::Server& server, int port, const std::string& path,
-                   const std::vector<std::string>& bodies, double rate, const Options& options,
+RunResult run_load(const serving::Server& server, int port, const std::string& encoding,
+                   const std::vector<std::string>& messages, double rate, const Options& options,
                    uint64_t seed) {
   RunResult result;
   result.max_batch = server.config().max_batch;
   result.backend = server.config().backend;
+  result.encoding = encoding;
   result.offered_rate = rate;
   const serving::ServerStats before = server.stats();
   const double window_s = static_cast<double>(options.duration_ms) * 1e-3;
+  // Connected before the window opens, one at a time: a burst of connects
+  // overflows the listen backlog (cpp-httplib's is 5), and a dropped SYN is
+  // retried after a second, which the first requests' latency would carry.
+  std::vector<std::unique_ptr<Connection>> connections;
+  for (int64_t c = 0; c < options.clients; ++c) {
+    connections.push_back(std::make_unique<Connection>(port));
+    connections.back()->open();
+  }
   const Clock::time_point start = Clock::now() + std::chrono::milliseconds(20);
   std::mutex mutex;
   std::vector<double> latencies_us;
@@ -126,10 +296,8 @@ RunResult run_load(const serving::Server& server, int port, const std::string& p
     clients.emplace_back([&, c] {
       std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(c));
       std::exponential_distribution<double> gap(rate / static_cast<double>(options.clients));
-      httplib::Client client("127.0.0.1", port);
-      client.set_keep_alive(true);
-      client.set_tcp_nodelay(true);  // as the server (serving/http_server.cc)
-      client.set_read_timeout(60, 0);
+      Connection& connection = *connections[static_cast<size_t>(c)];
+      std::string first_error;
       std::vector<double> mine;
       uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
       Clock::time_point last = start;
@@ -138,16 +306,19 @@ RunResult run_load(const serving::Server& server, int port, const std::string& p
             start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t));
         wait_until(scheduled);
         ++sent;
-        auto answer = client.Post(path, bodies[sent % bodies.size()], "application/json");
+        const int status = connection.exchange(messages[sent % messages.size()]);
         const Clock::time_point done = Clock::now();
-        if (answer && answer->status == 200) {
+        if (status == 200) {
           ++answered;
           mine.push_back(std::chrono::duration<double, std::micro>(done - scheduled).count());
           last = std::max(last, done);
-        } else if (answer && answer->status == 503) {
+        } else if (status == 503) {
           ++rejected;
         } else {
           ++errors;
+          if (first_error.empty()) {
+            first_error = status < 0 ? connection.error() : str_cat("HTTP ", status);
+          }
         }
       }
       std::lock_guard<std::mutex> lock(mutex);
@@ -156,6 +327,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& p
       result.answered += answered;
       result.rejected += rejected;
       result.errors += errors;
+      if (result.first_error.empty()) result.first_error = first_error;
       last_answer = std::max(last_answer, last);
     });
   }
@@ -185,6 +357,16 @@ Options parse_options(const FlagValues& flags) {
     options.max_batches.push_back(
         FlagValues(kName, {{"--max-batches", item}}).integer("--max-batches", 1, 1, 4096));
   }
+  options.encodings = flags.has("--binary") ? std::vector<std::string>{"binary"}
+                                            : flags.list("--encodings", options.encodings);
+  for (const std::string& encoding : options.encodings) {
+    if (encoding != "json" && encoding != "binary") {
+      throw UsageError(str_cat(kName, ": --encodings: '", encoding, "' is not json or binary"));
+    }
+  }
+  if (flags.has("--binary") && flags.has("--encodings")) {
+    throw UsageError(str_cat(kName, ": give --binary or --encodings, not both"));
+  }
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
   options.duration_ms = flags.integer("--duration-ms", options.duration_ms, 1, 600000);
   options.max_wait_us = flags.integer("--max-wait-us", options.max_wait_us, 0, 10000000);
@@ -194,22 +376,24 @@ Options parse_options(const FlagValues& flags) {
 }
 
 const RunResult* find_run(const std::vector<RunResult>& runs, int64_t max_batch,
-                          const std::string& backend, double rate) {
+                          const std::string& backend, const std::string& encoding, double rate) {
   for (const RunResult& run : runs) {
-    if (run.max_batch == max_batch && run.backend == backend && run.offered_rate == rate) {
+    if (run.max_batch == max_batch && run.backend == backend && run.encoding == encoding &&
+        run.offered_rate == rate) {
       return &run;
     }
   }
   return nullptr;
 }
 
-// The best answered/s of `backend` at `max_batch` over every rate.
-double best_rate(const std::vector<RunResult>& runs, int64_t max_batch,
-                 const std::string& backend) {
-  double best = 0;
+// The run of `backend` at `max_batch` in `encoding` with the most answers/s.
+const RunResult* best_run(const std::vector<RunResult>& runs, int64_t max_batch,
+                          const std::string& backend, const std::string& encoding) {
+  const RunResult* best = nullptr;
   for (const RunResult& run : runs) {
-    if (run.max_batch == max_batch && run.backend == backend) {
-      best = std::max(best, run.answered_rate);
+    if (run.max_batch == max_batch && run.backend == backend && run.encoding == encoding &&
+        (best == nullptr || run.answered_rate > best->answered_rate)) {
+      best = &run;
     }
   }
   return best;
@@ -218,6 +402,7 @@ double best_rate(const std::vector<RunResult>& runs, int64_t max_batch,
 void print_tables(const std::vector<RunResult>& runs, const Options& options) {
   Table table({{"max batch", Align::kRight},
                {"backend"},
+               {"encoding"},
                {"offered/s", Align::kRight},
                {"answered/s", Align::kRight},
                {"rejected", Align::kRight},
@@ -227,25 +412,45 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                {"mean batch", Align::kRight},
                {"saturated"}});
   for (const RunResult& run : runs) {
-    table.add_row({std::to_string(run.max_batch), run.backend, format_fixed(run.offered_rate, 0),
-                   format_fixed(run.answered_rate, 0), std::to_string(run.rejected),
-                   std::to_string(run.errors),
+    table.add_row({std::to_string(run.max_batch), run.backend, run.encoding,
+                   format_fixed(run.offered_rate, 0), format_fixed(run.answered_rate, 0),
+                   std::to_string(run.rejected), std::to_string(run.errors),
                    run.latency ? format_fixed(run.latency->median_us, 0) : "-",
                    run.latency ? format_fixed(run.latency->p99_us, 0) : "-",
                    format_fixed(run.mean_batch_rows, 1), run.saturated() ? "yes" : ""});
   }
   std::fputs(table.render().c_str(), stdout);
-  std::printf("\nbest answered/s, cudagraphs over eager:\n");
+  for (const RunResult& run : runs) {
+    if (run.errors == 0) continue;
+    std::printf("  errors at max batch %lld, %s, %s, %.0f/s: first: %s\n",
+                static_cast<long long>(run.max_batch), run.backend.c_str(), run.encoding.c_str(),
+                run.offered_rate, run.first_error.c_str());
+  }
+  // The goal: cudagraphs answers >= 2x eager's best, with a lower p99
+  // at the rate where that eager run was measured.
+  std::printf("\nbest answered/s, cudagraphs over eager (p99 at eager's best rate):\n");
   Table best({{"max batch", Align::kRight},
+              {"encoding"},
               {"eager", Align::kRight},
               {"cudagraphs", Align::kRight},
-              {"ratio", Align::kRight}});
+              {"ratio", Align::kRight},
+              {"eager p99 us", Align::kRight},
+              {"cudagraphs p99 us", Align::kRight}});
   for (int64_t max_batch : options.max_batches) {
-    double eager = best_rate(runs, max_batch, "eager");
-    double graphs = best_rate(runs, max_batch, "cudagraphs");
-    if (eager <= 0 || graphs <= 0) continue;
-    best.add_row({std::to_string(max_batch), format_fixed(eager, 0), format_fixed(graphs, 0),
-                  format_ratio(graphs / eager)});
+    for (const std::string& encoding : options.encodings) {
+      const RunResult* eager = best_run(runs, max_batch, "eager", encoding);
+      const RunResult* graphs = best_run(runs, max_batch, "cudagraphs", encoding);
+      if (!eager || !graphs || eager->answered_rate <= 0) continue;
+      const RunResult* graphs_there =
+          find_run(runs, max_batch, "cudagraphs", encoding, eager->offered_rate);
+      auto p99 = [](const RunResult* run) {
+        return run && run->latency ? format_fixed(run->latency->p99_us, 0) : std::string("-");
+      };
+      best.add_row({std::to_string(max_batch), encoding, format_fixed(eager->answered_rate, 0),
+                    format_fixed(graphs->answered_rate, 0),
+                    format_ratio(graphs->answered_rate / eager->answered_rate), p99(eager),
+                    p99(graphs_there)});
+    }
   }
   std::fputs(best.render().c_str(), stdout);
 }
@@ -258,12 +463,14 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
   report["arrivals"] = "open loop, Poisson per client, one keep-alive connection each";
+  report["encodings"] = options.encodings;
   report["latency"] = "scheduled arrival to the whole HTTP answer read by the client";
   report["servers"] = servers;
   report["results"] = nlohmann::json::array();
   for (const RunResult& run : runs) {
     nlohmann::json entry{{"max_batch", run.max_batch},
                          {"backend", run.backend},
+                         {"encoding", run.encoding},
                          {"offered_per_s", run.offered_rate},
                          {"sent", run.sent},
                          {"answered", run.answered},
@@ -272,9 +479,11 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
                          {"errors", run.errors},
                          {"mean_batch_rows", run.mean_batch_rows},
                          {"saturated", run.saturated()}};
+    if (!run.first_error.empty()) entry["first_error"] = run.first_error;
     if (run.latency) entry["latency"] = latency_json(*run.latency);
     if (run.backend == "cudagraphs") {
-      const RunResult* eager = find_run(runs, run.max_batch, "eager", run.offered_rate);
+      const RunResult* eager =
+          find_run(runs, run.max_batch, "eager", run.encoding, run.offered_rate);
       if (eager && eager->latency && run.latency) {
         entry["p99_eager_over_this"] = eager->latency->p99_us / run.latency->p99_us;
       }
@@ -288,19 +497,24 @@ int run(int argc, char** argv) {
   FlagValues flags = parse_flags(kName, argc, argv, kFlags);
   if (flags.help_requested()) {
     std::fputs(usage_text(kName,
-                          "Open-loop load over HTTP (KServe v2 JSON, loopback) on grove's "
-                          "server: answered/s and p50/p99 of eager vs cudagraphs.",
+                          "Open-loop load over HTTP (KServe v2, JSON or binary tensor data, "
+                          "loopback) on grove's server: answered/s and p50/p99 of eager vs "
+                          "cudagraphs.",
                           kFlags)
                    .c_str(),
                stdout);
     return 0;
   }
   Options options = parse_options(flags);
-  std::printf("serve_http on %s (%s): %s, 1 row per request, %lld clients, %lld ms per run\n",
+  std::string encodings;
+  for (const std::string& encoding : options.encodings) {
+    encodings += (encodings.empty() ? "" : ",") + encoding;
+  }
+  std::printf("serve_http on %s (%s): %s, 1 row per request, %lld clients, %lld ms per run, %s\n",
               options.device.str().c_str(),
               runtime::device_context(options.device).backend().name().c_str(),
               options.model.c_str(), static_cast<long long>(options.clients),
-              static_cast<long long>(options.duration_ms));
+              static_cast<long long>(options.duration_ms), encodings.c_str());
   std::fflush(stdout);
   serving::ProgramFactory model =
       serving::model_file_factory(options.models_dir + "/" + options.model + ".json");
@@ -326,12 +540,16 @@ int run(int argc, char** argv) {
                   static_cast<long long>(max_batch), backend.c_str(), config.buckets.size(),
                   watch.elapsed_us() / 1000);
       std::fflush(stdout);
-      std::mt19937_64 rng(options.seed + static_cast<uint64_t>(max_batch));
-      std::vector<std::string> bodies = request_bodies(server.signature(), rng);
       const std::string path = "/v2/models/" + options.model + "/infer";
-      for (size_t r = 0; r < options.rates.size(); ++r) {
-        runs.push_back(run_load(server, http.port(), path, bodies, options.rates[r], options,
-                                options.seed * 7919 + r * 31 + static_cast<uint64_t>(max_batch)));
+      for (const std::string& encoding : options.encodings) {
+        std::mt19937_64 rng(options.seed + static_cast<uint64_t>(max_batch));
+        std::vector<std::string> messages =
+            requests(server.signature(), path, http.port(), encoding, rng);
+        for (size_t r = 0; r < options.rates.size(); ++r) {
+          runs.push_back(run_load(server, http.port(), encoding, messages, options.rates[r],
+                                  options,
+                                  options.seed * 7919 + r * 31 + static_cast<uint64_t>(max_batch)));
+        }
       }
       http.stop();
       listener.join();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs serve_http on sim with a small max batch, one low rate and short runs;
-# checks a row per backend, no errors, the comparison table and the JSON.
+# checks a row per backend and encoding, no errors, the comparison table and
+# the JSON; then the same with --binary on gelu512 (benchmarks/serve_http/models).
 set -euo pipefail
 binary="benchmarks/serve_http/serve_http"
 json="${TEST_TMPDIR:-/tmp}/serve_http.json"
@@ -8,7 +9,10 @@ output=$("$binary" --device sim --rates 40 --max-batches 4 --clients 4 --duratio
   --max-wait-us 2000 --json "$json")
 echo "$output"
 for backend in eager cudagraphs; do
-  grep -Eq "^ +4 +$backend +40 " <<<"$output" || { echo "missing row for $backend" >&2; exit 1; }
+  for encoding in json binary; do
+    grep -Eq "^ +4 +$backend +$encoding +40 " <<<"$output" ||
+      { echo "missing row for $backend, $encoding" >&2; exit 1; }
+  done
 done
 grep -q "best answered/s, cudagraphs over eager" <<<"$output" ||
   { echo "missing comparison table" >&2; exit 1; }
@@ -16,7 +20,8 @@ python3 - "$json" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
 runs = report["results"]
-assert len(runs) == 2, f"expected 2 runs, found {len(runs)}"
+assert len(runs) == 4, f"expected 4 runs, found {len(runs)}"
+assert sorted(run["encoding"] for run in runs) == ["binary", "binary", "json", "json"], runs
 for run in runs:
     assert run["errors"] == 0, run
     assert run["answered"] + run["rejected"] == run["sent"], run
@@ -24,5 +29,11 @@ for run in runs:
 graphs = [s for s in report["servers"] if s["backend"] == "cudagraphs"][0]
 assert graphs["backend_snapshots"][0]["tree"]["replays"] > 0, graphs
 PY
+output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 --binary \
+  --rates 200 --max-batches 8 --clients 8 --duration-ms 300 --backends cudagraphs)
+echo "$output"
+grep -Eq "^ +8 +cudagraphs +binary +200 +[0-9]+ +0 +0 " <<<"$output" ||
+  { echo "missing or failing --binary row" >&2; exit 1; }
 if "$binary" --clients 0 >/dev/null 2>&1; then echo "--clients 0 was accepted" >&2; exit 1; fi
+if "$binary" --encodings xml >/dev/null 2>&1; then echo "--encodings xml was accepted" >&2; exit 1; fi
 echo "ok"
