@@ -266,6 +266,9 @@ class Model:
         options = {"backend": backend, "device": self.device, "never_capture": never_capture,
                    "skip_warmup": skip_warmup, "stage": stage}
         self.stage = stage
+        # Note [Gradients handed out of the pool]: a call that may start a new
+        # path of replays first gives still-held gradients memory of their own.
+        self._keeps_handed_gradients = backend != "eager" and stage in ("forward", "inference")
         if dims:
             options["dims"] = dict(dims)
         params = dict(params or {})
@@ -389,6 +392,8 @@ class Model:
         """The fast path for torch tensors: inputs borrowed for the call (no
         callback; Note [Borrowed inputs], capi/grove.cc), outputs through
         DLPack (Note [Kept outputs through DLPack]). Returns a list."""
+        if _handed_gradients and self._keeps_handed_gradients:
+            keep_handed_gradients()
         layouts = self._layouts
         if len(inputs) != len(layouts):
             self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
@@ -479,6 +484,38 @@ class Model:
         return self._text(_capi.library().grove_model_dot)
 
 
+# Note [Gradients handed out of the pool]: in a graph backend, the gradients a
+# training step's backward returns are its outputs in the tree's pool, handed
+# to autograd uncopied (it keeps each as its parameter's .grad). They stay
+# valid through the step's path (the optimizer step reads them in place), but
+# the next path's replays (the next step's forward, an evaluation) reuse that
+# memory. So before a forward or inference call of a graph backend, every
+# parameter whose .grad is still such a gradient gets a copy of it: a loop
+# that sets the gradients to None (zero_grad's default) copies nothing, and
+# gradient accumulation over several forwards keeps the right sums. A
+# reference to a gradient taken elsewhere (g = p.grad, then p.grad = None) is
+# not followed. Guarded by TrainingTest.test_gradients_land_in_grad_without_a_copy_in_cudagraphs_mode
+# and TrainingTest.test_gradient_accumulation_two_forwards_one_backward_each.
+_handed_gradients = []  # (weak reference to a parameter, data pointer of its gradient)
+
+
+def hand_out_gradient(parameter, gradient):
+    """Notes that `gradient`, pool memory of a graph backend, becomes
+    `parameter`'s .grad (Note [Gradients handed out of the pool])."""
+    _handed_gradients.append((weakref.ref(parameter), gradient.data_ptr()))
+
+
+def keep_handed_gradients():
+    """Copies every handed-out gradient still held as .grad into memory of its own."""
+    handed = list(_handed_gradients)
+    del _handed_gradients[:]
+    for reference, pointer in handed:
+        parameter = reference()
+        grad = None if parameter is None else parameter.grad
+        if grad is not None and grad.data_ptr() == pointer:
+            parameter.grad = grad.clone()
+
+
 def check_not_overwritten(tensor, what):
     """Raises StaleOutputError when `tensor` is an uncopied output of a graph
     backend (copy_outputs False) that a later replay overwrote; `what` names
@@ -519,10 +556,13 @@ class ThreadTrees:
         return False
 
     def __del__(self):
-        lib = _capi._library
-        if lib is not None and getattr(self, "_handle", None):
-            lib.grove_trees_destroy(self._handle)
-            self._handle = None
+        try:
+            lib = _capi._library
+            if lib is not None and getattr(self, "_handle", None):
+                lib.grove_trees_destroy(self._handle)
+                self._handle = None
+        except (AttributeError, TypeError):  # interpreter shutdown: the module is gone
+            pass
 
 
 _thread_state = threading.local()

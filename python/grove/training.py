@@ -18,6 +18,7 @@ the dynamo backend "grove" takes it for graphs that need gradients
 """
 
 import threading
+import weakref
 
 import torch
 
@@ -39,16 +40,16 @@ log = importer.log
 # steps (losses.append(loss.detach())), and PyTorch's storage hook poisons only
 # the tensor grove returned, never a detached alias of it, which a later
 # replay would overwrite silently (TrainingTest.test_sgd_steps_reach_torch_losses). The backward's
-# outputs (gradients) are always copied out of a graph backend's memory:
-# autograd keeps them as .grad across steps, where the next replay would
-# overwrite them. Guarded by TrainingTest.test_micro_batches_keep_saved_activations
+# outputs (gradients) leave a graph backend's memory uncopied where they land
+# in a parameter's .grad (Note [Gradients handed out of the pool],
+# grove/__init__.py); any other is copied. Guarded by TrainingTest.test_micro_batches_keep_saved_activations
 # and TrainingTest.test_backward_after_a_replay_overwrote_its_activations_raises
 # (tests/python/training_test.py).
 
 _MODES = ("cudagraphs", "eager")
 
 
-class StepThreads:
+class StepContext:
     """Note [Trees of another thread] (cudagraph_trees/tree_manager.h): on
     CUDA, autograd runs the backward on its own device thread, whose calls
     would land in a tree of that thread's; the backward must run in the
@@ -59,8 +60,29 @@ class StepThreads:
 
     def __init__(self):
         self.trees = None
+        self.parameters = None  # weak references to the forward's leaf inputs, by position
 
-    def forward_called(self):
+    def hand_out(self, gradients):
+        """Note [Gradients handed out of the pool] (grove/__init__.py): each
+        gradient of a parameter is handed over uncopied; any other is copied."""
+        parameters = self.parameters
+        matched = parameters is not None and len(parameters) == len(gradients)
+        for index, gradient in enumerate(gradients):
+            if not isinstance(gradient, torch.Tensor):
+                continue
+            parameter = parameters[index]() if matched and parameters[index] else None
+            if parameter is None or parameter.shape != gradient.shape:
+                gradients[index] = gradient.clone()
+            else:
+                grove.hand_out_gradient(parameter, gradient)
+        return gradients
+
+    def forward_called(self, args):
+        if self.parameters is None:
+            # AOTAutograd's backward returns one gradient per forward input.
+            self.parameters = [weakref.ref(value) if isinstance(value, torch.Tensor)
+                               and value.is_leaf and value.requires_grad else None
+                               for value in args]
         trees = self.trees
         if trees is None or trees.thread != threading.get_ident():
             self.trees = grove.thread_trees()
@@ -77,7 +99,7 @@ def _boxed(runner, check_saved=None, labels=None, threads=None, forward=False):
     """AOTAutograd's calling convention: one list of arguments, a list back.
     check_saved: the graph's name, to check its inputs first (a backward's);
     labels: names of the graph's inputs for messages (parameter names);
-    threads: the step's StepThreads (forward: whether this is the forward)."""
+    threads: the step's StepContext (forward: whether this is the forward)."""
 
     def call(args):
         if check_saved is not None:
@@ -86,10 +108,10 @@ def _boxed(runner, check_saved=None, labels=None, threads=None, forward=False):
             if threads is None:
                 result = runner(*args)
             elif forward:
-                threads.forward_called()
+                threads.forward_called(args)
                 result = runner(*args)
             else:
-                result = threads.run(runner, args)
+                result = threads.hand_out(list(threads.run(runner, args)))
         except StaticInputMovedError as error:
             label = labels[error.position] if labels and error.position < len(labels) else None
             if label is None:
@@ -144,7 +166,7 @@ class StepCompiler:
         self.backwards = []
         self.inferences = []
         self.on_runner = None  # called with each GraphRunner made (grove.torch tracks them)
-        self.threads = StepThreads() if mode != "eager" else None
+        self.threads = StepContext() if mode != "eager" else None
 
     def partition(self, joint, joint_inputs, **kwargs):
         """The default partition, noting how many forward outputs are the user's."""
@@ -222,10 +244,9 @@ class StepCompiler:
                                      static_inputs=static_positions(example_inputs),
                                      strict=self.strict, name="%s_backward" % self.name)
         graph_outputs = set(n for n in _output_nodes(plan.output_arg))
-        copy = self.mode != "eager"
 
-        def copies(node):  # gradients leave the pool: Note [Saved activations stay in the pool]
-            return copy if node in graph_outputs else None
+        def copies(node):  # Note [Gradients handed out of the pool] (StepContext.hand_out)
+            return False if node in graph_outputs else None
 
         runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
                               stage="backward", output_copies=copies)

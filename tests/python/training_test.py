@@ -286,6 +286,35 @@ class TrainingTest(unittest.TestCase):
         loss_of(trained(*x)).backward()
         self.assertEqual(sorted(p.grad.data_ptr() for p in module.parameters()), sorted(returned))
 
+    def test_gradients_land_in_grad_without_a_copy_in_cudagraphs_mode(self):
+        """Note [Gradients handed out of the pool]: replayed gradients become
+        .grad uncopied; a .grad still held when the next step's forward
+        replays over the pool gets its own copy first, with its values."""
+        module, make_inputs = mlp_case()
+        trained = grove.training.compile_module(module, "cudagraphs")
+        batches = [make_inputs() for _ in range(5)]
+        for x in batches[:3]:  # warm-up, recording, replay
+            module.zero_grad(set_to_none=True)
+            loss_of(trained(*x)).backward()
+        model = trained.compiler.backwards[0]._fast["model"]
+        returned = []
+        call = model.call_torch
+
+        def recording(inputs, stream=None):
+            results = call(inputs, stream)
+            returned.extend(result.data_ptr() for result in results)
+            return results
+
+        model.call_torch = recording
+        module.zero_grad(set_to_none=True)
+        loss_of(trained(*batches[3])).backward()
+        self.assertEqual(sorted(p.grad.data_ptr() for p in module.parameters()), sorted(returned))
+        kept = [p.grad.clone() for p in module.parameters()]
+        trained(*batches[4])  # the next step's forward, with the gradients still held
+        for parameter, value in zip(module.parameters(), kept):
+            self.assertNotIn(parameter.grad.data_ptr(), returned)
+            self.assertTrue(torch.equal(parameter.grad, value))
+
     def test_gradient_accumulation_two_forwards_one_backward_each(self):
         module, make_inputs = mlp_case()
         batches = [make_inputs() for _ in range(8)]
