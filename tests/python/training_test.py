@@ -472,7 +472,10 @@ class AttentionTest(unittest.TestCase):
         mask.fill_diagonal_(True)
         bias = torch.randn(8, 8)
 
-        def attend(q, k, v):
+        # The masks are graph inputs, as dynamo lifts the tensors a graph reads
+        # (PyTorch 2.x's AOTAutograd traces with fake tensors, which a
+        # closure's real tensor would meet).
+        def attend(q, k, v, mask, bias):
             return (stand_in_attention(q, k, v, is_causal=True)
                     + stand_in_attention(q, k, v, mask)
                     + stand_in_attention(q, k, v, attn_mask=bias, scale=0.3))
@@ -486,8 +489,8 @@ class AttentionTest(unittest.TestCase):
             inputs = [torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3)]
             expected_inputs = [t.detach().clone().requires_grad_() for t in inputs]
             weights = torch.randn(2, 4, 8, 16)
-            (trained(*inputs) * weights).sum().backward()
-            (attend(*expected_inputs) * weights).sum().backward()
+            (trained(*inputs, mask, bias) * weights).sum().backward()
+            (attend(*expected_inputs, mask, bias) * weights).sum().backward()
             assert_close_all(self, [t.grad for t in inputs], [t.grad for t in expected_inputs],
                              "attention gradient")
         for runner in compiler.runners():
