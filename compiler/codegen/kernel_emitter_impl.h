@@ -28,6 +28,8 @@ constexpr uint32_t kWarpSize = 32;
 constexpr uint32_t kWarpRowsPerBlock = 4;
 // ... and elements each lane loads per iteration of its row loop.
 constexpr int64_t kWarpRowsUnroll = 4;
+// Note [Thread-per-row reductions] (kernel_spec.h): threads (rows) per block.
+constexpr uint32_t kThreadRowsPerBlock = 128;
 
 // Threads per block of a reduction kernel (Note [Kernel launch geometry]).
 uint32_t reduction_block_size(const KernelSpec& spec);

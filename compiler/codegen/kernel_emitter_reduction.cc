@@ -14,6 +14,7 @@
 namespace grove::compiler::codegen::emitter_detail {
 
 uint32_t reduction_block_size(const KernelSpec& spec) {
+  if (spec.thread_rows) return kThreadRowsPerBlock;
   if (spec.warp_rows) return kWarpRowsPerBlock * kWarpSize;
   uint32_t block = kWarpSize;
   while (block < 256 && block < static_cast<uint64_t>(spec.row_length())) block *= 2;
@@ -23,6 +24,7 @@ uint32_t reduction_block_size(const KernelSpec& spec) {
 uint32_t reduction_grid_size(const KernelSpec& spec) {
   uint64_t blocks = static_cast<uint64_t>(spec.row_count());
   if (spec.warp_rows) blocks = (blocks + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+  if (spec.thread_rows) blocks = (blocks + kThreadRowsPerBlock - 1) / kThreadRowsPerBlock;
   return static_cast<uint32_t>(std::clamp<uint64_t>(blocks, 1, kMaxReductionGrid));
 }
 
@@ -130,7 +132,7 @@ std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element
   totals = loop(
       remainder_start, i64(length), element_step, totals,
       [&](Value* k, const std::vector<Value*>& accumulators) { return fold({k}, accumulators); });
-  if (nvptx()) {
+  if (nvptx() && !spec_.thread_rows) {
     for (size_t r = first; r < end; ++r) {
       totals[r - first] = block_reduce(spec_.reductions[r].op, totals[r - first]);
     }
@@ -151,7 +153,12 @@ void Emitter::emit_reduction_rows() {
     Value* thread = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
     Value* block = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
     Value* grid = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
-    if (spec_.warp_rows) {
+    if (spec_.thread_rows) {
+      // Note [Thread-per-row reductions]: every thread leads its own row.
+      row_start = b_.CreateAdd(b_.CreateMul(block, i64(kThreadRowsPerBlock)), thread);
+      row_step = b_.CreateMul(grid, i64(kThreadRowsPerBlock));
+      leader = i64(0);
+    } else if (spec_.warp_rows) {
       // Note [Warp-per-row reductions].
       Value* lane = b_.CreateAnd(thread, i64(kWarpSize - 1));
       row_start =

@@ -256,6 +256,7 @@ std::string KernelSpec::signature() const {
     append_shape(out, part_sizes);
   }
   if (warp_rows) out << "|warp_rows";
+  if (thread_rows) out << "|thread_rows";
   return out.str();
 }
 
@@ -288,6 +289,10 @@ void KernelSpec::verify() const {
                      runtime::shape_str(input.strides), "; make the tensor contiguous first");
     }
   }
+  GROVE_CHECK(!thread_rows || (!reductions.empty() && !warp_rows), where,
+              ": thread_rows is set but the kernel has no reductions or also has warp_rows; "
+              "only reduction kernels reduce rows one per thread (Note [Thread-per-row "
+              "reductions])");
   GROVE_CHECK(!warp_rows || !reductions.empty(), where,
               ": warp_rows is set but the kernel has no reductions; only reduction kernels "
               "reduce rows with warps (Note [Warp-per-row reductions])");

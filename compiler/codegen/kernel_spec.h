@@ -155,6 +155,16 @@ struct KernelSpec {
   // unchanged (a row is reduced sequentially), so only the cuda summation
   // order depends on it; it is part of the signature.
   bool warp_rows = false;
+  // Note [Thread-per-row reductions]: on cuda a reduction kernel with
+  // thread_rows reduces each row with one thread, which folds the row's
+  // elements in increasing order, as the host code does (so cuda's sums equal
+  // the host's bitwise), 128 threads per block, grid-stride over rows. For
+  // column reductions (sum over the rows of a row-major [M, N]: the kernel's
+  // rows are the N columns, adjacent in memory), so a warp's loads of one
+  // element index are coalesced; the lowering sets it (Note [Reduction
+  // prologues] in compiler/lowering/reduction_prologue.h). Part of the signature.
+  // Tests: ReductionPrologue.ThreadPerRowColumnSumsMatchTheHostAndPassPtxas.
+  bool thread_rows = false;
 
   // Canonical text of everything that affects the generated code; kernels are
   // cached by it.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "compiler/lowering/reduction_prologue.h"
+
 namespace grove::compiler::lowering {
 
 ops::ReductionPlan reduction_plan(const LoweringNode& node) {
@@ -226,6 +228,7 @@ FusionPlan plan_fusion(const LoweringGraph& graph) {
     plan.members[n] = std::move(members);
     plan.reduction[n] = reduction;
   }
+  fuse_reduction_prologues(graph, plan);
   return plan;
 }
 

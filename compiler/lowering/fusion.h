@@ -37,6 +37,14 @@ struct FusionPlan {
   std::vector<std::vector<int>> members;
   // Per root node: the group's reduction node, or -1.
   std::vector<int> reduction;
+  // Per root node: values its kernel also writes, per element of its
+  // reduction's rows (Note [Reduction prologues] in reduction_prologue.h).
+  std::vector<std::vector<int>> extra_outputs;
+  // Per value: the root whose kernel writes it as an extra output, or -1.
+  std::vector<int> written_by;
+  // Per node: the root whose kernel launches at this node's place in program
+  // order instead of its own (a reduction that took this node's group), or -1.
+  std::vector<int> launches_here;
 };
 
 FusionPlan plan_fusion(const LoweringGraph& graph);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "compiler/lowering/reduction_prologue.h"
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
 
@@ -113,6 +114,7 @@ void KernelAssembler::reset(const std::string& name, const Shape& iteration_shap
   buffers_.clear();
   reduction_node_ = -1;
   reduction_result_ = -1;
+  computed_here_.clear();
 }
 
 AssembledKernel KernelAssembler::finish() {
@@ -161,7 +163,8 @@ int KernelAssembler::value_expr(int value, const AccessMap& map) {
   auto found = memo_.find(key);
   if (found != memo_.end()) return found->second;
   int expr = -1;
-  if (!plan_.inlined[static_cast<size_t>(value)]) {
+  if (!plan_.inlined[static_cast<size_t>(value)] &&
+      std::find(computed_here_.begin(), computed_here_.end(), value) == computed_here_.end()) {
     expr = leaf(value, map);
   } else {
     int producer = graph_.value(value).producer;
@@ -329,9 +332,16 @@ AssembledKernel KernelAssembler::group(int root, int row_values_slot) {
     root_map = AccessMap::identity(shape.size());
   }
   if (node.node_class == NodeClass::kReduction) {
+    // Note [Reduction prologues]: extra outputs are the row operand, written per element.
+    computed_here_ = plan_.extra_outputs[static_cast<size_t>(root)];
     int expr = reduction_expr(root);
     int slot = row_values_slot >= 0 ? row_values_slot : node.results[0];
     add_output(expr, slot, root_map, 0);
+    if (!computed_here_.empty()) {
+      const AccessMap row_map = reduction_frame(graph_, node).operand_maps[0];
+      for (int value : computed_here_) add_output(value_expr(value, row_map), value, row_map, 0);
+    }
+    spec_.thread_rows = use_thread_rows(graph_, node, spec_);
     return finish();
   }
   std::vector<int> results;

@@ -80,6 +80,9 @@ class KernelAssembler {
   int reduction_result_ = -1;
   std::vector<AccessMap> reduction_operand_maps_;
   AccessMap reduction_result_map_;
+  // Materialized values this kernel computes instead of loading (Note
+  // [Reduction prologues]).
+  std::vector<int> computed_here_;
 };
 
 // The iteration shape of a reduction node and the maps of its operands and

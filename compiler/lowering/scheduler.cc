@@ -105,7 +105,8 @@ void Scheduler::plan_forwarding() {
       writes_fresh = true;
     } else if (producer.node_class == NodeClass::kPointwise ||
                producer.node_class == NodeClass::kReduction) {
-      writes_fresh = out_.fusion.is_root[static_cast<size_t>(from.producer)];
+      writes_fresh = out_.fusion.is_root[static_cast<size_t>(from.producer)] ||
+                     out_.fusion.written_by[static_cast<size_t>(source)] >= 0;
       for (size_t r = 0; r < producer.results.size(); ++r) {
         if (producer.results[r] == source && producer.node_class == NodeClass::kPointwise &&
             producer.in_place_operand[r] >= 0) {
@@ -192,6 +193,8 @@ void Scheduler::schedule_group(int root) {
     bool in_place = node.node_class == NodeClass::kPointwise && node.in_place_operand[r] >= 0;
     if (!in_place) allocate.push_back(node.results[r]);
   }
+  // Note [Reduction prologues]: the kernel also writes its row operand.
+  for (int value : out_.fusion.extra_outputs[static_cast<size_t>(root)]) allocate.push_back(value);
   int row_values = -1;
   int64_t rows = 0;
   if (node.node_class == NodeClass::kReduction && reduction_plan(node).mean_over_rows) {
@@ -417,14 +420,26 @@ void Scheduler::schedule_node(int node_index) {
     return;
   }
   // A result forwarded into its copy's destination is that destination's view.
-  for (int result : node.results) {
-    auto forwarded = forwarded_.find(result);
-    if (forwarded != forwarded_.end()) emit_alias(forwarded->second, result, node.name, "forward");
+  auto alias_forwarded = [&](const LoweringNode& of) {
+    for (int result : of.results) {
+      auto forwarded = forwarded_.find(result);
+      if (forwarded != forwarded_.end()) emit_alias(forwarded->second, result, of.name, "forward");
+    }
+  };
+  // Note [Reduction prologues]: a reduction that took this node's group launches here.
+  const int hoisted = out_.fusion.launches_here[static_cast<size_t>(node_index)];
+  const bool launched_earlier = !out_.fusion.extra_outputs[static_cast<size_t>(node_index)].empty();
+  if (hoisted >= 0) {
+    alias_forwarded(node);
+    alias_forwarded(graph_.node(hoisted));
+    schedule_group(hoisted);
+    return;
   }
+  if (!launched_earlier) alias_forwarded(node);
   switch (node.node_class) {
     case NodeClass::kPointwise:
     case NodeClass::kReduction:
-      if (out_.fusion.is_root[static_cast<size_t>(node_index)]) {
+      if (out_.fusion.is_root[static_cast<size_t>(node_index)] && !launched_earlier) {
         // In-place results share their operand's storage and layout.
         for (size_t r = 0; r < node.in_place_operand.size(); ++r) {
           if (node.in_place_operand[r] < 0) continue;

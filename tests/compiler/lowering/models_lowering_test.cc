@@ -8,6 +8,7 @@
 #include "compiler/model_format/model_json.h"
 #include "runtime/device_context.h"
 #include "runtime/graph_recording.h"
+#include "tests/common/test_util.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
 
 namespace grove {
@@ -61,8 +62,12 @@ TEST(ModelFusion, Mlp16x512LaunchesSixteenGemmsWithBiasGeluEpiloguesAndNoKernel)
 //   proj.
 // Plus embedding + position add (one kernel) and lm_head (a GEMM without
 // bias). The last block's residual add is read only by ln_f, so it becomes
-// ln_f's prologue (residual + ln_f: one kernel). Total 25 kernels, 33 GEMMs.
+// ln_f's prologue (residual + ln_f: one kernel). Total 25 kernels, 33 GEMMs
+// with GROVE_FUSE_REDUCTION_PROLOGUES=0; by default every residual add also
+// read elsewhere runs inside the next layer_norm's kernel, which writes it
+// (Note [Reduction prologues]): 17 kernels (ReductionPrologueModels below).
 TEST(ModelFusion, Gpt4x256LaunchesTwentyFiveKernelsAndThirtyThreeGemms) {
+  testing::ScopedEnv off("GROVE_FUSE_REDUCTION_PROLOGUES", "0");
   LoweredProgram lowered = compiler::lowering::lower(load("gpt4x256", {{"batch", 1}, {"seq", 32}}));
   KernelReport report = lowered.kernel_report();
   EXPECT_EQ(report.kernels.size(), 25u) << report.str();
@@ -76,6 +81,18 @@ TEST(ModelFusion, Gpt4x256LaunchesTwentyFiveKernelsAndThirtyThreeGemms) {
   EXPECT_EQ(counts["add"], 7) << report.str();
   ASSERT_EQ(lowered.function().segments.size(), 1u);
   EXPECT_TRUE(lowered.function().segments[0].capturable());
+}
+
+TEST(ModelFusion, Gpt4x256ResidualAddsRunInsideTheirLayerNormsSeventeenKernels) {
+  LoweredProgram lowered = compiler::lowering::lower(load("gpt4x256", {{"batch", 1}, {"seq", 32}}));
+  KernelReport report = lowered.kernel_report();
+  EXPECT_EQ(report.kernels.size(), 17u) << report.str();
+  EXPECT_EQ(report.library_gemms, 33u) << report.str();
+  std::map<std::string, int> counts = histogram(report);
+  EXPECT_EQ(counts["embedding_add_layer_norm"], 1) << report.str();
+  EXPECT_EQ(counts["add_layer_norm"], 8) << report.str();
+  EXPECT_EQ(counts["mul_where_softmax"], 4) << report.str();
+  EXPECT_EQ(counts["copy"], 4) << report.str();
 }
 
 // At batch 8 the heads of q, k and v are strided unevenly across the batch

@@ -1,0 +1,122 @@
+#include "compiler/lowering/reduction_prologue.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace grove::compiler::lowering {
+
+namespace {
+
+// Note [Fused expression depth] bounds a group's depth by 256; the members of
+// both groups together bound the merged depth.
+constexpr size_t kMaxMergedMembers = 256;
+
+// Thread-per-row needs enough rows to fill warps and short enough rows that
+// one thread's sequential loop is not the kernel's latency.
+constexpr int64_t kMinThreadRows = 64;
+constexpr int64_t kMaxThreadRowLength = 4096;
+
+bool mergeable_producer(const LoweringGraph& graph, const FusionPlan& plan, int reduction_index,
+                        int value_id) {
+  const LoweringValue& value = graph.value(value_id);
+  if (value.producer < 0 || value.dynamic() || plan.inlined[static_cast<size_t>(value_id)]) {
+    return false;
+  }
+  const int producer_index = value.producer;
+  const LoweringNode& producer = graph.node(producer_index);
+  if (producer.node_class != NodeClass::kPointwise || producer.pointwise != PointwiseKind::kHook ||
+      producer.in_place() || producer.results.size() != 1 ||
+      !plan.is_root[static_cast<size_t>(producer_index)] ||
+      plan.reduction[static_cast<size_t>(producer_index)] >= 0 ||
+      !plan.extra_outputs[static_cast<size_t>(producer_index)].empty()) {
+    return false;
+  }
+  for (const auto& [consumer, position] : graph.uses()[static_cast<size_t>(value_id)]) {
+    if (consumer == reduction_index && position != 0) return false;
+  }
+  // The merged kernel launches at the producer's place: everything else the
+  // reduction's group reads must exist by then.
+  for (int member : plan.members[static_cast<size_t>(reduction_index)]) {
+    for (int operand : graph.node(member).operands) {
+      if (operand == value_id || plan.inlined[static_cast<size_t>(operand)]) continue;
+      if (graph.value(operand).producer >= producer_index) return false;
+    }
+  }
+  for (int n = producer_index + 1; n < reduction_index; ++n) {
+    const LoweringNode& between = graph.node(n);
+    if (between.node_class == NodeClass::kHost || between.in_place()) return false;
+  }
+  // Embedding and dropout need unmerged coordinates (Note [Fusion groups]).
+  const ops::ReductionPlan row_plan = reduction_plan(graph.node(reduction_index));
+  for (int member : plan.members[static_cast<size_t>(producer_index)]) {
+    if (graph.node(member).pointwise != PointwiseKind::kHook && row_plan.reduced_dims.size() != 1) {
+      return false;
+    }
+  }
+  return plan.members[static_cast<size_t>(producer_index)].size() +
+             plan.members[static_cast<size_t>(reduction_index)].size() <=
+         kMaxMergedMembers;
+}
+
+}  // namespace
+
+bool reduction_prologues_enabled() {
+  const char* value = std::getenv("GROVE_FUSE_REDUCTION_PROLOGUES");
+  if (value == nullptr || *value == '\0') return true;
+  const std::string text = value;
+  GROVE_CHECK_AS(ConfigError, text == "0" || text == "1", "GROVE_FUSE_REDUCTION_PROLOGUES='", text,
+                 "': expected 1 (reductions compute and write their elementwise producers, and "
+                 "column reductions run a row per thread on cuda; the default) or 0 (do not)");
+  return text == "1";
+}
+
+void fuse_reduction_prologues(const LoweringGraph& graph, FusionPlan& plan) {
+  const size_t node_count = graph.nodes().size();
+  plan.extra_outputs.assign(node_count, {});
+  plan.written_by.assign(graph.values().size(), -1);
+  plan.launches_here.assign(node_count, -1);
+  if (!reduction_prologues_enabled()) return;
+  for (size_t n = 0; n < node_count; ++n) {
+    const LoweringNode& node = graph.node(static_cast<int>(n));
+    if (node.node_class != NodeClass::kReduction || !plan.is_root[n] ||
+        plan.reduction[n] != static_cast<int>(n) || node.results.size() != 1 ||
+        node.operands.empty()) {
+      continue;
+    }
+    const ops::ReductionPlan row_plan = reduction_plan(node);
+    if (row_plan.mean_over_rows || row_plan.operand_layouts.empty() ||
+        row_plan.operand_layouts[0] != ops::RowLayout::kFull) {
+      continue;
+    }
+    const int value_id = node.operands[0];
+    if (!mergeable_producer(graph, plan, static_cast<int>(n), value_id)) continue;
+    const auto producer = static_cast<size_t>(graph.value(value_id).producer);
+    std::vector<int> members = plan.members[producer];
+    members.insert(members.end(), plan.members[n].begin(), plan.members[n].end() - 1);
+    std::sort(members.begin(), members.end());
+    members.push_back(static_cast<int>(n));
+    plan.members[n] = std::move(members);
+    plan.members[producer].clear();
+    plan.is_root[producer] = false;
+    plan.extra_outputs[n].push_back(value_id);
+    plan.written_by[static_cast<size_t>(value_id)] = static_cast<int>(n);
+    plan.launches_here[producer] = static_cast<int>(n);
+  }
+}
+
+bool use_thread_rows(const LoweringGraph& graph, const LoweringNode& reduction,
+                     const codegen::KernelSpec& spec) {
+  if (!reduction_prologues_enabled() || spec.warp_rows || !spec.part_sizes.empty()) return false;
+  const ops::ReductionPlan row_plan = reduction_plan(reduction);
+  const int64_t rank = graph.value(reduction.operands[0]).type.rank();
+  if (row_plan.mean_over_rows || row_plan.reduced_dims.empty() || rank < 2 ||
+      row_plan.reduced_dims.back() == rank - 1) {
+    return false;  // a row reduction: one block per row reads the row coalesced already
+  }
+  return spec.row_count() >= kMinThreadRows && spec.row_length() <= kMaxThreadRowLength;
+}
+
+}  // namespace grove::compiler::lowering
