@@ -163,7 +163,8 @@ struct KernelSpec {
   // rows are the N columns, adjacent in memory), so a warp's loads of one
   // element index are coalesced; the lowering sets it (Note [Reduction
   // prologues] in compiler/lowering/reduction_prologue.h). Part of the signature.
-  // Tests: ReductionPrologue.ThreadPerRowColumnSumsMatchTheHostAndPassPtxas.
+  // Tests: ReductionPrologue.GeluGradientAndItsColumnSumAreOneKernelEqualToTheUnfusedPath (cuda
+  // against the host order), ModelPtx.EveryKernelOfBothModelsAndTheirTrainingAssemblesForSm90.
   bool thread_rows = false;
 
   // Canonical text of everything that affects the generated code; kernels are
