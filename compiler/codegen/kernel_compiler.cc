@@ -73,12 +73,64 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
   kernel.input_count = spec.inputs.size() * spec.part_count();
   kernel.output_count = spec.outputs.size() * spec.part_count();
   kernel.scalar_count = static_cast<size_t>(spec.scalar_count);
+  if (spec.input_argument_count() != kernel.input_count ||
+      spec.output_argument_count() != kernel.output_count) {
+    kernel.parts = spec.part_count();
+    for (const BufferSpec& input : spec.inputs) {
+      kernel.shared_inputs.push_back(input.shared_by_parts);
+    }
+    for (const OutputSpec& output : spec.outputs) {
+      kernel.in_place_outputs.push_back(output.in_place_input);
+    }
+  }
   kernel.name = source->second.name;
   kernel.device = device;
   kernel.compile_ms = compile_ms;
   state.kernels.emplace(std::make_pair(signature, device), kernel);
   return kernel;
 }
+
+namespace {
+
+// Note [Multi-part kernel arguments] (kernel_spec.h): shared inputs once, then
+// each part's other inputs, then each part's outputs that are not in place.
+void add_part_pointers(const CompiledKernel& kernel, const std::vector<const void*>& inputs,
+                       const std::vector<void*>& outputs, runtime::KernelArgs& args) {
+  const size_t per_part_inputs = kernel.shared_inputs.size();
+  const size_t per_part_outputs = kernel.in_place_outputs.size();
+  for (size_t i = 0; i < per_part_inputs; ++i) {
+    if (!kernel.shared_inputs[i]) continue;
+    for (size_t p = 1; p < kernel.parts; ++p) {
+      GROVE_CHECK(inputs[p * per_part_inputs + i] == inputs[i], "kernel '", kernel.name,
+                  "': input ", i, " is shared by every part, but part ", p,
+                  " passes another pointer than part 0 (a grove bug in horizontal fusion; "
+                  "GROVE_HORIZONTAL_FUSION=0 avoids it)");
+    }
+    args.add_pointer(inputs[i]);
+  }
+  for (size_t p = 0; p < kernel.parts; ++p) {
+    for (size_t i = 0; i < per_part_inputs; ++i) {
+      if (!kernel.shared_inputs[i]) args.add_pointer(inputs[p * per_part_inputs + i]);
+    }
+  }
+  for (size_t p = 0; p < kernel.parts; ++p) {
+    for (size_t o = 0; o < per_part_outputs; ++o) {
+      void* output = outputs[p * per_part_outputs + o];
+      const int input = kernel.in_place_outputs[o];
+      if (input < 0) {
+        args.add_pointer(output);
+        continue;
+      }
+      GROVE_CHECK(output == inputs[p * per_part_inputs + static_cast<size_t>(input)], "kernel '",
+                  kernel.name, "': output ", o, " of part ", p,
+                  " is written in place through input ", input,
+                  ", but its pointer differs (a grove bug in horizontal fusion; "
+                  "GROVE_HORIZONTAL_FUSION=0 avoids it)");
+    }
+  }
+}
+
+}  // namespace
 
 runtime::KernelArgs make_args(const CompiledKernel& kernel, const std::vector<const void*>& inputs,
                               const std::vector<void*>& outputs,
@@ -91,8 +143,12 @@ runtime::KernelArgs make_args(const CompiledKernel& kernel, const std::vector<co
               "; pass the buffers the kernel's spec declares, in order");
   runtime::KernelArgs args;
   args.slots.reserve(inputs.size() + outputs.size() + scalars.size());
-  for (const void* input : inputs) args.add_pointer(input);
-  for (void* output : outputs) args.add_pointer(output);
+  if (kernel.shared_inputs.empty()) {
+    for (const void* input : inputs) args.add_pointer(input);
+    for (void* output : outputs) args.add_pointer(output);
+  } else {
+    add_part_pointers(kernel, inputs, outputs, args);
+  }
   for (float scalar : scalars) args.add_f32(scalar);
   return args;
 }

@@ -20,9 +20,17 @@ namespace grove::compiler::codegen {
 struct CompiledKernel {
   runtime::KernelHandle handle;
   runtime::LaunchDims dims;  // Note [Kernel launch geometry] (codegen.h)
+  // Pointers callers pass: one per spec input (output) of every part.
   size_t input_count = 0;
   size_t output_count = 0;
   size_t scalar_count = 0;
+  // Multi-part kernels (Note [Multi-part kernel arguments], kernel_spec.h):
+  // the part count, per spec input whether it is shared by parts, and per
+  // spec output the input it is written in place through (-1: none). Empty
+  // when the kernel passes every pointer.
+  size_t parts = 1;
+  std::vector<bool> shared_inputs;
+  std::vector<int> in_place_outputs;
   std::string name;  // the kernel's symbol (kernel_symbol(spec))
   runtime::Device device;
   // Time spent generating this kernel's code, in milliseconds, when it was first compiled.
@@ -34,7 +42,9 @@ struct CompiledKernel {
 // Thread-safe.
 CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device);
 
-// Argument slots in ABI order; throws grove::Error when a count does not match the kernel.
+// Argument slots in ABI order; throws grove::Error when a count does not match
+// the kernel, or when a pointer a multi-part kernel takes once differs between
+// its parts (Note [Multi-part kernel arguments]).
 runtime::KernelArgs make_args(const CompiledKernel& kernel, const std::vector<const void*>& inputs,
                               const std::vector<void*>& outputs, const std::vector<float>& scalars);
 

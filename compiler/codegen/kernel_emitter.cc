@@ -64,6 +64,17 @@ Value* Emitter::special_register(llvm::Intrinsic::ID id) {
 }
 
 void Emitter::emit_elementwise() {
+  auto body = [&](Value* index, const std::vector<Value*>&) {
+    Site site;
+    site.linear = index;
+    site.coordinates = decompose(index, spec_.iteration_shape);
+    store_outputs(site, /*per_row=*/false);
+    return std::vector<Value*>{};
+  };
+  if (!spec_.part_sizes.empty()) {
+    emit_parts(body);
+    return;
+  }
   Value* start = i64(0);
   Value* step = i64(1);
   if (nvptx()) {
@@ -73,31 +84,13 @@ void Emitter::emit_elementwise() {
                          special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
     step = b_.CreateMul(grid, i64(kElementwiseBlock));
   }
-  auto body = [&](Value* index, const std::vector<Value*>&) {
-    Site site;
-    site.linear = index;
-    site.coordinates = decompose(index, spec_.iteration_shape);
-    store_outputs(site, /*per_row=*/false);
-    return std::vector<Value*>{};
-  };
-  if (spec_.part_sizes.empty()) {
-    loop(start, i64(spec_.element_count()), step, {}, body);
-    return;
-  }
-  // Note [Multi-part kernels]: one grid-stride loop per part, over its own
-  // pointers; the buffers' strides (1 or 0) address any part's elements.
-  for (size_t p = 0; p < spec_.part_sizes.size(); ++p) {
-    if (spec_.part_sizes[p] == 0) continue;
-    inputs_ = part_inputs_[p];
-    outputs_ = part_outputs_[p];
-    loop(start, i64(spec_.part_sizes[p]), step, {}, body);
-  }
+  loop(start, i64(spec_.element_count()), step, {}, body);
 }
 
 void Emitter::emit(const std::string& symbol) {
-  const size_t parts = spec_.part_count();
-  const size_t input_pointers = spec_.inputs.size() * parts;
-  const size_t pointer_count = input_pointers + spec_.outputs.size() * parts;
+  // Repeated pointers are passed once (Note [Multi-part kernel arguments]).
+  const size_t input_pointers = spec_.input_argument_count();
+  const size_t pointer_count = input_pointers + spec_.output_argument_count();
   llvm::Type* byte_pointer = b_.getInt8PtrTy();
   if (nvptx()) {
     std::vector<llvm::Type*> parameters(pointer_count, byte_pointer);
@@ -151,14 +144,7 @@ void Emitter::emit(const std::string& symbol) {
     }
   }
   function_->addFnAttr(llvm::Attribute::NoUnwind);
-  for (size_t p = 0; p < parts; ++p) {
-    auto slice = [p](const std::vector<Value*>& all, size_t per_part) {
-      auto first = all.begin() + static_cast<std::ptrdiff_t>(p * per_part);
-      return std::vector<Value*>(first, first + static_cast<std::ptrdiff_t>(per_part));
-    };
-    part_inputs_.push_back(slice(inputs_, spec_.inputs.size()));
-    part_outputs_.push_back(slice(outputs_, spec_.outputs.size()));
-  }
+  split_part_pointers();
   if (spec_.reductions.empty()) {
     emit_elementwise();
   } else {
@@ -192,7 +178,12 @@ std::unique_ptr<llvm::Module> emit_kernel_module(const KernelSpec& spec, const s
 runtime::LaunchDims kernel_launch_dims(const KernelSpec& spec, runtime::DeviceType device_type) {
   runtime::LaunchDims dims;
   if (device_type != runtime::DeviceType::kCuda) return dims;
-  if (spec.reductions.empty()) {
+  if (!spec.part_sizes.empty()) {
+    // One block per tile, grid-stride past 4096 (Note [Multi-part kernels]).
+    const auto tiles = static_cast<uint64_t>(emitter_detail::multi_part_tile_count(spec));
+    dims.grid.x = static_cast<uint32_t>(std::clamp<uint64_t>(tiles, 1, kMaxElementwiseGrid));
+    dims.block.x = kElementwiseBlock;
+  } else if (spec.reductions.empty()) {
     const uint64_t blocks =
         (static_cast<uint64_t>(spec.element_count()) + kElementwiseBlock - 1) / kElementwiseBlock;
     dims.grid.x = static_cast<uint32_t>(std::clamp<uint64_t>(blocks, 1, kMaxElementwiseGrid));

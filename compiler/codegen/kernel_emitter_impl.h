@@ -31,6 +31,10 @@ constexpr int64_t kWarpRowsUnroll = 4;
 // Note [Thread-per-row reductions] (kernel_spec.h): threads (rows) per block.
 constexpr uint32_t kThreadRowsPerBlock = 128;
 
+// Tiles of a multi-part kernel: ceil(size / kMultiPartTile) per part
+// (Note [Multi-part kernels], kernel_spec.h).
+int64_t multi_part_tile_count(const KernelSpec& spec);
+
 // Threads per block of a reduction kernel (Note [Kernel launch geometry]).
 uint32_t reduction_block_size(const KernelSpec& spec);
 // Blocks of a reduction kernel's grid (Note [Kernel launch geometry]).
@@ -93,6 +97,14 @@ class Emitter {
 
   void store_outputs(const Site& site, bool per_row);
   void emit_elementwise();
+  // Multi-part kernels (kernel_emitter_parts.cc): each part's pointers from
+  // the ABI's arguments (Note [Multi-part kernel arguments]), and the tile
+  // loop that runs `body` over every part's elements (Note [Multi-part kernels]).
+  void split_part_pointers();
+  void emit_parts(const LoopBody& body);
+  void emit_part_search(Value* tile, const std::vector<size_t>& parts, size_t first, size_t end,
+                        const std::vector<int64_t>& first_tile, Value* lane_start, Value* lane_step,
+                        const LoopBody& body, llvm::BasicBlock* done);
   void emit_reduction_rows();
   Value* block_reduce(ReduceOp op, Value* partial);
   Value* warp_reduce(ReduceOp op, Value* value);

@@ -183,6 +183,19 @@ void verify_parts(const KernelSpec& spec, const std::string& where) {
                    " has strides ", runtime::shape_str(spec.outputs[o].strides),
                    ", expected {1} or {0}");
   }
+  // Note [Multi-part kernel arguments] (kernel_spec.h).
+  for (size_t o = 0; o < spec.outputs.size(); ++o) {
+    const int input = spec.outputs[o].in_place_input;
+    if (input < 0) continue;
+    GROVE_CHECK(input < static_cast<int>(spec.inputs.size()) &&
+                    !spec.inputs[static_cast<size_t>(input)].shared_by_parts,
+                what, ": output ", o, " is written in place through input ", input,
+                ", which must be an input of the kernel that is not shared by parts");
+    GROVE_CHECK(spec.inputs[static_cast<size_t>(input)].strides == spec.outputs[o].strides, what,
+                ": output ", o, " is written in place through input ", input,
+                " but their strides differ (", runtime::shape_str(spec.outputs[o].strides), " vs ",
+                runtime::shape_str(spec.inputs[static_cast<size_t>(input)].strides), ")");
+  }
   for (size_t i = 0; i < spec.exprs.size(); ++i) {
     ExprOp op = spec.exprs[i].op;
     GROVE_CHECK(op != ExprOp::kIndex && op != ExprOp::kLoadAt && op != ExprOp::kPhilox, what,
@@ -192,6 +205,18 @@ void verify_parts(const KernelSpec& spec, const std::string& where) {
 }
 
 }  // namespace
+
+size_t KernelSpec::input_argument_count() const {
+  size_t shared = 0;
+  for (const BufferSpec& input : inputs) shared += input.shared_by_parts ? 1 : 0;
+  return shared + (inputs.size() - shared) * part_count();
+}
+
+size_t KernelSpec::output_argument_count() const {
+  size_t in_place = 0;
+  for (const OutputSpec& output : outputs) in_place += output.in_place_input >= 0 ? 1 : 0;
+  return (outputs.size() - in_place) * part_count();
+}
 
 int64_t KernelSpec::element_count() const { return runtime::shape_numel(iteration_shape); }
 
@@ -213,6 +238,7 @@ std::string KernelSpec::signature() const {
   for (const BufferSpec& input : inputs) {
     out << dtype_name(input.dtype);
     append_shape(out, input.strides);
+    if (input.shared_by_parts) out << ":shared";
     out << ';';
   }
   out << "|scalars=" << scalar_count << "|exprs=";
@@ -249,6 +275,7 @@ std::string KernelSpec::signature() const {
   for (const OutputSpec& output : outputs) {
     out << dtype_name(output.dtype) << ':' << output.expr << (output.per_row ? ":row" : "");
     append_shape(out, output.strides);
+    if (output.in_place_input >= 0) out << ":in_place=" << output.in_place_input;
     out << ';';
   }
   if (!part_sizes.empty()) {
@@ -441,7 +468,20 @@ void KernelSpec::verify() const {
                 "; a reduction may read only earlier reductions");
   }
   GROVE_CHECK(!outputs.empty(), where, ": expected at least one output, found none");
-  if (!part_sizes.empty()) verify_parts(*this, where);
+  if (!part_sizes.empty()) {
+    verify_parts(*this, where);
+  } else {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      GROVE_CHECK(!inputs[i].shared_by_parts, where, ": input ", i,
+                  " is shared_by_parts but the kernel has no parts (Note [Multi-part kernel "
+                  "arguments])");
+    }
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      GROVE_CHECK(outputs[o].in_place_input < 0, where, ": output ", o,
+                  " is in place but the kernel has no parts (Note [Multi-part kernel "
+                  "arguments])");
+    }
+  }
   for (size_t o = 0; o < outputs.size(); ++o) {
     const OutputSpec& output = outputs[o];
     const std::string what = str_cat(where, ": output ", o);

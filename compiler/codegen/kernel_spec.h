@@ -109,6 +109,9 @@ struct BufferSpec {
   runtime::DType dtype = runtime::DType::kF32;
   // Element strides over iteration_shape (same rank); 0 broadcasts.
   runtime::Shape strides;
+  // Multi-part kernels only (Note [Multi-part kernel arguments]): every part
+  // reads this input through one pointer, passed once.
+  bool shared_by_parts = false;
 };
 
 enum class ReduceOp : uint8_t { kSum, kMax, kMin };
@@ -125,6 +128,10 @@ struct OutputSpec {
   // Element strides over the output's iteration space (iteration_shape, or
   // iteration_shape minus its last dimension when per_row).
   runtime::Shape strides;
+  // Multi-part kernels only (Note [Multi-part kernel arguments]): the index of
+  // the unshared input whose pointer this output writes through in each part
+  // (an in-place update), or -1 for a pointer of its own.
+  int in_place_input = -1;
 };
 
 // Note [Multi-part kernels]: a spec with `part_sizes` applies its expressions
@@ -133,10 +140,30 @@ struct OutputSpec {
 // iteration space; iteration_shape is {the largest part size}; every input and
 // output stride is 1 (the part's contiguous elements) or 0 (one broadcast
 // element); no reductions, and no kIndex / kLoadAt / kPhilox (their values
-// would depend on how the work was split). The ABI (Note [Kernel ABI]) then
-// takes the input pointers of part 0, of part 1, ..., then the output pointers
-// of part 0, of part 1, ..., then the scalars (shared by every part). Parts
-// may run concurrently on cuda, so no part may read what another writes.
+// would depend on how the work was split). Parts may run concurrently on cuda,
+// so no part may read what another writes.
+// Each part is cut into tiles of kMultiPartTile elements, numbered part after
+// part; on cuda block b runs tiles b, b + grid, ... (grid = min(tiles, 4096)),
+// finds a tile's part by a binary search over the tiles' prefix (constants in
+// the code) and runs the part's elements of the tile with its pointers; the
+// host kernel runs every tile in order through the same search. So the grid
+// covers every part's elements, not just the largest part's, and each element
+// is computed by the same expressions as in its own kernel (bitwise equal).
+//
+// Note [Multi-part kernel arguments]: the ABI (Note [Kernel ABI]) of a
+// multi-part kernel takes the pointers of its inputs shared_by_parts once, in
+// input order; then per part (part 0, part 1, ...) the pointers of its other
+// inputs; then per part the pointers of its outputs that are not in place
+// (in_place_input < 0); then the scalars (shared by every part). Callers
+// (launch(), make_args()) still pass one pointer per input and output of
+// every part; make_args drops the repeated ones after checking that they
+// repeat (a shared input's pointer is part 0's in every part, an in-place
+// output's pointer is its input's). This keeps a step that updates ~100
+// params within cuda's 4 KiB of kernel parameters: the hyper-parameters are
+// shared and the updated tensors are written in place. Tested by
+// HorizontalFusion.* (tests/compiler/lowering/horizontal_fusion_test.cc).
+inline constexpr int64_t kMultiPartTile = 1024;
+
 struct KernelSpec {
   std::string name;  // a readable prefix: "fused_add_gelu"
   runtime::Shape iteration_shape;
@@ -182,6 +209,10 @@ struct KernelSpec {
   int64_t element_count() const;
   // 1 unless part_sizes is set (Note [Multi-part kernels]).
   size_t part_count() const { return part_sizes.empty() ? 1 : part_sizes.size(); }
+  // Pointer arguments of the kernel's ABI for its inputs and for its outputs
+  // (Note [Multi-part kernel arguments]).
+  size_t input_argument_count() const;
+  size_t output_argument_count() const;
 };
 
 }  // namespace grove::compiler::codegen

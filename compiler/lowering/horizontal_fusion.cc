@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <string>
+
+#include "runtime/error.h"
 
 namespace grove::compiler::lowering {
 namespace {
@@ -117,10 +120,19 @@ class Run {
     if (structure_key(launch.spec) != key_) return false;
     std::optional<BufferRoles> combined = combine(roles_, *roles);
     if (!combined) return false;
-    const KernelSpec& spec = launch.spec;
-    size_t bytes = 8 * ((spec.inputs.size() + spec.outputs.size()) * (members_.size() + 1) +
-                        static_cast<size_t>(spec.scalar_count));
-    if (bytes > kMaxParameterBytes) return false;
+    std::vector<bool> shared = shared_;
+    std::vector<int> in_place = in_place_;
+    const KernelLaunch& first = program_.steps[members_.front()].kernel;
+    for (size_t i = 0; i < shared.size(); ++i) {
+      shared[i] = shared[i] && launch.input_slots[i] == first.input_slots[i];
+    }
+    for (size_t o = 0; o < in_place.size(); ++o) {
+      if (in_place[o] < 0) continue;
+      const auto input = static_cast<size_t>(in_place[o]);
+      if (shared[input] || !writes_through(launch, o, input, *combined)) in_place[o] = -1;
+    }
+    const size_t parts = members_.size() + 1;
+    if (parameter_bytes(shared, in_place, parts) > kMaxParameterBytes) return false;
     for (int root : writes) {
       if (reads_.count(root) || writes_.count(root)) return false;
     }
@@ -128,6 +140,8 @@ class Run {
       if (writes_.count(root)) return false;
     }
     roles_ = *combined;
+    shared_ = std::move(shared);
+    in_place_ = std::move(in_place);
     reads_.insert(reads.begin(), reads.end());
     writes_.insert(writes.begin(), writes.end());
     members_.push_back(index);
@@ -174,9 +188,13 @@ class Run {
     }
     spec.iteration_shape = {largest};
     const size_t inputs = spec.inputs.size();
-    for (size_t i = 0; i < inputs; ++i) spec.inputs[i].strides = {roles_[i] == 'z' ? 0 : 1};
+    for (size_t i = 0; i < inputs; ++i) {
+      spec.inputs[i].strides = {roles_[i] == 'z' ? 0 : 1};
+      spec.inputs[i].shared_by_parts = shared_[i];
+    }
     for (size_t o = 0; o < spec.outputs.size(); ++o) {
       spec.outputs[o].strides = {roles_[inputs + o] == 'z' ? 0 : 1};
+      spec.outputs[o].in_place_input = in_place_[o];
     }
     step.op = spec.name;
     return step;
@@ -184,12 +202,37 @@ class Run {
 
  private:
   void start(size_t index, BufferRoles roles, std::set<int> reads, std::set<int> writes) {
+    const KernelLaunch& launch = program_.steps[index].kernel;
     members_ = {index};
     defined_between_.clear();
-    key_ = structure_key(program_.steps[index].kernel.spec);
+    key_ = structure_key(launch.spec);
     roles_ = std::move(roles);
     reads_ = std::move(reads);
     writes_ = std::move(writes);
+    shared_.assign(launch.input_slots.size(), true);
+    in_place_.assign(launch.output_slots.size(), -1);
+    for (size_t o = 0; o < in_place_.size(); ++o) {
+      for (size_t i = 0; i < launch.input_slots.size() && in_place_[o] < 0; ++i) {
+        if (writes_through(launch, o, i, roles_)) in_place_[o] = static_cast<int>(i);
+      }
+    }
+  }
+
+  // Whether output `o` of `launch` is written at input `i`'s pointer, with its strides.
+  static bool writes_through(const KernelLaunch& launch, size_t o, size_t i,
+                             const BufferRoles& roles) {
+    return launch.output_slots[o] == launch.input_slots[i] && launch.output_offsets[o] == 0 &&
+           roles[launch.input_slots.size() + o] == roles[i];
+  }
+
+  // Note [Multi-part kernel arguments] (compiler/codegen/kernel_spec.h).
+  size_t parameter_bytes(const std::vector<bool>& shared, const std::vector<int>& in_place,
+                         size_t parts) const {
+    const KernelSpec& spec = program_.steps[members_.front()].kernel.spec;
+    size_t pointers = 0;
+    for (bool one : shared) pointers += one ? 1 : parts;
+    for (int input : in_place) pointers += input >= 0 ? 0 : parts;
+    return 8 * (pointers + static_cast<size_t>(spec.scalar_count));
   }
 
   std::set<int> roots(const std::vector<int>& slots) const {
@@ -204,11 +247,26 @@ class Run {
   BufferRoles roles_;
   std::set<int> reads_, writes_;
   std::set<int> defined_between_;
+  // Per input: every member reads it through the same slot (one pointer).
+  std::vector<bool> shared_;
+  // Per output: the input every member writes it through in place, or -1.
+  std::vector<int> in_place_;
 };
 
 }  // namespace
 
+bool horizontal_fusion_enabled() {
+  const char* value = std::getenv("GROVE_HORIZONTAL_FUSION");
+  if (value == nullptr || *value == '\0') return true;
+  const std::string text = value;
+  GROVE_CHECK_AS(
+      ConfigError, text == "0" || text == "1", "GROVE_HORIZONTAL_FUSION='", text,
+      "': expected 1 (merge independent elementwise kernels, the default) or 0 (do not)");
+  return text == "1";
+}
+
 void merge_sibling_kernels(ScheduledProgram& program, bool load_kernels) {
+  if (!horizontal_fusion_enabled()) return;
   // Runs of at least two kernels, found left to right, and their merged steps.
   std::vector<std::pair<std::vector<size_t>, Step>> runs;
   Run run(program);

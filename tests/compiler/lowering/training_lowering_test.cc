@@ -10,6 +10,7 @@
 #include "compiler/lowering/lower.h"
 #include "compiler/training/optimizer.h"
 #include "runtime/device_context.h"
+#include "tests/common/test_util.h"
 #include "tests/compiler/training/benchmark_models.h"
 
 namespace grove {
@@ -65,7 +66,7 @@ void print(const std::string& what, const LoweredTraining& lowered) {
 }
 
 // The backward's mutated inputs are exactly the gradient buffers, and the
-// optimizer step's exactly the params and their momentum buffers.
+// optimizer step's exactly the params and their state buffers.
 void expect_exact_mutations(const LoweredTraining& lowered) {
   const compiler::ir::Program& backward = lowered.programs.backward;
   std::vector<size_t> gradient_positions;
@@ -77,8 +78,9 @@ void expect_exact_mutations(const LoweredTraining& lowered) {
   EXPECT_EQ(lowered.backward.function().mutated_input_indices, gradient_positions);
   EXPECT_EQ(lowered.step.function().mutated_input_indices,
             compiler::training::mutated_input_positions(lowered.optimizer.program));
+  // Each param and its state buffers (SGD: momentum; AdamW: exp_avg, exp_avg_sq).
   EXPECT_EQ(lowered.step.function().mutated_input_indices.size(),
-            2 * lowered.optimizer.params.size());
+            (1 + lowered.optimizer.state.at(0).size()) * lowered.optimizer.params.size());
 }
 
 // Note [Results written into their destination]: every weight and bias
@@ -121,9 +123,35 @@ TEST(TrainingLowering, GptStepUsesMultiPartUpdatesAndExactMutations) {
   print("gpt4x256 b2 T8", lowered);
   if (std::getenv("GROVE_TEST_DESCRIBE")) std::cout << lowered.backward.describe();
   KernelReport step = lowered.step.kernel_report();
-  // Params sharing a kernel's parameter space (4000 bytes) share one launch.
-  EXPECT_LE(step.kernels.size(), 2u) << step.str();
-  for (const std::string& name : step.kernels) EXPECT_EQ(name, "multi_sgd_momentum_update");
+  // Every param's update in one launch: the hyper-parameters are passed once
+  // and the in-place outputs cost no pointer (Note [Multi-part kernel
+  // arguments]), so the 52 updates fit cuda's parameter space.
+  ASSERT_EQ(step.kernels.size(), 1u) << step.str();
+  EXPECT_EQ(step.kernels[0], "multi_sgd_momentum_update");
+  expect_exact_mutations(lowered);
+}
+
+TEST(TrainingLowering, AdamWStepOfEitherModelIsOneKernel) {
+  using compiler::training::testing::ModelWithLoss;
+  for (ModelWithLoss model :
+       {compiler::training::testing::mlp_with_mse(32, kSimDevice),
+        compiler::training::testing::gpt_with_next_token_loss(2, 8, kSimDevice)}) {
+    LoweredTraining lowered = lower_all(model, OptimizerKind::kAdamW);
+    KernelReport step = lowered.step.kernel_report();
+    ASSERT_EQ(step.kernels.size(), 1u) << model.program.name() << ": " << step.str();
+    EXPECT_EQ(step.kernels[0], "multi_adamw_update");
+    expect_exact_mutations(lowered);
+  }
+}
+
+// GROVE_HORIZONTAL_FUSION=0 keeps one update kernel per param (A/B timing).
+TEST(TrainingLowering, HorizontalFusionSwitchKeepsOneKernelPerParam) {
+  testing::ScopedEnv env("GROVE_HORIZONTAL_FUSION", "0");
+  LoweredTraining lowered = lower_all(compiler::training::testing::mlp_with_mse(32, kSimDevice),
+                                      OptimizerKind::kSgdMomentum);
+  KernelReport step = lowered.step.kernel_report();
+  EXPECT_EQ(step.kernels.size(), lowered.optimizer.params.size()) << step.str();
+  for (const std::string& name : step.kernels) EXPECT_EQ(name, "sgd_momentum_update");
   expect_exact_mutations(lowered);
 }
 
