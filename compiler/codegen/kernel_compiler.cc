@@ -99,7 +99,9 @@ void add_part_pointers(const CompiledKernel& kernel, const std::vector<const voi
   const size_t per_part_inputs = kernel.shared_inputs.size();
   const size_t per_part_outputs = kernel.in_place_outputs.size();
   for (size_t i = 0; i < per_part_inputs; ++i) {
-    if (!kernel.shared_inputs[i]) continue;
+    if (!kernel.shared_inputs[i]) {
+      continue;
+    }
     for (size_t p = 1; p < kernel.parts; ++p) {
       GROVE_CHECK(inputs[p * per_part_inputs + i] == inputs[i], "kernel '", kernel.name,
                   "': input ", i, " is shared by every part, but part ", p,
@@ -110,7 +112,9 @@ void add_part_pointers(const CompiledKernel& kernel, const std::vector<const voi
   }
   for (size_t p = 0; p < kernel.parts; ++p) {
     for (size_t i = 0; i < per_part_inputs; ++i) {
-      if (!kernel.shared_inputs[i]) args.add_pointer(inputs[p * per_part_inputs + i]);
+      if (!kernel.shared_inputs[i]) {
+        args.add_pointer(inputs[p * per_part_inputs + i]);
+      }
     }
   }
   for (size_t p = 0; p < kernel.parts; ++p) {
@@ -144,8 +148,12 @@ runtime::KernelArgs make_args(const CompiledKernel& kernel, const std::vector<co
   runtime::KernelArgs args;
   args.slots.reserve(inputs.size() + outputs.size() + scalars.size());
   if (kernel.shared_inputs.empty()) {
-    for (const void* input : inputs) args.add_pointer(input);
-    for (void* output : outputs) args.add_pointer(output);
+    for (const void* input : inputs) {
+      args.add_pointer(input);
+    }
+    for (void* output : outputs) {
+      args.add_pointer(output);
+    }
   } else {
     add_part_pointers(kernel, inputs, outputs, args);
   }

@@ -12,7 +12,9 @@ namespace grove::compiler::codegen::emitter_detail {
 
 int64_t multi_part_tile_count(const KernelSpec& spec) {
   int64_t tiles = 0;
-  for (int64_t size : spec.part_sizes) tiles += (size + kMultiPartTile - 1) / kMultiPartTile;
+  for (int64_t size : spec.part_sizes) {
+    tiles += (size + kMultiPartTile - 1) / kMultiPartTile;
+  }
   return tiles;
 }
 
@@ -26,7 +28,9 @@ void Emitter::split_part_pointers() {
   size_t next_input = 0;
   std::vector<Value*> shared(spec_.inputs.size(), nullptr);
   for (size_t i = 0; i < spec_.inputs.size(); ++i) {
-    if (spec_.inputs[i].shared_by_parts) shared[i] = inputs_[next_input++];
+    if (spec_.inputs[i].shared_by_parts) {
+      shared[i] = inputs_[next_input++];
+    }
   }
   for (size_t p = 0; p < parts; ++p) {
     std::vector<Value*> pointers;
@@ -54,10 +58,14 @@ void Emitter::emit_parts(const LoopBody& body) {
   int64_t tiles = 0;
   for (size_t p = 0; p < spec_.part_sizes.size(); ++p) {
     first_tile.push_back(tiles);
-    if (spec_.part_sizes[p] > 0) nonempty.push_back(p);
+    if (spec_.part_sizes[p] > 0) {
+      nonempty.push_back(p);
+    }
     tiles += (spec_.part_sizes[p] + kMultiPartTile - 1) / kMultiPartTile;
   }
-  if (nonempty.empty()) return;
+  if (nonempty.empty()) {
+    return;
+  }
   Value* tile_start = i64(0);
   Value* tile_step = i64(1);
   Value* lane_start = i64(0);

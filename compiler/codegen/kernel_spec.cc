@@ -186,7 +186,9 @@ void verify_parts(const KernelSpec& spec, const std::string& where) {
   // Note [Multi-part kernel arguments] (kernel_spec.h).
   for (size_t o = 0; o < spec.outputs.size(); ++o) {
     const int input = spec.outputs[o].in_place_input;
-    if (input < 0) continue;
+    if (input < 0) {
+      continue;
+    }
     GROVE_CHECK(input < static_cast<int>(spec.inputs.size()) &&
                     !spec.inputs[static_cast<size_t>(input)].shared_by_parts,
                 what, ": output ", o, " is written in place through input ", input,
@@ -208,13 +210,17 @@ void verify_parts(const KernelSpec& spec, const std::string& where) {
 
 size_t KernelSpec::input_argument_count() const {
   size_t shared = 0;
-  for (const BufferSpec& input : inputs) shared += input.shared_by_parts ? 1 : 0;
+  for (const BufferSpec& input : inputs) {
+    shared += input.shared_by_parts ? 1 : 0;
+  }
   return shared + (inputs.size() - shared) * part_count();
 }
 
 size_t KernelSpec::output_argument_count() const {
   size_t in_place = 0;
-  for (const OutputSpec& output : outputs) in_place += output.in_place_input >= 0 ? 1 : 0;
+  for (const OutputSpec& output : outputs) {
+    in_place += output.in_place_input >= 0 ? 1 : 0;
+  }
   return (outputs.size() - in_place) * part_count();
 }
 
@@ -238,7 +244,9 @@ std::string KernelSpec::signature() const {
   for (const BufferSpec& input : inputs) {
     out << dtype_name(input.dtype);
     append_shape(out, input.strides);
-    if (input.shared_by_parts) out << ":shared";
+    if (input.shared_by_parts) {
+      out << ":shared";
+    }
     out << ';';
   }
   out << "|scalars=" << scalar_count << "|exprs=";
@@ -275,7 +283,9 @@ std::string KernelSpec::signature() const {
   for (const OutputSpec& output : outputs) {
     out << dtype_name(output.dtype) << ':' << output.expr << (output.per_row ? ":row" : "");
     append_shape(out, output.strides);
-    if (output.in_place_input >= 0) out << ":in_place=" << output.in_place_input;
+    if (output.in_place_input >= 0) {
+      out << ":in_place=" << output.in_place_input;
+    }
     out << ';';
   }
   if (!part_sizes.empty()) {

@@ -127,12 +127,18 @@ class Run {
       shared[i] = shared[i] && launch.input_slots[i] == first.input_slots[i];
     }
     for (size_t o = 0; o < in_place.size(); ++o) {
-      if (in_place[o] < 0) continue;
+      if (in_place[o] < 0) {
+        continue;
+      }
       const auto input = static_cast<size_t>(in_place[o]);
-      if (shared[input] || !writes_through(launch, o, input, *combined)) in_place[o] = -1;
+      if (shared[input] || !writes_through(launch, o, input, *combined)) {
+        in_place[o] = -1;
+      }
     }
     const size_t parts = members_.size() + 1;
-    if (parameter_bytes(shared, in_place, parts) > kMaxParameterBytes) return false;
+    if (parameter_bytes(shared, in_place, parts) > kMaxParameterBytes) {
+      return false;
+    }
     for (int root : writes) {
       if (reads_.count(root) || writes_.count(root)) return false;
     }
@@ -213,7 +219,9 @@ class Run {
     in_place_.assign(launch.output_slots.size(), -1);
     for (size_t o = 0; o < in_place_.size(); ++o) {
       for (size_t i = 0; i < launch.input_slots.size() && in_place_[o] < 0; ++i) {
-        if (writes_through(launch, o, i, roles_)) in_place_[o] = static_cast<int>(i);
+        if (writes_through(launch, o, i, roles_)) {
+          in_place_[o] = static_cast<int>(i);
+        }
       }
     }
   }
@@ -230,8 +238,12 @@ class Run {
                          size_t parts) const {
     const KernelSpec& spec = program_.steps[members_.front()].kernel.spec;
     size_t pointers = 0;
-    for (bool one : shared) pointers += one ? 1 : parts;
-    for (int input : in_place) pointers += input >= 0 ? 0 : parts;
+    for (bool one : shared) {
+      pointers += one ? 1 : parts;
+    }
+    for (int input : in_place) {
+      pointers += input >= 0 ? 0 : parts;
+    }
     return 8 * (pointers + static_cast<size_t>(spec.scalar_count));
   }
 
@@ -257,7 +269,9 @@ class Run {
 
 bool horizontal_fusion_enabled() {
   const char* value = std::getenv("GROVE_HORIZONTAL_FUSION");
-  if (value == nullptr || *value == '\0') return true;
+  if (value == nullptr || *value == '\0') {
+    return true;
+  }
   const std::string text = value;
   GROVE_CHECK_AS(
       ConfigError, text == "0" || text == "1", "GROVE_HORIZONTAL_FUSION='", text,
@@ -266,7 +280,9 @@ bool horizontal_fusion_enabled() {
 }
 
 void merge_sibling_kernels(ScheduledProgram& program, bool load_kernels) {
-  if (!horizontal_fusion_enabled()) return;
+  if (!horizontal_fusion_enabled()) {
+    return;
+  }
   // Runs of at least two kernels, found left to right, and their merged steps.
   std::vector<std::pair<std::vector<size_t>, Step>> runs;
   Run run(program);

@@ -63,7 +63,9 @@ compiler::ir::Program update_program(runtime::Device device, Update update, size
       update == Update::kSgd
           ? std::vector<const char*>{"lr", "momentum", "weight_decay"}
           : std::vector<const char*>{"lr", "beta1", "beta2", "eps", "weight_decay", "step"};
-  for (const char* name : names) hyper.push_back(b.input(name, {}));
+  for (const char* name : names) {
+    hyper.push_back(b.input(name, {}));
+  }
   for (size_t i = 0; i < params; ++i) {
     const runtime::Shape& shape = kShapes[i % kShapes.size()];
     const std::string id = std::to_string(i);
@@ -95,7 +97,9 @@ compiler::TensorList step_inputs(const compiler::ir::Program& program, Update up
   }
   for (ValueId id : program.inputs()) {
     const compiler::ir::Value& value = program.value(id);
-    if (value.kind != compiler::ir::ValueKind::kInput || value.type.shape.empty()) continue;
+    if (value.kind != compiler::ir::ValueKind::kInput || value.type.shape.empty()) {
+      continue;
+    }
     const int64_t count = runtime::shape_numel(value.type.shape);
     std::vector<float> data = testing::random_floats(rng, static_cast<size_t>(count), -2, 2);
     testing::HostTensor host{value.type.shape, value.type.dtype,
@@ -107,7 +111,9 @@ compiler::TensorList step_inputs(const compiler::ir::Program& program, Update up
 
 size_t kernels_named(const compiler::lowering::KernelReport& report, const std::string& name) {
   size_t count = 0;
-  for (const std::string& kernel : report.kernels) count += kernel == name ? 1 : 0;
+  for (const std::string& kernel : report.kernels) {
+    count += kernel == name ? 1 : 0;
+  }
   return count;
 }
 
@@ -126,7 +132,9 @@ class HorizontalFusionOnDevice : public testing::DeviceTest {
  protected:
   void SetUp() override {
     testing::DeviceTest::SetUp();
-    if (IsSkipped()) return;
+    if (IsSkipped()) {
+      return;
+    }
     cudagraph_trees::backend::register_cudagraphs_backend();
     cudagraph_trees::reset_tree_managers();
   }
@@ -224,7 +232,9 @@ TEST(HorizontalFusion, SwitchRejectsValuesOtherThanZeroAndOne) {
 
 std::string find_ptxas() {
   for (const char* candidate : {"/usr/local/cuda/bin/ptxas", "/usr/bin/ptxas"}) {
-    if (std::ifstream(candidate).good()) return candidate;
+    if (std::ifstream(candidate).good()) {
+      return candidate;
+    }
   }
   return "";
 }
@@ -248,13 +258,17 @@ TEST(HorizontalFusion, LargestRunsAssembleForSm90) {
         update_program(runtime::kCudaDevice, c.update, c.params, c.dtype), options);
     size_t kernels = 0;
     for (const compiler::lowering::Step& step : scheduled.steps) {
-      if (step.kind != compiler::lowering::StepKind::kKernel) continue;
+      if (step.kind != compiler::lowering::StepKind::kKernel) {
+        continue;
+      }
       ++kernels;
       const compiler::codegen::KernelSpec& spec = step.kernel.spec;
       ASSERT_EQ(spec.part_count(), c.params) << spec.name;
       EXPECT_LE(8 * (spec.input_argument_count() + spec.output_argument_count()), 4000u);
       const std::string ptx = compiler::codegen::emit_ptx(spec);
-      if (ptxas.empty()) continue;
+      if (ptxas.empty()) {
+        continue;
+      }
       const std::string path = dir + "/multi_part.ptx";
       std::ofstream(path) << ptx;
       const std::string command =
@@ -263,7 +277,9 @@ TEST(HorizontalFusion, LargestRunsAssembleForSm90) {
     }
     EXPECT_EQ(kernels, 1u);
   }
-  if (ptxas.empty()) GTEST_SKIP() << "ptxas not installed; PTX emitted but not assembled";
+  if (ptxas.empty()) {
+    GTEST_SKIP() << "ptxas not installed; PTX emitted but not assembled";
+  }
 }
 
 }  // namespace

@@ -116,7 +116,7 @@ TEST(TrainingLowering, MlpStepWritesGradientsInPlaceAndUpdatesEveryParamInOneKer
   expect_exact_mutations(lowered);
 }
 
-TEST(TrainingLowering, GptStepUsesMultiPartUpdatesAndExactMutations) {
+TEST(TrainingLowering, GptStepUpdatesEveryParamInOneKernelWithExactMutations) {
   LoweredTraining lowered =
       lower_all(compiler::training::testing::gpt_with_next_token_loss(2, 8, kSimDevice),
                 OptimizerKind::kSgdMomentum);
@@ -133,7 +133,7 @@ TEST(TrainingLowering, GptStepUsesMultiPartUpdatesAndExactMutations) {
 
 TEST(TrainingLowering, AdamWStepOfEitherModelIsOneKernel) {
   using compiler::training::testing::ModelWithLoss;
-  for (ModelWithLoss model :
+  for (const ModelWithLoss& model :
        {compiler::training::testing::mlp_with_mse(32, kSimDevice),
         compiler::training::testing::gpt_with_next_token_loss(2, 8, kSimDevice)}) {
     LoweredTraining lowered = lower_all(model, OptimizerKind::kAdamW);
@@ -151,7 +151,9 @@ TEST(TrainingLowering, HorizontalFusionSwitchKeepsOneKernelPerParam) {
                                       OptimizerKind::kSgdMomentum);
   KernelReport step = lowered.step.kernel_report();
   EXPECT_EQ(step.kernels.size(), lowered.optimizer.params.size()) << step.str();
-  for (const std::string& name : step.kernels) EXPECT_EQ(name, "sgd_momentum_update");
+  for (const std::string& name : step.kernels) {
+    EXPECT_EQ(name, "sgd_momentum_update");
+  }
   expect_exact_mutations(lowered);
 }
 
