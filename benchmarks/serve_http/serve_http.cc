@@ -18,7 +18,7 @@
 // The clients run in this process, on the server's cores, so they are kept
 // cheap (Note [A client that costs little]).
 //
-//   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 2000,8000,32000]
+//   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,64000,128000]
 //              [--max-batches 16,64] [--encodings json,binary] [--clients 64]
 //              [--duration-ms 1500] [--json FILE]
 #include <arpa/inet.h>
@@ -63,7 +63,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
     {"--model", "NAME", "model served, batched along its 'batch' dim (default mlp16x512)"},
     {"--backends", "B1,B2", "execution backends (default eager,cudagraphs)"},
-    {"--rates", "R1,R2", "offered requests per second (default 2000,8000,32000)"},
+    {"--rates", "R1,R2", "offered requests per second (default 8000,32000,64000,128000)"},
     {"--max-batches", "M1,M2", "max rows per batch; buckets are powers of 2 up to it (16,64)"},
     {"--encodings", "E1,E2",
      "json (numbers in JSON) and/or binary (the binary tensor data "
@@ -81,7 +81,7 @@ struct Options {
   std::string models_dir = "benchmarks/models";
   std::string model = "mlp16x512";
   std::vector<std::string> backends = {"eager", "cudagraphs"};
-  std::vector<double> rates = {2000, 8000, 32000};
+  std::vector<double> rates = {8000, 32000, 64000, 128000};
   std::vector<int64_t> max_batches = {16, 64};
   std::vector<std::string> encodings = {"json", "binary"};
   int64_t clients = 64;
@@ -349,7 +349,7 @@ Options parse_options(const FlagValues& flags) {
   options.model = flags.text("--model", options.model);
   options.backends = flags.list("--backends", options.backends);
   options.rates.clear();
-  for (const std::string& item : flags.list("--rates", {"2000", "8000", "32000"})) {
+  for (const std::string& item : flags.list("--rates", {"8000", "32000", "64000", "128000"})) {
     options.rates.push_back(FlagValues(kName, {{"--rates", item}}).positive_number("--rates", 1));
   }
   options.max_batches.clear();
