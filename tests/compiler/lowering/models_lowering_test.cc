@@ -84,6 +84,7 @@ TEST(ModelFusion, Gpt4x256LaunchesTwentyFiveKernelsAndThirtyThreeGemms) {
 }
 
 TEST(ModelFusion, Gpt4x256ResidualAddsRunInsideTheirLayerNormsSeventeenKernels) {
+  testing::ScopedEnv on("GROVE_FUSE_REDUCTION_PROLOGUES", "1");  // off by default
   LoweredProgram lowered = compiler::lowering::lower(load("gpt4x256", {{"batch", 1}, {"seq", 32}}));
   KernelReport report = lowered.kernel_report();
   EXPECT_EQ(report.kernels.size(), 17u) << report.str();

@@ -88,7 +88,10 @@ TEST_P(ReductionPrologue, GeluGradientAndItsColumnSumAreOneKernelEqualToTheUnfus
     SCOPED_TRACE(::testing::Message() << rows << " x " << features);
     compiler::ir::Program program = gelu_gradient_and_bias_gradient(device(), rows, features);
     testing::HostTensorList inputs = testing::random_inputs(program, 22);
-    LoweredProgram fused = lower_training(program);
+    LoweredProgram fused = [&] {
+      testing::ScopedEnv on("GROVE_FUSE_REDUCTION_PROLOGUES", "1");  // off by default
+      return lower_training(program);
+    }();
     KernelReport fused_report = fused.kernel_report();
     ASSERT_EQ(fused_report.kernels, std::vector<std::string>{"gelu_backward_sum"})
         << fused_report.str();
@@ -122,7 +125,10 @@ TEST_P(ReductionPrologue, ResidualAddAndLayerNormAreOneKernelEqualToTheUnfusedPa
   b.output(b.mul(residual, residual));
   compiler::ir::Program program = b.build();
   testing::HostTensorList inputs = testing::random_inputs(program, 23);
-  LoweredProgram fused = compiler::lowering::lower(program);
+  LoweredProgram fused = [&] {
+    testing::ScopedEnv on("GROVE_FUSE_REDUCTION_PROLOGUES", "1");  // off by default
+    return compiler::lowering::lower(program);
+  }();
   EXPECT_EQ(fused.kernel_report().kernels.size(), 2u) << fused.kernel_report().str();
   std::vector<runtime::Tensor> fused_outputs = run(fused, inputs, device());
   testing::ScopedEnv off("GROVE_FUSE_REDUCTION_PROLOGUES", "0");
@@ -147,7 +153,10 @@ size_t backward_kernels(const compiler::training::testing::ModelWithLoss& model)
 TEST(ReductionPrologueCounts, MlpBackwardLaunchesSixteenFewerKernels) {
   testing::ScopedEnv no_epilogues("GROVE_GEMM_EPILOGUES", "0");
   auto model = [] { return compiler::training::testing::mlp_with_mse(32, runtime::kSimDevice); };
-  const size_t fused = backward_kernels(model());
+  const size_t fused = [&] {
+    testing::ScopedEnv on("GROVE_FUSE_REDUCTION_PROLOGUES", "1");  // off by default
+    return backward_kernels(model());
+  }();
   testing::ScopedEnv off("GROVE_FUSE_REDUCTION_PROLOGUES", "0");
   const size_t unfused = backward_kernels(model());
   EXPECT_EQ(unfused, 34u);
@@ -160,7 +169,10 @@ TEST(ReductionPrologueCounts, GptBackwardLaunchesFourFewerKernels) {
   auto model = [] {
     return compiler::training::testing::gpt_with_next_token_loss(2, 8, runtime::kSimDevice);
   };
-  const size_t fused = backward_kernels(model());
+  const size_t fused = [&] {
+    testing::ScopedEnv on("GROVE_FUSE_REDUCTION_PROLOGUES", "1");  // off by default
+    return backward_kernels(model());
+  }();
   testing::ScopedEnv off("GROVE_FUSE_REDUCTION_PROLOGUES", "0");
   const size_t unfused = backward_kernels(model());
   EXPECT_EQ(unfused, 131u);
