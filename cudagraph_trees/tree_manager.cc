@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -76,6 +77,24 @@ uint64_t next_manager_serial() {
   static std::atomic<uint64_t> counter{0};
   return ++counter;
 }
+
+// Note [Managers destroyed at process exit]: a manager that a thread-local or
+// static owner destroys once exit() has begun finds the CUDA runtime already
+// unloading (its own atexit handler ran) and every call failing; the driver
+// releases the process's graphs and memory anyway. So from exit on, a manager
+// is dropped without its shutdown and without the error it would log. The
+// flag's handler is registered when the first manager is made, after the
+// runtime started, so it runs before the runtime's teardown (atexit runs in
+// reverse order). Test: gpu_torch_backend_test.py's
+// test_a_process_using_grove_exits_without_errors (cuda).
+std::atomic<bool> process_exiting{false};
+
+void note_process_exit() { process_exiting.store(true); }
+
+void watch_process_exit() {
+  static const bool registered = std::atexit(note_process_exit) == 0;
+  (void)registered;
+}
 }  // namespace
 
 TreeManager::TreeManager(runtime::Device device, TreeConfig config)
@@ -91,6 +110,7 @@ TreeManager::TreeManager(runtime::Device device, TreeConfig config)
                  "for ",
                  device.str(), ": that device runs eagerly; use a sim or cuda device");
   config_.validate();
+  watch_process_exit();
   pool_ = allocator_.create_pool();
   capture_stream_ = backend_.create_stream();
   // Note [Function controls]: warm-ups and recordings allocate on the
@@ -109,6 +129,7 @@ TreeManager::~TreeManager() {
     std::lock_guard<std::mutex> lock(lease_state_->mutex);
     lease_state_->manager = nullptr;
   }
+  if (process_exiting.load()) return;  // Note [Managers destroyed at process exit]
   try {
     shutdown();
   } catch (const std::exception& error) {

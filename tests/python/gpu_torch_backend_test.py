@@ -135,6 +135,28 @@ class GpuTorchBackendTest(unittest.TestCase):
             kept.sum().item()
         torch.testing.assert_close(later, 2 * (x + 1))
 
+    def test_a_process_using_grove_exits_without_errors(self):
+        """Note [Managers destroyed at process exit]: a process that trained and
+        ran graphs on cuda exits 0 and prints no grove error (the tree managers
+        a thread owns are destroyed after the CUDA runtime began unloading)."""
+        import subprocess
+
+        script = (
+            "import torch, grove.torch\n"
+            "model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).cuda()\n"
+            "run = torch.compile(model, backend='grove')\n"
+            "x = torch.randn(8, 64, device='cuda')\n"
+            "for _ in range(4):\n"
+            "    run(x).sum().backward()\n"
+            "with torch.no_grad():\n"
+            "    for _ in range(4):\n"
+            "        run(x)\n"
+            "torch.cuda.synchronize()\n")
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              timeout=300, env=dict(os.environ))
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+        self.assertNotIn("[grove error]", done.stderr, done.stderr[-2000:])
+
 
 if __name__ == "__main__":
     junit_main.main()
