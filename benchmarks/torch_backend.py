@@ -141,16 +141,9 @@ def train_variant(module, inputs, loss_of, variant):
 
     if not capturable:
         return step
-    # PyTorch's whole-step capture: warm up on a side stream, then record once.
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    from compare_torch import capture_graph  # benchmarks/, this script's folder
+
+    graph, _ = capture_graph(torch, step, step)
     return graph.replay
 
 

@@ -129,9 +129,9 @@ def _training_graph(gm, example_inputs, mode, strict, device):
     # PyTorch's fused attention kernels (and their backwards) are not grove
     # ops; written out, attention trains in grove.
     training.write_out_attention(gm)
-    if _returns_one_value(gm):
+    output = _single_value_output(gm)
+    if output is not None:
         # AOTAutograd takes graphs that return a tuple (dynamo's always do).
-        output = next(node for node in reversed(gm.graph.nodes) if node.op == "output")
         output.args = ((output.args[0],),)
         gm.recompile()
         compiled = backend(gm, example_inputs)
@@ -139,12 +139,15 @@ def _training_graph(gm, example_inputs, mode, strict, device):
     return backend(gm, example_inputs)
 
 
-def _returns_one_value(gm):
+def _single_value_output(gm):
+    """The output node of an fx graph that returns one value, not a tuple; else None."""
     graph = getattr(gm, "graph", None)
     if graph is None:
-        return False
+        return None
     outputs = [node for node in graph.nodes if node.op == "output"]
-    return len(outputs) == 1 and not isinstance(outputs[0].args[0], (tuple, list))
+    if len(outputs) == 1 and not isinstance(outputs[0].args[0], (tuple, list)):
+        return outputs[0]
+    return None
 
 
 class PerShapeGraph:

@@ -50,13 +50,18 @@ _MODES = ("cudagraphs", "eager")
 
 
 class StepContext:
-    """Note [Trees of another thread] (cudagraph_trees/tree_manager.h): on
-    CUDA, autograd runs the backward on its own device thread, whose calls
+    """What a graph backend's forward tells its backward.
+
+    Its trees: Note [Trees of another thread] (cudagraph_trees/tree_manager.h):
+    on CUDA, autograd runs the backward on its own device thread, whose calls
     would land in a tree of that thread's; the backward must run in the
     forward's tree (to read the saved activations in place and end the
     forward's pending backward, or the forward never leaves warm-up). The
     forward notes its thread's trees; a backward on another thread enters
-    them. Guarded by TrainingTest.test_backward_on_another_thread_replays_in_the_forwards_tree."""
+    them. Guarded by TrainingTest.test_backward_on_another_thread_replays_in_the_forwards_tree.
+
+    Its parameters: the backward's gradients land in them uncopied
+    (Note [Gradients handed out of the pool], grove/__init__.py)."""
 
     def __init__(self):
         self.trees = None
@@ -95,23 +100,23 @@ class StepContext:
             return call(*args)
 
 
-def _boxed(runner, check_saved=None, labels=None, threads=None, forward=False):
+def _boxed(runner, check_saved=None, labels=None, step=None, forward=False):
     """AOTAutograd's calling convention: one list of arguments, a list back.
     check_saved: the graph's name, to check its inputs first (a backward's);
     labels: names of the graph's inputs for messages (parameter names);
-    threads: the step's StepContext (forward: whether this is the forward)."""
+    step: the StepContext of graph backends (forward: whether this is the forward)."""
 
     def call(args):
         if check_saved is not None:
             _check_saved_activations(args, runner, check_saved)
         try:
-            if threads is None:
+            if step is None:
                 result = runner(*args)
             elif forward:
-                threads.forward_called(args)
+                step.forward_called(args)
                 result = runner(*args)
             else:
-                result = threads.hand_out(list(threads.run(runner, args)))
+                result = step.hand_out(list(step.run(runner, args)))
         except StaticInputMovedError as error:
             label = labels[error.position] if labels and error.position < len(labels) else None
             if label is None:
@@ -166,7 +171,7 @@ class StepCompiler:
         self.backwards = []
         self.inferences = []
         self.on_runner = None  # called with each GraphRunner made (grove.torch tracks them)
-        self.threads = StepContext() if mode != "eager" else None
+        self.step = StepContext() if mode != "eager" else None
 
     def partition(self, joint, joint_inputs, **kwargs):
         """The default partition, noting how many forward outputs are the user's."""
@@ -236,7 +241,7 @@ class StepCompiler:
                               stage="forward", output_copies=copies)
         self._made(self.forwards, runner)
         self._log(plan, "forward")
-        return _boxed(runner, labels=self.input_labels, threads=self.threads, forward=True)
+        return _boxed(runner, labels=self.input_labels, step=self.step, forward=True)
 
     def _backward(self, graph_module, example_inputs):
         example_inputs = list(example_inputs)
@@ -252,7 +257,7 @@ class StepCompiler:
                               stage="backward", output_copies=copies)
         self._made(self.backwards, runner)
         self._log(plan, "backward")
-        return _boxed(runner, check_saved="%s_backward" % self.name, threads=self.threads)
+        return _boxed(runner, check_saved="%s_backward" % self.name, step=self.step)
 
     def _made(self, runners, runner):
         runners.append(runner)

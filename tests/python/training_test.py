@@ -175,6 +175,22 @@ def whole_in_grove(test, trained):
         test.assertIsNotNone(runner._fast, "%s takes the fast path" % runner.plan.name)
 
 
+def record_backward_outputs(trained):
+    """The data pointers of every output the compiled module's backward
+    returns from now on (a list that fills as it runs)."""
+    model = trained.compiler.backwards[0]._fast["model"]
+    returned = []
+    call = model.call_torch
+
+    def recording(inputs, stream=None):
+        results = call(inputs, stream)
+        returned.extend(result.data_ptr() for result in results)
+        return results
+
+    model.call_torch = recording
+    return returned
+
+
 class TrainingTest(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(SEED)
@@ -266,22 +282,12 @@ class TrainingTest(unittest.TestCase):
 
     def test_gradients_land_in_grad_without_a_copy_in_eager_mode(self):
         """Eager outputs are fresh grove memory: autograd keeps the backward's
-        outputs as .grad itself (cudagraphs mode copies them out of the pool:
-        Note [Saved activations stay in the pool])."""
+        outputs as .grad itself."""
         module, make_inputs = mlp_case()
         trained = grove.training.compile_module(module, "eager")
         x = make_inputs()
         loss_of(trained(*x)).backward()
-        model = trained.compiler.backwards[0]._fast["model"]
-        returned = []
-        call = model.call_torch
-
-        def recording(inputs, stream=None):
-            results = call(inputs, stream)
-            returned.extend(result.data_ptr() for result in results)
-            return results
-
-        model.call_torch = recording
+        returned = record_backward_outputs(trained)
         module.zero_grad(set_to_none=True)
         loss_of(trained(*x)).backward()
         self.assertEqual(sorted(p.grad.data_ptr() for p in module.parameters()), sorted(returned))
@@ -296,16 +302,7 @@ class TrainingTest(unittest.TestCase):
         for x in batches[:3]:  # warm-up, recording, replay
             module.zero_grad(set_to_none=True)
             loss_of(trained(*x)).backward()
-        model = trained.compiler.backwards[0]._fast["model"]
-        returned = []
-        call = model.call_torch
-
-        def recording(inputs, stream=None):
-            results = call(inputs, stream)
-            returned.extend(result.data_ptr() for result in results)
-            return results
-
-        model.call_torch = recording
+        returned = record_backward_outputs(trained)
         module.zero_grad(set_to_none=True)
         loss_of(trained(*batches[3])).backward()
         self.assertEqual(sorted(p.grad.data_ptr() for p in module.parameters()), sorted(returned))

@@ -30,9 +30,8 @@ namespace grove {
 namespace {
 
 using compiler::backends::CompiledModel;
-using compiler::ir::Initializer;
-using compiler::ir::InitKind;
 using compiler::ir::ProgramBuilder;
+using compiler::ir::uniform_init;
 using compiler::ir::ValueId;
 using runtime::DType;
 
@@ -42,15 +41,6 @@ enum class Update { kSgd, kAdamW };
 // a 2-D param; cycled over the params.
 const std::vector<runtime::Shape> kShapes = {{1},    {3}, {1000},  {4099}, {1023},  {1024},
                                              {1025}, {2}, {7, 13}, {257},  {70001}, {33}};
-
-Initializer uniform(double low, double high, uint64_t seed) {
-  Initializer init;
-  init.kind = InitKind::kUniform;
-  init.low = low;
-  init.high = high;
-  init.seed = seed;
-  return init;
-}
 
 // One update node per param, as build_optimizer_program and grove.optim make
 // them: gradients are per-call inputs after the hyper-parameters, the params
@@ -69,14 +59,14 @@ compiler::ir::Program update_program(runtime::Device device, Update update, size
   for (size_t i = 0; i < params; ++i) {
     const runtime::Shape& shape = kShapes[i % kShapes.size()];
     const std::string id = std::to_string(i);
-    ValueId param = b.param("p" + id, shape, dtype, uniform(-1, 1, 100 + i));
+    ValueId param = b.param("p" + id, shape, dtype, uniform_init(-1, 1, 100 + i));
     ValueId grad = b.input("g" + id, shape, dtype);
     if (update == Update::kSgd) {
-      ValueId momentum = b.buffer("m" + id, shape, dtype, uniform(-1, 1, 200 + i));
+      ValueId momentum = b.buffer("m" + id, shape, dtype, uniform_init(-1, 1, 200 + i));
       b.sgd_momentum_update(param, grad, momentum, hyper[0], hyper[1], hyper[2], "u" + id);
     } else {
-      ValueId exp_avg = b.buffer("m" + id, shape, dtype, uniform(-1, 1, 200 + i));
-      ValueId exp_avg_sq = b.buffer("v" + id, shape, dtype, uniform(0, 1, 300 + i));
+      ValueId exp_avg = b.buffer("m" + id, shape, dtype, uniform_init(-1, 1, 200 + i));
+      ValueId exp_avg_sq = b.buffer("v" + id, shape, dtype, uniform_init(0, 1, 300 + i));
       b.adamw_update(param, grad, exp_avg, exp_avg_sq, hyper[0], hyper[1], hyper[2], hyper[3],
                      hyper[4], hyper[5], "u" + id);
     }

@@ -141,7 +141,10 @@ TEST_P(ReductionPrologue, ResidualAddAndLayerNormAreOneKernelEqualToTheUnfusedPa
 
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(ReductionPrologue);
 
-size_t backward_kernels(const compiler::training::testing::ModelWithLoss& model) {
+// The kernels of `model`'s backward lowered with GROVE_FUSE_REDUCTION_PROLOGUES=`prologues`.
+size_t backward_kernels(const compiler::training::testing::ModelWithLoss& model,
+                        const char* prologues) {
+  testing::ScopedEnv env("GROVE_FUSE_REDUCTION_PROLOGUES", prologues);
   compiler::autodiff::TrainingPrograms programs =
       compiler::autodiff::build_training_programs(model.program, model.loss);
   return lower_training(programs.backward).kernel_report().kernels.size();
@@ -152,31 +155,18 @@ size_t backward_kernels(const compiler::training::testing::ModelWithLoss& model)
 // kernel (the last layer's with the loss gradient), 34 -> 18.
 TEST(ReductionPrologueCounts, MlpBackwardLaunchesSixteenFewerKernels) {
   testing::ScopedEnv no_epilogues("GROVE_GEMM_EPILOGUES", "0");
-  auto model = [] { return compiler::training::testing::mlp_with_mse(32, runtime::kSimDevice); };
-  const size_t fused = [&] {
-    testing::ScopedEnv on("GROVE_FUSE_REDUCTION_PROLOGUES", "1");  // off by default
-    return backward_kernels(model());
-  }();
-  testing::ScopedEnv off("GROVE_FUSE_REDUCTION_PROLOGUES", "0");
-  const size_t unfused = backward_kernels(model());
-  EXPECT_EQ(unfused, 34u);
-  EXPECT_EQ(fused, 18u);
+  const auto model = compiler::training::testing::mlp_with_mse(32, runtime::kSimDevice);
+  EXPECT_EQ(backward_kernels(model, "0"), 34u);
+  EXPECT_EQ(backward_kernels(model, "1"), 18u);
 }
 
 // gpt4x256's backward with GEMM epilogues (sim's default): per block the
 // residual gradient's add and the following bias-gradient sum are one kernel.
 TEST(ReductionPrologueCounts, GptBackwardLaunchesFourFewerKernels) {
-  auto model = [] {
-    return compiler::training::testing::gpt_with_next_token_loss(2, 8, runtime::kSimDevice);
-  };
-  const size_t fused = [&] {
-    testing::ScopedEnv on("GROVE_FUSE_REDUCTION_PROLOGUES", "1");  // off by default
-    return backward_kernels(model());
-  }();
-  testing::ScopedEnv off("GROVE_FUSE_REDUCTION_PROLOGUES", "0");
-  const size_t unfused = backward_kernels(model());
-  EXPECT_EQ(unfused, 131u);
-  EXPECT_EQ(fused, 127u);
+  const auto model =
+      compiler::training::testing::gpt_with_next_token_loss(2, 8, runtime::kSimDevice);
+  EXPECT_EQ(backward_kernels(model, "0"), 131u);
+  EXPECT_EQ(backward_kernels(model, "1"), 127u);
 }
 
 TEST(ReductionPrologueCounts, SwitchRejectsOtherValues) {
