@@ -312,6 +312,9 @@ class Bench:
             print("  (resetting after the row failed: %s)" % error, flush=True)
         self.on_row()
 
+    def configs(self, all_configs):
+        return [c for c in all_configs if self.args.configs is None or c in self.args.configs]
+
     def entry(self, mode, case, dtype, config, optimizer=None):
         entry = {"mode": mode, "case": case, "config": config, "dtype": dtype}
         if optimizer is not None:
@@ -324,7 +327,7 @@ class Bench:
 
     def inference(self, name, batch, seq, dtype):
         case = case_label(name, batch, seq)
-        for config in INFERENCE_CONFIGS:
+        for config in self.configs(INFERENCE_CONFIGS):
             run = (lambda: self.hand_captured_forward(name, batch, seq, dtype)) \
                 if config.startswith("hand-captured") else \
                 (lambda config=config: self.compiled_forward(name, batch, seq, dtype, config))
@@ -390,7 +393,7 @@ class Bench:
 
     def training(self, name, batch, seq, dtype, optimizer):
         case = case_label(name, batch, seq)
-        for config in TRAINING_CONFIGS:
+        for config in self.configs(TRAINING_CONFIGS):
             if config == HAND_CAPTURED:
                 run = lambda: self.hand_captured_step(name, batch, seq, dtype, optimizer)
             elif config == WHOLE_STEP:
@@ -502,6 +505,9 @@ def plan(args):
     fused optimizers, then bf16."""
     inference = [("mlp16x512", 1, None), ("mlp16x512", 256, None), ("gpt4x256", 1, 32)]
     training = [("mlp16x512", 32, None), ("gpt4x256", 8, 32)]
+    if args.cases is not None:
+        inference = [row for row in inference if row[0] in args.cases]
+        training = [row for row in training if row[0] in args.cases]
     jobs = []
     for dtype in args.dtypes:
         if args.only in (None, "inference"):
@@ -547,15 +553,19 @@ def write_report(path, report):
     os.replace(temporary, path)
 
 
-def comma_list(allowed):
+def item_list(allowed, separator):
     def parse(text):
-        items = [item.strip() for item in text.split(",") if item.strip()]
+        items = [item.strip() for item in text.split(separator) if item.strip()]
         unknown = [item for item in items if item not in allowed]
         if not items or unknown:
-            raise argparse.ArgumentTypeError("expected a comma-separated list of %s, found %r"
-                                             % (", ".join(allowed), text))
+            raise argparse.ArgumentTypeError("expected a list separated by '%s' of %s, found %r"
+                                             % (separator, "; ".join(allowed), text))
         return items
     return parse
+
+
+def comma_list(allowed):
+    return item_list(allowed, ",")
 
 
 def main(argv=None):
@@ -573,6 +583,13 @@ def main(argv=None):
                         help="training optimizers, in this order (default %s)"
                              % ",".join(OPTIMIZERS))
     parser.add_argument("--only", choices=["inference", "training"], default=None)
+    parser.add_argument("--cases", type=comma_list(["mlp16x512", "gpt4x256"]), default=None,
+                        help="models to run (comma-separated; default both)")
+    parser.add_argument("--configs", type=item_list(sorted(set(INFERENCE_CONFIGS +
+                                                              TRAINING_CONFIGS)), ";"),
+                        default=None,
+                        help="run only these configurations (separated by ';', as the table "
+                             "names them; default all), e.g. for a profile of one of them")
     parser.add_argument("--budget-s", type=float,
                         default=float(os.environ.get("GROVE_TORCH_BUDGET_S", "0")),
                         help="start no row after this many seconds; the rest are recorded as "

@@ -24,7 +24,9 @@
 // their nodes (RESULTS.md's node floor).
 //
 //   train_step [--device auto|cuda|sim] [--iters 100] [--warmup 10] [--json FILE]
-//              [--mlp-batch 32] [--gpt-batch 8] [--seq 32] [--backends eager,cudagraphs]
+//              [--cases mlp16x512,gpt4x256] [--mlp-batch 32] [--gpt-batch 8] [--seq 32]
+//              [--backends eager,cudagraphs]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -59,6 +61,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--json", "FILE", "write the results as JSON"},
     {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
     {"--backends", "LIST", "execution backends to compare (default eager,cudagraphs)"},
+    {"--cases", "LIST", "models to train (default mlp16x512,gpt4x256), e.g. one for a profile"},
     {"--mlp-batch", "B", "mlp16x512 batch size (default 32)"},
     {"--gpt-batch", "B", "gpt4x256 batch size (default 8)"},
     {"--seq", "T", "gpt4x256 sequence length (default 32, at least 2)"},
@@ -76,6 +79,7 @@ struct Options {
   std::string json_path;
   std::string models_dir = "benchmarks/models";
   std::vector<std::string> backends = {kEagerBackend, kGraphBackend};
+  std::vector<std::string> cases = {"mlp16x512", "gpt4x256"};
   int64_t mlp_batch = 32;
   int64_t gpt_batch = 8;
   int64_t seq = 32;
@@ -252,6 +256,13 @@ Options parse_options(const FlagValues& flags) {
                                "' is not a registered execution backend; use eager or cudagraphs"));
     }
   }
+  options.cases = flags.list("--cases", options.cases);
+  for (const std::string& name : options.cases) {
+    if (name != "mlp16x512" && name != "gpt4x256") {
+      throw UsageError(str_cat(kName, ": --cases: '", name, "' is not a benchmark model; use ",
+                               "mlp16x512 or gpt4x256"));
+    }
+  }
   options.mlp_batch = flags.integer("--mlp-batch", options.mlp_batch, 1, 1 << 16);
   options.gpt_batch = flags.integer("--gpt-batch", options.gpt_batch, 1, 1 << 12);
   options.seq = flags.integer("--seq", options.seq, 2, 128);
@@ -280,7 +291,14 @@ std::vector<TrainingCase> cases(const Options& options) {
                    {}};
   gpt.hyperparameters.lr = options.gpt_lr;
   gpt.hyperparameters.momentum = 0.9;
-  return {mlp, gpt};
+  std::vector<TrainingCase> chosen;
+  for (const TrainingCase& config : {mlp, gpt}) {
+    if (std::find(options.cases.begin(), options.cases.end(), config.model) !=
+        options.cases.end()) {
+      chosen.push_back(config);
+    }
+  }
+  return chosen;
 }
 
 struct CaseResult {

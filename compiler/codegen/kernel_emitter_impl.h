@@ -26,14 +26,19 @@ constexpr uint32_t kMaxReductionGrid = 65535;
 constexpr uint32_t kWarpSize = 32;
 // Note [Warp-per-row reductions] (kernel_spec.h): rows per block.
 constexpr uint32_t kWarpRowsPerBlock = 4;
-// ... and elements each lane loads per iteration of its row loop.
-constexpr int64_t kWarpRowsUnroll = 4;
+// ... and at most this many elements each lane loads per iteration of its row
+// loop (warp_rows_unroll picks the count).
+constexpr int64_t kMaxWarpRowsUnroll = 16;
 // Note [Thread-per-row reductions] (kernel_spec.h): threads (rows) per block.
 constexpr uint32_t kThreadRowsPerBlock = 128;
 
 // Tiles of a multi-part kernel: ceil(size / kMultiPartTile) per part
 // (Note [Multi-part kernels], kernel_spec.h).
 int64_t multi_part_tile_count(const KernelSpec& spec);
+
+// Elements each lane of a warp_rows kernel loads per iteration of its row loop
+// (Note [Warp-per-row reductions] in kernel_spec.h).
+int64_t warp_rows_unroll(const KernelSpec& spec);
 
 // Threads per block of a reduction kernel (Note [Kernel launch geometry]).
 uint32_t reduction_block_size(const KernelSpec& spec);
@@ -114,6 +119,7 @@ class Emitter {
                                  Value* element_step,
                                  const std::function<Site(Value*)>& element_site);
   Value* special_register(llvm::Intrinsic::ID id);
+  std::vector<Value*> part_pointers(const std::vector<Value*>& arguments);
 
   const KernelSpec& spec_;
   EmitOptions options_;

@@ -6,9 +6,34 @@
 #include <vector>
 
 #include "compiler/codegen/kernel_emitter_impl.h"
+#include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
+#include "runtime/error.h"
 
 namespace grove::compiler::codegen::emitter_detail {
+
+// Note [Multi-part kernel pointers as integers] (kernel_emitter.cc): on cuda a
+// part's pointers arrive as integer parameters, read from the parameter space
+// here, in the part's own block (an ld.param of the parameter by its PTX name,
+// <kernel>_param_<n>: LLVM would read every parameter at the kernel's entry),
+// and made global-space pointers; on the host they are pointers already.
+std::vector<Value*> Emitter::part_pointers(const std::vector<Value*>& arguments) {
+  std::vector<Value*> pointers;
+  for (Value* argument : arguments) {
+    if (!argument->getType()->isIntegerTy()) {
+      pointers.push_back(argument);
+      continue;
+    }
+    const auto* parameter = llvm::cast<llvm::Argument>(argument);
+    auto* read = llvm::InlineAsm::get(llvm::FunctionType::get(b_.getInt64Ty(), {}, false),
+                                      str_cat("ld.param.u64 $0, [", function_->getName().str(),
+                                              "_param_", parameter->getArgNo(), "];"),
+                                      "=l", /*hasSideEffects=*/false);
+    Value* global = b_.CreateIntToPtr(b_.CreateCall(read, {}), b_.getInt8Ty()->getPointerTo(1));
+    pointers.push_back(b_.CreateAddrSpaceCast(global, b_.getInt8PtrTy()));
+  }
+  return pointers;
+}
 
 int64_t multi_part_tile_count(const KernelSpec& spec) {
   int64_t tiles = 0;
@@ -66,17 +91,24 @@ void Emitter::emit_parts(const LoopBody& body) {
   if (nonempty.empty()) {
     return;
   }
-  Value* tile_start = i64(0);
-  Value* tile_step = i64(1);
+  if (nvptx()) {
+    // One block per tile and no tile loop: in a loop, LLVM hoists every
+    // part's tile-invariant offsets out of it, and they stay live in registers
+    // (Note [Multi-part kernel pointers as integers]).
+    Value* tile = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    auto* run = llvm::BasicBlock::Create(context_, "tile", function_);
+    auto* done = llvm::BasicBlock::Create(context_, "tile_done", function_);
+    b_.CreateCondBr(b_.CreateICmpSLT(tile, i64(tiles)), run, done);
+    b_.SetInsertPoint(run);
+    emit_part_search(tile, nonempty, 0, nonempty.size(), first_tile,
+                     special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x),
+                     i64(kElementwiseBlock), body, done);
+    b_.SetInsertPoint(done);
+    return;
+  }
   Value* lane_start = i64(0);
   Value* lane_step = i64(1);
-  if (nvptx()) {
-    tile_start = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
-    tile_step = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
-    lane_start = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-    lane_step = i64(kElementwiseBlock);
-  }
-  loop(tile_start, i64(tiles), tile_step, {}, [&](Value* tile, const std::vector<Value*>&) {
+  loop(i64(0), i64(tiles), i64(1), {}, [&](Value* tile, const std::vector<Value*>&) {
     auto* done = llvm::BasicBlock::Create(context_, "tile_done", function_);
     emit_part_search(tile, nonempty, 0, nonempty.size(), first_tile, lane_start, lane_step, body,
                      done);
@@ -94,8 +126,8 @@ void Emitter::emit_part_search(Value* tile, const std::vector<size_t>& parts, si
                                llvm::BasicBlock* done) {
   if (end - first == 1) {
     const size_t p = parts[first];
-    inputs_ = part_inputs_[p];
-    outputs_ = part_outputs_[p];
+    inputs_ = part_pointers(part_inputs_[p]);
+    outputs_ = part_pointers(part_outputs_[p]);
     const int64_t size = spec_.part_sizes[p];
     Value* begin = b_.CreateMul(b_.CreateSub(tile, i64(first_tile[p])), i64(kMultiPartTile));
     Value* tile_end = b_.CreateAdd(begin, i64(kMultiPartTile));

@@ -13,6 +13,24 @@
 
 namespace grove::compiler::codegen::emitter_detail {
 
+// Note [Warp-per-row reductions]: a lane's loads of one iteration are in
+// flight together, so the iteration count is the number of L2 round trips
+// before the row is folded. A row of up to 16 * 32 elements is one iteration
+// when few reductions share the pass; each reduction keeps a value per
+// unrolled element live (a small-M GEMM's M rows of A), so the count halves as
+// they grow: 16 for up to 3 reductions, 8 up to 7, 4 up to 15, 2 beyond. Never
+// more than the row needs. Results do not depend on it (each lane folds its
+// elements in increasing order). Test: ModelPtx.* assembles every kernel;
+// SmallMGemm* compare the kernel with the host GEMM.
+int64_t warp_rows_unroll(const KernelSpec& spec) {
+  const int64_t reductions = static_cast<int64_t>(spec.reductions.size());
+  int64_t unroll = kMaxWarpRowsUnroll;
+  while (unroll > 2 && unroll * (reductions + 1) > 64) unroll /= 2;
+  const int64_t needed = (spec.row_length() + kWarpSize - 1) / kWarpSize;
+  while (unroll > 1 && unroll / 2 >= needed) unroll /= 2;
+  return unroll;
+}
+
 uint32_t reduction_block_size(const KernelSpec& spec) {
   if (spec.thread_rows) return kThreadRowsPerBlock;
   if (spec.warp_rows) return kWarpRowsPerBlock * kWarpSize;
@@ -107,17 +125,18 @@ std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element
   };
   const int64_t length = spec_.row_length();
   Value* remainder_start = element_start;
-  const int64_t unrolled_end = length - (kWarpRowsUnroll - 1) * kWarpSize;
-  if (nvptx() && spec_.warp_rows && unrolled_end > 0) {
-    // Note [Warp-per-row reductions]: kWarpRowsUnroll elements per lane per
+  const int64_t unroll = warp_rows_unroll(spec_);
+  const int64_t unrolled_end = length - (unroll - 1) * kWarpSize;
+  if (nvptx() && spec_.warp_rows && unroll > 1 && unrolled_end > 0) {
+    // Note [Warp-per-row reductions]: warp_rows_unroll elements per lane per
     // iteration, all loaded before any is folded (loads in flight together
     // instead of one L2 round trip per element); each lane still folds its
     // elements in increasing order, so the sums are those of the plain loop.
-    const int64_t stride = kWarpRowsUnroll * kWarpSize;
+    const int64_t stride = unroll * kWarpSize;
     totals = loop(element_start, i64(unrolled_end), i64(stride), totals,
                   [&](Value* k, const std::vector<Value*>& accumulators) {
                     std::vector<Value*> ks;
-                    for (int64_t j = 0; j < kWarpRowsUnroll; ++j) {
+                    for (int64_t j = 0; j < unroll; ++j) {
                       ks.push_back(b_.CreateAdd(k, i64(j * kWarpSize)));
                     }
                     return fold(ks, accumulators);

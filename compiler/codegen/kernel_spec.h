@@ -143,8 +143,8 @@ struct OutputSpec {
 // would depend on how the work was split). Parts may run concurrently on cuda,
 // so no part may read what another writes.
 // Each part is cut into tiles of kMultiPartTile elements, numbered part after
-// part; on cuda block b runs tiles b, b + grid, ... (grid = min(tiles, 4096)),
-// finds a tile's part by a binary search over the tiles' prefix (constants in
+// part; on cuda block b runs tile b (one block per tile, up to
+// kMaxMultiPartTiles), finds a tile's part by a binary search over the tiles' prefix (constants in
 // the code) and runs the part's elements of the tile with its pointers; the
 // host kernel runs every tile in order through the same search. So the grid
 // covers every part's elements, not just the largest part's, and each element
@@ -163,6 +163,7 @@ struct OutputSpec {
 // shared and the updated tensors are written in place. Tested by
 // HorizontalFusion.* (tests/compiler/lowering/horizontal_fusion_test.cc).
 inline constexpr int64_t kMultiPartTile = 1024;
+inline constexpr int64_t kMaxMultiPartTiles = (int64_t{1} << 31) - 1;  // cuda's grid.x
 
 struct KernelSpec {
   std::string name;  // a readable prefix: "fused_add_gelu"

@@ -25,7 +25,7 @@
 
 namespace grove::compiler::lowering {
 
-constexpr int64_t kMaxSmallM = 16;
+constexpr int64_t kMaxSmallM = 32;
 
 enum class SmallMGemmMode { kOff, kOn, kAuto };
 

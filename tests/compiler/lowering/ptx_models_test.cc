@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -84,6 +86,46 @@ TEST(ModelPtx, EveryKernelOfBothModelsAndTheirTrainingAssemblesForSm90) {
   EXPECT_GT(kernels, 0u);
   EXPECT_GT(multi_part, 0u) << "expected the SGD steps to use multi-part kernels";
   if (ptxas.empty()) GTEST_SKIP() << "ptxas not installed; PTX emitted but not assembled";
+}
+
+// Note [Multi-part kernel pointers as integers]: the optimizer step's
+// multi-part kernels (gpt4x256's SGD step has 69 parts, 3 pointers each) keep
+// few registers and spill nothing; with pointer parameters the gpt kernel took
+// 255 registers and spilled 1,312 bytes.
+TEST(ModelPtx, MultiPartKernelsKeepTheirPointersOutOfRegisters) {
+  const std::string ptxas = find_ptxas();
+  ASSERT_FALSE(ptxas.empty()) << "ptxas not found (tools/setup.sh checks for the CUDA Toolkit)";
+  const std::string dir = ::testing::TempDir();
+  size_t checked = 0;
+  for (const auto& [name, program] : cuda_programs()) {
+    if (name.find(" sgd") == std::string::npos) continue;
+    compiler::lowering::ScheduleOptions options;
+    options.load_kernels = false;
+    options.mode = compiler::ops::ExecMode::kTraining;
+    for (const compiler::lowering::Step& step :
+         compiler::lowering::schedule_program(program, options).steps) {
+      if (step.kind != compiler::lowering::StepKind::kKernel ||
+          step.kernel.spec.part_sizes.size() < 8) {
+        continue;
+      }
+      std::ofstream(dir + "/parts.ptx") << compiler::codegen::emit_ptx(step.kernel.spec);
+      const std::string report = dir + "/parts.txt";
+      const std::string command = ptxas + " -v -arch=sm_90 -o " + dir + "/parts.cubin " + dir +
+                                  "/parts.ptx >" + report + " 2>&1";
+      ASSERT_EQ(std::system(command.c_str()), 0) << name;
+      std::stringstream text;
+      text << std::ifstream(report).rdbuf();
+      std::smatch registers;
+      const std::string out = text.str();
+      ASSERT_TRUE(std::regex_search(out, registers, std::regex("Used ([0-9]+) registers"))) << out;
+      EXPECT_LE(std::stoi(registers[1]), 64)
+          << name << ": " << step.kernel.spec.part_sizes.size() << " parts\n"
+          << out;
+      EXPECT_NE(out.find("0 bytes spill stores"), std::string::npos) << name << "\n" << out;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 2u) << "expected a multi-part SGD kernel of 8 parts or more for each model";
 }
 
 }  // namespace
