@@ -15,19 +15,15 @@ namespace grove::compiler::codegen::emitter_detail {
 
 // Note [Warp-per-row reductions]: a lane's loads of one iteration are in
 // flight together, so the iteration count is the number of L2 round trips
-// before the row is folded. A row of up to 16 * 32 elements is one iteration
-// when few reductions share the pass; each reduction keeps a value per
-// unrolled element live (a small-M GEMM's M rows of A), so the count halves as
-// they grow: 16 for up to 3 reductions, 8 up to 7, 4 up to 15, 2 beyond. Never
-// more than the row needs. Results do not depend on it (each lane folds its
-// elements in increasing order). Test: ModelPtx.* assembles every kernel;
-// SmallMGemm* compare the kernel with the host GEMM.
+// before the row is folded: up to 16 elements per lane (a 512-long row in one
+// iteration), fewer where the unrolled loop would not run once. ptxas keeps
+// this within registers for up to 32 reductions sharing the pass (a small-M
+// GEMM's rows: 96 registers at M = 32, no spills). Results do not depend on
+// it (each lane folds its elements in increasing order). Tests: ModelPtx.*
+// assembles every kernel; SmallMGemm* compare the kernel with the host GEMM.
 int64_t warp_rows_unroll(const KernelSpec& spec) {
-  const int64_t reductions = static_cast<int64_t>(spec.reductions.size());
   int64_t unroll = kMaxWarpRowsUnroll;
-  while (unroll > 2 && unroll * (reductions + 1) > 64) unroll /= 2;
-  const int64_t needed = (spec.row_length() + kWarpSize - 1) / kWarpSize;
-  while (unroll > 1 && unroll / 2 >= needed) unroll /= 2;
+  while (unroll > 1 && (unroll - 1) * kWarpSize >= spec.row_length()) unroll /= 2;
   return unroll;
 }
 

@@ -234,19 +234,32 @@ bool small_m_gemm_heuristic(const GemmArgs& args) {
 std::string small_m_gemm_tuning_key(const std::string& gpu, const GemmArgs& args) {
   return str_cat(gpu, '|', runtime::dtype_name(args.dtype), "|m=", args.m, ",n=", args.n,
                  ",k=", args.k, "|ta=", args.transpose_a ? 1 : 0, ",tb=", args.transpose_b ? 1 : 0,
-                 '|', runtime::gemm_epilogue_name(args.epilogue));
+                 '|', runtime::gemm_epilogue_name(args.epilogue), "|v", kSmallMKernelVersion);
 }
 
 // Note [Small-M GEMM kernel]: C[m, n] = epilogue(sum_k A[m, k] B[n, k]) as a
-// reduction kernel over the iteration space [N, K] with one reduction per row
-// m of A (all M share one pass over K: Note [Kernel spec reductions]) and
-// warp_rows (Note [Warp-per-row reductions]): on cuda one warp per output
-// column n reads B's row n once, coalesced when B is K-contiguous (linear's
-// weight), and A's rows (M x K, small: L1-resident) through load_at; output m
-// is per row, written at C + m * ldc (and the pre-activation at aux + m *
-// ld_aux for bias_gelu_aux). Sums accumulate in f32 in increasing k per lane,
-// so results differ from the library GEMM's within rounding, never between
-// eager and cudagraphs (the same kernel runs in both).
+// reduction kernel over the iteration space [G, N, K]: the M rows of A are cut
+// into G groups of M / G (small_m_rows_per_warp: at most 8), and each row
+// (g, n) of the kernel computes its group's M / G sums in one pass over K
+// (Note [Kernel spec reductions]), with warp_rows (Note [Warp-per-row
+// reductions]): on cuda one warp per (group, output column) reads B's row n,
+// coalesced when B is K-contiguous (linear's weight), and its group's rows of
+// A (small: L1-resident) through load_at. Groups give M = 32 four times the
+// warps, each with a quarter of the accumulators and loads: gpt4x256's
+// 32-token GEMMs ran on 64 of the H100's 132 SMs with one group. Output m of
+// row (g, n) is written at C + (g * M / G + m) * ldc + n (and the
+// pre-activation at aux likewise for bias_gelu_aux). Sums accumulate in f32 in
+// increasing k per lane, so results differ from the library GEMM's within
+// rounding, never between eager and cudagraphs (the same kernel runs in both).
+// Tests: SmallMGemmOnDevice.* (the float64 reference, M up to 32),
+// SmallMGemmKernel.* (groups, PTX).
+int64_t small_m_rows_per_warp(int64_t m) {
+  for (int64_t rows = std::min<int64_t>(m, kSmallMRowsPerWarp); rows > 1; --rows) {
+    if (m % rows == 0) return rows;
+  }
+  return 1;
+}
+
 AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
   GROVE_CHECK(small_m_gemm_qualifies(launch), "small-M GEMM: ", small_m_gemm_tuning_key("", g),
@@ -254,43 +267,46 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch) {
   std::string name = "small_m_gemm";
   if (g.epilogue != GemmEpilogue::kNone)
     name += str_cat('_', runtime::gemm_epilogue_name(g.epilogue));
-  codegen::KernelBuilder b(name, {g.n, g.k});
+  const int64_t rows = small_m_rows_per_warp(g.m);
+  const int64_t groups = g.m / rows;
+  codegen::KernelBuilder b(name, {groups, g.n, g.k});
   AssembledKernel out;
-  const int a = b.input(g.dtype, {0, 0});  // read through load_at
+  const int a = b.input(g.dtype, {0, 0, 0});  // read through load_at
   out.input_slots.push_back(launch.a_slot);
   const int w =
-      b.input(g.dtype, g.transpose_b ? runtime::Shape{g.ldb, 1} : runtime::Shape{1, g.ldb});
+      b.input(g.dtype, g.transpose_b ? runtime::Shape{0, g.ldb, 1} : runtime::Shape{0, 1, g.ldb});
   out.input_slots.push_back(launch.b_slot);
   int bias = -1;
   if (has_bias(g.epilogue)) {
-    bias = b.input(g.dtype, {1, 0});
+    bias = b.input(g.dtype, {0, 1, 0});
     out.input_slots.push_back(launch.bias_slot);
   }
-  const int k = b.index(1);
-  const int a_column =
-      g.transpose_a ? b.binary(ExprOp::kMul, k, b.constant(static_cast<double>(g.lda), DType::kI64))
-                    : k;
+  auto i64 = [&](int64_t value) { return b.constant(static_cast<double>(value), DType::kI64); };
+  const int k = b.index(2);
+  const int a_column = g.transpose_a ? b.binary(ExprOp::kMul, k, i64(g.lda)) : k;
   const int64_t a_row_stride = g.transpose_a ? 1 : g.lda;
+  // Where this row's group of A's rows begins.
+  const int a_group = groups == 1
+                          ? a_column
+                          : b.binary(ExprOp::kAdd, a_column,
+                                     b.binary(ExprOp::kMul, b.index(0), i64(rows * a_row_stride)));
   const int weight = b.load(w);
   std::vector<int> sums;
-  for (int64_t m = 0; m < g.m; ++m) {
-    const int at = m == 0
-                       ? a_column
-                       : b.binary(ExprOp::kAdd, a_column,
-                                  b.constant(static_cast<double>(m * a_row_stride), DType::kI64));
+  for (int64_t m = 0; m < rows; ++m) {
+    const int at = m == 0 ? a_group : b.binary(ExprOp::kAdd, a_group, i64(m * a_row_stride));
     sums.push_back(b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, b.load_at(a, at), weight)));
   }
   const int bias_value = bias >= 0 ? b.load(bias) : -1;
-  for (int64_t m = 0; m < g.m; ++m) {
+  for (int64_t m = 0; m < rows; ++m) {
     int value = b.reduced(sums[static_cast<size_t>(m)]);
     if (bias_value >= 0) value = b.binary(ExprOp::kAdd, value, bias_value);
     const int pre_activation = value;
     if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
-    b.output(value, g.dtype, {1}, /*per_row=*/true);
+    b.output(value, g.dtype, {rows * g.ldc, 1}, /*per_row=*/true);
     out.output_slots.push_back(launch.c_slot);
     out.output_offsets.push_back(m * g.ldc);
     if (g.epilogue == GemmEpilogue::kBiasGeluAux) {
-      b.output(pre_activation, g.dtype, {1}, /*per_row=*/true);
+      b.output(pre_activation, g.dtype, {rows * g.ld_aux, 1}, /*per_row=*/true);
       out.output_slots.push_back(launch.aux_slot);
       out.output_offsets.push_back(m * g.ld_aux);
     }

@@ -3,8 +3,9 @@
 // generated reduction kernel instead of a library GEMM call, with the bias and
 // gelu epilogue in the kernel. On cuda the library call costs ~5 us of GPU
 // time for a 1x512x512 product whose weights sit in L2; the kernel is a warp
-// per output column reading the weight row coalesced, M accumulators per lane
-// and a shuffle reduction (Note [Small-M GEMM kernel]).
+// per output column and group of up to 8 rows of A, reading the weight row
+// coalesced, one accumulator per row per lane and a shuffle reduction (Note
+// [Small-M GEMM kernel]).
 //
 // Which one runs (GROVE_SMALL_M_GEMM, Note [Small-M GEMM selection]):
 //   off   the library GEMM always;
@@ -26,6 +27,8 @@
 namespace grove::compiler::lowering {
 
 constexpr int64_t kMaxSmallM = 32;
+// Rows of A one warp reduces together (Note [Small-M GEMM kernel]).
+constexpr int64_t kSmallMRowsPerWarp = 8;
 
 enum class SmallMGemmMode { kOff, kOn, kAuto };
 
@@ -43,8 +46,17 @@ bool small_m_gemm_qualifies(const GemmLaunch& launch);
 // that stay in L2 and a launch-bound library call).
 bool small_m_gemm_heuristic(const runtime::GemmArgs& args);
 
-// The tuning table's key: "<gpu>|<dtype>|m=..,n=..,k=..|ta=..,tb=..|<epilogue>".
+// The kernel's version in tuning keys: a measurement of an older kernel is
+// not used for this one. Raise it whenever small_m_gemm_kernel changes.
+constexpr int kSmallMKernelVersion = 2;
+
+// The tuning table's key:
+// "<gpu>|<dtype>|m=..,n=..,k=..|ta=..,tb=..|<epilogue>|v<kernel version>".
 std::string small_m_gemm_tuning_key(const std::string& gpu, const runtime::GemmArgs& args);
+
+// The rows of A each warp of the kernel reduces: the largest divisor of m that
+// is at most kSmallMRowsPerWarp (Note [Small-M GEMM kernel]).
+int64_t small_m_rows_per_warp(int64_t m);
 
 // The kernel that computes a qualifying `launch` over its slots.
 AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch);

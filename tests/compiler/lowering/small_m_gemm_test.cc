@@ -211,6 +211,38 @@ TEST(SmallMGemmKernel, PtxShufflesWithoutBarriersAndPassesPtxas) {
   std::remove(path);
 }
 
+// Note [Small-M GEMM kernel]: M rows of A are cut into groups of at most 8
+// (the largest divisor of M that fits), one warp per group and column.
+TEST(SmallMGemmKernel, RowsAreCutIntoGroupsOfAtMostEight) {
+  using compiler::lowering::small_m_rows_per_warp;
+  EXPECT_EQ(small_m_rows_per_warp(1), 1);
+  EXPECT_EQ(small_m_rows_per_warp(3), 3);
+  EXPECT_EQ(small_m_rows_per_warp(8), 8);
+  EXPECT_EQ(small_m_rows_per_warp(16), 8);
+  EXPECT_EQ(small_m_rows_per_warp(20), 5);
+  EXPECT_EQ(small_m_rows_per_warp(17), 1);
+  EXPECT_EQ(small_m_rows_per_warp(32), 8);
+  compiler::lowering::GemmLaunch launch;
+  launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.bias_slot = 3;
+  launch.args.m = 32, launch.args.n = 256, launch.args.k = 256;
+  launch.args.lda = 256, launch.args.ldb = 256, launch.args.ldc = 256;
+  launch.args.transpose_b = true;
+  launch.args.epilogue = runtime::GemmEpilogue::kBias;
+  launch.calls.emplace_back();
+  const compiler::lowering::AssembledKernel kernel =
+      compiler::lowering::small_m_gemm_kernel(launch);
+  EXPECT_EQ(kernel.spec.iteration_shape, (runtime::Shape{4, 256, 256}));
+  EXPECT_EQ(kernel.spec.reductions.size(), 8u);
+  ASSERT_EQ(kernel.output_offsets.size(), 8u);
+  for (size_t m = 0; m < 8; ++m) {
+    EXPECT_EQ(kernel.output_offsets[m], static_cast<int64_t>(m) * 256);
+    EXPECT_EQ(kernel.spec.outputs[m].strides, (runtime::Shape{8 * 256, 1}));
+  }
+  runtime::LaunchDims dims =
+      compiler::codegen::kernel_launch_dims(kernel.spec, runtime::DeviceType::kCuda);
+  EXPECT_EQ(dims.grid.x, 256u);  // 4 groups x 256 columns, 4 warps per block
+}
+
 class SmallMGemmOnDevice : public testing::DeviceTest {
  protected:
   void SetUp() override {
@@ -225,7 +257,7 @@ class SmallMGemmOnDevice : public testing::DeviceTest {
 TEST_P(SmallMGemmOnDevice, MatchesTheReferenceForSeveralRowCountsAndEpilogues) {
   testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
   uint32_t seed = 1;
-  for (int64_t m : {1, 2, 3, 8, 16}) {
+  for (int64_t m : {1, 2, 3, 8, 16, 20, 32}) {
     for (auto [k, n] : {std::pair<int64_t, int64_t>{45, 37}, {200, 70}}) {
       for (Epilogue epilogue : {Epilogue::kNone, Epilogue::kBias, Epilogue::kBiasGelu}) {
         const std::string label =
@@ -344,7 +376,7 @@ TEST_F(GemmTuningTableTest, KeyNamesTheGpuTheShapeAndTheEpilogue) {
   args.transpose_b = true;
   args.epilogue = runtime::GemmEpilogue::kBiasGelu;
   EXPECT_EQ(compiler::lowering::small_m_gemm_tuning_key("NVIDIA H200", args),
-            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu");
+            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v2");
 }
 
 TEST_F(GemmTuningTableTest, StoredEntriesAreFoundAgainByKeyAfterARead) {
