@@ -102,8 +102,27 @@ while read -r path; do
   fi
 done <"$here/tests.txt"
 
+# "passed failed skipped" of a unittest log, from its summary ("Ran N tests",
+# then "OK (skipped=K)" or "FAILED (failures=F, errors=E, skipped=K)"): a case
+# whose "... ok" a warning split from its name still counts. A log without a
+# summary (the process died) counts its case lines.
+python_case_counts() {
+  local ran status failed skipped
+  ran=$(grep -oE '^Ran [0-9]+ tests?' "$1" | tail -1 | awk '{print $2}')
+  status=$(grep -E '^(OK|FAILED)( \(.*\))?$' "$1" | tail -1)
+  if [ -z "$ran" ] || [ -z "$status" ]; then
+    echo "$(count_lines ' \.\.\. ok$' "$1") $(grep -cE ' \.\.\. (FAIL|ERROR)$' "$1" || true)" \
+      "$(count_lines ' \.\.\. skipped' "$1")"
+    return
+  fi
+  field() { echo "$status" | grep -oE "$1=[0-9]+" | cut -d= -f2 | awk '{s += $1} END {print s + 0}'; }
+  failed=$(($(field failures) + $(field errors) + $(field 'unexpected successes')))
+  skipped=$(field skipped)
+  echo "$((ran - failed - skipped)) $failed $skipped"
+}
+
 # The Python tests (issue 19), with the host's python3 and its PyTorch; each
-# unittest case line counts like a gtest case.
+# unittest case counts like a gtest case.
 while read -r path; do
   [ -n "$path" ] || continue
   case "$path" in *"$filter"*) ;; *) continue ;; esac
@@ -114,9 +133,7 @@ while read -r path; do
     timeout "$timeout_s" python3 "$path") >"$log" 2>&1
   status=$?
   seconds=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
-  ok=$(count_lines ' \.\.\. ok$' "$log")
-  bad=$(grep -cE ' \.\.\. (FAIL|ERROR)$' "$log" || true)
-  skipped=$(count_lines ' \.\.\. skipped' "$log")
+  read -r ok bad skipped < <(python_case_counts "$log")
   cases_passed=$((cases_passed + ok))
   cases_failed=$((cases_failed + bad))
   cases_skipped=$((cases_skipped + skipped))

@@ -29,6 +29,7 @@ import os
 import sys
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+import write_results_kernel_goals as kernel_goals  # noqa: E402  (lives next to this file)
 import write_results_sections as sections  # noqa: E402  (lives next to this file)
 
 us, ratio = sections.us, sections.ratio
@@ -247,21 +248,11 @@ def header(args, session, reports, broken, now, goal_counts):
 # trusted. A goal whose inputs are missing is "not measured" and says which
 # report it needed: never "met" by default.
 
-MET, NOT_MET, UNMEASURED = "met", "**NOT met**", "not measured"
+MET, NOT_MET, UNMEASURED = sections.MET, sections.NOT_MET, sections.UNMEASURED
 SHAPE_ERRORS = sections.SHAPE_ERRORS
 
 
-def verdict(ok):
-    return MET if ok else NOT_MET
-
-
-def batch1_case(rows, model):
-    """The first case label of `model` at batch 1 ('mlp16x512 b=1', 'gpt4x256 b=1 T=32')."""
-    for row in rows:
-        case = str(row.get("case", ""))
-        if case.startswith(model + " ") and (" b=1 " in case + " "):
-            return case
-    return None
+verdict, batch1_case, needs = sections.verdict, sections.batch1_case, sections.needs
 
 
 def inference_goals(reports):
@@ -450,18 +441,16 @@ def compile_goals(reports):
              verdict(max(cold) < 1000 and max(cached) < 10)]]
 
 
-def needs(a, a_name, b, b_name):
-    missing = ["no %s number" % name for value, name in ((a, a_name), (b, b_name)) if not value]
-    return " and ".join(missing)
-
-
 def goal_rows(context):
     reports = context.reports
+    judges = [(judge, lambda judge=judge: judge(reports))
+              for judge in (inference_goals, training_goals, tree_goals, memory_goals,
+                            serving_goals, compile_goals)]
+    judges += [(judge, lambda judge=judge: judge(context)) for judge in kernel_goals.JUDGES]
     rows = []
-    for judge in (inference_goals, training_goals, tree_goals, memory_goals, serving_goals,
-                  compile_goals):
+    for judge, run in judges:
         try:
-            rows += judge(reports)
+            rows += run()
         except SHAPE_ERRORS as error:
             rows.append([judge.__name__.replace("_", " "), "could not be computed: a report has "
                          "an unexpected shape (%s: %s)" % (type(error).__name__, error),
@@ -478,7 +467,7 @@ def goal_counts(rows):
 
 def goals_section(rows):
     lines = ["## Goals", "",
-             "The goals of issues 4, 6, 7 and 8, judged from this session's numbers "
+             "The goals of issues 4, 6, 7, 8 and 22, judged from this session's numbers "
              "(ratios computed by this script): %d met, %d not met, %d not measured."
              % goal_counts(rows), ""]
     return lines + sections.table(["goal", "measured", "verdict"], rows) + [""]

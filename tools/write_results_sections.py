@@ -568,6 +568,12 @@ SECTIONS = [
      lambda report: _serving().serve_http(report)),
     ("bucket_plan", "Planned batch buckets (`benchmarks/bucket_plan`)",
      lambda report: _serving().bucket_plan(report)),
+    ("torch_backend", "torch.compile(backend=\"grove\"), inference "
+                      "(`benchmarks/torch_backend.py`)",
+     lambda report: _torch_backend().inference(report)),
+    ("torch_backend_train", "torch.compile(backend=\"grove\"), training "
+                            "(`benchmarks/torch_backend.py --train`)",
+     lambda report: _torch_backend().training(report)),
 ]
 
 
@@ -576,12 +582,39 @@ def _floors():
     return write_results_floors
 
 
+def _torch_backend():
+    import write_results_torch_backend  # noqa: E402  (next to this file; imports this module)
+    return write_results_torch_backend
+
+
 def _serving():
     import write_results_serving  # noqa: E402  (next to this file; imports this module)
     return write_results_serving
 
 
 # ------------------------------------------------------------- lookups
+
+
+MET, NOT_MET, UNMEASURED = "met", "**NOT met**", "not measured"
+
+
+def verdict(ok):
+    return MET if ok else NOT_MET
+
+
+def needs(a, a_name, b, b_name):
+    """Why a goal is not measured: the numbers it lacked."""
+    missing = ["no %s number" % name for value, name in ((a, a_name), (b, b_name)) if not value]
+    return " and ".join(missing)
+
+
+def batch1_case(rows, model):
+    """The first case label of `model` at batch 1 ('mlp16x512 b=1', 'gpt4x256 b=1 T=32')."""
+    for row in rows:
+        case = str(row.get("case", ""))
+        if case.startswith(model + " ") and (" b=1 " in case + " "):
+            return case
+    return None
 
 
 def find(rows, **match):
