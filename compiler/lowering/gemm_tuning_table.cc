@@ -53,8 +53,16 @@ std::optional<std::map<std::string, GemmTuningEntry>> read_entries(
                          "' lacks non-negative numbers grove_us and library_us; skipping it"));
       continue;
     }
-    entries[key] =
-        GemmTuningEntry{value["grove_us"].get<double>(), value["library_us"].get<double>()};
+    GemmTuningEntry entry{value["grove_us"].get<double>(), value["library_us"].get<double>()};
+    if (value.contains("grove_rows")) {
+      const nlohmann::json& rows = value["grove_rows"];
+      if (!rows.is_number_integer() || rows.get<int64_t>() < 0) {
+        warn(path, str_cat("entry '", key, "' has a grove_rows that is not a count; skipping it"));
+        continue;
+      }
+      entry.grove_rows = rows.get<int64_t>();
+    }
+    entries[key] = entry;
   }
   return entries;
 }
@@ -92,7 +100,8 @@ void GemmTuningTable::store(const std::string& key, const GemmTuningEntry& entry
   nlohmann::json document = {{"version", kVersion}, {"entries", nlohmann::json::object()}};
   for (const auto& [entry_key, value] : entries_) {
     document["entries"][entry_key] = {{"grove_us", value.grove_us},
-                                      {"library_us", value.library_us}};
+                                      {"library_us", value.library_us},
+                                      {"grove_rows", value.grove_rows}};
   }
   std::error_code error;
   std::filesystem::create_directories(path_.parent_path(), error);

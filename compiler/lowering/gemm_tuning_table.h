@@ -3,12 +3,17 @@
 // library GEMM, as measured on that GPU. One JSON file, by default
 // $GROVE_CACHE_DIR/gemm_tuning.json or ~/.cache/grove/gemm_tuning.json:
 //
-//   {"version": 1, "entries": {"<key>": {"grove_us": 1.9, "library_us": 5.2}}}
+//   {"version": 1, "entries": {"<key>": {"grove_us": 1.9, "library_us": 5.2,
+//                                       "grove_rows": 8}}}
+//
+// grove_rows is the kernel variant that took grove_us (rows of A per warp:
+// Note [Small-M GEMM kernel]); an entry without it names the default variant.
 //
 // A missing file is an empty table; a corrupt or unreadable one is ignored
 // with a warning (and replaced by the next store), never an error.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -17,8 +22,9 @@
 namespace grove::compiler::lowering {
 
 struct GemmTuningEntry {
-  double grove_us = 0;    // GPU time of grove's kernel per call, microseconds
-  double library_us = 0;  // GPU time of the library GEMM per call
+  double grove_us = 0;     // GPU time of grove's kernel per call, microseconds
+  double library_us = 0;   // GPU time of the library GEMM per call
+  int64_t grove_rows = 0;  // the fastest variant's rows per warp; 0: the default
   bool grove_faster() const { return grove_us < library_us; }
 };
 

@@ -304,9 +304,9 @@ void Scheduler::schedule_view(const LoweringNode& node) {
 void Scheduler::schedule_gemm(const LoweringNode& node) {
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
-  if (use_small_m_gemm(launch, out_.device, options_.load_kernels)) {
+  if (const int64_t rows = small_m_gemm_rows(launch, out_.device, options_.load_kernels)) {
     // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
-    add_kernel(small_m_gemm_kernel(launch), node.name, launch.written_slots());
+    add_kernel(small_m_gemm_kernel(launch, rows), node.name, launch.written_slots());
     return;
   }
   Step step;

@@ -49,8 +49,9 @@ std::mutex& choices_mutex() {
   return mutex;
 }
 
-std::map<std::string, bool>& choices() {
-  static std::map<std::string, bool> map;
+// Key -> the chosen variant's rows per warp (0: the library GEMM).
+std::map<std::string, int64_t>& choices() {
+  static std::map<std::string, int64_t> map;
   return map;
 }
 
@@ -115,8 +116,15 @@ double graph_time_us(runtime::Backend& backend, runtime::StreamHandle stream,
   return us;
 }
 
-// Times grove's kernel and the library GEMM for `launch` on `device` (zeros
-// as data). nullopt, after a warning, when anything fails.
+// Note [Small-M GEMM variants]: which grouping of A's rows is fastest depends
+// on the shape (more groups: more warps and fewer accumulators per lane, but
+// B read once per group), so auto times each variant of
+// small_m_row_variants as well as the library GEMM, and keeps the fastest
+// kernel's rows per warp with its time. Tests:
+// SmallMGemmKernel.EveryRowVariantMatchesTheReference (each variant's sums),
+// GemmTuningTable.* (grove_rows read and written).
+// Times grove's kernel variants and the library GEMM for `launch` on `device`
+// (zeros as data). nullopt, after a warning, when anything fails.
 std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device device) {
   try {
     runtime::DeviceContext& context = runtime::device_context(device);
@@ -124,8 +132,13 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
     if (backend.capture_status(context.current_stream()) != runtime::CaptureStatus::kNone) {
       return std::nullopt;  // compiling inside a capture: no device work now
     }
-    AssembledKernel assembled = small_m_gemm_kernel(launch);
-    codegen::CompiledKernel kernel = codegen::compile_kernel(assembled.spec, device);
+    const std::vector<int64_t> variants = small_m_row_variants(launch.args.m);
+    std::vector<codegen::CompiledKernel> kernels;
+    for (int64_t rows : variants) {
+      kernels.push_back(codegen::compile_kernel(small_m_gemm_kernel(launch, rows).spec, device));
+    }
+    // Every variant writes the same slots at the same offsets.
+    AssembledKernel assembled = small_m_gemm_kernel(launch, variants.front());
     runtime::StreamHandle stream = backend.create_stream();
     std::optional<GemmTuningEntry> entry;
     try {
@@ -151,15 +164,22 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       }
       backend.blas().prepare_gemm(stream);
       GemmTuningEntry times{1e30, 1e30};
+      std::vector<double> variant_us(variants.size(), 1e30);
       for (int round = 0; round < kRounds; ++round) {
-        times.grove_us = std::min(times.grove_us, graph_time_us(backend, stream, [&] {
-                                    codegen::launch(kernel, inputs, outputs, {}, stream);
-                                  }));
+        for (size_t v = 0; v < variants.size(); ++v) {
+          variant_us[v] = std::min(variant_us[v], graph_time_us(backend, stream, [&] {
+                                     codegen::launch(kernels[v], inputs, outputs, {}, stream);
+                                   }));
+        }
         times.library_us = std::min(times.library_us, graph_time_us(backend, stream, [&] {
                                       backend.blas().gemm_row_major(stream, args);
                                     }));
       }
       backend.synchronize_stream(stream);
+      const size_t best = static_cast<size_t>(
+          std::min_element(variant_us.begin(), variant_us.end()) - variant_us.begin());
+      times.grove_us = variant_us[best];
+      times.grove_rows = variants[best];
       entry = times;
     } catch (...) {
       backend.destroy_stream(stream);
@@ -175,8 +195,17 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
   }
 }
 
+// A table entry's variant, checked against the shape (an entry written by
+// hand or for another M falls back to the default).
+int64_t entry_rows(const GemmTuningEntry& entry, int64_t m) {
+  const std::vector<int64_t> variants = small_m_row_variants(m);
+  return std::find(variants.begin(), variants.end(), entry.grove_rows) != variants.end()
+             ? entry.grove_rows
+             : small_m_rows_per_warp(m);
+}
+
 // Note [Small-M GEMM selection], auto on a present cuda device.
-bool tuned_choice(const GemmLaunch& launch, runtime::Device device) {
+int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device) {
   runtime::Backend& backend = runtime::device_context(device).backend();
   const std::string key = small_m_gemm_tuning_key(backend.name(), launch.args);
   std::lock_guard<std::mutex> lock(choices_mutex());
@@ -184,15 +213,16 @@ bool tuned_choice(const GemmLaunch& launch, runtime::Device device) {
   if (known != choices().end()) return known->second;
   GemmTuningTable table(GemmTuningTable::default_path());
   table.load();
-  bool choice = small_m_gemm_heuristic(launch.args);
+  int64_t choice = small_m_gemm_heuristic(launch.args) ? small_m_rows_per_warp(launch.args.m) : 0;
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
-    choice = entry->grove_faster();
+    choice = entry->grove_faster() ? entry_rows(*entry, launch.args.m) : 0;
   } else if (std::optional<GemmTuningEntry> measured = measure(launch, device)) {
-    choice = measured->grove_faster();
+    choice = measured->grove_faster() ? measured->grove_rows : 0;
     table.store(key, *measured);
     log(LogLevel::kInfo,
-        str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us, library ",
-                measured->library_us, " us per call; ", choice ? "grove" : "library", " chosen"));
+        str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us (", measured->grove_rows,
+                " rows per warp), library ", measured->library_us, " us per call; ",
+                choice > 0 ? "grove" : "library", " chosen"));
   }
   choices()[key] = choice;
   return choice;
@@ -260,14 +290,29 @@ int64_t small_m_rows_per_warp(int64_t m) {
   return 1;
 }
 
-AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch) {
+std::vector<int64_t> small_m_row_variants(int64_t m) {
+  std::vector<int64_t> variants;
+  for (int64_t most : {kSmallMRowsPerWarp, int64_t{4}, int64_t{2}}) {
+    int64_t rows = std::min(m, most);
+    while (rows > 1 && m % rows != 0) --rows;
+    rows = std::max<int64_t>(rows, 1);
+    if (std::find(variants.begin(), variants.end(), rows) == variants.end()) {
+      variants.push_back(rows);
+    }
+  }
+  return variants;
+}
+
+AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp) {
   const GemmArgs& g = launch.args;
   GROVE_CHECK(small_m_gemm_qualifies(launch), "small-M GEMM: ", small_m_gemm_tuning_key("", g),
               " does not qualify for grove's kernel (a grove bug; please report it)");
+  const int64_t rows = rows_per_warp == 0 ? small_m_rows_per_warp(g.m) : rows_per_warp;
+  GROVE_CHECK(rows >= 1 && rows <= kSmallMRowsPerWarp && g.m % rows == 0, "small-M GEMM: ", rows,
+              " rows per warp do not divide M = ", g.m, " (a grove bug; please report it)");
   std::string name = "small_m_gemm";
   if (g.epilogue != GemmEpilogue::kNone)
     name += str_cat('_', runtime::gemm_epilogue_name(g.epilogue));
-  const int64_t rows = small_m_rows_per_warp(g.m);
   const int64_t groups = g.m / rows;
   codegen::KernelBuilder b(name, {groups, g.n, g.k});
   AssembledKernel out;
@@ -322,22 +367,25 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch) {
 // shape heuristic where nothing can be measured (a cuda program lowered
 // without loading kernels, or a failed measurement). On sim and cpu auto keeps
 // the host GEMM: nothing there is worth tuning, and results stay those of the
-// host GEMM (tests force the kernel with on). The choice is made at lowering,
-// so a lowered program runs one kernel per GEMM whichever backend runs it.
+// host GEMM (tests force the kernel with on, as the default variant). The
+// choice, kernel and variant (Note [Small-M GEMM variants]), is made at
+// lowering, so a lowered program runs one kernel per GEMM whichever backend
+// runs it.
 // Tests: SmallMGemmSelection.* (the switch changes the kernel and GEMM counts).
-bool use_small_m_gemm(const GemmLaunch& launch, runtime::Device device, bool can_measure) {
-  if (!small_m_gemm_qualifies(launch)) return false;
+int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure) {
+  if (!small_m_gemm_qualifies(launch)) return 0;
+  const int64_t default_rows = small_m_rows_per_warp(launch.args.m);
   switch (small_m_gemm_mode()) {
     case SmallMGemmMode::kOff:
-      return false;
+      return 0;
     case SmallMGemmMode::kOn:
-      return true;
+      return default_rows;
     case SmallMGemmMode::kAuto:
       break;
   }
-  if (device.type != runtime::DeviceType::kCuda) return false;
+  if (device.type != runtime::DeviceType::kCuda) return 0;
   if (!can_measure || !runtime::device_available(device)) {
-    return small_m_gemm_heuristic(launch.args);
+    return small_m_gemm_heuristic(launch.args) ? default_rows : 0;
   }
   return tuned_choice(launch, device);
 }

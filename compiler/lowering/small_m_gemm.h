@@ -18,6 +18,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "compiler/codegen/kernel_compiler.h"
 #include "compiler/lowering/kernel_assembly.h"
@@ -48,23 +49,32 @@ bool small_m_gemm_heuristic(const runtime::GemmArgs& args);
 
 // The kernel's version in tuning keys: a measurement of an older kernel is
 // not used for this one. Raise it whenever small_m_gemm_kernel changes.
-constexpr int kSmallMKernelVersion = 2;
+constexpr int kSmallMKernelVersion = 3;
 
 // The tuning table's key:
 // "<gpu>|<dtype>|m=..,n=..,k=..|ta=..,tb=..|<epilogue>|v<kernel version>".
 std::string small_m_gemm_tuning_key(const std::string& gpu, const runtime::GemmArgs& args);
 
-// The rows of A each warp of the kernel reduces: the largest divisor of m that
-// is at most kSmallMRowsPerWarp (Note [Small-M GEMM kernel]).
+// The rows of A each warp of the kernel reduces by default: the largest
+// divisor of m that is at most kSmallMRowsPerWarp (Note [Small-M GEMM kernel]).
 int64_t small_m_rows_per_warp(int64_t m);
 
-// The kernel that computes a qualifying `launch` over its slots.
-AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch);
+// The kernel variants auto measures for m rows (Note [Small-M GEMM
+// variants]): the largest divisors of m up to 8, 4 and 2, each once,
+// the default first.
+std::vector<int64_t> small_m_row_variants(int64_t m);
 
-// Whether `launch` runs as grove's kernel on `device` (Note [Small-M GEMM
-// selection]). With auto on cuda this may compile the kernel and time both
-// variants on the device (when `can_measure` and the device is present).
-bool use_small_m_gemm(const GemmLaunch& launch, runtime::Device device, bool can_measure);
+// The kernel that computes a qualifying `launch` over its slots, each warp
+// reducing `rows_per_warp` rows of A (0: small_m_rows_per_warp; otherwise a
+// divisor of M of at most kSmallMRowsPerWarp).
+AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp = 0);
+
+// Whether `launch` runs as grove's kernel on `device`, and as which variant
+// (Note [Small-M GEMM selection]): 0 for the library GEMM, else the rows per
+// warp to pass small_m_gemm_kernel. With auto on cuda this may compile the
+// kernel's variants and time them and the library GEMM on the device (when
+// `can_measure` and the device is present).
+int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure);
 
 // Forgets the process-wide choices (Note [One small-M choice per shape]); for tests.
 void clear_small_m_gemm_choices();

@@ -9,12 +9,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "compiler/backends/compile.h"
 #include "compiler/codegen/codegen.h"
@@ -28,6 +31,7 @@
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "tests/common/test_util.h"
+#include "tests/compiler/codegen/codegen_test_util.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
 
 namespace grove {
@@ -243,6 +247,64 @@ TEST(SmallMGemmKernel, RowsAreCutIntoGroupsOfAtMostEight) {
   EXPECT_EQ(dims.grid.x, 256u);  // 4 groups x 256 columns, 4 warps per block
 }
 
+TEST(SmallMGemmKernel, RowVariantsAreTheDivisorsUpToEightFourAndTwo) {
+  using compiler::lowering::small_m_row_variants;
+  EXPECT_EQ(small_m_row_variants(32), (std::vector<int64_t>{8, 4, 2}));
+  EXPECT_EQ(small_m_row_variants(20), (std::vector<int64_t>{5, 4, 2}));
+  EXPECT_EQ(small_m_row_variants(3), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(small_m_row_variants(1), (std::vector<int64_t>{1}));
+  EXPECT_EQ(small_m_row_variants(17), (std::vector<int64_t>{1}));
+}
+
+// Note [Small-M GEMM variants]: every variant computes the same product (on
+// sim, against a float64 reference), with bias and gelu and the pre-activation
+// written aside.
+TEST(SmallMGemmKernel, EveryRowVariantMatchesTheReference) {
+  const int64_t m = 12, n = 37, k = 70;
+  compiler::lowering::GemmLaunch launch;
+  launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.bias_slot = 3;
+  launch.aux_slot = 4;
+  launch.args.m = m, launch.args.n = n, launch.args.k = k;
+  launch.args.lda = k, launch.args.ldb = k, launch.args.ldc = n, launch.args.ld_aux = n;
+  launch.args.transpose_b = true;
+  launch.args.epilogue = runtime::GemmEpilogue::kBiasGeluAux;
+  launch.calls.emplace_back();
+  std::mt19937 rng(5);
+  const testing::Buffer a = testing::random_buffer(rng, DType::kF32, m * k, -1, 1);
+  const testing::Buffer w = testing::random_buffer(rng, DType::kF32, n * k, -1, 1);
+  const testing::Buffer bias = testing::random_buffer(rng, DType::kF32, n, -1, 1);
+  const std::vector<int64_t> variants = compiler::lowering::small_m_row_variants(m);
+  ASSERT_EQ(variants, (std::vector<int64_t>{6, 4, 2}));
+  for (int64_t rows : variants) {
+    SCOPED_TRACE(str_cat(rows, " rows per warp"));
+    const compiler::lowering::AssembledKernel kernel =
+        compiler::lowering::small_m_gemm_kernel(launch, rows);
+    std::vector<testing::Buffer> outputs =
+        testing::run_kernel(kernel.spec, runtime::kSimDevice, {a, w, bias});
+    ASSERT_EQ(outputs.size(), static_cast<size_t>(2 * rows));  // C and aux per row of a group
+    for (int64_t row = 0; row < m; ++row) {
+      const int64_t group = row / rows, within = row % rows;
+      for (int64_t col = 0; col < n; ++col) {
+        double pre = bias.values[static_cast<size_t>(col)];
+        for (int64_t i = 0; i < k; ++i) {
+          pre += a.values[static_cast<size_t>(row * k + i)] *
+                 w.values[static_cast<size_t>(col * k + i)];
+        }
+        // grove's gelu: the tanh approximation.
+        const double gelu =
+            0.5 * pre * (1 + std::tanh(std::sqrt(2 / M_PI) * (pre + 0.044715 * pre * pre * pre)));
+        const size_t at = static_cast<size_t>(group * rows * n + col);
+        const testing::Buffer& c = outputs[static_cast<size_t>(2 * within)];
+        const testing::Buffer& aux = outputs[static_cast<size_t>(2 * within + 1)];
+        ASSERT_TRUE(testing::close(aux.values[at], pre, 1e-4, 1e-5))
+            << "aux row " << row << " col " << col << ": " << aux.values[at] << " vs " << pre;
+        ASSERT_TRUE(testing::close(c.values[at], gelu, 1e-4, 1e-5))
+            << "row " << row << " col " << col << ": " << c.values[at] << " vs " << gelu;
+      }
+    }
+  }
+}
+
 class SmallMGemmOnDevice : public testing::DeviceTest {
  protected:
   void SetUp() override {
@@ -376,7 +438,7 @@ TEST_F(GemmTuningTableTest, KeyNamesTheGpuTheShapeAndTheEpilogue) {
   args.transpose_b = true;
   args.epilogue = runtime::GemmEpilogue::kBiasGelu;
   EXPECT_EQ(compiler::lowering::small_m_gemm_tuning_key("NVIDIA H200", args),
-            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v2");
+            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v3");
 }
 
 TEST_F(GemmTuningTableTest, StoredEntriesAreFoundAgainByKeyAfterARead) {
@@ -395,6 +457,25 @@ TEST_F(GemmTuningTableTest, StoredEntriesAreFoundAgainByKeyAfterARead) {
   EXPECT_TRUE(table.find("gpu|f32|a")->grove_faster());
   EXPECT_FALSE(table.find("gpu|f32|b")->grove_faster());
   EXPECT_FALSE(table.find("other gpu|f32|a").has_value());
+}
+
+TEST_F(GemmTuningTableTest, TheFastestVariantIsKeptAndAnEntryWithoutOneReadsAsTheDefault) {
+  std::ofstream(file()) << R"({"version": 1, "entries": {
+      "old": {"grove_us": 1, "library_us": 2},
+      "bad": {"grove_us": 1, "library_us": 2, "grove_rows": -4}}})";
+  {
+    GemmTuningTable table(file());
+    table.load();
+    EXPECT_EQ(table.size(), 1u);  // "bad" skipped with a warning
+    ASSERT_TRUE(table.find("old").has_value());
+    EXPECT_EQ(table.find("old")->grove_rows, 0);
+    table.store("new", GemmTuningEntry{1, 2, 4});
+  }
+  GemmTuningTable table(file());
+  table.load();
+  ASSERT_TRUE(table.find("new").has_value());
+  EXPECT_EQ(table.find("new")->grove_rows, 4);
+  EXPECT_EQ(table.find("old")->grove_rows, 0);
 }
 
 TEST_F(GemmTuningTableTest, StoreKeepsEntriesAnotherProcessWrote) {
