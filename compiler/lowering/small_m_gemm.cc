@@ -7,6 +7,7 @@
 
 #include "compiler/codegen/kernel_builder.h"
 #include "compiler/lowering/gemm_tuning_table.h"
+#include "compiler/ops/op_helpers.h"
 #include "runtime/blas.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -150,11 +151,13 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
           buffers.zeros(extent(args.transpose_b, args.k, args.n, args.ldb), args.dtype, stream);
       args.c = buffers.zeros(extent(false, args.m, args.n, args.ldc), args.dtype, stream);
       if (has_bias(args.epilogue)) args.bias = buffers.zeros(args.n, args.dtype, stream);
-      if (args.epilogue == GemmEpilogue::kBiasGeluAux) {
+      if (args.epilogue == GemmEpilogue::kBiasGeluAux || args.epilogue == GemmEpilogue::kDGelu) {
         args.aux = buffers.zeros(extent(false, args.m, args.n, args.ld_aux), args.dtype, stream);
       }
+      // In the kernel's input order (small_m_gemm_kernel): A, B, bias, gelu's input.
       std::vector<const void*> inputs = {args.a, args.b};
       if (has_bias(args.epilogue)) inputs.push_back(args.bias);
+      if (args.epilogue == GemmEpilogue::kDGelu) inputs.push_back(args.aux);
       std::vector<void*> outputs;
       for (size_t o = 0; o < assembled.output_slots.size(); ++o) {
         void* base = assembled.output_slots[o] == launch.c_slot ? args.c : args.aux;
@@ -244,7 +247,8 @@ SmallMGemmMode small_m_gemm_mode() {
 
 bool small_m_gemm_qualifies(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
-  const bool epilogue = g.epilogue == GemmEpilogue::kNone || has_bias(g.epilogue);
+  const bool epilogue = g.epilogue == GemmEpilogue::kNone || has_bias(g.epilogue) ||
+                        (g.epilogue == GemmEpilogue::kDGelu && launch.aux_slot >= 0);
   return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
          g.m >= 1 && g.m <= kMaxSmallM && g.n >= 1 && g.k >= 1 && epilogue &&
          (!has_bias(g.epilogue) || launch.bias_slot >= 0) &&
@@ -278,7 +282,8 @@ std::string small_m_gemm_tuning_key(const std::string& gpu, const GemmArgs& args
 // warps, each with a quarter of the accumulators and loads: gpt4x256's
 // 32-token GEMMs ran on 64 of the H100's 132 SMs with one group. Output m of
 // row (g, n) is written at C + (g * M / G + m) * ldc + n (and the
-// pre-activation at aux likewise for bias_gelu_aux). Sums accumulate in f32 in
+// pre-activation at aux likewise for bias_gelu_aux; dgelu reads gelu's input
+// at aux's same place and multiplies by its gelu'). Sums accumulate in f32 in
 // increasing k per lane, so results differ from the library GEMM's within
 // rounding, never between eager and cudagraphs (the same kernel runs in both).
 // Tests: SmallMGemmOnDevice.* (the float64 reference, M up to 32),
@@ -326,6 +331,11 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
     bias = b.input(g.dtype, {0, 1, 0});
     out.input_slots.push_back(launch.bias_slot);
   }
+  int gelu_input = -1;  // kDGelu: read through load_at at each output's place
+  if (g.epilogue == GemmEpilogue::kDGelu) {
+    gelu_input = b.input(g.dtype, {0, 0, 0});
+    out.input_slots.push_back(launch.aux_slot);
+  }
   auto i64 = [&](int64_t value) { return b.constant(static_cast<double>(value), DType::kI64); };
   const int k = b.index(2);
   const int a_column = g.transpose_a ? b.binary(ExprOp::kMul, k, i64(g.lda)) : k;
@@ -342,9 +352,19 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
     sums.push_back(b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, b.load_at(a, at), weight)));
   }
   const int bias_value = bias >= 0 ? b.load(bias) : -1;
+  // kDGelu: where this row's group of gelu's input begins (row g * rows, column n).
+  const int gelu_group =
+      gelu_input < 0
+          ? -1
+          : b.binary(ExprOp::kAdd, b.binary(ExprOp::kMul, b.index(0), i64(rows * g.ld_aux)),
+                     b.index(1));
   for (int64_t m = 0; m < rows; ++m) {
     int value = b.reduced(sums[static_cast<size_t>(m)]);
     if (bias_value >= 0) value = b.binary(ExprOp::kAdd, value, bias_value);
+    if (gelu_input >= 0) {
+      const int at = m == 0 ? gelu_group : b.binary(ExprOp::kAdd, gelu_group, i64(m * g.ld_aux));
+      value = ops::emit_gelu_backward(b, value, b.load_at(gelu_input, at));
+    }
     const int pre_activation = value;
     if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
     b.output(value, g.dtype, {rows * g.ldc, 1}, /*per_row=*/true);

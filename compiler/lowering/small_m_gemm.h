@@ -39,7 +39,8 @@ SmallMGemmMode small_m_gemm_mode();
 
 // Whether grove's kernel can compute `launch`: one GEMM (no batch), alpha 1,
 // beta 0, 1 <= M <= kMaxSmallM, K >= 1, f32 / bf16 / f16, and an epilogue of
-// none, bias, bias_gelu or bias_gelu_aux.
+// none, bias, bias_gelu, bias_gelu_aux or dgelu (the product times gelu' of
+// the aux matrix: the backward of linear + gelu).
 bool small_m_gemm_qualifies(const GemmLaunch& launch);
 
 // The heuristic auto falls back to: M <= 8, the weight read along K
@@ -49,7 +50,7 @@ bool small_m_gemm_heuristic(const runtime::GemmArgs& args);
 
 // The kernel's version in tuning keys: a measurement of an older kernel is
 // not used for this one. Raise it whenever small_m_gemm_kernel changes.
-constexpr int kSmallMKernelVersion = 3;
+constexpr int kSmallMKernelVersion = 4;
 
 // The tuning table's key:
 // "<gpu>|<dtype>|m=..,n=..,k=..|ta=..,tb=..|<epilogue>|v<kernel version>".

@@ -1,6 +1,7 @@
 #include "compiler/ops/op_helpers.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/error.h"
 
@@ -115,6 +116,25 @@ TensorType with_dtype(const TensorType& type, DType dtype) {
   TensorType result = type;
   result.dtype = dtype;
   return result;
+}
+
+// With t = tanh(k (x + a x^3)), gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
+int emit_gelu_backward(codegen::KernelBuilder& emitter, int g, int x) {
+  using codegen::ExprOp;
+  const DType dtype = emitter.dtype_of(x);
+  auto mul = [&](int a, int b) { return emitter.binary(ExprOp::kMul, a, b); };
+  auto add = [&](int a, int b) { return emitter.binary(ExprOp::kAdd, a, b); };
+  auto constant = [&](double value) { return emitter.constant(value, dtype); };
+  const double k = std::sqrt(2.0 / M_PI);
+  const double a = 0.044715;
+  int x_squared = mul(x, x);
+  int t = emitter.unary(ExprOp::kTanh,
+                        mul(constant(k), mul(x, add(constant(1.0), mul(constant(a), x_squared)))));
+  int left = mul(constant(0.5), add(constant(1.0), t));
+  int sech_squared = emitter.binary(ExprOp::kSub, constant(1.0), mul(t, t));
+  int slope = mul(constant(k), add(constant(1.0), mul(constant(3 * a), x_squared)));
+  int right = mul(mul(constant(0.5), x), mul(sech_squared, slope));
+  return mul(g, add(left, right));
 }
 
 }  // namespace grove::compiler::ops

@@ -48,4 +48,8 @@ void register_structural_ops(OpRegistry& registry);
 void register_training_ops(OpRegistry& registry);
 void register_special_ops(OpRegistry& registry);
 
+// g * gelu'(x) for gelu's tanh approximation, as expressions of `emitter`
+// (the gelu_backward op, and GEMM kernels with a gelu-gradient epilogue).
+int emit_gelu_backward(codegen::KernelBuilder& emitter, int g, int x);
+
 }  // namespace grove::compiler::ops

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/autodiff/training_programs.h"
 #include "compiler/backends/compile.h"
 #include "compiler/codegen/codegen.h"
 #include "compiler/ir/builder.h"
@@ -33,6 +34,7 @@
 #include "tests/common/test_util.h"
 #include "tests/compiler/codegen/codegen_test_util.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
+#include "tests/compiler/training/benchmark_models.h"
 
 namespace grove {
 namespace {
@@ -164,6 +166,33 @@ TEST(SmallMGemmSelection, Mlp16x512AtBatchOneRunsSixteenKernelsInsteadOfSixteenG
     EXPECT_EQ(segment.kernel_count, std::string(mode) == "on" ? 16u : 0u) << report.str();
     EXPECT_EQ(small_m_kernels(report), std::string(mode) == "on" ? 16u : 0u) << report.str();
   }
+}
+
+// mlp16x512's training backward at batch 4: each layer's input gradient is a
+// GEMM with the gelu-gradient epilogue (kDGelu), which grove's kernel now
+// takes with the switch on (15 of them: the first layer's input needs none),
+// and the backward still matches the float64 reference.
+TEST(SmallMGemmSelection, TrainingBackwardsGeluGradientGemmsRunAsSmallMKernels) {
+  compiler::training::testing::ModelWithLoss model =
+      compiler::training::testing::mlp_with_mse(4, runtime::kSimDevice);
+  compiler::autodiff::TrainingPrograms training =
+      compiler::autodiff::build_training_programs(model.program, model.loss);
+  size_t dgelu_off = 0;
+  {
+    testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "off");
+    for (const std::string& name : report_of(training.backward).kernels) {
+      dgelu_off += name.rfind("small_m_gemm", 0) == 0;
+    }
+  }
+  EXPECT_EQ(dgelu_off, 0u);
+  testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
+  KernelReport report = report_of(training.backward);
+  size_t dgelu = 0;
+  for (const std::string& name : report.kernels) dgelu += name == "small_m_gemm_dgelu";
+  EXPECT_EQ(dgelu, 15u) << report.str();
+  testing::expect_matches_reference(training.backward, inputs_for(training.backward, 3),
+                                    runtime::kSimDevice, testing::tolerance_for(DType::kF32),
+                                    "mlp16x512 backward, batch 4");
 }
 
 TEST(SmallMGemmSelection, TooManyRowsNeverQualify) {
@@ -305,6 +334,62 @@ TEST(SmallMGemmKernel, EveryRowVariantMatchesTheReference) {
   }
 }
 
+// The gelu-gradient epilogue (kDGelu: the backward of linear + gelu, with B
+// read K-major as the backward's weight is): every variant computes
+// (A B)[m, n] * gelu'(x[m, n]) for x read at aux's place.
+TEST(SmallMGemmKernel, EveryRowVariantComputesTheGeluGradientEpilogue) {
+  const int64_t m = 12, n = 37, k = 70;
+  compiler::lowering::GemmLaunch launch;
+  launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.aux_slot = 3;
+  launch.args.m = m, launch.args.n = n, launch.args.k = k;
+  launch.args.lda = k, launch.args.ldb = n, launch.args.ldc = n, launch.args.ld_aux = n;
+  launch.args.transpose_b = false;  // B is [K, N]
+  launch.args.epilogue = runtime::GemmEpilogue::kDGelu;
+  launch.calls.emplace_back();
+  ASSERT_TRUE(compiler::lowering::small_m_gemm_qualifies(launch));
+  std::mt19937 rng(11);
+  const testing::Buffer a = testing::random_buffer(rng, DType::kF32, m * k, -1, 1);
+  const testing::Buffer w = testing::random_buffer(rng, DType::kF32, k * n, -1, 1);
+  const testing::Buffer x = testing::random_buffer(rng, DType::kF32, m * n, -2, 2);
+  for (int64_t rows : compiler::lowering::small_m_row_variants(m)) {
+    SCOPED_TRACE(str_cat(rows, " rows per warp"));
+    const compiler::lowering::AssembledKernel kernel =
+        compiler::lowering::small_m_gemm_kernel(launch, rows);
+    ASSERT_EQ(kernel.input_slots, (std::vector<int>{0, 1, 3}));
+    {  // the cuda kernel assembles
+      char path[] = "/tmp/grove_small_m_dgelu_XXXXXX";
+      int fd = mkstemp(path);
+      ASSERT_GE(fd, 0);
+      close(fd);
+      std::ofstream(path) << compiler::codegen::emit_ptx(kernel.spec);
+      const std::string command =
+          std::string("/usr/local/cuda/bin/ptxas -arch=sm_90 ") + path + " -o /dev/null 2>&1";
+      EXPECT_EQ(std::system(command.c_str()), 0);
+      std::remove(path);
+    }
+    std::vector<testing::Buffer> outputs =
+        testing::run_kernel(kernel.spec, runtime::kSimDevice, {a, w, x});
+    ASSERT_EQ(outputs.size(), static_cast<size_t>(rows));
+    const double c = std::sqrt(2 / M_PI), q = 0.044715;
+    for (int64_t row = 0; row < m; ++row) {
+      for (int64_t col = 0; col < n; ++col) {
+        double product = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          product += a.values[static_cast<size_t>(row * k + i)] *
+                     w.values[static_cast<size_t>(i * n + col)];
+        }
+        const double v = x.values[static_cast<size_t>(row * n + col)];
+        const double t = std::tanh(c * (v + q * v * v * v));
+        const double slope = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * q * v * v);
+        const size_t at = static_cast<size_t>((row / rows) * rows * n + col);
+        const double actual = outputs[static_cast<size_t>(row % rows)].values[at];
+        ASSERT_TRUE(testing::close(actual, product * slope, 1e-4, 1e-5))
+            << "row " << row << " col " << col << ": " << actual << " vs " << product * slope;
+      }
+    }
+  }
+}
+
 class SmallMGemmOnDevice : public testing::DeviceTest {
  protected:
   void SetUp() override {
@@ -438,7 +523,7 @@ TEST_F(GemmTuningTableTest, KeyNamesTheGpuTheShapeAndTheEpilogue) {
   args.transpose_b = true;
   args.epilogue = runtime::GemmEpilogue::kBiasGelu;
   EXPECT_EQ(compiler::lowering::small_m_gemm_tuning_key("NVIDIA H200", args),
-            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v3");
+            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v4");
 }
 
 TEST_F(GemmTuningTableTest, StoredEntriesAreFoundAgainByKeyAfterARead) {
