@@ -134,12 +134,12 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       return std::nullopt;  // compiling inside a capture: no device work now
     }
     const std::vector<int64_t> variants = small_m_row_variants(launch.args.m);
+    std::vector<AssembledKernel> assembled;
     std::vector<codegen::CompiledKernel> kernels;
     for (int64_t rows : variants) {
-      kernels.push_back(codegen::compile_kernel(small_m_gemm_kernel(launch, rows).spec, device));
+      assembled.push_back(small_m_gemm_kernel(launch, rows));
+      kernels.push_back(codegen::compile_kernel(assembled.back().spec, device));
     }
-    // Every variant writes the same slots at the same offsets.
-    AssembledKernel assembled = small_m_gemm_kernel(launch, variants.front());
     runtime::StreamHandle stream = backend.create_stream();
     std::optional<GemmTuningEntry> entry;
     try {
@@ -158,12 +158,16 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       std::vector<const void*> inputs = {args.a, args.b};
       if (has_bias(args.epilogue)) inputs.push_back(args.bias);
       if (args.epilogue == GemmEpilogue::kDGelu) inputs.push_back(args.aux);
-      std::vector<void*> outputs;
-      for (size_t o = 0; o < assembled.output_slots.size(); ++o) {
-        void* base = assembled.output_slots[o] == launch.c_slot ? args.c : args.aux;
-        outputs.push_back(static_cast<char*>(base) +
-                          assembled.output_offsets[o] *
-                              static_cast<int64_t>(runtime::dtype_size(args.dtype)));
+      // Each variant's own outputs: one per row of A its warps reduce (and
+      // the pre-activation's), at their offsets into C (and aux).
+      std::vector<std::vector<void*>> outputs(variants.size());
+      for (size_t v = 0; v < variants.size(); ++v) {
+        for (size_t o = 0; o < assembled[v].output_slots.size(); ++o) {
+          void* base = assembled[v].output_slots[o] == launch.c_slot ? args.c : args.aux;
+          outputs[v].push_back(static_cast<char*>(base) +
+                               assembled[v].output_offsets[o] *
+                                   static_cast<int64_t>(runtime::dtype_size(args.dtype)));
+        }
       }
       backend.blas().prepare_gemm(stream);
       GemmTuningEntry times{1e30, 1e30};
@@ -171,7 +175,7 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       for (int round = 0; round < kRounds; ++round) {
         for (size_t v = 0; v < variants.size(); ++v) {
           variant_us[v] = std::min(variant_us[v], graph_time_us(backend, stream, [&] {
-                                     codegen::launch(kernels[v], inputs, outputs, {}, stream);
+                                     codegen::launch(kernels[v], inputs, outputs[v], {}, stream);
                                    }));
         }
         times.library_us = std::min(times.library_us, graph_time_us(backend, stream, [&] {

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "compiler/model_format/model_json.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "tests/common/test_util.h"
@@ -510,6 +512,27 @@ class GemmTuningTableTest : public ::testing::Test {
   std::filesystem::path file() const { return directory_ / "gemm_tuning.json"; }
   std::filesystem::path directory_;
 };
+
+// Note [Small-M GEMM variants] on a GPU: auto times every variant of a
+// 32-row GEMM (each with its own outputs: 8, 4 or 2 rows per warp) and records
+// the fastest; the first version passed every variant the default's 8
+// outputs, so each measurement failed and the heuristic chose the library.
+TEST_F(GemmTuningTableTest, AutoOnCudaTimesEveryVariantOfAThirtyTwoRowGemm) {
+  if (runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  testing::ScopedEnv cache("GROVE_CACHE_DIR", directory_.c_str());
+  testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "auto");
+  compiler::lowering::clear_small_m_gemm_choices();
+  clear_recent_log();
+  compiler::lowering::lower(linear_program(runtime::kCudaDevice, 32, 80, 96, Epilogue::kBias));
+  compiler::lowering::clear_small_m_gemm_choices();
+  EXPECT_EQ(recent_log().find("could not time"), std::string::npos) << recent_log();
+  std::stringstream text;
+  text << std::ifstream(file()).rdbuf();
+  const std::string table = text.str();
+  EXPECT_NE(table.find("|m=32,n=96,k=80|"), std::string::npos) << table;
+  EXPECT_NE(table.find("\"grove_rows\""), std::string::npos) << table;
+  EXPECT_EQ(table.find("\"grove_rows\": 0"), std::string::npos) << table;
+}
 
 TEST_F(GemmTuningTableTest, DefaultPathFollowsGroveCacheDir) {
   testing::ScopedEnv env("GROVE_CACHE_DIR", directory_.c_str());
