@@ -88,4 +88,29 @@ expect "| benchmarks | failed (no bundle) |"
 expect "| torch | skipped (no time left) |"
 expect "Not run in this session (the torch step skipped (no time left)): no \`torch.json\`."
 expect "- Goals: 0 met, 0 not met,"
+# A bundle of benchmarks only (GROVE_BUNDLE_ONLY=benchmarks: empty tests.txt
+# and python_tests.txt): the tests step is "not in this bundle", not a failure.
+half="$tmp/half_bundle"
+mkdir -p "$half"
+echo "c0ffee2" >"$half/commit.txt"
+: >"$half/tests.txt"
+: >"$half/python_tests.txt"
+echo benchmarks/backend_latency/backend_latency >"$half/benchmarks.txt"
+cat >"$half/run_all.sh" <<STANDIN
+#!/usr/bin/env bash
+if [ "\${1:-}" != "--filter" ]; then echo "run_all.sh ran the tests" >"$tmp/half_ran_tests"; fi
+cp "$fixtures/backend_latency.json" "\$OUT/gpu_logs/backend_latency\${GROVE_BENCHMARK_SUFFIX:-}.json"
+STANDIN
+printf 'print("compare_torch (stand-in): done")\n' >"$tmp/quick_torch.py"
+out="$tmp/out3"
+OUT="$out" GROVE_BUNDLE_DIR="$half" GROVE_TORCH_SCRIPT="$tmp/quick_torch.py" \
+  bash tools/gpu_session.sh >"$tmp/console3.txt" 2>&1 ||
+  { cat "$tmp/console3.txt"; echo "a benchmarks-only session failed" >&2; exit 1; }
+[ ! -e "$tmp/half_ran_tests" ] || { echo "the tests step ran without tests" >&2; exit 1; }
+md="$out/RESULTS.md"
+expect "| tests | not in this bundle | - |"
+expect "| benchmarks | ok | 0 |"
+if grep -q "Not every step succeeded" "$md"; then
+  echo "a step the bundle does not carry was called a failure" >&2; exit 1
+fi
 echo "ok"
