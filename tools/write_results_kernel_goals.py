@@ -102,10 +102,9 @@ def eager_in_both_runs(context):
                              us(torch_eager), us(in_eager), ratio(speedups[1])),
                           verdict(min(speedups) >= 2)])
         else:
-            missing = [name for value, name in ((torch_eager, "PyTorch eager"),
-                                                (in_backend, "backend_latency eager"),
-                                                (in_eager, "eager_latency")) if not value]
-            goals.append([goal, " and ".join("no %s number" % m for m in missing), UNMEASURED])
+            goals.append([goal, needs(torch_eager, "PyTorch eager", in_backend,
+                                      "backend_latency eager", in_eager, "eager_latency"),
+                          UNMEASURED])
     return goals
 
 

@@ -602,10 +602,11 @@ def verdict(ok):
     return MET if ok else NOT_MET
 
 
-def needs(a, a_name, b, b_name):
-    """Why a goal is not measured: the numbers it lacked."""
-    missing = ["no %s number" % name for value, name in ((a, a_name), (b, b_name)) if not value]
-    return " and ".join(missing)
+def needs(*values_and_names):
+    """Why a goal is not measured: the numbers it lacked, from (value, name)
+    pairs given flat: needs(a, "a's source", b, "b's source", ...)."""
+    pairs = zip(values_and_names[::2], values_and_names[1::2])
+    return " and ".join("no %s number" % name for value, name in pairs if not value)
 
 
 def batch1_case(rows, model):

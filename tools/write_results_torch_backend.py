@@ -10,9 +10,7 @@ TRAIN_VARIANTS = [("torch_eager", "torch eager"), ("torch_reduce_overhead", "red
                   ("cuda_graph", "hand-captured step"), ("grove_eager", "grove eager"),
                   ("grove", "grove"), ("grove_optim", "grove_optim")]
 
-
-def median(entry):
-    return entry.get("median_us") if isinstance(entry, dict) else None
+median = sections.median
 
 
 def inference(report):

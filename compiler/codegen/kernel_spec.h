@@ -144,11 +144,12 @@ struct OutputSpec {
 // so no part may read what another writes.
 // Each part is cut into tiles of kMultiPartTile elements, numbered part after
 // part; on cuda block b runs tile b (one block per tile, up to
-// kMaxMultiPartTiles), finds a tile's part by a binary search over the tiles' prefix (constants in
-// the code) and runs the part's elements of the tile with its pointers; the
-// host kernel runs every tile in order through the same search. So the grid
-// covers every part's elements, not just the largest part's, and each element
-// is computed by the same expressions as in its own kernel (bitwise equal).
+// kMaxMultiPartTiles), finds its part by a binary search over the tiles'
+// prefix (constants in the code) and runs the part's elements of the tile with
+// its pointers; the host kernel runs every tile in order through the same
+// search. So the grid covers every part's elements, not just the largest
+// part's, and each element is computed by the same expressions as in its own
+// kernel (bitwise equal).
 //
 // Note [Multi-part kernel arguments]: the ABI (Note [Kernel ABI]) of a
 // multi-part kernel takes the pointers of its inputs shared_by_parts once, in

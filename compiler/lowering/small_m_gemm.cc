@@ -292,19 +292,24 @@ std::string small_m_gemm_tuning_key(const std::string& gpu, const GemmArgs& args
 // rounding, never between eager and cudagraphs (the same kernel runs in both).
 // Tests: SmallMGemmOnDevice.* (the float64 reference, M up to 32),
 // SmallMGemmKernel.* (groups, PTX).
-int64_t small_m_rows_per_warp(int64_t m) {
-  for (int64_t rows = std::min<int64_t>(m, kSmallMRowsPerWarp); rows > 1; --rows) {
+namespace {
+
+// The largest divisor of m that is at most `most` (1 at least).
+int64_t largest_divisor_up_to(int64_t m, int64_t most) {
+  for (int64_t rows = std::min(m, most); rows > 1; --rows) {
     if (m % rows == 0) return rows;
   }
   return 1;
 }
 
+}  // namespace
+
+int64_t small_m_rows_per_warp(int64_t m) { return largest_divisor_up_to(m, kSmallMRowsPerWarp); }
+
 std::vector<int64_t> small_m_row_variants(int64_t m) {
   std::vector<int64_t> variants;
   for (int64_t most : {kSmallMRowsPerWarp, int64_t{4}, int64_t{2}}) {
-    int64_t rows = std::min(m, most);
-    while (rows > 1 && m % rows != 0) --rows;
-    rows = std::max<int64_t>(rows, 1);
+    const int64_t rows = largest_divisor_up_to(m, most);
     if (std::find(variants.begin(), variants.end(), rows) == variants.end()) {
       variants.push_back(rows);
     }

@@ -213,6 +213,21 @@ TEST(SmallMGemmSelection, UnknownSwitchValueNamesTheVariable) {
 }
 
 // The kernel on [N, K] with warp_rows: one warp per column on cuda, no barrier.
+constexpr const char* kPtxas = "/usr/local/cuda/bin/ptxas";
+
+// Whether ptxas assembles `ptx` for sm_90 (false when its file cannot be made).
+bool ptxas_accepts(const std::string& ptx) {
+  char path[] = "/tmp/grove_small_m_ptx_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return false;
+  close(fd);
+  std::ofstream(path) << ptx;
+  const std::string command = std::string(kPtxas) + " -arch=sm_90 " + path + " -o /dev/null 2>&1";
+  const bool accepted = std::system(command.c_str()) == 0;
+  std::remove(path);
+  return accepted;
+}
+
 TEST(SmallMGemmKernel, PtxShufflesWithoutBarriersAndPassesPtxas) {
   compiler::lowering::GemmLaunch launch;
   launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.bias_slot = 3;
@@ -234,16 +249,8 @@ TEST(SmallMGemmKernel, PtxShufflesWithoutBarriersAndPassesPtxas) {
   if (const char* dump = std::getenv("GROVE_TEST_PTX_DUMP")) std::ofstream(dump) << ptx;
   EXPECT_NE(ptx.find("shfl.sync.bfly"), std::string::npos);
   EXPECT_EQ(ptx.find("bar.sync"), std::string::npos) << "a warp per row needs no barrier";
-  constexpr const char* kPtxas = "/usr/local/cuda/bin/ptxas";
   if (access(kPtxas, X_OK) != 0) GTEST_SKIP() << kPtxas << " not found: skipping ptxas";
-  char path[] = "/tmp/grove_small_m_ptx_XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  std::ofstream(path) << ptx;
-  const std::string command = std::string(kPtxas) + " -arch=sm_90 " + path + " -o /dev/null 2>&1";
-  EXPECT_EQ(std::system(command.c_str()), 0) << ptx;
-  std::remove(path);
+  EXPECT_TRUE(ptxas_accepts(ptx)) << ptx;
 }
 
 // Note [Small-M GEMM kernel]: M rows of A are cut into groups of at most 8
@@ -358,17 +365,7 @@ TEST(SmallMGemmKernel, EveryRowVariantComputesTheGeluGradientEpilogue) {
     const compiler::lowering::AssembledKernel kernel =
         compiler::lowering::small_m_gemm_kernel(launch, rows);
     ASSERT_EQ(kernel.input_slots, (std::vector<int>{0, 1, 3}));
-    {  // the cuda kernel assembles
-      char path[] = "/tmp/grove_small_m_dgelu_XXXXXX";
-      int fd = mkstemp(path);
-      ASSERT_GE(fd, 0);
-      close(fd);
-      std::ofstream(path) << compiler::codegen::emit_ptx(kernel.spec);
-      const std::string command =
-          std::string("/usr/local/cuda/bin/ptxas -arch=sm_90 ") + path + " -o /dev/null 2>&1";
-      EXPECT_EQ(std::system(command.c_str()), 0);
-      std::remove(path);
-    }
+    EXPECT_TRUE(ptxas_accepts(compiler::codegen::emit_ptx(kernel.spec)));  // for cuda too
     std::vector<testing::Buffer> outputs =
         testing::run_kernel(kernel.spec, runtime::kSimDevice, {a, w, x});
     ASSERT_EQ(outputs.size(), static_cast<size_t>(rows));
