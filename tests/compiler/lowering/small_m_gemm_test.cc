@@ -213,6 +213,33 @@ TEST(SmallMGemmSelection, UnknownSwitchValueNamesTheVariable) {
 }
 
 // The kernel on [N, K] with warp_rows: one warp per column on cuda, no barrier.
+// One GEMM of contiguous operands: A [m, k] in slot 0, B in slot 1 ([n, k]
+// read transposed, as linear's weight, or [k, n]), C [m, n] in slot 2, then
+// the bias (slot 3) and the aux matrix [m, n] (next slot) where the epilogue
+// has them.
+compiler::lowering::GemmLaunch contiguous_launch(int64_t m, int64_t n, int64_t k,
+                                                 runtime::GemmEpilogue epilogue,
+                                                 bool transpose_b = true) {
+  using runtime::GemmEpilogue;
+  compiler::lowering::GemmLaunch launch;
+  launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2;
+  int next = 3;
+  if (epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kBiasGelu ||
+      epilogue == GemmEpilogue::kBiasGeluAux) {
+    launch.bias_slot = next++;
+  }
+  if (epilogue == GemmEpilogue::kBiasGeluAux || epilogue == GemmEpilogue::kDGelu) {
+    launch.aux_slot = next++;
+  }
+  launch.args.m = m, launch.args.n = n, launch.args.k = k;
+  launch.args.lda = k, launch.args.ldb = transpose_b ? k : n, launch.args.ldc = n;
+  launch.args.ld_aux = n;
+  launch.args.transpose_b = transpose_b;
+  launch.args.epilogue = epilogue;
+  launch.calls.emplace_back();
+  return launch;
+}
+
 constexpr const char* kPtxas = "/usr/local/cuda/bin/ptxas";
 
 // Whether ptxas assembles `ptx` for sm_90 (false when its file cannot be made).
@@ -229,14 +256,9 @@ bool ptxas_accepts(const std::string& ptx) {
 }
 
 TEST(SmallMGemmKernel, PtxShufflesWithoutBarriersAndPassesPtxas) {
-  compiler::lowering::GemmLaunch launch;
-  launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.bias_slot = 3;
   // K = 200: lanes run the 4-element unrolled loop, then the remainder.
-  launch.args.m = 3, launch.args.n = 37, launch.args.k = 200;
-  launch.args.lda = 200, launch.args.ldb = 200, launch.args.ldc = 37;
-  launch.args.transpose_b = true;
-  launch.args.epilogue = runtime::GemmEpilogue::kBiasGelu;
-  launch.calls.emplace_back();
+  const compiler::lowering::GemmLaunch launch =
+      contiguous_launch(3, 37, 200, runtime::GemmEpilogue::kBiasGelu);
   const compiler::codegen::KernelSpec spec = compiler::lowering::small_m_gemm_kernel(launch).spec;
   EXPECT_TRUE(spec.warp_rows);
   EXPECT_EQ(spec.reductions.size(), 3u);
@@ -264,13 +286,8 @@ TEST(SmallMGemmKernel, RowsAreCutIntoGroupsOfAtMostEight) {
   EXPECT_EQ(small_m_rows_per_warp(20), 5);
   EXPECT_EQ(small_m_rows_per_warp(17), 1);
   EXPECT_EQ(small_m_rows_per_warp(32), 8);
-  compiler::lowering::GemmLaunch launch;
-  launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.bias_slot = 3;
-  launch.args.m = 32, launch.args.n = 256, launch.args.k = 256;
-  launch.args.lda = 256, launch.args.ldb = 256, launch.args.ldc = 256;
-  launch.args.transpose_b = true;
-  launch.args.epilogue = runtime::GemmEpilogue::kBias;
-  launch.calls.emplace_back();
+  const compiler::lowering::GemmLaunch launch =
+      contiguous_launch(32, 256, 256, runtime::GemmEpilogue::kBias);
   const compiler::lowering::AssembledKernel kernel =
       compiler::lowering::small_m_gemm_kernel(launch);
   EXPECT_EQ(kernel.spec.iteration_shape, (runtime::Shape{4, 256, 256}));
@@ -299,14 +316,8 @@ TEST(SmallMGemmKernel, RowVariantsAreTheDivisorsUpToEightFourAndTwo) {
 // written aside.
 TEST(SmallMGemmKernel, EveryRowVariantMatchesTheReference) {
   const int64_t m = 12, n = 37, k = 70;
-  compiler::lowering::GemmLaunch launch;
-  launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.bias_slot = 3;
-  launch.aux_slot = 4;
-  launch.args.m = m, launch.args.n = n, launch.args.k = k;
-  launch.args.lda = k, launch.args.ldb = k, launch.args.ldc = n, launch.args.ld_aux = n;
-  launch.args.transpose_b = true;
-  launch.args.epilogue = runtime::GemmEpilogue::kBiasGeluAux;
-  launch.calls.emplace_back();
+  const compiler::lowering::GemmLaunch launch =
+      contiguous_launch(m, n, k, runtime::GemmEpilogue::kBiasGeluAux);
   std::mt19937 rng(5);
   const testing::Buffer a = testing::random_buffer(rng, DType::kF32, m * k, -1, 1);
   const testing::Buffer w = testing::random_buffer(rng, DType::kF32, n * k, -1, 1);
@@ -348,13 +359,8 @@ TEST(SmallMGemmKernel, EveryRowVariantMatchesTheReference) {
 // (A B)[m, n] * gelu'(x[m, n]) for x read at aux's place.
 TEST(SmallMGemmKernel, EveryRowVariantComputesTheGeluGradientEpilogue) {
   const int64_t m = 12, n = 37, k = 70;
-  compiler::lowering::GemmLaunch launch;
-  launch.a_slot = 0, launch.b_slot = 1, launch.c_slot = 2, launch.aux_slot = 3;
-  launch.args.m = m, launch.args.n = n, launch.args.k = k;
-  launch.args.lda = k, launch.args.ldb = n, launch.args.ldc = n, launch.args.ld_aux = n;
-  launch.args.transpose_b = false;  // B is [K, N]
-  launch.args.epilogue = runtime::GemmEpilogue::kDGelu;
-  launch.calls.emplace_back();
+  const compiler::lowering::GemmLaunch launch =
+      contiguous_launch(m, n, k, runtime::GemmEpilogue::kDGelu, /*transpose_b=*/false);
   ASSERT_TRUE(compiler::lowering::small_m_gemm_qualifies(launch));
   std::mt19937 rng(11);
   const testing::Buffer a = testing::random_buffer(rng, DType::kF32, m * k, -1, 1);
