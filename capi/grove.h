@@ -158,6 +158,16 @@ grove_status grove_model_state(const grove_model* model, const char* name, grove
 
 /* Starts a new step: outputs of earlier calls may be overwritten by later ones. */
 grove_status grove_model_mark_step_begin(grove_model* model);
+/* Several models run as one computation: the graph calls the calling thread
+ * makes until the matching grove_invocation_end share one generation of its
+ * trees, so an output of one model stays valid as another's input (Note
+ * [Invocations of several models]). `key` 0 opens a fresh invocation; any
+ * other key (below 2^63) is the caller's, and a later invocation under the
+ * same key continues the same generation (PyTorch's dynamo generation across
+ * a graph break). Nested begins keep the outermost key; each begin needs one
+ * end on the same thread. */
+grove_status grove_invocation_begin(uint64_t key);
+grove_status grove_invocation_end(void);
 /* Trees of CUDA graphs across threads. Each thread records and replays into
  * trees of its own (one per device). A call made on another thread for the
  * same step, such as the backward that PyTorch's autograd runs on its device

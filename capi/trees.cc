@@ -53,4 +53,14 @@ grove_status grove_trees_exit(void) {
 
 void grove_trees_destroy(grove_trees* trees) { delete trees; }
 
+grove_status grove_invocation_begin(uint64_t key) {
+  return run_api("grove_invocation_begin",
+                 [&] { grove::cudagraph_trees::backend::begin_invocation(key); });
+}
+
+grove_status grove_invocation_end(void) {
+  return run_api("grove_invocation_end",
+                 [&] { grove::cudagraph_trees::backend::end_invocation(); });
+}
+
 }  // extern "C"

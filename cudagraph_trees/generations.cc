@@ -1,6 +1,40 @@
 #include "cudagraph_trees/generations.h"
 
+#include <atomic>
+
 namespace grove::cudagraph_trees {
+
+namespace {
+
+struct OuterState {
+  uint64_t key = 0;
+  int depth = 0;
+};
+
+OuterState& outer_state() {
+  thread_local OuterState state;
+  return state;
+}
+
+}  // namespace
+
+uint64_t OuterInvocation::current() { return outer_state().key; }
+
+void OuterInvocation::begin(uint64_t key) {
+  constexpr uint64_t kFresh = uint64_t{1} << 63;
+  GROVE_CHECK(key < kFresh, "an invocation key must be below 2^63 (got ", key,
+              "); pass 0 for a fresh one");
+  OuterState& state = outer_state();
+  if (state.depth++ > 0) return;
+  static std::atomic<uint64_t> fresh{0};
+  state.key = key != 0 ? key : (kFresh | ++fresh);
+}
+
+void OuterInvocation::end() {
+  OuterState& state = outer_state();
+  GROVE_CHECK(state.depth > 0, "an invocation ended that was not begun on this thread");
+  if (--state.depth == 0) state.key = 0;
+}
 
 void GenerationTracker::end_scope() {
   GROVE_CHECK(scope_depth_ > 0, "end_invocation() without a matching begin_invocation()");

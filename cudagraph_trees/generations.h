@@ -27,14 +27,39 @@
 
 namespace grove::cudagraph_trees {
 
+// Note [Invocations of several models]
+// A caller that runs several compiled models as one computation (the torch
+// door's segments around the ops PyTorch runs, dynamo's graphs around a graph
+// break) hands outputs of the first to the later ones. Each model's call is a
+// top-level call, so without more each would start a generation, end the
+// path holding the earlier outputs and reclaim their pool blocks while the
+// caller still reads them (HF LLaMA and BERT on cuda: every later segment
+// wrote over its inputs). The caller names its invocation on the calling
+// thread (OuterInvocation, grove_invocation_begin in the C API): calls under
+// the same key share one generation on every manager of the thread, created
+// before or during the invocation. Tests:
+// TreeGenerations.CallsUnderOneOuterInvocationShareAGeneration,
+// ImporterTest.test_split_graph_segments_share_one_generation.
+class OuterInvocation {
+ public:
+  // The calling thread's open invocation key, or 0 when none is open.
+  static uint64_t current();
+  // Opens an invocation on the calling thread: `key` 0 takes a fresh key;
+  // another key (below 2^63) is the caller's own, and calls under the same
+  // key in a later invocation continue its generation. Nested begins keep
+  // the outermost key.
+  static void begin(uint64_t key);
+  static void end();
+};
+
 class GenerationTracker {
  public:
   // A call through the manager; outside an invocation scope it is top-level.
   void note_call() {
-    if (scope_depth_ == 0) ++invocations_;
+    if (scope_depth_ == 0) start_invocation();
   }
   void begin_scope() {
-    if (scope_depth_++ == 0) ++invocations_;
+    if (scope_depth_++ == 0) start_invocation();
   }
   void end_scope();
   void mark_step_begin() {
@@ -69,7 +94,16 @@ class GenerationTracker {
   }
 
  private:
+  // A new invocation, unless the thread's outer invocation already started one here.
+  void start_invocation() {
+    const uint64_t outer = OuterInvocation::current();
+    if (outer != 0 && outer == last_outer_) return;
+    last_outer_ = outer;
+    ++invocations_;
+  }
+
   int64_t invocations_ = 0;
+  uint64_t last_outer_ = 0;  // the outer invocation of the last top-level call
   int64_t steps_ = 0;
   int scope_depth_ = 0;
   bool mark_step_used_ = false;

@@ -229,6 +229,9 @@ class TreeManager {
   // throws Error naming the function and the block's size. Test:
   // TreeLifecycle.ABodyThatKeepsAPoolBlockFailsNamingTheFunctionAndSize.
   void check_no_foreign_blocks(const RegisteredFunction& function) const;
+  // Note [Inputs in reclaimed pool memory].
+  void check_pool_inputs_are_owned(const RegisteredFunction& function,
+                                   const TensorList& inputs) const;
   void run_eager(const RegisteredFunction& function, const TensorList& inputs,
                  const EagerDecision& decision, TensorList& result);
   void decide_eager(const RegisteredFunction& function, std::optional<EagerDecision>& slot,

@@ -105,6 +105,41 @@ void TreeManager::check_no_foreign_blocks(const RegisteredFunction& function) co
   }
 }
 
+// Note [Inputs in reclaimed pool memory]
+// An input that lies in the tree's pool must lie in an allocated block: one a
+// live output owns. A free block there is an output whose path ended (a new
+// generation reclaimed it) that reached the call without grove's storage, as
+// a bare pointer (DLPack hands PyTorch one), so Note [Stale inputs throw
+// first] cannot see its poison. The body would allocate over the memory it
+// reads; instead the call throws StaleTensorError naming the input. Checked
+// before every warm-up and recording (the slow path; replays check their
+// inputs' addresses). Test: TreeGenerations.AnInputInReclaimedPoolMemoryThrows.
+void TreeManager::check_pool_inputs_are_owned(const RegisteredFunction& function,
+                                              const TensorList& inputs) const {
+  std::optional<runtime::PoolCheckpoint> blocks;
+  for (size_t index = 0; index < inputs.size(); ++index) {
+    const runtime::Tensor& input = inputs[index];
+    if (!input.defined() || input.nbytes() == 0) continue;
+    const auto* address = static_cast<const char*>(input.data_ptr());
+    if (!in_pool(address)) continue;
+    if (!blocks) blocks = allocator_.checkpoint(pool_);
+    for (const runtime::SegmentState& segment : blocks->segments) {
+      const auto* base = static_cast<const char*>(segment.base);
+      if (address < base || address >= base + segment.size) continue;
+      for (const runtime::BlockState& block : segment.blocks) {
+        if (address < base + block.offset || address >= base + block.offset + block.size) continue;
+        if (block.allocated) break;
+        throw StaleTensorError(str_cat(
+            function.describe(), ": input ", index, " (at ", input.data_ptr(),
+            ") lies in pool memory that no live output owns: it is an output of an earlier "
+            "generation whose memory was reclaimed when that generation ended. Run the models "
+            "that hand outputs to each other as one invocation (grove_invocation_begin / "
+            "grove.invocation()), or clone the output before the next step"));
+      }
+    }
+  }
+}
+
 void TreeManager::verify() const {
   GROVE_CHECK(!shut_down_, "verify() of a tree manager that was shut down");
   // The tree: parents, slots and ids agree.

@@ -90,6 +90,7 @@ void TreeManager::warmup(RegisteredFunction& function, const TensorList& inputs,
   std::lock_guard<std::mutex> lock(process_capture_lock());
   // Note [Waiting under the capture lock] (runtime/collectives/held_locks.h).
   runtime::collectives::HeldLock held(process_capture_lock());
+  check_pool_inputs_are_owned(function, inputs);  // Note [Inputs in reclaimed pool memory]
   runtime::StreamHandle caller = context_.current_stream();
   order_capture_after(caller);
   {
@@ -120,6 +121,7 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
   runtime::collectives::HeldLock held(process_capture_lock());
   GROVE_CHECK(current_ == nullptr || !current_->is_warmup(),
               "internal: recording after a warm-up on the same path");
+  check_pool_inputs_are_owned(function, inputs);  // Note [Inputs in reclaimed pool memory]
   auto* parent = static_cast<TreeNode*>(current_);
   ChildSlot& slot = slot_for(current_, function.id);
   std::vector<PathNode*> ancestors = path();

@@ -13,4 +13,8 @@ UseTrees::UseTrees(SharedTrees trees)
 
 UseTrees::~UseTrees() = default;
 
+void begin_invocation(uint64_t key) { OuterInvocation::begin(key); }
+
+void end_invocation() { OuterInvocation::end(); }
+
 }  // namespace grove::cudagraph_trees::backend

@@ -6,6 +6,7 @@
 //   backward_model(inputs);                                 // lands in the forward's tree
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 namespace grove::cudagraph_trees {
@@ -30,5 +31,11 @@ class UseTrees {
  private:
   std::unique_ptr<ThreadTreesScope> scope_;
 };
+
+// Groups the calling thread's graph calls until the matching end into one
+// generation (Note [Invocations of several models], generations.h): key 0 is
+// a fresh invocation, another key continues earlier invocations of that key.
+void begin_invocation(uint64_t key);
+void end_invocation();
 
 }  // namespace grove::cudagraph_trees::backend

@@ -21,7 +21,7 @@ from grove import _capi
 from grove._capi import GroveError, StaleOutputError
 
 __all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output",
-           "check_not_overwritten", "ThreadTrees", "thread_trees"]
+           "check_not_overwritten", "ThreadTrees", "thread_trees", "invocation"]
 
 # Note [Kept outputs through DLPack]: a replay of a CUDA graph writes its outputs
 # into the same memory every time, so an output the caller still holds is
@@ -566,6 +566,30 @@ class ThreadTrees:
 
 
 _thread_state = threading.local()
+
+
+class invocation:
+    """Runs the graph calls made inside it, on this thread, as one generation
+    of grove's trees, so that an output of one model may be another's input
+    (Note [Invocations of several models], cudagraph_trees/generations.h).
+    key=None opens a fresh invocation; an integer key below 2**63 continues
+    earlier invocations under the same key.
+
+        with grove.invocation():
+            (h,) = first(x)
+            (y,) = second(h)
+    """
+
+    def __init__(self, key=None):
+        self.key = int(key or 0)
+
+    def __enter__(self):
+        _capi.check(_capi.library().grove_invocation_begin(self.key))
+        return self
+
+    def __exit__(self, *exc):
+        _capi.check(_capi.library().grove_invocation_end())
+        return False
 
 
 def thread_trees():

@@ -133,6 +133,8 @@ def _declare(lib):
         "grove_trees_of_thread": [ctypes.POINTER(p)],
         "grove_trees_enter": [p],
         "grove_trees_exit": [],
+        "grove_invocation_begin": [ctypes.c_uint64],
+        "grove_invocation_end": [],
         "grove_model_stats_json": [p, ctypes.POINTER(p)],
         "grove_model_dot": [p, ctypes.POINTER(p)],
         "grove_tensor_dtype": [p, i32p],

@@ -131,6 +131,15 @@ class GraphRunner:
         return self.slow_call(*args)
 
     def slow_call(self, *args):
+        if self.backend == "eager" or len(self.segments) < 2:
+            return self._run_steps(args)
+        # Note [Invocations of several models]: the segments of one call are
+        # one generation, so a later segment never reclaims the pool memory of
+        # an earlier segment's output that it reads.
+        with grove.invocation():
+            return self._run_steps(args)
+
+    def _run_steps(self, args):
         env = dict(self.constants)
         for node, value in zip(self.plan.placeholders, args):
             env[node] = value

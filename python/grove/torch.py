@@ -28,6 +28,7 @@ import weakref
 
 import torch
 
+import grove
 from grove import importer
 from grove import optim  # noqa: F401 (grove.torch.optim: SGD, AdamW)
 
@@ -45,6 +46,26 @@ def compiled_graphs():
     _compiled[:] = [reference for reference, graph in zip(list(_compiled), alive)
                     if graph is not None]
     return [graph for graph in alive if graph is not None]
+
+
+def _dynamo_invocation_key():
+    """A key naming dynamo's current top-level compiled call (its generation
+    counter, which PyTorch's cudagraph trees use the same way), or None
+    without dynamo."""
+    global _GENERATION_TRACKER
+    if _GENERATION_TRACKER is None:
+        try:
+            from torch._dynamo.mutation_guard import GenerationTracker
+        except ImportError:
+            GenerationTracker = False
+        _GENERATION_TRACKER = GenerationTracker
+    if not _GENERATION_TRACKER:
+        return None
+    generation = getattr(_GENERATION_TRACKER, "generation", None)
+    return None if generation is None else 1 + (int(generation) & 0x3FFFFFFFFFFFFFFF)
+
+
+_GENERATION_TRACKER = None
 
 
 def mark_step_begin():
@@ -79,6 +100,16 @@ class CompiledGraph:
         _compiled.append(weakref.ref(self))
 
     def __call__(self, *args):
+        key = _dynamo_invocation_key() if self.runner.backend != "eager" else None
+        if key is None:
+            return self._call(args)
+        # Note [Invocations of several models]: dynamo's graphs of one
+        # top-level call (around a graph break) share one generation, as in
+        # PyTorch's cudagraph trees.
+        with grove.invocation(key):
+            return self._call(args)
+
+    def _call(self, args):
         if self.runner._fast is not None:
             return self.runner(*args)  # grove alone: no autograd to switch off
         with torch.no_grad():
