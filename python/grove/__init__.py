@@ -255,9 +255,23 @@ class Model:
     """A compiled grove program (a grove_model handle)."""
 
     def __init__(self, program, backend="eager", device="sim", dims=None, params=None,
-                 never_capture=False, skip_warmup=False, stage="inference", copy_outputs=None):
+                 never_capture=False, skip_warmup=False, stage="inference", copy_outputs=None,
+                 verify=None):
         lib = _capi.library()
         text = program if isinstance(program, str) else json.dumps(program)
+        # Note [Verify mode] (verify.py): a graph backend's first calls are
+        # compared with a grove eager twin of the same program.
+        from grove import verify as verify_mode
+
+        if verify is None:
+            verify = verify_mode.enabled_by_environment()
+        self._verify_twin = None
+        self._verified_calls = verify_mode.VERIFIED_CALLS if not verify else 0
+        if verify and backend != "eager" and stage == "inference":
+            self._verify_twin = Model(program, backend="eager", device=device, dims=dims,
+                                      params=params, verify=False)
+        self._program_name = (json.loads(text) if isinstance(program, str) else program).get(
+            "name", "?")
         self.backend = backend
         self.device = str(device)
         self._host_device = _parse_device(self.device)
@@ -379,6 +393,8 @@ class Model:
     def __call__(self, *inputs, stream=None):
         """Runs the model on torch tensors (returns torch tensors) or numpy
         arrays (returns numpy arrays). Note [Kept outputs through DLPack]."""
+        if self._verify_twin is not None and self._verified_calls < 3:
+            return self._verified_call(inputs, stream)
         if all(_is_torch(value) for value in inputs) and (inputs or _torch() is not None):
             return self.call_torch(inputs, stream)
         results = []
@@ -386,6 +402,31 @@ class Model:
             value = output.to_numpy()
             # NumPy has no storage hook: a graph backend's outputs are copied.
             results.append(value.copy() if self.backend != "eager" else value)
+        return results
+
+    def _verified_call(self, inputs, stream):
+        from grove import verify as verify_mode
+
+        call = self._verified_calls
+        self._verified_calls += 1
+        expected = self._verify_twin(*inputs, stream=stream)
+        twin, self._verify_twin = self._verify_twin, None
+        try:
+            results = self(*inputs, stream=stream)
+        finally:
+            self._verify_twin = twin
+        if call + 1 >= verify_mode.VERIFIED_CALLS:
+            self._verify_twin = None  # verified: the twin's memory goes
+        torch = _torch()
+        for index, (result, want) in enumerate(zip(results, expected)):
+            if torch is not None and not _is_torch(result):
+                result, want = torch.from_numpy(result), torch.from_numpy(want)
+            problem = verify_mode.difference(result, want)
+            if problem is not None:
+                raise verify_mode.VerifyError(
+                    "grove verify: model '%s' (%s, %s): output %d differs from grove eager: %s"
+                    % (self._program_name, self.backend, verify_mode.phase_name(call), index,
+                       problem))
         return results
 
     def call_torch(self, inputs, stream=None):

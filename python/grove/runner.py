@@ -7,6 +7,7 @@ import torch.fx
 
 import grove
 from grove import importer
+from grove import verify as verify_mode
 
 
 class StaticInputMovedError(RuntimeError):
@@ -19,11 +20,16 @@ class StaticInputMovedError(RuntimeError):
 
 
 class GraphRunner:
-    def __init__(self, plan, backend="eager", device="sim", output_copies=None, **options):
+    def __init__(self, plan, backend="eager", device="sim", output_copies=None, verify=None,
+                 **options):
         """output_copies: None, or a function of an fx node returning whether
         a segment output computing it is copied out of grove's memory (True,
-        False, or None for grove.Model's default)."""
+        False, or None for grove.Model's default). verify: check the first
+        calls against PyTorch eager (Note [Verify mode], verify.py); None
+        follows GROVE_VERIFY."""
         self.plan = plan
+        self.verify = verify_mode.enabled_by_environment() if verify is None else bool(verify)
+        self.verified_calls = 0
         self.output_copies = output_copies
         self.backend = backend
         self.device = device
@@ -90,8 +96,9 @@ class GraphRunner:
             default = grove.Model.default_copy(self.backend)
             flags = [self.output_copies(node) for node, _ in segment.outputs]
             options["copy_outputs"] = [default if flag is None else flag for flag in flags]
+        # The runner verifies its segments against PyTorch itself.
         model = grove.Model(program, backend=self.backend, device=self.device, params=params,
-                            **options)
+                            verify=False, **options)
         bound = [(node, tensor.data_ptr()) for _, (tensor, node) in segment.params.items()
                  if node is not None and node.op == "placeholder"]
         return {"segment": segment, "model": model, "bound": bound,
@@ -109,6 +116,14 @@ class GraphRunner:
             model.mark_step_begin()
 
     def __call__(self, *args):
+        if self.verify and self.verified_calls < verify_mode.VERIFIED_CALLS:
+            call = self.verified_calls
+            self.verified_calls += 1
+            checker = verify_mode.StepChecker(self, call)
+            if self.backend == "eager":
+                return self._run_steps(args, checker)
+            with grove.invocation():
+                return self._run_steps(args, checker)
         fast = self._fast
         if fast is not None:
             if fast["checks"] and not _static_inputs_in_place(args, fast):
@@ -139,7 +154,7 @@ class GraphRunner:
         with grove.invocation():
             return self._run_steps(args)
 
-    def _run_steps(self, args):
+    def _run_steps(self, args, checker=None):
         env = dict(self.constants)
         for node, value in zip(self.plan.placeholders, args):
             env[node] = value
@@ -158,9 +173,18 @@ class GraphRunner:
                     inputs.append(env[node] if node in env else self._constant(node))
                 if stream is None and inputs and inputs[0].is_cuda:
                     stream = _stream_of(inputs[0])
+                if checker is not None:
+                    reference = checker.reference(step["segment"], env, self._read)
+                    copies = [verify_mode.snapshot(value) for value in inputs]
                 outputs = step["model"](*inputs, stream=stream) if inputs else step["model"]()
                 for (node, _), value in zip(step["segment"].outputs, outputs):
                     env[node] = value
+                if checker is not None:
+                    segment = step["segment"]
+                    checker.check_segment(segment, inputs, copies, outputs, reference)
+                    checker.check_held_values("segment %d" % segment.index)
+                    for (node, _), value in zip(segment.outputs, outputs):
+                        checker.produced(node, value, "segment %d" % segment.index)
             else:
                 node = step
                 node_args = torch.fx.node.map_arg(node.args, lambda n: self._read(env, n))
@@ -173,6 +197,10 @@ class GraphRunner:
                 else:
                     env[node] = self.plan.module.get_submodule(node.target)(*node_args,
                                                                            **node_kwargs)
+                if checker is not None:
+                    checker.produced(node, env[node], "PyTorch")
+        if checker is not None:
+            checker.check_held_values("the end of the call")
         return torch.fx.node.map_arg(self.plan.output_arg, lambda n: self._read(env, n))
 
     def _constant(self, node):

@@ -14,7 +14,10 @@ programs as params: their address is checked on every call.
 
 Options: mode "cudagraphs" (default) or "eager"; strict (default False) raises
 naming the first op grove cannot take instead of running it in PyTorch;
-device (default: cuda:N for CUDA inputs, sim for CPU tensors). A graph that
+device (default: cuda:N for CUDA inputs, sim for CPU tensors); verify
+(default: GROVE_VERIFY) checks each inference graph's warm-up, recording and
+first replay against PyTorch eager, segment by segment (Note [Verify mode],
+grove/verify.py). A graph that
 needs gradients goes through AOTAutograd: grove compiles its forward and
 backward as the tree's stages (grove.training). Each input shape
 PyTorch guards on is one compilation; a graph with symbolic sizes
@@ -35,7 +38,7 @@ from grove import optim  # noqa: F401 (grove.torch.optim: SGD, AdamW)
 log = importer.log
 
 _MODES = {"cudagraphs": "cudagraphs", "eager": "eager"}
-_OPTIONS = ("mode", "strict", "device")
+_OPTIONS = ("mode", "strict", "device", "verify")
 _live_runners = weakref.WeakSet()
 _compiled = []  # weak references to every CompiledGraph, oldest first
 
@@ -120,7 +123,7 @@ class CompiledGraph:
         return self.runner.unsupported
 
 
-def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None):
+def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None, verify=None):
     """Compiles an fx GraphModule (or any function make_fx can trace) for its
     example inputs; the backend's work."""
     if mode not in _MODES:
@@ -128,7 +131,7 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
     if not all(isinstance(value, torch.Tensor) for value in example_inputs):
         # Symbolic sizes (dynamic=True, or dynamo's automatic dynamic shapes):
         # one grove compilation per concrete shape, on first use.
-        return PerShapeGraph(gm, mode, strict, device)
+        return PerShapeGraph(gm, mode, strict, device, verify)
     if torch.is_grad_enabled() and any(value.requires_grad for value in example_inputs):
         return _training_graph(gm, example_inputs, mode, strict, device)
     if device is None:
@@ -137,7 +140,7 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
     aten = _aten_graph(gm, example_inputs)
     plan = importer.import_graph(aten, example_inputs, static_inputs=_static_positions(
         example_inputs), strict=strict, name="torch_graph")
-    return CompiledGraph(plan.compile(backend=_MODES[mode], device=device))
+    return CompiledGraph(plan.compile(backend=_MODES[mode], device=device, verify=verify))
 
 
 def _training_graph(gm, example_inputs, mode, strict, device):
@@ -188,9 +191,9 @@ class PerShapeGraph:
     The integer arguments (the sizes dynamo passes) are baked into each
     compilation."""
 
-    def __init__(self, gm, mode, strict, device):
+    def __init__(self, gm, mode, strict, device, verify=None):
         self.gm = gm
-        self.options = {"mode": mode, "strict": strict, "device": device}
+        self.options = {"mode": mode, "strict": strict, "device": device, "verify": verify}
         self.compiled = {}
 
     @staticmethod

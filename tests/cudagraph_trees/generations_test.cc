@@ -1,5 +1,6 @@
 // Generations: forward/backward, pending backwards, mark_step_begin(), and
 // the stale outputs a generation boundary leaves behind.
+#include "runtime/external_storage.h"
 #include "tests/cudagraph_trees/tree_test_util.h"
 
 namespace grove::testing {
@@ -270,6 +271,104 @@ TEST_P(TreeGenerations, ASourceInsideAnotherInputsPlaceholderIsStaged) {
   PlaceholderReuse reuse = reuse_a_placeholder(trees, fresh);
   feed_back_into_a_placeholder(trees, reuse, fresh, 3);
   EXPECT_EQ(trees.counters().staged_input_copies, 3u);
+}
+
+// Note [Invocations of several models]: two functions that hand an output to
+// each other, called as separate top-level calls (the torch door's segments
+// around an op PyTorch runs). Without an outer invocation the second call
+// starts a generation and reclaims the first one's output while it is read;
+// under one, both calls are one generation: the second is recorded under the
+// first and replays, with the values of every phase right.
+TEST_P(TreeGenerations, CallsUnderOneOuterInvocationShareAGeneration) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId first = trees.register_function(spec("first", [](const TensorList& in) {
+    return TensorList{scale(in[0], 2.0f)};
+  }));
+  FunctionId second = trees.register_function(spec("second", [](const TensorList& in) {
+    return TensorList{add(in[0], scale(in[0], 3.0f))};
+  }));
+  {
+    // Without the invocation: the second call ends the generation and the
+    // output it was handed is stale.
+    Tensor x = random_tensor(rng, {256});
+    Tensor h = trees.run(first, {x})[0];
+    EXPECT_THROW(trees.run(second, {h}), StaleTensorError);
+  }
+  const size_t poisoned = trees.counters().outputs_poisoned;
+  for (int call = 0; call < 5; ++call) {
+    Tensor x = random_tensor(rng, {256});
+    cudagraph_trees::OuterInvocation::begin(0);
+    Tensor h = trees.run(first, {x})[0];
+    Tensor y;
+    ASSERT_NO_THROW(y = trees.run(second, {h})[0]) << "call " << call;
+    cudagraph_trees::OuterInvocation::end();
+    Floats expected_h = host_scale(host(x), 2.0f);
+    EXPECT_VALUES(h, expected_h);
+    EXPECT_VALUES(y, host_scale(expected_h, 4.0f));
+    trees.verify();
+  }
+  EXPECT_TRUE(trees.roots(second).empty());  // always under `first`, never a root
+  ASSERT_EQ(trees.roots(first).size(), 1u);
+  EXPECT_EQ(trees.roots(first)[0]->children(second).size(), 1u);
+  EXPECT_EQ(trees.counters().outputs_poisoned, poisoned);
+  EXPECT_GE(trees.counters().replays, 4u);
+}
+
+// Keys: calls under the same caller key in successive invocations continue
+// one generation (a graph break's two dynamo graphs); a new key starts one.
+TEST_P(TreeGenerations, AnOuterInvocationKeyContinuesItsGenerationAcrossInvocations) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId double_it = trees.register_function(spec("double", [](const TensorList& in) {
+    return TensorList{scale(in[0], 2.0f)};
+  }));
+  Tensor x = random_tensor(rng, {64});
+  cudagraph_trees::OuterInvocation::begin(7);
+  Tensor a = trees.run(double_it, {x})[0];
+  cudagraph_trees::OuterInvocation::end();
+  cudagraph_trees::OuterInvocation::begin(7);
+  Tensor b = trees.run(double_it, {a})[0];  // reads `a`: still valid under key 7
+  cudagraph_trees::OuterInvocation::end();
+  EXPECT_VALUES(b, host_scale(host(x), 4.0f));
+  EXPECT_EQ(trees.counters().outputs_poisoned, 0u);
+  cudagraph_trees::OuterInvocation::begin(8);
+  trees.run(double_it, {x});
+  cudagraph_trees::OuterInvocation::end();
+  EXPECT_THROW(host(a), StaleTensorError);  // key 8 began a new generation
+  EXPECT_THROW(cudagraph_trees::OuterInvocation::end(), Error);
+}
+
+// Note [Inputs in reclaimed pool memory]: an output of an ended generation
+// that comes back as a bare pointer (DLPack gives PyTorch one; grove sees a
+// new external storage, not its poisoned one) throws instead of being read
+// while the body allocates over it.
+TEST_P(TreeGenerations, AnInputInReclaimedPoolMemoryThrows) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  FunctionId first = trees.register_function(spec("first", [](const TensorList& in) {
+    return TensorList{scale(in[0], 2.0f)};
+  }));
+  FunctionId second = trees.register_function(spec("second", [](const TensorList& in) {
+    return TensorList{add(in[0], scale(in[0], 3.0f))};
+  }));
+  Tensor x = random_tensor(rng, {256});
+  Tensor h = trees.run(first, {x})[0];
+  Tensor bare = runtime::external_tensor(h.data_ptr(), h.shape(), {}, h.dtype(), device(), {});
+  try {
+    trees.run(second, {bare});
+    FAIL() << "expected StaleTensorError";
+  } catch (const StaleTensorError& error) {
+    EXPECT_NE(std::string(error.what()).find("input 0"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("grove.invocation()"), std::string::npos);
+  }
+  // A pool input a live output owns is accepted.
+  cudagraph_trees::OuterInvocation::begin(0);
+  Tensor live = trees.run(first, {x})[0];
+  Tensor view = runtime::external_tensor(live.data_ptr(), live.shape(), {}, live.dtype(),
+                                         device(), {});
+  EXPECT_VALUES(trees.run(second, {view})[0], host_scale(host(x), 8.0f));
+  cudagraph_trees::OuterInvocation::end();
 }
 
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeGenerations);

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import grove  # noqa: E402
 import grove.torch  # noqa: E402
+import grove.verify  # noqa: E402
 from grove import importer  # noqa: E402
 import junit_main  # noqa: E402
 
@@ -184,6 +185,59 @@ class ImporterTest(unittest.TestCase):
                 (result,) = _as_list(runner(x))
             torch.testing.assert_close(result, expected, rtol=RTOL, atol=ATOL)
 
+    def test_split_graph_segments_share_one_generation(self):
+        # The rotary pattern of HF LLaMA: an output of the first segment
+        # (the embedding) is read by the last one, with ops PyTorch runs and
+        # another segment between. Outputs stay uncopied (PyTorch >= 2.1's
+        # default through the door). Before Note [Invocations of several
+        # models], each segment started a generation: the last one reclaimed
+        # the embedding's pool memory while reading it (on cuda: wrong
+        # logits on every call; here StaleOutputError).
+        torch.manual_seed(0)
+
+        def function(ids, table, inv_freq, weight):
+            embedded = F.embedding(ids, table)
+            angles = inv_freq[:, None] * ids[0, None, :].float()
+            cos = torch.cos(angles)
+            scaled = cos * 2.0
+            sin = torch.sin(angles)
+            hidden = torch.relu(embedded @ weight) + embedded
+            return hidden[..., :8] * scaled.t()[None] + sin.t()[None] + hidden[..., 8:16]
+
+        args = [torch.randint(0, 100, (1, 32)), torch.randn(100, 64), torch.randn(8),
+                torch.randn(64, 64)]
+        expected = function(*args)
+        plan = importer.import_graph(trace(function, *args), args, static_inputs=[1, 2, 3])
+        self.assertEqual([kind for kind, _ in plan.steps],
+                         ["grove", "torch", "grove", "torch", "grove"])
+        for backend in ("eager", "cudagraphs"):
+            runner = plan.compile(backend=backend, output_copies=lambda node: False)
+            for call in range(4):
+                result = runner(*args)
+                torch.testing.assert_close(result, expected, rtol=RTOL, atol=ATOL,
+                                           msg=lambda m: "%s call %d: %s" % (backend, call, m))
+        self.assertGreater(runner.models()[0].stats()["tree"]["replays"], 0)
+
+    def test_an_output_of_an_ended_generation_is_refused_as_an_input(self):
+        # Note [Inputs in reclaimed pool memory]: two models called one after
+        # the other without grove.invocation(): the first one's uncopied
+        # output is stale once the second call starts a generation, and it
+        # raises instead of being overwritten while it is read.
+        program = {"name": "double", "inputs": [{"name": "x", "shape": [256], "dtype": "f32"}],
+                   "nodes": [{"name": "y", "op": "add", "inputs": ["x", "x"]}],
+                   "outputs": ["y"]}
+        first = grove.compile(program, backend="cudagraphs", copy_outputs=[False])
+        second = grove.compile(dict(program, name="again"), backend="cudagraphs",
+                               copy_outputs=[False])
+        x = torch.randn(256)
+        (h,) = first(x)
+        with self.assertRaisesRegex(grove.StaleOutputError, "grove.invocation"):
+            second(h)
+        with grove.invocation():
+            (h,) = first(x)
+            (y,) = second(h)
+        torch.testing.assert_close(y, 4 * x)
+
     def test_constants_made_without_inputs_are_folded_and_bound(self):
         def function(x):
             mask = torch.ones(4, 4).tril().bool()
@@ -265,6 +319,113 @@ class ImporterTest(unittest.TestCase):
         torch.testing.assert_close(_as_list(runner(x, weight))[0], function(x, weight))
         with self.assertRaisesRegex(RuntimeError, "static input .* moved"):
             runner(x, weight.clone())
+
+
+def _rotary_split(seed=0):
+    """The split pattern of HF LLaMA's rotary embedding (see
+    test_split_graph_segments_share_one_generation): a function, its
+    arguments (the last three static) and its make_fx graph."""
+    torch.manual_seed(seed)
+
+    def function(ids, table, inv_freq, weight):
+        embedded = F.embedding(ids, table)
+        angles = inv_freq[:, None] * ids[0, None, :].float()
+        scaled = torch.cos(angles) * 2.0
+        sin = torch.sin(angles)
+        hidden = torch.relu(embedded @ weight) + embedded
+        return hidden[..., :8] * scaled.t()[None] + sin.t()[None] + hidden[..., 8:16]
+
+    args = [torch.randint(0, 100, (1, 32)), torch.randn(100, 64), torch.randn(8),
+            torch.randn(64, 64)]
+    return function, args, trace(function, *args)
+
+
+class _Tampered:
+    """A segment's model whose outputs (or other values) a test changes."""
+
+    def __init__(self, model, change):
+        self.model = model
+        self.change = change
+
+    def __call__(self, *inputs, stream=None):
+        outputs = self.model(*inputs, stream=stream)
+        self.change(inputs, outputs)
+        return outputs
+
+
+class VerifyTest(unittest.TestCase):
+    """Note [Verify mode] (python/grove/verify.py)."""
+
+    def runner(self, backend, tamper=None):
+        function, args, graph = _rotary_split()
+        plan = importer.import_graph(graph, args, static_inputs=[1, 2, 3])
+        runner = plan.compile(backend=backend, output_copies=lambda node: False, verify=True)
+        grove_steps = [step for kind, step in runner.steps if kind == "grove"]
+        for index, change in (tamper or {}).items():
+            grove_steps[index]["model"] = _Tampered(grove_steps[index]["model"], change)
+        return runner, function, args
+
+    def test_a_right_split_graph_passes_every_verified_phase(self):
+        for backend in ("eager", "cudagraphs"):
+            runner, function, args = self.runner(backend)
+            for _ in range(5):
+                torch.testing.assert_close(runner(*args), function(*args), rtol=RTOL, atol=ATOL)
+            self.assertEqual(runner.verified_calls, 3)
+
+    def test_a_divergence_names_the_segment_the_fx_node_and_the_error(self):
+        def wrong(inputs, outputs):
+            outputs[-1].add_(1.0)
+
+        runner, _, args = self.runner("cudagraphs", {2: wrong})
+        with self.assertRaises(grove.verify.VerifyError) as raised:
+            runner(*args)
+        message = str(raised.exception)
+        self.assertIn("segment 2", message)
+        self.assertIn("warm-up", message)
+        self.assertRegex(message, r"fx node '\w+' \(aten\.\w+")
+        self.assertIn("relative to the largest magnitude", message)
+
+    def test_a_segment_that_writes_over_an_input_or_an_earlier_value_is_named(self):
+        def overwrite_input(inputs, outputs):
+            inputs[0].mul_(3.0)
+
+        runner, _, args = self.runner("cudagraphs", {2: overwrite_input})
+        with self.assertRaisesRegex(grove.verify.VerifyError, "segment 2 wrote over its input"):
+            runner(*args)
+        earlier = []
+
+        def keep(inputs, outputs):
+            earlier.extend(outputs)
+
+        def overwrite_earlier(inputs, outputs):
+            earlier[0].add_(5.0)
+
+        runner, _, args = self.runner("cudagraphs", {0: keep, 1: overwrite_earlier})
+        with self.assertRaisesRegex(grove.verify.VerifyError,
+                                    "made by segment 0\\) changed after it was made, by the "
+                                    "time segment 1 ran"):
+            runner(*args)
+
+    def test_grove_verify_compares_grove_compile_models_with_grove_eager(self):
+        program = {"name": "tanh", "inputs": [{"name": "x", "shape": [64], "dtype": "f32"}],
+                   "nodes": [{"name": "y", "op": "tanh", "inputs": ["x"]}], "outputs": ["y"]}
+        os.environ["GROVE_VERIFY"] = "1"
+        try:
+            model = grove.compile(program, backend="cudagraphs")
+        finally:
+            del os.environ["GROVE_VERIFY"]
+        x = torch.randn(64)
+        for _ in range(4):
+            torch.testing.assert_close(model(x)[0], torch.tanh(x), rtol=RTOL, atol=ATOL)
+        self.assertIsNone(model._verify_twin, "verified: the eager twin is gone")
+        model = grove.compile(program, backend="cudagraphs", verify=True)
+        twin = model._verify_twin
+        model._verify_twin = lambda *inputs, stream=None: [value + 1.0 for value in twin(
+            *inputs, stream=stream)]
+        with self.assertRaisesRegex(grove.verify.VerifyError,
+                                    "model 'tanh' \\(cudagraphs, warm-up\\): output 0 differs "
+                                    "from grove eager"):
+            model(x)
 
 
 class IssueModelsTest(unittest.TestCase):
