@@ -1,0 +1,233 @@
+"""A fuzzer for the torch door: random PyTorch programs that mix ops grove
+takes with ops it leaves to PyTorch, run through the backend in both modes,
+every call of every phase compared with PyTorch eager (Note [Door fuzzer]).
+
+    python3 -m grove.door_fuzz --seconds 60 --device sim      # CI's torch 1.13: make_fx
+    python3 -m grove.door_fuzz --seconds 60 --device cuda     # dynamo's torch.compile
+
+Note [Door fuzzer]: a program is a random DAG over a few [B, D] inputs and a
+static weight: pointwise, matmul, softmax, layer norm and reductions that
+grove takes, and "splitters" (ops the importer has no converter for, found at
+run time from importer.CONVERTERS) that run in PyTorch between segments. Any
+earlier value may feed any later op, so outputs of early segments are read
+by late ones across splits (the bug class of HF LLaMA on cuda); several
+intermediate values are returned (held outputs). Each program runs at two
+batch sizes, on fresh and on reused input tensors (inputs that change
+address), in "eager" and "cudagraphs": each call (warm-up, recording,
+replays) is compared with PyTorch eager on the same inputs within F32_TOLERANCE, and
+cudagraphs equals grove eager bitwise. Outputs stay uncopied, as
+PyTorch >= 2.1's door leaves them (on 1.13 the importer is driven directly;
+with dynamo through torch.compile). A failure prints the seed and the
+program. Tests: DoorFuzzTest (tests/python/door_fuzz_test.py), which also
+proves the fuzzer finds the split-generation bug with grove.invocation
+disabled.
+"""
+
+import argparse
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import grove
+from grove import importer
+
+F32_TOLERANCE = 1e-4  # of the reference's largest magnitude (at least 1)
+CALLS = 5  # warm-up, recording, three replays
+
+# (name, arity, function): ops grove's importer takes.
+GROVE_OPS = [
+    ("add", 2, lambda a, b: a + b),
+    ("sub", 2, lambda a, b: a - b),
+    ("mul", 2, lambda a, b: a * b),
+    ("where", 2, lambda a, b: torch.where(a > 0, a, b)),
+    ("tanh", 1, torch.tanh),
+    ("relu", 1, torch.relu),
+    ("sigmoid", 1, torch.sigmoid),
+    ("neg", 1, lambda a: -a),
+    ("scaled_exp", 1, lambda a: torch.exp(a * 0.1)),
+    ("softmax", 1, lambda a: torch.softmax(a, dim=-1)),
+    ("row_sum", 1, lambda a: a.sum(dim=-1, keepdim=True) * a),
+    ("layer_norm", 1, lambda a: F.layer_norm(a, a.shape[-1:])),
+]
+MATMUL = "matmul"
+# Candidate ops for PyTorch to run; those with a converter are dropped.
+SPLITTER_CANDIDATES = [
+    ("flip", "aten.flip", lambda a: torch.flip(a, dims=[-1])),
+    ("roll", "aten.roll", lambda a: torch.roll(a, shifts=1, dims=-1)),
+    ("cumsum", "aten.cumsum", lambda a: torch.cumsum(a, dim=-1) * 0.1),
+    ("sort", "aten.sort", lambda a: torch.sort(a, dim=-1).values),
+    ("cos", "aten.cos", torch.cos),
+    ("sin", "aten.sin", torch.sin),
+]
+
+
+def splitters():
+    return [(name, function) for name, aten, function in SPLITTER_CANDIDATES
+            if aten not in importer.CONVERTERS]
+
+
+class Program:
+    """A random program: steps (op name, function, operand indices) over
+    values 0..inputs-1 (the inputs), then one value per step."""
+
+    def __init__(self, rng, inputs=2, length=12):
+        self.inputs = inputs
+        self.steps = []
+        split_ops = splitters()
+        count = inputs
+        for _ in range(length):
+            roll = rng.random()
+            if split_ops and roll < 0.25:
+                name, function = rng.choice(split_ops)
+                operands = [rng.randrange(count)]
+            elif roll < 0.4:
+                name, function, operands = MATMUL, None, [rng.randrange(count)]
+            else:
+                name, arity, function = rng.choice(GROVE_OPS)
+                operands = [rng.randrange(count) for _ in range(arity)]
+            self.steps.append((name, function, operands))
+            count += 1
+        last = count - 1
+        held = rng.sample(range(inputs, last), min(2, last - inputs))
+        self.outputs = [last] + [index for index in held if index != last]
+
+    def __call__(self, *args):
+        *inputs, weight = args
+        values = list(inputs)
+        for name, function, operands in self.steps:
+            operand_values = [values[index] for index in operands]
+            if name == MATMUL:
+                values.append(torch.tanh(operand_values[0] @ weight))
+            else:
+                values.append(function(*operand_values))
+        return tuple(values[index] for index in self.outputs)
+
+    def describe(self):
+        lines = ["inputs: v0..v%d, weight" % (self.inputs - 1)]
+        for index, (name, _, operands) in enumerate(self.steps):
+            lines.append("v%d = %s(%s)" % (self.inputs + index, name,
+                                            ", ".join("v%d" % o for o in operands)))
+        lines.append("outputs: %s" % ", ".join("v%d" % o for o in self.outputs))
+        return "\n".join(lines)
+
+
+class FuzzFailure(AssertionError):
+    pass
+
+
+def relative_error(result, expected):
+    # Values come from O(1) inputs: below magnitude 1 the error is absolute
+    # (a cancellation such as sum(x - sort(x)) leaves rounding noise only).
+    scale = max(expected.abs().max().item(), 1.0)
+    return (result.double() - expected.double()).abs().max().item() / scale
+
+
+def compile_program(program, args, mode, device):
+    """grove's callable for `program` at the shapes of `args`."""
+    if device.startswith("cuda") and hasattr(torch, "compile"):
+        import grove.torch  # noqa: F401 (registers the backend)
+
+        torch._dynamo.reset()
+        return torch.compile(lambda *values: program(*values), backend="grove",
+                             options={"mode": mode}, dynamic=False)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph = make_fx(program)(*args)
+    plan = importer.import_graph(graph, args, static_inputs=[len(args) - 1], name="fuzz")
+    return plan.compile(backend=mode, device=device, output_copies=lambda node: False)
+
+
+def run_program(seed, device="sim", counters=None):
+    """Runs one random program in both modes; raises FuzzFailure naming the
+    seed, the program and the call that differs."""
+    rng = random.Random(seed)
+    program = Program(rng, inputs=rng.choice([1, 2, 3]), length=rng.randrange(6, 16))
+    width = rng.choice([16, 32, 64])
+    torch.manual_seed(seed)
+    target = "cuda" if device.startswith("cuda") else "cpu"
+    weight = (torch.randn(width, width) / width ** 0.5).to(target)
+    results = {}
+    for batch in rng.sample([1, 3, 8], 2):
+        fixed = [torch.randn(batch, width).to(target) for _ in range(program.inputs)]
+        calls = []
+        for call in range(CALLS):
+            fresh = rng.random() < 0.5
+            inputs = [torch.randn(batch, width).to(target) for _ in range(program.inputs)] \
+                if fresh else fixed
+            calls.append(inputs)
+        for mode in ("eager", "cudagraphs"):
+            compiled = compile_program(program, fixed + [weight], mode, device)
+            for call, inputs in enumerate(calls):
+                with torch.no_grad():
+                    expected = program(*inputs, weight)
+                    got = compiled(*inputs, weight)
+                got = [value.clone() for value in got]
+                for index, (value, want) in enumerate(zip(got, expected)):
+                    error = relative_error(value, want)
+                    if not error <= F32_TOLERANCE:
+                        raise FuzzFailure(
+                            "door fuzz seed %d: %s call %d (batch %d) output %d differs from "
+                            "PyTorch eager by %.3g relative\n%s" % (
+                                seed, mode, call, batch, index, error, program.describe()))
+                results[(batch, mode, call)] = got
+                if counters is not None:
+                    counters["calls"] += 1
+        for call in range(CALLS):
+            pairs = zip(results[(batch, "eager", call)], results[(batch, "cudagraphs", call)])
+            if not all(torch.equal(a, b) for a, b in pairs):
+                raise FuzzFailure("door fuzz seed %d: batch %d call %d: cudagraphs differs "
+                                  "from grove eager\n%s" % (seed, batch, call,
+                                                            program.describe()))
+    if counters is not None:
+        counters["programs"] += 1
+
+
+def run_program_named(seed, device="sim", counters=None):
+    """run_program, with any error raised as a FuzzFailure naming the seed."""
+    try:
+        run_program(seed, device, counters)
+    except FuzzFailure:
+        raise
+    except Exception as error:
+        rng = random.Random(seed)
+        program = Program(rng, inputs=rng.choice([1, 2, 3]), length=rng.randrange(6, 16))
+        raise FuzzFailure("door fuzz seed %d: %s: %s\n%s" % (
+            seed, type(error).__name__, error, program.describe())) from error
+
+
+def fuzz(seconds, device="sim", first_seed=0, max_programs=None):
+    """Runs programs until `seconds` pass; returns the counters."""
+    counters = {"programs": 0, "calls": 0, "seconds": 0.0, "first_seed": first_seed}
+    start = time.monotonic()
+    seed = first_seed
+    while time.monotonic() - start < seconds:
+        if max_programs is not None and counters["programs"] >= max_programs:
+            break
+        run_program_named(seed, device, counters)
+        seed += 1
+    counters["seconds"] = time.monotonic() - start
+    return counters
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--device", default="sim")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        counters = fuzz(args.seconds, args.device, args.seed)
+    except FuzzFailure as failure:
+        print(failure)
+        return 1
+    print("door fuzz: %d programs, %d calls in %.1f s on %s (seeds %d..%d), no difference" % (
+        counters["programs"], counters["calls"], counters["seconds"], args.device, args.seed,
+        args.seed + counters["programs"] - 1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The door fuzzer (Note [Door fuzzer], python/grove/door_fuzz.py) on sim
+with CI's PyTorch: random split programs through the importer in both modes
+for a bounded time (GROVE_DOOR_FUZZ_SECONDS, default 20), and a check that
+the fuzzer finds the split-generation bug of HF LLaMA/BERT (each segment a
+generation of its own) when grove.invocation is switched off."""
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import grove  # noqa: E402
+from grove import door_fuzz  # noqa: E402
+import junit_main  # noqa: E402
+
+SECONDS = float(os.environ.get("GROVE_DOOR_FUZZ_SECONDS", "20"))
+
+
+class _NoInvocation:
+    """grove.invocation as it was before the fix: every call its own generation."""
+
+    def __init__(self, key=None):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class DoorFuzzTest(unittest.TestCase):
+    def test_random_split_programs_match_pytorch_in_both_modes(self):
+        self.assertTrue(door_fuzz.splitters(), "no op is left to PyTorch: the fuzzer cannot split")
+        counters = door_fuzz.fuzz(SECONDS, "sim", first_seed=int(time.time()) % 100000)
+        print("door fuzz: %(programs)d programs, %(calls)d calls in %(seconds).1f s "
+              "(first seed %(first_seed)d)" % counters)
+        self.assertGreater(counters["programs"], 5)
+
+    def test_finds_the_split_generation_bug_without_invocations(self):
+        saved = grove.invocation
+        grove.invocation = _NoInvocation
+        try:
+            start = time.monotonic()
+            with self.assertRaises((grove.GroveError, door_fuzz.FuzzFailure)) as found:
+                door_fuzz.fuzz(60, "sim")
+            print("found in %.1f s: %s" % (time.monotonic() - start,
+                                           str(found.exception).splitlines()[0][:200]))
+        finally:
+            grove.invocation = saved
+
+
+if __name__ == "__main__":
+    junit_main.main()
