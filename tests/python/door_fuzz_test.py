@@ -1,12 +1,15 @@
 """The door fuzzer (Note [Door fuzzer], python/grove/door_fuzz.py) on sim
 with CI's PyTorch: random split programs through the importer in both modes
-for a bounded time (GROVE_DOOR_FUZZ_SECONDS, default 20), and a check that
+for a bounded time (GROVE_DOOR_FUZZ_SECONDS, default 20; on a GPU host the
+same time again on cuda through torch.compile), and a check that
 the fuzzer finds the split-generation bug of HF LLaMA/BERT (each segment a
 generation of its own) when grove.invocation is switched off."""
 import os
 import sys
 import time
 import unittest
+
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,6 +40,14 @@ class DoorFuzzTest(unittest.TestCase):
         print("door fuzz: %(programs)d programs, %(calls)d calls in %(seconds).1f s "
               "(first seed %(first_seed)d)" % counters)
         self.assertGreater(counters["programs"], 5)
+
+    @unittest.skipUnless(torch.cuda.is_available() and hasattr(torch, "compile"),
+                         "no CUDA device (or no torch.compile): the cuda run needs a GPU host")
+    def test_random_split_programs_match_pytorch_on_cuda_through_torch_compile(self):
+        counters = door_fuzz.fuzz(SECONDS, "cuda", first_seed=int(time.time()) % 100000)
+        print("door fuzz on cuda: %(programs)d programs, %(calls)d calls in %(seconds).1f s "
+              "(first seed %(first_seed)d)" % counters)
+        self.assertGreater(counters["programs"], 0)
 
     def test_finds_the_split_generation_bug_without_invocations(self):
         saved = grove.invocation
