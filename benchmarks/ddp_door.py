@@ -1,0 +1,147 @@
+"""Data parallel through the torch door: one training step of mlp16x512 (b32
+per rank) and gpt4x256 (b8, T32 per rank) under PyTorch's
+DistributedDataParallel (NCCL, one process per GPU) with torch eager,
+torch.compile(mode="reduce-overhead") and torch.compile(backend="grove") of
+the DDP-wrapped module (dynamo's DDP optimizer splits the graph at bucket
+boundaries; DDP's all-reduces run between grove's graphs).
+
+    torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
+
+Rank 0 prints a table and writes JSON: per (case, variant) the median step
+time over blocks of 10 steps (each block ended by a device synchronization
+on every rank) with its p10-p90 spread, samples/s over all ranks, the first
+steps' losses (averaged over ranks) and the largest difference of those
+losses from torch eager's, relative. The same steps, data and seeds for
+every variant, so the losses must agree (grove: within f32 rounding of a
+different reduction order). The goal of the 4-GPU issue: grove <= 0.5x
+reduce-overhead.
+"""
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", "tests", "python"))
+sys.path.insert(0, os.path.join(here, "..", "python"))
+
+BLOCK = 10
+LOSS_STEPS = 5
+
+
+def step_function(module, inputs, loss_of, variant, rank):
+    model = copy.deepcopy(module)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
+    torch._dynamo.reset()
+    if variant == "torch_reduce_overhead":
+        run = torch.compile(ddp, mode="reduce-overhead", dynamic=False)
+    elif variant == "grove":
+        import grove.torch  # noqa: F401 (registers the backend)
+
+        run = torch.compile(ddp, backend="grove", dynamic=False)
+    else:
+        run = ddp
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(run(*inputs))
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def measure(step, iters):
+    losses = []
+    for _ in range(LOSS_STEPS):
+        loss = step().detach().clone()
+        dist.all_reduce(loss)
+        losses.append(loss.item() / dist.get_world_size())
+    for _ in range(BLOCK):
+        step()
+    torch.cuda.synchronize()
+    blocks = []
+    for _ in range(max(1, iters // BLOCK)):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(BLOCK):
+            step()
+        torch.cuda.synchronize()
+        blocks.append((time.perf_counter() - start) / BLOCK * 1e6)
+    blocks.sort()
+    return {"median_us": statistics.median(blocks), "p10_us": blocks[int(0.1 * (len(blocks) - 1))],
+            "p90_us": blocks[int(0.9 * (len(blocks) - 1))], "losses": losses}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default="ddp_door.json")
+    parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--variants", default="torch_eager,torch_reduce_overhead,grove")
+    args = parser.parse_args()
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    world = dist.get_world_size()
+    import torch_backend  # this folder: the training cases of the one-GPU benchmark
+
+    rows = []
+    for name, module, inputs, loss_of in torch_backend.training_cases():
+        batch = inputs[0].shape[0]
+        row = {"case": name, "per_rank_batch": batch}
+        for variant in args.variants.split(","):
+            try:
+                result = measure(step_function(module, inputs, loss_of, variant, rank),
+                                 args.iters)
+                result["samples_per_s"] = batch * world / (result["median_us"] * 1e-6)
+            except Exception as error:  # one variant failing leaves the others' numbers
+                result = {"error": "%s: %s" % (type(error).__name__, str(error)[:300])}
+            row[variant] = result
+        reference = row.get("torch_eager", {}).get("losses")
+        for variant in args.variants.split(","):
+            losses = row[variant].get("losses")
+            if reference and losses:
+                row[variant]["loss_difference"] = max(
+                    abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference))
+        base = row.get("torch_reduce_overhead", {}).get("median_us")
+        mine = row.get("grove", {}).get("median_us")
+        row["grove_over_reduce_overhead"] = mine / base if base and mine else None
+        rows.append(row)
+    if rank == 0:
+        print("DDP through the door, %d GPUs (%s), torch %s" % (
+            world, torch.cuda.get_device_name(), torch.__version__))
+        for row in rows:
+            for variant in args.variants.split(","):
+                entry = row[variant]
+                if "error" in entry:
+                    print("%-18s %-24s failed: %s" % (row["case"], variant, entry["error"]))
+                    continue
+                print("%-18s %-24s %9.1f us  (p10 %.1f, p90 %.1f)  %10.0f samples/s  loss %s  "
+                      "diff %.2g" % (row["case"], variant, entry["median_us"], entry["p10_us"],
+                                     entry["p90_us"], entry["samples_per_s"],
+                                     ", ".join("%.5f" % v for v in entry["losses"][:3]),
+                                     entry.get("loss_difference", 0.0)))
+            ratio = row["grove_over_reduce_overhead"]
+            print("%-18s grove / reduce-overhead: %s" % (
+                row["case"], "-" if ratio is None else "%.2f" % ratio))
+        with open(args.json, "w") as out:
+            json.dump({"benchmark": "ddp_door", "world_size": world,
+                       "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "rows": rows}, out, indent=2)
+        print("wrote %s" % args.json)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
