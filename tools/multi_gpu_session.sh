@@ -17,6 +17,9 @@
 #                      differing step)
 # Each step has a time limit (GROVE_MULTI_STEP_LIMIT_S, default 200 s) and the
 # session goes on after a failed step; session.txt lists each step's status.
+# GROVE_MULTI_STEPS picks steps (default "data_parallel ddp_door rank_formation").
+# Libraries the grove binary links that the GPU host lacks (cpp-httplib) are
+# carried in .gpu/lib.
 #
 #   bash tools/multi_gpu_session.sh
 set -uo pipefail
@@ -32,6 +35,9 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 export GROVE_LIBRARY=${GROVE_LIBRARY:-$PWD/$bin/libgrove.so}
 export PYTHONPATH=$PWD/python:$PWD/tests/python:$PWD/tests/python_support
 export PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+steps=${GROVE_MULTI_STEPS:-data_parallel ddp_door rank_formation}
+wanted() { [[ " $steps " == *" $1 "* ]]; }
 : >"$OUT/session.txt"
 
 step() {
@@ -45,10 +51,10 @@ step() {
 
 counts=1,2
 [ "$gpus" -gt 2 ] && counts="1,2,$gpus"
-step data_parallel "$bin/data_parallel" --device cuda --gpus "$counts" --iters 50 \
+wanted data_parallel && step data_parallel "$bin/data_parallel" --device cuda --gpus "$counts" --iters 50 \
   --json "$OUT/data_parallel.json"
 
-for n in $(echo "$gpus 2" | tr ' ' '\n' | sort -un); do
+wanted ddp_door && for n in $(echo "$gpus 2" | tr ' ' '\n' | sort -un); do
   step "ddp_door_$n" torchrun --standalone --nproc_per_node "$n" benchmarks/ddp_door.py \
     --iters 100 --json "$OUT/ddp_door_$n.json"
 done
@@ -82,6 +88,6 @@ else:
 PY
 }
 export bin gpus OUT
-step rank_formation bash -c "$(declare -f rank_formation); rank_formation"
-tail -3 "$OUT/rank_formation.txt"
-cat "$OUT"/ddp_door_*.txt | grep -v Warning | tail -20
+wanted rank_formation && step rank_formation bash -c "$(declare -f rank_formation); rank_formation"
+tail -3 "$OUT/rank_formation.txt" 2>/dev/null
+cat "$OUT"/ddp_door_*.txt 2>/dev/null | grep -v Warning | tail -20
