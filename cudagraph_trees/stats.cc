@@ -16,6 +16,7 @@ nlohmann::json counters_json(const TreeCounters& counters) {
   json["fallback_calls"] = counters.fallback_calls;
   json["fallback_decisions"] = counters.fallback_decisions;
   json["outputs_poisoned"] = counters.outputs_poisoned;
+  json["state_tensors_moved"] = counters.state_tensors_moved;
   json["outputs_overwritten"] = counters.outputs_overwritten;
   json["outputs_cloned"] = counters.outputs_cloned;
   json["demoted_inputs"] = counters.demoted_inputs;

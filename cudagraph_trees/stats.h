@@ -19,6 +19,7 @@ struct TreeCounters {
   uint64_t checkpoint_restores = 0;  // allocator restores before warm-up/recording after a replay
   uint64_t rerecords = 0;            // recordings made because no existing node matched
   uint64_t outputs_poisoned = 0;     // storages invalidated at generation ends
+  uint64_t state_tensors_moved = 0;  // kept by warm-ups, moved out of the pool
   uint64_t outputs_overwritten = 0;  // kept replay outputs a later replay overwrote
   uint64_t outputs_cloned = 0;       // kept replay outputs cloned before a later replay
   uint64_t demoted_inputs = 0;       // managed inputs turned into copied inputs

@@ -221,14 +221,29 @@ class TreeManager {
   void add_recorded_node(std::unique_ptr<TreeNode> node, ChildSlot& slot,
                          const std::vector<PathNode*>& ancestors);
   // Note [Foreign blocks in the pool]
-  // When a warm-up or a recording ends, every allocated block of the pool
-  // must belong to an output the tree tracks; a body that keeps a pool tensor
-  // of its own (a workspace cached across calls) would have that block
-  // reused under it by later recordings and sibling branches. So the end of
-  // each warm-up and recording (never a replay) walks the pool's blocks and
-  // throws Error naming the function and the block's size. Test:
-  // TreeLifecycle.ABodyThatKeepsAPoolBlockFailsNamingTheFunctionAndSize.
+  // When a recording ends, every allocated block of the pool must belong to
+  // an output the tree tracks; a body that keeps a pool tensor of its own
+  // allocated during capture would have that block reused under it by later
+  // recordings and sibling branches. So the end of each recording (never a
+  // replay) walks the pool's blocks and throws Error naming the function and
+  // the block's size (after a warm-up such blocks move out instead: Note
+  // [State created inside a function]). Test:
+  // TreeLifecycle.ABlockKeptAfterARecordingFailsNamingTheFunctionAndSize.
   void check_no_foreign_blocks(const RegisteredFunction& function) const;
+  // Note [State created inside a function]
+  // A warm-up may create tensors the function keeps and does not return (a
+  // KV cache or a buffer a module builds on its first call, as Hugging Face's
+  // static cache does inside the compiled forward). They were allocated in
+  // the tree's pool, where later recordings would reuse their memory; when
+  // the warm-up ends they move into memory of their own (a copy, the
+  // storage re-pointed: CachingAllocator::move_blocks_out_of_pool), a log
+  // line names the function and the bytes, and they are ordinary tensors
+  // from then on. A recording cannot move memory its graph writes, so a
+  // block kept after a recording is still Note [Foreign blocks in the pool]'s
+  // error. Test: TreeLifecycle.StateAWarmupCreatesMovesOutOfThePoolAndKeepsItsValues.
+  void move_kept_state_out_of_pool(const RegisteredFunction& function);
+  // Addresses of pool blocks owned by live outputs the tree tracks.
+  std::unordered_set<const void*> owned_pool_addresses() const;
   // Note [Inputs in reclaimed pool memory].
   void check_pool_inputs_are_owned(const RegisteredFunction& function,
                                    const TensorList& inputs) const;

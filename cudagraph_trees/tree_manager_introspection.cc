@@ -77,8 +77,7 @@ std::string TreeManager::dot() const {
   return tree_dot(roots_, warmups, current_);
 }
 
-void TreeManager::check_no_foreign_blocks(const RegisteredFunction& function) const {
-  // Note [Foreign blocks in the pool].
+std::unordered_set<const void*> TreeManager::owned_pool_addresses() const {
   std::unordered_set<const void*> owned;
   auto collect = [&](const PathNode& node) {
     for (const TrackedStorage& storage : node.tracked()) {
@@ -90,6 +89,12 @@ void TreeManager::check_no_foreign_blocks(const RegisteredFunction& function) co
   };
   for_each_node(roots_, [&](TreeNode& node) { collect(node); });
   for (const auto& node : warmup_path_) collect(*node);
+  return owned;
+}
+
+void TreeManager::check_no_foreign_blocks(const RegisteredFunction& function) const {
+  // Note [Foreign blocks in the pool].
+  std::unordered_set<const void*> owned = owned_pool_addresses();
   for (const runtime::SegmentState& segment : allocator_.checkpoint(pool_).segments) {
     for (const runtime::BlockState& block : segment.blocks) {
       const void* address = static_cast<const char*>(segment.base) + block.offset;
@@ -103,6 +108,21 @@ void TreeManager::check_no_foreign_blocks(const RegisteredFunction& function) co
           "them as outputs"));
     }
   }
+}
+
+void TreeManager::move_kept_state_out_of_pool(const RegisteredFunction& function) {
+  // Note [State created inside a function].
+  std::vector<size_t> moved =
+      allocator_.move_blocks_out_of_pool(pool_, owned_pool_addresses(), capture_stream_);
+  if (moved.empty()) return;
+  size_t bytes = 0;
+  for (size_t size : moved) bytes += size;
+  counters_.state_tensors_moved += moved.size();
+  log(LogLevel::kInfo,
+      str_cat(function.describe(), ": its warm-up kept ", moved.size(), " tensor(s) of ", bytes,
+              " bytes in all that it did not return (state created inside the function: a "
+              "cache or a buffer made on the first call); they now live in memory of their own, "
+              "outside the CUDA graph tree's pool, and are ordinary tensors from here on"));
 }
 
 // Note [Inputs in reclaimed pool memory]

@@ -111,7 +111,7 @@ void TreeManager::warmup(RegisteredFunction& function, const TensorList& inputs,
   state_ = PathState::kWarmup;
   generation_ = generation;
   ++counters_.warmups;
-  check_no_foreign_blocks(function);
+  move_kept_state_out_of_pool(function);
 }
 
 bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,

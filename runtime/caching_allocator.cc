@@ -23,7 +23,8 @@ struct CachingAllocator::Block {
   StreamHandle stream;
   Block* previous = nullptr;
   Block* next = nullptr;
-  BlockOwner* owner = nullptr;  // set while a storage owns this block
+  BlockOwner* owner = nullptr;     // set while a storage owns this block
+  std::weak_ptr<Storage> storage;  // the storage that owns it (move_blocks_out_of_pool)
 };
 
 struct CachingAllocator::Pool {
@@ -129,7 +130,43 @@ StoragePtr CachingAllocator::allocate(size_t bytes, StreamHandle stream) {
   split_locked(pool, block, size);
   mark_allocated_locked(pool, block);
   auto owner = std::make_unique<BlockOwner>(this, block);
-  return std::make_shared<Storage>(block->address, bytes, device, std::move(owner));
+  StoragePtr storage = std::make_shared<Storage>(block->address, bytes, device, std::move(owner));
+  block->storage = storage;
+  return storage;
+}
+
+std::vector<size_t> CachingAllocator::move_blocks_out_of_pool(
+    PoolId pool_id, const std::unordered_set<const void*>& kept, StreamHandle stream) {
+  std::vector<StoragePtr> moving;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pool& pool = pool_locked(pool_id);
+    for (const std::unique_ptr<Segment>& segment : pool.segments) {
+      for (Block* block = segment->first; block != nullptr; block = block->next) {
+        if (!block->allocated || block->owner == nullptr || kept.count(block->address) > 0) {
+          continue;
+        }
+        if (StoragePtr storage = block->storage.lock()) moving.push_back(std::move(storage));
+      }
+    }
+  }
+  std::vector<size_t> moved;
+  for (const StoragePtr& storage : moving) {
+    const size_t bytes = storage->nbytes();
+    StoragePtr copy;
+    begin_allocate_to_pool(kDefaultPool);
+    try {
+      copy = allocate(bytes, stream);
+    } catch (...) {
+      end_allocate_to_pool(kDefaultPool);
+      throw;
+    }
+    end_allocate_to_pool(kDefaultPool);
+    backend_.copy_async(copy->data(), storage->data(), bytes, CopyKind::kDeviceToDevice, stream);
+    storage->rebind(copy->data(), copy->release_owner());  // frees the pool block
+    moved.push_back(bytes);
+  }
+  return moved;
 }
 
 void CachingAllocator::reserve(PoolId pool_id, size_t bytes, StreamHandle stream) {
@@ -432,6 +469,7 @@ void CachingAllocator::restore(PoolId pool_id, const PoolCheckpoint& checkpoint,
     auto it = allocated_by_address.find(storage->address());
     if (it->second->owner == nullptr) {
       storage->set_owner(std::make_unique<BlockOwner>(this, it->second));
+      it->second->storage = storage;
     }
   }
   // Blocks no live storage claims belonged to outputs that died since: free them.

@@ -20,6 +20,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/backend.h"
@@ -111,6 +112,16 @@ class CachingAllocator {
   // ownership). Segments created after the checkpoint go back to the backend.
   void restore(PoolId pool, const PoolCheckpoint& checkpoint,
                const std::vector<StoragePtr>& live_storages);
+
+  // Note [Blocks moved out of a pool]: copies each allocated block of `pool`
+  // whose address is not in `kept` into new memory of the default pool (on
+  // `stream`) and re-points the storage that owns it there (Storage::rebind),
+  // which frees the pool block. Every view of the storage follows it. Returns
+  // the bytes of each storage moved. Test:
+  // CachingAllocatorTest.BlocksMovedOutOfAPoolKeepTheirValuesAndFreeThePool.
+  std::vector<size_t> move_blocks_out_of_pool(PoolId pool,
+                                              const std::unordered_set<const void*>& kept,
+                                              StreamHandle stream);
 
   PoolStats stats(PoolId pool) const;
   // The private or default pool whose segment contains `address`, if any.

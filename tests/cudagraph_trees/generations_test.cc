@@ -282,12 +282,10 @@ TEST_P(TreeGenerations, ASourceInsideAnotherInputsPlaceholderIsStaged) {
 TEST_P(TreeGenerations, CallsUnderOneOuterInvocationShareAGeneration) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId first = trees.register_function(spec("first", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
-  FunctionId second = trees.register_function(spec("second", [](const TensorList& in) {
-    return TensorList{add(in[0], scale(in[0], 3.0f))};
-  }));
+  FunctionId first = trees.register_function(
+      spec("first", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
+  FunctionId second = trees.register_function(spec(
+      "second", [](const TensorList& in) { return TensorList{add(in[0], scale(in[0], 3.0f))}; }));
   {
     // Without the invocation: the second call ends the generation and the
     // output it was handed is stale.
@@ -320,9 +318,8 @@ TEST_P(TreeGenerations, CallsUnderOneOuterInvocationShareAGeneration) {
 TEST_P(TreeGenerations, AnOuterInvocationKeyContinuesItsGenerationAcrossInvocations) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId double_it = trees.register_function(spec("double", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
+  FunctionId double_it = trees.register_function(
+      spec("double", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
   Tensor x = random_tensor(rng, {64});
   cudagraph_trees::OuterInvocation::begin(7);
   Tensor a = trees.run(double_it, {x})[0];
@@ -346,12 +343,10 @@ TEST_P(TreeGenerations, AnOuterInvocationKeyContinuesItsGenerationAcrossInvocati
 TEST_P(TreeGenerations, AnInputInReclaimedPoolMemoryThrows) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId first = trees.register_function(spec("first", [](const TensorList& in) {
-    return TensorList{scale(in[0], 2.0f)};
-  }));
-  FunctionId second = trees.register_function(spec("second", [](const TensorList& in) {
-    return TensorList{add(in[0], scale(in[0], 3.0f))};
-  }));
+  FunctionId first = trees.register_function(
+      spec("first", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
+  FunctionId second = trees.register_function(spec(
+      "second", [](const TensorList& in) { return TensorList{add(in[0], scale(in[0], 3.0f))}; }));
   Tensor x = random_tensor(rng, {256});
   Tensor h = trees.run(first, {x})[0];
   Tensor bare = runtime::external_tensor(h.data_ptr(), h.shape(), {}, h.dtype(), device(), {});
@@ -365,8 +360,8 @@ TEST_P(TreeGenerations, AnInputInReclaimedPoolMemoryThrows) {
   // A pool input a live output owns is accepted.
   cudagraph_trees::OuterInvocation::begin(0);
   Tensor live = trees.run(first, {x})[0];
-  Tensor view = runtime::external_tensor(live.data_ptr(), live.shape(), {}, live.dtype(),
-                                         device(), {});
+  Tensor view =
+      runtime::external_tensor(live.data_ptr(), live.shape(), {}, live.dtype(), device(), {});
   EXPECT_VALUES(trees.run(second, {view})[0], host_scale(host(x), 8.0f));
   cudagraph_trees::OuterInvocation::end();
 }

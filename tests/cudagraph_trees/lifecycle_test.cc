@@ -325,15 +325,18 @@ TEST_P(TreeLifecycle, LastLeaseShutsTheTreeDownUnlessAFunctionIsUnleased) {
 }
 
 // Note [Foreign blocks in the pool]: the body caches a pool tensor (a
-// workspace) across calls; the warm-up that allocated it fails and says so.
-TEST_P(TreeLifecycle, ABodyThatKeepsAPoolBlockFailsNamingTheFunctionAndSize) {
+// workspace) that it allocated while its graph was captured; the recording
+// fails and says so (its graph writes that memory: it cannot move).
+TEST_P(TreeLifecycle, ABlockKeptAfterARecordingFailsNamingTheFunctionAndSize) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
   auto workspace = std::make_shared<Tensor>();
-  FunctionId f = trees.register_function(spec("keeper", [workspace](const TensorList& in) {
-    if (!workspace->defined()) *workspace = scale(in[0], 1.0f);
+  auto calls = std::make_shared<int>(0);
+  FunctionId f = trees.register_function(spec("keeper", [workspace, calls](const TensorList& in) {
+    if (++*calls == 2) *workspace = scale(in[0], 1.0f);  // the recording's call
     return TensorList{scale(in[0], 2.0f)};
   }));
+  trees.run(f, {random_tensor(rng, {256})});  // warm-up: keeps nothing
   try {
     trees.run(f, {random_tensor(rng, {256})});
     ADD_FAILURE() << "expected an error about the kept pool block";
@@ -342,9 +345,42 @@ TEST_P(TreeLifecycle, ABodyThatKeepsAPoolBlockFailsNamingTheFunctionAndSize) {
     EXPECT_NE(message.find("'keeper'"), std::string::npos) << message;
     EXPECT_NE(message.find("keeps a block of "), std::string::npos) << message;
     EXPECT_NE(message.find(str_cat(workspace->storage()->nbytes())), std::string::npos) << message;
-    EXPECT_NE(message.find("warm-up"), std::string::npos) << message;
+    EXPECT_NE(message.find("recording"), std::string::npos) << message;
   }
   workspace.reset();
+}
+
+// Note [State created inside a function]: a cache the body builds on its
+// first call (the warm-up) and keeps, as Hugging Face's static KV cache is
+// made inside the compiled forward: it moves out of the pool with its values,
+// is logged and counted, and later recordings and replays read it right.
+TEST_P(TreeLifecycle, StateAWarmupCreatesMovesOutOfThePoolAndKeepsItsValues) {
+  GROVE_SEEDED_RNG(rng);
+  TreeManager& trees = make_manager();
+  auto cache = std::make_shared<Tensor>();
+  Tensor first = random_tensor(rng, {1024});
+  FunctionId f = trees.register_function(spec("with_cache", [cache](const TensorList& in) {
+    if (!cache->defined()) *cache = scale(in[0], 3.0f);  // built on the first call
+    return TensorList{add(in[0], *cache)};
+  }));
+  Floats cached = host_scale(host(first), 3.0f);
+  EXPECT_VALUES(trees.run(f, {first})[0], host_add(host(first), cached));
+  ASSERT_TRUE(cache->defined());
+  std::optional<runtime::PoolId> where =
+      runtime::device_context(device()).allocator().pool_containing(cache->data_ptr());
+  ASSERT_TRUE(where.has_value());
+  EXPECT_TRUE(where->is_default()) << "the cache left the tree's pool";
+  EXPECT_EQ(trees.counters().state_tensors_moved, 1u);
+  EXPECT_NE(recent_log().find("'with_cache'"), std::string::npos) << recent_log();
+  EXPECT_NE(recent_log().find("4096 bytes"), std::string::npos) << recent_log();
+  for (int call = 0; call < 4; ++call) {  // recording, then replays
+    Tensor x = random_tensor(rng, {1024});
+    SCOPED_TRACE(call);
+    EXPECT_VALUES(trees.run(f, {x})[0], host_add(host(x), cached));
+    EXPECT_VALUES(*cache, cached);
+    trees.verify();
+  }
+  EXPECT_GT(trees.counters().replays, 0u);
 }
 
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeLifecycle);

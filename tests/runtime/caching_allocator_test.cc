@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -295,6 +296,37 @@ TEST_F(CachingAllocatorTest, ReleasePoolReturnsSegmentsAndDisownsLiveStorages) {
   EXPECT_THROW(allocator().begin_allocate_to_pool(pool), Error);
   survivor.reset();  // must not touch the released pool
   EXPECT_THROW(allocator().release_pool(kDefaultPool), Error);
+}
+
+// Note [Blocks moved out of a pool]: a kept block is copied into the default
+// pool and its storage re-pointed; a block in `kept` stays; the pool block is
+// free afterwards.
+TEST_F(CachingAllocatorTest, BlocksMovedOutOfAPoolKeepTheirValuesAndFreeThePool) {
+  PoolId pool = allocator().create_pool();
+  StoragePtr state;
+  StoragePtr output;
+  {
+    Routing routing(allocator(), pool);
+    state = allocator().allocate(4000, stream_a_);
+    output = allocator().allocate(2000, stream_a_);
+  }
+  std::vector<uint8_t> bytes(4000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+  std::memcpy(state->data(), bytes.data(), bytes.size());  // sim memory is host memory
+  void* old_address = state->address();
+  std::vector<size_t> moved =
+      allocator().move_blocks_out_of_pool(pool, {output->address()}, stream_a_);
+  backend_->synchronize_stream(stream_a_);
+  EXPECT_EQ(moved, std::vector<size_t>{4000});
+  EXPECT_NE(state->address(), old_address);
+  EXPECT_EQ(allocator().pool_containing(state->address()), kDefaultPool);
+  EXPECT_TRUE(state->owns_memory());
+  EXPECT_EQ(std::memcmp(state->data(), bytes.data(), bytes.size()), 0);
+  EXPECT_EQ(allocator().pool_containing(output->address()), pool);
+  EXPECT_EQ(allocator().stats(pool).live_blocks, 1u);  // only the kept output
+  EXPECT_TRUE(allocator().move_blocks_out_of_pool(pool, {output->address()}, stream_a_).empty());
+  state.reset();
+  EXPECT_EQ(allocator().stats(kDefaultPool).live_blocks, 0u);
 }
 
 TEST_F(CachingAllocatorTest, EmptyCacheReturnsOnlyFullyFreeDefaultSegments) {
