@@ -5,22 +5,7 @@ every call of every phase compared with PyTorch eager (Note [Door fuzzer]).
     python3 -m grove.door_fuzz --seconds 60 --device sim      # CI's torch 1.13: make_fx
     python3 -m grove.door_fuzz --seconds 60 --device cuda     # dynamo's torch.compile
 
-Note [Door fuzzer]: a program is a random DAG over a few [B, D] inputs and a
-static weight: pointwise, matmul, softmax, layer norm and reductions that
-grove takes, and "splitters" (ops the importer has no converter for, found at
-run time from importer.CONVERTERS) that run in PyTorch between segments. Any
-earlier value may feed any later op, so outputs of early segments are read
-by late ones across splits (the bug class of HF LLaMA on cuda); several
-intermediate values are returned (held outputs). Each program runs at two
-batch sizes, on fresh and on reused input tensors (inputs that change
-address), in "eager" and "cudagraphs": each call (warm-up, recording,
-replays) is compared with PyTorch eager on the same inputs within F32_TOLERANCE, and
-cudagraphs equals grove eager bitwise. Outputs stay uncopied, as
-PyTorch >= 2.1's door leaves them (on 1.13 the importer is driven directly;
-with dynamo through torch.compile). A failure prints the seed and the
-program. Tests: DoorFuzzTest (tests/python/door_fuzz_test.py), which also
-proves the fuzzer finds the split-generation bug with grove.invocation
-disabled.
+See Note [Door fuzzer] below.
 """
 
 import argparse
@@ -33,6 +18,23 @@ import torch.nn.functional as F
 
 import grove
 from grove import importer
+
+# Note [Door fuzzer]: a program is a random DAG over a few [B, D] inputs and a
+# static weight: pointwise, matmul, softmax, layer norm and reductions that
+# grove takes, and "splitters" (ops the importer has no converter for, found at
+# run time from importer.CONVERTERS) that run in PyTorch between segments. Any
+# earlier value may feed any later op, so outputs of early segments are read
+# by late ones across splits (the bug class of HF LLaMA on cuda); several
+# intermediate values are returned (held outputs). Each program runs at two
+# batch sizes, on fresh and on reused input tensors (inputs that change
+# address), in "eager" and "cudagraphs": each call (warm-up, recording,
+# replays) is compared with PyTorch eager on the same inputs within
+# F32_TOLERANCE, and cudagraphs equals grove eager bitwise. Outputs stay uncopied, as
+# PyTorch >= 2.1's door leaves them (on 1.13 the importer is driven directly;
+# with dynamo through torch.compile). A failure prints the seed and the
+# program. Tests: DoorFuzzTest (tests/python/door_fuzz_test.py), which also
+# proves the fuzzer finds the split-generation bug with grove.invocation
+# disabled.
 
 F32_TOLERANCE = 1e-4  # of the reference's largest magnitude (at least 1)
 CALLS = 5  # warm-up, recording, three replays

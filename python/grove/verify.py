@@ -5,26 +5,28 @@ calls where a wrong answer would be born (Note [Verify mode]).
     GROVE_VERIFY=1 python train.py        # every graph the door compiles,
                                           # and every grove.compile model
 
-Note [Verify mode]: the first calls of a graph (warm-up, recording and the
-first replay; VERIFIED_CALLS) run step by step: before each grove segment
-runs, its fx nodes are evaluated in PyTorch eager on the same input values;
-after it runs, each output is compared with that reference within the
-dtype's tolerance (TOLERANCES; integers and bools exactly), the segment's
-inputs must be unchanged, and every value an earlier step produced must still
-hold what it held when it was made (a later segment that writes over memory
-an earlier output still owns is named). A divergence raises VerifyError
-naming the graph, the phase, the segment, the first diverging fx node (its
-name and ATen op) and the error. Later calls run as usual: verify mode costs
-the first calls one PyTorch evaluation of the graph and a copy of each value,
-and nothing after. grove.compile models (grove.Model) compare their first
-calls with a grove eager twin of the same program instead. Tests:
-VerifyTest (tests/python/importer_test.py).
+See Note [Verify mode] below.
 """
 
 import os
 
 import torch
 import torch.fx
+
+# Note [Verify mode]: the first calls of a graph (warm-up, recording and the
+# first replay; VERIFIED_CALLS) run step by step: before each grove segment
+# runs, its fx nodes are evaluated in PyTorch eager on the same input values;
+# after it runs, each output is compared with that reference within the
+# dtype's tolerance (TOLERANCES; integers and bools exactly), the segment's
+# inputs must be unchanged, and every value an earlier step produced must still
+# hold what it held when it was made (a later segment that writes over memory
+# an earlier output still owns is named). A divergence raises VerifyError
+# naming the graph, the phase, the segment, the first diverging fx node (its
+# name and ATen op) and the error. Later calls run as usual: verify mode costs
+# the first calls one PyTorch evaluation of the graph and a copy of each value,
+# and nothing after. grove.compile models (grove.Model) compare their first
+# calls with a grove eager twin of the same program instead. Tests:
+# VerifyTest (tests/python/importer_test.py).
 
 VERIFIED_CALLS = 3  # warm-up, recording, first replay
 PHASES = ("warm-up", "recording", "first replay")
