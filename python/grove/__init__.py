@@ -266,7 +266,8 @@ class Model:
         if verify is None:
             verify = verify_mode.enabled_by_environment()
         self._verify_twin = None
-        self._verified_calls = verify_mode.VERIFIED_CALLS if not verify else 0
+        self._calls_to_verify = verify_mode.verified_calls() if verify else 0
+        self._verified_calls = 0
         if verify and backend != "eager" and stage == "inference":
             self._verify_twin = Model(program, backend="eager", device=device, dims=dims,
                                       params=params, verify=False)
@@ -393,7 +394,7 @@ class Model:
     def __call__(self, *inputs, stream=None):
         """Runs the model on torch tensors (returns torch tensors) or numpy
         arrays (returns numpy arrays). Note [Kept outputs through DLPack]."""
-        if self._verify_twin is not None and self._verified_calls < 3:
+        if self._verify_twin is not None and self._verified_calls < self._calls_to_verify:
             return self._verified_call(inputs, stream)
         if all(_is_torch(value) for value in inputs) and (inputs or _torch() is not None):
             return self.call_torch(inputs, stream)
@@ -415,7 +416,7 @@ class Model:
             results = self(*inputs, stream=stream)
         finally:
             self._verify_twin = twin
-        if call + 1 >= verify_mode.VERIFIED_CALLS:
+        if call + 1 >= self._calls_to_verify:
             self._verify_twin = None  # verified: the twin's memory goes
         torch = _torch()
         for index, (result, want) in enumerate(zip(results, expected)):

@@ -30,6 +30,7 @@ class GraphRunner:
         self.plan = plan
         self.verify = verify_mode.enabled_by_environment() if verify is None else bool(verify)
         self.verified_calls = 0
+        self.calls_to_verify = verify_mode.verified_calls() if self.verify else 0
         self.output_copies = output_copies
         self.backend = backend
         self.device = device
@@ -116,7 +117,7 @@ class GraphRunner:
             model.mark_step_begin()
 
     def __call__(self, *args):
-        if self.verify and self.verified_calls < verify_mode.VERIFIED_CALLS:
+        if self.verified_calls < self.calls_to_verify:
             call = self.verified_calls
             self.verified_calls += 1
             checker = verify_mode.StepChecker(self, call)

@@ -14,7 +14,7 @@ import torch
 import torch.fx
 
 # Note [Verify mode]: the first calls of a graph (warm-up, recording and the
-# first replay; VERIFIED_CALLS) run step by step: before each grove segment
+# first replay; VERIFIED_CALLS, or GROVE_VERIFY_CALLS) run step by step: before each grove segment
 # runs, its fx nodes are evaluated in PyTorch eager on the same input values;
 # after it runs, each output is compared with that reference within the
 # dtype's tolerance (TOLERANCES; integers and bools exactly), the segment's
@@ -28,7 +28,7 @@ import torch.fx
 # calls with a grove eager twin of the same program instead. Tests:
 # VerifyTest (tests/python/importer_test.py).
 
-VERIFIED_CALLS = 3  # warm-up, recording, first replay
+VERIFIED_CALLS = 3  # warm-up, recording, first replay (GROVE_VERIFY_CALLS: more)
 PHASES = ("warm-up", "recording", "first replay")
 # Largest error relative to the reference's largest magnitude.
 TOLERANCES = {torch.float32: 1e-3, torch.float64: 1e-9, torch.float16: 1e-2,
@@ -43,8 +43,23 @@ def enabled_by_environment():
     return os.environ.get("GROVE_VERIFY", "").lower() not in ("", "0", "false", "no")
 
 
+def verified_calls():
+    """How many first calls verify mode checks: VERIFIED_CALLS, or
+    GROVE_VERIFY_CALLS (a bug that shows only in later replays)."""
+    text = os.environ.get("GROVE_VERIFY_CALLS", "")
+    if not text:
+        return VERIFIED_CALLS
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 1:
+        raise ValueError("grove: GROVE_VERIFY_CALLS=%r; use a positive number of calls" % text)
+    return count
+
+
 def phase_name(call):
-    return PHASES[call] if call < len(PHASES) else "call %d" % call
+    return PHASES[call] if call < len(PHASES) else "replay %d" % (call - 1)
 
 
 def difference(result, expected):

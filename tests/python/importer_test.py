@@ -372,6 +372,32 @@ class VerifyTest(unittest.TestCase):
                 torch.testing.assert_close(runner(*args), function(*args), rtol=RTOL, atol=ATOL)
             self.assertEqual(runner.verified_calls, 3)
 
+    def test_grove_verify_calls_checks_later_replays_too(self):
+        os.environ["GROVE_VERIFY_CALLS"] = "6"
+        try:
+            runner, function, args = self.runner("cudagraphs")
+        finally:
+            del os.environ["GROVE_VERIFY_CALLS"]
+        calls = []
+
+        def wrong_from_the_fourth_call(inputs, outputs):
+            calls.append(1)
+            if len(calls) >= 5:
+                outputs[-1].add_(1.0)
+
+        grove_steps = [step for kind, step in runner.steps if kind == "grove"]
+        grove_steps[2]["model"] = _Tampered(grove_steps[2]["model"], wrong_from_the_fourth_call)
+        for _ in range(4):
+            runner(*args)
+        with self.assertRaisesRegex(grove.verify.VerifyError, "replay 3"):
+            runner(*args)
+        os.environ["GROVE_VERIFY_CALLS"] = "0"
+        try:
+            with self.assertRaisesRegex(ValueError, "GROVE_VERIFY_CALLS"):
+                self.runner("eager")
+        finally:
+            del os.environ["GROVE_VERIFY_CALLS"]
+
     def test_a_divergence_names_the_segment_the_fx_node_and_the_error(self):
         def wrong(inputs, outputs):
             outputs[-1].add_(1.0)
