@@ -236,4 +236,24 @@ void HazardChecker::clear_hazards() {
   hazards_.clear();
 }
 
+std::vector<MemoryAccess> node_accesses(const HazardChecker& checker, const SimNode& node) {
+  auto bytes_at = [&](const void* pointer, bool writes) {
+    const char* begin = static_cast<const char*>(pointer);
+    return MemoryAccess{begin, begin + node.bytes, writes};
+  };
+  switch (node.kind) {
+    case SimNode::Kind::kKernel:
+      return checker.kernel_accesses(node.args);
+    case SimNode::Kind::kCopy:
+      if (node.bytes == 0) return {};
+      return {bytes_at(node.source, false), bytes_at(node.destination, true)};
+    case SimNode::Kind::kMemset:
+      if (node.bytes == 0) return {};
+      return {bytes_at(node.destination, true)};
+    case SimNode::Kind::kHostFunction:
+      return {};  // what a host function touches is not known
+  }
+  return {};
+}
+
 }  // namespace grove::runtime::sim

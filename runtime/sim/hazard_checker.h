@@ -18,6 +18,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/sim/sim_graph.h"
 
 namespace grove::runtime::sim {
 
@@ -120,5 +121,9 @@ class HazardChecker {
   uint64_t operations_ = 0;
   std::vector<SimHazard> hazards_;
 };
+
+// What `node` touches when it runs: a copy's source and destination, a
+// memset's destination, a kernel's blocks (HazardChecker::kernel_accesses).
+std::vector<MemoryAccess> node_accesses(const HazardChecker& checker, const SimNode& node);
 
 }  // namespace grove::runtime::sim

@@ -16,26 +16,31 @@
 #include "runtime/blas.h"
 #include "runtime/error.h"
 #include "runtime/sim/host_blas.h"
+#include "runtime/sim/sim_capture.h"
 #include "runtime/sim/sim_graph.h"
 #include "runtime/sim/stream_worker.h"
 
 namespace grove::runtime {
 namespace {
 
+using sim::Capture;
+using sim::CaptureRegistry;
 using sim::HazardChecker;
 using sim::HazardMode;
 using sim::MemoryAccess;
+using sim::SimEvent;
 using sim::SimGraph;
 using sim::SimGraphExec;
 using sim::SimKernel;
 using sim::SimNode;
+using sim::SimStream;
 using sim::StreamWorker;
 
 // Note [Sim execution model]: work on a stream that is not capturing runs at
 // once on the calling thread, which trivially respects stream order and event
-// dependencies. Work on a capturing stream is appended to the capture's graph
-// with the stream's last nodes as dependencies; events carry those frontiers
-// across streams (fork/join), as in CUDA. Calls CUDA forbids during capture
+// dependencies (or on the stream's worker: Note [Asynchronous sim streams]). Work on a capturing
+// stream is appended to the capture's graph with the stream's last nodes as dependencies; events
+// carry those frontiers across streams (fork/join), as in CUDA. Calls CUDA forbids during capture
 // (synchronizing, host reads and writes of device memory, freeing device
 // memory, using the legacy default stream) invalidate the capture and throw
 // CaptureViolation; the stream stays usable and end_capture reports the
@@ -59,51 +64,10 @@ using sim::StreamWorker;
 // asynchronously with the hazard checker throwing (tests/cudagraph_trees,
 // the *_async targets).
 
-struct SimStream;
-
-struct Capture {
-  SimGraph graph;
-  CaptureMode mode = CaptureMode::kGlobal;
-  std::thread::id thread;
-  bool invalidated = false;
-  std::string reason;
-  SimStream* origin = nullptr;
-  std::set<SimStream*> streams;  // origin and every stream that joined
-};
-
-struct SimStream {
-  Capture* capture = nullptr;
-  std::vector<size_t> frontier;  // last captured nodes of this stream
-  // Async mode only. Shared with the events recorded on the stream and the
-  // waits queued on other streams, so it outlives a destroyed stream's work.
-  std::shared_ptr<StreamWorker> worker;
-};
-
-using Clock = std::chrono::steady_clock;
-
-struct SimEvent {
-  bool timing = false;
-  // When the record ran (written by a worker in async mode).
-  std::shared_ptr<std::atomic<int64_t>> time = std::make_shared<std::atomic<int64_t>>(0);
-  bool recorded = false;
-  Capture* capture = nullptr;  // set when recorded on a capturing stream
-  std::vector<size_t> frontier;
-  // Async mode: the worker and ticket of the last record's marker.
-  std::shared_ptr<StreamWorker> worker;
-  uint64_t ticket = 0;
-};
-
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-bool environment_flag(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return false;
-  std::string text(value);
-  GROVE_CHECK_AS(ConfigError, text == "0" || text == "1", name, "='", text, "': expected 0 or 1");
-  return text == "1";
 }
 
 constexpr size_t kDefaultSimMemory = size_t{16} << 30;
@@ -122,6 +86,7 @@ class SimBackend final : public Backend {
  public:
   SimBackend(Device device, SimOptions options)
       : device_(device),
+        captures_(device),
         async_(options.async),
         memory_limit_(sim_memory_limit()),
         blas_(sim::make_host_blas(*this)) {
@@ -167,7 +132,7 @@ class SimBackend final : public Backend {
   }
 
   void free_raw(void* pointer) override {
-    forbid_during_capture("freeing device memory");
+    captures_.forbid("freeing device memory");
     drain_all();  // cudaFree waits for the device
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = allocations_.find(pointer);
@@ -179,7 +144,7 @@ class SimBackend final : public Backend {
   }
 
   void* allocate_host_pinned(size_t bytes) override {
-    forbid_during_capture("allocating pinned host memory");
+    captures_.forbid("allocating pinned host memory");
     void* pointer = std::aligned_alloc(256, std::max<size_t>((bytes + 255) / 256 * 256, 256));
     if (pointer == nullptr)
       throw OutOfMemoryError(
@@ -202,9 +167,10 @@ class SimBackend final : public Backend {
                   StreamHandle stream) override {
     SimStream& s = stream_of(stream);
     if (s.capture != nullptr && kind != CopyKind::kDeviceToDevice) {
-      violate(s.capture, kind == CopyKind::kDeviceToHost
-                             ? "reading device memory from the host during stream capture"
-                             : "writing device memory from the host during stream capture");
+      captures_.violate(s.capture,
+                        kind == CopyKind::kDeviceToHost
+                            ? "reading device memory from the host during stream capture"
+                            : "writing device memory from the host during stream capture");
     }
     SimNode node;
     node.kind = SimNode::Kind::kCopy;
@@ -252,8 +218,8 @@ class SimBackend final : public Backend {
 
   void synchronize_stream(StreamHandle stream) override {
     SimStream& s = stream_of(stream);
-    if (s.capture != nullptr) violate(s.capture, "synchronizing a capturing stream");
-    if (stream.is_default()) forbid_during_capture("synchronizing the legacy default stream");
+    if (s.capture != nullptr) captures_.violate(s.capture, "synchronizing a capturing stream");
+    if (stream.is_default()) captures_.forbid("synchronizing the legacy default stream");
     if (s.worker != nullptr) {
       s.worker->drain();
       rethrow_worker_error(*s.worker);
@@ -262,7 +228,7 @@ class SimBackend final : public Backend {
   }
 
   void synchronize_device() override {
-    forbid_during_capture("synchronizing the device");
+    captures_.forbid("synchronizing the device");
     drain_all();
     for (const std::shared_ptr<StreamWorker>& worker : workers()) rethrow_worker_error(*worker);
     if (checker_ != nullptr) checker_->device_synchronized();
@@ -288,13 +254,12 @@ class SimBackend final : public Backend {
     SimStream& s = stream_of(stream);
     auto& e = *static_cast<SimEvent*>(event.impl);
     if (s.capture != nullptr) {
-      check_capture_usable(s.capture);
+      captures_.check_usable(s.capture);
       e.capture = s.capture;
       e.frontier = s.frontier;
       return;
     }
-    if (stream.is_default())
-      forbid_during_capture("recording an event on the legacy default stream");
+    if (stream.is_default()) captures_.forbid("recording an event on the legacy default stream");
     e.capture = nullptr;
     e.frontier.clear();
     e.recorded = true;
@@ -315,7 +280,7 @@ class SimBackend final : public Backend {
       return;
     }
     Capture* capture = e.capture;
-    check_capture_usable(capture);
+    captures_.check_usable(capture);
     if (s.capture == nullptr) {
       GROVE_CHECK_AS(CaptureViolation, !stream.is_default(),
                      "the legacy default stream cannot join a capture");
@@ -325,7 +290,7 @@ class SimBackend final : public Backend {
       return;
     }
     if (s.capture != capture) {
-      violate(s.capture, "waiting on an event of a different capture");
+      captures_.violate(s.capture, "waiting on an event of a different capture");
     }
     for (size_t node : e.frontier) {
       if (std::find(s.frontier.begin(), s.frontier.end(), node) == s.frontier.end()) {
@@ -336,7 +301,8 @@ class SimBackend final : public Backend {
 
   void synchronize_event(EventHandle event) override {
     auto& e = *static_cast<SimEvent*>(event.impl);
-    if (e.capture != nullptr) violate(e.capture, "synchronizing an event recorded during capture");
+    if (e.capture != nullptr)
+      captures_.violate(e.capture, "synchronizing an event recorded during capture");
     if (e.worker != nullptr) {
       e.worker->wait_for(e.ticket);
       rethrow_worker_error(*e.worker);
@@ -394,37 +360,17 @@ class SimBackend final : public Backend {
     SimStream& s = stream_of(stream);
     GROVE_CHECK_AS(CaptureViolation, s.capture == nullptr,
                    "begin_capture on a stream that is already capturing");
-    auto capture = std::make_unique<Capture>();
-    capture->mode = mode;
-    capture->thread = std::this_thread::get_id();
-    capture->origin = &s;
-    capture->streams.insert(&s);
-    s.capture = capture.get();
-    s.frontier.clear();
-    std::lock_guard<std::mutex> lock(mutex_);
-    captures_.push_back(std::move(capture));
+    captures_.begin(s, mode);
   }
 
   GraphHandle end_capture(StreamHandle stream) override {
     SimStream& s = stream_of(stream);
     GROVE_CHECK_AS(CaptureViolation, s.capture != nullptr,
                    "end_capture on a stream that is not capturing");
-    Capture* capture = s.capture;
-    GROVE_CHECK_AS(CaptureViolation, capture->origin == &s,
+    GROVE_CHECK_AS(CaptureViolation, s.capture->origin == &s,
                    "end_capture must be called on the stream that began the capture");
-    if (!capture->invalidated) {
-      std::string unjoined = find_unjoined_stream(*capture);
-      if (!unjoined.empty()) {
-        capture->invalidated = true;
-        capture->reason = unjoined;
-      }
-    }
-    for (SimStream* member : capture->streams) {
-      member->capture = nullptr;
-      member->frontier.clear();
-    }
-    std::unique_ptr<Capture> owned = take_capture(capture);
-    forget_capture_events(capture);
+    std::unique_ptr<Capture> owned = captures_.end(s);
+    forget_capture_events(owned.get());
     if (owned->invalidated) {
       throw CaptureViolation(
           str_cat("stream capture on ", device_.str(), " was invalidated: ", owned->reason));
@@ -458,7 +404,7 @@ class SimBackend final : public Backend {
     SimStream& s = stream_of(stream);
     GROVE_CHECK_AS(CaptureViolation, s.capture == nullptr,
                    "launching a graph into a capturing stream is not supported by grove");
-    if (stream.is_default()) forbid_during_capture("launching on the legacy default stream");
+    if (stream.is_default()) captures_.forbid("launching on the legacy default stream");
     const auto& e = *static_cast<SimGraphExec*>(exec.impl);
     if (checker_ != nullptr) {
       for (size_t index : e.order) {
@@ -562,7 +508,7 @@ class SimBackend final : public Backend {
   void submit(StreamHandle stream, SimNode node) {
     SimStream& s = stream_of(stream);
     if (s.capture == nullptr) {
-      if (stream.is_default()) forbid_during_capture("work on the legacy default stream");
+      if (stream.is_default()) captures_.forbid("work on the legacy default stream");
       if (checker_ != nullptr) check_operation(s, node, "");
       if (s.worker != nullptr) {
         s.worker->enqueue([node = std::move(node)] { node.run(); });
@@ -571,69 +517,10 @@ class SimBackend final : public Backend {
       node.run();
       return;
     }
-    check_capture_usable(s.capture);
+    captures_.check_usable(s.capture);
     node.dependencies = s.frontier;
     s.capture->graph.nodes.push_back(std::move(node));
     s.frontier.assign(1, s.capture->graph.nodes.size() - 1);
-  }
-
-  void check_capture_usable(Capture* capture) {
-    GROVE_CHECK_AS(CaptureViolation, !capture->invalidated,
-                   "work submitted to a stream whose capture was invalidated (", capture->reason,
-                   "); end the capture to make the stream usable again");
-  }
-
-  [[noreturn]] void violate(Capture* capture, const std::string& what) {
-    if (!capture->invalidated) {
-      capture->invalidated = true;
-      capture->reason = what;
-    }
-    throw CaptureViolation(str_cat(what, " is not allowed on ", device_.str(),
-                                   " (CUDA would fail with cudaErrorStreamCaptureUnsupported); "
-                                   "the capture is invalidated"));
-  }
-
-  // Unsafe calls are forbidden while a capture is active in global mode
-  // anywhere, or in thread-local mode on the calling thread.
-  void forbid_during_capture(const std::string& what) {
-    Capture* forbidding = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& capture : captures_) {
-        bool applies = capture->mode == CaptureMode::kGlobal ||
-                       (capture->mode == CaptureMode::kThreadLocal &&
-                        capture->thread == std::this_thread::get_id());
-        if (applies && !capture->invalidated) {
-          forbidding = capture.get();
-          break;
-        }
-      }
-    }
-    if (forbidding != nullptr) violate(forbidding, what);
-  }
-
-  // A stream that joined a capture must have been joined back into the origin
-  // stream (the origin waited on an event recorded after its last work).
-  std::string find_unjoined_stream(const Capture& capture) {
-    std::vector<bool> reachable(capture.graph.nodes.size(), false);
-    std::vector<size_t> pending = capture.origin->frontier;
-    while (!pending.empty()) {
-      size_t node = pending.back();
-      pending.pop_back();
-      if (reachable[node]) continue;
-      reachable[node] = true;
-      for (size_t dependency : capture.graph.nodes[node].dependencies)
-        pending.push_back(dependency);
-    }
-    for (SimStream* member : capture.streams) {
-      for (size_t node : member->frontier) {
-        if (!reachable[node]) {
-          return "a stream that joined the capture was not joined back into the origin stream "
-                 "before end_capture (record an event on it and wait on it from the origin)";
-        }
-      }
-    }
-    return "";
   }
 
   // Note [Events recorded during capture]: recording an event on a capturing
@@ -651,39 +538,9 @@ class SimBackend final : public Backend {
     }
   }
 
-  std::unique_ptr<Capture> take_capture(Capture* capture) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = std::find_if(captures_.begin(), captures_.end(),
-                           [&](const auto& c) { return c.get() == capture; });
-    std::unique_ptr<Capture> owned = std::move(*it);
-    captures_.erase(it);
-    return owned;
-  }
-
   // The checker's view of a node about to run on `s`.
   void check_operation(SimStream& s, const SimNode& node, const std::string& suffix) {
-    std::vector<MemoryAccess> accesses;
-    auto bytes_at = [](const void* pointer, size_t bytes, bool writes) {
-      const char* begin = static_cast<const char*>(pointer);
-      return MemoryAccess{begin, begin + bytes, writes};
-    };
-    switch (node.kind) {
-      case SimNode::Kind::kKernel:
-        accesses = checker_->kernel_accesses(node.args);
-        break;
-      case SimNode::Kind::kCopy:
-        if (node.bytes > 0) {
-          accesses.push_back(bytes_at(node.source, node.bytes, false));
-          accesses.push_back(bytes_at(node.destination, node.bytes, true));
-        }
-        break;
-      case SimNode::Kind::kMemset:
-        if (node.bytes > 0) accesses.push_back(bytes_at(node.destination, node.bytes, true));
-        break;
-      case SimNode::Kind::kHostFunction:
-        break;
-    }
-    checker_->operation(&s, node.label() + suffix, accesses);
+    checker_->operation(&s, node.label() + suffix, sim::node_accesses(*checker_, node));
   }
 
   // An async copy with a host side on a stream with a worker: from pageable
@@ -751,6 +608,7 @@ class SimBackend final : public Backend {
   }
 
   Device device_;
+  CaptureRegistry captures_;
   bool async_;
   size_t memory_limit_;
   std::mutex mutex_;
@@ -761,7 +619,6 @@ class SimBackend final : public Backend {
   SimStream legacy_stream_;
   std::vector<std::unique_ptr<SimEvent>> events_;
   std::deque<SimKernel> kernels_;
-  std::vector<std::unique_ptr<Capture>> captures_;
   std::unique_ptr<BlasSupport> blas_;
   std::unique_ptr<HazardChecker> checker_;  // null when SimOptions::hazards is kOff
 };
@@ -769,20 +626,6 @@ class SimBackend final : public Backend {
 SimBackend* as_sim(Backend& backend) { return dynamic_cast<SimBackend*>(&backend); }
 
 }  // namespace
-
-SimOptions SimOptions::from_environment() {
-  SimOptions options;
-  options.async = environment_flag("GROVE_SIM_ASYNC");
-  if (const char* check = std::getenv("GROVE_SIM_CHECK"); check != nullptr && *check != '\0') {
-    std::string mode(check);
-    GROVE_CHECK_AS(ConfigError, mode == "off" || mode == "record" || mode == "throw",
-                   "GROVE_SIM_CHECK='", mode, "': expected off, record or throw");
-    options.hazards = mode == "throw"    ? sim::HazardMode::kThrow
-                      : mode == "record" ? sim::HazardMode::kRecord
-                                         : sim::HazardMode::kOff;
-  }
-  return options;
-}
 
 std::unique_ptr<Backend> make_sim_backend(Device device) {
   return make_sim_backend(device, device.is_cpu() ? SimOptions{} : SimOptions::from_environment());
