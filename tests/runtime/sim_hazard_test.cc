@@ -169,6 +169,24 @@ TEST_P(SimHazardTest, ChecksEachNodeOfAGraphLaunch) {
   rig.backend->destroy_stream(capture);
 }
 
+TEST(SimOptions, ComeFromTheEnvironmentAndRejectUnknownValues) {
+  {
+    ScopedEnv async("GROVE_SIM_ASYNC", "1");
+    ScopedEnv check("GROVE_SIM_CHECK", "record");
+    runtime::SimOptions options = runtime::SimOptions::from_environment();
+    EXPECT_TRUE(options.async);
+    EXPECT_EQ(options.hazards, HazardMode::kRecord);
+  }
+  {
+    ScopedEnv check("GROVE_SIM_CHECK", "loud");
+    expect_error<ConfigError>([] { runtime::SimOptions::from_environment(); },
+                              {"GROVE_SIM_CHECK='loud'", "off, record or throw"});
+  }
+  ScopedEnv async("GROVE_SIM_ASYNC", "yes");
+  expect_error<ConfigError>([] { runtime::SimOptions::from_environment(); },
+                            {"GROVE_SIM_ASYNC='yes'", "0 or 1"});
+}
+
 INSTANTIATE_TEST_SUITE_P(Sim, SimHazardTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? std::string("async") : std::string("sync");
