@@ -184,6 +184,15 @@ class Backend {
 
   // The device's GEMMs (runtime/blas.h); lives as long as the backend.
   virtual BlasSupport& blas() = 0;
+
+  // The caching allocator's blocks as it hands them out (`handed_out`: to a
+  // caller, for use on `stream`; otherwise rebuilt by a checkpoint restore) and
+  // takes them back. sim's stream hazard checker maps kernel arguments to
+  // blocks and checks reuse with them (runtime/sim/hazard_checker.h); other
+  // platforms ignore them. May throw where the checker throws.
+  virtual void note_block_allocated(void* /*address*/, size_t /*bytes*/, StreamHandle /*stream*/,
+                                    bool /*handed_out*/) {}
+  virtual void note_block_freed(void* /*address*/) {}
 };
 
 }  // namespace grove::runtime

@@ -123,15 +123,22 @@ StoragePtr CachingAllocator::allocate(size_t bytes, StreamHandle stream) {
         "(begin_allocate_to_pool)"));
   }
   size_t size = round_up(std::max<size_t>(bytes, 1), kAlignment);
-  std::lock_guard<std::mutex> lock(mutex_);
-  Pool& pool = pool_locked(pool_id);
-  Block* block = find_free_block_locked(pool, size, stream);
-  if (block == nullptr) block = new_segment_locked(pool, size, stream);
-  split_locked(pool, block, size);
-  mark_allocated_locked(pool, block);
-  auto owner = std::make_unique<BlockOwner>(this, block);
-  StoragePtr storage = std::make_shared<Storage>(block->address, bytes, device, std::move(owner));
-  block->storage = storage;
+  StoragePtr storage;
+  size_t block_size = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pool& pool = pool_locked(pool_id);
+    Block* block = find_free_block_locked(pool, size, stream);
+    if (block == nullptr) block = new_segment_locked(pool, size, stream);
+    split_locked(pool, block, size);
+    mark_allocated_locked(pool, block);
+    block_size = block->size;
+    auto owner = std::make_unique<BlockOwner>(this, block);
+    storage = std::make_shared<Storage>(block->address, bytes, device, std::move(owner));
+    block->storage = storage;
+  }
+  // Outside the lock: where sim's hazard checker throws, the storage frees the block again.
+  backend_.note_block_allocated(storage->address(), block_size, stream, /*handed_out=*/true);
   return storage;
 }
 
@@ -278,6 +285,7 @@ void CachingAllocator::free_block(Block* block) {
 }
 
 void CachingAllocator::free_block_locked(Pool& pool, Block* block) {
+  backend_.note_block_freed(block->address);
   block->owner = nullptr;
   block->allocated = false;
   pool.allocated_bytes -= block->size;
@@ -306,6 +314,7 @@ void CachingAllocator::release_segment_locked(Pool& pool, Segment* segment) {
     Block* next = block->next;
     if (block->allocated) {
       if (block->owner != nullptr) block->owner->detach();
+      backend_.note_block_freed(block->address);
       pool.allocated_bytes -= block->size;
       --pool.live_blocks;
     } else {
@@ -438,6 +447,7 @@ void CachingAllocator::restore(PoolId pool_id, const PoolCheckpoint& checkpoint,
     const SegmentState& state = *state_by_base.at(segment->base);
     for (Block* block = segment->first; block != nullptr;) {
       Block* next = block->next;
+      if (block->allocated) backend_.note_block_freed(block->address);
       delete block;
       block = next;
     }
@@ -458,6 +468,8 @@ void CachingAllocator::restore(PoolId pool_id, const PoolCheckpoint& checkpoint,
       previous = block;
       if (block_state.allocated) {
         mark_allocated_locked(pool, block);
+        backend_.note_block_allocated(block->address, block->size, block->stream,
+                                      /*handed_out=*/false);
         allocated_by_address.emplace(block->address, block);
       } else {
         pool.free_blocks.insert(block);

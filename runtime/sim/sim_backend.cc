@@ -1,10 +1,12 @@
 #include "runtime/sim/sim_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -14,51 +16,59 @@
 #include "runtime/blas.h"
 #include "runtime/error.h"
 #include "runtime/sim/host_blas.h"
+#include "runtime/sim/sim_capture.h"
 #include "runtime/sim/sim_graph.h"
+#include "runtime/sim/stream_worker.h"
 
 namespace grove::runtime {
 namespace {
 
+using sim::Capture;
+using sim::CaptureRegistry;
+using sim::HazardChecker;
+using sim::HazardMode;
+using sim::MemoryAccess;
+using sim::SimEvent;
 using sim::SimGraph;
 using sim::SimGraphExec;
 using sim::SimKernel;
 using sim::SimNode;
+using sim::SimStream;
+using sim::StreamWorker;
 
 // Note [Sim execution model]: work on a stream that is not capturing runs at
 // once on the calling thread, which trivially respects stream order and event
-// dependencies. Work on a capturing stream is appended to the capture's graph
-// with the stream's last nodes as dependencies; events carry those frontiers
-// across streams (fork/join), as in CUDA. Calls CUDA forbids during capture
+// dependencies (or on the stream's worker: Note [Asynchronous sim streams]). Work on a capturing
+// stream is appended to the capture's graph with the stream's last nodes as dependencies; events
+// carry those frontiers across streams (fork/join), as in CUDA. Calls CUDA forbids during capture
 // (synchronizing, host reads and writes of device memory, freeing device
 // memory, using the legacy default stream) invalidate the capture and throw
 // CaptureViolation; the stream stays usable and end_capture reports the
 // invalidation. Whether a call is forbidden depends on the capture mode and
 // the calling thread, like cudaStreamCaptureMode.
+//
+// Note [Asynchronous sim streams]: with SimOptions::async (GROVE_SIM_ASYNC=1)
+// every stream (the legacy default one too) has a worker thread that runs its
+// work in order while the host goes on, so a missing event or a block reused
+// early can give a wrong answer, as on a GPU. An event record queues a marker;
+// a wait on it queues a task that blocks the waiting stream's worker until the
+// marker has run; host synchronization blocks until the work has run and
+// rethrows the first exception a task threw. The rest follows CUDA: a copy
+// from pageable host memory reads its source before the call returns, a copy
+// into pageable host memory returns when done, pinned memory is truly
+// asynchronous, and freeing memory waits for the device. The legacy default
+// stream is one more stream: grove's cuda streams are non-blocking, so it does
+// not wait for them (nor they for it). Captures are unchanged (captured work
+// does not run); a graph launch runs a snapshot of its nodes on the worker.
+// Tests: tests/runtime/sim_async_test.cc, and the tree manager tests run
+// asynchronously with the hazard checker throwing (tests/cudagraph_trees,
+// the *_async targets).
 
-struct SimStream;
-
-struct Capture {
-  SimGraph graph;
-  CaptureMode mode = CaptureMode::kGlobal;
-  std::thread::id thread;
-  bool invalidated = false;
-  std::string reason;
-  SimStream* origin = nullptr;
-  std::set<SimStream*> streams;  // origin and every stream that joined
-};
-
-struct SimStream {
-  Capture* capture = nullptr;
-  std::vector<size_t> frontier;  // last captured nodes of this stream
-};
-
-struct SimEvent {
-  bool timing = false;
-  std::chrono::steady_clock::time_point time;
-  bool recorded = false;
-  Capture* capture = nullptr;  // set when recorded on a capturing stream
-  std::vector<size_t> frontier;
-};
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 constexpr size_t kDefaultSimMemory = size_t{16} << 30;
 
@@ -74,12 +84,28 @@ size_t sim_memory_limit() {
 
 class SimBackend final : public Backend {
  public:
-  explicit SimBackend(Device device)
-      : device_(device), memory_limit_(sim_memory_limit()), blas_(sim::make_host_blas(*this)) {}
+  SimBackend(Device device, SimOptions options)
+      : device_(device),
+        captures_(device),
+        async_(options.async),
+        memory_limit_(sim_memory_limit()),
+        blas_(sim::make_host_blas(*this)) {
+    if (async_) legacy_stream_.worker = std::make_shared<StreamWorker>();
+    if (options.hazards != HazardMode::kOff) {
+      checker_ = std::make_unique<HazardChecker>(options.hazards);
+      checker_->stream_created(&legacy_stream_, /*legacy_default=*/true);
+    }
+  }
 
   ~SimBackend() override {
+    drain_all();
+    events_.clear();
+    streams_.clear();
     for (auto& [pointer, bytes] : allocations_) std::free(pointer);
   }
+
+  bool is_async() const { return async_; }
+  HazardChecker* checker() { return checker_.get(); }
 
   Device device() const override { return device_; }
   std::string name() const override { return device_.is_cpu() ? "cpu" : "sim"; }
@@ -106,7 +132,8 @@ class SimBackend final : public Backend {
   }
 
   void free_raw(void* pointer) override {
-    forbid_during_capture("freeing device memory");
+    captures_.forbid("freeing device memory");
+    drain_all();  // cudaFree waits for the device
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = allocations_.find(pointer);
     GROVE_CHECK(it != allocations_.end(), device_.str(), ": free_raw of ", pointer,
@@ -117,23 +144,33 @@ class SimBackend final : public Backend {
   }
 
   void* allocate_host_pinned(size_t bytes) override {
-    forbid_during_capture("allocating pinned host memory");
+    captures_.forbid("allocating pinned host memory");
     void* pointer = std::aligned_alloc(256, std::max<size_t>((bytes + 255) / 256 * 256, 256));
     if (pointer == nullptr)
       throw OutOfMemoryError(
           str_cat(device_.str(), ": pinned host allocation of ", bytes, " bytes failed"));
+    std::lock_guard<std::mutex> lock(mutex_);
+    pinned_.emplace(static_cast<char*>(pointer), bytes);
     return pointer;
   }
 
-  void free_host_pinned(void* pointer) override { std::free(pointer); }
+  void free_host_pinned(void* pointer) override {
+    drain_all();  // cudaFreeHost waits for the device
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pinned_.erase(static_cast<char*>(pointer));
+    }
+    std::free(pointer);
+  }
 
   void copy_async(void* destination, const void* source, size_t bytes, CopyKind kind,
                   StreamHandle stream) override {
     SimStream& s = stream_of(stream);
     if (s.capture != nullptr && kind != CopyKind::kDeviceToDevice) {
-      violate(s.capture, kind == CopyKind::kDeviceToHost
-                             ? "reading device memory from the host during stream capture"
-                             : "writing device memory from the host during stream capture");
+      captures_.violate(s.capture,
+                        kind == CopyKind::kDeviceToHost
+                            ? "reading device memory from the host during stream capture"
+                            : "writing device memory from the host during stream capture");
     }
     SimNode node;
     node.kind = SimNode::Kind::kCopy;
@@ -141,7 +178,13 @@ class SimBackend final : public Backend {
     node.source = source;
     node.bytes = bytes;
     node.copy_kind = kind;
-    submit(stream, std::move(node));
+    if (s.capture != nullptr || s.worker == nullptr || kind == CopyKind::kDeviceToDevice) {
+      submit(stream, std::move(node));
+      if (s.capture == nullptr && kind == CopyKind::kDeviceToHost && !is_pinned(destination))
+        host_saw_finish(s);
+      return;
+    }
+    copy_with_host_async(s, std::move(node));
   }
 
   void memset_async(void* destination, int byte_value, size_t bytes, StreamHandle stream) override {
@@ -154,8 +197,11 @@ class SimBackend final : public Backend {
   }
 
   StreamHandle create_stream() override {
+    auto stream = std::make_unique<SimStream>();
+    if (async_) stream->worker = std::make_shared<StreamWorker>();
+    if (checker_ != nullptr) checker_->stream_created(stream.get(), /*legacy_default=*/false);
     std::lock_guard<std::mutex> lock(mutex_);
-    streams_.push_back(std::make_unique<SimStream>());
+    streams_.push_back(std::move(stream));
     return StreamHandle{streams_.back().get()};
   }
 
@@ -166,16 +212,27 @@ class SimBackend final : public Backend {
     GROVE_CHECK(it != streams_.end(), device_.str(), ": destroy of an unknown stream");
     GROVE_CHECK((*it)->capture == nullptr, device_.str(),
                 ": cannot destroy a stream while it is capturing; end the capture first");
-    streams_.erase(it);
+    if (checker_ != nullptr) checker_->stream_destroyed(it->get());
+    streams_.erase(it);  // its worker runs what is queued (waits and events hold it)
   }
 
   void synchronize_stream(StreamHandle stream) override {
     SimStream& s = stream_of(stream);
-    if (s.capture != nullptr) violate(s.capture, "synchronizing a capturing stream");
-    if (stream.is_default()) forbid_during_capture("synchronizing the legacy default stream");
+    if (s.capture != nullptr) captures_.violate(s.capture, "synchronizing a capturing stream");
+    if (stream.is_default()) captures_.forbid("synchronizing the legacy default stream");
+    if (s.worker != nullptr) {
+      s.worker->drain();
+      rethrow_worker_error(*s.worker);
+    }
+    host_saw_finish(s);
   }
 
-  void synchronize_device() override { forbid_during_capture("synchronizing the device"); }
+  void synchronize_device() override {
+    captures_.forbid("synchronizing the device");
+    drain_all();
+    for (const std::shared_ptr<StreamWorker>& worker : workers()) rethrow_worker_error(*worker);
+    if (checker_ != nullptr) checker_->device_synchronized();
+  }
 
   EventHandle create_event(bool enable_timing) override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -189,6 +246,7 @@ class SimBackend final : public Backend {
     auto it = std::find_if(events_.begin(), events_.end(),
                            [&](const auto& e) { return e.get() == event.impl; });
     GROVE_CHECK(it != events_.end(), device_.str(), ": destroy of an unknown event");
+    if (checker_ != nullptr) checker_->event_destroyed(it->get());
     events_.erase(it);
   }
 
@@ -196,25 +254,33 @@ class SimBackend final : public Backend {
     SimStream& s = stream_of(stream);
     auto& e = *static_cast<SimEvent*>(event.impl);
     if (s.capture != nullptr) {
-      check_capture_usable(s.capture);
+      captures_.check_usable(s.capture);
       e.capture = s.capture;
       e.frontier = s.frontier;
       return;
     }
-    if (stream.is_default())
-      forbid_during_capture("recording an event on the legacy default stream");
+    if (stream.is_default()) captures_.forbid("recording an event on the legacy default stream");
     e.capture = nullptr;
     e.frontier.clear();
     e.recorded = true;
-    e.time = std::chrono::steady_clock::now();
+    e.worker = s.worker;
+    if (s.worker != nullptr) {
+      e.ticket = s.worker->enqueue([time = e.time] { time->store(now_ns()); });
+    } else {
+      e.time->store(now_ns());
+    }
+    if (checker_ != nullptr) checker_->event_recorded(&e, &s);
   }
 
   void stream_wait_event(StreamHandle stream, EventHandle event) override {
     SimStream& s = stream_of(stream);
     auto& e = *static_cast<SimEvent*>(event.impl);
-    if (e.capture == nullptr) return;  // the work it marks has already run
+    if (e.capture == nullptr) {
+      if (s.capture == nullptr) wait_outside_capture(s, e);
+      return;
+    }
     Capture* capture = e.capture;
-    check_capture_usable(capture);
+    captures_.check_usable(capture);
     if (s.capture == nullptr) {
       GROVE_CHECK_AS(CaptureViolation, !stream.is_default(),
                      "the legacy default stream cannot join a capture");
@@ -224,7 +290,7 @@ class SimBackend final : public Backend {
       return;
     }
     if (s.capture != capture) {
-      violate(s.capture, "waiting on an event of a different capture");
+      captures_.violate(s.capture, "waiting on an event of a different capture");
     }
     for (size_t node : e.frontier) {
       if (std::find(s.frontier.begin(), s.frontier.end(), node) == s.frontier.end()) {
@@ -235,7 +301,13 @@ class SimBackend final : public Backend {
 
   void synchronize_event(EventHandle event) override {
     auto& e = *static_cast<SimEvent*>(event.impl);
-    if (e.capture != nullptr) violate(e.capture, "synchronizing an event recorded during capture");
+    if (e.capture != nullptr)
+      captures_.violate(e.capture, "synchronizing an event recorded during capture");
+    if (e.worker != nullptr) {
+      e.worker->wait_for(e.ticket);
+      rethrow_worker_error(*e.worker);
+    }
+    if (checker_ != nullptr) checker_->event_synchronized(&e);
   }
 
   float elapsed_ms(EventHandle start, EventHandle end) override {
@@ -243,7 +315,10 @@ class SimBackend final : public Backend {
     auto& b = *static_cast<SimEvent*>(end.impl);
     GROVE_CHECK(a.timing && b.timing, "elapsed_ms needs events created with timing enabled");
     GROVE_CHECK(a.recorded && b.recorded, "elapsed_ms needs both events recorded outside capture");
-    return std::chrono::duration<float, std::milli>(b.time - a.time).count();
+    for (SimEvent* e : {&a, &b}) {
+      if (e->worker != nullptr) e->worker->wait_for(e->ticket);
+    }
+    return static_cast<float>(b.time->load() - a.time->load()) / 1e6f;
   }
 
   KernelHandle load_kernel(const KernelSource& source) override {
@@ -285,37 +360,17 @@ class SimBackend final : public Backend {
     SimStream& s = stream_of(stream);
     GROVE_CHECK_AS(CaptureViolation, s.capture == nullptr,
                    "begin_capture on a stream that is already capturing");
-    auto capture = std::make_unique<Capture>();
-    capture->mode = mode;
-    capture->thread = std::this_thread::get_id();
-    capture->origin = &s;
-    capture->streams.insert(&s);
-    s.capture = capture.get();
-    s.frontier.clear();
-    std::lock_guard<std::mutex> lock(mutex_);
-    captures_.push_back(std::move(capture));
+    captures_.begin(s, mode);
   }
 
   GraphHandle end_capture(StreamHandle stream) override {
     SimStream& s = stream_of(stream);
     GROVE_CHECK_AS(CaptureViolation, s.capture != nullptr,
                    "end_capture on a stream that is not capturing");
-    Capture* capture = s.capture;
-    GROVE_CHECK_AS(CaptureViolation, capture->origin == &s,
+    GROVE_CHECK_AS(CaptureViolation, s.capture->origin == &s,
                    "end_capture must be called on the stream that began the capture");
-    if (!capture->invalidated) {
-      std::string unjoined = find_unjoined_stream(*capture);
-      if (!unjoined.empty()) {
-        capture->invalidated = true;
-        capture->reason = unjoined;
-      }
-    }
-    for (SimStream* member : capture->streams) {
-      member->capture = nullptr;
-      member->frontier.clear();
-    }
-    std::unique_ptr<Capture> owned = take_capture(capture);
-    forget_capture_events(capture);
+    std::unique_ptr<Capture> owned = captures_.end(s);
+    forget_capture_events(owned.get());
     if (owned->invalidated) {
       throw CaptureViolation(
           str_cat("stream capture on ", device_.str(), " was invalidated: ", owned->reason));
@@ -349,9 +404,24 @@ class SimBackend final : public Backend {
     SimStream& s = stream_of(stream);
     GROVE_CHECK_AS(CaptureViolation, s.capture == nullptr,
                    "launching a graph into a capturing stream is not supported by grove");
-    if (stream.is_default()) forbid_during_capture("launching on the legacy default stream");
+    if (stream.is_default()) captures_.forbid("launching on the legacy default stream");
     const auto& e = *static_cast<SimGraphExec*>(exec.impl);
-    for (size_t index : e.order) e.nodes[index].run();
+    if (checker_ != nullptr) {
+      for (size_t index : e.order) {
+        check_operation(s, e.nodes[index], str_cat(" (node ", index, " of a graph launch)"));
+      }
+    }
+    if (s.worker == nullptr) {
+      for (size_t index : e.order) e.nodes[index].run();
+      return;
+    }
+    // A snapshot: the exec may be updated or destroyed before the launch runs.
+    auto nodes = std::make_shared<std::vector<SimNode>>();
+    nodes->reserve(e.order.size());
+    for (size_t index : e.order) nodes->push_back(e.nodes[index]);
+    s.worker->enqueue([nodes] {
+      for (const SimNode& node : *nodes) node.run();
+    });
   }
 
   ExecUpdateResult update_graph_exec(GraphExecHandle exec, GraphHandle graph) override {
@@ -420,6 +490,16 @@ class SimBackend final : public Backend {
     delete static_cast<SimGraphExec*>(exec.impl);
   }
 
+  void note_block_allocated(void* address, size_t bytes, StreamHandle stream,
+                            bool handed_out) override {
+    if (checker_ != nullptr)
+      checker_->block_allocated(address, bytes, &stream_of(stream), handed_out);
+  }
+
+  void note_block_freed(void* address) override {
+    if (checker_ != nullptr) checker_->block_freed(address);
+  }
+
  private:
   SimStream& stream_of(StreamHandle stream) {
     return stream.is_default() ? legacy_stream_ : *static_cast<SimStream*>(stream.impl);
@@ -428,73 +508,19 @@ class SimBackend final : public Backend {
   void submit(StreamHandle stream, SimNode node) {
     SimStream& s = stream_of(stream);
     if (s.capture == nullptr) {
-      if (stream.is_default()) forbid_during_capture("work on the legacy default stream");
+      if (stream.is_default()) captures_.forbid("work on the legacy default stream");
+      if (checker_ != nullptr) check_operation(s, node, "");
+      if (s.worker != nullptr) {
+        s.worker->enqueue([node = std::move(node)] { node.run(); });
+        return;
+      }
       node.run();
       return;
     }
-    check_capture_usable(s.capture);
+    captures_.check_usable(s.capture);
     node.dependencies = s.frontier;
     s.capture->graph.nodes.push_back(std::move(node));
     s.frontier.assign(1, s.capture->graph.nodes.size() - 1);
-  }
-
-  void check_capture_usable(Capture* capture) {
-    GROVE_CHECK_AS(CaptureViolation, !capture->invalidated,
-                   "work submitted to a stream whose capture was invalidated (", capture->reason,
-                   "); end the capture to make the stream usable again");
-  }
-
-  [[noreturn]] void violate(Capture* capture, const std::string& what) {
-    if (!capture->invalidated) {
-      capture->invalidated = true;
-      capture->reason = what;
-    }
-    throw CaptureViolation(str_cat(what, " is not allowed on ", device_.str(),
-                                   " (CUDA would fail with cudaErrorStreamCaptureUnsupported); "
-                                   "the capture is invalidated"));
-  }
-
-  // Unsafe calls are forbidden while a capture is active in global mode
-  // anywhere, or in thread-local mode on the calling thread.
-  void forbid_during_capture(const std::string& what) {
-    Capture* forbidding = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& capture : captures_) {
-        bool applies = capture->mode == CaptureMode::kGlobal ||
-                       (capture->mode == CaptureMode::kThreadLocal &&
-                        capture->thread == std::this_thread::get_id());
-        if (applies && !capture->invalidated) {
-          forbidding = capture.get();
-          break;
-        }
-      }
-    }
-    if (forbidding != nullptr) violate(forbidding, what);
-  }
-
-  // A stream that joined a capture must have been joined back into the origin
-  // stream (the origin waited on an event recorded after its last work).
-  std::string find_unjoined_stream(const Capture& capture) {
-    std::vector<bool> reachable(capture.graph.nodes.size(), false);
-    std::vector<size_t> pending = capture.origin->frontier;
-    while (!pending.empty()) {
-      size_t node = pending.back();
-      pending.pop_back();
-      if (reachable[node]) continue;
-      reachable[node] = true;
-      for (size_t dependency : capture.graph.nodes[node].dependencies)
-        pending.push_back(dependency);
-    }
-    for (SimStream* member : capture.streams) {
-      for (size_t node : member->frontier) {
-        if (!reachable[node]) {
-          return "a stream that joined the capture was not joined back into the origin stream "
-                 "before end_capture (record an event on it and wait on it from the origin)";
-        }
-      }
-    }
-    return "";
   }
 
   // Note [Events recorded during capture]: recording an event on a capturing
@@ -512,34 +538,119 @@ class SimBackend final : public Backend {
     }
   }
 
-  std::unique_ptr<Capture> take_capture(Capture* capture) {
+  // The checker's view of a node about to run on `s`.
+  void check_operation(SimStream& s, const SimNode& node, const std::string& suffix) {
+    checker_->operation(&s, node.label() + suffix, sim::node_accesses(*checker_, node));
+  }
+
+  // An async copy with a host side on a stream with a worker: from pageable
+  // memory the source is read now (CUDA stages it before returning); into
+  // pageable memory the call returns when the copy has run.
+  void copy_with_host_async(SimStream& s, SimNode node) {
+    if (checker_ != nullptr) check_operation(s, node, "");
+    if (node.copy_kind == CopyKind::kHostToDevice && !is_pinned(node.source)) {
+      auto staged =
+          std::make_shared<std::vector<char>>(static_cast<const char*>(node.source),
+                                              static_cast<const char*>(node.source) + node.bytes);
+      s.worker->enqueue([staged, destination = node.destination] {
+        if (!staged->empty()) std::memcpy(destination, staged->data(), staged->size());
+      });
+      return;
+    }
+    bool pageable_destination =
+        node.copy_kind == CopyKind::kDeviceToHost && !is_pinned(node.destination);
+    uint64_t ticket = s.worker->enqueue([node = std::move(node)] { node.run(); });
+    if (!pageable_destination) return;
+    s.worker->wait_for(ticket);
+    rethrow_worker_error(*s.worker);
+    if (checker_ != nullptr) checker_->stream_synchronized(&s);
+  }
+
+  // A wait on an event recorded outside capture, by a stream not capturing.
+  void wait_outside_capture(SimStream& s, const SimEvent& e) {
+    if (checker_ != nullptr) checker_->stream_waited(&s, &e);
+    if (e.worker == nullptr || e.worker == s.worker) return;  // ran already, or stream order
+    s.worker->enqueue([worker = e.worker, ticket = e.ticket] { worker->wait_for(ticket); });
+  }
+
+  // The host has seen all of `s`'s work so far finish.
+  void host_saw_finish(SimStream& s) {
+    if (checker_ != nullptr) checker_->stream_synchronized(&s);
+  }
+
+  bool is_pinned(const void* pointer) {
+    const char* byte = static_cast<const char*>(pointer);
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = std::find_if(captures_.begin(), captures_.end(),
-                           [&](const auto& c) { return c.get() == capture; });
-    std::unique_ptr<Capture> owned = std::move(*it);
-    captures_.erase(it);
-    return owned;
+    auto it = pinned_.upper_bound(byte);
+    if (it == pinned_.begin()) return false;
+    --it;
+    return byte < it->first + std::max<size_t>(it->second, 1);
+  }
+
+  std::vector<std::shared_ptr<StreamWorker>> workers() {
+    std::vector<std::shared_ptr<StreamWorker>> result;
+    if (legacy_stream_.worker != nullptr) result.push_back(legacy_stream_.worker);
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& stream : streams_) {
+      if (stream->worker != nullptr) result.push_back(stream->worker);
+    }
+    return result;
+  }
+
+  // Waits until every stream's queued work has run.
+  void drain_all() {
+    if (!async_) return;
+    for (const std::shared_ptr<StreamWorker>& worker : workers()) worker->drain();
+  }
+
+  static void rethrow_worker_error(StreamWorker& worker) {
+    if (std::exception_ptr error = worker.take_error()) std::rethrow_exception(error);
   }
 
   Device device_;
+  CaptureRegistry captures_;
+  bool async_;
   size_t memory_limit_;
   std::mutex mutex_;
   size_t allocated_bytes_ = 0;
   std::unordered_map<void*, size_t> allocations_;
+  std::map<const char*, size_t> pinned_;  // pinned host allocations by address
   std::vector<std::unique_ptr<SimStream>> streams_;
   SimStream legacy_stream_;
   std::vector<std::unique_ptr<SimEvent>> events_;
   std::deque<SimKernel> kernels_;
-  std::vector<std::unique_ptr<Capture>> captures_;
   std::unique_ptr<BlasSupport> blas_;
+  std::unique_ptr<HazardChecker> checker_;  // null when SimOptions::hazards is kOff
 };
+
+SimBackend* as_sim(Backend& backend) { return dynamic_cast<SimBackend*>(&backend); }
 
 }  // namespace
 
 std::unique_ptr<Backend> make_sim_backend(Device device) {
+  return make_sim_backend(device, device.is_cpu() ? SimOptions{} : SimOptions::from_environment());
+}
+
+std::unique_ptr<Backend> make_sim_backend(Device device, SimOptions options) {
   GROVE_CHECK_AS(DeviceError, device.is_sim() || device.is_cpu(), "make_sim_backend(", device.str(),
                  "): only sim and cpu devices are emulated");
-  return std::make_unique<SimBackend>(device);
+  return std::make_unique<SimBackend>(device, options);
+}
+
+std::vector<sim::SimHazard> sim_hazards(Backend& backend) {
+  SimBackend* sim = as_sim(backend);
+  if (sim == nullptr || sim->checker() == nullptr) return {};
+  return sim->checker()->hazards();
+}
+
+void clear_sim_hazards(Backend& backend) {
+  SimBackend* sim = as_sim(backend);
+  if (sim != nullptr && sim->checker() != nullptr) sim->checker()->clear_hazards();
+}
+
+bool sim_is_async(Backend& backend) {
+  SimBackend* sim = as_sim(backend);
+  return sim != nullptr && sim->is_async();
 }
 
 }  // namespace grove::runtime

@@ -1,17 +1,41 @@
 // The sim Backend: device memory is host memory, but streams, events, stream
 // capture, graphs and their failure modes follow CUDA's rules (Note [Sim
-// execution model] in sim_backend.cc). The cpu device uses the same backend
-// with capture disabled.
+// execution model] in sim_backend.cc). Streams run in order on the calling
+// thread, or each on a worker of its own (Note [Asynchronous sim streams]),
+// and a checker can report stream-ordering hazards (Note [Stream hazards] in
+// hazard_checker.cc). The cpu device uses the same backend, synchronous and
+// without capture or checker.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/sim/hazard_checker.h"
 
 namespace grove::runtime {
 
+struct SimOptions {
+  // Each stream's work runs on a worker thread of its own (GROVE_SIM_ASYNC=1).
+  bool async = false;
+  // What the stream hazard checker does (GROVE_SIM_CHECK=off|record|throw).
+  sim::HazardMode hazards = sim::HazardMode::kOff;
+
+  // GROVE_SIM_ASYNC and GROVE_SIM_CHECK; unset means the defaults above.
+  static SimOptions from_environment();
+};
+
 // `device` is sim:N or cpu. GROVE_SIM_MEMORY_BYTES caps the sim device's memory
-// (default 16 GiB), so out-of-memory paths can be tested.
+// (default 16 GiB), so out-of-memory paths can be tested. The first form takes
+// its options from the environment.
 std::unique_ptr<Backend> make_sim_backend(Device device);
+std::unique_ptr<Backend> make_sim_backend(Device device, SimOptions options);
+
+// The hazards `backend`'s checker recorded (HazardMode::kRecord), oldest
+// first; empty for a backend that is not sim or checks nothing.
+std::vector<sim::SimHazard> sim_hazards(Backend& backend);
+void clear_sim_hazards(Backend& backend);
+// Whether `backend` is a sim backend whose streams run asynchronously.
+bool sim_is_async(Backend& backend);
 
 }  // namespace grove::runtime

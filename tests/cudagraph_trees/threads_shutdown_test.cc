@@ -101,6 +101,11 @@ TEST_P(TreeThreadsShutdown, BackwardOnAnotherThreadJoinsTheForwardsTreeAndReplay
         TreeManager& used = tree_manager_for(dev);
         same_manager = &used == &trees;
         grads = used.run(backward, std::move(inputs));
+        // The gradients are read on the main thread's stream: like PyTorch's
+        // autograd engine, finish the backward's stream before handing them
+        // over (async sim's hazard checker reports the read otherwise).
+        runtime::DeviceContext& context = runtime::device_context(dev);
+        context.backend().synchronize_stream(context.current_stream());
       }
       own_manager_after = &tree_manager_for(dev) != &trees;
     });

@@ -1,0 +1,105 @@
+// A sim backend of its own with chosen SimOptions, a caching allocator over it
+// and two streams, plus two host kernels: `produce` (out[i] = value, after an
+// optional gate opens) and `consume` (out[i] = in[i] + 1). The sim stream
+// tests (sim_async_test, sim_hazard_test) use it to stage races on purpose.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "runtime/caching_allocator.h"
+#include "runtime/sim/sim_backend.h"
+
+namespace grove::testing {
+
+// A flag a `produce` kernel waits on before it writes, so a test decides when
+// the producing stream finishes.
+struct Gate {
+  std::atomic<bool> open{false};
+};
+
+inline void produce_kernel(const runtime::LaunchDims*, const uint64_t* args) {
+  auto* out = reinterpret_cast<float*>(args[0]);
+  auto n = static_cast<int64_t>(args[1]);
+  float value;
+  auto bits = static_cast<uint32_t>(args[2]);
+  std::memcpy(&value, &bits, sizeof(value));
+  if (auto* gate = reinterpret_cast<Gate*>(args[3]); gate != nullptr) {
+    while (!gate->open.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = value;
+}
+
+inline void consume_kernel(const runtime::LaunchDims*, const uint64_t* args) {
+  auto* in = reinterpret_cast<const float*>(args[0]);
+  auto* out = reinterpret_cast<float*>(args[1]);
+  auto n = static_cast<int64_t>(args[2]);
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] + 1.0f;
+}
+
+struct SimStreamRig {
+  explicit SimStreamRig(runtime::SimOptions options)
+      : backend(runtime::make_sim_backend(runtime::kSimDevice, options)),
+        allocator(std::make_unique<runtime::CachingAllocator>(*backend)),
+        a(backend->create_stream()),
+        b(backend->create_stream()),
+        produce(backend->load_kernel({"produce", "", &produce_kernel})),
+        consume(backend->load_kernel({"consume", "", &consume_kernel})) {}
+  ~SimStreamRig() {
+    backend->synchronize_device();
+    allocator.reset();
+    backend->destroy_stream(a);
+    backend->destroy_stream(b);
+  }
+
+  runtime::StoragePtr buffer(int64_t n, runtime::StreamHandle stream) {
+    return allocator->allocate(static_cast<size_t>(n) * sizeof(float), stream);
+  }
+  void launch_produce(const runtime::StoragePtr& out, int64_t n, float value,
+                      runtime::StreamHandle stream, Gate* gate = nullptr) {
+    backend->launch_kernel(produce, {},
+                           runtime::KernelArgs()
+                               .add_pointer(out->address())
+                               .add_i64(n)
+                               .add_f32(value)
+                               .add_pointer(gate),
+                           stream);
+  }
+  void launch_consume(const runtime::StoragePtr& in, const runtime::StoragePtr& out, int64_t n,
+                      runtime::StreamHandle stream) {
+    backend->launch_kernel(
+        consume, {},
+        runtime::KernelArgs().add_pointer(in->address()).add_pointer(out->address()).add_i64(n),
+        stream);
+  }
+  // `n` floats of `storage`, read on `stream` after its queued work.
+  std::vector<float> read(const runtime::StoragePtr& storage, int64_t n,
+                          runtime::StreamHandle stream) {
+    std::vector<float> values(static_cast<size_t>(n));
+    backend->copy_async(values.data(), storage->address(), values.size() * sizeof(float),
+                        runtime::CopyKind::kDeviceToHost, stream);
+    backend->synchronize_stream(stream);
+    return values;
+  }
+  // Makes `waiter` wait for the work queued on `signaller` so far.
+  void order(runtime::StreamHandle signaller, runtime::StreamHandle waiter) {
+    runtime::EventHandle event = backend->create_event(false);
+    backend->record_event(event, signaller);
+    backend->stream_wait_event(waiter, event);
+    backend->destroy_event(event);
+  }
+  std::vector<runtime::sim::SimHazard> hazards() { return runtime::sim_hazards(*backend); }
+
+  std::unique_ptr<runtime::Backend> backend;
+  std::unique_ptr<runtime::CachingAllocator> allocator;
+  runtime::StreamHandle a, b;
+  runtime::KernelHandle produce, consume;
+};
+
+}  // namespace grove::testing
