@@ -68,6 +68,48 @@ class _Recorder(torch.fx.Interpreter):
         return value
 
 
+# Note [The import run leaves the inputs alone]: the importer runs the graph
+# once on the example inputs (the caller's own tensors: parameters, a KV
+# cache) to learn every value's shape and dtype and to fold constants. A graph
+# that updates an input in place (a static cache's index_copy_, a position
+# counter's add_) would apply that update at import time too, and every later
+# call would start from state advanced once more (HF's static-cache decode:
+# wrong tokens in both modes). So inputs an in-place op writes (through any
+# chain of views) are cloned for that run; the caller's tensors stay as they
+# were, and params still bind the caller's tensors. Test:
+# ImporterTest.test_importing_a_graph_that_updates_an_input_in_place_leaves_it_alone.
+_VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.slice", "aten.select",
+             "aten.expand", "aten.transpose", "aten.permute", "aten.t", "aten.unsqueeze",
+             "aten.squeeze", "aten.alias", "aten.as_strided", "aten.narrow", "aten.diagonal",
+             "aten.unflatten", "aten.flatten", "aten.view_as", "aten.unbind", "aten.split",
+             "aten.chunk", "aten.detach", "getitem"}
+
+
+def writes_argument(node):
+    """Whether an fx node is an op that writes its first argument in place."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None:
+        arguments = schema.arguments
+        return bool(arguments) and arguments[0].alias_info is not None and \
+            arguments[0].alias_info.is_write
+    return False
+
+
+def mutated_placeholders(graph):
+    """The placeholders an in-place op of `graph` writes, through views."""
+    mutated = set()
+    for node in graph.nodes:
+        if node.op != "call_function" or not writes_argument(node) or not node.args:
+            continue
+        base = node.args[0]
+        while isinstance(base, torch.fx.Node) and base.op == "call_function" and \
+                (op_name(base.target) in _VIEW_OPS or writes_argument(base)) and base.args:
+            base = base.args[0]
+        if isinstance(base, torch.fx.Node) and base.op == "placeholder":
+            mutated.add(base)
+    return mutated
+
+
 class Segment:
     """One grove program cut from the graph."""
 
@@ -135,9 +177,16 @@ class _Importer:
         self.name = name
         self.has_erf = has_erf
         recorder = _Recorder(module)
+        # Note [The import run leaves the inputs alone].
+        mutated = mutated_placeholders(module.graph)
+        placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+        run_inputs = [value.clone() if node in mutated and isinstance(value, torch.Tensor)
+                      else value for node, value in zip(placeholders, example_inputs)]
         with torch.no_grad():
-            recorder.run(*example_inputs)
+            recorder.run(*run_inputs)
         self.values = recorder.values
+        for node, value in zip(placeholders, example_inputs):
+            self.values[node] = value  # params bind the caller's tensors, not the copies
         self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         devices = [value.device for value in example_inputs if isinstance(value, torch.Tensor)]
         self.device = devices[0] if devices else torch.device("cpu")

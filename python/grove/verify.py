@@ -150,6 +150,12 @@ class StepChecker:
         if copy is not None:
             self.made[node] = (value, copy, maker)
 
+    def refresh(self):
+        """A PyTorch step wrote a value in place (an index_copy_ into a cache):
+        every value made so far is taken as it is now (views share memory)."""
+        for node, (value, _, maker) in list(self.made.items()):
+            self.made[node] = (value, snapshot(value), maker)
+
     def check_held_values(self, after):
         """Every value made earlier in the call still holds what it held."""
         for node, (value, copy, maker) in self.made.items():

@@ -238,6 +238,38 @@ class ImporterTest(unittest.TestCase):
             (y,) = second(h)
         torch.testing.assert_close(y, 4 * x)
 
+    def test_importing_a_graph_that_updates_an_input_in_place_leaves_it_alone(self):
+        # Note [The import run leaves the inputs alone]: HF's static KV cache
+        # advances a position counter (add_) and writes the cache
+        # (index_copy_) inside the compiled forward. Before the fix the
+        # import run advanced the caller's counter once more: every later
+        # call computed with a counter one ahead (wrong tokens, both modes).
+        def function(x, counter, cache, position):
+            counter.add_(1)
+            cache.index_copy_(0, position, x[None] * counter)
+            return cache.sum(0) + x * counter
+
+        x = torch.randn(8)
+        for backend in ("eager", "cudagraphs"):
+            counter, cache = torch.zeros(1), torch.zeros(4, 8)
+            position = torch.tensor([0])
+            graph = trace(function, x, counter.clone(), cache.clone(), position)
+            plan = importer.import_graph(graph, [x, counter, cache, position],
+                                         static_inputs=[1, 2], name="decode_like")
+            self.assertEqual(counter.item(), 0.0, "the import changed the caller's counter")
+            self.assertEqual(cache.abs().sum().item(), 0.0, "the import wrote the caller's cache")
+            runner = plan.compile(backend=backend, output_copies=lambda node: False,
+                                  verify=True)
+            expected_counter, expected_cache = torch.zeros(1), torch.zeros(4, 8)
+            for step in range(4):
+                position = torch.tensor([step])
+                expected = function(x, expected_counter, expected_cache, position)
+                result = runner(x, counter, cache, position)
+                torch.testing.assert_close(result, expected, rtol=RTOL, atol=ATOL,
+                                           msg=lambda m: "%s step %d: %s" % (backend, step, m))
+                self.assertEqual(counter.item(), step + 1.0)
+                torch.testing.assert_close(cache, expected_cache)
+
     def test_constants_made_without_inputs_are_folded_and_bound(self):
         def function(x):
             mask = torch.ones(4, 4).tril().bool()
