@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define GROVE_CAPI_VERSION 1
+#define GROVE_CAPI_VERSION 2  /* 2: grove_invocation_begin / _end */
 
 typedef enum grove_status {
   GROVE_OK = 0,

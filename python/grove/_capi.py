@@ -8,6 +8,10 @@ the header's layout exactly; the header only ever appends fields.
 import ctypes
 import os
 
+# The C API version this binding speaks (GROVE_CAPI_VERSION in capi/grove.h);
+# the library's is checked when it loads. Test: tests/python/capi_binding_test.py.
+CAPI_VERSION = 2
+
 OK = 0
 STATUS_NAMES = {
     1: "invalid argument",
@@ -99,7 +103,14 @@ def library():
     tried = []
     for path in _candidates():
         if os.path.exists(path):
-            _library = _declare(ctypes.CDLL(os.path.abspath(path)))
+            loaded = _declare(ctypes.CDLL(os.path.abspath(path)))
+            version = loaded.grove_capi_version()
+            if version != CAPI_VERSION:
+                raise ImportError(
+                    "grove: %s speaks C API version %d, and this grove package needs version "
+                    "%d; use the libgrove.so built with this package (bazel build "
+                    "//capi:libgrove.so)" % (path, version, CAPI_VERSION))
+            _library = loaded
             return _library
         tried.append(path)
     raise ImportError(
@@ -108,7 +119,12 @@ def library():
     )
 
 
-def _declare(lib):
+VOID_FUNCTIONS = ("grove_model_destroy", "grove_tensor_destroy", "grove_string_free",
+                  "grove_trees_destroy")
+
+
+def signatures():
+    """{name: argument types} of every grove_status function this binding declares."""
     p = ctypes.c_void_p
     size = ctypes.c_size_t
     i32p = ctypes.POINTER(ctypes.c_int32)
@@ -147,12 +163,16 @@ def _declare(lib):
         "grove_tensor_copy_to_host": [p, p, size],
         "grove_tensor_to_dlpack": [p, ctypes.POINTER(p)],
     }
-    for name, arguments in signatures.items():
+    return signatures
+
+
+def _declare(lib):
+    p = ctypes.c_void_p
+    for name, arguments in signatures().items():
         function = getattr(lib, name)
         function.argtypes = arguments
         function.restype = ctypes.c_int
-    for name in ("grove_model_destroy", "grove_tensor_destroy", "grove_string_free",
-                 "grove_trees_destroy"):
+    for name in VOID_FUNCTIONS:
         getattr(lib, name).argtypes = [p]
         getattr(lib, name).restype = None
     lib.grove_last_error.argtypes = []
