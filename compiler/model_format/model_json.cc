@@ -81,12 +81,45 @@ class Loader {
 int64_t Loader::dim_value(const json& entry, const std::string& field,
                           const Location& where) const {
   if (entry.is_string()) {
-    auto found = dims_.find(entry.get<std::string>());
-    if (found == dims_.end()) {
-      where.fail(field, str_cat("names the dimension \"", entry.get<std::string>(),
-                                "\", which \"dims\" does not declare"));
+    // Note [Dimension products]: "batch*24" is the product of its factors,
+    // each a declared dimension or a positive integer (an exported program's
+    // [batch * seq] reshape). Test: ModelJsonDims.ProductsOfDimensionsAndIntegers.
+    const std::string text = entry.get<std::string>();
+    if (text.find('*') == std::string::npos) {
+      auto found = dims_.find(text);
+      if (found == dims_.end()) {
+        where.fail(field,
+                   str_cat("names the dimension \"", text, "\", which \"dims\" does not declare"));
+      }
+      return found->second;
     }
-    return found->second;
+    int64_t product = 1;
+    size_t start = 0;
+    while (true) {
+      const size_t star = text.find('*', start);
+      const std::string factor =
+          text.substr(start, star == std::string::npos ? star : star - start);
+      int64_t value = 0;
+      if (!factor.empty() && factor.find_first_not_of("0123456789") == std::string::npos &&
+          factor.size() <= 12) {
+        value = std::stoll(factor);
+      } else {
+        auto found = dims_.find(factor);
+        if (found == dims_.end()) {
+          where.fail(field, str_cat("names the dimension \"", factor,
+                                    "\", which \"dims\" does not declare"));
+        }
+        value = found->second;
+      }
+      if (value <= 0 || product > ir::kMaxElements / value) {
+        where.fail(field, str_cat("is \"", text, "\": a product beyond the largest size (",
+                                  ir::kMaxElements, " elements) or with a factor below 1"));
+      }
+      product *= value;
+      if (star == std::string::npos) break;
+      start = star + 1;
+    }
+    return product;
   }
   if (!entry.is_number_integer()) {
     where.fail(field, str_cat("must be an integer or a dimension name, found ", type_name(entry),

@@ -142,9 +142,8 @@ class Bert(nn.Module):
     def forward(self, ids, attention_mask):
         positions = torch.arange(ids.shape[1], device=ids.device)
         x = self.norm(self.tokens(ids) + self.positions(positions)[None])
-        padding = (attention_mask[:, None, None, :] == 0)
-        mask = torch.zeros(padding.shape, dtype=x.dtype, device=x.device).masked_fill(
-            padding, torch.finfo(x.dtype).min)
+        # HF BERT's extended attention mask: 0 where attended, the dtype's min where padded.
+        mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
         for layer in self.layers:
             x = layer["norm1"](x + layer["attention"](x, mask))
             x = layer["norm2"](x + layer["down"](F.gelu(layer["up"](x))))

@@ -162,6 +162,30 @@ TEST(BadModelJson, HugeAndNegativeShapesNameTheInput) {
   expect_error<ModelFormatError>([&] { compiler::model_format::load_model(weird); }, {"x"});
 }
 
+// Note [Dimension products].
+TEST(ModelJsonDims, ProductsOfDimensionsAndIntegers) {
+  auto text = [](const std::string& shape) {
+    return R"({"name": "m", "dims": {"batch": 3, "seq": 5},
+               "inputs": [{"name": "x", "shape": )" +
+           shape + R"(, "dtype": "f32"}],
+               "nodes": [{"name": "y", "op": "reshape", "inputs": ["x"],
+                          "attrs": {"shape": ["batch*seq", 4]}}], "outputs": ["y"]})";
+  };
+  compiler::ir::Program program =
+      compiler::model_format::load_model(text(R"(["batch", "seq", 4])"));
+  EXPECT_EQ(program.dims().at("batch"), 3);
+  program = compiler::model_format::load_model(text(R"(["batch", "seq*2*2"])"));
+  expect_error<ModelFormatError>(
+      [&] { compiler::model_format::load_model(text(R"(["batch", "seq*nope", 4])")); },
+      {"nope", "does not declare"});
+  expect_error<ModelFormatError>(
+      [&] { compiler::model_format::load_model(text(R"(["batch*0", "seq", 4])")); },
+      {"batch*0", "factor below 1"});
+  expect_error<ModelFormatError>(
+      [&] { compiler::model_format::load_model(text(R"(["batch*99999999999", 65536, 4])")); },
+      {"largest size"});
+}
+
 TEST(BadModelJson, UnknownOpsFieldsAndNamesNameTheNode) {
   expect_error<ModelFormatError>(
       [] {
