@@ -416,7 +416,12 @@ int serve_command(const std::vector<std::string>& args) {
               options.http.host.c_str(), http.port(), printable(name).c_str());
   std::fflush(stdout);
   watcher->serving(http);
-  http.serve();
+  try {
+    http.serve();
+  } catch (...) {
+    watcher.reset();  // before `http` is destroyed: the watcher points at it
+    throw;
+  }
   watcher.reset();
   server.shutdown(serving::ShutdownMode::kDrain);
   serving::ServerStats stats = server.stats();
