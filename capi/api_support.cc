@@ -189,9 +189,31 @@ const grove_tensor& live(const grove_tensor* tensor) {
   return *tensor;
 }
 
-const grove_model& live(const grove_model* model) {
-  require(model != nullptr, "the model handle is null");
-  return *model;
+namespace {
+
+void leave_call(grove_model& model) {
+  // The last call out wakes a destroy that waits for it.
+  if (model.calls_in_flight.fetch_sub(1) == 1 && model.closing.load()) {
+    model.calls_in_flight.notify_all();
+  }
 }
+
+}  // namespace
+
+ModelCall::ModelCall(const grove_model* model) : model_(const_cast<grove_model*>(model)) {
+  require(model != nullptr, "the model handle is null");
+  // Announce the call, then look for a destroy: in the single total order of
+  // these sequentially consistent operations, either this call sees `closing`
+  // or the destroy sees this call in flight (Note [Destroying a model in use]).
+  model_->calls_in_flight.fetch_add(1);
+  if (model_->closing.load()) {
+    leave_call(*model_);
+    throw InvalidArgument(
+        "the model is being destroyed (grove_model_destroy runs on another thread); no call may "
+        "start on it now");
+  }
+}
+
+ModelCall::~ModelCall() { leave_call(*model_); }
 
 }  // namespace grove::capi

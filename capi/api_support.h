@@ -24,6 +24,9 @@ struct grove_model {
   std::vector<int32_t> output_dtypes;
   size_t output_count = 0;
   std::atomic<int64_t> borrowed_copies{0};
+  // Note [Destroying a model in use] (capi/grove.cc).
+  mutable std::atomic<int64_t> calls_in_flight{0};
+  std::atomic<bool> closing{false};
 };
 
 struct grove_tensor {
@@ -94,6 +97,21 @@ bool made_by_grove(const DLManagedTensor* managed);
 const Tensor& dlpack_tensor(const DLManagedTensor* managed);
 
 const grove_tensor& live(const grove_tensor* tensor);
-const grove_model& live(const grove_model* model);
+
+// One entry point's use of a model, from its first look at the handle to its
+// return: grove_model_destroy waits until none is left (Note [Destroying a
+// model in use]). Throws InvalidArgument for a null handle or one that is
+// being destroyed.
+class ModelCall {
+ public:
+  explicit ModelCall(const grove_model* model);
+  ~ModelCall();
+  ModelCall(const ModelCall&) = delete;
+  ModelCall& operator=(const ModelCall&) = delete;
+  grove_model& model() const { return *model_; }
+
+ private:
+  grove_model* model_;
+};
 
 }  // namespace grove::capi

@@ -24,7 +24,7 @@ namespace {
 
 using grove::str_cat;
 using grove::capi::InvalidArgument;
-using grove::capi::live;
+using grove::capi::ModelCall;
 using grove::capi::release_all;
 using grove::capi::require;
 using grove::capi::run_api;
@@ -289,7 +289,25 @@ grove_status grove_compile(const char* program_json, const char* options_json,
   return status;
 }
 
+// Note [Destroying a model in use]
+// Every entry point that takes a model holds a ModelCall (api_support.h) from
+// its first look at the handle to its return, counted in calls_in_flight.
+// grove_model_destroy sets `closing`, waits until no call is in flight, then
+// deletes: a call in flight on another thread finishes on a live model, and a
+// call that starts while the destroy waits is refused (InvalidArgument). The
+// count and the flag are sequentially consistent atomics (no lock on the call
+// path): a call increments and then reads the flag, the destroy sets the flag
+// and then reads the count, so one of the two always sees the other. A call
+// that starts after the destroy returned uses freed memory, as after free().
+// Guarded by CApiThreads.DestroyWaitsForTheCallsInFlight
+// (tests/capi/capi_threads_test.cc).
 void grove_model_destroy(grove_model* model) {
+  if (model == nullptr) return;
+  model->closing.store(true);
+  for (int64_t calls = model->calls_in_flight.load(); calls != 0;
+       calls = model->calls_in_flight.load()) {
+    model->calls_in_flight.wait(calls);
+  }
   try {
     delete model;
   } catch (...) {
@@ -300,14 +318,15 @@ void grove_model_destroy(grove_model* model) {
 grove_status grove_model_input_count(const grove_model* model, size_t* count) {
   return run_api("grove_model_input_count", [&] {
     require(count != nullptr, "the output pointer `count` is null");
-    *count = live(model).input_names.size();
+    *count = ModelCall(model).model().input_names.size();
   });
 }
 
 grove_status grove_model_input_name(const grove_model* model, size_t index, const char** name) {
   return run_api("grove_model_input_name", [&] {
     require(name != nullptr, "the output pointer `name` is null");
-    const grove_model& checked_model = live(model);
+    ModelCall call(model);
+    const grove_model& checked_model = call.model();
     require(index < checked_model.input_names.size(), "input index ", index,
             " is out of range; the model has ", checked_model.input_names.size(), " inputs");
     *name = checked_model.input_names[index].c_str();
@@ -317,7 +336,7 @@ grove_status grove_model_input_name(const grove_model* model, size_t index, cons
 grove_status grove_model_output_count(const grove_model* model, size_t* count) {
   return run_api("grove_model_output_count", [&] {
     require(count != nullptr, "the output pointer `count` is null");
-    *count = live(model).output_count;
+    *count = ModelCall(model).model().output_count;
   });
 }
 
@@ -328,11 +347,11 @@ grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs
   grove_status status = run_api("grove_model_run", [&] {
     require(count != nullptr, "the output pointer `count` is null");
     *count = 0;
-    require(model != nullptr, "the model handle is null");
+    ModelCall call(model);
     require(outputs != nullptr || capacity == 0, "capacity ", capacity,
             " but the outputs array is null");
     grove::compiler::TensorList results =
-        run_model(*model, inputs, input_count, stream, capacity, &handed);
+        run_model(call.model(), inputs, input_count, stream, capacity, &handed);
     std::vector<std::unique_ptr<grove_tensor>> handles;
     handles.reserve(results.size());
     for (Tensor& result : results) {
@@ -352,11 +371,11 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
   grove_status status = run_api("grove_model_run_dlpack", [&] {
     require(count != nullptr, "the output pointer `count` is null");
     *count = 0;
-    require(model != nullptr, "the model handle is null");
+    ModelCall call(model);
     require(managed != nullptr || capacity == 0, "capacity ", capacity,
             " but the `managed` array is null");
     grove::compiler::TensorList results =
-        run_model(*model, inputs, input_count, stream, capacity, &handed);
+        run_model(call.model(), inputs, input_count, stream, capacity, &handed);
     std::vector<DLManagedTensor*> made;
     made.reserve(results.size());
     try {
@@ -375,7 +394,8 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
 grove_status grove_model_output_dtype(const grove_model* model, size_t index, int32_t* dtype) {
   return run_api("grove_model_output_dtype", [&] {
     require(dtype != nullptr, "the output pointer `dtype` is null");
-    const grove_model& checked_model = live(model);
+    ModelCall call(model);
+    const grove_model& checked_model = call.model();
     require(index < checked_model.output_dtypes.size(), "output index ", index,
             " is out of range; the model has ", checked_model.output_dtypes.size(), " outputs");
     *dtype = checked_model.output_dtypes[index];
@@ -385,7 +405,7 @@ grove_status grove_model_output_dtype(const grove_model* model, size_t index, in
 grove_status grove_model_borrowed_copies(const grove_model* model, int64_t* count) {
   return run_api("grove_model_borrowed_copies", [&] {
     require(count != nullptr, "the output pointer `count` is null");
-    *count = live(model).borrowed_copies.load();
+    *count = ModelCall(model).model().borrowed_copies.load();
   });
 }
 
@@ -395,7 +415,8 @@ grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* 
   size_t handed = 0;
   grove_status status = run_api("grove_model_time_runs", [&] {
     require(seconds_per_call != nullptr, "the output pointer `seconds_per_call` is null");
-    const grove_model& checked_model = live(model);
+    ModelCall call(model);
+    const grove_model& checked_model = call.model();
     require(calls > 0, "calls must be positive, found ", calls);
     require(inputs != nullptr || input_count == 0, input_count, " inputs but the array is null");
     const Device device = checked_model.device;
@@ -425,25 +446,26 @@ grove_status grove_model_state(const grove_model* model, const char* name, grove
   return run_api("grove_model_state", [&] {
     require(tensor != nullptr, "the output pointer `tensor` is null");
     require(name != nullptr, "the state name is null");
-    *tensor = new grove_tensor{live(model).compiled->state(name)};
+    *tensor = new grove_tensor{ModelCall(model).model().compiled->state(name)};
   });
 }
 
 grove_status grove_model_mark_step_begin(grove_model* model) {
-  return run_api("grove_model_mark_step_begin", [&] { live(model).compiled->mark_step_begin(); });
+  return run_api("grove_model_mark_step_begin",
+                 [&] { ModelCall(model).model().compiled->mark_step_begin(); });
 }
 
 grove_status grove_model_stats_json(const grove_model* model, char** text) {
   return run_api("grove_model_stats_json", [&] {
     require(text != nullptr, "the output pointer `text` is null");
-    *text = grove::capi::copy_string(live(model).compiled->backend_stats());
+    *text = grove::capi::copy_string(ModelCall(model).model().compiled->backend_stats());
   });
 }
 
 grove_status grove_model_dot(const grove_model* model, char** text) {
   return run_api("grove_model_dot", [&] {
     require(text != nullptr, "the output pointer `text` is null");
-    *text = grove::capi::copy_string(live(model).compiled->backend_dot());
+    *text = grove::capi::copy_string(ModelCall(model).model().compiled->backend_dot());
   });
 }
 

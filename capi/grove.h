@@ -16,6 +16,12 @@
  * message (thread-local, valid until the thread's next failing call) naming
  * what was wrong. No C++ exception ever leaves this library. Handles are
  * opaque and each kind has its destroy call; destroying NULL does nothing.
+ * One model may be called from many threads at once (each thread records and
+ * replays into trees of its own); grove_model_destroy waits for the calls in
+ * flight on other threads and refuses calls that start while it waits (Note
+ * [Destroying a model in use], capi/grove.cc). A model whose program draws
+ * random numbers without explicit seeds keeps one generator state on the
+ * device: two threads calling it at once may draw the same numbers.
  * The layout of the structs below is part of the ABI (python/grove mirrors it
  * with ctypes): fields are only ever appended.
  */
@@ -97,7 +103,8 @@ typedef struct grove_tensor grove_tensor;
 const char* grove_last_error(void);
 int grove_capi_version(void);
 
-/* Compiles `program_json` (grove's JSON model format) with `options_json`
+/* Compiles `program_json` (grove's JSON model format, a NUL-terminated string:
+ * text after an embedded NUL is never read; python/grove refuses such text) with `options_json`
  * (NULL or "{}" for defaults): {"backend": "eager" | "cudagraphs",
  * "device": "sim:0" | "cuda:0" | ..., "dims": {"batch": 4},
  * "stage": "inference" | "forward" | "backward" | "optimizer",
@@ -110,6 +117,9 @@ int grove_capi_version(void);
 grove_status grove_compile(const char* program_json, const char* options_json,
                            const grove_state_binding* bindings, size_t binding_count,
                            grove_model** model);
+/* Waits until no call of `model` is in flight on another thread, then frees
+ * it. Never call it from inside a call of the same model (a release callback):
+ * it would wait for itself. */
 void grove_model_destroy(grove_model* model);
 
 grove_status grove_model_input_count(const grove_model* model, size_t* count);

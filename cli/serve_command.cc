@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -187,18 +188,30 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   return options;
 }
 
-// Waits for SIGTERM or SIGINT (blocked in every thread, see serve_command)
-// and stops the HTTP server when one arrives; ends when `done` is set.
+// Note [Signals during start-up]: SIGTERM and SIGINT are blocked in every
+// thread from the start of serve_command (threads inherit the mask), and one
+// watcher thread, started before anything that may take long (compiling and
+// warming up the buckets, reading the weights), waits for them. Before the
+// HTTP server exists a signal ends the process at once with status 0 and a
+// line saying so: nothing was received, so nothing is lost (the process used
+// to ignore the signal until it listened). Once serving, a signal stops the
+// HTTP server, which drains (Note [Draining on stop]). Guarded by
+// ServeFilesTest.test_sigterm_during_start_up_exits_before_listening
+// (tests/serving/serve_files_test.py).
 class SignalWatcher {
  public:
-  explicit SignalWatcher(serving::HttpServer& http) : http_(http) {
+  SignalWatcher() {
     thread_ = std::thread([this] { watch(); });
   }
   ~SignalWatcher() {
     done_ = true;
     thread_.join();
   }
-  int received() const { return received_; }
+  // From now on a signal drains `http` instead of ending the start-up.
+  void serving(serving::HttpServer& http) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    http_ = &http;
+  }
 
  private:
   void watch() {
@@ -209,20 +222,28 @@ class SignalWatcher {
     const timespec tick{0, 100 * 1000 * 1000};
     while (!done_) {
       int signal = sigtimedwait(&set, nullptr, &tick);
-      if (signal == SIGTERM || signal == SIGINT) {
-        received_ = signal;
-        std::printf("received %s: draining (every request received is answered)\n",
-                    signal == SIGTERM ? "SIGTERM" : "SIGINT");
+      if (signal != SIGTERM && signal != SIGINT) continue;
+      const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (http_ == nullptr) {
+        std::printf(
+            "received %s during start-up: exiting before serving (no request was "
+            "received)\n",
+            name);
         std::fflush(stdout);
-        http_.stop();
-        return;
+        std::fflush(stderr);
+        std::_Exit(0);
       }
+      std::printf("received %s: draining (every request received is answered)\n", name);
+      std::fflush(stdout);
+      http_->stop();
+      return;
     }
   }
 
-  serving::HttpServer& http_;
+  std::mutex mutex_;
+  serving::HttpServer* http_ = nullptr;
   std::atomic<bool> done_{false};
-  std::atomic<int> received_{0};
   std::thread thread_;
 };
 
@@ -242,7 +263,7 @@ const CommandSpec& serve_command_spec() {
       "GET /v2/health/live, /v2/health/ready, /v2/models/NAME, /metrics (Prometheus) and\n"
       "POST /v2/models/NAME/infer with JSON tensors. Requests are batched (up to --max-batch\n"
       "rows, waiting at most --max-wait-us for company). A full queue answers 503 with\n"
-      "Retry-After; SIGTERM or SIGINT drains and exits 0.",
+      "Retry-After; SIGTERM or SIGINT drains and exits 0 (during start-up: exits 0 at once).",
       {
           {"--weights", "FILE",
            "params and buffers from a safetensors file (default: initializers)"},
@@ -285,6 +306,8 @@ int serve_command(const std::vector<std::string>& args) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::optional<SignalWatcher> watcher;
+  watcher.emplace();  // Note [Signals during start-up]
 
   ModelSpec one_row = options.model;
   one_row.dims["batch"] = 1;
@@ -308,9 +331,13 @@ int serve_command(const std::vector<std::string>& args) {
   if (!options.plan_note.empty()) std::printf("buckets %s\n", options.plan_note.c_str());
   std::optional<compiler::weights::SafetensorsFile> weights;
   if (!options.weights_path.empty()) {
-    weights = compiler::weights::SafetensorsFile::open(options.weights_path);
+    // Note [Weights kept for re-plans]: the server reads the file once into
+    // memory it owns; a mapping would fault (SIGBUS) when a re-plan reads a
+    // file truncated since. Guarded by
+    // ServeFilesTest.test_weights_truncated_while_serving_are_not_read_again.
+    weights = compiler::weights::SafetensorsFile::read(options.weights_path);
     compiler::weights::check_weights(probe, *weights);  // before compiling anything
-    std::printf("weights %s: %s, copied into each bucket's model\n",
+    std::printf("weights %s: %s, read into memory once and copied into each bucket's model\n",
                 printable(options.weights_path).c_str(), weights_summary(*weights).c_str());
     options.server.prepare_model = [&weights](const compiler::backends::CompiledModel& model) {
       compiler::weights::load_weights(model, *weights);
@@ -388,10 +415,14 @@ int serve_command(const std::vector<std::string>& args) {
   std::printf("listening on http://%s:%d (POST /v2/models/%s/infer, GET /metrics)\n",
               options.http.host.c_str(), http.port(), printable(name).c_str());
   std::fflush(stdout);
-  {
-    SignalWatcher watcher(http);
+  watcher->serving(http);
+  try {
     http.serve();
+  } catch (...) {
+    watcher.reset();  // before `http` is destroyed: the watcher points at it
+    throw;
   }
+  watcher.reset();
   server.shutdown(serving::ShutdownMode::kDrain);
   serving::ServerStats stats = server.stats();
   if (!options.stats_json_path.empty()) {

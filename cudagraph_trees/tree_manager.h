@@ -135,7 +135,9 @@ class TreeManager {
   void set_mutation_classifier(std::unique_ptr<MutationClassifier> classifier);
 
   // JSON: functions, nodes, counters (recordings, replays, warm-ups, re-records
-  // and fallbacks by reason, checkpoint restores, ...) and the pool's bytes.
+  // and fallbacks by reason, checkpoint restores, ...), the pool's bytes and
+  // "bookkeeping": what the nodes hold on the host (child slots, checkpoint
+  // blocks, path lists, an estimate in bytes).
   nlohmann::json stats() const;
   const TreeCounters& counters() const { return counters_; }
   std::string dot() const;
@@ -244,6 +246,7 @@ class TreeManager {
   void move_kept_state_out_of_pool(const RegisteredFunction& function);
   // Addresses of pool blocks owned by live outputs the tree tracks.
   std::unordered_set<const void*> owned_pool_addresses() const;
+  nlohmann::json bookkeeping_json() const;
   // Note [Inputs in reclaimed pool memory].
   void check_pool_inputs_are_owned(const RegisteredFunction& function,
                                    const TensorList& inputs) const;

@@ -62,6 +62,7 @@ nlohmann::json TreeManager::stats() const {
     functions.push_back(std::move(entry));
   }
   json["functions"] = std::move(functions);
+  json["bookkeeping"] = bookkeeping_json();
   if (shut_down_) {
     json["pool"] = pool_json(runtime::PoolStats{});
     json["pool"]["live_blocks_at_shutdown"] = live_blocks_at_shutdown_;
@@ -69,6 +70,37 @@ nlohmann::json TreeManager::stats() const {
     json["pool"] = pool_json(allocator_.stats(pool_));
   }
   return json;
+}
+
+// What the tree's nodes hold on the host besides their graphs, as counts and
+// an estimate in bytes: each must grow linearly with the nodes (Note [Child
+// slots by function]).
+nlohmann::json TreeManager::bookkeeping_json() const {
+  size_t child_slots = root_slots_.size();
+  size_t checkpoint_segments = 0;
+  size_t checkpoint_blocks = 0;
+  size_t path_lists = 0;
+  size_t nodes = 0;
+  for_each_node(roots_, [&](TreeNode& node) {
+    ++nodes;
+    child_slots += node.slot_count();
+    checkpoint_segments += node.checkpoint().segments.size();
+    for (const runtime::SegmentState& segment : node.checkpoint().segments) {
+      checkpoint_blocks += segment.blocks.size();
+    }
+    path_lists += node.live_after().size() + node.expected_dead_before().size() +
+                  node.expected_dead_after().size();
+  });
+  for (const auto& node : warmup_path_) child_slots += node->slot_count();
+  const size_t bytes = nodes * sizeof(TreeNode) + child_slots * sizeof(ChildSlot) +
+                       checkpoint_segments * sizeof(runtime::SegmentState) +
+                       checkpoint_blocks * sizeof(runtime::BlockState) +
+                       path_lists * sizeof(const TrackedStorage*);
+  return {{"child_slots", child_slots},
+          {"checkpoint_segments", checkpoint_segments},
+          {"checkpoint_blocks", checkpoint_blocks},
+          {"path_list_entries", path_lists},
+          {"estimated_host_bytes", bytes}};
 }
 
 std::string TreeManager::dot() const {
@@ -165,27 +197,32 @@ void TreeManager::verify() const {
   // The tree: parents, slots and ids agree.
   std::set<int64_t> ids;
   std::string problem;
-  auto check_slots = [&](const std::vector<ChildSlot>& slots, const TreeNode* parent) {
-    for (size_t f = 0; f < slots.size(); ++f) {
-      for (const TreeNode* child : slots[f].children) {
-        if (child->parent() != parent)
-          problem = str_cat("node ", child->id(), " has the wrong parent");
-        if (child->function_id().value != f) {
-          problem = str_cat("node ", child->id(), " sits in the slot of function ", f);
-        }
+  auto check_slot = [&](const ChildSlot& slot, size_t f, const TreeNode* parent) {
+    for (const TreeNode* child : slot.children) {
+      if (child->parent() != parent)
+        problem = str_cat("node ", child->id(), " has the wrong parent");
+      if (child->function_id().value != f) {
+        problem = str_cat("node ", child->id(), " sits in the slot of function ", f);
       }
     }
   };
-  check_slots(root_slots_, nullptr);
+  for (size_t f = 0; f < root_slots_.size(); ++f) check_slot(root_slots_[f], f, nullptr);
   size_t slotted = 0;
   for (const ChildSlot& slot : root_slots_) slotted += slot.children.size();
   GROVE_CHECK(slotted == roots_.size(), "verify: ", roots_.size(), " roots but ", slotted,
               " in root slots");
   for_each_node(roots_, [&](TreeNode& node) {
     if (!ids.insert(node.id()).second) problem = str_cat("graph id ", node.id(), " repeats");
-    check_slots(node.slots(), &node);
     size_t in_slots = 0;
-    for (const ChildSlot& slot : node.slots()) in_slots += slot.children.size();
+    std::set<uint32_t> slot_functions;
+    for (size_t i = 0; i < node.slot_count(); ++i) {
+      const uint32_t f = node.slot_function(i).value;
+      if (!slot_functions.insert(f).second) {
+        problem = str_cat("node ", node.id(), " has two slots for function ", f);
+      }
+      check_slot(node.slot_at(i), f, &node);
+      in_slots += node.slot_at(i).children.size();
+    }
     if (in_slots != node.owned_children().size()) {
       problem = str_cat("node ", node.id(), " owns ", node.owned_children().size(),
                         " children but its slots list ", in_slots);

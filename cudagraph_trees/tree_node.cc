@@ -10,6 +10,13 @@ PathNode::PathNode(PathNode* parent, const RegisteredFunction& function, int64_t
       generation_(generation),
       depth_(parent == nullptr ? 0 : parent->depth() + 1) {}
 
+ChildSlot& PathNode::slot(FunctionId id) {
+  if (ChildSlot* found = find_slot(id)) return *found;
+  slot_functions_.push_back(id.value);
+  slots_.push_back(std::make_unique<ChildSlot>());
+  return *slots_.back();
+}
+
 bool PathNode::any_output_live() const {
   for (const TrackedStorage& storage : tracked()) {
     if (storage.live()) return true;
@@ -38,7 +45,8 @@ TreeNode* TreeNode::add_child(std::unique_ptr<TreeNode> child) {
 
 const std::vector<TreeNode*>& TreeNode::children(FunctionId id) const {
   static const std::vector<TreeNode*> kNone;
-  return id.value < slots().size() ? slots()[id.value].children : kNone;
+  const ChildSlot* found = find_slot(id);
+  return found != nullptr ? found->children : kNone;
 }
 
 size_t TreeNode::num_descendants() const {

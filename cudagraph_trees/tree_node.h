@@ -4,10 +4,10 @@
 // liveness facts replays must reproduce. A WarmupNode is one eager run inside
 // the pool; it only tracks its outputs and is dropped when its path ends.
 //
-// Children are kept per function id in ChildSlots, a vector indexed by the
-// dense FunctionId, which also carry the decisions cached per (parent,
-// function): eager fallback, mutation classification, re-record counts and
-// demoted managed inputs.
+// Children are kept per function id in ChildSlots (Note [Child slots by
+// function]), which also carry the decisions cached per (parent, function):
+// eager fallback, mutation classification, re-record counts and demoted
+// managed inputs.
 #pragma once
 
 #include <cstdint>
@@ -58,14 +58,25 @@ class PathNode {
   const std::vector<TrackedStorage>& tracked() const { return *tracked_; }
   bool any_output_live() const;
 
-  ChildSlot* find_slot(FunctionId id) {
-    return id.value < slots_.size() ? &slots_[id.value] : nullptr;
+  // Note [Child slots by function]: a node holds one ChildSlot per function
+  // called right after it, found by a scan over their ids. They used to be a
+  // vector indexed by the dense FunctionId, so a node followed by function k
+  // held k slots: a path of N piecewise segments (one function each) held
+  // N^2 / 2 of them, 2 GB at N = 5,000 (issue 35, case 13). A node is followed
+  // by few functions (one on a piecewise path), so the scan reads one or two
+  // ids. Each slot has its own allocation, so a reference to it stays valid
+  // while other slots are added. Guarded by
+  // Bookkeeping.PiecewisePathsCostLinearHostMemory (tests/cudagraph_trees).
+  ChildSlot* find_slot(FunctionId id) const {
+    for (size_t i = 0; i < slot_functions_.size(); ++i) {
+      if (slot_functions_[i] == id.value) return slots_[i].get();
+    }
+    return nullptr;
   }
-  ChildSlot& slot(FunctionId id) {
-    if (id.value >= slots_.size()) slots_.resize(id.value + 1);
-    return slots_[id.value];
-  }
-  const std::vector<ChildSlot>& slots() const { return slots_; }
+  ChildSlot& slot(FunctionId id);
+  size_t slot_count() const { return slots_.size(); }
+  FunctionId slot_function(size_t index) const { return FunctionId{slot_functions_[index]}; }
+  const ChildSlot& slot_at(size_t index) const { return *slots_[index]; }
 
  protected:
   void set_tracked(std::vector<TrackedStorage>* tracked) { tracked_ = tracked; }
@@ -77,7 +88,8 @@ class PathNode {
   int64_t generation_;
   size_t depth_;
   std::vector<TrackedStorage>* tracked_ = nullptr;
-  std::vector<ChildSlot> slots_;
+  std::vector<uint32_t> slot_functions_;  // the function id of each slot
+  std::vector<std::unique_ptr<ChildSlot>> slots_;
 };
 
 class WarmupNode final : public PathNode {

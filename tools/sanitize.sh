@@ -28,6 +28,7 @@ tsan_targets=(
   //tests/cudagraph_trees/...
   //tests/reliability:threads_test
   //tests/reliability:fault_injection_test
+  //tests/capi:capi_threads_test
 )
 
 run() {

@@ -90,18 +90,35 @@ uint64_t max_safetensors_header_bytes() {
   return static_cast<uint64_t>(value);
 }
 
+namespace {
+
+// Note [Weights files that cannot block]: a FIFO (or a terminal, a socket)
+// named as a weights or inputs file would block open() until a writer came,
+// and the process with it (issue 35, case 11). So the file is opened with
+// O_NONBLOCK, which never waits, and refused unless fstat says it is a
+// regular file, before anything reads it. Guarded by
+// Safetensors.AFifoIsRefusedWithoutBlocking and the FIFO cases of
+// tests/serving/serve_files_test.py.
+int open_regular_file(const std::string& path, struct stat& status) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  GROVE_CHECK_AS(WeightsFormatError, fd >= 0, "cannot open weights file '", path,
+                 "': ", std::strerror(errno));
+  if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+    ::close(fd);
+    throw WeightsFormatError(str_cat("weights file '", path,
+                                     "' is not a regular file (a FIFO, device or directory); give "
+                                     "a .safetensors file"));
+  }
+  return fd;
+}
+
+}  // namespace
+
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile file;
   file.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  GROVE_CHECK_AS(WeightsFormatError, fd >= 0, "cannot open weights file '", path,
-                 "': ", std::strerror(errno));
   struct stat status {};
-  if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
-    ::close(fd);
-    throw WeightsFormatError(
-        str_cat("weights file '", path, "' is not a regular file; give a .safetensors file"));
-  }
+  int fd = open_regular_file(path, status);
   file.size_ = static_cast<size_t>(status.st_size);
   if (file.size_ > 0) {
     void* mapping = ::mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -117,6 +134,27 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   ::close(fd);
   file.parse();
   return file;
+}
+
+SafetensorsFile SafetensorsFile::read(const std::string& path) {
+  struct stat status {};
+  int fd = open_regular_file(path, status);
+  std::vector<uint8_t> bytes(static_cast<size_t>(status.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t got = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      int error = got < 0 ? errno : 0;
+      ::close(fd);
+      throw WeightsFormatError(str_cat("cannot read weights file '", path, "': ",
+                                       error != 0 ? std::strerror(error) : "it shrank while read",
+                                       " (", done, " of ", bytes.size(), " bytes read)"));
+    }
+    done += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  return from_bytes(std::move(bytes), path);
 }
 
 SafetensorsFile SafetensorsFile::from_bytes(std::vector<uint8_t> bytes, const std::string& what) {

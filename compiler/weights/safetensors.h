@@ -63,8 +63,15 @@ struct SafetensorsEntry {
 
 class SafetensorsFile {
  public:
-  // Maps and validates `path` (Note [Safetensors validated before use]).
+  // Maps and validates `path` (Note [Safetensors validated before use]). The
+  // mapping reads the file on use: for a caller that reads the tensors once,
+  // right away. A file that is not regular (a FIFO) is refused without
+  // blocking (Note [Weights files that cannot block], safetensors.cc).
   static SafetensorsFile open(const std::string& path);
+  // Reads `path` into memory the object owns, then validates it: later reads
+  // never touch the file, so a file truncated or rewritten meanwhile cannot
+  // fault them (grove serve keeps its weights for re-plans).
+  static SafetensorsFile read(const std::string& path);
   // Validates a file held in memory (`what` names it in messages); the file
   // object keeps its own copy.
   static SafetensorsFile from_bytes(std::vector<uint8_t> bytes, const std::string& what);

@@ -18,6 +18,7 @@ import threading
 import weakref
 
 from grove import _capi
+from grove._calls import CallGate
 from grove._capi import GroveError, StaleOutputError
 
 __all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output",
@@ -47,6 +48,13 @@ def _release(context):
 
 
 _release_callback = _capi.RELEASE(_release)
+
+
+def _release_descs(descs, count):
+    """Runs the releases of descriptions no grove call took."""
+    for index in range(count):
+        if descs[index].release:
+            _release(descs[index].release_context)
 
 
 def _hold(obj):
@@ -251,14 +259,27 @@ def _storage_hook():
     return getattr(torch._C, "_set_storage_access_error_msg", None) if torch else None
 
 
+def _c_text(text, what):
+    """`text` encoded for the C API, which reads a NUL-terminated string: a NUL
+    inside it would silently end the text there, so it is refused."""
+    if "\0" in text:
+        raise ValueError("grove: %s holds a NUL character at offset %d; the C API reads text up "
+                         "to the first NUL, so remove it (or escape it as \\u0000 inside a JSON "
+                         "string)" % (what, text.index("\0")))
+    return text.encode()
+
+
 class Model:
-    """A compiled grove program (a grove_model handle)."""
+    """A compiled grove program (a grove_model handle). One model may be
+    called from many threads at once; close() waits for the calls in flight
+    (Note [One model, many threads], _calls.py)."""
 
     def __init__(self, program, backend="eager", device="sim", dims=None, params=None,
                  never_capture=False, skip_warmup=False, stage="inference", copy_outputs=None,
                  verify=None):
         lib = _capi.library()
-        text = program if isinstance(program, str) else json.dumps(program)
+        text = _c_text(program if isinstance(program, str) else json.dumps(program),
+                       "the program text")
         # Note [Verify mode] (verify.py): a graph backend's first calls are
         # compared with a grove eager twin of the same program.
         from grove import verify as verify_mode
@@ -290,11 +311,12 @@ class Model:
         bindings = (_capi.StateBinding * max(len(params), 1))()
         self._bound_keepalive = []
         for index, (name, tensor) in enumerate(params.items()):
+            encoded = _c_text(name, "param name %r" % name)
             desc, keep = describe(tensor, self._host_device, "param '%s'" % name)
-            bindings[index] = _capi.StateBinding(name.encode(), desc)
+            bindings[index] = _capi.StateBinding(encoded, desc)
             self._bound_keepalive.append(keep)
         handle = ctypes.c_void_p()
-        _capi.check(lib.grove_compile(text.encode(), json.dumps(options).encode(), bindings,
+        _capi.check(lib.grove_compile(text, json.dumps(options).encode(), bindings,
                                       len(params), ctypes.byref(handle)))
         self._handle = handle
         count = ctypes.c_size_t()
@@ -307,8 +329,6 @@ class Model:
         self.input_names = names
         _capi.check(lib.grove_model_output_count(handle, ctypes.byref(count)))
         self.output_count = count.value
-        self._outputs = (ctypes.c_void_p * max(self.output_count, 1))()
-        self._kept = []  # (weak reference to a returned tensor, its DLManagedTensor*)
         # copy_outputs: None follows Note [Kept outputs through DLPack]; else one
         # bool per output (Note [Saved activations stay in the pool], training.py).
         default_copy = Model.default_copy(backend)
@@ -324,14 +344,9 @@ class Model:
         for index in range(self.output_count):
             _capi.check(lib.grove_model_output_dtype(handle, index, ctypes.byref(dtype)))
             self._bool_outputs.append(dtype.value == _capi.BOOL)
-        # The fast path (Model.call_torch): one reused description per input,
-        # rebuilt only when that input's layout changes.
-        self._descs = (_capi.TensorDesc * max(len(names), 1))()
-        self._layouts = [None] * len(names)
-        self._layout_arrays = [None] * len(names)
-        self._managed = (ctypes.c_void_p * max(self.output_count, 1))()
-        self._produced = ctypes.c_size_t()
-        self._produced_ref = ctypes.byref(self._produced)
+        # The fast path (Model.call_torch): per thread, one reused description
+        # per input, rebuilt only when that input's layout changes.
+        self._gate = CallGate(len(names), self.output_count)
         fast = _capi.fast_library()
         self._run_dlpack = fast.grove_model_run_dlpack
         self._dlpack_check = fast.grove_dlpack_check
@@ -339,7 +354,6 @@ class Model:
         self._output_capacity = ctypes.c_size_t(self.output_count)
         self._watch_kept = backend != "eager" and _storage_hook() is not None
         self._tag_outputs = backend != "eager" and copy_outputs is not None
-        self._desc_items = [self._descs[index] for index in range(len(names))]
         self._from_dlpack = _from_dlpack() if _torch() is not None else None
 
     @staticmethod
@@ -350,8 +364,12 @@ class Model:
         return backend != "eager" and _storage_hook() is None
 
     def close(self):
+        """Destroys the model once the calls in flight on other threads have
+        returned; later calls raise GroveError."""
+        gate = getattr(self, "_gate", None)
+        if gate is not None and not gate.close():
+            return
         if getattr(self, "_handle", None):
-            self._kept = []
             _capi.library().grove_model_destroy(self._handle)
             self._handle = None
 
@@ -372,10 +390,19 @@ class Model:
             desc, kept = describe(value, self._host_device, "input '%s'" % name)
             descs[index] = desc
             keep.append(kept)
+        outputs = (ctypes.c_void_p * max(self.output_count, 1))()
         produced = ctypes.c_size_t()
-        _capi.check(lib.grove_model_run(self._handle, descs, count, stream, self._outputs,
-                                        self.output_count, ctypes.byref(produced)))
-        return [Output(self._outputs[i]) for i in range(produced.value)]
+        try:
+            state = self._gate.enter()
+        except GroveError:
+            _release_descs(descs, count)
+            raise
+        try:
+            _capi.check(lib.grove_model_run(self._handle, descs, count, stream, outputs,
+                                            self.output_count, ctypes.byref(produced)))
+        finally:
+            self._gate.leave(state)
+        return [Output(outputs[i]) for i in range(produced.value)]
 
     def time_runs(self, *inputs, calls=100, stream=None):
         """Mean seconds of one call made `calls` times from C++ (no Python)."""
@@ -387,8 +414,16 @@ class Model:
             descs[index] = desc
             keep.append(kept)
         seconds = ctypes.c_double()
-        _capi.check(lib.grove_model_time_runs(self._handle, descs, len(inputs), stream, calls,
-                                              ctypes.byref(seconds)))
+        try:
+            state = self._gate.enter()
+        except GroveError:
+            _release_descs(descs, len(inputs))
+            raise
+        try:
+            _capi.check(lib.grove_model_time_runs(self._handle, descs, len(inputs), stream,
+                                                  calls, ctypes.byref(seconds)))
+        finally:
+            self._gate.leave(state)
         return seconds.value
 
     def __call__(self, *inputs, stream=None):
@@ -436,32 +471,41 @@ class Model:
         DLPack (Note [Kept outputs through DLPack]). Returns a list."""
         if _handed_gradients and self._keeps_handed_gradients:
             keep_handed_gradients()
-        layouts = self._layouts
+        gate = self._gate
+        state = gate.enter()
+        try:
+            return self._call_torch(state, inputs, stream)
+        finally:
+            gate.leave(state)
+
+    def _call_torch(self, state, inputs, stream):
+        layouts = state.layouts
         if len(inputs) != len(layouts):
             self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
-        items = self._desc_items
+        items = state.desc_items
         index = 0
         for tensor in inputs:
             layout = (tensor.shape, tensor.stride(), tensor.dtype, tensor.get_device())
             if layout != layouts[index]:
                 desc, keep = describe(tensor, self._host_device, "input %d" % index,
                                       release=False)
-                self._descs[index] = desc
-                self._layout_arrays[index] = keep[:2]
+                state.descs[index] = desc
+                state.layout_arrays[index] = keep[:2]
                 layouts[index] = layout
             else:
                 items[index].data = tensor.data_ptr()
             index += 1
-        status = self._run_dlpack(self._handle, self._descs, self._input_counts[index],
-                                  ctypes.c_void_p(stream) if stream else None, self._managed,
-                                  self._output_capacity, self._produced_ref)
+        status = self._run_dlpack(self._handle, state.descs, self._input_counts[index],
+                                  ctypes.c_void_p(stream) if stream else None, state.managed,
+                                  self._output_capacity, state.produced_ref)
         if status:
             _capi.check(status)
         from_dlpack = self._from_dlpack
         results = []
-        managed = self._managed
-        kept = self._kept
-        for index in range(self._produced.value):
+        managed = state.managed
+        kept = state.kept
+        produced = state.produced.value
+        for index in range(produced):
             pointer = managed[index]
             value = from_dlpack(_capsule_new(pointer, b"dltensor", None))
             if self._bool_outputs[index]:
@@ -478,17 +522,18 @@ class Model:
                     kept.append((weakref.ref(value), pointer))
             results.append(value)
         if len(kept) > len(results):
-            self._check_kept_dlpack()
+            self._check_kept_dlpack(state, produced)
         return results
 
-    def _check_kept_dlpack(self, newest=None):
-        """Poisons every earlier output still alive that grove reports stale;
-        the `newest` outputs (this call's) are fresh and kept unchecked."""
+    def _check_kept_dlpack(self, state, newest):
+        """Poisons every earlier output of this thread still alive that grove
+        reports stale; the `newest` outputs (this call's) are fresh and kept
+        unchecked."""
         hook = None
         alive = []
-        current = self._produced.value if newest is None else newest
-        newest_entries = self._kept[len(self._kept) - current:] if current else []
-        for reference, pointer in self._kept[:len(self._kept) - current]:
+        kept = state.kept
+        newest_entries = kept[len(kept) - newest:] if newest else []
+        for reference, pointer in kept[:len(kept) - newest]:
             value = reference()
             if value is None:
                 continue
@@ -498,22 +543,32 @@ class Model:
             hook = hook or _storage_hook()
             message = _capi.library().grove_last_error().decode("utf-8", "replace")
             hook(value, "grove: " + message)
-        self._kept = alive + newest_entries
+        state.kept = alive + newest_entries
+
+    def _checked(self, call):
+        """call(handle) inside the gate (Note [One model, many threads])."""
+        state = self._gate.enter()
+        try:
+            _capi.check(call(self._handle))
+        finally:
+            self._gate.leave(state)
+        return state
 
     def mark_step_begin(self):
-        _capi.check(_capi.library().grove_model_mark_step_begin(self._handle))
-        if self._kept:
-            self._check_kept_dlpack(newest=0)
+        state = self._checked(_capi.library().grove_model_mark_step_begin)
+        if state.kept:
+            self._check_kept_dlpack(state, 0)
 
     def state(self, name):
         handle = ctypes.c_void_p()
-        _capi.check(_capi.library().grove_model_state(self._handle, name.encode(),
-                                                      ctypes.byref(handle)))
+        encoded = _c_text(name, "state name %r" % name)
+        self._checked(lambda model: _capi.library().grove_model_state(model, encoded,
+                                                                      ctypes.byref(handle)))
         return Output(handle.value)
 
     def _text(self, function):
         pointer = ctypes.c_void_p()
-        _capi.check(function(self._handle, ctypes.byref(pointer)))
+        self._checked(lambda model: function(model, ctypes.byref(pointer)))
         try:
             return ctypes.string_at(pointer.value).decode()
         finally:

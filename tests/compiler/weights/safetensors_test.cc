@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -180,6 +182,42 @@ TEST(Safetensors, OpenNamesAMissingFileOrADirectory) {
     EXPECT_NE(std::string(error.what()).find("/nonexistent/w.safetensors"), std::string::npos);
   }
   EXPECT_THROW(SafetensorsFile::open(::testing::TempDir()), WeightsFormatError);
+}
+
+// Note [Weights files that cannot block]: open() of a FIFO with no writer used
+// to wait for one forever; the alarm ends the test instead if it blocks.
+TEST(Safetensors, AFifoIsRefusedWithoutBlocking) {
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / "fifo").string();
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  ::alarm(20);
+  for (auto load : {&SafetensorsFile::open, &SafetensorsFile::read}) {
+    try {
+      load(path);
+      ADD_FAILURE() << "a FIFO was accepted";
+    } catch (const WeightsFormatError& error) {
+      EXPECT_NE(std::string(error.what()).find("is not a regular file"), std::string::npos)
+          << error.what();
+    }
+  }
+  ::alarm(0);
+  ::unlink(path.c_str());
+}
+
+// read() keeps its own copy: truncating the file afterwards (a mapping would
+// raise SIGBUS on the next read) changes nothing it returns.
+TEST(Safetensors, ReadKeepsItsBytesWhenTheFileIsTruncated) {
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / "truncated_later.safetensors").string();
+  write_safetensors(path, sample_tensors());
+  SafetensorsFile file = SafetensorsFile::read(path);
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0) << std::strerror(errno);
+  std::span<const uint8_t> bias = file.bytes(file.entry("layer.bias"));
+  float values[3];
+  std::memcpy(values, bias.data(), sizeof(values));
+  EXPECT_EQ(values[0], 0.5f);
+  EXPECT_EQ(values[2], -1.0f);
+  EXPECT_EQ(file.path(), path);
 }
 
 // Random byte flips, truncations, extensions and header rewrites of a valid

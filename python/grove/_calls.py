@@ -1,0 +1,94 @@
+"""What a grove.Model keeps per calling thread, and the gate that lets close()
+wait for the calls in flight (Note [One model, many threads] below).
+"""
+
+import ctypes
+import threading
+import time
+
+from grove import _capi
+
+# Note [One model, many threads]: a Model may be called from many threads at
+# once. Everything a call writes and reads back (the reused input descriptions,
+# the output array the C API fills, the count of outputs, the kept outputs that
+# Note [Kept outputs through DLPack] watches) is the calling thread's own
+# CallState; nothing per call is shared, so one thread's outputs are never read
+# as another's (two threads sharing the output array made two torch tensors own
+# one DLManagedTensor: a double free). Kept outputs are per thread too because
+# each thread replays into trees of its own (cudagraph_trees), so only its own
+# calls overwrite them. close() marks the model closed, then waits until no call
+# is in flight before it destroys the handle; a call that starts after close()
+# raises GroveError. Entering a call appends the thread's state to a list and
+# then checks the closed flag; close() sets the flag and then waits for the list
+# to empty: under the GIL one of the two sees the other. Guarded by
+# ModelThreadsTest (tests/python/model_threads_test.py).
+
+
+class CallState:
+    """One thread's reusable objects for calls of one model."""
+
+    __slots__ = ("descs", "layouts", "layout_arrays", "desc_items", "managed", "produced",
+                 "produced_ref", "kept")
+
+    def __init__(self, input_count, output_count):
+        self.descs = (_capi.TensorDesc * max(input_count, 1))()
+        self.layouts = [None] * input_count
+        self.layout_arrays = [None] * input_count
+        self.desc_items = [self.descs[index] for index in range(input_count)]
+        self.managed = (ctypes.c_void_p * max(output_count, 1))()
+        self.produced = ctypes.c_size_t()
+        self.produced_ref = ctypes.byref(self.produced)
+        self.kept = []  # (weak reference to a returned tensor, its DLManagedTensor*)
+
+
+class CallGate:
+    """Counts a model's calls in flight (Note [One model, many threads])."""
+
+    def __init__(self, input_count, output_count):
+        self._input_count = input_count
+        self._output_count = output_count
+        self._local = threading.local()
+        self._in_flight = []  # the CallState of every call in flight
+        self._states = []  # every thread's CallState, for close()
+        self._close_lock = threading.Lock()
+        self.closed = False
+
+    def state(self):
+        """The calling thread's CallState."""
+        try:
+            return self._local.state
+        except AttributeError:
+            state = self._local.state = CallState(self._input_count, self._output_count)
+            self._states.append(state)
+            return state
+
+    def enter(self):
+        """Starts a call: the thread's CallState, or GroveError once closed."""
+        state = self.state()
+        self._in_flight.append(state)
+        if self.closed:
+            self._in_flight.remove(state)
+            raise _capi.GroveError(1, "grove: the model is closed; compile it again to call it")
+        return state
+
+    def leave(self, state):
+        self._in_flight.remove(state)
+
+    def close(self):
+        """Marks the model closed and waits for the calls in flight; False if
+        it was closed already."""
+        mine = getattr(self._local, "state", None)
+        if mine is not None and any(state is mine for state in self._in_flight):
+            raise _capi.GroveError(1, "grove: close() inside a call of the same model on the "
+                                      "same thread would wait for itself; close it after the call")
+        with self._close_lock:
+            if self.closed:
+                return False
+            self.closed = True
+            delay = 0.0001
+            while self._in_flight:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.01)
+            for state in self._states:
+                state.kept = []
+            return True

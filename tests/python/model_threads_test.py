@@ -1,0 +1,139 @@
+"""One grove.Model called from many threads on sim (Note [One model, many
+threads], python/grove/_calls.py): every thread gets its own results, and
+close() waits for the calls in flight, after which calls raise GroveError."""
+import threading
+import time
+import unittest
+
+import numpy as np
+import torch
+
+import grove
+import junit_main
+
+PROGRAM = {
+    "name": "threads",
+    "inputs": [{"name": "x", "shape": [4, 8], "dtype": "f32"}],
+    "params": [
+        {"name": "w", "shape": [6, 8], "dtype": "f32", "init": {"kind": "zeros"}},
+        {"name": "b", "shape": [6], "dtype": "f32", "init": {"kind": "zeros"}},
+    ],
+    "nodes": [
+        {"name": "h", "op": "linear", "inputs": ["x", "w", "b"]},
+        {"name": "y", "op": "tanh", "inputs": ["h"]},
+        {"name": "z", "op": "exp", "inputs": ["y"]},
+    ],
+    "outputs": ["y", "z"],
+}
+THREADS = 8
+CALLS = 1000
+SEED = 3535
+
+
+def run_threads(target):
+    """Runs target(index) on THREADS threads started together; returns the
+    exception each raised (None for none)."""
+    errors = [None] * THREADS
+    barrier = threading.Barrier(THREADS)
+
+    def body(index):
+        try:
+            barrier.wait()
+            target(index)
+        except BaseException as error:  # reported by the test, not lost in the thread
+            errors[index] = error
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+class ModelThreadsTest(unittest.TestCase):
+    def setUp(self):
+        generator = torch.Generator().manual_seed(SEED)
+        self.w = torch.randn(6, 8, generator=generator)
+        self.b = torch.randn(6, generator=generator)
+        # Each thread cycles through inputs of its own: a result computed from
+        # another thread's input, or read from its outputs, is caught.
+        self.inputs = [[torch.randn(4, 8, generator=generator) for _ in range(4)]
+                       for _ in range(THREADS)]
+
+    def expected(self, x):
+        y = torch.tanh(x @ self.w.T + self.b)
+        return y, torch.exp(y)
+
+    def check_threads(self, backend):
+        model = grove.compile(PROGRAM, backend=backend, params={"w": self.w, "b": self.b})
+        expected = [[self.expected(x) for x in inputs] for inputs in self.inputs]
+        mismatches = [0] * THREADS
+
+        def calls(index):
+            mine = self.inputs[index]
+            for call in range(CALLS):
+                k = call % len(mine)
+                y, z = model(mine[k])
+                want_y, want_z = expected[index][k]
+                if not (torch.allclose(y, want_y, rtol=1e-5, atol=1e-6) and
+                        torch.allclose(z, want_z, rtol=1e-5, atol=1e-6)):
+                    mismatches[index] += 1
+                if call % 100 == 0:  # the slow path (Output handles, numpy) too
+                    (y_numpy, _) = model(mine[k].numpy())
+                    np.testing.assert_allclose(y_numpy, want_y.numpy(), rtol=1e-5, atol=1e-6)
+
+        errors = run_threads(calls)
+        self.assertEqual(errors, [None] * THREADS)
+        self.assertEqual(mismatches, [0] * THREADS, "results of another thread's call")
+        model.close()
+
+    def test_eight_threads_a_thousand_calls_each_on_eager(self):
+        self.check_threads("eager")
+
+    def test_eight_threads_a_thousand_calls_each_on_cudagraphs(self):
+        self.check_threads("cudagraphs")
+
+    def test_close_waits_for_calls_in_flight_then_calls_raise(self):
+        model = grove.compile(PROGRAM, backend="cudagraphs", params={"w": self.w, "b": self.b})
+        started = threading.Event()
+        results = [0] * THREADS
+
+        def calls(index):
+            x = self.inputs[index][0]
+            want_y, _ = self.expected(x)
+            while True:
+                try:
+                    y, _ = model(x)
+                except grove.GroveError as error:
+                    self.assertIn("closed", str(error))
+                    return
+                self.assertTrue(torch.allclose(y, want_y, rtol=1e-5, atol=1e-6))
+                results[index] += 1
+                if results[index] == 20:
+                    started.set()
+
+        closer = threading.Thread(target=lambda: (started.wait(60), time.sleep(0.05),
+                                                  model.close()))
+        closer.start()
+        errors = run_threads(calls)
+        closer.join()
+        self.assertEqual(errors, [None] * THREADS)
+        self.assertTrue(all(count > 0 for count in results), results)
+        with self.assertRaisesRegex(grove.GroveError, "closed"):
+            model(self.inputs[0][0])
+        model.close()  # a second close does nothing
+
+    def test_program_text_with_a_nul_is_refused(self):
+        import json
+
+        text = json.dumps(PROGRAM)
+        # Before: the C API read up to the NUL and compiled the program silently.
+        with self.assertRaisesRegex(ValueError, "NUL character at offset %d" % len(text)):
+            grove.compile(text + "\0 and text grove never read")
+        with self.assertRaisesRegex(ValueError, "NUL"):
+            grove.compile(PROGRAM, params={"w\0x": self.w})
+
+
+if __name__ == "__main__":
+    junit_main.main()
