@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define GROVE_CAPI_VERSION 2  /* 2: grove_invocation_begin / _end */
+#define GROVE_CAPI_VERSION 2 /* 2: grove_invocation_begin / _end */
 
 typedef enum grove_status {
   GROVE_OK = 0,
