@@ -251,5 +251,16 @@ TEST(KserveProtocol, RandomMutationsEndInSuccessOrProtocolError) {
   }
 }
 
+TEST(KserveProtocol, ErrorJsonReplacesInvalidUtf8) {
+  // Note [Refusals are valid JSON]: dump() threw on these bytes and aborted the server.
+  const std::string text = error_json("no route GET /\xff\xfe; id \"\xc3\"");
+  const std::string message = json::parse(text)["error"];
+  EXPECT_EQ(message.rfind("no route GET /\ufffd", 0), 0u) << message;
+  // An id of invalid UTF-8 is refused naming the body, as valid JSON.
+  const std::string refused = error_of(std::string("{\"id\": \"\xff\", \"inputs\": []}"));
+  EXPECT_NE(refused.find("not valid JSON"), std::string::npos) << refused;
+  EXPECT_NO_THROW(json::parse(error_json(refused)));
+}
+
 }  // namespace
 }  // namespace grove::serving
