@@ -238,11 +238,14 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
   size_t binary_at = text_end;  // the next binary tensor's first byte
   // Note [Reading request data]; Note [Request memory bounded by the model].
   size_t max_values = 0;
+  bool all_f32 = true;
   for (const RowSpec& spec : signature.inputs) {
     max_values +=
         static_cast<size_t>(max_batch) * static_cast<size_t>(runtime::shape_numel(spec.row_shape));
+    all_f32 = all_f32 && spec.dtype == runtime::DType::kF32;
   }
-  RequestDocument read = read_request_document(std::string_view(body.data(), text_end), max_values);
+  RequestDocument read =
+      read_request_document(std::string_view(body.data(), text_end), max_values, all_f32);
   const json& document = read.json;
   GROVE_CHECK_AS(ProtocolError, document.is_object(),
                  "request body must be a JSON object with "
@@ -346,7 +349,7 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     GROVE_CHECK_AS(ProtocolError, data != tensor.end() && data->is_array(), where,
                    ".data: missing or not an array");
     InputData flattened;
-    const InputData* values = i < read.data.size() && read.data[i].read ? &read.data[i] : nullptr;
+    InputData* values = i < read.data.size() && read.data[i].read ? &read.data[i] : nullptr;
     if (values == nullptr) {
       flatten(*data, flattened);
       values = &flattened;
@@ -358,6 +361,13 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     HostRows& host = result.request.inputs[k];
     host.shape = shape;
     host.dtype = spec.dtype;
+    if (values->f32) {  // Note [Request memory bounded by the model]: the rows as read
+      GROVE_CHECK(values->f32_bytes.size() == static_cast<size_t>(count) * sizeof(float), where,
+                  ".data: ", values->f32_bytes.size(), " bytes of floats read for ", count,
+                  " values (an error in grove's request reader)");
+      host.bytes = std::move(values->f32_bytes);
+      continue;
+    }
     host.bytes.resize(static_cast<size_t>(count) * element_size);
     store_values(*values, spec.dtype, host.bytes.data(), where);
   }

@@ -1,5 +1,6 @@
 #include "serving/kserve_request_reader.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <optional>
@@ -230,7 +231,8 @@ class DataArrayScan {
     InputData data;
   };
 
-  DataArrayScan(std::string_view text, size_t max_values) : text_(text), max_values_(max_values) {}
+  DataArrayScan(std::string_view text, size_t max_values, bool data_as_f32)
+      : text_(text), max_values_(max_values), data_as_f32_(data_as_f32) {}
 
   std::optional<std::vector<Span>> run() {
     skip_space();
@@ -350,7 +352,14 @@ class DataArrayScan {
     span.input = index;
     span.begin = at_;
     span.data.read = true;
-    span.data.values.reserve(1024);
+    span.data.f32 = data_as_f32_;
+    if (data_as_f32_) {
+      // At most the values left to keep, and at most one per 2 bytes of text.
+      const size_t bound = std::min(max_values_ - kept_, (text_.size() - at_) / 2 + 1);
+      span.data.f32_bytes.reserve(bound * sizeof(float));
+    } else {
+      span.data.values.reserve(1024);
+    }
     if (!numbers(span.data, 3)) return false;
     span.end = at_;
     spans_.push_back(std::move(span));
@@ -368,9 +377,11 @@ class DataArrayScan {
       } else {
         // Note [Request memory bounded by the model]: past max_values, counted only.
         ++data.count;
-        DataValue dropped;
-        if (!number(kept_ < max_values_ ? data.values.emplace_back() : dropped)) return false;
-        kept_ += kept_ < max_values_ ? 1 : 0;
+        const bool keep = kept_ < max_values_;
+        DataValue scratch;
+        if (!number(keep && !data_as_f32_ ? data.values.emplace_back() : scratch)) return false;
+        if (keep && data_as_f32_) append_f32(data.f32_bytes, scratch);
+        kept_ += keep ? 1 : 0;
       }
       skip_space();
       if (consume(']')) return true;
@@ -378,6 +389,18 @@ class DataArrayScan {
       ++at_;
       skip_space();
     }
+  }
+
+  // The float store_values() makes of `value` for FP32.
+  static void append_f32(std::vector<uint8_t>& bytes, const DataValue& value) {
+    double wide = value.floating;
+    if (value.kind == DataValue::Kind::kInteger) wide = static_cast<double>(value.integer);
+    if (value.kind == DataValue::Kind::kUnsigned) {
+      wide = static_cast<double>(value.unsigned_integer);
+    }
+    const float narrow = static_cast<float>(wide);
+    const auto* first = reinterpret_cast<const uint8_t*>(&narrow);
+    bytes.insert(bytes.end(), first, first + sizeof(float));
   }
 
   // A JSON number token, converted as nlohmann's lexer converts it.
@@ -425,6 +448,7 @@ class DataArrayScan {
 
   std::string_view text_;
   const size_t max_values_;
+  const bool data_as_f32_;
   size_t kept_ = 0;  // data values kept, over all inputs
   size_t at_ = 0;
   bool seen_inputs_ = false;
@@ -433,9 +457,10 @@ class DataArrayScan {
 
 }  // namespace
 
-std::optional<RequestDocument> read_request_document_fast(std::string_view text,
-                                                          size_t max_values) {
-  std::optional<std::vector<DataArrayScan::Span>> spans = DataArrayScan(text, max_values).run();
+std::optional<RequestDocument> read_request_document_fast(std::string_view text, size_t max_values,
+                                                          bool data_as_f32) {
+  std::optional<std::vector<DataArrayScan::Span>> spans =
+      DataArrayScan(text, max_values, data_as_f32).run();
   if (!spans) return std::nullopt;
   std::string rest;
   rest.reserve(text.size());
@@ -485,9 +510,10 @@ RequestDocument read_request_document_reference(std::string_view text, size_t ma
   return document;
 }
 
-RequestDocument read_request_document(std::string_view text, size_t max_values) {
+RequestDocument read_request_document(std::string_view text, size_t max_values, bool data_as_f32) {
   // Note [Reading request data].
-  if (std::optional<RequestDocument> document = read_request_document_fast(text, max_values))
+  if (std::optional<RequestDocument> document =
+          read_request_document_fast(text, max_values, data_as_f32))
     return std::move(*document);
   return read_request_document_reference(text, max_values);
 }

@@ -140,7 +140,7 @@ class AbuseTest(unittest.TestCase):
                          b"Transfer-Encoding: chunked\r\n\r\n" % NAME.encode())
             sock.settimeout(0.2)
             try:
-                while sent < 8 * LIMIT:
+                while sent < 32 * LIMIT:
                     sock.sendall(chunk)
                     sent += 65536
             except (socket.timeout, ConnectionError):
@@ -148,7 +148,9 @@ class AbuseTest(unittest.TestCase):
             sock.settimeout(10)
             message = json_error(self, read_response(sock), 413)
         self.assertIn(f"over the limit of {LIMIT} bytes", message)
-        self.assertLess(sent, 8 * LIMIT, "the server read the whole flood")
+        # It answers at the limit, then drops at most 4 MiB more before it
+        # closes; the rest is what the sockets' buffers hold.
+        self.assertLess(sent, 32 * LIMIT, "the server read the whole flood")
         # A chunked body within the limit is served.
         body = self.row
         chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 1000]), body[i:i + 1000])
@@ -253,13 +255,17 @@ class AbuseTest(unittest.TestCase):
         self.assertEqual(bodies[3]["outputs"][0]["shape"], [1, 512])
 
     def test_half_closed_client_is_answered(self):
-        # Case 8: a client that shut down its sending side got no answer.
-        response = exchange(self.address, infer_bytes(self.row), half_close=True)
-        self.assertIsNotNone(response)
-        self.assertEqual(response[0], 200, response[2])
-        response = exchange(self.address, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
-                            b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n", half_close=True)
-        self.assertEqual(response[0], 200)
+        # Case 8: a client that shuts down its sending side after its requests
+        # gets every answer, then EOF (cpp-httplib answered only the first).
+        data = infer_bytes(self.row) + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n" * 2
+        with socket.create_connection(self.address, timeout=10) as sock:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            rest, statuses = b"", []
+            while (response := read_response(sock, rest)) is not None:
+                statuses.append(response[0])
+                rest = response[3]
+        self.assertEqual(statuses, [200, 200, 200])
 
     def test_ranges_do_not_amplify(self):
         # Case 9: 2,000 ranges on /metrics returned 10.3 MB for a 6 KB request.

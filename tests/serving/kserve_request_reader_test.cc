@@ -174,6 +174,39 @@ TEST(KserveRequestReader, ReadersAgreeOnRandomBodies) {
   }
 }
 
+// Note [Request memory bounded by the model]: with data_as_f32 the fast
+// reader writes the floats store_values() makes of the reference's values.
+TEST(KserveRequestReader, F32RowsAreTheFloatsOfTheReferenceValues) {
+  const uint32_t seed = 3535;
+  std::mt19937 random(seed);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::string body = random_body(random);
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " trial " << trial << " " << body);
+    std::optional<RequestDocument> fast = read_request_document_fast(body, SIZE_MAX, true);
+    ASSERT_TRUE(fast.has_value());
+    const RequestDocument reference = read_request_document_reference(body);
+    EXPECT_EQ(fast->json, reference.json);
+    ASSERT_EQ(fast->data.size(), reference.data.size());
+    for (size_t i = 0; i < reference.data.size(); ++i) {
+      if (!reference.data[i].read) continue;
+      ASSERT_TRUE(fast->data[i].f32);
+      EXPECT_EQ(fast->data[i].count, reference.data[i].count);
+      std::vector<uint8_t> expected;
+      for (const DataValue& value : reference.data[i].values) {
+        double wide = value.floating;
+        if (value.kind == DataValue::Kind::kInteger) wide = static_cast<double>(value.integer);
+        if (value.kind == DataValue::Kind::kUnsigned) {
+          wide = static_cast<double>(value.unsigned_integer);
+        }
+        const float narrow = static_cast<float>(wide);
+        const auto* bytes = reinterpret_cast<const uint8_t*>(&narrow);
+        expected.insert(expected.end(), bytes, bytes + 4);
+      }
+      EXPECT_EQ(fast->data[i].f32_bytes, expected) << "inputs[" << i << "]";
+    }
+  }
+}
+
 // Random edits of valid bodies: both readers refuse with the same message or
 // read the same document.
 TEST(KserveRequestReader, ReadersAgreeOnMutatedBodies) {

@@ -12,7 +12,8 @@ import subprocess
 import time
 
 RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", ""), "grove")
-GROVE = os.path.join(RUNFILES, "cli", "grove")
+# GROVE_BINARY: another grove to test (an older build, to see a test fail).
+GROVE = os.environ.get("GROVE_BINARY") or os.path.join(RUNFILES, "cli", "grove")
 MLP = os.path.join(RUNFILES, "benchmarks", "models", "mlp16x512.json")
 NAME = "mlp16x512"
 
