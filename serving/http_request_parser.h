@@ -20,14 +20,16 @@ struct RequestLimits {
 
 // Note [Request limits]
 // A request is refused as early as its bytes allow, so that a client pays
-// for what it sends and no more: a Content-Length over max_body_bytes gets 413
-// once the header is read, before any of the body is (test_over_limit_content_length_
-// is_refused_before_the_body); a chunked body gets 413 at the first chunk header that
-// would pass max_body_bytes, and nothing past the limit is kept
-// (test_chunked_body_over_the_limit_is_413); a header over max_header_bytes or with
-// more than max_headers fields gets 431 (test_header_flood_is_431). Only the fields
-// the routes use are kept, so a request's memory is its body and a few
-// strings. Each refusal closes the connection: the stream cannot be resynced.
+// for what it sends and no more: a Content-Length over max_body_bytes gets
+// 413 once the header is read, before any of the body is; a chunked body gets
+// 413 at the first chunk header that would pass max_body_bytes, and nothing
+// past the limit is kept; a header over max_header_bytes or with more than
+// max_headers fields gets 431. Only the fields the routes use are kept, so a
+// request's memory is its body and a few strings. Each refusal closes the
+// connection (the stream cannot be resynced), after draining what the client
+// still sends, bounded, so that it reads its answer. Tests (tests/serving/
+// http_abuse_test.py): test_over_limit_content_length_is_refused_before_the_body,
+// test_chunked_body_over_the_limit_is_413, test_header_flood_is_431.
 class RequestParser : public boost::beast::http::basic_parser<true> {
  public:
   explicit RequestParser(const RequestLimits& limits);

@@ -54,9 +54,9 @@ struct HttpServer::Impl {
         threads(this->config.threads > 0
                     ? this->config.threads
                     : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()))),
-        io(threads),
         routes(service, this->config.model_name, this->config.retry_after_s),
         hub(routes, connection_limits(this->config)),
+        io(threads),
         acceptor(io),
         retry_timer(io) {}
 
@@ -66,9 +66,10 @@ struct HttpServer::Impl {
 
   HttpConfig config;
   int threads;
-  asio::io_context io;
   KserveRoutes routes;
+  // Before io: handlers io destroys unrun release connections, which leave the hub.
   ConnectionHub hub;
+  asio::io_context io;
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;  // accept again after EMFILE
   int port = 0;
