@@ -184,7 +184,7 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   http.idle_timeout_ms = static_cast<int>(args.integer("--idle-timeout-ms", 5000, 1, 3600000));
   http.header_timeout_ms = static_cast<int>(args.integer("--header-timeout-ms", 10000, 1, 3600000));
   http.body_timeout_ms = static_cast<int>(args.integer("--body-timeout-ms", 30000, 1, 3600000));
-  http.max_connections = static_cast<size_t>(args.integer("--max-connections", 10000, 1, 1 << 20));
+  http.max_connections = static_cast<size_t>(args.integer("--max-connections", 32768, 1, 1 << 20));
   http.threads = static_cast<int>(args.integer("--http-threads", 0, 0, 4096));
   options.stats_json_path = args.value("--stats-json");
   if (!options.stats_json_path.empty()) check_output_path("--stats-json", options.stats_json_path);
@@ -276,7 +276,7 @@ const CommandSpec& serve_command_spec() {
           {"--body-timeout-ms", "MS",
            "a request body not complete this long after its header gets 408 (default 30000)"},
           {"--max-connections", "N",
-           "more open connections get 503 and are closed (default 10000)"},
+           "more open connections get 503 and are closed (default 32768)"},
           {"--http-threads", "N",
            "threads that read and answer HTTP, for any number of connections (default: the "
            "cores, at least 2)"},

@@ -17,10 +17,10 @@ using boost::system::error_code;
 // is a completion handler on its strand, and an infer request that waits for
 // its batch holds only its Queued state until the worker's on_ready posts the
 // answer back (Note [Answers without a waiting thread]). So open connections
-// cost memory (a buffer of at most max_header_bytes + 64 KiB, a body while
-// one is read), and are bounded by max_connections and the process's file
-// limit, not by threads: 500 slowloris connections leave a normal client
-// answered. Test: test_many_slow_connections_do_not_starve_others.
+// cost memory (a buffer of at most max_header_bytes + 64 KiB while a request
+// is read, none while idle, and the body), and are bounded by max_connections
+// and the process's file limit, not by threads: 500 slowloris connections
+// leave a normal client answered. Test: test_many_slow_connections_do_not_starve_others.
 
 namespace {
 constexpr size_t kReadChunk = 64 << 10;
@@ -85,12 +85,14 @@ void HttpConnection::read_idle() {
   phase_ = Phase::kIdle;
   const ConnectionLimits& limits = hub_.limits();
   arm(draining_ ? std::min(limits.idle_timeout, limits.drain_grace) : limits.idle_timeout);
-  socket_.async_read_some(buffer_.prepare(kReadChunk),
-                          [self = shared_from_this()](const error_code& error, size_t bytes) {
-                            self->buffer_.commit(bytes);
-                            if (error || bytes == 0) return self->close();
-                            self->read_header();
-                          });
+  // An idle connection holds no buffer: it waits for the socket to be
+  // readable, and the header read allocates one (Note [Connections without threads]).
+  buffer_.shrink_to_fit();
+  socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                     [self = shared_from_this()](const error_code& error) {
+                       if (error) return self->close();
+                       self->read_header();  // EOF there closes quietly
+                     });
 }
 
 void HttpConnection::read_header() {

@@ -47,7 +47,7 @@ struct HttpConfig {
   int header_timeout_ms = 10000;
   int body_timeout_ms = 30000;
   // More open connections than this are answered 503 and closed.
-  size_t max_connections = 10000;
+  size_t max_connections = 32768;
   // Threads that read, parse and answer (not one per connection); 0: the
   // machine's cores, at least 2.
   int threads = 0;
