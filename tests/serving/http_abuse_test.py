@@ -267,6 +267,26 @@ class AbuseTest(unittest.TestCase):
                 rest = response[3]
         self.assertEqual(statuses, [200, 200, 200])
 
+    def test_expect_continue_and_http10_clients(self):
+        # curl sends Expect: 100-continue before a large body; an HTTP/1.0
+        # client without keep-alive is answered and the connection closed.
+        with socket.create_connection(self.address, timeout=10) as sock:
+            sock.sendall(infer_bytes(b"", b"Expect: 100-continue\r\n").replace(
+                b"Content-Length: 0", b"Content-Length: %d" % len(self.row)))
+            self.assertEqual(sock.recv(64), b"HTTP/1.1 100 Continue\r\n\r\n")
+            sock.sendall(self.row)
+            status, _, body, _ = read_response(sock)
+            self.assertEqual(status, 200, body)
+        message = json_error(self, exchange(self.address, infer_bytes(b"").replace(
+            b"Content-Length: 0", b"Content-Length: %d\r\nExpect: 100-continue" % (LIMIT + 1))),
+            413)
+        self.assertIn("over the limit", message)
+        with socket.create_connection(self.address, timeout=10) as sock:
+            sock.sendall(b"GET /v2/health/live HTTP/1.0\r\n\r\n")
+            status, headers, _, rest = read_response(sock)
+            self.assertEqual((status, headers["connection"]), (200, "close"))
+            self.assertIsNone(read_response(sock, rest))
+
     def test_ranges_do_not_amplify(self):
         # Case 9: 2,000 ranges on /metrics returned 10.3 MB for a 6 KB request.
         plain = exchange(self.address, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
