@@ -139,10 +139,13 @@ HttpServer::HttpServer(InferenceService& server, HttpConfig config)
                  "HttpServer: timeouts must be positive");
   raise_file_limit();
   error_code error;
-  const asio::ip::address address = asio::ip::make_address(c.host, error);
-  GROVE_CHECK(!error, "cannot listen on ", c.host, ":", c.port,
-              " (not an IP address); choose another --host");
-  const tcp::endpoint endpoint(address, static_cast<unsigned short>(c.port));
+  // An address, or a name such as localhost (its first address).
+  tcp::resolver resolver(impl_->io);
+  const tcp::resolver::results_type found =
+      resolver.resolve(c.host, std::to_string(c.port), tcp::resolver::passive, error);
+  GROVE_CHECK(!error && !found.empty(), "cannot listen on ", c.host, ":", c.port, " (",
+              error ? error.message() : "no address", "); choose another --host");
+  const tcp::endpoint endpoint = found.begin()->endpoint();
   tcp::acceptor& acceptor = impl_->acceptor;
   acceptor.open(endpoint.protocol(), error);
   if (!error) acceptor.set_option(asio::socket_base::reuse_address(true), error);
