@@ -14,8 +14,9 @@
 // max_body_bytes is 413 and a header over its limits 431 (Note [Request
 // limits]); an unknown model name or path is 404; a full queue
 // (QueueFullError, nothing queued) is 503 with Retry-After; a server that is
-// stopping is 503; a batch that failed on the device is 500. Tests: the HTTP
-// cases of tests/serving/http_server_test.py and http_abuse_test.py.
+// stopping is 503; a batch that failed on the device is 500. Tests:
+// KserveRoutes.* (tests/serving/kserve_routes_test.cc), the HTTP cases of
+// tests/serving/http_server_test.py and http_abuse_test.py.
 #pragma once
 
 #include <atomic>
