@@ -356,6 +356,23 @@ class AbuseLifecycleTest(unittest.TestCase):
         self.assertIn(f"stopped: {total} requests answered", out)
         self.assertIn(f"http: {total} responses written", out)
 
+    def test_connections_past_the_limit_get_503_json(self):
+        server = GroveServer("--backend", "eager", "--max-batch", "1", "--max-connections", "2")
+        try:
+            held = [socket.create_connection(server.address(), timeout=10) for _ in range(2)]
+            time.sleep(0.2)  # accepted
+            message = json_error(self, exchange(server.address(), b"GET /v2/health/live "
+                                                b"HTTP/1.1\r\nHost: x\r\n\r\n"), 503)
+            self.assertIn("too many connections: 2 are open (--max-connections)", message)
+            for sock in held:
+                sock.close()
+            time.sleep(0.2)  # closed
+            self.assertEqual(exchange(server.address(), b"GET /v2/health/live HTTP/1.1\r\n"
+                                      b"Host: x\r\n\r\n")[0], 200)
+        finally:
+            status, _, err = server.stop()
+        self.assertEqual(status, 0, err)
+
     def test_memory_per_request_is_bounded_near_the_body(self):
         # Case 6: a 16 MiB body of zeros took +164 MB (about 10x).
         server = GroveServer("--backend", "eager", "--max-batch", "8", "--max-wait-us", "0",
