@@ -179,6 +179,13 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   http.port = static_cast<int>(args.integer("--port", 8000, 0, 65535));
   http.max_body_bytes = static_cast<size_t>(
       args.integer("--max-body-bytes", int64_t{16} << 20, 64, int64_t{1} << 32));
+  http.max_header_bytes = static_cast<size_t>(
+      args.integer("--max-header-bytes", int64_t{16} << 10, 256, int64_t{1} << 24));
+  http.max_headers = static_cast<size_t>(args.integer("--max-header-fields", 64, 8, 1 << 16));
+  http.idle_timeout_ms = static_cast<int>(args.integer("--idle-timeout-ms", 5000, 1, 3600000));
+  http.header_timeout_ms = static_cast<int>(args.integer("--header-timeout-ms", 10000, 1, 3600000));
+  http.body_timeout_ms = static_cast<int>(args.integer("--body-timeout-ms", 30000, 1, 3600000));
+  http.max_connections = static_cast<size_t>(args.integer("--max-connections", 32768, 1, 1 << 20));
   http.threads = static_cast<int>(args.integer("--http-threads", 0, 0, 4096));
   options.stats_json_path = args.value("--stats-json");
   if (!options.stats_json_path.empty()) check_output_path("--stats-json", options.stats_json_path);
@@ -263,7 +270,8 @@ const CommandSpec& serve_command_spec() {
       "GET /v2/health/live, /v2/health/ready, /v2/models/NAME, /metrics (Prometheus) and\n"
       "POST /v2/models/NAME/infer with JSON tensors. Requests are batched (up to --max-batch\n"
       "rows, waiting at most --max-wait-us for company). A full queue answers 503 with\n"
-      "Retry-After; SIGTERM or SIGINT drains and exits 0 (during start-up: exits 0 at once).",
+      "Retry-After; SIGTERM or SIGINT stops accepting, answers every request already read\n"
+      "(Connection: close), reports the counts and exits 0 (during start-up: exits 0 at once).",
       {
           {"--weights", "FILE",
            "params and buffers from a safetensors file (default: initializers)"},
@@ -276,8 +284,23 @@ const CommandSpec& serve_command_spec() {
           {"--dtype", "TYPE", "f32 (default) or bf16 for the model's floating values"},
           {"--seq", "T", "bind the model's 'seq' dimension"},
           {"--queue-capacity", "N", "requests that may wait before 503 (default 1024)"},
-          {"--max-body-bytes", "N", "larger request bodies get 413 (default 16777216)"},
-          {"--http-threads", "N", "connections served at once (default max(32, 4 x max batch))"},
+          {"--max-body-bytes", "N",
+           "larger request bodies (Content-Length or chunked) get 413 (default 16777216)"},
+          {"--max-header-bytes", "N",
+           "request line and header fields larger than this get 431 (default 16384)"},
+          {"--max-header-fields", "N", "more header fields than this get 431 (default 64)"},
+          {"--idle-timeout-ms", "MS",
+           "a keep-alive connection idle this long is closed (default 5000)"},
+          {"--header-timeout-ms", "MS",
+           "a request header not complete this long after its first byte gets 408 (default "
+           "10000)"},
+          {"--body-timeout-ms", "MS",
+           "a request body not complete this long after its header gets 408 (default 30000)"},
+          {"--max-connections", "N",
+           "more open connections get 503 and are closed (default 32768)"},
+          {"--http-threads", "N",
+           "threads that read and answer HTTP, for any number of connections (default: the "
+           "cores, at least 2)"},
           {"--buckets", "pow2|LIST|auto|auto:FILE",
            "batch sizes compiled: powers of two (default), a list ending at --max-batch, or auto: "
            "re-planned from the traffic while serving (from the batch sizes in a --stats-json "
@@ -416,8 +439,9 @@ int serve_command(const std::vector<std::string>& args) {
               options.http.host.c_str(), http.port(), printable(name).c_str());
   std::fflush(stdout);
   watcher->serving(http);
+  serving::HttpServeReport served;
   try {
-    http.serve();
+    served = http.serve();
   } catch (...) {
     watcher.reset();  // before `http` is destroyed: the watcher points at it
     throw;
@@ -436,6 +460,12 @@ int serve_command(const std::vector<std::string>& args) {
     report["workers"] = server.worker_reports();
     write_json_file(options.stats_json_path, report);
   }
+  std::printf(
+      "http: %llu responses written (%llu after the signal, with Connection: close), "
+      "%llu connections closed by a deadline\n",
+      static_cast<unsigned long long>(served.responses),
+      static_cast<unsigned long long>(served.responses_after_stop),
+      static_cast<unsigned long long>(served.timed_out));
   std::printf(
       "stopped: %llu requests answered, %llu failed, %llu refused (queue full), %llu "
       "batches, mean %.1f rows per batch\n",

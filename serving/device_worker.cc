@@ -235,7 +235,7 @@ void DeviceWorker::answer(InFlight& run) {
   stats_.batch(run.rows, run.bucket_rows);
   if (run.error) {
     stats_.failed(run.requests.size());
-    for (PendingRequest& request : run.requests) request.promise.set_exception(run.error);
+    for (PendingRequest& request : run.requests) fail_request(request, run.error);
     return;
   }
   stats_.completed(run.requests.size());
@@ -258,7 +258,7 @@ void DeviceWorker::answer(InFlight& run) {
     response.timing = {request.submitted, run.dispatched,  run.completed,
                        run.rows,          run.bucket_rows, device_};
     first_row += request.rows;
-    request.promise.set_value(std::move(response));
+    answer_request(request, std::move(response));
   }
 }
 

@@ -1,257 +1,196 @@
 #include "serving/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <charconv>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <chrono>
-#include <cstring>
-#include <map>
-#include <mutex>
-#include <optional>
+#include <thread>
+#include <vector>
 
-#include "serving/kserve_protocol.h"
-#include "serving/metrics.h"
+#include "serving/http_connection.h"
+#include "serving/kserve_routes.h"
 
 namespace grove::serving {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+
 namespace {
 
-constexpr const char* kJson = "application/json";
+// Open connections are bounded by max_connections and the file limit; the
+// soft limit (1024 on Debian) is raised to the hard one.
+void raise_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
 
-void reply(httplib::Response& res, int status, const std::string& body) {
-  res.status = status;
-  res.set_content(body, kJson);
+ConnectionLimits connection_limits(const HttpConfig& config) {
+  ConnectionLimits limits;
+  limits.request.max_body_bytes = config.max_body_bytes;
+  limits.request.max_header_bytes = config.max_header_bytes;
+  limits.request.max_headers = config.max_headers;
+  limits.idle_timeout = std::chrono::milliseconds(config.idle_timeout_ms);
+  limits.header_timeout = std::chrono::milliseconds(config.header_timeout_ms);
+  limits.body_timeout = std::chrono::milliseconds(config.body_timeout_ms);
+  limits.write_timeout = std::chrono::milliseconds(std::max(config.body_timeout_ms, 1000));
+  return limits;
 }
 
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(InferenceService& server, HttpConfig config) : server(server), config(std::move(config)) {}
+  Impl(InferenceService& service, HttpConfig config)
+      : config(std::move(config)),
+        threads(this->config.threads > 0
+                    ? this->config.threads
+                    : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()))),
+        routes(service, this->config.model_name, this->config.retry_after_s),
+        hub(routes, connection_limits(this->config)),
+        io(threads),
+        acceptor(io),
+        retry_timer(io) {}
 
-  void install_routes();
-  void infer(const httplib::Request& req, httplib::Response& res);
-  bool known_model(const httplib::Request& req, httplib::Response& res) const;
-  MetricsInput metrics_input() const;
+  void accept();
+  void on_accept(const error_code& error, tcp::socket socket);
+  void refuse_over_capacity(tcp::socket& socket);
 
-  InferenceService& server;
   HttpConfig config;
-  httplib::Server http;
+  int threads;
+  KserveRoutes routes;
+  // Before io: handlers io destroys unrun release connections, which leave the hub.
+  ConnectionHub hub;
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  asio::steady_timer retry_timer;  // accept again after EMFILE
   int port = 0;
-  int listening_socket = -1;  // Note [Listen backlog]
   std::atomic<bool> stopping{false};
-  LatencyHistogram request_latency;
-  LatencyHistogram queue_wait;
-  mutable std::mutex responses_mutex;
-  std::map<int, uint64_t> responses;  // status -> count
+  error_code failure;  // the listening socket's, before stop()
 };
 
-bool HttpServer::Impl::known_model(const httplib::Request& req, httplib::Response& res) const {
-  const std::string name = req.matches[1];
-  if (name == config.model_name) return true;
-  reply(res, 404,
-        error_json(str_cat("no model '", name, "'; this server serves '", config.model_name, "'")));
-  return false;
+void HttpServer::Impl::accept() {
+  acceptor.async_accept(asio::make_strand(io), [this](const error_code& error, tcp::socket socket) {
+    on_accept(error, std::move(socket));
+  });
 }
 
-void HttpServer::Impl::infer(const httplib::Request& req, httplib::Response& res) {
-  // Note [HTTP status of a refusal].
-  const auto received = std::chrono::steady_clock::now();
-  if (!known_model(req, res)) return;
-  InferRequest parsed;
-  try {
-    std::optional<size_t> json_length;
-    if (req.has_header("Inference-Header-Content-Length")) {
-      const std::string text = req.get_header_value("Inference-Header-Content-Length");
-      size_t value = 0;
-      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-      GROVE_CHECK_AS(ProtocolError, error == std::errc() && end == text.data() + text.size(),
-                     "Inference-Header-Content-Length '", text, "' is not a byte count");
-      json_length = value;
-    }
-    parsed = parse_infer_request(req.body, server.signature(), server.max_batch(), json_length);
-  } catch (const Error& error) {
-    reply(res, 400, error_json(error.what()));
+void HttpServer::Impl::on_accept(const error_code& error, tcp::socket socket) {
+  if (stopping || !acceptor.is_open()) return;
+  if (error == asio::error::no_descriptors || error == asio::error::no_buffer_space ||
+      error == asio::error::no_memory) {
+    // Out of descriptors: the backlog keeps the clients until one closes.
+    retry_timer.expires_after(std::chrono::milliseconds(50));
+    retry_timer.async_wait([this](const error_code& wait_error) {
+      if (!wait_error && !stopping) accept();
+    });
     return;
   }
-  std::future<Response> answer;
-  try {
-    answer = server.submit(std::move(parsed.request));
-  } catch (const QueueFullError& error) {
-    res.set_header("Retry-After", std::to_string(config.retry_after_s));
-    reply(res, 503, error_json(error.what()));
-    return;
-  } catch (const ServerClosedError& error) {
-    reply(res, 503, error_json(error.what()));
-    return;
-  } catch (const ShapeError& error) {
-    reply(res, 400, error_json(error.what()));
-    return;
-  } catch (const DTypeError& error) {
-    reply(res, 400, error_json(error.what()));
+  if (error == asio::error::bad_descriptor || error == asio::error::invalid_argument) {
+    failure = error;
     return;
   }
-  try {
-    Response response = answer.get();
-    queue_wait.observe(
-        std::chrono::duration<double>(response.timing.dispatched - response.timing.submitted)
-            .count());
-    size_t json_length = 0;
-    std::string body =
-        infer_response_json(config.model_name, parsed, server.signature(), response, &json_length);
-    if (json_length > 0) {
-      res.status = 200;
-      res.set_header("Inference-Header-Content-Length", std::to_string(json_length));
-      res.set_content(std::move(body), "application/octet-stream");
+  if (!error) {
+    if (hub.open() >= config.max_connections) {
+      refuse_over_capacity(socket);
     } else {
-      reply(res, 200, body);
+      auto connection = std::make_shared<HttpConnection>(std::move(socket), hub);
+      hub.add(connection);
+      connection->start();
     }
-  } catch (const RequestCancelledError& error) {
-    reply(res, 503, error_json(error.what()));
-    return;
-  } catch (const std::exception& error) {
-    reply(res, 500, error_json(str_cat("the batch failed: ", error.what())));
-    return;
   }
-  request_latency.observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
+  accept();
 }
 
-MetricsInput HttpServer::Impl::metrics_input() const {
-  MetricsInput input;
-  input.stats = server.stats();
-  input.queue_depth = server.queue_size();
-  input.max_batch = server.max_batch();
-  {
-    std::lock_guard<std::mutex> lock(responses_mutex);
-    input.http_responses = responses;
-  }
-  input.request_latency = &request_latency;
-  input.queue_wait = &queue_wait;
-  input.backend_snapshots = server.backend_snapshots();
-  return input;
-}
-
-void HttpServer::Impl::install_routes() {
-  http.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
-    reply(res, 200, R"({"live":true})");
-  });
-  http.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
-    if (stopping) {
-      reply(res, 503, R"({"ready":false,"error":"the server is stopping"})");
-    } else {
-      reply(res, 200, R"({"ready":true})");
-    }
-  });
-  http.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
-    reply(res, 200,
-          nlohmann::json{{"name", "grove"}, {"extensions", nlohmann::json::array()}}.dump());
-  });
-  http.Get(R"(/v2/models/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!known_model(req, res)) return;
-    reply(res, 200,
-          model_metadata(config.model_name, server.signature(), server.max_batch()).dump());
-  });
-  http.Get(R"(/v2/models/([^/]+)/ready)",
-           [this](const httplib::Request& req, httplib::Response& res) {
-             if (!known_model(req, res)) return;
-             reply(res, stopping ? 503 : 200,
-                   nlohmann::json{{"name", config.model_name}, {"ready", !stopping}}.dump());
-           });
-  http.Post(R"(/v2/models/([^/]+)/infer)",
-            [this](const httplib::Request& req, httplib::Response& res) { infer(req, res); });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.status = 200;
-    res.set_content(prometheus_text(metrics_input()), "text/plain; version=0.0.4");
-  });
-  // Refusals httplib makes itself (413 over the body limit, 404 for an
-  // unknown path, 400 for a malformed request line) get a JSON body too.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                     httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message;
-    if (res.status == 413) {
-      message = str_cat("request body over the limit of ", config.max_body_bytes,
-                        " bytes (--max-body-bytes)");
-    } else if (res.status == 404) {
-      message =
-          str_cat("no route ", req.method, " ", req.path, "; see /v2/models/", config.model_name);
-    } else {
-      message = str_cat("HTTP ", res.status);
-    }
-    res.set_content(error_json(message), kJson);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
-    std::lock_guard<std::mutex> lock(responses_mutex);
-    ++responses[res.status];
-  });
+void HttpServer::Impl::refuse_over_capacity(tcp::socket& socket) {
+  HttpResponse response =
+      error_response(503, str_cat("too many connections: ", config.max_connections,
+                                  " are open (--max-connections); retry later"));
+  response.headers.emplace_back("Retry-After", std::to_string(config.retry_after_s));
+  const std::string bytes = response_head(response, /*keep_alive=*/false) + response.body;
+  error_code ignored;
+  socket.non_blocking(true, ignored);
+  socket.write_some(asio::buffer(bytes), ignored);  // small: fits the socket's buffer
+  routes.count_response(503);
+  socket.close(ignored);
 }
 
 HttpServer::HttpServer(InferenceService& server, HttpConfig config)
     : impl_(std::make_unique<Impl>(server, std::move(config))) {
-  HttpConfig& c = impl_->config;
+  const HttpConfig& c = impl_->config;
   GROVE_CHECK_AS(ConfigError, !c.model_name.empty(), "HttpServer: model_name is empty");
   GROVE_CHECK_AS(ConfigError, c.port >= 0 && c.port <= 65535, "HttpServer: port ", c.port,
                  " is outside [0, 65535]");
   GROVE_CHECK_AS(ConfigError, c.max_body_bytes >= 64, "HttpServer: max_body_bytes ",
                  c.max_body_bytes, " is below 64");
-  const int threads =
-      c.threads > 0 ? c.threads : static_cast<int>(std::max<int64_t>(32, 4 * server.max_batch()));
-  impl_->http.new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
-  impl_->http.set_payload_max_length(c.max_body_bytes);
-  impl_->http.set_keep_alive_max_count(1 << 20);
-  impl_->http.set_keep_alive_timeout(2);
-  // An answer is written in more than one send (headers, body): with Nagle's
-  // algorithm the second waits for the client's delayed ACK, about 40 ms per
-  // request on Linux (measured on the H200 host: 72 answered/s from 8 clients).
-  impl_->http.set_tcp_nodelay(true);
-  impl_->install_routes();
+  GROVE_CHECK_AS(ConfigError, c.max_header_bytes >= 256 && c.max_headers >= 8,
+                 "HttpServer: max_header_bytes ", c.max_header_bytes, " (at least 256) or ",
+                 "max_headers ", c.max_headers, " (at least 8) too small");
+  GROVE_CHECK_AS(ConfigError,
+                 c.idle_timeout_ms > 0 && c.header_timeout_ms > 0 && c.body_timeout_ms > 0,
+                 "HttpServer: timeouts must be positive");
+  raise_file_limit();
+  error_code error;
+  // An address, or a name such as localhost (its first address).
+  tcp::resolver resolver(impl_->io);
+  const tcp::resolver::results_type found =
+      resolver.resolve(c.host, std::to_string(c.port), tcp::resolver::passive, error);
+  GROVE_CHECK(!error && !found.empty(), "cannot listen on ", c.host, ":", c.port, " (",
+              error ? error.message() : "no address", "); choose another --host");
+  const tcp::endpoint endpoint = found.begin()->endpoint();
+  tcp::acceptor& acceptor = impl_->acceptor;
+  acceptor.open(endpoint.protocol(), error);
+  if (!error) acceptor.set_option(asio::socket_base::reuse_address(true), error);
+  if (!error) acceptor.bind(endpoint, error);
   // Note [Listen backlog]
-  // cpp-httplib listens with a backlog of 5 (Debian's library is built with
-  // CPPHTTPLIB_LISTEN_BACKLOG 5). Clients that connect at once overflow it; a
-  // connection whose handshake the kernel dropped is accepted only when its
-  // request is retransmitted, and httplib closed it unanswered after the
-  // keep-alive timeout: 6 to 53 of 64 connections opened together got no answer
-  // (serve_http's clients and a plain socket test alike). listen(2) again on
-  // the bound socket raises the backlog to the system's maximum. Test:
+  // Clients that connect at once overflow a short backlog (cpp-httplib, grove's
+  // first HTTP library, used 5); a connection whose handshake the kernel
+  // dropped is accepted only when its request is retransmitted, a second or
+  // more later: 6 to 53 of 64 connections opened together went unanswered.
+  // grove listens with the system's maximum. Test:
   // test_connections_opened_at_once_are_all_answered.
-  impl_->http.set_socket_options([impl = impl_.get()](socket_t sock) {
-    httplib::default_socket_options(sock);
-    impl->listening_socket = sock;  // the last one made is the one bound
-  });
-  if (c.port == 0) {
-    impl_->port = impl_->http.bind_to_any_port(c.host);
-  } else {
-    impl_->port = impl_->http.bind_to_port(c.host, c.port) ? c.port : -1;
-  }
-  GROVE_CHECK(impl_->port > 0, "cannot listen on ", c.host, ":", c.port,
-              " (in use, or not an address of this machine); choose another --port or --host");
-  GROVE_CHECK(impl_->listening_socket >= 0 && ::listen(impl_->listening_socket, SOMAXCONN) == 0,
-              "cannot raise the listen backlog of ", c.host, ":", impl_->port, ": ",
-              std::strerror(errno));
+  if (!error) acceptor.listen(asio::socket_base::max_listen_connections, error);
+  GROVE_CHECK(!error, "cannot listen on ", c.host, ":", c.port, " (", error.message(),
+              "; in use, or not an address of this machine); choose another --port or --host");
+  impl_->port = acceptor.local_endpoint().port();
+  impl_->accept();
 }
 
 HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::port() const { return impl_->port; }
 
-void HttpServer::serve() {
-  const bool clean = impl_->http.listen_after_bind();
-  GROVE_CHECK(clean || impl_->stopping, "HttpServer on ", impl_->config.host, ":", impl_->port,
-              " stopped accepting connections without stop() (the listening socket failed)");
+HttpServeReport HttpServer::serve() {
+  Impl& impl = *impl_;
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < impl.threads; ++t) helpers.emplace_back([&impl] { impl.io.run(); });
+  impl.io.run();
+  for (std::thread& helper : helpers) helper.join();
+  GROVE_CHECK(!impl.failure, "HttpServer on ", impl.config.host, ":", impl.port,
+              " stopped accepting connections without stop() (", impl.failure.message(), ")");
+  return {impl.hub.responses, impl.hub.responses_after_stop, impl.hub.timed_out};
 }
 
 void HttpServer::stop() {
   // Note [Draining on stop].
-  impl_->stopping = true;
-  impl_->http.stop();
+  if (impl_->stopping.exchange(true)) return;
+  impl_->routes.set_stopping();
+  asio::post(impl_->io, [impl = impl_.get()] {
+    error_code ignored;
+    impl->acceptor.close(ignored);
+    impl->retry_timer.cancel();
+    impl->hub.drain_all();
+  });
 }
 
-std::string HttpServer::metrics_text() const { return prometheus_text(impl_->metrics_input()); }
+std::string HttpServer::metrics_text() const { return impl_->routes.metrics_text(); }
 
 }  // namespace grove::serving

@@ -1,34 +1,30 @@
 // HttpServer puts a batching Server on the network: the KServe v2 / Open
-// Inference Protocol over HTTP/REST (serving/kserve_protocol.h), served by
-// cpp-httplib, plus GET /metrics in the Prometheus text format
-// (serving/metrics.h).
+// Inference Protocol over HTTP/1.1 REST (serving/kserve_routes.h), plus GET
+// /metrics in the Prometheus text format (serving/metrics.h), served by an
+// event-driven loop over Boost.Asio with Beast's HTTP parser: a few threads
+// hold any number of connections (Note [Connections without threads]).
 //
 //   Server server(model_file_factory("mlp.json"), config);
 //   HttpServer http(server, {.model_name = "mlp", .port = 8000});
 //   http.serve();  // until stop(), e.g. from a SIGTERM handler thread
 //
-// Routes: GET /v2/health/live, /v2/health/ready, /v2, /v2/models/{name},
-// /v2/models/{name}/ready, /metrics; POST /v2/models/{name}/infer.
-//
-// Note [HTTP status of a refusal]
-// Every refusal has a JSON body {"error": message} naming what was wrong: a
-// body the protocol or the model's signature refuses (field, datatype, shape,
-// values) is 400; a body over max_body_bytes is 413 (refused from its
-// Content-Length, before it is read); an unknown model name is 404; a full
-// queue (QueueFullError, nothing queued) is 503 with Retry-After; a server
-// that is stopping is 503; a batch that failed on the device is 500. Tests:
-// the HTTP cases of tests/serving/http_server_test.py.
-//
 // Note [Draining on stop]
-// stop() first makes /v2/health/ready answer 503, then stops accepting
-// connections; every request whose body was read is still answered, since
-// its handler waits for its future and the batching Server keeps running
-// until serve() has returned (a queued request may still wait up to
-// max_wait for company). The owner then shuts the Server down with
-// ShutdownMode::kDrain. Test: test_sigterm_drains_and_exits_zero.
+// stop() makes /v2/health/ready answer 503 and closes the listening socket;
+// every request already read is answered, with `Connection: close`, and its
+// connection closed; a connection reading a request finishes reading it
+// (within its deadlines) and is answered the same way; an idle keep-alive
+// connection may still send one request within drain_grace (1 s), so a
+// client that sent its next request just as the signal came is answered
+// rather than cut off. The batching Server keeps running until serve() has
+// returned (a queued request may still wait up to max_wait for company); the
+// owner then shuts it down with ShutdownMode::kDrain. serve() returns the
+// counts for the exit report. Tests: test_sigterm_drains_and_exits_zero
+// (http_server_test.py), test_sigterm_under_keep_alive_load_answers_every_request
+// (http_abuse_test.py).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -41,14 +37,28 @@ struct HttpConfig {
   std::string model_name;  // the {name} of /v2/models/{name}
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see HttpServer::port())
-  // A JSON body's data is read into values of 16 bytes each, up to about
-  // twice the body's size, so the limit also bounds the memory one request
+  // Note [Request limits]; the body limit also bounds the memory one request
   // can take (Note [Reading request data]).
   size_t max_body_bytes = size_t{16} << 20;
-  // Connections served at once (each holds a thread while its request waits
-  // for its batch); 0: max(32, 4 * max_batch).
+  size_t max_header_bytes = size_t{16} << 10;
+  size_t max_headers = 64;
+  // Note [Connection timeouts].
+  int idle_timeout_ms = 5000;
+  int header_timeout_ms = 10000;
+  int body_timeout_ms = 30000;
+  // More open connections than this are answered 503 and closed.
+  size_t max_connections = 32768;
+  // Threads that read, parse and answer (not one per connection); 0: the
+  // machine's cores, at least 2.
   int threads = 0;
   int retry_after_s = 1;  // the Retry-After of a 503 for a full queue
+};
+
+// What serve() reports once it returns.
+struct HttpServeReport {
+  uint64_t responses = 0;             // answers written
+  uint64_t responses_after_stop = 0;  // of which after stop(), with Connection: close
+  uint64_t timed_out = 0;             // connections closed by a deadline
 };
 
 class HttpServer {
@@ -60,10 +70,10 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const;
-  // Accepts and answers requests until stop(); returns once every accepted
-  // request has been answered (Note [Draining on stop]). Throws Error when
-  // the listening socket fails before stop().
-  void serve();
+  // Accepts and answers requests until stop(); returns once every request
+  // read has been answered and every connection closed (Note [Draining on
+  // stop]). Throws Error when the listening socket fails before stop().
+  HttpServeReport serve();
   // Any thread, any number of times.
   void stop();
   // The /metrics text.

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,11 @@ class InferenceService {
   // Server::submit(): the request's future, or ShapeError / DTypeError /
   // QueueFullError / ServerClosedError with nothing queued.
   virtual std::future<Response> submit(Request request) = 0;
+  // submit(), and `on_ready` is called (on the thread that sets the future,
+  // which must not block) once the future is ready, so that an event-driven
+  // front end needs no thread per waiting request
+  // (Note [Answers without a waiting thread]).
+  virtual std::future<Response> submit_then(Request request, std::function<void()> on_ready) = 0;
   virtual const ModelSignature& signature() const = 0;
   virtual int64_t max_batch() const = 0;
   // Counters since the service started (monotonic, as Prometheus wants them).

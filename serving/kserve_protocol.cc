@@ -30,7 +30,7 @@ std::string shape_text(const runtime::Shape& shape) { return runtime::shape_str(
 
 // A value as the message quotes it: its JSON, cut after 40 characters.
 std::string brief(const json& value) {
-  std::string text = value.dump();
+  std::string text = json_text(value);
   return text.size() <= 40 ? text : text.substr(0, 40) + "...";
 }
 
@@ -132,6 +132,7 @@ void flatten(const json& tree, InputData& data) {
       flatten(item, data);
       continue;
     }
+    ++data.count;
     DataValue& value = data.values.emplace_back();
     if (item.is_number_unsigned()) {
       value.kind = DataValue::Kind::kUnsigned;
@@ -235,8 +236,16 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
                  " is beyond the body's ", body.size(), " bytes");
   const size_t text_end = json_length ? *json_length : body.size();
   size_t binary_at = text_end;  // the next binary tensor's first byte
-  // Note [Reading request data].
-  RequestDocument read = read_request_document(std::string_view(body.data(), text_end));
+  // Note [Reading request data]; Note [Request memory bounded by the model].
+  size_t max_values = 0;
+  bool all_f32 = true;
+  for (const RowSpec& spec : signature.inputs) {
+    max_values +=
+        static_cast<size_t>(max_batch) * static_cast<size_t>(runtime::shape_numel(spec.row_shape));
+    all_f32 = all_f32 && spec.dtype == runtime::DType::kF32;
+  }
+  RequestDocument read =
+      read_request_document(std::string_view(body.data(), text_end), max_values, all_f32);
   const json& document = read.json;
   GROVE_CHECK_AS(ProtocolError, document.is_object(),
                  "request body must be a JSON object with "
@@ -340,18 +349,25 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     GROVE_CHECK_AS(ProtocolError, data != tensor.end() && data->is_array(), where,
                    ".data: missing or not an array");
     InputData flattened;
-    const InputData* values = i < read.data.size() && read.data[i].read ? &read.data[i] : nullptr;
+    InputData* values = i < read.data.size() && read.data[i].read ? &read.data[i] : nullptr;
     if (values == nullptr) {
       flatten(*data, flattened);
       values = &flattened;
     }
     const int64_t count = elements;
-    GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(values->values.size()) == count, where,
-                   ".data: ", values->values.size(), " values for shape ", shape_text(shape),
+    GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(values->count) == count, where,
+                   ".data: ", values->count, " values for shape ", shape_text(shape),
                    ", which holds ", count);
     HostRows& host = result.request.inputs[k];
     host.shape = shape;
     host.dtype = spec.dtype;
+    if (values->f32) {  // Note [Request memory bounded by the model]: the rows as read
+      GROVE_CHECK(values->f32_bytes.size() == static_cast<size_t>(count) * sizeof(float), where,
+                  ".data: ", values->f32_bytes.size(), " bytes of floats read for ", count,
+                  " values (an error in grove's request reader)");
+      host.bytes = std::move(values->f32_bytes);
+      continue;
+    }
     host.bytes.resize(static_cast<size_t>(count) * element_size);
     store_values(*values, spec.dtype, host.bytes.data(), where);
   }
@@ -405,16 +421,16 @@ std::string infer_response_json(const std::string& model_name, const InferReques
                                 const ModelSignature& signature, const Response& response,
                                 size_t* json_length) {
   // Note [Response numbers].
-  std::string out = "{\"model_name\":" + json(model_name).dump();
-  if (!request.id.empty()) out += ",\"id\":" + json(request.id).dump();
+  std::string out = "{\"model_name\":" + json_text(json(model_name));
+  if (!request.id.empty()) out += ",\"id\":" + json_text(json(request.id));
   out += ",\"outputs\":[";
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     const size_t o = request.outputs[i];
     const HostRows& rows = response.outputs.at(o);
     if (i > 0) out += ',';
-    out += "{\"name\":" + json(signature.outputs[o].name).dump() + ",\"datatype\":\"" +
+    out += "{\"name\":" + json_text(json(signature.outputs[o].name)) + ",\"datatype\":\"" +
            kserve_datatype(rows.dtype) + "\",\"shape\":" +
-           json(std::vector<int64_t>(rows.shape.begin(), rows.shape.end())).dump();
+           json_text(json(std::vector<int64_t>(rows.shape.begin(), rows.shape.end())));
     if (i < request.binary.size() && request.binary[i]) {
       out += ",\"parameters\":{\"binary_data_size\":" + std::to_string(rows.bytes.size()) + "}}";
       continue;
@@ -457,6 +473,10 @@ nlohmann::json model_metadata(const std::string& model_name, const ModelSignatur
               {"parameters", {{"max_batch_size", max_batch}}}};
 }
 
-std::string error_json(const std::string& message) { return json{{"error", message}}.dump(); }
+std::string json_text(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string error_json(const std::string& message) { return json_text(json{{"error", message}}); }
 
 }  // namespace grove::serving

@@ -77,7 +77,17 @@ std::string infer_response_json(const std::string& model_name, const InferReques
 nlohmann::json model_metadata(const std::string& model_name, const ModelSignature& signature,
                               int64_t max_batch);
 
-// {"error": message}, the protocol's error body.
+// Note [Refusals are valid JSON]
+// A refusal's message quotes what the client sent (a path, a field, an id), in
+// whatever bytes it came: nlohmann's dump() throws on invalid UTF-8, which
+// once aborted the server on `GET /%FF`. Every body grove writes goes through
+// json_text(), which writes invalid UTF-8 as U+FFFD, so it never throws and
+// every answer is valid JSON. Tests: test_invalid_utf8_path_is_404_json,
+// test_invalid_utf8_fields_are_400_json (tests/serving/http_abuse_test.py),
+// KserveProtocol.ErrorJsonReplacesInvalidUtf8.
+std::string json_text(const nlohmann::json& value);
+
+// {"error": message}, the protocol's error body (Note [Refusals are valid JSON]).
 std::string error_json(const std::string& message);
 
 }  // namespace grove::serving

@@ -1,5 +1,6 @@
 #include "serving/kserve_request_reader.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <optional>
@@ -16,7 +17,8 @@ using nlohmann::json;
 // arrays, which go to RequestDocument::data (Note [Reading request data]).
 class RequestSax {
  public:
-  explicit RequestSax(RequestDocument& document) : document_(document) {}
+  RequestSax(RequestDocument& document, size_t max_values)
+      : document_(document), max_values_(max_values) {}
 
   bool null() { return value(nullptr); }
   bool boolean(bool v) {
@@ -46,7 +48,11 @@ class RequestSax {
     check_depth();
     ++open_;
     if (capturing()) {
-      // An object among the data: built as a tree, kept as an odd element.
+      // An object among the data: built as a tree, kept as an odd element
+      // (counted against kMaxRequestNodes, never dropped).
+      count_node();
+      ++capture_->count;
+      ++kept_values_;
       capture_->others.emplace_back(json::object());
       push_other();
       stack_.push_back(&capture_->others.back());
@@ -127,9 +133,25 @@ class RequestSax {
   // Inside a data array and not inside an object among its elements.
   bool capturing() const { return capture_ != nullptr && stack_.size() == capture_base_; }
 
+  // Note [Request memory bounded by the model]: past max_values, counted only.
+  bool keep_value() {
+    ++capture_->count;
+    if (kept_values_ >= max_values_) return false;
+    ++kept_values_;
+    return true;
+  }
+
+  void count_node() {
+    if (++nodes_ > kMaxRequestNodes) {
+      throw ProtocolError(str_cat("request body holds more than ", kMaxRequestNodes,
+                                  " JSON values besides the inputs' data"));
+    }
+  }
+
   template <typename Fill>
   bool capture(DataValue::Kind kind, Fill fill) {
     check_depth();
+    if (!keep_value()) return true;
     DataValue& value = capture_->values.emplace_back();
     value.kind = kind;
     fill(value);
@@ -146,6 +168,8 @@ class RequestSax {
   bool value(Value&& v) {
     check_depth();
     if (capturing()) {
+      if (!keep_value()) return true;
+      count_node();
       capture_->others.emplace_back(std::forward<Value>(v));
       push_other();
       return true;
@@ -157,6 +181,7 @@ class RequestSax {
   // Places a value in the open container (or as the root); returns it.
   template <typename Value>
   json* put(Value&& v) {
+    count_node();
     if (stack_.empty()) {
       document_.json = json(std::forward<Value>(v));
       return &document_.json;
@@ -180,6 +205,9 @@ class RequestSax {
   }
 
   RequestDocument& document_;
+  const size_t max_values_;
+  size_t kept_values_ = 0;    // data values kept, over all inputs
+  size_t nodes_ = 0;          // JSON values besides the data numbers
   std::vector<json*> stack_;  // the open containers of the tree
   json* slot_ = nullptr;      // the value of the object key just read
   int open_ = 0;              // open containers, data arrays included
@@ -203,7 +231,8 @@ class DataArrayScan {
     InputData data;
   };
 
-  explicit DataArrayScan(std::string_view text) : text_(text) {}
+  DataArrayScan(std::string_view text, size_t max_values, bool data_as_f32)
+      : text_(text), max_values_(max_values), data_as_f32_(data_as_f32) {}
 
   std::optional<std::vector<Span>> run() {
     skip_space();
@@ -323,7 +352,14 @@ class DataArrayScan {
     span.input = index;
     span.begin = at_;
     span.data.read = true;
-    span.data.values.reserve(1024);
+    span.data.f32 = data_as_f32_;
+    if (data_as_f32_) {
+      // At most the values left to keep, and at most one per 2 bytes of text.
+      const size_t bound = std::min(max_values_ - kept_, (text_.size() - at_) / 2 + 1);
+      span.data.f32_bytes.reserve(bound * sizeof(float));
+    } else {
+      span.data.values.reserve(1024);
+    }
     if (!numbers(span.data, 3)) return false;
     span.end = at_;
     spans_.push_back(std::move(span));
@@ -338,8 +374,14 @@ class DataArrayScan {
     while (true) {
       if (peek() == '[') {
         if (!numbers(data, depth + 1)) return false;
-      } else if (!number(data.values.emplace_back())) {
-        return false;
+      } else {
+        // Note [Request memory bounded by the model]: past max_values, counted only.
+        ++data.count;
+        const bool keep = kept_ < max_values_;
+        DataValue scratch;
+        if (!number(keep && !data_as_f32_ ? data.values.emplace_back() : scratch)) return false;
+        if (keep && data_as_f32_) append_f32(data.f32_bytes, scratch);
+        kept_ += keep ? 1 : 0;
       }
       skip_space();
       if (consume(']')) return true;
@@ -347,6 +389,18 @@ class DataArrayScan {
       ++at_;
       skip_space();
     }
+  }
+
+  // The float store_values() makes of `value` for FP32.
+  static void append_f32(std::vector<uint8_t>& bytes, const DataValue& value) {
+    double wide = value.floating;
+    if (value.kind == DataValue::Kind::kInteger) wide = static_cast<double>(value.integer);
+    if (value.kind == DataValue::Kind::kUnsigned) {
+      wide = static_cast<double>(value.unsigned_integer);
+    }
+    const float narrow = static_cast<float>(wide);
+    const auto* first = reinterpret_cast<const uint8_t*>(&narrow);
+    bytes.insert(bytes.end(), first, first + sizeof(float));
   }
 
   // A JSON number token, converted as nlohmann's lexer converts it.
@@ -393,6 +447,9 @@ class DataArrayScan {
   }
 
   std::string_view text_;
+  const size_t max_values_;
+  const bool data_as_f32_;
+  size_t kept_ = 0;  // data values kept, over all inputs
   size_t at_ = 0;
   bool seen_inputs_ = false;
   std::vector<Span> spans_;
@@ -400,8 +457,10 @@ class DataArrayScan {
 
 }  // namespace
 
-std::optional<RequestDocument> read_request_document_fast(std::string_view text) {
-  std::optional<std::vector<DataArrayScan::Span>> spans = DataArrayScan(text).run();
+std::optional<RequestDocument> read_request_document_fast(std::string_view text, size_t max_values,
+                                                          bool data_as_f32) {
+  std::optional<std::vector<DataArrayScan::Span>> spans =
+      DataArrayScan(text, max_values, data_as_f32).run();
   if (!spans) return std::nullopt;
   std::string rest;
   rest.reserve(text.size());
@@ -444,18 +503,19 @@ json InputData::value_json(const DataValue& value) const {
   return others.at(value.other);
 }
 
-RequestDocument read_request_document_reference(std::string_view text) {
+RequestDocument read_request_document_reference(std::string_view text, size_t max_values) {
   RequestDocument document;
-  RequestSax sax(document);
+  RequestSax sax(document, max_values);
   json::sax_parse(text.begin(), text.end(), &sax);
   return document;
 }
 
-RequestDocument read_request_document(std::string_view text) {
+RequestDocument read_request_document(std::string_view text, size_t max_values, bool data_as_f32) {
   // Note [Reading request data].
-  if (std::optional<RequestDocument> document = read_request_document_fast(text))
+  if (std::optional<RequestDocument> document =
+          read_request_document_fast(text, max_values, data_as_f32))
     return std::move(*document);
-  return read_request_document_reference(text);
+  return read_request_document_reference(text, max_values);
 }
 
 }  // namespace grove::serving

@@ -31,6 +31,23 @@
 //    error the reference reader reads the original text, so every refusal
 //    keeps its message. Tests: KserveRequestReader.* (both readers agree on
 //    random and mutated bodies).
+//
+// Note [Request memory bounded by the model]
+// A value costs 16 bytes as a DataValue and a JSON node 16 or more, while it
+// may take 2 bytes of the body ("0,"): a 16 MiB body of zeros once cost 164 MB
+// (issue 35). So both readers keep at most `max_values` data values (the most
+// a valid request holds: max batch rows of every input) and only count the
+// rest, which parse_infer_request() then refuses with the same message as
+// before ("N values for shape ..."), and refuse a body of more than
+// kMaxRequestNodes JSON values besides the data. A request's memory is then
+// its body, the fast reader's copy of the text besides the data, and at most
+// 16 bytes per value the model can take. Where every input of the model is
+// FP32 (data_as_f32), the fast reader writes each number straight into the
+// row bytes as the float store_values() would make of it (4 bytes a value,
+// moved into the request's HostRows, no copy): a valid request then costs its
+// body and its rows. Tests: KserveRequestReader.
+// KeepsAtMostMaxValuesAndCountsTheRest, test_memory_per_request_is_bounded_near_the_body
+// (tests/serving/http_abuse_test.py).
 #pragma once
 
 #include <cstddef>
@@ -59,7 +76,10 @@ struct DataValue {
 // The elements of one inputs[i].data array.
 struct InputData {
   bool read = false;                   // "data" is an array and its elements are here
-  std::vector<DataValue> values;       // flat, row-major
+  size_t count = 0;                    // its elements
+  std::vector<DataValue> values;       // flat, row-major: the first ones, within max_values
+  bool f32 = false;                    // the fast reader wrote them to f32_bytes instead
+  std::vector<uint8_t> f32_bytes;      // little-endian floats, row-major, within max_values
   std::vector<nlohmann::json> others;  // the strings, nulls and objects among them
 
   // The element as a JSON value (for messages).
@@ -71,12 +91,23 @@ struct RequestDocument {
   std::vector<InputData> data;  // per entry of root.inputs
 };
 
+// The most JSON values a request may hold besides its inputs' data numbers
+// (Note [Request memory bounded by the model]).
+inline constexpr size_t kMaxRequestNodes = size_t{1} << 16;
+
 // Note [Reading request data]. Throws ProtocolError (kserve_protocol.h) for
-// text that is not JSON or nests deeper than kMaxRequestDepth.
-RequestDocument read_request_document(std::string_view text);
+// text that is not JSON, nests deeper than kMaxRequestDepth or holds more
+// than kMaxRequestNodes values besides the data. Keeps at most `max_values`
+// data values over all inputs (Note [Request memory bounded by the model]).
+RequestDocument read_request_document(std::string_view text, size_t max_values = SIZE_MAX,
+                                      bool data_as_f32 = false);
 // Each reader alone (tests compare them): the fast one's nullopt means it
 // gave up on `text`, which read_request_document() then reads with the other.
-std::optional<RequestDocument> read_request_document_fast(std::string_view text);
-RequestDocument read_request_document_reference(std::string_view text);
+// `data_as_f32`: numbers as FP32 row bytes (Note [Request memory bounded by the model]).
+std::optional<RequestDocument> read_request_document_fast(std::string_view text,
+                                                          size_t max_values = SIZE_MAX,
+                                                          bool data_as_f32 = false);
+RequestDocument read_request_document_reference(std::string_view text,
+                                                size_t max_values = SIZE_MAX);
 
 }  // namespace grove::serving

@@ -59,9 +59,14 @@ std::shared_ptr<Server> ReplanningServer::current() const {
 }
 
 std::future<Response> ReplanningServer::submit(Request request) {
+  return submit_then(std::move(request), nullptr);
+}
+
+std::future<Response> ReplanningServer::submit_then(Request request,
+                                                    std::function<void()> on_ready) {
   // Note [Switching servers]: queued while the lock is held.
   std::shared_lock<std::shared_mutex> lock(switch_mutex_);
-  return server_->submit(std::move(request));
+  return server_->submit_then(std::move(request), std::move(on_ready));
 }
 
 ServerStats ReplanningServer::stats() const {

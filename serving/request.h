@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <vector>
 
@@ -49,6 +50,12 @@ struct PendingRequest {
   uint64_t id = 0;  // submission order
   Clock::time_point submitted;
   std::promise<Response> promise;
+  // Called once the promise is set (Note [Answers without a waiting thread]).
+  std::function<void()> on_ready;
 };
+
+// Sets the request's promise, then calls its on_ready.
+void answer_request(PendingRequest& request, Response response);
+void fail_request(PendingRequest& request, std::exception_ptr error);
 
 }  // namespace grove::serving

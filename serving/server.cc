@@ -66,7 +66,12 @@ Server::~Server() {
 }
 
 std::future<Response> Server::submit(Request request) {
+  return submit_then(std::move(request), nullptr);
+}
+
+std::future<Response> Server::submit_then(Request request, std::function<void()> on_ready) {
   PendingRequest pending;
+  pending.on_ready = std::move(on_ready);
   try {
     pending.rows = signature_.check_request(request, config_.max_batch);
   } catch (const Error&) {
@@ -98,9 +103,10 @@ void Server::shutdown(ShutdownMode mode) {
     std::vector<PendingRequest> cancelled = queue_.close_and_take_all();
     stats_.cancelled(cancelled.size());
     for (PendingRequest& request : cancelled) {
-      request.promise.set_exception(std::make_exception_ptr(RequestCancelledError(str_cat(
-          "request ", request.id, " (", request.rows,
-          " rows) was cancelled: the server shut down (ShutdownMode::kCancel) before it ran"))));
+      fail_request(request, std::make_exception_ptr(RequestCancelledError(
+                                str_cat("request ", request.id, " (", request.rows,
+                                        " rows) was cancelled: the server shut down "
+                                        "(ShutdownMode::kCancel) before it ran"))));
     }
   } else {
     queue_.close();

@@ -54,6 +54,7 @@ class Server : public InferenceService {
   // request that does not fit the model, QueueFullError when queue_capacity
   // requests are waiting (back-pressure), ServerClosedError after shutdown().
   std::future<Response> submit(Request request) override;
+  std::future<Response> submit_then(Request request, std::function<void()> on_ready) override;
 
   // Stops taking requests and waits for the workers. kDrain runs every queued
   // request (batches are not held back for max_wait); kCancel sets every

@@ -532,9 +532,8 @@ int run(int argc, char** argv) {
       config.warmup_calls = backend == "cudagraphs" ? 3 : 1;
       Stopwatch watch;
       serving::Server server(model, config);
-      serving::HttpServer http(server, {.model_name = options.model,
-                                        .port = 0,
-                                        .threads = static_cast<int>(options.clients) + 8});
+      // The front's threads default to the cores: connections need none of their own.
+      serving::HttpServer http(server, {.model_name = options.model, .port = 0});
       std::thread listener([&] { http.serve(); });
       std::printf("  max batch %lld, %s: compiled and warmed up %zu buckets in %.0f ms\n",
                   static_cast<long long>(max_batch), backend.c_str(), config.buckets.size(),

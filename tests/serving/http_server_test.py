@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -25,55 +24,12 @@ import requests
 
 import grove_weights
 import junit_main
+from serve_process import GROVE, MLP, NAME, GroveServer, body_for, parse_prometheus
 
-RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", ""), "grove")
-GROVE = os.path.join(RUNFILES, "cli", "grove")
-MLP = os.path.join(RUNFILES, "benchmarks", "models", "mlp16x512.json")
-NAME = "mlp16x512"
 # Rows are independent, but a bucket of another size may sum a GEMM in
 # another order: the served rows agree with `grove run` to float rounding.
 ATOL = 1e-5
 SEED = 2111
-
-
-class GroveServer:
-    """A `grove serve` child process and its base URL."""
-
-    def __init__(self, *args, expect_ready=True):
-        self.process = subprocess.Popen(
-            [GROVE, "serve", MLP, "--device", "sim", "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines = []
-        self.url = None
-        if not expect_ready:
-            return
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError("grove serve ended before listening:\n" + "".join(self.lines) +
-                                   self.process.stderr.read())
-            self.lines.append(line)
-            match = re.search(r"listening on (http://[0-9.]+:\d+)", line)
-            if match:
-                self.url = match.group(1)
-                return
-        raise RuntimeError("grove serve did not listen within 240 s")
-
-    def infer_url(self):
-        return f"{self.url}/v2/models/{NAME}/infer"
-
-    def stop(self):
-        """SIGTERM; returns (exit status, the rest of stdout, stderr)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        out, err = self.process.communicate(timeout=60)
-        return self.process.returncode, out, err
-
-
-def body_for(rows):
-    return {"inputs": [{"name": "x", "shape": list(rows.shape), "datatype": "FP32",
-                        "data": rows.reshape(-1).tolist()}]}
 
 
 class ServeTest(unittest.TestCase):
@@ -313,21 +269,6 @@ class ServeTest(unittest.TestCase):
         self.assertGreater(done, 0)
         print(f"\nwrk, 8 connections, 2 s, 1 row per request on sim: {done} requests\n"
               + result.stdout)
-
-
-def parse_prometheus(text):
-    """(name, labels) -> value; fails on any line that is not the text format."""
-    samples = {}
-    line_re = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[a-zA-Z_]\w*="(?:[^"\\]|\\.)*",?)*)\})?'
-                         r" ([-+]?(?:[0-9.]+(?:[eE][-+]?\d+)?|Inf|NaN))$")
-    for line in text.splitlines():
-        if not line or line.startswith("# HELP ") or line.startswith("# TYPE "):
-            continue
-        match = line_re.match(line)
-        if match is None:
-            raise AssertionError(f"not Prometheus text: {line!r}")
-        samples[(match.group(1), match.group(2) or "")] = float(match.group(3))
-    return samples
 
 
 class ServeLifecycleTest(unittest.TestCase):

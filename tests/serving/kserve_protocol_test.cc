@@ -7,8 +7,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <string>
 
 namespace grove::serving {
 namespace {
@@ -249,6 +251,55 @@ TEST(KserveProtocol, RandomMutationsEndInSuccessOrProtocolError) {
       FAIL() << "seed " << seed << " trial " << trial << ": " << error.what() << "\n" << body;
     }
   }
+}
+
+TEST(KserveProtocol, ErrorJsonReplacesInvalidUtf8) {
+  // Note [Refusals are valid JSON]: dump() threw on these bytes and aborted the server.
+  const std::string text = error_json("no route GET /\xff\xfe; id \"\xc3\"");
+  const std::string message = json::parse(text)["error"];
+  EXPECT_EQ(message.rfind("no route GET /\ufffd", 0), 0u) << message;
+  // An id of invalid UTF-8 is refused naming the body, as valid JSON.
+  const std::string refused = error_of(std::string("{\"id\": \"\xff\", \"inputs\": []}"));
+  EXPECT_NE(refused.find("not valid JSON"), std::string::npos) << refused;
+  EXPECT_NO_THROW(json::parse(error_json(refused)));
+}
+
+// A field of /proc/self/status in bytes (VmRSS, VmHWM).
+size_t status_bytes(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) << 10;
+  }
+  return 0;
+}
+
+TEST(KserveProtocol, LargeFloatBodyCostsItsRowsNotAValuePerElement) {
+  // Note [Request memory bounded by the model]: an FP32 request's numbers go
+  // straight into its row bytes; as 16-byte values beside the rows a body of
+  // short numbers took about 5x its size more (issue 35, case 6).
+  ModelSignature wide;
+  wide.inputs.push_back({"x", {512}, DType::kF32, 2048});
+  wide.outputs.push_back({"y", {512}, DType::kF32, 2048});
+  const int64_t rows = 4096;
+  std::string body =
+      R"({"inputs": [{"name": "x", "shape": [4096, 512], "datatype": "FP32", "data": [)";
+  body.reserve(body.size() + rows * 512 * 4 + 8);
+  for (int64_t e = 0; e < rows * 512; ++e) body += e ? ",0.5" : "0.5";
+  body += "]}]}";
+  {
+    std::ofstream clear_refs("/proc/self/clear_refs");
+    clear_refs << "5";  // VmHWM back to VmRSS
+  }
+  const size_t before = status_bytes("VmRSS");
+  InferRequest parsed = parse_infer_request(body, wide, rows);
+  const size_t growth = status_bytes("VmHWM") - before;
+  ASSERT_EQ(parsed.request.inputs[0].bytes.size(), size_t(rows) * 512 * 4);
+  EXPECT_EQ(parsed.request.inputs[0].values<float>()[12345], 0.5f);
+  const double factor = double(growth) / double(body.size());
+  std::printf("peak growth parsing a %.1f MiB FP32 body: %.2fx the body (rows: %.2fx)\n",
+              body.size() / 1048576.0, factor, double(rows * 512 * 4) / double(body.size()));
+  EXPECT_LT(factor, 1.5) << "a value per element is kept beside the rows again";
 }
 
 }  // namespace

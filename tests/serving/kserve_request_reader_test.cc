@@ -44,6 +44,7 @@ void expect_same(const RequestDocument& a, const RequestDocument& b, const std::
   ASSERT_EQ(a.data.size(), b.data.size()) << text;
   for (size_t i = 0; i < a.data.size(); ++i) {
     EXPECT_EQ(a.data[i].read, b.data[i].read) << text;
+    EXPECT_EQ(a.data[i].count, b.data[i].count) << "inputs[" << i << "] " << text;
     ASSERT_EQ(a.data[i].values.size(), b.data[i].values.size()) << "inputs[" << i << "] " << text;
     for (size_t e = 0; e < a.data[i].values.size(); ++e) {
       const DataValue& x = a.data[i].values[e];
@@ -173,6 +174,39 @@ TEST(KserveRequestReader, ReadersAgreeOnRandomBodies) {
   }
 }
 
+// Note [Request memory bounded by the model]: with data_as_f32 the fast
+// reader writes the floats store_values() makes of the reference's values.
+TEST(KserveRequestReader, F32RowsAreTheFloatsOfTheReferenceValues) {
+  const uint32_t seed = 3535;
+  std::mt19937 random(seed);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::string body = random_body(random);
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " trial " << trial << " " << body);
+    std::optional<RequestDocument> fast = read_request_document_fast(body, SIZE_MAX, true);
+    ASSERT_TRUE(fast.has_value());
+    const RequestDocument reference = read_request_document_reference(body);
+    EXPECT_EQ(fast->json, reference.json);
+    ASSERT_EQ(fast->data.size(), reference.data.size());
+    for (size_t i = 0; i < reference.data.size(); ++i) {
+      if (!reference.data[i].read) continue;
+      ASSERT_TRUE(fast->data[i].f32);
+      EXPECT_EQ(fast->data[i].count, reference.data[i].count);
+      std::vector<uint8_t> expected;
+      for (const DataValue& value : reference.data[i].values) {
+        double wide = value.floating;
+        if (value.kind == DataValue::Kind::kInteger) wide = static_cast<double>(value.integer);
+        if (value.kind == DataValue::Kind::kUnsigned) {
+          wide = static_cast<double>(value.unsigned_integer);
+        }
+        const float narrow = static_cast<float>(wide);
+        const auto* bytes = reinterpret_cast<const uint8_t*>(&narrow);
+        expected.insert(expected.end(), bytes, bytes + 4);
+      }
+      EXPECT_EQ(fast->data[i].f32_bytes, expected) << "inputs[" << i << "]";
+    }
+  }
+}
+
 // Random edits of valid bodies: both readers refuse with the same message or
 // read the same document.
 TEST(KserveRequestReader, ReadersAgreeOnMutatedBodies) {
@@ -295,6 +329,39 @@ TEST(KserveRequestReader, ManyValuesAreCountedNotStored) {
   for (int i = 0; i < 200000; ++i) data += i ? ",1" : "1";
   data += "]";
   EXPECT_NE(error_of(body_with(data)).find("200000 values for shape [1, 3]"), std::string::npos);
+}
+
+TEST(KserveRequestReader, KeepsAtMostMaxValuesAndCountsTheRest) {
+  // Note [Request memory bounded by the model]: past max_values, counted only.
+  const std::string body =
+      R"({"inputs": [{"name": "x", "data": [1, 2.5, [3, 4]]}, {"name": "y", "data": [5, 6]}]})";
+  std::optional<RequestDocument> fast = read_request_document_fast(body, 4);
+  ASSERT_TRUE(fast.has_value());
+  const RequestDocument reference = read_request_document_reference(body, 4);
+  expect_same(*fast, reference, body);
+  EXPECT_EQ(reference.data[0].count, 4u);
+  EXPECT_EQ(reference.data[0].values.size(), 4u);
+  EXPECT_EQ(reference.data[1].count, 2u);
+  EXPECT_TRUE(reference.data[1].values.empty());
+  // Through parse_infer_request, the message names the full count.
+  std::string data = "[";
+  for (int i = 0; i < 5000; ++i) data += i ? ",0" : "0";
+  data += "]";
+  EXPECT_NE(error_of(body_with(data)).find("5000 values for shape [1, 3]"), std::string::npos);
+}
+
+TEST(KserveRequestReader, TooManyJsonValuesBesidesTheDataAreRefused) {
+  std::string padding = "[";
+  for (size_t i = 0; i <= kMaxRequestNodes; ++i) padding += i ? ",0" : "0";
+  padding += "]";
+  const std::string body = R"({"parameters": {"padding": )" + padding + R"(}, "inputs": []})";
+  for (const Outcome& outcome :
+       {outcome_of([&] { return read_request_document(body); }),
+        outcome_of([&] { return read_request_document_reference(body); })}) {
+    EXPECT_NE(outcome.error.find("more than 65536 JSON values besides the inputs' data"),
+              std::string::npos)
+        << outcome.error;
+  }
 }
 
 }  // namespace

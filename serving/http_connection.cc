@@ -1,0 +1,250 @@
+#include "serving/http_connection.h"
+
+#include <array>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+
+namespace grove::serving {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using boost::system::error_code;
+
+// Note [Connections without threads]
+// A connection holds no thread: every step (read, answer, write, deadline)
+// is a completion handler on its strand, and an infer request that waits for
+// its batch holds only its Queued state until the worker's on_ready posts the
+// answer back (Note [Answers without a waiting thread]). So open connections
+// cost memory (a buffer of at most max_header_bytes + 64 KiB while a request
+// is read, none while idle, and the body), and are bounded by max_connections
+// and the process's file limit, not by threads: 500 slowloris connections
+// leave a normal client answered. Test: test_many_slow_connections_do_not_starve_others.
+
+namespace {
+constexpr size_t kReadChunk = 64 << 10;
+constexpr size_t kLingerBytes = size_t{4} << 20;
+constexpr std::chrono::milliseconds kLingerTime{1000};
+}  // namespace
+
+void ConnectionHub::add(const std::shared_ptr<HttpConnection>& connection) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  open_.emplace(connection.get(), connection);
+}
+
+void ConnectionHub::remove(const HttpConnection* connection) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  open_.erase(connection);
+}
+
+size_t ConnectionHub::open() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return open_.size();
+}
+
+void ConnectionHub::drain_all() {
+  draining_ = true;
+  std::vector<std::shared_ptr<HttpConnection>> connections;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [key, weak] : open_) {
+      if (auto connection = weak.lock()) connections.push_back(std::move(connection));
+    }
+  }
+  for (auto& connection : connections) connection->drain();
+}
+
+HttpConnection::HttpConnection(asio::ip::tcp::socket socket, ConnectionHub& hub)
+    : socket_(std::move(socket)),
+      timer_(socket_.get_executor()),
+      hub_(hub),
+      buffer_(hub.limits().request.max_header_bytes + kReadChunk) {}
+
+HttpConnection::~HttpConnection() { hub_.remove(this); }
+
+void HttpConnection::start() {
+  error_code ignored;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  draining_ = hub_.draining();
+  read_idle();
+}
+
+void HttpConnection::drain() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->draining_) return;
+    self->draining_ = true;
+    // Note [Draining on stop]: an idle connection may still send one request
+    // within the grace; any other finishes the request it is reading.
+    if (self->phase_ == Phase::kIdle) self->arm(self->hub_.limits().drain_grace);
+  });
+}
+
+void HttpConnection::read_idle() {
+  if (buffer_.size() > 0) return read_header();  // a pipelined request is buffered
+  phase_ = Phase::kIdle;
+  const ConnectionLimits& limits = hub_.limits();
+  arm(draining_ ? std::min(limits.idle_timeout, limits.drain_grace) : limits.idle_timeout);
+  // An idle connection holds no buffer: it waits for the socket to be
+  // readable, and the header read allocates one (Note [Connections without threads]).
+  buffer_.shrink_to_fit();
+  socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                     [self = shared_from_this()](const error_code& error) {
+                       if (error) return self->close();
+                       self->read_header();  // EOF there closes quietly
+                     });
+}
+
+void HttpConnection::read_header() {
+  phase_ = Phase::kHeader;
+  parser_ = std::make_unique<RequestParser>(hub_.limits().request);
+  arm(hub_.limits().header_timeout);
+  http::async_read_header(socket_, buffer_, *parser_,
+                          [self = shared_from_this()](const error_code& error, size_t) {
+                            self->on_read(error, /*header=*/true);
+                          });
+}
+
+void HttpConnection::read_body() {
+  phase_ = Phase::kBody;
+  arm(hub_.limits().body_timeout);
+  http::async_read(socket_, buffer_, *parser_,
+                   [self = shared_from_this()](const error_code& error, size_t) {
+                     self->on_read(error, /*header=*/false);
+                   });
+}
+
+void HttpConnection::on_read(const error_code& error, bool header) {
+  if (phase_ == Phase::kClosed) return;
+  if (timed_out_) {
+    const ConnectionLimits& limits = hub_.limits();
+    return refuse(error_response(
+        408, header ? str_cat("request header not complete within ", limits.header_timeout.count(),
+                              " ms (--header-timeout-ms)")
+                    : str_cat("request body not complete within ", limits.body_timeout.count(),
+                              " ms (--body-timeout-ms)")));
+  }
+  if (error == http::error::end_of_stream || error == http::error::partial_message ||
+      error == asio::error::eof || error == asio::error::connection_reset ||
+      error == asio::error::operation_aborted) {
+    return close();  // the client went away mid-request: nobody to answer
+  }
+  if (error) return refuse(parser_->refusal(error));
+  if (header && !parser_->is_done()) {
+    if (parser_->expects_continue()) {
+      disarm();
+      phase_ = Phase::kWriting;
+      head_ = "HTTP/1.1 100 Continue\r\n\r\n";
+      arm(hub_.limits().write_timeout);
+      return asio::async_write(socket_, asio::buffer(head_),
+                               [self = shared_from_this()](const error_code& error, size_t) {
+                                 if (error || self->timed_out_) return self->close();
+                                 self->read_body();
+                               });
+    }
+    return read_body();
+  }
+  dispatch();
+}
+
+void HttpConnection::dispatch() {
+  disarm();
+  phase_ = Phase::kWaiting;
+  HttpRequest& request = parser_->request();
+  keep_alive_ = request.keep_alive;
+  auto on_ready = [self = shared_from_this()] {
+    asio::post(self->socket_.get_executor(), [self] {
+      HttpResponse response = self->hub_.routes().finish(*self->queued_);
+      self->queued_.reset();
+      self->queued_work_.reset();
+      self->answer(std::move(response));
+    });
+  };
+  auto result = hub_.routes().handle(request, std::move(on_ready));
+  if (auto* response = std::get_if<HttpResponse>(&result)) return answer(std::move(*response));
+  queued_work_.emplace(socket_.get_executor());
+  queued_ = std::move(std::get<std::unique_ptr<KserveRoutes::Queued>>(result));
+}
+
+void HttpConnection::answer(HttpResponse response) {
+  parser_.reset();
+  keep_alive_ = keep_alive_ && !draining_;
+  hub_.routes().count_response(response.status);
+  head_ = response_head(response, keep_alive_);
+  body_ = std::move(response.body);
+  phase_ = Phase::kWriting;
+  arm(hub_.limits().write_timeout);
+  const std::array<asio::const_buffer, 2> buffers = {asio::buffer(head_), asio::buffer(body_)};
+  asio::async_write(socket_, buffers, [self = shared_from_this()](const error_code& error, size_t) {
+    self->on_written(error);
+  });
+}
+
+void HttpConnection::on_written(const error_code& error) {
+  disarm();
+  std::string().swap(body_);
+  if (error || timed_out_) return close();
+  ++hub_.responses;
+  if (draining_) ++hub_.responses_after_stop;
+  if (!keep_alive_) return linger();
+  read_idle();
+}
+
+void HttpConnection::refuse(HttpResponse response) {
+  keep_alive_ = false;
+  timed_out_ = false;
+  answer(std::move(response));
+}
+
+void HttpConnection::linger() {
+  // A close with unread bytes in the socket resets the connection, and the
+  // client may lose the answer it was sent (a 413 before a body it is still
+  // sending): send FIN, then read and drop what comes, bounded in bytes and time.
+  phase_ = Phase::kLingering;
+  error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  if (lingered_bytes_ == 0) arm(kLingerTime);
+  buffer_.consume(buffer_.size());
+  socket_.async_read_some(buffer_.prepare(kReadChunk),
+                          [self = shared_from_this()](const error_code& error, size_t bytes) {
+                            self->lingered_bytes_ += bytes + 1;
+                            if (error || self->timed_out_ || self->lingered_bytes_ > kLingerBytes) {
+                              return self->close();
+                            }
+                            self->linger();
+                          });
+}
+
+void HttpConnection::close() {
+  if (phase_ == Phase::kClosed) return;
+  phase_ = Phase::kClosed;
+  disarm();
+  error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+}
+
+void HttpConnection::arm(std::chrono::milliseconds timeout) {
+  const uint64_t generation = ++timer_generation_;
+  timer_.expires_after(timeout);
+  timer_.async_wait([self = shared_from_this(), generation](const error_code& error) {
+    if (error || generation != self->timer_generation_) return;
+    self->on_deadline();
+  });
+}
+
+void HttpConnection::disarm() {
+  ++timer_generation_;
+  timer_.cancel();
+}
+
+void HttpConnection::on_deadline() {
+  // Note [Connection timeouts]: the pending read or write ends with
+  // operation_aborted, and its handler sees timed_out_.
+  ++hub_.timed_out;
+  timed_out_ = true;
+  error_code ignored;
+  socket_.cancel(ignored);
+}
+
+}  // namespace grove::serving

@@ -1,0 +1,119 @@
+// HttpConnection is one client's TCP connection to grove's HTTP front: it
+// reads requests one after another (pipelined ones in order, from what is
+// already buffered), hands each to the KserveRoutes, and writes the answers,
+// all on its own strand of the server's few threads (Note [Connections
+// without threads]). ConnectionHub holds what the connections of one server
+// share: the routes, the limits, the set of open connections and counters.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "serving/http_request_parser.h"
+#include "serving/kserve_routes.h"
+
+namespace grove::serving {
+
+struct ConnectionLimits {
+  RequestLimits request;
+  // Note [Connection timeouts]
+  // Each phase of a connection has its own deadline, so a client that
+  // trickles bytes (slowloris) holds a connection for a bounded time whatever
+  // its pace: idle, from the end of an answer to the first byte of the next
+  // request (closed quietly); header, from that first byte to the header's
+  // end (408); body, to the body's end (408); write, to the end of an answer
+  // the client reads slowly (closed). Tests: test_many_slow_connections_do_not_starve_others,
+  // test_slowloris_connection_gets_408 (tests/serving/http_abuse_test.py).
+  std::chrono::milliseconds idle_timeout{5000};
+  std::chrono::milliseconds header_timeout{10000};
+  std::chrono::milliseconds body_timeout{30000};
+  std::chrono::milliseconds write_timeout{30000};
+  // After stop(): how long an idle keep-alive connection may still send one
+  // request (Note [Draining on stop]).
+  std::chrono::milliseconds drain_grace{1000};
+};
+
+class HttpConnection;
+
+class ConnectionHub {
+ public:
+  ConnectionHub(KserveRoutes& routes, ConnectionLimits limits) : routes_(routes), limits_(limits) {}
+
+  KserveRoutes& routes() { return routes_; }
+  const ConnectionLimits& limits() const { return limits_; }
+  void add(const std::shared_ptr<HttpConnection>& connection);
+  void remove(const HttpConnection* connection);
+  size_t open() const;
+  // Note [Draining on stop]: every open connection finishes the request it
+  // has read and closes.
+  void drain_all();
+  bool draining() const { return draining_; }
+
+  std::atomic<uint64_t> responses{0};             // answers written
+  std::atomic<uint64_t> responses_after_stop{0};  // of which after drain_all()
+  std::atomic<uint64_t> timed_out{0};             // connections closed by a deadline
+
+ private:
+  KserveRoutes& routes_;
+  const ConnectionLimits limits_;
+  std::atomic<bool> draining_{false};
+  mutable std::mutex mutex_;
+  std::unordered_map<const HttpConnection*, std::weak_ptr<HttpConnection>> open_;
+};
+
+class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+ public:
+  // `socket`'s executor is the connection's strand.
+  HttpConnection(boost::asio::ip::tcp::socket socket, ConnectionHub& hub);
+  ~HttpConnection();
+  void start();
+  // Posts the drain onto the connection's strand (any thread).
+  void drain();
+
+ private:
+  enum class Phase { kIdle, kHeader, kBody, kWaiting, kWriting, kLingering, kClosed };
+
+  void read_idle();
+  void read_header();
+  void read_body();
+  void on_read(const boost::system::error_code& error, bool header);
+  void dispatch();
+  void answer(HttpResponse response);
+  void on_written(const boost::system::error_code& error);
+  void refuse(HttpResponse response);
+  void linger();
+  void close();
+  void arm(std::chrono::milliseconds timeout);
+  void disarm();
+  void on_deadline();
+
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer timer_;
+  ConnectionHub& hub_;
+  boost::beast::flat_buffer buffer_;
+  std::unique_ptr<RequestParser> parser_;
+  std::unique_ptr<KserveRoutes::Queued> queued_;
+  // While an answer is queued no I/O is pending: this keeps serve()'s
+  // threads running until the worker posts it back (Note [Draining on stop]).
+  std::optional<boost::asio::executor_work_guard<boost::asio::any_io_executor>> queued_work_;
+  Phase phase_ = Phase::kIdle;
+  uint64_t timer_generation_ = 0;
+  bool timed_out_ = false;
+  bool draining_ = false;
+  bool keep_alive_ = true;
+  std::string head_;
+  std::string body_;
+  size_t lingered_bytes_ = 0;
+};
+
+}  // namespace grove::serving

@@ -1,0 +1,43 @@
+// An HTTP/1.1 request as grove's HTTP front reads it, and the answer it
+// writes: only the parts the KServe routes use (serving/kserve_routes.h), so
+// that a request costs its body and little more (Note [Request limits]).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace grove::serving {
+
+struct HttpRequest {
+  std::string method;  // as sent: "GET", "POST", ...
+  std::string target;  // as sent: "/v2/models/mlp/infer?x=1"
+  std::string path;    // the target's path, percent-decoded (any bytes)
+  bool keep_alive = true;
+  // The Inference-Header-Content-Length field, as sent (binary tensor data).
+  std::optional<std::string> inference_header_length;
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;  // beyond the standard ones
+  std::string body;
+};
+
+// A response with a JSON body of {"error": message}.
+HttpResponse error_response(int status, const std::string& message);
+
+// "OK", "Not Found", ... ("Unknown" for a code grove does not write).
+const char* status_reason(int status);
+
+// The status line and header block of `response` (Content-Length, Connection
+// and `Accept-Ranges: none` included), ready to be written before its body.
+std::string response_head(const HttpResponse& response, bool keep_alive);
+
+// `path` with each %XX replaced by its byte; a malformed escape stays as sent.
+std::string percent_decode(const std::string& path);
+
+}  // namespace grove::serving

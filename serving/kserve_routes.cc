@@ -1,0 +1,171 @@
+#include "serving/kserve_routes.h"
+
+#include <charconv>
+#include <chrono>
+#include <optional>
+
+#include "serving/errors.h"
+
+namespace grove::serving {
+namespace {
+
+// "/v2/models/NAME" + rest -> NAME when the path has that form.
+std::optional<std::string> model_in_path(const std::string& path, const std::string& rest) {
+  const std::string prefix = "/v2/models/";
+  if (path.rfind(prefix, 0) != 0 || path.size() <= prefix.size() + rest.size()) return {};
+  if (path.compare(path.size() - rest.size(), rest.size(), rest) != 0) return {};
+  std::string name = path.substr(prefix.size(), path.size() - prefix.size() - rest.size());
+  if (name.empty() || name.find('/') != std::string::npos) return {};
+  return name;
+}
+
+HttpResponse json_response(int status, std::string body) {
+  HttpResponse response;
+  response.status = status;
+  response.body = std::move(body);
+  return response;
+}
+
+}  // namespace
+
+KserveRoutes::KserveRoutes(InferenceService& service, std::string model_name, int retry_after_s)
+    : service_(service), model_name_(std::move(model_name)), retry_after_s_(retry_after_s) {}
+
+std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::handle(
+    HttpRequest& request, std::function<void()> on_ready) {
+  try {
+    return route(request, std::move(on_ready));
+  } catch (const std::exception& error) {
+    return error_response(500, str_cat("internal error: ", error.what()));
+  }
+}
+
+std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::route(
+    HttpRequest& request, std::function<void()> on_ready) {
+  const std::string& path = request.path;
+  const bool get = request.method == "GET";
+  if (get && path == "/v2/health/live") return json_response(200, R"({"live":true})");
+  if (get && path == "/v2/health/ready") {
+    return stopping_ ? json_response(503, R"({"ready":false,"error":"the server is stopping"})")
+                     : json_response(200, R"({"ready":true})");
+  }
+  if (get && path == "/v2") {
+    return json_response(200, R"({"name":"grove","extensions":[]})");
+  }
+  if (get && path == "/metrics") {
+    // Ranges are not served (Accept-Ranges: none): a Range field is ignored,
+    // so an answer is never larger than the whole text (Note [Request limits]).
+    HttpResponse response = json_response(200, metrics_text());
+    response.content_type = "text/plain; version=0.0.4";
+    return response;
+  }
+  std::optional<std::string> name;
+  bool is_infer = false;
+  bool is_ready = false;
+  if ((name = model_in_path(path, "/infer"))) {
+    is_infer = true;
+  } else if ((name = model_in_path(path, "/ready"))) {
+    is_ready = true;
+  } else {
+    name = model_in_path(path, "");
+  }
+  const bool known_method = is_infer ? request.method == "POST" : get;
+  if (!name || !known_method) {
+    return error_response(
+        404, str_cat("no route ", request.method, " ", path, "; see /v2/models/", model_name_));
+  }
+  if (*name != model_name_) {
+    return error_response(
+        404, str_cat("no model '", *name, "'; this server serves '", model_name_, "'"));
+  }
+  if (is_infer) return infer(request, std::move(on_ready));
+  if (is_ready) {
+    return json_response(stopping_ ? 503 : 200,
+                         json_text({{"name", model_name_}, {"ready", !stopping_.load()}}));
+  }
+  return json_response(
+      200, json_text(model_metadata(model_name_, service_.signature(), service_.max_batch())));
+}
+
+std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::infer(
+    HttpRequest& request, std::function<void()> on_ready) {
+  // Note [HTTP status of a refusal].
+  auto queued = std::make_unique<Queued>();
+  queued->received = Clock::now();
+  try {
+    std::optional<size_t> json_length;
+    if (request.inference_header_length) {
+      const std::string& text = *request.inference_header_length;
+      size_t value = 0;
+      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      GROVE_CHECK_AS(ProtocolError, error == std::errc() && end == text.data() + text.size(),
+                     "Inference-Header-Content-Length '", text, "' is not a byte count");
+      json_length = value;
+    }
+    queued->parsed =
+        parse_infer_request(request.body, service_.signature(), service_.max_batch(), json_length);
+  } catch (const Error& error) {
+    return error_response(400, error.what());
+  }
+  std::string().swap(request.body);  // the rows hold the values now
+  try {
+    queued->answer = service_.submit_then(std::move(queued->parsed.request), std::move(on_ready));
+  } catch (const QueueFullError& error) {
+    HttpResponse response = error_response(503, error.what());
+    response.headers.emplace_back("Retry-After", std::to_string(retry_after_s_));
+    return response;
+  } catch (const ServerClosedError& error) {
+    return error_response(503, error.what());
+  } catch (const ShapeError& error) {
+    return error_response(400, error.what());
+  } catch (const DTypeError& error) {
+    return error_response(400, error.what());
+  }
+  return queued;
+}
+
+HttpResponse KserveRoutes::finish(Queued& queued) {
+  HttpResponse response;
+  try {
+    Response answer = queued.answer.get();
+    queue_wait_.observe(
+        std::chrono::duration<double>(answer.timing.dispatched - answer.timing.submitted).count());
+    size_t json_length = 0;
+    response.body =
+        infer_response_json(model_name_, queued.parsed, service_.signature(), answer, &json_length);
+    if (json_length > 0) {
+      response.headers.emplace_back("Inference-Header-Content-Length", std::to_string(json_length));
+      response.content_type = "application/octet-stream";
+    }
+  } catch (const RequestCancelledError& error) {
+    return error_response(503, error.what());
+  } catch (const std::exception& error) {
+    return error_response(500, str_cat("the batch failed: ", error.what()));
+  }
+  request_latency_.observe(std::chrono::duration<double>(Clock::now() - queued.received).count());
+  return response;
+}
+
+void KserveRoutes::count_response(int status) {
+  std::lock_guard<std::mutex> lock(responses_mutex_);
+  ++responses_[status];
+}
+
+MetricsInput KserveRoutes::metrics_input() const {
+  MetricsInput input;
+  input.stats = service_.stats();
+  input.queue_depth = service_.queue_size();
+  input.max_batch = service_.max_batch();
+  {
+    std::lock_guard<std::mutex> lock(responses_mutex_);
+    input.http_responses = responses_;
+  }
+  input.request_latency = &request_latency_;
+  input.queue_wait = &queue_wait_;
+  input.backend_snapshots = service_.backend_snapshots();
+  return input;
+}
+
+std::string KserveRoutes::metrics_text() const { return prometheus_text(metrics_input()); }
+
+}  // namespace grove::serving

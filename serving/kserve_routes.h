@@ -1,0 +1,80 @@
+// KserveRoutes answers grove's HTTP routes for an InferenceService, apart
+// from any socket (serving/http_connection.h reads and writes the bytes):
+// GET /v2/health/live, /v2/health/ready, /v2, /v2/models/{name},
+// /v2/models/{name}/ready, /metrics; POST /v2/models/{name}/infer.
+//
+//   KserveRoutes routes(server, "mlp", 1);
+//   auto answer = routes.handle(request, on_ready);  // a response, or a queued infer
+//   ... on_ready() ...  ->  HttpResponse response = routes.finish(*queued);
+//
+// Note [HTTP status of a refusal]
+// Every refusal has a JSON body {"error": message} naming what was wrong
+// (Note [Refusals are valid JSON]): a body the protocol or the model's
+// signature refuses (field, datatype, shape, values) is 400; a body over
+// max_body_bytes is 413 and a header over its limits 431 (Note [Request
+// limits]); an unknown model name or path is 404; a full queue
+// (QueueFullError, nothing queued) is 503 with Retry-After; a server that is
+// stopping is 503; a batch that failed on the device is 500. Tests:
+// KserveRoutes.* (tests/serving/kserve_routes_test.cc), the HTTP cases of
+// tests/serving/http_server_test.py and http_abuse_test.py.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <variant>
+
+#include "serving/http_message.h"
+#include "serving/inference_service.h"
+#include "serving/kserve_protocol.h"
+#include "serving/metrics.h"
+
+namespace grove::serving {
+
+class KserveRoutes {
+ public:
+  KserveRoutes(InferenceService& service, std::string model_name, int retry_after_s);
+
+  // An infer request in the batching queue.
+  struct Queued {
+    InferRequest parsed;  // its rows moved into the queue; id and outputs kept
+    std::future<Response> answer;
+    Clock::time_point received;
+  };
+  // The answer to `request`, or its queued infer: then `on_ready` is called
+  // (on a worker's thread; it must only hand the work on) once finish() can
+  // answer without waiting. Never throws for anything a client sends. The
+  // request's body is released once parsed.
+  std::variant<HttpResponse, std::unique_ptr<Queued>> handle(HttpRequest& request,
+                                                             std::function<void()> on_ready);
+  HttpResponse finish(Queued& queued);
+
+  // From now on /v2/health/ready and /v2/models/{name}/ready answer 503.
+  void set_stopping() { stopping_ = true; }
+  // Counts a response written (grove_http_responses_total{code}).
+  void count_response(int status);
+  std::string metrics_text() const;
+
+ private:
+  std::variant<HttpResponse, std::unique_ptr<Queued>> route(HttpRequest& request,
+                                                            std::function<void()> on_ready);
+  std::variant<HttpResponse, std::unique_ptr<Queued>> infer(HttpRequest& request,
+                                                            std::function<void()> on_ready);
+  MetricsInput metrics_input() const;
+
+  InferenceService& service_;
+  const std::string model_name_;
+  const int retry_after_s_;
+  std::atomic<bool> stopping_{false};
+  LatencyHistogram request_latency_;
+  LatencyHistogram queue_wait_;
+  mutable std::mutex responses_mutex_;
+  std::map<int, uint64_t> responses_;  // status -> count
+};
+
+}  // namespace grove::serving
