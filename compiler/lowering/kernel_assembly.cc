@@ -1,6 +1,7 @@
 #include "compiler/lowering/kernel_assembly.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "compiler/lowering/reduction_prologue.h"
@@ -149,13 +150,55 @@ int KernelAssembler::leaf(int value, const AccessMap& map) {
   return emitter.add(load);
 }
 
-int KernelAssembler::coordinate(const AccessMap& map, size_t value_dim) {
+int KernelAssembler::coordinate(const AccessMap& map, size_t value_dim, int64_t size) {
   codegen::KernelBuilder emitter(spec_);
   int dim = map.dim[value_dim];
-  if (dim < 0) return emitter.constant(0, DType::kI64);
-  GROVE_CHECK(map.inner[value_dim] == 1, "lowering: kernel '", spec_.name,
+  if (dim < 0 || size == 1) return emitter.constant(0, DType::kI64);
+  // The index along `dim` is this dim's coordinate only when no other dim is
+  // merged into it (Note [Row-major index through merged dims]).
+  GROVE_CHECK(map.inner[value_dim] == 1 && spec_.iteration_shape[static_cast<size_t>(dim)] == size,
+              "lowering: kernel '", spec_.name,
               "' needs the coordinate of a merged dimension (a grove bug; please report it)");
   return emitter.index(dim);
+}
+
+// Note [Row-major index through merged dims]: dropout's counter is its value's
+// row-major index, sum over dims j of coord_j * stride_j. In a reduction
+// kernel the value's reduced dims share one iteration dim whose index is
+// c = sum of coord_j * inner_j over them (Note [Merged reduction dims]), and
+// kernels have no integer division to split c. When the dims of one
+// iteration dim tile it exactly (by increasing inner: 1, then each the
+// previous inner times its size, up to the iteration dim's size) and their
+// strides are S * inner_j for one S, their part of the index is c * S.
+// Otherwise the coordinates are needed, which is reported as a grove bug.
+// Test: SimGradientCheck.*/dropout_of_broadcast_scalar (the fuzzer's seed 1181).
+int KernelAssembler::row_major_index(const AccessMap& map, const Shape& shape) {
+  codegen::KernelBuilder emitter(spec_);
+  const Shape strides = runtime::contiguous_strides(shape);
+  std::map<int, std::vector<size_t>> dims_of;  // iteration dim -> value dims
+  for (size_t j = 0; j < shape.size(); ++j) {
+    if (shape[j] != 1 && map.dim[j] >= 0) dims_of[map.dim[j]].push_back(j);
+  }
+  int index = emitter.constant(0, DType::kI64);
+  for (auto& [dim, dims] : dims_of) {
+    std::sort(dims.begin(), dims.end(),
+              [&](size_t a, size_t b) { return map.inner[a] < map.inner[b]; });
+    const int64_t scale = strides[dims[0]];
+    int64_t tiled = 1;
+    bool exact = true;
+    for (size_t j : dims) {
+      exact = exact && map.inner[j] == tiled && strides[j] == scale * map.inner[j];
+      tiled *= shape[j];
+    }
+    exact = exact && tiled == spec_.iteration_shape[static_cast<size_t>(dim)];
+    GROVE_CHECK(exact, "lowering: kernel '", spec_.name,
+                "' needs the coordinate of a merged dimension (a grove bug; please report it)");
+    index =
+        emitter.binary(ExprOp::kAdd, index,
+                       emitter.binary(ExprOp::kMul, emitter.index(dim),
+                                      emitter.constant(static_cast<double>(scale), DType::kI64)));
+  }
+  return index;
 }
 
 int KernelAssembler::value_expr(int value, const AccessMap& map) {
@@ -224,7 +267,7 @@ int KernelAssembler::pointwise_expr(int node_index, const AccessMap& map,
       id = emitter.binary(ExprOp::kMax, id, emitter.constant(0, DType::kI64));
       id = emitter.binary(ExprOp::kMin, id,
                           emitter.constant(static_cast<double>(vocab - 1), DType::kI64));
-      int column = coordinate(map, shape.size() - 1);
+      int column = coordinate(map, shape.size() - 1, shape.back());
       int at = emitter.binary(
           ExprOp::kAdd,
           emitter.binary(
@@ -248,15 +291,7 @@ int KernelAssembler::pointwise_expr(int node_index, const AccessMap& map,
       int x = operand(0);
       int seed = emitter.cast(operand(1), DType::kI64);
       int offset = emitter.cast(operand(2), DType::kI64);
-      Shape strides = runtime::contiguous_strides(shape);
-      int linear = emitter.constant(0, DType::kI64);
-      for (size_t j = 0; j < shape.size(); ++j) {
-        if (shape[j] == 1) continue;
-        linear = emitter.binary(
-            ExprOp::kAdd, linear,
-            emitter.binary(ExprOp::kMul, coordinate(map, j),
-                           emitter.constant(static_cast<double>(strides[j]), DType::kI64)));
-      }
+      int linear = row_major_index(map, shape);
       codegen::Expr draw;
       draw.op = ExprOp::kPhilox;
       draw.dtype = DType::kF32;

@@ -172,6 +172,13 @@ std::vector<GradientCase> make_cases() {
   add("dropout_implicit_generator", "dropout", [](auto& b) {
     return b.dropout(p(b, "x", {4, 5}), 0.3, "drop");
   });
+  // The scalar's gradient is one reduction over merged dims with the dropout
+  // of the gradient fused in (Note [Row-major index through merged dims]; the
+  // fuzzer's seed 1181).
+  add("dropout_of_broadcast_scalar", "dropout", [](auto& b) {
+    ValueId x = b.buffer("x", {3, 2}, b.dtype, ir::normal_init(1, 5));
+    return b.dropout(b.mul(x, p(b, "s", {})), 0.3, "drop");
+  });
   add("copy_into_broadcast", "copy_into", [](auto& b) {
     ValueId destination = b.buffer("destination", {2, 3}, b.dtype, ir::normal_init(1, 3));
     return b.copy_into(destination, b.tanh(p(b, "x", {3})));
