@@ -57,8 +57,8 @@ double GradientOracle::derivative(size_t param, size_t element) const {
   return (plus - minus) / (2 * h);
 }
 
-double GradientOracle::directional_derivative(
-    const std::vector<std::vector<double>>& direction) const {
+double GradientOracle::directional_derivative(const std::vector<std::vector<double>>& direction,
+                                              double step) const {
   auto moved = [&](double scale) {
     compiler::reference::HostTensorList shifted = inputs_;
     for (size_t i = 0; i < param_positions_.size(); ++i) {
@@ -67,7 +67,7 @@ double GradientOracle::directional_derivative(
     }
     return loss_at(shifted);
   };
-  return (moved(kStep) - moved(-kStep)) / (2 * kStep);
+  return (moved(step) - moved(-step)) / (2 * step);
 }
 
 }  // namespace grove::testing

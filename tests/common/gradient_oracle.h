@@ -30,8 +30,9 @@ class GradientOracle {
   // h = 1e-5 * max(1, |value|) (f64: truncation and rounding ~1e-10).
   double derivative(size_t param, size_t element) const;
   // The derivative along `direction` (one vector per param, each the size of
-  // the param): (L(θ + h v) - L(θ - h v)) / 2h with h = 1e-5.
-  double directional_derivative(const std::vector<std::vector<double>>& direction) const;
+  // the param): (L(θ + h v) - L(θ - h v)) / 2h, by default h = 1e-5.
+  double directional_derivative(const std::vector<std::vector<double>>& direction,
+                                double step = 1e-5) const;
   size_t param_count() const { return param_positions_.size(); }
   size_t param_size(size_t param) const;
 

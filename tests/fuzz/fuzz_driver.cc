@@ -16,6 +16,7 @@ std::string FuzzSummary::str() const {
       << gradient_cases << " gradient cases, " << calls << " calls, " << replays << " replays, "
       << stale_retries << " stale-input retries, " << failures.size() << " failures in " << seconds
       << " s";
+  if (gradient_cases > 0) out << " (" << skipped_gradient_checks << " gradient checks skipped)";
   return out.str();
 }
 
@@ -37,6 +38,7 @@ FuzzSummary run_fuzz(const FuzzOptions& options) {
       DifferentialOutcome outcome =
           run_gradient_check(seed, options.device, options.gradient_steps);
       ++summary.gradient_cases;
+      summary.skipped_gradient_checks += outcome.skipped_checks;
       summary.calls += outcome.calls;
       summary.replays += outcome.replays;
       if (!outcome.passed) {

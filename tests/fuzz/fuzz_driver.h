@@ -39,6 +39,7 @@ struct FuzzSummary {
   int calls = 0;    // calls (or training steps) on each backend
   int replays = 0;  // graph replays among them
   int stale_retries = 0;
+  int skipped_gradient_checks = 0;    // gradient_check.h: kinks within a step, huge values
   std::vector<std::string> failures;  // seeds, failure, reduced JSON
   double seconds = 0;
   std::string str() const;  // "fuzz: 40 programs, 8 training cases, 352 calls, ..."

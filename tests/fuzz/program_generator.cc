@@ -246,7 +246,7 @@ class Generator {
         break;
       }
       case 12:
-      case 13: {  // in-place update of a buffer or an input (type (d) mutation)
+      case 13: {                   // in-place update of a buffer or an input (type (d) mutation)
         if (options_.gradients) {  // no mutations to differentiate: more dropouts instead
           result = builder_.dropout(a, chance(0.5) ? 0.5 : 0.1);
           break;
