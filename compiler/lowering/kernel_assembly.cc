@@ -135,6 +135,34 @@ int KernelAssembler::input_buffer(int slot, const Shape& strides) {
   return index;
 }
 
+namespace {
+
+// Whether the dims of `shape` that `map` sends into each iteration dim tile
+// it exactly: sorted by inner, the first has inner 1, each next one the
+// previous inner times its size, up to the iteration dim's size (dims of
+// size 1 and broadcast dims aside). Then the iteration index there is
+// sum of coord_j * inner_j over those dims (Note [Row-major index through
+// merged dims]); a value broadcast over some merged dims does not tile.
+bool tiles_iteration_dims(const Shape& shape, const AccessMap& map, const Shape& iteration_shape) {
+  std::map<int, std::vector<size_t>> dims_of;
+  for (size_t j = 0; j < shape.size(); ++j) {
+    if (shape[j] != 1 && map.dim[j] >= 0) dims_of[map.dim[j]].push_back(j);
+  }
+  for (auto& [dim, dims] : dims_of) {
+    std::sort(dims.begin(), dims.end(),
+              [&](size_t a, size_t b) { return map.inner[a] < map.inner[b]; });
+    int64_t tiled = 1;
+    for (size_t j : dims) {
+      if (map.inner[j] != tiled) return false;
+      tiled *= shape[j];
+    }
+    if (tiled != iteration_shape[static_cast<size_t>(dim)]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 int KernelAssembler::leaf(int value, const AccessMap& map) {
   auto substitute = substitutes_.find(value);
   int slot = substitute == substitutes_.end() ? value : substitute->second;
@@ -142,6 +170,13 @@ int KernelAssembler::leaf(int value, const AccessMap& map) {
   std::optional<Shape> strides =
       iteration_strides(info.layout.shape, info.layout.strides, map, spec_.iteration_shape.size());
   if (!strides) throw NeedsRelayout{value, map};
+  // Read through a merged dim it does not span, the value would be read out
+  // of its bounds: refuse rather than compute wrong numbers (the gradient
+  // fuzzer's seed 20869; DISABLED_SimGradientCheckKnownBug.*).
+  GROVE_CHECK(tiles_iteration_dims(info.layout.shape, map, spec_.iteration_shape),
+              "lowering: kernel '", spec_.name, "' would read '", info.name,
+              "' broadcast across merged reduction dims, which grove cannot fuse yet (a grove "
+              "bug; please report it)");
   codegen::KernelBuilder emitter(spec_);
   codegen::Expr load;
   load.op = ExprOp::kLoad;
@@ -184,13 +219,8 @@ int KernelAssembler::row_major_index(const AccessMap& map, const Shape& shape) {
     std::sort(dims.begin(), dims.end(),
               [&](size_t a, size_t b) { return map.inner[a] < map.inner[b]; });
     const int64_t scale = strides[dims[0]];
-    int64_t tiled = 1;
-    bool exact = true;
-    for (size_t j : dims) {
-      exact = exact && map.inner[j] == tiled && strides[j] == scale * map.inner[j];
-      tiled *= shape[j];
-    }
-    exact = exact && tiled == spec_.iteration_shape[static_cast<size_t>(dim)];
+    bool exact = tiles_iteration_dims(shape, map, spec_.iteration_shape);
+    for (size_t j : dims) exact = exact && strides[j] == scale * map.inner[j];
     GROVE_CHECK(exact, "lowering: kernel '", spec_.name,
                 "' needs the coordinate of a merged dimension (a grove bug; please report it)");
     index =
