@@ -5,6 +5,7 @@
 
 #include "compiler/autodiff/joint_graph.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/generator_state.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/error.h"
 
@@ -63,6 +64,15 @@ Partition partition(const JointGraph& joint, bool recompute) {
     }
   }
 
+  // Note [Generator state is read once]: the runtime rewrites the implicit
+  // generator's buffers before every call that draws, so a value computed from
+  // them (a dropout's offset) is saved, never recomputed: recomputed, it would
+  // read the state of the backward's own call and mask with other numbers.
+  std::set<ValueId> generator_buffers;
+  if (std::optional<ir::GeneratorState> state = ir::find_generator_state(program)) {
+    generator_buffers = {state->seed, state->offset};
+  }
+
   // Decide from the last forward value to the first, so that a recomputed
   // value's operands are decided after it (they have smaller ids).
   const ops::OpRegistry& registry = ops::OpRegistry::global();
@@ -80,8 +90,10 @@ Partition partition(const JointGraph& joint, bool recompute) {
     bool view = def.kind == ops::OpKind::kView;
     bool elementwise = def.kind == ops::OpKind::kElementwise;
     bool pure = def.effects.mutated_operands.empty() && !def.effects.host_side_effect;
+    bool reads_generator = std::any_of(node.operands.begin(), node.operands.end(),
+                                       [&](ValueId o) { return generator_buffers.count(o) != 0; });
     bool recomputes = false;
-    if (recompute && pure && (view || elementwise)) {
+    if (recompute && pure && !reads_generator && (view || elementwise)) {
       int64_t new_bytes = 0;
       std::set<ValueId> counted;
       for (ValueId operand : node.operands) {
@@ -278,6 +290,10 @@ TrainingPrograms build_training_programs(const Program& model, ValueId loss,
     b.output(grad);
   }
   result.backward = b.build();
+  GROVE_CHECK(!result.backward.find_value(ir::kGeneratorOffset),
+              "build_training_programs: internal error: the backward of '", model.name(),
+              "' reads the implicit generator's offset; it would draw other numbers than the "
+              "forward (Note [Generator state is read once])");
   return result;
 }
 

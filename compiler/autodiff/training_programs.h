@@ -32,7 +32,11 @@
 //     fused kernel runs again, so it has to save memory), e.g. gelu(h) when h
 //     is saved anyway for gelu's own gradient;
 //   - everything else (matmuls, reductions, gathers, dropout, ops with
-//     effects) is saved.
+//     effects) is saved, and so is a node that reads the implicit generator's
+//     state buffers (a dropout's offset: Note [Generator state is read once]
+//     in training_programs.cc), so the backward's masks are the forward's and
+//     the backward draws nothing. Test: DropoutTraining.* (tests/compiler/
+//     training/dropout_training_test.cc).
 // "Newly require" counts the operands that are neither program inputs nor
 // results of operand-less nodes nor already needed by the backward. Gradient
 // rules compute what they can from these (layer_norm recomputes its mean and

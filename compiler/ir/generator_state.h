@@ -14,9 +14,16 @@
 // replay, so replays draw fresh numbers, eager and cudagraphs draw the same
 // numbers for the same generator state, and a seed set between calls takes
 // effect. A backward program reads the forward's computed offsets as saved
-// activations, so its masks are the forward's even when several forwards ran
-// before it. Tests: ImplicitGenerator.* and ImplicitGeneratorState.*
-// (tests/cudagraph_trees/backend/implicit_generator_test.cc).
+// activations, never recomputing them from the offset buffer (Note [Generator
+// state is read once], compiler/autodiff/training_programs.cc), so its masks
+// are the forward's even when several forwards ran before it, and it draws
+// nothing: one training step advances the generator by the forward's draws.
+// It reads the seed buffer itself, which only a drawing call rewrites, so a
+// manual_seed between a forward and its backward does not reach the backward
+// (unless another forward drew in between). Tests: ImplicitGenerator.* and
+// ImplicitGeneratorState.* (tests/cudagraph_trees/backend/
+// implicit_generator_test.cc), DropoutTraining.* (tests/compiler/training/
+// dropout_training_test.cc), SimGradientCheck.* (tests/compiler/autodiff/).
 #pragma once
 
 #include <cstdint>

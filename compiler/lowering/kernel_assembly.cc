@@ -1,6 +1,7 @@
 #include "compiler/lowering/kernel_assembly.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "compiler/lowering/reduction_prologue.h"
@@ -134,6 +135,34 @@ int KernelAssembler::input_buffer(int slot, const Shape& strides) {
   return index;
 }
 
+namespace {
+
+// Whether the dims of `shape` that `map` sends into each iteration dim tile
+// it exactly: sorted by inner, the first has inner 1, each next one the
+// previous inner times its size, up to the iteration dim's size (dims of
+// size 1 and broadcast dims aside). Then the iteration index there is
+// sum of coord_j * inner_j over those dims (Note [Row-major index through
+// merged dims]); a value broadcast over some merged dims does not tile.
+bool tiles_iteration_dims(const Shape& shape, const AccessMap& map, const Shape& iteration_shape) {
+  std::map<int, std::vector<size_t>> dims_of;
+  for (size_t j = 0; j < shape.size(); ++j) {
+    if (shape[j] != 1 && map.dim[j] >= 0) dims_of[map.dim[j]].push_back(j);
+  }
+  for (auto& [dim, dims] : dims_of) {
+    std::sort(dims.begin(), dims.end(),
+              [&](size_t a, size_t b) { return map.inner[a] < map.inner[b]; });
+    int64_t tiled = 1;
+    for (size_t j : dims) {
+      if (map.inner[j] != tiled) return false;
+      tiled *= shape[j];
+    }
+    if (tiled != iteration_shape[static_cast<size_t>(dim)]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 int KernelAssembler::leaf(int value, const AccessMap& map) {
   auto substitute = substitutes_.find(value);
   int slot = substitute == substitutes_.end() ? value : substitute->second;
@@ -141,6 +170,13 @@ int KernelAssembler::leaf(int value, const AccessMap& map) {
   std::optional<Shape> strides =
       iteration_strides(info.layout.shape, info.layout.strides, map, spec_.iteration_shape.size());
   if (!strides) throw NeedsRelayout{value, map};
+  // Read through a merged dim it does not span, the value would be read out
+  // of its bounds: refuse rather than compute wrong numbers (the gradient
+  // fuzzer's seed 20869; DISABLED_SimGradientCheckKnownBug.*).
+  GROVE_CHECK(tiles_iteration_dims(info.layout.shape, map, spec_.iteration_shape),
+              "lowering: kernel '", spec_.name, "' would read '", info.name,
+              "' broadcast across merged reduction dims, which grove cannot fuse yet (a grove "
+              "bug; please report it)");
   codegen::KernelBuilder emitter(spec_);
   codegen::Expr load;
   load.op = ExprOp::kLoad;
@@ -149,13 +185,50 @@ int KernelAssembler::leaf(int value, const AccessMap& map) {
   return emitter.add(load);
 }
 
-int KernelAssembler::coordinate(const AccessMap& map, size_t value_dim) {
+int KernelAssembler::coordinate(const AccessMap& map, size_t value_dim, int64_t size) {
   codegen::KernelBuilder emitter(spec_);
   int dim = map.dim[value_dim];
-  if (dim < 0) return emitter.constant(0, DType::kI64);
-  GROVE_CHECK(map.inner[value_dim] == 1, "lowering: kernel '", spec_.name,
+  if (dim < 0 || size == 1) return emitter.constant(0, DType::kI64);
+  // The index along `dim` is this dim's coordinate only when no other dim is
+  // merged into it (Note [Row-major index through merged dims]).
+  GROVE_CHECK(map.inner[value_dim] == 1 && spec_.iteration_shape[static_cast<size_t>(dim)] == size,
+              "lowering: kernel '", spec_.name,
               "' needs the coordinate of a merged dimension (a grove bug; please report it)");
   return emitter.index(dim);
+}
+
+// Note [Row-major index through merged dims]: dropout's counter is its value's
+// row-major index, sum over dims j of coord_j * stride_j. In a reduction
+// kernel the value's reduced dims share one iteration dim whose index is
+// c = sum of coord_j * inner_j over them (Note [Merged reduction dims]), and
+// kernels have no integer division to split c. When the dims of one
+// iteration dim tile it exactly (by increasing inner: 1, then each the
+// previous inner times its size, up to the iteration dim's size) and their
+// strides are S * inner_j for one S, their part of the index is c * S.
+// Otherwise the coordinates are needed, which is reported as a grove bug.
+// Test: SimGradientCheck.*/dropout_of_broadcast_scalar (the fuzzer's seed 1181).
+int KernelAssembler::row_major_index(const AccessMap& map, const Shape& shape) {
+  codegen::KernelBuilder emitter(spec_);
+  const Shape strides = runtime::contiguous_strides(shape);
+  std::map<int, std::vector<size_t>> dims_of;  // iteration dim -> value dims
+  for (size_t j = 0; j < shape.size(); ++j) {
+    if (shape[j] != 1 && map.dim[j] >= 0) dims_of[map.dim[j]].push_back(j);
+  }
+  int index = emitter.constant(0, DType::kI64);
+  for (auto& [dim, dims] : dims_of) {
+    std::sort(dims.begin(), dims.end(),
+              [&](size_t a, size_t b) { return map.inner[a] < map.inner[b]; });
+    const int64_t scale = strides[dims[0]];
+    bool exact = tiles_iteration_dims(shape, map, spec_.iteration_shape);
+    for (size_t j : dims) exact = exact && strides[j] == scale * map.inner[j];
+    GROVE_CHECK(exact, "lowering: kernel '", spec_.name,
+                "' needs the coordinate of a merged dimension (a grove bug; please report it)");
+    index =
+        emitter.binary(ExprOp::kAdd, index,
+                       emitter.binary(ExprOp::kMul, emitter.index(dim),
+                                      emitter.constant(static_cast<double>(scale), DType::kI64)));
+  }
+  return index;
 }
 
 int KernelAssembler::value_expr(int value, const AccessMap& map) {
@@ -224,7 +297,7 @@ int KernelAssembler::pointwise_expr(int node_index, const AccessMap& map,
       id = emitter.binary(ExprOp::kMax, id, emitter.constant(0, DType::kI64));
       id = emitter.binary(ExprOp::kMin, id,
                           emitter.constant(static_cast<double>(vocab - 1), DType::kI64));
-      int column = coordinate(map, shape.size() - 1);
+      int column = coordinate(map, shape.size() - 1, shape.back());
       int at = emitter.binary(
           ExprOp::kAdd,
           emitter.binary(
@@ -248,15 +321,7 @@ int KernelAssembler::pointwise_expr(int node_index, const AccessMap& map,
       int x = operand(0);
       int seed = emitter.cast(operand(1), DType::kI64);
       int offset = emitter.cast(operand(2), DType::kI64);
-      Shape strides = runtime::contiguous_strides(shape);
-      int linear = emitter.constant(0, DType::kI64);
-      for (size_t j = 0; j < shape.size(); ++j) {
-        if (shape[j] == 1) continue;
-        linear = emitter.binary(
-            ExprOp::kAdd, linear,
-            emitter.binary(ExprOp::kMul, coordinate(map, j),
-                           emitter.constant(static_cast<double>(strides[j]), DType::kI64)));
-      }
+      int linear = row_major_index(map, shape);
       codegen::Expr draw;
       draw.op = ExprOp::kPhilox;
       draw.dtype = DType::kF32;

@@ -60,7 +60,12 @@ class KernelAssembler {
   int leaf(int value, const AccessMap& map);
   int reduction_expr(int node_index);
   int pointwise_expr(int node_index, const AccessMap& map, std::vector<int>* all_results);
-  int coordinate(const AccessMap& map, size_t value_dim);
+  // The coordinate along value dim `value_dim` (of size `size`) of the element
+  // the kernel is at; a merged dim is a grove bug (Note [Row-major index
+  // through merged dims]).
+  int coordinate(const AccessMap& map, size_t value_dim, int64_t size);
+  // The row-major index in `shape` of the element the kernel is at.
+  int row_major_index(const AccessMap& map, const Shape& shape);
   int input_buffer(int slot, const Shape& strides);
   void add_output(int expr, int slot, const AccessMap& map, int64_t offset);
   void reset(const std::string& name, const Shape& iteration_shape);

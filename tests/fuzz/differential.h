@@ -35,7 +35,8 @@ struct DifferentialOutcome {
   std::string failure;  // what differed first, at which call
   int calls = 0;        // calls made on each backend
   int stale_retries = 0;
-  int replays = 0;  // of the tree, for the counts the fuzzer reports
+  int replays = 0;         // of the tree, for the counts the fuzzer reports
+  int skipped_checks = 0;  // gradient checks skipped: a kink within the step, huge values
 };
 
 // Resets the calling thread's tree managers before and after.

@@ -5,15 +5,18 @@
 
 #include "runtime/error.h"
 #include "tests/fuzz/differential.h"
+#include "tests/fuzz/gradient_check.h"
 #include "tests/fuzz/program_generator.h"
 
 namespace grove::fuzz {
 
 std::string FuzzSummary::str() const {
   std::ostringstream out;
-  out << "fuzz: " << programs << " programs, " << training_cases << " training cases, " << calls
-      << " calls, " << replays << " replays, " << stale_retries << " stale-input retries, "
-      << failures.size() << " failures in " << seconds << " s";
+  out << "fuzz: " << programs << " programs, " << training_cases << " training cases, "
+      << gradient_cases << " gradient cases, " << calls << " calls, " << replays << " replays, "
+      << stale_retries << " stale-input retries, " << failures.size() << " failures in " << seconds
+      << " s";
+  if (gradient_cases > 0) out << " (" << skipped_gradient_checks << " gradient checks skipped)";
   return out.str();
 }
 
@@ -28,8 +31,21 @@ FuzzSummary run_fuzz(const FuzzOptions& options) {
     uint64_t seed = options.seed + static_cast<uint64_t>(c);
     bool training =
         options.training_every > 0 && c % options.training_every == options.training_every - 1;
+    bool gradients =
+        options.gradient_every > 0 && c % options.gradient_every == options.gradient_every - 1;
     std::ostringstream report;
-    if (training) {
+    if (gradients) {
+      DifferentialOutcome outcome =
+          run_gradient_check(seed, options.device, options.gradient_steps);
+      ++summary.gradient_cases;
+      summary.skipped_gradient_checks += outcome.skipped_checks;
+      summary.calls += outcome.calls;
+      summary.replays += outcome.replays;
+      if (!outcome.passed) {
+        report << "gradient case seed " << seed << " on " << options.device.str() << ": "
+               << outcome.failure;
+      }
+    } else if (training) {
       DifferentialOutcome outcome =
           run_training_differential(seed, options.device, options.training_steps);
       ++summary.training_cases;

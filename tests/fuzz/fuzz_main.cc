@@ -2,6 +2,7 @@
 //
 //   fuzz_main --device cuda --seconds 600 --seed 1
 //   fuzz_main --device sim --programs 200 --calls 12
+//   fuzz_main --device sim --seconds 120 --gradient-every 1   # gradient checks only
 //   GROVE_FUZZ_TRACE=1 fuzz_main --device sim --program reduced.json --seed 23188
 //
 // --program runs one saved program (a reduced failure's JSON) with the call
@@ -39,6 +40,8 @@ const grove::cli::CommandSpec kSpec{
         {"--programs", "N", "stop after N programs (default: no limit)"},
         {"--calls", "N", "calls per program (default 8)"},
         {"--training-every", "N", "every Nth case trains (default 5; 0: never)"},
+        {"--gradient-every", "N",
+         "every Nth case checks gradients against finite differences (default 0: never)"},
         {"--program", "FILE", "replay one saved program with the call sequence of --seed"},
     }};
 
@@ -69,6 +72,8 @@ int run(int argc, char** argv) {
   options.calls = static_cast<int>(flags.integer("--calls", options.calls, 1, 1 << 20));
   options.training_every =
       static_cast<int>(flags.integer("--training-every", options.training_every, 0, 1 << 30));
+  options.gradient_every =
+      static_cast<int>(flags.integer("--gradient-every", options.gradient_every, 0, 1 << 30));
   const std::string program_file = flags.value("--program");
   if (programs_given && !seconds_given) options.seconds = 0;
   if (options.device.is_cuda() && grove::runtime::cuda_device_count() == 0) {

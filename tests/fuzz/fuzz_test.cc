@@ -45,6 +45,34 @@ TEST_P(DifferentialFuzz, RandomProgramsAndCallSequencesMatchEagerBitwise) {
   for (const std::string& failure : summary.failures) ADD_FAILURE() << failure;
 }
 
+// Random programs to differentiate (dropout from the implicit generator
+// included), each trained a few steps on eager or cudagraphs, with the
+// backward's gradients against central finite differences of the forward in
+// f64 and one generator draw per step (gradient_check.h). Bounded in time;
+// the first program seed is printed with every failure.
+TEST_P(DifferentialFuzz, RandomProgramsWithGradientsMatchFiniteDifferences) {
+  FuzzOptions options;
+  options.device = device();
+  options.seed = testing::test_seed() % 100000;
+  options.programs = 60;
+  options.seconds = 60;
+  options.gradient_every = 1;
+  options.gradient_steps = 3;
+  if (const char* seconds = std::getenv("GROVE_FUZZ_SECONDS")) {
+    options.seconds = std::atof(seconds);
+    options.programs = 1 << 30;
+  }
+  if (const char* seed = std::getenv("GROVE_FUZZ_SEED"))
+    options.seed = std::strtoull(seed, nullptr, 10);
+  options.progress = &std::cout;
+  SCOPED_TRACE("first program seed " + std::to_string(options.seed) +
+               " (rerun with GROVE_FUZZ_SEED=" + std::to_string(options.seed) + ")");
+  FuzzSummary summary = run_fuzz(options);
+  RecordProperty("gradient_fuzz", summary.str());
+  EXPECT_GE(summary.gradient_cases, 10) << summary.str();
+  for (const std::string& failure : summary.failures) ADD_FAILURE() << failure;
+}
+
 // The reduced program of every fixed failure in known_failures/ (named
 // seed_<scenario seed>_<what>.json), replayed with the call sequence of the
 // scenario seed that failed. A new fixture is picked up by its file name.

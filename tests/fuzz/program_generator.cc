@@ -39,6 +39,7 @@ class Generator {
   Program run() {
     int inputs = pick(1, 3);
     for (int i = 0; i < inputs; ++i) live_.push_back(new_input(random_shape()));
+    if (options_.gradients) live_.push_back(new_param(random_shape()));
     int nodes = pick(options_.min_nodes, options_.max_nodes);
     int sync_at = chance(options_.host_sync_probability) ? pick(1, std::max(1, nodes - 2)) : -1;
     for (int n = 0; n < nodes; ++n) {
@@ -57,6 +58,7 @@ class Generator {
     for (int i = 0; i < extra; ++i) outputs.insert(any_live());
     for (ValueId value : outputs) builder_.output(value);
     for (ValueId value : extra_outputs_) builder_.output(value);
+    if (options_.gradients) add_projected_loss(outputs);
     return builder_.build();
   }
 
@@ -82,13 +84,16 @@ class Generator {
     }
     return partner;
   }
-  ValueId new_input(const Shape& shape) { return builder_.input(fresh("x"), shape); }
+  ValueId constant(double value) { return builder_.full(value, {}, options_.dtype); }
+  ValueId new_input(const Shape& shape) {
+    return builder_.input(fresh("x"), shape, options_.dtype);
+  }
   ValueId new_param(const Shape& shape) {
-    return builder_.param(fresh("p"), shape, DType::kF32,
+    return builder_.param(fresh("p"), shape, options_.dtype,
                           compiler::ir::normal_init(0.5, static_cast<uint64_t>(pick(1, 1000))));
   }
   ValueId new_buffer(const Shape& shape) {
-    return builder_.buffer(fresh("b"), shape, DType::kF32,
+    return builder_.buffer(fresh("b"), shape, options_.dtype,
                            compiler::ir::uniform_init(-1, 1, static_cast<uint64_t>(pick(1, 1000))));
   }
   // A second operand for a binary op on `a`: a live value that broadcasts, a
@@ -105,16 +110,30 @@ class Generator {
     }
     if (mode == 1) return new_input(broadcast_partner(shape));
     if (mode == 2) return new_param(broadcast_partner(shape));
-    return builder_.full(std::uniform_real_distribution<double>(-2, 2)(rng_));
+    return constant(std::uniform_real_distribution<double>(-2, 2)(rng_));
   }
   int64_t random_dim(ValueId v) {
     return pick(0, static_cast<int>(builder_.type(v).shape.size()) - 1);
   }
 
+  // loss = sum over the outputs o of sum(o * projection_o), the last output.
+  void add_projected_loss(const std::set<ValueId>& outputs) {
+    ValueId loss = compiler::ir::kNoValue;
+    for (ValueId value : outputs) {
+      const Shape& shape = builder_.type(value).shape;
+      ValueId projection =
+          builder_.buffer(fresh("projection"), shape, options_.dtype,
+                          compiler::ir::normal_init(1, static_cast<uint64_t>(pick(1, 1000))));
+      ValueId term = builder_.sum(builder_.mul(value, projection), {});
+      loss = loss == compiler::ir::kNoValue ? term : builder_.add(loss, term);
+    }
+    builder_.output(loss);
+  }
+
   void add_host_sync() {
     if (live_.empty() || !chance(0.9)) return;
     ValueId v = any_live();
-    ValueId mask = builder_.compare("gt", v, builder_.full(0.0));
+    ValueId mask = builder_.compare("gt", v, constant(0.0));
     extra_outputs_.push_back(builder_.nonzero(mask));
   }
 
@@ -129,7 +148,7 @@ class Generator {
         const std::string& op = kUnary[static_cast<size_t>(pick(0, 8))];
         ValueId operand = a;
         if (op == "sqrt" || op == "rsqrt" || op == "log") {
-          operand = builder_.add(builder_.mul(a, a), builder_.full(0.5));
+          operand = builder_.add(builder_.mul(a, a), constant(0.5));
         } else if (op == "exp") {
           operand = builder_.tanh(a);
         }
@@ -141,7 +160,7 @@ class Generator {
         static const std::vector<std::string> kBinary = {"add", "sub", "mul", "div"};
         const std::string& op = kBinary[static_cast<size_t>(pick(0, 3))];
         ValueId b = partner_of(a);
-        if (op == "div") b = builder_.add(builder_.mul(b, b), builder_.full(1.0));
+        if (op == "div") b = builder_.add(builder_.mul(b, b), constant(1.0));
         result = chance(0.5) ? builder_.op1(op, {a, b}) : builder_.op1(op, {b, a});
         break;
       }
@@ -152,14 +171,15 @@ class Generator {
           ValueId condition = builder_.compare(kCompare[static_cast<size_t>(pick(0, 5))], a, b);
           result = builder_.where(condition, a, b);
         } else {
-          ValueId base = builder_.add(builder_.mul(a, a), builder_.full(0.25));
-          result = builder_.pow(base, builder_.full(pick(0, 1) ? 0.5 : 2.0));
+          ValueId base = builder_.add(builder_.mul(a, a), constant(0.25));
+          result = builder_.pow(base, constant(pick(0, 1) ? 0.5 : 2.0));
         }
         break;
       }
       case 4: {  // through f16 or bf16 and back
         DType low = chance(0.5) ? DType::kF16 : DType::kBF16;
-        result = builder_.cast(builder_.cast(a, low), DType::kF32);
+        if (options_.gradients) return false;  // f16 rounding would swamp finite differences
+        result = builder_.cast(builder_.cast(a, low), options_.dtype);
         break;
       }
       case 5: {  // reductions
@@ -180,7 +200,8 @@ class Generator {
         result = builder_.layer_norm(a, new_param(last), new_param(last));
         break;
       }
-      case 8: {  // matmul / linear against a param
+      case 8: {                                           // matmul / linear against a param
+        if (options_.dtype == DType::kF64) return false;  // GEMMs take no f64
         int64_t n = pick(1, options_.max_dim);
         if (chance(0.5)) {
           result = builder_.matmul(a, new_param({shape.back(), n}));
@@ -225,7 +246,11 @@ class Generator {
         break;
       }
       case 12:
-      case 13: {  // in-place update of a buffer or an input (type (d) mutation)
+      case 13: {                   // in-place update of a buffer or an input (type (d) mutation)
+        if (options_.gradients) {  // no mutations to differentiate: more dropouts instead
+          result = builder_.dropout(a, chance(0.5) ? 0.5 : 0.1);
+          break;
+        }
         if (!chance(options_.mutation_probability)) return false;
         ValueId destination;
         if (chance(0.6)) {

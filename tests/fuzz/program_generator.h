@@ -18,6 +18,7 @@
 
 #include "compiler/ir/program.h"
 #include "runtime/device.h"
+#include "runtime/dtype.h"
 
 namespace grove::fuzz {
 
@@ -26,8 +27,14 @@ struct GeneratorOptions {
   int max_nodes = 14;
   int max_rank = 3;
   int max_dim = 5;
-  double host_sync_probability = 0.3;  // a nonzero somewhere in the middle
-  double mutation_probability = 0.35;  // a copy_into into a buffer or an input
+  double host_sync_probability = 0.3;           // a nonzero somewhere in the middle
+  double mutation_probability = 0.35;           // a copy_into into a buffer or an input
+  runtime::DType dtype = runtime::DType::kF32;  // of inputs, params, buffers and constants
+  // Programs to differentiate: a param from the start, no casts through f16
+  // or bf16, no GEMMs in f64, and a last output loss = sum over the other
+  // outputs o of sum(o * projection_o) (gradient_check.h sets no host syncs
+  // and no mutations).
+  bool gradients = false;
 };
 
 // i64 inputs of generated programs hold token ids in [0, kTokenRange).
