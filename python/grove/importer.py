@@ -16,8 +16,12 @@ import torch
 import torch.fx
 
 from grove import aten_backward_ops  # noqa: F401 (adds the backward ops to CONVERTERS)
+from grove import aten_conv_ops  # noqa: F401 (adds convolution, batch norm, pooling)
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
+from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
+from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
 from grove.aten_ops import CONVERTERS, _Converter
+from grove.inplace import functionalize_inplace, mutates_first_argument
 from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     StrictModeError,
     Unsupported,
@@ -63,6 +67,12 @@ class _Recorder(torch.fx.Interpreter):
         self.values = {}
 
     def run_node(self, node):
+        if mutates_first_argument(node) and isinstance(node.args[0], torch.fx.Node):
+            # The mutated tensor's own node keeps its value from before the
+            # write (Note [In-place ops on intermediates]).
+            target = node.args[0]
+            if isinstance(self.values.get(target), torch.Tensor):
+                self.values[target] = self.values[target].clone()
         value = super().run_node(node)
         self.values[node] = value
         return value
@@ -147,6 +157,7 @@ class _Importer:
         self.torch_nodes = set()
         self.owner = {}  # fx node -> the Segment that computes it
         self.constants = {}  # fx node -> folded tensor
+        self.functional = functionalize_inplace(self.graph, self.values, CONVERTERS)
 
     def is_torch_node(self, node):
         return node in self.torch_nodes
@@ -269,6 +280,8 @@ class _Importer:
             self.owner[node] = segment
             return
         converter = CONVERTERS.get(name)
+        if node in self.functional:
+            converter = CONVERTERS[name[:-1]]  # Note [In-place ops on intermediates]
         if converter is None:
             raise Unsupported("no importer for %s" % name)
         value = self.values[node]

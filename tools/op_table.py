@@ -1,0 +1,86 @@
+"""Writes README.md's table of the ATen ops the importer converts, from the
+converter table itself (grove.aten_ops.CONVERTERS), between the markers
+<!-- op-table: begin --> and <!-- op-table: end -->. One row per converter
+module, ops sorted.
+
+    PYTHONPATH=python /usr/bin/python3 tools/op_table.py [--check] [README.md]
+
+--check exits 1 naming the difference instead of writing."""
+
+import os
+import sys
+
+BEGIN, END = "<!-- op-table: begin -->", "<!-- op-table: end -->"
+
+# What each converter module's ops become in grove, in the README's words.
+MODULES = [
+    ("grove.aten_ops", "elementwise, matmul / linear, reductions, views and concat, attention "
+     "(matmul + softmax), casts, constants (div: no rounding mode; slice: step 1; layer norm: "
+     "one normalized dim; attention and dropout: no dropout)"),
+    ("grove.aten_pointwise_ops", "trigonometry, log1p/expm1 and rounding ops, maximum/minimum "
+     "(clamp), bitwise ops on bool and integers; sign, tan, remainder/fmod (floats) written out"),
+    ("grove.aten_index_ops", "embedding (rows picked by flat ids; negative ids wrap)"),
+    ("grove.aten_conv_ops", "2-d convolution as im2col (a gather of windows) + one GEMM, batch "
+     "norm in inference as a per-channel scale and shift, pooling as gathered windows + max / "
+     "sum (max pool indices: in PyTorch where read)"),
+    ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
+    ("grove.aten_backward_ops", "backward ops of training graphs, written out in grove ops"),
+]
+
+FOOTER = [
+    "| in-place ops (`relu_`, `add_`, ...) on an intermediate nothing else aliases | their "
+    "functional op (Note [In-place ops on intermediates]) |",
+    "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
+    "as constants |",
+    "| anything else (cumsum, sort, slices with a step, in-place writes into inputs or views, ...) "
+    "| runs in PyTorch between grove segments |",
+]
+
+
+def table():
+    from grove import importer  # noqa: F401 (fills CONVERTERS with every module's ops)
+    from grove.aten_ops import CONVERTERS
+
+    by_module = {}
+    for name, converter in CONVERTERS.items():
+        module = getattr(converter, "__module__", "grove.aten_ops")
+        by_module.setdefault(module, []).append(name[len("aten."):])
+    known = [module for module, _ in MODULES]
+    unknown = sorted(set(by_module) - set(known))
+    if unknown:
+        raise SystemExit("op_table.py: describe converter module(s) %s in MODULES" % unknown)
+    lines = [BEGIN, "| ATen ops | grove |", "| --- | --- |"]
+    for module, description in MODULES:
+        ops = sorted(by_module.get(module, []))
+        if ops:
+            lines.append("| %s | %s |" % (", ".join(ops), description))
+    return "\n".join(lines + FOOTER + [END])
+
+
+def updated(text):
+    if BEGIN not in text or END not in text:
+        raise SystemExit("op_table.py: README lacks the %s ... %s markers" % (BEGIN, END))
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return head + table() + tail
+
+
+def main(argv):
+    check = "--check" in argv
+    paths = [a for a in argv if not a.startswith("--")]
+    path = paths[0] if paths else os.path.join(os.path.dirname(__file__), "..", "README.md")
+    with open(path) as handle:
+        text = handle.read()
+    new = updated(text)
+    if check:
+        if new != text:
+            print("README.md's op table is not the converters' (run tools/op_table.py)")
+            return 1
+        return 0
+    with open(path, "w") as handle:
+        handle.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
