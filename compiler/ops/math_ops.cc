@@ -31,12 +31,12 @@ struct F32Exprs {
   }
 };
 
-// sin(x) (cosine: cos(x)). Note [Sine and cosine]: x = n pi/2 + r with
-// n = round(2x/pi) and |r| <= pi/4, by Cody-Waite with pi/2 split in three
-// parts whose first two have 8 and 11 significant bits (n C1 and n C2 are exact
-// for |n| < 8192, so |x| up to ~12800 keeps f32 accuracy); Cephes' minimax
-// polynomials for sin and cos on [-pi/4, pi/4]; the quadrant n mod 4 (plus 1
-// for the cosine) picks the polynomial and the sign.
+// Note [Sine and cosine]: x = n pi/2 + r with n = round(2x/pi) and |r| <=
+// pi/4, by Cody-Waite with pi/2 split in three parts whose first two have 8
+// and 11 significant bits (n C1 and n C2 are exact for |n| < 8192, so |x| up to
+// ~12800 keeps f32 accuracy); Cephes' minimax polynomials for sin and cos on
+// [-pi/4, pi/4]; the quadrant n mod 4 (plus 1 for the cosine) picks the
+// polynomial and the sign. Returns sin(x), or cos(x) with `cosine`.
 int emit_sin_cos(KernelBuilder& emitter, int x, bool cosine) {
   F32Exprs f{emitter};
   int n = emitter.unary(ExprOp::kRound, f.mul(x, f.c(2.0 / M_PI)));

@@ -1,20 +1,21 @@
 """Converters of ATen's image ops: 2-d convolution (im2col through grove's
 embedding, then one GEMM), batch norm in inference, and max, average and
 adaptive-average pooling. Importing this module adds them to
-aten_ops.CONVERTERS.
-
-Note [Windows as gathers]: every window op reads its input as a table of
-[H*W, N*C] rows (pixel-major: one row per pixel, every image and channel in
-it), picked by a constant table of pixel ids [OH, OW, K] that the importer
-builds once per shape. A window position in the padding reads an extra zero
-row (convolution, average pooling) or repeats a pixel of the same window
-(max pooling), so no padded copy of the input is made and the ids do not grow
-with the batch."""
+aten_ops.CONVERTERS (Note [Windows as gathers])."""
 
 import torch
 
 from grove.aten_ops import CONVERTERS
-from grove.fx_common import Unsupported
+from grove.fx_common import Unsupported, dtype_name
+
+# Note [Windows as gathers]: every window op reads its input as a table of
+# [H*W, N*C] rows (pixel-major: one row per pixel, every image and channel in
+# it), picked by grove's embedding with a constant table of pixel ids
+# [OH, OW, K] that the importer builds once per shape. A window position in
+# the padding reads an extra zero row (convolution, average pooling) or
+# repeats a pixel of the same window (max pooling), so no padded copy of the
+# input is made and the ids do not grow with the batch. Guarded by
+# ConvolutionTest (tests/python/importer_ops_test.py).
 
 
 def _pair(value):
@@ -47,7 +48,7 @@ def _gather_windows(c, x, ids, padding):
     if bool((ids < 0).any()):
         if padding == "zero":
             zeros = c.emit("full", [], {"value": 0.0, "shape": [1, n * channels],
-                                        "dtype": _dtype_name(c.dtype(x))})
+                                        "dtype": dtype_name(c.dtype(x))})
             table = c.emit("concat", [table, zeros], {"dim": 0})
             ids = torch.where(ids < 0, torch.full_like(ids, height * width), ids)
         else:
@@ -58,12 +59,6 @@ def _gather_windows(c, x, ids, padding):
     ids_dtype = torch.int32 if height * width < 2 ** 31 else torch.int64
     constant = c.importer.constant(c.segment, ids.to(ids_dtype).to(c.importer.device))
     return c.emit("embedding", [table, constant])
-
-
-def _dtype_name(dtype):
-    from grove.fx_common import dtype_name
-
-    return dtype_name(dtype)
 
 
 def _to_nchw(c, gathered_rows, out_h, out_w, n, channels):

@@ -1,19 +1,21 @@
-"""In-place ATen ops on intermediates, imported as their functional forms.
-
-Note [In-place ops on intermediates]: make_fx (without functionalization)
-records `y = aten.relu_(x)` with later reads of the mutated tensor naming
-either `y` or `x`. Where x is an intermediate that nothing else aliases, the
-importer rewires every read of x after the in-place node to read y instead and
-converts the node with its functional op's converter (aten.relu_ as
-aten.relu), so later users see the new value and no memory is written in
-place. An in-place op whose target is a graph input or parameter, or a view
-or aliased tensor (a mutation other nodes would see through their own
-storage), is left as it is: it runs in PyTorch (issue 33 part 2)."""
+"""In-place ATen ops on intermediates, imported as their functional forms
+(Note [In-place ops on intermediates])."""
 
 import torch
 import torch.fx
 
 from grove.fx_common import op_name
+
+# Note [In-place ops on intermediates]: make_fx (without functionalization)
+# records `y = aten.relu_(x)` with later reads of the mutated tensor naming
+# either `y` or `x`. Where x is an intermediate that nothing else aliases, the
+# importer rewires every read of x after the in-place node to read y instead
+# and converts the node with its functional op's converter (aten.relu_ as
+# aten.relu), so later users see the new value and no memory is written in
+# place. An in-place op whose target is a graph input or parameter, or a view
+# or aliased tensor (a write other nodes would see through their own storage),
+# is left as it is: it runs in PyTorch (issue 33 part 2). Guarded by
+# InPlaceTest (tests/python/importer_ops_test.py).
 
 
 def mutates_first_argument(node):
