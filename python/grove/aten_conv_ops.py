@@ -83,6 +83,14 @@ def _convolution(c, a):
     m = n * out_h * out_w
     if (kh, kw) == (1, 1) and stride == [1, 1] and padding == [0, 0]:
         patches = c.emit("permute", [c.tensor(x)], {"order": [0, 2, 3, 1]})
+    elif stride == [kh, kw] and padding == [0, 0] and dilation == [1, 1]:
+        # Patches that tile the image (a ViT's patch embedding): views, no gather.
+        image = c.tensor(x)
+        if (height, width) != (out_h * kh, out_w * kw):
+            image = c.emit("slice", [image], {"dim": 2, "start": 0, "end": out_h * kh})
+            image = c.emit("slice", [image], {"dim": 3, "start": 0, "end": out_w * kw})
+        image = c.emit("reshape", [image], {"shape": [n, channels, out_h, kh, out_w, kw]})
+        patches = c.emit("permute", [image], {"order": [0, 2, 4, 3, 5, 1]})
     else:
         ids = window_ids([height, width], [out_h, out_w], [kh, kw], stride, padding, dilation)
         gathered = _gather_windows(c, x, ids, "zero")  # [OH, OW, KK, N*C]

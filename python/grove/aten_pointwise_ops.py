@@ -6,7 +6,7 @@ adds them to aten_ops.CONVERTERS."""
 import torch
 
 from grove.aten_ops import CONVERTERS
-from grove.fx_common import Unsupported, op_name
+from grove.fx_common import Unsupported, dtype_name, op_name
 
 
 def _floating(op):
@@ -146,7 +146,27 @@ def _logical_not(c, a):
     return c.emit("bitwise_not", [_as_bool(c, a["self"])])
 
 
+def _copy(c, a):
+    """copy (copy_ of an intermediate, functional): src in self's dtype and shape."""
+    result = c.result()
+    name = c.operand(a["src"], result.dtype)
+    if list(c.shape(a["src"])) != list(result.shape):
+        # Broadcast by combining with zeros (False) of the result's shape.
+        zeros = c.emit("full", [], {"value": 0.0, "shape": list(result.shape),
+                                    "dtype": dtype_name(result.dtype)})
+        name = c.emit("bitwise_or" if result.dtype == torch.bool else "add", [name, zeros])
+    return name
+
+
+def _zero(c, a):
+    result = c.result()
+    return c.emit("full", [], {"value": 0.0, "shape": list(result.shape),
+                               "dtype": dtype_name(result.dtype)})
+
+
 CONVERTERS.update({
+    "aten.copy": _copy,
+    "aten.zero": _zero,
     "aten.sin": _floating("sin"),
     "aten.cos": _floating("cos"),
     "aten.tan": _tan,

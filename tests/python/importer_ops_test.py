@@ -114,7 +114,8 @@ class BitwiseTest(ConverterCase):
 
     def test_comparisons_on_integers(self):
         def function(m, n):
-            return m < n, m >= 2, m == n, m != 0, (m > n) & (m < 5), torch.where(m > n, m, n)
+            return (m < n, m >= 2, m == n, m != 0, (m > n) & (m < 5), torch.where(m > n, m, n),
+                    torch.where(m > 0, m > n, m < -2))
 
         m, n = torch.randint(-5, 5, (3, 7)), torch.randint(-5, 5, (7,))
         self.check(function, [m, n])
@@ -178,6 +179,21 @@ class InPlaceTest(ConverterCase):
         plan = self.check(function, [x, y])
         self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
 
+    def test_copy_zero_fill_and_masked_fill_in_place(self):
+        def function(x, y, mask):
+            h = x + 1
+            g = x * 2
+            g.copy_(y)  # broadcast into g's shape
+            k = x - 1
+            k.zero_()
+            m = x * 3
+            m.masked_fill_(mask, -5.0)
+            n = x.clone()
+            n.fill_(0.25)
+            return h + g, k, m, n
+
+        self.check(function, [torch.randn(3, 4), torch.randn(4), torch.rand(3, 4) > 0.5])
+
     def test_writes_that_others_would_see_stay_in_torch(self):
         def into_input(x):
             x.add_(1)
@@ -207,6 +223,8 @@ class ConvolutionTest(ConverterCase):
             dict(stride=1, padding=0, dilation=1, groups=1, kernel=1, bias=True),
             dict(stride=1, padding=2, dilation=2, groups=2, kernel=3, bias=True),
             dict(stride=(2, 1), padding=(1, 0), dilation=1, groups=4, kernel=(3, 2), bias=False),
+            dict(stride=3, padding=0, dilation=1, groups=1, kernel=3, bias=True),  # patchify
+            dict(stride=4, padding=0, dilation=1, groups=1, kernel=4, bias=True),  # remainder
         ]
         x = torch.randn(2, 4, 9, 11)
         for case in cases:
