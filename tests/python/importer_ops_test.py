@@ -256,14 +256,15 @@ class ConvolutionTest(ConverterCase):
 
         self.check(function, [torch.randn(2, 4, 9, 10)])
 
-    def test_max_pool_indices_read_stay_in_torch(self):
+    def test_max_pool_indices_match_torch(self):
         def function(x):
-            values, indices = F.max_pool2d(x, 2, return_indices=True)
-            return values * 2, indices
+            values, indices = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+            dilated, where = F.max_pool2d(x, 2, 1, 1, dilation=2, return_indices=True)
+            return values * 2, indices, dilated, where
 
-        self.check(function, [torch.randn(1, 2, 4, 4)],
-                   unsupported=["aten.max_pool2d_with_indices", "getitem", "getitem"])
-
+        x = torch.randn(2, 3, 7, 8)
+        x[0, 0, :3, :3] = 5.0  # ties: PyTorch's index is the first in the window
+        self.check(function, [x])
 
 if __name__ == "__main__":
     junit_main.main()
