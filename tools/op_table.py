@@ -20,9 +20,13 @@ MODULES = [
     ("grove.aten_pointwise_ops", "trigonometry, log1p/expm1 and rounding ops, maximum/minimum "
      "(clamp), bitwise ops on bool and integers; sign, tan, remainder/fmod (floats) written out"),
     ("grove.aten_index_ops", "embedding (rows picked by flat ids; negative ids wrap)"),
-    ("grove.aten_conv_ops", "2-d convolution as im2col (a gather of windows) + one GEMM, batch "
-     "norm in inference as a per-channel scale and shift, pooling as gathered windows + max / "
-     "sum (max pool indices: in PyTorch where read)"),
+    ("grove.aten_conv_ops", "2-d convolution as im2col (a gather of windows, or views where the "
+     "patches tile the image) + one GEMM; pooling as gathered windows + max / sum (Note [Windows "
+     "as gathers])"),
+    ("grove.aten_conv_backward_ops", "each input pixel sums the window positions that read it "
+     "(a gather), then one GEMM for the weight gradient"),
+    ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics "
+     "(running statistics returned, not written in place: in PyTorch where written)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
     ("grove.aten_backward_ops", "backward ops of training graphs, written out in grove ops"),
 ]

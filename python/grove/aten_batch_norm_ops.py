@@ -4,7 +4,7 @@ functional form), and the backward. Importing this module adds them to
 aten_ops.CONVERTERS."""
 
 from grove.aten_ops import CONVERTERS
-from grove.fx_common import Unsupported, op_name
+from grove.fx_common import Unsupported, dtype_name, op_name
 
 
 def _per_channel(c, name, shape):
@@ -42,6 +42,14 @@ def _normalized(c, a, x, mean, invstd, shape, dtype):
                           _per_channel(c, shift, shape)])
 
 
+def _placeholder(c, value):
+    try:
+        dtype = dtype_name(value.dtype)
+    except Unsupported:
+        return None
+    return c.emit("full", [], {"value": 0.0, "shape": list(value.shape), "dtype": dtype})
+
+
 def _batch_norm(c, a):
     x = a["input"]
     shape, dtype = c.shape(x), c.dtype(x)
@@ -54,7 +62,9 @@ def _batch_norm(c, a):
         invstd = c.emit("rsqrt", [c.emit("add", [c.operand(var, dtype),
                                                  c.scalar(_eps(a), dtype)])])
         out = _normalized(c, a, x, c.operand(mean, dtype), invstd, shape, dtype)
-        return (out,) + (None,) * (len(c.result()) - 1)
+        # The saved statistics of an inference batch norm are placeholders
+        # (empty on the CPU) that its backward does not read.
+        return (out,) + tuple(_placeholder(c, value) for value in c.result()[1:])
     if name == "aten.cudnn_batch_norm":
         raise Unsupported("cudnn batch norm in training mode")
     functional = name == "aten._native_batch_norm_legit_functional"

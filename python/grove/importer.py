@@ -17,6 +17,7 @@ import torch.fx
 
 from grove import aten_backward_ops  # noqa: F401 (adds the backward ops to CONVERTERS)
 from grove import aten_batch_norm_ops  # noqa: F401 (adds batch norm and its backward)
+from grove import aten_conv_backward_ops  # noqa: F401 (adds their backwards)
 from grove import aten_conv_ops  # noqa: F401 (adds convolution and pooling)
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
 from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
