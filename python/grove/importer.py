@@ -17,13 +17,12 @@ import torch.fx
 
 from grove import aten_backward_ops  # noqa: F401 (adds the backward ops to CONVERTERS)
 from grove import aten_batch_norm_ops  # noqa: F401 (adds batch norm and its backward)
-from grove import aten_conv_backward_ops  # noqa: F401 (adds their backwards)
+from grove import aten_conv_backward_ops  # noqa: F401 (adds the image ops' backwards)
 from grove import aten_conv_ops  # noqa: F401 (adds convolution and pooling)
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
 from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
 from grove.aten_ops import CONVERTERS, _Converter
-from grove.inplace import functionalize_inplace, mutates_first_argument
 from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     StrictModeError,
     Unsupported,
@@ -31,6 +30,7 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     node_arguments,
     op_name,
 )
+from grove.inplace import functionalize_inplace, mutates_first_argument
 
 
 # Ops whose result depends only on their tensor argument's shape, dtype and
