@@ -27,6 +27,10 @@ MODULES = [
      "(a gather), then one GEMM for the weight gradient"),
     ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics "
      "(running statistics returned, not written in place: in PyTorch where written)"),
+    ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
+     "maximum (floats)"),
+    ("grove.aten_layout_ops", "concat with constants or slices (padding), a gather (nearest "
+     "upsampling), a GEMM with a triangle of ones (cumsum of floats)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
     ("grove.aten_backward_ops", "backward ops of training graphs, written out in grove ops"),
 ]
@@ -36,7 +40,7 @@ FOOTER = [
     "functional op (Note [In-place ops on intermediates]) |",
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
-    "| anything else (cumsum, sort, slices with a step, in-place writes into inputs or views, ...) "
+    "| anything else (cumprod, sort, topk, scatter, slices with a step, in-place writes into inputs or views, ...) "
     "| runs in PyTorch between grove segments |",
 ]
 

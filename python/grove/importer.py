@@ -15,12 +15,14 @@ import os
 import torch
 import torch.fx
 
+from grove import aten_argmax_ops  # noqa: F401 (adds argmax, argmin, max/min with indices)
 from grove import aten_backward_ops  # noqa: F401 (adds the backward ops to CONVERTERS)
 from grove import aten_batch_norm_ops  # noqa: F401 (adds batch norm and its backward)
 from grove import aten_conv_backward_ops  # noqa: F401 (adds the image ops' backwards)
 from grove import aten_conv_ops  # noqa: F401 (adds convolution and pooling)
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
 from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
+from grove import aten_layout_ops  # noqa: F401 (adds padding, nearest upsampling, cumsum)
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
 from grove.aten_ops import CONVERTERS, _Converter
 from grove.fx_common import (  # noqa: F401 (part of this module's interface)

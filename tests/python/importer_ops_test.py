@@ -99,6 +99,28 @@ class PointwiseTest(ConverterCase):
         self.check(function, [x, y, n])
 
 
+class ReductionAndLayoutTest(ConverterCase):
+    def test_argmax_argmin_and_max_min_with_indices(self):
+        def function(x, y):
+            values, indices = torch.max(x, 1)
+            low, where = x.min(dim=-1, keepdim=True)
+            return (torch.argmax(x, -1), torch.argmin(x, 0, keepdim=True), torch.argmax(x),
+                    values, indices, low, where, x.max(), x.min(), torch.max(x, y))
+
+        x = torch.randn(4, 6, 5)
+        x[0, :, 0] = 3.0  # ties: the first position wins, as in PyTorch
+        self.check(function, [x, torch.randn(4, 6, 5)])
+
+    def test_constant_pad_nearest_upsampling_and_cumsum(self):
+        def function(x):
+            return (F.pad(x, (1, 2)), F.pad(x, (2, 0, 1, 1), value=-3.0), F.pad(x, (-1, 1, 0, -2)),
+                    F.interpolate(x, scale_factor=2, mode="nearest"),
+                    F.interpolate(x, size=(5, 11), mode="nearest"),
+                    torch.cumsum(x, -1), torch.cumsum(x, 1), torch.cumsum(x[0, 0, 0], 0))
+
+        self.check(function, [torch.randn(2, 3, 4, 6)])
+
+
 class BitwiseTest(ConverterCase):
     def test_bitwise_and_logical_ops_on_bool_and_integers(self):
         def function(p, q, m, n):
