@@ -40,8 +40,8 @@ FOOTER = [
     "functional op (Note [In-place ops on intermediates]) |",
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
-    "| anything else (cumprod, sort, topk, scatter, slices with a step, in-place writes into inputs or views, ...) "
-    "| runs in PyTorch between grove segments |",
+    "| anything else (cumprod, sort, topk, scatter, slices with a step, in-place writes into "
+    "inputs or views, ...) | runs in PyTorch between grove segments |",
 ]
 
 
