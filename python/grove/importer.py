@@ -22,6 +22,7 @@ from grove import aten_conv_backward_ops  # noqa: F401 (adds the image ops' back
 from grove import aten_conv_ops  # noqa: F401 (adds convolution and pooling)
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
 from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
+from grove import aten_index_put_ops  # noqa: F401 (adds index_put, index_copy, index_add)
 from grove import aten_layout_ops  # noqa: F401 (adds padding, nearest upsampling, cumsum)
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
 from grove.aten_ops import CONVERTERS, _Converter
@@ -32,7 +33,7 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     node_arguments,
     op_name,
 )
-from grove.inplace import functionalize_inplace, mutates_first_argument
+from grove.inplace import functionalize_inplace, mutates_first_argument, storage_key
 
 
 # Ops whose result depends only on their tensor argument's shape, dtype and
@@ -69,14 +70,17 @@ class _Recorder(torch.fx.Interpreter):
     def __init__(self, module):
         super().__init__(module)
         self.values = {}
+        self.before_write = {}  # node -> its value before an in-place op wrote its storage
 
     def run_node(self, node):
         if mutates_first_argument(node) and isinstance(node.args[0], torch.fx.Node):
-            # The mutated tensor's own node keeps its value from before the
-            # write (Note [In-place ops on intermediates]).
-            target = node.args[0]
-            if isinstance(self.values.get(target), torch.Tensor):
-                self.values[target] = self.values[target].clone()
+            # Every value in the written storage keeps a copy from before the
+            # write, for folding it as a constant (Note [In-place ops on intermediates]).
+            key = storage_key(self.values.get(node.args[0]))
+            for other, value in self.values.items():
+                if key is not None and other not in self.before_write and \
+                        storage_key(value) == key:
+                    self.before_write[other] = value.clone()
         value = super().run_node(node)
         self.values[node] = value
         return value
@@ -152,6 +156,7 @@ class _Importer:
         with torch.no_grad():
             recorder.run(*example_inputs)
         self.values = recorder.values
+        self.before_write = recorder.before_write
         self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         devices = [value.device for value in example_inputs if isinstance(value, torch.Tensor)]
         self.device = devices[0] if devices else torch.device("cpu")
@@ -161,7 +166,8 @@ class _Importer:
         self.torch_nodes = set()
         self.owner = {}  # fx node -> the Segment that computes it
         self.constants = {}  # fx node -> folded tensor
-        self.functional = functionalize_inplace(self.graph, self.values, CONVERTERS)
+        self.functional, self.in_torch = functionalize_inplace(self.graph, self.values,
+                                                               CONVERTERS)
 
     def is_torch_node(self, node):
         return node in self.torch_nodes
@@ -238,8 +244,21 @@ class _Importer:
                 # A pure result nobody reads (a layer norm's mean, say), or a
                 # metadata assertion the compiled program's fixed types make moot.
                 continue
+            if node in self.in_torch:
+                # Note [In-place ops on intermediates]: PyTorch writes this storage.
+                name = op_name(node.target)
+                reason = "its storage is written in place in PyTorch"
+                if self.strict:
+                    raise StrictModeError("grove (strict): node '%s' (%s) is not supported: %s"
+                                          % (node.name, name, reason))
+                unsupported.append((node.name, name, reason))
+                self.torch_nodes.add(node)
+                self.dynamic.add(node)
+                steps.append(("torch", node))
+                segment = None
+                continue
             if not self.depends_on_inputs(node):
-                value = self.values[node]
+                value = self.before_write.get(node, self.values[node])
                 if isinstance(value, torch.Tensor):
                     self.constants[node] = value  # computed once, bound as a constant
                     continue
