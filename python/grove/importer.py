@@ -245,7 +245,7 @@ class _Importer:
                 # metadata assertion the compiled program's fixed types make moot.
                 continue
             if node in self.in_torch:
-                # Note [In-place ops on intermediates]: PyTorch writes this storage.
+                # PyTorch writes this storage (Note [In-place ops on intermediates]).
                 name = op_name(node.target)
                 reason = "its storage is written in place in PyTorch"
                 if self.strict:

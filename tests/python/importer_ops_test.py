@@ -229,8 +229,8 @@ class InPlaceTest(ConverterCase):
             base[:, 1:] = 7.0  # a write through a view: base's family runs in PyTorch
             return before * 2, base
 
-        self.check(function, [torch.randn(3, 4)],
-                   unsupported=["aten.zeros", "aten.add_", "aten.slice", "aten.slice", "aten.fill_"])
+        family = ["aten.zeros", "aten.add_", "aten.slice", "aten.slice", "aten.fill_"]
+        self.check(function, [torch.randn(3, 4)], unsupported=family)
 
     def test_copy_zero_fill_and_masked_fill_in_place(self):
         def function(x, y, mask):
