@@ -1,5 +1,6 @@
 """Converters of ATen's writes at tensor indices, out of place: index_put
-(and _index_put_impl), index_copy and index_add. Each row r of self (the
+(and _index_put_impl), index_copy, index_add, scatter and scatter_add. Each
+row r of self (the
 indexed dims flattened) compares itself with every target row: the last
 source row aimed at it replaces it (or, accumulating, every such row adds to
 it through one GEMM of the [rows, sources] matches). The cost is rows x
@@ -110,7 +111,98 @@ def _index_copy_or_add(accumulate):
     return convert
 
 
+def _pad_to(c, name, shape, target, value, dtype):
+    """`name` (of `shape`) extended at the end of each dim to `target` with `value`."""
+    shape = list(shape)
+    for dim, (size, wanted) in enumerate(zip(list(shape), target)):
+        if size < wanted:
+            block = list(shape)
+            block[dim] = wanted - size
+            fill = c.emit("full", [], {"value": float(value), "shape": block,
+                                       "dtype": dtype_name(dtype)})
+            name = c.emit("concat", [name, fill], {"dim": dim})
+            shape[dim] = wanted
+    return name
+
+
+def _scatter(accumulate):
+    """scatter / scatter_add along dim d, where index has self's sizes in the
+    other dims: each line of self (every dim but d, moved last) compares its
+    R positions with the line's J indices, [lines, R, J] comparisons."""
+
+    def convert(c, a):
+        x, index = a["self"], a["index"]
+        shape, index_shape = c.shape(x), c.shape(index)
+        dtype = c.dtype(x)
+        if a.get("reduce") is not None:
+            raise Unsupported("scatter with reduce=%r" % a["reduce"])
+        if not shape:
+            raise Unsupported("scatter into a 0-d tensor")
+        dim = a["dim"] % len(shape)
+        last = len(shape) - 1
+        src = a.get("src", a.get("value"))
+        if accumulate and not dtype.is_floating_point:
+            raise Unsupported("scatter_add of %s tensors" % dtype)
+        rows, count = shape[dim], index_shape[dim]
+        lines = c.value(x).numel() // max(rows, 1)
+
+        def lined(name, size):  # dim moved last, then [lines, size]
+            if dim != last:
+                name = c.emit("transpose", [name], {"dim0": dim, "dim1": last})
+            return c.emit("reshape", [name], {"shape": [lines, size]})
+
+        table = lined(c.tensor(x), rows)
+        # An index smaller than self outside dim leaves the rest as it is:
+        # padded with targets no position has.
+        padded = [shape[k] if k != dim else count for k in range(len(shape))]
+        targets = _pad_to(c, _wrapped(c, _int64(c, index), rows), index_shape, padded, -1,
+                          torch.int64)
+        targets = lined(targets, count)
+        positions = c.importer.constant(c.segment, torch.arange(rows, dtype=torch.int64).view(
+            1, rows, 1).to(c.importer.device))
+        matches = c.emit("eq", [positions, c.emit("reshape", [targets],
+                                                  {"shape": [lines, 1, count]})])
+        if isinstance(src, torch.fx.Node):
+            values = c.operand(src, dtype)
+            for k, (size, used) in enumerate(zip(c.shape(src), index_shape)):
+                if size > used:  # only src's index-shaped corner is read
+                    values = c.emit("slice", [values], {"dim": k, "start": 0, "end": used})
+            values = lined(_pad_to(c, values, index_shape, padded, 0, dtype), count)
+        else:
+            values = c.emit("full", [], {"value": float(src), "shape": [lines, count],
+                                         "dtype": dtype_name(dtype)})
+        if accumulate:
+            spread = c.emit("where", [matches, c.emit("reshape", [values], {
+                "shape": [lines, 1, count]}), c.scalar(0.0, dtype)])
+            out = c.emit("add", [table, c.emit("sum", [spread], {"dims": [2], "keepdim": 0})])
+        else:
+            order = c.importer.constant(c.segment, torch.arange(count, dtype=torch.float32).view(
+                1, 1, count).to(c.importer.device))
+            chosen = c.emit("max", [c.emit("where", [matches, order,
+                                                     c.scalar(-1.0, torch.float32)])],
+                            {"dims": [2], "keepdim": 0})  # [lines, R]: the last write
+            written = c.emit("ge", [chosen, c.scalar(0.0, torch.float32)])
+            line_base = c.importer.constant(c.segment, (torch.arange(
+                lines, dtype=torch.int64) * count).view(lines, 1).to(c.importer.device))
+            flat = c.emit("add", [c.emit("cast", [c.emit("maximum", [
+                chosen, c.scalar(0.0, torch.float32)])], {"dtype": "i64"}), line_base])
+            picked = c.emit("embedding", [c.emit("reshape", [values], {
+                "shape": [lines * count, 1]}), flat])
+            picked = c.emit("reshape", [picked], {"shape": [lines, rows]})
+            out = c.emit("where", [written, picked, table])
+        moved = list(shape)
+        moved[dim], moved[last] = moved[last], moved[dim]
+        out = c.emit("reshape", [out], {"shape": moved})
+        if dim != last:
+            out = c.emit("transpose", [out], {"dim0": dim, "dim1": last})
+        return out
+
+    return convert
+
+
 CONVERTERS.update({
+    "aten.scatter": _scatter(False),
+    "aten.scatter_add": _scatter(True),
     "aten.index_put": _index_put,
     "aten._index_put_impl": _index_put,
     "aten.index_copy": _index_copy_or_add(False),

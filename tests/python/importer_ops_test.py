@@ -207,6 +207,33 @@ class IndexPutTest(ConverterCase):
                               torch.tensor([3, -4])])
 
 
+    def test_scatter_and_scatter_add_match_torch(self):
+        x = torch.randn(3, 5, 4)
+
+        def function(x, index, ones):
+            grads = torch.zeros(3, 5, 4).scatter_add(1, index, torch.ones(3, 2, 4) * 2)
+            return (x.scatter(1, index[:, :1], ones[:, :1]), x.scatter_add(1, index, ones),
+                    x.scatter(-1, index.transpose(1, 2)[:, :, :2].clamp(max=3), 3.5),
+                    grads, x.scatter(0, torch.tensor([[[2, 0, 1, 1]] * 5]), x[:1] * 2),
+                    # an index smaller than self, a src larger than the index
+                    x.scatter_add(2, index[:2, :, :3].clamp(max=3), x * 3))
+
+        index = torch.tensor([[[1, 4, 0, 1], [1, 2, 0, 3]]] * 3)
+        self.check(function, [x, index, torch.randn(3, 2, 4)])
+
+    def test_gather_backward_is_a_scatter_add(self):
+        from training_test import _autograd_graph
+
+        def function(x, index):
+            return (torch.gather(x, 1, index) * torch.arange(6.0).view(2, 3)).sum()
+
+        x, index = torch.randn(2, 5), torch.tensor([[4, 0, 4], [1, 1, 3]])
+        graph, joint = _autograd_graph(function, x, index)
+        plan = importer.import_graph(graph, [x, index], strict=True)
+        for actual, wanted in zip(plan.compile()(x, index), joint(x, index)):
+            torch.testing.assert_close(actual, wanted.detach(), rtol=RTOL, atol=ATOL)
+
+
 class InPlaceTest(ConverterCase):
     def test_in_place_ops_on_intermediates_are_imported_with_their_new_value(self):
         def function(x, y):
