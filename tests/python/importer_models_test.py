@@ -200,6 +200,30 @@ class RealModelShapesTest(unittest.TestCase):
     def test_resnet_like_network(self):
         self.import_whole_and_match(SmallResNet(), (torch.randn(2, 3, 32, 32),))
 
+    def test_resnet_like_network_through_the_torch_backend(self):
+        # What dynamo hands the backend on PyTorch >= 2.5: the parameters and
+        # buffers lifted to graph inputs, which it binds as static inputs.
+        import grove.torch
+
+        module = SmallResNet().eval()
+        state = dict(module.named_parameters())
+        state.update(module.named_buffers())
+        names = list(state)
+        call = getattr(torch, "func", torch.nn.utils.stateless).functional_call
+
+        def function(x, *tensors):
+            return call(module, dict(zip(names, tensors)), (x,))
+
+        x = torch.randn(1, 3, 32, 32)
+        inputs = [x] + [state[name] for name in names]
+        with torch.no_grad():
+            compiled = grove.torch.compile_graph(function, inputs, mode="cudagraphs")
+            self.assertEqual(compiled.unsupported, [])
+            expected = module(x)
+            for _ in range(3):
+                result = compiled(*inputs)
+        torch.testing.assert_close(result, expected, rtol=1e-4, atol=1e-4)
+        grove.torch.mark_step_begin()
 
 if __name__ == "__main__":
     junit_main.main()
