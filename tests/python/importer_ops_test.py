@@ -92,7 +92,9 @@ class PointwiseTest(ConverterCase):
             return (torch.clamp(x, -0.5, 0.7), torch.clamp(x, min=y), torch.clamp(x, max=0.1),
                     x.clamp_min(0.2), torch.maximum(x, y), torch.minimum(x, y), torch.sign(x),
                     torch.remainder(x, 0.7), torch.fmod(x, y.abs() + 0.5), x % y.abs().add(0.3),
-                    F.hardtanh(x * 3), torch.sign(n), torch.clamp(n, 1, 3), torch.maximum(n, n.t()))
+                    F.hardtanh(x * 3), torch.sign(n), torch.clamp(n, 1, 3), torch.maximum(n, n.t()),
+                    torch.div(x, 0.3, rounding_mode="floor"),
+                    torch.div(x, y, rounding_mode="trunc"), torch.floor_divide(x, 0.4))
 
         x, y = torch.randn(5, 5), torch.randn(5, 5)
         n = torch.randint(-4, 5, (5, 5))
