@@ -18,7 +18,8 @@ MODULES = [
      "(matmul + softmax), casts, constants (div and floor_divide: rounding of floats; slice: "
      "step 1; layer norm: one normalized dim; attention and dropout: no dropout)"),
     ("grove.aten_pointwise_ops", "trigonometry, log1p/expm1 and rounding ops, maximum/minimum "
-     "(clamp), bitwise ops on bool and integers; sign, tan, remainder/fmod (floats) written out"),
+     "(clamp), bitwise ops and integer division (remainder, fmod) on bool and integers; sign, "
+     "tan, and remainder/fmod of floats written out"),
     ("grove.aten_index_ops", "embedding (rows picked by flat ids; negative ids wrap)"),
     ("grove.aten_index_put_ops", "rows compared with the target rows: the last write wins, or "
      "accumulating writes add through one GEMM (floats)"),
@@ -42,8 +43,9 @@ FOOTER = [
     "functional op (Note [In-place ops on intermediates]) |",
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
-    "| anything else (cumprod, sort, topk, scatter, slices with a step, in-place writes into "
-    "inputs or views, ...) | runs in PyTorch between grove segments |",
+    "| anything else (cumprod, sort, topk, scatter with a reduction, slices with a step, "
+    "in-place writes into inputs or views and the values sharing their storage, ...) | runs in "
+    "PyTorch between grove segments |",
 ]
 
 

@@ -361,6 +361,12 @@ Value* Emitter::eval_op(const Expr& expr, const std::vector<Value*>& x) {
       return b_.CreateOr(x[0], x[1]);
     case ExprOp::kXor:
       return b_.CreateXor(x[0], x[1]);
+    case ExprOp::kIntDiv: {
+      // A zero divisor would be undefined behaviour: it divides by 1 instead.
+      Value* divisor = b_.CreateSelect(b_.CreateICmpEQ(x[1], zero()),
+                                       llvm::ConstantInt::get(x[1]->getType(), 1), x[1]);
+      return b_.CreateSDiv(x[0], divisor);
+    }
     case ExprOp::kWhere:
       return b_.CreateSelect(x[0], x[1], x[2]);
     case ExprOp::kCast:

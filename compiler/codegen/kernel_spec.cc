@@ -84,6 +84,8 @@ const char* op_name(ExprOp op) {
       return "and";
     case ExprOp::kOr:
       return "or";
+    case ExprOp::kIntDiv:
+      return "int_div";
     case ExprOp::kXor:
       return "xor";
     case ExprOp::kWhere:
@@ -136,6 +138,7 @@ int operand_count(ExprOp op) {
     case ExprOp::kAnd:
     case ExprOp::kOr:
     case ExprOp::kXor:
+    case ExprOp::kIntDiv:
     case ExprOp::kPhilox:
       return 2;
     default:
@@ -452,6 +455,11 @@ void KernelSpec::verify() const {
       case ExprOp::kNe:
         require(expr.dtype == DType::kBool && operand_dtype(0) == operand_dtype(1),
                 "two operands of one dtype and a bool result");
+        break;
+      case ExprOp::kIntDiv:
+        require((expr.dtype == DType::kI32 || expr.dtype == DType::kI64) &&
+                    operand_dtype(0) == expr.dtype && operand_dtype(1) == expr.dtype,
+                "integer operands of the result's dtype");
         break;
       case ExprOp::kAnd:
       case ExprOp::kOr:

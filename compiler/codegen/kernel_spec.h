@@ -84,7 +84,8 @@ enum class ExprOp : uint8_t {
   kGe,
   kEq,
   kNe,
-  kAnd,  // bool, or bitwise on integers (operands and result of one dtype)
+  kIntDiv,  // integers, truncating toward zero; a zero divisor divides by 1
+  kAnd,     // bool, or bitwise on integers (operands and result of one dtype)
   kOr,
   kXor,
   // ternary

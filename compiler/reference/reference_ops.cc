@@ -478,6 +478,15 @@ const std::map<std::string, Binary>& binary_functions() {
        [](double a, double b) {
          return static_cast<double>(static_cast<int64_t>(a) ^ static_cast<int64_t>(b));
        }},
+      // Integer division; a zero divisor divides by 1, as the kernels do.
+      {"floor_divide", [](double a, double b) { return std::floor(a / (b == 0 ? 1 : b)); }},
+      {"remainder",
+       [](double a, double b) {
+         double d = b == 0 ? 1 : b;
+         return a - std::floor(a / d) * d;
+       }},
+      {"truncate_divide", [](double a, double b) { return std::trunc(a / (b == 0 ? 1 : b)); }},
+      {"fmod", [](double a, double b) { return std::fmod(a, b == 0 ? 1 : b); }},
   };
   return functions;
 }

@@ -1,8 +1,9 @@
 """Converters of the backwards of ATen's image ops: convolution_backward,
-max_pool2d_with_indices_backward, avg_pool2d_backward and
-_adaptive_avg_pool2d_backward. Each input pixel sums the window positions
-that read it, gathered through image_windows.inverse_ids (Note [Windows as
-gathers]). Importing this module adds them to aten_ops.CONVERTERS."""
+max_pool2d_with_indices_backward, avg_pool2d_backward,
+_adaptive_avg_pool2d_backward and upsample_nearest2d_backward. Each input
+pixel sums the window positions that read it, gathered through
+image_windows.inverse_ids (Note [Windows as gathers]). Importing this module
+adds them to aten_ops.CONVERTERS."""
 
 import torch
 
@@ -10,6 +11,7 @@ from grove.aten_conv_ops import (ConvGeometry, avg_pool_geometry, constant_ids, 
                                  image_shape, max_pool_ids, weight_matrix)
 from grove.aten_ops import CONVERTERS
 from grove.fx_common import dtype_name
+from grove.aten_layout_ops import nearest_sources
 from grove.image_windows import adaptive_windows, inverse_ids
 
 
@@ -144,7 +146,22 @@ def _max_pool_backward(c, a):
     return c.emit("permute", [summed], {"order": [2, 3, 0, 1]})
 
 
+def _upsample_nearest_backward(c, a):
+    """Each input pixel sums the gradients of the output pixels copied from it."""
+    grad = a["grad_output"]
+    n, channels, height, width = list(a["input_size"])
+    out_h, out_w = c.shape(grad)[2:]
+    scales = a.get("scale_factors") or [a.get("scales_h"), a.get("scales_w")]
+    rows = nearest_sources(height, out_h, scales[0])
+    cols = nearest_sources(width, out_w, scales[1])
+    ids = (rows[:, None] * width + cols[None, :]).view(out_h, out_w, 1)
+    table = _pooled_rows(c, grad, c.dtype(grad))
+    return _scatter_to_pixels(c, table, inverse_ids(ids, height * width, per_output=True),
+                              [n, channels, height, width])
+
+
 CONVERTERS.update({
+    "aten.upsample_nearest2d_backward": _upsample_nearest_backward,
     "aten.convolution_backward": _convolution_backward,
     "aten.max_pool2d_with_indices_backward": _max_pool_backward,
     "aten.avg_pool2d_backward": _avg_pool_backward,

@@ -1,4 +1,4 @@
-"""Converters of ATen's constant padding (constant_pad_nd), nearest
+"""Converters of ATen's constant padding (constant_pad_nd), flip, nearest
 upsampling (upsample_nearest2d) and cumsum of floats (a GEMM with a
 triangle of ones). Importing this module adds them to aten_ops.CONVERTERS."""
 
@@ -41,7 +41,21 @@ def _constant_pad(c, a):
     return name
 
 
-def _nearest_sources(in_size, out_size, scale):
+def _flip(c, a):
+    """Each flipped dim read backwards: a gather by constant reversed ids."""
+    x = a["self"]
+    shape = c.shape(x)
+    name = c.tensor(x)
+    for dim in sorted({d % len(shape) for d in a["dims"]}):
+        if shape[dim] < 2:
+            continue
+        ids = torch.arange(shape[dim] - 1, -1, -1).to(c.importer.device)
+        name = take(c, name, shape, [dim], c.importer.constant(c.segment, ids), [shape[dim]],
+                    dim)
+    return name
+
+
+def nearest_sources(in_size, out_size, scale):
     """PyTorch's nearest source index: floor(dst * in/out) in float32 (or
     1/scale where a scale factor is given), clamped."""
     if out_size == 2 * in_size and not scale:
@@ -58,8 +72,8 @@ def _upsample_nearest(c, a):
         raise Unsupported("nearest upsampling of rank %d" % len(shape))
     out_h, out_w = c.result().shape[2:]
     scales = a.get("scale_factors") or [a.get("scales_h"), a.get("scales_w")]
-    rows = _nearest_sources(shape[2], out_h, scales[0])
-    cols = _nearest_sources(shape[3], out_w, scales[1])
+    rows = nearest_sources(shape[2], out_h, scales[0])
+    cols = nearest_sources(shape[3], out_w, scales[1])
     ids = (rows[:, None] * shape[3] + cols[None, :]).to(c.importer.device)
     return take(c, c.tensor(x), shape, [2, 3], c.importer.constant(c.segment, ids),
                 [out_h, out_w], 2)
@@ -92,6 +106,7 @@ def _cumsum(c, a):
 
 CONVERTERS.update({
     "aten.constant_pad_nd": _constant_pad,
+    "aten.flip": _flip,
     "aten.upsample_nearest2d": _upsample_nearest,
     "aten.cumsum": _cumsum,
 })

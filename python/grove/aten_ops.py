@@ -124,9 +124,12 @@ def _rsub(c, a):
 def _div(c, a):
     dtype = c.result().dtype
     mode = a.get("rounding_mode")
+    x, y = c.operand(a["self"], dtype), c.operand(a["other"], dtype)
     if mode is not None and not dtype.is_floating_point:
-        raise Unsupported("div of integers with rounding_mode=%r" % mode)
-    quotient = c.emit("div", [c.operand(a["self"], dtype), c.operand(a["other"], dtype)])
+        if dtype == torch.bool:
+            raise Unsupported("div of bools with rounding_mode=%r" % mode)
+        return c.emit("floor_divide" if mode == "floor" else "truncate_divide", [x, y])
+    quotient = c.emit("div", [x, y])
     return quotient if mode is None else c.emit(mode, [quotient])  # "floor" or "trunc"
 
 

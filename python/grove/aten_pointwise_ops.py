@@ -91,14 +91,16 @@ def _sign(c, a):
 
 def _modulo(rounding):
     """remainder (sign of the divisor: a - floor(a/b) b) and fmod (sign of
-    the dividend: a - trunc(a/b) b), on floats."""
+    the dividend: a - trunc(a/b) b): grove's integer ops, written out on floats."""
 
     def convert(c, a):
         dtype = c.result().dtype
-        if not dtype.is_floating_point:
-            raise Unsupported("%s of integers" % ("remainder" if rounding == "floor" else "fmod"))
         x = c.operand(a["self"], dtype)
         y = c.operand(a["other"], dtype)
+        if dtype == torch.bool:
+            raise Unsupported("remainder of bools")
+        if not dtype.is_floating_point:
+            return c.emit("remainder" if rounding == "floor" else "fmod", [x, y])
         quotient = c.emit(rounding, [c.emit("div", [x, y])])
         return c.emit("sub", [x, c.emit("mul", [quotient, y])])
 

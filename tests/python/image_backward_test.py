@@ -64,6 +64,14 @@ class ImageBackwardsTest(unittest.TestCase):
         self.check(lambda x: F.adaptive_avg_pool2d(x, (3, 5)).pow(2).sum()
                    + F.adaptive_avg_pool2d(x, 1).pow(2).sum(), x)
 
+    def test_upsampling_cumsum_and_padding_backwards(self):
+        x = torch.randn(2, 3, 5, 6)
+        self.check(lambda x: F.interpolate(x, scale_factor=2).pow(2).sum()
+                   + F.interpolate(x, size=(7, 4)).pow(2).sum(), x,
+                   expected_ops=["aten.upsample_nearest2d_backward"])
+        self.check(lambda x: torch.cumsum(x, -1).pow(2).sum() + F.pad(x, (1, 2, 0, 1)).pow(2).sum(),
+                   x, expected_ops=["aten.flip"])
+
     def test_batch_norm_backwards(self):
         x, w, b = torch.randn(3, 4, 5, 6), torch.randn(4), torch.randn(4)
         mean, var = torch.randn(4), torch.rand(4) + 0.5

@@ -94,7 +94,9 @@ class PointwiseTest(ConverterCase):
                     torch.remainder(x, 0.7), torch.fmod(x, y.abs() + 0.5), x % y.abs().add(0.3),
                     F.hardtanh(x * 3), torch.sign(n), torch.clamp(n, 1, 3), torch.maximum(n, n.t()),
                     torch.div(x, 0.3, rounding_mode="floor"),
-                    torch.div(x, y, rounding_mode="trunc"), torch.floor_divide(x, 0.4))
+                    torch.div(x, y, rounding_mode="trunc"), torch.floor_divide(x, 0.4),
+                    n % 3, torch.remainder(n, n.t() - 5), torch.fmod(n, -3), n // 2,
+                    torch.div(n, n.t() + 5, rounding_mode="trunc"))
 
         x, y = torch.randn(5, 5), torch.randn(5, 5)
         n = torch.randint(-4, 5, (5, 5))
@@ -113,12 +115,13 @@ class ReductionAndLayoutTest(ConverterCase):
         x[0, :, 0] = 3.0  # ties: the first position wins, as in PyTorch
         self.check(function, [x, torch.randn(4, 6, 5)])
 
-    def test_constant_pad_nearest_upsampling_and_cumsum(self):
+    def test_constant_pad_nearest_upsampling_cumsum_and_flip(self):
         def function(x):
             return (F.pad(x, (1, 2)), F.pad(x, (2, 0, 1, 1), value=-3.0), F.pad(x, (-1, 1, 0, -2)),
                     F.interpolate(x, scale_factor=2, mode="nearest"),
                     F.interpolate(x, size=(5, 11), mode="nearest"),
-                    torch.cumsum(x, -1), torch.cumsum(x, 1), torch.cumsum(x[0, 0, 0], 0))
+                    torch.cumsum(x, -1), torch.cumsum(x, 1), torch.cumsum(x[0, 0, 0], 0),
+                    torch.flip(x, (1, -1)))
 
         self.check(function, [torch.randn(2, 3, 4, 6)])
 

@@ -47,6 +47,7 @@ std::vector<KernelSpec> representative_kernels() {
     // Bitwise ops on integers.
     int bits = k.binary(ExprOp::kXor, k.binary(ExprOp::kAnd, i, k.index(0)),
                         k.unary(ExprOp::kNot, k.binary(ExprOp::kOr, i, k.index(1))));
+    bits = k.binary(ExprOp::kIntDiv, bits, k.index(1));
     k.output(bits, DType::kI64, {33, 1});
     specs.push_back(k.build());
   }

@@ -56,24 +56,29 @@ std::vector<OpCase> op_cases() {
                        b.output(b.op1(name, {x, in(b, "y", {3, 1}, t)}));
                      }});
   }
-  OpCase bitwise{"bitwise",
-                 {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"},
-                 [](ProgramBuilder& b, DType) {
-                   for (DType t : {DType::kI64, DType::kI32}) {
-                     ValueId x = in(b, std::string("x") + runtime::dtype_name(t), {3, 4}, t);
-                     ValueId y = in(b, std::string("y") + runtime::dtype_name(t), {4}, t);
-                     b.output(b.op1("bitwise_and", {x, y}));
-                     b.output(b.op1("bitwise_or", {x, y}));
-                     b.output(b.op1("bitwise_xor", {x, y}));
-                     b.output(b.op1("bitwise_not", {x}));
-                   }
-                   ValueId p = b.compare("gt", in(b, "p", {3, 4}, DType::kF32), b.full(0));
-                   ValueId q = b.compare("lt", in(b, "q", {4}, DType::kF32), b.full(0.5));
-                   b.output(b.op1("bitwise_and", {p, q}));
-                   b.output(b.op1("bitwise_or", {p, q}));
-                   b.output(b.op1("bitwise_xor", {p, q}));
-                   b.output(b.op1("bitwise_not", {p}));
-                 }};
+  OpCase bitwise{
+      "bitwise",
+      {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "floor_divide", "remainder",
+       "truncate_divide", "fmod"},
+      [](ProgramBuilder& b, DType) {
+        for (DType t : {DType::kI64, DType::kI32}) {
+          ValueId x = in(b, std::string("x") + runtime::dtype_name(t), {3, 4}, t);
+          ValueId y = in(b, std::string("y") + runtime::dtype_name(t), {4}, t);
+          b.output(b.op1("bitwise_and", {x, y}));
+          b.output(b.op1("bitwise_or", {x, y}));
+          b.output(b.op1("bitwise_xor", {x, y}));
+          b.output(b.op1("bitwise_not", {x}));
+          for (const char* op : {"floor_divide", "remainder", "truncate_divide", "fmod"}) {
+            b.output(b.op1(op, {x, y}));  // y holds zeros: they divide by 1
+          }
+        }
+        ValueId p = b.compare("gt", in(b, "p", {3, 4}, DType::kF32), b.full(0));
+        ValueId q = b.compare("lt", in(b, "q", {4}, DType::kF32), b.full(0.5));
+        b.output(b.op1("bitwise_and", {p, q}));
+        b.output(b.op1("bitwise_or", {p, q}));
+        b.output(b.op1("bitwise_xor", {p, q}));
+        b.output(b.op1("bitwise_not", {p}));
+      }};
   bitwise.ranges.int_low = -9;
   bitwise.ranges.int_high = 9;
   bitwise.floats_only = false;
