@@ -168,6 +168,8 @@ class _Importer:
         self.constants = {}  # fx node -> folded tensor
         self.functional, self.in_torch = functionalize_inplace(self.graph, self.values,
                                                                CONVERTERS)
+        if self.functional and hasattr(module, "recompile"):
+            module.recompile()  # its code follows the rewired reads
 
     def is_torch_node(self, node):
         return node in self.torch_nodes

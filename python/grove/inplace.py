@@ -34,9 +34,13 @@ def mutates_first_argument(node):
 
 
 def storage_key(value):
+    """What identifies a tensor's storage; None for non-tensors and empty
+    storage (whose addresses are all 0)."""
     if not isinstance(value, torch.Tensor):
         return None
     storage = value.untyped_storage() if hasattr(value, "untyped_storage") else value.storage()
+    if storage.data_ptr() == 0:
+        return None
     return (value.device, storage.data_ptr())
 
 
