@@ -31,7 +31,7 @@ MODULES = [
     ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics "
      "(running statistics returned, not written in place: in PyTorch where written)"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
-     "maximum (floats)"),
+     "maximum (floats); topk as k rounds of them"),
     ("grove.aten_layout_ops", "concat with constants or slices (padding), a gather (nearest "
      "upsampling), a GEMM with a triangle of ones (cumsum of floats)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
@@ -43,9 +43,9 @@ FOOTER = [
     "functional op (Note [In-place ops on intermediates]) |",
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
-    "| anything else (cumprod, sort, topk, scatter with a reduction, slices with a step, "
-    "in-place writes into inputs or views and the values sharing their storage, ...) | runs in "
-    "PyTorch between grove segments |",
+    "| anything else (cumprod, sort, topk beyond k = 64, scatter with a reduction, slices with a "
+    "step, in-place writes into inputs or views and the values sharing their storage, ...) | "
+    "runs in PyTorch between grove segments |",
 ]
 
 

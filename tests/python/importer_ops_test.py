@@ -115,6 +115,15 @@ class ReductionAndLayoutTest(ConverterCase):
         x[0, :, 0] = 3.0  # ties: the first position wins, as in PyTorch
         self.check(function, [x, torch.randn(4, 6, 5)])
 
+    def test_topk_matches_torch(self):
+        def function(logits):
+            values, indices = torch.topk(logits, 5)
+            low, where = logits.topk(2, dim=0, largest=False)
+            return values, indices, low, where, torch.topk(logits, 1)[1]
+
+        self.check(function, [torch.randn(3, 40)])
+        self.check(function, [torch.randn(3, 40).bfloat16()], **BF16)
+
     def test_constant_pad_nearest_upsampling_cumsum_and_flip(self):
         def function(x):
             return (F.pad(x, (1, 2)), F.pad(x, (2, 0, 1, 1), value=-3.0), F.pad(x, (-1, 1, 0, -2)),
