@@ -1,8 +1,8 @@
 """Converters of ATen's reductions that also give positions: argmax,
 argmin, max.dim and min.dim (and max/min of a whole tensor or of two), and
-topk for small k (decode sampling), on floats. The position is the first one holding the extreme, as in PyTorch:
-the smallest index among those equal to the maximum. Importing this module
-adds them to aten_ops.CONVERTERS."""
+topk for small k (decode sampling), on floats. The position is the first one
+holding the extreme, as in PyTorch: the smallest index among those equal to
+the maximum. Importing this module adds them to aten_ops.CONVERTERS."""
 
 import torch
 
