@@ -32,8 +32,9 @@ MODULES = [
      "(running statistics returned, not written in place: in PyTorch where written)"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
-    ("grove.aten_layout_ops", "concat with constants or slices (padding), a gather (nearest "
-     "upsampling), a GEMM with a triangle of ones (cumsum of floats)"),
+    ("grove.aten_layout_ops", "concat with constants or slices (padding), gathers (flip, nearest "
+     "upsampling), cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds "
+     "(integers)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
     ("grove.aten_backward_ops", "backward ops of training graphs, written out in grove ops"),
 ]

@@ -1,6 +1,6 @@
 """Converters of ATen's constant padding (constant_pad_nd), flip, nearest
-upsampling (upsample_nearest2d) and cumsum of floats (a GEMM with a
-triangle of ones). Importing this module adds them to aten_ops.CONVERTERS."""
+upsampling (upsample_nearest2d) and cumsum (of floats: a GEMM with a
+triangle of ones; of integers: exact, by log2(n) shifted adds). Importing this module adds them to aten_ops.CONVERTERS."""
 
 import torch
 
@@ -79,11 +79,30 @@ def _upsample_nearest(c, a):
                 [out_h, out_w], 2)
 
 
+def _integer_cumsum(c, name, shape, dim, dtype):
+    """Hillis-Steele: after step s every element holds the sum of the 2^s
+    elements ending at it (exact in integers)."""
+    size = shape[dim]
+    shift = 1
+    while shift < size:
+        head = list(shape)
+        head[dim] = shift
+        zeros = c.emit("full", [], {"value": 0.0, "shape": head, "dtype": dtype_name(dtype)})
+        earlier = c.emit("slice", [name], {"dim": dim, "start": 0, "end": size - shift})
+        name = c.emit("add", [name, c.emit("concat", [zeros, earlier], {"dim": dim})])
+        shift *= 2
+    return name
+
+
 def _cumsum(c, a):
     x = a["self"]
     dtype = c.result().dtype
+    if dtype == torch.bool:
+        raise Unsupported("cumsum to bool")
     if not dtype.is_floating_point:
-        raise Unsupported("cumsum of %s (grove sums floats with a GEMM)" % dtype)
+        shape = c.shape(x)
+        name = c.operand(x, dtype)
+        return _integer_cumsum(c, name, shape, a["dim"] % len(shape), dtype) if shape else name
     shape = c.shape(x)
     if not shape:
         return c.operand(x, dtype)

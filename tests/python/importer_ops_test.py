@@ -115,6 +115,14 @@ class ReductionAndLayoutTest(ConverterCase):
         x[0, :, 0] = 3.0  # ties: the first position wins, as in PyTorch
         self.check(function, [x, torch.randn(4, 6, 5)])
 
+    def test_integer_cumsum_like_position_ids_from_a_mask(self):
+        def function(mask):
+            return mask.long().cumsum(-1) - 1, torch.cumsum(mask, 0), mask.int().cumsum(1)
+
+        mask = torch.ones(3, 11, dtype=torch.long)
+        mask[1, :4] = 0
+        self.check(function, [mask * torch.randint(1, 1000, (3, 11))])
+
     def test_topk_matches_torch(self):
         def function(logits):
             values, indices = torch.topk(logits, 5)
