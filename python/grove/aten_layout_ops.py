@@ -1,6 +1,7 @@
 """Converters of ATen's constant padding (constant_pad_nd), flip, nearest
 upsampling (upsample_nearest2d) and cumsum (of floats: a GEMM with a
-triangle of ones; of integers: exact, by log2(n) shifted adds). Importing this module adds them to aten_ops.CONVERTERS."""
+triangle of ones; of integers: exact, by log2(n) shifted adds). Importing
+this module adds them to aten_ops.CONVERTERS."""
 
 import torch
 
