@@ -20,7 +20,8 @@ MODULES = [
     ("grove.aten_pointwise_ops", "trigonometry, log1p/expm1 and rounding ops, maximum/minimum "
      "(clamp), bitwise ops and integer division (remainder, fmod) on bool and integers; sign, "
      "tan, and remainder/fmod of floats written out"),
-    ("grove.aten_index_ops", "embedding (rows picked by flat ids; negative ids wrap)"),
+    ("grove.aten_index_ops", "embedding (rows picked by flat ids; negative ids wrap); "
+     "embedding_bag: bags of one size, then sum / mean / max"),
     ("grove.aten_index_put_ops", "rows compared with the target rows: the last write wins, or "
      "accumulating writes add through one GEMM (floats)"),
     ("grove.aten_conv_ops", "2-d convolution as im2col (a gather of windows, or views where the "

@@ -1,6 +1,7 @@
-"""Converters of ATen's indexing by tensors: index_select, gather and index
-(advanced indexing with integer tensors), each written as grove's embedding
-(rows of a [V, D] table picked by ids). Importing this module adds them to
+"""Converters of ATen's indexing by tensors: index_select, gather, index
+(advanced indexing with integer tensors) and embedding_bag with bags of one
+size, each written as grove's embedding (rows of a [V, D] table picked by
+ids). Importing this module adds them to
 aten_ops.CONVERTERS."""
 
 import torch
@@ -118,7 +119,35 @@ def _gather(c, a):
     return c.emit("reshape", [picked], {"shape": list(index_shape)})
 
 
+def _embedding_bag(c, a):
+    """Bags of one size (a 2-d input: offsets are a constant arange): rows
+    picked by embedding, then summed, averaged or maxed over each bag."""
+    weight, indices, offsets = a["weight"], a["indices"], a["offsets"]
+    if a.get("scale_grad_by_freq") or a.get("padding_idx") not in (None, -1):
+        raise Unsupported("embedding_bag with scale_grad_by_freq or padding_idx")
+    if offsets in c.importer.constants:
+        starts = c.importer.constants[offsets].to("cpu")
+    else:
+        raise Unsupported("embedding_bag with offsets computed per call")
+    count = c.value(indices).numel()
+    if a.get("include_last_offset"):
+        starts = starts[:-1]
+    bags = starts.numel()
+    size = count // max(bags, 1)
+    if bags * size != count or not torch.equal(starts, torch.arange(0, count, max(size, 1))):
+        raise Unsupported("embedding_bag with bags of different sizes")
+    ids = c.emit("reshape", [c.tensor(indices)], {"shape": [bags, size]})
+    rows = c.emit("embedding", [c.tensor(weight), ids])  # [bags, size, D]
+    if a.get("per_sample_weights") is not None:
+        scale = c.operand(a["per_sample_weights"], c.dtype(weight))
+        rows = c.emit("mul", [rows, c.emit("reshape", [scale], {"shape": [bags, size, 1]})])
+    op = {0: "sum", 1: "mean", 2: "max"}[a.get("mode", 0)]
+    return (c.emit(op, [rows], {"dims": [1], "keepdim": 0}), None, None, None)
+
+
 CONVERTERS.update({
+    "aten._embedding_bag": _embedding_bag,
+    "aten._embedding_bag_forward_only": _embedding_bag,
     "aten.index_select": _index_select,
     "aten.index": _index,
     "aten.gather": _gather,

@@ -201,6 +201,15 @@ class IndexingTest(ConverterCase):
                 self.check(function, [x])
                 self.check(function, [x.bfloat16()], **BF16)
 
+    def test_embedding_bags_of_one_size(self):
+        def function(ids, table, weights):
+            return (F.embedding_bag(ids, table, mode="sum"), F.embedding_bag(ids, table),
+                    F.embedding_bag(ids, table, mode="max"),
+                    F.embedding_bag(ids, table, mode="sum", per_sample_weights=weights))
+
+        self.check(function, [torch.randint(0, 10, (3, 5)), torch.randn(10, 4),
+                              torch.rand(3, 5)])
+
     def test_index_by_input_tensors(self):
         def function(table, ids, batch):
             return table[batch[:, None], ids] * 2
