@@ -310,7 +310,14 @@ class _Importer:
         if converter is None:
             raise Unsupported("no importer for %s" % name)
         value = self.values[node]
-        tensors = value if isinstance(value, (tuple, list)) else [value]
+        if isinstance(value, (tuple, list)):
+            # Only the elements read need a grove dtype (cudnn_batch_norm's
+            # uint8 reserve space is never read).
+            read = {user.args[1] for user in node.users
+                    if op_name(user.target) == "getitem" and user.users}
+            tensors = [item for position, item in enumerate(value) if position in read]
+        else:
+            tensors = [value]
         for tensor in tensors:
             if isinstance(tensor, torch.Tensor):
                 dtype_name(tensor.dtype)

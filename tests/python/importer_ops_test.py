@@ -4,6 +4,7 @@ bitwise and logical ops, gather/index/index_select, in-place ops on
 intermediates, convolution, batch norm and pooling. Each graph must import
 whole (plan.unsupported empty) unless the test says otherwise; "cudagraphs"
 equals "eager" bitwise. Tolerances as importer_test.py's."""
+import operator
 import os
 import sys
 import unittest
@@ -15,6 +16,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from grove import importer  # noqa: E402
+from grove.aten_ops import CONVERTERS  # noqa: E402
 import junit_main  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -364,6 +366,29 @@ class ConvolutionTest(ConverterCase):
                     F.adaptive_avg_pool2d(y, (3, 4)), F.batch_norm(x, mean, var, eps=1e-3))
 
         self.check(function, [torch.randn(2, 4, 9, 10)])
+
+    def test_an_unread_element_of_an_unsupported_dtype_does_not_split(self):
+        # cudnn_batch_norm's fourth result, its reserve space, is uint8 (CUDA only;
+        # a stand-in op here).
+        def with_reserve(x):
+            return x * 2, torch.zeros(3, dtype=torch.uint8)
+
+        def convert(c, a):
+            return (c.emit("mul", [c.tensor(c.node.args[0]), c.scalar(2.0, torch.float32)]),
+                    None)
+
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        pair = graph.call_function(with_reserve, (x,))
+        graph.call_function(operator.getitem, (pair, 1))  # read by nobody
+        graph.output(graph.call_function(operator.getitem, (pair, 0)))
+        module = torch.fx.GraphModule(torch.nn.Module(), graph)
+        CONVERTERS["with_reserve"] = convert
+        try:
+            plan = importer.import_graph(module, [torch.randn(4)])
+        finally:
+            del CONVERTERS["with_reserve"]
+        self.assertEqual(plan.unsupported, [])
 
     def test_max_pool_indices_match_torch(self):
         def function(x):
