@@ -33,15 +33,23 @@ struct F32Exprs {
 
 // Note [Sine and cosine]: x = n pi/2 + r with n = round(2x/pi) and |r| <=
 // pi/4, by Cody-Waite with pi/2 split in three parts whose first two have 8
-// and 11 significant bits (n C1 and n C2 are exact for |n| < 8192, so |x| up to
-// ~12800 keeps f32 accuracy); Cephes' minimax polynomials for sin and cos on
+// and 11 significant bits, and n split in its multiples of 2^12 and the rest,
+// so that every product with those two parts is exact for |n| < 2^24 (the
+// reduction stays within a few f32 ulps of r for |x| up to ~1e6: rotary
+// angles of long contexts); Cephes' minimax polynomials for sin and cos on
 // [-pi/4, pi/4]; the quadrant n mod 4 (plus 1 for the cosine) picks the
 // polynomial and the sign. Returns sin(x), or cos(x) with `cosine`.
 int emit_sin_cos(KernelBuilder& emitter, int x, bool cosine) {
   F32Exprs f{emitter};
   int n = emitter.unary(ExprOp::kRound, f.mul(x, f.c(2.0 / M_PI)));
-  int r = f.sub(x, f.mul(n, f.c(1.5703125)));
-  r = f.sub(r, f.mul(n, f.c(4.837512969970703125e-4)));
+  // Truncated, so that both parts have n's sign and a small n has no high part.
+  int n_high = f.mul(emitter.unary(ExprOp::kTrunc, f.mul(n, f.c(1.0 / 4096))), f.c(4096.0));
+  int n_low = f.sub(n, n_high);
+  int r = x;
+  for (double part : {1.5703125, 4.837512969970703125e-4}) {
+    r = f.sub(r, f.mul(n_high, f.c(part)));
+    r = f.sub(r, f.mul(n_low, f.c(part)));
+  }
   r = f.sub(r, f.mul(n, f.c(7.54978995489188216e-8)));
   int z = f.mul(r, r);
   int sine = f.add(

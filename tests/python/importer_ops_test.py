@@ -63,8 +63,9 @@ class PointwiseTest(ConverterCase):
             return (torch.sin(x), torch.cos(x), torch.tan(y), torch.atan(x * 3),
                     torch.log1p(y.abs()), torch.expm1(y))
 
-        def large(x):  # rotary angles: positions up to a few thousand
-            return torch.cos(x * 40), torch.sin(x * 200), torch.sin(x * 1000)
+        def large(x):  # rotary angles: positions of contexts up to a million
+            return (torch.cos(x * 40), torch.sin(x * 200), torch.sin(x * 1000),
+                    torch.cos(x * 5e4), torch.sin(x * 2.5e5))
 
         x, y = torch.rand(6, 9) * 8 - 4, torch.rand(6, 9) * 2 - 1
         plan = self.check(function, [x, y])
