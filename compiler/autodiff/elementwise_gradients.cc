@@ -1,6 +1,7 @@
 // Gradient rules of the elementwise ops. Binary ops broadcast, so each
 // operand's gradient is summed back to the operand's shape.
 #include <cmath>
+#include <string>
 
 #include "compiler/autodiff/gradient_context.h"
 #include "compiler/autodiff/gradient_rules.h"
@@ -109,6 +110,47 @@ void register_elementwise_gradients() {
   unary("rsqrt", [](ProgramBuilder& b, ValueId g, ValueId, ValueId y, DType dtype) {
     return b.mul(b.mul(g, scalar(b, -0.5, dtype)), b.mul(y, b.mul(y, y)));
   });
+
+  unary("sin", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType) {
+    return b.mul(g, b.op1("cos", {x}));
+  });
+  unary("cos", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType) {
+    return b.neg(b.mul(g, b.op1("sin", {x})));
+  });
+  // y = atan(x): dy/dx = 1 / (1 + x^2).
+  unary("atan", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType dtype) {
+    return b.div(g, b.add(scalar(b, 1.0, dtype), b.mul(x, x)));
+  });
+  unary("log1p", [](ProgramBuilder& b, ValueId g, ValueId x, ValueId, DType dtype) {
+    return b.div(g, b.add(scalar(b, 1.0, dtype), x));
+  });
+  unary("expm1", [](ProgramBuilder& b, ValueId g, ValueId, ValueId y, DType dtype) {
+    return b.mul(g, b.add(y, scalar(b, 1.0, dtype)));
+  });
+  // Piecewise constant: zero wherever the derivative exists (as PyTorch).
+  for (const char* op : {"floor", "ceil", "round", "trunc"}) {
+    unary(op, [](ProgramBuilder& b, ValueId g, ValueId, ValueId, DType dtype) {
+      return b.mul(g, scalar(b, 0.0, dtype));
+    });
+  }
+  // Ties split the gradient in halves, as PyTorch's maximum and minimum do.
+  for (const char* op : {"maximum", "minimum"}) {
+    const std::string wins = std::string(op) == "maximum" ? "gt" : "lt";
+    set(op, [wins](GradientContext& c) -> Grads {
+      ProgramBuilder& b = c.b();
+      DType dtype = dtype_of(c);
+      ValueId zero = scalar(b, 0.0, dtype);
+      ValueId half = b.mul(c.grad(), scalar(b, 0.5, dtype));
+      ValueId tie = b.compare("eq", c.operand(0), c.operand(1));
+      Grads grads(2, ir::kNoValue);
+      for (size_t k = 0; k < 2; ++k) {
+        if (!c.wants(k)) continue;
+        ValueId won = b.compare(wins, c.operand(k), c.operand(1 - k));
+        grads[k] = to_operand(c, k, b.where(won, c.grad(), b.where(tie, half, zero)));
+      }
+      return grads;
+    });
+  }
 
   set("where", [](GradientContext& c) -> Grads {
     ProgramBuilder& b = c.b();

@@ -18,6 +18,12 @@ const std::map<std::string, std::string>& non_differentiable_ops() {
     for (const char* compare : {"lt", "le", "gt", "ge", "eq", "ne"}) {
       reasons[compare] = "its result is bool";
     }
+    for (const char* bitwise : {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}) {
+      reasons[bitwise] = "its operands are bool or integers";
+    }
+    for (const char* division : {"floor_divide", "remainder", "truncate_divide", "fmod"}) {
+      reasons[division] = "its operands are integers";
+    }
     reasons["nonzero"] = "its result is integer indices";
     reasons["sgd_momentum_update"] = "an in-place optimizer update, run after the backward";
     reasons["adamw_update"] = "an in-place optimizer update, run after the backward";

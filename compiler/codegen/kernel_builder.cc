@@ -105,8 +105,6 @@ int KernelBuilder::binary(ExprOp op, int lhs, int rhs) {
     case ExprOp::kGe:
     case ExprOp::kEq:
     case ExprOp::kNe:
-    case ExprOp::kAnd:
-    case ExprOp::kOr:
       expr.dtype = DType::kBool;
       break;
     case ExprOp::kDiv:

@@ -316,6 +316,14 @@ Value* Emitter::eval_op(const Expr& expr, const std::vector<Value*>& x) {
       return b_.CreateSelect(b_.CreateICmpSLT(x[0], zero()), b_.CreateNeg(x[0]), x[0]);
     case ExprOp::kNot:
       return b_.CreateNot(x[0]);
+    case ExprOp::kFloor:
+      return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x[0]);
+    case ExprOp::kCeil:
+      return b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x[0]);
+    case ExprOp::kTrunc:
+      return b_.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, x[0]);
+    case ExprOp::kRound:
+      return b_.CreateUnaryIntrinsic(llvm::Intrinsic::rint, x[0]);
     case ExprOp::kAdd:
       return is_float ? b_.CreateFAdd(x[0], x[1]) : b_.CreateAdd(x[0], x[1]);
     case ExprOp::kSub:
@@ -351,6 +359,14 @@ Value* Emitter::eval_op(const Expr& expr, const std::vector<Value*>& x) {
       return b_.CreateAnd(x[0], x[1]);
     case ExprOp::kOr:
       return b_.CreateOr(x[0], x[1]);
+    case ExprOp::kXor:
+      return b_.CreateXor(x[0], x[1]);
+    case ExprOp::kIntDiv: {
+      // A zero divisor would be undefined behaviour: it divides by 1 instead.
+      Value* divisor = b_.CreateSelect(b_.CreateICmpEQ(x[1], zero()),
+                                       llvm::ConstantInt::get(x[1]->getType(), 1), x[1]);
+      return b_.CreateSDiv(x[0], divisor);
+    }
     case ExprOp::kWhere:
       return b_.CreateSelect(x[0], x[1], x[2]);
     case ExprOp::kCast:

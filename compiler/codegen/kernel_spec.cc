@@ -46,6 +46,14 @@ const char* op_name(ExprOp op) {
       return "abs";
     case ExprOp::kNot:
       return "not";
+    case ExprOp::kFloor:
+      return "floor";
+    case ExprOp::kCeil:
+      return "ceil";
+    case ExprOp::kTrunc:
+      return "trunc";
+    case ExprOp::kRound:
+      return "round";
     case ExprOp::kAdd:
       return "add";
     case ExprOp::kSub:
@@ -76,6 +84,10 @@ const char* op_name(ExprOp op) {
       return "and";
     case ExprOp::kOr:
       return "or";
+    case ExprOp::kIntDiv:
+      return "int_div";
+    case ExprOp::kXor:
+      return "xor";
     case ExprOp::kWhere:
       return "where";
     case ExprOp::kCast:
@@ -125,6 +137,8 @@ int operand_count(ExprOp op) {
     case ExprOp::kNe:
     case ExprOp::kAnd:
     case ExprOp::kOr:
+    case ExprOp::kXor:
+    case ExprOp::kIntDiv:
     case ExprOp::kPhilox:
       return 2;
     default:
@@ -402,6 +416,10 @@ void KernelSpec::verify() const {
       case ExprOp::kGelu:
       case ExprOp::kSqrt:
       case ExprOp::kRsqrt:
+      case ExprOp::kFloor:
+      case ExprOp::kCeil:
+      case ExprOp::kTrunc:
+      case ExprOp::kRound:
         require(expr.dtype == DType::kF32 && operand_dtype(0) == DType::kF32, "f32 -> f32");
         break;
       case ExprOp::kNeg:
@@ -411,7 +429,8 @@ void KernelSpec::verify() const {
                 "a numeric operand of the result's dtype");
         break;
       case ExprOp::kNot:
-        require(expr.dtype == DType::kBool && operand_dtype(0) == DType::kBool, "bool -> bool");
+        require(expr.dtype != DType::kF32 && operand_dtype(0) == expr.dtype,
+                "a bool or integer operand of the result's dtype");
         break;
       case ExprOp::kAdd:
       case ExprOp::kSub:
@@ -437,11 +456,17 @@ void KernelSpec::verify() const {
         require(expr.dtype == DType::kBool && operand_dtype(0) == operand_dtype(1),
                 "two operands of one dtype and a bool result");
         break;
+      case ExprOp::kIntDiv:
+        require((expr.dtype == DType::kI32 || expr.dtype == DType::kI64) &&
+                    operand_dtype(0) == expr.dtype && operand_dtype(1) == expr.dtype,
+                "integer operands of the result's dtype");
+        break;
       case ExprOp::kAnd:
       case ExprOp::kOr:
-        require(expr.dtype == DType::kBool && operand_dtype(0) == DType::kBool &&
-                    operand_dtype(1) == DType::kBool,
-                "bool operands and result");
+      case ExprOp::kXor:
+        require(expr.dtype != DType::kF32 && operand_dtype(0) == expr.dtype &&
+                    operand_dtype(1) == expr.dtype,
+                "bool or integer operands of the result's dtype");
         break;
       case ExprOp::kWhere:
         require(operand_dtype(0) == DType::kBool && operand_dtype(1) == expr.dtype &&

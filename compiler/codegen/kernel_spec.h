@@ -65,7 +65,11 @@ enum class ExprOp : uint8_t {
   kSqrt,
   kRsqrt,
   kAbs,
-  kNot,
+  kNot,    // logical not of bool, bitwise not of integers
+  kFloor,  // f32 -> f32, rounding toward -inf
+  kCeil,   // toward +inf
+  kTrunc,  // toward zero
+  kRound,  // to nearest, ties to even (PyTorch's round)
   // binary
   kAdd,
   kSub,
@@ -80,8 +84,10 @@ enum class ExprOp : uint8_t {
   kGe,
   kEq,
   kNe,
-  kAnd,
+  kIntDiv,  // integers, truncating toward zero; a zero divisor divides by 1
+  kAnd,     // bool, or bitwise on integers (operands and result of one dtype)
   kOr,
+  kXor,
   // ternary
   kWhere,  // operands: condition, if-true, if-false
   // conversion

@@ -137,4 +137,53 @@ int emit_gelu_backward(codegen::KernelBuilder& emitter, int g, int x) {
   return mul(g, add(left, right));
 }
 
+void check_dtype_rule(const OpContext& context, size_t operand, DTypeRule rule) {
+  DType dtype = context.operand(operand).dtype;
+  if (rule == DTypeRule::kFloating) require_floating(context, operand);
+  if (rule == DTypeRule::kNumeric) {
+    GROVE_CHECK_AS(DTypeError, dtype != DType::kBool, context.where(), ": ",
+                   context.describe_operand(operand),
+                   " is bool; arithmetic needs a numeric dtype (cast it first)");
+  }
+}
+
+OpDef unary_op(const std::string& name, const std::string& summary, DTypeRule rule,
+               std::function<int(codegen::KernelBuilder&, int)> build) {
+  OpDef def;
+  def.name = name;
+  def.summary = summary;
+  def.min_operands = def.max_operands = 1;
+  def.kind = OpKind::kElementwise;
+  def.infer = [rule](const OpContext& context) {
+    check_dtype_rule(context, 0, rule);
+    return std::vector<TensorType>{context.operand(0)};
+  };
+  def.elementwise_expr = [build](codegen::KernelBuilder& emitter, const std::vector<int>& operands,
+                                 const OpContext&) {
+    return std::vector<int>{build(emitter, operands[0])};
+  };
+  return def;
+}
+
+OpDef binary_op(const std::string& name, const std::string& summary, DTypeRule rule,
+                codegen::ExprOp expr_op, bool comparison) {
+  OpDef def;
+  def.name = name;
+  def.summary = summary;
+  def.min_operands = def.max_operands = 2;
+  def.kind = OpKind::kElementwise;
+  def.infer = [rule, comparison](const OpContext& context) {
+    check_dtype_rule(context, 0, rule);
+    require_same_dtype(context, 0, 1);
+    TensorType result = with_shape(context.operand(0), broadcast_shapes(context, {0, 1}));
+    if (comparison) result.dtype = DType::kBool;
+    return std::vector<TensorType>{result};
+  };
+  def.elementwise_expr = [expr_op](codegen::KernelBuilder& emitter,
+                                   const std::vector<int>& operands, const OpContext&) {
+    return std::vector<int>{emitter.binary(expr_op, operands[0], operands[1])};
+  };
+  return def;
+}
+
 }  // namespace grove::compiler::ops

@@ -2,6 +2,7 @@
 // node (OpContext::where()) and the operands involved.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,27 @@ DType compute_dtype(DType dtype);
 TensorType with_shape(const TensorType& type, Shape shape);
 TensorType with_dtype(const TensorType& type, DType dtype);
 
+// The dtypes an elementwise op takes: any, numeric (not bool), floating.
+enum class DTypeRule { kAny, kNumeric, kFloating };
+// Throws DTypeError naming the node and operand when `rule` rejects it.
+void check_dtype_rule(const OpContext& context, size_t operand, DTypeRule rule);
+// An elementwise op of one operand whose result has the operand's type;
+// `build` makes its expression from the operand's.
+OpDef unary_op(const std::string& name, const std::string& summary, DTypeRule rule,
+               std::function<int(codegen::KernelBuilder&, int)> build);
+// An elementwise op of two broadcasting operands of one dtype computed by one
+// ExprOp; a comparison's result is bool.
+OpDef binary_op(const std::string& name, const std::string& summary, DTypeRule rule,
+                codegen::ExprOp expr_op, bool comparison);
+
 // Registration of the built-in ops, one function per file.
 void register_elementwise_ops(OpRegistry& registry);
 void register_reduction_ops(OpRegistry& registry);
 void register_structural_ops(OpRegistry& registry);
 void register_training_ops(OpRegistry& registry);
 void register_special_ops(OpRegistry& registry);
+void register_math_ops(OpRegistry& registry);     // math_ops.cc
+void register_bitwise_ops(OpRegistry& registry);  // bitwise_ops.cc
 
 // g * gelu'(x) for gelu's tanh approximation, as expressions of `emitter`
 // (the gelu_backward op, and GEMM kernels with a gelu-gradient epilogue).

@@ -57,6 +57,8 @@ OpRegistry& OpRegistry::global() {
     register_structural_ops(*built);
     register_training_ops(*built);
     register_special_ops(*built);
+    register_math_ops(*built);
+    register_bitwise_ops(*built);
     return built;
   }();
   return *registry;

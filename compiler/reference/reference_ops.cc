@@ -434,6 +434,15 @@ const std::map<std::string, Unary>& unary_functions() {
       {"erf", [](double x) { return std::erf(x); }},
       {"sqrt", [](double x) { return std::sqrt(x); }},
       {"rsqrt", [](double x) { return 1 / std::sqrt(x); }},
+      {"sin", [](double x) { return std::sin(x); }},
+      {"cos", [](double x) { return std::cos(x); }},
+      {"atan", [](double x) { return std::atan(x); }},
+      {"log1p", [](double x) { return std::log1p(x); }},
+      {"expm1", [](double x) { return std::expm1(x); }},
+      {"floor", [](double x) { return std::floor(x); }},
+      {"ceil", [](double x) { return std::ceil(x); }},
+      {"trunc", [](double x) { return std::trunc(x); }},
+      {"round", [](double x) { return std::nearbyint(x); }},  // ties to even
   };
   return functions;
 }
@@ -453,6 +462,31 @@ const std::map<std::string, Binary>& binary_functions() {
       {"eq", [](double a, double b) { return a == b ? 1.0 : 0.0; }},
       {"ne", [](double a, double b) { return a != b ? 1.0 : 0.0; }},
       {"gelu_backward", gelu_backward},
+      // NaN propagates, as in PyTorch.
+      {"maximum", [](double a, double b) { return a != a || b != b ? NAN : std::max(a, b); }},
+      {"minimum", [](double a, double b) { return a != a || b != b ? NAN : std::min(a, b); }},
+      // Bool and integer operands are exact in double (|x| < 2^53).
+      {"bitwise_and",
+       [](double a, double b) {
+         return static_cast<double>(static_cast<int64_t>(a) & static_cast<int64_t>(b));
+       }},
+      {"bitwise_or",
+       [](double a, double b) {
+         return static_cast<double>(static_cast<int64_t>(a) | static_cast<int64_t>(b));
+       }},
+      {"bitwise_xor",
+       [](double a, double b) {
+         return static_cast<double>(static_cast<int64_t>(a) ^ static_cast<int64_t>(b));
+       }},
+      // Integer division; a zero divisor divides by 1, as the kernels do.
+      {"floor_divide", [](double a, double b) { return std::floor(a / (b == 0 ? 1 : b)); }},
+      {"remainder",
+       [](double a, double b) {
+         double d = b == 0 ? 1 : b;
+         return a - std::floor(a / d) * d;
+       }},
+      {"truncate_divide", [](double a, double b) { return std::trunc(a / (b == 0 ? 1 : b)); }},
+      {"fmod", [](double a, double b) { return std::fmod(a, b == 0 ? 1 : b); }},
   };
   return functions;
 }
@@ -484,6 +518,16 @@ HostTensorList evaluate_node(const ir::Node& node, const Operands& in,
     Binary f = binary->second;
     return {with_dtype(
         unrounded_elementwise(in, type, [f](const auto& a) { return f(a[0], a[1]); }), type.dtype)};
+  }
+  if (op == "bitwise_not") {
+    const bool is_bool = in[0]->dtype == DType::kBool;
+    return {with_dtype(unrounded_elementwise(in, type,
+                                             [is_bool](const auto& a) {
+                                               return is_bool ? (a[0] != 0 ? 0.0 : 1.0)
+                                                              : static_cast<double>(
+                                                                    ~static_cast<int64_t>(a[0]));
+                                             }),
+                       type.dtype)};
   }
   if (op == "where") {
     return {with_dtype(

@@ -122,10 +122,19 @@ def _rsub(c, a):
 
 
 def _div(c, a):
-    if a.get("rounding_mode") is not None:
-        raise Unsupported("div with rounding_mode=%r" % a["rounding_mode"])
     dtype = c.result().dtype
-    return c.emit("div", [c.operand(a["self"], dtype), c.operand(a["other"], dtype)])
+    mode = a.get("rounding_mode")
+    x, y = c.operand(a["self"], dtype), c.operand(a["other"], dtype)
+    if mode is not None and not dtype.is_floating_point:
+        if dtype == torch.bool:
+            raise Unsupported("div of bools with rounding_mode=%r" % mode)
+        return c.emit("floor_divide" if mode == "floor" else "truncate_divide", [x, y])
+    quotient = c.emit("div", [x, y])
+    return quotient if mode is None else c.emit(mode, [quotient])  # "floor" or "trunc"
+
+
+def _floor_divide(c, a):
+    return _div(c, dict(a, rounding_mode="floor"))
 
 
 def _pow(c, a):
@@ -487,6 +496,7 @@ CONVERTERS = {
     "aten.sub": _binary("sub"),
     "aten.mul": _binary("mul"),
     "aten.div": _div,
+    "aten.floor_divide": _floor_divide,
     "aten.rsub": _rsub,
     "aten.pow": _pow,
     "aten.lt": _binary("lt"),

@@ -15,8 +15,16 @@ import os
 import torch
 import torch.fx
 
+from grove import aten_argmax_ops  # noqa: F401 (adds argmax, argmin, max/min with indices)
 from grove import aten_backward_ops  # noqa: F401 (adds the backward ops to CONVERTERS)
+from grove import aten_batch_norm_ops  # noqa: F401 (adds batch norm and its backward)
+from grove import aten_conv_backward_ops  # noqa: F401 (adds the image ops' backwards)
+from grove import aten_conv_ops  # noqa: F401 (adds convolution and pooling)
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
+from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
+from grove import aten_index_put_ops  # noqa: F401 (adds index_put, index_copy, index_add)
+from grove import aten_layout_ops  # noqa: F401 (adds padding, nearest upsampling, cumsum)
+from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
 from grove.aten_ops import CONVERTERS, _Converter
 from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     StrictModeError,
@@ -25,6 +33,7 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     node_arguments,
     op_name,
 )
+from grove.inplace import functionalize_inplace, mutates_first_argument, storage_key
 
 
 # Ops whose result depends only on their tensor argument's shape, dtype and
@@ -61,8 +70,17 @@ class _Recorder(torch.fx.Interpreter):
     def __init__(self, module):
         super().__init__(module)
         self.values = {}
+        self.before_write = {}  # node -> its value before an in-place op wrote its storage
 
     def run_node(self, node):
+        if mutates_first_argument(node) and isinstance(node.args[0], torch.fx.Node):
+            # Every value in the written storage keeps a copy from before the
+            # write, for folding it as a constant (Note [In-place ops on intermediates]).
+            key = storage_key(self.values.get(node.args[0]))
+            for other, value in self.values.items():
+                if key is not None and other not in self.before_write and \
+                        storage_key(value) == key:
+                    self.before_write[other] = value.clone()
         value = super().run_node(node)
         self.values[node] = value
         return value
@@ -85,25 +103,15 @@ _VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.slice", "at
              "aten.chunk", "aten.detach", "getitem"}
 
 
-def writes_argument(node):
-    """Whether an fx node is an op that writes its first argument in place."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is not None:
-        arguments = schema.arguments
-        return bool(arguments) and arguments[0].alias_info is not None and \
-            arguments[0].alias_info.is_write
-    return False
-
-
 def mutated_placeholders(graph):
     """The placeholders an in-place op of `graph` writes, through views."""
     mutated = set()
     for node in graph.nodes:
-        if node.op != "call_function" or not writes_argument(node) or not node.args:
+        if not mutates_first_argument(node) or not node.args:
             continue
         base = node.args[0]
         while isinstance(base, torch.fx.Node) and base.op == "call_function" and \
-                (op_name(base.target) in _VIEW_OPS or writes_argument(base)) and base.args:
+                (op_name(base.target) in _VIEW_OPS or mutates_first_argument(base)) and base.args:
             base = base.args[0]
         if isinstance(base, torch.fx.Node) and base.op == "placeholder":
             mutated.add(base)
@@ -187,6 +195,7 @@ class _Importer:
         self.values = recorder.values
         for node, value in zip(placeholders, example_inputs):
             self.values[node] = value  # params bind the caller's tensors, not the copies
+        self.before_write = recorder.before_write
         self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         devices = [value.device for value in example_inputs if isinstance(value, torch.Tensor)]
         self.device = devices[0] if devices else torch.device("cpu")
@@ -196,6 +205,10 @@ class _Importer:
         self.torch_nodes = set()
         self.owner = {}  # fx node -> the Segment that computes it
         self.constants = {}  # fx node -> folded tensor
+        self.functional, self.in_torch = functionalize_inplace(self.graph, self.values,
+                                                               CONVERTERS)
+        if self.functional and hasattr(module, "recompile"):
+            module.recompile()  # its code follows the rewired reads
 
     def is_torch_node(self, node):
         return node in self.torch_nodes
@@ -272,8 +285,21 @@ class _Importer:
                 # A pure result nobody reads (a layer norm's mean, say), or a
                 # metadata assertion the compiled program's fixed types make moot.
                 continue
+            if node in self.in_torch:
+                # PyTorch writes this storage (Note [In-place ops on intermediates]).
+                name = op_name(node.target)
+                reason = "its storage is written in place in PyTorch"
+                if self.strict:
+                    raise StrictModeError("grove (strict): node '%s' (%s) is not supported: %s"
+                                          % (node.name, name, reason))
+                unsupported.append((node.name, name, reason))
+                self.torch_nodes.add(node)
+                self.dynamic.add(node)
+                steps.append(("torch", node))
+                segment = None
+                continue
             if not self.depends_on_inputs(node):
-                value = self.values[node]
+                value = self.before_write.get(node, self.values[node])
                 if isinstance(value, torch.Tensor):
                     self.constants[node] = value  # computed once, bound as a constant
                     continue
@@ -318,10 +344,19 @@ class _Importer:
             self.owner[node] = segment
             return
         converter = CONVERTERS.get(name)
+        if node in self.functional:
+            converter = CONVERTERS[name[:-1]]  # Note [In-place ops on intermediates]
         if converter is None:
             raise Unsupported("no importer for %s" % name)
         value = self.values[node]
-        tensors = value if isinstance(value, (tuple, list)) else [value]
+        if isinstance(value, (tuple, list)):
+            # Only the elements read need a grove dtype (cudnn_batch_norm's
+            # uint8 reserve space is never read).
+            read = {user.args[1] for user in node.users
+                    if op_name(user.target) == "getitem" and user.users}
+            tensors = [item for position, item in enumerate(value) if position in read]
+        else:
+            tensors = [value]
         for tensor in tensors:
             if isinstance(tensor, torch.Tensor):
                 dtype_name(tensor.dtype)

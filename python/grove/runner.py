@@ -199,7 +199,7 @@ class GraphRunner:
                     env[node] = self.plan.module.get_submodule(node.target)(*node_args,
                                                                            **node_kwargs)
                 if checker is not None:
-                    if importer.writes_argument(node):
+                    if importer.mutates_first_argument(node):
                         checker.refresh()
                     checker.produced(node, env[node], "PyTorch")
         if checker is not None:

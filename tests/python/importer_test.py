@@ -160,21 +160,21 @@ class ImporterTest(unittest.TestCase):
         close(self, results["eager"][low + 1:], expected[low + 1:])
 
     def test_unsupported_op_splits_the_graph_and_matches_torch(self):
-        class WithCumsum(nn.Module):
+        class WithCumprod(nn.Module):
             def __init__(self):
                 super().__init__()
                 self.a = nn.Linear(16, 16)
                 self.b = nn.Linear(16, 16)
 
             def forward(self, x):
-                return self.b(torch.cumsum(torch.relu(self.a(x)), dim=-1))
+                return self.b(torch.cumprod(torch.relu(self.a(x)), dim=-1))
 
-        module = WithCumsum().eval()
+        module = WithCumprod().eval()
         x = torch.randn(3, 16)
         with self.assertLogs("grove", level="INFO") as logs:
             plan = importer.import_graph(trace(module, x), [x])
-        self.assertIn("aten.cumsum", "\n".join(logs.output))
-        self.assertEqual([op for _, op, _ in plan.unsupported], ["aten.cumsum"])
+        self.assertIn("aten.cumprod", "\n".join(logs.output))
+        self.assertEqual([op for _, op, _ in plan.unsupported], ["aten.cumprod"])
         kinds = [kind for kind, _ in plan.steps]
         self.assertEqual(kinds, ["grove", "torch", "grove"])
         with torch.no_grad():

@@ -96,6 +96,32 @@ std::vector<GradientCase> make_cases() {
         return b.rsqrt(p(b, "x", {2, 3}));
       },
       kPositive);
+  for (const char* op : {"sin", "cos", "atan", "expm1"}) {
+    add(
+        op, op,
+        [op](auto& b) {
+          return b.op1(op, {p(b, "x", {2, 3})});
+        },
+        Range{-2, 2});
+  }
+  add(
+      "log1p", "log1p",
+      [](auto& b) {
+        return b.op1("log1p", {p(b, "x", {2, 3})});
+      },
+      kPositive);
+  // Away from the integers and half-integers, where they jump.
+  for (const char* op : {"floor", "ceil", "round", "trunc"}) {
+    add(
+        op, op,
+        [op](auto& b) {
+          return b.op1(op, {p(b, "x", {2, 3})});
+        },
+        Range{0.1, 0.4, true});
+  }
+  for (const char* op : {"maximum", "minimum"}) {
+    add(op, op, [op](auto& b) { return b.op1(op, {p(b, "a", {2, 3}), p(b, "b", {3})}); });
+  }
   add("where_broadcast", "where", [](auto& b) {
     return b.where(random_mask(b, {2, 3}), p(b, "a", {2, 3}), p(b, "b", {3}));
   });

@@ -32,7 +32,8 @@ std::vector<KernelSpec> representative_kernels() {
     int s = k.scalar();
     int v = k.binary(ExprOp::kAdd, x, b);
     for (ExprOp op : {ExprOp::kGelu, ExprOp::kExp, ExprOp::kLog, ExprOp::kTanh, ExprOp::kSigmoid,
-                      ExprOp::kRelu, ExprOp::kSqrt, ExprOp::kRsqrt, ExprOp::kAbs, ExprOp::kNeg}) {
+                      ExprOp::kRelu, ExprOp::kSqrt, ExprOp::kRsqrt, ExprOp::kAbs, ExprOp::kNeg,
+                      ExprOp::kFloor, ExprOp::kCeil, ExprOp::kTrunc, ExprOp::kRound}) {
       v = k.binary(ExprOp::kAdd, v, k.unary(op, h));
     }
     v = k.binary(ExprOp::kPow, v, s);
@@ -43,6 +44,11 @@ std::vector<KernelSpec> representative_kernels() {
     k.output(k.cast(chosen, DType::kI32), DType::kI32, {1, 64});
     k.output(mask, DType::kBool, {33, 1});
     k.output(chosen, DType::kF16, {33, 1});
+    // Bitwise ops on integers.
+    int bits = k.binary(ExprOp::kXor, k.binary(ExprOp::kAnd, i, k.index(0)),
+                        k.unary(ExprOp::kNot, k.binary(ExprOp::kOr, i, k.index(1))));
+    bits = k.binary(ExprOp::kIntDiv, bits, k.index(1));
+    k.output(bits, DType::kI64, {33, 1});
     specs.push_back(k.build());
   }
   {  // softmax, 256-thread blocks with a shared-memory stage

@@ -45,6 +45,44 @@ std::vector<OpCase> op_cases() {
   };
   for (const char* op : {"neg", "exp", "tanh", "sigmoid", "relu", "gelu", "erf"}) unary(op, -2, 2);
   for (const char* op : {"log", "sqrt", "rsqrt"}) unary(op, 0.2, 3);
+  for (const char* op : {"sin", "cos"}) unary(op, -40, 40);
+  for (const char* op : {"atan", "floor", "ceil", "round", "trunc"}) unary(op, -5, 5);
+  unary("log1p", -0.9, 3);
+  unary("expm1", -3, 3);
+  for (const char* op : {"maximum", "minimum"}) {
+    std::string name = op;
+    cases.push_back({"binary_broadcast_" + name, {name}, [name](ProgramBuilder& b, DType t) {
+                       ValueId x = in(b, "x", {2, 3, 4}, t);
+                       b.output(b.op1(name, {x, in(b, "y", {3, 1}, t)}));
+                     }});
+  }
+  OpCase bitwise{
+      "bitwise",
+      {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "floor_divide", "remainder",
+       "truncate_divide", "fmod"},
+      [](ProgramBuilder& b, DType) {
+        for (DType t : {DType::kI64, DType::kI32}) {
+          ValueId x = in(b, std::string("x") + runtime::dtype_name(t), {3, 4}, t);
+          ValueId y = in(b, std::string("y") + runtime::dtype_name(t), {4}, t);
+          b.output(b.op1("bitwise_and", {x, y}));
+          b.output(b.op1("bitwise_or", {x, y}));
+          b.output(b.op1("bitwise_xor", {x, y}));
+          b.output(b.op1("bitwise_not", {x}));
+          for (const char* op : {"floor_divide", "remainder", "truncate_divide", "fmod"}) {
+            b.output(b.op1(op, {x, y}));  // y holds zeros: they divide by 1
+          }
+        }
+        ValueId p = b.compare("gt", in(b, "p", {3, 4}, DType::kF32), b.full(0));
+        ValueId q = b.compare("lt", in(b, "q", {4}, DType::kF32), b.full(0.5));
+        b.output(b.op1("bitwise_and", {p, q}));
+        b.output(b.op1("bitwise_or", {p, q}));
+        b.output(b.op1("bitwise_xor", {p, q}));
+        b.output(b.op1("bitwise_not", {p}));
+      }};
+  bitwise.ranges.int_low = -9;
+  bitwise.ranges.int_high = 9;
+  bitwise.floats_only = false;
+  cases.push_back(bitwise);
   for (const char* op : {"add", "sub", "mul", "div", "lt", "le", "gt", "ge", "eq", "ne"}) {
     std::string name = op;
     cases.push_back({"binary_broadcast_" + name, {name}, [name](ProgramBuilder& b, DType t) {

@@ -1,0 +1,121 @@
+"""Converters of ATen's reductions that also give positions: argmax,
+argmin, max.dim and min.dim (and max/min of a whole tensor or of two), and
+topk for small k (decode sampling), on floats. The position is the first one
+holding the extreme, as in PyTorch: the smallest index among those equal to
+the maximum. Importing this module adds them to aten_ops.CONVERTERS."""
+
+import torch
+
+from grove.aten_ops import CONVERTERS, full_reduction
+from grove.aten_pointwise_ops import _elementwise_extreme
+from grove.fx_common import Unsupported
+
+
+def _extreme(c, x, dim, keepdim, largest):
+    """(values, indices) of the largest (or smallest) along `dim` (None: of all)."""
+    shape = c.shape(x)
+    if not c.dtype(x).is_floating_point:
+        raise Unsupported("max/argmax of %s tensors" % c.dtype(x))
+    name = c.tensor(x)
+    if dim is None:
+        name = c.emit("reshape", [name], {"shape": [max(c.value(x).numel(), 1)]})
+        shape, dim = [c.value(x).numel()], 0
+    dim %= max(len(shape), 1)
+    top, index = _extreme_of(c, name if largest else c.emit("neg", [name]), shape, dim)
+    values = top if largest else c.emit("neg", [top])
+    if not keepdim:
+        squeezed = shape[:dim] + shape[dim + 1:]
+        values = c.emit("reshape", [values], {"shape": squeezed})
+        index = c.emit("reshape", [index], {"shape": squeezed})
+    return values, index
+
+
+def _argextreme(largest):
+    def convert(c, a):
+        dim = a.get("dim")
+        keepdim = bool(a.get("keepdim"))
+        _, index = _extreme(c, a["self"], dim, keepdim and dim is not None, largest)
+        if dim is None and keepdim:
+            index = c.emit("reshape", [index], {"shape": list(c.result().shape)})
+        return index
+
+    return convert
+
+
+def _max_or_min(largest):
+    maximum = _elementwise_extreme("maximum" if largest else "minimum")
+
+    def convert(c, a):
+        overload = c.node.target._overloadname
+        if overload == "other":
+            return maximum(c, a)
+        if overload == "default":  # of the whole tensor
+            x = a["self"]
+            if not c.dtype(x).is_floating_point:
+                raise Unsupported("max of %s tensors" % c.dtype(x))
+            name = c.tensor(x) if largest else c.emit("neg", [c.tensor(x)])
+            rank = len(c.shape(x))
+            top = full_reduction(c, "max", name, rank) if rank else name
+            return top if largest else c.emit("neg", [top])
+        return _extreme(c, a["self"], a["dim"], bool(a.get("keepdim")), largest)
+
+    return convert
+
+
+# topk takes k rounds of max and argmax: beyond this k, leave it to PyTorch.
+_MAX_TOPK = 64
+
+
+def _topk(c, a):
+    """The k largest (or smallest) along dim, in order: round i takes the
+    maximum and its first position, then masks that position out."""
+    x, k = a["self"], a["k"]
+    shape = c.shape(x)
+    dtype = c.dtype(x)
+    if not dtype.is_floating_point:
+        raise Unsupported("topk of %s tensors" % dtype)
+    if not shape or k > _MAX_TOPK:
+        raise Unsupported("topk with k=%d (grove takes up to %d)" % (k, _MAX_TOPK))
+    dim = a.get("dim", -1) % len(shape)
+    largest = a.get("largest", True)
+    size = shape[dim]
+    view = [1] * len(shape)
+    view[dim] = size
+    positions = c.importer.constant(c.segment, torch.arange(size, dtype=torch.int64).view(
+        view).to(c.importer.device))
+    remaining = c.tensor(x) if largest else c.emit("neg", [c.tensor(x)])
+    values, indices = [], []
+    for round_ in range(k):
+        if round_:
+            taken = c.emit("eq", [positions, indices[-1]])
+            remaining = c.emit("where", [taken, c.scalar(-float("inf"), dtype), remaining])
+        top, index = _extreme_of(c, remaining, shape, dim)
+        values.append(top if largest else c.emit("neg", [top]))
+        indices.append(index)
+    if k == 1:
+        return values[0], indices[0]
+    return (c.emit("concat", values, {"dim": dim}), c.emit("concat", indices, {"dim": dim}))
+
+
+def _extreme_of(c, name, shape, dim):
+    """(max, its first position as i64), keeping dim as size 1."""
+    size = shape[dim]
+    view = [1] * len(shape)
+    view[dim] = size
+    top = c.emit("max", [name], {"dims": [dim], "keepdim": 1})
+    order = c.importer.constant(c.segment, torch.arange(size, dtype=torch.float32).view(view).to(
+        c.importer.device))
+    candidates = c.emit("where", [c.emit("eq", [name, top]), order,
+                                  c.scalar(float(size), torch.float32)])
+    first = c.emit("neg", [c.emit("max", [c.emit("neg", [candidates])],
+                                  {"dims": [dim], "keepdim": 1})])
+    return top, c.emit("cast", [first], {"dtype": "i64"})
+
+
+CONVERTERS.update({
+    "aten.topk": _topk,
+    "aten.argmax": _argextreme(True),
+    "aten.argmin": _argextreme(False),
+    "aten.max": _max_or_min(True),
+    "aten.min": _max_or_min(False),
+})

@@ -1,0 +1,132 @@
+"""Converters of ATen's constant padding (constant_pad_nd), flip, nearest
+upsampling (upsample_nearest2d) and cumsum (of floats: a GEMM with a
+triangle of ones; of integers: exact, by log2(n) shifted adds). Importing
+this module adds them to aten_ops.CONVERTERS."""
+
+import torch
+
+from grove.aten_index_ops import take
+from grove.aten_ops import CONVERTERS
+from grove.fx_common import Unsupported, dtype_name
+
+
+def _constant_pad(c, a):
+    """Pads (or, where negative, crops) the last dims: pad = [left, right] per
+    dim from the last one backwards."""
+    x = a["self"]
+    dtype = c.dtype(x)
+    shape = c.shape(x)
+    pad = list(a["pad"])
+    value = float(a.get("value") or 0)
+    name = c.tensor(x)
+    for pair in range(len(pad) // 2):
+        dim = len(shape) - 1 - pair
+        left, right = pad[2 * pair], pad[2 * pair + 1]
+        if left < 0 or right < 0:
+            start, end = max(-left, 0), shape[dim] - max(-right, 0)
+            name = c.emit("slice", [name], {"dim": dim, "start": start, "end": end})
+            shape[dim] = end - start
+            left, right = max(left, 0), max(right, 0)
+        parts = []
+        for width in (left, None, right):
+            if width is None:
+                parts.append(name)
+            elif width > 0:
+                block = list(shape)
+                block[dim] = width
+                parts.append(c.emit("full", [], {"value": value, "shape": block,
+                                                 "dtype": dtype_name(dtype)}))
+        if len(parts) > 1:
+            name = c.emit("concat", parts, {"dim": dim})
+            shape[dim] += left + right
+    return name
+
+
+def _flip(c, a):
+    """Each flipped dim read backwards: a gather by constant reversed ids."""
+    x = a["self"]
+    shape = c.shape(x)
+    name = c.tensor(x)
+    for dim in sorted({d % len(shape) for d in a["dims"]}):
+        if shape[dim] < 2:
+            continue
+        ids = torch.arange(shape[dim] - 1, -1, -1).to(c.importer.device)
+        name = take(c, name, shape, [dim], c.importer.constant(c.segment, ids), [shape[dim]],
+                    dim)
+    return name
+
+
+def nearest_sources(in_size, out_size, scale):
+    """PyTorch's nearest source index: floor(dst * in/out) in float32 (or
+    1/scale where a scale factor is given), clamped."""
+    if out_size == 2 * in_size and not scale:
+        return torch.arange(out_size) // 2
+    ratio = torch.tensor(1.0 / scale if scale else in_size / out_size, dtype=torch.float32)
+    source = torch.floor(torch.arange(out_size, dtype=torch.float32) * ratio).to(torch.int64)
+    return torch.clamp(source, max=in_size - 1)
+
+
+def _upsample_nearest(c, a):
+    x = a.get("self", a.get("input"))
+    shape = c.shape(x)
+    if len(shape) != 4:
+        raise Unsupported("nearest upsampling of rank %d" % len(shape))
+    out_h, out_w = c.result().shape[2:]
+    scales = a.get("scale_factors") or [a.get("scales_h"), a.get("scales_w")]
+    rows = nearest_sources(shape[2], out_h, scales[0])
+    cols = nearest_sources(shape[3], out_w, scales[1])
+    ids = (rows[:, None] * shape[3] + cols[None, :]).to(c.importer.device)
+    return take(c, c.tensor(x), shape, [2, 3], c.importer.constant(c.segment, ids),
+                [out_h, out_w], 2)
+
+
+def _integer_cumsum(c, name, shape, dim, dtype):
+    """Hillis-Steele: after step s every element holds the sum of the 2^s
+    elements ending at it (exact in integers)."""
+    size = shape[dim]
+    shift = 1
+    while shift < size:
+        head = list(shape)
+        head[dim] = shift
+        zeros = c.emit("full", [], {"value": 0.0, "shape": head, "dtype": dtype_name(dtype)})
+        earlier = c.emit("slice", [name], {"dim": dim, "start": 0, "end": size - shift})
+        name = c.emit("add", [name, c.emit("concat", [zeros, earlier], {"dim": dim})])
+        shift *= 2
+    return name
+
+
+def _cumsum(c, a):
+    x = a["self"]
+    dtype = c.result().dtype
+    if dtype == torch.bool:
+        raise Unsupported("cumsum to bool")
+    if not dtype.is_floating_point:
+        shape = c.shape(x)
+        name = c.operand(x, dtype)
+        return _integer_cumsum(c, name, shape, a["dim"] % len(shape), dtype) if shape else name
+    shape = c.shape(x)
+    if not shape:
+        return c.operand(x, dtype)
+    dim = a["dim"] % len(shape)
+    size = shape[dim]
+    name = c.operand(x, dtype)
+    last = len(shape) - 1
+    if dim != last:
+        name = c.emit("transpose", [name], {"dim0": dim, "dim1": last})
+    triangle = torch.triu(torch.ones(size, size, dtype=dtype)).to(c.importer.device)
+    summed = c.emit("matmul", [name if len(shape) > 1 else
+                               c.emit("reshape", [name], {"shape": [1, size]}),
+                               c.importer.constant(c.segment, triangle)])
+    if len(shape) == 1:
+        return c.emit("reshape", [summed], {"shape": [size]})
+    if dim != last:
+        summed = c.emit("transpose", [summed], {"dim0": dim, "dim1": last})
+    return summed
+
+
+CONVERTERS.update({
+    "aten.constant_pad_nd": _constant_pad,
+    "aten.flip": _flip,
+    "aten.upsample_nearest2d": _upsample_nearest,
+    "aten.cumsum": _cumsum,
+})

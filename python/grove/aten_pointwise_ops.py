@@ -1,0 +1,204 @@
+"""Converters of ATen's pointwise math beyond aten_ops.py: trigonometry,
+log1p/expm1, rounding, clamp, maximum/minimum, sign, remainder/fmod, and the
+bitwise and logical ops on bool and integer tensors. Importing this module
+adds them to aten_ops.CONVERTERS."""
+
+import torch
+
+from grove.aten_ops import CONVERTERS
+from grove.fx_common import Unsupported, dtype_name, op_name
+
+
+def _floating(op):
+    """An op of grove's that takes floats; an integer operand is cast to the
+    result's dtype first (torch.sin of an int tensor is a float tensor)."""
+
+    def convert(c, a):
+        dtype = c.result().dtype
+        if not dtype.is_floating_point:
+            raise Unsupported("%s with a %s result" % (op, dtype))
+        return c.emit(op, [c.operand(a["self"], dtype)])
+
+    return convert
+
+
+def _tan(c, a):
+    dtype = c.result().dtype
+    if not dtype.is_floating_point:
+        raise Unsupported("tan with a %s result" % dtype)
+    x = c.operand(a["self"], dtype)
+    return c.emit("div", [c.emit("sin", [x]), c.emit("cos", [x])])
+
+
+def _rounding(op):
+    """floor/ceil/round/trunc: the identity on integers."""
+
+    def convert(c, a):
+        x = a["self"]
+        dtype = c.dtype(x)
+        if not dtype.is_floating_point:
+            return c.tensor(x)
+        decimals = a.get("decimals") or 0
+        if decimals == 0:
+            return c.emit(op, [c.tensor(x)])
+        # PyTorch's round(x, decimals): round(x * 10^d) / 10^d.
+        scale = c.scalar(10.0 ** decimals, dtype)
+        return c.emit("div", [c.emit(op, [c.emit("mul", [c.tensor(x), scale])]), scale])
+
+    return convert
+
+
+def _elementwise_extreme(op):
+    def convert(c, a):
+        dtype = c.result().dtype
+        if dtype == torch.bool:
+            raise Unsupported("%s of bool tensors" % op)
+        return c.emit(op, [c.operand(a["self"], dtype), c.operand(a["other"], dtype)])
+
+    return convert
+
+
+def _clamp(c, a):
+    """clamp, clamp_min, clamp_max, hardtanh: maximum then minimum."""
+    dtype = c.result().dtype
+    if dtype == torch.bool:
+        raise Unsupported("clamp of bool tensors")
+    name = op_name(c.node.target)
+    low = a.get("min", a.get("min_val"))
+    high = a.get("max", a.get("max_val"))
+    if name == "aten.clamp_min":
+        high = None
+    if name == "aten.clamp_max":
+        low = None
+    x = c.operand(a["self"], dtype)
+    if low is not None:
+        x = c.emit("maximum", [x, c.operand(low, dtype)])
+    if high is not None:
+        x = c.emit("minimum", [x, c.operand(high, dtype)])
+    return x
+
+
+def _sign(c, a):
+    x = a["self"]
+    dtype = c.dtype(x)
+    if dtype == torch.bool:
+        return c.tensor(x)
+    name = c.tensor(x)
+    zero, one, minus_one = (c.scalar(v, dtype) for v in (0, 1, -1))
+    negative = c.emit("where", [c.emit("lt", [name, zero]), minus_one, zero])
+    return c.emit("where", [c.emit("gt", [name, zero]), one, negative])
+
+
+def _modulo(rounding):
+    """remainder (sign of the divisor: a - floor(a/b) b) and fmod (sign of
+    the dividend: a - trunc(a/b) b): grove's integer ops, written out on floats."""
+
+    def convert(c, a):
+        dtype = c.result().dtype
+        x = c.operand(a["self"], dtype)
+        y = c.operand(a["other"], dtype)
+        if dtype == torch.bool:
+            raise Unsupported("remainder of bools")
+        if not dtype.is_floating_point:
+            return c.emit("remainder" if rounding == "floor" else "fmod", [x, y])
+        quotient = c.emit(rounding, [c.emit("div", [x, y])])
+        return c.emit("sub", [x, c.emit("mul", [quotient, y])])
+
+    return convert
+
+
+def _bitwise(op):
+    def convert(c, a):
+        dtype = c.result().dtype
+        if dtype.is_floating_point:
+            raise Unsupported("%s of %s tensors" % (op, dtype))
+        return c.emit(op, [c.operand(a["self"], dtype), c.operand(a["other"], dtype)])
+
+    return convert
+
+
+def _bitwise_not(c, a):
+    x = a["self"]
+    if c.dtype(x).is_floating_point:
+        raise Unsupported("bitwise_not of a %s tensor" % c.dtype(x))
+    return c.emit("bitwise_not", [c.tensor(x)])
+
+
+def _as_bool(c, arg):
+    if isinstance(arg, torch.fx.Node) and c.dtype(arg) == torch.bool:
+        return c.tensor(arg)
+    if not isinstance(arg, torch.fx.Node):
+        return c.scalar(bool(arg), torch.bool)
+    dtype = c.dtype(arg)
+    return c.emit("ne", [c.tensor(arg), c.scalar(0, dtype)])
+
+
+def _logical(op):
+    def convert(c, a):
+        if c.result().dtype != torch.bool:
+            raise Unsupported("logical op with a %s result" % c.result().dtype)
+        return c.emit(op, [_as_bool(c, a["self"]), _as_bool(c, a["other"])])
+
+    return convert
+
+
+def _logical_not(c, a):
+    if c.result().dtype != torch.bool:
+        raise Unsupported("logical_not with a %s result" % c.result().dtype)
+    return c.emit("bitwise_not", [_as_bool(c, a["self"])])
+
+
+def _copy(c, a):
+    """copy (copy_ of an intermediate, functional): src in self's dtype and shape."""
+    result = c.result()
+    name = c.operand(a["src"], result.dtype)
+    if list(c.shape(a["src"])) != list(result.shape):
+        # Broadcast by combining with zeros (False) of the result's shape.
+        zeros = c.emit("full", [], {"value": 0.0, "shape": list(result.shape),
+                                    "dtype": dtype_name(result.dtype)})
+        name = c.emit("bitwise_or" if result.dtype == torch.bool else "add", [name, zeros])
+    return name
+
+
+def _zero(c, a):
+    result = c.result()
+    return c.emit("full", [], {"value": 0.0, "shape": list(result.shape),
+                               "dtype": dtype_name(result.dtype)})
+
+
+CONVERTERS.update({
+    "aten.copy": _copy,
+    "aten.zero": _zero,
+    "aten.sin": _floating("sin"),
+    "aten.cos": _floating("cos"),
+    "aten.tan": _tan,
+    "aten.atan": _floating("atan"),
+    "aten.log1p": _floating("log1p"),
+    "aten.expm1": _floating("expm1"),
+    "aten.floor": _rounding("floor"),
+    "aten.ceil": _rounding("ceil"),
+    "aten.round": _rounding("round"),
+    "aten.trunc": _rounding("trunc"),
+    "aten.fix": _rounding("trunc"),
+    "aten.maximum": _elementwise_extreme("maximum"),
+    "aten.minimum": _elementwise_extreme("minimum"),
+    "aten.clamp": _clamp,
+    "aten.clip": _clamp,
+    "aten.clamp_min": _clamp,
+    "aten.clamp_max": _clamp,
+    "aten.hardtanh": _clamp,
+    "aten.sign": _sign,
+    "aten.remainder": _modulo("floor"),
+    "aten.fmod": _modulo("trunc"),
+    "aten.bitwise_and": _bitwise("bitwise_and"),
+    "aten.bitwise_or": _bitwise("bitwise_or"),
+    "aten.bitwise_xor": _bitwise("bitwise_xor"),
+    "aten.__and__": _bitwise("bitwise_and"),
+    "aten.__or__": _bitwise("bitwise_or"),
+    "aten.__xor__": _bitwise("bitwise_xor"),
+    "aten.bitwise_not": _bitwise_not,
+    "aten.logical_and": _logical("bitwise_and"),
+    "aten.logical_or": _logical("bitwise_or"),
+    "aten.logical_xor": _logical("bitwise_xor"),
+    "aten.logical_not": _logical_not,
+})

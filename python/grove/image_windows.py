@@ -1,0 +1,87 @@
+"""The index math of grove's window ops (Note [Windows as gathers] in
+aten_conv_ops.py), in PyTorch on the host, once per shape: which input pixel
+each window position reads, the inverse (which window positions read each
+pixel, for the backwards), and the divisors of average pooling."""
+
+import torch
+
+
+def pair(value):
+    if isinstance(value, int):
+        return [value, value]
+    value = list(value)
+    return value * 2 if len(value) == 1 else value
+
+
+def window_ids(in_size, out_size, kernel, stride, padding, dilation):
+    """Pixel ids [OH, OW, KH*KW] into an HxW image; -1 marks the padding."""
+    axes = []
+    for axis in range(2):
+        start = torch.arange(out_size[axis]) * stride[axis] - padding[axis]
+        position = start[:, None] + torch.arange(kernel[axis])[None, :] * dilation[axis]
+        axes.append((position, (position >= 0) & (position < in_size[axis])))
+    (rows, row_valid), (cols, col_valid) = axes
+    ids = rows[:, None, :, None] * in_size[1] + cols[None, :, None, :]
+    valid = row_valid[:, None, :, None] & col_valid[None, :, None, :]
+    ids = torch.where(valid, ids, torch.full_like(ids, -1))
+    return ids.reshape(out_size[0], out_size[1], kernel[0] * kernel[1])
+
+
+def inverse_ids(ids, pixels, per_output):
+    """For each of `pixels` input pixels, the window positions that read it:
+    [pixels, J] of o*K + k (or of o alone, with `per_output`), padded with
+    the sentinel O*K (or O), which names a zero row. ids: [OH, OW, K], -1 for
+    the padding (never listed)."""
+    outputs = ids.shape[0] * ids.shape[1]
+    taps = ids.shape[2]
+    flat = ids.reshape(-1)
+    position = torch.arange(flat.numel())
+    valid = flat >= 0
+    pixel, value = flat[valid], position[valid]
+    if per_output:
+        value = value // taps
+    pixel, order = torch.sort(pixel, stable=True)
+    value = value[order]
+    counts = torch.bincount(pixel, minlength=pixels)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(pixel.numel()) - starts[pixel]
+    sentinel = outputs if per_output else outputs * taps
+    table = torch.full((pixels, max(int(counts.max()), 1)), sentinel, dtype=torch.int64)
+    table[pixel, rank] = value
+    return table
+
+
+def avg_pool_windows(in_size, out_size, kernel, stride, padding, count_include_pad,
+                     divisor_override):
+    """(ids, divisor [OH, OW]) of avg_pool2d, counted as PyTorch does."""
+    ids = window_ids(in_size, out_size, kernel, stride, padding, [1, 1])
+    if divisor_override:
+        divisor = torch.full(tuple(out_size), float(divisor_override))
+    elif count_include_pad:
+        # The window clipped to the padded image.
+        counts = []
+        for axis in range(2):
+            start = torch.arange(out_size[axis]) * stride[axis] - padding[axis]
+            end = torch.clamp(start + kernel[axis], max=in_size[axis] + padding[axis])
+            counts.append((end - start).to(torch.float32))
+        divisor = counts[0][:, None] * counts[1][None, :]
+    else:
+        divisor = (ids >= 0).sum(2).to(torch.float32)
+    return ids, divisor
+
+
+def adaptive_windows(in_size, out_size):
+    """(ids, divisor) of adaptive average pooling: window i of an axis is
+    [floor(i*size/out), ceil((i+1)*size/out))."""
+    axes = []
+    for size, out in zip(in_size, out_size):
+        start = [(i * size) // out for i in range(out)]
+        end = [-((-(i + 1) * size) // out) for i in range(out)]
+        longest = max(e - s for s, e in zip(start, end))
+        axes.append(torch.tensor([[s + k if s + k < e else -1 for k in range(longest)]
+                                  for s, e in zip(start, end)]))
+    rows, cols = axes
+    valid = (rows >= 0)[:, None, :, None] & (cols >= 0)[None, :, None, :]
+    ids = rows[:, None, :, None] * in_size[1] + cols[None, :, None, :]
+    ids = torch.where(valid, ids, torch.full_like(ids, -1)).reshape(out_size[0], out_size[1], -1)
+    return ids, (ids >= 0).sum(2).to(torch.float32)

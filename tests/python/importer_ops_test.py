@@ -1,0 +1,405 @@
+"""The importer's converters of issue 33 part 1, one op at a time on sim
+against torch (f32, and bf16 where grove takes it): the pointwise math family,
+bitwise and logical ops, gather/index/index_select, in-place ops on
+intermediates, convolution, batch norm and pooling. Each graph must import
+whole (plan.unsupported empty) unless the test says otherwise; "cudagraphs"
+equals "eager" bitwise. Tolerances as importer_test.py's."""
+import operator
+import os
+import sys
+import unittest
+
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from grove import importer  # noqa: E402
+from grove.aten_ops import CONVERTERS  # noqa: E402
+import junit_main  # noqa: E402
+
+RTOL, ATOL = 1e-4, 1e-5
+BF16 = dict(rtol=2 ** -7, atol=1e-2)
+
+
+def _as_list(value):
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+class ConverterCase(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(20261126)
+
+    def check(self, function, inputs, rtol=RTOL, atol=ATOL, unsupported=(),
+              backends=("eager", "cudagraphs")):
+        """Imports make_fx(function), runs it eagerly and as graphs, and
+        compares with torch; returns the plan."""
+        def fresh():  # a function may write into its inputs
+            return [t.clone() for t in inputs]
+
+        with torch.no_grad():
+            graph = make_fx(function)(*fresh())
+            expected = _as_list(function(*fresh()))
+        plan = importer.import_graph(graph, fresh())
+        self.assertEqual([op for _, op, _ in plan.unsupported], list(unsupported),
+                         plan.unsupported)
+        results = {}
+        for backend in backends:
+            runner = plan.compile(backend=backend)
+            for _ in range(2):
+                results[backend] = [t.clone() for t in _as_list(runner(*fresh()))]
+        for index, (actual, wanted) in enumerate(zip(results["eager"], expected)):
+            torch.testing.assert_close(actual, wanted, rtol=rtol, atol=atol,
+                                       msg=lambda m: "output %d: %s" % (index, m))
+        for actual, eager in zip(results.get("cudagraphs", []), results["eager"]):
+            self.assertTrue(torch.equal(actual, eager))
+        return plan
+
+
+class PointwiseTest(ConverterCase):
+    def test_trigonometry_and_logs_match_torch_in_f32_and_bf16(self):
+        def function(x, y):
+            return (torch.sin(x), torch.cos(x), torch.tan(y), torch.atan(x * 3),
+                    torch.log1p(y.abs()), torch.expm1(y))
+
+        def large(x):  # rotary angles: positions of contexts up to a million
+            return (torch.cos(x * 40), torch.sin(x * 200), torch.sin(x * 1000),
+                    torch.cos(x * 5e4), torch.sin(x * 2.5e5))
+
+        x, y = torch.rand(6, 9) * 8 - 4, torch.rand(6, 9) * 2 - 1
+        plan = self.check(function, [x, y])
+        ops = {node["op"] for node in plan.programs()[0]["nodes"]}
+        self.assertTrue({"sin", "cos", "atan", "log1p", "expm1"} <= ops, ops)
+        self.check(large, [x], atol=1e-4)
+        self.check(function, [x.bfloat16(), y.bfloat16()], **BF16)
+
+    def test_small_arguments_keep_their_relative_accuracy(self):
+        def function(x):
+            return torch.log1p(x), torch.expm1(x), torch.sin(x)
+
+        x = torch.tensor([1e-7, -3e-6, 2e-4, -1e-3, 0.0, 5e-2])
+        self.check(function, [x], rtol=1e-5, atol=1e-12)
+
+    def test_rounding_matches_torch_with_ties_to_even(self):
+        def function(x, n):
+            return (torch.floor(x), torch.ceil(x), torch.round(x), torch.trunc(x),
+                    torch.round(x, decimals=1), torch.floor(n))
+
+        x = torch.tensor([[-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], [-1.7, -0.2, 0.2, 1.2, 3.7, 9.5]])
+        self.check(function, [x, torch.arange(6)])
+        self.check(function, [x.bfloat16(), torch.arange(6)], **BF16)
+
+    def test_clamp_maximum_minimum_sign_and_modulo(self):
+        def function(x, y, n):
+            return (torch.clamp(x, -0.5, 0.7), torch.clamp(x, min=y), torch.clamp(x, max=0.1),
+                    x.clamp_min(0.2), torch.maximum(x, y), torch.minimum(x, y), torch.sign(x),
+                    torch.remainder(x, 0.7), torch.fmod(x, y.abs() + 0.5), x % y.abs().add(0.3),
+                    F.hardtanh(x * 3), torch.sign(n), torch.clamp(n, 1, 3), torch.maximum(n, n.t()),
+                    torch.div(x, 0.3, rounding_mode="floor"),
+                    torch.div(x, y, rounding_mode="trunc"), torch.floor_divide(x, 0.4),
+                    n % 3, torch.remainder(n, n.t() - 5), torch.fmod(n, -3), n // 2,
+                    torch.div(n, n.t() + 5, rounding_mode="trunc"))
+
+        x, y = torch.randn(5, 5), torch.randn(5, 5)
+        n = torch.randint(-4, 5, (5, 5))
+        self.check(function, [x, y, n])
+
+
+class ReductionAndLayoutTest(ConverterCase):
+    def test_argmax_argmin_and_max_min_with_indices(self):
+        def function(x, y):
+            values, indices = torch.max(x, 1)
+            low, where = x.min(dim=-1, keepdim=True)
+            return (torch.argmax(x, -1), torch.argmin(x, 0, keepdim=True), torch.argmax(x),
+                    values, indices, low, where, x.max(), x.min(), torch.max(x, y))
+
+        x = torch.randn(4, 6, 5)
+        x[0, :, 0] = 3.0  # ties: the first position wins, as in PyTorch
+        self.check(function, [x, torch.randn(4, 6, 5)])
+
+    def test_integer_cumsum_like_position_ids_from_a_mask(self):
+        def function(mask):
+            return mask.long().cumsum(-1) - 1, torch.cumsum(mask, 0), mask.int().cumsum(1)
+
+        mask = torch.ones(3, 11, dtype=torch.long)
+        mask[1, :4] = 0
+        self.check(function, [mask * torch.randint(1, 1000, (3, 11))])
+
+    def test_topk_matches_torch(self):
+        def function(logits):
+            values, indices = torch.topk(logits, 5)
+            low, where = logits.topk(2, dim=0, largest=False)
+            return values, indices, low, where, torch.topk(logits, 1)[1]
+
+        self.check(function, [torch.randn(3, 40)])
+        self.check(function, [torch.randn(3, 40).bfloat16()], **BF16)
+
+    def test_constant_pad_nearest_upsampling_cumsum_and_flip(self):
+        def function(x):
+            return (F.pad(x, (1, 2)), F.pad(x, (2, 0, 1, 1), value=-3.0), F.pad(x, (-1, 1, 0, -2)),
+                    F.interpolate(x, scale_factor=2, mode="nearest"),
+                    F.interpolate(x, size=(5, 11), mode="nearest"),
+                    torch.cumsum(x, -1), torch.cumsum(x, 1), torch.cumsum(x[0, 0, 0], 0),
+                    torch.flip(x, (1, -1)))
+
+        self.check(function, [torch.randn(2, 3, 4, 6)])
+
+
+class BitwiseTest(ConverterCase):
+    def test_bitwise_and_logical_ops_on_bool_and_integers(self):
+        def function(p, q, m, n):
+            return (p & q, p | q, p ^ q, ~p, torch.logical_and(p, m), torch.logical_or(m, n),
+                    torch.logical_xor(p, q), torch.logical_not(m), m & n, m | (n + 1), m ^ n, ~n,
+                    torch.bitwise_and(m, 6))
+
+        p, q = torch.rand(4, 6) > 0.5, torch.rand(6) > 0.3
+        m = torch.randint(-8, 8, (4, 6))
+        n = torch.randint(-8, 8, (4, 6), dtype=torch.int32)
+        self.check(function, [p, q, m, n.to(torch.int64)])
+        self.check(lambda a, b: (a & b, ~a, a | b), [n, n.flip(0)])
+
+    def test_comparisons_on_integers(self):
+        def function(m, n):
+            return (m < n, m >= 2, m == n, m != 0, (m > n) & (m < 5), torch.where(m > n, m, n),
+                    torch.where(m > 0, m > n, m < -2))
+
+        m, n = torch.randint(-5, 5, (3, 7)), torch.randint(-5, 5, (7,))
+        self.check(function, [m, n])
+
+
+class IndexingTest(ConverterCase):
+    def test_gather_on_each_dim_matches_torch(self):
+        x = torch.randn(4, 5, 6)
+        for dim in (0, 1, 2, -1):
+            size = x.shape[dim]
+            index_shape = list(x.shape)
+            index_shape[dim] = 7
+            index_shape[0] = min(index_shape[0], 3)  # an index smaller than self elsewhere
+            index = torch.randint(0, size, index_shape)
+            with self.subTest(dim=dim):
+                self.check(lambda t, i: torch.gather(t, dim, i), [x, index])
+
+    def test_gather_of_integers_like_bert_token_types(self):
+        def function(token_types, positions):
+            return torch.gather(token_types.expand(positions.shape[0], -1), 1, positions)
+
+        self.check(function, [torch.randint(0, 2, (1, 16)), torch.randint(0, 16, (3, 10))])
+
+    def test_index_select_and_index_with_tensors(self):
+        x = torch.randn(5, 6, 7)
+        rows = torch.tensor([4, 0, -1, 2])
+        cols = torch.tensor([[1, 5], [0, -2]])
+        cases = {
+            "index_select": lambda t: torch.index_select(t, 1, rows.abs()),
+            "first_dim": lambda t: t[rows],
+            "middle_dim": lambda t: t[:, cols],
+            "last_dim": lambda t: t[:, :, rows],
+            "adjacent_pair": lambda t: t[:, rows, rows[:, None]],
+            "split_pair": lambda t: t[rows, :, rows],
+            "all_three": lambda t: t[rows[:, None], cols[:1], 3 - rows[:, None]],
+        }
+        for name, function in cases.items():
+            with self.subTest(case=name):
+                self.check(function, [x])
+                self.check(function, [x.bfloat16()], **BF16)
+
+    def test_embedding_bags_of_one_size(self):
+        def function(ids, table, weights):
+            return (F.embedding_bag(ids, table, mode="sum"), F.embedding_bag(ids, table),
+                    F.embedding_bag(ids, table, mode="max"),
+                    F.embedding_bag(ids, table, mode="sum", per_sample_weights=weights))
+
+        self.check(function, [torch.randint(0, 10, (3, 5)), torch.randn(10, 4),
+                              torch.rand(3, 5)])
+
+    def test_index_by_input_tensors(self):
+        def function(table, ids, batch):
+            return table[batch[:, None], ids] * 2
+
+        table = torch.randn(3, 10)
+        self.check(function, [table, torch.randint(0, 10, (3, 4)), torch.tensor([2, 0, 1])])
+
+
+class IndexPutTest(ConverterCase):
+    def test_index_put_copy_and_add_match_torch(self):
+        cache = torch.randn(2, 4, 10, 3)
+        new = torch.randn(2, 4, 2, 3)
+        rows = torch.tensor([7, -1])
+
+        def function(cache, new, positions, batch, head):
+            written = cache * 1
+            written[:, :, positions] = new  # index_put_ into an intermediate
+            wrapped = batch, head
+            return (cache.index_copy(2, positions, new), written,
+                    torch.index_put(cache, wrapped, new[0, 0, 0], accumulate=True),
+                    cache.index_add(0, wrapped[0], new[:, :1, :1].expand(2, 4, 10, 3),
+                                    alpha=0.5),
+                    torch.index_put(cache[0, 0], (rows,), torch.tensor(2.0)))
+
+        self.check(function, [cache, new, torch.tensor([3, 8]), torch.tensor([1, 0]),
+                              torch.tensor([3, -4])])
+
+
+    def test_scatter_and_scatter_add_match_torch(self):
+        x = torch.randn(3, 5, 4)
+
+        def function(x, index, ones):
+            grads = torch.zeros(3, 5, 4).scatter_add(1, index, torch.ones(3, 2, 4) * 2)
+            return (x.scatter(1, index[:, :1], ones[:, :1]), x.scatter_add(1, index, ones),
+                    x.scatter(-1, index.transpose(1, 2)[:, :, :2].clamp(max=3), 3.5),
+                    grads, x.scatter(0, torch.tensor([[[2, 0, 1, 1]] * 5]), x[:1] * 2),
+                    # an index smaller than self, a src larger than the index
+                    x.scatter_add(2, index[:2, :, :3].clamp(max=3), x * 3))
+
+        index = torch.tensor([[[1, 4, 0, 1], [1, 2, 0, 3]]] * 3)
+        self.check(function, [x, index, torch.randn(3, 2, 4)])
+
+    def test_gather_backward_is_a_scatter_add(self):
+        from training_test import _autograd_graph
+
+        def function(x, index):
+            return (torch.gather(x, 1, index) * torch.arange(6.0).view(2, 3)).sum()
+
+        x, index = torch.randn(2, 5), torch.tensor([[4, 0, 4], [1, 1, 3]])
+        graph, joint = _autograd_graph(function, x, index)
+        plan = importer.import_graph(graph, [x, index], strict=True)
+        for actual, wanted in zip(plan.compile()(x, index), joint(x, index)):
+            torch.testing.assert_close(actual, wanted.detach(), rtol=RTOL, atol=ATOL)
+
+
+class InPlaceTest(ConverterCase):
+    def test_in_place_ops_on_intermediates_are_imported_with_their_new_value(self):
+        def function(x, y):
+            h = x * 2
+            h.relu_()
+            h.add_(y, alpha=0.5)
+            z = h * 3  # reads h after both writes
+            h.mul_(-1)
+            return z, h, h.sum()
+
+        x, y = torch.randn(4, 5), torch.randn(5)
+        plan = self.check(function, [x, y])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+    def test_values_read_before_a_write_keep_their_earlier_value(self):
+        def function(x):
+            base = torch.zeros(3, 4)
+            before = base + 1  # reads base before the write
+            base.add_(x)
+            base[:, 1:] = 7.0  # a write through a view: base's family runs in PyTorch
+            return before * 2, base
+
+        family = ["aten.zeros", "aten.add_", "aten.slice", "aten.slice", "aten.fill_"]
+        self.check(function, [torch.randn(3, 4)], unsupported=family)
+
+    def test_copy_zero_fill_and_masked_fill_in_place(self):
+        def function(x, y, mask):
+            h = x + 1
+            g = x * 2
+            g.copy_(y)  # broadcast into g's shape
+            k = x - 1
+            k.zero_()
+            m = x * 3
+            m.masked_fill_(mask, -5.0)
+            n = x.clone()
+            n.fill_(0.25)
+            return h + g, k, m, n
+
+        self.check(function, [torch.randn(3, 4), torch.randn(4), torch.rand(3, 4) > 0.5])
+
+    def test_writes_that_others_would_see_stay_in_torch(self):
+        def into_input(x):
+            x.add_(1)
+            return x * 2
+
+        self.check(into_input, [torch.randn(3)], unsupported=["aten.add_"])
+
+        def through_a_view(x):
+            h = x * 2
+            row = h[0]
+            row.mul_(10)  # writes into h
+            return h + 1
+
+        # The whole alias family runs in PyTorch, so h + 1 sees the write.
+        self.check(through_a_view, [torch.randn(3, 4)],
+                   unsupported=["aten.mul", "aten.select", "aten.mul_"])
+
+
+class ConvolutionTest(ConverterCase):
+    def test_convolution_variants_match_torch(self):
+        cases = [
+            dict(stride=1, padding=1, dilation=1, groups=1, kernel=3, bias=True),
+            dict(stride=2, padding=3, dilation=1, groups=1, kernel=7, bias=False),
+            dict(stride=2, padding=0, dilation=1, groups=1, kernel=1, bias=False),
+            dict(stride=1, padding=0, dilation=1, groups=1, kernel=1, bias=True),
+            dict(stride=1, padding=2, dilation=2, groups=2, kernel=3, bias=True),
+            dict(stride=(2, 1), padding=(1, 0), dilation=1, groups=4, kernel=(3, 2), bias=False),
+            dict(stride=3, padding=0, dilation=1, groups=1, kernel=3, bias=True),  # patchify
+            dict(stride=4, padding=0, dilation=1, groups=1, kernel=4, bias=True),  # remainder
+        ]
+        x = torch.randn(2, 4, 9, 11)
+        for case in cases:
+            kernel = case["kernel"]
+            kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+            weight = torch.randn(8, 4 // case["groups"], kh, kw) * 0.3
+            bias = torch.randn(8) if case["bias"] else None
+
+            def function(t, w):
+                return F.conv2d(t, w, bias, case["stride"], case["padding"], case["dilation"],
+                                case["groups"])
+
+            with self.subTest(**{k: str(v) for k, v in case.items()}):
+                self.check(function, [x, weight], atol=1e-4)
+        self.check(lambda t, w: F.conv2d(t, w, padding=1), [x.bfloat16(), weight[:, :1].repeat(
+            1, 4, 1, 1).bfloat16()], rtol=2e-2, atol=5e-2)
+
+    def test_batch_norm_in_inference_and_pooling(self):
+        mean, var = torch.randn(4), torch.rand(4) + 0.5
+        weight, bias = torch.randn(4), torch.randn(4)
+
+        def function(x):
+            y = F.batch_norm(x, mean, var, weight, bias, False, 0.1, 1e-5)
+            return (y, F.max_pool2d(y, 3, 2, 1), F.max_pool2d(y, 2, ceil_mode=True),
+                    F.max_pool2d(y, 3, 1, 1, dilation=2),
+                    F.avg_pool2d(y, 3, 2, 1), F.avg_pool2d(y, 3, 2, 1, count_include_pad=False),
+                    F.avg_pool2d(y, 2, ceil_mode=True), F.adaptive_avg_pool2d(y, 1),
+                    F.adaptive_avg_pool2d(y, (3, 4)), F.batch_norm(x, mean, var, eps=1e-3))
+
+        self.check(function, [torch.randn(2, 4, 9, 10)])
+
+    def test_an_unread_element_of_an_unsupported_dtype_does_not_split(self):
+        # cudnn_batch_norm's fourth result, its reserve space, is uint8 (CUDA only;
+        # a stand-in op here).
+        def with_reserve(x):
+            return x * 2, torch.zeros(3, dtype=torch.uint8)
+
+        def convert(c, a):
+            return (c.emit("mul", [c.tensor(c.node.args[0]), c.scalar(2.0, torch.float32)]),
+                    None)
+
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        pair = graph.call_function(with_reserve, (x,))
+        graph.call_function(operator.getitem, (pair, 1))  # read by nobody
+        graph.output(graph.call_function(operator.getitem, (pair, 0)))
+        module = torch.fx.GraphModule(torch.nn.Module(), graph)
+        CONVERTERS["with_reserve"] = convert
+        try:
+            plan = importer.import_graph(module, [torch.randn(4)])
+        finally:
+            del CONVERTERS["with_reserve"]
+        self.assertEqual(plan.unsupported, [])
+
+    def test_max_pool_indices_match_torch(self):
+        def function(x):
+            values, indices = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+            dilated, where = F.max_pool2d(x, 2, 1, 1, dilation=2, return_indices=True)
+            return values * 2, indices, dilated, where
+
+        x = torch.randn(2, 3, 7, 8)
+        x[0, 0, :3, :3] = 5.0  # ties: PyTorch's index is the first in the window
+        self.check(function, [x])
+
+if __name__ == "__main__":
+    junit_main.main()

@@ -1,0 +1,100 @@
+"""Writes README.md's table of the ATen ops the importer converts, from the
+converter table itself (grove.aten_ops.CONVERTERS), between the markers
+<!-- op-table: begin --> and <!-- op-table: end -->. One row per converter
+module, ops sorted.
+
+    PYTHONPATH=python /usr/bin/python3 tools/op_table.py [--check] [README.md]
+
+--check exits 1 naming the difference instead of writing."""
+
+import os
+import sys
+
+BEGIN, END = "<!-- op-table: begin -->", "<!-- op-table: end -->"
+
+# What each converter module's ops become in grove, in the README's words.
+MODULES = [
+    ("grove.aten_ops", "elementwise, matmul / linear, reductions, views and concat, attention "
+     "(matmul + softmax), casts, constants (div: true division or floor/trunc rounding; slice: "
+     "step 1; layer norm: one normalized dim; attention and dropout: no dropout)"),
+    ("grove.aten_pointwise_ops", "trigonometry, log1p/expm1 and rounding ops, maximum/minimum "
+     "(clamp), bitwise ops and integer division (remainder, fmod) on bool and integers; sign, "
+     "tan, and remainder/fmod of floats written out"),
+    ("grove.aten_index_ops", "embedding (rows picked by flat ids; negative ids wrap); "
+     "embedding_bag: bags of one size, then sum / mean / max"),
+    ("grove.aten_index_put_ops", "rows compared with the target rows: the last write wins, or "
+     "accumulating writes add through one GEMM (floats)"),
+    ("grove.aten_conv_ops", "2-d convolution as im2col (a gather of windows, or views where the "
+     "patches tile the image) + one GEMM; pooling as gathered windows + max / sum (Note [Windows "
+     "as gathers])"),
+    ("grove.aten_conv_backward_ops", "each input pixel sums the window positions that read it "
+     "(a gather), then one GEMM for the weight gradient"),
+    ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics "
+     "(running statistics returned, not written in place: in PyTorch where written)"),
+    ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
+     "maximum (floats); topk as k rounds of them"),
+    ("grove.aten_layout_ops", "concat with constants or slices (padding), gathers (flip, nearest "
+     "upsampling), cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds "
+     "(integers)"),
+    ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
+    ("grove.aten_backward_ops", "backward ops of training graphs, written out in grove ops"),
+]
+
+FOOTER = [
+    "| in-place ops (`relu_`, `add_`, ...) on an intermediate nothing else aliases | their "
+    "functional op (Note [In-place ops on intermediates]) |",
+    "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
+    "as constants |",
+    "| anything else (cumprod, sort, topk beyond k = 64, scatter with a reduction, slices with a "
+    "step, in-place writes into inputs or views and the values sharing their storage, ...) | "
+    "runs in PyTorch between grove segments |",
+]
+
+
+def table():
+    from grove import importer  # noqa: F401 (fills CONVERTERS with every module's ops)
+    from grove.aten_ops import CONVERTERS
+
+    by_module = {}
+    for name, converter in CONVERTERS.items():
+        module = getattr(converter, "__module__", "grove.aten_ops")
+        by_module.setdefault(module, []).append(name[len("aten."):])
+    known = [module for module, _ in MODULES]
+    unknown = sorted(set(by_module) - set(known))
+    if unknown:
+        raise SystemExit("op_table.py: describe converter module(s) %s in MODULES" % unknown)
+    lines = [BEGIN, "| ATen ops | grove |", "| --- | --- |"]
+    for module, description in MODULES:
+        ops = sorted(by_module.get(module, []))
+        if ops:
+            lines.append("| %s | %s |" % (", ".join(ops), description))
+    return "\n".join(lines + FOOTER + [END])
+
+
+def updated(text):
+    if BEGIN not in text or END not in text:
+        raise SystemExit("op_table.py: README lacks the %s ... %s markers" % (BEGIN, END))
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return head + table() + tail
+
+
+def main(argv):
+    check = "--check" in argv
+    paths = [a for a in argv if not a.startswith("--")]
+    path = paths[0] if paths else os.path.join(os.path.dirname(__file__), "..", "README.md")
+    with open(path) as handle:
+        text = handle.read()
+    new = updated(text)
+    if check:
+        if new != text:
+            print("README.md's op table is not the converters' (run tools/op_table.py)")
+            return 1
+        return 0
+    with open(path, "w") as handle:
+        handle.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
