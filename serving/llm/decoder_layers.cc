@@ -216,8 +216,8 @@ ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId
   return b_.reshape(attended, {rows, config_.num_heads * d});
 }
 
-ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot, int64_t rows,
-                                    const std::string& name) {
+ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot,
+                                    ValueId last_index, int64_t rows, const std::string& name) {
   const int64_t d = config_.head_dim();
   const int64_t kv_heads = config_.num_kv_heads;
   ValueId by_head = b_.permute(keys, {1, 0, 2});  // [kv, rows, d]
@@ -229,8 +229,12 @@ ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot, i
       declared ? *declared : b_.param(kSlotsTable, {cache_.slots}, DType::kI64, zeros_init());
   ValueId mine = b_.compare("eq", b_.reshape(slots, {cache_.slots, 1, 1, 1}),
                             b_.reshape(slot, {1, 1, 1, 1}));
-  ValueId updated =
-      b_.where(mine, b_.reshape(by_head, {1, kv_heads, cache_.max_seq_len, d}), cache);
+  // The prompt's positions hold its keys, the rest of the slot zeros (not the padding's keys).
+  ValueId in_prompt = b_.compare("le", b_.reshape(positions_table_, {1, 1, cache_.max_seq_len, 1}),
+                                 b_.reshape(last_index, {1, 1, 1, 1}));
+  ValueId fresh = b_.where(in_prompt, b_.reshape(by_head, {1, kv_heads, cache_.max_seq_len, d}),
+                           scalar(0, dtype_));
+  ValueId updated = b_.where(mine, fresh, cache);
   return b_.copy_into(cache, updated, name);
 }
 

@@ -48,8 +48,8 @@ class DecoderLayers {
   ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache,
                           ValueId positions, int64_t rows);
   // The prompt's keys or values [rows, kv_heads, head_dim] written into `slot`
-  // of the full cache (positions 0..rows-1, zeros after); returns the new cache.
-  ValueId write_prompt(ValueId cache, ValueId keys, ValueId slot, int64_t rows,
+  // of the full cache (positions 0..last_index, zeros after); returns the new cache.
+  ValueId write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index, int64_t rows,
                        const std::string& name);
   // Row i's key or value [rows, kv_heads, head_dim] written at positions[i] of
   // slot i; returns the new cache.

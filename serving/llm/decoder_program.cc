@@ -65,8 +65,9 @@ compiler::ir::Program build_prefill_program(const DecoderConfig& config, const C
     LayerCaches caches = declare_caches(b, config, layer, cache.slots, cache.max_seq_len);
     QueryKeyValue qkv =
         layers.project(layers.block_norm(x, layer, 1), layer, positions, prompt_length);
-    layers.write_prompt(caches.key, qkv.key, slot, prompt_length, str_cat("write_key_", layer));
-    layers.write_prompt(caches.value, qkv.value, slot, prompt_length,
+    layers.write_prompt(caches.key, qkv.key, slot, last_index, prompt_length,
+                        str_cat("write_key_", layer));
+    layers.write_prompt(caches.value, qkv.value, slot, last_index, prompt_length,
                         str_cat("write_value_", layer));
     x = b.add(x, layers.output_projection(layers.prompt_attention(qkv, prompt_length), layer));
     x = b.add(x, layers.mlp(layers.block_norm(x, layer, 2), layer));

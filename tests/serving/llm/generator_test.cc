@@ -84,7 +84,7 @@ TEST(Generator, MoreRequestsThanSlotsWaitAndSlotsAreFreed) {
   auto decoder = tiny_decoder();
   Generator generator(*decoder);
   std::vector<RequestId> ids;
-  for (int i = 0; i < 6; ++i) ids.push_back(generator.submit(request({i + 1, 2}, 2 + i % 3)));
+  for (int i = 0; i < 6; ++i) ids.push_back(generator.submit(request({i + 1, 2}, 3 + i % 3)));
   generator.step();
   EXPECT_EQ(generator.running(), 4);
   EXPECT_EQ(generator.waiting(), 2);
