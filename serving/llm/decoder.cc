@@ -44,8 +44,7 @@ std::vector<float> logits_row(const std::vector<float>& all, int64_t row, int64_
 }  // namespace
 
 Decoder::Decoder(const DecoderConfig& config, DecoderOptions options)
-    : options_(std::move(options)),
-      device_(options_.device.value_or(runtime::default_device())) {
+    : options_(std::move(options)), device_(options_.device.value_or(runtime::default_device())) {
   if (options_.max_seq_len == 0) {
     options_.max_seq_len = std::min<int64_t>(config.max_position_embeddings, 256);
   }
@@ -61,8 +60,8 @@ Decoder::Decoder(const DecoderConfig& config, DecoderOptions options)
 
 std::unique_ptr<Decoder> Decoder::load(const std::string& model_dir, DecoderOptions options) {
   auto decoder = std::make_unique<Decoder>(DecoderConfig::load(model_dir), std::move(options));
-  load_checkpoint(decoder->state(), compiler::weights::SafetensorsFile::open(
-                                        model_dir + "/model.safetensors"));
+  load_checkpoint(decoder->state(),
+                  compiler::weights::SafetensorsFile::open(model_dir + "/model.safetensors"));
   return decoder;
 }
 
@@ -135,10 +134,10 @@ std::vector<float> Decoder::prefill(int64_t slot, std::span<const int64_t> promp
     GROVE_CHECK(token >= 0 && token < config().vocab_size, "prompt token ", token,
                 " is outside the vocabulary [0, ", config().vocab_size, ")");
   }
-  compiler::TensorList outputs = prefill_model(bucket)(
-      {Tensor::from_vector(tokens, {bucket}, device_),
-       Tensor::from_vector(std::vector<int64_t>{length - 1}, {1}, device_),
-       Tensor::from_vector(std::vector<int64_t>{slot}, {1}, device_)});
+  compiler::TensorList outputs =
+      prefill_model(bucket)({Tensor::from_vector(tokens, {bucket}, device_),
+                             Tensor::from_vector(std::vector<int64_t>{length - 1}, {1}, device_),
+                             Tensor::from_vector(std::vector<int64_t>{slot}, {1}, device_)});
   return outputs.at(0).to_vector<float>();
 }
 
@@ -146,8 +145,8 @@ std::vector<std::vector<float>> Decoder::decode(const std::vector<DecodeRow>& ro
   GROVE_CHECK(!rows.empty(), "decode step with no rows");
   int64_t highest = 0;
   for (const DecodeRow& row : rows) {
-    GROVE_CHECK(row.slot >= 0 && row.slot < state_->cache().slots, "decode row of slot ",
-                row.slot, ": slots are 0..", state_->cache().slots - 1);
+    GROVE_CHECK(row.slot >= 0 && row.slot < state_->cache().slots, "decode row of slot ", row.slot,
+                ": slots are 0..", state_->cache().slots - 1);
     GROVE_CHECK(row.position >= 0 && row.position < state_->cache().max_seq_len,
                 "decode row of slot ", row.slot, " at position ", row.position,
                 ": positions are 0..", state_->cache().max_seq_len - 1,
@@ -160,18 +159,19 @@ std::vector<std::vector<float>> Decoder::decode(const std::vector<DecodeRow>& ro
   std::vector<int64_t> tokens(static_cast<size_t>(bucket), 0);
   std::vector<int64_t> positions(static_cast<size_t>(bucket), -1);
   for (const DecodeRow& row : rows) {
-    GROVE_CHECK(positions[static_cast<size_t>(row.slot)] < 0, "decode step names slot ",
-                row.slot, " twice");
+    GROVE_CHECK(positions[static_cast<size_t>(row.slot)] < 0, "decode step names slot ", row.slot,
+                " twice");
     tokens[static_cast<size_t>(row.slot)] = row.token;
     positions[static_cast<size_t>(row.slot)] = row.position;
   }
-  compiler::TensorList outputs = decode_model(bucket)(
-      {Tensor::from_vector(tokens, {bucket}, device_),
-       Tensor::from_vector(positions, {bucket}, device_)});
+  compiler::TensorList outputs =
+      decode_model(bucket)({Tensor::from_vector(tokens, {bucket}, device_),
+                            Tensor::from_vector(positions, {bucket}, device_)});
   std::vector<float> all = outputs.at(0).to_vector<float>();
   std::vector<std::vector<float>> result;
   result.reserve(rows.size());
-  for (const DecodeRow& row : rows) result.push_back(logits_row(all, row.slot, config().vocab_size));
+  for (const DecodeRow& row : rows)
+    result.push_back(logits_row(all, row.slot, config().vocab_size));
   return result;
 }
 

@@ -61,18 +61,18 @@ DecoderConfig parse_llama(const json& config, const std::string& what) {
   result.num_layers = required_int(config, "num_hidden_layers", what);
   result.num_heads = required_int(config, "num_attention_heads", what);
   result.num_kv_heads = optional_int(config, "num_key_value_heads", result.num_heads, what);
-  result.head_dimension =
-      optional_int(config, "head_dim",
-                   result.num_heads > 0 ? result.hidden_size / result.num_heads : 0, what);
+  result.head_dimension = optional_int(
+      config, "head_dim", result.num_heads > 0 ? result.hidden_size / result.num_heads : 0, what);
   result.intermediate_size = required_int(config, "intermediate_size", what);
   result.max_position_embeddings = optional_int(config, "max_position_embeddings", 2048, what);
   result.norm_eps = optional_number(config, "rms_norm_eps", 1e-6, what);
   result.rope_theta = optional_number(config, "rope_theta", 10000, what);
-  result.tie_word_embeddings =
-      config.contains("tie_word_embeddings") && config["tie_word_embeddings"].is_boolean() &&
-      config["tie_word_embeddings"].get<bool>();
+  result.tie_word_embeddings = config.contains("tie_word_embeddings") &&
+                               config["tie_word_embeddings"].is_boolean() &&
+                               config["tie_word_embeddings"].get<bool>();
   GROVE_CHECK(!config.contains("rope_scaling") || config["rope_scaling"].is_null(), what,
-              ": rope_scaling ", config.contains("rope_scaling") ? config["rope_scaling"].dump() : "",
+              ": rope_scaling ",
+              config.contains("rope_scaling") ? config["rope_scaling"].dump() : "",
               " is not supported; grove implements LLaMA's plain rotary embedding");
   GROVE_CHECK(!config.contains("hidden_act") || config["hidden_act"] == "silu", what,
               ": hidden_act ", config.value("hidden_act", json()).dump(),

@@ -56,9 +56,9 @@ ValueId DecoderLayers::embed(ValueId ids, ValueId positions, int64_t rows) {
   }
   ValueId tokens =
       b_.embedding(weight("transformer.wte.weight", {config_.vocab_size, hidden}), ids, "wte");
-  ValueId places = b_.embedding(
-      weight("transformer.wpe.weight", {config_.max_position_embeddings, hidden}), positions,
-      "wpe");
+  ValueId places =
+      b_.embedding(weight("transformer.wpe.weight", {config_.max_position_embeddings, hidden}),
+                   positions, "wpe");
   (void)rows;
   return b_.add(tokens, places);
 }
@@ -106,8 +106,8 @@ ValueId DecoderLayers::rotate(ValueId x, ValueId cos, ValueId sin, int64_t heads
   // HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
   const int64_t half = config_.head_dim() / 2;
   ValueId x3 = b_.reshape(x, {rows, heads, config_.head_dim()});
-  ValueId rotated = b_.concat(
-      {b_.neg(b_.slice(x3, 2, half, 2 * half)), b_.slice(x3, 2, 0, half)}, 2);
+  ValueId rotated =
+      b_.concat({b_.neg(b_.slice(x3, 2, half, 2 * half)), b_.slice(x3, 2, 0, half)}, 2);
   return b_.add(b_.mul(x3, cos), b_.mul(rotated, sin));
 }
 
@@ -124,8 +124,8 @@ QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions
     qkv.value = b_.reshape(b_.slice(fused, 1, 2 * hidden, 3 * hidden), {rows, heads, d});
     return qkv;
   }
-  ValueId q = b_.linear(x, layer_weight(layer, "self_attn.q_proj.weight", {heads * d, hidden}),
-                        kNoValue);
+  ValueId q =
+      b_.linear(x, layer_weight(layer, "self_attn.q_proj.weight", {heads * d, hidden}), kNoValue);
   ValueId k = b_.linear(x, layer_weight(layer, "self_attn.k_proj.weight", {kv_heads * d, hidden}),
                         kNoValue);
   ValueId v = b_.linear(x, layer_weight(layer, "self_attn.v_proj.weight", {kv_heads * d, hidden}),
@@ -216,8 +216,8 @@ ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId
   return b_.reshape(attended, {rows, config_.num_heads * d});
 }
 
-ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot,
-                                    ValueId last_index, int64_t rows, const std::string& name) {
+ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index,
+                                    int64_t rows, const std::string& name) {
   const int64_t d = config_.head_dim();
   const int64_t kv_heads = config_.num_kv_heads;
   ValueId by_head = b_.permute(keys, {1, 0, 2});  // [kv, rows, d]
@@ -227,8 +227,8 @@ ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot,
   std::optional<ValueId> declared = b_.program().find_value(kSlotsTable);
   ValueId slots =
       declared ? *declared : b_.param(kSlotsTable, {cache_.slots}, DType::kI64, zeros_init());
-  ValueId mine = b_.compare("eq", b_.reshape(slots, {cache_.slots, 1, 1, 1}),
-                            b_.reshape(slot, {1, 1, 1, 1}));
+  ValueId mine =
+      b_.compare("eq", b_.reshape(slots, {cache_.slots, 1, 1, 1}), b_.reshape(slot, {1, 1, 1, 1}));
   // The prompt's positions hold its keys, the rest of the slot zeros (not the padding's keys).
   ValueId in_prompt = b_.compare("le", b_.reshape(positions_table_, {1, 1, cache_.max_seq_len, 1}),
                                  b_.reshape(last_index, {1, 1, 1, 1}));
@@ -244,8 +244,7 @@ ValueId DecoderLayers::write_step(ValueId cache, ValueId keys, ValueId positions
   const int64_t length = cache_.max_seq_len;
   ValueId here = b_.compare("eq", b_.reshape(positions_table_, {1, 1, length, 1}),
                             b_.reshape(positions, {rows, 1, 1, 1}));
-  ValueId updated =
-      b_.where(here, b_.reshape(keys, {rows, config_.num_kv_heads, 1, d}), cache);
+  ValueId updated = b_.where(here, b_.reshape(keys, {rows, config_.num_kv_heads, 1, d}), cache);
   return b_.copy_into(cache, updated, name);
 }
 

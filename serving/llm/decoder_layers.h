@@ -45,8 +45,8 @@ class DecoderLayers {
   // Prefill attention: causal over the prompt itself; [rows, heads * head_dim].
   ValueId prompt_attention(const QueryKeyValue& qkv, int64_t rows);
   // Decode attention of each row over its slot's cache up to its position.
-  ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache,
-                          ValueId positions, int64_t rows);
+  ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache, ValueId positions,
+                          int64_t rows);
   // The prompt's keys or values [rows, kv_heads, head_dim] written into `slot`
   // of the full cache (positions 0..last_index, zeros after); returns the new cache.
   ValueId write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index, int64_t rows,

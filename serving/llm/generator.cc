@@ -18,8 +18,7 @@ const char* finish_reason_name(FinishReason reason) {
   return "?";
 }
 
-Generator::Generator(Decoder& decoder)
-    : decoder_(decoder), slots_(decoder.state().cache().slots) {}
+Generator::Generator(Decoder& decoder) : decoder_(decoder), slots_(decoder.state().cache().slots) {}
 
 RequestId Generator::submit(GenerationRequest request) {
   const int64_t length = static_cast<int64_t>(request.prompt.size());
@@ -31,8 +30,8 @@ RequestId Generator::submit(GenerationRequest request) {
               " tokens exceeds the largest prompt bucket ", decoder_.prompt_buckets().back());
   GROVE_CHECK(length + request.max_new_tokens - 1 <= positions, "prompt of ", length,
               " tokens plus ", request.max_new_tokens, " new tokens needs ",
-              length + request.max_new_tokens - 1, " cache positions; the decoder has ",
-              positions, " (max_seq_len): shorten the request or raise max_seq_len");
+              length + request.max_new_tokens - 1, " cache positions; the decoder has ", positions,
+              " (max_seq_len): shorten the request or raise max_seq_len");
   for (int64_t token : request.prompt) {
     GROVE_CHECK(token >= 0 && token < decoder_.config().vocab_size, "prompt token ", token,
                 " is outside the vocabulary [0, ", decoder_.config().vocab_size, ")");
@@ -109,9 +108,8 @@ std::vector<std::pair<RequestId, int64_t>> Generator::step() {
   std::vector<DecodeRow> rows;
   rows.reserve(running_.size());
   for (const auto& [id, active] : running_) {
-    rows.push_back({.slot = active.slot,
-                    .token = results_.at(id).tokens.back(),
-                    .position = active.position});
+    rows.push_back(
+        {.slot = active.slot, .token = results_.at(id).tokens.back(), .position = active.position});
   }
   const int64_t bucket = decoder_.batch_bucket(slots_.extent());
   std::vector<std::vector<float>> logits = decoder_.decode(rows);

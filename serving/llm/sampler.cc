@@ -10,8 +10,8 @@
 namespace grove::serving::llm {
 
 void SamplingParams::verify() const {
-  GROVE_CHECK(std::isfinite(temperature) && temperature >= 0, "sampling temperature ",
-              temperature, " must be finite and >= 0 (0 is greedy)");
+  GROVE_CHECK(std::isfinite(temperature) && temperature >= 0, "sampling temperature ", temperature,
+              " must be finite and >= 0 (0 is greedy)");
   GROVE_CHECK(top_k >= 0, "sampling top_k ", top_k, " must be >= 0 (0 keeps every token)");
   GROVE_CHECK(top_p > 0 && top_p <= 1, "sampling top_p ", top_p, " must lie in (0, 1]");
 }

@@ -30,7 +30,6 @@ struct SamplingParams {
 };
 
 // The token for draw `draw` of a request with `params`.
-int64_t sample_token(const std::vector<float>& logits, const SamplingParams& params,
-                     uint64_t draw);
+int64_t sample_token(const std::vector<float>& logits, const SamplingParams& params, uint64_t draw);
 
 }  // namespace grove::serving::llm

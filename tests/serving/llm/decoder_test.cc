@@ -2,13 +2,14 @@
 // full-sequence recompute, every bucket records once and then replays, and the
 // KV cache is written in place by the graphs (Note [KV cache in static
 // buffers], Note [Decode buckets share one pool]).
+#include "serving/llm/decoder.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "runtime/device.h"
-#include "serving/llm/decoder.h"
 #include "tests/serving/llm/llm_test_util.h"
 
 namespace grove::serving::llm {
@@ -63,14 +64,14 @@ TEST_P(DecoderRecompute, GreedyDecodeEqualsFullSequenceRecompute) {
   for (int step = 0; step < 12; ++step) {
     int64_t next = argmax(logits);
     std::vector<float> recomputed = decoder->prefill(1, sequence);  // slot 1: a scratch slot
-    EXPECT_LE(max_abs_difference(logits, recomputed), tolerance) << "step " << step << " seed " << kSeed;
+    EXPECT_LE(max_abs_difference(logits, recomputed), tolerance)
+        << "step " << step << " seed " << kSeed;
     if (c.dtype == DType::kF32 || testing::top_margin(recomputed) > 2 * tolerance) {
       EXPECT_EQ(next, argmax(recomputed)) << "step " << step << " seed " << kSeed;
     }
     sequence.push_back(next);
-    logits = decoder->decode({{.slot = 0,
-                               .token = next,
-                               .position = static_cast<int64_t>(sequence.size()) - 1}})[0];
+    logits = decoder->decode(
+        {{.slot = 0, .token = next, .position = static_cast<int64_t>(sequence.size()) - 1}})[0];
   }
 }
 
@@ -88,8 +89,8 @@ TEST(DecoderGraphs, EachBucketRecordsOnceThenReplays) {
   auto decoder = tiny_decoder(Architecture::kLlama, DType::kF32, "cudagraphs");
   decoder->warm_up();
   nlohmann::json warm = tree_counters(*decoder);
-  const int64_t buckets = static_cast<int64_t>(decoder->batch_buckets().size() +
-                                               decoder->prompt_buckets().size());
+  const int64_t buckets =
+      static_cast<int64_t>(decoder->batch_buckets().size() + decoder->prompt_buckets().size());
   EXPECT_EQ(warm.at("recordings").get<int64_t>(), buckets) << warm.dump();
   // Two requests in slots 0 and 3 (bucket 4), then slot 0 alone (bucket 1).
   std::vector<int64_t> a = {1, 2, 3};
@@ -101,7 +102,8 @@ TEST(DecoderGraphs, EachBucketRecordsOnceThenReplays) {
     token_a = argmax(out[0]);
     token_b = argmax(out[1]);
   }
-  for (int step = 0; step < 3; ++step) token_a = argmax(decoder->decode({{0, token_a, 7 + step}})[0]);
+  for (int step = 0; step < 3; ++step)
+    token_a = argmax(decoder->decode({{0, token_a, 7 + step}})[0]);
   nlohmann::json after = tree_counters(*decoder);
   EXPECT_EQ(after.at("recordings"), warm.at("recordings")) << after.dump();
   EXPECT_EQ(after.at("rerecords"), warm.at("rerecords")) << after.dump();

@@ -36,7 +36,7 @@ def run_grove(directory, backend, extra=()):
 
 
 class GenerateMatchesReference(unittest.TestCase):
-    def check(self, config, tolerance):
+    def check(self, config, tolerance, tie_margin):
         model = ref.make_model(config, SEED)
         expected_tokens, expected_logits = ref.greedy(model, PROMPT, STEPS)
         expected_logits = expected_logits.float().numpy()
@@ -50,22 +50,22 @@ class GenerateMatchesReference(unittest.TestCase):
                     self.assertLessEqual(worst, tolerance, "%s %s step %d (seed %d)" % (
                         config["model_type"], backend, step, SEED))
                     top2 = np.sort(expected_logits[step])[-2:]
-                    if top2[1] - top2[0] <= 2 * tolerance:
+                    if top2[1] - top2[0] <= tie_margin:
                         break  # a near tie: later tokens may legitimately differ
                     self.assertEqual(tokens[step], expected_tokens[step], "%s %s step %d" % (
                         config["model_type"], backend, step))
 
     def test_llama_f32(self):
-        self.check(ref.llama_config("float32"), 2e-3)
+        self.check(ref.llama_config("float32"), 2e-3, 4e-3)
 
     def test_gpt2_f32(self):
-        self.check(ref.gpt2_config("float32"), 2e-3)
+        self.check(ref.gpt2_config("float32"), 2e-3, 4e-3)
 
     def test_llama_bf16(self):
-        self.check(ref.llama_config("bfloat16"), 0.5)
+        self.check(ref.llama_config("bfloat16"), 1.0, 0.5)
 
     def test_gpt2_bf16(self):
-        self.check(ref.gpt2_config("bfloat16"), 0.5)
+        self.check(ref.gpt2_config("bfloat16"), 1.0, 0.5)
 
     def test_batched_prompts_give_each_prompt_its_own_tokens(self):
         config = ref.llama_config("float32")

@@ -2,12 +2,13 @@
 // decode steps and get the tokens they get alone (greedy and seeded sampling),
 // slots are freed when requests end, EOS and max tokens stop a request
 // (Note [Continuous batching steps], Note [Sampling draws]).
+#include "serving/llm/generator.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/device.h"
-#include "serving/llm/generator.h"
 #include "tests/serving/llm/llm_test_util.h"
 
 namespace grove::serving::llm {

@@ -45,7 +45,7 @@ class GroveMatchesTransformers(unittest.TestCase):
                 ids.append(int(np.argmax(rows[-1])))
         return ids[len(PROMPT):], np.stack(rows)
 
-    def check(self, config, tolerance):
+    def check(self, config, tolerance, tie_margin):
         model = ref.make_model(config, SEED)
         with tempfile.TemporaryDirectory() as directory:
             ref.write_checkpoint(model, config, directory)
@@ -64,21 +64,21 @@ class GroveMatchesTransformers(unittest.TestCase):
                 self.assertLessEqual(worst, tolerance, "%s step %d (seed %d)" % (
                     config["model_type"], step, SEED))
                 top2 = np.sort(expected_logits[step])[-2:]
-                if top2[1] - top2[0] <= 2 * tolerance:
+                if top2[1] - top2[0] <= tie_margin:
                     break  # a near tie
                 self.assertEqual(tokens[step], expected_tokens[step], "step %d" % step)
 
     def test_llama_f32(self):
-        self.check(ref.llama_config("float32"), 2e-2)
+        self.check(ref.llama_config("float32"), 2e-2, 4e-2)
 
     def test_gpt2_f32(self):
-        self.check(ref.gpt2_config("float32"), 2e-2)
+        self.check(ref.gpt2_config("float32"), 2e-2, 4e-2)
 
     def test_llama_bf16(self):
-        self.check(ref.llama_config("bfloat16"), 0.5)
+        self.check(ref.llama_config("bfloat16"), 1.0, 0.5)
 
     def test_gpt2_bf16(self):
-        self.check(ref.gpt2_config("bfloat16"), 0.5)
+        self.check(ref.gpt2_config("bfloat16"), 1.0, 0.5)
 
 
 if __name__ == "__main__":

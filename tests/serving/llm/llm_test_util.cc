@@ -27,8 +27,8 @@ void fill_random_weights(DecoderState& state, uint64_t seed) {
   std::normal_distribution<double> normal(0, 0.5);
   for (const std::string& name : state.weight_names()) {
     runtime::Tensor tensor = state.tensor(name);
-    const bool norm = name.find("norm") != std::string::npos ||
-                      name.find("ln_") != std::string::npos;
+    const bool norm =
+        name.find("norm") != std::string::npos || name.find("ln_") != std::string::npos;
     const bool bias = name.ends_with(".bias");
     const size_t element = runtime::dtype_size(tensor.dtype());
     std::vector<uint8_t> bytes(static_cast<size_t>(tensor.numel()) * element);

@@ -1,9 +1,9 @@
 // Token sampling: greedy, top-k, top-p and seeded draws (Note [Sampling draws]).
+#include "serving/llm/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "serving/llm/sampler.h"
 
 namespace grove::serving::llm {
 namespace {
