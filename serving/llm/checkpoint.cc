@@ -16,10 +16,8 @@ using compiler::weights::WeightsFormatError;
 
 // Tensors HF checkpoints may hold that grove computes itself or shares.
 bool ignorable(const std::string& name, const DecoderConfig& config) {
-  if (name.ends_with(".attn.bias") && config.architecture == Architecture::kGpt2 &&
-      name.find(".h.") != std::string::npos) {
-    // GPT-2's causal-mask buffer "h.N.attn.bias" (a [1, 1, n, n] tensor).
-    return true;
+  if (config.architecture == Architecture::kGpt2 && name.ends_with(".attn.bias")) {
+    return true;  // GPT-2's causal-mask buffer "h.N.attn.bias" (c_attn.bias ends "_attn.bias")
   }
   if (name.ends_with(".attn.masked_bias") || name.ends_with("rotary_emb.inv_freq")) return true;
   return name == "lm_head.weight" &&

@@ -48,7 +48,7 @@ ValueId DecoderLayers::clamped_positions(ValueId positions) {
   return b_.where(b_.compare("ge", positions, zero), positions, zero);
 }
 
-ValueId DecoderLayers::embed(ValueId ids, ValueId positions, int64_t rows) {
+ValueId DecoderLayers::embed(ValueId ids, ValueId positions) {
   const int64_t hidden = config_.hidden_size;
   if (config_.architecture == Architecture::kLlama) {
     return b_.embedding(weight("model.embed_tokens.weight", {config_.vocab_size, hidden}), ids,
@@ -59,7 +59,6 @@ ValueId DecoderLayers::embed(ValueId ids, ValueId positions, int64_t rows) {
   ValueId places =
       b_.embedding(weight("transformer.wpe.weight", {config_.max_position_embeddings, hidden}),
                    positions, "wpe");
-  (void)rows;
   return b_.add(tokens, places);
 }
 

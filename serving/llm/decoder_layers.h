@@ -30,7 +30,7 @@ class DecoderLayers {
 
   // Token embeddings (plus GPT-2's learned positions) of `ids` [rows] at
   // `positions` [rows] (i64, clamped to >= 0).
-  ValueId embed(ValueId ids, ValueId positions, int64_t rows);
+  ValueId embed(ValueId ids, ValueId positions);
   // The block input norm of layer `layer` (`which`: 1 before attention, 2 before the MLP).
   ValueId block_norm(ValueId x, int64_t layer, int which);
   ValueId final_norm(ValueId x);

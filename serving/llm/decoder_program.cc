@@ -60,7 +60,7 @@ compiler::ir::Program build_prefill_program(const DecoderConfig& config, const C
   ValueId slot = b.input("slot", {1}, DType::kI64);
   DecoderLayers layers(b, config, cache);
   ValueId positions = b.slice(layers.positions_table(), 0, 0, prompt_length);
-  ValueId x = layers.embed(ids, positions, prompt_length);
+  ValueId x = layers.embed(ids, positions);
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     LayerCaches caches = declare_caches(b, config, layer, cache.slots, cache.max_seq_len);
     QueryKeyValue qkv =
@@ -88,7 +88,7 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
   ValueId positions = b.input("positions", {batch}, DType::kI64);
   DecoderLayers layers(b, config, cache);
   ValueId lookup = layers.clamped_positions(positions);
-  ValueId x = layers.embed(ids, lookup, batch);
+  ValueId x = layers.embed(ids, lookup);
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     // Note [KV cache in static buffers]: rows 0..batch-1 are slots 0..batch-1.
     LayerCaches caches = declare_caches(b, config, layer, batch, cache.max_seq_len);
