@@ -21,7 +21,11 @@
 // The write at a request's position is a masked in-place update of the cache
 // (where(position == t, new, old)); a position of -1 matches no t, so padding
 // rows write nothing and attend to nothing they could disturb, and prefill
-// with slot -1 (warm-up) writes nothing either. Tests:
+// with slot -1 (warm-up) writes nothing either. A prefill writes the prompt's
+// positions of its slot and zeros after them. The masked update rewrites the
+// bucket's whole cache each step (O(rows * max_seq_len) per layer, like the
+// attention's masked read): grove has no scatter op yet that would write one
+// position. Tests:
 // DecoderGraphs.DecodeWritesTheCacheInPlaceWithoutCopies,
 // DecoderGraphs.WarmUpLeavesTheCacheUntouched (tests/serving/llm/decoder_test.cc).
 #pragma once

@@ -10,7 +10,7 @@
 // by lower token id), cut to top_k, then to the smallest prefix whose
 // probability reaches top_p, and the draw picks by inverse CDF over that
 // prefix in double precision. Tests: Sampler.* (tests/serving/llm/sampler_test.cc),
-// Generator.SeededSamplingIsReproducibleAcrossBatchings.
+// Generator.RequestsGetTheSameTokensAloneAsInAnyBatch.
 #pragma once
 
 #include <cstdint>
