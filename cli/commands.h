@@ -23,6 +23,9 @@ int export_weights_command(const std::vector<std::string>& args);
 const CommandSpec& serve_command_spec();
 int serve_command(const std::vector<std::string>& args);
 
+const CommandSpec& generate_command_spec();
+int generate_command(const std::vector<std::string>& args);
+
 // `grove help` / `grove --help`: the commands and their one-line summaries.
 std::string overview_text();
 

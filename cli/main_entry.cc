@@ -13,7 +13,7 @@
 namespace grove::cli {
 namespace {
 
-constexpr const char* kCommandList = "run, demo, serve, export-weights, help";
+constexpr const char* kCommandList = "run, demo, serve, generate, export-weights, help";
 
 int dispatch(const std::vector<std::string>& args) {
   if (args.empty()) {
@@ -31,12 +31,14 @@ int dispatch(const std::vector<std::string>& args) {
     if (rest.size() == 1 && rest[0] == "demo") return demo_command({"--help"});
     if (rest.size() == 1 && rest[0] == "export-weights") return export_weights_command({"--help"});
     if (rest.size() == 1 && rest[0] == "serve") return serve_command({"--help"});
+    if (rest.size() == 1 && rest[0] == "generate") return generate_command({"--help"});
     throw UsageError(str_cat("help: unknown command '", rest[0], "'; commands: ", kCommandList));
   }
   if (command == "run") return run_command(rest);
   if (command == "demo") return demo_command(rest);
   if (command == "export-weights") return export_weights_command(rest);
   if (command == "serve") return serve_command(rest);
+  if (command == "generate") return generate_command(rest);
   throw UsageError(
       str_cat("unknown command '", command, "'; commands: ", kCommandList, " (see grove --help)"));
 }
@@ -59,7 +61,7 @@ std::string overview_text() {
       "grove records a tensor JIT's work into a tree of CUDA graphs (on a GPU, or on the sim\n"
       "device that emulates CUDA on the host).\n\ncommands:\n";
   for (const CommandSpec* spec : {&run_command_spec(), &demo_command_spec(), &serve_command_spec(),
-                                  &export_weights_command_spec()}) {
+                                  &generate_command_spec(), &export_weights_command_spec()}) {
     std::string left = spec->name + (spec->positional.empty() ? "" : " " + spec->positional);
     text += "  " + left + std::string(left.size() < 16 ? 16 - left.size() : 1, ' ') +
             spec->summary + "\n";

@@ -219,6 +219,10 @@ if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:
   cp tests/python_support/junit_main.py "$bundle/grove/tests/python_support/"
   cp benchmarks/torch_backend.py "$bundle/grove/benchmarks/"
   for test in tests/python/*_test.py; do echo "$test" >>"$bundle/python_tests.txt"; done
+  # Decoders against transformers (issue 38); they run the bundle's cli/grove.
+  mkdir -p "$bundle/grove/tests/serving/llm"
+  cp tests/serving/llm/*.py "$bundle/grove/tests/serving/llm/"
+  echo tests/serving/llm/gpu_transformers_test.py >>"$bundle/python_tests.txt"
 else
   echo "capi/libgrove.so" >>"$bundle/not_built.txt"
 fi

@@ -1,0 +1,190 @@
+#include "serving/llm/decoder.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+
+namespace grove::serving::llm {
+
+namespace {
+
+using compiler::backends::CompiledModel;
+using runtime::Tensor;
+
+std::vector<int64_t> default_prompt_buckets(int64_t max_seq_len) {
+  std::vector<int64_t> buckets;
+  for (int64_t size = 8; size < max_seq_len; size *= 2) buckets.push_back(size);
+  buckets.push_back(max_seq_len);
+  return buckets;
+}
+
+void check_buckets(std::vector<int64_t>& buckets, const char* what, int64_t limit) {
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  GROVE_CHECK(!buckets.empty() && buckets.front() > 0 && buckets.back() <= limit, what,
+              " buckets must be positive and at most ", limit, "; got ", buckets.size(),
+              " buckets from ", buckets.empty() ? 0 : buckets.front(), " to ",
+              buckets.empty() ? 0 : buckets.back());
+}
+
+int64_t bucket_for(const std::vector<int64_t>& buckets, int64_t size, const char* what) {
+  auto found = std::lower_bound(buckets.begin(), buckets.end(), size);
+  GROVE_CHECK(found != buckets.end(), what, " of ", size, " exceeds the largest bucket ",
+              buckets.back(), "; configure a larger bucket");
+  return *found;
+}
+
+std::vector<float> logits_row(const std::vector<float>& all, int64_t row, int64_t vocab) {
+  auto begin = all.begin() + row * vocab;
+  return {begin, begin + vocab};
+}
+
+}  // namespace
+
+Decoder::Decoder(const DecoderConfig& config, DecoderOptions options)
+    : options_(std::move(options)), device_(options_.device.value_or(runtime::default_device())) {
+  if (options_.max_seq_len == 0) {
+    options_.max_seq_len = std::min<int64_t>(config.max_position_embeddings, 256);
+  }
+  if (options_.prompt_buckets.empty()) {
+    options_.prompt_buckets = default_prompt_buckets(options_.max_seq_len);
+  }
+  check_buckets(options_.batch_buckets, "batch", 1 << 16);
+  check_buckets(options_.prompt_buckets, "prompt", options_.max_seq_len);
+  CacheShape cache{.slots = options_.batch_buckets.back(), .max_seq_len = options_.max_seq_len};
+  state_ = std::make_unique<DecoderState>(config, cache, device_);
+  backend_ = compiler::backends::make_backend(options_.backend);
+}
+
+std::unique_ptr<Decoder> Decoder::load(const std::string& model_dir, DecoderOptions options) {
+  auto decoder = std::make_unique<Decoder>(DecoderConfig::load(model_dir), std::move(options));
+  load_checkpoint(decoder->state(),
+                  compiler::weights::SafetensorsFile::open(model_dir + "/model.safetensors"));
+  return decoder;
+}
+
+CompiledModel Decoder::compile_program(const compiler::ir::Program& program) {
+  compiler::backends::CompileOptions options{.backend = options_.backend, .device = device_};
+  const DecoderState& state = *state_;
+  return compiler::backends::compile(
+      program, options, [&state](const compiler::ir::Value& value) { return state.bind(value); },
+      backend_);
+}
+
+const CompiledModel& Decoder::prefill_model(int64_t bucket) {
+  auto found = prefill_models_.find(bucket);
+  if (found != prefill_models_.end()) return found->second;
+  CompiledModel model =
+      compile_program(build_prefill_program(config(), state_->cache(), bucket, device_));
+  return prefill_models_.emplace(bucket, std::move(model)).first->second;
+}
+
+const CompiledModel& Decoder::decode_model(int64_t bucket) {
+  auto found = decode_models_.find(bucket);
+  if (found != decode_models_.end()) return found->second;
+  CompiledModel model =
+      compile_program(build_decode_program(config(), state_->cache(), bucket, device_));
+  return decode_models_.emplace(bucket, std::move(model)).first->second;
+}
+
+int64_t Decoder::prompt_bucket(int64_t length) const {
+  return bucket_for(options_.prompt_buckets, length, "a prompt");
+}
+
+int64_t Decoder::batch_bucket(int64_t rows) const {
+  return bucket_for(options_.batch_buckets, rows, "a decode batch");
+}
+
+void Decoder::warm_up() {
+  // Note [Decode buckets share one pool]: padding rows (position -1) and slot
+  // -1 write nothing into the cache.
+  for (auto bucket = options_.batch_buckets.rbegin(); bucket != options_.batch_buckets.rend();
+       ++bucket) {
+    const CompiledModel& model = decode_model(*bucket);
+    std::vector<int64_t> tokens(static_cast<size_t>(*bucket), 0);
+    std::vector<int64_t> positions(static_cast<size_t>(*bucket), -1);
+    for (int call = 0; call < 2; ++call) {
+      model({Tensor::from_vector(tokens, {*bucket}, device_),
+             Tensor::from_vector(positions, {*bucket}, device_)});
+    }
+  }
+  for (auto bucket = options_.prompt_buckets.rbegin(); bucket != options_.prompt_buckets.rend();
+       ++bucket) {
+    const CompiledModel& model = prefill_model(*bucket);
+    std::vector<int64_t> tokens(static_cast<size_t>(*bucket), 0);
+    for (int call = 0; call < 2; ++call) {
+      model({Tensor::from_vector(tokens, {*bucket}, device_),
+             Tensor::from_vector(std::vector<int64_t>{0}, {1}, device_),
+             Tensor::from_vector(std::vector<int64_t>{-1}, {1}, device_)});
+    }
+  }
+}
+
+std::vector<float> Decoder::prefill(int64_t slot, std::span<const int64_t> prompt) {
+  const int64_t length = static_cast<int64_t>(prompt.size());
+  GROVE_CHECK(slot >= 0 && slot < state_->cache().slots, "prefill into slot ", slot,
+              ": slots are 0..", state_->cache().slots - 1);
+  GROVE_CHECK(length > 0, "prefill of an empty prompt; a prompt needs at least one token");
+  const int64_t bucket = prompt_bucket(length);
+  std::vector<int64_t> tokens(prompt.begin(), prompt.end());
+  tokens.resize(static_cast<size_t>(bucket), 0);
+  for (int64_t token : prompt) {
+    GROVE_CHECK(token >= 0 && token < config().vocab_size, "prompt token ", token,
+                " is outside the vocabulary [0, ", config().vocab_size, ")");
+  }
+  compiler::TensorList outputs =
+      prefill_model(bucket)({Tensor::from_vector(tokens, {bucket}, device_),
+                             Tensor::from_vector(std::vector<int64_t>{length - 1}, {1}, device_),
+                             Tensor::from_vector(std::vector<int64_t>{slot}, {1}, device_)});
+  return outputs.at(0).to_vector<float>();
+}
+
+std::vector<std::vector<float>> Decoder::decode(const std::vector<DecodeRow>& rows) {
+  GROVE_CHECK(!rows.empty(), "decode step with no rows");
+  int64_t highest = 0;
+  for (const DecodeRow& row : rows) {
+    GROVE_CHECK(row.slot >= 0 && row.slot < state_->cache().slots, "decode row of slot ", row.slot,
+                ": slots are 0..", state_->cache().slots - 1);
+    GROVE_CHECK(row.position >= 0 && row.position < state_->cache().max_seq_len,
+                "decode row of slot ", row.slot, " at position ", row.position,
+                ": positions are 0..", state_->cache().max_seq_len - 1,
+                "; the request outgrew max_seq_len");
+    GROVE_CHECK(row.token >= 0 && row.token < config().vocab_size, "decode token ", row.token,
+                " is outside the vocabulary [0, ", config().vocab_size, ")");
+    highest = std::max(highest, row.slot);
+  }
+  const int64_t bucket = batch_bucket(highest + 1);
+  std::vector<int64_t> tokens(static_cast<size_t>(bucket), 0);
+  std::vector<int64_t> positions(static_cast<size_t>(bucket), -1);
+  for (const DecodeRow& row : rows) {
+    GROVE_CHECK(positions[static_cast<size_t>(row.slot)] < 0, "decode step names slot ", row.slot,
+                " twice");
+    tokens[static_cast<size_t>(row.slot)] = row.token;
+    positions[static_cast<size_t>(row.slot)] = row.position;
+  }
+  compiler::TensorList outputs =
+      decode_model(bucket)({Tensor::from_vector(tokens, {bucket}, device_),
+                            Tensor::from_vector(positions, {bucket}, device_)});
+  std::vector<float> all = outputs.at(0).to_vector<float>();
+  std::vector<std::vector<float>> result;
+  result.reserve(rows.size());
+  for (const DecodeRow& row : rows)
+    result.push_back(logits_row(all, row.slot, config().vocab_size));
+  return result;
+}
+
+std::string Decoder::stats_json() const {
+  nlohmann::json json;
+  json["weights_bytes"] = state_->weight_bytes();
+  json["cache_bytes"] = state_->cache_bytes();
+  json["batch_buckets"] = options_.batch_buckets;
+  json["prompt_buckets"] = options_.prompt_buckets;
+  json["max_seq_len"] = state_->cache().max_seq_len;
+  json["backend"] = nlohmann::json::parse(backend_->stats_json());
+  json["backend_memory"] = nlohmann::json::parse(backend_->memory_json());
+  return json.dump();
+}
+
+}  // namespace grove::serving::llm

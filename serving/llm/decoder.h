@@ -1,0 +1,95 @@
+// Decoder runs a decoder-only language model as grove programs: one prefill
+// per prompt-length bucket and one decode step per batch bucket, all compiled
+// into one execution backend (with "cudagraphs": one tree, one pool) over one
+// DecoderState, so every bucket reads and writes the same KV cache in place.
+//
+//   auto decoder = Decoder::load("models/tiny-llama", {.backend = "cudagraphs"});
+//   decoder->warm_up();                                  // records every bucket, largest first
+//   std::vector<float> logits = decoder->prefill(0, prompt);  // slot 0
+//   auto step = decoder->decode({{.slot = 0, .token = next, .position = prompt.size()}});
+//
+// Note [Decode buckets share one pool]
+// A decode step for the slots in use runs the program of the smallest batch
+// bucket covering the highest slot (rows of free slots are padding, position
+// -1, Note [KV cache in static buffers]). warm_up() calls every decode bucket
+// twice (warm-up, recording) from the largest down, then every prefill bucket
+// the same way, so the smaller recordings reuse the pool blocks of the largest
+// (ARCHITECTURE.md 4.2) and no bucket records again while serving: each
+// top-level call is its own generation whose logits are copied to the host
+// before the next call, so every recorded node hangs off the root. Tests:
+// DecoderGraphs.EachBucketRecordsOnceThenReplays (tests/serving/llm/decoder_test.cc).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compiler/backends/compile.h"
+#include "serving/llm/decoder_state.h"
+
+namespace grove::serving::llm {
+
+struct DecoderOptions {
+  std::string backend = "cudagraphs";
+  std::optional<runtime::Device> device;  // default_device() when unset
+  // Positions per request; 0: the model's max_position_embeddings, at most 256.
+  int64_t max_seq_len = 0;
+  std::vector<int64_t> batch_buckets = {1, 2, 4, 8};  // the largest is the cache's slot count
+  // Empty: powers of two from 8 up to max_seq_len, and max_seq_len itself.
+  std::vector<int64_t> prompt_buckets;
+};
+
+// One row of a decode step: feed `token` at `position` of `slot`'s sequence.
+struct DecodeRow {
+  int64_t slot = 0;
+  int64_t token = 0;
+  int64_t position = 0;
+};
+
+class Decoder {
+ public:
+  Decoder(const DecoderConfig& config, DecoderOptions options);
+  // config.json and model.safetensors of `model_dir`.
+  static std::unique_ptr<Decoder> load(const std::string& model_dir, DecoderOptions options);
+
+  // Compiles and records every bucket, decode largest first, then prefill
+  // largest first (Note [Decode buckets share one pool]); the cache is left as it was.
+  void warm_up();
+  // Runs `prompt` into `slot`'s cache (positions 0..n-1; the rest of the slot
+  // is cleared) and returns the f32 logits [vocab] of its last token.
+  std::vector<float> prefill(int64_t slot, std::span<const int64_t> prompt);
+  // One decode step; rows name distinct slots. Returns each row's f32 logits [vocab].
+  std::vector<std::vector<float>> decode(const std::vector<DecodeRow>& rows);
+
+  int64_t prompt_bucket(int64_t length) const;  // smallest bucket >= length
+  int64_t batch_bucket(int64_t rows) const;     // smallest bucket >= rows
+  const std::vector<int64_t>& prompt_buckets() const { return options_.prompt_buckets; }
+  const std::vector<int64_t>& batch_buckets() const { return options_.batch_buckets; }
+  const DecoderConfig& config() const { return state_->config(); }
+  DecoderState& state() { return *state_; }
+  const DecoderState& state() const { return *state_; }
+  const std::string& backend_name() const { return options_.backend; }
+  // The backend's stats (the tree's counters and pool for "cudagraphs") as JSON text.
+  std::string backend_stats() const { return backend_->stats_json(); }
+  // Device memory the backend holds beyond the state (its pool), as JSON text.
+  std::string backend_memory() const { return backend_->memory_json(); }
+  // {"weights_bytes", "cache_bytes", "buckets", "backend": backend_stats} as JSON text.
+  std::string stats_json() const;
+
+ private:
+  const compiler::backends::CompiledModel& prefill_model(int64_t bucket);
+  const compiler::backends::CompiledModel& decode_model(int64_t bucket);
+  compiler::backends::CompiledModel compile_program(const compiler::ir::Program& program);
+
+  DecoderOptions options_;
+  runtime::Device device_;
+  std::unique_ptr<DecoderState> state_;
+  std::shared_ptr<compiler::backends::ExecutionBackend> backend_;
+  std::map<int64_t, compiler::backends::CompiledModel> prefill_models_;
+  std::map<int64_t, compiler::backends::CompiledModel> decode_models_;
+};
+
+}  // namespace grove::serving::llm

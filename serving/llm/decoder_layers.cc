@@ -1,0 +1,250 @@
+#include "serving/llm/decoder_layers.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "runtime/error.h"
+
+namespace grove::serving::llm {
+
+namespace {
+
+using compiler::ir::kNoValue;
+using compiler::ir::zeros_init;
+using runtime::DType;
+
+std::string layer_prefix(const DecoderConfig& config, int64_t layer) {
+  return config.architecture == Architecture::kLlama ? str_cat("model.layers.", layer, ".")
+                                                     : str_cat("transformer.h.", layer, ".");
+}
+
+}  // namespace
+
+DecoderLayers::DecoderLayers(compiler::ir::ProgramBuilder& builder, const DecoderConfig& config,
+                             const CacheShape& cache)
+    : b_(builder), config_(config), cache_(cache), dtype_(config.dtype) {
+  positions_table_ = b_.param(kPositionsTable, {cache_.max_seq_len}, DType::kI64, zeros_init());
+  if (config_.architecture == Architecture::kLlama) {
+    rope_cos_ = b_.param(kRopeCos, {cache_.max_seq_len, config_.head_dim()}, dtype_, zeros_init());
+    rope_sin_ = b_.param(kRopeSin, {cache_.max_seq_len, config_.head_dim()}, dtype_, zeros_init());
+  }
+}
+
+ValueId DecoderLayers::weight(const std::string& name, const runtime::Shape& shape) {
+  if (auto existing = b_.program().find_value(name)) return *existing;
+  return b_.param(name, shape, dtype_, zeros_init());
+}
+
+ValueId DecoderLayers::layer_weight(int64_t layer, const std::string& suffix,
+                                    const runtime::Shape& shape) {
+  return weight(layer_prefix(config_, layer) + suffix, shape);
+}
+
+ValueId DecoderLayers::scalar(double value, DType dtype) { return b_.full(value, {}, dtype); }
+
+ValueId DecoderLayers::clamped_positions(ValueId positions) {
+  ValueId zero = scalar(0, DType::kI64);
+  return b_.where(b_.compare("ge", positions, zero), positions, zero);
+}
+
+ValueId DecoderLayers::embed(ValueId ids, ValueId positions) {
+  const int64_t hidden = config_.hidden_size;
+  if (config_.architecture == Architecture::kLlama) {
+    return b_.embedding(weight("model.embed_tokens.weight", {config_.vocab_size, hidden}), ids,
+                        "embed_tokens");
+  }
+  ValueId tokens =
+      b_.embedding(weight("transformer.wte.weight", {config_.vocab_size, hidden}), ids, "wte");
+  ValueId places =
+      b_.embedding(weight("transformer.wpe.weight", {config_.max_position_embeddings, hidden}),
+                   positions, "wpe");
+  return b_.add(tokens, places);
+}
+
+ValueId DecoderLayers::block_norm(ValueId x, int64_t layer, int which) {
+  const int64_t hidden = config_.hidden_size;
+  if (config_.architecture == Architecture::kGpt2) {
+    std::string norm = which == 1 ? "ln_1" : "ln_2";
+    return b_.layer_norm(x, layer_weight(layer, norm + ".weight", {hidden}),
+                         layer_weight(layer, norm + ".bias", {hidden}), config_.norm_eps);
+  }
+  std::string norm = which == 1 ? "input_layernorm" : "post_attention_layernorm";
+  ValueId weight_value = layer_weight(layer, norm + ".weight", {hidden});
+  // HF's LlamaRMSNorm: in f32, then back to the model dtype, then times the weight.
+  ValueId x32 = dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32);
+  ValueId variance = b_.mean(b_.mul(x32, x32), {1}, /*keepdim=*/true);
+  ValueId normed = b_.mul(x32, b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
+  if (dtype_ != DType::kF32) normed = b_.cast(normed, dtype_);
+  return b_.mul(weight_value, normed);
+}
+
+ValueId DecoderLayers::final_norm(ValueId x) {
+  const int64_t hidden = config_.hidden_size;
+  if (config_.architecture == Architecture::kGpt2) {
+    return b_.layer_norm(x, weight("transformer.ln_f.weight", {hidden}),
+                         weight("transformer.ln_f.bias", {hidden}), config_.norm_eps);
+  }
+  ValueId weight_value = weight("model.norm.weight", {hidden});
+  ValueId x32 = dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32);
+  ValueId variance = b_.mean(b_.mul(x32, x32), {1}, /*keepdim=*/true);
+  ValueId normed = b_.mul(x32, b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
+  if (dtype_ != DType::kF32) normed = b_.cast(normed, dtype_);
+  return b_.mul(weight_value, normed);
+}
+
+// GPT-2's Conv1D: y = x @ W + b with W stored [in, out] (transposed against nn.Linear).
+ValueId DecoderLayers::conv1d(ValueId x, int64_t layer, const std::string& module, int64_t in,
+                              int64_t out) {
+  ValueId w = layer_weight(layer, module + ".weight", {in, out});
+  ValueId bias = layer_weight(layer, module + ".bias", {out});
+  return b_.add(b_.matmul(x, w), bias);
+}
+
+ValueId DecoderLayers::rotate(ValueId x, ValueId cos, ValueId sin, int64_t heads, int64_t rows) {
+  // HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
+  const int64_t half = config_.head_dim() / 2;
+  ValueId x3 = b_.reshape(x, {rows, heads, config_.head_dim()});
+  ValueId rotated =
+      b_.concat({b_.neg(b_.slice(x3, 2, half, 2 * half)), b_.slice(x3, 2, 0, half)}, 2);
+  return b_.add(b_.mul(x3, cos), b_.mul(rotated, sin));
+}
+
+QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions, int64_t rows) {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t d = config_.head_dim();
+  const int64_t heads = config_.num_heads;
+  const int64_t kv_heads = config_.num_kv_heads;
+  QueryKeyValue qkv;
+  if (config_.architecture == Architecture::kGpt2) {
+    ValueId fused = conv1d(x, layer, "attn.c_attn", hidden, 3 * hidden);
+    qkv.query = b_.reshape(b_.slice(fused, 1, 0, hidden), {rows, heads, d});
+    qkv.key = b_.reshape(b_.slice(fused, 1, hidden, 2 * hidden), {rows, heads, d});
+    qkv.value = b_.reshape(b_.slice(fused, 1, 2 * hidden, 3 * hidden), {rows, heads, d});
+    return qkv;
+  }
+  ValueId q =
+      b_.linear(x, layer_weight(layer, "self_attn.q_proj.weight", {heads * d, hidden}), kNoValue);
+  ValueId k = b_.linear(x, layer_weight(layer, "self_attn.k_proj.weight", {kv_heads * d, hidden}),
+                        kNoValue);
+  ValueId v = b_.linear(x, layer_weight(layer, "self_attn.v_proj.weight", {kv_heads * d, hidden}),
+                        kNoValue);
+  ValueId cos = b_.reshape(b_.embedding(rope_cos_, positions), {rows, 1, d});
+  ValueId sin = b_.reshape(b_.embedding(rope_sin_, positions), {rows, 1, d});
+  qkv.query = rotate(q, cos, sin, heads, rows);
+  qkv.key = rotate(k, cos, sin, kv_heads, rows);
+  qkv.value = b_.reshape(v, {rows, kv_heads, d});
+  return qkv;
+}
+
+ValueId DecoderLayers::output_projection(ValueId attended, int64_t layer) {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t inner = config_.num_heads * config_.head_dim();
+  if (config_.architecture == Architecture::kGpt2) {
+    return conv1d(attended, layer, "attn.c_proj", inner, hidden);
+  }
+  return b_.linear(attended, layer_weight(layer, "self_attn.o_proj.weight", {hidden, inner}),
+                   kNoValue);
+}
+
+ValueId DecoderLayers::mlp(ValueId x, int64_t layer) {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t inner = config_.intermediate_size;
+  if (config_.architecture == Architecture::kGpt2) {
+    ValueId h = b_.gelu(conv1d(x, layer, "mlp.c_fc", hidden, inner));
+    return conv1d(h, layer, "mlp.c_proj", inner, hidden);
+  }
+  ValueId gate =
+      b_.linear(x, layer_weight(layer, "mlp.gate_proj.weight", {inner, hidden}), kNoValue);
+  ValueId up = b_.linear(x, layer_weight(layer, "mlp.up_proj.weight", {inner, hidden}), kNoValue);
+  ValueId silu = b_.mul(gate, b_.sigmoid(gate));
+  return b_.linear(b_.mul(silu, up), layer_weight(layer, "mlp.down_proj.weight", {hidden, inner}),
+                   kNoValue);
+}
+
+ValueId DecoderLayers::lm_head(ValueId x) {
+  ValueId table;
+  if (config_.architecture == Architecture::kGpt2) {
+    table = weight("transformer.wte.weight", {config_.vocab_size, config_.hidden_size});
+  } else if (config_.tie_word_embeddings) {
+    table = weight("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size});
+  } else {
+    table = weight("lm_head.weight", {config_.vocab_size, config_.hidden_size});
+  }
+  ValueId logits = b_.linear(x, table, kNoValue, "lm_head");
+  return dtype_ == DType::kF32 ? logits : b_.cast(logits, DType::kF32);
+}
+
+ValueId DecoderLayers::masked_softmax(ValueId scores, ValueId keep) {
+  ValueId scaled = b_.mul(scores, scalar(1.0 / std::sqrt(double(config_.head_dim())), dtype_));
+  ValueId scores32 = dtype_ == DType::kF32 ? scaled : b_.cast(scaled, DType::kF32);
+  ValueId masked =
+      b_.where(keep, scores32, scalar(std::numeric_limits<float>::lowest(), DType::kF32));
+  ValueId probabilities = b_.softmax(masked, -1);
+  return dtype_ == DType::kF32 ? probabilities : b_.cast(probabilities, dtype_);
+}
+
+ValueId DecoderLayers::prompt_attention(const QueryKeyValue& qkv, int64_t rows) {
+  const int64_t d = config_.head_dim();
+  const int64_t kv_heads = config_.num_kv_heads;
+  const int64_t groups = config_.query_groups();
+  // Query head h reads kv head h / groups: [kv, groups * rows, d] against [kv, rows, d].
+  ValueId q = b_.reshape(b_.permute(qkv.query, {1, 0, 2}), {kv_heads, groups * rows, d});
+  ValueId k = b_.permute(qkv.key, {1, 0, 2});
+  ValueId v = b_.permute(qkv.value, {1, 0, 2});
+  ValueId scores = b_.reshape(b_.matmul(q, b_.transpose(k, 1, 2)), {kv_heads, groups, rows, rows});
+  ValueId index = b_.slice(positions_table_, 0, 0, rows);
+  ValueId causal = b_.compare("le", b_.reshape(index, {1, rows}), b_.reshape(index, {rows, 1}));
+  ValueId probabilities =
+      b_.reshape(masked_softmax(scores, causal), {kv_heads, groups * rows, rows});
+  ValueId attended = b_.reshape(b_.matmul(probabilities, v), {config_.num_heads, rows, d});
+  return b_.reshape(b_.permute(attended, {1, 0, 2}), {rows, config_.num_heads * d});
+}
+
+ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId value_cache,
+                                       ValueId positions, int64_t rows) {
+  const int64_t d = config_.head_dim();
+  const int64_t kv_heads = config_.num_kv_heads;
+  const int64_t groups = config_.query_groups();
+  const int64_t length = cache_.max_seq_len;
+  ValueId q = b_.reshape(query, {rows, kv_heads, groups, d});
+  ValueId scores = b_.matmul(q, b_.transpose(key_cache, 2, 3));  // [rows, kv, groups, T]
+  ValueId keep = b_.compare("le", b_.reshape(positions_table_, {1, 1, 1, length}),
+                            b_.reshape(positions, {rows, 1, 1, 1}));
+  ValueId attended = b_.matmul(masked_softmax(scores, keep), value_cache);  // [rows, kv, groups, d]
+  return b_.reshape(attended, {rows, config_.num_heads * d});
+}
+
+ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index,
+                                    int64_t rows, const std::string& name) {
+  const int64_t d = config_.head_dim();
+  const int64_t kv_heads = config_.num_kv_heads;
+  ValueId by_head = b_.permute(keys, {1, 0, 2});  // [kv, rows, d]
+  if (rows < cache_.max_seq_len) {
+    by_head = b_.concat({by_head, b_.full(0, {kv_heads, cache_.max_seq_len - rows, d}, dtype_)}, 1);
+  }
+  std::optional<ValueId> declared = b_.program().find_value(kSlotsTable);
+  ValueId slots =
+      declared ? *declared : b_.param(kSlotsTable, {cache_.slots}, DType::kI64, zeros_init());
+  ValueId mine =
+      b_.compare("eq", b_.reshape(slots, {cache_.slots, 1, 1, 1}), b_.reshape(slot, {1, 1, 1, 1}));
+  // The prompt's positions hold its keys, the rest of the slot zeros (not the padding's keys).
+  ValueId in_prompt = b_.compare("le", b_.reshape(positions_table_, {1, 1, cache_.max_seq_len, 1}),
+                                 b_.reshape(last_index, {1, 1, 1, 1}));
+  ValueId fresh = b_.where(in_prompt, b_.reshape(by_head, {1, kv_heads, cache_.max_seq_len, d}),
+                           scalar(0, dtype_));
+  ValueId updated = b_.where(mine, fresh, cache);
+  return b_.copy_into(cache, updated, name);
+}
+
+ValueId DecoderLayers::write_step(ValueId cache, ValueId keys, ValueId positions, int64_t rows,
+                                  const std::string& name) {
+  const int64_t d = config_.head_dim();
+  const int64_t length = cache_.max_seq_len;
+  ValueId here = b_.compare("eq", b_.reshape(positions_table_, {1, 1, length, 1}),
+                            b_.reshape(positions, {rows, 1, 1, 1}));
+  ValueId updated = b_.where(here, b_.reshape(keys, {rows, config_.num_kv_heads, 1, d}), cache);
+  return b_.copy_into(cache, updated, name);
+}
+
+}  // namespace grove::serving::llm

@@ -1,0 +1,81 @@
+// DecoderLayers adds the pieces of a LLaMA or GPT-2 decoder to a
+// ProgramBuilder, with the Hugging Face names of their weights: embeddings,
+// norms, the attention projections with the rotary embedding, the KV-cache
+// attention of prefill and decode, the MLP and the LM head. Rows are tokens:
+// every activation is [rows, features] (a prefill's prompt positions, or a
+// decode step's batch). Internal to serving/llm (decoder_program.cc).
+#pragma once
+
+#include <string>
+
+#include "compiler/ir/builder.h"
+#include "serving/llm/decoder_config.h"
+#include "serving/llm/decoder_program.h"
+
+namespace grove::serving::llm {
+
+using compiler::ir::ValueId;
+
+// Queries, keys and values of one layer: [rows, heads, head_dim].
+struct QueryKeyValue {
+  ValueId query = compiler::ir::kNoValue;
+  ValueId key = compiler::ir::kNoValue;
+  ValueId value = compiler::ir::kNoValue;
+};
+
+class DecoderLayers {
+ public:
+  DecoderLayers(compiler::ir::ProgramBuilder& builder, const DecoderConfig& config,
+                const CacheShape& cache);
+
+  // Token embeddings (plus GPT-2's learned positions) of `ids` [rows] at
+  // `positions` [rows] (i64, clamped to >= 0).
+  ValueId embed(ValueId ids, ValueId positions);
+  // The block input norm of layer `layer` (`which`: 1 before attention, 2 before the MLP).
+  ValueId block_norm(ValueId x, int64_t layer, int which);
+  ValueId final_norm(ValueId x);
+  // Projections of layer `layer`, with the rotary embedding (LLaMA) at `positions`.
+  QueryKeyValue project(ValueId x, int64_t layer, ValueId positions, int64_t rows);
+  // The attention output projection of [rows, heads * head_dim].
+  ValueId output_projection(ValueId attended, int64_t layer);
+  ValueId mlp(ValueId x, int64_t layer);
+  // f32 logits [rows, vocab].
+  ValueId lm_head(ValueId x);
+
+  // Prefill attention: causal over the prompt itself; [rows, heads * head_dim].
+  ValueId prompt_attention(const QueryKeyValue& qkv, int64_t rows);
+  // Decode attention of each row over its slot's cache up to its position.
+  ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache, ValueId positions,
+                          int64_t rows);
+  // The prompt's keys or values [rows, kv_heads, head_dim] written into `slot`
+  // of the full cache (positions 0..last_index, zeros after); returns the new cache.
+  ValueId write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index, int64_t rows,
+                       const std::string& name);
+  // Row i's key or value [rows, kv_heads, head_dim] written at positions[i] of
+  // slot i; returns the new cache.
+  ValueId write_step(ValueId cache, ValueId keys, ValueId positions, int64_t rows,
+                     const std::string& name);
+
+  // A nonnegative copy of positions (padding rows have -1) for table lookups.
+  ValueId clamped_positions(ValueId positions);
+  ValueId positions_table() const { return positions_table_; }
+
+ private:
+  ValueId weight(const std::string& name, const runtime::Shape& shape);
+  ValueId layer_weight(int64_t layer, const std::string& suffix, const runtime::Shape& shape);
+  ValueId scalar(double value, runtime::DType dtype);
+  ValueId rotate(ValueId x, ValueId cos, ValueId sin, int64_t heads, int64_t rows);
+  // Scores [..., n] scaled, masked where `keep` is false, softmax in f32, back in the model dtype.
+  ValueId masked_softmax(ValueId scores, ValueId keep);
+  ValueId conv1d(ValueId x, int64_t layer, const std::string& module, int64_t in, int64_t out);
+
+  compiler::ir::ProgramBuilder& b_;
+  const DecoderConfig& config_;
+  CacheShape cache_;
+  runtime::DType dtype_;
+  ValueId positions_table_ = compiler::ir::kNoValue;
+  ValueId rope_cos_ = compiler::ir::kNoValue;
+  ValueId rope_sin_ = compiler::ir::kNoValue;
+};
+
+}  // namespace grove::serving::llm

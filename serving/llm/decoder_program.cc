@@ -1,0 +1,108 @@
+#include "serving/llm/decoder_program.h"
+
+#include "compiler/ir/builder.h"
+#include "runtime/error.h"
+#include "serving/llm/decoder_layers.h"
+
+namespace grove::serving::llm {
+
+namespace {
+
+using compiler::ir::ProgramBuilder;
+using compiler::ir::zeros_init;
+using runtime::DType;
+
+void check_cache(const DecoderConfig& config, const CacheShape& cache) {
+  GROVE_CHECK(cache.slots > 0 && cache.max_seq_len > 0, "KV cache of ", cache.slots, " slots x ",
+              cache.max_seq_len, " positions: both must be positive");
+  GROVE_CHECK(cache.max_seq_len <= config.max_position_embeddings, "KV cache of ",
+              cache.max_seq_len, " positions exceeds the model's max_position_embeddings ",
+              config.max_position_embeddings, "; lower max_seq_len");
+}
+
+struct LayerCaches {
+  ValueId key;
+  ValueId value;
+};
+
+LayerCaches declare_caches(ProgramBuilder& b, const DecoderConfig& config, int64_t layer,
+                           int64_t slots, int64_t max_seq_len) {
+  runtime::Shape shape{slots, config.num_kv_heads, max_seq_len, config.head_dim()};
+  return {b.buffer(key_cache_name(layer), shape, config.dtype, zeros_init()),
+          b.buffer(value_cache_name(layer), shape, config.dtype, zeros_init())};
+}
+
+}  // namespace
+
+std::string key_cache_name(int64_t layer) {
+  return str_cat("grove.llm.layers.", layer, ".key_cache");
+}
+std::string value_cache_name(int64_t layer) {
+  return str_cat("grove.llm.layers.", layer, ".value_cache");
+}
+bool is_cache_name(const std::string& name) {
+  return name.starts_with("grove.llm.layers.") &&
+         (name.ends_with(".key_cache") || name.ends_with(".value_cache"));
+}
+bool is_grove_state_name(const std::string& name) { return name.starts_with("grove."); }
+
+compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,
+                                            int64_t prompt_length, runtime::Device device) {
+  config.verify();
+  check_cache(config, cache);
+  GROVE_CHECK(prompt_length > 0 && prompt_length <= cache.max_seq_len, "prefill bucket of ",
+              prompt_length, " tokens must lie in [1, ", cache.max_seq_len,
+              "] (the cache's positions)");
+  ProgramBuilder b(str_cat(architecture_name(config.architecture), "_prefill_", prompt_length),
+                   device);
+  ValueId ids = b.input("input_ids", {prompt_length}, DType::kI64);
+  ValueId last_index = b.input("last_index", {1}, DType::kI64);
+  ValueId slot = b.input("slot", {1}, DType::kI64);
+  DecoderLayers layers(b, config, cache);
+  ValueId positions = b.slice(layers.positions_table(), 0, 0, prompt_length);
+  ValueId x = layers.embed(ids, positions);
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    LayerCaches caches = declare_caches(b, config, layer, cache.slots, cache.max_seq_len);
+    QueryKeyValue qkv =
+        layers.project(layers.block_norm(x, layer, 1), layer, positions, prompt_length);
+    layers.write_prompt(caches.key, qkv.key, slot, last_index, prompt_length,
+                        str_cat("write_key_", layer));
+    layers.write_prompt(caches.value, qkv.value, slot, last_index, prompt_length,
+                        str_cat("write_value_", layer));
+    x = b.add(x, layers.output_projection(layers.prompt_attention(qkv, prompt_length), layer));
+    x = b.add(x, layers.mlp(layers.block_norm(x, layer, 2), layer));
+  }
+  ValueId last = b.embedding(x, last_index, "last_token");  // [1, hidden]
+  b.output(layers.lm_head(layers.final_norm(last)));
+  return b.build();
+}
+
+compiler::ir::Program build_decode_program(const DecoderConfig& config, const CacheShape& cache,
+                                           int64_t batch, runtime::Device device) {
+  config.verify();
+  check_cache(config, cache);
+  GROVE_CHECK(batch > 0 && batch <= cache.slots, "decode bucket of ", batch,
+              " rows must lie in [1, ", cache.slots, "] (the cache's slots)");
+  ProgramBuilder b(str_cat(architecture_name(config.architecture), "_decode_", batch), device);
+  ValueId ids = b.input("input_ids", {batch}, DType::kI64);
+  ValueId positions = b.input("positions", {batch}, DType::kI64);
+  DecoderLayers layers(b, config, cache);
+  ValueId lookup = layers.clamped_positions(positions);
+  ValueId x = layers.embed(ids, lookup);
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    // Note [KV cache in static buffers]: rows 0..batch-1 are slots 0..batch-1.
+    LayerCaches caches = declare_caches(b, config, layer, batch, cache.max_seq_len);
+    QueryKeyValue qkv = layers.project(layers.block_norm(x, layer, 1), layer, lookup, batch);
+    ValueId keys =
+        layers.write_step(caches.key, qkv.key, positions, batch, str_cat("write_key_", layer));
+    ValueId values = layers.write_step(caches.value, qkv.value, positions, batch,
+                                       str_cat("write_value_", layer));
+    ValueId attended = layers.cache_attention(qkv.query, keys, values, positions, batch);
+    x = b.add(x, layers.output_projection(attended, layer));
+    x = b.add(x, layers.mlp(layers.block_norm(x, layer, 2), layer));
+  }
+  b.output(layers.lm_head(layers.final_norm(x)));
+  return b.build();
+}
+
+}  // namespace grove::serving::llm

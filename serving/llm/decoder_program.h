@@ -1,0 +1,61 @@
+// The grove Programs of a decoder-only language model over a KV cache held in
+// static device buffers: one prefill program per prompt-length bucket and one
+// decode program per batch bucket. Weights are params named as in the Hugging
+// Face checkpoint; the cache and grove's tables are state named "grove.llm.*".
+//
+//   Program prefill = build_prefill_program(config, cache, 16, device);
+//     inputs: input_ids i64 [16] (padded), last_index i64 [1], slot i64 [1]
+//     output: logits f32 [1, vocab] of the token at last_index
+//   Program decode = build_decode_program(config, cache, 4, device);
+//     inputs: input_ids i64 [4], positions i64 [4] (-1: a padding row)
+//     output: logits f32 [4, vocab]
+//
+// Note [KV cache in static buffers]
+// Each layer's keys and values live in two buffers of shape
+// [slots, kv_heads, max_seq_len, head_dim] that every program writes in place
+// through copy_into, so to the tree manager they are static inputs mutated by
+// the graph (ARCHITECTURE.md 4.4 (b)): never copied, replayed as recorded.
+// A decode program for batch bucket b declares its cache as [b, ...] and is
+// bound to the first b slots of the full cache (a contiguous view at the same
+// address), so decode row i is slot i and no gather of the cache is needed.
+// The write at a request's position is a masked in-place update of the cache
+// (where(position == t, new, old)); a position of -1 matches no t, so padding
+// rows write nothing and attend to nothing they could disturb, and prefill
+// with slot -1 (warm-up) writes nothing either. A prefill writes the prompt's
+// positions of its slot and zeros after them. The masked update rewrites the
+// bucket's whole cache each step (O(rows * max_seq_len) per layer, like the
+// attention's masked read): grove has no scatter op yet that would write one
+// position. Tests:
+// DecoderGraphs.DecodeWritesTheCacheInPlaceWithoutCopies,
+// DecoderGraphs.WarmUpLeavesTheCacheUntouched (tests/serving/llm/decoder_test.cc).
+#pragma once
+
+#include <string>
+
+#include "compiler/ir/program.h"
+#include "serving/llm/decoder_config.h"
+
+namespace grove::serving::llm {
+
+// The cache every program of one model shares.
+struct CacheShape {
+  int64_t slots = 1;        // requests that can hold a cache at once (the largest batch bucket)
+  int64_t max_seq_len = 1;  // positions per request (prompt and generated tokens)
+};
+
+// Names of grove's own state in decoder programs (never read from checkpoints).
+inline constexpr const char* kPositionsTable = "grove.llm.positions";  // i64 [max_seq_len]: 0..T-1
+inline constexpr const char* kSlotsTable = "grove.llm.slots";          // i64 [slots]: 0..S-1
+inline constexpr const char* kRopeCos = "grove.llm.rope_cos";  // [max_seq_len, head_dim] (LLaMA)
+inline constexpr const char* kRopeSin = "grove.llm.rope_sin";
+std::string key_cache_name(int64_t layer);    // "grove.llm.layers.N.key_cache"
+std::string value_cache_name(int64_t layer);  // "grove.llm.layers.N.value_cache"
+bool is_cache_name(const std::string& name);
+bool is_grove_state_name(const std::string& name);  // starts with "grove."
+
+compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,
+                                            int64_t prompt_length, runtime::Device device);
+compiler::ir::Program build_decode_program(const DecoderConfig& config, const CacheShape& cache,
+                                           int64_t batch, runtime::Device device);
+
+}  // namespace grove::serving::llm

@@ -1,0 +1,100 @@
+#include "serving/llm/decoder_state.h"
+
+#include <cmath>
+
+#include "compiler/backends/compile.h"
+#include "runtime/error.h"
+
+namespace grove::serving::llm {
+
+DecoderState::DecoderState(const DecoderConfig& config, const CacheShape& cache,
+                           runtime::Device device)
+    : config_(config), cache_(cache), device_(device) {
+  // The one-token prefill program declares every weight, table and the full cache.
+  compiler::ir::Program program = build_prefill_program(config_, cache_, 1, device_);
+  for (const compiler::ir::Value& value : program.values()) {
+    if (!value.is_persistent()) continue;
+    tensors_.emplace(value.name, compiler::backends::initial_tensor(value, device_));
+  }
+  fill_tables();
+}
+
+void DecoderState::fill_tables() {
+  std::vector<int64_t> positions(static_cast<size_t>(cache_.max_seq_len));
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
+  tensors_.at(kPositionsTable).copy_from_host(positions.data());
+  std::vector<int64_t> slots(static_cast<size_t>(cache_.slots));
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int64_t>(i);
+  tensors_.at(kSlotsTable).copy_from_host(slots.data());
+  if (config_.architecture != Architecture::kLlama) return;
+  // As HF's LlamaRotaryEmbedding: inv_freq in f32, angles t * inv_freq in f32,
+  // cos/sin of [angles, angles], then the model dtype.
+  const int64_t d = config_.head_dim();
+  const int64_t half = d / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(d);
+    inv_freq[static_cast<size_t>(i)] =
+        1.0f / std::pow(static_cast<float>(config_.rope_theta), exponent);
+  }
+  const runtime::DType dtype = config_.dtype;
+  const size_t element = runtime::dtype_size(dtype);
+  std::vector<uint8_t> cos_bytes(static_cast<size_t>(cache_.max_seq_len * d) * element);
+  std::vector<uint8_t> sin_bytes(cos_bytes.size());
+  for (int64_t t = 0; t < cache_.max_seq_len; ++t) {
+    for (int64_t j = 0; j < d; ++j) {
+      float angle = static_cast<float>(t) * inv_freq[static_cast<size_t>(j % half)];
+      size_t at = static_cast<size_t>(t * d + j) * element;
+      runtime::store_element(cos_bytes.data() + at, dtype, std::cos(angle));
+      runtime::store_element(sin_bytes.data() + at, dtype, std::sin(angle));
+    }
+  }
+  tensors_.at(kRopeCos).copy_from_host(cos_bytes.data());
+  tensors_.at(kRopeSin).copy_from_host(sin_bytes.data());
+}
+
+runtime::Tensor DecoderState::bind(const compiler::ir::Value& value) const {
+  auto found = tensors_.find(value.name);
+  GROVE_CHECK(found != tensors_.end(), "decoder state has no tensor '", value.name,
+              "' for the program; the program and the state come from different configs");
+  const runtime::Tensor& tensor = found->second;
+  if (tensor.shape() == value.type.shape) return tensor;
+  GROVE_CHECK(is_cache_name(value.name) && value.type.shape.size() == 4 &&
+                  value.type.shape[0] <= tensor.shape()[0],
+              "decoder state tensor '", value.name, "' is ", tensor.str(),
+              " but the program declares ", value.type.str());
+  // Note [KV cache in static buffers]: the first b slots, same address.
+  return tensor.slice(0, 0, value.type.shape[0]);
+}
+
+const runtime::Tensor& DecoderState::tensor(const std::string& name) const {
+  auto found = tensors_.find(name);
+  GROVE_CHECK(found != tensors_.end(), "decoder state has no tensor '", name, "'");
+  return found->second;
+}
+
+std::vector<std::string> DecoderState::weight_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : tensors_) {
+    if (!is_grove_state_name(name)) names.push_back(name);
+  }
+  return names;
+}
+
+uint64_t DecoderState::weight_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [name, tensor] : tensors_) {
+    if (!is_grove_state_name(name)) total += tensor.nbytes();
+  }
+  return total;
+}
+
+uint64_t DecoderState::cache_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [name, tensor] : tensors_) {
+    if (is_cache_name(name)) total += tensor.nbytes();
+  }
+  return total;
+}
+
+}  // namespace grove::serving::llm

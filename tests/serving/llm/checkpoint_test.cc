@@ -1,0 +1,137 @@
+// config.json parsing and Hugging Face checkpoints into a DecoderState: the
+// names, the shapes, dtype conversion, GPT-2's prefix-less names, and refusals
+// that name the tensor or key (serving/llm/decoder_config.h, decoder_state.h).
+#include <gtest/gtest.h>
+
+#include "compiler/weights/safetensors.h"
+#include "runtime/device.h"
+#include "serving/llm/decoder_state.h"
+#include "tests/serving/llm/llm_test_util.h"
+
+namespace grove::serving::llm {
+namespace {
+
+using compiler::weights::SafetensorsFile;
+using compiler::weights::TensorToWrite;
+using runtime::DType;
+
+constexpr const char* kLlamaJson = R"({
+  "model_type": "llama", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 48,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+  "eos_token_id": 2, "hidden_act": "silu", "rope_scaling": null})";
+
+// The state's weights as a checkpoint: names mapped by `rename`, dtype `dtype`.
+std::vector<TensorToWrite> checkpoint_of(const DecoderState& state, DType dtype,
+                                         const std::string& strip_prefix = "") {
+  std::vector<TensorToWrite> tensors;
+  for (const std::string& name : state.weight_names()) {
+    const runtime::Tensor& tensor = state.tensor(name);
+    TensorToWrite out;
+    out.name = name.starts_with(strip_prefix) ? name.substr(strip_prefix.size()) : name;
+    out.dtype = dtype;
+    out.shape.assign(tensor.shape().begin(), tensor.shape().end());
+    std::vector<double> values = tensor.to_doubles();
+    out.bytes.resize(values.size() * runtime::dtype_size(dtype));
+    for (size_t i = 0; i < values.size(); ++i) {
+      runtime::store_element(out.bytes.data() + i * runtime::dtype_size(dtype), dtype, values[i]);
+    }
+    tensors.push_back(std::move(out));
+  }
+  return tensors;
+}
+
+SafetensorsFile file_of(const std::vector<TensorToWrite>& tensors) {
+  return SafetensorsFile::from_bytes(compiler::weights::encode_safetensors(tensors), "test");
+}
+
+CacheShape small_cache() { return {.slots = 2, .max_seq_len = 16}; }
+
+TEST(DecoderConfig, ParsesLlamaConfigJson) {
+  DecoderConfig config = DecoderConfig::parse(kLlamaJson, "config.json");
+  EXPECT_EQ(config.architecture, Architecture::kLlama);
+  EXPECT_EQ(config.head_dim(), 8);
+  EXPECT_EQ(config.query_groups(), 2);
+  EXPECT_EQ(config.dtype, DType::kBF16);
+  EXPECT_EQ(config.eos_token_id.value_or(-1), 2);
+  EXPECT_FALSE(config.tie_word_embeddings);
+}
+
+TEST(DecoderConfig, RefusesWhatItDoesNotImplementByName) {
+  auto message = [](const std::string& json) {
+    try {
+      DecoderConfig::parse(json, "config.json");
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(R"({"model_type": "mistral"})").find("\"mistral\""), std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "llama", "vocab_size": 10})").find("hidden_size"),
+            std::string::npos);
+  std::string scaled = kLlamaJson;
+  scaled.replace(scaled.find("\"rope_scaling\": null"), 20, "\"rope_scaling\": {\"factor\": 2}");
+  EXPECT_NE(message(scaled).find("rope_scaling"), std::string::npos);
+}
+
+TEST(Checkpoint, LoadsConvertingF32IntoABf16Model) {
+  DecoderConfig config = testing::tiny_config(Architecture::kLlama, DType::kBF16);
+  DecoderState source(config, small_cache(), runtime::kSimDevice);
+  testing::fill_random_weights(source, 5);
+  DecoderState target(config, small_cache(), runtime::kSimDevice);
+  load_checkpoint(target, file_of(checkpoint_of(source, DType::kF32)));
+  for (const std::string& name : source.weight_names()) {
+    EXPECT_EQ(target.tensor(name).to_doubles(), source.tensor(name).to_doubles()) << name;
+  }
+}
+
+TEST(Checkpoint, Gpt2NamesWithoutTheTransformerPrefixLoad) {
+  DecoderConfig config = testing::tiny_config(Architecture::kGpt2, DType::kF32);
+  DecoderState source(config, small_cache(), runtime::kSimDevice);
+  testing::fill_random_weights(source, 6);
+  DecoderState target(config, small_cache(), runtime::kSimDevice);
+  std::vector<TensorToWrite> tensors = checkpoint_of(source, DType::kF32, "transformer.");
+  // HF GPT-2 files may carry the causal-mask buffer; it is not a weight.
+  tensors.push_back({.name = "h.0.attn.bias",
+                     .dtype = DType::kF32,
+                     .shape = {1},
+                     .bytes = std::vector<uint8_t>(4)});
+  load_checkpoint(target, file_of(tensors));
+  EXPECT_EQ(target.tensor("transformer.wte.weight").to_doubles(),
+            source.tensor("transformer.wte.weight").to_doubles());
+}
+
+TEST(Checkpoint, MismatchesAreNamedAndNothingIsCopied) {
+  DecoderConfig config = testing::tiny_config(Architecture::kLlama, DType::kF32);
+  DecoderState source(config, small_cache(), runtime::kSimDevice);
+  testing::fill_random_weights(source, 7);
+  DecoderState target(config, small_cache(), runtime::kSimDevice);
+  auto refusal = [&](std::vector<TensorToWrite> tensors) {
+    try {
+      load_checkpoint(target, file_of(tensors));
+    } catch (const compiler::weights::WeightsFormatError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  std::vector<TensorToWrite> missing = checkpoint_of(source, DType::kF32);
+  std::erase_if(missing, [](const TensorToWrite& t) { return t.name == "model.norm.weight"; });
+  EXPECT_NE(refusal(missing).find("lacks tensor 'model.norm.weight'"), std::string::npos);
+  std::vector<TensorToWrite> extra = checkpoint_of(source, DType::kF32);
+  extra.push_back({.name = "model.layers.9.mlp.up_proj.weight",
+                   .dtype = DType::kF32,
+                   .shape = {1},
+                   .bytes = std::vector<uint8_t>(4)});
+  EXPECT_NE(refusal(extra).find("model.layers.9.mlp.up_proj.weight"), std::string::npos);
+  std::vector<TensorToWrite> reshaped = checkpoint_of(source, DType::kF32);
+  for (TensorToWrite& t : reshaped) {
+    if (t.name == "lm_head.weight") t.shape = {t.shape[1], t.shape[0]};
+  }
+  EXPECT_NE(refusal(reshaped).find("'lm_head.weight' is [32, 97]"), std::string::npos);
+  for (float value : target.tensor("model.embed_tokens.weight").to_vector<float>()) {
+    ASSERT_EQ(value, 0.0f);
+  }
+}
+
+}  // namespace
+}  // namespace grove::serving::llm

@@ -1,0 +1,104 @@
+"""`grove generate` on sim against plain-PyTorch LLaMA and GPT-2 (Hugging Face
+names and layouts, random weights, checkpoints written by grove_weights):
+logits of every step and greedy tokens, f32 and bf16, through the recorded
+prefill and decode graphs of the cudagraphs backend and through eager."""
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+import grove_weights
+import junit_main
+import reference_decoders as ref
+
+RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", ""), "grove")
+GROVE = os.path.join(RUNFILES, "cli", "grove")
+PROMPT = [5, 17, 3, 88, 41, 9, 60]
+STEPS = 8
+SEED = 38
+
+
+def run_grove(directory, backend, extra=()):
+    logits_path = os.path.join(directory, "logits_%s.safetensors" % backend)
+    out = subprocess.run(
+        [GROVE, "generate", directory, "--device", "sim", "--backend", backend,
+         "--prompt-ids", ",".join(map(str, PROMPT)), "--max-tokens", str(STEPS),
+         "--max-seq-len", "32", "--batch-buckets", "1,2,4", "--ignore-eos",
+         "--logits-out", logits_path, *extra],
+        capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise AssertionError("grove generate failed (seed %d): %s" % (SEED, out.stderr))
+    tokens = [int(t) for t in out.stdout.strip().splitlines()[0].split(",")]
+    return tokens, grove_weights.load_file(logits_path)["logits"]
+
+
+class GenerateMatchesReference(unittest.TestCase):
+    def check(self, config, tolerance, tie_margin):
+        model = ref.make_model(config, SEED)
+        expected_tokens, expected_logits = ref.greedy(model, PROMPT, STEPS)
+        expected_logits = expected_logits.float().numpy()
+        with tempfile.TemporaryDirectory() as directory:
+            ref.write_checkpoint(model, config, directory)
+            for backend in ("cudagraphs", "eager"):
+                tokens, logits = run_grove(directory, backend)
+                self.assertEqual(logits.shape, expected_logits.shape)
+                for step in range(STEPS):
+                    worst = float(np.abs(logits[step] - expected_logits[step]).max())
+                    self.assertLessEqual(worst, tolerance, "%s %s step %d (seed %d)" % (
+                        config["model_type"], backend, step, SEED))
+                    top2 = np.sort(expected_logits[step])[-2:]
+                    if top2[1] - top2[0] <= tie_margin:
+                        break  # a near tie: later tokens may legitimately differ
+                    self.assertEqual(tokens[step], expected_tokens[step], "%s %s step %d" % (
+                        config["model_type"], backend, step))
+
+    def test_llama_f32(self):
+        self.check(ref.llama_config("float32"), 2e-3, 4e-3)
+
+    def test_gpt2_f32(self):
+        self.check(ref.gpt2_config("float32"), 2e-3, 4e-3)
+
+    def test_llama_bf16(self):
+        self.check(ref.llama_config("bfloat16"), 1.0, 0.5)
+
+    def test_gpt2_bf16(self):
+        self.check(ref.gpt2_config("bfloat16"), 1.0, 0.5)
+
+    def test_batched_prompts_give_each_prompt_its_own_tokens(self):
+        config = ref.llama_config("float32")
+        model = ref.make_model(config, SEED)
+        prompts = [PROMPT, [7, 7, 1], [90, 2, 33, 4, 5, 6, 7, 8, 9, 10, 11]]
+        with tempfile.TemporaryDirectory() as directory:
+            ref.write_checkpoint(model, config, directory)
+            out = subprocess.run(
+                [GROVE, "generate", directory, "--device", "sim", "--prompt-ids",
+                 ";".join(",".join(map(str, p)) for p in prompts), "--max-tokens", "5",
+                 "--max-seq-len", "32", "--batch-buckets", "1,2,4", "--ignore-eos"],
+                capture_output=True, text=True, timeout=600)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            lines = out.stdout.strip().splitlines()
+            for prompt, line in zip(prompts, lines):
+                expected, _ = ref.greedy(model, prompt, 5)
+                self.assertEqual([int(t) for t in line.split(",")], expected)
+
+    def test_checkpoint_missing_a_tensor_is_refused_by_name(self):
+        config = ref.llama_config("float32")
+        model = ref.make_model(config, SEED)
+        with tempfile.TemporaryDirectory() as directory:
+            ref.write_checkpoint(model, config, directory)
+            state = {k: v for k, v in model.state_dict().items()
+                     if k != "model.layers.1.mlp.up_proj.weight"}
+            grove_weights.save_file(state, os.path.join(directory, "model.safetensors"))
+            out = subprocess.run([GROVE, "generate", directory, "--device", "sim",
+                                  "--prompt-ids", "1,2", "--max-seq-len", "16"],
+                                 capture_output=True, text=True, timeout=600)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn("model.layers.1.mlp.up_proj.weight", out.stderr)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(SEED)
+    junit_main.main()

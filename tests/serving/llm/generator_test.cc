@@ -1,0 +1,141 @@
+// The Generator's continuous batching on sim: requests join and leave between
+// decode steps and get the tokens they get alone (greedy and seeded sampling),
+// slots are freed when requests end, EOS and max tokens stop a request
+// (Note [Continuous batching steps], Note [Sampling draws]).
+#include "serving/llm/generator.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/device.h"
+#include "tests/serving/llm/llm_test_util.h"
+
+namespace grove::serving::llm {
+namespace {
+
+constexpr uint64_t kSeed = 83;
+
+std::unique_ptr<Decoder> tiny_decoder() {
+  DecoderOptions options;
+  options.device = runtime::kSimDevice;
+  options.max_seq_len = 32;
+  options.batch_buckets = {1, 2, 4};
+  options.prompt_buckets = {8, 16};
+  auto decoder = std::make_unique<Decoder>(
+      testing::tiny_config(Architecture::kLlama, runtime::DType::kF32), options);
+  testing::fill_random_weights(decoder->state(), kSeed);
+  decoder->warm_up();
+  return decoder;
+}
+
+GenerationRequest request(std::vector<int64_t> prompt, int64_t max_new_tokens,
+                          SamplingParams sampling = {}) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_new_tokens = max_new_tokens;
+  r.sampling = sampling;
+  return r;
+}
+
+std::vector<GenerationRequest> mixed_requests() {
+  SamplingParams hot{.temperature = 0.9, .top_k = 20, .top_p = 0.9, .seed = 5};
+  SamplingParams warm{.temperature = 0.7, .top_k = 0, .top_p = 1, .seed = 6};
+  return {request({1, 2, 3}, 6), request({40, 41, 42, 43, 44, 45, 46, 47, 48, 49}, 3, hot),
+          request({7}, 9, warm), request({90, 3, 3, 12, 55}, 4),
+          request({13, 14}, 5, hot)};  // five requests, four slots: one waits
+}
+
+TEST(Generator, RequestsGetTheSameTokensAloneAsInAnyBatch) {
+  auto decoder = tiny_decoder();
+  std::vector<std::vector<int64_t>> alone;
+  {
+    Generator generator(*decoder);
+    for (const GenerationRequest& r : mixed_requests()) alone.push_back(generator.generate(r));
+  }
+  Generator generator(*decoder);
+  std::vector<RequestId> ids;
+  std::vector<GenerationRequest> requests = mixed_requests();
+  // Two join at once, one joins after two steps, the rest after four.
+  ids.push_back(generator.submit(requests[0]));
+  ids.push_back(generator.submit(requests[1]));
+  generator.step();
+  generator.step();
+  ids.push_back(generator.submit(requests[2]));
+  generator.step();
+  generator.step();
+  ids.push_back(generator.submit(requests[3]));
+  ids.push_back(generator.submit(requests[4]));
+  while (!generator.idle()) generator.step();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(generator.result(ids[i]).tokens, alone[i]) << "request " << i << " seed " << kSeed;
+    EXPECT_EQ(generator.result(ids[i]).finish, FinishReason::kLength);
+    EXPECT_EQ(static_cast<int64_t>(alone[i].size()), requests[i].max_new_tokens);
+  }
+  EXPECT_EQ(generator.slots_in_use(), 0);
+  // Some steps ran three rows, padded to the bucket of four.
+  EXPECT_GT(generator.stats().rows_per_step.count(3), 0u);
+  EXPECT_GT(generator.stats().steps_per_bucket.count(4), 0u);
+  // No bucket recorded again while requests came and went.
+  nlohmann::json tree = nlohmann::json::parse(decoder->backend_stats()).at("tree");
+  EXPECT_EQ(tree.at("recordings").get<int64_t>(), 3 + 2) << tree.dump();
+}
+
+TEST(Generator, MoreRequestsThanSlotsWaitAndSlotsAreFreed) {
+  auto decoder = tiny_decoder();
+  Generator generator(*decoder);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 6; ++i) ids.push_back(generator.submit(request({i + 1, 2}, 3 + i % 3)));
+  generator.step();
+  EXPECT_EQ(generator.running(), 4);
+  EXPECT_EQ(generator.waiting(), 2);
+  EXPECT_EQ(generator.slots_in_use(), 4);
+  while (!generator.idle()) generator.step();
+  EXPECT_EQ(generator.slots_in_use(), 0);
+  for (RequestId id : ids) EXPECT_TRUE(generator.done(id));
+}
+
+TEST(Generator, StopsAtEosIncludingTheEosToken) {
+  auto decoder = tiny_decoder();
+  Generator generator(*decoder);
+  std::vector<int64_t> free_run = generator.generate(request({3, 1, 4, 1, 5}, 8));
+  GenerationRequest stopping = request({3, 1, 4, 1, 5}, 8);
+  stopping.eos_token_id = free_run[2];
+  RequestId id = generator.submit(stopping);
+  while (!generator.done(id)) generator.step();
+  // Stops at the first occurrence of the EOS token.
+  size_t first = std::find(free_run.begin(), free_run.end(), free_run[2]) - free_run.begin();
+  EXPECT_EQ(generator.result(id).tokens,
+            std::vector<int64_t>(free_run.begin(), free_run.begin() + first + 1));
+  EXPECT_EQ(generator.result(id).finish, FinishReason::kEos);
+  EXPECT_EQ(generator.slots_in_use(), 0);
+}
+
+TEST(Generator, CancelFreesTheSlotForAWaitingRequest) {
+  auto decoder = tiny_decoder();
+  Generator generator(*decoder);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(generator.submit(request({i + 1}, 20)));
+  generator.step();
+  EXPECT_EQ(generator.waiting(), 1);
+  generator.cancel(ids[1]);
+  EXPECT_EQ(generator.result(ids[1]).finish, FinishReason::kCancelled);
+  EXPECT_EQ(generator.slots_in_use(), 3);
+  generator.step();
+  EXPECT_EQ(generator.waiting(), 0);
+  EXPECT_EQ(generator.running(), 4);
+}
+
+TEST(Generator, RefusesRequestsThatCannotFitTheCache) {
+  auto decoder = tiny_decoder();
+  Generator generator(*decoder);
+  EXPECT_THROW(generator.submit(request({}, 4)), Error);
+  EXPECT_THROW(generator.submit(request({1, 2, 3}, 31)), Error);  // 3 + 31 - 1 > 32
+  EXPECT_THROW(generator.submit(request({1, 2, 3}, 0)), Error);
+  EXPECT_THROW(generator.submit(request({1000}, 2)), Error);  // outside the vocabulary
+  EXPECT_THROW(generator.submit(request({1}, 2, {.temperature = 1, .top_p = 0})), Error);
+  EXPECT_NO_THROW(generator.submit(request({1, 2, 3}, 30)));
+}
+
+}  // namespace
+}  // namespace grove::serving::llm
