@@ -126,8 +126,8 @@ def transformer_encoder(width=128, heads=4, layers=2):
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
 
-class WithCumsum(nn.Module):
-    """A model with an op grove does not take (cumsum) between two linears."""
+class WithCumprod(nn.Module):
+    """A model with an op grove does not take (cumprod) between two linears."""
 
     def __init__(self, width=128):
         super().__init__()
@@ -135,7 +135,8 @@ class WithCumsum(nn.Module):
         self.b = nn.Linear(width, width)
 
     def forward(self, x):
-        return self.b(torch.cumsum(torch.relu(self.a(x)), dim=-1) / math.sqrt(x.shape[-1]))
+        return self.b(torch.cumprod(1.0 + 0.01 * torch.tanh(self.a(x)), dim=-1)
+                      / math.sqrt(x.shape[-1]))
 
 
 def cases(device):

@@ -86,18 +86,18 @@ class GpuTorchBackendTest(unittest.TestCase):
                 print("%s: ops run in PyTorch: %s" % (name, sorted(unsupported) or "none"))
 
     def test_unsupported_op_runs_split_and_is_reported(self):
-        module = gpu_models.WithCumsum().cuda().eval()
-        self.check_model("with_cumsum", module, (torch.randn(8, 128, device="cuda"),),
-                         expect_unsupported=["aten.cumsum"])
+        module = gpu_models.WithCumprod().cuda().eval()
+        self.check_model("with_cumprod", module, (torch.randn(8, 128, device="cuda"),),
+                         expect_unsupported=["aten.cumprod"])
 
     def test_strict_raises_naming_the_op(self):
         import grove.torch
 
-        module = gpu_models.WithCumsum().cuda().eval()
+        module = gpu_models.WithCumprod().cuda().eval()
         torch._dynamo.reset()
         compiled = torch.compile(module, backend="grove", options={"strict": True},
                                  dynamic=False)
-        with self.assertRaisesRegex(Exception, "cumsum"):
+        with self.assertRaisesRegex(Exception, "cumprod"):
             with torch.no_grad():
                 compiled(torch.randn(8, 128, device="cuda"))
 
