@@ -62,12 +62,12 @@ done
 rank_formation() {
   local model=benchmarks/models/mlp16x512.json
   "$bin/grove" run "$model" --train --device cuda --backend cudagraphs --gpus "$gpus" \
-    --iters 20 --stats-json "$OUT/threads.json" || return 1
+    --batch "$batch" --iters 20 --stats-json "$OUT/threads.json" || return 1
   local port=$((29500 + RANDOM % 1000)) pids=() rank
   for rank in $(seq 0 $((gpus - 1))); do
     RANK=$rank WORLD_SIZE=$gpus LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       "$bin/grove" run "$model" --train --device cuda --backend cudagraphs --iters 20 \
-      --stats-json "$OUT/processes_$rank.json" &
+      --batch "$batch" --stats-json "$OUT/processes_$rank.json" &
     pids+=($!)
   done
   local failed=0
@@ -87,7 +87,8 @@ else:
     sys.exit(1)
 PY
 }
-export bin gpus OUT
+batch=${GROVE_RANK_BATCH:-32}  # rows per rank of the rank-formation run
+export bin gpus OUT batch
 wanted rank_formation && step rank_formation bash -c "$(declare -f rank_formation); rank_formation"
 tail -3 "$OUT/rank_formation.txt" 2>/dev/null
 cat "$OUT"/ddp_door_*.txt 2>/dev/null | grep -v Warning | tail -20
