@@ -60,8 +60,8 @@ SPLITTER_CANDIDATES = [
     ("flip", "aten.flip", lambda a: torch.flip(a, dims=[-1])),
     ("roll", "aten.roll", lambda a: torch.roll(a, shifts=1, dims=-1)),
     ("cumsum", "aten.cumsum", lambda a: torch.cumsum(a, dim=-1) * 0.1),
-    ("sort", "aten.sort", lambda a: torch.sort(a, dim=-1).values),
     ("cumprod", "aten.cumprod", lambda a: torch.cumprod(1.0 + 0.01 * torch.tanh(a), dim=-1)),
+    ("sort", "aten.sort", lambda a: torch.sort(a, dim=-1).values),
     ("cos", "aten.cos", torch.cos),
     ("sin", "aten.sin", torch.sin),
 ]
