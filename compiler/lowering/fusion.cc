@@ -162,6 +162,62 @@ void bound_fused_depth(const LoweringGraph& graph, std::vector<bool>& inlined) {
   }
 }
 
+// Note [Reductions read what they can index]: a reduction over several
+// non-unit dims merges them into one iteration dim (Note [Merged reduction
+// dims]), whose index kernels cannot split (no integer division). So its
+// inlined row expression may read a value only if it spans all the merged
+// dims or none of them, may hold a dropout only if they are adjacent, and no
+// embedding (Note [Row-major index through merged dims], kernel_assembly.cc).
+// Otherwise the row operand is materialized by its own kernel and the
+// reduction reads it whole. Found by the gradient fuzzer (seeds 20869, 21179:
+// a broadcast value read out of bounds, wrong gradients; 23279). Tests: the
+// gradient cases broadcast_operand_of_a_merged_reduction and
+// dropout_over_non_adjacent_dims (tests/compiler/autodiff/gradient_cases.cc).
+void keep_reductions_indexable(const LoweringGraph& graph, std::vector<bool>& inlined) {
+  for (const LoweringNode& node : graph.nodes()) {
+    if (node.node_class != NodeClass::kReduction) continue;
+    const int row = node.operands[0];
+    if (!inlined[static_cast<size_t>(row)]) continue;
+    const runtime::Shape& x = graph.value(row).type.shape;
+    std::vector<int64_t> merged;
+    for (int64_t d : reduction_plan(node).reduced_dims) {
+      if (x[static_cast<size_t>(d)] != 1) merged.push_back(d);
+    }
+    if (merged.size() < 2) continue;
+    bool adjacent = true;
+    for (size_t k = 1; k < merged.size(); ++k) {
+      for (int64_t d = merged[k - 1] + 1; d < merged[k]; ++d) {
+        adjacent = adjacent && x[static_cast<size_t>(d)] == 1;
+      }
+    }
+    bool indexable = true;
+    std::vector<int> pending = {row};
+    while (!pending.empty() && indexable) {
+      const LoweringNode& producer = graph.node(graph.value(pending.back()).producer);
+      pending.pop_back();
+      if (producer.node_class != NodeClass::kPointwise) continue;
+      if (producer.pointwise == PointwiseKind::kEmbedding ||
+          (producer.pointwise == PointwiseKind::kDropout && !adjacent)) {
+        indexable = false;
+      }
+      for (int operand : producer.operands) {
+        if (inlined[static_cast<size_t>(operand)]) {
+          pending.push_back(operand);
+          continue;
+        }
+        const runtime::Shape& shape = graph.value(operand).type.shape;
+        size_t spanned = 0;
+        for (int64_t d : merged) {
+          auto j = static_cast<int64_t>(shape.size()) - static_cast<int64_t>(x.size()) + d;
+          if (j >= 0 && shape[static_cast<size_t>(j)] == x[static_cast<size_t>(d)]) ++spanned;
+        }
+        indexable = indexable && (spanned == 0 || spanned == merged.size());
+      }
+    }
+    if (!indexable) inlined[static_cast<size_t>(row)] = false;
+  }
+}
+
 }  // namespace
 
 FusionPlan plan_fusion(const LoweringGraph& graph) {
@@ -182,6 +238,7 @@ FusionPlan plan_fusion(const LoweringGraph& graph) {
     }
   }
   bound_fused_depth(graph, plan.inlined);
+  keep_reductions_indexable(graph, plan.inlined);
   plan.is_root.assign(node_count, false);
   plan.members.assign(node_count, {});
   plan.reduction.assign(node_count, -1);

@@ -17,6 +17,8 @@
 //     shape (its epilogue), unless the reduction averages its rows
 //     (cross_entropy: two kernels);
 //   - a group holds at most one reduction; extra ones become roots;
+//   - a reduction over merged dims takes no prologue it could not index
+//     (Note [Reductions read what they can index] in fusion.cc);
 //   - a pointwise value read by several pointwise consumers of its shape that
 //     all belong to one group is inlined too (Note [Shared values inside one
 //     group] in fusion.cc).

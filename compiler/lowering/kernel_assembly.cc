@@ -171,8 +171,8 @@ int KernelAssembler::leaf(int value, const AccessMap& map) {
       iteration_strides(info.layout.shape, info.layout.strides, map, spec_.iteration_shape.size());
   if (!strides) throw NeedsRelayout{value, map};
   // Read through a merged dim it does not span, the value would be read out
-  // of its bounds: refuse rather than compute wrong numbers (the gradient
-  // fuzzer's seed 20869; DISABLED_SimGradientCheckKnownBug.*).
+  // of its bounds: fusion keeps such reads out of reductions (Note
+  // [Reductions read what they can index]); refuse any that slips through.
   GROVE_CHECK(tiles_iteration_dims(info.layout.shape, map, spec_.iteration_shape),
               "lowering: kernel '", spec_.name, "' would read '", info.name,
               "' broadcast across merged reduction dims, which grove cannot fuse yet (a grove "

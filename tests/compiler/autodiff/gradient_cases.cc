@@ -205,6 +205,18 @@ std::vector<GradientCase> make_cases() {
     ValueId x = b.buffer("x", {3, 2}, b.dtype, ir::normal_init(1, 5));
     return b.dropout(b.mul(x, p(b, "s", {})), 0.3, "drop");
   });
+  // Reductions over merged dims whose prologue reads a value broadcast across
+  // some of them, or holds a dropout over non-adjacent dims (Note [Reductions
+  // read what they can index]; the fuzzer's seeds 20869 and 23279).
+  add("broadcast_operand_of_a_merged_reduction", "mul", [](auto& b) {
+    ValueId x = b.buffer("x", {2, 5, 3}, b.dtype, ir::normal_init(1, 5));
+    ValueId factor = b.buffer("factor", {3}, b.dtype, ir::normal_init(1, 6));
+    return b.mul(factor, b.mul(p(b, "s", {}), b.exp(x)));
+  });
+  add("dropout_over_non_adjacent_dims", "dropout", [](auto& b) {
+    ValueId x = b.buffer("x", {4, 3, 5}, b.dtype, ir::normal_init(1, 5));
+    return b.dropout(b.mul(x, p(b, "s", {3, 1})), 0.5, "drop");
+  });
   add("copy_into_broadcast", "copy_into", [](auto& b) {
     ValueId destination = b.buffer("destination", {2, 3}, b.dtype, ir::normal_init(1, 3));
     return b.copy_into(destination, b.tanh(p(b, "x", {3})));

@@ -93,21 +93,6 @@ INSTANTIATE_TEST_SUITE_P(EveryDifferentiableOp, SimGradientCheck,
                            return info.param.name;
                          });
 
-// Found by the gradient fuzzer (seed 20869), open: the scalar's gradient is
-// one reduction over the merged dims of [2, 5, 3] whose operand multiplies by
-// x8 broadcast along the first two, which the kernel cannot index; the
-// lowering now refuses it (kernel_assembly.cc's leaf()) where it read x8 out
-// of bounds and gave a wrong gradient (seen with dropout(x1) for exp(x1)).
-// Enable once such reductions fuse.
-TEST(SimGradientCheckKnownBug, DISABLED_BroadcastOperandOfAMergedReduction) {
-  check_on_sim({"broadcast_operand_of_a_merged_reduction", "mul", [](CaseBuilder& b) {
-                  ir::ValueId x1 = b.buffer("x1", {2, 5, 3}, b.dtype, ir::normal_init(1, 5));
-                  ir::ValueId x8 = b.buffer("x8", {3}, b.dtype, ir::normal_init(1, 6));
-                  ir::ValueId s = b.param("s", {}, b.dtype, ir::zeros_init());
-                  return b.mul(x8, b.mul(s, b.exp(x1)));
-                }});
-}
-
 // A new op with a gradient rule fails here until it has a case in
 // gradient_cases.cc, so it cannot skip the check on sim.
 TEST(SimGradientCheckTable, EveryOpWithAGradientHasACase) {
