@@ -44,7 +44,9 @@ GROVE_OPS = [
     ("add", 2, lambda a, b: a + b),
     ("sub", 2, lambda a, b: a - b),
     ("mul", 2, lambda a, b: a * b),
-    ("where", 2, lambda a, b: torch.where(a > 0, a, b)),
+    # A threshold away from 0: a cancellation (the mean of a layer norm's
+    # output) leaves rounding noise around 0 whose sign decides nothing real.
+    ("where", 2, lambda a, b: torch.where(a > 0.25, a, b)),
     ("tanh", 1, torch.tanh),
     ("relu", 1, torch.relu),
     ("sigmoid", 1, torch.sigmoid),
@@ -52,7 +54,9 @@ GROVE_OPS = [
     ("scaled_exp", 1, lambda a: torch.exp(a * 0.1)),
     ("softmax", 1, lambda a: torch.softmax(a, dim=-1)),
     ("row_sum", 1, lambda a: a.sum(dim=-1, keepdim=True) * a / a.shape[-1]),
-    ("layer_norm", 1, lambda a: F.layer_norm(a, a.shape[-1:])),
+    # eps 0.1: a row that is nearly constant (softmax, then sigmoid) is not
+    # amplified past f32 rounding (seed 83635 differed by 1.2e-4 with 1e-5).
+    ("layer_norm", 1, lambda a: F.layer_norm(a, a.shape[-1:], eps=0.1)),
 ]
 MATMUL = "matmul"
 # Candidate ops for PyTorch to run; those with a converter are dropped.
