@@ -7,7 +7,6 @@ losses match torch's (rtol 1e-4, atol 1e-5) and cudagraphs equals eager
 bitwise. The 2-GPU run of the same (NCCL, torch.compile with DDP's graph
 splitting) needs a machine of two GPUs."""
 import os
-import socket
 import sys
 import tempfile
 import unittest
@@ -27,16 +26,12 @@ STEPS = 5
 SEED = 20261125
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def train_rank(rank, port, mode, out):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+def train_rank(rank, rendezvous, mode, out):
+    # A file rendezvous, not a TCP port: a port found free can be taken by a
+    # server another test starts meanwhile, and rank 1 then waits on it for
+    # good (a 60 s timeout in one full-suite run).
+    dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
+                            world_size=WORLD)
     try:
         import grove.training
 
@@ -70,7 +65,8 @@ class DistributedDataParallelTest(unittest.TestCase):
     def run_mode(self, mode):
         with tempfile.TemporaryDirectory() as folder:
             out = os.path.join(folder, "rank0.pt")
-            multiprocessing.spawn(train_rank, args=(free_port(), mode, out), nprocs=WORLD)
+            rendezvous = os.path.join(folder, "rendezvous")
+            multiprocessing.spawn(train_rank, args=(rendezvous, mode, out), nprocs=WORLD)
             return torch.load(out)
 
     def test_grove_modules_train_under_ddp_like_torch(self):
