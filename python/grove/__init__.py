@@ -18,6 +18,7 @@ import threading
 import weakref
 
 from grove import _capi
+from grove import dtypes
 from grove._calls import CallGate
 from grove._capi import GroveError, StaleOutputError
 
@@ -82,27 +83,11 @@ def _is_torch(value):
     return isinstance(value, _TENSOR_TYPE) and _TENSOR_TYPE is not type(None)
 
 
-_TORCH_DTYPES = None
-
-
 def _torch_dtype_codes():
-    global _TORCH_DTYPES
-    if _TORCH_DTYPES is None:
-        torch = _torch()
-        _TORCH_DTYPES = {
-            torch.float32: _capi.F32,
-            torch.float16: _capi.F16,
-            torch.bfloat16: _capi.BF16,
-            torch.int32: _capi.I32,
-            torch.int64: _capi.I64,
-            torch.bool: _capi.BOOL,
-            torch.float64: _capi.F64,
-        }
-    return _TORCH_DTYPES
+    return dtypes.torch_codes()
 
 
-_NUMPY_DTYPES = {"float32": _capi.F32, "float16": _capi.F16, "int32": _capi.I32,
-                 "int64": _capi.I64, "bool": _capi.BOOL, "float64": _capi.F64}
+_NUMPY_DTYPES = dtypes.NUMPY_CODES
 
 
 def _parse_device(device):

@@ -8,6 +8,8 @@ the header's layout exactly; the header only ever appends fields.
 import ctypes
 import os
 
+from grove import dtypes
+
 # The C API version this binding speaks (GROVE_CAPI_VERSION in capi/grove.h);
 # the library's is checked when it loads. Test: tests/python/capi_binding_test.py.
 CAPI_VERSION = 2
@@ -25,8 +27,9 @@ STATUS_NAMES = {
     9: "internal",
 }
 
-F32, F16, BF16, I32, I64, BOOL, F64 = range(7)
-DTYPE_NAMES = ["f32", "f16", "bf16", "i32", "i64", "bool", "f64"]
+F32, F16, BF16, I32, I64, BOOL, F64 = (dtypes.CODES[name] for name in
+                                        ("f32", "f16", "bf16", "i32", "i64", "bool", "f64"))
+DTYPE_NAMES = dtypes.NAMES
 DEVICE_CPU, DEVICE_SIM, DEVICE_CUDA = range(3)
 
 RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

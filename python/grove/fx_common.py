@@ -6,6 +6,8 @@ import operator
 import torch
 import torch.fx
 
+from grove import dtypes
+
 
 class Unsupported(Exception):
     """A node grove cannot take; it runs in PyTorch (or raises under strict)."""
@@ -15,21 +17,11 @@ class StrictModeError(RuntimeError):
     """strict=True and the graph holds an op grove does not take."""
 
 
-_DTYPES = {
-    torch.float32: "f32",
-    torch.float16: "f16",
-    torch.bfloat16: "bf16",
-    torch.int32: "i32",
-    torch.int64: "i64",
-    torch.bool: "bool",
-    torch.float64: "f64",
-}
-
-
 def dtype_name(dtype):
-    if dtype not in _DTYPES:
+    names = dtypes.torch_names()
+    if dtype not in names:
         raise Unsupported("dtype %s" % dtype)
-    return _DTYPES[dtype]
+    return names[dtype]
 
 
 def op_name(target):

@@ -17,8 +17,11 @@ One parameter group; every parameter must have a gradient at each step.
 import torch
 
 import grove
+from grove import dtypes
 
-_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+# The floating dtypes grove's optimizer programs take (grove/dtypes.py names them).
+_DTYPES = {dtype: name for dtype, name in dtypes.torch_names().items()
+           if name in ("f32", "f16", "bf16")}
 
 
 class _GroveOptimizer(torch.optim.Optimizer):

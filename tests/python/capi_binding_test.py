@@ -63,6 +63,15 @@ class CapiBindingTest(unittest.TestCase):
             self.assertIn(name, self.functions, "%s is in _capi.py but not in grove.h" % name)
             self.assertEqual(self.functions[name][0], "grove_status", name)
 
+    def test_the_dtype_table_holds_the_headers_dtype_codes(self):
+        from grove import dtypes
+
+        enum = dict((name.lower(), int(code)) for name, code in
+                    re.findall(r"GROVE_(F32|F16|BF16|I32|I64|BOOL|F64) = (\d+)", self.text))
+        self.assertEqual(enum, dtypes.CODES)
+        self.assertEqual([dtypes.NAMES[code] for code in sorted(enum.values())],
+                         sorted(enum, key=enum.get))
+
     def test_the_versions_agree_and_another_version_is_refused(self):
         version = int(re.search(r"#define GROVE_CAPI_VERSION (\d+)", self.text).group(1))
         self.assertEqual(version, _capi.CAPI_VERSION)
