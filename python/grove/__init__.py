@@ -83,13 +83,6 @@ def _is_torch(value):
     return isinstance(value, _TENSOR_TYPE) and _TENSOR_TYPE is not type(None)
 
 
-def _torch_dtype_codes():
-    return dtypes.torch_codes()
-
-
-_NUMPY_DTYPES = dtypes.NUMPY_CODES
-
-
 def _parse_device(device):
     text = str(device)
     kind, _, index = text.partition(":")
@@ -104,7 +97,7 @@ def describe(value, host_device, what, release=True):
     objects that must stay alive while the description is in use. Host memory
     is described as `host_device` (sim memory is host memory)."""
     if _is_torch(value):
-        codes = _torch_dtype_codes()
+        codes = dtypes.torch_codes()
         if value.dtype not in codes:
             raise TypeError("grove: %s has dtype %s, which grove does not take" % (what, value.dtype))
         dtype = codes[value.dtype]
@@ -121,9 +114,9 @@ def describe(value, host_device, what, release=True):
 
         array = value if isinstance(value, numpy.ndarray) else numpy.asarray(value)
         name = str(array.dtype)
-        if name not in _NUMPY_DTYPES:
+        if name not in dtypes.NUMPY_CODES:
             raise TypeError("grove: %s has dtype %s, which grove does not take" % (what, name))
-        dtype = _NUMPY_DTYPES[name]
+        dtype = dtypes.NUMPY_CODES[name]
         device = host_device
         size = array.itemsize
         if any(stride % size for stride in array.strides):
@@ -274,11 +267,12 @@ class Model:
         self._verify_twin = None
         self._calls_to_verify = verify_mode.verified_calls() if verify else 0
         self._verified_calls = 0
+        self._program_name = None  # for VerifyError's messages only
         if verify and backend != "eager" and stage == "inference":
             self._verify_twin = Model(program, backend="eager", device=device, dims=dims,
                                       params=params, verify=False)
-        self._program_name = (json.loads(text) if isinstance(program, str) else program).get(
-            "name", "?")
+            self._program_name = (json.loads(text) if isinstance(program, str)
+                                  else program).get("name", "?")
         self.backend = backend
         self.device = str(device)
         self._host_device = _parse_device(self.device)
@@ -666,11 +660,12 @@ class invocation:
         self.key = int(key or 0)
 
     def __enter__(self):
-        _capi.check(_capi.library().grove_invocation_begin(self.key))
+        # The torch door opens one around every call: the fast library.
+        _capi.check(_capi.fast_library().grove_invocation_begin(self.key))
         return self
 
     def __exit__(self, *exc):
-        _capi.check(_capi.library().grove_invocation_end())
+        _capi.check(_capi.fast_library().grove_invocation_end())
         return False
 
 

@@ -86,14 +86,18 @@ _fast = None
 
 def fast_library():
     """libgrove.so again through ctypes.PyDLL, with no argument conversion: the
-    per-call entry points (run_dlpack, dlpack_check) called with prepared
-    ctypes objects. PyDLL keeps the GIL during the call, which saves its
-    release and reacquisition (a grove call never waits on Python)."""
+    per-call entry points (run_dlpack, dlpack_check, and the invocation
+    around a door call) called with prepared ctypes objects. PyDLL keeps the
+    GIL during the call, which saves its release and reacquisition (a grove
+    call never waits on Python)."""
     global _fast
     if _fast is None:
         lib = ctypes.PyDLL(library()._name)
-        for name in ("grove_model_run_dlpack", "grove_dlpack_check"):
+        for name in ("grove_model_run_dlpack", "grove_dlpack_check", "grove_invocation_begin",
+                     "grove_invocation_end"):
             getattr(lib, name).restype = ctypes.c_int
+        lib.grove_invocation_begin.argtypes = [ctypes.c_uint64]
+        lib.grove_invocation_end.argtypes = []
         _fast = lib
     return _fast
 

@@ -159,9 +159,19 @@ def compile_program(program, args, mode, device):
 
 def run_program(seed, device="sim", counters=None):
     """Runs one random program in both modes; raises FuzzFailure naming the
-    seed, the program and the call that differs."""
+    seed, the program and the call that differs (any other error too)."""
     rng = random.Random(seed)
     program = Program(rng, inputs=rng.choice([1, 2, 3]), length=rng.randrange(6, 16))
+    try:
+        _run_in_both_modes(seed, rng, program, device, counters)
+    except FuzzFailure:
+        raise
+    except Exception as error:
+        raise FuzzFailure("door fuzz seed %d: %s: %s\n%s" % (
+            seed, type(error).__name__, error, program.describe())) from error
+
+
+def _run_in_both_modes(seed, rng, program, device, counters):
     width = rng.choice([16, 32, 64])
     torch.manual_seed(seed)
     target = "cuda" if device.startswith("cuda") else "cpu"
@@ -202,19 +212,6 @@ def run_program(seed, device="sim", counters=None):
         counters["programs"] += 1
 
 
-def run_program_named(seed, device="sim", counters=None):
-    """run_program, with any error raised as a FuzzFailure naming the seed."""
-    try:
-        run_program(seed, device, counters)
-    except FuzzFailure:
-        raise
-    except Exception as error:
-        rng = random.Random(seed)
-        program = Program(rng, inputs=rng.choice([1, 2, 3]), length=rng.randrange(6, 16))
-        raise FuzzFailure("door fuzz seed %d: %s: %s\n%s" % (
-            seed, type(error).__name__, error, program.describe())) from error
-
-
 def fuzz(seconds, device="sim", first_seed=0, max_programs=None):
     """Runs programs until `seconds` pass; returns the counters."""
     counters = {"programs": 0, "calls": 0, "seconds": 0.0, "first_seed": first_seed}
@@ -223,7 +220,7 @@ def fuzz(seconds, device="sim", first_seed=0, max_programs=None):
     while time.monotonic() - start < seconds:
         if max_programs is not None and counters["programs"] >= max_programs:
             break
-        run_program_named(seed, device, counters)
+        run_program(seed, device, counters)
         seed += 1
     counters["seconds"] = time.monotonic() - start
     return counters

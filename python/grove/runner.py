@@ -120,11 +120,7 @@ class GraphRunner:
         if self.verified_calls < self.calls_to_verify:
             call = self.verified_calls
             self.verified_calls += 1
-            checker = verify_mode.StepChecker(self, call)
-            if self.backend == "eager":
-                return self._run_steps(args, checker)
-            with grove.invocation():
-                return self._run_steps(args, checker)
+            return self._run_as_one_invocation(args, verify_mode.StepChecker(self, call))
         fast = self._fast
         if fast is not None:
             if fast["checks"] and not _static_inputs_in_place(args, fast):
@@ -147,13 +143,16 @@ class GraphRunner:
         return self.slow_call(*args)
 
     def slow_call(self, *args):
+        return self._run_as_one_invocation(args)
+
+    def _run_as_one_invocation(self, args, checker=None):
         if self.backend == "eager" or len(self.segments) < 2:
-            return self._run_steps(args)
+            return self._run_steps(args, checker)
         # Note [Invocations of several models]: the segments of one call are
         # one generation, so a later segment never reclaims the pool memory of
         # an earlier segment's output that it reads.
         with grove.invocation():
-            return self._run_steps(args)
+            return self._run_steps(args, checker)
 
     def _run_steps(self, args, checker=None):
         env = dict(self.constants)

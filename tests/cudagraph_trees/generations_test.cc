@@ -24,6 +24,15 @@ class TreeGenerations : public TreeTest {
         CompilationMode::kBackward));
   }
   FunctionId forward_, backward_;
+
+  // first(x) -> 2x; second(h) -> 4h: the first hands its output to the second.
+  void RegisterHandOff(TreeManager& trees) {
+    first_ = trees.register_function(
+        spec("first", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
+    second_ = trees.register_function(spec(
+        "second", [](const TensorList& in) { return TensorList{add(in[0], scale(in[0], 3.0f))}; }));
+  }
+  FunctionId first_, second_;
 };
 
 TEST_P(TreeGenerations, BackwardIsRecordedAsChildOfForwardAndSavedActivationsDieInIt) {
@@ -282,10 +291,8 @@ TEST_P(TreeGenerations, ASourceInsideAnotherInputsPlaceholderIsStaged) {
 TEST_P(TreeGenerations, CallsUnderOneOuterInvocationShareAGeneration) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId first = trees.register_function(
-      spec("first", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
-  FunctionId second = trees.register_function(spec(
-      "second", [](const TensorList& in) { return TensorList{add(in[0], scale(in[0], 3.0f))}; }));
+  RegisterHandOff(trees);
+  const FunctionId first = first_, second = second_;
   {
     // Without the invocation: the second call ends the generation and the
     // output it was handed is stale.
@@ -343,10 +350,8 @@ TEST_P(TreeGenerations, AnOuterInvocationKeyContinuesItsGenerationAcrossInvocati
 TEST_P(TreeGenerations, AnInputInReclaimedPoolMemoryThrows) {
   GROVE_SEEDED_RNG(rng);
   TreeManager& trees = make_manager();
-  FunctionId first = trees.register_function(
-      spec("first", [](const TensorList& in) { return TensorList{scale(in[0], 2.0f)}; }));
-  FunctionId second = trees.register_function(spec(
-      "second", [](const TensorList& in) { return TensorList{add(in[0], scale(in[0], 3.0f))}; }));
+  RegisterHandOff(trees);
+  const FunctionId first = first_, second = second_;
   Tensor x = random_tensor(rng, {256});
   Tensor h = trees.run(first, {x})[0];
   Tensor bare = runtime::external_tensor(h.data_ptr(), h.shape(), {}, h.dtype(), device(), {});
