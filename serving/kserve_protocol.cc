@@ -315,14 +315,16 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
   size_t binary_at = text_end;  // the next binary tensor's first byte
   // Note [Reading request data]; Note [Request memory bounded by the model].
   size_t max_values = 0;
-  bool all_f32 = true;
-  for (const RowSpec& spec : signature.inputs) {
+  std::optional<runtime::DType> data_as;  // the one datatype of every input, if any
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    const RowSpec& spec = signature.inputs[i];
     max_values +=
         static_cast<size_t>(max_batch) * static_cast<size_t>(runtime::shape_numel(spec.row_shape));
-    all_f32 = all_f32 && spec.dtype == runtime::DType::kF32;
+    if (i == 0) data_as = spec.dtype;
+    if (data_as != spec.dtype || spec.dtype == runtime::DType::kBool) data_as.reset();
   }
   RequestDocument read =
-      read_request_document(std::string_view(body.data(), text_end), max_values, all_f32);
+      read_request_document(std::string_view(body.data(), text_end), max_values, data_as);
   const json& document = read.json;
   GROVE_CHECK_AS(ProtocolError, document.is_object(),
                  "request body must be a JSON object with "
@@ -405,11 +407,11 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     HostRows& host = result.request.inputs[k];
     host.shape = shape;
     host.dtype = spec.dtype;
-    if (values->f32) {  // Note [Request memory bounded by the model]: the rows as read
-      GROVE_CHECK(values->f32_bytes.size() == static_cast<size_t>(count) * sizeof(float), where,
-                  ".data: ", values->f32_bytes.size(), " bytes of floats read for ", count,
-                  " values (an error in grove's request reader)");
-      host.bytes = std::move(values->f32_bytes);
+    if (values->as_rows) {  // Note [Request memory bounded by the model]: the rows as read
+      GROVE_CHECK(values->row_bytes.size() == static_cast<size_t>(count) * element_size, where,
+                  ".data: ", values->row_bytes.size(), " bytes read for ", count, " values of ",
+                  kserve_datatype(spec.dtype), " (an error in grove's request reader)");
+      host.bytes = std::move(values->row_bytes);
       continue;
     }
     host.bytes.resize(static_cast<size_t>(count) * element_size);
