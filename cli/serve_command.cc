@@ -46,7 +46,7 @@ struct ServeOptions {
   serving::ReplanConfig replan;  // period 0 unless --buckets auto...
   serving::ServerConfig server;
   serving::HttpConfig http;
-  int grpc_port = -1;  // --grpc-port; -1: no gRPC front
+  int grpc_port = -1;               // --grpc-port; -1: no gRPC front
   int64_t graph_memory_budget = 0;  // bytes; 0: none
 };
 

@@ -58,9 +58,8 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
   Impl(InferenceService& service, GrpcConfig config)
       : service(service),
         config(std::move(config)),
-        answer_pool(static_cast<size_t>(this->config.answer_threads > 0
-                                            ? this->config.answer_threads
-                                            : 2)) {}
+        answer_pool(static_cast<size_t>(
+            this->config.answer_threads > 0 ? this->config.answer_threads : 2)) {}
 
   // A ModelInfer between submit and its answer.
   struct InferCall {
@@ -124,8 +123,8 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
     call->received = Clock::now();
     try {
       call->parsed = parse_grpc_infer_request(*request, service.signature(), service.max_batch());
-      call->answer = service.submit_then(std::move(call->parsed.request),
-                                         [this, call] { arrive(call); });
+      call->answer =
+          service.submit_then(std::move(call->parsed.request), [this, call] { arrive(call); });
     } catch (const ProtocolError& error) {
       return finish(reactor, {grpc::StatusCode::INVALID_ARGUMENT, error.what()});
     } catch (const ShapeError& error) {
@@ -137,7 +136,8 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
     } catch (const ServerClosedError& error) {
       return finish(reactor, {grpc::StatusCode::UNAVAILABLE, error.what()});
     } catch (const std::exception& error) {
-      return finish(reactor, {grpc::StatusCode::INTERNAL, str_cat("internal error: ", error.what())});
+      return finish(reactor,
+                    {grpc::StatusCode::INTERNAL, str_cat("internal error: ", error.what())});
     }
     arrive(call);
     return reactor;
@@ -168,8 +168,7 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
       Response answer = call.answer.get();
       fill_grpc_infer_response(config.model_name, call.parsed, service.signature(), answer,
                                call.response);
-      request_latency.observe(
-          std::chrono::duration<double>(Clock::now() - call.received).count());
+      request_latency.observe(std::chrono::duration<double>(Clock::now() - call.received).count());
     } catch (const RequestCancelledError& error) {
       status = {grpc::StatusCode::UNAVAILABLE, error.what()};
     } catch (const std::exception& error) {
@@ -234,7 +233,8 @@ GrpcServer::GrpcServer(InferenceService& service, GrpcConfig config)
   builder.RegisterService(impl_.get());
   impl_->server = builder.BuildAndStart();
   GROVE_CHECK(impl_->server != nullptr && impl_->port != 0, "cannot serve gRPC on ", c.host, ":",
-              c.port, " (in use, or not an address of this machine); choose another --grpc-port "
+              c.port,
+              " (in use, or not an address of this machine); choose another --grpc-port "
               "or --host");
 }
 

@@ -71,8 +71,9 @@ HostRows rows_from_contents(const std::string& where, const InferTensorContents&
                                   "raw_input_contents"));
   }
   for (const char* given : typed_fields_given(contents)) {
-    GROVE_CHECK_AS(ProtocolError, std::strcmp(given, field) == 0, where, ".contents: ",
-                   kserve_datatype(dtype), " values go in ", field, ", found ", given);
+    GROVE_CHECK_AS(ProtocolError, std::strcmp(given, field) == 0, where,
+                   ".contents: ", kserve_datatype(dtype), " values go in ", field, ", found ",
+                   given);
   }
   switch (dtype) {
     case runtime::DType::kF32:
@@ -121,9 +122,9 @@ InferRequest parse_grpc_infer_request(const inference::ModelInferRequest& reques
     const std::string& bytes = request.raw_input_contents(i);
     const uint64_t expected =
         static_cast<uint64_t>(runtime::shape_numel(shape)) * runtime::dtype_size(spec.dtype);
-    GROVE_CHECK_AS(ProtocolError, bytes.size() == expected, "raw_input_contents[", i, "] (",
-                   where, "): ", bytes.size(), " bytes, but shape ", runtime::shape_str(shape),
-                   " of ", kserve_datatype(spec.dtype), " holds ", expected);
+    GROVE_CHECK_AS(ProtocolError, bytes.size() == expected, "raw_input_contents[", i, "] (", where,
+                   "): ", bytes.size(), " bytes, but shape ", runtime::shape_str(shape), " of ",
+                   kserve_datatype(spec.dtype), " holds ", expected);
     result.request.inputs[k] = rows_from_bytes(
         shape, spec.dtype, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }

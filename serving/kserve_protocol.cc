@@ -263,8 +263,8 @@ void InputChecks::datatype(const std::string& where, size_t input,
 void InputChecks::shape(const std::string& where, size_t input, const runtime::Shape& shape) {
   const std::string given = brief(json(std::vector<int64_t>(shape.begin(), shape.end())));
   for (int64_t size : shape) {
-    GROVE_CHECK_AS(ProtocolError, size >= 0 && size <= (int64_t{1} << 30), where, ".shape: ",
-                   given, " holds ", size, "; sizes are integers in [0, 2^30]");
+    GROVE_CHECK_AS(ProtocolError, size >= 0 && size <= (int64_t{1} << 30), where, ".shape: ", given,
+                   " holds ", size, "; sizes are integers in [0, 2^30]");
   }
   const runtime::Shape& expected_row = signature_.inputs.at(input).row_shape;
   GROVE_CHECK_AS(
@@ -278,8 +278,8 @@ void InputChecks::shape(const std::string& where, size_t input, const runtime::S
         return dims;
       }(),
       "], found ", given);
-  GROVE_CHECK_AS(ProtocolError, shape[0] >= 1 && shape[0] <= max_batch_, where, ".shape: ",
-                 shape[0], " rows is outside [1, ", max_batch_, "] (--max-batch)");
+  GROVE_CHECK_AS(ProtocolError, shape[0] >= 1 && shape[0] <= max_batch_, where,
+                 ".shape: ", shape[0], " rows is outside [1, ", max_batch_, "] (--max-batch)");
   GROVE_CHECK_AS(ProtocolError, rows_ < 0 || rows_ == shape[0], where, ".shape: ", shape[0],
                  " rows, but an earlier input has ", rows_, "; every input has the same rows");
   rows_ = shape[0];
@@ -436,8 +436,8 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
       GROVE_CHECK_AS(ProtocolError,
                      wanted.is_object() && wanted.contains("name") && wanted["name"].is_string(),
                      "outputs[", i, "]: expected {\"name\": ...}");
-      const size_t o =
-          requested_output(str_cat("outputs[", i, "]"), wanted["name"].get<std::string>(), signature);
+      const size_t o = requested_output(str_cat("outputs[", i, "]"),
+                                        wanted["name"].get<std::string>(), signature);
       result.outputs.push_back(o);
       bool binary = all_binary;
       if (auto parameters = wanted.find("parameters"); parameters != wanted.end()) {

@@ -407,9 +407,8 @@ class DataArrayScan {
                       : !is_unsigned || value.unsigned_integer > INT32_MAX) {
           return false;
         }
-        const auto narrow = static_cast<int32_t>(is_signed ? value.integer
-                                                           : static_cast<int64_t>(
-                                                                 value.unsigned_integer));
+        const auto narrow = static_cast<int32_t>(
+            is_signed ? value.integer : static_cast<int64_t>(value.unsigned_integer));
         bytes.resize(at + 4);
         std::memcpy(bytes.data() + at, &narrow, 4);
         return true;

@@ -98,9 +98,8 @@ void ConnectionFlood::run() {
     for (Held& held : held_) {
       if (!held.slow || held.fd < 0) continue;
       // One byte of the endless header: the request line, then header-value bytes.
-      const char byte = held.sent < config_.trickle_bytes.size()
-                            ? config_.trickle_bytes[held.sent]
-                            : 'a';
+      const char byte =
+          held.sent < config_.trickle_bytes.size() ? config_.trickle_bytes[held.sent] : 'a';
       if (::send(held.fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1) ++held.sent;
     }
   }

@@ -35,8 +35,7 @@ std::vector<inference::ModelInferRequest> grpc_requests(const serving::ModelSign
   return requests;
 }
 
-GrpcLoadClient::GrpcLoadClient(int port,
-                               const std::vector<inference::ModelInferRequest>& requests)
+GrpcLoadClient::GrpcLoadClient(int port, const std::vector<inference::ModelInferRequest>& requests)
     : requests_(requests) {
   grpc::ChannelArguments arguments;
   // A connection of its own, as each HTTP client has (channels would share one).
@@ -58,8 +57,8 @@ int GrpcLoadClient::exchange(size_t index) {
       status.error_message().find("queue is full") != std::string::npos) {
     return 503;
   }
-  error_ = str_cat("gRPC status ", static_cast<int>(status.error_code()), ": ",
-                   status.error_message());
+  error_ =
+      str_cat("gRPC status ", static_cast<int>(status.error_code()), ": ", status.error_message());
   return -1;
 }
 

@@ -56,11 +56,11 @@
 #include <thread>
 
 #include "benchmarks/common/flags.h"
-#include "benchmarks/serve_http/connection_flood.h"
-#include "benchmarks/serve_http/grpc_load_client.h"
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
+#include "benchmarks/serve_http/connection_flood.h"
+#include "benchmarks/serve_http/grpc_load_client.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
 #include "serving/grpc_server.h"
@@ -552,22 +552,22 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["servers"] = servers;
   report["results"] = nlohmann::json::array();
   for (const RunResult& run : runs) {
-    nlohmann::json entry{{"max_batch", run.max_batch},
-                         {"backend", run.backend},
-                         {"encoding", run.encoding},
-                         {"offered_per_s", run.offered_rate},
-                         {"sent", run.sent},
-                         {"answered", run.answered},
-                         {"answered_per_s", run.answered_rate},
-                         {"rejected", run.rejected},
-                         {"errors", run.errors},
-                         {"mean_batch_rows", run.mean_batch_rows},
-                         {"saturated", run.saturated()},
-                         {"held_open", run.loaded ? nlohmann::json{{"idle", options.idle_connections},
-                                                                   {"slowloris",
-                                                                    options.slowloris_connections},
-                                                                   {"reopened", run.reopened}}
-                                                  : nlohmann::json()}};
+    nlohmann::json entry{
+        {"max_batch", run.max_batch},
+        {"backend", run.backend},
+        {"encoding", run.encoding},
+        {"offered_per_s", run.offered_rate},
+        {"sent", run.sent},
+        {"answered", run.answered},
+        {"answered_per_s", run.answered_rate},
+        {"rejected", run.rejected},
+        {"errors", run.errors},
+        {"mean_batch_rows", run.mean_batch_rows},
+        {"saturated", run.saturated()},
+        {"held_open", run.loaded ? nlohmann::json{{"idle", options.idle_connections},
+                                                  {"slowloris", options.slowloris_connections},
+                                                  {"reopened", run.reopened}}
+                                 : nlohmann::json()}};
     if (!run.first_error.empty()) entry["first_error"] = run.first_error;
     if (run.latency) entry["latency"] = latency_json(*run.latency);
     if (run.loaded) {
@@ -604,8 +604,8 @@ int run(int argc, char** argv) {
   Options options = parse_options(flags);
   if (options.holds_connections()) {
     // Both ends of every held and client connection live in this process.
-    ensure_file_limit(2 * (options.idle_connections + options.slowloris_connections +
-                           options.clients));
+    ensure_file_limit(2 *
+                      (options.idle_connections + options.slowloris_connections + options.clients));
   }
   std::string encodings;
   for (const std::string& encoding : options.encodings) {
@@ -661,8 +661,8 @@ int run(int argc, char** argv) {
         }
         for (size_t r = 0; r < options.rates.size(); ++r) {
           const uint64_t seed = options.seed * 7919 + r * 31 + static_cast<uint64_t>(max_batch);
-          runs.push_back(run_load(server, port, encoding, messages, grpc_messages,
-                                  options.rates[r], options, seed));
+          runs.push_back(run_load(server, port, encoding, messages, grpc_messages, options.rates[r],
+                                  options, seed));
           if (!options.holds_connections()) continue;
           ConnectionFlood flood(port, {.idle = options.idle_connections,
                                        .slowloris = options.slowloris_connections,

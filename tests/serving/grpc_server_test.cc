@@ -186,9 +186,9 @@ TEST(GrpcServer, HealthAndMetadataAnswer) {
     ASSERT_EQ(metadata.inputs_size(), 1);
     EXPECT_EQ(metadata.inputs(0).name(), "x");
     EXPECT_EQ(metadata.inputs(0).datatype(), "FP32");
-    EXPECT_EQ(std::vector<int64_t>(metadata.inputs(0).shape().begin(),
-                                   metadata.inputs(0).shape().end()),
-              (std::vector<int64_t>{-1, 3}));
+    EXPECT_EQ(
+        std::vector<int64_t>(metadata.inputs(0).shape().begin(), metadata.inputs(0).shape().end()),
+        (std::vector<int64_t>{-1, 3}));
     ASSERT_EQ(metadata.outputs_size(), 1);
     EXPECT_EQ(metadata.outputs(0).name(), "y");
   }
@@ -272,7 +272,8 @@ TEST(GrpcServer, MalformedRequestsGetTheirStatusAndAMessageNamingTheField) {
 
   ModelInferRequest wrong_typed = good;
   wrong_typed.clear_raw_input_contents();
-  for (int i = 0; i < 6; ++i) wrong_typed.mutable_inputs(0)->mutable_contents()->add_int64_contents(i);
+  for (int i = 0; i < 6; ++i)
+    wrong_typed.mutable_inputs(0)->mutable_contents()->add_int64_contents(i);
   status = refusal(f, wrong_typed);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(status.error_message(),
@@ -351,9 +352,8 @@ TEST(GrpcServer, StopAnswersCallsInFlightAndRefusesNewOnes) {
   for (std::thread& caller : callers) caller.join();
   for (int c = 0; c < kCalls; ++c) {
     ASSERT_TRUE(statuses[c].ok()) << c << ": " << statuses[c].error_message();
-    EXPECT_EQ(floats_of(answers[c].raw_output_contents(0)), std::vector<float>({
-                                                                values[0] * 2, values[1] * 2,
-                                                                values[2] * 2}));
+    EXPECT_EQ(floats_of(answers[c].raw_output_contents(0)),
+              std::vector<float>({values[0] * 2, values[1] * 2, values[2] * 2}));
   }
   f.serving.join();
   f.serving = std::thread([] {});  // the fixture joins it again

@@ -249,8 +249,9 @@ TEST(KserveRequestReader, RowsAreTheElementsOfTheReferenceValues) {
             }
             const int64_t exact = is_signed ? value.integer : int64_t(value.unsigned_integer);
             const int32_t narrow = static_cast<int32_t>(exact);
-            std::memcpy(bytes.data() + at, dtype == DType::kI32 ? static_cast<const void*>(&narrow)
-                                                                 : static_cast<const void*>(&exact),
+            std::memcpy(bytes.data() + at,
+                        dtype == DType::kI32 ? static_cast<const void*>(&narrow)
+                                             : static_cast<const void*>(&exact),
                         runtime::dtype_size(dtype));
           } else {
             runtime::store_element(bytes.data() + at, dtype, wide);
