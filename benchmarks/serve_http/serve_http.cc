@@ -664,9 +664,12 @@ int run(int argc, char** argv) {
           runs.push_back(run_load(server, port, encoding, messages, grpc_messages, options.rates[r],
                                   options, seed));
           if (!options.holds_connections()) continue;
-          ConnectionFlood flood(port, {.idle = options.idle_connections,
-                                       .slowloris = options.slowloris_connections,
-                                       .trickle_ms = static_cast<int>(options.trickle_ms)});
+          FloodConfig held_open{.idle = options.idle_connections,
+                                .slowloris = options.slowloris_connections,
+                                .trickle_ms = static_cast<int>(options.trickle_ms)};
+          // Against gRPC: an HTTP/2 connection preface that never ends.
+          if (over_grpc) held_open.trickle_bytes = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+          ConnectionFlood flood(port, held_open);
           RunResult held = run_load(server, port, encoding, messages, grpc_messages,
                                     options.rates[r], options, seed);
           flood.stop();
