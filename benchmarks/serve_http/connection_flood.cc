@@ -1,16 +1,22 @@
 #include "benchmarks/serve_http/connection_flood.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "benchmarks/common/flags.h"
 
@@ -28,9 +34,9 @@ void ensure_file_limit(int64_t descriptors) {
   raised = limit;
   raised.rlim_cur = limit.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &raised);
-  throw UsageError(str_cat("serve_http: ", descriptors, " connections need about ", need,
-                           " open files (client and server ends in this process); the limit is ",
-                           limit.rlim_max, " and could not be raised: run `ulimit -n ", need,
+  throw UsageError(str_cat("serve_http: ", descriptors, " connection ends need about ", need,
+                           " open files in one process; the limit is ", limit.rlim_max,
+                           " and could not be raised: run `ulimit -n ", need,
                            "` as root first, or ask for fewer"));
 }
 
@@ -114,6 +120,99 @@ void ConnectionFlood::stop() {
   }
   if (epoll_ >= 0) ::close(epoll_);
   epoll_ = -1;
+}
+
+namespace {
+
+constexpr const char* kHttp2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+// A line from `fd` (without its newline); "" at end of file.
+std::string read_line(int fd) {
+  std::string line;
+  char c;
+  while (::read(fd, &c, 1) == 1 && c != '\n') line += c;
+  return line;
+}
+
+}  // namespace
+
+FloodProcess::FloodProcess(int port, const FloodConfig& config, bool http2) {
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+    throw Error(str_cat("serve_http: pipe: ", std::strerror(errno)));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  const std::vector<std::string> args = {"serve_http",
+                                         "--hold-connections",
+                                         std::to_string(port),
+                                         std::to_string(config.idle),
+                                         std::to_string(config.slowloris),
+                                         std::to_string(config.trickle_ms),
+                                         http2 ? "h2" : "http"};
+  std::vector<char*> argv;
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  const int spawned =
+      ::posix_spawn(&pid_, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(in[0]);
+  ::close(out[1]);
+  to_child_ = in[1];
+  from_child_ = out[0];
+  if (spawned != 0) {
+    pid_ = -1;
+    throw Error(
+        str_cat("serve_http: cannot start the connection holder: ", std::strerror(spawned)));
+  }
+  const std::string ready = read_line(from_child_);
+  if (ready.rfind("holding ", 0) != 0) {
+    stop();
+    throw UsageError(str_cat("serve_http: the connection holder failed: ",
+                             ready.empty() ? "it ended without a word" : ready));
+  }
+}
+
+FloodProcess::~FloodProcess() { stop(); }
+
+uint64_t FloodProcess::stop() {
+  if (pid_ < 0) return 0;
+  ::close(to_child_);
+  const std::string last = read_line(from_child_);
+  ::close(from_child_);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return last.rfind("reopened ", 0) == 0 ? std::stoull(last.substr(9)) : 0;
+}
+
+int hold_connections_main(int argc, char** argv) {
+  try {
+    if (argc != 7) throw UsageError("serve_http --hold-connections: expected 5 arguments");
+    FloodConfig config;
+    const int port = std::stoi(argv[2]);
+    config.idle = std::stoll(argv[3]);
+    config.slowloris = std::stoll(argv[4]);
+    config.trickle_ms = std::stoi(argv[5]);
+    if (std::string(argv[6]) == "h2") config.trickle_bytes = kHttp2Preface;
+    ensure_file_limit(config.idle + config.slowloris);
+    ConnectionFlood flood(port, config);
+    std::printf("holding %lld\n", static_cast<long long>(config.idle + config.slowloris));
+    std::fflush(stdout);
+    char byte;
+    while (::read(0, &byte, 1) > 0) {
+    }
+    flood.stop();
+    std::printf("reopened %llu\n", static_cast<unsigned long long>(flood.reopened()));
+    std::fflush(stdout);
+    return 0;
+  } catch (const std::exception& error) {
+    std::printf("%s\n", error.what());
+    std::fflush(stdout);
+    return 1;
+  }
 }
 
 }  // namespace grove::benchmarks

@@ -62,4 +62,29 @@ class ConnectionFlood {
   std::thread thread_;
 };
 
+// A ConnectionFlood in a child process (this binary run as `serve_http
+// --hold-connections PORT IDLE SLOWLORIS TRICKLE_MS http|h2`), so that the
+// client ends of its connections count against the child's open-file limit
+// and only the server ends against this process's: 10,500 connections fit a
+// limit of 20,000 (one process would need 21,000). Returns once every
+// connection is open; UsageError with the child's message otherwise.
+class FloodProcess {
+ public:
+  // `http2`: slowloris connections trickle an HTTP/2 preface (a gRPC front).
+  FloodProcess(int port, const FloodConfig& config, bool http2);
+  ~FloodProcess();
+  FloodProcess(const FloodProcess&) = delete;
+  FloodProcess& operator=(const FloodProcess&) = delete;
+  // Closes every connection and returns how many the server had closed.
+  uint64_t stop();
+
+ private:
+  int pid_ = -1;
+  int to_child_ = -1;    // the child's stdin: closing it stops the child
+  int from_child_ = -1;  // the child's stdout: "holding N", then "reopened R"
+};
+
+// The child's main(): argv as above; holds the connections until stdin closes.
+int hold_connections_main(int argc, char** argv);
+
 }  // namespace grove::benchmarks

@@ -603,9 +603,10 @@ int run(int argc, char** argv) {
   }
   Options options = parse_options(flags);
   if (options.holds_connections()) {
-    // Both ends of every held and client connection live in this process.
-    ensure_file_limit(2 *
-                      (options.idle_connections + options.slowloris_connections + options.clients));
+    // The server ends of the held connections and both ends of the clients'
+    // live in this process (the held connections' client ends in a child's).
+    ensure_file_limit(options.idle_connections + options.slowloris_connections +
+                      2 * options.clients);
   }
   std::string encodings;
   for (const std::string& encoding : options.encodings) {
@@ -664,17 +665,16 @@ int run(int argc, char** argv) {
           runs.push_back(run_load(server, port, encoding, messages, grpc_messages, options.rates[r],
                                   options, seed));
           if (!options.holds_connections()) continue;
-          FloodConfig held_open{.idle = options.idle_connections,
-                                .slowloris = options.slowloris_connections,
-                                .trickle_ms = static_cast<int>(options.trickle_ms)};
-          // Against gRPC: an HTTP/2 connection preface that never ends.
-          if (over_grpc) held_open.trickle_bytes = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-          ConnectionFlood flood(port, held_open);
+          // Against gRPC, slowloris connections trickle an HTTP/2 preface that never ends.
+          FloodProcess flood(port,
+                             {.idle = options.idle_connections,
+                              .slowloris = options.slowloris_connections,
+                              .trickle_ms = static_cast<int>(options.trickle_ms)},
+                             /*http2=*/over_grpc);
           RunResult held = run_load(server, port, encoding, messages, grpc_messages,
                                     options.rates[r], options, seed);
-          flood.stop();
           held.loaded = true;
-          held.reopened = flood.reopened();
+          held.reopened = flood.stop();
           runs.push_back(held);
         }
       }
@@ -701,5 +701,8 @@ int run(int argc, char** argv) {
 }  // namespace grove::benchmarks
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--hold-connections") {
+    return grove::benchmarks::hold_connections_main(argc, argv);
+  }
   return grove::benchmarks::benchmark_main("serve_http", grove::benchmarks::run, argc, argv);
 }
