@@ -402,5 +402,93 @@ TEST(KserveGrpcProtocol, RefusalsMatchTheJsonForm) {
   }
 }
 
+// Note [gRPC tensor contents]: each datatype's typed field, raw bytes (BOOL
+// bytes other than 0 read as 1), and the datatypes that have no typed field.
+TEST(KserveGrpcProtocol, EachDatatypeReadsItsTypedFieldOrRawBytes) {
+  ModelSignature signature;
+  signature.inputs.push_back({"ids", {2}, runtime::DType::kI64, 16});
+  signature.inputs.push_back({"mask", {2}, runtime::DType::kBool, 2});
+  signature.inputs.push_back({"pos", {2}, runtime::DType::kI32, 8});
+  signature.inputs.push_back({"w", {2}, runtime::DType::kF64, 16});
+  signature.outputs.push_back({"y", {2}, runtime::DType::kF32, 8});
+  ModelInferRequest typed;
+  auto add = [&](const char* name, const char* datatype) {
+    auto* input = typed.add_inputs();
+    input->set_name(name);
+    input->set_datatype(datatype);
+    input->add_shape(1);
+    input->add_shape(2);
+    return input->mutable_contents();
+  };
+  // Listed in another order than the model's: matched by name.
+  {
+    auto* contents = add("w", "FP64");
+    contents->add_fp64_contents(0.25);
+    contents->add_fp64_contents(-1e300);
+  }
+  {
+    auto* contents = add("ids", "INT64");
+    contents->add_int64_contents(int64_t{1} << 40);
+    contents->add_int64_contents(-3);
+  }
+  {
+    auto* contents = add("mask", "BOOL");
+    contents->add_bool_contents(true);
+    contents->add_bool_contents(false);
+  }
+  {
+    auto* contents = add("pos", "INT32");
+    contents->add_int_contents(7);
+    contents->add_int_contents(-8);
+  }
+  InferRequest parsed = parse_grpc_infer_request(typed, signature, 4);
+  EXPECT_EQ(parsed.request.inputs[0].values<int64_t>(),
+            (std::vector<int64_t>{int64_t{1} << 40, -3}));
+  EXPECT_EQ(parsed.request.inputs[1].bytes, (std::vector<uint8_t>{1, 0}));
+  EXPECT_EQ(parsed.request.inputs[2].values<int32_t>(), (std::vector<int32_t>{7, -8}));
+  EXPECT_EQ(parsed.request.inputs[3].values<double>(), (std::vector<double>{0.25, -1e300}));
+
+  ModelInferRequest raw = typed;
+  const std::vector<std::string> bytes = {std::string("\0\0\0\0\0\0\xd0\x3f\0\0\0\0\0\0\0\0", 16),
+                                          std::string(16, '\x01'), std::string("\x05\x00", 2),
+                                          std::string(8, '\x02')};
+  for (int i = 0; i < raw.inputs_size(); ++i) {
+    raw.mutable_inputs(i)->clear_contents();
+    raw.add_raw_input_contents(bytes[static_cast<size_t>(i)]);
+  }
+  parsed = parse_grpc_infer_request(raw, signature, 4);
+  EXPECT_EQ(parsed.request.inputs[1].bytes, (std::vector<uint8_t>{1, 0}));  // 5 reads as true
+  EXPECT_EQ(parsed.request.inputs[2].values<int32_t>(),
+            (std::vector<int32_t>{0x02020202, 0x02020202}));
+  EXPECT_EQ(parsed.request.inputs[3].values<double>()[0], 0.25);
+
+  ModelSignature half;
+  half.inputs.push_back({"h", {2}, runtime::DType::kBF16, 4});
+  half.outputs.push_back({"y", {2}, runtime::DType::kF32, 8});
+  ModelInferRequest typed_half;
+  auto* input = typed_half.add_inputs();
+  input->set_name("h");
+  input->set_datatype("BF16");
+  input->add_shape(1);
+  input->add_shape(2);
+  input->mutable_contents()->add_fp32_contents(1.f);
+  try {
+    parse_grpc_infer_request(typed_half, half, 4);
+    ADD_FAILURE() << "BF16 in typed contents was accepted";
+  } catch (const ProtocolError& error) {
+    EXPECT_STREQ(error.what(),
+                 "inputs[0] ('h').contents: BF16 has no typed contents field; give its bytes in "
+                 "raw_input_contents");
+  }
+  ModelInferRequest mixed = raw;
+  mixed.mutable_inputs(2)->mutable_contents()->add_int_contents(1);
+  try {
+    parse_grpc_infer_request(mixed, signature, 4);
+    ADD_FAILURE() << "raw and typed contents together were accepted";
+  } catch (const ProtocolError& error) {
+    EXPECT_NE(std::string(error.what()).find("not both"), std::string::npos) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace grove::serving
