@@ -453,7 +453,9 @@ int serve_command(const std::vector<std::string>& args) {
     grpc.emplace(server, serving::GrpcConfig{.model_name = name,
                                              .host = options.http.host,
                                              .port = options.grpc_port,
-                                             .max_message_bytes = options.http.max_body_bytes});
+                                             .max_message_bytes = options.http.max_body_bytes,
+                                             .handshake_timeout_ms = options.http.header_timeout_ms,
+                                             .idle_timeout_ms = options.http.idle_timeout_ms});
     options.http.more_metrics = [&grpc] { return grpc->metrics_text(); };
   }
   serving::HttpServer http(server, options.http);

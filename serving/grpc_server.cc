@@ -223,9 +223,14 @@ GrpcServer::GrpcServer(InferenceService& service, GrpcConfig config)
                  " is outside [0, 65535]");
   GROVE_CHECK_AS(ConfigError, c.max_message_bytes >= 64, "GrpcServer: max_message_bytes ",
                  c.max_message_bytes, " is below 64");
+  GROVE_CHECK_AS(ConfigError, c.handshake_timeout_ms > 0 && c.idle_timeout_ms > 0,
+                 "GrpcServer: timeouts must be positive");
   grpc::ServerBuilder builder;
   // gRPC would let a second server take the port silently (SO_REUSEPORT).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Note [gRPC connection deadlines].
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, c.handshake_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, c.idle_timeout_ms);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<size_t>(c.max_message_bytes, INT_MAX)));
   builder.AddListeningPort(grpc_address(c.host, c.port), grpc::InsecureServerCredentials(),

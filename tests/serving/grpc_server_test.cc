@@ -5,8 +5,13 @@
 // checks]) and Note [Draining gRPC on stop].
 #include "serving/grpc_server.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <mutex>
@@ -362,6 +367,50 @@ TEST(GrpcServer, StopAnswersCallsInFlightAndRefusesNewOnes) {
   ModelInferResponse late;
   grpc::Status status = f.infer(request, &late);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
+// Seconds until the server closes a connection to `port` that sends
+// `trickle` one byte per 100 ms (or nothing), and never completes gRPC's
+// handshake; -1 when still open after 10 s.
+double seconds_until_closed(int port, const std::string& trickle) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const auto start = std::chrono::steady_clock::now();
+  double closed_after = -1;
+  for (size_t sent = 0; std::chrono::steady_clock::now() - start < std::chrono::seconds(10);) {
+    if (sent < trickle.size()) ::send(fd, &trickle[sent++], 1, MSG_NOSIGNAL);
+    pollfd poll_fd{fd, POLLIN, 0};
+    if (::poll(&poll_fd, 1, 100) > 0) {
+      char sink[256];
+      if (::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0) {
+        closed_after =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  return closed_after;
+}
+
+// Note [gRPC connection deadlines]: a client that sends nothing, or trickles
+// the HTTP/2 preface, loses its connection at the handshake deadline.
+TEST(GrpcServer, ConnectionsThatNeverHandshakeAreClosed) {
+  DoublingService service;
+  GrpcServer server(service, {.model_name = "m", .port = 0, .handshake_timeout_ms = 500});
+  std::thread serving([&] { server.serve(); });
+  const double silent = seconds_until_closed(server.port(), "");
+  const double trickling = seconds_until_closed(server.port(), "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+  EXPECT_GE(silent, 0.3);
+  EXPECT_LT(silent, 5.0) << "a silent connection stayed open";
+  EXPECT_GE(trickling, 0.3);
+  EXPECT_LT(trickling, 5.0) << "a trickling connection stayed open";
+  server.stop();
+  serving.join();
 }
 
 // Note [One set of request checks]: a tensor refused over HTTP (JSON) and
