@@ -38,8 +38,8 @@ grove_status grove_group_new_id(const char* device, void* id, size_t capacity, s
   });
 }
 
-grove_status grove_group_join(const char* device, int32_t rank, int32_t world_size,
-                              const void* id, size_t size, int64_t timeout_ms) {
+grove_status grove_group_join(const char* device, int32_t rank, int32_t world_size, const void* id,
+                              size_t size, int64_t timeout_ms) {
   return run_api("grove_group_join", [&] {
     const Device where = device_named(device);
     require(id != nullptr || size == 0, "the group id is null but `size` is ", size);
@@ -51,8 +51,7 @@ grove_status grove_group_join(const char* device, int32_t rank, int32_t world_si
 }
 
 grove_status grove_group_leave(const char* device) {
-  return run_api("grove_group_leave",
-                 [&] { collectives::leave_group(device_named(device)); });
+  return run_api("grove_group_leave", [&] { collectives::leave_group(device_named(device)); });
 }
 
 }  // extern "C"

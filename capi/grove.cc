@@ -67,7 +67,8 @@ grove::compiler::distributed::AllReduceOptions parse_all_reduce(const nlohmann::
       require(item.is_string(), "option 'gradient_all_reduce': 'op' must be \"mean\" or \"sum\"");
       options.reduce_op = item.get<std::string>();
     } else if (key == "bucket_bytes") {
-      require(item.is_number_integer(), "option 'gradient_all_reduce': 'bucket_bytes' must be an "
+      require(item.is_number_integer(),
+              "option 'gradient_all_reduce': 'bucket_bytes' must be an "
               "integer");
       options.bucket_bytes = item.get<int64_t>();
     } else if (key == "overlap") {

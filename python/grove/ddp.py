@@ -95,6 +95,7 @@ class DistributedDataParallel(torch.nn.Module):
             for tensor in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(tensor, src=0)
         self._options = {"op": "mean", "bucket_bytes": max(1, int(bucket_cap_mb * (1 << 20)))}
+        self._compilers = []  # grove.training.StepCompiler of each compiled graph
         self._compiled = self._compile(module, mode, device)
 
     def _compile(self, module, mode, device):
@@ -102,17 +103,31 @@ class DistributedDataParallel(torch.nn.Module):
             from grove import training
 
             with gradient_reduce.active(self._options):
-                return training.compile_module(module, mode=mode, device=device)
+                compiled = training.compile_module(module, mode=mode, device=device)
+            self._compilers.append(compiled.compiler)
+            return compiled
         from grove import torch as grove_torch
 
         options = self._options
+        compilers = self._compilers
+        made = gradient_reduce.made_compilers
 
         def backend(gm, example_inputs):
             # The StepCompiler grove's backend makes here reduces gradients.
-            with gradient_reduce.active(options):
+            with gradient_reduce.active(options), made(compilers):
                 return grove_torch.grove_backend(gm, example_inputs, mode=mode, device=device)
 
         return torch.compile(module, backend=backend, dynamic=False)
+
+    def gradient_reduction(self):
+        """(gradients reduced inside grove's backward graphs, gradients left to
+        torch.distributed) over the backward graphs compiled so far."""
+        in_grove = left = 0
+        for compiler in self._compilers:
+            for reduction in compiler.reductions:
+                in_grove += len(reduction.reduced_in_grove)
+                left += len(reduction.left_to_torch())
+        return in_grove, left
 
     def forward(self, *args, **kwargs):
         if self.broadcast_buffers and torch.is_grad_enabled():

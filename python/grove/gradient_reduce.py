@@ -38,6 +38,24 @@ def active(options):
         _state.options = saved
 
 
+@contextlib.contextmanager
+def made_compilers(into):
+    """StepCompilers made inside are appended to the list `into`."""
+    saved = getattr(_state, "made", None)
+    _state.made = into
+    try:
+        yield
+    finally:
+        _state.made = saved
+
+
+def note_compiler(compiler):
+    """Called by each StepCompiler made while `active`."""
+    made = getattr(_state, "made", None)
+    if made is not None:
+        made.append(compiler)
+
+
 def current():
     """The options of the innermost `active`, or None."""
     return getattr(_state, "options", None)
@@ -54,6 +72,8 @@ class BackwardReduction:
     which segment, and which parameter gradients are left to torch.distributed."""
 
     def __init__(self, options, positions, output_items):
+        """positions: forward input positions of the parameters; output_items:
+        the backward graph's output, one item per forward input."""
         self.options = options
         # fx nodes of the graph's output that are parameter gradients
         self.gradients = {item for index, item in enumerate(output_items)

@@ -174,7 +174,10 @@ class StepCompiler:
         self.step = StepContext() if mode != "eager" else None
         # Note [Gradient all-reduce in the door's backward] (gradient_reduce.py)
         self.all_reduce = gradient_reduce.current()
+        if self.all_reduce is not None:
+            gradient_reduce.note_compiler(self)
         self.reduced_positions = None  # forward inputs whose gradients are all-reduced
+        self.reductions = []  # gradient_reduce.BackwardReduction per backward graph
 
     def partition(self, joint, joint_inputs, **kwargs):
         """The default partition, noting how many forward outputs are the user's."""
@@ -264,6 +267,7 @@ class StepCompiler:
                 plan.output_arg]
             reduction = gradient_reduce.BackwardReduction(self.all_reduce,
                                                           self.reduced_positions, items)
+            self.reductions.append(reduction)
         runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
                               stage="backward", output_copies=copies,
                               gradient_all_reduce=reduction and reduction.segment_option)

@@ -216,9 +216,9 @@ std::shared_ptr<Communicator> join_group_by_id(Device device, int rank, int worl
   GROVE_CHECK_AS(ConfigError, world_size >= 1 && rank >= 0 && rank < world_size,
                  "join_group_by_id: rank ", rank, " is outside [0, ", world_size, ")");
   if (CollectiveLibrary* library = platform_collective_library(device)) {
-    GROVE_CHECK_AS(ConfigError, group_id.rfind("tcp:", 0) != 0,
-                   "join_group_by_id: the group id '", group_id, "' was made for sim or cpu, but ",
-                   device.str(), " needs the collective library's id; make it with "
+    GROVE_CHECK_AS(ConfigError, group_id.rfind("tcp:", 0) != 0, "join_group_by_id: the group id '",
+                   group_id, "' was made for sim or cpu, but ", device.str(),
+                   " needs the collective library's id; make it with "
                    "new_group_id on the same device type");
     std::shared_ptr<Communicator> communicator =
         library->join(device, rank, world_size, group_id, timeout);
@@ -229,7 +229,8 @@ std::shared_ptr<Communicator> join_group_by_id(Device device, int rank, int worl
   GROVE_CHECK_AS(ConfigError, group_id.rfind("tcp:", 0) == 0 && colon > 4,
                  "join_group_by_id: ", device.str(),
                  " needs a group id \"tcp:ADDRESS:PORT\" from new_group_id on a sim or cpu "
-                 "device; found ", group_id.size(), " bytes that are not one");
+                 "device; found ",
+                 group_id.size(), " bytes that are not one");
   RankConfig config;
   config.rank = rank;
   config.world_size = world_size;

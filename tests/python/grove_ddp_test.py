@@ -3,7 +3,8 @@ torch.distributed, CPU tensors, grove on sim over its TCP socket group) train
 an MLP whose gradients grove all-reduces inside its backward program (Note
 [Gradient all-reduce in the door's backward], python/grove/gradient_reduce.py),
 against PyTorch's DistributedDataParallel on the same data: each step's
-averaged loss and every parameter's .grad (the mean over ranks) agree within
+averaged loss and every parameter's .grad (all six reduced inside grove's
+backward, none by the torch.distributed fallback) (the mean over ranks) agree within
 f32 rounding, on both ranks, in grove's "eager" and "cudagraphs" modes. Each
 rank trains on a batch of its own, so unreduced gradients would differ from
 DDP's. Also: the group id of a sim device names a TCP endpoint and a wrong id
@@ -56,7 +57,9 @@ def train_rank(rank, rendezvous, mode, folder):
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             losses.append(mean / WORLD)
-        torch.save({"losses": torch.stack(losses), "gradients": gradients},
+        reduction = ddp.gradient_reduction() if mode != "torch" else None
+        torch.save({"losses": torch.stack(losses), "gradients": gradients,
+                    "reduction": reduction},
                    os.path.join(folder, "%s_rank%d.pt" % (mode, rank)))
     finally:
         dist.destroy_process_group()
@@ -81,6 +84,9 @@ class GroveDistributedDataParallelTest(unittest.TestCase):
 
     def check_mode(self, mode):
         for rank in range(WORLD):
+            # Every parameter gradient is reduced inside grove's backward
+            # program, none by the torch.distributed fallback.
+            self.assertEqual(self.results[mode][rank]["reduction"], (6, 0))
             grove_run, torch_run = self.results[mode][rank], self.results["torch"][rank]
             torch.testing.assert_close(grove_run["losses"], torch_run["losses"], rtol=1e-4,
                                        atol=1e-5)
