@@ -241,8 +241,8 @@ grove_status grove_tensor_to_dlpack(const grove_tensor* tensor, void** managed_t
  * timeout_ms for the other ranks. */
 #define GROVE_GROUP_ID_MAX 256
 grove_status grove_group_new_id(const char* device, void* id, size_t capacity, size_t* size);
-grove_status grove_group_join(const char* device, int32_t rank, int32_t world_size,
-                              const void* id, size_t size, int64_t timeout_ms);
+grove_status grove_group_join(const char* device, int32_t rank, int32_t world_size, const void* id,
+                              size_t size, int64_t timeout_ms);
 /* Uninstalls the device's group (the other ranks are not told). */
 grove_status grove_group_leave(const char* device);
 

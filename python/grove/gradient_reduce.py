@@ -1,20 +1,6 @@
 """Gradient all-reduce inside the door's backward graphs (data parallel,
-grove.torch.DistributedDataParallel).
-
-Note [Gradient all-reduce in the door's backward]: while `active(options)` is
-open, a StepCompiler made (grove.training) asks grove to compile each
-backward segment with the C API's "gradient_all_reduce" option over exactly
-the segment outputs that are gradients of parameters (the forward's inputs
-that are nn.Parameters needing gradients: AOTAutograd's backward returns one
-gradient per forward input, by position). The compiler's pass
-(compiler/distributed/gradient_all_reduce.h, Note [Gradient buckets]) puts
-bucketed mean all-reduces right after each bucket's last gradient, so on cuda
-they are captured inside the backward's CUDA graph, and every rank builds the
-same buckets from the same graph. Gradients of other inputs (an activation of
-an earlier graph across a graph break) are never reduced. A parameter
-gradient that no grove segment computes (an op run in PyTorch, a gradient
-passed through) is reduced afterwards with torch.distributed, so `.grad`
-always holds the mean over ranks. Test: tests/python/grove_ddp_test.py.
+grove.torch.DistributedDataParallel): Note [Gradient all-reduce in the
+door's backward].
 """
 
 import contextlib
@@ -22,6 +8,20 @@ import threading
 
 import torch
 
+# Note [Gradient all-reduce in the door's backward]: while `active(options)` is
+# open, a StepCompiler made (grove.training) asks grove to compile each
+# backward segment with the C API's "gradient_all_reduce" option over exactly
+# the segment outputs that are gradients of parameters (the forward's inputs
+# that are nn.Parameters needing gradients: AOTAutograd's backward returns one
+# gradient per forward input, by position). The compiler's pass
+# (compiler/distributed/gradient_all_reduce.h, Note [Gradient buckets]) puts
+# bucketed mean all-reduces right after each bucket's last gradient, so on cuda
+# they are captured inside the backward's CUDA graph, and every rank builds the
+# same buckets from the same graph. Gradients of other inputs (an activation of
+# an earlier graph across a graph break) are never reduced. A parameter
+# gradient that no grove segment computes (an op run in PyTorch, a gradient
+# passed through) is reduced afterwards with torch.distributed, so `.grad`
+# always holds the mean over ranks. Test: tests/python/grove_ddp_test.py.
 _state = threading.local()
 
 

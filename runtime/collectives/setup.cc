@@ -203,7 +203,7 @@ std::string new_group_id(Device device) {
   if (CollectiveLibrary* library = platform_collective_library(device)) return library->unique_id();
   const char* master = std::getenv("MASTER_ADDR");
   const std::string address = master != nullptr && *master != '\0' ? master : "127.0.0.1";
-  // Note [Group ids handed out by the caller]: the port is free now; rank 0
+  // Note [Group ids handed out by the caller]. The port is free now; rank 0
   // listens on it again when it joins (a port another process takes in
   // between fails the join with the port's name).
   const int port = TcpListener::listen(address, 0, "a free port for the group id").port();

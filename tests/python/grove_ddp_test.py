@@ -138,6 +138,13 @@ class CudaGroveDistributedDataParallelTest(GroveDistributedDataParallelTest):
 
 
 class GroupIdTest(unittest.TestCase):
+    def test_wrapping_before_init_process_group_is_refused(self):
+        import grove.torch
+
+        self.assertFalse(dist.is_initialized())
+        with self.assertRaisesRegex(RuntimeError, "init_process_group first"):
+            grove.torch.DistributedDataParallel(nn.Linear(2, 2))
+
     def test_sim_group_id_is_a_tcp_endpoint_and_a_bad_id_is_refused(self):
         from grove import _capi
 
