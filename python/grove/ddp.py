@@ -96,7 +96,8 @@ class DistributedDataParallel(torch.nn.Module):
                 dist.broadcast(tensor, src=0)
         self._options = {"op": "mean", "bucket_bytes": max(1, int(bucket_cap_mb * (1 << 20)))}
         self._compilers = []  # grove.training.StepCompiler of each compiled graph
-        self._compiled = self._compile(module, mode, device)
+        # Not a submodule: parameters() and state_dict() name the module's once.
+        self.__dict__["_compiled"] = self._compile(module, mode, device)
 
     def _compile(self, module, mode, device):
         if torch.__version__.startswith("1."):

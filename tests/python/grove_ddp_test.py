@@ -65,6 +65,9 @@ def train_rank(rank, rendezvous, mode, folder, device="cpu"):
             dist.all_reduce(mean)
             losses.append((mean / WORLD).cpu())
         reduction = ddp.gradient_reduction() if mode != "torch" else None
+        if mode != "torch":  # the wrapper's state is the module's, named once
+            assert [name for name, _ in ddp.named_parameters()] == [
+                "module." + name for name, _ in model.named_parameters()]
         torch.save({"losses": torch.stack(losses), "gradients": gradients,
                     "reduction": reduction},
                    os.path.join(folder, "%s_rank%d.pt" % (mode, rank)))
