@@ -140,6 +140,38 @@ class CudaGroveDistributedDataParallelTest(GroveDistributedDataParallelTest):
     tolerance = {"rtol": 1e-3, "atol": 1e-5}
 
 
+class BackwardReductionTest(unittest.TestCase):
+    def test_grove_reduces_parameter_gradients_its_segments_compute_and_torch_the_rest(self):
+        from grove import gradient_reduce
+
+        graph = torch.fx.Graph()
+        nodes = [graph.placeholder("g%d" % i) for i in range(4)]
+        # Forward inputs 0, 2 and 3 are parameters; the backward returns None for input 1.
+        items = [nodes[0], None, nodes[2], nodes[3]]
+        reduction = gradient_reduce.BackwardReduction({"op": "mean", "bucket_bytes": 64},
+                                                      frozenset({0, 2, 3}), items)
+        # A segment returning an activation gradient (nodes[1]) and two parameter gradients.
+        self.assertEqual(reduction.segment_option([nodes[1], nodes[3], nodes[0]]),
+                         {"op": "mean", "bucket_bytes": 64, "outputs": [1, 2]})
+        self.assertIsNone(reduction.segment_option([nodes[1]]))
+        self.assertEqual(reduction.left_to_torch(), [2])  # nodes[2]: no grove segment made it
+
+    def test_gradients_left_to_torch_are_averaged_over_ranks(self):
+        from grove import gradient_reduce
+
+        with tempfile.TemporaryDirectory() as folder:
+            dist.init_process_group("gloo", init_method="file://" + os.path.join(folder, "r"),
+                                    rank=0, world_size=1)
+            try:
+                gradient = torch.randn(3)
+                out = gradient_reduce.reduce_in_torch([gradient, None], [0, 1])
+                self.assertIsNot(out[0], gradient)  # grove's memory is never written
+                torch.testing.assert_close(out[0], gradient)  # world of one: the mean is itself
+                self.assertIsNone(out[1])
+            finally:
+                dist.destroy_process_group()
+
+
 class GroupIdTest(unittest.TestCase):
     def test_wrapping_before_init_process_group_is_refused(self):
         import grove.torch
