@@ -74,6 +74,7 @@ const CommandSpec& generate_command_spec() {
           {"--backend", "NAME", "cudagraphs (default) or eager"},
           {"--max-seq-len", "T", "cache positions per request (default min(model, 256))"},
           {"--batch-buckets", "SIZES", "decode batch buckets (default 1,2,4,8)"},
+          {"--prompt-buckets", "SIZES", "prompt-length buckets (default powers of two from 8)"},
           {"--temperature", "X", "0 (default) is greedy"},
           {"--top-k", "K", "sample among the K most likely tokens (default all)"},
           {"--top-p", "P", "sample within probability mass P (default 1)"},
@@ -125,6 +126,9 @@ int generate_command(const std::vector<std::string>& args) {
   options.max_seq_len = parsed.integer("--max-seq-len", 0, 1, 1 << 20);
   if (parsed.has("--batch-buckets")) {
     options.batch_buckets = parse_buckets("--batch-buckets", parsed.value("--batch-buckets"));
+  }
+  if (parsed.has("--prompt-buckets")) {
+    options.prompt_buckets = parse_buckets("--prompt-buckets", parsed.value("--prompt-buckets"));
   }
   const int64_t max_tokens = parsed.integer("--max-tokens", 16, 1, 1 << 20);
   serving::llm::SamplingParams sampling;

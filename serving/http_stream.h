@@ -18,7 +18,7 @@
 // on_cancel once, on the connection's thread, so the producer frees what it
 // holds (a KV slot) at its next step. A client that half-closes its socket
 // after its request counts as gone. Tests: test_disconnect_mid_stream_frees_the_slot
-// (tests/serving/llm/llm_http_test.py), HttpStream.* (tests/serving/llm/text_stream_test.cc).
+// (tests/serving/llm/llm_http_test.py), HttpStream.* (tests/serving/http_stream_test.cc).
 #pragma once
 
 #include <functional>

@@ -50,6 +50,7 @@ std::vector<int64_t> LlmService::encode(const std::string& text) const {
   GROVE_CHECK_AS(CompletionError, tokenizer_ != nullptr,
                  "this model has no tokenizer (no tokenizer.model in its directory): send the "
                  "prompt as token ids");
+  GROVE_CHECK_AS(CompletionError, !text.empty(), "the prompt is empty: send text or token ids");
   std::vector<int64_t> ids;
   if (tokenizer_->bos_id()) ids.push_back(*tokenizer_->bos_id());
   std::vector<int64_t> pieces = tokenizer_->encode(text);
@@ -181,8 +182,8 @@ void LlmService::admit(Submitted submitted) {
   } catch (const std::exception& error) {
     CompletionSummary summary{.end = CompletionEnd::kFailed, .error = error.what()};
     summary.prompt_tokens = static_cast<int64_t>(submitted.request.prompt.size());
-    if (submitted.events.on_end) submitted.events.on_end(summary);
     ++ended_[completion_end_name(CompletionEnd::kFailed)];
+    if (submitted.events.on_end) submitted.events.on_end(summary);
     return;
   }
   Tracked tracked{.ticket = submitted.ticket, .events = std::move(submitted.events)};
@@ -232,11 +233,13 @@ void LlmService::end(RequestId id, CompletionSummary summary) {
   }
   summary.prompt_tokens = tracked.prompt_tokens;
   summary.completion_tokens = tracked.tokens;
-  if (tracked.events.on_end) tracked.events.on_end(summary);
+  CompletionEvents events = std::move(tracked.events);
   ++ended_[completion_end_name(summary.end)];
   by_ticket_.erase(tracked.ticket);
   tracked_.erase(found);
   generator_.forget(id);
+  publish_stats();  // what on_end's caller then reads of stats() includes this end
+  if (events.on_end) events.on_end(summary);
 }
 
 void LlmService::publish_stats() {
