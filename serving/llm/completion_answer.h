@@ -28,7 +28,7 @@ struct CompletionFormat {
 
 // Submits `request` and returns the answer to write: 200 with an HttpStream
 // (Note [Streamed answers]) whose client going away cancels the request.
-// Throws CompletionError or CompletionQueueFull with nothing queued.
+// Throws CompletionError or CompletionUnavailable with nothing queued.
 HttpResponse answer_completion(LlmService& service, CompletionRequest request, bool stream,
                                CompletionFormat format);
 

@@ -22,7 +22,7 @@
 
 namespace grove::serving::llm {
 
-// Throws CompletionError (400) or CompletionQueueFull (503) with nothing queued.
+// Throws CompletionError (400) or CompletionUnavailable (503) with nothing queued.
 HttpResponse kserve_generate(LlmService& service, const std::string& model_name,
                              const std::string& body, bool stream, uint64_t default_seed);
 

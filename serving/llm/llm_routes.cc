@@ -33,7 +33,7 @@ LlmRoutes::LlmRoutes(LlmService& service, std::string model_name, uint64_t seed)
 HttpRoutes::Answer LlmRoutes::respond(HttpRequest& request, std::function<void()>) {
   try {
     return route(request);
-  } catch (const CompletionQueueFull& error) {
+  } catch (const CompletionUnavailable& error) {
     HttpResponse response = error_response(503, error.what());
     response.headers.emplace_back("Retry-After", "1");
     return response;

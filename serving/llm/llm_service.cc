@@ -91,9 +91,9 @@ LlmService::Ticket LlmService::submit(CompletionRequest request, CompletionEvent
   Ticket ticket = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    GROVE_CHECK_AS(CompletionError, !stopping_, "the server is stopping");
+    GROVE_CHECK_AS(CompletionUnavailable, !stopping_, "the server is stopping");
     const LlmStats now = stats();
-    GROVE_CHECK_AS(CompletionQueueFull,
+    GROVE_CHECK_AS(CompletionUnavailable,
                    static_cast<size_t>(now.waiting) + inbox_.size() < config_.max_waiting,
                    "too many completions wait (", config_.max_waiting, "); retry later");
     ticket = next_ticket_++;

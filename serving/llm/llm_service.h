@@ -50,8 +50,9 @@ class CompletionError : public Error {
   using Error::Error;
 };
 
-// More completions wait than the service queues: the routes answer 503.
-class CompletionQueueFull : public Error {
+// The service takes no completion now (more wait than it queues, or it is
+// stopping): the routes answer 503.
+class CompletionUnavailable : public Error {
  public:
   using Error::Error;
 };
@@ -116,7 +117,7 @@ class LlmService {
   LlmService(const LlmService&) = delete;
   LlmService& operator=(const LlmService&) = delete;
 
-  // Throws CompletionError (a bad request) or CompletionQueueFull.
+  // Throws CompletionError (a bad request) or CompletionUnavailable (full, stopping).
   Ticket submit(CompletionRequest request, CompletionEvents events);
   // Any thread; a ticket that ended (or never was) is ignored.
   void cancel(Ticket ticket);

@@ -184,7 +184,7 @@ HttpResponse openai_completions(LlmService& service, const std::string& model_na
       return response;
     };
     return answer_completion(service, std::move(completion), stream, std::move(format));
-  } catch (const CompletionQueueFull& error) {
+  } catch (const CompletionUnavailable& error) {
     return openai_error(503, error.what(), "server_error");
   } catch (const CompletionError& error) {
     return openai_error(400, error.what(), "invalid_request_error");

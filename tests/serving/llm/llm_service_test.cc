@@ -147,9 +147,9 @@ TEST(LlmService, CancelFreesTheSlotBeforeTheNextStep) {
 
 TEST(LlmService, RefusesWhatCanNeverRunAndKeepsServing) {
   auto decoder = tiny_decoder();
-  LlmService service(*decoder, nullptr, {.max_new_tokens = 20});
+  LlmService service(*decoder, nullptr, {.max_new_tokens = 40});
   EXPECT_EQ(service.limits().max_prompt_tokens, 16);
-  EXPECT_EQ(service.limits().max_new_tokens, 20);
+  EXPECT_EQ(service.limits().max_new_tokens, 40);
   auto refused = [&](CompletionRequest r, const std::string& words) {
     try {
       service.submit(std::move(r), {});
@@ -160,9 +160,9 @@ TEST(LlmService, RefusesWhatCanNeverRunAndKeepsServing) {
   };
   refused(request({}, 4), "the prompt is empty");
   refused(request(std::vector<int64_t>(17, 3), 4), "longer than the 16");
-  refused(request({1, 2}, 21), "over this server's limit of 20");
+  refused(request({1, 2}, 41), "over this server's limit of 40");
   refused(request({1, 2}, 0), "at least 1");
-  refused(request(std::vector<int64_t>(16, 3), 20), "cache positions");
+  refused(request(std::vector<int64_t>(16, 3), 40), "cache positions");  // 55 > 48
   refused(request({1, 97}, 2), "outside the model's vocabulary");
   refused(request({1, 2}, 2, {.temperature = -1}), "temperature");
   CompletionRequest stop = request({1, 2}, 2);
