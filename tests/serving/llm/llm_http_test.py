@@ -113,7 +113,7 @@ class LlmHttpTest(unittest.TestCase):
         self.assertEqual(answer.headers["Content-Type"], "text/event-stream")
         self.assertEqual(answer.headers.get("Transfer-Encoding"), "chunked")
         self.assertNotIn("Content-Length", answer.headers)
-        raw = answer.raw.read().decode()
+        raw = b"".join(answer.iter_content(chunk_size=None)).decode()
         self.assertTrue(raw.endswith("\n\n"), raw[-40:])
         events = raw[:-2].split("\n\n")
         for event in events:
