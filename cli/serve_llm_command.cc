@@ -95,7 +95,8 @@ int serve_llm_command(const std::vector<std::string>& args) {
   if (parsed.has("--prompt-buckets")) options.prompt_buckets = sizes(parsed, "--prompt-buckets");
   serving::llm::LlmServiceConfig service_config;
   service_config.max_new_tokens = parsed.integer("--max-tokens-limit", 0, 1, 1 << 20);
-  service_config.max_waiting = static_cast<size_t>(parsed.integer("--max-waiting", 1024, 1, 1 << 20));
+  service_config.max_waiting =
+      static_cast<size_t>(parsed.integer("--max-waiting", 1024, 1, 1 << 20));
   const uint64_t seed = parsed.has("--seed")
                             ? static_cast<uint64_t>(parsed.integer("--seed", 0, 0))
                             : (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
@@ -124,12 +125,14 @@ int serve_llm_command(const std::vector<std::string>& args) {
   decoder->warm_up();
   const serving::llm::DecoderConfig& config = decoder->config();
   const nlohmann::json stats = nlohmann::json::parse(decoder->stats_json());
-  std::printf("grove serve %s: %s %s on %s, backend %s, decode buckets %s, prompt buckets %s, %lld positions\n",
-              printable(model_dir).c_str(), serving::llm::architecture_name(config.architecture),
-              runtime::dtype_name(config.dtype), decoder->state().device().str().c_str(),
-              decoder->backend_name().c_str(), joined(decoder->batch_buckets()).c_str(),
-              joined(decoder->prompt_buckets()).c_str(),
-              static_cast<long long>(decoder->state().cache().max_seq_len));
+  std::printf(
+      "grove serve %s: %s %s on %s, backend %s, decode buckets %s, prompt buckets %s, %lld "
+      "positions\n",
+      printable(model_dir).c_str(), serving::llm::architecture_name(config.architecture),
+      runtime::dtype_name(config.dtype), decoder->state().device().str().c_str(),
+      decoder->backend_name().c_str(), joined(decoder->batch_buckets()).c_str(),
+      joined(decoder->prompt_buckets()).c_str(),
+      static_cast<long long>(decoder->state().cache().max_seq_len));
   std::printf("weights %s, KV cache %s", mib(stats.value("weights_bytes", 0.0)).c_str(),
               mib(stats.value("cache_bytes", 0.0)).c_str());
   const nlohmann::json& memory = stats["backend_memory"];
@@ -143,8 +146,9 @@ int serve_llm_command(const std::vector<std::string>& args) {
                 printable(tokenizer->path()).c_str(),
                 static_cast<long long>(tokenizer->vocab_size()));
   } else {
-    std::printf("tokenizer: none (token ids only; put tokenizer.model in MODEL_DIR or pass "
-                "--tokenizer)\n");
+    std::printf(
+        "tokenizer: none (token ids only; put tokenizer.model in MODEL_DIR or pass "
+        "--tokenizer)\n");
   }
   std::fflush(stdout);
 
@@ -171,11 +175,12 @@ int serve_llm_command(const std::vector<std::string>& args) {
     auto found = end.ended.find(key);
     return static_cast<long long>(found == end.ended.end() ? 0 : found->second);
   };
-  std::printf("http: %llu responses written (%llu after the signal), %llu connections closed by a "
-              "deadline\n",
-              static_cast<unsigned long long>(served.responses),
-              static_cast<unsigned long long>(served.responses_after_stop),
-              static_cast<unsigned long long>(served.timed_out));
+  std::printf(
+      "http: %llu responses written (%llu after the signal), %llu connections closed by a "
+      "deadline\n",
+      static_cast<unsigned long long>(served.responses),
+      static_cast<unsigned long long>(served.responses_after_stop),
+      static_cast<unsigned long long>(served.timed_out));
   std::printf(
       "stopped: completions ended by eos %lld, length %lld, stop %lld, cancelled %lld, failed "
       "%lld; %lld tokens generated in %lld decode steps\n",

@@ -102,7 +102,6 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void on_stream_update();
   void watch_client();
 
-
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer timer_;
   ConnectionHub& hub_;

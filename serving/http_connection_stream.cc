@@ -42,8 +42,8 @@ void HttpConnection::on_stream_update() {
     stream_.reset();
     ++stream_generation_;
     queued_work_.reset();
-    HttpResponse whole = update.response ? std::move(*update.response)
-                                         : error_response(500, "the answer was lost");
+    HttpResponse whole =
+        update.response ? std::move(*update.response) : error_response(500, "the answer was lost");
     whole.stream.reset();
     return answer(std::move(whole));
   }
@@ -56,45 +56,45 @@ void HttpConnection::on_stream_update() {
   stream_writing_ = true;
   phase_ = Phase::kWriting;
   arm(hub_.limits().write_timeout);
-  asio::async_write(socket_, asio::buffer(body_),
-                    [self = shared_from_this(), ended = update.ended](const error_code& error,
-                                                                       size_t) {
-                      self->stream_writing_ = false;
-                      if (error || self->timed_out_) {
-                        self->disarm();
-                        if (self->stream_) self->stream_->cancel();
-                        self->stream_.reset();
-                        self->queued_work_.reset();
-                        return self->close();
-                      }
-                      if (!ended) {
-                        self->disarm();
-                        return self->on_stream_update();
-                      }
-                      self->stream_.reset();
-                      ++self->stream_generation_;
-                      self->queued_work_.reset();
-                      self->on_written(error);  // keep-alive: the next request
-                    });
+  asio::async_write(
+      socket_, asio::buffer(body_),
+      [self = shared_from_this(), ended = update.ended](const error_code& error, size_t) {
+        self->stream_writing_ = false;
+        if (error || self->timed_out_) {
+          self->disarm();
+          if (self->stream_) self->stream_->cancel();
+          self->stream_.reset();
+          self->queued_work_.reset();
+          return self->close();
+        }
+        if (!ended) {
+          self->disarm();
+          return self->on_stream_update();
+        }
+        self->stream_.reset();
+        ++self->stream_generation_;
+        self->queued_work_.reset();
+        self->on_written(error);  // keep-alive: the next request
+      });
 }
 
 void HttpConnection::watch_client() {
-  socket_.async_wait(asio::ip::tcp::socket::wait_read, [self = shared_from_this(),
-                                                        generation = stream_generation_](
-                                                           const error_code& error) {
-    if (generation != self->stream_generation_ || !self->stream_ ||
-        self->phase_ == Phase::kClosed || error == asio::error::operation_aborted) {
-      return;
-    }
-    error_code ignored;
-    if (!error && self->socket_.available(ignored) > 0) return;  // a pipelined request
-    // End of stream or a reset: nobody reads the answer any more.
-    self->stream_->cancel();
-    self->stream_.reset();
-    ++self->stream_generation_;
-    self->queued_work_.reset();
-    self->close();
-  });
+  socket_.async_wait(
+      asio::ip::tcp::socket::wait_read,
+      [self = shared_from_this(), generation = stream_generation_](const error_code& error) {
+        if (generation != self->stream_generation_ || !self->stream_ ||
+            self->phase_ == Phase::kClosed || error == asio::error::operation_aborted) {
+          return;
+        }
+        error_code ignored;
+        if (!error && self->socket_.available(ignored) > 0) return;  // a pipelined request
+        // End of stream or a reset: nobody reads the answer any more.
+        self->stream_->cancel();
+        self->stream_.reset();
+        ++self->stream_generation_;
+        self->queued_work_.reset();
+        self->close();
+      });
 }
 
 }  // namespace grove::serving

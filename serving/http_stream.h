@@ -51,8 +51,8 @@ class HttpStream {
   // write/close/answer (it must only hand the work on); take() returns what
   // came since the last take.
   struct Update {
-    std::string bytes;                    // kChunked: body bytes, not yet framed
-    bool ended = false;                   // close() or answer() came
+    std::string bytes;                     // kChunked: body bytes, not yet framed
+    bool ended = false;                    // close() or answer() came
     std::optional<HttpResponse> response;  // kWhole, once ended
   };
   void watch(std::function<void()> on_update);

@@ -11,8 +11,8 @@ std::string sse_event(const std::string& payload) { return "data: " + payload + 
 
 HttpResponse answer_completion(LlmService& service, CompletionRequest request, bool stream,
                                CompletionFormat format) {
-  auto answer = std::make_shared<HttpStream>(stream ? HttpStream::Mode::kChunked
-                                                    : HttpStream::Mode::kWhole);
+  auto answer =
+      std::make_shared<HttpStream>(stream ? HttpStream::Mode::kChunked : HttpStream::Mode::kWhole);
   struct Collected {
     std::vector<int64_t> tokens;
     std::string text;
@@ -21,7 +21,7 @@ HttpResponse answer_completion(LlmService& service, CompletionRequest request, b
   auto shared_format = std::make_shared<CompletionFormat>(std::move(format));
   CompletionEvents events;
   events.on_token = [answer, collected, shared_format, stream](int64_t token,
-                                                                const std::string& text) {
+                                                               const std::string& text) {
     const auto index = static_cast<int64_t>(collected->tokens.size());
     collected->tokens.push_back(token);
     if (stream) {

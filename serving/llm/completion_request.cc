@@ -16,26 +16,27 @@ std::string brief_json(const nlohmann::json& value) {
 nlohmann::json parse_json_object(const std::string& body) {
   nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   GROVE_CHECK_AS(CompletionError, !parsed.is_discarded(), "the request body is not JSON");
-  GROVE_CHECK_AS(CompletionError, parsed.is_object(), "the request body must be a JSON object, not ",
-                 brief_json(parsed));
+  GROVE_CHECK_AS(CompletionError, parsed.is_object(),
+                 "the request body must be a JSON object, not ", brief_json(parsed));
   return parsed;
 }
 
 int64_t read_integer(const nlohmann::json& value, const std::string& name) {
   if (value.is_number_integer()) {
-    GROVE_CHECK_AS(CompletionError,
-                   value.is_number_unsigned()
-                       ? value.get<uint64_t>() <=
-                             static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
-                       : true,
-                   name, " ", brief_json(value), " is too large");
+    GROVE_CHECK_AS(
+        CompletionError,
+        value.is_number_unsigned()
+            ? value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+            : true,
+        name, " ", brief_json(value), " is too large");
     return value.get<int64_t>();
   }
   if (value.is_number_float()) {
     const double number = value.get<double>();
-    GROVE_CHECK_AS(CompletionError, std::isfinite(number) && number == std::floor(number) &&
-                                        std::fabs(number) < 9e18,
-                   name, " must be an integer, found ", brief_json(value));
+    GROVE_CHECK_AS(
+        CompletionError,
+        std::isfinite(number) && number == std::floor(number) && std::fabs(number) < 9e18, name,
+        " must be an integer, found ", brief_json(value));
     return static_cast<int64_t>(number);
   }
   throw CompletionError(str_cat(name, " must be an integer, found ", brief_json(value)));
@@ -86,8 +87,8 @@ std::vector<int64_t> read_token_ids(const nlohmann::json& value, const std::stri
   for (size_t i = 0; i < value.size(); ++i) {
     GROVE_CHECK_AS(CompletionError, value[i].is_number_integer(), name, "[", i,
                    "] must be an integer token id, found ", brief_json(value[i]));
-    GROVE_CHECK_AS(CompletionError, !value[i].is_number_unsigned() ||
-                                        value[i].get<uint64_t>() < (uint64_t{1} << 62),
+    GROVE_CHECK_AS(CompletionError,
+                   !value[i].is_number_unsigned() || value[i].get<uint64_t>() < (uint64_t{1} << 62),
                    name, "[", i, "] ", brief_json(value[i]), " is not a token id");
     const int64_t id = value[i].get<int64_t>();
     GROVE_CHECK_AS(CompletionError, id >= 0, name, "[", i, "] ", id, " is not a token id");

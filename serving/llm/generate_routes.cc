@@ -10,7 +10,7 @@ namespace grove::serving::llm {
 namespace {
 
 const std::set<std::string>& sampling_keys() {
-  static const std::set<std::string> keys = {"max_tokens", "temperature", "top_p", "top_k",
+  static const std::set<std::string> keys = {"max_tokens", "temperature", "top_p",      "top_k",
                                              "seed",       "stop",        "ignore_eos", "stream"};
   return keys;
 }
@@ -53,15 +53,16 @@ HttpResponse kserve_generate(LlmService& service, const std::string& model_name,
     return kNull;
   };
   if (const nlohmann::json& flag = lookup("stream"); !flag.is_null()) {
-    GROVE_CHECK_AS(CompletionError, read_bool(flag, "stream") == stream, "stream ",
-                   flag.dump(), " contradicts the route: use ",
+    GROVE_CHECK_AS(CompletionError, read_bool(flag, "stream") == stream, "stream ", flag.dump(),
+                   " contradicts the route: use ",
                    stream ? "/generate for one answer" : "/generate_stream to stream");
   }
   const bool has_text = request.contains("text_input");
   const bool has_ids = request.contains("input_ids");
   GROVE_CHECK_AS(CompletionError, has_text != has_ids,
-                 has_text ? "send text_input or input_ids, not both"
-                          : "the prompt is missing: send text_input (text) or input_ids (token ids)");
+                 has_text
+                     ? "send text_input or input_ids, not both"
+                     : "the prompt is missing: send text_input (text) or input_ids (token ids)");
   CompletionRequest completion;
   completion.prompt = has_text ? service.encode(read_string(request["text_input"], "text_input"))
                                : read_token_ids(request["input_ids"], "input_ids");

@@ -29,8 +29,9 @@ LlmService::LlmService(Decoder& decoder, const Tokenizer* tokenizer, LlmServiceC
                                : limits_.positions;
   limits_.vocab_size = decoder.config().vocab_size;
   GROVE_CHECK(tokenizer == nullptr || tokenizer->vocab_size() <= limits_.vocab_size, "tokenizer ",
-              tokenizer->path(), " has ", tokenizer->vocab_size(), " pieces, more than the model's ",
-              limits_.vocab_size, " tokens: it belongs to another model");
+              tokenizer->path(), " has ", tokenizer->vocab_size(),
+              " pieces, more than the model's ", limits_.vocab_size,
+              " tokens: it belongs to another model");
   publish_stats();
   thread_ = std::thread([this] { run(); });
 }
@@ -192,11 +193,10 @@ void LlmService::admit(Submitted submitted) {
   if (tokenizer_ != nullptr) {
     const std::vector<int64_t>& prompt = submitted.request.prompt;
     const size_t tail = std::min(prompt.size(), TextStream::kPromptTail);
-    tracked.text.emplace([tokenizer = tokenizer_](
-                             std::span<const int64_t> ids) { return tokenizer->decode(ids); },
-                         std::vector<int64_t>(prompt.end() - static_cast<ptrdiff_t>(tail),
-                                              prompt.end()),
-                         std::move(submitted.request.stop));
+    tracked.text.emplace(
+        [tokenizer = tokenizer_](std::span<const int64_t> ids) { return tokenizer->decode(ids); },
+        std::vector<int64_t>(prompt.end() - static_cast<ptrdiff_t>(tail), prompt.end()),
+        std::move(submitted.request.stop));
   }
   prompt_tokens_ += tracked.prompt_tokens;
   by_ticket_[submitted.ticket] = id;
@@ -228,7 +228,8 @@ void LlmService::end(RequestId id, CompletionSummary summary) {
   auto found = tracked_.find(id);
   if (found == tracked_.end()) return;
   Tracked& tracked = found->second;
-  if (tracked.text && (summary.end == CompletionEnd::kEos || summary.end == CompletionEnd::kLength)) {
+  if (tracked.text &&
+      (summary.end == CompletionEnd::kEos || summary.end == CompletionEnd::kLength)) {
     summary.text_rest = tracked.text->finish();
   }
   summary.prompt_tokens = tracked.prompt_tokens;

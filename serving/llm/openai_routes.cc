@@ -22,21 +22,41 @@ void refuse_unless_default(const nlohmann::json& request) {
   auto zero = [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 0; };
   check("n", one, "1");
   check("best_of", one, "1");
-  check("echo", [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); }, "false");
-  check("logprobs", [](const nlohmann::json&) { return false; }, "null");
-  check("suffix", [](const nlohmann::json& v) { return v.is_string() && v.get<std::string>().empty(); },
-        "null");
+  check(
+      "echo", [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); }, "false");
+  check(
+      "logprobs", [](const nlohmann::json&) { return false; }, "null");
+  check(
+      "suffix",
+      [](const nlohmann::json& v) { return v.is_string() && v.get<std::string>().empty(); },
+      "null");
   check("presence_penalty", zero, "0");
   check("frequency_penalty", zero, "0");
-  check("logit_bias", [](const nlohmann::json& v) { return v.is_object() && v.empty(); }, "{}");
+  check(
+      "logit_bias", [](const nlohmann::json& v) { return v.is_object() && v.empty(); }, "{}");
 }
 
 const std::set<std::string>& known_keys() {
-  static const std::set<std::string> keys = {
-      "model",  "prompt",     "max_tokens", "temperature", "top_p",   "top_k",
-      "seed",   "stop",       "ignore_eos", "stream",      "n",       "best_of",
-      "echo",   "logprobs",   "suffix",     "presence_penalty",       "frequency_penalty",
-      "logit_bias", "user",   "stream_options"};
+  static const std::set<std::string> keys = {"model",
+                                             "prompt",
+                                             "max_tokens",
+                                             "temperature",
+                                             "top_p",
+                                             "top_k",
+                                             "seed",
+                                             "stop",
+                                             "ignore_eos",
+                                             "stream",
+                                             "n",
+                                             "best_of",
+                                             "echo",
+                                             "logprobs",
+                                             "suffix",
+                                             "presence_penalty",
+                                             "frequency_penalty",
+                                             "logit_bias",
+                                             "user",
+                                             "stream_options"};
   return keys;
 }
 
@@ -47,9 +67,9 @@ std::vector<int64_t> read_prompt(LlmService& service, const nlohmann::json& prom
   if (prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) {
     return read_prompt(service, prompt[0]);  // a batch of one
   }
-  GROVE_CHECK_AS(CompletionError, prompt.empty() || !(prompt[0].is_string() || prompt[0].is_array()),
-                 "prompt holds ", prompt.size(),
-                 " prompts; this server takes one prompt per request");
+  GROVE_CHECK_AS(
+      CompletionError, prompt.empty() || !(prompt[0].is_string() || prompt[0].is_array()),
+      "prompt holds ", prompt.size(), " prompts; this server takes one prompt per request");
   return read_token_ids(prompt, "prompt");
 }
 
@@ -69,12 +89,11 @@ HttpResponse openai_error(int status, const std::string& message, const std::str
                           const std::string& param) {
   HttpResponse response;
   response.status = status;
-  response.body = json_text(
-      {{"error",
-        {{"message", message},
-         {"type", type},
-         {"param", param.empty() ? nlohmann::json() : nlohmann::json(param)},
-         {"code", nlohmann::json()}}}});
+  response.body = json_text({{"error",
+                              {{"message", message},
+                               {"type", type},
+                               {"param", param.empty() ? nlohmann::json() : nlohmann::json(param)},
+                               {"code", nlohmann::json()}}}});
   return response;
 }
 
@@ -82,7 +101,8 @@ HttpResponse openai_models(const std::string& model_name) {
   HttpResponse response;
   response.body = json_text(
       {{"object", "list"},
-       {"data", {{{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "grove"}}}}});
+       {"data",
+        {{{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "grove"}}}}});
   return response;
 }
 
@@ -98,8 +118,9 @@ HttpResponse openai_completions(LlmService& service, const std::string& model_na
                    "model is missing; this server serves \"", model_name, "\"");
     const std::string asked = read_string(*model, "model");
     if (asked != model_name) {
-      return openai_error(400, str_cat("the model \"", asked, "\" does not exist; this server serves \"",
-                                       model_name, "\""),
+      return openai_error(400,
+                          str_cat("the model \"", asked, "\" does not exist; this server serves \"",
+                                  model_name, "\""),
                           "invalid_request_error", "model");
     }
     refuse_unless_default(request);
@@ -147,12 +168,12 @@ HttpResponse openai_completions(LlmService& service, const std::string& model_na
     format.end_events = [chunk](const CompletionSummary& summary) {
       std::vector<std::string> events;
       if (summary.end == CompletionEnd::kFailed || summary.end == CompletionEnd::kCancelled) {
-        events.push_back(json_text(
-            {{"error",
-              {{"message", summary.end == CompletionEnd::kFailed
-                               ? "the generation failed: " + summary.error
-                               : std::string("the server stopped the generation")},
-               {"type", "server_error"}}}}));
+        events.push_back(
+            json_text({{"error",
+                        {{"message", summary.end == CompletionEnd::kFailed
+                                         ? "the generation failed: " + summary.error
+                                         : std::string("the server stopped the generation")},
+                         {"type", "server_error"}}}}));
       } else {
         nlohmann::json last = chunk({{"index", 0},
                                      {"text", summary.text_rest},

@@ -47,7 +47,9 @@ void grove_sentencepiece_free(void* processor) {
   delete static_cast<sentencepiece::SentencePieceProcessor*>(processor);
 }
 
-int grove_sentencepiece_size(const void* processor) { return processor_of(processor).GetPieceSize(); }
+int grove_sentencepiece_size(const void* processor) {
+  return processor_of(processor).GetPieceSize();
+}
 
 int grove_sentencepiece_bos_id(const void* processor) { return processor_of(processor).bos_id(); }
 

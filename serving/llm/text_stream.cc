@@ -12,7 +12,8 @@ TextStream::TextStream(Detokenize detokenize, std::vector<int64_t> prompt_tail,
       stop_strings_(std::move(stop_strings)) {
   stop_strings_.erase(std::remove(stop_strings_.begin(), stop_strings_.end(), std::string()),
                       stop_strings_.end());
-  for (const std::string& stop : stop_strings_) longest_stop_ = std::max(longest_stop_, stop.size());
+  for (const std::string& stop : stop_strings_)
+    longest_stop_ = std::max(longest_stop_, stop.size());
   if (tail_length_ > 0) tail_text_ = detokenize_(tokens_);
 }
 

@@ -56,7 +56,8 @@ std::future<Outcome> complete(LlmService& service, CompletionRequest request,
   return future;
 }
 
-CompletionRequest request(std::vector<int64_t> prompt, int64_t max_tokens, SamplingParams sampling = {}) {
+CompletionRequest request(std::vector<int64_t> prompt, int64_t max_tokens,
+                          SamplingParams sampling = {}) {
   CompletionRequest r;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens;

@@ -12,8 +12,8 @@ namespace grove::serving::llm {
 namespace {
 
 // Token i spells kPieces[i].
-const std::vector<std::string> kPieces = {"a",  "b", "c", " ",        "\n",       "xy",
-                                          "ab", "$", "\xE2\x82", "\xAC" /* € split */};
+const std::vector<std::string> kPieces = {"a",  "b",  "c", " ",        "\n",
+                                          "xy", "ab", "$", "\xE2\x82", "\xAC" /* € split */};
 
 std::string spell(std::span<const int64_t> ids) {
   std::string text;
@@ -56,8 +56,8 @@ TEST(TextStream, StopStringAcrossTokensEndsBeforeIt) {
 TEST(TextStream, HoldsBackAPossibleStartOfAStopString) {
   TextStream stream(spell, {}, {"abc"});
   EXPECT_EQ(stream.add(3).released, " ");
-  EXPECT_EQ(stream.add(0).released, "");   // "a" may start "abc"
-  EXPECT_EQ(stream.add(1).released, "");   // "ab" too
+  EXPECT_EQ(stream.add(0).released, "");    // "a" may start "abc"
+  EXPECT_EQ(stream.add(1).released, "");    // "ab" too
   EXPECT_EQ(stream.add(0).released, "ab");  // "aba": "ab" cannot, the last "a" still may
   EXPECT_EQ(stream.finish(), "a");          // the end: nothing can follow
   EXPECT_EQ(stream.released(), " aba");
