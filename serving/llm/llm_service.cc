@@ -33,6 +33,7 @@ LlmService::LlmService(Decoder& decoder, const Tokenizer* tokenizer, LlmServiceC
               " pieces, more than the model's ", limits_.vocab_size,
               " tokens: it belongs to another model");
   publish_stats();
+  trees_ = cudagraph_trees::backend::trees_of_calling_thread();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -114,6 +115,7 @@ void LlmService::cancel(Ticket ticket) {
 
 void LlmService::run() {
   // Note [Completions on the service thread].
+  cudagraph_trees::backend::UseTrees in_the_warm_trees(trees_);
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     wake_.wait(lock, [&] {

@@ -18,8 +18,11 @@
 // cancels the request in the same turn. A request ends exactly once, with
 // on_end, after which its callbacks are dropped. So a cancelled request's
 // slot is free before the next decode step, and a request's tokens are the
-// Generator's (Note [Continuous batching steps]). Tests: LlmService.*
-// (tests/serving/llm/llm_service_test.cc).
+// Generator's (Note [Continuous batching steps]). The thread runs the decoder
+// in the graph trees of the thread that made the service (Note [Trees of
+// another thread]), which warmed the decoder up: the graphs recorded then
+// replay, and none records while serving; that thread must not call the
+// decoder while the service runs. Tests: LlmService.* (tests/serving/llm/llm_service_test.cc).
 #pragma once
 
 #include <chrono>
@@ -35,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "cudagraph_trees/backend/thread_trees.h"
 #include "runtime/error.h"
 #include "serving/llm/generator.h"
 #include "serving/llm/text_stream.h"
@@ -70,7 +74,8 @@ const char* completion_end_name(CompletionEnd end);  // "eos", "length", "stop",
 
 struct CompletionSummary {
   CompletionEnd end = CompletionEnd::kLength;
-  std::string text_rest;  // text held back until the end (Note [Stop strings ...])
+  // Text held back until the end (Note [Stop strings over detokenized text]).
+  std::string text_rest;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   std::string error;  // kFailed
@@ -111,7 +116,8 @@ struct LlmStats {
 class LlmService {
  public:
   using Ticket = uint64_t;
-  // `decoder` (warmed up) and `tokenizer` (may be null: token ids only) outlive the service.
+  // `decoder` (warmed up on this thread) and `tokenizer` (may be null: token
+  // ids only) outlive the service.
   LlmService(Decoder& decoder, const Tokenizer* tokenizer, LlmServiceConfig config);
   ~LlmService();
   LlmService(const LlmService&) = delete;
@@ -179,6 +185,7 @@ class LlmService {
   std::map<std::string, int64_t> ended_;
   LatencyHistogram time_to_first_token_;
   LatencyHistogram inter_token_latency_;
+  cudagraph_trees::backend::SharedTrees trees_;  // the making thread's
   std::thread thread_;
 };
 

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "runtime/device.h"
@@ -86,6 +87,7 @@ TEST(LlmService, CompletionsFromManyThreadsGetTheirTokensAlone) {
       alone.push_back(generator.generate(g));
     }
   }
+  const nlohmann::json warm = nlohmann::json::parse(decoder->backend_stats()).at("tree");
   LlmService service(*decoder, nullptr, {});
   std::vector<std::future<Outcome>> futures(requests.size());
   std::vector<std::thread> clients;
@@ -106,6 +108,11 @@ TEST(LlmService, CompletionsFromManyThreadsGetTheirTokensAlone) {
   EXPECT_EQ(stats.ended["length"], 7);
   EXPECT_EQ(stats.slots, 4);
   EXPECT_GT(stats.rows_per_step.rbegin()->first, 1);  // some steps batched requests
+  // The service thread replayed the graphs warm_up() recorded on this thread,
+  // and recorded none of its own.
+  const nlohmann::json tree = nlohmann::json::parse(decoder->backend_stats()).at("tree");
+  EXPECT_EQ(tree.at("recordings"), warm.at("recordings"));
+  EXPECT_GT(tree.at("replays").get<int64_t>(), warm.at("replays").get<int64_t>() + 30);
 }
 
 TEST(LlmService, CancelFreesTheSlotBeforeTheNextStep) {
