@@ -21,9 +21,9 @@ NAME = "mlp16x512"
 class GroveServer:
     """A `grove serve` child process and its base URL."""
 
-    def __init__(self, *args, expect_ready=True, model=MLP):
+    def __init__(self, *args, expect_ready=True, model=MLP, device="sim"):
         self.process = subprocess.Popen(
-            [GROVE, "serve", model, "--device", "sim", "--port", "0", *args],
+            [GROVE, "serve", model, "--device", device, "--port", "0", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines = []
         self.url = None
