@@ -201,7 +201,9 @@ const CommandSpec& serve_command_spec() {
       "POST /v2/models/NAME/infer with JSON tensors. Requests are batched (up to --max-batch\n"
       "rows, waiting at most --max-wait-us for company). A full queue answers 503 with\n"
       "Retry-After; SIGTERM or SIGINT stops accepting, answers every request already read\n"
-      "(Connection: close), reports the counts and exits 0 (during start-up: exits 0 at once).",
+      "(Connection: close), reports the counts and exits 0 (during start-up: exits 0 at once).\n"
+      "Given a checkpoint directory instead of MODEL.json, serves a language model: see\n"
+      "`grove serve MODEL_DIR --help`.",
       {
           {"--weights", "FILE",
            "params and buffers from a safetensors file (default: initializers)"},
