@@ -166,6 +166,7 @@ int serve_llm_command(const std::vector<std::string>& args) {
     served = http.serve();
   } catch (...) {
     watcher.reset();
+    service.shutdown();  // its last events post into `http`'s loop: before it is gone
     throw;
   }
   watcher.reset();
