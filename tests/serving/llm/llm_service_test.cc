@@ -107,12 +107,12 @@ TEST(LlmService, CompletionsFromManyThreadsGetTheirTokensAlone) {
   EXPECT_EQ(stats.running, 0);
   EXPECT_EQ(stats.ended["length"], 7);
   EXPECT_EQ(stats.slots, 4);
-  EXPECT_GT(stats.rows_per_step.rbegin()->first, 1);  // some steps batched requests
   // The service thread replayed the graphs warm_up() recorded on this thread,
   // and recorded none of its own.
   const nlohmann::json tree = nlohmann::json::parse(decoder->backend_stats()).at("tree");
   EXPECT_EQ(tree.at("recordings"), warm.at("recordings"));
-  EXPECT_GT(tree.at("replays").get<int64_t>(), warm.at("replays").get<int64_t>() + 30);
+  EXPECT_GE(tree.at("replays").get<int64_t>(),
+            warm.at("replays").get<int64_t>() + stats.prefills + stats.decode_steps);
 }
 
 TEST(LlmService, CancelFreesTheSlotBeforeTheNextStep) {
