@@ -1,8 +1,9 @@
 // HttpConnection is one client's TCP connection to grove's HTTP front: it
 // reads requests one after another (pipelined ones in order, from what is
-// already buffered), hands each to the KserveRoutes, and writes the answers,
-// all on its own strand of the server's few threads (Note [Connections
-// without threads]). ConnectionHub holds what the connections of one server
+// already buffered), hands each to the HttpRoutes, and writes the answers
+// (streamed ones as they come, Note [Streamed answers]), all on its own
+// strand of the server's few threads (Note [Connections without threads]).
+// ConnectionHub holds what the connections of one server
 // share: the routes, the limits, the set of open connections and counters.
 #pragma once
 
