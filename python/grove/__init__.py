@@ -349,6 +349,10 @@ class Model:
         if gate is not None and not gate.close():
             return
         if getattr(self, "_handle", None):
+            if _handed_gradients and self.backend != "eager":
+                # Note [Gradients handed out of the pool]: the tree frees its
+                # pool once its last model goes, under a .grad still held.
+                keep_handed_gradients()
             _capi.library().grove_model_destroy(self._handle)
             self._handle = None
 
@@ -457,10 +461,11 @@ class Model:
         finally:
             gate.leave(state)
 
-    def _call_torch(self, state, inputs, stream):
+    def describe_borrowed(self, state, inputs, count=None):
+        """Fills the thread's reused descriptions with `inputs` (torch
+        tensors, borrowed for one call: Note [Borrowed inputs], capi/grove.cc);
+        `count` descriptions are expected (default: the model's inputs)."""
         layouts = state.layouts
-        if len(inputs) != len(layouts):
-            self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
         items = state.desc_items
         index = 0
         for tensor in inputs:
@@ -474,6 +479,12 @@ class Model:
             else:
                 items[index].data = tensor.data_ptr()
             index += 1
+        return index
+
+    def _call_torch(self, state, inputs, stream):
+        if len(inputs) != len(state.layouts):
+            self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
+        index = self.describe_borrowed(state, inputs)
         status = self._run_dlpack(self._handle, state.descs, self._input_counts[index],
                                   ctypes.c_void_p(stream) if stream else None, state.managed,
                                   self._output_capacity, state.produced_ref)
@@ -570,8 +581,12 @@ class Model:
 # that sets the gradients to None (zero_grad's default) copies nothing, and
 # gradient accumulation over several forwards keeps the right sums. A
 # reference to a gradient taken elsewhere (g = p.grad, then p.grad = None) is
-# not followed. Guarded by TrainingTest.test_gradients_land_in_grad_without_a_copy_in_cudagraphs_mode
-# and TrainingTest.test_gradient_accumulation_two_forwards_one_backward_each.
+# not followed. The same copies are made before a graph backend's model is
+# destroyed: the tree releases its pool with its last model, and a .grad
+# viewing it would read freed memory. Guarded by
+# TrainingTest.test_gradients_land_in_grad_without_a_copy_in_cudagraphs_mode,
+# TrainingTest.test_gradient_accumulation_two_forwards_one_backward_each and
+# TrainingTest.test_gradients_outlive_the_compiled_module.
 _handed_gradients = []  # (weak reference to a parameter, data pointer of its gradient)
 
 

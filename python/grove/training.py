@@ -17,12 +17,14 @@ the dynamo backend "grove" takes it for graphs that need gradients
 (grove.torch).
 """
 
+import os
 import threading
 import weakref
 
 import torch
 
 import grove
+from grove import handoff
 from grove import importer
 from grove.runner import StaticInputMovedError
 
@@ -171,6 +173,12 @@ class StepCompiler:
         self.backwards = []
         self.inferences = []
         self.on_runner = None  # called with each GraphRunner made (grove.torch tracks them)
+        # Note [Saved values kept in grove] (capi/kept_values.cc, handoff.py):
+        # the forwards that keep their saved activations in grove, and the
+        # backwards (each finds its forward by the token it receives).
+        self.keep_saved = os.environ.get("GROVE_KEEP_SAVED", "1") != "0"
+        self.kept_forwards = []
+        self.kept_backwards = []
         self.step = StepContext() if mode != "eager" else None
 
     def partition(self, joint, joint_inputs, **kwargs):
@@ -241,6 +249,10 @@ class StepCompiler:
                               stage="forward", output_copies=copies)
         self._made(self.forwards, runner)
         self._log(plan, "forward")
+        if self.keep_saved and handoff.applicable(runner):
+            kept = handoff.KeptForward(runner, count)
+            self.kept_forwards.append(kept)
+            return _boxed(kept, labels=self.input_labels, step=self.step, forward=True)
         return _boxed(runner, labels=self.input_labels, step=self.step, forward=True)
 
     def _backward(self, graph_module, example_inputs):
@@ -257,6 +269,13 @@ class StepCompiler:
                               stage="backward", output_copies=copies)
         self._made(self.backwards, runner)
         self._log(plan, "backward")
+        if self.kept_forwards:
+            graph = "%s_backward" % self.name
+            kept = handoff.KeptBackward(
+                runner, self.kept_forwards, graph,
+                lambda args: _check_saved_activations(args, runner, graph))
+            self.kept_backwards.append(kept)
+            return _boxed(kept, step=self.step)
         return _boxed(runner, check_saved="%s_backward" % self.name, step=self.step)
 
     def _made(self, runners, runner):
@@ -477,3 +496,16 @@ class _Stateless:
 def compile_module(module, mode="cudagraphs", strict=False, device=None):
     """The module trained through grove (PyTorch 1.13's functorch path)."""
     return TrainingModule(module, mode=mode, strict=strict, device=device)
+
+
+def compile_step(model, loss_fn, optimizer, mode="cudagraphs", device=None,
+                 keep_gradients=False, strict=True):
+    """The whole training step (forward, loss, backward, optimizer step) as
+    grove graphs replayed back to back, the gradients kept in grove
+    (grove/step.py): loss_fn(forward, *batch) returns the loss, where
+    forward(*args) calls the model; the result takes a batch and returns
+    the loss."""
+    from grove import step
+
+    return step.compile_step(model, loss_fn, optimizer, mode=mode, device=device,
+                             keep_gradients=keep_gradients, strict=strict)
