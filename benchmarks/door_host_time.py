@@ -148,6 +148,7 @@ def run_case(clock, module, inputs, loss_of, steps, keep):
         wall = time.perf_counter() - start
         if index >= WARMUP:
             step_host.append(wall - (clock.in_c - c_before))
+    optimizer.zero_grad(set_to_none=True)
     row = {name: statistics.median(values) * 1e6 for name, values in clock.stages.items()}
     row["step"] = statistics.median(step_host) * 1e6
     return row

@@ -231,8 +231,6 @@ void to_dlpack_all(const grove::compiler::TensorList& results, void** managed) {
 
 }  // namespace grove::capi
 
-}  // namespace
-
 extern "C" {
 
 int grove_capi_version(void) { return GROVE_CAPI_VERSION; }

@@ -57,9 +57,11 @@ class KeptForward:
             else:
                 self.slots.append((_VALUE, value))
         self.handed = handed
+        self.kept_bool = [self.model._bool_outputs[index] for index in kept]
         self._handed = (ctypes.c_int64 * max(len(handed), 1))(*handed)
         self._kept = (ctypes.c_int64 * max(len(kept), 1))(*kept)
-        self._counts = (len(handed), len(kept))
+        # PyDLL without argument types: size_t arguments as c_size_t objects.
+        self._counts = (ctypes.c_size_t(len(handed)), ctypes.c_size_t(len(kept)))
         self._managed = (ctypes.c_void_p * max(len(handed), 1))()
         self._token = ctypes.c_void_p()
         self._token_ref = ctypes.byref(self._token)
@@ -120,15 +122,7 @@ class KeptBackward:
         self.token_positions = None
 
     def _plan(self, args):
-        candidates = [(index, int(value.item())) for index, value in enumerate(args)
-                      if isinstance(value, torch.Tensor) and value.dtype == torch.int64
-                      and value.dim() == 1 and value.numel() == 1 and not value.is_cuda]
-        tags = {forward.tag.value: forward for forward in self.forwards}
-        found = [(index, tags[tag]) for index, tag in candidates if tag in tags]
-        positions = []
-        if found:
-            self.forward = found[0][1]
-            positions = [index for index, forward in found if forward is self.forward]
+        self.forward, positions = find_tokens(args, self.forwards)
         self.token_positions = positions
         if not positions:
             return
@@ -189,17 +183,42 @@ class KeptBackward:
         _capi.check(status)
 
     def _materialized(self, args, token):
-        args = list(args)
-        pointer = ctypes.c_void_p(token.data_ptr())
         first = ctypes.c_int64(-1)
-        _capi.check(_capi.library().grove_kept_check(pointer, ctypes.byref(first)))
+        _capi.check(_capi.library().grove_kept_check(ctypes.c_void_p(token.data_ptr()),
+                                                     ctypes.byref(first)))
         if first.value >= 0:
             self._raise(5, token)
-        for index, position in enumerate(self.token_positions):
-            managed = ctypes.c_void_p()
-            _capi.check(_capi.library().grove_kept_value(pointer, index, ctypes.byref(managed)))
-            args[position] = _from_dlpack(managed.value)
+        return materialized(args, self.forward, self.token_positions)
+
+
+def find_tokens(args, forwards):
+    """(the KeptForward whose tokens are among `args`, their positions), or
+    (None, []) when none is."""
+    candidates = [(index, int(value.item())) for index, value in enumerate(args)
+                  if isinstance(value, torch.Tensor) and value.dtype == torch.int64
+                  and value.dim() == 1 and value.numel() == 1 and not value.is_cuda]
+    tags = {forward.tag.value: forward for forward in forwards}
+    found = [(index, tags[tag]) for index, tag in candidates if tag in tags]
+    if not found:
+        return None, []
+    forward = found[0][1]
+    return forward, [index for index, owner in found if owner is forward]
+
+
+def materialized(args, forward, positions):
+    """`args` with the tokens at `positions` replaced by the kept values they
+    stand for, as tensors over grove's memory (for a graph grove imports or
+    runs piece by piece)."""
+    args = list(args)
+    if not positions:
         return args
+    pointer = ctypes.c_void_p(args[positions[0]].data_ptr())
+    for index, position in enumerate(positions):
+        managed = ctypes.c_void_p()
+        _capi.check(_capi.library().grove_kept_value(pointer, index, ctypes.byref(managed)))
+        value = _from_dlpack(managed.value)
+        args[position] = value.view(torch.bool) if forward.kept_bool[index] else value
+    return args
 
 
 class KeptCall:
@@ -214,6 +233,7 @@ class KeptCall:
         self._managed = (ctypes.c_void_p * max(model.output_count, 1))()
         self._produced = ctypes.c_size_t()
         self._produced_ref = ctypes.byref(self._produced)
+        self._source_count = ctypes.c_size_t(len(self.sources))
         self._run = _capi.fast_library().grove_model_run_with_kept
 
     def run(self, token, inputs):
@@ -224,9 +244,9 @@ class KeptCall:
         try:
             count = model.describe_borrowed(state, inputs)
             status = self._run(model._handle, ctypes.c_void_p(token.data_ptr()), self._sources,
-                               len(self.sources), state.descs, count,
+                               self._source_count, state.descs, model._input_counts[count],
                                ctypes.c_void_p(stream) if stream else None, self._managed,
-                               model.output_count, self._produced_ref)
+                               model._output_capacity, self._produced_ref)
             if status:
                 return status, None
             return 0, [_tensor(self._managed[index], model, index)

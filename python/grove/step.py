@@ -146,7 +146,7 @@ class CompiledStep:
         for index in range(len(self.params)):
             managed = ctypes.c_void_p()
             _capi.check(_capi.library().grove_kept_value(pointer, index, ctypes.byref(managed)))
-            values.append(handoff._from_dlpack(managed.value))
+            values.append(handoff._from_dlpack(managed.value))  # gradients: never bool
         return dict(zip(self.names, values))
 
     def runners(self):

@@ -256,7 +256,10 @@ class StepCompiler:
         return _boxed(runner, labels=self.input_labels, step=self.step, forward=True)
 
     def _backward(self, graph_module, example_inputs):
-        example_inputs = list(example_inputs)
+        # Compiled from a first call's arguments: the activations a forward
+        # kept in grove arrive as its token (Note [Saved values kept in grove]).
+        forward, tokens = handoff.find_tokens(example_inputs, self.kept_forwards)
+        example_inputs = handoff.materialized(example_inputs, forward, tokens)
         plan = importer.import_graph(graph_module, example_inputs,
                                      static_inputs=static_positions(example_inputs),
                                      strict=self.strict, name="%s_backward" % self.name)
