@@ -191,7 +191,7 @@ def _update_of(optimizer, params, mode, device):
         _same_parameters(optimizer.param_groups, params)
         return _Update(optimizer, lambda: optimizer.param_groups[0])
     groups = getattr(optimizer, "param_groups", None)
-    if groups is None:
+    if not isinstance(optimizer, (torch.optim.AdamW, torch.optim.SGD)):
         raise TypeError("grove: compile_step takes grove.optim.SGD/AdamW or torch.optim.SGD/"
                         "AdamW, not %s" % type(optimizer).__name__)
     _same_parameters(groups, params)
@@ -211,9 +211,6 @@ def _update_of(optimizer, params, mode, device):
                              "maximize")
         twin = grove_optim.SGD(params, lr=group["lr"], momentum=group["momentum"],
                                weight_decay=group["weight_decay"], mode=mode, device=device)
-    else:
-        raise TypeError("grove: compile_step takes grove.optim.SGD/AdamW or torch.optim.SGD/"
-                        "AdamW, not %s" % type(optimizer).__name__)
     return _Update(twin, lambda: optimizer.param_groups[0])
 
 
