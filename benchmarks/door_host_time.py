@@ -15,7 +15,10 @@ Models: mlp16x512 b32 and gpt4x256 b8 T32 (tests/python/gpu_models.py),
 trained through grove.training.compile_module (PyTorch 1.13) or
 torch.compile(backend="grove") (PyTorch 2.x), in "cudagraphs" mode on sim.
 Variants: "kept" (saved activations kept in grove, Note [Saved values kept
-in grove]) and "per-tensor" (GROVE_KEEP_SAVED=0, the path before it).
+in grove]), "per-tensor" (GROVE_KEEP_SAVED=0, the path before it) and
+"whole-step" (grove.training.compile_step with AdamW: forward, loss and
+backward one graph, the update another; its "step" holds no PyTorch compute,
+the others' holds the loss and its backward computed by PyTorch on the CPU).
 Medians over steps after 5 warm-up steps.
 """
 import argparse
@@ -121,6 +124,11 @@ def run_case(clock, module, inputs, loss_of, steps, keep):
     os.environ["GROVE_KEEP_SAVED"] = "1" if keep else "0"
     clock.stages = {}
     model = copy.deepcopy(module)
+    if keep == "whole":
+        whole = grove.training.compile_step(
+            model, lambda forward, *args: loss_of(forward(*args)),
+            torch.optim.AdamW(model.parameters(), lr=1e-4), device="sim")
+        return time_steps(clock, lambda: whole(*inputs), steps)
     if torch.__version__.startswith("1."):
         run = grove.training.compile_module(model, "cudagraphs")
     else:
@@ -138,6 +146,12 @@ def run_case(clock, module, inputs, loss_of, steps, keep):
         optimizer.step()
         return loss
 
+    row = time_steps(clock, step, steps)
+    optimizer.zero_grad(set_to_none=True)
+    return row
+
+
+def time_steps(clock, step, steps):
     step_host = []
     for index in range(WARMUP + steps):
         if index == WARMUP:
@@ -148,7 +162,6 @@ def run_case(clock, module, inputs, loss_of, steps, keep):
         wall = time.perf_counter() - start
         if index >= WARMUP:
             step_host.append(wall - (clock.in_c - c_before))
-    optimizer.zero_grad(set_to_none=True)
     row = {name: statistics.median(values) * 1e6 for name, values in clock.stages.items()}
     row["step"] = statistics.median(step_host) * 1e6
     return row
@@ -158,8 +171,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="door_host_time.json")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--variants", default="per-tensor,kept",
-                        help="comma-separated: per-tensor, kept")
+    parser.add_argument("--variants", default="per-tensor,kept,whole-step",
+                        help="comma-separated: per-tensor, kept, whole-step")
     args = parser.parse_args()
     import grove.training  # noqa: F401
 
@@ -168,9 +181,9 @@ def main():
     rows = []
     for name, module, inputs, loss_of in cases():
         for variant in args.variants.split(","):
-            keep = variant == "kept"
+            keep = {"kept": True, "per-tensor": False, "whole-step": "whole"}[variant]
             row = run_case(clock, module, inputs, loss_of, args.steps, keep)
-            row.update(model=name, variant="kept" if keep else "per-tensor")
+            row.update(model=name, variant=variant)
             rows.append(row)
     header = "%-18s %-11s %12s %12s %12s %12s" % ("model", "variant", "forward us",
                                                   "backward us", "optimizer us", "step us")
