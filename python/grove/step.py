@@ -31,7 +31,7 @@ class CompiledStep:
     """A training step compiled by compile_step; call it with a batch."""
 
     def __init__(self, model, loss_fn, optimizer, mode="cudagraphs", device=None,
-                 keep_gradients=False, strict=True):
+                 keep_gradients=False, strict=True, process_group=None):
         if mode not in ("cudagraphs", "eager"):
             raise ValueError("grove: compile_step mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
         self.module = model
@@ -43,7 +43,15 @@ class CompiledStep:
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         self.names = [name for name, _ in named]
         self.params = [p for _, p in named]
+        # Data parallel: the gradients are one flat buffer, averaged across
+        # the group by one all-reduce between the two graphs.
+        self.process_group = process_group
+        self.flat = process_group is not None
+        if self.flat and keep_gradients:
+            raise ValueError("grove: compile_step keeps flat gradients under a process_group; "
+                             "keep_gradients is for the per-parameter ones")
         self.update = _update_of(optimizer, self.params, mode, device)
+        self.update.flat = self.flat
         self.compiled = {}  # autocast state -> (KeptForward, GraphRunner)
         self.token = None
         self.steps = 0
@@ -60,6 +68,7 @@ class CompiledStep:
         from torch.fx.experimental.proxy_tensor import make_fx
 
         count = len(self.params)
+        flat = self.flat
         names = self.names
         module = self.module
         loss_fn = self.loss_fn
@@ -72,9 +81,11 @@ class CompiledStep:
 
             loss = loss_fn(forward, *values[count:])
             gradients = torch.autograd.grad(loss, values[:count], allow_unused=True)
-            return (loss.detach(),) + tuple(
-                torch.zeros_like(value) if gradient is None else gradient
-                for gradient, value in zip(gradients, values[:count]))
+            gradients = tuple(torch.zeros_like(value) if gradient is None else gradient
+                              for gradient, value in zip(gradients, values[:count]))
+            if flat:
+                return loss.detach(), torch.cat([gradient.reshape(-1) for gradient in gradients])
+            return (loss.detach(),) + gradients
 
         from grove import training
 
@@ -105,7 +116,7 @@ class CompiledStep:
                     len(plan.unsupported),
                     ", ".join("%s (%s)" % (op, node) for node, op, _ in plan.unsupported)))
         forward = handoff.KeptForward(runner, 1)
-        if len(forward.kept_names) != count:
+        if len(forward.kept_names) != (1 if flat else count):
             raise importer.StrictModeError(
                 "grove: compile_step keeps every gradient in grove, and %d of the %d gradients "
                 "are not computed by the step's program (a parameter's gradient passed "
@@ -124,11 +135,22 @@ class CompiledStep:
             loss = results[0]
             token = results[1] if len(results) > 1 else None
             if token is not None:
+                if self.flat:
+                    self._all_reduce(token, forward)
                 self.update.run(token)
         self.steps += 1
         if self.keep_gradients:
             self.token = token
         return loss
+
+    def _all_reduce(self, token, forward):
+        """Averages the flat gradient across the process group, in place in
+        grove's memory (one DLPack tensor, one collective)."""
+        import torch.distributed as dist
+
+        (flat,) = [value for value in handoff.materialized([token], forward, [0])]
+        dist.all_reduce(flat, group=self.process_group)
+        flat.div_(dist.get_world_size(self.process_group))
 
     def gradients(self):
         """The last step's gradients, by parameter, as tensors over grove's
@@ -161,12 +183,13 @@ class _Update:
         self.optimizer = optimizer  # a grove.optim optimizer (its program and state)
         self.group_of = group_of
         self.call = None
+        self.flat = False  # one flat gradient input (a process group's all-reduce)
 
     def run(self, token):
         optimizer = self.optimizer
         if optimizer._model is None:
-            optimizer._compile()
-            count = len(optimizer._params())
+            optimizer._compile(flat_gradients=self.flat)
+            count = 1 if self.flat else len(optimizer._params())
             self.call = handoff.KeptCall(
                 optimizer._model, list(range(count)) + [-1] * len(optimizer._hyper_names))
         optimizer._steps += 1
@@ -241,10 +264,14 @@ def _items(output):
 
 
 def compile_step(model, loss_fn, optimizer, mode="cudagraphs", device=None,
-                 keep_gradients=False, strict=True):
+                 keep_gradients=False, strict=True, process_group=None):
     """The training step of `model` as grove graphs (see the module's
     docstring): loss_fn(forward, *batch) returns the loss, where forward calls
     the model; the returned callable takes the batch, runs forward, backward
-    and the optimizer step, and returns the loss."""
+    and the optimizer step, and returns the loss. process_group (a
+    torch.distributed group, e.g. torch.distributed.group.WORLD): data
+    parallel, the gradients averaged across it (as DistributedDataParallel
+    does) by one all-reduce of one flat buffer between the graphs."""
     return CompiledStep(model, loss_fn, optimizer, mode=mode, device=device,
-                        keep_gradients=keep_gradients, strict=strict)
+                        keep_gradients=keep_gradients, strict=strict,
+                        process_group=process_group)

@@ -502,13 +502,14 @@ def compile_module(module, mode="cudagraphs", strict=False, device=None):
 
 
 def compile_step(model, loss_fn, optimizer, mode="cudagraphs", device=None,
-                 keep_gradients=False, strict=True):
+                 keep_gradients=False, strict=True, process_group=None):
     """The whole training step (forward, loss, backward, optimizer step) as
     grove graphs replayed back to back, the gradients kept in grove
     (grove/step.py): loss_fn(forward, *batch) returns the loss, where
     forward(*args) calls the model; the result takes a batch and returns
-    the loss."""
+    the loss; process_group: data parallel over a torch.distributed group."""
     from grove import step
 
     return step.compile_step(model, loss_fn, optimizer, mode=mode, device=device,
-                             keep_gradients=keep_gradients, strict=strict)
+                             keep_gradients=keep_gradients, strict=strict,
+                             process_group=process_group)
