@@ -3,7 +3,9 @@ per rank) and gpt4x256 (b8, T32 per rank) under PyTorch's
 DistributedDataParallel (NCCL, one process per GPU) with torch eager,
 torch.compile(mode="reduce-overhead") and torch.compile(backend="grove") of
 the DDP-wrapped module (dynamo's DDP optimizer splits the graph at bucket
-boundaries; DDP's all-reduces run between grove's graphs).
+boundaries; DDP's all-reduces run between grove's graphs), and the whole step
+in grove (grove.training.compile_step with process_group: one all-reduce of
+one flat gradient buffer between its two graphs; "grove_step").
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
 
@@ -38,6 +40,16 @@ LOSS_STEPS = 5
 
 def step_function(module, inputs, loss_of, variant, rank):
     model = copy.deepcopy(module)
+    if variant == "grove_step":
+        import grove.training
+
+        # The whole step in grove: forward, loss and backward one graph, one
+        # all-reduce of the flat gradient, the SGD update another graph.
+        whole = grove.training.compile_step(
+            model, lambda forward, *args: loss_of(forward(*args)),
+            torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9),
+            process_group=dist.group.WORLD)
+        return lambda: whole(*inputs)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
     optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
     torch._dynamo.reset()
@@ -86,7 +98,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="ddp_door.json")
     parser.add_argument("--iters", type=int, default=100)
-    parser.add_argument("--variants", default="torch_eager,torch_reduce_overhead,grove")
+    parser.add_argument("--variants",
+                        default="torch_eager,torch_reduce_overhead,grove,grove_step")
     args = parser.parse_args()
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(rank)
@@ -116,6 +129,8 @@ def main():
         base = row.get("torch_reduce_overhead", {}).get("median_us")
         mine = row.get("grove", {}).get("median_us")
         row["grove_over_reduce_overhead"] = mine / base if base and mine else None
+        whole = row.get("grove_step", {}).get("median_us")
+        row["grove_step_over_reduce_overhead"] = whole / base if base and whole else None
         rows.append(row)
     if rank == 0:
         print("DDP through the door, %d GPUs (%s), torch %s" % (
@@ -131,9 +146,11 @@ def main():
                                      entry["p90_us"], entry["samples_per_s"],
                                      ", ".join("%.5f" % v for v in entry["losses"][:3]),
                                      entry.get("loss_difference", 0.0)))
-            ratio = row["grove_over_reduce_overhead"]
-            print("%-18s grove / reduce-overhead: %s" % (
-                row["case"], "-" if ratio is None else "%.2f" % ratio))
+            for key, label in (("grove_over_reduce_overhead", "grove"),
+                               ("grove_step_over_reduce_overhead", "grove whole step")):
+                ratio = row[key]
+                print("%-18s %s / reduce-overhead: %s" % (
+                    row["case"], label, "-" if ratio is None else "%.2f" % ratio))
         with open(args.json, "w") as out:
             json.dump({"benchmark": "ddp_door", "world_size": world,
                        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
