@@ -5,7 +5,7 @@ the token back and grove passes the activations on inside the C API (Note
 [Saved values kept in grove], capi/kept_values.cc). One C call per stage, no
 DLPack tensor and no check per activation; the user's outputs and the
 gradients cross as before (Note [Saved activations stay in the pool],
-training.py; Note [Gradients handed out of the pool], grove/__init__.py).
+training.py; Note [Gradients handed out of the pool], gradients.py).
 
 Used by grove.training for graphs that are one grove segment (GraphRunner's
 fast plan); any other graph takes the per-tensor path."""
@@ -17,6 +17,8 @@ import torch
 
 import grove
 from grove import _capi
+from grove import gradients
+from grove import outputs
 from grove.runner import StaticInputMovedError, _static_inputs_in_place, _stream_of
 
 _HANDED, _TOKEN, _ARGUMENT, _VALUE = range(4)
@@ -71,8 +73,8 @@ class KeptForward:
     def __call__(self, *args):
         inputs = _checked_inputs(self.fast, args)
         model = self.model
-        if grove._handed_gradients and model._keeps_handed_gradients:
-            grove.keep_handed_gradients()
+        if gradients._handed_gradients and model._keeps_handed_gradients:
+            gradients.keep_handed_gradients()
         stream = _stream_of(inputs[0]) if inputs and inputs[0].is_cuda else None
         state = model._gate.enter()
         try:
@@ -267,7 +269,7 @@ def _checked_inputs(fast, args):
 
 
 def _from_dlpack(pointer):
-    return grove._from_dlpack()(grove._capsule_new(pointer, b"dltensor", None))
+    return outputs._from_dlpack()(outputs._capsule_new(pointer, b"dltensor", None))
 
 
 def _tensor(pointer, model, index):

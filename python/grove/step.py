@@ -22,6 +22,7 @@ casts (one compilation per autocast state).
 import torch
 
 import grove
+from grove import _capi
 from grove import handoff
 from grove import importer
 from grove import optim as grove_optim
@@ -161,8 +162,6 @@ class CompiledStep:
                                "keep_gradients=True and call it first")
         import ctypes
 
-        from grove import _capi
-
         pointer = ctypes.c_void_p(self.token.data_ptr())
         values = []
         for index in range(len(self.params)):
@@ -195,7 +194,7 @@ class _Update:
         optimizer._steps += 1
         status, _ = self.call.run(token, self._hyperparameters())
         if status:
-            grove._capi.check(status)
+            _capi.check(status)
 
     def _hyperparameters(self):
         optimizer = self.optimizer
