@@ -28,6 +28,9 @@ from grove import importer
 from grove import optim as grove_optim
 
 
+_BY_DEVICE = hasattr(torch, "get_autocast_dtype")
+
+
 class CompiledStep:
     """A training step compiled by compile_step; call it with a batch."""
 
@@ -59,11 +62,16 @@ class CompiledStep:
 
     @staticmethod
     def _autocast_state():
-        if hasattr(torch, "get_autocast_dtype"):  # PyTorch >= 2.4
-            return tuple((device, torch.is_autocast_enabled(device),
-                          torch.get_autocast_dtype(device)) for device in ("cpu", "cuda"))
-        return (("cpu", torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()),
-                ("cuda", torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()))
+        """None outside autocast (two cheap calls), else its devices and dtypes."""
+        if _BY_DEVICE:  # PyTorch >= 2.4
+            cpu, gpu = torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
+            if not (cpu or gpu):
+                return None
+            return (cpu, gpu, torch.get_autocast_dtype("cpu"), torch.get_autocast_dtype("cuda"))
+        cpu, gpu = torch.is_autocast_cpu_enabled(), torch.is_autocast_enabled()
+        if not (cpu or gpu):
+            return None
+        return (cpu, gpu, torch.get_autocast_cpu_dtype(), torch.get_autocast_gpu_dtype())
 
     def _compile(self, batch):
         from torch.fx.experimental.proxy_tensor import make_fx
