@@ -665,8 +665,8 @@ TEST(CApi, KeptValuesReachTheBackwardThroughAToken) {
     ASSERT_EQ(count, 1u);
     void* activation = nullptr;
     ASSERT_EQ(grove_kept_value(token_data, 0, &activation), GROVE_OK) << grove_last_error();
-    const auto* values = static_cast<const float*>(
-        static_cast<DLManagedTensor*>(activation)->dl_tensor.data);
+    const auto* values =
+        static_cast<const float*>(static_cast<DLManagedTensor*>(activation)->dl_tensor.data);
     const auto* scaled =
         static_cast<const float*>(static_cast<DLManagedTensor*>(gradient)->dl_tensor.data);
     for (size_t i = 0; i < 48; ++i) EXPECT_EQ(scaled[i], 3.0f * values[i]);
