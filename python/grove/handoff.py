@@ -237,6 +237,8 @@ class KeptCall:
         self._produced_ref = ctypes.byref(self._produced)
         self._source_count = ctypes.c_size_t(len(self.sources))
         self._run = _capi.fast_library().grove_model_run_with_kept
+        # Gradients: no bool output, none copied; one comprehension makes them.
+        self._plain = not any(model._bool_outputs) and not any(model._copy_flags)
 
     def run(self, token, inputs):
         """(status, outputs as torch tensors): one C call."""
@@ -251,7 +253,12 @@ class KeptCall:
                                model._output_capacity, self._produced_ref)
             if status:
                 return status, None
-            return 0, [_tensor(self._managed[index], model, index)
+            managed = self._managed
+            if self._plain:
+                from_dlpack, capsule = outputs._from_dlpack(), outputs._capsule_new
+                return 0, [from_dlpack(capsule(managed[index], b"dltensor", None))
+                           for index in range(self._produced.value)]
+            return 0, [_tensor(managed[index], model, index)
                        for index in range(self._produced.value)]
         finally:
             model._gate.leave(state)
