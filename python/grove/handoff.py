@@ -255,9 +255,7 @@ class KeptCall:
                 return status, None
             managed = self._managed
             if self._plain:
-                from_dlpack, capsule = outputs._from_dlpack(), outputs._capsule_new
-                return 0, [from_dlpack(capsule(managed[index], b"dltensor", None))
-                           for index in range(self._produced.value)]
+                return 0, [_from_dlpack(managed[index]) for index in range(self._produced.value)]
             return 0, [_tensor(managed[index], model, index)
                        for index in range(self._produced.value)]
         finally:
