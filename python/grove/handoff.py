@@ -7,8 +7,11 @@ DLPack tensor and no check per activation; the user's outputs and the
 gradients cross as before (Note [Saved activations stay in the pool],
 training.py; Note [Gradients handed out of the pool], gradients.py).
 
-Used by grove.training for graphs that are one grove segment (GraphRunner's
-fast plan); any other graph takes the per-tensor path."""
+grove.training keeps a forward's activations where the forward is one grove
+segment (GraphRunner's fast plan; GROVE_KEEP_SAVED=0 turns it off); a
+backward that is not one segment gets them as tensors (materialized).
+grove.step passes its gradients from the joint graph to the update the same
+way (KeptCall)."""
 
 import ctypes
 import itertools

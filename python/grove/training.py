@@ -31,7 +31,9 @@ from grove.runner import StaticInputMovedError
 log = importer.log
 
 # Note [Saved activations stay in the pool]: the forward graph returns the
-# user's outputs first and then the activations it saves for the backward.
+# user's outputs first and then the activations it saves for the backward
+# (where the forward is one grove segment, they stay inside grove behind one
+# token instead: Note [Saved values kept in grove], capi/kept_values.cc).
 # Only the backward reads the saved ones, within the same step (the tree keeps
 # a forward's generation open until its backward has run), so they are handed
 # over uncopied even where PyTorch has no storage hook (Note [Kept outputs
