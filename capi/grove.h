@@ -35,7 +35,8 @@
 extern "C" {
 #endif
 
-#define GROVE_CAPI_VERSION 4 /* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: kept values */
+#define GROVE_CAPI_VERSION \
+  4 /* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: kept values */
 
 typedef enum grove_status {
   GROVE_OK = 0,
