@@ -35,8 +35,9 @@
 extern "C" {
 #endif
 
-#define GROVE_CAPI_VERSION \
-  4 /* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: kept values */
+/* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: grove_model_run_keeping and the
+ * other kept-value calls */
+#define GROVE_CAPI_VERSION 4
 
 typedef enum grove_status {
   GROVE_OK = 0,
