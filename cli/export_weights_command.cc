@@ -9,7 +9,7 @@
 #include "cli/common/json_report.h"
 #include "cli/model_setup.h"
 #include "cli/terminal_text.h"
-#include "compiler/weights/model_weights.h"
+#include "weights/model_weights.h"
 
 namespace grove::cli {
 

@@ -9,9 +9,9 @@
 
 #include "cli/commands.h"
 #include "cli/terminal_text.h"
-#include "compiler/weights/safetensors.h"
 #include "runtime/error.h"
 #include "serving/llm/generator.h"
+#include "weights/safetensors.h"
 
 namespace grove::cli {
 

@@ -3,9 +3,9 @@
 #include "cli/progress.h"
 #include "cli/weights_io.h"
 #include "compiler/backends/compile.h"
-#include "compiler/training/trainer.h"
-#include "compiler/weights/model_weights.h"
 #include "runtime/device_context.h"
+#include "training/trainer.h"
+#include "weights/model_weights.h"
 
 namespace grove::cli {
 namespace {

@@ -14,7 +14,7 @@
 #include "cli/tree_stats.h"
 #include "compiler/ir/program.h"
 #include "compiler/lowering/lower.h"
-#include "compiler/weights/safetensors.h"
+#include "weights/safetensors.h"
 
 namespace grove::cli {
 

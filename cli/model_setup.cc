@@ -8,9 +8,9 @@
 #include "cli/arguments.h"
 #include "cli/paths.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/losses.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "training/losses.h"
 
 namespace grove::cli {
 namespace {

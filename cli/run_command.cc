@@ -16,10 +16,10 @@
 #include "cli/tree_stats.h"
 #include "cli/weights_io.h"
 #include "cli/work_estimate.h"
-#include "compiler/distributed/data_parallel_trainer.h"
-#include "compiler/weights/model_weights.h"
+#include "distributed/data_parallel_trainer.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
+#include "weights/model_weights.h"
 
 namespace grove::cli {
 namespace {
@@ -239,7 +239,7 @@ runtime::Device device_of_rank(const RunOptions& options, int rank) {
 // chosen type; or, started as one rank of a group, this process's rank alone
 // (the others are processes too). Each rank trains on its own random shard
 // (seed + r) of --batch rows, gradients averaged in the backward
-// (compiler/distributed): the same steps either way, so the same losses
+// (distributed): the same steps either way, so the same losses
 // (Note [Host reduction order] in runtime/collectives/host_reduction.h).
 DataParallelRun run_data_parallel(const RunOptions& options) {
   DataParallelRun run;

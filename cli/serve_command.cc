@@ -25,12 +25,12 @@
 #include "cli/terminal_text.h"
 #include "cli/tree_stats.h"
 #include "cli/weights_io.h"
-#include "compiler/weights/model_weights.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
 #include "serving/http_server.h"
 #include "serving/replanning_server.h"
 #include "serving/server.h"
+#include "weights/model_weights.h"
 
 namespace grove::cli {
 namespace {

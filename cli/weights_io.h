@@ -9,7 +9,7 @@
 #include "compiler/backends/compile.h"
 #include "compiler/ir/program.h"
 #include "compiler/lowered_function.h"
-#include "compiler/weights/safetensors.h"
+#include "weights/safetensors.h"
 
 namespace grove::cli {
 

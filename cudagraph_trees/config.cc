@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "cudagraph_trees/batch_buckets.h"
+#include "runtime/batch_buckets.h"
 
 namespace grove::cudagraph_trees {
 namespace {

@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "cudagraph_trees/batch_buckets.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "runtime/batch_buckets.h"
 
 namespace grove::cudagraph_trees {
 

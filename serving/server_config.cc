@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "compiler/backends/backend_registry.h"
-#include "cudagraph_trees/batch_buckets.h"
+#include "runtime/batch_buckets.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 

@@ -40,11 +40,11 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "compiler/backends/backend_registry.h"
-#include "compiler/distributed/data_parallel_trainer.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/losses.h"
+#include "distributed/data_parallel_trainer.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
+#include "training/losses.h"
 
 namespace grove::benchmarks {
 namespace {

@@ -40,10 +40,10 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/losses.h"
-#include "compiler/training/trainer.h"
 #include "runtime/device_context.h"
 #include "runtime/graph_recording.h"
+#include "training/losses.h"
+#include "training/trainer.h"
 
 namespace grove::benchmarks {
 namespace {

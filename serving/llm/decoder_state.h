@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "compiler/ir/program.h"
-#include "compiler/weights/safetensors.h"
 #include "runtime/tensor.h"
 #include "serving/llm/decoder_config.h"
 #include "serving/llm/decoder_program.h"
+#include "weights/safetensors.h"
 
 namespace grove::serving::llm {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "compiler/reference/reference_interpreter.h"
-#include "compiler/training/trainer.h"
+#include "training/trainer.h"
 
 namespace grove::testing {
 

@@ -5,15 +5,15 @@
 #include <thread>
 
 #include "compiler/autodiff/training_programs.h"
-#include "compiler/distributed/gradient_all_reduce.h"
 #include "compiler/ir/builder.h"
 #include "compiler/lowering/lower.h"
-#include "compiler/training/losses.h"
+#include "distributed/gradient_all_reduce.h"
 #include "runtime/collectives/host_communicator.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 #include "runtime/tensor.h"
 #include "tests/common/test_util.h"
+#include "training/losses.h"
 
 namespace grove::runtime::collectives {
 namespace {

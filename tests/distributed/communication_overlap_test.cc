@@ -10,15 +10,15 @@
 #include <sstream>
 
 #include "compiler/autodiff/training_programs.h"
-#include "compiler/distributed/data_parallel_trainer.h"
-#include "compiler/distributed/gradient_all_reduce.h"
 #include "compiler/ir/builder.h"
-#include "compiler/training/losses.h"
+#include "distributed/data_parallel_trainer.h"
+#include "distributed/gradient_all_reduce.h"
 #include "runtime/collectives/communication_stream.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 #include "runtime/graph_recording.h"
 #include "tests/common/test_util.h"
+#include "training/losses.h"
 
 namespace grove::compiler::distributed {
 namespace {

@@ -10,18 +10,18 @@
 #include <random>
 #include <thread>
 
-#include "compiler/distributed/data_parallel_trainer.h"
 #include "compiler/ir/builder.h"
-#include "compiler/training/losses.h"
-#include "compiler/training/trainer.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "distributed/data_parallel_trainer.h"
 #include "runtime/collectives/communication_stream.h"
 #include "runtime/collectives/host_communicator.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/device_context.h"
 #include "tests/common/test_util.h"
+#include "training/losses.h"
+#include "training/trainer.h"
 
 namespace grove::compiler::distributed {
 namespace {

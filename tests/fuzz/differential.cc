@@ -14,13 +14,13 @@
 #include "compiler/backends/compile.h"
 #include "compiler/ir/builder.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/losses.h"
-#include "compiler/training/trainer.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/error.h"
 #include "runtime/philox_generator.h"
 #include "tests/fuzz/program_generator.h"
+#include "training/losses.h"
+#include "training/trainer.h"
 
 namespace grove::fuzz {
 

@@ -5,13 +5,13 @@
 #include <random>
 #include <sstream>
 
-#include "compiler/training/trainer.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/error.h"
 #include "runtime/philox_generator.h"
 #include "tests/common/gradient_oracle.h"
 #include "tests/fuzz/program_generator.h"
+#include "training/trainer.h"
 
 namespace grove::fuzz {
 

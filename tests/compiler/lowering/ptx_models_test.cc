@@ -16,8 +16,8 @@
 #include "compiler/codegen/codegen.h"
 #include "compiler/lowering/scheduler.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/optimizer.h"
-#include "tests/compiler/training/benchmark_models.h"
+#include "tests/training/benchmark_models.h"
+#include "training/optimizer.h"
 
 namespace grove {
 namespace {

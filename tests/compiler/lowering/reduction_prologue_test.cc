@@ -16,7 +16,7 @@
 #include "runtime/device_context.h"
 #include "tests/common/test_util.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
-#include "tests/compiler/training/benchmark_models.h"
+#include "tests/training/benchmark_models.h"
 
 namespace grove {
 namespace {

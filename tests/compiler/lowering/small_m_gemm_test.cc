@@ -36,7 +36,7 @@
 #include "tests/common/test_util.h"
 #include "tests/compiler/codegen/codegen_test_util.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
-#include "tests/compiler/training/benchmark_models.h"
+#include "tests/training/benchmark_models.h"
 
 namespace grove {
 namespace {

@@ -8,10 +8,10 @@
 
 #include "compiler/autodiff/training_programs.h"
 #include "compiler/lowering/lower.h"
-#include "compiler/training/optimizer.h"
 #include "runtime/device_context.h"
 #include "tests/common/test_util.h"
-#include "tests/compiler/training/benchmark_models.h"
+#include "tests/training/benchmark_models.h"
+#include "training/optimizer.h"
 
 namespace grove {
 namespace {

@@ -7,11 +7,11 @@
 #include <random>
 
 #include "compiler/ir/builder.h"
-#include "compiler/training/losses.h"
-#include "compiler/training/trainer.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/philox_generator.h"
+#include "training/losses.h"
+#include "training/trainer.h"
 
 namespace grove::cudagraph_trees::backend {
 namespace {

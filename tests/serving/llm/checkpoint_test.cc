@@ -3,10 +3,10 @@
 // that name the tensor or key (serving/llm/decoder_config.h, decoder_state.h).
 #include <gtest/gtest.h>
 
-#include "compiler/weights/safetensors.h"
 #include "runtime/device.h"
 #include "serving/llm/decoder_state.h"
 #include "tests/serving/llm/llm_test_util.h"
+#include "weights/safetensors.h"
 
 namespace grove::serving::llm {
 namespace {
