@@ -137,12 +137,12 @@ int generate_command(const std::vector<std::string>& args) {
     }
     std::vector<uint8_t> bytes(logits.size() * sizeof(float));
     std::memcpy(bytes.data(), logits.data(), bytes.size());
-    compiler::weights::write_safetensors(parsed.value("--logits-out"),
-                                         {{.name = "logits",
-                                           .dtype = runtime::DType::kF32,
-                                           .shape = {max_tokens, decoder->config().vocab_size},
-                                           .bytes = std::move(bytes)}},
-                                         {{"producer", "grove generate"}});
+    weights::write_safetensors(parsed.value("--logits-out"),
+                               {{.name = "logits",
+                                 .dtype = runtime::DType::kF32,
+                                 .shape = {max_tokens, decoder->config().vocab_size},
+                                 .bytes = std::move(bytes)}},
+                               {{"producer", "grove generate"}});
   }
   while (!generator.idle()) generator.step();
   for (serving::llm::RequestId id : ids) {

@@ -135,12 +135,12 @@ TrainingSetup add_training_loss(const Program& model) {
                   type.shape.size() == 2 && output_type.shape.size() == 3 &&
                   output_type.shape[0] == type.shape[0] && output_type.shape[1] == type.shape[1];
     if (tokens) {
-      setup.loss = compiler::training::add_next_token_loss(setup.program, output, input);
+      setup.loss = training::add_next_token_loss(setup.program, output, input);
       setup.loss_name = "next-token cross entropy";
       return setup;
     }
   }
-  setup.loss = compiler::training::add_mse_loss(setup.program, output);
+  setup.loss = training::add_mse_loss(setup.program, output);
   setup.loss_name = "mean squared error";
   return setup;
 }

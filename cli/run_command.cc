@@ -259,7 +259,7 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
       const int rank = ranks[slot];
       const bool reports = rank == run.rank;
       const runtime::Device device = device_of_rank(options, rank);
-      std::optional<compiler::distributed::DataParallelTrainer> trainer;
+      std::optional<distributed::DataParallelTrainer> trainer;
       try {
         if (options.rank_config) {
           runtime::collectives::join_group(device, *options.rank_config);
@@ -272,14 +272,14 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
         spec.device = device;
         TrainingSetup setup = add_training_loss(load_program(spec));
         Stopwatch compile;
-        compiler::distributed::DataParallelOptions dp;
+        distributed::DataParallelOptions dp;
         dp.trainer.backend = options.measure.backend;
-        dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
+        dp.trainer.optimizer = training::OptimizerKind::kSgdMomentum;
         dp.all_reduce.overlap = options.overlap;
         trainer.emplace(setup.program, setup.loss, dp);
         compiler::TensorList inputs = random_inputs(
             setup.program, device, options.measure.seed + static_cast<uint64_t>(rank));
-        compiler::training::Hyperparameters hyper;
+        training::Hyperparameters hyper;
         hyper.lr = options.measure.learning_rate;
         hyper.momentum = 0.9;
         if (reports) {
@@ -455,11 +455,11 @@ int run_command(const std::vector<std::string>& args) {
               runtime::device_context(options.model.device).backend().name().c_str(),
               options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
               dims_text(program).c_str());
-  std::optional<compiler::weights::SafetensorsFile> weights;
+  std::optional<weights::SafetensorsFile> weights;
   if (!options.weights_path.empty()) {
     // Checked before compiling, so a wrong file fails in milliseconds.
-    weights = compiler::weights::SafetensorsFile::open(options.weights_path);
-    compiler::weights::check_weights(program, *weights);
+    weights = weights::SafetensorsFile::open(options.weights_path);
+    weights::check_weights(program, *weights);
     options.measure.weights = &*weights;
     std::printf("weights %s: %s\n", printable(options.weights_path).c_str(),
                 weights_summary(*weights).c_str());

@@ -352,18 +352,18 @@ int serve_command(const std::vector<std::string>& args) {
           .c_str(),
       static_cast<long long>(options.server.max_wait.count()));
   if (!options.plan_note.empty()) std::printf("buckets %s\n", options.plan_note.c_str());
-  std::optional<compiler::weights::SafetensorsFile> weights;
+  std::optional<weights::SafetensorsFile> weights;
   if (!options.weights_path.empty()) {
     // Note [Weights kept for re-plans]: the server reads the file once into
     // memory it owns; a mapping would fault (SIGBUS) when a re-plan reads a
     // file truncated since. Guarded by
     // ServeFilesTest.test_weights_truncated_while_serving_are_not_read_again.
-    weights = compiler::weights::SafetensorsFile::read(options.weights_path);
-    compiler::weights::check_weights(probe, *weights);  // before compiling anything
+    weights = weights::SafetensorsFile::read(options.weights_path);
+    weights::check_weights(probe, *weights);  // before compiling anything
     std::printf("weights %s: %s, read into memory once and copied into each bucket's model\n",
                 printable(options.weights_path).c_str(), weights_summary(*weights).c_str());
     options.server.prepare_model = [&weights](const compiler::backends::CompiledModel& model) {
-      compiler::weights::load_weights(model, *weights);
+      weights::load_weights(model, *weights);
     };
   } else {
     std::printf("weights: the model's initializers (no --weights)\n");

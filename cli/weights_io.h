@@ -26,6 +26,6 @@ void write_outputs_file(const compiler::ir::Program& program,
                         const std::string& path);
 
 // "12 tensors, 16.0 MiB".
-std::string weights_summary(const compiler::weights::SafetensorsFile& file);
+std::string weights_summary(const weights::SafetensorsFile& file);
 
 }  // namespace grove::cli

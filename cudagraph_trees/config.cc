@@ -179,7 +179,7 @@ void TreeConfig::validate() const {
   }
   // Empty: BucketedFunction then needs its own BucketSpec::buckets.
   if (!batch_buckets.empty()) {
-    BatchBuckets checked(batch_buckets, "TreeConfig.batch_buckets");  // throws ConfigError
+    runtime::BatchBuckets checked(batch_buckets, "TreeConfig.batch_buckets");  // throws ConfigError
   }
 }
 

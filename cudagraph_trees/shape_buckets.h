@@ -71,7 +71,7 @@ class BucketedFunction {
   TreeManager& manager_;
   BucketSpec spec_;
   uint64_t serial_;  // unique per helper, keys its log_once messages
-  BatchBuckets buckets_;
+  runtime::BatchBuckets buckets_;
   std::vector<FunctionId> functions_;
   std::vector<runtime::Tensor> staging_;  // per batched input: [largest bucket, ...]
   std::vector<uint64_t> calls_per_bucket_;

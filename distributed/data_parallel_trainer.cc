@@ -5,10 +5,10 @@
 #include "runtime/error.h"
 #include "runtime/logging.h"
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 namespace {
 
-runtime::collectives::Communicator& communicator_of(const ir::Program& model) {
+runtime::collectives::Communicator& communicator_of(const compiler::ir::Program& model) {
   const runtime::Device device = model.device();
   GROVE_CHECK_AS(DeviceError, runtime::device_available(device), "DataParallelTrainer for '",
                  model.name(), "': device ", device.str(), " is not available here");
@@ -17,7 +17,8 @@ runtime::collectives::Communicator& communicator_of(const ir::Program& model) {
 
 }  // namespace
 
-DataParallelTrainer::DataParallelTrainer(const ir::Program& model, ir::ValueId loss,
+DataParallelTrainer::DataParallelTrainer(const compiler::ir::Program& model,
+                                         compiler::ir::ValueId loss,
                                          const DataParallelOptions& options)
     : rank_(communicator_of(model).rank()),
       world_size_(communicator_of(model).world_size()),
@@ -27,7 +28,7 @@ DataParallelTrainer::~DataParallelTrainer() = default;
 DataParallelTrainer::DataParallelTrainer(DataParallelTrainer&&) noexcept = default;
 DataParallelTrainer& DataParallelTrainer::operator=(DataParallelTrainer&&) noexcept = default;
 
-training::TrainerOptions DataParallelTrainer::with_all_reduce(const ir::Program& model,
+training::TrainerOptions DataParallelTrainer::with_all_reduce(const compiler::ir::Program& model,
                                                               const DataParallelOptions& options) {
   GROVE_CHECK(!options.trainer.compile_backward, "DataParallelTrainer for '", model.name(),
               "': leave DataParallelOptions::trainer.compile_backward empty; the data-parallel "
@@ -35,9 +36,9 @@ training::TrainerOptions DataParallelTrainer::with_all_reduce(const ir::Program&
   training::TrainerOptions trainer = options.trainer;
   // Called while trainer_ is built, before this object can move.
   trainer.compile_backward = [this, all_reduce = options.all_reduce, name = model.name()](
-                                 const ir::Program& backward,
+                                 const compiler::ir::Program& backward,
                                  const training::StageCompiler& compile) {
-    backends::CompiledModel compiled =
+    compiler::backends::CompiledModel compiled =
         compile(add_gradient_all_reduce(backward, all_reduce, &buckets_));
     overlap_ = all_reduce.overlap;
     if (overlap_ && compiled.lowered().segments().size() > 1) {
@@ -58,4 +59,4 @@ training::TrainerOptions DataParallelTrainer::with_all_reduce(const ir::Program&
   return trainer;
 }
 
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

@@ -27,7 +27,7 @@
 #include "distributed/gradient_all_reduce.h"
 #include "training/trainer.h"
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 
 struct DataParallelOptions {
   // compile_backward must be empty: the data-parallel trainer sets it.
@@ -39,7 +39,7 @@ class DataParallelTrainer {
  public:
   // `model` runs on this rank's device, whose communicator must be installed
   // (runtime/collectives/setup.h); throws CommunicationError otherwise.
-  DataParallelTrainer(const ir::Program& model, ir::ValueId loss,
+  DataParallelTrainer(const compiler::ir::Program& model, compiler::ir::ValueId loss,
                       const DataParallelOptions& options = {});
   ~DataParallelTrainer();
   DataParallelTrainer(DataParallelTrainer&&) noexcept;
@@ -47,13 +47,15 @@ class DataParallelTrainer {
 
   // One step on this rank's shard (the model's `input` values in call order).
   // Returns this rank's loss (before the update) as a device scalar.
-  runtime::Tensor step(const TensorList& inputs, const training::Hyperparameters& hyperparameters) {
+  runtime::Tensor step(const compiler::TensorList& inputs,
+                       const training::Hyperparameters& hyperparameters) {
     return trainer_.step(inputs, hyperparameters);
   }
   // The first half of step(): runs the forward on this rank's shard and
   // returns the arguments of the backward program (for tools and tests that
   // run or capture lowered_backward() themselves); `loss` receives the loss.
-  TensorList backward_arguments(const TensorList& inputs, runtime::Tensor* loss = nullptr) {
+  compiler::TensorList backward_arguments(const compiler::TensorList& inputs,
+                                          runtime::Tensor* loss = nullptr) {
     return trainer_.backward_arguments(inputs, loss);
   }
 
@@ -67,8 +69,12 @@ class DataParallelTrainer {
   std::vector<std::string> state_names() const { return trainer_.state_names(); }
   int64_t steps_taken() const { return trainer_.steps_taken(); }
   const GradientBuckets& buckets() const { return buckets_; }
-  const ir::Program& backward_program() const { return trainer_.backward_stage().program(); }
-  const lowering::LoweredProgram& lowered_backward() const { return trainer_.lowered_backward(); }
+  const compiler::ir::Program& backward_program() const {
+    return trainer_.backward_stage().program();
+  }
+  const compiler::lowering::LoweredProgram& lowered_backward() const {
+    return trainer_.lowered_backward();
+  }
   // The single-device trainer this rank runs (its stages, hyper-parameter
   // copies, lowered programs).
   const training::Trainer& trainer() const { return trainer_; }
@@ -80,7 +86,7 @@ class DataParallelTrainer {
   void reset_backend() const { trainer_.reset_backend(); }
 
  private:
-  training::TrainerOptions with_all_reduce(const ir::Program& model,
+  training::TrainerOptions with_all_reduce(const compiler::ir::Program& model,
                                            const DataParallelOptions& options);
 
   int rank_ = 0;
@@ -90,4 +96,4 @@ class DataParallelTrainer {
   training::Trainer trainer_;  // built last: its compile_backward fills the fields above
 };
 
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

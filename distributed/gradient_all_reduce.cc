@@ -7,11 +7,11 @@
 #include "runtime/collectives/communicator.h"
 #include "runtime/error.h"
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 namespace {
 
-using ir::Program;
-using ir::ValueId;
+using compiler::ir::Program;
+using compiler::ir::ValueId;
 
 // Whether node `n` writes a gradient into its persistent buffer and nothing
 // else reads either: `copy_into(grad.<param>, g)` whose destination is a
@@ -20,27 +20,28 @@ using ir::ValueId;
 // result can be handed to the communication stream (Note [Communication
 // stream]).
 bool is_gradient_copy(const Program& backward, int32_t n, const std::vector<int>& uses) {
-  const ir::Node& node = backward.node(n);
+  const compiler::ir::Node& node = backward.node(n);
   if (node.op != "copy_into" || node.operands.size() != 2 || node.results.size() != 1) {
     return false;
   }
-  const ir::Value& destination = backward.value(node.operands[0]);
-  return destination.kind == ir::ValueKind::kBuffer &&
+  const compiler::ir::Value& destination = backward.value(node.operands[0]);
+  return destination.kind == compiler::ir::ValueKind::kBuffer &&
          uses[static_cast<size_t>(destination.id)] == 1 &&
          uses[static_cast<size_t>(node.results[0])] == 0;
 }
 
 }  // namespace
 
-ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduceOptions& options,
-                                    GradientBuckets* buckets_out) {
+compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backward,
+                                              const AllReduceOptions& options,
+                                              GradientBuckets* buckets_out) {
   GROVE_CHECK_AS(ConfigError, options.bucket_bytes > 0, "gradient all-reduce of '", backward.name(),
                  "': bucket_bytes must be positive, found ", options.bucket_bytes);
   runtime::collectives::parse_reduce_op(options.reduce_op);
   const auto node_count = static_cast<int32_t>(backward.nodes().size());
 
   std::vector<int> uses(backward.values().size(), 0);
-  for (const ir::Node& node : backward.nodes()) {
+  for (const compiler::ir::Node& node : backward.nodes()) {
     for (ValueId operand : node.operands) ++uses[static_cast<size_t>(operand)];
   }
   // Note [Gradient buckets]: each gradient copy moves up to right after the
@@ -70,7 +71,7 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
   std::vector<size_t> produced;
   std::set<ValueId> seen;
   for (size_t i = 0; i < backward.outputs().size(); ++i) {
-    const ir::Value& value = backward.value(backward.outputs()[i]);
+    const compiler::ir::Value& value = backward.value(backward.outputs()[i]);
     if (value.is_program_input() || !seen.insert(value.id).second) continue;
     if (options.overlap) {
       // Note [Communication stream]: only persistent, otherwise untouched memory.
@@ -100,7 +101,7 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
       buckets.outputs.emplace_back();
       buckets.bytes.push_back(0);
     }
-    const ir::TensorType& type = backward.value(backward.outputs()[output]).type;
+    const compiler::ir::TensorType& type = backward.value(backward.outputs()[output]).type;
     buckets.outputs.back().push_back(output);
     buckets.bytes.back() += type.numel() * static_cast<int64_t>(runtime::dtype_size(type.dtype));
   }
@@ -115,9 +116,9 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
 
   Program result(backward.name(), backward.device());
   result.set_dims(backward.dims());
-  std::vector<ValueId> mapped(backward.values().size(), ir::kNoValue);
+  std::vector<ValueId> mapped(backward.values().size(), compiler::ir::kNoValue);
   for (ValueId id : backward.inputs()) {
-    const ir::Value& value = backward.value(id);
+    const compiler::ir::Value& value = backward.value(id);
     mapped[static_cast<size_t>(id)] =
         result.add_input(value.name, value.type, value.kind, value.initializer);
   }
@@ -128,13 +129,14 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
   };
   // Adds `op` over the current values of `outputs` (backward output
   // positions, in place) and remaps them to its results.
-  auto add_in_place = [&](const std::string& name, const std::string& op, ir::Attributes attrs,
-                          const std::vector<size_t>& outputs, const std::string& suffix) {
+  auto add_in_place = [&](const std::string& name, const std::string& op,
+                          compiler::ir::Attributes attrs, const std::vector<size_t>& outputs,
+                          const std::string& suffix) {
     std::vector<ValueId> operands;
     std::vector<std::string> names;
-    std::vector<ir::TensorType> types;
+    std::vector<compiler::ir::TensorType> types;
     for (size_t output : outputs) {
-      const ir::Value& gradient = backward.value(backward.outputs()[output]);
+      const compiler::ir::Value& gradient = backward.value(backward.outputs()[output]);
       operands.push_back(mapped[static_cast<size_t>(gradient.id)]);
       names.push_back(gradient.name + suffix);
       types.push_back(gradient.type);
@@ -145,9 +147,9 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
     }
   };
   for (int32_t n : order) {
-    const ir::Node& node = backward.node(n);
+    const compiler::ir::Node& node = backward.node(n);
     std::vector<std::string> names;
-    std::vector<ir::TensorType> types;
+    std::vector<compiler::ir::TensorType> types;
     for (ValueId id : node.results) {
       names.push_back(backward.value(id).name);
       types.push_back(backward.value(id).type);
@@ -159,7 +161,7 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
     }
     auto [first, last] = bucket_after.equal_range(n);
     for (auto it = first; it != last; ++it) {
-      ir::Attributes attrs;
+      compiler::ir::Attributes attrs;
       attrs.set("op", options.reduce_op);
       attrs.set("overlap", int64_t{options.overlap ? 1 : 0});
       add_in_place(str_cat("all_reduce.bucket", it->second), "all_reduce", std::move(attrs),
@@ -168,7 +170,8 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
   }
   if (options.overlap && !produced.empty()) {
     // Note [Communication stream]: every fork is joined before the backward ends.
-    add_in_place("collective_join", "collective_join", ir::Attributes(), produced, ".joined");
+    add_in_place("collective_join", "collective_join", compiler::ir::Attributes(), produced,
+                 ".joined");
   }
   result.set_outputs(map_all(backward.outputs()));
   result.verify();
@@ -176,4 +179,4 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
   return result;
 }
 
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

@@ -32,7 +32,7 @@
 
 #include "compiler/ir/program.h"
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 
 struct AllReduceOptions {
   // A bucket closes once it holds at least this many bytes (PyTorch DDP's default: 25 MiB).
@@ -58,7 +58,8 @@ struct GradientBuckets {
 // are left alone. Throws grove::Error when an option is out of range, and
 // ConfigError when `overlap` is on and a gradient does not live in a
 // persistent buffer (a copy_into a `buffer` input, read by nothing else).
-ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduceOptions& options,
-                                    GradientBuckets* buckets = nullptr);
+compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backward,
+                                              const AllReduceOptions& options,
+                                              GradientBuckets* buckets = nullptr);
 
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

@@ -4,7 +4,7 @@
 
 #include "runtime/error.h"
 
-namespace grove::cudagraph_trees {
+namespace grove::runtime {
 namespace {
 
 std::string list_str(const std::vector<int64_t>& values) {
@@ -53,4 +53,4 @@ BucketPadding bucket_padding(int64_t rows, int64_t bucket_rows, size_t row_bytes
   return padding;
 }
 
-}  // namespace grove::cudagraph_trees
+}  // namespace grove::runtime

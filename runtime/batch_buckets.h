@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace grove::cudagraph_trees {
+namespace grove::runtime {
 
 class BatchBuckets {
  public:
@@ -54,4 +54,4 @@ struct BucketPadding {
 };
 BucketPadding bucket_padding(int64_t rows, int64_t bucket_rows, size_t row_bytes);
 
-}  // namespace grove::cudagraph_trees
+}  // namespace grove::runtime

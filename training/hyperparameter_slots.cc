@@ -5,7 +5,7 @@
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 
 HyperparameterSlots::HyperparameterSlots(size_t count, runtime::Device device)
     : device_(device), count_(count), last_(count, 0.0f) {
@@ -39,7 +39,7 @@ HyperparameterSlots::~HyperparameterSlots() {
   }
 }
 
-const TensorList& HyperparameterSlots::write(const std::vector<double>& values) {
+const compiler::TensorList& HyperparameterSlots::write(const std::vector<double>& values) {
   GROVE_CHECK(values.size() == count_, "HyperparameterSlots: ", values.size(), " values for ",
               count_, " hyper-parameters");
   std::vector<float> next(values.begin(), values.end());
@@ -61,4 +61,4 @@ const TensorList& HyperparameterSlots::write(const std::vector<double>& values) 
   return scalars_;
 }
 
-}  // namespace grove::compiler::training
+}  // namespace grove::training

@@ -26,7 +26,7 @@
 #include "runtime/device.h"
 #include "runtime/pinned_host_buffer.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 
 class HyperparameterSlots {
  public:
@@ -42,9 +42,9 @@ class HyperparameterSlots {
   // Makes the scalars hold `values` (converted to f32) for work enqueued on the
   // device's current stream after this call; enqueues nothing when every value
   // equals the last one written. Throws when the count differs.
-  const TensorList& write(const std::vector<double>& values);
+  const compiler::TensorList& write(const std::vector<double>& values);
   // The scalar tensors, in order; their addresses never change.
-  const TensorList& tensors() const { return scalars_; }
+  const compiler::TensorList& tensors() const { return scalars_; }
   // Copies enqueued so far (one per write() that changed a value).
   uint64_t copies() const { return copies_; }
 
@@ -57,8 +57,8 @@ class HyperparameterSlots {
 
   runtime::Device device_;
   size_t count_;
-  runtime::Tensor buffer_;  // [count] f32
-  TensorList scalars_;      // scalar views of buffer_
+  runtime::Tensor buffer_;        // [count] f32
+  compiler::TensorList scalars_;  // scalar views of buffer_
   std::vector<float> last_;
   bool written_ = false;
   std::array<Slot, kRing> ring_{};
@@ -66,4 +66,4 @@ class HyperparameterSlots {
   uint64_t copies_ = 0;
 };
 
-}  // namespace grove::compiler::training
+}  // namespace grove::training

@@ -12,22 +12,25 @@
 
 #include "compiler/ir/program.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 
 // mean((prediction - target)^2) with `target` a new `input` of prediction's type.
-ir::ValueId add_mse_loss(ir::Program& program, ir::ValueId prediction,
-                         const std::string& target_name = "target",
-                         const std::string& loss_name = "loss");
+compiler::ir::ValueId add_mse_loss(compiler::ir::Program& program, compiler::ir::ValueId prediction,
+                                   const std::string& target_name = "target",
+                                   const std::string& loss_name = "loss");
 
 // cross_entropy(logits [..., C], labels [...]) with `labels` a new i64 `input`.
-ir::ValueId add_cross_entropy_loss(ir::Program& program, ir::ValueId logits,
-                                   const std::string& labels_name = "labels",
-                                   const std::string& loss_name = "loss");
+compiler::ir::ValueId add_cross_entropy_loss(compiler::ir::Program& program,
+                                             compiler::ir::ValueId logits,
+                                             const std::string& labels_name = "labels",
+                                             const std::string& loss_name = "loss");
 
 // Next-token prediction: cross_entropy of logits [B, T, V] at positions
 // 0..T-2 against the integer tokens [B, T] at positions 1..T-1 (both sliced
 // views; no new input). Needs T >= 2.
-ir::ValueId add_next_token_loss(ir::Program& program, ir::ValueId logits, ir::ValueId tokens,
-                                const std::string& loss_name = "loss");
+compiler::ir::ValueId add_next_token_loss(compiler::ir::Program& program,
+                                          compiler::ir::ValueId logits,
+                                          compiler::ir::ValueId tokens,
+                                          const std::string& loss_name = "loss");
 
-}  // namespace grove::compiler::training
+}  // namespace grove::training

@@ -7,7 +7,7 @@
 #include "compiler/ops/op_registry.h"
 #include "runtime/error.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 
 const char* optimizer_kind_name(OptimizerKind kind) {
   return kind == OptimizerKind::kSgdMomentum ? "sgd_momentum" : "adamw";
@@ -20,51 +20,51 @@ std::vector<double> OptimizerProgram::hyperparameter_values(const Hyperparameter
   return {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, static_cast<double>(step)};
 }
 
-OptimizerProgram build_optimizer_program(const ir::Program& model,
-                                         const std::vector<ir::ValueId>& params,
+OptimizerProgram build_optimizer_program(const compiler::ir::Program& model,
+                                         const std::vector<compiler::ir::ValueId>& params,
                                          OptimizerKind kind) {
   GROVE_CHECK(!params.empty(), "build_optimizer_program: no params given for program '",
               model.name(), "'");
   OptimizerProgram result;
   result.kind = kind;
-  ir::ProgramBuilder b(model.name() + "." + optimizer_kind_name(kind), model.device());
+  compiler::ir::ProgramBuilder b(model.name() + "." + optimizer_kind_name(kind), model.device());
   result.hyperparameter_names =
       kind == OptimizerKind::kSgdMomentum
           ? std::vector<std::string>{"lr", "momentum", "weight_decay"}
           : std::vector<std::string>{"lr", "beta1", "beta2", "eps", "weight_decay", "step"};
-  std::vector<ir::ValueId> hyper;
+  std::vector<compiler::ir::ValueId> hyper;
   for (const std::string& name : result.hyperparameter_names) {
     hyper.push_back(b.input(name, {}, runtime::DType::kF32));
   }
-  std::set<ir::ValueId> seen;
-  for (ir::ValueId id : params) {
-    GROVE_CHECK(id >= 0 && id < static_cast<ir::ValueId>(model.values().size()) &&
-                    model.value(id).kind == ir::ValueKind::kParam,
+  std::set<compiler::ir::ValueId> seen;
+  for (compiler::ir::ValueId id : params) {
+    GROVE_CHECK(id >= 0 && id < static_cast<compiler::ir::ValueId>(model.values().size()) &&
+                    model.value(id).kind == compiler::ir::ValueKind::kParam,
                 "build_optimizer_program: value id ", id, " of program '", model.name(),
                 "' is not a param");
-    const ir::Value& param = model.value(id);
+    const compiler::ir::Value& param = model.value(id);
     GROVE_CHECK_AS(DTypeError, runtime::is_floating(param.type.dtype),
                    "build_optimizer_program: param '", param.name, "' is ", param.type.str(),
                    "; only floating params can be optimized");
     GROVE_CHECK(seen.insert(id).second, "build_optimizer_program: param '", param.name,
                 "' is listed twice");
-    const ir::TensorType& type = param.type;
-    ir::ValueId value = b.param(param.name, type.shape, type.dtype, *param.initializer);
-    ir::ValueId grad = b.buffer(autodiff::gradient_buffer_name(param.name), type.shape, type.dtype,
-                                ir::zeros_init());
+    const compiler::ir::TensorType& type = param.type;
+    compiler::ir::ValueId value = b.param(param.name, type.shape, type.dtype, *param.initializer);
+    compiler::ir::ValueId grad = b.buffer(compiler::autodiff::gradient_buffer_name(param.name),
+                                          type.shape, type.dtype, compiler::ir::zeros_init());
     result.params.push_back(value);
     result.gradients.push_back(grad);
     if (kind == OptimizerKind::kSgdMomentum) {
-      ir::ValueId momentum =
-          b.buffer(param.name + ".momentum", type.shape, type.dtype, ir::zeros_init());
+      compiler::ir::ValueId momentum =
+          b.buffer(param.name + ".momentum", type.shape, type.dtype, compiler::ir::zeros_init());
       result.state.push_back({momentum});
       b.sgd_momentum_update(value, grad, momentum, hyper[0], hyper[1], hyper[2],
                             param.name + ".sgd");
     } else {
-      ir::ValueId exp_avg =
-          b.buffer(param.name + ".exp_avg", type.shape, type.dtype, ir::zeros_init());
-      ir::ValueId exp_avg_sq =
-          b.buffer(param.name + ".exp_avg_sq", type.shape, type.dtype, ir::zeros_init());
+      compiler::ir::ValueId exp_avg =
+          b.buffer(param.name + ".exp_avg", type.shape, type.dtype, compiler::ir::zeros_init());
+      compiler::ir::ValueId exp_avg_sq =
+          b.buffer(param.name + ".exp_avg_sq", type.shape, type.dtype, compiler::ir::zeros_init());
       result.state.push_back({exp_avg, exp_avg_sq});
       b.adamw_update(value, grad, exp_avg, exp_avg_sq, hyper[0], hyper[1], hyper[2], hyper[3],
                      hyper[4], hyper[5], param.name + ".adamw");
@@ -74,16 +74,16 @@ OptimizerProgram build_optimizer_program(const ir::Program& model,
   return result;
 }
 
-std::vector<size_t> mutated_input_positions(const ir::Program& program) {
-  const ops::OpRegistry& registry = ops::OpRegistry::global();
+std::vector<size_t> mutated_input_positions(const compiler::ir::Program& program) {
+  const compiler::ops::OpRegistry& registry = compiler::ops::OpRegistry::global();
   // The input position whose storage each value is (through aliasing results), or -1.
   std::vector<int64_t> storage(program.values().size(), -1);
   for (size_t i = 0; i < program.inputs().size(); ++i) {
     storage[static_cast<size_t>(program.inputs()[i])] = static_cast<int64_t>(i);
   }
   std::set<size_t> mutated;
-  for (const ir::Node& node : program.nodes()) {
-    const ops::Effects& effects = registry.get(node.op).effects;
+  for (const compiler::ir::Node& node : program.nodes()) {
+    const compiler::ops::Effects& effects = registry.get(node.op).effects;
     for (int operand : effects.mutated_operands) {
       if (operand >= static_cast<int>(node.operands.size())) continue;
       int64_t position = storage[static_cast<size_t>(node.operands[static_cast<size_t>(operand)])];
@@ -101,4 +101,4 @@ std::vector<size_t> mutated_input_positions(const ir::Program& program) {
   return {mutated.begin(), mutated.end()};
 }
 
-}  // namespace grove::compiler::training
+}  // namespace grove::training

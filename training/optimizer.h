@@ -22,7 +22,7 @@
 
 #include "compiler/ir/program.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 
 enum class OptimizerKind : uint8_t { kSgdMomentum, kAdamW };
 
@@ -40,14 +40,14 @@ struct Hyperparameters {
 
 struct OptimizerProgram {
   OptimizerKind kind = OptimizerKind::kSgdMomentum;
-  ir::Program program;
+  compiler::ir::Program program;
   // Names of the leading scalar inputs, in call order.
   std::vector<std::string> hyperparameter_names;
   // Per trained param (program value ids): the param, its gradient buffer and
   // its state buffers (SGD: momentum; AdamW: exp_avg, exp_avg_sq).
-  std::vector<ir::ValueId> params;
-  std::vector<ir::ValueId> gradients;
-  std::vector<std::vector<ir::ValueId>> state;
+  std::vector<compiler::ir::ValueId> params;
+  std::vector<compiler::ir::ValueId> gradients;
+  std::vector<std::vector<compiler::ir::ValueId>> state;
 
   // The values of the hyper-parameter inputs, in call order, for the
   // 1-based `step` (used by AdamW's bias correction).
@@ -58,13 +58,13 @@ struct OptimizerProgram {
 // Builds the optimizer step for `params` (param value ids of `model`, whose
 // names, shapes, dtypes and initializers the program copies). Throws
 // grove::Error when a value is not a floating param or `params` is empty.
-OptimizerProgram build_optimizer_program(const ir::Program& model,
-                                         const std::vector<ir::ValueId>& params,
+OptimizerProgram build_optimizer_program(const compiler::ir::Program& model,
+                                         const std::vector<compiler::ir::ValueId>& params,
                                          OptimizerKind kind);
 
 // Positions in program.inputs() of the inputs `program` writes in place,
 // following results that alias their operands (Note [Mutation in SSA]);
 // ascending.
-std::vector<size_t> mutated_input_positions(const ir::Program& program);
+std::vector<size_t> mutated_input_positions(const compiler::ir::Program& program);
 
-}  // namespace grove::compiler::training
+}  // namespace grove::training

@@ -17,15 +17,15 @@
 #include "compiler/reference/reference_interpreter.h"
 #include "training/optimizer.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 
-using reference::HostTensor;
-using reference::HostTensorList;
+using compiler::reference::HostTensor;
+using compiler::reference::HostTensorList;
 
 // The backward's arguments (one per backward.inputs()) after a forward run on
 // `forward_inputs` returned `forward_outputs`; gradient buffers come from
 // `persistent` by name, as do params and buffers. `loss_grad` is d(loss).
-HostTensorList backward_arguments(const autodiff::TrainingPrograms& programs,
+HostTensorList backward_arguments(const compiler::autodiff::TrainingPrograms& programs,
                                   const HostTensorList& forward_inputs,
                                   const HostTensorList& forward_outputs,
                                   const std::map<std::string, HostTensor>& persistent,
@@ -38,20 +38,20 @@ struct ForwardBackward {
 };
 
 // One forward and backward on the reference; gradient buffers start at zero.
-ForwardBackward reference_forward_backward(const autodiff::TrainingPrograms& programs,
+ForwardBackward reference_forward_backward(const compiler::autodiff::TrainingPrograms& programs,
                                            const HostTensorList& forward_inputs);
 
 class ReferenceTrainer {
  public:
   // `model` must contain `loss` (see losses.h); params start at their initializers.
-  ReferenceTrainer(const ir::Program& model, ir::ValueId loss, OptimizerKind kind,
-                   const autodiff::TrainingOptions& options = {});
+  ReferenceTrainer(const compiler::ir::Program& model, compiler::ir::ValueId loss,
+                   OptimizerKind kind, const compiler::autodiff::TrainingOptions& options = {});
 
   // Runs forward, backward and the optimizer step on `inputs` (one per model
   // `input`, in call order) and returns the loss computed before the update.
   double step(const HostTensorList& inputs, const Hyperparameters& hyperparameters);
 
-  const autodiff::TrainingPrograms& programs() const { return programs_; }
+  const compiler::autodiff::TrainingPrograms& programs() const { return programs_; }
   const OptimizerProgram& optimizer() const { return optimizer_; }
   // A param, buffer, gradient buffer or optimizer state tensor by name.
   const HostTensor& state(const std::string& name) const;
@@ -59,7 +59,7 @@ class ReferenceTrainer {
   int64_t steps_taken() const { return steps_; }
 
  private:
-  autodiff::TrainingPrograms programs_;
+  compiler::autodiff::TrainingPrograms programs_;
   OptimizerProgram optimizer_;
   std::map<std::string, HostTensor> state_;
   int64_t steps_ = 0;
@@ -67,6 +67,6 @@ class ReferenceTrainer {
 
 // The persistent inputs (params and buffers) of `program`, by name, at their
 // initial values.
-std::map<std::string, HostTensor> initial_persistent_state(const ir::Program& program);
+std::map<std::string, HostTensor> initial_persistent_state(const compiler::ir::Program& program);
 
-}  // namespace grove::compiler::training
+}  // namespace grove::training

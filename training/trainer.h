@@ -45,22 +45,23 @@
 #include "compiler/lowering/lower.h"
 #include "training/optimizer.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 
 class HyperparameterSlots;
 
 // Compiles one program of the step with the trainer's backend and state.
-using StageCompiler = std::function<backends::CompiledModel(const ir::Program& program)>;
+using StageCompiler =
+    std::function<compiler::backends::CompiledModel(const compiler::ir::Program& program)>;
 // Compiles the backward stage from autodiff's backward program, through
 // `compile`; the program it compiles must keep the backward's inputs and
 // outputs, in order.
-using BackwardCompiler = std::function<backends::CompiledModel(const ir::Program& backward,
-                                                               const StageCompiler& compile)>;
+using BackwardCompiler = std::function<compiler::backends::CompiledModel(
+    const compiler::ir::Program& backward, const StageCompiler& compile)>;
 
 struct TrainerOptions {
   std::string backend = "eager";
   OptimizerKind optimizer = OptimizerKind::kAdamW;
-  autodiff::TrainingOptions training;
+  compiler::autodiff::TrainingOptions training;
   // How the backward stage is compiled; empty: autodiff's backward as is.
   // Data-parallel training adds its gradient all-reduces here
   // (distributed/data_parallel_trainer.h). Called only while the
@@ -72,7 +73,8 @@ class Trainer {
  public:
   // `model` must contain `loss` (see losses.h); it runs on the model's device,
   // which must be available. Params start at their initializers.
-  Trainer(const ir::Program& model, ir::ValueId loss, const TrainerOptions& options = {});
+  Trainer(const compiler::ir::Program& model, compiler::ir::ValueId loss,
+          const TrainerOptions& options = {});
   ~Trainer();
   Trainer(Trainer&&) noexcept;
   Trainer& operator=(Trainer&&) noexcept;
@@ -82,22 +84,23 @@ class Trainer {
   // place with `hyperparameters` (AdamW's step count is steps_taken() + 1).
   // Returns the loss computed before the update, as a device scalar (reading
   // it synchronizes). Errors name the program and the input.
-  runtime::Tensor step(const TensorList& inputs, const Hyperparameters& hyperparameters);
+  runtime::Tensor step(const compiler::TensorList& inputs, const Hyperparameters& hyperparameters);
   // Forward and backward only: the gradients land in the gradient buffers.
-  runtime::Tensor forward_backward(const TensorList& inputs);
+  runtime::Tensor forward_backward(const compiler::TensorList& inputs);
   // A forward whose backward runs later, for micro-batches: several
   // forward()s, then their backward()s in any order, each writing its
   // gradients into the gradient buffers as forward_backward() does.
   struct PendingBackward {
     runtime::Tensor loss;
-    TensorList backward_inputs;  // the backward stage's per-call inputs
+    compiler::TensorList backward_inputs;  // the backward stage's per-call inputs
   };
-  PendingBackward forward(const TensorList& inputs);
+  PendingBackward forward(const compiler::TensorList& inputs);
   void backward(const PendingBackward& pending);
   // Runs the forward on `inputs` and returns every argument of the backward
   // program (Program::inputs() order) without running it, for tools and tests
   // that run or capture lowered_backward() themselves; `loss` receives the loss.
-  TensorList backward_arguments(const TensorList& inputs, runtime::Tensor* loss = nullptr);
+  compiler::TensorList backward_arguments(const compiler::TensorList& inputs,
+                                          runtime::Tensor* loss = nullptr);
 
   // A param, buffer, gradient buffer or optimizer state tensor by name.
   const runtime::Tensor& state(const std::string& name) const;
@@ -108,17 +111,21 @@ class Trainer {
   uint64_t hyperparameter_copies() const;
   const std::string& backend() const { return backend_; }
 
-  const autodiff::TrainingPrograms& programs() const { return programs_; }
+  const compiler::autodiff::TrainingPrograms& programs() const { return programs_; }
   const OptimizerProgram& optimizer() const { return optimizer_; }
   // The compiled stages; backward_stage().program() is the backward that runs
   // (TrainerOptions::compile_backward may have rewritten autodiff's).
-  const backends::CompiledModel& forward_stage() const { return *forward_; }
-  const backends::CompiledModel& backward_stage() const { return *backward_; }
-  const backends::CompiledModel& optimizer_stage() const { return *optimizer_step_; }
+  const compiler::backends::CompiledModel& forward_stage() const { return *forward_; }
+  const compiler::backends::CompiledModel& backward_stage() const { return *backward_; }
+  const compiler::backends::CompiledModel& optimizer_stage() const { return *optimizer_step_; }
   // The lowered programs (kernel reports, mutated-input metadata).
-  const lowering::LoweredProgram& lowered_forward() const { return forward_->lowered(); }
-  const lowering::LoweredProgram& lowered_backward() const { return backward_->lowered(); }
-  const lowering::LoweredProgram& lowered_optimizer() const { return optimizer_step_->lowered(); }
+  const compiler::lowering::LoweredProgram& lowered_forward() const { return forward_->lowered(); }
+  const compiler::lowering::LoweredProgram& lowered_backward() const {
+    return backward_->lowered();
+  }
+  const compiler::lowering::LoweredProgram& lowered_optimizer() const {
+    return optimizer_step_->lowered();
+  }
 
   // The door to the execution backend the three stages share (CompiledModel's
   // of the same names): its stats and Graphviz picture, the memory it holds,
@@ -140,23 +147,25 @@ class Trainer {
     size_t index = 0;  // into the forward's outputs or the caller's inputs
   };
 
-  backends::CompiledModel compile_stage(const ir::Program& program, backends::Stage stage);
+  compiler::backends::CompiledModel compile_stage(const compiler::ir::Program& program,
+                                                  compiler::backends::Stage stage);
   void plan_backward_sources();
   // The forward's outputs and the backward's per-call inputs, for `inputs`.
-  TensorList run_forward(const TensorList& inputs, TensorList* backward_inputs);
+  compiler::TensorList run_forward(const compiler::TensorList& inputs,
+                                   compiler::TensorList* backward_inputs);
 
-  autodiff::TrainingPrograms programs_;
+  compiler::autodiff::TrainingPrograms programs_;
   OptimizerProgram optimizer_;
   std::string backend_;
-  std::shared_ptr<backends::ExecutionBackend> execution_;  // shared by the stages
+  std::shared_ptr<compiler::backends::ExecutionBackend> execution_;  // shared by the stages
   std::map<std::string, runtime::Tensor> state_;
-  std::optional<backends::CompiledModel> forward_;
-  std::optional<backends::CompiledModel> backward_;
-  std::optional<backends::CompiledModel> optimizer_step_;
+  std::optional<compiler::backends::CompiledModel> forward_;
+  std::optional<compiler::backends::CompiledModel> backward_;
+  std::optional<compiler::backends::CompiledModel> optimizer_step_;
   std::vector<BackwardSource> backward_sources_;
   runtime::Tensor loss_grad_;
   std::unique_ptr<HyperparameterSlots> hyperparameters_;
   int64_t steps_ = 0;
 };
 
-}  // namespace grove::compiler::training
+}  // namespace grove::training

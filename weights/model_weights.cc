@@ -4,7 +4,7 @@
 
 #include "runtime/tensor.h"
 
-namespace grove::compiler::weights {
+namespace grove::weights {
 namespace {
 
 bool is_grove_state(const std::string& name) { return name.rfind("grove.", 0) == 0; }
@@ -17,17 +17,17 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::vector<std::string> weight_names(const ir::Program& program) {
+std::vector<std::string> weight_names(const compiler::ir::Program& program) {
   std::vector<std::string> names;
-  for (ir::ValueId id : program.inputs()) {
-    const ir::Value& value = program.value(id);
+  for (compiler::ir::ValueId id : program.inputs()) {
+    const compiler::ir::Value& value = program.value(id);
     if (value.is_persistent() && !is_grove_state(value.name)) names.push_back(value.name);
   }
   std::sort(names.begin(), names.end());
   return names;
 }
 
-void check_weights(const ir::Program& program, const SafetensorsFile& file) {
+void check_weights(const compiler::ir::Program& program, const SafetensorsFile& file) {
   // Note [Weights match the model exactly].
   const std::vector<std::string> needed = weight_names(program);
   const std::string model = str_cat("model '", program.name(), "'");
@@ -36,7 +36,7 @@ void check_weights(const ir::Program& program, const SafetensorsFile& file) {
     GROVE_CHECK_AS(WeightsFormatError, entry != nullptr, "weights file '", file.path(),
                    "' lacks tensor '", name, "', which ", model, " needs (", file.entries().size(),
                    " tensors in the file, ", needed.size(), " in the model)");
-    const ir::Value& value = program.value(*program.find_value(name));
+    const compiler::ir::Value& value = program.value(*program.find_value(name));
     std::vector<int64_t> shape(value.type.shape.begin(), value.type.shape.end());
     GROVE_CHECK_AS(WeightsFormatError, entry->shape == shape, "weights file '", file.path(),
                    "', tensor '", name, "': shape ", shape_text(entry->shape), " but ", model,
@@ -53,7 +53,7 @@ void check_weights(const ir::Program& program, const SafetensorsFile& file) {
   }
 }
 
-uint64_t load_weights(const backends::CompiledModel& model, const SafetensorsFile& file) {
+uint64_t load_weights(const compiler::backends::CompiledModel& model, const SafetensorsFile& file) {
   check_weights(model.program(), file);
   uint64_t copied = 0;
   for (const std::string& name : weight_names(model.program())) {
@@ -79,7 +79,7 @@ TensorToWrite to_write(const std::string& name, const runtime::Tensor& tensor) {
 
 }  // namespace
 
-std::vector<TensorToWrite> weights_of(const backends::CompiledModel& model) {
+std::vector<TensorToWrite> weights_of(const compiler::backends::CompiledModel& model) {
   std::vector<TensorToWrite> tensors;
   for (const std::string& name : weight_names(model.program())) {
     tensors.push_back(to_write(name, model.state(name)));
@@ -87,13 +87,13 @@ std::vector<TensorToWrite> weights_of(const backends::CompiledModel& model) {
   return tensors;
 }
 
-std::vector<TensorToWrite> initial_weights(const ir::Program& program) {
+std::vector<TensorToWrite> initial_weights(const compiler::ir::Program& program) {
   std::vector<TensorToWrite> tensors;
   for (const std::string& name : weight_names(program)) {
-    const ir::Value& value = program.value(*program.find_value(name));
-    tensors.push_back(to_write(name, backends::initial_tensor(value, program.device())));
+    const compiler::ir::Value& value = program.value(*program.find_value(name));
+    tensors.push_back(to_write(name, compiler::backends::initial_tensor(value, program.device())));
   }
   return tensors;
 }
 
-}  // namespace grove::compiler::weights
+}  // namespace grove::weights

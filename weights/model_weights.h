@@ -25,24 +25,24 @@
 #include "compiler/backends/compile.h"
 #include "weights/safetensors.h"
 
-namespace grove::compiler::weights {
+namespace grove::weights {
 
 // The names weights files hold for `program`: its params and buffers, in name
 // order, without grove's own state.
-std::vector<std::string> weight_names(const ir::Program& program);
+std::vector<std::string> weight_names(const compiler::ir::Program& program);
 
 // Checks `file` against `program`'s params and buffers; WeightsFormatError
 // naming the first mismatch (Note [Weights match the model exactly]).
-void check_weights(const ir::Program& program, const SafetensorsFile& file);
+void check_weights(const compiler::ir::Program& program, const SafetensorsFile& file);
 
 // check_weights(), then copies every tensor into the model's state on its
 // device. Returns the bytes copied.
-uint64_t load_weights(const backends::CompiledModel& model, const SafetensorsFile& file);
+uint64_t load_weights(const compiler::backends::CompiledModel& model, const SafetensorsFile& file);
 
 // The model's params and buffers as tensors to write (their current values).
-std::vector<TensorToWrite> weights_of(const backends::CompiledModel& model);
+std::vector<TensorToWrite> weights_of(const compiler::backends::CompiledModel& model);
 // The program's params and buffers as their initializers make them (made on
 // the program's device), without compiling it.
-std::vector<TensorToWrite> initial_weights(const ir::Program& program);
+std::vector<TensorToWrite> initial_weights(const compiler::ir::Program& program);
 
-}  // namespace grove::compiler::weights
+}  // namespace grove::weights

@@ -15,7 +15,7 @@
 #include <set>
 #include <utility>
 
-namespace grove::compiler::weights {
+namespace grove::weights {
 namespace {
 
 using nlohmann::json;
@@ -405,4 +405,4 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   }
 }
 
-}  // namespace grove::compiler::weights
+}  // namespace grove::weights

@@ -35,7 +35,7 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
-namespace grove::compiler::weights {
+namespace grove::weights {
 
 // A weights file that does not follow the format, or does not fit a model.
 class WeightsFormatError : public Error {
@@ -135,4 +135,4 @@ std::vector<uint8_t> encode_safetensors(const std::vector<TensorToWrite>& tensor
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-}  // namespace grove::compiler::weights
+}  // namespace grove::weights

@@ -48,9 +48,9 @@
 namespace grove::benchmarks {
 namespace {
 
-using compiler::training::Hyperparameters;
-using compiler::training::OptimizerKind;
-using compiler::training::Trainer;
+using training::Hyperparameters;
+using training::OptimizerKind;
+using training::Trainer;
 
 constexpr const char* kName = "train_step";
 
@@ -128,10 +128,10 @@ ModelWithLoss build_model(const TrainingCase& config, const Options& options) {
       options.models_dir + "/" + config.model + ".json", config.dims, options.device);
   compiler::ir::ValueId logits = model.program.outputs()[0];
   if (config.loss == LossKind::kMse) {
-    model.loss = compiler::training::add_mse_loss(model.program, logits);
+    model.loss = training::add_mse_loss(model.program, logits);
   } else {
     compiler::ir::ValueId tokens = model.program.inputs_of_kind(compiler::ir::ValueKind::kInput)[0];
-    model.loss = compiler::training::add_next_token_loss(model.program, logits, tokens);
+    model.loss = training::add_next_token_loss(model.program, logits, tokens);
   }
   return model;
 }

@@ -149,7 +149,7 @@ TEST(Collectives, FileRankWaitsForRankZerosIdFileThenTimesOut) {
 }  // namespace
 }  // namespace grove::runtime::collectives
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 namespace {
 
 TEST(GradientAllReduce, BucketsFollowProductionOrderAndStayCapturable) {
@@ -193,4 +193,4 @@ TEST(GradientAllReduce, BucketsFollowProductionOrderAndStayCapturable) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

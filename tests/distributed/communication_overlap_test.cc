@@ -20,7 +20,7 @@
 #include "tests/common/test_util.h"
 #include "training/losses.h"
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 namespace {
 
 using ir::DType;
@@ -258,4 +258,4 @@ TEST(CommunicationStream, InLineAllReducesSerializeTheRemainingBackward) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

@@ -23,7 +23,7 @@
 #include "training/losses.h"
 #include "training/trainer.h"
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 namespace {
 
 using ir::DType;
@@ -303,4 +303,4 @@ INSTANTIATE_TEST_SUITE_P(Devices, DataParallel,
                          });
 
 }  // namespace
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

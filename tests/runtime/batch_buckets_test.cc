@@ -9,7 +9,7 @@
 
 #include "runtime/error.h"
 
-namespace grove::cudagraph_trees {
+namespace grove::runtime {
 namespace {
 
 std::string error_of(std::vector<int64_t> sizes, int64_t max_rows = 64) {
@@ -56,4 +56,4 @@ TEST(BatchBuckets, PaddingPutsTheRealRowsFirstThenZeroRows) {
 }
 
 }  // namespace
-}  // namespace grove::cudagraph_trees
+}  // namespace grove::runtime

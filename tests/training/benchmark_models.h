@@ -11,7 +11,7 @@
 #include "compiler/reference/reference_interpreter.h"
 #include "training/losses.h"
 
-namespace grove::compiler::training::testing {
+namespace grove::training::testing {
 
 struct ModelWithLoss {
   ir::Program program;
@@ -61,4 +61,4 @@ inline reference::HostTensor repeating_tokens(int64_t batch, int64_t seq,
   return tokens;
 }
 
-}  // namespace grove::compiler::training::testing
+}  // namespace grove::training::testing

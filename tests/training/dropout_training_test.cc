@@ -18,7 +18,7 @@
 #include "tests/common/test_util.h"
 #include "training/trainer.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 namespace {
 
 using ir::DType;
@@ -75,4 +75,4 @@ TEST_P(DropoutTraining, GradientsSatisfyEulersIdentityAndEachStepDrawsOnce) {
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(DropoutTraining);
 
 }  // namespace
-}  // namespace grove::compiler::training
+}  // namespace grove::training

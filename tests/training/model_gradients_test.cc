@@ -14,7 +14,7 @@
 #include "tests/training/benchmark_models.h"
 #include "training/reference_training.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 namespace {
 
 using reference::HostTensorList;
@@ -126,4 +126,4 @@ TEST(ModelGradients, RecomputationShrinksTheSavedActivationsOfBothModels) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::training
+}  // namespace grove::training

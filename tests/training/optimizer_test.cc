@@ -12,7 +12,7 @@
 #include "compiler/reference/reference_interpreter.h"
 #include "runtime/error.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 namespace {
 
 using ir::DType;
@@ -182,4 +182,4 @@ TEST(Optimizer, RejectsValuesThatAreNotFloatingParams) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::training
+}  // namespace grove::training

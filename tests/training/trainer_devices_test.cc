@@ -14,7 +14,7 @@
 #include "training/reference_training.h"
 #include "training/trainer.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 namespace {
 
 using ir::DType;
@@ -179,4 +179,4 @@ TEST_P(TrainerOnDevice, GptWithAdamWLowersTheNextTokenLossTwentyfoldIn12Steps) {
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TrainerOnDevice);
 
 }  // namespace
-}  // namespace grove::compiler::training
+}  // namespace grove::training

@@ -14,7 +14,7 @@
 #include "tests/training/benchmark_models.h"
 #include "training/reference_training.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 namespace {
 
 using ir::DType;
@@ -216,4 +216,4 @@ TEST(Trainer, GptBenchmarkLossCurveMatchesTheReference) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::training
+}  // namespace grove::training

@@ -9,7 +9,7 @@
 #include "tests/training/benchmark_models.h"
 #include "training/reference_training.h"
 
-namespace grove::compiler::training {
+namespace grove::training {
 namespace {
 
 using reference::HostTensorList;
@@ -63,4 +63,4 @@ TEST(TrainingRun, GptWithAdamWLowersTheNextTokenLossTwentyfoldIn12Steps) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::training
+}  // namespace grove::training

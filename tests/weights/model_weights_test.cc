@@ -10,7 +10,7 @@
 #include "compiler/ir/builder.h"
 #include "compiler/ir/generator_state.h"
 
-namespace grove::compiler::weights {
+namespace grove::weights {
 namespace {
 
 using backends::CompiledModel;
@@ -134,4 +134,4 @@ TEST(ModelWeights, GeneratorBuffersAreNotWeights) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::weights
+}  // namespace grove::weights

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-namespace grove::compiler::weights {
+namespace grove::weights {
 namespace {
 
 using runtime::DType;
@@ -287,4 +287,4 @@ TEST(Safetensors, RandomMutationsEndInSuccessOrWeightsFormatError) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::weights
+}  // namespace grove::weights
