@@ -39,7 +39,7 @@ expect_violation() {
 good=$root/good
 write "$good/runtime/cuda/cuda_backend.cc" '#include <cuda.h>' '#include "runtime/backend.h"'
 write "$good/runtime/device_context.cc" '#include "runtime/sim/sim_backend.h"'
-write "$good/compiler/codegen/llvm_backend.cc" '#include <llvm/IR/Module.h>' '#include <cuda.h>'
+write "$good/compiler/codegen/llvm_targets.cc" '#include <llvm/IR/Module.h>' '#include <cuda.h>'
 write "$good/cli/run_command.cc" '#include "compiler/backends/compile.h"'
 write "$good/benchmarks/serve/serve.cc" '#include "cli/common/flags.h"' '#include "serving/server.h"'
 write "$good/tests/runtime/cuda_test.cc" '#include "runtime/cuda/cuda_backend.h"' '#include "benchmarks/common/table.h"'

@@ -1,5 +1,6 @@
-// The LLVM side of codegen.h: the O2 pipeline, PTX emission for NVPTX, and
-// the process-wide ORC JIT that turns host modules into HostKernelFn.
+// The LLVM code generation targets behind codegen.h: the O2 pipeline, PTX
+// emission for NVPTX, and the process-wide ORC JIT that turns host modules
+// into HostKernelFn (the host target of sim and cpu).
 #include <atomic>
 #include <cmath>
 #include <cstdio>
