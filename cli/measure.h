@@ -13,7 +13,7 @@
 #include "cli/model_setup.h"
 #include "cli/tree_stats.h"
 #include "compiler/ir/program.h"
-#include "compiler/lowering/lower.h"
+#include "compiler/lowered_program.h"
 #include "weights/safetensors.h"
 
 namespace grove::cli {

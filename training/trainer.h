@@ -42,7 +42,7 @@
 #include "compiler/autodiff/training_programs.h"
 #include "compiler/backends/compile.h"
 #include "compiler/lowered_function.h"
-#include "compiler/lowering/lower.h"
+#include "compiler/lowered_program.h"
 #include "training/optimizer.h"
 
 namespace grove::training {

@@ -16,7 +16,7 @@
 
 #include "compiler/backends/backend_registry.h"
 #include "compiler/ir/program.h"
-#include "compiler/lowering/lower.h"
+#include "compiler/lowered_program.h"
 
 namespace grove::compiler::backends {
 
