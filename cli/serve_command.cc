@@ -137,23 +137,11 @@ std::vector<int64_t> parse_buckets(const std::string& text, int64_t max_batch,
 }
 
 ServeOptions parse_serve_options(const ParsedFlags& args) {
-  if (args.positional().empty()) {
-    throw UsageError("serve: missing the model file (grove serve MODEL.json [options])");
-  }
   ServeOptions options;
-  options.model.path = args.positional().front();
-  options.model.device = parse_device_choice(args.value("--device", "auto"));
+  options.model = parse_model_spec("serve", args, BoundDims::kSeq);
   if (options.model.device.is_cpu()) {
     throw UsageError("--device cpu cannot serve; use cuda or sim");
   }
-  if (args.has("--seq")) {
-    options.model.dims["seq"] = parse_positive_int("--seq", args.value("--seq"), 1 << 20);
-  }
-  std::string dtype = args.value("--dtype", "f32");
-  if (dtype != "f32" && dtype != "bf16") {
-    throw UsageError(str_cat("--dtype expects f32 or bf16, found '", dtype, "'"));
-  }
-  options.model.dtype = runtime::parse_dtype(dtype);
   options.weights_path = args.value("--weights");
   serving::ServerConfig& server = options.server;
   server.backend = args.value("--backend", kGraphBackend);
@@ -272,46 +260,47 @@ const CommandSpec& serve_command_spec() {
       "rows, waiting at most --max-wait-us for company). A full queue answers 503 with\n"
       "Retry-After; SIGTERM or SIGINT stops accepting, answers every request already read\n"
       "(Connection: close), reports the counts and exits 0 (during start-up: exits 0 at once).",
-      {
-          {"--weights", "FILE",
-           "params and buffers from a safetensors file (default: initializers)"},
-          {"--port", "N", "TCP port (default 8000; 0 picks a free one and prints it)"},
-          {"--host", "ADDR", "address to listen on (default 127.0.0.1)"},
-          {"--backend", "NAME", "cudagraphs (default) or eager"},
-          {"--max-batch", "N", "most rows in one batch (default 64)"},
-          {"--max-wait-us", "US", "longest a request waits for its batch to fill (default 500)"},
-          {"--device", "DEVICE", "auto (default: cuda when present, else sim), cuda or sim"},
-          {"--dtype", "TYPE", "f32 (default) or bf16 for the model's floating values"},
-          {"--seq", "T", "bind the model's 'seq' dimension"},
-          {"--queue-capacity", "N", "requests that may wait before 503 (default 1024)"},
-          {"--max-body-bytes", "N",
-           "larger request bodies (Content-Length or chunked) get 413 (default 16777216)"},
-          {"--max-header-bytes", "N",
-           "request line and header fields larger than this get 431 (default 16384)"},
-          {"--max-header-fields", "N", "more header fields than this get 431 (default 64)"},
-          {"--idle-timeout-ms", "MS",
-           "a keep-alive connection idle this long is closed (default 5000)"},
-          {"--header-timeout-ms", "MS",
-           "a request header not complete this long after its first byte gets 408 (default "
-           "10000)"},
-          {"--body-timeout-ms", "MS",
-           "a request body not complete this long after its header gets 408 (default 30000)"},
-          {"--max-connections", "N",
-           "more open connections get 503 and are closed (default 32768)"},
-          {"--http-threads", "N",
-           "threads that read and answer HTTP, for any number of connections (default: the "
-           "cores, at least 2)"},
-          {"--buckets", "pow2|LIST|auto|auto:FILE",
-           "batch sizes compiled: powers of two (default), a list ending at --max-batch, or auto: "
-           "re-planned from the traffic while serving (from the batch sizes in a --stats-json "
-           "FILE of an earlier run at start with auto:FILE)"},
-          {"--replan-every-s", "S", "with --buckets auto: how often to re-plan (default 30)"},
-          {"--replan-min-batches", "N",
-           "with --buckets auto: fewest batches a plan is made from (default 200)"},
-          {"--stats-json", "FILE", "write the server's stats (batches by rows, ...) at exit"},
-          {"--graph-memory-budget", "BYTES",
-           "refuse to start when the recorded graphs' pool holds more (default: no limit)"},
-      }};
+      with_model_flags(
+          BoundDims::kSeq,
+          {
+              {"--weights", "FILE",
+               "params and buffers from a safetensors file (default: initializers)"},
+              {"--port", "N", "TCP port (default 8000; 0 picks a free one and prints it)"},
+              {"--host", "ADDR", "address to listen on (default 127.0.0.1)"},
+              {"--backend", "NAME", "cudagraphs (default) or eager"},
+              {"--max-batch", "N", "most rows in one batch (default 64)"},
+              {"--max-wait-us", "US",
+               "longest a request waits for its batch to fill (default 500)"},
+              {"--queue-capacity", "N", "requests that may wait before 503 (default 1024)"},
+              {"--max-body-bytes", "N",
+               "larger request bodies (Content-Length or chunked) get 413 (default 16777216)"},
+              {"--max-header-bytes", "N",
+               "request line and header fields larger than this get 431 (default 16384)"},
+              {"--max-header-fields", "N", "more header fields than this get 431 (default 64)"},
+              {"--idle-timeout-ms", "MS",
+               "a keep-alive connection idle this long is closed (default 5000)"},
+              {"--header-timeout-ms", "MS",
+               "a request header not complete this long after its first byte gets 408 (default "
+               "10000)"},
+              {"--body-timeout-ms", "MS",
+               "a request body not complete this long after its header gets 408 (default 30000)"},
+              {"--max-connections", "N",
+               "more open connections get 503 and are closed (default 32768)"},
+              {"--http-threads", "N",
+               "threads that read and answer HTTP, for any number of connections (default: the "
+               "cores, at least 2)"},
+              {"--buckets", "pow2|LIST|auto|auto:FILE",
+               "batch sizes compiled: powers of two (default), a list ending at --max-batch, or "
+               "auto: "
+               "re-planned from the traffic while serving (from the batch sizes in a --stats-json "
+               "FILE of an earlier run at start with auto:FILE)"},
+              {"--replan-every-s", "S", "with --buckets auto: how often to re-plan (default 30)"},
+              {"--replan-min-batches", "N",
+               "with --buckets auto: fewest batches a plan is made from (default 200)"},
+              {"--stats-json", "FILE", "write the server's stats (batches by rows, ...) at exit"},
+              {"--graph-memory-budget", "BYTES",
+               "refuse to start when the recorded graphs' pool holds more (default: no limit)"},
+          })};
   return spec;
 }
 

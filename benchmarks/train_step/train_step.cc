@@ -39,6 +39,7 @@
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
+#include "benchmarks/common/timed_run_options.h"
 #include "compiler/model_format/model_json.h"
 #include "runtime/device_context.h"
 #include "runtime/graph_recording.h"
@@ -54,30 +55,33 @@ using training::Trainer;
 
 constexpr const char* kName = "train_step";
 
-const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
-    {"--iters", "N", "timed steps per backend and case (default 100; use a few on sim)"},
-    {"--warmup", "N", "untimed steps before timing (default 10, at least 3)"},
-    {"--json", "FILE", "write the results as JSON"},
-    {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
-    {"--backends", "LIST", "execution backends to compare (default eager,cudagraphs)"},
-    {"--cases", "LIST", "models to train (default mlp16x512,gpt4x256), e.g. one for a profile"},
-    {"--mlp-batch", "B", "mlp16x512 batch size (default 32)"},
-    {"--gpt-batch", "B", "gpt4x256 batch size (default 8)"},
-    {"--seq", "T", "gpt4x256 sequence length (default 32, at least 2)"},
-    {"--mlp-lr", "LR", "mlp16x512 learning rate (default 5)"},
-    {"--gpt-lr", "LR", "gpt4x256 learning rate (default 0.01)"},
-    {"--mark-step", "on|off", "mark_step_begin() before each graph-backend step (default on)"},
-};
+const TimedRunDefaults kTimed{
+    .unit = "steps", .iters = 100, .warmup = 10, .iters_note = "; use a few on sim"};
+
+std::vector<FlagSpec> flag_table() {
+  std::vector<FlagSpec> flags = timed_run_flags(kTimed);
+  flags.insert(
+      flags.end(),
+      {
+          {"--backends", "LIST", "execution backends to compare (default eager,cudagraphs)"},
+          {"--cases", "LIST",
+           "models to train (default mlp16x512,gpt4x256), e.g. one for a profile"},
+          {"--mlp-batch", "B", "mlp16x512 batch size (default 32)"},
+          {"--gpt-batch", "B", "gpt4x256 batch size (default 8)"},
+          {"--seq", "T", "gpt4x256 sequence length (default 32, at least 2)"},
+          {"--mlp-lr", "LR", "mlp16x512 learning rate (default 5)"},
+          {"--gpt-lr", "LR", "gpt4x256 learning rate (default 0.01)"},
+          {"--mark-step", "on|off",
+           "mark_step_begin() before each graph-backend step (default on)"},
+      });
+  return flags;
+}
+
+const std::vector<FlagSpec> kFlags = flag_table();
 
 enum class LossKind : uint8_t { kMse, kNextToken };
 
-struct Options {
-  runtime::Device device;
-  int64_t iters = 100;
-  int64_t warmup = 10;
-  std::string json_path;
-  std::string models_dir = "benchmarks/models";
+struct Options : TimedRunOptions {
   std::vector<std::string> backends = {kEagerBackend, kGraphBackend};
   std::vector<std::string> cases = {"mlp16x512", "gpt4x256"};
   int64_t mlp_batch = 32;
@@ -244,11 +248,7 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
 
 Options parse_options(const FlagValues& flags) {
   Options options;
-  options.device = resolve_device(flags.text("--device", "auto"));
-  options.iters = flags.integer("--iters", options.iters, 1);
-  options.warmup = flags.integer("--warmup", options.warmup, 3);
-  options.json_path = flags.text("--json", "");
-  options.models_dir = flags.text("--models", options.models_dir);
+  static_cast<TimedRunOptions&>(options) = parse_timed_run(flags, kTimed);
   options.backends = flags.list("--backends", options.backends);
   for (const std::string& backend : options.backends) {
     if (backend != kGraphBackend && !backend_registered(backend)) {
