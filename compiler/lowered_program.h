@@ -28,11 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ir/program.h"
 #include "compiler/lowered_function.h"
-
-namespace grove::compiler::ir {
-class Program;
-}  // namespace grove::compiler::ir
 
 namespace grove::compiler::lowering {
 

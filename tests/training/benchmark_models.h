@@ -14,15 +14,16 @@
 namespace grove::training::testing {
 
 struct ModelWithLoss {
-  ir::Program program;
-  ir::ValueId loss = ir::kNoValue;
+  compiler::ir::Program program;
+  compiler::ir::ValueId loss = compiler::ir::kNoValue;
 };
 
 // mlp16x512 at `batch`, with mse_loss against a new input "target" [batch, 512].
-inline ModelWithLoss mlp_with_mse(int64_t batch, ir::Device device = runtime::kCpuDevice) {
+inline ModelWithLoss mlp_with_mse(int64_t batch,
+                                  compiler::ir::Device device = runtime::kCpuDevice) {
   ModelWithLoss model;
-  model.program =
-      model_format::load_model_file("benchmarks/models/mlp16x512.json", {{"batch", batch}}, device);
+  model.program = compiler::model_format::load_model_file("benchmarks/models/mlp16x512.json",
+                                                          {{"batch", batch}}, device);
   model.loss = add_mse_loss(model.program, model.program.outputs()[0]);
   return model;
 }
@@ -30,28 +31,28 @@ inline ModelWithLoss mlp_with_mse(int64_t batch, ir::Device device = runtime::kC
 // gpt4x256 at (batch, seq), with next-token cross_entropy of its logits
 // against its own tokens shifted by one.
 inline ModelWithLoss gpt_with_next_token_loss(int64_t batch, int64_t seq,
-                                              ir::Device device = runtime::kCpuDevice) {
+                                              compiler::ir::Device device = runtime::kCpuDevice) {
   ModelWithLoss model;
-  model.program = model_format::load_model_file("benchmarks/models/gpt4x256.json",
-                                                {{"batch", batch}, {"seq", seq}}, device);
-  ir::ValueId tokens = model.program.inputs_of_kind(ir::ValueKind::kInput)[0];
+  model.program = compiler::model_format::load_model_file("benchmarks/models/gpt4x256.json",
+                                                          {{"batch", batch}, {"seq", seq}}, device);
+  compiler::ir::ValueId tokens = model.program.inputs_of_kind(compiler::ir::ValueKind::kInput)[0];
   model.loss = add_next_token_loss(model.program, model.program.outputs()[0], tokens);
   return model;
 }
 
-inline reference::HostTensor normal_tensor(const ir::Shape& shape, double std,
-                                           std::mt19937_64& rng) {
+inline compiler::reference::HostTensor normal_tensor(const compiler::ir::Shape& shape, double std,
+                                                     std::mt19937_64& rng) {
   std::normal_distribution<double> normal(0, std);
-  reference::HostTensor tensor{shape, ir::DType::kF32, {}};
+  compiler::reference::HostTensor tensor{shape, compiler::ir::DType::kF32, {}};
   tensor.data.resize(static_cast<size_t>(runtime::shape_numel(shape)));
   for (double& value : tensor.data) value = normal(rng);
   return tensor;
 }
 
 // Tokens [batch, seq] repeating `pattern` (each row starting at its own phase).
-inline reference::HostTensor repeating_tokens(int64_t batch, int64_t seq,
-                                              const std::vector<int64_t>& pattern) {
-  reference::HostTensor tokens{{batch, seq}, ir::DType::kI64, {}};
+inline compiler::reference::HostTensor repeating_tokens(int64_t batch, int64_t seq,
+                                                        const std::vector<int64_t>& pattern) {
+  compiler::reference::HostTensor tokens{{batch, seq}, compiler::ir::DType::kI64, {}};
   for (int64_t row = 0; row < batch; ++row) {
     for (int64_t t = 0; t < seq; ++t) {
       tokens.data.push_back(

@@ -21,17 +21,17 @@
 namespace grove::training {
 namespace {
 
-using ir::DType;
-using ir::ValueId;
+using compiler::ir::DType;
+using compiler::ir::ValueId;
 using runtime::Tensor;
 
 constexpr int64_t kElements = 64;  // x·w is 8 x 8
 
 // loss = mean(dropout(x·w, p)²), one dropout of kElements elements.
-ir::Program dropout_model(runtime::Device device, ValueId* loss) {
-  ir::ProgramBuilder b("dropout_model", device);
+compiler::ir::Program dropout_model(runtime::Device device, ValueId* loss) {
+  compiler::ir::ProgramBuilder b("dropout_model", device);
   ValueId x = b.input("x", {8, 8});
-  ValueId w = b.param("w", {8, 8}, DType::kF32, ir::normal_init(0.5, 3));
+  ValueId w = b.param("w", {8, 8}, DType::kF32, compiler::ir::normal_init(0.5, 3));
   ValueId dropped = b.dropout(b.matmul(x, w), 0.5, "drop");
   *loss = b.mean(b.mul(dropped, dropped), {}, false, "loss");
   b.output(*loss);
@@ -53,7 +53,7 @@ TEST_P(DropoutTraining, GradientsSatisfyEulersIdentityAndEachStepDrawsOnce) {
     SCOPED_TRACE(backend);
     cudagraph_trees::reset_tree_managers();
     ValueId loss;
-    ir::Program model = dropout_model(device(), &loss);
+    compiler::ir::Program model = dropout_model(device(), &loss);
     Trainer trainer(model, loss, {.backend = backend});
     EXPECT_EQ(trainer.forward_stage().generator_draws(), kElements);
     EXPECT_EQ(trainer.backward_stage().generator_draws(), 0) << "the backward draws nothing";

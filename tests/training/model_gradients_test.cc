@@ -17,7 +17,7 @@
 namespace grove::training {
 namespace {
 
-using reference::HostTensorList;
+using compiler::reference::HostTensorList;
 using testing::ModelWithLoss;
 
 constexpr double kRelativeBound = 1e-6;
@@ -26,9 +26,9 @@ constexpr double kStep = 1e-5;
 
 // Checks `entries_per_param` entries of each param named in `names`: the
 // entry with the largest gradient and seeded random ones.
-void check_sampled_gradients(const autodiff::TrainingPrograms& programs, HostTensorList inputs,
-                             const std::vector<std::string>& names, int entries_per_param,
-                             uint64_t seed) {
+void check_sampled_gradients(const compiler::autodiff::TrainingPrograms& programs,
+                             HostTensorList inputs, const std::vector<std::string>& names,
+                             int entries_per_param, uint64_t seed) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   ForwardBackward result = reference_forward_backward(programs, inputs);
   std::mt19937_64 rng(seed);
@@ -56,10 +56,12 @@ void check_sampled_gradients(const autodiff::TrainingPrograms& programs, HostTen
       double h = kStep * std::max(1.0, std::abs(x));
       shifted[position].data[j] = x + h;
       double plus =
-          reference::reference_run(programs.forward, shifted)[programs.loss_output].data[0];
+          compiler::reference::reference_run(programs.forward, shifted)[programs.loss_output]
+              .data[0];
       shifted[position].data[j] = x - h;
       double minus =
-          reference::reference_run(programs.forward, shifted)[programs.loss_output].data[0];
+          compiler::reference::reference_run(programs.forward, shifted)[programs.loss_output]
+              .data[0];
       double numeric = (plus - minus) / (2 * h);
       EXPECT_LE(std::abs(grad[j] - numeric), kRelativeBound * std::abs(numeric) + kAbsoluteFloor)
           << name << "[" << j << "]: analytic " << grad[j] << ", numeric " << numeric;
@@ -71,11 +73,11 @@ void check_sampled_gradients(const autodiff::TrainingPrograms& programs, HostTen
 
 TEST(ModelGradients, MlpWithMseLossMatchesFiniteDifferences) {
   ModelWithLoss model = testing::mlp_with_mse(/*batch=*/2);
-  autodiff::TrainingPrograms programs =
-      autodiff::build_training_programs(model.program, model.loss);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model.program, model.loss);
   EXPECT_EQ(programs.params.size(), 32u);
   std::mt19937_64 rng(7);
-  HostTensorList inputs = reference::initial_state(programs.forward);
+  HostTensorList inputs = compiler::reference::initial_state(programs.forward);
   inputs[static_cast<size_t>(programs.forward.input_position(*programs.forward.find_value("x")))] =
       testing::normal_tensor({2, 512}, 1.0, rng);
   inputs[static_cast<size_t>(programs.forward.input_position(
@@ -85,15 +87,15 @@ TEST(ModelGradients, MlpWithMseLossMatchesFiniteDifferences) {
 
 TEST(ModelGradients, GptWithNextTokenLossMatchesFiniteDifferences) {
   ModelWithLoss model = testing::gpt_with_next_token_loss(/*batch=*/1, /*seq=*/8);
-  autodiff::TrainingPrograms programs =
-      autodiff::build_training_programs(model.program, model.loss);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model.program, model.loss);
   EXPECT_EQ(programs.params.size(), 69u);
   std::mt19937_64 rng(3);
   std::uniform_int_distribution<int64_t> token(0, 511);
-  HostTensorList inputs = reference::initial_state(programs.forward);
-  reference::HostTensor& tokens = inputs[static_cast<size_t>(
+  HostTensorList inputs = compiler::reference::initial_state(programs.forward);
+  compiler::reference::HostTensor& tokens = inputs[static_cast<size_t>(
       programs.forward.input_position(*programs.forward.find_value("tokens")))];
-  tokens = reference::HostTensor{{1, 8}, ir::DType::kI64, {}};
+  tokens = compiler::reference::HostTensor{{1, 8}, compiler::ir::DType::kI64, {}};
   for (int i = 0; i < 8; ++i) tokens.data.push_back(static_cast<double>(token(rng)));
   check_sampled_gradients(programs, inputs,
                           {"tok_emb", "pos_emb", "h0.ln1.weight", "h1.attn.q.weight",
@@ -107,19 +109,20 @@ TEST(ModelGradients, RecomputationShrinksTheSavedActivationsOfBothModels) {
   for (bool gpt : {false, true}) {
     ModelWithLoss model =
         gpt ? testing::gpt_with_next_token_loss(1, 8) : testing::mlp_with_mse(/*batch=*/8);
-    autodiff::TrainingOptions save_all;
+    compiler::autodiff::TrainingOptions save_all;
     save_all.recompute = false;
-    autodiff::TrainingPrograms recomputing =
-        autodiff::build_training_programs(model.program, model.loss);
-    autodiff::TrainingPrograms saving =
-        autodiff::build_training_programs(model.program, model.loss, save_all);
+    compiler::autodiff::TrainingPrograms recomputing =
+        compiler::autodiff::build_training_programs(model.program, model.loss);
+    compiler::autodiff::TrainingPrograms saving =
+        compiler::autodiff::build_training_programs(model.program, model.loss, save_all);
     std::cout << model.program.name() << ": saved " << recomputing.saved_count() << " values, "
               << recomputing.saved_bytes << " bytes (" << recomputing.recomputed.size()
               << " recomputed); without recomputation " << saving.saved_count() << " values, "
               << saving.saved_bytes << " bytes\n";
     EXPECT_LT(recomputing.saved_bytes, saving.saved_bytes);
     for (size_t i = recomputing.first_saved_output; i < recomputing.forward.outputs().size(); ++i) {
-      const ir::Value& saved = recomputing.forward.value(recomputing.forward.outputs()[i]);
+      const compiler::ir::Value& saved =
+          recomputing.forward.value(recomputing.forward.outputs()[i]);
       EXPECT_EQ(saved.name.find("gelu"), std::string::npos) << saved.name;
     }
   }

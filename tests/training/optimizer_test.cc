@@ -15,17 +15,17 @@
 namespace grove::training {
 namespace {
 
-using ir::DType;
-using ir::ValueId;
-using reference::HostTensor;
-using reference::HostTensorList;
+using compiler::ir::DType;
+using compiler::ir::ValueId;
+using compiler::reference::HostTensor;
+using compiler::reference::HostTensorList;
 
 // Two params of different shapes (the optimizer copies them from the model).
-ir::Program two_param_model() {
-  ir::ProgramBuilder b("model");
+compiler::ir::Program two_param_model() {
+  compiler::ir::ProgramBuilder b("model");
   ValueId x = b.input("x", {2, 3});
-  ValueId w = b.param("w", {4, 3}, DType::kF32, ir::normal_init(1, 1));
-  ValueId bias = b.param("bias", {4}, DType::kF32, ir::normal_init(1, 2));
+  ValueId w = b.param("w", {4, 3}, DType::kF32, compiler::ir::normal_init(1, 1));
+  ValueId bias = b.param("bias", {4}, DType::kF32, compiler::ir::normal_init(1, 2));
   b.output(b.linear(x, w, bias));
   return b.build();
 }
@@ -45,11 +45,11 @@ void check_three_steps(
     const std::function<void(std::vector<double>& param, const std::vector<double>& grad,
                              std::vector<std::vector<double>>& state, const Hyperparameters&,
                              int64_t step)>& expected_step) {
-  const ir::Program& program = optimizer.program;
+  const compiler::ir::Program& program = optimizer.program;
   const uint64_t seed = 42;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  HostTensorList args = reference::initial_state(program);
+  HostTensorList args = compiler::reference::initial_state(program);
   size_t count = optimizer.params.size();
   std::vector<std::vector<double>> params(count);
   std::vector<std::vector<std::vector<double>>> states(count);
@@ -75,7 +75,7 @@ void check_three_steps(
       args[at].data = random_values(args[at].data.size(), rng);
       expected_step(params[i], args[at].data, states[i], hyper, step);
     }
-    reference::reference_run_in_place(program, args);
+    compiler::reference::reference_run_in_place(program, args);
     for (size_t i = 0; i < count; ++i) {
       const HostTensor& param =
           args[static_cast<size_t>(program.input_position(optimizer.params[i]))];
@@ -94,9 +94,9 @@ void check_three_steps(
 }
 
 TEST(Optimizer, SgdMomentumMatchesHandComputedUpdatesOverThreeSteps) {
-  ir::Program model = two_param_model();
-  OptimizerProgram sgd = build_optimizer_program(model, model.inputs_of_kind(ir::ValueKind::kParam),
-                                                 OptimizerKind::kSgdMomentum);
+  compiler::ir::Program model = two_param_model();
+  OptimizerProgram sgd = build_optimizer_program(
+      model, model.inputs_of_kind(compiler::ir::ValueKind::kParam), OptimizerKind::kSgdMomentum);
   Hyperparameters hyper;
   hyper.lr = 0.1;
   hyper.momentum = 0.9;
@@ -114,9 +114,9 @@ TEST(Optimizer, SgdMomentumMatchesHandComputedUpdatesOverThreeSteps) {
 }
 
 TEST(Optimizer, AdamWMatchesHandComputedUpdatesWithBiasCorrectionOverThreeSteps) {
-  ir::Program model = two_param_model();
+  compiler::ir::Program model = two_param_model();
   OptimizerProgram adamw = build_optimizer_program(
-      model, model.inputs_of_kind(ir::ValueKind::kParam), OptimizerKind::kAdamW);
+      model, model.inputs_of_kind(compiler::ir::ValueKind::kParam), OptimizerKind::kAdamW);
   Hyperparameters hyper;
   hyper.lr = 0.01;
   hyper.beta1 = 0.8;
@@ -140,7 +140,7 @@ TEST(Optimizer, AdamWMatchesHandComputedUpdatesWithBiasCorrectionOverThreeSteps)
 }
 
 // The positions of `values` in program.inputs(), ascending.
-std::vector<size_t> positions(const ir::Program& program, std::vector<ValueId> values) {
+std::vector<size_t> positions(const compiler::ir::Program& program, std::vector<ValueId> values) {
   std::vector<size_t> result;
   for (ValueId value : values) result.push_back(static_cast<size_t>(program.input_position(value)));
   std::sort(result.begin(), result.end());
@@ -148,11 +148,11 @@ std::vector<size_t> positions(const ir::Program& program, std::vector<ValueId> v
 }
 
 TEST(Optimizer, MutatesExactlyTheParamsAndTheirStateBuffers) {
-  ir::Program model = two_param_model();
+  compiler::ir::Program model = two_param_model();
   for (OptimizerKind kind : {OptimizerKind::kSgdMomentum, OptimizerKind::kAdamW}) {
     SCOPED_TRACE(optimizer_kind_name(kind));
     OptimizerProgram optimizer =
-        build_optimizer_program(model, model.inputs_of_kind(ir::ValueKind::kParam), kind);
+        build_optimizer_program(model, model.inputs_of_kind(compiler::ir::ValueKind::kParam), kind);
     std::vector<ValueId> written = optimizer.params;
     for (const auto& state : optimizer.state)
       written.insert(written.end(), state.begin(), state.end());
@@ -160,24 +160,24 @@ TEST(Optimizer, MutatesExactlyTheParamsAndTheirStateBuffers) {
     EXPECT_EQ(written.size(), kind == OptimizerKind::kAdamW ? 6u : 4u);
     // Hyper-parameters are inputs; params, gradients and state are persistent.
     for (size_t h = 0; h < optimizer.hyperparameter_names.size(); ++h) {
-      const ir::Value& value = optimizer.program.value(optimizer.program.inputs()[h]);
-      EXPECT_EQ(value.kind, ir::ValueKind::kInput);
+      const compiler::ir::Value& value = optimizer.program.value(optimizer.program.inputs()[h]);
+      EXPECT_EQ(value.kind, compiler::ir::ValueKind::kInput);
       EXPECT_EQ(value.name, optimizer.hyperparameter_names[h]);
       EXPECT_TRUE(value.type.is_scalar());
     }
     for (ValueId gradient : optimizer.gradients) {
-      EXPECT_EQ(optimizer.program.value(gradient).kind, ir::ValueKind::kBuffer);
+      EXPECT_EQ(optimizer.program.value(gradient).kind, compiler::ir::ValueKind::kBuffer);
     }
     EXPECT_TRUE(optimizer.program.outputs().empty());
   }
 }
 
 TEST(Optimizer, RejectsValuesThatAreNotFloatingParams) {
-  ir::Program model = two_param_model();
-  ValueId x = model.inputs_of_kind(ir::ValueKind::kInput)[0];
+  compiler::ir::Program model = two_param_model();
+  ValueId x = model.inputs_of_kind(compiler::ir::ValueKind::kInput)[0];
   EXPECT_THROW(build_optimizer_program(model, {x}, OptimizerKind::kAdamW), Error);
   EXPECT_THROW(build_optimizer_program(model, {}, OptimizerKind::kAdamW), Error);
-  ValueId w = model.inputs_of_kind(ir::ValueKind::kParam)[0];
+  ValueId w = model.inputs_of_kind(compiler::ir::ValueKind::kParam)[0];
   EXPECT_THROW(build_optimizer_program(model, {w, w}, OptimizerKind::kSgdMomentum), Error);
 }
 

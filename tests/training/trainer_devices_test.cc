@@ -17,12 +17,12 @@
 namespace grove::training {
 namespace {
 
-using ir::DType;
+using compiler::ir::DType;
 using runtime::Tensor;
 
 class TrainerOnDevice : public grove::testing::DeviceTest {};
 
-Tensor to_device(const reference::HostTensor& host, runtime::Device device) {
+Tensor to_device(const compiler::reference::HostTensor& host, runtime::Device device) {
   if (host.dtype == DType::kI64) {
     std::vector<int64_t> values(host.data.begin(), host.data.end());
     return Tensor::from_vector(values, host.shape, device);
@@ -31,9 +31,11 @@ Tensor to_device(const reference::HostTensor& host, runtime::Device device) {
   return Tensor::from_vector(values, host.shape, device);
 }
 
-TensorList to_device(const reference::HostTensorList& inputs, runtime::Device device) {
-  TensorList tensors;
-  for (const reference::HostTensor& input : inputs) tensors.push_back(to_device(input, device));
+compiler::TensorList to_device(const compiler::reference::HostTensorList& inputs,
+                               runtime::Device device) {
+  compiler::TensorList tensors;
+  for (const compiler::reference::HostTensor& input : inputs)
+    tensors.push_back(to_device(input, device));
   return tensors;
 }
 
@@ -47,15 +49,15 @@ testing::ModelWithLoss gpt_batch1_seq8(runtime::Device device) {
   return testing::gpt_with_next_token_loss(/*batch=*/1, /*seq=*/8, device);
 }
 
-reference::HostTensorList mlp_inputs() {
+compiler::reference::HostTensorList mlp_inputs() {
   std::mt19937_64 rng(5);
-  reference::HostTensor x = testing::normal_tensor({4, 512}, 1.0, rng);
-  reference::HostTensor target = testing::normal_tensor({4, 512}, 0.5, rng);
+  compiler::reference::HostTensor x = testing::normal_tensor({4, 512}, 1.0, rng);
+  compiler::reference::HostTensor target = testing::normal_tensor({4, 512}, 0.5, rng);
   for (double& value : target.data) value = std::abs(value);
   return {x, target};
 }
 
-reference::HostTensorList gpt_inputs() {
+compiler::reference::HostTensorList gpt_inputs() {
   return {testing::repeating_tokens(1, 8, {17, 301, 5, 42})};
 }
 
@@ -79,7 +81,8 @@ double relative_max_error(const std::vector<double>& a, const std::vector<double
 // float64 reference's; on a device other than sim every gradient buffer is
 // within 1e-3 of the one computed on sim, relative to its largest entry (at
 // least 1e-4 of the largest entry of all gradients).
-void expect_forward_backward_agrees(ModelFactory factory, const reference::HostTensorList& inputs,
+void expect_forward_backward_agrees(ModelFactory factory,
+                                    const compiler::reference::HostTensorList& inputs,
                                     runtime::Device device, const std::string& name) {
   testing::ModelWithLoss model = factory(device);
   Trainer trainer(model.program, model.loss, {.backend = "eager"});
@@ -141,16 +144,16 @@ TEST_P(TrainerOnDevice, MlpWithSgdMomentumLowersTheLossTwentyfoldIn10Steps) {
   Trainer trainer(model.program, model.loss,
                   {.backend = "eager", .optimizer = OptimizerKind::kSgdMomentum});
   std::mt19937_64 rng(21);
-  reference::HostTensor x = testing::normal_tensor({8, 512}, 1.0, rng);
-  reference::HostTensor offsets = testing::normal_tensor({512}, 0.5, rng);
-  reference::HostTensor target = testing::normal_tensor({8, 512}, 0.05, rng);
+  compiler::reference::HostTensor x = testing::normal_tensor({8, 512}, 1.0, rng);
+  compiler::reference::HostTensor offsets = testing::normal_tensor({512}, 0.5, rng);
+  compiler::reference::HostTensor target = testing::normal_tensor({8, 512}, 0.05, rng);
   for (size_t i = 0; i < target.data.size(); ++i) {
     target.data[i] += std::abs(offsets.data[i % 512]);
   }
   Hyperparameters hyper;
   hyper.lr = 24;
   hyper.momentum = 0.3;
-  TensorList inputs = to_device({x, target}, device());
+  compiler::TensorList inputs = to_device({x, target}, device());
   std::vector<double> losses;
   for (int step = 0; step < 10; ++step) {
     losses.push_back(trainer.step(inputs, hyper).to_doubles().at(0));
@@ -167,7 +170,7 @@ TEST_P(TrainerOnDevice, GptWithAdamWLowersTheNextTokenLossTwentyfoldIn12Steps) {
   Hyperparameters hyper;
   hyper.lr = 2e-3;
   hyper.weight_decay = 0.01;
-  TensorList inputs = to_device(gpt_inputs(), device());
+  compiler::TensorList inputs = to_device(gpt_inputs(), device());
   std::vector<double> losses;
   for (int step = 0; step < 12; ++step) {
     losses.push_back(trainer.step(inputs, hyper).to_doubles().at(0));

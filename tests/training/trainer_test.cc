@@ -17,12 +17,12 @@
 namespace grove::training {
 namespace {
 
-using ir::DType;
-using ir::ValueId;
+using compiler::ir::DType;
+using compiler::ir::ValueId;
 using runtime::kSimDevice;
 using runtime::Tensor;
 
-Tensor to_device(const reference::HostTensor& host) {
+Tensor to_device(const compiler::reference::HostTensor& host) {
   if (host.dtype == DType::kI64) {
     std::vector<int64_t> values(host.data.begin(), host.data.end());
     return Tensor::from_vector(values, host.shape, kSimDevice);
@@ -33,13 +33,15 @@ Tensor to_device(const reference::HostTensor& host) {
 
 // Runs `steps` steps of both trainers; expects each eager loss within
 // `tolerance` (relative) of the reference's, and returns both curves.
-void expect_matching_curves(const ir::Program& model, ValueId loss, OptimizerKind kind,
-                            const reference::HostTensorList& inputs, const Hyperparameters& hyper,
-                            int steps, double tolerance, const std::string& name) {
+void expect_matching_curves(const compiler::ir::Program& model, ValueId loss, OptimizerKind kind,
+                            const compiler::reference::HostTensorList& inputs,
+                            const Hyperparameters& hyper, int steps, double tolerance,
+                            const std::string& name) {
   ReferenceTrainer reference_trainer(model, loss, kind);
   Trainer trainer(model, loss, {.backend = "eager", .optimizer = kind});
-  TensorList device_inputs;
-  for (const reference::HostTensor& input : inputs) device_inputs.push_back(to_device(input));
+  compiler::TensorList device_inputs;
+  for (const compiler::reference::HostTensor& input : inputs)
+    device_inputs.push_back(to_device(input));
   std::cout << name << " (reference / eager):";
   for (int step = 0; step < steps; ++step) {
     double expected = reference_trainer.step(inputs, hyper);
@@ -50,24 +52,24 @@ void expect_matching_curves(const ir::Program& model, ValueId loss, OptimizerKin
   std::cout << "\n";
 }
 
-ir::Program small_mlp(ValueId* loss) {
-  ir::ProgramBuilder b("small_mlp", kSimDevice);
+compiler::ir::Program small_mlp(ValueId* loss) {
+  compiler::ir::ProgramBuilder b("small_mlp", kSimDevice);
   ValueId x = b.input("x", {4, 6});
-  ValueId w1 = b.param("fc1.weight", {8, 6}, DType::kF32, ir::normal_init(0.5, 1));
-  ValueId b1 = b.param("fc1.bias", {8}, DType::kF32, ir::normal_init(0.1, 2));
-  ValueId w2 = b.param("fc2.weight", {3, 8}, DType::kF32, ir::normal_init(0.5, 3));
-  b.output(b.linear(b.gelu(b.linear(x, w1, b1, "fc1")), w2, ir::kNoValue, "fc2"));
-  ir::Program model = b.build();
+  ValueId w1 = b.param("fc1.weight", {8, 6}, DType::kF32, compiler::ir::normal_init(0.5, 1));
+  ValueId b1 = b.param("fc1.bias", {8}, DType::kF32, compiler::ir::normal_init(0.1, 2));
+  ValueId w2 = b.param("fc2.weight", {3, 8}, DType::kF32, compiler::ir::normal_init(0.5, 3));
+  b.output(b.linear(b.gelu(b.linear(x, w1, b1, "fc1")), w2, compiler::ir::kNoValue, "fc2"));
+  compiler::ir::Program model = b.build();
   *loss = add_mse_loss(model, model.outputs()[0]);
   return model;
 }
 
 TEST(Trainer, SmallMlpLossCurveMatchesTheReferenceForBothOptimizers) {
   ValueId loss;
-  ir::Program model = small_mlp(&loss);
+  compiler::ir::Program model = small_mlp(&loss);
   std::mt19937_64 rng(5);
-  reference::HostTensorList inputs = {testing::normal_tensor({4, 6}, 1.0, rng),
-                                      testing::normal_tensor({4, 3}, 1.0, rng)};
+  compiler::reference::HostTensorList inputs = {testing::normal_tensor({4, 6}, 1.0, rng),
+                                                testing::normal_tensor({4, 3}, 1.0, rng)};
   Hyperparameters sgd;
   sgd.lr = 0.1;
   expect_matching_curves(model, loss, OptimizerKind::kSgdMomentum, inputs, sgd, 5, 1e-4,
@@ -81,7 +83,7 @@ TEST(Trainer, SmallMlpLossCurveMatchesTheReferenceForBothOptimizers) {
 
 TEST(Trainer, ParamsGradientsAndOptimizerStateKeepTheirAddresses) {
   ValueId loss;
-  ir::Program model = small_mlp(&loss);
+  compiler::ir::Program model = small_mlp(&loss);
   Trainer trainer(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kAdamW});
   std::map<std::string, void*> addresses;
   for (const std::string& name : trainer.state_names()) {
@@ -92,8 +94,8 @@ TEST(Trainer, ParamsGradientsAndOptimizerStateKeepTheirAddresses) {
     EXPECT_TRUE(addresses.count(name)) << name;
   }
   std::mt19937_64 rng(8);
-  TensorList inputs = {to_device(testing::normal_tensor({4, 6}, 1.0, rng)),
-                       to_device(testing::normal_tensor({4, 3}, 1.0, rng))};
+  compiler::TensorList inputs = {to_device(testing::normal_tensor({4, 6}, 1.0, rng)),
+                                 to_device(testing::normal_tensor({4, 3}, 1.0, rng))};
   std::vector<double> before = trainer.state("fc1.weight").to_doubles();
   for (int step = 0; step < 3; ++step) trainer.step(inputs, {});
   EXPECT_EQ(trainer.steps_taken(), 3);
@@ -113,31 +115,32 @@ TEST(Trainer, ParamsGradientsAndOptimizerStateKeepTheirAddresses) {
 // the gradients a forward_backward() writes.
 TEST(Trainer, BackwardArgumentsComeFromTheirSources) {
   ValueId loss;
-  ir::Program model = small_mlp(&loss);
+  compiler::ir::Program model = small_mlp(&loss);
   Trainer trainer(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kSgdMomentum});
   std::mt19937_64 rng(21);
-  TensorList inputs = {to_device(testing::normal_tensor({4, 6}, 1.0, rng)),
-                       to_device(testing::normal_tensor({4, 3}, 1.0, rng))};
+  compiler::TensorList inputs = {to_device(testing::normal_tensor({4, 6}, 1.0, rng)),
+                                 to_device(testing::normal_tensor({4, 3}, 1.0, rng))};
   Tensor loss_value;
-  TensorList args = trainer.backward_arguments(inputs, &loss_value);
+  compiler::TensorList args = trainer.backward_arguments(inputs, &loss_value);
   EXPECT_TRUE(loss_value.defined());
-  const autodiff::TrainingPrograms& programs = trainer.programs();
-  const ir::Program& backward = trainer.backward_stage().program();
-  const std::vector<ValueId> call_inputs = programs.forward.inputs_of_kind(ir::ValueKind::kInput);
+  const compiler::autodiff::TrainingPrograms& programs = trainer.programs();
+  const compiler::ir::Program& backward = trainer.backward_stage().program();
+  const std::vector<ValueId> call_inputs =
+      programs.forward.inputs_of_kind(compiler::ir::ValueKind::kInput);
   ASSERT_EQ(args.size(), backward.inputs().size());
   size_t saved = 0;
   for (size_t i = 0; i < args.size(); ++i) {
-    const ir::Value& value = backward.value(backward.inputs()[i]);
-    const autodiff::BackwardInput& source = programs.backward_inputs[i];
+    const compiler::ir::Value& value = backward.value(backward.inputs()[i]);
+    const compiler::autodiff::BackwardInput& source = programs.backward_inputs[i];
     if (value.is_persistent()) {
       EXPECT_EQ(args[i].address(), trainer.state(value.name).address()) << value.name;
       continue;
     }
     switch (source.source) {
-      case autodiff::BackwardInput::Source::kLossGradient:
+      case compiler::autodiff::BackwardInput::Source::kLossGradient:
         EXPECT_EQ(args[i].to_doubles(), std::vector<double>{1.0});
         break;
-      case autodiff::BackwardInput::Source::kForwardInput: {
+      case compiler::autodiff::BackwardInput::Source::kForwardInput: {
         auto at = std::find(call_inputs.begin(), call_inputs.end(),
                             programs.forward.inputs()[source.index]);
         ASSERT_NE(at, call_inputs.end()) << value.name;
@@ -146,11 +149,11 @@ TEST(Trainer, BackwardArgumentsComeFromTheirSources) {
             << value.name;
         break;
       }
-      case autodiff::BackwardInput::Source::kForwardOutput:
+      case compiler::autodiff::BackwardInput::Source::kForwardOutput:
         ++saved;
         EXPECT_EQ(args[i].shape(), value.type.shape) << value.name;
         break;
-      case autodiff::BackwardInput::Source::kGradientBuffer:
+      case compiler::autodiff::BackwardInput::Source::kGradientBuffer:
         ADD_FAILURE() << "gradient buffer " << value.name << " is not persistent";
         break;
     }
@@ -168,11 +171,11 @@ TEST(Trainer, BackwardArgumentsComeFromTheirSources) {
 // change: 7 changes over 10 steps, more than the pinned ring has slots.
 TEST(Trainer, ScheduledHyperparametersReachEveryStepWithOneCopyPerChange) {
   ValueId loss;
-  ir::Program model = small_mlp(&loss);
+  compiler::ir::Program model = small_mlp(&loss);
   std::mt19937_64 rng(13);
-  reference::HostTensorList inputs = {testing::normal_tensor({4, 6}, 1.0, rng),
-                                      testing::normal_tensor({4, 3}, 1.0, rng)};
-  TensorList device_inputs = {to_device(inputs[0]), to_device(inputs[1])};
+  compiler::reference::HostTensorList inputs = {testing::normal_tensor({4, 6}, 1.0, rng),
+                                                testing::normal_tensor({4, 3}, 1.0, rng)};
+  compiler::TensorList device_inputs = {to_device(inputs[0]), to_device(inputs[1])};
   ReferenceTrainer reference_trainer(model, loss, OptimizerKind::kSgdMomentum);
   Trainer trainer(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kSgdMomentum});
   const std::vector<double> schedule = {0.1, 0.1, 0.1, 0.05, 0.02, 0.2, 0.01, 0.3, 0.07, 0.07};
@@ -196,8 +199,8 @@ TEST(Trainer, ScheduledHyperparametersReachEveryStepWithOneCopyPerChange) {
 TEST(Trainer, MlpBenchmarkLossCurveMatchesTheReference) {
   testing::ModelWithLoss model = testing::mlp_with_mse(/*batch=*/8, kSimDevice);
   std::mt19937_64 rng(21);
-  reference::HostTensor x = testing::normal_tensor({8, 512}, 1.0, rng);
-  reference::HostTensor target = testing::normal_tensor({8, 512}, 0.5, rng);
+  compiler::reference::HostTensor x = testing::normal_tensor({8, 512}, 1.0, rng);
+  compiler::reference::HostTensor target = testing::normal_tensor({8, 512}, 0.5, rng);
   for (double& value : target.data) value = std::abs(value);
   Hyperparameters hyper;
   hyper.lr = 8;

@@ -12,7 +12,7 @@
 namespace grove::training {
 namespace {
 
-using reference::HostTensorList;
+using compiler::reference::HostTensorList;
 
 void print_curve(const std::string& name, const std::vector<double>& losses) {
   std::cout << name << " loss:";
@@ -30,9 +30,9 @@ TEST(TrainingRun, MlpWithSgdMomentumLowersTheLossTwentyfoldIn10Steps) {
   const uint64_t seed = 21;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  reference::HostTensor x = testing::normal_tensor({8, 512}, 1.0, rng);
-  reference::HostTensor offsets = testing::normal_tensor({512}, 0.5, rng);
-  reference::HostTensor target = testing::normal_tensor({8, 512}, 0.05, rng);
+  compiler::reference::HostTensor x = testing::normal_tensor({8, 512}, 1.0, rng);
+  compiler::reference::HostTensor offsets = testing::normal_tensor({512}, 0.5, rng);
+  compiler::reference::HostTensor target = testing::normal_tensor({8, 512}, 0.05, rng);
   for (size_t i = 0; i < target.data.size(); ++i) {
     target.data[i] += std::abs(offsets.data[i % 512]);
   }
@@ -52,7 +52,7 @@ TEST(TrainingRun, MlpWithSgdMomentumLowersTheLossTwentyfoldIn10Steps) {
 TEST(TrainingRun, GptWithAdamWLowersTheNextTokenLossTwentyfoldIn12Steps) {
   testing::ModelWithLoss model = testing::gpt_with_next_token_loss(/*batch=*/1, /*seq=*/8);
   ReferenceTrainer trainer(model.program, model.loss, OptimizerKind::kAdamW);
-  reference::HostTensor tokens = testing::repeating_tokens(1, 8, {17, 301, 5, 42});
+  compiler::reference::HostTensor tokens = testing::repeating_tokens(1, 8, {17, 301, 5, 42});
   Hyperparameters hyper;
   hyper.lr = 2e-3;
   hyper.weight_decay = 0.01;

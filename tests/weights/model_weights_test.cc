@@ -13,9 +13,9 @@
 namespace grove::weights {
 namespace {
 
-using backends::CompiledModel;
-using ir::ProgramBuilder;
-using ir::ValueId;
+using compiler::backends::CompiledModel;
+using compiler::ir::ProgramBuilder;
+using compiler::ir::ValueId;
 using runtime::DType;
 using runtime::kSimDevice;
 using runtime::Tensor;
@@ -23,12 +23,12 @@ using runtime::Tensor;
 // y = x @ w^T + b with x [2, 3], w [2, 3], b [2], and a step-count buffer;
 // with_dropout adds a dropout drawing from grove's implicit generator, whose
 // buffers are grove's state, not weights.
-ir::Program linear_model(bool with_dropout = false) {
+compiler::ir::Program linear_model(bool with_dropout = false) {
   ProgramBuilder b("linear", kSimDevice);
   ValueId x = b.input("x", {2, 3});
-  ValueId w = b.param("w", {2, 3}, DType::kF32, ir::normal_init(0.5, 3));
-  ValueId bias = b.param("b", {2}, DType::kF32, ir::uniform_init(-1, 1, 4));
-  b.buffer("steps", {1}, DType::kI64, ir::zeros_init());
+  ValueId w = b.param("w", {2, 3}, DType::kF32, compiler::ir::normal_init(0.5, 3));
+  ValueId bias = b.param("b", {2}, DType::kF32, compiler::ir::uniform_init(-1, 1, 4));
+  b.buffer("steps", {1}, DType::kI64, compiler::ir::zeros_init());
   ValueId y = b.linear(x, w, bias, "fc");
   b.output(with_dropout ? b.dropout(y, 0.5, "drop") : y);
   return b.build();
@@ -62,7 +62,7 @@ std::string error_loading(const CompiledModel& model, const std::vector<TensorTo
 }
 
 TEST(ModelWeights, LoadedWeightsDecideTheOutputs) {
-  CompiledModel model = backends::compile(linear_model(), {.backend = "eager"});
+  CompiledModel model = compiler::backends::compile(linear_model(), {.backend = "eager"});
   EXPECT_EQ(load_weights(model, file_of(good_weights())), 24u + 8u + 8u);
   Tensor x = Tensor::from_vector<float>({1, 1, 1, 2, 0, -2}, {2, 3}, kSimDevice);
   std::vector<float> y = model({x})[0].to_vector<float>();
@@ -72,11 +72,11 @@ TEST(ModelWeights, LoadedWeightsDecideTheOutputs) {
 }
 
 TEST(ModelWeights, ExportedWeightsLoadIntoAFreshModelUnchanged) {
-  CompiledModel source = backends::compile(linear_model(), {.backend = "eager"});
+  CompiledModel source = compiler::backends::compile(linear_model(), {.backend = "eager"});
   std::vector<TensorToWrite> exported = weights_of(source);
   ASSERT_EQ(exported.size(), 3u);
   EXPECT_EQ(exported[0].name, "b");  // name order
-  CompiledModel target = backends::compile(linear_model(), {.backend = "eager"});
+  CompiledModel target = compiler::backends::compile(linear_model(), {.backend = "eager"});
   Tensor(target.state("w")).copy_from_host(bytes_of({0, 0, 0, 0, 0, 0}).data());
   ASSERT_NE(target.state("w").to_host_bytes(), source.state("w").to_host_bytes());
   load_weights(target, file_of(exported));
@@ -84,7 +84,7 @@ TEST(ModelWeights, ExportedWeightsLoadIntoAFreshModelUnchanged) {
 }
 
 TEST(ModelWeights, InitialWeightsAreWhatCompileInitializes) {
-  CompiledModel model = backends::compile(linear_model(), {.backend = "eager"});
+  CompiledModel model = compiler::backends::compile(linear_model(), {.backend = "eager"});
   std::vector<TensorToWrite> initial = initial_weights(linear_model());
   std::vector<TensorToWrite> compiled = weights_of(model);
   ASSERT_EQ(initial.size(), compiled.size());
@@ -95,7 +95,7 @@ TEST(ModelWeights, InitialWeightsAreWhatCompileInitializes) {
 }
 
 TEST(ModelWeights, MissingAndExtraTensorsAreNamed) {
-  CompiledModel model = backends::compile(linear_model(), {.backend = "eager"});
+  CompiledModel model = compiler::backends::compile(linear_model(), {.backend = "eager"});
   std::vector<TensorToWrite> missing = good_weights();
   missing.erase(missing.begin() + 1);
   std::string message = error_loading(model, missing);
@@ -108,7 +108,7 @@ TEST(ModelWeights, MissingAndExtraTensorsAreNamed) {
 }
 
 TEST(ModelWeights, WrongShapeOrDtypeIsNamedAndLeavesTheModelUnchanged) {
-  CompiledModel model = backends::compile(linear_model(), {.backend = "eager"});
+  CompiledModel model = compiler::backends::compile(linear_model(), {.backend = "eager"});
   const std::vector<uint8_t> before = model.state("w").to_host_bytes();
   std::vector<TensorToWrite> wrong_shape = good_weights();
   wrong_shape[1].shape = {2, 1};
@@ -125,10 +125,10 @@ TEST(ModelWeights, WrongShapeOrDtypeIsNamedAndLeavesTheModelUnchanged) {
 }
 
 TEST(ModelWeights, GeneratorBuffersAreNotWeights) {
-  ir::Program program = linear_model(/*with_dropout=*/true);
-  ASSERT_TRUE(ir::find_generator_state(program).has_value());
+  compiler::ir::Program program = linear_model(/*with_dropout=*/true);
+  ASSERT_TRUE(compiler::ir::find_generator_state(program).has_value());
   EXPECT_EQ(weight_names(program), (std::vector<std::string>{"b", "steps", "w"}));
-  CompiledModel model = backends::compile(program, {.backend = "eager"});
+  CompiledModel model = compiler::backends::compile(program, {.backend = "eager"});
   load_weights(model, file_of(good_weights()));
   EXPECT_EQ(weights_of(model).size(), 3u);
 }
