@@ -187,7 +187,7 @@ TEST(GradientAllReduce, BucketsFollowProductionOrderAndStayCapturable) {
   EXPECT_LT(first_reduce, static_cast<int>(backward.nodes().size()) - 1) << backward.str();
   compiler::lowering::LoweredProgram lowered =
       compiler::lowering::lower(backward, {compiler::ops::ExecMode::kTraining});
-  for (const Segment& segment : lowered.function().segments) {
+  for (const compiler::Segment& segment : lowered.function().segments) {
     EXPECT_TRUE(segment.capturable()) << lowered.describe();
   }
   EXPECT_NE(lowered.describe().find("host all_reduce"), std::string::npos) << lowered.describe();
