@@ -15,7 +15,7 @@
 
 #include "capi/api_support.h"
 #include "compiler/backends/compile.h"
-#include "compiler/distributed/gradient_all_reduce.h"
+#include "distributed/gradient_all_reduce.h"
 #include "compiler/model_format/model_json.h"
 #include "runtime/backend.h"
 #include "runtime/device_context.h"
@@ -50,9 +50,9 @@ backends::Stage parse_stage(const std::string& name) {
 }
 
 // The option "gradient_all_reduce" (a data-parallel backward, capi/grove.h).
-grove::compiler::distributed::AllReduceOptions parse_all_reduce(const nlohmann::json& value) {
+grove::distributed::AllReduceOptions parse_all_reduce(const nlohmann::json& value) {
   require(value.is_object(), "option 'gradient_all_reduce' must be a JSON object");
-  grove::compiler::distributed::AllReduceOptions options;
+  grove::distributed::AllReduceOptions options;
   options.overlap = false;
   for (const auto& [key, item] : value.items()) {
     if (key == "outputs") {
@@ -84,7 +84,7 @@ grove::compiler::distributed::AllReduceOptions parse_all_reduce(const nlohmann::
 
 backends::CompileOptions parse_options(
     const char* options_json, grove::compiler::model_format::DimBindings* dims, Device* device,
-    std::optional<grove::compiler::distributed::AllReduceOptions>* all_reduce) {
+    std::optional<grove::distributed::AllReduceOptions>* all_reduce) {
   backends::CompileOptions options;
   *device = grove::runtime::default_device();
   if (options_json == nullptr || *options_json == '\0') return options;
@@ -283,12 +283,12 @@ grove_status grove_compile(const char* program_json, const char* options_json,
             " bindings but the array is null");
     grove::compiler::model_format::DimBindings dims;
     Device device;
-    std::optional<grove::compiler::distributed::AllReduceOptions> all_reduce;
+    std::optional<grove::distributed::AllReduceOptions> all_reduce;
     backends::CompileOptions options = parse_options(options_json, &dims, &device, &all_reduce);
     grove::compiler::ir::Program program =
         grove::compiler::model_format::load_model(program_json, dims, device);
     if (all_reduce) {
-      program = grove::compiler::distributed::add_gradient_all_reduce(program, *all_reduce);
+      program = grove::distributed::add_gradient_all_reduce(program, *all_reduce);
     }
     std::map<std::string, Tensor> bound;
     for (size_t i = 0; i < binding_count; ++i) {

@@ -9,7 +9,7 @@
 #include "cli/common/json_report.h"
 #include "cli/model_setup.h"
 #include "cli/terminal_text.h"
-#include "compiler/weights/model_weights.h"
+#include "weights/model_weights.h"
 
 namespace grove::cli {
 
@@ -62,12 +62,11 @@ int export_weights_command(const std::vector<std::string>& args) {
   }
   check_output_path("OUT.safetensors", out);
   compiler::ir::Program program = load_program(spec);
-  std::vector<compiler::weights::TensorToWrite> tensors =
-      compiler::weights::initial_weights(program);
+  std::vector<weights::TensorToWrite> tensors = weights::initial_weights(program);
   uint64_t bytes = 0;
   for (const auto& tensor : tensors) bytes += tensor.bytes.size();
-  compiler::weights::write_safetensors(
-      out, tensors, {{"producer", "grove export-weights"}, {"model", program.name()}});
+  weights::write_safetensors(out, tensors,
+                             {{"producer", "grove export-weights"}, {"model", program.name()}});
   std::printf("wrote %zu tensors (%llu bytes) of %s to %s\n", tensors.size(),
               static_cast<unsigned long long>(bytes), printable(program.name()).c_str(),
               printable(out).c_str());

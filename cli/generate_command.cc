@@ -11,11 +11,11 @@
 
 #include "cli/commands.h"
 #include "cli/terminal_text.h"
-#include "compiler/weights/safetensors.h"
 #include "runtime/error.h"
 #include "serving/llm/generator.h"
 #include "serving/llm/text_stream.h"
 #include "serving/llm/tokenizer.h"
+#include "weights/safetensors.h"
 
 namespace grove::cli {
 
@@ -167,12 +167,12 @@ int generate_command(const std::vector<std::string>& args) {
     }
     std::vector<uint8_t> bytes(logits.size() * sizeof(float));
     std::memcpy(bytes.data(), logits.data(), bytes.size());
-    compiler::weights::write_safetensors(parsed.value("--logits-out"),
-                                         {{.name = "logits",
-                                           .dtype = runtime::DType::kF32,
-                                           .shape = {max_tokens, decoder->config().vocab_size},
-                                           .bytes = std::move(bytes)}},
-                                         {{"producer", "grove generate"}});
+    weights::write_safetensors(parsed.value("--logits-out"),
+                               {{.name = "logits",
+                                 .dtype = runtime::DType::kF32,
+                                 .shape = {max_tokens, decoder->config().vocab_size},
+                                 .bytes = std::move(bytes)}},
+                               {{"producer", "grove generate"}});
   }
   while (!generator.idle()) generator.step();
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -3,9 +3,9 @@
 #include "cli/progress.h"
 #include "cli/weights_io.h"
 #include "compiler/backends/compile.h"
-#include "compiler/training/trainer.h"
-#include "compiler/weights/model_weights.h"
 #include "runtime/device_context.h"
+#include "training/trainer.h"
+#include "weights/model_weights.h"
 
 namespace grove::cli {
 namespace {
@@ -87,7 +87,7 @@ Measurement measure_inference(const compiler::ir::Program& program, const Measur
     Stopwatch watch;
     model = compiler::backends::compile(program, {.backend = options.backend});
     if (options.weights != nullptr) {
-      result.weight_bytes = compiler::weights::load_weights(*model, *options.weights);
+      result.weight_bytes = weights::load_weights(*model, *options.weights);
     }
     result.compile_s = watch.elapsed_s();
   }
@@ -117,14 +117,13 @@ Measurement measure_training(const TrainingSetup& setup, const MeasureOptions& o
   result.backend = options.backend;
   result.loss_name = setup.loss_name;
   const runtime::Device device = setup.program.device();
-  std::optional<compiler::training::Trainer> trainer;
+  std::optional<training::Trainer> trainer;
   {
     Phase phase(phase_label("compile training step of", setup.program.name(), options.backend));
     Stopwatch watch;
     trainer.emplace(setup.program, setup.loss,
-                    compiler::training::TrainerOptions{
-                        .backend = options.backend,
-                        .optimizer = compiler::training::OptimizerKind::kSgdMomentum});
+                    training::TrainerOptions{.backend = options.backend,
+                                             .optimizer = training::OptimizerKind::kSgdMomentum});
     result.compile_s = watch.elapsed_s();
   }
   for (const compiler::lowering::LoweredProgram* lowered :
@@ -135,7 +134,7 @@ Measurement measure_training(const TrainingSetup& setup, const MeasureOptions& o
   }
   MeasurementStream stream(device);
   TensorList inputs = random_inputs(setup.program, device, options.seed);
-  compiler::training::Hyperparameters hyperparameters;
+  training::Hyperparameters hyperparameters;
   hyperparameters.lr = options.learning_rate;
   hyperparameters.momentum = 0.9;
   time_calls(

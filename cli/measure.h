@@ -13,8 +13,8 @@
 #include "cli/model_setup.h"
 #include "cli/tree_stats.h"
 #include "compiler/ir/program.h"
-#include "compiler/lowering/lower.h"
-#include "compiler/weights/safetensors.h"
+#include "compiler/lowered_program.h"
+#include "weights/safetensors.h"
 
 namespace grove::cli {
 
@@ -26,7 +26,7 @@ struct MeasureOptions {
   double learning_rate = 1e-2;  // training: SGD with momentum 0.9
   // Inference: weights copied into the model once it is compiled (--weights);
   // nullptr keeps the model's initializers.
-  const compiler::weights::SafetensorsFile* weights = nullptr;
+  const weights::SafetensorsFile* weights = nullptr;
   // Inference: a safetensors file of the model's inputs (--inputs) instead of
   // random ones.
   std::string inputs_path;

@@ -8,9 +8,9 @@
 #include "cli/arguments.h"
 #include "cli/paths.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/losses.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "training/losses.h"
 
 namespace grove::cli {
 namespace {
@@ -100,6 +100,46 @@ void fill_random(std::vector<uint8_t>& bytes, DType dtype, int64_t bound, std::m
 
 }  // namespace
 
+std::vector<FlagSpec> model_flags(BoundDims dims) {
+  std::vector<FlagSpec> flags = {
+      {"--device", "DEVICE", "auto (default: cuda when present, else sim), cuda or sim"},
+      {"--dtype", "TYPE", "f32 (default) or bf16 for the model's floating values"},
+  };
+  if (dims == BoundDims::kBatchAndSeq) {
+    flags.push_back({"--batch", "N", "bind the model's 'batch' dimension"});
+  }
+  flags.push_back({"--seq", "T", "bind the model's 'seq' dimension"});
+  return flags;
+}
+
+std::vector<FlagSpec> with_model_flags(BoundDims dims, const std::vector<FlagSpec>& flags) {
+  std::vector<FlagSpec> all = model_flags(dims);
+  all.insert(all.end(), flags.begin(), flags.end());
+  return all;
+}
+
+ModelSpec parse_model_spec(const std::string& command, const ParsedFlags& args, BoundDims dims) {
+  if (args.positional().empty()) {
+    throw UsageError(
+        str_cat(command, ": missing the model file (grove ", command, " MODEL.json [options])"));
+  }
+  ModelSpec spec;
+  spec.path = args.positional().front();
+  spec.device = parse_device_choice(args.value("--device", "auto"));
+  if (dims == BoundDims::kBatchAndSeq && args.has("--batch")) {
+    spec.dims["batch"] = parse_positive_int("--batch", args.value("--batch"), 1 << 20);
+  }
+  if (args.has("--seq")) {
+    spec.dims["seq"] = parse_positive_int("--seq", args.value("--seq"), 1 << 20);
+  }
+  std::string dtype = args.value("--dtype", "f32");
+  if (dtype != "f32" && dtype != "bf16") {
+    throw UsageError(str_cat("--dtype expects f32 or bf16, found '", dtype, "'"));
+  }
+  spec.dtype = runtime::parse_dtype(dtype);
+  return spec;
+}
+
 Program load_program(const ModelSpec& spec) {
   std::string text = read_file(resolve_input_path(spec.path));
   if (spec.dtype != DType::kF32) text = with_dtype(text, spec.dtype, spec.path);
@@ -135,12 +175,12 @@ TrainingSetup add_training_loss(const Program& model) {
                   type.shape.size() == 2 && output_type.shape.size() == 3 &&
                   output_type.shape[0] == type.shape[0] && output_type.shape[1] == type.shape[1];
     if (tokens) {
-      setup.loss = compiler::training::add_next_token_loss(setup.program, output, input);
+      setup.loss = training::add_next_token_loss(setup.program, output, input);
       setup.loss_name = "next-token cross entropy";
       return setup;
     }
   }
-  setup.loss = compiler::training::add_mse_loss(setup.program, output);
+  setup.loss = training::add_mse_loss(setup.program, output);
   setup.loss_name = "mean squared error";
   return setup;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/common/flags.h"
 #include "compiler/ir/program.h"
 #include "compiler/lowered_function.h"
 #include "runtime/device.h"
@@ -23,6 +24,21 @@ struct ModelSpec {
   runtime::DType dtype = runtime::DType::kF32;  // floating values: f32 or bf16
   runtime::Device device;
 };
+
+// Which of the model's dims a command lets the command line bind.
+enum class BoundDims : uint8_t {
+  kSeq,          // --seq (`grove serve`: the server binds the batch per bucket)
+  kBatchAndSeq,  // --batch and --seq (`grove run`)
+};
+
+// The flags that say which model a command runs and how, one table for every
+// command that takes MODEL.json: --device, --dtype, and --batch / --seq.
+std::vector<FlagSpec> model_flags(BoundDims dims);
+// `flags` after model_flags(dims): a command's whole table.
+std::vector<FlagSpec> with_model_flags(BoundDims dims, const std::vector<FlagSpec>& flags);
+// The model file (the first positional argument) and the flags of
+// model_flags(dims); UsageError naming `command`'s usage or the flag.
+ModelSpec parse_model_spec(const std::string& command, const ParsedFlags& args, BoundDims dims);
 
 // Loads the model; throws ModelFormatError (missing file, malformed model,
 // unknown dim) or UsageError (a dim the command line binds that the model

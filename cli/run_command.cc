@@ -16,10 +16,10 @@
 #include "cli/tree_stats.h"
 #include "cli/weights_io.h"
 #include "cli/work_estimate.h"
-#include "compiler/distributed/data_parallel_trainer.h"
-#include "compiler/weights/model_weights.h"
+#include "distributed/data_parallel_trainer.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
+#include "weights/model_weights.h"
 
 namespace grove::cli {
 namespace {
@@ -118,23 +118,8 @@ runtime::collectives::RankConfig rank_config_of_process(const RunOptions& option
 }
 
 RunOptions parse_run_options(const ParsedFlags& args) {
-  if (args.positional().empty()) {
-    throw UsageError("run: missing the model file (grove run MODEL.json [options])");
-  }
   RunOptions options;
-  options.model.path = args.positional().front();
-  options.model.device = parse_device_choice(args.value("--device", "auto"));
-  if (args.has("--batch")) {
-    options.model.dims["batch"] = parse_positive_int("--batch", args.value("--batch"), 1 << 20);
-  }
-  if (args.has("--seq")) {
-    options.model.dims["seq"] = parse_positive_int("--seq", args.value("--seq"), 1 << 20);
-  }
-  std::string dtype = args.value("--dtype", "f32");
-  if (dtype != "f32" && dtype != "bf16") {
-    throw UsageError(str_cat("--dtype expects f32 or bf16, found '", dtype, "'"));
-  }
-  options.model.dtype = runtime::parse_dtype(dtype);
+  options.model = parse_model_spec("run", args, BoundDims::kBatchAndSeq);
   options.measure.backend = args.value("--backend", "eager");
   options.measure.iters = parse_positive_int("--iters", args.value("--iters", "20"), 1000000);
   options.measure.warmup =
@@ -239,7 +224,7 @@ runtime::Device device_of_rank(const RunOptions& options, int rank) {
 // chosen type; or, started as one rank of a group, this process's rank alone
 // (the others are processes too). Each rank trains on its own random shard
 // (seed + r) of --batch rows, gradients averaged in the backward
-// (compiler/distributed): the same steps either way, so the same losses
+// (distributed): the same steps either way, so the same losses
 // (Note [Host reduction order] in runtime/collectives/host_reduction.h).
 DataParallelRun run_data_parallel(const RunOptions& options) {
   DataParallelRun run;
@@ -259,7 +244,7 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
       const int rank = ranks[slot];
       const bool reports = rank == run.rank;
       const runtime::Device device = device_of_rank(options, rank);
-      std::optional<compiler::distributed::DataParallelTrainer> trainer;
+      std::optional<distributed::DataParallelTrainer> trainer;
       try {
         if (options.rank_config) {
           runtime::collectives::join_group(device, *options.rank_config);
@@ -272,14 +257,14 @@ DataParallelRun run_data_parallel(const RunOptions& options) {
         spec.device = device;
         TrainingSetup setup = add_training_loss(load_program(spec));
         Stopwatch compile;
-        compiler::distributed::DataParallelOptions dp;
+        distributed::DataParallelOptions dp;
         dp.trainer.backend = options.measure.backend;
-        dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
+        dp.trainer.optimizer = training::OptimizerKind::kSgdMomentum;
         dp.all_reduce.overlap = options.overlap;
         trainer.emplace(setup.program, setup.loss, dp);
         compiler::TensorList inputs = random_inputs(
             setup.program, device, options.measure.seed + static_cast<uint64_t>(rank));
-        compiler::training::Hyperparameters hyper;
+        training::Hyperparameters hyper;
         hyper.lr = options.measure.learning_rate;
         hyper.momentum = 0.9;
         if (reports) {
@@ -399,34 +384,36 @@ const CommandSpec& run_command_spec() {
       "and prints per-call latency (median, p90), kernels and GEMMs per call and, with\n"
       "--backend cudagraphs, what the tree of CUDA graphs did: graph launches per call,\n"
       "recordings, replays, eager fallbacks with their reasons, and pool memory.",
-      {
-          {"--backend", "NAME", "execution backend: eager (default) or cudagraphs"},
-          {"--device", "DEVICE", "auto (default: cuda when present, else sim), cuda or sim"},
-          {"--batch", "N", "bind the model's 'batch' dimension"},
-          {"--seq", "T", "bind the model's 'seq' dimension"},
-          {"--dtype", "TYPE", "f32 (default) or bf16 for the model's floating values"},
-          {"--iters", "N", "timed calls (default 20)"},
-          {"--warmup", "N", "untimed calls before timing (default 3)"},
-          {"--seed", "N", "seed of the random inputs (default 1)"},
-          {"--weights", "FILE",
-           "load params and buffers from a safetensors file (names, shapes, dtypes must match)"},
-          {"--inputs", "FILE", "take the inputs from a safetensors file instead of random ones"},
-          {"--save-outputs", "FILE", "write the last call's outputs to a safetensors file"},
-          {"--train", "", "time training steps (forward, backward, SGD) instead of inference"},
-          {"--force", "",
-           "run even when the estimate says it would take far longer than a minute on sim"},
-          {"--gpus", "N",
-           "with --train: data-parallel training on N devices (one thread each; NCCL on cuda), "
-           "--batch rows per device. Started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
-           "(torchrun-style, one process per device: LOCAL_RANK, else RANK, picks it), --train "
-           "joins that group instead; rank 0 prints the report"},
-          {"--no-overlap", "",
-           "with --gpus (or as a rank): run the gradient all-reduces on the compute stream instead "
-           "of "
-           "overlapping them with the rest of the backward"},
-          {"--stats-json", "FILE", "write the measurement and the tree's stats as JSON"},
-          {"--dot", "FILE", "write the tree of CUDA graphs as Graphviz DOT (cudagraphs)"},
-      }};
+      with_model_flags(
+          BoundDims::kBatchAndSeq,
+          {
+              {"--backend", "NAME", "execution backend: eager (default) or cudagraphs"},
+              {"--iters", "N", "timed calls (default 20)"},
+              {"--warmup", "N", "untimed calls before timing (default 3)"},
+              {"--seed", "N", "seed of the random inputs (default 1)"},
+              {"--weights", "FILE",
+               "load params and buffers from a safetensors file (names, shapes, dtypes must "
+               "match)"},
+              {"--inputs", "FILE",
+               "take the inputs from a safetensors file instead of random ones"},
+              {"--save-outputs", "FILE", "write the last call's outputs to a safetensors file"},
+              {"--train", "", "time training steps (forward, backward, SGD) instead of inference"},
+              {"--force", "",
+               "run even when the estimate says it would take far longer than a minute on sim"},
+              {"--gpus", "N",
+               "with --train: data-parallel training on N devices (one thread each; NCCL on cuda), "
+               "--batch rows per device. Started with RANK, WORLD_SIZE, MASTER_ADDR and "
+               "MASTER_PORT "
+               "(torchrun-style, one process per device: LOCAL_RANK, else RANK, picks it), --train "
+               "joins that group instead; rank 0 prints the report"},
+              {"--no-overlap", "",
+               "with --gpus (or as a rank): run the gradient all-reduces on the compute stream "
+               "instead "
+               "of "
+               "overlapping them with the rest of the backward"},
+              {"--stats-json", "FILE", "write the measurement and the tree's stats as JSON"},
+              {"--dot", "FILE", "write the tree of CUDA graphs as Graphviz DOT (cudagraphs)"},
+          })};
   return spec;
 }
 
@@ -455,11 +442,11 @@ int run_command(const std::vector<std::string>& args) {
               runtime::device_context(options.model.device).backend().name().c_str(),
               options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
               dims_text(program).c_str());
-  std::optional<compiler::weights::SafetensorsFile> weights;
+  std::optional<weights::SafetensorsFile> weights;
   if (!options.weights_path.empty()) {
     // Checked before compiling, so a wrong file fails in milliseconds.
-    weights = compiler::weights::SafetensorsFile::open(options.weights_path);
-    compiler::weights::check_weights(program, *weights);
+    weights = weights::SafetensorsFile::open(options.weights_path);
+    weights::check_weights(program, *weights);
     options.measure.weights = &*weights;
     std::printf("weights %s: %s\n", printable(options.weights_path).c_str(),
                 weights_summary(*weights).c_str());

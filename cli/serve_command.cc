@@ -27,13 +27,13 @@
 #include "cli/terminal_text.h"
 #include "cli/tree_stats.h"
 #include "cli/weights_io.h"
-#include "compiler/weights/model_weights.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
 #include "serving/grpc_server.h"
 #include "serving/http_server.h"
 #include "serving/replanning_server.h"
 #include "serving/server.h"
+#include "weights/model_weights.h"
 
 namespace grove::cli {
 namespace {
@@ -141,23 +141,11 @@ std::vector<int64_t> parse_buckets(const std::string& text, int64_t max_batch,
 }
 
 ServeOptions parse_serve_options(const ParsedFlags& args) {
-  if (args.positional().empty()) {
-    throw UsageError("serve: missing the model file (grove serve MODEL.json [options])");
-  }
   ServeOptions options;
-  options.model.path = args.positional().front();
-  options.model.device = parse_device_choice(args.value("--device", "auto"));
+  options.model = parse_model_spec("serve", args, BoundDims::kSeq);
   if (options.model.device.is_cpu()) {
     throw UsageError("--device cpu cannot serve; use cuda or sim");
   }
-  if (args.has("--seq")) {
-    options.model.dims["seq"] = parse_positive_int("--seq", args.value("--seq"), 1 << 20);
-  }
-  std::string dtype = args.value("--dtype", "f32");
-  if (dtype != "f32" && dtype != "bf16") {
-    throw UsageError(str_cat("--dtype expects f32 or bf16, found '", dtype, "'"));
-  }
-  options.model.dtype = runtime::parse_dtype(dtype);
   options.weights_path = args.value("--weights");
   serving::ServerConfig& server = options.server;
   server.backend = args.value("--backend", kGraphBackend);
@@ -212,49 +200,50 @@ const CommandSpec& serve_command_spec() {
       "ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer).\n"
       "Given a checkpoint directory instead of MODEL.json, serves a language model: see\n"
       "`grove serve MODEL_DIR --help`.",
-      {
-          {"--weights", "FILE",
-           "params and buffers from a safetensors file (default: initializers)"},
-          {"--port", "N", "TCP port (default 8000; 0 picks a free one and prints it)"},
-          {"--host", "ADDR", "address to listen on (default 127.0.0.1)"},
-          {"--backend", "NAME", "cudagraphs (default) or eager"},
-          {"--max-batch", "N", "most rows in one batch (default 64)"},
-          {"--max-wait-us", "US", "longest a request waits for its batch to fill (default 500)"},
-          {"--device", "DEVICE", "auto (default: cuda when present, else sim), cuda or sim"},
-          {"--dtype", "TYPE", "f32 (default) or bf16 for the model's floating values"},
-          {"--seq", "T", "bind the model's 'seq' dimension"},
-          {"--queue-capacity", "N", "requests that may wait before 503 (default 1024)"},
-          {"--max-body-bytes", "N",
-           "larger request bodies (Content-Length or chunked) get 413 (default 16777216)"},
-          {"--max-header-bytes", "N",
-           "request line and header fields larger than this get 431 (default 16384)"},
-          {"--max-header-fields", "N", "more header fields than this get 431 (default 64)"},
-          {"--idle-timeout-ms", "MS",
-           "a keep-alive connection idle this long is closed (default 5000)"},
-          {"--header-timeout-ms", "MS",
-           "a request header not complete this long after its first byte gets 408 (default "
-           "10000)"},
-          {"--body-timeout-ms", "MS",
-           "a request body not complete this long after its header gets 408 (default 30000)"},
-          {"--max-connections", "N",
-           "more open connections get 503 and are closed (default 32768)"},
-          {"--grpc-port", "N",
-           "also serve KServe v2 over gRPC (inference.GRPCInferenceService) on --host:N, with "
-           "the same limits (default: off; 0 picks a free port and prints it)"},
-          {"--http-threads", "N",
-           "threads that read and answer HTTP, for any number of connections (default: the "
-           "cores, at least 2)"},
-          {"--buckets", "pow2|LIST|auto|auto:FILE",
-           "batch sizes compiled: powers of two (default), a list ending at --max-batch, or auto: "
-           "re-planned from the traffic while serving (from the batch sizes in a --stats-json "
-           "FILE of an earlier run at start with auto:FILE)"},
-          {"--replan-every-s", "S", "with --buckets auto: how often to re-plan (default 30)"},
-          {"--replan-min-batches", "N",
-           "with --buckets auto: fewest batches a plan is made from (default 200)"},
-          {"--stats-json", "FILE", "write the server's stats (batches by rows, ...) at exit"},
-          {"--graph-memory-budget", "BYTES",
-           "refuse to start when the recorded graphs' pool holds more (default: no limit)"},
-      }};
+      with_model_flags(
+          BoundDims::kSeq,
+          {
+              {"--weights", "FILE",
+               "params and buffers from a safetensors file (default: initializers)"},
+              {"--port", "N", "TCP port (default 8000; 0 picks a free one and prints it)"},
+              {"--host", "ADDR", "address to listen on (default 127.0.0.1)"},
+              {"--backend", "NAME", "cudagraphs (default) or eager"},
+              {"--max-batch", "N", "most rows in one batch (default 64)"},
+              {"--max-wait-us", "US",
+               "longest a request waits for its batch to fill (default 500)"},
+              {"--queue-capacity", "N", "requests that may wait before 503 (default 1024)"},
+              {"--max-body-bytes", "N",
+               "larger request bodies (Content-Length or chunked) get 413 (default 16777216)"},
+              {"--max-header-bytes", "N",
+               "request line and header fields larger than this get 431 (default 16384)"},
+              {"--max-header-fields", "N", "more header fields than this get 431 (default 64)"},
+              {"--idle-timeout-ms", "MS",
+               "a keep-alive connection idle this long is closed (default 5000)"},
+              {"--header-timeout-ms", "MS",
+               "a request header not complete this long after its first byte gets 408 (default "
+               "10000)"},
+              {"--body-timeout-ms", "MS",
+               "a request body not complete this long after its header gets 408 (default 30000)"},
+              {"--max-connections", "N",
+               "more open connections get 503 and are closed (default 32768)"},
+              {"--grpc-port", "N",
+               "also serve KServe v2 over gRPC (inference.GRPCInferenceService) on --host:N, "
+               "with the same limits (default: off; 0 picks a free port and prints it)"},
+              {"--http-threads", "N",
+               "threads that read and answer HTTP, for any number of connections (default: the "
+               "cores, at least 2)"},
+              {"--buckets", "pow2|LIST|auto|auto:FILE",
+               "batch sizes compiled: powers of two (default), a list ending at --max-batch, or "
+               "auto: "
+               "re-planned from the traffic while serving (from the batch sizes in a --stats-json "
+               "FILE of an earlier run at start with auto:FILE)"},
+              {"--replan-every-s", "S", "with --buckets auto: how often to re-plan (default 30)"},
+              {"--replan-min-batches", "N",
+               "with --buckets auto: fewest batches a plan is made from (default 200)"},
+              {"--stats-json", "FILE", "write the server's stats (batches by rows, ...) at exit"},
+              {"--graph-memory-budget", "BYTES",
+               "refuse to start when the recorded graphs' pool holds more (default: no limit)"},
+          })};
   return spec;
 }
 
@@ -295,18 +284,18 @@ int serve_command(const std::vector<std::string>& args) {
           .c_str(),
       static_cast<long long>(options.server.max_wait.count()));
   if (!options.plan_note.empty()) std::printf("buckets %s\n", options.plan_note.c_str());
-  std::optional<compiler::weights::SafetensorsFile> weights;
+  std::optional<weights::SafetensorsFile> weights;
   if (!options.weights_path.empty()) {
     // Note [Weights kept for re-plans]: the server reads the file once into
     // memory it owns; a mapping would fault (SIGBUS) when a re-plan reads a
     // file truncated since. Guarded by
     // ServeFilesTest.test_weights_truncated_while_serving_are_not_read_again.
-    weights = compiler::weights::SafetensorsFile::read(options.weights_path);
-    compiler::weights::check_weights(probe, *weights);  // before compiling anything
+    weights = weights::SafetensorsFile::read(options.weights_path);
+    weights::check_weights(probe, *weights);  // before compiling anything
     std::printf("weights %s: %s, read into memory once and copied into each bucket's model\n",
                 printable(options.weights_path).c_str(), weights_summary(*weights).c_str());
     options.server.prepare_model = [&weights](const compiler::backends::CompiledModel& model) {
-      compiler::weights::load_weights(model, *weights);
+      weights::load_weights(model, *weights);
     };
   } else {
     std::printf("weights: the model's initializers (no --weights)\n");

@@ -6,10 +6,10 @@
 
 namespace grove::cli {
 
-using compiler::weights::SafetensorsEntry;
-using compiler::weights::SafetensorsFile;
-using compiler::weights::TensorToWrite;
-using compiler::weights::WeightsFormatError;
+using weights::SafetensorsEntry;
+using weights::SafetensorsFile;
+using weights::TensorToWrite;
+using weights::WeightsFormatError;
 
 compiler::TensorList inputs_from_file(const compiler::ir::Program& program, runtime::Device device,
                                       const std::string& path) {
@@ -52,7 +52,7 @@ void write_outputs_file(const compiler::ir::Program& program,
                        std::vector<int64_t>(value.type.shape.begin(), value.type.shape.end()),
                        output_bytes[i]});
   }
-  compiler::weights::write_safetensors(path, tensors, {{"producer", "grove run"}});
+  weights::write_safetensors(path, tensors, {{"producer", "grove run"}});
 }
 
 std::string weights_summary(const SafetensorsFile& file) {

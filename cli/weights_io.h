@@ -9,7 +9,7 @@
 #include "compiler/backends/compile.h"
 #include "compiler/ir/program.h"
 #include "compiler/lowered_function.h"
-#include "compiler/weights/safetensors.h"
+#include "weights/safetensors.h"
 
 namespace grove::cli {
 
@@ -26,6 +26,6 @@ void write_outputs_file(const compiler::ir::Program& program,
                         const std::string& path);
 
 // "12 tensors, 16.0 MiB".
-std::string weights_summary(const compiler::weights::SafetensorsFile& file);
+std::string weights_summary(const weights::SafetensorsFile& file);
 
 }  // namespace grove::cli

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "cudagraph_trees/batch_buckets.h"
+#include "runtime/batch_buckets.h"
 
 namespace grove::cudagraph_trees {
 namespace {
@@ -179,7 +179,7 @@ void TreeConfig::validate() const {
   }
   // Empty: BucketedFunction then needs its own BucketSpec::buckets.
   if (!batch_buckets.empty()) {
-    BatchBuckets checked(batch_buckets, "TreeConfig.batch_buckets");  // throws ConfigError
+    runtime::BatchBuckets checked(batch_buckets, "TreeConfig.batch_buckets");  // throws ConfigError
   }
 }
 

@@ -137,7 +137,7 @@ TensorList BucketedFunction::run_bucket(size_t bucket_index, const TensorList& i
                    staging.str(), " (only dim 0 may vary)");
     size_t row_bytes = staging.nbytes() / static_cast<size_t>(buckets_.largest());
     auto* base = static_cast<char*>(staging.data_ptr());
-    BucketPadding padding = bucket_padding(rows, bucket_rows, row_bytes);
+    runtime::BucketPadding padding = runtime::bucket_padding(rows, bucket_rows, row_bytes);
     if (padding.real_bytes > 0) {
       context.backend().copy_async(base, input.data_ptr(), padding.real_bytes,
                                    runtime::CopyKind::kDeviceToDevice, stream);
@@ -147,7 +147,7 @@ TensorList BucketedFunction::run_bucket(size_t bucket_index, const TensorList& i
     }
     bucket_inputs_[spec_.batched_inputs[k]] = first_rows(staging, bucket_rows);
   }
-  padded_rows_ += static_cast<uint64_t>(bucket_padding(rows, bucket_rows, 0).padded_rows);
+  padded_rows_ += static_cast<uint64_t>(runtime::bucket_padding(rows, bucket_rows, 0).padded_rows);
   ++calls_per_bucket_[bucket_index];
   TensorList outputs = manager_.run(functions_[bucket_index], bucket_inputs_);
   for (size_t index : spec_.batched_outputs) {

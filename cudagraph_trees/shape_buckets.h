@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "cudagraph_trees/batch_buckets.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "runtime/batch_buckets.h"
 
 namespace grove::cudagraph_trees {
 
@@ -71,7 +71,7 @@ class BucketedFunction {
   TreeManager& manager_;
   BucketSpec spec_;
   uint64_t serial_;  // unique per helper, keys its log_once messages
-  BatchBuckets buckets_;
+  runtime::BatchBuckets buckets_;
   std::vector<FunctionId> functions_;
   std::vector<runtime::Tensor> staging_;  // per batched input: [largest bucket, ...]
   std::vector<uint64_t> calls_per_bucket_;

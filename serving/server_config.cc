@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "compiler/backends/backend_registry.h"
-#include "cudagraph_trees/batch_buckets.h"
+#include "runtime/batch_buckets.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -31,7 +31,7 @@ ProgramFactory model_file_factory(std::string path, std::string batch_dim,
 }
 
 void ServerConfig::validate() const {
-  cudagraph_trees::BatchBuckets checked(buckets, "ServerConfig::buckets", kMaxRowsPerBatch);
+  runtime::BatchBuckets checked(buckets, "ServerConfig::buckets", kMaxRowsPerBatch);
   GROVE_CHECK_AS(ConfigError, max_batch >= 1 && max_batch <= buckets.back(),
                  "ServerConfig::max_batch ", max_batch, " is outside [1, ", buckets.back(),
                  "] (the largest bucket); lower it or add a bucket of at least ", max_batch);
@@ -71,7 +71,7 @@ std::vector<runtime::Device> ServerConfig::resolved_devices() const {
 }
 
 int64_t ServerConfig::bucket_for(int64_t rows) const {
-  std::optional<size_t> index = cudagraph_trees::bucket_index_for(buckets, rows);
+  std::optional<size_t> index = runtime::bucket_index_for(buckets, rows);
   GROVE_CHECK(index.has_value(), "ServerConfig::bucket_for: ", rows,
               " rows exceed the largest bucket ", buckets.back());
   return buckets[*index];

@@ -68,7 +68,7 @@ struct ServerConfig {
   std::function<void(int64_t rows, runtime::Device device)> before_batch;
   // Called on the worker thread with each bucket's model once it is compiled
   // and before it is warmed up: loading trained weights into its params
-  // (compiler/weights). An exception it throws fails the Server's construction.
+  // (weights). An exception it throws fails the Server's construction.
   std::function<void(const compiler::backends::CompiledModel& model)> prepare_model;
   // How often a worker refreshes what Server::backend_snapshot() reports
   // (its tree's counters and pool, which only the worker's thread may read):

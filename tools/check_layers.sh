@@ -6,11 +6,18 @@
 #               runtime/sim) only inside runtime/ and the tests; nothing under
 #               benchmarks/ or tests/ from the product (runtime, compiler,
 #               cudagraph_trees, serving, cli); nothing under tests/ from
-#               benchmarks/; CUDA headers only in runtime/cuda and
-#               compiler/codegen; LLVM headers only in compiler/codegen.
-#   visibility  Bazel refuses a dependency its visibility forbids: the probes
-#               in tests/tools/visibility_probe must fail analysis with a
-#               visibility error, and their control must pass.
+#               benchmarks/; nothing above the runtime from it, above the
+#               compiler from it, or above training from it; the tree manager
+#               sees compiler/lowered_function.h only; compiler/lowering and
+#               compiler/codegen (the benchmarks may time codegen) only inside
+#               the compiler; autodiff, ops and reference only from the
+#               compiler, training and data parallel; CUDA headers only in
+#               runtime/cuda and compiler/codegen; LLVM headers only in
+#               compiler/codegen.
+#   visibility  Bazel refuses a dependency its visibility forbids: every
+#               target of every */visibility_probe package (one forbidden edge
+#               each) must fail analysis with a visibility error, and each
+#               package's `control` must pass.
 #   docs        no comment cites a design document outside the repository;
 #               every cited Note [...] is defined; docs/ARCHITECTURE.md's index
 #               of Notes names no Note that is gone or moved (tools/notes_index.py
@@ -53,6 +60,24 @@ include_violations() {
     sed 's/$/  (the product includes the harness or the tests)/'
   grep -E '^benchmarks/' <<<"$sources" | includes_matching '"tests/' |
     sed 's/$/  (a benchmark includes test code)/'
+  local upper='"(training|distributed|weights|cudagraph_trees|serving|cli|capi)/'
+  grep -E '^runtime/' <<<"$sources" | includes_matching "(\"compiler/|$upper)" |
+    sed 's/$/  (the runtime includes a layer above it)/'
+  grep -E '^compiler/' <<<"$sources" | includes_matching "$upper" |
+    sed 's/$/  (the compiler includes a layer above it)/'
+  grep -E '^(training|distributed|weights)/' <<<"$sources" |
+    includes_matching '"(cudagraph_trees|serving|cli|capi)/' |
+    sed 's/$/  (training, data parallel or weights include a layer above them)/'
+  grep -E '^cudagraph_trees/' <<<"$sources" | grep -v -E '^cudagraph_trees/backend/' |
+    includes_matching '"compiler/' | grep -v '"compiler/lowered_function\.h"' |
+    sed 's/$/  (the tree manager sees the lowered-function interface only)/'
+  grep -v -E '^(compiler|tests)/' <<<"$sources" | includes_matching '"compiler/lowering/' |
+    sed 's/$/  (the compiler'"'"'s internals: use compiler\/lowered_program.h or the door)/'
+  grep -v -E '^(compiler|tests|benchmarks)/' <<<"$sources" | includes_matching '"compiler/codegen/' |
+    sed 's/$/  (the code generator is the compiler'"'"'s internals)/'
+  grep -v -E '^(compiler|training|distributed|tests)/' <<<"$sources" |
+    includes_matching '"compiler/(autodiff|reference|ops)/' | grep -v '"compiler/ops/philox\.h"' |
+    sed 's/$/  (autodiff, the op registry and the reference are for building programs)/'
   local cuda='[<"](cuda|cuda_runtime|cuda_runtime_api|cublas|cublas_v2|cublasLt|cudaTypedefs|nccl|nvrtc|cuda_bf16|cuda_fp16|driver_types|vector_types|library_types)\.h[>"]'
   grep -v -E '^(runtime/cuda|compiler/codegen)/' <<<"$sources" | includes_matching "$cuda" |
     sed 's/$/  (a CUDA header outside runtime\/cuda and compiler\/codegen)/'
@@ -77,24 +102,41 @@ check_includes() {
   report includes $? "$violations"
 }
 
-# The probes are tagged manual, so `bazel build //...` never sees them.
+# Every package named visibility_probe holds probes: each target must fail
+# analysis with a visibility error (one forbidden edge each), except its
+# `control`, which must pass (so a probe fails for its dependency, not its
+# setup). They are tagged manual, so `bazel build //...` never sees them.
+visibility_probes() {  # prints "label" per target of every probe package
+  local build package
+  find . -path ./bazel-\* -prune -o -path '*/visibility_probe/BUILD.bazel' -print | sort |
+    while read -r build; do
+      package=${build#./}
+      package=${package%/BUILD.bazel}
+      sed -n -E 's/^[[:space:]]*name = "([^"]+)",.*/\1/p' "$build" | sed "s|^|//$package:|"
+    done
+}
+
 check_visibility() {
-  local status=0 details="" probe output
-  for probe in //tests/tools/visibility_probe:tests_do_not_see_benchmarks \
-               //tests/tools/visibility_probe:product_internals_stay_in_cli \
-               //cli/visibility_probe:cli_does_not_see_benchmarks \
-               //cli/visibility_probe:cli_does_not_see_tree_internals; do
+  local status=0 details="" probe output probes=0
+  for probe in $(visibility_probes); do
     output=$(bazel build --nobuild "$probe" 2>&1)
-    if [ $? -eq 0 ]; then
+    local built=$?
+    if [ "${probe##*:}" = control ]; then
+      [ $built -eq 0 ] && continue
+      status=1 details+="$probe (a control) does not analyze:"$'\n'
+      details+=$(grep ERROR <<<"$output" | head -5)$'\n'
+      continue
+    fi
+    probes=$((probes + 1))
+    if [ $built -eq 0 ]; then
       status=1 details+="$probe built; its dependency must not be visible"$'\n'
     elif ! grep -q "is not visible from target" <<<"$output"; then
       status=1 details+="$probe failed without a visibility error:"$'\n'
       details+=$(grep -E "ERROR" <<<"$output" | head -5)$'\n'
     fi
   done
-  if ! output=$(bazel build --nobuild //tests/tools/visibility_probe:control 2>&1); then
-    status=1 details+="the control probe does not analyze:"$'\n'$(grep ERROR <<<"$output" | head -5)
-  fi
+  [ "$probes" -gt 0 ] || { status=1 details+="no visibility probes found"$'\n'; }
+  [ "$status" -eq 0 ] && echo "  $probes forbidden edges refused by Bazel"
   report visibility "$status" "$details"
 }
 

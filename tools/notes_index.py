@@ -38,10 +38,11 @@ def scan():
         for number, line in enumerate(lines, 1):
             match = DEFINITION.match(line)
             if match:
-                # A header line alone outranks an inline "Note [X]: ..." sentence.
-                standalone = line.strip().endswith("]")
-                if match.group(1) not in defined or standalone and not defined[match.group(1)][1]:
-                    defined[match.group(1)] = (f"{path}:{number}", standalone)
+                # A header line alone outranks an inline "Note [X]: ..." sentence, and
+                # the code's own statement outranks a test's restatement of it.
+                rank = (line.strip().endswith("]"), not path.startswith("tests/"))
+                if match.group(1) not in defined or rank > defined[match.group(1)][1]:
+                    defined[match.group(1)] = (f"{path}:{number}", rank)
                 continue
             for title in CITATION.findall(line):
                 cited.setdefault(title, f"{path}:{number}")

@@ -44,6 +44,7 @@
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
+#include "benchmarks/common/timed_run_options.h"
 #include "compiler/backends/compile.h"
 #include "compiler/model_format/model_json.h"
 #include "runtime/device_context.h"
@@ -60,23 +61,19 @@ constexpr const char* kBareReplay = "bare replay";
 // no input copy in front of it (the floor of any input binding).
 constexpr const char* kBareBody = "bare replay, body only";
 
-const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
-    {"--iters", "N", "timed calls per backend and case (default 200)"},
-    {"--warmup", "N", "untimed calls per backend before timing (default 20, at least 3)"},
-    {"--json", "FILE", "write the results as JSON"},
-    {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
-    {"--mlp-batches", "B1,B2", "mlp16x512 batch sizes (default 1,256)"},
-    {"--gpt-batch", "B", "gpt4x256 batch size (default 1)"},
-    {"--seq", "T", "gpt4x256 sequence length (default 32)"},
-};
+const TimedRunDefaults kTimed{.unit = "calls", .iters = 200, .warmup = 20};
 
-struct Options {
-  runtime::Device device;
-  int64_t iters = 200;
-  int64_t warmup = 20;
-  std::string json_path;
-  std::string models_dir = "benchmarks/models";
+std::vector<FlagSpec> flag_table() {
+  std::vector<FlagSpec> flags = timed_run_flags(kTimed);
+  flags.push_back({"--mlp-batches", "B1,B2", "mlp16x512 batch sizes (default 1,256)"});
+  flags.push_back({"--gpt-batch", "B", "gpt4x256 batch size (default 1)"});
+  flags.push_back({"--seq", "T", "gpt4x256 sequence length (default 32)"});
+  return flags;
+}
+
+const std::vector<FlagSpec> kFlags = flag_table();
+
+struct Options : TimedRunOptions {
   std::vector<int64_t> mlp_batches = {1, 256};
   int64_t gpt_batch = 1;
   int64_t seq = 32;
@@ -352,11 +349,7 @@ CaseResult run_case(const Case& config, const Options& options) {
 
 Options parse_options(const FlagValues& flags) {
   Options options;
-  options.device = resolve_device(flags.text("--device", "auto"));
-  options.iters = flags.integer("--iters", options.iters, 1);
-  options.warmup = flags.integer("--warmup", options.warmup, 3);
-  options.json_path = flags.text("--json", "");
-  options.models_dir = flags.text("--models", options.models_dir);
+  static_cast<TimedRunOptions&>(options) = parse_timed_run(flags, kTimed);
   options.mlp_batches.clear();
   for (const std::string& item : flags.list("--mlp-batches", {"1", "256"})) {
     FlagValues one(kName, {{"--mlp-batches", item}});

@@ -40,17 +40,17 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "compiler/backends/backend_registry.h"
-#include "compiler/distributed/data_parallel_trainer.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/losses.h"
+#include "distributed/data_parallel_trainer.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
+#include "training/losses.h"
 
 namespace grove::benchmarks {
 namespace {
 
-using compiler::distributed::DataParallelOptions;
-using compiler::distributed::DataParallelTrainer;
+using distributed::DataParallelOptions;
+using distributed::DataParallelTrainer;
 using runtime::Device;
 
 struct Options {
@@ -162,7 +162,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
       model.inputs_of_kind(compiler::ir::ValueKind::kInput);
   const runtime::Shape shape = model.value(model_inputs[0]).type.shape;
   if (!config.next_token) {
-    loss = compiler::training::add_mse_loss(model, logits);
+    loss = training::add_mse_loss(model, logits);
     std::normal_distribution<float> unit(0, 1);
     std::vector<float> x(static_cast<size_t>(runtime::shape_numel(shape)));
     for (float& v : x) v = unit(rng);
@@ -171,7 +171,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     inputs = {runtime::Tensor::from_vector(x, shape, device),
               runtime::Tensor::from_vector(target, shape, device)};
   } else {
-    loss = compiler::training::add_next_token_loss(model, logits, model_inputs[0]);
+    loss = training::add_next_token_loss(model, logits, model_inputs[0]);
     int64_t vocabulary = model.value(logits).type.shape.back();
     std::vector<int64_t> tokens;
     for (int64_t r = 0; r < shape[0]; ++r) {
@@ -181,11 +181,11 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
   }
   DataParallelOptions dp;
   dp.trainer.backend = backend;
-  dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
+  dp.trainer.optimizer = training::OptimizerKind::kSgdMomentum;
   dp.all_reduce.bucket_bytes = options.bucket_kib << 10;
   dp.all_reduce.overlap = overlap;
   DataParallelTrainer trainer(model, loss, dp);
-  compiler::training::Hyperparameters hyper;
+  training::Hyperparameters hyper;
   hyper.lr = config.next_token ? 0.05 : 0.01;
   std::vector<double> samples;
   double first = 0, last = 0;

@@ -29,6 +29,7 @@
 #include "benchmarks/backend_latency/backend_comparison.h"
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
+#include "benchmarks/common/load_options.h"
 #include "benchmarks/common/table.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
@@ -41,36 +42,21 @@ using serving::Clock;
 
 constexpr const char* kName = "serve";
 
-const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
-    {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
-    {"--model", "NAME", "model served, batched along its 'batch' dim (default mlp16x512)"},
-    {"--backends", "B1,B2", "execution backends (default eager,cudagraphs)"},
-    {"--rates", "R1,R2", "offered request rates per second (default 10000,40000,160000,320000)"},
-    {"--max-batches", "M1,M2",
-     "max rows per batch; buckets are the powers of 2 up to it "
-     "(default 16,64)"},
-    {"--rows", "N|LO-HI", "rows per request, fixed or uniform in [LO, HI] (default 1)"},
-    {"--duration-ms", "MS", "arrivals per (rate, backend) span this long (default 750)"},
-    {"--max-wait-us", "US", "ServerConfig::max_wait (default 200)"},
-    {"--queue-capacity", "N", "ServerConfig::queue_capacity (default 4096)"},
-    {"--seed", "N", "seed of arrivals and request values (default 2026)"},
-    {"--json", "FILE", "write the results as JSON"},
-};
+const LoadDefaults kLoad{.rates = {10000, 40000, 160000, 320000}, .duration_ms = 750};
 
-struct Options {
-  runtime::Device device;
-  std::string models_dir = "benchmarks/models";
-  std::string model = "mlp16x512";
-  std::vector<std::string> backends = {"eager", "cudagraphs"};
-  std::vector<double> rates = {10000, 40000, 160000, 320000};
-  std::vector<int64_t> max_batches = {16, 64};
+std::vector<FlagSpec> flag_table() {
+  std::vector<FlagSpec> flags = load_flags(kLoad);
+  flags.push_back(
+      {"--rows", "N|LO-HI", "rows per request, fixed or uniform in [LO, HI] (default 1)"});
+  flags.push_back({"--queue-capacity", "N", "ServerConfig::queue_capacity (default 4096)"});
+  return flags;
+}
+
+const std::vector<FlagSpec> kFlags = flag_table();
+
+struct Options : LoadOptions {
   int64_t rows_low = 1, rows_high = 1;
-  int64_t duration_ms = 750;
-  int64_t max_wait_us = 200;
   int64_t queue_capacity = 4096;
-  uint64_t seed = 2026;
-  std::string json_path;
 };
 
 struct RunResult {
@@ -213,24 +199,7 @@ RunResult run_load(serving::Server& server, const std::vector<serving::Request>&
 
 Options parse_options(const FlagValues& flags) {
   Options options;
-  options.device = resolve_device(flags.text("--device", "auto"));
-  options.models_dir = flags.text("--models", options.models_dir);
-  options.model = flags.text("--model", options.model);
-  options.backends = flags.list("--backends", options.backends);
-  for (const std::string& backend : options.backends) {
-    if (!backend_registered(backend)) {
-      throw UsageError(str_cat(kName, ": --backends: '", backend, "' is not registered here"));
-    }
-  }
-  options.rates.clear();
-  for (const std::string& item : flags.list("--rates", {"10000", "40000", "160000", "320000"})) {
-    options.rates.push_back(FlagValues(kName, {{"--rates", item}}).positive_number("--rates", 1));
-  }
-  options.max_batches.clear();
-  for (const std::string& item : flags.list("--max-batches", {"16", "64"})) {
-    options.max_batches.push_back(
-        FlagValues(kName, {{"--max-batches", item}}).integer("--max-batches", 1, 1, 4096));
-  }
+  static_cast<LoadOptions&>(options) = parse_load(kName, flags, kLoad);
   std::string rows = flags.text("--rows", "1");
   size_t dash = rows.find('-');
   int64_t largest = *std::max_element(options.max_batches.begin(), options.max_batches.end());
@@ -249,11 +218,7 @@ Options parse_options(const FlagValues& flags) {
                                "; a request must fit in one batch"));
     }
   }
-  options.duration_ms = flags.integer("--duration-ms", options.duration_ms, 1, 600000);
-  options.max_wait_us = flags.integer("--max-wait-us", options.max_wait_us, 0, 10000000);
   options.queue_capacity = flags.integer("--queue-capacity", options.queue_capacity, 1, 1 << 24);
-  options.seed = static_cast<uint64_t>(flags.integer("--seed", 2026, 0));
-  options.json_path = flags.text("--json", "");
   return options;
 }
 

@@ -58,6 +58,7 @@
 #include "benchmarks/common/flags.h"
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
+#include "benchmarks/common/load_options.h"
 #include "benchmarks/common/table.h"
 #include "benchmarks/serve_http/connection_flood.h"
 #include "benchmarks/serve_http/grpc_load_client.h"
@@ -73,42 +74,31 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kName = "serve_http";
 
-const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
-    {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
-    {"--model", "NAME", "model served, batched along its 'batch' dim (default mlp16x512)"},
-    {"--backends", "B1,B2", "execution backends (default eager,cudagraphs)"},
-    {"--rates", "R1,R2", "offered requests per second (default 8000,32000,64000,128000)"},
-    {"--max-batches", "M1,M2", "max rows per batch; buckets are powers of 2 up to it (16,64)"},
-    {"--encodings", "E1,E2",
-     "json (numbers in JSON), binary (the binary tensor data extension) and/or grpc (the "
-     "gRPC front, raw contents); default json,binary"},
-    {"--binary", "", "the binary encoding alone (--encodings binary)"},
-    {"--clients", "N", "client threads, one keep-alive connection each (default 64)"},
-    {"--duration-ms", "MS", "arrivals per (rate, backend) span this long (default 1500)"},
-    {"--max-wait-us", "US", "ServerConfig::max_wait (default 200)"},
-    {"--seed", "N", "seed of arrivals and request values (default 2026)"},
-    {"--json", "FILE", "write the results as JSON"},
-    {"--idle-connections", "N",
-     "also measure each run with N connections held open that never send (default 0)"},
-    {"--slowloris-connections", "N",
-     "... and N that trickle a request header, one byte per --trickle-ms (default 0)"},
-    {"--trickle-ms", "MS", "a slowloris connection's pace (default 1000)"},
-};
+const LoadDefaults kLoad{.rates = {8000, 32000, 64000, 128000}, .duration_ms = 1500};
 
-struct Options {
-  runtime::Device device;
-  std::string models_dir = "benchmarks/models";
-  std::string model = "mlp16x512";
-  std::vector<std::string> backends = {"eager", "cudagraphs"};
-  std::vector<double> rates = {8000, 32000, 64000, 128000};
-  std::vector<int64_t> max_batches = {16, 64};
+std::vector<FlagSpec> flag_table() {
+  std::vector<FlagSpec> flags = load_flags(kLoad);
+  flags.push_back({"--encodings", "E1,E2",
+                   "json (numbers in JSON), binary (the binary tensor data extension) and/or "
+                   "grpc (the gRPC front, raw contents); default json,binary"});
+  flags.push_back({"--binary", "", "the binary encoding alone (--encodings binary)"});
+  flags.push_back(
+      {"--clients", "N", "client threads, one keep-alive connection each (default 64)"});
+  flags.push_back({"--idle-connections", "N",
+                   "also measure each run with N connections held open that never send "
+                   "(default 0)"});
+  flags.push_back({"--slowloris-connections", "N",
+                   "... and N that trickle a request header, one byte per --trickle-ms "
+                   "(default 0)"});
+  flags.push_back({"--trickle-ms", "MS", "a slowloris connection's pace (default 1000)"});
+  return flags;
+}
+
+const std::vector<FlagSpec> kFlags = flag_table();
+
+struct Options : LoadOptions {
   std::vector<std::string> encodings = {"json", "binary"};
   int64_t clients = 64;
-  int64_t duration_ms = 1500;
-  int64_t max_wait_us = 200;
-  uint64_t seed = 2026;
-  std::string json_path;
   int64_t idle_connections = 0;
   int64_t slowloris_connections = 0;
   int64_t trickle_ms = 1000;
@@ -394,19 +384,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
 
 Options parse_options(const FlagValues& flags) {
   Options options;
-  options.device = resolve_device(flags.text("--device", "auto"));
-  options.models_dir = flags.text("--models", options.models_dir);
-  options.model = flags.text("--model", options.model);
-  options.backends = flags.list("--backends", options.backends);
-  options.rates.clear();
-  for (const std::string& item : flags.list("--rates", {"8000", "32000", "64000", "128000"})) {
-    options.rates.push_back(FlagValues(kName, {{"--rates", item}}).positive_number("--rates", 1));
-  }
-  options.max_batches.clear();
-  for (const std::string& item : flags.list("--max-batches", {"16", "64"})) {
-    options.max_batches.push_back(
-        FlagValues(kName, {{"--max-batches", item}}).integer("--max-batches", 1, 1, 4096));
-  }
+  static_cast<LoadOptions&>(options) = parse_load(kName, flags, kLoad);
   options.encodings = flags.has("--binary") ? std::vector<std::string>{"binary"}
                                             : flags.list("--encodings", options.encodings);
   for (const std::string& encoding : options.encodings) {
@@ -419,10 +397,6 @@ Options parse_options(const FlagValues& flags) {
     throw UsageError(str_cat(kName, ": give --binary or --encodings, not both"));
   }
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
-  options.duration_ms = flags.integer("--duration-ms", options.duration_ms, 1, 600000);
-  options.max_wait_us = flags.integer("--max-wait-us", options.max_wait_us, 0, 10000000);
-  options.seed = static_cast<uint64_t>(flags.integer("--seed", 2026, 0));
-  options.json_path = flags.text("--json", "");
   options.idle_connections = flags.integer("--idle-connections", 0, 0, 1 << 20);
   options.slowloris_connections = flags.integer("--slowloris-connections", 0, 0, 1 << 20);
   options.trickle_ms = flags.integer("--trickle-ms", options.trickle_ms, 1, 600000);

@@ -39,45 +39,49 @@
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
+#include "benchmarks/common/timed_run_options.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/losses.h"
-#include "compiler/training/trainer.h"
 #include "runtime/device_context.h"
 #include "runtime/graph_recording.h"
+#include "training/losses.h"
+#include "training/trainer.h"
 
 namespace grove::benchmarks {
 namespace {
 
-using compiler::training::Hyperparameters;
-using compiler::training::OptimizerKind;
-using compiler::training::Trainer;
+using training::Hyperparameters;
+using training::OptimizerKind;
+using training::Trainer;
 
 constexpr const char* kName = "train_step";
 
-const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
-    {"--iters", "N", "timed steps per backend and case (default 100; use a few on sim)"},
-    {"--warmup", "N", "untimed steps before timing (default 10, at least 3)"},
-    {"--json", "FILE", "write the results as JSON"},
-    {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
-    {"--backends", "LIST", "execution backends to compare (default eager,cudagraphs)"},
-    {"--cases", "LIST", "models to train (default mlp16x512,gpt4x256), e.g. one for a profile"},
-    {"--mlp-batch", "B", "mlp16x512 batch size (default 32)"},
-    {"--gpt-batch", "B", "gpt4x256 batch size (default 8)"},
-    {"--seq", "T", "gpt4x256 sequence length (default 32, at least 2)"},
-    {"--mlp-lr", "LR", "mlp16x512 learning rate (default 5)"},
-    {"--gpt-lr", "LR", "gpt4x256 learning rate (default 0.01)"},
-    {"--mark-step", "on|off", "mark_step_begin() before each graph-backend step (default on)"},
-};
+const TimedRunDefaults kTimed{
+    .unit = "steps", .iters = 100, .warmup = 10, .iters_note = "; use a few on sim"};
+
+std::vector<FlagSpec> flag_table() {
+  std::vector<FlagSpec> flags = timed_run_flags(kTimed);
+  flags.insert(
+      flags.end(),
+      {
+          {"--backends", "LIST", "execution backends to compare (default eager,cudagraphs)"},
+          {"--cases", "LIST",
+           "models to train (default mlp16x512,gpt4x256), e.g. one for a profile"},
+          {"--mlp-batch", "B", "mlp16x512 batch size (default 32)"},
+          {"--gpt-batch", "B", "gpt4x256 batch size (default 8)"},
+          {"--seq", "T", "gpt4x256 sequence length (default 32, at least 2)"},
+          {"--mlp-lr", "LR", "mlp16x512 learning rate (default 5)"},
+          {"--gpt-lr", "LR", "gpt4x256 learning rate (default 0.01)"},
+          {"--mark-step", "on|off",
+           "mark_step_begin() before each graph-backend step (default on)"},
+      });
+  return flags;
+}
+
+const std::vector<FlagSpec> kFlags = flag_table();
 
 enum class LossKind : uint8_t { kMse, kNextToken };
 
-struct Options {
-  runtime::Device device;
-  int64_t iters = 100;
-  int64_t warmup = 10;
-  std::string json_path;
-  std::string models_dir = "benchmarks/models";
+struct Options : TimedRunOptions {
   std::vector<std::string> backends = {kEagerBackend, kGraphBackend};
   std::vector<std::string> cases = {"mlp16x512", "gpt4x256"};
   int64_t mlp_batch = 32;
@@ -128,10 +132,10 @@ ModelWithLoss build_model(const TrainingCase& config, const Options& options) {
       options.models_dir + "/" + config.model + ".json", config.dims, options.device);
   compiler::ir::ValueId logits = model.program.outputs()[0];
   if (config.loss == LossKind::kMse) {
-    model.loss = compiler::training::add_mse_loss(model.program, logits);
+    model.loss = training::add_mse_loss(model.program, logits);
   } else {
     compiler::ir::ValueId tokens = model.program.inputs_of_kind(compiler::ir::ValueKind::kInput)[0];
-    model.loss = compiler::training::add_next_token_loss(model.program, logits, tokens);
+    model.loss = training::add_next_token_loss(model.program, logits, tokens);
   }
   return model;
 }
@@ -244,11 +248,7 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
 
 Options parse_options(const FlagValues& flags) {
   Options options;
-  options.device = resolve_device(flags.text("--device", "auto"));
-  options.iters = flags.integer("--iters", options.iters, 1);
-  options.warmup = flags.integer("--warmup", options.warmup, 3);
-  options.json_path = flags.text("--json", "");
-  options.models_dir = flags.text("--models", options.models_dir);
+  static_cast<TimedRunOptions&>(options) = parse_timed_run(flags, kTimed);
   options.backends = flags.list("--backends", options.backends);
   for (const std::string& backend : options.backends) {
     if (backend != kGraphBackend && !backend_registered(backend)) {

@@ -12,7 +12,7 @@
 // With GradientStorage::kPersistentBuffers (the default) the backward writes
 // each gradient into its buffer in place (copy_into) and returns the aliasing
 // result, so gradients live at stable addresses that an optimizer program
-// (compiler/training/optimizer.h) and a captured graph can bind once.
+// (training/optimizer.h) and a captured graph can bind once.
 //
 //   TrainingPrograms programs = build_training_programs(model, loss);
 //   outputs = run(programs.forward, model_inputs);

@@ -12,7 +12,7 @@
 
 #include "compiler/backends/stage.h"
 #include "compiler/lowered_function.h"
-#include "compiler/lowering/lower.h"
+#include "compiler/lowered_program.h"
 #include "runtime/graph_recording.h"
 
 namespace grove::compiler::backends {

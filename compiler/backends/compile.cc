@@ -6,6 +6,7 @@
 #include <new>
 
 #include "compiler/ir/generator_state.h"
+#include "compiler/lowering/lower.h"
 #include "compiler/model_format/model_json.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"

@@ -16,7 +16,7 @@
 
 #include "compiler/backends/backend_registry.h"
 #include "compiler/ir/program.h"
-#include "compiler/lowering/lower.h"
+#include "compiler/lowered_program.h"
 
 namespace grove::compiler::backends {
 
@@ -106,7 +106,7 @@ class CompiledModel {
 CompiledModel compile(const ir::Program& program, const CompileOptions& options = {});
 // compile() of one of several programs that run together and share their
 // params, buffers and backend (a training step's forward, backward and
-// optimizer step, compiler/training/trainer.h): each param or buffer is bound
+// optimizer step, training/trainer.h): each param or buffer is bound
 // to bind_state(value), which must match its type, instead of a fresh tensor
 // from its initializer, and `backend` (named options.backend) prepares the
 // program, so its stats and step marks cover the whole group.

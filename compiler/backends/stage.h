@@ -1,6 +1,6 @@
 // Stage: which part of a step a compiled program is. A whole model called for
 // inference is one program; a training step is three that run in order and
-// share their params (compiler/training/trainer.h). The stage decides how the
+// share their params (training/trainer.h). The stage decides how the
 // program is lowered (ops::ExecMode) and how a graph backend records it
 // (cudagraph_trees' CompilationMode).
 #pragma once

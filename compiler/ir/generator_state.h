@@ -22,7 +22,7 @@
 // manual_seed between a forward and its backward does not reach the backward
 // (unless another forward drew in between). Tests: ImplicitGenerator.* and
 // ImplicitGeneratorState.* (tests/cudagraph_trees/backend/
-// implicit_generator_test.cc), DropoutTraining.* (tests/compiler/training/
+// implicit_generator_test.cc), DropoutTraining.* (tests/training/
 // dropout_training_test.cc), SimGradientCheck.* (tests/compiler/autodiff/).
 #pragma once
 

@@ -1,5 +1,5 @@
 // Collectives: all_reduce, which data-parallel training inserts into the
-// backward to average gradients across ranks (compiler/distributed). It runs
+// backward to average gradients across ranks (distributed). It runs
 // through the communicator of the program's device
 // (runtime/collectives/communicator.h), as one lowering step calling
 // OpDef::launch: NCCL on cuda, the host rendezvous on sim. Capturable: the

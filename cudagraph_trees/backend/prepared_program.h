@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "compiler/backends/backend_registry.h"
-#include "compiler/lowering/lower.h"
+#include "compiler/lowered_program.h"
 #include "cudagraph_trees/backend/segment_plan.h"
 #include "cudagraph_trees/function_registry.h"
 

@@ -12,7 +12,7 @@
 
 #include "compiler/backends/backend_registry.h"
 #include "compiler/lowered_function.h"
-#include "compiler/lowering/lower.h"
+#include "compiler/lowered_program.h"
 #include "cudagraph_trees/config.h"
 #include "cudagraph_trees/function_registry.h"
 #include "runtime/device.h"

@@ -14,7 +14,7 @@ import torch
 # the segment outputs that are gradients of parameters (the forward's inputs
 # that are nn.Parameters needing gradients: AOTAutograd's backward returns one
 # gradient per forward input, by position). The compiler's pass
-# (compiler/distributed/gradient_all_reduce.h, Note [Gradient buckets]) puts
+# (distributed/gradient_all_reduce.h, Note [Gradient buckets]) puts
 # bucketed mean all-reduces right after each bucket's last gradient, so on cuda
 # they are captured inside the backward's CUDA graph, and every rank builds the
 # same buckets from the same graph. Gradients of other inputs (an activation of

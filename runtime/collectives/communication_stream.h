@@ -23,7 +23,7 @@
 //     program ends with a collective_join), so a capture never ends with the
 //     side stream unjoined and an eager step never leaves collectives running
 //     behind the optimizer.
-// compiler/distributed/gradient_all_reduce.cc checks the first two when it
+// distributed/gradient_all_reduce.cc checks the first two when it
 // builds the backward; the sim backend checks the third for every capture.
 #pragma once
 

@@ -10,9 +10,9 @@ namespace grove::serving::llm {
 
 namespace {
 
-using compiler::weights::SafetensorsEntry;
-using compiler::weights::SafetensorsFile;
-using compiler::weights::WeightsFormatError;
+using weights::SafetensorsEntry;
+using weights::SafetensorsFile;
+using weights::WeightsFormatError;
 
 // Tensors HF checkpoints may hold that grove computes itself or shares.
 bool ignorable(const std::string& name, const DecoderConfig& config) {

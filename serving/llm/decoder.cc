@@ -61,7 +61,7 @@ Decoder::Decoder(const DecoderConfig& config, DecoderOptions options)
 std::unique_ptr<Decoder> Decoder::load(const std::string& model_dir, DecoderOptions options) {
   auto decoder = std::make_unique<Decoder>(DecoderConfig::load(model_dir), std::move(options));
   load_checkpoint(decoder->state(),
-                  compiler::weights::SafetensorsFile::open(model_dir + "/model.safetensors"));
+                  weights::SafetensorsFile::open(model_dir + "/model.safetensors"));
   return decoder;
 }
 

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "compiler/ir/program.h"
-#include "compiler/weights/safetensors.h"
 #include "runtime/tensor.h"
 #include "serving/llm/decoder_config.h"
 #include "serving/llm/decoder_program.h"
+#include "weights/safetensors.h"
 
 namespace grove::serving::llm {
 
@@ -58,6 +58,6 @@ class DecoderState {
 // rotary_emb.inv_freq) and a tied lm_head.weight are ignored. Anything else
 // missing, extra or mismatched is a WeightsFormatError naming the tensor, and
 // nothing is copied. Returns the bytes copied.
-uint64_t load_checkpoint(DecoderState& state, const compiler::weights::SafetensorsFile& file);
+uint64_t load_checkpoint(DecoderState& state, const weights::SafetensorsFile& file);
 
 }  // namespace grove::serving::llm

@@ -11,8 +11,7 @@ namespace {
 constexpr double kStep = 1e-5;
 }  // namespace
 
-GradientOracle::GradientOracle(const compiler::training::Trainer& trainer,
-                               const compiler::TensorList& inputs)
+GradientOracle::GradientOracle(const training::Trainer& trainer, const compiler::TensorList& inputs)
     : forward_(&trainer.programs().forward), loss_output_(trainer.programs().loss_output) {
   const compiler::ir::Program& forward = *forward_;
   size_t next_input = 0;

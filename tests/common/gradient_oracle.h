@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "compiler/reference/reference_interpreter.h"
-#include "compiler/training/trainer.h"
+#include "training/trainer.h"
 
 namespace grove::testing {
 
@@ -22,7 +22,7 @@ class GradientOracle {
  public:
   // Snapshots the forward's inputs: `inputs` and the trainer's params and
   // buffers as they are now.
-  GradientOracle(const compiler::training::Trainer& trainer, const compiler::TensorList& inputs);
+  GradientOracle(const training::Trainer& trainer, const compiler::TensorList& inputs);
 
   // The loss at the snapshot, in f64.
   double loss() const;

@@ -5,15 +5,15 @@
 #include <thread>
 
 #include "compiler/autodiff/training_programs.h"
-#include "compiler/distributed/gradient_all_reduce.h"
 #include "compiler/ir/builder.h"
 #include "compiler/lowering/lower.h"
-#include "compiler/training/losses.h"
+#include "distributed/gradient_all_reduce.h"
 #include "runtime/collectives/host_communicator.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 #include "runtime/tensor.h"
 #include "tests/common/test_util.h"
+#include "training/losses.h"
 
 namespace grove::runtime::collectives {
 namespace {
@@ -149,24 +149,26 @@ TEST(Collectives, FileRankWaitsForRankZerosIdFileThenTimesOut) {
 }  // namespace
 }  // namespace grove::runtime::collectives
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 namespace {
 
 TEST(GradientAllReduce, BucketsFollowProductionOrderAndStayCapturable) {
-  ir::ProgramBuilder b("buckets", runtime::kSimDevice);
-  ir::ValueId x = b.input("x", {2, 8});
-  ir::ValueId h = x;
+  compiler::ir::ProgramBuilder b("buckets", runtime::kSimDevice);
+  compiler::ir::ValueId x = b.input("x", {2, 8});
+  compiler::ir::ValueId h = x;
   for (int layer = 0; layer < 4; ++layer) {
-    ir::ValueId w = b.param(str_cat("w", layer), {8, 8}, runtime::DType::kF32,
-                            ir::normal_init(0.3, static_cast<uint64_t>(layer + 1)));
-    h = b.tanh(b.linear(h, w, ir::kNoValue, str_cat("fc", layer)));
+    compiler::ir::ValueId w =
+        b.param(str_cat("w", layer), {8, 8}, runtime::DType::kF32,
+                compiler::ir::normal_init(0.3, static_cast<uint64_t>(layer + 1)));
+    h = b.tanh(b.linear(h, w, compiler::ir::kNoValue, str_cat("fc", layer)));
   }
   b.output(h);
-  ir::Program model = b.build();
-  ir::ValueId loss = training::add_mse_loss(model, model.outputs()[0]);
-  autodiff::TrainingPrograms programs = autodiff::build_training_programs(model, loss);
+  compiler::ir::Program model = b.build();
+  compiler::ir::ValueId loss = training::add_mse_loss(model, model.outputs()[0]);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss);
   GradientBuckets buckets;
-  ir::Program backward =
+  compiler::ir::Program backward =
       add_gradient_all_reduce(programs.backward, {.bucket_bytes = 512}, &buckets);
   // Four 256-byte gradients, two per bucket.
   ASSERT_EQ(buckets.outputs.size(), 2u);
@@ -183,8 +185,9 @@ TEST(GradientAllReduce, BucketsFollowProductionOrderAndStayCapturable) {
   EXPECT_EQ(reduces, 2);
   // The first bucket's collective comes before the end of the backward.
   EXPECT_LT(first_reduce, static_cast<int>(backward.nodes().size()) - 1) << backward.str();
-  lowering::LoweredProgram lowered = lowering::lower(backward, {ops::ExecMode::kTraining});
-  for (const Segment& segment : lowered.function().segments) {
+  compiler::lowering::LoweredProgram lowered =
+      compiler::lowering::lower(backward, {compiler::ops::ExecMode::kTraining});
+  for (const compiler::Segment& segment : lowered.function().segments) {
     EXPECT_TRUE(segment.capturable()) << lowered.describe();
   }
   EXPECT_NE(lowered.describe().find("host all_reduce"), std::string::npos) << lowered.describe();
@@ -193,4 +196,4 @@ TEST(GradientAllReduce, BucketsFollowProductionOrderAndStayCapturable) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

@@ -10,21 +10,21 @@
 #include <sstream>
 
 #include "compiler/autodiff/training_programs.h"
-#include "compiler/distributed/data_parallel_trainer.h"
-#include "compiler/distributed/gradient_all_reduce.h"
 #include "compiler/ir/builder.h"
-#include "compiler/training/losses.h"
+#include "distributed/data_parallel_trainer.h"
+#include "distributed/gradient_all_reduce.h"
 #include "runtime/collectives/communication_stream.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 #include "runtime/graph_recording.h"
 #include "tests/common/test_util.h"
+#include "training/losses.h"
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 namespace {
 
-using ir::DType;
-using ir::ValueId;
+using compiler::ir::DType;
+using compiler::ir::ValueId;
 using runtime::Device;
 using runtime::DeviceType;
 using runtime::Tensor;
@@ -34,27 +34,28 @@ const Device kSim{DeviceType::kSim, 0};
 
 // Four linear layers: the backward produces the last layer's gradients first,
 // so the early buckets have several layers of backward left to overlap.
-ir::Program deep_mlp(Device device, ValueId* loss) {
-  ir::ProgramBuilder b("overlap_mlp", device);
+compiler::ir::Program deep_mlp(Device device, ValueId* loss) {
+  compiler::ir::ProgramBuilder b("overlap_mlp", device);
   ValueId h = b.input("x", {kRows, 8});
   for (int layer = 0; layer < 4; ++layer) {
     const int64_t out = layer == 3 ? 3 : 8;
     ValueId w = b.param(str_cat("fc", layer, ".weight"), {out, 8}, DType::kF32,
-                        ir::normal_init(0.4, 30 + layer));
+                        compiler::ir::normal_init(0.4, 30 + layer));
     ValueId bias = b.param(str_cat("fc", layer, ".bias"), {out}, DType::kF32,
-                           ir::normal_init(0.1, 40 + layer));
+                           compiler::ir::normal_init(0.1, 40 + layer));
     h = b.linear(h, w, bias, str_cat("fc", layer));
     if (layer < 3) h = b.tanh(h);
   }
   b.output(h);
-  ir::Program model = b.build();
+  compiler::ir::Program model = b.build();
   *loss = training::add_mse_loss(model, model.outputs()[0]);
   return model;
 }
 
-std::vector<const ir::Node*> nodes_of(const ir::Program& program, const std::string& op) {
-  std::vector<const ir::Node*> found;
-  for (const ir::Node& node : program.nodes()) {
+std::vector<const compiler::ir::Node*> nodes_of(const compiler::ir::Program& program,
+                                                const std::string& op) {
+  std::vector<const compiler::ir::Node*> found;
+  for (const compiler::ir::Node& node : program.nodes()) {
     if (node.op == op) found.push_back(&node);
   }
   return found;
@@ -107,7 +108,7 @@ CapturedGraph capture_backward(bool overlap, size_t* buckets) {
   runtime::collectives::join_local_group(kSim, 0, 1, str_cat("overlap.capture.", overlap),
                                          std::chrono::milliseconds(10000));
   ValueId loss;
-  ir::Program model = deep_mlp(kSim, &loss);
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
   DataParallelOptions options;
   options.trainer.backend = "eager";
   options.all_reduce.bucket_bytes = 200;  // about one layer per bucket
@@ -118,7 +119,7 @@ CapturedGraph capture_backward(bool overlap, size_t* buckets) {
   GROVE_SEEDED_RNG(rng);
   Tensor x = Tensor::from_vector(testing::random_floats(rng, kRows * 8), {kRows, 8}, kSim);
   Tensor target = Tensor::from_vector(testing::random_floats(rng, kRows * 3), {kRows, 3}, kSim);
-  TensorList args = trainer.backward_arguments({x, target});
+  compiler::TensorList args = trainer.backward_arguments({x, target});
 
   runtime::DeviceContext& context = runtime::device_context(kSim);
   runtime::StreamHandle stream = context.create_stream();
@@ -143,15 +144,16 @@ CapturedGraph capture_backward(bool overlap, size_t* buckets) {
 
 TEST(GradientAllReduce, OverlapMovesGradientCopiesUpAndEndsTheBackwardWithAJoin) {
   ValueId loss;
-  ir::Program model = deep_mlp(kSim, &loss);
-  autodiff::TrainingPrograms programs = autodiff::build_training_programs(model, loss);
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss);
   GradientBuckets buckets;
-  ir::Program backward =
+  compiler::ir::Program backward =
       add_gradient_all_reduce(programs.backward, {.bucket_bytes = 200}, &buckets);
-  std::vector<const ir::Node*> all_reduces = nodes_of(backward, "all_reduce");
+  std::vector<const compiler::ir::Node*> all_reduces = nodes_of(backward, "all_reduce");
   ASSERT_EQ(all_reduces.size(), buckets.outputs.size());
   ASSERT_GE(all_reduces.size(), 3u);
-  for (const ir::Node* node : all_reduces) EXPECT_EQ(node->attrs.get_int("overlap"), 1);
+  for (const compiler::ir::Node* node : all_reduces) EXPECT_EQ(node->attrs.get_int("overlap"), 1);
   // The first bucket is enqueued with most of the backward still to run; the
   // last one at the end.
   EXPECT_GT(buckets.nodes_after.front(), 4);
@@ -160,27 +162,28 @@ TEST(GradientAllReduce, OverlapMovesGradientCopiesUpAndEndsTheBackwardWithAJoin)
     EXPECT_LE(buckets.nodes_after[b], buckets.nodes_after[b - 1]);
   }
   // The backward ends with the join, over every reduced gradient, and returns it.
-  const ir::Node& last = backward.nodes().back();
+  const compiler::ir::Node& last = backward.nodes().back();
   ASSERT_EQ(last.op, "collective_join");
   EXPECT_EQ(last.operands.size(), programs.params.size());
   for (ValueId output : backward.outputs()) {
     EXPECT_EQ(backward.value(output).producer, static_cast<int32_t>(backward.nodes().size() - 1));
   }
 
-  ir::Program in_line =
+  compiler::ir::Program in_line =
       add_gradient_all_reduce(programs.backward, {.bucket_bytes = 200, .overlap = false});
   EXPECT_TRUE(nodes_of(in_line, "collective_join").empty());
-  for (const ir::Node* node : nodes_of(in_line, "all_reduce")) {
+  for (const compiler::ir::Node* node : nodes_of(in_line, "all_reduce")) {
     EXPECT_EQ(node->attrs.get_int("overlap"), 0);
   }
 }
 
 TEST(GradientAllReduce, OverlapRejectsGradientsOutsidePersistentBuffers) {
   ValueId loss;
-  ir::Program model = deep_mlp(kSim, &loss);
-  autodiff::TrainingOptions options;
-  options.gradient_storage = autodiff::GradientStorage::kOutputs;
-  autodiff::TrainingPrograms programs = autodiff::build_training_programs(model, loss, options);
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
+  compiler::autodiff::TrainingOptions options;
+  options.gradient_storage = compiler::autodiff::GradientStorage::kOutputs;
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss, options);
   try {
     add_gradient_all_reduce(programs.backward, {});
     FAIL() << "overlap over fresh gradient values was accepted";
@@ -197,13 +200,14 @@ TEST(GradientAllReduce, OverlapRejectsGradientsOutsidePersistentBuffers) {
 // outputs that are parameter gradients.
 TEST(GradientAllReduce, ReducesOnlyTheChosenOutputsAndRefusesPositionsOutOfRange) {
   ValueId loss;
-  ir::Program model = deep_mlp(kSim, &loss);
-  autodiff::TrainingOptions options;
-  options.gradient_storage = autodiff::GradientStorage::kOutputs;
-  autodiff::TrainingPrograms programs = autodiff::build_training_programs(model, loss, options);
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
+  compiler::autodiff::TrainingOptions options;
+  options.gradient_storage = compiler::autodiff::GradientStorage::kOutputs;
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss, options);
   ASSERT_GE(programs.backward.outputs().size(), 3u);
   GradientBuckets buckets;
-  ir::Program backward = add_gradient_all_reduce(
+  compiler::ir::Program backward = add_gradient_all_reduce(
       programs.backward, {.bucket_bytes = 1, .overlap = false, .outputs = std::set<size_t>{0, 2}},
       &buckets);
   std::set<size_t> reduced;
@@ -286,4 +290,4 @@ TEST(CommunicationStream, InLineAllReducesSerializeTheRemainingBackward) {
 }
 
 }  // namespace
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

@@ -10,24 +10,24 @@
 #include <random>
 #include <thread>
 
-#include "compiler/distributed/data_parallel_trainer.h"
 #include "compiler/ir/builder.h"
-#include "compiler/training/losses.h"
-#include "compiler/training/trainer.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
+#include "distributed/data_parallel_trainer.h"
 #include "runtime/collectives/communication_stream.h"
 #include "runtime/collectives/host_communicator.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/device_context.h"
 #include "tests/common/test_util.h"
+#include "training/losses.h"
+#include "training/trainer.h"
 
-namespace grove::compiler::distributed {
+namespace grove::distributed {
 namespace {
 
-using ir::DType;
-using ir::ValueId;
+using compiler::ir::DType;
+using compiler::ir::ValueId;
 using runtime::Device;
 using runtime::DeviceType;
 using runtime::Tensor;
@@ -39,18 +39,18 @@ constexpr int kWorld = 2;
 constexpr int64_t kShard = 4;  // rows per rank
 constexpr int kSteps = 5;
 
-ir::Program mlp(Device device, int64_t batch, ValueId* loss) {
-  ir::ProgramBuilder b("dp_mlp", device);
+compiler::ir::Program mlp(Device device, int64_t batch, ValueId* loss) {
+  compiler::ir::ProgramBuilder b("dp_mlp", device);
   ValueId x = b.input("x", {batch, 12});
-  ValueId w1 = b.param("fc1.weight", {16, 12}, DType::kF32, ir::normal_init(0.4, 11));
-  ValueId b1 = b.param("fc1.bias", {16}, DType::kF32, ir::normal_init(0.1, 12));
-  ValueId w2 = b.param("fc2.weight", {16, 16}, DType::kF32, ir::normal_init(0.3, 13));
-  ValueId w3 = b.param("fc3.weight", {5, 16}, DType::kF32, ir::normal_init(0.3, 14));
-  ValueId b3 = b.param("fc3.bias", {5}, DType::kF32, ir::normal_init(0.1, 15));
+  ValueId w1 = b.param("fc1.weight", {16, 12}, DType::kF32, compiler::ir::normal_init(0.4, 11));
+  ValueId b1 = b.param("fc1.bias", {16}, DType::kF32, compiler::ir::normal_init(0.1, 12));
+  ValueId w2 = b.param("fc2.weight", {16, 16}, DType::kF32, compiler::ir::normal_init(0.3, 13));
+  ValueId w3 = b.param("fc3.weight", {5, 16}, DType::kF32, compiler::ir::normal_init(0.3, 14));
+  ValueId b3 = b.param("fc3.bias", {5}, DType::kF32, compiler::ir::normal_init(0.1, 15));
   ValueId h = b.gelu(b.linear(x, w1, b1, "fc1"));
-  h = b.tanh(b.linear(h, w2, ir::kNoValue, "fc2"));
+  h = b.tanh(b.linear(h, w2, compiler::ir::kNoValue, "fc2"));
   b.output(b.linear(h, w3, b3, "fc3"));
-  ir::Program model = b.build();
+  compiler::ir::Program model = b.build();
   *loss = training::add_mse_loss(model, model.outputs()[0]);
   return model;
 }
@@ -88,7 +88,7 @@ Params params_of(const std::function<const Tensor&(const std::string&)>& state) 
 Params train_single(Device device, const Batches& batches, OptimizerKind optimizer,
                     const Hyperparameters& hyper) {
   ValueId loss;
-  ir::Program model = mlp(device, kWorld * kShard, &loss);
+  compiler::ir::Program model = mlp(device, kWorld * kShard, &loss);
   training::Trainer trainer(model, loss, {.backend = "eager", .optimizer = optimizer});
   for (int step = 0; step < kSteps; ++step) {
     trainer.step({Tensor::from_vector(batches.x[step], {kWorld * kShard, 12}, device),
@@ -124,7 +124,7 @@ std::vector<RankResult> train_data_parallel(const std::vector<Device>& devices,
         runtime::collectives::join_local_group(device, rank, static_cast<int>(devices.size()),
                                                group, std::chrono::milliseconds(60000));
         ValueId loss;
-        ir::Program model = mlp(device, kShard, &loss);
+        compiler::ir::Program model = mlp(device, kShard, &loss);
         DataParallelOptions options;
         options.trainer.backend = backend;
         options.trainer.optimizer = optimizer;
@@ -221,7 +221,7 @@ TEST_P(DataParallel, TwoRanksMatchSingleRankOnTheConcatenatedBatchForFiveSteps) 
     expect_near_params(ranks[0].params, single, "data parallel vs single rank");
     // The params moved: the comparison is not trivially between initial values.
     ValueId loss;
-    ir::Program initial = mlp(rank_devices()[0], kShard, &loss);
+    compiler::ir::Program initial = mlp(rank_devices()[0], kShard, &loss);
     training::Trainer untouched(initial, loss, {.backend = "eager"});
     EXPECT_NE(untouched.state("fc1.weight").to_vector<float>(), single.at("fc1.weight"));
   }
@@ -276,7 +276,7 @@ TEST_P(DataParallel, MissingRankTimesOutWithAClearError) {
   runtime::collectives::join_local_group(device, 0, kWorld, group("missing"),
                                          std::chrono::milliseconds(200));
   ValueId loss;
-  ir::Program model = mlp(device, kShard, &loss);
+  compiler::ir::Program model = mlp(device, kShard, &loss);
   DataParallelTrainer trainer(model, loss, {});
   GROVE_SEEDED_RNG(rng);
   Tensor x = Tensor::from_vector(testing::random_floats(rng, kShard * 12), {kShard, 12}, device);
@@ -303,4 +303,4 @@ INSTANTIATE_TEST_SUITE_P(Devices, DataParallel,
                          });
 
 }  // namespace
-}  // namespace grove::compiler::distributed
+}  // namespace grove::distributed

@@ -14,13 +14,13 @@
 #include "compiler/backends/compile.h"
 #include "compiler/ir/builder.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/losses.h"
-#include "compiler/training/trainer.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/error.h"
 #include "runtime/philox_generator.h"
 #include "tests/fuzz/program_generator.h"
+#include "training/losses.h"
+#include "training/trainer.h"
 
 namespace grove::fuzz {
 
@@ -465,13 +465,12 @@ DifferentialOutcome run_training_differential(uint64_t seed, runtime::Device dev
     }
     b.output(h);
     Program model = b.build();
-    ValueId loss = compiler::training::add_mse_loss(model, model.outputs()[0]);
-    compiler::training::OptimizerKind kind = pick(0, 1)
-                                                 ? compiler::training::OptimizerKind::kAdamW
-                                                 : compiler::training::OptimizerKind::kSgdMomentum;
-    compiler::training::Trainer eager(model, loss, {.backend = "eager", .optimizer = kind});
-    compiler::training::Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = kind});
-    compiler::training::Hyperparameters hyper;
+    ValueId loss = training::add_mse_loss(model, model.outputs()[0]);
+    training::OptimizerKind kind =
+        pick(0, 1) ? training::OptimizerKind::kAdamW : training::OptimizerKind::kSgdMomentum;
+    training::Trainer eager(model, loss, {.backend = "eager", .optimizer = kind});
+    training::Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = kind});
+    training::Hyperparameters hyper;
     hyper.lr = 0.01;
     hyper.weight_decay = pick(0, 1) ? 0.01 : 0.0;
     // One batch of the model's input and target, drawn from the case's rng.
@@ -497,9 +496,9 @@ DifferentialOutcome run_training_differential(uint64_t seed, runtime::Device dev
       } else {
         TensorList second = random_batch();
         const bool reversed = pick(0, 1) == 1;
-        auto accumulate = [&](compiler::training::Trainer& trainer, Tensor* first_loss) {
-          compiler::training::Trainer::PendingBackward first = trainer.forward(inputs);
-          compiler::training::Trainer::PendingBackward then = trainer.forward(second);
+        auto accumulate = [&](training::Trainer& trainer, Tensor* first_loss) {
+          training::Trainer::PendingBackward first = trainer.forward(inputs);
+          training::Trainer::PendingBackward then = trainer.forward(second);
           trainer.backward(reversed ? then : first);
           trainer.backward(reversed ? first : then);
           *first_loss = first.loss;

@@ -5,13 +5,13 @@
 #include <random>
 #include <sstream>
 
-#include "compiler/training/trainer.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/error.h"
 #include "runtime/philox_generator.h"
 #include "tests/common/gradient_oracle.h"
 #include "tests/fuzz/program_generator.h"
+#include "training/trainer.h"
 
 namespace grove::fuzz {
 
@@ -86,7 +86,7 @@ std::string by_param(const testing::GradientOracle& oracle, const std::vector<st
 // One case; returns "" when it passes, else what failed first.
 std::string check(const Program& program, const std::string& backend, runtime::Device device,
                   uint64_t seed, int steps, DifferentialOutcome& outcome) {
-  compiler::training::Trainer trainer(program, program.outputs().back(), {.backend = backend});
+  training::Trainer trainer(program, program.outputs().back(), {.backend = backend});
   runtime::PhiloxGenerator& generator = runtime::default_generator(device);
   const auto draws = static_cast<uint64_t>(trainer.forward_stage().generator_draws());
   if (trainer.backward_stage().generator_draws() != 0) {

@@ -2,7 +2,7 @@
 signals during start-up (issue 35, cases 10 and 11), on sim:
 
 - a FIFO as --weights or --inputs is refused at once, not waited on
-  (Note [Weights files that cannot block], compiler/weights/safetensors.cc);
+  (Note [Weights files that cannot block], weights/safetensors.cc);
 - SIGTERM while the buckets compile ends the process at once with status 0
   (Note [Signals during start-up], cli/serve_command.cc);
 - a weights file truncated while serving with --buckets auto is never read

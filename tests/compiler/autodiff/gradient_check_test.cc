@@ -18,8 +18,8 @@
 #include "compiler/autodiff/training_programs.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ops/op_registry.h"
-#include "compiler/training/reference_training.h"
 #include "tests/compiler/autodiff/gradient_cases.h"
+#include "training/reference_training.h"
 
 namespace grove::compiler::autodiff {
 namespace {

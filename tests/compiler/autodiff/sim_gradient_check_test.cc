@@ -27,11 +27,11 @@
 #include <iostream>
 #include <random>
 
-#include "compiler/training/trainer.h"
 #include "runtime/philox_generator.h"
 #include "tests/common/gradient_oracle.h"
 #include "tests/common/test_util.h"
 #include "tests/compiler/autodiff/gradient_cases.h"
+#include "training/trainer.h"
 
 namespace grove::compiler::autodiff {
 namespace {

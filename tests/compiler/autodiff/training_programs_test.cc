@@ -8,10 +8,10 @@
 #include <random>
 
 #include "compiler/ir/builder.h"
-#include "compiler/training/losses.h"
-#include "compiler/training/optimizer.h"
-#include "compiler/training/reference_training.h"
 #include "runtime/error.h"
+#include "training/losses.h"
+#include "training/optimizer.h"
+#include "training/reference_training.h"
 
 namespace grove::compiler::autodiff {
 namespace {

@@ -16,8 +16,8 @@
 #include "compiler/codegen/codegen.h"
 #include "compiler/lowering/scheduler.h"
 #include "compiler/model_format/model_json.h"
-#include "compiler/training/optimizer.h"
-#include "tests/compiler/training/benchmark_models.h"
+#include "tests/training/benchmark_models.h"
+#include "training/optimizer.h"
 
 namespace grove {
 namespace {
@@ -38,14 +38,14 @@ std::vector<std::pair<std::string, compiler::ir::Program>> cuda_programs() {
         name, compiler::model_format::load_model_file(
                   std::string("benchmarks/models/") + name + ".json", {}, runtime::kCudaDevice));
   }
-  using compiler::training::testing::ModelWithLoss;
+  using training::testing::ModelWithLoss;
   for (ModelWithLoss model :
-       {compiler::training::testing::mlp_with_mse(4, runtime::kCudaDevice),
-        compiler::training::testing::gpt_with_next_token_loss(2, 8, runtime::kCudaDevice)}) {
+       {training::testing::mlp_with_mse(4, runtime::kCudaDevice),
+        training::testing::gpt_with_next_token_loss(2, 8, runtime::kCudaDevice)}) {
     compiler::autodiff::TrainingPrograms training =
         compiler::autodiff::build_training_programs(model.program, model.loss);
-    compiler::training::OptimizerProgram step = compiler::training::build_optimizer_program(
-        training.forward, training.params, compiler::training::OptimizerKind::kSgdMomentum);
+    training::OptimizerProgram step = training::build_optimizer_program(
+        training.forward, training.params, training::OptimizerKind::kSgdMomentum);
     const std::string name = model.program.name();
     programs.emplace_back(name + " forward", std::move(training.forward));
     programs.emplace_back(name + " backward", std::move(training.backward));

@@ -16,7 +16,7 @@
 #include "runtime/device_context.h"
 #include "tests/common/test_util.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
-#include "tests/compiler/training/benchmark_models.h"
+#include "tests/training/benchmark_models.h"
 
 namespace grove {
 namespace {
@@ -142,8 +142,7 @@ TEST_P(ReductionPrologue, ResidualAddAndLayerNormAreOneKernelEqualToTheUnfusedPa
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(ReductionPrologue);
 
 // The kernels of `model`'s backward lowered with GROVE_FUSE_REDUCTION_PROLOGUES=`prologues`.
-size_t backward_kernels(const compiler::training::testing::ModelWithLoss& model,
-                        const char* prologues) {
+size_t backward_kernels(const training::testing::ModelWithLoss& model, const char* prologues) {
   testing::ScopedEnv env("GROVE_FUSE_REDUCTION_PROLOGUES", prologues);
   compiler::autodiff::TrainingPrograms programs =
       compiler::autodiff::build_training_programs(model.program, model.loss);
@@ -155,7 +154,7 @@ size_t backward_kernels(const compiler::training::testing::ModelWithLoss& model,
 // kernel (the last layer's with the loss gradient), 34 -> 18.
 TEST(ReductionPrologueCounts, MlpBackwardLaunchesSixteenFewerKernels) {
   testing::ScopedEnv no_epilogues("GROVE_GEMM_EPILOGUES", "0");
-  const auto model = compiler::training::testing::mlp_with_mse(32, runtime::kSimDevice);
+  const auto model = training::testing::mlp_with_mse(32, runtime::kSimDevice);
   EXPECT_EQ(backward_kernels(model, "0"), 34u);
   EXPECT_EQ(backward_kernels(model, "1"), 18u);
 }
@@ -163,8 +162,7 @@ TEST(ReductionPrologueCounts, MlpBackwardLaunchesSixteenFewerKernels) {
 // gpt4x256's backward with GEMM epilogues (sim's default): per block the
 // residual gradient's add and the following bias-gradient sum are one kernel.
 TEST(ReductionPrologueCounts, GptBackwardLaunchesFourFewerKernels) {
-  const auto model =
-      compiler::training::testing::gpt_with_next_token_loss(2, 8, runtime::kSimDevice);
+  const auto model = training::testing::gpt_with_next_token_loss(2, 8, runtime::kSimDevice);
   EXPECT_EQ(backward_kernels(model, "0"), 131u);
   EXPECT_EQ(backward_kernels(model, "1"), 127u);
 }

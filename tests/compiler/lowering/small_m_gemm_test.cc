@@ -36,7 +36,7 @@
 #include "tests/common/test_util.h"
 #include "tests/compiler/codegen/codegen_test_util.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
-#include "tests/compiler/training/benchmark_models.h"
+#include "tests/training/benchmark_models.h"
 
 namespace grove {
 namespace {
@@ -175,8 +175,7 @@ TEST(SmallMGemmSelection, Mlp16x512AtBatchOneRunsSixteenKernelsInsteadOfSixteenG
 // takes with the switch on (15 of them: the first layer's input needs none),
 // and the backward still matches the float64 reference.
 TEST(SmallMGemmSelection, TrainingBackwardsGeluGradientGemmsRunAsSmallMKernels) {
-  compiler::training::testing::ModelWithLoss model =
-      compiler::training::testing::mlp_with_mse(4, runtime::kSimDevice);
+  training::testing::ModelWithLoss model = training::testing::mlp_with_mse(4, runtime::kSimDevice);
   compiler::autodiff::TrainingPrograms training =
       compiler::autodiff::build_training_programs(model.program, model.loss);
   size_t dgelu_off = 0;

@@ -8,22 +8,22 @@
 
 #include "compiler/autodiff/training_programs.h"
 #include "compiler/lowering/lower.h"
-#include "compiler/training/optimizer.h"
 #include "runtime/device_context.h"
 #include "tests/common/test_util.h"
-#include "tests/compiler/training/benchmark_models.h"
+#include "tests/training/benchmark_models.h"
+#include "training/optimizer.h"
 
 namespace grove {
 namespace {
 
 using compiler::lowering::KernelReport;
 using compiler::lowering::LoweredProgram;
-using compiler::training::OptimizerKind;
 using runtime::kSimDevice;
+using training::OptimizerKind;
 
 struct LoweredTraining {
   compiler::autodiff::TrainingPrograms programs;
-  compiler::training::OptimizerProgram optimizer;
+  training::OptimizerProgram optimizer;
   LoweredProgram forward, backward, step;
 };
 
@@ -33,12 +33,11 @@ LoweredProgram lower_training(const compiler::ir::Program& program) {
   return compiler::lowering::lower(program, options);
 }
 
-LoweredTraining lower_all(const compiler::training::testing::ModelWithLoss& model,
-                          OptimizerKind kind) {
+LoweredTraining lower_all(const training::testing::ModelWithLoss& model, OptimizerKind kind) {
   compiler::autodiff::TrainingPrograms programs =
       compiler::autodiff::build_training_programs(model.program, model.loss);
-  compiler::training::OptimizerProgram optimizer =
-      compiler::training::build_optimizer_program(programs.forward, programs.params, kind);
+  training::OptimizerProgram optimizer =
+      training::build_optimizer_program(programs.forward, programs.params, kind);
   LoweredProgram forward = lower_training(programs.forward);
   LoweredProgram backward = lower_training(programs.backward);
   LoweredProgram step = lower_training(optimizer.program);
@@ -77,7 +76,7 @@ void expect_exact_mutations(const LoweredTraining& lowered) {
   }
   EXPECT_EQ(lowered.backward.function().mutated_input_indices, gradient_positions);
   EXPECT_EQ(lowered.step.function().mutated_input_indices,
-            compiler::training::mutated_input_positions(lowered.optimizer.program));
+            training::mutated_input_positions(lowered.optimizer.program));
   // Each param and its state buffers (SGD: momentum; AdamW: exp_avg, exp_avg_sq).
   EXPECT_EQ(lowered.step.function().mutated_input_indices.size(),
             (1 + lowered.optimizer.state.at(0).size()) * lowered.optimizer.params.size());
@@ -87,8 +86,8 @@ void expect_exact_mutations(const LoweredTraining& lowered) {
 // gradient is written by its GEMM straight into its buffer (no copy_into
 // kernel); the 32 SGD updates are one multi-part kernel.
 TEST(TrainingLowering, MlpStepWritesGradientsInPlaceAndUpdatesEveryParamInOneKernel) {
-  LoweredTraining lowered = lower_all(compiler::training::testing::mlp_with_mse(32, kSimDevice),
-                                      OptimizerKind::kSgdMomentum);
+  LoweredTraining lowered =
+      lower_all(training::testing::mlp_with_mse(32, kSimDevice), OptimizerKind::kSgdMomentum);
   print("mlp16x512 b32", lowered);
   if (std::getenv("GROVE_TEST_DESCRIBE")) std::cout << lowered.backward.describe();
   KernelReport forward = lowered.forward.kernel_report();
@@ -117,9 +116,8 @@ TEST(TrainingLowering, MlpStepWritesGradientsInPlaceAndUpdatesEveryParamInOneKer
 }
 
 TEST(TrainingLowering, GptStepUpdatesEveryParamInOneKernelWithExactMutations) {
-  LoweredTraining lowered =
-      lower_all(compiler::training::testing::gpt_with_next_token_loss(2, 8, kSimDevice),
-                OptimizerKind::kSgdMomentum);
+  LoweredTraining lowered = lower_all(training::testing::gpt_with_next_token_loss(2, 8, kSimDevice),
+                                      OptimizerKind::kSgdMomentum);
   print("gpt4x256 b2 T8", lowered);
   if (std::getenv("GROVE_TEST_DESCRIBE")) std::cout << lowered.backward.describe();
   KernelReport step = lowered.step.kernel_report();
@@ -132,10 +130,10 @@ TEST(TrainingLowering, GptStepUpdatesEveryParamInOneKernelWithExactMutations) {
 }
 
 TEST(TrainingLowering, AdamWStepOfEitherModelIsOneKernel) {
-  using compiler::training::testing::ModelWithLoss;
+  using training::testing::ModelWithLoss;
   for (const ModelWithLoss& model :
-       {compiler::training::testing::mlp_with_mse(32, kSimDevice),
-        compiler::training::testing::gpt_with_next_token_loss(2, 8, kSimDevice)}) {
+       {training::testing::mlp_with_mse(32, kSimDevice),
+        training::testing::gpt_with_next_token_loss(2, 8, kSimDevice)}) {
     LoweredTraining lowered = lower_all(model, OptimizerKind::kAdamW);
     KernelReport step = lowered.step.kernel_report();
     ASSERT_EQ(step.kernels.size(), 1u) << model.program.name() << ": " << step.str();
@@ -147,8 +145,8 @@ TEST(TrainingLowering, AdamWStepOfEitherModelIsOneKernel) {
 // GROVE_HORIZONTAL_FUSION=0 keeps one update kernel per param (A/B timing).
 TEST(TrainingLowering, HorizontalFusionSwitchKeepsOneKernelPerParam) {
   testing::ScopedEnv env("GROVE_HORIZONTAL_FUSION", "0");
-  LoweredTraining lowered = lower_all(compiler::training::testing::mlp_with_mse(32, kSimDevice),
-                                      OptimizerKind::kSgdMomentum);
+  LoweredTraining lowered =
+      lower_all(training::testing::mlp_with_mse(32, kSimDevice), OptimizerKind::kSgdMomentum);
   KernelReport step = lowered.step.kernel_report();
   EXPECT_EQ(step.kernels.size(), lowered.optimizer.params.size()) << step.str();
   for (const std::string& name : step.kernels) {

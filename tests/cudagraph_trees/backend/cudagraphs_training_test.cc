@@ -7,11 +7,11 @@
 #include <random>
 
 #include "compiler/ir/builder.h"
-#include "compiler/training/losses.h"
-#include "compiler/training/trainer.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/philox_generator.h"
+#include "training/losses.h"
+#include "training/trainer.h"
 
 namespace grove::cudagraph_trees::backend {
 namespace {
@@ -19,11 +19,11 @@ namespace {
 using compiler::TensorList;
 using compiler::ir::DType;
 using compiler::ir::ValueId;
-using compiler::training::Hyperparameters;
-using compiler::training::OptimizerKind;
-using compiler::training::Trainer;
 using runtime::kSimDevice;
 using runtime::Tensor;
+using training::Hyperparameters;
+using training::OptimizerKind;
+using training::Trainer;
 
 compiler::ir::Program small_mlp(ValueId* loss) {
   compiler::ir::ProgramBuilder b("small_mlp", kSimDevice);
@@ -33,7 +33,7 @@ compiler::ir::Program small_mlp(ValueId* loss) {
   ValueId w2 = b.param("fc2.weight", {3, 8}, DType::kF32, compiler::ir::normal_init(0.5, 3));
   b.output(b.linear(b.gelu(b.linear(x, w1, b1, "fc1")), w2, compiler::ir::kNoValue, "fc2"));
   compiler::ir::Program model = b.build();
-  *loss = compiler::training::add_mse_loss(model, model.outputs()[0]);
+  *loss = training::add_mse_loss(model, model.outputs()[0]);
   return model;
 }
 
@@ -137,7 +137,7 @@ TEST(CudagraphsTraining, ImplicitDropoutMatchesEagerBitwiseAndDrawsANewMaskEachS
   ValueId hidden = b.dropout(b.gelu(b.linear(x, w1, compiler::ir::kNoValue, "fc1")), 0.5, "drop");
   b.output(b.linear(hidden, w2, compiler::ir::kNoValue, "fc2"));
   compiler::ir::Program model = b.build();
-  ValueId loss = compiler::training::add_mse_loss(model, model.outputs()[0]);
+  ValueId loss = training::add_mse_loss(model, model.outputs()[0]);
   Trainer eager(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kSgdMomentum});
   Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = OptimizerKind::kSgdMomentum});
   Hyperparameters hyper;

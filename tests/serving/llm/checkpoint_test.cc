@@ -3,17 +3,17 @@
 // that name the tensor or key (serving/llm/decoder_config.h, decoder_state.h).
 #include <gtest/gtest.h>
 
-#include "compiler/weights/safetensors.h"
 #include "runtime/device.h"
 #include "serving/llm/decoder_state.h"
 #include "tests/serving/llm/llm_test_util.h"
+#include "weights/safetensors.h"
 
 namespace grove::serving::llm {
 namespace {
 
-using compiler::weights::SafetensorsFile;
-using compiler::weights::TensorToWrite;
 using runtime::DType;
+using weights::SafetensorsFile;
+using weights::TensorToWrite;
 
 constexpr const char* kLlamaJson = R"({
   "model_type": "llama", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 48,
@@ -42,7 +42,7 @@ std::vector<TensorToWrite> checkpoint_of(const DecoderState& state, DType dtype,
 }
 
 SafetensorsFile file_of(const std::vector<TensorToWrite>& tensors) {
-  return SafetensorsFile::from_bytes(compiler::weights::encode_safetensors(tensors), "test");
+  return SafetensorsFile::from_bytes(weights::encode_safetensors(tensors), "test");
 }
 
 CacheShape small_cache() { return {.slots = 2, .max_seq_len = 16}; }
@@ -109,7 +109,7 @@ TEST(Checkpoint, MismatchesAreNamedAndNothingIsCopied) {
   auto refusal = [&](std::vector<TensorToWrite> tensors) {
     try {
       load_checkpoint(target, file_of(tensors));
-    } catch (const compiler::weights::WeightsFormatError& error) {
+    } catch (const weights::WeightsFormatError& error) {
       return std::string(error.what());
     }
     return std::string("no error");

@@ -1,0 +1,62 @@
+#include "distributed/data_parallel_trainer.h"
+
+#include "runtime/collectives/communicator.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
+
+namespace grove::distributed {
+namespace {
+
+runtime::collectives::Communicator& communicator_of(const compiler::ir::Program& model) {
+  const runtime::Device device = model.device();
+  GROVE_CHECK_AS(DeviceError, runtime::device_available(device), "DataParallelTrainer for '",
+                 model.name(), "': device ", device.str(), " is not available here");
+  return runtime::collectives::communicator_for(device);
+}
+
+}  // namespace
+
+DataParallelTrainer::DataParallelTrainer(const compiler::ir::Program& model,
+                                         compiler::ir::ValueId loss,
+                                         const DataParallelOptions& options)
+    : rank_(communicator_of(model).rank()),
+      world_size_(communicator_of(model).world_size()),
+      trainer_(model, loss, with_all_reduce(model, options)) {}
+
+DataParallelTrainer::~DataParallelTrainer() = default;
+DataParallelTrainer::DataParallelTrainer(DataParallelTrainer&&) noexcept = default;
+DataParallelTrainer& DataParallelTrainer::operator=(DataParallelTrainer&&) noexcept = default;
+
+training::TrainerOptions DataParallelTrainer::with_all_reduce(const compiler::ir::Program& model,
+                                                              const DataParallelOptions& options) {
+  GROVE_CHECK(!options.trainer.compile_backward, "DataParallelTrainer for '", model.name(),
+              "': leave DataParallelOptions::trainer.compile_backward empty; the data-parallel "
+              "trainer compiles the backward with its gradient all-reduces");
+  training::TrainerOptions trainer = options.trainer;
+  // Called while trainer_ is built, before this object can move.
+  trainer.compile_backward = [this, all_reduce = options.all_reduce, name = model.name()](
+                                 const compiler::ir::Program& backward,
+                                 const training::StageCompiler& compile) {
+    compiler::backends::CompiledModel compiled =
+        compile(add_gradient_all_reduce(backward, all_reduce, &buckets_));
+    overlap_ = all_reduce.overlap;
+    if (overlap_ && compiled.lowered().segments().size() > 1) {
+      // Note [Communication stream]: a graph backend captures each segment on
+      // its own, and a fork must be joined within the capture that made it; a
+      // backward in several segments runs its all-reduces in line instead.
+      log(LogLevel::kInfo,
+          str_cat("DataParallelTrainer for '", name, "': the backward has ",
+                  compiled.lowered().segments().size(),
+                  " segments; gradient all-reduces run on the compute stream (no overlap)"));
+      AllReduceOptions in_line = all_reduce;
+      in_line.overlap = false;
+      compiled = compile(add_gradient_all_reduce(backward, in_line, &buckets_));
+      overlap_ = false;
+    }
+    return compiled;
+  };
+  return trainer;
+}
+
+}  // namespace grove::distributed

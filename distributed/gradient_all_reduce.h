@@ -1,0 +1,70 @@
+// add_gradient_all_reduce: the backward program of data-parallel training.
+// It is the single-device backward with `all_reduce` nodes (compiler/ops/
+// collective_ops.cc) over its gradient outputs, so that every rank ends the
+// backward holding the gradients averaged over all ranks' shards.
+//
+// Note [Gradient buckets]: gradients are grouped into buckets of about
+// `bucket_bytes` in the order the backward produces them (last layer first),
+// and each bucket's all_reduce is placed right after the node that produces
+// its last gradient, not at the end: each gradient's copy into its
+// `grad.<param>` buffer is moved up to right after the node that computes it
+// (the buffer is read by nothing else, so only the position changes), and the
+// bucket's all_reduce follows the last of those copies. So the collective of
+// an early bucket is enqueued while the rest of the backward is still to
+// come, one collective moves several gradients (fewer, larger messages), and
+// the whole thing is one program, so the "cudagraphs" backend captures the
+// collectives inside the backward's graph. Every rank builds the same program
+// from the same model, so the buckets and their order agree across ranks.
+//
+// Overlap (the default): each all_reduce runs on the communication stream,
+// forked from the compute stream when its bucket is complete, and the
+// backward ends with a collective_join that makes the compute stream wait for
+// the last one (Note [Communication stream] in
+// runtime/collectives/communication_stream.h), so communication overlaps the
+// rest of the backward, eagerly and inside a captured graph (a parallel
+// branch). The kernels and collectives are the same either way, so results
+// are bitwise identical with overlap on or off.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/program.h"
+
+namespace grove::distributed {
+
+struct AllReduceOptions {
+  // A bucket closes once it holds at least this many bytes (PyTorch DDP's default: 25 MiB).
+  int64_t bucket_bytes = int64_t{25} << 20;
+  std::string reduce_op = "mean";  // "mean" (data parallel) or "sum"
+  // Run the all-reduces on the communication stream, overlapping the rest of
+  // the backward; false runs them on the compute stream, in line.
+  bool overlap = true;
+  // The output positions to reduce (the door's backward also returns
+  // gradients of inputs that are not parameters); unset: every output.
+  std::optional<std::set<size_t>> outputs;
+};
+
+struct GradientBuckets {
+  // Per bucket: the backward output positions it reduces, in production order.
+  std::vector<std::vector<size_t>> outputs;
+  std::vector<int64_t> bytes;  // per bucket
+  // Per bucket: how many nodes of the input backward remain to run after its
+  // all_reduce is enqueued (what it can overlap with).
+  std::vector<int64_t> nodes_after;
+};
+
+// The backward with its gradient outputs all-reduced (same inputs, outputs in
+// the same order, each now the reduced gradient aliasing the same buffer).
+// Outputs that are program inputs (params the loss ignores: zero gradients)
+// are left alone. Throws grove::Error when an option is out of range, and
+// ConfigError when `overlap` is on and a gradient does not live in a
+// persistent buffer (a copy_into a `buffer` input, read by nothing else).
+compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backward,
+                                              const AllReduceOptions& options,
+                                              GradientBuckets* buckets = nullptr);
+
+}  // namespace grove::distributed

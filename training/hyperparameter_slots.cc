@@ -1,0 +1,64 @@
+#include "training/hyperparameter_slots.h"
+
+#include <cstring>
+
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+
+namespace grove::training {
+
+HyperparameterSlots::HyperparameterSlots(size_t count, runtime::Device device)
+    : device_(device), count_(count), last_(count, 0.0f) {
+  GROVE_CHECK(count > 0, "HyperparameterSlots: no hyper-parameters");
+  std::vector<float> zeros(count, 0.0f);
+  buffer_ = runtime::Tensor::from_vector(zeros, {static_cast<int64_t>(count)}, device);
+  for (size_t i = 0; i < count; ++i) {
+    auto at = static_cast<int64_t>(i);
+    scalars_.push_back(buffer_.slice(0, at, at + 1).view({}));
+  }
+  runtime::Backend& backend = runtime::device_context(device).backend();
+  try {
+    for (Slot& slot : ring_) {
+      slot.host = runtime::PinnedHostBuffer(device, count * sizeof(float));
+      slot.copied = backend.create_event(/*enable_timing=*/false);
+    }
+  } catch (...) {
+    for (Slot& slot : ring_) {
+      if (slot.copied.impl != nullptr) backend.destroy_event(slot.copied);
+    }
+    throw;
+  }
+}
+
+HyperparameterSlots::~HyperparameterSlots() {
+  runtime::Backend& backend = runtime::device_context(device_).backend();
+  for (Slot& slot : ring_) {
+    // The copy reads the pinned slot when the stream reaches it.
+    if (slot.pending) backend.synchronize_event(slot.copied);
+    if (slot.copied.impl != nullptr) backend.destroy_event(slot.copied);
+  }
+}
+
+const compiler::TensorList& HyperparameterSlots::write(const std::vector<double>& values) {
+  GROVE_CHECK(values.size() == count_, "HyperparameterSlots: ", values.size(), " values for ",
+              count_, " hyper-parameters");
+  std::vector<float> next(values.begin(), values.end());
+  if (written_ && next == last_) return scalars_;
+  runtime::DeviceContext& context = runtime::device_context(device_);
+  runtime::Backend& backend = context.backend();
+  runtime::StreamHandle stream = context.current_stream();
+  Slot& slot = ring_[next_];
+  if (slot.pending) backend.synchronize_event(slot.copied);
+  std::memcpy(slot.host.data(), next.data(), count_ * sizeof(float));
+  backend.copy_async(buffer_.data_ptr(), slot.host.data(), count_ * sizeof(float),
+                     runtime::CopyKind::kHostToDevice, stream);
+  backend.record_event(slot.copied, stream);
+  slot.pending = true;
+  next_ = (next_ + 1) % kRing;
+  last_ = std::move(next);
+  written_ = true;
+  ++copies_;
+  return scalars_;
+}
+
+}  // namespace grove::training
