@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "compiler/weights/safetensors.h"
+#include "cli/common/flags.h"
 #include "runtime/error.h"
 #include "serving/llm/decoder_program.h"
 
@@ -76,7 +77,7 @@ DecoderConfig decode_benchmark_config(const std::string& name, runtime::DType dt
     config.num_kv_heads = 2;
     config.intermediate_size = 1024;
   } else {
-    throw UsageError(str_cat("unknown decode config '", name, "'; use 1b or small"));
+    throw cli::UsageError(str_cat("unknown decode config '", name, "'; use 1b or small"));
   }
   config.head_dimension = config.hidden_size / config.num_heads;
   config.verify();
