@@ -163,9 +163,10 @@ void DecodeLoop::warm_up() {
 void DecodeLoop::record() {
   runtime::Backend& backend = runtime::device_context(device_).backend();
   auto recorded = std::make_unique<Recorded>(device_);
-  const int64_t tensors = 2 * decoder_.config().num_layers;
-  recorded->step_table = Tensor::empty({tensors}, runtime::DType::kI64, device_);
-  recorded->loop_table = Tensor::empty({tensors}, runtime::DType::kI64, device_);
+  // kv_write_table's layout: every cache, then every new-rows tensor.
+  const int64_t table_entries = 4 * decoder_.config().num_layers;
+  recorded->step_table = Tensor::empty({table_entries}, runtime::DType::kI64, device_);
+  recorded->loop_table = Tensor::empty({table_entries}, runtime::DType::kI64, device_);
   const int64_t max_seq_len = decoder_.state().cache().max_seq_len;
   auto* published = reinterpret_cast<int64_t*>(published_.data());
   int64_t* streamed_tokens = published + layout::kPublishedWords;
@@ -206,6 +207,8 @@ void DecodeLoop::record() {
   auto fill_table = [&](const compiler::TensorList& outputs, Tensor& table) {
     Tensor filled =
         kv_write_table(decoder_.state().cache_tensors(), {outputs.begin() + 1, outputs.end()});
+    GROVE_CHECK(filled.numel() == table.numel(), "decode loop: a kv-write table of ",
+                filled.numel(), " entries for ", table.numel(), " slots");
     std::vector<int64_t> pointers = filled.to_vector<int64_t>();
     table.copy_from_host(pointers.data());
   };
