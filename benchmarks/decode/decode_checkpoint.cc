@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "compiler/weights/safetensors.h"
 #include "cli/common/flags.h"
+#include "compiler/weights/safetensors.h"
 #include "runtime/error.h"
 #include "serving/llm/decoder_program.h"
 
