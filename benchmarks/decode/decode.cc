@@ -132,6 +132,7 @@ int run(int argc, char** argv) {
   report["prompt"] = prompt;
   report["max_seq_len"] = max_seq_len;
   report["hbm_tbs"] = hbm_tbs;
+  report["repeats"] = repeats;
   report["dtype"] = dtype_name;
   std::printf(
       "%s on %s (%s): %lld decode steps per run after a %lld-token prompt, "
