@@ -21,7 +21,7 @@
 // so a body that records on sim records on cuda. The body is copied into the
 // WHILE node, so its allocations (the capture pool's blocks) must stay
 // reserved for this graph while it lives, as for any recording. Tests:
-// WhileGraph.* (tests/runtime/while_graph_test.cc), DecodeLoop.* (tests/serving/llm).
+// WhileGraphTest.* (tests/runtime/while_graph_test.cc), DecodeLoopTest.* (tests/serving/llm).
 #pragma once
 
 #include <cstdint>

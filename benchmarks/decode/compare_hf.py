@@ -201,9 +201,13 @@ def main(argv):
         if variant.startswith("hf") and model is None:
             import transformers
             report["transformers"] = transformers.__version__
-            model = transformers.LlamaForCausalLM.from_pretrained(
-                args.model_dir, torch_dtype=torch.bfloat16 if element == 2 else torch.float32
-            ).cuda().eval()
+            dtype = torch.bfloat16 if element == 2 else torch.float32
+            try:  # transformers 5 names it dtype; 4.x torch_dtype
+                model = transformers.LlamaForCausalLM.from_pretrained(args.model_dir, dtype=dtype)
+            except TypeError:
+                model = transformers.LlamaForCausalLM.from_pretrained(args.model_dir,
+                                                                      torch_dtype=dtype)
+            model = model.cuda().eval()
         for batch in args.batches:
             row = {"variant": variant, "batch": batch}
             try:

@@ -26,7 +26,8 @@
 // mapped memory: a token is readable once published[kPublishedSteps] passed
 // its step (the device fences system-wide before publishing). Between runs
 // the host may change rows (set_row, clear_row): a run waits for its graph to
-// finish before returning. Tests: DecodeLoop.* (tests/serving/llm/decode_loop_test.cc).
+// finish before returning. Tests: DecodeLoopTest.*
+// (tests/serving/llm/decode_loop_test.cc).
 #pragma once
 
 #include <cstdint>

@@ -27,8 +27,9 @@
 // after them (a masked rewrite of the cache, O(slots * max_seq_len); slot -1,
 // used by warm-up, writes nothing). Tests:
 // DecoderGraphs.DecodeWritesTheCacheInPlaceWithoutCopies,
-// DecoderGraphs.WarmUpLeavesTheCacheUntouched,
-// DecoderGraphs.DecodeWritesOnlyEachRowsPosition (tests/serving/llm/decoder_test.cc).
+// DecoderGraphs.WarmUpLeavesTheCacheUntouched
+// (tests/serving/llm/decoder_test.cc), DecodeLoopTest.DecodeWritesOnlyEachRowsPosition
+// (tests/serving/llm/decode_loop_test.cc).
 #pragma once
 
 #include <string>

@@ -19,7 +19,8 @@
 //   order at u times their total.
 // Cuts are found by a bitwise search over the logits' order keys (32 rounds of
 // counts or masses), so no sort is needed on the device. Tests: Sampler.*
-// (tests/serving/llm/sampler_test.cc), DecodeLoop.DeviceSamplingMatchesTheHostReference,
+// (tests/serving/llm/sampler_test.cc), DecodeLoopTest.DeviceSamplingMatchesTheHostReference
+// (tests/serving/llm/decode_loop_test.cc),
 // Generator.RequestsGetTheSameTokensAloneAsInAnyBatch.
 #pragma once
 
