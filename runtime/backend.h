@@ -75,11 +75,11 @@ using HostKernelFn = void (*)(const LaunchDims* dims, const uint64_t* args);
 struct KernelSource {
   std::string name;
   std::string ptx;
+  HostKernelFn host_function = nullptr;
   // A cubin or fatbin image for cuda, instead of PTX: for kernels linked with
   // a device library at build time (the WHILE condition kernel calls
   // cudaGraphSetConditional from libcudadevrt, which PTX loading cannot link).
   std::string image;
-  HostKernelFn host_function = nullptr;
 };
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
