@@ -76,6 +76,10 @@ struct KernelSource {
   std::string name;
   std::string ptx;
   HostKernelFn host_function = nullptr;
+  // A cubin or fatbin image for cuda, instead of PTX: for kernels linked with
+  // a device library at build time (the WHILE condition kernel calls
+  // cudaGraphSetConditional from libcudadevrt, which PTX loading cannot link).
+  std::string image;
 };
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
@@ -125,7 +129,8 @@ class Backend {
   // Raw device memory (the caching allocator's segments).
   virtual void* allocate_raw(size_t bytes) = 0;
   virtual void free_raw(void* pointer) = 0;
-  // Page-locked host memory (cudaHostAlloc on cuda, plain memory on sim):
+  // Page-locked host memory (cudaHostAlloc on cuda, plain memory on sim),
+  // mapped for the device: kernels read and write it at the same address:
   // copies between it and the device are truly asynchronous. Not for use
   // during a capture.
   virtual void* allocate_host_pinned(size_t bytes) = 0;
@@ -177,6 +182,17 @@ class Backend {
   // returns its kernel-node index: the existing kernel nodes keep theirs.
   virtual size_t add_head_kernel_node(GraphHandle graph, KernelHandle kernel,
                                       const LaunchDims& dims, const KernelArgs& args) = 0;
+  // Conditional WHILE nodes (Note [While graphs], runtime/while_graph.h).
+  // An empty graph (not a capture) that a WHILE node can be added to.
+  virtual GraphHandle create_graph();
+  // A condition of `graph`, set to `initial` at every launch of a graph
+  // instantiated from it; a kernel of the WHILE body sets it through the
+  // value returned (a 64-bit kernel argument, while_condition_kernel()).
+  virtual uint64_t create_while_condition(GraphHandle graph, bool initial);
+  // Appends to `graph` a WHILE node over a copy of `body`: the body runs again
+  // and again while the condition is set (checked before each run). `body` may
+  // hold kernels, copies and memsets only, and stays the caller's.
+  virtual void add_while_node(GraphHandle graph, uint64_t condition, GraphHandle body);
   virtual size_t graph_node_count(GraphHandle graph) = 0;
   virtual std::string graph_dot(GraphHandle graph) = 0;
   virtual void destroy_graph(GraphHandle graph) = 0;

@@ -222,6 +222,9 @@ if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:
   cp tests/python/*.py "$bundle/grove/tests/python/"
   cp tests/python_support/junit_main.py "$bundle/grove/tests/python_support/"
   cp benchmarks/torch_backend.py "$bundle/grove/benchmarks/"
+  # The decode benchmark's PyTorch side (issue 38), run by hand after benchmarks/decode/decode.
+  mkdir -p "$bundle/grove/benchmarks/decode"
+  cp benchmarks/decode/compare_hf.py "$bundle/grove/benchmarks/decode/"
   for test in tests/python/*_test.py; do echo "$test" >>"$bundle/python_tests.txt"; done
   # Decoders against transformers (issue 38); they run the bundle's cli/grove.
   mkdir -p "$bundle/grove/tests/serving/llm"

@@ -568,6 +568,10 @@ SECTIONS = [
      lambda report: _serving().serve_http(report)),
     ("bucket_plan", "Planned batch buckets (`benchmarks/bucket_plan`)",
      lambda report: _serving().bucket_plan(report)),
+    ("decode", "Decode: per-step graphs vs the WHILE loop (`benchmarks/decode`)",
+     lambda report: _decode().decode(report)),
+    ("decode_compare_hf", "Decode in PyTorch (`benchmarks/decode/compare_hf.py`)",
+     lambda report: _decode().compare_hf(report)),
     ("torch_backend", "torch.compile(backend=\"grove\"), inference "
                       "(`benchmarks/torch_backend.py`)",
      lambda report: _torch_backend().inference(report)),
@@ -585,6 +589,11 @@ def _floors():
 def _torch_backend():
     import write_results_torch_backend  # noqa: E402  (next to this file; imports this module)
     return write_results_torch_backend
+
+
+def _decode():
+    import write_results_decode  # noqa: E402  (next to this file; imports this module)
+    return write_results_decode
 
 
 def _serving():

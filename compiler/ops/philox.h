@@ -13,9 +13,18 @@
 #include <cmath>
 #include <cstdint>
 
+// The same functions compile for the device in nvcc-built kernels
+// (serving/llm/decode_kernels.cu), which draw exactly the host's numbers.
+#ifdef __CUDACC__
+#define GROVE_PHILOX_HOST_DEVICE __host__ __device__
+#else
+#define GROVE_PHILOX_HOST_DEVICE
+#endif
+
 namespace grove::compiler::ops {
 
-inline std::array<uint32_t, 4> philox4x32_10(uint64_t counter, uint64_t key) {
+GROVE_PHILOX_HOST_DEVICE inline std::array<uint32_t, 4> philox4x32_10(uint64_t counter,
+                                                                      uint64_t key) {
   constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
@@ -35,7 +44,7 @@ inline std::array<uint32_t, 4> philox4x32_10(uint64_t counter, uint64_t key) {
 }
 
 // A uniform float in [0, 1) with 24 bits of precision (exactly representable in f32).
-inline float philox_uniform(uint64_t seed, uint64_t counter) {
+GROVE_PHILOX_HOST_DEVICE inline float philox_uniform(uint64_t seed, uint64_t counter) {
   return static_cast<float>(philox4x32_10(counter, seed)[0] >> 8) * (1.0f / 16777216.0f);
 }
 

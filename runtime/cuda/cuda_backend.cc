@@ -169,7 +169,8 @@ void CudaBackend::free_raw(void* pointer) {
 void* CudaBackend::allocate_host_pinned(size_t bytes) {
   use_device();
   void* pointer = nullptr;
-  GROVE_CUDA_CHECK(cudaHostAlloc(&pointer, std::max<size_t>(bytes, 1), cudaHostAllocPortable),
+  GROVE_CUDA_CHECK(cudaHostAlloc(&pointer, std::max<size_t>(bytes, 1),
+                                 cudaHostAllocPortable | cudaHostAllocMapped),
                    "allocating ", bytes, " bytes of pinned host memory for ", where());
   return pointer;
 }
@@ -322,26 +323,28 @@ float CudaBackend::elapsed_ms(EventHandle start, EventHandle end) {
 }
 
 KernelHandle CudaBackend::load_kernel(const KernelSource& source) {
-  GROVE_CHECK_AS(DeviceError, !source.ptx.empty(), where(), ": kernel '", source.name,
-                 "' has no PTX; the cuda device runs PTX kernels only");
+  GROVE_CHECK_AS(DeviceError, !source.ptx.empty() || !source.image.empty(), where(), ": kernel '",
+                 source.name,
+                 "' has neither PTX nor a cubin/fatbin image; the cuda device runs only those");
   use_device();
+  const std::string& code = source.ptx.empty() ? source.image : source.ptx;
   std::lock_guard<std::mutex> lock(mutex_);
-  auto library_it = libraries_.find(source.ptx);
+  auto library_it = libraries_.find(code);
   if (library_it == libraries_.end()) {
     std::array<char, kJitLogBytes> error_log{};
     std::array<cudaJitOption, 2> options = {cudaJitErrorLogBuffer, cudaJitErrorLogBufferSizeBytes};
     std::array<void*, 2> values = {error_log.data(),
                                    reinterpret_cast<void*>(uintptr_t{kJitLogBytes})};
     cudaLibrary_t library = nullptr;
-    cudaError_t status = cudaLibraryLoadData(&library, source.ptx.c_str(), options.data(),
-                                             values.data(), options.size(), nullptr, nullptr, 0);
+    cudaError_t status = cudaLibraryLoadData(&library, code.data(), options.data(), values.data(),
+                                             options.size(), nullptr, nullptr, 0);
     if (status != cudaSuccess) {
       std::string log(error_log.data());
       throw_cuda_error(status, "cudaLibraryLoadData",
                        str_cat("loading the PTX of kernel '", source.name, "' on ", where(),
                                log.empty() ? "" : str_cat(" (JIT log: ", log, ")")));
     }
-    library_it = libraries_.emplace(source.ptx, library).first;
+    library_it = libraries_.emplace(code, library).first;
   }
   auto key = std::make_pair(library_it->second, source.name);
   if (auto it = kernels_by_name_.find(key); it != kernels_by_name_.end()) {

@@ -103,6 +103,9 @@ class CudaBackend final : public Backend {
                             const KernelArgs& args) override;
   size_t add_head_kernel_node(GraphHandle graph, KernelHandle kernel, const LaunchDims& dims,
                               const KernelArgs& args) override;
+  GraphHandle create_graph() override;
+  uint64_t create_while_condition(GraphHandle graph, bool initial) override;
+  void add_while_node(GraphHandle graph, uint64_t condition, GraphHandle body) override;
   size_t graph_node_count(GraphHandle graph) override;
   std::string graph_dot(GraphHandle graph) override;
   void destroy_graph(GraphHandle graph) override;
@@ -133,7 +136,7 @@ class CudaBackend final : public Backend {
   int index_;
   std::string name_;
   std::mutex mutex_;
-  std::map<std::string, cudaLibrary_t> libraries_;  // by PTX text
+  std::map<std::string, cudaLibrary_t> libraries_;  // by PTX text or image
   std::map<std::pair<cudaLibrary_t, std::string>, CudaKernel*> kernels_by_name_;
   std::deque<CudaKernel> kernels_;
   // Captures this backend began, by stream, and the launches recorded into each.

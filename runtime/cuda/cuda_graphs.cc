@@ -312,6 +312,52 @@ size_t CudaBackend::add_head_kernel_node(GraphHandle graph, KernelHandle kernel,
   return g.kernel_nodes->size() - 1;
 }
 
+GraphHandle CudaBackend::create_graph() {
+  use_device();
+  cudaGraph_t graph = nullptr;
+  GROVE_CUDA_CHECK(cudaGraphCreate(&graph, 0), "creating an empty graph on ", where());
+  auto* g = new CudaGraph();
+  g->graph = graph;
+  return GraphHandle{g};
+}
+
+uint64_t CudaBackend::create_while_condition(GraphHandle graph, bool initial) {
+  use_device();
+  cudaGraphConditionalHandle handle = 0;
+  GROVE_CUDA_CHECK(cudaGraphConditionalHandleCreate(&handle, graph_of(graph).graph, initial ? 1 : 0,
+                                                    cudaGraphCondAssignDefault),
+                   "creating a WHILE condition on ", where(),
+                   " (conditional nodes need CUDA 12.4 or newer in driver and runtime)");
+  return static_cast<uint64_t>(handle);
+}
+
+void CudaBackend::add_while_node(GraphHandle graph, uint64_t condition, GraphHandle body) {
+  use_device();
+  cudaGraph_t parent = graph_of(graph).graph;
+  size_t count = 0;
+  GROVE_CUDA_CHECK(cudaGraphGetNodes(parent, nullptr, &count), "listing the nodes of a graph on ",
+                   where());
+  std::vector<cudaGraphNode_t> before(count);
+  if (count > 0) {
+    GROVE_CUDA_CHECK(cudaGraphGetNodes(parent, before.data(), &count),
+                     "listing the nodes of a graph on ", where());
+  }
+  cudaGraphNodeParams params{};
+  params.type = cudaGraphNodeTypeConditional;
+  params.conditional.handle = static_cast<cudaGraphConditionalHandle>(condition);
+  params.conditional.type = cudaGraphCondTypeWhile;
+  params.conditional.size = 1;
+  cudaGraphNode_t node = nullptr;
+  GROVE_CUDA_CHECK(cudaGraphAddNode(&node, parent, before.data(), nullptr, before.size(), &params),
+                   "adding a WHILE node on ", where(),
+                   " (the condition must come from create_while_condition of the same graph)");
+  cudaGraph_t body_graph = params.conditional.phGraph_out[0];
+  cudaGraphNode_t child = nullptr;
+  GROVE_CUDA_CHECK(cudaGraphAddChildGraphNode(&child, body_graph, nullptr, 0, graph_of(body).graph),
+                   "adding the body of a WHILE node on ", where(),
+                   " (a body may hold kernels, copies, memsets and conditionals only)");
+}
+
 size_t CudaBackend::graph_node_count(GraphHandle graph) {
   size_t count = 0;
   GROVE_CUDA_CHECK(cudaGraphGetNodes(graph_of(graph).graph, nullptr, &count),

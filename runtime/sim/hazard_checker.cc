@@ -252,6 +252,14 @@ std::vector<MemoryAccess> node_accesses(const HazardChecker& checker, const SimN
       return {bytes_at(node.destination, true)};
     case SimNode::Kind::kHostFunction:
       return {};  // what a host function touches is not known
+    case SimNode::Kind::kWhile: {
+      std::vector<MemoryAccess> accesses;
+      for (const SimNode& body_node : node.loop->body) {
+        std::vector<MemoryAccess> more = node_accesses(checker, body_node);
+        accesses.insert(accesses.end(), more.begin(), more.end());
+      }
+      return accesses;
+    }
   }
   return {};
 }

@@ -476,6 +476,41 @@ class SimBackend final : public Backend {
     return kernel_index;
   }
 
+  GraphHandle create_graph() override { return GraphHandle{new SimGraph()}; }
+
+  uint64_t create_while_condition(GraphHandle graph, bool initial) override {
+    GROVE_CHECK(graph.impl != nullptr, device_.str(), ": WHILE condition for a null graph");
+    auto condition = std::make_shared<sim::SimCondition>();
+    condition->initial = condition->value = initial ? 1 : 0;
+    static_cast<SimGraph*>(graph.impl)->conditions.push_back(condition);
+    return reinterpret_cast<uint64_t>(&condition->value);
+  }
+
+  void add_while_node(GraphHandle graph, uint64_t condition, GraphHandle body) override {
+    GROVE_CHECK(graph.impl != nullptr && body.impl != nullptr, device_.str(),
+                ": WHILE node with a null graph or body");
+    auto& g = *static_cast<SimGraph*>(graph.impl);
+    const auto& b = *static_cast<const SimGraph*>(body.impl);
+    auto loop = std::make_shared<sim::SimWhileLoop>();
+    for (const auto& made : g.conditions) {
+      if (reinterpret_cast<uint64_t>(&made->value) == condition) loop->condition = made;
+    }
+    GROVE_CHECK(loop->condition != nullptr, device_.str(),
+                ": WHILE node with a condition that was not made for this graph "
+                "(create_while_condition(graph, ...))");
+    for (const SimNode& node : b.nodes) {
+      GROVE_CHECK(node.kind != SimNode::Kind::kHostFunction, device_.str(),
+                  ": a WHILE body may not hold host functions (CUDA allows kernels, copies, "
+                  "memsets and conditionals only)");
+    }
+    for (size_t index : sim::execution_order(b)) loop->body.push_back(b.nodes[index]);
+    SimNode node;
+    node.kind = SimNode::Kind::kWhile;
+    node.loop = std::move(loop);
+    if (!g.nodes.empty()) node.dependencies.push_back(g.nodes.size() - 1);
+    g.nodes.push_back(std::move(node));
+  }
+
   size_t graph_node_count(GraphHandle graph) override {
     return static_cast<SimGraph*>(graph.impl)->nodes.size();
   }

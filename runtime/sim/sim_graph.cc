@@ -23,6 +23,13 @@ void SimNode::run() const {
     case Kind::kHostFunction:
       host_function(user_data);
       break;
+    case Kind::kWhile:
+      // Note [While graphs]: the launch resets the condition; the body sets it.
+      loop->condition->value = loop->condition->initial;
+      while (loop->condition->value != 0) {
+        for (const SimNode& node : loop->body) node.run();
+      }
+      break;
   }
 }
 
@@ -37,6 +44,8 @@ std::string SimNode::label() const {
       return str_cat("memset ", bytes, " bytes to ", byte_value);
     case Kind::kHostFunction:
       return "host function";
+    case Kind::kWhile:
+      return str_cat("while (", loop->body.size(), " body nodes)");
   }
   return "?";
 }
@@ -86,6 +95,9 @@ ExecUpdateResult check_same_topology(const SimGraphExec& exec, const SimGraph& g
     if (before.kind == SimNode::Kind::kKernel && before.kernel != after.kernel) {
       return {false, str_cat("node ", i, " changed kernel from ", before.kernel->name, " to ",
                              after.kernel->name)};
+    }
+    if (before.kind == SimNode::Kind::kWhile && before.loop != after.loop) {
+      return {false, str_cat("node ", i, " is a different WHILE node")};
     }
     if (before.kind == SimNode::Kind::kHostFunction &&
         before.host_function != after.host_function) {

@@ -5,6 +5,7 @@
 // every node after the nodes it depends on, otherwise in index order.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,24 @@ struct SimKernel {
   HostKernelFn function = nullptr;
 };
 
+struct SimNode;
+
+// A WHILE node's condition: the value a kernel sets through the handle
+// (its address, Backend::create_while_condition) and the value each launch starts with.
+struct SimCondition {
+  uint32_t value = 0;
+  uint32_t initial = 0;
+};
+
+// A WHILE node: `body` (a copy of the body graph's nodes in execution order)
+// runs while `condition->value` is non-zero, checked before each run.
+struct SimWhileLoop {
+  std::shared_ptr<SimCondition> condition;
+  std::vector<SimNode> body;
+};
+
 struct SimNode {
-  enum class Kind { kKernel, kCopy, kMemset, kHostFunction };
+  enum class Kind { kKernel, kCopy, kMemset, kHostFunction, kWhile };
   Kind kind = Kind::kKernel;
   std::vector<size_t> dependencies;
   // kKernel
@@ -34,6 +51,8 @@ struct SimNode {
   // kHostFunction
   void (*host_function)(void*) = nullptr;
   void* user_data = nullptr;
+  // kWhile
+  std::shared_ptr<const SimWhileLoop> loop;
 
   void run() const;
   std::string label() const;
@@ -41,6 +60,8 @@ struct SimNode {
 
 struct SimGraph {
   std::vector<SimNode> nodes;
+  // The conditions made for this graph's WHILE nodes (Backend::create_while_condition).
+  std::vector<std::shared_ptr<SimCondition>> conditions;
 };
 
 struct SimGraphExec {

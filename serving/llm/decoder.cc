@@ -5,6 +5,7 @@
 
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "serving/llm/decode_kernels.h"
 
 namespace grove::serving::llm {
 
@@ -164,15 +165,23 @@ std::vector<std::vector<float>> Decoder::decode(const std::vector<DecodeRow>& ro
     tokens[static_cast<size_t>(row.slot)] = row.token;
     positions[static_cast<size_t>(row.slot)] = row.position;
   }
+  Tensor positions_tensor = Tensor::from_vector(positions, {bucket}, device_);
   compiler::TensorList outputs =
-      decode_model(bucket)({Tensor::from_vector(tokens, {bucket}, device_),
-                            Tensor::from_vector(positions, {bucket}, device_)});
+      decode_model(bucket)({Tensor::from_vector(tokens, {bucket}, device_), positions_tensor});
+  write_new_rows(kv_write_table(state_->cache_tensors(), {outputs.begin() + 1, outputs.end()}),
+                 positions_tensor);
   std::vector<float> all = outputs.at(0).to_vector<float>();
   std::vector<std::vector<float>> result;
   result.reserve(rows.size());
   for (const DecodeRow& row : rows)
     result.push_back(logits_row(all, row.slot, config().vocab_size));
   return result;
+}
+
+void Decoder::write_new_rows(const Tensor& table, const Tensor& positions) const {
+  const DecoderConfig& c = config();
+  launch_kv_write(table, 2 * c.num_layers, positions, c.num_kv_heads, state_->cache().max_seq_len,
+                  c.head_dim(), c.dtype);
 }
 
 std::string Decoder::stats_json() const {

@@ -63,6 +63,10 @@ class Decoder {
   std::vector<float> prefill(int64_t slot, std::span<const int64_t> prompt);
   // One decode step; rows name distinct slots. Returns each row's f32 logits [vocab].
   std::vector<std::vector<float>> decode(const std::vector<DecodeRow>& rows);
+  // Stores a decode program's new keys and values (its outputs 1..) at each
+  // row's position (-1: none) on the current stream (Note [KV cache in static
+  // buffers]); `table` is kv_write_table's for these outputs.
+  void write_new_rows(const runtime::Tensor& table, const runtime::Tensor& positions) const;
 
   int64_t prompt_bucket(int64_t length) const;  // smallest bucket >= length
   int64_t batch_bucket(int64_t rows) const;     // smallest bucket >= rows

@@ -202,16 +202,28 @@ ValueId DecoderLayers::prompt_attention(const QueryKeyValue& qkv, int64_t rows) 
 }
 
 ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId value_cache,
-                                       ValueId positions, int64_t rows) {
+                                       ValueId new_key, ValueId new_value, ValueId positions,
+                                       int64_t rows) {
   const int64_t d = config_.head_dim();
   const int64_t kv_heads = config_.num_kv_heads;
   const int64_t groups = config_.query_groups();
   const int64_t length = cache_.max_seq_len;
   ValueId q = b_.reshape(query, {rows, kv_heads, groups, d});
-  ValueId scores = b_.matmul(q, b_.transpose(key_cache, 2, 3));  // [rows, kv, groups, T]
-  ValueId keep = b_.compare("le", b_.reshape(positions_table_, {1, 1, 1, length}),
+  // Scores against the cache [rows, kv, groups, T] and against the row's own
+  // new key [rows, kv, groups, 1], side by side (Note [KV cache in static buffers]).
+  ValueId cached = b_.matmul(q, b_.transpose(key_cache, 2, 3));
+  ValueId own = b_.matmul(q, b_.reshape(new_key, {rows, kv_heads, d, 1}));
+  ValueId scores = b_.concat({cached, own}, 3);
+  // Cache positions t < position are the row's past; index T (the own key)
+  // carries -1, kept for every real row.
+  ValueId index = b_.concat({positions_table_, b_.full(-1, {1}, DType::kI64)}, 0);
+  ValueId keep = b_.compare("lt", b_.reshape(index, {1, 1, 1, length + 1}),
                             b_.reshape(positions, {rows, 1, 1, 1}));
-  ValueId attended = b_.matmul(masked_softmax(scores, keep), value_cache);  // [rows, kv, groups, d]
+  ValueId probabilities = masked_softmax(scores, keep);
+  ValueId from_cache = b_.matmul(b_.slice(probabilities, 3, 0, length), value_cache);
+  ValueId from_own = b_.matmul(b_.slice(probabilities, 3, length, length + 1),
+                               b_.reshape(new_value, {rows, kv_heads, 1, d}));
+  ValueId attended = b_.add(from_cache, from_own);  // [rows, kv, groups, d]
   return b_.reshape(attended, {rows, config_.num_heads * d});
 }
 
@@ -234,16 +246,6 @@ ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot, V
   ValueId fresh = b_.where(in_prompt, b_.reshape(by_head, {1, kv_heads, cache_.max_seq_len, d}),
                            scalar(0, dtype_));
   ValueId updated = b_.where(mine, fresh, cache);
-  return b_.copy_into(cache, updated, name);
-}
-
-ValueId DecoderLayers::write_step(ValueId cache, ValueId keys, ValueId positions, int64_t rows,
-                                  const std::string& name) {
-  const int64_t d = config_.head_dim();
-  const int64_t length = cache_.max_seq_len;
-  ValueId here = b_.compare("eq", b_.reshape(positions_table_, {1, 1, length, 1}),
-                            b_.reshape(positions, {rows, 1, 1, 1}));
-  ValueId updated = b_.where(here, b_.reshape(keys, {rows, config_.num_kv_heads, 1, d}), cache);
   return b_.copy_into(cache, updated, name);
 }
 

@@ -44,17 +44,14 @@ class DecoderLayers {
 
   // Prefill attention: causal over the prompt itself; [rows, heads * head_dim].
   ValueId prompt_attention(const QueryKeyValue& qkv, int64_t rows);
-  // Decode attention of each row over its slot's cache up to its position.
-  ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache, ValueId positions,
-                          int64_t rows);
+  // Decode attention of each row over its slot's cache before its position
+  // and its own new key and value ([rows, kv_heads, head_dim], not yet in the cache).
+  ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache, ValueId new_key,
+                          ValueId new_value, ValueId positions, int64_t rows);
   // The prompt's keys or values [rows, kv_heads, head_dim] written into `slot`
   // of the full cache (positions 0..last_index, zeros after); returns the new cache.
   ValueId write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index, int64_t rows,
                        const std::string& name);
-  // Row i's key or value [rows, kv_heads, head_dim] written at positions[i] of
-  // slot i; returns the new cache.
-  ValueId write_step(ValueId cache, ValueId keys, ValueId positions, int64_t rows,
-                     const std::string& name);
 
   // A nonnegative copy of positions (padding rows have -1) for table lookups.
   ValueId clamped_positions(ValueId positions);

@@ -1,5 +1,7 @@
 #include "serving/llm/decoder_program.h"
 
+#include <vector>
+
 #include "compiler/ir/builder.h"
 #include "runtime/error.h"
 #include "serving/llm/decoder_layers.h"
@@ -89,19 +91,21 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
   DecoderLayers layers(b, config, cache);
   ValueId lookup = layers.clamped_positions(positions);
   ValueId x = layers.embed(ids, lookup);
+  std::vector<ValueId> new_rows;
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    // Note [KV cache in static buffers]: rows 0..batch-1 are slots 0..batch-1.
+    // Note [KV cache in static buffers]: rows 0..batch-1 are slots 0..batch-1;
+    // the program reads the cache and returns the new keys and values.
     LayerCaches caches = declare_caches(b, config, layer, batch, cache.max_seq_len);
     QueryKeyValue qkv = layers.project(layers.block_norm(x, layer, 1), layer, lookup, batch);
-    ValueId keys =
-        layers.write_step(caches.key, qkv.key, positions, batch, str_cat("write_key_", layer));
-    ValueId values = layers.write_step(caches.value, qkv.value, positions, batch,
-                                       str_cat("write_value_", layer));
-    ValueId attended = layers.cache_attention(qkv.query, keys, values, positions, batch);
+    ValueId attended = layers.cache_attention(qkv.query, caches.key, caches.value, qkv.key,
+                                              qkv.value, positions, batch);
     x = b.add(x, layers.output_projection(attended, layer));
     x = b.add(x, layers.mlp(layers.block_norm(x, layer, 2), layer));
+    new_rows.push_back(qkv.key);
+    new_rows.push_back(qkv.value);
   }
   b.output(layers.lm_head(layers.final_norm(x)));
+  for (ValueId rows : new_rows) b.output(rows);
   return b.build();
 }
 

@@ -8,26 +8,28 @@
 //     output: logits f32 [1, vocab] of the token at last_index
 //   Program decode = build_decode_program(config, cache, 4, device);
 //     inputs: input_ids i64 [4], positions i64 [4] (-1: a padding row)
-//     output: logits f32 [4, vocab]
+//     outputs: logits f32 [4, vocab], then per layer the new key and value
+//              [4, kv_heads, head_dim] (written into the cache by kv_write, decode_kernels.h)
 //
 // Note [KV cache in static buffers]
 // Each layer's keys and values live in two buffers of shape
-// [slots, kv_heads, max_seq_len, head_dim] that every program writes in place
-// through copy_into, so to the tree manager they are static inputs mutated by
-// the graph (ARCHITECTURE.md 4.4 (b)): never copied, replayed as recorded.
-// A decode program for batch bucket b declares its cache as [b, ...] and is
-// bound to the first b slots of the full cache (a contiguous view at the same
-// address), so decode row i is slot i and no gather of the cache is needed.
-// The write at a request's position is a masked in-place update of the cache
-// (where(position == t, new, old)); a position of -1 matches no t, so padding
-// rows write nothing and attend to nothing they could disturb, and prefill
-// with slot -1 (warm-up) writes nothing either. A prefill writes the prompt's
-// positions of its slot and zeros after them. The masked update rewrites the
-// bucket's whole cache each step (O(rows * max_seq_len) per layer, like the
-// attention's masked read): grove has no scatter op yet that would write one
-// position. Tests:
+// [slots, kv_heads, max_seq_len, head_dim]: static inputs to the tree manager
+// (ARCHITECTURE.md 4.4 (b)), never copied. A decode program for batch bucket
+// b declares its cache as [b, ...] and is bound to the first b slots of the
+// full cache (a contiguous view at the same address), so decode row i is
+// slot i and no gather of the cache is needed. The decode program only reads
+// the cache: row i attends over positions t < positions[i] of slot i and over
+// its own new key and value, which the program returns; the kv-write kernel
+// (decode_kernels.h) then stores them at positions[i], one position per row
+// and layer, after the program in stream order (inside the same graph for
+// DecodeLoop). A position of -1 writes nothing, so padding rows leave the
+// cache alone. A prefill writes the prompt's positions of its slot and zeros
+// after them (a masked rewrite of the cache, O(slots * max_seq_len); slot -1,
+// used by warm-up, writes nothing). Tests:
 // DecoderGraphs.DecodeWritesTheCacheInPlaceWithoutCopies,
-// DecoderGraphs.WarmUpLeavesTheCacheUntouched (tests/serving/llm/decoder_test.cc).
+// DecoderGraphs.WarmUpLeavesTheCacheUntouched
+// (tests/serving/llm/decoder_test.cc), DecodeLoopTest.DecodeWritesOnlyEachRowsPosition
+// (tests/serving/llm/decode_loop_test.cc).
 #pragma once
 
 #include <string>

@@ -73,6 +73,15 @@ const runtime::Tensor& DecoderState::tensor(const std::string& name) const {
   return found->second;
 }
 
+std::vector<runtime::Tensor> DecoderState::cache_tensors() const {
+  std::vector<runtime::Tensor> caches;
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    caches.push_back(tensor(key_cache_name(layer)));
+    caches.push_back(tensor(value_cache_name(layer)));
+  }
+  return caches;
+}
+
 std::vector<std::string> DecoderState::weight_names() const {
   std::vector<std::string> names;
   for (const auto& [name, tensor] : tensors_) {

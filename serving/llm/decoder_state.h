@@ -33,6 +33,9 @@ class DecoderState {
   runtime::Tensor bind(const compiler::ir::Value& value) const;
 
   const runtime::Tensor& tensor(const std::string& name) const;
+  // Every layer's key cache then value cache, layer by layer: the order of a
+  // decode program's new-row outputs (Note [KV cache in static buffers]).
+  std::vector<runtime::Tensor> cache_tensors() const;
   // The names a checkpoint must provide, sorted.
   std::vector<std::string> weight_names() const;
   const DecoderConfig& config() const { return config_; }

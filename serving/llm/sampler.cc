@@ -1,13 +1,34 @@
 #include "serving/llm/sampler.h"
 
-#include <algorithm>
+#include <array>
 #include <cmath>
-#include <numeric>
 
 #include "compiler/ops/philox.h"
 #include "runtime/error.h"
+#include "serving/llm/sampling_math.h"
 
 namespace grove::serving::llm {
+
+namespace {
+
+using sampling::chunk_begin;
+using sampling::chunk_end;
+using sampling::kThreads;
+
+// Sum over chunks in order of the kept mass at `threshold` (Note [Sampling draws]).
+double kept_mass(const float* logits, int64_t vocab, uint32_t threshold, float max_logit,
+                 double temperature, std::array<double, kThreads>* per_chunk = nullptr) {
+  double total = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    double mass = sampling::chunk_mass(logits, chunk_begin(t, vocab), chunk_end(t, vocab),
+                                       threshold, max_logit, temperature);
+    if (per_chunk != nullptr) (*per_chunk)[static_cast<size_t>(t)] = mass;
+    total = total + mass;
+  }
+  return total;
+}
+
+}  // namespace
 
 void SamplingParams::verify() const {
   GROVE_CHECK(std::isfinite(temperature) && temperature >= 0, "sampling temperature ", temperature,
@@ -18,42 +39,62 @@ void SamplingParams::verify() const {
 
 int64_t sample_token(const std::vector<float>& logits, const SamplingParams& params,
                      uint64_t draw) {
-  GROVE_CHECK(!logits.empty(), "sampling from an empty row of logits");
+  return sample_token(logits.data(), static_cast<int64_t>(logits.size()), params, draw);
+}
+
+int64_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                     uint64_t draw) {
+  GROVE_CHECK(vocab > 0, "sampling from an empty row of logits");
   if (params.greedy()) {
-    return std::max_element(logits.begin(), logits.end()) - logits.begin();
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i) {
+      if (logits[i] > logits[best]) best = i;
+    }
+    return best;
   }
-  // Note [Sampling draws].
-  std::vector<int64_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
-  });
-  size_t keep = order.size();
-  if (params.top_k > 0) keep = std::min(keep, static_cast<size_t>(params.top_k));
-  std::vector<double> probabilities(keep);
-  const double top = logits[static_cast<size_t>(order[0])] / params.temperature;
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    probabilities[i] = std::exp(logits[static_cast<size_t>(order[i])] / params.temperature - top);
-    total += probabilities[i];
+  float max_logit = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) max_logit = logits[i] > max_logit ? logits[i] : max_logit;
+  const double temperature = params.temperature;
+  uint32_t threshold = 0;
+  if (params.top_k > 0 && params.top_k < vocab) {
+    for (int bit = 31; bit >= 0; --bit) {
+      const uint32_t candidate = threshold | (1u << bit);
+      int64_t count = 0;
+      for (int t = 0; t < kThreads; ++t) {
+        count +=
+            sampling::chunk_count(logits, chunk_begin(t, vocab), chunk_end(t, vocab), candidate);
+      }
+      if (count >= params.top_k) threshold = candidate;
+    }
   }
   if (params.top_p < 1) {
-    double cumulative = 0;
-    size_t prefix = 0;
-    while (prefix < keep) {
-      cumulative += probabilities[prefix++] / total;
-      if (cumulative >= params.top_p) break;
+    const double target =
+        params.top_p * kept_mass(logits, vocab, threshold, max_logit, temperature);
+    uint32_t cut = 0;
+    for (int bit = 31; bit >= 0; --bit) {
+      const uint32_t candidate = cut | (1u << bit);
+      const uint32_t effective = candidate > threshold ? candidate : threshold;
+      if (kept_mass(logits, vocab, effective, max_logit, temperature) >= target) cut = candidate;
     }
-    keep = prefix;
-    total = std::accumulate(probabilities.begin(), probabilities.begin() + keep, 0.0);
+    threshold = cut > threshold ? cut : threshold;
   }
-  const double u = compiler::ops::philox_uniform(params.seed, draw) * total;
-  double cumulative = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    cumulative += probabilities[i];
-    if (u < cumulative) return order[i];
+  std::array<double, kThreads> per_chunk{};
+  const double total = kept_mass(logits, vocab, threshold, max_logit, temperature, &per_chunk);
+  const double u = static_cast<double>(compiler::ops::philox_uniform(params.seed, draw)) * total;
+  // The chunk where the running mass passes u, else the last chunk with mass.
+  double before = 0;
+  int chosen = -1;
+  double chosen_before = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    const double mass = per_chunk[static_cast<size_t>(t)];
+    if (mass <= 0) continue;
+    chosen = t;
+    chosen_before = before;
+    before = before + mass;
+    if (u < before) break;
   }
-  return order[keep - 1];
+  return sampling::chunk_pick(logits, chunk_begin(chosen, vocab), chunk_end(chosen, vocab),
+                              threshold, max_logit, temperature, chosen_before, u);
 }
 
 }  // namespace grove::serving::llm

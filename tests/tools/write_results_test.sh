@@ -24,6 +24,7 @@ for header in ["# grove benchmark results", "## Launch overhead", "## Inference:
                "## Eager backend", "## Training step", "## PyTorch in the same session",
                "## Tree manager overhead", "## Input binding", "## Shape buckets", "## Serving",
                "## Data-parallel training", "## Serving over HTTP", "## Planned batch buckets",
+               "## Decode: per-step graphs vs the WHILE loop", "## Decode in PyTorch",
                "## torch.compile(backend=\"grove\"), inference",
                "## torch.compile(backend=\"grove\"), training",
                "## grove and PyTorch side by side",

@@ -1,0 +1,237 @@
+// decode: autoregressive decode throughput of grove's LLaMA decoder (issue 38).
+// For each config (--configs: a LLaMA-1B-class "1b" and a "small" one, random
+// bf16 weights written as a Hugging Face checkpoint under --model-dir) and
+// each batch (--batches), B requests are prefilled and then decoded for
+// --steps steps by DecodeLoop (Note [Decode loop on the device]) in two modes
+// on the same recorded step: one graph launch per step (the host waits for
+// each step's tokens), and --steps steps in one conditional WHILE graph
+// launch. Reports tokens/s, step time, and model bandwidth utilisation: the
+// bytes a step must read (weights less the input embedding table, plus the
+// KV cache of the bucket's rows over all max_seq_len positions, which the
+// masked attention reads) / step time / --hbm-tbs. Each mode's runs give the
+// same tokens (checked).
+//
+//   decode [--device auto|cuda|sim] [--configs 1b,small] [--batches 1,8,32,64]
+//          [--steps 64] [--prompt 16] [--max-seq-len 128] [--repeats 5]
+//          [--hbm-tbs 3.35] [--model-dir DIR] [--json FILE]
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmarks/common/flags.h"
+#include "benchmarks/common/json_report.h"
+#include "benchmarks/common/table.h"
+#include "benchmarks/decode/decode_checkpoint.h"
+#include "runtime/device_context.h"
+#include "serving/llm/decode_loop.h"
+#include "serving/llm/decoder.h"
+
+namespace grove::benchmarks {
+namespace {
+
+using serving::llm::DecodeLoop;
+using serving::llm::DecodeMode;
+using serving::llm::Decoder;
+
+constexpr const char* kName = "decode";
+
+const std::vector<FlagSpec> kFlags = {
+    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    {"--configs", "LIST", "model configs, of 1b and small (default 1b,small)"},
+    {"--batches", "LIST", "concurrent requests per run (default 1,8,32,64)"},
+    {"--steps", "N", "decode steps per timed run (default 64)"},
+    {"--prompt", "N", "prompt tokens per request (default 16)"},
+    {"--max-seq-len", "T", "KV-cache positions per request (default 128)"},
+    {"--repeats", "R", "timed runs per mode (default 5; the median is reported)"},
+    {"--hbm-tbs", "TB/s", "HBM bandwidth for utilisation (default 3.35, H100 SXM; H200: 4.8)"},
+    {"--dtype", "bf16|f32", "model dtype (default bf16)"},
+    {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
+    {"--json", "FILE", "write the results as JSON"},
+};
+
+struct ModeResult {
+  double step_us = 0;  // median over repeats
+  double spread = 0;
+  std::vector<std::vector<int64_t>> tokens;  // of the last repeat
+};
+
+// Prefills `batch` seeded prompts into slots 0..batch-1 and starts their rows (greedy).
+void start_requests(Decoder& decoder, DecodeLoop& loop, int64_t batch, int64_t prompt,
+                    int64_t steps) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> token(3, decoder.config().vocab_size - 1);
+  for (int64_t row = 0; row < batch; ++row) {
+    std::vector<int64_t> ids(static_cast<size_t>(prompt));
+    for (int64_t& id : ids) id = token(rng);
+    std::vector<float> logits = decoder.prefill(row, ids);
+    int64_t first = serving::llm::sample_token(logits, {}, 0);
+    loop.set_row(row, {.token = first,
+                       .position = prompt,
+                       .generated = 1,
+                       .max_new_tokens = steps + 1,
+                       .eos_token_id = std::nullopt});
+  }
+}
+
+ModeResult time_mode(Decoder& decoder, DecodeLoop& loop, DecodeMode mode, int64_t batch,
+                     int64_t prompt, int64_t steps, int64_t repeats) {
+  ModeResult result;
+  std::vector<double> samples;
+  for (int64_t repeat = 0; repeat <= repeats; ++repeat) {  // repeat 0 warms up
+    start_requests(decoder, loop, batch, prompt, steps);
+    Stopwatch watch;
+    serving::llm::DecodeRun run = loop.run(steps, mode);
+    const double elapsed = watch.elapsed_us();
+    GROVE_CHECK(run.steps == steps, kName, ": a run took ", run.steps, " steps, expected ", steps);
+    if (repeat > 0) samples.push_back(elapsed / static_cast<double>(steps));
+    result.tokens = run.tokens;
+  }
+  LatencySummary summary = summarize(samples);
+  result.step_us = summary.median_us;
+  result.spread = summary.spread();
+  return result;
+}
+
+int run(int argc, char** argv) {
+  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
+  if (flags.help_requested()) {
+    std::fputs(
+        usage_text(kName, "Decode tokens/s: per-step graphs vs one WHILE graph.", kFlags).c_str(),
+        stdout);
+    return 0;
+  }
+  runtime::Device device = resolve_device(flags.text("--device", "auto"));
+  const std::vector<std::string> configs = flags.list("--configs", {"1b", "small"});
+  std::vector<int64_t> batches;
+  for (const std::string& item : flags.list("--batches", {"1", "8", "32", "64"})) {
+    batches.push_back(cli::parse_integer("--batches", item, 1, 4096));
+  }
+  const int64_t steps = flags.integer("--steps", 64, 1, 4096);
+  const int64_t prompt = flags.integer("--prompt", 16, 1, 4096);
+  const int64_t max_seq_len = flags.integer("--max-seq-len", 128, 2, 1 << 16);
+  const int64_t repeats = flags.integer("--repeats", 5, 1, 1000);
+  const double hbm_tbs = flags.positive_number("--hbm-tbs", 3.35);
+  const std::string dtype_name = flags.text("--dtype", "bf16");
+  if (dtype_name != "bf16" && dtype_name != "f32") {
+    throw UsageError("--dtype must be bf16 or f32; got " + dtype_name);
+  }
+  const runtime::DType dtype = dtype_name == "bf16" ? runtime::DType::kBF16 : runtime::DType::kF32;
+  if (prompt + steps > max_seq_len) {
+    throw UsageError(str_cat("--prompt ", prompt, " plus --steps ", steps, " exceed --max-seq-len ",
+                             max_seq_len));
+  }
+  const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
+  const std::string json_path = flags.text("--json", "");
+  if (!json_path.empty()) cli::check_output_path("--json", json_path);
+
+  nlohmann::json report = report_header(kName, device);
+  report["steps"] = steps;
+  report["prompt"] = prompt;
+  report["max_seq_len"] = max_seq_len;
+  report["hbm_tbs"] = hbm_tbs;
+  report["repeats"] = repeats;
+  report["dtype"] = dtype_name;
+  std::printf(
+      "%s on %s (%s): %lld decode steps per run after a %lld-token prompt, "
+      "max_seq_len %lld, %s, median of %lld runs\n",
+      kName, device.str().c_str(), report["device_name"].get<std::string>().c_str(),
+      static_cast<long long>(steps), static_cast<long long>(prompt),
+      static_cast<long long>(max_seq_len), dtype_name.c_str(), static_cast<long long>(repeats));
+  Table table({{"config"},
+               {"batch", Align::kRight},
+               {"per-step us", Align::kRight},
+               {"while us", Align::kRight},
+               {"while/per-step", Align::kRight},
+               {"tokens/s (while)", Align::kRight},
+               {"MBU (while)", Align::kRight}});
+  for (const std::string& config_name : configs) {
+    serving::llm::DecoderConfig config =
+        decode_benchmark_config(config_name, dtype, std::max<int64_t>(max_seq_len, 2048));
+    const std::string dir = model_root + "/" + config_name + "_" + dtype_name;
+    Stopwatch write_watch;
+    const bool wrote = write_decode_checkpoint(dir, config, 2026);
+    std::printf("%s: checkpoint %s %s (%.1f s)\n", config_name.c_str(), dir.c_str(),
+                wrote ? "written" : "reused", write_watch.elapsed_s());
+    serving::llm::DecoderOptions options;
+    options.device = device;
+    options.max_seq_len = max_seq_len;
+    options.batch_buckets = batches;
+    options.prompt_buckets = {prompt};
+    Stopwatch load_watch;
+    std::unique_ptr<Decoder> decoder = Decoder::load(dir, options);
+    const double load_s = load_watch.elapsed_s();
+    const size_t element = runtime::dtype_size(dtype);
+    const double embed_bytes =
+        static_cast<double>(config.vocab_size * config.hidden_size) * static_cast<double>(element);
+    const double weights_read = static_cast<double>(decoder->state().weight_bytes()) - embed_bytes;
+    nlohmann::json config_json = {{"config", config_name},
+                                  {"hidden_size", config.hidden_size},
+                                  {"layers", config.num_layers},
+                                  {"heads", config.num_heads},
+                                  {"kv_heads", config.num_kv_heads},
+                                  {"intermediate_size", config.intermediate_size},
+                                  {"vocab_size", config.vocab_size},
+                                  {"weights_bytes", decoder->state().weight_bytes()},
+                                  {"weights_read_per_step_bytes", weights_read},
+                                  {"load_s", load_s}};
+    for (int64_t batch : batches) {
+      DecodeLoop loop(*decoder, {.bucket = batch, .max_steps = steps});
+      Stopwatch record_watch;
+      loop.warm_up();
+      const double record_s = record_watch.elapsed_s();
+      ModeResult per_step =
+          time_mode(*decoder, loop, DecodeMode::kPerStepGraphs, batch, prompt, steps, repeats);
+      ModeResult looped =
+          time_mode(*decoder, loop, DecodeMode::kWhileLoop, batch, prompt, steps, repeats);
+      GROVE_CHECK(per_step.tokens == looped.tokens, kName, ": config ", config_name, " batch ",
+                  batch, ": the WHILE loop's tokens differ from the per-step graphs'");
+      const double kv_read =
+          2.0 * static_cast<double>(config.num_layers * batch * config.num_kv_heads * max_seq_len *
+                                    config.head_dim() * element);
+      const double bytes = weights_read + kv_read;
+      auto mbu = [&](double step_us) { return bytes / (step_us * 1e-6) / (hbm_tbs * 1e12); };
+      auto tokens_per_s = [&](double step_us) { return batch / (step_us * 1e-6); };
+      table.add_row({config_name, std::to_string(batch), format_fixed(per_step.step_us, 1),
+                     format_fixed(looped.step_us, 1),
+                     format_ratio(per_step.step_us / looped.step_us),
+                     format_fixed(tokens_per_s(looped.step_us), 0),
+                     format_fixed(100 * mbu(looped.step_us), 1) + "%"});
+      config_json["results"].push_back({{"batch", batch},
+                                        {"record_s", record_s},
+                                        {"body_nodes", loop.body_nodes()},
+                                        {"bytes_read_per_step", bytes},
+                                        {"kv_bytes_read_per_step", kv_read},
+                                        {"per_step",
+                                         {{"step_us", per_step.step_us},
+                                          {"spread", per_step.spread},
+                                          {"tokens_per_s", tokens_per_s(per_step.step_us)},
+                                          {"mbu", mbu(per_step.step_us)}}},
+                                        {"while",
+                                         {{"step_us", looped.step_us},
+                                          {"spread", looped.spread},
+                                          {"tokens_per_s", tokens_per_s(looped.step_us)},
+                                          {"mbu", mbu(looped.step_us)}}},
+                                        {"while_speedup", per_step.step_us / looped.step_us},
+                                        {"tokens_identical", true}});
+    }
+    report["configs"].push_back(config_json);
+  }
+  std::fputs(table.render().c_str(), stdout);
+  std::printf(
+      "MBU: (weights less the embedding table + KV cache of the batch over max_seq_len) "
+      "per step / step time / %.2f TB/s\n",
+      hbm_tbs);
+  if (!json_path.empty()) write_json_file(json_path, report);
+  return 0;
+}
+
+}  // namespace
+}  // namespace grove::benchmarks
+
+int main(int argc, char** argv) {
+  return grove::benchmarks::benchmark_main(grove::benchmarks::kName, grove::benchmarks::run, argc,
+                                           argv);
+}

@@ -1,0 +1,125 @@
+#include "benchmarks/decode/decode_checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/common/flags.h"
+#include "weights/safetensors.h"
+#include "runtime/error.h"
+#include "serving/llm/decoder_program.h"
+
+namespace grove::benchmarks {
+
+namespace {
+
+using serving::llm::DecoderConfig;
+
+nlohmann::json config_json(const DecoderConfig& config) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", config.vocab_size},
+          {"hidden_size", config.hidden_size},
+          {"num_hidden_layers", config.num_layers},
+          {"num_attention_heads", config.num_heads},
+          {"num_key_value_heads", config.num_kv_heads},
+          {"head_dim", config.head_dim()},
+          {"intermediate_size", config.intermediate_size},
+          {"max_position_embeddings", config.max_position_embeddings},
+          {"rms_norm_eps", config.norm_eps},
+          {"rope_theta", config.rope_theta},
+          {"hidden_act", "silu"},
+          {"tie_word_embeddings", false},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"bos_token_id", 1},
+          {"eos_token_id", 2},
+          {"torch_dtype", config.dtype == runtime::DType::kBF16 ? "bfloat16" : "float32"}};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// splitmix64: fast, seeded, plenty for random weights.
+uint64_t next_random(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+DecoderConfig decode_benchmark_config(const std::string& name, runtime::DType dtype,
+                                      int64_t max_position_embeddings) {
+  DecoderConfig config;
+  config.architecture = serving::llm::Architecture::kLlama;
+  config.vocab_size = 32000;
+  config.max_position_embeddings = max_position_embeddings;
+  config.norm_eps = 1e-5;
+  config.eos_token_id = 2;
+  config.dtype = dtype;
+  if (name == "1b") {
+    config.hidden_size = 2048;
+    config.num_layers = 16;
+    config.num_heads = 32;
+    config.num_kv_heads = 8;
+    config.intermediate_size = 8192;
+  } else if (name == "small") {
+    config.hidden_size = 256;
+    config.num_layers = 4;
+    config.num_heads = 4;
+    config.num_kv_heads = 2;
+    config.intermediate_size = 1024;
+  } else {
+    throw cli::UsageError(str_cat("unknown decode config '", name, "'; use 1b or small"));
+  }
+  config.head_dimension = config.hidden_size / config.num_heads;
+  config.verify();
+  return config;
+}
+
+bool write_decode_checkpoint(const std::string& dir, const DecoderConfig& config, uint64_t seed) {
+  const std::string text = config_json(config).dump(2) + "\n";
+  std::filesystem::create_directories(dir);
+  if (std::filesystem::exists(dir + "/model.safetensors") &&
+      read_file(dir + "/config.json") == text) {
+    return false;
+  }
+  // The weights a decoder of this config declares: its program's params.
+  compiler::ir::Program program = serving::llm::build_prefill_program(
+      config, {.slots = 1, .max_seq_len = 1}, 1, runtime::kCpuDevice);
+  std::vector<weights::TensorToWrite> tensors;
+  uint64_t random = seed;
+  const size_t element = runtime::dtype_size(config.dtype);
+  for (const compiler::ir::Value& value : program.values()) {
+    if (!value.is_persistent() || serving::llm::is_grove_state_name(value.name)) continue;
+    const std::string& name = value.name;
+    weights::TensorToWrite out{.name = name, .dtype = config.dtype};
+    int64_t numel = 1;
+    for (int64_t extent : value.type.shape) {
+      out.shape.push_back(extent);
+      numel *= extent;
+    }
+    out.bytes.resize(static_cast<size_t>(numel) * element);
+    const bool norm = name.find("norm") != std::string::npos;
+    for (int64_t i = 0; i < numel; ++i) {
+      double value =
+          norm ? 1.0
+               : (static_cast<double>(next_random(random) >> 11) / 9007199254740992.0 - 0.5) * 0.04;
+      runtime::store_element(out.bytes.data() + static_cast<size_t>(i) * element, config.dtype,
+                             value);
+    }
+    tensors.push_back(std::move(out));
+  }
+  weights::write_safetensors(dir + "/model.safetensors", tensors);
+  std::ofstream(dir + "/config.json") << text;
+  return true;
+}
+
+}  // namespace grove::benchmarks

@@ -1,0 +1,28 @@
+#!/bin/bash
+# Runs decode on sim with the small config and checks its JSON: both modes
+# timed for each batch, identical tokens, plausible bandwidth numbers.
+set -euo pipefail
+binary="benchmarks/decode/decode"
+dir="${TEST_TMPDIR:-/tmp}/decode_models"
+json="${TEST_TMPDIR:-/tmp}/decode.json"
+"$binary" --device sim --configs small --batches 1,2 --steps 3 --prompt 4 --max-seq-len 8 \
+  --repeats 1 --dtype f32 --model-dir "$dir" --json "$json"
+python3 - "$json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+(config,) = report["configs"]
+assert config["config"] == "small" and config["hidden_size"] == 256, config
+assert [r["batch"] for r in config["results"]] == [1, 2], config
+for result in config["results"]:
+    assert result["tokens_identical"], result
+    for mode in ("per_step", "while"):
+        assert result[mode]["step_us"] > 0 and result[mode]["tokens_per_s"] > 0, result
+    assert result["bytes_read_per_step"] > config["weights_read_per_step_bytes"], result
+PY
+# The checkpoint is reused on a second run.
+"$binary" --device sim --configs small --batches 1 --steps 2 --prompt 4 --max-seq-len 8 \
+  --repeats 1 --dtype f32 --model-dir "$dir" | grep -q "reused"
+if "$binary" --configs tiny --device sim 2>/dev/null; then echo "--configs tiny accepted" >&2; exit 1; fi
+if "$binary" --prompt 100 --steps 100 --max-seq-len 64 --device sim 2>/dev/null; then
+  echo "an oversized run was accepted" >&2; exit 1
+fi

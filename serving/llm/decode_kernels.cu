@@ -1,0 +1,207 @@
+// Device kernels of the decode step (decode_kernels.h): the KV-cache write at
+// one position per row, token sampling (Note [Sampling draws], sampler.h) and
+// the loop control of DecodeLoop. Compiled to PTX by regenerate_ptx.sh with
+// --fmad=false, so the sampling arithmetic matches the host reference.
+#include <cstdint>
+
+#include "compiler/ops/philox.h"
+#include "serving/llm/decode_kernels_layout.h"
+#include "serving/llm/sampling_math.h"
+
+namespace sampling = grove::serving::llm::sampling;
+namespace layout = grove::serving::llm::decode_layout;
+
+// table[0, tensors): cache base pointers; table[tensors, 2 * tensors): the new
+// rows [rows, kv_heads, row_bytes]. Block (row, tensor) copies row `row` of
+// every head to position positions[row] of slot `row` (nothing for -1).
+extern "C" __global__ void grove_llm_kv_write(const int64_t* table, int64_t tensors,
+                                              const int64_t* positions, int64_t kv_heads,
+                                              int64_t max_seq_len, int64_t row_bytes) {
+  const int64_t row = blockIdx.x;
+  const int64_t tensor = blockIdx.y;
+  const int64_t position = positions[row];
+  if (position < 0) return;
+  auto* cache = reinterpret_cast<uint16_t*>(table[tensor]);
+  const auto* source = reinterpret_cast<const uint16_t*>(table[tensors + tensor]);
+  const int64_t units = row_bytes / 2;
+  for (int64_t i = threadIdx.x; i < kv_heads * units; i += blockDim.x) {
+    const int64_t head = i / units;
+    const int64_t unit = i % units;
+    cache[((row * kv_heads + head) * max_seq_len + position) * units + unit] =
+        source[(row * kv_heads + head) * units + unit];
+  }
+}
+
+namespace {
+
+// Thread 0 sums the threads' values in thread order; every thread gets the sum.
+__device__ double ordered_sum(double mine, double* shared) {
+  shared[threadIdx.x] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double sum = 0;
+    for (int t = 0; t < sampling::kThreads; ++t) sum = sum + shared[t];
+    shared[sampling::kThreads] = sum;
+  }
+  __syncthreads();
+  const double sum = shared[sampling::kThreads];
+  __syncthreads();
+  return sum;
+}
+
+__device__ int64_t count_sum(int64_t mine, int64_t* shared) {
+  shared[threadIdx.x] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t sum = 0;
+    for (int t = 0; t < sampling::kThreads; ++t) sum += shared[t];
+    shared[sampling::kThreads] = sum;
+  }
+  __syncthreads();
+  const int64_t sum = shared[sampling::kThreads];
+  __syncthreads();
+  return sum;
+}
+
+__device__ double as_double(int64_t bits) {
+  double value;
+  memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+}  // namespace
+
+// One block of sampling::kThreads threads per row (decode_kernels.h).
+extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, int64_t* ids,
+                                            int64_t* positions, int64_t* row_state,
+                                            int64_t max_seq_len, int64_t* streamed,
+                                            const int64_t* loop_state) {
+  __shared__ double masses[sampling::kThreads + 1];
+  __shared__ int64_t counts[sampling::kThreads + 1];
+  __shared__ float maxima[sampling::kThreads];
+  __shared__ int64_t best_index[sampling::kThreads];
+  __shared__ int64_t chosen;
+  const int64_t row = blockIdx.x;
+  const int64_t rows = gridDim.x;
+  const int t = threadIdx.x;
+  const int64_t step = loop_state[layout::kStep];
+  int64_t* state = row_state + row * layout::kRowFields;
+  if (positions[row] < 0) {
+    if (t == 0) streamed[step * rows + row] = -1;
+    return;
+  }
+  const float* row_logits = logits + row * vocab;
+  const int64_t begin = sampling::chunk_begin(t, vocab);
+  const int64_t end = sampling::chunk_end(t, vocab);
+  // The first largest logit of the chunk, then of the row (greedy's token).
+  int64_t best = -1;
+  for (int64_t i = begin; i < end; ++i) {
+    if (best < 0 || row_logits[i] > row_logits[best]) best = i;
+  }
+  best_index[t] = best;
+  maxima[t] = best >= 0 ? row_logits[best] : 0.0f;
+  __syncthreads();
+  if (t == 0) {
+    int64_t overall = best_index[0];
+    for (int other = 1; other < sampling::kThreads; ++other) {
+      if (best_index[other] >= 0 && maxima[other] > row_logits[overall]) {
+        overall = best_index[other];
+      }
+    }
+    chosen = overall;
+  }
+  __syncthreads();
+  const double temperature = as_double(state[layout::kTemperatureBits]);
+  if (temperature > 0) {
+    const float max_logit = row_logits[chosen];
+    const int64_t top_k = state[layout::kTopK];
+    const double top_p = as_double(state[layout::kTopPBits]);
+    uint32_t threshold = 0;
+    if (top_k > 0 && top_k < vocab) {
+      for (int bit = 31; bit >= 0; --bit) {
+        const uint32_t candidate = threshold | (1u << bit);
+        if (count_sum(sampling::chunk_count(row_logits, begin, end, candidate), counts) >= top_k) {
+          threshold = candidate;
+        }
+      }
+    }
+    if (top_p < 1) {
+      const double target =
+          top_p * ordered_sum(sampling::chunk_mass(row_logits, begin, end, threshold, max_logit,
+                                                   temperature),
+                              masses);
+      uint32_t cut = 0;
+      for (int bit = 31; bit >= 0; --bit) {
+        const uint32_t candidate = cut | (1u << bit);
+        const uint32_t effective = candidate > threshold ? candidate : threshold;
+        const double mass = ordered_sum(
+            sampling::chunk_mass(row_logits, begin, end, effective, max_logit, temperature),
+            masses);
+        if (mass >= target) cut = candidate;
+      }
+      threshold = cut > threshold ? cut : threshold;
+    }
+    masses[t] =
+        sampling::chunk_mass(row_logits, begin, end, threshold, max_logit, temperature);
+    __syncthreads();
+    if (t == 0) {
+      double total = 0;
+      for (int other = 0; other < sampling::kThreads; ++other) total = total + masses[other];
+      const uint64_t seed = static_cast<uint64_t>(state[layout::kSeed]);
+      const uint64_t draw = static_cast<uint64_t>(state[layout::kDraws]);
+      const double u =
+          static_cast<double>(grove::compiler::ops::philox_uniform(seed, draw)) * total;
+      double before = 0;
+      int picked = -1;
+      double picked_before = 0;
+      for (int other = 0; other < sampling::kThreads; ++other) {
+        const double mass = masses[other];
+        if (mass <= 0) continue;
+        picked = other;
+        picked_before = before;
+        before = before + mass;
+        if (u < before) break;
+      }
+      chosen = sampling::chunk_pick(row_logits, sampling::chunk_begin(picked, vocab),
+                                    sampling::chunk_end(picked, vocab), threshold, max_logit,
+                                    temperature, picked_before, u);
+    }
+    __syncthreads();
+  }
+  if (t != 0) return;
+  const int64_t token = chosen;
+  ids[row] = token;
+  state[layout::kDraws] += 1;
+  const int64_t remaining = state[layout::kRemaining] - 1;
+  state[layout::kRemaining] = remaining;
+  const int64_t next = positions[row] + 1;
+  int64_t finish = layout::kRunning;
+  if (token == state[layout::kEos]) {
+    finish = layout::kFinishedEos;
+  } else if (remaining <= 0 || next >= max_seq_len) {
+    finish = layout::kFinishedLength;
+  }
+  state[layout::kFinish] = finish;
+  positions[row] = finish == layout::kRunning ? next : -1;
+  *reinterpret_cast<volatile int64_t*>(streamed + step * rows + row) = token;
+  __threadfence_system();
+}
+
+// One thread: the step is done; decide whether another step runs (a row is
+// still running and the launch's budget allows) and publish both to the host.
+extern "C" __global__ void grove_llm_loop_control(const int64_t* positions, int64_t rows,
+                                                  int64_t* loop_state, int32_t* keep_going,
+                                                  int64_t* published) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const int64_t step = loop_state[layout::kStep] + 1;
+  loop_state[layout::kStep] = step;
+  bool running = false;
+  for (int64_t row = 0; row < rows; ++row) running = running || positions[row] >= 0;
+  const int32_t again = running && step < loop_state[layout::kBudget] ? 1 : 0;
+  *keep_going = again;
+  auto* host = reinterpret_cast<volatile int64_t*>(published);
+  host[layout::kPublishedStopped] = again ? 0 : 1;
+  __threadfence_system();
+  host[layout::kPublishedSteps] = step;
+  __threadfence_system();
+}

@@ -1,0 +1,44 @@
+// The decode step's own kernels, beside the compiled decode program: the
+// KV-cache write at one position per row (Note [KV cache in static buffers]),
+// token sampling on the device (Note [Sampling draws]) and DecodeLoop's loop
+// control (Note [Decode loop on the device], decode_loop.h). PTX on cuda
+// (decode_kernels.cu), host functions on sim that compute the same thing.
+// Launches go to the current stream of the tensors' device.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/tensor.h"
+#include "serving/llm/decode_kernels_layout.h"
+
+namespace grove::serving::llm {
+
+// The pointer table of launch_kv_write: the caches (full-size tensors, slot 0
+// first), then the new rows (contiguous [rows, kv_heads, head_dim]), as one
+// i64 tensor on the device. Throws when a new-rows tensor is not contiguous.
+runtime::Tensor kv_write_table(const std::vector<runtime::Tensor>& caches,
+                               const std::vector<runtime::Tensor>& new_rows);
+
+// For each row with positions[row] >= 0 and each cache: new_rows[row] goes
+// to slot `row`, position positions[row] of that cache.
+void launch_kv_write(const runtime::Tensor& table, int64_t tensors,
+                     const runtime::Tensor& positions, int64_t kv_heads, int64_t max_seq_len,
+                     int64_t head_dim, runtime::DType dtype);
+
+// For each row with positions[row] >= 0: samples its token from logits
+// [rows, vocab] with its row state (decode_layout), makes it the row's next
+// input id, advances its position (or sets it to -1 when the request ends)
+// and writes it to streamed[step * rows + row] (host-mapped memory allowed);
+// rows already done write -1 there. `loop_state` holds the step.
+void launch_sample(const runtime::Tensor& logits, const runtime::Tensor& ids,
+                   const runtime::Tensor& positions, const runtime::Tensor& row_state,
+                   int64_t max_seq_len, int64_t* streamed, const runtime::Tensor& loop_state);
+
+// One thread: ++step; *keep_going = (a row runs and step < budget); then
+// published[kPublishedStopped] = !keep_going and, last,
+// published[kPublishedSteps] = step (host-mapped memory allowed).
+void launch_loop_control(const runtime::Tensor& positions, const runtime::Tensor& loop_state,
+                         const runtime::Tensor& keep_going, int64_t* published);
+
+}  // namespace grove::serving::llm

@@ -1,0 +1,123 @@
+// DecodeLoop runs the decode steps of one batch bucket on the device: the
+// decode program, the KV-cache write, sampling into the next step's input ids
+// and the stop test, with the tokens streamed to the host through mapped
+// pinned memory. Either one graph launch per step, or K steps in one launch
+// of a conditional WHILE graph (runtime::WhileGraph).
+//
+//   DecodeLoop loop(decoder, {.bucket = 8});
+//   loop.warm_up();                                    // compiles and records both graphs
+//   loop.set_row(slot, {.token = first, .position = prompt.size(), ...});
+//   DecodeRun run = loop.run(32, DecodeMode::kWhileLoop, on_step);  // up to 32 steps
+//
+// Note [Decode loop on the device]
+// Both modes replay the same work per step, recorded on DecodeLoop's own
+// stream into its own pool from an eager compile of the decoder's decode
+// program (sharing the DecoderState, so prefills from the Decoder fill the
+// cache it reads): the program, kv_write of its new keys and values at each
+// row's position, sample (Note [Sampling draws]; the token becomes the row's
+// next input id and its position advances, or the row stops at EOS or its
+// token budget and its position becomes -1) and loop_control (++step; the
+// loop goes on while a row runs and step < budget; the step is published).
+// The WHILE body adds one kernel that sets the condition from loop_control's
+// flag. So K steps of the WHILE graph and K per-step launches run the same
+// kernels on the same buffers and give identical tokens. Rows are slots
+// (Note [KV cache in static buffers]); a row whose position is -1 is padding.
+// The host never waits for a step except through the published counter in
+// mapped memory: a token is readable once published[kPublishedSteps] passed
+// its step (the device fences system-wide before publishing). Between runs
+// the host may change rows (set_row, clear_row): a run waits for its graph to
+// finish before returning. Tests: DecodeLoopTest.*
+// (tests/serving/llm/decode_loop_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "compiler/backends/compile.h"
+#include "runtime/pinned_host_buffer.h"
+#include "runtime/tensor.h"
+#include "runtime/while_graph.h"
+#include "serving/llm/decoder.h"
+#include "serving/llm/sampler.h"
+
+namespace grove::serving::llm {
+
+struct DecodeLoopOptions {
+  int64_t bucket = 1;      // a batch bucket of the decoder: rows 0..bucket-1 are its slots
+  int64_t max_steps = 64;  // steps one run may take (the streamed-token buffer's rows)
+};
+
+// What a row continues from: its last token, fed at `position`, after
+// `generated` tokens of at most `max_new_tokens`.
+struct DecodeRowStart {
+  int64_t token = 0;
+  int64_t position = 0;
+  int64_t generated = 1;
+  int64_t max_new_tokens = 16;
+  std::optional<int64_t> eos_token_id;
+  SamplingParams sampling;
+};
+
+enum class DecodeMode : uint8_t { kPerStepGraphs, kWhileLoop };
+enum class RowFinish : uint8_t { kRunning, kEos, kLength };
+const char* decode_mode_name(DecodeMode mode);  // "per_step", "while"
+
+struct DecodeRun {
+  int64_t steps = 0;
+  // tokens[step][row]; -1 where the row did not run in that step.
+  std::vector<std::vector<int64_t>> tokens;
+};
+
+class DecodeLoop {
+ public:
+  DecodeLoop(Decoder& decoder, DecodeLoopOptions options);
+  ~DecodeLoop();
+
+  // Compiles the eager decode program and records the per-step graph and the
+  // WHILE graph (no step runs; the cache is untouched).
+  void warm_up();
+  // Makes `row` run from `start`; throws for a bad row, position or params.
+  void set_row(int64_t row, const DecodeRowStart& start);
+  void clear_row(int64_t row);
+  // Runs up to `steps` steps (at most max_steps), fewer when every row stops.
+  // `on_step(step, tokens)` is called as each step's tokens are published.
+  DecodeRun run(int64_t steps, DecodeMode mode,
+                const std::function<void(int64_t, const std::vector<int64_t>&)>& on_step = {});
+  // After a run: whether the row still runs, stopped at EOS, or at its length.
+  bool running(int64_t row) const;
+  RowFinish finish(int64_t row) const;
+  int64_t bucket() const { return options_.bucket; }
+  size_t body_nodes() const;
+
+ private:
+  struct Recorded;
+  void record();
+  void check_row(int64_t row) const;
+  void upload_rows();
+  const int64_t* streamed() const;
+
+  Decoder& decoder_;
+  DecodeLoopOptions options_;
+  runtime::Device device_;
+  runtime::StreamHandle stream_;
+  runtime::PoolId pool_;
+  std::shared_ptr<compiler::backends::ExecutionBackend> backend_;
+  std::optional<compiler::backends::CompiledModel> model_;
+  runtime::Tensor ids_;
+  runtime::Tensor positions_;
+  runtime::Tensor row_state_;
+  runtime::Tensor loop_state_;
+  runtime::Tensor keep_going_;
+  runtime::PinnedHostBuffer published_;  // kPublishedWords, then tokens [max_steps, bucket]
+  std::unique_ptr<Recorded> recorded_;
+  // Host copies of ids_, positions_ and row_state_, current between runs.
+  std::vector<int64_t> host_ids_;
+  std::vector<int64_t> host_positions_;
+  std::vector<int64_t> host_row_state_;
+  bool rows_changed_ = true;
+};
+
+}  // namespace grove::serving::llm

@@ -1,0 +1,56 @@
+"""RESULTS.md sections for the decode benchmarks (issue 38): benchmarks/decode
+(grove's decode loop, one graph launch per step against one conditional WHILE
+graph per run) and benchmarks/decode/compare_hf.py (transformers' generate and a
+gpt-fast-style decoder under torch.compile on the same checkpoint). Kept apart
+from write_results_sections.py, which lists them in SECTIONS."""
+import write_results_sections as sections  # noqa: E402  (lives next to this file)
+
+
+def pct(value):
+    return "—" if value is None else "%.1f%%" % (100 * value)
+
+
+def decode(report):
+    lines = ["Greedy decode of %s steps after a %s-token prompt (max_seq_len %s, %s, random "
+             "weights from a Hugging Face checkpoint the benchmark wrote), median step time of "
+             "%s runs: per-step = one graph launch per step with the host waiting for each "
+             "step's tokens; while = all steps in one launch of a conditional WHILE graph. Both "
+             "replay the same recorded step (decode program, one-position KV write, device "
+             "sampling, stop test) and gave identical tokens. MBU = (weights less the input "
+             "embedding table + the batch's KV cache over max_seq_len) per step / step time / "
+             "%s TB/s." % (report.get("steps", "?"), report.get("prompt", "?"),
+                           report.get("max_seq_len", "?"), report.get("dtype", "?"),
+                           report.get("repeats", "the"), report.get("hbm_tbs", "?")), ""]
+    rows = []
+    for config in report.get("configs") or []:
+        for r in config.get("results") or []:
+            per_step, looped = r.get("per_step") or {}, r.get("while") or {}
+            rows.append([config.get("config"), r.get("batch"), sections.us(per_step.get("step_us")),
+                         sections.us(looped.get("step_us")), sections.ratio(r.get("while_speedup")),
+                         "%.0f" % per_step.get("tokens_per_s", 0),
+                         "%.0f" % looped.get("tokens_per_s", 0), pct(per_step.get("mbu")),
+                         pct(looped.get("mbu"))])
+    lines += sections.table(["config", "batch", "per-step step (µs)", "while step (µs)", "while speed-up",
+                             "tokens/s per-step", "tokens/s while", "MBU per-step", "MBU while"],
+                            rows, ["l", "r", "r", "r", "r", "r", "r", "r", "r"])
+    return lines
+
+
+def compare_hf(report):
+    lines = ["PyTorch %s (transformers %s) on the same checkpoint (%s): generate's eager "
+             "decode with its dynamic and static caches, and a gpt-fast-style decoder (KV "
+             "cache buffers written in place, one step under torch.compile(mode="
+             "\"reduce-overhead\", fullgraph=True)). A failed variant shows its error." % (
+                 report.get("torch", "?"), report.get("transformers", "—"),
+                 report.get("model_dir", "?")), ""]
+    rows = []
+    for r in sections.rows_of(report):
+        if r.get("error"):
+            rows.append([r.get("variant"), r.get("batch"), "failed: " +
+                         sections.short_error(r["error"]), "", ""])
+        else:
+            rows.append([r.get("variant"), r.get("batch"), sections.us(r.get("step_us")),
+                         "%.1f" % r.get("tokens_per_s", 0), pct(r.get("mbu"))])
+    lines += sections.table(["variant", "batch", "step (µs)", "tokens/s", "MBU"], rows,
+                            ["l", "r", "r", "r", "r"])
+    return lines
