@@ -34,6 +34,7 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     op_name,
 )
 from grove.inplace import functionalize_inplace, mutates_first_argument, storage_key
+from grove import input_writes
 from grove.input_writes import write_backs
 
 
@@ -104,26 +105,26 @@ class _Recorder(torch.fx.Interpreter):
 # chain of views) are cloned for that run; the caller's tensors stay as they
 # were, and params still bind the caller's tensors. Test:
 # ImporterTest.test_importing_a_graph_that_updates_an_input_in_place_leaves_it_alone.
-_VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.slice", "aten.select",
-             "aten.expand", "aten.transpose", "aten.permute", "aten.t", "aten.unsqueeze",
-             "aten.squeeze", "aten.alias", "aten.as_strided", "aten.narrow", "aten.diagonal",
-             "aten.unflatten", "aten.flatten", "aten.view_as", "aten.unbind", "aten.split",
-             "aten.chunk", "aten.detach", "getitem"}
+_VIEW_OPS = input_writes.VIEW_OPS
 
 
 def mutated_placeholders(graph):
     """The placeholders an in-place op of `graph` writes, through views."""
     mutated = set()
     for node in graph.nodes:
-        if not mutates_first_argument(node) or not node.args:
-            continue
-        base = node.args[0]
-        while isinstance(base, torch.fx.Node) and base.op == "call_function" and \
-                (op_name(base.target) in _VIEW_OPS or mutates_first_argument(base)) and base.args:
-            base = base.args[0]
-        if isinstance(base, torch.fx.Node) and base.op == "placeholder":
-            mutated.add(base)
+        for base in input_writes.written_arguments(node):
+            base = _view_base(base)
+            if isinstance(base, torch.fx.Node) and base.op == "placeholder":
+                mutated.add(base)
     return mutated
+
+
+def _view_base(base):
+    """The tensor `base` views or updates, through chains of views and writes."""
+    while isinstance(base, torch.fx.Node) and base.op == "call_function" and \
+            (op_name(base.target) in _VIEW_OPS or mutates_first_argument(base)) and base.args:
+        base = base.args[0]
+    return base
 
 
 class Segment:
@@ -194,8 +195,9 @@ class _Importer:
         self.has_erf = has_erf
         # Note [Writes into graph inputs] (input_writes.py).
         self.write_backs = write_backs(module.graph)
-        written_attributes = {node.args[0] for node in self.write_backs
-                              if node.args[0].op == "get_attr"}
+        written_attributes = {base for node in module.graph.nodes
+                              for base in map(_view_base, input_writes.written_arguments(node))
+                              if isinstance(base, torch.fx.Node) and base.op == "get_attr"}
         recorder = _Recorder(module, {node.target for node in written_attributes})
         # Note [The import run leaves the inputs alone].
         mutated = mutated_placeholders(module.graph)

@@ -32,10 +32,12 @@ from grove.inplace import mutates_first_argument
 # the tree's pool (Note [State outputs leave the pool]).
 # Tests: InputWritesTest (tests/python/input_writes_test.py).
 
-_VIEWS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.slice", "aten.select",
-          "aten.expand", "aten.transpose", "aten.permute", "aten.t", "aten.unsqueeze",
-          "aten.squeeze", "aten.alias", "aten.as_strided", "aten.narrow", "aten.diagonal",
-          "aten.unflatten", "aten.flatten", "aten.view_as", "aten.detach", "aten.unfold"}
+# Ops whose result may share its argument's memory.
+VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.slice", "aten.select",
+            "aten.expand", "aten.transpose", "aten.permute", "aten.t", "aten.unsqueeze",
+            "aten.squeeze", "aten.alias", "aten.as_strided", "aten.narrow", "aten.diagonal",
+            "aten.unflatten", "aten.flatten", "aten.view_as", "aten.unbind", "aten.split",
+            "aten.chunk", "aten.detach", "aten._reshape_alias", "getitem"}
 
 
 def _state_source(node):
@@ -61,22 +63,60 @@ def write_backs(graph):
     return found
 
 
+def running_statistics_written(node):
+    """Batch norm's running statistics when a training-mode
+    native_batch_norm updates them: PyTorch 1.13's schema does not mark them
+    written (2.x's does, and functionalizes the op)."""
+    if node.op != "call_function" or op_name(node.target) != "aten.native_batch_norm":
+        return []
+    training = node.args[5] if len(node.args) > 5 else node.kwargs.get("training")
+    if not training:
+        return []
+    return [value for value in node.args[3:5] if isinstance(value, torch.fx.Node)]
+
+
+def written_arguments(node):
+    """The tensor arguments an ATen op writes, by its schema (batch norm's
+    running statistics as well as an in-place op's self)."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return []
+    if op_name(target) == "aten.native_batch_norm":
+        return running_statistics_written(node)
+    written = []
+    for index, argument in enumerate(target._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+        if isinstance(value, torch.fx.Node):
+            written.append(value)
+    return written
+
+
 def _written_bases(graph):
-    """Every node whose tensor an in-place op of `graph` writes: the op's
-    result and the chain of views and earlier writes under its target."""
+    """Every node whose tensor an op of `graph` writes in place: an in-place
+    op's result and the chain of views and earlier writes under each
+    argument it writes."""
     written = set()
     for node in graph.nodes:
-        if not mutates_first_argument(node):
+        arguments = written_arguments(node)
+        if not arguments:
             continue
-        written.add(node)
-        base = node.args[0] if node.args else None
-        while isinstance(base, torch.fx.Node):
-            written.add(base)
-            if base.op != "call_function" or not base.args or not (
-                    op_name(base.target) in _VIEWS or mutates_first_argument(base)):
-                break
-            base = base.args[0]
+        if mutates_first_argument(node):
+            written.add(node)
+        for base in arguments:
+            _add_chain(written, base)
     return written
+
+
+def _add_chain(written, base):
+    """Adds `base` and what it views or updates, down to the tensor it lives in."""
+    while isinstance(base, torch.fx.Node):
+        written.add(base)
+        if base.op != "call_function" or not base.args or not (
+                op_name(base.target) in VIEW_OPS or mutates_first_argument(base)):
+            return
+        base = base.args[0]
 
 
 def _flat_outputs(graph):
