@@ -60,7 +60,10 @@ class InputWritesTest(unittest.TestCase):
 
     def run_steps(self, static, backend, steps=5):
         state, expected_state = fresh_state(static), fresh_state(False)
-        graph = grove.torch.compile_graph(decode_step, decode_inputs(0, state), mode=backend)
+        # Verify mode checks the first calls against PyTorch eager, whose
+        # reference run must not advance the state a second time.
+        graph = grove.torch.compile_graph(decode_step, decode_inputs(0, state), mode=backend,
+                                          verify=True)
         self.assertEqual(list(graph.unsupported), [], "the writes split the graph")
         self.assertEqual([kind for kind, _ in graph.runner.steps], ["grove"])
         before = tree_counters(graph)
