@@ -33,7 +33,8 @@ MODULES = [
      "and running statistics that are graph inputs written inside the program"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
-    ("grove.aten_layout_ops", "concat with constants or slices (padding), gathers (flip, nearest "
+    ("grove.aten_layout_ops", "concat with constants or slices (padding; slice_scatter and "
+     "select_scatter: the base's slices around the source), gathers (flip, nearest "
      "upsampling), cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds "
      "(integers)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),

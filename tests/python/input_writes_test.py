@@ -100,6 +100,26 @@ class InputWritesTest(unittest.TestCase):
                 self.assertGreaterEqual(counts["input_copy_backs"], 3 * 4, counts)
                 self.assertEqual(counts["static_input_writes"], 0, counts)
 
+    def test_writes_through_views_of_an_input(self):
+        # Functionalized, `cache[:, 2:4] = v` is a slice_scatter and
+        # `cache[1] = row` a select_scatter of the cache, then one write-back.
+        def write_rows(cache, v, row):
+            cache[:, 2:4] = v
+            cache[1] = row
+            return cache * 2
+
+        for backend in BACKENDS:
+            cache = mark_static(torch.randn(3, 6))
+            expected_cache = cache.clone()
+            graph = grove.torch.compile_graph(write_rows, [cache, torch.randn(3, 2),
+                                                           torch.randn(6)], mode=backend)
+            self.assertEqual(list(graph.unsupported), [])
+            for _ in range(3):
+                v, row = torch.randn(3, 2), torch.randn(6)
+                expected = write_rows(expected_cache, v, row)
+                torch.testing.assert_close(graph(cache, v, row), expected)
+                torch.testing.assert_close(cache, expected_cache)
+
     def test_a_graph_ending_in_write_backs_as_dynamo_emits_it(self):
         # What AOTAutograd hands a backend on PyTorch 2.x: the update computed
         # out of place, `copy_` of the input last (built here by hand).
