@@ -214,7 +214,10 @@ class _Importer:
         self.before_write = recorder.before_write
         self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         devices = [value.device for value in example_inputs if isinstance(value, torch.Tensor)]
-        self.device = devices[0] if devices else torch.device("cpu")
+        # A host tensor among device inputs (HF's cache counter before its
+        # first move to the GPU) does not decide where constants live.
+        accelerated = [device for device in devices if device.type != "cpu"]
+        self.device = (accelerated or devices or [torch.device("cpu")])[0]
         self.static_positions = set(static_positions)
         self.static_nodes = {self.placeholders[i] for i in self.static_positions}
         self.dynamic = set()  # nodes that depend on a per-call input or a param
