@@ -163,7 +163,7 @@ def _functionalize():
 def trace_clones(example_inputs):
     """What make_fx runs a graph on: tracing executes it, so every tensor
     that is not a parameter is a clone (the caller's state must not advance)."""
-    return [value.clone() if isinstance(value, torch.Tensor) and
+    return [value.detach().clone() if isinstance(value, torch.Tensor) and
             not isinstance(value, torch.nn.Parameter) else value for value in example_inputs]
 
 
