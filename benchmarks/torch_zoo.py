@@ -156,6 +156,7 @@ def grove_shape(run, inputs):
     dynamo graphs) of a grove-compiled callable, over 10 calls after warming up."""
     import grove.torch
 
+    earlier = grove.torch.compiled_graphs()  # held, so no new graph reuses an id
     with torch.no_grad():
         for _ in range(3):
             run(*inputs)
@@ -164,7 +165,8 @@ def grove_shape(run, inputs):
             run(*inputs)
         torch.cuda.synchronize()
     after = tree_counters()
-    graphs = grove.torch.compiled_graphs()
+    seen = {id(graph) for graph in earlier}
+    graphs = [graph for graph in grove.torch.compiled_graphs() if id(graph) not in seen]
     ops = sorted({op for graph in graphs for _, op, _ in graph.unsupported})
     per_call = {key: (after.get(key, 0) - before.get(key, 0)) / 10.0
                 for key in ("replays", "eager_calls")}
@@ -234,14 +236,20 @@ def print_row(row):
 
 
 def rate(function):
-    """(tokens, tokens per second) of function() -> tokens, after one warm-up call."""
+    """(tokens, tokens per second, grove recordings) of function() -> tokens,
+    timed after one warm-up call; the recordings are the timed call's (a
+    graph per position would record once per token)."""
     function()
     torch.cuda.synchronize()
+    before = tree_counters().get("recordings")
     start = time.perf_counter()
     with torch.no_grad():
         tokens = function()
     torch.cuda.synchronize()
-    return tokens, NEW_TOKENS / (time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    after = tree_counters().get("recordings")
+    recordings = after - before if before is not None and after is not None else None
+    return tokens, NEW_TOKENS / seconds, recordings
 
 
 def hf_decode(variant):
@@ -301,7 +309,7 @@ def decode_rows(deadline):
                 row[variant] = {"error": "not run: the time budget (--budget-s) was spent"}
                 continue
             try:
-                tokens, tokens_per_s = function(variant)
+                tokens, tokens_per_s, recordings = function(variant)
                 if variant == "torch_eager":
                     expected = tokens
                 row[variant] = {"tokens_per_s": tokens_per_s,
@@ -309,7 +317,7 @@ def decode_rows(deadline):
                                 bool(torch.equal(tokens, expected))}
                 if variant == "grove":
                     counters = tree_counters()
-                    row["grove_recordings"] = counters.get("recordings")
+                    row["grove_recordings"] = recordings
                     row["grove_static_input_writes"] = counters.get("static_input_writes")
                     row["grove_copy_back_inputs"] = counters.get("copy_back_inputs")
             except Exception as error:

@@ -67,7 +67,7 @@ def render(report):
                     for d in decode]
         lines += ["", "Greedy decode, tokens/s over the new tokens after one warm-up sequence "
                   "(\"tokens differ\": not the tokens of eager PyTorch), and the graphs grove "
-                  "recorded:", ""]
+                  "recorded during the timed sequence:", ""]
         lines += sections.table(["decode", "new tokens"] + [label for _, label in VARIANTS] +
                                 ["grove recordings"], rows_out, ["l", "r", "r", "r", "r", "r"])
     errors = _errors(rows, [key for key, _ in VARIANTS]) + \
