@@ -157,28 +157,6 @@ TEST_P(TreeCopyBack, MutatedInputInTheTreesPoolFallsBackWithReason) {
   EXPECT_EQ(trees.stats()["rerecord_reasons"].size(), 0u) << trees.stats().dump();
 }
 
-// Types (b) and (c) need no copy: the graph writes the very memory the caller
-// holds, and the stats count them per recording.
-TEST_P(TreeCopyBack, WritesOfStaticInputsAreCountedAndNeverCopiedBack) {
-  GROVE_SEEDED_RNG(rng);
-  TreeManager& trees = make_manager();
-  FunctionId f = trees.register_function(spec("bump_static", bump_then_double(), {0}, {0}));
-  Tensor x = Tensor::from_vector(random_floats(rng, 48), {48}, GetParam());
-  Floats expected = host(x);
-  for (int step = 0; step < 4; ++step) {
-    expected = host_add_scalar(expected, 1.0f);
-    TensorList out = trees.run(f, {x});
-    EXPECT_VALUES(x, expected);
-    EXPECT_VALUES(out[0], host_scale(expected, 2.0f));
-  }
-  EXPECT_EQ(trees.counters().replays, 2u);
-  EXPECT_EQ(trees.counters().static_input_writes, 1u);
-  EXPECT_EQ(trees.counters().managed_input_writes, 0u);
-  EXPECT_EQ(trees.counters().copy_back_inputs, 0u);
-  EXPECT_EQ(trees.counters().input_copy_backs, 0u);
-  EXPECT_EQ(trees.counters().eager_calls, 0u);
-}
-
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeCopyBack);
 
 }  // namespace
