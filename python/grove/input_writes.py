@@ -30,7 +30,11 @@ from grove.inplace import mutates_first_argument
 # filled inside the compiled region, a counter moved to the device and
 # advanced) are state the caller keeps across calls: they are copied out of
 # the tree's pool (Note [State outputs leave the pool]).
-# Tests: InputWritesTest (tests/python/input_writes_test.py).
+# A new value that reads the input at other positions (a flip, a shift) must
+# be complete before the write lands: InputWritesTest.
+# test_a_new_value_read_from_other_positions_of_the_input guards it on sim,
+# which runs a kernel's elements in order. Tests: InputWritesTest
+# (tests/python/input_writes_test.py), GpuInputWritesTest on a GPU host.
 
 # Ops whose result may share its argument's memory.
 VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.slice", "aten.select",

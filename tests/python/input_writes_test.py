@@ -122,6 +122,31 @@ class InputWritesTest(unittest.TestCase):
                 torch.testing.assert_close(graph(cache, v, row), expected)
                 torch.testing.assert_close(cache, expected_cache)
 
+    def test_a_new_value_read_from_other_positions_of_the_input(self):
+        # The written value reads the input elsewhere (a flip, a shift by a
+        # row): the write must not overwrite positions still to be read
+        # (sim runs a kernel's elements in order, so an in-kernel hazard
+        # shows here).
+        def flipped(x, y):
+            x.copy_(x.flip(0) + y)
+            return x.sum(0)
+
+        def shifted(x, y):
+            x[1:] = x[:-1] * y
+            return x.sum(0)
+
+        for function in (flipped, shifted):
+            for backend in BACKENDS:
+                x = mark_static(torch.randn(64, 4))
+                expected_x, y = x.clone(), torch.rand(4) + 0.5
+                graph = grove.torch.compile_graph(function, [x, y], mode=backend)
+                self.assertEqual(list(graph.unsupported), [])
+                for step in range(3):
+                    expected = function(expected_x, y)
+                    torch.testing.assert_close(graph(x, y), expected, rtol=RTOL, atol=ATOL)
+                    torch.testing.assert_close(x, expected_x, msg=lambda m: "%s %s step %d: %s"
+                                               % (function.__name__, backend, step, m))
+
     def test_a_graph_ending_in_write_backs_as_dynamo_emits_it(self):
         # What AOTAutograd hands a backend on PyTorch 2.x: the update computed
         # out of place, `copy_` of the input last (built here by hand).
