@@ -33,7 +33,7 @@ log = importer.log
 # Only the backward reads the saved ones, within the same step (the tree keeps
 # a forward's generation open until its backward has run), so they are handed
 # over uncopied even where PyTorch has no storage hook (Note [Kept outputs
-# through DLPack], grove/__init__.py), and a backward that reads an activation a
+# through DLPack], grove/outputs.py), and a backward that reads an activation a
 # later replay overwrote fails with grove's stale-input message instead of
 # reading new data. The user's outputs (the model's output, a loss) are
 # copied out of a graph backend's memory: a training loop keeps them across
@@ -42,7 +42,7 @@ log = importer.log
 # replay would overwrite silently (TrainingTest.test_sgd_steps_reach_torch_losses). The backward's
 # outputs (gradients) leave a graph backend's memory uncopied where they land
 # in a parameter's .grad (Note [Gradients handed out of the pool],
-# grove/__init__.py); any other is copied. Guarded by TrainingTest.test_micro_batches_keep_saved_activations
+# grove/gradients.py); any other is copied. Guarded by TrainingTest.test_micro_batches_keep_saved_activations
 # and TrainingTest.test_backward_after_a_replay_overwrote_its_activations_raises
 # (tests/python/training_test.py).
 
@@ -61,14 +61,14 @@ class StepContext:
     them. Guarded by TrainingTest.test_backward_on_another_thread_replays_in_the_forwards_tree.
 
     Its parameters: the backward's gradients land in them uncopied
-    (Note [Gradients handed out of the pool], grove/__init__.py)."""
+    (Note [Gradients handed out of the pool], grove/gradients.py)."""
 
     def __init__(self):
         self.trees = None
         self.parameters = None  # weak references to the forward's leaf inputs, by position
 
     def hand_out(self, gradients):
-        """Note [Gradients handed out of the pool] (grove/__init__.py): each
+        """Note [Gradients handed out of the pool] (grove/gradients.py): each
         gradient of a parameter is handed over uncopied; any other is copied."""
         parameters = self.parameters
         matched = parameters is not None and len(parameters) == len(gradients)

@@ -1,0 +1,342 @@
+"""grove.Model: a compiled grove program called on torch tensors or NumPy
+arrays (Note [Kept outputs through DLPack], outputs.py; Note [One model, many
+threads], _calls.py), and grove.compile.
+"""
+
+import ctypes
+import json
+import weakref
+
+from grove import _capi
+from grove._calls import CallGate
+from grove._capi import GroveError
+from grove._descs import _is_torch, _parse_device, _release_descs, _torch, describe
+from grove.outputs import Output, _capsule_new, _from_dlpack, _storage_hook
+from grove.gradients import _handed_gradients, keep_handed_gradients
+
+def _c_text(text, what):
+    """`text` encoded for the C API, which reads a NUL-terminated string: a NUL
+    inside it would silently end the text there, so it is refused."""
+    if "\0" in text:
+        raise ValueError("grove: %s holds a NUL character at offset %d; the C API reads text up "
+                         "to the first NUL, so remove it (or escape it as \\u0000 inside a JSON "
+                         "string)" % (what, text.index("\0")))
+    return text.encode()
+
+
+class Model:
+    """A compiled grove program (a grove_model handle). One model may be
+    called from many threads at once; close() waits for the calls in flight
+    (Note [One model, many threads], _calls.py)."""
+
+    def __init__(self, program, backend="eager", device="sim", dims=None, params=None,
+                 never_capture=False, skip_warmup=False, stage="inference", copy_outputs=None,
+                 verify=None):
+        lib = _capi.library()
+        text = _c_text(program if isinstance(program, str) else json.dumps(program),
+                       "the program text")
+        # Note [Verify mode] (verify.py): a graph backend's first calls are
+        # compared with a grove eager twin of the same program.
+        from grove import verify as verify_mode
+
+        if verify is None:
+            verify = verify_mode.enabled_by_environment()
+        self._verify_twin = None
+        self._calls_to_verify = verify_mode.verified_calls() if verify else 0
+        self._verified_calls = 0
+        self._program_name = None  # for VerifyError's messages only
+        if verify and backend != "eager" and stage == "inference":
+            self._verify_twin = Model(program, backend="eager", device=device, dims=dims,
+                                      params=params, verify=False)
+            self._program_name = (json.loads(text) if isinstance(program, str)
+                                  else program).get("name", "?")
+        self.backend = backend
+        self.device = str(device)
+        self._host_device = _parse_device(self.device)
+        if self._host_device[0] == _capi.DEVICE_CUDA:
+            self._host_device = (_capi.DEVICE_CPU, 0)
+        options = {"backend": backend, "device": self.device, "never_capture": never_capture,
+                   "skip_warmup": skip_warmup, "stage": stage}
+        self.stage = stage
+        # Note [Gradients handed out of the pool]: a call that may start a new
+        # path of replays first gives still-held gradients memory of their own.
+        self._keeps_handed_gradients = backend != "eager" and stage in ("forward", "inference")
+        if dims:
+            options["dims"] = dict(dims)
+        params = dict(params or {})
+        bindings = (_capi.StateBinding * max(len(params), 1))()
+        self._bound_keepalive = []
+        for index, (name, tensor) in enumerate(params.items()):
+            encoded = _c_text(name, "param name %r" % name)
+            desc, keep = describe(tensor, self._host_device, "param '%s'" % name)
+            bindings[index] = _capi.StateBinding(encoded, desc)
+            self._bound_keepalive.append(keep)
+        handle = ctypes.c_void_p()
+        _capi.check(lib.grove_compile(text, json.dumps(options).encode(), bindings,
+                                      len(params), ctypes.byref(handle)))
+        self._handle = handle
+        count = ctypes.c_size_t()
+        _capi.check(lib.grove_model_input_count(handle, ctypes.byref(count)))
+        names = []
+        for index in range(count.value):
+            name = ctypes.c_char_p()
+            _capi.check(lib.grove_model_input_name(handle, index, ctypes.byref(name)))
+            names.append(name.value.decode())
+        self.input_names = names
+        _capi.check(lib.grove_model_output_count(handle, ctypes.byref(count)))
+        self.output_count = count.value
+        # copy_outputs: None follows Note [Kept outputs through DLPack]; else one
+        # bool per output (Note [Saved activations stay in the pool], training.py).
+        default_copy = Model.default_copy(backend)
+        if copy_outputs is None:
+            self._copy_flags = [default_copy] * self.output_count
+        else:
+            self._copy_flags = [bool(flag) for flag in copy_outputs]
+            if len(self._copy_flags) != self.output_count:
+                raise ValueError("grove: copy_outputs has %d flags for %d outputs"
+                                 % (len(self._copy_flags), self.output_count))
+        dtype = ctypes.c_int32()
+        self._bool_outputs = []
+        for index in range(self.output_count):
+            _capi.check(lib.grove_model_output_dtype(handle, index, ctypes.byref(dtype)))
+            self._bool_outputs.append(dtype.value == _capi.BOOL)
+        # The fast path (Model.call_torch): per thread, one reused description
+        # per input, rebuilt only when that input's layout changes.
+        self._gate = CallGate(len(names), self.output_count)
+        fast = _capi.fast_library()
+        self._run_dlpack = fast.grove_model_run_dlpack
+        self._dlpack_check = fast.grove_dlpack_check
+        self._input_counts = [ctypes.c_size_t(n) for n in range(len(names) + 1)]
+        self._output_capacity = ctypes.c_size_t(self.output_count)
+        self._watch_kept = backend != "eager" and _storage_hook() is not None
+        self._tag_outputs = backend != "eager" and copy_outputs is not None
+        self._from_dlpack = _from_dlpack() if _torch() is not None else None
+
+    @staticmethod
+    def default_copy(backend):
+        """Whether outputs of `backend` are copied by default (Note [Kept
+        outputs through DLPack]): a graph backend's, where PyTorch has no
+        storage hook."""
+        return backend != "eager" and _storage_hook() is None
+
+    def close(self):
+        """Destroys the model once the calls in flight on other threads have
+        returned; later calls raise GroveError."""
+        gate = getattr(self, "_gate", None)
+        if gate is not None and not gate.close():
+            return
+        if getattr(self, "_handle", None):
+            _capi.library().grove_model_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+    def run(self, *inputs, stream=None):
+        """Runs the model; returns Output handles (no conversion)."""
+        lib = _capi.library()
+        count = len(inputs)
+        descs = (_capi.TensorDesc * max(count, 1))()
+        keep = []
+        for index, value in enumerate(inputs):
+            name = self.input_names[index] if index < len(self.input_names) else "extra"
+            desc, kept = describe(value, self._host_device, "input '%s'" % name)
+            descs[index] = desc
+            keep.append(kept)
+        outputs = (ctypes.c_void_p * max(self.output_count, 1))()
+        produced = ctypes.c_size_t()
+        try:
+            state = self._gate.enter()
+        except GroveError:
+            _release_descs(descs, count)
+            raise
+        try:
+            _capi.check(lib.grove_model_run(self._handle, descs, count, stream, outputs,
+                                            self.output_count, ctypes.byref(produced)))
+        finally:
+            self._gate.leave(state)
+        return [Output(outputs[i]) for i in range(produced.value)]
+
+    def time_runs(self, *inputs, calls=100, stream=None):
+        """Mean seconds of one call made `calls` times from C++ (no Python)."""
+        lib = _capi.library()
+        descs = (_capi.TensorDesc * max(len(inputs), 1))()
+        keep = []
+        for index, value in enumerate(inputs):
+            desc, kept = describe(value, self._host_device, "input %d" % index)
+            descs[index] = desc
+            keep.append(kept)
+        seconds = ctypes.c_double()
+        try:
+            state = self._gate.enter()
+        except GroveError:
+            _release_descs(descs, len(inputs))
+            raise
+        try:
+            _capi.check(lib.grove_model_time_runs(self._handle, descs, len(inputs), stream,
+                                                  calls, ctypes.byref(seconds)))
+        finally:
+            self._gate.leave(state)
+        return seconds.value
+
+    def __call__(self, *inputs, stream=None):
+        """Runs the model on torch tensors (returns torch tensors) or numpy
+        arrays (returns numpy arrays). Note [Kept outputs through DLPack]."""
+        if self._verify_twin is not None and self._verified_calls < self._calls_to_verify:
+            return self._verified_call(inputs, stream)
+        if all(_is_torch(value) for value in inputs) and (inputs or _torch() is not None):
+            return self.call_torch(inputs, stream)
+        results = []
+        for output in self.run(*inputs, stream=stream):
+            value = output.to_numpy()
+            # NumPy has no storage hook: a graph backend's outputs are copied.
+            results.append(value.copy() if self.backend != "eager" else value)
+        return results
+
+    def _verified_call(self, inputs, stream):
+        from grove import verify as verify_mode
+
+        call = self._verified_calls
+        self._verified_calls += 1
+        expected = self._verify_twin(*inputs, stream=stream)
+        twin, self._verify_twin = self._verify_twin, None
+        try:
+            results = self(*inputs, stream=stream)
+        finally:
+            self._verify_twin = twin
+        if call + 1 >= self._calls_to_verify:
+            self._verify_twin = None  # verified: the twin's memory goes
+        torch = _torch()
+        for index, (result, want) in enumerate(zip(results, expected)):
+            if torch is not None and not _is_torch(result):
+                result, want = torch.from_numpy(result), torch.from_numpy(want)
+            problem = verify_mode.difference(result, want)
+            if problem is not None:
+                raise verify_mode.VerifyError(
+                    "grove verify: model '%s' (%s, %s): output %d differs from grove eager: %s"
+                    % (self._program_name, self.backend, verify_mode.phase_name(call), index,
+                       problem))
+        return results
+
+    def call_torch(self, inputs, stream=None):
+        """The fast path for torch tensors: inputs borrowed for the call (no
+        callback; Note [Borrowed inputs], capi/grove.cc), outputs through
+        DLPack (Note [Kept outputs through DLPack]). Returns a list."""
+        if _handed_gradients and self._keeps_handed_gradients:
+            keep_handed_gradients()
+        gate = self._gate
+        state = gate.enter()
+        try:
+            return self._call_torch(state, inputs, stream)
+        finally:
+            gate.leave(state)
+
+    def _call_torch(self, state, inputs, stream):
+        layouts = state.layouts
+        if len(inputs) != len(layouts):
+            self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
+        items = state.desc_items
+        index = 0
+        for tensor in inputs:
+            layout = (tensor.shape, tensor.stride(), tensor.dtype, tensor.get_device())
+            if layout != layouts[index]:
+                desc, keep = describe(tensor, self._host_device, "input %d" % index,
+                                      release=False)
+                state.descs[index] = desc
+                state.layout_arrays[index] = keep[:2]
+                layouts[index] = layout
+            else:
+                items[index].data = tensor.data_ptr()
+            index += 1
+        status = self._run_dlpack(self._handle, state.descs, self._input_counts[index],
+                                  ctypes.c_void_p(stream) if stream else None, state.managed,
+                                  self._output_capacity, state.produced_ref)
+        if status:
+            _capi.check(status)
+        from_dlpack = self._from_dlpack
+        results = []
+        managed = state.managed
+        kept = state.kept
+        produced = state.produced.value
+        for index in range(produced):
+            pointer = managed[index]
+            value = from_dlpack(_capsule_new(pointer, b"dltensor", None))
+            if self._bool_outputs[index]:
+                value = value.view(_torch().bool)
+            if self._copy_flags[index]:
+                value = value.clone()
+            else:
+                if self._tag_outputs:
+                    # A training graph's saved activation: the backward that
+                    # reads it checks it (check_not_overwritten) and names it,
+                    # so the storage hook does not poison it first.
+                    value._grove_output = pointer
+                elif self._watch_kept:
+                    kept.append((weakref.ref(value), pointer))
+            results.append(value)
+        if len(kept) > len(results):
+            self._check_kept_dlpack(state, produced)
+        return results
+
+    def _check_kept_dlpack(self, state, newest):
+        """Poisons every earlier output of this thread still alive that grove
+        reports stale; the `newest` outputs (this call's) are fresh and kept
+        unchecked."""
+        hook = None
+        alive = []
+        kept = state.kept
+        newest_entries = kept[len(kept) - newest:] if newest else []
+        for reference, pointer in kept[:len(kept) - newest]:
+            value = reference()
+            if value is None:
+                continue
+            if self._dlpack_check(ctypes.c_void_p(pointer)) == 0:
+                alive.append((reference, pointer))
+                continue
+            hook = hook or _storage_hook()
+            message = _capi.library().grove_last_error().decode("utf-8", "replace")
+            hook(value, "grove: " + message)
+        state.kept = alive + newest_entries
+
+    def _checked(self, call):
+        """call(handle) inside the gate (Note [One model, many threads])."""
+        state = self._gate.enter()
+        try:
+            _capi.check(call(self._handle))
+        finally:
+            self._gate.leave(state)
+        return state
+
+    def mark_step_begin(self):
+        state = self._checked(_capi.library().grove_model_mark_step_begin)
+        if state.kept:
+            self._check_kept_dlpack(state, 0)
+
+    def state(self, name):
+        handle = ctypes.c_void_p()
+        encoded = _c_text(name, "state name %r" % name)
+        self._checked(lambda model: _capi.library().grove_model_state(model, encoded,
+                                                                      ctypes.byref(handle)))
+        return Output(handle.value)
+
+    def _text(self, function):
+        pointer = ctypes.c_void_p()
+        self._checked(lambda model: function(model, ctypes.byref(pointer)))
+        try:
+            return ctypes.string_at(pointer.value).decode()
+        finally:
+            _capi.library().grove_string_free(pointer)
+
+    def stats(self):
+        return json.loads(self._text(_capi.library().grove_model_stats_json))
+
+    def dot(self):
+        return self._text(_capi.library().grove_model_dot)
+
+
+def compile(program, backend="eager", device="sim", dims=None, params=None, **options):
+    """Compiles a grove program (JSON text or a dict) into a Model."""
+    return Model(program, backend=backend, device=device, dims=dims, params=params, **options)
