@@ -65,7 +65,7 @@ def render(report):
                     [_rate(d.get(key)) for key, _ in VARIANTS] +
                     ["-" if d.get("grove_recordings") is None else d["grove_recordings"]]
                     for d in decode]
-        lines += ["", "Greedy decode, tokens/s over the new tokens after one warm-up sequence "
+        lines += ["", "Greedy decode, tokens/s over the new tokens after two warm-up sequences "
                   "(\"tokens differ\": not the tokens of eager PyTorch), and the graphs grove "
                   "recorded during the timed sequence:", ""]
         lines += sections.table(["decode", "new tokens"] + [label for _, label in VARIANTS] +

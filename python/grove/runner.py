@@ -61,8 +61,12 @@ class GraphRunner:
     # call would find its input stale) and a copy-back into it is refused
     # (Note [Copy-back into the pool]). So under a graph backend such outputs
     # are cloned into memory of their own at each call (a prefill's few
-    # tensors, once per sequence). Test: InputWritesTest.
-    # test_state_made_inside_the_graph_leaves_the_pool.
+    # tensors, once per sequence), and with dynamo each clone is marked a
+    # static address (guarded: dynamo recompiles for another tensor), as
+    # Hugging Face marks the caches it makes outside compiled code: the graphs
+    # that later update it write it in place instead of copying it back.
+    # Test: InputWritesTest.test_state_made_inside_the_graph_leaves_the_pool
+    # (sim, copy-back), GpuDecodeTest (static).
     def _state_output_positions(self, state_outputs):
         if self.backend == "eager" or not state_outputs:
             return None
@@ -78,11 +82,11 @@ class GraphRunner:
         if positions is None:
             return result
         if not isinstance(result, (tuple, list)):
-            return result.clone() if isinstance(result, torch.Tensor) else result
+            return _state_copy(result) if isinstance(result, torch.Tensor) else result
         values = list(result)
         for position in positions:
             if isinstance(values[position], torch.Tensor):
-                values[position] = values[position].clone()
+                values[position] = _state_copy(values[position])
         return type(result)(values)
 
     def _fast_plan(self):
@@ -248,6 +252,23 @@ class GraphRunner:
         if node in env:
             return env[node]
         return self._constant(node)
+
+
+_MARK_STATIC = []  # [torch._dynamo.mark_static_address or None], found on first use
+
+
+def _state_copy(tensor):
+    """A state output's own copy (Note [State outputs leave the pool])."""
+    copy = tensor.clone()
+    if not _MARK_STATIC:
+        try:
+            from torch._dynamo import mark_static_address
+        except ImportError:  # PyTorch without dynamo
+            mark_static_address = None
+        _MARK_STATIC.append(mark_static_address)
+    if _MARK_STATIC[0] is not None:
+        _MARK_STATIC[0](copy)
+    return copy
 
 
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
