@@ -8,6 +8,7 @@ and replays every later step (graphs bounded by the shapes: none per
 position); the cache updates are static input writes inside the graph.
 Issue 33 parts 2 and 4."""
 import copy
+import gc
 import os
 import sys
 import unittest
@@ -27,8 +28,8 @@ class CompiledByLength:
     """One grove graph per input length (prefill, decode), as dynamo's
     recompilation on a new shape gives."""
 
-    def __init__(self, model, mode):
-        self.step, self.state = functional_step(model)
+    def __init__(self, model, mode, static_buffers=True):
+        self.step, self.state = functional_step(model, static_buffers)
         self.mode = mode
         self.graphs = {}
 
@@ -42,7 +43,11 @@ class CompiledByLength:
 
 
 class StaticCacheDecodeTest(unittest.TestCase):
-    def test_greedy_tokens_equal_eager_with_one_recording_per_graph(self):
+    def decode(self, static_buffers):
+        """Greedy tokens of both modes against eager PyTorch's, two sequences;
+        returns the counters of the tree the cudagraphs run used (a tree of
+        its own: the models of earlier tests are gone)."""
+        gc.collect()
         torch.manual_seed(20261126)
         model = StaticCacheDecoder().eval()
         reference = copy.deepcopy(model)
@@ -53,7 +58,7 @@ class StaticCacheDecodeTest(unittest.TestCase):
                 reference.reset_cache()
                 expected.append(greedy(reference, prompt, NEW_TOKENS))
         for mode in ("eager", "cudagraphs"):
-            compiled = CompiledByLength(model, mode)
+            compiled = CompiledByLength(model, mode, static_buffers)
             for index, prompt in enumerate(prompts):
                 model.reset_cache()
                 with torch.no_grad():
@@ -64,15 +69,25 @@ class StaticCacheDecodeTest(unittest.TestCase):
             for length, graph in compiled.graphs.items():
                 self.assertEqual(list(graph.unsupported), [])
                 self.assertEqual([kind for kind, _ in graph.runner.steps], ["grove"])
-            if mode == "cudagraphs":
-                tree = compiled.graphs[1].runner.models()[0].stats()["tree"]
-                # Prefill and decode: one recording each, whatever the positions.
-                self.assertEqual(tree["recordings"], 2, tree)
-                self.assertEqual(tree["eager_calls"], 0, tree)
-                self.assertGreaterEqual(tree["replays"], 2 * NEW_TOKENS - 4, tree)
-                self.assertEqual(tree["copy_back_inputs"], 0, tree)
-                # Keys and values of 2 layers, written in place by each graph.
-                self.assertEqual(tree["static_input_writes"], 2 * 4, tree)
+        return compiled.graphs[1].runner.models()[0].stats()["tree"]
+
+    def check_bounded(self, counts):
+        # Prefill and decode: one recording each, whatever the positions.
+        self.assertEqual(counts["recordings"], 2, counts)
+        self.assertEqual(counts["eager_calls"], 0, counts)
+        self.assertGreaterEqual(counts["replays"], 2 * NEW_TOKENS - 4, counts)
+        return counts
+
+    def test_greedy_tokens_equal_eager_with_one_recording_per_graph(self):
+        counts = self.check_bounded(self.decode(static_buffers=True))
+        # Keys and values of 2 layers, written in place by each graph.
+        self.assertEqual(counts["static_input_writes"], 2 * 4, counts)
+        self.assertEqual(counts["copy_back_inputs"], 0, counts)
+
+    def test_a_cache_that_is_not_static_is_copied_back(self):
+        counts = self.check_bounded(self.decode(static_buffers=False))
+        self.assertEqual(counts["static_input_writes"], 0, counts)
+        self.assertEqual(counts["copy_back_inputs"], 2 * 4, counts)
 
 
 if __name__ == "__main__":

@@ -97,16 +97,21 @@ def _functional_call(model, tensors, args):
     return functional_call(model, tensors, args)
 
 
-def functional_step(model):
-    """(step, its state tensors, static positions): step(*state, tokens,
-    input_pos) runs the model on `state` (parameters, then buffers marked as
-    torch._dynamo.mark_static_address marks them)."""
+def functional_step(model, static_buffers=True):
+    """(step, its state tensors): step(*state, tokens, input_pos) runs the
+    model on `state` (parameters, then buffers, marked as
+    torch._dynamo.mark_static_address marks them unless static_buffers is
+    False)."""
     names = [name for name, _ in model.named_parameters()] + \
         [name for name, _ in model.named_buffers()]
     state = [p for _, p in model.named_parameters()] + [b for _, b in model.named_buffers()]
     for buffer in state:
-        if not isinstance(buffer, nn.Parameter):
+        if isinstance(buffer, nn.Parameter):
+            continue
+        if static_buffers:
             buffer._dynamo_static_input_type = "unguarded"
+        elif hasattr(buffer, "_dynamo_static_input_type"):
+            del buffer._dynamo_static_input_type
 
     def step(*args):
         tensors = dict(zip(names, args[:len(names)]))
