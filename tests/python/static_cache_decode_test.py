@@ -5,8 +5,9 @@ would hand it over (parameters and buffers lifted to static inputs), one
 graph for the prefill and one for the decode step. Greedy tokens must equal
 eager PyTorch's over two sequences; each graph imports whole, records once
 and replays every later step (graphs bounded by the shapes: none per
-position); the cache updates are static input writes inside the graph.
-Issue 33 parts 2 and 4."""
+position); the cache updates are static input writes inside the graph, or,
+with buffers that are not static, copied back by the tree. Issue 33 parts 2
+and 4."""
 import copy
 import gc
 import os
