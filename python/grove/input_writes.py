@@ -2,6 +2,8 @@
 functionalized, and each mutated input's new value is written back into it
 inside the grove program (Note [Writes into graph inputs])."""
 
+import logging
+
 import torch
 import torch.fx
 
@@ -190,8 +192,6 @@ def aten_graph(function, example_inputs):
         with torch.no_grad():
             functional = make_fx(functionalize(function))(*trace_clones(example_inputs))
     except Exception as error:  # an op functionalization cannot take
-        import logging
-
         logging.getLogger("grove").info("functionalization failed (%s); in-place writes of "
                                         "inputs run in PyTorch", error)
         return plain, states
