@@ -9,7 +9,11 @@ Hugging Face's static-cache generate (LLaMA) and of a gpt-fast-style decoder
 each one's tokens equal eager's.
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 100]
-        [--budget-s 200] [--models gpt2,resnet18] [--no-decode]
+        [--budget-s 200] [--models gpt2,resnet18] [--no-decode] [--no-zoo] [--merge]
+
+--merge keeps the cases of an existing --json that this run does not
+measure, so the table can be filled by several runs of a few minutes each
+(reduce-overhead's compilations take most of the time).
 
 Each variant warms up, then `repeats` calls in blocks of 20 (median and
 p10-p90 over blocks, torch_backend.py's timing). The decode rows run
@@ -335,6 +339,23 @@ def decode_rows(deadline):
     return rows
 
 
+def merged(earlier, latest, key):
+    """earlier's rows with those `latest` measured replaced (a row this run
+    left unmeasured, for the time budget, keeps the earlier one), in the
+    earlier order, then the new cases."""
+    def name(row):
+        return tuple(row.get(field) for field in key)
+
+    def measured(row):
+        return not str(row.get("error", "")).startswith("not run")
+
+    fresh = {name(row): row for row in latest if measured(row)}
+    rows = [fresh.pop(name(row), row) for row in earlier]
+    known = {name(row) for row in rows}
+    return rows + [row for row in latest if name(row) not in known and
+                   (name(row) in fresh or measured(row))]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="torch_zoo.json")
@@ -343,6 +364,9 @@ def main():
                         help="cases left after this many seconds are reported as not run")
     parser.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
     parser.add_argument("--no-decode", action="store_true")
+    parser.add_argument("--no-zoo", action="store_true")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the cases of an existing --json this run does not measure")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("torch_zoo: skipped: no CUDA device")
@@ -360,10 +384,17 @@ def main():
     # Decode first (the workload reduce-overhead exists for), then the zoo
     # until the budget is spent.
     decode = [] if args.no_decode else decode_rows(start + args.budget_s)
-    zoo = zoo_rows(args, start + args.budget_s)
+    zoo = [] if args.no_zoo else zoo_rows(args, start + args.budget_s)
+    seconds = time.time() - start
+    if args.merge and os.path.isfile(args.json):
+        with open(args.json) as previous:
+            earlier = json.load(previous)
+        zoo = merged(earlier.get("rows", []), zoo, ("model", "batch"))
+        decode = merged(earlier.get("decode", []), decode, ("model",))
+        seconds += earlier.get("seconds") or 0
     result = {"benchmark": "torch_zoo", "torch": torch.__version__,
               "device": torch.cuda.get_device_name(), "repeats": args.repeats,
-              "seconds": time.time() - start, "rows": zoo, "decode": decode}
+              "seconds": seconds, "rows": zoo, "decode": decode}
     with open(args.json, "w") as out:
         json.dump(result, out, indent=2)
     print("wrote %s (%.0f s)" % (args.json, time.time() - start))
