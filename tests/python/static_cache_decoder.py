@@ -1,6 +1,7 @@
 """A gpt-fast-style decoder in plain PyTorch: the KV cache lives in module
 buffers of a fixed size, written at the positions `input_pos` with
-`index_copy_` (keys) and `index_put_` (values); the causal mask is a buffer
+`index_copy_` (keys) and `index_put_` (values: `v_cache[:, :, input_pos] = v`
+on PyTorch 2.x, as gpt-fast writes it); the causal mask is a buffer
 indexed by `input_pos`, so a decode step has the same shapes at every
 position. Shared by static_cache_decode_test.py (sim, PyTorch 1.13) and
 benchmarks/torch_zoo.py (GPU).
@@ -14,6 +15,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+_SLICE_WRITES = hasattr(torch, "compile")  # PyTorch 2.x
+
+
 class KvCache(nn.Module):
     def __init__(self, batch, heads, max_length, head_dim, dtype=torch.float32):
         super().__init__()
@@ -23,10 +27,12 @@ class KvCache(nn.Module):
 
     def update(self, input_pos, k, v):
         self.k_cache.index_copy_(2, input_pos, k)
-        # gpt-fast writes `v_cache[:, :, input_pos] = v`, the same index_put_
-        # through two full slices, which PyTorch 1.13's functionalization
-        # cannot trace (undefined sym_strides); the op is called directly.
-        torch.ops.aten.index_put_(self.v_cache, [None, None, input_pos], v)
+        if _SLICE_WRITES:
+            self.v_cache[:, :, input_pos] = v  # gpt-fast's write: index_put_ through slices
+        else:
+            # The same index_put_ without the two full slices, which PyTorch
+            # 1.13's functionalization cannot trace (undefined sym_strides).
+            torch.ops.aten.index_put_(self.v_cache, [None, None, input_pos], v)
         return self.k_cache, self.v_cache
 
 
