@@ -77,6 +77,8 @@ has("- mlp_mixer b=1: timm is not installed")
 has("| hf_llama_static_cache | 32 | 41.5 | failed | 310.2 | 3 |")
 has("| gpt_fast_decoder | 32 | 120.0 | 700.0 | 900.0 (tokens differ) | 2 |")
 has("| 16 | cudagraphs | json | 8000 | 7950 | 0 | 0 |")
+# serve_http with connections held open: p99 1500 held over 1000 alone = 1.50x, within 2x.
+has("| 16 | cudagraphs | grpc | 4000 | 10000 + 500 | 1000.0 | 1500.0 | 1.50× | 12 | met |")
 # bucket_plan: the planned set pads nothing, the powers of two 403 of 1333 + 403 rows (23.2%).
 has("| planned | 1,3,12,16 | 0 | 0.0% | 2.0 MiB |")
 has("| powers of two | 1,2,4,8,16 | 403 | 23.2% | 2.0 MiB |")
