@@ -69,11 +69,14 @@ def write_backs(graph):
     return found
 
 
+_UNANNOTATED_BATCH_NORMS = ("aten.native_batch_norm", "aten.cudnn_batch_norm")
+
+
 def running_statistics_written(node):
     """Batch norm's running statistics when a training-mode
-    native_batch_norm updates them: PyTorch 1.13's schema does not mark them
-    written (2.x's does, and functionalizes the op)."""
-    if node.op != "call_function" or op_name(node.target) != "aten.native_batch_norm":
+    native_batch_norm or cudnn_batch_norm updates them: their schemas do not
+    mark them written (_native_batch_norm_legit's does, and functionalizes)."""
+    if node.op != "call_function" or op_name(node.target) not in _UNANNOTATED_BATCH_NORMS:
         return []
     training = node.args[5] if len(node.args) > 5 else node.kwargs.get("training")
     if not training:
@@ -87,7 +90,7 @@ def written_arguments(node):
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
         return []
-    if op_name(target) == "aten.native_batch_norm":
+    if op_name(target) in _UNANNOTATED_BATCH_NORMS:
         return running_statistics_written(node)
     written = []
     for index, argument in enumerate(target._schema.arguments):
