@@ -196,12 +196,13 @@ TEST_P(TreeThreadsShutdown, WarmupsOfDifferentDevicesRunAtTheSameTime) {
       try {
         cudagraph_trees::reset_tree_manager(dev);
         TreeManager& trees = tree_manager_for(dev);
-        const FunctionId f = trees.register_function(spec("meets_the_other_device",
-            [&, t](const TensorList& in) {
+        const FunctionId f =
+            trees.register_function(spec("meets_the_other_device", [&, t](const TensorList& in) {
               std::unique_lock<std::mutex> lock(mutex);
               ++started;
               changed.notify_all();
-              met[t] = changed.wait_for(lock, std::chrono::seconds(20), [&] { return started == 2; });
+              met[t] =
+                  changed.wait_for(lock, std::chrono::seconds(20), [&] { return started == 2; });
               return TensorList{add(in[0], in[0])};
             }));
         Tensor x = Tensor::from_vector(std::vector<float>(64, 1.5f), {64}, dev);
@@ -213,8 +214,8 @@ TEST_P(TreeThreadsShutdown, WarmupsOfDifferentDevicesRunAtTheSameTime) {
     });
   }
   for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(met, std::vector<int>({1, 1})) << "a warm-up on " << first.str()
-                                           << " kept the other device's warm-up waiting";
+  EXPECT_EQ(met, std::vector<int>({1, 1}))
+      << "a warm-up on " << first.str() << " kept the other device's warm-up waiting";
 }
 
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeThreadsShutdown);
