@@ -3,9 +3,11 @@ per rank) and gpt4x256 (b8, T32 per rank) under PyTorch's
 DistributedDataParallel (NCCL, one process per GPU) with torch eager,
 torch.compile(mode="reduce-overhead") and torch.compile(backend="grove") of
 the DDP-wrapped module (dynamo's DDP optimizer splits the graph at bucket
-boundaries; DDP's all-reduces run between grove's graphs), and grove's own
+boundaries; DDP's all-reduces run between grove's graphs), grove's own
 wrapper grove.torch.DistributedDataParallel ("grove_ddp": the gradient
-all-reduces inside grove's backward graph, issue 34 part 3).
+all-reduces inside grove's backward graph, issue 34 part 3), and the whole
+step in grove (grove.training.compile_step with process_group: one all-reduce
+of one flat gradient buffer between its two graphs; "grove_step").
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
 
@@ -40,6 +42,16 @@ LOSS_STEPS = 5
 
 def step_function(module, inputs, loss_of, variant, rank):
     model = copy.deepcopy(module)
+    if variant == "grove_step":
+        import grove.training
+
+        # The whole step in grove: forward, loss and backward one graph, one
+        # all-reduce of the flat gradient, the SGD update another graph.
+        whole = grove.training.compile_step(
+            model, lambda forward, *args: loss_of(forward(*args)),
+            torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9),
+            process_group=dist.group.WORLD)
+        return lambda: whole(*inputs)
     torch._dynamo.reset()
     if variant == "grove_ddp":
         import grove.torch
@@ -95,7 +107,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="ddp_door.json")
     parser.add_argument("--iters", type=int, default=100)
-    parser.add_argument("--variants", default="torch_eager,torch_reduce_overhead,grove,grove_ddp")
+    parser.add_argument("--variants",
+                        default="torch_eager,torch_reduce_overhead,grove,grove_ddp,grove_step")
     args = parser.parse_args()
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(rank)
@@ -127,6 +140,8 @@ def main():
         row["grove_over_reduce_overhead"] = mine / base if base and mine else None
         wrapped = row.get("grove_ddp", {}).get("median_us")
         row["grove_ddp_over_reduce_overhead"] = wrapped / base if base and wrapped else None
+        whole = row.get("grove_step", {}).get("median_us")
+        row["grove_step_over_reduce_overhead"] = whole / base if base and whole else None
         rows.append(row)
     if rank == 0:
         print("DDP through the door, %d GPUs (%s), torch %s" % (
@@ -142,7 +157,7 @@ def main():
                                      entry["p90_us"], entry["samples_per_s"],
                                      ", ".join("%.5f" % v for v in entry["losses"][:3]),
                                      entry.get("loss_difference", 0.0)))
-            for key in ("grove", "grove_ddp"):
+            for key in ("grove", "grove_ddp", "grove_step"):
                 ratio = row["%s_over_reduce_overhead" % key]
                 print("%-18s %s / reduce-overhead: %s" % (
                     row["case"], key, "-" if ratio is None else "%.2f" % ratio))

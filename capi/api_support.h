@@ -98,6 +98,16 @@ const Tensor& dlpack_tensor(const DLManagedTensor* managed);
 
 const grove_tensor& live(const grove_tensor* tensor);
 
+// Runs `model` on inputs already viewed (`borrowed`: the storages of borrowed
+// descriptions, detached after the call: Note [Borrowed inputs], grove.cc) on
+// the caller's stream (Note [Calls from the legacy default stream]); at most
+// `capacity` results.
+grove::compiler::TensorList run_viewed(grove_model& model, grove::compiler::TensorList tensors,
+                                       const std::vector<grove::runtime::StoragePtr>& borrowed,
+                                       void* stream, size_t capacity);
+// A DLManagedTensor per result into managed[0..results.size()), all or none.
+void to_dlpack_all(const grove::compiler::TensorList& results, void** managed);
+
 // One entry point's use of a model, from its first look at the handle to its
 // return: grove_model_destroy waits until none is left (Note [Destroying a
 // model in use]). Throws InvalidArgument for a null handle or one that is

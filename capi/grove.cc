@@ -218,11 +218,6 @@ grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_des
                                       size_t input_count, void* stream, size_t capacity,
                                       size_t* handed) {
   require(inputs != nullptr || input_count == 0, input_count, " inputs but the array is null");
-  require(model.output_count <= capacity, "the model returns ", model.output_count,
-          " outputs but `outputs` holds ", capacity);
-  const Device device = model.device;
-  require(stream == nullptr || device.is_cuda(), "a stream was given but the model runs on ",
-          device.str(), "; pass NULL (only cuda models run on a caller's stream)");
   grove::compiler::TensorList tensors;
   tensors.reserve(input_count);
   std::vector<grove::runtime::StoragePtr> borrowed;
@@ -233,6 +228,21 @@ grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_des
     tensors.push_back(view_of(inputs[index], Subject{"input", index, name}));
     if (inputs[index].release == nullptr) borrowed.push_back(tensors.back().storage());
   }
+  return grove::capi::run_viewed(model, std::move(tensors), borrowed, stream, capacity);
+}
+
+}  // namespace
+
+namespace grove::capi {
+
+grove::compiler::TensorList run_viewed(grove_model& model, grove::compiler::TensorList tensors,
+                                       const std::vector<grove::runtime::StoragePtr>& borrowed,
+                                       void* stream, size_t capacity) {
+  require(model.output_count <= capacity, "the model returns ", model.output_count,
+          " outputs but `outputs` holds ", capacity);
+  const Device device = model.device;
+  require(stream == nullptr || device.is_cuda(), "a stream was given but the model runs on ",
+          device.str(), "; pass NULL (only cuda models run on a caller's stream)");
   CallerStream on_stream(device, stream);
   grove::compiler::TensorList results = (*model.compiled)(tensors);
   tensors.clear();
@@ -243,7 +253,19 @@ grove::compiler::TensorList run_model(grove_model& model, const grove_tensor_des
   return results;
 }
 
-}  // namespace
+void to_dlpack_all(const grove::compiler::TensorList& results, void** managed) {
+  std::vector<DLManagedTensor*> made;
+  made.reserve(results.size());
+  try {
+    for (const Tensor& result : results) made.push_back(to_dlpack(result));
+  } catch (...) {
+    for (DLManagedTensor* tensor : made) tensor->deleter(tensor);
+    throw;
+  }
+  for (size_t i = 0; i < made.size(); ++i) managed[i] = made[i];
+}
+
+}  // namespace grove::capi
 
 extern "C" {
 
@@ -416,16 +438,8 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
             " but the `managed` array is null");
     grove::compiler::TensorList results =
         run_model(call.model(), inputs, input_count, stream, capacity, &handed);
-    std::vector<DLManagedTensor*> made;
-    made.reserve(results.size());
-    try {
-      for (const Tensor& result : results) made.push_back(grove::capi::to_dlpack(result));
-    } catch (...) {
-      for (DLManagedTensor* tensor : made) tensor->deleter(tensor);
-      throw;
-    }
-    for (size_t i = 0; i < made.size(); ++i) managed[i] = made[i];
-    *count = made.size();
+    grove::capi::to_dlpack_all(results, managed);
+    *count = results.size();
   });
   if (status != GROVE_OK) release_all(inputs, input_count, handed);
   return status;

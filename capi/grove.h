@@ -35,7 +35,9 @@
 extern "C" {
 #endif
 
-#define GROVE_CAPI_VERSION 3 /* 2: grove_invocation_begin / _end; 3: grove_group_* */
+/* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: grove_model_run_keeping and the
+ * other kept-value calls */
+#define GROVE_CAPI_VERSION 4
 
 typedef enum grove_status {
   GROVE_OK = 0,
@@ -163,6 +165,33 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
  * GROVE_ERROR_STALE (with the reason) once a later replay overwrote it or its
  * step ended. The tensor must still be alive (its deleter not yet called). */
 grove_status grove_dlpack_check(const void* managed_tensor);
+/* Kept values (Note [Saved values kept in grove], capi/kept_values.cc): a
+ * training step's saved activations passed from its forward to its backward
+ * inside grove. grove_model_run_keeping runs the model like
+ * grove_model_run_dlpack, writes DLManagedTensor* of the outputs listed in
+ * `handed` (output indices) to managed[0..handed_count), and keeps the outputs
+ * listed in `kept` in a new set, writing to *token a DLManagedTensor* (a
+ * one-element int64 host tensor) that owns the set: the set lives until the
+ * token's deleter runs; its one element is `tag` (the caller's, to tell its
+ * sets apart). *token is NULL when kept_count is 0. */
+grove_status grove_model_run_keeping(grove_model* model, const grove_tensor_desc* inputs,
+                                     size_t input_count, void* stream, const int64_t* handed,
+                                     size_t handed_count, void** managed, const int64_t* kept,
+                                     size_t kept_count, int64_t tag, void** token);
+/* Runs the model on `source_count` inputs: input i is kept value sources[i] of
+ * the set whose token's data pointer is `token_data` (sources[i] >= 0), or the
+ * next of the `input_count` descriptions (sources[i] == -1). Outputs as
+ * grove_model_run_dlpack. GROVE_ERROR_STALE when a kept value it reads was
+ * overwritten by a later replay (grove_kept_check says which). */
+grove_status grove_model_run_with_kept(grove_model* model, const void* token_data,
+                                       const int64_t* sources, size_t source_count,
+                                       const grove_tensor_desc* inputs, size_t input_count,
+                                       void* stream, void** managed, size_t capacity,
+                                       size_t* count);
+/* *first_stale: the index of the set's first value that may no longer be read, or -1. */
+grove_status grove_kept_check(const void* token_data, int64_t* first_stale);
+/* A DLManagedTensor* of kept value `index` (for a caller that needs it as a tensor). */
+grove_status grove_kept_value(const void* token_data, size_t index, void** managed_tensor);
 /* The dtype (grove_dtype) of output `index`, known at compile time. */
 grove_status grove_model_output_dtype(const grove_model* model, size_t index, int32_t* dtype);
 /* How many borrowed inputs (NULL release) were copied because an output still

@@ -22,6 +22,9 @@ int export_weights_command(const std::vector<std::string>& args);
 
 const CommandSpec& serve_command_spec();
 int serve_command(const std::vector<std::string>& args);
+// `grove serve MODEL_DIR`: a language model's generate and completions routes.
+const CommandSpec& serve_llm_command_spec();
+int serve_llm_command(const std::vector<std::string>& args);
 
 const CommandSpec& generate_command_spec();
 int generate_command(const std::vector<std::string>& args);

@@ -1,7 +1,9 @@
 // `grove generate MODEL_DIR --prompt-ids 1,2,3 --max-tokens N`: greedy or
 // sampled generation from a Hugging Face LLaMA or GPT-2 checkpoint directory
 // (config.json, model.safetensors) through serving/llm's Decoder; prints the
-// generated token ids, one line per prompt.
+// generated token ids, one line per prompt. `--prompt TEXT` instead encodes
+// the text with the directory's SentencePiece tokenizer (tokenizer.model, or
+// --tokenizer FILE) and prints the generated text.
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,8 @@
 #include "compiler/weights/safetensors.h"
 #include "runtime/error.h"
 #include "serving/llm/generator.h"
+#include "serving/llm/text_stream.h"
+#include "serving/llm/tokenizer.h"
 
 namespace grove::cli {
 
@@ -63,11 +67,14 @@ const CommandSpec& generate_command_spec() {
       "Prints each prompt's generated ids as one comma-separated line.",
       {
           {"--prompt-ids", "IDS", "comma-separated token ids; ';' separates several prompts"},
+          {"--prompt", "TEXT", "a text prompt (needs a tokenizer); prints the generated text"},
+          {"--tokenizer", "FILE", "SentencePiece model (default MODEL_DIR/tokenizer.model)"},
           {"--max-tokens", "N", "tokens to generate per prompt (default 16)"},
           {"--device", "DEVICE", "auto (default), cuda or sim"},
           {"--backend", "NAME", "cudagraphs (default) or eager"},
           {"--max-seq-len", "T", "cache positions per request (default min(model, 256))"},
           {"--batch-buckets", "SIZES", "decode batch buckets (default 1,2,4,8)"},
+          {"--prompt-buckets", "SIZES", "prompt-length buckets (default powers of two from 8)"},
           {"--temperature", "X", "0 (default) is greedy"},
           {"--top-k", "K", "sample among the K most likely tokens (default all)"},
           {"--top-p", "P", "sample within probability mass P (default 1)"},
@@ -88,16 +95,40 @@ int generate_command(const std::vector<std::string>& args) {
   if (parsed.positional().size() != 1) {
     throw UsageError("generate: expected MODEL_DIR (grove generate MODEL_DIR --prompt-ids 1,2,3)");
   }
-  if (!parsed.has("--prompt-ids")) throw UsageError("generate: --prompt-ids is required");
-  std::vector<std::string> prompts;
-  std::stringstream prompt_list(parsed.value("--prompt-ids"));
-  for (std::string prompt; std::getline(prompt_list, prompt, ';');) prompts.push_back(prompt);
+  if (parsed.has("--prompt-ids") == parsed.has("--prompt")) {
+    throw UsageError("generate: give --prompt-ids or --prompt (text), one of them");
+  }
+  const std::string model_dir = parsed.positional()[0];
+  std::vector<std::vector<int64_t>> prompts;
+  std::unique_ptr<serving::llm::Tokenizer> tokenizer;
+  if (parsed.has("--prompt")) {
+    std::optional<std::string> path = parsed.has("--tokenizer")
+                                          ? parsed.value("--tokenizer")
+                                          : serving::llm::find_tokenizer(model_dir);
+    if (!path) {
+      throw UsageError(str_cat("generate: --prompt needs a tokenizer: ", model_dir,
+                               "/tokenizer.model is not there; pass --tokenizer FILE"));
+    }
+    tokenizer = serving::llm::Tokenizer::load(*path);
+    std::vector<int64_t> ids;
+    if (tokenizer->bos_id()) ids.push_back(*tokenizer->bos_id());
+    for (int64_t id : tokenizer->encode(parsed.value("--prompt"))) ids.push_back(id);
+    prompts.push_back(std::move(ids));
+  } else {
+    std::stringstream prompt_list(parsed.value("--prompt-ids"));
+    for (std::string prompt; std::getline(prompt_list, prompt, ';');) {
+      prompts.push_back(parse_ids("--prompt-ids", prompt));
+    }
+  }
   serving::llm::DecoderOptions options;
   options.device = parse_device_choice(parsed.value("--device", "auto"));
   options.backend = parsed.value("--backend", "cudagraphs");
   options.max_seq_len = parsed.integer("--max-seq-len", 0, 1, 1 << 20);
   if (parsed.has("--batch-buckets")) {
     options.batch_buckets = parse_buckets("--batch-buckets", parsed.value("--batch-buckets"));
+  }
+  if (parsed.has("--prompt-buckets")) {
+    options.prompt_buckets = parse_buckets("--prompt-buckets", parsed.value("--prompt-buckets"));
   }
   const int64_t max_tokens = parsed.integer("--max-tokens", 16, 1, 1 << 20);
   serving::llm::SamplingParams sampling;
@@ -106,14 +137,13 @@ int generate_command(const std::vector<std::string>& args) {
   sampling.top_p = std::stod(parsed.value("--top-p", "1"));
   const auto seed = static_cast<uint64_t>(parsed.integer("--seed", 0, 0));
 
-  const std::string model_dir = parsed.positional()[0];
   auto decoder = serving::llm::Decoder::load(model_dir, options);
   decoder->warm_up();
   serving::llm::Generator generator(*decoder);
   std::vector<serving::llm::RequestId> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
     serving::llm::GenerationRequest request;
-    request.prompt = parse_ids("--prompt-ids", prompts[i]);
+    request.prompt = prompts[i];
     request.max_new_tokens = max_tokens;
     request.ignore_eos = parsed.has("--ignore-eos");
     request.sampling = sampling;
@@ -124,7 +154,7 @@ int generate_command(const std::vector<std::string>& args) {
   std::vector<float> logits;
   if (parsed.has("--logits-out")) {
     serving::llm::GenerationRequest request;
-    request.prompt = parse_ids("--prompt-ids", prompts[0]);
+    request.prompt = prompts[0];
     request.max_new_tokens = max_tokens;
     request.ignore_eos = true;
     int64_t position = static_cast<int64_t>(request.prompt.size());
@@ -145,8 +175,21 @@ int generate_command(const std::vector<std::string>& args) {
                                          {{"producer", "grove generate"}});
   }
   while (!generator.idle()) generator.step();
-  for (serving::llm::RequestId id : ids) {
-    std::printf("%s\n", join(generator.result(id).tokens).c_str());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::vector<int64_t>& tokens = generator.result(ids[i]).tokens;
+    if (!tokenizer) {
+      std::printf("%s\n", join(tokens).c_str());
+      continue;
+    }
+    // The text as a server would send it (Note [Stop strings over detokenized text]).
+    const size_t tail = std::min(prompts[i].size(), serving::llm::TextStream::kPromptTail);
+    serving::llm::TextStream text(
+        [&](std::span<const int64_t> span) { return tokenizer->decode(span); },
+        std::vector<int64_t>(prompts[i].end() - static_cast<ptrdiff_t>(tail), prompts[i].end()),
+        {});
+    for (int64_t token : tokens) text.add(token);
+    text.finish();
+    std::printf("%s\n", text.released().c_str());
   }
   if (parsed.has("--stats")) {
     nlohmann::json stats = nlohmann::json::parse(decoder->stats_json());

@@ -23,6 +23,7 @@
 #include "cli/common/json_report.h"
 #include "cli/common/table.h"
 #include "cli/model_setup.h"
+#include "cli/serve_support.h"
 #include "cli/terminal_text.h"
 #include "cli/tree_stats.h"
 #include "cli/weights_io.h"
@@ -177,19 +178,7 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   server.queue_capacity = static_cast<size_t>(args.integer("--queue-capacity", 1024, 1, 1 << 20));
   server.warmup_calls = server.backend == kGraphBackend ? 3 : 1;
   server.devices = {options.model.device};
-  serving::HttpConfig& http = options.http;
-  http.host = args.value("--host", "127.0.0.1");
-  http.port = static_cast<int>(args.integer("--port", 8000, 0, 65535));
-  http.max_body_bytes = static_cast<size_t>(
-      args.integer("--max-body-bytes", int64_t{16} << 20, 64, int64_t{1} << 32));
-  http.max_header_bytes = static_cast<size_t>(
-      args.integer("--max-header-bytes", int64_t{16} << 10, 256, int64_t{1} << 24));
-  http.max_headers = static_cast<size_t>(args.integer("--max-header-fields", 64, 8, 1 << 16));
-  http.idle_timeout_ms = static_cast<int>(args.integer("--idle-timeout-ms", 5000, 1, 3600000));
-  http.header_timeout_ms = static_cast<int>(args.integer("--header-timeout-ms", 10000, 1, 3600000));
-  http.body_timeout_ms = static_cast<int>(args.integer("--body-timeout-ms", 30000, 1, 3600000));
-  http.max_connections = static_cast<size_t>(args.integer("--max-connections", 32768, 1, 1 << 20));
-  http.threads = static_cast<int>(args.integer("--http-threads", 0, 0, 4096));
+  options.http = parse_http_flags(args);
   if (args.has("--grpc-port")) {
     options.grpc_port = static_cast<int>(args.integer("--grpc-port", 0, 0, 65535));
   }
@@ -200,66 +189,6 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   options.replan.memory_budget_bytes = options.graph_memory_budget;
   return options;
 }
-
-// Note [Signals during start-up]: SIGTERM and SIGINT are blocked in every
-// thread from the start of serve_command (threads inherit the mask), and one
-// watcher thread, started before anything that may take long (compiling and
-// warming up the buckets, reading the weights), waits for them. Before the
-// HTTP server exists a signal ends the process at once with status 0 and a
-// line saying so: nothing was received, so nothing is lost (the process used
-// to ignore the signal until it listened). Once serving, a signal stops the
-// HTTP server, which drains (Note [Draining on stop]). Guarded by
-// ServeFilesTest.test_sigterm_during_start_up_exits_before_listening
-// (tests/serving/serve_files_test.py).
-class SignalWatcher {
- public:
-  SignalWatcher() {
-    thread_ = std::thread([this] { watch(); });
-  }
-  ~SignalWatcher() {
-    done_ = true;
-    thread_.join();
-  }
-  // From now on a signal calls `stop` (which drains the fronts) instead of
-  // ending the start-up.
-  void serving(std::function<void()> stop) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = std::move(stop);
-  }
-
- private:
-  void watch() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    const timespec tick{0, 100 * 1000 * 1000};
-    while (!done_) {
-      int signal = sigtimedwait(&set, nullptr, &tick);
-      if (signal != SIGTERM && signal != SIGINT) continue;
-      const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!stop_) {
-        std::printf(
-            "received %s during start-up: exiting before serving (no request was "
-            "received)\n",
-            name);
-        std::fflush(stdout);
-        std::fflush(stderr);
-        std::_Exit(0);
-      }
-      std::printf("received %s: draining (every request received is answered)\n", name);
-      std::fflush(stdout);
-      stop_();
-      return;
-    }
-  }
-
-  std::mutex mutex_;
-  std::function<void()> stop_;
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
 
 std::string mib(double bytes) { return format_fixed(bytes / double(1 << 20), 1) + " MiB"; }
 
@@ -280,7 +209,9 @@ const CommandSpec& serve_command_spec() {
       "Retry-After; SIGTERM or SIGINT stops accepting, answers every request already read\n"
       "(Connection: close), reports the counts and exits 0 (during start-up: exits 0 at once).\n"
       "--grpc-port N also serves the protocol's gRPC form (inference.GRPCInferenceService:\n"
-      "ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer).",
+      "ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer).\n"
+      "Given a checkpoint directory instead of MODEL.json, serves a language model: see\n"
+      "`grove serve MODEL_DIR --help`.",
       {
           {"--weights", "FILE",
            "params and buffers from a safetensors file (default: initializers)"},
@@ -328,6 +259,10 @@ const CommandSpec& serve_command_spec() {
 }
 
 int serve_command(const std::vector<std::string>& args) {
+  std::error_code not_a_directory;
+  if (!args.empty() && std::filesystem::is_directory(args[0], not_a_directory)) {
+    return serve_llm_command(args);  // a checkpoint directory: cli/serve_llm_command.cc
+  }
   ParsedFlags parsed = parse_flags(serve_command_spec(), args);
   if (parsed.help_requested()) {
     std::fputs(help_text(serve_command_spec()).c_str(), stdout);
@@ -336,11 +271,7 @@ int serve_command(const std::vector<std::string>& args) {
   ServeOptions options = parse_serve_options(parsed);
   // Every thread started from here on (workers, HTTP pool) inherits the
   // mask, so only the watcher receives SIGTERM and SIGINT.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  block_stop_signals();
   std::optional<SignalWatcher> watcher;
   watcher.emplace();  // Note [Signals during start-up]
 

@@ -6,6 +6,8 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 
+#include "runtime/error.h"
+
 namespace grove::serving {
 
 namespace asio = boost::asio;
@@ -154,19 +156,20 @@ void HttpConnection::dispatch() {
   keep_alive_ = request.keep_alive;
   auto on_ready = [self = shared_from_this()] {
     asio::post(self->socket_.get_executor(), [self] {
-      HttpResponse response = self->hub_.routes().finish(*self->queued_);
+      HttpResponse response = self->hub_.routes().complete(*self->queued_);
       self->queued_.reset();
       self->queued_work_.reset();
       self->answer(std::move(response));
     });
   };
-  auto result = hub_.routes().handle(request, std::move(on_ready));
+  auto result = hub_.routes().respond(request, std::move(on_ready));
   if (auto* response = std::get_if<HttpResponse>(&result)) return answer(std::move(*response));
   queued_work_.emplace(socket_.get_executor());
-  queued_ = std::move(std::get<std::unique_ptr<KserveRoutes::Queued>>(result));
+  queued_ = std::move(std::get<std::unique_ptr<HttpRoutes::Pending>>(result));
 }
 
 void HttpConnection::answer(HttpResponse response) {
+  if (response.stream) return stream(std::move(response));
   parser_.reset();
   keep_alive_ = keep_alive_ && !draining_;
   hub_.routes().count_response(response.status);

@@ -1,8 +1,9 @@
 // HttpConnection is one client's TCP connection to grove's HTTP front: it
 // reads requests one after another (pipelined ones in order, from what is
-// already buffered), hands each to the KserveRoutes, and writes the answers,
-// all on its own strand of the server's few threads (Note [Connections
-// without threads]). ConnectionHub holds what the connections of one server
+// already buffered), hands each to the HttpRoutes, and writes the answers
+// (streamed ones as they come, Note [Streamed answers]), all on its own
+// strand of the server's few threads (Note [Connections without threads]).
+// ConnectionHub holds what the connections of one server
 // share: the routes, the limits, the set of open connections and counters.
 #pragma once
 
@@ -20,7 +21,8 @@
 #include <unordered_map>
 
 #include "serving/http_request_parser.h"
-#include "serving/kserve_routes.h"
+#include "serving/http_routes.h"
+#include "serving/http_stream.h"
 
 namespace grove::serving {
 
@@ -47,9 +49,9 @@ class HttpConnection;
 
 class ConnectionHub {
  public:
-  ConnectionHub(KserveRoutes& routes, ConnectionLimits limits) : routes_(routes), limits_(limits) {}
+  ConnectionHub(HttpRoutes& routes, ConnectionLimits limits) : routes_(routes), limits_(limits) {}
 
-  KserveRoutes& routes() { return routes_; }
+  HttpRoutes& routes() { return routes_; }
   const ConnectionLimits& limits() const { return limits_; }
   void add(const std::shared_ptr<HttpConnection>& connection);
   void remove(const HttpConnection* connection);
@@ -64,7 +66,7 @@ class ConnectionHub {
   std::atomic<uint64_t> timed_out{0};             // connections closed by a deadline
 
  private:
-  KserveRoutes& routes_;
+  HttpRoutes& routes_;
   const ConnectionLimits limits_;
   std::atomic<bool> draining_{false};
   mutable std::mutex mutex_;
@@ -96,13 +98,17 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void arm(std::chrono::milliseconds timeout);
   void disarm();
   void on_deadline();
+  // Note [Streamed answers].
+  void stream(HttpResponse response);
+  void on_stream_update();
+  void watch_client();
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer timer_;
   ConnectionHub& hub_;
   boost::beast::flat_buffer buffer_;
   std::unique_ptr<RequestParser> parser_;
-  std::unique_ptr<KserveRoutes::Queued> queued_;
+  std::unique_ptr<HttpRoutes::Pending> queued_;
   // While an answer is queued no I/O is pending: this keeps serve()'s
   // threads running until the worker posts it back (Note [Draining on stop]).
   std::optional<boost::asio::executor_work_guard<boost::asio::any_io_executor>> queued_work_;
@@ -114,6 +120,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::string head_;
   std::string body_;
   size_t lingered_bytes_ = 0;
+  std::shared_ptr<HttpStream> stream_;  // the answer streaming or awaited
+  uint64_t stream_generation_ = 0;      // which stream watch_client() watches
+  bool stream_writing_ = false;
 };
 
 }  // namespace grove::serving

@@ -3,12 +3,15 @@
 // that a request costs its body and little more (Note [Request limits]).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace grove::serving {
+
+class HttpStream;  // serving/http_stream.h
 
 struct HttpRequest {
   std::string method;  // as sent: "GET", "POST", ...
@@ -25,6 +28,8 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;  // beyond the standard ones
   std::string body;
+  // Set: the body comes later, from a producer (Note [Streamed answers]).
+  std::shared_ptr<HttpStream> stream;
 };
 
 // A response with a JSON body of {"error": message}.

@@ -49,13 +49,18 @@ ConnectionLimits connection_limits(const HttpConfig& config) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(InferenceService& service, HttpConfig config)
-      : config(std::move(config)),
+  Impl(InferenceService& service, const HttpConfig& config)
+      : Impl(std::make_unique<KserveRoutes>(service, config.model_name, config.retry_after_s,
+                                            config.more_metrics),
+             nullptr, config) {}
+  Impl(HttpRoutes& routes, const HttpConfig& config) : Impl(nullptr, &routes, config) {}
+  Impl(std::unique_ptr<KserveRoutes> kserve, HttpRoutes* given, const HttpConfig& config)
+      : config(config),
         threads(this->config.threads > 0
                     ? this->config.threads
                     : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()))),
-        routes(service, this->config.model_name, this->config.retry_after_s,
-               this->config.more_metrics),
+        kserve(std::move(kserve)),
+        routes(given ? *given : *this->kserve),
         hub(routes, connection_limits(this->config)),
         io(threads),
         acceptor(io),
@@ -67,7 +72,8 @@ struct HttpServer::Impl {
 
   HttpConfig config;
   int threads;
-  KserveRoutes routes;
+  std::unique_ptr<KserveRoutes> kserve;  // unless the routes were given
+  HttpRoutes& routes;
   // Before io: handlers io destroys unrun release connections, which leave the hub.
   ConnectionHub hub;
   asio::io_context io;
@@ -126,6 +132,15 @@ void HttpServer::Impl::refuse_over_capacity(tcp::socket& socket) {
 
 HttpServer::HttpServer(InferenceService& server, HttpConfig config)
     : impl_(std::make_unique<Impl>(server, std::move(config))) {
+  listen();
+}
+
+HttpServer::HttpServer(HttpRoutes& routes, HttpConfig config)
+    : impl_(std::make_unique<Impl>(routes, std::move(config))) {
+  listen();
+}
+
+void HttpServer::listen() {
   const HttpConfig& c = impl_->config;
   GROVE_CHECK_AS(ConfigError, !c.model_name.empty(), "HttpServer: model_name is empty");
   GROVE_CHECK_AS(ConfigError, c.port >= 0 && c.port <= 65535, "HttpServer: port ", c.port,

@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 
+#include "serving/http_routes.h"
 #include "serving/inference_service.h"
 #include "serving/server.h"
 
@@ -68,6 +69,9 @@ class HttpServer {
  public:
   // Binds host:port (Error naming them when that fails); serve() accepts.
   HttpServer(InferenceService& server, HttpConfig config);
+  // Serves `routes` instead of KServe routes over a batching server (the LLM
+  // routes, serving/llm/llm_routes.h); `routes` outlives the HttpServer.
+  HttpServer(HttpRoutes& routes, HttpConfig config);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -84,6 +88,7 @@ class HttpServer {
 
  private:
   struct Impl;
+  void listen();
   std::unique_ptr<Impl> impl_;
 };
 

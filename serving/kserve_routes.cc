@@ -150,6 +150,16 @@ HttpResponse KserveRoutes::finish(Queued& queued) {
   return response;
 }
 
+HttpRoutes::Answer KserveRoutes::respond(HttpRequest& request, std::function<void()> on_ready) {
+  auto result = handle(request, std::move(on_ready));
+  if (auto* response = std::get_if<HttpResponse>(&result)) return std::move(*response);
+  return std::unique_ptr<Pending>(std::move(std::get<std::unique_ptr<Queued>>(result)));
+}
+
+HttpResponse KserveRoutes::complete(Pending& pending) {
+  return finish(static_cast<Queued&>(pending));
+}
+
 void KserveRoutes::count_response(int status) {
   std::lock_guard<std::mutex> lock(responses_mutex_);
   ++responses_[status];

@@ -30,20 +30,21 @@
 #include <variant>
 
 #include "serving/http_message.h"
+#include "serving/http_routes.h"
 #include "serving/inference_service.h"
 #include "serving/kserve_protocol.h"
 #include "serving/metrics.h"
 
 namespace grove::serving {
 
-class KserveRoutes {
+class KserveRoutes : public HttpRoutes {
  public:
   // `more_metrics`: Prometheus text appended to /metrics (another front's counters).
   KserveRoutes(InferenceService& service, std::string model_name, int retry_after_s,
                std::function<std::string()> more_metrics = {});
 
   // An infer request in the batching queue.
-  struct Queued {
+  struct Queued : HttpRoutes::Pending {
     InferRequest parsed;  // its rows moved into the queue; id and outputs kept
     std::future<Response> answer;
     Clock::time_point received;
@@ -55,12 +56,15 @@ class KserveRoutes {
   std::variant<HttpResponse, std::unique_ptr<Queued>> handle(HttpRequest& request,
                                                              std::function<void()> on_ready);
   HttpResponse finish(Queued& queued);
+  // HttpRoutes: handle() and finish().
+  Answer respond(HttpRequest& request, std::function<void()> on_ready) override;
+  HttpResponse complete(Pending& pending) override;
 
   // From now on /v2/health/ready and /v2/models/{name}/ready answer 503.
-  void set_stopping() { stopping_ = true; }
+  void set_stopping() override { stopping_ = true; }
   // Counts a response written (grove_http_responses_total{code}).
-  void count_response(int status);
-  std::string metrics_text() const;
+  void count_response(int status) override;
+  std::string metrics_text() const override;
 
  private:
   std::variant<HttpResponse, std::unique_ptr<Queued>> route(HttpRequest& request,

@@ -43,6 +43,16 @@ uint64_t counter(const nlohmann::json& object, const char* key) {
 
 }  // namespace
 
+void prometheus_family(std::string& out, const std::string& name, const char* type,
+                       const std::string& help) {
+  family(out, name, type, help);
+}
+
+void prometheus_sample(std::string& out, const std::string& name, const std::string& labels,
+                       double value) {
+  sample(out, name, labels, value);
+}
+
 void LatencyHistogram::observe(double seconds) {
   size_t i = 0;
   while (i < kBounds.size() && seconds > kBounds[i]) ++i;

@@ -54,4 +54,11 @@ struct MetricsInput {
 
 std::string prometheus_text(const MetricsInput& input);
 
+// For other families (serving/llm/llm_metrics.cc): a family's # HELP and
+// # TYPE lines, and one sample ("" labels: none).
+void prometheus_family(std::string& out, const std::string& name, const char* type,
+                       const std::string& help);
+void prometheus_sample(std::string& out, const std::string& name, const std::string& labels,
+                       double value);
+
 }  // namespace grove::serving

@@ -12,7 +12,7 @@ from grove import dtypes
 
 # The C API version this binding speaks (GROVE_CAPI_VERSION in capi/grove.h);
 # the library's is checked when it loads. Test: tests/python/capi_binding_test.py.
-CAPI_VERSION = 3
+CAPI_VERSION = 4
 # Longest group id grove_group_new_id makes (GROVE_GROUP_ID_MAX).
 GROUP_ID_MAX = 256
 
@@ -96,7 +96,8 @@ def fast_library():
     if _fast is None:
         lib = ctypes.PyDLL(library()._name)
         for name in ("grove_model_run_dlpack", "grove_dlpack_check", "grove_invocation_begin",
-                     "grove_invocation_end"):
+                     "grove_invocation_end", "grove_model_run_keeping",
+                     "grove_model_run_with_kept"):
             getattr(lib, name).restype = ctypes.c_int
         lib.grove_invocation_begin.argtypes = [ctypes.c_uint64]
         lib.grove_invocation_end.argtypes = []
@@ -149,6 +150,13 @@ def signatures():
         "grove_model_run_dlpack": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.POINTER(p),
                                    size, ctypes.POINTER(size)],
         "grove_dlpack_check": [p],
+        "grove_model_run_keeping": [p, ctypes.POINTER(TensorDesc), size, p, i64p, size,
+                                    ctypes.POINTER(p), i64p, size, ctypes.c_int64,
+                                    ctypes.POINTER(p)],
+        "grove_model_run_with_kept": [p, p, i64p, size, ctypes.POINTER(TensorDesc), size, p,
+                                      ctypes.POINTER(p), size, ctypes.POINTER(size)],
+        "grove_kept_check": [p, i64p],
+        "grove_kept_value": [p, size, ctypes.POINTER(p)],
         "grove_model_output_dtype": [p, size, i32p],
         "grove_model_borrowed_copies": [p, ctypes.POINTER(ctypes.c_int64)],
         "grove_model_state": [p, ctypes.c_char_p, ctypes.POINTER(p)],

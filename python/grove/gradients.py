@@ -14,8 +14,12 @@ import weakref
 # that sets the gradients to None (zero_grad's default) copies nothing, and
 # gradient accumulation over several forwards keeps the right sums. A
 # reference to a gradient taken elsewhere (g = p.grad, then p.grad = None) is
-# not followed. Guarded by TrainingTest.test_gradients_land_in_grad_without_a_copy_in_cudagraphs_mode
-# and TrainingTest.test_gradient_accumulation_two_forwards_one_backward_each.
+# not followed. The same copies are made before a graph backend's model is
+# destroyed: the tree releases its pool with its last model, and a .grad
+# viewing it would read freed memory. Guarded by
+# TrainingTest.test_gradients_land_in_grad_without_a_copy_in_cudagraphs_mode,
+# TrainingTest.test_gradient_accumulation_two_forwards_one_backward_each and
+# TrainingTest.test_gradients_outlive_the_compiled_module.
 _handed_gradients = []  # (weak reference to a parameter, data pointer of its gradient)
 
 

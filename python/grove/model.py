@@ -128,6 +128,10 @@ class Model:
         if gate is not None and not gate.close():
             return
         if getattr(self, "_handle", None):
+            if _handed_gradients and self.backend != "eager":
+                # Note [Gradients handed out of the pool]: the tree frees its
+                # pool once its last model goes, under a .grad still held.
+                keep_handed_gradients()
             _capi.library().grove_model_destroy(self._handle)
             self._handle = None
 
@@ -236,10 +240,11 @@ class Model:
         finally:
             gate.leave(state)
 
-    def _call_torch(self, state, inputs, stream):
+    def describe_borrowed(self, state, inputs):
+        """Fills the thread's reused descriptions with `inputs` (torch
+        tensors, borrowed for one call: Note [Borrowed inputs], capi/grove.cc);
+        returns how many."""
         layouts = state.layouts
-        if len(inputs) != len(layouts):
-            self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
         items = state.desc_items
         index = 0
         for tensor in inputs:
@@ -253,6 +258,12 @@ class Model:
             else:
                 items[index].data = tensor.data_ptr()
             index += 1
+        return index
+
+    def _call_torch(self, state, inputs, stream):
+        if len(inputs) != len(state.layouts):
+            self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
+        index = self.describe_borrowed(state, inputs)
         status = self._run_dlpack(self._handle, state.descs, self._input_counts[index],
                                   ctypes.c_void_p(stream) if stream else None, state.managed,
                                   self._output_capacity, state.produced_ref)

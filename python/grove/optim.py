@@ -46,16 +46,36 @@ class _GroveOptimizer(torch.optim.Optimizer):
     def _params(self):
         return self.param_groups[0]["params"]
 
-    def _program(self):
+    def _program(self, flat_gradients=False):
+        """The update program; flat_gradients: its gradients arrive as one
+        flat input "grads" (every parameter's, in order: one buffer a
+        collective can reduce whole), sliced per parameter inside."""
         inputs, params, buffers, nodes = [], [], [], []
+        offset = 0
         for index, param in enumerate(self._params()):
             if param.dtype not in _DTYPES:
                 raise TypeError("grove.optim: parameter %d has dtype %s" % (index, param.dtype))
             entry = {"shape": list(param.shape), "dtype": _DTYPES[param.dtype]}
-            inputs.append(dict(entry, name="grad%d" % index))
+            if flat_gradients:
+                numel = param.numel()
+                nodes.append({"name": "grad%d_flat" % index, "op": "slice", "inputs": ["grads"],
+                              "attrs": {"dim": 0, "start": offset, "end": offset + numel}})
+                nodes.append({"name": "grad%d" % index, "op": "reshape",
+                              "inputs": ["grad%d_flat" % index],
+                              "attrs": {"shape": list(param.shape)}})
+                offset += numel
+            else:
+                inputs.append(dict(entry, name="grad%d" % index))
             params.append(dict(entry, name="param%d" % index, init={"kind": "zeros"}))
             for state in self._state_names:
                 buffers.append(dict(entry, name="%s%d" % (state, index), init={"kind": "zeros"}))
+        if flat_gradients:
+            dtypes_used = {param.dtype for param in self._params()}
+            if len(dtypes_used) != 1:
+                raise TypeError("grove.optim: flat gradients need one dtype for every "
+                                "parameter (found %s)" % sorted(map(str, dtypes_used)))
+            inputs.insert(0, {"name": "grads", "shape": [offset],
+                              "dtype": _DTYPES[self._params()[0].dtype]})
         for name in self._hyper_names:
             inputs.append({"name": name, "shape": [], "dtype": "f32"})
         for index in range(len(self._params())):
@@ -66,13 +86,13 @@ class _GroveOptimizer(torch.optim.Optimizer):
         return {"name": "grove_%s" % type(self).__name__.lower(), "inputs": inputs,
                 "params": params, "buffers": buffers, "nodes": nodes, "outputs": []}
 
-    def _compile(self):
+    def _compile(self, flat_gradients=False):
         first = self._params()[0]
         device = self.device or ("cuda:%d" % (first.device.index or 0) if first.is_cuda else "sim")
         bound = {"param%d" % index: param.detach()
                  for index, param in enumerate(self._params())}
-        self._model = grove.Model(self._program(), backend=self.mode, device=device,
-                                  params=bound, stage="optimizer")
+        self._model = grove.Model(self._program(flat_gradients), backend=self.mode,
+                                  device=device, params=bound, stage="optimizer")
         self._hyper = [torch.zeros((), dtype=torch.float32, device=first.device)
                        for _ in self._hyper_names]
 

@@ -17,19 +17,22 @@ the dynamo backend "grove" takes it for graphs that need gradients
 (grove.torch).
 """
 
+import os
 import threading
 import weakref
 
 import torch
 
 import grove
-from grove import gradient_reduce, importer
+from grove import gradient_reduce, handoff, importer
 from grove.runner import StaticInputMovedError
 
 log = importer.log
 
 # Note [Saved activations stay in the pool]: the forward graph returns the
-# user's outputs first and then the activations it saves for the backward.
+# user's outputs first and then the activations it saves for the backward
+# (where the forward is one grove segment, they stay inside grove behind one
+# token instead: Note [Saved values kept in grove], capi/kept_values.cc).
 # Only the backward reads the saved ones, within the same step (the tree keeps
 # a forward's generation open until its backward has run), so they are handed
 # over uncopied even where PyTorch has no storage hook (Note [Kept outputs
@@ -171,6 +174,12 @@ class StepCompiler:
         self.backwards = []
         self.inferences = []
         self.on_runner = None  # called with each GraphRunner made (grove.torch tracks them)
+        # Note [Saved values kept in grove] (capi/kept_values.cc, handoff.py):
+        # the forwards that keep their saved activations in grove, and the
+        # backwards (each finds its forward by the token it receives).
+        self.keep_saved = os.environ.get("GROVE_KEEP_SAVED", "1") != "0"
+        self.kept_forwards = []
+        self.kept_backwards = []
         self.step = StepContext() if mode != "eager" else None
         # Note [Gradient all-reduce in the door's backward] (gradient_reduce.py)
         self.all_reduce = gradient_reduce.current()
@@ -249,10 +258,17 @@ class StepCompiler:
                               stage="forward", output_copies=copies)
         self._made(self.forwards, runner)
         self._log(plan, "forward")
+        if self.keep_saved and handoff.applicable(runner):
+            kept = handoff.KeptForward(runner, count)
+            self.kept_forwards.append(kept)
+            return _boxed(kept, labels=self.input_labels, step=self.step, forward=True)
         return _boxed(runner, labels=self.input_labels, step=self.step, forward=True)
 
     def _backward(self, graph_module, example_inputs):
-        example_inputs = list(example_inputs)
+        # Compiled from a first call's arguments: the activations a forward
+        # kept in grove arrive as its token (Note [Saved values kept in grove]).
+        forward, tokens = handoff.find_tokens(example_inputs, self.kept_forwards)
+        example_inputs = handoff.materialized(example_inputs, forward, tokens)
         plan = importer.import_graph(graph_module, example_inputs,
                                      static_inputs=static_positions(example_inputs),
                                      strict=self.strict, name="%s_backward" % self.name)
@@ -276,7 +292,15 @@ class StepCompiler:
                               verify=False if reduction is not None else None)
         self._made(self.backwards, runner)
         self._log(plan, "backward")
-        call = _boxed(runner, check_saved="%s_backward" % self.name, step=self.step)
+        graph = "%s_backward" % self.name
+        if self.kept_forwards:
+            kept = handoff.KeptBackward(
+                runner, self.kept_forwards, graph,
+                lambda args: _check_saved_activations(args, runner, graph))
+            self.kept_backwards.append(kept)
+            call = _boxed(kept, step=self.step)
+        else:
+            call = _boxed(runner, check_saved=graph, step=self.step)
         left = reduction.left_to_torch() if reduction is not None else []
         return gradient_reduce.reduced_after(call, left) if left else call
 
@@ -498,3 +522,17 @@ class _Stateless:
 def compile_module(module, mode="cudagraphs", strict=False, device=None):
     """The module trained through grove (PyTorch 1.13's functorch path)."""
     return TrainingModule(module, mode=mode, strict=strict, device=device)
+
+
+def compile_step(model, loss_fn, optimizer, mode="cudagraphs", device=None,
+                 keep_gradients=False, strict=True, process_group=None):
+    """The whole training step (forward, loss, backward, optimizer step) as
+    grove graphs replayed back to back, the gradients kept in grove
+    (grove/step.py): loss_fn(forward, *batch) returns the loss, where
+    forward(*args) calls the model; the result takes a batch and returns
+    the loss; process_group: data parallel over a torch.distributed group."""
+    from grove import step
+
+    return step.compile_step(model, loss_fn, optimizer, mode=mode, device=device,
+                             keep_gradients=keep_gradients, strict=strict,
+                             process_group=process_group)

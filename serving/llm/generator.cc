@@ -133,6 +133,11 @@ std::vector<int64_t> Generator::generate(GenerationRequest request) {
   return result(id).tokens;
 }
 
+void Generator::forget(RequestId id) {
+  GROVE_CHECK(done(id), "forget of generation request ", id, " while it runs; cancel it first");
+  results_.erase(id);
+}
+
 bool Generator::done(RequestId id) const { return result(id).finish != FinishReason::kRunning; }
 
 const GenerationResult& Generator::result(RequestId id) const {

@@ -71,6 +71,9 @@ class Generator {
   // One scheduling step (Note [Continuous batching steps]). Returns the
   // tokens it produced, by request.
   std::vector<std::pair<RequestId, int64_t>> step();
+  // Drops a finished request's result, so a long-running server's results do
+  // not pile up; throws grove::Error while it still runs.
+  void forget(RequestId id);
   // Submits, steps until the request is done, and returns its tokens.
   std::vector<int64_t> generate(GenerationRequest request);
 

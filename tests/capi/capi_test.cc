@@ -603,6 +603,97 @@ TEST(CApi, ForwardStageOutputsLiveUntilTheBackwardStageAndTheNextStep) {
   grove_model_destroy(forward);
 }
 
+// Note [Saved values kept in grove] (capi/kept_values.cc): the forward keeps
+// its saved activation behind a token, the backward reads it through the
+// token inside grove; a later step's replay makes it stale; a freed token is
+// no longer accepted.
+TEST(CApi, KeptValuesReachTheBackwardThroughAToken) {
+  const char* backward_program = R"({
+    "name": "capi_kept_backward",
+    "inputs": [{"name": "a", "shape": [3, 16], "dtype": "f32"},
+               {"name": "s", "shape": [], "dtype": "f32"}],
+    "nodes": [{"name": "g", "op": "mul", "inputs": ["a", "s"]}],
+    "outputs": ["g"]
+  })";
+  grove_model* forward =
+      compile_or_fail(R"({"device": "sim", "backend": "cudagraphs", "stage": "forward"})");
+  grove_model* backward = nullptr;
+  ASSERT_EQ(grove_compile(backward_program,
+                          R"({"device": "sim", "backend": "cudagraphs", "stage": "backward"})",
+                          nullptr, 0, &backward),
+            GROVE_OK)
+      << grove_last_error();
+  ASSERT_NE(forward, nullptr);
+  std::mt19937 rng(31);
+  const int64_t handed[1] = {0};
+  const int64_t kept[1] = {1};
+  const int64_t sources[2] = {0, -1};
+  float scale = 3.0f;
+  grove_tensor_desc scale_desc = describe(&scale, nullptr, 0);
+  DLManagedTensor* previous = nullptr;
+  for (int step = 0; step < 4; ++step) {  // warm-up, record, then replays
+    SCOPED_TRACE("seed 31, step " + std::to_string(step));
+    std::vector<float> x = random_values(rng, 24);
+    grove_tensor_desc desc = describe(x.data(), kShape, 2);
+    void* output = nullptr;
+    void* token = nullptr;
+    ASSERT_EQ(grove_model_run_keeping(forward, &desc, 1, nullptr, handed, 1, &output, kept, 1,
+                                      700 + step, &token),
+              GROVE_OK)
+        << grove_last_error();
+    auto* token_tensor = static_cast<DLManagedTensor*>(token);
+    ASSERT_EQ(token_tensor->dl_tensor.ndim, 1);
+    EXPECT_EQ(*static_cast<int64_t*>(token_tensor->dl_tensor.data), 700 + step);
+    const void* token_data = token_tensor->dl_tensor.data;
+    if (previous != nullptr && step >= 3) {
+      int64_t first_stale = -2;
+      ASSERT_EQ(grove_kept_check(previous->dl_tensor.data, &first_stale), GROVE_OK);
+      EXPECT_EQ(first_stale, 0) << "the next step's forward replay overwrote the kept value";
+      void* gradient = nullptr;
+      size_t count = 0;
+      expect_failure(grove_model_run_with_kept(backward, previous->dl_tensor.data, sources, 2,
+                                               &scale_desc, 1, nullptr, &gradient, 1, &count),
+                     GROVE_ERROR_STALE, "kept value 0");
+    }
+    if (previous != nullptr) previous->deleter(previous);
+    void* gradient = nullptr;
+    size_t count = 0;
+    ASSERT_EQ(grove_model_run_with_kept(backward, token_data, sources, 2, &scale_desc, 1, nullptr,
+                                        &gradient, 1, &count),
+              GROVE_OK)
+        << grove_last_error();
+    ASSERT_EQ(count, 1u);
+    void* activation = nullptr;
+    ASSERT_EQ(grove_kept_value(token_data, 0, &activation), GROVE_OK) << grove_last_error();
+    const auto* values =
+        static_cast<const float*>(static_cast<DLManagedTensor*>(activation)->dl_tensor.data);
+    const auto* scaled =
+        static_cast<const float*>(static_cast<DLManagedTensor*>(gradient)->dl_tensor.data);
+    for (size_t i = 0; i < 48; ++i) EXPECT_EQ(scaled[i], 3.0f * values[i]);
+    expect_failure(grove_kept_value(token_data, 1, &activation), GROVE_ERROR_INVALID_ARGUMENT,
+                   "out of range");
+    for (void* tensor : {output, gradient, activation}) {
+      static_cast<DLManagedTensor*>(tensor)->deleter(static_cast<DLManagedTensor*>(tensor));
+    }
+    previous = token_tensor;
+  }
+  const void* freed = previous->dl_tensor.data;
+  previous->deleter(previous);
+  int64_t first_stale = 0;
+  expect_failure(grove_kept_check(freed, &first_stale), GROVE_ERROR_INVALID_ARGUMENT,
+                 "not a live kept set");
+  const int64_t out_of_range[1] = {5};
+  void* output = nullptr;
+  void* token = nullptr;
+  std::vector<float> x(24, 0.25f);
+  grove_tensor_desc desc = describe(x.data(), kShape, 2);
+  expect_failure(grove_model_run_keeping(forward, &desc, 1, nullptr, handed, 1, &output,
+                                         out_of_range, 1, 0, &token),
+                 GROVE_ERROR_INVALID_ARGUMENT, "output index 5 is out of range");
+  grove_model_destroy(backward);
+  grove_model_destroy(forward);
+}
+
 // On cuda: inputs in device memory the caller owns (made here through grove's
 // runtime, as PyTorch would make them), on the caller's own stream and on the
 // legacy default stream (NULL, PyTorch's default stream; Note [Calls from the

@@ -4,8 +4,10 @@ alone and through grove.training in "eager" and "cudagraphs" modes. DDP's
 bucketed all-reduces run in PyTorch, between grove's forward and backward
 graphs (its hooks fire as autograd hands each gradient over); the averaged
 losses match torch's (rtol 1e-4, atol 1e-5) and cudagraphs equals eager
-bitwise. The 2-GPU run of the same (NCCL, torch.compile with DDP's graph
-splitting) needs a machine of two GPUs."""
+bitwise. The whole step in grove (grove.training.compile_step with a
+process_group: one all-reduce of one flat gradient buffer between its two
+graphs) matches torch DDP the same way. The 2-GPU run of the same (NCCL,
+torch.compile with DDP's graph splitting) needs a machine of two GPUs."""
 import os
 import sys
 import tempfile
@@ -38,19 +40,30 @@ def train_rank(rank, rendezvous, mode, out):
         torch.manual_seed(SEED)
         model = nn.Sequential(nn.Linear(16, 32), nn.GELU(approximate="tanh"), nn.Linear(32, 32),
                               nn.ReLU(), nn.Linear(32, 16))
-        if mode != "torch":
-            model = grove.training.compile_module(model, mode)
-        # Small buckets: several all-reduces per backward.
-        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        if mode.startswith("step_"):
+            # The whole step in grove, its gradients averaged by one
+            # all-reduce of one flat buffer (grove.training.compile_step).
+            step = grove.training.compile_step(
+                model, lambda forward, x, target: F.mse_loss(forward(x), target),
+                torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                mode=mode[len("step_"):], device="sim", process_group=dist.group.WORLD)
+        else:
+            if mode != "torch":
+                model = grove.training.compile_module(model, mode)
+            # Small buckets: several all-reduces per backward.
+            ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
         torch.manual_seed(SEED + 1 + rank)  # each rank its own batch, fitted over the steps
         x, target = torch.randn(8, 16), torch.randn(8, 16)
         losses = []
         for _ in range(STEPS):
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.mse_loss(ddp(x), target)
-            loss.backward()
-            optimizer.step()
+            if mode.startswith("step_"):
+                loss = step(x, target)
+            else:
+                optimizer.zero_grad(set_to_none=True)
+                loss = F.mse_loss(ddp(x), target)
+                loss.backward()
+                optimizer.step()
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             losses.append(mean / WORLD)
@@ -84,6 +97,23 @@ class DistributedDataParallelTest(unittest.TestCase):
             self.assertTrue(torch.equal(graph_param, eager_param))
         losses = results["torch"]["losses"]
         self.assertLess(losses[-1].item(), losses[0].item(), "training lowers the loss")
+
+    def test_the_whole_step_in_grove_trains_data_parallel_like_torch_ddp(self):
+        """grove.training.compile_step(process_group=...): forward, loss and
+        backward one grove graph, one all-reduce of the flat gradient, the
+        update another graph; the losses and parameters of torch DDP."""
+        results = {mode: self.run_mode(mode) for mode in ("torch", "step_eager",
+                                                          "step_cudagraphs")}
+        torch.testing.assert_close(results["step_eager"]["losses"], results["torch"]["losses"],
+                                   rtol=1e-4, atol=1e-5)
+        for grove_param, torch_param in zip(results["step_eager"]["params"],
+                                            results["torch"]["params"]):
+            torch.testing.assert_close(grove_param, torch_param, rtol=1e-4, atol=1e-5)
+        self.assertTrue(torch.equal(results["step_cudagraphs"]["losses"],
+                                    results["step_eager"]["losses"]))
+        for graph_param, eager_param in zip(results["step_cudagraphs"]["params"],
+                                            results["step_eager"]["params"]):
+            self.assertTrue(torch.equal(graph_param, eager_param))
 
 
 if __name__ == "__main__":

@@ -178,8 +178,19 @@ def whole_in_grove(test, trained):
 def record_backward_outputs(trained):
     """The data pointers of every output the compiled module's backward
     returns from now on (a list that fills as it runs)."""
-    model = trained.compiler.backwards[0]._fast["model"]
     returned = []
+    if trained.compiler.kept_backwards:  # Note [Saved values kept in grove]
+        backward = trained.compiler.kept_backwards[0]
+        call_model = backward.call_model
+
+        def recording_kept(args, token):
+            results = call_model(args, token)
+            returned.extend(result.data_ptr() for result in results)
+            return results
+
+        backward.call_model = recording_kept
+        return returned
+    model = trained.compiler.backwards[0]._fast["model"]
     call = model.call_torch
 
     def recording(inputs, stream=None):
@@ -424,6 +435,91 @@ class TrainingTest(unittest.TestCase):
         self.assertIn("saved activation", message)
         self.assertIn("overwrote", message)
         self.assertIn("Mlp_backward", message)
+
+    def test_gradients_outlive_the_compiled_module(self):
+        """A .grad handed out of the pool stays readable after the compiled
+        module is gone (its tree released the pool: the gradient was read from
+        freed memory, a crash on sim)."""
+        import gc
+
+        module, make_inputs = mlp_case()
+        batches = [make_inputs() for _ in range(4)]
+        held = {}
+
+        def train():  # a thread of its own: its own tree, released with the module
+            trained = grove.training.compile_module(module, "cudagraphs")
+            for x in batches:  # warm-up, recording, replays
+                module.zero_grad(set_to_none=True)
+                loss_of(trained(*x)).backward()
+            held["expected"] = grads(module)
+
+        worker = threading.Thread(target=train)
+        worker.start()
+        worker.join()
+        gc.collect()
+        expected = held["expected"]
+        for parameter, value in zip(module.parameters(), expected):
+            self.assertTrue(torch.equal(parameter.grad, value))
+
+    def test_saved_activations_cross_as_one_token(self):
+        """Note [Saved values kept in grove] (capi/kept_values.cc): the
+        forward hands autograd one token instead of its saved activations and
+        the backward reads them inside grove; the only tensors made from
+        DLPack per step are the loss and the gradients. Gradients equal the
+        per-tensor path's (GROVE_KEEP_SAVED=0) bitwise, in both modes."""
+        from grove import handoff
+
+        module, make_inputs = gpt_case()
+        batches = [make_inputs() for _ in range(5)]
+        made = []
+        original = handoff._from_dlpack
+
+        def counting(pointer):
+            made.append(pointer)
+            return original(pointer)
+
+        results = {}
+        for keep in ("1", "0"):
+            for mode in ("eager", "cudagraphs"):
+                os.environ["GROVE_KEEP_SAVED"] = keep
+                try:
+                    model = copy.deepcopy(module)
+                    trained = grove.training.compile_module(model, mode)
+                    results[keep, mode] = []
+                    for step, x in enumerate(batches):
+                        model.zero_grad(set_to_none=True)
+                        handoff._from_dlpack = counting
+                        del made[:]
+                        try:
+                            loss_of(trained(*x)).backward()
+                        finally:
+                            handoff._from_dlpack = original
+                        results[keep, mode].append(grads(model))
+                        if keep == "1" and step == 4:
+                            forward = trained.compiler.kept_forwards[0]
+                            self.assertGreater(len(forward.kept_names), 5)
+                            parameters = len(list(model.parameters()))
+                            # the output, the token, one gradient per parameter
+                            self.assertEqual(len(made), 2 + parameters)
+                    self.assertEqual(bool(trained.compiler.kept_forwards), keep == "1")
+                finally:
+                    del os.environ["GROVE_KEEP_SAVED"]
+        for mode in ("eager", "cudagraphs"):
+            for step in range(len(batches)):
+                assert_equal_all(self, results["1", mode][step], results["0", mode][step],
+                                 "%s gradient with kept activations, step %d" % (mode, step))
+
+    def test_a_token_that_is_not_a_live_kept_set_is_refused(self):
+        import ctypes
+
+        from grove import _capi
+
+        first = ctypes.c_int64()
+        not_a_token = torch.tensor([7], dtype=torch.int64)  # memory grove never kept
+        status = _capi.library().grove_kept_check(ctypes.c_void_p(not_a_token.data_ptr()),
+                                                  ctypes.byref(first))
+        self.assertEqual(status, 1)
+        self.assertIn("not a live kept set", _capi.library().grove_last_error().decode())
 
     def test_a_parameter_replaced_outside_the_step_is_named(self):
         module, make_inputs = mlp_case()

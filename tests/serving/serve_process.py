@@ -1,10 +1,10 @@
 """A `grove serve` child process on loopback, for the serving tests.
 
 GroveServer starts `grove serve benchmarks/models/mlp16x512.json --device sim
---port 0 ...`, waits for its "listening on" line (and the gRPC one, given
---grpc-port) and stops it with SIGTERM;
-body_for() makes a KServe v2 JSON body of rows; parse_prometheus() reads
-/metrics.
+--port 0 ...` (or `model`, such as an LLM's checkpoint directory), waits for
+its "listening on" line (and the gRPC one, given --grpc-port) and stops it
+with SIGTERM; body_for() makes a KServe v2 JSON body of rows;
+parse_prometheus() reads /metrics.
 """
 import os
 import re
@@ -22,9 +22,9 @@ NAME = "mlp16x512"
 class GroveServer:
     """A `grove serve` child process and its base URL."""
 
-    def __init__(self, *args, expect_ready=True):
+    def __init__(self, *args, expect_ready=True, model=MLP, device="sim"):
         self.process = subprocess.Popen(
-            [GROVE, "serve", MLP, "--device", "sim", "--port", "0", *args],
+            [GROVE, "serve", model, "--device", device, "--port", "0", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines = []
         self.url = None

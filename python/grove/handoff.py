@@ -1,0 +1,293 @@
+"""A training step's forward and backward with the saved activations kept in
+grove: the forward hands PyTorch its user outputs and one token tensor (saved
+by autograd in place of every activation grove computed), the backward hands
+the token back and grove passes the activations on inside the C API (Note
+[Saved values kept in grove], capi/kept_values.cc). One C call per stage, no
+DLPack tensor and no check per activation; the user's outputs and the
+gradients cross as before (Note [Saved activations stay in the pool],
+training.py; Note [Gradients handed out of the pool], gradients.py).
+
+grove.training keeps a forward's activations where the forward is one grove
+segment (GraphRunner's fast plan; GROVE_KEEP_SAVED=0 turns it off); a
+backward that is not one segment gets them as tensors (materialized).
+grove.step passes its gradients from the joint graph to the update the same
+way (KeptCall)."""
+
+import ctypes
+import itertools
+
+import torch
+
+import grove
+from grove import _capi
+from grove import gradients
+from grove import outputs
+from grove.runner import StaticInputMovedError, _static_inputs_in_place, _stream_of
+
+_HANDED, _TOKEN, _ARGUMENT, _VALUE = range(4)
+# Token values: one per KeptForward, far from any small integer a graph
+# could pass as a one-element int64 tensor of its own.
+_tags = itertools.count(0x67726f7665000000)
+
+
+def applicable(runner):
+    """Whether `runner` (a GraphRunner) is one grove segment the kept path takes."""
+    return runner._fast is not None and runner.verify is False
+
+
+class KeptForward:
+    """The forward: outputs [user outputs..., saved values...] where every
+    saved value grove computed is the call's token."""
+
+    def __init__(self, runner, user_outputs):
+        fast = runner._fast
+        self.runner = runner
+        self.fast = fast
+        self.model = fast["model"]
+        self.slots = []
+        handed, kept = [], []
+        self.kept_names = []  # the saved activations' names, by kept index
+        items = _items(runner.plan.output_arg)
+        for position, (kind, value) in enumerate(fast["sources"]):
+            saved = position >= user_outputs
+            if kind == 0 and saved:
+                kept.append(value)
+                self.kept_names.append(getattr(items[position], "name", str(position)))
+                self.slots.append((_TOKEN, None))
+            elif kind == 0:
+                handed.append(value)
+                self.slots.append((_HANDED, len(handed) - 1))
+            elif kind == 1:
+                self.slots.append((_ARGUMENT, value))
+            else:
+                self.slots.append((_VALUE, value))
+        self.handed = handed
+        self.kept_bool = [self.model._bool_outputs[index] for index in kept]
+        self._handed = (ctypes.c_int64 * max(len(handed), 1))(*handed)
+        self._kept = (ctypes.c_int64 * max(len(kept), 1))(*kept)
+        # PyDLL without argument types: size_t arguments as c_size_t objects.
+        self._counts = (ctypes.c_size_t(len(handed)), ctypes.c_size_t(len(kept)))
+        self._managed = (ctypes.c_void_p * max(len(handed), 1))()
+        self._token = ctypes.c_void_p()
+        self._token_ref = ctypes.byref(self._token)
+        self.tag = ctypes.c_int64(next(_tags))  # the token's value: this forward's
+        self._run = _capi.fast_library().grove_model_run_keeping
+
+    def __call__(self, *args):
+        inputs = _checked_inputs(self.fast, args)
+        model = self.model
+        if gradients._handed_gradients and model._keeps_handed_gradients:
+            gradients.keep_handed_gradients()
+        stream = _stream_of(inputs[0]) if inputs and inputs[0].is_cuda else None
+        state = model._gate.enter()
+        try:
+            count = model.describe_borrowed(state, inputs)
+            status = self._run(model._handle, state.descs, model._input_counts[count],
+                               ctypes.c_void_p(stream) if stream else None, self._handed,
+                               self._counts[0], self._managed, self._kept, self._counts[1],
+                               self.tag, self._token_ref)
+            if status:
+                _capi.check(status)
+            handed = [_tensor(self._managed[k], model, index)
+                      for k, index in enumerate(self.handed)]
+            token = None
+            if self._token.value:
+                token = _from_dlpack(self._token.value)
+        finally:
+            model._gate.leave(state)
+        results = []
+        for kind, value in self.slots:
+            if kind == _HANDED:
+                results.append(handed[value])
+            elif kind == _TOKEN:
+                results.append(token)
+            elif kind == _ARGUMENT:
+                results.append(args[value])
+            else:
+                results.append(value)
+        return results
+
+
+class KeptBackward:
+    """The backward of a KeptForward: the token's positions among its
+    arguments are found on the first call (AOTAutograd passes the saved
+    values in the forward's order), the kept values go to grove by index."""
+
+    def __init__(self, runner, forwards, graph, check_saved):
+        """forwards: the KeptForwards of the step compiler (the one whose
+        token arrives is this backward's); check_saved(args): the per-tensor
+        check, for a backward whose forward kept nothing."""
+        self.runner = runner
+        self.forwards = forwards
+        self.forward = None
+        self.graph = graph
+        self.check_saved = check_saved
+        self.fast = runner._fast
+        self.model = self.fast["model"] if self.fast is not None else None
+        self.token_positions = None
+
+    def _plan(self, args):
+        self.forward, positions = find_tokens(args, self.forwards)
+        self.token_positions = positions
+        if not positions:
+            return
+        if len(positions) != len(self.forward.kept_names):
+            raise RuntimeError(
+                "grove: the %s graph received %d saved-activation tokens where its forward "
+                "keeps %d activations; this AOTAutograd orders saved values in a way grove "
+                "does not know (report it)" % (self.graph, len(positions),
+                                              len(self.forward.kept_names)))
+        kept_index = {position: index for index, position in enumerate(positions)}
+        if self.fast is None:
+            self.sources = None
+            return
+        sources = [kept_index.get(position, -1) for position in self.fast["inputs"]]
+        self.sources = sources
+        self.kept_call = KeptCall(self.model, sources)
+        self.described = [position for position in self.fast["inputs"]
+                          if position not in kept_index]
+
+    def __call__(self, *args):
+        if self.token_positions is None:
+            self._plan(args)
+        if not self.token_positions:
+            self.check_saved(args)
+            return self.runner(*args)
+        token = args[self.token_positions[0]]
+        if self.sources is None:  # not one segment: the activations as tensors
+            return self.runner(*self._materialized(args, token))
+        results = self.call_model(args, token)
+        fast = self.fast
+        if fast["outputs"] is not None:
+            picked = [results[index] for index in fast["outputs"]]
+        else:
+            picked = [results[index] if kind == 0 else args[index] if kind == 1 else index
+                      for kind, index in fast["sources"]]
+        container = fast["container"]
+        return container(picked) if container is not None else picked[0]
+
+    def call_model(self, args, token):
+        """The segment's outputs (one C call: grove_model_run_with_kept)."""
+        inputs = [args[position] for position in self.described]
+        status, results = self.kept_call.run(token, inputs)
+        if status:
+            self._raise(status, token)
+        return results
+
+    def _raise(self, status, token):
+        if status == 5:
+            first = ctypes.c_int64(-1)
+            _capi.library().grove_kept_check(ctypes.c_void_p(token.data_ptr()),
+                                             ctypes.byref(first))
+            if first.value >= 0:
+                raise grove.StaleOutputError(status, (
+                    "grove: the %s graph reads saved activation '%s', which a later forward "
+                    "overwrote; run each backward before the next step's forward "
+                    "(mark_step_begin ends a step)"
+                    % (self.graph, self.forward.kept_names[first.value])))
+        _capi.check(status)
+
+    def _materialized(self, args, token):
+        first = ctypes.c_int64(-1)
+        _capi.check(_capi.library().grove_kept_check(ctypes.c_void_p(token.data_ptr()),
+                                                     ctypes.byref(first)))
+        if first.value >= 0:
+            self._raise(5, token)
+        return materialized(args, self.forward, self.token_positions)
+
+
+def find_tokens(args, forwards):
+    """(the KeptForward whose tokens are among `args`, their positions), or
+    (None, []) when none is."""
+    candidates = [(index, int(value.item())) for index, value in enumerate(args)
+                  if isinstance(value, torch.Tensor) and value.dtype == torch.int64
+                  and value.dim() == 1 and value.numel() == 1 and not value.is_cuda]
+    tags = {forward.tag.value: forward for forward in forwards}
+    found = [(index, tags[tag]) for index, tag in candidates if tag in tags]
+    if not found:
+        return None, []
+    forward = found[0][1]
+    return forward, [index for index, owner in found if owner is forward]
+
+
+def materialized(args, forward, positions):
+    """`args` with the tokens at `positions` replaced by the kept values they
+    stand for, as tensors over grove's memory (for a graph grove imports or
+    runs piece by piece)."""
+    args = list(args)
+    if not positions:
+        return args
+    pointer = ctypes.c_void_p(args[positions[0]].data_ptr())
+    for index, position in enumerate(positions):
+        managed = ctypes.c_void_p()
+        _capi.check(_capi.library().grove_kept_value(pointer, index, ctypes.byref(managed)))
+        value = _from_dlpack(managed.value)
+        args[position] = value.view(torch.bool) if forward.kept_bool[index] else value
+    return args
+
+
+class KeptCall:
+    """Calls of one grove.Model whose inputs are partly kept values: input i
+    is kept value sources[i] of a token's set (sources[i] >= 0) or the next
+    of the described tensors (-1)."""
+
+    def __init__(self, model, sources):
+        self.model = model
+        self.sources = list(sources)
+        self._sources = (ctypes.c_int64 * max(len(self.sources), 1))(*self.sources)
+        self._managed = (ctypes.c_void_p * max(model.output_count, 1))()
+        self._produced = ctypes.c_size_t()
+        self._produced_ref = ctypes.byref(self._produced)
+        self._source_count = ctypes.c_size_t(len(self.sources))
+        self._run = _capi.fast_library().grove_model_run_with_kept
+        # Gradients: no bool output, none copied; one comprehension makes them.
+        self._plain = not any(model._bool_outputs) and not any(model._copy_flags)
+
+    def run(self, token, inputs):
+        """(status, outputs as torch tensors): one C call."""
+        model = self.model
+        stream = _stream_of(inputs[0]) if inputs and inputs[0].is_cuda else None
+        state = model._gate.enter()
+        try:
+            count = model.describe_borrowed(state, inputs)
+            status = self._run(model._handle, ctypes.c_void_p(token.data_ptr()), self._sources,
+                               self._source_count, state.descs, model._input_counts[count],
+                               ctypes.c_void_p(stream) if stream else None, self._managed,
+                               model._output_capacity, self._produced_ref)
+            if status:
+                return status, None
+            managed = self._managed
+            if self._plain:
+                return 0, [_from_dlpack(managed[index]) for index in range(self._produced.value)]
+            return 0, [_tensor(managed[index], model, index)
+                       for index in range(self._produced.value)]
+        finally:
+            model._gate.leave(state)
+
+
+def _checked_inputs(fast, args):
+    """The segment's inputs, after the bound parameters' address check (GraphRunner's)."""
+    if fast["checks"] and not _static_inputs_in_place(args, fast):
+        for position, address in fast["checks"]:
+            if args[position].data_ptr() != address:
+                raise StaticInputMovedError(
+                    position, "grove: static input %d moved (its data pointer changed since "
+                    "compilation); params are bound, never copied: recompile" % position)
+    return [args[position] for position in fast["inputs"]]
+
+
+def _from_dlpack(pointer):
+    return outputs._from_dlpack()(outputs._capsule_new(pointer, b"dltensor", None))
+
+
+def _tensor(pointer, model, index):
+    value = _from_dlpack(pointer)
+    if model._bool_outputs[index]:
+        value = value.view(torch.bool)
+    if model._copy_flags[index]:
+        value = value.clone()
+    return value
+
+
+def _items(output):
+    return list(output) if isinstance(output, (tuple, list)) else [output]

@@ -1,0 +1,88 @@
+// HttpStream apart from sockets (Note [Streamed answers]): what a producer
+// writes reaches the connection in order and once, the end is seen once, and
+// a client that goes away cancels the producer exactly once.
+#include "serving/http_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace grove::serving {
+namespace {
+
+TEST(HttpStream, PiecesArriveInOrderThenTheEndOnce) {
+  HttpStream stream(HttpStream::Mode::kChunked);
+  int updates = 0;
+  stream.watch([&] { ++updates; });
+  stream.write("data: 1\n\n");
+  stream.write("data: 2\n\n");
+  HttpStream::Update first = stream.take();
+  EXPECT_EQ(first.bytes, "data: 1\n\ndata: 2\n\n");
+  EXPECT_FALSE(first.ended);
+  stream.write("data: 3\n\n");
+  stream.close();
+  stream.write("data: late\n\n");  // after the end: dropped
+  HttpStream::Update last = stream.take();
+  EXPECT_EQ(last.bytes, "data: 3\n\n");
+  EXPECT_TRUE(last.ended);
+  EXPECT_FALSE(stream.take().ended);  // the end is taken once
+  EXPECT_EQ(updates, 4);              // three writes and the close
+}
+
+TEST(HttpStream, WholeAnswerComesOnceEnded) {
+  HttpStream stream(HttpStream::Mode::kWhole);
+  stream.write("ignored");  // a whole answer has no pieces
+  EXPECT_FALSE(stream.take().ended);
+  HttpResponse response;
+  response.status = 201;
+  response.body = "{}";
+  std::thread producer([&] { stream.answer(response); });
+  producer.join();
+  HttpStream::Update update = stream.take();
+  ASSERT_TRUE(update.ended);
+  ASSERT_TRUE(update.response.has_value());
+  EXPECT_EQ(update.response->status, 201);
+  EXPECT_EQ(update.response->body, "{}");
+}
+
+TEST(HttpStream, ClientGoneCancelsTheProducerOnce) {
+  HttpStream stream(HttpStream::Mode::kChunked);
+  int cancels = 0;
+  stream.on_cancel([&] { ++cancels; });
+  stream.cancel();
+  stream.cancel();
+  EXPECT_EQ(cancels, 1);
+  EXPECT_TRUE(stream.cancelled());
+  stream.write("data: x\n\n");  // nobody reads it
+  EXPECT_TRUE(stream.take().bytes.empty());
+  // A producer that registers after the client left is told at once.
+  int late = 0;
+  stream.on_cancel([&] { ++late; });
+  EXPECT_EQ(late, 1);
+}
+
+TEST(HttpStream, AFinishedStreamIsNotCancelled) {
+  HttpStream stream(HttpStream::Mode::kChunked);
+  int cancels = 0;
+  stream.on_cancel([&] { ++cancels; });
+  stream.close();
+  EXPECT_TRUE(stream.take().ended);
+  stream.cancel();  // the socket closed after the last chunk was taken
+  EXPECT_EQ(cancels, 0);
+}
+
+TEST(HttpStream, ChunkFramingIsHexLengthThenBytes) {
+  EXPECT_EQ(http_chunk(""), "");
+  EXPECT_EQ(http_chunk("data: {}\n\n"), "a\r\ndata: {}\n\n\r\n");
+  EXPECT_EQ(http_chunk(std::string(300, 'x')).substr(0, 5), "12c\r\n");
+  HttpResponse response;
+  response.content_type = "text/event-stream";
+  const std::string head = chunked_response_head(response, true);
+  EXPECT_NE(head.find("Transfer-Encoding: chunked\r\n"), std::string::npos);
+  EXPECT_EQ(head.find("Content-Length"), std::string::npos);
+  EXPECT_NE(head.find("Content-Type: text/event-stream\r\n"), std::string::npos);
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");
+}
+
+}  // namespace
+}  // namespace grove::serving
