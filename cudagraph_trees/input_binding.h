@@ -135,6 +135,13 @@ class InputBinding {
   const std::vector<InputKind>& kinds() const { return kinds_; }
   size_t copied_count() const { return copied_.size(); }
   size_t copy_back_count() const { return copy_back_.count(); }
+  // How many inputs of `kind` the function writes (static: mutation type
+  // (b), managed: (c), copied: (d)).
+  size_t written_count(InputKind kind) const {
+    size_t count = 0;
+    for (uint32_t index : written_) count += kinds_[index] == kind ? 1 : 0;
+    return count;
+  }
   size_t zero_copy_count() const { return zero_copy_.input_count(); }
   // Whether copied input `index` (an input index) is copied by a head kernel.
   bool copied_in_graph(size_t index) const;

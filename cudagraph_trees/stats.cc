@@ -32,6 +32,8 @@ nlohmann::json counters_json(const TreeCounters& counters) {
   json["zero_copy_inputs"] = counters.zero_copy_inputs;
   json["graph_copy_inputs"] = counters.graph_copy_inputs;
   json["copy_back_inputs"] = counters.copy_back_inputs;
+  json["static_input_writes"] = counters.static_input_writes;
+  json["managed_input_writes"] = counters.managed_input_writes;
   return json;
 }
 

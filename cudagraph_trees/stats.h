@@ -35,6 +35,10 @@ struct TreeCounters {
   uint64_t graph_copy_inputs = 0;      // copied inputs recorded with a head copy kernel
   uint64_t copy_back_inputs = 0;       // copied inputs recorded with copy-back
   uint64_t staged_input_copies = 0;    // replays whose inputs came from placeholders (staged)
+  // The mutation classifier's other cases, counted per recording: inputs the
+  // graph writes in place because their address is fixed (types (b) and (c)).
+  uint64_t static_input_writes = 0;
+  uint64_t managed_input_writes = 0;
   std::map<std::string, uint64_t> rerecord_reasons;    // by invariant failure
   std::map<std::string, uint64_t> fallback_calls;      // by fallback category
   std::map<std::string, uint64_t> fallback_decisions;  // (parent, function) pairs decided eager

@@ -156,6 +156,8 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
   // Note [Copy-back of mutated inputs]: the caller sees the first replay's writes.
   parts.inputs.copy_back_after_recording(inputs, backend_, capture_stream_, counters_);
   counters_.copy_back_inputs += parts.inputs.copy_back_count();
+  counters_.static_input_writes += parts.inputs.written_count(InputKind::kStatic);
+  counters_.managed_input_writes += parts.inputs.written_count(InputKind::kManaged);
   order_caller_after(caller);
   parts.outputs = NodeOutputs::classify(
       outputs, inputs, bound, [this](const void* a) { return in_pool(a); }, device_);

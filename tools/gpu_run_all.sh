@@ -180,6 +180,17 @@ if [ "$run_benchmarks" -eq 1 ]; then
         [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark benchmarks/torch_backend.py failed" ;;
     esac
   fi
+  if [ -f "$tree/grove/benchmarks/torch_zoo.py" ]; then
+    case "benchmarks/torch_zoo.py" in
+      *"$benchmark_filter"*)
+        echo
+        echo "== benchmark benchmarks/torch_zoo.py"
+        (cd "$tree/grove" && PYTHONPATH="$tree/grove/python" timeout "$timeout_s" \
+          python3 benchmarks/torch_zoo.py --json "$logs/torch_zoo${GROVE_BENCHMARK_SUFFIX:-}.json") 2>&1 |
+          tee "$logs/torch_zoo${GROVE_BENCHMARK_SUFFIX:-}.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark benchmarks/torch_zoo.py failed" ;;
+    esac
+  fi
 fi
 
 echo

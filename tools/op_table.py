@@ -29,11 +29,12 @@ MODULES = [
      "as gathers])"),
     ("grove.aten_conv_backward_ops", "each input pixel sums the window positions that read it "
      "(a gather), then one GEMM for the weight gradient"),
-    ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics "
-     "(running statistics returned, not written in place: in PyTorch where written)"),
+    ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics, "
+     "and running statistics that are graph inputs written inside the program"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
-    ("grove.aten_layout_ops", "concat with constants or slices (padding), gathers (flip, nearest "
+    ("grove.aten_layout_ops", "concat with constants or slices (padding; slice_scatter and "
+     "select_scatter: the base's slices around the source), gathers (flip, nearest "
      "upsampling), cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds "
      "(integers)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
@@ -43,10 +44,14 @@ MODULES = [
 FOOTER = [
     "| in-place ops (`relu_`, `add_`, ...) on an intermediate nothing else aliases | their "
     "functional op (Note [In-place ops on intermediates]) |",
+    "| in-place writes into graph inputs (a KV cache's `index_copy_`/`index_put_`, a counter's "
+    "`add_`, buffers) | traced functionalized; each write-back (`copy_` of a whole input) is "
+    "`copy_into`: in place for static inputs, copied back by the tree for others (Note [Writes "
+    "into graph inputs]) |",
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
     "| anything else (cumprod, sort, topk beyond k = 64, scatter with a reduction, slices with a "
-    "step, in-place writes into inputs or views and the values sharing their storage, ...) | "
+    "step, writes into views of intermediates and the values sharing their storage, ...) | "
     "runs in PyTorch between grove segments |",
 ]
 

@@ -578,6 +578,8 @@ SECTIONS = [
     ("torch_backend_train", "torch.compile(backend=\"grove\"), training "
                             "(`benchmarks/torch_backend.py --train`)",
      lambda report: _torch_backend().training(report)),
+    ("torch_zoo", "Real models and decode through torch.compile (`benchmarks/torch_zoo.py`)",
+     lambda report: _torch_zoo().render(report)),
 ]
 
 
@@ -594,6 +596,11 @@ def _torch_backend():
 def _decode():
     import write_results_decode  # noqa: E402  (next to this file; imports this module)
     return write_results_decode
+
+
+def _torch_zoo():
+    import write_results_torch_zoo  # noqa: E402  (next to this file; imports this module)
+    return write_results_torch_zoo
 
 
 def _serving():

@@ -65,26 +65,46 @@ def _batch_norm(c, a):
         # The saved statistics of an inference batch norm are placeholders
         # (empty on the CPU) that its backward does not read.
         return (out,) + tuple(_placeholder(c, value) for value in c.result()[1:])
-    if name == "aten.cudnn_batch_norm":
-        raise Unsupported("cudnn batch norm in training mode")
+    cudnn = name == "aten.cudnn_batch_norm"  # a 4th result: cudnn's reserve space
     functional = name == "aten._native_batch_norm_legit_functional"
-    if mean is not None and not functional:
+    in_place = mean is not None and not functional
+    if in_place and not _written_in_place_here(c, mean, var, dtype):
         # The op writes the running statistics in place: an input mutation.
         raise Unsupported("batch norm training that updates running statistics in place")
     batch_mean, batch_var, invstd = _batch_statistics(c, x, shape, dtype, _eps(a))
     out = _normalized(c, a, x, batch_mean, invstd, shape, dtype)
-    if not functional:
-        return (out, batch_mean, invstd)
+    tail = (None,) if cudnn else ()
+    if mean is None:
+        return (out, batch_mean, invstd) + tail
     # PyTorch's running variance is the unbiased one.
     count = c.value(x).numel() // shape[1]
-    momentum = float(a["momentum"])
+    momentum = float(a["momentum"] if "momentum" in a else a["exponential_average_factor"])
     unbiased = c.emit("mul", [batch_var, c.scalar(count / max(count - 1, 1), dtype)])
 
     def updated(running, batch):
         kept = c.emit("mul", [c.operand(running, dtype), c.scalar(1 - momentum, dtype)])
         return c.emit("add", [kept, c.emit("mul", [batch, c.scalar(momentum, dtype)])])
 
-    return (out, batch_mean, invstd, updated(mean, batch_mean), updated(var, unbiased))
+    new_mean, new_var = updated(mean, batch_mean), updated(var, unbiased)
+    if not in_place:
+        return (out, batch_mean, invstd, new_mean, new_var)
+    # Note [Writes into graph inputs]: native_batch_norm and cudnn_batch_norm,
+    # whose schemas do not say they write them, so functionalization leaves
+    # them be (2.x's _native_batch_norm_legit arrives functionalized).
+    c.emit("copy_into", [c.tensor(mean), new_mean])
+    c.emit("copy_into", [c.tensor(var), new_var])
+    return (out, batch_mean, invstd) + tail
+
+
+def _written_in_place_here(c, mean, var, dtype):
+    """Whether the running statistics are graph inputs of `dtype` that only
+    this node reads, so the program may write them itself."""
+    for running in (mean, var):
+        if running is None or running.op not in ("placeholder", "get_attr") or \
+                list(running.users) != [c.node] or c.dtype(running) != dtype or \
+                not c.value(running).is_contiguous():
+            return False
+    return True
 
 
 def _batch_norm_backward(c, a):

@@ -205,6 +205,7 @@ CONVERTERS.update({
     "aten.scatter_add": _scatter(True),
     "aten.index_put": _index_put,
     "aten._index_put_impl": _index_put,
+    "aten._unsafe_index_put": _index_put,  # index_put without bounds checks (2.x decompositions)
     "aten.index_copy": _index_copy_or_add(False),
     "aten.index_add": _index_copy_or_add(True),
 })

@@ -1,6 +1,8 @@
 """Converters of ATen's constant padding (constant_pad_nd), flip, nearest
-upsampling (upsample_nearest2d) and cumsum (of floats: a GEMM with a
-triangle of ones; of integers: exact, by log2(n) shifted adds). Importing
+upsampling (upsample_nearest2d), cumsum (of floats: a GEMM with a
+triangle of ones; of integers: exact, by log2(n) shifted adds) and the view
+scatters functionalization writes through views with (slice_scatter,
+select_scatter: concat of the base's slices around the source). Importing
 this module adds them to aten_ops.CONVERTERS."""
 
 import torch
@@ -124,7 +126,48 @@ def _cumsum(c, a):
     return summed
 
 
+def _around(c, base, shape, dim, start, end, middle):
+    """base along `dim` with [start, end) replaced by grove value `middle`."""
+    parts = []
+    if start > 0:
+        parts.append(c.emit("slice", [base], {"dim": dim, "start": 0, "end": start}))
+    parts.append(middle)
+    if end < shape[dim]:
+        parts.append(c.emit("slice", [base], {"dim": dim, "start": end, "end": shape[dim]}))
+    return parts[0] if len(parts) == 1 else c.emit("concat", parts, {"dim": dim})
+
+
+def _slice_scatter(c, a):
+    """self with self[..., start:end, ...] (along dim, step 1) replaced by src:
+    a write through a slice view, functionalized (`v[:, :, pos] = x`)."""
+    x, src = a["self"], a["src"]
+    shape, dtype = c.shape(x), c.dtype(x)
+    dim = a.get("dim", 0) % len(shape)
+    if a.get("step", 1) not in (None, 1):
+        raise Unsupported("slice_scatter with step %s" % a["step"])
+    start = a.get("start") or 0
+    end = a.get("end")
+    end = shape[dim] if end is None else end
+    start = max(start + shape[dim] if start < 0 else start, 0)
+    end = min(end + shape[dim] if end < 0 else end, shape[dim])
+    if c.shape(src) != shape[:dim] + [end - start] + shape[dim + 1:]:
+        raise Unsupported("slice_scatter of a source shaped %s" % c.shape(src))
+    return _around(c, c.tensor(x), shape, dim, start, end, c.operand(src, dtype))
+
+
+def _select_scatter(c, a):
+    x, src = a["self"], a["src"]
+    shape, dtype = c.shape(x), c.dtype(x)
+    dim = a["dim"] % len(shape)
+    index = a["index"] % shape[dim]
+    middle = c.emit("reshape", [c.operand(src, dtype)],
+                    {"shape": shape[:dim] + [1] + shape[dim + 1:]})
+    return _around(c, c.tensor(x), shape, dim, index, index + 1, middle)
+
+
 CONVERTERS.update({
+    "aten.slice_scatter": _slice_scatter,
+    "aten.select_scatter": _select_scatter,
     "aten.constant_pad_nd": _constant_pad,
     "aten.flip": _flip,
     "aten.upsample_nearest2d": _upsample_nearest,

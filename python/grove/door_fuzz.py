@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import grove
-from grove import importer
+from grove import importer, input_writes
 
 # Note [Door fuzzer]: a program is a random DAG over a few [B, D] inputs and a
 # static weight: pointwise, matmul, softmax, layer norm and reductions that
@@ -32,9 +32,14 @@ from grove import importer
 # F32_TOLERANCE, and cudagraphs equals grove eager bitwise. Outputs stay uncopied, as
 # PyTorch >= 2.1's door leaves them (on 1.13 the importer is driven directly;
 # with dynamo through torch.compile). A failure prints the seed and the
-# program. Tests: DoorFuzzTest (tests/python/door_fuzz_test.py), which also
-# proves the fuzzer finds the split-generation bug with grove.invocation
-# disabled.
+# program. About a third of the programs also carry a state vector that one
+# step updates in place (state = state / 2 + mean of a value, the shape of a
+# running statistic) and later steps read: passed as a static input, so the
+# graph writes it itself (Note [Writes into graph inputs]); after every call
+# the state is compared with PyTorch's own copy, and cudagraphs' with grove
+# eager's bitwise. Tests: DoorFuzzTest (tests/python/door_fuzz_test.py),
+# which also proves the fuzzer finds the split-generation bug with
+# grove.invocation disabled.
 
 F32_TOLERANCE = 1e-4  # of the reference's largest magnitude (at least 1)
 CALLS = 5  # warm-up, recording, three replays
@@ -59,6 +64,7 @@ GROVE_OPS = [
     ("layer_norm", 1, lambda a: F.layer_norm(a, a.shape[-1:], eps=0.1)),
 ]
 MATMUL = "matmul"
+STATE_UPDATE = "update_state"
 # Candidate ops for PyTorch to run; those with a converter are dropped.
 SPLITTER_CANDIDATES = [
     ("flip", "aten.flip", lambda a: torch.flip(a, dims=[-1])),
@@ -85,9 +91,14 @@ class Program:
         self.steps = []
         split_ops = splitters()
         count = inputs
-        for _ in range(length):
+        update_at = rng.randrange(length) if rng.random() < 0.35 else None
+        self.has_state = update_at is not None
+        for step in range(length):
             roll = rng.random()
-            if split_ops and roll < 0.25:
+            if step == update_at:
+                # The new state's read is the step's value.
+                name, function, operands = STATE_UPDATE, None, [rng.randrange(count)]
+            elif split_ops and roll < 0.25:
                 name, function = rng.choice(split_ops)
                 operands = [rng.randrange(count)]
             elif roll < 0.4:
@@ -102,19 +113,29 @@ class Program:
         self.outputs = [last] + [index for index in held if index != last]
 
     def __call__(self, *args):
+        """program(*inputs, [state,] weight): state is updated in place."""
         *inputs, weight = args
+        state = inputs.pop() if self.has_state else None
         values = list(inputs)
         for name, function, operands in self.steps:
             operand_values = [values[index] for index in operands]
             if name == MATMUL:
                 values.append(torch.tanh(operand_values[0] @ weight))
+            elif name == STATE_UPDATE:
+                state.mul_(0.5).add_(operand_values[0].mean(dim=0))
+                values.append(state * 1.0)
             else:
                 values.append(function(*operand_values))
         return tuple(values[index] for index in self.outputs)
 
     def describe(self):
-        lines = ["inputs: v0..v%d, weight" % (self.inputs - 1)]
+        lines = ["inputs: v0..v%d, %sweight" % (self.inputs - 1,
+                                                "state, " if self.has_state else "")]
         for index, (name, _, operands) in enumerate(self.steps):
+            if name == STATE_UPDATE:
+                lines.append("state = state / 2 + mean(v%d, dim 0); v%d = state"
+                             % (operands[0], self.inputs + index))
+                continue
             lines.append("v%d = %s(%s)" % (self.inputs + index, name,
                                             ", ".join("v%d" % o for o in operands)))
         lines.append("outputs: %s" % ", ".join("v%d" % o for o in self.outputs))
@@ -143,17 +164,19 @@ def relative_error(result, expected):
 
 
 def compile_program(program, args, mode, device):
-    """grove's callable for `program` at the shapes of `args`."""
+    """grove's callable for `program` at the shapes of `args` (the weight
+    last, the state before it: both static)."""
     if device.startswith("cuda") and hasattr(torch, "compile"):
         import grove.torch  # noqa: F401 (registers the backend)
 
         torch._dynamo.reset()
+        if program.has_state:
+            torch._dynamo.mark_static_address(args[-2])
         return torch.compile(lambda *values: program(*values), backend="grove",
                              options={"mode": mode}, dynamic=False)
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    graph = make_fx(program)(*args)
-    plan = importer.import_graph(graph, args, static_inputs=[len(args) - 1], name="fuzz")
+    graph, _ = input_writes.aten_graph(program, args)  # functionalized where state is written
+    static = [len(args) - 1] + ([len(args) - 2] if program.has_state else [])
+    plan = importer.import_graph(graph, args, static_inputs=static, name="fuzz")
     return plan.compile(backend=mode, device=device, output_copies=lambda node: False)
 
 
@@ -176,6 +199,7 @@ def _run_in_both_modes(seed, rng, program, device, counters):
     torch.manual_seed(seed)
     target = "cuda" if device.startswith("cuda") else "cpu"
     weight = (torch.randn(width, width) / width ** 0.5).to(target)
+    initial_state = torch.randn(width).to(target)
     results = {}
     for batch in rng.sample([1, 3, 8], 2):
         fixed = [torch.randn(batch, width).to(target) for _ in range(program.inputs)]
@@ -186,11 +210,14 @@ def _run_in_both_modes(seed, rng, program, device, counters):
                 if fresh else fixed
             calls.append(inputs)
         for mode in ("eager", "cudagraphs"):
-            compiled = compile_program(program, fixed + [weight], mode, device)
+            # Each mode updates its own state; PyTorch its own copy of it.
+            state = [initial_state.clone()] if program.has_state else []
+            reference = [initial_state.clone()] if program.has_state else []
+            compiled = compile_program(program, fixed + state + [weight], mode, device)
             for call, inputs in enumerate(calls):
                 with torch.no_grad():
-                    expected = program(*inputs, weight)
-                    got = compiled(*inputs, weight)
+                    expected = list(program(*inputs, *reference, weight)) + reference
+                    got = list(compiled(*inputs, *state, weight)) + state
                 got = [value.clone() for value in got]
                 for index, (value, want) in enumerate(zip(got, expected)):
                     error = relative_error(value, want)

@@ -34,6 +34,8 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     op_name,
 )
 from grove.inplace import functionalize_inplace, mutates_first_argument, storage_key
+from grove import input_writes
+from grove.input_writes import write_backs
 
 
 # Ops whose result depends only on their tensor argument's shape, dtype and
@@ -67,10 +69,17 @@ class _Recorder(torch.fx.Interpreter):
     """Runs the graph once on the example inputs and keeps every node's value
     (shapes and dtypes for the importer; constants for folding)."""
 
-    def __init__(self, module):
+    def __init__(self, module, written_attributes=()):
         super().__init__(module)
         self.values = {}
         self.before_write = {}  # node -> its value before an in-place op wrote its storage
+        self.written_attributes = set(written_attributes)
+
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        if target in self.written_attributes and isinstance(value, torch.Tensor):
+            return value.clone()  # Note [The import run leaves the inputs alone]
+        return value
 
     def run_node(self, node):
         if mutates_first_argument(node) and isinstance(node.args[0], torch.fx.Node):
@@ -96,26 +105,26 @@ class _Recorder(torch.fx.Interpreter):
 # chain of views) are cloned for that run; the caller's tensors stay as they
 # were, and params still bind the caller's tensors. Test:
 # ImporterTest.test_importing_a_graph_that_updates_an_input_in_place_leaves_it_alone.
-_VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.slice", "aten.select",
-             "aten.expand", "aten.transpose", "aten.permute", "aten.t", "aten.unsqueeze",
-             "aten.squeeze", "aten.alias", "aten.as_strided", "aten.narrow", "aten.diagonal",
-             "aten.unflatten", "aten.flatten", "aten.view_as", "aten.unbind", "aten.split",
-             "aten.chunk", "aten.detach", "getitem"}
+_VIEW_OPS = input_writes.VIEW_OPS
 
 
 def mutated_placeholders(graph):
     """The placeholders an in-place op of `graph` writes, through views."""
     mutated = set()
     for node in graph.nodes:
-        if not mutates_first_argument(node) or not node.args:
-            continue
-        base = node.args[0]
-        while isinstance(base, torch.fx.Node) and base.op == "call_function" and \
-                (op_name(base.target) in _VIEW_OPS or mutates_first_argument(base)) and base.args:
-            base = base.args[0]
-        if isinstance(base, torch.fx.Node) and base.op == "placeholder":
-            mutated.add(base)
+        for base in input_writes.written_arguments(node):
+            base = _view_base(base)
+            if isinstance(base, torch.fx.Node) and base.op == "placeholder":
+                mutated.add(base)
     return mutated
+
+
+def _view_base(base):
+    """The tensor `base` views or updates, through chains of views and writes."""
+    while isinstance(base, torch.fx.Node) and base.op == "call_function" and \
+            (op_name(base.target) in _VIEW_OPS or mutates_first_argument(base)) and base.args:
+        base = base.args[0]
+    return base
 
 
 class Segment:
@@ -184,7 +193,12 @@ class _Importer:
         self.strict = strict
         self.name = name
         self.has_erf = has_erf
-        recorder = _Recorder(module)
+        # Note [Writes into graph inputs] (input_writes.py).
+        self.write_backs = write_backs(module.graph)
+        written_attributes = {base for node in module.graph.nodes
+                              for base in map(_view_base, input_writes.written_arguments(node))
+                              if isinstance(base, torch.fx.Node) and base.op == "get_attr"}
+        recorder = _Recorder(module, {node.target for node in written_attributes})
         # Note [The import run leaves the inputs alone].
         mutated = mutated_placeholders(module.graph)
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
@@ -195,10 +209,15 @@ class _Importer:
         self.values = recorder.values
         for node, value in zip(placeholders, example_inputs):
             self.values[node] = value  # params bind the caller's tensors, not the copies
+        for node in written_attributes:
+            self.values[node] = _attribute(module, node.target)
         self.before_write = recorder.before_write
         self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         devices = [value.device for value in example_inputs if isinstance(value, torch.Tensor)]
-        self.device = devices[0] if devices else torch.device("cpu")
+        # A host tensor among device inputs (HF's cache counter before its
+        # first move to the GPU) does not decide where constants live.
+        accelerated = [device for device in devices if device.type != "cpu"]
+        self.device = (accelerated or devices or [torch.device("cpu")])[0]
         self.static_positions = set(static_positions)
         self.static_nodes = {self.placeholders[i] for i in self.static_positions}
         self.dynamic = set()  # nodes that depend on a per-call input or a param
@@ -206,7 +225,7 @@ class _Importer:
         self.owner = {}  # fx node -> the Segment that computes it
         self.constants = {}  # fx node -> folded tensor
         self.functional, self.in_torch = functionalize_inplace(self.graph, self.values,
-                                                               CONVERTERS)
+                                                               CONVERTERS, self.write_backs)
         if self.functional and hasattr(module, "recompile"):
             module.recompile()  # its code follows the rewired reads
 
@@ -279,7 +298,8 @@ class _Importer:
                 steps.append(("torch", node))
                 segment = None
                 continue
-            if not node.users and (op_name(node.target) in CONVERTERS
+            if not node.users and node not in self.write_backs and (
+                    op_name(node.target) in CONVERTERS
                                    or op_name(node.target) in _SKIPPED_CHECKS
                                    or op_name(node.target) == "getitem"):
                 # A pure result nobody reads (a layer norm's mean, say), or a
@@ -344,7 +364,9 @@ class _Importer:
             self.owner[node] = segment
             return
         converter = CONVERTERS.get(name)
-        if node in self.functional:
+        if node in self.write_backs:
+            converter = _write_back
+        elif node in self.functional:
             converter = CONVERTERS[name[:-1]]  # Note [In-place ops on intermediates]
         if converter is None:
             raise Unsupported("no importer for %s" % name)
@@ -420,6 +442,24 @@ class _Importer:
                                                   "attrs": {"shape": shape}})
                     segment.names[(node, position)] = new
             segment.outputs = outputs
+
+
+def _write_back(c, a):
+    """aten.copy_ of a whole graph input as grove's copy_into (Note [Writes
+    into graph inputs]): in place in a bound static input, else in the
+    program's input (copied back by the graph tree)."""
+    destination = c.value(a["self"])
+    if not destination.is_contiguous():
+        raise Unsupported("a write into a non-contiguous input")
+    target = c.tensor(a["self"])
+    return c.emit("copy_into", [target, c.operand(a["src"], destination.dtype)])
+
+
+def _attribute(module, target):
+    value = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def import_graph(module, example_inputs, static_inputs=(), strict=False, name="fx",

@@ -13,9 +13,10 @@ from grove.fx_common import op_name
 # and converts the node with its functional op's converter (aten.relu_ as
 # aten.relu), so later users see the new value and no memory is written in
 # place; writes through views of the whole tensor (x[:, :, i] = v) count as
-# writes of x. An in-place op whose target is a graph input or parameter, or a
+# writes of x. An in-place op whose target is a graph input or parameter (but
+# for the functionalized write-backs of Note [Writes into graph inputs]), or a
 # view or aliased tensor (a write other nodes would see through their own
-# storage), runs in PyTorch (issue 33 part 2), and so does every node whose
+# storage), runs in PyTorch, and so does every node whose
 # value lives in the storage it writes: a grove segment's output is not the
 # caller's storage, so a write into it would not reach the values made from
 # it. The recorder keeps each value's copy from before a write, for constant
@@ -60,12 +61,14 @@ def _whole_view(node, values):
     return step in (None, 1)
 
 
-def functionalize_inplace(graph, values, converters):
+def functionalize_inplace(graph, values, converters, write_backs=()):
     """Rewires reads after each safe in-place node (Note [In-place ops on
     intermediates]). Returns (the nodes to convert functionally, the nodes
     that must run in PyTorch: every value in a storage that an in-place op
     left to PyTorch writes, so that its readers see the write). `values`: each
-    node's recorded value (tensors that share storage are aliases)."""
+    node's recorded value (tensors that share storage are aliases).
+    `write_backs`: the writes into graph inputs the importer converts itself
+    (Note [Writes into graph inputs], input_writes.py)."""
     nodes = list(graph.nodes)
     order = {node: i for i, node in enumerate(nodes)}
     sharers = {}  # storage key -> nodes whose value lives there, in graph order
@@ -77,7 +80,7 @@ def functionalize_inplace(graph, values, converters):
     safe = []  # (node, its target, the whole views it writes through)
     written_in_torch = set()
     for node in nodes:
-        if not mutates_first_argument(node):
+        if not mutates_first_argument(node) or node in write_backs:
             continue
         key = storage_key(values.get(node))
         decision = _safe_target(node, values, converters)

@@ -21,15 +21,16 @@ class StaticInputMovedError(RuntimeError):
 
 class GraphRunner:
     def __init__(self, plan, backend="eager", device="sim", output_copies=None, verify=None,
-                 gradient_all_reduce=None, **options):
+                 state_outputs=(), gradient_all_reduce=None, **options):
         """output_copies: None, or a function of an fx node returning whether
         a segment output computing it is copied out of grove's memory (True,
         False, or None for grove.Model's default). verify: check the first
         calls against PyTorch eager (Note [Verify mode], verify.py); None
-        follows GROVE_VERIFY. gradient_all_reduce: None, or a function of a
-        segment's output fx nodes returning its "gradient_all_reduce" option
-        or None (Note [Gradient all-reduce in the door's backward],
-        gradient_reduce.py)."""
+        follows GROVE_VERIFY. state_outputs: fx nodes of the graph's outputs
+        the caller keeps as state (Note [State outputs leave the pool]).
+        gradient_all_reduce: None, or a function of a segment's output fx
+        nodes returning its "gradient_all_reduce" option or None (Note
+        [Gradient all-reduce in the door's backward], gradient_reduce.py)."""
         self.gradient_all_reduce = gradient_all_reduce
         self.plan = plan
         self.verify = verify_mode.enabled_by_environment() if verify is None else bool(verify)
@@ -54,6 +55,43 @@ class GraphRunner:
             if node.op == "get_attr":
                 self.constants[node] = _attribute(plan.module, node.target)
         self._fast = self._fast_plan()
+        self._state_positions = self._state_output_positions(state_outputs)
+
+    # Note [State outputs leave the pool]: a tensor a graph writes in place and
+    # returns (a KV cache made and filled inside the compiled region, a
+    # counter moved to the device and advanced) is state the caller keeps and
+    # feeds back, often as an input the next graph writes. Left in the graph
+    # tree's pool it would be reclaimed when the generation ends (a later
+    # call would find its input stale) and a copy-back into it is refused
+    # (Note [Copy-back into the pool]). So under a graph backend such outputs
+    # are cloned into memory of their own at each call (a prefill's few
+    # tensors, once per sequence), and with dynamo each clone is marked a
+    # static address (guarded: dynamo recompiles for another tensor), as
+    # Hugging Face marks the caches it makes outside compiled code: the graphs
+    # that later update it write it in place instead of copying it back.
+    # Test: InputWritesTest.test_state_made_inside_the_graph_leaves_the_pool
+    # (sim, copy-back), GpuDecodeTest (static).
+    def _state_output_positions(self, state_outputs):
+        if self.backend == "eager" or not state_outputs:
+            return None
+        output = self.plan.output_arg
+        items = list(output) if isinstance(output, (tuple, list)) else [output]
+        positions = [index for index, item in enumerate(items)
+                     if isinstance(item, torch.fx.Node) and item in state_outputs
+                     and item.op != "placeholder"]
+        return positions or None
+
+    def _state_left_pool(self, result):
+        positions = self._state_positions
+        if positions is None:
+            return result
+        if not isinstance(result, (tuple, list)):
+            return _state_copy(result) if isinstance(result, torch.Tensor) else result
+        values = list(result)
+        for position in positions:
+            if isinstance(values[position], torch.Tensor):
+                values[position] = _state_copy(values[position])
+        return type(result)(values)
 
     def _fast_plan(self):
         """For a graph that is one grove segment fed only by placeholders and
@@ -128,7 +166,8 @@ class GraphRunner:
         if self.verified_calls < self.calls_to_verify:
             call = self.verified_calls
             self.verified_calls += 1
-            return self._run_as_one_invocation(args, verify_mode.StepChecker(self, call))
+            return self._state_left_pool(
+                self._run_as_one_invocation(args, verify_mode.StepChecker(self, call)))
         fast = self._fast
         if fast is not None:
             if fast["checks"] and not _static_inputs_in_place(args, fast):
@@ -147,11 +186,12 @@ class GraphRunner:
                 picked = [results[index] if kind == 0 else args[index] if kind == 1 else index
                           for kind, index in fast["sources"]]
             container = fast["container"]
-            return container(picked) if container is not None else picked[0]
+            result = container(picked) if container is not None else picked[0]
+            return result if self._state_positions is None else self._state_left_pool(result)
         return self.slow_call(*args)
 
     def slow_call(self, *args):
-        return self._run_as_one_invocation(args)
+        return self._state_left_pool(self._run_as_one_invocation(args))
 
     def _run_as_one_invocation(self, args, checker=None):
         if self.backend == "eager" or len(self.segments) < 2:
@@ -220,6 +260,23 @@ class GraphRunner:
         if node in env:
             return env[node]
         return self._constant(node)
+
+
+_MARK_STATIC = []  # [torch._dynamo.mark_static_address or None], found on first use
+
+
+def _state_copy(tensor):
+    """A state output's own copy (Note [State outputs leave the pool])."""
+    copy = tensor.clone()
+    if not _MARK_STATIC:
+        try:
+            from torch._dynamo import mark_static_address
+        except ImportError:  # PyTorch without dynamo
+            mark_static_address = None
+        _MARK_STATIC.append(mark_static_address)
+    if _MARK_STATIC[0] is not None:
+        _MARK_STATIC[0](copy)
+    return copy
 
 
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)

@@ -33,6 +33,7 @@ import torch
 
 import grove
 from grove import importer
+from grove import input_writes
 from grove import optim  # noqa: F401 (grove.torch.optim: SGD, AdamW)
 
 log = importer.log
@@ -87,13 +88,6 @@ def _static_positions(example_inputs):
     return positions
 
 
-def _aten_graph(gm, example_inputs):
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    with torch.no_grad():
-        return make_fx(gm)(*example_inputs)
-
-
 class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs."""
 
@@ -137,10 +131,14 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
     if device is None:
         cuda = [value for value in example_inputs if value.is_cuda]
         device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
-    aten = _aten_graph(gm, example_inputs)
+    # Note [Writes into graph inputs]: a graph that updates its inputs is
+    # traced functionalized; the tensors it writes and returns are state.
+    aten, state_positions = input_writes.aten_graph(gm, example_inputs)
     plan = importer.import_graph(aten, example_inputs, static_inputs=_static_positions(
         example_inputs), strict=strict, name="torch_graph")
-    return CompiledGraph(plan.compile(backend=_MODES[mode], device=device, verify=verify))
+    return CompiledGraph(plan.compile(
+        backend=_MODES[mode], device=device, verify=verify,
+        state_outputs=input_writes.output_nodes_at(aten.graph, state_positions)))
 
 
 def _training_graph(gm, example_inputs, mode, strict, device):

@@ -13,6 +13,8 @@ import os
 import torch
 import torch.fx
 
+from grove import input_writes
+
 # Note [Verify mode]: the first calls of a graph (warm-up, recording and the
 # first replay; VERIFIED_CALLS, or GROVE_VERIFY_CALLS) run step by step: before each grove segment
 # runs, its fx nodes are evaluated in PyTorch eager on the same input values;
@@ -120,10 +122,16 @@ class StepChecker:
         self.made = {}  # fx node -> (value, its copy when made, who made it)
 
     def reference(self, segment, env, read):
-        """Evaluates the segment's fx nodes in PyTorch on the values in env."""
+        """Evaluates the segment's fx nodes in PyTorch on the values in env;
+        a node that writes an input (Note [Writes into graph inputs]) writes
+        a copy, so the caller's state advances once, by grove."""
         local = dict(env)
         with torch.no_grad():
             for node in segment.nodes:
+                for written in input_writes.written_arguments(node):
+                    value = read(local, written)
+                    if isinstance(value, torch.Tensor):
+                        local[written] = value.clone()
                 local[node] = evaluate(node, local, read)
         return local
 
@@ -140,7 +148,11 @@ class StepChecker:
                               "(%d of its %d outputs diverge)" % (
                                   self.where, segment.index, node_label(node), problem,
                                   len(diverging), len(segment.outputs)))
+        written = {argument for node in segment.nodes
+                   for argument in input_writes.written_arguments(node)}
         for (name, node), value, copy in zip(segment.inputs, inputs, copies):
+            if node in written:
+                continue  # the graph updates this input (Note [Writes into graph inputs])
             if copy is not None and difference(value, copy) is not None:
                 raise VerifyError("%s: segment %d wrote over its input %s, which it must only "
                                   "read" % (self.where, segment.index, node_label(node)))

@@ -38,6 +38,7 @@ void expect_caller_sees_mutation_at_every_stage(TreeTest& test, TreeManager& tre
   EXPECT_EQ(trees.counters().replays, 3u);
   EXPECT_EQ(trees.counters().eager_calls, 0u);
   EXPECT_EQ(trees.counters().copy_back_inputs, 1u);
+  EXPECT_EQ(trees.counters().static_input_writes, 0u);
 }
 
 TEST_P(TreeCopyBack, CallerSeesTheMutationAtEveryStageWithCopies) {

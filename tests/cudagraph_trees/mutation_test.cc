@@ -31,6 +31,12 @@ TEST_P(TreeMutation, MutatingAStaticInputIsCaptured) {
   EXPECT_EQ(trees.counters().eager_calls, 0u);
   EXPECT_EQ(trees.counters().recordings, 1u);
   EXPECT_EQ(trees.counters().replays, 3u);
+  // Type (b): the graph writes the caller's tensor itself, counted per
+  // recording; nothing is copied back.
+  EXPECT_EQ(trees.counters().static_input_writes, 1u);
+  EXPECT_EQ(trees.counters().managed_input_writes, 0u);
+  EXPECT_EQ(trees.counters().copy_back_inputs, 0u);
+  EXPECT_EQ(trees.counters().input_copy_backs, 0u);
 }
 
 // Note [Copied inputs aliasing written inputs]: a copied input that is a view
@@ -93,6 +99,9 @@ TEST_P(TreeMutation, MutatingAPoolManagedInputIsCaptured) {
   ASSERT_EQ(trees.roots(f).size(), 1u);
   EXPECT_EQ(trees.roots(f)[0]->children(g).size(), 1u);
   EXPECT_EQ(trees.counters().replays, 6u);
+  // Type (c), counted per recording of g; no copy-back.
+  EXPECT_EQ(trees.counters().managed_input_writes, 1u);
+  EXPECT_EQ(trees.counters().copy_back_inputs, 0u);
 }
 
 TEST_P(TreeMutation, UnderTheEagerPolicyMutatingACopiedInputFallsBackWithReason) {

@@ -3,9 +3,14 @@ Hugging Face's `generate(..., cache_implementation="static")` of a small
 random-weight LLaMA with `model.forward = torch.compile(model.forward,
 backend="grove")`, greedy, 48 new tokens; the tokens must equal eager
 PyTorch's (same model, same static cache). The cache is created inside the
-compiled forward on its first call (Note [State created inside a function]).
-Also with a StaticCache made before the call. Prints tokens/s of both and the
-graphs grove recorded. Skips without CUDA, dynamo or transformers."""
+compiled forward on its first call (Note [State created inside a function],
+Note [State outputs leave the pool]) and written in place by every decode
+step (Note [Writes into graph inputs]). Also with a StaticCache made before
+the call. The graphs recorded are bounded by the shapes (prefill and decode),
+not one per position. Prints tokens/s of both and the graphs grove recorded.
+A gpt-fast-style decoder (static_cache_decoder.py, KV cache in module
+buffers) through torch.compile likewise. Skips without CUDA, dynamo or
+transformers."""
 import os
 import sys
 import time
@@ -18,6 +23,12 @@ import junit_main  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 try:
+    import torch._dynamo  # noqa: F401
+
+    HAS_DYNAMO = True
+except ImportError:
+    HAS_DYNAMO = False
+try:
     import transformers  # noqa: F401
 
     HAS_TRANSFORMERS = True
@@ -25,6 +36,28 @@ except ImportError:
     HAS_TRANSFORMERS = False
 
 NEW_TOKENS = 48
+# Graphs recorded by a second generate, and graphs compiled: prefill and
+# decode, each a few times at most (a new cache may record under a new parent),
+# far fewer than one per position.
+MAX_RECORDINGS = 8
+
+
+def new_graphs(earlier):
+    """The graphs grove compiled since `earlier` (a list held by the caller)."""
+    import grove.torch
+
+    seen = {id(graph) for graph in earlier}
+    return [graph for graph in grove.torch.compiled_graphs() if id(graph) not in seen]
+
+
+def tree_counters():
+    import grove.torch
+
+    for graph in grove.torch.compiled_graphs():
+        models = getattr(getattr(graph, "runner", None), "models", lambda: [])()
+        if models:
+            return models[0].stats()["tree"]
+    return {}
 
 
 def small_llama():
@@ -61,20 +94,33 @@ class GpuDecodeTest(unittest.TestCase):
         ids = torch.randint(0, 1000, (1, 12), device="cuda")
         expected, eager_rate = generate(model, ids, **make_cache(model))
         torch._dynamo.reset()
+        earlier = grove.torch.compiled_graphs()
         model.forward = torch.compile(model.forward, backend="grove")
         results = []
+        recorded = []
         for _ in range(2):  # the second run replays what the first recorded
             out, rate = generate(model, ids, **make_cache(model))
             results.append((out, rate))
+            recorded.append(tree_counters().get("recordings", 0))
+        graphs = new_graphs(earlier)
+        unsupported = sorted({op for graph in graphs for _, op, _ in graph.unsupported})
+        tree = tree_counters()
+        # Graphs recorded by the second generate: a graph per position would
+        # record once per new token.
+        recordings = recorded[1] - recorded[0]
+        print("static-cache decode: eager %.1f tokens/s, grove %.1f (first run %.1f); %d graphs "
+              "compiled, %d recordings in the second run, %d replays, %d eager calls, static "
+              "input writes %d, copy-back inputs %d; ops in PyTorch: %s"
+              % (eager_rate, results[-1][1], results[0][1], len(graphs), recordings,
+                 tree.get("replays", 0), tree.get("eager_calls", 0),
+                 tree.get("static_input_writes", 0), tree.get("copy_back_inputs", 0),
+                 unsupported or "none"))
         for out, _ in results:
             self.assertTrue(torch.equal(out, expected), "grove's tokens %s differ from eager's %s"
                             % (out[0, ids.shape[1]:].tolist(),
                                expected[0, ids.shape[1]:].tolist()))
-        graphs = grove.torch.compiled_graphs()
-        unsupported = sorted({op for graph in graphs for _, op, _ in graph.unsupported})
-        print("static-cache decode: eager %.1f tokens/s, grove %.1f (first run %.1f); %d graphs "
-              "compiled; ops in PyTorch: %s" % (eager_rate, results[-1][1], results[0][1],
-                                                len(graphs), unsupported or "none"))
+        self.assertLessEqual(recordings, MAX_RECORDINGS, "a graph recorded per position?")
+        self.assertLessEqual(len(graphs), MAX_RECORDINGS, "a graph compiled per position?")
 
     def test_static_cache_made_inside_the_compiled_forward(self):
         self.check(lambda model: {"cache_implementation": "static"})
@@ -86,6 +132,48 @@ class GpuDecodeTest(unittest.TestCase):
             return {"past_key_values": StaticCache(config=model.config, max_cache_len=128)}
 
         self.check(make_cache)
+
+
+@unittest.skipUnless(HAS_CUDA, "no CUDA device")
+@unittest.skipUnless(HAS_DYNAMO, "this PyTorch has no torch._dynamo")
+class GpuStaticCacheDecoderTest(unittest.TestCase):
+    def test_gpt_fast_style_decoder_through_torch_compile(self):
+        import copy
+
+        import grove.torch
+        from static_cache_decoder import StaticCacheDecoder, greedy
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.manual_seed(0)
+        model = StaticCacheDecoder(vocab=512, width=256, heads=8, layers=4,
+                                   max_length=128).cuda().eval()
+        reference = copy.deepcopy(model)
+        prompt = torch.randint(0, 512, (1, 9), device="cuda")
+        with torch.no_grad():
+            expected = greedy(reference, prompt, NEW_TOKENS)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="grove")
+        earlier = grove.torch.compiled_graphs()
+        recorded = []
+        for sequence in range(2):
+            model.reset_cache()
+            with torch.no_grad():
+                tokens = greedy(compiled, prompt, NEW_TOKENS)
+            recorded.append(tree_counters().get("recordings", 0))
+            self.assertTrue(torch.equal(tokens, expected), "sequence %d: %s != %s" % (
+                sequence, tokens.tolist(), expected.tolist()))
+        graphs = new_graphs(earlier)
+        unsupported = sorted({op for graph in graphs for _, op, _ in graph.unsupported})
+        tree = tree_counters()
+        recordings = recorded[1] - recorded[0]  # the second sequence replays
+        print("gpt-fast-style decode: %d graphs, %d recordings in the second sequence, static "
+              "input writes %d, "
+              "copy-back inputs %d; ops in PyTorch: %s" % (
+                  len(graphs), recordings, tree.get("static_input_writes", 0),
+                  tree.get("copy_back_inputs", 0), unsupported or "none"))
+        self.assertEqual(unsupported, [])
+        self.assertLessEqual(len(graphs), 4, "prefill and decode, each compiled once or twice")
+        self.assertLessEqual(recordings, 2)
 
 
 if __name__ == "__main__":

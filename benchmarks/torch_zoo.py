@@ -1,0 +1,405 @@
+"""Real models through torch.compile on one GPU, in one process (ratios, not
+lone absolute times): per model of the zoo (tests/python/gpu_zoo_test.py's
+GPT-2, LLaMA, BERT, BART, ViT and ResNet-18, plus an MLP-Mixer and PyTorch's
+nn.TransformerDecoder) at batch 1 and 16, the ops grove left to PyTorch,
+grove's graph replays per call, and the latency of PyTorch eager,
+mode="reduce-overhead" and backend="grove"; then decode tokens/s of
+Hugging Face's static-cache generate (LLaMA) and of a gpt-fast-style decoder
+(tests/python/static_cache_decoder.py) under the same three, with whether
+each one's tokens equal eager's.
+
+    python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 100]
+        [--budget-s 200] [--models gpt2,resnet18] [--no-decode] [--no-zoo] [--merge]
+
+--merge keeps the cases of an existing --json that this run does not
+measure, so the table can be filled by several runs of a few minutes each
+(reduce-overhead's compilations take most of the time).
+
+Each variant warms up, then `repeats` calls in blocks of 20 (median and
+p10-p90 over blocks, torch_backend.py's timing). The decode rows run
+first; cases left when --budget-s seconds have passed are reported as not
+run (a case started before then finishes), so a run stays within its lease. f32, TF32 off. Skips (exit 0, says so) without CUDA or dynamo;
+a model whose library is missing is reported as such. Rendered into
+RESULTS.md by tools/write_results_torch_zoo.py.
+"""
+import argparse
+import copy
+import importlib
+import json
+import os
+import sys
+import time
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "tests", "python"))
+sys.path.insert(0, os.path.join(here, "..", "python"))
+sys.path.insert(0, here)
+
+NEW_TOKENS = 32
+VARIANTS = ("torch_eager", "torch_reduce_overhead", "grove")
+
+
+class Picked(torch.nn.Module):
+    """A model called as fn(*tensors) -> one tensor."""
+
+    def __init__(self, model, pick):
+        super().__init__()
+        self.model = model
+        self.pick = pick
+
+    def forward(self, *args):
+        return self.pick(self.model, *args)
+
+
+def gpt2(batch):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_embd=256, n_layer=2, n_head=4, vocab_size=1000,
+                                       n_positions=128, resid_pdrop=0, embd_pdrop=0,
+                                       attn_pdrop=0))
+    return (Picked(model, lambda m, x: m(input_ids=x, use_cache=False).logits),
+            (torch.randint(0, 1000, (batch, 32)),))
+
+
+def llama(batch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=256, intermediate_size=688,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, vocab_size=1000,
+                                         max_position_embeddings=128))
+    return (Picked(model, lambda m, x: m(input_ids=x, use_cache=False).logits),
+            (torch.randint(0, 1000, (batch, 32)),))
+
+
+def bert(batch):
+    from transformers import BertConfig, BertModel
+
+    model = BertModel(BertConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=1024, vocab_size=1000, hidden_dropout_prob=0,
+                                 attention_probs_dropout_prob=0), add_pooling_layer=False)
+    mask = torch.ones(batch, 24, dtype=torch.long)
+    mask[-1, 17:] = 0
+    return (Picked(model, lambda m, x, a: m(input_ids=x, attention_mask=a).last_hidden_state),
+            (torch.randint(0, 1000, (batch, 24)), mask))
+
+
+def bart(batch):
+    from transformers import BartConfig, BartModel
+
+    model = BartModel(BartConfig(d_model=128, encoder_layers=2, decoder_layers=2,
+                                 encoder_attention_heads=4, decoder_attention_heads=4,
+                                 encoder_ffn_dim=256, decoder_ffn_dim=256, vocab_size=1000,
+                                 max_position_embeddings=128, dropout=0, attention_dropout=0,
+                                 activation_dropout=0))
+    return (Picked(model, lambda m, x, d: m(input_ids=x, decoder_input_ids=d,
+                                            use_cache=False).last_hidden_state),
+            (torch.randint(3, 1000, (batch, 20)), torch.randint(3, 1000, (batch, 12))))
+
+
+def vit(batch):
+    import timm
+
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64,
+                              num_classes=10)
+    return Picked(model, lambda m, x: m(x)), (torch.randn(batch, 3, 64, 64),)
+
+
+def resnet18(batch):
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=10)
+    return Picked(model, lambda m, x: m(x)), (torch.randn(batch, 3, 64, 64),)
+
+
+def mlp_mixer(batch):
+    import timm
+
+    model = timm.create_model("mixer_s16_224", pretrained=False, img_size=64, num_classes=10)
+    return Picked(model, lambda m, x: m(x)), (torch.randn(batch, 3, 64, 64),)
+
+
+def transformer_decoder(batch):
+    layer = torch.nn.TransformerDecoderLayer(d_model=256, nhead=4, dim_feedforward=1024,
+                                             dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerDecoder(layer, num_layers=2)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(32)
+    return (Picked(model, lambda m, t, s, k: m(t, s, tgt_mask=k)),
+            (torch.randn(batch, 32, 256), torch.randn(batch, 48, 256), mask))
+
+
+MODELS = [("gpt2", gpt2, "transformers"), ("llama", llama, "transformers"),
+          ("bert", bert, "transformers"), ("bart", bart, "transformers"),
+          ("vit", vit, "timm"), ("resnet18", resnet18, "torchvision"),
+          ("mlp_mixer", mlp_mixer, "timm"), ("transformer_decoder", transformer_decoder, "torch")]
+
+
+def compiled(module, variant):
+    torch._dynamo.reset()
+    if variant == "torch_eager":
+        return module
+    if variant == "torch_reduce_overhead":
+        return torch.compile(module, mode="reduce-overhead", dynamic=False)
+    return torch.compile(module, backend="grove", dynamic=False)
+
+
+def tree_counters():
+    import grove.torch
+
+    for graph in grove.torch.compiled_graphs():
+        models = getattr(getattr(graph, "runner", None), "models", lambda: [])()
+        if models:
+            return models[0].stats()["tree"]
+    return {}
+
+
+def grove_shape(run, inputs):
+    """(ops left to PyTorch, grove graph replays per call, eager runs per call,
+    dynamo graphs) of a grove-compiled callable, over 10 calls after warming up."""
+    import grove.torch
+
+    earlier = grove.torch.compiled_graphs()  # held, so no new graph reuses an id
+    with torch.no_grad():
+        for _ in range(3):
+            run(*inputs)
+        before = tree_counters()
+        for _ in range(10):
+            run(*inputs)
+        torch.cuda.synchronize()
+    after = tree_counters()
+    seen = {id(graph) for graph in earlier}
+    graphs = [graph for graph in grove.torch.compiled_graphs() if id(graph) not in seen]
+    ops = sorted({op for graph in graphs for _, op, _ in graph.unsupported})
+    per_call = {key: (after.get(key, 0) - before.get(key, 0)) / 10.0
+                for key in ("replays", "eager_calls")}
+    return ops, per_call["replays"], per_call["eager_calls"], len(graphs)
+
+
+def zoo_rows(args, deadline):
+    from torch_backend import time_calls  # benchmarks/, this script's folder
+
+    wanted = set(args.models.split(",")) if args.models else None
+    rows = []
+    for name, make, library in MODELS:
+        if wanted and name not in wanted:
+            continue
+        for batch in (1, 16):
+            row = {"model": name, "batch": batch}
+            rows.append(row)
+            if time.time() > deadline:
+                row["error"] = "not run: the time budget (--budget-s) was spent"
+                continue
+            try:
+                importlib.import_module(library)
+            except ImportError:
+                row["error"] = "%s is not installed" % library
+                continue
+            torch.manual_seed(0)
+            try:
+                module, inputs = make(batch)
+            except Exception as error:  # a model this library version cannot build
+                row["error"] = "%s: %s" % (type(error).__name__, error)
+                continue
+            module = module.cuda().eval()
+            inputs = tuple(value.cuda() for value in inputs)
+            for variant in VARIANTS:
+                try:
+                    run = compiled(copy.deepcopy(module), variant)
+                    if variant == "grove":
+                        (row["ops_in_pytorch"], row["graph_replays_per_call"],
+                         row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(run,
+                                                                                         inputs)
+                    row[variant] = time_calls(run, inputs, args.repeats)
+                except Exception as error:  # one variant failing leaves the others' numbers
+                    row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+            base = row["torch_reduce_overhead"].get("median_us")
+            grove_us = row["grove"].get("median_us")
+            row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
+            eager_us = row["torch_eager"].get("median_us")
+            row["grove_over_eager"] = grove_us / eager_us if eager_us and grove_us else None
+            print_row(row)
+    return rows
+
+
+def print_row(row):
+    cells = []
+    for variant in VARIANTS:
+        entry = row.get(variant, {})
+        cells.append("%12s" % ("%.1f us" % entry["median_us"] if "median_us" in entry
+                               else "failed"))
+    ratio = row.get("grove_over_reduce_overhead")
+    print("%-20s b=%-3d" % (row["model"], row["batch"]) + "".join(cells) +
+          "%8s" % ("-" if ratio is None else "%.2f" % ratio) +
+          "  replays/call %s, PyTorch ops %s" % (row.get("graph_replays_per_call"),
+                                                 row.get("ops_in_pytorch") or "none"))
+    for variant in VARIANTS:
+        if "error" in row.get(variant, {}):
+            print("  %s: %s" % (variant, row[variant]["error"][:300]))
+
+
+def rate(function):
+    """(tokens, tokens per second, grove recordings) of function() -> tokens,
+    timed after two warm-up calls (the first sequence makes the cache inside
+    the compiled forward, the second reuses it: two prefill graphs); the
+    recordings are the timed call's (a graph per position would record once
+    per token)."""
+    for _ in range(2):
+        function()
+    torch.cuda.synchronize()
+    before = tree_counters().get("recordings")
+    start = time.perf_counter()
+    with torch.no_grad():
+        tokens = function()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    after = tree_counters().get("recordings")
+    recordings = after - before if before is not None and after is not None else None
+    return tokens, NEW_TOKENS / seconds, recordings
+
+
+def hf_decode(variant):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=256, intermediate_size=688,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, vocab_size=1000,
+                                         max_position_embeddings=256)).cuda().eval()
+    ids = torch.randint(0, 1000, (1, 12), device="cuda")
+    torch._dynamo.reset()
+    if variant == "torch_reduce_overhead":
+        model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    elif variant == "grove":
+        model.forward = torch.compile(model.forward, backend="grove")
+
+    def generate():
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                  do_sample=False, cache_implementation="static")
+
+    return rate(generate)
+
+
+def gpt_fast_decode(variant):
+    from static_cache_decoder import StaticCacheDecoder, greedy
+
+    torch.manual_seed(0)
+    model = StaticCacheDecoder(vocab=2048, width=512, heads=8, layers=6,
+                               max_length=256).cuda().eval()
+    prompt = torch.randint(0, 2048, (1, 16), device="cuda")
+    run = compiled(model, variant)
+
+    def generate():
+        model.reset_cache()
+        with torch.no_grad():
+            return greedy(run, prompt, NEW_TOKENS)
+
+    return rate(generate)
+
+
+def decode_rows(deadline):
+    rows = []
+    for name, function, library in (("hf_llama_static_cache", hf_decode, "transformers"),
+                                     ("gpt_fast_decoder", gpt_fast_decode, "torch")):
+        row = {"model": name, "new_tokens": NEW_TOKENS}
+        rows.append(row)
+        try:
+            importlib.import_module(library)
+        except ImportError:
+            row["error"] = "%s is not installed" % library
+            continue
+        expected = None
+        for variant in VARIANTS:
+            if time.time() > deadline:
+                row[variant] = {"error": "not run: the time budget (--budget-s) was spent"}
+                continue
+            try:
+                tokens, tokens_per_s, recordings = function(variant)
+                if variant == "torch_eager":
+                    expected = tokens
+                row[variant] = {"tokens_per_s": tokens_per_s,
+                                "tokens_match_eager": expected is not None and
+                                bool(torch.equal(tokens, expected))}
+                if variant == "grove":
+                    counters = tree_counters()
+                    row["grove_recordings"] = recordings
+                    row["grove_static_input_writes"] = counters.get("static_input_writes")
+                    row["grove_copy_back_inputs"] = counters.get("copy_back_inputs")
+            except Exception as error:
+                row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+        print("%-24s" % name + "".join(
+            "%16s" % ("%.1f tok/s%s" % (row[v]["tokens_per_s"],
+                                        "" if row[v]["tokens_match_eager"] else "!")
+                      if "tokens_per_s" in row.get(v, {}) else "failed") for v in VARIANTS))
+        for variant in VARIANTS:
+            if "error" in row.get(variant, {}):
+                print("  %s: %s" % (variant, row[variant]["error"][:300]))
+    return rows
+
+
+def merged(earlier, latest, key):
+    """earlier's rows with those `latest` measured replaced (a row this run
+    left unmeasured, for the time budget, keeps the earlier one), in the
+    earlier order, then the new cases."""
+    def name(row):
+        return tuple(row.get(field) for field in key)
+
+    def measured(row):
+        return not str(row.get("error", "")).startswith("not run")
+
+    fresh = {name(row): row for row in latest if measured(row)}
+    rows = [fresh.pop(name(row), row) for row in earlier]
+    known = {name(row) for row in rows}
+    return rows + [row for row in latest if name(row) not in known and
+                   (name(row) in fresh or measured(row))]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default="torch_zoo.json")
+    parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--budget-s", type=float, default=200.0,
+                        help="cases left after this many seconds are reported as not run")
+    parser.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
+    parser.add_argument("--no-decode", action="store_true")
+    parser.add_argument("--no-zoo", action="store_true")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the cases of an existing --json this run does not measure")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("torch_zoo: skipped: no CUDA device")
+        return 0
+    try:
+        importlib.import_module("torch._dynamo")
+    except ImportError:
+        print("torch_zoo: skipped: this PyTorch has no torch._dynamo")
+        return 0
+    import grove.torch  # noqa: F401 (registers the backend)
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    start = time.time()
+    # Decode first (the workload reduce-overhead exists for), then the zoo
+    # until the budget is spent.
+    decode = [] if args.no_decode else decode_rows(start + args.budget_s)
+    zoo = [] if args.no_zoo else zoo_rows(args, start + args.budget_s)
+    seconds = time.time() - start
+    if args.merge and os.path.isfile(args.json):
+        with open(args.json) as previous:
+            earlier = json.load(previous)
+        zoo = merged(earlier.get("rows", []), zoo, ("model", "batch"))
+        decode = merged(earlier.get("decode", []), decode, ("model",))
+        seconds += earlier.get("seconds") or 0
+    result = {"benchmark": "torch_zoo", "torch": torch.__version__,
+              "device": torch.cuda.get_device_name(), "repeats": args.repeats,
+              "seconds": seconds, "rows": zoo, "decode": decode}
+    with open(args.json, "w") as out:
+        json.dump(result, out, indent=2)
+    print("wrote %s (%.0f s)" % (args.json, time.time() - start))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

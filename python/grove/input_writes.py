@@ -1,0 +1,201 @@
+"""Writes into a graph's inputs (issue 33 part 2): the graph is traced
+functionalized, and each mutated input's new value is written back into it
+inside the grove program (Note [Writes into graph inputs])."""
+
+import logging
+
+import torch
+import torch.fx
+
+from grove.fx_common import op_name
+from grove.inplace import mutates_first_argument
+
+# Note [Writes into graph inputs]: a graph that updates its inputs in place (a
+# KV cache's index_copy_, a position counter's add_, batch norm's running
+# stats) is traced again through functionalization, which computes every
+# update out of place and ends the graph with `aten.copy_(input, new_value)`
+# per mutated input (what AOTAutograd and dynamo 2.x emit). The importer turns
+# each such write-back into grove's `copy_into` inside the segment that
+# computes the value, emitted where the graph has it, after every read of the
+# input (functionalization puts the write-backs last; a write-back some later
+# node reads through the input is left to PyTorch):
+#   - a static input (a parameter, a buffer, a `mark_static_address` tensor:
+#     bound as a param) is written in place by the program itself, so a CUDA
+#     graph replays the update with no copy and no split (the tree's mutation
+#     type (b));
+#   - any other input is written in the program's input, which the graph
+#     tree copies back into the caller's tensor after each replay (type (d),
+#     Note [Copy-back of mutated inputs]); such an input must be contiguous
+#     (a strided input runs on a copy, Note [Strided inputs]), else the write
+#     stays in PyTorch.
+# Outputs that are tensors the graph wrote in place (a cache created and
+# filled inside the compiled region, a counter moved to the device and
+# advanced) are state the caller keeps across calls: they are copied out of
+# the tree's pool (Note [State outputs leave the pool]).
+# A new value that reads the input at other positions (a flip, a shift) must
+# be complete before the write lands: InputWritesTest.
+# test_a_new_value_read_from_other_positions_of_the_input guards it on sim,
+# which runs a kernel's elements in order. Tests: InputWritesTest
+# (tests/python/input_writes_test.py), GpuInputWritesTest on a GPU host.
+
+# Ops whose result may share its argument's memory.
+VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.slice", "aten.select",
+            "aten.expand", "aten.transpose", "aten.permute", "aten.t", "aten.unsqueeze",
+            "aten.squeeze", "aten.alias", "aten.as_strided", "aten.narrow", "aten.diagonal",
+            "aten.unflatten", "aten.flatten", "aten.view_as", "aten.unbind", "aten.split",
+            "aten.chunk", "aten.detach", "aten._reshape_alias", "getitem"}
+
+
+def _state_source(node):
+    return isinstance(node, torch.fx.Node) and node.op in ("placeholder", "get_attr")
+
+
+def write_backs(graph):
+    """The `aten.copy_` nodes that write a whole graph input (a placeholder
+    or a get_attr tensor) and after which nothing reads that input."""
+    nodes = list(graph.nodes)
+    order = {node: i for i, node in enumerate(nodes)}
+    found = set()
+    for node in nodes:
+        if node.op != "call_function" or op_name(node.target) != "aten.copy_":
+            continue
+        destination = node.args[0]
+        if not _state_source(destination):
+            continue
+        if node.users or any(order[user] > order[node] for user in destination.users
+                             if user is not node):
+            continue
+        found.add(node)
+    return found
+
+
+_UNANNOTATED_BATCH_NORMS = ("aten.native_batch_norm", "aten.cudnn_batch_norm")
+
+
+def running_statistics_written(node):
+    """Batch norm's running statistics when a training-mode
+    native_batch_norm or cudnn_batch_norm updates them: their schemas do not
+    mark them written (_native_batch_norm_legit's does, and functionalizes)."""
+    if node.op != "call_function" or op_name(node.target) not in _UNANNOTATED_BATCH_NORMS:
+        return []
+    training = node.args[5] if len(node.args) > 5 else node.kwargs.get("training")
+    if not training:
+        return []
+    return [value for value in node.args[3:5] if isinstance(value, torch.fx.Node)]
+
+
+def written_arguments(node):
+    """The tensor arguments an ATen op writes, by its schema (batch norm's
+    running statistics as well as an in-place op's self)."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return []
+    if op_name(target) in _UNANNOTATED_BATCH_NORMS:
+        return running_statistics_written(node)
+    written = []
+    for index, argument in enumerate(target._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+        if isinstance(value, torch.fx.Node):
+            written.append(value)
+    return written
+
+
+def _written_bases(graph):
+    """Every node whose tensor an op of `graph` writes in place: an in-place
+    op's result and the chain of views and earlier writes under each
+    argument it writes."""
+    written = set()
+    for node in graph.nodes:
+        arguments = written_arguments(node)
+        if not arguments:
+            continue
+        if mutates_first_argument(node):
+            written.add(node)
+        for base in arguments:
+            _add_chain(written, base)
+    return written
+
+
+def _add_chain(written, base):
+    """Adds `base` and what it views or updates, down to the tensor it lives in."""
+    while isinstance(base, torch.fx.Node):
+        written.add(base)
+        if base.op != "call_function" or not base.args or not (
+                op_name(base.target) in VIEW_OPS or mutates_first_argument(base)):
+            return
+        base = base.args[0]
+
+
+def _flat_outputs(graph):
+    output = next(node for node in graph.nodes if node.op == "output")
+    flat = []
+    torch.fx.node.map_arg(output.args[0], flat.append)
+    return output, flat
+
+
+def state_output_positions(graph):
+    """Positions, among the graph's flattened output nodes, of the values
+    an in-place op writes that are not inputs (Note [Writes into graph
+    inputs]): state the caller keeps, such as a cache made inside the graph."""
+    written = _written_bases(graph)
+    _, flat = _flat_outputs(graph)
+    return {position for position, node in enumerate(flat)
+            if node in written and node.op == "call_function"}
+
+
+def output_nodes_at(graph, positions):
+    _, flat = _flat_outputs(graph)
+    return {flat[position] for position in positions if position < len(flat)}
+
+
+def mutates_an_input(graph):
+    """Whether an in-place op of `graph` writes a placeholder, through views."""
+    for node in _written_bases(graph):
+        if node.op == "placeholder":
+            return True
+    return False
+
+
+def _functionalize():
+    try:
+        from torch.func import functionalize  # PyTorch 2.x
+    except ImportError:
+        try:
+            from functorch.experimental import functionalize  # PyTorch 1.13
+        except ImportError:
+            return None
+    return functionalize
+
+
+def trace_clones(example_inputs):
+    """What make_fx runs a graph on: tracing executes it, so every tensor
+    that is not a parameter is a clone (the caller's state must not advance)."""
+    return [value.detach().clone() if isinstance(value, torch.Tensor) and
+            not isinstance(value, torch.nn.Parameter) else value for value in example_inputs]
+
+
+def aten_graph(function, example_inputs):
+    """(the ATen graph of `function`, the flattened output positions that
+    are state). A graph that writes its inputs is traced functionalized, so
+    its writes end it as write-backs; where functionalization is missing or
+    fails the plain trace is kept (its in-place ops on inputs run in PyTorch)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        plain = make_fx(function)(*trace_clones(example_inputs))
+    states = state_output_positions(plain.graph)
+    if not mutates_an_input(plain.graph):
+        return plain, states
+    functionalize = _functionalize()
+    if functionalize is None:
+        return plain, states
+    try:
+        with torch.no_grad():
+            functional = make_fx(functionalize(function))(*trace_clones(example_inputs))
+    except Exception as error:  # an op functionalization cannot take
+        logging.getLogger("grove").info("functionalization failed (%s); in-place writes of "
+                                        "inputs run in PyTorch", error)
+        return plain, states
+    return functional, states

@@ -1,0 +1,250 @@
+"""Writes into a graph's inputs through the torch door (issue 33 part 2) on
+sim, PyTorch 1.13: the backend function traces a graph that updates its
+inputs functionalized (functorch's functionalize, as AOTAutograd does on
+2.x) and the importer turns each write-back (`aten.copy_` of an input at the
+end of the graph) into grove's copy_into. Updates of static inputs are
+written in place inside the one program (the tree counts them as static
+input writes; nothing copied back, nothing eager); updates of other inputs
+are copied back by the graph tree. Every step is compared with PyTorch eager
+on its own copy of the state. Note [Writes into graph inputs]."""
+import os
+import sys
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import grove.torch  # noqa: E402
+from grove import importer, input_writes  # noqa: E402
+import junit_main  # noqa: E402
+
+RTOL, ATOL = 1e-4, 1e-5
+BACKENDS = ("eager", "cudagraphs")
+
+
+def mark_static(tensor):
+    """What torch._dynamo.mark_static_address leaves on a tensor."""
+    tensor._dynamo_static_input_type = "unguarded"
+    return tensor
+
+
+def decode_step(cache, position, update, counter, running, x):
+    """A static KV cache written at a position, a counter advanced, batch
+    norm style running statistics: the three updates of issue 33 part 2."""
+    cache.index_copy_(2, position, update)
+    counter.add_(1)
+    running.mul_(0.9).add_(x.mean(0), alpha=0.1)
+    return cache.sum(-1) * counter, x + running
+
+
+def decode_inputs(step, state):
+    generator = torch.Generator().manual_seed(100 + step)
+    return [state[0], torch.tensor([step % 8]), torch.randn(1, 2, 1, 4, generator=generator),
+            state[1], state[2], torch.randn(3, 4, generator=generator)]
+
+
+def fresh_state(static):
+    state = [torch.zeros(1, 2, 8, 4), torch.tensor(0.0), torch.zeros(4)]
+    return [mark_static(t) for t in state] if static else state
+
+
+def tree_counters(graph):
+    return dict(graph.runner.models()[0].stats().get("tree", {}))  # none in eager mode
+
+
+class InputWritesTest(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(20261126)
+
+    def run_steps(self, static, backend, steps=5):
+        state, expected_state = fresh_state(static), fresh_state(False)
+        # Verify mode checks the first calls against PyTorch eager, whose
+        # reference run must not advance the state a second time.
+        graph = grove.torch.compile_graph(decode_step, decode_inputs(0, state), mode=backend,
+                                          verify=True)
+        self.assertEqual(list(graph.unsupported), [], "the writes split the graph")
+        self.assertEqual([kind for kind, _ in graph.runner.steps], ["grove"])
+        before = tree_counters(graph)
+        for step in range(steps):
+            expected = decode_step(*decode_inputs(step, expected_state))
+            results = graph(*decode_inputs(step, state))
+            for index, (actual, wanted) in enumerate(zip(results, expected)):
+                torch.testing.assert_close(actual, wanted, rtol=RTOL, atol=ATOL, msg=lambda m: (
+                    "%s step %d output %d: %s" % (backend, step, index, m)))
+            for index, (actual, wanted) in enumerate(zip(state, expected_state)):
+                torch.testing.assert_close(actual, wanted, rtol=RTOL, atol=ATOL, msg=lambda m: (
+                    "%s step %d state %d: %s" % (backend, step, index, m)))
+        after = tree_counters(graph)
+        return {key: after[key] - (before.get(key) or 0) for key in after
+                if isinstance(after[key], int)}
+
+    def test_updates_of_static_inputs_are_written_inside_the_graph(self):
+        for backend in BACKENDS:
+            counts = self.run_steps(static=True, backend=backend)
+            if backend == "cudagraphs":
+                self.assertGreaterEqual(counts["replays"], 3, counts)
+                self.assertEqual(counts["eager_calls"], 0, counts)
+                self.assertEqual(counts["copy_back_inputs"], 0, counts)
+                self.assertEqual(counts["input_copy_backs"], 0, counts)
+                # The cache, the counter and the running statistics.
+                self.assertEqual(counts["static_input_writes"], 3, counts)
+
+    def test_updates_of_other_inputs_are_copied_back(self):
+        for backend in BACKENDS:
+            counts = self.run_steps(static=False, backend=backend)
+            if backend == "cudagraphs":
+                self.assertEqual(counts["eager_calls"], 0, counts)
+                self.assertEqual(counts["copy_back_inputs"], 3, counts)
+                # After the recording; sim's replays then write the caller's
+                # tensors directly (zero-copy), a GPU's copy back after each.
+                self.assertGreaterEqual(counts["input_copy_backs"], 3, counts)
+                self.assertEqual(counts["static_input_writes"], 0, counts)
+
+    def test_writes_through_views_of_an_input(self):
+        # Functionalized, `cache[:, 2:4] = v` is a slice_scatter and
+        # `cache[1] = row` a select_scatter of the cache, then one write-back.
+        def write_rows(cache, v, row):
+            cache[:, 2:4] = v
+            cache[1] = row
+            return cache * 2
+
+        for backend in BACKENDS:
+            cache = mark_static(torch.randn(3, 6))
+            expected_cache = cache.clone()
+            graph = grove.torch.compile_graph(write_rows, [cache, torch.randn(3, 2),
+                                                           torch.randn(6)], mode=backend)
+            self.assertEqual(list(graph.unsupported), [])
+            for _ in range(3):
+                v, row = torch.randn(3, 2), torch.randn(6)
+                expected = write_rows(expected_cache, v, row)
+                torch.testing.assert_close(graph(cache, v, row), expected)
+                torch.testing.assert_close(cache, expected_cache)
+
+    def test_a_new_value_read_from_other_positions_of_the_input(self):
+        # The written value reads the input elsewhere (a flip, a shift by a
+        # row): the write must not overwrite positions still to be read
+        # (sim runs a kernel's elements in order, so an in-kernel hazard
+        # shows here).
+        def flipped(x, y):
+            x.copy_(x.flip(0) + y)
+            return x.sum(0)
+
+        def shifted(x, y):
+            x[1:] = x[:-1] * y
+            return x.sum(0)
+
+        for function in (flipped, shifted):
+            for backend in BACKENDS:
+                x = mark_static(torch.randn(64, 4))
+                expected_x, y = x.clone(), torch.rand(4) + 0.5
+                graph = grove.torch.compile_graph(function, [x, y], mode=backend)
+                self.assertEqual(list(graph.unsupported), [])
+                for step in range(3):
+                    expected = function(expected_x, y)
+                    torch.testing.assert_close(graph(x, y), expected, rtol=RTOL, atol=ATOL)
+                    torch.testing.assert_close(x, expected_x, msg=lambda m: "%s %s step %d: %s"
+                                               % (function.__name__, backend, step, m))
+
+    def test_a_graph_ending_in_write_backs_as_dynamo_emits_it(self):
+        # What AOTAutograd hands a backend on PyTorch 2.x: the update computed
+        # out of place, `copy_` of the input last (built here by hand).
+        graph = torch.fx.Graph()
+        buffer, x = graph.placeholder("buffer"), graph.placeholder("x")
+        new = graph.call_function(torch.ops.aten.add.Tensor, (buffer, x))
+        out = graph.call_function(torch.ops.aten.mul.Tensor, (new, 2.0))
+        graph.call_function(torch.ops.aten.copy_.default, (buffer, new))
+        graph.output((out,))
+        module = torch.fx.GraphModule(torch.nn.Module(), graph)
+        for backend in BACKENDS:
+            state, x_value = torch.randn(6), torch.randn(6)
+            expected_state = state.clone()
+            plan = importer.import_graph(module, [state, x_value], static_inputs=[0])
+            self.assertEqual(plan.unsupported, [])
+            self.assertEqual(len(input_writes.write_backs(module.graph)), 1)
+            runner = plan.compile(backend=backend)
+            for _ in range(3):
+                expected_state += x_value
+                (result,) = runner(state, x_value)
+                torch.testing.assert_close(result, expected_state * 2)
+                torch.testing.assert_close(state, expected_state)
+
+    def test_a_write_back_read_afterwards_stays_in_pytorch(self):
+        graph = torch.fx.Graph()
+        buffer, x = graph.placeholder("buffer"), graph.placeholder("x")
+        new = graph.call_function(torch.ops.aten.add.Tensor, (buffer, x))
+        graph.call_function(torch.ops.aten.copy_.default, (buffer, new))
+        out = graph.call_function(torch.ops.aten.mul.Tensor, (buffer, 2.0))
+        graph.output((out,))
+        module = torch.fx.GraphModule(torch.nn.Module(), graph)
+        self.assertEqual(input_writes.write_backs(module.graph), set())
+        state, x_value = torch.randn(6), torch.randn(6)
+        expected = (state + x_value) * 2
+        plan = importer.import_graph(module, [state, x_value], static_inputs=[0])
+        self.assertIn("aten.copy_", [op for _, op, _ in plan.unsupported])
+        (result,) = plan.compile(backend="eager")(state, x_value)
+        torch.testing.assert_close(result, expected)
+
+    def test_batch_norm_running_statistics_in_training_mode(self):
+        def normalize(x, weight, bias, mean, var):
+            return F.batch_norm(x, mean, var, weight, bias, training=True, momentum=0.1)
+
+        for backend in BACKENDS:
+            mean, var = mark_static(torch.zeros(5)), mark_static(torch.ones(5))
+            expected_mean, expected_var = torch.zeros(5), torch.ones(5)
+            weight, bias = torch.nn.Parameter(torch.rand(5)), torch.nn.Parameter(torch.randn(5))
+            x = torch.randn(8, 5, 3)
+            graph = grove.torch.compile_graph(normalize, [x, weight, bias, mean, var],
+                                              mode=backend)
+            for step in range(3):
+                x = torch.randn(8, 5, 3)
+                with torch.no_grad():
+                    expected = normalize(x, weight, bias, expected_mean, expected_var)
+                result = graph(x, weight, bias, mean, var)
+                torch.testing.assert_close(result, expected, rtol=RTOL, atol=ATOL)
+                torch.testing.assert_close(mean, expected_mean, rtol=RTOL, atol=ATOL)
+                torch.testing.assert_close(var, expected_var, rtol=RTOL, atol=ATOL)
+
+    def test_state_made_inside_the_graph_leaves_the_pool(self):
+        # HF's static cache on its first (prefill) call: the cache is made and
+        # filled inside the compiled forward and kept by the caller, then
+        # written in place by every later (decode) call, each a generation of
+        # its own. Note [State outputs leave the pool].
+        def prefill(keys, counter):
+            cache = torch.zeros(1, 2, 8, 4)
+            count = counter.clone()
+            position = torch.arange(keys.shape[2]) + count
+            count.add_(keys.shape[2])
+            cache.index_copy_(2, position, keys)
+            return cache.sum(), cache, count
+
+        def decode(cache, count, keys):
+            position = torch.arange(1) + count
+            count.add_(1)
+            cache.index_copy_(2, position, keys)
+            return cache.sum(-1)
+
+        prompt, counter = torch.randn(1, 2, 3, 4), torch.tensor([0])
+        for backend in BACKENDS:
+            first = grove.torch.compile_graph(prefill, [prompt, counter], mode=backend)
+            _, cache, count = first(prompt, counter)
+            second = grove.torch.compile_graph(decode, [cache.clone(), count.clone(),
+                                                        torch.randn(1, 2, 1, 4)], mode=backend)
+            for sequence in range(2):  # the second replays the recorded graphs
+                _, cache, count = first(prompt, counter)
+                expected_cache, expected_count = prefill(prompt, counter)[1:]
+                for step in range(4):
+                    keys = torch.randn(1, 2, 1, 4)
+                    expected = decode(expected_cache, expected_count, keys)
+                    result = second(cache, count, keys)
+                    torch.testing.assert_close(result, expected, msg=lambda m: (
+                        "%s sequence %d step %d: %s" % (backend, sequence, step, m)))
+                    torch.testing.assert_close(cache, expected_cache)
+                    self.assertEqual(count.item(), expected_count.item())
+            self.assertEqual(list(first.unsupported), [])
+            self.assertEqual(list(second.unsupported), [])
+
+
+if __name__ == "__main__":
+    junit_main.main()

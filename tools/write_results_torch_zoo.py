@@ -1,0 +1,77 @@
+"""RESULTS.md section for benchmarks/torch_zoo.py (torch_zoo.json): per zoo
+model and batch the ops grove left to PyTorch, grove's graph replays per
+call and the latency of PyTorch eager, reduce-overhead and grove; then decode
+tokens/s. Kept apart from write_results_sections.py, which lists it in
+SECTIONS."""
+import write_results_sections as sections  # noqa: E402  (lives next to this file)
+
+VARIANTS = [("torch_eager", "torch eager"), ("torch_reduce_overhead", "reduce-overhead"),
+            ("grove", "grove")]
+
+
+def _latency(entry):
+    if isinstance(entry, dict) and "error" in entry:
+        return "failed"
+    return sections.us(sections.median(entry))
+
+
+def _rate(entry):
+    if not isinstance(entry, dict):
+        return "-"
+    if "error" in entry:
+        return "not run" if entry["error"].startswith("not run") else "failed"
+    if entry.get("tokens_per_s") is None:
+        return "-"
+    mark = "" if entry.get("tokens_match_eager") else " (tokens differ)"
+    return "%.1f%s" % (entry["tokens_per_s"], mark)
+
+
+def _errors(rows, keys):
+    lines = []
+    for row in rows:
+        label = "%s%s" % (row.get("model", "?"),
+                          " b=%s" % row["batch"] if "batch" in row else "")
+        if "error" in row:
+            lines.append("- %s: %s" % (label, sections.short_error(row["error"])))
+        for key in keys:
+            entry = row.get(key)
+            if isinstance(entry, dict) and "error" in entry:
+                lines.append("- %s, %s: %s" % (label, key, sections.short_error(entry["error"])))
+    return lines
+
+
+def render(report):
+    rows = sections.rows_of(report, "rows")
+    table = []
+    for r in rows:
+        ops = r.get("ops_in_pytorch")
+        table.append([r.get("model", "?"), r.get("batch", "?"),
+                      "-" if ops is None else (", ".join(ops) if ops else "0"),
+                      "-" if r.get("graph_replays_per_call") is None
+                      else "%g" % r["graph_replays_per_call"]] +
+                     [_latency(r.get(key)) for key, _ in VARIANTS] +
+                     [sections.ratio(r.get("grove_over_reduce_overhead"))])
+    lines = ["Models with random weights on PyTorch %s, %s, f32 (TF32 off), %s calls per variant "
+             "(median µs): ops grove left to PyTorch, grove graph replays per call, latency of "
+             "PyTorch eager, `mode=\"reduce-overhead\"` and `backend=\"grove\"` (%.0f s in all)."
+             % (report.get("torch", "?"), report.get("device", "?"), report.get("repeats", "?"),
+                report.get("seconds") or 0), ""]
+    lines += sections.table(["model", "batch", "ops in PyTorch", "replays/call"] +
+                            [label for _, label in VARIANTS] + ["grove / r-o"], table,
+                            ["l", "r", "l", "r", "r", "r", "r", "r"])
+    decode = sections.rows_of(report, "decode")
+    if decode:
+        rows_out = [[d.get("model", "?"), d.get("new_tokens", "?")] +
+                    [_rate(d.get(key)) for key, _ in VARIANTS] +
+                    ["-" if d.get("grove_recordings") is None else d["grove_recordings"]]
+                    for d in decode]
+        lines += ["", "Greedy decode, tokens/s over the new tokens after two warm-up sequences "
+                  "(\"tokens differ\": not the tokens of eager PyTorch), and the graphs grove "
+                  "recorded during the timed sequence:", ""]
+        lines += sections.table(["decode", "new tokens"] + [label for _, label in VARIANTS] +
+                                ["grove recordings"], rows_out, ["l", "r", "r", "r", "r", "r"])
+    errors = _errors(rows, [key for key, _ in VARIANTS]) + \
+        _errors(decode, [key for key, _ in VARIANTS])
+    if errors:
+        lines += ["", "Failures:", ""] + errors
+    return lines + [""]
