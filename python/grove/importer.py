@@ -35,6 +35,8 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     op_name,
 )
 from grove.inplace import functionalize_inplace, mutates_first_argument, storage_key
+from grove.runner import GraphRunner
+from grove.segments import Segment, segment_program  # noqa: F401 (part of this module's interface)
 
 
 # Ops whose result depends only on their tensor argument's shape, dtype and
@@ -119,20 +121,6 @@ def mutated_placeholders(graph):
     return mutated
 
 
-class Segment:
-    """One grove program cut from the graph."""
-
-    def __init__(self, index):
-        self.index = index
-        self.nodes = []  # the fx nodes computed here, in order
-        self.program_nodes = []  # grove node dicts
-        self.inputs = []  # (grove name, fx node) read per call
-        self.params = {}  # grove name -> (tensor, fx node or None)
-        self.outputs = []  # (fx node, position within a tuple value or None)
-        self.names = {}  # (fx node, position) -> grove value name
-        self.counter = 0
-
-
 class Plan:
     """The import of one graph: segments and PyTorch nodes in graph order."""
 
@@ -150,24 +138,7 @@ class Plan:
         return [segment_program(self.name, step) for kind, step in self.steps if kind == "grove"]
 
     def compile(self, backend="eager", device="sim", **options):
-        from grove.runner import GraphRunner
-
         return GraphRunner(self, backend=backend, device=device, **options)
-
-
-def segment_program(name, segment):
-    program = {"name": "%s_%d" % (name, segment.index), "inputs": [], "params": [],
-               "nodes": segment.program_nodes, "outputs": []}
-    for grove_name, node in segment.inputs:
-        value = node.meta["grove_value"]
-        program["inputs"].append({"name": grove_name, "shape": list(value.shape),
-                                  "dtype": dtype_name(value.dtype)})
-    for grove_name, (tensor, _) in segment.params.items():
-        program["params"].append({"name": grove_name, "shape": list(tensor.shape),
-                                  "dtype": dtype_name(tensor.dtype), "init": {"kind": "zeros"}})
-    for node, position in segment.outputs:
-        program["outputs"].append(segment.names[(node, position)])
-    return program
 
 
 _SKIPPED_CHECKS = {"aten._assert_tensor_metadata", "aten._assert_async", "aten._assert_scalar",
