@@ -13,6 +13,13 @@ const char* optimizer_kind_name(OptimizerKind kind) {
   return kind == OptimizerKind::kSgdMomentum ? "sgd_momentum" : "adamw";
 }
 
+OptimizerKind parse_optimizer_kind(const std::string& name) {
+  for (OptimizerKind kind : {OptimizerKind::kSgdMomentum, OptimizerKind::kAdamW}) {
+    if (name == optimizer_kind_name(kind)) return kind;
+  }
+  throw Error(str_cat("unknown optimizer '", name, "' (use 'sgd_momentum' or 'adamw')"));
+}
+
 std::vector<double> OptimizerProgram::hyperparameter_values(const Hyperparameters& h,
                                                             int64_t step) const {
   GROVE_CHECK(step >= 1, "OptimizerProgram: the step count is 1-based, found ", step);
@@ -21,8 +28,8 @@ std::vector<double> OptimizerProgram::hyperparameter_values(const Hyperparameter
 }
 
 OptimizerProgram build_optimizer_program(const ir::Program& model,
-                                         const std::vector<ir::ValueId>& params,
-                                         OptimizerKind kind) {
+                                         const std::vector<ir::ValueId>& params, OptimizerKind kind,
+                                         GradientSource gradients) {
   GROVE_CHECK(!params.empty(), "build_optimizer_program: no params given for program '",
               model.name(), "'");
   OptimizerProgram result;
@@ -50,8 +57,10 @@ OptimizerProgram build_optimizer_program(const ir::Program& model,
                 "' is listed twice");
     const ir::TensorType& type = param.type;
     ir::ValueId value = b.param(param.name, type.shape, type.dtype, *param.initializer);
-    ir::ValueId grad = b.buffer(autodiff::gradient_buffer_name(param.name), type.shape, type.dtype,
-                                ir::zeros_init());
+    const std::string grad_name = autodiff::gradient_buffer_name(param.name);
+    ir::ValueId grad = gradients == GradientSource::kBuffer
+                           ? b.buffer(grad_name, type.shape, type.dtype, ir::zeros_init())
+                           : b.input(grad_name, type.shape, type.dtype);
     result.params.push_back(value);
     result.gradients.push_back(grad);
     if (kind == OptimizerKind::kSgdMomentum) {
