@@ -149,9 +149,9 @@ def _training_graph(gm, example_inputs, mode, strict, device):
     (grove.training). Without AOTAutograd (PyTorch 1.13's dynamo-less build)
     the graph runs in PyTorch, or strict raises."""
     try:
-        from grove import training
+        from grove import training_steps
 
-        backend, compiler = training.aot_backend(mode, strict, device)
+        backend, compiler = training_steps.aot_backend(mode, strict, device)
     except ImportError as error:
         if strict:
             raise importer.StrictModeError(
@@ -162,7 +162,7 @@ def _training_graph(gm, example_inputs, mode, strict, device):
     compiler.on_runner = _live_runners.add  # mark_step_begin reaches them
     # PyTorch's fused attention kernels (and their backwards) are not grove
     # ops; written out, attention trains in grove.
-    training.write_out_attention(gm)
+    training_steps.write_out_attention(gm)
     output = _single_value_output(gm)
     if output is not None:
         # AOTAutograd takes graphs that return a tuple (dynamo's always do).
