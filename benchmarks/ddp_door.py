@@ -3,7 +3,9 @@ per rank) and gpt4x256 (b8, T32 per rank) under PyTorch's
 DistributedDataParallel (NCCL, one process per GPU) with torch eager,
 torch.compile(mode="reduce-overhead") and torch.compile(backend="grove") of
 the DDP-wrapped module (dynamo's DDP optimizer splits the graph at bucket
-boundaries; DDP's all-reduces run between grove's graphs).
+boundaries; DDP's all-reduces run between grove's graphs), and grove's own
+wrapper grove.torch.DistributedDataParallel ("grove_ddp": the gradient
+all-reduces inside grove's backward graph, issue 34 part 3).
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
 
@@ -38,11 +40,18 @@ LOSS_STEPS = 5
 
 def step_function(module, inputs, loss_of, variant, rank):
     model = copy.deepcopy(module)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
     torch._dynamo.reset()
+    if variant == "grove_ddp":
+        import grove.torch
+
+        ddp = grove.torch.DistributedDataParallel(model)
+    else:
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
     if variant == "torch_reduce_overhead":
         run = torch.compile(ddp, mode="reduce-overhead", dynamic=False)
+    elif variant == "grove_ddp":
+        run = ddp  # compiles itself (backend grove, all-reduces in the backward)
     elif variant == "grove":
         import grove.torch  # noqa: F401 (registers the backend)
 
@@ -86,7 +95,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="ddp_door.json")
     parser.add_argument("--iters", type=int, default=100)
-    parser.add_argument("--variants", default="torch_eager,torch_reduce_overhead,grove")
+    parser.add_argument("--variants", default="torch_eager,torch_reduce_overhead,grove,grove_ddp")
     args = parser.parse_args()
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(rank)
@@ -116,6 +125,8 @@ def main():
         base = row.get("torch_reduce_overhead", {}).get("median_us")
         mine = row.get("grove", {}).get("median_us")
         row["grove_over_reduce_overhead"] = mine / base if base and mine else None
+        wrapped = row.get("grove_ddp", {}).get("median_us")
+        row["grove_ddp_over_reduce_overhead"] = wrapped / base if base and wrapped else None
         rows.append(row)
     if rank == 0:
         print("DDP through the door, %d GPUs (%s), torch %s" % (
@@ -131,9 +142,10 @@ def main():
                                      entry["p90_us"], entry["samples_per_s"],
                                      ", ".join("%.5f" % v for v in entry["losses"][:3]),
                                      entry.get("loss_difference", 0.0)))
-            ratio = row["grove_over_reduce_overhead"]
-            print("%-18s grove / reduce-overhead: %s" % (
-                row["case"], "-" if ratio is None else "%.2f" % ratio))
+            for key in ("grove", "grove_ddp"):
+                ratio = row["%s_over_reduce_overhead" % key]
+                print("%-18s %s / reduce-overhead: %s" % (
+                    row["case"], key, "-" if ratio is None else "%.2f" % ratio))
         with open(args.json, "w") as out:
             json.dump({"benchmark": "ddp_door", "world_size": world,
                        "device": torch.cuda.get_device_name(), "torch": torch.__version__,

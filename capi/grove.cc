@@ -15,6 +15,7 @@
 
 #include "capi/api_support.h"
 #include "compiler/backends/compile.h"
+#include "compiler/distributed/gradient_all_reduce.h"
 #include "compiler/model_format/model_json.h"
 #include "runtime/backend.h"
 #include "runtime/device_context.h"
@@ -48,9 +49,42 @@ backends::Stage parse_stage(const std::string& name) {
                                 "\"optimizer\""));
 }
 
-backends::CompileOptions parse_options(const char* options_json,
-                                       grove::compiler::model_format::DimBindings* dims,
-                                       Device* device) {
+// The option "gradient_all_reduce" (a data-parallel backward, capi/grove.h).
+grove::compiler::distributed::AllReduceOptions parse_all_reduce(const nlohmann::json& value) {
+  require(value.is_object(), "option 'gradient_all_reduce' must be a JSON object");
+  grove::compiler::distributed::AllReduceOptions options;
+  options.overlap = false;
+  for (const auto& [key, item] : value.items()) {
+    if (key == "outputs") {
+      require(item.is_array(), "option 'gradient_all_reduce': 'outputs' must be a list");
+      options.outputs.emplace();
+      for (const auto& position : item) {
+        require(position.is_number_unsigned(),
+                "option 'gradient_all_reduce': 'outputs' holds output positions (integers >= 0)");
+        options.outputs->insert(position.get<size_t>());
+      }
+    } else if (key == "op") {
+      require(item.is_string(), "option 'gradient_all_reduce': 'op' must be \"mean\" or \"sum\"");
+      options.reduce_op = item.get<std::string>();
+    } else if (key == "bucket_bytes") {
+      require(item.is_number_integer(),
+              "option 'gradient_all_reduce': 'bucket_bytes' must be an "
+              "integer");
+      options.bucket_bytes = item.get<int64_t>();
+    } else if (key == "overlap") {
+      require(item.is_boolean(), "option 'gradient_all_reduce': 'overlap' must be true or false");
+      options.overlap = item.get<bool>();
+    } else {
+      throw InvalidArgument(str_cat("option 'gradient_all_reduce': unknown key '", key,
+                                    "' (known: outputs, op, bucket_bytes, overlap)"));
+    }
+  }
+  return options;
+}
+
+backends::CompileOptions parse_options(
+    const char* options_json, grove::compiler::model_format::DimBindings* dims, Device* device,
+    std::optional<grove::compiler::distributed::AllReduceOptions>* all_reduce) {
   backends::CompileOptions options;
   *device = grove::runtime::default_device();
   if (options_json == nullptr || *options_json == '\0') return options;
@@ -80,10 +114,12 @@ backends::CompileOptions parse_options(const char* options_json,
     } else if (key == "never_capture" || key == "skip_warmup") {
       require(value.is_boolean(), "option '", key, "' must be true or false");
       (key == "never_capture" ? options.never_capture : options.skip_warmup) = value.get<bool>();
+    } else if (key == "gradient_all_reduce") {
+      *all_reduce = parse_all_reduce(value);
     } else {
       throw InvalidArgument(str_cat("unknown option '", key,
                                     "' (known: backend, device, dims, stage, never_capture, "
-                                    "skip_warmup)"));
+                                    "skip_warmup, gradient_all_reduce)"));
     }
   }
   options.device = *device;
@@ -225,9 +261,13 @@ grove_status grove_compile(const char* program_json, const char* options_json,
             " bindings but the array is null");
     grove::compiler::model_format::DimBindings dims;
     Device device;
-    backends::CompileOptions options = parse_options(options_json, &dims, &device);
+    std::optional<grove::compiler::distributed::AllReduceOptions> all_reduce;
+    backends::CompileOptions options = parse_options(options_json, &dims, &device, &all_reduce);
     grove::compiler::ir::Program program =
         grove::compiler::model_format::load_model(program_json, dims, device);
+    if (all_reduce) {
+      program = grove::compiler::distributed::add_gradient_all_reduce(program, *all_reduce);
+    }
     std::map<std::string, Tensor> bound;
     for (size_t i = 0; i < binding_count; ++i) {
       const grove_state_binding& binding = bindings[i];

@@ -35,7 +35,8 @@
 extern "C" {
 #endif
 
-#define GROVE_CAPI_VERSION 3 /* 2: grove_invocation_begin / _end; 3: grove_optimizer_program */
+/* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: grove_optimizer_program */
+#define GROVE_CAPI_VERSION 4
 
 typedef enum grove_status {
   GROVE_OK = 0,
@@ -108,7 +109,13 @@ int grove_capi_version(void);
  * (NULL or "{}" for defaults): {"backend": "eager" | "cudagraphs",
  * "device": "sim:0" | "cuda:0" | ..., "dims": {"batch": 4},
  * "stage": "inference" | "forward" | "backward" | "optimizer",
- * "never_capture": bool, "skip_warmup": bool}. "stage" says which part of a
+ * "never_capture": bool, "skip_warmup": bool,
+ * "gradient_all_reduce": {"outputs": [positions], "op": "mean" | "sum",
+ * "bucket_bytes": int, "overlap": bool}}. "gradient_all_reduce" (a backward
+ * of data-parallel training, after grove_group_join) reduces the listed
+ * outputs (all when absent) over the device's group inside the program, in
+ * buckets (default 25 MiB, op "mean", overlap false: the door's gradients are
+ * plain outputs, not persistent buffers). "stage" says which part of a
  * training step the program is (default "inference"): with "cudagraphs", a
  * forward holds the tree's generation open until its backward runs, so the
  * backward reads the activations the forward saved in the tree's pool. Params and buffers named in
@@ -241,6 +248,20 @@ grove_status grove_tensor_copy_to_host(const grove_tensor* tensor, void* host, s
  * as kDLCUDA. Fails with GROVE_ERROR_STALE on stale data: check
  * grove_tensor_is_valid before every later read (python/grove does). */
 grove_status grove_tensor_to_dlpack(const grove_tensor* tensor, void** managed_tensor);
+
+/* Collective groups of data-parallel ranks that are processes: rank 0 makes
+ * the id (at most GROVE_GROUP_ID_MAX bytes; NCCL's unique id on cuda, a TCP
+ * endpoint on sim and cpu) and hands it to every rank through a channel they
+ * already share (torch.distributed), and each rank joins; the group becomes
+ * the device's, which "gradient_all_reduce" programs use. *size is the id's
+ * length (also when `capacity` is too small). grove_group_join waits at most
+ * timeout_ms for the other ranks. */
+#define GROVE_GROUP_ID_MAX 256
+grove_status grove_group_new_id(const char* device, void* id, size_t capacity, size_t* size);
+grove_status grove_group_join(const char* device, int32_t rank, int32_t world_size, const void* id,
+                              size_t size, int64_t timeout_ms);
+/* Uninstalls the device's group (the other ranks are not told). */
+grove_status grove_group_leave(const char* device);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -28,6 +29,7 @@
 #include "compiler/weights/model_weights.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
+#include "serving/grpc_server.h"
 #include "serving/http_server.h"
 #include "serving/replanning_server.h"
 #include "serving/server.h"
@@ -44,6 +46,7 @@ struct ServeOptions {
   serving::ReplanConfig replan;  // period 0 unless --buckets auto...
   serving::ServerConfig server;
   serving::HttpConfig http;
+  int grpc_port = -1;               // --grpc-port; -1: no gRPC front
   int64_t graph_memory_budget = 0;  // bytes; 0: none
 };
 
@@ -187,6 +190,9 @@ ServeOptions parse_serve_options(const ParsedFlags& args) {
   http.body_timeout_ms = static_cast<int>(args.integer("--body-timeout-ms", 30000, 1, 3600000));
   http.max_connections = static_cast<size_t>(args.integer("--max-connections", 32768, 1, 1 << 20));
   http.threads = static_cast<int>(args.integer("--http-threads", 0, 0, 4096));
+  if (args.has("--grpc-port")) {
+    options.grpc_port = static_cast<int>(args.integer("--grpc-port", 0, 0, 65535));
+  }
   options.stats_json_path = args.value("--stats-json");
   if (!options.stats_json_path.empty()) check_output_path("--stats-json", options.stats_json_path);
   options.graph_memory_budget =
@@ -214,10 +220,11 @@ class SignalWatcher {
     done_ = true;
     thread_.join();
   }
-  // From now on a signal drains `http` instead of ending the start-up.
-  void serving(serving::HttpServer& http) {
+  // From now on a signal calls `stop` (which drains the fronts) instead of
+  // ending the start-up.
+  void serving(std::function<void()> stop) {
     std::lock_guard<std::mutex> lock(mutex_);
-    http_ = &http;
+    stop_ = std::move(stop);
   }
 
  private:
@@ -232,7 +239,7 @@ class SignalWatcher {
       if (signal != SIGTERM && signal != SIGINT) continue;
       const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
       std::lock_guard<std::mutex> lock(mutex_);
-      if (http_ == nullptr) {
+      if (!stop_) {
         std::printf(
             "received %s during start-up: exiting before serving (no request was "
             "received)\n",
@@ -243,13 +250,13 @@ class SignalWatcher {
       }
       std::printf("received %s: draining (every request received is answered)\n", name);
       std::fflush(stdout);
-      http_->stop();
+      stop_();
       return;
     }
   }
 
   std::mutex mutex_;
-  serving::HttpServer* http_ = nullptr;
+  std::function<void()> stop_;
   std::atomic<bool> done_{false};
   std::thread thread_;
 };
@@ -271,7 +278,9 @@ const CommandSpec& serve_command_spec() {
       "POST /v2/models/NAME/infer with JSON tensors. Requests are batched (up to --max-batch\n"
       "rows, waiting at most --max-wait-us for company). A full queue answers 503 with\n"
       "Retry-After; SIGTERM or SIGINT stops accepting, answers every request already read\n"
-      "(Connection: close), reports the counts and exits 0 (during start-up: exits 0 at once).",
+      "(Connection: close), reports the counts and exits 0 (during start-up: exits 0 at once).\n"
+      "--grpc-port N also serves the protocol's gRPC form (inference.GRPCInferenceService:\n"
+      "ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer).",
       {
           {"--weights", "FILE",
            "params and buffers from a safetensors file (default: initializers)"},
@@ -298,6 +307,9 @@ const CommandSpec& serve_command_spec() {
            "a request body not complete this long after its header gets 408 (default 30000)"},
           {"--max-connections", "N",
            "more open connections get 503 and are closed (default 32768)"},
+          {"--grpc-port", "N",
+           "also serve KServe v2 over gRPC (inference.GRPCInferenceService) on --host:N, with "
+           "the same limits (default: off; 0 picks a free port and prints it)"},
           {"--http-threads", "N",
            "threads that read and answer HTTP, for any number of connections (default: the "
            "cores, at least 2)"},
@@ -434,19 +446,48 @@ int serve_command(const std::vector<std::string>& args) {
                         " bytes of pool memory, over --graph-memory-budget ",
                         options.graph_memory_budget, "; lower --max-batch or raise the budget"));
   }
+  // Note [Draining gRPC on stop]: the gRPC front, when asked for, shares the
+  // batching server, the body limit and /metrics with the HTTP front.
+  std::optional<serving::GrpcServer> grpc;
+  if (options.grpc_port >= 0) {
+    grpc.emplace(server, serving::GrpcConfig{.model_name = name,
+                                             .host = options.http.host,
+                                             .port = options.grpc_port,
+                                             .max_message_bytes = options.http.max_body_bytes,
+                                             .handshake_timeout_ms = options.http.header_timeout_ms,
+                                             .idle_timeout_ms = options.http.idle_timeout_ms});
+    options.http.more_metrics = [&grpc] { return grpc->metrics_text(); };
+  }
   serving::HttpServer http(server, options.http);
   std::printf("listening on http://%s:%d (POST /v2/models/%s/infer, GET /metrics)\n",
               options.http.host.c_str(), http.port(), printable(name).c_str());
+  if (grpc) {
+    std::printf("listening on grpc://%s:%d (inference.GRPCInferenceService, model %s)\n",
+                options.http.host.c_str(), grpc->port(), printable(name).c_str());
+  }
   std::fflush(stdout);
-  watcher->serving(http);
+  serving::GrpcServeReport grpc_served;
+  std::thread grpc_thread;
+  if (grpc) grpc_thread = std::thread([&] { grpc_served = grpc->serve(); });
+  auto stop_fronts = [&] {
+    http.stop();
+    if (grpc) grpc->stop();
+  };
+  watcher->serving(stop_fronts);
   serving::HttpServeReport served;
   try {
     served = http.serve();
   } catch (...) {
     watcher.reset();  // before `http` is destroyed: the watcher points at it
+    stop_fronts();
+    if (grpc_thread.joinable()) grpc_thread.join();
     throw;
   }
   watcher.reset();
+  // Both fronts have answered every request they received before the
+  // batching server stops.
+  stop_fronts();
+  if (grpc_thread.joinable()) grpc_thread.join();
   server.shutdown(serving::ShutdownMode::kDrain);
   serving::ServerStats stats = server.stats();
   if (!options.stats_json_path.empty()) {
@@ -466,6 +507,11 @@ int serve_command(const std::vector<std::string>& args) {
       static_cast<unsigned long long>(served.responses),
       static_cast<unsigned long long>(served.responses_after_stop),
       static_cast<unsigned long long>(served.timed_out));
+  if (grpc) {
+    std::printf("grpc: %llu calls answered (%llu after the signal)\n",
+                static_cast<unsigned long long>(grpc_served.answers),
+                static_cast<unsigned long long>(grpc_served.answers_after_stop));
+  }
   std::printf(
       "stopped: %llu requests answered, %llu failed, %llu refused (queue full), %llu "
       "batches, mean %.1f rows per batch\n",

@@ -79,9 +79,9 @@ std::shared_ptr<TreeLease> TreeManager::lease_functions(size_t count) {
 
 void TreeManager::shutdown() {
   if (shut_down_) return;
-  std::lock_guard<std::mutex> lock(process_capture_lock());
+  std::lock_guard<std::mutex> lock(capture_lock(device_));
   // Note [Waiting under the capture lock] (runtime/collectives/held_locks.h).
-  runtime::collectives::HeldLock held(process_capture_lock());
+  runtime::collectives::HeldLock held(capture_lock(device_));
   retire_before_next_replay_.clear();
   auto invalidate = [&](PathNode& node) {
     if (!node.is_warmup()) static_cast<TreeNode&>(node).outputs().drop_cache();

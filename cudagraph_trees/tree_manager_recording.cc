@@ -87,9 +87,9 @@ void TreeManager::restore_checkpoint() {
 
 void TreeManager::warmup(RegisteredFunction& function, const TensorList& inputs,
                          TensorList* consumable, TensorList& result) {
-  std::lock_guard<std::mutex> lock(process_capture_lock());
+  std::lock_guard<std::mutex> lock(capture_lock(device_));
   // Note [Waiting under the capture lock] (runtime/collectives/held_locks.h).
-  runtime::collectives::HeldLock held(process_capture_lock());
+  runtime::collectives::HeldLock held(capture_lock(device_));
   check_pool_inputs_are_owned(function, inputs);  // Note [Inputs in reclaimed pool memory]
   runtime::StreamHandle caller = context_.current_stream();
   order_capture_after(caller);
@@ -116,9 +116,9 @@ void TreeManager::warmup(RegisteredFunction& function, const TensorList& inputs,
 
 bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
                          TensorList* consumable, TensorList& result) {
-  std::unique_lock<std::mutex> lock(process_capture_lock());
+  std::unique_lock<std::mutex> lock(capture_lock(device_));
   // Note [Waiting under the capture lock] (runtime/collectives/held_locks.h).
-  runtime::collectives::HeldLock held(process_capture_lock());
+  runtime::collectives::HeldLock held(capture_lock(device_));
   GROVE_CHECK(current_ == nullptr || !current_->is_warmup(),
               "internal: recording after a warm-up on the same path");
   check_pool_inputs_are_owned(function, inputs);  // Note [Inputs in reclaimed pool memory]

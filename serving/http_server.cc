@@ -54,7 +54,8 @@ struct HttpServer::Impl {
         threads(this->config.threads > 0
                     ? this->config.threads
                     : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()))),
-        routes(service, this->config.model_name, this->config.retry_after_s),
+        routes(service, this->config.model_name, this->config.retry_after_s,
+               this->config.more_metrics),
         hub(routes, connection_limits(this->config)),
         io(threads),
         acceptor(io),

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,8 @@ struct HttpConfig {
   // machine's cores, at least 2.
   int threads = 0;
   int retry_after_s = 1;  // the Retry-After of a 503 for a full queue
+  // More Prometheus text for /metrics (the gRPC front's counters), if any.
+  std::function<std::string()> more_metrics;
 };
 
 // What serve() reports once it returns.

@@ -1,5 +1,6 @@
 #include "serving/kserve_protocol.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -229,6 +230,82 @@ const char* kserve_datatype(runtime::DType dtype) {
   return nullptr;
 }
 
+InputChecks::InputChecks(const ModelSignature& signature, int64_t max_batch)
+    : signature_(signature), max_batch_(max_batch), given_(signature.inputs.size(), false) {}
+
+void InputChecks::count(size_t given) const {
+  GROVE_CHECK_AS(ProtocolError, given == signature_.inputs.size(), "inputs: the model takes ",
+                 signature_.inputs.size(), " input(s), the request gives ", given);
+}
+
+size_t InputChecks::input(const std::string& field, const std::string& name) {
+  size_t k = 0;
+  while (k < signature_.inputs.size() && signature_.inputs[k].name != name) ++k;
+  GROVE_CHECK_AS(ProtocolError, k < signature_.inputs.size(), field,
+                 ".name: the model has no input '", name, "'");
+  GROVE_CHECK_AS(ProtocolError, !given_[k], field, ".name: input '", signature_.inputs[k].name,
+                 "' is given twice");
+  given_[k] = true;
+  return k;
+}
+
+std::string InputChecks::where(const std::string& field, size_t input) const {
+  return str_cat(field, " ('", signature_.inputs.at(input).name, "')");
+}
+
+void InputChecks::datatype(const std::string& where, size_t input,
+                           const std::string& datatype) const {
+  const runtime::DType dtype = signature_.inputs.at(input).dtype;
+  GROVE_CHECK_AS(ProtocolError, datatype == kserve_datatype(dtype), where, ".datatype: expected ",
+                 kserve_datatype(dtype), ", found ", datatype);
+}
+
+void InputChecks::shape(const std::string& where, size_t input, const runtime::Shape& shape) {
+  const std::string given = brief(json(std::vector<int64_t>(shape.begin(), shape.end())));
+  for (int64_t size : shape) {
+    GROVE_CHECK_AS(ProtocolError, size >= 0 && size <= (int64_t{1} << 30), where, ".shape: ", given,
+                   " holds ", size, "; sizes are integers in [0, 2^30]");
+  }
+  const runtime::Shape& expected_row = signature_.inputs.at(input).row_shape;
+  GROVE_CHECK_AS(
+      ProtocolError,
+      shape.size() == expected_row.size() + 1 &&
+          std::equal(expected_row.begin(), expected_row.end(), shape.begin() + 1),
+      where, ".shape: expected [rows, ",
+      [&] {
+        std::string dims;
+        for (int64_t d : expected_row) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+        return dims;
+      }(),
+      "], found ", given);
+  GROVE_CHECK_AS(ProtocolError, shape[0] >= 1 && shape[0] <= max_batch_, where,
+                 ".shape: ", shape[0], " rows is outside [1, ", max_batch_, "] (--max-batch)");
+  GROVE_CHECK_AS(ProtocolError, rows_ < 0 || rows_ == shape[0], where, ".shape: ", shape[0],
+                 " rows, but an earlier input has ", rows_, "; every input has the same rows");
+  rows_ = shape[0];
+}
+
+size_t requested_output(const std::string& field, const std::string& name,
+                        const ModelSignature& signature) {
+  size_t o = 0;
+  while (o < signature.outputs.size() && signature.outputs[o].name != name) ++o;
+  GROVE_CHECK_AS(ProtocolError, o < signature.outputs.size(), field,
+                 ".name: the model has no output '", name, "'");
+  return o;
+}
+
+HostRows rows_from_bytes(const runtime::Shape& shape, runtime::DType dtype, const uint8_t* bytes,
+                         size_t size) {
+  HostRows rows;
+  rows.shape = shape;
+  rows.dtype = dtype;
+  rows.bytes.assign(bytes, bytes + size);
+  if (dtype == runtime::DType::kBool) {
+    for (uint8_t& byte : rows.bytes) byte = byte != 0;
+  }
+  return rows;
+}
+
 InferRequest parse_infer_request(const std::string& body, const ModelSignature& signature,
                                  int64_t max_batch, std::optional<size_t> json_length) {
   GROVE_CHECK_AS(ProtocolError, !json_length || *json_length <= body.size(),
@@ -238,14 +315,16 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
   size_t binary_at = text_end;  // the next binary tensor's first byte
   // Note [Reading request data]; Note [Request memory bounded by the model].
   size_t max_values = 0;
-  bool all_f32 = true;
-  for (const RowSpec& spec : signature.inputs) {
+  std::optional<runtime::DType> data_as;  // the one datatype of every input, if any
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    const RowSpec& spec = signature.inputs[i];
     max_values +=
         static_cast<size_t>(max_batch) * static_cast<size_t>(runtime::shape_numel(spec.row_shape));
-    all_f32 = all_f32 && spec.dtype == runtime::DType::kF32;
+    if (i == 0) data_as = spec.dtype;
+    if (data_as != spec.dtype || spec.dtype == runtime::DType::kBool) data_as.reset();
   }
   RequestDocument read =
-      read_request_document(std::string_view(body.data(), text_end), max_values, all_f32);
+      read_request_document(std::string_view(body.data(), text_end), max_values, data_as);
   const json& document = read.json;
   GROVE_CHECK_AS(ProtocolError, document.is_object(),
                  "request body must be a JSON object with "
@@ -258,12 +337,9 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
   auto inputs = document.find("inputs");
   GROVE_CHECK_AS(ProtocolError, inputs != document.end() && inputs->is_array(),
                  "inputs: missing, or not an array of tensors");
-  GROVE_CHECK_AS(ProtocolError, inputs->size() == signature.inputs.size(),
-                 "inputs: the model takes ", signature.inputs.size(),
-                 " input(s), the request gives ", inputs->size());
+  InputChecks checks(signature, max_batch);
+  checks.count(inputs->size());
   result.request.inputs.resize(signature.inputs.size());
-  std::vector<bool> given(signature.inputs.size(), false);
-  int64_t rows = -1;
   for (size_t i = 0; i < inputs->size(); ++i) {
     const json& tensor = (*inputs)[i];
     const std::string field = str_cat("inputs[", i, "]");
@@ -271,22 +347,14 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     auto name = tensor.find("name");
     GROVE_CHECK_AS(ProtocolError, name != tensor.end() && name->is_string(), field,
                    ".name: missing or not a string");
-    size_t k = 0;
-    while (k < signature.inputs.size() && signature.inputs[k].name != name->get<std::string>()) ++k;
-    GROVE_CHECK_AS(ProtocolError, k < signature.inputs.size(), field,
-                   ".name: the model has no input '", name->get<std::string>(), "'");
-    GROVE_CHECK_AS(ProtocolError, !given[k], field, ".name: input '", signature.inputs[k].name,
-                   "' is given twice");
-    given[k] = true;
+    const size_t k = checks.input(field, name->get<std::string>());
     const RowSpec& spec = signature.inputs[k];
-    const std::string where = str_cat(field, " ('", spec.name, "')");
+    const std::string where = checks.where(field, k);
 
     auto datatype = tensor.find("datatype");
     GROVE_CHECK_AS(ProtocolError, datatype != tensor.end() && datatype->is_string(), where,
                    ".datatype: missing or not a string");
-    GROVE_CHECK_AS(ProtocolError, datatype->get<std::string>() == kserve_datatype(spec.dtype),
-                   where, ".datatype: expected ", kserve_datatype(spec.dtype), ", found ",
-                   datatype->get<std::string>());
+    checks.datatype(where, k, datatype->get<std::string>());
 
     auto shape_json = tensor.find("shape");
     GROVE_CHECK_AS(ProtocolError, shape_json != tensor.end() && shape_json->is_array(), where,
@@ -298,23 +366,7 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
                      "; sizes are integers in [0, 2^30]");
       shape.push_back(size.get<int64_t>());
     }
-    runtime::Shape expected_row = spec.row_shape;
-    GROVE_CHECK_AS(
-        ProtocolError,
-        shape.size() == expected_row.size() + 1 &&
-            std::equal(expected_row.begin(), expected_row.end(), shape.begin() + 1),
-        where, ".shape: expected [rows, ",
-        [&] {
-          std::string dims;
-          for (int64_t d : expected_row) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-          return dims;
-        }(),
-        "], found ", brief(*shape_json));
-    GROVE_CHECK_AS(ProtocolError, shape[0] >= 1 && shape[0] <= max_batch, where,
-                   ".shape: ", shape[0], " rows is outside [1, ", max_batch, "] (--max-batch)");
-    GROVE_CHECK_AS(ProtocolError, rows < 0 || rows == shape[0], where, ".shape: ", shape[0],
-                   " rows, but an earlier input has ", rows, "; every input has the same rows");
-    rows = shape[0];
+    checks.shape(where, k, shape);
 
     const int64_t elements = runtime::shape_numel(shape);
     const size_t element_size = runtime::dtype_size(spec.dtype);
@@ -334,14 +386,8 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
       GROVE_CHECK_AS(ProtocolError, expected <= body.size() - binary_at, where,
                      ".parameters.binary_data_size: ", expected, " bytes, but only ",
                      body.size() - binary_at, " binary bytes are left in the body");
-      HostRows& host = result.request.inputs[k];
-      host.shape = shape;
-      host.dtype = spec.dtype;
-      host.bytes.assign(body.begin() + static_cast<std::ptrdiff_t>(binary_at),
-                        body.begin() + static_cast<std::ptrdiff_t>(binary_at + expected));
-      if (spec.dtype == runtime::DType::kBool) {
-        for (uint8_t& byte : host.bytes) byte = byte != 0;
-      }
+      result.request.inputs[k] = rows_from_bytes(
+          shape, spec.dtype, reinterpret_cast<const uint8_t*>(body.data()) + binary_at, expected);
       binary_at += expected;
       continue;
     }
@@ -361,11 +407,11 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     HostRows& host = result.request.inputs[k];
     host.shape = shape;
     host.dtype = spec.dtype;
-    if (values->f32) {  // Note [Request memory bounded by the model]: the rows as read
-      GROVE_CHECK(values->f32_bytes.size() == static_cast<size_t>(count) * sizeof(float), where,
-                  ".data: ", values->f32_bytes.size(), " bytes of floats read for ", count,
-                  " values (an error in grove's request reader)");
-      host.bytes = std::move(values->f32_bytes);
+    if (values->as_rows) {  // Note [Request memory bounded by the model]: the rows as read
+      GROVE_CHECK(values->row_bytes.size() == static_cast<size_t>(count) * element_size, where,
+                  ".data: ", values->row_bytes.size(), " bytes read for ", count, " values of ",
+                  kserve_datatype(spec.dtype), " (an error in grove's request reader)");
+      host.bytes = std::move(values->row_bytes);
       continue;
     }
     host.bytes.resize(static_cast<size_t>(count) * element_size);
@@ -390,11 +436,8 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
       GROVE_CHECK_AS(ProtocolError,
                      wanted.is_object() && wanted.contains("name") && wanted["name"].is_string(),
                      "outputs[", i, "]: expected {\"name\": ...}");
-      const std::string name = wanted["name"].get<std::string>();
-      size_t o = 0;
-      while (o < signature.outputs.size() && signature.outputs[o].name != name) ++o;
-      GROVE_CHECK_AS(ProtocolError, o < signature.outputs.size(), "outputs[", i,
-                     "].name: the model has no output '", name, "'");
+      const size_t o = requested_output(str_cat("outputs[", i, "]"),
+                                        wanted["name"].get<std::string>(), signature);
       result.outputs.push_back(o);
       bool binary = all_binary;
       if (auto parameters = wanted.find("parameters"); parameters != wanted.end()) {

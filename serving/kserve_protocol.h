@@ -56,6 +56,45 @@ struct InferRequest {
   std::vector<bool> binary;     // per entry of `outputs`: answer it as raw bytes
 };
 
+// Note [One set of request checks]
+// A request's inputs are checked the same way whatever carries them (JSON
+// over HTTP, protobuf over gRPC: serving/kserve_grpc_protocol.h): InputChecks
+// holds the checks of names, datatypes, shapes and row counts, with the
+// messages the HTTP front always gave, and each protocol reads its own
+// encoding of the values around them. Tests: KserveProtocol.*,
+// KserveGrpcProtocol.* (the same refusal for the same tensor in both forms).
+class InputChecks {
+ public:
+  InputChecks(const ModelSignature& signature, int64_t max_batch);
+  // `given` inputs are as many as the model takes.
+  void count(size_t given) const;
+  // The signature index of the input named `name`, given at `field`
+  // ("inputs[0]"); ProtocolError for an unknown or repeated name.
+  size_t input(const std::string& field, const std::string& name);
+  // "inputs[0] ('x')": how messages name a field of that input.
+  std::string where(const std::string& field, size_t input) const;
+  void datatype(const std::string& where, size_t input, const std::string& datatype) const;
+  // Sizes in [0, 2^30], the row shape the model takes, rows in [1, max_batch]
+  // and the same rows as every earlier input.
+  void shape(const std::string& where, size_t input, const runtime::Shape& shape);
+
+ private:
+  const ModelSignature& signature_;
+  const int64_t max_batch_;
+  std::vector<bool> given_;
+  int64_t rows_ = -1;
+};
+
+// The signature index of the output named `name`, asked for at `field`
+// ("outputs[1]"); ProtocolError when the model has none.
+size_t requested_output(const std::string& field, const std::string& name,
+                        const ModelSignature& signature);
+
+// Rows of raw little-endian elements (`size` is what `shape` holds); a BOOL
+// byte other than 0 reads as true, stored as 1.
+HostRows rows_from_bytes(const runtime::Shape& shape, runtime::DType dtype, const uint8_t* bytes,
+                         size_t size);
+
 // Parses and checks `body` against `signature` (input names, datatypes, row
 // shapes, row counts in [1, max_batch], element counts and values). Throws
 // ProtocolError naming the field.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -231,8 +232,8 @@ class DataArrayScan {
     InputData data;
   };
 
-  DataArrayScan(std::string_view text, size_t max_values, bool data_as_f32)
-      : text_(text), max_values_(max_values), data_as_f32_(data_as_f32) {}
+  DataArrayScan(std::string_view text, size_t max_values, std::optional<runtime::DType> data_as)
+      : text_(text), max_values_(max_values), data_as_(data_as) {}
 
   std::optional<std::vector<Span>> run() {
     skip_space();
@@ -352,11 +353,11 @@ class DataArrayScan {
     span.input = index;
     span.begin = at_;
     span.data.read = true;
-    span.data.f32 = data_as_f32_;
-    if (data_as_f32_) {
+    span.data.as_rows = data_as_.has_value();
+    if (data_as_) {
       // At most the values left to keep, and at most one per 2 bytes of text.
       const size_t bound = std::min(max_values_ - kept_, (text_.size() - at_) / 2 + 1);
-      span.data.f32_bytes.reserve(bound * sizeof(float));
+      span.data.row_bytes.reserve(bound * runtime::dtype_size(*data_as_));
     } else {
       span.data.values.reserve(1024);
     }
@@ -379,8 +380,8 @@ class DataArrayScan {
         ++data.count;
         const bool keep = kept_ < max_values_;
         DataValue scratch;
-        if (!number(keep && !data_as_f32_ ? data.values.emplace_back() : scratch)) return false;
-        if (keep && data_as_f32_) append_f32(data.f32_bytes, scratch);
+        if (!number(keep && !data_as_ ? data.values.emplace_back() : scratch)) return false;
+        if (keep && data_as_ && !append_element(data.row_bytes, scratch, *data_as_)) return false;
         kept_ += keep ? 1 : 0;
       }
       skip_space();
@@ -391,16 +392,51 @@ class DataArrayScan {
     }
   }
 
-  // The float store_values() makes of `value` for FP32.
-  static void append_f32(std::vector<uint8_t>& bytes, const DataValue& value) {
-    double wide = value.floating;
-    if (value.kind == DataValue::Kind::kInteger) wide = static_cast<double>(value.integer);
-    if (value.kind == DataValue::Kind::kUnsigned) {
-      wide = static_cast<double>(value.unsigned_integer);
+  // The element store_values() (kserve_protocol.cc) makes of `value` as
+  // `dtype`, appended to `bytes`; false where it would refuse the value (a
+  // float or an integer out of range for INT32 or INT64): the reference
+  // reader then reads the body and the refusal names the element.
+  static bool append_element(std::vector<uint8_t>& bytes, const DataValue& value,
+                             runtime::DType dtype) {
+    const size_t at = bytes.size();
+    const bool is_signed = value.kind == DataValue::Kind::kInteger;
+    const bool is_unsigned = value.kind == DataValue::Kind::kUnsigned;
+    switch (dtype) {
+      case runtime::DType::kI32: {
+        if (is_signed ? value.integer < INT32_MIN || value.integer > INT32_MAX
+                      : !is_unsigned || value.unsigned_integer > INT32_MAX) {
+          return false;
+        }
+        const auto narrow = static_cast<int32_t>(
+            is_signed ? value.integer : static_cast<int64_t>(value.unsigned_integer));
+        bytes.resize(at + 4);
+        std::memcpy(bytes.data() + at, &narrow, 4);
+        return true;
+      }
+      case runtime::DType::kI64: {
+        if (!is_signed && (!is_unsigned || value.unsigned_integer > INT64_MAX)) return false;
+        const int64_t wide =
+            is_signed ? value.integer : static_cast<int64_t>(value.unsigned_integer);
+        bytes.resize(at + 8);
+        std::memcpy(bytes.data() + at, &wide, 8);
+        return true;
+      }
+      case runtime::DType::kBool:
+        return false;  // numbers are not BOOL values
+      default: {
+        double wide = value.floating;
+        if (is_signed) wide = static_cast<double>(value.integer);
+        if (is_unsigned) wide = static_cast<double>(value.unsigned_integer);
+        bytes.resize(at + runtime::dtype_size(dtype));
+        if (dtype == runtime::DType::kF32) {
+          const float narrow = static_cast<float>(wide);  // as store_values rounds
+          std::memcpy(bytes.data() + at, &narrow, 4);
+        } else {
+          runtime::store_element(bytes.data() + at, dtype, wide);
+        }
+        return true;
+      }
     }
-    const float narrow = static_cast<float>(wide);
-    const auto* first = reinterpret_cast<const uint8_t*>(&narrow);
-    bytes.insert(bytes.end(), first, first + sizeof(float));
   }
 
   // A JSON number token, converted as nlohmann's lexer converts it.
@@ -448,7 +484,7 @@ class DataArrayScan {
 
   std::string_view text_;
   const size_t max_values_;
-  const bool data_as_f32_;
+  const std::optional<runtime::DType> data_as_;
   size_t kept_ = 0;  // data values kept, over all inputs
   size_t at_ = 0;
   bool seen_inputs_ = false;
@@ -458,9 +494,9 @@ class DataArrayScan {
 }  // namespace
 
 std::optional<RequestDocument> read_request_document_fast(std::string_view text, size_t max_values,
-                                                          bool data_as_f32) {
+                                                          std::optional<runtime::DType> data_as) {
   std::optional<std::vector<DataArrayScan::Span>> spans =
-      DataArrayScan(text, max_values, data_as_f32).run();
+      DataArrayScan(text, max_values, data_as).run();
   if (!spans) return std::nullopt;
   std::string rest;
   rest.reserve(text.size());
@@ -510,10 +546,11 @@ RequestDocument read_request_document_reference(std::string_view text, size_t ma
   return document;
 }
 
-RequestDocument read_request_document(std::string_view text, size_t max_values, bool data_as_f32) {
+RequestDocument read_request_document(std::string_view text, size_t max_values,
+                                      std::optional<runtime::DType> data_as) {
   // Note [Reading request data].
   if (std::optional<RequestDocument> document =
-          read_request_document_fast(text, max_values, data_as_f32))
+          read_request_document_fast(text, max_values, data_as))
     return std::move(*document);
   return read_request_document_reference(text, max_values);
 }

@@ -41,13 +41,17 @@
 // before ("N values for shape ..."), and refuse a body of more than
 // kMaxRequestNodes JSON values besides the data. A request's memory is then
 // its body, the fast reader's copy of the text besides the data, and at most
-// 16 bytes per value the model can take. Where every input of the model is
-// FP32 (data_as_f32), the fast reader writes each number straight into the
-// row bytes as the float store_values() would make of it (4 bytes a value,
-// moved into the request's HostRows, no copy): a valid request then costs its
-// body and its rows. Tests: KserveRequestReader.
-// KeepsAtMostMaxValuesAndCountsTheRest, test_memory_per_request_is_bounded_near_the_body
-// (tests/serving/http_abuse_test.py).
+// 16 bytes per value the model can take. Where every input of the model has
+// one numeric datatype (data_as: FP32, FP64, FP16, BF16, INT32 or INT64), the
+// fast reader writes each number straight into the row bytes as the element
+// store_values() would make of it (moved into the request's HostRows, no
+// copy), and gives up on a value store_values() would refuse, so the
+// reference reader names it: a valid request then costs its body and its
+// rows. Tests: KserveRequestReader.KeepsAtMostMaxValuesAndCountsTheRest,
+// KserveRequestReader.RowsAreTheElementsOfTheReferenceValues,
+// KserveProtocol.LargeFloatBodyCostsItsRowsNotAValuePerElement,
+// KserveProtocol.LargeIntegerBodyCostsItsRowsNotAValuePerElement,
+// test_memory_per_request_is_bounded_near_the_body (tests/serving/http_abuse_test.py).
 #pragma once
 
 #include <cstddef>
@@ -56,6 +60,8 @@
 #include <optional>
 #include <string_view>
 #include <vector>
+
+#include "runtime/dtype.h"
 
 namespace grove::serving {
 
@@ -78,8 +84,8 @@ struct InputData {
   bool read = false;                   // "data" is an array and its elements are here
   size_t count = 0;                    // its elements
   std::vector<DataValue> values;       // flat, row-major: the first ones, within max_values
-  bool f32 = false;                    // the fast reader wrote them to f32_bytes instead
-  std::vector<uint8_t> f32_bytes;      // little-endian floats, row-major, within max_values
+  bool as_rows = false;                // the fast reader wrote them to row_bytes instead
+  std::vector<uint8_t> row_bytes;      // as the rows hold them (data_as), within max_values
   std::vector<nlohmann::json> others;  // the strings, nulls and objects among them
 
   // The element as a JSON value (for messages).
@@ -100,13 +106,13 @@ inline constexpr size_t kMaxRequestNodes = size_t{1} << 16;
 // than kMaxRequestNodes values besides the data. Keeps at most `max_values`
 // data values over all inputs (Note [Request memory bounded by the model]).
 RequestDocument read_request_document(std::string_view text, size_t max_values = SIZE_MAX,
-                                      bool data_as_f32 = false);
+                                      std::optional<runtime::DType> data_as = std::nullopt);
 // Each reader alone (tests compare them): the fast one's nullopt means it
 // gave up on `text`, which read_request_document() then reads with the other.
-// `data_as_f32`: numbers as FP32 row bytes (Note [Request memory bounded by the model]).
-std::optional<RequestDocument> read_request_document_fast(std::string_view text,
-                                                          size_t max_values = SIZE_MAX,
-                                                          bool data_as_f32 = false);
+// `data_as`: numbers as row bytes of that dtype (Note [Request memory bounded by the model]).
+std::optional<RequestDocument> read_request_document_fast(
+    std::string_view text, size_t max_values = SIZE_MAX,
+    std::optional<runtime::DType> data_as = std::nullopt);
 RequestDocument read_request_document_reference(std::string_view text,
                                                 size_t max_values = SIZE_MAX);
 

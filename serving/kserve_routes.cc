@@ -28,8 +28,12 @@ HttpResponse json_response(int status, std::string body) {
 
 }  // namespace
 
-KserveRoutes::KserveRoutes(InferenceService& service, std::string model_name, int retry_after_s)
-    : service_(service), model_name_(std::move(model_name)), retry_after_s_(retry_after_s) {}
+KserveRoutes::KserveRoutes(InferenceService& service, std::string model_name, int retry_after_s,
+                           std::function<std::string()> more_metrics)
+    : service_(service),
+      model_name_(std::move(model_name)),
+      retry_after_s_(retry_after_s),
+      more_metrics_(std::move(more_metrics)) {}
 
 std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::handle(
     HttpRequest& request, std::function<void()> on_ready) {
@@ -166,6 +170,10 @@ MetricsInput KserveRoutes::metrics_input() const {
   return input;
 }
 
-std::string KserveRoutes::metrics_text() const { return prometheus_text(metrics_input()); }
+std::string KserveRoutes::metrics_text() const {
+  std::string text = prometheus_text(metrics_input());
+  if (more_metrics_) text += more_metrics_();
+  return text;
+}
 
 }  // namespace grove::serving

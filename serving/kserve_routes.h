@@ -38,7 +38,9 @@ namespace grove::serving {
 
 class KserveRoutes {
  public:
-  KserveRoutes(InferenceService& service, std::string model_name, int retry_after_s);
+  // `more_metrics`: Prometheus text appended to /metrics (another front's counters).
+  KserveRoutes(InferenceService& service, std::string model_name, int retry_after_s,
+               std::function<std::string()> more_metrics = {});
 
   // An infer request in the batching queue.
   struct Queued {
@@ -70,6 +72,7 @@ class KserveRoutes {
   InferenceService& service_;
   const std::string model_name_;
   const int retry_after_s_;
+  const std::function<std::string()> more_metrics_;
   std::atomic<bool> stopping_{false};
   LatencyHistogram request_latency_;
   LatencyHistogram queue_wait_;

@@ -110,15 +110,19 @@ mkdir -p "$bundle/grove"
 : >"$bundle/not_built.txt"
 printf '%s\n' "${sim_only[@]}" >"$bundle/sim_only.txt"
 
-# Debian libraries an ELF file loads that a GPU host may lack (cpp-httplib,
-# and the brotli and OpenSSL libraries it loads), copied into grove/_syslib,
-# which run_all.sh puts on LD_LIBRARY_PATH.
+# Debian libraries an ELF file loads that a GPU host may lack (gRPC, protobuf,
+# Abseil, SentencePiece and what they load), copied into grove/_syslib, which
+# run_all.sh puts on LD_LIBRARY_PATH. The C and C++ runtimes and CUDA's own
+# libraries are the host's.
 copy_system_libraries() {
   local elf=$1
   [ "$(head -c 4 "$elf" | od -An -c | tr -d ' ')" = '177ELF' ] || return 0
   ldd "$elf" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
     case "$name" in
-      libcpp-httplib.so* | libbrotli*.so* | libssl.so* | libcrypto.so*)
+      libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux*.so* | \
+        libstdc++.so* | libgcc_s.so* | libcuda.so* | libcudart.so* | libcublas*.so* | \
+        libnvidia*.so* | libz.so*) ;;
+      *)
         mkdir -p "$bundle/grove/_syslib"
         [ -f "$bundle/grove/_syslib/$name" ] || cp -L "$path" "$bundle/grove/_syslib/$name" ;;
     esac

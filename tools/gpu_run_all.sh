@@ -35,7 +35,7 @@ if [ -f "$here/payload.tar.xz" ]; then
   tree=$(mktemp -d "${TMPDIR:-/tmp}/grove_bundle.XXXXXX")
   tar -C "$tree" -xJf "$here/payload.tar.xz" || { echo "run_all.sh: cannot unpack payload" >&2; exit 2; }
 fi
-# Debian libraries the GPU host may lack (cpp-httplib and what it loads),
+# Debian libraries the GPU host may lack (gRPC, protobuf and what they load),
 # carried by gpu_bundle.sh beside the tree.
 if [ -d "$tree/grove/_syslib" ]; then
   export LD_LIBRARY_PATH="$tree/grove/_syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -7,9 +7,17 @@
 #   1. data_parallel   benchmarks/data_parallel on 1, 2 and N GPUs (N = every
 #                      GPU of the host), both models, eager and cudagraphs,
 #                      overlap on and off -> data_parallel.{json,txt}
+#   1b. buckets        data_parallel again on N GPUs for mlp16x512 with
+#                      cudagraphs and overlap on at smaller all-reduce buckets
+#                      (GROVE_MULTI_BUCKETS_KIB, default "1024 2048") ->
+#                      buckets_<kib>.{json,txt}
 #   2. ddp_door        torchrun --nproc_per_node N benchmarks/ddp_door.py (and
 #                      2 when N > 2): DDP with torch eager, reduce-overhead
-#                      and backend="grove" -> ddp_door_<n>.{json,txt}
+#                      and backend="grove", and grove.torch.DistributedDataParallel
+#                      (grove_ddp) -> ddp_door_<n>.{json,txt}
+#   2b. grove_ddp_test tests/python/grove_ddp_test.py on 2 GPUs (NCCL): grove's
+#                      wrapper against torch DDP, losses and .grad
+#                      -> grove_ddp_test.txt
 #   3. rank_formation  mlp16x512 training as N processes that meet over TCP
 #                      (RANK, WORLD_SIZE, MASTER_ADDR) against the threaded
 #                      `grove run --gpus N`: their losses must be bitwise equal
@@ -17,9 +25,8 @@
 #                      differing step)
 # Each step has a time limit (GROVE_MULTI_STEP_LIMIT_S, default 200 s) and the
 # session goes on after a failed step; session.txt lists each step's status.
-# GROVE_MULTI_STEPS picks steps (default "data_parallel ddp_door rank_formation").
-# Libraries the grove binary links that the GPU host lacks (cpp-httplib) are
-# carried in .gpu/lib.
+# GROVE_MULTI_STEPS picks steps (default "data_parallel buckets ddp_door
+# grove_ddp_test rank_formation").
 #
 #   bash tools/multi_gpu_session.sh
 set -uo pipefail
@@ -36,7 +43,7 @@ export GROVE_LIBRARY=${GROVE_LIBRARY:-$PWD/$bin/libgrove.so}
 export PYTHONPATH=$PWD/python:$PWD/tests/python:$PWD/tests/python_support
 export PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-steps=${GROVE_MULTI_STEPS:-data_parallel ddp_door rank_formation}
+steps=${GROVE_MULTI_STEPS:-data_parallel buckets ddp_door grove_ddp_test rank_formation}
 wanted() { [[ " $steps " == *" $1 "* ]]; }
 : >"$OUT/session.txt"
 
@@ -54,10 +61,18 @@ counts=1,2
 wanted data_parallel && step data_parallel "$bin/data_parallel" --device cuda --gpus "$counts" --iters 50 \
   --json "$OUT/data_parallel.json"
 
+wanted buckets && for kib in ${GROVE_MULTI_BUCKETS_KIB:-1024 2048}; do
+  step "buckets_$kib" "$bin/data_parallel" --device cuda --gpus "1,$gpus" --iters 50 \
+    --cases mlp16x512 --backends cudagraphs --overlap on --bucket-kib "$kib" \
+    --json "$OUT/buckets_$kib.json"
+done
+
 wanted ddp_door && for n in $(echo "$gpus 2" | tr ' ' '\n' | sort -un); do
   step "ddp_door_$n" torchrun --standalone --nproc_per_node "$n" benchmarks/ddp_door.py \
     --iters 100 --json "$OUT/ddp_door_$n.json"
 done
+
+wanted grove_ddp_test && step grove_ddp_test python3 tests/python/grove_ddp_test.py
 
 rank_formation() {
   local model=benchmarks/models/mlp16x512.json
@@ -91,4 +106,5 @@ batch=${GROVE_RANK_BATCH:-32}  # rows per rank of the rank-formation run
 export bin gpus OUT batch
 wanted rank_formation && step rank_formation bash -c "$(declare -f rank_formation); rank_formation"
 tail -3 "$OUT/rank_formation.txt" 2>/dev/null
+tail -4 "$OUT/grove_ddp_test.txt" 2>/dev/null
 cat "$OUT"/ddp_door_*.txt 2>/dev/null | grep -v Warning | tail -20

@@ -2,16 +2,18 @@
 # Installs what grove's build needs on Debian 12 (bookworm), idempotently:
 # Bazel 4 (bazel-bootstrap) with the platforms repository, GoogleTest,
 # nlohmann_json, CLI11, LLVM 14, zlib and ncurses (for LLVM's static link),
-# Boost.Asio/Beast and prometheus-cpp (grove serve), DLPack's header (the C API),
-# Python 3 with PyTorch (CPU), NumPy and requests (the Python package and its
-# tests), venv and pip (tools/test_wheel.sh installs grove's wheel), curl and wrk (the HTTP server's tests), and checks that the CUDA Toolkit (nvcc, libcudart_static.a) is at /usr/local/cuda.
+# Boost.Asio/Beast and prometheus-cpp (grove serve), gRPC C++ with protobuf, protoc
+# and grpc_cpp_plugin (grove serve --grpc-port), DLPack's header (the C API),
+# Python 3 with PyTorch (CPU), NumPy, requests, grpcio and protobuf (the Python
+# package and its tests), venv and pip (tools/test_wheel.sh installs grove's wheel), curl and wrk (the HTTP server's tests), and checks that the CUDA Toolkit (nvcc, libcudart_static.a) is at /usr/local/cuda.
 # Fast when everything is there: it only asks dpkg.
 set -euo pipefail
 
 packages=(bazel-bootstrap bazel-platforms libgtest-dev nlohmann-json3-dev llvm-14-dev
           zlib1g-dev libncurses-dev clang-format libcli11-dev libboost-dev
-          prometheus-cpp-dev libdlpack-dev python3 python3-torch python3-numpy python3-requests
-          python3-venv python3-pip curl wrk)
+          prometheus-cpp-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+          libdlpack-dev python3 python3-torch python3-numpy python3-requests python3-grpcio
+          python3-protobuf python3-venv python3-pip curl wrk)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -66,6 +66,7 @@ struct Options {
   std::vector<std::string> cases = {"mlp16x512", "gpt4x256"};
   std::string models_dir = "benchmarks/models";
   std::string json;
+  int64_t bucket_kib = 4096;  // gradient bytes per all-reduce bucket
 };
 
 const std::vector<FlagSpec> kFlags = {
@@ -79,6 +80,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--backends", "LIST", "execution backends (default eager,cudagraphs)"},
     {"--overlap", "LIST", "on and/or off: all-reduces overlapped or in line (default on,off)"},
     {"--cases", "LIST", "mlp16x512 and/or gpt4x256 (default both)"},
+    {"--bucket-kib", "N", "gradient KiB per all-reduce bucket (default 4096)"},
     {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
     {"--json", "FILE", "write the results as JSON"},
 };
@@ -116,6 +118,7 @@ Options parse(const FlagValues& flags) {
     }
   }
   options.models_dir = flags.text("--models", options.models_dir);
+  options.bucket_kib = flags.integer("--bucket-kib", options.bucket_kib, 1, int64_t{1} << 22);
   options.json = flags.text("--json", options.json);
   std::vector<std::string> known = compiler::backends::backend_names();
   for (const std::string& backend : options.backends) {
@@ -179,7 +182,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
   DataParallelOptions dp;
   dp.trainer.backend = backend;
   dp.trainer.optimizer = compiler::training::OptimizerKind::kSgdMomentum;
-  dp.all_reduce.bucket_bytes = int64_t{4} << 20;
+  dp.all_reduce.bucket_bytes = options.bucket_kib << 10;
   dp.all_reduce.overlap = overlap;
   DataParallelTrainer trainer(model, loss, dp);
   compiler::training::Hyperparameters hyper;
@@ -303,6 +306,7 @@ int run(int argc, char** argv) {
                {"last loss", Align::kRight},
                {"collectives captured"}});
   nlohmann::json report = report_header("data_parallel", Device{type, 0});
+  report["bucket_kib"] = options.bucket_kib;
   for (const Row& row : rows) {
     const Case& config = row.label.rfind("mlp", 0) == 0 ? all_cases[0] : all_cases[1];
     const int64_t batch = config.dims.at("batch");

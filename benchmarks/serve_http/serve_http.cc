@@ -13,7 +13,18 @@
 //
 // Each encoding is a run of its own: "json" sends and asks for the data as
 // JSON numbers, "binary" in the KServe binary tensor data extension (raw
-// little-endian bytes after an Inference-Header-Content-Length of JSON).
+// little-endian bytes after an Inference-Header-Content-Length of JSON),
+// "grpc" the protocol's gRPC form to grove's gRPC front (raw contents; one
+// channel, with its own connection, per client; benchmarks/serve_http/
+// grpc_load_client.h). gRPC's client library costs more CPU per call than
+// the HTTP client here, and shares the cores with the server.
+//
+// With --idle-connections N and/or --slowloris-connections M every run is
+// measured twice, once as above and once with N connections that never send
+// a byte and M that trickle a request's header one byte per --trickle-ms
+// held open against the same front (benchmarks/serve_http/connection_flood.h),
+// and a table compares the two p99s (issue 35's goal: within 2x with 10,000
+// idle and 500 slowloris connections).
 //
 // The clients run in this process, on the server's cores, so they are kept
 // cheap (Note [A client that costs little]).
@@ -21,6 +32,7 @@
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,64000,128000]
 //              [--max-batches 16,64] [--encodings json,binary] [--clients 64]
 //              [--duration-ms 1500] [--json FILE]
+//              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -47,8 +59,11 @@
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
+#include "benchmarks/serve_http/connection_flood.h"
+#include "benchmarks/serve_http/grpc_load_client.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
+#include "serving/grpc_server.h"
 #include "serving/http_server.h"
 #include "serving/server.h"
 
@@ -66,14 +81,19 @@ const std::vector<FlagSpec> kFlags = {
     {"--rates", "R1,R2", "offered requests per second (default 8000,32000,64000,128000)"},
     {"--max-batches", "M1,M2", "max rows per batch; buckets are powers of 2 up to it (16,64)"},
     {"--encodings", "E1,E2",
-     "json (numbers in JSON) and/or binary (the binary tensor data "
-     "extension); default json,binary"},
+     "json (numbers in JSON), binary (the binary tensor data extension) and/or grpc (the "
+     "gRPC front, raw contents); default json,binary"},
     {"--binary", "", "the binary encoding alone (--encodings binary)"},
     {"--clients", "N", "client threads, one keep-alive connection each (default 64)"},
     {"--duration-ms", "MS", "arrivals per (rate, backend) span this long (default 1500)"},
     {"--max-wait-us", "US", "ServerConfig::max_wait (default 200)"},
     {"--seed", "N", "seed of arrivals and request values (default 2026)"},
     {"--json", "FILE", "write the results as JSON"},
+    {"--idle-connections", "N",
+     "also measure each run with N connections held open that never send (default 0)"},
+    {"--slowloris-connections", "N",
+     "... and N that trickle a request header, one byte per --trickle-ms (default 0)"},
+    {"--trickle-ms", "MS", "a slowloris connection's pace (default 1000)"},
 };
 
 struct Options {
@@ -89,6 +109,10 @@ struct Options {
   int64_t max_wait_us = 200;
   uint64_t seed = 2026;
   std::string json_path;
+  int64_t idle_connections = 0;
+  int64_t slowloris_connections = 0;
+  int64_t trickle_ms = 1000;
+  bool holds_connections() const { return idle_connections + slowloris_connections > 0; }
 };
 
 struct RunResult {
@@ -96,6 +120,8 @@ struct RunResult {
   std::string backend;
   std::string encoding;
   double offered_rate = 0;
+  bool loaded = false;    // measured with the flood's connections held open
+  uint64_t reopened = 0;  // flood connections the server closed during the run
   uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
   double answered_rate = 0;
   std::optional<LatencySummary> latency;
@@ -264,14 +290,39 @@ class Connection {
   std::string error_;
 };
 
+// One client's way to the server: an HTTP connection or a gRPC channel.
+class LoadClient {
+ public:
+  LoadClient(int port, const std::string& encoding, const std::vector<std::string>& messages,
+             const std::vector<inference::ModelInferRequest>& grpc_messages)
+      : messages_(messages) {
+    if (encoding == "grpc") {
+      grpc_ = std::make_unique<GrpcLoadClient>(port, grpc_messages);
+    } else {
+      http_ = std::make_unique<Connection>(port);
+      http_->open();
+    }
+  }
+  int exchange(size_t index) {
+    return grpc_ ? grpc_->exchange(index) : http_->exchange(messages_[index % messages_.size()]);
+  }
+  const std::string& error() const { return grpc_ ? grpc_->error() : http_->error(); }
+
+ private:
+  const std::vector<std::string>& messages_;
+  std::unique_ptr<Connection> http_;
+  std::unique_ptr<GrpcLoadClient> grpc_;
+};
+
 void wait_until(Clock::time_point target) {
   auto now = Clock::now();
   if (now < target) std::this_thread::sleep_for(target - now);
 }
 
 RunResult run_load(const serving::Server& server, int port, const std::string& encoding,
-                   const std::vector<std::string>& messages, double rate, const Options& options,
-                   uint64_t seed) {
+                   const std::vector<std::string>& messages,
+                   const std::vector<inference::ModelInferRequest>& grpc_messages, double rate,
+                   const Options& options, uint64_t seed) {
   RunResult result;
   result.max_batch = server.config().max_batch;
   result.backend = server.config().backend;
@@ -282,10 +333,9 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   // Connected before the window opens, one at a time: a burst of connects
   // overflows the listen backlog (cpp-httplib's is 5), and a dropped SYN is
   // retried after a second, which the first requests' latency would carry.
-  std::vector<std::unique_ptr<Connection>> connections;
+  std::vector<std::unique_ptr<LoadClient>> connections;
   for (int64_t c = 0; c < options.clients; ++c) {
-    connections.push_back(std::make_unique<Connection>(port));
-    connections.back()->open();
+    connections.push_back(std::make_unique<LoadClient>(port, encoding, messages, grpc_messages));
   }
   const Clock::time_point start = Clock::now() + std::chrono::milliseconds(20);
   std::mutex mutex;
@@ -296,7 +346,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
     clients.emplace_back([&, c] {
       std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(c));
       std::exponential_distribution<double> gap(rate / static_cast<double>(options.clients));
-      Connection& connection = *connections[static_cast<size_t>(c)];
+      LoadClient& connection = *connections[static_cast<size_t>(c)];
       std::string first_error;
       std::vector<double> mine;
       uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
@@ -306,7 +356,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
             start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t));
         wait_until(scheduled);
         ++sent;
-        const int status = connection.exchange(messages[sent % messages.size()]);
+        const int status = connection.exchange(sent);
         const Clock::time_point done = Clock::now();
         if (status == 200) {
           ++answered;
@@ -360,8 +410,9 @@ Options parse_options(const FlagValues& flags) {
   options.encodings = flags.has("--binary") ? std::vector<std::string>{"binary"}
                                             : flags.list("--encodings", options.encodings);
   for (const std::string& encoding : options.encodings) {
-    if (encoding != "json" && encoding != "binary") {
-      throw UsageError(str_cat(kName, ": --encodings: '", encoding, "' is not json or binary"));
+    if (encoding != "json" && encoding != "binary" && encoding != "grpc") {
+      throw UsageError(
+          str_cat(kName, ": --encodings: '", encoding, "' is not json, binary or grpc"));
     }
   }
   if (flags.has("--binary") && flags.has("--encodings")) {
@@ -372,14 +423,18 @@ Options parse_options(const FlagValues& flags) {
   options.max_wait_us = flags.integer("--max-wait-us", options.max_wait_us, 0, 10000000);
   options.seed = static_cast<uint64_t>(flags.integer("--seed", 2026, 0));
   options.json_path = flags.text("--json", "");
+  options.idle_connections = flags.integer("--idle-connections", 0, 0, 1 << 20);
+  options.slowloris_connections = flags.integer("--slowloris-connections", 0, 0, 1 << 20);
+  options.trickle_ms = flags.integer("--trickle-ms", options.trickle_ms, 1, 600000);
   return options;
 }
 
 const RunResult* find_run(const std::vector<RunResult>& runs, int64_t max_batch,
-                          const std::string& backend, const std::string& encoding, double rate) {
+                          const std::string& backend, const std::string& encoding, double rate,
+                          bool loaded = false) {
   for (const RunResult& run : runs) {
     if (run.max_batch == max_batch && run.backend == backend && run.encoding == encoding &&
-        run.offered_rate == rate) {
+        run.offered_rate == rate && run.loaded == loaded) {
       return &run;
     }
   }
@@ -392,7 +447,7 @@ const RunResult* best_run(const std::vector<RunResult>& runs, int64_t max_batch,
   const RunResult* best = nullptr;
   for (const RunResult& run : runs) {
     if (run.max_batch == max_batch && run.backend == backend && run.encoding == encoding &&
-        (best == nullptr || run.answered_rate > best->answered_rate)) {
+        !run.loaded && (best == nullptr || run.answered_rate > best->answered_rate)) {
       best = &run;
     }
   }
@@ -410,14 +465,18 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                {"p50 us", Align::kRight},
                {"p99 us", Align::kRight},
                {"mean batch", Align::kRight},
-               {"saturated"}});
+               {"saturated"},
+               {"held open"}});
+  const std::string held =
+      str_cat(options.idle_connections, " idle + ", options.slowloris_connections, " slow");
   for (const RunResult& run : runs) {
     table.add_row({std::to_string(run.max_batch), run.backend, run.encoding,
                    format_fixed(run.offered_rate, 0), format_fixed(run.answered_rate, 0),
                    std::to_string(run.rejected), std::to_string(run.errors),
                    run.latency ? format_fixed(run.latency->median_us, 0) : "-",
                    run.latency ? format_fixed(run.latency->p99_us, 0) : "-",
-                   format_fixed(run.mean_batch_rows, 1), run.saturated() ? "yes" : ""});
+                   format_fixed(run.mean_batch_rows, 1), run.saturated() ? "yes" : "",
+                   run.loaded ? held : ""});
   }
   std::fputs(table.render().c_str(), stdout);
   for (const RunResult& run : runs) {
@@ -453,6 +512,31 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
     }
   }
   std::fputs(best.render().c_str(), stdout);
+  if (!options.holds_connections()) return;
+  // The issue's goal: p99 with the connections held open within 2x of p99 without.
+  std::printf("\np99 with %s connections held open over p99 without (goal: <= 2x):\n",
+              held.c_str());
+  Table held_table({{"max batch", Align::kRight},
+                    {"backend"},
+                    {"encoding"},
+                    {"offered/s", Align::kRight},
+                    {"p99 us", Align::kRight},
+                    {"p99 held us", Align::kRight},
+                    {"ratio", Align::kRight},
+                    {"reopened", Align::kRight},
+                    {"goal"}});
+  for (const RunResult& run : runs) {
+    if (!run.loaded) continue;
+    const RunResult* alone =
+        find_run(runs, run.max_batch, run.backend, run.encoding, run.offered_rate);
+    if (!alone || !alone->latency || !run.latency) continue;
+    const double ratio = run.latency->p99_us / alone->latency->p99_us;
+    held_table.add_row({std::to_string(run.max_batch), run.backend, run.encoding,
+                        format_fixed(run.offered_rate, 0), format_fixed(alone->latency->p99_us, 0),
+                        format_fixed(run.latency->p99_us, 0), format_ratio(ratio),
+                        std::to_string(run.reopened), ratio <= 2.0 ? "met" : "missed"});
+  }
+  std::fputs(held_table.render().c_str(), stdout);
 }
 
 nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& options,
@@ -468,20 +552,31 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["servers"] = servers;
   report["results"] = nlohmann::json::array();
   for (const RunResult& run : runs) {
-    nlohmann::json entry{{"max_batch", run.max_batch},
-                         {"backend", run.backend},
-                         {"encoding", run.encoding},
-                         {"offered_per_s", run.offered_rate},
-                         {"sent", run.sent},
-                         {"answered", run.answered},
-                         {"answered_per_s", run.answered_rate},
-                         {"rejected", run.rejected},
-                         {"errors", run.errors},
-                         {"mean_batch_rows", run.mean_batch_rows},
-                         {"saturated", run.saturated()}};
+    nlohmann::json entry{
+        {"max_batch", run.max_batch},
+        {"backend", run.backend},
+        {"encoding", run.encoding},
+        {"offered_per_s", run.offered_rate},
+        {"sent", run.sent},
+        {"answered", run.answered},
+        {"answered_per_s", run.answered_rate},
+        {"rejected", run.rejected},
+        {"errors", run.errors},
+        {"mean_batch_rows", run.mean_batch_rows},
+        {"saturated", run.saturated()},
+        {"held_open", run.loaded ? nlohmann::json{{"idle", options.idle_connections},
+                                                  {"slowloris", options.slowloris_connections},
+                                                  {"reopened", run.reopened}}
+                                 : nlohmann::json()}};
     if (!run.first_error.empty()) entry["first_error"] = run.first_error;
     if (run.latency) entry["latency"] = latency_json(*run.latency);
-    if (run.backend == "cudagraphs") {
+    if (run.loaded) {
+      const RunResult* alone =
+          find_run(runs, run.max_batch, run.backend, run.encoding, run.offered_rate);
+      if (alone && alone->latency && run.latency) {
+        entry["p99_held_over_alone"] = run.latency->p99_us / alone->latency->p99_us;
+      }
+    } else if (run.backend == "cudagraphs") {
       const RunResult* eager =
           find_run(runs, run.max_batch, "eager", run.encoding, run.offered_rate);
       if (eager && eager->latency && run.latency) {
@@ -497,7 +592,8 @@ int run(int argc, char** argv) {
   FlagValues flags = parse_flags(kName, argc, argv, kFlags);
   if (flags.help_requested()) {
     std::fputs(usage_text(kName,
-                          "Open-loop load over HTTP (KServe v2, JSON or binary tensor data, "
+                          "Open-loop load over HTTP or gRPC (KServe v2: JSON, binary tensor data "
+                          "or gRPC raw contents, "
                           "loopback) on grove's server: answered/s and p50/p99 of eager vs "
                           "cudagraphs.",
                           kFlags)
@@ -506,6 +602,12 @@ int run(int argc, char** argv) {
     return 0;
   }
   Options options = parse_options(flags);
+  if (options.holds_connections()) {
+    // The server ends of the held connections and both ends of the clients'
+    // live in this process (the held connections' client ends in a child's).
+    ensure_file_limit(options.idle_connections + options.slowloris_connections +
+                      2 * options.clients);
+  }
   std::string encodings;
   for (const std::string& encoding : options.encodings) {
     encodings += (encodings.empty() ? "" : ",") + encoding;
@@ -535,6 +637,13 @@ int run(int argc, char** argv) {
       // The front's threads default to the cores: connections need none of their own.
       serving::HttpServer http(server, {.model_name = options.model, .port = 0});
       std::thread listener([&] { http.serve(); });
+      std::optional<serving::GrpcServer> grpc;
+      std::thread grpc_listener;
+      if (std::find(options.encodings.begin(), options.encodings.end(), "grpc") !=
+          options.encodings.end()) {
+        grpc.emplace(server, serving::GrpcConfig{.model_name = options.model, .port = 0});
+        grpc_listener = std::thread([&] { grpc->serve(); });
+      }
       std::printf("  max batch %lld, %s: compiled and warmed up %zu buckets in %.0f ms\n",
                   static_cast<long long>(max_batch), backend.c_str(), config.buckets.size(),
                   watch.elapsed_us() / 1000);
@@ -542,16 +651,39 @@ int run(int argc, char** argv) {
       const std::string path = "/v2/models/" + options.model + "/infer";
       for (const std::string& encoding : options.encodings) {
         std::mt19937_64 rng(options.seed + static_cast<uint64_t>(max_batch));
-        std::vector<std::string> messages =
-            requests(server.signature(), path, http.port(), encoding, rng);
+        const bool over_grpc = encoding == "grpc";
+        const int port = over_grpc ? grpc->port() : http.port();
+        std::vector<std::string> messages;
+        std::vector<inference::ModelInferRequest> grpc_messages;
+        if (over_grpc) {
+          grpc_messages = grpc_requests(server.signature(), options.model, rng);
+        } else {
+          messages = requests(server.signature(), path, port, encoding, rng);
+        }
         for (size_t r = 0; r < options.rates.size(); ++r) {
-          runs.push_back(run_load(server, http.port(), encoding, messages, options.rates[r],
-                                  options,
-                                  options.seed * 7919 + r * 31 + static_cast<uint64_t>(max_batch)));
+          const uint64_t seed = options.seed * 7919 + r * 31 + static_cast<uint64_t>(max_batch);
+          runs.push_back(run_load(server, port, encoding, messages, grpc_messages, options.rates[r],
+                                  options, seed));
+          if (!options.holds_connections()) continue;
+          // Against gRPC, slowloris connections trickle an HTTP/2 preface that never ends.
+          FloodProcess flood(port,
+                             {.idle = options.idle_connections,
+                              .slowloris = options.slowloris_connections,
+                              .trickle_ms = static_cast<int>(options.trickle_ms)},
+                             /*http2=*/over_grpc);
+          RunResult held = run_load(server, port, encoding, messages, grpc_messages,
+                                    options.rates[r], options, seed);
+          held.loaded = true;
+          held.reopened = flood.stop();
+          runs.push_back(held);
         }
       }
       http.stop();
       listener.join();
+      if (grpc) {
+        grpc->stop();
+        grpc_listener.join();
+      }
       server.shutdown();
       servers.push_back({{"max_batch", max_batch},
                          {"backend", backend},
@@ -569,5 +701,8 @@ int run(int argc, char** argv) {
 }  // namespace grove::benchmarks
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--hold-connections") {
+    return grove::benchmarks::hold_connections_main(argc, argv);
+  }
   return grove::benchmarks::benchmark_main("serve_http", grove::benchmarks::run, argc, argv);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs serve_http on sim with a small max batch, one low rate and short runs;
 # checks a row per backend and encoding, no errors, the comparison table and
-# the JSON; then the same with --binary on gelu512 (benchmarks/serve_http/models).
+# the JSON; then the same with --binary on gelu512 (benchmarks/serve_http/models);
+# then gRPC and JSON with connections held open.
 set -euo pipefail
 binary="benchmarks/serve_http/serve_http"
 json="${TEST_TMPDIR:-/tmp}/serve_http.json"
@@ -34,6 +35,19 @@ output=$("$binary" --device sim --models benchmarks/serve_http/models --model ge
 echo "$output"
 grep -Eq "^ +8 +cudagraphs +binary +200 +[0-9]+ +0 +0 " <<<"$output" ||
   { echo "missing or failing --binary row" >&2; exit 1; }
+# gRPC beside JSON, each also with 40 idle and 8 slowloris connections held open.
+output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
+  --encodings grpc,json --rates 200 --max-batches 8 --clients 4 --duration-ms 300 \
+  --backends eager --idle-connections 40 --slowloris-connections 8 --trickle-ms 20)
+echo "$output"
+for encoding in grpc json; do
+  grep -Eq "^ +8 +eager +$encoding +200 +[0-9]+ +0 +0 +.* +40 idle \+ 8 slow *$" <<<"$output" ||
+    { echo "missing or failing held-open $encoding row" >&2; exit 1; }
+  grep -Eq "^ +8 +eager +$encoding +200 +[0-9]+ +0 +0 " <<<"$output" ||
+    { echo "missing or failing $encoding row" >&2; exit 1; }
+done
+grep -q "p99 with 40 idle + 8 slow connections held open over p99 without" <<<"$output" ||
+  { echo "missing held-open table" >&2; exit 1; }
 if "$binary" --clients 0 >/dev/null 2>&1; then echo "--clients 0 was accepted" >&2; exit 1; fi
 if "$binary" --encodings xml >/dev/null 2>&1; then echo "--encodings xml was accepted" >&2; exit 1; fi
 echo "ok"

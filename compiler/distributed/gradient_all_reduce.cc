@@ -37,6 +37,13 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
   GROVE_CHECK_AS(ConfigError, options.bucket_bytes > 0, "gradient all-reduce of '", backward.name(),
                  "': bucket_bytes must be positive, found ", options.bucket_bytes);
   runtime::collectives::parse_reduce_op(options.reduce_op);
+  if (options.outputs) {
+    for (size_t output : *options.outputs) {
+      GROVE_CHECK_AS(ConfigError, output < backward.outputs().size(), "gradient all-reduce of '",
+                     backward.name(), "': output ", output, " to reduce is out of range; it has ",
+                     backward.outputs().size(), " outputs");
+    }
+  }
   const auto node_count = static_cast<int32_t>(backward.nodes().size());
 
   std::vector<int> uses(backward.values().size(), 0);
@@ -71,6 +78,7 @@ ir::Program add_gradient_all_reduce(const ir::Program& backward, const AllReduce
   std::set<ValueId> seen;
   for (size_t i = 0; i < backward.outputs().size(); ++i) {
     const ir::Value& value = backward.value(backward.outputs()[i]);
+    if (options.outputs && options.outputs->count(i) == 0) continue;
     if (value.is_program_input() || !seen.insert(value.id).second) continue;
     if (options.overlap) {
       // Note [Communication stream]: only persistent, otherwise untouched memory.

@@ -27,6 +27,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,9 @@ struct AllReduceOptions {
   // Run the all-reduces on the communication stream, overlapping the rest of
   // the backward; false runs them on the compute stream, in line.
   bool overlap = true;
+  // The output positions to reduce (the door's backward also returns
+  // gradients of inputs that are not parameters); unset: every output.
+  std::optional<std::set<size_t>> outputs;
 };
 
 struct GradientBuckets {

@@ -12,7 +12,9 @@ from grove import dtypes
 
 # The C API version this binding speaks (GROVE_CAPI_VERSION in capi/grove.h);
 # the library's is checked when it loads. Test: tests/python/capi_binding_test.py.
-CAPI_VERSION = 3
+CAPI_VERSION = 4
+# Longest group id grove_group_new_id makes (GROVE_GROUP_ID_MAX).
+GROUP_ID_MAX = 256
 
 OK = 0
 STATUS_NAMES = {
@@ -170,6 +172,10 @@ def signatures():
         "grove_tensor_is_valid": [p, i32p],
         "grove_tensor_copy_to_host": [p, p, size],
         "grove_tensor_to_dlpack": [p, ctypes.POINTER(p)],
+        "grove_group_new_id": [ctypes.c_char_p, p, size, ctypes.POINTER(size)],
+        "grove_group_join": [ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32, p, size,
+                             ctypes.c_int64],
+        "grove_group_leave": [ctypes.c_char_p],
     }
     return signatures
 

@@ -31,7 +31,7 @@ class Model:
 
     def __init__(self, program, backend="eager", device="sim", dims=None, params=None,
                  never_capture=False, skip_warmup=False, stage="inference", copy_outputs=None,
-                 verify=None):
+                 verify=None, gradient_all_reduce=None):
         lib = _capi.library()
         text = _c_text(program if isinstance(program, str) else json.dumps(program),
                        "the program text")
@@ -63,6 +63,8 @@ class Model:
         self._keeps_handed_gradients = backend != "eager" and stage in ("forward", "inference")
         if dims:
             options["dims"] = dict(dims)
+        if gradient_all_reduce is not None:  # Note [Gradient all-reduce in the door's backward]
+            options["gradient_all_reduce"] = dict(gradient_all_reduce)
         params = dict(params or {})
         bindings = (_capi.StateBinding * max(len(params), 1))()
         self._bound_keepalive = []

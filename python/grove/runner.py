@@ -22,12 +22,16 @@ class StaticInputMovedError(RuntimeError):
 
 class GraphRunner:
     def __init__(self, plan, backend="eager", device="sim", output_copies=None, verify=None,
-                 **options):
+                 gradient_all_reduce=None, **options):
         """output_copies: None, or a function of an fx node returning whether
         a segment output computing it is copied out of grove's memory (True,
         False, or None for grove.Model's default). verify: check the first
         calls against PyTorch eager (Note [Verify mode], verify.py); None
-        follows GROVE_VERIFY."""
+        follows GROVE_VERIFY. gradient_all_reduce: None, or a function of a
+        segment's output fx nodes returning its "gradient_all_reduce" option
+        or None (Note [Gradient all-reduce in the door's backward],
+        gradient_reduce.py)."""
+        self.gradient_all_reduce = gradient_all_reduce
         self.plan = plan
         self.verify = verify_mode.enabled_by_environment() if verify is None else bool(verify)
         self.verified_calls = 0
@@ -98,6 +102,10 @@ class GraphRunner:
             default = grove.Model.default_copy(self.backend)
             flags = [self.output_copies(node) for node, _ in segment.outputs]
             options["copy_outputs"] = [default if flag is None else flag for flag in flags]
+        if self.gradient_all_reduce is not None:
+            reduce = self.gradient_all_reduce([node for node, _ in segment.outputs])
+            if reduce is not None:
+                options["gradient_all_reduce"] = reduce
         # The runner verifies its segments against PyTorch itself.
         model = grove.Model(program, backend=self.backend, device=self.device, params=params,
                             verify=False, **options)

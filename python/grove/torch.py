@@ -247,3 +247,5 @@ def _register():
 
 
 registered = _register()
+
+from grove.ddp import DistributedDataParallel  # noqa: E402,F401 (grove.torch.DistributedDataParallel)

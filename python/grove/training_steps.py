@@ -12,7 +12,7 @@ import weakref
 import torch
 
 import grove
-from grove import importer
+from grove import gradient_reduce, importer
 from grove.runner import StaticInputMovedError
 
 log = importer.log
@@ -161,6 +161,12 @@ class StepCompiler:
         self.inferences = []
         self.on_runner = None  # called with each GraphRunner made (grove.torch tracks them)
         self.step = StepContext() if mode != "eager" else None
+        # Note [Gradient all-reduce in the door's backward] (gradient_reduce.py)
+        self.all_reduce = gradient_reduce.current()
+        if self.all_reduce is not None:
+            gradient_reduce.note_compiler(self)
+        self.reduced_positions = None  # forward inputs whose gradients are all-reduced
+        self.reductions = []  # gradient_reduce.BackwardReduction per backward graph
 
     def partition(self, joint, joint_inputs, **kwargs):
         """The default partition, noting how many forward outputs are the user's."""
@@ -208,6 +214,8 @@ class StepCompiler:
 
     def _forward(self, graph_module, example_inputs, user_outputs):
         example_inputs = list(example_inputs)
+        if self.all_reduce is not None:
+            self.reduced_positions = gradient_reduce.parameter_positions(example_inputs)
         plan = importer.import_graph(graph_module, example_inputs,
                                      static_inputs=static_positions(example_inputs),
                                      strict=self.strict, name="%s_forward" % self.name)
@@ -242,11 +250,24 @@ class StepCompiler:
         def copies(node):  # Note [Gradients handed out of the pool] (StepContext.hand_out)
             return False if node in graph_outputs else None
 
+        reduction = None
+        if self.all_reduce is not None and self.reduced_positions:
+            items = plan.output_arg if isinstance(plan.output_arg, (tuple, list)) else [
+                plan.output_arg]
+            reduction = gradient_reduce.BackwardReduction(self.all_reduce,
+                                                          self.reduced_positions, items)
+            self.reductions.append(reduction)
+        # Verify mode's eager twin would compare reduced gradients with this
+        # rank's own: off for a reducing backward.
         runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
-                              stage="backward", output_copies=copies)
+                              stage="backward", output_copies=copies,
+                              gradient_all_reduce=reduction and reduction.segment_option,
+                              verify=False if reduction is not None else None)
         self._made(self.backwards, runner)
         self._log(plan, "backward")
-        return _boxed(runner, check_saved="%s_backward" % self.name, step=self.step)
+        call = _boxed(runner, check_saved="%s_backward" % self.name, step=self.step)
+        left = reduction.left_to_torch() if reduction is not None else []
+        return gradient_reduce.reduced_after(call, left) if left else call
 
     def _made(self, runners, runner):
         runners.append(runner)

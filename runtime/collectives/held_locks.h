@@ -2,16 +2,18 @@
 // waits for the other ranks.
 //
 // Note [Waiting under the capture lock]: the tree manager runs warm-ups and
-// the first replay of a recording under one process-wide lock
-// (cudagraph_trees/capture_lock.h). On sim, a collective is a host kernel
-// that blocks until every rank's thread arrives; a rank that blocks while
-// holding that lock would keep the other ranks from reaching the collective,
-// and the step would deadlock (then time out). The tree therefore marks the
-// lock as held (HeldLock) and the host collective releases it for exactly the
-// time it waits (ReleaseHeldLocks), taking it back before it touches memory
-// again. This is sound on sim because what the lock protects there is per
-// device (each rank has its own device, allocator and capture state). NCCL on
-// cuda never blocks the host inside a collective, so it never releases.
+// the first replay of a recording under its device's capture lock
+// (cudagraph_trees/capture_lock.h, Note [One capture lock per device]). On
+// sim, a collective is a host kernel that blocks until every rank's thread
+// arrives; a rank that blocks while holding that lock would keep any rank
+// sharing the device from reaching the collective, and the step would
+// deadlock (then time out). The tree therefore marks the lock as held
+// (HeldLock) and the host collective releases it for exactly the time it
+// waits (ReleaseHeldLocks), taking it back before it touches memory again.
+// This is sound on sim because what the lock protects there is the device's
+// own state, which the waiting rank does not touch while it waits. NCCL on
+// cuda never blocks the host inside a collective, so it never releases; ranks
+// on cuda have a device each and so never share a lock.
 #pragma once
 
 #include <mutex>

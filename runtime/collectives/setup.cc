@@ -199,6 +199,48 @@ std::shared_ptr<Communicator> join_local_group(Device device, int rank, int worl
   return make(device, rank, world_size, "local:" + group_name, group_id, timeout);
 }
 
+std::string new_group_id(Device device) {
+  if (CollectiveLibrary* library = platform_collective_library(device)) return library->unique_id();
+  const char* master = std::getenv("MASTER_ADDR");
+  const std::string address = master != nullptr && *master != '\0' ? master : "127.0.0.1";
+  // Note [Group ids handed out by the caller]. The port is free now; rank 0
+  // listens on it again when it joins (a port another process takes in
+  // between fails the join with the port's name).
+  const int port = TcpListener::listen(address, 0, "a free port for the group id").port();
+  return str_cat("tcp:", address, ":", port);
+}
+
+std::shared_ptr<Communicator> join_group_by_id(Device device, int rank, int world_size,
+                                               const std::string& group_id,
+                                               std::chrono::milliseconds timeout) {
+  GROVE_CHECK_AS(ConfigError, world_size >= 1 && rank >= 0 && rank < world_size,
+                 "join_group_by_id: rank ", rank, " is outside [0, ", world_size, ")");
+  if (CollectiveLibrary* library = platform_collective_library(device)) {
+    GROVE_CHECK_AS(ConfigError, group_id.rfind("tcp:", 0) != 0, "join_group_by_id: the group id '",
+                   group_id, "' was made for sim or cpu, but ", device.str(),
+                   " needs the collective library's id; make it with "
+                   "new_group_id on the same device type");
+    std::shared_ptr<Communicator> communicator =
+        library->join(device, rank, world_size, group_id, timeout);
+    set_communicator(device, communicator);
+    return communicator;
+  }
+  const size_t colon = group_id.rfind(':');
+  GROVE_CHECK_AS(ConfigError, group_id.rfind("tcp:", 0) == 0 && colon > 4,
+                 "join_group_by_id: ", device.str(),
+                 " needs a group id \"tcp:ADDRESS:PORT\" from new_group_id on a sim or cpu "
+                 "device; found ",
+                 group_id.size(), " bytes that are not one");
+  RankConfig config;
+  config.rank = rank;
+  config.world_size = world_size;
+  config.timeout = timeout;
+  config.master_addr = group_id.substr(4, colon - 4);
+  char* end = nullptr;
+  config.master_port = static_cast<int>(std::strtol(group_id.c_str() + colon + 1, &end, 10));
+  return join_tcp_group(device, config);
+}
+
 void leave_group(Device device) { set_communicator(device, nullptr); }
 
 }  // namespace grove::runtime::collectives

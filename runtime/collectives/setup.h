@@ -76,6 +76,24 @@ std::shared_ptr<Communicator> join_local_group(Device device, int rank, int worl
                                                const std::string& group_name,
                                                std::chrono::milliseconds timeout);
 
+// Note [Group ids handed out by the caller]: ranks that already share a
+// channel (torch.distributed under torchrun, grove.torch.DistributedDataParallel)
+// form a grove group without a second rendezvous port or file: rank 0 makes
+// the id with new_group_id, the caller hands it to every rank, and each calls
+// join_group_by_id. On cuda the id is NCCL's unique id. On sim and cpu (no
+// collective library) it is "tcp:ADDRESS:PORT", a port found free on rank 0
+// (MASTER_ADDR or 127.0.0.1), where rank 0 then listens and the others
+// connect (the socket host group). Test: tests/python/grove_ddp_test.py.
+std::string new_group_id(Device device);
+
+// Joins the group `group_id` (from new_group_id on rank 0) as `rank` of
+// `world_size`, installs the communicator as the device's and returns it.
+// Throws ConfigError for a rank outside [0, world_size) or an id of the wrong
+// kind, CommunicationError when the group cannot form within `timeout`.
+std::shared_ptr<Communicator> join_group_by_id(Device device, int rank, int world_size,
+                                               const std::string& group_id,
+                                               std::chrono::milliseconds timeout);
+
 // Uninstalls the communicator of `device` (the group's other ranks are not told).
 void leave_group(Device device);
 

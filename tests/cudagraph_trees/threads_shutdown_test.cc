@@ -1,5 +1,8 @@
-// Managers per thread, the process-wide capture lock, and shutdown.
+// Managers per thread, the capture lock of each device, and shutdown.
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "tests/cudagraph_trees/tree_test_util.h"
@@ -169,6 +172,50 @@ TEST_P(TreeThreadsShutdown, ShutdownInvalidatesOutputsAndReleasesThePool) {
       << message_of(recorded[0]);
   EXPECT_THROW(trees.run(f, {random_tensor(rng, {64}), w}), Error);
   trees.shutdown();  // idempotent
+}
+
+// Note [One capture lock per device]: the warm-ups of two managers on two
+// devices run at the same time. Each warm-up body waits (up to 20 s) for the
+// other one to have started; under one lock for the whole process the second
+// warm-up could start only after the first gave up, as data-parallel ranks
+// waiting for each other's all-reduce under the lock deadlocked on cuda.
+TEST_P(TreeThreadsShutdown, WarmupsOfDifferentDevicesRunAtTheSameTime) {
+  const runtime::Device first = device();
+  const runtime::Device second{first.type, first.index + 1};
+  if (first.is_cuda() && runtime::cuda_device_count() < 2) {
+    GTEST_SKIP() << "needs a second CUDA device";
+  }
+  std::mutex mutex;
+  std::condition_variable changed;
+  int started = 0;
+  std::vector<int> met(2, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    const runtime::Device dev = t == 0 ? first : second;
+    threads.emplace_back([&, t, dev] {
+      try {
+        cudagraph_trees::reset_tree_manager(dev);
+        TreeManager& trees = tree_manager_for(dev);
+        const FunctionId f =
+            trees.register_function(spec("meets_the_other_device", [&, t](const TensorList& in) {
+              std::unique_lock<std::mutex> lock(mutex);
+              ++started;
+              changed.notify_all();
+              met[t] =
+                  changed.wait_for(lock, std::chrono::seconds(20), [&] { return started == 2; });
+              return TensorList{add(in[0], in[0])};
+            }));
+        Tensor x = Tensor::from_vector(std::vector<float>(64, 1.5f), {64}, dev);
+        EXPECT_EQ(host(trees.run(f, {x})[0]), Floats(64, 3.0f));
+        cudagraph_trees::reset_tree_manager(dev);
+      } catch (const std::exception& error) {
+        ADD_FAILURE() << "thread " << t << ": " << error.what();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(met, std::vector<int>({1, 1}))
+      << "a warm-up on " << first.str() << " kept the other device's warm-up waiting";
 }
 
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeThreadsShutdown);

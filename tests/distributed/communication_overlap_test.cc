@@ -193,6 +193,34 @@ TEST(GradientAllReduce, OverlapRejectsGradientsOutsidePersistentBuffers) {
   EXPECT_NO_THROW(add_gradient_all_reduce(programs.backward, {.overlap = false}));
 }
 
+// The door's backward (python/grove/gradient_reduce.py) reduces only the
+// outputs that are parameter gradients.
+TEST(GradientAllReduce, ReducesOnlyTheChosenOutputsAndRefusesPositionsOutOfRange) {
+  ValueId loss;
+  ir::Program model = deep_mlp(kSim, &loss);
+  autodiff::TrainingOptions options;
+  options.gradient_storage = autodiff::GradientStorage::kOutputs;
+  autodiff::TrainingPrograms programs = autodiff::build_training_programs(model, loss, options);
+  ASSERT_GE(programs.backward.outputs().size(), 3u);
+  GradientBuckets buckets;
+  ir::Program backward = add_gradient_all_reduce(
+      programs.backward, {.bucket_bytes = 1, .overlap = false, .outputs = std::set<size_t>{0, 2}},
+      &buckets);
+  std::set<size_t> reduced;
+  for (const std::vector<size_t>& bucket : buckets.outputs)
+    reduced.insert(bucket.begin(), bucket.end());
+  EXPECT_EQ(reduced, (std::set<size_t>{0, 2}));
+  EXPECT_EQ(nodes_of(backward, "all_reduce").size(), 2u);  // bucket_bytes 1: one per gradient
+  const size_t count = programs.backward.outputs().size();
+  try {
+    add_gradient_all_reduce(programs.backward,
+                            {.overlap = false, .outputs = std::set<size_t>{count}});
+    FAIL() << "an output position out of range was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("out of range"), std::string::npos) << error.what();
+  }
+}
+
 TEST(CommunicationStream, JoinsOnlyIntoTheStreamItForkedFrom) {
   runtime::DeviceContext& context = runtime::device_context(kSim);
   runtime::StreamHandle compute = context.create_stream();

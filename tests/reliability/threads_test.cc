@@ -1,6 +1,6 @@
 // Compiled functions called from 8 threads at once, each thread on a stream
 // of its own with its own compiled models (the per-thread tree managers and
-// the process-wide capture lock keep them apart): "cudagraphs" bitwise equal
+// the device's capture lock keep them apart): "cudagraphs" bitwise equal
 // to "eager" in every thread through warm-up, recording and replays.
 #include <gtest/gtest.h>
 

@@ -302,5 +302,35 @@ TEST(KserveProtocol, LargeFloatBodyCostsItsRowsNotAValuePerElement) {
   EXPECT_LT(factor, 1.5) << "a value per element is kept beside the rows again";
 }
 
+TEST(KserveProtocol, LargeIntegerBodyCostsItsRowsNotAValuePerElement) {
+  // Note [Request memory bounded by the model]: an INT64 request's numbers go
+  // straight into its row bytes (8 a value); as 16-byte values beside the rows
+  // a body of one-digit numbers took about 12x its size.
+  ModelSignature ids;
+  ids.inputs.push_back({"tokens", {512}, DType::kI64, 4096});
+  ids.outputs.push_back({"y", {512}, DType::kF32, 2048});
+  const int64_t rows = 4096;
+  std::string body =
+      R"({"inputs": [{"name": "tokens", "shape": [4096, 512], "datatype": "INT64", "data": [)";
+  body.reserve(body.size() + rows * 512 * 2 + 8);
+  for (int64_t e = 0; e < rows * 512; ++e) body += e ? ",7" : "7";
+  body += "]}]}";
+  {
+    std::ofstream clear_refs("/proc/self/clear_refs");
+    clear_refs << "5";  // VmHWM back to VmRSS
+  }
+  const size_t before = status_bytes("VmRSS");
+  InferRequest parsed = parse_infer_request(body, ids, rows);
+  const size_t growth = status_bytes("VmHWM") - before;
+  const size_t row_bytes = size_t(rows) * 512 * 8;
+  ASSERT_EQ(parsed.request.inputs[0].bytes.size(), row_bytes);
+  EXPECT_EQ(parsed.request.inputs[0].values<int64_t>()[54321], 7);
+  std::printf("peak growth parsing a %.1f MiB INT64 body: %.2fx the body (rows: %.2fx)\n",
+              body.size() / 1048576.0, double(growth) / double(body.size()),
+              double(row_bytes) / double(body.size()));
+  EXPECT_LT(double(growth), 1.25 * double(row_bytes))
+      << "a value per element is kept beside the rows again";
+}
+
 }  // namespace
 }  // namespace grove::serving

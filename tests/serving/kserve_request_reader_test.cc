@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <regex>
 
 #include "serving/kserve_protocol.h"
 
@@ -174,7 +175,7 @@ TEST(KserveRequestReader, ReadersAgreeOnRandomBodies) {
   }
 }
 
-// Note [Request memory bounded by the model]: with data_as_f32 the fast
+// Note [Request memory bounded by the model]: with data_as FP32 the fast
 // reader writes the floats store_values() makes of the reference's values.
 TEST(KserveRequestReader, F32RowsAreTheFloatsOfTheReferenceValues) {
   const uint32_t seed = 3535;
@@ -182,14 +183,14 @@ TEST(KserveRequestReader, F32RowsAreTheFloatsOfTheReferenceValues) {
   for (int trial = 0; trial < 300; ++trial) {
     const std::string body = random_body(random);
     SCOPED_TRACE(testing::Message() << "seed " << seed << " trial " << trial << " " << body);
-    std::optional<RequestDocument> fast = read_request_document_fast(body, SIZE_MAX, true);
+    std::optional<RequestDocument> fast = read_request_document_fast(body, SIZE_MAX, DType::kF32);
     ASSERT_TRUE(fast.has_value());
     const RequestDocument reference = read_request_document_reference(body);
     EXPECT_EQ(fast->json, reference.json);
     ASSERT_EQ(fast->data.size(), reference.data.size());
     for (size_t i = 0; i < reference.data.size(); ++i) {
       if (!reference.data[i].read) continue;
-      ASSERT_TRUE(fast->data[i].f32);
+      ASSERT_TRUE(fast->data[i].as_rows);
       EXPECT_EQ(fast->data[i].count, reference.data[i].count);
       std::vector<uint8_t> expected;
       for (const DataValue& value : reference.data[i].values) {
@@ -202,8 +203,79 @@ TEST(KserveRequestReader, F32RowsAreTheFloatsOfTheReferenceValues) {
         const auto* bytes = reinterpret_cast<const uint8_t*>(&narrow);
         expected.insert(expected.end(), bytes, bytes + 4);
       }
-      EXPECT_EQ(fast->data[i].f32_bytes, expected) << "inputs[" << i << "]";
+      EXPECT_EQ(fast->data[i].row_bytes, expected) << "inputs[" << i << "]";
     }
+  }
+}
+
+// Note [Request memory bounded by the model]: with data_as another datatype
+// the fast reader writes the elements store_values() makes of the reference's
+// values, and gives up wherever store_values() would refuse one (a float or
+// an out-of-range integer for INT32 and INT64), so that the reference reader
+// names it.
+TEST(KserveRequestReader, RowsAreTheElementsOfTheReferenceValues) {
+  const uint32_t seed = 3536;
+  std::mt19937 random(seed);
+  for (DType dtype : {DType::kF64, DType::kF16, DType::kBF16, DType::kI32, DType::kI64}) {
+    int read_as_rows = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+      std::string body = random_body(random);
+      if (trial % 2 == 0) {  // integers only, as an INT32 or INT64 client sends
+        body = std::regex_replace(body, std::regex(R"(-?[0-9][0-9.eE+-]*\.[0-9eE+-]+)"), "7");
+      }
+      SCOPED_TRACE(testing::Message() << "seed " << seed << " trial " << trial << " "
+                                      << runtime::dtype_name(dtype) << " " << body);
+      const RequestDocument reference = read_request_document_reference(body);
+      // What store_values() makes of each value, or nullopt where it refuses one.
+      std::vector<std::optional<std::vector<uint8_t>>> expected;
+      bool refused = false;
+      for (const InputData& data : reference.data) {
+        std::vector<uint8_t> bytes;
+        for (const DataValue& value : data.values) {
+          const bool is_signed = value.kind == DataValue::Kind::kInteger;
+          const bool is_unsigned = value.kind == DataValue::Kind::kUnsigned;
+          const double wide = is_signed     ? static_cast<double>(value.integer)
+                              : is_unsigned ? static_cast<double>(value.unsigned_integer)
+                                            : value.floating;
+          const size_t at = bytes.size();
+          bytes.resize(at + runtime::dtype_size(dtype));
+          if (dtype == DType::kI32 || dtype == DType::kI64) {
+            const int64_t low = dtype == DType::kI32 ? INT32_MIN : INT64_MIN;
+            const uint64_t high = dtype == DType::kI32 ? INT32_MAX : INT64_MAX;
+            if (!(is_signed && value.integer >= low && value.integer <= int64_t(high)) &&
+                !(is_unsigned && value.unsigned_integer <= high)) {
+              refused = true;
+              break;
+            }
+            const int64_t exact = is_signed ? value.integer : int64_t(value.unsigned_integer);
+            const int32_t narrow = static_cast<int32_t>(exact);
+            std::memcpy(bytes.data() + at,
+                        dtype == DType::kI32 ? static_cast<const void*>(&narrow)
+                                             : static_cast<const void*>(&exact),
+                        runtime::dtype_size(dtype));
+          } else {
+            runtime::store_element(bytes.data() + at, dtype, wide);
+          }
+        }
+        expected.emplace_back(std::move(bytes));
+      }
+      std::optional<RequestDocument> fast = read_request_document_fast(body, SIZE_MAX, dtype);
+      if (refused) {
+        EXPECT_FALSE(fast.has_value()) << "kept a value store_values() refuses";
+        continue;
+      }
+      ASSERT_TRUE(fast.has_value());
+      ++read_as_rows;
+      EXPECT_EQ(fast->json, reference.json);
+      ASSERT_EQ(fast->data.size(), reference.data.size());
+      for (size_t i = 0; i < reference.data.size(); ++i) {
+        if (!reference.data[i].read) continue;
+        ASSERT_TRUE(fast->data[i].as_rows);
+        EXPECT_EQ(fast->data[i].count, reference.data[i].count);
+        EXPECT_EQ(fast->data[i].row_bytes, *expected[i]) << "inputs[" << i << "]";
+      }
+    }
+    EXPECT_GT(read_as_rows, 20) << runtime::dtype_name(dtype);
   }
 }
 

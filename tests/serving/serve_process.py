@@ -1,7 +1,8 @@
 """A `grove serve` child process on loopback, for the serving tests.
 
 GroveServer starts `grove serve benchmarks/models/mlp16x512.json --device sim
---port 0 ...`, waits for its "listening on" line and stops it with SIGTERM;
+--port 0 ...`, waits for its "listening on" line (and the gRPC one, given
+--grpc-port) and stops it with SIGTERM;
 body_for() makes a KServe v2 JSON body of rows; parse_prometheus() reads
 /metrics.
 """
@@ -27,6 +28,7 @@ class GroveServer:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines = []
         self.url = None
+        self.grpc_target = None  # host:port with --grpc-port
         if not expect_ready:
             return
         deadline = time.monotonic() + 240
@@ -39,6 +41,10 @@ class GroveServer:
             match = re.search(r"listening on (http://[0-9.]+:\d+)", line)
             if match:
                 self.url = match.group(1)
+            match = re.search(r"listening on grpc://([0-9.]+:\d+)", line)
+            if match:
+                self.grpc_target = match.group(1)
+            if self.url and (self.grpc_target or "--grpc-port" not in args):
                 return
         raise RuntimeError("grove serve did not listen within 240 s")
 

@@ -1,0 +1,201 @@
+"""grove.torch.DistributedDataParallel on sim: two processes (gloo for
+torch.distributed, CPU tensors, grove on sim over its TCP socket group) train
+an MLP whose gradients grove all-reduces inside its backward program (Note
+[Gradient all-reduce in the door's backward], python/grove/gradient_reduce.py),
+against PyTorch's DistributedDataParallel on the same data: each step's
+averaged loss and every parameter's .grad (all six reduced inside grove's
+backward, none by the torch.distributed fallback) (the mean over ranks) agree within
+f32 rounding, on both ranks, in grove's "eager" and "cudagraphs" modes. Each
+rank trains on a batch of its own, so unreduced gradients would differ from
+DDP's. Also: the group id of a sim device names a TCP endpoint and a wrong id
+is refused with a message."""
+import ctypes
+import os
+import sys
+import tempfile
+import unittest
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as multiprocessing
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import junit_main  # noqa: E402
+
+WORLD = 2
+STEPS = 4
+SEED = 20261126
+
+
+def train_rank(rank, rendezvous, mode, folder, device="cpu"):
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+        torch.backends.cuda.matmul.allow_tf32 = False
+    dist.init_process_group("nccl" if cuda else "gloo", init_method="file://" + rendezvous,
+                            rank=rank, world_size=WORLD)
+    try:
+        import grove.torch
+
+        torch.manual_seed(SEED + rank)  # different initial weights: the broadcast must fix them
+        model = nn.Sequential(nn.Linear(16, 32), nn.GELU(approximate="tanh"), nn.Linear(32, 32),
+                              nn.ReLU(), nn.Linear(32, 16))
+        if cuda:
+            model = model.cuda()
+        if mode == "torch":
+            ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001,
+                                                      device_ids=[rank] if cuda else None)
+        else:
+            # Small buckets: several all-reduces in the backward program.
+            ddp = grove.torch.DistributedDataParallel(model, bucket_cap_mb=0.001, mode=mode)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        torch.manual_seed(SEED + 100 + rank)  # each rank its own batch
+        x, target = torch.randn(8, 16).to(device), torch.randn(8, 16).to(device)
+        losses, gradients = [], []
+        for _ in range(STEPS):
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.mse_loss(ddp(x), target)
+            loss.backward()
+            gradients.append([p.grad.detach().clone().cpu() for p in model.parameters()])
+            optimizer.step()
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)
+            losses.append((mean / WORLD).cpu())
+        reduction = ddp.gradient_reduction() if mode != "torch" else None
+        if mode != "torch":  # the wrapper's state is the module's, named once
+            assert [name for name, _ in ddp.named_parameters()] == [
+                "module." + name for name, _ in model.named_parameters()]
+        torch.save({"losses": torch.stack(losses), "gradients": gradients,
+                    "reduction": reduction},
+                   os.path.join(folder, "%s_rank%d.pt" % (mode, rank)))
+    finally:
+        dist.destroy_process_group()
+
+
+class GroveDistributedDataParallelTest(unittest.TestCase):
+    """CPU tensors, gloo, grove on sim."""
+
+    device = "cpu"
+    tolerance = {"rtol": 1e-4, "atol": 1e-5}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.folder = tempfile.TemporaryDirectory()
+        cls.results = {}
+        for mode in ("torch", "eager", "cudagraphs"):
+            rendezvous = os.path.join(cls.folder.name, "rendezvous_" + mode)
+            multiprocessing.spawn(train_rank,
+                                  args=(rendezvous, mode, cls.folder.name, cls.device),
+                                  nprocs=WORLD)
+            cls.results[mode] = [torch.load(os.path.join(cls.folder.name, "%s_rank%d.pt"
+                                                         % (mode, rank)))
+                                 for rank in range(WORLD)]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.folder.cleanup()
+
+    def check_mode(self, mode):
+        for rank in range(WORLD):
+            # Every parameter gradient is reduced inside grove's backward
+            # program, none by the torch.distributed fallback.
+            self.assertEqual(self.results[mode][rank]["reduction"], (6, 0))
+            grove_run, torch_run = self.results[mode][rank], self.results["torch"][rank]
+            torch.testing.assert_close(grove_run["losses"], torch_run["losses"],
+                                       **self.tolerance)
+            for step, (ours, theirs) in enumerate(zip(grove_run["gradients"],
+                                                      torch_run["gradients"])):
+                self.assertEqual(len(ours), len(theirs))
+                for index, (a, b) in enumerate(zip(ours, theirs)):
+                    torch.testing.assert_close(a, b, **self.tolerance, msg="%s rank %d step %d parameter %d"
+                                               % (mode, rank, step, index))
+        # The gradients are the mean over ranks: equal on both ranks.
+        for ours, theirs in zip(self.results[mode][0]["gradients"],
+                                self.results[mode][1]["gradients"]):
+            for a, b in zip(ours, theirs):
+                self.assertTrue(torch.equal(a, b), "%s: ranks hold different gradients" % mode)
+
+    def test_eager_gradients_and_losses_equal_torch_ddp(self):
+        self.check_mode("eager")
+
+    def test_cudagraphs_gradients_and_losses_equal_torch_ddp(self):
+        self.check_mode("cudagraphs")
+
+    def test_torch_losses_fall(self):
+        losses = self.results["torch"][0]["losses"]
+        self.assertLess(losses[-1].item(), losses[0].item())
+
+
+@unittest.skipUnless(torch.cuda.is_available() and torch.cuda.device_count() >= 2,
+                     "needs 2 CUDA devices (NCCL); the sim test above runs everywhere")
+class CudaGroveDistributedDataParallelTest(GroveDistributedDataParallelTest):
+    """Two GPUs, NCCL for torch.distributed and grove's group; on PyTorch 2.x
+    the wrapper compiles through torch.compile with grove's backend. grove's
+    and cuBLAS's GEMMs may sum in other orders: f32 rounding."""
+
+    device = "cuda"
+    tolerance = {"rtol": 1e-3, "atol": 1e-5}
+
+
+class BackwardReductionTest(unittest.TestCase):
+    def test_grove_reduces_parameter_gradients_its_segments_compute_and_torch_the_rest(self):
+        from grove import gradient_reduce
+
+        graph = torch.fx.Graph()
+        nodes = [graph.placeholder("g%d" % i) for i in range(4)]
+        # Forward inputs 0, 2 and 3 are parameters; the backward returns None for input 1.
+        items = [nodes[0], None, nodes[2], nodes[3]]
+        reduction = gradient_reduce.BackwardReduction({"op": "mean", "bucket_bytes": 64},
+                                                      frozenset({0, 2, 3}), items)
+        # A segment returning an activation gradient (nodes[1]) and two parameter gradients.
+        self.assertEqual(reduction.segment_option([nodes[1], nodes[3], nodes[0]]),
+                         {"op": "mean", "bucket_bytes": 64, "outputs": [1, 2]})
+        self.assertIsNone(reduction.segment_option([nodes[1]]))
+        self.assertEqual(reduction.left_to_torch(), [2])  # nodes[2]: no grove segment made it
+
+    def test_gradients_left_to_torch_are_averaged_over_ranks(self):
+        from grove import gradient_reduce
+
+        with tempfile.TemporaryDirectory() as folder:
+            dist.init_process_group("gloo", init_method="file://" + os.path.join(folder, "r"),
+                                    rank=0, world_size=1)
+            try:
+                gradient = torch.randn(3)
+                out = gradient_reduce.reduce_in_torch([gradient, None], [0, 1])
+                self.assertIsNot(out[0], gradient)  # grove's memory is never written
+                torch.testing.assert_close(out[0], gradient)  # world of one: the mean is itself
+                self.assertIsNone(out[1])
+            finally:
+                dist.destroy_process_group()
+
+
+class GroupIdTest(unittest.TestCase):
+    def test_wrapping_before_init_process_group_is_refused(self):
+        import grove.torch
+
+        self.assertFalse(dist.is_initialized())
+        with self.assertRaisesRegex(RuntimeError, "init_process_group first"):
+            grove.torch.DistributedDataParallel(nn.Linear(2, 2))
+
+    def test_sim_group_id_is_a_tcp_endpoint_and_a_bad_id_is_refused(self):
+        from grove import _capi
+
+        lib = _capi.library()
+        buffer = ctypes.create_string_buffer(_capi.GROUP_ID_MAX)
+        size = ctypes.c_size_t()
+        _capi.check(lib.grove_group_new_id(b"sim", buffer, len(buffer), ctypes.byref(size)))
+        self.assertRegex(buffer.raw[:size.value].decode(), r"^tcp:[^:]+:\d+$")
+        with self.assertRaisesRegex(_capi.GroveError, "needs a group id"):
+            _capi.check(lib.grove_group_join(b"sim", 0, 2, b"nonsense", 8, 1000))
+        with self.assertRaisesRegex(_capi.GroveError, "outside"):
+            _capi.check(lib.grove_group_join(b"sim", 2, 2, b"tcp:127.0.0.1:1", 15, 1000))
+        tiny = ctypes.create_string_buffer(2)
+        with self.assertRaisesRegex(_capi.GroveError, "capacity"):
+            _capi.check(lib.grove_group_new_id(b"sim", tiny, 2, ctypes.byref(size)))
+
+
+if __name__ == "__main__":
+    junit_main.main()
