@@ -69,7 +69,7 @@ class TrainingModule(torch.nn.Module):
         return self._evaluate(*args)
 
     def _evaluate(self, *args):
-        from grove import torch as grove_torch
+        from grove import dynamo_backend as grove_torch
 
         # The parameters are bound constants of the traced graph: one whose
         # memory moved (p.data = ...) needs a new compilation.
