@@ -36,8 +36,8 @@ extern "C" {
 #endif
 
 /* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: grove_model_run_keeping and the
- * other kept-value calls */
-#define GROVE_CAPI_VERSION 4
+ * other kept-value calls; 5: grove_optimizer_program */
+#define GROVE_CAPI_VERSION 5
 
 typedef enum grove_status {
   GROVE_OK = 0,
@@ -125,6 +125,22 @@ int grove_capi_version(void);
 grove_status grove_compile(const char* program_json, const char* options_json,
                            const grove_state_binding* bindings, size_t binding_count,
                            grove_model** model);
+/* The optimizer step program grove's Trainer runs (training/optimizer.h),
+ * as grove JSON model text for grove_compile with "stage": "optimizer", written to
+ * *program_json (a new string freed with grove_string_free). `request_json`:
+ * {"optimizer": "sgd_momentum" | "adamw",
+ *  "params": [{"name": "w", "shape": [4, 8], "dtype": "f32"}, ...],
+ *  "gradients": "buffers" (default) | "inputs", "name": "step"}.
+ * The program updates each param in place (PyTorch's SGD with momentum, or
+ * AdamW) and has no outputs. Its inputs, in call order, are the f32 scalar
+ * hyper-parameters (SGD: lr, momentum, weight_decay; AdamW: lr, beta1, beta2,
+ * eps, weight_decay, step, 1-based), then with "gradients": "inputs" one
+ * gradient per param named "grad.<param>" (else those are buffers the caller
+ * binds); the state lives in buffers "<param>.momentum" or "<param>.exp_avg"
+ * and "<param>.exp_avg_sq". A param that is not floating fails with
+ * GROVE_ERROR_DTYPE. */
+grove_status grove_optimizer_program(const char* request_json, char** program_json);
+
 /* Waits until no call of `model` is in flight on another thread, then frees
  * it. Never call it from inside a call of the same model (a release callback):
  * it would wait for itself. */

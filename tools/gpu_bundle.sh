@@ -206,19 +206,21 @@ for block in re.split(r"\n(?=# )", sys.stdin.read()):
             out.write("%s=%s\n" % (key, value))
 ' "$root" "$bundle"
 for target in "${benchmarks[@]}"; do copy_target "$target" benchmarks.txt; done
-# The Python package over libgrove.so (issue 19), its tests and the torch
-# backend benchmark; run_all.sh runs them with the host's python3 (and its
-# PyTorch). The library goes next to the package, where grove finds it.
+# The Python package over libgrove.so (issue 19) as its wheel (issue 36:
+# tools/build_wheel.py, the package and the library), its tests and the torch
+# backend benchmark; run_all.sh installs the wheel into a fresh virtual
+# environment of the host's python3 (which sees its PyTorch) and runs them there.
 : >"$bundle/python_tests.txt"
 if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:libgrove.so; then
-  mkdir -p "$bundle/grove/python/grove" "$bundle/grove/tests/python" \
+  mkdir -p "$bundle/grove/wheel" "$bundle/grove/tests/python" \
     "$bundle/grove/tests/python_support" "$bundle/grove/benchmarks"
-  cp python/grove/*.py "$bundle/grove/python/grove/"
-  mkdir -p "$bundle/grove/python/grove_weights"
-  cp python/grove_weights/*.py "$bundle/grove/python/grove_weights/"
-  cp "$bin/capi/libgrove.so" "$bundle/grove/python/grove/libgrove.so"
-  chmod u+w "$bundle/grove/python/grove/libgrove.so"
-  strip --strip-unneeded "$bundle/grove/python/grove/libgrove.so"
+  stripped=$(mktemp -d)
+  cp "$bin/capi/libgrove.so" "$stripped/libgrove.so"
+  chmod u+w "$stripped/libgrove.so"
+  strip --strip-unneeded "$stripped/libgrove.so"
+  python3 tools/build_wheel.py --library "$stripped/libgrove.so" --out "$bundle/grove/wheel" \
+    --store-library
+  rm -rf "$stripped"
   cp tests/python/*.py "$bundle/grove/tests/python/"
   cp tests/python_support/junit_main.py "$bundle/grove/tests/python_support/"
   cp benchmarks/torch_backend.py "$bundle/grove/benchmarks/"

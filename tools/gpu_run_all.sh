@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The runner that tools/gpu_bundle.sh puts at gpu_bundle/run_all.sh: on a GPU
 # host, runs every test binary of the bundle (their cuda instances run there),
-# then the Python tests with the host's python3, prints one line per binary
+# then the Python tests with the host's python3 (grove from the bundle's wheel,
+# installed into a fresh virtual environment), prints one line per binary
 # and a total "N passed, N failed" line, and exits non-zero when any failed.
 #
 #   bash gpu_bundle/run_all.sh [--benchmarks[=SUBSTRING]] [--filter SUBSTRING]
@@ -121,6 +122,38 @@ python_case_counts() {
   echo "$((ran - failed - skipped)) $failed $skipped"
 }
 
+# The Python side runs from grove's wheel (gpu_bundle.sh puts it in
+# grove/wheel/), installed into a fresh virtual environment of the host's
+# python3 that sees the host's PyTorch (--system-site-packages), the way a user
+# gets grove: nothing of python/ is on the path. The environment takes no pip
+# of its own (--without-pip: the host's pip installs into it, offline). Where
+# python3 cannot make one, pip installs the wheel into a folder on PYTHONPATH.
+# A wheel that does not install counts as one failed binary.
+python_bin=python3
+python_path="$tree/grove/tests/python_support"
+wheel=$(ls "$tree"/grove/wheel/grove-*.whl 2>/dev/null | head -1)
+if [ -n "$wheel" ] && [ -s "$here/python_tests.txt" ]; then
+  venv="$scratch_logs/venv"
+  install_log="$scratch_logs/wheel_install.log"
+  if python3 -m venv --system-site-packages --without-pip "$venv" >"$install_log" 2>&1 &&
+     { "$venv/bin/python" -m pip install --no-index --no-deps --quiet "$wheel" ||
+       python3 -m pip --python "$venv/bin/python" install --no-index --no-deps --quiet "$wheel"; \
+     } >>"$install_log" 2>&1; then
+    python_bin="$venv/bin/python"
+    echo "Python tests: $(basename "$wheel") installed into $venv"
+  elif python3 -m pip install --no-index --no-deps --quiet --target "$scratch_logs/site" "$wheel" \
+       >>"$install_log" 2>&1; then
+    python_path="$scratch_logs/site:$python_path"
+    echo "Python tests: no virtual environment here; $(basename "$wheel") installed into $scratch_logs/site"
+  else
+    binaries_failed=$((binaries_failed + 1))
+    failed_names+=("$(basename "$wheel")")
+    printf '%-5s %-52s (pip could not install it)\n' "FAIL" "$(basename "$wheel")"
+    tail -5 "$install_log" | sed 's/^/      | /'
+    { echo "===== $(basename "$wheel") (install)"; cat "$install_log"; } >>"$logs/failures.log"
+  fi
+fi
+
 # The Python tests (issue 19), with the host's python3 and its PyTorch; each
 # unittest case counts like a gtest case.
 while read -r path; do
@@ -129,8 +162,8 @@ while read -r path; do
   name=$(basename "$path" .py)
   log="$scratch_logs/$name.log"
   start=$(date +%s.%N)
-  (cd "$tree/grove" && TEST_SRCDIR="$tree" PYTHONPATH="$tree/grove/python:$tree/grove/tests/python_support" \
-    timeout "$timeout_s" python3 "$path") >"$log" 2>&1
+  (cd "$tree/grove" && env -u GROVE_LIBRARY TEST_SRCDIR="$tree" PYTHONPATH="$python_path" \
+    timeout "$timeout_s" "$python_bin" "$path") >"$log" 2>&1
   status=$?
   seconds=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   read -r ok bad skipped < <(python_case_counts "$log")
@@ -174,8 +207,8 @@ if [ "$run_benchmarks" -eq 1 ]; then
       *"$benchmark_filter"*)
         echo
         echo "== benchmark benchmarks/torch_backend.py"
-        (cd "$tree/grove" && PYTHONPATH="$tree/grove/python" timeout "$timeout_s" \
-          python3 benchmarks/torch_backend.py --json "$logs/torch_backend${GROVE_BENCHMARK_SUFFIX:-}.json") 2>&1 |
+        (cd "$tree/grove" && PYTHONPATH="$python_path" timeout "$timeout_s" \
+          "$python_bin" benchmarks/torch_backend.py --json "$logs/torch_backend${GROVE_BENCHMARK_SUFFIX:-}.json") 2>&1 |
           tee "$logs/torch_backend${GROVE_BENCHMARK_SUFFIX:-}.txt"
         [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark benchmarks/torch_backend.py failed" ;;
     esac

@@ -2,7 +2,9 @@
 # One GPU session, one command: on the GPU host (repository root as the working
 # directory, gpu_bundle/ from tools/gpu_bundle.sh carried along, $OUT a folder
 # whose files come back), runs
-#   1. tests       bash gpu_bundle/run_all.sh                 (every test binary)
+#   1. tests       bash gpu_bundle/run_all.sh                 (every test binary, then
+#                  the Python tests from grove's wheel installed into a fresh
+#                  virtual environment of the host's python3)
 #   2. benchmarks  bash gpu_bundle/run_all.sh --filter // --benchmarks (every
 #                  benchmark, <name>.json + <name>.txt into $OUT/gpu_logs; the
 #                  filter skips the tests, which ran in step 1, so that a slow

@@ -38,6 +38,8 @@ MODULES = [
      "upsampling), cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds "
      "(integers)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
+    ("grove.aten_loss_ops", "mse and nll losses and their backwards, written out in grove ops "
+     "(nll_loss: no class weights, no reduction='none')"),
     ("grove.aten_backward_ops", "backward ops of training graphs, written out in grove ops"),
 ]
 

@@ -6,8 +6,9 @@
 # and grpc_cpp_plugin (grove serve --grpc-port), SentencePiece (libsentencepiece-dev
 # for the LLM tokenizer's shim, sentencepiece's spm_train for its tests), DLPack's
 # header (the C API), Python 3 with PyTorch (CPU), NumPy, requests, grpcio and
-# protobuf (the Python package and its tests), curl and wrk (the HTTP server's
-# tests), and checks that the CUDA Toolkit (nvcc, libcudart_static.a) is at /usr/local/cuda.
+# protobuf (the Python package and its tests), venv and pip (tools/test_wheel.sh
+# installs grove's wheel), curl and wrk (the HTTP server's tests), and checks that
+# the CUDA Toolkit (nvcc, libcudart_static.a) is at /usr/local/cuda.
 # Fast when everything is there: it only asks dpkg.
 set -euo pipefail
 
@@ -16,7 +17,7 @@ packages=(bazel-bootstrap bazel-platforms libgtest-dev nlohmann-json3-dev llvm-1
           prometheus-cpp-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
           libsentencepiece-dev sentencepiece
           libdlpack-dev python3 python3-torch python3-numpy python3-requests python3-grpcio
-          python3-protobuf curl wrk)
+          python3-protobuf python3-venv python3-pip curl wrk)
 
 missing=()
 for package in "${packages[@]}"; do

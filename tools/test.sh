@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs grove's whole test suite: the layer, visibility and format checks of
-# tools/check_layers.sh, then `bazel test //...`, and prints the totals of
-# GoogleTest cases across every test binary plus one case per check, ending
-# with one line "tests: N passed, N failed, N skipped". Extra arguments go to
-# bazel test.
+# tools/check_layers.sh, then `bazel test //...` except the Python tests of
+# tests/python, which tools/test_wheel.sh runs against the wheel installed into
+# a fresh virtual environment (as a user gets grove), and prints the totals of
+# GoogleTest and unittest cases across every test binary and Python test plus
+# one case per check, ending with one line "tests: N passed, N failed, N
+# skipped". Extra arguments go to bazel test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,14 +14,18 @@ tools/check_layers.sh | tee "$checks_log"
 checks_status=${PIPESTATUS[0]}
 
 events=$(mktemp)
-bazel test --build_event_json_file="$events" //... "$@"
+bazel test --build_event_json_file="$events" "$@" -- //... -//tests/python/...
 status=$?
+
+wheel_xml=$(mktemp -d)
+tools/test_wheel.sh "$wheel_xml"
+wheel_status=$?
 
 # Only this run's test results count (cached ones included); stale test.xml
 # files of targets that no longer build or exist do not. A build that fails
 # counts as one failure, so the totals never look green when it did not run.
-CHECKS_LOG=$checks_log EVENTS=$events STATUS=$status python3 - <<'PY'
-import json, os, xml.etree.ElementTree as ET
+CHECKS_LOG=$checks_log EVENTS=$events STATUS=$status WHEEL_XML=$wheel_xml python3 - <<'PY'
+import glob, json, os, xml.etree.ElementTree as ET
 from urllib.parse import unquote, urlparse
 passed = failed = skipped = 0
 binaries = 0
@@ -29,6 +35,8 @@ for line in open(os.environ["EVENTS"]):
     for output in event.get("testResult", {}).get("testActionOutput", []):
         if output.get("name") == "test.xml":
             xml_files.append(unquote(urlparse(output["uri"]).path))
+python_files = sorted(glob.glob(os.path.join(os.environ["WHEEL_XML"], "*.xml")))
+xml_files += python_files
 for path in xml_files:
     try:
         root = ET.parse(path).getroot()
@@ -52,9 +60,11 @@ failed += checks.count("failed")
 if os.environ["STATUS"] not in ("0", "3"):  # 3: tests ran and some failed
     failed += 1
     print(f"bazel test did not complete (exit {os.environ['STATUS']}): counted as one failure")
-print(f"{binaries} test binaries, {len(checks)} checks (tools/check_layers.sh)")
+print(f"{binaries} test binaries and Python tests ({len(python_files)} files from the installed "
+      f"wheel), {len(checks)} checks (tools/check_layers.sh)")
 print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
 PY
-rm -f "$checks_log" "$events"
+rm -rf "$checks_log" "$events" "$wheel_xml"
 [ "$checks_status" -ne 0 ] && [ "$status" -eq 0 ] && status=1
+[ "$wheel_status" -ne 0 ] && [ "$status" -eq 0 ] && status=1
 exit $status

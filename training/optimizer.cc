@@ -13,6 +13,13 @@ const char* optimizer_kind_name(OptimizerKind kind) {
   return kind == OptimizerKind::kSgdMomentum ? "sgd_momentum" : "adamw";
 }
 
+OptimizerKind parse_optimizer_kind(const std::string& name) {
+  for (OptimizerKind kind : {OptimizerKind::kSgdMomentum, OptimizerKind::kAdamW}) {
+    if (name == optimizer_kind_name(kind)) return kind;
+  }
+  throw Error(str_cat("unknown optimizer '", name, "' (use 'sgd_momentum' or 'adamw')"));
+}
+
 std::vector<double> OptimizerProgram::hyperparameter_values(const Hyperparameters& h,
                                                             int64_t step) const {
   GROVE_CHECK(step >= 1, "OptimizerProgram: the step count is 1-based, found ", step);
@@ -22,7 +29,7 @@ std::vector<double> OptimizerProgram::hyperparameter_values(const Hyperparameter
 
 OptimizerProgram build_optimizer_program(const compiler::ir::Program& model,
                                          const std::vector<compiler::ir::ValueId>& params,
-                                         OptimizerKind kind) {
+                                         OptimizerKind kind, GradientSource gradients) {
   GROVE_CHECK(!params.empty(), "build_optimizer_program: no params given for program '",
               model.name(), "'");
   OptimizerProgram result;
@@ -50,8 +57,11 @@ OptimizerProgram build_optimizer_program(const compiler::ir::Program& model,
                 "' is listed twice");
     const compiler::ir::TensorType& type = param.type;
     compiler::ir::ValueId value = b.param(param.name, type.shape, type.dtype, *param.initializer);
-    compiler::ir::ValueId grad = b.buffer(compiler::autodiff::gradient_buffer_name(param.name),
-                                          type.shape, type.dtype, compiler::ir::zeros_init());
+    const std::string grad_name = compiler::autodiff::gradient_buffer_name(param.name);
+    compiler::ir::ValueId grad =
+        gradients == GradientSource::kBuffer
+            ? b.buffer(grad_name, type.shape, type.dtype, compiler::ir::zeros_init())
+            : b.input(grad_name, type.shape, type.dtype);
     result.params.push_back(value);
     result.gradients.push_back(grad);
     if (kind == OptimizerKind::kSgdMomentum) {

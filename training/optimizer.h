@@ -6,6 +6,9 @@
 //           then per param: <param> (param), grad.<param> (buffer), <param>.momentum (buffer)
 //   AdamW:  lr, beta1, beta2, eps, weight_decay, step (f32 scalar `input`s; step is 1-based)
 //           then per param: <param>, grad.<param>, <param>.exp_avg, <param>.exp_avg_sq
+// With GradientSource::kInput each grad.<param> is an `input` instead of a
+// buffer (python/grove/optim.py passes PyTorch's .grad tensors each step,
+// through grove_optimizer_program in capi/grove.h).
 //
 // The hyper-parameters are program inputs, so a learning-rate schedule (or
 // the step count of AdamW's bias correction) changes no kernel and no graph.
@@ -27,6 +30,12 @@ namespace grove::training {
 enum class OptimizerKind : uint8_t { kSgdMomentum, kAdamW };
 
 const char* optimizer_kind_name(OptimizerKind kind);  // "sgd_momentum", "adamw"
+// The kind named `name` (optimizer_kind_name's); throws grove::Error otherwise.
+OptimizerKind parse_optimizer_kind(const std::string& name);
+
+// Where the step reads each gradient: a buffer the backward program wrote
+// (the Trainer), or an input of every call (a caller that owns its gradients).
+enum class GradientSource : uint8_t { kBuffer, kInput };
 
 // Every hyper-parameter either optimizer reads; each reads its own subset.
 struct Hyperparameters {
@@ -43,8 +52,8 @@ struct OptimizerProgram {
   compiler::ir::Program program;
   // Names of the leading scalar inputs, in call order.
   std::vector<std::string> hyperparameter_names;
-  // Per trained param (program value ids): the param, its gradient buffer and
-  // its state buffers (SGD: momentum; AdamW: exp_avg, exp_avg_sq).
+  // Per trained param (program value ids): the param, its gradient (buffer or
+  // input, GradientSource) and its state buffers (SGD: momentum; AdamW: exp_avg, exp_avg_sq).
   std::vector<compiler::ir::ValueId> params;
   std::vector<compiler::ir::ValueId> gradients;
   std::vector<std::vector<compiler::ir::ValueId>> state;
@@ -60,7 +69,8 @@ struct OptimizerProgram {
 // grove::Error when a value is not a floating param or `params` is empty.
 OptimizerProgram build_optimizer_program(const compiler::ir::Program& model,
                                          const std::vector<compiler::ir::ValueId>& params,
-                                         OptimizerKind kind);
+                                         OptimizerKind kind,
+                                         GradientSource gradients = GradientSource::kBuffer);
 
 // Positions in program.inputs() of the inputs `program` writes in place,
 // following results that alias their operands (Note [Mutation in SSA]);

@@ -23,6 +23,7 @@ from grove.gradients import hand_out_gradient, keep_handed_gradients  # noqa: F4
 from grove.model import Model, compile
 from grove.outputs import Output, check_not_overwritten
 from grove.trees import ThreadTrees, invocation, thread_trees
+from grove.version import __version__  # noqa: F401 (the wheel's version)
 
 __all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output",
            "check_not_overwritten", "ThreadTrees", "thread_trees", "invocation"]

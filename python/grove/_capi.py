@@ -12,7 +12,7 @@ from grove import dtypes
 
 # The C API version this binding speaks (GROVE_CAPI_VERSION in capi/grove.h);
 # the library's is checked when it loads. Test: tests/python/capi_binding_test.py.
-CAPI_VERSION = 4
+CAPI_VERSION = 5
 # Longest group id grove_group_new_id makes (GROVE_GROUP_ID_MAX).
 GROUP_ID_MAX = 256
 
@@ -170,6 +170,7 @@ def signatures():
         "grove_invocation_end": [],
         "grove_model_stats_json": [p, ctypes.POINTER(p)],
         "grove_model_dot": [p, ctypes.POINTER(p)],
+        "grove_optimizer_program": [ctypes.c_char_p, ctypes.POINTER(p)],
         "grove_tensor_dtype": [p, i32p],
         "grove_tensor_device": [p, i32p, i32p],
         "grove_tensor_rank": [p, i32p],

@@ -1,14 +1,13 @@
 """Converters of the ATen ops a backward graph holds (what AOTAutograd's
 partition hands the backward compiler, or make_fx of a function calling
-torch.autograd.grad), written out in grove ops, and of the losses a training
-graph may end in. Importing this module adds them to aten_ops.CONVERTERS."""
+torch.autograd.grad), written out in grove ops (the losses' backwards are
+with their forwards in aten_loss_ops.py). Importing this module adds them to
+aten_ops.CONVERTERS."""
 
 import math
 
-import torch
-import torch.fx
-
-from grove.aten_ops import CONVERTERS, full_reduction
+from grove.aten_index_ops import one_hot_rows
+from grove.aten_ops import CONVERTERS
 from grove.fx_common import Unsupported, dtype_name
 
 
@@ -116,19 +115,6 @@ def _layer_norm_backward(c, a):
     return tuple(results)
 
 
-def _one_hot_rows(c, indices, classes, dtype, skipped=None):
-    """[N, classes] of `dtype`: row n is 1 at column indices[n] (0 everywhere
-    for an index equal to `skipped`)."""
-    ids = c.tensor(indices)
-    count = c.value(indices).numel()
-    column = c.emit("reshape", [ids], {"shape": [count, 1]})
-    positions = torch.arange(classes, dtype=c.dtype(indices), device=c.value(indices).device)
-    if skipped is not None and 0 <= skipped < classes:
-        positions[skipped] = -1  # never equal to a valid index
-    matches = c.emit("eq", [column, c.importer.constant(c.segment, positions)])
-    return c.emit("cast", [matches], {"dtype": dtype_name(dtype)})
-
-
 def _embedding_backward(c, a):
     """The rows of grad_output summed into the table rows their indices name,
     as one_hot(indices)^T @ grad (padding_idx rows get nothing)."""
@@ -139,7 +125,7 @@ def _embedding_backward(c, a):
     width = c.shape(grad)[-1]
     count = c.value(a["indices"]).numel()
     padding = a.get("padding_idx")
-    picks = _one_hot_rows(c, a["indices"], a["num_weights"], dtype,
+    picks = one_hot_rows(c, a["indices"], a["num_weights"], dtype,
                           padding if padding is not None and padding >= 0 else None)
     rows = c.emit("reshape", [c.operand(grad, dtype)], {"shape": [count, width]})
     return c.emit("matmul", [c.emit("transpose", [picks], {"dim0": 0, "dim1": 1}), rows])
@@ -185,92 +171,6 @@ def _select_backward(c, a):
     return _pad_into(c, grad, sizes, dim, index, index + 1, dtype)
 
 
-_MEAN, _SUM, _NONE = 1, 2, 0  # at::Reduction
-
-
-def _mse_loss(c, a):
-    dtype = c.result().dtype
-    x, target = c.operand(a["self"], dtype), c.operand(a["target"], dtype)
-    reduction = a.get("reduction", _MEAN)
-    if reduction == _MEAN and c.shape(a["self"]) == c.shape(a["target"]):
-        return c.emit("mse_loss", [x, target])
-    difference = c.emit("sub", [x, target])
-    squares = c.emit("mul", [difference, difference])
-    if reduction == _NONE:
-        return squares
-    op = "mean" if reduction == _MEAN else "sum"
-    return full_reduction(c, op, squares, len(c.shape(a["self"])))
-
-
-def _mse_loss_backward(c, a):
-    """2 (x - target) g, over the element count for reduction='mean'."""
-    dtype = c.result().dtype
-    x, target = c.operand(a["self"], dtype), c.operand(a["target"], dtype)
-    scale = 2.0
-    if a.get("reduction", _MEAN) == _MEAN:
-        scale /= max(c.value(a["self"]).numel(), 1)
-    difference = c.emit("mul", [c.emit("sub", [x, target]), c.scalar(scale, dtype)])
-    return c.emit("mul", [difference, c.operand(a["grad_output"], dtype)])
-
-
-def _nll_parts(c, a):
-    log_probs = a["self"]
-    if len(c.shape(log_probs)) != 2:
-        raise Unsupported("nll_loss of a rank-%d input (grove takes [batch, classes])"
-                          % len(c.shape(log_probs)))
-    if a.get("weight") is not None:
-        raise Unsupported("nll_loss with class weights")
-    dtype = c.dtype(log_probs)
-    classes = c.shape(log_probs)[1]
-    target = a["target"]
-    ignore = a.get("ignore_index", -100)
-    picks = _one_hot_rows(c, target, classes, dtype, ignore)  # ignored rows match nothing
-    kept = c.emit("cast", [c.emit("ne", [c.tensor(target), c.scalar(ignore, c.dtype(target))])],
-                  {"dtype": dtype_name(dtype)})
-    return dtype, picks, kept
-
-
-def _nll_loss_forward(c, a):
-    """(-sum over rows of log_probs[n, target[n]] (over the kept count for
-    'mean'), the kept count): rows whose target is ignore_index count nothing."""
-    dtype, picks, kept = _nll_parts(c, a)
-    picked = full_reduction(c, "sum", c.emit("mul", [c.tensor(a["self"]), picks]), 2)
-    total_weight = full_reduction(c, "sum", kept, 1)
-    reduction = a.get("reduction", _MEAN)
-    if reduction == _NONE:
-        raise Unsupported("nll_loss with reduction='none'")
-    loss = c.emit("neg", [picked])
-    if reduction == _MEAN:
-        loss = c.emit("div", [loss, total_weight])
-    return (loss, total_weight)
-
-
-def _nll_loss_backward(c, a):
-    dtype, picks, _ = _nll_parts(c, a)
-    scale = c.emit("neg", [c.operand(a["grad_output"], dtype)])
-    if a.get("reduction", _MEAN) == _MEAN:
-        scale = c.emit("div", [scale, c.operand(a["total_weight"], dtype)])
-    return c.emit("mul", [picks, scale])
-
-
-def _new_full(value):
-    def convert(c, a):
-        result = c.result()
-        fill = a.get("fill_value", value)
-        return c.emit("full", [], {"value": float(fill), "shape": list(result.shape),
-                                   "dtype": dtype_name(result.dtype)})
-
-    return convert
-
-
-def _fill(c, a):
-    """fill.Scalar (functionalized fill_): the value in the result's shape."""
-    value = a.get("value")
-    if isinstance(value, torch.fx.Node):
-        raise Unsupported("fill with a tensor value")
-    return _new_full(value)(c, {"fill_value": value})
-
-
 BACKWARD_CONVERTERS = {
     "aten.threshold_backward": _threshold_backward,
     "aten.gelu_backward": _gelu_backward,
@@ -283,16 +183,6 @@ BACKWARD_CONVERTERS = {
     "aten.embedding_dense_backward": _embedding_backward,
     "aten.slice_backward": _slice_backward,
     "aten.select_backward": _select_backward,
-    "aten.mse_loss": _mse_loss,
-    "aten.mse_loss_backward": _mse_loss_backward,
-    "aten.nll_loss_forward": _nll_loss_forward,
-    "aten.nll_loss_backward": _nll_loss_backward,
-    "aten.new_zeros": _new_full(0.0),
-    "aten.new_ones": _new_full(1.0),
-    "aten.new_empty": _new_full(0.0),
-    "aten.new_full": _new_full(None),
-    "aten.empty_like": _new_full(0.0),
-    "aten.fill": _fill,
 }
 
 CONVERTERS.update(BACKWARD_CONVERTERS)

@@ -7,7 +7,7 @@ aten_ops.CONVERTERS."""
 import torch
 
 from grove.aten_ops import CONVERTERS
-from grove.fx_common import Unsupported
+from grove.fx_common import Unsupported, dtype_name
 
 
 def _product(sizes):
@@ -145,6 +145,19 @@ def _embedding_bag(c, a):
     return (c.emit(op, [rows], {"dims": [1], "keepdim": 0}), None, None, None)
 
 
+def one_hot_rows(c, indices, classes, dtype, skipped=None):
+    """[N, classes] of `dtype`: row n is 1 at column indices[n] (0 everywhere
+    for an index equal to `skipped`)."""
+    ids = c.tensor(indices)
+    count = c.value(indices).numel()
+    column = c.emit("reshape", [ids], {"shape": [count, 1]})
+    positions = torch.arange(classes, dtype=c.dtype(indices), device=c.value(indices).device)
+    if skipped is not None and 0 <= skipped < classes:
+        positions[skipped] = -1  # never equal to a valid index
+    matches = c.emit("eq", [column, c.importer.constant(c.segment, positions)])
+    return c.emit("cast", [matches], {"dtype": dtype_name(dtype)})
+
+
 CONVERTERS.update({
     "aten._embedding_bag": _embedding_bag,
     "aten._embedding_bag_forward_only": _embedding_bag,
@@ -152,3 +165,4 @@ CONVERTERS.update({
     "aten.index": _index,
     "aten.gather": _gather,
 })
+

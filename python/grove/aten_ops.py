@@ -331,6 +331,14 @@ def _full_like(value):
     return convert
 
 
+def _fill(c, a):
+    """fill.Scalar (functionalized fill_): the value in the result's shape."""
+    value = a.get("value")
+    if isinstance(value, torch.fx.Node):
+        raise Unsupported("fill with a tensor value")
+    return _full_like(value)(c, {"fill_value": value})
+
+
 def _unbind(c, a):
     x = a["self"]
     dim = a.get("dim", 0) % len(c.shape(x))
@@ -547,6 +555,12 @@ CONVERTERS = {
     "aten.full_like": _full_like(None),
     "aten.zeros_like": _full_like(0.0),
     "aten.ones_like": _full_like(1.0),
+    "aten.new_zeros": _full_like(0.0),
+    "aten.new_ones": _full_like(1.0),
+    "aten.new_empty": _full_like(0.0),
+    "aten.new_full": _full_like(None),
+    "aten.empty_like": _full_like(0.0),
+    "aten.fill": _fill,
     "aten.unbind": _unbind,
     "aten.softmax": _softmax(False),
     "aten._log_softmax": _softmax(True),

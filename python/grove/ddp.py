@@ -107,7 +107,7 @@ class DistributedDataParallel(torch.nn.Module):
                 compiled = training.compile_module(module, mode=mode, device=device)
             self._compilers.append(compiled.compiler)
             return compiled
-        from grove import torch as grove_torch
+        from grove import dynamo_backend as grove_torch
 
         options = self._options
         compilers = self._compilers

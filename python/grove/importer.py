@@ -24,6 +24,7 @@ from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to 
 from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
 from grove import aten_index_put_ops  # noqa: F401 (adds index_put, index_copy, index_add)
 from grove import aten_layout_ops  # noqa: F401 (adds padding, nearest upsampling, cumsum)
+from grove import aten_loss_ops  # noqa: F401 (adds mse_loss, nll_loss and their backwards)
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
 from grove.aten_ops import CONVERTERS, _Converter
 from grove.fx_common import (  # noqa: F401 (part of this module's interface)
@@ -36,6 +37,8 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
 from grove.inplace import functionalize_inplace, mutates_first_argument, storage_key
 from grove import input_writes
 from grove.input_writes import write_backs
+from grove.runner import GraphRunner
+from grove.segments import Segment, segment_program  # noqa: F401 (part of this module's interface)
 
 
 # Ops whose result depends only on their tensor argument's shape, dtype and
@@ -127,20 +130,6 @@ def _view_base(base):
     return base
 
 
-class Segment:
-    """One grove program cut from the graph."""
-
-    def __init__(self, index):
-        self.index = index
-        self.nodes = []  # the fx nodes computed here, in order
-        self.program_nodes = []  # grove node dicts
-        self.inputs = []  # (grove name, fx node) read per call
-        self.params = {}  # grove name -> (tensor, fx node or None)
-        self.outputs = []  # (fx node, position within a tuple value or None)
-        self.names = {}  # (fx node, position) -> grove value name
-        self.counter = 0
-
-
 class Plan:
     """The import of one graph: segments and PyTorch nodes in graph order."""
 
@@ -158,24 +147,7 @@ class Plan:
         return [segment_program(self.name, step) for kind, step in self.steps if kind == "grove"]
 
     def compile(self, backend="eager", device="sim", **options):
-        from grove.runner import GraphRunner
-
         return GraphRunner(self, backend=backend, device=device, **options)
-
-
-def segment_program(name, segment):
-    program = {"name": "%s_%d" % (name, segment.index), "inputs": [], "params": [],
-               "nodes": segment.program_nodes, "outputs": []}
-    for grove_name, node in segment.inputs:
-        value = node.meta["grove_value"]
-        program["inputs"].append({"name": grove_name, "shape": list(value.shape),
-                                  "dtype": dtype_name(value.dtype)})
-    for grove_name, (tensor, _) in segment.params.items():
-        program["params"].append({"name": grove_name, "shape": list(tensor.shape),
-                                  "dtype": dtype_name(tensor.dtype), "init": {"kind": "zeros"}})
-    for node, position in segment.outputs:
-        program["outputs"].append(segment.names[(node, position)])
-    return program
 
 
 _SKIPPED_CHECKS = {"aten._assert_tensor_metadata", "aten._assert_async", "aten._assert_scalar",

@@ -88,7 +88,7 @@ class Model:
         _capi.check(lib.grove_model_output_count(handle, ctypes.byref(count)))
         self.output_count = count.value
         # copy_outputs: None follows Note [Kept outputs through DLPack]; else one
-        # bool per output (Note [Saved activations stay in the pool], training.py).
+        # bool per output (Note [Saved activations stay in the pool], training_steps.py).
         default_copy = Model.default_copy(backend)
         if copy_outputs is None:
             self._copy_flags = [default_copy] * self.output_count

@@ -2,7 +2,9 @@
 grove.torch.optim): one grove program updates every parameter and its state
 in place (the ops sgd_momentum_update and adamw_update), compiled as a
 training step's optimizer stage, so in "cudagraphs" mode the whole update is
-one graph replay.
+one graph replay. The program is the one grove's C++ Trainer runs, built by
+training/optimizer.cc through the C API (grove_optimizer_program),
+with the gradients as inputs.
 
     optimizer = grove.optim.AdamW(model.parameters(), lr=1e-3)
     loss.backward(); optimizer.step(); optimizer.zero_grad()
@@ -14,9 +16,13 @@ only when a value changes (param_groups[0]["lr"] follows schedulers).
 One parameter group; every parameter must have a gradient at each step.
 """
 
+import ctypes
+import json
+
 import torch
 
 import grove
+from grove import _capi
 from grove import dtypes
 
 # The floating dtypes grove's optimizer programs take (grove/dtypes.py names them).
@@ -24,10 +30,47 @@ _DTYPES = {dtype: name for dtype, name in dtypes.torch_names().items()
            if name in ("f32", "f16", "bf16")}
 
 
+def optimizer_program(optimizer, params, gradients="inputs", name="grove_optim"):
+    """The optimizer step program that training/optimizer.cc builds
+    (grove_optimizer_program, capi/grove.h), as grove JSON text: `optimizer`
+    "sgd_momentum" or "adamw", `params` [{"name", "shape", "dtype"}]. Its
+    inputs are the hyper-parameters, then (gradients="inputs") "grad.<param>"
+    per param."""
+    request = json.dumps({"optimizer": optimizer, "params": params, "gradients": gradients,
+                          "name": name})
+    lib = _capi.library()
+    text = ctypes.c_void_p()
+    _capi.check(lib.grove_optimizer_program(request.encode(), ctypes.byref(text)))
+    try:
+        return ctypes.string_at(text.value).decode()
+    finally:
+        lib.grove_string_free(text)
+
+
+def _with_flat_gradients(program, params):
+    """`program` (grove JSON, a dict) with its "grad.param<i>" inputs replaced by
+    slices of one flat input "grads" holding every parameter's gradient in order."""
+    by_name = {entry["name"]: entry for entry in program["inputs"]}
+    nodes, offset = [], 0
+    for index, param in enumerate(params):
+        name = "grad.param%d" % index
+        if name not in by_name:
+            raise RuntimeError("grove.optim: the optimizer program has no input %r" % name)
+        numel = 1
+        for size in param["shape"]:
+            numel *= size
+        nodes.append({"name": name + ".flat", "op": "slice", "inputs": ["grads"],
+                      "attrs": {"dim": 0, "start": offset, "end": offset + numel}})
+        nodes.append({"name": name, "op": "reshape", "inputs": [name + ".flat"],
+                      "attrs": {"shape": list(param["shape"])}})
+        offset += numel
+    inputs = [entry for entry in program["inputs"] if not entry["name"].startswith("grad.")]
+    inputs.append({"name": "grads", "shape": [offset], "dtype": params[0]["dtype"]})
+    return dict(program, inputs=inputs, nodes=nodes + program["nodes"])
+
+
 class _GroveOptimizer(torch.optim.Optimizer):
-    _op = None
-    _state_names = ()
-    _hyper_names = ()
+    _kind = None  # grove_optimizer_program's "optimizer"
 
     def __init__(self, params, defaults, mode, device):
         super().__init__(params, defaults)
@@ -39,6 +82,8 @@ class _GroveOptimizer(torch.optim.Optimizer):
         self.mode = mode
         self.device = device
         self._model = None
+        self._hyper_names = None  # the program's hyper-parameter inputs, in call order
+        self._grad_positions = None  # per program input after them: the parameter's index
         self._hyper = None
         self._hyper_values = None
         self._steps = 0
@@ -47,44 +92,26 @@ class _GroveOptimizer(torch.optim.Optimizer):
         return self.param_groups[0]["params"]
 
     def _program(self, flat_gradients=False):
-        """The update program; flat_gradients: its gradients arrive as one
-        flat input "grads" (every parameter's, in order: one buffer a
-        collective can reduce whole), sliced per parameter inside."""
-        inputs, params, buffers, nodes = [], [], [], []
-        offset = 0
+        """The update program as grove JSON text, built by C++ (grove_optimizer_program)
+        with one "grad.<param>" input per parameter; flat_gradients: the gradients
+        arrive instead as one flat input "grads" (every parameter's, in order: one
+        buffer a process group's collective can reduce whole), sliced per parameter
+        inside the program (compile_step with a process group, grove/step.py)."""
+        params = []
         for index, param in enumerate(self._params()):
             if param.dtype not in _DTYPES:
                 raise TypeError("grove.optim: parameter %d has dtype %s" % (index, param.dtype))
-            entry = {"shape": list(param.shape), "dtype": _DTYPES[param.dtype]}
-            if flat_gradients:
-                numel = param.numel()
-                nodes.append({"name": "grad%d_flat" % index, "op": "slice", "inputs": ["grads"],
-                              "attrs": {"dim": 0, "start": offset, "end": offset + numel}})
-                nodes.append({"name": "grad%d" % index, "op": "reshape",
-                              "inputs": ["grad%d_flat" % index],
-                              "attrs": {"shape": list(param.shape)}})
-                offset += numel
-            else:
-                inputs.append(dict(entry, name="grad%d" % index))
-            params.append(dict(entry, name="param%d" % index, init={"kind": "zeros"}))
-            for state in self._state_names:
-                buffers.append(dict(entry, name="%s%d" % (state, index), init={"kind": "zeros"}))
-        if flat_gradients:
-            dtypes_used = {param.dtype for param in self._params()}
-            if len(dtypes_used) != 1:
-                raise TypeError("grove.optim: flat gradients need one dtype for every "
-                                "parameter (found %s)" % sorted(map(str, dtypes_used)))
-            inputs.insert(0, {"name": "grads", "shape": [offset],
-                              "dtype": _DTYPES[self._params()[0].dtype]})
-        for name in self._hyper_names:
-            inputs.append({"name": name, "shape": [], "dtype": "f32"})
-        for index in range(len(self._params())):
-            operands = ["param%d" % index, "grad%d" % index]
-            operands += ["%s%d" % (state, index) for state in self._state_names]
-            nodes.append({"name": "update%d" % index, "op": self._op,
-                          "inputs": operands + list(self._hyper_names)})
-        return {"name": "grove_%s" % type(self).__name__.lower(), "inputs": inputs,
-                "params": params, "buffers": buffers, "nodes": nodes, "outputs": []}
+            params.append({"name": "param%d" % index, "shape": list(param.shape),
+                           "dtype": _DTYPES[param.dtype]})
+        name = "grove_%s" % type(self).__name__.lower()
+        text = optimizer_program(self._kind, params, name=name)
+        if not flat_gradients:
+            return text
+        dtypes_used = {param.dtype for param in self._params()}
+        if len(dtypes_used) != 1:
+            raise TypeError("grove.optim: flat gradients need one dtype for every parameter "
+                            "(found %s)" % sorted(map(str, dtypes_used)))
+        return json.dumps(_with_flat_gradients(json.loads(text), params))
 
     def _compile(self, flat_gradients=False):
         first = self._params()[0]
@@ -93,12 +120,23 @@ class _GroveOptimizer(torch.optim.Optimizer):
                  for index, param in enumerate(self._params())}
         self._model = grove.Model(self._program(flat_gradients), backend=self.mode,
                                   device=device, params=bound, stage="optimizer")
+        # The hyper-parameters come first, then the gradients (one flat "grads"
+        # or "grad.param<i>" per parameter, in any order).
+        gradient_index = {"grad.param%d" % index: index for index in range(len(bound))}
+        gradient_index["grads"] = 0
+        names = self._model.input_names
+        self._hyper_names = [name for name in names if name not in gradient_index]
+        if names[:len(self._hyper_names)] != self._hyper_names:
+            raise RuntimeError("grove.optim: the optimizer program's inputs %s do not list the "
+                               "hyper-parameters first" % names)
+        self._grad_positions = [gradient_index[name] for name in names[len(self._hyper_names):]]
         self._hyper = [torch.zeros((), dtype=torch.float32, device=first.device)
                        for _ in self._hyper_names]
 
     def _hyperparameters(self):
         """The device scalars, rewritten only where a value changed."""
-        values = self._values(self.param_groups[0])
+        by_name = self._values(self.param_groups[0])
+        values = [by_name[name] for name in self._hyper_names]
         if values != self._hyper_values:
             for tensor, value, old in zip(self._hyper, values, self._hyper_values or
                                           [None] * len(values)):
@@ -125,16 +163,15 @@ class _GroveOptimizer(torch.optim.Optimizer):
         if self._model is None:
             self._compile()
         self._steps += 1
-        self._model.call_torch(grads + self._hyperparameters())
+        self._model.call_torch(self._hyperparameters() +
+                               [grads[index] for index in self._grad_positions])
         return loss
 
 
 class SGD(_GroveOptimizer):
     """PyTorch's SGD (momentum, weight_decay; no dampening or Nesterov)."""
 
-    _op = "sgd_momentum_update"
-    _state_names = ("momentum_buffer",)
-    _hyper_names = ("lr", "momentum", "weight_decay")
+    _kind = "sgd_momentum"
 
     def __init__(self, params, lr=1e-3, momentum=0.0, weight_decay=0.0, dampening=0.0,
                  nesterov=False, mode="cudagraphs", device=None):
@@ -144,15 +181,14 @@ class SGD(_GroveOptimizer):
                                   "weight_decay": weight_decay}, mode, device)
 
     def _values(self, group):
-        return [float(group["lr"]), float(group["momentum"]), float(group["weight_decay"])]
+        return {"lr": float(group["lr"]), "momentum": float(group["momentum"]),
+                "weight_decay": float(group["weight_decay"])}
 
 
 class AdamW(_GroveOptimizer):
     """PyTorch's AdamW (no amsgrad)."""
 
-    _op = "adamw_update"
-    _state_names = ("exp_avg", "exp_avg_sq")
-    _hyper_names = ("lr", "beta1", "beta2", "eps", "weight_decay", "step")
+    _kind = "adamw"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, mode="cudagraphs", device=None):
@@ -163,5 +199,6 @@ class AdamW(_GroveOptimizer):
 
     def _values(self, group):
         beta1, beta2 = group["betas"]
-        return [float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
-                float(group["weight_decay"]), float(self._steps)]
+        return {"lr": float(group["lr"]), "beta1": float(beta1), "beta2": float(beta2),
+                "eps": float(group["eps"]), "weight_decay": float(group["weight_decay"]),
+                "step": float(self._steps)}

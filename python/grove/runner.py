@@ -6,8 +6,9 @@ import torch
 import torch.fx
 
 import grove
-from grove import importer
 from grove import verify as verify_mode
+from grove.inplace import mutates_first_argument
+from grove.segments import segment_program
 
 
 class StaticInputMovedError(RuntimeError):
@@ -132,7 +133,7 @@ class GraphRunner:
         }
 
     def _compile(self, segment):
-        program = importer.segment_program(self.plan.name, segment)
+        program = segment_program(self.plan.name, segment)
         params = {name: tensor for name, (tensor, _) in segment.params.items()}
         options = dict(self.options)
         if self.output_copies is not None:
@@ -246,7 +247,7 @@ class GraphRunner:
                     env[node] = self.plan.module.get_submodule(node.target)(*node_args,
                                                                            **node_kwargs)
                 if checker is not None:
-                    if importer.mutates_first_argument(node):
+                    if mutates_first_argument(node):
                         checker.refresh()
                     checker.produced(node, env[node], "PyTorch")
         if checker is not None:

@@ -26,6 +26,7 @@ from grove import _capi
 from grove import handoff
 from grove import importer
 from grove import optim as grove_optim
+from grove import training_steps
 
 
 _BY_DEVICE = hasattr(torch, "get_autocast_dtype")
@@ -96,12 +97,10 @@ class CompiledStep:
                 return loss.detach(), torch.cat([gradient.reshape(-1) for gradient in gradients])
             return (loss.detach(),) + gradients
 
-        from grove import training
-
         examples = list(self.params) + list(batch)
         # Fused attention kernels and their backwards are not grove ops:
         # written out as matmul and softmax while tracing (as the door does).
-        with training._attention_written_out(
+        with training_steps._attention_written_out(
                 hasattr(torch.nn.functional, "scaled_dot_product_attention")):
             graph = make_fx(joint)(*examples)
         plan = importer.import_graph(graph, examples, static_inputs=list(range(count)),
@@ -196,9 +195,10 @@ class _Update:
         optimizer = self.optimizer
         if optimizer._model is None:
             optimizer._compile(flat_gradients=self.flat)
-            count = 1 if self.flat else len(optimizer._params())
+            # Hyper-parameters first (described tensors), then the kept gradients.
             self.call = handoff.KeptCall(
-                optimizer._model, list(range(count)) + [-1] * len(optimizer._hyper_names))
+                optimizer._model,
+                [-1] * len(optimizer._hyper_names) + list(optimizer._grad_positions))
         optimizer._steps += 1
         status, _ = self.call.run(token, self._hyperparameters())
         if status:
@@ -206,7 +206,8 @@ class _Update:
 
     def _hyperparameters(self):
         optimizer = self.optimizer
-        values = optimizer._values(self.group_of())
+        by_name = optimizer._values(self.group_of())
+        values = [by_name[name] for name in optimizer._hyper_names]
         if values != optimizer._hyper_values:
             for tensor, value, old in zip(optimizer._hyper, values, optimizer._hyper_values or
                                           [None] * len(values)):

@@ -1,0 +1,211 @@
+"""The torch.compile backend's work behind grove.torch (which registers it
+and re-exports these names): dynamo's graphs traced to ATen, imported and run
+through grove (compile_graph), per concrete shape where sizes are symbolic
+(PerShapeGraph), and graphs that need gradients handed to AOTAutograd with
+grove's stage compilers (training_steps.py). grove.training and grove.ddp
+build on this module, never on grove.torch, so that grove.torch may re-export
+them without an import cycle.
+"""
+
+import weakref
+
+import torch
+
+import grove
+from grove import importer
+from grove import input_writes
+
+log = importer.log
+
+_MODES = {"cudagraphs": "cudagraphs", "eager": "eager"}
+_OPTIONS = ("mode", "strict", "device", "verify")
+_live_runners = weakref.WeakSet()
+_compiled = []  # weak references to every CompiledGraph, oldest first
+
+
+def compiled_graphs():
+    """The graphs this backend compiled that are still alive, oldest first."""
+    alive = [reference() for reference in _compiled]
+    _compiled[:] = [reference for reference, graph in zip(list(_compiled), alive)
+                    if graph is not None]
+    return [graph for graph in alive if graph is not None]
+
+
+def _dynamo_invocation_key():
+    """A key naming dynamo's current top-level compiled call (its generation
+    counter, which PyTorch's cudagraph trees use the same way), or None
+    without dynamo."""
+    global _GENERATION_TRACKER
+    if _GENERATION_TRACKER is None:
+        try:
+            from torch._dynamo.mutation_guard import GenerationTracker
+        except ImportError:
+            GenerationTracker = False
+        _GENERATION_TRACKER = GenerationTracker
+    if not _GENERATION_TRACKER:
+        return None
+    generation = getattr(_GENERATION_TRACKER, "generation", None)
+    return None if generation is None else 1 + (int(generation) & 0x3FFFFFFFFFFFFFFF)
+
+
+_GENERATION_TRACKER = None
+
+
+def mark_step_begin():
+    """Starts a new step for every graph grove compiled: outputs of earlier
+    calls may be overwritten by later ones (torch.compiler.cudagraph_mark_step_begin)."""
+    for runner in list(_live_runners):
+        runner.mark_step_begin()
+
+
+def _static_positions(example_inputs):
+    positions = []
+    for index, value in enumerate(example_inputs):
+        if isinstance(value, torch.nn.Parameter) or getattr(
+                value, "_dynamo_static_input_type", None) is not None:
+            positions.append(index)
+    return positions
+
+
+class CompiledGraph:
+    """What the backend returns to dynamo: a callable over the graph's inputs."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        _live_runners.add(runner)
+        _compiled.append(weakref.ref(self))
+
+    def __call__(self, *args):
+        key = _dynamo_invocation_key() if self.runner.backend != "eager" else None
+        if key is None:
+            return self._call(args)
+        # Note [Invocations of several models]: dynamo's graphs of one
+        # top-level call (around a graph break) share one generation, as in
+        # PyTorch's cudagraph trees.
+        with grove.invocation(key):
+            return self._call(args)
+
+    def _call(self, args):
+        if self.runner._fast is not None:
+            return self.runner(*args)  # grove alone: no autograd to switch off
+        with torch.no_grad():
+            return self.runner(*args)
+
+    @property
+    def unsupported(self):
+        return self.runner.unsupported
+
+
+def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None, verify=None):
+    """Compiles an fx GraphModule (or any function make_fx can trace) for its
+    example inputs; the backend's work."""
+    if mode not in _MODES:
+        raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
+    if not all(isinstance(value, torch.Tensor) for value in example_inputs):
+        # Symbolic sizes (dynamic=True, or dynamo's automatic dynamic shapes):
+        # one grove compilation per concrete shape, on first use.
+        return PerShapeGraph(gm, mode, strict, device, verify)
+    if torch.is_grad_enabled() and any(value.requires_grad for value in example_inputs):
+        return _training_graph(gm, example_inputs, mode, strict, device)
+    if device is None:
+        cuda = [value for value in example_inputs if value.is_cuda]
+        device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
+    # Note [Writes into graph inputs]: a graph that updates its inputs is
+    # traced functionalized; the tensors it writes and returns are state.
+    aten, state_positions = input_writes.aten_graph(gm, example_inputs)
+    plan = importer.import_graph(aten, example_inputs, static_inputs=_static_positions(
+        example_inputs), strict=strict, name="torch_graph")
+    return CompiledGraph(plan.compile(
+        backend=_MODES[mode], device=device, verify=verify,
+        state_outputs=input_writes.output_nodes_at(aten.graph, state_positions)))
+
+
+def _training_graph(gm, example_inputs, mode, strict, device):
+    """A graph that needs gradients: AOTAutograd partitions it and grove
+    compiles the forward and the backward as the tree's stages
+    (grove.training). Without AOTAutograd (PyTorch 1.13's dynamo-less build)
+    the graph runs in PyTorch, or strict raises."""
+    try:
+        from grove import training_steps
+
+        backend, compiler = training_steps.aot_backend(mode, strict, device)
+    except ImportError as error:
+        if strict:
+            raise importer.StrictModeError(
+                "grove (strict): the graph needs gradients and this PyTorch has no "
+                "AOTAutograd for dynamo (%s); use grove.training.compile_module" % error) from None
+        log.info("graph runs in PyTorch: it needs gradients and AOTAutograd is missing")
+        return getattr(gm, "forward", gm)
+    compiler.on_runner = _live_runners.add  # mark_step_begin reaches them
+    # PyTorch's fused attention kernels (and their backwards) are not grove
+    # ops; written out, attention trains in grove.
+    training_steps.write_out_attention(gm)
+    output = _single_value_output(gm)
+    if output is not None:
+        # AOTAutograd takes graphs that return a tuple (dynamo's always do).
+        output.args = ((output.args[0],),)
+        gm.recompile()
+        compiled = backend(gm, example_inputs)
+        return lambda *args: compiled(*args)[0]
+    return backend(gm, example_inputs)
+
+
+def _single_value_output(gm):
+    """The output node of an fx graph that returns one value, not a tuple; else None."""
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return None
+    outputs = [node for node in graph.nodes if node.op == "output"]
+    if len(outputs) == 1 and not isinstance(outputs[0].args[0], (tuple, list)):
+        return outputs[0]
+    return None
+
+
+class PerShapeGraph:
+    """A graph with symbolic sizes, compiled once per concrete set of input
+    shapes (and integer arguments) it is called with: each is a static grove
+    program, and in cudagraphs mode one graph per shape in the device's tree.
+    The integer arguments (the sizes dynamo passes) are baked into each
+    compilation."""
+
+    def __init__(self, gm, mode, strict, device, verify=None):
+        self.gm = gm
+        self.options = {"mode": mode, "strict": strict, "device": device, "verify": verify}
+        self.compiled = {}
+
+    @staticmethod
+    def key(args):
+        return tuple((tuple(value.shape), value.stride(), value.dtype, value.device)
+                     if isinstance(value, torch.Tensor) else ("value", value) for value in args)
+
+    def __call__(self, *args):
+        key = self.key(args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            concrete = [int(value) if isinstance(value, torch.SymInt) else value
+                        for value in args] if hasattr(torch, "SymInt") else list(args)
+            tensors = [value for value in concrete if isinstance(value, torch.Tensor)]
+            positions = [i for i, value in enumerate(concrete) if isinstance(value, torch.Tensor)]
+            values = list(concrete)
+
+            def specialized(*tensor_args):
+                for position, value in zip(positions, tensor_args):
+                    values[position] = value
+                return self.gm(*values)
+
+            log.info("compiling a graph for input shapes %s", [tuple(t.shape) for t in tensors])
+            compiled = (positions, compile_graph(specialized, tensors, **self.options))
+            self.compiled[key] = compiled
+        positions, function = compiled
+        return function(*[args[position] for position in positions])
+
+
+def grove_backend(gm, example_inputs, options=None, **kwargs):
+    """The dynamo backend "grove" (torch.compile(model, backend="grove", options={...}))."""
+    options = dict(options or {})
+    options.update(kwargs)
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise ValueError("grove: unknown option(s) %s (known: %s)" % (", ".join(unknown),
+                                                                      ", ".join(_OPTIONS)))
+    return compile_graph(gm, example_inputs, **options)
