@@ -222,6 +222,10 @@ if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:
     --store-library
   rm -rf "$stripped"
   cp tests/python/*.py "$bundle/grove/tests/python/"
+  # What capi_binding_test and op_table_test read from the repository.
+  mkdir -p "$bundle/grove/capi" "$bundle/grove/tools"
+  cp capi/grove.h "$bundle/grove/capi/"
+  cp tools/op_table.py README.md "$bundle/grove/tools/" && mv "$bundle/grove/tools/README.md" "$bundle/grove/"
   cp tests/python_support/junit_main.py "$bundle/grove/tests/python_support/"
   cp benchmarks/torch_backend.py "$bundle/grove/benchmarks/"
   # The decode benchmark's PyTorch side (issue 38), run by hand after benchmarks/decode/decode.

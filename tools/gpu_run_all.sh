@@ -139,6 +139,12 @@ if [ -n "$wheel" ] && [ -s "$here/python_tests.txt" ]; then
      { "$venv/bin/python" -m pip install --no-index --no-deps --quiet "$wheel" ||
        python3 -m pip --python "$venv/bin/python" install --no-index --no-deps --quiet "$wheel"; \
      } >>"$install_log" 2>&1; then
+    # A host python3 that is itself a virtual environment (or has packages on
+    # PYTHONPATH) gives --system-site-packages only its base interpreter's:
+    # the host's path goes into the environment after its own site-packages,
+    # so the wheel's grove comes first and the host's PyTorch is seen.
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    python3 -c 'import sys; print("\n".join(p for p in sys.path if p))' >"$site/_host_python.pth"
     python_bin="$venv/bin/python"
     echo "Python tests: $(basename "$wheel") installed into $venv"
   elif python3 -m pip install --no-index --no-deps --quiet --target "$scratch_logs/site" "$wheel" \

@@ -408,14 +408,19 @@ def _reduce(op):
         x = a["self"]
         rank = len(c.shape(x))
         dims = _dims(a.get("dim"), rank)
+        value = c.tensor(x)
         if a.get("dtype") is not None and a["dtype"] != c.dtype(x):
-            raise Unsupported("%s with dtype=%s" % (op, a["dtype"]))
+            # PyTorch casts the input to `dtype` before reducing (autocast's
+            # float32 sums of bf16 values).
+            if not (a["dtype"].is_floating_point and c.dtype(x).is_floating_point):
+                raise Unsupported("%s with dtype=%s" % (op, a["dtype"]))
+            value = c.cast(value, c.dtype(x), a["dtype"])
         keepdim = 1 if a.get("keepdim") else 0
         if rank == 0:
-            return c.tensor(x)
+            return value
         if not keepdim and sorted(dims or range(rank)) == list(range(rank)):
-            return full_reduction(c, op, c.tensor(x), rank)
-        return c.emit(op, [c.tensor(x)], {"dims": dims, "keepdim": keepdim})
+            return full_reduction(c, op, value, rank)
+        return c.emit(op, [value], {"dims": dims, "keepdim": keepdim})
 
     return convert
 

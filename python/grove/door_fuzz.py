@@ -114,7 +114,8 @@ class Program:
 
     def __call__(self, *args):
         """program(*inputs, [state,] weight): state is updated in place."""
-        *inputs, weight = args
+        # Lists made explicitly: under dynamo a starred assignment may give a tuple.
+        inputs, weight = list(args[:-1]), args[-1]
         state = inputs.pop() if self.has_state else None
         values = list(inputs)
         for name, function, operands in self.steps:

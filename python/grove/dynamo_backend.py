@@ -14,6 +14,7 @@ import torch
 import grove
 from grove import importer
 from grove import input_writes
+from grove.runner import StaticInputMovedError
 
 log = importer.log
 
@@ -67,11 +68,26 @@ def _static_positions(example_inputs):
     return positions
 
 
+# Note [Static inputs that move]
+# A static input (a parameter, buffer or mark_static_address tensor: bound,
+# never copied) that comes at another address than at compilation, as a cache
+# HF's generate makes again for a new sequence, makes the graph compile again
+# for the new addresses (as PyTorch's cudagraph trees record again when a
+# static input's pointer changes), logged, at most MAX_REBUILDS times per
+# graph; past that the StaticInputMovedError stands. Tests: GpuDecodeTest
+# (tests/python/gpu_decode_test.py, two generate calls) and
+# DynamoBackendTest.test_a_static_input_that_moves_compiles_again
+# (tests/python/importer_test.py).
 class CompiledGraph:
-    """What the backend returns to dynamo: a callable over the graph's inputs."""
+    """What the backend returns to dynamo: a callable over the graph's inputs
+    (Note [Static inputs that move])."""
 
-    def __init__(self, runner):
+    MAX_REBUILDS = 8
+
+    def __init__(self, runner, rebuild=None):
         self.runner = runner
+        self.rebuild = rebuild  # args -> a runner compiled for their addresses
+        self.rebuilds = 0
         _live_runners.add(runner)
         _compiled.append(weakref.ref(self))
 
@@ -86,6 +102,19 @@ class CompiledGraph:
             return self._call(args)
 
     def _call(self, args):
+        try:
+            return self._run(args)
+        except StaticInputMovedError as error:
+            if self.rebuild is None or self.rebuilds >= self.MAX_REBUILDS:
+                raise
+            self.rebuilds += 1
+            log.warning("%s; compiling the graph again for the new addresses (%d of "
+                        "at most %d)", error, self.rebuilds, self.MAX_REBUILDS)
+            self.runner = self.rebuild(args)
+            _live_runners.add(self.runner)
+            return self._run(args)
+
+    def _run(self, args):
         if self.runner._fast is not None:
             return self.runner(*args)  # grove alone: no autograd to switch off
         with torch.no_grad():
@@ -110,14 +139,18 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
     if device is None:
         cuda = [value for value in example_inputs if value.is_cuda]
         device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
-    # Note [Writes into graph inputs]: a graph that updates its inputs is
-    # traced functionalized; the tensors it writes and returns are state.
-    aten, state_positions = input_writes.aten_graph(gm, example_inputs)
-    plan = importer.import_graph(aten, example_inputs, static_inputs=_static_positions(
-        example_inputs), strict=strict, name="torch_graph")
-    return CompiledGraph(plan.compile(
-        backend=_MODES[mode], device=device, verify=verify,
-        state_outputs=input_writes.output_nodes_at(aten.graph, state_positions)))
+
+    def build(examples):
+        # Note [Writes into graph inputs]: a graph that updates its inputs is
+        # traced functionalized; the tensors it writes and returns are state.
+        aten, state_positions = input_writes.aten_graph(gm, examples)
+        plan = importer.import_graph(aten, examples, static_inputs=_static_positions(
+            examples), strict=strict, name="torch_graph")
+        return plan.compile(
+            backend=_MODES[mode], device=device, verify=verify,
+            state_outputs=input_writes.output_nodes_at(aten.graph, state_positions))
+
+    return CompiledGraph(build(list(example_inputs)), rebuild=lambda args: build(list(args)))
 
 
 def _training_graph(gm, example_inputs, mode, strict, device):

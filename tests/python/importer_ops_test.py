@@ -107,6 +107,13 @@ class PointwiseTest(ConverterCase):
 
 
 class ReductionAndLayoutTest(ConverterCase):
+    def test_sums_with_a_dtype_cast_their_input_first(self):
+        # autocast's float32 sums of bf16 values (a loss under torch.autocast).
+        def function(x):
+            return torch.sum(x, dtype=torch.float32), x.sum(dim=1, dtype=torch.float32)
+
+        self.check(function, [torch.randn(6, 8).to(torch.bfloat16)])
+
     def test_argmax_argmin_and_max_min_with_indices(self):
         def function(x, y):
             values, indices = torch.max(x, 1)

@@ -385,6 +385,29 @@ def _rotary_split(seed=0):
     return function, args, trace(function, *args)
 
 
+class DynamoBackendTest(unittest.TestCase):
+    def test_a_static_input_that_moves_compiles_again(self):
+        # Note [Static inputs that move] (grove/dynamo_backend.py): a cache
+        # made again at another address (HF's generate, a second sequence).
+        def function(x, cache):
+            return (x @ cache).relu()
+
+        x = torch.randn(4, 8)
+        first = nn.Parameter(torch.randn(8, 8), requires_grad=False)
+        with torch.no_grad():
+            compiled = grove.torch.compile_graph(make_fx(function)(x, first), [x, first])
+            torch.testing.assert_close(compiled(x, first), function(x, first))
+            second = nn.Parameter(torch.randn(8, 8), requires_grad=False)
+            for _ in range(3):
+                torch.testing.assert_close(compiled(x, second), function(x, second))
+        self.assertEqual(compiled.rebuilds, 1)
+        compiled.MAX_REBUILDS = 1
+        third = nn.Parameter(torch.randn(8, 8), requires_grad=False)
+        with torch.no_grad(), self.assertRaisesRegex(grove.runner.StaticInputMovedError,
+                                                     "static input"):
+            compiled(x, third)
+
+
 class _Tampered:
     """A segment's model whose outputs (or other values) a test changes."""
 
