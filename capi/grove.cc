@@ -15,8 +15,8 @@
 
 #include "capi/api_support.h"
 #include "compiler/backends/compile.h"
-#include "distributed/gradient_all_reduce.h"
 #include "compiler/model_format/model_json.h"
+#include "distributed/gradient_all_reduce.h"
 #include "runtime/backend.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"

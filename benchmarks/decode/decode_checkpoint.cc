@@ -6,9 +6,9 @@
 #include <sstream>
 
 #include "cli/common/flags.h"
-#include "weights/safetensors.h"
 #include "runtime/error.h"
 #include "serving/llm/decoder_program.h"
+#include "weights/safetensors.h"
 
 namespace grove::benchmarks {
 
