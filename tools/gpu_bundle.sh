@@ -235,7 +235,10 @@ if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:
   # Decoders against transformers (issue 38); they run the bundle's cli/grove.
   mkdir -p "$bundle/grove/tests/serving/llm"
   cp tests/serving/llm/*.py "$bundle/grove/tests/serving/llm/"
+  cp tests/serving/serve_process.py "$bundle/grove/tests/serving/"
   echo tests/serving/llm/gpu_transformers_test.py >>"$bundle/python_tests.txt"
+  # `grove serve MODEL_DIR --device cuda`: 8 concurrent clients and a disconnect.
+  echo tests/serving/llm/gpu_llm_http_test.py >>"$bundle/python_tests.txt"
 else
   echo "capi/libgrove.so" >>"$bundle/not_built.txt"
 fi

@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -16,9 +17,13 @@ import unittest
 import requests
 import torch
 
-import junit_main
-import reference_decoders as ref
-from serve_process import GROVE, GroveServer, parse_prometheus
+# tests/serving (serve_process) beside this folder: bazel puts it on the path
+# through the deps; run as a file (the GPU bundle), the folder above is added.
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import junit_main  # noqa: E402
+import reference_decoders as ref  # noqa: E402
+from serve_process import GROVE, GroveServer, parse_prometheus  # noqa: E402
 
 SEED = 383
 FLAGS = ["--max-seq-len", "128", "--prompt-buckets", "16,32", "--batch-buckets", "1,2,4,8"]
