@@ -20,6 +20,8 @@
 namespace grove::serving::llm {
 namespace {
 
+using testing::generation_request;
+
 namespace layout = decode_layout;
 using runtime::Tensor;
 
@@ -29,33 +31,17 @@ class DecodeLoopTest : public ::grove::testing::DeviceTest {
  protected:
   std::unique_ptr<Decoder> tiny_decoder(Architecture architecture = Architecture::kLlama,
                                         runtime::DType dtype = runtime::DType::kF32) {
-    DecoderOptions options;
-    options.device = device();
-    options.max_seq_len = 32;
-    options.batch_buckets = {1, 2, 4};
-    options.prompt_buckets = {8, 16};
-    auto decoder = std::make_unique<Decoder>(testing::tiny_config(architecture, dtype), options);
-    testing::fill_random_weights(decoder->state(), kWeightsSeed);
-    decoder->warm_up();
-    return decoder;
+    return testing::warmed_tiny_decoder(device(), architecture, dtype, kWeightsSeed);
   }
 };
-
-GenerationRequest request(std::vector<int64_t> prompt, int64_t max_new_tokens,
-                          SamplingParams sampling = {}) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.max_new_tokens = max_new_tokens;
-  r.sampling = sampling;
-  return r;
-}
 
 std::vector<GenerationRequest> mixed_requests() {
   SamplingParams hot{.temperature = 0.9, .top_k = 20, .top_p = 0.9, .seed = 5};
   SamplingParams warm{.temperature = 0.7, .top_k = 0, .top_p = 1, .seed = 6};
   SamplingParams nucleus{.temperature = 1.3, .top_k = 0, .top_p = 0.8, .seed = 11};
-  return {request({1, 2, 3}, 9), request({40, 41, 42, 43, 44, 45, 46, 47, 48, 49}, 5, hot),
-          request({7}, 12, warm), request({13, 14}, 7, nucleus)};
+  return {generation_request({1, 2, 3}, 9),
+          generation_request({40, 41, 42, 43, 44, 45, 46, 47, 48, 49}, 5, hot),
+          generation_request({7}, 12, warm), generation_request({13, 14}, 7, nucleus)};
 }
 
 // Prefills each request into its slot (row), samples its first token on the
@@ -121,8 +107,9 @@ TEST_P(DecodeLoopTest, WhileLoopAndPerStepGraphsGiveTheGeneratorsTokens) {
 
 TEST_P(DecodeLoopTest, RunsInChunksContinueWhereTheLastStopped) {
   auto decoder = tiny_decoder(Architecture::kGpt2);
-  std::vector<GenerationRequest> requests = {request({5, 6, 7}, 10),
-                                             request({8}, 8, {.temperature = 0.8, .seed = 3})};
+  std::vector<GenerationRequest> requests = {
+      generation_request({5, 6, 7}, 10),
+      generation_request({8}, 8, {.temperature = 0.8, .seed = 3})};
   std::vector<std::vector<int64_t>> expected;
   {
     Generator generator(*decoder);
@@ -147,19 +134,19 @@ TEST_P(DecodeLoopTest, StopsARowAtEosOnTheDeviceWhileOthersRun) {
   std::vector<int64_t> free_run;
   {
     Generator generator(*decoder);
-    free_run = generator.generate(request({3, 1, 4, 1, 5}, 8));
+    free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 8));
   }
   // An EOS the free run meets after its first (prefill) token.
   size_t eos_index = 2;
   while (eos_index + 1 < free_run.size() && free_run[eos_index] == free_run[0]) ++eos_index;
   ASSERT_NE(free_run[eos_index], free_run[0]) << "weights seed " << kWeightsSeed;
-  GenerationRequest stopping = request({3, 1, 4, 1, 5}, 8);
+  GenerationRequest stopping = generation_request({3, 1, 4, 1, 5}, 8);
   stopping.eos_token_id = free_run[eos_index];
   const size_t first =
       std::find(free_run.begin() + 1, free_run.end(), free_run[eos_index]) - free_run.begin();
   DecodeLoop loop(*decoder, {.bucket = 2, .max_steps = 16});
   std::vector<std::vector<int64_t>> tokens =
-      start_rows(*decoder, loop, {stopping, request({3, 1, 4, 1, 5}, 8)});
+      start_rows(*decoder, loop, {stopping, generation_request({3, 1, 4, 1, 5}, 8)});
   collect(loop.run(16, DecodeMode::kWhileLoop), tokens);
   EXPECT_EQ(tokens[0], std::vector<int64_t>(free_run.begin(), free_run.begin() + first + 1));
   EXPECT_EQ(tokens[1], free_run);

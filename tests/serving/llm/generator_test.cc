@@ -14,36 +14,22 @@
 namespace grove::serving::llm {
 namespace {
 
+using testing::generation_request;
+
 constexpr uint64_t kSeed = 83;
 
 std::unique_ptr<Decoder> tiny_decoder() {
-  DecoderOptions options;
-  options.device = runtime::kSimDevice;
-  options.max_seq_len = 32;
-  options.batch_buckets = {1, 2, 4};
-  options.prompt_buckets = {8, 16};
-  auto decoder = std::make_unique<Decoder>(
-      testing::tiny_config(Architecture::kLlama, runtime::DType::kF32), options);
-  testing::fill_random_weights(decoder->state(), kSeed);
-  decoder->warm_up();
-  return decoder;
-}
-
-GenerationRequest request(std::vector<int64_t> prompt, int64_t max_new_tokens,
-                          SamplingParams sampling = {}) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.max_new_tokens = max_new_tokens;
-  r.sampling = sampling;
-  return r;
+  return testing::warmed_tiny_decoder(runtime::kSimDevice, Architecture::kLlama,
+                                      runtime::DType::kF32, kSeed);
 }
 
 std::vector<GenerationRequest> mixed_requests() {
   SamplingParams hot{.temperature = 0.9, .top_k = 20, .top_p = 0.9, .seed = 5};
   SamplingParams warm{.temperature = 0.7, .top_k = 0, .top_p = 1, .seed = 6};
-  return {request({1, 2, 3}, 6), request({40, 41, 42, 43, 44, 45, 46, 47, 48, 49}, 3, hot),
-          request({7}, 9, warm), request({90, 3, 3, 12, 55}, 4),
-          request({13, 14}, 5, hot)};  // five requests, four slots: one waits
+  return {generation_request({1, 2, 3}, 6),
+          generation_request({40, 41, 42, 43, 44, 45, 46, 47, 48, 49}, 3, hot),
+          generation_request({7}, 9, warm), generation_request({90, 3, 3, 12, 55}, 4),
+          generation_request({13, 14}, 5, hot)};  // five requests, four slots: one waits
 }
 
 TEST(Generator, RequestsGetTheSameTokensAloneAsInAnyBatch) {
@@ -85,7 +71,8 @@ TEST(Generator, MoreRequestsThanSlotsWaitAndSlotsAreFreed) {
   auto decoder = tiny_decoder();
   Generator generator(*decoder);
   std::vector<RequestId> ids;
-  for (int i = 0; i < 6; ++i) ids.push_back(generator.submit(request({i + 1, 2}, 3 + i % 3)));
+  for (int i = 0; i < 6; ++i)
+    ids.push_back(generator.submit(generation_request({i + 1, 2}, 3 + i % 3)));
   generator.step();
   EXPECT_EQ(generator.running(), 4);
   EXPECT_EQ(generator.waiting(), 2);
@@ -98,8 +85,8 @@ TEST(Generator, MoreRequestsThanSlotsWaitAndSlotsAreFreed) {
 TEST(Generator, StopsAtEosIncludingTheEosToken) {
   auto decoder = tiny_decoder();
   Generator generator(*decoder);
-  std::vector<int64_t> free_run = generator.generate(request({3, 1, 4, 1, 5}, 8));
-  GenerationRequest stopping = request({3, 1, 4, 1, 5}, 8);
+  std::vector<int64_t> free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 8));
+  GenerationRequest stopping = generation_request({3, 1, 4, 1, 5}, 8);
   stopping.eos_token_id = free_run[2];
   RequestId id = generator.submit(stopping);
   while (!generator.done(id)) generator.step();
@@ -115,7 +102,7 @@ TEST(Generator, CancelFreesTheSlotForAWaitingRequest) {
   auto decoder = tiny_decoder();
   Generator generator(*decoder);
   std::vector<RequestId> ids;
-  for (int i = 0; i < 5; ++i) ids.push_back(generator.submit(request({i + 1}, 20)));
+  for (int i = 0; i < 5; ++i) ids.push_back(generator.submit(generation_request({i + 1}, 20)));
   generator.step();
   EXPECT_EQ(generator.waiting(), 1);
   generator.cancel(ids[1]);
@@ -129,12 +116,12 @@ TEST(Generator, CancelFreesTheSlotForAWaitingRequest) {
 TEST(Generator, RefusesRequestsThatCannotFitTheCache) {
   auto decoder = tiny_decoder();
   Generator generator(*decoder);
-  EXPECT_THROW(generator.submit(request({}, 4)), Error);
-  EXPECT_THROW(generator.submit(request({1, 2, 3}, 31)), Error);  // 3 + 31 - 1 > 32
-  EXPECT_THROW(generator.submit(request({1, 2, 3}, 0)), Error);
-  EXPECT_THROW(generator.submit(request({1000}, 2)), Error);  // outside the vocabulary
-  EXPECT_THROW(generator.submit(request({1}, 2, {.temperature = 1, .top_p = 0})), Error);
-  EXPECT_NO_THROW(generator.submit(request({1, 2, 3}, 30)));
+  EXPECT_THROW(generator.submit(generation_request({}, 4)), Error);
+  EXPECT_THROW(generator.submit(generation_request({1, 2, 3}, 31)), Error);  // 3 + 31 - 1 > 32
+  EXPECT_THROW(generator.submit(generation_request({1, 2, 3}, 0)), Error);
+  EXPECT_THROW(generator.submit(generation_request({1000}, 2)), Error);  // outside the vocabulary
+  EXPECT_THROW(generator.submit(generation_request({1}, 2, {.temperature = 1, .top_p = 0})), Error);
+  EXPECT_NO_THROW(generator.submit(generation_request({1, 2, 3}, 30)));
 }
 
 }  // namespace

@@ -21,16 +21,8 @@ namespace {
 constexpr uint64_t kSeed = 3883;
 
 std::unique_ptr<Decoder> tiny_decoder() {
-  DecoderOptions options;
-  options.device = runtime::kSimDevice;
-  options.max_seq_len = 48;
-  options.batch_buckets = {1, 2, 4};
-  options.prompt_buckets = {8, 16};
-  auto decoder = std::make_unique<Decoder>(
-      testing::tiny_config(Architecture::kLlama, runtime::DType::kF32), options);
-  testing::fill_random_weights(decoder->state(), kSeed);
-  decoder->warm_up();
-  return decoder;
+  return testing::warmed_tiny_decoder(runtime::kSimDevice, Architecture::kLlama,
+                                      runtime::DType::kF32, kSeed, /*max_seq_len=*/48);
 }
 
 struct Outcome {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <utility>
 
 namespace grove::serving::llm::testing {
 
@@ -50,6 +51,29 @@ float top_margin(const std::vector<float>& logits) {
   std::vector<float> sorted = logits;
   std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
   return sorted[0] - sorted[1];
+}
+
+std::unique_ptr<Decoder> warmed_tiny_decoder(runtime::Device device, Architecture architecture,
+                                             runtime::DType dtype, uint64_t seed,
+                                             int64_t max_seq_len) {
+  DecoderOptions options;
+  options.device = device;
+  options.max_seq_len = max_seq_len;
+  options.batch_buckets = {1, 2, 4};
+  options.prompt_buckets = {8, 16};
+  auto decoder = std::make_unique<Decoder>(tiny_config(architecture, dtype), options);
+  fill_random_weights(decoder->state(), seed);
+  decoder->warm_up();
+  return decoder;
+}
+
+GenerationRequest generation_request(std::vector<int64_t> prompt, int64_t max_new_tokens,
+                                     SamplingParams sampling) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_new_tokens = max_new_tokens;
+  r.sampling = sampling;
+  return r;
 }
 
 }  // namespace grove::serving::llm::testing
