@@ -133,9 +133,10 @@ class _GroveOptimizer(torch.optim.Optimizer):
         self._hyper = [torch.zeros((), dtype=torch.float32, device=first.device)
                        for _ in self._hyper_names]
 
-    def _hyperparameters(self):
-        """The device scalars, rewritten only where a value changed."""
-        by_name = self._values(self.param_groups[0])
+    def _hyperparameters(self, group=None):
+        """The device scalars, rewritten only where a value changed; `group`
+        (default: this optimizer's one parameter group) gives the values."""
+        by_name = self._values(self.param_groups[0] if group is None else group)
         values = [by_name[name] for name in self._hyper_names]
         if values != self._hyper_values:
             for tensor, value, old in zip(self._hyper, values, self._hyper_values or

@@ -200,21 +200,9 @@ class _Update:
                 optimizer._model,
                 [-1] * len(optimizer._hyper_names) + list(optimizer._grad_positions))
         optimizer._steps += 1
-        status, _ = self.call.run(token, self._hyperparameters())
+        status, _ = self.call.run(token, optimizer._hyperparameters(self.group_of()))
         if status:
             _capi.check(status)
-
-    def _hyperparameters(self):
-        optimizer = self.optimizer
-        by_name = optimizer._values(self.group_of())
-        values = [by_name[name] for name in optimizer._hyper_names]
-        if values != optimizer._hyper_values:
-            for tensor, value, old in zip(optimizer._hyper, values, optimizer._hyper_values or
-                                          [None] * len(values)):
-                if value != old:
-                    tensor.fill_(value)
-            optimizer._hyper_values = values
-        return optimizer._hyper
 
 
 def _update_of(optimizer, params, mode, device):
