@@ -5,6 +5,7 @@
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
+#include "runtime/pooled_capture.h"
 
 namespace grove::runtime {
 
@@ -38,13 +39,7 @@ void GraphRecording::capture_begin(StreamHandle stream, PoolId pool, CaptureMode
   GROVE_CHECK(!pool.is_default(),
               "capture_begin needs a private pool (create_pool()), not the "
               "default pool");
-  allocator_.begin_allocate_to_pool(pool);
-  try {
-    backend_.begin_capture(stream, mode);
-  } catch (...) {
-    allocator_.end_allocate_to_pool(pool);
-    throw;
-  }
+  begin_pooled_capture(backend_, allocator_, stream, pool, mode);
   capture_stream_ = stream;
   capture_pool_ = pool;
   capturing_ = true;
@@ -53,19 +48,7 @@ void GraphRecording::capture_begin(StreamHandle stream, PoolId pool, CaptureMode
 void GraphRecording::capture_end() {
   GROVE_CHECK(capturing_, "capture_end without capture_begin");
   capturing_ = false;
-  // The stream must leave capture mode even when the routing cannot be ended
-  // (captured code left an inner begin_allocate_to_pool open).
-  std::exception_ptr routing_error;
-  try {
-    allocator_.end_allocate_to_pool(capture_pool_);
-  } catch (const Error&) {
-    routing_error = std::current_exception();
-  }
-  GraphHandle graph = backend_.end_capture(capture_stream_);  // throws when invalidated
-  if (routing_error) {
-    backend_.destroy_graph(graph);
-    std::rethrow_exception(routing_error);
-  }
+  GraphHandle graph = end_pooled_capture(backend_, allocator_, capture_stream_, capture_pool_);
   if (exec_) {
     if (pending_graph_) backend_.destroy_graph(pending_graph_);
     pending_graph_ = graph;
@@ -78,16 +61,7 @@ void GraphRecording::capture_end() {
 void GraphRecording::abort_capture() noexcept {
   if (!capturing_) return;
   capturing_ = false;
-  try {
-    allocator_.end_allocate_to_pool(capture_pool_);
-  } catch (...) {
-  }
-  try {
-    GraphHandle graph = backend_.end_capture(capture_stream_);
-    backend_.destroy_graph(graph);
-  } catch (...) {
-    // An invalidated capture reports itself here; the stream has left capture mode.
-  }
+  abort_pooled_capture(backend_, allocator_, capture_stream_, capture_pool_);
 }
 
 void GraphRecording::instantiate(const InstantiateOptions& options) {

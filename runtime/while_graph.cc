@@ -2,6 +2,7 @@
 
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "runtime/pooled_capture.h"
 
 namespace grove::runtime {
 namespace {
@@ -71,13 +72,7 @@ void WhileGraph::capture_body_begin(StreamHandle stream, PoolId pool) {
                  "DeviceContext::create_stream()");
   GROVE_CHECK(!capturing_ && !has_body_, "WhileGraph: the body is captured once");
   GROVE_CHECK(!pool.is_default(), "WhileGraph: the body needs a private pool (create_pool())");
-  allocator_.begin_allocate_to_pool(pool);
-  try {
-    backend_.begin_capture(stream, CaptureMode::kThreadLocal);
-  } catch (...) {
-    allocator_.end_allocate_to_pool(pool);
-    throw;
-  }
+  begin_pooled_capture(backend_, allocator_, stream, pool, CaptureMode::kThreadLocal);
   capture_stream_ = stream;
   capture_pool_ = pool;
   capturing_ = true;
@@ -86,8 +81,7 @@ void WhileGraph::capture_body_begin(StreamHandle stream, PoolId pool) {
 void WhileGraph::capture_body_end() {
   GROVE_CHECK(capturing_, "WhileGraph: capture_body_end without capture_body_begin");
   capturing_ = false;
-  allocator_.end_allocate_to_pool(capture_pool_);
-  GraphHandle body = backend_.end_capture(capture_stream_);  // throws when invalidated
+  GraphHandle body = end_pooled_capture(backend_, allocator_, capture_stream_, capture_pool_);
   try {
     body_nodes_ = backend_.graph_node_count(body);
     backend_.add_while_node(graph_, condition_, body);
@@ -102,15 +96,7 @@ void WhileGraph::capture_body_end() {
 void WhileGraph::abort_capture() noexcept {
   if (!capturing_) return;
   capturing_ = false;
-  try {
-    allocator_.end_allocate_to_pool(capture_pool_);
-  } catch (...) {
-  }
-  try {
-    backend_.destroy_graph(backend_.end_capture(capture_stream_));
-  } catch (...) {
-    // An invalidated capture reports itself here; the stream has left capture mode.
-  }
+  abort_pooled_capture(backend_, allocator_, capture_stream_, capture_pool_);
 }
 
 void WhileGraph::instantiate() {
