@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "runtime/cuda/cuda_backend_impl.h"
@@ -14,6 +15,49 @@
 
 namespace grove::runtime::cuda_detail {
 namespace {
+
+// "N nodes (kernel K, memset M, ...), E edges (P programmatic)": what a graph
+// holds, for errors that CUDA gives without saying which node it refused.
+std::string describe_graph_contents(cudaGraph_t graph) {
+  size_t count = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess) return "(nodes unreadable)";
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0 && cudaGraphGetNodes(graph, nodes.data(), &count) != cudaSuccess) {
+    return "(nodes unreadable)";
+  }
+  std::map<int, size_t> by_type;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    if (cudaGraphNodeGetType(node, &type) == cudaSuccess) ++by_type[static_cast<int>(type)];
+  }
+  static const char* const kTypeNames[] = {"kernel", "memcpy", "memset", "host", "graph",
+                                           "empty", "wait event", "event record",
+                                           "semaphore signal", "semaphore wait", "mem alloc",
+                                           "mem free", "batch mem op", "conditional"};
+  std::string text = str_cat(count, " nodes (");
+  bool first = true;
+  for (const auto& [type, n] : by_type) {
+    const char* name = type >= 0 && type < 14 ? kTypeNames[type] : "other";
+    text += str_cat(first ? "" : ", ", name, " ", n);
+    first = false;
+  }
+  size_t edges = 0;
+  if (cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges) == cudaSuccess) {
+    std::vector<cudaGraphNode_t> from(edges), to(edges);
+    std::vector<cudaGraphEdgeData> data(edges);
+    size_t programmatic = 0;
+    if (edges > 0 &&
+        cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges) == cudaSuccess) {
+      for (const cudaGraphEdgeData& edge : data) {
+        if (edge.type != cudaGraphDependencyTypeDefault) ++programmatic;
+      }
+    }
+    text += str_cat("), ", edges, " edges (", programmatic, " not default)");
+  } else {
+    text += ")";
+  }
+  return text;
+}
 
 CudaGraph& graph_of(GraphHandle graph) {
   GROVE_CHECK(graph.impl != nullptr, "cuda: use of a null graph handle");
@@ -355,7 +399,8 @@ void CudaBackend::add_while_node(GraphHandle graph, uint64_t condition, GraphHan
   cudaGraphNode_t child = nullptr;
   GROVE_CUDA_CHECK(cudaGraphAddChildGraphNode(&child, body_graph, nullptr, 0, graph_of(body).graph),
                    "adding the body of a WHILE node on ", where(),
-                   " (a body may hold kernels, copies, memsets and conditionals only)");
+                   " (a body may hold kernels, copies, memsets and conditionals only; this body: ",
+                   describe_graph_contents(graph_of(body).graph), ")");
 }
 
 size_t CudaBackend::graph_node_count(GraphHandle graph) {
