@@ -30,10 +30,10 @@ std::string describe_graph_contents(cudaGraph_t graph) {
     cudaGraphNodeType type{};
     if (cudaGraphNodeGetType(node, &type) == cudaSuccess) ++by_type[static_cast<int>(type)];
   }
-  static const char* const kTypeNames[] = {"kernel", "memcpy", "memset", "host", "graph",
-                                           "empty", "wait event", "event record",
-                                           "semaphore signal", "semaphore wait", "mem alloc",
-                                           "mem free", "batch mem op", "conditional"};
+  static const char* const kTypeNames[] = {
+      "kernel",       "memcpy",       "memset",           "host",           "graph",     "empty",
+      "wait event",   "event record", "semaphore signal", "semaphore wait", "mem alloc", "mem free",
+      "batch mem op", "conditional"};
   std::string text = str_cat(count, " nodes (");
   bool first = true;
   for (const auto& [type, n] : by_type) {
