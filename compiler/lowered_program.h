@@ -61,9 +61,9 @@ struct LoweredSegment {
 // only by the door) runs the lowered program with kCheckedByDoor: only the
 // layout is looked at (a strided input takes Note [Strided inputs]' path,
 // which words its own errors). Direct callers of a lowered program get the
-// full check (Note [Cheap input checks]). Tests: CompiledModel.* in
-// tests/compiler/backends/compile_test.cc (the door's errors),
-// Segments.* in tests/compiler/lowering/segments_test.cc (the program's).
+// full check (Note [Cheap input checks]). Tests: compile_test.cc (the door's
+// errors), BadCallInput.* (the door's errors, and strided inputs through the
+// door on both backends), segments_test.cc (a lowered program's own errors).
 enum class InputCheck {
   kHere,           // shapes, dtypes, devices and layout, errors naming the input
   kCheckedByDoor,  // CompiledModel::operator() checked them; layout only
