@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "capi/api_support.h"
+#include "compiler/backends/backend_stats_json.h"
 #include "compiler/backends/compile.h"
 #include "compiler/model_format/model_json.h"
 #include "distributed/gradient_all_reduce.h"
@@ -512,7 +513,9 @@ grove_status grove_model_mark_step_begin(grove_model* model) {
 grove_status grove_model_stats_json(const grove_model* model, char** text) {
   return run_api("grove_model_stats_json", [&] {
     require(text != nullptr, "the output pointer `text` is null");
-    *text = grove::capi::copy_string(ModelCall(model).model().compiled->backend_stats());
+    *text = grove::capi::copy_string(
+        grove::compiler::backends::stats_json(ModelCall(model).model().compiled->backend_stats())
+            .dump());
   });
 }
 

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/terminal_text.h"
+#include "compiler/backends/backend_stats_json.h"
 #include "runtime/error.h"
 #include "serving/llm/generator.h"
 #include "serving/llm/text_stream.h"
@@ -192,7 +193,14 @@ int generate_command(const std::vector<std::string>& args) {
     std::printf("%s\n", text.released().c_str());
   }
   if (parsed.has("--stats")) {
-    nlohmann::json stats = nlohmann::json::parse(decoder->stats_json());
+    nlohmann::json stats{
+        {"weights_bytes", decoder->state().weight_bytes()},
+        {"cache_bytes", decoder->state().cache_bytes()},
+        {"batch_buckets", decoder->batch_buckets()},
+        {"prompt_buckets", decoder->prompt_buckets()},
+        {"max_seq_len", decoder->state().cache().max_seq_len},
+        {"backend", compiler::backends::stats_json(decoder->backend_stats())},
+        {"backend_memory", compiler::backends::memory_json(decoder->backend_memory())}};
     stats["decode_steps"] = generator.stats().decode_steps;
     stats["prefills"] = generator.stats().prefills;
     std::fprintf(stderr, "%s\n", stats.dump().c_str());

@@ -5,7 +5,6 @@
 // as `grove serve MODEL.json` does (Note [Draining on stop]).
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 
@@ -124,7 +123,6 @@ int serve_llm_command(const std::vector<std::string>& args) {
   auto decoder = serving::llm::Decoder::load(model_dir, options);
   decoder->warm_up();
   const serving::llm::DecoderConfig& config = decoder->config();
-  const nlohmann::json stats = nlohmann::json::parse(decoder->stats_json());
   std::printf(
       "grove serve %s: %s %s on %s, backend %s, decode buckets %s, prompt buckets %s, %lld "
       "positions\n",
@@ -133,12 +131,11 @@ int serve_llm_command(const std::vector<std::string>& args) {
       decoder->backend_name().c_str(), joined(decoder->batch_buckets()).c_str(),
       joined(decoder->prompt_buckets()).c_str(),
       static_cast<long long>(decoder->state().cache().max_seq_len));
-  std::printf("weights %s, KV cache %s", mib(stats.value("weights_bytes", 0.0)).c_str(),
-              mib(stats.value("cache_bytes", 0.0)).c_str());
-  const nlohmann::json& memory = stats["backend_memory"];
-  if (memory.is_object() && memory.contains("pool")) {
-    std::printf(", graph pool %s reserved",
-                mib(memory["pool"].value("reserved_bytes", 0.0)).c_str());
+  std::printf("weights %s, KV cache %s", mib(double(decoder->state().weight_bytes())).c_str(),
+              mib(double(decoder->state().cache_bytes())).c_str());
+  const compiler::backends::BackendMemory memory = decoder->backend_memory();
+  if (memory.device) {
+    std::printf(", graph pool %s reserved", mib(double(memory.pool.reserved_bytes)).c_str());
   }
   std::printf("\n");
   if (tokenizer) {

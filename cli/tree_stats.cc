@@ -5,6 +5,7 @@
 #include "cli/arguments.h"
 #include "cli/common/table.h"
 #include "compiler/backends/backend_registry.h"
+#include "compiler/backends/backend_stats_json.h"
 
 namespace grove::cli {
 namespace {
@@ -35,9 +36,8 @@ void require_backend(const std::string& name) {
   throw UsageError(str_cat("--backend: unknown backend '", name, "'; known backends: ", known));
 }
 
-nlohmann::json tree_in(const std::string& backend_stats) {
-  nlohmann::json stats = nlohmann::json::parse(backend_stats);
-  return stats.contains("tree") ? stats["tree"] : nlohmann::json();
+nlohmann::json tree_in(const compiler::backends::BackendStats& backend_stats) {
+  return backend_stats.tree ? compiler::backends::tree_json(*backend_stats.tree) : nlohmann::json();
 }
 
 TreeActivity tree_activity(const nlohmann::json& before, const nlohmann::json& after) {

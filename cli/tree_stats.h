@@ -1,6 +1,7 @@
 // What the "cudagraphs" backend's tree did, as the `grove` command reports it.
 // The tree is read through the door (CompiledModel::backend_stats(),
-// Trainer::backend_stats()), whose JSON holds it under "tree".
+// Trainer::backend_stats()) as values and becomes JSON here, where the CLI
+// writes it out.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/backends/backend_stats.h"
 #include "runtime/device.h"
 
 namespace grove::cli {
@@ -20,8 +22,8 @@ bool backend_registered(const std::string& name);
 // Throws UsageError when `name` is not registered, listing the known backends.
 void require_backend(const std::string& name);
 
-// The tree's stats inside a backend's stats JSON text; null when it has none.
-nlohmann::json tree_in(const std::string& backend_stats);
+// The JSON of the tree in a backend's stats; null when it has none.
+nlohmann::json tree_in(const compiler::backends::BackendStats& backend_stats);
 
 // The counters that changed between two stats() snapshots, per call.
 struct TreeActivity {

@@ -51,6 +51,24 @@ struct LoweredSegment {
   std::vector<std::string> output_names;
 };
 
+// Who checks the inputs of a call of a lowered program.
+//
+// Note [One input check per call]
+// A call through the door is checked once, at the door: CompiledModel::
+// operator() checks the inputs it is given (count, device, dtype, shape, with
+// errors naming the input) and holds its params and buffers, right by
+// construction, so the backend's callable (ExecutionBackend::prepare, called
+// only by the door) runs the lowered program with kCheckedByDoor: only the
+// layout is looked at (a strided input takes Note [Strided inputs]' path,
+// which words its own errors). Direct callers of a lowered program get the
+// full check (Note [Cheap input checks]). Tests: compile_test.cc (the door's
+// errors), BadCallInput.* (the door's errors, and strided inputs through the
+// door on both backends), segments_test.cc (a lowered program's own errors).
+enum class InputCheck {
+  kHere,           // shapes, dtypes, devices and layout, errors naming the input
+  kCheckedByDoor,  // CompiledModel::operator() checked them; layout only
+};
+
 class LoweredProgram {
  public:
   struct State;
@@ -63,7 +81,10 @@ class LoweredProgram {
   const std::vector<LoweredSegment>& segments() const;
   // Runs the program calling `segment_calls[i]` for segment i (same signature
   // as segments()[i].function.call). Inputs are checked as in function().
-  TensorList run_with(const std::vector<Callable>& segment_calls, const TensorList& inputs) const;
+  TensorList run_with(const std::vector<Callable>& segment_calls, const TensorList& inputs,
+                      InputCheck check = InputCheck::kHere) const;
+  // function().call(inputs), the inputs checked as `check` says.
+  TensorList run(const TensorList& inputs, InputCheck check) const;
 
   KernelReport kernel_report() const;
   // Kernel code generation time spent lowering this program (0 when every

@@ -1,50 +1,13 @@
 // Counters a tree manager keeps (plain integers, bumped on every path,
-// including the replay fast path) and their JSON form.
+// including the replay fast path). The value types live in the runtime
+// (runtime/graph_tree_stats.h) so the door can hand them up; their JSON form
+// is made at the edges (compiler/backends/backend_stats_json.h).
 #pragma once
 
-#include <cstdint>
-#include <map>
-#include <nlohmann/json_fwd.hpp>
-#include <string>
-
-#include "runtime/caching_allocator.h"
+#include "runtime/graph_tree_stats.h"
 
 namespace grove::cudagraph_trees {
 
-struct TreeCounters {
-  uint64_t warmups = 0;
-  uint64_t recordings = 0;
-  uint64_t replays = 0;
-  uint64_t eager_calls = 0;          // eager fallbacks, per call
-  uint64_t checkpoint_restores = 0;  // allocator restores before warm-up/recording after a replay
-  uint64_t rerecords = 0;            // recordings made because no existing node matched
-  uint64_t outputs_poisoned = 0;     // storages invalidated at generation ends
-  uint64_t state_tensors_moved = 0;  // kept by warm-ups, moved out of the pool
-  uint64_t outputs_overwritten = 0;  // kept replay outputs a later replay overwrote
-  uint64_t outputs_cloned = 0;       // kept replay outputs cloned before a later replay
-  uint64_t demoted_inputs = 0;       // managed inputs turned into copied inputs
-  uint64_t pending_backward_blocks = 0;
-  uint64_t capture_failures = 0;
-  uint64_t input_copies = 0;           // copied inputs copied into their placeholder (per replay)
-  uint64_t input_copies_in_graph = 0;  // those of them copied by the graph's head kernels
-  uint64_t copy_source_patches = 0;    // head copy kernels re-pointed at a moved input
-  uint64_t input_patches = 0;          // zero-copy inputs bound by patching kernel nodes
-  uint64_t zero_copy_refusals = 0;     // replays where a zero-copy input had to be copied
-  uint64_t input_copy_backs = 0;       // mutated copied inputs copied back to the caller
-  uint64_t zero_copy_inputs = 0;       // copied inputs recorded as zero-copy eligible
-  uint64_t graph_copy_inputs = 0;      // copied inputs recorded with a head copy kernel
-  uint64_t copy_back_inputs = 0;       // copied inputs recorded with copy-back
-  uint64_t staged_input_copies = 0;    // replays whose inputs came from placeholders (staged)
-  // The mutation classifier's other cases, counted per recording: inputs the
-  // graph writes in place because their address is fixed (types (b) and (c)).
-  uint64_t static_input_writes = 0;
-  uint64_t managed_input_writes = 0;
-  std::map<std::string, uint64_t> rerecord_reasons;    // by invariant failure
-  std::map<std::string, uint64_t> fallback_calls;      // by fallback category
-  std::map<std::string, uint64_t> fallback_decisions;  // (parent, function) pairs decided eager
-};
-
-nlohmann::json counters_json(const TreeCounters& counters);
-nlohmann::json pool_json(const runtime::PoolStats& stats);
+using runtime::TreeCounters;
 
 }  // namespace grove::cudagraph_trees

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -134,11 +133,11 @@ class TreeManager {
 
   void set_mutation_classifier(std::unique_ptr<MutationClassifier> classifier);
 
-  // JSON: functions, nodes, counters (recordings, replays, warm-ups, re-records
-  // and fallbacks by reason, checkpoint restores, ...), the pool's bytes and
-  // "bookkeeping": what the nodes hold on the host (child slots, checkpoint
+  // Functions, nodes, counters (recordings, replays, warm-ups, re-records and
+  // fallbacks by reason, checkpoint restores, ...), the pool's bytes and the
+  // bookkeeping: what the nodes hold on the host (child slots, checkpoint
   // blocks, path lists, an estimate in bytes).
-  nlohmann::json stats() const;
+  runtime::GraphTreeStats stats() const;
   const TreeCounters& counters() const { return counters_; }
   std::string dot() const;
 
@@ -246,7 +245,7 @@ class TreeManager {
   void move_kept_state_out_of_pool(const RegisteredFunction& function);
   // Addresses of pool blocks owned by live outputs the tree tracks.
   std::unordered_set<const void*> owned_pool_addresses() const;
-  nlohmann::json bookkeeping_json() const;
+  runtime::TreeBookkeeping bookkeeping() const;
   // Note [Inputs in reclaimed pool memory].
   void check_pool_inputs_are_owned(const RegisteredFunction& function,
                                    const TensorList& inputs) const;

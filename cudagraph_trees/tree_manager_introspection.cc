@@ -42,65 +42,59 @@ size_t TreeManager::node_count() const {
   return count;
 }
 
-nlohmann::json TreeManager::stats() const {
-  nlohmann::json json = counters_json(counters_);
-  json["device"] = device_.str();
-  json["state"] = path_state_name(state_);
-  json["generation"] = generations_.current();
-  json["shut_down"] = shut_down_;
-  json["nodes"] = node_count();
-  json["roots"] = roots_.size();
-  json["current_node"] = current_ != nullptr ? nlohmann::json(current_->id()) : nlohmann::json();
-  nlohmann::json functions = nlohmann::json::array();
+runtime::GraphTreeStats TreeManager::stats() const {
+  runtime::GraphTreeStats stats;
+  stats.counters = counters_;
+  stats.device = device_.str();
+  stats.state = path_state_name(state_);
+  stats.generation = generations_.current();
+  stats.shut_down = shut_down_;
+  stats.nodes = node_count();
+  stats.roots = roots_.size();
+  if (current_ != nullptr) stats.current_node = current_->id();
   for (const RegisteredFunction& function : registry_.all()) {
-    nlohmann::json entry{{"id", function.id.value},
-                         {"name", function.spec.name},
-                         {"mode", compilation_mode_name(function.spec.mode)},
-                         {"roots", roots(function.id).size()},
-                         {"warmed_signatures", function.warmed_signatures.size()}};
-    if (function.eager) entry["eager_reason"] = function.eager->message;
-    functions.push_back(std::move(entry));
+    stats.functions.push_back(
+        {.id = static_cast<int64_t>(function.id.value),
+         .name = function.spec.name,
+         .mode = compilation_mode_name(function.spec.mode),
+         .roots = roots(function.id).size(),
+         .warmed_signatures = function.warmed_signatures.size(),
+         .eager_reason =
+             function.eager ? std::optional<std::string>(function.eager->message) : std::nullopt});
   }
-  json["functions"] = std::move(functions);
-  json["bookkeeping"] = bookkeeping_json();
+  stats.bookkeeping = bookkeeping();
   if (shut_down_) {
-    json["pool"] = pool_json(runtime::PoolStats{});
-    json["pool"]["live_blocks_at_shutdown"] = live_blocks_at_shutdown_;
+    stats.live_blocks_at_shutdown = live_blocks_at_shutdown_;
   } else {
-    json["pool"] = pool_json(allocator_.stats(pool_));
+    stats.pool = allocator_.stats(pool_);
   }
-  return json;
+  return stats;
 }
 
 // What the tree's nodes hold on the host besides their graphs, as counts and
 // an estimate in bytes: each must grow linearly with the nodes (Note [Child
 // slots by function]).
-nlohmann::json TreeManager::bookkeeping_json() const {
-  size_t child_slots = root_slots_.size();
-  size_t checkpoint_segments = 0;
-  size_t checkpoint_blocks = 0;
-  size_t path_lists = 0;
+runtime::TreeBookkeeping TreeManager::bookkeeping() const {
+  runtime::TreeBookkeeping bookkeeping;
   size_t nodes = 0;
+  bookkeeping.child_slots = root_slots_.size();
   for_each_node(roots_, [&](TreeNode& node) {
     ++nodes;
-    child_slots += node.slot_count();
-    checkpoint_segments += node.checkpoint().segments.size();
+    bookkeeping.child_slots += node.slot_count();
+    bookkeeping.checkpoint_segments += node.checkpoint().segments.size();
     for (const runtime::SegmentState& segment : node.checkpoint().segments) {
-      checkpoint_blocks += segment.blocks.size();
+      bookkeeping.checkpoint_blocks += segment.blocks.size();
     }
-    path_lists += node.live_after().size() + node.expected_dead_before().size() +
-                  node.expected_dead_after().size();
+    bookkeeping.path_list_entries += node.live_after().size() + node.expected_dead_before().size() +
+                                     node.expected_dead_after().size();
   });
-  for (const auto& node : warmup_path_) child_slots += node->slot_count();
-  const size_t bytes = nodes * sizeof(TreeNode) + child_slots * sizeof(ChildSlot) +
-                       checkpoint_segments * sizeof(runtime::SegmentState) +
-                       checkpoint_blocks * sizeof(runtime::BlockState) +
-                       path_lists * sizeof(const TrackedStorage*);
-  return {{"child_slots", child_slots},
-          {"checkpoint_segments", checkpoint_segments},
-          {"checkpoint_blocks", checkpoint_blocks},
-          {"path_list_entries", path_lists},
-          {"estimated_host_bytes", bytes}};
+  for (const auto& node : warmup_path_) bookkeeping.child_slots += node->slot_count();
+  bookkeeping.estimated_host_bytes =
+      nodes * sizeof(TreeNode) + bookkeeping.child_slots * sizeof(ChildSlot) +
+      bookkeeping.checkpoint_segments * sizeof(runtime::SegmentState) +
+      bookkeeping.checkpoint_blocks * sizeof(runtime::BlockState) +
+      bookkeeping.path_list_entries * sizeof(const TrackedStorage*);
+  return bookkeeping;
 }
 
 std::string TreeManager::dot() const {

@@ -80,7 +80,7 @@ class DataParallelTrainer {
   const training::Trainer& trainer() const { return trainer_; }
 
   // The door to the execution backend (Trainer's of the same names).
-  std::string backend_stats() const { return trainer_.backend_stats(); }
+  compiler::backends::BackendStats backend_stats() const { return trainer_.backend_stats(); }
   std::string backend_dot() const { return trainer_.backend_dot(); }
   void mark_step_begin() const { trainer_.mark_step_begin(); }
   void reset_backend() const { trainer_.reset_backend(); }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "compiler/backends/backend_stats_json.h"
 #include "runtime/device_context.h"
 #include "runtime/logging.h"
 
@@ -61,7 +62,7 @@ void DeviceWorker::thread_main(std::promise<void>& ready) {
   serve();
   // Graph outputs, staging tensors and recordings belong to this thread's
   // tree manager and stream: release them here, before the thread ends.
-  tree_at_exit_ = tree_counters();
+  tree_at_exit_ = tree_stats();
   release_buckets();
   release_staging();
 }
@@ -118,7 +119,7 @@ void DeviceWorker::prepare() {
   }
   warmup_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
-  tree_after_warmup_ = tree_counters();
+  tree_after_warmup_ = tree_stats();
   refresh_snapshot();
 }
 
@@ -272,22 +273,28 @@ void DeviceWorker::release_staging() {
   }
 }
 
-nlohmann::json DeviceWorker::tree_counters() const {
-  if (!uses_graphs(config_) || buckets_.empty() || !buckets_.front().model) {
-    return nlohmann::json();
-  }
+std::optional<runtime::GraphTreeStats> DeviceWorker::tree_stats() const {
+  if (!uses_graphs(config_) || buckets_.empty() || !buckets_.front().model) return std::nullopt;
   // Every bucket's model runs in the same tree (this thread's, of device_).
-  nlohmann::json stats = nlohmann::json::parse(buckets_.front().model->backend_stats());
-  return stats.contains("tree") ? stats["tree"] : nlohmann::json();
+  return buckets_.front().model->backend_stats().tree;
 }
+
+namespace {
+
+nlohmann::json tree_or_null(const std::optional<runtime::GraphTreeStats>& tree) {
+  return tree ? compiler::backends::tree_json(*tree) : nlohmann::json();
+}
+
+}  // namespace
 
 void DeviceWorker::refresh_snapshot() {
   nlohmann::json snapshot{{"device", device_.str()}, {"backend", config_.backend}};
   try {
-    snapshot["tree"] = tree_counters();
-    snapshot["memory"] = buckets_.empty() || !buckets_.front().model
-                             ? nlohmann::json::object()
-                             : nlohmann::json::parse(buckets_.front().model->backend_memory());
+    snapshot["tree"] = tree_or_null(tree_stats());
+    snapshot["memory"] =
+        buckets_.empty() || !buckets_.front().model
+            ? nlohmann::json::object()
+            : compiler::backends::memory_json(buckets_.front().model->backend_memory());
   } catch (const std::exception& error) {
     // Reporting must never fail a batch; the snapshot says what went wrong.
     snapshot["error"] = error.what();
@@ -307,8 +314,8 @@ nlohmann::json DeviceWorker::report() const {
                         {"backend", config_.backend},
                         {"buckets", config_.buckets},
                         {"warmup_ms", warmup_ms_},
-                        {"tree_after_warmup", tree_after_warmup_},
-                        {"tree_at_exit", tree_at_exit_}};
+                        {"tree_after_warmup", tree_or_null(tree_after_warmup_)},
+                        {"tree_at_exit", tree_or_null(tree_at_exit_)}};
 }
 
 }  // namespace grove::serving

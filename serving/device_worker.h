@@ -126,7 +126,8 @@ class DeviceWorker {
   void read_back(InFlight& batch);
   // Counts the batch and sets every request's future (its rows or the error).
   void answer(InFlight& batch);
-  nlohmann::json tree_counters() const;
+  // The tree of this thread that every bucket runs in ("cudagraphs" only).
+  std::optional<runtime::GraphTreeStats> tree_stats() const;
   // Re-reads backend_snapshot() on the worker thread.
   void refresh_snapshot();
   // Drops every bucket's recordings (through its model's backend) and the models.
@@ -149,8 +150,8 @@ class DeviceWorker {
   size_t next_staging_ = 0;
   std::thread thread_;
   double warmup_ms_ = 0;
-  nlohmann::json tree_after_warmup_;
-  nlohmann::json tree_at_exit_;
+  std::optional<runtime::GraphTreeStats> tree_after_warmup_;
+  std::optional<runtime::GraphTreeStats> tree_at_exit_;
   mutable std::mutex snapshot_mutex_;
   nlohmann::json snapshot_;
   Clock::time_point snapshot_at_;

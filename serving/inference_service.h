@@ -27,6 +27,13 @@ class InferenceService {
   // front end needs no thread per waiting request
   // (Note [Answers without a waiting thread]).
   virtual std::future<Response> submit_then(Request request, std::function<void()> on_ready) = 0;
+  // submit_then() of a request a protocol front already checked against
+  // signature() (Note [Requests checked once]): Server and ReplanningServer
+  // check it no more. By default it is submitted as a Request (checked again).
+  virtual std::future<Response> submit_then(CheckedRequest request,
+                                            std::function<void()> on_ready) {
+    return submit_then(std::move(request).release(), std::move(on_ready));
+  }
   virtual const ModelSignature& signature() const = 0;
   virtual int64_t max_batch() const = 0;
   // Counters since the service started (monotonic, as Prometheus wants them).

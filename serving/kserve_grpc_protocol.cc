@@ -102,7 +102,8 @@ InferRequest parse_grpc_infer_request(const inference::ModelInferRequest& reques
   GROVE_CHECK_AS(ProtocolError, !raw || request.raw_input_contents_size() == request.inputs_size(),
                  "raw_input_contents: ", request.raw_input_contents_size(), " entries for ",
                  request.inputs_size(), " inputs; give one per input, in the order of inputs");
-  result.request.inputs.resize(signature.inputs.size());
+  Request given;
+  given.inputs.resize(signature.inputs.size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     const inference::ModelInferRequest::InferInputTensor& tensor = request.inputs(i);
     const std::string field = str_cat("inputs[", i, "]");
@@ -113,7 +114,7 @@ InferRequest parse_grpc_infer_request(const inference::ModelInferRequest& reques
     const runtime::Shape shape(tensor.shape().begin(), tensor.shape().end());
     checks.shape(where, k, shape);
     if (!raw) {
-      result.request.inputs[k] = rows_from_contents(where, tensor.contents(), shape, spec.dtype);
+      given.inputs[k] = rows_from_contents(where, tensor.contents(), shape, spec.dtype);
       continue;
     }
     GROVE_CHECK_AS(ProtocolError, !tensor.has_contents(), where,
@@ -125,9 +126,10 @@ InferRequest parse_grpc_infer_request(const inference::ModelInferRequest& reques
     GROVE_CHECK_AS(ProtocolError, bytes.size() == expected, "raw_input_contents[", i, "] (", where,
                    "): ", bytes.size(), " bytes, but shape ", runtime::shape_str(shape), " of ",
                    kserve_datatype(spec.dtype), " holds ", expected);
-    result.request.inputs[k] = rows_from_bytes(
-        shape, spec.dtype, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    given.inputs[k] = rows_from_bytes(shape, spec.dtype,
+                                      reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }
+  result.request = checks.checked(std::move(given));
   if (request.outputs_size() == 0) {
     for (size_t o = 0; o < signature.outputs.size(); ++o) result.outputs.push_back(o);
   }

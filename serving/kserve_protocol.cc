@@ -260,6 +260,21 @@ void InputChecks::datatype(const std::string& where, size_t input,
                  kserve_datatype(dtype), ", found ", datatype);
 }
 
+CheckedRequest InputChecks::checked(Request request) const {
+  // Every check ran as the request was read; what remains are the reader's
+  // own invariants (an error here is grove's, not the client's).
+  GROVE_CHECK(rows_ >= 1 && request.inputs.size() == signature_.inputs.size(),
+              "InputChecks::checked: a request of ", request.inputs.size(), " inputs and ", rows_,
+              " rows was not read through every check");
+  for (size_t k = 0; k < request.inputs.size(); ++k) {
+    GROVE_CHECK(request.inputs[k].bytes.size() ==
+                    static_cast<size_t>(rows_) * signature_.inputs[k].row_bytes,
+                "InputChecks::checked: input '", signature_.inputs[k].name, "' holds ",
+                request.inputs[k].bytes.size(), " bytes for ", rows_, " rows");
+  }
+  return CheckedRequest(std::move(request), rows_);
+}
+
 void InputChecks::shape(const std::string& where, size_t input, const runtime::Shape& shape) {
   const std::string given = brief(json(std::vector<int64_t>(shape.begin(), shape.end())));
   for (int64_t size : shape) {
@@ -339,7 +354,8 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
                  "inputs: missing, or not an array of tensors");
   InputChecks checks(signature, max_batch);
   checks.count(inputs->size());
-  result.request.inputs.resize(signature.inputs.size());
+  Request request;
+  request.inputs.resize(signature.inputs.size());
   for (size_t i = 0; i < inputs->size(); ++i) {
     const json& tensor = (*inputs)[i];
     const std::string field = str_cat("inputs[", i, "]");
@@ -386,7 +402,7 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
       GROVE_CHECK_AS(ProtocolError, expected <= body.size() - binary_at, where,
                      ".parameters.binary_data_size: ", expected, " bytes, but only ",
                      body.size() - binary_at, " binary bytes are left in the body");
-      result.request.inputs[k] = rows_from_bytes(
+      request.inputs[k] = rows_from_bytes(
           shape, spec.dtype, reinterpret_cast<const uint8_t*>(body.data()) + binary_at, expected);
       binary_at += expected;
       continue;
@@ -404,7 +420,7 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(values->count) == count, where,
                    ".data: ", values->count, " values for shape ", shape_text(shape),
                    ", which holds ", count);
-    HostRows& host = result.request.inputs[k];
+    HostRows& host = request.inputs[k];
     host.shape = shape;
     host.dtype = spec.dtype;
     if (values->as_rows) {  // Note [Request memory bounded by the model]: the rows as read
@@ -417,6 +433,8 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
     host.bytes.resize(static_cast<size_t>(count) * element_size);
     store_values(*values, spec.dtype, host.bytes.data(), where);
   }
+
+  result.request = checks.checked(std::move(request));
 
   GROVE_CHECK_AS(ProtocolError, binary_at == body.size(), body.size() - binary_at,
                  " bytes after the JSON belong to no input's parameters.binary_data_size");

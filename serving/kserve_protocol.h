@@ -51,7 +51,7 @@ const char* kserve_datatype(runtime::DType dtype);
 
 struct InferRequest {
   std::string id;               // echoed in the response ("" when absent)
-  Request request;              // one HostRows per model input, call order
+  CheckedRequest request;       // one HostRows per model input, call order
   std::vector<size_t> outputs;  // signature output indices to return, in order
   std::vector<bool> binary;     // per entry of `outputs`: answer it as raw bytes
 };
@@ -77,6 +77,9 @@ class InputChecks {
   // Sizes in [0, 2^30], the row shape the model takes, rows in [1, max_batch]
   // and the same rows as every earlier input.
   void shape(const std::string& where, size_t input, const runtime::Shape& shape);
+  // The request read through these checks, every input given (Note [Requests
+  // checked once]): the server checks it no more.
+  CheckedRequest checked(Request request) const;
 
  private:
   const ModelSignature& signature_;

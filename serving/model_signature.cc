@@ -61,7 +61,7 @@ void ModelSignature::check_matches(const ModelSignature& other, const std::strin
   check_same_specs(outputs, other.outputs, "output", what);
 }
 
-int64_t ModelSignature::check_request(const Request& request, int64_t max_batch) const {
+CheckedRequest ModelSignature::check_request(Request request, int64_t max_batch) const {
   GROVE_CHECK_AS(
       ShapeError, request.inputs.size() == inputs.size(), "request has ", request.inputs.size(),
       " inputs; the model takes ", inputs.size(), " (",
@@ -90,7 +90,7 @@ int64_t ModelSignature::check_request(const Request& request, int64_t max_batch)
                    "request input '", spec.name, "' (", given.str(), ") holds ", given.bytes.size(),
                    " bytes; its shape needs ", static_cast<size_t>(rows) * spec.row_bytes);
   }
-  return rows;
+  return CheckedRequest(std::move(request), rows);
 }
 
 }  // namespace grove::serving

@@ -1,7 +1,7 @@
 // ModelSignature is what one row of a served model looks like: per `input`
 // and per output, its name, the shape of one row and its dtype. The server
 // derives it from each bucket's Program (which must agree) and checks every
-// request against it at submit().
+// request against it once (Note [Requests checked once]).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,39 @@
 #include "serving/request.h"
 
 namespace grove::serving {
+
+class InputChecks;  // serving/kserve_protocol.h
+struct ModelSignature;
+
+// Note [Requests checked once]
+// A request's input count, dtypes, row shapes, row counts and byte sizes are
+// checked once, where it enters the server: by the protocol front that read
+// it (InputChecks, while it reads the request's encoding, then
+// InputChecks::checked) or, for a Request built in C++, by Server::submit
+// (ModelSignature::check_request). Both hand back a CheckedRequest, which only
+// they can build, and the server queues only those: Server::submit_then of a
+// CheckedRequest and the worker rely on it and check nothing again. Tests:
+// ServerTest.ACheckedRequestIsServedAndAnUncheckedOneRefused,
+// ServerTest.ABadRequestFailsAloneAtSubmitWhileOthersAreServed (C++ requests),
+// KserveProtocol.AParsedRequestIsCheckedWithItsRows and the fronts' refusals
+// (KserveProtocol.*, KserveGrpcProtocol.*, KserveRoutes.*).
+class CheckedRequest {
+ public:
+  // Holds no rows; Server refuses it (only a check gives a request rows).
+  CheckedRequest() = default;
+  const std::vector<HostRows>& inputs() const { return request_.inputs; }
+  int64_t rows() const { return rows_; }
+  // The request, for the queue (this is left empty).
+  Request release() && { return std::move(request_); }
+
+ private:
+  friend class InputChecks;
+  friend struct ModelSignature;
+  CheckedRequest(Request request, int64_t rows) : request_(std::move(request)), rows_(rows) {}
+
+  Request request_;
+  int64_t rows_ = 0;
+};
 
 struct RowSpec {
   std::string name;
@@ -30,10 +63,11 @@ struct ModelSignature {
   // Throws ConfigError naming the first difference (programs of two buckets
   // must differ only in the batch).
   void check_matches(const ModelSignature& other, const std::string& what) const;
-  // The request's row count. Throws ShapeError or DTypeError naming the input
-  // when the request does not fit (count, dtype, row shape, byte size,
-  // rows outside [1, max_batch], inputs with different row counts).
-  int64_t check_request(const Request& request, int64_t max_batch) const;
+  // The request, checked (Note [Requests checked once]). Throws ShapeError or
+  // DTypeError naming the input when the request does not fit (count, dtype,
+  // row shape, byte size, rows outside [1, max_batch], inputs with different
+  // row counts).
+  CheckedRequest check_request(Request request, int64_t max_batch) const;
 };
 
 }  // namespace grove::serving

@@ -62,6 +62,13 @@ std::future<Response> ReplanningServer::submit(Request request) {
   return submit_then(std::move(request), nullptr);
 }
 
+std::future<Response> ReplanningServer::submit_then(CheckedRequest request,
+                                                    std::function<void()> on_ready) {
+  // Note [Switching servers]; every Server of this service has one signature.
+  std::shared_lock<std::shared_mutex> lock(switch_mutex_);
+  return server_->submit_then(std::move(request), std::move(on_ready));
+}
+
 std::future<Response> ReplanningServer::submit_then(Request request,
                                                     std::function<void()> on_ready) {
   // Note [Switching servers]: queued while the lock is held.

@@ -67,6 +67,8 @@ class ReplanningServer : public InferenceService {
 
   std::future<Response> submit(Request request) override;
   std::future<Response> submit_then(Request request, std::function<void()> on_ready) override;
+  std::future<Response> submit_then(CheckedRequest request,
+                                    std::function<void()> on_ready) override;
   const ModelSignature& signature() const override { return signature_; }
   int64_t max_batch() const override { return config_.max_batch; }
   ServerStats stats() const override;

@@ -1,5 +1,7 @@
 #include "serving/server.h"
 
+#include <optional>
+
 #include "runtime/logging.h"
 
 namespace grove::serving {
@@ -70,15 +72,25 @@ std::future<Response> Server::submit(Request request) {
 }
 
 std::future<Response> Server::submit_then(Request request, std::function<void()> on_ready) {
-  PendingRequest pending;
-  pending.on_ready = std::move(on_ready);
+  std::optional<CheckedRequest> checked;
   try {
-    pending.rows = signature_.check_request(request, config_.max_batch);
+    checked = signature_.check_request(std::move(request), config_.max_batch);
   } catch (const Error&) {
     stats_.invalid();
     throw;
   }
-  pending.request = std::move(request);
+  return submit_then(std::move(*checked), std::move(on_ready));
+}
+
+std::future<Response> Server::submit_then(CheckedRequest request, std::function<void()> on_ready) {
+  // Note [Requests checked once]: only a check gives a request rows.
+  GROVE_CHECK(request.rows() >= 1,
+              "Server: a CheckedRequest without rows was submitted; "
+              "build one with ModelSignature::check_request");
+  PendingRequest pending;
+  pending.on_ready = std::move(on_ready);
+  pending.rows = request.rows();
+  pending.request = std::move(request).release();
   pending.id = next_id_++;
   std::future<Response> future = pending.promise.get_future();
   // Counted before the push: a worker may answer the request before push() returns.

@@ -55,6 +55,8 @@ class Server : public InferenceService {
   // requests are waiting (back-pressure), ServerClosedError after shutdown().
   std::future<Response> submit(Request request) override;
   std::future<Response> submit_then(Request request, std::function<void()> on_ready) override;
+  std::future<Response> submit_then(CheckedRequest request,
+                                    std::function<void()> on_ready) override;
 
   // Stops taking requests and waits for the workers. kDrain runs every queued
   // request (batches are not held back for max_wait); kCancel sets every

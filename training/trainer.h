@@ -130,9 +130,9 @@ class Trainer {
   // The door to the execution backend the three stages share (CompiledModel's
   // of the same names): its stats and Graphviz picture, the memory it holds,
   // the start of a step, dropping its recordings, the graphs of the last path.
-  std::string backend_stats() const { return forward_->backend_stats(); }
+  compiler::backends::BackendStats backend_stats() const { return forward_->backend_stats(); }
   std::string backend_dot() const { return forward_->backend_dot(); }
-  std::string backend_memory() const { return forward_->backend_memory(); }
+  compiler::backends::BackendMemory backend_memory() const { return forward_->backend_memory(); }
   void mark_step_begin() const { forward_->mark_step_begin(); }
   void reset_backend() const { forward_->reset_backend(); }
   std::vector<runtime::GraphRecording*> backend_graphs() const {

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "compiler/backends/backend_registry.h"
+#include "compiler/backends/backend_stats_json.h"
 #include "runtime/device_context.h"
 
 namespace grove::benchmarks {
@@ -27,9 +28,8 @@ bool backend_registered(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-nlohmann::json tree_counters(const std::string& backend_stats) {
-  nlohmann::json stats = nlohmann::json::parse(backend_stats);
-  return stats.contains("tree") ? stats["tree"] : nlohmann::json();
+nlohmann::json tree_counters(const compiler::backends::BackendStats& backend_stats) {
+  return backend_stats.tree ? compiler::backends::tree_json(*backend_stats.tree) : nlohmann::json();
 }
 
 GraphActivity graph_activity(const nlohmann::json& before, const nlohmann::json& after) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "benchmarks/common/flags.h"
+#include "compiler/backends/backend_stats.h"
 #include "compiler/ir/program.h"
 #include "compiler/lowered_function.h"
 #include "runtime/device.h"
@@ -34,8 +35,8 @@ inline constexpr const char* kGraphBackend = "cudagraphs";
 bool backend_registered(const std::string& name);
 
 // The graph tree's counters in a backend's stats (CompiledModel::backend_stats(),
-// Trainer::backend_stats()); empty when the backend keeps no tree.
-nlohmann::json tree_counters(const std::string& backend_stats);
+// Trainer::backend_stats()) as JSON; null when the backend keeps no tree.
+nlohmann::json tree_counters(const compiler::backends::BackendStats& backend_stats);
 
 // What the tree did between two stats() snapshots.
 struct GraphActivity {

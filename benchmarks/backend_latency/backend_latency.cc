@@ -45,6 +45,7 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "benchmarks/common/timed_run_options.h"
+#include "compiler/backends/backend_stats_json.h"
 #include "compiler/backends/compile.h"
 #include "compiler/model_format/model_json.h"
 #include "runtime/device_context.h"
@@ -327,8 +328,8 @@ CaseResult run_case(const Case& config, const Options& options) {
       row.timed_calls = graph_activity(stats_before_timing, stats_after);
       row.graph_nodes = graph_nodes;
       // Its "programs" say which segments were captured and why others were not.
-      row.backend_programs = nlohmann::json::parse(contender.model->backend_stats())
-                                 .value("programs", nlohmann::json());
+      row.backend_programs =
+          compiler::backends::stats_json(contender.model->backend_stats())["programs"];
     }
     result.rows.push_back(row);
   }

@@ -203,10 +203,9 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     row.buckets = trainer.buckets().outputs.size();
     row.overlapped = trainer.overlaps_communication();
     if (backend != "eager") {
-      nlohmann::json stats = nlohmann::json::parse(trainer.backend_stats())["tree"];
-      row.captured = stats["eager_calls"].get<int64_t>() == 0 &&
-                     stats["capture_failures"].get<int64_t>() == 0 &&
-                     stats["replays"].get<int64_t>() > 0;
+      const compiler::backends::BackendStats stats = trainer.backend_stats();
+      row.captured = stats.tree && stats.tree->counters.eager_calls == 0 &&
+                     stats.tree->counters.capture_failures == 0 && stats.tree->counters.replays > 0;
     }
   }
   trainer.reset_backend();  // this thread's graphs go before its communicator

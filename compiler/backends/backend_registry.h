@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/backends/backend_stats.h"
 #include "compiler/backends/stage.h"
 #include "compiler/lowered_function.h"
 #include "compiler/lowered_program.h"
@@ -38,16 +39,18 @@ class ExecutionBackend {
   virtual std::string name() const = 0;
   // A callable taking every program input (Program::inputs() order) and
   // returning the outputs. It may keep state (graphs, pools); it is called
-  // from the thread that compiled it or any other, one call at a time.
+  // from the thread that compiled it or any other, one call at a time, and
+  // only by CompiledModel, with arguments it checked (Note [One input check
+  // per call], compiler/lowered_program.h).
   virtual Callable prepare(const lowering::LoweredProgram& lowered,
                            const CompileOptions& options) = 0;
-  // What the backend knows about the programs it prepared, as JSON text
-  // ("{}" when it keeps nothing), and a Graphviz picture ("" when none).
-  virtual std::string stats_json() const { return "{}"; }
+  // What the backend knows about the programs it prepared (empty when it
+  // keeps nothing), and a Graphviz picture ("" when none).
+  virtual BackendStats stats() const { return {}; }
   virtual std::string dot() const { return ""; }
   // The device memory the backend holds for its programs beyond their
-  // tensors (a graph backend's private pool), as JSON text; "{}" when none.
-  virtual std::string memory_json() const { return "{}"; }
+  // tensors (a graph backend's private pool); no device when none.
+  virtual BackendMemory memory() const { return {}; }
   // Starts a new step on the calling thread: outputs of earlier calls may be
   // overwritten by the next call (PyTorch's cudagraph_mark_step_begin). A
   // no-op for backends that keep no outputs between calls.

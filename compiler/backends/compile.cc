@@ -225,6 +225,7 @@ TensorList CompiledModel::operator()(const TensorList& inputs) const {
         persistent_[generator_seed_position_], persistent_[generator_offset_position_],
         runtime::default_generator(device()).reserve(static_cast<uint64_t>(generator_draws_)));
   }
+  // Note [One input check per call]: the backend runs `all` without checking again.
   return call_(all);
 }
 

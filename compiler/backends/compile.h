@@ -51,12 +51,13 @@ class CompiledModel {
   // The door to the execution backend: callers (cli, serving, benchmarks,
   // the C API) reach what the backend keeps only through these, never
   // through the tree manager itself (docs/ARCHITECTURE.md, "One door").
-  // The backend's stats (JSON text) and Graphviz picture, e.g. the graph tree
-  // of "cudagraphs"; "{}" / "" for backends that keep none.
-  std::string backend_stats() const { return backend_->stats_json(); }
+  // The backend's stats (values; JSON at the edges: backend_stats_json.h) and
+  // Graphviz picture, e.g. the graph tree of "cudagraphs"; empty / "" for
+  // backends that keep none.
+  BackendStats backend_stats() const { return backend_->stats(); }
   std::string backend_dot() const { return backend_->dot(); }
-  // Device memory the backend holds beyond the model's tensors (JSON text).
-  std::string backend_memory() const { return backend_->memory_json(); }
+  // Device memory the backend holds beyond the model's tensors.
+  BackendMemory backend_memory() const { return backend_->memory(); }
   // Starts a new step on the calling thread: outputs of earlier calls may be
   // overwritten by later ones (PyTorch's cudagraph_mark_step_begin).
   void mark_step_begin() const { backend_->mark_step_begin(); }

@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
 #include "cudagraph_trees/backend/prepared_program.h"
-#include "cudagraph_trees/stats.h"
 #include "cudagraph_trees/tree_manager.h"
 #include "runtime/device_context.h"
 
@@ -35,21 +33,19 @@ class CudagraphsBackend : public ExecutionBackend {
     return [program](const TensorList& inputs) { return program->call(inputs); };
   }
 
-  std::string stats_json() const override {
-    nlohmann::json json{{"backend", "cudagraphs"}};
-    nlohmann::json programs = nlohmann::json::array();
+  compiler::backends::BackendStats stats() const override {
+    compiler::backends::BackendStats stats{.backend = "cudagraphs"};
     std::optional<runtime::Device> device;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (const auto& program : programs_) {
-        programs.push_back(program->json());
+        stats.programs.push_back(program->stats());
         if (program->any_captured()) device = program->device();
       }
     }
-    json["programs"] = std::move(programs);
     // The calling thread's tree for the device (created on first use).
-    if (device) json["tree"] = tree_manager_for(*device).stats();
-    return json.dump();
+    if (device) stats.tree = tree_manager_for(*device).stats();
+    return stats;
   }
 
   std::string dot() const override {
@@ -57,16 +53,13 @@ class CudagraphsBackend : public ExecutionBackend {
     return device ? tree_manager_for(*device).dot() : "";
   }
 
-  // {"device": "sim:0", "pool": {reserved_bytes, allocated_bytes, ...}} for the
-  // calling thread's tree; "{}" when it has none.
-  std::string memory_json() const override {
+  // The calling thread's tree's pool; no device when it has none.
+  compiler::backends::BackendMemory memory() const override {
     std::optional<runtime::Device> device = tree_device();
     TreeManager* manager = device ? find_tree_manager(*device) : nullptr;
-    if (manager == nullptr) return "{}";
-    return nlohmann::json{
-        {"device", device->str()},
-        {"pool", pool_json(runtime::device_context(*device).allocator().stats(manager->pool()))}}
-        .dump();
+    if (manager == nullptr) return {};
+    return {.device = *device,
+            .pool = runtime::device_context(*device).allocator().stats(manager->pool())};
   }
 
   void mark_step_begin() override {
@@ -87,7 +80,7 @@ class CudagraphsBackend : public ExecutionBackend {
   }
 
  private:
-  // The device whose tree stats_json(), dot() and memory_json() describe: that
+  // The device whose tree stats(), dot() and memory() describe: that
   // of the last prepared program that records a segment.
   std::optional<runtime::Device> tree_device() const {
     std::lock_guard<std::mutex> lock(mutex_);

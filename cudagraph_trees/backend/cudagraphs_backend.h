@@ -7,7 +7,7 @@
 //   register_cudagraphs_backend();  // also done by a static initializer
 //   CompiledModel model = compile(program, {.backend = "cudagraphs"});
 //   model({x});
-//   nlohmann::json::parse(model.backend_stats())["tree"]["counters"]["replays"]
+//   model.backend_stats().tree->counters.replays
 //
 // Note [Segments left eager]: a segment runs eagerly, with a reason logged
 // once at info ("not captured: <reason> at <op> in <model>:<node>") and

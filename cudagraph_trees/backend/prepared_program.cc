@@ -11,6 +11,10 @@ namespace {
 
 using compiler::TensorList;
 
+// Note [One input check per call]: a program's calls come only through the
+// backend's callable, whose arguments the door checked.
+constexpr compiler::lowering::InputCheck kChecked = compiler::lowering::InputCheck::kCheckedByDoor;
+
 std::atomic<int64_t> next_program_id{0};
 
 }  // namespace
@@ -76,7 +80,7 @@ TensorList PreparedProgram::call(const TensorList& inputs) {
   ++calls_;
   // Note [Stale inputs throw first] (tree_manager.h): before any segment writes.
   if (plans_.size() != 1 || !any_captured_) throw_if_any_stale(inputs);
-  if (!any_captured_) return lowered_.run_with(eager_calls_, inputs);
+  if (!any_captured_) return lowered_.run_with(eager_calls_, inputs, kChecked);
   TreeManager& manager = tree_manager_for(device_);
   const Registration& registration = registration_in(manager);
   // Note [Training steps]: a Trainer's forward, backward and optimizer step
@@ -90,17 +94,18 @@ TensorList PreparedProgram::call(const TensorList& inputs) {
   if (checks_.piecewise && !checks_.mutated_inputs.empty() &&
       mutated_input_needs_eager(manager, inputs)) {
     ++pool_mutation_fallbacks_;
-    return lowered_.run_with(eager_calls_, inputs);
+    return lowered_.run_with(eager_calls_, inputs, kChecked);
   }
   if (starts_step_ && !manager.forward_waits_for_backward()) manager.mark_step_begin();
   InvocationScope scope(manager);
-  if (checks_.pool_input_candidates.empty()) return lowered_.run_with(registration.calls, inputs);
+  if (checks_.pool_input_candidates.empty())
+    return lowered_.run_with(registration.calls, inputs, kChecked);
   std::optional<TensorList> private_inputs = private_pool_inputs(manager, inputs);
   if (!private_inputs) {
     ++pool_mutation_fallbacks_;
-    return lowered_.run_with(eager_calls_, inputs);
+    return lowered_.run_with(eager_calls_, inputs, kChecked);
   }
-  return lowered_.run_with(registration.calls, *private_inputs);
+  return lowered_.run_with(registration.calls, *private_inputs, kChecked);
 }
 
 bool PreparedProgram::mutated_input_needs_eager(const TreeManager& manager,
@@ -158,22 +163,21 @@ std::optional<TensorList> PreparedProgram::private_pool_inputs(const TreeManager
   return result.empty() ? inputs : result;
 }
 
-nlohmann::json PreparedProgram::json() const {
-  nlohmann::json segments = nlohmann::json::array();
+compiler::backends::ProgramStats PreparedProgram::stats() const {
+  compiler::backends::ProgramStats stats{
+      .model = model_name_,
+      .device = device_.str(),
+      .calls = calls_.load(),
+      .fallback_segments = fallbacks_,
+      .pool_mutation_fallbacks = pool_mutation_fallbacks_.load()};
   for (size_t s = 0; s < plans_.size(); ++s) {
-    nlohmann::json entry{{"index", s}, {"captured", plans_[s].captured}};
+    stats.segments.push_back({.index = s, .captured = plans_[s].captured});
     if (!plans_[s].captured) {
-      entry["reason"] = plans_[s].reason;
-      entry["category"] = plans_[s].category;
+      stats.segments.back().reason = plans_[s].reason;
+      stats.segments.back().category = plans_[s].category;
     }
-    segments.push_back(std::move(entry));
   }
-  return nlohmann::json{{"model", model_name_},
-                        {"device", device_.str()},
-                        {"calls", calls_.load()},
-                        {"fallback_segments", fallbacks_},
-                        {"pool_mutation_fallbacks", pool_mutation_fallbacks_.load()},
-                        {"segments", std::move(segments)}};
+  return stats;
 }
 
 }  // namespace grove::cudagraph_trees::backend

@@ -9,7 +9,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,9 +75,8 @@ class PreparedProgram {
 
   runtime::Device device() const { return device_; }
   bool any_captured() const { return any_captured_; }
-  // {"model", "device", "calls", "fallback_segments", "pool_mutation_fallbacks",
-  //  "segments": [{"index", "captured", "reason"?, "category"?}]}
-  nlohmann::json json() const;
+  // Calls, segments left eager and why, for the backend's stats.
+  compiler::backends::ProgramStats stats() const;
 
  private:
   struct Registration {

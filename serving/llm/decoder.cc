@@ -1,7 +1,6 @@
 #include "serving/llm/decoder.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -182,18 +181,6 @@ void Decoder::write_new_rows(const Tensor& table, const Tensor& positions) const
   const DecoderConfig& c = config();
   launch_kv_write(table, 2 * c.num_layers, positions, c.num_kv_heads, state_->cache().max_seq_len,
                   c.head_dim(), c.dtype);
-}
-
-std::string Decoder::stats_json() const {
-  nlohmann::json json;
-  json["weights_bytes"] = state_->weight_bytes();
-  json["cache_bytes"] = state_->cache_bytes();
-  json["batch_buckets"] = options_.batch_buckets;
-  json["prompt_buckets"] = options_.prompt_buckets;
-  json["max_seq_len"] = state_->cache().max_seq_len;
-  json["backend"] = nlohmann::json::parse(backend_->stats_json());
-  json["backend_memory"] = nlohmann::json::parse(backend_->memory_json());
-  return json.dump();
 }
 
 }  // namespace grove::serving::llm

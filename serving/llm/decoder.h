@@ -76,12 +76,10 @@ class Decoder {
   DecoderState& state() { return *state_; }
   const DecoderState& state() const { return *state_; }
   const std::string& backend_name() const { return options_.backend; }
-  // The backend's stats (the tree's counters and pool for "cudagraphs") as JSON text.
-  std::string backend_stats() const { return backend_->stats_json(); }
-  // Device memory the backend holds beyond the state (its pool), as JSON text.
-  std::string backend_memory() const { return backend_->memory_json(); }
-  // {"weights_bytes", "cache_bytes", "buckets", "backend": backend_stats} as JSON text.
-  std::string stats_json() const;
+  // The backend's stats (the tree's counters and pool for "cudagraphs").
+  compiler::backends::BackendStats backend_stats() const { return backend_->stats(); }
+  // Device memory the backend holds beyond the state (its pool).
+  compiler::backends::BackendMemory backend_memory() const { return backend_->memory(); }
 
  private:
   const compiler::backends::CompiledModel& prefill_model(int64_t bucket);

@@ -2,6 +2,7 @@
 // path of N piecewise segments (one function each, as the graph backend
 // registers them) once held N^2 / 2 child slots (Note [Child slots by
 // function], cudagraph_trees/tree_node.h; issue 35, case 13).
+#include "compiler/backends/backend_stats_json.h"
 #include "cudagraph_trees/tree_introspection.h"
 #include "tests/cudagraph_trees/tree_test_util.h"
 
@@ -31,7 +32,7 @@ class Bookkeeping : public TreeTest {
     trees.verify();
     EXPECT_EQ(trees.node_count(), length);
     EXPECT_EQ(trees.counters().replays, length);
-    nlohmann::json bookkeeping = trees.stats()["bookkeeping"];
+    nlohmann::json bookkeeping = grove::compiler::backends::tree_json(trees.stats())["bookkeeping"];
     trees.shutdown();
     manager_.reset();
     return bookkeeping;

@@ -1,5 +1,6 @@
 // A capture that fails after the pool was restored to a replayed node's
 // checkpoint leaves the tree, the path and the pool consistent.
+#include "compiler/backends/backend_stats_json.h"
 #include "tests/cudagraph_trees/tree_test_util.h"
 
 namespace grove::testing {
@@ -52,7 +53,8 @@ TEST_P(TreeCaptureFailure, FailureAfterACheckpointRestoreLeavesTheTreeConsistent
   EXPECT_TRUE(trees.roots(f)[0]->children(g).empty());
   trees.verify();
   trees.shutdown();
-  EXPECT_EQ(trees.stats()["pool"]["live_blocks_at_shutdown"], 0u);
+  EXPECT_EQ(grove::compiler::backends::tree_json(trees.stats())["pool"]["live_blocks_at_shutdown"],
+            0u);
 }
 
 // Outputs of 4 MiB need segments of their own, which a branch's checkpoint
@@ -113,7 +115,8 @@ TEST_P(TreeCaptureFailure, SegmentsOfASiblingBranchSurviveRestoresAndFailures) {
   EXPECT_EQ(trees.roots(f)[0]->children(g).size(), 1u);
   EXPECT_EQ(trees.roots(f)[0]->children(m).size(), 1u);
   trees.shutdown();
-  EXPECT_EQ(trees.stats()["pool"]["live_blocks_at_shutdown"], 0u);
+  EXPECT_EQ(grove::compiler::backends::tree_json(trees.stats())["pool"]["live_blocks_at_shutdown"],
+            0u);
 }
 
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(TreeCaptureFailure);

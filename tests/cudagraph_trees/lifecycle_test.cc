@@ -1,4 +1,5 @@
 // One function's lifecycle: warm-up, recording, replay; shapes; outputs.
+#include "compiler/backends/backend_stats_json.h"
 #include "tests/cudagraph_trees/tree_test_util.h"
 
 namespace grove::testing {
@@ -271,7 +272,7 @@ TEST_P(TreeLifecycle, StatsAndDotDescribeTheTree) {
       spec("affine", [](const TensorList& in) { return TensorList{add(in[0], in[1])}; }, {1}));
   Tensor w = random_tensor(rng, {8});
   for (int i = 0; i < 4; ++i) trees.run(f, {random_tensor(rng, {8}), w});
-  nlohmann::json stats = trees.stats();
+  nlohmann::json stats = grove::compiler::backends::tree_json(trees.stats());
   EXPECT_EQ(stats["warmups"], 1);
   EXPECT_EQ(stats["recordings"], 1);
   EXPECT_EQ(stats["replays"], 2);

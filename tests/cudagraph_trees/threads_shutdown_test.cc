@@ -5,6 +5,7 @@
 #include <mutex>
 #include <thread>
 
+#include "compiler/backends/backend_stats_json.h"
 #include "tests/cudagraph_trees/tree_test_util.h"
 
 namespace grove::testing {
@@ -151,7 +152,7 @@ TEST_P(TreeThreadsShutdown, ShutdownInvalidatesOutputsAndReleasesThePool) {
   runtime::CachingAllocator& allocator = runtime::device_context(device()).allocator();
   EXPECT_GT(allocator.stats(pool).segments, 0u);
   trees.shutdown();
-  nlohmann::json stats = trees.stats();
+  nlohmann::json stats = grove::compiler::backends::tree_json(trees.stats());
   EXPECT_EQ(stats["pool"]["live_blocks_at_shutdown"], 0);
   EXPECT_EQ(stats["pool"]["segments"], 0);
   EXPECT_EQ(stats["nodes"], 0);

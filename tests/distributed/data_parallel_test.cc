@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "compiler/backends/backend_stats_json.h"
 #include "compiler/ir/builder.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
@@ -147,7 +148,8 @@ std::vector<RankResult> train_data_parallel(const std::vector<Device>& devices,
         result.forks =
             runtime::collectives::communication_stream(device).fork_count() - forks_before;
         if (backend == "cudagraphs") {
-          nlohmann::json stats = cudagraph_trees::tree_manager_for(device).stats();
+          nlohmann::json stats = grove::compiler::backends::tree_json(
+              cudagraph_trees::tree_manager_for(device).stats());
           // Every call after the warm-up and recording of each stage replays,
           // and nothing fell back to eager: the collectives were captured.
           result.backward_captured = stats["replays"].get<int64_t>() >= 3 * (kSteps - 2) &&

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "compiler/backends/backend_stats_json.h"
 #include "compiler/backends/compile.h"
 #include "compiler/ir/builder.h"
 #include "compiler/model_format/model_json.h"
@@ -207,8 +208,8 @@ class CallSequence {
       std::cerr << "  tree so far: " << counters.warmups << " warm-ups, " << counters.recordings
                 << " recordings, " << counters.replays << " replays, " << counters.eager_calls
                 << " eager calls, " << counters.input_copies << " input copies, "
-                << counters.input_copy_backs << " copy-backs; backend: " << graphs_.backend_stats()
-                << "\n"
+                << counters.input_copy_backs << " copy-backs; backend: "
+                << grove::compiler::backends::stats_json(graphs_.backend_stats()).dump() << "\n"
                 << cudagraph_trees::tree_manager_for(program_.device()).dot() << "\n";
     }
     std::string where = "call " + std::to_string(index) + " (inputs " + mode_name(mode) + ")";

@@ -47,11 +47,22 @@ std::string error_of(const json& body) { return error_of(std::string(body.dump()
 TEST(KserveProtocol, RequestBecomesRowsInTheModelsInputOrder) {
   InferRequest parsed = parse_infer_request(good_request().dump(), signature(), 4);
   EXPECT_EQ(parsed.id, "r1");
-  ASSERT_EQ(parsed.request.inputs.size(), 2u);
-  EXPECT_EQ(parsed.request.inputs[0].values<float>(), (std::vector<float>{0.5f, 1, 2, 3, 4, 5}));
-  EXPECT_EQ(parsed.request.inputs[1].values<int64_t>(),
+  ASSERT_EQ(parsed.request.inputs().size(), 2u);
+  EXPECT_EQ(parsed.request.inputs()[0].values<float>(), (std::vector<float>{0.5f, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(parsed.request.inputs()[1].values<int64_t>(),
             (std::vector<int64_t>{1, -2, 3, 4000000000000}));
   EXPECT_EQ(parsed.outputs, (std::vector<size_t>{0, 1}));
+}
+
+// Note [Requests checked once]: the parser's checks hand the server a
+// CheckedRequest carrying its row count, so the server checks it no more.
+TEST(KserveProtocol, AParsedRequestIsCheckedWithItsRows) {
+  InferRequest parsed = parse_infer_request(good_request().dump(), signature(), 4);
+  EXPECT_EQ(parsed.request.rows(), 2);
+  Request released = std::move(parsed.request).release();
+  ASSERT_EQ(released.inputs.size(), 2u);
+  EXPECT_EQ(released.inputs[1].bytes.size(), 2u * 16u);
+  EXPECT_EQ(CheckedRequest().rows(), 0);  // only a check gives a request rows
 }
 
 TEST(KserveProtocol, EveryMalformedFieldIsNamed) {
@@ -164,7 +175,7 @@ TEST(KserveProtocol, BinaryInputsAndOutputsFollowTheJson) {
   size_t length = 0;
   std::string body = binary_body(header, bytes, &length);
   InferRequest parsed = parse_infer_request(body, signature(), 4, length);
-  EXPECT_EQ(parsed.request.inputs[0].values<float>(), x);
+  EXPECT_EQ(parsed.request.inputs()[0].values<float>(), x);
   EXPECT_EQ(parsed.binary, (std::vector<bool>{true, false}));
 
   Response response;
@@ -294,8 +305,8 @@ TEST(KserveProtocol, LargeFloatBodyCostsItsRowsNotAValuePerElement) {
   const size_t before = status_bytes("VmRSS");
   InferRequest parsed = parse_infer_request(body, wide, rows);
   const size_t growth = status_bytes("VmHWM") - before;
-  ASSERT_EQ(parsed.request.inputs[0].bytes.size(), size_t(rows) * 512 * 4);
-  EXPECT_EQ(parsed.request.inputs[0].values<float>()[12345], 0.5f);
+  ASSERT_EQ(parsed.request.inputs()[0].bytes.size(), size_t(rows) * 512 * 4);
+  EXPECT_EQ(parsed.request.inputs()[0].values<float>()[12345], 0.5f);
   const double factor = double(growth) / double(body.size());
   std::printf("peak growth parsing a %.1f MiB FP32 body: %.2fx the body (rows: %.2fx)\n",
               body.size() / 1048576.0, factor, double(rows * 512 * 4) / double(body.size()));
@@ -323,8 +334,8 @@ TEST(KserveProtocol, LargeIntegerBodyCostsItsRowsNotAValuePerElement) {
   InferRequest parsed = parse_infer_request(body, ids, rows);
   const size_t growth = status_bytes("VmHWM") - before;
   const size_t row_bytes = size_t(rows) * 512 * 8;
-  ASSERT_EQ(parsed.request.inputs[0].bytes.size(), row_bytes);
-  EXPECT_EQ(parsed.request.inputs[0].values<int64_t>()[54321], 7);
+  ASSERT_EQ(parsed.request.inputs()[0].bytes.size(), row_bytes);
+  EXPECT_EQ(parsed.request.inputs()[0].values<int64_t>()[54321], 7);
   std::printf("peak growth parsing a %.1f MiB INT64 body: %.2fx the body (rows: %.2fx)\n",
               body.size() / 1048576.0, double(growth) / double(body.size()),
               double(row_bytes) / double(body.size()));

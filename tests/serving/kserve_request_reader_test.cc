@@ -378,19 +378,19 @@ TEST(KserveRequestReader, NumbersBecomeElementsAsBefore) {
   // store_element rounds it (JSON itself cannot hold NaN or infinity).
   InferRequest parsed =
       parse_infer_request(body_with("[-0, 1e39, 0.1]"), signature(DType::kF32), 4);
-  const std::vector<float> values = parsed.request.inputs[0].values<float>();
+  const std::vector<float> values = parsed.request.inputs()[0].values<float>();
   EXPECT_FALSE(std::signbit(values[0]));
   EXPECT_EQ(values[1], std::numeric_limits<float>::infinity());
   EXPECT_EQ(values[2], 0.1f);
   parsed =
       parse_infer_request(body_with("[-0.0, 16777217, -2147483648]"), signature(DType::kF32), 4);
-  const std::vector<float> more = parsed.request.inputs[0].values<float>();
+  const std::vector<float> more = parsed.request.inputs()[0].values<float>();
   EXPECT_TRUE(std::signbit(more[0]));
   EXPECT_EQ(more[1], 16777216.0f);
   EXPECT_EQ(more[2], -2147483648.0f);
   parsed = parse_infer_request(body_with("[-9223372036854775808, 0, 9223372036854775807]", "INT64"),
                                signature(DType::kI64), 4);
-  EXPECT_EQ(parsed.request.inputs[0].values<int64_t>(),
+  EXPECT_EQ(parsed.request.inputs()[0].values<int64_t>(),
             (std::vector<int64_t>{std::numeric_limits<int64_t>::min(), 0,
                                   std::numeric_limits<int64_t>::max()}));
 }

@@ -309,6 +309,28 @@ TEST_P(ServerTest, ABadRequestFailsAloneAtSubmitWhileOthersAreServed) {
   EXPECT_EQ(server.stats().completed, good.size());
 }
 
+// Note [Requests checked once]: a request checked against the signature is
+// served as is, and one that no check built is refused without being queued.
+TEST_P(ServerTest, ACheckedRequestIsServedAndAnUncheckedOneRefused) {
+  GROVE_SEEDED_RNG(rng);
+  Server server(tiny_model(), config());
+  const Request request = random_request(rng, 2);
+  CheckedRequest checked = server.signature().check_request(request, server.max_batch());
+  EXPECT_EQ(checked.rows(), 2);
+  std::future<Response> answer = server.submit_then(std::move(checked), nullptr);
+  EXPECT_LE(
+      test_support::max_abs_difference(answer.get().outputs, reference_outputs(request, device())),
+      kTolerance);
+  try {
+    server.submit_then(CheckedRequest(), nullptr);
+    ADD_FAILURE() << "queued a CheckedRequest that no check built";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("check_request"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(server.stats().submitted, 1u);
+  EXPECT_EQ(server.stats().completed, 1u);
+}
+
 TEST_P(ServerTest, AFailingBatchFailsOnlyItsOwnRequests) {
   GROVE_SEEDED_RNG(rng);
   std::atomic<int> batches{0};

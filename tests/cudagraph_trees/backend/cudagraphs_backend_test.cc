@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "compiler/backends/backend_stats_json.h"
 #include "compiler/backends/compile.h"
 #include "compiler/ir/builder.h"
 #include "compiler/model_format/model_json.h"
@@ -67,7 +68,7 @@ std::vector<std::vector<float>> host_values(const TensorList& outputs) {
 }
 
 nlohmann::json stats_of(const CompiledModel& model) {
-  return nlohmann::json::parse(model.backend_stats());
+  return grove::compiler::backends::stats_json(model.backend_stats());
 }
 
 class CudagraphsBackend : public ::testing::TestWithParam<Device> {
@@ -335,6 +336,93 @@ TEST_P(CudagraphsBackend, PiecewiseProgramWithAMutatedInputAliasingAnotherRunsEa
   tree_manager_for(GetParam()).verify();
 }
 
+// The keys of a JSON object, sorted.
+std::vector<std::string> keys_of(const nlohmann::json& object) {
+  std::vector<std::string> keys;
+  for (const auto& [key, unused] : object.items()) keys.push_back(key);
+  return keys;
+}
+
+// Reports cross the door as values (docs/ARCHITECTURE.md, "Reports are
+// values"); their JSON, which the C API returns as text, keeps the keys the
+// C API returned when the backend wrote the text itself.
+TEST_P(CudagraphsBackend, StatsAreValuesWhoseJsonKeepsTheCApiKeys) {
+  compiler::ir::Program program = compiler::model_format::load_model_file(
+      "benchmarks/models/mlp16x512.json", {{"batch", 2}}, GetParam());
+  CompiledModel eager = compile(program, {.backend = "eager"});
+  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+  TensorList inputs = random_inputs(program, GetParam(), 19);
+  for (int call = 0; call < 4; ++call) graphs(inputs);  // warm-up, record, replays
+  eager(inputs);
+  EXPECT_EQ(grove::compiler::backends::stats_json(eager.backend_stats()).dump(), "{}");
+  EXPECT_EQ(grove::compiler::backends::memory_json(eager.backend_memory()).dump(), "{}");
+
+  const compiler::backends::BackendStats stats = graphs.backend_stats();
+  EXPECT_EQ(stats.backend, "cudagraphs");
+  ASSERT_EQ(stats.programs.size(), 1u);
+  EXPECT_EQ(stats.programs[0].calls, 4);
+  ASSERT_TRUE(stats.tree.has_value());
+  EXPECT_EQ(stats.tree->counters.replays, 2u);
+  EXPECT_EQ(stats.tree->device, GetParam().str());
+  EXPECT_FALSE(stats.tree->live_blocks_at_shutdown.has_value());
+
+  const nlohmann::json json = grove::compiler::backends::stats_json(stats);
+  EXPECT_EQ(keys_of(json), (std::vector<std::string>{"backend", "programs", "tree"}));
+  EXPECT_EQ(keys_of(json["programs"][0]),
+            (std::vector<std::string>{"calls", "device", "fallback_segments", "model",
+                                      "pool_mutation_fallbacks", "segments"}));
+  const nlohmann::json& tree = json["tree"];
+  EXPECT_EQ(tree["replays"], 2u);
+  EXPECT_EQ(keys_of(tree["pool"]),
+            (std::vector<std::string>{"allocated_bytes", "free_blocks", "live_blocks",
+                                      "peak_allocated_bytes", "reserved_bytes", "segments"}));
+  EXPECT_EQ(keys_of(tree["bookkeeping"]),
+            (std::vector<std::string>{"checkpoint_blocks", "checkpoint_segments", "child_slots",
+                                      "estimated_host_bytes", "path_list_entries"}));
+  ASSERT_FALSE(tree["functions"].empty());
+  EXPECT_EQ(keys_of(tree["functions"][0]),
+            (std::vector<std::string>{"id", "mode", "name", "roots", "warmed_signatures"}));
+  const std::vector<std::string> tree_keys = {"bookkeeping",
+                                              "capture_failures",
+                                              "checkpoint_restores",
+                                              "copy_back_inputs",
+                                              "copy_source_patches",
+                                              "current_node",
+                                              "demoted_inputs",
+                                              "device",
+                                              "eager_calls",
+                                              "fallback_calls",
+                                              "fallback_decisions",
+                                              "functions",
+                                              "generation",
+                                              "graph_copy_inputs",
+                                              "input_copies",
+                                              "input_copies_in_graph",
+                                              "input_copy_backs",
+                                              "input_patches",
+                                              "managed_input_writes",
+                                              "nodes",
+                                              "outputs_cloned",
+                                              "outputs_overwritten",
+                                              "outputs_poisoned",
+                                              "pending_backward_blocks",
+                                              "pool",
+                                              "recordings",
+                                              "replays",
+                                              "rerecord_reasons",
+                                              "rerecords",
+                                              "roots",
+                                              "shut_down",
+                                              "staged_input_copies",
+                                              "state",
+                                              "state_tensors_moved",
+                                              "static_input_writes",
+                                              "warmups",
+                                              "zero_copy_inputs",
+                                              "zero_copy_refusals"};
+  EXPECT_EQ(keys_of(tree), tree_keys);
+}
+
 // The one door: the compiled model reaches its tree through the backend
 // (memory, the graphs of the last path, mark_step_begin, reset) without
 // naming the tree manager.
@@ -344,7 +432,7 @@ TEST_P(CudagraphsBackend, CompiledModelReachesItsTreeThroughTheBackend) {
   CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
   TensorList inputs = random_inputs(program, GetParam(), 18);
   for (int call = 0; call < 3; ++call) graphs(inputs);  // warm-up, record, replay
-  nlohmann::json memory = nlohmann::json::parse(graphs.backend_memory());
+  nlohmann::json memory = grove::compiler::backends::memory_json(graphs.backend_memory());
   EXPECT_EQ(memory["device"], GetParam().str()) << memory.dump();
   EXPECT_GT(memory["pool"]["reserved_bytes"].get<int64_t>(), 0) << memory.dump();
   EXPECT_GE(memory["pool"]["segments"].get<int64_t>(), 1) << memory.dump();
@@ -362,7 +450,7 @@ TEST_P(CudagraphsBackend, CompiledModelReachesItsTreeThroughTheBackend) {
 
   graphs.reset_backend();
   EXPECT_EQ(find_tree_manager(GetParam()), nullptr);
-  EXPECT_EQ(graphs.backend_memory(), "{}");
+  EXPECT_FALSE(graphs.backend_memory().device.has_value());
   EXPECT_TRUE(graphs.backend_graphs().empty());
   graphs.reset_backend();  // nothing left to drop
   // The next calls record anew in a new tree.

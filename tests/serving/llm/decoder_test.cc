@@ -9,6 +9,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "compiler/backends/backend_stats_json.h"
 #include "runtime/device.h"
 #include "tests/serving/llm/llm_test_util.h"
 
@@ -36,7 +37,7 @@ std::unique_ptr<Decoder> tiny_decoder(Architecture architecture, DType dtype,
 }
 
 nlohmann::json tree_counters(const Decoder& decoder) {
-  return nlohmann::json::parse(decoder.backend_stats()).at("tree");
+  return grove::compiler::backends::stats_json(decoder.backend_stats()).at("tree");
 }
 
 float max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {

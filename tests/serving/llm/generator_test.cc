@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compiler/backends/backend_stats_json.h"
 #include "runtime/device.h"
 #include "tests/serving/llm/llm_test_util.h"
 
@@ -63,7 +64,7 @@ TEST(Generator, RequestsGetTheSameTokensAloneAsInAnyBatch) {
   EXPECT_GT(generator.stats().rows_per_step.count(3), 0u);
   EXPECT_GT(generator.stats().steps_per_bucket.count(4), 0u);
   // No bucket recorded again while requests came and went.
-  nlohmann::json tree = nlohmann::json::parse(decoder->backend_stats()).at("tree");
+  nlohmann::json tree = grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
   EXPECT_EQ(tree.at("recordings").get<int64_t>(), 3 + 2) << tree.dump();
 }
 

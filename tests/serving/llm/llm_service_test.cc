@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "compiler/backends/backend_stats_json.h"
 #include "runtime/device.h"
 #include "tests/serving/llm/llm_test_util.h"
 
@@ -79,7 +80,8 @@ TEST(LlmService, CompletionsFromManyThreadsGetTheirTokensAlone) {
       alone.push_back(generator.generate(g));
     }
   }
-  const nlohmann::json warm = nlohmann::json::parse(decoder->backend_stats()).at("tree");
+  const nlohmann::json warm =
+      grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
   LlmService service(*decoder, nullptr, {});
   std::vector<std::future<Outcome>> futures(requests.size());
   std::vector<std::thread> clients;
@@ -101,7 +103,8 @@ TEST(LlmService, CompletionsFromManyThreadsGetTheirTokensAlone) {
   EXPECT_EQ(stats.slots, 4);
   // The service thread replayed the graphs warm_up() recorded on this thread,
   // and recorded none of its own.
-  const nlohmann::json tree = nlohmann::json::parse(decoder->backend_stats()).at("tree");
+  const nlohmann::json tree =
+      grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
   EXPECT_EQ(tree.at("recordings"), warm.at("recordings"));
   EXPECT_GE(tree.at("replays").get<int64_t>(),
             warm.at("replays").get<int64_t>() + stats.prefills + stats.decode_steps);
