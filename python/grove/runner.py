@@ -156,6 +156,18 @@ class GraphRunner:
     def unsupported(self):
         return self.plan.unsupported
 
+    def moved_static_positions(self, args):
+        """Positions, among the graph's inputs, of the bound static inputs
+        that `args` hold at another address than at compilation."""
+        positions = {node: index for index, node in enumerate(self.plan.placeholders)}
+        moved = set()
+        for compiled in self.segments:
+            for node, address in compiled["bound"]:
+                position = positions[node]
+                if args[position].data_ptr() != address:
+                    moved.add(position)
+        return sorted(moved)
+
     def models(self):
         return [compiled["model"] for compiled in self.segments]
 
