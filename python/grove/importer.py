@@ -85,17 +85,41 @@ class _Recorder(torch.fx.Interpreter):
         return value
 
     def run_node(self, node):
+        written = None
         if mutates_first_argument(node) and isinstance(node.args[0], torch.fx.Node):
             # Every value in the written storage keeps a copy from before the
             # write, for folding it as a constant (Note [In-place ops on intermediates]).
-            key = storage_key(self.values.get(node.args[0]))
+            written = node.args[0]
+            key = storage_key(self.values.get(written))
             for other, value in self.values.items():
                 if key is not None and other not in self.before_write and \
                         storage_key(value) == key:
                     self.before_write[other] = value.clone()
+        layout = _layout(self.values.get(written))
         value = super().run_node(node)
+        if layout is not None and _layout(self.values[written]) != layout:
+            # Note [In-place view ops keep their argument's shape].
+            self.values[written] = self.values[written].as_strided(*layout)
         self.values[node] = value
         return value
+
+
+# Note [In-place view ops keep their argument's shape]: an in-place view op
+# (squeeze_, unsqueeze_, t_, transpose_, as_strided_) changes the sizes of the
+# tensor object it is given, not only of the value it returns, and make_fx
+# records both as that one object. A plain trace (PyTorch's matmul of a 1-D
+# operand is `x.unsqueeze(0).mm(w).squeeze_(0)`) would leave the mm node's
+# recorded value squeezed, so its converter saw [D] for an [1, D] product and
+# the squeeze_ looked like a no-op: the segment returned [1, D] where PyTorch
+# has [D] (door fuzz seeds 92796 and 1035 on PyTorch 2.11). The recorder keeps
+# the argument's value as a view with its sizes from before the op. Test:
+# InPlaceTest.test_an_in_place_view_op_leaves_its_argument_shape
+# (tests/python/importer_ops_test.py).
+def _layout(value):
+    """(sizes, strides, storage offset) of a tensor value, else None."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return None
+    return (tuple(value.shape), tuple(value.stride()), value.storage_offset())
 
 
 # Note [The import run leaves the inputs alone]: the importer runs the graph
