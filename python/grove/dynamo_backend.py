@@ -119,7 +119,8 @@ class CompiledGraph:
             log.warning("grove: static input(s) %s moved (data pointer changed since "
                         "compilation): bound per call from now on; the graph compiles once "
                         "more, never again for their moves",
-                        ", ".join(str(position) for position in sorted(moved)))
+                        ", ".join("%d %s" % (position, list(args[position].shape))
+                                  for position in sorted(moved)))
             self.runner = self.rebuild(args, self.demoted)
             _live_runners.add(self.runner)
             return self._run(args)

@@ -122,6 +122,15 @@ def _layout(value):
     return (tuple(value.shape), tuple(value.stride()), value.storage_offset())
 
 
+def _random_state_kept(example_inputs):
+    """Note [The import run leaves the inputs alone]: PyTorch's random state
+    (the CPU generator and those of the inputs' CUDA devices) as the import
+    run found it, after the run."""
+    devices = sorted({value.device.index or 0 for value in example_inputs
+                      if isinstance(value, torch.Tensor) and value.is_cuda})
+    return torch.random.fork_rng(devices=devices)
+
+
 # Note [The import run leaves the inputs alone]: the importer runs the graph
 # once on the example inputs (the caller's own tensors: parameters, a KV
 # cache) to learn every value's shape and dtype and to fold constants. A graph
@@ -130,8 +139,14 @@ def _layout(value):
 # call would start from state advanced once more (HF's static-cache decode:
 # wrong tokens in both modes). So inputs an in-place op writes (through any
 # chain of views) are cloned for that run; the caller's tensors stay as they
-# were, and params still bind the caller's tensors. Test:
-# ImporterTest.test_importing_a_graph_that_updates_an_input_in_place_leaves_it_alone.
+# were, and params still bind the caller's tensors. Likewise PyTorch's random
+# state: a random op the run executes (a dropout mask PyTorch draws between
+# segments) would advance it, and the call that follows would draw another
+# mask than eager PyTorch under the same seed (PyTorch 2.x's AOTAutograd
+# imports a training graph on its first real call, outside its own
+# preserve_rng_state), so the run forks it. Tests:
+# ImporterTest.test_importing_a_graph_that_updates_an_input_in_place_leaves_it_alone,
+# ImporterTest.test_the_import_run_leaves_the_random_state_alone.
 _VIEW_OPS = input_writes.VIEW_OPS
 
 
@@ -200,7 +215,7 @@ class _Importer:
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
         run_inputs = [value.clone() if node in mutated and isinstance(value, torch.Tensor)
                       else value for node, value in zip(placeholders, example_inputs)]
-        with torch.no_grad():
+        with torch.no_grad(), _random_state_kept(example_inputs):
             recorder.run(*run_inputs)
         self.values = recorder.values
         for node, value in zip(placeholders, example_inputs):
