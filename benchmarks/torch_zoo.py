@@ -16,11 +16,12 @@ measure, so the table can be filled by several runs of a few minutes each
 (reduce-overhead's compilations take most of the time).
 
 Each variant warms up, then `repeats` calls in blocks of 20 (median and
-p10-p90 over blocks, torch_backend.py's timing). The decode rows run
-first: per variant a first generate call (compilation included, reported
-as first_call_tokens_per_s) and the median of STEADY_CALLS later ones
-(tokens_per_s); cases left when --budget-s seconds have passed are reported as not
-run (a case started before then finishes), so a run stays within its lease. f32, TF32 off. Skips (exit 0, says so) without CUDA or dynamo;
+p10-p90 over blocks, torch_backend.py's timing). The decode rows run first:
+per variant a first generate call (compilation included, reported as
+first_call_tokens_per_s) and the median of STEADY_CALLS later ones
+(tokens_per_s); cases left when --budget-s seconds have passed are reported as
+not run (a case started before then finishes), so a run stays within its
+lease. f32, TF32 off. Skips (exit 0, says so) without CUDA or dynamo;
 a model whose library is missing is reported as such. Rendered into
 RESULTS.md by tools/write_results_torch_zoo.py.
 """

@@ -70,21 +70,22 @@ def _static_positions(example_inputs):
 
 # Note [Static inputs that move]
 # A static input (a parameter, buffer or mark_static_address tensor: bound as
-# a param, never copied) that comes at another address than at compilation
-# (a cache HF's generate makes again for each sequence, grove's own copy of a
+# a param, never copied) that comes at another address than at compilation (a
+# cache HF's generate makes again for each sequence, grove's own copy of a
 # cache made inside a graph, Note [State outputs leave the pool]) is demoted:
 # the graph is traced, imported and compiled once more with that input bound
 # per call, logged. A per-call input is one of the graph tree's copied inputs:
 # read where it lies when the tree can patch the kernels (Note [Zero-copy
 # inputs], zero_copy.h), else copied in; one the graph writes is written in
-# the caller's tensor, directly when zero-copied, else by the tree's
-# copy-back after each replay (Note [Writes into graph inputs]). Every input that moved is demoted at once and a demoted input
-# never moves again, so a graph compiles at most once more per static input
-# and later sequences cost no compilation and meet no limit (PyTorch's
-# cudagraph trees record again at every move instead, up to a limit).
+# the caller's tensor, directly when zero-copied, else by the tree's copy-back
+# after each replay (Note [Writes into graph inputs]). Every input that moved
+# is demoted at once and a demoted input never moves again, so a graph
+# compiles at most once more per static input and later sequences cost no
+# compilation and meet no limit (PyTorch's cudagraph trees record again at
+# every move instead, up to a limit).
 # Tests: DynamoBackendTest.test_a_static_input_that_moves_is_demoted_once
-# (tests/python/importer_test.py, sim, a written cache moved twelve times)
-# and GpuDecodeTest (tests/python/gpu_decode_test.py, ten generate calls).
+# (tests/python/importer_test.py, sim, a written cache moved twelve times) and
+# GpuDecodeTest (tests/python/gpu_decode_test.py, ten generate calls).
 class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
     (Note [Static inputs that move])."""

@@ -1,19 +1,19 @@
 """LLM decode with a static KV cache through the torch door on a GPU host:
 Hugging Face's `generate(..., cache_implementation="static")` of a small
 random-weight LLaMA with `model.forward = torch.compile(model.forward,
-backend="grove")`, greedy, 48 new tokens, ten generate calls each with a new cache; the tokens
-of every call must equal eager PyTorch's (same model, same static cache), and
-after the second call (where a moved cache is demoted once, Note [Static
-inputs that move]) no call compiles or records anything. The cache is created inside the
-compiled forward on its first call (Note [State created inside a function],
-Note [State outputs leave the pool]) and written in place by every decode
-step (Note [Writes into graph inputs]). Also with a StaticCache made before
-the call. The graphs recorded are bounded by the shapes (prefill and decode),
-not one per position. Prints tokens/s of both (grove's first call and its
-steady state) and the graphs grove compiled and recorded per call.
-A gpt-fast-style decoder (static_cache_decoder.py, KV cache in module
-buffers) through torch.compile likewise. Skips without CUDA, dynamo or
-transformers."""
+backend="grove")`, greedy, 48 new tokens, ten generate calls, each with a new
+cache. Every call's tokens must equal eager PyTorch's (same model, same static
+cache), and after the second call (where the moved cache is demoted once,
+Note [Static inputs that move]) no call compiles or records anything. The
+cache is created inside the compiled forward on its first call (Note [State
+created inside a function], Note [State outputs leave the pool]) and written
+by every decode step (Note [Writes into graph inputs]). Also with a
+StaticCache made before each call. The graphs recorded are bounded by the
+shapes (prefill and decode), not one per position. Prints tokens/s of eager
+and of grove (its first call and its steady state) and what grove compiled
+and recorded per call. A gpt-fast-style decoder (static_cache_decoder.py, KV
+cache in module buffers) through torch.compile likewise. Skips without CUDA,
+dynamo or transformers."""
 import os
 import sys
 import time
@@ -123,12 +123,13 @@ class GpuDecodeTest(unittest.TestCase):
               "first call %.1f, steady (median of calls 2..%d) %.1f; graphs compiled per call "
               "%s, demotions (rebuilds) %s, recordings %s; %d replays, %d eager calls, static "
               "input writes %d, copy-back inputs %d, input patches %d, zero-copy refusals %d, "
-              "input copies %d; ops in PyTorch: %s"
+              "input copies %d, input copy-backs %d; ops in PyTorch: %s"
               % (CALLS, NEW_TOKENS, eager_rate, rates[0], CALLS, statistics.median(rates[1:]),
                  compiled, rebuilds, recorded, tree.get("replays", 0), tree.get("eager_calls", 0),
                  tree.get("static_input_writes", 0), tree.get("copy_back_inputs", 0),
                  tree.get("input_patches", 0), tree.get("zero_copy_refusals", 0),
-                 tree.get("input_copies", 0), unsupported or "none"))
+                 tree.get("input_copies", 0), tree.get("input_copy_backs", 0),
+                 unsupported or "none"))
         # Rate-independent facts: the first call compiles the graphs; a
         # static input that moves is demoted once (the second call, the
         # first new cache, which may also meet a prefill graph of a cache
