@@ -460,6 +460,36 @@ class DynamoBackendTest(unittest.TestCase):
         self.assertEqual(later["replays"], 12 * 4, tree)
         self.assertEqual(tree["copy_back_inputs"], 1, tree)
 
+    def test_a_split_call_that_meets_a_moved_input_has_written_nothing(self):
+        # Note [Static inputs that move]: the call that meets the move runs
+        # again on the demoted graph, so it must have written nothing before
+        # it raised (the runner checks every bound input before any step):
+        # a split graph that writes its state and binds the weight that
+        # moved; the state is advanced once per call.
+        def step(x, state, weight):
+            state.add_(x.mean(0))
+            h = torch.cumprod(state * 0.01 + 1.0, -1)
+            return (h @ weight).relu()
+
+        self.assertNotIn("aten.cumprod", importer.CONVERTERS)
+        state = torch.randn(8)
+        state._dynamo_static_input_type = "unguarded"  # mark_static_address's mark
+        weight = nn.Parameter(torch.randn(8, 8), requires_grad=False)
+        x = torch.randn(4, 8)
+        compiled = grove.torch.compile_graph(step, [x, state, weight])
+        self.assertEqual([kind for kind, _ in compiled.runner.steps],
+                         ["grove", "torch", "grove"])
+        expected_state = state.clone()
+        for call in range(3):
+            if call == 1:
+                weight = nn.Parameter(torch.randn(8, 8), requires_grad=False)
+            x = torch.randn(4, 8)
+            expected = step(x, expected_state, weight)
+            with torch.no_grad():
+                torch.testing.assert_close(compiled(x, state, weight), expected, msg=str(call))
+            torch.testing.assert_close(state, expected_state, msg="state after call %d" % call)
+        self.assertEqual((compiled.rebuilds, compiled.demoted), (1, {2}))
+
     def test_a_moved_parameter_past_its_demotion_still_raises(self):
         # The demotion does not hide a move it cannot fix: a runner without
         # a rebuild (or with nothing left to demote) reports the move.
