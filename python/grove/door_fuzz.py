@@ -41,8 +41,8 @@ from grove import importer, input_writes
 # plainly, without functionalization (the trace input_writes.aten_graph keeps
 # where functionalization fails): its in-place updates then run in PyTorch
 # and the importer sees in-place ops on intermediates, such as the squeeze_
-# of a 1-D operand's matmul (Note [In-place view ops keep their argument's
-# shape], importer.py). Tests: DoorFuzzTest (tests/python/door_fuzz_test.py),
+# of a 1-D operand's matmul that PyTorch 2.11's functionalized trace keeps too
+# (Note [In-place view ops keep their argument's shape], importer.py). Tests: DoorFuzzTest (tests/python/door_fuzz_test.py),
 # which also proves the fuzzer finds the split-generation bug with
 # grove.invocation disabled.
 

@@ -106,15 +106,17 @@ class _Recorder(torch.fx.Interpreter):
 
 # Note [In-place view ops keep their argument's shape]: an in-place view op
 # (squeeze_, unsqueeze_, t_, transpose_, as_strided_) changes the sizes of the
-# tensor object it is given, not only of the value it returns, and make_fx
-# records both as that one object. A plain trace (PyTorch's matmul of a 1-D
-# operand is `x.unsqueeze(0).mm(w).squeeze_(0)`) would leave the mm node's
-# recorded value squeezed, so its converter saw [D] for an [1, D] product and
-# the squeeze_ looked like a no-op: the segment returned [1, D] where PyTorch
-# has [D] (door fuzz seeds 92796 and 1035 on PyTorch 2.11). The recorder keeps
-# the argument's value as a view with its sizes from before the op. Test:
+# tensor object it is given, not only of the value it returns, and the
+# recorder's run keeps both as that one object. PyTorch's matmul of a 1-D
+# operand is `x.unsqueeze(0).mm(w).squeeze_(0)`, and the squeeze_ stays in a
+# plain make_fx trace and in PyTorch 2.11's functionalized one (1.13's
+# functionalization made it a squeeze): the mm node's recorded value was
+# squeezed, so its converter saw [D] for an [1, D] product and the squeeze_
+# looked like a no-op; the segment returned [1, D] where PyTorch has [D]
+# (door fuzz seeds 92796 and 1035 on PyTorch 2.11). The recorder keeps the
+# argument's value as a view with its sizes from before the op. Tests:
 # InPlaceTest.test_an_in_place_view_op_leaves_its_argument_shape
-# (tests/python/importer_ops_test.py).
+# (tests/python/importer_ops_test.py), DoorFuzzTest's plain traces.
 def _layout(value):
     """(sizes, strides, storage offset) of a tensor value, else None."""
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided:

@@ -50,10 +50,10 @@ class DoorFuzzTest(unittest.TestCase):
         self.assertGreater(counters["programs"], 0)
 
     def test_state_programs_traced_without_functionalization(self):
-        # The plain trace (its state updates and the squeeze_ of a 1-D
-        # operand's matmul in place, what PyTorch 2.11's run imported): seeds
-        # 92796 and 1035 returned [1, D] where PyTorch has [D] before Note
-        # [In-place view ops keep their argument's shape] (importer.py).
+        # The plain trace keeps the squeeze_ of a 1-D operand's matmul, as
+        # PyTorch 2.11's functionalized trace does: seeds 92796 and 1035
+        # returned [1, D] where PyTorch has [D] there before Note [In-place
+        # view ops keep their argument's shape] (importer.py).
         saved = input_writes._functionalize
         input_writes._functionalize = lambda: None
         try:
