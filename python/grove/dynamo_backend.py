@@ -69,25 +69,32 @@ def _static_positions(example_inputs):
 
 
 # Note [Static inputs that move]
-# A static input (a parameter, buffer or mark_static_address tensor: bound,
-# never copied) that comes at another address than at compilation, as a cache
-# HF's generate makes again for a new sequence, makes the graph compile again
-# for the new addresses (as PyTorch's cudagraph trees record again when a
-# static input's pointer changes), logged, at most MAX_REBUILDS times per
-# graph; past that the StaticInputMovedError stands. Tests: GpuDecodeTest
-# (tests/python/gpu_decode_test.py, two generate calls) and
-# DynamoBackendTest.test_a_static_input_that_moves_compiles_again
-# (tests/python/importer_test.py).
+# A static input (a parameter, buffer or mark_static_address tensor: bound as
+# a param, never copied) that comes at another address than at compilation (a
+# cache HF's generate makes again for each sequence, grove's own copy of a
+# cache made inside a graph, Note [State outputs leave the pool]) is demoted:
+# the graph is traced, imported and compiled once more with that input bound
+# per call, logged. A per-call input is one of the graph tree's copied inputs:
+# read where it lies when the tree can patch the kernels (Note [Zero-copy
+# inputs], zero_copy.h), else copied in; one the graph writes is written in
+# the caller's tensor, directly when zero-copied, else by the tree's copy-back
+# after each replay (Note [Writes into graph inputs]). Every input that moved
+# is demoted at once and a demoted input never moves again, so a graph
+# compiles at most once more per static input and later sequences cost no
+# compilation and meet no limit (PyTorch's cudagraph trees record again at
+# every move instead, up to a limit).
+# Tests: DynamoBackendTest.test_a_static_input_that_moves_is_demoted_once
+# (tests/python/importer_test.py, sim, a written cache moved twelve times) and
+# GpuDecodeTest (tests/python/gpu_decode_test.py, ten generate calls).
 class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
     (Note [Static inputs that move])."""
 
-    MAX_REBUILDS = 8
-
     def __init__(self, runner, rebuild=None):
         self.runner = runner
-        self.rebuild = rebuild  # args -> a runner compiled for their addresses
+        self.rebuild = rebuild  # (args, demoted positions) -> a runner
         self.rebuilds = 0
+        self.demoted = set()  # positions of static inputs bound per call since they moved
         _live_runners.add(runner)
         _compiled.append(weakref.ref(self))
 
@@ -104,13 +111,18 @@ class CompiledGraph:
     def _call(self, args):
         try:
             return self._run(args)
-        except StaticInputMovedError as error:
-            if self.rebuild is None or self.rebuilds >= self.MAX_REBUILDS:
+        except StaticInputMovedError:
+            moved = set(self.runner.moved_static_positions(args)) - self.demoted
+            if self.rebuild is None or not moved:
                 raise
             self.rebuilds += 1
-            log.warning("%s; compiling the graph again for the new addresses (%d of "
-                        "at most %d)", error, self.rebuilds, self.MAX_REBUILDS)
-            self.runner = self.rebuild(args)
+            self.demoted |= moved
+            log.warning("grove: static input(s) %s moved (data pointer changed since "
+                        "compilation): bound per call from now on; the graph compiles once "
+                        "more, never again for their moves",
+                        ", ".join("%d %s" % (position, list(args[position].shape))
+                                  for position in sorted(moved)))
+            self.runner = self.rebuild(args, self.demoted)
             _live_runners.add(self.runner)
             return self._run(args)
 
@@ -140,17 +152,21 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
         cuda = [value for value in example_inputs if value.is_cuda]
         device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
 
-    def build(examples):
+    def build(examples, demoted=()):
         # Note [Writes into graph inputs]: a graph that updates its inputs is
         # traced functionalized; the tensors it writes and returns are state.
         aten, state_positions = input_writes.aten_graph(gm, examples)
-        plan = importer.import_graph(aten, examples, static_inputs=_static_positions(
-            examples), strict=strict, name="torch_graph")
+        # Note [Static inputs that move]: the demoted inputs are bound per call.
+        static = [position for position in _static_positions(examples)
+                  if position not in demoted]
+        plan = importer.import_graph(aten, examples, static_inputs=static, strict=strict,
+                                     name="torch_graph")
         return plan.compile(
             backend=_MODES[mode], device=device, verify=verify,
             state_outputs=input_writes.output_nodes_at(aten.graph, state_positions))
 
-    return CompiledGraph(build(list(example_inputs)), rebuild=lambda args: build(list(args)))
+    return CompiledGraph(build(list(example_inputs)),
+                         rebuild=lambda args, demoted: build(list(args), demoted))
 
 
 def _training_graph(gm, example_inputs, mode, strict, device):

@@ -85,17 +85,52 @@ class _Recorder(torch.fx.Interpreter):
         return value
 
     def run_node(self, node):
+        written = None
         if mutates_first_argument(node) and isinstance(node.args[0], torch.fx.Node):
             # Every value in the written storage keeps a copy from before the
             # write, for folding it as a constant (Note [In-place ops on intermediates]).
-            key = storage_key(self.values.get(node.args[0]))
+            written = node.args[0]
+            key = storage_key(self.values.get(written))
             for other, value in self.values.items():
                 if key is not None and other not in self.before_write and \
                         storage_key(value) == key:
                     self.before_write[other] = value.clone()
+        layout = _layout(self.values.get(written))
         value = super().run_node(node)
+        if layout is not None and _layout(self.values[written]) != layout:
+            # Note [In-place view ops keep their argument's shape].
+            self.values[written] = self.values[written].as_strided(*layout)
         self.values[node] = value
         return value
+
+
+# Note [In-place view ops keep their argument's shape]: an in-place view op
+# (squeeze_, unsqueeze_, t_, transpose_, as_strided_) changes the sizes of the
+# tensor object it is given, not only of the value it returns, and the
+# recorder's run keeps both as that one object. PyTorch's matmul of a 1-D
+# operand is `x.unsqueeze(0).mm(w).squeeze_(0)`, and the squeeze_ stays in a
+# plain make_fx trace and in PyTorch 2.11's functionalized one (1.13's
+# functionalization made it a squeeze): the mm node's recorded value was
+# squeezed, so its converter saw [D] for an [1, D] product and the squeeze_
+# looked like a no-op; the segment returned [1, D] where PyTorch has [D]
+# (door fuzz seeds 92796 and 1035 on PyTorch 2.11). The recorder keeps the
+# argument's value as a view with its sizes from before the op. Tests:
+# InPlaceTest.test_an_in_place_view_op_leaves_its_argument_shape
+# (tests/python/importer_ops_test.py), DoorFuzzTest's plain traces.
+def _layout(value):
+    """(sizes, strides, storage offset) of a tensor value, else None."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return None
+    return (tuple(value.shape), tuple(value.stride()), value.storage_offset())
+
+
+def _random_state_kept(example_inputs):
+    """Note [The import run leaves the inputs alone]: PyTorch's random state
+    (the CPU generator and those of the inputs' CUDA devices) as the import
+    run found it, after the run."""
+    devices = sorted({value.device.index or 0 for value in example_inputs
+                      if isinstance(value, torch.Tensor) and value.is_cuda})
+    return torch.random.fork_rng(devices=devices)
 
 
 # Note [The import run leaves the inputs alone]: the importer runs the graph
@@ -106,8 +141,14 @@ class _Recorder(torch.fx.Interpreter):
 # call would start from state advanced once more (HF's static-cache decode:
 # wrong tokens in both modes). So inputs an in-place op writes (through any
 # chain of views) are cloned for that run; the caller's tensors stay as they
-# were, and params still bind the caller's tensors. Test:
-# ImporterTest.test_importing_a_graph_that_updates_an_input_in_place_leaves_it_alone.
+# were, and params still bind the caller's tensors. Likewise PyTorch's random
+# state: a random op the run executes (a dropout mask PyTorch draws between
+# segments) would advance it, and the call that follows would draw another
+# mask than eager PyTorch under the same seed (PyTorch 2.x's AOTAutograd
+# imports a training graph on its first real call, outside its own
+# preserve_rng_state), so the run forks it. Tests:
+# ImporterTest.test_importing_a_graph_that_updates_an_input_in_place_leaves_it_alone,
+# ImporterTest.test_the_import_run_leaves_the_random_state_alone.
 _VIEW_OPS = input_writes.VIEW_OPS
 
 
@@ -176,7 +217,7 @@ class _Importer:
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
         run_inputs = [value.clone() if node in mutated and isinstance(value, torch.Tensor)
                       else value for node, value in zip(placeholders, example_inputs)]
-        with torch.no_grad():
+        with torch.no_grad(), _random_state_kept(example_inputs):
             recorder.run(*run_inputs)
         self.values = recorder.values
         for node, value in zip(placeholders, example_inputs):

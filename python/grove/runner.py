@@ -56,6 +56,7 @@ class GraphRunner:
             if node.op == "get_attr":
                 self.constants[node] = _attribute(plan.module, node.target)
         self._fast = self._fast_plan()
+        self._bound = self._bound_inputs()
         self._state_positions = self._state_output_positions(state_outputs)
 
     # Note [State outputs leave the pool]: a tensor a graph writes in place and
@@ -156,6 +157,19 @@ class GraphRunner:
     def unsupported(self):
         return self.plan.unsupported
 
+    def _bound_inputs(self):
+        """(position among the graph's inputs, address at compilation) of
+        every bound static input of every segment."""
+        positions = {node: index for index, node in enumerate(self.plan.placeholders)}
+        return sorted({(positions[node], address) for compiled in self.segments
+                       for node, address in compiled["bound"]})
+
+    def moved_static_positions(self, args):
+        """Positions, among the graph's inputs, of the bound static inputs
+        that `args` hold at another address than at compilation."""
+        return sorted({position for position, address in self._bound
+                       if args[position].data_ptr() != address})
+
     def models(self):
         return [compiled["model"] for compiled in self.segments]
 
@@ -204,19 +218,20 @@ class GraphRunner:
             return self._run_steps(args, checker)
 
     def _run_steps(self, args, checker=None):
+        # Every bound input is checked before any step runs, so a call that
+        # raises has written nothing (a caller may compile again and rerun it).
+        for position, address in self._bound:
+            if args[position].data_ptr() != address:
+                raise StaticInputMovedError(
+                    position, "grove: static input '%s' moved (its data pointer changed since "
+                    "compilation); params are bound, never copied: recompile"
+                    % self.plan.placeholders[position].name)
         env = dict(self.constants)
         for node, value in zip(self.plan.placeholders, args):
             env[node] = value
         stream = None
         for kind, step in self.steps:
             if kind == "grove":
-                for node, address in step["bound"]:
-                    if env[node].data_ptr() != address:
-                        raise StaticInputMovedError(
-                            self.plan.placeholders.index(node),
-                            "grove: static input '%s' moved (its data pointer changed since "
-                            "compilation); params are bound, never copied: recompile"
-                            % node.name)
                 inputs = []
                 for node in step["inputs"]:
                     inputs.append(env[node] if node in env else self._constant(node))

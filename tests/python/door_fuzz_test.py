@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import grove  # noqa: E402
-from grove import door_fuzz  # noqa: E402
+from grove import door_fuzz, input_writes  # noqa: E402
 import junit_main  # noqa: E402
 
 SECONDS = float(os.environ.get("GROVE_DOOR_FUZZ_SECONDS", "20"))
@@ -48,6 +48,19 @@ class DoorFuzzTest(unittest.TestCase):
         print("door fuzz on cuda: %(programs)d programs, %(calls)d calls in %(seconds).1f s "
               "(first seed %(first_seed)d)" % counters)
         self.assertGreater(counters["programs"], 0)
+
+    def test_state_programs_traced_without_functionalization(self):
+        # The plain trace keeps the squeeze_ of a 1-D operand's matmul, as
+        # PyTorch 2.11's functionalized trace does: seeds 92796 and 1035
+        # returned [1, D] where PyTorch has [D] there before Note [In-place
+        # view ops keep their argument's shape] (importer.py).
+        saved = input_writes._functionalize
+        input_writes._functionalize = lambda: None
+        try:
+            for seed in (92796, 1035):
+                door_fuzz.run_program(seed, "sim")
+        finally:
+            input_writes._functionalize = saved
 
     def test_finds_the_split_generation_bug_without_invocations(self):
         saved = grove.invocation

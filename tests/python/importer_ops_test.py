@@ -16,6 +16,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from grove import importer  # noqa: E402
+from grove.fx_common import op_name  # noqa: E402
 from grove.aten_ops import CONVERTERS  # noqa: E402
 import junit_main  # noqa: E402
 
@@ -297,6 +298,24 @@ class InPlaceTest(ConverterCase):
 
         x, y = torch.randn(4, 5), torch.randn(5)
         plan = self.check(function, [x, y])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+    def test_an_in_place_view_op_leaves_its_argument_shape(self):
+        # Note [In-place view ops keep their argument's shape] (importer.py):
+        # a plain trace of a 1-D operand's matmul is unsqueeze, mm, squeeze_
+        # of the product; t_ and unsqueeze_ change their argument's sizes too.
+        def function(v, w, x):
+            product = torch.tanh(v @ w)  # [D], through mm's [1, D]
+            h = x * 2
+            h.t_()
+            g = x + 1
+            g.unsqueeze_(1)
+            return product, product.sum(), h * 3, g - 1
+
+        graph = make_fx(function)(torch.randn(8), torch.randn(8, 8), torch.randn(4, 8))
+        ops = [op_name(node.target) for node in graph.graph.nodes if node.op == "call_function"]
+        self.assertIn("aten.squeeze_", ops)  # the graph shape this test is about
+        plan = self.check(function, [torch.randn(8), torch.randn(8, 8), torch.randn(4, 8)])
         self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
 
     def test_values_read_before_a_write_keep_their_earlier_value(self):
