@@ -123,14 +123,22 @@ QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions
     qkv.value = b_.reshape(b_.slice(fused, 1, 2 * hidden, 3 * hidden), {rows, heads, d});
     return qkv;
   }
-  ValueId q =
-      b_.linear(x, layer_weight(layer, "self_attn.q_proj.weight", {heads * d, hidden}), kNoValue);
-  ValueId k = b_.linear(x, layer_weight(layer, "self_attn.k_proj.weight", {kv_heads * d, hidden}),
-                        kNoValue);
-  ValueId v = b_.linear(x, layer_weight(layer, "self_attn.v_proj.weight", {kv_heads * d, hidden}),
-                        kNoValue);
-  ValueId cos = b_.reshape(b_.embedding(rope_cos_, positions), {rows, 1, d});
-  ValueId sin = b_.reshape(b_.embedding(rope_sin_, positions), {rows, 1, d});
+  // Note [Fused projection weights]: one GEMM for q, k and v.
+  const int64_t q_width = heads * d;
+  const int64_t kv_width = kv_heads * d;
+  ValueId fused = b_.linear(
+      x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, hidden}), kNoValue);
+  ValueId q = b_.slice(fused, 1, 0, q_width);
+  ValueId k = b_.slice(fused, 1, q_width, q_width + kv_width);
+  ValueId v = b_.slice(fused, 1, q_width + kv_width, q_width + 2 * kv_width);
+  // The rotary tables at these positions, once per program (every layer reads them).
+  if (rope_positions_ != positions) {
+    rope_positions_ = positions;
+    rope_cos_rows_ = b_.reshape(b_.embedding(rope_cos_, positions), {rows, 1, d});
+    rope_sin_rows_ = b_.reshape(b_.embedding(rope_sin_, positions), {rows, 1, d});
+  }
+  ValueId cos = rope_cos_rows_;
+  ValueId sin = rope_sin_rows_;
   qkv.query = rotate(q, cos, sin, heads, rows);
   qkv.key = rotate(k, cos, sin, kv_heads, rows);
   qkv.value = b_.reshape(v, {rows, kv_heads, d});
@@ -154,9 +162,11 @@ ValueId DecoderLayers::mlp(ValueId x, int64_t layer) {
     ValueId h = b_.gelu(conv1d(x, layer, "mlp.c_fc", hidden, inner));
     return conv1d(h, layer, "mlp.c_proj", inner, hidden);
   }
-  ValueId gate =
-      b_.linear(x, layer_weight(layer, "mlp.gate_proj.weight", {inner, hidden}), kNoValue);
-  ValueId up = b_.linear(x, layer_weight(layer, "mlp.up_proj.weight", {inner, hidden}), kNoValue);
+  // Note [Fused projection weights]: one GEMM for gate and up.
+  ValueId gate_up =
+      b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, hidden}), kNoValue);
+  ValueId gate = b_.slice(gate_up, 1, 0, inner);
+  ValueId up = b_.slice(gate_up, 1, inner, 2 * inner);
   ValueId silu = b_.mul(gate, b_.sigmoid(gate));
   return b_.linear(b_.mul(silu, up), layer_weight(layer, "mlp.down_proj.weight", {hidden, inner}),
                    kNoValue);
@@ -215,11 +225,15 @@ ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId
   ValueId own = b_.matmul(q, b_.reshape(new_key, {rows, kv_heads, d, 1}));
   ValueId scores = b_.concat({cached, own}, 3);
   // Cache positions t < position are the row's past; index T (the own key)
-  // carries -1, kept for every real row.
-  ValueId index = b_.concat({positions_table_, b_.full(-1, {1}, DType::kI64)}, 0);
-  ValueId keep = b_.compare("lt", b_.reshape(index, {1, 1, 1, length + 1}),
-                            b_.reshape(positions, {rows, 1, 1, 1}));
-  ValueId probabilities = masked_softmax(scores, keep);
+  // carries -1, kept for every real row. The mask is made once per program:
+  // every layer's attention reads it.
+  if (keep_positions_ != positions) {
+    keep_positions_ = positions;
+    ValueId index = b_.concat({positions_table_, b_.full(-1, {1}, DType::kI64)}, 0);
+    keep_ = b_.compare("lt", b_.reshape(index, {1, 1, 1, length + 1}),
+                       b_.reshape(positions, {rows, 1, 1, 1}));
+  }
+  ValueId probabilities = masked_softmax(scores, keep_);
   ValueId from_cache = b_.matmul(b_.slice(probabilities, 3, 0, length), value_cache);
   ValueId from_own = b_.matmul(b_.slice(probabilities, 3, length, length + 1),
                                b_.reshape(new_value, {rows, kv_heads, 1, d}));

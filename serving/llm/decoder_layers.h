@@ -73,6 +73,13 @@ class DecoderLayers {
   ValueId positions_table_ = compiler::ir::kNoValue;
   ValueId rope_cos_ = compiler::ir::kNoValue;
   ValueId rope_sin_ = compiler::ir::kNoValue;
+  // What project() and cache_attention() computed for the last positions
+  // they saw, reused by every later layer of the program.
+  ValueId rope_positions_ = compiler::ir::kNoValue;
+  ValueId rope_cos_rows_ = compiler::ir::kNoValue;
+  ValueId rope_sin_rows_ = compiler::ir::kNoValue;
+  ValueId keep_positions_ = compiler::ir::kNoValue;
+  ValueId keep_ = compiler::ir::kNoValue;
 };
 
 }  // namespace grove::serving::llm

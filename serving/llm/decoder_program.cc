@@ -42,6 +42,12 @@ std::string key_cache_name(int64_t layer) {
 std::string value_cache_name(int64_t layer) {
   return str_cat("grove.llm.layers.", layer, ".value_cache");
 }
+std::string qkv_weight_name(int64_t layer) {
+  return str_cat("grove.llm.layers.", layer, ".qkv_proj.weight");
+}
+std::string gate_up_weight_name(int64_t layer) {
+  return str_cat("grove.llm.layers.", layer, ".gate_up_proj.weight");
+}
 bool is_cache_name(const std::string& name) {
   return name.starts_with("grove.llm.layers.") &&
          (name.ends_with(".key_cache") || name.ends_with(".value_cache"));

@@ -53,6 +53,17 @@ inline constexpr const char* kRopeSin = "grove.llm.rope_sin";
 std::string key_cache_name(int64_t layer);    // "grove.llm.layers.N.key_cache"
 std::string value_cache_name(int64_t layer);  // "grove.llm.layers.N.value_cache"
 bool is_cache_name(const std::string& name);
+// Note [Fused projection weights]: a LLaMA layer's q, k and v projections
+// are one weight [q; k; v] ([(heads + 2 kv_heads) * head_dim, hidden]) and its
+// gate and up projections one weight [gate; up] ([2 * intermediate, hidden]),
+// so a step runs one GEMM for each group (fewer launches, and a wider N that
+// reads the weights at a better bandwidth at small M). The programs use these
+// fused params; DecoderState keeps the checkpoint's tensors (q_proj, ...) as
+// views of them (same memory), so checkpoints load unchanged. Tests:
+// DecoderState.FusedProjectionsAreViewsOfTheCheckpointWeights
+// (tests/serving/llm/checkpoint_test.cc) and every decoder test against its reference.
+std::string qkv_weight_name(int64_t layer);      // "grove.llm.layers.N.qkv_proj.weight"
+std::string gate_up_weight_name(int64_t layer);  // "grove.llm.layers.N.gate_up_proj.weight"
 bool is_grove_state_name(const std::string& name);  // starts with "grove."
 
 compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,
