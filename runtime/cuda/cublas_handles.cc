@@ -79,7 +79,8 @@ const StreamHandleState& stream_handle_state(const CublasLibrary& library, Devic
     // after every cublasSetStream. Test (cuda):
     // CudaBackendTest.GemmCapturedOnAnInheritedHandleHoldsKernelsOnly.
     check_cublas(library, library.set_stream(state.handle, key.second), "cublasSetStream", where);
-    check_cublas(library, library.set_workspace(state.handle, state.workspace, state.workspace_bytes),
+    check_cublas(library,
+                 library.set_workspace(state.handle, state.workspace, state.workspace_bytes),
                  "cublasSetWorkspace", where);
     spare.pop_back();
     return r.handles.emplace(key, state).first->second;

@@ -286,8 +286,8 @@ DecodeRun DecodeLoop::run(
                .load(std::memory_order_acquire) != 0;
   };
   try {
-    result.mode = mode == DecodeMode::kWhileLoop && !recorded_->loop ? DecodeMode::kPerStepGraphs
-                                                                      : mode;
+    result.mode =
+        mode == DecodeMode::kWhileLoop && !recorded_->loop ? DecodeMode::kPerStepGraphs : mode;
     if (result.mode == DecodeMode::kWhileLoop) {
       recorded_->loop->launch(stream_);
       while (true) {

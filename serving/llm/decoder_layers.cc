@@ -126,8 +126,8 @@ QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions
   // Note [Fused projection weights]: one GEMM for q, k and v.
   const int64_t q_width = heads * d;
   const int64_t kv_width = kv_heads * d;
-  ValueId fused = b_.linear(
-      x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, hidden}), kNoValue);
+  ValueId fused =
+      b_.linear(x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, hidden}), kNoValue);
   ValueId q = b_.slice(fused, 1, 0, q_width);
   ValueId k = b_.slice(fused, 1, q_width, q_width + kv_width);
   ValueId v = b_.slice(fused, 1, q_width + kv_width, q_width + 2 * kv_width);
@@ -163,8 +163,7 @@ ValueId DecoderLayers::mlp(ValueId x, int64_t layer) {
     return conv1d(h, layer, "mlp.c_proj", inner, hidden);
   }
   // Note [Fused projection weights]: one GEMM for gate and up.
-  ValueId gate_up =
-      b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, hidden}), kNoValue);
+  ValueId gate_up = b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, hidden}), kNoValue);
   ValueId gate = b_.slice(gate_up, 1, 0, inner);
   ValueId up = b_.slice(gate_up, 1, inner, 2 * inner);
   ValueId silu = b_.mul(gate, b_.sigmoid(gate));

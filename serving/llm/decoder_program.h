@@ -62,8 +62,8 @@ bool is_cache_name(const std::string& name);
 // views of them (same memory), so checkpoints load unchanged. Tests:
 // DecoderState.FusedProjectionsAreViewsOfTheCheckpointWeights
 // (tests/serving/llm/checkpoint_test.cc) and every decoder test against its reference.
-std::string qkv_weight_name(int64_t layer);      // "grove.llm.layers.N.qkv_proj.weight"
-std::string gate_up_weight_name(int64_t layer);  // "grove.llm.layers.N.gate_up_proj.weight"
+std::string qkv_weight_name(int64_t layer);         // "grove.llm.layers.N.qkv_proj.weight"
+std::string gate_up_weight_name(int64_t layer);     // "grove.llm.layers.N.gate_up_proj.weight"
 bool is_grove_state_name(const std::string& name);  // starts with "grove."
 
 compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,
