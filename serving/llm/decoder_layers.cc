@@ -28,6 +28,8 @@ DecoderLayers::DecoderLayers(compiler::ir::ProgramBuilder& builder, const Decode
   if (config_.architecture == Architecture::kLlama) {
     rope_cos_ = b_.param(kRopeCos, {cache_.max_seq_len, config_.head_dim()}, dtype_, zeros_init());
     rope_sin_ = b_.param(kRopeSin, {cache_.max_seq_len, config_.head_dim()}, dtype_, zeros_init());
+    rope_rotation_ =
+        b_.param(kRopeRotation, {config_.head_dim(), config_.head_dim()}, dtype_, zeros_init());
   }
 }
 
@@ -101,13 +103,12 @@ ValueId DecoderLayers::conv1d(ValueId x, int64_t layer, const std::string& modul
   return b_.add(b_.matmul(x, w), bias);
 }
 
-ValueId DecoderLayers::rotate(ValueId x, ValueId cos, ValueId sin, int64_t heads, int64_t rows) {
-  // HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
-  const int64_t half = config_.head_dim() / 2;
-  ValueId x3 = b_.reshape(x, {rows, heads, config_.head_dim()});
-  ValueId rotated =
-      b_.concat({b_.neg(b_.slice(x3, 2, half, 2 * half)), b_.slice(x3, 2, 0, half)}, 2);
-  return b_.add(b_.mul(x3, cos), b_.mul(rotated, sin));
+ValueId DecoderLayers::rotate(ValueId x, ValueId rotated, ValueId cos, ValueId sin, int64_t heads,
+                              int64_t rows) {
+  // HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin.
+  const int64_t d = config_.head_dim();
+  return b_.add(b_.mul(b_.reshape(x, {rows, heads, d}), cos),
+                b_.mul(b_.reshape(rotated, {rows, heads, d}), sin));
 }
 
 QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions, int64_t rows) {
@@ -131,6 +132,13 @@ QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions
   ValueId q = b_.slice(fused, 1, 0, q_width);
   ValueId k = b_.slice(fused, 1, q_width, q_width + kv_width);
   ValueId v = b_.slice(fused, 1, q_width + kv_width, q_width + 2 * kv_width);
+  // Note [Rotate-half as a GEMM]: rotate_half of every query and key head
+  // ([-x2, x1]) in one product with the signed permutation kRopeRotation.
+  const int64_t qk_heads = heads + kv_heads;
+  ValueId qk = b_.reshape(b_.slice(fused, 1, 0, q_width + kv_width), {rows * qk_heads, d});
+  ValueId rotated_qk = b_.reshape(b_.linear(qk, rope_rotation_, kNoValue), {rows, qk_heads * d});
+  ValueId q_rotated = b_.slice(rotated_qk, 1, 0, q_width);
+  ValueId k_rotated = b_.slice(rotated_qk, 1, q_width, q_width + kv_width);
   // The rotary tables at these positions, once per program (every layer reads them).
   if (rope_positions_ != positions) {
     rope_positions_ = positions;
@@ -139,8 +147,8 @@ QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions
   }
   ValueId cos = rope_cos_rows_;
   ValueId sin = rope_sin_rows_;
-  qkv.query = rotate(q, cos, sin, heads, rows);
-  qkv.key = rotate(k, cos, sin, kv_heads, rows);
+  qkv.query = rotate(q, q_rotated, cos, sin, heads, rows);
+  qkv.key = rotate(k, k_rotated, cos, sin, kv_heads, rows);
   qkv.value = b_.reshape(v, {rows, kv_heads, d});
   return qkv;
 }

@@ -50,6 +50,16 @@ inline constexpr const char* kPositionsTable = "grove.llm.positions";  // i64 [m
 inline constexpr const char* kSlotsTable = "grove.llm.slots";          // i64 [slots]: 0..S-1
 inline constexpr const char* kRopeCos = "grove.llm.rope_cos";  // [max_seq_len, head_dim] (LLaMA)
 inline constexpr const char* kRopeSin = "grove.llm.rope_sin";
+// Note [Rotate-half as a GEMM]: HF's rotate_half(x) = [-x2, x1] of a head x
+// [head_dim] is x R^T for the signed permutation R [head_dim, head_dim]
+// (R[j][j + d/2] = -1 and R[j + d/2][j] = 1), so a step rotates every query
+// and key head of a layer with one small GEMM (rows (heads + kv_heads) per
+// token, K = head_dim) instead of slices, a negation and a concat per
+// projection (several kernels each). Products with 0 and +-1 summed in f32
+// are exact: the result is rotate_half's bit for bit. Tests: the decoder
+// tests against their references (tests/serving/llm/decoder_test.cc) and
+// DecoderState.RopeRotationIsRotateHalf (checkpoint_test.cc). (LLaMA)
+inline constexpr const char* kRopeRotation = "grove.llm.rope_rotation";
 std::string key_cache_name(int64_t layer);    // "grove.llm.layers.N.key_cache"
 std::string value_cache_name(int64_t layer);  // "grove.llm.layers.N.value_cache"
 bool is_cache_name(const std::string& name);

@@ -118,6 +118,26 @@ TEST(DecoderState, FusedProjectionsAreViewsOfTheCheckpointWeights) {
   EXPECT_EQ(target.weight_bytes(), checkpoint_bytes);
 }
 
+// Note [Rotate-half as a GEMM]: x R^T is [-x2, x1] for every head dimension.
+TEST(DecoderState, RopeRotationIsRotateHalf) {
+  DecoderConfig config = testing::tiny_config(Architecture::kLlama, DType::kBF16);
+  DecoderState state(config, small_cache(), runtime::kSimDevice);
+  const int64_t d = config.head_dim();
+  const runtime::Tensor& rotation = state.tensor(kRopeRotation);
+  ASSERT_EQ(rotation.shape(), (runtime::Shape{d, d}));
+  std::vector<double> r = rotation.to_doubles();
+  std::vector<double> x(static_cast<size_t>(d));
+  for (int64_t i = 0; i < d; ++i) x[static_cast<size_t>(i)] = 1.0 + static_cast<double>(i);
+  for (int64_t j = 0; j < d; ++j) {
+    double sum = 0;
+    for (int64_t i = 0; i < d; ++i)
+      sum += x[static_cast<size_t>(i)] * r[static_cast<size_t>(j * d + i)];
+    const double expected =
+        j < d / 2 ? -x[static_cast<size_t>(j + d / 2)] : x[static_cast<size_t>(j - d / 2)];
+    EXPECT_EQ(sum, expected) << "element " << j;
+  }
+}
+
 TEST(Checkpoint, Gpt2NamesWithoutTheTransformerPrefixLoad) {
   DecoderConfig config = testing::tiny_config(Architecture::kGpt2, DType::kF32);
   DecoderState source(config, small_cache(), runtime::kSimDevice);
