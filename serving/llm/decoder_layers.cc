@@ -242,8 +242,10 @@ ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId
   }
   ValueId probabilities = masked_softmax(scores, keep_);
   ValueId from_cache = b_.matmul(b_.slice(probabilities, 3, 0, length), value_cache);
-  ValueId from_own = b_.matmul(b_.slice(probabilities, 3, length, length + 1),
-                               b_.reshape(new_value, {rows, kv_heads, 1, d}));
+  // The own value's share is an outer product over one position: a
+  // broadcast multiply (fused with the add below) instead of a K = 1 GEMM.
+  ValueId from_own = b_.mul(b_.slice(probabilities, 3, length, length + 1),
+                            b_.reshape(new_value, {rows, kv_heads, 1, d}));
   ValueId attended = b_.add(from_cache, from_own);  // [rows, kv, groups, d]
   return b_.reshape(attended, {rows, config_.num_heads * d});
 }
