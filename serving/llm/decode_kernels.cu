@@ -93,14 +93,8 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
   const float* row_logits = logits + row * vocab;
   const int64_t begin = sampling::chunk_begin(t, vocab);
   const int64_t end = sampling::chunk_end(t, vocab);
-  // Note [Greedy token on the device]: the first largest logit of the row
-  // (greedy's token, and the max the weights are taken against). The
-  // threads read the row coalesced (thread t: elements t, t + kThreads, ...)
-  // and reduce (value, index) pairs, a larger value or an equal one at a
-  // lower index winning, through warp shuffles and then across warps: the
-  // same token as a scan in index order, in a few microseconds where the
-  // per-chunk scan took 46 us per launch. Test:
-  // DecodeLoopTest.DeviceSamplingMatchesTheHostReference (ties at the max).
+  // Note [Greedy token on the device] (decode_kernels.h): coalesced reads,
+  // (value, index) pairs reduced by warp shuffles, then across warps.
   float best_value = 0.0f;
   int64_t best = -1;
   for (int64_t i = t; i < vocab; i += sampling::kThreads) {
