@@ -91,18 +91,14 @@ bool write_decode_checkpoint(const std::string& dir, const DecoderConfig& config
       read_file(dir + "/config.json") == text) {
     return false;
   }
-  // The weights a decoder of this config declares: its program's params.
-  compiler::ir::Program program = serving::llm::build_prefill_program(
-      config, {.slots = 1, .max_seq_len = 1}, 1, runtime::kCpuDevice);
+  // The weights a checkpoint of this config holds, by Hugging Face's names.
   std::vector<weights::TensorToWrite> tensors;
   uint64_t random = seed;
   const size_t element = runtime::dtype_size(config.dtype);
-  for (const compiler::ir::Value& value : program.values()) {
-    if (!value.is_persistent() || serving::llm::is_grove_state_name(value.name)) continue;
-    const std::string& name = value.name;
+  for (const auto& [name, shape] : serving::llm::checkpoint_weights(config)) {
     weights::TensorToWrite out{.name = name, .dtype = config.dtype};
     int64_t numel = 1;
-    for (int64_t extent : value.type.shape) {
+    for (int64_t extent : shape) {
       out.shape.push_back(extent);
       numel *= extent;
     }

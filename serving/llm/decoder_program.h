@@ -33,6 +33,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compiler/ir/program.h"
 #include "serving/llm/decoder_config.h"
@@ -72,8 +74,23 @@ bool is_cache_name(const std::string& name);
 // views of them (same memory), so checkpoints load unchanged. Tests:
 // DecoderState.FusedProjectionsAreViewsOfTheCheckpointWeights
 // (tests/serving/llm/checkpoint_test.cc) and every decoder test against its reference.
-std::string qkv_weight_name(int64_t layer);         // "grove.llm.layers.N.qkv_proj.weight"
-std::string gate_up_weight_name(int64_t layer);     // "grove.llm.layers.N.gate_up_proj.weight"
+std::string qkv_weight_name(int64_t layer);      // "grove.llm.layers.N.qkv_proj.weight"
+std::string gate_up_weight_name(int64_t layer);  // "grove.llm.layers.N.gate_up_proj.weight"
+
+// A checkpoint tensor that is rows [row_begin, row_end) of a fused weight.
+struct FusedWeightPart {
+  std::string fused;  // qkv_weight_name or gate_up_weight_name
+  std::string name;   // the checkpoint's name, e.g. "model.layers.0.self_attn.k_proj.weight"
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+};
+// Every such part of `config`'s fused weights (none for GPT-2).
+std::vector<FusedWeightPart> fused_weight_parts(const DecoderConfig& config);
+
+// The tensors a Hugging Face checkpoint of `config` holds (the programs'
+// params that are not grove state, and the parts of the fused weights), with
+// their shapes, sorted by name.
+std::vector<std::pair<std::string, runtime::Shape>> checkpoint_weights(const DecoderConfig& config);
 bool is_grove_state_name(const std::string& name);  // starts with "grove."
 
 compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,

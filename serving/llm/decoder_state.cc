@@ -23,21 +23,8 @@ DecoderState::DecoderState(const DecoderConfig& config, const CacheShape& cache,
 // Note [Fused projection weights]: the checkpoint's names for the parts of
 // each fused weight, as views (rows along dim 0, so each is contiguous).
 void DecoderState::add_fused_weight_views() {
-  if (config_.architecture != Architecture::kLlama) return;
-  const int64_t d = config_.head_dim();
-  const int64_t q_rows = config_.num_heads * d;
-  const int64_t kv_rows = config_.num_kv_heads * d;
-  const int64_t inner = config_.intermediate_size;
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    const std::string prefix = str_cat("model.layers.", layer, ".");
-    const runtime::Tensor& qkv = tensors_.at(qkv_weight_name(layer));
-    tensors_.emplace(prefix + "self_attn.q_proj.weight", qkv.slice(0, 0, q_rows));
-    tensors_.emplace(prefix + "self_attn.k_proj.weight", qkv.slice(0, q_rows, q_rows + kv_rows));
-    tensors_.emplace(prefix + "self_attn.v_proj.weight",
-                     qkv.slice(0, q_rows + kv_rows, q_rows + 2 * kv_rows));
-    const runtime::Tensor& gate_up = tensors_.at(gate_up_weight_name(layer));
-    tensors_.emplace(prefix + "mlp.gate_proj.weight", gate_up.slice(0, 0, inner));
-    tensors_.emplace(prefix + "mlp.up_proj.weight", gate_up.slice(0, inner, 2 * inner));
+  for (const FusedWeightPart& part : fused_weight_parts(config_)) {
+    tensors_.emplace(part.name, tensors_.at(part.fused).slice(0, part.row_begin, part.row_end));
   }
 }
 

@@ -116,6 +116,13 @@ TEST(DecoderState, FusedProjectionsAreViewsOfTheCheckpointWeights) {
     checkpoint_bytes += target.tensor(name).nbytes();
   }
   EXPECT_EQ(target.weight_bytes(), checkpoint_bytes);
+  // checkpoint_weights (what benchmark checkpoints are written from) names the same tensors.
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : checkpoint_weights(config)) {
+    names.push_back(name);
+    EXPECT_EQ(shape, target.tensor(name).shape()) << name;
+  }
+  EXPECT_EQ(names, target.weight_names());
 }
 
 // Note [Rotate-half as a GEMM]: x R^T is [-x2, x1] for every head dimension.
