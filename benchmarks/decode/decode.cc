@@ -212,6 +212,7 @@ int run(int argc, char** argv) {
       nlohmann::json result = {{"batch", batch},
                                {"record_s", record_s},
                                {"body_nodes", loop.body_nodes()},
+                               {"step_kernels", loop.step_kernels()},
                                {"bytes_read_per_step", bytes},
                                {"kv_bytes_read_per_step", kv_read},
                                {"per_step",

@@ -146,6 +146,15 @@ RowFinish DecodeLoop::finish(int64_t row) const {
   }
 }
 
+std::vector<std::string> DecodeLoop::step_kernels() const {
+  std::vector<std::string> names;
+  if (!recorded_) return names;
+  for (const runtime::KernelNodeInfo& node : recorded_->step.kernel_nodes()) {
+    names.push_back(node.kernel_name);
+  }
+  return names;
+}
+
 bool DecodeLoop::while_available() const { return recorded_ && recorded_->loop != nullptr; }
 
 size_t DecodeLoop::body_nodes() const {

@@ -95,6 +95,9 @@ class DecodeLoop {
   RowFinish finish(int64_t row) const;
   int64_t bucket() const { return options_.bucket; }
   size_t body_nodes() const;
+  // After warm_up: the kernel nodes of the per-step graph by kernel name, in
+  // the graph's node order (library kernels by the name CUDA gives them).
+  std::vector<std::string> step_kernels() const;
   // After warm_up: whether the WHILE graph was recorded; else why not (the
   // device refused its body: Note [Refused WHILE bodies]).
   bool while_available() const;

@@ -72,11 +72,18 @@ ValueId DecoderLayers::block_norm(ValueId x, int64_t layer, int which) {
                          layer_weight(layer, norm + ".bias", {hidden}), config_.norm_eps);
   }
   std::string norm = which == 1 ? "input_layernorm" : "post_attention_layernorm";
-  ValueId weight_value = layer_weight(layer, norm + ".weight", {hidden});
-  // HF's LlamaRMSNorm: in f32, then back to the model dtype, then times the weight.
-  ValueId x32 = dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32);
-  ValueId variance = b_.mean(b_.mul(x32, x32), {1}, /*keepdim=*/true);
-  ValueId normed = b_.mul(x32, b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
+  return rms_norm(x, layer_weight(layer, norm + ".weight", {hidden}));
+}
+
+ValueId DecoderLayers::rms_norm(ValueId x, ValueId weight_value) {
+  // HF's LlamaRMSNorm: in f32, then back to the model dtype, then times the
+  // weight. Each reader of x in f32 casts it itself, so the casts fuse into
+  // the reduction and the normalizing kernel instead of one more kernel
+  // writing x in f32 for both (the casts are exact: the bits are unchanged).
+  auto f32 = [&] { return dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32); };
+  ValueId squares = f32();
+  ValueId variance = b_.mean(b_.mul(squares, squares), {1}, /*keepdim=*/true);
+  ValueId normed = b_.mul(f32(), b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
   if (dtype_ != DType::kF32) normed = b_.cast(normed, dtype_);
   return b_.mul(weight_value, normed);
 }
@@ -87,12 +94,7 @@ ValueId DecoderLayers::final_norm(ValueId x) {
     return b_.layer_norm(x, weight("transformer.ln_f.weight", {hidden}),
                          weight("transformer.ln_f.bias", {hidden}), config_.norm_eps);
   }
-  ValueId weight_value = weight("model.norm.weight", {hidden});
-  ValueId x32 = dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32);
-  ValueId variance = b_.mean(b_.mul(x32, x32), {1}, /*keepdim=*/true);
-  ValueId normed = b_.mul(x32, b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
-  if (dtype_ != DType::kF32) normed = b_.cast(normed, dtype_);
-  return b_.mul(weight_value, normed);
+  return rms_norm(x, weight("model.norm.weight", {hidden}));
 }
 
 // GPT-2's Conv1D: y = x @ W + b with W stored [in, out] (transposed against nn.Linear).

@@ -61,6 +61,7 @@ class DecoderLayers {
   ValueId weight(const std::string& name, const runtime::Shape& shape);
   ValueId layer_weight(int64_t layer, const std::string& suffix, const runtime::Shape& shape);
   ValueId scalar(double value, runtime::DType dtype);
+  ValueId rms_norm(ValueId x, ValueId weight_value);
   // x * cos + rotated * sin per head, `rotated` being rotate_half(x).
   ValueId rotate(ValueId x, ValueId rotated, ValueId cos, ValueId sin, int64_t heads, int64_t rows);
   // Scores [..., n] scaled, masked where `keep` is false, softmax in f32, back in the model dtype.
