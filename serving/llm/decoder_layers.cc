@@ -135,12 +135,15 @@ QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions
   ValueId k = b_.slice(fused, 1, q_width, q_width + kv_width);
   ValueId v = b_.slice(fused, 1, q_width + kv_width, q_width + 2 * kv_width);
   // Note [Rotate-half as a GEMM]: rotate_half of every query and key head
-  // ([-x2, x1]) in one product with the signed permutation kRopeRotation.
-  const int64_t qk_heads = heads + kv_heads;
-  ValueId qk = b_.reshape(b_.slice(fused, 1, 0, q_width + kv_width), {rows * qk_heads, d});
-  ValueId rotated_qk = b_.reshape(b_.linear(qk, rope_rotation_, kNoValue), {rows, qk_heads * d});
-  ValueId q_rotated = b_.slice(rotated_qk, 1, 0, q_width);
-  ValueId k_rotated = b_.slice(rotated_qk, 1, q_width, q_width + kv_width);
+  // ([-x2, x1]) in one product with the signed permutation kRopeRotation. It
+  // takes the value heads along (unused): the whole product is a view of the
+  // GEMM's output at any batch, where a slice of it would be copied first.
+  const int64_t all_heads = heads + 2 * kv_heads;
+  ValueId rotated =
+      b_.reshape(b_.linear(b_.reshape(fused, {rows * all_heads, d}), rope_rotation_, kNoValue),
+                 {rows, all_heads * d});
+  ValueId q_rotated = b_.slice(rotated, 1, 0, q_width);
+  ValueId k_rotated = b_.slice(rotated, 1, q_width, q_width + kv_width);
   // The rotary tables at these positions, once per program (every layer reads them).
   if (rope_positions_ != positions) {
     rope_positions_ = positions;
