@@ -49,16 +49,17 @@ __device__ double ordered_sum(double mine, double* shared) {
   return sum;
 }
 
+// Every thread gets the sum of the threads' counts: integers, so a warp
+// shuffle tree gives the ordered sum's value.
 __device__ int64_t count_sum(int64_t mine, int64_t* shared) {
-  shared[threadIdx.x] = mine;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int64_t sum = 0;
-    for (int t = 0; t < sampling::kThreads; ++t) sum += shared[t];
-    shared[sampling::kThreads] = sum;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    mine += static_cast<int64_t>(
+        __shfl_down_sync(0xffffffffu, static_cast<long long>(mine), offset));
   }
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = mine;
   __syncthreads();
-  const int64_t sum = shared[sampling::kThreads];
+  int64_t sum = 0;
+  for (int warp = 0; warp < sampling::kThreads / 32; ++warp) sum += shared[warp];
   __syncthreads();
   return sum;
 }
