@@ -53,6 +53,26 @@ uint64_t next_random(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
+// Whether the checkpoint in `dir` holds exactly the tensors (names and
+// shapes) a checkpoint of `config` has: one written by another grove version
+// (or cut short) is written again instead of failing the load.
+bool holds_the_weights(const std::string& dir, const DecoderConfig& config) {
+  try {
+    weights::SafetensorsFile file = weights::SafetensorsFile::open(dir + "/model.safetensors");
+    const auto expected = serving::llm::checkpoint_weights(config);
+    if (file.entries().size() != expected.size()) return false;
+    for (const auto& [name, shape] : expected) {
+      const weights::SafetensorsEntry* entry = file.find(name);
+      if (entry == nullptr || entry->shape != std::vector<int64_t>(shape.begin(), shape.end())) {
+        return false;
+      }
+    }
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 DecoderConfig decode_benchmark_config(const std::string& name, runtime::DType dtype,
@@ -88,21 +108,17 @@ bool write_decode_checkpoint(const std::string& dir, const DecoderConfig& config
   const std::string text = config_json(config).dump(2) + "\n";
   std::filesystem::create_directories(dir);
   if (std::filesystem::exists(dir + "/model.safetensors") &&
-      read_file(dir + "/config.json") == text) {
+      read_file(dir + "/config.json") == text && holds_the_weights(dir, config)) {
     return false;
   }
-  // The weights a decoder of this config declares: its program's params.
-  compiler::ir::Program program = serving::llm::build_prefill_program(
-      config, {.slots = 1, .max_seq_len = 1}, 1, runtime::kCpuDevice);
+  // The weights a checkpoint of this config holds, by Hugging Face's names.
   std::vector<weights::TensorToWrite> tensors;
   uint64_t random = seed;
   const size_t element = runtime::dtype_size(config.dtype);
-  for (const compiler::ir::Value& value : program.values()) {
-    if (!value.is_persistent() || serving::llm::is_grove_state_name(value.name)) continue;
-    const std::string& name = value.name;
+  for (const auto& [name, shape] : serving::llm::checkpoint_weights(config)) {
     weights::TensorToWrite out{.name = name, .dtype = config.dtype};
     int64_t numel = 1;
-    for (int64_t extent : value.type.shape) {
+    for (int64_t extent : shape) {
       out.shape.push_back(extent);
       numel *= extent;
     }

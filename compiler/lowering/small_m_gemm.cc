@@ -58,6 +58,9 @@ std::map<std::string, int64_t>& choices() {
 
 constexpr int kLaunchesPerGraph = 20;
 constexpr int kGraphLaunches = 10;
+// Note [Small-M GEMM timing from HBM].
+constexpr int64_t kStreamedWeightBytes = int64_t{4} << 20;
+constexpr int64_t kWeightCopiesBytes = int64_t{128} << 20;
 constexpr int kRounds = 3;
 
 // Device memory freed on every path out of the measurement.
@@ -86,12 +89,12 @@ class DeviceBuffers {
 // calls (a graph, as cudagraphs runs them: stream launches would time the
 // host's launch rate instead).
 double graph_time_us(runtime::Backend& backend, runtime::StreamHandle stream,
-                     const std::function<void()>& enqueue) {
-  enqueue();
+                     const std::function<void(int)>& enqueue) {
+  enqueue(0);
   backend.synchronize_stream(stream);
   backend.begin_capture(stream, runtime::CaptureMode::kThreadLocal);
   try {
-    for (int i = 0; i < kLaunchesPerGraph; ++i) enqueue();
+    for (int i = 0; i < kLaunchesPerGraph; ++i) enqueue(i);
   } catch (...) {
     backend.invalidate_capture(stream);
     try {
@@ -147,8 +150,26 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       GemmArgs args = launch.args;
       args.a =
           buffers.zeros(extent(args.transpose_a, args.m, args.k, args.lda), args.dtype, stream);
-      args.b =
-          buffers.zeros(extent(args.transpose_b, args.k, args.n, args.ldb), args.dtype, stream);
+      // Note [Small-M GEMM timing from HBM]: a weight of at least
+      // kStreamedWeightBytes belongs to a model larger than the L2, whose
+      // GEMMs read their weights from HBM; timed on one copy, 32 launches in
+      // a row would read it from the L2 after the first and favour whichever
+      // kernel is better at L2 reads. Such a weight is timed over copies that
+      // together exceed the L2 (the launches take them in turn). Smaller
+      // weights are timed as they are, from the L2, as small models run.
+      const int64_t b_elements = extent(args.transpose_b, args.k, args.n, args.ldb);
+      const int64_t weight_bytes =
+          b_elements * static_cast<int64_t>(runtime::dtype_size(args.dtype));
+      const int64_t copies =
+          weight_bytes < kStreamedWeightBytes
+              ? 1
+              : std::min<int64_t>(kLaunchesPerGraph,
+                                  (kWeightCopiesBytes + weight_bytes - 1) / weight_bytes);
+      std::vector<const void*> weights;
+      for (int64_t copy = 0; copy < copies; ++copy) {
+        weights.push_back(buffers.zeros(b_elements, args.dtype, stream));
+      }
+      args.b = weights[0];
       args.c = buffers.zeros(extent(false, args.m, args.n, args.ldc), args.dtype, stream);
       if (has_bias(args.epilogue)) args.bias = buffers.zeros(args.n, args.dtype, stream);
       if (args.epilogue == GemmEpilogue::kBiasGeluAux || args.epilogue == GemmEpilogue::kDGelu) {
@@ -174,12 +195,16 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       std::vector<double> variant_us(variants.size(), 1e30);
       for (int round = 0; round < kRounds; ++round) {
         for (size_t v = 0; v < variants.size(); ++v) {
-          variant_us[v] = std::min(variant_us[v], graph_time_us(backend, stream, [&] {
-                                     codegen::launch(kernels[v], inputs, outputs[v], {}, stream);
+          variant_us[v] = std::min(variant_us[v], graph_time_us(backend, stream, [&](int i) {
+                                     std::vector<const void*> operands = inputs;
+                                     operands[1] = weights[static_cast<size_t>(i) % weights.size()];
+                                     codegen::launch(kernels[v], operands, outputs[v], {}, stream);
                                    }));
         }
-        times.library_us = std::min(times.library_us, graph_time_us(backend, stream, [&] {
-                                      backend.blas().gemm_row_major(stream, args);
+        times.library_us = std::min(times.library_us, graph_time_us(backend, stream, [&](int i) {
+                                      GemmArgs call = args;
+                                      call.b = weights[static_cast<size_t>(i) % weights.size()];
+                                      backend.blas().gemm_row_major(stream, call);
                                     }));
       }
       backend.synchronize_stream(stream);

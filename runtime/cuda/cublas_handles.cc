@@ -71,7 +71,17 @@ const StreamHandleState& stream_handle_state(const CublasLibrary& library, Devic
   // Note [cuBLAS state of destroyed streams].
   if (std::vector<StreamHandleState>& spare = r.recycled[device.index]; !spare.empty()) {
     state = spare.back();
+    // Note [cuBLAS workspace after cublasSetStream]: cublasSetStream resets
+    // the handle's workspace to cuBLAS's default pool, which under capture
+    // allocates with cudaMallocAsync: a graph then holds mem alloc and free
+    // nodes (one pair per split-K GEMM), which a WHILE body refuses (the
+    // LLaMA-1B decode loop did). So the inherited workspace is bound again
+    // after every cublasSetStream. Test (cuda):
+    // CudaBackendTest.GemmCapturedOnAnInheritedHandleHoldsKernelsOnly.
     check_cublas(library, library.set_stream(state.handle, key.second), "cublasSetStream", where);
+    check_cublas(library,
+                 library.set_workspace(state.handle, state.workspace, state.workspace_bytes),
+                 "cublasSetWorkspace", where);
     spare.pop_back();
     return r.handles.emplace(key, state).first->second;
   }

@@ -59,6 +59,39 @@ std::string describe_graph_contents(cudaGraph_t graph) {
   return text;
 }
 
+// Replaces every edge of `graph` whose type is not default (programmatic
+// dependent launch) by a default edge between the same nodes; returns how
+// many were replaced (Note [WHILE bodies without programmatic edges]).
+size_t make_edges_default(cudaGraph_t graph) {
+  size_t edges = 0;
+  if (cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges) != cudaSuccess || edges == 0) {
+    cudaGetLastError();
+    return 0;
+  }
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  std::vector<cudaGraphEdgeData> data(edges);
+  if (cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  size_t replaced = 0;
+  for (size_t i = 0; i < edges; ++i) {
+    if (data[i].type == cudaGraphDependencyTypeDefault) continue;
+    if (cudaGraphRemoveDependencies(graph, &from[i], &to[i], &data[i], 1) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    if (cudaGraphAddDependencies(graph, &from[i], &to[i], nullptr, 1) != cudaSuccess) {
+      cudaGetLastError();  // put the edge back as it was: never drop an ordering
+      cudaGraphAddDependencies(graph, &from[i], &to[i], &data[i], 1);
+      cudaGetLastError();
+      continue;
+    }
+    ++replaced;
+  }
+  return replaced;
+}
+
 CudaGraph& graph_of(GraphHandle graph) {
   GROVE_CHECK(graph.impl != nullptr, "cuda: use of a null graph handle");
   return *static_cast<CudaGraph*>(graph.impl);
@@ -396,11 +429,28 @@ void CudaBackend::add_while_node(GraphHandle graph, uint64_t condition, GraphHan
                    "adding a WHILE node on ", where(),
                    " (the condition must come from create_while_condition of the same graph)");
   cudaGraph_t body_graph = params.conditional.phGraph_out[0];
+  cudaGraph_t captured = graph_of(body).graph;
   cudaGraphNode_t child = nullptr;
-  GROVE_CUDA_CHECK(cudaGraphAddChildGraphNode(&child, body_graph, nullptr, 0, graph_of(body).graph),
-                   "adding the body of a WHILE node on ", where(),
-                   " (a body may hold kernels, copies, memsets and conditionals only; this body: ",
-                   describe_graph_contents(graph_of(body).graph), ")");
+  cudaError_t status = cudaGraphAddChildGraphNode(&child, body_graph, nullptr, 0, captured);
+  // Note [WHILE bodies without programmatic edges]: library kernels captured
+  // with programmatic dependent launch (cuBLAS's nvjet GEMMs) leave
+  // programmatic edges, which a conditional body may refuse; made default
+  // edges (full completion, which a programmatic wait also accepts) the body
+  // computes the same. Tried only once CUDA refused the body as captured.
+  if (status != cudaSuccess) {
+    const std::string contents = describe_graph_contents(captured);
+    cudaGetLastError();
+    if (make_edges_default(captured) > 0) {
+      status = cudaGraphAddChildGraphNode(&child, body_graph, nullptr, 0, captured);
+    }
+    if (status != cudaSuccess) {
+      throw_cuda_error(
+          status, "cudaGraphAddChildGraphNode",
+          str_cat("adding the body of a WHILE node on ", where(),
+                  " (a body may hold kernels, copies, memsets and conditionals only; this body: ",
+                  contents, ")"));
+    }
+  }
 }
 
 size_t CudaBackend::graph_node_count(GraphHandle graph) {

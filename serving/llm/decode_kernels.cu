@@ -49,16 +49,17 @@ __device__ double ordered_sum(double mine, double* shared) {
   return sum;
 }
 
+// Every thread gets the sum of the threads' counts: integers, so a warp
+// shuffle tree gives the ordered sum's value.
 __device__ int64_t count_sum(int64_t mine, int64_t* shared) {
-  shared[threadIdx.x] = mine;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int64_t sum = 0;
-    for (int t = 0; t < sampling::kThreads; ++t) sum += shared[t];
-    shared[sampling::kThreads] = sum;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    mine += static_cast<int64_t>(
+        __shfl_down_sync(0xffffffffu, static_cast<long long>(mine), offset));
   }
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = mine;
   __syncthreads();
-  const int64_t sum = shared[sampling::kThreads];
+  int64_t sum = 0;
+  for (int warp = 0; warp < sampling::kThreads / 32; ++warp) sum += shared[warp];
   __syncthreads();
   return sum;
 }
@@ -78,8 +79,8 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
                                             const int64_t* loop_state) {
   __shared__ double masses[sampling::kThreads + 1];
   __shared__ int64_t counts[sampling::kThreads + 1];
-  __shared__ float maxima[sampling::kThreads];
-  __shared__ int64_t best_index[sampling::kThreads];
+  __shared__ float maxima[sampling::kThreads / 32];
+  __shared__ int64_t best_index[sampling::kThreads / 32];
   __shared__ int64_t chosen;
   const int64_t row = blockIdx.x;
   const int64_t rows = gridDim.x;
@@ -93,19 +94,41 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
   const float* row_logits = logits + row * vocab;
   const int64_t begin = sampling::chunk_begin(t, vocab);
   const int64_t end = sampling::chunk_end(t, vocab);
-  // The first largest logit of the chunk, then of the row (greedy's token).
+  // Note [Greedy token on the device] (decode_kernels.h): coalesced reads,
+  // (value, index) pairs reduced by warp shuffles, then across warps.
+  float best_value = 0.0f;
   int64_t best = -1;
-  for (int64_t i = begin; i < end; ++i) {
-    if (best < 0 || row_logits[i] > row_logits[best]) best = i;
+  for (int64_t i = t; i < vocab; i += sampling::kThreads) {
+    const float value = row_logits[i];
+    if (best < 0 || value > best_value) {
+      best_value = value;
+      best = i;
+    }
   }
-  best_index[t] = best;
-  maxima[t] = best >= 0 ? row_logits[best] : 0.0f;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other_value = __shfl_down_sync(0xffffffffu, best_value, offset);
+    const long long other = __shfl_down_sync(0xffffffffu, static_cast<long long>(best), offset);
+    if (other >= 0 && (best < 0 || other_value > best_value ||
+                       (other_value == best_value && other < best))) {
+      best_value = other_value;
+      best = other;
+    }
+  }
+  constexpr int kWarps = sampling::kThreads / 32;
+  if (t % 32 == 0) {
+    best_index[t / 32] = best;
+    maxima[t / 32] = best_value;
+  }
   __syncthreads();
   if (t == 0) {
     int64_t overall = best_index[0];
-    for (int other = 1; other < sampling::kThreads; ++other) {
-      if (best_index[other] >= 0 && maxima[other] > row_logits[overall]) {
-        overall = best_index[other];
+    float overall_value = maxima[0];
+    for (int warp = 1; warp < kWarps; ++warp) {
+      const int64_t other = best_index[warp];
+      if (other >= 0 && (overall < 0 || maxima[warp] > overall_value ||
+                         (maxima[warp] == overall_value && other < overall))) {
+        overall = other;
+        overall_value = maxima[warp];
       }
     }
     chosen = overall;

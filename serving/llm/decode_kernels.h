@@ -31,6 +31,15 @@ void launch_kv_write(const runtime::Tensor& table, int64_t tensors,
 // input id, advances its position (or sets it to -1 when the request ends)
 // and writes it to streamed[step * rows + row] (host-mapped memory allowed);
 // rows already done write -1 there. `loop_state` holds the step.
+//
+// Note [Greedy token on the device]: the first largest logit of a row is
+// greedy's token (and the max the weights are taken against). The kernel's
+// threads read the row coalesced (thread t: elements t, t + kThreads, ...)
+// and reduce (value, index) pairs, a larger value or an equal one at a lower
+// index winning, through warp shuffles and then across warps: the token of a
+// scan in index order, in a few microseconds where a per-thread scan of
+// contiguous chunks took 46 us per launch on an H100. Test:
+// DecodeLoopTest.DeviceSamplingMatchesTheHostReference (ties at the max).
 void launch_sample(const runtime::Tensor& logits, const runtime::Tensor& ids,
                    const runtime::Tensor& positions, const runtime::Tensor& row_state,
                    int64_t max_seq_len, int64_t* streamed, const runtime::Tensor& loop_state);

@@ -9,6 +9,7 @@
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/graph_recording.h"
+#include "runtime/logging.h"
 #include "serving/llm/decode_kernels.h"
 
 namespace grove::serving::llm {
@@ -30,9 +31,9 @@ int64_t bits_of(double value) {
 // they hold on to: the outputs of the captured program calls (their blocks
 // stay the graphs') and the kv-write tables pointing at them.
 struct DecodeLoop::Recorded {
-  explicit Recorded(runtime::Device device) : step(device), loop(device) {}
+  explicit Recorded(runtime::Device device) : step(device) {}
   runtime::GraphRecording step;
-  runtime::WhileGraph loop;
+  std::unique_ptr<runtime::WhileGraph> loop;  // null where the device refused the body
   compiler::TensorList step_outputs;
   compiler::TensorList loop_outputs;
   Tensor step_table;
@@ -145,7 +146,20 @@ RowFinish DecodeLoop::finish(int64_t row) const {
   }
 }
 
-size_t DecodeLoop::body_nodes() const { return recorded_ ? recorded_->loop.body_node_count() : 0; }
+std::vector<std::string> DecodeLoop::step_kernels() const {
+  std::vector<std::string> names;
+  if (!recorded_) return names;
+  for (const runtime::KernelNodeInfo& node : recorded_->step.kernel_nodes()) {
+    names.push_back(node.kernel_name);
+  }
+  return names;
+}
+
+bool DecodeLoop::while_available() const { return recorded_ && recorded_->loop != nullptr; }
+
+size_t DecodeLoop::body_nodes() const {
+  return recorded_ && recorded_->loop ? recorded_->loop->body_node_count() : 0;
+}
 
 void DecodeLoop::warm_up() {
   if (recorded_) return;
@@ -190,19 +204,35 @@ void DecodeLoop::record() {
     recorded->step.abort_capture();
     throw;
   }
-  recorded->loop.capture_body_begin(stream_, pool_);
-  try {
-    one_step(recorded->loop_outputs, recorded->loop_table);
-    runtime::launch_set_while_condition(device_, recorded->loop.condition(),
-                                        static_cast<const int32_t*>(keep_going_.data_ptr()),
-                                        stream_);
-    recorded->loop.capture_body_end();
-  } catch (...) {
-    recorded->loop.abort_capture();
-    throw;
-  }
   recorded->step.instantiate();
-  recorded->loop.instantiate();
+  // Note [Refused WHILE bodies]: a body the device refuses (CUDA allows only
+  // some node types in a conditional body) leaves the loop without a WHILE
+  // graph; runs in kWhileLoop mode then replay the per-step graph instead,
+  // which gives the same tokens. The reason is kept for while_refusal().
+  try {
+    auto loop = std::make_unique<runtime::WhileGraph>(device_);
+    loop->capture_body_begin(stream_, pool_);
+    try {
+      one_step(recorded->loop_outputs, recorded->loop_table);
+      runtime::launch_set_while_condition(
+          device_, loop->condition(), static_cast<const int32_t*>(keep_going_.data_ptr()), stream_);
+      loop->capture_body_end();
+    } catch (...) {
+      loop->abort_capture();
+      throw;
+    }
+    loop->instantiate();
+    recorded->loop = std::move(loop);
+    while_refusal_.clear();
+  } catch (const std::exception& error) {
+    backend.synchronize_stream(stream_);
+    recorded->loop_outputs.clear();
+    while_refusal_ = error.what();
+    log(LogLevel::kWarn, str_cat("decode loop (bucket ", options_.bucket, ") on ", device_.str(),
+                                 ": the WHILE graph could not be recorded, so its runs replay the "
+                                 "per-step graph (same tokens): ",
+                                 while_refusal_));
+  }
   // The tables point at the new keys and values each recording wrote.
   auto fill_table = [&](const compiler::TensorList& outputs, Tensor& table) {
     Tensor filled =
@@ -213,7 +243,7 @@ void DecodeLoop::record() {
     table.copy_from_host(pointers.data());
   };
   fill_table(recorded->step_outputs, recorded->step_table);
-  fill_table(recorded->loop_outputs, recorded->loop_table);
+  if (recorded->loop) fill_table(recorded->loop_outputs, recorded->loop_table);
   recorded_ = std::move(recorded);
 }
 
@@ -265,8 +295,10 @@ DecodeRun DecodeLoop::run(
                .load(std::memory_order_acquire) != 0;
   };
   try {
-    if (mode == DecodeMode::kWhileLoop) {
-      recorded_->loop.launch(stream_);
+    result.mode =
+        mode == DecodeMode::kWhileLoop && !recorded_->loop ? DecodeMode::kPerStepGraphs : mode;
+    if (result.mode == DecodeMode::kWhileLoop) {
+      recorded_->loop->launch(stream_);
       while (true) {
         const int64_t now = wait_past(result.steps);
         GROVE_CHECK(now > result.steps, "the decode loop on ", device_.str(),

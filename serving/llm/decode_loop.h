@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "compiler/backends/compile.h"
@@ -67,6 +68,9 @@ const char* decode_mode_name(DecodeMode mode);  // "per_step", "while"
 
 struct DecodeRun {
   int64_t steps = 0;
+  // The mode that ran: kPerStepGraphs for a kWhileLoop run where the WHILE
+  // graph was refused (Note [Refused WHILE bodies]).
+  DecodeMode mode = DecodeMode::kPerStepGraphs;
   // tokens[step][row]; -1 where the row did not run in that step.
   std::vector<std::vector<int64_t>> tokens;
 };
@@ -91,6 +95,13 @@ class DecodeLoop {
   RowFinish finish(int64_t row) const;
   int64_t bucket() const { return options_.bucket; }
   size_t body_nodes() const;
+  // After warm_up: the kernel nodes of the per-step graph by kernel name, in
+  // the graph's node order (library kernels by the name CUDA gives them).
+  std::vector<std::string> step_kernels() const;
+  // After warm_up: whether the WHILE graph was recorded; else why not (the
+  // device refused its body: Note [Refused WHILE bodies]).
+  bool while_available() const;
+  const std::string& while_refusal() const { return while_refusal_; }
 
  private:
   struct Recorded;
@@ -118,6 +129,7 @@ class DecodeLoop {
   std::vector<int64_t> host_positions_;
   std::vector<int64_t> host_row_state_;
   bool rows_changed_ = true;
+  std::string while_refusal_;
 };
 
 }  // namespace grove::serving::llm

@@ -28,6 +28,8 @@ DecoderLayers::DecoderLayers(compiler::ir::ProgramBuilder& builder, const Decode
   if (config_.architecture == Architecture::kLlama) {
     rope_cos_ = b_.param(kRopeCos, {cache_.max_seq_len, config_.head_dim()}, dtype_, zeros_init());
     rope_sin_ = b_.param(kRopeSin, {cache_.max_seq_len, config_.head_dim()}, dtype_, zeros_init());
+    rope_rotation_ =
+        b_.param(kRopeRotation, {config_.head_dim(), config_.head_dim()}, dtype_, zeros_init());
   }
 }
 
@@ -70,11 +72,18 @@ ValueId DecoderLayers::block_norm(ValueId x, int64_t layer, int which) {
                          layer_weight(layer, norm + ".bias", {hidden}), config_.norm_eps);
   }
   std::string norm = which == 1 ? "input_layernorm" : "post_attention_layernorm";
-  ValueId weight_value = layer_weight(layer, norm + ".weight", {hidden});
-  // HF's LlamaRMSNorm: in f32, then back to the model dtype, then times the weight.
-  ValueId x32 = dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32);
-  ValueId variance = b_.mean(b_.mul(x32, x32), {1}, /*keepdim=*/true);
-  ValueId normed = b_.mul(x32, b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
+  return rms_norm(x, layer_weight(layer, norm + ".weight", {hidden}));
+}
+
+ValueId DecoderLayers::rms_norm(ValueId x, ValueId weight_value) {
+  // HF's LlamaRMSNorm: in f32, then back to the model dtype, then times the
+  // weight. Each reader of x in f32 casts it itself, so the casts fuse into
+  // the reduction and the normalizing kernel instead of one more kernel
+  // writing x in f32 for both (the casts are exact: the bits are unchanged).
+  auto f32 = [&] { return dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32); };
+  ValueId squares = f32();
+  ValueId variance = b_.mean(b_.mul(squares, squares), {1}, /*keepdim=*/true);
+  ValueId normed = b_.mul(f32(), b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
   if (dtype_ != DType::kF32) normed = b_.cast(normed, dtype_);
   return b_.mul(weight_value, normed);
 }
@@ -85,12 +94,7 @@ ValueId DecoderLayers::final_norm(ValueId x) {
     return b_.layer_norm(x, weight("transformer.ln_f.weight", {hidden}),
                          weight("transformer.ln_f.bias", {hidden}), config_.norm_eps);
   }
-  ValueId weight_value = weight("model.norm.weight", {hidden});
-  ValueId x32 = dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32);
-  ValueId variance = b_.mean(b_.mul(x32, x32), {1}, /*keepdim=*/true);
-  ValueId normed = b_.mul(x32, b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
-  if (dtype_ != DType::kF32) normed = b_.cast(normed, dtype_);
-  return b_.mul(weight_value, normed);
+  return rms_norm(x, weight("model.norm.weight", {hidden}));
 }
 
 // GPT-2's Conv1D: y = x @ W + b with W stored [in, out] (transposed against nn.Linear).
@@ -101,13 +105,12 @@ ValueId DecoderLayers::conv1d(ValueId x, int64_t layer, const std::string& modul
   return b_.add(b_.matmul(x, w), bias);
 }
 
-ValueId DecoderLayers::rotate(ValueId x, ValueId cos, ValueId sin, int64_t heads, int64_t rows) {
-  // HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
-  const int64_t half = config_.head_dim() / 2;
-  ValueId x3 = b_.reshape(x, {rows, heads, config_.head_dim()});
-  ValueId rotated =
-      b_.concat({b_.neg(b_.slice(x3, 2, half, 2 * half)), b_.slice(x3, 2, 0, half)}, 2);
-  return b_.add(b_.mul(x3, cos), b_.mul(rotated, sin));
+ValueId DecoderLayers::rotate(ValueId x, ValueId rotated, ValueId cos, ValueId sin, int64_t heads,
+                              int64_t rows) {
+  // HF's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin.
+  const int64_t d = config_.head_dim();
+  return b_.add(b_.mul(b_.reshape(x, {rows, heads, d}), cos),
+                b_.mul(b_.reshape(rotated, {rows, heads, d}), sin));
 }
 
 QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions, int64_t rows) {
@@ -123,16 +126,34 @@ QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions
     qkv.value = b_.reshape(b_.slice(fused, 1, 2 * hidden, 3 * hidden), {rows, heads, d});
     return qkv;
   }
-  ValueId q =
-      b_.linear(x, layer_weight(layer, "self_attn.q_proj.weight", {heads * d, hidden}), kNoValue);
-  ValueId k = b_.linear(x, layer_weight(layer, "self_attn.k_proj.weight", {kv_heads * d, hidden}),
-                        kNoValue);
-  ValueId v = b_.linear(x, layer_weight(layer, "self_attn.v_proj.weight", {kv_heads * d, hidden}),
-                        kNoValue);
-  ValueId cos = b_.reshape(b_.embedding(rope_cos_, positions), {rows, 1, d});
-  ValueId sin = b_.reshape(b_.embedding(rope_sin_, positions), {rows, 1, d});
-  qkv.query = rotate(q, cos, sin, heads, rows);
-  qkv.key = rotate(k, cos, sin, kv_heads, rows);
+  // Note [Fused projection weights]: one GEMM for q, k and v.
+  const int64_t q_width = heads * d;
+  const int64_t kv_width = kv_heads * d;
+  ValueId fused =
+      b_.linear(x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, hidden}), kNoValue);
+  ValueId q = b_.slice(fused, 1, 0, q_width);
+  ValueId k = b_.slice(fused, 1, q_width, q_width + kv_width);
+  ValueId v = b_.slice(fused, 1, q_width + kv_width, q_width + 2 * kv_width);
+  // Note [Rotate-half as a GEMM]: rotate_half of every query and key head
+  // ([-x2, x1]) in one product with the signed permutation kRopeRotation. It
+  // takes the value heads along (unused): the whole product is a view of the
+  // GEMM's output at any batch, where a slice of it would be copied first.
+  const int64_t all_heads = heads + 2 * kv_heads;
+  ValueId rotated =
+      b_.reshape(b_.linear(b_.reshape(fused, {rows * all_heads, d}), rope_rotation_, kNoValue),
+                 {rows, all_heads * d});
+  ValueId q_rotated = b_.slice(rotated, 1, 0, q_width);
+  ValueId k_rotated = b_.slice(rotated, 1, q_width, q_width + kv_width);
+  // The rotary tables at these positions, once per program (every layer reads them).
+  if (rope_positions_ != positions) {
+    rope_positions_ = positions;
+    rope_cos_rows_ = b_.reshape(b_.embedding(rope_cos_, positions), {rows, 1, d});
+    rope_sin_rows_ = b_.reshape(b_.embedding(rope_sin_, positions), {rows, 1, d});
+  }
+  ValueId cos = rope_cos_rows_;
+  ValueId sin = rope_sin_rows_;
+  qkv.query = rotate(q, q_rotated, cos, sin, heads, rows);
+  qkv.key = rotate(k, k_rotated, cos, sin, kv_heads, rows);
   qkv.value = b_.reshape(v, {rows, kv_heads, d});
   return qkv;
 }
@@ -154,9 +175,10 @@ ValueId DecoderLayers::mlp(ValueId x, int64_t layer) {
     ValueId h = b_.gelu(conv1d(x, layer, "mlp.c_fc", hidden, inner));
     return conv1d(h, layer, "mlp.c_proj", inner, hidden);
   }
-  ValueId gate =
-      b_.linear(x, layer_weight(layer, "mlp.gate_proj.weight", {inner, hidden}), kNoValue);
-  ValueId up = b_.linear(x, layer_weight(layer, "mlp.up_proj.weight", {inner, hidden}), kNoValue);
+  // Note [Fused projection weights]: one GEMM for gate and up.
+  ValueId gate_up = b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, hidden}), kNoValue);
+  ValueId gate = b_.slice(gate_up, 1, 0, inner);
+  ValueId up = b_.slice(gate_up, 1, inner, 2 * inner);
   ValueId silu = b_.mul(gate, b_.sigmoid(gate));
   return b_.linear(b_.mul(silu, up), layer_weight(layer, "mlp.down_proj.weight", {hidden, inner}),
                    kNoValue);
@@ -215,14 +237,20 @@ ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId
   ValueId own = b_.matmul(q, b_.reshape(new_key, {rows, kv_heads, d, 1}));
   ValueId scores = b_.concat({cached, own}, 3);
   // Cache positions t < position are the row's past; index T (the own key)
-  // carries -1, kept for every real row.
-  ValueId index = b_.concat({positions_table_, b_.full(-1, {1}, DType::kI64)}, 0);
-  ValueId keep = b_.compare("lt", b_.reshape(index, {1, 1, 1, length + 1}),
-                            b_.reshape(positions, {rows, 1, 1, 1}));
-  ValueId probabilities = masked_softmax(scores, keep);
+  // carries -1, kept for every real row. The mask is made once per program:
+  // every layer's attention reads it.
+  if (keep_positions_ != positions) {
+    keep_positions_ = positions;
+    ValueId index = b_.concat({positions_table_, b_.full(-1, {1}, DType::kI64)}, 0);
+    keep_ = b_.compare("lt", b_.reshape(index, {1, 1, 1, length + 1}),
+                       b_.reshape(positions, {rows, 1, 1, 1}));
+  }
+  ValueId probabilities = masked_softmax(scores, keep_);
   ValueId from_cache = b_.matmul(b_.slice(probabilities, 3, 0, length), value_cache);
-  ValueId from_own = b_.matmul(b_.slice(probabilities, 3, length, length + 1),
-                               b_.reshape(new_value, {rows, kv_heads, 1, d}));
+  // The own value's share is an outer product over one position: a
+  // broadcast multiply (fused with the add below) instead of a K = 1 GEMM.
+  ValueId from_own = b_.mul(b_.slice(probabilities, 3, length, length + 1),
+                            b_.reshape(new_value, {rows, kv_heads, 1, d}));
   ValueId attended = b_.add(from_cache, from_own);  // [rows, kv, groups, d]
   return b_.reshape(attended, {rows, config_.num_heads * d});
 }

@@ -61,7 +61,9 @@ class DecoderLayers {
   ValueId weight(const std::string& name, const runtime::Shape& shape);
   ValueId layer_weight(int64_t layer, const std::string& suffix, const runtime::Shape& shape);
   ValueId scalar(double value, runtime::DType dtype);
-  ValueId rotate(ValueId x, ValueId cos, ValueId sin, int64_t heads, int64_t rows);
+  ValueId rms_norm(ValueId x, ValueId weight_value);
+  // x * cos + rotated * sin per head, `rotated` being rotate_half(x).
+  ValueId rotate(ValueId x, ValueId rotated, ValueId cos, ValueId sin, int64_t heads, int64_t rows);
   // Scores [..., n] scaled, masked where `keep` is false, softmax in f32, back in the model dtype.
   ValueId masked_softmax(ValueId scores, ValueId keep);
   ValueId conv1d(ValueId x, int64_t layer, const std::string& module, int64_t in, int64_t out);
@@ -73,6 +75,14 @@ class DecoderLayers {
   ValueId positions_table_ = compiler::ir::kNoValue;
   ValueId rope_cos_ = compiler::ir::kNoValue;
   ValueId rope_sin_ = compiler::ir::kNoValue;
+  ValueId rope_rotation_ = compiler::ir::kNoValue;  // Note [Rotate-half as a GEMM]
+  // What project() and cache_attention() computed for the last positions
+  // they saw, reused by every later layer of the program.
+  ValueId rope_positions_ = compiler::ir::kNoValue;
+  ValueId rope_cos_rows_ = compiler::ir::kNoValue;
+  ValueId rope_sin_rows_ = compiler::ir::kNoValue;
+  ValueId keep_positions_ = compiler::ir::kNoValue;
+  ValueId keep_ = compiler::ir::kNoValue;
 };
 
 }  // namespace grove::serving::llm

@@ -1,5 +1,6 @@
 #include "serving/llm/decoder_program.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "compiler/ir/builder.h"
@@ -42,6 +43,50 @@ std::string key_cache_name(int64_t layer) {
 std::string value_cache_name(int64_t layer) {
   return str_cat("grove.llm.layers.", layer, ".value_cache");
 }
+std::string qkv_weight_name(int64_t layer) {
+  return str_cat("grove.llm.layers.", layer, ".qkv_proj.weight");
+}
+std::string gate_up_weight_name(int64_t layer) {
+  return str_cat("grove.llm.layers.", layer, ".gate_up_proj.weight");
+}
+std::vector<FusedWeightPart> fused_weight_parts(const DecoderConfig& config) {
+  std::vector<FusedWeightPart> parts;
+  if (config.architecture != Architecture::kLlama) return parts;
+  const int64_t q_rows = config.num_heads * config.head_dim();
+  const int64_t kv_rows = config.num_kv_heads * config.head_dim();
+  const int64_t inner = config.intermediate_size;
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const std::string prefix = str_cat("model.layers.", layer, ".");
+    const std::string qkv = qkv_weight_name(layer);
+    const std::string gate_up = gate_up_weight_name(layer);
+    parts.push_back({qkv, prefix + "self_attn.q_proj.weight", 0, q_rows});
+    parts.push_back({qkv, prefix + "self_attn.k_proj.weight", q_rows, q_rows + kv_rows});
+    parts.push_back(
+        {qkv, prefix + "self_attn.v_proj.weight", q_rows + kv_rows, q_rows + 2 * kv_rows});
+    parts.push_back({gate_up, prefix + "mlp.gate_proj.weight", 0, inner});
+    parts.push_back({gate_up, prefix + "mlp.up_proj.weight", inner, 2 * inner});
+  }
+  return parts;
+}
+
+std::vector<std::pair<std::string, runtime::Shape>> checkpoint_weights(
+    const DecoderConfig& config) {
+  compiler::ir::Program program =
+      build_prefill_program(config, {.slots = 1, .max_seq_len = 1}, 1, runtime::kCpuDevice);
+  std::vector<std::pair<std::string, runtime::Shape>> weights;
+  for (const compiler::ir::Value& value : program.values()) {
+    if (value.is_persistent() && !is_grove_state_name(value.name)) {
+      weights.emplace_back(value.name, value.type.shape);
+    }
+  }
+  for (const FusedWeightPart& part : fused_weight_parts(config)) {
+    weights.emplace_back(part.name,
+                         runtime::Shape{part.row_end - part.row_begin, config.hidden_size});
+  }
+  std::sort(weights.begin(), weights.end());
+  return weights;
+}
+
 bool is_cache_name(const std::string& name) {
   return name.starts_with("grove.llm.layers.") &&
          (name.ends_with(".key_cache") || name.ends_with(".value_cache"));

@@ -33,6 +33,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compiler/ir/program.h"
 #include "serving/llm/decoder_config.h"
@@ -50,9 +52,45 @@ inline constexpr const char* kPositionsTable = "grove.llm.positions";  // i64 [m
 inline constexpr const char* kSlotsTable = "grove.llm.slots";          // i64 [slots]: 0..S-1
 inline constexpr const char* kRopeCos = "grove.llm.rope_cos";  // [max_seq_len, head_dim] (LLaMA)
 inline constexpr const char* kRopeSin = "grove.llm.rope_sin";
+// Note [Rotate-half as a GEMM]: HF's rotate_half(x) = [-x2, x1] of a head x
+// [head_dim] is x R^T for the signed permutation R [head_dim, head_dim]
+// (R[j][j + d/2] = -1 and R[j + d/2][j] = 1), so a step rotates every query
+// and key head of a layer with one small GEMM (rows (heads + kv_heads) per
+// token, K = head_dim) instead of slices, a negation and a concat per
+// projection (several kernels each). Products with 0 and +-1 summed in f32
+// are exact: the result is rotate_half's bit for bit. Tests: the decoder
+// tests against their references (tests/serving/llm/decoder_test.cc) and
+// DecoderState.RopeRotationIsRotateHalf (checkpoint_test.cc). (LLaMA)
+inline constexpr const char* kRopeRotation = "grove.llm.rope_rotation";
 std::string key_cache_name(int64_t layer);    // "grove.llm.layers.N.key_cache"
 std::string value_cache_name(int64_t layer);  // "grove.llm.layers.N.value_cache"
 bool is_cache_name(const std::string& name);
+// Note [Fused projection weights]: a LLaMA layer's q, k and v projections
+// are one weight [q; k; v] ([(heads + 2 kv_heads) * head_dim, hidden]) and its
+// gate and up projections one weight [gate; up] ([2 * intermediate, hidden]),
+// so a step runs one GEMM for each group (fewer launches, and a wider N that
+// reads the weights at a better bandwidth at small M). The programs use these
+// fused params; DecoderState keeps the checkpoint's tensors (q_proj, ...) as
+// views of them (same memory), so checkpoints load unchanged. Tests:
+// DecoderState.FusedProjectionsAreViewsOfTheCheckpointWeights
+// (tests/serving/llm/checkpoint_test.cc) and every decoder test against its reference.
+std::string qkv_weight_name(int64_t layer);      // "grove.llm.layers.N.qkv_proj.weight"
+std::string gate_up_weight_name(int64_t layer);  // "grove.llm.layers.N.gate_up_proj.weight"
+
+// A checkpoint tensor that is rows [row_begin, row_end) of a fused weight.
+struct FusedWeightPart {
+  std::string fused;  // qkv_weight_name or gate_up_weight_name
+  std::string name;   // the checkpoint's name, e.g. "model.layers.0.self_attn.k_proj.weight"
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+};
+// Every such part of `config`'s fused weights (none for GPT-2).
+std::vector<FusedWeightPart> fused_weight_parts(const DecoderConfig& config);
+
+// The tensors a Hugging Face checkpoint of `config` holds (the programs'
+// params that are not grove state, and the parts of the fused weights), with
+// their shapes, sorted by name.
+std::vector<std::pair<std::string, runtime::Shape>> checkpoint_weights(const DecoderConfig& config);
 bool is_grove_state_name(const std::string& name);  // starts with "grove."
 
 compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,

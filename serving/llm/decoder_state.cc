@@ -16,7 +16,16 @@ DecoderState::DecoderState(const DecoderConfig& config, const CacheShape& cache,
     if (!value.is_persistent()) continue;
     tensors_.emplace(value.name, compiler::backends::initial_tensor(value, device_));
   }
+  add_fused_weight_views();
   fill_tables();
+}
+
+// Note [Fused projection weights]: the checkpoint's names for the parts of
+// each fused weight, as views (rows along dim 0, so each is contiguous).
+void DecoderState::add_fused_weight_views() {
+  for (const FusedWeightPart& part : fused_weight_parts(config_)) {
+    tensors_.emplace(part.name, tensors_.at(part.fused).slice(0, part.row_begin, part.row_end));
+  }
 }
 
 void DecoderState::fill_tables() {
@@ -51,6 +60,14 @@ void DecoderState::fill_tables() {
   }
   tensors_.at(kRopeCos).copy_from_host(cos_bytes.data());
   tensors_.at(kRopeSin).copy_from_host(sin_bytes.data());
+  // Note [Rotate-half as a GEMM]: row j of R picks -x[j + d/2] (j < d/2) or x[j - d/2].
+  std::vector<uint8_t> rotation_bytes(static_cast<size_t>(d * d) * element);
+  for (int64_t j = 0; j < d; ++j) {
+    const int64_t from = j < half ? j + half : j - half;
+    runtime::store_element(rotation_bytes.data() + static_cast<size_t>(j * d + from) * element,
+                           dtype, j < half ? -1.0 : 1.0);
+  }
+  tensors_.at(kRopeRotation).copy_from_host(rotation_bytes.data());
 }
 
 runtime::Tensor DecoderState::bind(const compiler::ir::Value& value) const {

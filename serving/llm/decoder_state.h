@@ -46,6 +46,7 @@ class DecoderState {
   uint64_t cache_bytes() const;
 
  private:
+  void add_fused_weight_views();
   void fill_tables();
 
   DecoderConfig config_;

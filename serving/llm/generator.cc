@@ -1,5 +1,7 @@
 #include "serving/llm/generator.h"
 
+#include <algorithm>
+
 #include "runtime/error.h"
 
 namespace grove::serving::llm {
@@ -18,7 +20,29 @@ const char* finish_reason_name(FinishReason reason) {
   return "?";
 }
 
-Generator::Generator(Decoder& decoder) : decoder_(decoder), slots_(decoder.state().cache().slots) {}
+Generator::Generator(Decoder& decoder, GeneratorOptions options)
+    : decoder_(decoder), options_(options), slots_(decoder.state().cache().slots) {
+  GROVE_CHECK(options_.loop_steps >= 0, "Generator loop_steps ", options_.loop_steps,
+              " must be >= 0 (0: step by step)");
+  // DecodeLoop records graphs: a device without them (cpu) steps through the Decoder.
+  if (!decoder.state().device().supports_graphs()) options_.loop_steps = 0;
+}
+
+Generator::~Generator() = default;
+
+void Generator::warm_up() {
+  if (options_.loop_steps == 0) return;
+  for (int64_t bucket : decoder_.batch_buckets()) loop_for(bucket).warm_up();
+}
+
+DecodeLoop& Generator::loop_for(int64_t bucket) {
+  std::unique_ptr<DecodeLoop>& loop = loops_[bucket];
+  if (!loop) {
+    loop = std::make_unique<DecodeLoop>(
+        decoder_, DecodeLoopOptions{.bucket = bucket, .max_steps = options_.loop_steps});
+  }
+  return *loop;
+}
 
 RequestId Generator::submit(GenerationRequest request) {
   const int64_t length = static_cast<int64_t>(request.prompt.size());
@@ -100,11 +124,90 @@ void Generator::retire_finished() {
   }
 }
 
-std::vector<std::pair<RequestId, int64_t>> Generator::step() {
+std::vector<std::pair<RequestId, int64_t>> Generator::step(const TokenCallback& on_token) {
   produced_.clear();
-  admit();
-  retire_finished();
-  if (running_.empty()) return produced_;
+  delivered_ = 0;
+  on_token_ = &on_token;
+  try {
+    admit();
+    flush();
+    retire_finished();
+    if (!running_.empty()) {
+      if (options_.loop_steps > 0) {
+        decode_on_device();
+      } else {
+        decode_host_sampled();
+      }
+      flush();
+      retire_finished();
+    }
+  } catch (...) {
+    on_token_ = nullptr;
+    throw;
+  }
+  on_token_ = nullptr;
+  return produced_;
+}
+
+void Generator::flush() {
+  while (delivered_ < produced_.size()) {
+    const auto [id, token] = produced_[delivered_++];
+    if (on_token_ != nullptr && *on_token_) (*on_token_)(id, token);
+  }
+}
+
+// Note [Decode runs on the device].
+void Generator::decode_on_device() {
+  const int64_t bucket = decoder_.batch_bucket(slots_.extent());
+  DecodeLoop& loop = loop_for(bucket);
+  std::vector<RequestId> by_row(static_cast<size_t>(bucket), -1);
+  int64_t steps = options_.loop_steps;
+  for (const auto& [id, active] : running_) {
+    const GenerationResult& result = results_.at(id);
+    const auto generated = static_cast<int64_t>(result.tokens.size());
+    by_row[static_cast<size_t>(active.slot)] = id;
+    std::optional<int64_t> eos;
+    if (!active.request.ignore_eos) eos = active.request.eos_token_id;
+    loop.set_row(active.slot, {.token = result.tokens.back(),
+                               .position = active.position,
+                               .generated = generated,
+                               .max_new_tokens = active.request.max_new_tokens,
+                               .eos_token_id = eos,
+                               .sampling = active.request.sampling});
+    if (!waiting_.empty()) steps = std::min(steps, active.request.max_new_tokens - generated);
+  }
+  for (int64_t row = 0; row < bucket; ++row) {
+    if (by_row[static_cast<size_t>(row)] < 0) loop.clear_row(row);
+  }
+  steps = std::max<int64_t>(steps, 1);
+  // Each step's tokens as the device publishes them; a request that ended
+  // meanwhile (a callback cancelled it) takes no more.
+  auto on_step = [&](int64_t, const std::vector<int64_t>& tokens) {
+    int64_t rows = 0;
+    for (int64_t row = 0; row < bucket; ++row) {
+      const RequestId id = by_row[static_cast<size_t>(row)];
+      const int64_t token = tokens[static_cast<size_t>(row)];
+      if (id < 0 || token < 0) continue;
+      ++rows;
+      auto active = running_.find(id);
+      if (active == running_.end() || results_.at(id).finish != FinishReason::kRunning) continue;
+      ++active->second.position;
+      append(id, active->second, token);
+    }
+    ++stats_.decode_steps;
+    ++stats_.steps_per_bucket[bucket];
+    ++stats_.rows_per_step[rows];
+    flush();
+  };
+  DecodeRun run =
+      loop.run(steps, steps > 1 ? DecodeMode::kWhileLoop : DecodeMode::kPerStepGraphs, on_step);
+  if (run.mode == DecodeMode::kWhileLoop) {
+    ++stats_.loop_launches;
+    stats_.loop_steps += run.steps;
+  }
+}
+
+void Generator::decode_host_sampled() {
   std::vector<DecodeRow> rows;
   rows.reserve(running_.size());
   for (const auto& [id, active] : running_) {
@@ -123,8 +226,6 @@ std::vector<std::pair<RequestId, int64_t>> Generator::step() {
     ++active.position;
     append(id, active, token);
   }
-  retire_finished();
-  return produced_;
 }
 
 std::vector<int64_t> Generator::generate(GenerationRequest request) {

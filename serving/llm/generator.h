@@ -19,14 +19,32 @@
 // prompt, sampling params and seed (Note [Sampling draws]), so a request gets
 // the same tokens alone or in any batch. Tests: Generator.* in
 // tests/serving/llm/generator_test.cc.
+//
+// Note [Decode runs on the device]
+// With GeneratorOptions::loop_steps = K > 0, the decode steps run through a
+// DecodeLoop per batch bucket (Note [Decode loop on the device]): the step,
+// the KV write, sampling and the stop test on the device, tokens streamed
+// through mapped host memory. When no request waits for a slot, one step()
+// runs up to K steps as one WHILE graph launch (rows that stop on the way
+// stop on the device; the launch ends early when every row stopped). While a
+// request waits, a launch runs only until the first running request can end
+// by its length, so that its slot is free for the waiter then; a single step
+// (a request joins or leaves next) replays the per-step graph, as does every
+// run where the device refused the WHILE body (Note [Refused WHILE bodies]).
+// The device sampler picks the host sampler's tokens (Note [Sampling draws]),
+// so tokens are those of loop_steps = 0. Tests:
+// Generator.DeviceLoopGivesThePerStepTokens (tests/serving/llm/generator_test.cc).
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "serving/llm/decode_loop.h"
 #include "serving/llm/decoder.h"
 #include "serving/llm/kv_slots.h"
 #include "serving/llm/sampler.h"
@@ -51,9 +69,17 @@ struct GenerationResult {
   FinishReason finish = FinishReason::kRunning;
 };
 
+struct GeneratorOptions {
+  // Note [Decode runs on the device]: 0 decodes step by step through the
+  // Decoder with host sampling; K > 0 runs up to K steps per device launch.
+  int64_t loop_steps = 0;
+};
+
 struct GeneratorStats {
   int64_t prefills = 0;
   int64_t decode_steps = 0;
+  int64_t loop_launches = 0;  // WHILE graph launches (Note [Decode runs on the device])
+  int64_t loop_steps = 0;     // decode steps those launches ran
   int64_t generated_tokens = 0;
   std::map<int64_t, int64_t> steps_per_bucket;  // batch bucket -> decode steps
   std::map<int64_t, int64_t> rows_per_step;     // running rows -> decode steps
@@ -61,7 +87,11 @@ struct GeneratorStats {
 
 class Generator {
  public:
-  explicit Generator(Decoder& decoder);
+  explicit Generator(Decoder& decoder, GeneratorOptions options = {});
+  ~Generator();
+  // With loop_steps > 0: compiles and records every batch bucket's DecodeLoop
+  // now (else the first step of each bucket does).
+  void warm_up();
 
   // Queues a request; throws grove::Error when it can never run (empty prompt,
   // prompt + max_new_tokens beyond the cache's positions, bad sampling params).
@@ -69,8 +99,12 @@ class Generator {
   // Stops a request (a client that went away): its slot is freed now.
   void cancel(RequestId id);
   // One scheduling step (Note [Continuous batching steps]). Returns the
-  // tokens it produced, by request.
-  std::vector<std::pair<RequestId, int64_t>> step();
+  // tokens it produced, by request. `on_token` (optional) gets each of them
+  // in the same order as soon as it is known: during a device loop, as each
+  // step's tokens arrive (Note [Decode runs on the device]). It may cancel
+  // (and forget) the request it is given.
+  using TokenCallback = std::function<void(RequestId, int64_t)>;
+  std::vector<std::pair<RequestId, int64_t>> step(const TokenCallback& on_token = {});
   // Drops a finished request's result, so a long-running server's results do
   // not pile up; throws grove::Error while it still runs.
   void forget(RequestId id);
@@ -93,16 +127,24 @@ class Generator {
   };
   void admit();
   void retire_finished();
+  void decode_host_sampled();
+  void flush();  // hands produced_[delivered_..] to the step's on_token
+  void decode_on_device();
+  DecodeLoop& loop_for(int64_t bucket);
   void append(RequestId id, Active& active, int64_t token);
 
   Decoder& decoder_;
+  GeneratorOptions options_;
   KvSlots slots_;
+  std::map<int64_t, std::unique_ptr<DecodeLoop>> loops_;  // by batch bucket
   RequestId next_id_ = 0;
   std::deque<std::pair<RequestId, GenerationRequest>> waiting_;
   std::map<RequestId, Active> running_;
   std::map<RequestId, GenerationResult> results_;
   GeneratorStats stats_;
   std::vector<std::pair<RequestId, int64_t>> produced_;
+  size_t delivered_ = 0;
+  const TokenCallback* on_token_ = nullptr;
 };
 
 }  // namespace grove::serving::llm

@@ -67,6 +67,11 @@ std::string llm_metrics_text(const LlmService& service,
   batch_rows(out, stats);
   one(out, "grove_llm_decode_steps_total", "counter", "Decode steps run.",
       static_cast<double>(stats.decode_steps));
+  one(out, "grove_llm_decode_loop_launches_total", "counter",
+      "WHILE graph launches of several decode steps (Note [Decode runs on the device]).",
+      static_cast<double>(stats.loop_launches));
+  one(out, "grove_llm_decode_loop_steps_total", "counter", "Decode steps run by those launches.",
+      static_cast<double>(stats.loop_steps));
   one(out, "grove_llm_prefills_total", "counter", "Prompts prefilled.",
       static_cast<double>(stats.prefills));
   prometheus_family(out, "grove_llm_requests_total", "counter",

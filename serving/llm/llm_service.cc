@@ -21,7 +21,13 @@ const char* completion_end_name(CompletionEnd end) {
 }
 
 LlmService::LlmService(Decoder& decoder, const Tokenizer* tokenizer, LlmServiceConfig config)
-    : decoder_(decoder), tokenizer_(tokenizer), config_(config), generator_(decoder) {
+    : decoder_(decoder),
+      tokenizer_(tokenizer),
+      config_(config),
+      generator_(decoder, {.loop_steps = config.decode_loop_steps}) {
+  // The decode loops compile and record here, in the thread that warmed the
+  // decoder up, not on the first request.
+  generator_.warm_up();
   limits_.positions = decoder.state().cache().max_seq_len;
   limits_.max_prompt_tokens = std::min(decoder.prompt_buckets().back(), limits_.positions);
   limits_.max_new_tokens = config.max_new_tokens > 0
@@ -137,7 +143,13 @@ void LlmService::run() {
     }
     if (!generator_.idle()) {
       try {
-        for (const auto& [id, token] : generator_.step()) deliver(id, token);
+        // Tokens go out as the device publishes them (Note [Decode runs on the
+        // device]); a cancel that comes in meanwhile ends its request before
+        // its next token.
+        generator_.step([this](RequestId id, int64_t token) {
+          cancel_during_step();
+          deliver(id, token);
+        });
         std::vector<RequestId> finished;
         for (const auto& [id, tracked] : tracked_) {
           if (generator_.done(id)) finished.push_back(id);
@@ -205,6 +217,31 @@ void LlmService::admit(Submitted submitted) {
   tracked_.emplace(id, std::move(tracked));
 }
 
+// Note [Completions on the service thread]: cancels of admitted requests
+// that came in during a step of several decode steps end them now, so a
+// client that went away gets no more tokens; the rest wait for the next turn
+// (their requests are still in the inbox).
+void LlmService::cancel_during_step() {
+  std::vector<Ticket> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cancels_.empty()) return;
+    cancels.swap(cancels_);
+    std::erase_if(cancels, [&](Ticket ticket) {
+      if (by_ticket_.count(ticket)) return false;
+      cancels_.push_back(ticket);
+      return true;
+    });
+  }
+  for (Ticket ticket : cancels) {
+    auto found = by_ticket_.find(ticket);
+    if (found == by_ticket_.end()) continue;
+    const RequestId id = found->second;
+    generator_.cancel(id);
+    end(id, {.end = CompletionEnd::kCancelled});
+  }
+}
+
 void LlmService::deliver(RequestId id, int64_t token) {
   auto found = tracked_.find(id);
   if (found == tracked_.end()) return;  // ended in this turn (a stop string)
@@ -254,6 +291,8 @@ void LlmService::publish_stats() {
   stats_.slots = decoder_.state().cache().slots;
   stats_.prefills = generator.prefills;
   stats_.decode_steps = generator.decode_steps;
+  stats_.loop_launches = generator.loop_launches;
+  stats_.loop_steps = generator.loop_steps;
   stats_.generated_tokens = generator.generated_tokens;
   stats_.prompt_tokens = prompt_tokens_;
   stats_.rows_per_step = generator.rows_per_step;

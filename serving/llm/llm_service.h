@@ -90,6 +90,10 @@ struct CompletionEvents {
 struct LlmServiceConfig {
   int64_t max_new_tokens = 0;  // the most max_tokens a request may ask; 0: the cache's positions
   size_t max_waiting = 1024;   // queued requests beyond the running ones
+  // Note [Decode runs on the device]: up to this many decode steps per device
+  // launch (a WHILE graph) while no request joins or leaves; 0: step by step
+  // with host sampling. Tokens are the same either way.
+  int64_t decode_loop_steps = 8;
 };
 
 // What a request may ask for, from the decoder's buckets and cache.
@@ -107,6 +111,8 @@ struct LlmStats {
   int64_t slots = 0;
   int64_t prefills = 0;
   int64_t decode_steps = 0;
+  int64_t loop_launches = 0;  // WHILE graph launches, each of several decode steps
+  int64_t loop_steps = 0;
   int64_t generated_tokens = 0;
   int64_t prompt_tokens = 0;
   std::map<int64_t, int64_t> rows_per_step;  // running rows -> decode steps
@@ -161,6 +167,7 @@ class LlmService {
   void run();
   void admit(Submitted submitted);
   void deliver(RequestId id, int64_t token);
+  void cancel_during_step();
   void end(RequestId id, CompletionSummary summary);
   void publish_stats();
 

@@ -346,6 +346,43 @@ TEST_F(CudaBackendTest, DestroyedStreamsHandTheirCublasStateToTheNextStream) {
   EXPECT_LE(gemm_state_count(kCudaDevice), before + 1);
 }
 
+// Note [cuBLAS workspace after cublasSetStream]: a stream that inherits a
+// destroyed stream's handle keeps its workspace, so a GEMM captured on it is
+// kernels only (cuBLAS's own pool would add mem alloc / free nodes, which a
+// WHILE body refuses). The shapes are the LLaMA-1B decode GEMMs at batch 1,
+// whose split-K kernels want a workspace.
+TEST_F(CudaBackendTest, GemmCapturedOnAnInheritedHandleHoldsKernelsOnly) {
+  ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
+  StreamHandle first = backend().create_stream();
+  prepare_gemm(kCudaDevice, first);
+  backend().destroy_stream(first);  // its handle goes to the next stream
+  StreamHandle stream = backend().create_stream();
+  const int64_t shapes[][2] = {{2048, 8192}, {8192, 2048}, {2048, 2048}, {32000, 2048}};
+  for (const auto& [n, k] : shapes) {
+    Tensor x = Tensor::empty({1, k}, DType::kBF16, kCudaDevice);
+    Tensor w = Tensor::empty({n, k}, DType::kBF16, kCudaDevice);  // values do not matter
+    Tensor y = Tensor::empty({1, n}, DType::kBF16, kCudaDevice);
+    GemmArgs args;
+    args.dtype = DType::kBF16;
+    args.m = 1;
+    args.n = n;
+    args.k = k;
+    args.a = x.data_ptr(), args.lda = k;
+    args.b = w.data_ptr(), args.ldb = k, args.transpose_b = true;
+    args.c = y.data_ptr(), args.ldc = n;
+    gemm_row_major(kCudaDevice, stream, args);  // eager first, as a recording does
+    backend().synchronize_stream(stream);
+    backend().begin_capture(stream, CaptureMode::kThreadLocal);
+    gemm_row_major(kCudaDevice, stream, args);
+    GraphHandle graph = backend().end_capture(stream);
+    EXPECT_EQ(backend().graph_node_count(graph), backend().kernel_nodes(graph).size())
+        << "1 x " << n << " x " << k << ": a captured GEMM holds nodes besides kernels";
+    backend().destroy_graph(graph);
+  }
+  backend().synchronize_stream(stream);
+  backend().destroy_stream(stream);
+}
+
 TEST_F(CudaBackendTest, StridedBatchedBf16GemmMatchesHostReference) {
   ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
   GROVE_SEEDED_RNG(rng);

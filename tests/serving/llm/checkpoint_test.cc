@@ -85,6 +85,66 @@ TEST(Checkpoint, LoadsConvertingF32IntoABf16Model) {
   }
 }
 
+// Note [Fused projection weights]: the checkpoint's q, k, v, gate and up
+// tensors load into rows of the fused weights the programs read.
+TEST(DecoderState, FusedProjectionsAreViewsOfTheCheckpointWeights) {
+  DecoderConfig config = testing::tiny_config(Architecture::kLlama, DType::kF32);
+  DecoderState source(config, small_cache(), runtime::kSimDevice);
+  testing::fill_random_weights(source, 8);
+  DecoderState target(config, small_cache(), runtime::kSimDevice);
+  load_checkpoint(target, file_of(checkpoint_of(source, DType::kF32)));
+  auto rows_of = [&](const std::vector<std::string>& names) {
+    std::vector<double> values;
+    for (const std::string& name : names) {
+      std::vector<double> part = source.tensor(name).to_doubles();
+      values.insert(values.end(), part.begin(), part.end());
+    }
+    return values;
+  };
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const std::string prefix = str_cat("model.layers.", layer, ".");
+    EXPECT_EQ(target.tensor(qkv_weight_name(layer)).to_doubles(),
+              rows_of({prefix + "self_attn.q_proj.weight", prefix + "self_attn.k_proj.weight",
+                       prefix + "self_attn.v_proj.weight"}));
+    EXPECT_EQ(target.tensor(gate_up_weight_name(layer)).to_doubles(),
+              rows_of({prefix + "mlp.gate_proj.weight", prefix + "mlp.up_proj.weight"}));
+  }
+  // The fused tensors are not extra weights: the bytes are the checkpoint's.
+  uint64_t checkpoint_bytes = 0;
+  for (const std::string& name : target.weight_names()) {
+    EXPECT_FALSE(is_grove_state_name(name)) << name;
+    checkpoint_bytes += target.tensor(name).nbytes();
+  }
+  EXPECT_EQ(target.weight_bytes(), checkpoint_bytes);
+  // checkpoint_weights (what benchmark checkpoints are written from) names the same tensors.
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : checkpoint_weights(config)) {
+    names.push_back(name);
+    EXPECT_EQ(shape, target.tensor(name).shape()) << name;
+  }
+  EXPECT_EQ(names, target.weight_names());
+}
+
+// Note [Rotate-half as a GEMM]: x R^T is [-x2, x1] for every head dimension.
+TEST(DecoderState, RopeRotationIsRotateHalf) {
+  DecoderConfig config = testing::tiny_config(Architecture::kLlama, DType::kBF16);
+  DecoderState state(config, small_cache(), runtime::kSimDevice);
+  const int64_t d = config.head_dim();
+  const runtime::Tensor& rotation = state.tensor(kRopeRotation);
+  ASSERT_EQ(rotation.shape(), (runtime::Shape{d, d}));
+  std::vector<double> r = rotation.to_doubles();
+  std::vector<double> x(static_cast<size_t>(d));
+  for (int64_t i = 0; i < d; ++i) x[static_cast<size_t>(i)] = 1.0 + static_cast<double>(i);
+  for (int64_t j = 0; j < d; ++j) {
+    double sum = 0;
+    for (int64_t i = 0; i < d; ++i)
+      sum += x[static_cast<size_t>(i)] * r[static_cast<size_t>(j * d + i)];
+    const double expected =
+        j < d / 2 ? -x[static_cast<size_t>(j + d / 2)] : x[static_cast<size_t>(j - d / 2)];
+    EXPECT_EQ(sum, expected) << "element " << j;
+  }
+}
+
 TEST(Checkpoint, Gpt2NamesWithoutTheTransformerPrefixLoad) {
   DecoderConfig config = testing::tiny_config(Architecture::kGpt2, DType::kF32);
   DecoderState source(config, small_cache(), runtime::kSimDevice);

@@ -162,6 +162,11 @@ TEST_P(DecodeLoopTest, DeviceSamplingMatchesTheHostReference) {
     std::vector<float> logits =
         ::grove::testing::random_floats(rng, static_cast<size_t>(rows * vocab), -6.0f, 6.0f);
     logits[3] = logits[5];  // a tie
+    // Row 0 (greedy): the largest logit twice; the lower index wins, also
+    // where a later thread of the kernel reads it (Note [Greedy token on the device]).
+    const int64_t late = vocab > 256 ? 256 : vocab - 1;
+    logits[static_cast<size_t>(late)] = 7.0f;
+    logits[5] = 7.0f;
     std::vector<SamplingParams> params = {
         {},
         {.temperature = 1, .seed = 1},

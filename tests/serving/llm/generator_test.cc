@@ -114,6 +114,50 @@ TEST(Generator, CancelFreesTheSlotForAWaitingRequest) {
   EXPECT_EQ(generator.running(), 4);
 }
 
+// Note [Decode runs on the device]: the same requests, joining and leaving
+// as in RequestsGetTheSameTokensAloneAsInAnyBatch, plus one that stops at
+// EOS, get the same tokens from device loops of up to 4 steps as step by step.
+TEST(Generator, DeviceLoopGivesThePerStepTokens) {
+  auto decoder = tiny_decoder();
+  std::vector<GenerationRequest> requests = mixed_requests();
+  std::vector<int64_t> free_run;
+  {
+    Generator generator(*decoder);
+    free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 12));
+  }
+  GenerationRequest stopping = generation_request({3, 1, 4, 1, 5}, 12);
+  stopping.eos_token_id = free_run[5];
+  requests.push_back(stopping);
+  auto run_all = [&](Generator& generator) {
+    std::vector<RequestId> ids;
+    ids.push_back(generator.submit(requests[0]));
+    ids.push_back(generator.submit(requests[1]));
+    generator.step();
+    ids.push_back(generator.submit(requests[2]));
+    generator.step();
+    for (size_t i = 3; i < requests.size(); ++i) ids.push_back(generator.submit(requests[i]));
+    while (!generator.idle()) generator.step();
+    std::vector<GenerationResult> results;
+    for (RequestId id : ids) results.push_back(generator.result(id));
+    return results;
+  };
+  Generator per_step(*decoder);
+  std::vector<GenerationResult> expected = run_all(per_step);
+  Generator looped(*decoder, {.loop_steps = 4});
+  looped.warm_up();
+  std::vector<GenerationResult> got = run_all(looped);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, expected[i].tokens) << "request " << i << " seed " << kSeed;
+    EXPECT_EQ(got[i].finish, expected[i].finish) << "request " << i;
+  }
+  EXPECT_EQ(got.back().finish, FinishReason::kEos);
+  EXPECT_EQ(looped.slots_in_use(), 0);
+  EXPECT_GT(looped.stats().loop_launches, 0);
+  EXPECT_GT(looped.stats().loop_steps, looped.stats().loop_launches);  // launches of many steps
+  EXPECT_EQ(looped.stats().generated_tokens, per_step.stats().generated_tokens);
+}
+
 TEST(Generator, RefusesRequestsThatCannotFitTheCache) {
   auto decoder = tiny_decoder();
   Generator generator(*decoder);

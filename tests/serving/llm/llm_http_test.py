@@ -361,6 +361,11 @@ class LlmHttpTest(unittest.TestCase):
         self.assertEqual(m[("grove_llm_decode_batch_rows_count", "")],
                          m[("grove_llm_decode_steps_total", "")])
         self.assertIn(("grove_llm_requests_waiting", ""), m)
+        # Note [Decode runs on the device]: the 3 decode steps of a lone
+        # request ran in one WHILE launch (grove serve's default of 8 steps).
+        self.assertGreaterEqual(m[("grove_llm_decode_loop_launches_total", "")], 1)
+        self.assertLessEqual(m[("grove_llm_decode_loop_steps_total", "")],
+                             m[("grove_llm_decode_steps_total", "")])
         self.assertGreaterEqual(m[("grove_http_responses_total", 'code="200"')], 1)
 
     def test_grove_generate_prints_the_text_of_a_text_prompt(self):

@@ -80,34 +80,45 @@ TEST(LlmService, CompletionsFromManyThreadsGetTheirTokensAlone) {
       alone.push_back(generator.generate(g));
     }
   }
-  const nlohmann::json warm =
-      grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
-  LlmService service(*decoder, nullptr, {});
-  std::vector<std::future<Outcome>> futures(requests.size());
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    clients.emplace_back([&, i] { futures[i] = complete(service, requests[i]); });
+  // Step by step through the decoder's graphs, and in device loops
+  // (Note [Decode runs on the device]): the same tokens.
+  for (int64_t loop_steps : {0, 8}) {
+    SCOPED_TRACE(::testing::Message() << "decode_loop_steps " << loop_steps);
+    const nlohmann::json warm = grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
+    LlmService service(*decoder, nullptr, {.decode_loop_steps = loop_steps});
+    std::vector<std::future<Outcome>> futures(requests.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      clients.emplace_back([&, i] { futures[i] = complete(service, requests[i]); });
+    }
+    for (std::thread& client : clients) client.join();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      Outcome outcome = futures[i].get();
+      EXPECT_EQ(outcome.tokens, alone[i]) << "request " << i << " seed " << kSeed;
+      EXPECT_EQ(outcome.summary.end, CompletionEnd::kLength);
+      EXPECT_EQ(outcome.summary.completion_tokens, requests[i].max_tokens);
+      EXPECT_EQ(outcome.summary.prompt_tokens, 4);
+    }
+    LlmStats stats = service.stats();
+    EXPECT_EQ(stats.slots_used, 0);
+    EXPECT_EQ(stats.running, 0);
+    EXPECT_EQ(stats.ended["length"], 7);
+    EXPECT_EQ(stats.slots, 4);
+    // The service thread replayed the graphs warm_up() recorded on this thread,
+    // and recorded none of its own.
+    const nlohmann::json tree = grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
+    EXPECT_EQ(tree.at("recordings"), warm.at("recordings"));
+    // Decode steps in device loops replay DecodeLoop's graphs, not the tree's.
+    const int64_t tree_decode_steps = loop_steps == 0 ? stats.decode_steps : 0;
+    EXPECT_GE(tree.at("replays").get<int64_t>(),
+              warm.at("replays").get<int64_t>() + stats.prefills + tree_decode_steps);
+    if (loop_steps > 0) {
+      EXPECT_GT(stats.loop_launches, 0);
+      EXPECT_GT(stats.loop_steps, stats.loop_launches);
+    } else {
+      EXPECT_EQ(stats.loop_launches, 0);
+    }
   }
-  for (std::thread& client : clients) client.join();
-  for (size_t i = 0; i < requests.size(); ++i) {
-    Outcome outcome = futures[i].get();
-    EXPECT_EQ(outcome.tokens, alone[i]) << "request " << i << " seed " << kSeed;
-    EXPECT_EQ(outcome.summary.end, CompletionEnd::kLength);
-    EXPECT_EQ(outcome.summary.completion_tokens, requests[i].max_tokens);
-    EXPECT_EQ(outcome.summary.prompt_tokens, 4);
-  }
-  LlmStats stats = service.stats();
-  EXPECT_EQ(stats.slots_used, 0);
-  EXPECT_EQ(stats.running, 0);
-  EXPECT_EQ(stats.ended["length"], 7);
-  EXPECT_EQ(stats.slots, 4);
-  // The service thread replayed the graphs warm_up() recorded on this thread,
-  // and recorded none of its own.
-  const nlohmann::json tree =
-      grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
-  EXPECT_EQ(tree.at("recordings"), warm.at("recordings"));
-  EXPECT_GE(tree.at("replays").get<int64_t>(),
-            warm.at("replays").get<int64_t>() + stats.prefills + stats.decode_steps);
 }
 
 TEST(LlmService, CancelFreesTheSlotBeforeTheNextStep) {
