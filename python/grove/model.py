@@ -11,7 +11,7 @@ from grove import _capi
 from grove._calls import CallGate
 from grove._capi import GroveError
 from grove._descs import _is_torch, _parse_device, _release_descs, _torch, describe
-from grove.outputs import Output, _capsule_new, _from_dlpack, _storage_hook
+from grove.outputs import Output, _capsule_new, _from_dlpack, _storage_hook, tensors_from_dlpack
 from grove.gradients import _handed_gradients, keep_handed_gradients
 
 def _c_text(text, what):
@@ -110,8 +110,14 @@ class Model:
         self._dlpack_check = fast.grove_dlpack_check
         self._input_counts = [ctypes.c_size_t(n) for n in range(len(names) + 1)]
         self._output_capacity = ctypes.c_size_t(self.output_count)
-        self._watch_kept = backend != "eager" and _storage_hook() is not None
-        self._tag_outputs = backend != "eager" and copy_outputs is not None
+        # A backward's outputs are gradients (Note [Gradients handed out of
+        # the pool], gradients.py): neither tagged nor watched, so they come
+        # out in one pass (outputs.tensors_from_dlpack).
+        watched = backend != "eager" and stage != "backward"
+        self._watch_kept = watched and _storage_hook() is not None
+        self._tag_outputs = watched and copy_outputs is not None
+        self._plain_outputs = not (any(self._bool_outputs) or any(self._copy_flags)
+                                   or self._watch_kept or self._tag_outputs)
         self._from_dlpack = _from_dlpack() if _torch() is not None else None
 
     @staticmethod
@@ -269,6 +275,8 @@ class Model:
                                   self._output_capacity, state.produced_ref)
         if status:
             _capi.check(status)
+        if self._plain_outputs:
+            return tensors_from_dlpack(state.managed, state.produced.value)
         from_dlpack = self._from_dlpack
         results = []
         managed = state.managed

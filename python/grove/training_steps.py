@@ -6,6 +6,7 @@ the pool] below), the dynamo backend for graphs that need gradients
 it imports neither.
 """
 
+import operator
 import os
 import threading
 import weakref
@@ -59,21 +60,6 @@ class StepContext:
         self.trees = None
         self.parameters = None  # weak references to the forward's leaf inputs, by position
 
-    def hand_out(self, gradients):
-        """Note [Gradients handed out of the pool] (grove/gradients.py): each
-        gradient of a parameter is handed over uncopied; any other is copied."""
-        parameters = self.parameters
-        matched = parameters is not None and len(parameters) == len(gradients)
-        for index, gradient in enumerate(gradients):
-            if not isinstance(gradient, torch.Tensor):
-                continue
-            parameter = parameters[index]() if matched and parameters[index] else None
-            if parameter is None or parameter.shape != gradient.shape:
-                gradients[index] = gradient.clone()
-            else:
-                grove.hand_out_gradient(parameter, gradient)
-        return gradients
-
     def forward_called(self, args):
         if self.parameters is None:
             # AOTAutograd's backward returns one gradient per forward input.
@@ -92,11 +78,59 @@ class StepContext:
             return call(*args)
 
 
+class GradientHandout:
+    """Note [Gradients handed out of the pool] (grove/gradients.py) for one
+    backward graph: each gradient of a parameter is handed over uncopied, any
+    other is copied. Planned on its first call: a graph's outputs keep their
+    kinds and shapes from call to call, so later calls follow the plan with
+    no Python per gradient."""
+
+    def __init__(self, step):
+        self.step = step
+        self.copied = None  # positions of gradients copied (no parameter takes them)
+        self.pick = None  # gradients -> the handed ones, in order
+        self.references = ()  # weak references to the parameters taking them
+
+    def _plan(self, gradients):
+        parameters = self.step.parameters
+        matched = parameters is not None and len(parameters) == len(gradients)
+        copied, handed, references = [], [], []
+        for index, gradient in enumerate(gradients):
+            if not isinstance(gradient, torch.Tensor):
+                continue
+            parameter = parameters[index]() if matched and parameters[index] else None
+            if parameter is None or parameter.shape != gradient.shape:
+                copied.append(index)
+            else:
+                handed.append(index)
+                references.append(parameters[index])
+        self.copied = copied
+        self.references = tuple(references)
+        if len(handed) > 1:
+            self.pick = operator.itemgetter(*handed)
+        else:
+            self.pick = lambda values: tuple(values[index] for index in handed)
+
+    def __call__(self, gradients):
+        if self.copied is None:
+            self._plan(gradients)
+        for index in self.copied:
+            gradients[index] = gradients[index].clone()
+        if self.references:
+            grove.hand_out_gradients(self.references,
+                                     list(map(_DATA_POINTER, self.pick(gradients))))
+        return gradients
+
+
+_DATA_POINTER = torch.Tensor.data_ptr
+
+
 def _boxed(runner, check_saved=None, labels=None, step=None, forward=False):
     """AOTAutograd's calling convention: one list of arguments, a list back.
     check_saved: the graph's name, to check its inputs first (a backward's);
     labels: names of the graph's inputs for messages (parameter names);
     step: the StepContext of graph backends (forward: whether this is the forward)."""
+    handout = GradientHandout(step) if step is not None and not forward else None
 
     def call(args):
         if check_saved is not None:
@@ -108,7 +142,7 @@ def _boxed(runner, check_saved=None, labels=None, step=None, forward=False):
                 step.forward_called(args)
                 result = runner(*args)
             else:
-                result = step.hand_out(list(step.run(runner, args)))
+                result = handout(list(step.run(runner, args)))
         except StaticInputMovedError as error:
             label = labels[error.position] if labels and error.position < len(labels) else None
             if label is None:
@@ -263,7 +297,7 @@ class StepCompiler:
                                      strict=self.strict, name="%s_backward" % self.name)
         graph_outputs = set(n for n in _output_nodes(plan.output_arg))
 
-        def copies(node):  # Note [Gradients handed out of the pool] (StepContext.hand_out)
+        def copies(node):  # Note [Gradients handed out of the pool] (GradientHandout)
             return False if node in graph_outputs else None
 
         reduction = None

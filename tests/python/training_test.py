@@ -467,16 +467,16 @@ class TrainingTest(unittest.TestCase):
         the backward reads them inside grove; the only tensors made from
         DLPack per step are the loss and the gradients. Gradients equal the
         per-tensor path's (GROVE_KEEP_SAVED=0) bitwise, in both modes."""
-        from grove import handoff
+        from grove import outputs
 
         module, make_inputs = gpt_case()
         batches = [make_inputs() for _ in range(5)]
         made = []
-        original = handoff._from_dlpack
+        original = outputs._capsule_new  # every DLPack tensor grove hands out is one capsule
 
-        def counting(pointer):
+        def counting(pointer, name, destructor):
             made.append(pointer)
-            return original(pointer)
+            return original(pointer, name, destructor)
 
         results = {}
         for keep in ("1", "0"):
@@ -488,12 +488,12 @@ class TrainingTest(unittest.TestCase):
                     results[keep, mode] = []
                     for step, x in enumerate(batches):
                         model.zero_grad(set_to_none=True)
-                        handoff._from_dlpack = counting
+                        outputs._capsule_new = counting
                         del made[:]
                         try:
                             loss_of(trained(*x)).backward()
                         finally:
-                            handoff._from_dlpack = original
+                            outputs._capsule_new = original
                         results[keep, mode].append(grads(model))
                         if keep == "1" and step == 4:
                             forward = trained.compiler.kept_forwards[0]

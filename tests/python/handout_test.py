@@ -1,0 +1,110 @@
+"""The door's per-stage host path (issue 34): OutputPicker (grove/output_picker.py)
+gathers a graph's outputs with no Python per output, and a backward's gradients
+are noted as one set (grove.hand_out_gradients) and given memory of their own
+before the next forward only where a parameter still holds them (Note
+[Gradients handed out of the pool], grove/gradients.py)."""
+
+import unittest
+import weakref
+
+import torch
+
+import grove
+from grove import gradients
+from grove.output_picker import OutputPicker
+import junit_main
+
+
+class OutputPickerTest(unittest.TestCase):
+    def test_results_in_order_come_back_as_the_graphs_container(self):
+        results = [torch.randn(2), torch.randn(3)]
+        as_list = OutputPicker([("result", 0), ("result", 1)], 2, list)
+        self.assertIs(as_list(results, ()), results)
+        as_tuple = OutputPicker([("result", 0), ("result", 1)], 2, tuple)
+        picked = as_tuple(results, ())
+        self.assertIsInstance(picked, tuple)
+        self.assertIs(picked[0], results[0])
+        self.assertIs(picked[1], results[1])
+
+    def test_mixes_results_arguments_and_constants_in_the_graphs_order(self):
+        results = ["r0", "r1", "r2"]
+        args = ("a0", "a1")
+        sources = [("result", 2), ("value", None), ("argument", 1), ("result", 0),
+                   ("value", 7), ("argument", 0)]
+        picker = OutputPicker(sources, 3, tuple)
+        self.assertEqual(picker(results, args), ("r2", None, "a1", "r0", 7, "a0"))
+        # The same plan on the next call's pieces.
+        self.assertEqual(picker(["s0", "s1", "s2"], ("b0", "b1")),
+                         ("s2", None, "b1", "s0", 7, "b0"))
+
+    def test_one_output_and_a_graph_returning_one_value(self):
+        self.assertEqual(OutputPicker([("result", 1)], 2, list)(["x", "y"], ()), ["y"])
+        self.assertEqual(OutputPicker([("argument", 0)], 1, tuple)(["x"], ("a",)), ("a",))
+        self.assertEqual(OutputPicker([("result", 1)], 2, None)(["x", "y"], ()), "y")
+
+    def test_a_call_with_another_number_of_results_is_refused(self):
+        picker = OutputPicker([("result", 0), ("result", 1)], 2, tuple)
+        with self.assertRaisesRegex(RuntimeError, "produced 3 results where its plan has 2"):
+            picker(["x", "y", "z"], ())
+
+
+class GradientSetTest(unittest.TestCase):
+    def setUp(self):
+        del gradients._handed_gradients[:]
+
+    def tearDown(self):
+        del gradients._handed_gradients[:]
+
+    def test_only_gradients_still_held_as_grad_are_copied(self):
+        torch.manual_seed(3)
+        parameters = [torch.nn.Parameter(torch.randn(4)) for _ in range(4)]
+        handed = [torch.randn(4) for _ in parameters]
+        for parameter, gradient in zip(parameters, handed):
+            parameter.grad = gradient
+        parameters[1].grad = None  # zero_grad(set_to_none=True)
+        parameters[2].grad = torch.randn(4)  # replaced by the user
+        replaced = parameters[2].grad
+        grove.hand_out_gradients(tuple(weakref.ref(p) for p in parameters),
+                                 [g.data_ptr() for g in handed])
+        del parameters[3]  # a parameter that died: its entry is skipped
+        grove.keep_handed_gradients()
+        self.assertEqual(gradients._handed_gradients, [])
+        self.assertIsNot(parameters[0].grad, handed[0])
+        self.assertNotEqual(parameters[0].grad.data_ptr(), handed[0].data_ptr())
+        self.assertTrue(torch.equal(parameters[0].grad, handed[0]))
+        self.assertIsNone(parameters[1].grad)
+        self.assertIs(parameters[2].grad, replaced)
+
+    def test_a_set_whose_grads_are_all_none_copies_nothing(self):
+        parameters = [torch.nn.Parameter(torch.randn(3)) for _ in range(3)]
+        grove.hand_out_gradients(tuple(weakref.ref(p) for p in parameters), [1, 2, 3])
+        grove.keep_handed_gradients()
+        self.assertTrue(all(p.grad is None for p in parameters))
+        self.assertEqual(gradients._handed_gradients, [])
+
+    def test_a_trained_module_notes_one_set_per_backward(self):
+        import grove.training
+
+        torch.manual_seed(5)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 2))
+        reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                        torch.nn.Linear(16, 2))
+        reference.load_state_dict(model.state_dict())
+        trained = grove.training.compile_module(model, "cudagraphs", device="sim")
+        for step in range(3):
+            x = torch.randn(4, 8)
+            model.zero_grad(set_to_none=True)
+            reference.zero_grad(set_to_none=True)
+            trained(x).square().sum().backward()
+            reference(x).square().sum().backward()
+            self.assertEqual(len(gradients._handed_gradients), 1, "step %d" % step)
+            references, pointers = gradients._handed_gradients[0]
+            self.assertEqual(len(references), 4)
+            self.assertEqual(list(pointers), [p.grad.data_ptr() for p in model.parameters()])
+            for ours, theirs in zip(model.parameters(), reference.parameters()):
+                torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5)
+
+
+if __name__ == "__main__":
+    junit_main.main()
