@@ -11,7 +11,7 @@ each one's tokens equal eager's.
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,resnet18] [--no-decode] [--no-zoo] [--merge]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
-        [--budget-s 200] [--models gpt2,llama,vit_tiny]
+        [--budget-s 200] [--models gpt2,llama,vit_tiny] [--optimizers adamw,sgd]
 
 --train times training steps instead (benchmarks/zoo_training.py: GPT-2,
 LLaMA and ViT-tiny at batch 8, AdamW and SGD, eager, reduce-overhead, the
@@ -375,6 +375,7 @@ def main():
                         help="keep the cases of an existing --json this run does not measure")
     parser.add_argument("--train", action="store_true",
                         help="the training table (benchmarks/zoo_training.py) instead")
+    parser.add_argument("--optimizers", default="adamw,sgd", help="--train: adamw, sgd")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("torch_zoo: skipped: no CUDA device")
@@ -416,7 +417,8 @@ def train_main(args, start):
 
     zoo_training.print_header()
     models = set(args.models.split(",")) if args.models else None
-    rows = zoo_training.training_rows(args.repeats, start + args.budget_s, models)
+    rows = zoo_training.training_rows(args.repeats, start + args.budget_s, models,
+                                      args.optimizers.split(","))
     result = {"benchmark": "torch_zoo_train", "torch": torch.__version__,
               "device": torch.cuda.get_device_name(), "repeats": args.repeats,
               "seconds": time.time() - start, "rows": rows}

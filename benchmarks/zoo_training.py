@@ -107,14 +107,14 @@ def largest_relative_difference(losses, reference):
     return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference))
 
 
-def training_rows(repeats, deadline, models=None):
+def training_rows(repeats, deadline, models=None, optimizers=OPTIMIZERS):
     from torch_backend import time_steps  # benchmarks/, this script's folder
 
     rows = []
     for name, make, library in MODELS:
         if models and name not in models:
             continue
-        for optimizer_name in OPTIMIZERS:
+        for optimizer_name in optimizers:
             row = {"model": name, "batch": BATCH, "optimizer": optimizer_name}
             rows.append(row)
             try:
