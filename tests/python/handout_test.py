@@ -106,5 +106,36 @@ class GradientSetTest(unittest.TestCase):
                 torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5)
 
 
+EXIT_SCRIPT = """
+import torch
+import grove.training
+
+torch.manual_seed(11)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+trained = grove.training.compile_module(model, "cudagraphs", device="sim")
+for _ in range(5):
+    model.zero_grad(set_to_none=True)
+    trained(torch.randn(4, 8)).sum().backward()
+print("trained")
+"""
+
+
+class TrainingExitTest(unittest.TestCase):
+    def test_the_interpreter_exits_cleanly_with_gradients_in_the_pool(self):
+        # Note [Releases during interpreter exit] (grove/_descs.py): the
+        # parameters' .grad still view pool memory when Python exits; freeing
+        # them releases bound descriptions through grove's ctypes callback,
+        # which crashed (SIGSEGV) once the module holding it was torn down.
+        import os
+        import subprocess
+        import sys
+
+        result = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True,
+                                text=True, env=dict(os.environ), timeout=300)
+        self.assertEqual(result.returncode, 0, "exit status %d; stderr:\n%s"
+                         % (result.returncode, result.stderr[-2000:]))
+        self.assertIn("trained", result.stdout)
+
+
 if __name__ == "__main__":
     junit_main.main()
