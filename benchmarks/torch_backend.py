@@ -112,6 +112,33 @@ def training_cases():
     ]
 
 
+TREE_COUNTERS = ("replays", "recordings", "warmups", "eager_calls", "input_copies",
+                 "outputs_poisoned", "outputs_cloned", "rerecords")
+
+
+def tree_counters():
+    """The counters of the grove tree the door's training graphs replay in
+    (their models share the calling thread's tree), or {}."""
+    from grove import dynamo_backend
+
+    for runner in list(dynamo_backend._live_runners):
+        for model in runner.models():
+            tree = model.stats().get("tree", {})
+            return {key: tree.get(key, 0) for key in TREE_COUNTERS}
+    return {}
+
+
+def tree_per_step(step, steps=20):
+    """The tree's counters per step over `steps` more steps: whether the
+    door's steps replay (one replay per stage) or run eagerly or record."""
+    before = tree_counters()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    after = tree_counters()
+    return {key: (after.get(key, 0) - before.get(key, 0)) / steps for key in before}
+
+
 def train_variant(module, inputs, loss_of, variant):
     """A step function of `variant` over a copy of `module`."""
     import copy
@@ -171,8 +198,10 @@ def train_main(args):
         row = {"model": name}
         for variant in variants:
             try:
-                row[variant] = time_steps(train_variant(module, inputs, loss_of, variant),
-                                          args.repeats)
+                step = train_variant(module, inputs, loss_of, variant)
+                row[variant] = time_steps(step, args.repeats)
+                if variant in ("grove", "grove_optim", "grove_eager"):
+                    row[variant]["tree_per_step"] = tree_per_step(step)
             except Exception as error:  # one variant failing leaves the others' numbers
                 row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
         base = row.get("torch_reduce_overhead", {}).get("median_us")
@@ -201,6 +230,10 @@ def train_main(args):
         for variant in variants:
             if "error" in row[variant]:
                 print("  %s %s: %s" % (row["model"], variant, row[variant]["error"]))
+            if row[variant].get("tree_per_step"):
+                print("  %s %s per step: %s" % (row["model"], variant, ", ".join(
+                    "%s %.2f" % item for item in sorted(row[variant]["tree_per_step"].items())
+                    if item[1])))
     result = {"benchmark": "torch_backend_train", "torch": torch.__version__,
               "device": torch.cuda.get_device_name(), "repeats": args.repeats, "rows": rows}
     with open(args.json, "w") as out:
