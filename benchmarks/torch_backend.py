@@ -117,26 +117,36 @@ TREE_COUNTERS = ("replays", "recordings", "warmups", "eager_calls", "input_copie
 
 
 def tree_counters():
-    """The counters of the grove tree the door's training graphs replay in
-    (their models share the calling thread's tree), or {}."""
+    """{id of a live door model: its tree's counters} (the door's training
+    graphs of one step share the calling thread's tree)."""
     from grove import dynamo_backend
 
+    counters = {}
     for runner in list(dynamo_backend._live_runners):
         for model in runner.models():
             tree = model.stats().get("tree", {})
-            return {key: tree.get(key, 0) for key in TREE_COUNTERS}
-    return {}
+            counters[id(model)] = {key: tree.get(key, 0) for key in TREE_COUNTERS}
+    return counters
 
 
 def tree_per_step(step, steps=20):
-    """The tree's counters per step over `steps` more steps: whether the
-    door's steps replay (one replay per stage) or run eagerly or record."""
+    """The counters per step, over `steps` more steps, of the tree that
+    moved most (this variant's: earlier variants' trees stand still):
+    whether the door's steps replay, run eagerly or record."""
+    import gc
+
+    gc.collect()
     before = tree_counters()
     for _ in range(steps):
         step()
     torch.cuda.synchronize()
     after = tree_counters()
-    return {key: (after.get(key, 0) - before.get(key, 0)) / steps for key in before}
+    moved = []
+    for key, counts in after.items():
+        start = before.get(key, dict.fromkeys(TREE_COUNTERS, 0))
+        moved.append({name: (counts[name] - start[name]) / steps for name in TREE_COUNTERS})
+    return max(moved, key=lambda d: d["replays"] + d["eager_calls"] + d["recordings"],
+               default={})
 
 
 def train_variant(module, inputs, loss_of, variant):
