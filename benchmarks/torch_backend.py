@@ -214,6 +214,9 @@ def train_main(args):
                     row[variant]["tree_per_step"] = tree_per_step(step)
             except Exception as error:  # one variant failing leaves the others' numbers
                 row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+            # As it comes, so a run cut short still shows what it measured.
+            print("%s %s: %s" % (name, variant, "%.1f us" % row[variant]["median_us"]
+                                 if "median_us" in row[variant] else "failed"), flush=True)
         base = row.get("torch_reduce_overhead", {}).get("median_us")
         # grove/r-o: grove.torch.optim's step (as before); door/r-o: PyTorch's AdamW.
         grove_us = row.get("grove_optim", {}).get("median_us")
