@@ -310,6 +310,21 @@ def _cat(c, a):
     return c.emit("concat", [c.operand(t, dtype) for t in tensors], {"dim": dim})
 
 
+def _stack(c, a):
+    """stack(tensors, dim): each tensor given a length-1 dim at `dim`, then
+    concatenated there (the backward of unbind, as in timm's attention)."""
+    dtype = c.result().dtype
+    dim = a.get("dim", 0) % len(c.result().shape)
+    pieces = []
+    for tensor in a["tensors"]:
+        shape = list(c.shape(tensor))
+        shape.insert(dim, 1)
+        pieces.append(c.emit("reshape", [c.operand(tensor, dtype)], {"shape": shape}))
+    if len(pieces) == 1:
+        return pieces[0]
+    return c.emit("concat", pieces, {"dim": dim})
+
+
 def _split(c, a):
     x = a["self"]
     dim = a.get("dim", 0) % len(c.shape(x))
@@ -553,6 +568,7 @@ CONVERTERS = {
     "aten.slice": _slice,
     "aten.select": _select,
     "aten.cat": _cat,
+    "aten.stack": _stack,
     "aten.split": _split,
     "aten.split_with_sizes": _split,
     "aten._softmax": _softmax(False),

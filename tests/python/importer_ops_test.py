@@ -153,6 +153,16 @@ class ReductionAndLayoutTest(ConverterCase):
         self.check(function, [torch.randn(2, 3, 4, 6)])
 
 
+class StackTest(ConverterCase):
+    def test_stack_on_each_dim_and_the_backward_of_unbind(self):
+        def function(x, y, z):
+            q, k, v = x.reshape(2, 5, 3, 4).permute(2, 0, 1, 3).unbind(0)
+            return (torch.stack([x, y, z]), torch.stack([x, y], dim=1), torch.stack([x, z], -1),
+                    torch.stack([y]), torch.stack([q * 2, k + 1, v], dim=2))
+
+        self.check(function, [torch.randn(10, 12), torch.randn(10, 12), torch.randn(10, 12)])
+
+
 class BitwiseTest(ConverterCase):
     def test_bitwise_and_logical_ops_on_bool_and_integers(self):
         def function(p, q, m, n):
