@@ -135,12 +135,31 @@ def training_rows(repeats, deadline, models=None, optimizers=OPTIMIZERS):
                     step = step_of(variant, module, batch, loss_fn, optimizer_name)
                     entry = {"losses": losses_of(step)}
                     entry.update(time_steps(step, repeats))
+                    if variant == "grove":
+                        entry.update(door_shape(step))
                     row[variant] = entry
                 except Exception as error:  # one variant failing leaves the others' numbers
                     row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
             finish_row(row)
             print_row(row)
     return rows
+
+
+def door_shape(step):
+    """What the door made of the model: the ops left to PyTorch, grove
+    segments per graph, and the tree's counters per step (replays, eager
+    calls, recordings, input copies: torch_backend.tree_per_step)."""
+    import gc
+
+    from grove import dynamo_backend
+    from torch_backend import tree_per_step
+
+    gc.collect()  # earlier rows' runners go
+    runners = list(dynamo_backend._live_runners)
+    ops = sorted({op for runner in runners for _, op, _ in runner.unsupported})
+    return {"ops_in_pytorch": ops,
+            "segments": sorted(len(runner.segments) for runner in runners),
+            "tree_per_step": tree_per_step(step, 10)}
 
 
 def finish_row(row):
@@ -175,7 +194,13 @@ def print_row(row):
                 "-" if difference is None else "%.0e" % difference)))
         else:
             cells.append("%26s" % "failed")
-    print("%-10s %-6s" % (row["model"], row["optimizer"]) + "".join(cells))
+    print("%-10s %-6s" % (row["model"], row["optimizer"]) + "".join(cells), flush=True)
     for variant in VARIANTS:
         if "error" in row.get(variant, {}):
             print("  %s: %s" % (variant, row[variant]["error"][:300]))
+    door = row.get("grove", {})
+    if "segments" in door:
+        print("  grove: segments per graph %s, PyTorch ops %s, per step %s" % (
+            door["segments"], door["ops_in_pytorch"] or "none",
+            ", ".join("%s %.1f" % item for item in sorted(door["tree_per_step"].items())
+                      if item[1])))
