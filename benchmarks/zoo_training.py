@@ -61,8 +61,8 @@ def vit():
     return model, (images, labels), loss_fn
 
 
-MODELS = [("gpt2", gpt2, "transformers"), ("llama", llama, "transformers"),
-          ("vit_tiny", vit, "timm")]
+MODELS = [("vit_tiny", vit, "timm"), ("llama", llama, "transformers"),
+          ("gpt2", gpt2, "transformers")]
 
 
 def optimizer_of(name, parameters, capturable=False):
