@@ -165,6 +165,8 @@ class KeptBackward:
 
     def call_model(self, args, token):
         """The segment's outputs (one C call: grove_model_run_with_kept)."""
+        if self.fast["checks"]:  # bound inputs (Note [Saved parameters], training_steps.py)
+            _checked_inputs(self.fast, args)
         inputs = [args[position] for position in self.described]
         status, results = self.kept_call.run(token, inputs)
         if status:

@@ -59,6 +59,27 @@ class StepContext:
     def __init__(self):
         self.trees = None
         self.parameters = None  # weak references to the forward's leaf inputs, by position
+        self.parameter_pointers = frozenset()  # their data pointers (Note [Saved parameters])
+
+    # Note [Saved parameters]: AOTAutograd's partitioner (PyTorch 2.x) saves a
+    # weight itself for the backward rather than a view computed from it (the
+    # transpose the backward needs is recomputed there), so the backward graph
+    # receives each weight as an input that is not a Parameter: as a plain
+    # input grove copied it into the graph's input memory at every replay (17
+    # copies per step for mlp16x512 on an H100, 52 for ViT-tiny). An input of
+    # the backward that views a parameter of the forward (same data pointer)
+    # is bound instead, as the forward binds the parameter: read in place,
+    # its address checked at every call. Guarded by
+    # HandoutTest.test_saved_parameters_are_bound_in_the_backward
+    # (tests/python/handout_test.py).
+    def parameter_aliases(self, args):
+        """Positions among `args` (a backward's inputs) of contiguous tensors
+        at the address of one of the forward's parameters (grove binds only
+        contiguous memory; a transposed view stays an input)."""
+        pointers = self.parameter_pointers
+        return [index for index, value in enumerate(args)
+                if isinstance(value, torch.Tensor) and value.numel() > 0
+                and value.data_ptr() in pointers and value.is_contiguous()]
 
     def forward_called(self, args):
         if self.parameters is None:
@@ -66,6 +87,9 @@ class StepContext:
             self.parameters = [weakref.ref(value) if isinstance(value, torch.Tensor)
                                and value.is_leaf and value.requires_grad else None
                                for value in args]
+            self.parameter_pointers = frozenset(
+                value.data_ptr() for value in args if isinstance(value, torch.Tensor)
+                and value.is_leaf and value.requires_grad and value.numel() > 0)
         trees = self.trees
         if trees is None or trees.thread != threading.get_ident():
             self.trees = grove.thread_trees()
@@ -292,8 +316,11 @@ class StepCompiler:
         # kept in grove arrive as its token (Note [Saved values kept in grove]).
         forward, tokens = handoff.find_tokens(example_inputs, self.kept_forwards)
         example_inputs = handoff.materialized(example_inputs, forward, tokens)
-        plan = importer.import_graph(graph_module, example_inputs,
-                                     static_inputs=static_positions(example_inputs),
+        static = static_positions(example_inputs)
+        if self.step is not None:
+            aliases = set(self.step.parameter_aliases(example_inputs)) - set(tokens)
+            static = sorted(set(static) | aliases)
+        plan = importer.import_graph(graph_module, example_inputs, static_inputs=static,
                                      strict=self.strict, name="%s_backward" % self.name)
         graph_outputs = set(n for n in _output_nodes(plan.output_arg))
 

@@ -106,6 +106,63 @@ class GradientSetTest(unittest.TestCase):
                 torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5)
 
 
+class Scaled(torch.nn.Module):
+    """A linear layer times a weight: the backward needs the weight itself
+    (the gradient of h * scale by h is grad * scale), saved as it is."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.scale = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return self.linear(x) * self.scale
+
+
+class SavedParameterTest(unittest.TestCase):
+    def test_saved_parameters_are_bound_in_the_backward(self):
+        # Note [Saved parameters] (grove/training_steps.py): the weight the
+        # backward reads is bound at the parameter's address, not copied in,
+        # and the in-place updates of an optimizer between steps are read.
+        import copy
+
+        import grove.training
+
+        torch.manual_seed(21)
+        model = Scaled()
+        reference = copy.deepcopy(model)
+        trained = grove.training.compile_module(model, "cudagraphs", device="sim")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.01)
+        for step in range(5):
+            x = torch.randn(4, 8)
+            for module, run, opt in ((model, trained, optimizer),
+                                     (reference, reference, reference_optimizer)):
+                opt.zero_grad(set_to_none=True)
+                run(x).square().mean().backward()
+            for ours, theirs in zip(model.parameters(), reference.parameters()):
+                torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5,
+                                           msg="step %d" % step)
+            optimizer.step()
+            reference_optimizer.step()
+        backward = trained.compiler.backwards[0]
+        bound = {address for segment in backward.segments for _, address in segment["bound"]}
+        self.assertIn(model.scale.data_ptr(), bound)
+
+    def test_only_contiguous_views_at_a_parameters_address_are_aliases(self):
+        # PyTorch 2.x hands the backward a saved weight as a plain tensor
+        # (not the Parameter): found by its address.
+        from grove.training_steps import StepContext
+
+        weight = torch.nn.Parameter(torch.randn(4, 3))
+        bias = torch.nn.Parameter(torch.randn(4))
+        step = StepContext()
+        step.forward_called([torch.randn(2, 3), weight, bias])
+        args = [weight.detach(), weight.detach().t(), torch.randn(4, 3), bias.detach(),
+                bias.detach()[1:], torch.empty(0), "not a tensor"]
+        self.assertEqual(step.parameter_aliases(args), [0, 3])
+
+
 EXIT_SCRIPT = """
 import torch
 import grove.training
