@@ -14,7 +14,7 @@ import weakref
 import torch
 
 import grove
-from grove import gradient_reduce, handoff, importer
+from grove import gradient_reduce, handoff, importer, parameter_views
 from grove.runner import StaticInputMovedError
 
 log = importer.log
@@ -61,25 +61,24 @@ class StepContext:
         self.parameters = None  # weak references to the forward's leaf inputs, by position
         self.parameter_pointers = frozenset()  # their data pointers (Note [Saved parameters])
 
-    # Note [Saved parameters]: AOTAutograd's partitioner (PyTorch 2.x) saves a
-    # weight itself for the backward rather than a view computed from it (the
-    # transpose the backward needs is recomputed there), so the backward graph
-    # receives each weight as an input that is not a Parameter: as a plain
-    # input grove copied it into the graph's input memory at every replay (17
-    # copies per step for mlp16x512 on an H100, 52 for ViT-tiny). An input of
-    # the backward that views a parameter of the forward (same data pointer)
-    # is bound instead, as the forward binds the parameter: read in place,
-    # its address checked at every call. Guarded by
-    # HandoutTest.test_saved_parameters_are_bound_in_the_backward
-    # (tests/python/handout_test.py).
+    # Note [Saved parameters]: AOTAutograd (PyTorch 2.x) hands the backward
+    # graph the weights it reads (a weight, or the transpose the forward made
+    # of it) as inputs that are not Parameters, so grove copied each into the
+    # graph's input memory at every replay (17 copies per step for mlp16x512
+    # on an H100, 52 for ViT-tiny). An input of the backward at the address
+    # of a parameter of the forward is bound instead, as the forward binds the
+    # parameter: read in place, its address checked at every call; a
+    # permuted view is bound as its contiguous base with the permutation
+    # written into the graph (grove/parameter_views.py). Guarded by
+    # SavedParameterTest (tests/python/handout_test.py).
     def parameter_aliases(self, args):
-        """Positions among `args` (a backward's inputs) of contiguous tensors
-        at the address of one of the forward's parameters (grove binds only
-        contiguous memory; a transposed view stays an input)."""
+        """Positions among `args` (a backward's inputs) of tensors at the
+        address of one of the forward's parameters (the weight or a view of
+        it: parameter_views.bound_as_bases binds those it can)."""
         pointers = self.parameter_pointers
         return [index for index, value in enumerate(args)
                 if isinstance(value, torch.Tensor) and value.numel() > 0
-                and value.data_ptr() in pointers and value.is_contiguous()]
+                and value.data_ptr() in pointers]
 
     def forward_called(self, args):
         if self.parameters is None:
@@ -319,7 +318,9 @@ class StepCompiler:
         static = static_positions(example_inputs)
         if self.step is not None:
             aliases = set(self.step.parameter_aliases(example_inputs)) - set(tokens)
-            static = sorted(set(static) | aliases)
+            graph_module, example_inputs, bound = parameter_views.bound_as_bases(
+                graph_module, example_inputs, aliases)
+            static = sorted(set(static) | set(bound))
         plan = importer.import_graph(graph_module, example_inputs, static_inputs=static,
                                      strict=self.strict, name="%s_backward" % self.name)
         graph_outputs = set(n for n in _output_nodes(plan.output_arg))

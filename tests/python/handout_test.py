@@ -149,7 +149,7 @@ class SavedParameterTest(unittest.TestCase):
         bound = {address for segment in backward.segments for _, address in segment["bound"]}
         self.assertIn(model.scale.data_ptr(), bound)
 
-    def test_only_contiguous_views_at_a_parameters_address_are_aliases(self):
+    def test_views_at_a_parameters_address_are_aliases(self):
         # PyTorch 2.x hands the backward a saved weight as a plain tensor
         # (not the Parameter): found by its address.
         from grove.training_steps import StepContext
@@ -160,7 +160,42 @@ class SavedParameterTest(unittest.TestCase):
         step.forward_called([torch.randn(2, 3), weight, bias])
         args = [weight.detach(), weight.detach().t(), torch.randn(4, 3), bias.detach(),
                 bias.detach()[1:], torch.empty(0), "not a tensor"]
-        self.assertEqual(step.parameter_aliases(args), [0, 3])
+        self.assertEqual(step.parameter_aliases(args), [0, 1, 3])
+
+    def test_a_transposed_weight_is_bound_as_its_base(self):
+        # parameter_views.bound_as_bases: the view becomes its contiguous base
+        # (bound) and a permute in the graph; a view no permutation makes
+        # contiguous is left an input.
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from grove import importer, parameter_views
+
+        torch.manual_seed(8)
+        weight = torch.randn(5, 3)
+        gradient = torch.randn(4, 5)
+
+        def backward(weight_t, grad):
+            return (torch.mm(grad, weight_t.t()),)  # the grad of x @ weight.t()
+
+        graph = make_fx(backward)(weight.t(), gradient)
+        module, examples, bound = parameter_views.bound_as_bases(graph, [weight.t(), gradient],
+                                                                 {0})
+        self.assertEqual(bound, [0])
+        self.assertTrue(examples[0].is_contiguous())
+        self.assertEqual(examples[0].data_ptr(), weight.data_ptr())
+        plan = importer.import_graph(module, examples, static_inputs=bound, strict=True)
+        runner = plan.compile(backend="cudagraphs", device="sim")
+        self.assertEqual([address for _, address in runner.segments[0]["bound"]],
+                         [weight.data_ptr()])
+        for call in range(4):
+            gradient = torch.randn(4, 5)
+            (got,) = runner(weight.t(), gradient)
+            torch.testing.assert_close(got, gradient @ weight, rtol=1e-5, atol=1e-5,
+                                       msg="call %d" % call)
+            weight.mul_(0.5)  # read in place: an optimizer's update is seen
+        strided = torch.randn(6, 4)[::2]
+        _, _, left = parameter_views.bound_as_bases(graph, [strided, gradient], {0})
+        self.assertEqual(left, [])
 
 
 EXIT_SCRIPT = """

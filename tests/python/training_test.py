@@ -504,10 +504,16 @@ class TrainingTest(unittest.TestCase):
                     self.assertEqual(bool(trained.compiler.kept_forwards), keep == "1")
                 finally:
                     del os.environ["GROVE_KEEP_SAVED"]
-        for mode in ("eager", "cudagraphs"):
-            for step in range(len(batches)):
-                assert_equal_all(self, results["1", mode][step], results["0", mode][step],
-                                 "%s gradient with kept activations, step %d" % (mode, step))
+        for step in range(len(batches)):
+            assert_equal_all(self, results["1", "eager"][step], results["0", "eager"][step],
+                             "eager gradient with kept activations, step %d" % step)
+            # In cudagraphs mode the per-tensor backward binds the weights'
+            # transposes it receives as their bases read through a permute
+            # (Note [Saved parameters], training_steps.py), another GEMM
+            # operand layout than the kept path's view: equal up to rounding.
+            assert_close_all(self, results["1", "cudagraphs"][step],
+                             results["0", "cudagraphs"][step],
+                             "cudagraphs gradient with kept activations, step %d" % step)
 
     def test_a_token_that_is_not_a_live_kept_set_is_refused(self):
         import ctypes
