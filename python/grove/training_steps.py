@@ -61,16 +61,17 @@ class StepContext:
         self.parameters = None  # weak references to the forward's leaf inputs, by position
         self.parameter_pointers = frozenset()  # their data pointers (Note [Saved parameters])
 
-    # Note [Saved parameters]: AOTAutograd (PyTorch 2.x) hands the backward
-    # graph the weights it reads (a weight, or the transpose the forward made
-    # of it) as inputs that are not Parameters, so grove copied each into the
-    # graph's input memory at every replay (17 copies per step for mlp16x512
-    # on an H100, 52 for ViT-tiny). An input of the backward at the address
+    # Note [Saved parameters]: the backward graph may receive a weight the
+    # forward read (the weight, or a transpose the forward made of it) as an
+    # input that is not a Parameter, which grove would copy into the graph's
+    # input memory at every replay. An input of the backward at the address
     # of a parameter of the forward is bound instead, as the forward binds the
-    # parameter: read in place, its address checked at every call; a
-    # permuted view is bound as its contiguous base with the permutation
-    # written into the graph (grove/parameter_views.py). Guarded by
-    # SavedParameterTest (tests/python/handout_test.py).
+    # parameter: read in place, its address checked at every call; a permuted
+    # view is bound as its contiguous base with the permutation written into
+    # the graph (grove/parameter_views.py). (The 17/33/52 input copies per
+    # door step counted on an H100 under PyTorch 2.11 are not these: the
+    # counts stayed the same with this binding.) Guarded by SavedParameterTest
+    # (tests/python/handout_test.py).
     def parameter_aliases(self, args):
         """Positions among `args` (a backward's inputs) of tensors at the
         address of one of the forward's parameters (the weight or a view of
