@@ -91,7 +91,7 @@ def instrument(clock):
     """Times grove's C calls and its boxed stage calls (from now on)."""
     import grove.optim
     from grove import _capi
-    from grove import training
+    from grove import training_steps
 
     fast = _capi.fast_library()
     for name in ("grove_model_run_dlpack", "grove_model_run_keeping",
@@ -102,7 +102,7 @@ def instrument(clock):
         except AttributeError:  # an older library (the baseline's)
             continue
         setattr(fast, name, clock.c_call(function))
-    original_boxed = training._boxed
+    original_boxed = training_steps._boxed
 
     def boxed(runner, check_saved=None, labels=None, step=None, forward=False):
         call = original_boxed(runner, check_saved, labels, step, forward)
@@ -110,7 +110,7 @@ def instrument(clock):
         timed._boxed_call = True
         return timed
 
-    training._boxed = boxed
+    training_steps._boxed = boxed
     original_step = grove.optim._GroveOptimizer.step
     grove.optim._GroveOptimizer.step = clock.stage("optimizer", original_step)
 

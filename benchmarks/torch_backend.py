@@ -5,15 +5,15 @@ cost of the grove backend: its call minus the same grove CompiledModel called
 from C++ (grove_model_time_runs) on the same inputs.
 
     python3 benchmarks/torch_backend.py [--json out.json] [--repeats 200]
-    python3 benchmarks/torch_backend.py --train [--json out.json]
+    python3 benchmarks/torch_backend.py --train [--json out.json] [--variants grove,grove_step]
 
 --train times one training step (forward, loss, backward, AdamW with
 fused=True) of mlp16x512 b=32 and gpt4x256 b=8 T=32 under torch eager,
 torch.compile(mode="reduce-overhead"), the whole step captured by hand with
 torch.cuda.graph (PyTorch's kernels with no launch overhead; AdamW
 capturable), backend="grove" with PyTorch's optimizer and with grove.torch.optim
-(grove/r-o: the latter over reduce-overhead; the issue's goal is <= 0.5), and
-the whole step as grove graphs (grove.training.compile_step with AdamW, run as
+(grove/r-o: the latter over reduce-overhead, door/r-o: the former; the
+issue's goal is <= 0.5), and the whole step as grove graphs (grove.training.compile_step with AdamW, run as
 grove's update; step/r-o).
 
 Prints a table and writes JSON. Each variant warms up (20 calls), then is
@@ -112,6 +112,43 @@ def training_cases():
     ]
 
 
+TREE_COUNTERS = ("replays", "recordings", "warmups", "eager_calls", "input_copies",
+                 "outputs_poisoned", "outputs_cloned", "rerecords")
+
+
+def tree_counters():
+    """{id of a live door model: its tree's counters} (the door's training
+    graphs of one step share the calling thread's tree)."""
+    from grove import dynamo_backend
+
+    counters = {}
+    for runner in list(dynamo_backend._live_runners):
+        for model in runner.models():
+            tree = model.stats().get("tree", {})
+            counters[id(model)] = {key: tree.get(key, 0) for key in TREE_COUNTERS}
+    return counters
+
+
+def tree_per_step(step, steps=20):
+    """The counters per step, over `steps` more steps, of the tree that
+    moved most (this variant's: earlier variants' trees stand still):
+    whether the door's steps replay, run eagerly or record."""
+    import gc
+
+    gc.collect()
+    before = tree_counters()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    after = tree_counters()
+    moved = []
+    for key, counts in after.items():
+        start = before.get(key, dict.fromkeys(TREE_COUNTERS, 0))
+        moved.append({name: (counts[name] - start[name]) / steps for name in TREE_COUNTERS})
+    return max(moved, key=lambda d: d["replays"] + d["eager_calls"] + d["recordings"],
+               default={})
+
+
 def train_variant(module, inputs, loss_of, variant):
     """A step function of `variant` over a copy of `module`."""
     import copy
@@ -156,26 +193,41 @@ def train_variant(module, inputs, loss_of, variant):
     return graph.replay
 
 
+TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "cuda_graph", "grove_eager", "grove",
+                  "grove_optim", "grove_step")
+
+
 def train_main(args):
-    variants = ["torch_eager", "torch_reduce_overhead", "cuda_graph", "grove_eager", "grove",
-                "grove_optim", "grove_step"]
+    variants = args.variants.split(",") if args.variants else list(TRAIN_VARIANTS)
+    unknown = sorted(set(variants) - set(TRAIN_VARIANTS))
+    if unknown:
+        raise SystemExit("torch_backend: unknown --variants %s (known: %s)"
+                         % (",".join(unknown), ",".join(TRAIN_VARIANTS)))
     rows = []
     for name, module, inputs, loss_of in training_cases():
         row = {"model": name}
         for variant in variants:
             try:
-                row[variant] = time_steps(train_variant(module, inputs, loss_of, variant),
-                                          args.repeats)
+                step = train_variant(module, inputs, loss_of, variant)
+                row[variant] = time_steps(step, args.repeats)
+                if variant in ("grove", "grove_optim", "grove_eager"):
+                    row[variant]["tree_per_step"] = tree_per_step(step)
             except Exception as error:  # one variant failing leaves the others' numbers
                 row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
-        base = row["torch_reduce_overhead"].get("median_us")
-        grove_us = row["grove_optim"].get("median_us")
+            # As it comes, so a run cut short still shows what it measured.
+            print("%s %s: %s" % (name, variant, "%.1f us" % row[variant]["median_us"]
+                                 if "median_us" in row[variant] else "failed"), flush=True)
+        base = row.get("torch_reduce_overhead", {}).get("median_us")
+        # grove/r-o: grove.torch.optim's step (as before); door/r-o: PyTorch's AdamW.
+        grove_us = row.get("grove_optim", {}).get("median_us")
         row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
-        step_us = row["grove_step"].get("median_us")
+        door_us = row.get("grove", {}).get("median_us")
+        row["grove_door_over_reduce_overhead"] = door_us / base if base and door_us else None
+        step_us = row.get("grove_step", {}).get("median_us")
         row["grove_step_over_reduce_overhead"] = step_us / base if base and step_us else None
         rows.append(row)
     header = ("%-18s" % "model" + "".join("%24s" % v for v in variants) + "%12s" % "grove/r-o"
-              + "%12s" % "step/r-o")
+              + "%12s" % "door/r-o" + "%12s" % "step/r-o")
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -184,14 +236,17 @@ def train_main(args):
             entry = row[variant]
             cells.append("%24s" % ("%.1f us" % entry["median_us"] if "median_us" in entry
                                    else "failed"))
-        ratio = row["grove_over_reduce_overhead"]
-        step_ratio = row["grove_step_over_reduce_overhead"]
+        ratios = [row["grove_over_reduce_overhead"], row["grove_door_over_reduce_overhead"],
+                  row["grove_step_over_reduce_overhead"]]
         print("%-18s" % row["model"] + "".join(cells) +
-              "%12s" % ("-" if ratio is None else "%.2f" % ratio) +
-              "%12s" % ("-" if step_ratio is None else "%.2f" % step_ratio))
+              "".join("%12s" % ("-" if ratio is None else "%.2f" % ratio) for ratio in ratios))
         for variant in variants:
             if "error" in row[variant]:
                 print("  %s %s: %s" % (row["model"], variant, row[variant]["error"]))
+            if row[variant].get("tree_per_step"):
+                print("  %s %s per step: %s" % (row["model"], variant, ", ".join(
+                    "%s %.2f" % item for item in sorted(row[variant]["tree_per_step"].items())
+                    if item[1])))
     result = {"benchmark": "torch_backend_train", "torch": torch.__version__,
               "device": torch.cuda.get_device_name(), "repeats": args.repeats, "rows": rows}
     with open(args.json, "w") as out:
@@ -206,6 +261,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--train", action="store_true",
                         help="time training steps instead of inference calls")
+    parser.add_argument("--variants", default="",
+                        help="--train: comma-separated variants (default: all of %s)"
+                        % ",".join(TRAIN_VARIANTS))
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("torch_backend: skipped: no CUDA device")

@@ -10,6 +10,12 @@ each one's tokens equal eager's.
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,resnet18] [--no-decode] [--no-zoo] [--merge]
+    python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
+        [--budget-s 200] [--models gpt2,llama,vit_tiny] [--optimizers adamw,sgd]
+
+--train times training steps instead (benchmarks/zoo_training.py: GPT-2,
+LLaMA and ViT-tiny at batch 8, AdamW and SGD, eager, reduce-overhead, the
+grove door and grove.training.compile_step, losses against eager's).
 
 --merge keeps the cases of an existing --json that this run does not
 measure, so the table can be filled by several runs of a few minutes each
@@ -382,6 +388,9 @@ def main():
     parser.add_argument("--no-zoo", action="store_true")
     parser.add_argument("--merge", action="store_true",
                         help="keep the cases of an existing --json this run does not measure")
+    parser.add_argument("--train", action="store_true",
+                        help="the training table (benchmarks/zoo_training.py) instead")
+    parser.add_argument("--optimizers", default="adamw,sgd", help="--train: adamw, sgd")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("torch_zoo: skipped: no CUDA device")
@@ -396,6 +405,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     start = time.time()
+    if args.train:
+        return train_main(args, start)
     # Decode first (the workload reduce-overhead exists for), then the zoo
     # until the budget is spent.
     decode = [] if args.no_decode else decode_rows(start + args.budget_s)
@@ -410,6 +421,22 @@ def main():
     result = {"benchmark": "torch_zoo", "torch": torch.__version__,
               "device": torch.cuda.get_device_name(), "repeats": args.repeats,
               "seconds": seconds, "rows": zoo, "decode": decode}
+    with open(args.json, "w") as out:
+        json.dump(result, out, indent=2)
+    print("wrote %s (%.0f s)" % (args.json, time.time() - start))
+    return 0
+
+
+def train_main(args, start):
+    import zoo_training  # benchmarks/, this script's folder
+
+    zoo_training.print_header()
+    models = set(args.models.split(",")) if args.models else None
+    rows = zoo_training.training_rows(args.repeats, start + args.budget_s, models,
+                                      args.optimizers.split(","))
+    result = {"benchmark": "torch_zoo_train", "torch": torch.__version__,
+              "device": torch.cuda.get_device_name(), "repeats": args.repeats,
+              "seconds": time.time() - start, "rows": rows}
     with open(args.json, "w") as out:
         json.dump(result, out, indent=2)
     print("wrote %s (%.0f s)" % (args.json, time.time() - start))

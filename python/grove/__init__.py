@@ -19,7 +19,11 @@ threads]), _capi (the C API), dtypes (the one dtype table).
 
 from grove._capi import GroveError, StaleOutputError
 from grove._descs import describe  # noqa: F401 (re-exported)
-from grove.gradients import hand_out_gradient, keep_handed_gradients  # noqa: F401
+from grove.gradients import (  # noqa: F401
+    hand_out_gradient,
+    hand_out_gradients,
+    keep_handed_gradients,
+)
 from grove.model import Model, compile
 from grove.outputs import Output, check_not_overwritten
 from grove.trees import ThreadTrees, invocation, thread_trees

@@ -28,10 +28,16 @@ class CallState:
     """One thread's reusable objects for calls of one model."""
 
     __slots__ = ("descs", "layouts", "layout_arrays", "desc_items", "managed", "produced",
-                 "produced_ref", "kept")
+                 "produced_ref", "kept", "data_words", "batch_layouts")
 
     def __init__(self, input_count, output_count):
         self.descs = (_capi.TensorDesc * max(input_count, 1))()
+        # The descriptions as 64-bit words: each one's first word is its data
+        # pointer, so one strided slice assignment rewrites every pointer.
+        self.data_words = memoryview(self.descs).cast("B").cast("Q")
+        # Model.describe_borrowed's layouts of the last call by kind (shapes,
+        # strides, dtypes, devices), or None.
+        self.batch_layouts = None
         self.layouts = [None] * input_count
         self.layout_arrays = [None] * input_count
         self.desc_items = [self.descs[index] for index in range(input_count)]

@@ -13,11 +13,20 @@ _held = {}
 _tokens = itertools.count(1)
 
 
-def _release(context):
-    _held.pop(context, None)
+def _release(context, _forget=_held.pop):
+    _forget(context, None)
 
 
+# Note [Releases during interpreter exit]: grove calls _release_callback when
+# it drops a borrowed description, which may happen as late as the
+# interpreter's exit (a parameter's .grad over pool memory freed while module
+# dictionaries are cleared frees the storage that holds a bound parameter). So
+# the callback must outlive every module: it holds one reference that is never
+# dropped (a ctypes thunk freed before its last call is a jump into freed
+# memory), and _release reads nothing from the module's globals (its dict is
+# bound as a default). Guarded by TrainingExitTest (tests/python/handout_test.py).
 _release_callback = _capi.RELEASE(_release)
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_release_callback))
 
 
 def _release_descs(descs, count):

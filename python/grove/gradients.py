@@ -2,6 +2,7 @@
 before the pool's memory is reused (Note [Gradients handed out of the pool]).
 """
 
+import itertools
 import weakref
 
 # Note [Gradients handed out of the pool]: in a graph backend, the gradients a
@@ -19,22 +20,43 @@ import weakref
 # viewing it would read freed memory. Guarded by
 # TrainingTest.test_gradients_land_in_grad_without_a_copy_in_cudagraphs_mode,
 # TrainingTest.test_gradient_accumulation_two_forwards_one_backward_each and
-# TrainingTest.test_gradients_outlive_the_compiled_module.
-_handed_gradients = []  # (weak reference to a parameter, data pointer of its gradient)
+# TrainingTest.test_gradients_outlive_the_compiled_module. A backward notes
+# its whole set of gradients as one entry, and the check of a set whose
+# parameters' .grad are all None (zero_grad's default) is one pass in C
+# (map over the set), so neither side runs Python per gradient in the usual
+# loop; GradientSetTest in tests/python/handout_test.py covers the set form.
+_handed_gradients = []  # (weak references to parameters, data pointers of their gradients)
+
+_dereference = weakref.ref.__call__
 
 
 def hand_out_gradient(parameter, gradient):
     """Notes that `gradient`, pool memory of a graph backend, becomes
     `parameter`'s .grad (Note [Gradients handed out of the pool])."""
-    _handed_gradients.append((weakref.ref(parameter), gradient.data_ptr()))
+    _handed_gradients.append(((weakref.ref(parameter),), (gradient.data_ptr(),)))
+
+
+def hand_out_gradients(parameter_references, pointers):
+    """hand_out_gradient for a backward's set at once: the gradient at
+    pointers[i] becomes the .grad of parameter_references[i]() (a weak
+    reference); both sequences are kept as given, not copied."""
+    _handed_gradients.append((parameter_references, pointers))
 
 
 def keep_handed_gradients():
     """Copies every handed-out gradient still held as .grad into memory of its own."""
     handed = list(_handed_gradients)
     del _handed_gradients[:]
-    for reference, pointer in handed:
-        parameter = reference()
-        grad = None if parameter is None else parameter.grad
-        if grad is not None and grad.data_ptr() == pointer:
-            parameter.grad = grad.clone()
+    for references, pointers in handed:
+        parameters = list(map(_dereference, references))
+        grads = list(map(getattr, parameters, _repeat("grad", len(parameters)),
+                         _repeat(None, len(parameters))))
+        if grads.count(None) == len(grads):
+            continue
+        for parameter, grad, pointer in zip(parameters, grads, pointers):
+            if grad is not None and grad.data_ptr() == pointer:
+                parameter.grad = grad.clone()
+
+
+def _repeat(value, count):
+    return itertools.repeat(value, count)

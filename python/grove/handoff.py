@@ -22,6 +22,7 @@ import grove
 from grove import _capi
 from grove import gradients
 from grove import outputs
+from grove.output_picker import OutputPicker
 from grove.runner import StaticInputMovedError, _static_inputs_in_place, _stream_of
 
 _HANDED, _TOKEN, _ARGUMENT, _VALUE = range(4)
@@ -62,6 +63,9 @@ class KeptForward:
             else:
                 self.slots.append((_VALUE, value))
         self.handed = handed
+        # The outputs from [handed..., token] and the call's arguments: a list.
+        self.pick_outputs = OutputPicker([self._source(kind, value) for kind, value in self.slots],
+                                         len(handed) + 1, list)
         self.kept_bool = [self.model._bool_outputs[index] for index in kept]
         self._handed = (ctypes.c_int64 * max(len(handed), 1))(*handed)
         self._kept = (ctypes.c_int64 * max(len(kept), 1))(*kept)
@@ -72,6 +76,15 @@ class KeptForward:
         self._token_ref = ctypes.byref(self._token)
         self.tag = ctypes.c_int64(next(_tags))  # the token's value: this forward's
         self._run = _capi.fast_library().grove_model_run_keeping
+
+    def _source(self, kind, value):
+        if kind == _HANDED:
+            return ("result", value)
+        if kind == _TOKEN:
+            return ("result", len(self.handed))
+        if kind == _ARGUMENT:
+            return ("argument", value)
+        return ("value", value)
 
     def __call__(self, *args):
         inputs = _checked_inputs(self.fast, args)
@@ -95,17 +108,8 @@ class KeptForward:
                 token = _from_dlpack(self._token.value)
         finally:
             model._gate.leave(state)
-        results = []
-        for kind, value in self.slots:
-            if kind == _HANDED:
-                results.append(handed[value])
-            elif kind == _TOKEN:
-                results.append(token)
-            elif kind == _ARGUMENT:
-                results.append(args[value])
-            else:
-                results.append(value)
-        return results
+        handed.append(token)
+        return self.pick_outputs(handed, args)
 
 
 class KeptBackward:
@@ -143,6 +147,7 @@ class KeptBackward:
             return
         sources = [kept_index.get(position, -1) for position in self.fast["inputs"]]
         self.sources = sources
+        self.pick_outputs = self.fast["pick"]
         self.kept_call = KeptCall(self.model, sources)
         self.described = [position for position in self.fast["inputs"]
                           if position not in kept_index]
@@ -156,18 +161,12 @@ class KeptBackward:
         token = args[self.token_positions[0]]
         if self.sources is None:  # not one segment: the activations as tensors
             return self.runner(*self._materialized(args, token))
-        results = self.call_model(args, token)
-        fast = self.fast
-        if fast["outputs"] is not None:
-            picked = [results[index] for index in fast["outputs"]]
-        else:
-            picked = [results[index] if kind == 0 else args[index] if kind == 1 else index
-                      for kind, index in fast["sources"]]
-        container = fast["container"]
-        return container(picked) if container is not None else picked[0]
+        return self.pick_outputs(self.call_model(args, token), args)
 
     def call_model(self, args, token):
         """The segment's outputs (one C call: grove_model_run_with_kept)."""
+        if self.fast["checks"]:  # bound inputs (Note [Saved parameters], training_steps.py)
+            _checked_inputs(self.fast, args)
         inputs = [args[position] for position in self.described]
         status, results = self.kept_call.run(token, inputs)
         if status:
@@ -258,7 +257,7 @@ class KeptCall:
                 return status, None
             managed = self._managed
             if self._plain:
-                return 0, [_from_dlpack(managed[index]) for index in range(self._produced.value)]
+                return 0, outputs.tensors_from_dlpack(managed, self._produced.value)
             return 0, [_tensor(managed[index], model, index)
                        for index in range(self._produced.value)]
         finally:

@@ -3,16 +3,33 @@ arrays (Note [Kept outputs through DLPack], outputs.py; Note [One model, many
 threads], _calls.py), and grove.compile.
 """
 
+import array
 import ctypes
 import json
+import operator
 import weakref
 
 from grove import _capi
 from grove._calls import CallGate
 from grove._capi import GroveError
 from grove._descs import _is_torch, _parse_device, _release_descs, _torch, describe
-from grove.outputs import Output, _capsule_new, _from_dlpack, _storage_hook
+from grove.outputs import Output, _capsule_new, _from_dlpack, _storage_hook, tensors_from_dlpack
 from grove.gradients import _handed_gradients, keep_handed_gradients
+
+# Model.describe_borrowed: calls of this many inputs or more check their
+# layouts by kind in C (map) and rewrite the data pointers in one assignment.
+_BATCHED_INPUTS = 4
+_DESC_WORDS = ctypes.sizeof(_capi.TensorDesc) // 8
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_STRIDE = _DEVICE = _DATA_POINTER = None  # torch.Tensor's methods, once torch is imported
+
+
+def _torch_methods():
+    global _STRIDE, _DEVICE, _DATA_POINTER
+    tensor = _torch().Tensor
+    _STRIDE, _DEVICE, _DATA_POINTER = tensor.stride, tensor.get_device, tensor.data_ptr
+
 
 def _c_text(text, what):
     """`text` encoded for the C API, which reads a NUL-terminated string: a NUL
@@ -110,9 +127,17 @@ class Model:
         self._dlpack_check = fast.grove_dlpack_check
         self._input_counts = [ctypes.c_size_t(n) for n in range(len(names) + 1)]
         self._output_capacity = ctypes.c_size_t(self.output_count)
-        self._watch_kept = backend != "eager" and _storage_hook() is not None
-        self._tag_outputs = backend != "eager" and copy_outputs is not None
+        # A backward's outputs are gradients (Note [Gradients handed out of
+        # the pool], gradients.py): neither tagged nor watched, so they come
+        # out in one pass (outputs.tensors_from_dlpack).
+        watched = backend != "eager" and stage != "backward"
+        self._watch_kept = watched and _storage_hook() is not None
+        self._tag_outputs = watched and copy_outputs is not None
+        self._plain_outputs = not (any(self._bool_outputs) or any(self._copy_flags)
+                                   or self._watch_kept or self._tag_outputs)
         self._from_dlpack = _from_dlpack() if _torch() is not None else None
+        if _STRIDE is None and _torch() is not None:
+            _torch_methods()
 
     @staticmethod
     def default_copy(backend):
@@ -243,7 +268,25 @@ class Model:
     def describe_borrowed(self, state, inputs):
         """Fills the thread's reused descriptions with `inputs` (torch
         tensors, borrowed for one call: Note [Borrowed inputs], capi/grove.cc);
-        returns how many."""
+        returns how many. Where every input has the layout it had in the last
+        call (an optimizer's gradients, step after step), the data pointers
+        are rewritten in one pass in C, with no Python per input."""
+        count = len(inputs)
+        if count >= _BATCHED_INPUTS:
+            batch = (list(map(_SHAPE, inputs)), list(map(_STRIDE, inputs)),
+                     list(map(_DTYPE, inputs)), list(map(_DEVICE, inputs)))
+            if batch == state.batch_layouts:
+                state.data_words[0:count * _DESC_WORDS:_DESC_WORDS] = array.array(
+                    "Q", map(_DATA_POINTER, inputs))
+                return count
+            state.batch_layouts = None
+            index = self._describe_each(state, inputs)
+            state.batch_layouts = batch
+            return index
+        state.batch_layouts = None
+        return self._describe_each(state, inputs)
+
+    def _describe_each(self, state, inputs):
         layouts = state.layouts
         items = state.desc_items
         index = 0
@@ -269,6 +312,8 @@ class Model:
                                   self._output_capacity, state.produced_ref)
         if status:
             _capi.check(status)
+        if self._plain_outputs:
+            return tensors_from_dlpack(state.managed, state.produced.value)
         from_dlpack = self._from_dlpack
         results = []
         managed = state.managed

@@ -17,7 +17,9 @@ One parameter group; every parameter must have a gradient at each step.
 """
 
 import ctypes
+import itertools
 import json
+import operator
 
 import torch
 
@@ -26,6 +28,7 @@ from grove import _capi
 from grove import dtypes
 
 # The floating dtypes grove's optimizer programs take (grove/dtypes.py names them).
+_GRAD = operator.attrgetter("grad")
 _DTYPES = {dtype: name for dtype, name in dtypes.torch_names().items()
            if name in ("f32", "f16", "bf16")}
 
@@ -132,6 +135,14 @@ class _GroveOptimizer(torch.optim.Optimizer):
         self._grad_positions = [gradient_index[name] for name in names[len(self._hyper_names):]]
         self._hyper = [torch.zeros((), dtype=torch.float32, device=first.device)
                        for _ in self._hyper_names]
+        positions = self._grad_positions
+        if positions == list(range(len(positions))):
+            self._in_program_order = list
+        elif len(positions) > 1:
+            getter = operator.itemgetter(*positions)
+            self._in_program_order = lambda grads: list(getter(grads))
+        else:
+            self._in_program_order = lambda grads: [grads[index] for index in positions]
 
     def _hyperparameters(self, group=None):
         """The device scalars, rewritten only where a value changed; `group`
@@ -152,20 +163,21 @@ class _GroveOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        grads = []
-        for index, param in enumerate(self._params()):
-            grad = param.grad
-            if grad is None:
-                raise RuntimeError(
-                    "grove.optim: parameter %d (shape %s) has no gradient; grove's optimizer "
-                    "updates every parameter each step: leave it out of the optimizer or give "
-                    "it a gradient" % (index, tuple(param.shape)))
-            grads.append(grad if grad.is_contiguous() else grad.contiguous())
+        params = self._params()
+        # One pass in C per check (map), Python per parameter only where one fails.
+        grads = list(map(_GRAD, params))
+        if any(map(operator.is_, grads, itertools.repeat(None, len(grads)))):
+            index = next(i for i, grad in enumerate(grads) if grad is None)
+            raise RuntimeError(
+                "grove.optim: parameter %d (shape %s) has no gradient; grove's optimizer "
+                "updates every parameter each step: leave it out of the optimizer or give "
+                "it a gradient" % (index, tuple(params[index].shape)))
+        if not all(map(torch.Tensor.is_contiguous, grads)):
+            grads = [grad if grad.is_contiguous() else grad.contiguous() for grad in grads]
         if self._model is None:
             self._compile()
         self._steps += 1
-        self._model.call_torch(self._hyperparameters() +
-                               [grads[index] for index in self._grad_positions])
+        self._model.call_torch(self._hyperparameters() + self._in_program_order(grads))
         return loss
 
 

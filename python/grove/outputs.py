@@ -4,6 +4,7 @@ check of a saved output (Note [Kept outputs through DLPack] below).
 """
 
 import ctypes
+import itertools
 
 from grove import _capi
 from grove._capi import StaleOutputError
@@ -117,6 +118,16 @@ def _from_dlpack():
 
             _FROM_DLPACK = dlpack.from_dlpack
     return _FROM_DLPACK
+
+
+def tensors_from_dlpack(managed, count):
+    """Torch tensors over the first `count` DLManagedTensors of the ctypes
+    array `managed`, made by one pass in C (map over the pointers: a capsule
+    each, then torch's from_dlpack), no Python per tensor."""
+    pointers = managed[:count]
+    return list(map(_from_dlpack(), map(_capsule_new, pointers,
+                                        itertools.repeat(b"dltensor", count),
+                                        itertools.repeat(None, count))))
 
 
 def _storage_hook():

@@ -8,6 +8,7 @@ import torch.fx
 import grove
 from grove import verify as verify_mode
 from grove.inplace import mutates_first_argument
+from grove.output_picker import OutputPicker
 from grove.segments import segment_program
 
 
@@ -123,14 +124,17 @@ class GraphRunner:
                 sources.append((2, None))
             else:
                 return None
-        only_segment = all(kind == 0 for kind, _ in sources)
+        container = type(output) if isinstance(output, (tuple, list)) else None
         return {
+            # results, args -> the graph's outputs, no Python per output
+            "pick": OutputPicker([(("result", "argument", "value")[kind], value)
+                                  for kind, value in sources], compiled["model"].output_count,
+                                 container),
             "model": compiled["model"],
             "inputs": [positions[node] for node in compiled["inputs"]],
             "checks": [(positions[node], address) for node, address in compiled["bound"]],
-            "outputs": [index for _, index in sources] if only_segment else None,
             "sources": sources,
-            "container": type(output) if isinstance(output, (tuple, list)) else None,
+            "container": container,
         }
 
     def _compile(self, segment):
@@ -194,14 +198,7 @@ class GraphRunner:
                             % position)
             inputs = [args[position] for position in fast["inputs"]]
             stream = _stream_of(inputs[0]) if inputs and inputs[0].is_cuda else None
-            results = fast["model"].call_torch(inputs, stream)
-            if fast["outputs"] is not None:
-                picked = [results[index] for index in fast["outputs"]]
-            else:
-                picked = [results[index] if kind == 0 else args[index] if kind == 1 else index
-                          for kind, index in fast["sources"]]
-            container = fast["container"]
-            result = container(picked) if container is not None else picked[0]
+            result = fast["pick"](fast["model"].call_torch(inputs, stream), args)
             return result if self._state_positions is None else self._state_left_pool(result)
         return self.slow_call(*args)
 

@@ -101,7 +101,7 @@ class CompiledStep:
         # Fused attention kernels and their backwards are not grove ops:
         # written out as matmul and softmax while tracing (as the door does).
         with training_steps._attention_written_out(
-                hasattr(torch.nn.functional, "scaled_dot_product_attention")):
+                hasattr(torch.nn.functional, "scaled_dot_product_attention")), _compiling():
             graph = make_fx(joint)(*examples)
         plan = importer.import_graph(graph, examples, static_inputs=list(range(count)),
                                      strict=self.strict, name="%s_step" % type(module).__name__)
@@ -257,6 +257,28 @@ def _device_of(tensor):
 
 def _items(output):
     return list(output) if isinstance(output, (tuple, list)) else [output]
+
+
+# Note [Tracing the step as a compiler does]: the step is traced by make_fx,
+# outside dynamo, so library code that asks torch.compiler.is_compiling()
+# before a data-dependent check (Hugging Face's warning about padding without
+# an attention mask reads input_ids' values) would take the eager branch and
+# stop the trace at a tensor's .item(). While tracing, the flag PyTorch's own
+# export sets for its make_fx trace (torch.compiler._is_compiling_flag, where
+# this PyTorch has it) is set too. Guarded by StepTest.test_the_trace_runs_as_compiling
+# (tests/python/step_test.py) and the zoo training table's HF rows.
+class _compiling:
+    def __enter__(self):
+        self.saved = getattr(torch.compiler, "_is_compiling_flag", None) if hasattr(
+            torch, "compiler") else None
+        if self.saved is not None:
+            torch.compiler._is_compiling_flag = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            torch.compiler._is_compiling_flag = self.saved
+        return False
 
 
 def compile_step(model, loss_fn, optimizer, mode="cudagraphs", device=None,

@@ -6,6 +6,7 @@ the pool] below), the dynamo backend for graphs that need gradients
 it imports neither.
 """
 
+import operator
 import os
 import threading
 import weakref
@@ -13,7 +14,7 @@ import weakref
 import torch
 
 import grove
-from grove import gradient_reduce, handoff, importer
+from grove import gradient_reduce, handoff, importer, parameter_views
 from grove.runner import StaticInputMovedError
 
 log = importer.log
@@ -58,21 +59,27 @@ class StepContext:
     def __init__(self):
         self.trees = None
         self.parameters = None  # weak references to the forward's leaf inputs, by position
+        self.parameter_pointers = frozenset()  # their data pointers (Note [Saved parameters])
 
-    def hand_out(self, gradients):
-        """Note [Gradients handed out of the pool] (grove/gradients.py): each
-        gradient of a parameter is handed over uncopied; any other is copied."""
-        parameters = self.parameters
-        matched = parameters is not None and len(parameters) == len(gradients)
-        for index, gradient in enumerate(gradients):
-            if not isinstance(gradient, torch.Tensor):
-                continue
-            parameter = parameters[index]() if matched and parameters[index] else None
-            if parameter is None or parameter.shape != gradient.shape:
-                gradients[index] = gradient.clone()
-            else:
-                grove.hand_out_gradient(parameter, gradient)
-        return gradients
+    # Note [Saved parameters]: the backward graph may receive a weight the
+    # forward read (the weight, or a transpose the forward made of it) as an
+    # input that is not a Parameter, which grove would copy into the graph's
+    # input memory at every replay. An input of the backward at the address
+    # of a parameter of the forward is bound instead, as the forward binds the
+    # parameter: read in place, its address checked at every call; a permuted
+    # view is bound as its contiguous base with the permutation written into
+    # the graph (grove/parameter_views.py). (The 17/33/52 input copies per
+    # door step counted on an H100 under PyTorch 2.11 are not these: the
+    # counts stayed the same with this binding.) Guarded by SavedParameterTest
+    # (tests/python/handout_test.py).
+    def parameter_aliases(self, args):
+        """Positions among `args` (a backward's inputs) of tensors at the
+        address of one of the forward's parameters (the weight or a view of
+        it: parameter_views.bound_as_bases binds those it can)."""
+        pointers = self.parameter_pointers
+        return [index for index, value in enumerate(args)
+                if isinstance(value, torch.Tensor) and value.numel() > 0
+                and value.data_ptr() in pointers]
 
     def forward_called(self, args):
         if self.parameters is None:
@@ -80,6 +87,9 @@ class StepContext:
             self.parameters = [weakref.ref(value) if isinstance(value, torch.Tensor)
                                and value.is_leaf and value.requires_grad else None
                                for value in args]
+            self.parameter_pointers = frozenset(
+                value.data_ptr() for value in args if isinstance(value, torch.Tensor)
+                and value.is_leaf and value.requires_grad and value.numel() > 0)
         trees = self.trees
         if trees is None or trees.thread != threading.get_ident():
             self.trees = grove.thread_trees()
@@ -92,11 +102,59 @@ class StepContext:
             return call(*args)
 
 
+class GradientHandout:
+    """Note [Gradients handed out of the pool] (grove/gradients.py) for one
+    backward graph: each gradient of a parameter is handed over uncopied, any
+    other is copied. Planned on its first call: a graph's outputs keep their
+    kinds and shapes from call to call, so later calls follow the plan with
+    no Python per gradient."""
+
+    def __init__(self, step):
+        self.step = step
+        self.copied = None  # positions of gradients copied (no parameter takes them)
+        self.pick = None  # gradients -> the handed ones, in order
+        self.references = ()  # weak references to the parameters taking them
+
+    def _plan(self, gradients):
+        parameters = self.step.parameters
+        matched = parameters is not None and len(parameters) == len(gradients)
+        copied, handed, references = [], [], []
+        for index, gradient in enumerate(gradients):
+            if not isinstance(gradient, torch.Tensor):
+                continue
+            parameter = parameters[index]() if matched and parameters[index] else None
+            if parameter is None or parameter.shape != gradient.shape:
+                copied.append(index)
+            else:
+                handed.append(index)
+                references.append(parameters[index])
+        self.copied = copied
+        self.references = tuple(references)
+        if len(handed) > 1:
+            self.pick = operator.itemgetter(*handed)
+        else:
+            self.pick = lambda values: tuple(values[index] for index in handed)
+
+    def __call__(self, gradients):
+        if self.copied is None:
+            self._plan(gradients)
+        for index in self.copied:
+            gradients[index] = gradients[index].clone()
+        if self.references:
+            grove.hand_out_gradients(self.references,
+                                     list(map(_DATA_POINTER, self.pick(gradients))))
+        return gradients
+
+
+_DATA_POINTER = torch.Tensor.data_ptr
+
+
 def _boxed(runner, check_saved=None, labels=None, step=None, forward=False):
     """AOTAutograd's calling convention: one list of arguments, a list back.
     check_saved: the graph's name, to check its inputs first (a backward's);
     labels: names of the graph's inputs for messages (parameter names);
     step: the StepContext of graph backends (forward: whether this is the forward)."""
+    handout = GradientHandout(step) if step is not None and not forward else None
 
     def call(args):
         if check_saved is not None:
@@ -108,7 +166,7 @@ def _boxed(runner, check_saved=None, labels=None, step=None, forward=False):
                 step.forward_called(args)
                 result = runner(*args)
             else:
-                result = step.hand_out(list(step.run(runner, args)))
+                result = handout(list(step.run(runner, args)))
         except StaticInputMovedError as error:
             label = labels[error.position] if labels and error.position < len(labels) else None
             if label is None:
@@ -258,12 +316,17 @@ class StepCompiler:
         # kept in grove arrive as its token (Note [Saved values kept in grove]).
         forward, tokens = handoff.find_tokens(example_inputs, self.kept_forwards)
         example_inputs = handoff.materialized(example_inputs, forward, tokens)
-        plan = importer.import_graph(graph_module, example_inputs,
-                                     static_inputs=static_positions(example_inputs),
+        static = static_positions(example_inputs)
+        if self.step is not None:
+            aliases = set(self.step.parameter_aliases(example_inputs)) - set(tokens)
+            graph_module, example_inputs, bound = parameter_views.bound_as_bases(
+                graph_module, example_inputs, aliases)
+            static = sorted(set(static) | set(bound))
+        plan = importer.import_graph(graph_module, example_inputs, static_inputs=static,
                                      strict=self.strict, name="%s_backward" % self.name)
         graph_outputs = set(n for n in _output_nodes(plan.output_arg))
 
-        def copies(node):  # Note [Gradients handed out of the pool] (StepContext.hand_out)
+        def copies(node):  # Note [Gradients handed out of the pool] (GradientHandout)
             return False if node in graph_outputs else None
 
         reduction = None

@@ -70,6 +70,42 @@ class ModelTest(unittest.TestCase):
         torch.testing.assert_close(y, reference(wide.contiguous(), self.w, self.b),
                                    rtol=1e-5, atol=1e-6)
 
+    def test_many_inputs_are_described_again_only_where_a_layout_changed(self):
+        # Four inputs or more take Model.describe_borrowed's batched path: the
+        # pointers of a call with the last call's layouts are rewritten in one
+        # pass; any change of shape, strides or dtype describes every input again.
+        program = {
+            "name": "sum4",
+            "inputs": [{"name": name, "shape": [3, 4], "dtype": "f32"} for name in "abcd"],
+            "nodes": [
+                {"name": "ab", "op": "add", "inputs": ["a", "b"]},
+                {"name": "cd", "op": "mul", "inputs": ["c", "d"]},
+                {"name": "y", "op": "sub", "inputs": ["ab", "cd"]},
+            ],
+            "outputs": ["y"],
+        }
+        generator = torch.Generator().manual_seed(77)
+        model = grove.compile(program)
+
+        def check(a, b, c, d, what):
+            (y,) = model(a, b, c, d)
+            torch.testing.assert_close(y, a + b - c * d, rtol=1e-6, atol=1e-6, msg=what)
+
+        for call in range(3):  # fresh tensors, same layouts: pointers rewritten
+            check(*[torch.randn(3, 4, generator=generator) for _ in range(4)],
+                  what="call %d" % call)
+        transposed = torch.randn(4, 3, generator=generator).T  # strides (1, 3)
+        check(torch.randn(3, 4, generator=generator), transposed,
+              torch.randn(3, 4, generator=generator), torch.randn(3, 4, generator=generator),
+              what="one input strided")
+        check(*[torch.randn(3, 4, generator=generator) for _ in range(4)],
+              what="contiguous again")
+        with self.assertRaises(Exception):
+            model(*[torch.randn(3, 4, generator=generator, dtype=torch.float64)
+                    for _ in range(4)])
+        check(*[torch.randn(3, 4, generator=generator) for _ in range(4)],
+              what="after a refused call")
+
     def test_kept_outputs_of_a_graph_backend_never_change_under_the_caller(self):
         if grove.outputs._storage_hook() is not None:
             self.skipTest("this torch has the storage hook; the copy fallback is not used")

@@ -38,6 +38,13 @@ class OptimizerProgramTest(unittest.TestCase):
             optimizer = optim.SGD([torch.zeros(2, dtype=torch.int64)], lr=0.1)
             optimizer.param_groups[0]["params"][0].grad = torch.ones(2, dtype=torch.int64)
             optimizer.step()
+        weights = [torch.nn.Parameter(torch.randn(3)) for _ in range(5)]
+        for weight in weights:
+            weight.grad = torch.randn(3)
+        weights[3].grad = None
+        with self.assertRaisesRegex(RuntimeError, r"parameter 3 \(shape \(3,\)\) has no "
+                                    "gradient"):
+            optim.AdamW(weights, lr=0.1).step()
 
 
 class StepsMatchTorchTest(unittest.TestCase):

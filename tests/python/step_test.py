@@ -156,6 +156,37 @@ class CompileStepTest(unittest.TestCase):
     def test_gpt_with_grove_sgd(self):
         self.check_case(gpt_case, "grove_sgd")
 
+    def test_the_trace_runs_as_compiling(self):
+        # Note [Tracing the step as a compiler does] (grove/step.py): a model
+        # that reads a tensor's value unless torch.compiler.is_compiling() (as
+        # Hugging Face's padding warning does) traces whole.
+        compiler = getattr(torch, "compiler", None)
+        if getattr(compiler, "_is_compiling_flag", None) is None:
+            self.skipTest("this PyTorch (%s) has no torch.compiler._is_compiling_flag"
+                          % torch.__version__)
+
+        class Checked(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(8, 4)
+
+            def forward(self, x):
+                if not torch.compiler.is_compiling() and bool((x == 12345.0).any()):
+                    raise ValueError("a padding value")
+                return self.linear(x)
+
+        module = Checked()
+        batches = [(torch.randn(6, 8), torch.randn(6, 4)) for _ in range(3)]
+
+        def loss_fn(forward, x, y):
+            return torch.nn.functional.mse_loss(forward(x), y)
+
+        expected, _ = eager_losses(module, batches, loss_fn, "torch_sgd")
+        got, _, _ = grove_losses(module, batches, loss_fn, "torch_sgd", "cudagraphs")
+        for index, (a, b) in enumerate(zip(got, expected)):
+            torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL, msg="step %d" % index)
+        self.assertFalse(torch.compiler.is_compiling(), "the flag is restored")
+
     def test_a_learning_rate_schedule_reaches_the_update(self):
         module, batches, loss_fn = mlp_case()
         runs = []

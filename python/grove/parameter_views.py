@@ -1,0 +1,54 @@
+"""Inputs of a backward graph that are views of the forward's parameters,
+bound in place (Note [Saved parameters], training_steps.py): a contiguous one
+as it is, a permuted one (the transpose of a weight AOTAutograd saves) as its
+contiguous base, the permutation written into the graph after its placeholder.
+"""
+
+import copy
+
+import torch
+
+
+def permuted_base(value):
+    """(base, order) with `base` contiguous over value's memory and
+    value == base.permute(order) (order None where value is contiguous), or
+    None where no permutation of value is contiguous."""
+    if value.is_contiguous():
+        return value, None
+    dims = list(range(value.dim()))
+    by_stride = sorted(dims, key=lambda dim: (-value.stride(dim), -value.size(dim)))
+    base = value.permute(by_stride)
+    if not base.is_contiguous():
+        return None
+    order = [0] * len(dims)
+    for position, dim in enumerate(by_stride):
+        order[dim] = position
+    return base, order
+
+
+def bound_as_bases(graph_module, example_inputs, positions):
+    """(graph module, example inputs, positions bound): the inputs at
+    `positions` that permuted_base can express become their contiguous bases
+    (each followed in a copy of the graph by aten.permute back to the view);
+    the others are left out of the positions."""
+    example_inputs = list(example_inputs)
+    rewrites, bound = [], []
+    for position in sorted(positions):
+        found = permuted_base(example_inputs[position])
+        if found is None:
+            continue
+        base, order = found
+        bound.append(position)
+        if order is not None:
+            example_inputs[position] = base
+            rewrites.append((position, order))
+    if not rewrites:
+        return graph_module, example_inputs, bound
+    graph = copy.deepcopy(graph_module.graph)
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    for position, order in rewrites:
+        placeholder = placeholders[position]
+        with graph.inserting_after(placeholders[-1]):  # the placeholders stay first
+            view = graph.call_function(torch.ops.aten.permute.default, (placeholder, order))
+        placeholder.replace_all_uses_with(view, delete_user_cb=lambda user: user is not view)
+    return torch.fx.GraphModule(graph_module, graph), example_inputs, bound
