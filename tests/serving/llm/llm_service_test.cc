@@ -84,7 +84,8 @@ TEST(LlmService, CompletionsFromManyThreadsGetTheirTokensAlone) {
   // (Note [Decode runs on the device]): the same tokens.
   for (int64_t loop_steps : {0, 8}) {
     SCOPED_TRACE(::testing::Message() << "decode_loop_steps " << loop_steps);
-    const nlohmann::json warm = grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
+    const nlohmann::json warm =
+        grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
     LlmService service(*decoder, nullptr, {.decode_loop_steps = loop_steps});
     std::vector<std::future<Outcome>> futures(requests.size());
     std::vector<std::thread> clients;
@@ -106,7 +107,8 @@ TEST(LlmService, CompletionsFromManyThreadsGetTheirTokensAlone) {
     EXPECT_EQ(stats.slots, 4);
     // The service thread replayed the graphs warm_up() recorded on this thread,
     // and recorded none of its own.
-    const nlohmann::json tree = grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
+    const nlohmann::json tree =
+        grove::compiler::backends::stats_json(decoder->backend_stats()).at("tree");
     EXPECT_EQ(tree.at("recordings"), warm.at("recordings"));
     // Decode steps in device loops replay DecodeLoop's graphs, not the tree's.
     const int64_t tree_decode_steps = loop_steps == 0 ? stats.decode_steps : 0;
