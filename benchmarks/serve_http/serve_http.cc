@@ -31,7 +31,7 @@
 //
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,64000,128000]
 //              [--max-batches 16,64] [--encodings json,binary] [--clients 64]
-//              [--duration-ms 1500] [--json FILE]
+//              [--duration-ms 1500] [--json FILE] [--http-threads N]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -84,6 +84,8 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--binary", "", "the binary encoding alone (--encodings binary)"});
   flags.push_back(
       {"--clients", "N", "client threads, one keep-alive connection each (default 64)"});
+  flags.push_back({"--http-threads", "N",
+                   "threads of the HTTP front, each an event loop (default 0: the cores)"});
   flags.push_back({"--idle-connections", "N",
                    "also measure each run with N connections held open that never send "
                    "(default 0)"});
@@ -99,6 +101,7 @@ const std::vector<FlagSpec> kFlags = flag_table();
 struct Options : LoadOptions {
   std::vector<std::string> encodings = {"json", "binary"};
   int64_t clients = 64;
+  int64_t http_threads = 0;
   int64_t idle_connections = 0;
   int64_t slowloris_connections = 0;
   int64_t trickle_ms = 1000;
@@ -397,6 +400,7 @@ Options parse_options(const FlagValues& flags) {
     throw UsageError(str_cat(kName, ": give --binary or --encodings, not both"));
   }
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
+  options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
   options.idle_connections = flags.integer("--idle-connections", 0, 0, 1 << 20);
   options.slowloris_connections = flags.integer("--slowloris-connections", 0, 0, 1 << 20);
   options.trickle_ms = flags.integer("--trickle-ms", options.trickle_ms, 1, 600000);
@@ -518,6 +522,7 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   nlohmann::json report = report_header(kName, options.device);
   report["model"] = options.model;
   report["clients"] = options.clients;
+  report["http_threads"] = options.http_threads;  // 0: the cores
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
   report["arrivals"] = "open loop, Poisson per client, one keep-alive connection each";
@@ -586,11 +591,16 @@ int run(int argc, char** argv) {
   for (const std::string& encoding : options.encodings) {
     encodings += (encodings.empty() ? "" : ",") + encoding;
   }
-  std::printf("serve_http on %s (%s): %s, 1 row per request, %lld clients, %lld ms per run, %s\n",
-              options.device.str().c_str(),
-              runtime::device_context(options.device).backend().name().c_str(),
-              options.model.c_str(), static_cast<long long>(options.clients),
-              static_cast<long long>(options.duration_ms), encodings.c_str());
+  std::printf(
+      "serve_http on %s (%s): %s, 1 row per request, %lld clients, %s HTTP threads, %lld ms "
+      "per run, %s\n",
+      options.device.str().c_str(),
+      runtime::device_context(options.device).backend().name().c_str(), options.model.c_str(),
+      static_cast<long long>(options.clients),
+      std::to_string(options.http_threads > 0 ? options.http_threads
+                                              : std::max(2u, std::thread::hardware_concurrency()))
+          .c_str(),
+      static_cast<long long>(options.duration_ms), encodings.c_str());
   std::fflush(stdout);
   serving::ProgramFactory model =
       serving::model_file_factory(options.models_dir + "/" + options.model + ".json");
@@ -609,7 +619,9 @@ int run(int argc, char** argv) {
       Stopwatch watch;
       serving::Server server(model, config);
       // The front's threads default to the cores: connections need none of their own.
-      serving::HttpServer http(server, {.model_name = options.model, .port = 0});
+      serving::HttpServer http(server, {.model_name = options.model,
+                                        .port = 0,
+                                        .threads = static_cast<int>(options.http_threads)});
       std::thread listener([&] { http.serve(); });
       std::optional<serving::GrpcServer> grpc;
       std::thread grpc_listener;
