@@ -240,4 +240,6 @@ void HttpServer::stop() {
 
 std::string HttpServer::metrics_text() const { return impl_->routes.metrics_text(); }
 
+size_t HttpServer::open_connections() const { return impl_->hub.open(); }
+
 }  // namespace grove::serving

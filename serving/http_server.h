@@ -86,6 +86,8 @@ class HttpServer {
   void stop();
   // The /metrics text.
   std::string metrics_text() const;
+  // Connections accepted and not yet closed (any thread).
+  size_t open_connections() const;
 
  private:
   struct Impl;

@@ -657,11 +657,28 @@ int run(int argc, char** argv) {
                               .slowloris = options.slowloris_connections,
                               .trickle_ms = static_cast<int>(options.trickle_ms)},
                              /*http2=*/over_grpc);
+          // Measured once the server holds them: the HTTP front until it has
+          // accepted them all (the kernel's backlog took them first), gRPC a while.
+          const size_t held_count =
+              static_cast<size_t>(options.idle_connections + options.slowloris_connections);
+          const Clock::time_point settle_by = Clock::now() + std::chrono::seconds(10);
+          if (over_grpc) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          } else {
+            while (http.open_connections() < held_count && Clock::now() < settle_by) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+          }
           RunResult held = run_load(server, port, encoding, messages, grpc_messages,
                                     options.rates[r], options, seed);
           held.loaded = true;
           held.reopened = flood.stop();
           runs.push_back(held);
+          // The next run alone starts once the front has closed them.
+          const Clock::time_point closed_by = Clock::now() + std::chrono::seconds(10);
+          while (!over_grpc && http.open_connections() > 0 && Clock::now() < closed_by) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
         }
       }
       http.stop();
