@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "serving/errors.h"
 #include "serving/kserve_grpc_protocol.h"
@@ -61,7 +62,9 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
       : service(service),
         config(std::move(config)),
         answer_pool(static_cast<size_t>(
-            this->config.answer_threads > 0 ? this->config.answer_threads : 2)) {}
+            this->config.answer_threads > 0
+                ? this->config.answer_threads
+                : std::max(2, static_cast<int>(std::thread::hardware_concurrency() / 4)))) {}
 
   // A ModelInfer between submit and its answer.
   struct InferCall {
