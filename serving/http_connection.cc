@@ -70,10 +70,11 @@ void ConnectionHub::drain_all() {
   for (auto& connection : connections) connection->drain();
 }
 
-HttpConnection::HttpConnection(asio::ip::tcp::socket socket, ConnectionHub& hub)
+HttpConnection::HttpConnection(asio::ip::tcp::socket socket, ConnectionHub& hub, AnswerInbox& inbox)
     : socket_(std::move(socket)),
       timer_(socket_.get_executor()),
       hub_(hub),
+      inbox_(inbox),
       reader_(socket_, hub.reads),
       buffer_(hub.limits().request.max_header_bytes + kReadChunk) {}
 
@@ -178,7 +179,8 @@ void HttpConnection::dispatch() {
   HttpRequest& request = parser_->request();
   keep_alive_ = request.keep_alive;
   auto on_ready = [self = shared_from_this()] {
-    asio::post(self->socket_.get_executor(), [self] {
+    // Note [Answers woken once per batch].
+    self->inbox_.post([self] {
       HttpResponse response = self->hub_.routes().complete(*self->queued_);
       self->queued_.reset();
       self->queued_work_.reset();

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "serving/http_answer_inbox.h"
 #include "serving/http_request_parser.h"
 #include "serving/http_routes.h"
 #include "serving/http_stream.h"
@@ -98,7 +99,8 @@ class CountedReads {
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
   // `socket`'s executor is the connection's event loop, run by one thread.
-  HttpConnection(boost::asio::ip::tcp::socket socket, ConnectionHub& hub);
+  // `inbox` is that loop's (Note [Answers woken once per batch]).
+  HttpConnection(boost::asio::ip::tcp::socket socket, ConnectionHub& hub, AnswerInbox& inbox);
   ~HttpConnection();
   void start();
   // Posts the drain onto the connection's loop (any thread).
@@ -129,6 +131,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer timer_;
   ConnectionHub& hub_;
+  AnswerInbox& inbox_;
   CountedReads reader_;  // socket_, for Beast's request reads
   boost::beast::flat_buffer buffer_;
   std::unique_ptr<RequestParser> parser_;

@@ -70,11 +70,13 @@ struct HttpServer::Impl {
       loops.push_back(std::make_unique<asio::io_context>(1));
       loop_work.emplace_back(loops.back()->get_executor());
     }
+    inboxes.push_back(std::make_unique<AnswerInbox>(io));
+    for (auto& loop : loops) inboxes.push_back(std::make_unique<AnswerInbox>(*loop));
   }
 
   void accept();
-  asio::io_context& next_loop();
-  void on_accept(const error_code& error, tcp::socket socket);
+  asio::io_context& loop(size_t index) { return index == 0 ? io : *loops[index - 1]; }
+  void on_accept(const error_code& error, tcp::socket socket, size_t index);
   void refuse_over_capacity(tcp::socket& socket);
 
   HttpConfig config;
@@ -88,6 +90,10 @@ struct HttpServer::Impl {
   asio::io_context io;
   std::vector<std::unique_ptr<asio::io_context>> loops;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> loop_work;
+  // Each loop's (Note [Answers woken once per batch]); loop i's at i (io's at 0).
+  // After the loops: answers still waiting release their connections while
+  // the sockets' loops exist.
+  std::vector<std::unique_ptr<AnswerInbox>> inboxes;
   size_t next = 0;  // the loop of the next connection (round robin; the acceptor's thread)
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;  // accept again after EMFILE
@@ -107,18 +113,14 @@ struct HttpServer::Impl {
 // answer comes back from the batching worker by a post to its loop. Tests:
 // every test of tests/serving/http_server_test.py and http_abuse_test.py runs
 // with --http-threads 2 (two loops).
-asio::io_context& HttpServer::Impl::next_loop() {
-  const size_t index = next++ % (loops.size() + 1);
-  return index == 0 ? io : *loops[index - 1];
-}
-
 void HttpServer::Impl::accept() {
-  acceptor.async_accept(next_loop(), [this](const error_code& error, tcp::socket socket) {
-    on_accept(error, std::move(socket));
+  const size_t index = next++ % (loops.size() + 1);
+  acceptor.async_accept(loop(index), [this, index](const error_code& error, tcp::socket socket) {
+    on_accept(error, std::move(socket), index);
   });
 }
 
-void HttpServer::Impl::on_accept(const error_code& error, tcp::socket socket) {
+void HttpServer::Impl::on_accept(const error_code& error, tcp::socket socket, size_t index) {
   if (stopping || !acceptor.is_open()) return;
   if (error == asio::error::no_descriptors || error == asio::error::no_buffer_space ||
       error == asio::error::no_memory) {
@@ -138,7 +140,7 @@ void HttpServer::Impl::on_accept(const error_code& error, tcp::socket socket) {
     if (hub.open() >= config.max_connections) {
       refuse_over_capacity(socket);
     } else {
-      auto connection = std::make_shared<HttpConnection>(std::move(socket), hub);
+      auto connection = std::make_shared<HttpConnection>(std::move(socket), hub, *inboxes[index]);
       hub.add(connection);
       connection->start();
     }
