@@ -1,5 +1,6 @@
 #include "serving/http_server.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -218,7 +219,12 @@ int HttpServer::port() const { return impl_->port; }
 HttpServeReport HttpServer::serve() {
   Impl& impl = *impl_;
   std::vector<std::thread> helpers;
-  for (auto& loop : impl.loops) helpers.emplace_back([&loop] { loop->run(); });
+  for (auto& loop : impl.loops) {
+    helpers.emplace_back([&loop] {
+      pthread_setname_np(pthread_self(), "grove-http");  // for per-thread CPU views
+      loop->run();
+    });
+  }
   impl.io.run();
   for (std::thread& helper : helpers) helper.join();
   GROVE_CHECK(!impl.failure, "HttpServer on ", impl.config.host, ":", impl.port,

@@ -1,5 +1,6 @@
 #include "benchmarks/serve_http/grpc_client_process.h"
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -175,6 +176,7 @@ int grpc_clients_main(int argc, char** argv) {
     std::vector<std::thread> threads;
     for (int64_t c = 0; c < clients; ++c) {
       threads.emplace_back([&, c] {
+        pthread_setname_np(pthread_self(), "grpc-client");
         GrpcLoadClient& channel = *channels[static_cast<size_t>(c)];
         tallies[static_cast<size_t>(c)] = drive_client(
             [&](size_t n) { return channel.exchange(n); }, [&] { return channel.error(); },

@@ -38,6 +38,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -336,6 +337,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
     std::vector<std::thread> clients;
     for (int64_t c = 0; c < options.clients; ++c) {
       clients.emplace_back([&, c] {
+        pthread_setname_np(pthread_self(), "load-client");
         Connection& connection = *connections[static_cast<size_t>(c)];
         tallies[static_cast<size_t>(c)] = drive_client(
             [&](size_t n) { return connection.exchange(messages[n % messages.size()]); },
@@ -607,7 +609,10 @@ int run(int argc, char** argv) {
       serving::HttpServer http(server, {.model_name = options.model,
                                         .port = 0,
                                         .threads = static_cast<int>(options.http_threads)});
-      std::thread listener([&] { http.serve(); });
+      std::thread listener([&] {
+        pthread_setname_np(pthread_self(), "grove-http");  // it runs one of the loops
+        http.serve();
+      });
       std::optional<serving::GrpcServer> grpc;
       std::thread grpc_listener;
       if (std::find(options.encodings.begin(), options.encodings.end(), "grpc") !=
