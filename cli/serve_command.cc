@@ -423,10 +423,11 @@ int serve_command(const std::vector<std::string>& args) {
   }
   std::printf(
       "http: %llu responses written (%llu after the signal, with Connection: close), "
-      "%llu connections closed by a deadline\n",
+      "%llu connections closed by a deadline, %llu socket reads of requests\n",
       static_cast<unsigned long long>(served.responses),
       static_cast<unsigned long long>(served.responses_after_stop),
-      static_cast<unsigned long long>(served.timed_out));
+      static_cast<unsigned long long>(served.timed_out),
+      static_cast<unsigned long long>(served.reads));
   if (grpc) {
     std::printf("grpc: %llu calls answered (%llu after the signal)\n",
                 static_cast<unsigned long long>(grpc_served.answers),

@@ -1,5 +1,7 @@
 #include "serving/device_worker.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -50,6 +52,8 @@ void DeviceWorker::join() {
 }
 
 void DeviceWorker::thread_main(std::promise<void>& ready) {
+  // Named for per-thread CPU views (top -H, /proc/PID/task/*/comm).
+  pthread_setname_np(pthread_self(), "grove-worker");
   try {
     prepare();
   } catch (...) {

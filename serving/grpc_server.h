@@ -58,7 +58,8 @@ struct GrpcConfig {
   // --header-timeout-ms and --idle-timeout-ms.
   int handshake_timeout_ms = 10000;
   int idle_timeout_ms = 5000;
-  // Threads that turn finished batches into answers; 0: 2.
+  // Threads that turn finished batches into answers (each Finish writes its
+  // answer to the socket on the calling thread); 0: a quarter of the cores, at least 2.
   int answer_threads = 0;
   int drain_timeout_ms = 30000;
 };

@@ -1,8 +1,9 @@
 // HttpConnection is one client's TCP connection to grove's HTTP front: it
 // reads requests one after another (pipelined ones in order, from what is
 // already buffered), hands each to the HttpRoutes, and writes the answers
-// (streamed ones as they come, Note [Streamed answers]), all on its own
-// strand of the server's few threads (Note [Connections without threads]).
+// (streamed ones as they come, Note [Streamed answers]), all on the event
+// loop of one of the server's few threads (Note [Connections without threads],
+// Note [One event loop per thread]).
 // ConnectionHub holds what the connections of one server
 // share: the routes, the limits, the set of open connections and counters.
 #pragma once
@@ -19,7 +20,9 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
+#include "serving/http_answer_inbox.h"
 #include "serving/http_request_parser.h"
 #include "serving/http_routes.h"
 #include "serving/http_stream.h"
@@ -64,6 +67,7 @@ class ConnectionHub {
   std::atomic<uint64_t> responses{0};             // answers written
   std::atomic<uint64_t> responses_after_stop{0};  // of which after drain_all()
   std::atomic<uint64_t> timed_out{0};             // connections closed by a deadline
+  std::atomic<uint64_t> reads{0};                 // socket reads of requests (Note [Read sizes])
 
  private:
   HttpRoutes& routes_;
@@ -73,13 +77,33 @@ class ConnectionHub {
   std::unordered_map<const HttpConnection*, std::weak_ptr<HttpConnection>> open_;
 };
 
+// The connection's socket as Beast reads it, counting the reads (Note [Read
+// sizes]); writes and waits go to the socket itself.
+class CountedReads {
+ public:
+  using executor_type = boost::asio::ip::tcp::socket::executor_type;
+  CountedReads(boost::asio::ip::tcp::socket& socket, std::atomic<uint64_t>& reads)
+      : socket_(socket), reads_(reads) {}
+  executor_type get_executor() { return socket_.get_executor(); }
+  template <class MutableBuffers, class Handler>
+  auto async_read_some(const MutableBuffers& buffers, Handler&& handler) {
+    reads_.fetch_add(1, std::memory_order_relaxed);
+    return socket_.async_read_some(buffers, std::forward<Handler>(handler));
+  }
+
+ private:
+  boost::asio::ip::tcp::socket& socket_;
+  std::atomic<uint64_t>& reads_;
+};
+
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
-  // `socket`'s executor is the connection's strand.
-  HttpConnection(boost::asio::ip::tcp::socket socket, ConnectionHub& hub);
+  // `socket`'s executor is the connection's event loop, run by one thread.
+  // `inbox` is that loop's (Note [Answers woken once per batch]).
+  HttpConnection(boost::asio::ip::tcp::socket socket, ConnectionHub& hub, AnswerInbox& inbox);
   ~HttpConnection();
   void start();
-  // Posts the drain onto the connection's strand (any thread).
+  // Posts the drain onto the connection's loop (any thread).
   void drain();
 
  private:
@@ -97,6 +121,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void close();
   void arm(std::chrono::milliseconds timeout);
   void disarm();
+  void wait_for_deadline();
   void on_deadline();
   // Note [Streamed answers].
   void stream(HttpResponse response);
@@ -106,6 +131,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer timer_;
   ConnectionHub& hub_;
+  AnswerInbox& inbox_;
+  CountedReads reader_;  // socket_, for Beast's request reads
   boost::beast::flat_buffer buffer_;
   std::unique_ptr<RequestParser> parser_;
   std::unique_ptr<HttpRoutes::Pending> queued_;
@@ -113,6 +140,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // threads running until the worker posts it back (Note [Draining on stop]).
   std::optional<boost::asio::executor_work_guard<boost::asio::any_io_executor>> queued_work_;
   Phase phase_ = Phase::kIdle;
+  // Note [Deadlines without a timer per phase].
+  using Clock = boost::asio::steady_timer::clock_type;
+  Clock::time_point deadline_;
+  bool armed_ = false;
+  bool timer_waiting_ = false;
   uint64_t timer_generation_ = 0;
   bool timed_out_ = false;
   bool draining_ = false;

@@ -63,6 +63,7 @@ struct HttpServeReport {
   uint64_t responses = 0;             // answers written
   uint64_t responses_after_stop = 0;  // of which after stop(), with Connection: close
   uint64_t timed_out = 0;             // connections closed by a deadline
+  uint64_t reads = 0;                 // socket reads of requests (Note [Read sizes])
 };
 
 class HttpServer {
@@ -85,6 +86,8 @@ class HttpServer {
   void stop();
   // The /metrics text.
   std::string metrics_text() const;
+  // Connections accepted and not yet closed (any thread).
+  size_t open_connections() const;
 
  private:
   struct Impl;

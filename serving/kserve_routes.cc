@@ -161,8 +161,8 @@ HttpResponse KserveRoutes::complete(Pending& pending) {
 }
 
 void KserveRoutes::count_response(int status) {
-  std::lock_guard<std::mutex> lock(responses_mutex_);
-  ++responses_[status];
+  const size_t index = status >= 100 && status < 600 ? static_cast<size_t>(status) : 0;
+  responses_[index].fetch_add(1, std::memory_order_relaxed);
 }
 
 MetricsInput KserveRoutes::metrics_input() const {
@@ -170,9 +170,9 @@ MetricsInput KserveRoutes::metrics_input() const {
   input.stats = service_.stats();
   input.queue_depth = service_.queue_size();
   input.max_batch = service_.max_batch();
-  {
-    std::lock_guard<std::mutex> lock(responses_mutex_);
-    input.http_responses = responses_;
+  for (size_t status = 0; status < responses_.size(); ++status) {
+    const uint64_t count = responses_[status].load(std::memory_order_relaxed);
+    if (count > 0) input.http_responses[static_cast<int>(status)] = count;
   }
   input.request_latency = &request_latency_;
   input.queue_wait = &queue_wait_;

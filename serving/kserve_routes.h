@@ -19,13 +19,13 @@
 // tests/serving/http_server_test.py and http_abuse_test.py.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <variant>
 
@@ -80,8 +80,9 @@ class KserveRoutes : public HttpRoutes {
   std::atomic<bool> stopping_{false};
   LatencyHistogram request_latency_;
   LatencyHistogram queue_wait_;
-  mutable std::mutex responses_mutex_;
-  std::map<int, uint64_t> responses_;  // status -> count
+  // By status (100-599; any other at 0): counted by every front thread
+  // without a lock (relaxed atomics), read by /metrics.
+  std::array<std::atomic<uint64_t>, 600> responses_{};
 };
 
 }  // namespace grove::serving

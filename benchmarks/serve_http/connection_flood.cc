@@ -136,7 +136,7 @@ std::string read_line(int fd) {
 
 }  // namespace
 
-FloodProcess::FloodProcess(int port, const FloodConfig& config, bool http2) {
+ChildProcess spawn_this_binary(const std::vector<std::string>& args) {
   int in[2], out[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
     throw Error(str_cat("serve_http: pipe: ", std::strerror(errno)));
@@ -145,28 +145,32 @@ FloodProcess::FloodProcess(int port, const FloodConfig& config, bool http2) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], 0);
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  const std::vector<std::string> args = {"serve_http",
-                                         "--hold-connections",
-                                         std::to_string(port),
-                                         std::to_string(config.idle),
-                                         std::to_string(config.slowloris),
-                                         std::to_string(config.trickle_ms),
-                                         http2 ? "h2" : "http"};
   std::vector<char*> argv;
   for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
+  ChildProcess child;
   const int spawned =
-      ::posix_spawn(&pid_, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+      ::posix_spawn(&child.pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(in[0]);
   ::close(out[1]);
-  to_child_ = in[1];
-  from_child_ = out[0];
   if (spawned != 0) {
-    pid_ = -1;
-    throw Error(
-        str_cat("serve_http: cannot start the connection holder: ", std::strerror(spawned)));
+    ::close(in[1]);
+    ::close(out[0]);
+    throw Error(str_cat("serve_http: cannot start ", args.at(1), ": ", std::strerror(spawned)));
   }
+  child.to_child = in[1];
+  child.from_child = out[0];
+  return child;
+}
+
+FloodProcess::FloodProcess(int port, const FloodConfig& config, bool http2) {
+  const ChildProcess child = spawn_this_binary(
+      {"serve_http", "--hold-connections", std::to_string(port), std::to_string(config.idle),
+       std::to_string(config.slowloris), std::to_string(config.trickle_ms), http2 ? "h2" : "http"});
+  pid_ = child.pid;
+  to_child_ = child.to_child;
+  from_child_ = child.from_child;
   const std::string ready = read_line(from_child_);
   if (ready.rfind("holding ", 0) != 0) {
     stop();

@@ -62,6 +62,15 @@ class ConnectionFlood {
   std::thread thread_;
 };
 
+// This binary (/proc/self/exe) started with `args` (args[0] its name), its
+// stdin and stdout piped to the caller; Error when it cannot start.
+struct ChildProcess {
+  int pid = -1;
+  int to_child = -1;    // the child's stdin
+  int from_child = -1;  // the child's stdout
+};
+ChildProcess spawn_this_binary(const std::vector<std::string>& args);
+
 // A ConnectionFlood in a child process (this binary run as `serve_http
 // --hold-connections PORT IDLE SLOWLORIS TRICKLE_MS http|h2`), so that the
 // client ends of its connections count against the child's open-file limit

@@ -16,8 +16,10 @@
 // little-endian bytes after an Inference-Header-Content-Length of JSON),
 // "grpc" the protocol's gRPC form to grove's gRPC front (raw contents; one
 // channel, with its own connection, per client; benchmarks/serve_http/
-// grpc_load_client.h). gRPC's client library costs more CPU per call than
-// the HTTP client here, and shares the cores with the server.
+// grpc_load_client.h), its clients in child processes of 8 clients each
+// (Note [gRPC clients apart from the server]). gRPC's client library costs
+// more CPU per call than the HTTP client here, and shares the cores with the
+// server.
 //
 // With --idle-connections N and/or --slowloris-connections M every run is
 // measured twice, once as above and once with N connections that never send
@@ -31,11 +33,12 @@
 //
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,64000,128000]
 //              [--max-batches 16,64] [--encodings json,binary] [--clients 64]
-//              [--duration-ms 1500] [--json FILE]
+//              [--duration-ms 1500] [--json FILE] [--http-threads N]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -61,7 +64,9 @@
 #include "benchmarks/common/load_options.h"
 #include "benchmarks/common/table.h"
 #include "benchmarks/serve_http/connection_flood.h"
+#include "benchmarks/serve_http/grpc_client_process.h"
 #include "benchmarks/serve_http/grpc_load_client.h"
+#include "benchmarks/serve_http/load_loop.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
 #include "serving/grpc_server.h"
@@ -84,6 +89,8 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--binary", "", "the binary encoding alone (--encodings binary)"});
   flags.push_back(
       {"--clients", "N", "client threads, one keep-alive connection each (default 64)"});
+  flags.push_back({"--http-threads", "N",
+                   "threads of the HTTP front, each an event loop (default 0: the cores)"});
   flags.push_back({"--idle-connections", "N",
                    "also measure each run with N connections held open that never send "
                    "(default 0)"});
@@ -99,6 +106,7 @@ const std::vector<FlagSpec> kFlags = flag_table();
 struct Options : LoadOptions {
   std::vector<std::string> encodings = {"json", "binary"};
   int64_t clients = 64;
+  int64_t http_threads = 0;
   int64_t idle_connections = 0;
   int64_t slowloris_connections = 0;
   int64_t trickle_ms = 1000;
@@ -280,34 +288,8 @@ class Connection {
   std::string error_;
 };
 
-// One client's way to the server: an HTTP connection or a gRPC channel.
-class LoadClient {
- public:
-  LoadClient(int port, const std::string& encoding, const std::vector<std::string>& messages,
-             const std::vector<inference::ModelInferRequest>& grpc_messages)
-      : messages_(messages) {
-    if (encoding == "grpc") {
-      grpc_ = std::make_unique<GrpcLoadClient>(port, grpc_messages);
-    } else {
-      http_ = std::make_unique<Connection>(port);
-      http_->open();
-    }
-  }
-  int exchange(size_t index) {
-    return grpc_ ? grpc_->exchange(index) : http_->exchange(messages_[index % messages_.size()]);
-  }
-  const std::string& error() const { return grpc_ ? grpc_->error() : http_->error(); }
-
- private:
-  const std::vector<std::string>& messages_;
-  std::unique_ptr<Connection> http_;
-  std::unique_ptr<GrpcLoadClient> grpc_;
-};
-
-void wait_until(Clock::time_point target) {
-  auto now = Clock::now();
-  if (now < target) std::this_thread::sleep_for(target - now);
-}
+// gRPC clients per child process (Note [gRPC clients apart from the server]).
+constexpr int64_t kGrpcClientsPerProcess = 8;
 
 RunResult run_load(const serving::Server& server, int port, const std::string& encoding,
                    const std::vector<std::string>& messages,
@@ -323,55 +305,63 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   // Connected before the window opens, one at a time: a burst of connects
   // overflows the listen backlog (cpp-httplib's is 5), and a dropped SYN is
   // retried after a second, which the first requests' latency would carry.
-  std::vector<std::unique_ptr<LoadClient>> connections;
-  for (int64_t c = 0; c < options.clients; ++c) {
-    connections.push_back(std::make_unique<LoadClient>(port, encoding, messages, grpc_messages));
+  std::vector<std::unique_ptr<Connection>> connections;
+  std::vector<std::unique_ptr<GrpcClientProcess>> processes;
+  if (encoding == "grpc") {
+    for (int64_t first = 0; first < options.clients; first += kGrpcClientsPerProcess) {
+      processes.push_back(std::make_unique<GrpcClientProcess>(
+          port, grpc_messages, std::min(kGrpcClientsPerProcess, options.clients - first)));
+    }
+  } else {
+    for (int64_t c = 0; c < options.clients; ++c) {
+      connections.push_back(std::make_unique<Connection>(port));
+      connections.back()->open();
+    }
   }
   const Clock::time_point start = Clock::now() + std::chrono::milliseconds(20);
-  std::mutex mutex;
+  std::vector<ClientTally> tallies(static_cast<size_t>(options.clients));
+  if (encoding == "grpc") {
+    for (size_t p = 0; p < processes.size(); ++p) {
+      processes[p]->start({.start = start,
+                           .window_s = window_s,
+                           .rate = rate,
+                           .clients = options.clients,
+                           .seed = seed,
+                           .first_client = static_cast<int64_t>(p) * kGrpcClientsPerProcess});
+    }
+    tallies.clear();
+    for (auto& process : processes) {
+      for (ClientTally& tally : process->finish()) tallies.push_back(std::move(tally));
+    }
+  } else {
+    std::vector<std::thread> clients;
+    for (int64_t c = 0; c < options.clients; ++c) {
+      clients.emplace_back([&, c] {
+        pthread_setname_np(pthread_self(), "load-client");
+        Connection& connection = *connections[static_cast<size_t>(c)];
+        tallies[static_cast<size_t>(c)] = drive_client(
+            [&](size_t n) { return connection.exchange(messages[n % messages.size()]); },
+            [&] { return connection.error(); }, start, window_s, rate, options.clients, seed, c);
+      });
+    }
+    for (std::thread& client : clients) client.join();
+  }
+  if (static_cast<int64_t>(tallies.size()) != options.clients && result.first_error.empty()) {
+    result.first_error = str_cat(options.clients - static_cast<int64_t>(tallies.size()),
+                                 " clients sent no counts back");
+    result.errors += 1;
+  }
   std::vector<double> latencies_us;
   Clock::time_point last_answer = start;
-  std::vector<std::thread> clients;
-  for (int64_t c = 0; c < options.clients; ++c) {
-    clients.emplace_back([&, c] {
-      std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(c));
-      std::exponential_distribution<double> gap(rate / static_cast<double>(options.clients));
-      LoadClient& connection = *connections[static_cast<size_t>(c)];
-      std::string first_error;
-      std::vector<double> mine;
-      uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
-      Clock::time_point last = start;
-      for (double t = gap(rng); t < window_s; t += gap(rng)) {
-        const Clock::time_point scheduled =
-            start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t));
-        wait_until(scheduled);
-        ++sent;
-        const int status = connection.exchange(sent);
-        const Clock::time_point done = Clock::now();
-        if (status == 200) {
-          ++answered;
-          mine.push_back(std::chrono::duration<double, std::micro>(done - scheduled).count());
-          last = std::max(last, done);
-        } else if (status == 503) {
-          ++rejected;
-        } else {
-          ++errors;
-          if (first_error.empty()) {
-            first_error = status < 0 ? connection.error() : str_cat("HTTP ", status);
-          }
-        }
-      }
-      std::lock_guard<std::mutex> lock(mutex);
-      latencies_us.insert(latencies_us.end(), mine.begin(), mine.end());
-      result.sent += sent;
-      result.answered += answered;
-      result.rejected += rejected;
-      result.errors += errors;
-      if (result.first_error.empty()) result.first_error = first_error;
-      last_answer = std::max(last_answer, last);
-    });
+  for (const ClientTally& tally : tallies) {
+    latencies_us.insert(latencies_us.end(), tally.latencies_us.begin(), tally.latencies_us.end());
+    result.sent += tally.sent;
+    result.answered += tally.answered;
+    result.rejected += tally.rejected;
+    result.errors += tally.errors;
+    if (result.first_error.empty()) result.first_error = tally.first_error;
+    last_answer = std::max(last_answer, tally.last_answer);
   }
-  for (std::thread& client : clients) client.join();
   const double span_s =
       std::max(window_s, std::chrono::duration<double>(last_answer - start).count());
   result.answered_rate = static_cast<double>(result.answered) / span_s;
@@ -397,6 +387,7 @@ Options parse_options(const FlagValues& flags) {
     throw UsageError(str_cat(kName, ": give --binary or --encodings, not both"));
   }
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
+  options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
   options.idle_connections = flags.integer("--idle-connections", 0, 0, 1 << 20);
   options.slowloris_connections = flags.integer("--slowloris-connections", 0, 0, 1 << 20);
   options.trickle_ms = flags.integer("--trickle-ms", options.trickle_ms, 1, 600000);
@@ -518,6 +509,7 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   nlohmann::json report = report_header(kName, options.device);
   report["model"] = options.model;
   report["clients"] = options.clients;
+  report["http_threads"] = options.http_threads;  // 0: the cores
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
   report["arrivals"] = "open loop, Poisson per client, one keep-alive connection each";
@@ -586,11 +578,16 @@ int run(int argc, char** argv) {
   for (const std::string& encoding : options.encodings) {
     encodings += (encodings.empty() ? "" : ",") + encoding;
   }
-  std::printf("serve_http on %s (%s): %s, 1 row per request, %lld clients, %lld ms per run, %s\n",
-              options.device.str().c_str(),
-              runtime::device_context(options.device).backend().name().c_str(),
-              options.model.c_str(), static_cast<long long>(options.clients),
-              static_cast<long long>(options.duration_ms), encodings.c_str());
+  std::printf(
+      "serve_http on %s (%s): %s, 1 row per request, %lld clients, %s HTTP threads, %lld ms "
+      "per run, %s\n",
+      options.device.str().c_str(),
+      runtime::device_context(options.device).backend().name().c_str(), options.model.c_str(),
+      static_cast<long long>(options.clients),
+      std::to_string(options.http_threads > 0 ? options.http_threads
+                                              : std::max(2u, std::thread::hardware_concurrency()))
+          .c_str(),
+      static_cast<long long>(options.duration_ms), encodings.c_str());
   std::fflush(stdout);
   serving::ProgramFactory model =
       serving::model_file_factory(options.models_dir + "/" + options.model + ".json");
@@ -609,8 +606,13 @@ int run(int argc, char** argv) {
       Stopwatch watch;
       serving::Server server(model, config);
       // The front's threads default to the cores: connections need none of their own.
-      serving::HttpServer http(server, {.model_name = options.model, .port = 0});
-      std::thread listener([&] { http.serve(); });
+      serving::HttpServer http(server, {.model_name = options.model,
+                                        .port = 0,
+                                        .threads = static_cast<int>(options.http_threads)});
+      std::thread listener([&] {
+        pthread_setname_np(pthread_self(), "grove-http");  // it runs one of the loops
+        http.serve();
+      });
       std::optional<serving::GrpcServer> grpc;
       std::thread grpc_listener;
       if (std::find(options.encodings.begin(), options.encodings.end(), "grpc") !=
@@ -645,11 +647,28 @@ int run(int argc, char** argv) {
                               .slowloris = options.slowloris_connections,
                               .trickle_ms = static_cast<int>(options.trickle_ms)},
                              /*http2=*/over_grpc);
+          // Measured once the server holds them: the HTTP front until it has
+          // accepted them all (the kernel's backlog took them first), gRPC a while.
+          const size_t held_count =
+              static_cast<size_t>(options.idle_connections + options.slowloris_connections);
+          const Clock::time_point settle_by = Clock::now() + std::chrono::seconds(10);
+          if (over_grpc) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          } else {
+            while (http.open_connections() < held_count && Clock::now() < settle_by) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+          }
           RunResult held = run_load(server, port, encoding, messages, grpc_messages,
                                     options.rates[r], options, seed);
           held.loaded = true;
           held.reopened = flood.stop();
           runs.push_back(held);
+          // The next run alone starts once the front has closed them.
+          const Clock::time_point closed_by = Clock::now() + std::chrono::seconds(10);
+          while (!over_grpc && http.open_connections() > 0 && Clock::now() < closed_by) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
         }
       }
       http.stop();
@@ -677,6 +696,9 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--hold-connections") {
     return grove::benchmarks::hold_connections_main(argc, argv);
+  }
+  if (argc > 1 && std::string(argv[1]) == "--grpc-clients") {
+    return grove::benchmarks::grpc_clients_main(argc, argv);
   }
   return grove::benchmarks::benchmark_main("serve_http", grove::benchmarks::run, argc, argv);
 }

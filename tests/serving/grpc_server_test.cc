@@ -5,6 +5,7 @@
 // checks]) and Note [Draining gRPC on stop].
 #include "serving/grpc_server.h"
 
+#include <absl/synchronization/mutex.h>
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -415,6 +416,24 @@ TEST(GrpcServer, ConnectionsThatNeverHandshakeAreClosed) {
 
 // Note [One set of request checks]: a tensor refused over HTTP (JSON) and
 // over gRPC gets the same message.
+// Note [gRPC without lock-order checks]: Debian's Abseil checks lock order on
+// every absl::Mutex lock and aborts on an inversion; once a GrpcServer is
+// built the check is off, so two locks taken in both orders pass.
+TEST(GrpcServer, StartsWithAbseilLockChecksOff) {
+  DoublingService service;
+  GrpcServer server(service, {.model_name = "m", .port = 0});
+  absl::Mutex first, second;
+  first.Lock();
+  second.Lock();
+  second.Unlock();
+  first.Unlock();
+  second.Lock();
+  first.Lock();  // the inverse order: Abseil's check aborts the process here when on
+  first.Unlock();
+  second.Unlock();
+  server.stop();
+}
+
 TEST(KserveGrpcProtocol, RefusalsMatchTheJsonForm) {
   DoublingService service;
   struct Case {

@@ -11,6 +11,7 @@ timeouts, a few seconds per case, two cores.
 """
 import json
 import random
+import re
 import resource
 import socket
 import threading
@@ -236,6 +237,65 @@ class AbuseTest(unittest.TestCase):
             for sock in slow:
                 sock.close()
 
+    def test_idle_keep_alive_connection_is_closed_after_its_requests(self):
+        # Note [Deadlines without a timer per phase]: after two answers the
+        # idle deadline (3 s here) still closes the connection, neither before
+        # it nor long after, though the timer armed at the first request
+        # waited for earlier deadlines of other phases.
+        with socket.create_connection(self.address, timeout=10) as sock:
+            rest = b""
+            for _ in range(2):
+                sock.sendall(infer_bytes(self.row))
+                status, _, body, rest = read_response(sock, rest)
+                self.assertEqual(status, 200, body)
+            answered = time.monotonic()
+            self.assertEqual(sock.recv(1), b"")  # EOF: the server closed it
+            idle = time.monotonic() - answered
+        self.assertGreater(idle, 2.5)
+        self.assertLess(idle, 4.5)
+
+    def test_trickled_body_gets_408_after_a_quick_header(self):
+        # Note [Connection timeouts]: the body deadline (1.5 s) runs from the
+        # header's end, whatever the idle and header deadlines were.
+        request = infer_bytes(self.row)
+        head, body = request.split(b"\r\n\r\n", 1)
+        start = time.monotonic()
+        with socket.create_connection(self.address, timeout=10) as sock:
+            sock.sendall(head + b"\r\n\r\n" + body[:10])
+            sock.settimeout(0.2)
+            response = None
+            for byte in body[10:]:
+                try:
+                    sock.sendall(bytes([byte]))
+                    response = read_response(sock)
+                    break
+                except socket.timeout:
+                    continue
+                except ConnectionError:
+                    break
+            message = json_error(self, response, 408)
+        self.assertIn("body not complete within 1500 ms", message)
+        self.assertGreater(time.monotonic() - start, 1.4)
+        self.assertLess(time.monotonic() - start, 4)
+
+    def test_connections_on_every_loop_are_answered(self):
+        # Note [One event loop per thread]: connections alternate between the
+        # front's two loops; keep-alive requests on eight of them, sent together,
+        # are all answered, each on its own connection.
+        socks = [socket.create_connection(self.address, timeout=10) for _ in range(8)]
+        try:
+            for rounds in range(3):
+                for sock in socks:
+                    sock.sendall(infer_bytes(self.row))
+                for sock in socks:
+                    status, headers, body, rest = read_response(sock)
+                    self.assertEqual((status, rest), (200, b""), body)
+                    self.assertEqual(headers["connection"], "keep-alive")
+                    self.assertEqual(json.loads(body)["outputs"][0]["shape"], [1, 512])
+        finally:
+            for sock in socks:
+                sock.close()
+
     def test_pipelined_requests_are_answered_in_order(self):
         # Case 8: three GETs in one write got one answer.
         paths = [b"/v2/health/live", b"/v2", b"/v2/models/" + NAME.encode()]
@@ -355,6 +415,28 @@ class AbuseLifecycleTest(unittest.TestCase):
         self.assertGreater(total, 8)
         self.assertIn(f"stopped: {total} requests answered", out)
         self.assertIn(f"http: {total} responses written", out)
+
+    def test_a_request_takes_few_reads(self):
+        # Note [Read sizes]: with no reserve, an idle connection's next
+        # request was read 512 bytes at a time (a 10 KB body: 20 reads).
+        server = GroveServer("--backend", "eager", "--max-batch", "8", "--max-wait-us", "0")
+        request = infer_bytes(json.dumps(body_for_row()).encode())
+        self.assertGreater(len(request), 9000)
+        count = 20
+        with socket.create_connection(server.address(), timeout=10) as sock:
+            rest = b""
+            for _ in range(count):
+                sock.sendall(request)
+                status, _, body, rest = read_response(sock, rest)
+                self.assertEqual(status, 200, body)
+                time.sleep(0.01)  # idle between requests, as a keep-alive client is
+        status, out, err = server.stop()
+        self.assertEqual(status, 0, err)
+        found = re.search(r"(\d+) socket reads of requests", out)
+        self.assertIsNotNone(found, out)
+        # A header read and a body read each, and the read that sees the close;
+        # the loopback may split a 10 KB send, so allow one more per request.
+        self.assertLessEqual(int(found.group(1)), 3 * count + 1, out)
 
     def test_connections_past_the_limit_get_503_json(self):
         server = GroveServer("--backend", "eager", "--max-batch", "1", "--max-connections", "2")

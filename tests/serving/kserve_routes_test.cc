@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "serving/errors.h"
 
@@ -147,6 +149,27 @@ TEST(KserveRoutes, RefusalsOfTheServiceKeepTheirStatus) {
   routes.set_stopping();
   HttpRequest ready = request("GET", "/v2/health/ready");
   EXPECT_EQ(now(routes.handle(ready, nullptr)).status, 503);
+}
+
+// count_response is called by every front thread at once (relaxed atomics, no
+// lock): no count is lost, and /metrics shows each status with its own count.
+TEST(KserveRoutes, ResponsesCountedFromManyThreadsByStatus) {
+  FakeService service;
+  KserveRoutes routes(service, "m", 1);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&routes, t] {
+      for (int i = 0; i < 1000; ++i) routes.count_response(i % 10 == 0 ? 503 : 200);
+      if (t == 0) routes.count_response(431);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const std::string text = routes.metrics_text();
+  EXPECT_NE(text.find("grove_http_responses_total{code=\"200\"} 7200\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("grove_http_responses_total{code=\"503\"} 800\n"), std::string::npos);
+  EXPECT_NE(text.find("grove_http_responses_total{code=\"431\"} 1\n"), std::string::npos);
+  EXPECT_EQ(text.find("grove_http_responses_total{code=\"404\"}"), std::string::npos);
 }
 
 }  // namespace

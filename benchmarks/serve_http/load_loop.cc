@@ -1,0 +1,42 @@
+#include "benchmarks/serve_http/load_loop.h"
+
+#include <random>
+#include <thread>
+
+#include "runtime/error.h"
+
+namespace grove::benchmarks {
+
+ClientTally drive_client(const std::function<int(size_t)>& exchange,
+                         const std::function<std::string()>& error, LoadClock::time_point start,
+                         double window_s, double rate, int64_t clients, uint64_t seed,
+                         int64_t client) {
+  std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(client));
+  std::exponential_distribution<double> gap(rate / static_cast<double>(clients));
+  ClientTally tally;
+  tally.last_answer = start;
+  for (double t = gap(rng); t < window_s; t += gap(rng)) {
+    const LoadClock::time_point scheduled =
+        start + std::chrono::duration_cast<LoadClock::duration>(std::chrono::duration<double>(t));
+    if (LoadClock::now() < scheduled) std::this_thread::sleep_until(scheduled);
+    ++tally.sent;
+    const int status = exchange(tally.sent);
+    const LoadClock::time_point done = LoadClock::now();
+    if (status == 200) {
+      ++tally.answered;
+      tally.latencies_us.push_back(
+          std::chrono::duration<double, std::micro>(done - scheduled).count());
+      tally.last_answer = std::max(tally.last_answer, done);
+    } else if (status == 503) {
+      ++tally.rejected;
+    } else {
+      ++tally.errors;
+      if (tally.first_error.empty()) {
+        tally.first_error = status < 0 ? error() : str_cat("HTTP ", status);
+      }
+    }
+  }
+  return tally;
+}
+
+}  // namespace grove::benchmarks

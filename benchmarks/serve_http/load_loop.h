@@ -1,0 +1,37 @@
+// One serve_http client's open-loop load: requests at Poisson arrival times
+// over a window, each sent once the previous one was answered, latency from
+// its scheduled arrival to its answer (serve_http.cc's header says why). Run
+// by the client threads of serve_http itself (HTTP) and of its gRPC client
+// processes (benchmarks/serve_http/grpc_client_process.h), so that both count
+// alike.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace grove::benchmarks {
+
+using LoadClock = std::chrono::steady_clock;
+
+// What one client saw.
+struct ClientTally {
+  uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
+  LoadClock::time_point last_answer;  // the window's start when none
+  std::string first_error;
+  std::vector<double> latencies_us;  // of the answered requests
+};
+
+// The arrival times of client `client` at `rate` requests/s (its share:
+// rate / clients) from `start` for `window_s`, seeded by `seed` as every
+// client of serve_http is. `exchange(n)` sends the n-th request (from 1) and
+// returns the HTTP status (200 answered, 503 rejected) or -1 with `error()`
+// saying what failed.
+ClientTally drive_client(const std::function<int(size_t)>& exchange,
+                         const std::function<std::string()>& error, LoadClock::time_point start,
+                         double window_s, double rate, int64_t clients, uint64_t seed,
+                         int64_t client);
+
+}  // namespace grove::benchmarks
