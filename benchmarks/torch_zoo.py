@@ -271,6 +271,22 @@ def rate(function):
             "recordings": after - before if before is not None and after is not None else None}
 
 
+# Note [Hugging Face compiles its decode step]
+# On CUDA with a compileable (static) cache, generate compiles the model's call
+# itself (its "auto compile": torch.compile(model.__call__,
+# mode="reduce-overhead") for the decode steps) unless the generation config
+# says disable_compile. Left on, the "eager" row measured HF's own
+# reduce-overhead compilation (its first call took seconds) and the grove row
+# ran grove's compiled forward inside another compilation; so every variant
+# here turns it off and measures exactly eager, reduce-overhead and grove.
+# benchmarks/decode_breakdown.py measures HF's default (auto compile) apart.
+# Test: GpuDecodeTest (tests/python/gpu_decode_test.py) compares tokens with it off.
+def without_hf_compile():
+    from transformers import GenerationConfig
+
+    return {"disable_compile": True} if hasattr(GenerationConfig(), "disable_compile") else {}
+
+
 def hf_decode(variant):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -289,7 +305,8 @@ def hf_decode(variant):
     def generate():
         with torch.no_grad():
             return model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                                  do_sample=False, cache_implementation="static")
+                                  do_sample=False, cache_implementation="static",
+                                  **without_hf_compile())
 
     return rate(generate)
 
