@@ -78,13 +78,18 @@ def _static_positions(example_inputs):
 # read where it lies when the tree can patch the kernels (Note [Zero-copy
 # inputs], zero_copy.h), else copied in; one the graph writes is written in
 # the caller's tensor, directly when zero-copied, else by the tree's copy-back
-# after each replay (Note [Writes into graph inputs]). Every input that moved
+# after each replay (Note [Writes into graph inputs]). On sim every graph is
+# patchable; a CUDA graph with library (cuBLAS) nodes is not (Note [Zero-copy
+# inputs], rule 1), so there a demoted cache is copied in and back whole at
+# every replay: cheap for a small model's cache, a cost that grows with the
+# cache (the open part of issue 33, part 4). Every input that moved
 # is demoted at once and a demoted input never moves again, so a graph
 # compiles at most once more per static input and later sequences cost no
 # compilation and meet no limit (PyTorch's cudagraph trees record again at
 # every move instead, up to a limit).
 # Tests: DynamoBackendTest.test_a_static_input_that_moves_is_demoted_once
-# (tests/python/importer_test.py, sim, a written cache moved twelve times) and
+# (tests/python/importer_test.py, sim, a written cache moved twelve times:
+# no recording, copy in or copy-back after the demotion) and
 # GpuDecodeTest (tests/python/gpu_decode_test.py, ten generate calls).
 class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
