@@ -164,6 +164,10 @@ def main():
     results = {"grove": measure("grove", lambda model: torch.compile(model.forward,
                                                                      backend="grove"),
                                 off, profile=args.profile)}
+    # Note [Reused state copies] (grove/runner.py): the cache keeps its address.
+    results["grove-reuse"] = measure(
+        "grove-reuse", lambda model: torch.compile(model.forward, backend="grove",
+                                                   options={"reuse_state": True}), off)
     results["hf-auto"] = measure("hf-auto", lambda model: model.forward, {})
     if args.all:
         results["grove+hf-auto"] = measure(

@@ -19,7 +19,7 @@ from grove.runner import StaticInputMovedError
 log = importer.log
 
 _MODES = {"cudagraphs": "cudagraphs", "eager": "eager"}
-_OPTIONS = ("mode", "strict", "device", "verify")
+_OPTIONS = ("mode", "strict", "device", "verify", "reuse_state")
 _live_runners = weakref.WeakSet()
 _compiled = []  # weak references to every CompiledGraph, oldest first
 
@@ -142,15 +142,17 @@ class CompiledGraph:
         return self.runner.unsupported
 
 
-def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None, verify=None):
+def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None, verify=None,
+                  reuse_state=False):
     """Compiles an fx GraphModule (or any function make_fx can trace) for its
-    example inputs; the backend's work."""
+    example inputs; the backend's work. reuse_state: Note [Reused state
+    copies] (runner.py)."""
     if mode not in _MODES:
         raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
     if not all(isinstance(value, torch.Tensor) for value in example_inputs):
         # Symbolic sizes (dynamic=True, or dynamo's automatic dynamic shapes):
         # one grove compilation per concrete shape, on first use.
-        return PerShapeGraph(gm, mode, strict, device, verify)
+        return PerShapeGraph(gm, mode, strict, device, verify, reuse_state)
     if torch.is_grad_enabled() and any(value.requires_grad for value in example_inputs):
         return _training_graph(gm, example_inputs, mode, strict, device)
     if device is None:
@@ -167,7 +169,7 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
         plan = importer.import_graph(aten, examples, static_inputs=static, strict=strict,
                                      name="torch_graph")
         return plan.compile(
-            backend=_MODES[mode], device=device, verify=verify,
+            backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
             state_outputs=input_writes.output_nodes_at(aten.graph, state_positions))
 
     return CompiledGraph(build(list(example_inputs)),
@@ -222,9 +224,10 @@ class PerShapeGraph:
     The integer arguments (the sizes dynamo passes) are baked into each
     compilation."""
 
-    def __init__(self, gm, mode, strict, device, verify=None):
+    def __init__(self, gm, mode, strict, device, verify=None, reuse_state=False):
         self.gm = gm
-        self.options = {"mode": mode, "strict": strict, "device": device, "verify": verify}
+        self.options = {"mode": mode, "strict": strict, "device": device, "verify": verify,
+                        "reuse_state": reuse_state}
         self.compiled = {}
 
     @staticmethod

@@ -106,7 +106,7 @@ class GpuDecodeTest(unittest.TestCase):
     def setUpClass(cls):
         torch.backends.cuda.matmul.allow_tf32 = False
 
-    def check(self, make_cache):
+    def check(self, make_cache, options=None):
         import statistics
 
         import grove.torch
@@ -118,8 +118,8 @@ class GpuDecodeTest(unittest.TestCase):
         eager_rate = statistics.median(rate for _, rate in eager[1:])  # the first warms up
         torch._dynamo.reset()
         earlier = grove.torch.compiled_graphs()
-        model.forward = torch.compile(model.forward, backend="grove")
-        rates, recorded, compiled, rebuilds = [], [], [], []
+        model.forward = torch.compile(model.forward, backend="grove", options=options)
+        rates, recorded, compiled, rebuilds, trees = [], [], [], [], []
         for call in range(CALLS):
             out, rate = generate(model, ids, **make_cache(model))
             self.assertTrue(torch.equal(out, expected), "call %d: grove's tokens %s differ from "
@@ -127,7 +127,8 @@ class GpuDecodeTest(unittest.TestCase):
                                             expected[0, ids.shape[1]:].tolist()))
             graphs = new_graphs(earlier)
             rates.append(rate)
-            recorded.append(tree_counters().get("recordings", 0))
+            trees.append(tree_counters())
+            recorded.append(trees[-1].get("recordings", 0))
             compiled.append(len(graphs))
             rebuilds.append(sum(getattr(graph, "rebuilds", 0) for graph in graphs))
         graphs = new_graphs(earlier)
@@ -135,13 +136,14 @@ class GpuDecodeTest(unittest.TestCase):
         tree = tree_counters()
         # The tree's counters add up over the calls: recordings per call are differences.
         per_call = [recorded[0]] + [b - a for a, b in zip(recorded, recorded[1:])]
-        print("static-cache decode, %d generate calls of %d tokens: eager %.1f tokens/s (after "
-              "a first call), grove "
-              "first call %.1f, steady (median of calls 2..%d) %.1f; graphs compiled per call "
-              "%s, demotions (rebuilds) %s, recordings per call %s (re-record reasons %s); %d replays, %d eager calls, static "
-              "input writes %d, copy-back inputs %d, input patches %d, zero-copy refusals %d, "
-              "input copies %d, input copy-backs %d; ops in PyTorch: %s"
-              % (CALLS, NEW_TOKENS, eager_rate, rates[0], CALLS, statistics.median(rates[1:]),
+        print("static-cache decode%s, %d generate calls of %d tokens: eager %.1f tokens/s (after "
+              "a first call), grove first call %.1f, steady (median of calls 2..%d) %.1f; "
+              "graphs compiled per call %s, demotions (rebuilds) %s, recordings per call %s "
+              "(re-record reasons %s); %d replays, %d eager calls, static input writes %d, "
+              "copy-back inputs %d, input patches %d, zero-copy refusals %d, input copies %d, "
+              "input copy-backs %d; ops in PyTorch: %s"
+              % (" (options %s)" % options if options else "", CALLS, NEW_TOKENS, eager_rate,
+                 rates[0], CALLS, statistics.median(rates[1:]),
                  compiled, rebuilds, per_call, tree.get("rerecord_reasons", {}),
                  tree.get("replays", 0), tree.get("eager_calls", 0),
                  tree.get("static_input_writes", 0), tree.get("copy_back_inputs", 0),
@@ -159,9 +161,21 @@ class GpuDecodeTest(unittest.TestCase):
         self.assertLessEqual(recorded[1], MAX_RECORDINGS, "a graph recorded per position?")
         self.assertLessEqual(len(graphs), MAX_RECORDINGS, "a graph compiled per position?")
         self.assertEqual(tree.get("eager_calls", 0), 0, tree)
+        return rebuilds, trees
 
     def test_static_cache_made_inside_the_compiled_forward(self):
         self.check(lambda model: {"cache_implementation": "static"})
+
+    def test_static_cache_with_reused_state(self):
+        # Note [Reused state copies] (grove/runner.py): every sequence's cache
+        # lands where the first one's did, so the decode graph keeps it bound:
+        # no demotion, nothing recorded after the first call, and the caches
+        # written in place (no per-step copy of them in or back).
+        rebuilds, trees = self.check(lambda model: {"cache_implementation": "static"},
+                                     options={"reuse_state": True})
+        self.assertEqual(rebuilds, [0] * CALLS)
+        copy_backs = trees[-1].get("input_copy_backs", 0) - trees[0].get("input_copy_backs", 0)
+        self.assertEqual(copy_backs, 0, trees[-1])
 
     def test_static_cache_made_before_the_call(self):
         from transformers import StaticCache
@@ -197,7 +211,8 @@ class GpuStaticCacheDecoderTest(unittest.TestCase):
             model.reset_cache()
             with torch.no_grad():
                 tokens = greedy(compiled, prompt, NEW_TOKENS)
-            recorded.append(tree_counters().get("recordings", 0))
+            trees.append(tree_counters())
+            recorded.append(trees[-1].get("recordings", 0))
             self.assertTrue(torch.equal(tokens, expected), "sequence %d: %s != %s" % (
                 sequence, tokens.tolist(), expected.tolist()))
         graphs = new_graphs(earlier)
