@@ -92,11 +92,11 @@ class GraphRunner:
         if positions is None:
             return result
         if not isinstance(result, (tuple, list)):
-            return self._state_copy(0, result) if isinstance(result, torch.Tensor) else result
+            return self._state_left_pool_at(0, result) if isinstance(result, torch.Tensor) else result
         values = list(result)
         for position in positions:
             if isinstance(values[position], torch.Tensor):
-                values[position] = self._state_copy(position, values[position])
+                values[position] = self._state_left_pool_at(position, values[position])
         return type(result)(values)
 
     # Note [Reused state copies]
@@ -112,7 +112,7 @@ class GraphRunner:
     # call that makes it again (an old cache kept past its sequence must be
     # cloned by the caller). Off by default. Test:
     # InputWritesTest.test_reused_state_keeps_its_address (sim).
-    def _state_copy(self, position, tensor):
+    def _state_left_pool_at(self, position, tensor):
         if self.reuse_state:
             kept = self._state_copies.get(position)
             if (kept is not None and kept.shape == tensor.shape and kept.dtype == tensor.dtype
