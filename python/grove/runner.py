@@ -92,7 +92,9 @@ class GraphRunner:
         if positions is None:
             return result
         if not isinstance(result, (tuple, list)):
-            return self._state_left_pool_at(0, result) if isinstance(result, torch.Tensor) else result
+            if isinstance(result, torch.Tensor):
+                return self._state_left_pool_at(0, result)
+            return result
         values = list(result)
         for position in positions:
             if isinstance(values[position], torch.Tensor):
