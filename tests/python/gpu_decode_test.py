@@ -3,8 +3,10 @@ Hugging Face's `generate(..., cache_implementation="static")` of a small
 random-weight LLaMA with `model.forward = torch.compile(model.forward,
 backend="grove")`, greedy, 48 new tokens, ten generate calls, each with a new
 cache. Every call's tokens must equal eager PyTorch's (same model, same static
-cache; generate's own compilation of the decode step turned off in both), and after the second call (where the moved cache is demoted once,
-Note [Static inputs that move]) no call compiles or records anything. The
+cache; generate's own compilation of the decode step turned off in both), and
+after the second call (where the moved cache is demoted once, Note [Static
+inputs that move]) no call compiles or records anything; with the option
+reuse_state the cache never moves (Note [Reused state copies]). The
 cache is created inside the compiled forward on its first call (Note [State
 created inside a function], Note [State outputs leave the pool]) and written
 by every decode step (Note [Writes into graph inputs]). Also with a
