@@ -19,7 +19,7 @@ from grove.runner import StaticInputMovedError
 log = importer.log
 
 _MODES = {"cudagraphs": "cudagraphs", "eager": "eager"}
-_OPTIONS = ("mode", "strict", "device", "verify")
+_OPTIONS = ("mode", "strict", "device", "verify", "reuse_state")
 _live_runners = weakref.WeakSet()
 _compiled = []  # weak references to every CompiledGraph, oldest first
 
@@ -78,13 +78,18 @@ def _static_positions(example_inputs):
 # read where it lies when the tree can patch the kernels (Note [Zero-copy
 # inputs], zero_copy.h), else copied in; one the graph writes is written in
 # the caller's tensor, directly when zero-copied, else by the tree's copy-back
-# after each replay (Note [Writes into graph inputs]). Every input that moved
+# after each replay (Note [Writes into graph inputs]). On sim every graph is
+# patchable; a CUDA graph with library (cuBLAS) nodes is not (Note [Zero-copy
+# inputs], rule 1), so there a demoted cache is copied in and back whole at
+# every replay: cheap for a small model's cache, a cost that grows with the
+# cache (the open part of issue 33, part 4). Every input that moved
 # is demoted at once and a demoted input never moves again, so a graph
 # compiles at most once more per static input and later sequences cost no
 # compilation and meet no limit (PyTorch's cudagraph trees record again at
 # every move instead, up to a limit).
 # Tests: DynamoBackendTest.test_a_static_input_that_moves_is_demoted_once
-# (tests/python/importer_test.py, sim, a written cache moved twelve times) and
+# (tests/python/importer_test.py, sim, a written cache moved twelve times:
+# no recording, copy in or copy-back after the demotion) and
 # GpuDecodeTest (tests/python/gpu_decode_test.py, ten generate calls).
 class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
@@ -137,15 +142,17 @@ class CompiledGraph:
         return self.runner.unsupported
 
 
-def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None, verify=None):
+def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None, verify=None,
+                  reuse_state=False):
     """Compiles an fx GraphModule (or any function make_fx can trace) for its
-    example inputs; the backend's work."""
+    example inputs; the backend's work. reuse_state: Note [Reused state
+    copies] (runner.py)."""
     if mode not in _MODES:
         raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
     if not all(isinstance(value, torch.Tensor) for value in example_inputs):
         # Symbolic sizes (dynamic=True, or dynamo's automatic dynamic shapes):
         # one grove compilation per concrete shape, on first use.
-        return PerShapeGraph(gm, mode, strict, device, verify)
+        return PerShapeGraph(gm, mode, strict, device, verify, reuse_state)
     if torch.is_grad_enabled() and any(value.requires_grad for value in example_inputs):
         return _training_graph(gm, example_inputs, mode, strict, device)
     if device is None:
@@ -162,7 +169,7 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
         plan = importer.import_graph(aten, examples, static_inputs=static, strict=strict,
                                      name="torch_graph")
         return plan.compile(
-            backend=_MODES[mode], device=device, verify=verify,
+            backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
             state_outputs=input_writes.output_nodes_at(aten.graph, state_positions))
 
     return CompiledGraph(build(list(example_inputs)),
@@ -217,9 +224,10 @@ class PerShapeGraph:
     The integer arguments (the sizes dynamo passes) are baked into each
     compilation."""
 
-    def __init__(self, gm, mode, strict, device, verify=None):
+    def __init__(self, gm, mode, strict, device, verify=None, reuse_state=False):
         self.gm = gm
-        self.options = {"mode": mode, "strict": strict, "device": device, "verify": verify}
+        self.options = {"mode": mode, "strict": strict, "device": device, "verify": verify,
+                        "reuse_state": reuse_state}
         self.compiled = {}
 
     @staticmethod

@@ -23,7 +23,7 @@ class StaticInputMovedError(RuntimeError):
 
 class GraphRunner:
     def __init__(self, plan, backend="eager", device="sim", output_copies=None, verify=None,
-                 state_outputs=(), gradient_all_reduce=None, **options):
+                 state_outputs=(), gradient_all_reduce=None, reuse_state=False, **options):
         """output_copies: None, or a function of an fx node returning whether
         a segment output computing it is copied out of grove's memory (True,
         False, or None for grove.Model's default). verify: check the first
@@ -32,7 +32,9 @@ class GraphRunner:
         the caller keeps as state (Note [State outputs leave the pool]).
         gradient_all_reduce: None, or a function of a segment's output fx
         nodes returning its "gradient_all_reduce" option or None (Note
-        [Gradient all-reduce in the door's backward], gradient_reduce.py)."""
+        [Gradient all-reduce in the door's backward], gradient_reduce.py).
+        reuse_state: each state output is copied into the memory of the
+        previous call's copy (Note [Reused state copies])."""
         self.gradient_all_reduce = gradient_all_reduce
         self.plan = plan
         self.verify = verify_mode.enabled_by_environment() if verify is None else bool(verify)
@@ -59,6 +61,8 @@ class GraphRunner:
         self._fast = self._fast_plan()
         self._bound = self._bound_inputs()
         self._state_positions = self._state_output_positions(state_outputs)
+        self.reuse_state = bool(reuse_state)
+        self._state_copies = {}  # output position -> the last copy (reuse_state)
 
     # Note [State outputs leave the pool]: a tensor a graph writes in place and
     # returns (a KV cache made and filled inside the compiled region, a
@@ -89,12 +93,39 @@ class GraphRunner:
         if positions is None:
             return result
         if not isinstance(result, (tuple, list)):
-            return _state_copy(result) if isinstance(result, torch.Tensor) else result
+            if isinstance(result, torch.Tensor):
+                return self._state_left_pool_at(0, result)
+            return result
         values = list(result)
         for position in positions:
             if isinstance(values[position], torch.Tensor):
-                values[position] = _state_copy(values[position])
+                values[position] = self._state_left_pool_at(position, values[position])
         return type(result)(values)
+
+    # Note [Reused state copies]
+    # With the option reuse_state, a state output (Note [State outputs leave
+    # the pool]) is copied into the previous call's copy of the same output
+    # (same shape, strides, dtype and device) instead of new memory, so the
+    # state keeps its address from one call to the next: a cache HF's
+    # generate makes inside the compiled prefill of every sequence stays
+    # where the decode graph bound it, which then writes it in place and is
+    # never demoted (Note [Static inputs that move], dynamo_backend.py), and
+    # no step copies it in or back. The price, as with reduce-overhead's
+    # outputs: the state an earlier call returned is overwritten by the next
+    # call that makes it again (an old cache kept past its sequence must be
+    # cloned by the caller). Off by default. Test:
+    # InputWritesTest.test_reused_state_keeps_its_address (sim).
+    def _state_left_pool_at(self, position, tensor):
+        if self.reuse_state:
+            kept = self._state_copies.get(position)
+            if (kept is not None and kept.shape == tensor.shape and kept.dtype == tensor.dtype
+                    and kept.device == tensor.device and kept.stride() == tensor.stride()):
+                kept.copy_(tensor)
+                return kept
+        copy = _state_copy(tensor)
+        if self.reuse_state:
+            self._state_copies[position] = copy
+        return copy
 
     def _fast_plan(self):
         """For a graph that is one grove segment fed only by placeholders and

@@ -3,8 +3,10 @@ Hugging Face's `generate(..., cache_implementation="static")` of a small
 random-weight LLaMA with `model.forward = torch.compile(model.forward,
 backend="grove")`, greedy, 48 new tokens, ten generate calls, each with a new
 cache. Every call's tokens must equal eager PyTorch's (same model, same static
-cache), and after the second call (where the moved cache is demoted once,
-Note [Static inputs that move]) no call compiles or records anything. The
+cache; generate's own compilation of the decode step turned off in both), and
+after the second call (where the moved cache is demoted once, Note [Static
+inputs that move]) no call compiles or records anything; with the option
+reuse_state the cache never moves (Note [Reused state copies]). The
 cache is created inside the compiled forward on its first call (Note [State
 created inside a function], Note [State outputs leave the pool]) and written
 by every decode step (Note [Writes into graph inputs]). Also with a
@@ -77,12 +79,24 @@ def small_llama():
     return LlamaForCausalLM(config).cuda().eval()
 
 
+def without_hf_compile():
+    """generate's options that keep Hugging Face from compiling the decode
+    step itself: on CUDA with a static cache, generate otherwise wraps the
+    model's call in its own torch.compile(mode="reduce-overhead") (its
+    "auto compile"), so "eager" would not be eager and grove's compiled
+    forward would run inside another compilation (Note [Hugging Face compiles
+    its decode step], benchmarks/torch_zoo.py)."""
+    from transformers import GenerationConfig
+
+    return {"disable_compile": True} if hasattr(GenerationConfig(), "disable_compile") else {}
+
+
 def generate(model, ids, **kwargs):
     torch.cuda.synchronize()
     start = time.perf_counter()
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                             do_sample=False, **kwargs)
+                             do_sample=False, **without_hf_compile(), **kwargs)
     torch.cuda.synchronize()
     return out, NEW_TOKENS / (time.perf_counter() - start)
 
@@ -94,7 +108,7 @@ class GpuDecodeTest(unittest.TestCase):
     def setUpClass(cls):
         torch.backends.cuda.matmul.allow_tf32 = False
 
-    def check(self, make_cache):
+    def check(self, make_cache, options=None):
         import statistics
 
         import grove.torch
@@ -106,8 +120,8 @@ class GpuDecodeTest(unittest.TestCase):
         eager_rate = statistics.median(rate for _, rate in eager[1:])  # the first warms up
         torch._dynamo.reset()
         earlier = grove.torch.compiled_graphs()
-        model.forward = torch.compile(model.forward, backend="grove")
-        rates, recorded, compiled, rebuilds = [], [], [], []
+        model.forward = torch.compile(model.forward, backend="grove", options=options)
+        rates, recorded, compiled, rebuilds, trees = [], [], [], [], []
         for call in range(CALLS):
             out, rate = generate(model, ids, **make_cache(model))
             self.assertTrue(torch.equal(out, expected), "call %d: grove's tokens %s differ from "
@@ -115,20 +129,25 @@ class GpuDecodeTest(unittest.TestCase):
                                             expected[0, ids.shape[1]:].tolist()))
             graphs = new_graphs(earlier)
             rates.append(rate)
-            recorded.append(tree_counters().get("recordings", 0))
+            trees.append(tree_counters())
+            recorded.append(trees[-1].get("recordings", 0))
             compiled.append(len(graphs))
             rebuilds.append(sum(getattr(graph, "rebuilds", 0) for graph in graphs))
         graphs = new_graphs(earlier)
         unsupported = sorted({op for graph in graphs for _, op, _ in graph.unsupported})
         tree = tree_counters()
-        print("static-cache decode, %d generate calls of %d tokens: eager %.1f tokens/s (after "
-              "a first call), grove "
-              "first call %.1f, steady (median of calls 2..%d) %.1f; graphs compiled per call "
-              "%s, demotions (rebuilds) %s, recordings %s; %d replays, %d eager calls, static "
-              "input writes %d, copy-back inputs %d, input patches %d, zero-copy refusals %d, "
-              "input copies %d, input copy-backs %d; ops in PyTorch: %s"
-              % (CALLS, NEW_TOKENS, eager_rate, rates[0], CALLS, statistics.median(rates[1:]),
-                 compiled, rebuilds, recorded, tree.get("replays", 0), tree.get("eager_calls", 0),
+        # The tree's counters add up over the calls: recordings per call are differences.
+        per_call = [recorded[0]] + [b - a for a, b in zip(recorded, recorded[1:])]
+        print("static-cache decode%s, %d generate calls of %d tokens: eager %.1f tokens/s (after "
+              "a first call), grove first call %.1f, steady (median of calls 2..%d) %.1f; "
+              "graphs compiled per call %s, demotions (rebuilds) %s, recordings per call %s "
+              "(re-record reasons %s); %d replays, %d eager calls, static input writes %d, "
+              "copy-back inputs %d, input patches %d, zero-copy refusals %d, input copies %d, "
+              "input copy-backs %d; ops in PyTorch: %s"
+              % (" (options %s)" % options if options else "", CALLS, NEW_TOKENS, eager_rate,
+                 rates[0], CALLS, statistics.median(rates[1:]),
+                 compiled, rebuilds, per_call, tree.get("rerecord_reasons", {}),
+                 tree.get("replays", 0), tree.get("eager_calls", 0),
                  tree.get("static_input_writes", 0), tree.get("copy_back_inputs", 0),
                  tree.get("input_patches", 0), tree.get("zero_copy_refusals", 0),
                  tree.get("input_copies", 0), tree.get("input_copy_backs", 0),
@@ -140,13 +159,25 @@ class GpuDecodeTest(unittest.TestCase):
         self.assertEqual(compiled[2:], [compiled[1]] * (CALLS - 2), "graphs compiled per call")
         self.assertEqual(rebuilds[2:], [rebuilds[1]] * (CALLS - 2), "rebuilds after the second")
         self.assertLessEqual(rebuilds[-1], len(graphs), "more than one demotion per graph")
-        self.assertEqual(recorded[2:], [recorded[1]] * (CALLS - 2), "recordings per call")
+        self.assertEqual(per_call[2:], [0] * (CALLS - 2), "recordings per call")
         self.assertLessEqual(recorded[1], MAX_RECORDINGS, "a graph recorded per position?")
         self.assertLessEqual(len(graphs), MAX_RECORDINGS, "a graph compiled per position?")
         self.assertEqual(tree.get("eager_calls", 0), 0, tree)
+        return rebuilds, trees
 
     def test_static_cache_made_inside_the_compiled_forward(self):
         self.check(lambda model: {"cache_implementation": "static"})
+
+    def test_static_cache_with_reused_state(self):
+        # Note [Reused state copies] (grove/runner.py): every sequence's cache
+        # lands where the first one's did, so the decode graph keeps it bound:
+        # no demotion, nothing recorded after the first call, and the caches
+        # written in place (no per-step copy of them in or back).
+        rebuilds, trees = self.check(lambda model: {"cache_implementation": "static"},
+                                     options={"reuse_state": True})
+        self.assertEqual(rebuilds, [0] * CALLS)
+        copy_backs = trees[-1].get("input_copy_backs", 0) - trees[0].get("input_copy_backs", 0)
+        self.assertEqual(copy_backs, 0, trees[-1])
 
     def test_static_cache_made_before_the_call(self):
         from transformers import StaticCache

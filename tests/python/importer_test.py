@@ -464,7 +464,8 @@ class DynamoBackendTest(unittest.TestCase):
         self.assertEqual(compiled.runner.static_positions, [3])
         tree = compiled.runner.models()[0].stats()["tree"]
         later = {key: tree[key] - after_demotion[key] for key in (
-            "recordings", "static_input_writes", "copy_back_inputs", "eager_calls", "replays")}
+            "recordings", "static_input_writes", "copy_back_inputs", "eager_calls", "replays",
+            "input_copies", "input_copy_backs", "input_patches")}
         # Twelve moves: no recording, the cache written as the caller's
         # tensor (a copy-back input of the tree, zero-copy on sim), never eager.
         self.assertEqual(later["recordings"], 0, tree)
@@ -472,6 +473,13 @@ class DynamoBackendTest(unittest.TestCase):
         self.assertEqual(later["eager_calls"], 0, tree)
         self.assertEqual(later["replays"], 12 * 4, tree)
         self.assertEqual(tree["copy_back_inputs"], 1, tree)
+        # Per step nothing is copied in or back: sim's graph is all grove
+        # kernels, so the tree patches their arguments to read and write each
+        # new cache where it lies (Note [Zero-copy inputs], rules 1-6). A CUDA
+        # graph with library (cuBLAS) nodes is not patchable and copies instead.
+        self.assertEqual(later["input_copies"], 0, tree)
+        self.assertEqual(later["input_copy_backs"], 0, tree)
+        self.assertGreaterEqual(later["input_patches"], 12, tree)  # one per new cache at least
 
     def test_a_split_call_that_meets_a_moved_input_has_written_nothing(self):
         # Note [Static inputs that move]: the call that meets the move runs

@@ -245,6 +245,85 @@ class InputWritesTest(unittest.TestCase):
             self.assertEqual(list(first.unsupported), [])
             self.assertEqual(list(second.unsupported), [])
 
+    def test_reused_state_keeps_its_address(self):
+        # Note [Reused state copies] (runner.py): HF's generate makes a new
+        # static cache per sequence inside the compiled prefill. With
+        # reuse_state the prefill hands back the same memory every sequence,
+        # so the decode graph that bound it (a static input, as dynamo marks
+        # the copy) is never demoted, records nothing after the first
+        # sequence and copies no cache in or back; without it the first new
+        # cache demotes it (Note [Static inputs that move]). Outputs and
+        # caches equal eager PyTorch's either way.
+        def prefill(keys, counter):
+            cache = torch.zeros(1, 2, 8, 4)
+            count = counter.clone()
+            position = torch.arange(keys.shape[2]) + count
+            count.add_(keys.shape[2])
+            cache.index_copy_(2, position, keys)
+            return cache.sum(), cache, count
+
+        def decode(cache, count, keys):
+            position = torch.arange(1) + count
+            count.add_(1)
+            cache.index_copy_(2, position, keys)
+            return cache.sum(-1)
+
+        def marked_static(tensor):
+            tensor._dynamo_static_input_type = "unguarded"  # mark_static_address's mark
+            return tensor
+
+        generator = torch.Generator().manual_seed(7)
+        counter = torch.tensor([0])
+        for reuse in (False, True):
+            first = grove.torch.compile_graph(prefill, [torch.randn(1, 2, 3, 4), counter],
+                                              reuse_state=reuse)
+            second = None
+            addresses, recorded = set(), []
+            for sequence in range(5):
+                prompt = torch.randn(1, 2, 3, 4, generator=generator)
+                _, cache, count = first(prompt, counter)
+                cache, count = marked_static(cache), marked_static(count)
+                addresses.add(cache.data_ptr())
+                if second is None:
+                    second = grove.torch.compile_graph(
+                        decode, [cache, count, torch.randn(1, 2, 1, 4)])
+                    self.assertEqual(second.runner.static_positions, [0, 1])
+                expected_cache, expected_count = prefill(prompt, counter)[1:]
+                torch.testing.assert_close(cache, expected_cache)
+                for step in range(4):
+                    keys = torch.randn(1, 2, 1, 4, generator=generator)
+                    expected = decode(expected_cache, expected_count, keys)
+                    with torch.no_grad():
+                        result = second(cache, count, keys)
+                    message = "reuse %s sequence %d step %d" % (reuse, sequence, step)
+                    torch.testing.assert_close(result, expected, msg=message)
+                    torch.testing.assert_close(cache, expected_cache, msg=message)
+                    self.assertEqual(count.item(), expected_count.item(), message)
+                recorded.append(dict(second.runner.models()[0].stats()["tree"]))
+            tree = recorded[-1]
+            later = {key: tree[key] - recorded[1][key] for key in (
+                "recordings", "input_copies", "input_copy_backs", "static_input_writes",
+                "eager_calls", "replays")}
+            self.assertEqual(later["recordings"], 0, (reuse, tree))
+            self.assertEqual(later["eager_calls"], 0, (reuse, tree))
+            # The tree's counters cover both graphs: a prefill and four steps.
+            self.assertEqual(later["replays"], 3 * 5, (reuse, tree))
+            if reuse:
+                # One address for every sequence's cache: the decode graph keeps
+                # it bound and writes it in place (mutation type (b)), never
+                # copying it in or back.
+                self.assertEqual(len(addresses), 1)
+                self.assertEqual(second.rebuilds, 0)
+                self.assertEqual(second.runner.static_positions, [0, 1])
+                self.assertEqual(tree["copy_back_inputs"], 0, tree)
+                self.assertEqual(later["input_copies"], 0, tree)
+                self.assertEqual(later["input_copy_backs"], 0, tree)
+                self.assertGreater(tree["static_input_writes"], 0, tree)
+            else:
+                self.assertEqual(len(addresses), 5)
+                self.assertEqual(second.rebuilds, 1)
+                self.assertEqual(second.demoted, {0, 1})
+
 
 if __name__ == "__main__":
     junit_main.main()
