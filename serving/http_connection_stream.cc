@@ -1,8 +1,11 @@
 // HttpConnection's streamed answers (Note [Streamed answers], serving/http_stream.h):
 // an HttpStream's chunks written as the producer makes them, or its whole
 // answer once it comes, while the socket is watched for a client that leaves.
+#include <sys/socket.h>
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 
 #include "serving/http_connection.h"
 
@@ -86,8 +89,20 @@ void HttpConnection::watch_client() {
             self->phase_ == Phase::kClosed || error == asio::error::operation_aborted) {
           return;
         }
-        error_code ignored;
-        if (!error && self->socket_.available(ignored) > 0) return;  // a pipelined request
+        if (!error) {
+          // A readable socket is not a closed one: the reactor may report
+          // readiness with nothing to read (left from an earlier read); only
+          // a peek that finds the end of the stream (0 bytes) or an error
+          // says the client left. The LLM HTTP test's eight clients saw a
+          // connection closed unanswered about once in six loaded runs.
+          char byte = 0;
+          const ssize_t peeked =
+              ::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (peeked > 0) return;  // a pipelined request
+          if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            return self->watch_client();  // nothing happened: keep watching
+          }
+        }
         // End of stream or a reset: nobody reads the answer any more.
         self->stream_->cancel();
         self->stream_.reset();

@@ -134,6 +134,11 @@ void LlmService::run() {
     cancels.swap(cancels_);
     lock.unlock();
     for (Submitted& submitted : inbox) admit(std::move(submitted));
+    // Published before the step that may deliver their first tokens: a client
+    // that has a token never reads /metrics without its request (waiting or
+    // running). Before, the snapshot of the previous turn could show an idle
+    // service to a client holding tokens (llm_http_test's disconnect test).
+    if (!inbox.empty()) publish_stats();
     for (Ticket ticket : cancels) {
       auto found = by_ticket_.find(ticket);
       if (found == by_ticket_.end()) continue;

@@ -329,7 +329,8 @@ class LlmHttpTest(unittest.TestCase):
         while True:
             now = self.metrics()
             if now[("grove_llm_kv_slots_used", "")] == 0 and now[(
-                    "grove_llm_requests_running", "")] == 0:
+                    "grove_llm_requests_running", "")] == 0 and now[(
+                    "grove_llm_requests_waiting", "")] == 0:
                 return now
             self.assertLess(time.monotonic(), deadline, "the slot was not freed")
             time.sleep(0.02)
@@ -345,7 +346,11 @@ class LlmHttpTest(unittest.TestCase):
             now = self.idle_metrics()
             if now[length] == before[length]:
                 break
-        self.assertEqual(now[cancelled], before[cancelled] + 1, "attempts: %d" % (attempt + 1))
+        ends = {key[1]: (before.get(key), value) for key, value in now.items()
+                if key[0] == "grove_llm_requests_total"}
+        self.assertEqual(now[cancelled], before[cancelled] + 1,
+                         "attempts: %d; requests by end (before, after): %s"
+                         % (attempt + 1, ends))
         generated = ("grove_llm_generated_tokens_total", "")
         self.assertLess(now[generated] - before[generated], 100)
         self.assertEqual(len(self.generate({"input_ids": [8], "max_tokens": 3})["output_ids"]), 3)
