@@ -139,13 +139,7 @@ void LlmService::run() {
     // running). Before, the snapshot of the previous turn could show an idle
     // service to a client holding tokens (llm_http_test's disconnect test).
     if (!inbox.empty()) publish_stats();
-    for (Ticket ticket : cancels) {
-      auto found = by_ticket_.find(ticket);
-      if (found == by_ticket_.end()) continue;
-      const RequestId id = found->second;
-      generator_.cancel(id);
-      end(id, {.end = CompletionEnd::kCancelled});
-    }
+    end_cancelled(cancels);
     if (!generator_.idle()) {
       try {
         // Tokens go out as the device publishes them (Note [Decode runs on the
@@ -238,7 +232,13 @@ void LlmService::cancel_during_step() {
       return true;
     });
   }
-  for (Ticket ticket : cancels) {
+  end_cancelled(cancels);
+}
+
+// The admitted requests of `tickets` end cancelled (their slots free now);
+// tickets of requests that already ended are ignored.
+void LlmService::end_cancelled(const std::vector<Ticket>& tickets) {
+  for (Ticket ticket : tickets) {
     auto found = by_ticket_.find(ticket);
     if (found == by_ticket_.end()) continue;
     const RequestId id = found->second;

@@ -168,6 +168,7 @@ class LlmService {
   void admit(Submitted submitted);
   void deliver(RequestId id, int64_t token);
   void cancel_during_step();
+  void end_cancelled(const std::vector<Ticket>& tickets);
   void end(RequestId id, CompletionSummary summary);
   void publish_stats();
 
