@@ -279,10 +279,12 @@ class InputWritesTest(unittest.TestCase):
                                               reuse_state=reuse)
             second = None
             addresses, recorded = set(), []
+            held = []  # every sequence's cache stays alive: no address is freed and reused
             for sequence in range(5):
                 prompt = torch.randn(1, 2, 3, 4, generator=generator)
                 _, cache, count = first(prompt, counter)
                 cache, count = marked_static(cache), marked_static(count)
+                held.append(cache)
                 addresses.add(cache.data_ptr())
                 if second is None:
                     second = grove.torch.compile_graph(
