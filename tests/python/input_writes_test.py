@@ -54,6 +54,25 @@ def tree_counters(graph):
     return dict(graph.runner.models()[0].stats().get("tree", {}))  # none in eager mode
 
 
+def _prefill_cache(keys, counter):
+    """An HF-like prefill: a static cache and its position counter made inside
+    the compiled function, filled with the prompt's keys, kept by the caller."""
+    cache = torch.zeros(1, 2, 8, 4)
+    count = counter.clone()
+    position = torch.arange(keys.shape[2]) + count
+    count.add_(keys.shape[2])
+    cache.index_copy_(2, position, keys)
+    return cache.sum(), cache, count
+
+
+def _decode_cache(cache, count, keys):
+    """One decode step: the cache and counter written in place."""
+    position = torch.arange(1) + count
+    count.add_(1)
+    cache.index_copy_(2, position, keys)
+    return cache.sum(-1)
+
+
 class InputWritesTest(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(20261126)
@@ -211,20 +230,7 @@ class InputWritesTest(unittest.TestCase):
         # filled inside the compiled forward and kept by the caller, then
         # written in place by every later (decode) call, each a generation of
         # its own. Note [State outputs leave the pool].
-        def prefill(keys, counter):
-            cache = torch.zeros(1, 2, 8, 4)
-            count = counter.clone()
-            position = torch.arange(keys.shape[2]) + count
-            count.add_(keys.shape[2])
-            cache.index_copy_(2, position, keys)
-            return cache.sum(), cache, count
-
-        def decode(cache, count, keys):
-            position = torch.arange(1) + count
-            count.add_(1)
-            cache.index_copy_(2, position, keys)
-            return cache.sum(-1)
-
+        prefill, decode = _prefill_cache, _decode_cache
         prompt, counter = torch.randn(1, 2, 3, 4), torch.tensor([0])
         for backend in BACKENDS:
             first = grove.torch.compile_graph(prefill, [prompt, counter], mode=backend)
@@ -254,20 +260,7 @@ class InputWritesTest(unittest.TestCase):
         # sequence and copies no cache in or back; without it the first new
         # cache demotes it (Note [Static inputs that move]). Outputs and
         # caches equal eager PyTorch's either way.
-        def prefill(keys, counter):
-            cache = torch.zeros(1, 2, 8, 4)
-            count = counter.clone()
-            position = torch.arange(keys.shape[2]) + count
-            count.add_(keys.shape[2])
-            cache.index_copy_(2, position, keys)
-            return cache.sum(), cache, count
-
-        def decode(cache, count, keys):
-            position = torch.arange(1) + count
-            count.add_(1)
-            cache.index_copy_(2, position, keys)
-            return cache.sum(-1)
-
+        prefill, decode = _prefill_cache, _decode_cache
         def marked_static(tensor):
             tensor._dynamo_static_input_type = "unguarded"  # mark_static_address's mark
             return tensor
