@@ -272,7 +272,7 @@ int serve_command(const std::vector<std::string>& args) {
   std::printf(
       "grove serve %s on %s (%s), backend %s, %s, buckets %s, max wait %lld us\n",
       printable(name).c_str(), options.model.device.str().c_str(),
-      runtime::device_context(options.model.device).backend().name().c_str(),
+      runtime::device_context(options.model.device).platform().name().c_str(),
       options.server.backend.c_str(), runtime::dtype_name(options.model.dtype),
       [&] {
         std::string text;
@@ -318,7 +318,7 @@ int serve_command(const std::vector<std::string>& args) {
   const std::vector<runtime::Device> devices = options.server.resolved_devices();
   std::vector<int64_t> free_before;
   for (runtime::Device device : devices) {
-    free_before.push_back(runtime::device_context(device).backend().memory_info().free_bytes);
+    free_before.push_back(runtime::device_context(device).platform().memory_info().free_bytes);
   }
   serving::ReplanningServer server(factory, options.server, options.replan);
   nlohmann::json reports = server.worker_reports();
@@ -352,7 +352,7 @@ int serve_command(const std::vector<std::string>& args) {
   }
   for (size_t d = 0; d < devices.size() && d < free_before.size(); ++d) {
     const int64_t free_after =
-        runtime::device_context(devices[d]).backend().memory_info().free_bytes;
+        runtime::device_context(devices[d]).platform().memory_info().free_bytes;
     if (free_before[d] < 0 || free_after < 0) continue;  // the device cannot say
     std::printf(
         "device memory the server took on %s (free-memory delta: params, pool, workspaces and "

@@ -98,7 +98,7 @@ void DeviceWorker::prepare() {
   programs_.clear();
   // Note [Asynchronous staging].
   const size_t largest = static_cast<size_t>(config_.buckets.back());
-  runtime::Backend& backend = runtime::device_context(device_).backend();
+  runtime::Platform& platform = runtime::device_context(device_).platform();
   for (size_t parity = 0; parity < 2; ++parity) {
     for (const RowSpec& input : signature_.inputs) {
       input_staging_[parity].emplace_back(device_, largest * input.row_bytes);
@@ -106,7 +106,7 @@ void DeviceWorker::prepare() {
     for (const RowSpec& output : signature_.outputs) {
       output_staging_[parity].emplace_back(device_, largest * output.row_bytes);
     }
-    staging_done_[parity] = backend.create_event(false);
+    staging_done_[parity] = platform.create_event(false);
   }
   // Largest first: Note [One compiled model per bucket]. Zero rows are a
   // valid input for any model (index 0 for integer inputs).
@@ -166,7 +166,7 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
     if (config_.before_batch) config_.before_batch(run.rows, device_);
     // Note [Asynchronous staging]: gather, copy in, run, copy back; no wait.
     runtime::DeviceContext& context = runtime::device_context(device_);
-    runtime::Backend& backend = context.backend();
+    runtime::Platform& platform = context.platform();
     const runtime::StreamHandle stream = context.current_stream();
     run.staging = next_staging_;
     next_staging_ ^= 1;
@@ -182,8 +182,8 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
       // Padded rows are zeros (Note [Shape buckets]); they never reach a response.
       const size_t bucket_bytes = static_cast<size_t>(bucket->rows) * row_bytes;
       std::memset(staging + offset, 0, bucket_bytes - offset);
-      backend.copy_async(bucket->inputs[k].data_ptr(), staging, bucket_bytes,
-                         runtime::CopyKind::kHostToDevice, stream);
+      platform.copy_async(bucket->inputs[k].data_ptr(), staging, bucket_bytes,
+                          runtime::CopyKind::kHostToDevice, stream);
     }
     compiler::TensorList outputs = (*bucket->model)(bucket->inputs);
     GROVE_CHECK(outputs.size() == signature_.outputs.size(), "served model returned ",
@@ -194,12 +194,12 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
         run.strided_outputs.emplace_back(o, std::move(rows));  // read in read_back()
         continue;
       }
-      backend.copy_async(output_staging_[run.staging][o].data(), rows.data_ptr(),
-                         static_cast<size_t>(run.rows) * signature_.outputs[o].row_bytes,
-                         runtime::CopyKind::kDeviceToHost, stream);
+      platform.copy_async(output_staging_[run.staging][o].data(), rows.data_ptr(),
+                          static_cast<size_t>(run.rows) * signature_.outputs[o].row_bytes,
+                          runtime::CopyKind::kDeviceToHost, stream);
     }
     run.done = staging_done_[run.staging];
-    backend.record_event(run.done, stream);
+    platform.record_event(run.done, stream);
   } catch (...) {
     // The requests were checked at submit(), so this is the device's or the
     // model's failure: every request of the batch gets it.
@@ -215,9 +215,9 @@ void DeviceWorker::read_back(InFlight& run) {
   runtime::DeviceContext& context = runtime::device_context(device_);
   try {
     if (!run.error) {
-      context.backend().synchronize_event(run.done);
+      context.platform().synchronize_event(run.done);
     } else {
-      context.backend().synchronize_stream(context.current_stream());
+      context.platform().synchronize_stream(context.current_stream());
     }
     // A strided output (a view the model returns) is gathered synchronously;
     // it must not outlive the batch, since the next replay may overwrite it.
@@ -268,11 +268,11 @@ void DeviceWorker::answer(InFlight& run) {
 }
 
 void DeviceWorker::release_staging() {
-  runtime::Backend& backend = runtime::device_context(device_).backend();
+  runtime::Platform& platform = runtime::device_context(device_).platform();
   for (size_t parity = 0; parity < 2; ++parity) {
     input_staging_[parity].clear();
     output_staging_[parity].clear();
-    if (staging_done_[parity].impl != nullptr) backend.destroy_event(staging_done_[parity]);
+    if (staging_done_[parity].impl != nullptr) platform.destroy_event(staging_done_[parity]);
     staging_done_[parity] = runtime::EventHandle{};
   }
 }

@@ -55,7 +55,7 @@ include_violations() {
   local product='^(runtime|compiler|cudagraph_trees|serving|cli|capi)/'
   local above_runtime='^(compiler|cudagraph_trees|serving|cli|capi|benchmarks)/'
   grep -E "$above_runtime" <<<"$sources" | includes_matching '"runtime/(cuda|sim)/' |
-    sed 's/$/  (a platform header above the runtime: use runtime::Backend)/'
+    sed 's/$/  (a platform header above the runtime: use runtime::Platform)/'
   grep -E "$product" <<<"$sources" | includes_matching '"(benchmarks|tests)/' |
     sed 's/$/  (the product includes the harness or the tests)/'
   grep -E '^benchmarks/' <<<"$sources" | includes_matching '"tests/' |

@@ -157,7 +157,7 @@ int run(int argc, char** argv) {
   const std::vector<int64_t> pow2 = serving::power_of_two_buckets(max_batch);
   const std::vector<int64_t> planned = serving::plan_buckets(seen, max_batch, pow2.size());
   std::printf("bucket_plan on %s (%s): %s, max batch %lld, %zu batches per trace\n",
-              device.str().c_str(), runtime::device_context(device).backend().name().c_str(),
+              device.str().c_str(), runtime::device_context(device).platform().name().c_str(),
               model_name.c_str(), static_cast<long long>(max_batch), batches);
   std::fflush(stdout);
   serving::ProgramFactory model =

@@ -83,11 +83,11 @@ Mode make_mode(const std::string& name, bool zero_copy, bool graph_copies, runti
   return mode;
 }
 
-double timed_us(runtime::Backend& backend, runtime::StreamHandle stream,
+double timed_us(runtime::Platform& platform, runtime::StreamHandle stream,
                 const std::function<void()>& call) {
   Stopwatch watch;
   call();
-  backend.synchronize_stream(stream);
+  platform.synchronize_stream(stream);
   return watch.elapsed_us();
 }
 
@@ -98,7 +98,7 @@ nlohmann::json measure(int64_t mib, int64_t iters, int64_t warmup, runtime::Devi
   std::vector<Tensor> inputs = {random_tensor(rng, elements, device),
                                 random_tensor(rng, elements, device)};
   runtime::DeviceContext& context = runtime::device_context(device);
-  runtime::Backend& backend = context.backend();
+  runtime::Platform& platform = context.platform();
   runtime::StreamHandle stream = context.current_stream();
 
   std::vector<Mode> modes;
@@ -126,9 +126,9 @@ nlohmann::json measure(int64_t mib, int64_t iters, int64_t warmup, runtime::Devi
     const Tensor& x = inputs[i % 2];
     for (Mode& mode : modes) {
       mode.samples_us.push_back(
-          timed_us(backend, stream, [&] { mode.trees->run(mode.function, {x}); }));
+          timed_us(platform, stream, [&] { mode.trees->run(mode.function, {x}); }));
     }
-    bare_us.push_back(timed_us(backend, stream, [&] { bare_graph->replay(stream); }));
+    bare_us.push_back(timed_us(platform, stream, [&] { bare_graph->replay(stream); }));
   }
   const uint64_t copies = modes[0].trees->counters().input_copies - copies_before;
   const uint64_t graph_copies =

@@ -342,7 +342,7 @@ int run(int argc, char** argv) {
   Options options = parse_options(flags);
   std::printf("serve on %s (%s): %s, %s rows per request, Poisson arrivals for %lld ms per run\n",
               options.device.str().c_str(),
-              runtime::device_context(options.device).backend().name().c_str(),
+              runtime::device_context(options.device).platform().name().c_str(),
               options.model.c_str(), rows_label(options).c_str(),
               static_cast<long long>(options.duration_ms));
   std::fflush(stdout);

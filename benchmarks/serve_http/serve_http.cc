@@ -582,7 +582,7 @@ int run(int argc, char** argv) {
       "serve_http on %s (%s): %s, 1 row per request, %lld clients, %s HTTP threads, %lld ms "
       "per run, %s\n",
       options.device.str().c_str(),
-      runtime::device_context(options.device).backend().name().c_str(), options.model.c_str(),
+      runtime::device_context(options.device).platform().name().c_str(), options.model.c_str(),
       static_cast<long long>(options.clients),
       std::to_string(options.http_threads > 0 ? options.http_threads
                                               : std::max(2u, std::thread::hardware_concurrency()))

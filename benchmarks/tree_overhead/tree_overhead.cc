@@ -99,9 +99,9 @@ void time_calls(const Options& options, grove::runtime::DeviceContext& context,
     bench::Stopwatch watch;
     call();
     samples.push_back(watch.elapsed_us());
-    if ((i + 1) % options.burst == 0) context.backend().synchronize_stream(stream);
+    if ((i + 1) % options.burst == 0) context.platform().synchronize_stream(stream);
   }
-  context.backend().synchronize_stream(stream);
+  context.platform().synchronize_stream(stream);
 }
 
 struct Binding {
