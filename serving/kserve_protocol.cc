@@ -272,6 +272,7 @@ CheckedRequest InputChecks::checked(Request request) const {
                 "InputChecks::checked: input '", signature_.inputs[k].name, "' holds ",
                 request.inputs[k].bytes.size(), " bytes for ", rows_, " rows");
   }
+  signature_.count_request_check();
   return CheckedRequest(std::move(request), rows_);
 }
 
@@ -504,7 +505,7 @@ std::string infer_response_json(const std::string& model_name, const InferReques
   const size_t text = out.size();
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     if (i < request.binary.size() && request.binary[i]) {
-      const std::vector<uint8_t>& bytes = response.outputs.at(request.outputs[i]).bytes;
+      const RowBytes& bytes = response.outputs.at(request.outputs[i]).bytes;
       out.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     }
   }

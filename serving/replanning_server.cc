@@ -18,6 +18,10 @@ void add_stats(ServerStats& total, const ServerStats& part) {
   total.batches += part.batches;
   total.rows += part.rows;
   total.padded_rows += part.padded_rows;
+  total.request_checks += part.request_checks;
+  total.door_checks += part.door_checks;
+  total.request_bytes_to_device += part.request_bytes_to_device;
+  total.request_copies_to_device += part.request_copies_to_device;
   total.largest_batch_rows = std::max(total.largest_batch_rows, part.largest_batch_rows);
   for (const auto& [rows, count] : part.batches_by_rows) total.batches_by_rows[rows] += count;
   for (const auto& [bucket, count] : part.batches_by_bucket) {
@@ -86,6 +90,7 @@ ServerStats ReplanningServer::stats() const {
     total = retired_;
   }
   add_stats(total, server_->stats());
+  total.request_checks += signature_.request_checks();  // the fronts' checks
   return total;
 }
 

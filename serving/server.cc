@@ -107,6 +107,12 @@ std::future<Response> Server::submit_then(CheckedRequest request, std::function<
   return future;
 }
 
+ServerStats Server::stats() const {
+  ServerStats stats = stats_.snapshot();
+  stats.request_checks = signature_.request_checks();
+  return stats;
+}
+
 void Server::shutdown(ShutdownMode mode) {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shut_down_) return;

@@ -66,7 +66,7 @@ class Server : public InferenceService {
 
   // A request is counted (completed, failed, cancelled) before its future
   // becomes ready, so a caller holding an answer sees it counted.
-  ServerStats stats() const override { return stats_.snapshot(); }
+  ServerStats stats() const override;
   size_t queue_size() const override { return queue_.size(); }
   const ServerConfig& config() const { return config_; }
   const ModelSignature& signature() const override { return signature_; }

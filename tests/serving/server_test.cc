@@ -331,6 +331,75 @@ TEST_P(ServerTest, ACheckedRequestIsServedAndAnUncheckedOneRefused) {
   EXPECT_EQ(server.stats().completed, 1u);
 }
 
+// Note [Requests checked once]: one shape and dtype check per request, where
+// it enters the server (Server::submit's, or the check that built a
+// CheckedRequest), and none by the door for any batch: the worker's bucket
+// inputs were bound once at warm-up. A second check anywhere on the path
+// (the door's per batch, or the server's again) shows in these counts.
+TEST_P(ServerTest, EachRequestIsCheckedOnce) {
+  GROVE_SEEDED_RNG(rng);
+  Server server(tiny_model(), config());
+  EXPECT_EQ(server.stats().request_checks, 0u);
+  EXPECT_EQ(server.stats().door_checks, 0u);
+  constexpr int kRequests = 24;
+  std::vector<Request> requests;
+  std::vector<std::future<Response>> futures;
+  for (int i = 0; i < kRequests; ++i) {
+    requests.push_back(random_request(rng, 1 + i % 3));
+    if (i % 2 == 0) {
+      futures.push_back(server.submit(requests.back()));
+    } else {  // checked first, as the protocol fronts do
+      futures.push_back(server.submit_then(
+          server.signature().check_request(requests.back(), server.max_batch()), nullptr));
+    }
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_LE(test_support::max_abs_difference(futures[i].get().outputs,
+                                               reference_outputs(requests[i], device())),
+              kTolerance);
+  }
+  ServerStats stats = server.stats();
+  EXPECT_GT(stats.batches, 0u);
+  EXPECT_EQ(stats.completed, uint64_t{kRequests});
+  EXPECT_EQ(stats.request_checks, uint64_t{kRequests}) << "a request was checked twice";
+  EXPECT_EQ(stats.door_checks, 0u) << "the door checked a batch again";
+  EXPECT_EQ(stats.to_json()["request_checks"], kRequests);
+}
+
+// Note [Request bytes copied once]: a request's rows live in pinned memory
+// from where they were written, and the worker copies them from there to the
+// device, each byte once, with no host batch between (about one copy per run
+// of adjacent requests, never more than one per request and input).
+TEST_P(ServerTest, RequestBytesAreCopiedOnceToTheDevice) {
+  GROVE_SEEDED_RNG(rng);
+  Server server(tiny_model(), config());
+  constexpr int kRequests = 30;
+  std::vector<Request> requests;
+  uint64_t request_bytes = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    requests.push_back(random_request(rng, 1 + i % 4));
+    for (const HostRows& rows : requests.back().inputs) {
+      EXPECT_TRUE(PinnedRowPool::contains(rows.bytes.data())) << "request " << i;
+      request_bytes += rows.bytes.size();
+    }
+  }
+  std::vector<std::future<Response>> futures;
+  for (const Request& request : requests) futures.push_back(server.submit(request));
+  for (int i = 0; i < kRequests; ++i) {
+    Response response = futures[i].get();
+    EXPECT_LE(test_support::max_abs_difference(response.outputs,
+                                               reference_outputs(requests[i], device())),
+              kTolerance);
+    for (const HostRows& rows : response.outputs) {
+      EXPECT_TRUE(PinnedRowPool::contains(rows.bytes.data())) << "response " << i;
+    }
+  }
+  ServerStats stats = server.stats();
+  EXPECT_EQ(stats.request_bytes_to_device, request_bytes);
+  EXPECT_GE(stats.request_copies_to_device, stats.batches * 2) << "two inputs per batch";
+  EXPECT_LE(stats.request_copies_to_device, uint64_t{kRequests} * 2);
+}
+
 TEST_P(ServerTest, AFailingBatchFailsOnlyItsOwnRequests) {
   GROVE_SEEDED_RNG(rng);
   std::atomic<int> batches{0};
