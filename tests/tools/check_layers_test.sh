@@ -85,4 +85,6 @@ violation serving/server.cc '#include "compiler/codegen/kernel_compiler.h"'
 violation cli/measure.h '#include "compiler/lowering/lower.h"'
 violation serving/llm/decoder.cc '#include "compiler/autodiff/joint_graph.h"'
 violation capi/grove.cc '#include "compiler/ops/op_registry.h"'
+violation training/trainer.cc '#include "runtime/sim/sim_platform.h"'
+violation distributed/gradient_all_reduce.cc '#include "tests/common/test_util.h"'
 echo "check_layers_test: the good tree passes and all $n violations are reported"
