@@ -459,13 +459,10 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Per-call inference latency of eager vs cudagraphs.", kFlags).c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Per-call inference latency of eager vs cudagraphs.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   std::vector<Case> cases;
   for (int64_t batch : options.mlp_batches) {

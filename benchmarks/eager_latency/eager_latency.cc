@@ -133,7 +133,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--device", "DEVICE", "cuda or sim (default: cuda when present, else sim)"},
     {"--iters", "N", "timed calls per case (default 200)"},
     {"--warmup", "N", "untimed calls first (default 20)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
     {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
 };
 
@@ -173,13 +173,10 @@ std::string json(const std::vector<Result>& results, const Options& options) {
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags("eager_latency", argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text("eager_latency", "Per-call latency of the eager backend.", kFlags).c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      "eager_latency", "Per-call latency of the eager backend.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse(flags);
   std::vector<Case> cases = {
       {"mlp16x512 b=1", "mlp16x512", {{"batch", 1}}},

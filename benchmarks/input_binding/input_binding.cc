@@ -47,11 +47,11 @@ using runtime::Tensor;
 constexpr const char* kName = "input_binding";
 
 const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    kDeviceFlag,
     {"--mib", "LIST", "input sizes in MiB (default 1,64)"},
     {"--iters", "N", "timed calls per mode and size (default 200)"},
     {"--warmup", "N", "untimed calls per mode before timing (default 10)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
 };
 
 Tensor random_tensor(std::mt19937& rng, int64_t elements, runtime::Device device) {
@@ -175,14 +175,10 @@ nlohmann::json measure(int64_t mib, int64_t iters, int64_t warmup, runtime::Devi
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Binding a moving input: copy, in-graph copy or zero-copy.", kFlags)
-            .c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Binding a moving input: copy, in-graph copy or zero-copy.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   runtime::Device device = resolve_device(flags.text("--device", "auto"));
   const int64_t iters = flags.integer("--iters", 200, 1);
   const int64_t warmup = flags.integer("--warmup", 10, 0);

@@ -303,15 +303,11 @@ std::string cell(const Spread& s) {
 }
 
 int run_main(int argc, char** argv) {
-  FlagValues flags = parse_flags("launch_overhead", argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text("launch_overhead",
-                   "The floor of launch costs: N kernel launches vs one N-node graph.", kFlags)
-            .c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      "launch_overhead", "The floor of launch costs: N kernel launches vs one N-node graph.", argc,
+      argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   Device device;
   if (options.device.empty()) {

@@ -329,16 +329,13 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(usage_text(kName,
+  std::optional<FlagValues> parsed =
+      parse_flags_or_help(kName,
                           "Open-loop load on the batching server: throughput and p50/p99 "
                           "latency of eager vs cudagraphs.",
-                          kFlags)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+                          argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   std::printf("serve on %s (%s): %s, %s rows per request, Poisson arrivals for %lld ms per run\n",
               options.device.str().c_str(),

@@ -555,18 +555,15 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(usage_text(kName,
+  std::optional<FlagValues> parsed =
+      parse_flags_or_help(kName,
                           "Open-loop load over HTTP or gRPC (KServe v2: JSON, binary tensor data "
                           "or gRPC raw contents, "
                           "loopback) on grove's server: answered/s and p50/p99 of eager vs "
                           "cudagraphs.",
-                          kFlags)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+                          argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   if (options.holds_connections()) {
     // The server ends of the held connections and both ends of the clients'

@@ -408,14 +408,10 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Per-step latency of a training step, per execution backend.", kFlags)
-            .c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Per-step latency of a training step, per execution backend.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   std::printf(
       "training step latency on %s (%s), f32, SGD momentum 0.9, %lld timed steps after "

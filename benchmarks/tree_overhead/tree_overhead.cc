@@ -61,11 +61,11 @@ struct Options {
 };
 
 const std::vector<bench::FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    bench::kDeviceFlag,
     {"--iterations", "N", "timed calls per path, repeat and case (default 2000)"},
     {"--repeats", "R", "repeats, alternating manager and bare replay (default 5)"},
     {"--burst", "B", "calls between two (untimed) stream synchronizations (default 16)"},
-    {"--json", "FILE", "write the results as JSON"},
+    bench::kJsonFlag,
 };
 
 Options parse(const bench::FlagValues& flags) {
