@@ -223,6 +223,15 @@ void append_data(std::string& out, const HostRows& rows) {
 
 }  // namespace
 
+std::optional<std::string> model_in_path(const std::string& path, const std::string& rest) {
+  const std::string prefix = "/v2/models/";
+  if (path.rfind(prefix, 0) != 0 || path.size() <= prefix.size() + rest.size()) return {};
+  if (path.compare(path.size() - rest.size(), rest.size(), rest) != 0) return {};
+  std::string name = path.substr(prefix.size(), path.size() - prefix.size() - rest.size());
+  if (name.empty() || name.find('/') != std::string::npos) return {};
+  return name;
+}
+
 const char* kserve_datatype(runtime::DType dtype) {
   for (const DatatypeName& entry : kDatatypes) {
     if (entry.dtype == dtype) return entry.name;
