@@ -4,9 +4,7 @@
 
 #include <chrono>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
-#include "compiler/backends/backend_stats_json.h"
 #include "runtime/device_context.h"
 #include "runtime/logging.h"
 
@@ -314,43 +312,34 @@ std::optional<runtime::GraphTreeStats> DeviceWorker::tree_stats() const {
   return buckets_.front().model->backend_stats().tree;
 }
 
-namespace {
-
-nlohmann::json tree_or_null(const std::optional<runtime::GraphTreeStats>& tree) {
-  return tree ? compiler::backends::tree_json(*tree) : nlohmann::json();
-}
-
-}  // namespace
-
 void DeviceWorker::refresh_snapshot() {
-  nlohmann::json snapshot{{"device", device_.str()}, {"backend", config_.backend}};
+  WorkerSnapshot snapshot{.device = device_, .backend = config_.backend};
   try {
-    snapshot["tree"] = tree_or_null(tree_stats());
-    snapshot["memory"] =
-        buckets_.empty() || !buckets_.front().model
-            ? nlohmann::json::object()
-            : compiler::backends::memory_json(buckets_.front().model->backend_memory());
+    snapshot.tree = tree_stats();
+    if (!buckets_.empty() && buckets_.front().model) {
+      snapshot.memory = buckets_.front().model->backend_memory();
+    }
   } catch (const std::exception& error) {
     // Reporting must never fail a batch; the snapshot says what went wrong.
-    snapshot["error"] = error.what();
+    snapshot.error = error.what();
   }
   snapshot_at_ = Clock::now();
   std::lock_guard<std::mutex> lock(snapshot_mutex_);
   snapshot_ = std::move(snapshot);
 }
 
-nlohmann::json DeviceWorker::backend_snapshot() const {
+WorkerSnapshot DeviceWorker::backend_snapshot() const {
   std::lock_guard<std::mutex> lock(snapshot_mutex_);
   return snapshot_;
 }
 
-nlohmann::json DeviceWorker::report() const {
-  return nlohmann::json{{"device", device_.str()},
-                        {"backend", config_.backend},
-                        {"buckets", config_.buckets},
-                        {"warmup_ms", warmup_ms_},
-                        {"tree_after_warmup", tree_or_null(tree_after_warmup_)},
-                        {"tree_at_exit", tree_or_null(tree_at_exit_)}};
+WorkerReport DeviceWorker::report() const {
+  return WorkerReport{.device = device_,
+                      .backend = config_.backend,
+                      .buckets = config_.buckets,
+                      .warmup_ms = warmup_ms_,
+                      .tree_after_warmup = tree_after_warmup_,
+                      .tree_at_exit = tree_at_exit_};
 }
 
 }  // namespace grove::serving

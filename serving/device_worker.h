@@ -54,7 +54,6 @@
 #include <exception>
 #include <future>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -65,6 +64,7 @@
 #include "serving/request_queue.h"
 #include "serving/server_config.h"
 #include "serving/server_stats.h"
+#include "serving/worker_reports.h"
 
 namespace grove::serving {
 
@@ -86,15 +86,12 @@ class DeviceWorker {
   void join();
 
   runtime::Device device() const { return device_; }
-  // {"device", "backend", "warmup_ms", "tree_after_warmup", "tree_at_exit"}:
-  // the worker thread's tree-manager counters ("cudagraphs" only), the second
-  // once the thread has ended.
-  nlohmann::json report() const;
-  // {"device", "tree": the tree's counters ("cudagraphs" only), "memory": the
-  // backend's memory (CompiledModel::backend_memory())} as the worker last
-  // refreshed it: after warm-up, then after a batch at most every
-  // config.backend_snapshot_period. Any thread.
-  nlohmann::json backend_snapshot() const;
+  // The warm-up and the worker thread's tree ("cudagraphs" only): after
+  // warm-up, and once the thread has ended.
+  WorkerReport report() const;
+  // The tree and the backend's memory (CompiledModel::backend_memory()) as
+  // the worker last refreshed them. Any thread.
+  WorkerSnapshot backend_snapshot() const;
 
  private:
   struct Bucket {
@@ -160,7 +157,7 @@ class DeviceWorker {
   std::optional<runtime::GraphTreeStats> tree_after_warmup_;
   std::optional<runtime::GraphTreeStats> tree_at_exit_;
   mutable std::mutex snapshot_mutex_;
-  nlohmann::json snapshot_;
+  WorkerSnapshot snapshot_;
   Clock::time_point snapshot_at_;
 };
 

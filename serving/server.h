@@ -22,7 +22,6 @@
 #include <future>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "serving/device_worker.h"
@@ -71,11 +70,11 @@ class Server : public InferenceService {
   const ServerConfig& config() const { return config_; }
   const ModelSignature& signature() const override { return signature_; }
   int64_t max_batch() const override { return config_.max_batch; }
-  // One DeviceWorker::report() per device; the tree counters at exit are
-  // filled in after shutdown().
-  nlohmann::json worker_reports() const;
-  // One DeviceWorker::backend_snapshot() per device (a JSON array).
-  nlohmann::json backend_snapshots() const override;
+  // One DeviceWorker::report() per device; the trees at exit are filled in
+  // after shutdown().
+  std::vector<WorkerReport> worker_reports() const;
+  // One DeviceWorker::backend_snapshot() per device.
+  std::vector<WorkerSnapshot> backend_snapshots() const override;
 
  private:
   ServerConfig config_;

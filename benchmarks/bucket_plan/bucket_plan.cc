@@ -106,11 +106,8 @@ SetResult measure(const std::string& name, const std::vector<int64_t>& buckets,
   SetResult result;
   result.name = name;
   result.buckets = buckets;
-  nlohmann::json snapshots = server.backend_snapshots();
-  for (const nlohmann::json& snapshot : snapshots) {
-    if (snapshot.contains("memory") && snapshot["memory"].contains("pool")) {
-      result.pool_reserved_bytes += snapshot["memory"]["pool"].value("reserved_bytes", int64_t{0});
-    }
+  for (const serving::WorkerSnapshot& snapshot : server.backend_snapshots()) {
+    result.pool_reserved_bytes += static_cast<int64_t>(snapshot.memory.pool.reserved_bytes);
   }
   server.shutdown();
   serving::ServerStats stats = server.stats();

@@ -391,7 +391,7 @@ int run(int argc, char** argv) {
       servers.push_back({{"max_batch", max_batch},
                          {"backend", server->config().backend},
                          {"stats", server->stats().to_json()},
-                         {"workers", server->worker_reports()}});
+                         {"workers", serving::reports_json(server->worker_reports())}});
     }
   }
   print_tables(runs, options);

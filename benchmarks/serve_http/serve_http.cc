@@ -675,10 +675,11 @@ int run(int argc, char** argv) {
         grpc_listener.join();
       }
       server.shutdown();
-      servers.push_back({{"max_batch", max_batch},
-                         {"backend", backend},
-                         {"stats", server.stats().to_json()},
-                         {"backend_snapshots", server.backend_snapshots()}});
+      servers.push_back(
+          {{"max_batch", max_batch},
+           {"backend", backend},
+           {"stats", server.stats().to_json()},
+           {"backend_snapshots", serving::snapshots_json(server.backend_snapshots())}});
     }
   }
   print_tables(runs, options);

@@ -79,7 +79,7 @@ class DoublingService : public InferenceService {
   int64_t max_batch() const override { return 4; }
   ServerStats stats() const override { return {}; }
   size_t queue_size() const override { return 0; }
-  nlohmann::json backend_snapshots() const override { return nlohmann::json::array(); }
+  std::vector<WorkerSnapshot> backend_snapshots() const override { return {}; }
 
  private:
   struct Held {

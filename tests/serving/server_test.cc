@@ -474,7 +474,7 @@ TEST_P(ServerTest, GraphBackendAnswersAreBitwiseEqualToEagerAndComeFromReplays) 
     requests.push_back(random_request(rng, 9 - rows));
   }
   std::vector<std::vector<HostRows>> answers[2];
-  nlohmann::json graph_report;
+  WorkerReport graph_report;
   for (int b = 0; b < 2; ++b) {
     ServerConfig settings = config(b == 0 ? "eager" : "cudagraphs");
     settings.max_wait = std::chrono::microseconds(0);
@@ -489,12 +489,13 @@ TEST_P(ServerTest, GraphBackendAnswersAreBitwiseEqualToEagerAndComeFromReplays) 
     EXPECT_TRUE(test_support::same_bits(answers[0][i], answers[1][i])) << "request " << i;
   }
   // Every bucket was recorded at warm-up; serving only replayed.
-  const nlohmann::json& warm = graph_report["tree_after_warmup"];
-  const nlohmann::json& exit = graph_report["tree_at_exit"];
-  EXPECT_EQ(exit["recordings"], warm["recordings"]) << graph_report.dump();
-  EXPECT_GE(exit["replays"].get<uint64_t>() - warm["replays"].get<uint64_t>(), requests.size())
-      << graph_report.dump();
-  EXPECT_GE(warm["recordings"].get<uint64_t>(), 4u) << graph_report.dump();
+  ASSERT_TRUE(graph_report.tree_after_warmup && graph_report.tree_at_exit);
+  const runtime::TreeCounters& warm = graph_report.tree_after_warmup->counters;
+  const runtime::TreeCounters& exit = graph_report.tree_at_exit->counters;
+  const std::string report = report_json(graph_report).dump();
+  EXPECT_EQ(exit.recordings, warm.recordings) << report;
+  EXPECT_GE(exit.replays - warm.replays, requests.size()) << report;
+  EXPECT_GE(warm.recordings, 4u) << report;
 }
 
 TEST_P(ServerTest, RejectsAModelWhoseOutputIsNotBatched) {
