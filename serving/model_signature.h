@@ -29,7 +29,7 @@ struct ModelSignature;
 // bind_inputs, Note [One input check per call]), so the door checks no batch.
 // Each check is counted (ModelSignature::request_checks, ServerStats::
 // request_checks; the door's, ServerStats::door_checks): one per request.
-// Tests: ServerTest.EachRequestIsCheckedOnce (C++ and JSON requests),
+// Tests: ServerTest.EachRequestIsCheckedOnce, KserveProtocol.AParsedRequestIsCheckedOnce,
 // ServerTest.ACheckedRequestIsServedAndAnUncheckedOneRefused,
 // ServerTest.ABadRequestFailsAloneAtSubmitWhileOthersAreServed (C++ requests),
 // KserveProtocol.AParsedRequestIsCheckedWithItsRows and the fronts' refusals
