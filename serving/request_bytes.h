@@ -12,10 +12,12 @@
 // Copies from pinned memory are asynchronous, so Note [Asynchronous staging]
 // holds. The pool hands blocks of a size out first-freed first, so the
 // requests of a batch, freed together, come back in order and a later batch's
-// rows often lie next to each other. Rows larger than the pool's largest
-// block (PinnedRowPool::kLargestBlock) live in pageable memory; they are still
-// copied once, synchronously. ServerStats counts the request bytes copied to
-// the device and those copied on the host (none). Tests:
+// rows often lie next to each other. The pool keeps the pinned memory it grew
+// to (the peak of rows in flight, rounded up to powers of two) until the
+// process exits. Rows larger than its largest block (kLargestBlock) live in
+// pageable memory; they are still copied once, synchronously. ServerStats
+// counts the request bytes copied to the device and the copies it took.
+// Tests:
 // ServerTest.RequestBytesAreCopiedOnceToTheDevice,
 // KserveProtocol.DecodedRowsLieInPinnedMemory (JSON and binary),
 // KserveGrpcProtocol.EachDatatypeReadsItsTypedFieldOrRawBytes.
