@@ -223,6 +223,15 @@ void append_data(std::string& out, const HostRows& rows) {
 
 }  // namespace
 
+std::optional<std::string> model_in_path(const std::string& path, const std::string& rest) {
+  const std::string prefix = "/v2/models/";
+  if (path.rfind(prefix, 0) != 0 || path.size() <= prefix.size() + rest.size()) return {};
+  if (path.compare(path.size() - rest.size(), rest.size(), rest) != 0) return {};
+  std::string name = path.substr(prefix.size(), path.size() - prefix.size() - rest.size());
+  if (name.empty() || name.find('/') != std::string::npos) return {};
+  return name;
+}
+
 const char* kserve_datatype(runtime::DType dtype) {
   for (const DatatypeName& entry : kDatatypes) {
     if (entry.dtype == dtype) return entry.name;
@@ -272,6 +281,7 @@ CheckedRequest InputChecks::checked(Request request) const {
                 "InputChecks::checked: input '", signature_.inputs[k].name, "' holds ",
                 request.inputs[k].bytes.size(), " bytes for ", rows_, " rows");
   }
+  signature_.count_request_check();
   return CheckedRequest(std::move(request), rows_);
 }
 
@@ -504,7 +514,7 @@ std::string infer_response_json(const std::string& model_name, const InferReques
   const size_t text = out.size();
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     if (i < request.binary.size() && request.binary[i]) {
-      const std::vector<uint8_t>& bytes = response.outputs.at(request.outputs[i]).bytes;
+      const RowBytes& bytes = response.outputs.at(request.outputs[i]).bytes;
       out.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     }
   }

@@ -46,6 +46,10 @@ class ProtocolError : public Error {
 // the request's own levels).
 inline constexpr int kMaxRequestDepth = 16;
 
+// NAME of a path "/v2/models/NAME" + `rest` ("/infer", "/ready", "" ...), when
+// the path has that form and NAME is one non-empty segment.
+std::optional<std::string> model_in_path(const std::string& path, const std::string& rest);
+
 // "FP32", "INT64", ... for a grove dtype; nullptr for none.
 const char* kserve_datatype(runtime::DType dtype);
 

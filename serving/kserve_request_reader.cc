@@ -396,8 +396,7 @@ class DataArrayScan {
   // `dtype`, appended to `bytes`; false where it would refuse the value (a
   // float or an integer out of range for INT32 or INT64): the reference
   // reader then reads the body and the refusal names the element.
-  static bool append_element(std::vector<uint8_t>& bytes, const DataValue& value,
-                             runtime::DType dtype) {
+  static bool append_element(RowBytes& bytes, const DataValue& value, runtime::DType dtype) {
     const size_t at = bytes.size();
     const bool is_signed = value.kind == DataValue::Kind::kInteger;
     const bool is_unsigned = value.kind == DataValue::Kind::kUnsigned;

@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "serving/request_bytes.h"
 
 namespace grove::serving {
 
@@ -85,7 +86,7 @@ struct InputData {
   size_t count = 0;                    // its elements
   std::vector<DataValue> values;       // flat, row-major: the first ones, within max_values
   bool as_rows = false;                // the fast reader wrote them to row_bytes instead
-  std::vector<uint8_t> row_bytes;      // as the rows hold them (data_as), within max_values
+  RowBytes row_bytes;                  // as the rows hold them (data_as), within max_values
   std::vector<nlohmann::json> others;  // the strings, nulls and objects among them
 
   // The element as a JSON value (for messages).

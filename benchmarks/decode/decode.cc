@@ -39,7 +39,7 @@ using serving::llm::Decoder;
 constexpr const char* kName = "decode";
 
 const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    kDeviceFlag,
     {"--configs", "LIST", "model configs, of 1b and small (default 1b,small)"},
     {"--batches", "LIST", "concurrent requests per run (default 1,8,32,64)"},
     {"--steps", "N", "decode steps per timed run (default 64)"},
@@ -49,7 +49,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--hbm-tbs", "TB/s", "HBM bandwidth for utilisation (default 3.35, H100 SXM; H200: 4.8)"},
     {"--dtype", "bf16|f32", "model dtype (default bf16)"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
 };
 
 struct ModeResult {
@@ -96,13 +96,10 @@ ModeResult time_mode(Decoder& decoder, DecodeLoop& loop, DecodeMode mode, int64_
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Decode tokens/s: per-step graphs vs one WHILE graph.", kFlags).c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Decode tokens/s: per-step graphs vs one WHILE graph.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   runtime::Device device = resolve_device(flags.text("--device", "auto"));
   const std::vector<std::string> configs = flags.list("--configs", {"1b", "small"});
   std::vector<int64_t> batches;

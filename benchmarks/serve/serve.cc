@@ -329,20 +329,17 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(usage_text(kName,
+  std::optional<FlagValues> parsed =
+      parse_flags_or_help(kName,
                           "Open-loop load on the batching server: throughput and p50/p99 "
                           "latency of eager vs cudagraphs.",
-                          kFlags)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+                          argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   std::printf("serve on %s (%s): %s, %s rows per request, Poisson arrivals for %lld ms per run\n",
               options.device.str().c_str(),
-              runtime::device_context(options.device).backend().name().c_str(),
+              runtime::device_context(options.device).platform().name().c_str(),
               options.model.c_str(), rows_label(options).c_str(),
               static_cast<long long>(options.duration_ms));
   std::fflush(stdout);
@@ -394,7 +391,7 @@ int run(int argc, char** argv) {
       servers.push_back({{"max_batch", max_batch},
                          {"backend", server->config().backend},
                          {"stats", server->stats().to_json()},
-                         {"workers", server->worker_reports()}});
+                         {"workers", serving::reports_json(server->worker_reports())}});
     }
   }
   print_tables(runs, options);

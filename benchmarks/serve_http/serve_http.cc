@@ -555,18 +555,15 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(usage_text(kName,
+  std::optional<FlagValues> parsed =
+      parse_flags_or_help(kName,
                           "Open-loop load over HTTP or gRPC (KServe v2: JSON, binary tensor data "
                           "or gRPC raw contents, "
                           "loopback) on grove's server: answered/s and p50/p99 of eager vs "
                           "cudagraphs.",
-                          kFlags)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+                          argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   if (options.holds_connections()) {
     // The server ends of the held connections and both ends of the clients'
@@ -582,7 +579,7 @@ int run(int argc, char** argv) {
       "serve_http on %s (%s): %s, 1 row per request, %lld clients, %s HTTP threads, %lld ms "
       "per run, %s\n",
       options.device.str().c_str(),
-      runtime::device_context(options.device).backend().name().c_str(), options.model.c_str(),
+      runtime::device_context(options.device).platform().name().c_str(), options.model.c_str(),
       static_cast<long long>(options.clients),
       std::to_string(options.http_threads > 0 ? options.http_threads
                                               : std::max(2u, std::thread::hardware_concurrency()))
@@ -678,10 +675,11 @@ int run(int argc, char** argv) {
         grpc_listener.join();
       }
       server.shutdown();
-      servers.push_back({{"max_batch", max_batch},
-                         {"backend", backend},
-                         {"stats", server.stats().to_json()},
-                         {"backend_snapshots", server.backend_snapshots()}});
+      servers.push_back(
+          {{"max_batch", max_batch},
+           {"backend", backend},
+           {"stats", server.stats().to_json()},
+           {"backend_snapshots", serving::snapshots_json(server.backend_snapshots())}});
     }
   }
   print_tables(runs, options);

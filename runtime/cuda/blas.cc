@@ -79,7 +79,7 @@ std::string cublas_unavailable_reason() { return cuda_detail::cublas_load_error(
 void gemm(Device device, StreamHandle stream, const GemmArgs& g) {
   GROVE_CHECK_AS(DeviceError, device.is_cuda(), "cuBLAS GEMM on ", device.str(),
                  ": cuBLAS runs on cuda devices only; run GEMMs through the device's BLAS "
-                 "(Backend::blas()) on ",
+                 "(Platform::blas()) on ",
                  device.str());
   cudaDataType type = cuda_data_type(g.dtype);
   check_args(g);

@@ -65,6 +65,43 @@ TEST(KserveProtocol, AParsedRequestIsCheckedWithItsRows) {
   EXPECT_EQ(CheckedRequest().rows(), 0);  // only a check gives a request rows
 }
 
+// Note [Requests checked once]: reading a request through InputChecks is its
+// one check; a refused request hands nothing checked on.
+TEST(KserveProtocol, AParsedRequestIsCheckedOnce) {
+  const ModelSignature model = signature();
+  parse_infer_request(good_request().dump(), model, 4);
+  EXPECT_EQ(model.request_checks(), 1u);
+  EXPECT_THROW(parse_infer_request(R"({"inputs": []})", model, 4), ProtocolError);
+  EXPECT_EQ(model.request_checks(), 1u);
+}
+
+// Note [Request bytes copied once]: JSON data (read value by value, or as rows
+// when every input has one dtype) and binary tensor data are decoded straight
+// into pinned rows, which the worker copies to the device.
+TEST(KserveProtocol, DecodedRowsLieInPinnedMemory) {
+  InferRequest parsed = parse_infer_request(good_request().dump(), signature(), 4);
+  for (const HostRows& rows : parsed.request.inputs()) {
+    EXPECT_TRUE(PinnedRowPool::contains(rows.bytes.data())) << rows.str();
+  }
+  ModelSignature one_dtype;
+  one_dtype.inputs.push_back({"x", {3}, DType::kF32, 12});
+  one_dtype.outputs.push_back({"y", {3}, DType::kF32, 12});
+  InferRequest as_rows = parse_infer_request(
+      R"({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]}]})",
+      one_dtype, 4);
+  EXPECT_EQ(as_rows.request.inputs()[0].values<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(PinnedRowPool::contains(as_rows.request.inputs()[0].bytes.data()));
+  const std::string text = R"({"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32",)"
+                           R"( "parameters": {"binary_data_size": 12}}]})";
+  const float values[3] = {0.5f, -1.0f, 2.0f};
+  std::string body = text + std::string(reinterpret_cast<const char*>(values), sizeof(values));
+  InferRequest binary = parse_infer_request(body, one_dtype, 4, text.size());
+  EXPECT_EQ(binary.request.inputs()[0].values<float>(), (std::vector<float>{0.5f, -1.0f, 2.0f}));
+  EXPECT_TRUE(PinnedRowPool::contains(binary.request.inputs()[0].bytes.data()));
+  std::vector<uint8_t> pageable(64);
+  EXPECT_FALSE(PinnedRowPool::contains(pageable.data()));
+}
+
 TEST(KserveProtocol, EveryMalformedFieldIsNamed) {
   json body = good_request();
   EXPECT_NE(error_of(std::string("{")).find("not valid JSON"), std::string::npos);
