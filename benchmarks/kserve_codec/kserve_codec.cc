@@ -92,7 +92,8 @@ int run(int argc, char** argv) {
 
   serving::Response answer;
   answer.outputs.push_back(serving::HostRows::from_values(values, shape));
-  const serving::InferRequest json_parsed = serving::parse_infer_request(json_body, signature, rows);
+  const serving::InferRequest json_parsed =
+      serving::parse_infer_request(json_body, signature, rows);
   const serving::InferRequest binary_parsed =
       serving::parse_infer_request(binary_body, signature, rows, header.size());
 
@@ -106,18 +107,14 @@ int run(int argc, char** argv) {
       {"json", "read request", json_body.size(),
        [&] { sink += serving::parse_infer_request(json_body, signature, rows).outputs.size(); }},
       {"json", "write answer", 0,
-       [&] {
-         sink += serving::infer_response_json("m", json_parsed, signature, answer).size();
-       }},
+       [&] { sink += serving::infer_response_json("m", json_parsed, signature, answer).size(); }},
       {"binary", "read request", binary_body.size(),
        [&] {
          sink += serving::parse_infer_request(binary_body, signature, rows, header.size())
                      .outputs.size();
        }},
       {"binary", "write answer", 0,
-       [&] {
-         sink += serving::infer_response_json("m", binary_parsed, signature, answer).size();
-       }},
+       [&] { sink += serving::infer_response_json("m", binary_parsed, signature, answer).size(); }},
       {"grpc", "read request", grpc_bytes.size(),
        [&] {
          inference::ModelInferRequest request;

@@ -37,7 +37,7 @@ namespace {
 // and its serialized bytes; then "go <start ns> <window s> <rate> <clients>
 // <seed> <first client>\n". On its stdout: "ready\n" (or "error <text>\n"),
 // then per client "tally <sent> <answered> <rejected> <errors> <last ns>
-// <latencies>\n", the latencies in microseconds on one line, and "error
+// <latencies> <sent in window> <cpu s>\n", the latencies in microseconds on one line, and "error
 // <first error>\n"; then "done\n".
 
 std::string read_line(FILE* in) {
@@ -111,9 +111,10 @@ std::vector<ClientTally> GrpcClientProcess::finish() {
     int64_t last_ns = 0;
     size_t latencies = 0;
     if (std::sscanf(line.c_str(),
-                    "tally %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNd64 " %zu",
+                    "tally %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNd64 " %zu %" SCNu64
+                    " %lf",
                     &tally.sent, &tally.answered, &tally.rejected, &tally.errors, &last_ns,
-                    &latencies) != 6) {
+                    &latencies, &tally.sent_in_window, &tally.cpu_s) != 8) {
       break;
     }
     tally.last_answer = from_epoch_ns(last_ns);
@@ -185,9 +186,11 @@ int grpc_clients_main(int argc, char** argv) {
     }
     for (std::thread& thread : threads) thread.join();
     for (const ClientTally& tally : tallies) {
-      std::printf("tally %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64 " %zu\n",
+      std::printf("tally %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64 " %zu %" PRIu64
+                  " %.6f\n",
                   tally.sent, tally.answered, tally.rejected, tally.errors,
-                  since_epoch_ns(tally.last_answer), tally.latencies_us.size());
+                  since_epoch_ns(tally.last_answer), tally.latencies_us.size(),
+                  tally.sent_in_window, tally.cpu_s);
       for (double latency : tally.latencies_us) std::printf("%.3f ", latency);
       std::string error = tally.first_error;
       std::replace(error.begin(), error.end(), '\n', ' ');
