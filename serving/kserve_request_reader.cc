@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "serving/json_number.h"
 #include "serving/kserve_protocol.h"
 
 namespace grove::serving {
@@ -357,11 +358,14 @@ class DataArrayScan {
     if (data_as_) {
       // At most the values left to keep, and at most one per 2 bytes of text.
       const size_t bound = std::min(max_values_ - kept_, (text_.size() - at_) / 2 + 1);
-      span.data.row_bytes.reserve(bound * runtime::dtype_size(*data_as_));
+      // Sized once, written in place, cut to what was written (no resize per element).
+      span.data.row_bytes.resize(bound * runtime::dtype_size(*data_as_));
+      row_at_ = 0;
     } else {
       span.data.values.reserve(1024);
     }
     if (!numbers(span.data, 3)) return false;
+    if (data_as_) span.data.row_bytes.resize(row_at_);
     span.end = at_;
     spans_.push_back(std::move(span));
     return true;
@@ -381,7 +385,9 @@ class DataArrayScan {
         const bool keep = kept_ < max_values_;
         DataValue scratch;
         if (!number(keep && !data_as_ ? data.values.emplace_back() : scratch)) return false;
-        if (keep && data_as_ && !append_element(data.row_bytes, scratch, *data_as_)) return false;
+        if (keep && data_as_ && !append_element(data.row_bytes, row_at_, scratch, *data_as_)) {
+          return false;
+        }
         kept_ += keep ? 1 : 0;
       }
       skip_space();
@@ -393,12 +399,15 @@ class DataArrayScan {
   }
 
   // The element store_values() (kserve_protocol.cc) makes of `value` as
-  // `dtype`, appended to `bytes`; false where it would refuse the value (a
-  // float or an integer out of range for INT32 or INT64): the reference
-  // reader then reads the body and the refusal names the element.
-  static bool append_element(std::vector<uint8_t>& bytes, const DataValue& value,
+  // `dtype`, written to `bytes` at `at` (which then moves past it); false
+  // where it would refuse the value (a float or an integer out of range for
+  // INT32 or INT64): the reference reader then reads the body and the
+  // refusal names the element.
+  static bool append_element(std::vector<uint8_t>& bytes, size_t& at, const DataValue& value,
                              runtime::DType dtype) {
-    const size_t at = bytes.size();
+    const size_t element = runtime::dtype_size(dtype);
+    if (at + element > bytes.size()) bytes.resize(at + element);  // past the bound: never, but safe
+    uint8_t* out = bytes.data() + at;
     const bool is_signed = value.kind == DataValue::Kind::kInteger;
     const bool is_unsigned = value.kind == DataValue::Kind::kUnsigned;
     switch (dtype) {
@@ -409,16 +418,16 @@ class DataArrayScan {
         }
         const auto narrow = static_cast<int32_t>(
             is_signed ? value.integer : static_cast<int64_t>(value.unsigned_integer));
-        bytes.resize(at + 4);
-        std::memcpy(bytes.data() + at, &narrow, 4);
+        std::memcpy(out, &narrow, 4);
+        at += 4;
         return true;
       }
       case runtime::DType::kI64: {
         if (!is_signed && (!is_unsigned || value.unsigned_integer > INT64_MAX)) return false;
         const int64_t wide =
             is_signed ? value.integer : static_cast<int64_t>(value.unsigned_integer);
-        bytes.resize(at + 8);
-        std::memcpy(bytes.data() + at, &wide, 8);
+        std::memcpy(out, &wide, 8);
+        at += 8;
         return true;
       }
       case runtime::DType::kBool:
@@ -427,65 +436,47 @@ class DataArrayScan {
         double wide = value.floating;
         if (is_signed) wide = static_cast<double>(value.integer);
         if (is_unsigned) wide = static_cast<double>(value.unsigned_integer);
-        bytes.resize(at + runtime::dtype_size(dtype));
         if (dtype == runtime::DType::kF32) {
           const float narrow = static_cast<float>(wide);  // as store_values rounds
-          std::memcpy(bytes.data() + at, &narrow, 4);
+          std::memcpy(out, &narrow, 4);
         } else {
-          runtime::store_element(bytes.data() + at, dtype, wide);
+          runtime::store_element(out, dtype, wide);
         }
+        at += element;
         return true;
       }
     }
   }
 
-  // A JSON number token, converted as nlohmann's lexer converts it.
+  // A JSON number token, converted as nlohmann's lexer converts it (Note
+  // [Decimal to double in one pass]).
   bool number(DataValue& value) {
-    const char* begin = text_.data() + at_;
-    const char* end = text_.data() + text_.size();
-    const char* p = begin;
-    const bool negative = p < end && *p == '-';
-    if (negative) ++p;
-    auto digits = [&] {
-      const char* first = p;
-      while (p < end && *p >= '0' && *p <= '9') ++p;
-      return p > first;
-    };
-    if (p < end && *p == '0') {
-      ++p;
-    } else if (!digits()) {
-      return false;
+    JsonNumber number;
+    const char* after = read_json_number(text_.data() + at_, text_.data() + text_.size(), &number);
+    if (after == nullptr) return false;
+    at_ = static_cast<size_t>(after - text_.data());
+    switch (number.kind) {
+      case JsonNumber::Kind::kInteger:
+        value.kind = DataValue::Kind::kInteger;
+        value.integer = number.integer;
+        break;
+      case JsonNumber::Kind::kUnsigned:
+        value.kind = DataValue::Kind::kUnsigned;
+        value.unsigned_integer = number.unsigned_integer;
+        break;
+      case JsonNumber::Kind::kFloat:
+        value.kind = DataValue::Kind::kFloat;
+        value.floating = number.floating;
+        break;
     }
-    bool integer = true;
-    if (p < end && *p == '.') {
-      ++p;
-      if (!digits()) return false;
-      integer = false;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-      ++p;
-      if (p < end && (*p == '+' || *p == '-')) ++p;
-      if (!digits()) return false;
-      integer = false;
-    }
-    at_ += static_cast<size_t>(p - begin);
-    if (integer && negative) {
-      value.kind = DataValue::Kind::kInteger;
-      if (std::from_chars(begin, p, value.integer).ec == std::errc()) return true;
-    } else if (integer) {
-      value.kind = DataValue::Kind::kUnsigned;
-      if (std::from_chars(begin, p, value.unsigned_integer).ec == std::errc()) return true;
-    }
-    // A float token, or an integer past 64 bits (nlohmann reads it as a double).
-    value.kind = DataValue::Kind::kFloat;
-    auto [last, error] = std::from_chars(begin, p, value.floating);
-    return error == std::errc() && last == p && std::isfinite(value.floating);
+    return true;
   }
 
   std::string_view text_;
   const size_t max_values_;
   const std::optional<runtime::DType> data_as_;
-  size_t kept_ = 0;  // data values kept, over all inputs
+  size_t kept_ = 0;    // data values kept, over all inputs
+  size_t row_at_ = 0;  // bytes written to the data array's row_bytes
   size_t at_ = 0;
   bool seen_inputs_ = false;
   std::vector<Span> spans_;
