@@ -87,7 +87,7 @@ double number_of(const DataValue& value) {
 // naming the first one `dtype` cannot hold ("inputs[0] ('x').data[17]").
 // Note [Reading request data]: the field is named only for a refusal.
 void store_values(const InputData& data, runtime::DType dtype, uint8_t* out,
-                  const std::string& where) {
+                  const InputField& where) {
   using Kind = DataValue::Kind;
   const size_t element = runtime::dtype_size(dtype);
   for (size_t e = 0; e < data.values.size(); ++e) {
@@ -238,7 +238,13 @@ void InputChecks::count(size_t given) const {
                  signature_.inputs.size(), " input(s), the request gives ", given);
 }
 
-size_t InputChecks::input(const std::string& field, const std::string& name) {
+std::ostream& operator<<(std::ostream& out, const InputField& field) {
+  out << "inputs[" << field.index << "]";
+  if (field.name != nullptr) out << " ('" << *field.name << "')";
+  return out;
+}
+
+size_t InputChecks::input(const InputField& field, const std::string& name) {
   size_t k = 0;
   while (k < signature_.inputs.size() && signature_.inputs[k].name != name) ++k;
   GROVE_CHECK_AS(ProtocolError, k < signature_.inputs.size(), field,
@@ -249,11 +255,11 @@ size_t InputChecks::input(const std::string& field, const std::string& name) {
   return k;
 }
 
-std::string InputChecks::where(const std::string& field, size_t input) const {
-  return str_cat(field, " ('", signature_.inputs.at(input).name, "')");
+InputField InputChecks::where(const InputField& field, size_t input) const {
+  return {field.index, &signature_.inputs.at(input).name};
 }
 
-void InputChecks::datatype(const std::string& where, size_t input,
+void InputChecks::datatype(const InputField& where, size_t input,
                            const std::string& datatype) const {
   const runtime::DType dtype = signature_.inputs.at(input).dtype;
   GROVE_CHECK_AS(ProtocolError, datatype == kserve_datatype(dtype), where, ".datatype: expected ",
@@ -275,11 +281,12 @@ CheckedRequest InputChecks::checked(Request request) const {
   return CheckedRequest(std::move(request), rows_);
 }
 
-void InputChecks::shape(const std::string& where, size_t input, const runtime::Shape& shape) {
-  const std::string given = brief(json(std::vector<int64_t>(shape.begin(), shape.end())));
+void InputChecks::shape(const InputField& where, size_t input, const runtime::Shape& shape) {
+  // Written only into a refusal's message.
+  auto given = [&] { return brief(json(std::vector<int64_t>(shape.begin(), shape.end()))); };
   for (int64_t size : shape) {
-    GROVE_CHECK_AS(ProtocolError, size >= 0 && size <= (int64_t{1} << 30), where, ".shape: ", given,
-                   " holds ", size, "; sizes are integers in [0, 2^30]");
+    GROVE_CHECK_AS(ProtocolError, size >= 0 && size <= (int64_t{1} << 30), where,
+                   ".shape: ", given(), " holds ", size, "; sizes are integers in [0, 2^30]");
   }
   const runtime::Shape& expected_row = signature_.inputs.at(input).row_shape;
   GROVE_CHECK_AS(
@@ -292,7 +299,7 @@ void InputChecks::shape(const std::string& where, size_t input, const runtime::S
         for (int64_t d : expected_row) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
         return dims;
       }(),
-      "], found ", given);
+      "], found ", given());
   GROVE_CHECK_AS(ProtocolError, shape[0] >= 1 && shape[0] <= max_batch_, where,
                  ".shape: ", shape[0], " rows is outside [1, ", max_batch_, "] (--max-batch)");
   GROVE_CHECK_AS(ProtocolError, rows_ < 0 || rows_ == shape[0], where, ".shape: ", shape[0],
@@ -358,14 +365,14 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
   request.inputs.resize(signature.inputs.size());
   for (size_t i = 0; i < inputs->size(); ++i) {
     const json& tensor = (*inputs)[i];
-    const std::string field = str_cat("inputs[", i, "]");
+    const InputField field{i};
     GROVE_CHECK_AS(ProtocolError, tensor.is_object(), field, ": expected an object");
     auto name = tensor.find("name");
     GROVE_CHECK_AS(ProtocolError, name != tensor.end() && name->is_string(), field,
                    ".name: missing or not a string");
     const size_t k = checks.input(field, name->get<std::string>());
     const RowSpec& spec = signature.inputs[k];
-    const std::string where = checks.where(field, k);
+    const InputField where = checks.where(field, k);
 
     auto datatype = tensor.find("datatype");
     GROVE_CHECK_AS(ProtocolError, datatype != tensor.end() && datatype->is_string(), where,

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,16 @@ struct InferRequest {
 // messages the HTTP front always gave, and each protocol reads its own
 // encoding of the values around them. Tests: KserveProtocol.*,
 // KserveGrpcProtocol.* (the same refusal for the same tensor in both forms).
+// How messages name an input of a request: "inputs[0]", or "inputs[0] ('x')"
+// once the model input it gives is known. Made per request and written only
+// into a refusal's message (a string per input per request cost more than the
+// checks themselves).
+struct InputField {
+  size_t index = 0;
+  const std::string* name = nullptr;  // the model input's, once known
+};
+std::ostream& operator<<(std::ostream& out, const InputField& field);
+
 class InputChecks {
  public:
   InputChecks(const ModelSignature& signature, int64_t max_batch);
@@ -70,13 +81,13 @@ class InputChecks {
   void count(size_t given) const;
   // The signature index of the input named `name`, given at `field`
   // ("inputs[0]"); ProtocolError for an unknown or repeated name.
-  size_t input(const std::string& field, const std::string& name);
+  size_t input(const InputField& field, const std::string& name);
   // "inputs[0] ('x')": how messages name a field of that input.
-  std::string where(const std::string& field, size_t input) const;
-  void datatype(const std::string& where, size_t input, const std::string& datatype) const;
+  InputField where(const InputField& field, size_t input) const;
+  void datatype(const InputField& where, size_t input, const std::string& datatype) const;
   // Sizes in [0, 2^30], the row shape the model takes, rows in [1, max_batch]
   // and the same rows as every earlier input.
-  void shape(const std::string& where, size_t input, const runtime::Shape& shape);
+  void shape(const InputField& where, size_t input, const runtime::Shape& shape);
   // The request read through these checks, every input given (Note [Requests
   // checked once]): the server checks it no more.
   CheckedRequest checked(Request request) const;
