@@ -328,25 +328,154 @@ HostRows rows_from_bytes(const runtime::Shape& shape, runtime::DType dtype, cons
   return rows;
 }
 
+namespace {
+
+// Note [Reading request data]; Note [Request memory bounded by the model].
+struct DataLimits {
+  size_t max_values = 0;
+  std::optional<runtime::DType> data_as;  // the one datatype of every input, if any
+};
+
+DataLimits data_limits(const ModelSignature& signature, int64_t max_batch) {
+  DataLimits limits;
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    const RowSpec& spec = signature.inputs[i];
+    limits.max_values +=
+        static_cast<size_t>(max_batch) * static_cast<size_t>(runtime::shape_numel(spec.row_shape));
+    if (i == 0) limits.data_as = spec.dtype;
+    if (limits.data_as != spec.dtype || spec.dtype == runtime::DType::kBool) limits.data_as.reset();
+  }
+  return limits;
+}
+
+// An input's data values, as many as `shape` holds, into `host`.
+void take_data(InputData& values, const runtime::Shape& shape, const RowSpec& spec,
+               const InputField& where, HostRows& host) {
+  const int64_t count = runtime::shape_numel(shape);
+  GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(values.count) == count, where,
+                 ".data: ", values.count, " values for shape ", shape_text(shape), ", which holds ",
+                 count);
+  const size_t element_size = runtime::dtype_size(spec.dtype);
+  host.shape = shape;
+  host.dtype = spec.dtype;
+  if (values.as_rows) {  // Note [Request memory bounded by the model]: the rows as read
+    GROVE_CHECK(values.row_bytes.size() == static_cast<size_t>(count) * element_size, where,
+                ".data: ", values.row_bytes.size(), " bytes read for ", count, " values of ",
+                kserve_datatype(spec.dtype), " (an error in grove's request reader)");
+    host.bytes = std::move(values.row_bytes);
+    return;
+  }
+  host.bytes.resize(static_cast<size_t>(count) * element_size);
+  store_values(values, spec.dtype, host.bytes.data(), where);
+}
+
+// Note [Requests in the common layout]: the request from the body's fields,
+// with every check parse_infer_request_from_document() makes (ProtocolError
+// where one fails, for that function to name).
+InferRequest infer_request_of(CommonRequest& common, const std::string& body,
+                              const ModelSignature& signature, int64_t max_batch,
+                              std::optional<size_t> json_length) {
+  InferRequest result;
+  if (common.id) result.id = std::move(*common.id);
+  InputChecks checks(signature, max_batch);
+  checks.count(common.inputs.size());
+  Request request;
+  request.inputs.resize(signature.inputs.size());
+  size_t binary_at = json_length ? *json_length : body.size();
+  for (size_t i = 0; i < common.inputs.size(); ++i) {
+    CommonTensor& tensor = common.inputs[i];
+    const InputField field{i};
+    GROVE_CHECK_AS(ProtocolError, tensor.name && tensor.datatype && tensor.shape, field,
+                   ": a field is missing");
+    const size_t k = checks.input(field, *tensor.name);
+    const RowSpec& spec = signature.inputs[k];
+    const InputField where = checks.where(field, k);
+    checks.datatype(where, k, *tensor.datatype);
+    checks.shape(where, k, *tensor.shape);
+    if (tensor.binary_data_size) {
+      const uint64_t expected = static_cast<uint64_t>(runtime::shape_numel(*tensor.shape)) *
+                                runtime::dtype_size(spec.dtype);
+      GROVE_CHECK_AS(ProtocolError,
+                     json_length && !tensor.has_data && *tensor.binary_data_size == expected &&
+                         expected <= body.size() - binary_at,
+                     where, ".parameters.binary_data_size: refused");
+      request.inputs[k] =
+          rows_from_bytes(*tensor.shape, spec.dtype,
+                          reinterpret_cast<const uint8_t*>(body.data()) + binary_at, expected);
+      binary_at += expected;
+      continue;
+    }
+    GROVE_CHECK_AS(ProtocolError, tensor.has_data, where, ".data: missing");
+    take_data(tensor.data, *tensor.shape, spec, where, request.inputs[k]);
+  }
+  result.request = checks.checked(std::move(request));
+  GROVE_CHECK_AS(ProtocolError, binary_at == body.size(), "bytes after the JSON");
+  const bool all_binary = common.binary_data_output.value_or(false);
+  if (common.outputs) {
+    for (size_t i = 0; i < common.outputs->size(); ++i) {
+      const CommonOutput& wanted = (*common.outputs)[i];
+      result.outputs.push_back(
+          requested_output(str_cat("outputs[", i, "]"), wanted.name, signature));
+      result.binary.push_back(wanted.binary_data.value_or(all_binary));
+    }
+  } else {
+    for (size_t o = 0; o < signature.outputs.size(); ++o) {
+      result.outputs.push_back(o);
+      result.binary.push_back(all_binary);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
 InferRequest parse_infer_request(const std::string& body, const ModelSignature& signature,
                                  int64_t max_batch, std::optional<size_t> json_length) {
   GROVE_CHECK_AS(ProtocolError, !json_length || *json_length <= body.size(),
                  "Inference-Header-Content-Length ", json_length.value_or(0),
                  " is beyond the body's ", body.size(), " bytes");
   const size_t text_end = json_length ? *json_length : body.size();
-  size_t binary_at = text_end;  // the next binary tensor's first byte
-  // Note [Reading request data]; Note [Request memory bounded by the model].
-  size_t max_values = 0;
-  std::optional<runtime::DType> data_as;  // the one datatype of every input, if any
-  for (size_t i = 0; i < signature.inputs.size(); ++i) {
-    const RowSpec& spec = signature.inputs[i];
-    max_values +=
-        static_cast<size_t>(max_batch) * static_cast<size_t>(runtime::shape_numel(spec.row_shape));
-    if (i == 0) data_as = spec.dtype;
-    if (data_as != spec.dtype || spec.dtype == runtime::DType::kBool) data_as.reset();
+  const DataLimits limits = data_limits(signature, max_batch);
+  std::variant<CommonRequest, RequestDocument> read =
+      read_request(std::string_view(body.data(), text_end), limits.max_values, limits.data_as);
+  if (CommonRequest* common = std::get_if<CommonRequest>(&read)) {
+    try {
+      return infer_request_of(*common, body, signature, max_batch, json_length);
+    } catch (const ProtocolError&) {
+      // The tree names the refusal (Note [Requests in the common layout]).
+      read = read_request_document(std::string_view(body.data(), text_end), limits.max_values,
+                                   limits.data_as);
+    }
   }
-  RequestDocument read =
-      read_request_document(std::string_view(body.data(), text_end), max_values, data_as);
+  return parse_infer_request_from_document(std::get<RequestDocument>(read), body, signature,
+                                           max_batch, json_length);
+}
+
+std::optional<InferRequest> parse_common_infer_request(const std::string& body,
+                                                       const ModelSignature& signature,
+                                                       int64_t max_batch,
+                                                       std::optional<size_t> json_length) {
+  if (json_length && *json_length > body.size()) return std::nullopt;
+  const DataLimits limits = data_limits(signature, max_batch);
+  std::optional<CommonRequest> common =
+      read_common_request(std::string_view(body.data(), json_length.value_or(body.size())),
+                          limits.max_values, limits.data_as);
+  if (!common) return std::nullopt;
+  try {
+    return infer_request_of(*common, body, signature, max_batch, json_length);
+  } catch (const ProtocolError&) {
+    return std::nullopt;
+  }
+}
+
+InferRequest parse_infer_request_from_document(RequestDocument& read, const std::string& body,
+                                               const ModelSignature& signature, int64_t max_batch,
+                                               std::optional<size_t> json_length) {
+  GROVE_CHECK_AS(ProtocolError, !json_length || *json_length <= body.size(),
+                 "Inference-Header-Content-Length ", json_length.value_or(0),
+                 " is beyond the body's ", body.size(), " bytes");
+  const size_t text_end = json_length ? *json_length : body.size();
+  size_t binary_at = text_end;  // the next binary tensor's first byte
   const json& document = read.json;
   GROVE_CHECK_AS(ProtocolError, document.is_object(),
                  "request body must be a JSON object with "
@@ -423,22 +552,7 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
       flatten(*data, flattened);
       values = &flattened;
     }
-    const int64_t count = elements;
-    GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(values->count) == count, where,
-                   ".data: ", values->count, " values for shape ", shape_text(shape),
-                   ", which holds ", count);
-    HostRows& host = request.inputs[k];
-    host.shape = shape;
-    host.dtype = spec.dtype;
-    if (values->as_rows) {  // Note [Request memory bounded by the model]: the rows as read
-      GROVE_CHECK(values->row_bytes.size() == static_cast<size_t>(count) * element_size, where,
-                  ".data: ", values->row_bytes.size(), " bytes read for ", count, " values of ",
-                  kserve_datatype(spec.dtype), " (an error in grove's request reader)");
-      host.bytes = std::move(values->row_bytes);
-      continue;
-    }
-    host.bytes.resize(static_cast<size_t>(count) * element_size);
-    store_values(*values, spec.dtype, host.bytes.data(), where);
+    take_data(*values, shape, spec, where, request.inputs[k]);
   }
 
   result.request = checks.checked(std::move(request));

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "serving/kserve_request_reader.h"
 #include "serving/model_signature.h"
 #include "serving/request.h"
 
@@ -117,6 +118,17 @@ HostRows rows_from_bytes(const runtime::Shape& shape, runtime::DType dtype, cons
 InferRequest parse_infer_request(const std::string& body, const ModelSignature& signature,
                                  int64_t max_batch,
                                  std::optional<size_t> json_length = std::nullopt);
+
+// Each way parse_infer_request() reads a body (tests compare them): from the
+// body's fields in the common layout, nullopt for a body in another layout or
+// one a check refuses (Note [Requests in the common layout]); and from its
+// document as serving/kserve_request_reader.h reads it.
+std::optional<InferRequest> parse_common_infer_request(
+    const std::string& body, const ModelSignature& signature, int64_t max_batch,
+    std::optional<size_t> json_length = std::nullopt);
+InferRequest parse_infer_request_from_document(RequestDocument& document, const std::string& body,
+                                               const ModelSignature& signature, int64_t max_batch,
+                                               std::optional<size_t> json_length = std::nullopt);
 
 // The response body for `response` to `request`: its JSON, then the bytes of
 // the outputs asked for as binary. `json_length`, when given, is set to the

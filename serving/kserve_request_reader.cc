@@ -239,14 +239,25 @@ class DataArrayScan {
   std::optional<std::vector<Span>> run() {
     skip_space();
     if (!object([&](std::string_view key) {
-          if (key != "inputs") return skip_value(1);
-          if (seen_inputs_ || peek() != '[') return false;
-          seen_inputs_ = true;
-          return inputs();
+          if (key == "inputs") {
+            if (seen_inputs_ || peek() != '[') return false;
+            seen_inputs_ = true;
+            return inputs();
+          }
+          return common_field(1, [&] { return root_field(key); });
         })) {
       return std::nullopt;
     }
+    skip_space();
+    complete_ = complete_ && seen_inputs_ && at_ == text_.size();
     return std::move(spans_);
+  }
+
+  // Note [Requests in the common layout]: what run() read of such a body,
+  // data left in the spans; nullopt for any other body.
+  std::optional<CommonRequest> common() {
+    if (!complete_) return std::nullopt;
+    return std::move(common_);
   }
 
  private:
@@ -303,21 +314,159 @@ class DataArrayScan {
     for (size_t index = 0;; ++index) {
       if (peek() == '{') {
         bool seen_data = false;
+        CommonTensor& tensor = common_.inputs.emplace_back();
         if (!object([&](std::string_view key) {
-              if (key != "data" || peek() != '[') return skip_value(3);
+              if (key != "data" || peek() != '[') {
+                return common_field(3, [&] { return tensor_field(key, tensor); });
+              }
               if (seen_data) return false;
               seen_data = true;
+              tensor.has_data = true;
               return data(index);
             })) {
           return false;
         }
-      } else if (!skip_value(2)) {
-        return false;
+      } else {
+        complete_ = false;
+        common_.inputs.emplace_back();
+        if (!skip_value(2)) return false;
       }
       skip_space();
       if (consume(']')) return true;
       if (!expect(',')) return false;
     }
+  }
+
+  // Note [Requests in the common layout]: `read` takes the value of a field
+  // the common layout knows; anything else (or a value it refuses) leaves the
+  // body to the tree, and the value is skipped from where it began.
+  template <typename Read>
+  bool common_field(int depth, Read read) {
+    const size_t begin = at_;
+    if (complete_ && read()) return true;
+    complete_ = false;
+    at_ = begin;
+    return skip_value(depth);
+  }
+
+  // A string of printable ASCII without escapes (all the common layout takes).
+  bool plain_string(std::string* out) {
+    if (peek() != '"') return false;
+    const size_t begin = ++at_;
+    while (at_ < text_.size() && text_[at_] != '"') {
+      const char c = text_[at_];
+      if (c < 0x20 || c > 0x7E || c == '\\') return false;
+      ++at_;
+    }
+    if (at_ >= text_.size()) return false;
+    out->assign(text_.data() + begin, at_ - begin);
+    ++at_;
+    return true;
+  }
+
+  // A JSON integer token without sign, fraction or exponent, within uint64.
+  bool plain_unsigned(uint64_t* value) {
+    const size_t begin = at_;
+    while (at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9') ++at_;
+    if (at_ == begin || (text_[begin] == '0' && at_ - begin > 1)) return false;
+    if (at_ < text_.size() && std::string_view(".eE").find(text_[at_]) != std::string_view::npos) {
+      return false;
+    }
+    return std::from_chars(text_.data() + begin, text_.data() + at_, *value).ec == std::errc();
+  }
+
+  bool literal_bool(bool* value) {
+    if (text_.substr(at_, 4) == "true") {
+      at_ += 4;
+      *value = true;
+    } else if (text_.substr(at_, 5) == "false") {
+      at_ += 5;
+      *value = false;
+    } else {
+      return false;
+    }
+    return at_ == text_.size() ||
+           std::string_view(",]} \n\r\t").find(text_[at_]) != std::string_view::npos;
+  }
+
+  // {} or {"<name>": true|false}.
+  bool flag_object(std::string_view name, std::optional<bool>* flag) {
+    bool seen = false;
+    return object([&](std::string_view key) {
+      bool value = false;
+      if (key != name || seen || !literal_bool(&value)) return false;
+      seen = true;
+      *flag = value;
+      return true;
+    });
+  }
+
+  // The root's "id", "parameters" and "outputs" (at_ on the value).
+  bool root_field(std::string_view key) {
+    if (key == "id" && !common_.id) return plain_string(&common_.id.emplace());
+    if (key == "parameters" && !seen_root_parameters_) {
+      seen_root_parameters_ = true;
+      return flag_object("binary_data_output", &common_.binary_data_output);
+    }
+    if (key == "outputs" && !common_.outputs) {
+      std::vector<CommonOutput>& outputs = common_.outputs.emplace();
+      if (!expect('[')) return false;
+      if (consume(']')) return true;
+      while (true) {
+        // As many as a request may name without passing kMaxRequestNodes.
+        if (outputs.size() >= 1024 || peek() != '{') return false;
+        CommonOutput& output = outputs.emplace_back();
+        bool seen_name = false, seen_parameters = false;
+        if (!object([&](std::string_view field) {
+              if (field == "name" && !seen_name) return seen_name = plain_string(&output.name);
+              if (field == "parameters" && !seen_parameters) {
+                seen_parameters = true;
+                return flag_object("binary_data", &output.binary_data);
+              }
+              return false;
+            }) ||
+            !seen_name) {
+          return false;
+        }
+        skip_space();
+        if (consume(']')) return true;
+        if (!expect(',')) return false;
+      }
+    }
+    return false;
+  }
+
+  // A tensor's "name", "datatype", "shape" and "parameters" (at_ on the value).
+  bool tensor_field(std::string_view key, CommonTensor& tensor) {
+    if (key == "name" && !tensor.name) return plain_string(&tensor.name.emplace());
+    if (key == "datatype" && !tensor.datatype) return plain_string(&tensor.datatype.emplace());
+    if (key == "shape" && !tensor.shape) {
+      runtime::Shape& shape = tensor.shape.emplace();
+      if (!expect('[')) return false;
+      if (consume(']')) return true;
+      while (true) {
+        uint64_t size = 0;
+        if (shape.size() >= 16 || !plain_unsigned(&size) || size > (uint64_t{1} << 30)) {
+          return false;
+        }
+        shape.push_back(static_cast<int64_t>(size));
+        skip_space();
+        if (consume(']')) return true;
+        if (!expect(',')) return false;
+      }
+    }
+    if (key == "parameters" && !tensor.binary_data_size) {
+      bool seen = false;
+      return object([&](std::string_view field) {
+               uint64_t size = 0;
+               if (field != "binary_data_size" || seen || !plain_unsigned(&size)) return false;
+               seen = true;
+               tensor.binary_data_size = size;
+               return true;
+             }) &&
+             seen;
+    }
+    return false;
   }
 
   // Any value, unchecked (the reference reader checks it in the rest of the
@@ -480,14 +629,19 @@ class DataArrayScan {
   size_t at_ = 0;
   bool seen_inputs_ = false;
   std::vector<Span> spans_;
+  // Note [Requests in the common layout].
+  bool complete_ = true;  // every field so far is one the common layout takes
+  bool seen_root_parameters_ = false;
+  CommonRequest common_;
 };
 
 }  // namespace
 
-std::optional<RequestDocument> read_request_document_fast(std::string_view text, size_t max_values,
-                                                          std::optional<runtime::DType> data_as) {
-  std::optional<std::vector<DataArrayScan::Span>> spans =
-      DataArrayScan(text, max_values, data_as).run();
+namespace {
+
+// The fast reader's document from its scan's spans (Note [Reading request data]).
+std::optional<RequestDocument> document_from_spans(
+    std::string_view text, std::optional<std::vector<DataArrayScan::Span>> spans) {
   if (!spans) return std::nullopt;
   std::string rest;
   rest.reserve(text.size());
@@ -512,6 +666,43 @@ std::optional<RequestDocument> read_request_document_fast(std::string_view text,
     document.data[span.input] = std::move(span.data);
   }
   return document;
+}
+
+}  // namespace
+
+std::optional<RequestDocument> read_request_document_fast(std::string_view text, size_t max_values,
+                                                          std::optional<runtime::DType> data_as) {
+  return document_from_spans(text, DataArrayScan(text, max_values, data_as).run());
+}
+
+std::variant<CommonRequest, RequestDocument> read_request(std::string_view text, size_t max_values,
+                                                          std::optional<runtime::DType> data_as) {
+  DataArrayScan scan(text, max_values, data_as);
+  std::optional<std::vector<DataArrayScan::Span>> spans = scan.run();
+  if (spans) {
+    if (std::optional<CommonRequest> common = scan.common()) {
+      for (DataArrayScan::Span& span : *spans) {
+        common->inputs.at(span.input).data = std::move(span.data);
+      }
+      return std::move(*common);
+    }
+  }
+  if (std::optional<RequestDocument> document = document_from_spans(text, std::move(spans))) {
+    return std::move(*document);
+  }
+  return read_request_document_reference(text, max_values);
+}
+
+std::optional<CommonRequest> read_common_request(std::string_view text, size_t max_values,
+                                                 std::optional<runtime::DType> data_as) {
+  DataArrayScan scan(text, max_values, data_as);
+  std::optional<std::vector<DataArrayScan::Span>> spans = scan.run();
+  if (!spans) return std::nullopt;
+  std::optional<CommonRequest> common = scan.common();
+  if (!common) return std::nullopt;
+  for (DataArrayScan::Span& span : *spans)
+    common->inputs.at(span.input).data = std::move(span.data);
+  return common;
 }
 
 json InputData::value_json(const DataValue& value) const {
