@@ -156,19 +156,6 @@ void flatten(const json& tree, InputData& data) {
   data.read = true;
 }
 
-template <typename T>
-void append_number(std::string& out, T value) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(value)) {  // JSON has no NaN or infinity
-      out += "null";
-      return;
-    }
-  }
-  char text[40];
-  auto [end, error] = std::to_chars(text, text + sizeof(text), value);
-  out.append(text, end);
-}
-
 // Note [Response numbers]
 // Answers are written by hand, not through nlohmann::json: each float in the
 // fewest digits that read back as the same float (std::to_chars), which keeps
@@ -177,48 +164,66 @@ void append_number(std::string& out, T value) {
 // which JSON cannot hold, is written as null. Test:
 // KserveProtocol.ResponseFloatsReadBackBitExactAndNonFiniteAreNull.
 //
+// `count` numbers as a JSON array, each load(i) written by std::to_chars
+// straight into `out` (a non-finite float as null).
+template <typename Load>
+void append_numbers(std::string& out, size_t count, Load load) {
+  constexpr size_t kWidest = 32;  // "-1.7976931348623157e+308" and a comma
+  size_t at = out.size();
+  out.resize(at + count * kWidest + 2);
+  char* p = out.data() + at;
+  char* const end = out.data() + out.size();
+  *p++ = '[';
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) *p++ = ',';
+    const auto value = load(i);
+    if constexpr (std::is_floating_point_v<decltype(value)>) {
+      if (!std::isfinite(value)) {  // JSON has no NaN or infinity
+        std::memcpy(p, "null", 4);
+        p += 4;
+        continue;
+      }
+    }
+    p = std::to_chars(p, end, value).ptr;
+  }
+  *p++ = ']';
+  out.resize(static_cast<size_t>(p - out.data()));
+}
+
 // The elements of `rows` as a flat JSON array.
 void append_data(std::string& out, const HostRows& rows) {
   const size_t element = runtime::dtype_size(rows.dtype);
-  out.reserve(out.size() + rows.bytes.size() / element * 12 + 2);
-  out += '[';
-  for (size_t at = 0; at < rows.bytes.size(); at += element) {
-    if (at > 0) out += ',';
-    const uint8_t* data = rows.bytes.data() + at;
-    switch (rows.dtype) {
-      case runtime::DType::kBool:
-        out += *data ? "true" : "false";
-        break;
-      case runtime::DType::kI32: {
-        int32_t v;
-        std::memcpy(&v, data, 4);
-        append_number(out, v);
-        break;
+  const size_t count = rows.bytes.size() / element;
+  const uint8_t* data = rows.bytes.data();
+  auto as = [data](auto zero) {
+    return [data, zero](size_t i) {
+      decltype(zero) value;
+      std::memcpy(&value, data + i * sizeof(value), sizeof(value));
+      return value;
+    };
+  };
+  switch (rows.dtype) {
+    case runtime::DType::kBool:
+      out += '[';
+      for (size_t i = 0; i < count; ++i) {
+        if (i > 0) out += ',';
+        out += data[i] ? "true" : "false";
       }
-      case runtime::DType::kI64: {
-        int64_t v;
-        std::memcpy(&v, data, 8);
-        append_number(out, v);
-        break;
-      }
-      case runtime::DType::kF64: {
-        double v;
-        std::memcpy(&v, data, 8);
-        append_number(out, v);
-        break;
-      }
-      case runtime::DType::kF32: {
-        float v;
-        std::memcpy(&v, data, 4);
-        append_number(out, v);
-        break;
-      }
-      default:  // f16, bf16: every value is a float exactly
-        append_number(out, static_cast<float>(runtime::load_element(data, rows.dtype)));
-        break;
-    }
+      out += ']';
+      return;
+    case runtime::DType::kI32:
+      return append_numbers(out, count, as(int32_t{0}));
+    case runtime::DType::kI64:
+      return append_numbers(out, count, as(int64_t{0}));
+    case runtime::DType::kF64:
+      return append_numbers(out, count, as(0.0));
+    case runtime::DType::kF32:
+      return append_numbers(out, count, as(0.0f));
+    default:  // f16, bf16: every value is a float exactly
+      return append_numbers(out, count, [&](size_t i) {
+        return static_cast<float>(runtime::load_element(data + i * element, rows.dtype));
+      });
   }
-  out += ']';
 }
 
 }  // namespace
