@@ -156,6 +156,20 @@ void flatten(const json& tree, InputData& data) {
   data.read = true;
 }
 
+// `text` as a JSON string: as it is between quotes when it needs no escape
+// (printable ASCII without quote or backslash), else as json_text() writes it.
+void append_json_string(std::string& out, const std::string& text) {
+  for (const char c : text) {
+    if (c < 0x20 || c > 0x7E || c == '"' || c == '\\') {
+      out += json_text(json(text));
+      return;
+    }
+  }
+  out += '"';
+  out += text;
+  out += '"';
+}
+
 // Note [Response numbers]
 // Answers are written by hand, not through nlohmann::json: each float in the
 // fewest digits that read back as the same float (std::to_chars), which keeps
@@ -608,16 +622,27 @@ std::string infer_response_json(const std::string& model_name, const InferReques
                                 const ModelSignature& signature, const Response& response,
                                 size_t* json_length) {
   // Note [Response numbers].
-  std::string out = "{\"model_name\":" + json_text(json(model_name));
-  if (!request.id.empty()) out += ",\"id\":" + json_text(json(request.id));
+  std::string out = "{\"model_name\":";
+  append_json_string(out, model_name);
+  if (!request.id.empty()) {
+    out += ",\"id\":";
+    append_json_string(out, request.id);
+  }
   out += ",\"outputs\":[";
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     const size_t o = request.outputs[i];
     const HostRows& rows = response.outputs.at(o);
     if (i > 0) out += ',';
-    out += "{\"name\":" + json_text(json(signature.outputs[o].name)) + ",\"datatype\":\"" +
-           kserve_datatype(rows.dtype) + "\",\"shape\":" +
-           json_text(json(std::vector<int64_t>(rows.shape.begin(), rows.shape.end())));
+    out += "{\"name\":";
+    append_json_string(out, signature.outputs[o].name);
+    out += ",\"datatype\":\"";
+    out += kserve_datatype(rows.dtype);
+    out += "\",\"shape\":[";
+    for (size_t d = 0; d < rows.shape.size(); ++d) {
+      if (d > 0) out += ',';
+      out += std::to_string(rows.shape[d]);
+    }
+    out += ']';
     if (i < request.binary.size() && request.binary[i]) {
       out += ",\"parameters\":{\"binary_data_size\":" + std::to_string(rows.bytes.size()) + "}}";
       continue;
