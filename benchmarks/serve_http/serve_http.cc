@@ -94,7 +94,7 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--clients", "N", "client threads (default 64)"});
   flags.push_back({"--connections", "K",
                    "keep-alive connections per client, each with at most one request in "
-                   "flight (default 1; gRPC: K threads and channels per client)"});
+                   "flight (default 1; gRPC: K calls in flight on the client's channel)"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: the cores)"});
   flags.push_back({"--idle-connections", "N",
@@ -187,14 +187,16 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   // Connected before the window opens, one at a time: a burst of connects
   // overflows the listen backlog (cpp-httplib's is 5), and a dropped SYN is
   // retried after a second, which the first requests' latency would carry.
-  // gRPC: --connections threads and channels per client (Note [Requests in flight per client]).
-  const int64_t grpc_clients = options.clients * options.connections;
+  // gRPC: --connections calls in flight per client on its channel (Note [gRPC clients on one
+  // thread]).
+  const int64_t grpc_clients = options.clients;
   std::vector<std::vector<std::unique_ptr<HttpLoadConnection>>> connections;
   std::vector<std::unique_ptr<GrpcClientProcess>> processes;
   if (encoding == "grpc") {
     for (int64_t first = 0; first < grpc_clients; first += kGrpcClientsPerProcess) {
       processes.push_back(std::make_unique<GrpcClientProcess>(
-          port, grpc_messages, std::min(kGrpcClientsPerProcess, grpc_clients - first)));
+          port, grpc_messages, std::min(kGrpcClientsPerProcess, grpc_clients - first),
+          options.connections));
     }
   } else {
     connections.resize(static_cast<size_t>(options.clients));
