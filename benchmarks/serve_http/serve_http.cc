@@ -41,7 +41,6 @@
 //              [--max-batches 16,64] [--encodings json,binary] [--clients 64] [--connections 1]
 //              [--duration-ms 1500] [--json FILE] [--http-threads N]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
-#include <dirent.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -51,7 +50,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,6 +64,7 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/load_options.h"
 #include "benchmarks/common/table.h"
+#include "benchmarks/common/thread_cpu.h"
 #include "benchmarks/serve_http/connection_flood.h"
 #include "benchmarks/serve_http/grpc_client_process.h"
 #include "benchmarks/serve_http/grpc_load_client.h"
@@ -141,7 +140,7 @@ struct RunResult {
 
 // Note [CPU per request]
 // Where the CPU goes per answered request, from each thread's time on a CPU
-// (/proc/self/task/*/schedstat) over a run: the batching worker's
+// (benchmarks/common/thread_cpu.h) over a run: the batching worker's
 // (grove-worker), the front's (every other thread of this process that
 // lives through the run: the HTTP loops, grove-http, or gRPC's own threads;
 // the waiting main thread costs nothing), and the client threads' own
@@ -149,25 +148,6 @@ struct RunResult {
 // processes for gRPC, where gRPC's client threads are not counted). The
 // kernel's work for a socket write is charged to the writer, waking the
 // reader included.
-
-// CPU nanoseconds so far of each thread of this process, by thread id, with its name.
-std::map<int, std::pair<std::string, uint64_t>> thread_cpu_ns() {
-  std::map<int, std::pair<std::string, uint64_t>> threads;
-  DIR* tasks = ::opendir("/proc/self/task");
-  if (tasks == nullptr) return threads;
-  while (const dirent* entry = ::readdir(tasks)) {
-    if (entry->d_name[0] == '.') continue;
-    const std::string task = str_cat("/proc/self/task/", entry->d_name);
-    std::ifstream comm(task + "/comm"), schedstat(task + "/schedstat");
-    std::string name;
-    uint64_t ns = 0;
-    if (std::getline(comm, name) && (schedstat >> ns)) {
-      threads[std::atoi(entry->d_name)] = {name, ns};
-    }
-  }
-  ::closedir(tasks);
-  return threads;
-}
 
 // gRPC clients per child process (Note [gRPC clients apart from the server]).
 constexpr int64_t kGrpcClientsPerProcess = 8;
@@ -182,7 +162,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   result.encoding = encoding;
   result.offered_rate = rate;
   const serving::ServerStats before = server.stats();
-  const std::map<int, std::pair<std::string, uint64_t>> cpu_before = thread_cpu_ns();
+  const ThreadCpu cpu_before = thread_cpu_ns();
   const double window_s = static_cast<double>(options.duration_ms) * 1e-3;
   // Connected before the window opens, one at a time: a burst of connects
   // overflows the listen backlog (cpp-httplib's is 5), and a dropped SYN is
