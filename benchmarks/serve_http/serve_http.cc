@@ -96,6 +96,9 @@ std::vector<FlagSpec> flag_table() {
                    "flight (default 1; gRPC: K calls in flight on the client's channel)"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: the cores)"});
+  flags.push_back({"--answer-relay", "",
+                   "answers reach the HTTP loops through a thread of their own (Note [Answers "
+                   "handed on by a relay])"});
   flags.push_back({"--idle-connections", "N",
                    "also measure each run with N connections held open that never send "
                    "(default 0)"});
@@ -113,6 +116,7 @@ struct Options : LoadOptions {
   int64_t clients = 64;
   int64_t connections = 1;  // per client (Note [Requests in flight per client])
   int64_t http_threads = 0;
+  bool answer_relay = false;
   int64_t idle_connections = 0;
   int64_t slowloris_connections = 0;
   int64_t trickle_ms = 1000;
@@ -283,6 +287,7 @@ Options parse_options(const FlagValues& flags) {
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
   options.connections = flags.integer("--connections", options.connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
+  options.answer_relay = flags.has("--answer-relay");
   options.idle_connections = flags.integer("--idle-connections", 0, 0, 1 << 20);
   options.slowloris_connections = flags.integer("--slowloris-connections", 0, 0, 1 << 20);
   options.trickle_ms = flags.integer("--trickle-ms", options.trickle_ms, 1, 600000);
@@ -412,6 +417,7 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["clients"] = options.clients;
   report["connections_per_client"] = options.connections;
   report["http_threads"] = options.http_threads;  // 0: the cores
+  report["answer_relay"] = options.answer_relay;
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
   report["arrivals"] = "open loop, Poisson per client, one keep-alive connection each";
@@ -487,14 +493,15 @@ int run(int argc, char** argv) {
   }
   std::printf(
       "serve_http on %s (%s): %s, 1 row per request, %lld clients x %lld connections, %s HTTP "
-      "threads, %lld ms per run, %s\n",
+      "threads%s, %lld ms per run, %s\n",
       options.device.str().c_str(),
       runtime::device_context(options.device).backend().name().c_str(), options.model.c_str(),
       static_cast<long long>(options.clients), static_cast<long long>(options.connections),
       std::to_string(options.http_threads > 0 ? options.http_threads
                                               : std::max(2u, std::thread::hardware_concurrency()))
           .c_str(),
-      static_cast<long long>(options.duration_ms), encodings.c_str());
+      options.answer_relay ? " (answer relay)" : "", static_cast<long long>(options.duration_ms),
+      encodings.c_str());
   std::fflush(stdout);
   serving::ProgramFactory model =
       serving::model_file_factory(options.models_dir + "/" + options.model + ".json");
@@ -515,7 +522,8 @@ int run(int argc, char** argv) {
       // The front's threads default to the cores: connections need none of their own.
       serving::HttpServer http(server, {.model_name = options.model,
                                         .port = 0,
-                                        .threads = static_cast<int>(options.http_threads)});
+                                        .threads = static_cast<int>(options.http_threads),
+                                        .answer_relay = options.answer_relay});
       std::thread listener([&] {
         pthread_setname_np(pthread_self(), "grove-http");  // it runs one of the loops
         http.serve();
