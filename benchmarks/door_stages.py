@@ -13,7 +13,8 @@ Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
 "grove_optim" (backend="grove", grove.torch.optim.AdamW), and
 "torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
 split of PyTorch's own. --profile writes a cProfile listing (top functions
-by own time) per model and variant into DIR. Models: mlp16x512 b32 and
+by own time) and torch.profiler's table of device time per model and
+variant into DIR. Models: mlp16x512 b32 and
 gpt4x256 b8 T32 (benchmarks/torch_backend.py's). Skips (exit 0) without
 CUDA or torch._dynamo.
 """
@@ -117,9 +118,26 @@ def measure(step, clock, steps, profile_path=None):
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(45)
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+        text.write(device_profile(step, untimed))
         with open(profile_path, "w") as out:
             out.write(text.getvalue())
     return row
+
+
+def device_profile(step, untimed, steps=10):
+    """torch.profiler's table of 10 steps, by device time: the kernels a
+    step runs (a CUDA graph's kernels too, where CUPTI reports them)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+            for _ in range(steps):
+                step(untimed)
+            torch.cuda.synchronize()
+        return "\n== torch.profiler, %d steps, by device time\n%s" % (
+            steps, profiler.key_averages().table(sort_by="cuda_time_total", row_limit=40))
+    except Exception as error:  # the profiler is a diagnostic: its failure is reported
+        return "\n== torch.profiler failed: %s: %s\n" % (type(error).__name__, error)
 
 
 def gradients_handed(step, untimed):
