@@ -10,6 +10,7 @@ wall time the step is host-bound and these are the numbers to cut.
         [--variants grove,grove_optim,torch_reduce_overhead] [--profile DIR]
 
 Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
+"grove_aot" (the same under AOTAutograd's runtime, GROVE_DOOR_FUNCTION=0),
 "grove_optim" (backend="grove", grove.torch.optim.AdamW), and
 "torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
 split of PyTorch's own. --profile writes a cProfile listing (top functions
@@ -63,6 +64,16 @@ def step_of(module, inputs, loss_of, variant):
         timed("optimizer", optimizer.step)
         return loss
 
+    if variant == "grove_aot":  # compiled now, under AOTAutograd's runtime
+        previous = os.environ.get("GROVE_DOOR_FUNCTION")
+        os.environ["GROVE_DOOR_FUNCTION"] = "0"
+        try:
+            step(lambda name, function, *args: function(*args))
+        finally:
+            if previous is None:
+                del os.environ["GROVE_DOOR_FUNCTION"]
+            else:
+                os.environ["GROVE_DOOR_FUNCTION"] = previous
     return step
 
 
