@@ -67,8 +67,9 @@ def joint_partition(gm, example_inputs, compiler):
     placeholders = [node for node in joint.graph.nodes if node.op == "placeholder"]
     tangents = sum(1 for node in placeholders if "tangents" in node.target)
     primals = len(placeholders) - tangents
-    outputs = [node for node in joint.graph.nodes if node.op == "output"][0].args[0]
-    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    # The partitioner reads the joint's outputs as pytree leaves, so do we.
+    outputs = torch.utils._pytree.tree_flatten(
+        [node for node in joint.graph.nodes if node.op == "output"][0].args)[0]
     required = sum(1 for value in example_inputs
                    if isinstance(value, torch.Tensor) and value.requires_grad)
     user_outputs = len(outputs) - required
