@@ -23,7 +23,9 @@ import torch
 # its joint graph with StepCompiler.partition (the default partition, as
 # the AOTAutograd path uses) and runs the two graphs inside one
 # autograd.Function. The saved values (a token for those kept in grove, Note
-# [Saved values kept in grove], handoff.py) ride on the Function's context;
+# [Saved values kept in grove], handoff.py) are the context's saved tensors,
+# released after the backward as AOTAutograd's are (a loss still held at the
+# next step's forward holds no activation);
 # the backward graph returns a gradient (or None) for every input, in input
 # order, so gradients land in .grad as on the AOTAutograd path (Note
 # [Gradients handed out of the pool], gradients.py). A graph this cannot take
@@ -98,13 +100,14 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
         @staticmethod
         def forward(ctx, *args):
             results = run_forward(list(args))
-            ctx.saved = results[user_outputs:]
+            # Saved as autograd saves tensors: released after the backward
+            # (the kept set dies with its token), kept for retain_graph=True.
+            ctx.save_for_backward(*results[user_outputs:])
             return tuple(results[:user_outputs])
 
         @staticmethod
         def backward(ctx, *gradients):
-            saved = ctx.saved
-            del ctx.saved  # the saved values (a kept set's token) go with the backward
+            saved = list(ctx.saved_tensors)
             if saved_order is not None:
                 saved = [saved[index] for index in saved_order]
             tangents = [gradient if gradient.is_contiguous() else gradient.contiguous()

@@ -127,6 +127,55 @@ class DoorFunctionTest(unittest.TestCase):
             for ours, theirs in zip(params, aot_model.parameters()):
                 self.assertTrue(torch.equal(ours.grad, theirs.grad), "step %d" % step)
 
+    def door_call(self, module, example):
+        forward, backward = partition_of(module, example)
+        compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+        compiler.user_outputs = 1
+        params = list(module.parameters())
+        call = door_function.door_function(forward, backward, 1, [True] * len(params) + [False],
+                                           compiler, single=True)
+        return call, params, compiler
+
+    def test_outputs_held_across_steps_hold_no_activations(self):
+        # The saved values are the context's saved tensors, released after
+        # the backward: a step's output (and its graph) held through the next
+        # steps keeps no kept set alive, so the tree replays, never records
+        # again or warms up, and has no held activation to mark overwritten
+        # at the next replay (9 here when the context held them).
+        module = gpu_models.Mlp(width=8, depth=2)
+        call, params, compiler = self.door_call(module, torch.randn(3, 8))
+        held, counts = [], []
+        for step in range(6):
+            for p in params:
+                p.grad = None
+            out = call(*params, torch.randn(3, 8))
+            out.square().sum().backward()
+            held.append(out)
+            tree = compiler.forwards[0].models()[0].stats()["tree"]
+            counts.append((tree["recordings"], tree["warmups"], tree["replays"]))
+        self.assertEqual(counts[2][:2], counts[-1][:2], counts)
+        self.assertGreater(counts[-1][2], counts[2][2], counts)
+        self.assertEqual(tree["outputs_overwritten"], 0)
+
+    def test_a_retained_graph_runs_its_backward_twice(self):
+        module = gpu_models.Mlp(width=8, depth=2)
+        reference = copy.deepcopy(module)
+        call, params, _ = self.door_call(module, torch.randn(3, 8))
+        for step in range(3):
+            x = torch.randn(3, 8)
+            for p in params:
+                p.grad = None
+            reference.zero_grad(set_to_none=True)
+            out = call(*params, x)
+            out.sum().backward(retain_graph=True)
+            out.sum().backward()
+            want = reference(x)
+            want.sum().backward(retain_graph=True)
+            want.sum().backward()
+            for ours, theirs in zip(params, reference.parameters()):
+                torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL,
+                                           msg="step %d" % step)
+
     def test_a_graph_the_function_cannot_take_is_refused(self):
         # Outputs of the joint graph that are not all differentiable, and a
         # backward whose gradients do not fit its inputs: AOTAutograd's path.
