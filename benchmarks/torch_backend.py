@@ -15,8 +15,10 @@ capturable), backend="grove" with PyTorch's optimizer and with grove.torch.optim
 (grove/r-o: the latter over reduce-overhead, door/r-o: the former; the
 issue's goal is <= 0.5), backend="grove" with PyTorch's optimizer under
 AOTAutograd's runtime instead of grove's own autograd function (grove_aot,
-GROVE_DOOR_FUNCTION=0), and the whole step as grove graphs (grove.training.compile_step with AdamW, run as
-grove's update; step/r-o).
+GROVE_DOOR_FUNCTION=0), and the whole step as grove graphs
+(grove.training.compile_step with AdamW, run as grove's update; step/r-o;
+grove_step_sgd: with SGD momentum 0.9, the optimizer of grove's C++ trainer,
+benchmarks/train_step).
 
 Prints a table and writes JSON. Each variant warms up (20 calls), then is
 timed as `repeats` calls in blocks of 20, each block ended by a device
@@ -157,12 +159,15 @@ def train_variant(module, inputs, loss_of, variant):
 
     model = copy.deepcopy(module)
     capturable = variant == "cuda_graph"
-    if variant == "grove_step":
+    if variant in ("grove_step", "grove_step_sgd"):
         import grove.training
 
+        # grove_step_sgd: SGD with momentum 0.9, the optimizer of grove's C++
+        # trainer (benchmarks/train_step), for the goal whole step <= 1.2x it.
+        optimizer = (torch.optim.AdamW(model.parameters(), lr=1e-4) if variant == "grove_step"
+                     else torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9))
         whole = grove.training.compile_step(
-            model, lambda forward, *args: loss_of(forward(*args)),
-            torch.optim.AdamW(model.parameters(), lr=1e-4))
+            model, lambda forward, *args: loss_of(forward(*args)), optimizer)
         return lambda: whole(*inputs)
     if variant == "grove_aot":
         # backend="grove" under AOTAutograd's runtime (Note [The door's own
@@ -210,7 +215,7 @@ def train_variant(module, inputs, loss_of, variant):
 
 
 TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "cuda_graph", "grove_eager", "grove",
-                  "grove_aot", "grove_optim", "grove_step")
+                  "grove_aot", "grove_optim", "grove_step", "grove_step_sgd")
 
 
 def train_main(args):
