@@ -29,6 +29,7 @@ import pstats
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 
@@ -208,6 +209,7 @@ def main():
                         if args.profile else None)
                 row = measure(step, clock, args.steps, path)
             except Exception as error:  # one variant failing leaves the others' numbers
+                traceback.print_exc()
                 row = {"error": "%s: %s" % (type(error).__name__, error)}
             row.update(model=name, variant=variant)
             rows.append(row)

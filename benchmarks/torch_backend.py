@@ -32,6 +32,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 
@@ -234,6 +235,7 @@ def train_main(args):
                 if variant in ("grove", "grove_aot", "grove_optim", "grove_eager"):
                     row[variant]["tree_per_step"] = tree_per_step(step)
             except Exception as error:  # one variant failing leaves the others' numbers
+                traceback.print_exc()
                 row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
             # As it comes, so a run cut short still shows what it measured.
             print("%s %s: %s" % (name, variant, "%.1f us" % row[variant]["median_us"]
