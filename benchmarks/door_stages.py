@@ -24,6 +24,7 @@ import copy
 import cProfile
 import io
 import json
+import logging
 import os
 import pstats
 import statistics
@@ -196,6 +197,9 @@ def main():
     from torch_backend import training_cases
 
     torch.backends.cuda.matmul.allow_tf32 = False
+    # grove's log (INFO): which training graphs fall back to AOTAutograd's runtime, and why.
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("grove").setLevel(logging.INFO)
     clock = door_host_time.Clock()
     door_host_time.instrument(clock)
     if args.profile:
@@ -203,6 +207,9 @@ def main():
     rows = []
     for name, module, inputs, loss_of in training_cases():
         for variant in args.variants.split(","):
+            from grove import door_function
+
+            taken = door_function.taken
             try:
                 step = step_of(module, inputs, loss_of, variant)
                 path = (os.path.join(args.profile, "%s_%s.txt" % (name, variant))
@@ -211,7 +218,7 @@ def main():
             except Exception as error:  # one variant failing leaves the others' numbers
                 traceback.print_exc()
                 row = {"error": "%s: %s" % (type(error).__name__, error)}
-            row.update(model=name, variant=variant)
+            row.update(model=name, variant=variant, door_function_graphs=door_function.taken - taken)
             rows.append(row)
             print(json.dumps({key: round(value, 1) if isinstance(value, float) else value
                               for key, value in row.items()}), flush=True)
