@@ -22,6 +22,7 @@ CUDA or torch._dynamo.
 import argparse
 import copy
 import cProfile
+import importlib
 import io
 import json
 import logging
@@ -188,7 +189,7 @@ def main():
         print("door_stages: skipped: no CUDA device")
         return 0
     try:
-        import torch._dynamo  # noqa: F401
+        importlib.import_module("torch._dynamo")
     except ImportError:
         print("door_stages: skipped: this PyTorch (%s) has no torch._dynamo" % torch.__version__)
         return 0

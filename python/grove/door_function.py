@@ -1,10 +1,10 @@
 """A training graph of the torch door run as one autograd.Function of grove's
 own (Note [The door's own autograd function]), instead of AOTAutograd's
-runtime wrappers: the forward and backward graphs are AOTAutograd's (traced
-as one joint graph, split by the same partition), grove compiles them as the
-tree's forward and backward stages (training_steps.StepCompiler), and a call
-is Function.apply, the forward graph, and in backward() the backward graph:
-no Python per tensor, none of AOTAutograd's per-call bookkeeping.
+runtime wrappers: the forward and backward graphs are AOTAutograd's (its
+trace and partition), grove compiles them as the tree's forward and
+backward stages (training_steps.StepCompiler), and a call is
+Function.apply, the forward graph, and in backward() the backward graph: no
+Python per tensor, none of AOTAutograd's per-call bookkeeping.
 """
 
 import os
@@ -18,23 +18,27 @@ import torch
 # small graphs pays whole. A graph with none of these needs only: run the
 # forward graph, keep its saved values for the backward, run the backward
 # graph on them and the outputs' gradients, hand one gradient per input
-# back. PyTorch's aot_export_joint_simple traces exactly such graphs (it
-# refuses input mutations and outputs aliasing inputs); the door partitions
-# its joint graph with StepCompiler.partition (the default partition, as
-# the AOTAutograd path uses) and runs the two graphs inside one
-# autograd.Function. The saved values (a token for those kept in grove, Note
-# [Saved values kept in grove], handoff.py) are the context's saved tensors,
-# released after the backward as AOTAutograd's are (a loss still held at the
-# next step's forward holds no activation);
-# the backward graph returns a gradient (or None) for every input, in input
-# order, so gradients land in .grad as on the AOTAutograd path (Note
-# [Gradients handed out of the pool], gradients.py). A graph this cannot take
-# (a mutation, an alias, a parameter read as a constant, an output without a
-# gradient) takes the AOTAutograd path. On by default on PyTorch 2.x;
+# back. So AOTAutograd traces and partitions every training graph as before
+# (the same forward and backward graphs: StepCompiler notes the partition and
+# the forward AOTAutograd compiles, with AOTAutograd's metadata of it), and
+# where that metadata shows no input mutation, no output aliasing an input
+# or an intermediate, no effect token, no functionalized RNG and no tensor
+# subclass, and the forward takes exactly the graph's inputs (after the graph
+# module's own parameters and buffers, as AOTAutograd passes them), the door
+# runs the two graphs inside one autograd.Function of its own instead of
+# AOTAutograd's compiled function. The saved values (a token for those kept
+# in grove, Note [Saved values kept in grove], handoff.py) are the context's
+# saved tensors, released after the backward as AOTAutograd's are (a loss
+# still held at the next step's forward holds no activation); the backward
+# graph returns a gradient (or None) for every input, in input order, so
+# gradients land in .grad as on AOTAutograd's path (Note [Gradients handed
+# out of the pool], gradients.py). Any other graph (or an output without a
+# gradient, or a backward whose inputs are not the forward's saved outputs)
+# keeps AOTAutograd's compiled function. On by default on PyTorch 2.x;
 # GROVE_DOOR_FUNCTION=0 turns it off. Tests: DoorFunctionTest
 # (tests/python/door_function_test.py, sim: the Function over graphs that
-# PyTorch 1.13's AOTAutograd partitions) and GpuTorchTrainingTest
-# (tests/python/gpu_torch_training_test.py, the door on a GPU).
+# PyTorch 1.13's AOTAutograd partitions) and GpuTorchTrainingTest.
+# test_the_door_runs_its_own_autograd_function (gpu_torch_training_test.py).
 
 
 taken = 0  # training graphs run as the door's own function (tests read it)
@@ -48,46 +52,84 @@ def enabled():
     return os.environ.get("GROVE_DOOR_FUNCTION", "1") != "0"
 
 
-def joint_partition(gm, example_inputs, compiler):
-    """(forward module, backward module, user output count) of dynamo's
-    graph `gm`: AOTAutograd's joint graph (aot_export_joint_simple), split by
-    compiler.partition. Raises Unsupported for a graph the door's function
-    cannot run."""
-    try:
-        from torch._functorch.aot_autograd import aot_export_joint_simple
-    except ImportError as error:
-        raise Unsupported("no aot_export_joint_simple (%s)" % error) from None
-    parameters = [name for name, value in getattr(gm, "named_parameters", lambda: [])()
-                  if value.requires_grad]
-    if parameters:  # their gradients would be lost: the joint differentiates inputs only
-        raise Unsupported("parameters read as graph attributes: %s" % ", ".join(parameters[:3]))
-    try:
-        joint = aot_export_joint_simple(gm, list(example_inputs), trace_joint=True)
-    except Exception as error:  # mutations, aliases, pytrees: AOTAutograd's path
-        raise Unsupported("%s: %s" % (type(error).__name__, str(error).splitlines()[0][:200])
-                          ) from None
-    placeholders = [node for node in joint.graph.nodes if node.op == "placeholder"]
-    tangents = sum(1 for node in placeholders if "tangents" in node.target)
-    primals = len(placeholders) - tangents
-    # The partitioner reads the joint's outputs as pytree leaves, so do we.
-    outputs = torch.utils._pytree.tree_flatten(
-        [node for node in joint.graph.nodes if node.op == "output"][0].args)[0]
-    required = sum(1 for value in example_inputs
-                   if isinstance(value, torch.Tensor) and value.requires_grad)
-    user_outputs = len(outputs) - required
-    if primals != len(example_inputs) or user_outputs != tangents or user_outputs < 1:
-        raise Unsupported("%d primals for %d inputs, %d outputs and %d tangents"
-                          % (primals, len(example_inputs), user_outputs, tangents))
-    forward, backward = compiler.partition(joint, list(example_inputs),
-                                           num_fwd_outputs=user_outputs)
-    return forward, backward, user_outputs
+def aot_partition(gm, example_inputs, compiler):
+    """(forward module, backward module, user output count, the parameters
+    and buffers AOTAutograd passes before the graph's inputs) of the graph
+    AOTAutograd just compiled with `compiler` (StepCompiler: its partition
+    and forward compiler noted them). Raises Unsupported for a graph the
+    door's function cannot run."""
+    if compiler.compiled_forward is None or compiler.partitioned is None:
+        raise Unsupported("AOTAutograd compiled no forward and backward just now")
+    forward, metadata = compiler.compiled_forward
+    _, backward = compiler.partitioned
+    why = _not_simple(metadata)
+    if why:
+        raise Unsupported(why)
+    # AOTAutograd passes a graph module's own parameters and buffers first
+    # (aot_module_simplified); dynamo's graphs usually take them as inputs.
+    lifted = _named_tensors(gm)
+    placeholders = [node for node in forward.graph.nodes if node.op == "placeholder"]
+    if len(placeholders) != len(lifted) + len(example_inputs):
+        raise Unsupported("the forward takes %d inputs where the graph has %d and %d "
+                          "parameters and buffers" % (len(placeholders), len(example_inputs),
+                                                      len(lifted)))
+    user_outputs = compiler.user_outputs
+    if not user_outputs:
+        raise Unsupported("no user output")
+    return forward, backward, user_outputs, lifted
 
 
-def door_function(forward, backward, user_outputs, requires_grad, compiler, single=False):
+def _not_simple(metadata):
+    """Why AOTAutograd's runtime must run a graph of this metadata
+    (ViewAndMutationMeta), or ""."""
+    if metadata is None:
+        return "AOTAutograd noted no metadata"
+    inputs = getattr(metadata, "input_info", None)
+    outputs = getattr(metadata, "output_info", None)
+    if inputs is None or outputs is None:
+        return "AOTAutograd's metadata has no input_info/output_info"
+    for index, info in enumerate(inputs):
+        for what in ("mutates_data", "mutates_metadata", "mutates_storage_metadata"):
+            if getattr(info, what, False):
+                return "input %d: %s" % (index, what)
+    for index, info in enumerate(outputs):
+        kind = getattr(getattr(info, "output_type", None), "name", None)
+        if kind != "non_alias":
+            return "output %d is %s" % (index, kind)
+    if getattr(metadata, "num_intermediate_bases", 0):
+        return "outputs alias intermediates"
+    if getattr(metadata, "tokens", None):
+        return "effect tokens"
+    if getattr(metadata, "is_rng_op_functionalized", False):
+        return "functionalized RNG"
+    subclasses = getattr(metadata, "subclass_inp_meta", None) or []
+    if any(not isinstance(entry, int) for entry in subclasses):
+        return "tensor subclass inputs"
+    return ""
+
+
+def _named_tensors(gm):
+    """A graph module's parameters, then its buffers, as AOTAutograd lists them."""
+    named = {}
+    for members in ("named_parameters", "named_buffers"):
+        method = getattr(gm, members, None)
+        if method is None:
+            continue
+        try:
+            items = method(remove_duplicate=False)
+        except TypeError:
+            items = method()
+        named.update(items)
+    return list(named.values())
+
+
+def door_function(forward, backward, user_outputs, requires_grad, compiler, single=False,
+                  lifted=()):
     """The callable dynamo runs for one training graph: `forward` and
     `backward` (fx modules of one partition), `requires_grad` per input
-    (which inputs get a gradient, in order). `single`: the graph returns one
-    value, not a tuple."""
+    of the forward (which get a gradient, in order); `lifted`: tensors passed
+    before the call's arguments (a graph module's own parameters). `single`:
+    the graph returns one value, not a tuple."""
     # The backward's arguments: the saved values (the forward's outputs past
     # the user's, reordered where the backward lists them otherwise), then
     # the outputs' gradients.
@@ -117,6 +159,11 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     global taken
     taken += 1
     apply = DoorStep.apply
+    if lifted:  # the graph module's own parameters and buffers come first
+        lifted = tuple(lifted)
+        if single:
+            return lambda *args: apply(*lifted, *args)[0]
+        return lambda *args: apply(*lifted, *args)
     if single:
         return lambda *args: apply(*args)[0]
     return apply

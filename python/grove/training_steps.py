@@ -248,6 +248,8 @@ class StepCompiler:
         if self.all_reduce is not None:
             gradient_reduce.note_compiler(self)
         self.reduced_positions = None  # forward inputs whose gradients are all-reduced
+        self.partitioned = None  # the last partition's (forward, backward) modules
+        self.compiled_forward = None  # (the last forward module compiled, AOTAutograd's metadata)
         self.reductions = []  # gradient_reduce.BackwardReduction per backward graph
 
     def partition(self, joint, joint_inputs, **kwargs):
@@ -261,7 +263,8 @@ class StepCompiler:
         else:
             outputs = joint_inputs[1]
             self.user_outputs = len(outputs) if isinstance(outputs, (tuple, list)) else 1
-        return default_partition(joint, joint_inputs, **kwargs)
+        self.partitioned = default_partition(joint, joint_inputs, **kwargs)
+        return self.partitioned
 
     def _device(self, example_inputs):
         if self.device is not None:
@@ -271,6 +274,9 @@ class StepCompiler:
 
     def forward(self, graph_module, example_inputs):
         user_outputs = self.user_outputs  # of this graph's partition, noted just before
+        # Note [The door's own autograd function] (door_function.py): the
+        # graph AOTAutograd compiles and what it knows of its calling convention.
+        self.compiled_forward = (graph_module, _aot_metadata())
         if self.lazy:
             return _Lazy(lambda args: self._forward(graph_module, args, user_outputs))
         return self._forward(graph_module, example_inputs, user_outputs)
@@ -401,6 +407,18 @@ class StepCompiler:
     def mark_step_begin(self):
         for runner in self.runners():
             runner.mark_step_begin()
+
+
+def _aot_metadata():
+    """AOTAutograd's metadata of the graph it compiles now (its
+    ViewAndMutationMeta, which it notes in the tracing context before it
+    calls the forward compiler), or None."""
+    try:
+        from torch._guards import TracingContext
+    except ImportError:
+        return None
+    context = TracingContext.try_get()
+    return getattr(context, "fw_metadata", None) if context is not None else None
 
 
 class _Lazy:

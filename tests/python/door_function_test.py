@@ -1,7 +1,7 @@
 """Note [The door's own autograd function] (grove/door_function.py) on sim:
-the forward and backward graphs of a partition (here PyTorch 1.13's
-AOTAutograd's, as PyTorch 2.x's aot_export_joint_simple gives them on the
-GPU host) run as grove's own autograd.Function; gradients equal PyTorch's
+the forward and backward graphs of AOTAutograd's partition (here PyTorch
+1.13's; on the GPU host PyTorch 2.x's, noted as it compiles) run as grove's
+own autograd.Function; gradients equal PyTorch's
 over several steps and grove's AOTAutograd path bitwise, the saved values
 (a kept set's token) reach the backward, and a backward graph that returns
 gradients only for the inputs that need one is widened to one per input."""
@@ -60,7 +60,7 @@ class DoorFunctionTest(unittest.TestCase):
         reference = copy.deepcopy(module)
         example = make_input()
         forward, backward = partition_of(module, example)
-        if strip_none:  # as aot_export_joint_simple returns it: no None gradients
+        if strip_none:  # a partition that leaves out the None gradients
             output = [node for node in backward.graph.nodes if node.op == "output"][0]
             output.args = ([value for value in output.args[0] if value is not None],)
             backward.recompile()
@@ -175,6 +175,68 @@ class DoorFunctionTest(unittest.TestCase):
             for ours, theirs in zip(params, reference.parameters()):
                 torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL,
                                            msg="step %d" % step)
+
+    def aot_compiled(self, module, x):
+        """A graph module of `module` compiled by AOTAutograd (aot_module:
+        its parameters passed before the inputs) with grove's StepCompiler,
+        as the door compiles dynamo's graphs; the compiler noted the
+        partition and the forward."""
+        from functorch.compile import aot_module
+
+        gm = torch.fx.symbolic_trace(module)
+        compiler = StepCompiler("cudagraphs", device="sim", name="aot", lazy=True)
+        aot_module(gm, fw_compiler=compiler.forward, bw_compiler=compiler.backward,
+                   partition_fn=compiler.partition)(x)
+        return gm, compiler
+
+    def test_the_graph_aotautograd_compiled_runs_as_the_function(self):
+        from types import SimpleNamespace
+
+        module = gpu_models.Mlp(width=8, depth=3)
+        reference = copy.deepcopy(module)
+        gm, compiler = self.aot_compiled(module, torch.randn(3, 8))
+        # AOTAutograd's metadata of a simple graph (PyTorch 1.13 notes none).
+        simple = SimpleNamespace(
+            input_info=[SimpleNamespace(mutates_data=False)] * 7,
+            output_info=[SimpleNamespace(output_type=SimpleNamespace(name="non_alias"))])
+        compiler.compiled_forward = (compiler.compiled_forward[0], simple)
+        forward, backward, outputs, lifted = door_function.aot_partition(gm, [torch.randn(3, 8)],
+                                                                         compiler)
+        self.assertEqual(outputs, 1)
+        self.assertEqual([id(t) for t in lifted], [id(p) for p in module.parameters()])
+        call = door_function.door_function(
+            forward, backward, outputs, [True] * len(lifted) + [False], compiler, lifted=lifted)
+        for step in range(3):
+            x = torch.randn(3, 8)
+            module.zero_grad(set_to_none=True)
+            reference.zero_grad(set_to_none=True)
+            (got,) = call(x)
+            want = reference(x)
+            torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+            got.square().sum().backward()
+            want.square().sum().backward()
+            for ours, theirs in zip(module.parameters(), reference.parameters()):
+                torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL,
+                                           msg="step %d" % step)
+
+    def test_metadata_of_mutations_or_aliases_keeps_aotautograd(self):
+        from types import SimpleNamespace
+
+        module = gpu_models.Mlp(width=8, depth=1)
+        gm, compiler = self.aot_compiled(module, torch.randn(3, 8))
+        plain = SimpleNamespace(output_type=SimpleNamespace(name="non_alias"))
+        cases = {
+            "mutates_data": SimpleNamespace(input_info=[SimpleNamespace(mutates_data=True)],
+                                            output_info=[plain]),
+            "alias_of_input": SimpleNamespace(
+                input_info=[], output_info=[SimpleNamespace(
+                    output_type=SimpleNamespace(name="alias_of_input"))]),
+            "no metadata": None,
+        }
+        for name, metadata in cases.items():
+            compiler.compiled_forward = (compiler.compiled_forward[0], metadata)
+            with self.assertRaises(door_function.Unsupported, msg=name):
+                door_function.aot_partition(gm, [torch.randn(3, 8)], compiler)
 
     def test_a_graph_the_function_cannot_take_is_refused(self):
         # Outputs of the joint graph that are not all differentiable, and a

@@ -161,15 +161,33 @@ class GpuTorchTrainingTest(unittest.TestCase):
         autograd.Function, and their losses over 10 steps track torch eager
         and those of the same graphs under AOTAutograd's runtime
         (GROVE_DOOR_FUNCTION=0), which takes no graph."""
+        import logging
+
         from grove import door_function
 
+        logger = logging.getLogger("grove")
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        logger.addHandler(handler)
+        level = logger.level
+        logger.setLevel(logging.INFO)
+        try:
+            self.check_door_function(door_function, records)
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+    def check_door_function(self, door_function, records):
         for name in ("mlp", "gpt"):
             module, batch, loss_of = CASES[name]()
             module = module.cuda()
             expected, _ = train(module, batch, loss_of, None, steps=10)
             before = door_function.taken
             own, _ = train(module, batch, loss_of, "cudagraphs", steps=10)
-            self.assertGreater(door_function.taken, before, "%s: no graph took the function" % name)
+            self.assertGreater(door_function.taken, before, "%s: no graph took the function: %s" % (
+                name, [record.getMessage() for record in records if "AOTAutograd" in
+                       record.getMessage()]))
             os.environ["GROVE_DOOR_FUNCTION"] = "0"
             try:
                 before = door_function.taken
