@@ -74,8 +74,9 @@ def aot_partition(gm, example_inputs, compiler):
                           "parameters and buffers" % (len(placeholders), len(example_inputs),
                                                       len(lifted)))
     user_outputs = compiler.user_outputs
-    if not user_outputs:
-        raise Unsupported("no user output")
+    if not user_outputs or user_outputs != len(metadata.output_info):
+        raise Unsupported("the forward returns %s outputs before its saved values for %d "
+                          "user outputs" % (user_outputs, len(metadata.output_info)))
     return forward, backward, user_outputs, lifted
 
 
