@@ -10,6 +10,7 @@ each one's tokens equal eager's.
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,resnet18] [--no-decode] [--no-zoo] [--merge]
+        [--no-kernels]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,llama,vit_tiny] [--optimizers adamw,sgd]
 
@@ -25,11 +26,14 @@ Each variant warms up, then `repeats` calls in blocks of 20 (median and
 p10-p90 over blocks, torch_backend.py's timing). The decode rows run first:
 per variant a first generate call (compilation included, reported as
 first_call_tokens_per_s) and the median of STEADY_CALLS later ones
-(tokens_per_s); cases left when --budget-s seconds have passed are reported as
+(tokens_per_s), each case in a child process of its own (Note [Decode cases
+in child processes]); cases left when --budget-s seconds have passed are reported as
 not run (a case started before then finishes), so a run stays within its
 lease. f32, TF32 off. Skips (exit 0, says so) without CUDA or dynamo;
 a model whose library is missing is reported as such. Rendered into
-RESULTS.md by tools/write_results_torch_zoo.py.
+RESULTS.md by tools/write_results_torch_zoo.py. Each zoo row also has, for
+reduce-overhead and grove, the kernels per call and their GPU time from
+torch.profiler (Note [Kernels per call in the zoo]; --no-kernels skips it).
 """
 import argparse
 import copy
@@ -159,6 +163,8 @@ def compiled(module, variant):
 
 
 def tree_counters():
+    if "grove.torch" not in sys.modules:
+        return {}  # a decode child of a PyTorch variant (Note [Decode cases in child processes])
     import grove.torch
 
     for graph in grove.torch.compiled_graphs():
@@ -225,6 +231,8 @@ def zoo_rows(args, deadline):
                          row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(run,
                                                                                          inputs)
                     row[variant] = time_calls(run, inputs, args.repeats)
+                    if variant != "torch_eager" and not args.no_kernels:
+                        row[variant]["kernels"] = kernel_profile(run, inputs)
                 except Exception as error:  # one variant failing leaves the others' numbers
                     row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
             base = row["torch_reduce_overhead"].get("median_us")
@@ -234,6 +242,48 @@ def zoo_rows(args, deadline):
             row["grove_over_eager"] = grove_us / eager_us if eager_us and grove_us else None
             print_row(row)
     return rows
+
+
+# Note [Kernels per call in the zoo]: at these sizes a replay is GPU-bound, so
+# what separates grove from reduce-overhead is how many kernels a call runs and
+# how long they take. torch.profiler (CUPTI: kernels launched inside a CUDA
+# graph are reported one by one) counts both variants' kernels over
+# PROFILED_CALLS calls the same way; the row keeps the count and GPU time per
+# call and the kernels that take most of it.
+PROFILED_CALLS = 5
+
+
+def kernel_profile(run, inputs):
+    """{kernels_per_call, gpu_us_per_call, top: [[name, per call, us per call]]}
+    of `run` (already warm), or {error} when the profiler cannot run."""
+    try:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        with torch.no_grad():
+            run(*inputs)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(PROFILED_CALLS):
+                    run(*inputs)
+                torch.cuda.synchronize()
+        by_name = {}
+        for event in prof.events():
+            if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy",
+                                                                              "Memset")):
+                continue
+            us = getattr(event, "device_time", None)
+            if us is None:
+                us = event.cuda_time
+            count, total = by_name.get(event.name, (0, 0.0))
+            by_name[event.name] = (count + 1, total + us)
+        top = sorted(by_name.items(), key=lambda item: -item[1][1])[:8]
+        return {"kernels_per_call": sum(c for c, _ in by_name.values()) / PROFILED_CALLS,
+                "gpu_us_per_call": sum(t for _, t in by_name.values()) / PROFILED_CALLS,
+                "top": [[name[:90], count / PROFILED_CALLS, total / PROFILED_CALLS]
+                        for name, (count, total) in top]}
+    except Exception as error:  # the profiler is a diagnostic: the timing stands without it
+        return {"error": "%s: %s" % (type(error).__name__, error)}
 
 
 def print_row(row):
@@ -250,6 +300,14 @@ def print_row(row):
     for variant in VARIANTS:
         if "error" in row.get(variant, {}):
             print("  %s: %s" % (variant, row[variant]["error"][:300]))
+        kernels = row.get(variant, {}).get("kernels")
+        if kernels and "kernels_per_call" in kernels:
+            print("  %-22s %5.1f kernels, %7.1f us GPU per call; top: %s" % (
+                variant, kernels["kernels_per_call"], kernels["gpu_us_per_call"],
+                "; ".join("%s x%.0f %.1fus" % (name[:40], count, us)
+                          for name, count, us in kernels["top"][:4])))
+        elif kernels:
+            print("  %s kernels: %s" % (variant, kernels["error"][:200]))
 
 
 def rate(function):
@@ -341,10 +399,68 @@ def gpt_fast_decode(variant):
     return rate(generate)
 
 
+DECODES = (("hf_llama_static_cache", hf_decode, "transformers"),
+           ("gpt_fast_decoder", gpt_fast_decode, "torch"))
+CHILD_TIMEOUT_S = 150
+
+
+def decode_case(name, variant):
+    """One decode case in this process: rate()'s numbers, the tokens as
+    lists, and grove's tree counters for the grove variant."""
+    function = dict((n, f) for n, f, _ in DECODES)[name]
+    measured = function(variant)
+    result = {"tokens": [t.tolist() for t in measured["tokens"]],
+              "tokens_per_s": measured["tokens_per_s"],
+              "first_call_tokens_per_s": measured["first_tokens_per_s"],
+              "recordings": measured["recordings"]}
+    if variant == "grove":
+        counters = tree_counters()
+        result["static_input_writes"] = counters.get("static_input_writes")
+        result["copy_back_inputs"] = counters.get("copy_back_inputs")
+    return result
+
+
+# Note [Decode cases in child processes]: PyTorch's reduce-overhead on HF's
+# static cache died with a segmentation fault in two leases (PyTorch 2.11,
+# transformers 5.17), taking the rest of the benchmark with it. Each decode
+# case therefore runs in a child process of this script (--decode-child): a
+# crash is that case's error ("died with SIGSEGV"), and the others still run.
+# A child imports grove only for the grove variant (or with
+# GROVE_ZOO_LOAD_GROVE=1), so a crash of PyTorch's variant without grove in
+# the process is PyTorch's own.
+def run_decode_child(name, variant, timeout_s):
+    import signal
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "case.json")
+        try:
+            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--decode-child",
+                                   "%s,%s" % (name, variant), "--json", path],
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"error": "the child process ran past %d s and was stopped" % timeout_s}
+        tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
+        if done.returncode < 0:
+            try:
+                signal_name = signal.Signals(-done.returncode).name
+            except ValueError:
+                signal_name = "signal %d" % -done.returncode
+            return {"error": "the child process died with %s%s; its last words: %s" % (
+                signal_name, " (grove loaded)" if variant == "grove" or
+                os.environ.get("GROVE_ZOO_LOAD_GROVE") == "1" else " (grove not loaded)",
+                tail[-400:])}
+        if done.returncode != 0 or not os.path.isfile(path):
+            return {"error": "the child process exited with %d: %s" % (done.returncode,
+                                                                      tail[-400:])}
+        with open(path) as result:
+            return json.load(result)
+
+
 def decode_rows(deadline):
     rows = []
-    for name, function, library in (("hf_llama_static_cache", hf_decode, "transformers"),
-                                     ("gpt_fast_decoder", gpt_fast_decode, "torch")):
+    for name, _, library in DECODES:
         row = {"model": name, "new_tokens": NEW_TOKENS}
         rows.append(row)
         try:
@@ -357,22 +473,21 @@ def decode_rows(deadline):
             if time.time() > deadline:
                 row[variant] = {"error": "not run: the time budget (--budget-s) was spent"}
                 continue
-            try:
-                measured = function(variant)
-                tokens = measured["tokens"]
-                if variant == "torch_eager":
-                    expected = tokens[0]
-                row[variant] = {"tokens_per_s": measured["tokens_per_s"],
-                                "first_call_tokens_per_s": measured["first_tokens_per_s"],
-                                "tokens_match_eager": expected is not None and
-                                all(bool(torch.equal(t, expected)) for t in tokens)}
-                if variant == "grove":
-                    counters = tree_counters()
-                    row["grove_recordings"] = measured["recordings"]
-                    row["grove_static_input_writes"] = counters.get("static_input_writes")
-                    row["grove_copy_back_inputs"] = counters.get("copy_back_inputs")
-            except Exception as error:
-                row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+            measured = run_decode_child(name, variant, CHILD_TIMEOUT_S)
+            if "error" in measured:
+                row[variant] = measured
+                continue
+            tokens = measured["tokens"]
+            if variant == "torch_eager":
+                expected = tokens[0]
+            row[variant] = {"tokens_per_s": measured["tokens_per_s"],
+                            "first_call_tokens_per_s": measured["first_call_tokens_per_s"],
+                            "tokens_match_eager": expected is not None and
+                            all(t == expected for t in tokens)}
+            if variant == "grove":
+                row["grove_recordings"] = measured["recordings"]
+                row["grove_static_input_writes"] = measured.get("static_input_writes")
+                row["grove_copy_back_inputs"] = measured.get("copy_back_inputs")
         print("%-24s" % name + "".join(
             "%30s" % ("%.1f tok/s (first %.1f)%s" % (
                 row[v]["tokens_per_s"], row[v]["first_call_tokens_per_s"],
@@ -380,8 +495,21 @@ def decode_rows(deadline):
                 if "tokens_per_s" in row.get(v, {}) else "failed") for v in VARIANTS))
         for variant in VARIANTS:
             if "error" in row.get(variant, {}):
-                print("  %s: %s" % (variant, row[variant]["error"][:300]))
+                print("  %s: %s" % (variant, row[variant]["error"][:500]))
     return rows
+
+
+def decode_child_main(args):
+    """--decode-child MODEL,VARIANT: one decode case, written to --json."""
+    name, variant = args.decode_child.split(",")
+    if variant == "grove" or os.environ.get("GROVE_ZOO_LOAD_GROVE") == "1":
+        import grove.torch  # noqa: F401 (registers the backend)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    result = decode_case(name, variant)
+    with open(args.json, "w") as out:
+        json.dump(result, out)
+    return 0
 
 
 def merged(earlier, latest, key):
@@ -410,6 +538,10 @@ def main():
     parser.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
     parser.add_argument("--no-decode", action="store_true")
     parser.add_argument("--no-zoo", action="store_true")
+    parser.add_argument("--no-kernels", action="store_true",
+                        help="skip the per-variant kernel profile (Note [Kernels per call in the zoo])")
+    parser.add_argument("--decode-child", default="",
+                        help=argparse.SUPPRESS)  # "MODEL,VARIANT": one decode case (decode_rows)
     parser.add_argument("--merge", action="store_true",
                         help="keep the cases of an existing --json this run does not measure")
     parser.add_argument("--train", action="store_true",
@@ -424,6 +556,8 @@ def main():
     except ImportError:
         print("torch_zoo: skipped: this PyTorch has no torch._dynamo")
         return 0
+    if args.decode_child:
+        return decode_child_main(args)
     import grove.torch  # noqa: F401 (registers the backend)
 
     torch.backends.cuda.matmul.allow_tf32 = False

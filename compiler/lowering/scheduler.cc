@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/lowering/attention_kernel.h"
 #include "compiler/lowering/gemm_plan.h"
 #include "compiler/lowering/horizontal_fusion.h"
 #include "compiler/lowering/kernel_assembly.h"
@@ -463,6 +464,13 @@ void Scheduler::schedule_node(int node_index) {
       break;
     case NodeClass::kHost:
       schedule_host(node);
+      break;
+    case NodeClass::kAttention:
+      // Note [Attention results with heads last].
+      if (std::optional<Layout> layout = attention_result_layout(graph_, node_index)) {
+        out_.slots[static_cast<size_t>(node.results[0])].layout = *layout;
+      }
+      add_kernel(attention_kernel(node, out_.slots), node.name, {node.results[0]});
       break;
   }
 }

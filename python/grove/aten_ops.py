@@ -491,6 +491,63 @@ def _dropout(c, a):
     return name
 
 
+# Note [Fused attention in the importer]: scaled_dot_product_attention (and
+# PyTorch's fused variants of it) becomes grove's one `attention` op (one
+# kernel: Note [Fused attention kernel] in compiler/lowering/attention_kernel.h)
+# where the op takes it: queries, keys and values of one rank >= 3 with equal
+# leading dims, key heads dividing query heads (grouped-query attention only
+# with enable_gqa, as PyTorch requires), a bool or float mask, and sizes the
+# one-warp-per-row kernel suits (head width <= MAX_FUSED_HEAD, keys <=
+# MAX_FUSED_KEYS); anything else is written out as matmul, scale, mask,
+# softmax and matmul. GROVE_FUSED_ATTENTION=0 writes every attention out
+# (A/B timing). Tests: importer_ops_test's AttentionTest.
+MAX_FUSED_HEAD = 128
+MAX_FUSED_KEYS = 512
+
+
+def _fused_attention_enabled():
+    import os
+
+    value = os.environ.get("GROVE_FUSED_ATTENTION", "1")
+    if value not in ("0", "1"):
+        raise ValueError("GROVE_FUSED_ATTENTION=%r; use 1 (fuse attention, the default) or 0 "
+                         "(write it out as matmuls and softmax)" % value)
+    return value == "1"
+
+
+def _fused_attention(c, a, scale):
+    """The `attention` node of Note [Fused attention in the importer], or None
+    where the op does not take this call."""
+    q, k, v = a["query"], a["key"], a["value"]
+    mask = a.get("attn_mask", a.get("attn_bias"))
+    q_shape, k_shape, v_shape = c.shape(q), c.shape(k), c.shape(v)
+    rank = len(q_shape)
+    dtype = c.dtype(q)
+    if (not _fused_attention_enabled() or rank < 3 or len(k_shape) != rank or
+            len(v_shape) != rank or dtype not in (torch.float32, torch.bfloat16, torch.float16) or
+            c.dtype(k) != dtype or c.dtype(v) != dtype):
+        return None
+    heads, key_heads = q_shape[-3], k_shape[-3]
+    if (q_shape[:-3] != k_shape[:-3] or k_shape[:-1] != v_shape[:-1] or
+            k_shape[-1] != q_shape[-1] or heads % key_heads != 0 or
+            (key_heads != heads and not a.get("enable_gqa"))):
+        return None
+    if q_shape[-1] > MAX_FUSED_HEAD or v_shape[-1] > MAX_FUSED_HEAD or k_shape[-2] > MAX_FUSED_KEYS:
+        return None
+    operands = [c.tensor(q), c.tensor(k), c.tensor(v)]
+    if mask is not None:
+        scores = q_shape[:-1] + [k_shape[-2]]
+        mask_shape = c.shape(mask)
+        if len(mask_shape) > rank or any(
+                size not in (1, scores[rank - len(mask_shape) + d])
+                for d, size in enumerate(mask_shape)):
+            return None
+        operands.append(c.tensor(mask) if c.dtype(mask) in (torch.bool, dtype)
+                        else c.operand(mask, dtype))
+    return c.emit("attention", operands, {"scale": float(scale),
+                                          "causal": 1 if a.get("is_causal") else 0})
+
+
 def _attention(c, a):
     """scaled_dot_product_attention: softmax(q k^T * scale + mask) v."""
     q, k, v = a["query"], a["key"], a["value"]
@@ -499,6 +556,11 @@ def _attention(c, a):
         raise Unsupported("attention with dropout")
     head = c.shape(q)[-1]
     scale = a.get("scale") or 1.0 / math.sqrt(head)
+    fused = _fused_attention(c, a, scale)
+    if fused is not None:
+        if op_name(c.node.target) != "aten.scaled_dot_product_attention":
+            return (fused,) + (None,) * (len(c.result()) - 1)
+        return fused
     keys = c.emit("transpose", [c.tensor(k)], {"dim0": -2, "dim1": -1})
     scores = c.emit("mul", [c.emit("matmul", [c.tensor(q), keys]), c.scalar(scale, dtype)])
     mask = a.get("attn_mask", a.get("attn_bias"))

@@ -223,6 +223,14 @@ std::vector<OpCase> op_cases() {
                      b.output(sgd[0]);
                      b.output(adam[2]);
                    }});
+  cases.push_back({"attention", {"attention"}, [](ProgramBuilder& b, DType t) {
+                     // More cases: tests/compiler/lowering/attention_kernel_test.cc.
+                     ValueId q = in(b, "q", {2, 2, 3, 4}, t);
+                     ValueId k = in(b, "k", {2, 1, 5, 4}, t);
+                     ValueId v = in(b, "v", {2, 1, 5, 6}, t);
+                     b.output(b.op1("attention", {q, k, v, in(b, "mask", {5}, t)},
+                                    {{"scale", 0.5}, {"causal", int64_t{1}}}));
+                   }});
   OpCase host{"host_ops", {"nonzero", "print"}, [](ProgramBuilder& b, DType t) {
                 ValueId x = in(b, "x", {3, 4}, t);
                 ValueId positive = b.compare("gt", x, b.full(0, {}, t));

@@ -1,0 +1,50 @@
+// The kernel of the `attention` op (Note [Fused attention op] in
+// compiler/ops/attention_ops.cc): scores, scale, mask, softmax and the
+// product with value in one launch, where the unfused form runs a GEMM, a
+// scale, a mask, a softmax and a second GEMM, each a kernel.
+//
+// Note [Fused attention kernel]: a reduction kernel (Note [Kernel spec
+// reductions]) whose rows are (leading dims, key head, query head in its
+// group, query position, feature chunk) and whose reduced dimension is the
+// key position j, one warp per row (Note [Warp-per-row reductions]: lanes
+// take keys). Each element computes its score s_j = scale * sum_d q[d] k_j[d]
+// (d in increasing order), masks it (-inf where a bool mask is false or
+// j > i when causal; an additive mask is added), then the row runs two
+// passes: m = max_j s_j, and together l = sum_j exp(s_j - m) and, for each
+// feature f of the row's chunk, a_f = sum_j exp(s_j - m) v_j[f]; the row
+// writes a_f / l (0 where l is 0: every score -inf, PyTorch's safe
+// softmax; m is taken as 0 there). A row computes attention_features_per_row
+// features (at most 32: accumulators stay in registers), so a head of 64
+// features is two rows that each compute the scores. Operands are read
+// through their static layouts (views of a fused QKV projection need no
+// copy). Accumulation is f32; results match the unfused ops within
+// rounding. Tests: AttentionKernel.* (tests/compiler/lowering/
+// attention_kernel_test.cc: the float64 reference on sim, and on cuda when
+// present).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "compiler/lowering/kernel_assembly.h"
+#include "compiler/lowering/lowering_graph.h"
+#include "compiler/lowering/steps.h"
+
+namespace grove::compiler::lowering {
+
+// The most value features one row of the kernel computes.
+constexpr int64_t kAttentionMaxFeaturesPerRow = 32;
+
+// The features each row computes for value rows of `value_features`: the
+// largest divisor of it that is at most kAttentionMaxFeaturesPerRow.
+int64_t attention_features_per_row(int64_t value_features);
+
+// The kernel computing attention node `node` (operands query, key, value and
+// maybe mask; one result) over the slots' static layouts.
+AssembledKernel attention_kernel(const LoweringNode& node, const std::vector<SlotInfo>& slots);
+
+// The layout attention node `node_index`'s result gets instead of a
+// contiguous one, or nullopt (Note [Attention results with heads last]).
+std::optional<Layout> attention_result_layout(const LoweringGraph& graph, int node_index);
+
+}  // namespace grove::compiler::lowering
