@@ -187,6 +187,64 @@ AssembledKernel attention_kernel(const LoweringNode& node, const std::vector<Slo
   return kernel;
 }
 
+Layout positions_major_layout(const Shape& shape) {
+  const size_t rank = shape.size();
+  Layout layout;
+  layout.shape = shape;
+  layout.strides.assign(rank, 0);
+  layout.strides[rank - 2] = 1;
+  layout.strides[rank - 1] = shape[rank - 2];
+  int64_t step = shape[rank - 2] * shape[rank - 1];
+  for (size_t d = rank - 2; d-- > 0;) {
+    layout.strides[d] = step;
+    step *= shape[d];
+  }
+  return layout;
+}
+
+bool positions_major(const Layout& layout) {
+  const size_t rank = layout.shape.size();
+  return rank >= 2 && (layout.strides[rank - 2] == 1 || layout.shape[rank - 2] == 1);
+}
+
+std::vector<AssembledKernel> positions_major_copies(const std::vector<SlotInfo>& slots,
+                                                    const std::vector<int>& sources,
+                                                    const std::vector<int>& copies) {
+  GROVE_CHECK(sources.size() == copies.size(), "attention: ", sources.size(), " sources for ",
+              copies.size(), " copies (a grove bug; please report it)");
+  auto slot = [&](int index) -> const SlotInfo& { return slots.at(static_cast<size_t>(index)); };
+  // Strides over the iteration space [..., features, positions] of a layout
+  // of [..., positions, features].
+  auto features_first = [](const Shape& strides) {
+    Shape swapped = strides;
+    std::swap(swapped[swapped.size() - 2], swapped[swapped.size() - 1]);
+    return swapped;
+  };
+  std::vector<AssembledKernel> kernels;
+  std::vector<bool> done(sources.size(), false);
+  for (size_t first = 0; first < sources.size(); ++first) {
+    if (done[first]) continue;
+    const Shape& shape = slot(sources[first]).layout.shape;
+    Shape iteration = features_first(shape);
+    codegen::KernelBuilder b("positions_major_copy", iteration);
+    AssembledKernel kernel;
+    for (size_t pair = first; pair < sources.size(); ++pair) {
+      if (done[pair] || slot(sources[pair]).layout.shape != shape) continue;
+      done[pair] = true;
+      const SlotInfo& from = slot(sources[pair]);
+      const SlotInfo& to = slot(copies[pair]);
+      const int input = b.input(from.dtype, features_first(from.layout.strides));
+      kernel.input_slots.push_back(sources[pair]);
+      b.output(b.load(input), to.dtype, features_first(to.layout.strides));
+      kernel.output_slots.push_back(copies[pair]);
+      kernel.output_offsets.push_back(0);
+    }
+    kernel.spec = b.build();
+    kernels.push_back(std::move(kernel));
+  }
+  return kernels;
+}
+
 // Note [Attention results with heads last]: the heads of an attention's
 // result [..., H, T, Dv] are almost always merged back right away (a
 // transpose or permute, then a reshape to [..., T, H * Dv]), which for a

@@ -43,6 +43,29 @@ int64_t attention_features_per_row(int64_t value_features);
 // maybe mask; one result) over the slots' static layouts.
 AssembledKernel attention_kernel(const LoweringNode& node, const std::vector<SlotInfo>& slots);
 
+// Note [Keys and values by position]: the kernel's lanes take keys, so a
+// load of feature d reads one element of each of 32 keys: with keys laid out
+// [..., Tk, D] (a projection's result) those are 32 cache lines apart, and
+// such scattered loads cost the L1 one cycle per line, 32 per load (an
+// estimate: 90 us for GPT-2's attention at batch 16). So key and value are
+// first copied position-major (positions_major_layout: element (j, d) at
+// d * Tk + j), both in one kernel when they have one shape, and the kernel's
+// loads of one feature are coalesced. An operand already position-major is
+// read as it is. Tests: AttentionKernel.IsOneCopyAndOneKernelPerAttention.
+//
+// The layout of shape [..., T, D] whose positions are contiguous for each
+// feature (strides [..., D * T, 1, T]).
+Layout positions_major_layout(const runtime::Shape& shape);
+// Whether `layout` (of a key or value) already has contiguous positions.
+bool positions_major(const Layout& layout);
+// Kernels copying each slot of `sources` into the slot of `copies` at the
+// same place (same shapes; copies laid out by positions_major_layout): one
+// kernel for every pair of one shape, iterating features before positions
+// so that the copies' writes are coalesced.
+std::vector<AssembledKernel> positions_major_copies(const std::vector<SlotInfo>& slots,
+                                                    const std::vector<int>& sources,
+                                                    const std::vector<int>& copies);
+
 // The layout attention node `node_index`'s result gets instead of a
 // contiguous one, or nullopt (Note [Attention results with heads last]).
 std::optional<Layout> attention_result_layout(const LoweringGraph& graph, int node_index);

@@ -81,6 +81,10 @@ std::vector<AttentionCase> cases() {
                    ValueId mixed = attend(b, {head_view(0), head_view(1), head_view(2)}, 0.4, 1);
                    b.output(b.reshape(b.transpose(mixed, 1, 2), {2, 5, 16}));
                  }});
+  all.push_back({"one_tensor_for_query_key_value", [](ProgramBuilder& b, DType t) {
+                   ValueId x = b.input("x", {2, 3, 5, 8}, t);
+                   b.output(attend(b, {x, x, x}, 0.3));
+                 }});
   return all;
 }
 
@@ -109,7 +113,8 @@ TEST(AttentionKernel, MatchesTheReferenceOnCuda) {
   expect_cases_match(runtime::kCudaDevice, 20261127);
 }
 
-TEST(AttentionKernel, IsOneKernelPerAttention) {
+// Note [Keys and values by position].
+TEST(AttentionKernel, IsOneCopyAndOneKernelPerAttention) {
   ProgramBuilder b("one_kernel", runtime::kSimDevice);
   ValueId q = b.input("q", {1, 4, 32, 64}, DType::kF32);
   ValueId k = b.input("k", {1, 4, 32, 64}, DType::kF32);
@@ -119,16 +124,19 @@ TEST(AttentionKernel, IsOneKernelPerAttention) {
   options.load_kernels = false;
   compiler::lowering::ScheduledProgram scheduled =
       compiler::lowering::schedule_program(b.build(), options);
-  int kernels = 0;
+  std::vector<std::string> kernels;
   for (const compiler::lowering::Step& step : scheduled.steps) {
     if (step.kind == compiler::lowering::StepKind::kKernel) {
-      ++kernels;
-      EXPECT_EQ(step.kernel.spec.name, "fused_attention");
-      EXPECT_EQ(step.kernel.spec.row_count(), 4 * 32 * 2);  // two chunks of 32 features
+      kernels.push_back(step.kernel.spec.name);
+      if (step.kernel.spec.name == "fused_attention") {
+        EXPECT_EQ(step.kernel.spec.row_count(), 4 * 32 * 2);  // two chunks of 32 features
+      } else {
+        EXPECT_EQ(step.kernel.output_slots.size(), 2u);  // key and value in one copy
+      }
     }
     EXPECT_NE(step.kind, compiler::lowering::StepKind::kGemm);
   }
-  EXPECT_EQ(kernels, 1);
+  EXPECT_EQ(kernels, (std::vector<std::string>{"positions_major_copy", "fused_attention"}));
 }
 
 // Kernel steps of `program` (sim, kernels not loaded).
@@ -150,8 +158,10 @@ TEST(AttentionKernel, HeadsMergedBackCostNoCopy) {
   // contiguous when the result is also an output or readers differ: each
   // merge copies.
   enum Readers { kTransposes, kTransposeAndOutput, kTransposeAndPermute };
-  for (auto [readers, kernels] : {std::pair{kTransposes, 1}, std::pair{kTransposeAndOutput, 2},
-                                  std::pair{kTransposeAndPermute, 3}}) {
+  // (Each also copies key and value, of two shapes here, in two kernels: Note
+  // [Keys and values by position].)
+  for (auto [readers, kernels] : {std::pair{kTransposes, 3}, std::pair{kTransposeAndOutput, 4},
+                                  std::pair{kTransposeAndPermute, 5}}) {
     SCOPED_TRACE(readers);
     ProgramBuilder b("merge_heads", runtime::kSimDevice);
     ValueId q = b.input("q", {2, 3, 5, 8}, DType::kF32);
@@ -207,7 +217,7 @@ TEST(AttentionKernel, PtxAssemblesForSm90WithoutSpills) {
     EXPECT_NE(text.find(" 0 bytes spill stores"), std::string::npos) << text;
     ++assembled;
   }
-  EXPECT_EQ(assembled, 1);
+  EXPECT_EQ(assembled, 2);  // the copy of key and value, the attention
 }
 
 }  // namespace
