@@ -10,7 +10,7 @@ each one's tokens equal eager's.
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,resnet18] [--no-decode] [--no-zoo] [--merge]
-        [--no-kernels]
+        [--no-kernels] [--attention-ab]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,llama,vit_tiny] [--optimizers adamw,sgd]
 
@@ -153,6 +153,28 @@ MODELS = [("gpt2", gpt2, "transformers"), ("llama", llama, "transformers"),
           ("mlp_mixer", mlp_mixer, "timm"), ("transformer_decoder", transformer_decoder, "torch")]
 
 
+# --attention-ab adds this variant: grove with GROVE_FUSED_ATTENTION=0
+# (attention written out as matmuls and softmax: Note [Fused attention in the
+# importer]), for models with attention.
+UNFUSED = "grove_unfused_attention"
+ATTENTION_MODELS = {"gpt2", "llama", "bert", "bart", "vit", "transformer_decoder"}
+
+
+class fused_attention_off:
+    """GROVE_FUSED_ATTENTION=0 while a variant compiles and runs."""
+
+    def __init__(self, variant):
+        self.active = variant == UNFUSED
+
+    def __enter__(self):
+        if self.active:
+            os.environ["GROVE_FUSED_ATTENTION"] = "0"
+
+    def __exit__(self, *exc):
+        if self.active:
+            os.environ.pop("GROVE_FUSED_ATTENTION", None)
+
+
 def compiled(module, variant):
     torch._dynamo.reset()
     if variant == "torch_eager":
@@ -223,16 +245,19 @@ def zoo_rows(args, deadline):
                 continue
             module = module.cuda().eval()
             inputs = tuple(value.cuda() for value in inputs)
-            for variant in VARIANTS:
+            variants = VARIANTS + ((UNFUSED,) if args.attention_ab and
+                                   name in ATTENTION_MODELS else ())
+            for variant in variants:
                 try:
-                    run = compiled(copy.deepcopy(module), variant)
-                    if variant == "grove":
-                        (row["ops_in_pytorch"], row["graph_replays_per_call"],
-                         row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(run,
-                                                                                         inputs)
-                    row[variant] = time_calls(run, inputs, args.repeats)
-                    if variant != "torch_eager" and not args.no_kernels:
-                        row[variant]["kernels"] = kernel_profile(run, inputs)
+                    with fused_attention_off(variant):
+                        run = compiled(copy.deepcopy(module), variant)
+                        if variant == "grove":
+                            (row["ops_in_pytorch"], row["graph_replays_per_call"],
+                             row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
+                                 run, inputs)
+                        row[variant] = time_calls(run, inputs, args.repeats)
+                        if variant != "torch_eager" and not args.no_kernels:
+                            row[variant]["kernels"] = kernel_profile(run, inputs)
                 except Exception as error:  # one variant failing leaves the others' numbers
                     row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
             base = row["torch_reduce_overhead"].get("median_us")
@@ -272,9 +297,7 @@ def kernel_profile(run, inputs):
             if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy",
                                                                               "Memset")):
                 continue
-            us = getattr(event, "device_time", None)
-            if us is None:
-                us = event.cuda_time
+            us = event.time_range.elapsed_us()
             count, total = by_name.get(event.name, (0, 0.0))
             by_name[event.name] = (count + 1, total + us)
         top = sorted(by_name.items(), key=lambda item: -item[1][1])[:8]
@@ -297,7 +320,11 @@ def print_row(row):
           "%8s" % ("-" if ratio is None else "%.2f" % ratio) +
           "  replays/call %s, PyTorch ops %s" % (row.get("graph_replays_per_call"),
                                                  row.get("ops_in_pytorch") or "none"))
-    for variant in VARIANTS:
+    for variant in VARIANTS + (UNFUSED,):
+        if variant not in row:
+            continue
+        if variant == UNFUSED and "median_us" in row[variant]:
+            print("  %-22s %.1f us" % (variant, row[variant]["median_us"]))
         if "error" in row.get(variant, {}):
             print("  %s: %s" % (variant, row[variant]["error"][:300]))
         kernels = row.get(variant, {}).get("kernels")
@@ -538,6 +565,8 @@ def main():
     parser.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
     parser.add_argument("--no-decode", action="store_true")
     parser.add_argument("--no-zoo", action="store_true")
+    parser.add_argument("--attention-ab", action="store_true",
+                        help="also time grove with attention written out (GROVE_FUSED_ATTENTION=0)")
     parser.add_argument("--no-kernels", action="store_true",
                         help="skip the per-variant kernel profile (Note [Kernels per call in the zoo])")
     parser.add_argument("--decode-child", default="",
