@@ -548,6 +548,18 @@ def _fused_attention(c, a, scale):
                                           "causal": 1 if a.get("is_causal") else 0})
 
 
+def _repeat_heads(c, x, heads):
+    """Key or value `x` [..., Hk, T, D] with each head repeated for the
+    Hq / Hk query heads of its group (grouped-query attention written out)."""
+    shape = c.shape(x)
+    group = heads // shape[-3]
+    grouped = shape[:-2] + [1] + shape[-2:]
+    wide = shape[:-2] + [group] + shape[-2:]
+    zeros = c.emit("full", [], {"value": 0.0, "shape": wide, "dtype": dtype_name(c.dtype(x))})
+    repeated = c.emit("add", [c.emit("reshape", [c.tensor(x)], {"shape": grouped}), zeros])
+    return c.emit("reshape", [repeated], {"shape": shape[:-3] + [heads] + shape[-2:]})
+
+
 def _attention(c, a):
     """scaled_dot_product_attention: softmax(q k^T * scale + mask) v."""
     q, k, v = a["query"], a["key"], a["value"]
@@ -561,7 +573,11 @@ def _attention(c, a):
         if op_name(c.node.target) != "aten.scaled_dot_product_attention":
             return (fused,) + (None,) * (len(c.result()) - 1)
         return fused
-    keys = c.emit("transpose", [c.tensor(k)], {"dim0": -2, "dim1": -1})
+    if a.get("enable_gqa") and c.shape(k)[-3] != c.shape(q)[-3]:
+        k, v = (_repeat_heads(c, x, c.shape(q)[-3]) for x in (k, v))
+    else:
+        k, v = c.tensor(k), c.tensor(v)
+    keys = c.emit("transpose", [k], {"dim0": -2, "dim1": -1})
     scores = c.emit("mul", [c.emit("matmul", [c.tensor(q), keys]), c.scalar(scale, dtype)])
     mask = a.get("attn_mask", a.get("attn_bias"))
     if mask is not None:
@@ -570,12 +586,12 @@ def _attention(c, a):
         else:
             scores = c.emit("add", [scores, c.operand(mask, dtype)])
     if a.get("is_causal"):
-        rows, cols = c.shape(q)[-2], c.shape(k)[-2]
+        rows, cols = c.shape(q)[-2], c.shape(a["key"])[-2]
         causal = torch.ones(rows, cols, dtype=torch.bool, device=c.value(q).device).tril()
         scores = c.emit("where", [c.importer.constant(c.segment, causal), scores,
                                   c.scalar(-math.inf, dtype)])
     weights = c.emit("softmax", [scores], {"dim": -1})
-    out = c.emit("matmul", [weights, c.tensor(v)])
+    out = c.emit("matmul", [weights, v])
     if op_name(c.node.target) != "aten.scaled_dot_product_attention":
         return (out,) + (None,) * (len(c.result()) - 1)
     return out
