@@ -48,9 +48,10 @@ Shape iteration_strides(const Dims& dims, const Shape& leading, int64_t head, in
 
 }  // namespace
 
-int64_t attention_features_per_row(int64_t value_features) {
-  for (int64_t features = std::min(value_features, kAttentionMaxFeaturesPerRow); features > 1;
-       --features) {
+int64_t attention_features_per_row(int64_t value_features, int64_t query_rows) {
+  const int64_t most =
+      query_rows >= kAttentionRowsForWideRows ? kAttentionMaxFeaturesPerRow : int64_t{32};
+  for (int64_t features = std::min(value_features, most); features > 1; --features) {
     if (value_features % features == 0) return features;
   }
   return 1;
@@ -75,7 +76,8 @@ AssembledKernel attention_kernel(const LoweringNode& node, const std::vector<Slo
   const int64_t group = q.shape[rank - 3] / key_heads;
   const int64_t queries = q.shape[rank - 2], features = q.shape[rank - 1];
   const int64_t keys = k.shape[rank - 2], value_features = v.shape[rank - 1];
-  const int64_t per_row = attention_features_per_row(value_features);
+  const int64_t per_row =
+      attention_features_per_row(value_features, runtime::shape_numel(q.shape) / features);
 
   Shape iteration(dims.rank(), 1);
   for (size_t d = 0; d < dims.leading; ++d) iteration[d] = q.shape[d];

@@ -14,8 +14,8 @@
 // feature f of the row's chunk, a_f = sum_j exp(s_j - m) v_j[f]; the row
 // writes a_f / l (0 where l is 0: every score -inf, PyTorch's safe
 // softmax; m is taken as 0 there). A row computes attention_features_per_row
-// features (at most 32: accumulators stay in registers), so a head of 64
-// features is two rows that each compute the scores. Operands are read
+// features (at most 64: accumulators stay in registers), so a head of 64
+// features may be two rows that each compute the scores. Operands are read
 // through their static layouts (views of a fused QKV projection need no
 // copy). Accumulation is f32; results match the unfused ops within
 // rounding. Tests: AttentionKernel.* (tests/compiler/lowering/
@@ -32,12 +32,17 @@
 
 namespace grove::compiler::lowering {
 
-// The most value features one row of the kernel computes.
-constexpr int64_t kAttentionMaxFeaturesPerRow = 32;
+// The most value features one row of the kernel computes: 64 when there are
+// at least kAttentionRowsForWideRows query rows (every SM busy: fewer, wider
+// rows compute each score half as often; 148 registers, no spills), else 32
+// (short of rows, more of them finish sooner).
+constexpr int64_t kAttentionMaxFeaturesPerRow = 64;
+constexpr int64_t kAttentionRowsForWideRows = 1024;
 
-// The features each row computes for value rows of `value_features`: the
-// largest divisor of it that is at most kAttentionMaxFeaturesPerRow.
-int64_t attention_features_per_row(int64_t value_features);
+// The features each row computes for `query_rows` rows of queries (every
+// leading dim, head and position) and value rows of `value_features`: the
+// largest divisor of it within the limit above.
+int64_t attention_features_per_row(int64_t value_features, int64_t query_rows);
 
 // The kernel computing attention node `node` (operands query, key, value and
 // maybe mask; one result) over the slots' static layouts.

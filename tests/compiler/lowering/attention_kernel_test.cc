@@ -81,6 +81,13 @@ std::vector<AttentionCase> cases() {
                    ValueId mixed = attend(b, {head_view(0), head_view(1), head_view(2)}, 0.4, 1);
                    b.output(b.reshape(b.transpose(mixed, 1, 2), {2, 5, 16}));
                  }});
+  all.push_back({"wide_rows", [](ProgramBuilder& b, DType t) {
+                   // 1024 query rows: each row computes all 64 value features.
+                   ValueId q = b.input("q", {4, 4, 64, 16}, t);
+                   ValueId k = b.input("k", {4, 4, 9, 16}, t);
+                   ValueId v = b.input("v", {4, 4, 9, 64}, t);
+                   b.output(attend(b, {q, k, v}, 0.25, 1));
+                 }});
   all.push_back({"one_tensor_for_query_key_value", [](ProgramBuilder& b, DType t) {
                    ValueId x = b.input("x", {2, 3, 5, 8}, t);
                    b.output(attend(b, {x, x, x}, 0.3));
@@ -183,41 +190,48 @@ TEST(AttentionKernel, HeadsMergedBackCostNoCopy) {
 }
 
 TEST(AttentionKernel, FeaturesPerRowDivideTheValueFeatures) {
-  EXPECT_EQ(compiler::lowering::attention_features_per_row(64), 32);
-  EXPECT_EQ(compiler::lowering::attention_features_per_row(32), 32);
-  EXPECT_EQ(compiler::lowering::attention_features_per_row(40), 20);
-  EXPECT_EQ(compiler::lowering::attention_features_per_row(37), 1);
-  EXPECT_EQ(compiler::lowering::attention_features_per_row(12), 12);
+  using compiler::lowering::attention_features_per_row;
+  EXPECT_EQ(attention_features_per_row(64, 128), 32);  // few rows: more, narrower ones
+  EXPECT_EQ(attention_features_per_row(64, 2048), 64);
+  EXPECT_EQ(attention_features_per_row(128, 2048), 64);
+  EXPECT_EQ(attention_features_per_row(32, 128), 32);
+  EXPECT_EQ(attention_features_per_row(40, 128), 20);
+  EXPECT_EQ(attention_features_per_row(37, 128), 1);
+  EXPECT_EQ(attention_features_per_row(12, 128), 12);
 }
 
 TEST(AttentionKernel, PtxAssemblesForSm90WithoutSpills) {
   const char* ptxas = "/usr/local/cuda/bin/ptxas";
   if (!std::ifstream(ptxas).good()) GTEST_SKIP() << ptxas << " not found: skipping ptxas";
-  ProgramBuilder b("ptx", runtime::kCudaDevice);
-  ValueId q = b.input("q", {16, 4, 32, 64}, DType::kF32);
-  ValueId k = b.input("k", {16, 4, 32, 64}, DType::kF32);
-  ValueId v = b.input("v", {16, 4, 32, 64}, DType::kF32);
-  ValueId mask = b.input("mask", {16, 1, 1, 32}, DType::kF32);
-  b.output(attend(b, {q, k, v, mask}, 0.125, 1));
-  compiler::lowering::ScheduleOptions options;
-  options.load_kernels = false;
-  compiler::lowering::ScheduledProgram scheduled =
-      compiler::lowering::schedule_program(b.build(), options);
-  const std::string dir = ::testing::TempDir();
-  int assembled = 0;
-  for (const compiler::lowering::Step& step : scheduled.steps) {
-    if (step.kind != compiler::lowering::StepKind::kKernel) continue;
-    std::ofstream(dir + "/attention.ptx") << compiler::codegen::emit_ptx(step.kernel.spec);
-    const std::string log = dir + "/ptxas.txt";
-    const std::string command = std::string(ptxas) + " -v -arch=sm_90 -o " + dir +
-                                "/attention.cubin " + dir + "/attention.ptx > " + log + " 2>&1";
-    ASSERT_EQ(std::system(command.c_str()), 0) << "ptxas rejected " << step.kernel.spec.name;
-    std::ifstream in(log);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_NE(text.find(" 0 bytes spill stores"), std::string::npos) << text;
-    ++assembled;
+  for (int64_t batch : {1, 16}) {  // rows of 32 and of 64 features
+    SCOPED_TRACE(batch);
+    ProgramBuilder b("ptx", runtime::kCudaDevice);
+    ValueId q = b.input("q", {batch, 4, 32, 64}, DType::kF32);
+    ValueId k = b.input("k", {batch, 4, 32, 64}, DType::kF32);
+    ValueId v = b.input("v", {batch, 4, 32, 64}, DType::kF32);
+    ValueId mask = b.input("mask", {batch, 1, 1, 32}, DType::kF32);
+    b.output(attend(b, {q, k, v, mask}, 0.125, 1));
+    compiler::lowering::ScheduleOptions options;
+    options.load_kernels = false;
+    compiler::lowering::ScheduledProgram scheduled =
+        compiler::lowering::schedule_program(b.build(), options);
+    const std::string dir = ::testing::TempDir();
+    int assembled = 0;
+    for (const compiler::lowering::Step& step : scheduled.steps) {
+      if (step.kind != compiler::lowering::StepKind::kKernel) continue;
+      std::ofstream(dir + "/attention.ptx") << compiler::codegen::emit_ptx(step.kernel.spec);
+      const std::string log = dir + "/ptxas.txt";
+      const std::string command = std::string(ptxas) + " -v -arch=sm_90 -o " + dir +
+                                  "/attention.cubin " + dir + "/attention.ptx > " + log + " 2>&1";
+      ASSERT_EQ(std::system(command.c_str()), 0) << "ptxas rejected " << step.kernel.spec.name;
+      std::ifstream in(log);
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      EXPECT_NE(text.find(" 0 bytes spill stores"), std::string::npos) << text;
+      ++assembled;
+    }
+    EXPECT_EQ(assembled, 2);  // the copy of key and value, the attention
   }
-  EXPECT_EQ(assembled, 2);  // the copy of key and value, the attention
 }
 
 }  // namespace
