@@ -442,8 +442,10 @@ def decode_case(name, variant):
               "recordings": measured["recordings"]}
     if variant == "grove":
         counters = tree_counters()
-        result["static_input_writes"] = counters.get("static_input_writes")
-        result["copy_back_inputs"] = counters.get("copy_back_inputs")
+        for key in ("static_input_writes", "copy_back_inputs", "zero_copy_inputs",
+                    "zero_copy_refusals", "input_patches", "input_copies", "input_copy_backs",
+                    "demoted_inputs"):
+            result[key] = counters.get(key)
     return result
 
 
@@ -513,8 +515,10 @@ def decode_rows(deadline):
                             all(t == expected for t in tokens)}
             if variant == "grove":
                 row["grove_recordings"] = measured["recordings"]
-                row["grove_static_input_writes"] = measured.get("static_input_writes")
-                row["grove_copy_back_inputs"] = measured.get("copy_back_inputs")
+                row["grove_tree"] = {key: measured.get(key) for key in (
+                    "static_input_writes", "copy_back_inputs", "zero_copy_inputs",
+                    "zero_copy_refusals", "input_patches", "input_copies", "input_copy_backs",
+                    "demoted_inputs")}
         print("%-24s" % name + "".join(
             "%30s" % ("%.1f tok/s (first %.1f)%s" % (
                 row[v]["tokens_per_s"], row[v]["first_call_tokens_per_s"],
@@ -523,6 +527,9 @@ def decode_rows(deadline):
         for variant in VARIANTS:
             if "error" in row.get(variant, {}):
                 print("  %s: %s" % (variant, row[variant]["error"][:500]))
+        if "grove_tree" in row:
+            print("  grove: recordings after the first call %s, tree %s" % (
+                row.get("grove_recordings"), row["grove_tree"]))
     return rows
 
 
