@@ -548,6 +548,13 @@ def _fused_attention(c, a, scale):
                                           "causal": 1 if a.get("is_causal") else 0})
 
 
+# Attention ops with one result (PyTorch's fused variants return several);
+# grove_scaled_dot_product_attention: Note [Attention kept whole through
+# tracing] (kept_attention.py).
+_ONE_RESULT_ATTENTION = {"aten.scaled_dot_product_attention",
+                         "aten.grove_scaled_dot_product_attention"}
+
+
 def _repeat_heads(c, x, heads):
     """Key or value `x` [..., Hk, T, D] with each head repeated for the
     Hq / Hk query heads of its group (grouped-query attention written out)."""
@@ -570,7 +577,7 @@ def _attention(c, a):
     scale = a.get("scale") or 1.0 / math.sqrt(head)
     fused = _fused_attention(c, a, scale)
     if fused is not None:
-        if op_name(c.node.target) != "aten.scaled_dot_product_attention":
+        if op_name(c.node.target) not in _ONE_RESULT_ATTENTION:
             return (fused,) + (None,) * (len(c.result()) - 1)
         return fused
     if a.get("enable_gqa") and c.shape(k)[-3] != c.shape(q)[-3]:
@@ -592,7 +599,7 @@ def _attention(c, a):
                                   c.scalar(-math.inf, dtype)])
     weights = c.emit("softmax", [scores], {"dim": -1})
     out = c.emit("matmul", [weights, v])
-    if op_name(c.node.target) != "aten.scaled_dot_product_attention":
+    if op_name(c.node.target) not in _ONE_RESULT_ATTENTION:
         return (out,) + (None,) * (len(c.result()) - 1)
     return out
 
@@ -687,6 +694,7 @@ CONVERTERS = {
     "aten._scaled_dot_product_cudnn_attention": _attention,
     "aten._scaled_dot_product_attention": _attention,
     "aten._scaled_dot_product_attention_forward": _attention,
+    "aten.grove_scaled_dot_product_attention": _attention,
 }
 
 

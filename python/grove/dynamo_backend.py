@@ -14,6 +14,7 @@ import torch
 import grove
 from grove import importer
 from grove import input_writes
+from grove import kept_attention
 from grove.runner import StaticInputMovedError
 
 log = importer.log
@@ -158,6 +159,8 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
     if device is None:
         cuda = [value for value in example_inputs if value.is_cuda]
         device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
+    # Note [Attention kept whole through tracing] (kept_attention.py).
+    kept_attention.keep_attention(gm)
 
     def build(examples, demoted=()):
         # Note [Writes into graph inputs]: a graph that updates its inputs is

@@ -501,6 +501,45 @@ class AttentionTest(ConverterCase):
                                      torch.randn(1, 1, keys, 4)])
         self.assertNotIn("attention", self.ops(plan))
 
+    def test_kept_attention_is_one_node_imported_as_attention(self):
+        # Note [Attention kept whole through tracing]: the op traces as one
+        # node whatever kernel PyTorch would pick, and imports as `attention`.
+        from grove import kept_attention
+
+        self.assertTrue(kept_attention.registered())
+
+        def function(q, k, v, padding):
+            return (kept_attention.kept_attention(q, k, v, padding) * 2,
+                    kept_attention.kept_attention(q, k, v, is_causal=True))
+
+        padding = torch.zeros(2, 1, 1, 7)
+        padding[0, ..., 5:] = -1e9
+        plan = self.check(function, [torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8),
+                                     torch.randn(2, 3, 7, 8), padding])
+        self.assertEqual(self.ops(plan).count("attention"), 2, self.ops(plan))
+
+    def test_keep_attention_points_dropout_free_calls_at_the_kept_op(self):
+        from grove import kept_attention, training_steps
+
+        def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+            return q
+
+        fx_graph = torch.fx.Graph()
+        q = fx_graph.placeholder("q")
+        kept = fx_graph.call_function(sdpa, (q, q, q, None, 0.0, True))
+        dropped = fx_graph.call_function(sdpa, (q, q, q), {"dropout_p": 0.1})
+        fx_graph.output(fx_graph.call_function(operator.add, (kept, dropped)))
+        graph = torch.fx.GraphModule(torch.nn.Module(), fx_graph)
+        saved = training_steps._attention_targets
+        training_steps._attention_targets = lambda: {sdpa}
+        try:
+            self.assertEqual(kept_attention.keep_attention(graph), 1)
+        finally:
+            training_steps._attention_targets = saved
+        targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
+        self.assertEqual(targets.count(kept_attention.kept_attention), 1)
+        self.assertEqual(targets.count(sdpa), 1)  # the call with dropout stays
+
     def test_a_bad_switch_value_is_a_clear_error(self):
         from grove import aten_ops
 
