@@ -11,7 +11,7 @@
 // A row whose scores are all -inf gives zeros, as PyTorch's math attention
 // (its safe softmax) does. The result is [..., Hq, Tq, Dv] in query's dtype.
 // No gradient: the door writes attention out before it trains
-// (training_steps.write_out_attention). Tests: AttentionOp.* (tests/compiler/
+// (training_steps.write_out_attention). Tests: AttentionKernel.* (tests/compiler/
 // lowering/attention_kernel_test.cc), importer_ops_test's attention cases.
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
