@@ -57,6 +57,9 @@ void register_attention_ops(OpRegistry& registry) {
                    context.where(), ": key must be [..., Tk, ", q[rank - 1],
                    "] and value [..., Tk, Dv]; got ", context.describe_operand(1), ", ",
                    context.describe_operand(2));
+    GROVE_CHECK_AS(ShapeError, q[rank - 1] >= 1 && v[rank - 1] >= 1, context.where(),
+                   ": query and value need at least one feature; got ", context.describe_operand(0),
+                   ", ", context.describe_operand(2));
     Shape scores = q;
     scores.back() = k[rank - 2];
     if (context.operand_types.size() == 4) {

@@ -532,7 +532,8 @@ def _fused_attention(c, a, scale):
             k_shape[-1] != q_shape[-1] or heads % key_heads != 0 or
             (key_heads != heads and not a.get("enable_gqa"))):
         return None
-    if q_shape[-1] > MAX_FUSED_HEAD or v_shape[-1] > MAX_FUSED_HEAD or k_shape[-2] > MAX_FUSED_KEYS:
+    if (not 1 <= q_shape[-1] <= MAX_FUSED_HEAD or not 1 <= v_shape[-1] <= MAX_FUSED_HEAD or
+            k_shape[-2] > MAX_FUSED_KEYS):
         return None
     operands = [c.tensor(q), c.tensor(k), c.tensor(v)]
     if mask is not None:

@@ -15,6 +15,7 @@
 #include "compiler/lowering/lower.h"
 #include "compiler/lowering/scheduler.h"
 #include "runtime/device_context.h"
+#include "runtime/error.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
 
 namespace grove {
@@ -187,6 +188,48 @@ TEST(AttentionKernel, HeadsMergedBackCostNoCopy) {
                                       "merge_heads");
     EXPECT_EQ(kernel_steps(program), kernels);
   }
+}
+
+// Note [Fused attention op]: operands it cannot take are errors naming them.
+TEST(AttentionKernel, OperandsItCannotTakeAreClearErrors) {
+  auto message = [](const std::function<void(ProgramBuilder&)>& build) {
+    ProgramBuilder b("bad", runtime::kSimDevice);
+    try {
+      build(b);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  auto f32 = [](ProgramBuilder& b, const char* name, runtime::Shape shape) {
+    return b.input(name, shape, DType::kF32);
+  };
+  EXPECT_NE(
+      message([&](ProgramBuilder& b) {
+        attend(b, {f32(b, "q", {1, 3, 4, 8}), f32(b, "k", {1, 2, 4, 8}), f32(b, "v", {1, 2, 4, 8})},
+               0.5);
+      }).find("head count that divides"),
+      std::string::npos);
+  EXPECT_NE(
+      message([&](ProgramBuilder& b) {
+        attend(b, {f32(b, "q", {1, 2, 4, 0}), f32(b, "k", {1, 2, 4, 0}), f32(b, "v", {1, 2, 4, 8})},
+               0.5);
+      }).find("at least one feature"),
+      std::string::npos);
+  EXPECT_NE(message([&](ProgramBuilder& b) {
+              attend(b,
+                     {f32(b, "q", {1, 2, 4, 8}), f32(b, "k", {1, 2, 5, 8}),
+                      f32(b, "v", {1, 2, 5, 8}), b.input("m", {4, 5}, DType::kI32)},
+                     0.5);
+            }).find("the mask must be bool or query's dtype"),
+            std::string::npos);
+  EXPECT_NE(message([&](ProgramBuilder& b) {
+              attend(b,
+                     {f32(b, "q", {1, 2, 4, 8}), f32(b, "k", {1, 2, 5, 8}),
+                      f32(b, "v", {1, 2, 5, 8}), f32(b, "m", {4, 4})},
+                     0.5);
+            }).find("must broadcast to the scores' shape"),
+            std::string::npos);
 }
 
 TEST(AttentionKernel, FeaturesPerRowDivideTheValueFeatures) {
