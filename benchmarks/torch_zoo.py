@@ -37,6 +37,7 @@ torch.profiler (Note [Kernels per call in the zoo]; --no-kernels skips it).
 """
 import argparse
 import copy
+import gc
 import importlib
 import json
 import os
@@ -255,6 +256,9 @@ def zoo_rows(args, deadline):
                             (row["ops_in_pytorch"], row["graph_replays_per_call"],
                              row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
                                  run, inputs)
+                        # The garbage of the previous variant's compilation is
+                        # collected before, not during, this one's timing.
+                        gc.collect()
                         row[variant] = time_calls(run, inputs, args.repeats)
                         if variant != "torch_eager" and not args.no_kernels:
                             row[variant]["kernels"] = kernel_profile(run, inputs)
