@@ -248,6 +248,8 @@ def zoo_rows(args, deadline):
             inputs = tuple(value.cuda() for value in inputs)
             variants = VARIANTS + ((UNFUSED,) if args.attention_ab and
                                    name in ATTENTION_MODELS else ())
+            if args.variants:
+                variants = tuple(v for v in variants if v in args.variants.split(","))
             for variant in variants:
                 try:
                     with fused_attention_off(variant):
@@ -264,10 +266,10 @@ def zoo_rows(args, deadline):
                             row[variant]["kernels"] = kernel_profile(run, inputs)
                 except Exception as error:  # one variant failing leaves the others' numbers
                     row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
-            base = row["torch_reduce_overhead"].get("median_us")
-            grove_us = row["grove"].get("median_us")
+            base = row.get("torch_reduce_overhead", {}).get("median_us")
+            grove_us = row.get("grove", {}).get("median_us")
             row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
-            eager_us = row["torch_eager"].get("median_us")
+            eager_us = row.get("torch_eager", {}).get("median_us")
             row["grove_over_eager"] = grove_us / eager_us if eager_us and grove_us else None
             print_row(row)
     return rows
@@ -280,6 +282,7 @@ def zoo_rows(args, deadline):
 # PROFILED_CALLS calls the same way; the row keeps the count and GPU time per
 # call and the kernels that take most of it.
 PROFILED_CALLS = 5
+TOP_PRINTED = 4  # kernels named per variant in the printed table (--top)
 
 
 def kernel_profile(run, inputs):
@@ -304,7 +307,7 @@ def kernel_profile(run, inputs):
             us = event.time_range.elapsed_us()
             count, total = by_name.get(event.name, (0, 0.0))
             by_name[event.name] = (count + 1, total + us)
-        top = sorted(by_name.items(), key=lambda item: -item[1][1])[:8]
+        top = sorted(by_name.items(), key=lambda item: -item[1][1])
         return {"kernels_per_call": sum(c for c, _ in by_name.values()) / PROFILED_CALLS,
                 "gpu_us_per_call": sum(t for _, t in by_name.values()) / PROFILED_CALLS,
                 "top": [[name[:90], count / PROFILED_CALLS, total / PROFILED_CALLS]
@@ -332,11 +335,16 @@ def print_row(row):
         if "error" in row.get(variant, {}):
             print("  %s: %s" % (variant, row[variant]["error"][:300]))
         kernels = row.get(variant, {}).get("kernels")
-        if kernels and "kernels_per_call" in kernels:
+        if kernels and "kernels_per_call" in kernels and TOP_PRINTED > 4:
+            print("  %-22s %5.1f kernels, %7.1f us GPU per call:" % (
+                variant, kernels["kernels_per_call"], kernels["gpu_us_per_call"]))
+            for name, count, us in kernels["top"][:TOP_PRINTED]:
+                print("      x%-4.0f %6.1f us  %s" % (count, us, name[:70]))
+        elif kernels and "kernels_per_call" in kernels:
             print("  %-22s %5.1f kernels, %7.1f us GPU per call; top: %s" % (
                 variant, kernels["kernels_per_call"], kernels["gpu_us_per_call"],
                 "; ".join("%s x%.0f %.1fus" % (name[:40], count, us)
-                          for name, count, us in kernels["top"][:4])))
+                          for name, count, us in kernels["top"][:TOP_PRINTED])))
         elif kernels:
             print("  %s kernels: %s" % (variant, kernels["error"][:200]))
 
@@ -592,6 +600,10 @@ def main():
                              "gpt_fast_decoder")
     parser.add_argument("--attention-ab", action="store_true",
                         help="also time grove with attention written out (GROVE_FUSED_ATTENTION=0)")
+    parser.add_argument("--variants", default="",
+                        help="comma-separated variants to run (default: all)")
+    parser.add_argument("--top", type=int, default=TOP_PRINTED,
+                        help="kernels named per variant in the printed table")
     parser.add_argument("--no-kernels", action="store_true",
                         help="skip the per-variant kernel profile (Note [Kernels per call in the zoo])")
     parser.add_argument("--decode-child", default="",
@@ -612,6 +624,8 @@ def main():
         return 0
     if args.decode_child:
         return decode_child_main(args)
+    global TOP_PRINTED
+    TOP_PRINTED = args.top
     import grove.torch  # noqa: F401 (registers the backend)
 
     torch.backends.cuda.matmul.allow_tf32 = False
