@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "compiler/codegen/kernel_builder.h"
 #include "runtime/error.h"
@@ -45,6 +46,9 @@ Shape iteration_strides(const Dims& dims, const Shape& leading, int64_t head, in
   strides[dims.key()] = key;
   return strides;
 }
+
+// Independent partial sums of a score's dot product.
+constexpr int64_t kScoreChains = 4;
 
 }  // namespace
 
@@ -122,12 +126,24 @@ AssembledKernel attention_kernel(const LoweringNode& node, const std::vector<Slo
                                               q.strides[rank - 2], 0, 0));
   const int k_base = offset(iteration_strides(dims, leading(k), k.strides[rank - 3], group, false,
                                               0, 0, k.strides[rank - 2]));
-  int score = -1;
+  // The dot product in kScoreChains interleaved partial sums (feature d goes
+  // to chain d % kScoreChains), added together at the end: four independent
+  // add chains instead of one that waits on every add.
+  std::vector<int> chains;
   for (int64_t d = 0; d < features; ++d) {
     const int product =
         b.binary(ExprOp::kMul, b.load_at(q_input, at(q_base, d * q.strides[rank - 1])),
                  b.load_at(k_input, at(k_base, d * k.strides[rank - 1])));
-    score = score < 0 ? product : b.binary(ExprOp::kAdd, score, product);
+    const auto chain = static_cast<size_t>(d % kScoreChains);
+    if (chain == chains.size()) {
+      chains.push_back(product);
+    } else {
+      chains[chain] = b.binary(ExprOp::kAdd, chains[chain], product);
+    }
+  }
+  int score = chains[0];
+  for (size_t chain = 1; chain < chains.size(); ++chain) {
+    score = b.binary(ExprOp::kAdd, score, chains[chain]);
   }
   score =
       b.binary(ExprOp::kMul, score, b.constant(node.context.attrs.get_float("scale"), DType::kF32));

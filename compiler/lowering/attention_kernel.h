@@ -8,7 +8,7 @@
 // group, query position, feature chunk) and whose reduced dimension is the
 // key position j, one warp per row (Note [Warp-per-row reductions]: lanes
 // take keys). Each element computes its score s_j = scale * sum_d q[d] k_j[d]
-// (d in increasing order), masks it (-inf where a bool mask is false or
+// (four partial sums over d mod 4, then added), masks it (-inf where a bool mask is false or
 // j > i when causal; an additive mask is added), then the row runs two
 // passes: m = max_j s_j, and together l = sum_j exp(s_j - m) and, for each
 // feature f of the row's chunk, a_f = sum_j exp(s_j - m) v_j[f]; the row
