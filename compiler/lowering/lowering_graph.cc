@@ -34,6 +34,8 @@ NodeClass classify(const ops::OpDef& def) {
       return def.name == "embedding" ? NodeClass::kPointwise : NodeClass::kConcat;
     case ops::OpKind::kSpecial:
       return NodeClass::kHost;
+    case ops::OpKind::kAttention:
+      return NodeClass::kAttention;
   }
   return NodeClass::kHost;
 }
