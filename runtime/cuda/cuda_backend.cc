@@ -109,7 +109,7 @@ constexpr size_t kMaxInlineSlots = 32;
 
 }  // namespace
 
-CudaBackend::CudaBackend(int index) : index_(index), blas_(make_cublas_support(device())) {
+CudaBackend::CudaBackend(int index) : index_(index), blas_(make_cublas_support(device(), *this)) {
   use_device();
   cudaDeviceProp properties{};
   GROVE_CUDA_CHECK(cudaGetDeviceProperties(&properties, index_),
