@@ -255,6 +255,33 @@ ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId
   return b_.reshape(attended, {rows, config_.num_heads * d});
 }
 
+QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, ValueId lookup,
+                                                   ValueId key_cache, ValueId value_cache,
+                                                   ValueId positions, int64_t rows) {
+  const int64_t d = config_.head_dim();
+  const int64_t heads = config_.num_heads;
+  const int64_t kv_heads = config_.num_kv_heads;
+  const int64_t q_width = heads * d;
+  const int64_t kv_width = kv_heads * d;
+  ValueId fused = b_.linear(
+      x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}), kNoValue);
+  if (table_positions_ != lookup) {
+    table_positions_ = lookup;
+    cos_table_rows_ = b_.embedding(rope_cos_, lookup);
+    sin_table_rows_ = b_.embedding(rope_sin_, lookup);
+  }
+  ValueId result =
+      b_.op1("decode_attention",
+             {fused, cos_table_rows_, sin_table_rows_, key_cache, value_cache, positions},
+             {{"heads", heads}}, str_cat("attention_", layer));
+  QueryKeyValue out;
+  out.query = b_.slice(result, 1, 0, q_width);
+  out.key = b_.reshape(b_.slice(result, 1, q_width, q_width + kv_width), {rows, kv_heads, d});
+  out.value = b_.reshape(b_.slice(result, 1, q_width + kv_width, q_width + 2 * kv_width),
+                         {rows, kv_heads, d});
+  return out;
+}
+
 ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index,
                                     int64_t rows, const std::string& name) {
   const int64_t d = config_.head_dim();

@@ -48,6 +48,12 @@ class DecoderLayers {
   // and its own new key and value ([rows, kv_heads, head_dim], not yet in the cache).
   ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache, ValueId new_key,
                           ValueId new_value, ValueId positions, int64_t rows);
+  // Note [Decode attention kernel] (runtime/decode_attention_kernel.h): the
+  // qkv projection of `x` and cache_attention's result in one kernel after
+  // it (LLaMA): query = the attended heads [rows, heads * head_dim], key and
+  // value the new rotated key and value [rows, kv_heads, head_dim].
+  QueryKeyValue fused_cache_attention(ValueId x, int64_t layer, ValueId lookup, ValueId key_cache,
+                                      ValueId value_cache, ValueId positions, int64_t rows);
   // The prompt's keys or values [rows, kv_heads, head_dim] written into `slot`
   // of the full cache (positions 0..last_index, zeros after); returns the new cache.
   ValueId write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index, int64_t rows,
@@ -81,6 +87,9 @@ class DecoderLayers {
   ValueId rope_positions_ = compiler::ir::kNoValue;
   ValueId rope_cos_rows_ = compiler::ir::kNoValue;
   ValueId rope_sin_rows_ = compiler::ir::kNoValue;
+  ValueId table_positions_ = compiler::ir::kNoValue;  // fused_cache_attention's rotary rows
+  ValueId cos_table_rows_ = compiler::ir::kNoValue;
+  ValueId sin_table_rows_ = compiler::ir::kNoValue;
   ValueId keep_positions_ = compiler::ir::kNoValue;
   ValueId keep_ = compiler::ir::kNoValue;
 };

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compiler/ir/builder.h"
+#include "runtime/decode_attention_kernel.h"
 #include "runtime/error.h"
 #include "serving/llm/decoder_layers.h"
 
@@ -124,8 +125,16 @@ compiler::ir::Program build_prefill_program(const DecoderConfig& config, const C
   return b.build();
 }
 
+bool decode_attention_fuses(const DecoderConfig& config, const CacheShape& cache) {
+  return config.architecture == Architecture::kLlama &&
+         runtime::decode_attention_refusal(config.dtype, config.num_heads, config.num_kv_heads,
+                                           config.head_dim(), cache.max_seq_len)
+             .empty();
+}
+
 compiler::ir::Program build_decode_program(const DecoderConfig& config, const CacheShape& cache,
-                                           int64_t batch, runtime::Device device) {
+                                           int64_t batch, runtime::Device device,
+                                           bool fused_attention) {
   config.verify();
   check_cache(config, cache);
   GROVE_CHECK(batch > 0 && batch <= cache.slots, "decode bucket of ", batch,
@@ -136,14 +145,24 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
   DecoderLayers layers(b, config, cache);
   ValueId lookup = layers.clamped_positions(positions);
   ValueId x = layers.embed(ids, lookup);
+  const bool fused = fused_attention && decode_attention_fuses(config, cache);
   std::vector<ValueId> new_rows;
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     // Note [KV cache in static buffers]: rows 0..batch-1 are slots 0..batch-1;
     // the program reads the cache and returns the new keys and values.
     LayerCaches caches = declare_caches(b, config, layer, batch, cache.max_seq_len);
-    QueryKeyValue qkv = layers.project(layers.block_norm(x, layer, 1), layer, lookup, batch);
-    ValueId attended = layers.cache_attention(qkv.query, caches.key, caches.value, qkv.key,
-                                              qkv.value, positions, batch);
+    ValueId normed = layers.block_norm(x, layer, 1);
+    QueryKeyValue qkv;
+    ValueId attended;
+    if (fused) {
+      qkv = layers.fused_cache_attention(normed, layer, lookup, caches.key, caches.value, positions,
+                                         batch);
+      attended = qkv.query;
+    } else {
+      qkv = layers.project(normed, layer, lookup, batch);
+      attended = layers.cache_attention(qkv.query, caches.key, caches.value, qkv.key, qkv.value,
+                                        positions, batch);
+    }
     x = b.add(x, layers.output_projection(attended, layer));
     x = b.add(x, layers.mlp(layers.block_norm(x, layer, 2), layer));
     new_rows.push_back(qkv.key);
