@@ -13,7 +13,8 @@
 //
 //   decode [--device auto|cuda|sim] [--configs 1b,small] [--batches 1,8,32,64]
 //          [--steps 64] [--prompt 16] [--max-seq-len 128] [--repeats 5]
-//          [--hbm-tbs 3.35] [--model-dir DIR] [--json FILE]
+//          [--hbm-tbs 3.35] [--attention fused|unfused] [--model-dir DIR]
+//          [--json FILE]
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,8 @@ const std::vector<FlagSpec> kFlags = {
     {"--repeats", "R", "timed runs per mode (default 5; the median is reported)"},
     {"--hbm-tbs", "TB/s", "HBM bandwidth for utilisation (default 3.35, H100 SXM; H200: 4.8)"},
     {"--dtype", "bf16|f32", "model dtype (default bf16)"},
+    {"--attention", "fused|unfused",
+     "decode attention as one kernel per layer (default) or the unfused ops"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
     {"--json", "FILE", "write the results as JSON"},
 };
@@ -123,6 +126,10 @@ int run(int argc, char** argv) {
     throw UsageError(str_cat("--prompt ", prompt, " plus --steps ", steps, " exceed --max-seq-len ",
                              max_seq_len));
   }
+  const std::string attention = flags.text("--attention", "fused");
+  if (attention != "fused" && attention != "unfused") {
+    throw UsageError("--attention must be fused or unfused; got " + attention);
+  }
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
   const std::string json_path = flags.text("--json", "");
   if (!json_path.empty()) cli::check_output_path("--json", json_path);
@@ -134,12 +141,14 @@ int run(int argc, char** argv) {
   report["hbm_tbs"] = hbm_tbs;
   report["repeats"] = repeats;
   report["dtype"] = dtype_name;
+  report["attention"] = attention;
   std::printf(
       "%s on %s (%s): %lld decode steps per run after a %lld-token prompt, "
-      "max_seq_len %lld, %s, median of %lld runs\n",
+      "max_seq_len %lld, %s, %s attention, median of %lld runs\n",
       kName, device.str().c_str(), report["device_name"].get<std::string>().c_str(),
       static_cast<long long>(steps), static_cast<long long>(prompt),
-      static_cast<long long>(max_seq_len), dtype_name.c_str(), static_cast<long long>(repeats));
+      static_cast<long long>(max_seq_len), dtype_name.c_str(), attention.c_str(),
+      static_cast<long long>(repeats));
   Table table({{"config"},
                {"batch", Align::kRight},
                {"per-step us", Align::kRight},
@@ -160,6 +169,7 @@ int run(int argc, char** argv) {
     options.max_seq_len = max_seq_len;
     options.batch_buckets = batches;
     options.prompt_buckets = {prompt};
+    options.fused_attention = attention == "fused";
     Stopwatch load_watch;
     std::unique_ptr<Decoder> decoder = Decoder::load(dir, options);
     const double load_s = load_watch.elapsed_s();
