@@ -15,6 +15,7 @@
 //          [--steps 64] [--prompt 16] [--max-seq-len 128] [--repeats 5]
 //          [--hbm-tbs 3.35] [--attention fused|unfused] [--model-dir DIR]
 //          [--json FILE]
+//   decode load ...   (an open-loop serving load: decode_load.cc, `decode load --help`)
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,7 @@
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/table.h"
 #include "benchmarks/decode/decode_checkpoint.h"
+#include "benchmarks/decode/decode_load.h"
 #include "runtime/device_context.h"
 #include "serving/llm/decode_loop.h"
 #include "serving/llm/decoder.h"
@@ -258,6 +260,10 @@ int run(int argc, char** argv) {
 }  // namespace grove::benchmarks
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "load") {
+    return grove::benchmarks::benchmark_main("decode load", grove::benchmarks::run_decode_load,
+                                             argc - 1, argv + 1);
+  }
   return grove::benchmarks::benchmark_main(grove::benchmarks::kName, grove::benchmarks::run, argc,
                                            argv);
 }
