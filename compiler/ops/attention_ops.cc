@@ -8,7 +8,7 @@
 // result is operand 0 after the kernel: [attended heads | rotated key | value]
 // per row. Attribute heads. Lowered as one OpDef::launch step (in place), so
 // it runs in stream order and is captured into graphs. Registered by a static
-// initializer when a binary links //compiler/ops:attention_ops (the decoder
+// initializer when a binary links //compiler/ops:decoder_ops (the decoder
 // programs of serving/llm).
 #include "compiler/ops/op_helpers.h"
 #include "runtime/decode_attention_kernel.h"

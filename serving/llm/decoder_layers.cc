@@ -76,16 +76,12 @@ ValueId DecoderLayers::block_norm(ValueId x, int64_t layer, int which) {
 }
 
 ValueId DecoderLayers::rms_norm(ValueId x, ValueId weight_value) {
-  // HF's LlamaRMSNorm: in f32, then back to the model dtype, then times the
-  // weight. Each reader of x in f32 casts it itself, so the casts fuse into
-  // the reduction and the normalizing kernel instead of one more kernel
-  // writing x in f32 for both (the casts are exact: the bits are unchanged).
-  auto f32 = [&] { return dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32); };
-  ValueId squares = f32();
-  ValueId variance = b_.mean(b_.mul(squares, squares), {1}, /*keepdim=*/true);
-  ValueId normed = b_.mul(f32(), b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
-  if (dtype_ != DType::kF32) normed = b_.cast(normed, dtype_);
-  return b_.mul(weight_value, normed);
+  // HF's LlamaRMSNorm (in f32, back to the model dtype, times the weight) as
+  // one row kernel: the rms_norm op (compiler/ops/rms_norm_op.cc), whose
+  // arithmetic is that of the primitives it replaces (two kernels).
+  compiler::ir::Attributes attrs;
+  attrs.set("eps", config_.norm_eps);
+  return b_.op1("rms_norm", {x, weight_value}, attrs);
 }
 
 ValueId DecoderLayers::final_norm(ValueId x) {
