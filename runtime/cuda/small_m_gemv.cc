@@ -36,9 +36,10 @@ int row_variant(int64_t m) {
 bool small_m_gemv_qualifies(const GemmArgs& g) {
   return (g.dtype == DType::kBF16 || g.dtype == DType::kF16) && row_variant(g.m) >= 0 && g.n >= 1 &&
          g.k >= 8 && g.k % 8 == 0 && !g.transpose_a && g.transpose_b && g.batch_count == 1 &&
-         g.alpha == 1.0f && g.beta == 0.0f && g.epilogue == GemmEpilogue::kNone && g.lda >= g.k &&
-         g.lda % 8 == 0 && g.ldb >= g.k && g.ldb % 8 == 0 && g.ldc >= g.n && aligned(g.a) &&
-         aligned(g.b) && g.c != nullptr && g.n <= 0x7fffffff;
+         g.alpha == 1.0f && (g.beta == 0.0f || g.beta == 1.0f) &&
+         g.epilogue == GemmEpilogue::kNone && g.lda >= g.k && g.lda % 8 == 0 && g.ldb >= g.k &&
+         g.ldb % 8 == 0 && g.ldc >= g.n && aligned(g.a) && aligned(g.b) && g.c != nullptr &&
+         g.n <= 0x7fffffff;
 }
 
 void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
@@ -69,7 +70,8 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
       .add_pointer(g.c)
       .add_i64(g.ldc)
       .add_i64(g.n)
-      .add_i64(g.k);
+      .add_i64(g.k)
+      .add_i64(g.beta == 1.0f ? 1 : 0);
   backend_.launch_kernel(kernel, dims, args, stream);
 }
 

@@ -13,7 +13,8 @@
 // tree): one kernel per GEMM at every size (cuBLAS picked split-K pairs for
 // some decode shapes) that reaches HBM bandwidth from N of a few thousand.
 // It takes row-major C[m, n] = A[m, k] W[n, k]^T (transpose_b) with M of 1,
-// 2, 4 or 8, bf16 or f16, alpha 1, beta 0, no epilogue, no batch, K, lda and
+// 2, 4 or 8, bf16 or f16, alpha 1, beta 0 or 1 (C += the product, one
+// rounding: a residual add), no epilogue, no batch, K, lda and
 // ldb multiples of 8 and A and W 16-byte aligned (the vector loads); other
 // GEMMs go to cuBLAS. Results differ from cuBLAS's within f32 rounding of
 // the sums. Tests: CudaBackendTest.SmallMGemvMatchesHostReference,

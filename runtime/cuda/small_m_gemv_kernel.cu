@@ -44,6 +44,8 @@ __device__ __forceinline__ void store(__nv_bfloat16* c, float value) {
   *c = __float2bfloat16_rn(value);
 }
 __device__ __forceinline__ void store(__half* c, float value) { *c = __float2half_rn(value); }
+__device__ __forceinline__ float widen(__nv_bfloat16 value) { return __bfloat162float(value); }
+__device__ __forceinline__ float widen(__half value) { return __half2float(value); }
 
 // acc[m] += <A row m's vector `index`, w>.
 template <typename T, int M>
@@ -61,9 +63,10 @@ __device__ __forceinline__ void fold(float (&acc)[M], const uint4& w, const T* a
   }
 }
 
+// accumulate: C += the product (beta 1), rounded once; else C = the product.
 template <typename T, int M>
 __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_t ldw, T* c,
-                                     int64_t ldc, int64_t n, int64_t k) {
+                                     int64_t ldc, int64_t n, int64_t k, int64_t accumulate) {
   const int lane = threadIdx.x % kWarp;
   const int64_t column =
       static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -91,19 +94,23 @@ __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_
   }
   if (lane == 0) {
 #pragma unroll
-    for (int m = 0; m < M; ++m) store(c + m * ldc + column, acc[m]);
+    for (int m = 0; m < M; ++m) {
+      T* out = c + m * ldc + column;
+      store(out, accumulate != 0 ? acc[m] + widen(*out) : acc[m]);
+    }
   }
 }
 
 }  // namespace
 
-// grove_small_m_gemv_<dtype>_m<M>(a, lda, w, ldw, c, ldc, n, k): the kernels
+// grove_small_m_gemv_<dtype>_m<M>(a, lda, w, ldw, c, ldc, n, k, accumulate): the kernels
 // small_m_gemv.cc launches, one per storage type and row count (M = 1, 2, 4, 8:
 // the batch buckets decode uses; other M go to cuBLAS).
-#define GROVE_SMALL_M_GEMV(NAME, T, M)                                                             \
-  extern "C" __global__ void __launch_bounds__(128) NAME(                                          \
-      const T* a, int64_t lda, const T* w, int64_t ldw, T* c, int64_t ldc, int64_t n, int64_t k) { \
-    gemv<T, M>(a, lda, w, ldw, c, ldc, n, k);                                                      \
+#define GROVE_SMALL_M_GEMV(NAME, T, M)                                                     \
+  extern "C" __global__ void __launch_bounds__(128)                                        \
+      NAME(const T* a, int64_t lda, const T* w, int64_t ldw, T* c, int64_t ldc, int64_t n, \
+           int64_t k, int64_t accumulate) {                                                \
+    gemv<T, M>(a, lda, w, ldw, c, ldc, n, k, accumulate);                                  \
   }
 
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m1, __nv_bfloat16, 1)

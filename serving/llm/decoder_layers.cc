@@ -180,6 +180,29 @@ ValueId DecoderLayers::mlp(ValueId x, int64_t layer) {
                    kNoValue);
 }
 
+ValueId DecoderLayers::attention_residual(ValueId x, ValueId attended, int64_t layer) {
+  if (config_.architecture == Architecture::kGpt2) {
+    return b_.add(x, output_projection(attended, layer));
+  }
+  const int64_t inner = config_.num_heads * config_.head_dim();
+  return b_.op1(
+      "linear_residual",
+      {x, attended, layer_weight(layer, "self_attn.o_proj.weight", {config_.hidden_size, inner})});
+}
+
+ValueId DecoderLayers::mlp_residual(ValueId x, ValueId normed, int64_t layer) {
+  if (config_.architecture == Architecture::kGpt2) return b_.add(x, mlp(normed, layer));
+  const int64_t hidden = config_.hidden_size;
+  const int64_t inner = config_.intermediate_size;
+  ValueId gate_up =
+      b_.linear(normed, weight(gate_up_weight_name(layer), {2 * inner, hidden}), kNoValue);
+  ValueId gate = b_.slice(gate_up, 1, 0, inner);
+  ValueId up = b_.slice(gate_up, 1, inner, 2 * inner);
+  ValueId silu = b_.mul(gate, b_.sigmoid(gate));
+  return b_.op1("linear_residual", {x, b_.mul(silu, up),
+                                    layer_weight(layer, "mlp.down_proj.weight", {hidden, inner})});
+}
+
 ValueId DecoderLayers::lm_head(ValueId x) {
   ValueId table;
   if (config_.architecture == Architecture::kGpt2) {

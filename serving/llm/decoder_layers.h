@@ -39,6 +39,11 @@ class DecoderLayers {
   // The attention output projection of [rows, heads * head_dim].
   ValueId output_projection(ValueId attended, int64_t layer);
   ValueId mlp(ValueId x, int64_t layer);
+  // x + output_projection(attended) and x + mlp(normed): for LLaMA the last
+  // projection accumulates into x in place (the linear_residual op, one GEMM
+  // instead of a GEMM and an add kernel); GPT-2 adds.
+  ValueId attention_residual(ValueId x, ValueId attended, int64_t layer);
+  ValueId mlp_residual(ValueId x, ValueId normed, int64_t layer);
   // f32 logits [rows, vocab].
   ValueId lm_head(ValueId x);
 

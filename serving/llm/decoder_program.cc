@@ -117,8 +117,8 @@ compiler::ir::Program build_prefill_program(const DecoderConfig& config, const C
                         str_cat("write_key_", layer));
     layers.write_prompt(caches.value, qkv.value, slot, last_index, prompt_length,
                         str_cat("write_value_", layer));
-    x = b.add(x, layers.output_projection(layers.prompt_attention(qkv, prompt_length), layer));
-    x = b.add(x, layers.mlp(layers.block_norm(x, layer, 2), layer));
+    x = layers.attention_residual(x, layers.prompt_attention(qkv, prompt_length), layer);
+    x = layers.mlp_residual(x, layers.block_norm(x, layer, 2), layer);
   }
   ValueId last = b.embedding(x, last_index, "last_token");  // [1, hidden]
   b.output(layers.lm_head(layers.final_norm(last)));
@@ -163,8 +163,8 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
       attended = layers.cache_attention(qkv.query, caches.key, caches.value, qkv.key, qkv.value,
                                         positions, batch);
     }
-    x = b.add(x, layers.output_projection(attended, layer));
-    x = b.add(x, layers.mlp(layers.block_norm(x, layer, 2), layer));
+    x = layers.attention_residual(x, attended, layer);
+    x = layers.mlp_residual(x, layers.block_norm(x, layer, 2), layer);
     new_rows.push_back(qkv.key);
     new_rows.push_back(qkv.value);
   }
