@@ -48,9 +48,10 @@ void host_decode_attention(const LaunchDims* dims, const uint64_t* args) {
   const auto kv_heads = static_cast<int64_t>(args[7]);
   const auto d = static_cast<int64_t>(args[8]);
   const auto cache_len = static_cast<int64_t>(args[9]);
-  const bool bf16 = args[10] == 1;
+  const auto table_len = static_cast<int64_t>(args[10]);
+  const bool bf16 = args[11] == 1;
   float scale;
-  std::memcpy(&scale, &args[11], sizeof(scale));
+  std::memcpy(&scale, &args[12], sizeof(scale));
   const int64_t groups = heads / kv_heads;
   const int64_t width = (heads + 2 * kv_heads) * d;
   const int64_t slices = static_cast<int64_t>(dims->block.x) / d;
@@ -65,6 +66,7 @@ void host_decode_attention(const LaunchDims* dims, const uint64_t* args) {
         continue;
       }
       std::vector<float> rotated(static_cast<size_t>((groups + 1) * d));
+      const int64_t at = std::min(position, table_len - 1);
       const int64_t half = d / 2;
       for (int64_t i = 0; i < (groups + 1) * d; ++i) {
         const int64_t head = i / d;
@@ -74,7 +76,7 @@ void host_decode_attention(const LaunchDims* dims, const uint64_t* args) {
         const float partner = j < half ? -load_value(qkv, base + j + half, bf16)
                                        : load_value(qkv, base + j - half, bf16);
         rotated[static_cast<size_t>(i)] = round_to(
-            x * load_value(cos, row * d + j, bf16) + partner * load_value(sin, row * d + j, bf16),
+            x * load_value(cos, at * d + j, bf16) + partner * load_value(sin, at * d + j, bf16),
             bf16);
       }
       const int64_t cached = std::min(position, cache_len);
@@ -173,10 +175,12 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   }
   GROVE_CHECK_AS(DTypeError, positions.dtype() == DType::kI64, "decode attention: positions ",
                  positions.str(), " must be i64");
-  const Shape table{rows, d};
-  const bool fits = qkv.shape()[1] == (heads + 2 * kv_heads) * d && cos.shape() == table &&
-                    sin.shape() == table && value_cache.shape() == key_cache.shape() &&
-                    key_cache.shape()[0] == rows && positions.shape() == Shape{rows};
+  const int64_t table_len = cos.dim() == 2 ? cos.shape()[0] : 0;
+  const Shape table{table_len, d};
+  const bool fits = qkv.shape()[1] == (heads + 2 * kv_heads) * d && table_len > 0 &&
+                    cos.shape() == table && sin.shape() == table &&
+                    value_cache.shape() == key_cache.shape() && key_cache.shape()[0] == rows &&
+                    positions.shape() == Shape{rows};
   GROVE_CHECK_AS(ShapeError, fits, "decode attention of ", heads,
                  " heads: operands do not fit together: qkv ", qkv.str(), ", cos ", cos.str(),
                  ", sin ", sin.str(), ", caches ", key_cache.str(), " and ", value_cache.str(),
@@ -208,6 +212,7 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
       .add_i64(kv_heads)
       .add_i64(d)
       .add_i64(cache_len)
+      .add_i64(table_len)
       .add_i64(dtype == DType::kBF16 ? 1 : 0)
       .add_f32(scale);
   device_context(device).backend().launch_kernel(kernel, dims, args, stream);

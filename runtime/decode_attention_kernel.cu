@@ -38,7 +38,8 @@ __device__ __forceinline__ void store(void* base, int64_t index, float value, in
 
 }  // namespace
 
-// qkv [rows, (heads + 2 kv_heads) * d]; cos, sin [rows, d]; caches [rows,
+// qkv [rows, (heads + 2 kv_heads) * d]; cos, sin [table_len, d] (the rotary
+// tables, read at each row's position); caches [rows,
 // kv_heads, cache_len, d]; positions i64 [rows]. Block: a multiple of d
 // threads, at least d; dynamic shared memory: (groups + 1) * d + groups *
 // (cache_len + 1) + (threads / d) * groups * d floats.
@@ -46,7 +47,8 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
                                                   const void* key_cache, const void* value_cache,
                                                   const int64_t* positions, int64_t heads,
                                                   int64_t kv_heads, int64_t head_dim,
-                                                  int64_t cache_len, int64_t type, float scale) {
+                                                  int64_t cache_len, int64_t table_len,
+                                                  int64_t type, float scale) {
   extern __shared__ float shared[];
   const int64_t kv = blockIdx.x;
   const int64_t row = blockIdx.y;
@@ -69,6 +71,7 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
   const int64_t cached = position < cache_len ? position : cache_len;  // keys before the row
   const int64_t span = cached + 1;                                     // and its own
   // The rotary embedding: x cos + rotate_half(x) sin, stored at the model's precision.
+  const int64_t at = position < table_len ? position : table_len - 1;
   const int64_t half = d / 2;
   for (int64_t i = t_id; i < (groups + 1) * d; i += threads) {
     const int64_t head = i / d;
@@ -77,8 +80,8 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
     const float x = load(qkv, base + j, kind);
     const float partner =
         j < half ? -load(qkv, base + j + half, kind) : load(qkv, base + j - half, kind);
-    const float c = load(cos, row * d + j, kind);
-    const float s = load(sin, row * d + j, kind);
+    const float c = load(cos, at * d + j, kind);
+    const float s = load(sin, at * d + j, kind);
     rotated[i] = round_to(x * c + partner * s, kind);
   }
   __syncthreads();

@@ -50,7 +50,7 @@ std::string decode_attention_refusal(DType dtype, int64_t heads, int64_t kv_head
 
 // Enqueues the kernel on `stream` of the tensors' device: qkv [rows, (heads +
 // 2 kv_heads) * head_dim] (contiguous, rewritten in place), cos and sin
-// [rows, head_dim] (the rotary tables at each row's position), key_cache and
+// [positions, head_dim] (the rotary tables, read at each row's position), key_cache and
 // value_cache [rows, kv_heads, cache_len, head_dim], positions i64 [rows].
 // Throws ShapeError / DTypeError for operands that do not fit together.
 void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor& sin,

@@ -3,7 +3,8 @@
 // row's own key, softmax, weighted values) as one runtime kernel, Note
 // [Decode attention kernel] (runtime/decode_attention_kernel.h). Operands:
 // qkv [rows, (heads + 2 kv_heads) * head_dim] (the fused projection, rewritten
-// in place), cos and sin [rows, head_dim], key_cache and value_cache [rows,
+// in place), cos and sin [positions, head_dim] (the rotary tables, read at
+// each row's position), key_cache and value_cache [rows,
 // kv_heads, positions, head_dim], positions i64 [rows] (-1: padding); the one
 // result is operand 0 after the kernel: [attended heads | rotated key | value]
 // per row. Attribute heads. Lowered as one OpDef::launch step (in place), so
@@ -26,7 +27,7 @@ std::vector<TensorType> infer_decode_attention(const OpContext& context) {
       ShapeError,
       qkv.rank() == 2 && cos.rank() == 2 && key_cache.rank() == 4 && positions.rank() == 1,
       context.where(),
-      ": expected qkv [rows, width], cos [rows, head_dim], caches [rows, kv_heads, "
+      ": expected qkv [rows, width], cos [positions, head_dim], caches [rows, kv_heads, "
       "positions, head_dim] and positions [rows]; got ",
       context.describe_operand(0), ", ", context.describe_operand(1), ", ",
       context.describe_operand(3), ", ", context.describe_operand(5));
@@ -44,7 +45,7 @@ std::vector<TensorType> infer_decode_attention(const OpContext& context) {
   }
   GROVE_CHECK_AS(DTypeError, positions.dtype == DType::kI64, context.where(), ": ",
                  context.describe_operand(5), " must be i64");
-  const Shape table{rows, head_dim};
+  const Shape table{cos.shape[0], head_dim};
   GROVE_CHECK_AS(ShapeError,
                  qkv.shape[1] == (heads + 2 * kv_heads) * head_dim && cos.shape == table &&
                      context.operand(2).shape == table && key_cache.shape[0] == rows &&

@@ -274,9 +274,9 @@ ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId
   return b_.reshape(attended, {rows, config_.num_heads * d});
 }
 
-QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, ValueId lookup,
-                                                   ValueId key_cache, ValueId value_cache,
-                                                   ValueId positions, int64_t rows) {
+QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, ValueId key_cache,
+                                                   ValueId value_cache, ValueId positions,
+                                                   int64_t rows) {
   const int64_t d = config_.head_dim();
   const int64_t heads = config_.num_heads;
   const int64_t kv_heads = config_.num_kv_heads;
@@ -284,14 +284,9 @@ QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, Val
   const int64_t kv_width = kv_heads * d;
   ValueId fused = b_.linear(
       x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}), kNoValue);
-  if (table_positions_ != lookup) {
-    table_positions_ = lookup;
-    cos_table_rows_ = b_.embedding(rope_cos_, lookup);
-    sin_table_rows_ = b_.embedding(rope_sin_, lookup);
-  }
+  // The kernel reads the rotary tables at each row's position itself.
   ValueId result =
-      b_.op1("decode_attention",
-             {fused, cos_table_rows_, sin_table_rows_, key_cache, value_cache, positions},
+      b_.op1("decode_attention", {fused, rope_cos_, rope_sin_, key_cache, value_cache, positions},
              {{"heads", heads}}, str_cat("attention_", layer));
   QueryKeyValue out;
   out.query = b_.slice(result, 1, 0, q_width);

@@ -57,7 +57,7 @@ class DecoderLayers {
   // qkv projection of `x` and cache_attention's result in one kernel after
   // it (LLaMA): query = the attended heads [rows, heads * head_dim], key and
   // value the new rotated key and value [rows, kv_heads, head_dim].
-  QueryKeyValue fused_cache_attention(ValueId x, int64_t layer, ValueId lookup, ValueId key_cache,
+  QueryKeyValue fused_cache_attention(ValueId x, int64_t layer, ValueId key_cache,
                                       ValueId value_cache, ValueId positions, int64_t rows);
   // The prompt's keys or values [rows, kv_heads, head_dim] written into `slot`
   // of the full cache (positions 0..last_index, zeros after); returns the new cache.
@@ -92,9 +92,6 @@ class DecoderLayers {
   ValueId rope_positions_ = compiler::ir::kNoValue;
   ValueId rope_cos_rows_ = compiler::ir::kNoValue;
   ValueId rope_sin_rows_ = compiler::ir::kNoValue;
-  ValueId table_positions_ = compiler::ir::kNoValue;  // fused_cache_attention's rotary rows
-  ValueId cos_table_rows_ = compiler::ir::kNoValue;
-  ValueId sin_table_rows_ = compiler::ir::kNoValue;
   ValueId keep_positions_ = compiler::ir::kNoValue;
   ValueId keep_ = compiler::ir::kNoValue;
 };

@@ -143,9 +143,11 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
   ValueId ids = b.input("input_ids", {batch}, DType::kI64);
   ValueId positions = b.input("positions", {batch}, DType::kI64);
   DecoderLayers layers(b, config, cache);
-  ValueId lookup = layers.clamped_positions(positions);
-  ValueId x = layers.embed(ids, lookup);
   const bool fused = fused_attention && decode_attention_fuses(config, cache);
+  // Table lookups at the positions: GPT-2's learned positions and the unfused
+  // rotary embedding (the fused attention reads its tables itself).
+  const ValueId lookup = fused ? compiler::ir::kNoValue : layers.clamped_positions(positions);
+  ValueId x = layers.embed(ids, lookup);
   std::vector<ValueId> new_rows;
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     // Note [KV cache in static buffers]: rows 0..batch-1 are slots 0..batch-1;
@@ -155,8 +157,7 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
     QueryKeyValue qkv;
     ValueId attended;
     if (fused) {
-      qkv = layers.fused_cache_attention(normed, layer, lookup, caches.key, caches.value, positions,
-                                         batch);
+      qkv = layers.fused_cache_attention(normed, layer, caches.key, caches.value, positions, batch);
       attended = qkv.query;
     } else {
       qkv = layers.project(normed, layer, lookup, batch);
