@@ -66,8 +66,7 @@ TEST_P(DecoderRecompute, GreedyDecodeEqualsFullSequenceRecompute) {
   // bf16: the fused attention rounds as prefill's attention does (equal
   // logits on sim); the unfused ops round their own partial products and
   // sums (0.16 off measured), a comparison mode only.
-  const float tolerance =
-      c.dtype == DType::kF32 ? 2e-4f : (c.fused_attention ? 0.15f : 0.25f);
+  const float tolerance = c.dtype == DType::kF32 ? 2e-4f : (c.fused_attention ? 0.15f : 0.25f);
   for (int step = 0; step < 12; ++step) {
     int64_t next = argmax(logits);
     std::vector<float> recomputed = decoder->prefill(1, sequence);  // slot 1: a scratch slot
