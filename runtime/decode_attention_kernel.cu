@@ -9,7 +9,9 @@
 
 namespace {
 
-constexpr int kMaxGroups = 8;  // query heads per kv head (decode_attention_kernel.h)
+constexpr int kMaxGroups = 8;   // query heads per kv head (decode_attention_kernel.h)
+constexpr int kKeyVectors = 8;  // 16-byte key vectors a thread loads at once
+constexpr int kValueLoads = 8;  // positions' values a thread loads at once
 
 // Element types: 0 f32, 1 bf16 (decode_attention_kernel.h's kDecodeAttention*).
 __device__ __forceinline__ float load(const void* base, int64_t index, int type) {
@@ -92,11 +94,41 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
 #pragma unroll
     for (int g = 0; g < kMaxGroups; ++g) acc[g] = 0.0f;
     const float* own = rotated + groups * d;
-    for (int64_t j = 0; j < d; ++j) {
-      const float key = t < cached ? load(key_cache, (slot + t) * d + j, kind) : own[j];
+    if (t < cached && kind == 1 && d % 8 == 0) {
+      // bf16 keys in 16-byte vectors, up to eight loads in flight before any
+      // is used (a load per element waited out its latency element by
+      // element); the products are summed in the same order as below.
+      const uint4* key =
+          reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(key_cache) + (slot + t) * d);
+      for (int64_t v0 = 0; v0 < d / 8; v0 += kKeyVectors) {
+        uint4 loaded[kKeyVectors];
 #pragma unroll
-      for (int g = 0; g < kMaxGroups; ++g) {
-        if (g < groups) acc[g] = fmaf(rotated[g * d + j], key, acc[g]);
+        for (int u = 0; u < kKeyVectors; ++u) {
+          if (v0 + u < d / 8) loaded[u] = __ldg(key + v0 + u);
+        }
+#pragma unroll
+        for (int u = 0; u < kKeyVectors; ++u) {
+          if (v0 + u >= d / 8) break;
+          const uint32_t words[4] = {loaded[u].x, loaded[u].y, loaded[u].z, loaded[u].w};
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const uint32_t bits = e % 2 == 0 ? words[e / 2] << 16 : words[e / 2] & 0xffff0000u;
+            const float k = __uint_as_float(bits);
+            const int64_t j = (v0 + u) * 8 + e;
+#pragma unroll
+            for (int g = 0; g < kMaxGroups; ++g) {
+              if (g < groups) acc[g] = fmaf(rotated[g * d + j], k, acc[g]);
+            }
+          }
+        }
+      }
+    } else {
+      for (int64_t j = 0; j < d; ++j) {
+        const float key = t < cached ? load(key_cache, (slot + t) * d + j, kind) : own[j];
+#pragma unroll
+        for (int g = 0; g < kMaxGroups; ++g) {
+          if (g < groups) acc[g] = fmaf(rotated[g * d + j], key, acc[g]);
+        }
       }
     }
 #pragma unroll
@@ -138,12 +170,23 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
     float acc[kMaxGroups];
 #pragma unroll
     for (int g = 0; g < kMaxGroups; ++g) acc[g] = 0.0f;
-    for (int64_t t = slice; t < span; t += slices) {
-      const float value =
-          t < cached ? load(value_cache, (slot + t) * d + j, kind) : load(qkv, v_base + j, kind);
+    // kValueLoads positions' values loaded before any is used, folded in increasing t.
+    for (int64_t t0 = slice; t0 < span; t0 += kValueLoads * slices) {
+      float values[kValueLoads];
 #pragma unroll
-      for (int g = 0; g < kMaxGroups; ++g) {
-        if (g < groups) acc[g] = fmaf(scores[g * span + t], value, acc[g]);
+      for (int u = 0; u < kValueLoads; ++u) {
+        const int64_t t = t0 + u * slices;
+        values[u] = t < cached ? load(value_cache, (slot + t) * d + j, kind)
+                               : (t == cached ? load(qkv, v_base + j, kind) : 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < kValueLoads; ++u) {
+        const int64_t t = t0 + u * slices;
+        if (t >= span) break;
+#pragma unroll
+        for (int g = 0; g < kMaxGroups; ++g) {
+          if (g < groups) acc[g] = fmaf(scores[g * span + t], values[u], acc[g]);
+        }
       }
     }
 #pragma unroll
