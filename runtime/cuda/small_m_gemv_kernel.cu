@@ -3,7 +3,7 @@
 // (small_m_gemv.h). C[m, n] = sum_k A[m, k] W[n, k] for M = 1, 2, 4 or 8 rows of A,
 // W row-major [N, K] (a linear layer's weight), bf16 or f16 storage, f32 sums.
 // One warp per output column n: each lane streams 16-byte vectors of W's row
-// (up to eight loads in flight per lane), multiplies them with the same vectors of
+// (up to sixteen loads in flight per lane), multiplies them with the same vectors of
 // every row of A (read through the read-only cache: A is small and every warp
 // of the grid reads it) and the warp's lanes are summed by shuffles.
 #include <cuda_bf16.h>
@@ -14,10 +14,10 @@
 namespace {
 
 constexpr int kWarp = 32;
-// Vectors of W each lane loads before it folds any: 8 (4 KiB per warp in
-// flight) for one or two rows of A, 4 where more rows make each fold longer.
+// Vectors of W each lane loads before it folds any: 16 (8 KiB per warp in
+// flight) for one row of A, 8 for two, 4 where more rows make each fold longer.
 template <int M>
-constexpr int kInFlight = M >= 4 ? 4 : 8;
+constexpr int kInFlight = M >= 4 ? 4 : (M == 2 ? 8 : 16);
 
 __device__ __forceinline__ void unpack(const uint4& v, float (&out)[8], __nv_bfloat16) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -84,7 +84,19 @@ __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_
 #pragma unroll
     for (int j = 0; j < kInFlight<M>; ++j) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
   }
-  for (; index < vectors; index += kWarp) fold<T, M>(acc, __ldg(row + index), a, lda, index);
+  // The rest (fewer than kInFlight vectors per lane) as one batch of
+  // predicated loads, still folded in increasing index.
+  if (index < vectors) {
+    uint4 loaded[kInFlight<M>];
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) {
+      if (index + j * kWarp < vectors) loaded[j] = __ldg(row + index + j * kWarp);
+    }
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) {
+      if (index + j * kWarp < vectors) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
+    }
+  }
 #pragma unroll
   for (int m = 0; m < M; ++m) {
 #pragma unroll
