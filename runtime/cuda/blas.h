@@ -23,8 +23,10 @@
 
 namespace grove::runtime {
 
-// The BlasSupport of cuda device `device` (calls the functions below).
-std::unique_ptr<BlasSupport> make_cublas_support(Device device);
+// The BlasSupport of cuda device `device` (calls the functions below, except
+// for decode-shaped GEMMs, which run grove's kernel through `platform`, the
+// device's platform: Note [Small-M GEMV] in small_m_gemv.h).
+std::unique_ptr<BlasSupport> make_cublas_support(Device device, Platform& platform);
 
 // Enqueues the column-major GEMM on `stream` of `device` (a cuda device).
 // Throws ShapeError or DTypeError for bad arguments, DeviceError when cuBLAS

@@ -109,7 +109,7 @@ constexpr size_t kMaxInlineSlots = 32;
 
 }  // namespace
 
-CudaPlatform::CudaPlatform(int index) : index_(index), blas_(make_cublas_support(device())) {
+CudaPlatform::CudaPlatform(int index) : index_(index), blas_(make_cublas_support(device(), *this)) {
   use_device();
   cudaDeviceProp properties{};
   GROVE_CUDA_CHECK(cudaGetDeviceProperties(&properties, index_),

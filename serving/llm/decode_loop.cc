@@ -168,8 +168,10 @@ void DecodeLoop::warm_up() {
     compiler::backends::CompileOptions options{.backend = "eager", .device = device_};
     const DecoderState& state = decoder_.state();
     model_ = compiler::backends::compile(
-        build_decode_program(decoder_.config(), state.cache(), options_.bucket, device_), options,
-        [&state](const compiler::ir::Value& value) { return state.bind(value); }, backend_);
+        build_decode_program(decoder_.config(), state.cache(), options_.bucket, device_,
+                             decoder_.fused_attention()),
+        options, [&state](const compiler::ir::Value& value) { return state.bind(value); },
+        backend_);
   }
   record();
 }

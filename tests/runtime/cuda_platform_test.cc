@@ -430,6 +430,93 @@ TEST_F(CudaPlatformTest, StridedBatchedBf16GemmMatchesHostReference) {
   }
 }
 
+// Note [Small-M GEMV]: decode-shaped GEMMs through the device's BLAS run
+// grove's kernel; every row count, both dtypes, beta 0 and 1, a K whose
+// vectors leave a tail after the unrolled loads, padded leading dimensions
+// and a C column count that leaves the last block partly idle match the
+// host's sums, and C's padding columns stay as they were.
+TEST_F(CudaPlatformTest, SmallMGemvMatchesHostReference) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t n = 37, k = 1096, lda = 1104, ldb = 1112, ldc = 41;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t m : {1, 2, 4, 8}) {
+      for (float beta : {0.0f, 1.0f}) {  // beta 1: C += the product (linear_residual)
+        auto to_bits = [&](float value) {
+          return dtype == DType::kBF16 ? float_to_bf16_bits(value) : float_to_f16_bits(value);
+        };
+        auto to_float = [&](uint16_t bits) {
+          return dtype == DType::kBF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
+        };
+        std::vector<uint16_t> a_bits, w_bits, c_bits;
+        for (float value : random_floats(rng, m * lda, -1.0f, 1.0f))
+          a_bits.push_back(to_bits(value));
+        for (float value : random_floats(rng, n * ldb, -1.0f, 1.0f))
+          w_bits.push_back(to_bits(value));
+        for (float value : random_floats(rng, m * ldc, -4.0f, 4.0f))
+          c_bits.push_back(to_bits(value));
+        Tensor ta = Tensor::from_host(a_bits.data(), {m, lda}, dtype, kCudaDevice);
+        Tensor tw = Tensor::from_host(w_bits.data(), {n, ldb}, dtype, kCudaDevice);
+        Tensor tc = Tensor::from_host(c_bits.data(), {m, ldc}, dtype, kCudaDevice);
+        GemmArgs args;
+        args.dtype = dtype;
+        args.m = m, args.n = n, args.k = k;
+        args.a = ta.data_ptr(), args.lda = lda;
+        args.b = tw.data_ptr(), args.ldb = ldb, args.transpose_b = true;
+        args.c = tc.data_ptr(), args.ldc = ldc;
+        args.beta = beta;
+        platform().blas().gemm_row_major(stream_, args);
+        std::vector<uint16_t> result = tc.to_vector<uint16_t>();
+        for (int64_t row = 0; row < m; ++row) {
+          for (int64_t column = 0; column < ldc; ++column) {
+            const float got = to_float(result[row * ldc + column]);
+            const float before = to_float(c_bits[row * ldc + column]);
+            if (column >= n) {
+              EXPECT_EQ(got, before) << "m " << m << ": column " << column << " is past C's n";
+              continue;
+            }
+            double expected = beta * before;
+            for (int64_t i = 0; i < k; ++i) {
+              expected +=
+                  double(to_float(a_bits[row * lda + i])) * to_float(w_bits[column * ldb + i]);
+            }
+            ASSERT_NEAR(got, expected, 1e-2 * (1.0 + std::fabs(expected)))
+                << dtype_name(dtype) << " m " << m << " beta " << beta << " row " << row
+                << " column " << column;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Note [Small-M GEMV]: the LLaMA-1B decode GEMMs at batch 1 are one kernel
+// node each in a captured graph (cuBLAS used split-K pairs for some).
+TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
+  const int64_t shapes[][2] = {{2048, 8192}, {16384, 2048}, {3072, 2048}, {32000, 2048}};
+  for (const auto& [n, k] : shapes) {
+    Tensor x = Tensor::empty({1, k}, DType::kBF16, kCudaDevice);
+    Tensor w = Tensor::empty({n, k}, DType::kBF16, kCudaDevice);  // values do not matter
+    Tensor y = Tensor::empty({1, n}, DType::kBF16, kCudaDevice);
+    GemmArgs args;
+    args.dtype = DType::kBF16;
+    args.m = 1, args.n = n, args.k = k;
+    args.a = x.data_ptr(), args.lda = k;
+    args.b = w.data_ptr(), args.ldb = k, args.transpose_b = true;
+    args.c = y.data_ptr(), args.ldc = n;
+    platform().blas().gemm_row_major(stream_, args);
+    platform().synchronize_stream(stream_);
+    platform().begin_capture(stream_, CaptureMode::kThreadLocal);
+    platform().blas().gemm_row_major(stream_, args);
+    GraphHandle graph = platform().end_capture(stream_);
+    std::vector<KernelNodeInfo> nodes = platform().kernel_nodes(graph);
+    EXPECT_EQ(platform().graph_node_count(graph), 1u) << "1 x " << n << " x " << k;
+    ASSERT_EQ(nodes.size(), 1u) << "1 x " << n << " x " << k;
+    EXPECT_EQ(nodes[0].kernel_name, "grove_small_m_gemv_bf16_m1");
+    platform().destroy_graph(graph);
+  }
+}
+
+TEST_F(CudaPlatformTest, GemmRejectsBadLeadingDimensionAndDtype) {
 TEST_F(CudaPlatformTest, GemmRejectsBadLeadingDimensionAndDtype) {
   GemmArgs args;
   args.m = 4;
