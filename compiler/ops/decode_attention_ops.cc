@@ -57,7 +57,7 @@ std::vector<TensorType> infer_decode_attention(const OpContext& context) {
   return {qkv};
 }
 
-void register_attention_ops(OpRegistry& registry) {
+void register_decode_attention_op(OpRegistry& registry) {
   OpDef op;
   op.name = "decode_attention";
   op.summary =
@@ -80,7 +80,7 @@ void register_attention_ops(OpRegistry& registry) {
 }
 
 const bool kRegistered = [] {
-  register_attention_ops(OpRegistry::global());
+  register_decode_attention_op(OpRegistry::global());
   return true;
 }();
 
