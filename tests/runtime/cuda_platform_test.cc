@@ -517,7 +517,6 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
 }
 
 TEST_F(CudaPlatformTest, GemmRejectsBadLeadingDimensionAndDtype) {
-TEST_F(CudaPlatformTest, GemmRejectsBadLeadingDimensionAndDtype) {
   GemmArgs args;
   args.m = 4;
   args.n = 4;
