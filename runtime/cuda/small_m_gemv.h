@@ -23,8 +23,8 @@
 
 #include <mutex>
 
-#include "runtime/platform.h"
 #include "runtime/blas.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::cuda_detail {
 
