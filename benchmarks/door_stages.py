@@ -10,7 +10,7 @@ wall time the step is host-bound and these are the numbers to cut.
         [--variants grove,grove_optim,torch_reduce_overhead] [--profile DIR]
 
 Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
-"grove_aot" (the same under AOTAutograd's runtime, GROVE_DOOR_FUNCTION=0),
+"grove_fn" (the same run by grove's own autograd function, GROVE_DOOR_FUNCTION=1),
 "grove_optim" (backend="grove", grove.torch.optim.AdamW), and
 "torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
 split of PyTorch's own. --profile writes a cProfile listing (top functions
@@ -67,9 +67,9 @@ def step_of(module, inputs, loss_of, variant):
         timed("optimizer", optimizer.step)
         return loss
 
-    if variant == "grove_aot":  # compiled now, under AOTAutograd's runtime
+    if variant == "grove_fn":  # compiled now, by grove's own autograd function
         previous = os.environ.get("GROVE_DOOR_FUNCTION")
-        os.environ["GROVE_DOOR_FUNCTION"] = "0"
+        os.environ["GROVE_DOOR_FUNCTION"] = "1"
         try:
             step(lambda name, function, *args: function(*args))
         finally:

@@ -195,10 +195,14 @@ class DoorFunctionTest(unittest.TestCase):
         module = gpu_models.Mlp(width=8, depth=3)
         reference = copy.deepcopy(module)
         gm, compiler = self.aot_compiled(module, torch.randn(3, 8))
-        # AOTAutograd's metadata of a simple graph (PyTorch 1.13 notes none).
+        # AOTAutograd's metadata of a simple graph (PyTorch 1.13 notes none);
+        # PyTorch 2.11 lists a PlainTensorMeta per plain tensor input (the
+        # first version took those for subclasses and no graph on an H100).
+        plain = type("PlainTensorMeta", (), {})()
         simple = SimpleNamespace(
             input_info=[SimpleNamespace(mutates_data=False)] * 7,
-            output_info=[SimpleNamespace(output_type=SimpleNamespace(name="non_alias"))])
+            output_info=[SimpleNamespace(output_type=SimpleNamespace(name="non_alias"))],
+            subclass_inp_meta=[plain] * 7)
         compiler.compiled_forward = (compiler.compiled_forward[0], simple)
         forward, backward, outputs, lifted = door_function.aot_partition(gm, [torch.randn(3, 8)],
                                                                          compiler)
@@ -232,6 +236,9 @@ class DoorFunctionTest(unittest.TestCase):
                 input_info=[], output_info=[SimpleNamespace(
                     output_type=SimpleNamespace(name="alias_of_input"))]),
             "no metadata": None,
+            "a subclass input": SimpleNamespace(
+                input_info=[], output_info=[plain],
+                subclass_inp_meta=[type("SubclassCreationMeta", (), {})()]),
         }
         for name, metadata in cases.items():
             compiler.compiled_forward = (compiler.compiled_forward[0], metadata)

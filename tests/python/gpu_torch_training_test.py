@@ -159,8 +159,8 @@ class GpuTorchTrainingTest(unittest.TestCase):
         """Note [The door's own autograd function] (grove/door_function.py):
         the mlp's and the gpt's training graphs run as grove's own
         autograd.Function, and their losses over 10 steps track torch eager
-        and those of the same graphs under AOTAutograd's runtime
-        (GROVE_DOOR_FUNCTION=0), which takes no graph."""
+        and those of the same graphs under AOTAutograd's runtime (the
+        default; GROVE_DOOR_FUNCTION=1 opts in), which takes no graph."""
         import logging
 
         from grove import door_function
@@ -184,17 +184,17 @@ class GpuTorchTrainingTest(unittest.TestCase):
             module = module.cuda()
             expected, _ = train(module, batch, loss_of, None, steps=10)
             before = door_function.taken
-            own, _ = train(module, batch, loss_of, "cudagraphs", steps=10)
+            os.environ["GROVE_DOOR_FUNCTION"] = "1"  # opt-in
+            try:
+                own, _ = train(module, batch, loss_of, "cudagraphs", steps=10)
+            finally:
+                del os.environ["GROVE_DOOR_FUNCTION"]
             self.assertGreater(door_function.taken, before, "%s: no graph took the function: %s" % (
                 name, [record.getMessage() for record in records if "AOTAutograd" in
                        record.getMessage()]))
-            os.environ["GROVE_DOOR_FUNCTION"] = "0"
-            try:
-                before = door_function.taken
-                aot, _ = train(module, batch, loss_of, "cudagraphs", steps=10)
-                self.assertEqual(door_function.taken, before)
-            finally:
-                del os.environ["GROVE_DOOR_FUNCTION"]
+            before = door_function.taken
+            aot, _ = train(module, batch, loss_of, "cudagraphs", steps=10)  # the default
+            self.assertEqual(door_function.taken, before)
             torch.testing.assert_close(own, expected, rtol=RTOL, atol=ATOL)
             torch.testing.assert_close(own, aot, rtol=RTOL, atol=ATOL)
 
