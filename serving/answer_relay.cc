@@ -15,13 +15,19 @@ namespace grove::serving {
 // 256,000 answers/s in process, so at most 3.9 us of its time per answer,
 // but took 4.8 us per answer behind the HTTP front (serve_http's worker
 // us/req), which answered 178,000/s where the server alone answered
-// 256,000. With HttpConfig::answer_relay the worker appends each answer to
-// the relay's list instead and wakes the relay's thread only when it sleeps
-// (at most once per burst), and the relay makes the posts, in order, off the
-// worker's thread; the cost is one more thread hop per answer, which on a
-// machine with fewer cores than busy threads adds the wait for that thread
-// to be scheduled. Tests: test_answer_relay_gives_each_client_its_rows_and_drains
-// (tests/serving/http_server_test.py), AnswerRelay.* (tests/serving/answer_relay_test.cc).
+// 256,000. So the HTTP front (HttpConfig::answer_relay, on unless
+// --no-answer-relay) has the worker append each answer to the relay's list
+// instead, waking the relay's thread only when it sleeps (at most once per
+// burst), and the relay makes the posts, in order, off the worker's thread.
+// On the H100 (one lease, one run each, 64 clients x 4 connections, binary):
+// max batch 16, 168,293 -> 188,265 answers/s (worker 5.5 -> 4.7 us per
+// answer); max batch 64, 172,253 -> 165,693 (4% fewer; one run each). The
+// cost is one more thread hop per answer, which on a machine with fewer
+// cores than busy threads adds the wait for that thread to be scheduled.
+// Tests: test_without_answer_relay_each_client_gets_its_rows_and_drains
+// (the worker's own posts; every other test of tests/serving/
+// http_server_test.py and http_abuse_test.py goes through the relay),
+// AnswerRelay.* (tests/serving/answer_relay_test.cc).
 AnswerRelay::AnswerRelay() : thread_([this] { run(); }) {}
 
 AnswerRelay::~AnswerRelay() {

@@ -56,7 +56,7 @@ struct HttpConfig {
   int retry_after_s = 1;  // the Retry-After of a 503 for a full queue
   // Note [Answers handed on by a relay]: answers reach the event loops through
   // a thread of their own rather than from the batching worker's.
-  bool answer_relay = false;
+  bool answer_relay = true;
   // More Prometheus text for /metrics (the gRPC front's counters), if any.
   std::function<std::string()> more_metrics;
 };
