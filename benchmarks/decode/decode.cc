@@ -2,18 +2,22 @@
 // For each config (--configs: a LLaMA-1B-class "1b" and a "small" one, random
 // bf16 weights written as a Hugging Face checkpoint under --model-dir) and
 // each batch (--batches), B requests are prefilled and then decoded for
-// --steps steps by DecodeLoop (Note [Decode loop on the device]) in two modes
-// on the same recorded step: one graph launch per step (the host waits for
-// each step's tokens), and --steps steps in one conditional WHILE graph
-// launch. Reports tokens/s, step time, and model bandwidth utilisation: the
-// bytes a step must read (weights less the input embedding table, plus the
-// KV cache of the bucket's rows over all max_seq_len positions, which the
-// masked attention reads) / step time / --hbm-tbs. Each mode's runs give the
-// same tokens (checked).
+// --steps steps by DecodeLoop (Note [Decode loop on the device]) in three
+// modes on the same recorded step: "server", one DecodeLoop::run per step
+// with the rows set again before it (what the Generator pays per step when
+// requests join or leave every step: row uploads, the launch, the tokens,
+// positions and row state read back); "per-step", one graph launch per step
+// within a run (the host waits for each step's tokens); and --steps steps in
+// one conditional WHILE graph launch. Reports tokens/s, step time, and model bandwidth utilisation:
+// the bytes a step must read (weights less the input embedding table, plus the KV cache of the
+// bucket's rows over all max_seq_len positions, which the masked attention reads) / step time /
+// --hbm-tbs. Each mode's runs give the same tokens (checked).
 //
 //   decode [--device auto|cuda|sim] [--configs 1b,small] [--batches 1,8,32,64]
 //          [--steps 64] [--prompt 16] [--max-seq-len 128] [--repeats 5]
-//          [--hbm-tbs 3.35] [--model-dir DIR] [--json FILE]
+//          [--hbm-tbs 3.35] [--attention fused|unfused] [--model-dir DIR]
+//          [--json FILE]
+//   decode load ...   (an open-loop serving load: decode_load.cc, `decode load --help`)
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -25,6 +29,7 @@
 #include "benchmarks/common/json_report.h"
 #include "benchmarks/common/table.h"
 #include "benchmarks/decode/decode_checkpoint.h"
+#include "benchmarks/decode/decode_load.h"
 #include "runtime/device_context.h"
 #include "serving/llm/decode_loop.h"
 #include "serving/llm/decoder.h"
@@ -39,7 +44,7 @@ using serving::llm::Decoder;
 constexpr const char* kName = "decode";
 
 const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    kDeviceFlag,
     {"--configs", "LIST", "model configs, of 1b and small (default 1b,small)"},
     {"--batches", "LIST", "concurrent requests per run (default 1,8,32,64)"},
     {"--steps", "N", "decode steps per timed run (default 64)"},
@@ -48,8 +53,10 @@ const std::vector<FlagSpec> kFlags = {
     {"--repeats", "R", "timed runs per mode (default 5; the median is reported)"},
     {"--hbm-tbs", "TB/s", "HBM bandwidth for utilisation (default 3.35, H100 SXM; H200: 4.8)"},
     {"--dtype", "bf16|f32", "model dtype (default bf16)"},
+    {"--attention", "fused|unfused",
+     "decode attention as one kernel per layer (default) or the unfused ops"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
 };
 
 struct ModeResult {
@@ -58,22 +65,27 @@ struct ModeResult {
   std::vector<std::vector<int64_t>> tokens;  // of the last repeat
 };
 
-// Prefills `batch` seeded prompts into slots 0..batch-1 and starts their rows (greedy).
-void start_requests(Decoder& decoder, DecodeLoop& loop, int64_t batch, int64_t prompt,
-                    int64_t steps) {
+// Prefills `batch` seeded prompts into slots 0..batch-1 and starts their rows
+// (greedy); returns each row's start.
+std::vector<serving::llm::DecodeRowStart> start_requests(Decoder& decoder, DecodeLoop& loop,
+                                                         int64_t batch, int64_t prompt,
+                                                         int64_t steps) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int64_t> token(3, decoder.config().vocab_size - 1);
+  std::vector<serving::llm::DecodeRowStart> starts;
   for (int64_t row = 0; row < batch; ++row) {
     std::vector<int64_t> ids(static_cast<size_t>(prompt));
     for (int64_t& id : ids) id = token(rng);
     std::vector<float> logits = decoder.prefill(row, ids);
     int64_t first = serving::llm::sample_token(logits, {}, 0);
-    loop.set_row(row, {.token = first,
-                       .position = prompt,
-                       .generated = 1,
-                       .max_new_tokens = steps + 1,
-                       .eos_token_id = std::nullopt});
+    starts.push_back({.token = first,
+                      .position = prompt,
+                      .generated = 1,
+                      .max_new_tokens = steps + 1,
+                      .eos_token_id = std::nullopt});
+    loop.set_row(row, starts.back());
   }
+  return starts;
 }
 
 ModeResult time_mode(Decoder& decoder, DecodeLoop& loop, DecodeMode mode, int64_t batch,
@@ -95,14 +107,46 @@ ModeResult time_mode(Decoder& decoder, DecodeLoop& loop, DecodeMode mode, int64_
   return result;
 }
 
-int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Decode tokens/s: per-step graphs vs one WHILE graph.", kFlags).c_str(),
-        stdout);
-    return 0;
+// What the server pays per step where it cannot loop on the device (a
+// request joins or leaves every step: Generator::decode_on_device with one
+// step): the rows set again from the last tokens, then DecodeLoop::run of
+// one step, which uploads them, replays the step graph, waits for its
+// tokens and reads positions and row state back.
+ModeResult time_server_steps(Decoder& decoder, DecodeLoop& loop, int64_t batch, int64_t prompt,
+                             int64_t steps, int64_t repeats) {
+  ModeResult result;
+  std::vector<double> samples;
+  for (int64_t repeat = 0; repeat <= repeats; ++repeat) {  // repeat 0 warms up
+    std::vector<serving::llm::DecodeRowStart> rows =
+        start_requests(decoder, loop, batch, prompt, steps);
+    result.tokens.clear();
+    Stopwatch watch;
+    for (int64_t step = 0; step < steps; ++step) {
+      for (int64_t row = 0; row < batch; ++row) loop.set_row(row, rows[static_cast<size_t>(row)]);
+      serving::llm::DecodeRun run = loop.run(1, DecodeMode::kPerStepGraphs);
+      GROVE_CHECK(run.steps == 1, kName, ": a server step ran ", run.steps, " steps");
+      for (int64_t row = 0; row < batch; ++row) {
+        serving::llm::DecodeRowStart& start = rows[static_cast<size_t>(row)];
+        start.token = run.tokens[0][static_cast<size_t>(row)];
+        ++start.position;
+        ++start.generated;
+      }
+      result.tokens.push_back(run.tokens[0]);
+    }
+    const double elapsed = watch.elapsed_us();
+    if (repeat > 0) samples.push_back(elapsed / static_cast<double>(steps));
   }
+  LatencySummary summary = summarize(samples);
+  result.step_us = summary.median_us;
+  result.spread = summary.spread();
+  return result;
+}
+
+int run(int argc, char** argv) {
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Decode tokens/s: per-step graphs vs one WHILE graph.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   runtime::Device device = resolve_device(flags.text("--device", "auto"));
   const std::vector<std::string> configs = flags.list("--configs", {"1b", "small"});
   std::vector<int64_t> batches;
@@ -123,6 +167,10 @@ int run(int argc, char** argv) {
     throw UsageError(str_cat("--prompt ", prompt, " plus --steps ", steps, " exceed --max-seq-len ",
                              max_seq_len));
   }
+  const std::string attention = flags.text("--attention", "fused");
+  if (attention != "fused" && attention != "unfused") {
+    throw UsageError("--attention must be fused or unfused; got " + attention);
+  }
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
   const std::string json_path = flags.text("--json", "");
   if (!json_path.empty()) cli::check_output_path("--json", json_path);
@@ -134,17 +182,21 @@ int run(int argc, char** argv) {
   report["hbm_tbs"] = hbm_tbs;
   report["repeats"] = repeats;
   report["dtype"] = dtype_name;
+  report["attention"] = attention;
   std::printf(
       "%s on %s (%s): %lld decode steps per run after a %lld-token prompt, "
-      "max_seq_len %lld, %s, median of %lld runs\n",
+      "max_seq_len %lld, %s, %s attention, median of %lld runs\n",
       kName, device.str().c_str(), report["device_name"].get<std::string>().c_str(),
       static_cast<long long>(steps), static_cast<long long>(prompt),
-      static_cast<long long>(max_seq_len), dtype_name.c_str(), static_cast<long long>(repeats));
+      static_cast<long long>(max_seq_len), dtype_name.c_str(), attention.c_str(),
+      static_cast<long long>(repeats));
   Table table({{"config"},
                {"batch", Align::kRight},
+               {"server us", Align::kRight},
                {"per-step us", Align::kRight},
                {"while us", Align::kRight},
                {"while/per-step", Align::kRight},
+               {"while/server", Align::kRight},
                {"tokens/s", Align::kRight},
                {"MBU", Align::kRight}});
   for (const std::string& config_name : configs) {
@@ -160,6 +212,7 @@ int run(int argc, char** argv) {
     options.max_seq_len = max_seq_len;
     options.batch_buckets = batches;
     options.prompt_buckets = {prompt};
+    options.fused_attention = attention == "fused";
     Stopwatch load_watch;
     std::unique_ptr<Decoder> decoder = Decoder::load(dir, options);
     const double load_s = load_watch.elapsed_s();
@@ -184,6 +237,9 @@ int run(int argc, char** argv) {
       const double record_s = record_watch.elapsed_s();
       ModeResult per_step =
           time_mode(*decoder, loop, DecodeMode::kPerStepGraphs, batch, prompt, steps, repeats);
+      ModeResult server = time_server_steps(*decoder, loop, batch, prompt, steps, repeats);
+      GROVE_CHECK(server.tokens == per_step.tokens, kName, ": config ", config_name, " batch ",
+                  batch, ": one-step runs give other tokens than the per-step graphs");
       // Note [Refused WHILE bodies]: without a WHILE graph the per-step
       // numbers are still reported, and the WHILE columns say it was refused.
       const bool looped_ran = loop.while_available();
@@ -204,9 +260,11 @@ int run(int argc, char** argv) {
       const double bytes = weights_read + kv_read;
       auto mbu = [&](double step_us) { return bytes / (step_us * 1e-6) / (hbm_tbs * 1e12); };
       auto tokens_per_s = [&](double step_us) { return batch / (step_us * 1e-6); };
-      table.add_row({config_name, std::to_string(batch), format_fixed(per_step.step_us, 1),
+      table.add_row({config_name, std::to_string(batch), format_fixed(server.step_us, 1),
+                     format_fixed(per_step.step_us, 1),
                      looped_ran ? format_fixed(looped.step_us, 1) : "refused",
                      looped_ran ? format_ratio(per_step.step_us / looped.step_us) : "-",
+                     looped_ran ? format_ratio(server.step_us / looped.step_us) : "-",
                      format_fixed(tokens_per_s(best_us), 0) + (looped_ran ? "" : " (per-step)"),
                      format_fixed(100 * mbu(best_us), 1) + "%"});
       nlohmann::json result = {{"batch", batch},
@@ -215,6 +273,10 @@ int run(int argc, char** argv) {
                                {"step_kernels", loop.step_kernels()},
                                {"bytes_read_per_step", bytes},
                                {"kv_bytes_read_per_step", kv_read},
+                               {"server_step",
+                                {{"step_us", server.step_us},
+                                 {"spread", server.spread},
+                                 {"tokens_per_s", tokens_per_s(server.step_us)}}},
                                {"per_step",
                                 {{"step_us", per_step.step_us},
                                  {"spread", per_step.spread},
@@ -226,6 +288,7 @@ int run(int argc, char** argv) {
                            {"tokens_per_s", tokens_per_s(looped.step_us)},
                            {"mbu", mbu(looped.step_us)}};
         result["while_speedup"] = per_step.step_us / looped.step_us;
+        result["while_over_server"] = server.step_us / looped.step_us;
         result["tokens_identical"] = true;
       } else {
         result["while"] = {{"refused", loop.while_refusal()}};
@@ -236,6 +299,10 @@ int run(int argc, char** argv) {
   }
   std::fputs(table.render().c_str(), stdout);
   std::printf("tokens/s and MBU: of the WHILE loop, or of per-step graphs where it was refused\n");
+  std::printf(
+      "server: one DecodeLoop::run per step with the rows set again (uploads, launch, tokens, "
+      "positions and row state read back), as the Generator steps when a request joins or "
+      "leaves every step\n");
   std::printf(
       "MBU: (weights less the embedding table + KV cache of the batch over max_seq_len) "
       "per step / step time / %.2f TB/s\n",
@@ -248,6 +315,10 @@ int run(int argc, char** argv) {
 }  // namespace grove::benchmarks
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "load") {
+    return grove::benchmarks::benchmark_main("decode load", grove::benchmarks::run_decode_load,
+                                             argc - 1, argv + 1);
+  }
   return grove::benchmarks::benchmark_main(grove::benchmarks::kName, grove::benchmarks::run, argc,
                                            argv);
 }

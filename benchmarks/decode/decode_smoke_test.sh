@@ -15,7 +15,7 @@ assert config["config"] == "small" and config["hidden_size"] == 256, config
 assert [r["batch"] for r in config["results"]] == [1, 2], config
 for result in config["results"]:
     assert result["tokens_identical"], result
-    for mode in ("per_step", "while"):
+    for mode in ("server_step", "per_step", "while"):
         assert result[mode]["step_us"] > 0 and result[mode]["tokens_per_s"] > 0, result
     assert result["bytes_read_per_step"] > config["weights_read_per_step_bytes"], result
 PY

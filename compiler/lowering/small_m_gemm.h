@@ -50,8 +50,10 @@ bool small_m_gemm_heuristic(const runtime::GemmArgs& args);
 
 // The kernel's version in tuning keys: a measurement of an older kernel is
 // not used for this one. Raise it whenever small_m_gemm_kernel changes.
-// (5: large weights are timed from HBM, Note [Small-M GEMM timing from HBM].)
-constexpr int kSmallMKernelVersion = 5;
+// (5: large weights are timed from HBM, Note [Small-M GEMM timing from HBM];
+// 6: the library side of decode shapes is cuda's small-M GEMV, Note [Small-M
+// GEMV] in runtime/cuda/small_m_gemv.h, so older measurements are stale.)
+constexpr int kSmallMKernelVersion = 6;
 
 // The tuning table's key:
 // "<gpu>|<dtype>|m=..,n=..,k=..|ta=..,tb=..|<epilogue>|v<kernel version>".

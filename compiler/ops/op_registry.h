@@ -53,7 +53,7 @@
 #include "compiler/codegen/kernel_spec.h"
 #include "compiler/ir/attributes.h"
 #include "compiler/ir/tensor_type.h"
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 #include "runtime/tensor.h"
 
 namespace grove::compiler::ir {

@@ -233,9 +233,33 @@ def _training_graph(gm, example_inputs, mode, strict, device):
         # AOTAutograd takes graphs that return a tuple (dynamo's always do).
         output.args = ((output.args[0],),)
         gm.recompile()
-        compiled = backend(gm, example_inputs)
+    compiled = backend(gm, example_inputs)
+    own = _door_function(gm, example_inputs, compiler, single=output is not None)
+    if own is not None:
+        return own
+    if output is not None:
         return lambda *args: compiled(*args)[0]
-    return backend(gm, example_inputs)
+    return compiled
+
+
+def _door_function(gm, example_inputs, compiler, single):
+    """The graph AOTAutograd just compiled, as grove's own autograd.Function
+    (Note [The door's own autograd function], door_function.py), or None
+    for AOTAutograd's compiled function."""
+    from grove import door_function
+
+    if not door_function.enabled():
+        return None
+    try:
+        forward, backward, user_outputs, lifted = door_function.aot_partition(
+            gm, example_inputs, compiler)
+        requires_grad = [bool(getattr(value, "requires_grad", False))
+                         for value in list(lifted) + list(example_inputs)]
+        return door_function.door_function(forward, backward, user_outputs, requires_grad,
+                                           compiler, single=single, lifted=lifted)
+    except door_function.Unsupported as why:
+        log.info("training graph runs under AOTAutograd's runtime: %s", why)
+        return None
 
 
 def _single_value_output(gm):

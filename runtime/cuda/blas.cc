@@ -8,6 +8,7 @@
 #include "runtime/cuda/cublas_handles.h"
 #include "runtime/cuda/cublas_library.h"
 #include "runtime/cuda/cublaslt_plans.h"
+#include "runtime/cuda/small_m_gemv.h"
 
 namespace grove::runtime {
 namespace {
@@ -46,12 +47,17 @@ void check_args(const GemmArgs& g) {
               "cuBLAS GEMM: A or B is null");
 }
 
-// BlasSupport of one cuda device over the functions below.
+// BlasSupport of one cuda device over the functions below, with decode-shaped
+// GEMMs as grove's own kernel (Note [Small-M GEMV], small_m_gemv.h).
 class CublasSupport final : public BlasSupport {
  public:
-  explicit CublasSupport(Device device) : device_(device) {}
+  CublasSupport(Device device, Platform& platform) : device_(device), small_m_gemv_(platform) {}
 
   void gemm_row_major(StreamHandle stream, const GemmArgs& args) override {
+    if (cuda_detail::small_m_gemv_qualifies(args)) {
+      small_m_gemv_.launch(stream, args);
+      return;
+    }
     runtime::gemm_row_major(device_, stream, args);
   }
 
@@ -64,12 +70,13 @@ class CublasSupport final : public BlasSupport {
 
  private:
   Device device_;
+  cuda_detail::SmallMGemv small_m_gemv_;
 };
 
 }  // namespace
 
-std::unique_ptr<BlasSupport> make_cublas_support(Device device) {
-  return std::make_unique<CublasSupport>(device);
+std::unique_ptr<BlasSupport> make_cublas_support(Device device, Platform& platform) {
+  return std::make_unique<CublasSupport>(device, platform);
 }
 
 bool cublas_available() { return cublas_library() != nullptr; }
@@ -79,7 +86,7 @@ std::string cublas_unavailable_reason() { return cuda_detail::cublas_load_error(
 void gemm(Device device, StreamHandle stream, const GemmArgs& g) {
   GROVE_CHECK_AS(DeviceError, device.is_cuda(), "cuBLAS GEMM on ", device.str(),
                  ": cuBLAS runs on cuda devices only; run GEMMs through the device's BLAS "
-                 "(Backend::blas()) on ",
+                 "(Platform::blas()) on ",
                  device.str());
   cudaDataType type = cuda_data_type(g.dtype);
   check_args(g);

@@ -98,12 +98,27 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
   // (value, index) pairs reduced by warp shuffles, then across warps.
   float best_value = 0.0f;
   int64_t best = -1;
-  for (int64_t i = t; i < vocab; i += sampling::kThreads) {
-    const float value = row_logits[i];
+  auto consider = [&](float value, int64_t index) {
     if (best < 0 || value > best_value) {
       best_value = value;
-      best = i;
+      best = index;
     }
+  };
+  if (vocab % 4 == 0 && (reinterpret_cast<uintptr_t>(row_logits) & 15) == 0) {
+    // 16-byte loads, several in flight: thread t reads vectors t, t + kThreads,
+    // ..., each in index order, so it still keeps its first largest logit.
+    const float4* vectors = reinterpret_cast<const float4*>(row_logits);
+    const int64_t count = vocab / 4;
+#pragma unroll 4
+    for (int64_t i = t; i < count; i += sampling::kThreads) {
+      const float4 four = vectors[i];
+      consider(four.x, 4 * i);
+      consider(four.y, 4 * i + 1);
+      consider(four.z, 4 * i + 2);
+      consider(four.w, 4 * i + 3);
+    }
+  } else {
+    for (int64_t i = t; i < vocab; i += sampling::kThreads) consider(row_logits[i], i);
   }
   for (int offset = 16; offset > 0; offset /= 2) {
     const float other_value = __shfl_down_sync(0xffffffffu, best_value, offset);

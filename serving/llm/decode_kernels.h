@@ -34,7 +34,9 @@ void launch_kv_write(const runtime::Tensor& table, int64_t tensors,
 //
 // Note [Greedy token on the device]: the first largest logit of a row is
 // greedy's token (and the max the weights are taken against). The kernel's
-// threads read the row coalesced (thread t: elements t, t + kThreads, ...)
+// threads read the row coalesced (thread t: elements t, t + kThreads, ...,
+// or 16-byte vectors t, t + kThreads, ... where the row allows them: an
+// H100 spent 11 us of a 1B decode step in the element loop)
 // and reduce (value, index) pairs, a larger value or an equal one at a lower
 // index winning, through warp shuffles and then across warps: the token of a
 // scan in index order, in a few microseconds where a per-thread scan of

@@ -40,6 +40,9 @@ struct DecoderOptions {
   std::vector<int64_t> batch_buckets = {1, 2, 4, 8};  // the largest is the cache's slot count
   // Empty: powers of two from 8 up to max_seq_len, and max_seq_len itself.
   std::vector<int64_t> prompt_buckets;
+  // Decode attention as one kernel per layer (Note [Decode attention
+  // kernel]) where it takes the model; false: the unfused ops.
+  bool fused_attention = true;
 };
 
 // One row of a decode step: feed `token` at `position` of `slot`'s sequence.
@@ -76,6 +79,7 @@ class Decoder {
   DecoderState& state() { return *state_; }
   const DecoderState& state() const { return *state_; }
   const std::string& backend_name() const { return options_.backend; }
+  bool fused_attention() const { return options_.fused_attention; }
   // The backend's stats (the tree's counters and pool for "cudagraphs").
   compiler::backends::BackendStats backend_stats() const { return backend_->stats(); }
   // Device memory the backend holds beyond the state (its pool).

@@ -76,16 +76,12 @@ ValueId DecoderLayers::block_norm(ValueId x, int64_t layer, int which) {
 }
 
 ValueId DecoderLayers::rms_norm(ValueId x, ValueId weight_value) {
-  // HF's LlamaRMSNorm: in f32, then back to the model dtype, then times the
-  // weight. Each reader of x in f32 casts it itself, so the casts fuse into
-  // the reduction and the normalizing kernel instead of one more kernel
-  // writing x in f32 for both (the casts are exact: the bits are unchanged).
-  auto f32 = [&] { return dtype_ == DType::kF32 ? x : b_.cast(x, DType::kF32); };
-  ValueId squares = f32();
-  ValueId variance = b_.mean(b_.mul(squares, squares), {1}, /*keepdim=*/true);
-  ValueId normed = b_.mul(f32(), b_.rsqrt(b_.add(variance, scalar(config_.norm_eps, DType::kF32))));
-  if (dtype_ != DType::kF32) normed = b_.cast(normed, dtype_);
-  return b_.mul(weight_value, normed);
+  // HF's LlamaRMSNorm (in f32, back to the model dtype, times the weight) as
+  // one row kernel: the rms_norm op (compiler/ops/rms_norm_op.cc), whose
+  // arithmetic is that of the primitives it replaces (two kernels).
+  compiler::ir::Attributes attrs;
+  attrs.set("eps", config_.norm_eps);
+  return b_.op1("rms_norm", {x, weight_value}, attrs);
 }
 
 ValueId DecoderLayers::final_norm(ValueId x) {
@@ -184,6 +180,29 @@ ValueId DecoderLayers::mlp(ValueId x, int64_t layer) {
                    kNoValue);
 }
 
+ValueId DecoderLayers::attention_residual(ValueId x, ValueId attended, int64_t layer) {
+  if (config_.architecture == Architecture::kGpt2) {
+    return b_.add(x, output_projection(attended, layer));
+  }
+  const int64_t inner = config_.num_heads * config_.head_dim();
+  return b_.op1(
+      "linear_residual",
+      {x, attended, layer_weight(layer, "self_attn.o_proj.weight", {config_.hidden_size, inner})});
+}
+
+ValueId DecoderLayers::mlp_residual(ValueId x, ValueId normed, int64_t layer) {
+  if (config_.architecture == Architecture::kGpt2) return b_.add(x, mlp(normed, layer));
+  const int64_t hidden = config_.hidden_size;
+  const int64_t inner = config_.intermediate_size;
+  ValueId gate_up =
+      b_.linear(normed, weight(gate_up_weight_name(layer), {2 * inner, hidden}), kNoValue);
+  ValueId gate = b_.slice(gate_up, 1, 0, inner);
+  ValueId up = b_.slice(gate_up, 1, inner, 2 * inner);
+  ValueId silu = b_.mul(gate, b_.sigmoid(gate));
+  return b_.op1("linear_residual", {x, b_.mul(silu, up),
+                                    layer_weight(layer, "mlp.down_proj.weight", {hidden, inner})});
+}
+
 ValueId DecoderLayers::lm_head(ValueId x) {
   ValueId table;
   if (config_.architecture == Architecture::kGpt2) {
@@ -253,6 +272,28 @@ ValueId DecoderLayers::cache_attention(ValueId query, ValueId key_cache, ValueId
                             b_.reshape(new_value, {rows, kv_heads, 1, d}));
   ValueId attended = b_.add(from_cache, from_own);  // [rows, kv, groups, d]
   return b_.reshape(attended, {rows, config_.num_heads * d});
+}
+
+QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, ValueId key_cache,
+                                                   ValueId value_cache, ValueId positions,
+                                                   int64_t rows) {
+  const int64_t d = config_.head_dim();
+  const int64_t heads = config_.num_heads;
+  const int64_t kv_heads = config_.num_kv_heads;
+  const int64_t q_width = heads * d;
+  const int64_t kv_width = kv_heads * d;
+  ValueId fused = b_.linear(
+      x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}), kNoValue);
+  // The kernel reads the rotary tables at each row's position itself.
+  ValueId result =
+      b_.op1("decode_attention", {fused, rope_cos_, rope_sin_, key_cache, value_cache, positions},
+             {{"heads", heads}}, str_cat("attention_", layer));
+  QueryKeyValue out;
+  out.query = b_.slice(result, 1, 0, q_width);
+  out.key = b_.reshape(b_.slice(result, 1, q_width, q_width + kv_width), {rows, kv_heads, d});
+  out.value = b_.reshape(b_.slice(result, 1, q_width + kv_width, q_width + 2 * kv_width),
+                         {rows, kv_heads, d});
+  return out;
 }
 
 ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index,

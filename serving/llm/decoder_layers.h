@@ -39,6 +39,11 @@ class DecoderLayers {
   // The attention output projection of [rows, heads * head_dim].
   ValueId output_projection(ValueId attended, int64_t layer);
   ValueId mlp(ValueId x, int64_t layer);
+  // x + output_projection(attended) and x + mlp(normed): for LLaMA the last
+  // projection accumulates into x in place (the linear_residual op, one GEMM
+  // instead of a GEMM and an add kernel); GPT-2 adds.
+  ValueId attention_residual(ValueId x, ValueId attended, int64_t layer);
+  ValueId mlp_residual(ValueId x, ValueId normed, int64_t layer);
   // f32 logits [rows, vocab].
   ValueId lm_head(ValueId x);
 
@@ -48,6 +53,12 @@ class DecoderLayers {
   // and its own new key and value ([rows, kv_heads, head_dim], not yet in the cache).
   ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache, ValueId new_key,
                           ValueId new_value, ValueId positions, int64_t rows);
+  // Note [Decode attention kernel] (runtime/decode_attention_kernel.h): the
+  // qkv projection of `x` and cache_attention's result in one kernel after
+  // it (LLaMA): query = the attended heads [rows, heads * head_dim], key and
+  // value the new rotated key and value [rows, kv_heads, head_dim].
+  QueryKeyValue fused_cache_attention(ValueId x, int64_t layer, ValueId key_cache,
+                                      ValueId value_cache, ValueId positions, int64_t rows);
   // The prompt's keys or values [rows, kv_heads, head_dim] written into `slot`
   // of the full cache (positions 0..last_index, zeros after); returns the new cache.
   ValueId write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index, int64_t rows,

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compiler/ir/builder.h"
+#include "runtime/decode_attention_kernel.h"
 #include "runtime/error.h"
 #include "serving/llm/decoder_layers.h"
 
@@ -116,16 +117,24 @@ compiler::ir::Program build_prefill_program(const DecoderConfig& config, const C
                         str_cat("write_key_", layer));
     layers.write_prompt(caches.value, qkv.value, slot, last_index, prompt_length,
                         str_cat("write_value_", layer));
-    x = b.add(x, layers.output_projection(layers.prompt_attention(qkv, prompt_length), layer));
-    x = b.add(x, layers.mlp(layers.block_norm(x, layer, 2), layer));
+    x = layers.attention_residual(x, layers.prompt_attention(qkv, prompt_length), layer);
+    x = layers.mlp_residual(x, layers.block_norm(x, layer, 2), layer);
   }
   ValueId last = b.embedding(x, last_index, "last_token");  // [1, hidden]
   b.output(layers.lm_head(layers.final_norm(last)));
   return b.build();
 }
 
+bool decode_attention_fuses(const DecoderConfig& config, const CacheShape& cache) {
+  return config.architecture == Architecture::kLlama &&
+         runtime::decode_attention_refusal(config.dtype, config.num_heads, config.num_kv_heads,
+                                           config.head_dim(), cache.max_seq_len)
+             .empty();
+}
+
 compiler::ir::Program build_decode_program(const DecoderConfig& config, const CacheShape& cache,
-                                           int64_t batch, runtime::Device device) {
+                                           int64_t batch, runtime::Device device,
+                                           bool fused_attention) {
   config.verify();
   check_cache(config, cache);
   GROVE_CHECK(batch > 0 && batch <= cache.slots, "decode bucket of ", batch,
@@ -134,18 +143,29 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
   ValueId ids = b.input("input_ids", {batch}, DType::kI64);
   ValueId positions = b.input("positions", {batch}, DType::kI64);
   DecoderLayers layers(b, config, cache);
-  ValueId lookup = layers.clamped_positions(positions);
+  const bool fused = fused_attention && decode_attention_fuses(config, cache);
+  // Table lookups at the positions: GPT-2's learned positions and the unfused
+  // rotary embedding (the fused attention reads its tables itself).
+  const ValueId lookup = fused ? compiler::ir::kNoValue : layers.clamped_positions(positions);
   ValueId x = layers.embed(ids, lookup);
   std::vector<ValueId> new_rows;
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     // Note [KV cache in static buffers]: rows 0..batch-1 are slots 0..batch-1;
     // the program reads the cache and returns the new keys and values.
     LayerCaches caches = declare_caches(b, config, layer, batch, cache.max_seq_len);
-    QueryKeyValue qkv = layers.project(layers.block_norm(x, layer, 1), layer, lookup, batch);
-    ValueId attended = layers.cache_attention(qkv.query, caches.key, caches.value, qkv.key,
-                                              qkv.value, positions, batch);
-    x = b.add(x, layers.output_projection(attended, layer));
-    x = b.add(x, layers.mlp(layers.block_norm(x, layer, 2), layer));
+    ValueId normed = layers.block_norm(x, layer, 1);
+    QueryKeyValue qkv;
+    ValueId attended;
+    if (fused) {
+      qkv = layers.fused_cache_attention(normed, layer, caches.key, caches.value, positions, batch);
+      attended = qkv.query;
+    } else {
+      qkv = layers.project(normed, layer, lookup, batch);
+      attended = layers.cache_attention(qkv.query, caches.key, caches.value, qkv.key, qkv.value,
+                                        positions, batch);
+    }
+    x = layers.attention_residual(x, attended, layer);
+    x = layers.mlp_residual(x, layers.block_norm(x, layer, 2), layer);
     new_rows.push_back(qkv.key);
     new_rows.push_back(qkv.value);
   }

@@ -97,14 +97,26 @@ void Generator::append(RequestId id, Active& active, int64_t token) {
   }
 }
 
+// Note [Prefills between decode steps]
+// Each prefill in a turn delays every running request's next token by its
+// time, so a burst of arrivals admitted at once stalls the streams for the
+// sum of their prefills: their inter-token latency's tail. With
+// max_prefills_per_step = P a turn prefills at most P requests, and while
+// more wait for a free slot's prefill the decode runs one step per turn (not
+// a multi-step WHILE launch), so the rest are admitted step by step: a
+// stream waits at most P prefills between two tokens. Tests:
+// Generator.PrefillsPerStepAreCappedAndTokensUnchanged (generator_test.cc).
 void Generator::admit() {
+  int64_t prefills = 0;
   while (!waiting_.empty()) {
+    if (options_.max_prefills_per_step > 0 && prefills == options_.max_prefills_per_step) return;
     std::optional<int64_t> slot = slots_.take();
     if (!slot) return;
     auto [id, request] = std::move(waiting_.front());
     waiting_.pop_front();
     std::vector<float> logits = decoder_.prefill(*slot, request.prompt);
     ++stats_.prefills;
+    ++prefills;
     Active active{.request = std::move(request), .slot = *slot};
     active.position = static_cast<int64_t>(active.request.prompt.size());
     int64_t token = sample_token(logits, active.request.sampling, 0);
@@ -176,6 +188,9 @@ void Generator::decode_on_device() {
                                .sampling = active.request.sampling});
     if (!waiting_.empty()) steps = std::min(steps, active.request.max_new_tokens - generated);
   }
+  // Note [Prefills between decode steps]: requests that a free slot could
+  // take wait only for the prefill cap; they come in after this one step.
+  if (!waiting_.empty() && slots_.taken() < slots_.count()) steps = 1;
   for (int64_t row = 0; row < bucket; ++row) {
     if (by_row[static_cast<size_t>(row)] < 0) loop.clear_row(row);
   }

@@ -73,6 +73,9 @@ struct GeneratorOptions {
   // Note [Decode runs on the device]: 0 decodes step by step through the
   // Decoder with host sampling; K > 0 runs up to K steps per device launch.
   int64_t loop_steps = 0;
+  // Note [Prefills between decode steps]: at most this many waiting requests
+  // are prefilled before each decode step; 0: every one a free slot takes.
+  int64_t max_prefills_per_step = 0;
 };
 
 struct GeneratorStats {

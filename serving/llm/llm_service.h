@@ -94,6 +94,9 @@ struct LlmServiceConfig {
   // launch (a WHILE graph) while no request joins or leaves; 0: step by step
   // with host sampling. Tokens are the same either way.
   int64_t decode_loop_steps = 8;
+  // Note [Prefills between decode steps]: at most this many new requests are
+  // prefilled before each decode step; 0: all that free slots take.
+  int64_t max_prefills_per_step = 0;
 };
 
 // What a request may ask for, from the decoder's buckets and cache.

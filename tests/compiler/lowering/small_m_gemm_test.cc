@@ -548,7 +548,7 @@ TEST_F(GemmTuningTableTest, KeyNamesTheGpuTheShapeAndTheEpilogue) {
   args.transpose_b = true;
   args.epilogue = runtime::GemmEpilogue::kBiasGelu;
   EXPECT_EQ(compiler::lowering::small_m_gemm_tuning_key("NVIDIA H200", args),
-            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v5");
+            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v6");
 }
 
 TEST_F(GemmTuningTableTest, StoredEntriesAreFoundAgainByKeyAfterARead) {

@@ -158,6 +158,40 @@ TEST(Generator, DeviceLoopGivesThePerStepTokens) {
   EXPECT_EQ(looped.stats().generated_tokens, per_step.stats().generated_tokens);
 }
 
+// Note [Prefills between decode steps]: with at most one prefill per step,
+// three requests submitted together are admitted over three steps (one
+// prefill before each), and each still gets the tokens of the uncapped run.
+TEST(Generator, PrefillsPerStepAreCappedAndTokensUnchanged) {
+  auto decoder = tiny_decoder();
+  const std::vector<GenerationRequest> requests = {generation_request({1, 2, 3}, 6),
+                                                   generation_request({7}, 5),
+                                                   generation_request({90, 3, 3, 12, 55}, 4)};
+  for (int64_t loop_steps : {0, 4}) {
+    SCOPED_TRACE(::testing::Message() << "loop_steps " << loop_steps);
+    auto run_all = [&](Generator& generator, std::vector<int64_t>* prefills_per_step) {
+      std::vector<RequestId> ids;
+      for (const GenerationRequest& request : requests) ids.push_back(generator.submit(request));
+      while (!generator.idle()) {
+        const int64_t before = generator.stats().prefills;
+        generator.step();
+        if (prefills_per_step) prefills_per_step->push_back(generator.stats().prefills - before);
+      }
+      std::vector<std::vector<int64_t>> tokens;
+      for (RequestId id : ids) tokens.push_back(generator.result(id).tokens);
+      return tokens;
+    };
+    Generator uncapped(*decoder, {.loop_steps = loop_steps});
+    Generator capped(*decoder, {.loop_steps = loop_steps, .max_prefills_per_step = 1});
+    std::vector<int64_t> prefills;
+    EXPECT_EQ(run_all(capped, &prefills), run_all(uncapped, nullptr)) << "seed " << kSeed;
+    ASSERT_GE(prefills.size(), 3u);
+    EXPECT_EQ(prefills[0], 1);
+    EXPECT_EQ(prefills[1], 1);
+    EXPECT_EQ(prefills[2], 1);
+    EXPECT_EQ(capped.stats().prefills, 3);
+  }
+}
+
 TEST(Generator, RefusesRequestsThatCannotFitTheCache) {
   auto decoder = tiny_decoder();
   Generator generator(*decoder);

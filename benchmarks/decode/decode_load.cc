@@ -1,0 +1,298 @@
+// `decode load`: grove's LLaMA decoder serving an open-loop load (issue 38).
+// Requests arrive at Poisson times (--rate per second, --requests of them,
+// seeded) whatever the server's progress, each with a prompt length and an
+// output length drawn from the mixes --prompt-lengths and --output-lengths
+// (random token ids; EOS ignored so each runs to its length), and go through
+// the real LlmService: continuous batching into the decoder's batch buckets,
+// prefills between decode steps, runs of up to --loop-steps decode steps as
+// one WHILE graph launch while no request joins or leaves (Note [Decode runs
+// on the device]). Each token is timed where a client gets it (the service's
+// on_token callback): time to first token from the request's arrival,
+// inter-token latency between a request's consecutive tokens. Reports their
+// p50 and p99, p99/p50 of the inter-token latency (the goal: <= 2), answered
+// tokens/s over the run's wall time, and the batch sizes the steps ran.
+//
+//   decode load [--device auto|cuda|sim] [--config small|1b] [--dtype bf16|f32]
+//               [--requests 200] [--rate 20] [--prompt-lengths 8,32,96]
+//               [--output-lengths 16,64,128] [--buckets 1,2,4,8,16,32,64]
+//               [--max-seq-len 256] [--loop-steps 8] [--prefills-per-step 0] [--seed 1]
+//               [--model-dir DIR] [--json FILE]
+#include "benchmarks/decode/decode_load.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "benchmarks/common/flags.h"
+#include "benchmarks/common/json_report.h"
+#include "benchmarks/common/latency.h"
+#include "benchmarks/common/table.h"
+#include "benchmarks/decode/decode_checkpoint.h"
+#include "serving/llm/decoder.h"
+#include "serving/llm/llm_service.h"
+
+namespace grove::benchmarks {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using serving::llm::CompletionRequest;
+using serving::llm::CompletionSummary;
+using serving::llm::Decoder;
+using serving::llm::LlmService;
+
+constexpr const char* kName = "decode load";
+
+const std::vector<FlagSpec> kFlags = {
+    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    {"--config", "small|1b", "model config (default small)"},
+    {"--dtype", "bf16|f32", "model dtype (default bf16)"},
+    {"--requests", "N", "requests in the run (default 200)"},
+    {"--rate", "R", "mean arrivals per second, Poisson (default 20)"},
+    {"--prompt-lengths", "LIST", "prompt lengths drawn uniformly (default 8,32,96)"},
+    {"--output-lengths", "LIST", "output lengths drawn uniformly (default 16,64,128)"},
+    {"--buckets", "LIST",
+     "decode batch buckets; the largest is the slot count "
+     "(default 1,2,4,8,16,32,64)"},
+    {"--max-seq-len", "T", "KV-cache positions per request (default 256)"},
+    {"--loop-steps", "K", "decode steps per WHILE launch; 0: host-stepped (default 8)"},
+    {"--prefills-per-step", "P",
+     "new requests prefilled before each decode step; 0: all that fit (default 0)"},
+    {"--seed", "S", "arrival times, lengths and prompts (default 1)"},
+    {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
+    {"--json", "FILE", "write the results as JSON"},
+};
+
+// What the client of one request saw: arrival and token times, how it ended.
+struct ClientRecord {
+  Clock::time_point arrival;
+  std::vector<Clock::time_point> tokens;
+  std::string end;
+  int64_t prompt = 0;
+  int64_t output = 0;
+};
+
+double ms(Clock::duration duration) {
+  return std::chrono::duration<double, std::milli>(duration).count();
+}
+
+std::vector<int64_t> integer_list(const FlagValues& flags, const std::string& flag,
+                                  const std::vector<std::string>& fallback) {
+  std::vector<int64_t> values;
+  for (const std::string& item : flags.list(flag, fallback)) {
+    values.push_back(cli::parse_integer(flag, item, 1, 1 << 20));
+  }
+  return values;
+}
+
+}  // namespace
+
+int run_decode_load(int argc, char** argv) {
+  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
+  if (flags.help_requested()) {
+    std::fputs(usage_text(kName,
+                          "Open-loop serving load through LlmService: TTFT and inter-token "
+                          "latency p50/p99, answered tokens/s.",
+                          kFlags)
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  runtime::Device device = resolve_device(flags.text("--device", "auto"));
+  const std::string config_name = flags.text("--config", "small");
+  const std::string dtype_name = flags.text("--dtype", "bf16");
+  if (dtype_name != "bf16" && dtype_name != "f32") {
+    throw UsageError("--dtype must be bf16 or f32; got " + dtype_name);
+  }
+  const runtime::DType dtype = dtype_name == "bf16" ? runtime::DType::kBF16 : runtime::DType::kF32;
+  const int64_t requests = flags.integer("--requests", 200, 1, 1 << 20);
+  const double rate = flags.positive_number("--rate", 20);
+  const std::vector<int64_t> prompt_lengths =
+      integer_list(flags, "--prompt-lengths", {"8", "32", "96"});
+  const std::vector<int64_t> output_lengths =
+      integer_list(flags, "--output-lengths", {"16", "64", "128"});
+  const std::vector<int64_t> buckets =
+      integer_list(flags, "--buckets", {"1", "2", "4", "8", "16", "32", "64"});
+  const int64_t max_seq_len = flags.integer("--max-seq-len", 256, 2, 1 << 16);
+  const int64_t loop_steps = flags.integer("--loop-steps", 8, 0, 4096);
+  const int64_t prefills_per_step = flags.integer("--prefills-per-step", 0, 0, 1 << 20);
+  const int64_t seed = flags.integer("--seed", 1, 0, int64_t{1} << 62);
+  const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
+  const std::string json_path = flags.text("--json", "");
+  if (!json_path.empty()) cli::check_output_path("--json", json_path);
+  const int64_t longest_prompt = *std::max_element(prompt_lengths.begin(), prompt_lengths.end());
+  const int64_t longest_output = *std::max_element(output_lengths.begin(), output_lengths.end());
+  if (longest_prompt + longest_output - 1 > max_seq_len) {
+    throw UsageError(str_cat("the longest prompt ", longest_prompt, " and output ", longest_output,
+                             " need ", longest_prompt + longest_output - 1,
+                             " positions; --max-seq-len is ", max_seq_len));
+  }
+
+  serving::llm::DecoderConfig config =
+      decode_benchmark_config(config_name, dtype, std::max<int64_t>(max_seq_len, 2048));
+  const std::string dir = model_root + "/" + config_name + "_" + dtype_name;
+  const bool wrote = write_decode_checkpoint(dir, config, 2026);
+  serving::llm::DecoderOptions options;
+  options.device = device;
+  options.max_seq_len = max_seq_len;
+  options.batch_buckets = buckets;
+  std::vector<int64_t> prompt_buckets = prompt_lengths;
+  std::sort(prompt_buckets.begin(), prompt_buckets.end());
+  prompt_buckets.erase(std::unique(prompt_buckets.begin(), prompt_buckets.end()),
+                       prompt_buckets.end());
+  options.prompt_buckets = prompt_buckets;
+  Stopwatch warm_watch;
+  std::unique_ptr<Decoder> decoder = Decoder::load(dir, options);
+  decoder->warm_up();
+  LlmService service(*decoder, nullptr,
+                     {.max_new_tokens = longest_output,
+                      .max_waiting = static_cast<size_t>(requests),
+                      .decode_loop_steps = loop_steps,
+                      .max_prefills_per_step = prefills_per_step});
+  const double warm_s = warm_watch.elapsed_s();
+  std::printf(
+      "%s on %s: %s %s (checkpoint %s), %lld requests at %.1f/s, loop steps %lld, prefills per "
+      "step %lld; warm-up %.1f s\n",
+      kName, device.str().c_str(), config_name.c_str(), dtype_name.c_str(),
+      wrote ? "written" : "reused", static_cast<long long>(requests), rate,
+      static_cast<long long>(loop_steps), static_cast<long long>(prefills_per_step), warm_s);
+
+  // The schedule: arrival offsets, lengths and prompts, all from the seed.
+  std::mt19937_64 rng(static_cast<uint64_t>(seed));
+  std::exponential_distribution<double> gap(rate);
+  std::uniform_int_distribution<size_t> pick_prompt(0, prompt_lengths.size() - 1);
+  std::uniform_int_distribution<size_t> pick_output(0, output_lengths.size() - 1);
+  std::uniform_int_distribution<int64_t> token(3, config.vocab_size - 1);
+  std::vector<double> offsets_s;
+  std::vector<CompletionRequest> schedule;
+  double at = 0;
+  for (int64_t i = 0; i < requests; ++i) {
+    at += gap(rng);
+    offsets_s.push_back(at);
+    CompletionRequest request;
+    request.prompt.resize(static_cast<size_t>(prompt_lengths[pick_prompt(rng)]));
+    for (int64_t& id : request.prompt) id = token(rng);
+    request.max_tokens = output_lengths[pick_output(rng)];
+    request.ignore_eos = true;
+    schedule.push_back(std::move(request));
+  }
+
+  // Callbacks run on the service's thread; the records are read after every request ended.
+  std::vector<ClientRecord> records(static_cast<size_t>(requests));
+  std::mutex mutex;
+  std::condition_variable all_ended;
+  int64_t ended = 0;
+  const Clock::time_point start = Clock::now();
+  for (int64_t i = 0; i < requests; ++i) {
+    std::this_thread::sleep_until(
+        start + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(offsets_s[static_cast<size_t>(i)])));
+    ClientRecord& record = records[static_cast<size_t>(i)];
+    record.arrival = Clock::now();
+    record.prompt = static_cast<int64_t>(schedule[static_cast<size_t>(i)].prompt.size());
+    record.output = schedule[static_cast<size_t>(i)].max_tokens;
+    record.tokens.reserve(static_cast<size_t>(record.output));
+    service.submit(
+        std::move(schedule[static_cast<size_t>(i)]),
+        {.on_token = [&record](int64_t,
+                               const std::string&) { record.tokens.push_back(Clock::now()); },
+         .on_end =
+             [&, i](const CompletionSummary& summary) {
+               std::lock_guard<std::mutex> lock(mutex);
+               records[static_cast<size_t>(i)].end = serving::llm::completion_end_name(summary.end);
+               if (++ended == requests) all_ended.notify_all();
+             }});
+  }
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    all_ended.wait(lock, [&] { return ended == requests; });
+  }
+  const Clock::time_point finish = Clock::now();
+  const serving::llm::LlmStats stats = service.stats();
+  service.shutdown();
+
+  std::vector<double> ttft_ms;
+  std::vector<double> itl_ms;
+  int64_t tokens = 0;
+  int64_t complete = 0;
+  for (const ClientRecord& record : records) {
+    tokens += static_cast<int64_t>(record.tokens.size());
+    if (record.end == "length" && static_cast<int64_t>(record.tokens.size()) == record.output) {
+      ++complete;
+    }
+    if (record.tokens.empty()) continue;
+    ttft_ms.push_back(ms(record.tokens.front() - record.arrival));
+    for (size_t t = 1; t < record.tokens.size(); ++t) {
+      itl_ms.push_back(ms(record.tokens[t] - record.tokens[t - 1]));
+    }
+  }
+  GROVE_CHECK(complete == requests, kName, ": ", requests - complete, " of ", requests,
+              " requests did not end with all their tokens (see the service's log)");
+  const double wall_s = std::chrono::duration<double>(finish - start).count();
+  const double ttft_p50 = percentile(ttft_ms, 0.5);
+  const double ttft_p99 = percentile(ttft_ms, 0.99);
+  const double itl_p50 = percentile(itl_ms, 0.5);
+  const double itl_p99 = percentile(itl_ms, 0.99);
+  const double tokens_per_s = static_cast<double>(tokens) / wall_s;
+
+  Table table({{"rate/s", Align::kRight},
+               {"TTFT p50 ms", Align::kRight},
+               {"TTFT p99 ms", Align::kRight},
+               {"ITL p50 ms", Align::kRight},
+               {"ITL p99 ms", Align::kRight},
+               {"ITL p99/p50", Align::kRight},
+               {"tokens/s", Align::kRight},
+               {"wall s", Align::kRight}});
+  table.add_row({format_fixed(rate, 1), format_fixed(ttft_p50, 2), format_fixed(ttft_p99, 2),
+                 format_fixed(itl_p50, 3), format_fixed(itl_p99, 3),
+                 format_ratio(itl_p99 / itl_p50), format_fixed(tokens_per_s, 0),
+                 format_fixed(wall_s, 2)});
+  std::fputs(table.render().c_str(), stdout);
+  std::string batches;
+  for (const auto& [rows, steps] : stats.rows_per_step) {
+    batches += str_cat(batches.empty() ? "" : ", ", rows, ":", steps);
+  }
+  std::printf(
+      "decode steps %lld (%lld in %lld WHILE launches), prefills %lld; running rows:steps %s\n",
+      static_cast<long long>(stats.decode_steps), static_cast<long long>(stats.loop_steps),
+      static_cast<long long>(stats.loop_launches), static_cast<long long>(stats.prefills),
+      batches.c_str());
+
+  if (!json_path.empty()) {
+    nlohmann::json report = report_header(kName, device);
+    report["config"] = config_name;
+    report["dtype"] = dtype_name;
+    report["requests"] = requests;
+    report["rate_per_s"] = rate;
+    report["prompt_lengths"] = prompt_lengths;
+    report["output_lengths"] = output_lengths;
+    report["buckets"] = buckets;
+    report["max_seq_len"] = max_seq_len;
+    report["loop_steps"] = loop_steps;
+    report["prefills_per_step"] = prefills_per_step;
+    report["seed"] = seed;
+    report["ttft_ms"] = {{"p50", ttft_p50}, {"p99", ttft_p99}};
+    report["itl_ms"] = {{"p50", itl_p50}, {"p99", itl_p99}, {"p99_over_p50", itl_p99 / itl_p50}};
+    report["tokens"] = tokens;
+    report["tokens_per_s"] = tokens_per_s;
+    report["wall_s"] = wall_s;
+    report["decode_steps"] = stats.decode_steps;
+    report["loop_launches"] = stats.loop_launches;
+    report["loop_steps_run"] = stats.loop_steps;
+    report["prefills"] = stats.prefills;
+    nlohmann::json rows = nlohmann::json::object();
+    for (const auto& [count, steps] : stats.rows_per_step) rows[std::to_string(count)] = steps;
+    report["rows_per_step"] = rows;
+    write_json_file(json_path, report);
+  }
+  return 0;
+}
+
+}  // namespace grove::benchmarks

@@ -1,0 +1,78 @@
+#include "runtime/cuda/small_m_gemv.h"
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace grove::runtime::cuda_detail {
+namespace {
+
+constexpr const char* kPtx =
+#include "runtime/cuda/small_m_gemv_kernel_ptx.inc"
+    ;
+constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
+
+bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
+
+// 0, 1, 2, 3 for M = 1, 2, 4, 8; -1 for other M.
+int row_variant(int64_t m) {
+  switch (m) {
+    case 1:
+      return 0;
+    case 2:
+      return 1;
+    case 4:
+      return 2;
+    case 8:
+      return 3;
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
+bool small_m_gemv_qualifies(const GemmArgs& g) {
+  return (g.dtype == DType::kBF16 || g.dtype == DType::kF16) && row_variant(g.m) >= 0 && g.n >= 1 &&
+         g.k >= 8 && g.k % 8 == 0 && !g.transpose_a && g.transpose_b && g.batch_count == 1 &&
+         g.alpha == 1.0f && (g.beta == 0.0f || g.beta == 1.0f) &&
+         g.epilogue == GemmEpilogue::kNone && g.lda >= g.k && g.lda % 8 == 0 && g.ldb >= g.k &&
+         g.ldb % 8 == 0 && g.ldc >= g.n && aligned(g.a) && aligned(g.b) && g.c != nullptr &&
+         g.n <= 0x7fffffff;
+}
+
+void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
+  GROVE_CHECK(small_m_gemv_qualifies(g), "small-M GEMV: a GEMM of m=", g.m, ", n=", g.n,
+              ", k=", g.k, " it cannot compute (a grove bug; please report it)");
+  const int type = g.dtype == DType::kBF16 ? 0 : 1;
+  const int rows = row_variant(g.m);
+  KernelHandle kernel;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!loaded_[type][rows]) {
+      KernelSource source;
+      source.name = str_cat("grove_small_m_gemv_", type == 0 ? "bf16" : "f16", "_m", g.m);
+      source.ptx = kPtx;
+      kernels_[type][rows] = platform_.load_kernel(source);
+      loaded_[type][rows] = true;
+    }
+    kernel = kernels_[type][rows];
+  }
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>((g.n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  dims.block.x = kWarpsPerBlock * 32;
+  KernelArgs args;
+  args.add_pointer(g.a)
+      .add_i64(g.lda)
+      .add_pointer(g.b)
+      .add_i64(g.ldb)
+      .add_pointer(g.c)
+      .add_i64(g.ldc)
+      .add_i64(g.n)
+      .add_i64(g.k)
+      .add_i64(g.beta == 1.0f ? 1 : 0);
+  platform_.launch_kernel(kernel, dims, args, stream);
+}
+
+}  // namespace grove::runtime::cuda_detail

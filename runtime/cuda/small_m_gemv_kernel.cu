@@ -1,0 +1,135 @@
+// Source of small_m_gemv_kernel_ptx.inc (regenerate_ptx.sh): the bandwidth-
+// bound GEMV of cuda's BLAS for decode-shaped GEMMs, Note [Small-M GEMV]
+// (small_m_gemv.h). C[m, n] = sum_k A[m, k] W[n, k] for M = 1, 2, 4 or 8 rows of A,
+// W row-major [N, K] (a linear layer's weight), bf16 or f16 storage, f32 sums.
+// One warp per output column n: each lane streams 16-byte vectors of W's row
+// (up to sixteen loads in flight per lane), multiplies them with the same vectors of
+// every row of A (read through the read-only cache: A is small and every warp
+// of the grid reads it) and the warp's lanes are summed by shuffles.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace {
+
+constexpr int kWarp = 32;
+// Vectors of W each lane loads before it folds any: 16 (8 KiB per warp in
+// flight) for one row of A, 8 for two, 4 where more rows make each fold longer.
+template <int M>
+constexpr int kInFlight = M >= 4 ? 4 : (M == 2 ? 8 : 16);
+
+__device__ __forceinline__ void unpack(const uint4& v, float (&out)[8], __nv_bfloat16) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ void unpack(const uint4& v, float (&out)[8], __half) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 pair;
+    memcpy(&pair, &words[i], sizeof(pair));
+    const float2 f = __half22float2(pair);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ void store(__nv_bfloat16* c, float value) {
+  *c = __float2bfloat16_rn(value);
+}
+__device__ __forceinline__ void store(__half* c, float value) { *c = __float2half_rn(value); }
+__device__ __forceinline__ float widen(__nv_bfloat16 value) { return __bfloat162float(value); }
+__device__ __forceinline__ float widen(__half value) { return __half2float(value); }
+
+// acc[m] += <A row m's vector `index`, w>.
+template <typename T, int M>
+__device__ __forceinline__ void fold(float (&acc)[M], const uint4& w, const T* a, int64_t lda,
+                                     int64_t index) {
+  float weights[8];
+  unpack(w, weights, T());
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const uint4 x = __ldg(reinterpret_cast<const uint4*>(a + m * lda) + index);
+    float xs[8];
+    unpack(x, xs, T());
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[m] = fmaf(xs[i], weights[i], acc[m]);
+  }
+}
+
+// accumulate: C += the product (beta 1), rounded once; else C = the product.
+template <typename T, int M>
+__device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_t ldw, T* c,
+                                     int64_t ldc, int64_t n, int64_t k, int64_t accumulate) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t column =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (column >= n) return;
+  const uint4* row = reinterpret_cast<const uint4*>(w + column * ldw);
+  const int64_t vectors = k / 8;
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  int64_t index = lane;
+  for (; index + (kInFlight<M> - 1) * kWarp < vectors; index += kInFlight<M> * kWarp) {
+    uint4 loaded[kInFlight<M>];
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) loaded[j] = __ldg(row + index + j * kWarp);
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
+  }
+  // The rest (fewer than kInFlight vectors per lane) as one batch of
+  // predicated loads, still folded in increasing index.
+  if (index < vectors) {
+    uint4 loaded[kInFlight<M>];
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) {
+      if (index + j * kWarp < vectors) loaded[j] = __ldg(row + index + j * kWarp);
+    }
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) {
+      if (index + j * kWarp < vectors) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      T* out = c + m * ldc + column;
+      store(out, accumulate != 0 ? acc[m] + widen(*out) : acc[m]);
+    }
+  }
+}
+
+}  // namespace
+
+// grove_small_m_gemv_<dtype>_m<M>(a, lda, w, ldw, c, ldc, n, k, accumulate): the kernels
+// small_m_gemv.cc launches, one per storage type and row count (M = 1, 2, 4, 8:
+// the batch buckets decode uses; other M go to cuBLAS).
+#define GROVE_SMALL_M_GEMV(NAME, T, M)                                                     \
+  extern "C" __global__ void __launch_bounds__(128)                                        \
+      NAME(const T* a, int64_t lda, const T* w, int64_t ldw, T* c, int64_t ldc, int64_t n, \
+           int64_t k, int64_t accumulate) {                                                \
+    gemv<T, M>(a, lda, w, ldw, c, ldc, n, k, accumulate);                                  \
+  }
+
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m1, __nv_bfloat16, 1)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m2, __nv_bfloat16, 2)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m4, __nv_bfloat16, 4)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m8, __nv_bfloat16, 8)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m1, __half, 1)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m2, __half, 2)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m4, __half, 4)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8)

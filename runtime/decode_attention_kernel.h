@@ -1,0 +1,60 @@
+// The decode attention kernel: one decode step's attention of a LLaMA layer
+// (rotary embedding, grouped-query attention over the KV cache and the row's
+// own new key and value) as one kernel grove launches itself (PTX on cuda, a
+// host function on sim), behind the compiler's decode_attention op
+// (compiler/ops/attention_ops.cc).
+//
+// Note [Decode attention kernel]
+// A decode step's attention ran as nine kernels per layer: the rotation of
+// the queries and of the new key, the scores against the cache and against
+// the own key (two batched GEMMs), two concats, the masked softmax, the
+// weighted values (a GEMM) and the own value's share. At batch 1 each of them
+// is a few microseconds of launch and ramp for kilobytes of data. This
+// kernel does the same in one: block (kv_head, row) takes the row's fused
+// projection [q heads | k heads | v heads] (the qkv GEMM's output), rotates
+// its query heads of that group and its new key (x cos + rotate_half(x) sin),
+// scores them against the cached keys at positions t < position of the
+// row's slot and against its own key, takes the softmax over those and sums
+// the cached values and its own value with those weights. It works in place:
+// the attended heads overwrite the query heads, the rotated key the key,
+// the value stays; the caller writes key and value into the cache afterwards
+// (Note [KV cache in static buffers], serving/llm/decoder_program.h). The
+// values the unfused ops store at the model's precision are rounded the same
+// way here (the rotated heads, the scores, the probabilities); what their
+// fused kernels keep in registers stays f32 (the scaled scores, the softmax);
+// sums are in f32 (one rounding of the attended heads, as prefill's GEMM).
+// So on sim a bf16 decode step's logits equal a full prefill's recompute
+// (the unfused ops were 0.1 off). A row with position -1 (padding) gets
+// zeros. Tests: DecoderRecompute.* (tests/serving/llm/decoder_test.cc: fused
+// and unfused, against prefill), DecoderGraphs.FusedAttentionMatchesTheUnfusedOps,
+// and on cuda the decode-loop and transformers tests.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/platform.h"
+#include "runtime/tensor.h"
+
+namespace grove::runtime {
+
+// Query heads per kv head the kernel takes at most.
+inline constexpr int64_t kDecodeAttentionMaxGroups = 8;
+inline constexpr uint32_t kDecodeAttentionThreads = 256;
+
+// Whether the kernel runs this shape: f32 or bf16, heads a multiple of
+// kv_heads with at most kDecodeAttentionMaxGroups per kv head, an even
+// head_dim of at most kDecodeAttentionThreads, and shared memory for
+// cache_len positions within 48 KiB. Empty when it does; else why not.
+std::string decode_attention_refusal(DType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                     int64_t cache_len);
+
+// Enqueues the kernel on `stream` of the tensors' device: qkv [rows, (heads +
+// 2 kv_heads) * head_dim] (contiguous, rewritten in place), cos and sin
+// [positions, head_dim] (the rotary tables, read at each row's position), key_cache and
+// value_cache [rows, kv_heads, cache_len, head_dim], positions i64 [rows].
+// Throws ShapeError / DTypeError for operands that do not fit together.
+void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor& sin,
+                             const Tensor& key_cache, const Tensor& value_cache,
+                             const Tensor& positions, int64_t heads, StreamHandle stream);
+
+}  // namespace grove::runtime
