@@ -587,6 +587,7 @@ def merged(earlier, latest, key):
 
 
 def main():
+    global TOP_PRINTED
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="torch_zoo.json")
     parser.add_argument("--repeats", type=int, default=100)
@@ -624,7 +625,6 @@ def main():
         return 0
     if args.decode_child:
         return decode_child_main(args)
-    global TOP_PRINTED
     TOP_PRINTED = args.top
     import grove.torch  # noqa: F401 (registers the backend)
 
