@@ -13,8 +13,12 @@ torch.compile(mode="reduce-overhead"), the whole step captured by hand with
 torch.cuda.graph (PyTorch's kernels with no launch overhead; AdamW
 capturable), backend="grove" with PyTorch's optimizer and with grove.torch.optim
 (grove/r-o: the latter over reduce-overhead, door/r-o: the former; the
-issue's goal is <= 0.5), and the whole step as grove graphs (grove.training.compile_step with AdamW, run as
-grove's update; step/r-o).
+issue's goal is <= 0.5), backend="grove" with PyTorch's optimizer under
+AOTAutograd's runtime instead of grove's own autograd function (grove_aot,
+GROVE_DOOR_FUNCTION=0), and the whole step as grove graphs
+(grove.training.compile_step with AdamW, run as grove's update; step/r-o;
+grove_step_sgd: with SGD momentum 0.9, the optimizer of grove's C++ trainer,
+benchmarks/train_step).
 
 Prints a table and writes JSON. Each variant warms up (20 calls), then is
 timed as `repeats` calls in blocks of 20, each block ended by a device
@@ -28,6 +32,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 
@@ -155,13 +160,30 @@ def train_variant(module, inputs, loss_of, variant):
 
     model = copy.deepcopy(module)
     capturable = variant == "cuda_graph"
-    if variant == "grove_step":
+    if variant in ("grove_step", "grove_step_sgd"):
         import grove.training
 
+        # grove_step_sgd: SGD with momentum 0.9, the optimizer of grove's C++
+        # trainer (benchmarks/train_step), for the goal whole step <= 1.2x it.
+        optimizer = (torch.optim.AdamW(model.parameters(), lr=1e-4) if variant == "grove_step"
+                     else torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9))
         whole = grove.training.compile_step(
-            model, lambda forward, *args: loss_of(forward(*args)),
-            torch.optim.AdamW(model.parameters(), lr=1e-4))
+            model, lambda forward, *args: loss_of(forward(*args)), optimizer)
         return lambda: whole(*inputs)
+    if variant == "grove_aot":
+        # backend="grove" under AOTAutograd's runtime (Note [The door's own
+        # autograd function] off), compiled by a first step right here.
+        step = train_variant(module, inputs, loss_of, "grove_plain")
+        previous = os.environ.get("GROVE_DOOR_FUNCTION")
+        os.environ["GROVE_DOOR_FUNCTION"] = "0"
+        try:
+            step()
+        finally:
+            if previous is None:
+                del os.environ["GROVE_DOOR_FUNCTION"]
+            else:
+                os.environ["GROVE_DOOR_FUNCTION"] = previous
+        return step
     if variant == "grove_optim":
         import grove.torch
 
@@ -194,7 +216,7 @@ def train_variant(module, inputs, loss_of, variant):
 
 
 TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "cuda_graph", "grove_eager", "grove",
-                  "grove_optim", "grove_step")
+                  "grove_aot", "grove_optim", "grove_step", "grove_step_sgd")
 
 
 def train_main(args):
@@ -210,9 +232,10 @@ def train_main(args):
             try:
                 step = train_variant(module, inputs, loss_of, variant)
                 row[variant] = time_steps(step, args.repeats)
-                if variant in ("grove", "grove_optim", "grove_eager"):
+                if variant in ("grove", "grove_aot", "grove_optim", "grove_eager"):
                     row[variant]["tree_per_step"] = tree_per_step(step)
             except Exception as error:  # one variant failing leaves the others' numbers
+                traceback.print_exc()
                 row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
             # As it comes, so a run cut short still shows what it measured.
             print("%s %s: %s" % (name, variant, "%.1f us" % row[variant]["median_us"]

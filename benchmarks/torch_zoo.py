@@ -10,6 +10,7 @@ each one's tokens equal eager's.
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,resnet18] [--no-decode] [--no-zoo] [--merge]
+        [--no-kernels] [--attention-ab] [--decode-models hf_llama_static_cache]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,llama,vit_tiny] [--optimizers adamw,sgd]
 
@@ -25,14 +26,18 @@ Each variant warms up, then `repeats` calls in blocks of 20 (median and
 p10-p90 over blocks, torch_backend.py's timing). The decode rows run first:
 per variant a first generate call (compilation included, reported as
 first_call_tokens_per_s) and the median of STEADY_CALLS later ones
-(tokens_per_s); cases left when --budget-s seconds have passed are reported as
+(tokens_per_s), each case in a child process of its own (Note [Decode cases
+in child processes]); cases left when --budget-s seconds have passed are reported as
 not run (a case started before then finishes), so a run stays within its
 lease. f32, TF32 off. Skips (exit 0, says so) without CUDA or dynamo;
 a model whose library is missing is reported as such. Rendered into
-RESULTS.md by tools/write_results_torch_zoo.py.
+RESULTS.md by tools/write_results_torch_zoo.py. Each zoo row also has, for
+reduce-overhead and grove, the kernels per call and their GPU time from
+torch.profiler (Note [Kernels per call in the zoo]; --no-kernels skips it).
 """
 import argparse
 import copy
+import gc
 import importlib
 import json
 import os
@@ -149,6 +154,28 @@ MODELS = [("gpt2", gpt2, "transformers"), ("llama", llama, "transformers"),
           ("mlp_mixer", mlp_mixer, "timm"), ("transformer_decoder", transformer_decoder, "torch")]
 
 
+# --attention-ab adds this variant: grove with GROVE_FUSED_ATTENTION=0
+# (attention written out as matmuls and softmax: Note [Fused attention in the
+# importer]), for models with attention.
+UNFUSED = "grove_unfused_attention"
+ATTENTION_MODELS = {"gpt2", "llama", "bert", "bart", "vit", "transformer_decoder"}
+
+
+class fused_attention_off:
+    """GROVE_FUSED_ATTENTION=0 while a variant compiles and runs."""
+
+    def __init__(self, variant):
+        self.active = variant == UNFUSED
+
+    def __enter__(self):
+        if self.active:
+            os.environ["GROVE_FUSED_ATTENTION"] = "0"
+
+    def __exit__(self, *exc):
+        if self.active:
+            os.environ.pop("GROVE_FUSED_ATTENTION", None)
+
+
 def compiled(module, variant):
     torch._dynamo.reset()
     if variant == "torch_eager":
@@ -159,6 +186,8 @@ def compiled(module, variant):
 
 
 def tree_counters():
+    if "grove.torch" not in sys.modules:
+        return {}  # a decode child of a PyTorch variant (Note [Decode cases in child processes])
     import grove.torch
 
     for graph in grove.torch.compiled_graphs():
@@ -217,23 +246,74 @@ def zoo_rows(args, deadline):
                 continue
             module = module.cuda().eval()
             inputs = tuple(value.cuda() for value in inputs)
-            for variant in VARIANTS:
+            variants = VARIANTS + ((UNFUSED,) if args.attention_ab and
+                                   name in ATTENTION_MODELS else ())
+            if args.variants:
+                variants = tuple(v for v in variants if v in args.variants.split(","))
+            for variant in variants:
                 try:
-                    run = compiled(copy.deepcopy(module), variant)
-                    if variant == "grove":
-                        (row["ops_in_pytorch"], row["graph_replays_per_call"],
-                         row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(run,
-                                                                                         inputs)
-                    row[variant] = time_calls(run, inputs, args.repeats)
+                    with fused_attention_off(variant):
+                        run = compiled(copy.deepcopy(module), variant)
+                        if variant == "grove":
+                            (row["ops_in_pytorch"], row["graph_replays_per_call"],
+                             row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
+                                 run, inputs)
+                        # The garbage of the previous variant's compilation is
+                        # collected before, not during, this one's timing.
+                        gc.collect()
+                        row[variant] = time_calls(run, inputs, args.repeats)
+                        if variant != "torch_eager" and not args.no_kernels:
+                            row[variant]["kernels"] = kernel_profile(run, inputs)
                 except Exception as error:  # one variant failing leaves the others' numbers
                     row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
-            base = row["torch_reduce_overhead"].get("median_us")
-            grove_us = row["grove"].get("median_us")
+            base = row.get("torch_reduce_overhead", {}).get("median_us")
+            grove_us = row.get("grove", {}).get("median_us")
             row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
-            eager_us = row["torch_eager"].get("median_us")
+            eager_us = row.get("torch_eager", {}).get("median_us")
             row["grove_over_eager"] = grove_us / eager_us if eager_us and grove_us else None
             print_row(row)
     return rows
+
+
+# Note [Kernels per call in the zoo]: at these sizes a replay is GPU-bound, so
+# what separates grove from reduce-overhead is how many kernels a call runs and
+# how long they take. torch.profiler (CUPTI: kernels launched inside a CUDA
+# graph are reported one by one) counts both variants' kernels over
+# PROFILED_CALLS calls the same way; the row keeps the count and GPU time per
+# call and the kernels that take most of it.
+PROFILED_CALLS = 5
+TOP_PRINTED = 4  # kernels named per variant in the printed table (--top)
+
+
+def kernel_profile(run, inputs):
+    """{kernels_per_call, gpu_us_per_call, top: [[name, per call, us per call]]}
+    of `run` (already warm), or {error} when the profiler cannot run."""
+    try:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        with torch.no_grad():
+            run(*inputs)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(PROFILED_CALLS):
+                    run(*inputs)
+                torch.cuda.synchronize()
+        by_name = {}
+        for event in prof.events():
+            if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy",
+                                                                              "Memset")):
+                continue
+            us = event.time_range.elapsed_us()
+            count, total = by_name.get(event.name, (0, 0.0))
+            by_name[event.name] = (count + 1, total + us)
+        top = sorted(by_name.items(), key=lambda item: -item[1][1])
+        return {"kernels_per_call": sum(c for c, _ in by_name.values()) / PROFILED_CALLS,
+                "gpu_us_per_call": sum(t for _, t in by_name.values()) / PROFILED_CALLS,
+                "top": [[name[:90], count / PROFILED_CALLS, total / PROFILED_CALLS]
+                        for name, (count, total) in top]}
+    except Exception as error:  # the profiler is a diagnostic: the timing stands without it
+        return {"error": "%s: %s" % (type(error).__name__, error)}
 
 
 def print_row(row):
@@ -247,9 +327,26 @@ def print_row(row):
           "%8s" % ("-" if ratio is None else "%.2f" % ratio) +
           "  replays/call %s, PyTorch ops %s" % (row.get("graph_replays_per_call"),
                                                  row.get("ops_in_pytorch") or "none"))
-    for variant in VARIANTS:
+    for variant in VARIANTS + (UNFUSED,):
+        if variant not in row:
+            continue
+        if variant == UNFUSED and "median_us" in row[variant]:
+            print("  %-22s %.1f us" % (variant, row[variant]["median_us"]))
         if "error" in row.get(variant, {}):
             print("  %s: %s" % (variant, row[variant]["error"][:300]))
+        kernels = row.get(variant, {}).get("kernels")
+        if kernels and "kernels_per_call" in kernels and TOP_PRINTED > 4:
+            print("  %-22s %5.1f kernels, %7.1f us GPU per call:" % (
+                variant, kernels["kernels_per_call"], kernels["gpu_us_per_call"]))
+            for name, count, us in kernels["top"][:TOP_PRINTED]:
+                print("      x%-4.0f %6.1f us  %s" % (count, us, name[:70]))
+        elif kernels and "kernels_per_call" in kernels:
+            print("  %-22s %5.1f kernels, %7.1f us GPU per call; top: %s" % (
+                variant, kernels["kernels_per_call"], kernels["gpu_us_per_call"],
+                "; ".join("%s x%.0f %.1fus" % (name[:40], count, us)
+                          for name, count, us in kernels["top"][:TOP_PRINTED])))
+        elif kernels:
+            print("  %s kernels: %s" % (variant, kernels["error"][:200]))
 
 
 def rate(function):
@@ -341,10 +438,77 @@ def gpt_fast_decode(variant):
     return rate(generate)
 
 
-def decode_rows(deadline):
+DECODES = (("hf_llama_static_cache", hf_decode, "transformers"),
+           ("gpt_fast_decoder", gpt_fast_decode, "torch"))
+CHILD_TIMEOUT_S = 150
+
+
+def decode_case(name, variant):
+    """One decode case in this process: rate()'s numbers, the tokens as
+    lists, and grove's tree counters for the grove variant."""
+    function = dict((n, f) for n, f, _ in DECODES)[name]
+    measured = function(variant)
+    result = {"tokens": [t.tolist() for t in measured["tokens"]],
+              "tokens_per_s": measured["tokens_per_s"],
+              "first_call_tokens_per_s": measured["first_tokens_per_s"],
+              "recordings": measured["recordings"]}
+    if variant == "grove":
+        counters = tree_counters()
+        for key in ("static_input_writes", "copy_back_inputs", "zero_copy_inputs",
+                    "zero_copy_refusals", "input_patches", "input_copies", "input_copy_backs",
+                    "demoted_inputs"):
+            result[key] = counters.get(key)
+    return result
+
+
+# Note [Decode cases in child processes]: PyTorch's reduce-overhead on HF's
+# static cache died with a segmentation fault in two leases (PyTorch 2.11,
+# transformers 5.17), taking the rest of the benchmark with it. Each decode
+# case therefore runs in a child process of this script (--decode-child): a
+# crash is that case's error ("died with SIGSEGV"), and the others still run.
+# A child imports grove only for the grove variant (or with
+# GROVE_ZOO_LOAD_GROVE=1), so a crash of PyTorch's variant without grove in
+# the process is PyTorch's own.
+def run_decode_child(name, variant, timeout_s):
+    import signal
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "case.json")
+        try:
+            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--decode-child",
+                                   "%s,%s" % (name, variant), "--json", path],
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"error": "the child process ran past %d s and was stopped" % timeout_s}
+        tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
+        if done.returncode < 0:
+            try:
+                signal_name = signal.Signals(-done.returncode).name
+            except ValueError:
+                signal_name = "signal %d" % -done.returncode
+            return {"error": "the child process died with %s%s; its last words: %s" % (
+                signal_name, " (grove loaded)" if variant == "grove" or
+                os.environ.get("GROVE_ZOO_LOAD_GROVE") == "1" else " (grove not loaded)",
+                tail[-400:])}
+        if done.returncode != 0 or not os.path.isfile(path):
+            return {"error": "the child process exited with %d: %s" % (done.returncode,
+                                                                      tail[-400:])}
+        with open(path) as result:
+            return json.load(result)
+
+
+# PyTorch's reduce-overhead last: its compilation is the longest, and where
+# it dies (Note [Decode cases in child processes]) the others are measured.
+DECODE_ORDER = ("torch_eager", "grove", "torch_reduce_overhead")
+
+
+def decode_rows(deadline, wanted=None):
     rows = []
-    for name, function, library in (("hf_llama_static_cache", hf_decode, "transformers"),
-                                     ("gpt_fast_decoder", gpt_fast_decode, "torch")):
+    for name, _, library in DECODES:
+        if wanted and name not in wanted:
+            continue
         row = {"model": name, "new_tokens": NEW_TOKENS}
         rows.append(row)
         try:
@@ -353,26 +517,34 @@ def decode_rows(deadline):
             row["error"] = "%s is not installed" % library
             continue
         expected = None
-        for variant in VARIANTS:
+        for variant in DECODE_ORDER:
             if time.time() > deadline:
                 row[variant] = {"error": "not run: the time budget (--budget-s) was spent"}
                 continue
-            try:
-                measured = function(variant)
-                tokens = measured["tokens"]
-                if variant == "torch_eager":
-                    expected = tokens[0]
-                row[variant] = {"tokens_per_s": measured["tokens_per_s"],
-                                "first_call_tokens_per_s": measured["first_tokens_per_s"],
-                                "tokens_match_eager": expected is not None and
-                                all(bool(torch.equal(t, expected)) for t in tokens)}
-                if variant == "grove":
-                    counters = tree_counters()
-                    row["grove_recordings"] = measured["recordings"]
-                    row["grove_static_input_writes"] = counters.get("static_input_writes")
-                    row["grove_copy_back_inputs"] = counters.get("copy_back_inputs")
-            except Exception as error:
-                row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+            measured = run_decode_child(name, variant, CHILD_TIMEOUT_S)
+            if "error" in measured:
+                row[variant] = measured
+                print("%-24s %-22s failed: %s" % (name, variant, measured["error"][:500]),
+                      flush=True)
+                continue
+            tokens = measured["tokens"]
+            if variant == "torch_eager":
+                expected = tokens[0]
+            row[variant] = {"tokens_per_s": measured["tokens_per_s"],
+                            "first_call_tokens_per_s": measured["first_call_tokens_per_s"],
+                            "tokens_match_eager": expected is not None and
+                            all(t == expected for t in tokens)}
+            print("%-24s %-22s %.1f tok/s (first call %.1f), tokens %s eager's" % (
+                name, variant, measured["tokens_per_s"], measured["first_call_tokens_per_s"],
+                "equal" if row[variant]["tokens_match_eager"] else "NOT equal to"), flush=True)
+            if variant == "grove":
+                row["grove_recordings"] = measured["recordings"]
+                row["grove_tree"] = {key: measured.get(key) for key in (
+                    "static_input_writes", "copy_back_inputs", "zero_copy_inputs",
+                    "zero_copy_refusals", "input_patches", "input_copies", "input_copy_backs",
+                    "demoted_inputs")}
+                print("  grove: recordings after the first call %s, tree %s" % (
+                    row["grove_recordings"], row["grove_tree"]), flush=True)
         print("%-24s" % name + "".join(
             "%30s" % ("%.1f tok/s (first %.1f)%s" % (
                 row[v]["tokens_per_s"], row[v]["first_call_tokens_per_s"],
@@ -380,8 +552,21 @@ def decode_rows(deadline):
                 if "tokens_per_s" in row.get(v, {}) else "failed") for v in VARIANTS))
         for variant in VARIANTS:
             if "error" in row.get(variant, {}):
-                print("  %s: %s" % (variant, row[variant]["error"][:300]))
+                print("  %s: %s" % (variant, row[variant]["error"][:500]))
     return rows
+
+
+def decode_child_main(args):
+    """--decode-child MODEL,VARIANT: one decode case, written to --json."""
+    name, variant = args.decode_child.split(",")
+    if variant == "grove" or os.environ.get("GROVE_ZOO_LOAD_GROVE") == "1":
+        import grove.torch  # noqa: F401 (registers the backend)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    result = decode_case(name, variant)
+    with open(args.json, "w") as out:
+        json.dump(result, out)
+    return 0
 
 
 def merged(earlier, latest, key):
@@ -410,6 +595,19 @@ def main():
     parser.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
     parser.add_argument("--no-decode", action="store_true")
     parser.add_argument("--no-zoo", action="store_true")
+    parser.add_argument("--decode-models", default="",
+                        help="comma-separated decode rows (default: all): hf_llama_static_cache, "
+                             "gpt_fast_decoder")
+    parser.add_argument("--attention-ab", action="store_true",
+                        help="also time grove with attention written out (GROVE_FUSED_ATTENTION=0)")
+    parser.add_argument("--variants", default="",
+                        help="comma-separated variants to run (default: all)")
+    parser.add_argument("--top", type=int, default=TOP_PRINTED,
+                        help="kernels named per variant in the printed table")
+    parser.add_argument("--no-kernels", action="store_true",
+                        help="skip the per-variant kernel profile (Note [Kernels per call in the zoo])")
+    parser.add_argument("--decode-child", default="",
+                        help=argparse.SUPPRESS)  # "MODEL,VARIANT": one decode case (decode_rows)
     parser.add_argument("--merge", action="store_true",
                         help="keep the cases of an existing --json this run does not measure")
     parser.add_argument("--train", action="store_true",
@@ -424,6 +622,10 @@ def main():
     except ImportError:
         print("torch_zoo: skipped: this PyTorch has no torch._dynamo")
         return 0
+    if args.decode_child:
+        return decode_child_main(args)
+    global TOP_PRINTED
+    TOP_PRINTED = args.top
     import grove.torch  # noqa: F401 (registers the backend)
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -433,7 +635,8 @@ def main():
         return train_main(args, start)
     # Decode first (the workload reduce-overhead exists for), then the zoo
     # until the budget is spent.
-    decode = [] if args.no_decode else decode_rows(start + args.budget_s)
+    decode = [] if args.no_decode else decode_rows(
+        start + args.budget_s, set(args.decode_models.split(",")) if args.decode_models else None)
     zoo = [] if args.no_zoo else zoo_rows(args, start + args.budget_s)
     seconds = time.time() - start
     if args.merge and os.path.isfile(args.json):

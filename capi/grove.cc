@@ -18,9 +18,9 @@
 #include "compiler/backends/compile.h"
 #include "compiler/model_format/model_json.h"
 #include "distributed/gradient_all_reduce.h"
-#include "runtime/backend.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "runtime/platform.h"
 
 namespace {
 
@@ -143,9 +143,9 @@ void detach_borrowed(grove_model& model, const std::vector<grove::runtime::Stora
     Tensor copy = Tensor::empty({static_cast<int64_t>(nbytes)}, DType::kBool, storage->device());
     grove::runtime::DeviceContext& context = grove::runtime::device_context(storage->device());
     if (nbytes > 0) {
-      context.backend().copy_async(copy.data_ptr(), storage->data(), nbytes,
-                                   grove::runtime::CopyKind::kDeviceToDevice,
-                                   context.current_stream());
+      context.platform().copy_async(copy.data_ptr(), storage->data(), nbytes,
+                                    grove::runtime::CopyKind::kDeviceToDevice,
+                                    context.current_stream());
     }
     storage->rebind(copy.data_ptr(), copy.storage()->release_owner());
     ++model.borrowed_copies;
@@ -171,13 +171,13 @@ class CallerStream {
     }
     context_ = &grove::runtime::device_context(device);
     legacy_ = grove::runtime::StreamHandle{stream};
-    grove::runtime::Backend& backend = context_->backend();
-    event_ = backend.create_event(/*enable_timing=*/false);
+    grove::runtime::Platform& platform = context_->platform();
+    event_ = platform.create_event(/*enable_timing=*/false);
     try {
-      backend.record_event(event_, legacy_);
-      backend.stream_wait_event(context_->current_stream(), event_);
+      platform.record_event(event_, legacy_);
+      platform.stream_wait_event(context_->current_stream(), event_);
     } catch (...) {
-      backend.destroy_event(event_);
+      platform.destroy_event(event_);
       throw;
     }
   }
@@ -185,15 +185,15 @@ class CallerStream {
   void finish() {
     if (context_ == nullptr) return;
     grove::runtime::DeviceContext* context = std::exchange(context_, nullptr);
-    grove::runtime::Backend& backend = context->backend();
+    grove::runtime::Platform& platform = context->platform();
     try {
-      backend.record_event(event_, context->current_stream());
-      backend.stream_wait_event(legacy_, event_);
+      platform.record_event(event_, context->current_stream());
+      platform.stream_wait_event(legacy_, event_);
     } catch (...) {
-      backend.destroy_event(event_);
+      platform.destroy_event(event_);
       throw;
     }
-    backend.destroy_event(event_);
+    platform.destroy_event(event_);
   }
   // A call that failed still orders the legacy stream after its queued work.
   ~CallerStream() {
@@ -487,7 +487,7 @@ grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* 
     auto start = std::chrono::steady_clock::now();
     for (int64_t call = 0; call < calls; ++call) compiled(tensors);
     grove::runtime::DeviceContext& context = grove::runtime::device_context(device);
-    context.backend().synchronize_stream(context.current_stream());
+    context.platform().synchronize_stream(context.current_stream());
     on_stream.finish();
     *seconds_per_call =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /

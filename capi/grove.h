@@ -130,13 +130,15 @@ grove_status grove_compile(const char* program_json, const char* options_json,
  * *program_json (a new string freed with grove_string_free). `request_json`:
  * {"optimizer": "sgd_momentum" | "adamw",
  *  "params": [{"name": "w", "shape": [4, 8], "dtype": "f32"}, ...],
- *  "gradients": "buffers" (default) | "inputs", "name": "step"}.
+ *  "gradients": "buffers" (default) | "inputs" | "flat", "name": "step"}.
  * The program updates each param in place (PyTorch's SGD with momentum, or
  * AdamW) and has no outputs. Its inputs, in call order, are the f32 scalar
  * hyper-parameters (SGD: lr, momentum, weight_decay; AdamW: lr, beta1, beta2,
  * eps, weight_decay, step, 1-based), then with "gradients": "inputs" one
- * gradient per param named "grad.<param>" (else those are buffers the caller
- * binds); the state lives in buffers "<param>.momentum" or "<param>.exp_avg"
+ * gradient per param named "grad.<param>", with "flat" one input "grads"
+ * holding every param's gradient in order (the params share one dtype, else
+ * GROVE_ERROR_DTYPE), sliced per param inside the program (else the gradients
+ * are buffers the caller binds); the state lives in buffers "<param>.momentum" or "<param>.exp_avg"
  * and "<param>.exp_avg_sq". A param that is not floating fails with
  * GROVE_ERROR_DTYPE. */
 grove_status grove_optimizer_program(const char* request_json, char** program_json);

@@ -20,9 +20,11 @@ namespace model_format = grove::compiler::model_format;
 training::GradientSource parse_gradient_source(const nlohmann::json& request) {
   auto found = request.find("gradients");
   if (found == request.end()) return training::GradientSource::kBuffer;
-  require(found->is_string() && (*found == "buffers" || *found == "inputs"),
-          "field 'gradients' must be \"buffers\" or \"inputs\", found ", found->dump());
-  return *found == "inputs" ? training::GradientSource::kInput : training::GradientSource::kBuffer;
+  require(found->is_string() && (*found == "buffers" || *found == "inputs" || *found == "flat"),
+          "field 'gradients' must be \"buffers\", \"inputs\" or \"flat\", found ", found->dump());
+  if (*found == "inputs") return training::GradientSource::kInput;
+  if (*found == "flat") return training::GradientSource::kFlatInput;
+  return training::GradientSource::kBuffer;
 }
 
 // The optimizer's model: a program of the request's params, read by the model

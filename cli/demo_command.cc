@@ -138,7 +138,7 @@ int demo_command(const std::vector<std::string>& args) {
   require_backend(kGraphBackend);
   const std::vector<std::string> backends = {"eager", kGraphBackend};
   std::printf("grove demo: %s on %s (%s)\n", kDemoModel, options.device.str().c_str(),
-              runtime::device_context(options.device).backend().name().c_str());
+              runtime::device_context(options.device).platform().name().c_str());
   const std::string path = options.models_dir + "/" + kDemoModel + ".json";
 
   std::printf("\n== inference: batch %lld, T=%lld, f32, %lld timed calls per backend ==\n",

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/decoder_options.h"
 #include "cli/terminal_text.h"
 #include "compiler/backends/backend_stats_json.h"
 #include "runtime/error.h"
@@ -40,14 +41,6 @@ std::vector<int64_t> parse_ids(const std::string& flag, const std::string& text)
   return ids;
 }
 
-std::vector<int64_t> parse_buckets(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> buckets = parse_ids(flag, text);
-  for (int64_t bucket : buckets) {
-    if (bucket <= 0) throw UsageError(str_cat(flag, " expects positive sizes"));
-  }
-  return buckets;
-}
-
 std::string join(const std::vector<int64_t>& ids) {
   std::string text;
   for (size_t i = 0; i < ids.size(); ++i) text += str_cat(i ? "," : "", ids[i]);
@@ -66,16 +59,10 @@ const CommandSpec& generate_command_spec() {
       "names), records the prefill and decode graphs of every bucket, and generates from\n"
       "each prompt of --prompt-ids (several prompts, 1,2;3,4, are batched continuously).\n"
       "Prints each prompt's generated ids as one comma-separated line.",
-      {
+      with_decoder_flags({
           {"--prompt-ids", "IDS", "comma-separated token ids; ';' separates several prompts"},
           {"--prompt", "TEXT", "a text prompt (needs a tokenizer); prints the generated text"},
-          {"--tokenizer", "FILE", "SentencePiece model (default MODEL_DIR/tokenizer.model)"},
           {"--max-tokens", "N", "tokens to generate per prompt (default 16)"},
-          {"--device", "DEVICE", "auto (default), cuda or sim"},
-          {"--backend", "NAME", "cudagraphs (default) or eager"},
-          {"--max-seq-len", "T", "cache positions per request (default min(model, 256))"},
-          {"--batch-buckets", "SIZES", "decode batch buckets (default 1,2,4,8)"},
-          {"--prompt-buckets", "SIZES", "prompt-length buckets (default powers of two from 8)"},
           {"--temperature", "X", "0 (default) is greedy"},
           {"--top-k", "K", "sample among the K most likely tokens (default all)"},
           {"--top-p", "P", "sample within probability mass P (default 1)"},
@@ -83,7 +70,7 @@ const CommandSpec& generate_command_spec() {
           {"--ignore-eos", "", "do not stop at the model's eos_token_id"},
           {"--logits-out", "FILE", "write every step's f32 logits of prompt 0 (safetensors)"},
           {"--stats", "", "print the decoder's and the graph tree's stats (JSON) to stderr"},
-      }};
+      })};
   return spec;
 }
 
@@ -103,9 +90,7 @@ int generate_command(const std::vector<std::string>& args) {
   std::vector<std::vector<int64_t>> prompts;
   std::unique_ptr<serving::llm::Tokenizer> tokenizer;
   if (parsed.has("--prompt")) {
-    std::optional<std::string> path = parsed.has("--tokenizer")
-                                          ? parsed.value("--tokenizer")
-                                          : serving::llm::find_tokenizer(model_dir);
+    std::optional<std::string> path = tokenizer_path(parsed, model_dir);
     if (!path) {
       throw UsageError(str_cat("generate: --prompt needs a tokenizer: ", model_dir,
                                "/tokenizer.model is not there; pass --tokenizer FILE"));
@@ -121,16 +106,7 @@ int generate_command(const std::vector<std::string>& args) {
       prompts.push_back(parse_ids("--prompt-ids", prompt));
     }
   }
-  serving::llm::DecoderOptions options;
-  options.device = parse_device_choice(parsed.value("--device", "auto"));
-  options.backend = parsed.value("--backend", "cudagraphs");
-  options.max_seq_len = parsed.integer("--max-seq-len", 0, 1, 1 << 20);
-  if (parsed.has("--batch-buckets")) {
-    options.batch_buckets = parse_buckets("--batch-buckets", parsed.value("--batch-buckets"));
-  }
-  if (parsed.has("--prompt-buckets")) {
-    options.prompt_buckets = parse_buckets("--prompt-buckets", parsed.value("--prompt-buckets"));
-  }
+  serving::llm::DecoderOptions options = parse_decoder_options(parsed);
   const int64_t max_tokens = parsed.integer("--max-tokens", 16, 1, 1 << 20);
   serving::llm::SamplingParams sampling;
   sampling.temperature = std::stod(parsed.value("--temperature", "0"));

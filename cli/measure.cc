@@ -19,7 +19,7 @@ class MeasurementStream {
       : context_(runtime::device_context(device)),
         stream_(context_.create_stream()),
         guard_(device, stream_) {}
-  void synchronize() { context_.backend().synchronize_stream(stream_); }
+  void synchronize() { context_.platform().synchronize_stream(stream_); }
 
  private:
   runtime::DeviceContext& context_;

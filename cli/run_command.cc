@@ -314,7 +314,7 @@ int report_data_parallel(const RunOptions& options) {
     std::printf(
         "grove run %s data-parallel on %s (%s), backend %s, %s%s per device, all-reduces %s\n",
         program.name().c_str(), placement.c_str(),
-        runtime::device_context(first_device).backend().name().c_str(),
+        runtime::device_context(first_device).platform().name().c_str(),
         options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
         dims_text(program).c_str(),
         options.overlap ? "overlapping the backward" : "in line (--no-overlap)");
@@ -439,7 +439,7 @@ int run_command(const std::vector<std::string>& args) {
   }
   std::printf("grove run %s on %s (%s), backend %s, %s%s\n", printable(program.name()).c_str(),
               options.model.device.str().c_str(),
-              runtime::device_context(options.model.device).backend().name().c_str(),
+              runtime::device_context(options.model.device).platform().name().c_str(),
               options.measure.backend.c_str(), runtime::dtype_name(options.model.dtype),
               dims_text(program).c_str());
   std::optional<weights::SafetensorsFile> weights;

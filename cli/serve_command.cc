@@ -232,6 +232,9 @@ const CommandSpec& serve_command_spec() {
               {"--http-threads", "N",
                "threads that read and answer HTTP, for any number of connections (default: the "
                "cores, at least 2)"},
+              {"--answer-relay", "",
+               "hand answers to the HTTP threads from a thread of their own, not from the "
+               "batching worker's (Note [Answers handed on by a relay])"},
               {"--buckets", "pow2|LIST|auto|auto:FILE",
                "batch sizes compiled: powers of two (default), a list ending at --max-batch, or "
                "auto: "
@@ -272,7 +275,7 @@ int serve_command(const std::vector<std::string>& args) {
   std::printf(
       "grove serve %s on %s (%s), backend %s, %s, buckets %s, max wait %lld us\n",
       printable(name).c_str(), options.model.device.str().c_str(),
-      runtime::device_context(options.model.device).backend().name().c_str(),
+      runtime::device_context(options.model.device).platform().name().c_str(),
       options.server.backend.c_str(), runtime::dtype_name(options.model.dtype),
       [&] {
         std::string text;
@@ -318,41 +321,39 @@ int serve_command(const std::vector<std::string>& args) {
   const std::vector<runtime::Device> devices = options.server.resolved_devices();
   std::vector<int64_t> free_before;
   for (runtime::Device device : devices) {
-    free_before.push_back(runtime::device_context(device).backend().memory_info().free_bytes);
+    free_before.push_back(runtime::device_context(device).platform().memory_info().free_bytes);
   }
   serving::ReplanningServer server(factory, options.server, options.replan);
-  nlohmann::json reports = server.worker_reports();
-  nlohmann::json snapshots = server.backend_snapshots();
+  const std::vector<serving::WorkerReport> reports = server.worker_reports();
+  const std::vector<serving::WorkerSnapshot> snapshots = server.backend_snapshots();
   int64_t pool_bytes = 0;
-  for (size_t d = 0; d < snapshots.size(); ++d) {
-    const nlohmann::json& report = reports[d];
-    const nlohmann::json& snapshot = snapshots[d];
-    std::string line = str_cat("compiled ", options.server.buckets.size(), " buckets on ",
-                               report.value("device", "?"), " and warmed them up in ",
-                               format_fixed(report.value("warmup_ms", 0.0), 0), " ms");
-    const nlohmann::json& tree = report["tree_after_warmup"];
-    if (tree.is_object()) {
-      line +=
-          str_cat(": ", tree.value("recordings", 0), " graphs recorded, ", tree.value("replays", 0),
-                  " replays, ", tree.value("eager_calls", 0), " eager fallback calls");
+  for (size_t d = 0; d < snapshots.size() && d < reports.size(); ++d) {
+    const serving::WorkerReport& report = reports[d];
+    const serving::WorkerSnapshot& snapshot = snapshots[d];
+    const std::string device = report.device.str();
+    std::string line = str_cat("compiled ", options.server.buckets.size(), " buckets on ", device,
+                               " and warmed them up in ", format_fixed(report.warmup_ms, 0), " ms");
+    if (report.tree_after_warmup) {
+      const runtime::TreeCounters& tree = report.tree_after_warmup->counters;
+      line += str_cat(": ", tree.recordings, " graphs recorded, ", tree.replays, " replays, ",
+                      tree.eager_calls, " eager fallback calls");
     }
     std::printf("%s\n", line.c_str());
-    if (snapshot.contains("memory") && snapshot["memory"].contains("pool")) {
-      const nlohmann::json& pool = snapshot["memory"]["pool"];
-      const int64_t reserved = pool.value("reserved_bytes", int64_t{0});
-      pool_bytes += reserved;
+    if (snapshot.memory.device) {
+      const runtime::PoolStats& pool = snapshot.memory.pool;
+      pool_bytes += static_cast<int64_t>(pool.reserved_bytes);
       std::printf("graph memory held on %s: pool %s reserved (%s allocated in %lld segments)\n",
-                  report.value("device", "?").c_str(), mib(static_cast<double>(reserved)).c_str(),
-                  mib(static_cast<double>(pool.value("allocated_bytes", int64_t{0}))).c_str(),
-                  static_cast<long long>(pool.value("segments", int64_t{0})));
+                  device.c_str(), mib(static_cast<double>(pool.reserved_bytes)).c_str(),
+                  mib(static_cast<double>(pool.allocated_bytes)).c_str(),
+                  static_cast<long long>(pool.segments));
     } else {
-      std::printf("graph memory held on %s: none (backend %s records no graphs)\n",
-                  report.value("device", "?").c_str(), options.server.backend.c_str());
+      std::printf("graph memory held on %s: none (backend %s records no graphs)\n", device.c_str(),
+                  options.server.backend.c_str());
     }
   }
   for (size_t d = 0; d < devices.size() && d < free_before.size(); ++d) {
     const int64_t free_after =
-        runtime::device_context(devices[d]).backend().memory_info().free_bytes;
+        runtime::device_context(devices[d]).platform().memory_info().free_bytes;
     if (free_before[d] < 0 || free_after < 0) continue;  // the device cannot say
     std::printf(
         "device memory the server took on %s (free-memory delta: params, pool, workspaces and "
@@ -418,7 +419,7 @@ int serve_command(const std::vector<std::string>& args) {
     report["bucket_switches"] = server.switches();
     report["max_batch"] = options.server.max_batch;
     report["stats"] = stats.to_json();
-    report["workers"] = server.worker_reports();
+    report["workers"] = serving::reports_json(server.worker_reports());
     write_json_file(options.stats_json_path, report);
   }
   std::printf(

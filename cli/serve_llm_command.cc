@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common/table.h"
+#include "cli/decoder_options.h"
 #include "cli/serve_support.h"
 #include "cli/terminal_text.h"
 #include "serving/llm/llm_routes.h"
@@ -18,14 +19,6 @@
 
 namespace grove::cli {
 namespace {
-
-std::vector<int64_t> sizes(const ParsedFlags& args, const std::string& flag) {
-  std::vector<int64_t> out;
-  for (const std::string& item : args.list(flag, {})) {
-    out.push_back(parse_positive_int(flag, item, 1 << 20));
-  }
-  return out;
-}
 
 std::string joined(const std::vector<int64_t>& values) {
   std::string text;
@@ -50,14 +43,8 @@ const CommandSpec& serve_llm_command_spec() {
       "routes and /metrics. Text in and out needs a SentencePiece tokenizer: --tokenizer FILE,\n"
       "else MODEL_DIR/tokenizer.model when it exists; token ids work without one.\n"
       "SIGTERM or SIGINT answers every request already read, then exits 0.",
-      {
+      with_decoder_flags({
           {"--model-name", "NAME", "the served model's name (default: MODEL_DIR's last part)"},
-          {"--tokenizer", "FILE", "SentencePiece model (default MODEL_DIR/tokenizer.model)"},
-          {"--device", "DEVICE", "auto (default), cuda or sim"},
-          {"--backend", "NAME", "cudagraphs (default) or eager"},
-          {"--max-seq-len", "T", "cache positions per request (default min(model, 256))"},
-          {"--batch-buckets", "SIZES", "decode batch buckets; the largest is the slots (1,2,4,8)"},
-          {"--prompt-buckets", "SIZES", "prompt-length buckets (default powers of two from 8)"},
           {"--max-tokens-limit", "N", "the most max_tokens a request may ask (default T)"},
           {"--max-waiting", "N", "completions that may wait for a slot before 503 (1024)"},
           {"--decode-loop-steps", "K",
@@ -77,7 +64,7 @@ const CommandSpec& serve_llm_command_spec() {
           {"--body-timeout-ms", "MS", "a slower request body gets 408 (default 30000)"},
           {"--max-connections", "N", "more open connections get 503 (default 32768)"},
           {"--http-threads", "N", "threads that read and answer HTTP (default: the cores)"},
-      }};
+      })};
   return spec;
 }
 
@@ -91,13 +78,8 @@ int serve_llm_command(const std::vector<std::string>& args) {
     throw UsageError("serve: expected one MODEL_DIR (grove serve MODEL_DIR [options])");
   }
   const std::string model_dir = parsed.positional()[0];
-  serving::llm::DecoderOptions options;
-  options.device = parse_device_choice(parsed.value("--device", "auto"));
+  serving::llm::DecoderOptions options = parse_decoder_options(parsed);
   if (options.device->is_cpu()) throw UsageError("--device cpu cannot serve; use cuda or sim");
-  options.backend = parsed.value("--backend", "cudagraphs");
-  options.max_seq_len = parsed.integer("--max-seq-len", 0, 1, 1 << 20);
-  if (parsed.has("--batch-buckets")) options.batch_buckets = sizes(parsed, "--batch-buckets");
-  if (parsed.has("--prompt-buckets")) options.prompt_buckets = sizes(parsed, "--prompt-buckets");
   serving::llm::LlmServiceConfig service_config;
   service_config.max_new_tokens = parsed.integer("--max-tokens-limit", 0, 1, 1 << 20);
   service_config.max_waiting =
@@ -123,10 +105,9 @@ int serve_llm_command(const std::vector<std::string>& args) {
   watcher.emplace();  // Note [Signals during start-up]
 
   std::unique_ptr<serving::llm::Tokenizer> tokenizer;
-  std::optional<std::string> tokenizer_path = parsed.has("--tokenizer")
-                                                  ? parsed.value("--tokenizer")
-                                                  : serving::llm::find_tokenizer(model_dir);
-  if (tokenizer_path) tokenizer = serving::llm::Tokenizer::load(*tokenizer_path);
+  if (std::optional<std::string> path = tokenizer_path(parsed, model_dir)) {
+    tokenizer = serving::llm::Tokenizer::load(*path);
+  }
 
   auto decoder = serving::llm::Decoder::load(model_dir, options);
   decoder->warm_up();

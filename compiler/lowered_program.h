@@ -61,9 +61,14 @@ struct LoweredSegment {
 // only by the door) runs the lowered program with kCheckedByDoor: only the
 // layout is looked at (a strided input takes Note [Strided inputs]' path,
 // which words its own errors). Direct callers of a lowered program get the
-// full check (Note [Cheap input checks]). Tests: compile_test.cc (the door's
-// errors), BadCallInput.* (the door's errors, and strided inputs through the
-// door on both backends), segments_test.cc (a lowered program's own errors).
+// full check (Note [Cheap input checks]). A caller that feeds the same
+// tensors again and again (a server's bucket inputs) binds them once
+// (CompiledModel::bind_inputs, which checks them) and calls with the
+// BoundInputs, which checks nothing again; so a served request is checked
+// once, where it enters the server (Note [Requests checked once]). Tests:
+// compile_test.cc (the door's errors, bound inputs), BadCallInput.* (the door's
+// errors, and strided inputs through the door on both backends),
+// segments_test.cc (a lowered program's own errors).
 enum class InputCheck {
   kHere,           // shapes, dtypes, devices and layout, errors naming the input
   kCheckedByDoor,  // CompiledModel::operator() checked them; layout only

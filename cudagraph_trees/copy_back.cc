@@ -33,13 +33,13 @@ bool CopyBack::unaliased_slow(const TensorList& inputs, const std::vector<Copied
 }
 
 void CopyBack::after_recording(const TensorList& inputs, const std::vector<CopiedInput>& copied,
-                               runtime::Backend& backend, runtime::StreamHandle stream,
+                               runtime::Platform& platform, runtime::StreamHandle stream,
                                TreeCounters& counters) const {
   for (uint32_t position : positions_) {
     const CopiedInput& input = copied[position];
     if (input.span_bytes == 0) continue;
-    backend.copy_async(input.source_in(inputs[input.index]), input.placeholder, input.span_bytes,
-                       runtime::CopyKind::kDeviceToDevice, stream);
+    platform.copy_async(input.source_in(inputs[input.index]), input.placeholder, input.span_bytes,
+                        runtime::CopyKind::kDeviceToDevice, stream);
     ++counters.input_copy_backs;
   }
 }

@@ -41,15 +41,15 @@ class CopyBack {
     for (uint32_t position : positions_) {
       CopiedInput& input = copied[position];
       if (input.copy_back_to == nullptr) continue;
-      context.backend.copy_async(input.copy_back_to, input.placeholder, input.span_bytes,
-                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+      context.platform.copy_async(input.copy_back_to, input.placeholder, input.span_bytes,
+                                  runtime::CopyKind::kDeviceToDevice, context.stream);
       ++context.counters.input_copy_backs;
     }
   }
   // Right after recording: copies the placeholders of mutated inputs back into
   // `inputs` (the caller's tensors) on `stream`.
   void after_recording(const TensorList& inputs, const std::vector<CopiedInput>& copied,
-                       runtime::Backend& backend, runtime::StreamHandle stream,
+                       runtime::Platform& platform, runtime::StreamHandle stream,
                        TreeCounters& counters) const;
 
  private:

@@ -25,7 +25,14 @@ void emit_node(std::ostringstream& dot, const PathNode& node, const PathNode* cu
   dot << "  " << node_name(node) << " [label=\"" << escape(function.spec.name) << "\\n"
       << (node.is_warmup() ? "warm-up " : "graph ") << node.id() << "\\n"
       << compilation_mode_name(function.spec.mode) << "\\n"
-      << outputs << (node.is_warmup() ? " tracked outputs" : " outputs") << "\"";
+      << outputs << (node.is_warmup() ? " tracked outputs" : " outputs");
+  if (!node.is_warmup()) {
+    // Which inputs the replay copies: "inputs ssmc" (static, managed, copied) by position.
+    dot << "\\ninputs ";
+    for (InputKind kind : static_cast<const TreeNode&>(node).inputs().kinds())
+      dot << input_kind_name(kind)[0];
+  }
+  dot << "\"";
   if (node.is_warmup()) dot << ", style=dashed";
   if (&node == current) dot << ", penwidth=3";
   dot << "];\n";

@@ -1,5 +1,6 @@
 // The tree of a manager as Graphviz DOT: one box per recorded node (function,
-// graph id, mode, output count), edges parent -> child, the current node
+// graph id, mode, output count, each input's kind: s(tatic), m(anaged) or
+// c(opied)), edges parent -> child, the current node
 // highlighted, warm-up nodes of the current path dashed.
 #pragma once
 

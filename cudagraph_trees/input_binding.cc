@@ -53,8 +53,8 @@ bool InputBinding::prepare_replay_staged(const TensorList& inputs, ReplayContext
     char* source = copied.source_in(inputs[copied.index]);
     if (!overlaps_a_placeholder(reinterpret_cast<uintptr_t>(source), copied.span_bytes)) continue;
     scratch[p] = allocator_->allocate(copied.span_bytes, context.stream);
-    context.backend.copy_async(scratch[p]->data(), source, copied.span_bytes,
-                               runtime::CopyKind::kDeviceToDevice, context.stream);
+    context.platform.copy_async(scratch[p]->data(), source, copied.span_bytes,
+                                runtime::CopyKind::kDeviceToDevice, context.stream);
     any = true;
   }
   if (!any) return false;
@@ -68,8 +68,8 @@ bool InputBinding::prepare_replay_staged(const TensorList& inputs, ReplayContext
         copied.copy_back_to = nullptr;
         continue;
       }
-      context.backend.copy_async(copied.placeholder, source, copied.span_bytes,
-                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+      context.platform.copy_async(copied.placeholder, source, copied.span_bytes,
+                                  runtime::CopyKind::kDeviceToDevice, context.stream);
     } else {
       auto placeholder = reinterpret_cast<uintptr_t>(copied.placeholder);
       if (copied.zero_copy >= 0 && context.graph != nullptr &&
@@ -77,8 +77,8 @@ bool InputBinding::prepare_replay_staged(const TensorList& inputs, ReplayContext
         zero_copy_.patch(copied.zero_copy, placeholder, *context.graph);
         ++context.counters.input_patches;
       }
-      context.backend.copy_async(copied.placeholder, scratch[p]->data(), copied.span_bytes,
-                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+      context.platform.copy_async(copied.placeholder, scratch[p]->data(), copied.span_bytes,
+                                  runtime::CopyKind::kDeviceToDevice, context.stream);
     }
     ++context.counters.input_copies;
     copied.copy_back_to = copied.copy_back ? source : nullptr;

@@ -102,8 +102,8 @@ class InputBinding {
       if (copied.graph_copy >= 0) [[likely]] {
         graph_copies_.copy(copied, source, context);
       } else {
-        context.backend.copy_async(copied.placeholder, source, copied.span_bytes,
-                                   runtime::CopyKind::kDeviceToDevice, context.stream);
+        context.platform.copy_async(copied.placeholder, source, copied.span_bytes,
+                                    runtime::CopyKind::kDeviceToDevice, context.stream);
       }
       ++context.counters.input_copies;
       copied.copy_back_to = copied.copy_back ? source : nullptr;
@@ -113,9 +113,9 @@ class InputBinding {
   void finish_replay(ReplayContext& context) { copy_back_.after_replay(copied_, context); }
   // Right after recording: copies the placeholders of mutated inputs back into
   // `inputs` (the caller's tensors) on `stream`.
-  void copy_back_after_recording(const TensorList& inputs, runtime::Backend& backend,
+  void copy_back_after_recording(const TensorList& inputs, runtime::Platform& platform,
                                  runtime::StreamHandle stream, TreeCounters& counters) const {
-    copy_back_.after_recording(inputs, copied_, backend, stream, counters);
+    copy_back_.after_recording(inputs, copied_, platform, stream, counters);
   }
   // Right after capture: decides which copied inputs can be bound by
   // patching `graph` (Note [Zero-copy inputs], rules 1-3). Returns why the

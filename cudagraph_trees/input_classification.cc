@@ -99,9 +99,9 @@ ClassifiedInputs classify_inputs(const ClassificationRequest& request, TensorLis
         classified.copy_back.push_back(static_cast<uint32_t>(classified.copied.size()));
       }
       if (copied.span_bytes > 0) {
-        request.allocator.backend().copy_async(copied.placeholder, copied.source_in(input),
-                                               copied.span_bytes,
-                                               runtime::CopyKind::kDeviceToDevice, request.stream);
+        request.allocator.platform().copy_async(copied.placeholder, copied.source_in(input),
+                                                copied.span_bytes,
+                                                runtime::CopyKind::kDeviceToDevice, request.stream);
       }
       classified.copied.push_back(std::move(copied));
       bound_inputs.push_back(std::move(placeholder));

@@ -16,8 +16,8 @@
 
 #include "cudagraph_trees/function_registry.h"
 #include "cudagraph_trees/tensor_meta.h"
-#include "runtime/backend.h"
 #include "runtime/caching_allocator.h"
+#include "runtime/platform.h"
 
 namespace grove::cudagraph_trees {
 

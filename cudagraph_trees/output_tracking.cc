@@ -137,8 +137,8 @@ void NodeOutputs::retire(ReplayContext& context, runtime::CachingAllocator* clon
     if (clone_into != nullptr) {
       if (!held) continue;
       runtime::StoragePtr clone = clone_into->allocate(storage->nbytes(), context.stream);
-      context.backend.copy_async(clone->address(), storage->address(), storage->nbytes(),
-                                 runtime::CopyKind::kDeviceToDevice, context.stream);
+      context.platform.copy_async(clone->address(), storage->address(), storage->nbytes(),
+                                  runtime::CopyKind::kDeviceToDevice, context.stream);
       void* address = clone->address();
       storage->rebind(address, clone->release_owner());
       kept.retired = true;

@@ -3,13 +3,13 @@
 #pragma once
 
 #include "cudagraph_trees/stats.h"
-#include "runtime/backend.h"
 #include "runtime/graph_recording.h"
+#include "runtime/platform.h"
 
 namespace grove::cudagraph_trees {
 
 struct ReplayContext {
-  runtime::Backend& backend;
+  runtime::Platform& platform;
   runtime::StreamHandle stream;
   runtime::GraphRecording* graph;  // null for a kernel-free function
   TreeCounters& counters;

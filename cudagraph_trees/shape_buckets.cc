@@ -139,11 +139,11 @@ TensorList BucketedFunction::run_bucket(size_t bucket_index, const TensorList& i
     auto* base = static_cast<char*>(staging.data_ptr());
     runtime::BucketPadding padding = runtime::bucket_padding(rows, bucket_rows, row_bytes);
     if (padding.real_bytes > 0) {
-      context.backend().copy_async(base, input.data_ptr(), padding.real_bytes,
-                                   runtime::CopyKind::kDeviceToDevice, stream);
+      context.platform().copy_async(base, input.data_ptr(), padding.real_bytes,
+                                    runtime::CopyKind::kDeviceToDevice, stream);
     }
     if (padding.padding_bytes > 0) {
-      context.backend().memset_async(base + padding.real_bytes, 0, padding.padding_bytes, stream);
+      context.platform().memset_async(base + padding.real_bytes, 0, padding.padding_bytes, stream);
     }
     bucket_inputs_[spec_.batched_inputs[k]] = first_rows(staging, bucket_rows);
   }

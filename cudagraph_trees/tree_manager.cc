@@ -102,7 +102,7 @@ TreeManager::TreeManager(runtime::Device device, TreeConfig config)
       serial_(next_manager_serial()),
       config_(config),
       context_(runtime::device_context(device)),
-      backend_(context_.backend()),
+      platform_(context_.platform()),
       allocator_(context_.allocator()),
       classifier_(make_mutation_classifier(config.mutation_policy)) {
   GROVE_CHECK_AS(DeviceError, device.supports_graphs(),
@@ -112,14 +112,14 @@ TreeManager::TreeManager(runtime::Device device, TreeConfig config)
   config_.validate();
   watch_process_exit();
   pool_ = allocator_.create_pool();
-  capture_stream_ = backend_.create_stream();
+  capture_stream_ = platform_.create_stream();
   // Note [Function controls]: warm-ups and recordings allocate on the
   // capture stream, so the reserved segment serves them.
   if (config_.initial_pool_bytes > 0) {
     allocator_.reserve(pool_, config_.initial_pool_bytes, capture_stream_);
   }
-  caller_ready_ = backend_.create_event(false);
-  capture_done_ = backend_.create_event(false);
+  caller_ready_ = platform_.create_event(false);
+  capture_done_ = platform_.create_event(false);
   lease_state_ = std::make_shared<LeaseState>();
   lease_state_->manager = this;
 }
@@ -212,7 +212,7 @@ inline void TreeManager::replay(TreeNode* node, const TensorList& inputs, Tensor
   state_ = PathState::kExecution;
   generation_ = generations_.current();
   try {
-    node->replay(inputs, consumable, backend_, context_.current_stream(), counters_, result,
+    node->replay(inputs, consumable, platform_, context_.current_stream(), counters_, result,
                  config_.clone_kept_outputs ? &allocator_ : nullptr, retire_before_next_replay_);
   } catch (...) {
     current_ = previous;
@@ -310,7 +310,7 @@ void TreeManager::retire_ended_paths(const TensorList& inputs) {
   // among them now throw before the body runs (Note [Stale inputs throw first]).
   if (retire_before_next_replay_.empty()) return;
   for (TreeNode* ended : retire_before_next_replay_) {
-    ended->retire_kept_outputs(backend_, context_.current_stream(), counters_,
+    ended->retire_kept_outputs(platform_, context_.current_stream(), counters_,
                                config_.clone_kept_outputs ? &allocator_ : nullptr);
   }
   retire_before_next_replay_.clear();

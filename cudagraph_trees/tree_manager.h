@@ -278,7 +278,7 @@ class TreeManager {
   uint64_t serial_;
   TreeConfig config_;
   runtime::DeviceContext& context_;
-  runtime::Backend& backend_;
+  runtime::Platform& platform_;
   runtime::CachingAllocator& allocator_;
   runtime::PoolId pool_;
   runtime::StreamHandle capture_stream_;

@@ -113,9 +113,9 @@ void TreeManager::shutdown() {
                 "they lose their memory now"));
   }
   allocator_.release_pool(pool_);
-  backend_.destroy_event(caller_ready_);
-  backend_.destroy_event(capture_done_);
-  backend_.destroy_stream(capture_stream_);
+  platform_.destroy_event(caller_ready_);
+  platform_.destroy_event(capture_done_);
+  platform_.destroy_stream(capture_stream_);
   shut_down_ = true;
 }
 

@@ -41,13 +41,13 @@ bool TreeManager::in_pool(const void* address) const {
 }
 
 void TreeManager::order_capture_after(runtime::StreamHandle caller) {
-  backend_.record_event(caller_ready_, caller);
-  backend_.stream_wait_event(capture_stream_, caller_ready_);
+  platform_.record_event(caller_ready_, caller);
+  platform_.stream_wait_event(capture_stream_, caller_ready_);
 }
 
 void TreeManager::order_caller_after(runtime::StreamHandle caller) {
-  backend_.record_event(capture_done_, capture_stream_);
-  backend_.stream_wait_event(caller, capture_done_);
+  platform_.record_event(capture_done_, capture_stream_);
+  platform_.stream_wait_event(caller, capture_done_);
 }
 
 void TreeManager::try_end_recording_or_warmup(const RegisteredFunction& function) {

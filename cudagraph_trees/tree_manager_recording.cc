@@ -36,7 +36,7 @@ class PoolRouting {
 // A node's checkpoint lists the pool's segments as they were when it was
 // recorded; segments created later (by its descendants' warm-ups and
 // recordings, or by a capture that failed) are unknown to it, and the
-// allocator's restore hands unknown segments back to the backend. But graphs
+// allocator's restore hands unknown segments back to the platform. But graphs
 // of other branches still write into them, and their checkpoints name them.
 // So a restore first adds every current segment the checkpoint lacks, as one
 // free block: the pool then only grows while the tree lives, as in PyTorch,
@@ -154,7 +154,7 @@ bool TreeManager::record(RegisteredFunction& function, const TensorList& inputs,
     complete_graph(function, inputs, parts.inputs, *graph);
   }
   // Note [Copy-back of mutated inputs]: the caller sees the first replay's writes.
-  parts.inputs.copy_back_after_recording(inputs, backend_, capture_stream_, counters_);
+  parts.inputs.copy_back_after_recording(inputs, platform_, capture_stream_, counters_);
   counters_.copy_back_inputs += parts.inputs.copy_back_count();
   counters_.static_input_writes += parts.inputs.written_count(InputKind::kStatic);
   counters_.managed_input_writes += parts.inputs.written_count(InputKind::kManaged);

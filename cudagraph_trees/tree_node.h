@@ -152,23 +152,23 @@ class TreeNode final : public PathNode {
   // replay outputs], output_tracking.h), or null to mark them overwritten.
   // Note [Kept replay outputs]: when the path this node replayed on ends, the
   // outputs someone still holds are marked overwritten (or cloned).
-  void retire_kept_outputs(runtime::Backend& backend, runtime::StreamHandle stream,
+  void retire_kept_outputs(runtime::Platform& platform, runtime::StreamHandle stream,
                            TreeCounters& counters, runtime::CachingAllocator* clone_into) {
-    ReplayContext context{backend, stream, parts_.graph.get(), counters};
+    ReplayContext context{platform, stream, parts_.graph.get(), counters};
     parts_.outputs.retire_kept_outputs(context, clone_into, function().spec.name, id());
   }
   // `retire_first` lists the nodes of an ended path whose kept outputs this
   // launch may overwrite (Note [Kept replay outputs]); they are retired after
   // this node's inputs are bound (an input among them is still read) and the
   // list is emptied.
-  void replay(const TensorList& inputs, TensorList* consumable, runtime::Backend& backend,
+  void replay(const TensorList& inputs, TensorList* consumable, runtime::Platform& platform,
               runtime::StreamHandle stream, TreeCounters& counters, TensorList& result,
               runtime::CachingAllocator* clone_into, std::vector<TreeNode*>& retire_first) {
-    ReplayContext context{backend, stream, parts_.graph.get(), counters};
+    ReplayContext context{platform, stream, parts_.graph.get(), counters};
     parts_.inputs.prepare_replay(inputs, context);
     if (!retire_first.empty()) [[unlikely]] {
       for (TreeNode* ended : retire_first)
-        ended->retire_kept_outputs(backend, stream, counters, clone_into);
+        ended->retire_kept_outputs(platform, stream, counters, clone_into);
       retire_first.clear();
     }
     parts_.outputs.retire_kept_outputs(context, clone_into, function().spec.name, id());

@@ -46,9 +46,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/graph_recording.h"
+#include "runtime/platform.h"
 
 namespace grove::cudagraph_trees {
 

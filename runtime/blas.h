@@ -1,6 +1,6 @@
 // GEMMs as a device capability: the platform-neutral description of a GEMM
-// (GemmArgs, GemmEpilogue) and BlasSupport, the interface each Backend returns
-// from Backend::blas(). cuda implements it with cuBLAS / cuBLASLt
+// (GemmArgs, GemmEpilogue) and BlasSupport, the interface each Platform returns
+// from Platform::blas(). cuda implements it with cuBLAS / cuBLASLt
 // (runtime/cuda/blas.h), sim and cpu with grove's deterministic host GEMM run
 // as a host kernel (runtime/sim/host_blas.h). Callers never ask which device
 // they are on to pick a GEMM.
@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "runtime/backend.h"
 #include "runtime/dtype.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime {
 
@@ -87,13 +87,13 @@ struct GemmArgs {
   void* bias_grad = nullptr;
 };
 
-// The GEMMs of one device (one per Backend, which owns it).
+// The GEMMs of one device (one per Platform, which owns it).
 class BlasSupport {
  public:
   virtual ~BlasSupport() = default;
 
   // Enqueues the GEMM, every matrix row-major (leading dimension = row
-  // stride), on `stream` of the backend's device, in stream order (captured
+  // stride), on `stream` of the platform's device, in stream order (captured
   // into a graph when the stream is capturing). Throws ShapeError or
   // DTypeError for bad arguments, DeviceError when the device's BLAS is
   // missing or fails, CaptureViolation when the stream's capture forbids it.

@@ -78,7 +78,7 @@ size_t PoolCheckpoint::allocated_blocks() const {
   return count;
 }
 
-CachingAllocator::CachingAllocator(Backend& backend) : backend_(backend) {
+CachingAllocator::CachingAllocator(Platform& platform) : platform_(platform) {
   auto pool = std::make_unique<Pool>();
   pool->id = kDefaultPool;
   pools_.emplace(0, std::move(pool));
@@ -111,11 +111,11 @@ PoolId CachingAllocator::current_pool() const {
 }
 
 StoragePtr CachingAllocator::allocate(size_t bytes, StreamHandle stream) {
-  Device device = backend_.device();
+  Device device = platform_.device();
   if (bytes == 0) return std::make_shared<Storage>(nullptr, 0, device, nullptr);
   PoolId pool_id = current_pool();
-  if (pool_id.is_default() && backend_.capture_status(stream) != CaptureStatus::kNone) {
-    backend_.invalidate_capture(stream);
+  if (pool_id.is_default() && platform_.capture_status(stream) != CaptureStatus::kNone) {
+    platform_.invalidate_capture(stream);
     throw CaptureViolation(str_cat(
         "allocation of ", bytes, " bytes on ", device.str(),
         " during stream capture outside the capture's private pool; the capture is invalidated. "
@@ -138,7 +138,7 @@ StoragePtr CachingAllocator::allocate(size_t bytes, StreamHandle stream) {
     block->storage = storage;
   }
   // Outside the lock: where sim's hazard checker throws, the storage frees the block again.
-  backend_.note_block_allocated(storage->address(), block_size, stream, /*handed_out=*/true);
+  platform_.note_block_allocated(storage->address(), block_size, stream, /*handed_out=*/true);
   return storage;
 }
 
@@ -169,7 +169,7 @@ std::vector<size_t> CachingAllocator::move_blocks_out_of_pool(
       throw;
     }
     end_allocate_to_pool(kDefaultPool);
-    backend_.copy_async(copy->data(), storage->data(), bytes, CopyKind::kDeviceToDevice, stream);
+    platform_.copy_async(copy->data(), storage->data(), bytes, CopyKind::kDeviceToDevice, stream);
     storage->rebind(copy->data(), copy->release_owner());  // frees the pool block
     moved.push_back(bytes);
   }
@@ -211,7 +211,7 @@ CachingAllocator::Block* CachingAllocator::new_segment_locked(Pool& pool, size_t
   auto try_allocate = [&]() -> bool {
     if (injected) return false;
     try {
-      base = backend_.allocate_raw(segment_size);
+      base = platform_.allocate_raw(segment_size);
       return true;
     } catch (const OutOfMemoryError& error) {
       device_message = error.what();
@@ -231,7 +231,7 @@ CachingAllocator::Block* CachingAllocator::new_segment_locked(Pool& pool, size_t
   }
   if (base == nullptr) {
     throw OutOfMemoryError(
-        str_cat("out of memory on ", backend_.device().str(), ": could not ",
+        str_cat("out of memory on ", platform_.device().str(), ": could not ",
                 "reserve a segment of ", segment_size, " bytes for a request of ", size,
                 " bytes in pool ", pool.id.value, " (", pool.allocated_bytes,
                 " bytes allocated in that pool)", injected ? " [injected failure]" : "",
@@ -285,7 +285,7 @@ void CachingAllocator::free_block(Block* block) {
 }
 
 void CachingAllocator::free_block_locked(Pool& pool, Block* block) {
-  backend_.note_block_freed(block->address);
+  platform_.note_block_freed(block->address);
   block->owner = nullptr;
   block->allocated = false;
   pool.allocated_bytes -= block->size;
@@ -314,7 +314,7 @@ void CachingAllocator::release_segment_locked(Pool& pool, Segment* segment) {
     Block* next = block->next;
     if (block->allocated) {
       if (block->owner != nullptr) block->owner->detach();
-      backend_.note_block_freed(block->address);
+      platform_.note_block_freed(block->address);
       pool.allocated_bytes -= block->size;
       --pool.live_blocks;
     } else {
@@ -323,7 +323,7 @@ void CachingAllocator::release_segment_locked(Pool& pool, Segment* segment) {
     delete block;
     block = next;
   }
-  backend_.free_raw(segment->base);
+  platform_.free_raw(segment->base);
   auto it = std::find_if(pool.segments.begin(), pool.segments.end(),
                          [&](const std::unique_ptr<Segment>& s) { return s.get() == segment; });
   pool.segments.erase(it);
@@ -428,7 +428,7 @@ void CachingAllocator::restore(PoolId pool_id, const PoolCheckpoint& checkpoint,
   }
 
   detach_owners_locked(pool);
-  // Segments the checkpoint does not know go back to the backend; the rest are rebuilt.
+  // Segments the checkpoint does not know go back to the platform; the rest are rebuilt.
   for (size_t i = pool.segments.size(); i-- > 0;) {
     Segment* segment = pool.segments[i].get();
     bool known = std::any_of(checkpoint.segments.begin(), checkpoint.segments.end(),
@@ -447,7 +447,7 @@ void CachingAllocator::restore(PoolId pool_id, const PoolCheckpoint& checkpoint,
     const SegmentState& state = *state_by_base.at(segment->base);
     for (Block* block = segment->first; block != nullptr;) {
       Block* next = block->next;
-      if (block->allocated) backend_.note_block_freed(block->address);
+      if (block->allocated) platform_.note_block_freed(block->address);
       delete block;
       block = next;
     }
@@ -468,8 +468,8 @@ void CachingAllocator::restore(PoolId pool_id, const PoolCheckpoint& checkpoint,
       previous = block;
       if (block_state.allocated) {
         mark_allocated_locked(pool, block);
-        backend_.note_block_allocated(block->address, block->size, block->stream,
-                                      /*handed_out=*/false);
+        platform_.note_block_allocated(block->address, block->size, block->stream,
+                                       /*handed_out=*/false);
         allocated_by_address.emplace(block->address, block);
       } else {
         pool.free_blocks.insert(block);

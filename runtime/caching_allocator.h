@@ -1,5 +1,5 @@
 // CachingAllocator hands out device memory in blocks carved from large
-// segments it gets from a Backend, and keeps freed blocks for reuse instead of
+// segments it gets from a Platform, and keeps freed blocks for reuse instead of
 // returning them to the device. Blocks are kept per stream (a block freed on
 // one stream is reused on that stream only, which keeps reuse stream-ordered).
 //
@@ -23,7 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 #include "runtime/storage.h"
 
 namespace grove::runtime {
@@ -76,7 +76,7 @@ class CachingAllocator {
   static constexpr size_t kSmallSegment = size_t{2} << 20;  // ...share 2 MiB segments
   static constexpr size_t kLargeRounding = size_t{2} << 20;
 
-  explicit CachingAllocator(Backend& backend);
+  explicit CachingAllocator(Platform& platform);
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -99,7 +99,7 @@ class CachingAllocator {
   void end_allocate_to_pool(PoolId pool);
   // The pool the calling thread allocates from now.
   PoolId current_pool() const;
-  // Returns every segment of `pool` to the backend. Storages still holding
+  // Returns every segment of `pool` to the platform. Storages still holding
   // blocks of it lose ownership (the caller must have poisoned or dropped them).
   void release_pool(PoolId pool);
 
@@ -109,7 +109,7 @@ class CachingAllocator {
   // a block the checkpoint holds allocated; it becomes that block's owner again.
   // Every other block is free, including blocks the checkpoint held allocated
   // (outputs that died since) and storages of the pool not listed (they lose
-  // ownership). Segments created after the checkpoint go back to the backend.
+  // ownership). Segments created after the checkpoint go back to the platform.
   void restore(PoolId pool, const PoolCheckpoint& checkpoint,
                const std::vector<StoragePtr>& live_storages);
 
@@ -126,7 +126,7 @@ class CachingAllocator {
   PoolStats stats(PoolId pool) const;
   // The private or default pool whose segment contains `address`, if any.
   std::optional<PoolId> pool_containing(const void* address) const;
-  // Returns the fully free segments of the default pool to the backend.
+  // Returns the fully free segments of the default pool to the platform.
   void empty_cache();
 
   // Fault injection for tests: the next `count` requests for a new segment
@@ -134,7 +134,7 @@ class CachingAllocator {
   // the device were full, without the usual retry after emptying the cache.
   void inject_allocation_failures(int count);
 
-  Backend& backend() const { return backend_; }
+  Platform& platform() const { return platform_; }
 
  private:
   struct Segment;
@@ -156,7 +156,7 @@ class CachingAllocator {
   void release_segment_locked(Pool& pool, Segment* segment);
   void detach_owners_locked(Pool& pool);
 
-  Backend& backend_;
+  Platform& platform_;
   mutable std::mutex mutex_;
   std::map<uint64_t, std::unique_ptr<Pool>> pools_;
   uint64_t next_pool_id_ = 1;

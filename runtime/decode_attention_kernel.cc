@@ -215,7 +215,7 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
       .add_i64(table_len)
       .add_i64(dtype == DType::kBF16 ? 1 : 0)
       .add_f32(scale);
-  device_context(device).backend().launch_kernel(kernel, dims, args, stream);
+  device_context(device).platform().launch_kernel(kernel, dims, args, stream);
 }
 
 }  // namespace grove::runtime

@@ -32,7 +32,7 @@
 
 #include <cstdint>
 
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 #include "runtime/tensor.h"
 
 namespace grove::runtime {

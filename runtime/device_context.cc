@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "runtime/error.h"
-#include "runtime/platforms.h"
+#include "runtime/platform_factory.h"
 
 namespace grove::runtime {
 namespace {
@@ -37,22 +37,22 @@ struct CurrentStreamCache {
 };
 thread_local CurrentStreamCache t_current_stream_cache;
 
-std::unique_ptr<Backend> make_backend(Device device) {
+std::unique_ptr<Platform> make_checked_platform(Device device) {
   GROVE_CHECK_AS(DeviceError, device.index >= 0 && device.index < kMaxDevicesPerType, "device ",
                  device.str(), ": index out of range");
-  return make_platform_backend(device);
+  return make_platform(device);
 }
 
 }  // namespace
 
-DeviceContext::DeviceContext(Device device, std::unique_ptr<Backend> backend)
+DeviceContext::DeviceContext(Device device, std::unique_ptr<Platform> platform)
     : device_(device),
-      backend_(std::move(backend)),
-      allocator_(std::make_unique<CachingAllocator>(*backend_)) {}
+      platform_(std::move(platform)),
+      allocator_(std::make_unique<CachingAllocator>(*platform_)) {}
 
 DeviceContext::~DeviceContext() {
   allocator_.reset();
-  for (StreamHandle stream : owned_streams_) backend_->destroy_stream(stream);
+  for (StreamHandle stream : owned_streams_) platform_->destroy_stream(stream);
 }
 
 StreamHandle DeviceContext::current_stream() {
@@ -75,7 +75,7 @@ void DeviceContext::set_current_stream(StreamHandle stream) {
 }
 
 StreamHandle DeviceContext::create_stream() {
-  StreamHandle stream = backend_->create_stream();
+  StreamHandle stream = platform_->create_stream();
   std::lock_guard<std::mutex> lock(mutex_);
   owned_streams_.push_back(stream);
   return stream;
@@ -88,7 +88,7 @@ KernelHandle load_kernel_once(Device device, const KernelSource& source) {
   auto key = std::make_pair(device, source.name);
   auto found = handles->find(key);
   if (found != handles->end()) return found->second;
-  KernelHandle handle = device_context(device).backend().load_kernel(source);
+  KernelHandle handle = device_context(device).platform().load_kernel(source);
   handles->emplace(std::move(key), handle);
   return handle;
 }
@@ -98,7 +98,7 @@ DeviceContext& device_context(Device device) {
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.contexts.find(device);
   if (it != r.contexts.end()) return *it->second;
-  auto context = std::make_unique<DeviceContext>(device, make_backend(device));
+  auto context = std::make_unique<DeviceContext>(device, make_checked_platform(device));
   DeviceContext& result = *context;
   r.contexts.emplace(device, std::move(context));
   return result;

@@ -1,4 +1,4 @@
-// DeviceContext is everything grove keeps per device: its Backend, its
+// DeviceContext is everything grove keeps per device: its Platform, its
 // CachingAllocator, and each thread's current stream. Contexts are created on
 // first use and live for the whole process.
 #pragma once
@@ -7,19 +7,19 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/backend.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime {
 
 class DeviceContext {
  public:
-  DeviceContext(Device device, std::unique_ptr<Backend> backend);
+  DeviceContext(Device device, std::unique_ptr<Platform> platform);
   ~DeviceContext();
 
   Device device() const { return device_; }
-  Backend& backend() { return *backend_; }
+  Platform& platform() { return *platform_; }
   CachingAllocator& allocator() { return *allocator_; }
 
   // The calling thread's current stream on this device. By default each thread
@@ -31,7 +31,7 @@ class DeviceContext {
 
  private:
   Device device_;
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Platform> platform_;
   std::unique_ptr<CachingAllocator> allocator_;
   std::mutex mutex_;
   std::vector<StreamHandle> owned_streams_;

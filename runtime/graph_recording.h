@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime {
 
@@ -57,7 +57,7 @@ class GraphRecording {
   void reset_graphs() noexcept;
 
   Device device_;
-  Backend& backend_;
+  Platform& platform_;
   CachingAllocator& allocator_;
   StreamHandle capture_stream_;
   PoolId capture_pool_;

@@ -88,8 +88,8 @@ void store_generator_state(const Tensor& seed, const Tensor& offset, PhiloxGener
   dims.grid.x = 1;
   dims.block.x = 1;
   DeviceContext& context = device_context(seed.device());
-  context.backend().launch_kernel(generator_state_kernel(seed.device()), dims, args,
-                                  context.current_stream());
+  context.platform().launch_kernel(generator_state_kernel(seed.device()), dims, args,
+                                   context.current_stream());
 }
 
 const char* generator_state_ptx() { return kPtx; }

@@ -8,22 +8,22 @@
 namespace grove::runtime {
 
 PinnedHostBuffer::PinnedHostBuffer(Device device, size_t bytes)
-    : backend_(&device_context(device).backend()), bytes_(bytes) {
-  pointer_ = backend_->allocate_host_pinned(bytes);
+    : platform_(&device_context(device).platform()), bytes_(bytes) {
+  pointer_ = platform_->allocate_host_pinned(bytes);
   if (bytes > 0) std::memset(pointer_, 0, bytes);
 }
 
 PinnedHostBuffer::~PinnedHostBuffer() { release(); }
 
 PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
-    : backend_(std::exchange(other.backend_, nullptr)),
+    : platform_(std::exchange(other.platform_, nullptr)),
       pointer_(std::exchange(other.pointer_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)) {}
 
 PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
   if (this != &other) {
     release();
-    backend_ = std::exchange(other.backend_, nullptr);
+    platform_ = std::exchange(other.platform_, nullptr);
     pointer_ = std::exchange(other.pointer_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
   }
@@ -31,7 +31,7 @@ PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept
 }
 
 void PinnedHostBuffer::release() {
-  if (backend_ != nullptr && pointer_ != nullptr) backend_->free_host_pinned(pointer_);
+  if (platform_ != nullptr && pointer_ != nullptr) platform_->free_host_pinned(pointer_);
   pointer_ = nullptr;
 }
 

@@ -1,5 +1,5 @@
-// PinnedHostBuffer owns page-locked host memory of one device's backend
-// (Backend::allocate_host_pinned): a staging area whose copies to and from
+// PinnedHostBuffer owns page-locked host memory of one device's platform
+// (Platform::allocate_host_pinned): a staging area whose copies to and from
 // the device run asynchronously in stream order, unlike copies from pageable
 // memory, which CUDA stages synchronously. Move-only; freed with the buffer.
 #pragma once
@@ -7,15 +7,15 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime {
 
 class PinnedHostBuffer {
  public:
   PinnedHostBuffer() = default;
-  // `bytes` of pinned memory from `device`'s backend (zero-filled).
+  // `bytes` of pinned memory from `device`'s platform (zero-filled).
   PinnedHostBuffer(Device device, size_t bytes);
   ~PinnedHostBuffer();
   PinnedHostBuffer(PinnedHostBuffer&& other) noexcept;
@@ -30,7 +30,7 @@ class PinnedHostBuffer {
  private:
   void release();
 
-  Backend* backend_ = nullptr;
+  Platform* platform_ = nullptr;
   void* pointer_ = nullptr;
   size_t bytes_ = 0;
 };

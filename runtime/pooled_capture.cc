@@ -6,18 +6,18 @@
 
 namespace grove::runtime {
 
-void begin_pooled_capture(Backend& backend, CachingAllocator& allocator, StreamHandle stream,
+void begin_pooled_capture(Platform& platform, CachingAllocator& allocator, StreamHandle stream,
                           PoolId pool, CaptureMode mode) {
   allocator.begin_allocate_to_pool(pool);
   try {
-    backend.begin_capture(stream, mode);
+    platform.begin_capture(stream, mode);
   } catch (...) {
     allocator.end_allocate_to_pool(pool);
     throw;
   }
 }
 
-GraphHandle end_pooled_capture(Backend& backend, CachingAllocator& allocator, StreamHandle stream,
+GraphHandle end_pooled_capture(Platform& platform, CachingAllocator& allocator, StreamHandle stream,
                                PoolId pool) {
   std::exception_ptr routing_error;
   try {
@@ -25,22 +25,22 @@ GraphHandle end_pooled_capture(Backend& backend, CachingAllocator& allocator, St
   } catch (const Error&) {
     routing_error = std::current_exception();
   }
-  GraphHandle graph = backend.end_capture(stream);  // throws when invalidated
+  GraphHandle graph = platform.end_capture(stream);  // throws when invalidated
   if (routing_error) {
-    backend.destroy_graph(graph);
+    platform.destroy_graph(graph);
     std::rethrow_exception(routing_error);
   }
   return graph;
 }
 
-void abort_pooled_capture(Backend& backend, CachingAllocator& allocator, StreamHandle stream,
+void abort_pooled_capture(Platform& platform, CachingAllocator& allocator, StreamHandle stream,
                           PoolId pool) noexcept {
   try {
     allocator.end_allocate_to_pool(pool);
   } catch (...) {
   }
   try {
-    backend.destroy_graph(backend.end_capture(stream));
+    platform.destroy_graph(platform.end_capture(stream));
   } catch (...) {
     // An invalidated capture reports itself here; the stream has left capture mode.
   }

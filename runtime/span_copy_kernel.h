@@ -8,8 +8,8 @@
 
 #include <cstddef>
 
-#include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime {
 

@@ -79,8 +79,8 @@ void copy_to_contiguous(const Tensor& source, const Tensor& destination) {
       kMaxBlocks, (source.numel() + kThreads - 1) / static_cast<int64_t>(kThreads)));
   dims.block.x = kThreads;
   DeviceContext& context = device_context(source.device());
-  context.backend().launch_kernel(strided_copy_kernel(source.device()), dims, args,
-                                  context.current_stream());
+  context.platform().launch_kernel(strided_copy_kernel(source.device()), dims, args,
+                                   context.current_stream());
 }
 
 Tensor contiguous_copy(const Tensor& source) {

@@ -237,8 +237,8 @@ std::vector<uint8_t> Tensor::to_host_bytes() const {
   DeviceContext& context = device_context(device());
   const char* source = static_cast<const char*>(data_ptr()) + low * static_cast<int64_t>(element);
   StreamHandle stream = context.current_stream();
-  context.backend().copy_async(staging.data(), source, span, CopyKind::kDeviceToHost, stream);
-  context.backend().synchronize_stream(stream);
+  context.platform().copy_async(staging.data(), source, span, CopyKind::kDeviceToHost, stream);
+  context.platform().synchronize_stream(stream);
   if (is_contiguous() && low == 0) {
     std::memcpy(result.data(), staging.data(), result.size());
     return result;
@@ -272,9 +272,9 @@ void Tensor::copy_from_host(const void* host_data) {
   if (nbytes() == 0) return;
   DeviceContext& context = device_context(device());
   StreamHandle stream = context.current_stream();
-  context.backend().copy_async(data_ptr(), host_data, nbytes(), CopyKind::kHostToDevice, stream);
+  context.platform().copy_async(data_ptr(), host_data, nbytes(), CopyKind::kHostToDevice, stream);
   // The host buffer may go away as soon as we return.
-  context.backend().synchronize_stream(stream);
+  context.platform().synchronize_stream(stream);
 }
 
 std::string Tensor::str() const {

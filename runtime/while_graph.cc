@@ -40,30 +40,30 @@ void launch_one_thread(Device device, KernelHandle kernel, uint64_t condition, c
   LaunchDims dims;
   KernelArgs args;
   args.add_i64(static_cast<int64_t>(condition)).add_pointer(pointer);
-  device_context(device).backend().launch_kernel(kernel, dims, args, stream);
+  device_context(device).platform().launch_kernel(kernel, dims, args, stream);
 }
 
 }  // namespace
 
 WhileGraph::WhileGraph(Device device, bool initial)
     : device_(device),
-      backend_(device_context(device).backend()),
+      platform_(device_context(device).platform()),
       allocator_(device_context(device).allocator()) {
   GROVE_CHECK_AS(DeviceError, device.supports_graphs(), "cannot record WHILE graphs on ",
                  device.str(), ": cpu work always runs eagerly");
-  graph_ = backend_.create_graph();
+  graph_ = platform_.create_graph();
   try {
-    condition_ = backend_.create_while_condition(graph_, initial);
+    condition_ = platform_.create_while_condition(graph_, initial);
   } catch (...) {
-    backend_.destroy_graph(graph_);
+    platform_.destroy_graph(graph_);
     throw;
   }
 }
 
 WhileGraph::~WhileGraph() {
   abort_capture();
-  if (exec_) backend_.destroy_graph_exec(exec_);
-  if (graph_) backend_.destroy_graph(graph_);
+  if (exec_) platform_.destroy_graph_exec(exec_);
+  if (graph_) platform_.destroy_graph(graph_);
 }
 
 void WhileGraph::capture_body_begin(StreamHandle stream, PoolId pool) {
@@ -72,7 +72,7 @@ void WhileGraph::capture_body_begin(StreamHandle stream, PoolId pool) {
                  "DeviceContext::create_stream()");
   GROVE_CHECK(!capturing_ && !has_body_, "WhileGraph: the body is captured once");
   GROVE_CHECK(!pool.is_default(), "WhileGraph: the body needs a private pool (create_pool())");
-  begin_pooled_capture(backend_, allocator_, stream, pool, CaptureMode::kThreadLocal);
+  begin_pooled_capture(platform_, allocator_, stream, pool, CaptureMode::kThreadLocal);
   capture_stream_ = stream;
   capture_pool_ = pool;
   capturing_ = true;
@@ -81,22 +81,22 @@ void WhileGraph::capture_body_begin(StreamHandle stream, PoolId pool) {
 void WhileGraph::capture_body_end() {
   GROVE_CHECK(capturing_, "WhileGraph: capture_body_end without capture_body_begin");
   capturing_ = false;
-  GraphHandle body = end_pooled_capture(backend_, allocator_, capture_stream_, capture_pool_);
+  GraphHandle body = end_pooled_capture(platform_, allocator_, capture_stream_, capture_pool_);
   try {
-    body_nodes_ = backend_.graph_node_count(body);
-    backend_.add_while_node(graph_, condition_, body);
+    body_nodes_ = platform_.graph_node_count(body);
+    platform_.add_while_node(graph_, condition_, body);
   } catch (...) {
-    backend_.destroy_graph(body);
+    platform_.destroy_graph(body);
     throw;
   }
-  backend_.destroy_graph(body);
+  platform_.destroy_graph(body);
   has_body_ = true;
 }
 
 void WhileGraph::abort_capture() noexcept {
   if (!capturing_) return;
   capturing_ = false;
-  abort_pooled_capture(backend_, allocator_, capture_stream_, capture_pool_);
+  abort_pooled_capture(platform_, allocator_, capture_stream_, capture_pool_);
 }
 
 void WhileGraph::instantiate() {
@@ -104,12 +104,12 @@ void WhileGraph::instantiate() {
   GROVE_CHECK(!exec_, "WhileGraph: instantiated twice");
   InstantiateOptions options;
   options.auto_free_on_launch = false;
-  exec_ = backend_.instantiate(graph_, options);
+  exec_ = platform_.instantiate(graph_, options);
 }
 
 void WhileGraph::launch(StreamHandle stream) {
   GROVE_CHECK(exec_, "WhileGraph: launch before instantiate()");
-  backend_.launch_graph(exec_, stream);
+  platform_.launch_graph(exec_, stream);
 }
 
 void launch_set_while_condition(Device device, uint64_t condition, const int32_t* flag,

@@ -26,9 +26,9 @@
 
 #include <cstdint>
 
-#include "runtime/backend.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime {
 
@@ -58,7 +58,7 @@ class WhileGraph {
 
  private:
   Device device_;
-  Backend& backend_;
+  Platform& platform_;
   CachingAllocator& allocator_;
   GraphHandle graph_;
   GraphExecHandle exec_;

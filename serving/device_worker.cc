@@ -4,9 +4,7 @@
 
 #include <chrono>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
-#include "compiler/backends/backend_stats_json.h"
 #include "runtime/device_context.h"
 #include "runtime/logging.h"
 
@@ -93,30 +91,30 @@ void DeviceWorker::prepare() {
       shape.insert(shape.begin(), bucket.rows);
       bucket.inputs.push_back(runtime::Tensor::empty(shape, input.dtype, device_));
     }
+    // Note [Requests checked once]: the door checks these tensors here, once.
+    bucket.bound = bucket.model->bind_inputs(bucket.inputs);
     buckets_.push_back(std::move(bucket));
   }
   programs_.clear();
   // Note [Asynchronous staging].
   const size_t largest = static_cast<size_t>(config_.buckets.back());
-  runtime::Backend& backend = runtime::device_context(device_).backend();
+  runtime::DeviceContext& context = runtime::device_context(device_);
+  runtime::Platform& platform = context.platform();
   for (size_t parity = 0; parity < 2; ++parity) {
-    for (const RowSpec& input : signature_.inputs) {
-      input_staging_[parity].emplace_back(device_, largest * input.row_bytes);
-    }
     for (const RowSpec& output : signature_.outputs) {
       output_staging_[parity].emplace_back(device_, largest * output.row_bytes);
     }
-    staging_done_[parity] = backend.create_event(false);
+    staging_done_[parity] = platform.create_event(false);
   }
   // Largest first: Note [One compiled model per bucket]. Zero rows are a
   // valid input for any model (index 0 for integer inputs).
   for (size_t i = buckets_.size(); i-- > 0;) {
     Bucket& bucket = buckets_[i];
-    for (size_t k = 0; k < bucket.inputs.size(); ++k) {
-      bucket.inputs[k].copy_from_host(input_staging_[0][k].data());
+    for (const runtime::Tensor& input : bucket.inputs) {
+      platform.memset_async(input.data_ptr(), 0, input.nbytes(), context.current_stream());
     }
     for (int64_t call = 0; call < config_.warmup_calls; ++call) {
-      compiler::TensorList outputs = (*bucket.model)(bucket.inputs);
+      compiler::TensorList outputs = (*bucket.model)(bucket.bound);
       // Reading back waits for the device and surfaces its errors now.
       if (!outputs.empty()) outputs.front().slice(0, 0, 1).to_host_bytes();
     }
@@ -124,6 +122,7 @@ void DeviceWorker::prepare() {
   warmup_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
   tree_after_warmup_ = tree_stats();
+  door_checks_counted_ = door_checks();
   refresh_snapshot();
 }
 
@@ -164,28 +163,48 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
     GROVE_CHECK(bucket != nullptr, "no compiled bucket of ", run.bucket_rows, " rows on ",
                 device_.str());
     if (config_.before_batch) config_.before_batch(run.rows, device_);
-    // Note [Asynchronous staging]: gather, copy in, run, copy back; no wait.
+    // Note [Asynchronous staging]: copy in, run, copy back; no wait.
     runtime::DeviceContext& context = runtime::device_context(device_);
-    runtime::Backend& backend = context.backend();
+    runtime::Platform& platform = context.platform();
     const runtime::StreamHandle stream = context.current_stream();
     run.staging = next_staging_;
     next_staging_ ^= 1;
+    uint64_t bytes_copied = 0, copies = 0;
     for (size_t k = 0; k < signature_.inputs.size(); ++k) {
-      const size_t row_bytes = signature_.inputs[k].row_bytes;
-      uint8_t* staging = input_staging_[run.staging][k].data();
-      size_t offset = 0;
+      auto* device_rows = static_cast<uint8_t*>(bucket->inputs[k].data_ptr());
+      // Note [Request bytes copied once]: each run of requests whose rows lie
+      // next to each other in host memory is one copy.
+      const uint8_t* run_source = nullptr;
+      size_t run_at = 0, run_bytes = 0, offset = 0;
+      auto copy_run = [&] {
+        if (run_bytes == 0) return;
+        platform.copy_async(device_rows + run_at, run_source, run_bytes,
+                            runtime::CopyKind::kHostToDevice, stream);
+        bytes_copied += run_bytes;
+        ++copies;
+      };
       for (const PendingRequest& request : run.requests) {
-        const std::vector<uint8_t>& bytes = request.request.inputs[k].bytes;
-        if (!bytes.empty()) std::memcpy(staging + offset, bytes.data(), bytes.size());
+        const RowBytes& bytes = request.request.inputs[k].bytes;
+        if (bytes.empty()) continue;
+        if (run_bytes == 0 || run_source + run_bytes != bytes.data()) {
+          copy_run();
+          run_source = bytes.data();
+          run_at = offset;
+          run_bytes = 0;
+        }
+        run_bytes += bytes.size();
         offset += bytes.size();
       }
+      copy_run();
       // Padded rows are zeros (Note [Shape buckets]); they never reach a response.
-      const size_t bucket_bytes = static_cast<size_t>(bucket->rows) * row_bytes;
-      std::memset(staging + offset, 0, bucket_bytes - offset);
-      backend.copy_async(bucket->inputs[k].data_ptr(), staging, bucket_bytes,
-                         runtime::CopyKind::kHostToDevice, stream);
+      const size_t bucket_bytes =
+          static_cast<size_t>(bucket->rows) * signature_.inputs[k].row_bytes;
+      if (bucket_bytes > offset) {
+        platform.memset_async(device_rows + offset, 0, bucket_bytes - offset, stream);
+      }
     }
-    compiler::TensorList outputs = (*bucket->model)(bucket->inputs);
+    stats_.copied_to_device(bytes_copied, copies);
+    compiler::TensorList outputs = (*bucket->model)(bucket->bound);
     GROVE_CHECK(outputs.size() == signature_.outputs.size(), "served model returned ",
                 outputs.size(), " outputs; its signature has ", signature_.outputs.size());
     for (size_t o = 0; o < outputs.size(); ++o) {
@@ -194,12 +213,12 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
         run.strided_outputs.emplace_back(o, std::move(rows));  // read in read_back()
         continue;
       }
-      backend.copy_async(output_staging_[run.staging][o].data(), rows.data_ptr(),
-                         static_cast<size_t>(run.rows) * signature_.outputs[o].row_bytes,
-                         runtime::CopyKind::kDeviceToHost, stream);
+      platform.copy_async(output_staging_[run.staging][o].data(), rows.data_ptr(),
+                          static_cast<size_t>(run.rows) * signature_.outputs[o].row_bytes,
+                          runtime::CopyKind::kDeviceToHost, stream);
     }
     run.done = staging_done_[run.staging];
-    backend.record_event(run.done, stream);
+    platform.record_event(run.done, stream);
   } catch (...) {
     // The requests were checked at submit(), so this is the device's or the
     // model's failure: every request of the batch gets it.
@@ -215,9 +234,9 @@ void DeviceWorker::read_back(InFlight& run) {
   runtime::DeviceContext& context = runtime::device_context(device_);
   try {
     if (!run.error) {
-      context.backend().synchronize_event(run.done);
+      context.platform().synchronize_event(run.done);
     } else {
-      context.backend().synchronize_stream(context.current_stream());
+      context.platform().synchronize_stream(context.current_stream());
     }
     // A strided output (a view the model returns) is gathered synchronously;
     // it must not outlive the batch, since the next replay may overwrite it.
@@ -238,6 +257,9 @@ void DeviceWorker::answer(InFlight& run) {
   // Counted before any future is set, so that whoever holds an answer sees
   // it in stats().
   stats_.batch(run.rows, run.bucket_rows);
+  const uint64_t checks = door_checks();  // Note [Requests checked once]: none per batch
+  stats_.door_checks(checks - door_checks_counted_);
+  door_checks_counted_ = checks;
   if (run.error) {
     stats_.failed(run.requests.size());
     for (PendingRequest& request : run.requests) fail_request(request, run.error);
@@ -268,13 +290,20 @@ void DeviceWorker::answer(InFlight& run) {
 }
 
 void DeviceWorker::release_staging() {
-  runtime::Backend& backend = runtime::device_context(device_).backend();
+  runtime::Platform& platform = runtime::device_context(device_).platform();
   for (size_t parity = 0; parity < 2; ++parity) {
-    input_staging_[parity].clear();
     output_staging_[parity].clear();
-    if (staging_done_[parity].impl != nullptr) backend.destroy_event(staging_done_[parity]);
+    if (staging_done_[parity].impl != nullptr) platform.destroy_event(staging_done_[parity]);
     staging_done_[parity] = runtime::EventHandle{};
   }
+}
+
+uint64_t DeviceWorker::door_checks() const {
+  uint64_t checks = 0;
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.model) checks += bucket.model->input_checks();
+  }
+  return checks;
 }
 
 std::optional<runtime::GraphTreeStats> DeviceWorker::tree_stats() const {
@@ -283,43 +312,34 @@ std::optional<runtime::GraphTreeStats> DeviceWorker::tree_stats() const {
   return buckets_.front().model->backend_stats().tree;
 }
 
-namespace {
-
-nlohmann::json tree_or_null(const std::optional<runtime::GraphTreeStats>& tree) {
-  return tree ? compiler::backends::tree_json(*tree) : nlohmann::json();
-}
-
-}  // namespace
-
 void DeviceWorker::refresh_snapshot() {
-  nlohmann::json snapshot{{"device", device_.str()}, {"backend", config_.backend}};
+  WorkerSnapshot snapshot{.device = device_, .backend = config_.backend};
   try {
-    snapshot["tree"] = tree_or_null(tree_stats());
-    snapshot["memory"] =
-        buckets_.empty() || !buckets_.front().model
-            ? nlohmann::json::object()
-            : compiler::backends::memory_json(buckets_.front().model->backend_memory());
+    snapshot.tree = tree_stats();
+    if (!buckets_.empty() && buckets_.front().model) {
+      snapshot.memory = buckets_.front().model->backend_memory();
+    }
   } catch (const std::exception& error) {
     // Reporting must never fail a batch; the snapshot says what went wrong.
-    snapshot["error"] = error.what();
+    snapshot.error = error.what();
   }
   snapshot_at_ = Clock::now();
   std::lock_guard<std::mutex> lock(snapshot_mutex_);
   snapshot_ = std::move(snapshot);
 }
 
-nlohmann::json DeviceWorker::backend_snapshot() const {
+WorkerSnapshot DeviceWorker::backend_snapshot() const {
   std::lock_guard<std::mutex> lock(snapshot_mutex_);
   return snapshot_;
 }
 
-nlohmann::json DeviceWorker::report() const {
-  return nlohmann::json{{"device", device_.str()},
-                        {"backend", config_.backend},
-                        {"buckets", config_.buckets},
-                        {"warmup_ms", warmup_ms_},
-                        {"tree_after_warmup", tree_or_null(tree_after_warmup_)},
-                        {"tree_at_exit", tree_or_null(tree_at_exit_)}};
+WorkerReport DeviceWorker::report() const {
+  return WorkerReport{.device = device_,
+                      .backend = config_.backend,
+                      .buckets = config_.buckets,
+                      .warmup_ms = warmup_ms_,
+                      .tree_after_warmup = tree_after_warmup_,
+                      .tree_at_exit = tree_at_exit_};
 }
 
 }  // namespace grove::serving

@@ -31,27 +31,29 @@
 // order.
 //
 // Note [Asynchronous staging]
-// A batch's rows travel through page-locked (pinned) host buffers: launch()
-// gathers the rows into an input staging, enqueues the host-to-device copy,
-// the model and the device-to-host copy of each output's real rows into an
-// output staging, and records an event; nothing waits. read_back() waits for
-// that event only. Copies from pinned memory are asynchronous (from pageable
-// memory CUDA stages them synchronously), so the device never idles for a
-// copy while the host gathers or answers. Two sets of stagings alternate
-// between batches: batch N+1 is gathered and launched while batch N's copies
-// may still be pending and while its rows are being answered, and batch N+2
-// reuses N's set only after N was read back and answered. Everything on the
-// device is ordered by the one stream: N+1's input copy runs after N's model,
-// and N+1's replay, which may reuse the memory of N's graph outputs, runs
-// after N's copy-back; so graph outputs may be dropped as soon as their
-// copy-back is enqueued. An output whose rows are not contiguous is gathered
-// synchronously by read_back(), which then runs before the next launch.
+// launch() copies each request's rows from the pinned host memory the front
+// decoded them into (Note [Request bytes copied once], request_bytes.h)
+// straight into the bucket's device inputs, zeroes the padded rows, enqueues
+// the model and the device-to-host copy of each output's real rows into a
+// pinned output staging, and records an event; nothing waits. read_back()
+// waits for that event only. Copies from pinned memory are asynchronous (from
+// pageable memory CUDA stages them synchronously), so the device never idles
+// for a copy while the host answers. The requests of a batch, and so their
+// rows, live until the batch is answered, after its event. Two output
+// stagings alternate between batches: batch N+1 is launched while batch N's
+// copies may still be pending and while its rows are being answered, and
+// batch N+2 reuses N's staging only after N was read back and answered.
+// Everything on the device is ordered by the one stream: N+1's input copies
+// run after N's model, and N+1's replay, which may reuse the memory of N's
+// graph outputs, runs after N's copy-back; so graph outputs may be dropped as
+// soon as their copy-back is enqueued. An output whose rows are not
+// contiguous is gathered synchronously by read_back(), which then runs before
+// the next launch.
 #pragma once
 
 #include <exception>
 #include <future>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -62,6 +64,7 @@
 #include "serving/request_queue.h"
 #include "serving/server_config.h"
 #include "serving/server_stats.h"
+#include "serving/worker_reports.h"
 
 namespace grove::serving {
 
@@ -83,21 +86,20 @@ class DeviceWorker {
   void join();
 
   runtime::Device device() const { return device_; }
-  // {"device", "backend", "warmup_ms", "tree_after_warmup", "tree_at_exit"}:
-  // the worker thread's tree-manager counters ("cudagraphs" only), the second
-  // once the thread has ended.
-  nlohmann::json report() const;
-  // {"device", "tree": the tree's counters ("cudagraphs" only), "memory": the
-  // backend's memory (CompiledModel::backend_memory())} as the worker last
-  // refreshed it: after warm-up, then after a batch at most every
-  // config.backend_snapshot_period. Any thread.
-  nlohmann::json backend_snapshot() const;
+  // The warm-up and the worker thread's tree ("cudagraphs" only): after
+  // warm-up, and once the thread has ended.
+  WorkerReport report() const;
+  // The tree and the backend's memory (CompiledModel::backend_memory()) as
+  // the worker last refreshed them. Any thread.
+  WorkerSnapshot backend_snapshot() const;
 
  private:
   struct Bucket {
     int64_t rows = 0;
     std::optional<compiler::backends::CompiledModel> model;
     compiler::TensorList inputs;  // device tensors [rows, ...], one per model input
+    // `inputs`, checked once by the model (Note [Requests checked once]).
+    compiler::backends::BoundInputs bound;
   };
 
   // A batch between launch() and answer().
@@ -119,7 +121,7 @@ class DeviceWorker {
   void prepare();
   // Note [Two batches in flight].
   void serve();
-  // Pads and copies the batch's input rows into its bucket and enqueues the
+  // Copies the batch's input rows into its bucket, pads it and enqueues the
   // bucket's model; never throws (a failure is kept in `error`).
   InFlight launch(std::vector<PendingRequest> batch);
   // Waits until the batch's rows are in its output staging; never throws.
@@ -128,11 +130,13 @@ class DeviceWorker {
   void answer(InFlight& batch);
   // The tree of this thread that every bucket runs in ("cudagraphs" only).
   std::optional<runtime::GraphTreeStats> tree_stats() const;
+  // The door's input checks of every bucket's model so far.
+  uint64_t door_checks() const;
   // Re-reads backend_snapshot() on the worker thread.
   void refresh_snapshot();
   // Drops every bucket's recordings (through its model's backend) and the models.
   void release_buckets();
-  // Frees the pinned stagings and their events (the stream is idle then).
+  // Frees the pinned output stagings and their events (the stream is idle then).
   void release_staging();
 
   const runtime::Device device_;
@@ -142,18 +146,18 @@ class DeviceWorker {
   RequestQueue& queue_;
   StatsRecorder& stats_;
   std::vector<Bucket> buckets_;
-  // Note [Asynchronous staging]: two sets, used by batches in turn: per input
-  // and per output the largest bucket's rows, and one event per set.
-  std::vector<runtime::PinnedHostBuffer> input_staging_[2];
+  // Note [Asynchronous staging]: two sets, used by batches in turn: per
+  // output the largest bucket's rows, and one event per set.
   std::vector<runtime::PinnedHostBuffer> output_staging_[2];
   runtime::EventHandle staging_done_[2]{};
   size_t next_staging_ = 0;
+  uint64_t door_checks_counted_ = 0;  // door_checks() already in stats_
   std::thread thread_;
   double warmup_ms_ = 0;
   std::optional<runtime::GraphTreeStats> tree_after_warmup_;
   std::optional<runtime::GraphTreeStats> tree_at_exit_;
   mutable std::mutex snapshot_mutex_;
-  nlohmann::json snapshot_;
+  WorkerSnapshot snapshot_;
   Clock::time_point snapshot_at_;
 };
 

@@ -1,8 +1,10 @@
 // HostRows is a small host-memory tensor whose dim 0 counts rows: what a
 // request brings to the server (one per model input) and what its response
 // carries back (one per model output). Host memory because that is where a
-// server's requests come from and its answers go (a socket, a queue); the
-// server moves whole batches between host and device.
+// server's requests come from and its answers go (a socket, a queue); pinned
+// host memory (RowBytes) because the worker copies a request's rows from
+// where they were decoded straight to the device (Note [Request bytes copied
+// once], serving/request_bytes.h).
 //
 //   HostRows x = HostRows::from_values<float>({1, 2, 3, 4, 5, 6}, {2, 3});  // 2 rows of 3
 //   std::vector<float> values = x.values<float>();
@@ -17,13 +19,14 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "serving/request_bytes.h"
 
 namespace grove::serving {
 
 struct HostRows {
   runtime::Shape shape;  // [rows, per-row dims...]
   runtime::DType dtype = runtime::DType::kF32;
-  std::vector<uint8_t> bytes;  // contiguous, shape_numel(shape) * dtype_size(dtype)
+  RowBytes bytes;  // contiguous, shape_numel(shape) * dtype_size(dtype)
 
   int64_t rows() const { return shape.empty() ? 0 : shape.front(); }
   // The dims after the first ("[512]" for rows of 512 values).

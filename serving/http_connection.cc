@@ -180,12 +180,17 @@ void HttpConnection::dispatch() {
   keep_alive_ = request.keep_alive;
   auto on_ready = [self = shared_from_this()] {
     // Note [Answers woken once per batch].
-    self->inbox_.post([self] {
-      HttpResponse response = self->hub_.routes().complete(*self->queued_);
-      self->queued_.reset();
-      self->queued_work_.reset();
-      self->answer(std::move(response));
-    });
+    auto to_loop = [self] {
+      self->inbox_.post([self] {
+        HttpResponse response = self->hub_.routes().complete(*self->queued_);
+        self->queued_.reset();
+        self->queued_work_.reset();
+        self->answer(std::move(response));
+      });
+    };
+    // Note [Answers handed on by a relay].
+    if (AnswerRelay* relay = self->hub_.relay()) return relay->post(std::move(to_loop));
+    to_loop();
   };
   auto result = hub_.routes().respond(request, std::move(on_ready));
   if (auto* response = std::get_if<HttpResponse>(&result)) return answer(std::move(*response));

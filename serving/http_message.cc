@@ -11,6 +11,13 @@ HttpResponse error_response(int status, const std::string& message) {
   return response;
 }
 
+HttpResponse json_response(int status, std::string body) {
+  HttpResponse response;
+  response.status = status;
+  response.body = std::move(body);
+  return response;
+}
+
 const char* status_reason(int status) {
   switch (status) {
     case 100:

@@ -34,6 +34,8 @@ struct HttpResponse {
 
 // A response with a JSON body of {"error": message}.
 HttpResponse error_response(int status, const std::string& message);
+// A response with `body`, JSON text the caller made.
+HttpResponse json_response(int status, std::string body);
 
 // "OK", "Not Found", ... ("Unknown" for a code grove does not write).
 const char* status_reason(int status);

@@ -73,6 +73,10 @@ struct HttpServer::Impl {
     }
     inboxes.push_back(std::make_unique<AnswerInbox>(io));
     for (auto& loop : loops) inboxes.push_back(std::make_unique<AnswerInbox>(*loop));
+    if (this->config.answer_relay) {
+      relay = std::make_unique<AnswerRelay>();
+      hub.set_relay(relay.get());
+    }
   }
 
   void accept();
@@ -95,6 +99,8 @@ struct HttpServer::Impl {
   // After the loops: answers still waiting release their connections while
   // the sockets' loops exist.
   std::vector<std::unique_ptr<AnswerInbox>> inboxes;
+  // After the inboxes: its hand-offs post to them (Note [Answers handed on by a relay]).
+  std::unique_ptr<AnswerRelay> relay;
   size_t next = 0;  // the loop of the next connection (round robin; the acceptor's thread)
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;  // accept again after EMFILE

@@ -8,11 +8,12 @@
 #include <cstdint>
 #include <functional>
 #include <future>
-#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "serving/model_signature.h"
 #include "serving/request.h"
 #include "serving/server_stats.h"
+#include "serving/worker_reports.h"
 
 namespace grove::serving {
 
@@ -40,7 +41,7 @@ class InferenceService {
   virtual ServerStats stats() const = 0;
   virtual size_t queue_size() const = 0;
   // One entry per device: Server::backend_snapshots().
-  virtual nlohmann::json backend_snapshots() const = 0;
+  virtual std::vector<WorkerSnapshot> backend_snapshots() const = 0;
 };
 
 }  // namespace grove::serving

@@ -25,7 +25,7 @@ std::vector<const char*> typed_fields_given(const InferTensorContents& contents)
 
 // Rows of `shape` from a typed field whose element type is the dtype's.
 template <typename Values>
-HostRows typed_rows(const std::string& where, const char* field, const Values& values,
+HostRows typed_rows(const InputField& where, const char* field, const Values& values,
                     const runtime::Shape& shape, runtime::DType dtype) {
   const int64_t elements = runtime::shape_numel(shape);
   GROVE_CHECK_AS(ProtocolError, values.size() == elements, where, ".contents.", field, ": ",
@@ -46,7 +46,7 @@ HostRows typed_rows(const std::string& where, const char* field, const Values& v
 }
 
 // Note [gRPC tensor contents]: the typed form.
-HostRows rows_from_contents(const std::string& where, const InferTensorContents& contents,
+HostRows rows_from_contents(const InputField& where, const InferTensorContents& contents,
                             const runtime::Shape& shape, runtime::DType dtype) {
   const char* field = nullptr;
   switch (dtype) {
@@ -106,10 +106,10 @@ InferRequest parse_grpc_infer_request(const inference::ModelInferRequest& reques
   given.inputs.resize(signature.inputs.size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     const inference::ModelInferRequest::InferInputTensor& tensor = request.inputs(i);
-    const std::string field = str_cat("inputs[", i, "]");
+    const InputField field{static_cast<size_t>(i)};
     const size_t k = checks.input(field, tensor.name());
     const RowSpec& spec = signature.inputs[k];
-    const std::string where = checks.where(field, k);
+    const InputField where = checks.where(field, k);
     checks.datatype(where, k, tensor.datatype());
     const runtime::Shape shape(tensor.shape().begin(), tensor.shape().end());
     checks.shape(where, k, shape);

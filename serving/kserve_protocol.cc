@@ -87,7 +87,7 @@ double number_of(const DataValue& value) {
 // naming the first one `dtype` cannot hold ("inputs[0] ('x').data[17]").
 // Note [Reading request data]: the field is named only for a refusal.
 void store_values(const InputData& data, runtime::DType dtype, uint8_t* out,
-                  const std::string& where) {
+                  const InputField& where) {
   using Kind = DataValue::Kind;
   const size_t element = runtime::dtype_size(dtype);
   for (size_t e = 0; e < data.values.size(); ++e) {
@@ -156,17 +156,18 @@ void flatten(const json& tree, InputData& data) {
   data.read = true;
 }
 
-template <typename T>
-void append_number(std::string& out, T value) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(value)) {  // JSON has no NaN or infinity
-      out += "null";
+// `text` as a JSON string: as it is between quotes when it needs no escape
+// (printable ASCII without quote or backslash), else as json_text() writes it.
+void append_json_string(std::string& out, const std::string& text) {
+  for (const char c : text) {
+    if (c < 0x20 || c > 0x7E || c == '"' || c == '\\') {
+      out += json_text(json(text));
       return;
     }
   }
-  char text[40];
-  auto [end, error] = std::to_chars(text, text + sizeof(text), value);
-  out.append(text, end);
+  out += '"';
+  out += text;
+  out += '"';
 }
 
 // Note [Response numbers]
@@ -177,51 +178,78 @@ void append_number(std::string& out, T value) {
 // which JSON cannot hold, is written as null. Test:
 // KserveProtocol.ResponseFloatsReadBackBitExactAndNonFiniteAreNull.
 //
+// `count` numbers as a JSON array, each load(i) written by std::to_chars
+// straight into `out` (a non-finite float as null).
+template <typename Load>
+void append_numbers(std::string& out, size_t count, Load load) {
+  constexpr size_t kWidest = 32;  // "-1.7976931348623157e+308" and a comma
+  size_t at = out.size();
+  out.resize(at + count * kWidest + 2);
+  char* p = out.data() + at;
+  char* const end = out.data() + out.size();
+  *p++ = '[';
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) *p++ = ',';
+    const auto value = load(i);
+    if constexpr (std::is_floating_point_v<decltype(value)>) {
+      if (!std::isfinite(value)) {  // JSON has no NaN or infinity
+        std::memcpy(p, "null", 4);
+        p += 4;
+        continue;
+      }
+    }
+    p = std::to_chars(p, end, value).ptr;
+  }
+  *p++ = ']';
+  out.resize(static_cast<size_t>(p - out.data()));
+}
+
 // The elements of `rows` as a flat JSON array.
 void append_data(std::string& out, const HostRows& rows) {
   const size_t element = runtime::dtype_size(rows.dtype);
-  out.reserve(out.size() + rows.bytes.size() / element * 12 + 2);
-  out += '[';
-  for (size_t at = 0; at < rows.bytes.size(); at += element) {
-    if (at > 0) out += ',';
-    const uint8_t* data = rows.bytes.data() + at;
-    switch (rows.dtype) {
-      case runtime::DType::kBool:
-        out += *data ? "true" : "false";
-        break;
-      case runtime::DType::kI32: {
-        int32_t v;
-        std::memcpy(&v, data, 4);
-        append_number(out, v);
-        break;
+  const size_t count = rows.bytes.size() / element;
+  const uint8_t* data = rows.bytes.data();
+  auto as = [data](auto zero) {
+    return [data, zero](size_t i) {
+      decltype(zero) value;
+      std::memcpy(&value, data + i * sizeof(value), sizeof(value));
+      return value;
+    };
+  };
+  switch (rows.dtype) {
+    case runtime::DType::kBool:
+      out += '[';
+      for (size_t i = 0; i < count; ++i) {
+        if (i > 0) out += ',';
+        out += data[i] ? "true" : "false";
       }
-      case runtime::DType::kI64: {
-        int64_t v;
-        std::memcpy(&v, data, 8);
-        append_number(out, v);
-        break;
-      }
-      case runtime::DType::kF64: {
-        double v;
-        std::memcpy(&v, data, 8);
-        append_number(out, v);
-        break;
-      }
-      case runtime::DType::kF32: {
-        float v;
-        std::memcpy(&v, data, 4);
-        append_number(out, v);
-        break;
-      }
-      default:  // f16, bf16: every value is a float exactly
-        append_number(out, static_cast<float>(runtime::load_element(data, rows.dtype)));
-        break;
-    }
+      out += ']';
+      return;
+    case runtime::DType::kI32:
+      return append_numbers(out, count, as(int32_t{0}));
+    case runtime::DType::kI64:
+      return append_numbers(out, count, as(int64_t{0}));
+    case runtime::DType::kF64:
+      return append_numbers(out, count, as(0.0));
+    case runtime::DType::kF32:
+      return append_numbers(out, count, as(0.0f));
+    default:  // f16, bf16: every value is a float exactly
+      return append_numbers(out, count, [&](size_t i) {
+        return static_cast<float>(runtime::load_element(data + i * element, rows.dtype));
+      });
   }
-  out += ']';
 }
 
 }  // namespace
+
+std::optional<std::string> model_in_path(const std::string& path, const std::string& rest) {
+  const std::string prefix = "/v2/models/";
+  if (path.rfind(prefix, 0) != 0 || path.size() <= prefix.size() + rest.size()) return {};
+  if (path.compare(path.size() - rest.size(), rest.size(), rest) != 0) return {};
+  std::string name = path.substr(prefix.size(), path.size() - prefix.size() - rest.size());
+  if (name.empty() || name.find('/') != std::string::npos) return {};
+  return name;
+}
 
 const char* kserve_datatype(runtime::DType dtype) {
   for (const DatatypeName& entry : kDatatypes) {
@@ -238,7 +266,13 @@ void InputChecks::count(size_t given) const {
                  signature_.inputs.size(), " input(s), the request gives ", given);
 }
 
-size_t InputChecks::input(const std::string& field, const std::string& name) {
+std::ostream& operator<<(std::ostream& out, const InputField& field) {
+  out << "inputs[" << field.index << "]";
+  if (field.name != nullptr) out << " ('" << *field.name << "')";
+  return out;
+}
+
+size_t InputChecks::input(const InputField& field, const std::string& name) {
   size_t k = 0;
   while (k < signature_.inputs.size() && signature_.inputs[k].name != name) ++k;
   GROVE_CHECK_AS(ProtocolError, k < signature_.inputs.size(), field,
@@ -249,11 +283,11 @@ size_t InputChecks::input(const std::string& field, const std::string& name) {
   return k;
 }
 
-std::string InputChecks::where(const std::string& field, size_t input) const {
-  return str_cat(field, " ('", signature_.inputs.at(input).name, "')");
+InputField InputChecks::where(const InputField& field, size_t input) const {
+  return {field.index, &signature_.inputs.at(input).name};
 }
 
-void InputChecks::datatype(const std::string& where, size_t input,
+void InputChecks::datatype(const InputField& where, size_t input,
                            const std::string& datatype) const {
   const runtime::DType dtype = signature_.inputs.at(input).dtype;
   GROVE_CHECK_AS(ProtocolError, datatype == kserve_datatype(dtype), where, ".datatype: expected ",
@@ -272,14 +306,16 @@ CheckedRequest InputChecks::checked(Request request) const {
                 "InputChecks::checked: input '", signature_.inputs[k].name, "' holds ",
                 request.inputs[k].bytes.size(), " bytes for ", rows_, " rows");
   }
+  signature_.count_request_check();
   return CheckedRequest(std::move(request), rows_);
 }
 
-void InputChecks::shape(const std::string& where, size_t input, const runtime::Shape& shape) {
-  const std::string given = brief(json(std::vector<int64_t>(shape.begin(), shape.end())));
+void InputChecks::shape(const InputField& where, size_t input, const runtime::Shape& shape) {
+  // Written only into a refusal's message.
+  auto given = [&] { return brief(json(std::vector<int64_t>(shape.begin(), shape.end()))); };
   for (int64_t size : shape) {
-    GROVE_CHECK_AS(ProtocolError, size >= 0 && size <= (int64_t{1} << 30), where, ".shape: ", given,
-                   " holds ", size, "; sizes are integers in [0, 2^30]");
+    GROVE_CHECK_AS(ProtocolError, size >= 0 && size <= (int64_t{1} << 30), where,
+                   ".shape: ", given(), " holds ", size, "; sizes are integers in [0, 2^30]");
   }
   const runtime::Shape& expected_row = signature_.inputs.at(input).row_shape;
   GROVE_CHECK_AS(
@@ -292,7 +328,7 @@ void InputChecks::shape(const std::string& where, size_t input, const runtime::S
         for (int64_t d : expected_row) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
         return dims;
       }(),
-      "], found ", given);
+      "], found ", given());
   GROVE_CHECK_AS(ProtocolError, shape[0] >= 1 && shape[0] <= max_batch_, where,
                  ".shape: ", shape[0], " rows is outside [1, ", max_batch_, "] (--max-batch)");
   GROVE_CHECK_AS(ProtocolError, rows_ < 0 || rows_ == shape[0], where, ".shape: ", shape[0],
@@ -321,25 +357,154 @@ HostRows rows_from_bytes(const runtime::Shape& shape, runtime::DType dtype, cons
   return rows;
 }
 
+namespace {
+
+// Note [Reading request data]; Note [Request memory bounded by the model].
+struct DataLimits {
+  size_t max_values = 0;
+  std::optional<runtime::DType> data_as;  // the one datatype of every input, if any
+};
+
+DataLimits data_limits(const ModelSignature& signature, int64_t max_batch) {
+  DataLimits limits;
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    const RowSpec& spec = signature.inputs[i];
+    limits.max_values +=
+        static_cast<size_t>(max_batch) * static_cast<size_t>(runtime::shape_numel(spec.row_shape));
+    if (i == 0) limits.data_as = spec.dtype;
+    if (limits.data_as != spec.dtype || spec.dtype == runtime::DType::kBool) limits.data_as.reset();
+  }
+  return limits;
+}
+
+// An input's data values, as many as `shape` holds, into `host`.
+void take_data(InputData& values, const runtime::Shape& shape, const RowSpec& spec,
+               const InputField& where, HostRows& host) {
+  const int64_t count = runtime::shape_numel(shape);
+  GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(values.count) == count, where,
+                 ".data: ", values.count, " values for shape ", shape_text(shape), ", which holds ",
+                 count);
+  const size_t element_size = runtime::dtype_size(spec.dtype);
+  host.shape = shape;
+  host.dtype = spec.dtype;
+  if (values.as_rows) {  // Note [Request memory bounded by the model]: the rows as read
+    GROVE_CHECK(values.row_bytes.size() == static_cast<size_t>(count) * element_size, where,
+                ".data: ", values.row_bytes.size(), " bytes read for ", count, " values of ",
+                kserve_datatype(spec.dtype), " (an error in grove's request reader)");
+    host.bytes = std::move(values.row_bytes);
+    return;
+  }
+  host.bytes.resize(static_cast<size_t>(count) * element_size);
+  store_values(values, spec.dtype, host.bytes.data(), where);
+}
+
+// Note [Requests in the common layout]: the request from the body's fields,
+// with every check parse_infer_request_from_document() makes (ProtocolError
+// where one fails, for that function to name).
+InferRequest infer_request_of(CommonRequest& common, const std::string& body,
+                              const ModelSignature& signature, int64_t max_batch,
+                              std::optional<size_t> json_length) {
+  InferRequest result;
+  if (common.id) result.id = std::move(*common.id);
+  InputChecks checks(signature, max_batch);
+  checks.count(common.inputs.size());
+  Request request;
+  request.inputs.resize(signature.inputs.size());
+  size_t binary_at = json_length ? *json_length : body.size();
+  for (size_t i = 0; i < common.inputs.size(); ++i) {
+    CommonTensor& tensor = common.inputs[i];
+    const InputField field{i};
+    GROVE_CHECK_AS(ProtocolError, tensor.name && tensor.datatype && tensor.shape, field,
+                   ": a field is missing");
+    const size_t k = checks.input(field, *tensor.name);
+    const RowSpec& spec = signature.inputs[k];
+    const InputField where = checks.where(field, k);
+    checks.datatype(where, k, *tensor.datatype);
+    checks.shape(where, k, *tensor.shape);
+    if (tensor.binary_data_size) {
+      const uint64_t expected = static_cast<uint64_t>(runtime::shape_numel(*tensor.shape)) *
+                                runtime::dtype_size(spec.dtype);
+      GROVE_CHECK_AS(ProtocolError,
+                     json_length && !tensor.has_data && *tensor.binary_data_size == expected &&
+                         expected <= body.size() - binary_at,
+                     where, ".parameters.binary_data_size: refused");
+      request.inputs[k] =
+          rows_from_bytes(*tensor.shape, spec.dtype,
+                          reinterpret_cast<const uint8_t*>(body.data()) + binary_at, expected);
+      binary_at += expected;
+      continue;
+    }
+    GROVE_CHECK_AS(ProtocolError, tensor.has_data, where, ".data: missing");
+    take_data(tensor.data, *tensor.shape, spec, where, request.inputs[k]);
+  }
+  result.request = checks.checked(std::move(request));
+  GROVE_CHECK_AS(ProtocolError, binary_at == body.size(), "bytes after the JSON");
+  const bool all_binary = common.binary_data_output.value_or(false);
+  if (common.outputs) {
+    for (size_t i = 0; i < common.outputs->size(); ++i) {
+      const CommonOutput& wanted = (*common.outputs)[i];
+      result.outputs.push_back(
+          requested_output(str_cat("outputs[", i, "]"), wanted.name, signature));
+      result.binary.push_back(wanted.binary_data.value_or(all_binary));
+    }
+  } else {
+    for (size_t o = 0; o < signature.outputs.size(); ++o) {
+      result.outputs.push_back(o);
+      result.binary.push_back(all_binary);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
 InferRequest parse_infer_request(const std::string& body, const ModelSignature& signature,
                                  int64_t max_batch, std::optional<size_t> json_length) {
   GROVE_CHECK_AS(ProtocolError, !json_length || *json_length <= body.size(),
                  "Inference-Header-Content-Length ", json_length.value_or(0),
                  " is beyond the body's ", body.size(), " bytes");
   const size_t text_end = json_length ? *json_length : body.size();
-  size_t binary_at = text_end;  // the next binary tensor's first byte
-  // Note [Reading request data]; Note [Request memory bounded by the model].
-  size_t max_values = 0;
-  std::optional<runtime::DType> data_as;  // the one datatype of every input, if any
-  for (size_t i = 0; i < signature.inputs.size(); ++i) {
-    const RowSpec& spec = signature.inputs[i];
-    max_values +=
-        static_cast<size_t>(max_batch) * static_cast<size_t>(runtime::shape_numel(spec.row_shape));
-    if (i == 0) data_as = spec.dtype;
-    if (data_as != spec.dtype || spec.dtype == runtime::DType::kBool) data_as.reset();
+  const DataLimits limits = data_limits(signature, max_batch);
+  std::variant<CommonRequest, RequestDocument> read =
+      read_request(std::string_view(body.data(), text_end), limits.max_values, limits.data_as);
+  if (CommonRequest* common = std::get_if<CommonRequest>(&read)) {
+    try {
+      return infer_request_of(*common, body, signature, max_batch, json_length);
+    } catch (const ProtocolError&) {
+      // The tree names the refusal (Note [Requests in the common layout]).
+      read = read_request_document(std::string_view(body.data(), text_end), limits.max_values,
+                                   limits.data_as);
+    }
   }
-  RequestDocument read =
-      read_request_document(std::string_view(body.data(), text_end), max_values, data_as);
+  return parse_infer_request_from_document(std::get<RequestDocument>(read), body, signature,
+                                           max_batch, json_length);
+}
+
+std::optional<InferRequest> parse_common_infer_request(const std::string& body,
+                                                       const ModelSignature& signature,
+                                                       int64_t max_batch,
+                                                       std::optional<size_t> json_length) {
+  if (json_length && *json_length > body.size()) return std::nullopt;
+  const DataLimits limits = data_limits(signature, max_batch);
+  std::optional<CommonRequest> common =
+      read_common_request(std::string_view(body.data(), json_length.value_or(body.size())),
+                          limits.max_values, limits.data_as);
+  if (!common) return std::nullopt;
+  try {
+    return infer_request_of(*common, body, signature, max_batch, json_length);
+  } catch (const ProtocolError&) {
+    return std::nullopt;
+  }
+}
+
+InferRequest parse_infer_request_from_document(RequestDocument& read, const std::string& body,
+                                               const ModelSignature& signature, int64_t max_batch,
+                                               std::optional<size_t> json_length) {
+  GROVE_CHECK_AS(ProtocolError, !json_length || *json_length <= body.size(),
+                 "Inference-Header-Content-Length ", json_length.value_or(0),
+                 " is beyond the body's ", body.size(), " bytes");
+  const size_t text_end = json_length ? *json_length : body.size();
+  size_t binary_at = text_end;  // the next binary tensor's first byte
   const json& document = read.json;
   GROVE_CHECK_AS(ProtocolError, document.is_object(),
                  "request body must be a JSON object with "
@@ -358,14 +523,14 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
   request.inputs.resize(signature.inputs.size());
   for (size_t i = 0; i < inputs->size(); ++i) {
     const json& tensor = (*inputs)[i];
-    const std::string field = str_cat("inputs[", i, "]");
+    const InputField field{i};
     GROVE_CHECK_AS(ProtocolError, tensor.is_object(), field, ": expected an object");
     auto name = tensor.find("name");
     GROVE_CHECK_AS(ProtocolError, name != tensor.end() && name->is_string(), field,
                    ".name: missing or not a string");
     const size_t k = checks.input(field, name->get<std::string>());
     const RowSpec& spec = signature.inputs[k];
-    const std::string where = checks.where(field, k);
+    const InputField where = checks.where(field, k);
 
     auto datatype = tensor.find("datatype");
     GROVE_CHECK_AS(ProtocolError, datatype != tensor.end() && datatype->is_string(), where,
@@ -416,22 +581,7 @@ InferRequest parse_infer_request(const std::string& body, const ModelSignature& 
       flatten(*data, flattened);
       values = &flattened;
     }
-    const int64_t count = elements;
-    GROVE_CHECK_AS(ProtocolError, static_cast<int64_t>(values->count) == count, where,
-                   ".data: ", values->count, " values for shape ", shape_text(shape),
-                   ", which holds ", count);
-    HostRows& host = request.inputs[k];
-    host.shape = shape;
-    host.dtype = spec.dtype;
-    if (values->as_rows) {  // Note [Request memory bounded by the model]: the rows as read
-      GROVE_CHECK(values->row_bytes.size() == static_cast<size_t>(count) * element_size, where,
-                  ".data: ", values->row_bytes.size(), " bytes read for ", count, " values of ",
-                  kserve_datatype(spec.dtype), " (an error in grove's request reader)");
-      host.bytes = std::move(values->row_bytes);
-      continue;
-    }
-    host.bytes.resize(static_cast<size_t>(count) * element_size);
-    store_values(*values, spec.dtype, host.bytes.data(), where);
+    take_data(*values, shape, spec, where, request.inputs[k]);
   }
 
   result.request = checks.checked(std::move(request));
@@ -482,16 +632,27 @@ std::string infer_response_json(const std::string& model_name, const InferReques
                                 const ModelSignature& signature, const Response& response,
                                 size_t* json_length) {
   // Note [Response numbers].
-  std::string out = "{\"model_name\":" + json_text(json(model_name));
-  if (!request.id.empty()) out += ",\"id\":" + json_text(json(request.id));
+  std::string out = "{\"model_name\":";
+  append_json_string(out, model_name);
+  if (!request.id.empty()) {
+    out += ",\"id\":";
+    append_json_string(out, request.id);
+  }
   out += ",\"outputs\":[";
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     const size_t o = request.outputs[i];
     const HostRows& rows = response.outputs.at(o);
     if (i > 0) out += ',';
-    out += "{\"name\":" + json_text(json(signature.outputs[o].name)) + ",\"datatype\":\"" +
-           kserve_datatype(rows.dtype) + "\",\"shape\":" +
-           json_text(json(std::vector<int64_t>(rows.shape.begin(), rows.shape.end())));
+    out += "{\"name\":";
+    append_json_string(out, signature.outputs[o].name);
+    out += ",\"datatype\":\"";
+    out += kserve_datatype(rows.dtype);
+    out += "\",\"shape\":[";
+    for (size_t d = 0; d < rows.shape.size(); ++d) {
+      if (d > 0) out += ',';
+      out += std::to_string(rows.shape[d]);
+    }
+    out += ']';
     if (i < request.binary.size() && request.binary[i]) {
       out += ",\"parameters\":{\"binary_data_size\":" + std::to_string(rows.bytes.size()) + "}}";
       continue;
@@ -504,7 +665,7 @@ std::string infer_response_json(const std::string& model_name, const InferReques
   const size_t text = out.size();
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     if (i < request.binary.size() && request.binary[i]) {
-      const std::vector<uint8_t>& bytes = response.outputs.at(request.outputs[i]).bytes;
+      const RowBytes& bytes = response.outputs.at(request.outputs[i]).bytes;
       out.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     }
   }

@@ -26,10 +26,12 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "runtime/error.h"
+#include "serving/kserve_request_reader.h"
 #include "serving/model_signature.h"
 #include "serving/request.h"
 
@@ -45,6 +47,10 @@ class ProtocolError : public Error {
 // The most a request's JSON may nest (data nested as a rank-8 shape, inside
 // the request's own levels).
 inline constexpr int kMaxRequestDepth = 16;
+
+// NAME of a path "/v2/models/NAME" + `rest` ("/infer", "/ready", "" ...), when
+// the path has that form and NAME is one non-empty segment.
+std::optional<std::string> model_in_path(const std::string& path, const std::string& rest);
 
 // "FP32", "INT64", ... for a grove dtype; nullptr for none.
 const char* kserve_datatype(runtime::DType dtype);
@@ -63,6 +69,16 @@ struct InferRequest {
 // messages the HTTP front always gave, and each protocol reads its own
 // encoding of the values around them. Tests: KserveProtocol.*,
 // KserveGrpcProtocol.* (the same refusal for the same tensor in both forms).
+// How messages name an input of a request: "inputs[0]", or "inputs[0] ('x')"
+// once the model input it gives is known. Made per request and written only
+// into a refusal's message (a string per input per request cost more than the
+// checks themselves).
+struct InputField {
+  size_t index = 0;
+  const std::string* name = nullptr;  // the model input's, once known
+};
+std::ostream& operator<<(std::ostream& out, const InputField& field);
+
 class InputChecks {
  public:
   InputChecks(const ModelSignature& signature, int64_t max_batch);
@@ -70,13 +86,13 @@ class InputChecks {
   void count(size_t given) const;
   // The signature index of the input named `name`, given at `field`
   // ("inputs[0]"); ProtocolError for an unknown or repeated name.
-  size_t input(const std::string& field, const std::string& name);
+  size_t input(const InputField& field, const std::string& name);
   // "inputs[0] ('x')": how messages name a field of that input.
-  std::string where(const std::string& field, size_t input) const;
-  void datatype(const std::string& where, size_t input, const std::string& datatype) const;
+  InputField where(const InputField& field, size_t input) const;
+  void datatype(const InputField& where, size_t input, const std::string& datatype) const;
   // Sizes in [0, 2^30], the row shape the model takes, rows in [1, max_batch]
   // and the same rows as every earlier input.
-  void shape(const std::string& where, size_t input, const runtime::Shape& shape);
+  void shape(const InputField& where, size_t input, const runtime::Shape& shape);
   // The request read through these checks, every input given (Note [Requests
   // checked once]): the server checks it no more.
   CheckedRequest checked(Request request) const;
@@ -106,6 +122,17 @@ HostRows rows_from_bytes(const runtime::Shape& shape, runtime::DType dtype, cons
 InferRequest parse_infer_request(const std::string& body, const ModelSignature& signature,
                                  int64_t max_batch,
                                  std::optional<size_t> json_length = std::nullopt);
+
+// Each way parse_infer_request() reads a body (tests compare them): from the
+// body's fields in the common layout, nullopt for a body in another layout or
+// one a check refuses (Note [Requests in the common layout]); and from its
+// document as serving/kserve_request_reader.h reads it.
+std::optional<InferRequest> parse_common_infer_request(
+    const std::string& body, const ModelSignature& signature, int64_t max_batch,
+    std::optional<size_t> json_length = std::nullopt);
+InferRequest parse_infer_request_from_document(RequestDocument& document, const std::string& body,
+                                               const ModelSignature& signature, int64_t max_batch,
+                                               std::optional<size_t> json_length = std::nullopt);
 
 // The response body for `response` to `request`: its JSON, then the bytes of
 // the outputs asked for as binary. `json_length`, when given, is set to the

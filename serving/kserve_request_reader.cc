@@ -7,220 +7,13 @@
 #include <optional>
 #include <string>
 
+#include "serving/json_number.h"
 #include "serving/kserve_protocol.h"
 
 namespace grove::serving {
 namespace {
 
 using nlohmann::json;
-
-// nlohmann's SAX events into a tree, except the elements of root.inputs[i].data
-// arrays, which go to RequestDocument::data (Note [Reading request data]).
-class RequestSax {
- public:
-  RequestSax(RequestDocument& document, size_t max_values)
-      : document_(document), max_values_(max_values) {}
-
-  bool null() { return value(nullptr); }
-  bool boolean(bool v) {
-    if (capturing()) return capture(DataValue::Kind::kBool, [&](DataValue& d) { d.boolean = v; });
-    return value(v);
-  }
-  bool number_integer(json::number_integer_t v) {
-    if (capturing()) {
-      return capture(DataValue::Kind::kInteger, [&](DataValue& d) { d.integer = v; });
-    }
-    return value(v);
-  }
-  bool number_unsigned(json::number_unsigned_t v) {
-    if (capturing()) {
-      return capture(DataValue::Kind::kUnsigned, [&](DataValue& d) { d.unsigned_integer = v; });
-    }
-    return value(v);
-  }
-  bool number_float(json::number_float_t v, const json::string_t&) {
-    if (capturing()) return capture(DataValue::Kind::kFloat, [&](DataValue& d) { d.floating = v; });
-    return value(v);
-  }
-  bool string(json::string_t& v) { return value(std::move(v)); }
-  bool binary(json::binary_t& v) { return value(json::binary(std::move(v))); }
-
-  bool start_object(size_t) {
-    check_depth();
-    ++open_;
-    if (capturing()) {
-      // An object among the data: built as a tree, kept as an odd element
-      // (counted against kMaxRequestNodes, never dropped).
-      count_node();
-      ++capture_->count;
-      ++kept_values_;
-      capture_->others.emplace_back(json::object());
-      push_other();
-      stack_.push_back(&capture_->others.back());
-      return true;
-    }
-    const bool input = stack_.size() == 2 && stack_.back() == inputs_;
-    json* object = put(json::object());
-    if (input) {
-      input_index_ = inputs_->size() - 1;
-      if (document_.data.size() <= input_index_) document_.data.resize(input_index_ + 1);
-      input_ = object;
-    }
-    stack_.push_back(object);
-    return true;
-  }
-
-  bool key(json::string_t& name) {
-    check_depth();
-    json& object = *stack_.back();
-    key_is_inputs_ = stack_.size() == 1 && name == "inputs";
-    key_is_data_ = stack_.size() == 3 && stack_.back() == input_ && name == "data";
-    slot_ = &object[name];  // a duplicate key's later value replaces the earlier one
-    return true;
-  }
-
-  bool end_object() {
-    --open_;
-    stack_.pop_back();
-    return true;
-  }
-
-  bool start_array(size_t) {
-    check_depth();
-    ++open_;
-    if (capturing()) {
-      ++capture_arrays_;  // nested data: flattened
-      return true;
-    }
-    if (key_is_data_ && stack_.size() == 3 && stack_.back() == input_) {
-      key_is_data_ = false;
-      put(json::array());  // the tree keeps an empty "data" array
-      InputData& data = document_.data[input_index_];
-      data = InputData();
-      data.read = true;
-      capture_ = &data;
-      capture_base_ = stack_.size();
-      capture_arrays_ = 1;
-      return true;
-    }
-    const bool inputs = key_is_inputs_ && stack_.size() == 1;
-    json* array = put(json::array());
-    if (inputs) {
-      key_is_inputs_ = false;
-      inputs_ = array;
-      input_ = nullptr;
-      document_.data.clear();  // a later "inputs" replaces an earlier one
-    }
-    stack_.push_back(array);
-    return true;
-  }
-
-  bool end_array() {
-    --open_;
-    if (capture_ != nullptr && stack_.size() == capture_base_) {
-      if (--capture_arrays_ == 0) capture_ = nullptr;
-      return true;
-    }
-    stack_.pop_back();
-    return true;
-  }
-
-  template <typename Exception>
-  bool parse_error(size_t, const std::string&, const Exception& error) {
-    throw ProtocolError(str_cat("request body is not valid JSON: ", error.what()));
-  }
-
- private:
-  // Inside a data array and not inside an object among its elements.
-  bool capturing() const { return capture_ != nullptr && stack_.size() == capture_base_; }
-
-  // Note [Request memory bounded by the model]: past max_values, counted only.
-  bool keep_value() {
-    ++capture_->count;
-    if (kept_values_ >= max_values_) return false;
-    ++kept_values_;
-    return true;
-  }
-
-  void count_node() {
-    if (++nodes_ > kMaxRequestNodes) {
-      throw ProtocolError(str_cat("request body holds more than ", kMaxRequestNodes,
-                                  " JSON values besides the inputs' data"));
-    }
-  }
-
-  template <typename Fill>
-  bool capture(DataValue::Kind kind, Fill fill) {
-    check_depth();
-    if (!keep_value()) return true;
-    DataValue& value = capture_->values.emplace_back();
-    value.kind = kind;
-    fill(value);
-    return true;
-  }
-
-  void push_other() {
-    DataValue& value = capture_->values.emplace_back();
-    value.kind = DataValue::Kind::kOther;
-    value.other = capture_->others.size() - 1;
-  }
-
-  template <typename Value>
-  bool value(Value&& v) {
-    check_depth();
-    if (capturing()) {
-      if (!keep_value()) return true;
-      count_node();
-      capture_->others.emplace_back(std::forward<Value>(v));
-      push_other();
-      return true;
-    }
-    put(std::forward<Value>(v));
-    return true;
-  }
-
-  // Places a value in the open container (or as the root); returns it.
-  template <typename Value>
-  json* put(Value&& v) {
-    count_node();
-    if (stack_.empty()) {
-      document_.json = json(std::forward<Value>(v));
-      return &document_.json;
-    }
-    json& parent = *stack_.back();
-    if (parent.is_array()) {
-      parent.emplace_back(std::forward<Value>(v));
-      return &parent.back();
-    }
-    *slot_ = json(std::forward<Value>(v));
-    return slot_;
-  }
-
-  // As nlohmann::json::parse's callback saw depth: the containers open
-  // around the event.
-  void check_depth() const {
-    if (open_ > kMaxRequestDepth) {
-      throw ProtocolError(str_cat("request body nests deeper than ", kMaxRequestDepth,
-                                  " levels; give data flat or nested as its shape"));
-    }
-  }
-
-  RequestDocument& document_;
-  const size_t max_values_;
-  size_t kept_values_ = 0;    // data values kept, over all inputs
-  size_t nodes_ = 0;          // JSON values besides the data numbers
-  std::vector<json*> stack_;  // the open containers of the tree
-  json* slot_ = nullptr;      // the value of the object key just read
-  int open_ = 0;              // open containers, data arrays included
-  bool key_is_inputs_ = false;
-  bool key_is_data_ = false;
-  json* inputs_ = nullptr;  // root.inputs, once an array
-  json* input_ = nullptr;   // the object of root.inputs being read
-  size_t input_index_ = 0;
-  InputData* capture_ = nullptr;  // the data array being read, if any
-  size_t capture_base_ = 0;       // stack_.size() inside it
-  int capture_arrays_ = 0;        // its arrays open
-};
 
 // The fast reader's scan (Note [Reading request data]): finds the data arrays
 // of root.inputs[i] and reads their numbers; nullopt where it gives up.
@@ -238,14 +31,25 @@ class DataArrayScan {
   std::optional<std::vector<Span>> run() {
     skip_space();
     if (!object([&](std::string_view key) {
-          if (key != "inputs") return skip_value(1);
-          if (seen_inputs_ || peek() != '[') return false;
-          seen_inputs_ = true;
-          return inputs();
+          if (key == "inputs") {
+            if (seen_inputs_ || peek() != '[') return false;
+            seen_inputs_ = true;
+            return inputs();
+          }
+          return common_field(1, [&] { return root_field(key); });
         })) {
       return std::nullopt;
     }
+    skip_space();
+    complete_ = complete_ && seen_inputs_ && at_ == text_.size();
     return std::move(spans_);
+  }
+
+  // Note [Requests in the common layout]: what run() read of such a body,
+  // data left in the spans; nullopt for any other body.
+  std::optional<CommonRequest> common() {
+    if (!complete_) return std::nullopt;
+    return std::move(common_);
   }
 
  private:
@@ -302,21 +106,159 @@ class DataArrayScan {
     for (size_t index = 0;; ++index) {
       if (peek() == '{') {
         bool seen_data = false;
+        CommonTensor& tensor = common_.inputs.emplace_back();
         if (!object([&](std::string_view key) {
-              if (key != "data" || peek() != '[') return skip_value(3);
+              if (key != "data" || peek() != '[') {
+                return common_field(3, [&] { return tensor_field(key, tensor); });
+              }
               if (seen_data) return false;
               seen_data = true;
+              tensor.has_data = true;
               return data(index);
             })) {
           return false;
         }
-      } else if (!skip_value(2)) {
-        return false;
+      } else {
+        complete_ = false;
+        common_.inputs.emplace_back();
+        if (!skip_value(2)) return false;
       }
       skip_space();
       if (consume(']')) return true;
       if (!expect(',')) return false;
     }
+  }
+
+  // Note [Requests in the common layout]: `read` takes the value of a field
+  // the common layout knows; anything else (or a value it refuses) leaves the
+  // body to the tree, and the value is skipped from where it began.
+  template <typename Read>
+  bool common_field(int depth, Read read) {
+    const size_t begin = at_;
+    if (complete_ && read()) return true;
+    complete_ = false;
+    at_ = begin;
+    return skip_value(depth);
+  }
+
+  // A string of printable ASCII without escapes (all the common layout takes).
+  bool plain_string(std::string* out) {
+    if (peek() != '"') return false;
+    const size_t begin = ++at_;
+    while (at_ < text_.size() && text_[at_] != '"') {
+      const char c = text_[at_];
+      if (c < 0x20 || c > 0x7E || c == '\\') return false;
+      ++at_;
+    }
+    if (at_ >= text_.size()) return false;
+    out->assign(text_.data() + begin, at_ - begin);
+    ++at_;
+    return true;
+  }
+
+  // A JSON integer token without sign, fraction or exponent, within uint64.
+  bool plain_unsigned(uint64_t* value) {
+    const size_t begin = at_;
+    while (at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9') ++at_;
+    if (at_ == begin || (text_[begin] == '0' && at_ - begin > 1)) return false;
+    if (at_ < text_.size() && std::string_view(".eE").find(text_[at_]) != std::string_view::npos) {
+      return false;
+    }
+    return std::from_chars(text_.data() + begin, text_.data() + at_, *value).ec == std::errc();
+  }
+
+  bool literal_bool(bool* value) {
+    if (text_.substr(at_, 4) == "true") {
+      at_ += 4;
+      *value = true;
+    } else if (text_.substr(at_, 5) == "false") {
+      at_ += 5;
+      *value = false;
+    } else {
+      return false;
+    }
+    return at_ == text_.size() ||
+           std::string_view(",]} \n\r\t").find(text_[at_]) != std::string_view::npos;
+  }
+
+  // {} or {"<name>": true|false}.
+  bool flag_object(std::string_view name, std::optional<bool>* flag) {
+    bool seen = false;
+    return object([&](std::string_view key) {
+      bool value = false;
+      if (key != name || seen || !literal_bool(&value)) return false;
+      seen = true;
+      *flag = value;
+      return true;
+    });
+  }
+
+  // The root's "id", "parameters" and "outputs" (at_ on the value).
+  bool root_field(std::string_view key) {
+    if (key == "id" && !common_.id) return plain_string(&common_.id.emplace());
+    if (key == "parameters" && !seen_root_parameters_) {
+      seen_root_parameters_ = true;
+      return flag_object("binary_data_output", &common_.binary_data_output);
+    }
+    if (key == "outputs" && !common_.outputs) {
+      std::vector<CommonOutput>& outputs = common_.outputs.emplace();
+      if (!expect('[')) return false;
+      if (consume(']')) return true;
+      while (true) {
+        // As many as a request may name without passing kMaxRequestNodes.
+        if (outputs.size() >= 1024 || peek() != '{') return false;
+        CommonOutput& output = outputs.emplace_back();
+        bool seen_name = false, seen_parameters = false;
+        if (!object([&](std::string_view field) {
+              if (field == "name" && !seen_name) return seen_name = plain_string(&output.name);
+              if (field == "parameters" && !seen_parameters) {
+                seen_parameters = true;
+                return flag_object("binary_data", &output.binary_data);
+              }
+              return false;
+            }) ||
+            !seen_name) {
+          return false;
+        }
+        skip_space();
+        if (consume(']')) return true;
+        if (!expect(',')) return false;
+      }
+    }
+    return false;
+  }
+
+  // A tensor's "name", "datatype", "shape" and "parameters" (at_ on the value).
+  bool tensor_field(std::string_view key, CommonTensor& tensor) {
+    if (key == "name" && !tensor.name) return plain_string(&tensor.name.emplace());
+    if (key == "datatype" && !tensor.datatype) return plain_string(&tensor.datatype.emplace());
+    if (key == "shape" && !tensor.shape) {
+      runtime::Shape& shape = tensor.shape.emplace();
+      if (!expect('[')) return false;
+      if (consume(']')) return true;
+      while (true) {
+        uint64_t size = 0;
+        if (shape.size() >= 16 || !plain_unsigned(&size) || size > (uint64_t{1} << 30)) {
+          return false;
+        }
+        shape.push_back(static_cast<int64_t>(size));
+        skip_space();
+        if (consume(']')) return true;
+        if (!expect(',')) return false;
+      }
+    }
+    if (key == "parameters" && !tensor.binary_data_size) {
+      bool seen = false;
+      return object([&](std::string_view field) {
+               uint64_t size = 0;
+               if (field != "binary_data_size" || seen || !plain_unsigned(&size)) return false;
+               seen = true;
+               tensor.binary_data_size = size;
+               return true;
+             }) &&
+             seen;
+    }
+    return false;
   }
 
   // Any value, unchecked (the reference reader checks it in the rest of the
@@ -357,11 +299,14 @@ class DataArrayScan {
     if (data_as_) {
       // At most the values left to keep, and at most one per 2 bytes of text.
       const size_t bound = std::min(max_values_ - kept_, (text_.size() - at_) / 2 + 1);
-      span.data.row_bytes.reserve(bound * runtime::dtype_size(*data_as_));
+      // Sized once, written in place, cut to what was written (no resize per element).
+      span.data.row_bytes.resize(bound * runtime::dtype_size(*data_as_));
+      row_at_ = 0;
     } else {
       span.data.values.reserve(1024);
     }
     if (!numbers(span.data, 3)) return false;
+    if (data_as_) span.data.row_bytes.resize(row_at_);
     span.end = at_;
     spans_.push_back(std::move(span));
     return true;
@@ -381,7 +326,9 @@ class DataArrayScan {
         const bool keep = kept_ < max_values_;
         DataValue scratch;
         if (!number(keep && !data_as_ ? data.values.emplace_back() : scratch)) return false;
-        if (keep && data_as_ && !append_element(data.row_bytes, scratch, *data_as_)) return false;
+        if (keep && data_as_ && !append_element(data.row_bytes, row_at_, scratch, *data_as_)) {
+          return false;
+        }
         kept_ += keep ? 1 : 0;
       }
       skip_space();
@@ -393,12 +340,15 @@ class DataArrayScan {
   }
 
   // The element store_values() (kserve_protocol.cc) makes of `value` as
-  // `dtype`, appended to `bytes`; false where it would refuse the value (a
-  // float or an integer out of range for INT32 or INT64): the reference
-  // reader then reads the body and the refusal names the element.
-  static bool append_element(std::vector<uint8_t>& bytes, const DataValue& value,
+  // `dtype`, written to `bytes` at `at` (which then moves past it); false
+  // where it would refuse the value (a float or an integer out of range for
+  // INT32 or INT64): the reference reader then reads the body and the
+  // refusal names the element.
+  static bool append_element(RowBytes& bytes, size_t& at, const DataValue& value,
                              runtime::DType dtype) {
-    const size_t at = bytes.size();
+    const size_t element = runtime::dtype_size(dtype);
+    if (at + element > bytes.size()) bytes.resize(at + element);  // past the bound: never, but safe
+    uint8_t* out = bytes.data() + at;
     const bool is_signed = value.kind == DataValue::Kind::kInteger;
     const bool is_unsigned = value.kind == DataValue::Kind::kUnsigned;
     switch (dtype) {
@@ -409,16 +359,16 @@ class DataArrayScan {
         }
         const auto narrow = static_cast<int32_t>(
             is_signed ? value.integer : static_cast<int64_t>(value.unsigned_integer));
-        bytes.resize(at + 4);
-        std::memcpy(bytes.data() + at, &narrow, 4);
+        std::memcpy(out, &narrow, 4);
+        at += 4;
         return true;
       }
       case runtime::DType::kI64: {
         if (!is_signed && (!is_unsigned || value.unsigned_integer > INT64_MAX)) return false;
         const int64_t wide =
             is_signed ? value.integer : static_cast<int64_t>(value.unsigned_integer);
-        bytes.resize(at + 8);
-        std::memcpy(bytes.data() + at, &wide, 8);
+        std::memcpy(out, &wide, 8);
+        at += 8;
         return true;
       }
       case runtime::DType::kBool:
@@ -427,76 +377,63 @@ class DataArrayScan {
         double wide = value.floating;
         if (is_signed) wide = static_cast<double>(value.integer);
         if (is_unsigned) wide = static_cast<double>(value.unsigned_integer);
-        bytes.resize(at + runtime::dtype_size(dtype));
         if (dtype == runtime::DType::kF32) {
           const float narrow = static_cast<float>(wide);  // as store_values rounds
-          std::memcpy(bytes.data() + at, &narrow, 4);
+          std::memcpy(out, &narrow, 4);
         } else {
-          runtime::store_element(bytes.data() + at, dtype, wide);
+          runtime::store_element(out, dtype, wide);
         }
+        at += element;
         return true;
       }
     }
   }
 
-  // A JSON number token, converted as nlohmann's lexer converts it.
+  // A JSON number token, converted as nlohmann's lexer converts it (Note
+  // [Decimal to double in one pass]).
   bool number(DataValue& value) {
-    const char* begin = text_.data() + at_;
-    const char* end = text_.data() + text_.size();
-    const char* p = begin;
-    const bool negative = p < end && *p == '-';
-    if (negative) ++p;
-    auto digits = [&] {
-      const char* first = p;
-      while (p < end && *p >= '0' && *p <= '9') ++p;
-      return p > first;
-    };
-    if (p < end && *p == '0') {
-      ++p;
-    } else if (!digits()) {
-      return false;
+    JsonNumber number;
+    const char* after = read_json_number(text_.data() + at_, text_.data() + text_.size(), &number);
+    if (after == nullptr) return false;
+    at_ = static_cast<size_t>(after - text_.data());
+    switch (number.kind) {
+      case JsonNumber::Kind::kInteger:
+        value.kind = DataValue::Kind::kInteger;
+        value.integer = number.integer;
+        break;
+      case JsonNumber::Kind::kUnsigned:
+        value.kind = DataValue::Kind::kUnsigned;
+        value.unsigned_integer = number.unsigned_integer;
+        break;
+      case JsonNumber::Kind::kFloat:
+        value.kind = DataValue::Kind::kFloat;
+        value.floating = number.floating;
+        break;
     }
-    bool integer = true;
-    if (p < end && *p == '.') {
-      ++p;
-      if (!digits()) return false;
-      integer = false;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-      ++p;
-      if (p < end && (*p == '+' || *p == '-')) ++p;
-      if (!digits()) return false;
-      integer = false;
-    }
-    at_ += static_cast<size_t>(p - begin);
-    if (integer && negative) {
-      value.kind = DataValue::Kind::kInteger;
-      if (std::from_chars(begin, p, value.integer).ec == std::errc()) return true;
-    } else if (integer) {
-      value.kind = DataValue::Kind::kUnsigned;
-      if (std::from_chars(begin, p, value.unsigned_integer).ec == std::errc()) return true;
-    }
-    // A float token, or an integer past 64 bits (nlohmann reads it as a double).
-    value.kind = DataValue::Kind::kFloat;
-    auto [last, error] = std::from_chars(begin, p, value.floating);
-    return error == std::errc() && last == p && std::isfinite(value.floating);
+    return true;
   }
 
   std::string_view text_;
   const size_t max_values_;
   const std::optional<runtime::DType> data_as_;
-  size_t kept_ = 0;  // data values kept, over all inputs
+  size_t kept_ = 0;    // data values kept, over all inputs
+  size_t row_at_ = 0;  // bytes written to the data array's row_bytes
   size_t at_ = 0;
   bool seen_inputs_ = false;
   std::vector<Span> spans_;
+  // Note [Requests in the common layout].
+  bool complete_ = true;  // every field so far is one the common layout takes
+  bool seen_root_parameters_ = false;
+  CommonRequest common_;
 };
 
 }  // namespace
 
-std::optional<RequestDocument> read_request_document_fast(std::string_view text, size_t max_values,
-                                                          std::optional<runtime::DType> data_as) {
-  std::optional<std::vector<DataArrayScan::Span>> spans =
-      DataArrayScan(text, max_values, data_as).run();
+namespace {
+
+// The fast reader's document from its scan's spans (Note [Reading request data]).
+std::optional<RequestDocument> document_from_spans(
+    std::string_view text, std::optional<std::vector<DataArrayScan::Span>> spans) {
   if (!spans) return std::nullopt;
   std::string rest;
   rest.reserve(text.size());
@@ -523,27 +460,41 @@ std::optional<RequestDocument> read_request_document_fast(std::string_view text,
   return document;
 }
 
-json InputData::value_json(const DataValue& value) const {
-  switch (value.kind) {
-    case DataValue::Kind::kInteger:
-      return json(value.integer);
-    case DataValue::Kind::kUnsigned:
-      return json(value.unsigned_integer);
-    case DataValue::Kind::kFloat:
-      return json(value.floating);
-    case DataValue::Kind::kBool:
-      return json(value.boolean);
-    case DataValue::Kind::kOther:
-      break;
-  }
-  return others.at(value.other);
+}  // namespace
+
+std::optional<RequestDocument> read_request_document_fast(std::string_view text, size_t max_values,
+                                                          std::optional<runtime::DType> data_as) {
+  return document_from_spans(text, DataArrayScan(text, max_values, data_as).run());
 }
 
-RequestDocument read_request_document_reference(std::string_view text, size_t max_values) {
-  RequestDocument document;
-  RequestSax sax(document, max_values);
-  json::sax_parse(text.begin(), text.end(), &sax);
-  return document;
+std::variant<CommonRequest, RequestDocument> read_request(std::string_view text, size_t max_values,
+                                                          std::optional<runtime::DType> data_as) {
+  DataArrayScan scan(text, max_values, data_as);
+  std::optional<std::vector<DataArrayScan::Span>> spans = scan.run();
+  if (spans) {
+    if (std::optional<CommonRequest> common = scan.common()) {
+      for (DataArrayScan::Span& span : *spans) {
+        common->inputs.at(span.input).data = std::move(span.data);
+      }
+      return std::move(*common);
+    }
+  }
+  if (std::optional<RequestDocument> document = document_from_spans(text, std::move(spans))) {
+    return std::move(*document);
+  }
+  return read_request_document_reference(text, max_values);
+}
+
+std::optional<CommonRequest> read_common_request(std::string_view text, size_t max_values,
+                                                 std::optional<runtime::DType> data_as) {
+  DataArrayScan scan(text, max_values, data_as);
+  std::optional<std::vector<DataArrayScan::Span>> spans = scan.run();
+  if (!spans) return std::nullopt;
+  std::optional<CommonRequest> common = scan.common();
+  if (!common) return std::nullopt;
+  for (DataArrayScan::Span& span : *spans)
+    common->inputs.at(span.input).data = std::move(span.data);
+  return common;
 }
 
 RequestDocument read_request_document(std::string_view text, size_t max_values,

@@ -58,10 +58,14 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/tensor.h"
+#include "serving/request_bytes.h"
 
 namespace grove::serving {
 
@@ -85,7 +89,7 @@ struct InputData {
   size_t count = 0;                    // its elements
   std::vector<DataValue> values;       // flat, row-major: the first ones, within max_values
   bool as_rows = false;                // the fast reader wrote them to row_bytes instead
-  std::vector<uint8_t> row_bytes;      // as the rows hold them (data_as), within max_values
+  RowBytes row_bytes;                  // as the rows hold them (data_as), within max_values
   std::vector<nlohmann::json> others;  // the strings, nulls and objects among them
 
   // The element as a JSON value (for messages).
@@ -96,6 +100,50 @@ struct RequestDocument {
   nlohmann::json json;          // the body, every root.inputs[i].data array emptied
   std::vector<InputData> data;  // per entry of root.inputs
 };
+
+// Note [Requests in the common layout]
+// Most requests name each field once, in plain ASCII strings: a root object
+// of "inputs" (objects of "name", "datatype", "shape" of plain integers, and
+// "data" or "parameters": {"binary_data_size": N}), and perhaps "id",
+// "outputs" ([{"name", "parameters": {"binary_data": B}}]) and "parameters":
+// {"binary_data_output": B}, in any order, any whitespace. For such a body
+// the fast reader's scan, which walks every field anyway, keeps the fields
+// too, and parse_infer_request builds the request from them with the same
+// checks, no JSON tree in between (the tree cost more than the binary tensor
+// data's whole request on sim). A body with anything else (another key, a
+// key twice, an escape or non-ASCII byte in a string, a number where a
+// string belongs...) is read through the tree as before, and so is any body
+// whose fields a check refuses, so every refusal keeps its message. Tests:
+// KserveProtocol.CommonLayoutReadsAsTheTree (random and mutated bodies give
+// the same request or the same refusal both ways).
+struct CommonTensor {
+  std::optional<std::string> name, datatype;
+  std::optional<runtime::Shape> shape;
+  std::optional<uint64_t> binary_data_size;
+  bool has_data = false;
+  InputData data;
+};
+struct CommonOutput {
+  std::string name;
+  std::optional<bool> binary_data;
+};
+struct CommonRequest {
+  std::optional<std::string> id;
+  std::vector<CommonTensor> inputs;
+  std::optional<std::vector<CommonOutput>> outputs;
+  std::optional<bool> binary_data_output;
+};
+
+// The body's fields, for a body in the common layout; nullopt for any other.
+std::optional<CommonRequest> read_common_request(
+    std::string_view text, size_t max_values = SIZE_MAX,
+    std::optional<runtime::DType> data_as = std::nullopt);
+
+// The body's fields in the common layout, or else its document as
+// read_request_document() reads it, from one scan of the text.
+std::variant<CommonRequest, RequestDocument> read_request(
+    std::string_view text, size_t max_values = SIZE_MAX,
+    std::optional<runtime::DType> data_as = std::nullopt);
 
 // The most JSON values a request may hold besides its inputs' data numbers
 // (Note [Request memory bounded by the model]).

@@ -7,27 +7,6 @@
 #include "serving/errors.h"
 
 namespace grove::serving {
-namespace {
-
-// "/v2/models/NAME" + rest -> NAME when the path has that form.
-std::optional<std::string> model_in_path(const std::string& path, const std::string& rest) {
-  const std::string prefix = "/v2/models/";
-  if (path.rfind(prefix, 0) != 0 || path.size() <= prefix.size() + rest.size()) return {};
-  if (path.compare(path.size() - rest.size(), rest.size(), rest) != 0) return {};
-  std::string name = path.substr(prefix.size(), path.size() - prefix.size() - rest.size());
-  if (name.empty() || name.find('/') != std::string::npos) return {};
-  return name;
-}
-
-HttpResponse json_response(int status, std::string body) {
-  HttpResponse response;
-  response.status = status;
-  response.body = std::move(body);
-  return response;
-}
-
-}  // namespace
-
 KserveRoutes::KserveRoutes(InferenceService& service, std::string model_name, int retry_after_s,
                            std::function<std::string()> more_metrics)
     : service_(service),

@@ -36,11 +36,6 @@ std::string label(const std::string& value) {
   return escaped;
 }
 
-uint64_t counter(const nlohmann::json& object, const char* key) {
-  auto found = object.find(key);
-  return found != object.end() && found->is_number_unsigned() ? found->get<uint64_t>() : 0;
-}
-
 }  // namespace
 
 void prometheus_family(std::string& out, const std::string& name, const char* type,
@@ -149,31 +144,42 @@ std::string prometheus_text(const MetricsInput& input) {
 
   // The graph backend's counters and pool, per device (as last refreshed by
   // each worker: ServerConfig::backend_snapshot_period).
-  const std::pair<const char*, const char*> tree_counters[] = {
-      {"replays", "Graph replays."},
-      {"recordings", "Graph recordings."},
-      {"warmups", "Warm-up runs of the graph tree."},
-      {"eager_calls", "Calls the graph tree ran eagerly (fallbacks)."}};
-  for (const auto& [key, help] : tree_counters) {
-    const std::string name = str_cat("grove_graph_", key, "_total");
-    family(out, name, "counter", help);
-    for (const nlohmann::json& snapshot : input.backend_snapshots) {
-      if (!snapshot.contains("tree") || !snapshot["tree"].is_object()) continue;
-      sample(out, name, "device=\"" + label(snapshot.value("device", "?")) + "\"",
-             static_cast<double>(counter(snapshot["tree"], key)));
+  struct TreeCounter {
+    const char* key;
+    const char* help;
+    uint64_t runtime::TreeCounters::*field;
+  };
+  const TreeCounter tree_counters[] = {
+      {"replays", "Graph replays.", &runtime::TreeCounters::replays},
+      {"recordings", "Graph recordings.", &runtime::TreeCounters::recordings},
+      {"warmups", "Warm-up runs of the graph tree.", &runtime::TreeCounters::warmups},
+      {"eager_calls", "Calls the graph tree ran eagerly (fallbacks).",
+       &runtime::TreeCounters::eager_calls}};
+  for (const TreeCounter& counter : tree_counters) {
+    const std::string name = str_cat("grove_graph_", counter.key, "_total");
+    family(out, name, "counter", counter.help);
+    for (const WorkerSnapshot& snapshot : input.backend_snapshots) {
+      if (!snapshot.tree) continue;
+      sample(out, name, "device=\"" + label(snapshot.device.str()) + "\"",
+             static_cast<double>(snapshot.tree->counters.*counter.field));
     }
   }
-  const std::pair<const char*, const char*> pool_gauges[] = {
-      {"reserved_bytes", "Device memory the graph pool holds."},
-      {"allocated_bytes", "Graph pool memory in use by live blocks."}};
-  for (const auto& [key, help] : pool_gauges) {
-    const std::string name = str_cat("grove_graph_pool_", key);
-    family(out, name, "gauge", help);
-    for (const nlohmann::json& snapshot : input.backend_snapshots) {
-      auto memory = snapshot.find("memory");
-      if (memory == snapshot.end() || !memory->contains("pool")) continue;
-      sample(out, name, "device=\"" + label(snapshot.value("device", "?")) + "\"",
-             static_cast<double>(counter((*memory)["pool"], key)));
+  struct PoolGauge {
+    const char* key;
+    const char* help;
+    size_t runtime::PoolStats::*field;
+  };
+  const PoolGauge pool_gauges[] = {{"reserved_bytes", "Device memory the graph pool holds.",
+                                    &runtime::PoolStats::reserved_bytes},
+                                   {"allocated_bytes", "Graph pool memory in use by live blocks.",
+                                    &runtime::PoolStats::allocated_bytes}};
+  for (const PoolGauge& gauge : pool_gauges) {
+    const std::string name = str_cat("grove_graph_pool_", gauge.key);
+    family(out, name, "gauge", gauge.help);
+    for (const WorkerSnapshot& snapshot : input.backend_snapshots) {
+      if (!snapshot.memory.device) continue;
+      sample(out, name, "device=\"" + label(snapshot.device.str()) + "\"",
+             static_cast<double>(snapshot.memory.pool.*gauge.field));
     }
   }
   return out;

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "serving/server_stats.h"
+#include "serving/worker_reports.h"
 
 namespace grove::serving {
 
@@ -49,7 +50,7 @@ struct MetricsInput {
   std::map<int, uint64_t> http_responses;  // status code -> responses
   const LatencyHistogram* request_latency = nullptr;
   const LatencyHistogram* queue_wait = nullptr;
-  nlohmann::json backend_snapshots;  // Server::backend_snapshots()
+  std::vector<WorkerSnapshot> backend_snapshots;  // Server::backend_snapshots()
 };
 
 std::string prometheus_text(const MetricsInput& input);

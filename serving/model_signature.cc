@@ -90,6 +90,7 @@ CheckedRequest ModelSignature::check_request(Request request, int64_t max_batch)
                    "request input '", spec.name, "' (", given.str(), ") holds ", given.bytes.size(),
                    " bytes; its shape needs ", static_cast<size_t>(rows) * spec.row_bytes);
   }
+  count_request_check();
   return CheckedRequest(std::move(request), rows);
 }
 

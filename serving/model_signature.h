@@ -4,6 +4,7 @@
 // request against it once (Note [Requests checked once]).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,7 +24,12 @@ struct ModelSignature;
 // InputChecks::checked) or, for a Request built in C++, by Server::submit
 // (ModelSignature::check_request). Both hand back a CheckedRequest, which only
 // they can build, and the server queues only those: Server::submit_then of a
-// CheckedRequest and the worker rely on it and check nothing again. Tests:
+// CheckedRequest and the worker rely on it and check nothing again: the
+// worker's bucket inputs were bound once at warm-up (CompiledModel::
+// bind_inputs, Note [One input check per call]), so the door checks no batch.
+// Each check is counted (ModelSignature::request_checks, ServerStats::
+// request_checks; the door's, ServerStats::door_checks): one per request.
+// Tests: ServerTest.EachRequestIsCheckedOnce, KserveProtocol.AParsedRequestIsCheckedOnce,
 // ServerTest.ACheckedRequestIsServedAndAnUncheckedOneRefused,
 // ServerTest.ABadRequestFailsAloneAtSubmitWhileOthersAreServed (C++ requests),
 // KserveProtocol.AParsedRequestIsCheckedWithItsRows and the fronts' refusals
@@ -68,6 +74,20 @@ struct ModelSignature {
   // row shape, byte size, rows outside [1, max_batch], inputs with different
   // row counts).
   CheckedRequest check_request(Request request, int64_t max_batch) const;
+
+  // Requests checked against this signature object: each check_request() and
+  // each InputChecks::checked() that handed one back. A copy counts afresh.
+  uint64_t request_checks() const { return checks_.value.load(std::memory_order_relaxed); }
+  void count_request_check() const { checks_.value.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  struct CheckCounter {
+    std::atomic<uint64_t> value{0};
+    CheckCounter() = default;
+    CheckCounter(const CheckCounter&) {}
+    CheckCounter& operator=(const CheckCounter&) { return *this; }
+  };
+  mutable CheckCounter checks_;
 };
 
 }  // namespace grove::serving

@@ -18,6 +18,10 @@ void add_stats(ServerStats& total, const ServerStats& part) {
   total.batches += part.batches;
   total.rows += part.rows;
   total.padded_rows += part.padded_rows;
+  total.request_checks += part.request_checks;
+  total.door_checks += part.door_checks;
+  total.request_bytes_to_device += part.request_bytes_to_device;
+  total.request_copies_to_device += part.request_copies_to_device;
   total.largest_batch_rows = std::max(total.largest_batch_rows, part.largest_batch_rows);
   for (const auto& [rows, count] : part.batches_by_rows) total.batches_by_rows[rows] += count;
   for (const auto& [bucket, count] : part.batches_by_bucket) {
@@ -25,8 +29,13 @@ void add_stats(ServerStats& total, const ServerStats& part) {
   }
 }
 
-// The graph counters /metrics reports (serving/metrics.h).
-constexpr const char* kTreeCounters[] = {"replays", "recordings", "warmups", "eager_calls"};
+// The graph counters /metrics reports (serving/metrics.h), `from` added to `into`.
+void add_tree_counters(runtime::TreeCounters& into, const runtime::TreeCounters& from) {
+  into.replays += from.replays;
+  into.recordings += from.recordings;
+  into.warmups += from.warmups;
+  into.eager_calls += from.eager_calls;
+}
 
 std::string list_text(const std::vector<int64_t>& sizes) {
   std::string text;
@@ -86,30 +95,28 @@ ServerStats ReplanningServer::stats() const {
     total = retired_;
   }
   add_stats(total, server_->stats());
+  total.request_checks += signature_.request_checks();  // the fronts' checks
   return total;
 }
 
 size_t ReplanningServer::queue_size() const { return current()->queue_size(); }
 
-nlohmann::json ReplanningServer::backend_snapshots() const {
+std::vector<WorkerSnapshot> ReplanningServer::backend_snapshots() const {
   std::shared_lock<std::shared_mutex> lock(switch_mutex_);
-  nlohmann::json snapshots = server_->backend_snapshots();
+  std::vector<WorkerSnapshot> snapshots = server_->backend_snapshots();
   std::lock_guard<std::mutex> state(state_mutex_);
-  for (nlohmann::json& snapshot : snapshots) {
-    auto retired = retired_tree_.find(snapshot.value("device", ""));
-    if (retired == retired_tree_.end() || !snapshot.contains("tree") ||
-        !snapshot["tree"].is_object()) {
-      continue;
-    }
-    for (const auto& [key, count] : retired->second) {
-      nlohmann::json& value = snapshot["tree"][key];
-      value = (value.is_number_unsigned() ? value.get<uint64_t>() : 0) + count;
+  for (WorkerSnapshot& snapshot : snapshots) {
+    auto retired = retired_tree_.find(snapshot.device.str());
+    if (retired != retired_tree_.end() && snapshot.tree) {
+      add_tree_counters(snapshot.tree->counters, retired->second);
     }
   }
   return snapshots;
 }
 
-nlohmann::json ReplanningServer::worker_reports() const { return current()->worker_reports(); }
+std::vector<WorkerReport> ReplanningServer::worker_reports() const {
+  return current()->worker_reports();
+}
 
 std::vector<int64_t> ReplanningServer::buckets() const { return current()->config().buckets; }
 
@@ -150,10 +157,8 @@ bool ReplanningServer::replan_now() {
   }
   if (replan_.memory_budget_bytes > 0) {
     int64_t pool = 0;
-    for (const nlohmann::json& snapshot : old->backend_snapshots()) {
-      if (snapshot.contains("memory") && snapshot["memory"].contains("pool")) {
-        pool += snapshot["memory"]["pool"].value("reserved_bytes", int64_t{0});
-      }
+    for (const WorkerSnapshot& snapshot : old->backend_snapshots()) {
+      pool += static_cast<int64_t>(snapshot.memory.pool.reserved_bytes);
     }
     if (2 * pool > replan_.memory_budget_bytes) {
       if (replan_.on_switch) {
@@ -175,17 +180,13 @@ bool ReplanningServer::replan_now() {
     server_ = replacement;
   }
   old->shutdown(ShutdownMode::kDrain);
-  const nlohmann::json reports = old->worker_reports();  // tree_at_exit is set now
+  const std::vector<WorkerReport> reports = old->worker_reports();  // tree_at_exit is set now
   {
     std::lock_guard<std::mutex> state(state_mutex_);
     add_stats(retired_, old->stats());
-    for (const nlohmann::json& report : reports) {
-      const nlohmann::json& tree = report["tree_at_exit"];
-      if (!tree.is_object()) continue;
-      for (const char* key : kTreeCounters) {
-        if (tree.contains(key) && tree[key].is_number_unsigned()) {
-          retired_tree_[report.value("device", "")][key] += tree[key].get<uint64_t>();
-        }
+    for (const WorkerReport& report : reports) {
+      if (report.tree_at_exit) {
+        add_tree_counters(retired_tree_[report.device.str()], report.tree_at_exit->counters);
       }
     }
     planned_at_.clear();  // the new Server counts from zero

@@ -73,7 +73,7 @@ class ReplanningServer : public InferenceService {
   int64_t max_batch() const override { return config_.max_batch; }
   ServerStats stats() const override;
   size_t queue_size() const override;
-  nlohmann::json backend_snapshots() const override;
+  std::vector<WorkerSnapshot> backend_snapshots() const override;
 
   // The current buckets.
   std::vector<int64_t> buckets() const;
@@ -85,7 +85,7 @@ class ReplanningServer : public InferenceService {
   uint64_t switches() const;
   void shutdown(ShutdownMode mode = ShutdownMode::kDrain);
   // The current Server's worker reports.
-  nlohmann::json worker_reports() const;
+  std::vector<WorkerReport> worker_reports() const;
 
  private:
   void planner_main();
@@ -101,7 +101,7 @@ class ReplanningServer : public InferenceService {
   ServerStats retired_;             // counters of the Servers replaced
   // Graph counters of the Servers replaced, by device, added to the current
   // Server's in backend_snapshots() so /metrics counters never go back.
-  std::map<std::string, std::map<std::string, uint64_t>> retired_tree_;
+  std::map<std::string, runtime::TreeCounters> retired_tree_;
   std::map<int64_t, uint64_t> planned_at_;  // batches_by_rows when the last plan was made
   uint64_t switches_ = 0;
   bool stopping_ = false;

@@ -107,6 +107,12 @@ std::future<Response> Server::submit_then(CheckedRequest request, std::function<
   return future;
 }
 
+ServerStats Server::stats() const {
+  ServerStats stats = stats_.snapshot();
+  stats.request_checks = signature_.request_checks();
+  return stats;
+}
+
 void Server::shutdown(ShutdownMode mode) {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shut_down_) return;
@@ -126,14 +132,14 @@ void Server::shutdown(ShutdownMode mode) {
   for (auto& worker : workers_) worker->join();
 }
 
-nlohmann::json Server::worker_reports() const {
-  nlohmann::json reports = nlohmann::json::array();
+std::vector<WorkerReport> Server::worker_reports() const {
+  std::vector<WorkerReport> reports;
   for (const auto& worker : workers_) reports.push_back(worker->report());
   return reports;
 }
 
-nlohmann::json Server::backend_snapshots() const {
-  nlohmann::json snapshots = nlohmann::json::array();
+std::vector<WorkerSnapshot> Server::backend_snapshots() const {
+  std::vector<WorkerSnapshot> snapshots;
   for (const auto& worker : workers_) snapshots.push_back(worker->backend_snapshot());
   return snapshots;
 }

@@ -22,7 +22,6 @@
 #include <future>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "serving/device_worker.h"
@@ -66,16 +65,16 @@ class Server : public InferenceService {
 
   // A request is counted (completed, failed, cancelled) before its future
   // becomes ready, so a caller holding an answer sees it counted.
-  ServerStats stats() const override { return stats_.snapshot(); }
+  ServerStats stats() const override;
   size_t queue_size() const override { return queue_.size(); }
   const ServerConfig& config() const { return config_; }
   const ModelSignature& signature() const override { return signature_; }
   int64_t max_batch() const override { return config_.max_batch; }
-  // One DeviceWorker::report() per device; the tree counters at exit are
-  // filled in after shutdown().
-  nlohmann::json worker_reports() const;
-  // One DeviceWorker::backend_snapshot() per device (a JSON array).
-  nlohmann::json backend_snapshots() const override;
+  // One DeviceWorker::report() per device; the trees at exit are filled in
+  // after shutdown().
+  std::vector<WorkerReport> worker_reports() const;
+  // One DeviceWorker::backend_snapshot() per device.
+  std::vector<WorkerSnapshot> backend_snapshots() const override;
 
  private:
   ServerConfig config_;

@@ -26,7 +26,11 @@ nlohmann::json ServerStats::to_json() const {
                         {"mean_batch_rows", mean_batch_rows()},
                         {"mean_batch_fill", mean_batch_fill()},
                         {"batches_by_rows", by_rows},
-                        {"batches_by_bucket", by_bucket}};
+                        {"batches_by_bucket", by_bucket},
+                        {"request_checks", request_checks},
+                        {"door_checks", door_checks},
+                        {"request_bytes_to_device", request_bytes_to_device},
+                        {"request_copies_to_device", request_copies_to_device}};
 }
 
 void StatsRecorder::batch(int64_t rows, int64_t bucket) {
@@ -37,6 +41,12 @@ void StatsRecorder::batch(int64_t rows, int64_t bucket) {
   stats_.largest_batch_rows = std::max(stats_.largest_batch_rows, rows);
   ++stats_.batches_by_rows[rows];
   ++stats_.batches_by_bucket[bucket];
+}
+
+void StatsRecorder::copied_to_device(uint64_t bytes, uint64_t copies) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.request_bytes_to_device += bytes;
+  stats_.request_copies_to_device += copies;
 }
 
 void StatsRecorder::not_queued(bool queue_full) {

@@ -23,6 +23,14 @@ struct ServerStats {
   int64_t largest_batch_rows = 0;
   std::map<int64_t, uint64_t> batches_by_rows;    // real rows per batch -> batches
   std::map<int64_t, uint64_t> batches_by_bucket;  // bucket -> batches
+  // Note [Requests checked once]: shape and dtype checks of requests (one per
+  // request), and the door's checks of batches (none: inputs bound at warm-up).
+  uint64_t request_checks = 0;
+  uint64_t door_checks = 0;
+  // Note [Request bytes copied once]: request bytes copied from the host rows
+  // the fronts decoded them into to the device, and the copies that took.
+  uint64_t request_bytes_to_device = 0;
+  uint64_t request_copies_to_device = 0;
 
   // Accepted requests not yet answered (queued or in a running batch).
   uint64_t pending() const { return submitted - completed - failed - cancelled; }
@@ -44,6 +52,8 @@ class StatsRecorder {
   void failed(uint64_t count) { bump(&ServerStats::failed, count); }
   void cancelled(uint64_t count) { bump(&ServerStats::cancelled, count); }
   void batch(int64_t rows, int64_t bucket);
+  void door_checks(uint64_t count) { bump(&ServerStats::door_checks, count); }
+  void copied_to_device(uint64_t bytes, uint64_t copies);
   ServerStats snapshot() const;
 
  private:

@@ -5,7 +5,8 @@
 #   includes    no header crosses a layer: platform headers (runtime/cuda,
 #               runtime/sim) only inside runtime/ and the tests; nothing under
 #               benchmarks/ or tests/ from the product (runtime, compiler,
-#               cudagraph_trees, serving, cli); nothing under tests/ from
+#               cudagraph_trees, training, distributed, weights, serving, cli,
+#               capi); nothing under tests/ from
 #               benchmarks/; nothing above the runtime from it, above the
 #               compiler from it, or above training from it; the tree manager
 #               sees compiler/lowered_function.h only; compiler/lowering and
@@ -52,10 +53,10 @@ includes_matching() {
 include_violations() {
   local sources
   sources=$(cat)
-  local product='^(runtime|compiler|cudagraph_trees|serving|cli|capi)/'
-  local above_runtime='^(compiler|cudagraph_trees|serving|cli|capi|benchmarks)/'
+  local product='^(runtime|compiler|cudagraph_trees|training|distributed|weights|serving|cli|capi)/'
+  local above_runtime='^(compiler|cudagraph_trees|training|distributed|weights|serving|cli|capi|benchmarks)/'
   grep -E "$above_runtime" <<<"$sources" | includes_matching '"runtime/(cuda|sim)/' |
-    sed 's/$/  (a platform header above the runtime: use runtime::Backend)/'
+    sed 's/$/  (a platform header above the runtime: use runtime::Platform)/'
   grep -E "$product" <<<"$sources" | includes_matching '"(benchmarks|tests)/' |
     sed 's/$/  (the product includes the harness or the tests)/'
   grep -E '^benchmarks/' <<<"$sources" | includes_matching '"tests/' |

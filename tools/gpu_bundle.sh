@@ -228,17 +228,26 @@ if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:
   cp tools/op_table.py README.md "$bundle/grove/tools/" && mv "$bundle/grove/tools/README.md" "$bundle/grove/"
   cp tests/python_support/junit_main.py "$bundle/grove/tests/python_support/"
   cp benchmarks/torch_backend.py "$bundle/grove/benchmarks/"
+  # The zoo of real models (issue 33) and its training table (issue 34); they import
+  # tests/python's model builders, copied above.
+  cp benchmarks/torch_zoo.py benchmarks/zoo_training.py "$bundle/grove/benchmarks/"
   # The decode benchmark's PyTorch side (issue 38), run by hand after benchmarks/decode/decode.
   mkdir -p "$bundle/grove/benchmarks/decode"
   cp benchmarks/decode/compare_hf.py "$bundle/grove/benchmarks/decode/"
-  for test in tests/python/*_test.py; do echo "$test" >>"$bundle/python_tests.txt"; done
+  # A benchmarks half lists no tests (Note [Steps a half bundle does not carry]): the
+  # Python tests run with the tests half, which carries the CLI some of them start.
+  if [ "${GROVE_BUNDLE_ONLY:-}" != benchmarks ]; then
+    for test in tests/python/*_test.py; do echo "$test" >>"$bundle/python_tests.txt"; done
+  fi
   # Decoders against transformers (issue 38); they run the bundle's cli/grove.
   mkdir -p "$bundle/grove/tests/serving/llm"
   cp tests/serving/llm/*.py "$bundle/grove/tests/serving/llm/"
   cp tests/serving/serve_process.py "$bundle/grove/tests/serving/"
-  echo tests/serving/llm/gpu_transformers_test.py >>"$bundle/python_tests.txt"
-  # `grove serve MODEL_DIR --device cuda`: 8 concurrent clients and a disconnect.
-  echo tests/serving/llm/gpu_llm_http_test.py >>"$bundle/python_tests.txt"
+  if [ "${GROVE_BUNDLE_ONLY:-}" != benchmarks ]; then
+    echo tests/serving/llm/gpu_transformers_test.py >>"$bundle/python_tests.txt"
+    # `grove serve MODEL_DIR --device cuda`: 8 concurrent clients and a disconnect.
+    echo tests/serving/llm/gpu_llm_http_test.py >>"$bundle/python_tests.txt"
+  fi
 else
   echo "capi/libgrove.so" >>"$bundle/not_built.txt"
 fi

@@ -208,7 +208,9 @@ if [ "$run_benchmarks" -eq 1 ]; then
       tee "$logs/$name.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark $path failed"
   done <"$here/benchmarks.txt"
-  if [ -f "$tree/grove/benchmarks/torch_backend.py" ]; then
+  # GROVE_PYTHON_BENCHMARKS=0 leaves the PyTorch benchmarks to a call of their own
+  # (together they outlast one device call with the C++ benchmarks).
+  if [ "${GROVE_PYTHON_BENCHMARKS:-1}" != 0 ] && [ -f "$tree/grove/benchmarks/torch_backend.py" ]; then
     case "benchmarks/torch_backend.py" in
       *"$benchmark_filter"*)
         echo
@@ -219,7 +221,7 @@ if [ "$run_benchmarks" -eq 1 ]; then
         [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark benchmarks/torch_backend.py failed" ;;
     esac
   fi
-  if [ -f "$tree/grove/benchmarks/torch_zoo.py" ]; then
+  if [ "${GROVE_PYTHON_BENCHMARKS:-1}" != 0 ] && [ -f "$tree/grove/benchmarks/torch_zoo.py" ]; then
     case "benchmarks/torch_zoo.py" in
       *"$benchmark_filter"*)
         echo

@@ -4,6 +4,15 @@ two). Kept apart from write_results_sections.py, which lists them in SECTIONS.""
 import write_results_sections as sections  # noqa: E402  (lives next to this file)
 
 
+def clients_text(report):
+    """"64 keep-alive clients", or with --connections K "64 clients x K connections each"."""
+    clients, connections = report.get("clients", "?"), report.get("connections_per_client", 1)
+    if connections == 1:
+        return "%s keep-alive clients" % clients
+    return ("%s clients × %s keep-alive connections each (a request in flight on each)"
+            % (clients, connections))
+
+
 def serve_http(report):
     every = sections.rows_of(report)
     # Runs measured with idle and slowloris connections held open have a table of their own.
@@ -22,11 +31,11 @@ def serve_http(report):
     lines = ["`grove serve`'s whole path under open-loop load over loopback (%s, one row per "
              "request as KServe v2 JSON, or with the binary tensor data extension where the "
              "encoding says binary, or over gRPC with raw contents where it says grpc, %s "
-             "keep-alive clients with Poisson arrivals, %s ms per "
+             "with Poisson arrivals, %s ms per "
              "rate and backend): offered and answered requests per second, latency from a "
              "request's scheduled arrival to its whole answer read by the client. A run is "
              "saturated when it got 503s or answered under 90%% of the offered rate."
-             % (report.get("model", "?"), report.get("clients", "?"),
+             % (report.get("model", "?"), clients_text(report),
                 report.get("duration_ms", "?")), ""]
     lines += sections.table(["max batch", "backend", "encoding", "offered/s", "answered/s",
                              "503s", "errors", "p50", "p99", "mean batch", "saturated",

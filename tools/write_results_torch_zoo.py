@@ -43,6 +43,15 @@ def _errors(rows, keys):
     return lines
 
 
+def _kernels(entry):
+    """"kernels / GPU µs" per call from the row's profile (Note [Kernels per
+    call in the zoo], benchmarks/torch_zoo.py), or "-"."""
+    profile = entry.get("kernels") if isinstance(entry, dict) else None
+    if not profile or "kernels_per_call" not in profile:
+        return "-"
+    return "%g / %.0f" % (profile["kernels_per_call"], profile["gpu_us_per_call"])
+
+
 def render(report):
     rows = sections.rows_of(report, "rows")
     table = []
@@ -53,15 +62,19 @@ def render(report):
                       "-" if r.get("graph_replays_per_call") is None
                       else "%g" % r["graph_replays_per_call"]] +
                      [_latency(r.get(key)) for key, _ in VARIANTS] +
-                     [sections.ratio(r.get("grove_over_reduce_overhead"))])
+                     [sections.ratio(r.get("grove_over_reduce_overhead"))] +
+                     [_kernels(r.get(key)) for key in ("torch_reduce_overhead", "grove")])
     lines = ["Models with random weights on PyTorch %s, %s, f32 (TF32 off), %s calls per variant "
              "(median µs): ops grove left to PyTorch, grove graph replays per call, latency of "
-             "PyTorch eager, `mode=\"reduce-overhead\"` and `backend=\"grove\"` (%.0f s in all)."
+             "PyTorch eager, `mode=\"reduce-overhead\"` and `backend=\"grove\"`, and the "
+             "kernels per call with their GPU time (torch.profiler; µs) of reduce-overhead and "
+             "grove (%.0f s in all)."
              % (report.get("torch", "?"), report.get("device", "?"), report.get("repeats", "?"),
                 report.get("seconds") or 0), ""]
     lines += sections.table(["model", "batch", "ops in PyTorch", "replays/call"] +
-                            [label for _, label in VARIANTS] + ["grove / r-o"], table,
-                            ["l", "r", "l", "r", "r", "r", "r", "r"])
+                            [label for _, label in VARIANTS] +
+                            ["grove / r-o", "r-o kernels / µs", "grove kernels / µs"], table,
+                            ["l", "r", "l", "r", "r", "r", "r", "r", "r", "r"])
     decode = sections.rows_of(report, "decode")
     if decode:
         rows_out = [[d.get("model", "?"), d.get("new_tokens", "?")] +

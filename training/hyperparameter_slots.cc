@@ -16,26 +16,26 @@ HyperparameterSlots::HyperparameterSlots(size_t count, runtime::Device device)
     auto at = static_cast<int64_t>(i);
     scalars_.push_back(buffer_.slice(0, at, at + 1).view({}));
   }
-  runtime::Backend& backend = runtime::device_context(device).backend();
+  runtime::Platform& platform = runtime::device_context(device).platform();
   try {
     for (Slot& slot : ring_) {
       slot.host = runtime::PinnedHostBuffer(device, count * sizeof(float));
-      slot.copied = backend.create_event(/*enable_timing=*/false);
+      slot.copied = platform.create_event(/*enable_timing=*/false);
     }
   } catch (...) {
     for (Slot& slot : ring_) {
-      if (slot.copied.impl != nullptr) backend.destroy_event(slot.copied);
+      if (slot.copied.impl != nullptr) platform.destroy_event(slot.copied);
     }
     throw;
   }
 }
 
 HyperparameterSlots::~HyperparameterSlots() {
-  runtime::Backend& backend = runtime::device_context(device_).backend();
+  runtime::Platform& platform = runtime::device_context(device_).platform();
   for (Slot& slot : ring_) {
     // The copy reads the pinned slot when the stream reaches it.
-    if (slot.pending) backend.synchronize_event(slot.copied);
-    if (slot.copied.impl != nullptr) backend.destroy_event(slot.copied);
+    if (slot.pending) platform.synchronize_event(slot.copied);
+    if (slot.copied.impl != nullptr) platform.destroy_event(slot.copied);
   }
 }
 
@@ -45,14 +45,14 @@ const compiler::TensorList& HyperparameterSlots::write(const std::vector<double>
   std::vector<float> next(values.begin(), values.end());
   if (written_ && next == last_) return scalars_;
   runtime::DeviceContext& context = runtime::device_context(device_);
-  runtime::Backend& backend = context.backend();
+  runtime::Platform& platform = context.platform();
   runtime::StreamHandle stream = context.current_stream();
   Slot& slot = ring_[next_];
-  if (slot.pending) backend.synchronize_event(slot.copied);
+  if (slot.pending) platform.synchronize_event(slot.copied);
   std::memcpy(slot.host.data(), next.data(), count_ * sizeof(float));
-  backend.copy_async(buffer_.data_ptr(), slot.host.data(), count_ * sizeof(float),
-                     runtime::CopyKind::kHostToDevice, stream);
-  backend.record_event(slot.copied, stream);
+  platform.copy_async(buffer_.data_ptr(), slot.host.data(), count_ * sizeof(float),
+                      runtime::CopyKind::kHostToDevice, stream);
+  platform.record_event(slot.copied, stream);
   slot.pending = true;
   next_ = (next_ + 1) % kRing;
   last_ = std::move(next);

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "compiler/lowered_function.h"
-#include "runtime/backend.h"
 #include "runtime/device.h"
 #include "runtime/pinned_host_buffer.h"
+#include "runtime/platform.h"
 
 namespace grove::training {
 

@@ -43,6 +43,24 @@ OptimizerProgram build_optimizer_program(const compiler::ir::Program& model,
   for (const std::string& name : result.hyperparameter_names) {
     hyper.push_back(b.input(name, {}, runtime::DType::kF32));
   }
+  compiler::ir::ValueId flat_gradients = -1;
+  int64_t flat_offset = 0;
+  if (gradients == GradientSource::kFlatInput) {
+    int64_t total = 0;
+    for (compiler::ir::ValueId id : params) {
+      GROVE_CHECK(id >= 0 && id < static_cast<compiler::ir::ValueId>(model.values().size()),
+                  "build_optimizer_program: value id ", id, " of program '", model.name(),
+                  "' is not a param");
+      const compiler::ir::Value& param = model.value(id);
+      const compiler::ir::Value& first = model.value(params.front());
+      GROVE_CHECK_AS(DTypeError, param.type.dtype == first.type.dtype,
+                     "build_optimizer_program: flat gradients need one dtype for every param; '",
+                     first.name, "' is ", runtime::dtype_name(first.type.dtype), ", '", param.name,
+                     "' is ", runtime::dtype_name(param.type.dtype));
+      total += param.type.numel();
+    }
+    flat_gradients = b.input("grads", {total}, model.value(params.front()).type.dtype);
+  }
   std::set<compiler::ir::ValueId> seen;
   for (compiler::ir::ValueId id : params) {
     GROVE_CHECK(id >= 0 && id < static_cast<compiler::ir::ValueId>(model.values().size()) &&
@@ -58,10 +76,18 @@ OptimizerProgram build_optimizer_program(const compiler::ir::Program& model,
     const compiler::ir::TensorType& type = param.type;
     compiler::ir::ValueId value = b.param(param.name, type.shape, type.dtype, *param.initializer);
     const std::string grad_name = compiler::autodiff::gradient_buffer_name(param.name);
-    compiler::ir::ValueId grad =
-        gradients == GradientSource::kBuffer
-            ? b.buffer(grad_name, type.shape, type.dtype, compiler::ir::zeros_init())
-            : b.input(grad_name, type.shape, type.dtype);
+    compiler::ir::ValueId grad = -1;
+    if (gradients == GradientSource::kBuffer) {
+      grad = b.buffer(grad_name, type.shape, type.dtype, compiler::ir::zeros_init());
+    } else if (gradients == GradientSource::kInput) {
+      grad = b.input(grad_name, type.shape, type.dtype);
+    } else {
+      const int64_t numel = type.numel();
+      compiler::ir::ValueId part =
+          b.slice(flat_gradients, 0, flat_offset, flat_offset + numel, grad_name + ".flat");
+      grad = b.reshape(part, type.shape, grad_name);
+      flat_offset += numel;
+    }
     result.params.push_back(value);
     result.gradients.push_back(grad);
     if (kind == OptimizerKind::kSgdMomentum) {

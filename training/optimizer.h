@@ -8,7 +8,9 @@
 //           then per param: <param>, grad.<param>, <param>.exp_avg, <param>.exp_avg_sq
 // With GradientSource::kInput each grad.<param> is an `input` instead of a
 // buffer (python/grove/optim.py passes PyTorch's .grad tensors each step,
-// through grove_optimizer_program in capi/grove.h).
+// through grove_optimizer_program in capi/grove.h); with kFlatInput one flat
+// input "grads" holds every param's gradient in order (one buffer a process
+// group's collective reduces whole) and grad.<param> is its slice, reshaped.
 //
 // The hyper-parameters are program inputs, so a learning-rate schedule (or
 // the step count of AdamW's bias correction) changes no kernel and no graph.
@@ -34,8 +36,10 @@ const char* optimizer_kind_name(OptimizerKind kind);  // "sgd_momentum", "adamw"
 OptimizerKind parse_optimizer_kind(const std::string& name);
 
 // Where the step reads each gradient: a buffer the backward program wrote
-// (the Trainer), or an input of every call (a caller that owns its gradients).
-enum class GradientSource : uint8_t { kBuffer, kInput };
+// (the Trainer), an input of every call (a caller that owns its gradients),
+// or a slice of one flat input "grads" (every param's, in order; all params
+// of one dtype).
+enum class GradientSource : uint8_t { kBuffer, kInput, kFlatInput };
 
 // Every hyper-parameter either optimizer reads; each reads its own subset.
 struct Hyperparameters {

@@ -135,14 +135,14 @@ struct BareContender {
 // carry). Latency minus GPU time is what the host adds; for the bare replay
 // and cudagraphs the GPU time differs only by the work the backend enqueues
 // besides the graph (input copies, copy-backs).
-void time_on_gpu(const std::function<void()>& call, runtime::Backend& device_backend,
+void time_on_gpu(const std::function<void()>& call, runtime::Platform& platform,
                  runtime::StreamHandle stream, runtime::EventHandle before,
                  runtime::EventHandle after, std::vector<double>& gpu_us) {
-  device_backend.record_event(before, stream);
+  platform.record_event(before, stream);
   call();
-  device_backend.record_event(after, stream);
-  device_backend.synchronize_stream(stream);
-  gpu_us.push_back(1000.0 * device_backend.elapsed_ms(before, after));
+  platform.record_event(after, stream);
+  platform.synchronize_stream(stream);
+  gpu_us.push_back(1000.0 * platform.elapsed_ms(before, after));
 }
 
 // Note [Each timed call after one of its own]
@@ -154,20 +154,20 @@ void time_on_gpu(const std::function<void()>& call, runtime::Backend& device_bac
 // bare replay of gpt4x256 b=1 about 24 us faster than the same graph launched
 // by "cudagraphs". A serving loop calls one model again and again, so each
 // timed call now follows one untimed call of its own contender.
-void prime(const std::function<void()>& call, runtime::Backend& device_backend,
+void prime(const std::function<void()>& call, runtime::Platform& platform,
            runtime::StreamHandle stream) {
   call();
-  device_backend.synchronize_stream(stream);
+  platform.synchronize_stream(stream);
 }
 
 // Times one call: until it returns (enqueue) and until its stream is done.
-void call_and_wait(const std::function<void()>& call, runtime::Backend& device_backend,
+void call_and_wait(const std::function<void()>& call, runtime::Platform& platform,
                    runtime::StreamHandle stream, std::vector<double>& enqueue_us,
                    std::vector<double>& total_us) {
   Stopwatch watch;
   call();
   enqueue_us.push_back(watch.elapsed_us());
-  device_backend.synchronize_stream(stream);
+  platform.synchronize_stream(stream);
   total_us.push_back(watch.elapsed_us());
 }
 
@@ -239,7 +239,7 @@ CaseResult run_case(const Case& config, const Options& options) {
   result.gemms = report.library_gemms;
 
   runtime::DeviceContext& context = runtime::device_context(options.device);
-  runtime::Backend& device_backend = context.backend();
+  runtime::Platform& platform = context.platform();
   runtime::StreamHandle stream = context.current_stream();
   const int64_t vocabulary = program.value(program.outputs()[0]).type.shape.back();
   compiler::TensorList inputs = random_inputs(program, options.device, 2026, vocabulary);
@@ -247,7 +247,7 @@ CaseResult run_case(const Case& config, const Options& options) {
   for (Contender& contender : contenders) {
     for (int64_t i = 0; i < options.warmup; ++i) (*contender.model)(inputs);
   }
-  device_backend.synchronize_stream(stream);
+  platform.synchronize_stream(stream);
   // Graph outputs are overwritten by the next replay: compare before calling again.
   std::optional<bool> identical;
   if (contenders.size() > 1) {
@@ -272,46 +272,46 @@ CaseResult run_case(const Case& config, const Options& options) {
                        for (runtime::GraphRecording* graph : bare_graphs) graph->replay(stream);
                      },
                      graph_nodes});
-    device_backend.synchronize_stream(stream);
+    platform.synchronize_stream(stream);
     if (body.capture(*contenders[0].model, inputs, options.device, stream)) {
       bares.push_back(
           {kBareBody, [&] { body.graph->replay(stream); }, count_graph_nodes({body.graph.get()})});
     }
   }
-  device_backend.synchronize_stream(stream);
+  platform.synchronize_stream(stream);
 
   nlohmann::json stats_before_timing = graph_counters();
   // Note [Each timed call after one of its own].
   for (int64_t i = 0; i < options.iters; ++i) {
     for (Contender& contender : contenders) {
       std::function<void()> call = [&] { (*contender.model)(inputs); };
-      prime(call, device_backend, stream);
-      call_and_wait(call, device_backend, stream, contender.enqueue_us, contender.samples_us);
+      prime(call, platform, stream);
+      call_and_wait(call, platform, stream, contender.enqueue_us, contender.samples_us);
     }
     for (BareContender& bare : bares) {
-      prime(bare.call, device_backend, stream);
-      call_and_wait(bare.call, device_backend, stream, bare.enqueue_us, bare.samples_us);
+      prime(bare.call, platform, stream);
+      call_and_wait(bare.call, platform, stream, bare.enqueue_us, bare.samples_us);
     }
   }
   nlohmann::json stats_after = graph_counters();
 
   // Note [GPU time of a call].
   {
-    runtime::EventHandle before = device_backend.create_event(true);
-    runtime::EventHandle after = device_backend.create_event(true);
+    runtime::EventHandle before = platform.create_event(true);
+    runtime::EventHandle after = platform.create_event(true);
     for (int64_t i = 0; i < options.iters; ++i) {
       for (Contender& contender : contenders) {
         std::function<void()> call = [&] { (*contender.model)(inputs); };
-        prime(call, device_backend, stream);
-        time_on_gpu(call, device_backend, stream, before, after, contender.gpu_us);
+        prime(call, platform, stream);
+        time_on_gpu(call, platform, stream, before, after, contender.gpu_us);
       }
       for (BareContender& bare : bares) {
-        prime(bare.call, device_backend, stream);
-        time_on_gpu(bare.call, device_backend, stream, before, after, bare.gpu_us);
+        prime(bare.call, platform, stream);
+        time_on_gpu(bare.call, platform, stream, before, after, bare.gpu_us);
       }
     }
-    device_backend.destroy_event(before);
-    device_backend.destroy_event(after);
+    platform.destroy_event(before);
+    platform.destroy_event(after);
   }
 
   for (const Contender& contender : contenders) {
@@ -459,13 +459,10 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Per-call inference latency of eager vs cudagraphs.", kFlags).c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Per-call inference latency of eager vs cudagraphs.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   std::vector<Case> cases;
   for (int64_t batch : options.mlp_batches) {
@@ -477,7 +474,7 @@ int run(int argc, char** argv) {
 
   std::printf("backend latency on %s (%s), f32, %lld timed calls per backend after %lld warm-up\n",
               options.device.str().c_str(),
-              runtime::device_context(options.device).backend().name().c_str(),
+              runtime::device_context(options.device).platform().name().c_str(),
               static_cast<long long>(options.iters), static_cast<long long>(options.warmup));
   if (!backend_registered(kGraphBackend)) std::printf("note: %s\n", kNotRegistered);
   std::fflush(stdout);

@@ -32,7 +32,7 @@ namespace {
 constexpr const char* kName = "bucket_plan";
 
 const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    kDeviceFlag,
     {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
     {"--model", "NAME", "model served, batched along its 'batch' dim (default mlp16x512)"},
     {"--max-batch", "N", "largest batch and bucket (default 16)"},
@@ -41,7 +41,7 @@ const std::vector<FlagSpec> kFlags = {
      "(default 3:50,12:40,1:7,16:3)"},
     {"--batches", "N", "batches in each trace (default 200)"},
     {"--seed", "N", "seed of the traces (default 2026)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
 };
 
 struct SetResult {
@@ -106,11 +106,8 @@ SetResult measure(const std::string& name, const std::vector<int64_t>& buckets,
   SetResult result;
   result.name = name;
   result.buckets = buckets;
-  nlohmann::json snapshots = server.backend_snapshots();
-  for (const nlohmann::json& snapshot : snapshots) {
-    if (snapshot.contains("memory") && snapshot["memory"].contains("pool")) {
-      result.pool_reserved_bytes += snapshot["memory"]["pool"].value("reserved_bytes", int64_t{0});
-    }
+  for (const serving::WorkerSnapshot& snapshot : server.backend_snapshots()) {
+    result.pool_reserved_bytes += static_cast<int64_t>(snapshot.memory.pool.reserved_bytes);
   }
   server.shutdown();
   serving::ServerStats stats = server.stats();
@@ -122,16 +119,13 @@ SetResult measure(const std::string& name, const std::vector<int64_t>& buckets,
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(usage_text(kName,
+  std::optional<FlagValues> parsed =
+      parse_flags_or_help(kName,
                           "Planned batch buckets against powers of two on a skewed trace: "
                           "padding, pool memory, time per batch.",
-                          kFlags)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+                          argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   const runtime::Device device = resolve_device(flags.text("--device", "auto"));
   const std::string models_dir = flags.text("--models", "benchmarks/models");
   const std::string model_name = flags.text("--model", "mlp16x512");
@@ -157,7 +151,7 @@ int run(int argc, char** argv) {
   const std::vector<int64_t> pow2 = serving::power_of_two_buckets(max_batch);
   const std::vector<int64_t> planned = serving::plan_buckets(seen, max_batch, pow2.size());
   std::printf("bucket_plan on %s (%s): %s, max batch %lld, %zu batches per trace\n",
-              device.str().c_str(), runtime::device_context(device).backend().name().c_str(),
+              device.str().c_str(), runtime::device_context(device).platform().name().c_str(),
               model_name.c_str(), static_cast<long long>(max_batch), batches);
   std::fflush(stdout);
   serving::ProgramFactory model =

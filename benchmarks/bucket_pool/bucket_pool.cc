@@ -39,10 +39,10 @@ constexpr const char* kName = "bucket_pool";
 const std::vector<int64_t> kBuckets = {1, 2, 4, 8, 16, 32, 64};
 
 const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    kDeviceFlag,
     {"--width", "W", "f32 elements per row (default 4096)"},
     {"--kernels", "K", "row-wise kernels in the chain (default 8)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
 };
 
 BucketSpec chain_spec(int64_t kernels, std::vector<int64_t> buckets) {
@@ -85,13 +85,10 @@ runtime::PoolStats pool_stats(const TreeManager& trees) {
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Pool bytes of shape buckets: shared pool vs separate.", kFlags).c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Pool bytes of shape buckets: shared pool vs separate.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   runtime::Device device = resolve_device(flags.text("--device", "auto"));
   const int64_t width = flags.integer("--width", 4096, 1, 1 << 20);
   const int64_t kernels = flags.integer("--kernels", 8, 1, 256);

@@ -1,5 +1,6 @@
 #include "benchmarks/common/flags.h"
 
+#include <cstdio>
 #include <iostream>
 
 #include "runtime/device_context.h"
@@ -22,6 +23,15 @@ FlagValues parse_flags(const std::string& program, int argc, char** argv,
 std::string usage_text(const std::string& program, const std::string& summary,
                        const std::vector<FlagSpec>& known) {
   return cli::help_text(command_spec(program, summary, known));
+}
+
+std::optional<FlagValues> parse_flags_or_help(const std::string& program,
+                                              const std::string& summary, int argc, char** argv,
+                                              const std::vector<FlagSpec>& known) {
+  FlagValues flags = parse_flags(program, argc, argv, known);
+  if (!flags.help_requested()) return flags;
+  std::fputs(usage_text(program, summary, known).c_str(), stdout);
+  return std::nullopt;
 }
 
 runtime::Device resolve_device(const std::string& flag) {

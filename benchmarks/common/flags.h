@@ -1,11 +1,11 @@
 // Command-line flags, the device choice and main() for grove's benchmarks, on
 // the flag tables of cli/common/flags.h (CLI11):
 //
-//   const std::vector<FlagSpec> kFlags = {{"--iters", "N", "timed calls (default 200)"}};
+//   const std::vector<FlagSpec> kFlags = {kDeviceFlag, {"--iters", "N", "timed calls (default
+//   200)"}, kJsonFlag};
 //   int run(int argc, char** argv) {
-//     FlagValues flags = parse_flags("my_bench", argc, argv, kFlags);
-//     if (flags.help_requested()) { std::fputs(usage_text("my_bench", "...", kFlags).c_str(),
-//                                              stdout); return 0; }
+//     std::optional<FlagValues> parsed = parse_flags_or_help("my_bench", "...", argc, argv,
+//     kFlags); if (!parsed) return 0;  // --help was printed const FlagValues& flags = *parsed;
 //     runtime::Device device = resolve_device(flags.text("--device", "auto"));
 //     int64_t iters = flags.integer("--iters", 200, 1);
 //     ...
@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,17 @@ FlagValues parse_flags(const std::string& program, int argc, char** argv,
 // The --help text: "usage: <program> [options]", the summary, one line per flag.
 std::string usage_text(const std::string& program, const std::string& summary,
                        const std::vector<FlagSpec>& known);
+// parse_flags(); for -h/--help, usage_text() on stdout and nullopt (run() then
+// returns 0).
+std::optional<FlagValues> parse_flags_or_help(const std::string& program,
+                                              const std::string& summary, int argc, char** argv,
+                                              const std::vector<FlagSpec>& known);
+
+// The flags most benchmarks take, worded once. Inline: a benchmark's flag
+// table at namespace scope is initialized after them.
+inline const FlagSpec kDeviceFlag = {"--device", "auto|cuda|sim",
+                                     "where to run (auto: cuda when present, else sim)"};
+inline const FlagSpec kJsonFlag = {"--json", "FILE", "write the results as JSON"};
 
 // "auto": cuda:0 when a CUDA device exists, else sim:0; otherwise a device
 // name ("cuda", "sim", "cuda:1"). Throws DeviceError when that device is

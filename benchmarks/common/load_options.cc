@@ -29,7 +29,7 @@ std::vector<std::string> texts(const std::vector<double>& values) {
 
 std::vector<FlagSpec> load_flags(const LoadDefaults& defaults) {
   return {
-      {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+      kDeviceFlag,
       {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
       {"--model", "NAME", "model served, batched along its 'batch' dim (default mlp16x512)"},
       {"--backends", "B1,B2", "execution backends (default eager,cudagraphs)"},
@@ -41,7 +41,7 @@ std::vector<FlagSpec> load_flags(const LoadDefaults& defaults) {
        str_cat("arrivals per (rate, backend) span this long (default ", defaults.duration_ms, ")")},
       {"--max-wait-us", "US", "ServerConfig::max_wait (default 200)"},
       {"--seed", "N", "seed of arrivals and request values (default 2026)"},
-      {"--json", "FILE", "write the results as JSON"},
+      kJsonFlag,
   };
 }
 

@@ -6,14 +6,14 @@ namespace grove::benchmarks {
 
 std::vector<FlagSpec> timed_run_flags(const TimedRunDefaults& defaults) {
   return {
-      {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+      kDeviceFlag,
       {"--iters", "N",
        str_cat("timed ", defaults.unit, " per backend and case (default ", defaults.iters,
                defaults.iters_note, ")")},
       {"--warmup", "N",
        str_cat("untimed ", defaults.unit, " before timing (default ", defaults.warmup,
                ", at least 3)")},
-      {"--json", "FILE", "write the results as JSON"},
+      kJsonFlag,
       {"--models", "DIR", "directory of the model JSON files (default benchmarks/models)"},
   };
 }

@@ -82,7 +82,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--cases", "LIST", "mlp16x512 and/or gpt4x256 (default both)"},
     {"--bucket-kib", "N", "gradient KiB per all-reduce bucket (default 4096)"},
     {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
 };
 
 Options parse(const FlagValues& flags) {
@@ -240,16 +240,13 @@ Row run_case(const Case& config, const Options& options, const std::string& back
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags("data_parallel", argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(usage_text("data_parallel",
+  std::optional<FlagValues> parsed =
+      parse_flags_or_help("data_parallel",
                           "Data-parallel training: step time and scaling efficiency on 1 and 2 "
                           "devices, eager vs cudagraphs.",
-                          kFlags)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+                          argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse(flags);
   Device first =
       options.device == "auto" ? runtime::default_device() : runtime::Device::parse(options.device);

@@ -44,7 +44,7 @@ using serving::llm::Decoder;
 constexpr const char* kName = "decode";
 
 const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    kDeviceFlag,
     {"--configs", "LIST", "model configs, of 1b and small (default 1b,small)"},
     {"--batches", "LIST", "concurrent requests per run (default 1,8,32,64)"},
     {"--steps", "N", "decode steps per timed run (default 64)"},
@@ -56,7 +56,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--attention", "fused|unfused",
      "decode attention as one kernel per layer (default) or the unfused ops"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
 };
 
 struct ModeResult {
@@ -150,13 +150,10 @@ ModeResult time_server_steps(Decoder& decoder, DecodeLoop& loop, int64_t batch, 
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Decode tokens/s: per-step graphs vs one WHILE graph.", kFlags).c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Decode tokens/s: per-step graphs vs one WHILE graph.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   runtime::Device device = resolve_device(flags.text("--device", "auto"));
   const std::vector<std::string> configs = flags.list("--configs", {"1b", "small"});
   std::vector<int64_t> batches;

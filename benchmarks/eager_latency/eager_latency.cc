@@ -100,28 +100,28 @@ Result run_case(const Case& config, const Options& options) {
   result.gemms = report.library_gemms;
 
   runtime::DeviceContext& context = runtime::device_context(options.device);
-  runtime::Backend& backend = context.backend();
+  runtime::Platform& platform = context.platform();
   runtime::StreamHandle stream = context.create_stream();
   runtime::StreamGuard guard(options.device, stream);
   compiler::TensorList inputs = random_inputs(model, options.device);
   for (int i = 0; i < options.warmup; ++i) model(inputs);
-  backend.synchronize_stream(stream);
+  platform.synchronize_stream(stream);
 
-  runtime::EventHandle before = backend.create_event(true);
-  runtime::EventHandle after = backend.create_event(true);
+  runtime::EventHandle before = platform.create_event(true);
+  runtime::EventHandle after = platform.create_event(true);
   std::vector<double> latency, enqueue, gpu;
   for (int i = 0; i < options.iters; ++i) {
-    backend.record_event(before, stream);
+    platform.record_event(before, stream);
     Stopwatch call_watch;
     compiler::TensorList outputs = model(inputs);
     enqueue.push_back(call_watch.elapsed_us());
-    backend.record_event(after, stream);
-    backend.synchronize_stream(stream);
+    platform.record_event(after, stream);
+    platform.synchronize_stream(stream);
     latency.push_back(call_watch.elapsed_us());
-    gpu.push_back(1000.0 * backend.elapsed_ms(before, after));
+    gpu.push_back(1000.0 * platform.elapsed_ms(before, after));
   }
-  backend.destroy_event(before);
-  backend.destroy_event(after);
+  platform.destroy_event(before);
+  platform.destroy_event(after);
   result.latency_median_us = percentile(latency, 0.5);
   result.latency_p90_us = percentile(latency, 0.9);
   result.enqueue_median_us = percentile(enqueue, 0.5);
@@ -133,7 +133,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--device", "DEVICE", "cuda or sim (default: cuda when present, else sim)"},
     {"--iters", "N", "timed calls per case (default 200)"},
     {"--warmup", "N", "untimed calls first (default 20)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
     {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
 };
 
@@ -153,7 +153,7 @@ std::string json(const std::vector<Result>& results, const Options& options) {
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
   out << "{\n  \"benchmark\": \"eager_latency\",\n  \"device\": \""
-      << runtime::device_context(options.device).backend().name() << "\",\n  \"date\": \"" << date
+      << runtime::device_context(options.device).platform().name() << "\",\n  \"date\": \"" << date
       << "\",\n  \"iters\": " << options.iters << ",\n  \"results\": [\n";
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
@@ -173,13 +173,10 @@ std::string json(const std::vector<Result>& results, const Options& options) {
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags("eager_latency", argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text("eager_latency", "Per-call latency of the eager backend.", kFlags).c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      "eager_latency", "Per-call latency of the eager backend.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse(flags);
   std::vector<Case> cases = {
       {"mlp16x512 b=1", "mlp16x512", {{"batch", 1}}},
@@ -188,7 +185,7 @@ int run(int argc, char** argv) {
   };
   std::printf("eager latency on %s (%s), f32, %d iters after %d warm-up\n",
               options.device.str().c_str(),
-              runtime::device_context(options.device).backend().name().c_str(), options.iters,
+              runtime::device_context(options.device).platform().name().c_str(), options.iters,
               options.warmup);
   std::printf("%-18s | %10s %10s | %10s | %10s | %7s %5s | %9s %9s %9s | %8s\n", "case",
               "median us", "p90 us", "enqueue us", "GPU us", "kernels", "GEMMs", "JIT cold",

@@ -47,11 +47,11 @@ using runtime::Tensor;
 constexpr const char* kName = "input_binding";
 
 const std::vector<FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    kDeviceFlag,
     {"--mib", "LIST", "input sizes in MiB (default 1,64)"},
     {"--iters", "N", "timed calls per mode and size (default 200)"},
     {"--warmup", "N", "untimed calls per mode before timing (default 10)"},
-    {"--json", "FILE", "write the results as JSON"},
+    kJsonFlag,
 };
 
 Tensor random_tensor(std::mt19937& rng, int64_t elements, runtime::Device device) {
@@ -83,11 +83,11 @@ Mode make_mode(const std::string& name, bool zero_copy, bool graph_copies, runti
   return mode;
 }
 
-double timed_us(runtime::Backend& backend, runtime::StreamHandle stream,
+double timed_us(runtime::Platform& platform, runtime::StreamHandle stream,
                 const std::function<void()>& call) {
   Stopwatch watch;
   call();
-  backend.synchronize_stream(stream);
+  platform.synchronize_stream(stream);
   return watch.elapsed_us();
 }
 
@@ -98,7 +98,7 @@ nlohmann::json measure(int64_t mib, int64_t iters, int64_t warmup, runtime::Devi
   std::vector<Tensor> inputs = {random_tensor(rng, elements, device),
                                 random_tensor(rng, elements, device)};
   runtime::DeviceContext& context = runtime::device_context(device);
-  runtime::Backend& backend = context.backend();
+  runtime::Platform& platform = context.platform();
   runtime::StreamHandle stream = context.current_stream();
 
   std::vector<Mode> modes;
@@ -126,9 +126,9 @@ nlohmann::json measure(int64_t mib, int64_t iters, int64_t warmup, runtime::Devi
     const Tensor& x = inputs[i % 2];
     for (Mode& mode : modes) {
       mode.samples_us.push_back(
-          timed_us(backend, stream, [&] { mode.trees->run(mode.function, {x}); }));
+          timed_us(platform, stream, [&] { mode.trees->run(mode.function, {x}); }));
     }
-    bare_us.push_back(timed_us(backend, stream, [&] { bare_graph->replay(stream); }));
+    bare_us.push_back(timed_us(platform, stream, [&] { bare_graph->replay(stream); }));
   }
   const uint64_t copies = modes[0].trees->counters().input_copies - copies_before;
   const uint64_t graph_copies =
@@ -175,14 +175,10 @@ nlohmann::json measure(int64_t mib, int64_t iters, int64_t warmup, runtime::Devi
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Binding a moving input: copy, in-graph copy or zero-copy.", kFlags)
-            .c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Binding a moving input: copy, in-graph copy or zero-copy.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   runtime::Device device = resolve_device(flags.text("--device", "auto"));
   const int64_t iters = flags.integer("--iters", 200, 1);
   const int64_t warmup = flags.integer("--warmup", 10, 0);

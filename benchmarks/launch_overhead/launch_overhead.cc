@@ -20,17 +20,17 @@
 #include <vector>
 
 #include "benchmarks/common/flags.h"
-#include "runtime/backend.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "runtime/platform.h"
 
 namespace grove::benchmarks {
 namespace {
 
-using runtime::Backend;
 using runtime::Device;
 using runtime::KernelArgs;
 using runtime::LaunchDims;
+using runtime::Platform;
 using runtime::StreamHandle;
 
 // counter[i] += 1 for i < n: the smallest kernel that still does visible work,
@@ -167,7 +167,7 @@ class Bench {
   Bench(Device device, const Options& options)
       : device_(device),
         options_(options),
-        backend_(runtime::device_context(device).backend()),
+        platform_(runtime::device_context(device).platform()),
         stream_(runtime::device_context(device).create_stream()) {
     runtime::KernelSource source;
     source.name = "grove_bench_increment";
@@ -176,80 +176,80 @@ class Bench {
     } else {
       source.host_function = host_increment;
     }
-    kernel_ = backend_.load_kernel(source);
-    counter_ = backend_.allocate_raw(kCounterElements * sizeof(float));
+    kernel_ = platform_.load_kernel(source);
+    counter_ = platform_.allocate_raw(kCounterElements * sizeof(float));
     args_.add_pointer(counter_).add_i64(kCounterElements);
     dims_.block.x = kCounterElements;
-    start_ = backend_.create_event(true);
-    end_ = backend_.create_event(true);
+    start_ = platform_.create_event(true);
+    end_ = platform_.create_event(true);
   }
 
   ~Bench() {
-    backend_.destroy_event(start_);
-    backend_.destroy_event(end_);
-    backend_.free_raw(counter_);
+    platform_.destroy_event(start_);
+    platform_.destroy_event(end_);
+    platform_.free_raw(counter_);
   }
 
   SizeResult run(int n) {
     SizeResult result;
     result.n = n;
-    backend_.memset_async(counter_, 0, kCounterElements * sizeof(float), stream_);
+    platform_.memset_async(counter_, 0, kCounterElements * sizeof(float), stream_);
     launches_ = 0;
     int total = options_.warmup + options_.repeats;
 
     std::vector<double> eager_cpu, eager_gpu;
     for (int r = 0; r < total; ++r) {
-      backend_.synchronize_stream(stream_);
+      platform_.synchronize_stream(stream_);
       auto start = std::chrono::steady_clock::now();
       launch_n(n);
       double cpu = micros_since(start);
-      backend_.synchronize_stream(stream_);
+      platform_.synchronize_stream(stream_);
       if (r >= options_.warmup) eager_cpu.push_back(cpu);
     }
     for (int r = 0; r < total; ++r) {
-      backend_.record_event(start_, stream_);
+      platform_.record_event(start_, stream_);
       launch_n(n);
-      backend_.record_event(end_, stream_);
-      backend_.synchronize_event(end_);
+      platform_.record_event(end_, stream_);
+      platform_.synchronize_event(end_);
       if (r >= options_.warmup) {
-        eager_gpu.push_back(1000.0 * backend_.elapsed_ms(start_, end_) / n);
+        eager_gpu.push_back(1000.0 * platform_.elapsed_ms(start_, end_) / n);
       }
     }
 
     auto capture_start = std::chrono::steady_clock::now();
-    backend_.begin_capture(stream_, runtime::CaptureMode::kThreadLocal);
-    for (int i = 0; i < n; ++i) backend_.launch_kernel(kernel_, dims_, args_, stream_);
-    runtime::GraphHandle graph = backend_.end_capture(stream_);
+    platform_.begin_capture(stream_, runtime::CaptureMode::kThreadLocal);
+    for (int i = 0; i < n; ++i) platform_.launch_kernel(kernel_, dims_, args_, stream_);
+    runtime::GraphHandle graph = platform_.end_capture(stream_);
     result.capture_ms = micros_since(capture_start) / 1000.0;
     auto instantiate_start = std::chrono::steady_clock::now();
     runtime::InstantiateOptions instantiate_options;
     instantiate_options.upload_stream = stream_;
-    runtime::GraphExecHandle exec = backend_.instantiate(graph, instantiate_options);
-    backend_.synchronize_stream(stream_);
+    runtime::GraphExecHandle exec = platform_.instantiate(graph, instantiate_options);
+    platform_.synchronize_stream(stream_);
     result.instantiate_ms = micros_since(instantiate_start) / 1000.0;
 
     std::vector<double> graph_cpu, graph_gpu;
     for (int r = 0; r < total; ++r) {
-      backend_.synchronize_stream(stream_);
+      platform_.synchronize_stream(stream_);
       auto start = std::chrono::steady_clock::now();
-      backend_.launch_graph(exec, stream_);
+      platform_.launch_graph(exec, stream_);
       double cpu = micros_since(start);
       launches_ += n;
-      backend_.synchronize_stream(stream_);
+      platform_.synchronize_stream(stream_);
       if (r >= options_.warmup) graph_cpu.push_back(cpu);
     }
     for (int r = 0; r < total; ++r) {
-      backend_.record_event(start_, stream_);
-      backend_.launch_graph(exec, stream_);
+      platform_.record_event(start_, stream_);
+      platform_.launch_graph(exec, stream_);
       launches_ += n;
-      backend_.record_event(end_, stream_);
-      backend_.synchronize_event(end_);
+      platform_.record_event(end_, stream_);
+      platform_.synchronize_event(end_);
       if (r >= options_.warmup) {
-        graph_gpu.push_back(1000.0 * backend_.elapsed_ms(start_, end_) / n);
+        graph_gpu.push_back(1000.0 * platform_.elapsed_ms(start_, end_) / n);
       }
     }
-    backend_.destroy_graph_exec(exec);
-    backend_.destroy_graph(graph);
+    platform_.destroy_graph_exec(exec);
+    platform_.destroy_graph(graph);
     check_counter();
 
     result.eager_cpu_us = summarize(eager_cpu);
@@ -261,16 +261,16 @@ class Bench {
 
  private:
   void launch_n(int n) {
-    for (int i = 0; i < n; ++i) backend_.launch_kernel(kernel_, dims_, args_, stream_);
+    for (int i = 0; i < n; ++i) platform_.launch_kernel(kernel_, dims_, args_, stream_);
     launches_ += n;
   }
 
   // Every eager launch and every graph node incremented each counter element once.
   void check_counter() {
     std::vector<float> values(kCounterElements);
-    backend_.copy_async(values.data(), counter_, values.size() * sizeof(float),
-                        runtime::CopyKind::kDeviceToHost, stream_);
-    backend_.synchronize_stream(stream_);
+    platform_.copy_async(values.data(), counter_, values.size() * sizeof(float),
+                         runtime::CopyKind::kDeviceToHost, stream_);
+    platform_.synchronize_stream(stream_);
     for (float value : values) {
       GROVE_CHECK(static_cast<int64_t>(value) == launches_, "launch_overhead: a counter holds ",
                   value, " after ", launches_, " launches; some kernel launches did not run");
@@ -279,7 +279,7 @@ class Bench {
 
   Device device_;
   const Options& options_;
-  Backend& backend_;
+  Platform& platform_;
   StreamHandle stream_;
   runtime::KernelHandle kernel_;
   void* counter_ = nullptr;
@@ -303,20 +303,16 @@ std::string cell(const Spread& s) {
 }
 
 int run_main(int argc, char** argv) {
-  FlagValues flags = parse_flags("launch_overhead", argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text("launch_overhead",
-                   "The floor of launch costs: N kernel launches vs one N-node graph.", kFlags)
-            .c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      "launch_overhead", "The floor of launch costs: N kernel launches vs one N-node graph.", argc,
+      argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   Device device;
   if (options.device.empty()) {
     device = runtime::default_device();
-    if (device.is_sim()) std::cout << "no CUDA device; measuring the sim backend\n";
+    if (device.is_sim()) std::cout << "no CUDA device; measuring the sim platform\n";
   } else {
     device = Device::parse(options.device);
   }
@@ -325,7 +321,7 @@ int run_main(int argc, char** argv) {
                  "graphs (cuda or sim), got ",
                  device.str());
   Bench bench(device, options);
-  std::string device_name = runtime::device_context(device).backend().name();
+  std::string device_name = runtime::device_context(device).platform().name();
   std::string date = utc_date();
 
   std::vector<SizeResult> results;

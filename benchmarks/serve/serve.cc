@@ -31,6 +31,7 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/load_options.h"
 #include "benchmarks/common/table.h"
+#include "benchmarks/common/thread_cpu.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
 #include "serving/server.h"
@@ -67,6 +68,8 @@ struct RunResult {
   double sent_rate = 0, achieved_rate = 0;
   std::optional<LatencySummary> latency;
   uint64_t batches = 0, rows = 0, padded_rows = 0;
+  // The batching worker's CPU per answered request, µs (as serve_http's column).
+  double worker_cpu_us = 0;
   double mean_batch_rows() const { return batches ? double(rows) / double(batches) : 0; }
   double fill() const { return rows + padded_rows ? double(rows) / double(rows + padded_rows) : 0; }
   // The server could not keep up: it rejected, or answered clearly less than was sent.
@@ -137,6 +140,7 @@ RunResult run_load(serving::Server& server, const std::vector<serving::Request>&
   std::vector<Slot> slots(offsets_s.size());
   std::atomic<size_t> published{0};
   serving::ServerStats before = server.stats();
+  const ThreadCpu cpu_before = thread_cpu_ns();
 
   const Clock::time_point start = Clock::now() + std::chrono::milliseconds(2);
   Clock::time_point last_sent = start;
@@ -194,6 +198,10 @@ RunResult run_load(serving::Server& server, const std::vector<serving::Request>&
   result.batches = after.batches - before.batches;
   result.rows = after.rows - before.rows;
   result.padded_rows = after.padded_rows - before.padded_rows;
+  if (result.completed > 0) {
+    result.worker_cpu_us = cpu_ns_between(cpu_before, thread_cpu_ns(), "grove-worker") * 1e-3 /
+                           static_cast<double>(result.completed);
+  }
   return result;
 }
 
@@ -248,7 +256,8 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                {"p99 us", Align::kRight},
                {"mean batch", Align::kRight},
                {"fill", Align::kRight},
-               {"saturated"}});
+               {"saturated"},
+               {"worker us/req", Align::kRight}});
   for (const RunResult& run : runs) {
     table.add_row({std::to_string(run.max_batch), run.backend, format_fixed(run.offered_rate, 0),
                    format_fixed(run.sent_rate, 0), format_fixed(run.achieved_rate, 0),
@@ -256,7 +265,7 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                    run.latency ? format_fixed(run.latency->median_us, 0) : "-",
                    run.latency ? format_fixed(run.latency->p99_us, 0) : "-",
                    format_fixed(run.mean_batch_rows(), 1), format_fixed(100 * run.fill(), 0) + "%",
-                   run.saturated() ? "yes" : ""});
+                   run.saturated() ? "yes" : "", format_fixed(run.worker_cpu_us, 1)});
   }
   std::fputs(table.render().c_str(), stdout);
   if (std::find(options.backends.begin(), options.backends.end(), "eager") ==
@@ -312,7 +321,8 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
                          {"mean_batch_rows", run.mean_batch_rows()},
                          {"batch_fill", run.fill()},
                          {"padded_rows", run.padded_rows},
-                         {"saturated", run.saturated()}};
+                         {"saturated", run.saturated()},
+                         {"worker_cpu_us_per_answer", run.worker_cpu_us}};
     if (run.latency) entry["latency"] = latency_json(*run.latency);
     if (run.backend == "cudagraphs") {
       const RunResult* eager = find_run(runs, run.max_batch, "eager", run.offered_rate);
@@ -329,20 +339,17 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(usage_text(kName,
+  std::optional<FlagValues> parsed =
+      parse_flags_or_help(kName,
                           "Open-loop load on the batching server: throughput and p50/p99 "
                           "latency of eager vs cudagraphs.",
-                          kFlags)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+                          argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   std::printf("serve on %s (%s): %s, %s rows per request, Poisson arrivals for %lld ms per run\n",
               options.device.str().c_str(),
-              runtime::device_context(options.device).backend().name().c_str(),
+              runtime::device_context(options.device).platform().name().c_str(),
               options.model.c_str(), rows_label(options).c_str(),
               static_cast<long long>(options.duration_ms));
   std::fflush(stdout);
@@ -394,7 +401,7 @@ int run(int argc, char** argv) {
       servers.push_back({{"max_batch", max_batch},
                          {"backend", server->config().backend},
                          {"stats", server->stats().to_json()},
-                         {"workers", server->worker_reports()}});
+                         {"workers", serving::reports_json(server->worker_reports())}});
     }
   }
   print_tables(runs, options);

@@ -37,7 +37,7 @@ namespace {
 // and its serialized bytes; then "go <start ns> <window s> <rate> <clients>
 // <seed> <first client>\n". On its stdout: "ready\n" (or "error <text>\n"),
 // then per client "tally <sent> <answered> <rejected> <errors> <last ns>
-// <latencies>\n", the latencies in microseconds on one line, and "error
+// <latencies> <sent in window> <cpu s>\n", the latencies in microseconds on one line, and "error
 // <first error>\n"; then "done\n".
 
 std::string read_line(FILE* in) {
@@ -61,9 +61,10 @@ LoadClock::time_point from_epoch_ns(int64_t ns) {
 
 GrpcClientProcess::GrpcClientProcess(int port,
                                      const std::vector<inference::ModelInferRequest>& requests,
-                                     int64_t clients) {
-  const ChildProcess child = spawn_this_binary(
-      {"serve_http", "--grpc-clients", std::to_string(port), std::to_string(clients)});
+                                     int64_t clients, int64_t in_flight) {
+  const ChildProcess child =
+      spawn_this_binary({"serve_http", "--grpc-clients", std::to_string(port),
+                         std::to_string(clients), std::to_string(in_flight)});
   pid_ = child.pid;
   to_child_ = child.to_child;
   from_child_ = child.from_child;
@@ -111,9 +112,10 @@ std::vector<ClientTally> GrpcClientProcess::finish() {
     int64_t last_ns = 0;
     size_t latencies = 0;
     if (std::sscanf(line.c_str(),
-                    "tally %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNd64 " %zu",
+                    "tally %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNd64 " %zu %" SCNu64
+                    " %lf",
                     &tally.sent, &tally.answered, &tally.rejected, &tally.errors, &last_ns,
-                    &latencies) != 6) {
+                    &latencies, &tally.sent_in_window, &tally.cpu_s) != 8) {
       break;
     }
     tally.last_answer = from_epoch_ns(last_ns);
@@ -145,9 +147,11 @@ void GrpcClientProcess::end() {
 
 int grpc_clients_main(int argc, char** argv) {
   try {
-    GROVE_CHECK_AS(UsageError, argc == 4, "serve_http --grpc-clients: expected PORT CLIENTS");
+    GROVE_CHECK_AS(UsageError, argc == 5,
+                   "serve_http --grpc-clients: expected PORT CLIENTS IN_FLIGHT");
     const int port = std::stoi(argv[2]);
     const int64_t clients = std::stoll(argv[3]);
+    const int64_t in_flight = std::stoll(argv[4]);
     size_t count = 0;
     GROVE_CHECK(std::scanf("%zu", &count) == 1 && std::fgetc(stdin) == '\n' && count > 0,
                 "no requests on stdin");
@@ -172,22 +176,17 @@ int grpc_clients_main(int argc, char** argv) {
                    &rate, &all_clients, &seed, &first_client) != 6) {
       return 0;  // told to stop before a start
     }
-    std::vector<ClientTally> tallies(static_cast<size_t>(clients));
-    std::vector<std::thread> threads;
-    for (int64_t c = 0; c < clients; ++c) {
-      threads.emplace_back([&, c] {
-        pthread_setname_np(pthread_self(), "grpc-client");
-        GrpcLoadClient& channel = *channels[static_cast<size_t>(c)];
-        tallies[static_cast<size_t>(c)] = drive_client(
-            [&](size_t n) { return channel.exchange(n); }, [&] { return channel.error(); },
-            from_epoch_ns(start_ns), window_s, rate, all_clients, seed, first_client + c);
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
+    // Note [gRPC clients on one thread].
+    pthread_setname_np(pthread_self(), "grpc-client");
+    const std::vector<ClientTally> tallies =
+        drive_grpc_clients(channels, in_flight, requests, from_epoch_ns(start_ns), window_s, rate,
+                           all_clients, seed, first_client);
     for (const ClientTally& tally : tallies) {
-      std::printf("tally %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64 " %zu\n",
+      std::printf("tally %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64 " %zu %" PRIu64
+                  " %.6f\n",
                   tally.sent, tally.answered, tally.rejected, tally.errors,
-                  since_epoch_ns(tally.last_answer), tally.latencies_us.size());
+                  since_epoch_ns(tally.last_answer), tally.latencies_us.size(),
+                  tally.sent_in_window, tally.cpu_s);
       for (double latency : tally.latencies_us) std::printf("%.3f ", latency);
       std::string error = tally.first_error;
       std::replace(error.begin(), error.end(), '\n', ' ');

@@ -1,10 +1,10 @@
 // serve_http's gRPC clients in processes of their own (Note [gRPC clients
 // apart from the server]): this binary run as `serve_http --grpc-clients PORT
-// CLIENTS`, holding CLIENTS channels (benchmarks/serve_http/grpc_load_client.h)
-// and running the load loop (benchmarks/serve_http/load_loop.h) on one thread
-// each when told to start.
+// CLIENTS IN_FLIGHT`, holding CLIENTS channels (benchmarks/serve_http/
+// grpc_load_client.h) and running their loads on one thread when told to
+// start, up to IN_FLIGHT calls per client (Note [gRPC clients on one thread]).
 //
-//   GrpcClientProcess process(port, requests, 8);  // returns once connected
+//   GrpcClientProcess process(port, requests, 8, 1);  // returns once connected
 //   process.start({.start = t0, .window_s = 0.6, .rate = 128000, .clients = 64,
 //                  .seed = seed, .first_client = 0});
 //   std::vector<ClientTally> tallies = process.finish();
@@ -32,7 +32,7 @@ class GrpcClientProcess {
   // Starts the process, sends it `requests`, and returns once its `clients`
   // channels are connected; Error with the child's message otherwise.
   GrpcClientProcess(int port, const std::vector<inference::ModelInferRequest>& requests,
-                    int64_t clients);
+                    int64_t clients, int64_t in_flight);
   ~GrpcClientProcess();
   GrpcClientProcess(const GrpcClientProcess&) = delete;
   GrpcClientProcess& operator=(const GrpcClientProcess&) = delete;

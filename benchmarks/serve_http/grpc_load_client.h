@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/serve_http/load_loop.h"
 #include "serving/kserve_v2_grpc.grpc.pb.h"
 #include "serving/model_signature.h"
 
@@ -27,6 +28,7 @@ class GrpcLoadClient {
   // what.
   int exchange(size_t index);
   const std::string& error() const { return error_; }
+  inference::GRPCInferenceService::Stub& stub() { return *stub_; }
 
  private:
   const std::vector<inference::ModelInferRequest>& requests_;
@@ -35,5 +37,15 @@ class GrpcLoadClient {
   inference::ModelInferResponse response_;  // reused: its buffers stay allocated
   std::string error_;
 };
+
+// The loads of `channels.size()` clients (clients first_client, ... of
+// `clients`, as drive_client() gives each one its arrivals), driven by the
+// calling thread alone through gRPC's asynchronous API, each client with up
+// to `in_flight` calls at once on its channel (Note [gRPC clients on one
+// thread]). One tally per client.
+std::vector<ClientTally> drive_grpc_clients(
+    const std::vector<std::unique_ptr<GrpcLoadClient>>& channels, int64_t in_flight,
+    const std::vector<inference::ModelInferRequest>& requests, LoadClock::time_point start,
+    double window_s, double rate, int64_t clients, uint64_t seed, int64_t first_client);
 
 }  // namespace grove::benchmarks

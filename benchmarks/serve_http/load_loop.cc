@@ -1,5 +1,7 @@
 #include "benchmarks/serve_http/load_loop.h"
 
+#include <time.h>
+
 #include <random>
 #include <thread>
 
@@ -15,11 +17,15 @@ ClientTally drive_client(const std::function<int(size_t)>& exchange,
   std::exponential_distribution<double> gap(rate / static_cast<double>(clients));
   ClientTally tally;
   tally.last_answer = start;
+  const double cpu_before = thread_cpu_seconds();
+  const LoadClock::time_point window_end = start + std::chrono::duration_cast<LoadClock::duration>(
+                                                       std::chrono::duration<double>(window_s));
   for (double t = gap(rng); t < window_s; t += gap(rng)) {
     const LoadClock::time_point scheduled =
         start + std::chrono::duration_cast<LoadClock::duration>(std::chrono::duration<double>(t));
     if (LoadClock::now() < scheduled) std::this_thread::sleep_until(scheduled);
     ++tally.sent;
+    if (LoadClock::now() < window_end) ++tally.sent_in_window;
     const int status = exchange(tally.sent);
     const LoadClock::time_point done = LoadClock::now();
     if (status == 200) {
@@ -36,7 +42,14 @@ ClientTally drive_client(const std::function<int(size_t)>& exchange,
       }
     }
   }
+  tally.cpu_s = thread_cpu_seconds() - cpu_before;
   return tally;
+}
+
+double thread_cpu_seconds() {
+  timespec now{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
 }
 
 }  // namespace grove::benchmarks

@@ -19,6 +19,8 @@ using LoadClock = std::chrono::steady_clock;
 // What one client saw.
 struct ClientTally {
   uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
+  uint64_t sent_in_window = 0;        // of `sent`, sent before the window closed
+  double cpu_s = 0;                   // the client thread's CPU time over its load
   LoadClock::time_point last_answer;  // the window's start when none
   std::string first_error;
   std::vector<double> latencies_us;  // of the answered requests
@@ -33,5 +35,8 @@ ClientTally drive_client(const std::function<int(size_t)>& exchange,
                          const std::function<std::string()>& error, LoadClock::time_point start,
                          double window_s, double rate, int64_t clients, uint64_t seed,
                          int64_t client);
+
+// CPU time of the calling thread so far, in seconds.
+double thread_cpu_seconds();
 
 }  // namespace grove::benchmarks

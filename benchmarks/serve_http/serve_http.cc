@@ -31,17 +31,17 @@
 // The clients run in this process, on the server's cores, so they are kept
 // cheap (Note [A client that costs little]).
 //
+// With --connections K each client keeps up to K requests in flight, one per
+// connection (Note [Requests in flight per client]). The table gives what the
+// clients managed to send within the window (sent/s, against offered/s) and
+// the CPU per answered request of the front, the worker and the clients
+// (Note [CPU per request]).
+//
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,64000,128000]
-//              [--max-batches 16,64] [--encodings json,binary] [--clients 64]
+//              [--max-batches 16,64] [--encodings json,binary] [--clients 64] [--connections 1]
 //              [--duration-ms 1500] [--json FILE] [--http-threads N]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -50,6 +50,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -63,9 +64,11 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/load_options.h"
 #include "benchmarks/common/table.h"
+#include "benchmarks/common/thread_cpu.h"
 #include "benchmarks/serve_http/connection_flood.h"
 #include "benchmarks/serve_http/grpc_client_process.h"
 #include "benchmarks/serve_http/grpc_load_client.h"
+#include "benchmarks/serve_http/http_load_client.h"
 #include "benchmarks/serve_http/load_loop.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
@@ -87,10 +90,15 @@ std::vector<FlagSpec> flag_table() {
                    "json (numbers in JSON), binary (the binary tensor data extension) and/or "
                    "grpc (the gRPC front, raw contents); default json,binary"});
   flags.push_back({"--binary", "", "the binary encoding alone (--encodings binary)"});
-  flags.push_back(
-      {"--clients", "N", "client threads, one keep-alive connection each (default 64)"});
+  flags.push_back({"--clients", "N", "client threads (default 64)"});
+  flags.push_back({"--connections", "K",
+                   "keep-alive connections per client, each with at most one request in "
+                   "flight (default 1; gRPC: K calls in flight on the client's channel)"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: the cores)"});
+  flags.push_back({"--answer-relay", "",
+                   "answers reach the HTTP loops through a thread of their own (Note [Answers "
+                   "handed on by a relay])"});
   flags.push_back({"--idle-connections", "N",
                    "also measure each run with N connections held open that never send "
                    "(default 0)"});
@@ -106,7 +114,9 @@ const std::vector<FlagSpec> kFlags = flag_table();
 struct Options : LoadOptions {
   std::vector<std::string> encodings = {"json", "binary"};
   int64_t clients = 64;
+  int64_t connections = 1;  // per client (Note [Requests in flight per client])
   int64_t http_threads = 0;
+  bool answer_relay = false;
   int64_t idle_connections = 0;
   int64_t slowloris_connections = 0;
   int64_t trickle_ms = 1000;
@@ -122,171 +132,26 @@ struct RunResult {
   uint64_t reopened = 0;  // flood connections the server closed during the run
   uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
   double answered_rate = 0;
+  double sent_rate = 0;  // requests sent over the window (what the clients could offer)
+  // CPU per answered request (Note [CPU per request]), µs: the front's threads,
+  // the batching worker's, the client threads'.
+  double front_cpu_us = 0, worker_cpu_us = 0, client_cpu_us = 0;
   std::optional<LatencySummary> latency;
   double mean_batch_rows = 0;
   std::string first_error;  // what the first failed exchange met
   bool saturated() const { return rejected > 0 || answered_rate < 0.9 * offered_rate; }
 };
 
-// Note [A client that costs little]
-// The clients share the CPU with the server they measure, so every cycle they
-// spend is taken from it: requests are whole HTTP messages built before the
-// run (headers and body sent in one send()), and an answer is read only as
-// far as its status and Content-Length, then its bytes are skipped, never
-// parsed. (With cpp-httplib's client a request took two sends and about ten
-// polls and reads, a quarter of the process's CPU at saturation on sim.)
-// serve_http_smoke_test checks that answers are counted.
-
-// One row of the model's input as a whole KServe v2 HTTP request (f32 inputs
-// only), in `encoding`.
-std::vector<std::string> requests(const serving::ModelSignature& signature, const std::string& path,
-                                  int port, const std::string& encoding, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
-  const bool binary = encoding == "binary";
-  std::vector<std::string> messages;
-  for (int i = 0; i < 16; ++i) {
-    nlohmann::json inputs = nlohmann::json::array();
-    std::string bytes;
-    for (const serving::RowSpec& input : signature.inputs) {
-      if (input.dtype != runtime::DType::kF32) {
-        throw UsageError(str_cat(kName, ": input '", input.name, "' is ",
-                                 runtime::dtype_name(input.dtype), "; this benchmark sends f32"));
-      }
-      std::vector<int64_t> shape{1};
-      shape.insert(shape.end(), input.row_shape.begin(), input.row_shape.end());
-      std::vector<float> data(static_cast<size_t>(runtime::shape_numel(input.row_shape)));
-      for (float& value : data) value = uniform(rng);
-      nlohmann::json tensor{{"name", input.name}, {"shape", shape}, {"datatype", "FP32"}};
-      if (binary) {
-        tensor["parameters"] = {{"binary_data_size", data.size() * sizeof(float)}};
-        bytes.append(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
-      } else {
-        tensor["data"] = data;
-      }
-      inputs.push_back(tensor);
-    }
-    nlohmann::json header{{"inputs", inputs}};
-    if (binary) header["parameters"] = {{"binary_data_output", true}};
-    const std::string text = header.dump();
-    const std::string body = text + bytes;
-    std::string message = str_cat("POST ", path, " HTTP/1.1\r\nHost: 127.0.0.1:", port,
-                                  "\r\nContent-Length: ", body.size(), "\r\n");
-    if (binary) {
-      message += str_cat("Content-Type: application/octet-stream\r\n",
-                         "Inference-Header-Content-Length: ", text.size(), "\r\n");
-    } else {
-      message += "Content-Type: application/json\r\n";
-    }
-    messages.push_back(message + "\r\n" + body);
-  }
-  return messages;
-}
-
-// One keep-alive HTTP/1.1 connection to 127.0.0.1 (Note [A client that costs
-// little]). Not thread-safe: one per client thread.
-class Connection {
- public:
-  explicit Connection(int port) : port_(port) { buffer_.resize(1 << 16); }
-  ~Connection() { close_socket(); }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-
-  // Sends `request` and reads its answer: the HTTP status, or -1 with
-  // error() saying what failed (the connection is then reopened next time).
-  int exchange(const std::string& request) {
-    if (fd_ < 0 && !open()) return -1;  // error() says why
-    for (size_t sent = 0; sent < request.size();) {
-      const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return fail("send");
-      sent += static_cast<size_t>(n);
-    }
-    // The head: up to the blank line.
-    size_t have = 0, head_end = std::string::npos;
-    while (head_end == std::string::npos) {
-      if (have == buffer_.size()) return fail("an answer's head over 64 KiB");
-      const ssize_t n = ::recv(fd_, buffer_.data() + have, buffer_.size() - have, 0);
-      if (n <= 0) return fail(n == 0 ? "recv: the server closed the connection" : "recv");
-      const size_t from = have >= 3 ? have - 3 : 0;
-      have += static_cast<size_t>(n);
-      const size_t at = std::string_view(buffer_.data() + from, have - from).find("\r\n\r\n");
-      if (at != std::string_view::npos) head_end = from + at + 4;
-    }
-    const std::string_view head(buffer_.data(), head_end);
-    int status = 0;
-    if (head.size() < 12 || head.substr(0, 5) != "HTTP/" ||
-        std::sscanf(buffer_.data() + head.find(' ') + 1, "%3d", &status) != 1) {
-      return fail("an answer without an HTTP status line");
-    }
-    size_t length = 0;
-    const size_t field = find_field(head, "content-length:");
-    if (field == std::string_view::npos) return fail("an answer without Content-Length");
-    length = std::strtoull(head.data() + field, nullptr, 10);
-    // The body: skipped, not kept.
-    size_t body = have - head_end;
-    while (body < length) {
-      const ssize_t n = ::recv(fd_, buffer_.data(), std::min(buffer_.size(), length - body), 0);
-      if (n <= 0) return fail("recv (body)");
-      body += static_cast<size_t>(n);
-    }
-    if (body != length) return fail("bytes past an answer's Content-Length");
-    if (find_field(head, "connection: close") != std::string_view::npos) close_socket();
-    return status;
-  }
-
-  const std::string& error() const { return error_; }
-
-  // Connects (exchange() does when not connected); false with error() set.
-  bool open() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd_ < 0) return fail("socket") >= 0;
-    const int one = 1;
-    // As the server (serving/http_server.cc): no wait for a delayed ACK.
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    timeval timeout{60, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port_));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-      return fail("connect") >= 0;
-    }
-    return true;
-  }
-
- private:
-  // Where the value of header `name` (lowercase, with its colon) starts; npos if absent.
-  static size_t find_field(std::string_view head, std::string_view name) {
-    for (size_t line = head.find("\r\n"); line != std::string_view::npos;
-         line = head.find("\r\n", line + 2)) {
-      const size_t begin = line + 2;
-      if (head.size() - begin < name.size()) break;
-      bool same = true;
-      for (size_t i = 0; i < name.size() && same; ++i) {
-        same = std::tolower(static_cast<unsigned char>(head[begin + i])) == name[i];
-      }
-      if (same) return begin + name.size();
-    }
-    return std::string_view::npos;
-  }
-
-  int fail(const char* what) {
-    error_ = errno != 0 ? str_cat(what, ": ", std::strerror(errno)) : what;
-    errno = 0;
-    close_socket();
-    return -1;
-  }
-
-  void close_socket() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
-  const int port_;
-  int fd_ = -1;
-  std::vector<char> buffer_;
-  std::string error_;
-};
+// Note [CPU per request]
+// Where the CPU goes per answered request, from each thread's time on a CPU
+// (benchmarks/common/thread_cpu.h) over a run: the batching worker's
+// (grove-worker), the front's (every other thread of this process that
+// lives through the run: the HTTP loops, grove-http, or gRPC's own threads;
+// the waiting main thread costs nothing), and the client threads' own
+// (CLOCK_THREAD_CPUTIME_ID, in this process for HTTP, in the client
+// processes for gRPC, where gRPC's client threads are not counted). The
+// kernel's work for a socket write is charged to the writer, waking the
+// reader included.
 
 // gRPC clients per child process (Note [gRPC clients apart from the server]).
 constexpr int64_t kGrpcClientsPerProcess = 8;
@@ -301,21 +166,29 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   result.encoding = encoding;
   result.offered_rate = rate;
   const serving::ServerStats before = server.stats();
+  const ThreadCpu cpu_before = thread_cpu_ns();
   const double window_s = static_cast<double>(options.duration_ms) * 1e-3;
   // Connected before the window opens, one at a time: a burst of connects
   // overflows the listen backlog (cpp-httplib's is 5), and a dropped SYN is
   // retried after a second, which the first requests' latency would carry.
-  std::vector<std::unique_ptr<Connection>> connections;
+  // gRPC: --connections calls in flight per client on its channel (Note [gRPC clients on one
+  // thread]).
+  const int64_t grpc_clients = options.clients;
+  std::vector<std::vector<std::unique_ptr<HttpLoadConnection>>> connections;
   std::vector<std::unique_ptr<GrpcClientProcess>> processes;
   if (encoding == "grpc") {
-    for (int64_t first = 0; first < options.clients; first += kGrpcClientsPerProcess) {
+    for (int64_t first = 0; first < grpc_clients; first += kGrpcClientsPerProcess) {
       processes.push_back(std::make_unique<GrpcClientProcess>(
-          port, grpc_messages, std::min(kGrpcClientsPerProcess, options.clients - first)));
+          port, grpc_messages, std::min(kGrpcClientsPerProcess, grpc_clients - first),
+          options.connections));
     }
   } else {
-    for (int64_t c = 0; c < options.clients; ++c) {
-      connections.push_back(std::make_unique<Connection>(port));
-      connections.back()->open();
+    connections.resize(static_cast<size_t>(options.clients));
+    for (auto& client : connections) {
+      for (int64_t k = 0; k < options.connections; ++k) {
+        client.push_back(std::make_unique<HttpLoadConnection>(port));
+        client.back()->open();
+      }
     }
   }
   const Clock::time_point start = Clock::now() + std::chrono::milliseconds(20);
@@ -325,7 +198,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
       processes[p]->start({.start = start,
                            .window_s = window_s,
                            .rate = rate,
-                           .clients = options.clients,
+                           .clients = grpc_clients,
                            .seed = seed,
                            .first_client = static_cast<int64_t>(p) * kGrpcClientsPerProcess});
     }
@@ -338,22 +211,26 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
     for (int64_t c = 0; c < options.clients; ++c) {
       clients.emplace_back([&, c] {
         pthread_setname_np(pthread_self(), "load-client");
-        Connection& connection = *connections[static_cast<size_t>(c)];
-        tallies[static_cast<size_t>(c)] = drive_client(
-            [&](size_t n) { return connection.exchange(messages[n % messages.size()]); },
-            [&] { return connection.error(); }, start, window_s, rate, options.clients, seed, c);
+        tallies[static_cast<size_t>(c)] =
+            drive_http_client(connections[static_cast<size_t>(c)], messages, start, window_s, rate,
+                              options.clients, seed, c);
       });
     }
     for (std::thread& client : clients) client.join();
   }
-  if (static_cast<int64_t>(tallies.size()) != options.clients && result.first_error.empty()) {
-    result.first_error = str_cat(options.clients - static_cast<int64_t>(tallies.size()),
+  const int64_t expected_tallies = encoding == "grpc" ? grpc_clients : options.clients;
+  if (static_cast<int64_t>(tallies.size()) != expected_tallies && result.first_error.empty()) {
+    result.first_error = str_cat(expected_tallies - static_cast<int64_t>(tallies.size()),
                                  " clients sent no counts back");
     result.errors += 1;
   }
   std::vector<double> latencies_us;
   Clock::time_point last_answer = start;
+  uint64_t sent_in_window = 0;
+  double client_cpu_s = 0;
   for (const ClientTally& tally : tallies) {
+    sent_in_window += tally.sent_in_window;
+    client_cpu_s += tally.cpu_s;
     latencies_us.insert(latencies_us.end(), tally.latencies_us.begin(), tally.latencies_us.end());
     result.sent += tally.sent;
     result.answered += tally.answered;
@@ -365,6 +242,27 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   const double span_s =
       std::max(window_s, std::chrono::duration<double>(last_answer - start).count());
   result.answered_rate = static_cast<double>(result.answered) / span_s;
+  result.sent_rate = static_cast<double>(sent_in_window) / window_s;
+  // Note [CPU per request].
+  double front_ns = 0, worker_ns = 0;
+  for (const auto& [tid, thread] : thread_cpu_ns()) {
+    const auto earlier = cpu_before.find(tid);
+    const uint64_t before_ns = earlier != cpu_before.end() && earlier->second.first == thread.first
+                                   ? earlier->second.second
+                                   : 0;
+    const double used = static_cast<double>(thread.second - std::min(thread.second, before_ns));
+    if (thread.first == "grove-worker") {
+      worker_ns += used;
+    } else if (thread.first != "load-client") {
+      front_ns += used;
+    }
+  }
+  if (result.answered > 0) {
+    const double answered = static_cast<double>(result.answered);
+    result.front_cpu_us = front_ns * 1e-3 / answered;
+    result.worker_cpu_us = worker_ns * 1e-3 / answered;
+    result.client_cpu_us = client_cpu_s * 1e6 / answered;
+  }
   if (!latencies_us.empty()) result.latency = summarize(latencies_us);
   const serving::ServerStats after = server.stats();
   const uint64_t batches = after.batches - before.batches;
@@ -387,7 +285,9 @@ Options parse_options(const FlagValues& flags) {
     throw UsageError(str_cat(kName, ": give --binary or --encodings, not both"));
   }
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
+  options.connections = flags.integer("--connections", options.connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
+  options.answer_relay = flags.has("--answer-relay");
   options.idle_connections = flags.integer("--idle-connections", 0, 0, 1 << 20);
   options.slowloris_connections = flags.integer("--slowloris-connections", 0, 0, 1 << 20);
   options.trickle_ms = flags.integer("--trickle-ms", options.trickle_ms, 1, 600000);
@@ -424,6 +324,7 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                {"backend"},
                {"encoding"},
                {"offered/s", Align::kRight},
+               {"sent/s", Align::kRight},
                {"answered/s", Align::kRight},
                {"rejected", Align::kRight},
                {"errors", Align::kRight},
@@ -431,17 +332,22 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                {"p99 us", Align::kRight},
                {"mean batch", Align::kRight},
                {"saturated"},
+               {"front us/req", Align::kRight},
+               {"worker us/req", Align::kRight},
+               {"client us/req", Align::kRight},
                {"held open"}});
   const std::string held =
       str_cat(options.idle_connections, " idle + ", options.slowloris_connections, " slow");
   for (const RunResult& run : runs) {
     table.add_row({std::to_string(run.max_batch), run.backend, run.encoding,
-                   format_fixed(run.offered_rate, 0), format_fixed(run.answered_rate, 0),
-                   std::to_string(run.rejected), std::to_string(run.errors),
+                   format_fixed(run.offered_rate, 0), format_fixed(run.sent_rate, 0),
+                   format_fixed(run.answered_rate, 0), std::to_string(run.rejected),
+                   std::to_string(run.errors),
                    run.latency ? format_fixed(run.latency->median_us, 0) : "-",
                    run.latency ? format_fixed(run.latency->p99_us, 0) : "-",
                    format_fixed(run.mean_batch_rows, 1), run.saturated() ? "yes" : "",
-                   run.loaded ? held : ""});
+                   format_fixed(run.front_cpu_us, 1), format_fixed(run.worker_cpu_us, 1),
+                   format_fixed(run.client_cpu_us, 1), run.loaded ? held : ""});
   }
   std::fputs(table.render().c_str(), stdout);
   for (const RunResult& run : runs) {
@@ -509,7 +415,9 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   nlohmann::json report = report_header(kName, options.device);
   report["model"] = options.model;
   report["clients"] = options.clients;
+  report["connections_per_client"] = options.connections;
   report["http_threads"] = options.http_threads;  // 0: the cores
+  report["answer_relay"] = options.answer_relay;
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
   report["arrivals"] = "open loop, Poisson per client, one keep-alive connection each";
@@ -526,6 +434,11 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
         {"sent", run.sent},
         {"answered", run.answered},
         {"answered_per_s", run.answered_rate},
+        {"sent_in_window_per_s", run.sent_rate},
+        {"cpu_us_per_answer",
+         {{"front", run.front_cpu_us},
+          {"worker", run.worker_cpu_us},
+          {"clients", run.client_cpu_us}}},
         {"rejected", run.rejected},
         {"errors", run.errors},
         {"mean_batch_rows", run.mean_batch_rows},
@@ -555,39 +468,37 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(usage_text(kName,
+  std::optional<FlagValues> parsed =
+      parse_flags_or_help(kName,
                           "Open-loop load over HTTP or gRPC (KServe v2: JSON, binary tensor data "
                           "or gRPC raw contents, "
                           "loopback) on grove's server: answered/s and p50/p99 of eager vs "
                           "cudagraphs.",
-                          kFlags)
-                   .c_str(),
-               stdout);
-    return 0;
-  }
+                          argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   if (options.holds_connections()) {
     // The server ends of the held connections and both ends of the clients'
     // live in this process (the held connections' client ends in a child's).
     ensure_file_limit(options.idle_connections + options.slowloris_connections +
-                      2 * options.clients);
+                      2 * options.clients * options.connections);
   }
   std::string encodings;
   for (const std::string& encoding : options.encodings) {
     encodings += (encodings.empty() ? "" : ",") + encoding;
   }
   std::printf(
-      "serve_http on %s (%s): %s, 1 row per request, %lld clients, %s HTTP threads, %lld ms "
-      "per run, %s\n",
+      "serve_http on %s (%s): %s, 1 row per request, %lld clients x %lld connections, %s HTTP "
+      "threads%s, %lld ms per run, %s\n",
       options.device.str().c_str(),
-      runtime::device_context(options.device).backend().name().c_str(), options.model.c_str(),
-      static_cast<long long>(options.clients),
+      runtime::device_context(options.device).platform().name().c_str(), options.model.c_str(),
+      static_cast<long long>(options.clients), static_cast<long long>(options.connections),
       std::to_string(options.http_threads > 0 ? options.http_threads
                                               : std::max(2u, std::thread::hardware_concurrency()))
           .c_str(),
-      static_cast<long long>(options.duration_ms), encodings.c_str());
+      options.answer_relay ? " (answer relay)" : "", static_cast<long long>(options.duration_ms),
+      encodings.c_str());
   std::fflush(stdout);
   serving::ProgramFactory model =
       serving::model_file_factory(options.models_dir + "/" + options.model + ".json");
@@ -608,7 +519,8 @@ int run(int argc, char** argv) {
       // The front's threads default to the cores: connections need none of their own.
       serving::HttpServer http(server, {.model_name = options.model,
                                         .port = 0,
-                                        .threads = static_cast<int>(options.http_threads)});
+                                        .threads = static_cast<int>(options.http_threads),
+                                        .answer_relay = options.answer_relay});
       std::thread listener([&] {
         pthread_setname_np(pthread_self(), "grove-http");  // it runs one of the loops
         http.serve();
@@ -634,7 +546,7 @@ int run(int argc, char** argv) {
         if (over_grpc) {
           grpc_messages = grpc_requests(server.signature(), options.model, rng);
         } else {
-          messages = requests(server.signature(), path, port, encoding, rng);
+          messages = http_requests(server.signature(), path, port, encoding, rng);
         }
         for (size_t r = 0; r < options.rates.size(); ++r) {
           const uint64_t seed = options.seed * 7919 + r * 31 + static_cast<uint64_t>(max_batch);
@@ -678,10 +590,11 @@ int run(int argc, char** argv) {
         grpc_listener.join();
       }
       server.shutdown();
-      servers.push_back({{"max_batch", max_batch},
-                         {"backend", backend},
-                         {"stats", server.stats().to_json()},
-                         {"backend_snapshots", server.backend_snapshots()}});
+      servers.push_back(
+          {{"max_batch", max_batch},
+           {"backend", backend},
+           {"stats", server.stats().to_json()},
+           {"backend_snapshots", serving::snapshots_json(server.backend_snapshots())}});
     }
   }
   print_tables(runs, options);

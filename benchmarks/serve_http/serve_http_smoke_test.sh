@@ -33,7 +33,7 @@ PY
 output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 --binary \
   --rates 200 --max-batches 8 --clients 8 --duration-ms 300 --backends cudagraphs)
 echo "$output"
-grep -Eq "^ +8 +cudagraphs +binary +200 +[0-9]+ +0 +0 " <<<"$output" ||
+grep -Eq "^ +8 +cudagraphs +binary +200 +[0-9]+ +[0-9]+ +0 +0 " <<<"$output" ||
   { echo "missing or failing --binary row" >&2; exit 1; }
 # gRPC beside JSON, each also with 40 idle and 8 slowloris connections held open.
 output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
@@ -41,13 +41,22 @@ output=$("$binary" --device sim --models benchmarks/serve_http/models --model ge
   --backends eager --idle-connections 40 --slowloris-connections 8 --trickle-ms 20)
 echo "$output"
 for encoding in grpc json; do
-  grep -Eq "^ +8 +eager +$encoding +200 +[0-9]+ +0 +0 +.* +40 idle \+ 8 slow *$" <<<"$output" ||
+  grep -Eq "^ +8 +eager +$encoding +200 +[0-9]+ +[0-9]+ +0 +0 +.* +40 idle \+ 8 slow *$" <<<"$output" ||
     { echo "missing or failing held-open $encoding row" >&2; exit 1; }
-  grep -Eq "^ +8 +eager +$encoding +200 +[0-9]+ +0 +0 " <<<"$output" ||
+  grep -Eq "^ +8 +eager +$encoding +200 +[0-9]+ +[0-9]+ +0 +0 " <<<"$output" ||
     { echo "missing or failing $encoding row" >&2; exit 1; }
 done
 grep -q "p99 with 40 idle + 8 slow connections held open over p99 without" <<<"$output" ||
   { echo "missing held-open table" >&2; exit 1; }
+# Three connections per client (Note [Requests in flight per client]), HTTP and gRPC.
+output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
+  --encodings json,grpc --rates 300 --max-batches 8 --clients 2 --connections 3 --duration-ms 300 \
+  --backends eager)
+echo "$output"
+for encoding in json grpc; do
+  grep -Eq "^ +8 +eager +$encoding +300 +[0-9]+ +[0-9]+ +0 +0 " <<<"$output" ||
+    { echo "missing or failing $encoding row with --connections 3" >&2; exit 1; }
+done
 if "$binary" --clients 0 >/dev/null 2>&1; then echo "--clients 0 was accepted" >&2; exit 1; fi
 if "$binary" --encodings xml >/dev/null 2>&1; then echo "--encodings xml was accepted" >&2; exit 1; fi
 echo "ok"

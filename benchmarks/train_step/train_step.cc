@@ -209,14 +209,14 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
   // A graph backend's loss may live in its pool until the next step: read it at once.
   row.first_loss = step().to_doubles().at(0);
   for (int64_t i = 1; i < options.warmup; ++i) step();
-  context.backend().synchronize_stream(stream);
+  context.platform().synchronize_stream(stream);
 
   nlohmann::json stats_before_timing = graph_counters();
   std::vector<double> samples_us;
   for (int64_t i = 0; i < options.iters; ++i) {
     Stopwatch watch;
     runtime::Tensor loss = step();
-    context.backend().synchronize_stream(stream);
+    context.platform().synchronize_stream(stream);
     samples_us.push_back(watch.elapsed_us());
     if (i + 1 == options.iters) row.last_loss = loss.to_doubles().at(0);
   }
@@ -233,7 +233,7 @@ Row run_backend(const TrainingCase& config, const std::string& backend, const Op
       for (int64_t i = 0; i < options.iters; ++i) {
         Stopwatch watch;
         for (runtime::GraphRecording* graph : path) graph->replay(stream);
-        context.backend().synchronize_stream(stream);
+        context.platform().synchronize_stream(stream);
         bare_us.push_back(watch.elapsed_us());
       }
       row.bare = summarize(bare_us);
@@ -408,20 +408,16 @@ nlohmann::json report_json(const std::vector<CaseResult>& results, const Options
 }
 
 int run(int argc, char** argv) {
-  FlagValues flags = parse_flags(kName, argc, argv, kFlags);
-  if (flags.help_requested()) {
-    std::fputs(
-        usage_text(kName, "Per-step latency of a training step, per execution backend.", kFlags)
-            .c_str(),
-        stdout);
-    return 0;
-  }
+  std::optional<FlagValues> parsed = parse_flags_or_help(
+      kName, "Per-step latency of a training step, per execution backend.", argc, argv, kFlags);
+  if (!parsed) return 0;
+  const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
   std::printf(
       "training step latency on %s (%s), f32, SGD momentum 0.9, %lld timed steps after "
       "%lld warm-up\n",
       options.device.str().c_str(),
-      runtime::device_context(options.device).backend().name().c_str(),
+      runtime::device_context(options.device).platform().name().c_str(),
       static_cast<long long>(options.iters), static_cast<long long>(options.warmup));
   std::fflush(stdout);
   std::vector<CaseResult> results;

@@ -61,11 +61,11 @@ struct Options {
 };
 
 const std::vector<bench::FlagSpec> kFlags = {
-    {"--device", "auto|cuda|sim", "where to run (auto: cuda when present, else sim)"},
+    bench::kDeviceFlag,
     {"--iterations", "N", "timed calls per path, repeat and case (default 2000)"},
     {"--repeats", "R", "repeats, alternating manager and bare replay (default 5)"},
     {"--burst", "B", "calls between two (untimed) stream synchronizations (default 16)"},
-    {"--json", "FILE", "write the results as JSON"},
+    bench::kJsonFlag,
 };
 
 Options parse(const bench::FlagValues& flags) {
@@ -99,9 +99,9 @@ void time_calls(const Options& options, grove::runtime::DeviceContext& context,
     bench::Stopwatch watch;
     call();
     samples.push_back(watch.elapsed_us());
-    if ((i + 1) % options.burst == 0) context.backend().synchronize_stream(stream);
+    if ((i + 1) % options.burst == 0) context.platform().synchronize_stream(stream);
   }
-  context.backend().synchronize_stream(stream);
+  context.platform().synchronize_stream(stream);
 }
 
 struct Binding {

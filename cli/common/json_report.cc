@@ -23,7 +23,7 @@ std::string utc_date() {
 nlohmann::json report_header(const std::string& benchmark, runtime::Device device) {
   return nlohmann::json{{"benchmark", benchmark},
                         {"device", device.str()},
-                        {"device_name", runtime::device_context(device).backend().name()},
+                        {"device_name", runtime::device_context(device).platform().name()},
                         {"date", utc_date()}};
 }
 

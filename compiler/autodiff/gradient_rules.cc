@@ -30,6 +30,9 @@ const std::map<std::string, std::string>& non_differentiable_ops() {
     reasons["gelu_backward"] = "it is gelu's gradient; second derivatives are not supported";
     reasons["layer_norm_backward"] =
         "it is layer_norm's gradient; second derivatives are not supported";
+    reasons["attention"] =
+        "it is lowered for inference; training writes attention out as matmul and softmax "
+        "(Note [Fused attention op])";
     return reasons;
   }();
   return ops;

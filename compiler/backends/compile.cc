@@ -181,44 +181,77 @@ CompiledModel compile(const ir::Program& program, const CompileOptions& options,
   return model;
 }
 
-TensorList CompiledModel::operator()(const TensorList& inputs) const {
-  const ir::Program& program = *program_;
+namespace {
+
+void check_input_count(const ir::Program& program, const std::vector<std::string>& names,
+                       size_t given) {
   GROVE_CHECK_AS(
-      ShapeError, inputs.size() == input_positions_.size(), "model '", program.name(), "' takes ",
-      input_positions_.size(), " inputs (",
+      ShapeError, given == names.size(), "model '", program.name(), "' takes ", names.size(),
+      " inputs (",
       [&] {
-        std::string names;
-        for (const std::string& name : input_names_) {
-          names += (names.empty() ? "'" : ", '") + name + "'";
-        }
-        return names;
+        std::string list;
+        for (const std::string& name : names) list += (list.empty() ? "'" : ", '") + name + "'";
+        return list;
       }(),
-      "), found ", inputs.size());
+      "), found ", given);
+}
+
+}  // namespace
+
+void CompiledModel::check_input(size_t k, const Tensor& tensor) const {
+  const ir::Program& program = *program_;
+  const ir::Value& value = program.value(program.inputs()[input_positions_[k]]);
+  // Built only when a check fails: formatting it on every call costs about
+  // a microsecond per input, more than a graph replay's whole host cost.
+  auto name = [&] {
+    return str_cat("model '", program.name(), "': input '", value.name, "' (", k, ")");
+  };
+  GROVE_CHECK(tensor.defined(), name(), " is an undefined tensor; pass a tensor of ",
+              value.type.str());
+  GROVE_CHECK_AS(DeviceError, tensor.device() == value.type.device, name(), " expects a tensor on ",
+                 value.type.device.str(), ", found one on ", tensor.device().str(), "; move it to ",
+                 value.type.device.str(), " first");
+  GROVE_CHECK_AS(DTypeError, tensor.dtype() == value.type.dtype, name(), " expects dtype ",
+                 runtime::dtype_name(value.type.dtype), ", found ",
+                 runtime::dtype_name(tensor.dtype()));
+  GROVE_CHECK_AS(ShapeError, tensor.shape() == value.type.shape, name(), " expects shape ",
+                 ir::shape_text(value.type.shape), ", found ", runtime::shape_str(tensor.shape()),
+                 "; the model was compiled for these dims (recompile for other sizes)");
+}
+
+TensorList CompiledModel::operator()(const TensorList& inputs) const {
+  input_checks_->fetch_add(1, std::memory_order_relaxed);
+  check_input_count(*program_, input_names_, inputs.size());
   ArgumentLease lease(argument_lists_->mutex, argument_lists_->spare, persistent_,
                       input_positions_);  // Note [Reused argument lists]
   TensorList& all = lease.list();
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const size_t position = input_positions_[k];
-    const ir::Value& value = program.value(program.inputs()[position]);
-    const Tensor& tensor = inputs[k];
-    // Built only when a check fails: formatting it on every call costs about
-    // a microsecond per input, more than a graph replay's whole host cost.
-    auto name = [&] {
-      return str_cat("model '", program.name(), "': input '", value.name, "' (", k, ")");
-    };
-    GROVE_CHECK(tensor.defined(), name(), " is an undefined tensor; pass a tensor of ",
-                value.type.str());
-    GROVE_CHECK_AS(DeviceError, tensor.device() == value.type.device, name(),
-                   " expects a tensor on ", value.type.device.str(), ", found one on ",
-                   tensor.device().str(), "; move it to ", value.type.device.str(), " first");
-    GROVE_CHECK_AS(DTypeError, tensor.dtype() == value.type.dtype, name(), " expects dtype ",
-                   runtime::dtype_name(value.type.dtype), ", found ",
-                   runtime::dtype_name(tensor.dtype()));
-    GROVE_CHECK_AS(ShapeError, tensor.shape() == value.type.shape, name(), " expects shape ",
-                   ir::shape_text(value.type.shape), ", found ", runtime::shape_str(tensor.shape()),
-                   "; the model was compiled for these dims (recompile for other sizes)");
-    all[position] = tensor;
+    check_input(k, inputs[k]);
+    all[input_positions_[k]] = inputs[k];
   }
+  return run(all);
+}
+
+BoundInputs CompiledModel::bind_inputs(TensorList inputs) const {
+  input_checks_->fetch_add(1, std::memory_order_relaxed);
+  check_input_count(*program_, input_names_, inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) check_input(k, inputs[k]);
+  return BoundInputs(std::move(inputs), program_.get());
+}
+
+TensorList CompiledModel::operator()(const BoundInputs& inputs) const {
+  // Identity, not a shape or dtype check: the tensors were checked when bound.
+  GROVE_CHECK(inputs.model_ == program_.get(), "model '", program_->name(),
+              "': these inputs were bound by another model (or not at all); bind them with "
+              "this model's bind_inputs()");
+  ArgumentLease lease(argument_lists_->mutex, argument_lists_->spare, persistent_,
+                      input_positions_);  // Note [Reused argument lists]
+  TensorList& all = lease.list();
+  for (size_t k = 0; k < inputs.tensors_.size(); ++k) all[input_positions_[k]] = inputs.tensors_[k];
+  return run(all);
+}
+
+TensorList CompiledModel::run(TensorList& all) const {
   if (generator_draws_ > 0) [[unlikely]] {
     // Note [Implicit generator] (compiler/ir/generator_state.h).
     runtime::store_generator_state(

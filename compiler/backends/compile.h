@@ -7,6 +7,7 @@
 //   TensorList outputs = model({x});
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,12 +25,37 @@ namespace grove::compiler::backends {
 // (compile() below, for programs that share their state).
 using StateBinder = std::function<runtime::Tensor(const ir::Value& value)>;
 
+// Input tensors one CompiledModel checked once for many calls
+// (CompiledModel::bind_inputs): the tensors stay, what they hold changes
+// between calls (a server's bucket inputs, Note [One input check per call]).
+class BoundInputs {
+ public:
+  BoundInputs() = default;
+  const TensorList& tensors() const { return tensors_; }
+
+ private:
+  friend class CompiledModel;
+  BoundInputs(TensorList tensors, const void* model)
+      : tensors_(std::move(tensors)), model_(model) {}
+
+  TensorList tensors_;
+  const void* model_ = nullptr;  // the program of the model that checked them
+};
+
 class CompiledModel {
  public:
   // Runs the model on the `input` values of the program, in declaration order.
   // Throws grove::Error (ShapeError, DTypeError, DeviceError) naming the input
   // when the count, a shape, a dtype or a device is wrong.
   TensorList operator()(const TensorList& inputs) const;
+  // Checks `inputs` as operator() does, once, for calls of operator()(BoundInputs).
+  BoundInputs bind_inputs(TensorList inputs) const;
+  // Runs the model on inputs it bound, checking nothing again (Note [One
+  // input check per call]). Throws grove::Error for inputs another model bound.
+  TensorList operator()(const BoundInputs& inputs) const;
+  // How many times this model (and its copies) checked call inputs: each
+  // operator()(TensorList) and each bind_inputs(); tests count them.
+  uint64_t input_checks() const { return input_checks_->load(std::memory_order_relaxed); }
 
   const ir::Program& program() const { return *program_; }
   const lowering::LoweredProgram& lowered() const { return *lowered_; }
@@ -78,6 +104,10 @@ class CompiledModel {
                                const StateBinder& bind_state,
                                std::shared_ptr<ExecutionBackend> backend);
   CompiledModel() = default;
+  // Checks input k of a call (count checked by the caller) and counts nothing.
+  void check_input(size_t k, const runtime::Tensor& tensor) const;
+  // Runs the program on the leased list with the caller's inputs in place.
+  TensorList run(TensorList& all) const;
 
   std::shared_ptr<const ir::Program> program_;
   std::shared_ptr<const lowering::LoweredProgram> lowered_;
@@ -95,6 +125,7 @@ class CompiledModel {
   std::vector<size_t> input_positions_;  // positions of the `input` values
   std::vector<std::string> input_names_;
   std::map<std::string, size_t> state_positions_;
+  std::shared_ptr<std::atomic<uint64_t>> input_checks_ = std::make_shared<std::atomic<uint64_t>>(0);
   double lower_ms_ = 0;
   double total_compile_ms_ = 0;
   int64_t generator_draws_ = 0;

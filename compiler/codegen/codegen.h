@@ -7,8 +7,8 @@
 #include <string>
 
 #include "compiler/codegen/kernel_spec.h"
-#include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::compiler::codegen {
 

@@ -67,7 +67,7 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
     source = state.sources.emplace(source_key, std::move(generated)).first;
   }
   CompiledKernel kernel;
-  kernel.handle = context.backend().load_kernel(source->second);
+  kernel.handle = context.platform().load_kernel(source->second);
   ++state.stats.loads;
   kernel.dims = kernel_launch_dims(spec, device.type);
   kernel.input_count = spec.inputs.size() * spec.part_count();
@@ -168,7 +168,7 @@ void launch(const CompiledKernel& kernel, const std::vector<const void*>& inputs
               "': the kernel was never loaded; get it from compile_kernel()");
   runtime::KernelArgs args = make_args(kernel, inputs, outputs, scalars);
   runtime::device_context(kernel.device)
-      .backend()
+      .platform()
       .launch_kernel(kernel.handle, kernel.dims, args, stream);
 }
 

@@ -2,7 +2,7 @@
 // a process-wide cache keyed by signature for the generated code (PTX for
 // cuda; one host function shared by sim and cpu) and by (signature, device)
 // for the loaded handle. launch() binds arguments per Note [Kernel ABI] (kernel_spec.h) and
-// enqueues through the device's Backend. No LLVM header is visible here.
+// enqueues through the device's Platform. No LLVM header is visible here.
 #pragma once
 
 #include <cstddef>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "compiler/codegen/kernel_spec.h"
-#include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 #include "runtime/tensor.h"
 
 namespace grove::compiler::codegen {
@@ -62,7 +62,7 @@ void launch(const CompiledKernel& kernel, const std::vector<runtime::Tensor>& in
 struct KernelCacheStats {
   uint64_t hits = 0;              // compile_kernel calls answered from the cache
   uint64_t code_generations = 0;  // PTX / host functions generated
-  uint64_t loads = 0;             // Backend::load_kernel calls
+  uint64_t loads = 0;             // Platform::load_kernel calls
   double total_compile_ms = 0;    // time spent generating code
 };
 

@@ -61,7 +61,7 @@ void* advance(void* pointer, int64_t elements, runtime::DType dtype) {
          elements * static_cast<int64_t>(runtime::dtype_size(dtype));
 }
 
-// Each call runs on the device's BLAS (Backend::blas()): cuBLAS on cuda, the
+// Each call runs on the device's BLAS (Platform::blas()): cuBLAS on cuda, the
 // host GEMM recorded as a host kernel on sim and cpu.
 void run_gemm(const ScheduledProgram& program, const Step& step, std::vector<Tensor>& env,
               runtime::BlasSupport& blas, runtime::StreamHandle stream) {
@@ -196,7 +196,7 @@ void run_steps(const ScheduledProgram& program, size_t first, size_t end, std::v
         break;
       }
       case StepKind::kGemm:
-        run_gemm(program, step, env, context.backend().blas(), stream);
+        run_gemm(program, step, env, context.platform().blas(), stream);
         break;
       case StepKind::kView: {
         const Tensor& source = slot_tensor(program, env, step.source, step);

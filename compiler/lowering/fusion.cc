@@ -52,6 +52,14 @@ bool can_inline(const LoweringGraph& graph, int value_id) {
           producer.pointwise != PointwiseKind::kHook) {
         return false;
       }
+    } else if (consumer.node_class == NodeClass::kConcat) {
+      // Note [Concat parts compute their operand]: a pointwise operand read
+      // by nothing else is computed by the concat's copy kernel of that part.
+      if (producer.node_class != NodeClass::kPointwise ||
+          producer.pointwise != PointwiseKind::kHook || is_constant) {
+        return false;
+      }
+      continue;  // a part's iteration space is the operand's own shape
     } else {
       return false;
     }
@@ -218,6 +226,31 @@ void keep_reductions_indexable(const LoweringGraph& graph, std::vector<bool>& in
   }
 }
 
+// Note [Concat parts compute their operand]: a concat part's kernel is a
+// plain copy over the operand's shape, with no row to reduce, so an operand
+// inlined into it must not hold a reduction (a max inlined into a comparison
+// that the concat reads); such an operand is materialized instead. Test:
+// importer_ops_test's topk (its rounds concat comparisons with a max).
+void keep_concat_parts_elementwise(const LoweringGraph& graph, std::vector<bool>& inlined) {
+  for (const LoweringNode& node : graph.nodes()) {
+    if (node.node_class != NodeClass::kConcat) continue;
+    for (int part : node.operands) {
+      if (!inlined[static_cast<size_t>(part)]) continue;
+      bool elementwise = true;
+      std::vector<int> pending = {part};
+      while (!pending.empty() && elementwise) {
+        const LoweringNode& producer = graph.node(graph.value(pending.back()).producer);
+        pending.pop_back();
+        elementwise = producer.node_class == NodeClass::kPointwise;
+        for (int operand : producer.operands) {
+          if (inlined[static_cast<size_t>(operand)]) pending.push_back(operand);
+        }
+      }
+      if (!elementwise) inlined[static_cast<size_t>(part)] = false;
+    }
+  }
+}
+
 }  // namespace
 
 FusionPlan plan_fusion(const LoweringGraph& graph) {
@@ -239,6 +272,7 @@ FusionPlan plan_fusion(const LoweringGraph& graph) {
   }
   bound_fused_depth(graph, plan.inlined);
   keep_reductions_indexable(graph, plan.inlined);
+  keep_concat_parts_elementwise(graph, plan.inlined);
   plan.is_root.assign(node_count, false);
   plan.members.assign(node_count, {});
   plan.reduction.assign(node_count, -1);

@@ -434,16 +434,26 @@ AssembledKernel KernelAssembler::copy(int source, int destination, const std::st
   return finish();
 }
 
+// Note [Concat parts compute their operand]: an operand that fusion inlined
+// into the concat (a pointwise value nothing else reads: rotate_half's
+// negated half) is computed here from its own operands instead of loaded, so
+// it costs no kernel of its own. Test: OpLowering's gather case (an exp
+// inside a concat) and Concat.NegatedHalfCostsNoKernel.
 AssembledKernel KernelAssembler::concat_part(int source, int destination, int64_t element_offset) {
   const SlotInfo& from = slots_[static_cast<size_t>(source)];
   const SlotInfo& to = slots_[static_cast<size_t>(destination)];
   reset("concat", from.layout.shape);
-  codegen::KernelBuilder emitter(spec_);
-  codegen::Expr load;
-  load.op = ExprOp::kLoad;
-  load.dtype = ops::compute_dtype(from.dtype);
-  load.input = input_buffer(source, from.layout.strides);
-  int expr = emitter.add(load);
+  int expr = -1;
+  if (plan_.inlined[static_cast<size_t>(source)]) {
+    expr = value_expr(source, AccessMap::identity(from.layout.shape.size()));
+  } else {
+    codegen::KernelBuilder emitter(spec_);
+    codegen::Expr load;
+    load.op = ExprOp::kLoad;
+    load.dtype = ops::compute_dtype(from.dtype);
+    load.input = input_buffer(source, from.layout.strides);
+    expr = emitter.add(load);
+  }
   // The part covers a box of the destination with the destination's strides.
   spec_.outputs.push_back(codegen::OutputSpec{to.dtype, expr, false, to.layout.strides});
   result_.output_slots.push_back(destination);

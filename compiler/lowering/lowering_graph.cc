@@ -34,6 +34,8 @@ NodeClass classify(const ops::OpDef& def) {
       return def.name == "embedding" ? NodeClass::kPointwise : NodeClass::kConcat;
     case ops::OpKind::kSpecial:
       return NodeClass::kHost;
+    case ops::OpKind::kAttention:
+      return NodeClass::kAttention;
   }
   return NodeClass::kHost;
 }
@@ -47,7 +49,7 @@ bool epilogue_runs(const ir::Program& program, runtime::GemmEpilogue epilogue, r
                    int64_t m = 64, int64_t n = 64, int64_t k = 64) {
   const runtime::Device device = program.device();
   if (!runtime::device_available(device)) return false;
-  return runtime::device_context(device).backend().blas().gemm_row_major_epilogue_available(
+  return runtime::device_context(device).platform().blas().gemm_row_major_epilogue_available(
       epilogue, dtype, m, n, k);
 }
 

@@ -21,6 +21,7 @@ enum class NodeClass : uint8_t {
   kGemm,       // matmul (and the product part of linear)
   kConcat,     // one copy kernel per operand into slices of the result
   kHost,       // nonzero, print: host work between segments
+  kAttention,  // attention: its own kernel (attention_kernel.h)
 };
 
 // How a pointwise node builds its expression.

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/lowering/attention_kernel.h"
 #include "compiler/lowering/gemm_plan.h"
 #include "compiler/lowering/horizontal_fusion.h"
 #include "compiler/lowering/kernel_assembly.h"
@@ -35,6 +36,7 @@ class Scheduler {
   void schedule_concat(const LoweringNode& node);
   void schedule_host(const LoweringNode& node);
   void schedule_dynamic(int node_index);
+  void schedule_attention(int node_index);
   // A contiguous copy of `slot` (for operands a GEMM cannot read as they are).
   // `node_name` is taken by value: callers pass a slot's own name, and
   // add_temp() may reallocate out_.slots.
@@ -385,6 +387,35 @@ void Scheduler::schedule_host(const LoweringNode& node) {
   out_.steps.push_back(std::move(step));
 }
 
+void Scheduler::schedule_attention(int node_index) {
+  const LoweringNode& node = graph_.node(node_index);
+  // Note [Attention results with heads last].
+  if (std::optional<Layout> layout = attention_result_layout(graph_, node_index)) {
+    out_.slots[static_cast<size_t>(node.results[0])].layout = *layout;
+  }
+  // Note [Keys and values by position]: the kernel reads copies of key and value.
+  LoweringNode reading = node;
+  std::vector<int> sources, copies;
+  for (size_t position : {size_t{1}, size_t{2}}) {
+    if (position == 2 && node.operands[2] == node.operands[1]) {
+      reading.operands[2] = reading.operands[1];  // one tensor for both: one copy
+      continue;
+    }
+    const SlotInfo operand = out_.slots[static_cast<size_t>(node.operands[position])];
+    if (positions_major(operand.layout)) continue;
+    const int copy = add_temp(operand.name + ".by_position", operand.dtype,
+                              positions_major_layout(operand.layout.shape));
+    reading.operands[position] = copy;
+    sources.push_back(node.operands[position]);
+    copies.push_back(copy);
+  }
+  for (AssembledKernel& kernel : positions_major_copies(out_.slots, sources, copies)) {
+    std::vector<int> allocate = kernel.output_slots;
+    add_kernel(std::move(kernel), node.name, std::move(allocate));
+  }
+  add_kernel(attention_kernel(reading, out_.slots), node.name, {node.results[0]});
+}
+
 void Scheduler::schedule_dynamic(int node_index) {
   const LoweringNode& node = graph_.node(node_index);
   GROVE_CHECK(node.node_class == NodeClass::kPointwise && node.pointwise == PointwiseKind::kHook &&
@@ -463,6 +494,9 @@ void Scheduler::schedule_node(int node_index) {
       break;
     case NodeClass::kHost:
       schedule_host(node);
+      break;
+    case NodeClass::kAttention:
+      schedule_attention(node_index);
       break;
   }
 }

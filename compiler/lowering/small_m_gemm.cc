@@ -66,57 +66,58 @@ constexpr int kRounds = 3;
 // Device memory freed on every path out of the measurement.
 class DeviceBuffers {
  public:
-  explicit DeviceBuffers(runtime::Backend& backend) : backend_(backend) {}
+  explicit DeviceBuffers(runtime::Platform& platform) : platform_(platform) {}
   ~DeviceBuffers() {
-    for (void* pointer : pointers_) backend_.free_raw(pointer);
+    for (void* pointer : pointers_) platform_.free_raw(pointer);
   }
   DeviceBuffers(const DeviceBuffers&) = delete;
   DeviceBuffers& operator=(const DeviceBuffers&) = delete;
   void* zeros(int64_t elements, DType dtype, runtime::StreamHandle stream) {
     const size_t bytes =
         static_cast<size_t>(std::max<int64_t>(elements, 1)) * runtime::dtype_size(dtype);
-    pointers_.push_back(backend_.allocate_raw(bytes));
-    backend_.memset_async(pointers_.back(), 0, bytes, stream);
+    pointers_.push_back(platform_.allocate_raw(bytes));
+    platform_.memset_async(pointers_.back(), 0, bytes, stream);
     return pointers_.back();
   }
 
  private:
-  runtime::Backend& backend_;
+  runtime::Platform& platform_;
   std::vector<void*> pointers_;
 };
 
 // GPU time per call of `enqueue`, from a CUDA graph of kLaunchesPerGraph
 // calls (a graph, as cudagraphs runs them: stream launches would time the
 // host's launch rate instead).
-double graph_time_us(runtime::Backend& backend, runtime::StreamHandle stream,
+double graph_time_us(runtime::Platform& platform, runtime::StreamHandle stream,
                      const std::function<void(int)>& enqueue) {
   enqueue(0);
-  backend.synchronize_stream(stream);
-  backend.begin_capture(stream, runtime::CaptureMode::kThreadLocal);
+  platform.synchronize_stream(stream);
+  platform.begin_capture(stream, runtime::CaptureMode::kThreadLocal);
   try {
     for (int i = 0; i < kLaunchesPerGraph; ++i) enqueue(i);
   } catch (...) {
-    backend.invalidate_capture(stream);
+    platform.invalidate_capture(stream);
     try {
-      backend.end_capture(stream);
+      platform.end_capture(stream);
     } catch (...) {
     }
     throw;
   }
-  runtime::GraphHandle graph = backend.end_capture(stream);
-  runtime::GraphExecHandle exec = backend.instantiate(graph, {});
-  runtime::EventHandle start = backend.create_event(true);
-  runtime::EventHandle stop = backend.create_event(true);
-  backend.launch_graph(exec, stream);
-  backend.record_event(start, stream);
-  for (int i = 0; i < kGraphLaunches; ++i) backend.launch_graph(exec, stream);
-  backend.record_event(stop, stream);
-  backend.synchronize_event(stop);
-  const double us = 1000.0 * backend.elapsed_ms(start, stop) / (kGraphLaunches * kLaunchesPerGraph);
-  backend.destroy_event(start);
-  backend.destroy_event(stop);
-  backend.destroy_graph_exec(exec);
-  backend.destroy_graph(graph);
+  runtime::GraphHandle graph = platform.end_capture(stream);
+  runtime::GraphExecHandle exec = platform.instantiate(graph, {});
+  runtime::EventHandle start = platform.create_event(true);
+  runtime::EventHandle stop = platform.create_event(true);
+  platform.launch_graph(exec, stream);
+  platform.record_event(start, stream);
+  for (int i = 0; i < kGraphLaunches; ++i) platform.launch_graph(exec, stream);
+  platform.record_event(stop, stream);
+  platform.synchronize_event(stop);
+  const double us =
+      1000.0 * platform.elapsed_ms(start, stop) / (kGraphLaunches * kLaunchesPerGraph);
+  platform.destroy_event(start);
+  platform.destroy_event(stop);
+  platform.destroy_graph_exec(exec);
+  platform.destroy_graph(graph);
   return us;
 }
 
@@ -132,8 +133,8 @@ double graph_time_us(runtime::Backend& backend, runtime::StreamHandle stream,
 std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device device) {
   try {
     runtime::DeviceContext& context = runtime::device_context(device);
-    runtime::Backend& backend = context.backend();
-    if (backend.capture_status(context.current_stream()) != runtime::CaptureStatus::kNone) {
+    runtime::Platform& platform = context.platform();
+    if (platform.capture_status(context.current_stream()) != runtime::CaptureStatus::kNone) {
       return std::nullopt;  // compiling inside a capture: no device work now
     }
     const std::vector<int64_t> variants = small_m_row_variants(launch.args.m);
@@ -143,10 +144,10 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       assembled.push_back(small_m_gemm_kernel(launch, rows));
       kernels.push_back(codegen::compile_kernel(assembled.back().spec, device));
     }
-    runtime::StreamHandle stream = backend.create_stream();
+    runtime::StreamHandle stream = platform.create_stream();
     std::optional<GemmTuningEntry> entry;
     try {
-      DeviceBuffers buffers(backend);
+      DeviceBuffers buffers(platform);
       GemmArgs args = launch.args;
       args.a =
           buffers.zeros(extent(args.transpose_a, args.m, args.k, args.lda), args.dtype, stream);
@@ -190,34 +191,34 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
                                    static_cast<int64_t>(runtime::dtype_size(args.dtype)));
         }
       }
-      backend.blas().prepare_gemm(stream);
+      platform.blas().prepare_gemm(stream);
       GemmTuningEntry times{1e30, 1e30};
       std::vector<double> variant_us(variants.size(), 1e30);
       for (int round = 0; round < kRounds; ++round) {
         for (size_t v = 0; v < variants.size(); ++v) {
-          variant_us[v] = std::min(variant_us[v], graph_time_us(backend, stream, [&](int i) {
+          variant_us[v] = std::min(variant_us[v], graph_time_us(platform, stream, [&](int i) {
                                      std::vector<const void*> operands = inputs;
                                      operands[1] = weights[static_cast<size_t>(i) % weights.size()];
                                      codegen::launch(kernels[v], operands, outputs[v], {}, stream);
                                    }));
         }
-        times.library_us = std::min(times.library_us, graph_time_us(backend, stream, [&](int i) {
+        times.library_us = std::min(times.library_us, graph_time_us(platform, stream, [&](int i) {
                                       GemmArgs call = args;
                                       call.b = weights[static_cast<size_t>(i) % weights.size()];
-                                      backend.blas().gemm_row_major(stream, call);
+                                      platform.blas().gemm_row_major(stream, call);
                                     }));
       }
-      backend.synchronize_stream(stream);
+      platform.synchronize_stream(stream);
       const size_t best = static_cast<size_t>(
           std::min_element(variant_us.begin(), variant_us.end()) - variant_us.begin());
       times.grove_us = variant_us[best];
       times.grove_rows = variants[best];
       entry = times;
     } catch (...) {
-      backend.destroy_stream(stream);
+      platform.destroy_stream(stream);
       throw;
     }
-    backend.destroy_stream(stream);
+    platform.destroy_stream(stream);
     return entry;
   } catch (const std::exception& error) {
     log(LogLevel::kWarn,
@@ -238,8 +239,8 @@ int64_t entry_rows(const GemmTuningEntry& entry, int64_t m) {
 
 // Note [Small-M GEMM selection], auto on a present cuda device.
 int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device) {
-  runtime::Backend& backend = runtime::device_context(device).backend();
-  const std::string key = small_m_gemm_tuning_key(backend.name(), launch.args);
+  runtime::Platform& platform = runtime::device_context(device).platform();
+  const std::string key = small_m_gemm_tuning_key(platform.name(), launch.args);
   std::lock_guard<std::mutex> lock(choices_mutex());
   auto known = choices().find(key);
   if (known != choices().end()) return known->second;

@@ -1,88 +1,85 @@
-// decode_attention: one decode step's attention of a LLaMA layer over its KV
-// cache (rotary embedding, grouped-query scores against the cache and the
-// row's own key, softmax, weighted values) as one runtime kernel, Note
-// [Decode attention kernel] (runtime/decode_attention_kernel.h). Operands:
-// qkv [rows, (heads + 2 kv_heads) * head_dim] (the fused projection, rewritten
-// in place), cos and sin [positions, head_dim] (the rotary tables, read at
-// each row's position), key_cache and value_cache [rows,
-// kv_heads, positions, head_dim], positions i64 [rows] (-1: padding); the one
-// result is operand 0 after the kernel: [attended heads | rotated key | value]
-// per row. Attribute heads. Lowered as one OpDef::launch step (in place), so
-// it runs in stream order and is captured into graphs. Registered by a static
-// initializer when a binary links //compiler/ops:decoder_ops (the decoder
-// programs of serving/llm).
+// attention: softmax(query key^T * scale + mask) value in one op, lowered to
+// one generated kernel (Note [Fused attention kernel] in
+// compiler/lowering/attention_kernel.h).
+//
+// Note [Fused attention op]: query [..., Hq, Tq, D], key [..., Hk, Tk, D],
+// value [..., Hk, Tk, Dv] with equal leading dims and Hq a multiple of Hk
+// (grouped-query attention: query head h reads key head h / (Hq / Hk)); an
+// optional mask broadcastable to [..., Hq, Tq, Tk], bool (true: attend) or
+// query's float dtype (added to the scores); `causal` 1 masks key j > query i
+// (the top-left aligned triangle of scaled_dot_product_attention's is_causal).
+// A row whose scores are all -inf gives zeros, as PyTorch's math attention
+// (its safe softmax) does. The result is [..., Hq, Tq, Dv] in query's dtype.
+// No gradient: the door writes attention out before it trains
+// (training_steps.write_out_attention). Tests: AttentionKernel.* (tests/compiler/
+// lowering/attention_kernel_test.cc), importer_ops_test's attention cases.
 #include "compiler/ops/op_helpers.h"
-#include "runtime/decode_attention_kernel.h"
 #include "runtime/error.h"
 
 namespace grove::compiler::ops {
-namespace {
-
-std::vector<TensorType> infer_decode_attention(const OpContext& context) {
-  const TensorType& qkv = context.operand(0);
-  const TensorType& cos = context.operand(1);
-  const TensorType& key_cache = context.operand(3);
-  const TensorType& positions = context.operand(5);
-  GROVE_CHECK_AS(
-      ShapeError,
-      qkv.rank() == 2 && cos.rank() == 2 && key_cache.rank() == 4 && positions.rank() == 1,
-      context.where(),
-      ": expected qkv [rows, width], cos [positions, head_dim], caches [rows, kv_heads, "
-      "positions, head_dim] and positions [rows]; got ",
-      context.describe_operand(0), ", ", context.describe_operand(1), ", ",
-      context.describe_operand(3), ", ", context.describe_operand(5));
-  const int64_t rows = qkv.shape[0];
-  const int64_t heads = context.attrs.get_int("heads");
-  const int64_t kv_heads = key_cache.shape[1];
-  const int64_t head_dim = key_cache.shape[3];
-  const std::string refusal =
-      runtime::decode_attention_refusal(qkv.dtype, heads, kv_heads, head_dim, key_cache.shape[2]);
-  GROVE_CHECK_AS(ShapeError, refusal.empty(), context.where(), ": the kernel does not take ",
-                 refusal);
-  for (size_t i = 1; i <= 4; ++i) {
-    GROVE_CHECK_AS(DTypeError, context.operand(i).dtype == qkv.dtype, context.where(), ": ",
-                   context.describe_operand(i), " is not of qkv's dtype");
-  }
-  GROVE_CHECK_AS(DTypeError, positions.dtype == DType::kI64, context.where(), ": ",
-                 context.describe_operand(5), " must be i64");
-  const Shape table{cos.shape[0], head_dim};
-  GROVE_CHECK_AS(ShapeError,
-                 qkv.shape[1] == (heads + 2 * kv_heads) * head_dim && cos.shape == table &&
-                     context.operand(2).shape == table && key_cache.shape[0] == rows &&
-                     context.operand(4).shape == key_cache.shape && positions.shape[0] == rows,
-                 context.where(), ": operands do not fit together for ", heads,
-                 " heads: ", context.describe_operand(0), ", ", context.describe_operand(1), ", ",
-                 context.describe_operand(2), ", ", context.describe_operand(3), ", ",
-                 context.describe_operand(4), ", ", context.describe_operand(5));
-  return {qkv};
-}
 
 void register_attention_ops(OpRegistry& registry) {
-  OpDef op;
-  op.name = "decode_attention";
-  op.summary =
-      "one decode step's LLaMA attention over a KV cache in one kernel, in place over the fused "
-      "qkv projection: operands qkv, cos, sin, key_cache, value_cache, positions; attribute "
-      "heads";
-  op.min_operands = 6;
-  op.max_operands = 6;
-  op.attrs = {{"heads", AttrKind::kInt, std::nullopt}};
-  op.kind = OpKind::kSpecial;
-  op.effects.mutated_operands = {0};  // in place: the result is operand 0 (OpDef::launch)
-  op.infer = infer_decode_attention;
-  op.launch = [](const OpContext& context, const std::vector<runtime::Tensor>& operands,
-                 runtime::StreamHandle stream) {
-    runtime::launch_decode_attention(operands[0], operands[1], operands[2], operands[3],
-                                     operands[4], operands[5], context.attrs.get_int("heads"),
-                                     stream);
+  OpDef attention;
+  attention.name = "attention";
+  attention.summary =
+      "softmax(query key^T * scale + mask) value (heads [..., H, T, D]; grouped-query keys; "
+      "bool or additive mask; causal)";
+  attention.min_operands = 3;
+  attention.max_operands = 4;
+  attention.attrs = {{"scale", AttrKind::kFloat, std::nullopt},
+                     {"causal", AttrKind::kInt, int64_t{0}}};
+  attention.kind = OpKind::kAttention;
+  attention.infer = [](const OpContext& context) {
+    for (size_t operand = 0; operand < 3; ++operand) {
+      require_floating(context, operand);
+      require_rank_at_least(context, operand, 3);
+    }
+    require_same_dtype(context, 0, 1);
+    require_same_dtype(context, 0, 2);
+    const Shape& q = context.operand(0).shape;
+    const Shape& k = context.operand(1).shape;
+    const Shape& v = context.operand(2).shape;
+    const size_t rank = q.size();
+    GROVE_CHECK_AS(ShapeError, k.size() == rank && v.size() == rank, context.where(),
+                   ": query, key and value must have one rank; got ", context.describe_operand(0),
+                   ", ", context.describe_operand(1), ", ", context.describe_operand(2));
+    for (size_t d = 0; d + 3 < rank; ++d) {
+      GROVE_CHECK_AS(ShapeError, k[d] == q[d] && v[d] == q[d], context.where(), ": dim ", d,
+                     " of key and value must equal query's (", q[d], "); got ",
+                     context.describe_operand(1), ", ", context.describe_operand(2));
+    }
+    const int64_t query_heads = q[rank - 3], key_heads = k[rank - 3];
+    GROVE_CHECK_AS(
+        ShapeError, key_heads >= 1 && v[rank - 3] == key_heads && query_heads % key_heads == 0,
+        context.where(), ": key and value need one head count that divides query's (", query_heads,
+        "); got ", context.describe_operand(1), ", ", context.describe_operand(2));
+    GROVE_CHECK_AS(ShapeError, k[rank - 1] == q[rank - 1] && v[rank - 2] == k[rank - 2],
+                   context.where(), ": key must be [..., Tk, ", q[rank - 1],
+                   "] and value [..., Tk, Dv]; got ", context.describe_operand(1), ", ",
+                   context.describe_operand(2));
+    GROVE_CHECK_AS(ShapeError, q[rank - 1] >= 1 && v[rank - 1] >= 1, context.where(),
+                   ": query and value need at least one feature; got ", context.describe_operand(0),
+                   ", ", context.describe_operand(2));
+    Shape scores = q;
+    scores.back() = k[rank - 2];
+    if (context.operand_types.size() == 4) {
+      const TensorType& mask = context.operand(3);
+      GROVE_CHECK_AS(DTypeError,
+                     mask.dtype == DType::kBool || mask.dtype == context.operand(0).dtype,
+                     context.where(), ": the mask must be bool or query's dtype; got ",
+                     context.describe_operand(3));
+      GROVE_CHECK_AS(ShapeError, broadcasts_to(mask.shape, scores), context.where(),
+                     ": the mask must broadcast to the scores' shape ", runtime::shape_str(scores),
+                     "; got ", context.describe_operand(3));
+    }
+    const int64_t causal = context.attrs.get_int("causal");
+    GROVE_CHECK(causal == 0 || causal == 1, context.where(),
+                ": attribute 'causal' must be 0 or 1; got ", causal);
+    Shape result_shape = q;
+    result_shape.back() = v[rank - 1];
+    return std::vector<TensorType>{with_shape(context.operand(0), result_shape)};
   };
-  registry.add(std::move(op));
+  registry.add(std::move(attention));
 }
 
-const bool kRegistered = [] {
-  register_attention_ops(OpRegistry::global());
-  return true;
-}();
-
-}  // namespace
 }  // namespace grove::compiler::ops

@@ -62,7 +62,7 @@ void register_linear_residual(OpRegistry& registry) {
     args.ldc = x.size(1);
     args.beta = 1.0f;
     if (args.m == 0 || args.n == 0) return;
-    runtime::device_context(x.device()).backend().blas().gemm_row_major(stream, args);
+    runtime::device_context(x.device()).platform().blas().gemm_row_major(stream, args);
   };
   registry.add(std::move(op));
 }

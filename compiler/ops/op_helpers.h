@@ -61,8 +61,9 @@ void register_reduction_ops(OpRegistry& registry);
 void register_structural_ops(OpRegistry& registry);
 void register_training_ops(OpRegistry& registry);
 void register_special_ops(OpRegistry& registry);
-void register_math_ops(OpRegistry& registry);     // math_ops.cc
-void register_bitwise_ops(OpRegistry& registry);  // bitwise_ops.cc
+void register_math_ops(OpRegistry& registry);       // math_ops.cc
+void register_bitwise_ops(OpRegistry& registry);    // bitwise_ops.cc
+void register_attention_ops(OpRegistry& registry);  // attention_ops.cc
 
 // g * gelu'(x) for gelu's tanh approximation, as expressions of `emitter`
 // (the gelu_backward op, and GEMM kernels with a gelu-gradient epilogue).

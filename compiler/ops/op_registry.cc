@@ -25,6 +25,8 @@ const char* op_kind_name(OpKind kind) {
       return "gather";
     case OpKind::kSpecial:
       return "special";
+    case OpKind::kAttention:
+      return "attention";
   }
   return "?";
 }
@@ -59,6 +61,7 @@ OpRegistry& OpRegistry::global() {
     register_special_ops(*built);
     register_math_ops(*built);
     register_bitwise_ops(*built);
+    register_attention_ops(*built);
     return built;
   }();
   return *registry;

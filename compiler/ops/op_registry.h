@@ -28,6 +28,8 @@
 //     kRandom       dropout: elementwise with Philox draws (ops/philox.h).
 //     kGather       embedding, concat: index-driven copies.
 //     kSpecial      nonzero (host sync), print (host only): no kernel hook.
+//     kAttention    attention: one generated kernel of its own
+//                   (lowering/attention_kernel.h, Note [Fused attention op]).
 //   OpDef::effects              mutated operand indices; per-result aliased
 //                               operand; whether the op has a host side effect.
 //   OpDef::graph_safety(mode)   capturable / needs host sync / host only.
@@ -51,7 +53,7 @@
 #include "compiler/codegen/kernel_spec.h"
 #include "compiler/ir/attributes.h"
 #include "compiler/ir/tensor_type.h"
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 #include "runtime/tensor.h"
 
 namespace grove::compiler::ir {
@@ -78,6 +80,7 @@ enum class OpKind : uint8_t {
   kRandom,
   kGather,
   kSpecial,
+  kAttention,
 };
 
 enum class GraphSafety : uint8_t {

@@ -172,6 +172,76 @@ HostTensor softmax(const ir::Node& node, const Operands& in, const ir::TensorTyp
   return out;
 }
 
+// Note [Fused attention op] in float64: per (leading index, query head, query
+// position) the masked, scaled scores' safe softmax times value.
+HostTensor attention(const ir::Node& node, const Operands& in, const ir::TensorType& type) {
+  const HostTensor& q = *in[0];
+  const HostTensor& k = *in[1];
+  const HostTensor& v = *in[2];
+  const size_t rank = q.shape.size();
+  const int64_t heads = q.shape[rank - 3], key_heads = k.shape[rank - 3];
+  const int64_t queries = q.shape[rank - 2], features = q.shape[rank - 1];
+  const int64_t keys = k.shape[rank - 2], value_features = v.shape[rank - 1];
+  const int64_t group = heads / key_heads;
+  const int64_t leading = q.numel() / (heads * queries * features);
+  const double scale = node.attrs.get_float("scale");
+  const bool causal = node.attrs.get_int("causal") != 0;
+  Shape scores_shape = q.shape;
+  scores_shape.back() = keys;
+  const Shape mask_strides =
+      in.size() == 4 ? broadcast_strides(in[3]->shape, scores_shape) : Shape(rank, 0);
+  const double minus_infinity = -std::numeric_limits<double>::infinity();
+  HostTensor out = make(type);
+  std::vector<double> scores(static_cast<size_t>(keys));
+  for (int64_t l = 0; l < leading; ++l) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kh = l * key_heads + h / group;
+      for (int64_t i = 0; i < queries; ++i) {
+        const double* query = q.data.data() + ((l * heads + h) * queries + i) * features;
+        double row_max = minus_infinity;
+        for (int64_t j = 0; j < keys; ++j) {
+          const double* key = k.data.data() + (kh * keys + j) * features;
+          double s = 0;
+          for (int64_t d = 0; d < features; ++d) s += query[d] * key[d];
+          s *= scale;
+          if (in.size() == 4) {
+            int64_t at = 0;
+            const int64_t coordinates[] = {h, i, j};
+            int64_t rest = l;
+            for (size_t d = rank - 3; d-- > 0;) {
+              at += (rest % q.shape[d]) * mask_strides[d];
+              rest /= q.shape[d];
+            }
+            for (size_t d = 0; d < 3; ++d) at += coordinates[d] * mask_strides[rank - 3 + d];
+            const double mask = in[3]->data[static_cast<size_t>(at)];
+            if (in[3]->dtype == DType::kBool) {
+              if (mask == 0) s = minus_infinity;
+            } else {
+              s += mask;
+            }
+          }
+          if (causal && j > i) s = minus_infinity;
+          scores[static_cast<size_t>(j)] = s;
+          row_max = std::max(row_max, s);
+        }
+        if (row_max == minus_infinity) row_max = 0;
+        double total = 0;
+        for (double& s : scores) total += (s = std::exp(s - row_max));
+        double* row = out.data.data() + ((l * heads + h) * queries + i) * value_features;
+        for (int64_t f = 0; f < value_features; ++f) {
+          double sum = 0;
+          for (int64_t j = 0; j < keys; ++j) {
+            sum += scores[static_cast<size_t>(j)] *
+                   v.data[static_cast<size_t>((kh * keys + j) * value_features + f)];
+          }
+          row[f] = finish(total > 0 ? sum / total : 0.0, type.dtype);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 // layer_norm's input gradient (Note [Layer-norm input gradient]) in float64.
 HostTensor layer_norm_backward(const ir::Node& node, const Operands& in,
                                const ir::TensorType& type) {
@@ -546,6 +616,7 @@ HostTensorList evaluate_node(const ir::Node& node, const Operands& in,
   if (op == "sum" || op == "mean" || op == "max") return {reduce(node, in, type)};
   if (op == "softmax" || op == "log_softmax") return {softmax(node, in, type)};
   if (op == "layer_norm") return {layer_norm(node, in, type)};
+  if (op == "attention") return {attention(node, in, type)};
   if (op == "layer_norm_backward") return {layer_norm_backward(node, in, type)};
   if (op == "matmul") return {matmul(in, type, false)};
   if (op == "linear") return {linear(in, type)};

@@ -156,8 +156,8 @@ std::optional<TensorList> PreparedProgram::private_pool_inputs(const TreeManager
     }
     if (result.empty()) result = inputs;
     runtime::Tensor copy = runtime::Tensor::empty(input.shape(), input.dtype(), input.device());
-    context.backend().copy_async(copy.data_ptr(), input.data_ptr(), input.nbytes(),
-                                 runtime::CopyKind::kDeviceToDevice, context.current_stream());
+    context.platform().copy_async(copy.data_ptr(), input.data_ptr(), input.nbytes(),
+                                  runtime::CopyKind::kDeviceToDevice, context.current_stream());
     result[i] = std::move(copy);
   }
   return result.empty() ? inputs : result;

@@ -491,6 +491,83 @@ def _dropout(c, a):
     return name
 
 
+# Note [Fused attention in the importer]: scaled_dot_product_attention (and
+# PyTorch's fused variants of it) becomes grove's one `attention` op (one
+# kernel: Note [Fused attention kernel] in compiler/lowering/attention_kernel.h)
+# where the op takes it: queries, keys and values of one rank >= 3 with equal
+# leading dims, key heads dividing query heads (grouped-query attention only
+# with enable_gqa, as PyTorch requires), a bool or float mask, and sizes the
+# one-warp-per-row kernel suits (head width <= MAX_FUSED_HEAD, keys <=
+# MAX_FUSED_KEYS); anything else is written out as matmul, scale, mask,
+# softmax and matmul. GROVE_FUSED_ATTENTION=0 writes every attention out
+# (A/B timing). Tests: importer_ops_test's AttentionTest.
+MAX_FUSED_HEAD = 128
+MAX_FUSED_KEYS = 512
+
+
+def _fused_attention_enabled():
+    import os
+
+    value = os.environ.get("GROVE_FUSED_ATTENTION", "1")
+    if value not in ("0", "1"):
+        raise ValueError("GROVE_FUSED_ATTENTION=%r; use 1 (fuse attention, the default) or 0 "
+                         "(write it out as matmuls and softmax)" % value)
+    return value == "1"
+
+
+def _fused_attention(c, a, scale):
+    """The `attention` node of Note [Fused attention in the importer], or None
+    where the op does not take this call."""
+    q, k, v = a["query"], a["key"], a["value"]
+    mask = a.get("attn_mask", a.get("attn_bias"))
+    q_shape, k_shape, v_shape = c.shape(q), c.shape(k), c.shape(v)
+    rank = len(q_shape)
+    dtype = c.dtype(q)
+    if (not _fused_attention_enabled() or rank < 3 or len(k_shape) != rank or
+            len(v_shape) != rank or dtype not in (torch.float32, torch.bfloat16, torch.float16) or
+            c.dtype(k) != dtype or c.dtype(v) != dtype):
+        return None
+    heads, key_heads = q_shape[-3], k_shape[-3]
+    if (q_shape[:-3] != k_shape[:-3] or k_shape[:-1] != v_shape[:-1] or
+            k_shape[-1] != q_shape[-1] or heads % key_heads != 0 or
+            (key_heads != heads and not a.get("enable_gqa"))):
+        return None
+    if (not 1 <= q_shape[-1] <= MAX_FUSED_HEAD or not 1 <= v_shape[-1] <= MAX_FUSED_HEAD or
+            k_shape[-2] > MAX_FUSED_KEYS):
+        return None
+    operands = [c.tensor(q), c.tensor(k), c.tensor(v)]
+    if mask is not None:
+        scores = q_shape[:-1] + [k_shape[-2]]
+        mask_shape = c.shape(mask)
+        if len(mask_shape) > rank or any(
+                size not in (1, scores[rank - len(mask_shape) + d])
+                for d, size in enumerate(mask_shape)):
+            return None
+        operands.append(c.tensor(mask) if c.dtype(mask) in (torch.bool, dtype)
+                        else c.operand(mask, dtype))
+    return c.emit("attention", operands, {"scale": float(scale),
+                                          "causal": 1 if a.get("is_causal") else 0})
+
+
+# Attention ops with one result (PyTorch's fused variants return several);
+# grove_scaled_dot_product_attention: Note [Attention kept whole through
+# tracing] (kept_attention.py).
+_ONE_RESULT_ATTENTION = {"aten.scaled_dot_product_attention",
+                         "aten.grove_scaled_dot_product_attention"}
+
+
+def _repeat_heads(c, x, heads):
+    """Key or value `x` [..., Hk, T, D] with each head repeated for the
+    Hq / Hk query heads of its group (grouped-query attention written out)."""
+    shape = c.shape(x)
+    group = heads // shape[-3]
+    grouped = shape[:-2] + [1] + shape[-2:]
+    wide = shape[:-2] + [group] + shape[-2:]
+    zeros = c.emit("full", [], {"value": 0.0, "shape": wide, "dtype": dtype_name(c.dtype(x))})
+    repeated = c.emit("add", [c.emit("reshape", [c.tensor(x)], {"shape": grouped}), zeros])
+    return c.emit("reshape", [repeated], {"shape": shape[:-3] + [heads] + shape[-2:]})
+
+
 def _attention(c, a):
     """scaled_dot_product_attention: softmax(q k^T * scale + mask) v."""
     q, k, v = a["query"], a["key"], a["value"]
@@ -499,7 +576,16 @@ def _attention(c, a):
         raise Unsupported("attention with dropout")
     head = c.shape(q)[-1]
     scale = a.get("scale") or 1.0 / math.sqrt(head)
-    keys = c.emit("transpose", [c.tensor(k)], {"dim0": -2, "dim1": -1})
+    fused = _fused_attention(c, a, scale)
+    if fused is not None:
+        if op_name(c.node.target) not in _ONE_RESULT_ATTENTION:
+            return (fused,) + (None,) * (len(c.result()) - 1)
+        return fused
+    if a.get("enable_gqa") and c.shape(k)[-3] != c.shape(q)[-3]:
+        k, v = (_repeat_heads(c, x, c.shape(q)[-3]) for x in (k, v))
+    else:
+        k, v = c.tensor(k), c.tensor(v)
+    keys = c.emit("transpose", [k], {"dim0": -2, "dim1": -1})
     scores = c.emit("mul", [c.emit("matmul", [c.tensor(q), keys]), c.scalar(scale, dtype)])
     mask = a.get("attn_mask", a.get("attn_bias"))
     if mask is not None:
@@ -508,13 +594,13 @@ def _attention(c, a):
         else:
             scores = c.emit("add", [scores, c.operand(mask, dtype)])
     if a.get("is_causal"):
-        rows, cols = c.shape(q)[-2], c.shape(k)[-2]
+        rows, cols = c.shape(q)[-2], c.shape(a["key"])[-2]
         causal = torch.ones(rows, cols, dtype=torch.bool, device=c.value(q).device).tril()
         scores = c.emit("where", [c.importer.constant(c.segment, causal), scores,
                                   c.scalar(-math.inf, dtype)])
     weights = c.emit("softmax", [scores], {"dim": -1})
-    out = c.emit("matmul", [weights, c.tensor(v)])
-    if op_name(c.node.target) != "aten.scaled_dot_product_attention":
+    out = c.emit("matmul", [weights, v])
+    if op_name(c.node.target) not in _ONE_RESULT_ATTENTION:
         return (out,) + (None,) * (len(c.result()) - 1)
     return out
 
@@ -609,6 +695,7 @@ CONVERTERS = {
     "aten._scaled_dot_product_cudnn_attention": _attention,
     "aten._scaled_dot_product_attention": _attention,
     "aten._scaled_dot_product_attention_forward": _attention,
+    "aten.grove_scaled_dot_product_attention": _attention,
 }
 
 

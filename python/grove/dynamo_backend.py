@@ -7,6 +7,7 @@ build on this module, never on grove.torch, so that grove.torch may re-export
 them without an import cycle.
 """
 
+import os
 import weakref
 
 import torch
@@ -14,6 +15,7 @@ import torch
 import grove
 from grove import importer
 from grove import input_writes
+from grove import kept_attention
 from grove.runner import StaticInputMovedError
 
 log = importer.log
@@ -158,6 +160,8 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
     if device is None:
         cuda = [value for value in example_inputs if value.is_cuda]
         device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
+    # Note [Attention kept whole through tracing] (kept_attention.py).
+    kept_attention.keep_attention(gm)
 
     def build(examples, demoted=()):
         # Note [Writes into graph inputs]: a graph that updates its inputs is
@@ -168,12 +172,40 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
                   if position not in demoted]
         plan = importer.import_graph(aten, examples, static_inputs=static, strict=strict,
                                      name="torch_graph")
-        return plan.compile(
-            backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
-            state_outputs=input_writes.output_nodes_at(aten.graph, state_positions))
+        with _grove_kernels_for_small_gemms(bool(demoted)):
+            return plan.compile(
+                backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
+                state_outputs=input_writes.output_nodes_at(aten.graph, state_positions))
 
     return CompiledGraph(build(list(example_inputs)),
                          rebuild=lambda args, demoted: build(list(args), demoted))
+
+
+# Note [Patchable graphs for inputs that moved]: a graph rebuilt because
+# static inputs moved binds them per call (Note [Static inputs that move]). A
+# CUDA graph whose nodes are all grove kernels reads such an input where it
+# lies, patched once per move (Note [Zero-copy inputs], zero_copy.h); a
+# single library (cuBLAS) node makes the tree copy it in, and back when
+# written, at every replay: a decode step's whole KV cache, twice per token.
+# The GEMMs of a decode step have a row or a few (M <= 32), which grove's
+# small-M kernel computes (attention is grove's own kernel: Note [Fused
+# attention in the importer]), so the rebuild compiles with
+# GROVE_SMALL_M_GEMM=on unless the user set that variable. Results stay within
+# the tests' tolerances of PyTorch's (the small-M kernel is what auto picks
+# for most such GEMMs anyway). Test: GpuDecodeTest and torch_zoo's decode rows
+# (zero-copy inputs, input copies).
+class _grove_kernels_for_small_gemms:
+    def __init__(self, active):
+        self.active = active and "GROVE_SMALL_M_GEMM" not in os.environ
+
+    def __enter__(self):
+        if self.active:
+            os.environ["GROVE_SMALL_M_GEMM"] = "on"
+
+    def __exit__(self, *exc):
+        if self.active:
+            os.environ.pop("GROVE_SMALL_M_GEMM", None)
+        return False
 
 
 def _training_graph(gm, example_inputs, mode, strict, device):
@@ -201,9 +233,33 @@ def _training_graph(gm, example_inputs, mode, strict, device):
         # AOTAutograd takes graphs that return a tuple (dynamo's always do).
         output.args = ((output.args[0],),)
         gm.recompile()
-        compiled = backend(gm, example_inputs)
+    compiled = backend(gm, example_inputs)
+    own = _door_function(gm, example_inputs, compiler, single=output is not None)
+    if own is not None:
+        return own
+    if output is not None:
         return lambda *args: compiled(*args)[0]
-    return backend(gm, example_inputs)
+    return compiled
+
+
+def _door_function(gm, example_inputs, compiler, single):
+    """The graph AOTAutograd just compiled, as grove's own autograd.Function
+    (Note [The door's own autograd function], door_function.py), or None
+    for AOTAutograd's compiled function."""
+    from grove import door_function
+
+    if not door_function.enabled():
+        return None
+    try:
+        forward, backward, user_outputs, lifted = door_function.aot_partition(
+            gm, example_inputs, compiler)
+        requires_grad = [bool(getattr(value, "requires_grad", False))
+                         for value in list(lifted) + list(example_inputs)]
+        return door_function.door_function(forward, backward, user_outputs, requires_grad,
+                                           compiler, single=single, lifted=lifted)
+    except door_function.Unsupported as why:
+        log.info("training graph runs under AOTAutograd's runtime: %s", why)
+        return None
 
 
 def _single_value_output(gm):

@@ -145,6 +145,14 @@ class KeptBackward:
         if self.fast is None:
             self.sources = None
             return
+        # A kept value bound as a param (Note [Saved parameters],
+        # training_steps.py: a weight's transpose) is no segment input; its
+        # token is no tensor to check: the forward checked the parameter.
+        checks = [(position, address) for position, address in self.fast["checks"]
+                  if position not in kept_index]
+        self.checked = {key: value for key, value in self.fast.items()
+                        if key not in ("checks", "pointer_list", "positions")}
+        self.checked["checks"] = checks
         sources = [kept_index.get(position, -1) for position in self.fast["inputs"]]
         self.sources = sources
         self.pick_outputs = self.fast["pick"]
@@ -165,8 +173,8 @@ class KeptBackward:
 
     def call_model(self, args, token):
         """The segment's outputs (one C call: grove_model_run_with_kept)."""
-        if self.fast["checks"]:  # bound inputs (Note [Saved parameters], training_steps.py)
-            _checked_inputs(self.fast, args)
+        if self.checked["checks"]:  # bound inputs (Note [Saved parameters], training_steps.py)
+            _checked_inputs(self.checked, args)
         inputs = [args[position] for position in self.described]
         status, results = self.kept_call.run(token, inputs)
         if status:

@@ -38,7 +38,8 @@ def optimizer_program(optimizer, params, gradients="inputs", name="grove_optim")
     (grove_optimizer_program, capi/grove.h), as grove JSON text: `optimizer`
     "sgd_momentum" or "adamw", `params` [{"name", "shape", "dtype"}]. Its
     inputs are the hyper-parameters, then (gradients="inputs") "grad.<param>"
-    per param."""
+    per param, or (gradients="flat") one input "grads" holding every param's
+    gradient in order, sliced per param inside the program."""
     request = json.dumps({"optimizer": optimizer, "params": params, "gradients": gradients,
                           "name": name})
     lib = _capi.library()
@@ -48,28 +49,6 @@ def optimizer_program(optimizer, params, gradients="inputs", name="grove_optim")
         return ctypes.string_at(text.value).decode()
     finally:
         lib.grove_string_free(text)
-
-
-def _with_flat_gradients(program, params):
-    """`program` (grove JSON, a dict) with its "grad.param<i>" inputs replaced by
-    slices of one flat input "grads" holding every parameter's gradient in order."""
-    by_name = {entry["name"]: entry for entry in program["inputs"]}
-    nodes, offset = [], 0
-    for index, param in enumerate(params):
-        name = "grad.param%d" % index
-        if name not in by_name:
-            raise RuntimeError("grove.optim: the optimizer program has no input %r" % name)
-        numel = 1
-        for size in param["shape"]:
-            numel *= size
-        nodes.append({"name": name + ".flat", "op": "slice", "inputs": ["grads"],
-                      "attrs": {"dim": 0, "start": offset, "end": offset + numel}})
-        nodes.append({"name": name, "op": "reshape", "inputs": [name + ".flat"],
-                      "attrs": {"shape": list(param["shape"])}})
-        offset += numel
-    inputs = [entry for entry in program["inputs"] if not entry["name"].startswith("grad.")]
-    inputs.append({"name": "grads", "shape": [offset], "dtype": params[0]["dtype"]})
-    return dict(program, inputs=inputs, nodes=nodes + program["nodes"])
 
 
 class _GroveOptimizer(torch.optim.Optimizer):
@@ -107,14 +86,8 @@ class _GroveOptimizer(torch.optim.Optimizer):
             params.append({"name": "param%d" % index, "shape": list(param.shape),
                            "dtype": _DTYPES[param.dtype]})
         name = "grove_%s" % type(self).__name__.lower()
-        text = optimizer_program(self._kind, params, name=name)
-        if not flat_gradients:
-            return text
-        dtypes_used = {param.dtype for param in self._params()}
-        if len(dtypes_used) != 1:
-            raise TypeError("grove.optim: flat gradients need one dtype for every parameter "
-                            "(found %s)" % sorted(map(str, dtypes_used)))
-        return json.dumps(_with_flat_gradients(json.loads(text), params))
+        gradients = "flat" if flat_gradients else "inputs"
+        return optimizer_program(self._kind, params, gradients=gradients, name=name)
 
     def _compile(self, flat_gradients=False):
         first = self._params()[0]

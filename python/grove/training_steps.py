@@ -68,10 +68,17 @@ class StepContext:
     # of a parameter of the forward is bound instead, as the forward binds the
     # parameter: read in place, its address checked at every call; a permuted
     # view is bound as its contiguous base with the permutation written into
-    # the graph (grove/parameter_views.py). (The 17/33/52 input copies per
-    # door step counted on an H100 under PyTorch 2.11 are not these: the
-    # counts stayed the same with this binding.) Guarded by SavedParameterTest
-    # (tests/python/handout_test.py).
+    # the graph (grove/parameter_views.py). This holds for a weight's
+    # transpose the forward kept in grove (a token's value, Note [Saved
+    # values kept in grove], handoff.py: bound as a param, it is no segment
+    # input, and its token is not checked, the forward checked the weight) and
+    # for a constant the forward folded and saves (a causal mask: the same
+    # tensor at every call). These were the 16 of 17 (mlp16x512) and 32 of
+    # 33 (gpt4x256) input copies per door step on an H100; the backward now
+    # copies the loss's gradient and the batch only. Guarded by
+    # SavedParameterTest (tests/python/handout_test.py) and
+    # TrainingTest.test_the_backward_copies_only_the_loss_gradient_and_the_batch
+    # (tests/python/training_test.py).
     def parameter_aliases(self, args):
         """Positions among `args` (a backward's inputs) of tensors at the
         address of one of the forward's parameters (the weight or a view of
@@ -82,6 +89,13 @@ class StepContext:
                 and value.data_ptr() in pointers]
 
     def forward_called(self, args):
+        self.note_parameters(args)
+        trees = self.trees
+        if trees is None or trees.thread != threading.get_ident():
+            self.trees = grove.thread_trees()
+
+    def note_parameters(self, args):
+        """Notes the forward's leaf inputs (its parameters), once."""
         if self.parameters is None:
             # AOTAutograd's backward returns one gradient per forward input.
             self.parameters = [weakref.ref(value) if isinstance(value, torch.Tensor)
@@ -90,9 +104,6 @@ class StepContext:
             self.parameter_pointers = frozenset(
                 value.data_ptr() for value in args if isinstance(value, torch.Tensor)
                 and value.is_leaf and value.requires_grad and value.numel() > 0)
-        trees = self.trees
-        if trees is None or trees.thread != threading.get_ident():
-            self.trees = grove.thread_trees()
 
     def run(self, call, args):
         trees = self.trees
@@ -227,12 +238,18 @@ class StepCompiler:
         self.keep_saved = os.environ.get("GROVE_KEEP_SAVED", "1") != "0"
         self.kept_forwards = []
         self.kept_backwards = []
-        self.step = StepContext() if mode != "eager" else None
+        # The forward's parameters (Note [Saved parameters]), noted in both
+        # modes so that both compile the same backward graph; the step's
+        # trees and gradient handout in a graph backend only.
+        self.saved_parameters = StepContext()
+        self.step = self.saved_parameters if mode != "eager" else None
         # Note [Gradient all-reduce in the door's backward] (gradient_reduce.py)
         self.all_reduce = gradient_reduce.current()
         if self.all_reduce is not None:
             gradient_reduce.note_compiler(self)
         self.reduced_positions = None  # forward inputs whose gradients are all-reduced
+        self.partitioned = None  # the last partition's (forward, backward) modules
+        self.compiled_forward = None  # (the last forward module compiled, AOTAutograd's metadata)
         self.reductions = []  # gradient_reduce.BackwardReduction per backward graph
 
     def partition(self, joint, joint_inputs, **kwargs):
@@ -246,7 +263,8 @@ class StepCompiler:
         else:
             outputs = joint_inputs[1]
             self.user_outputs = len(outputs) if isinstance(outputs, (tuple, list)) else 1
-        return default_partition(joint, joint_inputs, **kwargs)
+        self.partitioned = default_partition(joint, joint_inputs, **kwargs)
+        return self.partitioned
 
     def _device(self, example_inputs):
         if self.device is not None:
@@ -256,6 +274,9 @@ class StepCompiler:
 
     def forward(self, graph_module, example_inputs):
         user_outputs = self.user_outputs  # of this graph's partition, noted just before
+        # Note [The door's own autograd function] (door_function.py): the
+        # graph AOTAutograd compiles and what it knows of its calling convention.
+        self.compiled_forward = (graph_module, _aot_metadata())
         if self.lazy:
             return _Lazy(lambda args: self._forward(graph_module, args, user_outputs))
         return self._forward(graph_module, example_inputs, user_outputs)
@@ -281,6 +302,8 @@ class StepCompiler:
 
     def _forward(self, graph_module, example_inputs, user_outputs):
         example_inputs = list(example_inputs)
+        if self.step is None:  # a graph backend's step notes them on the first call
+            self.saved_parameters.note_parameters(example_inputs)
         if self.all_reduce is not None:
             self.reduced_positions = gradient_reduce.parameter_positions(example_inputs)
         plan = importer.import_graph(graph_module, example_inputs,
@@ -317,11 +340,13 @@ class StepCompiler:
         forward, tokens = handoff.find_tokens(example_inputs, self.kept_forwards)
         example_inputs = handoff.materialized(example_inputs, forward, tokens)
         static = static_positions(example_inputs)
-        if self.step is not None:
-            aliases = set(self.step.parameter_aliases(example_inputs)) - set(tokens)
-            graph_module, example_inputs, bound = parameter_views.bound_as_bases(
-                graph_module, example_inputs, aliases)
-            static = sorted(set(static) | set(bound))
+        # Note [Saved parameters]: kept values among them (the weight's
+        # transpose the forward saved), and the forward's folded constants.
+        aliases = set(self.saved_parameters.parameter_aliases(example_inputs))
+        aliases |= set(self._forward_constants(example_inputs))
+        graph_module, example_inputs, bound = parameter_views.bound_as_bases(
+            graph_module, example_inputs, aliases)
+        static = sorted(set(static) | set(bound))
         plan = importer.import_graph(graph_module, example_inputs, static_inputs=static,
                                      strict=self.strict, name="%s_backward" % self.name)
         graph_outputs = set(n for n in _output_nodes(plan.output_arg))
@@ -356,6 +381,16 @@ class StepCompiler:
         left = reduction.left_to_torch() if reduction is not None else []
         return gradient_reduce.reduced_after(call, left) if left else call
 
+    def _forward_constants(self, args):
+        """Positions among `args` (a backward's inputs) of the constants the
+        forwards folded and return as saved values (a causal mask, an
+        arange): the same tensors at every call (Note [Saved parameters])."""
+        constants = {id(value) for runner in self.forwards
+                     for value in getattr(runner, "constants", {}).values()
+                     if isinstance(value, torch.Tensor)}
+        return [index for index, value in enumerate(args)
+                if id(value) in constants and value.numel() > 0]
+
     def _made(self, runners, runner):
         runners.append(runner)
         if self.on_runner is not None:
@@ -372,6 +407,18 @@ class StepCompiler:
     def mark_step_begin(self):
         for runner in self.runners():
             runner.mark_step_begin()
+
+
+def _aot_metadata():
+    """AOTAutograd's metadata of the graph it compiles now (its
+    ViewAndMutationMeta, which it notes in the tracing context before it
+    calls the forward compiler), or None."""
+    try:
+        from torch._guards import TracingContext
+    except ImportError:
+        return None
+    context = TracingContext.try_get()
+    return getattr(context, "fw_metadata", None) if context is not None else None
 
 
 class _Lazy:

@@ -6,18 +6,18 @@
 namespace grove::runtime::collectives {
 
 CommunicationStream::CommunicationStream(Device device)
-    : device_(device), backend_(device_context(device).backend()) {
-  stream_ = backend_.create_stream();
-  fork_event_ = backend_.create_event(false);
-  join_event_ = backend_.create_event(false);
+    : device_(device), platform_(device_context(device).platform()) {
+  stream_ = platform_.create_stream();
+  fork_event_ = platform_.create_event(false);
+  join_event_ = platform_.create_event(false);
 }
 
 CommunicationStream::~CommunicationStream() {
   // At thread exit; a failure to release here must not terminate the process.
   try {
-    backend_.destroy_event(fork_event_);
-    backend_.destroy_event(join_event_);
-    backend_.destroy_stream(stream_);
+    platform_.destroy_event(fork_event_);
+    platform_.destroy_event(join_event_);
+    platform_.destroy_stream(stream_);
   } catch (...) {
   }
 }
@@ -30,15 +30,15 @@ void CommunicationStream::fork_from(StreamHandle compute) {
     // A fork whose join never ran (its step failed between the two). Outside
     // capture, `compute` first waits for that work, so nothing overlaps it
     // unjoined; a capturing stream cannot wait on work outside its capture.
-    if (backend_.capture_status(compute) == CaptureStatus::kNone &&
-        backend_.capture_status(stream_) == CaptureStatus::kNone) {
-      backend_.record_event(join_event_, stream_);
-      backend_.stream_wait_event(compute, join_event_);
+    if (platform_.capture_status(compute) == CaptureStatus::kNone &&
+        platform_.capture_status(stream_) == CaptureStatus::kNone) {
+      platform_.record_event(join_event_, stream_);
+      platform_.stream_wait_event(compute, join_event_);
     }
     forked_ = false;
   }
-  backend_.record_event(fork_event_, compute);
-  backend_.stream_wait_event(stream_, fork_event_);
+  platform_.record_event(fork_event_, compute);
+  platform_.stream_wait_event(stream_, fork_event_);
   forked_ = true;
   forked_from_ = compute;
   ++fork_count_;
@@ -49,8 +49,8 @@ void CommunicationStream::join_into(StreamHandle compute) {
   GROVE_CHECK(compute == forked_from_, device_.str(),
               ": collective_join on a different stream than the collectives forked from; "
               "join on the stream that ran the backward (Note [Communication stream])");
-  backend_.record_event(join_event_, stream_);
-  backend_.stream_wait_event(compute, join_event_);
+  platform_.record_event(join_event_, stream_);
+  platform_.stream_wait_event(compute, join_event_);
   forked_ = false;
 }
 

@@ -24,14 +24,14 @@
 //     side stream unjoined and an eager step never leaves collectives running
 //     behind the optimizer.
 // distributed/gradient_all_reduce.cc checks the first two when it
-// builds the backward; the sim backend checks the third for every capture.
+// builds the backward; the sim platform checks the third for every capture.
 #pragma once
 
 #include <map>
 #include <memory>
 
-#include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::collectives {
 
@@ -61,7 +61,7 @@ class CommunicationStream {
 
  private:
   Device device_;
-  Backend& backend_;
+  Platform& platform_;
   StreamHandle stream_;
   EventHandle fork_event_;
   EventHandle join_event_;

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::collectives {
 
@@ -56,7 +56,7 @@ class Communicator {
   virtual void all_reduce(const std::vector<Buffer>& buffers, ReduceOp op, StreamHandle stream) = 0;
 };
 
-// A platform's own collective library (NCCL on cuda; runtime/platforms.h
+// A platform's own collective library (NCCL on cuda; runtime/platform_factory.h
 // finds it for a device): the id rank 0 makes and every rank joins the group
 // with, and the communicator of one rank. Devices without one (sim, cpu) use
 // HostCommunicator.

@@ -201,8 +201,8 @@ void HostCommunicator::all_reduce(const std::vector<Buffer>& buffers, ReduceOp o
     args.add_i64(buffer.count);
     args.add_i64(static_cast<int64_t>(buffer.dtype));
   }
-  device_context(device_).backend().launch_kernel(host_kernel_handle(device_), LaunchDims{}, args,
-                                                  stream);
+  device_context(device_).platform().launch_kernel(host_kernel_handle(device_), LaunchDims{}, args,
+                                                   stream);
 }
 
 void HostCommunicator::reduce_now(const std::vector<Buffer>& buffers, ReduceOp op) {

@@ -11,7 +11,7 @@
 #include "runtime/collectives/host_communicator.h"
 #include "runtime/collectives/socket_host_group.h"
 #include "runtime/collectives/tcp_rendezvous.h"
-#include "runtime/platforms.h"
+#include "runtime/platform_factory.h"
 
 namespace grove::runtime::collectives {
 namespace {

@@ -51,7 +51,7 @@ void check_args(const GemmArgs& g) {
 // GEMMs as grove's own kernel (Note [Small-M GEMV], small_m_gemv.h).
 class CublasSupport final : public BlasSupport {
  public:
-  CublasSupport(Device device, Backend& backend) : device_(device), small_m_gemv_(backend) {}
+  CublasSupport(Device device, Platform& platform) : device_(device), small_m_gemv_(platform) {}
 
   void gemm_row_major(StreamHandle stream, const GemmArgs& args) override {
     if (cuda_detail::small_m_gemv_qualifies(args)) {
@@ -75,8 +75,8 @@ class CublasSupport final : public BlasSupport {
 
 }  // namespace
 
-std::unique_ptr<BlasSupport> make_cublas_support(Device device, Backend& backend) {
-  return std::make_unique<CublasSupport>(device, backend);
+std::unique_ptr<BlasSupport> make_cublas_support(Device device, Platform& platform) {
+  return std::make_unique<CublasSupport>(device, platform);
 }
 
 bool cublas_available() { return cublas_library() != nullptr; }
@@ -86,7 +86,7 @@ std::string cublas_unavailable_reason() { return cuda_detail::cublas_load_error(
 void gemm(Device device, StreamHandle stream, const GemmArgs& g) {
   GROVE_CHECK_AS(DeviceError, device.is_cuda(), "cuBLAS GEMM on ", device.str(),
                  ": cuBLAS runs on cuda devices only; run GEMMs through the device's BLAS "
-                 "(Backend::blas()) on ",
+                 "(Platform::blas()) on ",
                  device.str());
   cudaDataType type = cuda_data_type(g.dtype);
   check_args(g);

@@ -1,7 +1,7 @@
 // cuda's BLAS: grove's GEMM entry points on cuda devices, backed by cuBLAS and
 // cuBLASLt (GemmArgs and the epilogues are described in runtime/blas.h).
-// CudaBackend::blas() is make_cublas_support(); the free functions are for
-// the cuda backend itself and cuda-only tests. cuBLAS is opened at first use
+// CudaPlatform::blas() is make_cublas_support(); the free functions are for
+// the cuda platform itself and cuda-only tests. cuBLAS is opened at first use
 // (cublas_library.h), never linked; this header has no CUDA include.
 //
 // Every GEMM runs on the given stream with a cuBLAS handle that belongs to that
@@ -16,17 +16,17 @@
 #include <memory>
 #include <string>
 
-#include "runtime/backend.h"
 #include "runtime/blas.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime {
 
 // The BlasSupport of cuda device `device` (calls the functions below, except
-// for decode-shaped GEMMs, which run grove's kernel through `backend`, the
-// device's backend: Note [Small-M GEMV] in small_m_gemv.h).
-std::unique_ptr<BlasSupport> make_cublas_support(Device device, Backend& backend);
+// for decode-shaped GEMMs, which run grove's kernel through `platform`, the
+// device's platform: Note [Small-M GEMV] in small_m_gemv.h).
+std::unique_ptr<BlasSupport> make_cublas_support(Device device, Platform& platform);
 
 // Enqueues the column-major GEMM on `stream` of `device` (a cuda device).
 // Throws ShapeError or DTypeError for bad arguments, DeviceError when cuBLAS
@@ -61,7 +61,7 @@ void prepare_gemm(Device device, StreamHandle stream);
 // graph captured on the stream never reads freed memory; graphs must still
 // not outlive their capture stream and replay beside the stream that inherits
 // it (the tree manager destroys its graphs before its capture stream).
-// Guarded by CudaBackendTest.DestroyedStreamsHandTheirCublasStateToTheNextStream.
+// Guarded by CudaPlatformTest.DestroyedStreamsHandTheirCublasStateToTheNextStream.
 void recycle_gemm_state(Device device, StreamHandle stream);
 // How many cuBLAS handles (each with a workspace) exist for `device`, in use
 // or recycled: bounded by the most streams that used GEMMs at once.

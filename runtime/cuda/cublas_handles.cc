@@ -49,14 +49,14 @@ size_t workspace_bytes() {
 }
 
 // Creation switches the thread to relaxed capture mode (Note [Allocating
-// during capture] in cuda_backend.cc): the workspace is plain cudaMalloc
+// during capture] in cuda_platform.cc): the workspace is plain cudaMalloc
 // memory outside every pool and graph, and cublasCreate's own set-up is not
 // stream work.
 const StreamHandleState& stream_handle_state(const CublasLibrary& library, Device device,
                                              StreamHandle stream) {
   GROVE_CHECK_AS(DeviceError, device.is_cuda(), "cuBLAS GEMM on ", device.str(),
                  ": cuBLAS runs on cuda devices only; run GEMMs through the device's BLAS "
-                 "(Backend::blas()) on ",
+                 "(Platform::blas()) on ",
                  device.str());
   GROVE_CHECK_AS(DeviceError, !stream.is_default(), "cuBLAS GEMM on the legacy default stream of ",
                  device.str(), ": pass a stream from DeviceContext::create_stream()");
@@ -77,7 +77,7 @@ const StreamHandleState& stream_handle_state(const CublasLibrary& library, Devic
     // nodes (one pair per split-K GEMM), which a WHILE body refuses (the
     // LLaMA-1B decode loop did). So the inherited workspace is bound again
     // after every cublasSetStream. Test (cuda):
-    // CudaBackendTest.GemmCapturedOnAnInheritedHandleHoldsKernelsOnly.
+    // CudaPlatformTest.GemmCapturedOnAnInheritedHandleHoldsKernelsOnly.
     check_cublas(library, library.set_stream(state.handle, key.second), "cublasSetStream", where);
     check_cublas(library,
                  library.set_workspace(state.handle, state.workspace, state.workspace_bytes),

@@ -7,9 +7,9 @@
 
 #include <cstddef>
 
-#include "runtime/backend.h"
 #include "runtime/cuda/cublas_library.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::cuda_detail {
 

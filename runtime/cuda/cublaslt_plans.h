@@ -7,10 +7,10 @@
 
 #include <cstdint>
 
-#include "runtime/backend.h"
 #include "runtime/blas.h"
 #include "runtime/cuda/cublas_library.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::cuda_detail {
 

@@ -28,7 +28,7 @@ std::string_view call_name(std::string_view call_text);
 // The thread's capture mode is set to relaxed for the guard's lifetime, so that
 // calls CUDA calls "potentially unsafe" (cudaMalloc, library set-up) do not
 // invalidate a capture in progress on this thread. Note [Allocating during
-// capture] in cuda_backend.cc says when that is sound.
+// capture] in cuda_platform.cc says when that is sound.
 class RelaxedCaptureModeGuard {
  public:
   RelaxedCaptureModeGuard();

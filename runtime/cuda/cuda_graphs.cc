@@ -1,4 +1,4 @@
-// The cuda Backend, part 2: executable graphs (instantiate, upload, launch,
+// The cuda Platform, part 2: executable graphs (instantiate, upload, launch,
 // exec update, kernel-node parameter patches) and graph inspection (kernel
 // nodes, node count, Graphviz DOT).
 #include <unistd.h>
@@ -9,8 +9,8 @@
 #include <map>
 #include <sstream>
 
-#include "runtime/cuda/cuda_backend_impl.h"
 #include "runtime/cuda/cuda_error.h"
+#include "runtime/cuda/cuda_platform_impl.h"
 #include "runtime/logging.h"
 
 namespace grove::runtime::cuda_detail {
@@ -158,7 +158,7 @@ const char* update_result_text(cudaGraphExecUpdateResult result) {
 // the previous replay's outputs (docs/ARCHITECTURE.md). Memory from grove's own
 // private pools is ordinary cudaMalloc memory outside the graph and is not
 // affected. InstantiateOptions::auto_free_on_launch therefore defaults to true.
-GraphExecHandle CudaBackend::instantiate(GraphHandle graph, const InstantiateOptions& options) {
+GraphExecHandle CudaPlatform::instantiate(GraphHandle graph, const InstantiateOptions& options) {
   CudaGraph& source = graph_of(graph);
   use_device();
   unsigned long long flags =
@@ -187,7 +187,7 @@ GraphExecHandle CudaBackend::instantiate(GraphHandle graph, const InstantiateOpt
   return GraphExecHandle{new CudaGraphExec{exec, &source}};
 }
 
-cudaStream_t CudaBackend::upload_stream() {
+cudaStream_t CudaPlatform::upload_stream() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (upload_stream_ == nullptr) {
     GROVE_CUDA_CHECK(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking),
@@ -196,7 +196,7 @@ cudaStream_t CudaBackend::upload_stream() {
   return upload_stream_;
 }
 
-void CudaBackend::launch_graph(GraphExecHandle exec, StreamHandle stream) {
+void CudaPlatform::launch_graph(GraphExecHandle exec, StreamHandle stream) {
   CudaGraphExec& e = exec_of(exec);
   if (stream.is_default())
     forbid_legacy_stream_during_capture("launching on the legacy default stream");
@@ -205,7 +205,7 @@ void CudaBackend::launch_graph(GraphExecHandle exec, StreamHandle stream) {
                    "launching (replaying) a graph on ", where());
 }
 
-ExecUpdateResult CudaBackend::update_graph_exec(GraphExecHandle exec, GraphHandle graph) {
+ExecUpdateResult CudaPlatform::update_graph_exec(GraphExecHandle exec, GraphHandle graph) {
   CudaGraphExec& e = exec_of(exec);
   CudaGraph& g = graph_of(graph);
   use_device();
@@ -239,7 +239,7 @@ ExecUpdateResult CudaBackend::update_graph_exec(GraphExecHandle exec, GraphHandl
 // arguments only, so that kernel-node indices, names and the exec's source
 // graph keep describing the same kernels. A changed kernel is reported as the
 // reason to re-instantiate. Counts that differ are left to CUDA's topology check.
-std::string CudaBackend::kernel_change(CudaGraph& from, CudaGraph& to) {
+std::string CudaPlatform::kernel_change(CudaGraph& from, CudaGraph& to) {
   const std::vector<cudaGraphNode_t>& old_nodes = kernel_nodes_of(from);
   const std::vector<cudaGraphNode_t>& new_nodes = kernel_nodes_of(to);
   if (old_nodes.size() != new_nodes.size()) return "";
@@ -259,7 +259,7 @@ std::string CudaBackend::kernel_change(CudaGraph& from, CudaGraph& to) {
   return "";
 }
 
-const std::vector<cudaGraphNode_t>& CudaBackend::kernel_nodes_of(CudaGraph& graph) {
+const std::vector<cudaGraphNode_t>& CudaPlatform::kernel_nodes_of(CudaGraph& graph) {
   if (graph.kernel_nodes) return *graph.kernel_nodes;
   size_t count = 0;
   GROVE_CUDA_CHECK(cudaGraphGetNodes(graph.graph, nullptr, &count),
@@ -281,7 +281,7 @@ const std::vector<cudaGraphNode_t>& CudaBackend::kernel_nodes_of(CudaGraph& grap
   return *graph.kernel_nodes;
 }
 
-std::string CudaBackend::kernel_node_name(CudaGraph& graph, cudaGraphNode_t node) {
+std::string CudaPlatform::kernel_node_name(CudaGraph& graph, cudaGraphNode_t node) {
   if (auto it = graph.launches.find(node); it != graph.launches.end()) {
     return it->second.kernel->name;
   }
@@ -296,7 +296,7 @@ std::string CudaBackend::kernel_node_name(CudaGraph& graph, cudaGraphNode_t node
   return "<library kernel>";
 }
 
-std::vector<KernelNodeInfo> CudaBackend::kernel_nodes(GraphHandle graph) {
+std::vector<KernelNodeInfo> CudaPlatform::kernel_nodes(GraphHandle graph) {
   CudaGraph& g = graph_of(graph);
   use_device();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -314,8 +314,8 @@ std::vector<KernelNodeInfo> CudaBackend::kernel_nodes(GraphHandle graph) {
   return result;
 }
 
-void CudaBackend::set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
-                                       size_t kernel_node_index, const KernelArgs& args) {
+void CudaPlatform::set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
+                                        size_t kernel_node_index, const KernelArgs& args) {
   CudaGraphExec& e = exec_of(exec);
   CudaGraph& g = graph_of(graph);
   use_device();
@@ -332,8 +332,8 @@ void CudaBackend::set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
   GROVE_CHECK(record->second.args.slots.size() == args.slots.size(),
               "set_kernel_node_args: kernel ", record->second.kernel->name, " takes ",
               record->second.args.slots.size(), " argument slots, got ", args.slots.size());
-  // Note [Graph lifetime]: the exec is addressed through the node at the same
-  // index of the graph it was instantiated from; an exec update keeps that
+  // The exec is addressed through the node at the same index of the graph it
+  // was instantiated from (Note [Graph lifetime]); an exec update keeps that
   // pairing because it requires identical topology.
   const std::vector<cudaGraphNode_t>& source_nodes = kernel_nodes_of(*e.source);
   GROVE_CHECK(kernel_node_index < source_nodes.size(),
@@ -355,8 +355,8 @@ void CudaBackend::set_kernel_node_args(GraphExecHandle exec, GraphHandle graph,
 // the graph's kernel nodes (the list kernel-node indices refer to), so the
 // indices of the captured nodes stay what kernel_nodes() reported; the exec
 // made from this graph later addresses its nodes through the same list.
-size_t CudaBackend::add_head_kernel_node(GraphHandle graph, KernelHandle kernel,
-                                         const LaunchDims& dims, const KernelArgs& args) {
+size_t CudaPlatform::add_head_kernel_node(GraphHandle graph, KernelHandle kernel,
+                                          const LaunchDims& dims, const KernelArgs& args) {
   CudaGraph& g = graph_of(graph);
   GROVE_CHECK_AS(DeviceError, kernel.impl != nullptr, where(), ": head node of a null kernel");
   const auto* cuda_kernel = static_cast<const CudaKernel*>(kernel.impl);
@@ -389,7 +389,7 @@ size_t CudaBackend::add_head_kernel_node(GraphHandle graph, KernelHandle kernel,
   return g.kernel_nodes->size() - 1;
 }
 
-GraphHandle CudaBackend::create_graph() {
+GraphHandle CudaPlatform::create_graph() {
   use_device();
   cudaGraph_t graph = nullptr;
   GROVE_CUDA_CHECK(cudaGraphCreate(&graph, 0), "creating an empty graph on ", where());
@@ -398,7 +398,7 @@ GraphHandle CudaBackend::create_graph() {
   return GraphHandle{g};
 }
 
-uint64_t CudaBackend::create_while_condition(GraphHandle graph, bool initial) {
+uint64_t CudaPlatform::create_while_condition(GraphHandle graph, bool initial) {
   use_device();
   cudaGraphConditionalHandle handle = 0;
   GROVE_CUDA_CHECK(cudaGraphConditionalHandleCreate(&handle, graph_of(graph).graph, initial ? 1 : 0,
@@ -408,7 +408,7 @@ uint64_t CudaBackend::create_while_condition(GraphHandle graph, bool initial) {
   return static_cast<uint64_t>(handle);
 }
 
-void CudaBackend::add_while_node(GraphHandle graph, uint64_t condition, GraphHandle body) {
+void CudaPlatform::add_while_node(GraphHandle graph, uint64_t condition, GraphHandle body) {
   use_device();
   cudaGraph_t parent = graph_of(graph).graph;
   size_t count = 0;
@@ -453,14 +453,14 @@ void CudaBackend::add_while_node(GraphHandle graph, uint64_t condition, GraphHan
   }
 }
 
-size_t CudaBackend::graph_node_count(GraphHandle graph) {
+size_t CudaPlatform::graph_node_count(GraphHandle graph) {
   size_t count = 0;
   GROVE_CUDA_CHECK(cudaGraphGetNodes(graph_of(graph).graph, nullptr, &count),
                    "counting the nodes of a graph on ", where());
   return count;
 }
 
-std::string CudaBackend::graph_dot(GraphHandle graph) {
+std::string CudaPlatform::graph_dot(GraphHandle graph) {
   CudaGraph& g = graph_of(graph);
   const char* tmpdir = std::getenv("TMPDIR");
   std::string path =
@@ -495,20 +495,20 @@ std::string CudaBackend::graph_dot(GraphHandle graph) {
   return dot + legend;
 }
 
-void CudaBackend::release_graph(CudaGraph* graph) noexcept {
+void CudaPlatform::release_graph(CudaGraph* graph) noexcept {
   if (--graph->references > 0) return;
   cudaGraphDestroy(graph->graph);
   cudaGetLastError();
   delete graph;
 }
 
-void CudaBackend::destroy_graph(GraphHandle graph) {
+void CudaPlatform::destroy_graph(GraphHandle graph) {
   if (!graph) return;
   std::lock_guard<std::mutex> lock(mutex_);
   release_graph(&graph_of(graph));
 }
 
-void CudaBackend::destroy_graph_exec(GraphExecHandle exec) {
+void CudaPlatform::destroy_graph_exec(GraphExecHandle exec) {
   if (!exec) return;
   CudaGraphExec* e = &exec_of(exec);
   use_device();

@@ -5,8 +5,8 @@
 
 #include <cstddef>
 
-#include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::cuda_testing {
 

@@ -54,7 +54,7 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
       KernelSource source;
       source.name = str_cat("grove_small_m_gemv_", type == 0 ? "bf16" : "f16", "_m", g.m);
       source.ptx = kPtx;
-      kernels_[type][rows] = backend_.load_kernel(source);
+      kernels_[type][rows] = platform_.load_kernel(source);
       loaded_[type][rows] = true;
     }
     kernel = kernels_[type][rows];
@@ -72,7 +72,7 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
       .add_i64(g.n)
       .add_i64(g.k)
       .add_i64(g.beta == 1.0f ? 1 : 0);
-  backend_.launch_kernel(kernel, dims, args, stream);
+  platform_.launch_kernel(kernel, dims, args, stream);
 }
 
 }  // namespace grove::runtime::cuda_detail

@@ -19,30 +19,30 @@
 // once: a residual add), no epilogue, no batch, K, lda and ldb multiples of
 // 8 and A and W 16-byte aligned (the vector loads); other GEMMs go to
 // cuBLAS. Results differ from cuBLAS's within f32 rounding of the sums.
-// Tests: CudaBackendTest.SmallMGemvMatchesHostReference,
-// CudaBackendTest.SmallMGemvIsOneKernelInACapturedGraph
-// (tests/runtime/cuda_backend_test.cc).
+// Tests: CudaPlatformTest.SmallMGemvMatchesHostReference,
+// CudaPlatformTest.SmallMGemvIsOneKernelInACapturedGraph
+// (tests/runtime/cuda_platform_test.cc).
 #pragma once
 
 #include <mutex>
 
-#include "runtime/backend.h"
 #include "runtime/blas.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::cuda_detail {
 
 // Whether the kernel computes `args` (a row-major GEMM, as gemm_row_major takes it).
 bool small_m_gemv_qualifies(const GemmArgs& args);
 
-// The kernels of one cuda backend, loaded on first use.
+// The kernels of one cuda platform, loaded on first use.
 class SmallMGemv {
  public:
-  explicit SmallMGemv(Backend& backend) : backend_(backend) {}
+  explicit SmallMGemv(Platform& platform) : platform_(platform) {}
   // Enqueues the qualifying GEMM `args` on `stream`.
   void launch(StreamHandle stream, const GemmArgs& args);
 
  private:
-  Backend& backend_;
+  Platform& platform_;
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};

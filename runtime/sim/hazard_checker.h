@@ -16,8 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/platform.h"
 #include "runtime/sim/sim_graph.h"
 
 namespace grove::runtime::sim {
@@ -51,7 +51,7 @@ class HazardChecker {
   explicit HazardChecker(HazardMode mode) : mode_(mode) {}
   HazardMode mode() const { return mode_; }
 
-  // Streams and events are keyed by the backend's own objects. A new stream is
+  // Streams and events are keyed by the platform's own objects. A new stream is
   // ordered after only what the host has seen finish.
   void stream_created(const void* stream, bool legacy_default);
   void stream_destroyed(const void* stream);

@@ -9,10 +9,10 @@ namespace {
 
 class HostBlas final : public BlasSupport {
  public:
-  explicit HostBlas(Backend& backend) : backend_(backend) {}
+  explicit HostBlas(Platform& platform) : platform_(platform) {}
 
   void gemm_row_major(StreamHandle stream, const GemmArgs& args) override {
-    backend_.launch_kernel(kernel(), LaunchDims{}, host_gemm_kernel_args(args), stream);
+    platform_.launch_kernel(kernel(), LaunchDims{}, host_gemm_kernel_args(args), stream);
   }
 
   bool gemm_row_major_epilogue_available(GemmEpilogue, DType, int64_t, int64_t, int64_t) override {
@@ -28,20 +28,20 @@ class HostBlas final : public BlasSupport {
       KernelSource source;
       source.name = "grove_host_gemm";
       source.host_function = host_gemm_kernel();
-      kernel_ = backend_.load_kernel(source);
+      kernel_ = platform_.load_kernel(source);
     }
     return kernel_;
   }
 
-  Backend& backend_;
+  Platform& platform_;
   std::mutex mutex_;
   KernelHandle kernel_;
 };
 
 }  // namespace
 
-std::unique_ptr<BlasSupport> make_host_blas(Backend& backend) {
-  return std::make_unique<HostBlas>(backend);
+std::unique_ptr<BlasSupport> make_host_blas(Platform& platform) {
+  return std::make_unique<HostBlas>(platform);
 }
 
 }  // namespace grove::runtime::sim

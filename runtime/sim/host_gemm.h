@@ -5,8 +5,8 @@
 // fixed order that depends only on k (never on m, n, batching or timing).
 #pragma once
 
-#include "runtime/backend.h"
 #include "runtime/blas.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::sim {
 

@@ -1,6 +1,6 @@
-// The sim backend's streams and events, and its captures: which captures are
+// The sim platform's streams and events, and its captures: which captures are
 // active, the calls CUDA forbids during one, and how one ends (Note [Sim
-// execution model] in sim_backend.cc). Internal to runtime/sim.
+// execution model] in sim_platform.cc). Internal to runtime/sim.
 #pragma once
 
 #include <atomic>
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 #include "runtime/sim/sim_graph.h"
 #include "runtime/sim/stream_worker.h"
 

@@ -1,6 +1,6 @@
 // The graph a sim capture records: nodes in capture order, each with the
 // nodes it depends on. Capture order is a valid execution order; a head node
-// added after capture (Backend::add_head_kernel_node) is appended last and
+// added after capture (Platform::add_head_kernel_node) is appended last and
 // the roots depend on it, so replay runs the nodes in execution_order():
 // every node after the nodes it depends on, otherwise in index order.
 #pragma once
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::sim {
 
@@ -21,7 +21,7 @@ struct SimKernel {
 struct SimNode;
 
 // A WHILE node's condition: the value a kernel sets through the handle
-// (its address, Backend::create_while_condition) and the value each launch starts with.
+// (its address, Platform::create_while_condition) and the value each launch starts with.
 struct SimCondition {
   uint32_t value = 0;
   uint32_t initial = 0;
@@ -60,7 +60,7 @@ struct SimNode {
 
 struct SimGraph {
   std::vector<SimNode> nodes;
-  // The conditions made for this graph's WHILE nodes (Backend::create_while_condition).
+  // The conditions made for this graph's WHILE nodes (Platform::create_while_condition).
   std::vector<std::shared_ptr<SimCondition>> conditions;
 };
 

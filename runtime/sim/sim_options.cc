@@ -1,9 +1,9 @@
-// SimOptions from the environment (runtime/sim/sim_backend.h).
+// SimOptions from the environment (runtime/sim/sim_platform.h).
 #include <cstdlib>
 #include <string>
 
 #include "runtime/error.h"
-#include "runtime/sim/sim_backend.h"
+#include "runtime/sim/sim_platform.h"
 
 namespace grove::runtime {
 namespace {

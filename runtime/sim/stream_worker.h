@@ -1,6 +1,6 @@
 // StreamWorker is one asynchronous sim stream: a thread that runs the
 // stream's work in submission order while the host goes on (Note [Asynchronous
-// sim streams] in sim_backend.cc). Every task gets a ticket; the host (or
+// sim streams] in sim_platform.cc). Every task gets a ticket; the host (or
 // another stream's worker, for an event wait) blocks until a ticket has run.
 #pragma once
 

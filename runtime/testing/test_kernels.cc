@@ -89,8 +89,8 @@ void check_f32(const Tensor& t, const char* what) {
 
 void launch(TestKernel which, Device device, int64_t n, const runtime::KernelArgs& args) {
   runtime::DeviceContext& context = runtime::device_context(device);
-  context.backend().launch_kernel(test_kernel(device, which), launch_dims_for(n), args,
-                                  context.current_stream());
+  context.platform().launch_kernel(test_kernel(device, which), launch_dims_for(n), args,
+                                   context.current_stream());
 }
 
 }  // namespace
@@ -109,7 +109,7 @@ KernelHandle test_kernel(Device device, TestKernel which) {
   } else {
     source.host_function = kernel.host;
   }
-  KernelHandle handle = runtime::device_context(device).backend().load_kernel(source);
+  KernelHandle handle = runtime::device_context(device).platform().load_kernel(source);
   cache->emplace(key, handle);
   return handle;
 }

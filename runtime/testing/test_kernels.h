@@ -3,7 +3,7 @@
 // slots. Launch helpers enqueue them on the device's current stream.
 #pragma once
 
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 #include "runtime/tensor.h"
 
 namespace grove::testing {

@@ -123,7 +123,7 @@ runtime::KernelHandle kernel(runtime::Device device, const char* name,
 void launch(runtime::Device device, runtime::KernelHandle handle, const LaunchDims& dims,
             const KernelArgs& args) {
   runtime::DeviceContext& context = runtime::device_context(device);
-  context.backend().launch_kernel(handle, dims, args, context.current_stream());
+  context.platform().launch_kernel(handle, dims, args, context.current_stream());
 }
 
 void check_i64(const Tensor& tensor, const char* what) {

@@ -73,7 +73,7 @@ DecodeLoop::DecodeLoop(Decoder& decoder, DecodeLoopOptions options)
 
 DecodeLoop::~DecodeLoop() {
   try {
-    runtime::device_context(device_).backend().synchronize_stream(stream_);
+    runtime::device_context(device_).platform().synchronize_stream(stream_);
   } catch (...) {
   }
   recorded_.reset();
@@ -177,7 +177,7 @@ void DecodeLoop::warm_up() {
 }
 
 void DecodeLoop::record() {
-  runtime::Backend& backend = runtime::device_context(device_).backend();
+  runtime::Platform& platform = runtime::device_context(device_).platform();
   auto recorded = std::make_unique<Recorded>(device_);
   // kv_write_table's layout: every cache, then every new-rows tensor.
   const int64_t table_entries = 4 * decoder_.config().num_layers;
@@ -190,7 +190,7 @@ void DecodeLoop::record() {
   // An eager call first: lazy setup (library handles, workspaces) happens
   // outside the captures. Rows stay as they are: the program writes nothing.
   (*model_)({ids_, positions_});
-  backend.synchronize_stream(stream_);
+  platform.synchronize_stream(stream_);
   auto one_step = [&](compiler::TensorList& outputs, const Tensor& table) {
     outputs = (*model_)({ids_, positions_});
     decoder_.write_new_rows(table, positions_);
@@ -227,7 +227,7 @@ void DecodeLoop::record() {
     recorded->loop = std::move(loop);
     while_refusal_.clear();
   } catch (const std::exception& error) {
-    backend.synchronize_stream(stream_);
+    platform.synchronize_stream(stream_);
     recorded->loop_outputs.clear();
     while_refusal_ = error.what();
     log(LogLevel::kWarn, str_cat("decode loop (bucket ", options_.bucket, ") on ", device_.str(),
@@ -260,7 +260,7 @@ DecodeRun DecodeLoop::run(
                    [](int64_t position) { return position >= 0; })) {
     return result;  // no row runs: no step
   }
-  runtime::Backend& backend = runtime::device_context(device_).backend();
+  runtime::Platform& platform = runtime::device_context(device_).platform();
   runtime::StreamGuard guard(device_, stream_);
   if (rows_changed_) upload_rows();
   loop_state_.copy_from_host(std::vector<int64_t>{0, steps}.data());
@@ -285,7 +285,7 @@ DecodeRun DecodeLoop::run(
                         .load(std::memory_order_acquire);
       if (now > seen) return now;
       if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) {
-        backend.synchronize_stream(stream_);  // rethrows a device failure
+        platform.synchronize_stream(stream_);  // rethrows a device failure
         return std::atomic_ref<int64_t>(published[layout::kPublishedSteps])
             .load(std::memory_order_acquire);
       }
@@ -323,10 +323,10 @@ DecodeRun DecodeLoop::run(
       }
     }
   } catch (...) {
-    backend.synchronize_stream(stream_);
+    platform.synchronize_stream(stream_);
     throw;
   }
-  backend.synchronize_stream(stream_);
+  platform.synchronize_stream(stream_);
   host_ids_ = ids_.to_vector<int64_t>();
   host_positions_ = positions_.to_vector<int64_t>();
   host_row_state_ = row_state_.to_vector<int64_t>();

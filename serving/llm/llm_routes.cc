@@ -6,27 +6,6 @@
 #include "serving/llm/openai_routes.h"
 
 namespace grove::serving::llm {
-namespace {
-
-HttpResponse json_response(int status, std::string body) {
-  HttpResponse response;
-  response.status = status;
-  response.body = std::move(body);
-  return response;
-}
-
-// "/v2/models/NAME/rest" -> NAME (rest may be empty).
-std::optional<std::string> model_in_path(const std::string& path, const std::string& rest) {
-  const std::string prefix = "/v2/models/";
-  if (path.rfind(prefix, 0) != 0 || path.size() <= prefix.size() + rest.size()) return {};
-  if (path.compare(path.size() - rest.size(), rest.size(), rest) != 0) return {};
-  std::string name = path.substr(prefix.size(), path.size() - prefix.size() - rest.size());
-  if (name.empty() || name.find('/') != std::string::npos) return {};
-  return name;
-}
-
-}  // namespace
-
 LlmRoutes::LlmRoutes(LlmService& service, std::string model_name, uint64_t seed)
     : service_(service), model_name_(std::move(model_name)), next_seed_(seed) {}
 

@@ -727,12 +727,12 @@ TEST(CApiCuda, RunsOnCallerDeviceMemoryAndTheCallersStreamLikeSim) {
       std::vector<float> expected =
           reference({runtime::Tensor::from_vector(host, {3, 8}, runtime::kSimDevice)})[0]
               .to_vector<float>();
-      runtime::device_context(runtime::kCudaDevice).backend().synchronize_stream(stream);
+      runtime::device_context(runtime::kCudaDevice).platform().synchronize_stream(stream);
       std::vector<float> actual(12);
       runtime::DeviceContext& context = runtime::device_context(runtime::kCudaDevice);
-      context.backend().copy_async(actual.data(), y->dl_tensor.data, sizeof(float) * 12,
-                                   runtime::CopyKind::kDeviceToHost, stream);
-      context.backend().synchronize_stream(stream);
+      context.platform().copy_async(actual.data(), y->dl_tensor.data, sizeof(float) * 12,
+                                    runtime::CopyKind::kDeviceToHost, stream);
+      context.platform().synchronize_stream(stream);
       for (size_t i = 0; i < actual.size(); ++i) {
         EXPECT_NEAR(actual[i], expected[i], 1e-4f + 1e-4f * std::abs(expected[i])) << i;
       }

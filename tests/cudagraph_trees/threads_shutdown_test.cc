@@ -109,7 +109,7 @@ TEST_P(TreeThreadsShutdown, BackwardOnAnotherThreadJoinsTheForwardsTreeAndReplay
         // autograd engine, finish the backward's stream before handing them
         // over (async sim's hazard checker reports the read otherwise).
         runtime::DeviceContext& context = runtime::device_context(dev);
-        context.backend().synchronize_stream(context.current_stream());
+        context.platform().synchronize_stream(context.current_stream());
       }
       own_manager_after = &tree_manager_for(dev) != &trees;
     });

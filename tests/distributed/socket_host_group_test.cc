@@ -160,7 +160,7 @@ TEST(SocketHostGroup, CapturedAllReduceRunsOnEveryReplayLikeTheThreadedOne) {
     Snapshots snapshots = {t.to_vector<float>()};
     for (int replay = 0; replay < 2; ++replay) {
       recording.replay(stream);
-      context.backend().synchronize_stream(stream);
+      context.platform().synchronize_stream(stream);
       snapshots.push_back(t.to_vector<float>());
     }
     return snapshots;

@@ -155,6 +155,49 @@ class GpuTorchTrainingTest(unittest.TestCase):
     def test_fused_adamw(self):
         self.check("llama", steps=20, optimizer="adamw")
 
+    def test_the_door_runs_its_own_autograd_function(self):
+        """Note [The door's own autograd function] (grove/door_function.py):
+        the mlp's and the gpt's training graphs run as grove's own
+        autograd.Function, and their losses over 10 steps track torch eager
+        and those of the same graphs under AOTAutograd's runtime
+        (GROVE_DOOR_FUNCTION=0), which takes no graph."""
+        import logging
+
+        from grove import door_function
+
+        logger = logging.getLogger("grove")
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        logger.addHandler(handler)
+        level = logger.level
+        logger.setLevel(logging.INFO)
+        try:
+            self.check_door_function(door_function, records)
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+    def check_door_function(self, door_function, records):
+        for name in ("mlp", "gpt"):
+            module, batch, loss_of = CASES[name]()
+            module = module.cuda()
+            expected, _ = train(module, batch, loss_of, None, steps=10)
+            before = door_function.taken
+            own, _ = train(module, batch, loss_of, "cudagraphs", steps=10)
+            self.assertGreater(door_function.taken, before, "%s: no graph took the function: %s" % (
+                name, [record.getMessage() for record in records if "AOTAutograd" in
+                       record.getMessage()]))
+            os.environ["GROVE_DOOR_FUNCTION"] = "0"
+            try:
+                before = door_function.taken
+                aot, _ = train(module, batch, loss_of, "cudagraphs", steps=10)
+                self.assertEqual(door_function.taken, before)
+            finally:
+                del os.environ["GROVE_DOOR_FUNCTION"]
+            torch.testing.assert_close(own, expected, rtol=RTOL, atol=ATOL)
+            torch.testing.assert_close(own, aot, rtol=RTOL, atol=ATOL)
+
     def test_grove_optim_adamw(self):
         """grove.torch.optim.AdamW against torch eager with torch.optim.AdamW."""
         self.check("mlp", steps=20, optimizer="grove_adamw")

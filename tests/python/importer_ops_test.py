@@ -437,5 +437,119 @@ class ConvolutionTest(ConverterCase):
         x[0, 0, :3, :3] = 5.0  # ties: PyTorch's index is the first in the window
         self.check(function, [x])
 
+class AttentionTest(ConverterCase):
+    """Note [Fused attention in the importer]: scaled_dot_product_attention
+    becomes one `attention` node (this PyTorch's aten._scaled_dot_product_attention;
+    PyTorch 2's variants share the converter)."""
+
+    @staticmethod
+    def sdpa(q, k, v, mask=None, causal=False):
+        if hasattr(F, "scaled_dot_product_attention"):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        return torch.ops.aten._scaled_dot_product_attention(q, k, v, mask, 0.0, False,
+                                                             causal)[0]
+
+    def ops(self, plan):
+        return [node["op"] for program in plan.programs() for node in program["nodes"]]
+
+    def test_causal_bool_and_additive_masks_are_one_attention_node_each(self):
+        sdpa = self.sdpa
+
+        def function(x, padding, keep):
+            # Heads cut from one projection-like tensor: strided views.
+            q, k, v = (x[..., i * 32:(i + 1) * 32].reshape(2, 6, 2, 16).transpose(1, 2)
+                       for i in range(3))
+            return (sdpa(q, k, v, causal=True), sdpa(q, k, v, mask=padding),
+                    sdpa(q, k, v, mask=keep), sdpa(q * 2, k, v, mask=keep, causal=False))
+
+        padding = torch.zeros(2, 1, 1, 6)
+        padding[1, ..., 4:] = torch.finfo(torch.float32).min
+        keep = torch.rand(2, 2, 6, 6) > 0.3
+        keep[..., 0] = True  # (a row attending to nothing is NaN in PyTorch 1.13, 0 from 2.5)
+        plan = self.check(function, [torch.randn(2, 6, 96), padding, keep])
+        ops = self.ops(plan)
+        self.assertEqual(ops.count("attention"), 4, ops)
+        self.assertNotIn("softmax", ops)
+
+    def test_written_out_when_fusion_is_off_with_equal_results(self):
+        sdpa = self.sdpa
+
+        def function(q, k, v):
+            return sdpa(q, k, v, causal=True)
+
+        inputs = [torch.randn(1, 3, 5, 8), torch.randn(1, 3, 5, 8), torch.randn(1, 3, 5, 12)]
+        fused = self.check(function, inputs)
+        os.environ["GROVE_FUSED_ATTENTION"] = "0"
+        try:
+            written = self.check(function, inputs)
+        finally:
+            del os.environ["GROVE_FUSED_ATTENTION"]
+        self.assertIn("attention", self.ops(fused))
+        self.assertNotIn("attention", self.ops(written))
+        self.assertIn("softmax", self.ops(written))
+
+    def test_long_keys_are_written_out(self):
+        sdpa = self.sdpa
+
+        def function(q, k, v):
+            return sdpa(q, k, v)
+
+        from grove import aten_ops
+
+        keys = aten_ops.MAX_FUSED_KEYS + 1
+        plan = self.check(function, [torch.randn(1, 1, 2, 4), torch.randn(1, 1, keys, 4),
+                                     torch.randn(1, 1, keys, 4)])
+        self.assertNotIn("attention", self.ops(plan))
+
+    def test_kept_attention_is_one_node_imported_as_attention(self):
+        # Note [Attention kept whole through tracing]: the op traces as one
+        # node whatever kernel PyTorch would pick, and imports as `attention`.
+        from grove import kept_attention
+
+        self.assertTrue(kept_attention.registered())
+
+        def function(q, k, v, padding):
+            return (kept_attention.kept_attention(q, k, v, padding) * 2,
+                    kept_attention.kept_attention(q, k, v, is_causal=True))
+
+        padding = torch.zeros(2, 1, 1, 7)
+        padding[0, ..., 5:] = -1e9
+        plan = self.check(function, [torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8),
+                                     torch.randn(2, 3, 7, 8), padding])
+        self.assertEqual(self.ops(plan).count("attention"), 2, self.ops(plan))
+
+    def test_keep_attention_points_dropout_free_calls_at_the_kept_op(self):
+        from grove import kept_attention, training_steps
+
+        def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+            return q
+
+        fx_graph = torch.fx.Graph()
+        q = fx_graph.placeholder("q")
+        kept = fx_graph.call_function(sdpa, (q, q, q, None, 0.0, True))
+        dropped = fx_graph.call_function(sdpa, (q, q, q), {"dropout_p": 0.1})
+        fx_graph.output(fx_graph.call_function(operator.add, (kept, dropped)))
+        graph = torch.fx.GraphModule(torch.nn.Module(), fx_graph)
+        saved = training_steps._attention_targets
+        training_steps._attention_targets = lambda: {sdpa}
+        try:
+            self.assertEqual(kept_attention.keep_attention(graph), 1)
+        finally:
+            training_steps._attention_targets = saved
+        targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
+        self.assertEqual(targets.count(kept_attention.kept_attention), 1)
+        self.assertEqual(targets.count(sdpa), 1)  # the call with dropout stays
+
+    def test_a_bad_switch_value_is_a_clear_error(self):
+        from grove import aten_ops
+
+        os.environ["GROVE_FUSED_ATTENTION"] = "yes"
+        try:
+            with self.assertRaisesRegex(ValueError, "GROVE_FUSED_ATTENTION"):
+                aten_ops._fused_attention_enabled()
+        finally:
+            del os.environ["GROVE_FUSED_ATTENTION"]
+
+
 if __name__ == "__main__":
     junit_main.main()

@@ -57,7 +57,7 @@ TEST_P(BadCallInput, WrongCountShapeDtypeAndDeviceNameTheInputOnEveryBackend) {
     CompiledModel model = compile(small_program(device()), {.backend = backend});
     Tensor good = testing::random_tensor(rng, {3, 4}, device());
     expect_error<ShapeError>([&] { model({good, good}); }, {"small", "takes 1 inputs", "found 2"});
-    expect_error<ShapeError>([&] { model({}); }, {"small", "found 0"});
+    expect_error<ShapeError>([&] { model(TensorList{}); }, {"small", "found 0"});
     expect_error<ShapeError>(
         [&] {
           model({testing::random_tensor(rng, {4, 3}, device())});

@@ -1,4 +1,4 @@
-// CachingAllocator over a private sim backend per test, so that stats and
+// CachingAllocator over a private sim platform per test, so that stats and
 // segments start from zero: splitting, coalescing, per-stream reuse, private
 // pools, checkpoint/restore, failures.
 #include "runtime/caching_allocator.h"
@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "runtime/error.h"
-#include "runtime/platforms.h"
+#include "runtime/platform_factory.h"
 #include "tests/common/test_util.h"
 
 namespace grove::runtime {
@@ -44,19 +44,19 @@ class CachingAllocatorTest : public ::testing::Test {
   void TearDown() override { destroy(); }
 
   void make() {
-    backend_ = make_platform_backend(kSimDevice);
-    allocator_ = std::make_unique<CachingAllocator>(*backend_);
-    stream_a_ = backend_->create_stream();
-    stream_b_ = backend_->create_stream();
+    platform_ = make_platform(kSimDevice);
+    allocator_ = std::make_unique<CachingAllocator>(*platform_);
+    stream_a_ = platform_->create_stream();
+    stream_b_ = platform_->create_stream();
   }
   void destroy() {
     allocator_.reset();
-    backend_.reset();
+    platform_.reset();
   }
 
   CachingAllocator& allocator() { return *allocator_; }
 
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Platform> platform_;
   std::unique_ptr<CachingAllocator> allocator_;
   StreamHandle stream_a_;
   StreamHandle stream_b_;
@@ -74,7 +74,7 @@ TEST_F(CachingAllocatorTest, SplitsOneSmallSegmentIntoConsecutiveAlignedBlocks) 
   for (size_t i = 0; i < sizes.size(); ++i) {
     EXPECT_EQ(storages[i]->nbytes(), sizes[i]);
     // Blocks sit at multiples of kAlignment from the segment base, which the
-    // backend aligns to at least 256 bytes (as cudaMalloc does).
+    // platform aligns to at least 256 bytes (as cudaMalloc does).
     EXPECT_EQ(static_cast<size_t>(address_of(storages[i]) - address_of(storages[0])) % kAlign, 0u);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(address_of(storages[i])) % 256, 0u);
     if (i > 0) {
@@ -316,7 +316,7 @@ TEST_F(CachingAllocatorTest, BlocksMovedOutOfAPoolKeepTheirValuesAndFreeThePool)
   void* old_address = state->address();
   std::vector<size_t> moved =
       allocator().move_blocks_out_of_pool(pool, {output->address()}, stream_a_);
-  backend_->synchronize_stream(stream_a_);
+  platform_->synchronize_stream(stream_a_);
   EXPECT_EQ(moved, std::vector<size_t>{4000});
   EXPECT_NE(state->address(), old_address);
   EXPECT_EQ(allocator().pool_containing(state->address()), kDefaultPool);
@@ -526,7 +526,7 @@ TEST_F(CachingAllocatorTest, OutOfDeviceMemoryFreesCachedSegmentsAndRetries) {
 }
 
 TEST_F(CachingAllocatorTest, AllocationOnACapturingStreamOutsideAPrivatePoolIsAViolation) {
-  backend_->begin_capture(stream_a_, CaptureMode::kThreadLocal);
+  platform_->begin_capture(stream_a_, CaptureMode::kThreadLocal);
   try {
     allocator().allocate(1000, stream_a_);
     ADD_FAILURE() << "allocation outside a private pool during capture was accepted";
@@ -534,21 +534,21 @@ TEST_F(CachingAllocatorTest, AllocationOnACapturingStreamOutsideAPrivatePoolIsAV
     EXPECT_NE(std::string(violation.what()).find("begin_allocate_to_pool"), std::string::npos)
         << violation.what();
   }
-  EXPECT_EQ(backend_->capture_status(stream_a_), CaptureStatus::kInvalidated);
-  EXPECT_THROW(backend_->end_capture(stream_a_), CaptureViolation);
+  EXPECT_EQ(platform_->capture_status(stream_a_), CaptureStatus::kInvalidated);
+  EXPECT_THROW(platform_->end_capture(stream_a_), CaptureViolation);
   EXPECT_EQ(allocator().stats(kDefaultPool).live_blocks, 0u);
 
   // Routed to a private pool, the same allocation during a capture is fine.
   PoolId pool = allocator().create_pool();
-  backend_->begin_capture(stream_a_, CaptureMode::kThreadLocal);
+  platform_->begin_capture(stream_a_, CaptureMode::kThreadLocal);
   {
     Routing routing(allocator(), pool);
     StoragePtr storage = allocator().allocate(1000, stream_a_);
     EXPECT_EQ(allocator().pool_containing(storage->address()), pool);
   }
-  GraphHandle graph = backend_->end_capture(stream_a_);
-  EXPECT_EQ(backend_->graph_node_count(graph), 0u);
-  backend_->destroy_graph(graph);
+  GraphHandle graph = platform_->end_capture(stream_a_);
+  EXPECT_EQ(platform_->graph_node_count(graph), 0u);
+  platform_->destroy_graph(graph);
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ TEST_P(GraphRecordingTest, CaptureNeedsAPrivatePool) {
   GraphRecording recording(device());
   EXPECT_THROW(recording.capture_begin(stream_, kDefaultPool), Error);
   EXPECT_FALSE(recording.capturing());
-  EXPECT_EQ(context_->backend().capture_status(stream_), CaptureStatus::kNone);
+  EXPECT_EQ(context_->platform().capture_status(stream_), CaptureStatus::kNone);
   EXPECT_EQ(context_->allocator().current_pool(), kDefaultPool);
 }
 
@@ -294,7 +294,7 @@ TEST_P(GraphRecordingTest, AFailedRecaptureKeepsTheInstantiatedGraphReplayable) 
   recording.instantiate();
 
   recording.capture_begin(stream_, pool_);
-  EXPECT_THROW(context_->backend().synchronize_device(), CaptureViolation);
+  EXPECT_THROW(context_->platform().synchronize_device(), CaptureViolation);
   EXPECT_THROW(recording.capture_end(), CaptureViolation);
   EXPECT_THROW(recording.update(), Error);  // no pending re-capture
   recording.replay(stream_);
@@ -309,7 +309,7 @@ TEST_P(GraphRecordingTest, AbortCaptureEndsTheCaptureWithoutThrowing) {
   Tensor inside = Tensor::empty({8}, DType::kF32, device());
   recording.abort_capture();
   EXPECT_FALSE(recording.capturing());
-  EXPECT_EQ(context_->backend().capture_status(stream_), CaptureStatus::kNone);
+  EXPECT_EQ(context_->platform().capture_status(stream_), CaptureStatus::kNone);
   EXPECT_EQ(context_->allocator().current_pool(), kDefaultPool);
   recording.abort_capture();  // idempotent
 }
@@ -319,7 +319,7 @@ TEST_P(GraphRecordingTest, DestroyingARecordingMidCaptureLeavesTheStreamUsable) 
     GraphRecording recording(device());
     recording.capture_begin(stream_, pool_);
   }
-  EXPECT_EQ(context_->backend().capture_status(stream_), CaptureStatus::kNone);
+  EXPECT_EQ(context_->platform().capture_status(stream_), CaptureStatus::kNone);
   EXPECT_EQ(context_->allocator().current_pool(), kDefaultPool);
   GraphRecording again(device());
   again.capture_begin(stream_, pool_);
@@ -333,7 +333,7 @@ TEST_P(GraphRecordingTest, CaptureEndWithAnInnerRoutingLeftOpenStillEndsTheCaptu
   context_->allocator().begin_allocate_to_pool(other);  // never ended: a bug in captured code
   EXPECT_THROW(recording.capture_end(), Error);
   EXPECT_FALSE(recording.capturing());
-  EXPECT_EQ(context_->backend().capture_status(stream_), CaptureStatus::kNone);
+  EXPECT_EQ(context_->platform().capture_status(stream_), CaptureStatus::kNone);
   context_->allocator().end_allocate_to_pool(other);
   context_->allocator().end_allocate_to_pool(pool_);
   EXPECT_EQ(context_->allocator().current_pool(), kDefaultPool);
@@ -396,8 +396,8 @@ TEST_P(GraphRecordingTest, TheSpanCopyKernelCopiesExactlyTheBytesAskedFor) {
         std::vector<float> before = destination.to_vector<float>();
         auto* to = static_cast<char*>(destination.data_ptr()) + to_offset;
         const auto* from = static_cast<const char*>(source.data_ptr()) + from_offset;
-        context_->backend().launch_kernel(kernel, span_copy_dims(bytes),
-                                          span_copy_args(to, from, bytes), stream_);
+        context_->platform().launch_kernel(kernel, span_copy_dims(bytes),
+                                           span_copy_args(to, from, bytes), stream_);
         std::vector<float> after = destination.to_vector<float>();
         std::vector<char> expected(before.size() * sizeof(float));
         std::memcpy(expected.data(), before.data(), expected.size());

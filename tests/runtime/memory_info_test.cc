@@ -1,4 +1,4 @@
-// Backend::memory_info(): the device's free memory falls by what is allocated
+// Platform::memory_info(): the device's free memory falls by what is allocated
 // and comes back when it is freed (sim exactly; cuda within its allocation
 // granularity), so that a free-memory delta measures what a server holds.
 #include <gtest/gtest.h>
@@ -12,17 +12,17 @@ namespace {
 class MemoryInfo : public testing::DeviceTest {};
 
 TEST_P(MemoryInfo, FreeMemoryFallsByWhatIsAllocatedAndComesBack) {
-  Backend& backend = device_context(device()).backend();
+  Platform& platform = device_context(device()).platform();
   constexpr int64_t kBytes = 64 << 20;
   constexpr int64_t kGranularity = 2 << 20;  // cudaMalloc rounds up to 2 MiB pages
-  const Backend::MemoryInfo before = backend.memory_info();
+  const Platform::MemoryInfo before = platform.memory_info();
   ASSERT_GT(before.total_bytes, 0);
   ASSERT_GE(before.free_bytes, kBytes);
   EXPECT_LE(before.free_bytes, before.total_bytes);
-  void* block = backend.allocate_raw(kBytes);
-  const Backend::MemoryInfo during = backend.memory_info();
-  backend.free_raw(block);
-  const Backend::MemoryInfo after = backend.memory_info();
+  void* block = platform.allocate_raw(kBytes);
+  const Platform::MemoryInfo during = platform.memory_info();
+  platform.free_raw(block);
+  const Platform::MemoryInfo after = platform.memory_info();
   EXPECT_EQ(during.total_bytes, before.total_bytes);
   EXPECT_LE(during.free_bytes, before.free_bytes - kBytes + kGranularity);
   EXPECT_GE(during.free_bytes, before.free_bytes - kBytes - kGranularity);

@@ -1,5 +1,5 @@
 // Asynchronous sim streams (Note [Asynchronous sim streams] in
-// runtime/sim/sim_backend.cc): work runs off the calling thread in stream
+// runtime/sim/sim_platform.cc): work runs off the calling thread in stream
 // order, a missing event between two streams gives a wrong answer (and the
 // event a right one), host synchronization waits for real, a kernel's
 // exception comes back at the next synchronization, and a copy from pageable
@@ -35,13 +35,13 @@ void throwing_kernel(const runtime::LaunchDims*, const uint64_t*) {
 
 TEST(SimAsync, RunsStreamWorkOffTheCallingThreadInOrder) {
   SimStreamRig rig(async_options());
-  EXPECT_TRUE(runtime::sim_is_async(*rig.backend));
-  auto kernel = rig.backend->load_kernel({"record_thread", "", &record_thread_kernel});
+  EXPECT_TRUE(runtime::sim_is_async(*rig.platform));
+  auto kernel = rig.platform->load_kernel({"record_thread", "", &record_thread_kernel});
   auto x = rig.buffer(kElements, rig.a);
   auto y = rig.buffer(kElements, rig.a);
   rig.launch_produce(x, kElements, 5.0f, rig.a);
   rig.launch_consume(x, y, kElements, rig.a);
-  rig.backend->launch_kernel(kernel, {}, {}, rig.a);
+  rig.platform->launch_kernel(kernel, {}, {}, rig.a);
   EXPECT_EQ(rig.read(y, kElements, rig.a), std::vector<float>(kElements, 6.0f));
   EXPECT_NE(g_kernel_thread, std::this_thread::get_id());
 }
@@ -51,13 +51,13 @@ TEST(SimAsync, AMissingEventGivesAWrongAnswer) {
   auto produced = rig.buffer(kElements, rig.a);
   auto consumed = rig.buffer(kElements, rig.b);
   rig.launch_produce(produced, kElements, 1.0f, rig.a);
-  rig.backend->synchronize_stream(rig.a);
+  rig.platform->synchronize_stream(rig.a);
   Gate gate;
   rig.launch_produce(produced, kElements, 2.0f, rig.a, &gate);  // waits for the gate
   rig.launch_consume(produced, consumed, kElements, rig.b);     // no event: reads the old value
   EXPECT_EQ(rig.read(consumed, kElements, rig.b), std::vector<float>(kElements, 2.0f));
   gate.open = true;
-  rig.backend->synchronize_stream(rig.a);
+  rig.platform->synchronize_stream(rig.a);
   EXPECT_EQ(rig.read(produced, kElements, rig.a), std::vector<float>(kElements, 2.0f));
 }
 
@@ -78,25 +78,25 @@ TEST(SimAsync, HostSynchronizationWaitsForTheWork) {
   auto produced = rig.buffer(kElements, rig.a);
   Gate gate;
   rig.launch_produce(produced, kElements, 7.0f, rig.a, &gate);
-  runtime::EventHandle done = rig.backend->create_event(false);
-  rig.backend->record_event(done, rig.a);
+  runtime::EventHandle done = rig.platform->create_event(false);
+  rig.platform->record_event(done, rig.a);
   std::thread opener([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     gate.open = true;
   });
-  rig.backend->synchronize_event(done);
+  rig.platform->synchronize_event(done);
   EXPECT_TRUE(gate.open.load());
   EXPECT_EQ(static_cast<const float*>(produced->address())[kElements - 1], 7.0f);
   opener.join();
-  rig.backend->destroy_event(done);
+  rig.platform->destroy_event(done);
 }
 
 TEST(SimAsync, AKernelExceptionComesBackAtTheNextSynchronization) {
   SimStreamRig rig(async_options());
-  auto kernel = rig.backend->load_kernel({"throwing", "", &throwing_kernel});
-  rig.backend->launch_kernel(kernel, {}, {}, rig.a);  // returns: the fault is not known yet
-  EXPECT_THROW(rig.backend->synchronize_stream(rig.a), std::runtime_error);
-  rig.backend->synchronize_stream(rig.a);  // reported once
+  auto kernel = rig.platform->load_kernel({"throwing", "", &throwing_kernel});
+  rig.platform->launch_kernel(kernel, {}, {}, rig.a);  // returns: the fault is not known yet
+  EXPECT_THROW(rig.platform->synchronize_stream(rig.a), std::runtime_error);
+  rig.platform->synchronize_stream(rig.a);  // reported once
 }
 
 TEST(SimAsync, ACopyFromPageableMemoryReadsItsSourceBeforeReturning) {
@@ -105,8 +105,8 @@ TEST(SimAsync, ACopyFromPageableMemoryReadsItsSourceBeforeReturning) {
   Gate gate;
   rig.launch_produce(destination, kElements, 0.0f, rig.a, &gate);  // holds the stream
   std::vector<float> source(kElements, 4.0f);
-  rig.backend->copy_async(destination->address(), source.data(), kElements * sizeof(float),
-                          runtime::CopyKind::kHostToDevice, rig.a);
+  rig.platform->copy_async(destination->address(), source.data(), kElements * sizeof(float),
+                           runtime::CopyKind::kHostToDevice, rig.a);
   source.assign(kElements, -1.0f);  // CUDA allows this once copy_async returned
   gate.open = true;
   EXPECT_EQ(rig.read(destination, kElements, rig.a), std::vector<float>(kElements, 4.0f));

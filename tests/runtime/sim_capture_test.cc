@@ -1,4 +1,4 @@
-// Stream capture through the Backend interface, run on every device: capture
+// Stream capture through the Platform interface, run on every device: capture
 // records instead of running, replay reads current memory, each capture
 // violation invalidates the capture and leaves the stream usable, capture
 // modes, and fork/join across streams with events.
@@ -36,7 +36,7 @@ class CaptureTest : public ::grove::testing::DeviceTest {
   }
   void TearDown() override {
     if (context_ == nullptr) return;
-    if (backend().capture_status(stream_) != CaptureStatus::kNone) {
+    if (platform().capture_status(stream_) != CaptureStatus::kNone) {
       try {
         end();
       } catch (const Error&) {
@@ -46,24 +46,24 @@ class CaptureTest : public ::grove::testing::DeviceTest {
     allocator().release_pool(pool_);
   }
 
-  Backend& backend() { return context_->backend(); }
+  Platform& platform() { return context_->platform(); }
   CachingAllocator& allocator() { return context_->allocator(); }
 
   void begin(CaptureMode mode = CaptureMode::kThreadLocal) {
     allocator().begin_allocate_to_pool(pool_);
-    backend().begin_capture(stream_, mode);
+    platform().begin_capture(stream_, mode);
   }
   // Ends the capture and instantiates it; throws CaptureViolation when invalidated.
   GraphExecHandle end() {
     allocator().end_allocate_to_pool(pool_);
-    GraphHandle graph = backend().end_capture(stream_);
-    node_count_ = backend().graph_node_count(graph);
-    dot_ = backend().graph_dot(graph);
-    GraphExecHandle exec = backend().instantiate(graph, {});
-    backend().destroy_graph(graph);
+    GraphHandle graph = platform().end_capture(stream_);
+    node_count_ = platform().graph_node_count(graph);
+    dot_ = platform().graph_dot(graph);
+    GraphExecHandle exec = platform().instantiate(graph, {});
+    platform().destroy_graph(graph);
     return exec;
   }
-  void replay(GraphExecHandle exec) { backend().launch_graph(exec, stream_); }
+  void replay(GraphExecHandle exec) { platform().launch_graph(exec, stream_); }
 
   Tensor random_tensor(std::mt19937& rng, int64_t n) {
     return Tensor::from_vector(random_floats(rng, static_cast<size_t>(n)), {n}, device());
@@ -83,7 +83,7 @@ class CaptureTest : public ::grove::testing::DeviceTest {
     begin();
     testing::launch_add(a, b, out);
     EXPECT_THROW(violation(out), CaptureViolation);
-    EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kInvalidated);
+    EXPECT_EQ(platform().capture_status(stream_), CaptureStatus::kInvalidated);
     EXPECT_THROW(testing::launch_add(a, b, out), CaptureViolation);  // the capture is dead
     try {
       end();
@@ -93,7 +93,7 @@ class CaptureTest : public ::grove::testing::DeviceTest {
         EXPECT_NE(std::string(error.what()).find(reason), std::string::npos) << error.what();
       }
     }
-    EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kNone);
+    EXPECT_EQ(platform().capture_status(stream_), CaptureStatus::kNone);
     EXPECT_EQ(allocator().current_pool(), kDefaultPool);
     EXPECT_EQ(out.to_vector<float>(), out_before) << "captured work ran";
 
@@ -105,7 +105,7 @@ class CaptureTest : public ::grove::testing::DeviceTest {
     GraphExecHandle exec = end();
     replay(exec);
     EXPECT_EQ(out.to_vector<float>(), plus(a.to_vector<float>(), b.to_vector<float>()));
-    backend().destroy_graph_exec(exec);
+    platform().destroy_graph_exec(exec);
   }
 
   DeviceContext* context_ = nullptr;
@@ -138,7 +138,7 @@ TEST_P(CaptureTest, CaptureRecordsWorkWithoutRunningIt) {
   EXPECT_EQ(sum.to_vector<float>(), expected);
   for (float& value : expected) value *= 3.0f;
   EXPECT_EQ(scaled.to_vector<float>(), expected);
-  backend().destroy_graph_exec(exec);
+  platform().destroy_graph_exec(exec);
 }
 
 TEST_P(CaptureTest, ReplayReadsMemoryAsItIsAtReplayTime) {
@@ -158,7 +158,7 @@ TEST_P(CaptureTest, ReplayReadsMemoryAsItIsAtReplayTime) {
     replay(exec);
     EXPECT_EQ(out.to_vector<float>(), plus(fresh_a, fresh_b)) << "round " << round;
   }
-  backend().destroy_graph_exec(exec);
+  platform().destroy_graph_exec(exec);
 }
 
 TEST_P(CaptureTest, EachReplayRunsTheCapturedWorkAgain) {
@@ -174,7 +174,7 @@ TEST_P(CaptureTest, EachReplayRunsTheCapturedWorkAgain) {
   std::vector<float> expected = start;
   for (float& value : expected) value = (value + 1.25f) + 1.25f;
   EXPECT_EQ(x.to_vector<float>(), expected);
-  backend().destroy_graph_exec(exec);
+  platform().destroy_graph_exec(exec);
 }
 
 TEST_P(CaptureTest, CopiesAndMemsetsAreCapturedAsNodes) {
@@ -183,9 +183,9 @@ TEST_P(CaptureTest, CopiesAndMemsetsAreCapturedAsNodes) {
   Tensor copy = random_tensor(rng, 100);
   Tensor zeroed = random_tensor(rng, 100);
   begin();
-  backend().copy_async(copy.data_ptr(), source.data_ptr(), copy.nbytes(), CopyKind::kDeviceToDevice,
-                       stream_);
-  backend().memset_async(zeroed.data_ptr(), 0, zeroed.nbytes(), stream_);
+  platform().copy_async(copy.data_ptr(), source.data_ptr(), copy.nbytes(),
+                        CopyKind::kDeviceToDevice, stream_);
+  platform().memset_async(zeroed.data_ptr(), 0, zeroed.nbytes(), stream_);
   GraphExecHandle exec = end();
   EXPECT_EQ(node_count_, 2u);
   std::vector<float> fresh = random_floats(rng, 100);
@@ -193,11 +193,11 @@ TEST_P(CaptureTest, CopiesAndMemsetsAreCapturedAsNodes) {
   replay(exec);
   EXPECT_EQ(copy.to_vector<float>(), fresh);
   EXPECT_EQ(zeroed.to_vector<float>(), std::vector<float>(100, 0.0f));
-  backend().destroy_graph_exec(exec);
+  platform().destroy_graph_exec(exec);
 }
 
 TEST_P(CaptureTest, SynchronizingTheCapturingStreamIsAViolation) {
-  expect_violation_leaves_stream_usable([&](Tensor&) { backend().synchronize_stream(stream_); },
+  expect_violation_leaves_stream_usable([&](Tensor&) { platform().synchronize_stream(stream_); },
                                         "synchronizing a capturing stream");
 }
 
@@ -231,14 +231,14 @@ TEST_P(CaptureTest, AllocatingOutsideThePrivatePoolIsAViolation) {
 }
 
 TEST_P(CaptureTest, SynchronizingTheDeviceIsAViolation) {
-  expect_violation_leaves_stream_usable([&](Tensor&) { backend().synchronize_device(); },
+  expect_violation_leaves_stream_usable([&](Tensor&) { platform().synchronize_device(); },
                                         "synchronizing the device");
 }
 
 TEST_P(CaptureTest, WorkOnTheLegacyDefaultStreamIsAViolation) {
   expect_violation_leaves_stream_usable(
       [&](Tensor& out) {
-        backend().launch_kernel(
+        platform().launch_kernel(
             testing::test_kernel(device(), testing::TestKernel::kFill),
             testing::launch_dims_for(out.numel()),
             KernelArgs().add_pointer(out.data_ptr()).add_i64(out.numel()).add_f32(1.0f),
@@ -259,7 +259,7 @@ TEST_P(CaptureTest, ThreadLocalModeLetsAnotherThreadSynchronizeAndWork) {
   std::thread worker([&] {
     try {
       testing::launch_fill(other, 4.0f);  // on the worker's own stream: runs now
-      device_context(device()).backend().synchronize_device();
+      device_context(device()).platform().synchronize_device();
       if (other.to_vector<float>() != std::vector<float>(200, 4.0f)) {
         other_thread_error = "the worker's eager work did not run";
       }
@@ -269,11 +269,11 @@ TEST_P(CaptureTest, ThreadLocalModeLetsAnotherThreadSynchronizeAndWork) {
   });
   worker.join();
   EXPECT_EQ(other_thread_error, "");
-  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kActive);
+  EXPECT_EQ(platform().capture_status(stream_), CaptureStatus::kActive);
   GraphExecHandle exec = end();
   replay(exec);
   EXPECT_EQ(out.to_vector<float>(), plus(a.to_vector<float>(), b.to_vector<float>()));
-  backend().destroy_graph_exec(exec);
+  platform().destroy_graph_exec(exec);
 }
 
 TEST_P(CaptureTest, GlobalModeForbidsUnsafeCallsOnOtherThreads) {
@@ -284,7 +284,7 @@ TEST_P(CaptureTest, GlobalModeForbidsUnsafeCallsOnOtherThreads) {
   bool violated = false;
   std::thread worker([&] {
     try {
-      device_context(device()).backend().synchronize_device();
+      device_context(device()).platform().synchronize_device();
     } catch (const CaptureViolation&) {
       violated = true;
     }
@@ -292,24 +292,24 @@ TEST_P(CaptureTest, GlobalModeForbidsUnsafeCallsOnOtherThreads) {
   worker.join();
   EXPECT_TRUE(violated);
   EXPECT_THROW(end(), CaptureViolation);
-  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kNone);
+  EXPECT_EQ(platform().capture_status(stream_), CaptureStatus::kNone);
 }
 
 TEST_P(CaptureTest, CaptureOnTheLegacyDefaultStreamIsAnError) {
   try {
-    backend().begin_capture(StreamHandle{}, CaptureMode::kThreadLocal);
+    platform().begin_capture(StreamHandle{}, CaptureMode::kThreadLocal);
     ADD_FAILURE() << "capture on the legacy default stream was accepted";
   } catch (const CaptureViolation& error) {
     EXPECT_NE(std::string(error.what()).find("create_stream"), std::string::npos) << error.what();
   }
-  EXPECT_EQ(backend().capture_status(StreamHandle{}), CaptureStatus::kNone);
+  EXPECT_EQ(platform().capture_status(StreamHandle{}), CaptureStatus::kNone);
 }
 
 TEST_P(CaptureTest, ForkAndJoinAcrossTwoStreamsWithEvents) {
   GROVE_SEEDED_RNG(rng);
   StreamHandle side = context_->create_stream();
-  EventHandle forked = backend().create_event(false);
-  EventHandle joined = backend().create_event(false);
+  EventHandle forked = platform().create_event(false);
+  EventHandle joined = platform().create_event(false);
   Tensor a = random_tensor(rng, 400);
   Tensor b = random_tensor(rng, 400);
   Tensor sum = random_tensor(rng, 400);
@@ -319,19 +319,19 @@ TEST_P(CaptureTest, ForkAndJoinAcrossTwoStreamsWithEvents) {
 
   begin();
   testing::launch_add(a, b, sum);
-  backend().record_event(forked, stream_);
-  backend().stream_wait_event(side, forked);
-  EXPECT_EQ(backend().capture_status(side), CaptureStatus::kActive);
+  platform().record_event(forked, stream_);
+  platform().stream_wait_event(side, forked);
+  EXPECT_EQ(platform().capture_status(side), CaptureStatus::kActive);
   {
     StreamGuard on_side(device(), side);
     testing::launch_scale(sum, scaled, -2.0f);
   }
-  backend().record_event(joined, side);
-  backend().stream_wait_event(stream_, joined);
+  platform().record_event(joined, side);
+  platform().stream_wait_event(stream_, joined);
   testing::launch_add(sum, scaled, total);
   GraphExecHandle exec = end();
   EXPECT_EQ(node_count_, 3u);
-  EXPECT_EQ(backend().capture_status(side), CaptureStatus::kNone);
+  EXPECT_EQ(platform().capture_status(side), CaptureStatus::kNone);
   EXPECT_EQ(total.to_vector<float>(), total_before);
   if (device().is_sim()) {  // the edges: add -> scale -> add, and add -> add
     EXPECT_NE(dot_.find("n0 -> n1"), std::string::npos) << dot_;
@@ -343,56 +343,56 @@ TEST_P(CaptureTest, ForkAndJoinAcrossTwoStreamsWithEvents) {
   std::vector<float> expected = plus(a.to_vector<float>(), b.to_vector<float>());
   for (float& value : expected) value = value + value * -2.0f;
   EXPECT_EQ(total.to_vector<float>(), expected);
-  backend().destroy_graph_exec(exec);
-  backend().destroy_event(forked);
-  backend().destroy_event(joined);
+  platform().destroy_graph_exec(exec);
+  platform().destroy_event(forked);
+  platform().destroy_event(joined);
 }
 
 TEST_P(CaptureTest, AnUnjoinedForkedStreamMakesEndCaptureThrow) {
   GROVE_SEEDED_RNG(rng);
   StreamHandle side = context_->create_stream();
-  EventHandle forked = backend().create_event(false);
+  EventHandle forked = platform().create_event(false);
   Tensor x = random_tensor(rng, 100);
   Tensor y = random_tensor(rng, 100);
   begin();
   testing::launch_fill(x, 3.0f);
-  backend().record_event(forked, stream_);
-  backend().stream_wait_event(side, forked);
+  platform().record_event(forked, stream_);
+  platform().stream_wait_event(side, forked);
   {
     StreamGuard on_side(device(), side);
     testing::launch_scale(x, y, 2.0f);
   }
   EXPECT_THROW(end(), CaptureViolation);
-  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kNone);
-  EXPECT_EQ(backend().capture_status(side), CaptureStatus::kNone);
+  EXPECT_EQ(platform().capture_status(stream_), CaptureStatus::kNone);
+  EXPECT_EQ(platform().capture_status(side), CaptureStatus::kNone);
   {  // both streams work eagerly again
     StreamGuard on_side(device(), side);
     testing::launch_fill(y, 6.0f);
-    backend().synchronize_stream(side);
+    platform().synchronize_stream(side);
   }
   EXPECT_EQ(y.to_vector<float>(), std::vector<float>(100, 6.0f));
-  backend().destroy_event(forked);
+  platform().destroy_event(forked);
 }
 
 GROVE_INSTANTIATE_DEVICE_TEST_SUITE(CaptureTest);
 
-// Note [Events recorded during capture] in sim_backend.cc.
+// Note [Events recorded during capture] in sim_platform.cc.
 TEST(SimCapture, WaitingOnAnEventRecordedDuringAnEndedCaptureJoinsNothing) {
   DeviceContext& context = device_context(kSimDevice);
-  Backend& backend = context.backend();
+  Platform& platform = context.platform();
   StreamHandle origin = context.create_stream();
   StreamHandle later = context.create_stream();
-  EventHandle event = backend.create_event(false);
-  backend.begin_capture(origin, CaptureMode::kThreadLocal);
-  backend.record_event(event, origin);
-  GraphHandle graph = backend.end_capture(origin);
-  backend.destroy_graph(graph);
+  EventHandle event = platform.create_event(false);
+  platform.begin_capture(origin, CaptureMode::kThreadLocal);
+  platform.record_event(event, origin);
+  GraphHandle graph = platform.end_capture(origin);
+  platform.destroy_graph(graph);
 
-  backend.stream_wait_event(later, event);
-  EXPECT_EQ(backend.capture_status(later), CaptureStatus::kNone);
-  EXPECT_NO_THROW(backend.synchronize_event(event));
-  backend.synchronize_stream(later);
-  backend.destroy_event(event);
+  platform.stream_wait_event(later, event);
+  EXPECT_EQ(platform.capture_status(later), CaptureStatus::kNone);
+  EXPECT_NO_THROW(platform.synchronize_event(event));
+  platform.synchronize_stream(later);
+  platform.destroy_event(event);
 }
 
 }  // namespace

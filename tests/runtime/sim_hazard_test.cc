@@ -68,7 +68,7 @@ TEST_P(SimHazardTest, AHostSynchronizationOrdersTheStreams) {
   auto produced = rig.buffer(kElements, rig.a);
   auto consumed = rig.buffer(kElements, rig.b);
   rig.launch_produce(produced, kElements, 2.0f, rig.a);
-  rig.backend->synchronize_stream(rig.a);
+  rig.platform->synchronize_stream(rig.a);
   rig.launch_consume(produced, consumed, kElements, rig.b);
   EXPECT_EQ(rig.read(consumed, kElements, rig.b), std::vector<float>(kElements, 3.0f));
   EXPECT_TRUE(rig.hazards().empty()) << rig.hazards()[0].message;
@@ -79,9 +79,9 @@ TEST_P(SimHazardTest, ReportsAWriteOverAnotherStreamsPendingRead) {
   auto source = rig.buffer(kElements, rig.a);
   auto consumed = rig.buffer(kElements, rig.a);
   rig.launch_produce(source, kElements, 1.0f, rig.a);
-  rig.backend->synchronize_stream(rig.a);
+  rig.platform->synchronize_stream(rig.a);
   rig.launch_consume(source, consumed, kElements, rig.a);
-  rig.backend->memset_async(source->address(), 0, kElements * sizeof(float), rig.b);
+  rig.platform->memset_async(source->address(), 0, kElements * sizeof(float), rig.b);
   auto hazards = rig.hazards();
   ASSERT_EQ(hazards.size(), 1u);
   EXPECT_TRUE(contains(hazards[0].earlier, "kernel consume")) << hazards[0].earlier;
@@ -93,8 +93,8 @@ TEST_P(SimHazardTest, ReportsACopyOfMemoryAnotherStreamIsWriting) {
   auto produced = rig.buffer(kElements, rig.a);
   auto copy = rig.buffer(kElements, rig.b);
   rig.launch_produce(produced, kElements, 2.0f, rig.a);
-  rig.backend->copy_async(copy->address(), produced->address(), kElements * sizeof(float),
-                          runtime::CopyKind::kDeviceToDevice, rig.b);
+  rig.platform->copy_async(copy->address(), produced->address(), kElements * sizeof(float),
+                           runtime::CopyKind::kDeviceToDevice, rig.b);
   auto hazards = rig.hazards();
   ASSERT_EQ(hazards.size(), 1u);
   EXPECT_TRUE(contains(hazards[0].earlier, "kernel produce")) << hazards[0].earlier;
@@ -151,22 +151,22 @@ TEST_P(SimHazardTest, ChecksEachNodeOfAGraphLaunch) {
   SimStreamRig rig(options());
   auto produced = rig.buffer(kElements, rig.a);
   auto consumed = rig.buffer(kElements, rig.b);
-  runtime::StreamHandle capture = rig.backend->create_stream();
-  rig.backend->begin_capture(capture, runtime::CaptureMode::kThreadLocal);
+  runtime::StreamHandle capture = rig.platform->create_stream();
+  rig.platform->begin_capture(capture, runtime::CaptureMode::kThreadLocal);
   rig.launch_consume(produced, consumed, kElements, capture);
-  runtime::GraphHandle graph = rig.backend->end_capture(capture);
-  runtime::GraphExecHandle exec = rig.backend->instantiate(graph, {});
+  runtime::GraphHandle graph = rig.platform->end_capture(capture);
+  runtime::GraphExecHandle exec = rig.platform->instantiate(graph, {});
   EXPECT_TRUE(rig.hazards().empty()) << "captured work does not run";
   rig.launch_produce(produced, kElements, 2.0f, rig.a);
-  rig.backend->launch_graph(exec, rig.b);
+  rig.platform->launch_graph(exec, rig.b);
   auto hazards = rig.hazards();
   ASSERT_EQ(hazards.size(), 1u);
   EXPECT_TRUE(contains(hazards[0].later, "kernel consume")) << hazards[0].later;
   EXPECT_TRUE(contains(hazards[0].later, "graph launch")) << hazards[0].later;
-  rig.backend->synchronize_device();
-  rig.backend->destroy_graph_exec(exec);
-  rig.backend->destroy_graph(graph);
-  rig.backend->destroy_stream(capture);
+  rig.platform->synchronize_device();
+  rig.platform->destroy_graph_exec(exec);
+  rig.platform->destroy_graph(graph);
+  rig.platform->destroy_stream(capture);
 }
 
 TEST(SimOptions, ComeFromTheEnvironmentAndRejectUnknownValues) {

@@ -1,4 +1,4 @@
-// A sim backend of its own with chosen SimOptions, a caching allocator over it
+// A sim platform of its own with chosen SimOptions, a caching allocator over it
 // and two streams, plus two host kernels: `produce` (out[i] = value, after an
 // optional gate opens) and `consume` (out[i] = in[i] + 1). The sim stream
 // tests (sim_async_test, sim_hazard_test) use it to stage races on purpose.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "runtime/caching_allocator.h"
-#include "runtime/sim/sim_backend.h"
+#include "runtime/sim/sim_platform.h"
 
 namespace grove::testing {
 
@@ -45,17 +45,17 @@ inline void consume_kernel(const runtime::LaunchDims*, const uint64_t* args) {
 
 struct SimStreamRig {
   explicit SimStreamRig(runtime::SimOptions options)
-      : backend(runtime::make_sim_backend(runtime::kSimDevice, options)),
-        allocator(std::make_unique<runtime::CachingAllocator>(*backend)),
-        a(backend->create_stream()),
-        b(backend->create_stream()),
-        produce(backend->load_kernel({"produce", "", &produce_kernel})),
-        consume(backend->load_kernel({"consume", "", &consume_kernel})) {}
+      : platform(runtime::make_sim_platform(runtime::kSimDevice, options)),
+        allocator(std::make_unique<runtime::CachingAllocator>(*platform)),
+        a(platform->create_stream()),
+        b(platform->create_stream()),
+        produce(platform->load_kernel({"produce", "", &produce_kernel})),
+        consume(platform->load_kernel({"consume", "", &consume_kernel})) {}
   ~SimStreamRig() {
-    backend->synchronize_device();
+    platform->synchronize_device();
     allocator.reset();
-    backend->destroy_stream(a);
-    backend->destroy_stream(b);
+    platform->destroy_stream(a);
+    platform->destroy_stream(b);
   }
 
   runtime::StoragePtr buffer(int64_t n, runtime::StreamHandle stream) {
@@ -63,17 +63,17 @@ struct SimStreamRig {
   }
   void launch_produce(const runtime::StoragePtr& out, int64_t n, float value,
                       runtime::StreamHandle stream, Gate* gate = nullptr) {
-    backend->launch_kernel(produce, {},
-                           runtime::KernelArgs()
-                               .add_pointer(out->address())
-                               .add_i64(n)
-                               .add_f32(value)
-                               .add_pointer(gate),
-                           stream);
+    platform->launch_kernel(produce, {},
+                            runtime::KernelArgs()
+                                .add_pointer(out->address())
+                                .add_i64(n)
+                                .add_f32(value)
+                                .add_pointer(gate),
+                            stream);
   }
   void launch_consume(const runtime::StoragePtr& in, const runtime::StoragePtr& out, int64_t n,
                       runtime::StreamHandle stream) {
-    backend->launch_kernel(
+    platform->launch_kernel(
         consume, {},
         runtime::KernelArgs().add_pointer(in->address()).add_pointer(out->address()).add_i64(n),
         stream);
@@ -82,21 +82,21 @@ struct SimStreamRig {
   std::vector<float> read(const runtime::StoragePtr& storage, int64_t n,
                           runtime::StreamHandle stream) {
     std::vector<float> values(static_cast<size_t>(n));
-    backend->copy_async(values.data(), storage->address(), values.size() * sizeof(float),
-                        runtime::CopyKind::kDeviceToHost, stream);
-    backend->synchronize_stream(stream);
+    platform->copy_async(values.data(), storage->address(), values.size() * sizeof(float),
+                         runtime::CopyKind::kDeviceToHost, stream);
+    platform->synchronize_stream(stream);
     return values;
   }
   // Makes `waiter` wait for the work queued on `signaller` so far.
   void order(runtime::StreamHandle signaller, runtime::StreamHandle waiter) {
-    runtime::EventHandle event = backend->create_event(false);
-    backend->record_event(event, signaller);
-    backend->stream_wait_event(waiter, event);
-    backend->destroy_event(event);
+    runtime::EventHandle event = platform->create_event(false);
+    platform->record_event(event, signaller);
+    platform->stream_wait_event(waiter, event);
+    platform->destroy_event(event);
   }
-  std::vector<runtime::sim::SimHazard> hazards() { return runtime::sim_hazards(*backend); }
+  std::vector<runtime::sim::SimHazard> hazards() { return runtime::sim_hazards(*platform); }
 
-  std::unique_ptr<runtime::Backend> backend;
+  std::unique_ptr<runtime::Platform> platform;
   std::unique_ptr<runtime::CachingAllocator> allocator;
   runtime::StreamHandle a, b;
   runtime::KernelHandle produce, consume;

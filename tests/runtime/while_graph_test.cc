@@ -86,7 +86,7 @@ TEST_P(WhileGraphTest, BodyWithAHostFunctionIsRefused) {
   if (device().is_cuda()) GTEST_SKIP() << "CUDA reports this at instantiation, sim at recording";
   WhileGraph loop(device());
   loop.capture_body_begin(stream_, pool_);
-  context_->backend().launch_host_function(stream_, &do_nothing, nullptr);
+  context_->platform().launch_host_function(stream_, &do_nothing, nullptr);
   EXPECT_THROW(loop.capture_body_end(), Error);
   // The stream left capture mode and works.
   Tensor x = Tensor::from_vector(std::vector<float>{1.0f}, {1}, device());

@@ -79,7 +79,7 @@ class DoublingService : public InferenceService {
   int64_t max_batch() const override { return 4; }
   ServerStats stats() const override { return {}; }
   size_t queue_size() const override { return 0; }
-  nlohmann::json backend_snapshots() const override { return nlohmann::json::array(); }
+  std::vector<WorkerSnapshot> backend_snapshots() const override { return {}; }
 
  private:
   struct Held {
@@ -512,8 +512,12 @@ TEST(KserveGrpcProtocol, EachDatatypeReadsItsTypedFieldOrRawBytes) {
   InferRequest parsed = parse_grpc_infer_request(typed, signature, 4);
   EXPECT_EQ(parsed.request.inputs()[0].values<int64_t>(),
             (std::vector<int64_t>{int64_t{1} << 40, -3}));
-  EXPECT_EQ(parsed.request.inputs()[1].bytes, (std::vector<uint8_t>{1, 0}));
+  EXPECT_EQ(parsed.request.inputs()[1].bytes, (RowBytes{1, 0}));
   EXPECT_EQ(parsed.request.inputs()[2].values<int32_t>(), (std::vector<int32_t>{7, -8}));
+  // Note [Request bytes copied once]: decoded straight into pinned rows.
+  for (const HostRows& rows : parsed.request.inputs()) {
+    EXPECT_TRUE(PinnedRowPool::contains(rows.bytes.data())) << rows.str();
+  }
   EXPECT_EQ(parsed.request.inputs()[3].values<double>(), (std::vector<double>{0.25, -1e300}));
 
   ModelInferRequest raw = typed;
@@ -525,7 +529,10 @@ TEST(KserveGrpcProtocol, EachDatatypeReadsItsTypedFieldOrRawBytes) {
     raw.add_raw_input_contents(bytes[static_cast<size_t>(i)]);
   }
   parsed = parse_grpc_infer_request(raw, signature, 4);
-  EXPECT_EQ(parsed.request.inputs()[1].bytes, (std::vector<uint8_t>{1, 0}));  // 5 reads as true
+  EXPECT_EQ(parsed.request.inputs()[1].bytes, (RowBytes{1, 0}));  // 5 reads as true
+  for (const HostRows& rows : parsed.request.inputs()) {
+    EXPECT_TRUE(PinnedRowPool::contains(rows.bytes.data())) << rows.str();
+  }
   EXPECT_EQ(parsed.request.inputs()[2].values<int32_t>(),
             (std::vector<int32_t>{0x02020202, 0x02020202}));
   EXPECT_EQ(parsed.request.inputs()[3].values<double>()[0], 0.25);

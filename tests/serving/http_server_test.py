@@ -159,6 +159,36 @@ class ServeTest(unittest.TestCase):
         batches = self.metric("grove_batches_total") - before
         self.assertLess(batches, len(slices), "concurrent requests were never batched together")
 
+    def test_answer_relay_gives_each_client_its_rows_and_drains(self):
+        # Note [Answers handed on by a relay]: answers reach the event loops
+        # through the relay's thread; each is still its own client's, in
+        # every loop, and SIGTERM still answers what is queued.
+        server = GroveServer("--weights", self.weights, "--max-batch", "8",
+                             "--max-wait-us", "2000", "--http-threads", "3", "--answer-relay")
+        results = [None] * 10
+        barrier = threading.Barrier(len(results))
+
+        def client(i):
+            barrier.wait()
+            results[i] = requests.post(server.infer_url(), json=body_for(self.rows[i:i + 1]),
+                                       timeout=60)
+
+        try:
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(len(results))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for i, answer in enumerate(results):
+                self.assertEqual(answer.status_code, 200, answer.text)
+                got = np.array(answer.json()["outputs"][0]["data"], dtype=np.float32)
+                np.testing.assert_allclose(got, self.expected[i], rtol=1e-4, atol=ATOL,
+                                           err_msg=f"client {i}")
+        finally:
+            status, out, err = server.stop()
+        self.assertEqual(status, 0, err)
+        self.assertIn("stopped: 10 requests answered", out)
+
     def test_malformed_bodies_are_400_naming_the_field(self):
         cases = [
             ("not json", "not valid JSON"),

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -63,6 +64,43 @@ TEST(KserveProtocol, AParsedRequestIsCheckedWithItsRows) {
   ASSERT_EQ(released.inputs.size(), 2u);
   EXPECT_EQ(released.inputs[1].bytes.size(), 2u * 16u);
   EXPECT_EQ(CheckedRequest().rows(), 0);  // only a check gives a request rows
+}
+
+// Note [Requests checked once]: reading a request through InputChecks is its
+// one check; a refused request hands nothing checked on.
+TEST(KserveProtocol, AParsedRequestIsCheckedOnce) {
+  const ModelSignature model = signature();
+  parse_infer_request(good_request().dump(), model, 4);
+  EXPECT_EQ(model.request_checks(), 1u);
+  EXPECT_THROW(parse_infer_request(R"({"inputs": []})", model, 4), ProtocolError);
+  EXPECT_EQ(model.request_checks(), 1u);
+}
+
+// Note [Request bytes copied once]: JSON data (read value by value, or as rows
+// when every input has one dtype) and binary tensor data are decoded straight
+// into pinned rows, which the worker copies to the device.
+TEST(KserveProtocol, DecodedRowsLieInPinnedMemory) {
+  InferRequest parsed = parse_infer_request(good_request().dump(), signature(), 4);
+  for (const HostRows& rows : parsed.request.inputs()) {
+    EXPECT_TRUE(PinnedRowPool::contains(rows.bytes.data())) << rows.str();
+  }
+  ModelSignature one_dtype;
+  one_dtype.inputs.push_back({"x", {3}, DType::kF32, 12});
+  one_dtype.outputs.push_back({"y", {3}, DType::kF32, 12});
+  InferRequest as_rows = parse_infer_request(
+      R"({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]}]})",
+      one_dtype, 4);
+  EXPECT_EQ(as_rows.request.inputs()[0].values<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(PinnedRowPool::contains(as_rows.request.inputs()[0].bytes.data()));
+  const std::string text = R"({"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32",)"
+                           R"( "parameters": {"binary_data_size": 12}}]})";
+  const float values[3] = {0.5f, -1.0f, 2.0f};
+  std::string body = text + std::string(reinterpret_cast<const char*>(values), sizeof(values));
+  InferRequest binary = parse_infer_request(body, one_dtype, 4, text.size());
+  EXPECT_EQ(binary.request.inputs()[0].values<float>(), (std::vector<float>{0.5f, -1.0f, 2.0f}));
+  EXPECT_TRUE(PinnedRowPool::contains(binary.request.inputs()[0].bytes.data()));
+  std::vector<uint8_t> pageable(64);
+  EXPECT_FALSE(PinnedRowPool::contains(pageable.data()));
 }
 
 TEST(KserveProtocol, EveryMalformedFieldIsNamed) {
@@ -262,6 +300,106 @@ TEST(KserveProtocol, RandomMutationsEndInSuccessOrProtocolError) {
       FAIL() << "seed " << seed << " trial " << trial << ": " << error.what() << "\n" << body;
     }
   }
+}
+
+// Note [Requests in the common layout]: a body the common layout takes reads
+// as the same request through the tree, and parse_infer_request() gives the
+// tree's request or the tree's refusal for every body, common or not.
+TEST(KserveProtocol, CommonLayoutReadsAsTheTree) {
+  struct Outcome {
+    std::optional<InferRequest> request;
+    std::string error;
+  };
+  auto by_tree = [](const std::string& body, std::optional<size_t> length) {
+    Outcome outcome;
+    try {
+      const std::string_view text(body.data(), std::min(body.size(), length.value_or(body.size())));
+      RequestDocument document = read_request_document(text, 4 * (3 + 2), std::nullopt);
+      outcome.request = parse_infer_request_from_document(document, body, signature(), 4, length);
+    } catch (const ProtocolError& error) {
+      outcome.error = error.what();
+    }
+    return outcome;
+  };
+  auto same = [](const InferRequest& a, const InferRequest& b) {
+    if (a.id != b.id || a.outputs != b.outputs || a.binary != b.binary ||
+        a.request.rows() != b.request.rows() ||
+        a.request.inputs().size() != b.request.inputs().size()) {
+      return false;
+    }
+    for (size_t k = 0; k < a.request.inputs().size(); ++k) {
+      const HostRows& x = a.request.inputs()[k];
+      const HostRows& y = b.request.inputs()[k];
+      if (x.shape != y.shape || x.dtype != y.dtype || x.bytes != y.bytes) return false;
+    }
+    return true;
+  };
+  const std::vector<float> x = {1.5f, -2, 3, 4, 5, 6.25f};
+  const std::string x_bytes(reinterpret_cast<const char*>(x.data()), 24);
+  std::vector<std::pair<std::string, std::optional<size_t>>> bodies = {
+      {good_request().dump(), std::nullopt},
+      {good_request().dump(2), std::nullopt},
+      {R"({ "inputs" : [ {"shape":[2,3],"name":"x","data":[[1,2,3],[4,5,6e-1]],"datatype":"FP32"},)"
+       R"({"datatype":"INT64","data":[7,8,9,-10],"name":"ids","shape":[2,2]} ],)"
+       R"("outputs":[{"name":"mask"},{"name":"y","parameters":{"binary_data":true}}],)"
+       R"("parameters":{"binary_data_output":false},"id":"a b"})",
+       std::nullopt}};
+  const std::string header =
+      R"({"id":"7","inputs":[{"name":"x","shape":[2,3],"datatype":"FP32",)"
+      R"("parameters":{"binary_data_size":24}},{"name":"ids","shape":[2,2],"datatype":"INT64",)"
+      R"("data":[1,2,3,4]}],"parameters":{"binary_data_output":true},)"
+      R"("outputs":[{"name":"y"},{"parameters":{"binary_data":false},"name":"mask"}]})";
+  bodies.push_back({header + x_bytes, header.size()});
+  for (const auto& [body, length] : bodies) {  // these take the common layout
+    std::optional<InferRequest> common = parse_common_infer_request(body, signature(), 4, length);
+    ASSERT_TRUE(common.has_value()) << body;
+    Outcome tree = by_tree(body, length);
+    ASSERT_TRUE(tree.request.has_value()) << tree.error << "\n" << body;
+    EXPECT_TRUE(same(*common, *tree.request)) << body;
+  }
+  const uint32_t seed = 78;
+  std::mt19937 random(seed);
+  const std::string alphabet = "0123456789[]{}\",:-.eE truefalsnulxidsyFP\\\x7f";
+  int common_taken = 0, refused = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const auto& [valid, valid_length] = bodies[random() % bodies.size()];
+    std::string body = valid;
+    std::optional<size_t> length = valid_length;
+    const size_t text_end = length.value_or(body.size());
+    for (int m = 0; m < 1 + static_cast<int>(random() % 3); ++m) {
+      const size_t at = random() % text_end;
+      if (random() % 3 != 0) {
+        body[at] = alphabet[random() % alphabet.size()];
+      } else {
+        const size_t erased = std::min<size_t>(1 + random() % 4, text_end - at);
+        body.erase(at, erased);
+        if (length) *length -= erased;
+        if (body.empty()) body = "{";
+        break;  // text_end moved
+      }
+    }
+    std::optional<InferRequest> common = parse_common_infer_request(body, signature(), 4, length);
+    Outcome tree = by_tree(body, length);
+    if (common) {
+      ++common_taken;
+      ASSERT_TRUE(tree.request.has_value())
+          << "seed " << seed << " trial " << trial << ": the tree refused what the common "
+          << "layout took: " << tree.error << "\n"
+          << body;
+      EXPECT_TRUE(same(*common, *tree.request)) << "seed " << seed << " trial " << trial << body;
+    }
+    // parse_infer_request: the tree's request, or its refusal word for word.
+    try {
+      InferRequest parsed = parse_infer_request(body, signature(), 4, length);
+      ASSERT_TRUE(tree.request.has_value()) << "seed " << seed << " trial " << trial << body;
+      EXPECT_TRUE(same(parsed, *tree.request)) << "seed " << seed << " trial " << trial << body;
+    } catch (const ProtocolError& error) {
+      ++refused;
+      EXPECT_EQ(error.what(), tree.error) << "seed " << seed << " trial " << trial << body;
+    }
+  }
+  EXPECT_GT(common_taken, 1000) << "the mutations left too few bodies in the common layout";
+  EXPECT_GT(refused, 1000);
 }
 
 TEST(KserveProtocol, ErrorJsonReplacesInvalidUtf8) {

@@ -192,7 +192,7 @@ TEST(KserveRequestReader, F32RowsAreTheFloatsOfTheReferenceValues) {
       if (!reference.data[i].read) continue;
       ASSERT_TRUE(fast->data[i].as_rows);
       EXPECT_EQ(fast->data[i].count, reference.data[i].count);
-      std::vector<uint8_t> expected;
+      RowBytes expected;
       for (const DataValue& value : reference.data[i].values) {
         double wide = value.floating;
         if (value.kind == DataValue::Kind::kInteger) wide = static_cast<double>(value.integer);
@@ -272,7 +272,9 @@ TEST(KserveRequestReader, RowsAreTheElementsOfTheReferenceValues) {
         if (!reference.data[i].read) continue;
         ASSERT_TRUE(fast->data[i].as_rows);
         EXPECT_EQ(fast->data[i].count, reference.data[i].count);
-        EXPECT_EQ(fast->data[i].row_bytes, *expected[i]) << "inputs[" << i << "]";
+        const RowBytes& read = fast->data[i].row_bytes;
+        EXPECT_EQ(std::vector<uint8_t>(read.begin(), read.end()), *expected[i])
+            << "inputs[" << i << "]";
       }
     }
     EXPECT_GT(read_as_rows, 20) << runtime::dtype_name(dtype);

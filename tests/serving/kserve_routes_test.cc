@@ -47,7 +47,7 @@ class FakeService : public InferenceService {
   int64_t max_batch() const override { return 4; }
   ServerStats stats() const override { return {}; }
   size_t queue_size() const override { return 0; }
-  json backend_snapshots() const override { return json::array(); }
+  std::vector<WorkerSnapshot> backend_snapshots() const override { return {}; }
 
   HostRows rows;
 

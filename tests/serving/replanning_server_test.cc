@@ -124,8 +124,8 @@ TEST(ReplanningServer, GraphCountersNeverGoBackAcrossASwitch) {
   std::mt19937 rng(21);
   for (int i = 0; i < 12; ++i) server.submit(random_request(rng, 3)).get();
   auto replays = [&] {
-    nlohmann::json snapshots = server.backend_snapshots();
-    return snapshots.at(0).at("tree").value("replays", uint64_t{0});
+    std::vector<WorkerSnapshot> snapshots = server.backend_snapshots();
+    return snapshots.at(0).tree.value().counters.replays;
   };
   // The worker refreshes its snapshot after batches, at most every 500 ms.
   const uint64_t before = replays();

@@ -331,6 +331,75 @@ TEST_P(ServerTest, ACheckedRequestIsServedAndAnUncheckedOneRefused) {
   EXPECT_EQ(server.stats().completed, 1u);
 }
 
+// Note [Requests checked once]: one shape and dtype check per request, where
+// it enters the server (Server::submit's, or the check that built a
+// CheckedRequest), and none by the door for any batch: the worker's bucket
+// inputs were bound once at warm-up. A second check anywhere on the path
+// (the door's per batch, or the server's again) shows in these counts.
+TEST_P(ServerTest, EachRequestIsCheckedOnce) {
+  GROVE_SEEDED_RNG(rng);
+  Server server(tiny_model(), config());
+  EXPECT_EQ(server.stats().request_checks, 0u);
+  EXPECT_EQ(server.stats().door_checks, 0u);
+  constexpr int kRequests = 24;
+  std::vector<Request> requests;
+  std::vector<std::future<Response>> futures;
+  for (int i = 0; i < kRequests; ++i) {
+    requests.push_back(random_request(rng, 1 + i % 3));
+    if (i % 2 == 0) {
+      futures.push_back(server.submit(requests.back()));
+    } else {  // checked first, as the protocol fronts do
+      futures.push_back(server.submit_then(
+          server.signature().check_request(requests.back(), server.max_batch()), nullptr));
+    }
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_LE(test_support::max_abs_difference(futures[i].get().outputs,
+                                               reference_outputs(requests[i], device())),
+              kTolerance);
+  }
+  ServerStats stats = server.stats();
+  EXPECT_GT(stats.batches, 0u);
+  EXPECT_EQ(stats.completed, uint64_t{kRequests});
+  EXPECT_EQ(stats.request_checks, uint64_t{kRequests}) << "a request was checked twice";
+  EXPECT_EQ(stats.door_checks, 0u) << "the door checked a batch again";
+  EXPECT_EQ(stats.to_json()["request_checks"], kRequests);
+}
+
+// Note [Request bytes copied once]: a request's rows live in pinned memory
+// from where they were written, and the worker copies them from there to the
+// device, each byte once, with no host batch between (about one copy per run
+// of adjacent requests, never more than one per request and input).
+TEST_P(ServerTest, RequestBytesAreCopiedOnceToTheDevice) {
+  GROVE_SEEDED_RNG(rng);
+  Server server(tiny_model(), config());
+  constexpr int kRequests = 30;
+  std::vector<Request> requests;
+  uint64_t request_bytes = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    requests.push_back(random_request(rng, 1 + i % 4));
+    for (const HostRows& rows : requests.back().inputs) {
+      EXPECT_TRUE(PinnedRowPool::contains(rows.bytes.data())) << "request " << i;
+      request_bytes += rows.bytes.size();
+    }
+  }
+  std::vector<std::future<Response>> futures;
+  for (const Request& request : requests) futures.push_back(server.submit(request));
+  for (int i = 0; i < kRequests; ++i) {
+    Response response = futures[i].get();
+    EXPECT_LE(test_support::max_abs_difference(response.outputs,
+                                               reference_outputs(requests[i], device())),
+              kTolerance);
+    for (const HostRows& rows : response.outputs) {
+      EXPECT_TRUE(PinnedRowPool::contains(rows.bytes.data())) << "response " << i;
+    }
+  }
+  ServerStats stats = server.stats();
+  EXPECT_EQ(stats.request_bytes_to_device, request_bytes);
+  EXPECT_GE(stats.request_copies_to_device, stats.batches * 2) << "two inputs per batch";
+  EXPECT_LE(stats.request_copies_to_device, uint64_t{kRequests} * 2);
+}
+
 TEST_P(ServerTest, AFailingBatchFailsOnlyItsOwnRequests) {
   GROVE_SEEDED_RNG(rng);
   std::atomic<int> batches{0};
@@ -405,7 +474,7 @@ TEST_P(ServerTest, GraphBackendAnswersAreBitwiseEqualToEagerAndComeFromReplays) 
     requests.push_back(random_request(rng, 9 - rows));
   }
   std::vector<std::vector<HostRows>> answers[2];
-  nlohmann::json graph_report;
+  WorkerReport graph_report;
   for (int b = 0; b < 2; ++b) {
     ServerConfig settings = config(b == 0 ? "eager" : "cudagraphs");
     settings.max_wait = std::chrono::microseconds(0);
@@ -420,12 +489,13 @@ TEST_P(ServerTest, GraphBackendAnswersAreBitwiseEqualToEagerAndComeFromReplays) 
     EXPECT_TRUE(test_support::same_bits(answers[0][i], answers[1][i])) << "request " << i;
   }
   // Every bucket was recorded at warm-up; serving only replayed.
-  const nlohmann::json& warm = graph_report["tree_after_warmup"];
-  const nlohmann::json& exit = graph_report["tree_at_exit"];
-  EXPECT_EQ(exit["recordings"], warm["recordings"]) << graph_report.dump();
-  EXPECT_GE(exit["replays"].get<uint64_t>() - warm["replays"].get<uint64_t>(), requests.size())
-      << graph_report.dump();
-  EXPECT_GE(warm["recordings"].get<uint64_t>(), 4u) << graph_report.dump();
+  ASSERT_TRUE(graph_report.tree_after_warmup && graph_report.tree_at_exit);
+  const runtime::TreeCounters& warm = graph_report.tree_after_warmup->counters;
+  const runtime::TreeCounters& exit = graph_report.tree_at_exit->counters;
+  const std::string report = report_json(graph_report).dump();
+  EXPECT_EQ(exit.recordings, warm.recordings) << report;
+  EXPECT_GE(exit.replays - warm.replays, requests.size()) << report;
+  EXPECT_GE(warm.recordings, 4u) << report;
 }
 
 TEST_P(ServerTest, RejectsAModelWhoseOutputIsNotBatched) {

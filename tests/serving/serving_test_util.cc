@@ -75,7 +75,8 @@ std::vector<HostRows> reference_outputs(const Request& request, runtime::Device 
   compiler::TensorList outputs = model(to_device(request, device));
   std::vector<HostRows> host;
   for (const runtime::Tensor& output : outputs) {
-    host.push_back(HostRows{output.shape(), output.dtype(), output.to_host_bytes()});
+    const std::vector<uint8_t> bytes = output.to_host_bytes();
+    host.push_back(HostRows{output.shape(), output.dtype(), RowBytes(bytes.begin(), bytes.end())});
   }
   return host;
 }

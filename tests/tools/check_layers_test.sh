@@ -37,12 +37,12 @@ expect_violation() {
 # includes LLVM and CUDA; tests include anything but LLVM and CUDA headers;
 # benchmarks include the product.
 good=$root/good
-write "$good/runtime/cuda/cuda_backend.cc" '#include <cuda.h>' '#include "runtime/backend.h"'
-write "$good/runtime/device_context.cc" '#include "runtime/sim/sim_backend.h"'
+write "$good/runtime/cuda/cuda_platform.cc" '#include <cuda.h>' '#include "runtime/platform.h"'
+write "$good/runtime/device_context.cc" '#include "runtime/sim/sim_platform.h"'
 write "$good/compiler/codegen/llvm_targets.cc" '#include <llvm/IR/Module.h>' '#include <cuda.h>'
 write "$good/cli/run_command.cc" '#include "compiler/backends/compile.h"'
 write "$good/benchmarks/serve/serve.cc" '#include "cli/common/flags.h"' '#include "serving/server.h"'
-write "$good/tests/runtime/cuda_test.cc" '#include "runtime/cuda/cuda_backend.h"' '#include "benchmarks/common/table.h"'
+write "$good/tests/runtime/cuda_test.cc" '#include "runtime/cuda/cuda_platform.h"' '#include "benchmarks/common/table.h"'
 write "$good/cudagraph_trees/function_registry.h" '#include "compiler/lowered_function.h"'
 write "$good/cudagraph_trees/backend/segment_plan.h" '#include "compiler/lowered_program.h"' \
   '#include "compiler/backends/backend_registry.h"' '#include "cudagraph_trees/config.h"'
@@ -63,7 +63,7 @@ violation() {  # violation FILE LINE: a good tree plus FILE holding LINE on line
 }
 violation compiler/lowering/steps.h '#include "runtime/cuda/blas.h"'
 violation cudagraph_trees/tree_manager.cc '#include "runtime/sim/sim_graph.h"'
-violation benchmarks/launch_overhead/launch_overhead.cc '  #  include "runtime/cuda/cuda_backend.h"'
+violation benchmarks/launch_overhead/launch_overhead.cc '  #  include "runtime/cuda/cuda_platform.h"'
 violation cli/report.cc '#include "benchmarks/common/table.h"'
 violation serving/server.cc '#include "tests/common/test_util.h"'
 violation runtime/tensor.cc '#include "tests/runtime/test_kernels.h"'
@@ -85,4 +85,6 @@ violation serving/server.cc '#include "compiler/codegen/kernel_compiler.h"'
 violation cli/measure.h '#include "compiler/lowering/lower.h"'
 violation serving/llm/decoder.cc '#include "compiler/autodiff/joint_graph.h"'
 violation capi/grove.cc '#include "compiler/ops/op_registry.h"'
+violation training/trainer.cc '#include "runtime/sim/sim_platform.h"'
+violation distributed/gradient_all_reduce.cc '#include "tests/common/test_util.h"'
 echo "check_layers_test: the good tree passes and all $n violations are reported"

@@ -181,5 +181,67 @@ TEST(Optimizer, RejectsValuesThatAreNotFloatingParams) {
   EXPECT_THROW(build_optimizer_program(model, {w, w}, OptimizerKind::kSgdMomentum), Error);
 }
 
+// kFlatInput is kInput with every gradient sliced out of one flat input
+// "grads" (grove.optim's process-group step takes it through the C API); the
+// same gradients give the same update, bit for bit on the reference.
+TEST(Optimizer, FlatGradientsUpdateAsOneGradientInputPerParam) {
+  compiler::ir::Program model = two_param_model();
+  const std::vector<ValueId> params = model.inputs_of_kind(compiler::ir::ValueKind::kParam);
+  OptimizerProgram per_param =
+      build_optimizer_program(model, params, OptimizerKind::kAdamW, GradientSource::kInput);
+  OptimizerProgram flat =
+      build_optimizer_program(model, params, OptimizerKind::kAdamW, GradientSource::kFlatInput);
+  const ValueId grads = flat.program.inputs()[flat.hyperparameter_names.size()];
+  EXPECT_EQ(flat.program.value(grads).name, "grads");
+  EXPECT_EQ(flat.program.value(grads).type.shape, (runtime::Shape{4 * 3 + 4}));
+  EXPECT_EQ(flat.program.inputs_of_kind(compiler::ir::ValueKind::kInput).size(),
+            flat.hyperparameter_names.size() + 1);
+
+  std::mt19937_64 rng(7);
+  SCOPED_TRACE("seed 7");
+  HostTensorList by_param = compiler::reference::initial_state(per_param.program);
+  HostTensorList by_flat = compiler::reference::initial_state(flat.program);
+  Hyperparameters hyper;
+  hyper.lr = 0.05;
+  hyper.weight_decay = 0.01;
+  const std::vector<double> values = per_param.hyperparameter_values(hyper, 1);
+  for (size_t h = 0; h < values.size(); ++h) {
+    by_param[h] = HostTensor::scalar(values[h]);
+    by_flat[h] = HostTensor::scalar(values[h]);
+  }
+  std::vector<double> all;
+  for (ValueId gradient : per_param.gradients) {
+    const compiler::ir::TensorType& type = per_param.program.value(gradient).type;
+    std::vector<double> values = random_values(static_cast<size_t>(type.numel()), rng);
+    all.insert(all.end(), values.begin(), values.end());
+    by_param[static_cast<size_t>(per_param.program.input_position(gradient))] = {
+        type.shape, type.dtype, std::move(values)};
+  }
+  by_flat[static_cast<size_t>(flat.program.input_position(grads))] = {
+      {static_cast<int64_t>(all.size())}, DType::kF32, all};
+  compiler::reference::reference_run_in_place(per_param.program, by_param);
+  compiler::reference::reference_run_in_place(flat.program, by_flat);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const HostTensor& expected =
+        by_param[static_cast<size_t>(per_param.program.input_position(per_param.params[i]))];
+    const HostTensor& got =
+        by_flat[static_cast<size_t>(flat.program.input_position(flat.params[i]))];
+    EXPECT_EQ(got.data, expected.data) << "param " << i;
+  }
+}
+
+TEST(Optimizer, FlatGradientsRefuseParamsOfTwoDtypes) {
+  compiler::ir::ProgramBuilder b("mixed");
+  ValueId x = b.input("x", {2, 3});
+  ValueId w = b.param("w", {4, 3}, DType::kF32, compiler::ir::normal_init(1, 1));
+  ValueId bias = b.param("bias", {4}, DType::kF32, compiler::ir::normal_init(1, 2));
+  ValueId scale = b.param("scale", {4}, DType::kF16, compiler::ir::normal_init(1, 3));
+  b.output(b.linear(x, w, bias));
+  compiler::ir::Program model = b.build();
+  EXPECT_THROW(build_optimizer_program(model, {w, scale}, OptimizerKind::kSgdMomentum,
+                                       GradientSource::kFlatInput),
+               DTypeError);
+}
+
 }  // namespace
 }  // namespace grove::training

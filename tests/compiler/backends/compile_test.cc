@@ -101,6 +101,38 @@ TEST(Backends, BadCallInputsGiveErrorsNamingTheInput) {
   EXPECT_NE(error_of(model, {Tensor()}).find("undefined tensor"), std::string::npos);
 }
 
+// Note [One input check per call]: bind_inputs() checks the tensors once (with
+// the call's errors), and calls with the BoundInputs check nothing again yet
+// see what the tensors hold at each call; inputs bound by another model are
+// refused.
+TEST(Backends, BoundInputsAreCheckedOnceAndReadAtEveryCall) {
+  CompiledModel model = compiler::backends::compile(small_model());
+  CompiledModel twin = compiler::backends::compile(small_model());
+  EXPECT_EQ(model.input_checks(), 0u);
+  EXPECT_THROW(model.bind_inputs({Tensor::empty({3, 4}, DType::kF32, kSimDevice)}), ShapeError);
+  EXPECT_THROW(model.bind_inputs({}), ShapeError);
+  const uint64_t checks = model.input_checks();
+  Tensor x = Tensor::from_vector(std::vector<float>(8, 0.5f), {2, 4}, kSimDevice);
+  compiler::backends::BoundInputs bound = model.bind_inputs({x});
+  EXPECT_EQ(model.input_checks(), checks + 1);
+  for (float value : {0.5f, -1.5f, 2.0f}) {
+    x.copy_from_host(std::vector<float>(8, value).data());
+    std::vector<float> got = model(bound)[0].to_vector<float>();
+    std::vector<float> expected = twin({x})[0].to_vector<float>();
+    EXPECT_EQ(got, expected) << "x = " << value;
+  }
+  EXPECT_EQ(model.input_checks(), checks + 1) << "a call with bound inputs checked them again";
+  EXPECT_EQ(twin.input_checks(), 3u);
+  try {
+    twin(bound);
+    ADD_FAILURE() << "ran inputs another model bound";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("bound by another model"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(model(compiler::backends::BoundInputs()), Error);
+}
+
 TEST(Backends, CompileRetargetsAProgramToTheRequestedDevice) {
   CompiledModel model =
       compiler::backends::compile(small_model(runtime::kCpuDevice), {.device = kSimDevice});

@@ -7,6 +7,7 @@
 
 #include "compiler/ir/builder.h"
 #include "compiler/lowering/lower.h"
+#include "compiler/lowering/scheduler.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/device_context.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
@@ -223,6 +224,14 @@ std::vector<OpCase> op_cases() {
                      b.output(sgd[0]);
                      b.output(adam[2]);
                    }});
+  cases.push_back({"attention", {"attention"}, [](ProgramBuilder& b, DType t) {
+                     // More cases: tests/compiler/lowering/attention_kernel_test.cc.
+                     ValueId q = in(b, "q", {2, 2, 3, 4}, t);
+                     ValueId k = in(b, "k", {2, 1, 5, 4}, t);
+                     ValueId v = in(b, "v", {2, 1, 5, 6}, t);
+                     b.output(b.op1("attention", {q, k, v, in(b, "mask", {5}, t)},
+                                    {{"scale", 0.5}, {"causal", int64_t{1}}}));
+                   }});
   OpCase host{"host_ops", {"nonzero", "print"}, [](ProgramBuilder& b, DType t) {
                 ValueId x = in(b, "x", {3, 4}, t);
                 ValueId positive = b.compare("gt", x, b.full(0, {}, t));
@@ -265,6 +274,29 @@ TEST(OpLowering, EveryOpMatchesTheReferenceOnSimInF32AndBf16) {
       }
     }
   }
+}
+
+// Note [Concat parts compute their operand]: rotate_half(x) = cat(-x2, x1)
+// as rotary embeddings use it: the negation is computed by the concat's part
+// kernel, not a kernel of its own.
+TEST(Concat, NegatedHalfCostsNoKernel) {
+  ProgramBuilder b("rotary", kSim);
+  ValueId x = in(b, "x", {2, 3, 8}, DType::kF32);
+  ValueId cos = in(b, "cos", {3, 8}, DType::kF32);
+  ValueId sin = in(b, "sin", {3, 8}, DType::kF32);
+  ValueId rotated = b.concat({b.op1("neg", {b.slice(x, 2, 4, 8)}), b.slice(x, 2, 0, 4)}, 2);
+  b.output(b.add(b.mul(x, cos), b.mul(rotated, sin)));
+  compiler::ir::Program program = b.build();
+  compiler::lowering::ScheduleOptions options;
+  options.load_kernels = false;
+  int kernels = 0;
+  for (const compiler::lowering::Step& step :
+       compiler::lowering::schedule_program(program, options).steps) {
+    kernels += step.kind == compiler::lowering::StepKind::kKernel ? 1 : 0;
+  }
+  EXPECT_EQ(kernels, 3);  // two concat parts (one negating), the multiply-add
+  testing::expect_matches_reference(program, testing::random_inputs(program, 20261130), kSim,
+                                    testing::tolerance_for(DType::kF32), "rotary");
 }
 
 TEST(OpLowering, CastAfterNonzeroFollowsTheDataDependentShape) {

@@ -102,7 +102,7 @@ class CallAllocations : public grove::testing::DeviceTest {
 
   void synchronize() {
     runtime::DeviceContext& context = runtime::device_context(device());
-    context.backend().synchronize_stream(context.current_stream());
+    context.platform().synchronize_stream(context.current_stream());
   }
 
   // Allocations per steady-state call (same input tensor every call).

@@ -198,7 +198,7 @@ TEST_P(DecodeLoopTest, DeviceSamplingMatchesTheHostReference) {
     auto* streamed_tokens = reinterpret_cast<int64_t*>(streamed.data());
     launch_sample(logits_tensor, ids, positions_tensor, state_tensor, 32, streamed_tokens,
                   loop_state);
-    context.backend().synchronize_stream(context.current_stream());
+    context.platform().synchronize_stream(context.current_stream());
     std::vector<int64_t> device_ids = ids.to_vector<int64_t>();
     std::vector<int64_t> new_positions = positions_tensor.to_vector<int64_t>();
     std::vector<int64_t> new_state = state_tensor.to_vector<int64_t>();

@@ -1,7 +1,7 @@
-// Backend is the one narrow interface between grove and a device: raw memory,
+// Platform is the one narrow interface between grove and a device: raw memory,
 // copies, streams, events, kernels, stream capture, graphs and BLAS. `sim` and
-// `cuda` implement it (`cpu` is the sim backend without capture); nothing
-// above runtime/ ever sees a CUDA type. One Backend instance serves one device.
+// `cuda` implement it (`cpu` is the sim platform without capture); nothing
+// above runtime/ ever sees a CUDA type. One Platform instance serves one device.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +15,7 @@ namespace grove::runtime {
 
 class BlasSupport;  // runtime/blas.h
 
-// Opaque handles; what they point to belongs to the backend that made them.
+// Opaque handles; what they point to belongs to the platform that made them.
 // A null stream is the legacy default stream, which grove never uses for its
 // own work (and on which capture is an error).
 struct StreamHandle {
@@ -109,9 +109,9 @@ struct KernelNodeInfo {
   KernelArgs args;                 // meaningful only when launched_by_grove
 };
 
-class Backend {
+class Platform {
  public:
-  virtual ~Backend() = default;
+  virtual ~Platform() = default;
 
   virtual Device device() const = 0;
   // A human-readable name: "sim", "NVIDIA H200", ...
@@ -153,7 +153,7 @@ class Backend {
   virtual void synchronize_event(EventHandle event) = 0;
   virtual float elapsed_ms(EventHandle start, EventHandle end) = 0;
 
-  // Loads a kernel once; the handle stays valid for the backend's lifetime.
+  // Loads a kernel once; the handle stays valid for the platform's lifetime.
   virtual KernelHandle load_kernel(const KernelSource& source) = 0;
   virtual void launch_kernel(KernelHandle kernel, const LaunchDims& dims, const KernelArgs& args,
                              StreamHandle stream) = 0;
@@ -198,7 +198,7 @@ class Backend {
   virtual void destroy_graph(GraphHandle graph) = 0;
   virtual void destroy_graph_exec(GraphExecHandle exec) = 0;
 
-  // The device's GEMMs (runtime/blas.h); lives as long as the backend.
+  // The device's GEMMs (runtime/blas.h); lives as long as the platform.
   virtual BlasSupport& blas() = 0;
 
   // The caching allocator's blocks as it hands them out (`handed_out`: to a

@@ -1,14 +1,14 @@
 // The platforms grove runs on (cuda; sim, which also serves cpu), as the rest
-// of the runtime reaches them: a Backend for a device and the platform's own
-// collective library. platforms.cc is the one file of the runtime core that
+// of the runtime reaches them: a Platform for a device and the platform's own
+// collective library. platform_factory.cc is the one file of the runtime core that
 // includes platform headers; the platforms depend on the core, never the
 // other way, and nothing above runtime/ sees them.
 #pragma once
 
 #include <memory>
 
-#include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime {
 
@@ -16,10 +16,10 @@ namespace collectives {
 class CollectiveLibrary;  // runtime/collectives/communicator.h
 }  // namespace collectives
 
-// A new Backend for `device` (whose index device_context() checked). Throws
+// A new Platform for `device` (whose index device_context() checked). Throws
 // DeviceError when the device does not exist here (no CUDA device, index past
 // the last GPU), saying what to use instead.
-std::unique_ptr<Backend> make_platform_backend(Device device);
+std::unique_ptr<Platform> make_platform(Device device);
 
 // The collective library of `device`'s platform (NCCL for cuda, whether or not
 // libnccl can be opened), or null where ranks meet at a host rendezvous (sim,

@@ -1,4 +1,4 @@
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 
 #include <cstring>
 
@@ -18,14 +18,14 @@ KernelArgs& KernelArgs::add_f32(float value) {
 namespace grove::runtime {
 
 namespace {
-[[noreturn]] void no_while_graphs(Backend& backend) {
-  throw DeviceError(str_cat(backend.name(), " does not support conditional WHILE graph nodes; ",
+[[noreturn]] void no_while_graphs(Platform& platform) {
+  throw DeviceError(str_cat(platform.name(), " does not support conditional WHILE graph nodes; ",
                             "use the sim or cuda device (CUDA 12.4 or newer)"));
 }
 }  // namespace
 
-GraphHandle Backend::create_graph() { no_while_graphs(*this); }
-uint64_t Backend::create_while_condition(GraphHandle, bool) { no_while_graphs(*this); }
-void Backend::add_while_node(GraphHandle, uint64_t, GraphHandle) { no_while_graphs(*this); }
+GraphHandle Platform::create_graph() { no_while_graphs(*this); }
+uint64_t Platform::create_while_condition(GraphHandle, bool) { no_while_graphs(*this); }
+void Platform::add_while_node(GraphHandle, uint64_t, GraphHandle) { no_while_graphs(*this); }
 
 }  // namespace grove::runtime

@@ -1,11 +1,11 @@
-// The cuda Backend: the CUDA runtime API, linked statically (libcudart_static.a)
+// The cuda Platform: the CUDA runtime API, linked statically (libcudart_static.a)
 // so that binaries start on machines without a driver and report "no CUDA device".
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime {
 
@@ -13,7 +13,7 @@ namespace grove::runtime {
 int cuda_device_count();
 // Why cuda_device_count() is 0 ("CUDA driver version is insufficient ..."), or "".
 std::string cuda_unavailable_reason();
-// Backend for cuda:index; the caller has checked that the device exists.
-std::unique_ptr<Backend> make_cuda_backend(int index);
+// Platform for cuda:index; the caller has checked that the device exists.
+std::unique_ptr<Platform> make_cuda_platform(int index);
 
 }  // namespace grove::runtime

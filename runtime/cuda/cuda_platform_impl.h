@@ -1,6 +1,6 @@
-// CudaBackend: the Backend interface over the CUDA runtime API. Internal to
-// runtime/cuda; everything else reaches it through make_cuda_backend().
-// cuda_backend.cc holds memory, streams, events, kernels and capture;
+// CudaPlatform: the Platform interface over the CUDA runtime API. Internal to
+// runtime/cuda; everything else reaches it through make_cuda_platform().
+// cuda_platform.cc holds memory, streams, events, kernels and capture;
 // cuda_graphs.cc holds instantiation, launch, update and inspection of graphs.
 //
 // Handles: StreamHandle::impl is the cudaStream_t and EventHandle::impl the
@@ -21,8 +21,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/backend.h"
 #include "runtime/blas.h"
+#include "runtime/platform.h"
 
 namespace grove::runtime::cuda_detail {
 
@@ -56,10 +56,10 @@ struct CudaGraphExec {
   CudaGraph* source = nullptr;  // holds a reference (Note [Graph lifetime])
 };
 
-class CudaBackend final : public Backend {
+class CudaPlatform final : public Platform {
  public:
-  explicit CudaBackend(int index);
-  ~CudaBackend() override;
+  explicit CudaPlatform(int index);
+  ~CudaPlatform() override;
 
   Device device() const override { return Device{DeviceType::kCuda, index_}; }
   std::string name() const override { return name_; }
@@ -123,7 +123,7 @@ class CudaBackend final : public Backend {
   const std::vector<cudaGraphNode_t>& kernel_nodes_of(CudaGraph& graph);
   std::string kernel_node_name(CudaGraph& graph, cudaGraphNode_t node);
   void release_graph(CudaGraph* graph) noexcept;
-  // Note [Unsafe calls during capture] in cuda_backend.cc.
+  // Note [Unsafe calls during capture] in cuda_platform.cc.
   void forbid_legacy_stream_during_capture(const char* what);
   void check_unsafe_call(cudaError_t status, const char* call, const std::string& doing);
   // Marks the captures that forbid an unsafe call on this thread as invalidated;
@@ -139,7 +139,7 @@ class CudaBackend final : public Backend {
   std::map<std::string, cudaLibrary_t> libraries_;  // by PTX text or image
   std::map<std::pair<cudaLibrary_t, std::string>, CudaKernel*> kernels_by_name_;
   std::deque<CudaKernel> kernels_;
-  // Captures this backend began, by stream, and the launches recorded into each.
+  // Captures this platform began, by stream, and the launches recorded into each.
   std::atomic<int> active_captures_{0};
   struct ActiveCapture {
     unsigned long long id = 0;

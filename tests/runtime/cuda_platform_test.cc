@@ -1,8 +1,8 @@
-// cuda-only behaviour of the cuda Backend: graph-owned memory and
+// cuda-only behaviour of the cuda Platform: graph-owned memory and
 // AutoFreeOnLaunch, exec update, kernel-node patches, captured cuBLAS GEMMs,
 // cross-stream ordering, CUDA's own capture errors, and the no-device report.
 // Every test but the last skips with "no CUDA device" where there is none.
-#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_platform.h"
 
 #include <gtest/gtest.h>
 
@@ -31,7 +31,7 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-class CudaBackendTest : public ::testing::Test {
+class CudaPlatformTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
@@ -40,7 +40,7 @@ class CudaBackendTest : public ::testing::Test {
     guard_ = std::make_unique<StreamGuard>(kCudaDevice, stream_);
   }
 
-  Backend& backend() { return context_->backend(); }
+  Platform& platform() { return context_->platform(); }
   CachingAllocator& allocator() { return context_->allocator(); }
 
   Tensor upload(const std::vector<float>& values) {
@@ -49,12 +49,12 @@ class CudaBackendTest : public ::testing::Test {
 
   Tensor empty_f32(int64_t n) { return Tensor::empty({n}, DType::kF32, kCudaDevice); }
 
-  // Launches out = a + b directly through the backend, for raw pointers.
+  // Launches out = a + b directly through the platform, for raw pointers.
   void launch_add_raw(const void* a, const void* b, void* out, int64_t n) {
-    backend().launch_kernel(::grove::testing::test_kernel(kCudaDevice, TestKernel::kAdd),
-                            ::grove::testing::launch_dims_for(n),
-                            KernelArgs().add_pointer(a).add_pointer(b).add_pointer(out).add_i64(n),
-                            stream_);
+    platform().launch_kernel(::grove::testing::test_kernel(kCudaDevice, TestKernel::kAdd),
+                             ::grove::testing::launch_dims_for(n),
+                             KernelArgs().add_pointer(a).add_pointer(b).add_pointer(out).add_i64(n),
+                             stream_);
   }
 
   // Captures: out = 2x (pool memory), graph-owned g = out + x, copy g -> result
@@ -66,8 +66,8 @@ class CudaBackendTest : public ::testing::Test {
     void* graph_owned = cuda_testing::allocate_async(kCudaDevice, stream_, x.nbytes());
     launch_add_raw(out.data_ptr(), x.data_ptr(), graph_owned, x.numel());
     result = empty_f32(x.numel());
-    backend().copy_async(result.data_ptr(), graph_owned, x.nbytes(), CopyKind::kDeviceToDevice,
-                         stream_);
+    platform().copy_async(result.data_ptr(), graph_owned, x.nbytes(), CopyKind::kDeviceToDevice,
+                          stream_);
     recording.capture_end();
     return graph_owned;
   }
@@ -98,7 +98,7 @@ std::vector<float> summed(const std::vector<float>& a, const std::vector<float>&
   return result;
 }
 
-TEST_F(CudaBackendTest, AutoFreeOnLaunchRelaunchesWhileGraphAndPoolMemoryAreLive) {
+TEST_F(CudaPlatformTest, AutoFreeOnLaunchRelaunchesWhileGraphAndPoolMemoryAreLive) {
   GROVE_SEEDED_RNG(rng);
   const int64_t n = 5000;
   Tensor x = upload(random_floats(rng, n));
@@ -119,11 +119,11 @@ TEST_F(CudaBackendTest, AutoFreeOnLaunchRelaunchesWhileGraphAndPoolMemoryAreLive
     expect_near_all(result.to_vector<float>(), scaled(values, 3.0f), 1e-6f);
     expect_near_all(out.to_vector<float>(), scaled(values, 2.0f), 1e-6f);
   }
-  backend().synchronize_stream(stream_);
+  platform().synchronize_stream(stream_);
   cuda_testing::free_memory(kCudaDevice, graph_owned);
 }
 
-TEST_F(CudaBackendTest, RelaunchWithUnfreedGraphMemoryFailsWithoutAutoFreeOnLaunch) {
+TEST_F(CudaPlatformTest, RelaunchWithUnfreedGraphMemoryFailsWithoutAutoFreeOnLaunch) {
   GROVE_SEEDED_RNG(rng);
   const int64_t n = 1000;
   std::vector<float> values = random_floats(rng, n);
@@ -144,11 +144,11 @@ TEST_F(CudaBackendTest, RelaunchWithUnfreedGraphMemoryFailsWithoutAutoFreeOnLaun
   } catch (const DeviceError& error) {
     EXPECT_PRED2(contains, error.what(), "cudaGraphLaunch");
   }
-  backend().synchronize_stream(stream_);
+  platform().synchronize_stream(stream_);
   cuda_testing::free_memory(kCudaDevice, graph_owned);
 }
 
-TEST_F(CudaBackendTest, ExecUpdateSwapsInNewArgumentsWhenTopologyMatches) {
+TEST_F(CudaPlatformTest, ExecUpdateSwapsInNewArgumentsWhenTopologyMatches) {
   GROVE_SEEDED_RNG(rng);
   const int64_t n = 3000;
   std::vector<float> first = random_floats(rng, n), second = random_floats(rng, n);
@@ -178,7 +178,7 @@ TEST_F(CudaBackendTest, ExecUpdateSwapsInNewArgumentsWhenTopologyMatches) {
   EXPECT_EQ(nodes[0].args.slots[0], reinterpret_cast<uint64_t>(x2.data_ptr()));
 }
 
-TEST_F(CudaBackendTest, ExecUpdateFallsBackToInstantiationWhenTopologyChanges) {
+TEST_F(CudaPlatformTest, ExecUpdateFallsBackToInstantiationWhenTopologyChanges) {
   GROVE_SEEDED_RNG(rng);
   const int64_t n = 2048;
   std::vector<float> a = random_floats(rng, n), b = random_floats(rng, n);
@@ -202,7 +202,7 @@ TEST_F(CudaBackendTest, ExecUpdateFallsBackToInstantiationWhenTopologyChanges) {
   EXPECT_EQ(recording.node_count(), 2u);
 }
 
-TEST_F(CudaBackendTest, KernelNodePatchTakesEffectOnTheNextLaunchOnly) {
+TEST_F(CudaPlatformTest, KernelNodePatchTakesEffectOnTheNextLaunchOnly) {
   GROVE_SEEDED_RNG(rng);
   const int64_t n = 4096;
   std::vector<float> a = random_floats(rng, n), b = random_floats(rng, n),
@@ -232,8 +232,8 @@ TEST_F(CudaBackendTest, KernelNodePatchTakesEffectOnTheNextLaunchOnly) {
   KernelArgs patched = captured;
   patched.slots[1] = reinterpret_cast<uint64_t>(tc.data_ptr());
   recording.set_kernel_node_args(0, patched);
-  backend().copy_async(snapshot.data_ptr(), out.data_ptr(), out.nbytes(), CopyKind::kDeviceToDevice,
-                       stream_);
+  platform().copy_async(snapshot.data_ptr(), out.data_ptr(), out.nbytes(),
+                        CopyKind::kDeviceToDevice, stream_);
   recording.replay(stream_);
   expect_near_all(snapshot.to_vector<float>(), summed(a, b), 1e-6f);
   expect_near_all(out.to_vector<float>(), summed(a, c), 1e-6f);
@@ -241,7 +241,7 @@ TEST_F(CudaBackendTest, KernelNodePatchTakesEffectOnTheNextLaunchOnly) {
   EXPECT_EQ(recording.kernel_nodes()[0].args, captured);
 }
 
-TEST_F(CudaBackendTest, PatchingALibraryKernelNodeIsRejected) {
+TEST_F(CudaPlatformTest, PatchingALibraryKernelNodeIsRejected) {
   ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
   GROVE_SEEDED_RNG(rng);
   Tensor a = upload(random_floats(rng, 64)), c = empty_f32(64);
@@ -277,7 +277,7 @@ std::vector<float> host_matmul(const std::vector<float>& a, const std::vector<fl
   return c;
 }
 
-TEST_F(CudaBackendTest, CapturedCublasGemmReplaysWithCorrectResults) {
+TEST_F(CudaPlatformTest, CapturedCublasGemmReplaysWithCorrectResults) {
   ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
   GROVE_SEEDED_RNG(rng);
   const int64_t m = 33, n = 65, k = 47;
@@ -321,7 +321,7 @@ TEST_F(CudaBackendTest, CapturedCublasGemmReplaysWithCorrectResults) {
 // Note [cuBLAS state of destroyed streams]: streams created and destroyed in
 // turn, each running a GEMM, share one workspace instead of keeping one each,
 // and a GEMM on a stream that inherited it is still right.
-TEST_F(CudaBackendTest, DestroyedStreamsHandTheirCublasStateToTheNextStream) {
+TEST_F(CudaPlatformTest, DestroyedStreamsHandTheirCublasStateToTheNextStream) {
   ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
   GROVE_SEEDED_RNG(rng);
   const int64_t n = 16;
@@ -334,14 +334,14 @@ TEST_F(CudaBackendTest, DestroyedStreamsHandTheirCublasStateToTheNextStream) {
   args.a = ta.data_ptr(), args.lda = n;
   args.b = tb.data_ptr(), args.ldb = n;
   args.c = tc.data_ptr(), args.ldc = n;
-  backend().synchronize_stream(stream_);
+  platform().synchronize_stream(stream_);
   size_t before = gemm_state_count(kCudaDevice);
   for (int round = 0; round < 20; ++round) {
-    StreamHandle stream = backend().create_stream();
+    StreamHandle stream = platform().create_stream();
     gemm_row_major(kCudaDevice, stream, args);
-    backend().synchronize_stream(stream);
+    platform().synchronize_stream(stream);
     expect_near_all(tc.to_vector<float>(), host_matmul(a, b, n, n, n), 1e-4f);
-    backend().destroy_stream(stream);
+    platform().destroy_stream(stream);
   }
   EXPECT_LE(gemm_state_count(kCudaDevice), before + 1);
 }
@@ -351,12 +351,12 @@ TEST_F(CudaBackendTest, DestroyedStreamsHandTheirCublasStateToTheNextStream) {
 // kernels only (cuBLAS's own pool would add mem alloc / free nodes, which a
 // WHILE body refuses). The shapes are the LLaMA-1B decode GEMMs at batch 1,
 // whose split-K kernels want a workspace.
-TEST_F(CudaBackendTest, GemmCapturedOnAnInheritedHandleHoldsKernelsOnly) {
+TEST_F(CudaPlatformTest, GemmCapturedOnAnInheritedHandleHoldsKernelsOnly) {
   ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
-  StreamHandle first = backend().create_stream();
+  StreamHandle first = platform().create_stream();
   prepare_gemm(kCudaDevice, first);
-  backend().destroy_stream(first);  // its handle goes to the next stream
-  StreamHandle stream = backend().create_stream();
+  platform().destroy_stream(first);  // its handle goes to the next stream
+  StreamHandle stream = platform().create_stream();
   const int64_t shapes[][2] = {{2048, 8192}, {8192, 2048}, {2048, 2048}, {32000, 2048}};
   for (const auto& [n, k] : shapes) {
     Tensor x = Tensor::empty({1, k}, DType::kBF16, kCudaDevice);
@@ -371,19 +371,19 @@ TEST_F(CudaBackendTest, GemmCapturedOnAnInheritedHandleHoldsKernelsOnly) {
     args.b = w.data_ptr(), args.ldb = k, args.transpose_b = true;
     args.c = y.data_ptr(), args.ldc = n;
     gemm_row_major(kCudaDevice, stream, args);  // eager first, as a recording does
-    backend().synchronize_stream(stream);
-    backend().begin_capture(stream, CaptureMode::kThreadLocal);
+    platform().synchronize_stream(stream);
+    platform().begin_capture(stream, CaptureMode::kThreadLocal);
     gemm_row_major(kCudaDevice, stream, args);
-    GraphHandle graph = backend().end_capture(stream);
-    EXPECT_EQ(backend().graph_node_count(graph), backend().kernel_nodes(graph).size())
+    GraphHandle graph = platform().end_capture(stream);
+    EXPECT_EQ(platform().graph_node_count(graph), platform().kernel_nodes(graph).size())
         << "1 x " << n << " x " << k << ": a captured GEMM holds nodes besides kernels";
-    backend().destroy_graph(graph);
+    platform().destroy_graph(graph);
   }
-  backend().synchronize_stream(stream);
-  backend().destroy_stream(stream);
+  platform().synchronize_stream(stream);
+  platform().destroy_stream(stream);
 }
 
-TEST_F(CudaBackendTest, StridedBatchedBf16GemmMatchesHostReference) {
+TEST_F(CudaPlatformTest, StridedBatchedBf16GemmMatchesHostReference) {
   ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
   GROVE_SEEDED_RNG(rng);
   const int64_t batch = 3, m = 16, n = 24, k = 40;
@@ -435,7 +435,7 @@ TEST_F(CudaBackendTest, StridedBatchedBf16GemmMatchesHostReference) {
 // vectors leave a tail after the unrolled loads, padded leading dimensions
 // and a C column count that leaves the last block partly idle match the
 // host's sums, and C's padding columns stay as they were.
-TEST_F(CudaBackendTest, SmallMGemvMatchesHostReference) {
+TEST_F(CudaPlatformTest, SmallMGemvMatchesHostReference) {
   GROVE_SEEDED_RNG(rng);
   const int64_t n = 37, k = 1096, lda = 1104, ldb = 1112, ldc = 41;
   for (DType dtype : {DType::kBF16, DType::kF16}) {
@@ -464,7 +464,7 @@ TEST_F(CudaBackendTest, SmallMGemvMatchesHostReference) {
         args.b = tw.data_ptr(), args.ldb = ldb, args.transpose_b = true;
         args.c = tc.data_ptr(), args.ldc = ldc;
         args.beta = beta;
-        backend().blas().gemm_row_major(stream_, args);
+        platform().blas().gemm_row_major(stream_, args);
         std::vector<uint16_t> result = tc.to_vector<uint16_t>();
         for (int64_t row = 0; row < m; ++row) {
           for (int64_t column = 0; column < ldc; ++column) {
@@ -491,7 +491,7 @@ TEST_F(CudaBackendTest, SmallMGemvMatchesHostReference) {
 
 // Note [Small-M GEMV]: the LLaMA-1B decode GEMMs at batch 1 are one kernel
 // node each in a captured graph (cuBLAS used split-K pairs for some).
-TEST_F(CudaBackendTest, SmallMGemvIsOneKernelInACapturedGraph) {
+TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
   const int64_t shapes[][2] = {{2048, 8192}, {16384, 2048}, {3072, 2048}, {32000, 2048}};
   for (const auto& [n, k] : shapes) {
     Tensor x = Tensor::empty({1, k}, DType::kBF16, kCudaDevice);
@@ -503,20 +503,20 @@ TEST_F(CudaBackendTest, SmallMGemvIsOneKernelInACapturedGraph) {
     args.a = x.data_ptr(), args.lda = k;
     args.b = w.data_ptr(), args.ldb = k, args.transpose_b = true;
     args.c = y.data_ptr(), args.ldc = n;
-    backend().blas().gemm_row_major(stream_, args);
-    backend().synchronize_stream(stream_);
-    backend().begin_capture(stream_, CaptureMode::kThreadLocal);
-    backend().blas().gemm_row_major(stream_, args);
-    GraphHandle graph = backend().end_capture(stream_);
-    std::vector<KernelNodeInfo> nodes = backend().kernel_nodes(graph);
-    EXPECT_EQ(backend().graph_node_count(graph), 1u) << "1 x " << n << " x " << k;
+    platform().blas().gemm_row_major(stream_, args);
+    platform().synchronize_stream(stream_);
+    platform().begin_capture(stream_, CaptureMode::kThreadLocal);
+    platform().blas().gemm_row_major(stream_, args);
+    GraphHandle graph = platform().end_capture(stream_);
+    std::vector<KernelNodeInfo> nodes = platform().kernel_nodes(graph);
+    EXPECT_EQ(platform().graph_node_count(graph), 1u) << "1 x " << n << " x " << k;
     ASSERT_EQ(nodes.size(), 1u) << "1 x " << n << " x " << k;
     EXPECT_EQ(nodes[0].kernel_name, "grove_small_m_gemv_bf16_m1");
-    backend().destroy_graph(graph);
+    platform().destroy_graph(graph);
   }
 }
 
-TEST_F(CudaBackendTest, GemmRejectsBadLeadingDimensionAndDtype) {
+TEST_F(CudaPlatformTest, GemmRejectsBadLeadingDimensionAndDtype) {
   GemmArgs args;
   args.m = 4;
   args.n = 4;
@@ -531,64 +531,64 @@ TEST_F(CudaBackendTest, GemmRejectsBadLeadingDimensionAndDtype) {
   EXPECT_THROW(gemm(kSimDevice, stream_, GemmArgs{}), DeviceError);
 }
 
-TEST_F(CudaBackendTest, WorkOnAnotherStreamIsOrderedByEvents) {
+TEST_F(CudaPlatformTest, WorkOnAnotherStreamIsOrderedByEvents) {
   GROVE_SEEDED_RNG(rng);
   const int64_t n = int64_t{1} << 22;  // large enough that an unordered read would race
   std::vector<float> values = random_floats(rng, n);
   Tensor x = upload(values), y = empty_f32(n);
   StreamHandle producer = stream_;
   StreamHandle consumer = context_->create_stream();
-  EventHandle start = backend().create_event(true), ready = backend().create_event(true);
-  backend().record_event(start, producer);
+  EventHandle start = platform().create_event(true), ready = platform().create_event(true);
+  platform().record_event(start, producer);
   for (int i = 0; i < 20; ++i) ::grove::testing::launch_add_scalar_in_place(x, 0.5f);
-  backend().record_event(ready, producer);
-  backend().stream_wait_event(consumer, ready);
+  platform().record_event(ready, producer);
+  platform().stream_wait_event(consumer, ready);
   {
     StreamGuard on_consumer(kCudaDevice, consumer);
     launch_scale(x, y, 2.0f);
   }
-  backend().synchronize_stream(consumer);
+  platform().synchronize_stream(consumer);
   std::vector<float> expected(values);
   for (float& value : expected) value = (value + 10.0f) * 2.0f;
   StreamGuard on_consumer(kCudaDevice, consumer);
   expect_near_all(y.to_vector<float>(), expected, 1e-5f);
-  EXPECT_GT(backend().elapsed_ms(start, ready), 0.0f);
-  backend().destroy_event(start);
-  backend().destroy_event(ready);
+  EXPECT_GT(platform().elapsed_ms(start, ready), 0.0f);
+  platform().destroy_event(start);
+  platform().destroy_event(ready);
 }
 
-TEST_F(CudaBackendTest, CaptureViolationsCarryCudasOwnError) {
+TEST_F(CudaPlatformTest, CaptureViolationsCarryCudasOwnError) {
   Tensor x = empty_f32(256);
-  backend().begin_capture(stream_, CaptureMode::kThreadLocal);
+  platform().begin_capture(stream_, CaptureMode::kThreadLocal);
   try {
-    backend().synchronize_stream(stream_);
+    platform().synchronize_stream(stream_);
     ADD_FAILURE() << "synchronizing a capturing stream should throw";
   } catch (const CaptureViolation& violation) {
     EXPECT_PRED2(contains, violation.what(), "cudaStreamSynchronize");
     EXPECT_PRED2(contains, violation.what(), "cudaErrorStreamCaptureUnsupported");
   }
-  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kInvalidated);
+  EXPECT_EQ(platform().capture_status(stream_), CaptureStatus::kInvalidated);
   try {
-    backend().end_capture(stream_);
+    platform().end_capture(stream_);
     ADD_FAILURE() << "ending an invalidated capture should throw";
   } catch (const CaptureViolation& violation) {
     EXPECT_PRED2(contains, violation.what(), "cudaErrorStreamCaptureInvalidated");
   }
   // The stream is usable again.
-  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kNone);
+  EXPECT_EQ(platform().capture_status(stream_), CaptureStatus::kNone);
   ::grove::testing::launch_fill(x, 1.5f);
   EXPECT_EQ(x.to_vector<float>(), std::vector<float>(256, 1.5f));
 }
 
-TEST_F(CudaBackendTest, GroveInvalidatedCaptureFailsAtEnd) {
-  backend().begin_capture(stream_, CaptureMode::kThreadLocal);
-  backend().invalidate_capture(stream_);
-  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kInvalidated);
-  EXPECT_THROW(backend().end_capture(stream_), CaptureViolation);
-  EXPECT_EQ(backend().capture_status(stream_), CaptureStatus::kNone);
+TEST_F(CudaPlatformTest, GroveInvalidatedCaptureFailsAtEnd) {
+  platform().begin_capture(stream_, CaptureMode::kThreadLocal);
+  platform().invalidate_capture(stream_);
+  EXPECT_EQ(platform().capture_status(stream_), CaptureStatus::kInvalidated);
+  EXPECT_THROW(platform().end_capture(stream_), CaptureViolation);
+  EXPECT_EQ(platform().capture_status(stream_), CaptureStatus::kNone);
 }
 
-TEST_F(CudaBackendTest, PoolGrowsDuringThreadLocalCaptureAndReplays) {
+TEST_F(CudaPlatformTest, PoolGrowsDuringThreadLocalCaptureAndReplays) {
   GROVE_SEEDED_RNG(rng);
   const int64_t n = int64_t{3} << 20;  // 12 MiB: needs a new large segment during capture
   std::vector<float> values = random_floats(rng, n);
@@ -605,12 +605,12 @@ TEST_F(CudaBackendTest, PoolGrowsDuringThreadLocalCaptureAndReplays) {
   EXPECT_PRED2(contains, recording.dot(), "digraph");
 }
 
-TEST_F(CudaBackendTest, LoadingAKernelThatThePtxLacksNamesIt) {
+TEST_F(CudaPlatformTest, LoadingAKernelThatThePtxLacksNamesIt) {
   KernelSource source;
   source.name = "grove_no_such_kernel";
   source.ptx = ".version 8.0\n.target sm_80\n.address_size 64\n";
   try {
-    backend().load_kernel(source);
+    platform().load_kernel(source);
     ADD_FAILURE() << "loading a missing kernel should throw";
   } catch (const DeviceError& error) {
     EXPECT_PRED2(contains, error.what(), "grove_no_such_kernel");
@@ -621,7 +621,7 @@ TEST_F(CudaBackendTest, LoadingAKernelThatThePtxLacksNamesIt) {
 TEST(CudaAvailability, ReportsWhyThereIsNoCudaDevice) {
   if (cuda_device_count() > 0) {
     EXPECT_EQ(cuda_unavailable_reason(), "");
-    EXPECT_FALSE(device_context(kCudaDevice).backend().name().empty());
+    EXPECT_FALSE(device_context(kCudaDevice).platform().name().empty());
     return;
   }
   std::string reason = cuda_unavailable_reason();

@@ -1,4 +1,4 @@
-#include "runtime/sim/sim_backend.h"
+#include "runtime/sim/sim_platform.h"
 
 #include <algorithm>
 #include <atomic>
@@ -82,9 +82,9 @@ size_t sim_memory_limit() {
   return static_cast<size_t>(parsed);
 }
 
-class SimBackend final : public Backend {
+class SimPlatform final : public Platform {
  public:
-  SimBackend(Device device, SimOptions options)
+  SimPlatform(Device device, SimOptions options)
       : device_(device),
         captures_(device),
         async_(options.async),
@@ -97,7 +97,7 @@ class SimBackend final : public Backend {
     }
   }
 
-  ~SimBackend() override {
+  ~SimPlatform() override {
     drain_all();
     events_.clear();
     streams_.clear();
@@ -658,33 +658,33 @@ class SimBackend final : public Backend {
   std::unique_ptr<HazardChecker> checker_;  // null when SimOptions::hazards is kOff
 };
 
-SimBackend* as_sim(Backend& backend) { return dynamic_cast<SimBackend*>(&backend); }
+SimPlatform* as_sim(Platform& platform) { return dynamic_cast<SimPlatform*>(&platform); }
 
 }  // namespace
 
-std::unique_ptr<Backend> make_sim_backend(Device device) {
-  return make_sim_backend(device, device.is_cpu() ? SimOptions{} : SimOptions::from_environment());
+std::unique_ptr<Platform> make_sim_platform(Device device) {
+  return make_sim_platform(device, device.is_cpu() ? SimOptions{} : SimOptions::from_environment());
 }
 
-std::unique_ptr<Backend> make_sim_backend(Device device, SimOptions options) {
-  GROVE_CHECK_AS(DeviceError, device.is_sim() || device.is_cpu(), "make_sim_backend(", device.str(),
-                 "): only sim and cpu devices are emulated");
-  return std::make_unique<SimBackend>(device, options);
+std::unique_ptr<Platform> make_sim_platform(Device device, SimOptions options) {
+  GROVE_CHECK_AS(DeviceError, device.is_sim() || device.is_cpu(), "make_sim_platform(",
+                 device.str(), "): only sim and cpu devices are emulated");
+  return std::make_unique<SimPlatform>(device, options);
 }
 
-std::vector<sim::SimHazard> sim_hazards(Backend& backend) {
-  SimBackend* sim = as_sim(backend);
+std::vector<sim::SimHazard> sim_hazards(Platform& platform) {
+  SimPlatform* sim = as_sim(platform);
   if (sim == nullptr || sim->checker() == nullptr) return {};
   return sim->checker()->hazards();
 }
 
-void clear_sim_hazards(Backend& backend) {
-  SimBackend* sim = as_sim(backend);
+void clear_sim_hazards(Platform& platform) {
+  SimPlatform* sim = as_sim(platform);
   if (sim != nullptr && sim->checker() != nullptr) sim->checker()->clear_hazards();
 }
 
-bool sim_is_async(Backend& backend) {
-  SimBackend* sim = as_sim(backend);
+bool sim_is_async(Platform& platform) {
+  SimPlatform* sim = as_sim(platform);
   return sim != nullptr && sim->is_async();
 }
 

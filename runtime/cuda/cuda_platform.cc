@@ -1,15 +1,15 @@
-// The cuda Backend, part 1: device discovery, memory, copies, streams, events,
+// The cuda Platform, part 1: device discovery, memory, copies, streams, events,
 // kernels and stream capture. Graph instantiation, launch and inspection are in
 // cuda_graphs.cc.
-#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_platform.h"
 
 #include <algorithm>
 #include <array>
 #include <mutex>
 
 #include "runtime/cuda/blas.h"
-#include "runtime/cuda/cuda_backend_impl.h"
 #include "runtime/cuda/cuda_error.h"
+#include "runtime/cuda/cuda_platform_impl.h"
 #include "runtime/logging.h"
 
 namespace grove::runtime {
@@ -48,12 +48,12 @@ int cuda_device_count() { return device_count_once().count; }
 
 std::string cuda_unavailable_reason() { return device_count_once().reason; }
 
-std::unique_ptr<Backend> make_cuda_backend(int index) {
+std::unique_ptr<Platform> make_cuda_platform(int index) {
   int count = cuda_device_count();
   GROVE_CHECK_AS(
       DeviceError, index >= 0 && index < count, "cuda:", index, " is not available: ",
       count == 0 ? cuda_unavailable_reason() : str_cat("there are ", count, " CUDA devices"));
-  return std::make_unique<cuda_detail::CudaBackend>(index);
+  return std::make_unique<cuda_detail::CudaPlatform>(index);
 }
 
 namespace cuda_detail {
@@ -109,7 +109,7 @@ constexpr size_t kMaxInlineSlots = 32;
 
 }  // namespace
 
-CudaBackend::CudaBackend(int index) : index_(index), blas_(make_cublas_support(device(), *this)) {
+CudaPlatform::CudaPlatform(int index) : index_(index), blas_(make_cublas_support(device(), *this)) {
   use_device();
   cudaDeviceProp properties{};
   GROVE_CUDA_CHECK(cudaGetDeviceProperties(&properties, index_),
@@ -117,14 +117,14 @@ CudaBackend::CudaBackend(int index) : index_(index), blas_(make_cublas_support(d
   name_ = properties.name;
 }
 
-CudaBackend::~CudaBackend() {
+CudaPlatform::~CudaPlatform() {
   // Errors are ignored: the process may be exiting and the driver shutting down.
   if (upload_stream_ != nullptr) cudaStreamDestroy(upload_stream_);
   for (auto& [ptx, library] : libraries_) cudaLibraryUnload(library);
   cudaGetLastError();
 }
 
-void CudaBackend::use_device() const {
+void CudaPlatform::use_device() const {
   int current = -1;
   GROVE_CUDA_CHECK(cudaGetDevice(&current), "reading the calling thread's current device");
   if (current != index_) {
@@ -132,7 +132,7 @@ void CudaBackend::use_device() const {
   }
 }
 
-std::string CudaBackend::where() const { return str_cat("cuda:", index_, " (", name_, ")"); }
+std::string CudaPlatform::where() const { return str_cat("cuda:", index_, " (", name_, ")"); }
 
 // Note [Allocating during capture]: the caching allocator may need a new
 // segment while a stream captures into a private pool. cudaMalloc is not a
@@ -142,7 +142,7 @@ std::string CudaBackend::where() const { return str_cat("cuda:", index_, " (", n
 // as any graph uses it, so grove switches the thread to relaxed mode around the
 // call (as PyTorch's allocator does). Freeing is different: cudaFree during a
 // capture could release memory a graph still references, so it stays checked.
-Backend::MemoryInfo CudaBackend::memory_info() {
+Platform::MemoryInfo CudaPlatform::memory_info() {
   use_device();
   size_t free_bytes = 0;
   size_t total_bytes = 0;
@@ -151,7 +151,7 @@ Backend::MemoryInfo CudaBackend::memory_info() {
   return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
 }
 
-void* CudaBackend::allocate_raw(size_t bytes) {
+void* CudaPlatform::allocate_raw(size_t bytes) {
   use_device();
   void* pointer = nullptr;
   RelaxedCaptureModeGuard relaxed;
@@ -160,13 +160,13 @@ void* CudaBackend::allocate_raw(size_t bytes) {
   return pointer;
 }
 
-void CudaBackend::free_raw(void* pointer) {
+void CudaPlatform::free_raw(void* pointer) {
   use_device();
   check_unsafe_call(cudaFree(pointer), "cudaFree",
                     str_cat("freeing the segment at ", pointer, " on ", where()));
 }
 
-void* CudaBackend::allocate_host_pinned(size_t bytes) {
+void* CudaPlatform::allocate_host_pinned(size_t bytes) {
   use_device();
   void* pointer = nullptr;
   GROVE_CUDA_CHECK(cudaHostAlloc(&pointer, std::max<size_t>(bytes, 1),
@@ -175,14 +175,14 @@ void* CudaBackend::allocate_host_pinned(size_t bytes) {
   return pointer;
 }
 
-void CudaBackend::free_host_pinned(void* pointer) {
+void CudaPlatform::free_host_pinned(void* pointer) {
   if (pointer == nullptr) return;
   check_unsafe_call(cudaFreeHost(pointer), "cudaFreeHost",
                     str_cat("freeing pinned host memory at ", pointer, " for ", where()));
 }
 
-void CudaBackend::copy_async(void* destination, const void* source, size_t bytes, CopyKind kind,
-                             StreamHandle stream) {
+void CudaPlatform::copy_async(void* destination, const void* source, size_t bytes, CopyKind kind,
+                              StreamHandle stream) {
   if (stream.is_default())
     forbid_legacy_stream_during_capture("copying on the legacy default stream");
   use_device();
@@ -192,8 +192,8 @@ void CudaBackend::copy_async(void* destination, const void* source, size_t bytes
       " on ", where());
 }
 
-void CudaBackend::memset_async(void* destination, int byte_value, size_t bytes,
-                               StreamHandle stream) {
+void CudaPlatform::memset_async(void* destination, int byte_value, size_t bytes,
+                                StreamHandle stream) {
   if (stream.is_default())
     forbid_legacy_stream_during_capture("memset on the legacy default stream");
   use_device();
@@ -201,7 +201,7 @@ void CudaBackend::memset_async(void* destination, int byte_value, size_t bytes,
                    bytes, " bytes at ", destination, " to ", byte_value, " on ", where());
 }
 
-StreamHandle CudaBackend::create_stream() {
+StreamHandle CudaPlatform::create_stream() {
   use_device();
   cudaStream_t stream = nullptr;
   // Non-blocking: grove's streams never serialize with the legacy default stream.
@@ -212,7 +212,7 @@ StreamHandle CudaBackend::create_stream() {
   return StreamHandle{stream};
 }
 
-void CudaBackend::destroy_stream(StreamHandle stream) {
+void CudaPlatform::destroy_stream(StreamHandle stream) {
   GROVE_CHECK(!stream.is_default(), where(), ": destroy_stream of the legacy default stream");
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -229,7 +229,7 @@ void CudaBackend::destroy_stream(StreamHandle stream) {
   GROVE_CUDA_CHECK(cudaStreamDestroy(cuda_stream(stream)), "destroying a stream on ", where());
 }
 
-void CudaBackend::synchronize_stream(StreamHandle stream) {
+void CudaPlatform::synchronize_stream(StreamHandle stream) {
   if (stream.is_default()) {
     forbid_legacy_stream_during_capture("synchronizing the legacy default stream");
   }
@@ -238,7 +238,7 @@ void CudaBackend::synchronize_stream(StreamHandle stream) {
                     str_cat("synchronizing a stream on ", where()));
 }
 
-void CudaBackend::synchronize_device() {
+void CudaPlatform::synchronize_device() {
   use_device();
   if (active_captures_.load() > 0 && !captures_forbid_this_thread()) {
     synchronize_streams_outside_capture();
@@ -248,7 +248,7 @@ void CudaBackend::synchronize_device() {
                     str_cat("synchronizing ", where()));
 }
 
-bool CudaBackend::captures_forbid_this_thread() {
+bool CudaPlatform::captures_forbid_this_thread() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [stream, capture] : captures_) {
     if (capture.mode == CaptureMode::kGlobal || (capture.mode == CaptureMode::kThreadLocal &&
@@ -260,7 +260,7 @@ bool CudaBackend::captures_forbid_this_thread() {
 }
 
 // Note [Unsafe calls during capture], case (3).
-void CudaBackend::synchronize_streams_outside_capture() {
+void CudaPlatform::synchronize_streams_outside_capture() {
   std::vector<cudaStream_t> streams;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -278,7 +278,7 @@ void CudaBackend::synchronize_streams_outside_capture() {
   }
 }
 
-EventHandle CudaBackend::create_event(bool enable_timing) {
+EventHandle CudaPlatform::create_event(bool enable_timing) {
   use_device();
   cudaEvent_t event = nullptr;
   GROVE_CUDA_CHECK(
@@ -287,12 +287,12 @@ EventHandle CudaBackend::create_event(bool enable_timing) {
   return EventHandle{event};
 }
 
-void CudaBackend::destroy_event(EventHandle event) {
+void CudaPlatform::destroy_event(EventHandle event) {
   use_device();
   GROVE_CUDA_CHECK(cudaEventDestroy(cuda_event(event)), "destroying an event on ", where());
 }
 
-void CudaBackend::record_event(EventHandle event, StreamHandle stream) {
+void CudaPlatform::record_event(EventHandle event, StreamHandle stream) {
   if (stream.is_default()) {
     forbid_legacy_stream_during_capture("recording an event on the legacy default stream");
   }
@@ -301,19 +301,19 @@ void CudaBackend::record_event(EventHandle event, StreamHandle stream) {
                    "recording an event on a stream of ", where());
 }
 
-void CudaBackend::stream_wait_event(StreamHandle stream, EventHandle event) {
+void CudaPlatform::stream_wait_event(StreamHandle stream, EventHandle event) {
   use_device();
   GROVE_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(stream), cuda_event(event), 0),
                    "making a stream of ", where(), " wait on an event");
 }
 
-void CudaBackend::synchronize_event(EventHandle event) {
+void CudaPlatform::synchronize_event(EventHandle event) {
   use_device();
   check_unsafe_call(cudaEventSynchronize(cuda_event(event)), "cudaEventSynchronize",
                     str_cat("waiting for an event on ", where()));
 }
 
-float CudaBackend::elapsed_ms(EventHandle start, EventHandle end) {
+float CudaPlatform::elapsed_ms(EventHandle start, EventHandle end) {
   use_device();
   float milliseconds = 0;
   GROVE_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, cuda_event(start), cuda_event(end)),
@@ -322,7 +322,7 @@ float CudaBackend::elapsed_ms(EventHandle start, EventHandle end) {
   return milliseconds;
 }
 
-KernelHandle CudaBackend::load_kernel(const KernelSource& source) {
+KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
   GROVE_CHECK_AS(DeviceError, !source.ptx.empty() || !source.image.empty(), where(), ": kernel '",
                  source.name,
                  "' has neither PTX nor a cubin/fatbin image; the cuda device runs only those");
@@ -359,8 +359,8 @@ KernelHandle CudaBackend::load_kernel(const KernelSource& source) {
   return KernelHandle{&kernels_.back()};
 }
 
-void CudaBackend::launch_kernel(KernelHandle kernel, const LaunchDims& dims, const KernelArgs& args,
-                                StreamHandle stream) {
+void CudaPlatform::launch_kernel(KernelHandle kernel, const LaunchDims& dims,
+                                 const KernelArgs& args, StreamHandle stream) {
   GROVE_CHECK_AS(DeviceError, kernel.impl != nullptr, where(), ": launch of a null kernel");
   const auto* cuda_kernel = static_cast<const CudaKernel*>(kernel.impl);
   if (stream.is_default()) [[unlikely]] {
@@ -398,8 +398,8 @@ void CudaBackend::launch_kernel(KernelHandle kernel, const LaunchDims& dims, con
 // node with its kernel and slots under the capture's id, and end_capture hands
 // the table to the graph. Nodes not in the table were launched by libraries
 // (cuBLAS) and are reported with launched_by_grove = false.
-void CudaBackend::record_captured_launch(cudaStream_t stream, const CudaKernel* kernel,
-                                         const LaunchDims& dims, const KernelArgs& args) {
+void CudaPlatform::record_captured_launch(cudaStream_t stream, const CudaKernel* kernel,
+                                          const LaunchDims& dims, const KernelArgs& args) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
   const cudaGraphNode_t* dependencies = nullptr;
@@ -415,8 +415,8 @@ void CudaBackend::record_captured_launch(cudaStream_t stream, const CudaKernel* 
   it->second[dependencies[0]] = LaunchRecord{kernel, dims, args};
 }
 
-void CudaBackend::launch_host_function(StreamHandle stream, void (*function)(void*),
-                                       void* user_data) {
+void CudaPlatform::launch_host_function(StreamHandle stream, void (*function)(void*),
+                                        void* user_data) {
   if (stream.is_default()) {
     forbid_legacy_stream_during_capture("a host function on the legacy default stream");
   }
@@ -425,7 +425,7 @@ void CudaBackend::launch_host_function(StreamHandle stream, void (*function)(voi
                    "enqueueing a host function on a stream of ", where());
 }
 
-void CudaBackend::begin_capture(StreamHandle stream, CaptureMode mode) {
+void CudaPlatform::begin_capture(StreamHandle stream, CaptureMode mode) {
   GROVE_CHECK_AS(CaptureViolation, !stream.is_default(),
                  "cannot capture on the legacy default stream: create a stream with "
                  "create_stream() and capture on it");
@@ -446,7 +446,7 @@ void CudaBackend::begin_capture(StreamHandle stream, CaptureMode mode) {
   active_captures_.fetch_add(1);
 }
 
-GraphHandle CudaBackend::end_capture(StreamHandle stream) {
+GraphHandle CudaPlatform::end_capture(StreamHandle stream) {
   cudaStream_t s = cuda_stream(stream);
   LaunchTable launches;
   std::string grove_reason;
@@ -485,7 +485,7 @@ GraphHandle CudaBackend::end_capture(StreamHandle stream) {
   return GraphHandle{result};
 }
 
-CaptureStatus CudaBackend::capture_status(StreamHandle stream) {
+CaptureStatus CudaPlatform::capture_status(StreamHandle stream) {
   use_device();
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   GROVE_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(stream), &status),
@@ -506,7 +506,7 @@ CaptureStatus CudaBackend::capture_status(StreamHandle stream) {
 // Note [Unsafe calls during capture]: CUDA itself rejects most calls a capture
 // forbids (cudaErrorStreamCaptureUnsupported and friends become
 // CaptureViolation with CUDA's message). Two cases need grove's help to match
-// the sim backend: (1) work on the legacy default stream does not touch a
+// the sim platform: (1) work on the legacy default stream does not touch a
 // capture on grove's non-blocking streams, so CUDA accepts it, but grove
 // forbids it, as sim does, under the same mode rules (global: any thread;
 // thread-local: the capturing thread); (2) when an unsafe call such as
@@ -517,7 +517,7 @@ CaptureStatus CudaBackend::capture_status(StreamHandle stream) {
 // thread-local or relaxed capture, which CUDA's mode rules mean to allow; while
 // such a capture is active, grove synchronizes every stream it created that is
 // not capturing (and the legacy default stream) instead.
-int CudaBackend::invalidate_forbidding_captures(const std::string& reason) {
+int CudaPlatform::invalidate_forbidding_captures(const std::string& reason) {
   std::vector<cudaStream_t> streams;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -537,7 +537,7 @@ int CudaBackend::invalidate_forbidding_captures(const std::string& reason) {
   return static_cast<int>(streams.size());
 }
 
-void CudaBackend::forbid_legacy_stream_during_capture(const char* what) {
+void CudaPlatform::forbid_legacy_stream_during_capture(const char* what) {
   if (active_captures_.load(std::memory_order_relaxed) == 0) return;
   if (invalidate_forbidding_captures(what) == 0) return;
   throw CaptureViolation(str_cat(what, " is not allowed on ", where(),
@@ -545,8 +545,8 @@ void CudaBackend::forbid_legacy_stream_during_capture(const char* what) {
                                  "Use a stream from create_stream()"));
 }
 
-void CudaBackend::check_unsafe_call(cudaError_t status, const char* call,
-                                    const std::string& doing) {
+void CudaPlatform::check_unsafe_call(cudaError_t status, const char* call,
+                                     const std::string& doing) {
   if (status == cudaSuccess) [[likely]] {
     return;
   }
@@ -556,7 +556,7 @@ void CudaBackend::check_unsafe_call(cudaError_t status, const char* call,
   throw_cuda_error(status, call, doing);
 }
 
-void CudaBackend::invalidate_capture(StreamHandle stream) {
+void CudaPlatform::invalidate_capture(StreamHandle stream) {
   cudaStream_t s = cuda_stream(stream);
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -1,18 +1,18 @@
-#include "runtime/platforms.h"
+#include "runtime/platform_factory.h"
 
 #include "runtime/collectives/communicator.h"
-#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_platform.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/error.h"
-#include "runtime/sim/sim_backend.h"
+#include "runtime/sim/sim_platform.h"
 
 namespace grove::runtime {
 
-std::unique_ptr<Backend> make_platform_backend(Device device) {
+std::unique_ptr<Platform> make_platform(Device device) {
   switch (device.type) {
     case DeviceType::kCpu:
     case DeviceType::kSim:
-      return make_sim_backend(device);
+      return make_sim_platform(device);
     case DeviceType::kCuda: {
       int count = cuda_device_count();
       GROVE_CHECK_AS(DeviceError, count > 0, "device ", device.str(),
@@ -20,7 +20,7 @@ std::unique_ptr<Backend> make_platform_backend(Device device) {
                      "). Use --device sim to run on the host emulation");
       GROVE_CHECK_AS(DeviceError, device.index < count, "device ", device.str(),
                      " is not available: this machine has ", count, " CUDA device(s)");
-      return make_cuda_backend(device.index);
+      return make_cuda_platform(device.index);
     }
   }
   throw DeviceError("unknown device type");

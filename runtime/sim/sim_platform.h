@@ -1,16 +1,16 @@
-// The sim Backend: device memory is host memory, but streams, events, stream
+// The sim Platform: device memory is host memory, but streams, events, stream
 // capture, graphs and their failure modes follow CUDA's rules (Note [Sim
-// execution model] in sim_backend.cc). Streams run in order on the calling
+// execution model] in sim_platform.cc). Streams run in order on the calling
 // thread, or each on a worker of its own (Note [Asynchronous sim streams]),
 // and a checker can report stream-ordering hazards (Note [Stream hazards] in
-// hazard_checker.cc). The cpu device uses the same backend, synchronous and
+// hazard_checker.cc). The cpu device uses the same platform, synchronous and
 // without capture or checker.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "runtime/platform.h"
 #include "runtime/sim/hazard_checker.h"
 
 namespace grove::runtime {
@@ -28,14 +28,14 @@ struct SimOptions {
 // `device` is sim:N or cpu. GROVE_SIM_MEMORY_BYTES caps the sim device's memory
 // (default 16 GiB), so out-of-memory paths can be tested. The first form takes
 // its options from the environment.
-std::unique_ptr<Backend> make_sim_backend(Device device);
-std::unique_ptr<Backend> make_sim_backend(Device device, SimOptions options);
+std::unique_ptr<Platform> make_sim_platform(Device device);
+std::unique_ptr<Platform> make_sim_platform(Device device, SimOptions options);
 
-// The hazards `backend`'s checker recorded (HazardMode::kRecord), oldest
-// first; empty for a backend that is not sim or checks nothing.
-std::vector<sim::SimHazard> sim_hazards(Backend& backend);
-void clear_sim_hazards(Backend& backend);
-// Whether `backend` is a sim backend whose streams run asynchronously.
-bool sim_is_async(Backend& backend);
+// The hazards `platform`'s checker recorded (HazardMode::kRecord), oldest
+// first; empty for a platform that is not sim or checks nothing.
+std::vector<sim::SimHazard> sim_hazards(Platform& platform);
+void clear_sim_hazards(Platform& platform);
+// Whether `platform` is a sim platform whose streams run asynchronously.
+bool sim_is_async(Platform& platform);
 
 }  // namespace grove::runtime

@@ -1,0 +1,249 @@
+"""Where a training step through the torch door spends its host time, on a
+GPU: each stage of the user's step (zero_grad, the compiled model's call,
+the loss, backward(), optimizer.step()) timed on the host without a device
+synchronization inside the step, grove's own C calls and boxed stage calls
+timed inside them (door_host_time.py's Clock), and the step's wall time with
+a synchronization per block of steps. When the stages add up to the step's
+wall time the step is host-bound and these are the numbers to cut.
+
+    python3 benchmarks/door_stages.py [--json out.json] [--steps 200]
+        [--variants grove,grove_optim,torch_reduce_overhead] [--profile DIR]
+
+Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
+"grove_aot" (the same under AOTAutograd's runtime, GROVE_DOOR_FUNCTION=0),
+"grove_optim" (backend="grove", grove.torch.optim.AdamW), and
+"torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
+split of PyTorch's own. --profile writes a cProfile listing (top functions
+by own time) and torch.profiler's table of device time per model and
+variant into DIR. Models: mlp16x512 b32 and
+gpt4x256 b8 T32 (benchmarks/torch_backend.py's). Skips (exit 0) without
+CUDA or torch._dynamo.
+"""
+import argparse
+import copy
+import cProfile
+import importlib
+import io
+import json
+import logging
+import os
+import pstats
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", "tests", "python"))
+sys.path.insert(0, os.path.join(here, "..", "python"))
+
+STAGES = ("zero_grad", "model", "loss", "backward", "optimizer")
+BLOCK = 20
+
+
+def step_of(module, inputs, loss_of, variant):
+    """(a step function taking a `timed(stage, fn, *args)` helper, the model)."""
+    model = copy.deepcopy(module)
+    if variant == "grove_optim":
+        import grove.torch
+
+        optimizer = grove.torch.optim.AdamW(model.parameters(), lr=1e-4)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    torch._dynamo.reset()
+    if variant == "torch_reduce_overhead":
+        run = torch.compile(model, mode="reduce-overhead", dynamic=False)
+    else:
+        run = torch.compile(model, backend="grove", dynamic=False)
+
+    def step(timed):
+        timed("zero_grad", optimizer.zero_grad, True)
+        out = timed("model", run, *inputs)
+        loss = timed("loss", loss_of, out)
+        timed("backward", loss.backward)
+        timed("optimizer", optimizer.step)
+        return loss
+
+    if variant == "grove_aot":  # compiled now, under AOTAutograd's runtime
+        previous = os.environ.get("GROVE_DOOR_FUNCTION")
+        os.environ["GROVE_DOOR_FUNCTION"] = "0"
+        try:
+            step(lambda name, function, *args: function(*args))
+        finally:
+            if previous is None:
+                del os.environ["GROVE_DOOR_FUNCTION"]
+            else:
+                os.environ["GROVE_DOOR_FUNCTION"] = previous
+    return step
+
+
+def measure(step, clock, steps, profile_path=None):
+    stage_times = {name: [] for name in STAGES}
+    c_times = []
+
+    def timed(name, function, *args):
+        start = time.perf_counter()
+        result = function(*args)
+        stage_times[name].append(time.perf_counter() - start)
+        return result
+
+    def untimed(name, function, *args):
+        return function(*args)
+
+    for _ in range(BLOCK):
+        step(untimed)
+    torch.cuda.synchronize()
+    # The stages' host time: no synchronization inside a block.
+    for name in stage_times:
+        stage_times[name].clear()
+    clock.stages = {}
+    for _ in range(max(1, steps // BLOCK)):
+        for _ in range(BLOCK):
+            c_before = clock.in_c
+            step(timed)
+            c_times.append(clock.in_c - c_before)
+        torch.cuda.synchronize()
+    row = {"host_%s_us" % name: statistics.median(values) * 1e6
+           for name, values in stage_times.items()}
+    row["host_sum_us"] = sum(row["host_%s_us" % name] for name in STAGES)
+    row["grove_c_calls_us"] = statistics.median(c_times) * 1e6
+    for name, values in clock.stages.items():
+        row["grove_%s_python_us" % name] = statistics.median(values) * 1e6
+    # The step's wall time, synchronized per block (as torch_backend.py times it).
+    walls = []
+    for _ in range(max(1, steps // BLOCK)):
+        start = time.perf_counter()
+        for _ in range(BLOCK):
+            step(untimed)
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - start) / BLOCK * 1e6)
+    row["step_us"] = statistics.median(walls)
+    row.update(gradients_handed(step, untimed))
+    if profile_path:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(100):
+            step(untimed)
+        torch.cuda.synchronize()
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(45)
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+        text.write(device_profile(step, untimed))
+        with open(profile_path, "w") as out:
+            out.write(text.getvalue())
+    return row
+
+
+def device_profile(step, untimed, steps=10):
+    """torch.profiler's table of 10 steps, by device time: the kernels a
+    step runs (a CUDA graph's kernels too, where CUPTI reports them)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+            for _ in range(steps):
+                step(untimed)
+            torch.cuda.synchronize()
+        return "\n== torch.profiler, %d steps, by device time\n%s" % (
+            steps, profiler.key_averages().table(sort_by="cuda_time_total", row_limit=40))
+    except Exception as error:  # the profiler is a diagnostic: its failure is reported
+        return "\n== torch.profiler failed: %s: %s\n" % (type(error).__name__, error)
+
+
+def gradients_handed(step, untimed):
+    """After one more step: how many parameters' .grad are the gradients a
+    grove backward handed out (Note [Gradients handed out of the pool]) and
+    how many are copies autograd made of them (its AccumulateGrad clones a
+    gradient it may not steal)."""
+    from grove import gradients
+
+    step(untimed)
+    torch.cuda.synchronize()
+    if not gradients._handed_gradients:
+        return {}
+    references, pointers = gradients._handed_gradients[-1]
+    landed = copied = 0
+    for reference, pointer in zip(references, pointers):
+        parameter = reference()
+        if parameter is None or parameter.grad is None:
+            continue
+        if parameter.grad.data_ptr() == pointer:
+            landed += 1
+        else:
+            copied += 1
+    return {"grads_uncopied": landed, "grads_copied": copied}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default="door_stages.json")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--variants", default="grove,grove_optim,torch_reduce_overhead")
+    parser.add_argument("--profile", default=None, help="a folder for cProfile listings")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("door_stages: skipped: no CUDA device")
+        return 0
+    try:
+        importlib.import_module("torch._dynamo")
+    except ImportError:
+        print("door_stages: skipped: this PyTorch (%s) has no torch._dynamo" % torch.__version__)
+        return 0
+    import door_host_time
+    import grove.torch  # noqa: F401 (registers the backend)
+    from torch_backend import training_cases
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    # grove's log (INFO): which training graphs fall back to AOTAutograd's runtime, and why.
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("grove").setLevel(logging.INFO)
+    clock = door_host_time.Clock()
+    door_host_time.instrument(clock)
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+    rows = []
+    for name, module, inputs, loss_of in training_cases():
+        for variant in args.variants.split(","):
+            from grove import door_function
+
+            taken = door_function.taken
+            try:
+                step = step_of(module, inputs, loss_of, variant)
+                path = (os.path.join(args.profile, "%s_%s.txt" % (name, variant))
+                        if args.profile else None)
+                row = measure(step, clock, args.steps, path)
+            except Exception as error:  # one variant failing leaves the others' numbers
+                traceback.print_exc()
+                row = {"error": "%s: %s" % (type(error).__name__, error)}
+            row.update(model=name, variant=variant, door_function_graphs=door_function.taken - taken)
+            rows.append(row)
+            print(json.dumps({key: round(value, 1) if isinstance(value, float) else value
+                              for key, value in row.items()}), flush=True)
+    header = "%-16s %-22s" % ("model", "variant") + "".join(
+        "%11s" % name[:10] for name in STAGES) + "%9s %9s %9s %9s %9s" % (
+        "host sum", "grove C", "fw py", "bw py", "step")
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        if "error" in row:
+            print("%-16s %-22s %s" % (row["model"], row["variant"], row["error"]))
+            continue
+        print("%-16s %-22s" % (row["model"], row["variant"]) + "".join(
+            "%11.1f" % row["host_%s_us" % name] for name in STAGES) + "%9.1f %9.1f %9.1f %9.1f %9.1f"
+            % (row["host_sum_us"], row["grove_c_calls_us"],
+               row.get("grove_forward_python_us", 0.0), row.get("grove_backward_python_us", 0.0),
+               row["step_us"]))
+    with open(args.json, "w") as out:
+        json.dump({"benchmark": "door_stages", "torch": torch.__version__,
+                   "device": torch.cuda.get_device_name(), "steps": args.steps, "rows": rows},
+                  out, indent=2)
+    print("wrote %s" % args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

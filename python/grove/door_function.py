@@ -1,0 +1,208 @@
+"""A training graph of the torch door run as one autograd.Function of grove's
+own (Note [The door's own autograd function]), instead of AOTAutograd's
+runtime wrappers: the forward and backward graphs are AOTAutograd's (its
+trace and partition), grove compiles them as the tree's forward and
+backward stages (training_steps.StepCompiler), and a call is
+Function.apply, the forward graph, and in backward() the backward graph: no
+Python per tensor, none of AOTAutograd's per-call bookkeeping.
+"""
+
+import os
+
+import torch
+
+# Note [The door's own autograd function]
+# AOTAutograd's runtime (its RuntimeWrapper, CompiledFunction and their
+# prologues and epilogues) handles input mutations, outputs that alias
+# inputs, subclasses and RNG state, at a host cost per call that a step of
+# small graphs pays whole. A graph with none of these needs only: run the
+# forward graph, keep its saved values for the backward, run the backward
+# graph on them and the outputs' gradients, hand one gradient per input
+# back. So AOTAutograd traces and partitions every training graph as before
+# (the same forward and backward graphs: StepCompiler notes the partition and
+# the forward AOTAutograd compiles, with AOTAutograd's metadata of it), and
+# where that metadata shows no input mutation, no output aliasing an input
+# or an intermediate, no effect token, no functionalized RNG and no tensor
+# subclass, and the forward takes exactly the graph's inputs (after the graph
+# module's own parameters and buffers, as AOTAutograd passes them), the door
+# runs the two graphs inside one autograd.Function of its own instead of
+# AOTAutograd's compiled function. The saved values (a token for those kept
+# in grove, Note [Saved values kept in grove], handoff.py) are the context's
+# saved tensors, released after the backward as AOTAutograd's are (a loss
+# still held at the next step's forward holds no activation); the backward
+# graph returns a gradient (or None) for every input, in input order, so
+# gradients land in .grad as on AOTAutograd's path (Note [Gradients handed
+# out of the pool], gradients.py). Any other graph (or an output without a
+# gradient, or a backward whose inputs are not the forward's saved outputs)
+# keeps AOTAutograd's compiled function. On by default on PyTorch 2.x;
+# GROVE_DOOR_FUNCTION=0 turns it off. Tests: DoorFunctionTest
+# (tests/python/door_function_test.py, sim: the Function over graphs that
+# PyTorch 1.13's AOTAutograd partitions) and GpuTorchTrainingTest.
+# test_the_door_runs_its_own_autograd_function (gpu_torch_training_test.py).
+
+
+taken = 0  # training graphs run as the door's own function (tests read it)
+
+
+class Unsupported(Exception):
+    """The graph needs AOTAutograd's runtime (Note [The door's own autograd function])."""
+
+
+def enabled():
+    return os.environ.get("GROVE_DOOR_FUNCTION", "1") != "0"
+
+
+def aot_partition(gm, example_inputs, compiler):
+    """(forward module, backward module, user output count, the parameters
+    and buffers AOTAutograd passes before the graph's inputs) of the graph
+    AOTAutograd just compiled with `compiler` (StepCompiler: its partition
+    and forward compiler noted them). Raises Unsupported for a graph the
+    door's function cannot run."""
+    if compiler.compiled_forward is None or compiler.partitioned is None:
+        raise Unsupported("AOTAutograd compiled no forward and backward just now")
+    forward, metadata = compiler.compiled_forward
+    _, backward = compiler.partitioned
+    why = _not_simple(metadata)
+    if why:
+        raise Unsupported(why)
+    # AOTAutograd passes a graph module's own parameters and buffers first
+    # (aot_module_simplified); dynamo's graphs usually take them as inputs.
+    lifted = _named_tensors(gm)
+    placeholders = [node for node in forward.graph.nodes if node.op == "placeholder"]
+    if len(placeholders) != len(lifted) + len(example_inputs):
+        raise Unsupported("the forward takes %d inputs where the graph has %d and %d "
+                          "parameters and buffers" % (len(placeholders), len(example_inputs),
+                                                      len(lifted)))
+    user_outputs = compiler.user_outputs
+    if not user_outputs or user_outputs != len(metadata.output_info):
+        raise Unsupported("the forward returns %s outputs before its saved values for %d "
+                          "user outputs" % (user_outputs, len(metadata.output_info)))
+    return forward, backward, user_outputs, lifted
+
+
+def _not_simple(metadata):
+    """Why AOTAutograd's runtime must run a graph of this metadata
+    (ViewAndMutationMeta), or ""."""
+    if metadata is None:
+        return "AOTAutograd noted no metadata"
+    inputs = getattr(metadata, "input_info", None)
+    outputs = getattr(metadata, "output_info", None)
+    if inputs is None or outputs is None:
+        return "AOTAutograd's metadata has no input_info/output_info"
+    for index, info in enumerate(inputs):
+        for what in ("mutates_data", "mutates_metadata", "mutates_storage_metadata"):
+            if getattr(info, what, False):
+                return "input %d: %s" % (index, what)
+    for index, info in enumerate(outputs):
+        kind = getattr(getattr(info, "output_type", None), "name", None)
+        if kind != "non_alias":
+            return "output %d is %s" % (index, kind)
+    if getattr(metadata, "num_intermediate_bases", 0):
+        return "outputs alias intermediates"
+    if getattr(metadata, "tokens", None):
+        return "effect tokens"
+    if getattr(metadata, "is_rng_op_functionalized", False):
+        return "functionalized RNG"
+    subclasses = getattr(metadata, "subclass_inp_meta", None) or []
+    if any(not isinstance(entry, int) for entry in subclasses):
+        return "tensor subclass inputs"
+    return ""
+
+
+def _named_tensors(gm):
+    """A graph module's parameters, then its buffers, as AOTAutograd lists them."""
+    named = {}
+    for members in ("named_parameters", "named_buffers"):
+        method = getattr(gm, members, None)
+        if method is None:
+            continue
+        try:
+            items = method(remove_duplicate=False)
+        except TypeError:
+            items = method()
+        named.update(items)
+    return list(named.values())
+
+
+def door_function(forward, backward, user_outputs, requires_grad, compiler, single=False,
+                  lifted=()):
+    """The callable dynamo runs for one training graph: `forward` and
+    `backward` (fx modules of one partition), `requires_grad` per input
+    of the forward (which get a gradient, in order); `lifted`: tensors passed
+    before the call's arguments (a graph module's own parameters). `single`:
+    the graph returns one value, not a tuple."""
+    # The backward's arguments: the saved values (the forward's outputs past
+    # the user's, reordered where the backward lists them otherwise), then
+    # the outputs' gradients.
+    saved_order = _saved_order(forward, backward, user_outputs)
+    _one_gradient_per_input(backward, requires_grad)
+    run_forward = compiler.forward(forward, None)
+    run_backward = compiler.backward(backward, None)
+
+    class DoorStep(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            results = run_forward(list(args))
+            # Saved as autograd saves tensors: released after the backward
+            # (the kept set dies with its token), kept for retain_graph=True.
+            ctx.save_for_backward(*results[user_outputs:])
+            return tuple(results[:user_outputs])
+
+        @staticmethod
+        def backward(ctx, *gradients):
+            saved = list(ctx.saved_tensors)
+            if saved_order is not None:
+                saved = [saved[index] for index in saved_order]
+            tangents = [gradient if gradient.is_contiguous() else gradient.contiguous()
+                        for gradient in gradients]
+            return tuple(run_backward(saved + tangents))
+
+    global taken
+    taken += 1
+    apply = DoorStep.apply
+    if lifted:  # the graph module's own parameters and buffers come first
+        lifted = tuple(lifted)
+        if single:
+            return lambda *args: apply(*lifted, *args)[0]
+        return lambda *args: apply(*lifted, *args)
+    if single:
+        return lambda *args: apply(*args)[0]
+    return apply
+
+
+def _saved_order(forward, backward, user_outputs):
+    """The positions, among the forward's saved outputs, of the backward's
+    saved inputs in its order, or None where that is the forward's order.
+    Both graphs come from one joint graph, so a saved value keeps its
+    node's name in both; the tangents come last."""
+    outputs = [node for node in forward.graph.nodes if node.op == "output"][0].args[0]
+    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    saved = [getattr(node, "name", None) for node in outputs[user_outputs:]]
+    placeholders = [node for node in backward.graph.nodes if node.op == "placeholder"]
+    tangents = [index for index, node in enumerate(placeholders) if "tangents" in node.target]
+    names = [node.name for node in placeholders if "tangents" not in node.target]
+    if len(tangents) != user_outputs or tangents != list(range(len(names), len(placeholders))):
+        raise Unsupported("the backward takes %d tangents at %s" % (len(tangents), tangents))
+    if names == saved:
+        return None
+    index = {name: position for position, name in enumerate(saved)}
+    if len(index) != len(saved) or any(name not in index for name in names):
+        raise Unsupported("the backward's saved inputs %s are not the forward's outputs"
+                          % names[:4])
+    return [index[name] for name in names]
+
+
+def _one_gradient_per_input(backward, requires_grad):
+    """Rewrites the backward graph to return a gradient or None for every
+    input (it returns one per input that requires a gradient)."""
+    output = [node for node in backward.graph.nodes if node.op == "output"][0]
+    values = output.args[0]
+    values = list(values) if isinstance(values, (tuple, list)) else [values]
+    if len(values) == len(requires_grad):
+        return
+    if len(values) != sum(requires_grad):
+        raise Unsupported("the backward returns %d gradients for %d inputs that need one"
+                          % (len(values), sum(requires_grad)))
+    gradients = iter(values)
+    output.args = ([next(gradients) if required else None for required in requires_grad],)
+    backward.recompile()

@@ -1,0 +1,179 @@
+#include "serving/json_number.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace grove::serving {
+namespace {
+
+// Note [Decimal to double in one pass]
+// A float token's decimal value is digits × 10^exponent. While the scan
+// walks the token it gathers up to 19 significant digits into an integer,
+// and when none is left over the double comes from one exact operation:
+//  * digits < 2^53 and |exponent| <= 22: both are doubles exactly, so their
+//    product or quotient, rounded once by the hardware, is the double
+//    nearest the decimal (Clinger's fast path);
+//  * else, with x87's 64-bit long double, digits < 2^64 and |exponent| <=
+//    27 are exact there, and the product or quotient is rounded once to 64
+//    bits; rounding that to a double again gives the nearest double unless
+//    the 11 bits dropped lie at the halfway point between two doubles
+//    (0x400, or next to it), where the first rounding may have moved the
+//    value across it.
+// Everything else (more than 19 digits, larger exponents, the halfway
+// cases) is read again by std::from_chars, which is exact. Integers are
+// read as before. A value read from a float32 widened to a double takes
+// 16-17 digits: the first case takes about two thirds of them, the second
+// nearly all the rest. Tests: JsonNumber.* (every path against
+// std::from_chars on random and edge-case tokens).
+constexpr double kPowersOfTen[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+constexpr bool kExtendedLongDouble =
+    std::numeric_limits<long double>::digits == 64 && std::numeric_limits<long double>::radix == 2;
+
+// 10^e as a long double, exact for e <= 27 (5^27 < 2^63).
+long double long_power_of_ten(int e) {
+  long double power = 1;
+  for (int i = 0; i < e; ++i) power *= 10;
+  return power;
+}
+
+bool exact_double(uint64_t digits, int exponent, bool negative, double* value) {
+  if (digits == 0) {
+    *value = negative ? -0.0 : 0.0;
+    return true;
+  }
+  if (digits < (uint64_t{1} << 53) && exponent >= -22 && exponent <= 22) {
+    double d = static_cast<double>(digits);
+    d = exponent < 0 ? d / kPowersOfTen[-exponent] : d * kPowersOfTen[exponent];
+    *value = negative ? -d : d;
+    return true;
+  }
+  if constexpr (kExtendedLongDouble) {
+    if (exponent >= -27 && exponent <= 27) {
+      static const long double* const powers = [] {
+        static long double table[28];
+        for (int e = 0; e < 28; ++e) table[e] = long_power_of_ten(e);
+        return table;
+      }();
+      long double wide = static_cast<long double>(digits);
+      wide = exponent < 0 ? wide / powers[-exponent] : wide * powers[exponent];
+      uint64_t mantissa = 0;
+      std::memcpy(&mantissa, &wide, sizeof(mantissa));  // x87: the 64-bit significand first
+      const uint64_t dropped = mantissa & 0x7FF;
+      if (dropped >= 0x3FF && dropped <= 0x401) return false;  // near halfway: ask from_chars
+      const double d = static_cast<double>(wide);
+      *value = negative ? -d : d;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Eight ASCII digits at `p` as their value; false if any of them is not a
+// digit. Little-endian: the first digit is the lowest byte.
+bool eight_digits(const char* p, uint32_t* value) {
+  uint64_t bytes = 0;
+  std::memcpy(&bytes, p, 8);
+  // Each byte in '0'..'9': its high nibble is 3, and adding 6 keeps it 3.
+  if ((bytes & 0xF0F0F0F0F0F0F0F0) != 0x3030303030303030 ||
+      ((bytes + 0x0606060606060606) & 0xF0F0F0F0F0F0F0F0) != 0x3030303030303030) {
+    return false;
+  }
+  bytes &= 0x0F0F0F0F0F0F0F0F;                                       // digits 0-9 per byte
+  bytes = (bytes * (1 + (10 << 8))) >> 8;                            // pairs: 10*a + b
+  bytes = ((bytes & 0x00FF00FF00FF00FF) * (1 + (100 << 16))) >> 16;  // quads
+  *value =
+      static_cast<uint32_t>(((bytes & 0x0000FFFF0000FFFF) * (1 + (uint64_t{10000} << 32))) >> 32);
+  return true;
+}
+
+}  // namespace
+
+const char* read_json_number(const char* begin, const char* end, JsonNumber* number) {
+  const char* p = begin;
+  const bool negative = p < end && *p == '-';
+  if (negative) ++p;
+  uint64_t digits = 0;  // the first 19 significant digits
+  int significant = 0;
+  int exponent = 0;        // of the last digit gathered
+  bool truncated = false;  // a nonzero digit past the 19th was left out
+  if (p < end && *p == '0') {
+    ++p;
+  } else if (p < end && *p >= '1' && *p <= '9') {
+    for (; p < end && *p >= '0' && *p <= '9'; ++p) {
+      if (significant < 19) {
+        digits = digits * 10 + static_cast<uint64_t>(*p - '0');
+        ++significant;
+      } else {
+        ++exponent;
+        truncated |= *p != '0';
+      }
+    }
+  } else {
+    return nullptr;
+  }
+  bool integer = true;
+  if (p < end && *p == '.') {
+    ++p;
+    const char* first = p;
+    if (digits == 0) {  // zeros before the first significant digit only move the point
+      while (p < end && *p == '0') ++p;
+      exponent -= static_cast<int>(p - first);
+    }
+    // Eight digits at a time while they fit the 19 gathered (Note [Decimal
+    // to double in one pass]), then one at a time.
+    uint32_t eight = 0;
+    while (significant + 8 <= 19 && end - p >= 8 && eight_digits(p, &eight)) {
+      digits = digits * 100000000 + eight;
+      significant += 8;
+      exponent -= 8;
+      p += 8;
+    }
+    for (; p < end && *p >= '0' && *p <= '9'; ++p) {
+      if (significant < 19) {
+        digits = digits * 10 + static_cast<uint64_t>(*p - '0');
+        significant += digits != 0 ? 1 : 0;  // leading zeros are not significant
+        --exponent;
+      } else {
+        truncated |= *p != '0';
+      }
+    }
+    if (p == first) return nullptr;
+    integer = false;
+  }
+  bool exponent_fits = true;
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    ++p;
+    bool exponent_negative = false;
+    if (p < end && (*p == '+' || *p == '-')) exponent_negative = *p++ == '-';
+    const char* first = p;
+    int written = 0;
+    for (; p < end && *p >= '0' && *p <= '9'; ++p) {
+      if (written < 100000) written = written * 10 + (*p - '0');
+    }
+    if (p == first) return nullptr;
+    exponent_fits = written < 100000;
+    exponent += exponent_negative ? -written : written;
+    integer = false;
+  }
+  if (integer && negative) {
+    number->kind = JsonNumber::Kind::kInteger;
+    if (std::from_chars(begin, p, number->integer).ec == std::errc()) return p;
+  } else if (integer) {
+    number->kind = JsonNumber::Kind::kUnsigned;
+    if (std::from_chars(begin, p, number->unsigned_integer).ec == std::errc()) return p;
+  }
+  // A float token, or an integer past 64 bits (nlohmann reads it as a double).
+  number->kind = JsonNumber::Kind::kFloat;
+  if (!truncated && exponent_fits && exact_double(digits, exponent, negative, &number->floating)) {
+    return p;
+  }
+  auto [last, error] = std::from_chars(begin, p, number->floating);
+  return error == std::errc() && last == p && std::isfinite(number->floating) ? p : nullptr;
+}
+
+}  // namespace grove::serving

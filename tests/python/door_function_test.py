@@ -1,0 +1,253 @@
+"""Note [The door's own autograd function] (grove/door_function.py) on sim:
+the forward and backward graphs of AOTAutograd's partition (here PyTorch
+1.13's; on the GPU host PyTorch 2.x's, noted as it compiles) run as grove's
+own autograd.Function; gradients equal PyTorch's
+over several steps and grove's AOTAutograd path bitwise, the saved values
+(a kept set's token) reach the backward, and a backward graph that returns
+gradients only for the inputs that need one is widened to one per input."""
+import copy
+import os
+import sys
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_models  # noqa: E402
+import grove.training  # noqa: E402
+import junit_main  # noqa: E402
+from grove import door_function  # noqa: E402
+from grove.training_steps import StepCompiler  # noqa: E402
+
+SEED = 20261126
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def partition_of(module, example):
+    """(forward, backward) fx modules of `module` over its parameters and
+    `example` (PyTorch 1.13's AOTAutograd, default partition), and the
+    function of (parameters..., x) they were traced from."""
+    from functorch.compile import aot_function, default_partition
+    from torch.nn.utils import stateless
+
+    names = [name for name, _ in module.named_parameters()]
+    captured = {}
+
+    def function(*args):
+        return (stateless.functional_call(module, dict(zip(names, args[:-1])), (args[-1],)),)
+
+    def keep(name):
+        def compiler(graph_module, example_inputs):
+            captured[name] = graph_module
+            return graph_module
+        return compiler
+
+    compiled = aot_function(function, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
+                            partition_fn=default_partition)
+    params = [p.detach().clone().requires_grad_(True) for p in module.parameters()]
+    compiled(*params, example)[0].sum().backward()
+    return captured["forward"], captured["backward"]
+
+
+class DoorFunctionTest(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(SEED)
+
+    def steps(self, module, make_input, strip_none=False, steps=4):
+        """Gradients and outputs over `steps` steps of the door function
+        (cudagraphs on sim) against PyTorch eager, from one set of weights."""
+        reference = copy.deepcopy(module)
+        example = make_input()
+        forward, backward = partition_of(module, example)
+        if strip_none:  # a partition that leaves out the None gradients
+            output = [node for node in backward.graph.nodes if node.op == "output"][0]
+            output.args = ([value for value in output.args[0] if value is not None],)
+            backward.recompile()
+        params = list(module.parameters())
+        compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+        compiler.user_outputs = 1  # as compiler.partition notes it
+        requires_grad = [True] * len(params) + [False]
+        call = door_function.door_function(forward, backward, 1, requires_grad, compiler,
+                                           single=True)
+        for step in range(steps):
+            x = make_input()
+            for p in params:
+                p.grad = None
+            reference.zero_grad(set_to_none=True)
+            got = call(*params, x)
+            want = reference(x)
+            torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL, msg="output, step %d" % step)
+            weights = torch.linspace(-1, 1, got.numel()).view(got.shape)
+            (got * weights).sum().backward()
+            (want * weights).sum().backward()
+            for index, (ours, theirs) in enumerate(zip(params, reference.parameters())):
+                self.assertIsNotNone(ours.grad, "parameter %d has no gradient" % index)
+                torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL,
+                                           msg="gradient %d, step %d" % (index, step))
+        return compiler
+
+    def test_mlp_gradients_match_torch_over_steps(self):
+        compiler = self.steps(gpu_models.Mlp(width=16, depth=3), lambda: torch.randn(4, 16))
+        # One grove segment each, the saved activations kept in grove.
+        self.assertEqual(len(compiler.kept_forwards), 1)
+        self.assertEqual(len(compiler.kept_backwards), 1)
+        tree = compiler.forwards[0].models()[0].stats()["tree"]
+        self.assertGreater(tree["replays"], 0)
+
+    def test_a_backward_without_none_gradients_is_widened_to_every_input(self):
+        self.steps(gpu_models.Mlp(width=8, depth=2), lambda: torch.randn(3, 8), strip_none=True)
+
+    def test_transformer_block_gradients_match_torch(self):
+        from grove.training import math_attention
+
+        if not hasattr(F, "scaled_dot_product_attention"):  # PyTorch 1.13
+            F.scaled_dot_product_attention = math_attention
+        block = gpu_models.GptBlock(16, 2)
+        self.steps(block, lambda: torch.randn(2, 4, 16))
+
+    def test_equals_the_aotautograd_path_bitwise(self):
+        module = gpu_models.Mlp(width=16, depth=3)
+        aot_model = copy.deepcopy(module)
+        trained = grove.training.compile_module(aot_model, "cudagraphs", device="sim")
+        x = torch.randn(4, 16)
+        forward, backward = partition_of(module, x)
+        compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+        compiler.user_outputs = 1
+        params = list(module.parameters())
+        call = door_function.door_function(forward, backward, 1, [True] * len(params) + [False],
+                                           compiler, single=True)
+        for step in range(3):
+            x = torch.randn(4, 16)
+            for p in params:
+                p.grad = None
+            aot_model.zero_grad(set_to_none=True)
+            F.mse_loss(call(*params, x), x).backward()
+            F.mse_loss(trained(x), x).backward()
+            for ours, theirs in zip(params, aot_model.parameters()):
+                self.assertTrue(torch.equal(ours.grad, theirs.grad), "step %d" % step)
+
+    def door_call(self, module, example):
+        forward, backward = partition_of(module, example)
+        compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+        compiler.user_outputs = 1
+        params = list(module.parameters())
+        call = door_function.door_function(forward, backward, 1, [True] * len(params) + [False],
+                                           compiler, single=True)
+        return call, params, compiler
+
+    def test_outputs_held_across_steps_hold_no_activations(self):
+        # The saved values are the context's saved tensors, released after
+        # the backward: a step's output (and its graph) held through the next
+        # steps keeps no kept set alive, so the tree replays, never records
+        # again or warms up, and has no held activation to mark overwritten
+        # at the next replay (9 here when the context held them).
+        module = gpu_models.Mlp(width=8, depth=2)
+        call, params, compiler = self.door_call(module, torch.randn(3, 8))
+        held, counts = [], []
+        for step in range(6):
+            for p in params:
+                p.grad = None
+            out = call(*params, torch.randn(3, 8))
+            out.square().sum().backward()
+            held.append(out)
+            tree = compiler.forwards[0].models()[0].stats()["tree"]
+            counts.append((tree["recordings"], tree["warmups"], tree["replays"]))
+        self.assertEqual(counts[2][:2], counts[-1][:2], counts)
+        self.assertGreater(counts[-1][2], counts[2][2], counts)
+        self.assertEqual(tree["outputs_overwritten"], 0)
+
+    def test_a_retained_graph_runs_its_backward_twice(self):
+        module = gpu_models.Mlp(width=8, depth=2)
+        reference = copy.deepcopy(module)
+        call, params, _ = self.door_call(module, torch.randn(3, 8))
+        for step in range(3):
+            x = torch.randn(3, 8)
+            for p in params:
+                p.grad = None
+            reference.zero_grad(set_to_none=True)
+            out = call(*params, x)
+            out.sum().backward(retain_graph=True)
+            out.sum().backward()
+            want = reference(x)
+            want.sum().backward(retain_graph=True)
+            want.sum().backward()
+            for ours, theirs in zip(params, reference.parameters()):
+                torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL,
+                                           msg="step %d" % step)
+
+    def aot_compiled(self, module, x):
+        """A graph module of `module` compiled by AOTAutograd (aot_module:
+        its parameters passed before the inputs) with grove's StepCompiler,
+        as the door compiles dynamo's graphs; the compiler noted the
+        partition and the forward."""
+        from functorch.compile import aot_module
+
+        gm = torch.fx.symbolic_trace(module)
+        compiler = StepCompiler("cudagraphs", device="sim", name="aot", lazy=True)
+        aot_module(gm, fw_compiler=compiler.forward, bw_compiler=compiler.backward,
+                   partition_fn=compiler.partition)(x)
+        return gm, compiler
+
+    def test_the_graph_aotautograd_compiled_runs_as_the_function(self):
+        from types import SimpleNamespace
+
+        module = gpu_models.Mlp(width=8, depth=3)
+        reference = copy.deepcopy(module)
+        gm, compiler = self.aot_compiled(module, torch.randn(3, 8))
+        # AOTAutograd's metadata of a simple graph (PyTorch 1.13 notes none).
+        simple = SimpleNamespace(
+            input_info=[SimpleNamespace(mutates_data=False)] * 7,
+            output_info=[SimpleNamespace(output_type=SimpleNamespace(name="non_alias"))])
+        compiler.compiled_forward = (compiler.compiled_forward[0], simple)
+        forward, backward, outputs, lifted = door_function.aot_partition(gm, [torch.randn(3, 8)],
+                                                                         compiler)
+        self.assertEqual(outputs, 1)
+        self.assertEqual([id(t) for t in lifted], [id(p) for p in module.parameters()])
+        call = door_function.door_function(
+            forward, backward, outputs, [True] * len(lifted) + [False], compiler, lifted=lifted)
+        for step in range(3):
+            x = torch.randn(3, 8)
+            module.zero_grad(set_to_none=True)
+            reference.zero_grad(set_to_none=True)
+            (got,) = call(x)
+            want = reference(x)
+            torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+            got.square().sum().backward()
+            want.square().sum().backward()
+            for ours, theirs in zip(module.parameters(), reference.parameters()):
+                torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL,
+                                           msg="step %d" % step)
+
+    def test_metadata_of_mutations_or_aliases_keeps_aotautograd(self):
+        from types import SimpleNamespace
+
+        module = gpu_models.Mlp(width=8, depth=1)
+        gm, compiler = self.aot_compiled(module, torch.randn(3, 8))
+        plain = SimpleNamespace(output_type=SimpleNamespace(name="non_alias"))
+        cases = {
+            "mutates_data": SimpleNamespace(input_info=[SimpleNamespace(mutates_data=True)],
+                                            output_info=[plain]),
+            "alias_of_input": SimpleNamespace(
+                input_info=[], output_info=[SimpleNamespace(
+                    output_type=SimpleNamespace(name="alias_of_input"))]),
+            "no metadata": None,
+        }
+        for name, metadata in cases.items():
+            compiler.compiled_forward = (compiler.compiled_forward[0], metadata)
+            with self.assertRaises(door_function.Unsupported, msg=name):
+                door_function.aot_partition(gm, [torch.randn(3, 8)], compiler)
+
+    def test_a_graph_the_function_cannot_take_is_refused(self):
+        # Outputs of the joint graph that are not all differentiable, and a
+        # backward whose gradients do not fit its inputs: AOTAutograd's path.
+        module = gpu_models.Mlp(width=8, depth=1)
+        forward, backward = partition_of(module, torch.randn(2, 8))
+        compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+        with self.assertRaises(door_function.Unsupported):
+            door_function.door_function(forward, backward, 1, [True, False, False, False],
+                                        compiler)
+
+
+if __name__ == "__main__":
+    junit_main.main()
