@@ -88,6 +88,13 @@ std::vector<serving::llm::DecodeRowStart> start_requests(Decoder& decoder, Decod
   return starts;
 }
 
+// Row `row`'s token at each step (for comparing runs, e.g. --attention fused and unfused).
+std::vector<int64_t> row_tokens(const std::vector<std::vector<int64_t>>& tokens, size_t row) {
+  std::vector<int64_t> column;
+  for (const std::vector<int64_t>& step : tokens) column.push_back(step.at(row));
+  return column;
+}
+
 ModeResult time_mode(Decoder& decoder, DecodeLoop& loop, DecodeMode mode, int64_t batch,
                      int64_t prompt, int64_t steps, int64_t repeats) {
   ModeResult result;
@@ -272,6 +279,7 @@ int run(int argc, char** argv) {
                                {"body_nodes", loop.body_nodes()},
                                {"step_kernels", loop.step_kernels()},
                                {"bytes_read_per_step", bytes},
+                               {"row0_tokens", row_tokens(per_step.tokens, 0)},
                                {"kv_bytes_read_per_step", kv_read},
                                {"server_step",
                                 {{"step_us", server.step_us},

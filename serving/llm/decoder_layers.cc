@@ -171,13 +171,18 @@ ValueId DecoderLayers::mlp(ValueId x, int64_t layer) {
     ValueId h = b_.gelu(conv1d(x, layer, "mlp.c_fc", hidden, inner));
     return conv1d(h, layer, "mlp.c_proj", inner, hidden);
   }
+  return b_.linear(swiglu(x, layer), layer_weight(layer, "mlp.down_proj.weight", {hidden, inner}),
+                   kNoValue);
+}
+
+ValueId DecoderLayers::swiglu(ValueId x, int64_t layer) {
+  const int64_t inner = config_.intermediate_size;
   // Note [Fused projection weights]: one GEMM for gate and up.
-  ValueId gate_up = b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, hidden}), kNoValue);
+  ValueId gate_up =
+      b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, config_.hidden_size}), kNoValue);
   ValueId gate = b_.slice(gate_up, 1, 0, inner);
   ValueId up = b_.slice(gate_up, 1, inner, 2 * inner);
-  ValueId silu = b_.mul(gate, b_.sigmoid(gate));
-  return b_.linear(b_.mul(silu, up), layer_weight(layer, "mlp.down_proj.weight", {hidden, inner}),
-                   kNoValue);
+  return b_.mul(b_.mul(gate, b_.sigmoid(gate)), up);
 }
 
 ValueId DecoderLayers::attention_residual(ValueId x, ValueId attended, int64_t layer) {
@@ -192,15 +197,10 @@ ValueId DecoderLayers::attention_residual(ValueId x, ValueId attended, int64_t l
 
 ValueId DecoderLayers::mlp_residual(ValueId x, ValueId normed, int64_t layer) {
   if (config_.architecture == Architecture::kGpt2) return b_.add(x, mlp(normed, layer));
-  const int64_t hidden = config_.hidden_size;
-  const int64_t inner = config_.intermediate_size;
-  ValueId gate_up =
-      b_.linear(normed, weight(gate_up_weight_name(layer), {2 * inner, hidden}), kNoValue);
-  ValueId gate = b_.slice(gate_up, 1, 0, inner);
-  ValueId up = b_.slice(gate_up, 1, inner, 2 * inner);
-  ValueId silu = b_.mul(gate, b_.sigmoid(gate));
-  return b_.op1("linear_residual", {x, b_.mul(silu, up),
-                                    layer_weight(layer, "mlp.down_proj.weight", {hidden, inner})});
+  return b_.op1("linear_residual",
+                {x, swiglu(normed, layer),
+                 layer_weight(layer, "mlp.down_proj.weight",
+                              {config_.hidden_size, config_.intermediate_size})});
 }
 
 ValueId DecoderLayers::lm_head(ValueId x) {

@@ -78,6 +78,8 @@ class DecoderLayers {
   // Scores [..., n] scaled, masked where `keep` is false, softmax in f32, back in the model dtype.
   ValueId masked_softmax(ValueId scores, ValueId keep);
   ValueId conv1d(ValueId x, int64_t layer, const std::string& module, int64_t in, int64_t out);
+  // LLaMA's gated MLP input silu(gate) * up of x [rows, intermediate].
+  ValueId swiglu(ValueId x, int64_t layer);
 
   compiler::ir::ProgramBuilder& b_;
   const DecoderConfig& config_;
