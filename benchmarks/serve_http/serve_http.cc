@@ -93,7 +93,8 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--clients", "N", "client threads (default 64)"});
   flags.push_back({"--connections", "K",
                    "keep-alive connections per client, each with at most one request in "
-                   "flight (default 1; gRPC: K calls in flight on the client's channel)"});
+                   "flight (default 4, so that the clients are not the limit; gRPC: K calls in "
+                   "flight on the client's channel)"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: the cores)"});
   flags.push_back({"--no-answer-relay", "",
@@ -114,7 +115,7 @@ const std::vector<FlagSpec> kFlags = flag_table();
 struct Options : LoadOptions {
   std::vector<std::string> encodings = {"json", "binary"};
   int64_t clients = 64;
-  int64_t connections = 1;  // per client (Note [Requests in flight per client])
+  int64_t connections = 4;  // per client (Note [Requests in flight per client])
   int64_t http_threads = 0;
   bool answer_relay = true;
   int64_t idle_connections = 0;
