@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "benchmarks/common/flags.h"
+#include "benchmarks/common/json_report.h"
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "serving/kserve_grpc_protocol.h"
@@ -34,6 +35,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--rows", "N", "rows per request (default 1)"},
     {"--iters", "N", "calls per repeat (default 2000)"},
     {"--repeats", "N", "repeats; the median is reported (default 7)"},
+    kJsonFlag,
 };
 
 // µs per call of `op` in each of `repeats` runs of `iters` calls, sorted.
@@ -63,6 +65,8 @@ int run(int argc, char** argv) {
   const int64_t rows = flags.integer("--rows", 1, 1, 1024);
   const int64_t iters = flags.integer("--iters", 2000, 1);
   const int64_t repeats = flags.integer("--repeats", 7, 1, 101);
+  const std::string json_path = flags.text("--json", "");
+  if (!json_path.empty()) cli::check_output_path("--json", json_path);
 
   serving::ModelSignature signature;
   signature.inputs.push_back({"x", {features}, runtime::DType::kF32, size_t(features) * 4});
@@ -144,13 +148,27 @@ int run(int argc, char** argv) {
                {"us per call", Align::kRight},
                {"best us", Align::kRight},
                {"calls/s per core", Align::kRight}});
+  nlohmann::json results = nlohmann::json::array();
   for (const Row& row : ops) {
     const std::vector<double> us = time_op(row.call, iters, repeats);
     const double median = us[us.size() / 2];
     table.add_row({row.encoding, row.op, std::to_string(row.bytes), format_fixed(median, 2),
                    format_fixed(us.front(), 2), format_fixed(1e6 / median, 0)});
+    results.push_back({{"encoding", row.encoding},
+                       {"operation", row.op},
+                       {"bytes", row.bytes},
+                       {"us_per_call_median", median},
+                       {"us_per_call_best", us.front()}});
   }
   std::fputs(table.render().c_str(), stdout);
+  if (!json_path.empty()) {
+    write_json_file(json_path, {{"benchmark", kName},
+                                {"date", utc_date()},
+                                {"features", features},
+                                {"rows", rows},
+                                {"results", results}});
+    std::printf("wrote %s\n", json_path.c_str());
+  }
   return sink == 0 ? 1 : 0;
 }
 
