@@ -154,22 +154,22 @@ MODELS = [("gpt2", gpt2, "transformers"), ("llama", llama, "transformers"),
           ("mlp_mixer", mlp_mixer, "timm"), ("transformer_decoder", transformer_decoder, "torch")]
 
 
-# --attention-ab adds this variant: grove with GROVE_FUSED_ATTENTION=0
-# (attention written out as matmuls and softmax: Note [Fused attention in the
-# importer]), for models with attention.
-UNFUSED = "grove_unfused_attention"
+# --attention-ab adds this variant: grove with GROVE_FUSED_ATTENTION=1 (grove's
+# one fused attention kernel: Note [Fused attention in the importer]; the
+# default writes attention out as matmuls and softmax), for models with attention.
+FUSED = "grove_fused_attention"
 ATTENTION_MODELS = {"gpt2", "llama", "bert", "bart", "vit", "transformer_decoder"}
 
 
-class fused_attention_off:
-    """GROVE_FUSED_ATTENTION=0 while a variant compiles and runs."""
+class fused_attention_on:
+    """GROVE_FUSED_ATTENTION=1 while a variant compiles and runs."""
 
     def __init__(self, variant):
-        self.active = variant == UNFUSED
+        self.active = variant == FUSED
 
     def __enter__(self):
         if self.active:
-            os.environ["GROVE_FUSED_ATTENTION"] = "0"
+            os.environ["GROVE_FUSED_ATTENTION"] = "1"
 
     def __exit__(self, *exc):
         if self.active:
@@ -246,13 +246,13 @@ def zoo_rows(args, deadline):
                 continue
             module = module.cuda().eval()
             inputs = tuple(value.cuda() for value in inputs)
-            variants = VARIANTS + ((UNFUSED,) if args.attention_ab and
+            variants = VARIANTS + ((FUSED,) if args.attention_ab and
                                    name in ATTENTION_MODELS else ())
             if args.variants:
                 variants = tuple(v for v in variants if v in args.variants.split(","))
             for variant in variants:
                 try:
-                    with fused_attention_off(variant):
+                    with fused_attention_on(variant):
                         run = compiled(copy.deepcopy(module), variant)
                         if variant == "grove":
                             (row["ops_in_pytorch"], row["graph_replays_per_call"],
@@ -327,10 +327,10 @@ def print_row(row):
           "%8s" % ("-" if ratio is None else "%.2f" % ratio) +
           "  replays/call %s, PyTorch ops %s" % (row.get("graph_replays_per_call"),
                                                  row.get("ops_in_pytorch") or "none"))
-    for variant in VARIANTS + (UNFUSED,):
+    for variant in VARIANTS + (FUSED,):
         if variant not in row:
             continue
-        if variant == UNFUSED and "median_us" in row[variant]:
+        if variant == FUSED and "median_us" in row[variant]:
             print("  %-22s %.1f us" % (variant, row[variant]["median_us"]))
         if "error" in row.get(variant, {}):
             print("  %s: %s" % (variant, row[variant]["error"][:300]))

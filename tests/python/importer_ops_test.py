@@ -438,9 +438,30 @@ class ConvolutionTest(ConverterCase):
         self.check(function, [x])
 
 class AttentionTest(ConverterCase):
-    """Note [Fused attention in the importer]: scaled_dot_product_attention
-    becomes one `attention` node (this PyTorch's aten._scaled_dot_product_attention;
-    PyTorch 2's variants share the converter)."""
+    """Note [Fused attention in the importer]: with GROVE_FUSED_ATTENTION=1,
+    scaled_dot_product_attention becomes one `attention` node (this PyTorch's
+    aten._scaled_dot_product_attention; PyTorch 2's variants share the
+    converter); by default it is written out."""
+
+    def setUp(self):
+        super().setUp()
+        self._fusion = os.environ.get("GROVE_FUSED_ATTENTION")
+        os.environ["GROVE_FUSED_ATTENTION"] = "1"
+
+    def tearDown(self):
+        if self._fusion is None:
+            os.environ.pop("GROVE_FUSED_ATTENTION", None)
+        else:
+            os.environ["GROVE_FUSED_ATTENTION"] = self._fusion
+        super().tearDown()
+
+    def test_attention_is_written_out_by_default(self):
+        del os.environ["GROVE_FUSED_ATTENTION"]
+        sdpa = self.sdpa
+        plan = self.check(lambda q, k, v: sdpa(q, k, v, causal=True),
+                          [torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)])
+        self.assertNotIn("attention", self.ops(plan))
+        self.assertIn("softmax", self.ops(plan))
 
     @staticmethod
     def sdpa(q, k, v, mask=None, causal=False):
@@ -480,10 +501,7 @@ class AttentionTest(ConverterCase):
         inputs = [torch.randn(1, 3, 5, 8), torch.randn(1, 3, 5, 8), torch.randn(1, 3, 5, 12)]
         fused = self.check(function, inputs)
         os.environ["GROVE_FUSED_ATTENTION"] = "0"
-        try:
-            written = self.check(function, inputs)
-        finally:
-            del os.environ["GROVE_FUSED_ATTENTION"]
+        written = self.check(function, inputs)
         self.assertIn("attention", self.ops(fused))
         self.assertNotIn("attention", self.ops(written))
         self.assertIn("softmax", self.ops(written))
