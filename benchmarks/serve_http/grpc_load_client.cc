@@ -165,19 +165,15 @@ std::vector<ClientTally> drive_grpc_clients(
     const LoadClock::time_point done = LoadClock::now();
     ClientTally& tally = client.tally;
     if (ok && call->status.ok()) {
-      ++tally.answered;
-      tally.latencies_us.push_back(
-          std::chrono::duration<double, std::micro>(done - call->arrival).count());
-      tally.last_answer = std::max(tally.last_answer, done);
+      tally.count_answer(call->arrival, done);
     } else if (call->status.error_code() == grpc::StatusCode::UNAVAILABLE &&
                call->status.error_message().find("queue is full") != std::string::npos) {
       ++tally.rejected;
     } else {
-      ++tally.errors;
-      if (tally.first_error.empty()) {
-        tally.first_error = str_cat("gRPC status ", static_cast<int>(call->status.error_code()),
-                                    ": ", call->status.error_message());
-      }
+      tally.count_error([&] {
+        return str_cat("gRPC status ", static_cast<int>(call->status.error_code()), ": ",
+                       call->status.error_message());
+      });
     }
     if (!client.waiting.empty()) {
       const LoadClock::time_point arrival = client.waiting.front();

@@ -220,19 +220,7 @@ ClientTally drive_http_client(const std::vector<std::unique_ptr<HttpLoadConnecti
     const LoadClock::time_point done = LoadClock::now();
     busy[slot] = false;
     --in_flight;
-    if (status == 200) {
-      ++tally.answered;
-      tally.latencies_us.push_back(
-          std::chrono::duration<double, std::micro>(done - scheduled[slot]).count());
-      tally.last_answer = std::max(tally.last_answer, done);
-    } else if (status == 503) {
-      ++tally.rejected;
-    } else {
-      ++tally.errors;
-      if (tally.first_error.empty()) {
-        tally.first_error = status < 0 ? connection.error() : str_cat("HTTP ", status);
-      }
-    }
+    count_http_status(tally, status, scheduled[slot], done, [&] { return connection.error(); });
   };
   double t = gap(rng);
   while (t < window_s || in_flight > 0) {
@@ -253,8 +241,7 @@ ClientTally drive_http_client(const std::vector<std::unique_ptr<HttpLoadConnecti
         scheduled[slot] = next;
         ++in_flight;
       } else {
-        ++tally.errors;
-        if (tally.first_error.empty()) tally.first_error = connections[slot]->error();
+        tally.count_error([&] { return connections[slot]->error(); });
       }
       t += gap(rng);
       continue;

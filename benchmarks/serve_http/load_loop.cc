@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -27,23 +28,32 @@ ClientTally drive_client(const std::function<int(size_t)>& exchange,
     ++tally.sent;
     if (LoadClock::now() < window_end) ++tally.sent_in_window;
     const int status = exchange(tally.sent);
-    const LoadClock::time_point done = LoadClock::now();
-    if (status == 200) {
-      ++tally.answered;
-      tally.latencies_us.push_back(
-          std::chrono::duration<double, std::micro>(done - scheduled).count());
-      tally.last_answer = std::max(tally.last_answer, done);
-    } else if (status == 503) {
-      ++tally.rejected;
-    } else {
-      ++tally.errors;
-      if (tally.first_error.empty()) {
-        tally.first_error = status < 0 ? error() : str_cat("HTTP ", status);
-      }
-    }
+    count_http_status(tally, status, scheduled, LoadClock::now(), error);
   }
   tally.cpu_s = thread_cpu_seconds() - cpu_before;
   return tally;
+}
+
+void ClientTally::count_answer(LoadClock::time_point arrival, LoadClock::time_point done) {
+  ++answered;
+  latencies_us.push_back(std::chrono::duration<double, std::micro>(done - arrival).count());
+  last_answer = std::max(last_answer, done);
+}
+
+void ClientTally::count_error(const std::function<std::string()>& why) {
+  ++errors;
+  if (first_error.empty()) first_error = why();
+}
+
+void count_http_status(ClientTally& tally, int status, LoadClock::time_point arrival,
+                       LoadClock::time_point done, const std::function<std::string()>& error) {
+  if (status == 200) {
+    tally.count_answer(arrival, done);
+  } else if (status == 503) {
+    ++tally.rejected;
+  } else {
+    tally.count_error([&] { return status < 0 ? error() : str_cat("HTTP ", status); });
+  }
 }
 
 double thread_cpu_seconds() {

@@ -24,7 +24,18 @@ struct ClientTally {
   LoadClock::time_point last_answer;  // the window's start when none
   std::string first_error;
   std::vector<double> latencies_us;  // of the answered requests
+
+  // An answer, read at `done`, to the request that arrived at `arrival`.
+  void count_answer(LoadClock::time_point arrival, LoadClock::time_point done);
+  // A failed request; `why()` is called for the first failure only, whose text is kept.
+  void count_error(const std::function<std::string()>& why);
 };
+
+// An HTTP exchange's `status` counted in `tally`: 200 answered (at `done`, for
+// the request that arrived at `arrival`), 503 rejected, anything else an
+// error, named by `error()` where the status is -1 (no HTTP answer).
+void count_http_status(ClientTally& tally, int status, LoadClock::time_point arrival,
+                       LoadClock::time_point done, const std::function<std::string()>& error);
 
 // The arrival times of client `client` at `rate` requests/s (its share:
 // rate / clients) from `start` for `window_s`, seeded by `seed` as every
