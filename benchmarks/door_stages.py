@@ -22,7 +22,6 @@ CUDA or torch._dynamo.
 import argparse
 import copy
 import cProfile
-import importlib
 import io
 import json
 import logging
@@ -185,17 +184,12 @@ def main():
     parser.add_argument("--variants", default="grove,grove_optim,torch_reduce_overhead")
     parser.add_argument("--profile", default=None, help="a folder for cProfile listings")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("door_stages: skipped: no CUDA device")
-        return 0
-    try:
-        importlib.import_module("torch._dynamo")
-    except ImportError:
-        print("door_stages: skipped: this PyTorch (%s) has no torch._dynamo" % torch.__version__)
+    from torch_backend import skipped_without_cuda_or_dynamo, training_cases
+
+    if skipped_without_cuda_or_dynamo("door_stages"):
         return 0
     import door_host_time
     import grove.torch  # noqa: F401 (registers the backend)
-    from torch_backend import training_cases
 
     torch.backends.cuda.matmul.allow_tf32 = False
     # grove's log (INFO): which training graphs fall back to AOTAutograd's runtime, and why.

@@ -278,6 +278,20 @@ def train_main(args):
     return 0
 
 
+def skipped_without_cuda_or_dynamo(name):
+    """True, having said why, where this machine cannot run the PyTorch
+    benchmark `name` (no CUDA device, or a PyTorch without torch._dynamo)."""
+    if not torch.cuda.is_available():
+        print("%s: skipped: no CUDA device" % name)
+        return True
+    try:
+        importlib.import_module("torch._dynamo")
+    except ImportError:
+        print("%s: skipped: this PyTorch (%s) has no torch._dynamo" % (name, torch.__version__))
+        return True
+    return False
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="torch_backend.json")
@@ -288,13 +302,7 @@ def main():
                         help="--train: comma-separated variants (default: all of %s)"
                         % ",".join(TRAIN_VARIANTS))
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("torch_backend: skipped: no CUDA device")
-        return 0
-    try:
-        importlib.import_module("torch._dynamo")
-    except ImportError:
-        print("torch_backend: skipped: this PyTorch (%s) has no torch._dynamo" % torch.__version__)
+    if skipped_without_cuda_or_dynamo("torch_backend"):
         return 0
     import grove.torch  # registers the backend
     import gpu_models

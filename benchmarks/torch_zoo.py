@@ -615,13 +615,9 @@ def main():
                         help="the training table (benchmarks/zoo_training.py) instead")
     parser.add_argument("--optimizers", default="adamw,sgd", help="--train: adamw, sgd")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("torch_zoo: skipped: no CUDA device")
-        return 0
-    try:
-        importlib.import_module("torch._dynamo")
-    except ImportError:
-        print("torch_zoo: skipped: this PyTorch has no torch._dynamo")
+    from torch_backend import skipped_without_cuda_or_dynamo
+
+    if skipped_without_cuda_or_dynamo("torch_zoo"):
         return 0
     if args.decode_child:
         return decode_child_main(args)
