@@ -210,27 +210,29 @@ if [ "$run_benchmarks" -eq 1 ]; then
   done <"$here/benchmarks.txt"
   # GROVE_PYTHON_BENCHMARKS=0 leaves the PyTorch benchmarks to a call of their own
   # (together they outlast one device call with the C++ benchmarks).
-  if [ "${GROVE_PYTHON_BENCHMARKS:-1}" != 0 ] && [ -f "$tree/grove/benchmarks/torch_backend.py" ]; then
-    case "benchmarks/torch_backend.py" in
-      *"$benchmark_filter"*)
-        echo
-        echo "== benchmark benchmarks/torch_backend.py"
-        (cd "$tree/grove" && PYTHONPATH="$python_path" timeout "$timeout_s" \
-          "$python_bin" benchmarks/torch_backend.py --json "$logs/torch_backend${GROVE_BENCHMARK_SUFFIX:-}.json") 2>&1 |
-          tee "$logs/torch_backend${GROVE_BENCHMARK_SUFFIX:-}.txt"
-        [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark benchmarks/torch_backend.py failed" ;;
-    esac
-  fi
-  if [ "${GROVE_PYTHON_BENCHMARKS:-1}" != 0 ] && [ -f "$tree/grove/benchmarks/torch_zoo.py" ]; then
-    case "benchmarks/torch_zoo.py" in
-      *"$benchmark_filter"*)
-        echo
-        echo "== benchmark benchmarks/torch_zoo.py"
-        (cd "$tree/grove" && PYTHONPATH="$tree/grove/python" timeout "$timeout_s" \
-          python3 benchmarks/torch_zoo.py --json "$logs/torch_zoo${GROVE_BENCHMARK_SUFFIX:-}.json") 2>&1 |
-          tee "$logs/torch_zoo${GROVE_BENCHMARK_SUFFIX:-}.txt"
-        [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark benchmarks/torch_zoo.py failed" ;;
-    esac
+  if [ "${GROVE_PYTHON_BENCHMARKS:-1}" != 0 ]; then
+    if [ -f "$tree/grove/benchmarks/torch_backend.py" ]; then
+      case "benchmarks/torch_backend.py" in
+        *"$benchmark_filter"*)
+          echo
+          echo "== benchmark benchmarks/torch_backend.py"
+          (cd "$tree/grove" && PYTHONPATH="$python_path" timeout "$timeout_s" \
+            "$python_bin" benchmarks/torch_backend.py --json "$logs/torch_backend${GROVE_BENCHMARK_SUFFIX:-}.json") 2>&1 |
+            tee "$logs/torch_backend${GROVE_BENCHMARK_SUFFIX:-}.txt"
+          [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark benchmarks/torch_backend.py failed" ;;
+      esac
+    fi
+    if [ -f "$tree/grove/benchmarks/torch_zoo.py" ]; then
+      case "benchmarks/torch_zoo.py" in
+        *"$benchmark_filter"*)
+          echo
+          echo "== benchmark benchmarks/torch_zoo.py"
+          (cd "$tree/grove" && PYTHONPATH="$tree/grove/python" timeout "$timeout_s" \
+            python3 benchmarks/torch_zoo.py --json "$logs/torch_zoo${GROVE_BENCHMARK_SUFFIX:-}.json") 2>&1 |
+            tee "$logs/torch_zoo${GROVE_BENCHMARK_SUFFIX:-}.txt"
+          [ "${PIPESTATUS[0]}" -eq 0 ] || echo "benchmark benchmarks/torch_zoo.py failed" ;;
+      esac
+    fi
   fi
 fi
 
