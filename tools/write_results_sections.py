@@ -580,6 +580,9 @@ SECTIONS = [
      lambda report: _torch_backend().training(report)),
     ("torch_zoo", "Real models and decode through torch.compile (`benchmarks/torch_zoo.py`)",
      lambda report: _torch_zoo().render(report)),
+    ("torch_zoo_train", "Real models trained through torch.compile "
+                        "(`benchmarks/torch_zoo.py --train`)",
+     lambda report: _torch_zoo().training(report)),
 ]
 
 

@@ -1,7 +1,8 @@
 """RESULTS.md section for benchmarks/torch_zoo.py (torch_zoo.json): per zoo
 model and batch the ops grove left to PyTorch, grove's graph replays per
 call and the latency of PyTorch eager, reduce-overhead and grove; then decode
-tokens/s. Kept apart from write_results_sections.py, which lists it in
+tokens/s; and the zoo's training table (torch_zoo_train.json, benchmarks/
+torch_zoo.py --train). Kept apart from write_results_sections.py, which lists it in
 SECTIONS."""
 import write_results_sections as sections  # noqa: E402  (lives next to this file)
 
@@ -90,6 +91,50 @@ def render(report):
                                 ["grove recordings"], rows_out, ["l", "r", "r", "r", "r", "r"])
     errors = _errors(rows, [key for key, _ in VARIANTS]) + \
         _errors(decode, [key for key, _ in VARIANTS])
+    if errors:
+        lines += ["", "Failures:", ""] + errors
+    return lines + [""]
+
+
+TRAIN_VARIANTS = [("torch_eager", "torch eager"), ("torch_reduce_overhead", "reduce-overhead"),
+                  ("grove", "grove door"), ("grove_step", "grove whole step")]
+
+
+def _loss(entry):
+    """The largest loss difference from eager over the steps, or "-"."""
+    if not isinstance(entry, dict) or entry.get("loss_difference") is None:
+        return "-"
+    return "%.1e" % entry["loss_difference"]
+
+
+def training(report):
+    """torch_zoo_train.json: per model, batch and optimizer the median µs per
+    step of each variant, the door's and the whole step's ratio to
+    reduce-overhead (as the benchmark wrote them) and their largest loss
+    difference from eager."""
+    rows = sections.rows_of(report, "rows")
+    table = []
+    for r in rows:
+        door, step = r.get("grove"), r.get("grove_step")
+        table.append([r.get("model", "?"), r.get("batch", "?"), r.get("optimizer", "?")] +
+                     [_latency(r.get(key)) for key, _ in TRAIN_VARIANTS] +
+                     [sections.ratio((door or {}).get("over_reduce_overhead")),
+                      sections.ratio((step or {}).get("over_reduce_overhead")),
+                      _loss(door), _loss(step)])
+    lines = ["Training steps (forward, loss, backward, optimizer) of zoo models with random "
+             "weights on PyTorch %s, %s, f32, %s steps per variant (median µs per step): "
+             "PyTorch eager and `mode=\"reduce-overhead\"`, grove through the door (PyTorch's "
+             "optimizer) and grove's whole step (one compiled step function); the ratios to "
+             "reduce-overhead and the largest loss difference from eager over the steps "
+             "(%.0f s in all)."
+             % (report.get("torch", "?"), report.get("device", "?"), report.get("repeats", "?"),
+                report.get("seconds") or 0), ""]
+    lines += sections.table(["model", "batch", "optimizer"] +
+                            [label for _, label in TRAIN_VARIANTS] +
+                            ["door / r-o", "whole step / r-o", "door loss diff",
+                             "whole step loss diff"], table,
+                            ["l", "r", "l", "r", "r", "r", "r", "r", "r", "r", "r"])
+    errors = _errors(rows, [key for key, _ in TRAIN_VARIANTS])
     if errors:
         lines += ["", "Failures:", ""] + errors
     return lines + [""]
