@@ -237,11 +237,11 @@ def first_call_s(run, inputs):
 def zoo_rows(args, deadline):
     from torch_backend import time_calls  # benchmarks/, this script's folder
 
-    wanted = set(args.models.split(",")) if args.models else None
+    # --models runs the models named, in the order named.
+    order = args.models.split(",") if args.models else [name for name, _, _ in MODELS]
     rows = []
-    for name, make, library in MODELS:
-        if wanted and name not in wanted:
-            continue
+    for name, make, library in sorted((m for m in MODELS if m[0] in order),
+                                      key=lambda m: order.index(m[0])):
         for batch in (1, 16):
             row = {"model": name, "batch": batch}
             rows.append(row)
@@ -612,7 +612,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--budget-s", type=float, default=230.0,
                         help="cases left after this many seconds are reported as not run")
-    parser.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
+    parser.add_argument("--models", default="",
+                        help="comma-separated zoo models, run in this order (default: all)")
     parser.add_argument("--decode", action="store_true",
                         help="also the decode rows (tokens/s; each case in a child process)")
     parser.add_argument("--no-decode", action="store_true",
