@@ -235,14 +235,14 @@ def first_call_s(run, inputs):
 
 
 def zoo_rows(args, deadline):
-    from torch_backend import time_calls  # benchmarks/, this script's folder
+    from torch_backend import grove_cxx_time, time_calls  # benchmarks/, this script's folder
 
     # --models runs the models named, in the order named.
     order = args.models.split(",") if args.models else [name for name, _, _ in MODELS]
     rows = []
     for name, make, library in sorted((m for m in MODELS if m[0] in order),
                                       key=lambda m: order.index(m[0])):
-        for batch in (1, 16):
+        for batch in (int(b) for b in args.batches.split(",")):
             row = {"model": name, "batch": batch}
             rows.append(row)
             if time.time() > deadline:
@@ -279,6 +279,13 @@ def zoo_rows(args, deadline):
                         gc.collect()
                         row[variant] = time_calls(run, inputs, args.repeats)
                         row[variant]["compile_s"] = compile_s
+                        if variant in ("grove", FUSED):
+                            # Note [grove's C++ time in the zoo]
+                            try:
+                                row[variant]["cxx_us"] = grove_cxx_time(args.repeats)
+                            except Exception as error:  # a diagnostic: the timing stands
+                                row[variant]["cxx_error"] = "%s: %s" % (type(error).__name__,
+                                                                        error)
                         if variant != "torch_eager" and not args.no_kernels:
                             row[variant]["kernels"] = kernel_profile(run, inputs)
                 except Exception as error:  # one variant failing leaves the others' numbers
@@ -291,6 +298,13 @@ def zoo_rows(args, deadline):
             print_row(row)
     return rows
 
+
+# Note [grove's C++ time in the zoo]: a grove row's latency is the door's
+# host work (dynamo's guards, Python, the C API) and the graph's replay; the
+# same compiled model called from C++ (torch_backend.grove_cxx_time: the last
+# graph compiled, when it is one grove segment) leaves only the replay and
+# grove's C++ call, so the two split a row's gap to reduce-overhead between the
+# door's host path and what the graph runs on the GPU.
 
 # Note [Kernels per call in the zoo]: at these sizes a replay is GPU-bound, so
 # what separates grove from reduce-overhead is how many kernels a call runs and
@@ -351,6 +365,9 @@ def print_row(row):
             continue
         if variant == FUSED and "median_us" in row[variant]:
             print("  %-22s %.1f us" % (variant, row[variant]["median_us"]))
+        if row[variant].get("cxx_us") is not None:
+            print("  %-22s C++ call %.1f us (the same graph from C++: no dynamo, no Python)" % (
+                variant, row[variant]["cxx_us"]))
         if "error" in row.get(variant, {}):
             print("  %s: %s" % (variant, row[variant]["error"][:300]))
         kernels = row.get(variant, {}).get("kernels")
@@ -614,6 +631,7 @@ def main():
                         help="cases left after this many seconds are reported as not run")
     parser.add_argument("--models", default="",
                         help="comma-separated zoo models, run in this order (default: all)")
+    parser.add_argument("--batches", default="1,16", help="comma-separated batch sizes")
     parser.add_argument("--decode", action="store_true",
                         help="also the decode rows (tokens/s; each case in a child process)")
     parser.add_argument("--no-decode", action="store_true",
