@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "compiler/lowering/attention_kernel.h"
@@ -330,6 +331,27 @@ void Scheduler::schedule_concat(const LoweringNode& node) {
       ops::normalize_dim(node.context, node.context.attrs.get_int("dim"), rank, "dim"));
   int64_t start = 0;
   std::vector<int> allocate = {result};
+  // Note [One kernel for a concat of equal parts] (kernel_assembly.cc).
+  const Shape& first = graph_.value(node.operands[0]).type.shape;
+  const bool equal_parts =
+      node.operands.size() >= 2 && node.operands.size() <= kMaxConcatParts &&
+      runtime::shape_numel(first) > 0 &&
+      std::all_of(node.operands.begin(), node.operands.end(),
+                  [&](int operand) { return graph_.value(operand).type.shape == first; });
+  if (equal_parts) {
+    std::optional<AssembledKernel> kernel;
+    try {
+      KernelAssembler assembler(graph_, out_.fusion, out_.slots, substitutes_);
+      kernel =
+          assembler.concat_of_equal_parts(node.operands, result, first[d] * to.layout.strides[d]);
+    } catch (const NeedsRelayout&) {
+      // A part read through a layout the part map cannot index: one kernel per part.
+    }
+    if (kernel) {
+      add_kernel(std::move(*kernel), node.name, allocate);
+      return;
+    }
+  }
   for (int operand : node.operands) {
     const Shape& shape = graph_.value(operand).type.shape;
     if (runtime::shape_numel(shape) > 0) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "compiler/ir/builder.h"
+#include "compiler/lowering/kernel_assembly.h"
 #include "compiler/lowering/lower.h"
 #include "compiler/lowering/scheduler.h"
 #include "compiler/ops/op_registry.h"
@@ -294,9 +295,47 @@ TEST(Concat, NegatedHalfCostsNoKernel) {
        compiler::lowering::schedule_program(program, options).steps) {
     kernels += step.kind == compiler::lowering::StepKind::kKernel ? 1 : 0;
   }
-  EXPECT_EQ(kernels, 3);  // two concat parts (one negating), the multiply-add
+  // The concat (Note [One kernel for a concat of equal parts]: both halves,
+  // one negated) and the multiply-add.
+  EXPECT_EQ(kernels, 2);
   testing::expect_matches_reference(program, testing::random_inputs(program, 20261130), kSim,
                                     testing::tolerance_for(DType::kF32), "rotary");
+}
+
+int concat_kernels(const compiler::ir::Program& program) {
+  compiler::lowering::ScheduleOptions options;
+  options.load_kernels = false;
+  int kernels = 0;
+  for (const compiler::lowering::Step& step :
+       compiler::lowering::schedule_program(program, options).steps) {
+    kernels += step.kind == compiler::lowering::StepKind::kKernel && step.op == "concat" ? 1 : 0;
+  }
+  return kernels;
+}
+
+// Note [One kernel for a concat of equal parts]: parts of one shape along a
+// middle dim, one read through a transposed layout and one computed (an exp
+// nothing else reads), are one kernel; parts of different sizes, or more
+// parts than kMaxConcatParts, are one kernel each. Values match the reference.
+TEST(Concat, EqualPartsAreOneKernel) {
+  for (const int parts : {2, 3, 5}) {
+    for (const bool equal : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << parts << " parts, equal " << equal);
+      ProgramBuilder b("concat", kSim);
+      ValueId transposed = b.transpose(in(b, "t", {4, 3, 2}, DType::kF32), 0, 2);  // [2, 3, 4]
+      std::vector<ValueId> operands = {transposed, b.exp(in(b, "e", {2, 3, 4}, DType::kF32))};
+      for (int p = 2; p < parts; ++p) {
+        operands.push_back(in(b, "x" + std::to_string(p), {2, equal ? 3 : p, 4}, DType::kF32));
+      }
+      b.output(b.mul(b.concat(operands, 1), b.full(2.0)));
+      compiler::ir::Program program = b.build();
+      const bool one =
+          parts <= static_cast<int>(compiler::lowering::kMaxConcatParts) && (equal || parts == 2);
+      EXPECT_EQ(concat_kernels(program), one ? 1 : parts);
+      testing::expect_matches_reference(program, testing::random_inputs(program, 20261126 + parts),
+                                        kSim, testing::tolerance_for(DType::kF32), "concat");
+    }
+  }
 }
 
 TEST(OpLowering, CastAfterNonzeroFollowsTheDataDependentShape) {

@@ -163,10 +163,11 @@ TEST(ReductionPrologueCounts, MlpBackwardLaunchesSixteenFewerKernels) {
 // residual gradient's add and the following bias-gradient sum are one kernel.
 TEST(ReductionPrologueCounts, GptBackwardLaunchesFourFewerKernels) {
   const auto model = training::testing::gpt_with_next_token_loss(2, 8, runtime::kSimDevice);
-  // (129, not 131: two concats compute a pointwise operand in their part
-  // kernel, Note [Concat parts compute their operand].)
-  EXPECT_EQ(backward_kernels(model, "0"), 129u);
-  EXPECT_EQ(backward_kernels(model, "1"), 125u);
+  // (127, not 131: two concats compute a pointwise operand in their part
+  // kernel, Note [Concat parts compute their operand], and each concat of
+  // two equal parts is one kernel, Note [One kernel for a concat of equal parts].)
+  EXPECT_EQ(backward_kernels(model, "0"), 127u);
+  EXPECT_EQ(backward_kernels(model, "1"), 123u);
 }
 
 TEST(ReductionPrologueCounts, SwitchRejectsOtherValues) {
