@@ -388,9 +388,18 @@ AssembledKernel KernelAssembler::group(int root, int row_values_slot) {
   const std::vector<int>& members = plan_.members[static_cast<size_t>(root)];
   AccessMap root_map;
   if (reduction >= 0) {
-    ReductionFrame frame = reduction_frame(graph_, graph_.node(reduction));
+    const LoweringNode& reduced = graph_.node(reduction);
+    ReductionFrame frame = reduction_frame(graph_, reduced);
     reset(group_name(graph_, members), frame.iteration_shape);
     root_map = frame.result_map;
+    const Shape& root_shape = graph_.value(node.results[0]).type.shape;
+    if (node.node_class == NodeClass::kPointwise &&
+        root_shape == graph_.value(reduced.operands[0]).type.shape &&
+        root_shape != graph_.value(reduced.results[0]).type.shape) {
+      // Note [Per-row values broadcast in their reduction's kernel] (fusion.cc):
+      // the root has the row operand's shape and is written per element.
+      root_map = frame.operand_maps[0];
+    }
   } else {
     const Shape& shape = graph_.value(node.results[0]).type.shape;
     reset(group_name(graph_, members), shape);

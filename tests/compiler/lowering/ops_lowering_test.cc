@@ -338,6 +338,49 @@ TEST(Concat, EqualPartsAreOneKernel) {
   }
 }
 
+int kernel_steps(const compiler::ir::Program& program) {
+  compiler::lowering::ScheduleOptions options;
+  options.load_kernels = false;
+  int kernels = 0;
+  for (const compiler::lowering::Step& step :
+       compiler::lowering::schedule_program(program, options).steps) {
+    kernels += step.kind == compiler::lowering::StepKind::kKernel ? 1 : 0;
+  }
+  return kernels;
+}
+
+// Note [Per-row values broadcast in their reduction's kernel] (fusion.cc):
+// rms_norm written out as LLaMA writes it is one kernel (the reduction, then
+// per element x * rsqrt(...) * weight); a per-row value that something else
+// also reads, one of a reduction over a leading dim, or one without keepdim
+// keeps its own kernel. Every case matches the reference.
+TEST(Fusion, RmsNormWrittenOutIsOneKernel) {
+  struct Case {
+    const char* label;
+    std::vector<int64_t> dims;
+    bool keepdim;
+    bool read_twice;
+    int kernels;
+  };
+  for (const Case& c :
+       {Case{"rms_norm", {2}, true, false, 1}, Case{"per-row value read twice", {2}, true, true, 2},
+        Case{"over a leading dim", {0}, true, false, 2},
+        Case{"without keepdim", {2}, false, false, 2}}) {
+    SCOPED_TRACE(c.label);
+    ProgramBuilder b("rms_norm", kSim);
+    ValueId x = in(b, "x", {3, 5, 16}, DType::kF32);
+    ValueId weight = in(b, "weight", {16}, DType::kF32);
+    ValueId scale = b.rsqrt(b.add(b.mean(b.mul(x, x), c.dims, c.keepdim), b.full(1e-6)));
+    if (!c.keepdim) scale = b.reshape(scale, {3, 5, 1});
+    b.output(b.mul(b.mul(x, scale), weight));
+    if (c.read_twice) b.output(b.exp(scale));
+    compiler::ir::Program program = b.build();
+    EXPECT_EQ(kernel_steps(program), c.kernels + (c.read_twice ? 1 : 0));
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261126), kSim,
+                                      testing::tolerance_for(DType::kF32), c.label);
+  }
+}
+
 TEST(OpLowering, CastAfterNonzeroFollowsTheDataDependentShape) {
   ProgramBuilder b("dynamic", kSim);
   ValueId x = b.input("x", {5, 3});
