@@ -33,7 +33,7 @@ class Scheduler {
   void schedule_node(int node_index);
   void schedule_group(int root);
   void schedule_view(const LoweringNode& node);
-  void schedule_gemm(const LoweringNode& node);
+  void schedule_gemm(int node_index);
   void schedule_concat(const LoweringNode& node);
   void schedule_host(const LoweringNode& node);
   void schedule_dynamic(int node_index);
@@ -304,7 +304,12 @@ void Scheduler::schedule_view(const LoweringNode& node) {
   out_.steps.push_back(std::move(view));
 }
 
-void Scheduler::schedule_gemm(const LoweringNode& node) {
+void Scheduler::schedule_gemm(int node_index) {
+  const LoweringNode& node = graph_.node(node_index);
+  // Note [Attention results with heads last] (attention_kernel.cc).
+  if (std::optional<Layout> layout = matmul_result_layout(graph_, node_index)) {
+    out_.slots[static_cast<size_t>(node.results[0])].layout = *layout;
+  }
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
   if (const int64_t rows = small_m_gemm_rows(launch, out_.device, options_.load_kernels)) {
@@ -509,7 +514,7 @@ void Scheduler::schedule_node(int node_index) {
       schedule_view(node);
       break;
     case NodeClass::kGemm:
-      schedule_gemm(node);
+      schedule_gemm(node_index);
       break;
     case NodeClass::kConcat:
       schedule_concat(node);

@@ -381,6 +381,46 @@ TEST(Fusion, RmsNormWrittenOutIsOneKernel) {
   }
 }
 
+// Note [Attention results with heads last] (attention_kernel.cc), for the
+// written-out attention's last product: at batch 1 the GEMM writes the heads
+// where merging them back is a view (no copy kernel), as a 4-d matmul and as
+// bmm's [H, T, D] read as [1, H, T, D]; at batch 2 (the GEMM would split into
+// a launch per batch) and for a product that is also an output, the copy
+// stays. Values match the reference.
+TEST(Matmul, HeadsMergedBackCostNoCopyAtBatchOne) {
+  struct Case {
+    const char* label;
+    int64_t batch;
+    bool three_d;
+    bool also_output;
+    int kernels;
+  };
+  for (const Case& c :
+       {Case{"4-d, batch 1", 1, false, false, 0}, Case{"bmm, batch 1", 1, true, false, 0},
+        Case{"4-d, batch 2", 2, false, false, 1},
+        Case{"4-d, batch 1, also an output", 1, false, true, 1}}) {
+    SCOPED_TRACE(c.label);
+    ProgramBuilder b("heads", kSim);
+    const int64_t heads = 4, time = 6, width = 8;
+    ValueId product;
+    if (c.three_d) {
+      ValueId p = in(b, "p", {c.batch * heads, time, time}, DType::kF32);
+      ValueId v = in(b, "v", {c.batch * heads, time, width}, DType::kF32);
+      product = b.reshape(b.matmul(p, v), {c.batch, heads, time, width});
+    } else {
+      ValueId p = in(b, "p", {c.batch, heads, time, time}, DType::kF32);
+      ValueId v = in(b, "v", {c.batch, heads, time, width}, DType::kF32);
+      product = b.matmul(p, v);
+    }
+    b.output(b.reshape(b.transpose(product, 1, 2), {c.batch, time, heads * width}));
+    if (c.also_output) b.output(product);
+    compiler::ir::Program program = b.build();
+    EXPECT_EQ(kernel_steps(program), c.kernels);
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261126), kSim,
+                                      testing::tolerance_for(DType::kF32), c.label);
+  }
+}
+
 TEST(OpLowering, CastAfterNonzeroFollowsTheDataDependentShape) {
   ProgramBuilder b("dynamic", kSim);
   ValueId x = b.input("x", {5, 3});
