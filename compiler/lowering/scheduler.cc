@@ -312,7 +312,8 @@ void Scheduler::schedule_gemm(int node_index) {
   }
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
-  if (const int64_t rows = small_m_gemm_rows(launch, out_.device, options_.load_kernels)) {
+  if (const int64_t rows =
+          small_m_gemm_rows(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
     // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
     add_kernel(small_m_gemm_kernel(launch, rows), node.name, launch.written_slots());
     return;

@@ -200,10 +200,13 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
                   if position not in demoted]
         plan = importer.import_graph(aten, examples, static_inputs=static, strict=strict,
                                      name="torch_graph")
-        with _grove_kernels_for_small_gemms(bool(demoted)):
-            return plan.compile(
-                backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
-                state_outputs=input_writes.output_nodes_at(aten.graph, state_positions))
+        options = {}
+        if demoted and "GROVE_SMALL_M_GEMM" not in os.environ:
+            # Note [Patchable graphs for inputs that moved]: this compile's own choice.
+            options["small_m_gemm"] = "on"
+        return plan.compile(
+            backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
+            state_outputs=input_writes.output_nodes_at(aten.graph, state_positions), **options)
 
     return CompiledGraph(build(list(example_inputs)),
                          rebuild=lambda args, demoted: build(list(args), demoted),
@@ -219,22 +222,13 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
 # The GEMMs of a decode step have a row or a few (M <= 32), which grove's
 # small-M kernel computes (attention is grove's own kernel: Note [Fused
 # attention in the importer]), so the rebuild compiles with
-# GROVE_SMALL_M_GEMM=on unless the user set that variable. Results stay within
+# the compile option small_m_gemm="on" (that graph's models alone: the
+# process's environment is never changed) unless the user set
+# GROVE_SMALL_M_GEMM, which then decides. Results stay within
 # the tests' tolerances of PyTorch's (the small-M kernel is what auto picks
-# for most such GEMMs anyway). Test: GpuDecodeTest and torch_zoo's decode rows
-# (zero-copy inputs, input copies).
-class _grove_kernels_for_small_gemms:
-    def __init__(self, active):
-        self.active = active and "GROVE_SMALL_M_GEMM" not in os.environ
-
-    def __enter__(self):
-        if self.active:
-            os.environ["GROVE_SMALL_M_GEMM"] = "on"
-
-    def __exit__(self, *exc):
-        if self.active:
-            os.environ.pop("GROVE_SMALL_M_GEMM", None)
-        return False
+# for most such GEMMs anyway). Tests: GpuDecodeTest and torch_zoo's decode
+# rows (zero-copy inputs, input copies), DynamoBackendTest.
+# test_a_static_input_that_moves_is_demoted_once (the rebuilt graph's GEMM).
 
 
 def _training_graph(gm, example_inputs, mode, strict, device):

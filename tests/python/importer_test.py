@@ -516,6 +516,11 @@ class DynamoBackendTest(unittest.TestCase):
             self.assertEqual(compiled.rebuilds, 0 if sequence == 0 else 1, sequence)
         self.assertIs(compiled.runner, first_runner)
         self.assertEqual(compiled.demoted, {1})
+        # Note [Patchable graphs for inputs that moved]: the rebuilt graph's
+        # GEMM is grove's small-M kernel, asked for by its own compile option.
+        lowered = compiled.runner.models()[0].stats()["programs"][0]["lowered"]
+        self.assertIn("kernel small_m_gemm", lowered)
+        self.assertNotIn("GROVE_SMALL_M_GEMM", os.environ)
         self.assertEqual(compiled.runner.static_positions, [3])
         tree = compiled.runner.models()[0].stats()["tree"]
         later = {key: tree[key] - after_demotion[key] for key in (
