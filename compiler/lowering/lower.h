@@ -32,7 +32,7 @@ struct LowerOptions {
   ops::ExecMode mode = ops::ExecMode::kInference;
   // Receives the text of `print` nodes ("<message>: f32[2] [1, 2]"); stderr when empty.
   std::function<void(const std::string&)> print_sink;
-  // Note [Small-M GEMM selection]: this compile's mode; none: GROVE_SMALL_M_GEMM.
+  // This compile's mode (Note [Small-M GEMM selection]); none: GROVE_SMALL_M_GEMM.
   std::optional<SmallMGemmMode> small_m_gemm;
 };
 

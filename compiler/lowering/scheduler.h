@@ -51,7 +51,7 @@ struct ScheduleOptions {
   // inspect the PTX of a cuda program on a machine without a GPU). The result
   // cannot run.
   bool load_kernels = true;
-  // Note [Small-M GEMM selection]: this compile's mode; none: GROVE_SMALL_M_GEMM.
+  // This compile's mode (Note [Small-M GEMM selection]); none: GROVE_SMALL_M_GEMM.
   std::optional<SmallMGemmMode> small_m_gemm;
 };
 

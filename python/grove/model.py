@@ -82,7 +82,7 @@ class Model:
             options["dims"] = dict(dims)
         if gradient_all_reduce is not None:  # Note [Gradient all-reduce in the door's backward]
             options["gradient_all_reduce"] = dict(gradient_all_reduce)
-        if small_m_gemm is not None:  # Note [Small-M GEMM selection]: this model's own choice
+        if small_m_gemm is not None:  # its own choice (Note [Small-M GEMM selection])
             options["small_m_gemm"] = str(small_m_gemm)
         params = dict(params or {})
         bindings = (_capi.StateBinding * max(len(params), 1))()

@@ -323,7 +323,7 @@ std::string lowered_steps(const char* options) {
   return text;
 }
 
-// Note [Small-M GEMM selection]: the "small_m_gemm" option picks grove's
+// The "small_m_gemm" option (Note [Small-M GEMM selection]) picks grove's
 // small-M kernel for its model alone, before GROVE_SMALL_M_GEMM, and changes
 // nothing in the environment; "" leaves the choice to the variable.
 TEST(CApi, SmallMGemmOptionChoosesForItsModelBeforeTheEnvironment) {
