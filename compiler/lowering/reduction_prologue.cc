@@ -63,16 +63,16 @@ bool mergeable_producer(const LoweringGraph& graph, const FusionPlan& plan, int 
 
 }  // namespace
 
-bool reduction_prologues_enabled() {
+ReductionPrologues reduction_prologues_mode() {
   const char* value = std::getenv("GROVE_FUSE_REDUCTION_PROLOGUES");
-  // Off by default: on an H100 a training step got slower with it (gpt4x256
-  // b=8 T=32: 2087 us on, 1871 us off; see benchmarks/RESULTS.md).
-  if (value == nullptr || *value == '\0') return false;
+  // Note [Reduction prologues]: row reductions only by default.
+  if (value == nullptr || *value == '\0') return ReductionPrologues::kRowReductions;
   const std::string text = value;
   GROVE_CHECK_AS(ConfigError, text == "0" || text == "1", "GROVE_FUSE_REDUCTION_PROLOGUES='", text,
-                 "': expected 1 (reductions compute and write their elementwise producers, and "
-                 "column reductions run a row per thread on cuda) or 0 (do not, the default)");
-  return text == "1";
+                 "': expected 1 (every reduction computes and writes its elementwise producer, "
+                 "and column reductions run a row per thread on cuda) or 0 (none does; unset: "
+                 "row reductions only)");
+  return text == "1" ? ReductionPrologues::kAll : ReductionPrologues::kNone;
 }
 
 void fuse_reduction_prologues(const LoweringGraph& graph, FusionPlan& plan) {
@@ -80,7 +80,8 @@ void fuse_reduction_prologues(const LoweringGraph& graph, FusionPlan& plan) {
   plan.extra_outputs.assign(node_count, {});
   plan.written_by.assign(graph.values().size(), -1);
   plan.launches_here.assign(node_count, -1);
-  if (!reduction_prologues_enabled()) return;
+  const ReductionPrologues mode = reduction_prologues_mode();
+  if (mode == ReductionPrologues::kNone) return;
   for (size_t n = 0; n < node_count; ++n) {
     const LoweringNode& node = graph.node(static_cast<int>(n));
     if (node.node_class != NodeClass::kReduction || !plan.is_root[n] ||
@@ -93,6 +94,11 @@ void fuse_reduction_prologues(const LoweringGraph& graph, FusionPlan& plan) {
         row_plan.operand_layouts[0] != ops::RowLayout::kFull) {
       continue;
     }
+    const int64_t rank = graph.value(node.operands[0]).type.rank();
+    // One reduced dim, the last (layer_norm's, softmax's): no merged dims.
+    const bool row_reduction =
+        row_plan.reduced_dims.size() == 1 && row_plan.reduced_dims[0] == rank - 1;
+    if (mode == ReductionPrologues::kRowReductions && !row_reduction) continue;
     const int value_id = node.operands[0];
     if (!mergeable_producer(graph, plan, static_cast<int>(n), value_id)) continue;
     const auto producer = static_cast<size_t>(graph.value(value_id).producer);
@@ -111,7 +117,10 @@ void fuse_reduction_prologues(const LoweringGraph& graph, FusionPlan& plan) {
 
 bool use_thread_rows(const LoweringGraph& graph, const LoweringNode& reduction,
                      const codegen::KernelSpec& spec) {
-  if (!reduction_prologues_enabled() || spec.warp_rows || !spec.part_sizes.empty()) return false;
+  if (reduction_prologues_mode() != ReductionPrologues::kAll || spec.warp_rows ||
+      !spec.part_sizes.empty()) {
+    return false;
+  }
   const ops::ReductionPlan row_plan = reduction_plan(reduction);
   const int64_t rank = graph.value(reduction.operands[0]).type.rank();
   if (row_plan.mean_over_rows || row_plan.reduced_dims.empty() || rank < 2 ||

@@ -172,6 +172,22 @@ TEST(ReductionPrologueCounts, GptBackwardLaunchesFourFewerKernels) {
   EXPECT_EQ(backward_kernels(model, "1"), 119u);
 }
 
+// Note [Reduction prologues]: unset, the switch fuses into row reductions
+// only. gpt4x256's forward (its layer_norms are row reductions: each residual
+// add runs inside the next one, as with 1) and its backward (the column sums
+// of the bias gradients keep their producers apart, as with 0: no reduction
+// runs a row per thread).
+TEST(ReductionPrologueCounts, RowReductionsTakeProloguesByDefault) {
+  const auto model = training::testing::gpt_with_next_token_loss(2, 8, runtime::kSimDevice);
+  auto forward_kernels = [&](const char* prologues) {
+    testing::ScopedEnv env("GROVE_FUSE_REDUCTION_PROLOGUES", prologues);
+    return compiler::lowering::lower(model.program).kernel_report().kernels.size();
+  };
+  EXPECT_EQ(forward_kernels(""), forward_kernels("1"));
+  EXPECT_LT(forward_kernels(""), forward_kernels("0"));
+  EXPECT_EQ(backward_kernels(model, ""), backward_kernels(model, "0"));
+}
+
 TEST(ReductionPrologueCounts, SwitchRejectsOtherValues) {
   testing::ScopedEnv bad("GROVE_FUSE_REDUCTION_PROLOGUES", "yes");
   testing::expect_error<ConfigError>(
