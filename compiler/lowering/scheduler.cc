@@ -168,6 +168,18 @@ void Scheduler::add_kernel(AssembledKernel assembled, const std::string& node_na
   for (int slot : allocate) {
     if (allocated_.insert(slot).second) step.allocate.push_back(slot);
   }
+  // Note [No kernel over no elements]: an elementwise kernel over an empty
+  // iteration space (an inference batch norm's saved statistics, shape [0])
+  // would launch for nothing; its slots are still allocated (empty) here. A
+  // reduction still runs: its rows may be non-empty with empty reduced dims
+  // (a sum over a dim of size 0 writes zeros). Test: Kernels.NoneForEmptyValues
+  // (tests/compiler/lowering/ops_lowering_test.cc).
+  if (runtime::shape_numel(assembled.spec.iteration_shape) == 0 &&
+      assembled.spec.reductions.empty()) {
+    step.kind = StepKind::kAlias;
+    out_.steps.push_back(std::move(step));
+    return;
+  }
   auto start = std::chrono::steady_clock::now();
   if (options_.load_kernels)
     step.kernel.kernel = codegen::compile_kernel(assembled.spec, out_.device);

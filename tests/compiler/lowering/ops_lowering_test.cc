@@ -421,6 +421,22 @@ TEST(Matmul, HeadsMergedBackCostNoCopyAtBatchOne) {
   }
 }
 
+// Note [No kernel over no elements] (scheduler.cc): an elementwise value
+// with no elements costs no kernel (its empty output is still returned, and
+// one computed from it too); a reduction with no rows costs none either.
+TEST(Kernels, NoneForEmptyValues) {
+  ProgramBuilder b("empty", kSim);
+  ValueId nothing = b.exp(in(b, "nothing", {0, 4}, DType::kF32));
+  b.output(nothing);
+  b.output(b.add(nothing, b.full(1.0, {0, 4})));
+  b.output(b.exp(in(b, "x", {3}, DType::kF32)));
+  b.output(b.sum(in(b, "no_rows", {0, 5}, DType::kF32), {1}));
+  compiler::ir::Program program = b.build();
+  EXPECT_EQ(kernel_steps(program), 2);  // exp(x) and the empty sum's reduction
+  testing::expect_matches_reference(program, testing::random_inputs(program, 20261126), kSim,
+                                    testing::tolerance_for(DType::kF32), "empty");
+}
+
 TEST(OpLowering, CastAfterNonzeroFollowsTheDataDependentShape) {
   ProgramBuilder b("dynamic", kSim);
   ValueId x = b.input("x", {5, 3});
