@@ -79,6 +79,43 @@ int row_broadcast_reduction(const LoweringGraph& graph, int value_id,
   return -1;
 }
 
+// Note [Small values computed per element]: a pointwise value of at most
+// kMaxRecomputedElements elements (per-channel arithmetic on parameters: an
+// inference batch norm's rsqrt(var + eps) * weight) read by one pointwise
+// consumer that broadcasts it is computed in the consumer's kernel, per
+// element, instead of by a kernel of its own: a few flops per element where
+// a launch and a write and read of the small value were. Test:
+// Fusion.BatchNormInferenceIsOneKernel (tests/compiler/lowering/ops_lowering_test.cc).
+constexpr int64_t kMaxRecomputedElements = 4096;
+
+// Whether pointwise value `value_id` is computed from no reduction's result
+// through pointwise nodes (a reduction's row would then be redone per element).
+bool computed_without_reductions(const LoweringGraph& graph, int value_id) {
+  std::vector<int> pending = {value_id};
+  for (int visited = 0; !pending.empty(); ++visited) {
+    if (visited > 64) return false;
+    const LoweringValue& value = graph.value(pending.back());
+    pending.pop_back();
+    if (value.producer < 0) continue;
+    const LoweringNode& producer = graph.node(value.producer);
+    if (producer.node_class == NodeClass::kReduction) return false;
+    if (producer.node_class != NodeClass::kPointwise) continue;  // views, GEMMs: materialized
+    for (int operand : producer.operands) pending.push_back(operand);
+  }
+  return true;
+}
+
+bool small_value_broadcast(const LoweringGraph& graph, int value_id, const LoweringNode& consumer) {
+  const LoweringValue& value = graph.value(value_id);
+  const LoweringNode& producer = graph.node(value.producer);
+  return producer.node_class == NodeClass::kPointwise &&
+         producer.pointwise == PointwiseKind::kHook && !producer.in_place() &&
+         consumer.node_class == NodeClass::kPointwise &&
+         consumer.pointwise == PointwiseKind::kHook && !consumer.in_place() &&
+         runtime::shape_numel(value.type.shape) <= kMaxRecomputedElements &&
+         computed_without_reductions(graph, value_id);
+}
+
 bool can_inline(const LoweringGraph& graph, int value_id) {
   const LoweringValue& value = graph.value(value_id);
   if (value.producer < 0 || value.is_output || value.dynamic()) return false;
@@ -119,7 +156,8 @@ bool can_inline(const LoweringGraph& graph, int value_id) {
       return false;
     }
     if (!is_constant && value.type.shape != iteration_shape_of_consumer(graph, consumer) &&
-        row_broadcast_reduction(graph, value_id, consumer) < 0) {
+        row_broadcast_reduction(graph, value_id, consumer) < 0 &&
+        !small_value_broadcast(graph, value_id, consumer)) {
       return false;
     }
     if (producer.node_class == NodeClass::kReduction) {

@@ -421,6 +421,38 @@ TEST(Matmul, HeadsMergedBackCostNoCopyAtBatchOne) {
   }
 }
 
+// Note [Small values computed per element] (fusion.cc): an inference batch
+// norm as the importer writes it, then relu, is one kernel; a small value
+// read by two consumers, or one too large, keeps its kernel. Values match the
+// reference.
+TEST(Fusion, BatchNormInferenceIsOneKernel) {
+  for (const int64_t channels : {16, 5000}) {
+    SCOPED_TRACE(channels);
+    ProgramBuilder b("batch_norm", kSim);
+    ValueId x = in(b, "x", {2, channels, 3, 3}, DType::kF32);
+    auto per_channel = [&](const char* name) {
+      return b.reshape(in(b, name, {channels}, DType::kF32), {channels, 1, 1});
+    };
+    ValueId var = b.exp(per_channel("var"));
+    ValueId scale = b.mul(b.rsqrt(b.add(var, b.full(1e-5))), per_channel("weight"));
+    ValueId out = b.add(b.mul(b.sub(x, per_channel("mean")), scale), per_channel("bias"));
+    b.output(b.op1("relu", {out}));
+    compiler::ir::Program program = b.build();
+    EXPECT_EQ(kernel_steps(program), channels <= 4096 ? 1 : 2);
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261126), kSim,
+                                      testing::tolerance_for(DType::kF32), "batch_norm");
+  }
+  ProgramBuilder b("shared", kSim);
+  ValueId x = in(b, "x", {2, 4, 3}, DType::kF32);
+  ValueId small = b.exp(in(b, "s", {4, 1}, DType::kF32));
+  b.output(b.mul(x, small));
+  b.output(b.add(x, small));
+  compiler::ir::Program program = b.build();
+  EXPECT_EQ(kernel_steps(program), 3);
+  testing::expect_matches_reference(program, testing::random_inputs(program, 20261127), kSim,
+                                    testing::tolerance_for(DType::kF32), "shared");
+}
+
 // Note [No kernel over no elements] (scheduler.cc): an elementwise value
 // with no elements costs no kernel (its empty output is still returned, and
 // one computed from it too); a reduction with no rows costs none either.
