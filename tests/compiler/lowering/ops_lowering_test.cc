@@ -453,6 +453,24 @@ TEST(Fusion, BatchNormInferenceIsOneKernel) {
                                     testing::tolerance_for(DType::kF32), "shared");
 }
 
+// Note [GEMM epilogues in lowering], through a view: linear's rows put back
+// as [B, T, N] and then gelu'd cost no kernel (the GEMM applies bias and
+// gelu); with the linear's rows also read elsewhere, the gelu is a kernel.
+TEST(GemmEpilogue, GeluReadThroughAReshapeIsTheGemms) {
+  for (const bool rows_read_too : {false, true}) {
+    SCOPED_TRACE(rows_read_too);
+    ProgramBuilder b("mlp", kSim);
+    ValueId x = in(b, "x", {6, 8}, DType::kF32);
+    ValueId rows = b.linear(x, in(b, "w", {16, 8}, DType::kF32), in(b, "b", {16}, DType::kF32));
+    b.output(b.gelu(b.reshape(rows, {2, 3, 16})));
+    if (rows_read_too) b.output(b.exp(rows));
+    compiler::ir::Program program = b.build();
+    EXPECT_EQ(kernel_steps(program), rows_read_too ? 2 : 0);
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261126), kSim,
+                                      testing::tolerance_for(DType::kF32), "mlp");
+  }
+}
+
 // Note [No kernel over no elements] (scheduler.cc): an elementwise value
 // with no elements costs no kernel (its empty output is still returned, and
 // one computed from it too); a reduction with no rows costs none either.
