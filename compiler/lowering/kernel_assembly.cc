@@ -418,6 +418,9 @@ AssembledKernel KernelAssembler::group(int root, int row_values_slot) {
     spec_.thread_rows = use_thread_rows(graph_, node, spec_);
     return finish();
   }
+  // Note [Reduction prologues] under a pointwise root: the values this kernel
+  // computes and writes, per element of its rows (the root's own map).
+  computed_here_ = plan_.extra_outputs[static_cast<size_t>(root)];
   std::vector<int> results;
   pointwise_expr(root, root_map, &results);
   for (size_t r = 0; r < results.size(); ++r) {
@@ -426,6 +429,7 @@ AssembledKernel KernelAssembler::group(int root, int row_values_slot) {
                      : node.results[r];
     add_output(results[r], target, root_map, 0);
   }
+  for (int value : computed_here_) add_output(value_expr(value, root_map), value, root_map, 0);
   return finish();
 }
 

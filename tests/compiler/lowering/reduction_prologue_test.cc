@@ -191,6 +191,31 @@ TEST(ReductionPrologueCounts, RowReductionsTakeProloguesByDefault) {
   EXPECT_EQ(backward_kernels(model, ""), backward_kernels(model, "0"));
 }
 
+// Note [Reduction prologues] under a pointwise root: LLaMA's pre-norm
+// residual add, read by the next rms_norm written out (one kernel: Note
+// [Per-row values broadcast in their reduction's kernel]) and by the next
+// residual add, runs inside the norm's kernel, which writes it: two kernels
+// by default, three with the switch at 0; values match the reference.
+TEST(ReductionPrologueCounts, ResidualAddRunsInsideTheRmsNormAfterIt) {
+  for (const char* prologues : {"", "0"}) {
+    SCOPED_TRACE(prologues);
+    testing::ScopedEnv env("GROVE_FUSE_REDUCTION_PROLOGUES", prologues);
+    compiler::ir::ProgramBuilder b("residual_rms_norm", runtime::kSimDevice);
+    compiler::ir::ValueId x = b.input("x", {2, 3, 16});
+    compiler::ir::ValueId sum = b.add(x, b.input("attention", {2, 3, 16}));
+    compiler::ir::ValueId scale =
+        b.rsqrt(b.add(b.mean(b.mul(sum, sum), {2}, /*keepdim=*/true), b.full(1e-6)));
+    b.output(b.mul(b.mul(sum, scale), b.input("weight", {16})));
+    b.output(b.add(sum, b.input("mlp", {2, 3, 16})));
+    compiler::ir::Program program = b.build();
+    const size_t kernels = compiler::lowering::lower(program).kernel_report().kernels.size();
+    EXPECT_EQ(kernels, *prologues == '\0' ? 2u : 3u);
+    testing::expect_matches_reference(
+        program, testing::random_inputs(program, 20261126), runtime::kSimDevice,
+        testing::tolerance_for(runtime::DType::kF32), "residual_rms_norm");
+  }
+}
+
 TEST(ReductionPrologueCounts, SwitchRejectsOtherValues) {
   testing::ScopedEnv bad("GROVE_FUSE_REDUCTION_PROLOGUES", "yes");
   testing::expect_error<ConfigError>(
