@@ -18,8 +18,13 @@
 //     (the inputs keep the values they had at P). R's result is then written
 //     early, which its readers (all after R) cannot tell;
 //   - the two groups together stay within Note [Fused expression depth].
-// v is computed by the same expressions as in P's own kernel, so its bits are
-// unchanged, and the reduction's summation order is unchanged. Column
+// The same holds for a group rooted at an element-wise consumer of its
+// reduction's per-row value (Note [Per-row values broadcast in their
+// reduction's kernel], fusion.cc: rms_norm written out) when v is the one
+// materialized pointwise value the group reads, read only per element of
+// its rows (LLaMA's pre-norm residual add). v is computed by the same
+// expressions as in P's own kernel, so its bits are unchanged, and the
+// reduction's summation order is unchanged. Column
 // reductions (the reduced dims come before the innermost dim of the operand)
 // reduce one row per thread on cuda (Note [Thread-per-row reductions] in
 // compiler/codegen/kernel_spec.h). By default only row reductions (over the
