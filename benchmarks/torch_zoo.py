@@ -8,8 +8,8 @@ Hugging Face's static-cache generate (LLaMA) and of a gpt-fast-style decoder
 (tests/python/static_cache_decoder.py) under the same three, with whether
 each one's tokens equal eager's.
 
-    python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 100]
-        [--budget-s 200] [--models gpt2,resnet18] [--no-decode] [--no-zoo] [--merge]
+    python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 40]
+        [--budget-s 230] [--models gpt2,resnet18] [--decode] [--no-zoo] [--merge]
         [--no-kernels] [--attention-ab] [--decode-models hf_llama_static_cache]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,llama,vit_tiny] [--optimizers adamw,sgd]
@@ -23,7 +23,12 @@ measure, so the table can be filled by several runs of a few minutes each
 (reduce-overhead's compilations take most of the time).
 
 Each variant warms up, then `repeats` calls in blocks of 20 (median and
-p10-p90 over blocks, torch_backend.py's timing). The decode rows run first:
+p10-p90 over blocks, torch_backend.py's timing). By default only the zoo
+runs, so that every model fits one lease's call (reduce-overhead's
+compilations take most of the time; each row records every variant's
+compile_s); --decode adds the decode rows (--decode --no-zoo --merge adds
+them to an earlier run's JSON), --attention-ab the fused-attention variant.
+The decode rows run first:
 per variant a first generate call (compilation included, reported as
 first_call_tokens_per_s) and the median of STEADY_CALLS later ones
 (tokens_per_s), each case in a child process of its own (Note [Decode cases
@@ -219,15 +224,25 @@ def grove_shape(run, inputs):
     return ops, per_call["replays"], per_call["eager_calls"], len(graphs)
 
 
-def zoo_rows(args, deadline):
-    from torch_backend import time_calls  # benchmarks/, this script's folder
+def first_call_s(run, inputs):
+    """Seconds of the first call: dynamo's trace and the backend's
+    compilation (and, for the graph backends, the first warm-up)."""
+    start = time.perf_counter()
+    with torch.no_grad():
+        run(*inputs)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
 
-    wanted = set(args.models.split(",")) if args.models else None
+
+def zoo_rows(args, deadline):
+    from torch_backend import grove_cxx_time, time_calls  # benchmarks/, this script's folder
+
+    # --models runs the models named, in the order named.
+    order = args.models.split(",") if args.models else [name for name, _, _ in MODELS]
     rows = []
-    for name, make, library in MODELS:
-        if wanted and name not in wanted:
-            continue
-        for batch in (1, 16):
+    for name, make, library in sorted((m for m in MODELS if m[0] in order),
+                                      key=lambda m: order.index(m[0])):
+        for batch in (int(b) for b in args.batches.split(",")):
             row = {"model": name, "batch": batch}
             rows.append(row)
             if time.time() > deadline:
@@ -254,6 +269,7 @@ def zoo_rows(args, deadline):
                 try:
                     with fused_attention_on(variant):
                         run = compiled(copy.deepcopy(module), variant)
+                        compile_s = first_call_s(run, inputs)
                         if variant == "grove":
                             (row["ops_in_pytorch"], row["graph_replays_per_call"],
                              row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
@@ -262,6 +278,14 @@ def zoo_rows(args, deadline):
                         # collected before, not during, this one's timing.
                         gc.collect()
                         row[variant] = time_calls(run, inputs, args.repeats)
+                        row[variant]["compile_s"] = compile_s
+                        if variant in ("grove", FUSED):
+                            # Note [grove's C++ time in the zoo]
+                            try:
+                                row[variant]["cxx_us"] = grove_cxx_time(args.repeats)
+                            except Exception as error:  # a diagnostic: the timing stands
+                                row[variant]["cxx_error"] = "%s: %s" % (type(error).__name__,
+                                                                        error)
                         if variant != "torch_eager" and not args.no_kernels:
                             row[variant]["kernels"] = kernel_profile(run, inputs)
                 except Exception as error:  # one variant failing leaves the others' numbers
@@ -274,6 +298,13 @@ def zoo_rows(args, deadline):
             print_row(row)
     return rows
 
+
+# Note [grove's C++ time in the zoo]: a grove row's latency is the door's
+# host work (dynamo's guards, Python, the C API) and the graph's replay; the
+# same compiled model called from C++ (torch_backend.grove_cxx_time: the last
+# graph compiled, when it is one grove segment) leaves only the replay and
+# grove's C++ call, so the two split a row's gap to reduce-overhead between the
+# door's host path and what the graph runs on the GPU.
 
 # Note [Kernels per call in the zoo]: at these sizes a replay is GPU-bound, so
 # what separates grove from reduce-overhead is how many kernels a call runs and
@@ -325,13 +356,18 @@ def print_row(row):
     ratio = row.get("grove_over_reduce_overhead")
     print("%-20s b=%-3d" % (row["model"], row["batch"]) + "".join(cells) +
           "%8s" % ("-" if ratio is None else "%.2f" % ratio) +
-          "  replays/call %s, PyTorch ops %s" % (row.get("graph_replays_per_call"),
-                                                 row.get("ops_in_pytorch") or "none"))
+          "  replays/call %s, PyTorch ops %s, compile s %s" % (
+              row.get("graph_replays_per_call"), row.get("ops_in_pytorch") or "none",
+              "/".join("%.1f" % row[v]["compile_s"] if "compile_s" in row.get(v, {}) else "-"
+                       for v in VARIANTS)), flush=True)
     for variant in VARIANTS + (FUSED,):
         if variant not in row:
             continue
         if variant == FUSED and "median_us" in row[variant]:
             print("  %-22s %.1f us" % (variant, row[variant]["median_us"]))
+        if row[variant].get("cxx_us") is not None:
+            print("  %-22s C++ call %.1f us (the same graph from C++: no dynamo, no Python)" % (
+                variant, row[variant]["cxx_us"]))
         if "error" in row.get(variant, {}):
             print("  %s: %s" % (variant, row[variant]["error"][:300]))
         kernels = row.get(variant, {}).get("kernels")
@@ -590,11 +626,16 @@ def main():
     global TOP_PRINTED
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="torch_zoo.json")
-    parser.add_argument("--repeats", type=int, default=100)
-    parser.add_argument("--budget-s", type=float, default=200.0,
+    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--budget-s", type=float, default=230.0,
                         help="cases left after this many seconds are reported as not run")
-    parser.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
-    parser.add_argument("--no-decode", action="store_true")
+    parser.add_argument("--models", default="",
+                        help="comma-separated zoo models, run in this order (default: all)")
+    parser.add_argument("--batches", default="1,16", help="comma-separated batch sizes")
+    parser.add_argument("--decode", action="store_true",
+                        help="also the decode rows (tokens/s; each case in a child process)")
+    parser.add_argument("--no-decode", action="store_true",
+                        help="no decode rows (the default; kept for older command lines)")
     parser.add_argument("--no-zoo", action="store_true")
     parser.add_argument("--decode-models", default="",
                         help="comma-separated decode rows (default: all): hf_llama_static_cache, "
@@ -631,7 +672,7 @@ def main():
         return train_main(args, start)
     # Decode first (the workload reduce-overhead exists for), then the zoo
     # until the budget is spent.
-    decode = [] if args.no_decode else decode_rows(
+    decode = [] if args.no_decode or not args.decode else decode_rows(
         start + args.budget_s, set(args.decode_models.split(",")) if args.decode_models else None)
     zoo = [] if args.no_zoo else zoo_rows(args, start + args.budget_s)
     seconds = time.time() - start

@@ -117,10 +117,16 @@ backends::CompileOptions parse_options(
       (key == "never_capture" ? options.never_capture : options.skip_warmup) = value.get<bool>();
     } else if (key == "gradient_all_reduce") {
       *all_reduce = parse_all_reduce(value);
+    } else if (key == "small_m_gemm") {
+      const std::string mode = value.is_string() ? value.get<std::string>() : "?";
+      require(mode.empty() || mode == "off" || mode == "on" || mode == "auto",
+              "option 'small_m_gemm' must be \"off\", \"on\" or \"auto\" (or \"\": ",
+              "GROVE_SMALL_M_GEMM decides), found ", value.dump());
+      options.small_m_gemm = mode;
     } else {
       throw InvalidArgument(str_cat("unknown option '", key,
                                     "' (known: backend, device, dims, stage, never_capture, "
-                                    "skip_warmup, gradient_all_reduce)"));
+                                    "skip_warmup, gradient_all_reduce, small_m_gemm)"));
     }
   }
   options.device = *device;

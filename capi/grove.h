@@ -112,16 +112,18 @@ int grove_capi_version(void);
  * "stage": "inference" | "forward" | "backward" | "optimizer",
  * "never_capture": bool, "skip_warmup": bool,
  * "gradient_all_reduce": {"outputs": [positions], "op": "mean" | "sum",
- * "bucket_bytes": int, "overlap": bool}}. "gradient_all_reduce" (a backward
- * of data-parallel training, after grove_group_join) reduces the listed
- * outputs (all when absent) over the device's group inside the program, in
- * buckets (default 25 MiB, op "mean", overlap false: the door's gradients are
- * plain outputs, not persistent buffers). "stage" says which part of a
- * training step the program is (default "inference"): with "cudagraphs", a
- * forward holds the tree's generation open until its backward runs, so the
- * backward reads the activations the forward saved in the tree's pool. Params and buffers named in
- * `bindings` view the caller's memory (which must be contiguous and match the
- * declared type); the others start from their initializers. */
+ * "bucket_bytes": int, "overlap": bool}, "small_m_gemm": "off" | "on" | "auto"}.
+ * "small_m_gemm" picks grove's small-M GEMM kernel for this model alone, as
+ * GROVE_SMALL_M_GEMM does for the process (which decides when the option is
+ * absent or ""; another value fails with GROVE_ERROR_INVALID_ARGUMENT). "gradient_all_reduce" (a
+ * backward of data-parallel training, after grove_group_join) reduces the listed outputs (all when
+ * absent) over the device's group inside the program, in buckets (default 25 MiB, op "mean",
+ * overlap false: the door's gradients are plain outputs, not persistent buffers). "stage" says
+ * which part of a training step the program is (default "inference"): with "cudagraphs", a forward
+ * holds the tree's generation open until its backward runs, so the backward reads the activations
+ * the forward saved in the tree's pool. Params and buffers named in `bindings` view the caller's
+ * memory (which must be contiguous and match the declared type); the others start from their
+ * initializers. */
 grove_status grove_compile(const char* program_json, const char* options_json,
                            const grove_state_binding* bindings, size_t binding_count,
                            grove_model** model);

@@ -31,6 +31,10 @@ struct CompileOptions {
   // capture-safe (cudagraph_trees: Note [Function controls]).
   bool never_capture = false;
   bool skip_warmup = false;
+  // Grove's small-M GEMM kernel for this compile: "off", "on" or "auto"
+  // (Note [Small-M GEMM selection], compiler/lowering/small_m_gemm.cc); empty:
+  // GROVE_SMALL_M_GEMM decides. Checked when the model compiles.
+  std::string small_m_gemm;
 };
 
 class ExecutionBackend {

@@ -31,6 +31,9 @@ struct ProgramStats {
   int64_t fallback_segments = 0;
   int64_t pool_mutation_fallbacks = 0;
   std::vector<SegmentStats> segments;
+  // What one call runs, step by step (LoweredProgram::describe(): kernels by
+  // spec name and iteration shape, library GEMMs by shape and epilogue).
+  std::string lowered;
 };
 
 // What a backend knows about the programs it prepared: empty (backend "")

@@ -95,7 +95,8 @@ nlohmann::json stats_json(const BackendStats& stats) {
                         {"calls", program.calls},
                         {"fallback_segments", program.fallback_segments},
                         {"pool_mutation_fallbacks", program.pool_mutation_fallbacks},
-                        {"segments", std::move(segments)}});
+                        {"segments", std::move(segments)},
+                        {"lowered", program.lowered}});
   }
   nlohmann::json json{{"backend", stats.backend}, {"programs", std::move(programs)}};
   if (stats.tree) json["tree"] = tree_json(*stats.tree);

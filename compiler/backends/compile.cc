@@ -144,6 +144,10 @@ CompiledModel compile(const ir::Program& program, const CompileOptions& options,
   model.backend_name_ = backend->name();
   lowering::LowerOptions lower_options;
   lower_options.mode = exec_mode(options.stage);
+  if (!options.small_m_gemm.empty()) {
+    lower_options.small_m_gemm =
+        lowering::parse_small_m_gemm_mode(options.small_m_gemm, "option 'small_m_gemm'");
+  }
   auto lower_start = std::chrono::steady_clock::now();
   model.lowered_ =
       std::make_shared<const lowering::LoweredProgram>(lowering::lower(target, lower_options));

@@ -269,7 +269,12 @@ std::vector<AssembledKernel> positions_major_copies(const std::vector<SlotInfo>&
 // contiguous result is a copy kernel. When every reader of the result is
 // one same transpose or permute (and the result is no program output), the
 // kernel writes the result in the layout that makes that view contiguous, so
-// the reshape after it is a view too. Tests: AttentionKernel.HeadsMergedBackCostNoCopy.
+// the reshape after it is a view too. The written-out attention's last
+// matmul gets the same layout (matmul_result_layout) where its GEMM writes it
+// in one strided batch: at batch 1 (the batch dims of size > 1 are the heads
+// alone), not across batches (B launches instead of one GEMM and a copy).
+// Tests: AttentionKernel.HeadsMergedBackCostNoCopy and
+// Matmul.HeadsMergedBackCostNoCopyAtBatchOne (tests/compiler/lowering/ops_lowering_test.cc).
 namespace {
 
 // The order (result dim i is operand dim order[i]) of a transpose or permute
@@ -293,9 +298,11 @@ std::vector<int64_t> view_order(const LoweringNode& reader, int64_t rank) {
 
 }  // namespace
 
-std::optional<Layout> attention_result_layout(const LoweringGraph& graph, int node_index) {
-  const LoweringNode& node = graph.node(node_index);
-  const int result = node.results.at(0);
+namespace {
+
+// Note [Attention results with heads last] for value `result`: the layout
+// that makes its readers' one transpose or permute contiguous, or nullopt.
+std::optional<Layout> heads_last_layout(const LoweringGraph& graph, int result) {
   const LoweringValue& value = graph.value(result);
   const auto& uses = graph.uses()[static_cast<size_t>(result)];
   const Shape& shape = value.type.shape;
@@ -318,6 +325,61 @@ std::optional<Layout> attention_result_layout(const LoweringGraph& graph, int no
     layout.strides[static_cast<size_t>(order[i])] = viewed_strides[i];
   }
   if (layout.is_contiguous()) return std::nullopt;
+  return layout;
+}
+
+// `shape` without its dims of size 1.
+Shape without_unit_dims(const Shape& shape) {
+  Shape kept;
+  for (int64_t size : shape) {
+    if (size != 1) kept.push_back(size);
+  }
+  return kept;
+}
+
+}  // namespace
+
+std::optional<Layout> attention_result_layout(const LoweringGraph& graph, int node_index) {
+  return heads_last_layout(graph, graph.node(node_index).results.at(0));
+}
+
+std::optional<Layout> matmul_result_layout(const LoweringGraph& graph, int node_index) {
+  const LoweringNode& node = graph.node(node_index);
+  if (node.op != "matmul" || node.transpose_b || node.epilogue != runtime::GemmEpilogue::kNone ||
+      node.results.size() != 1) {
+    return std::nullopt;
+  }
+  const int result = node.results[0];
+  const LoweringValue& value = graph.value(result);
+  const Shape& shape = value.type.shape;
+  if (shape.size() < 3 || value.is_output || value.dynamic()) return std::nullopt;
+  std::optional<Layout> layout = heads_last_layout(graph, result);
+  const auto& uses = graph.uses()[static_cast<size_t>(result)];
+  if (!layout && uses.size() == 1) {
+    // bmm's [B*H, T, D] read as [B, H, T, D] by a reshape that only adds or
+    // drops dims of size 1 (B = 1): the layout that reshape's readers want,
+    // without those dims.
+    const LoweringNode& reshape = graph.node(uses[0].first);
+    const int viewed = reshape.results.empty() ? -1 : reshape.results[0];
+    if (reshape.op == "reshape" && viewed >= 0 && !graph.value(viewed).is_output &&
+        without_unit_dims(graph.value(viewed).type.shape) == without_unit_dims(shape)) {
+      if (std::optional<Layout> wanted = heads_last_layout(graph, viewed)) {
+        std::optional<Shape> strides = view_strides(wanted->shape, wanted->strides, shape);
+        if (strides) layout = Layout{shape, *strides, 0};
+      }
+    }
+  }
+  if (!layout || layout->strides.back() != 1 || layout->strides[shape.size() - 2] < shape.back()) {
+    return std::nullopt;
+  }
+  // The batch dims of size > 1 must stay one strided batch (one GEMM call).
+  int64_t inner_stride = -1, inner_size = 1;
+  for (size_t d = shape.size() - 2; d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (inner_stride >= 0 && layout->strides[d] != inner_stride * inner_size) return std::nullopt;
+    inner_stride = layout->strides[d];
+    inner_size = shape[d];
+  }
   return layout;
 }
 

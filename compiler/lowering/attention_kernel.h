@@ -74,5 +74,9 @@ std::vector<AssembledKernel> positions_major_copies(const std::vector<SlotInfo>&
 // The layout attention node `node_index`'s result gets instead of a
 // contiguous one, or nullopt (Note [Attention results with heads last]).
 std::optional<Layout> attention_result_layout(const LoweringGraph& graph, int node_index);
+// The same for the written-out attention's last product (a matmul node, also
+// bmm's [B*H, T, D] that a reshape reads as [1, H, T, D]), when the GEMM can
+// write that layout in one strided batch; else nullopt.
+std::optional<Layout> matmul_result_layout(const LoweringGraph& graph, int node_index);
 
 }  // namespace grove::compiler::lowering

@@ -24,6 +24,98 @@ const runtime::Shape& iteration_shape_of_consumer(const LoweringGraph& graph,
   return graph.value(consumer.results[0]).type.shape;
 }
 
+// Note [Per-row values broadcast in their reduction's kernel]: a per-row value
+// of a reduction over the last dim with keepdim (rms_norm written out:
+// rsqrt(mean(x * x, -1, keepdim) + eps)), read by one pointwise consumer with
+// the reduction's row shape (x * that), is computed in the reduction's kernel
+// and the consumer with it: the kernel's element pass after the row's
+// reduction (Note [Kernel spec reductions]) evaluates the consumer per element
+// with the per-row value at hand, where two kernels wrote the per-row value
+// and read it back. `value` reaches the reduction through pointwise nodes of
+// its own shape, each read only by the next. Returns that reduction node, or -1.
+// Test: Fusion.RmsNormWrittenOutIsOneKernel (tests/compiler/lowering/
+// ops_lowering_test.cc).
+int row_broadcast_reduction(const LoweringGraph& graph, int value_id,
+                            const LoweringNode& consumer) {
+  const LoweringValue& value = graph.value(value_id);
+  if (consumer.node_class != NodeClass::kPointwise || consumer.pointwise != PointwiseKind::kHook ||
+      consumer.in_place()) {
+    return -1;
+  }
+  int at = value_id;
+  for (int hops = 0; hops < 8; ++hops) {
+    const LoweringValue& here = graph.value(at);
+    if (here.producer < 0 || here.type.shape != value.type.shape) return -1;
+    const LoweringNode& producer = graph.node(here.producer);
+    if (producer.node_class == NodeClass::kReduction) {
+      if (producer.results.size() != 1) return -1;
+      const ops::ReductionPlan plan = reduction_plan(producer);
+      const runtime::Shape& row = graph.value(producer.operands[0]).type.shape;
+      const int64_t last = static_cast<int64_t>(row.size()) - 1;
+      const bool last_dim_only =
+          plan.reduced_dims.size() == 1 && plan.reduced_dims[0] == last && row.back() > 1;
+      if (!last_dim_only || !plan.keepdim || !plan.per_row_result || plan.mean_over_rows ||
+          plan.operand_layouts.empty() || plan.operand_layouts[0] != ops::RowLayout::kFull ||
+          graph.value(consumer.results[0]).type.shape != row) {
+        return -1;
+      }
+      return here.producer;
+    }
+    if (producer.node_class != NodeClass::kPointwise ||
+        producer.pointwise != PointwiseKind::kHook || producer.in_place() ||
+        producer.results.size() != 1) {
+      return -1;
+    }
+    // The next value towards the reduction: the producer's one operand of this shape.
+    int next = -1;
+    for (int operand : producer.operands) {
+      if (graph.value(operand).type.shape != value.type.shape) continue;
+      if (next >= 0) return -1;
+      next = operand;
+    }
+    if (next < 0 || graph.uses()[static_cast<size_t>(next)].size() != 1) return -1;
+    at = next;
+  }
+  return -1;
+}
+
+// Note [Small values computed per element]: a pointwise value of at most
+// kMaxRecomputedElements elements (per-channel arithmetic on parameters: an
+// inference batch norm's rsqrt(var + eps) * weight) read by one pointwise
+// consumer that broadcasts it is computed in the consumer's kernel, per
+// element, instead of by a kernel of its own: a few flops per element where
+// a launch and a write and read of the small value were. Test:
+// Fusion.BatchNormInferenceIsOneKernel (tests/compiler/lowering/ops_lowering_test.cc).
+constexpr int64_t kMaxRecomputedElements = 4096;
+
+// Whether pointwise value `value_id` is computed from no reduction's result
+// through pointwise nodes (a reduction's row would then be redone per element).
+bool computed_without_reductions(const LoweringGraph& graph, int value_id) {
+  std::vector<int> pending = {value_id};
+  for (int visited = 0; !pending.empty(); ++visited) {
+    if (visited > 64) return false;
+    const LoweringValue& value = graph.value(pending.back());
+    pending.pop_back();
+    if (value.producer < 0) continue;
+    const LoweringNode& producer = graph.node(value.producer);
+    if (producer.node_class == NodeClass::kReduction) return false;
+    if (producer.node_class != NodeClass::kPointwise) continue;  // views, GEMMs: materialized
+    for (int operand : producer.operands) pending.push_back(operand);
+  }
+  return true;
+}
+
+bool small_value_broadcast(const LoweringGraph& graph, int value_id, const LoweringNode& consumer) {
+  const LoweringValue& value = graph.value(value_id);
+  const LoweringNode& producer = graph.node(value.producer);
+  return producer.node_class == NodeClass::kPointwise &&
+         producer.pointwise == PointwiseKind::kHook && !producer.in_place() &&
+         consumer.node_class == NodeClass::kPointwise &&
+         consumer.pointwise == PointwiseKind::kHook && !consumer.in_place() &&
+         runtime::shape_numel(value.type.shape) <= kMaxRecomputedElements &&
+         computed_without_reductions(graph, value_id);
+}
+
 bool can_inline(const LoweringGraph& graph, int value_id) {
   const LoweringValue& value = graph.value(value_id);
   if (value.producer < 0 || value.is_output || value.dynamic()) return false;
@@ -63,7 +155,9 @@ bool can_inline(const LoweringGraph& graph, int value_id) {
     } else {
       return false;
     }
-    if (!is_constant && value.type.shape != iteration_shape_of_consumer(graph, consumer)) {
+    if (!is_constant && value.type.shape != iteration_shape_of_consumer(graph, consumer) &&
+        row_broadcast_reduction(graph, value_id, consumer) < 0 &&
+        !small_value_broadcast(graph, value_id, consumer)) {
       return false;
     }
     if (producer.node_class == NodeClass::kReduction) {

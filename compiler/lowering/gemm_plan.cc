@@ -167,13 +167,20 @@ class GemmPlanner {
     BatchLayout batch;
     batch.a_strides = batch_strides(a_, a_shape, batch_rank);
     batch.b_strides = batch_strides(b_, b_shape, batch_rank);
-    Shape c_strides = runtime::contiguous_strides(c_shape);
+    // C is contiguous, or laid out for its readers (Note [Attention results
+    // with heads last]): rows n apart or more, elements adjacent.
+    const Layout& c_layout = layout_of(c_);
+    const bool c_contiguous = c_layout.is_contiguous();
+    Shape c_strides = c_contiguous ? runtime::contiguous_strides(c_shape) : c_layout.strides;
+    GROVE_CHECK(c_contiguous || (c_strides.back() == 1 && c_strides[batch_rank] >= n),
+                "lowering: node '", node_.name, "': a GEMM cannot write its result through ",
+                "strides ", runtime::shape_str(c_strides), " (a grove bug; please report it)");
     batch.c_strides =
         Shape(c_strides.begin(), c_strides.begin() + static_cast<int64_t>(batch_rank));
     batch.sizes = Shape(c_shape.begin(), c_shape.begin() + static_cast<int64_t>(batch_rank));
     args().m = m, args().n = n, args().k = k;
     set_operands(a_matrix, b_matrix);
-    args().ldc = std::max<int64_t>(n, 1);
+    args().ldc = c_contiguous ? std::max<int64_t>(n, 1) : c_strides[batch_rank];
     fold_batch_into_rows(a_matrix, m, batch);
     BatchRun run = merge_batches(batch);
     if (copy_unevenly_strided_operands(run, a_shape, b_shape, m, k, n, a_matrix, b_matrix, batch)) {
@@ -218,7 +225,9 @@ class GemmPlanner {
     const size_t batch_rank = batch.sizes.size();
     bool b_shared = std::all_of(batch.b_strides.begin(), batch.b_strides.end(),
                                 [](int64_t s) { return s == 0; });
-    if (!b_shared || a_matrix.transposed || batch_rank == 0) return;
+    if (!b_shared || a_matrix.transposed || batch_rank == 0 || !layout_of(c_).is_contiguous()) {
+      return;
+    }
     Shape rows_shape = batch.sizes;
     rows_shape.push_back(m);
     Shape rows_strides = batch.a_strides;

@@ -388,9 +388,18 @@ AssembledKernel KernelAssembler::group(int root, int row_values_slot) {
   const std::vector<int>& members = plan_.members[static_cast<size_t>(root)];
   AccessMap root_map;
   if (reduction >= 0) {
-    ReductionFrame frame = reduction_frame(graph_, graph_.node(reduction));
+    const LoweringNode& reduced = graph_.node(reduction);
+    ReductionFrame frame = reduction_frame(graph_, reduced);
     reset(group_name(graph_, members), frame.iteration_shape);
     root_map = frame.result_map;
+    const Shape& root_shape = graph_.value(node.results[0]).type.shape;
+    if (node.node_class == NodeClass::kPointwise &&
+        root_shape == graph_.value(reduced.operands[0]).type.shape &&
+        root_shape != graph_.value(reduced.results[0]).type.shape) {
+      // Note [Per-row values broadcast in their reduction's kernel] (fusion.cc):
+      // the root has the row operand's shape and is written per element.
+      root_map = frame.operand_maps[0];
+    }
   } else {
     const Shape& shape = graph_.value(node.results[0]).type.shape;
     reset(group_name(graph_, members), shape);
@@ -409,6 +418,9 @@ AssembledKernel KernelAssembler::group(int root, int row_values_slot) {
     spec_.thread_rows = use_thread_rows(graph_, node, spec_);
     return finish();
   }
+  // Note [Reduction prologues] under a pointwise root: the values this kernel
+  // computes and writes, per element of its rows (the root's own map).
+  computed_here_ = plan_.extra_outputs[static_cast<size_t>(root)];
   std::vector<int> results;
   pointwise_expr(root, root_map, &results);
   for (size_t r = 0; r < results.size(); ++r) {
@@ -417,6 +429,7 @@ AssembledKernel KernelAssembler::group(int root, int row_values_slot) {
                      : node.results[r];
     add_output(results[r], target, root_map, 0);
   }
+  for (int value : computed_here_) add_output(value_expr(value, root_map), value, root_map, 0);
   return finish();
 }
 
@@ -458,6 +471,48 @@ AssembledKernel KernelAssembler::concat_part(int source, int destination, int64_
   spec_.outputs.push_back(codegen::OutputSpec{to.dtype, expr, false, to.layout.strides});
   result_.output_slots.push_back(destination);
   result_.output_offsets.push_back(element_offset);
+  return finish();
+}
+
+// Note [One kernel for a concat of equal parts]: a concat whose operands all
+// have one shape S (rotate_half's halves, a rotary table's cat(freqs, freqs))
+// is one kernel over [parts, S...] instead of one per part: element (p, c) is
+// part p at c, picked from every part's value at c by a chain of wheres on p,
+// and written at c plus p parts into the destination (the part dim's stride
+// is the part's extent along the concat dim). Each part is loaded or, when
+// fusion inlined it (Note [Concat parts compute their operand]), computed,
+// exactly as its own part kernel would, so results are bitwise those of the
+// part kernels; every element reads each part once, so the scheduler keeps
+// this for concats of at most kMaxConcatParts parts. Test:
+// Concat.NegatedHalfCostsNoKernel and Concat.EqualPartsAreOneKernel
+// (tests/compiler/lowering/ops_lowering_test.cc).
+AssembledKernel KernelAssembler::concat_of_equal_parts(const std::vector<int>& sources,
+                                                       int destination, int64_t part_stride) {
+  const Shape& shape = slots_[static_cast<size_t>(sources[0])].layout.shape;
+  const SlotInfo& to = slots_[static_cast<size_t>(destination)];
+  Shape iteration = {static_cast<int64_t>(sources.size())};
+  iteration.insert(iteration.end(), shape.begin(), shape.end());
+  reset("concat", iteration);
+  AccessMap part_map;  // a part's dim j is iteration dim j + 1
+  for (size_t j = 0; j < shape.size(); ++j) {
+    part_map.dim.push_back(static_cast<int>(j) + 1);
+    part_map.inner.push_back(1);
+  }
+  std::vector<int> values;
+  for (int source : sources) values.push_back(value_expr(source, part_map));
+  codegen::KernelBuilder emitter(spec_);
+  const int part = emitter.index(0);
+  int expr = values.back();
+  for (size_t p = values.size() - 1; p-- > 0;) {
+    const int here = emitter.binary(ExprOp::kLt, part,
+                                    emitter.constant(static_cast<double>(p + 1), DType::kI64));
+    expr = emitter.where(here, values[p], expr);
+  }
+  Shape strides = {part_stride};
+  strides.insert(strides.end(), to.layout.strides.begin(), to.layout.strides.end());
+  spec_.outputs.push_back(codegen::OutputSpec{to.dtype, expr, false, strides});
+  result_.output_slots.push_back(destination);
+  result_.output_offsets.push_back(0);
   return finish();
 }
 

@@ -25,6 +25,10 @@ struct NeedsRelayout {
   AccessMap map;
 };
 
+// The most operands a concat computes in one kernel (Note [One kernel for a
+// concat of equal parts]: each element reads every part).
+constexpr size_t kMaxConcatParts = 4;
+
 struct AssembledKernel {
   codegen::KernelSpec spec;
   std::vector<int> input_slots;
@@ -47,6 +51,11 @@ class KernelAssembler {
   AssembledKernel copy(int source, int destination, const std::string& name);
   // Operand `source` of a concat written at `element_offset` into `destination`.
   AssembledKernel concat_part(int source, int destination, int64_t element_offset);
+  // Every operand of a concat whose operands all have one shape, in one kernel
+  // (Note [One kernel for a concat of equal parts]); `part_stride`: the
+  // elements of `destination` between the starts of two consecutive parts.
+  AssembledKernel concat_of_equal_parts(const std::vector<int>& sources, int destination,
+                                        int64_t part_stride);
   // The mean of the `rows` values of slot `row_values` into slot `destination` (a scalar).
   AssembledKernel row_mean(int row_values, int destination, int64_t rows);
 

@@ -434,7 +434,9 @@ LoweredFunction segment_function(const std::shared_ptr<const Core>& core, size_t
 
 LoweredProgram lower(const ir::Program& program, const LowerOptions& options) {
   auto core = std::make_shared<Core>();
-  core->scheduled = schedule_program(program, ScheduleOptions{options.mode});
+  ScheduleOptions schedule_options{options.mode};
+  schedule_options.small_m_gemm = options.small_m_gemm;
+  core->scheduled = schedule_program(program, schedule_options);
   core->executor.print_sink = options.print_sink;
   core->name = str_cat(program.name(), ":forward");
   index_boundary_slots(*core);

@@ -16,12 +16,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/ir/program.h"
 #include "compiler/lowered_function.h"
 #include "compiler/lowered_program.h"
+#include "compiler/lowering/small_m_gemm_mode.h"
 #include "compiler/ops/op_registry.h"
 
 namespace grove::compiler::lowering {
@@ -30,6 +32,8 @@ struct LowerOptions {
   ops::ExecMode mode = ops::ExecMode::kInference;
   // Receives the text of `print` nodes ("<message>: f32[2] [1, 2]"); stderr when empty.
   std::function<void(const std::string&)> print_sink;
+  // This compile's mode (Note [Small-M GEMM selection]); none: GROVE_SMALL_M_GEMM.
+  std::optional<SmallMGemmMode> small_m_gemm;
 };
 
 // Throws grove::Error naming the node when the program cannot be lowered.

@@ -53,6 +53,29 @@ bool epilogue_runs(const ir::Program& program, runtime::GemmEpilogue epilogue, r
       epilogue, dtype, m, n, k);
 }
 
+// Note [GEMM epilogues in lowering], through a view: a linear whose result is
+// read only by a reshape (a 3-d activation's rows put back: linear's [B*T, N]
+// as [B, T, N]) that is read only by a `gelu` of its type, neither the linear's
+// nor the reshape's result a program output. Returns that gelu, or null.
+const ir::Node* gelu_through_reshape(const ir::Program& program,
+                                     const std::vector<std::vector<size_t>>& ir_users,
+                                     const std::vector<bool>& ir_output,
+                                     ir::ValueId linear_result) {
+  const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
+  if (users.size() != 1 || ir_output[static_cast<size_t>(linear_result)]) return nullptr;
+  const ir::Node& reshape = program.nodes()[users[0]];
+  if (reshape.op != "reshape" || reshape.results.size() != 1) return nullptr;
+  const ir::ValueId viewed = reshape.results[0];
+  const std::vector<size_t>& readers = ir_users[static_cast<size_t>(viewed)];
+  if (readers.size() != 1 || ir_output[static_cast<size_t>(viewed)]) return nullptr;
+  const ir::Node& gelu = program.nodes()[readers[0]];
+  if (gelu.op != "gelu" || gelu.operands.size() != 1 || gelu.results.size() != 1 ||
+      program.value(gelu.results[0]).type != program.value(viewed).type) {
+    return nullptr;
+  }
+  return &gelu;
+}
+
 // Note [GEMM auxiliary output in lowering]: the first `gelu` reading a
 // linear's result whose other readers (or the program's outputs: a training
 // forward saves the pre-activation for the backward) need the result too. Only
@@ -224,9 +247,19 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
   for (ir::ValueId output : program.outputs()) ir_output[static_cast<size_t>(output)] = true;
   const bool epilogues = gemm_epilogues_enabled();
   std::vector<bool> absorbed(program.nodes().size(), false);
+  // An absorbed gelu read through a reshape: its result is that reshape's
+  // (Note [GEMM epilogues in lowering]).
+  std::vector<ir::ValueId> same_as(program.nodes().size(), ir::kNoValue);
 
   for (size_t node_index = 0; node_index < program.nodes().size(); ++node_index) {
-    if (absorbed[node_index]) continue;
+    if (absorbed[node_index]) {
+      const ir::ValueId same = same_as[node_index];
+      if (same != ir::kNoValue) {
+        id_of[static_cast<size_t>(program.nodes()[node_index].results[0])] =
+            id_of[static_cast<size_t>(same)];
+      }
+      continue;
+    }
     const ir::Node& node = program.nodes()[node_index];
     const ops::OpDef& def = registry.get(node.op);
     LoweringNode lowered;
@@ -284,8 +317,17 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
         lowered.results = results;
         const ir::ValueId linear_result = node.results[0];
         const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
-        if (users.size() == 1 && program.nodes()[users[0]].op == "gelu" &&
-            !ir_output[static_cast<size_t>(linear_result)]) {
+        if (const ir::Node* gelu =
+                gelu_through_reshape(program, ir_users, ir_output, linear_result)) {
+          // The GEMM yields gelu of the linear's rows; the reshape reads it,
+          // and the gelu's result is the reshape's.
+          const size_t gelu_index = static_cast<size_t>(gelu - program.nodes().data());
+          const ir::Node& reshape = program.nodes()[users[0]];
+          lowered.epilogue = runtime::GemmEpilogue::kBiasGelu;
+          absorbed[gelu_index] = true;
+          same_as[gelu_index] = reshape.results[0];
+        } else if (users.size() == 1 && program.nodes()[users[0]].op == "gelu" &&
+                   !ir_output[static_cast<size_t>(linear_result)]) {
           // The GEMM yields the gelu's result; the linear's own value never exists.
           const ir::Node& gelu = program.nodes()[users[0]];
           const ir::Value& value = program.value(gelu.results[0]);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "compiler/lowering/attention_kernel.h"
@@ -32,7 +33,7 @@ class Scheduler {
   void schedule_node(int node_index);
   void schedule_group(int root);
   void schedule_view(const LoweringNode& node);
-  void schedule_gemm(const LoweringNode& node);
+  void schedule_gemm(int node_index);
   void schedule_concat(const LoweringNode& node);
   void schedule_host(const LoweringNode& node);
   void schedule_dynamic(int node_index);
@@ -166,6 +167,18 @@ void Scheduler::add_kernel(AssembledKernel assembled, const std::string& node_na
   step.op = assembled.spec.name;
   for (int slot : allocate) {
     if (allocated_.insert(slot).second) step.allocate.push_back(slot);
+  }
+  // Note [No kernel over no elements]: an elementwise kernel over an empty
+  // iteration space (an inference batch norm's saved statistics, shape [0])
+  // would launch for nothing; its slots are still allocated (empty) here. A
+  // reduction still runs: its rows may be non-empty with empty reduced dims
+  // (a sum over a dim of size 0 writes zeros). Test: Kernels.NoneForEmptyValues
+  // (tests/compiler/lowering/ops_lowering_test.cc).
+  if (runtime::shape_numel(assembled.spec.iteration_shape) == 0 &&
+      assembled.spec.reductions.empty()) {
+    step.kind = StepKind::kAlias;
+    out_.steps.push_back(std::move(step));
+    return;
   }
   auto start = std::chrono::steady_clock::now();
   if (options_.load_kernels)
@@ -303,10 +316,16 @@ void Scheduler::schedule_view(const LoweringNode& node) {
   out_.steps.push_back(std::move(view));
 }
 
-void Scheduler::schedule_gemm(const LoweringNode& node) {
+void Scheduler::schedule_gemm(int node_index) {
+  const LoweringNode& node = graph_.node(node_index);
+  // Note [Attention results with heads last] (attention_kernel.cc).
+  if (std::optional<Layout> layout = matmul_result_layout(graph_, node_index)) {
+    out_.slots[static_cast<size_t>(node.results[0])].layout = *layout;
+  }
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
-  if (const int64_t rows = small_m_gemm_rows(launch, out_.device, options_.load_kernels)) {
+  if (const int64_t rows =
+          small_m_gemm_rows(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
     // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
     add_kernel(small_m_gemm_kernel(launch, rows), node.name, launch.written_slots());
     return;
@@ -330,6 +349,27 @@ void Scheduler::schedule_concat(const LoweringNode& node) {
       ops::normalize_dim(node.context, node.context.attrs.get_int("dim"), rank, "dim"));
   int64_t start = 0;
   std::vector<int> allocate = {result};
+  // Note [One kernel for a concat of equal parts] (kernel_assembly.cc).
+  const Shape& first = graph_.value(node.operands[0]).type.shape;
+  const bool equal_parts =
+      node.operands.size() >= 2 && node.operands.size() <= kMaxConcatParts &&
+      runtime::shape_numel(first) > 0 &&
+      std::all_of(node.operands.begin(), node.operands.end(),
+                  [&](int operand) { return graph_.value(operand).type.shape == first; });
+  if (equal_parts) {
+    std::optional<AssembledKernel> kernel;
+    try {
+      KernelAssembler assembler(graph_, out_.fusion, out_.slots, substitutes_);
+      kernel =
+          assembler.concat_of_equal_parts(node.operands, result, first[d] * to.layout.strides[d]);
+    } catch (const NeedsRelayout&) {
+      // A part read through a layout the part map cannot index: one kernel per part.
+    }
+    if (kernel) {
+      add_kernel(std::move(*kernel), node.name, allocate);
+      return;
+    }
+  }
   for (int operand : node.operands) {
     const Shape& shape = graph_.value(operand).type.shape;
     if (runtime::shape_numel(shape) > 0) {
@@ -487,7 +527,7 @@ void Scheduler::schedule_node(int node_index) {
       schedule_view(node);
       break;
     case NodeClass::kGemm:
-      schedule_gemm(node);
+      schedule_gemm(node_index);
       break;
     case NodeClass::kConcat:
       schedule_concat(node);

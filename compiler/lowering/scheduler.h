@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "compiler/lowered_function.h"
 #include "compiler/lowering/fusion.h"
 #include "compiler/lowering/lowering_graph.h"
+#include "compiler/lowering/small_m_gemm_mode.h"
 #include "compiler/lowering/steps.h"
 #include "compiler/ops/op_registry.h"
 
@@ -49,6 +51,8 @@ struct ScheduleOptions {
   // inspect the PTX of a cuda program on a machine without a GPU). The result
   // cannot run.
   bool load_kernels = true;
+  // This compile's mode (Note [Small-M GEMM selection]); none: GROVE_SMALL_M_GEMM.
+  std::optional<SmallMGemmMode> small_m_gemm;
 };
 
 // Throws grove::Error naming the node when something cannot be lowered.

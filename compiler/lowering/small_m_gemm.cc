@@ -263,13 +263,17 @@ int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device) {
 
 }  // namespace
 
-SmallMGemmMode small_m_gemm_mode() {
+SmallMGemmMode small_m_gemm_mode(std::optional<SmallMGemmMode> requested) {
+  if (requested) return *requested;
   const char* value = std::getenv("GROVE_SMALL_M_GEMM");
-  const std::string text = value == nullptr ? "" : value;
+  return parse_small_m_gemm_mode(value == nullptr ? "" : value, "GROVE_SMALL_M_GEMM");
+}
+
+SmallMGemmMode parse_small_m_gemm_mode(const std::string& text, const std::string& source) {
   if (text.empty() || text == "auto") return SmallMGemmMode::kAuto;
   if (text == "on") return SmallMGemmMode::kOn;
   if (text == "off") return SmallMGemmMode::kOff;
-  throw ConfigError(str_cat("GROVE_SMALL_M_GEMM='", text,
+  throw ConfigError(str_cat(source, "='", text,
                             "': expected off (library GEMMs only), on (grove's small-M kernel "
                             "for every GEMM with M <= ",
                             kMaxSmallM, ") or auto (the default: measured per GPU and shape)"));
@@ -416,7 +420,12 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
   return out;
 }
 
-// Note [Small-M GEMM selection]: off and on are absolute; auto is a
+// Note [Small-M GEMM selection]: the mode is the compile's own option when it
+// gives one (the C API's "small_m_gemm", CompileOptions::small_m_gemm: the
+// torch door asks for on when a decode graph binds its moved cache per call,
+// Note [Patchable graphs for inputs that moved] in python/grove/dynamo_backend.py),
+// else GROVE_SMALL_M_GEMM; a compile never changes the process's environment.
+// Off and on are absolute; auto is a
 // performance policy for cuda: the tuning table on a present device (measuring
 // on the first compile of a shape: Note [One small-M choice per shape]), the
 // shape heuristic where nothing can be measured (a cuda program lowered
@@ -427,10 +436,11 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
 // lowering, so a lowered program runs one kernel per GEMM whichever backend
 // runs it.
 // Tests: SmallMGemmSelection.* (the switch changes the kernel and GEMM counts).
-int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure) {
+int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure,
+                          std::optional<SmallMGemmMode> requested) {
   if (!small_m_gemm_qualifies(launch)) return 0;
   const int64_t default_rows = small_m_rows_per_warp(launch.args.m);
-  switch (small_m_gemm_mode()) {
+  switch (small_m_gemm_mode(requested)) {
     case SmallMGemmMode::kOff:
       return 0;
     case SmallMGemmMode::kOn:

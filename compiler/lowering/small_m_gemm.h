@@ -7,7 +7,8 @@
 // coalesced, one accumulator per row per lane and a shuffle reduction (Note
 // [Small-M GEMM kernel]).
 //
-// Which one runs (GROVE_SMALL_M_GEMM, Note [Small-M GEMM selection]):
+// Which one runs (a compile's small_m_gemm option, else GROVE_SMALL_M_GEMM;
+// Note [Small-M GEMM selection]):
 //   off   the library GEMM always;
 //   on    grove's kernel for every GEMM that qualifies;
 //   auto  (default) on cuda the tuning table (gemm_tuning_table.h): measured
@@ -22,6 +23,7 @@
 
 #include "compiler/codegen/kernel_compiler.h"
 #include "compiler/lowering/kernel_assembly.h"
+#include "compiler/lowering/small_m_gemm_mode.h"
 #include "compiler/lowering/steps.h"
 #include "runtime/device.h"
 
@@ -30,12 +32,6 @@ namespace grove::compiler::lowering {
 constexpr int64_t kMaxSmallM = 32;
 // Rows of A one warp reduces together (Note [Small-M GEMM kernel]).
 constexpr int64_t kSmallMRowsPerWarp = 8;
-
-enum class SmallMGemmMode { kOff, kOn, kAuto };
-
-// GROVE_SMALL_M_GEMM (off | on | auto; unset or empty: auto). Throws
-// ConfigError naming the variable and the values it takes.
-SmallMGemmMode small_m_gemm_mode();
 
 // Whether grove's kernel can compute `launch`: one GEMM (no batch), alpha 1,
 // beta 0, 1 <= M <= kMaxSmallM, K >= 1, f32 / bf16 / f16, and an epilogue of
@@ -78,7 +74,9 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
 // warp to pass small_m_gemm_kernel. With auto on cuda this may compile the
 // kernel's variants and time them and the library GEMM on the device (when
 // `can_measure` and the device is present).
-int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure);
+// `requested`: the compile's own mode, before the environment (small_m_gemm_mode).
+int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure,
+                          std::optional<SmallMGemmMode> requested = std::nullopt);
 
 // Forgets the process-wide choices (Note [One small-M choice per shape]); for tests.
 void clear_small_m_gemm_choices();

@@ -164,12 +164,12 @@ std::optional<TensorList> PreparedProgram::private_pool_inputs(const TreeManager
 }
 
 compiler::backends::ProgramStats PreparedProgram::stats() const {
-  compiler::backends::ProgramStats stats{
-      .model = model_name_,
-      .device = device_.str(),
-      .calls = calls_.load(),
-      .fallback_segments = fallbacks_,
-      .pool_mutation_fallbacks = pool_mutation_fallbacks_.load()};
+  compiler::backends::ProgramStats stats{.model = model_name_,
+                                         .device = device_.str(),
+                                         .calls = calls_.load(),
+                                         .fallback_segments = fallbacks_,
+                                         .pool_mutation_fallbacks = pool_mutation_fallbacks_.load(),
+                                         .lowered = lowered_.describe()};
   for (size_t s = 0; s < plans_.size(); ++s) {
     stats.segments.push_back({.index = s, .captured = plans_[s].captured});
     if (!plans_[s].captured) {

@@ -42,6 +42,24 @@ def _normalized(c, a, x, mean, invstd, shape, dtype):
                           _per_channel(c, shift, shape)])
 
 
+def _inference_normalized(c, a, x, shape, dtype):
+    """(x - mean) * (rsqrt(var + eps) * weight) + bias with running statistics,
+    each per-channel operand viewed as [C, 1, ...] before any arithmetic, so
+    the whole batch norm (and what follows it elementwise) is one kernel
+    (Note [Small values computed per element], compiler/lowering/fusion.cc)."""
+    def per_channel(name):
+        return _per_channel(c, c.operand(a[name], dtype), shape)
+
+    scale = c.emit("rsqrt", [c.emit("add", [per_channel("running_var"),
+                                            c.scalar(_eps(a), dtype)])])
+    if a.get("weight") is not None:
+        scale = c.emit("mul", [scale, per_channel("weight")])
+    out = c.emit("mul", [c.emit("sub", [c.tensor(x), per_channel("running_mean")]), scale])
+    if a.get("bias") is not None:
+        out = c.emit("add", [out, per_channel("bias")])
+    return out
+
+
 def _placeholder(c, value):
     try:
         dtype = dtype_name(value.dtype)
@@ -59,9 +77,7 @@ def _batch_norm(c, a):
     if not training:
         if mean is None or var is None:
             raise Unsupported("batch norm in inference without running statistics")
-        invstd = c.emit("rsqrt", [c.emit("add", [c.operand(var, dtype),
-                                                 c.scalar(_eps(a), dtype)])])
-        out = _normalized(c, a, x, c.operand(mean, dtype), invstd, shape, dtype)
+        out = _inference_normalized(c, a, x, shape, dtype)
         # The saved statistics of an inference batch norm are placeholders
         # (empty on the CPU) that its backward does not read.
         return (out,) + tuple(_placeholder(c, value) for value in c.result()[1:])

@@ -6,31 +6,27 @@ gathers])."""
 import torch
 
 from grove.aten_ops import CONVERTERS
-from grove.fx_common import Unsupported, dtype_name
+from grove.fx_common import Unsupported
 from grove.image_windows import adaptive_windows, avg_pool_windows, pair, window_ids
 
 # Note [Windows as gathers]: every window op reads its input as a table of
 # [H*W, N*C] rows (pixel-major: one row per pixel, every image and channel in
 # it), picked by grove's embedding with a constant table of pixel ids
 # [OH, OW, K] that the importer builds once per shape (image_windows.py). A
-# window position in the padding reads an extra zero row (convolution, average
-# pooling) or repeats a pixel of the same window (max pooling), so no padded
+# window position in the padding reads zero (convolution, average pooling: the
+# gather picks any pixel and a constant mask zeroes it, in the gather's one
+# kernel) or repeats a pixel of the same window (max pooling), so no padded
 # copy of the input is made and the ids do not grow with the batch. The
 # backwards gather the other way: each input pixel sums the window positions
 # that read it (image_windows.inverse_ids). Guarded by ConvolutionTest
 # (tests/python/importer_ops_test.py) and ImageBackwardsTest (training_test.py).
 
 
-def pixel_table(c, name, shape, dtype, zero_row):
-    """[N, C, H, W] value `name` as rows [H*W (+1 zero row), N*C]."""
+def pixel_table(c, name, shape):
+    """[N, C, H, W] value `name` as rows [H*W, N*C]."""
     n, channels, height, width = shape
     table = c.emit("permute", [name], {"order": [2, 3, 0, 1]})
-    table = c.emit("reshape", [table], {"shape": [height * width, n * channels]})
-    if zero_row:
-        zeros = c.emit("full", [], {"value": 0.0, "shape": [1, n * channels],
-                                    "dtype": dtype_name(dtype)})
-        table = c.emit("concat", [table, zeros], {"dim": 0})
-    return table
+    return c.emit("reshape", [table], {"shape": [height * width, n * channels]})
 
 
 def constant_ids(c, ids, rows):
@@ -50,10 +46,15 @@ def gather_windows(c, x, ids, padding):
             raise Unsupported("a pooling window wholly in the padding")
         ids = torch.where(ids < 0, first.expand_as(ids), ids)
         padded = False
-    table = pixel_table(c, c.tensor(x), shape, c.dtype(x), padded)
-    if padded:
-        ids = torch.where(ids < 0, torch.full_like(ids, height * width), ids)
-    return c.emit("embedding", [table, constant_ids(c, ids, height * width + 1)]), ids
+    table = pixel_table(c, c.tensor(x), shape)
+    if not padded:
+        return c.emit("embedding", [table, constant_ids(c, ids, height * width)]), ids
+    inside = ids >= 0
+    picked = c.emit("embedding", [table, constant_ids(c, torch.where(inside, ids, 0),
+                                                      height * width)])
+    mask = c.importer.constant(c.segment, inside[..., None].to(c.importer.device))
+    gathered = c.emit("where", [mask, picked, c.scalar(0.0, c.dtype(x))])
+    return gathered, torch.where(inside, ids, torch.full_like(ids, height * width))
 
 
 def to_nchw(c, rows, out_h, out_w, n, channels):

@@ -35,6 +35,32 @@ def _put_rows(c, table, rows, targets, values, sources, accumulate, dtype):
     return c.emit("where", [written, picked, table])
 
 
+# Note [One written position is a where]: a write of one position along one
+# dim (a decode step's KV cache update: index_copy_(2, input_pos, k), or
+# cache[:, :, input_pos] = v) is x where the position matches, else the
+# values broadcast along that dim: elementwise over x's own layout (one
+# kernel, fused into the write back into a static cache), where the general
+# form copies x into rows and gathers every row (Note [Windows as gathers]'s
+# embedding, several kernels and passes over the whole cache). Tests:
+# importer_ops_test's IndexPutTest (one position, against PyTorch) and
+# static_cache_decode_test.
+def _broadcasts_to(shape, target):
+    try:
+        return list(torch.broadcast_shapes(tuple(shape), tuple(target))) == list(target)
+    except RuntimeError:
+        return False
+
+
+def _write_one_position(c, x, dim, targets, values):
+    shape = c.shape(x)
+    along = [1] * len(shape)
+    along[dim] = shape[dim]
+    positions = c.importer.constant(c.segment, torch.arange(shape[dim], dtype=torch.int64).view(
+        along).to(c.importer.device))
+    target = c.emit("reshape", [targets], {"shape": [1] * len(shape)})
+    return c.emit("where", [c.emit("eq", [positions, target]), values, c.tensor(x)])
+
+
 def _write(c, x, dims, targets, ids_shape, values, values_shape, accumulate, position):
     """self x with grove value `values` (indexed like x[indices]) written at
     the flat rows `targets` (shape ids_shape) of its dims `dims`."""
@@ -46,14 +72,17 @@ def _write(c, x, dims, targets, ids_shape, values, values_shape, accumulate, pos
     rest_sizes = [shape[d] for d in rest]
     rows, width = _product(shape[d] for d in dims), _product(rest_sizes)
     sources = _product(ids_shape)
+    k = len(ids_shape)
+    expected = rest_sizes[:position] + list(ids_shape) + rest_sizes[position:]
+    if (sources == 1 and not accumulate and len(dims) == 1 and k == 1 and
+            position == dims[0] and _broadcasts_to(values_shape, expected)):
+        return _write_one_position(c, x, dims[0], targets, values)
     order = list(dims) + rest
     name = c.tensor(x)
     if order != list(range(len(shape))):
         name = c.emit("permute", [name], {"order": order})
     table = c.emit("reshape", [name], {"shape": [rows, width]})
     # values broadcast to x[indices]'s shape, the ids' dims moved first.
-    k = len(ids_shape)
-    expected = rest_sizes[:position] + list(ids_shape) + rest_sizes[position:]
     if list(values_shape) != expected:
         zeros = c.emit("full", [], {"value": 0.0, "shape": expected, "dtype": dtype_name(dtype)})
         values = c.emit("add", [values, zeros])

@@ -34,10 +34,26 @@ def compiled_graphs():
     return [graph for graph in alive if graph is not None]
 
 
+# Note [Dynamo's generation names an invocation only for dynamo's calls]
+# Entering a torch.compile'd function advances dynamo's generation counter
+# (torch._dynamo.mutation_guard.GenerationTracker), so the graphs one
+# top-level call runs share a generation and the next call starts a new one.
+# Nothing else advances it: a graph called directly (compile_graph, as
+# grove.training and the tests call it) would read the same number at every
+# call and run all its calls as one invocation, each call recorded as a child
+# of the previous one (a decode loop: a tree node per step, never a replay).
+# So only the graphs the backend compiled for dynamo (grove_backend) key
+# their calls by it; a direct call opens an invocation of its own, with or
+# without dynamo in the PyTorch build.
+# Test: StaticCacheDecodeTest (tests/python/static_cache_decode_test.py: one
+# recording per graph on PyTorch 2.x, where dynamo exists) and
+# DynamoBackendTest.test_dynamo_calls_share_an_invocation_only_from_the_backend
+# (tests/python/importer_test.py).
 def _dynamo_invocation_key():
     """A key naming dynamo's current top-level compiled call (its generation
     counter, which PyTorch's cudagraph trees use the same way), or None
-    without dynamo."""
+    without dynamo. Only for graphs dynamo calls (Note [Dynamo's generation
+    names an invocation only for dynamo's calls])."""
     global _GENERATION_TRACKER
     if _GENERATION_TRACKER is None:
         try:
@@ -97,8 +113,10 @@ class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
     (Note [Static inputs that move])."""
 
-    def __init__(self, runner, rebuild=None):
+    def __init__(self, runner, rebuild=None, from_dynamo=False):
         self.runner = runner
+        # Note [Dynamo's generation names an invocation only for dynamo's calls]
+        self.from_dynamo = from_dynamo
         self.rebuild = rebuild  # (args, demoted positions) -> a runner
         self.rebuilds = 0
         self.demoted = set()  # positions of static inputs bound per call since they moved
@@ -106,7 +124,8 @@ class CompiledGraph:
         _compiled.append(weakref.ref(self))
 
     def __call__(self, *args):
-        key = _dynamo_invocation_key() if self.runner.backend != "eager" else None
+        key = (_dynamo_invocation_key()
+               if self.from_dynamo and self.runner.backend != "eager" else None)
         if key is None:
             return self._call(args)
         # Note [Invocations of several models]: dynamo's graphs of one
@@ -147,14 +166,23 @@ class CompiledGraph:
 def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None, verify=None,
                   reuse_state=False):
     """Compiles an fx GraphModule (or any function make_fx can trace) for its
-    example inputs; the backend's work. reuse_state: Note [Reused state
+    example inputs, to be called directly: each call is an invocation of its
+    own (grove.invocation groups several). reuse_state: Note [Reused state
     copies] (runner.py)."""
+    return _compile_graph(gm, example_inputs, False, mode, strict, device, verify, reuse_state)
+
+
+def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=False, device=None,
+                   verify=None, reuse_state=False):
+    """compile_graph's work; from_dynamo: the graph is dynamo's, called from
+    its compiled frames (Note [Dynamo's generation names an invocation only
+    for dynamo's calls])."""
     if mode not in _MODES:
         raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
     if not all(isinstance(value, torch.Tensor) for value in example_inputs):
         # Symbolic sizes (dynamic=True, or dynamo's automatic dynamic shapes):
         # one grove compilation per concrete shape, on first use.
-        return PerShapeGraph(gm, mode, strict, device, verify, reuse_state)
+        return PerShapeGraph(gm, mode, strict, device, verify, reuse_state, from_dynamo)
     if torch.is_grad_enabled() and any(value.requires_grad for value in example_inputs):
         return _training_graph(gm, example_inputs, mode, strict, device)
     if device is None:
@@ -172,13 +200,17 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
                   if position not in demoted]
         plan = importer.import_graph(aten, examples, static_inputs=static, strict=strict,
                                      name="torch_graph")
-        with _grove_kernels_for_small_gemms(bool(demoted)):
-            return plan.compile(
-                backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
-                state_outputs=input_writes.output_nodes_at(aten.graph, state_positions))
+        options = {}
+        if demoted and "GROVE_SMALL_M_GEMM" not in os.environ:
+            # Note [Patchable graphs for inputs that moved]: this compile's own choice.
+            options["small_m_gemm"] = "on"
+        return plan.compile(
+            backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
+            state_outputs=input_writes.output_nodes_at(aten.graph, state_positions), **options)
 
     return CompiledGraph(build(list(example_inputs)),
-                         rebuild=lambda args, demoted: build(list(args), demoted))
+                         rebuild=lambda args, demoted: build(list(args), demoted),
+                         from_dynamo=from_dynamo)
 
 
 # Note [Patchable graphs for inputs that moved]: a graph rebuilt because
@@ -190,22 +222,13 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
 # The GEMMs of a decode step have a row or a few (M <= 32), which grove's
 # small-M kernel computes (attention is grove's own kernel: Note [Fused
 # attention in the importer]), so the rebuild compiles with
-# GROVE_SMALL_M_GEMM=on unless the user set that variable. Results stay within
+# the compile option small_m_gemm="on" (that graph's models alone: the
+# process's environment is never changed) unless the user set
+# GROVE_SMALL_M_GEMM, which then decides. Results stay within
 # the tests' tolerances of PyTorch's (the small-M kernel is what auto picks
-# for most such GEMMs anyway). Test: GpuDecodeTest and torch_zoo's decode rows
-# (zero-copy inputs, input copies).
-class _grove_kernels_for_small_gemms:
-    def __init__(self, active):
-        self.active = active and "GROVE_SMALL_M_GEMM" not in os.environ
-
-    def __enter__(self):
-        if self.active:
-            os.environ["GROVE_SMALL_M_GEMM"] = "on"
-
-    def __exit__(self, *exc):
-        if self.active:
-            os.environ.pop("GROVE_SMALL_M_GEMM", None)
-        return False
+# for most such GEMMs anyway). Tests: GpuDecodeTest and torch_zoo's decode
+# rows (zero-copy inputs, input copies), DynamoBackendTest.
+# test_a_static_input_that_moves_is_demoted_once (the rebuilt graph's GEMM).
 
 
 def _training_graph(gm, example_inputs, mode, strict, device):
@@ -280,10 +303,12 @@ class PerShapeGraph:
     The integer arguments (the sizes dynamo passes) are baked into each
     compilation."""
 
-    def __init__(self, gm, mode, strict, device, verify=None, reuse_state=False):
+    def __init__(self, gm, mode, strict, device, verify=None, reuse_state=False,
+                 from_dynamo=False):
         self.gm = gm
         self.options = {"mode": mode, "strict": strict, "device": device, "verify": verify,
                         "reuse_state": reuse_state}
+        self.from_dynamo = from_dynamo
         self.compiled = {}
 
     @staticmethod
@@ -307,7 +332,8 @@ class PerShapeGraph:
                 return self.gm(*values)
 
             log.info("compiling a graph for input shapes %s", [tuple(t.shape) for t in tensors])
-            compiled = (positions, compile_graph(specialized, tensors, **self.options))
+            compiled = (positions, _compile_graph(specialized, tensors, self.from_dynamo,
+                                                         **self.options))
             self.compiled[key] = compiled
         positions, function = compiled
         return function(*[args[position] for position in positions])
@@ -321,4 +347,4 @@ def grove_backend(gm, example_inputs, options=None, **kwargs):
     if unknown:
         raise ValueError("grove: unknown option(s) %s (known: %s)" % (", ".join(unknown),
                                                                       ", ".join(_OPTIONS)))
-    return compile_graph(gm, example_inputs, **options)
+    return _compile_graph(gm, example_inputs, True, **options)

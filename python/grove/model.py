@@ -48,7 +48,7 @@ class Model:
 
     def __init__(self, program, backend="eager", device="sim", dims=None, params=None,
                  never_capture=False, skip_warmup=False, stage="inference", copy_outputs=None,
-                 verify=None, gradient_all_reduce=None):
+                 verify=None, gradient_all_reduce=None, small_m_gemm=None):
         lib = _capi.library()
         text = _c_text(program if isinstance(program, str) else json.dumps(program),
                        "the program text")
@@ -82,6 +82,8 @@ class Model:
             options["dims"] = dict(dims)
         if gradient_all_reduce is not None:  # Note [Gradient all-reduce in the door's backward]
             options["gradient_all_reduce"] = dict(gradient_all_reduce)
+        if small_m_gemm is not None:  # its own choice (Note [Small-M GEMM selection])
+            options["small_m_gemm"] = str(small_m_gemm)
         params = dict(params or {})
         bindings = (_capi.StateBinding * max(len(params), 1))()
         self._bound_keepalive = []

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "compiler/model_format/model_json.h"
 #include "runtime/device_context.h"
 #include "runtime/tensor.h"
+#include "tests/common/test_util.h"
 
 namespace {
 
@@ -302,6 +304,47 @@ void expect_failure(grove_status status, grove_status expected, const std::strin
       << "message '" << message << "' lacks '" << word << "'";
 }
 
+// The lowered steps of a cudagraphs model compiled with `options` (x: batch 3).
+std::string lowered_steps(const char* options) {
+  grove_model* model = compile_or_fail(options);
+  if (model == nullptr) return "";
+  std::vector<float> x(3 * 8, 0.5f);
+  grove_tensor_desc input = describe(x.data(), kShape, 2);
+  grove_tensor* results[2] = {nullptr, nullptr};
+  size_t count = 0;
+  EXPECT_EQ(grove_model_run(model, &input, 1, nullptr, results, 2, &count), GROVE_OK)
+      << grove_last_error();
+  for (grove_tensor* result : results) grove_tensor_destroy(result);
+  char* stats = nullptr;
+  EXPECT_EQ(grove_model_stats_json(model, &stats), GROVE_OK);
+  const std::string text = nlohmann::json::parse(stats)["programs"][0]["lowered"];
+  grove_string_free(stats);
+  grove_model_destroy(model);
+  return text;
+}
+
+// The "small_m_gemm" option (Note [Small-M GEMM selection]) picks grove's
+// small-M kernel for its model alone, before GROVE_SMALL_M_GEMM, and changes
+// nothing in the environment; "" leaves the choice to the variable.
+TEST(CApi, SmallMGemmOptionChoosesForItsModelBeforeTheEnvironment) {
+  grove::testing::ScopedEnv library("GROVE_SMALL_M_GEMM", "off");
+  const std::string on =
+      lowered_steps(R"({"device": "sim", "backend": "cudagraphs", "small_m_gemm": "on"})");
+  EXPECT_NE(on.find("kernel small_m_gemm_bias_gelu"), std::string::npos) << on;
+  EXPECT_EQ(on.find("gemm x1"), std::string::npos) << on;
+  EXPECT_STREQ(std::getenv("GROVE_SMALL_M_GEMM"), "off");
+  for (const char* options : {R"({"device": "sim", "backend": "cudagraphs", "small_m_gemm": ""})",
+                              R"({"device": "sim", "backend": "cudagraphs"})"}) {
+    const std::string steps = lowered_steps(options);
+    EXPECT_EQ(steps.find("small_m_gemm"), std::string::npos) << options << "\n" << steps;
+    EXPECT_NE(steps.find("gemm x1 m=3 n=16 k=8 batch=1 +bias_gelu"), std::string::npos) << steps;
+  }
+  grove::testing::ScopedEnv kernel("GROVE_SMALL_M_GEMM", "on");
+  const std::string off =
+      lowered_steps(R"({"device": "sim", "backend": "cudagraphs", "small_m_gemm": "off"})");
+  EXPECT_EQ(off.find("small_m_gemm"), std::string::npos) << off;
+}
+
 TEST(CApi, EveryFailingCallSetsAStatusAndAMessage) {
   grove_model* model = nullptr;
   expect_failure(grove_compile(nullptr, nullptr, nullptr, 0, &model), GROVE_ERROR_INVALID_ARGUMENT,
@@ -317,6 +360,9 @@ TEST(CApi, EveryFailingCallSetsAStatusAndAMessage) {
                  GROVE_ERROR_INVALID_ARGUMENT, "unknown option 'bakend'");
   expect_failure(grove_compile(kMlp, R"({"device": "sim", "backend": "nope"})", nullptr, 0, &model),
                  GROVE_ERROR_INTERNAL, "nope");
+  expect_failure(
+      grove_compile(kMlp, R"({"device": "sim", "small_m_gemm": "fast"})", nullptr, 0, &model),
+      GROVE_ERROR_INVALID_ARGUMENT, "option 'small_m_gemm'");
   expect_failure(grove_compile(kMlp, R"({"device": "tpu:0"})", nullptr, 0, &model),
                  GROVE_ERROR_DEVICE, "tpu");
 

@@ -258,6 +258,28 @@ class IndexPutTest(ConverterCase):
         self.check(function, [cache, new, torch.tensor([3, 8]), torch.tensor([1, 0]),
                               torch.tensor([3, -4])])
 
+    def test_one_written_position_is_one_where(self):
+        # Note [One written position is a where] (aten_index_put_ops.py): a
+        # decode step's cache writes at one position (the last one too),
+        # and a value broadcast into it, against PyTorch.
+        cache = torch.randn(2, 4, 10, 3)
+
+        def function(cache, new, position):
+            written = cache * 1
+            torch.ops.aten.index_put_(written, [None, None, position], new)
+            broadcast = torch.ops.aten.index_put(cache, [None, None, position],
+                                                 torch.tensor(2.5))
+            return cache.index_copy(2, position, new), written, broadcast
+
+        for position in (4, 9):
+            inputs = [cache, torch.randn(2, 4, 1, 3), torch.tensor([position])]
+            plan = self.check(function, inputs)
+            runner = plan.compile(backend="cudagraphs")
+            runner(*inputs)
+            lowered = runner.models()[0].stats()["programs"][0]["lowered"]
+            # No gather of the cache's rows: each write is elementwise over it.
+            self.assertNotIn("embedding", lowered)
+
 
     def test_scatter_and_scatter_add_match_torch(self):
         x = torch.randn(3, 5, 4)

@@ -404,20 +404,80 @@ def _rotary_split(seed=0):
     return function, args, trace(function, *args)
 
 
-def as_if_from_dynamo(compiled, *args):
-    """Calls a CompiledGraph as a torch.compile'd function does: where dynamo
-    exists, entering one advances its generation, which makes each call an
-    invocation of its own (a direct call would share the last one's)."""
-    from grove import dynamo_backend
+class _FakeGenerationTracker:
+    """Dynamo's generation counter (torch._dynamo.mutation_guard.
+    GenerationTracker) as a test sets it, also where PyTorch has no dynamo."""
+    generation = 41
 
-    dynamo_backend._dynamo_invocation_key()  # finds dynamo's tracker, if any
-    tracker = dynamo_backend._GENERATION_TRACKER
-    if tracker:
-        tracker.generation += 1
-    return compiled(*args)
+
+class fake_dynamo_generation:
+    """Replaces the tracker the backend reads for the block's duration."""
+
+    def __enter__(self):
+        from grove import dynamo_backend
+
+        dynamo_backend._dynamo_invocation_key()  # finds dynamo's tracker, if any
+        self.saved = dynamo_backend._GENERATION_TRACKER
+        dynamo_backend._GENERATION_TRACKER = _FakeGenerationTracker
+        return _FakeGenerationTracker
+
+    def __exit__(self, *exc):
+        from grove import dynamo_backend
+
+        dynamo_backend._GENERATION_TRACKER = self.saved
+        return False
 
 
 class DynamoBackendTest(unittest.TestCase):
+    def test_dynamo_calls_share_an_invocation_only_from_the_backend(self):
+        # Note [Dynamo's generation names an invocation only for dynamo's
+        # calls] (grove/dynamo_backend.py): dynamo advances its generation
+        # when a compiled frame is entered, nowhere else, and PyTorch 2.x has
+        # the number even without torch.compile. A graph called directly
+        # ignores it: each call an invocation of its own, one warm-up, one
+        # recording, then replays. The backend's graph runs the calls of one
+        # generation as one invocation, where no call replays (each call goes
+        # a node deeper, as the caller still holds the earlier outputs), and
+        # records once when every call has a generation of its own. The outputs are kept in the tree's pool, as
+        # PyTorch >= 2.1 gets them (Note [Kept outputs through DLPack]).
+        def function(x, weight):
+            return (x @ weight).relu()
+
+        weight = nn.Parameter(torch.randn(8, 8), requires_grad=False)
+        x = torch.randn(4, 8)
+        calls = 6
+
+        def graph(from_dynamo):
+            plan = importer.import_graph(make_fx(function)(x, weight), [x, weight],
+                                         static_inputs=[1])
+            runner = plan.compile(backend="cudagraphs", output_copies=lambda node: False)
+            return grove.torch.CompiledGraph(runner, from_dynamo=from_dynamo)
+
+        def counts(compiled, tracker, advance):
+            # Each call's output is alive at the next call, as a decode loop's
+            # logits are. The tree is the thread's (other live graphs share
+            # it): counted from after the first call, a warm-up.
+            outputs = []
+            for call in range(calls):
+                if advance:
+                    tracker.generation += 1
+                with torch.no_grad():
+                    outputs.append(compiled(x, weight))
+                torch.testing.assert_close(outputs[-1], function(x, weight))
+                if call == 0:
+                    before = compiled.runner.models()[0].stats()["tree"]
+            tree = compiled.runner.models()[0].stats()["tree"]
+            return tree["recordings"] - before["recordings"], tree["replays"] - before["replays"]
+
+        self.assertFalse(grove.torch.compile_graph(function, [x, weight]).from_dynamo)
+        self.assertTrue(grove.torch.grove_backend(function, [x, weight]).from_dynamo)
+        with fake_dynamo_generation() as tracker:
+            self.assertEqual(counts(graph(from_dynamo=False), tracker, advance=False),
+                             (1, calls - 2))
+            self.assertEqual(counts(graph(from_dynamo=True), tracker, advance=True),
+                             (1, calls - 2))
+            self.assertEqual(counts(graph(from_dynamo=True), tracker, advance=False)[1], 0)
+
     def test_a_static_input_that_moves_is_demoted_once(self):
         # Note [Static inputs that move] (grove/dynamo_backend.py): a cache
         # made again at another address for every sequence (HF's generate),
@@ -450,7 +510,7 @@ class DynamoBackendTest(unittest.TestCase):
                 index = torch.tensor([position])
                 expected = step(x, expected_cache, index, weight)
                 with torch.no_grad():
-                    actual = as_if_from_dynamo(compiled, x, cache, index, weight)
+                    actual = compiled(x, cache, index, weight)
                 message = "sequence %d position %d" % (sequence, position)
                 torch.testing.assert_close(actual, expected, msg=message)
                 torch.testing.assert_close(cache, expected_cache, msg=message + " (cache)")
@@ -461,6 +521,11 @@ class DynamoBackendTest(unittest.TestCase):
             self.assertEqual(compiled.rebuilds, 0 if sequence == 0 else 1, sequence)
         self.assertIs(compiled.runner, first_runner)
         self.assertEqual(compiled.demoted, {1})
+        # Note [Patchable graphs for inputs that moved]: the rebuilt graph's
+        # GEMM is grove's small-M kernel, asked for by its own compile option.
+        lowered = compiled.runner.models()[0].stats()["programs"][0]["lowered"]
+        self.assertIn("kernel small_m_gemm", lowered)
+        self.assertNotIn("GROVE_SMALL_M_GEMM", os.environ)
         self.assertEqual(compiled.runner.static_positions, [3])
         tree = compiled.runner.models()[0].stats()["tree"]
         later = {key: tree[key] - after_demotion[key] for key in (
@@ -507,7 +572,7 @@ class DynamoBackendTest(unittest.TestCase):
             x = torch.randn(4, 8)
             expected = step(x, expected_state, weight)
             with torch.no_grad():
-                torch.testing.assert_close(as_if_from_dynamo(compiled, x, state, weight),
+                torch.testing.assert_close(compiled(x, state, weight),
                                            expected, msg=str(call))
             torch.testing.assert_close(state, expected_state, msg="state after call %d" % call)
         self.assertEqual((compiled.rebuilds, compiled.demoted), (1, {2}))

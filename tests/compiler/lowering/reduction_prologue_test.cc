@@ -151,22 +151,69 @@ size_t backward_kernels(const training::testing::ModelWithLoss& model, const cha
 
 // The mlp16x512 step's backward with the bias gradients as `sum` kernels (as
 // on cuda): each of the 16 layers' gelu gradient and bias gradient become one
-// kernel (the last layer's with the loss gradient), 34 -> 18.
+// kernel (the last layer's with the loss gradient), 33 -> 17 (the loss
+// gradient's scale is computed where it is used: Note [Small values computed
+// per element]).
 TEST(ReductionPrologueCounts, MlpBackwardLaunchesSixteenFewerKernels) {
   testing::ScopedEnv no_epilogues("GROVE_GEMM_EPILOGUES", "0");
   const auto model = training::testing::mlp_with_mse(32, runtime::kSimDevice);
-  EXPECT_EQ(backward_kernels(model, "0"), 34u);
-  EXPECT_EQ(backward_kernels(model, "1"), 18u);
+  EXPECT_EQ(backward_kernels(model, "0"), 33u);
+  EXPECT_EQ(backward_kernels(model, "1"), 17u);
 }
 
 // gpt4x256's backward with GEMM epilogues (sim's default): per block the
 // residual gradient's add and the following bias-gradient sum are one kernel.
 TEST(ReductionPrologueCounts, GptBackwardLaunchesFourFewerKernels) {
   const auto model = training::testing::gpt_with_next_token_loss(2, 8, runtime::kSimDevice);
-  // (129, not 131: two concats compute a pointwise operand in their part
-  // kernel, Note [Concat parts compute their operand].)
-  EXPECT_EQ(backward_kernels(model, "0"), 129u);
-  EXPECT_EQ(backward_kernels(model, "1"), 125u);
+  // (122, not 131: two concats compute a pointwise operand in their part
+  // kernel, Note [Concat parts compute their operand]; each concat of two
+  // equal parts is one kernel, Note [One kernel for a concat of equal parts];
+  // four per-row sums are applied in their reduction's kernel, Note [Per-row
+  // values broadcast in their reduction's kernel]; and the loss gradient's
+  // scale is computed where it is used, Note [Small values computed per element].)
+  EXPECT_EQ(backward_kernels(model, "0"), 122u);
+  EXPECT_EQ(backward_kernels(model, "1"), 118u);
+}
+
+// Note [Reduction prologues]: unset, the switch fuses into row reductions
+// only. gpt4x256's forward (its layer_norms are row reductions: each residual
+// add runs inside the next one, as with 1) and its backward (the column sums
+// of the bias gradients keep their producers apart, as with 0: no reduction
+// runs a row per thread).
+TEST(ReductionPrologueCounts, RowReductionsTakeProloguesByDefault) {
+  const auto model = training::testing::gpt_with_next_token_loss(2, 8, runtime::kSimDevice);
+  auto forward_kernels = [&](const char* prologues) {
+    testing::ScopedEnv env("GROVE_FUSE_REDUCTION_PROLOGUES", prologues);
+    return compiler::lowering::lower(model.program).kernel_report().kernels.size();
+  };
+  EXPECT_EQ(forward_kernels(""), forward_kernels("1"));
+  EXPECT_LT(forward_kernels(""), forward_kernels("0"));
+  EXPECT_EQ(backward_kernels(model, ""), backward_kernels(model, "0"));
+}
+
+// Note [Reduction prologues] under a pointwise root: LLaMA's pre-norm
+// residual add, read by the next rms_norm written out (one kernel: Note
+// [Per-row values broadcast in their reduction's kernel]) and by the next
+// residual add, runs inside the norm's kernel, which writes it: two kernels
+// by default, three with the switch at 0; values match the reference.
+TEST(ReductionPrologueCounts, ResidualAddRunsInsideTheRmsNormAfterIt) {
+  for (const char* prologues : {"", "0"}) {
+    SCOPED_TRACE(prologues);
+    testing::ScopedEnv env("GROVE_FUSE_REDUCTION_PROLOGUES", prologues);
+    compiler::ir::ProgramBuilder b("residual_rms_norm", runtime::kSimDevice);
+    compiler::ir::ValueId x = b.input("x", {2, 3, 16});
+    compiler::ir::ValueId sum = b.add(x, b.input("attention", {2, 3, 16}));
+    compiler::ir::ValueId scale =
+        b.rsqrt(b.add(b.mean(b.mul(sum, sum), {2}, /*keepdim=*/true), b.full(1e-6)));
+    b.output(b.mul(b.mul(sum, scale), b.input("weight", {16})));
+    b.output(b.add(sum, b.input("mlp", {2, 3, 16})));
+    compiler::ir::Program program = b.build();
+    const size_t kernels = compiler::lowering::lower(program).kernel_report().kernels.size();
+    EXPECT_EQ(kernels, *prologues == '\0' ? 2u : 3u);
+    testing::expect_matches_reference(
+        program, testing::random_inputs(program, 20261126), runtime::kSimDevice,
+        testing::tolerance_for(runtime::DType::kF32), "residual_rms_norm");
+  }
 }
 
 TEST(ReductionPrologueCounts, SwitchRejectsOtherValues) {

@@ -369,8 +369,12 @@ TEST_P(CudagraphsBackend, StatsAreValuesWhoseJsonKeepsTheCApiKeys) {
   const nlohmann::json json = grove::compiler::backends::stats_json(stats);
   EXPECT_EQ(keys_of(json), (std::vector<std::string>{"backend", "programs", "tree"}));
   EXPECT_EQ(keys_of(json["programs"][0]),
-            (std::vector<std::string>{"calls", "device", "fallback_segments", "model",
+            (std::vector<std::string>{"calls", "device", "fallback_segments", "lowered", "model",
                                       "pool_mutation_fallbacks", "segments"}));
+  // What a call runs, step by step (LoweredProgram::describe()).
+  EXPECT_NE(json["programs"][0]["lowered"].get<std::string>().find("gemm x1 m=2 n=512 k=512"),
+            std::string::npos)
+      << json["programs"][0]["lowered"];
   const nlohmann::json& tree = json["tree"];
   EXPECT_EQ(tree["replays"], 2u);
   EXPECT_EQ(keys_of(tree["pool"]),
