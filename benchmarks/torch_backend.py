@@ -14,8 +14,8 @@ torch.cuda.graph (PyTorch's kernels with no launch overhead; AdamW
 capturable), backend="grove" with PyTorch's optimizer and with grove.torch.optim
 (grove/r-o: the latter over reduce-overhead, door/r-o: the former; the
 issue's goal is <= 0.5), backend="grove" with PyTorch's optimizer run by
-grove's own autograd function instead of AOTAutograd's runtime (grove_fn,
-GROVE_DOOR_FUNCTION=1), and the whole step as grove graphs
+grove's own autograd function (grove_fn, GROVE_DOOR_FUNCTION=1: the default,
+as "grove") and by AOTAutograd's runtime (grove_aot, GROVE_DOOR_FUNCTION=0), and the whole step as grove graphs
 (grove.training.compile_step with AdamW, run as grove's update; step/r-o;
 grove_step_sgd: with SGD momentum 0.9, the optimizer of grove's C++ trainer,
 benchmarks/train_step).
@@ -170,12 +170,13 @@ def train_variant(module, inputs, loss_of, variant):
         whole = grove.training.compile_step(
             model, lambda forward, *args: loss_of(forward(*args)), optimizer)
         return lambda: whole(*inputs)
-    if variant == "grove_fn":
+    if variant in ("grove_fn", "grove_aot"):
         # backend="grove" with Note [The door's own autograd function] on
-        # (opt-in), compiled by a first step right here.
+        # (grove_fn; the default, so "grove" too) or off (grove_aot:
+        # AOTAutograd's runtime), compiled by a first step right here.
         step = train_variant(module, inputs, loss_of, "grove_plain")
         previous = os.environ.get("GROVE_DOOR_FUNCTION")
-        os.environ["GROVE_DOOR_FUNCTION"] = "1"
+        os.environ["GROVE_DOOR_FUNCTION"] = "1" if variant == "grove_fn" else "0"
         try:
             step()
         finally:
@@ -216,7 +217,7 @@ def train_variant(module, inputs, loss_of, variant):
 
 
 TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "cuda_graph", "grove_eager", "grove",
-                  "grove_fn", "grove_optim", "grove_step", "grove_step_sgd")
+                  "grove_fn", "grove_aot", "grove_optim", "grove_step", "grove_step_sgd")
 
 
 def train_main(args):
@@ -232,7 +233,7 @@ def train_main(args):
             try:
                 step = train_variant(module, inputs, loss_of, variant)
                 row[variant] = time_steps(step, args.repeats)
-                if variant in ("grove", "grove_fn", "grove_optim", "grove_eager"):
+                if variant in ("grove", "grove_fn", "grove_aot", "grove_optim", "grove_eager"):
                     row[variant]["tree_per_step"] = tree_per_step(step)
             except Exception as error:  # one variant failing leaves the others' numbers
                 traceback.print_exc()

@@ -102,11 +102,35 @@ class CompiledGraph:
         self.rebuild = rebuild  # (args, demoted positions) -> a runner
         self.rebuilds = 0
         self.demoted = set()  # positions of static inputs bound per call since they moved
-        _live_runners.add(runner)
+        self._use_runner(runner)
         _compiled.append(weakref.ref(self))
 
+    def _use_runner(self, runner):
+        self.runner = runner
+        _live_runners.add(runner)
+        # Note [One Python call per door call] (runner.py): made once the
+        # runner's verified calls are done; None until then, or for good.
+        self.door = None
+        self._door_pending = True
+        self._invoked = runner.backend != "eager"
+
     def __call__(self, *args):
-        key = _dynamo_invocation_key() if self.runner.backend != "eager" else None
+        door = self.door
+        if door is not None:
+            try:
+                return door(args, _dynamo_invocation_key() if self._invoked else None)
+            except StaticInputMovedError:
+                pass  # nothing ran: the layered call below rebuilds
+        try:
+            return self._layered_call(args)
+        finally:
+            if self._door_pending and (self.runner.verified_calls
+                                       >= self.runner.calls_to_verify):
+                self._door_pending = False
+                self.door = self.runner.door_call()
+
+    def _layered_call(self, args):
+        key = _dynamo_invocation_key() if self._invoked else None
         if key is None:
             return self._call(args)
         # Note [Invocations of several models]: dynamo's graphs of one
@@ -129,8 +153,7 @@ class CompiledGraph:
                         "more, never again for their moves",
                         ", ".join("%d %s" % (position, list(args[position].shape))
                                   for position in sorted(moved)))
-            self.runner = self.rebuild(args, self.demoted)
-            _live_runners.add(self.runner)
+            self._use_runner(self.rebuild(args, self.demoted))
             return self._run(args)
 
     def _run(self, args):
