@@ -446,9 +446,9 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
 // models]); begin, run and end as one call saves the binding two foreign
 // calls per graph call. The invocation ends whatever the run does.
 grove_status grove_model_run_dlpack_invocation(grove_model* model, uint64_t invocation_key,
-                                               const grove_tensor_desc* inputs,
-                                               size_t input_count, void* stream, void** managed,
-                                               size_t capacity, size_t* count) {
+                                               const grove_tensor_desc* inputs, size_t input_count,
+                                               void* stream, void** managed, size_t capacity,
+                                               size_t* count) {
   size_t handed = 0;
   grove_status status = run_api("grove_model_run_dlpack_invocation", [&] {
     require(count != nullptr, "the output pointer `count` is null");

@@ -183,9 +183,9 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
  * grove_invocation_end(), as one call (the invocation ends whatever the run
  * does): the torch door's call of a graph. */
 grove_status grove_model_run_dlpack_invocation(grove_model* model, uint64_t invocation_key,
-                                               const grove_tensor_desc* inputs,
-                                               size_t input_count, void* stream, void** managed,
-                                               size_t capacity, size_t* count);
+                                               const grove_tensor_desc* inputs, size_t input_count,
+                                               void* stream, void** managed, size_t capacity,
+                                               size_t* count);
 /* GROVE_OK while the memory of a DLManagedTensor grove made may be read;
  * GROVE_ERROR_STALE (with the reason) once a later replay overwrote it or its
  * step ended. The tensor must still be alive (its deleter not yet called). */
