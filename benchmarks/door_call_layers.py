@@ -256,8 +256,8 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--models", default="mlp16x512_b1,gpt4x256_b1_t32")
-    parser.add_argument("--reduce-overhead", action="store_true",
-                        help="also time mode=\"reduce-overhead\" on each model")
+    parser.add_argument("--reduce-overhead", default="",
+                        help="comma-separated models to time under mode=\"reduce-overhead\" too")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo
 
@@ -275,7 +275,7 @@ def main():
         start = time.perf_counter()
         summary.extend((name,) + row for row in layers(name, module, inputs, args.calls,
                                                         args.out))
-        if args.reduce_overhead:
+        if name in args.reduce_overhead.split(","):
             torch._dynamo.reset()
             reduce_overhead = torch.compile(module, mode="reduce-overhead", dynamic=False)
             with torch.no_grad():
