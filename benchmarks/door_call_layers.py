@@ -6,7 +6,8 @@ layer by layer, on one GPU: where the door's per-call cost goes (issue 33).
 Each layer is called `calls` times in blocks of 20, each block ended by a
 device synchronization; "host" is the median time per call of a block before
 its synchronization (the host's own cost while the GPU runs behind), "wall"
-with it. Layers, outermost first (each includes the ones below it):
+with it. First the dynamo floor (the module compiled by a backend whose graph does
+no work). Then the layers, outermost first (each includes those below it):
   door        the torch.compile'd module (dynamo's guards and wrappers)
   graph       grove's CompiledGraph.__call__ on the arguments dynamo passes
               (the invocation key and scope, GraphRunner)
@@ -15,7 +16,6 @@ with it. Layers, outermost first (each includes the ones below it):
   call_torch  grove.Model.call_torch (descriptions, the C call, DLPack outputs)
   c_dlpack    the C call (grove_model_run_dlpack) and DLPack outputs alone
   cxx         the same compiled model called from C++ (grove_model_time_runs)
-  cxx_each    time_runs with calls=1 (its stream ordering every call)
 and pieces: the invocation key and its C begin/end pair, the static-input
 check, the stream query, torch's from_dlpack of a CUDA capsule, call_torch on
 a side stream. Then a cProfile listing of the door calls and a torch.profiler
@@ -125,14 +125,6 @@ def layers(name, module, inputs, calls, out_dir):
     from grove import outputs as grove_outputs
     from grove import runner as grove_runner
 
-    torch._dynamo.reset()
-    compiled = torch.compile(module, backend="grove", dynamic=False)
-    with torch.no_grad():
-        for _ in range(5):
-            compiled(*inputs)
-    graph, args = captured_arguments(compiled, inputs)
-    runner = graph.runner
-    fast = runner._fast
     rows = []
 
     def row(label, function, note=""):
@@ -141,6 +133,18 @@ def layers(name, module, inputs, calls, out_dir):
         rows.append((label, host, wall, note))
         print("%-22s %-16s host %8.2f us  wall %8.2f us  %s" % (name, label, host, wall, note),
               flush=True)
+
+    # First: it compiles with dynamo of its own (reset before grove's compilation).
+    row("dynamo_floor", dynamo_floor(module, inputs),
+        "dynamo alone: a backend whose graph returns a tensor made once")
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="grove", dynamic=False)
+    with torch.no_grad():
+        for _ in range(5):
+            compiled(*inputs)
+    graph, args = captured_arguments(compiled, inputs)
+    runner = graph.runner
+    fast = runner._fast
 
     counters = tree_counters(runner)
     row("door", lambda: compiled(*inputs), "%d args to grove" % len(args))
@@ -245,9 +249,6 @@ def layers(name, module, inputs, calls, out_dir):
             out.write(table)
     except Exception as error:  # the listing is optional; the rows above are the result
         print("%s: torch.profiler failed: %s" % (name, error))
-    # Last: it resets dynamo, which drops grove's compilation of the module.
-    row("dynamo_floor", dynamo_floor(module, inputs),
-        "dynamo alone: a backend whose graph returns a tensor made once")
     return rows
 
 
