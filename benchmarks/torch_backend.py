@@ -4,7 +4,7 @@ one process on one GPU (ratios, not lone absolute times), and the Python-side
 cost of the grove backend: its call minus the same grove CompiledModel called
 from C++ (grove_model_time_runs) on the same inputs.
 
-    python3 benchmarks/torch_backend.py [--json out.json] [--repeats 200]
+    python3 benchmarks/torch_backend.py [--json out.json] [--repeats 200] [--models a,b]
     python3 benchmarks/torch_backend.py --train [--json out.json] [--variants grove,grove_step]
 
 --train times one training step (forward, loss, backward, AdamW with
@@ -227,7 +227,10 @@ def train_main(args):
         raise SystemExit("torch_backend: unknown --variants %s (known: %s)"
                          % (",".join(unknown), ",".join(TRAIN_VARIANTS)))
     rows = []
+    wanted = set(args.models.split(",")) if args.models else None
     for name, module, inputs, loss_of in training_cases():
+        if wanted and name not in wanted:
+            continue
         row = {"model": name}
         for variant in variants:
             try:
@@ -299,6 +302,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--train", action="store_true",
                         help="time training steps instead of inference calls")
+    parser.add_argument("--models", default="",
+                        help="comma-separated model names to run (default: all)")
     parser.add_argument("--variants", default="",
                         help="--train: comma-separated variants (default: all of %s)"
                         % ",".join(TRAIN_VARIANTS))
@@ -312,8 +317,9 @@ def main():
     if args.train:
         return train_main(args)
     rows = []
+    wanted = set(args.models.split(",")) if args.models else None
     for name, module, inputs in gpu_models.cases("cuda"):
-        if name.startswith("transformer_encoder"):
+        if name.startswith("transformer_encoder") or (wanted and name not in wanted):
             continue
         row = {"model": name}
         row["torch_eager"] = time_calls(module, inputs, args.repeats)
