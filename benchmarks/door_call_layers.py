@@ -118,6 +118,31 @@ def dynamo_floor(module, inputs):
     return lambda: compiled(*inputs)
 
 
+def not_inlined(module, inputs, calls):
+    """The dynamo floor and the door with inline_inbuilt_nn_modules off: the
+    module's parameters reach the graph as attributes (bound as constants),
+    not as inputs that dynamo guards and passes one by one."""
+    rows = []
+    config = torch._dynamo.config
+    if not hasattr(config, "inline_inbuilt_nn_modules"):
+        return rows
+    with config.patch(inline_inbuilt_nn_modules=False):
+        floor = dynamo_floor(module, inputs)
+        with torch.no_grad():
+            rows.append(("floor_not_inlined",) + per_call(floor, calls) + ("",))
+        torch._dynamo.reset()
+        compiled = torch.compile(module, backend="grove", dynamic=False)
+        with torch.no_grad():
+            for _ in range(5):
+                compiled(*inputs)
+            rows.append(("door_not_inlined",) + per_call(lambda: compiled(*inputs), calls)
+                        + ("",))
+    for label, host, wall, _ in rows:
+        print("%-22s %-16s host %8.2f us  wall %8.2f us" % ("", label, host, wall), flush=True)
+    torch._dynamo.reset()
+    return rows
+
+
 def layers(name, module, inputs, calls, out_dir):
     import grove.torch  # noqa: F401 (registers the backend)
     from grove import _capi
@@ -257,6 +282,9 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--models", default="mlp16x512_b1,gpt4x256_b1_t32")
+    parser.add_argument("--not-inlined", default="",
+                        help="comma-separated models to time also with dynamo's "
+                        "inline_inbuilt_nn_modules off (parameters as attributes, not inputs)")
     parser.add_argument("--reduce-overhead", default="",
                         help="comma-separated models to time under mode=\"reduce-overhead\" too")
     args = parser.parse_args()
@@ -276,6 +304,8 @@ def main():
         start = time.perf_counter()
         summary.extend((name,) + row for row in layers(name, module, inputs, args.calls,
                                                         args.out))
+        if name in args.not_inlined.split(","):
+            summary.extend((name,) + row for row in not_inlined(module, inputs, args.calls))
         if name in args.reduce_overhead.split(","):
             torch._dynamo.reset()
             reduce_overhead = torch.compile(module, mode="reduce-overhead", dynamic=False)
