@@ -7,6 +7,7 @@ build on this module, never on grove.torch, so that grove.torch may re-export
 them without an import cycle.
 """
 
+import operator
 import os
 import weakref
 
@@ -308,14 +309,37 @@ class PerShapeGraph:
         self.options = {"mode": mode, "strict": strict, "device": device, "verify": verify,
                         "reuse_state": reuse_state}
         self.compiled = {}
+        self._key_plan = None  # (argument types, varying tensor getter, value getter)
 
     @staticmethod
     def key(args):
         return tuple((tuple(value.shape), value.stride(), value.dtype, value.device)
                      if isinstance(value, torch.Tensor) else ("value", value) for value in args)
 
+    # Note [Shape keys without Python per tensor]: dynamo passes a graph's
+    # arguments with the same kinds at every call, so a call's key is the
+    # arguments' types, the values (the sizes dynamo passes) and the tensors'
+    # shapes, strides, dtypes and devices, each gathered by one map in C, with
+    # no Python per argument; a call whose argument types differ from the
+    # first call's takes the full key. Test:
+    # TorchBackendTest.test_symbolic_sizes_compile_once_per_concrete_shape.
+    def _fast_key(self, args):
+        plan = self._key_plan
+        if plan is None:
+            tensors = [index for index, value in enumerate(args)
+                       if isinstance(value, torch.Tensor)]
+            values = [index for index, value in enumerate(args)
+                      if not isinstance(value, torch.Tensor)]
+            plan = self._key_plan = (tuple(map(type, args)), _getter(tensors), _getter(values))
+        types, tensors_of, values_of = plan
+        if tuple(map(type, args)) != types:
+            return self.key(args)
+        tensors = tensors_of(args)
+        return (values_of(args), tuple(map(_SIZE, tensors)), tuple(map(_STRIDE, tensors)),
+                tuple(map(_DTYPE, tensors)), tuple(map(_DEVICE_INDEX, tensors)))
+
     def __call__(self, *args):
-        key = self.key(args)
+        key = self._fast_key(args)
         compiled = self.compiled.get(key)
         if compiled is None:
             concrete = [int(value) if isinstance(value, torch.SymInt) else value
@@ -334,6 +358,22 @@ class PerShapeGraph:
             self.compiled[key] = compiled
         positions, function = compiled
         return function(*[args[position] for position in positions])
+
+
+_SIZE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_STRIDE = torch.Tensor.stride
+_DEVICE_INDEX = torch.Tensor.get_device
+
+
+def _getter(positions):
+    """args -> a tuple of the arguments at `positions`."""
+    if not positions:
+        return lambda args: ()
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda args: (args[position],)
+    return operator.itemgetter(*positions)
 
 
 def grove_backend(gm, example_inputs, options=None, **kwargs):
