@@ -30,6 +30,7 @@ import pstats
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 
@@ -143,14 +144,13 @@ def not_inlined(module, inputs, calls):
     return rows
 
 
-def layers(name, module, inputs, calls, out_dir):
+def layers(name, module, inputs, calls, out_dir, rows):
+    """Appends (label, host us, wall us, note) rows to `rows` as it goes."""
     import grove.torch  # noqa: F401 (registers the backend)
     from grove import _capi
     from grove import dynamo_backend
     from grove import outputs as grove_outputs
     from grove import runner as grove_runner
-
-    rows = []
 
     def row(label, function, note=""):
         with torch.no_grad():
@@ -178,7 +178,15 @@ def layers(name, module, inputs, calls, out_dir):
     print("%-22s tree per door call: %s" % (name, ", ".join(
         "%s %.2f" % (key, (after[key] - counters.get(key, 0)) / door_calls)
         for key in sorted(after) if after[key] != counters.get(key, 0))), flush=True)
-    row("graph", lambda: graph(*args))
+    # As dynamo calls it: each call a new generation (one invocation per call).
+    dynamo_backend._dynamo_invocation_key()
+    tracker = dynamo_backend._GENERATION_TRACKER
+
+    def graph_call():
+        tracker.generation += 1
+        return graph(*args)
+
+    row("graph", graph_call)
     if getattr(graph, "door", None) is not None:
         # Note [One Python call per door call] off: the layered call.
         door = graph.door
@@ -302,18 +310,22 @@ def main():
         if name not in wanted:
             continue
         start = time.perf_counter()
-        summary.extend((name,) + row for row in layers(name, module, inputs, args.calls,
-                                                        args.out))
-        if name in args.not_inlined.split(","):
-            summary.extend((name,) + row for row in not_inlined(module, inputs, args.calls))
-        if name in args.reduce_overhead.split(","):
-            torch._dynamo.reset()
-            reduce_overhead = torch.compile(module, mode="reduce-overhead", dynamic=False)
-            with torch.no_grad():
-                host, wall = per_call(lambda: reduce_overhead(*inputs), args.calls)
-            summary.append((name, "reduce_overhead", host, wall, "PyTorch's"))
-            print("%-22s %-16s host %8.2f us  wall %8.2f us" % (name, "reduce_overhead", host,
-                                                                  wall), flush=True)
+        rows = []
+        try:  # one model failing leaves the others' rows
+            layers(name, module, inputs, args.calls, args.out, rows)
+            if name in args.not_inlined.split(","):
+                rows.extend(not_inlined(module, inputs, args.calls))
+            if name in args.reduce_overhead.split(","):
+                torch._dynamo.reset()
+                reduce_overhead = torch.compile(module, mode="reduce-overhead", dynamic=False)
+                with torch.no_grad():
+                    host, wall = per_call(lambda: reduce_overhead(*inputs), args.calls)
+                rows.append(("reduce_overhead", host, wall, "PyTorch's"))
+                print("%-22s %-16s host %8.2f us  wall %8.2f us" % (name, "reduce_overhead", host,
+                                                                      wall), flush=True)
+        except Exception:
+            traceback.print_exc()
+        summary.extend((name,) + row for row in rows)
         print("%s: %.1f s" % (name, time.perf_counter() - start), flush=True)
     print("%-22s %-16s %10s %10s" % ("model", "layer", "host us", "wall us"))
     for name, label, host, wall, note in summary:
