@@ -144,7 +144,7 @@ def not_inlined(module, inputs, calls):
     return rows
 
 
-def layers(name, module, inputs, calls, out_dir, rows):
+def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
     """Appends (label, host us, wall us, note) rows to `rows` as it goes."""
     import grove.torch  # noqa: F401 (registers the backend)
     from grove import _capi
@@ -178,6 +178,8 @@ def layers(name, module, inputs, calls, out_dir, rows):
     print("%-22s tree per door call: %s" % (name, ", ".join(
         "%s %.2f" % (key, (after[key] - counters.get(key, 0)) / door_calls)
         for key in sorted(after) if after[key] != counters.get(key, 0))), flush=True)
+    if door_only:
+        return rows
     # As dynamo calls it: each call a new generation (one invocation per call).
     dynamo_backend._dynamo_invocation_key()
     tracker = dynamo_backend._GENERATION_TRACKER
@@ -293,6 +295,8 @@ def main():
     parser.add_argument("--not-inlined", default="",
                         help="comma-separated models to time also with dynamo's "
                         "inline_inbuilt_nn_modules off (parameters as attributes, not inputs)")
+    parser.add_argument("--door-only", action="store_true",
+                        help="time the dynamo floor and the door only (no lower layers, listings)")
     parser.add_argument("--reduce-overhead", default="",
                         help="comma-separated models to time under mode=\"reduce-overhead\" too")
     args = parser.parse_args()
@@ -312,7 +316,7 @@ def main():
         start = time.perf_counter()
         rows = []
         try:  # one model failing leaves the others' rows
-            layers(name, module, inputs, args.calls, args.out, rows)
+            layers(name, module, inputs, args.calls, args.out, rows, args.door_only)
             if name in args.not_inlined.split(","):
                 rows.extend(not_inlined(module, inputs, args.calls))
             if name in args.reduce_overhead.split(","):
