@@ -9,6 +9,7 @@ its synchronization (the host's own cost while the GPU runs behind), "wall"
 with it. First the dynamo floor (the module compiled by a backend whose graph does
 no work). Then the layers, outermost first (each includes those below it):
   door        the torch.compile'd module (dynamo's guards and wrappers)
+  door_side_stream  the same, called on a side stream (no legacy-stream events)
   graph       grove's CompiledGraph.__call__ on the arguments dynamo passes
               (the invocation key and scope, GraphRunner)
   door_layered  door without Note [One Python call per door call]
@@ -178,6 +179,15 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
     print("%-22s tree per door call: %s" % (name, ", ".join(
         "%s %.2f" % (key, (after[key] - counters.get(key, 0)) / door_calls)
         for key in sorted(after) if after[key] != counters.get(key, 0))), flush=True)
+    # The caller on a stream of its own: grove runs on it, with no event
+    # ordering against the legacy default stream (Note [Calls from the legacy
+    # default stream], capi/grove.cc).
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        side_inputs = [value.clone() if isinstance(value, torch.Tensor) else value
+                       for value in inputs]
+        row("door_side_stream", lambda: compiled(*side_inputs), "the caller on a side stream")
+    torch.cuda.synchronize()
     if door_only:
         return rows
     # As dynamo calls it: each call a new generation (one invocation per call).
