@@ -335,6 +335,11 @@ def main():
         row["grove_over_reduce_overhead"] = grove_us / row["torch_reduce_overhead"]["median_us"]
         row["python_capi_cost_us"] = None if cxx is None else grove_us - cxx
         rows.append(row)
+        # As it comes, so a run cut short still shows what it measured.
+        print("%s: eager %.1f us, reduce-overhead %.1f us, grove %.1f us (%.2fx), C++ %s"
+              % (name, row["torch_eager"]["median_us"], row["torch_reduce_overhead"]["median_us"],
+                 grove_us, row["grove_over_reduce_overhead"],
+                 "-" if cxx is None else "%.1f us" % cxx), flush=True)
         torch._dynamo.reset()
 
     header = "%-22s %12s %14s %12s %10s %12s %10s" % (
