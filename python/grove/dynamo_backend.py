@@ -309,7 +309,7 @@ class PerShapeGraph:
         self.options = {"mode": mode, "strict": strict, "device": device, "verify": verify,
                         "reuse_state": reuse_state}
         self.compiled = {}
-        self._key_plan = None  # (argument types, varying tensor getter, value getter)
+        self._key_plan = None  # (argument types, tensor getter, value getter)
 
     @staticmethod
     def key(args):

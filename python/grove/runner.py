@@ -230,16 +230,15 @@ class GraphRunner:
 
     # Note [One Python call per door call]
     # A graph that is one grove segment fed by its inputs, with no state
-    # outputs and no verified calls left (the common case: Note [Static inputs
-    # that move] aside, every inference graph of a model with no graph break),
-    # is called through one closure made once: it checks the bound static
+    # outputs and no verified calls left (the common case: every inference
+    # graph grove takes whole), is called through one closure made once: it checks the bound static
     # inputs (one C++ call), takes the segment's inputs by position, asks
     # PyTorch for the device's current stream (no device query of a tensor),
     # runs the model inside dynamo's invocation with one C call (Note [One C
     # call per door call], capi/grove.cc) and picks the outputs (OutputPicker).
     # The same steps as GraphRunner.__call__'s fast plan, without its layers
     # of Python; a moved static input raises StaticInputMovedError before
-    # anything runs, as there. Tests: DoorCallTest (tests/python/importer_test.py).
+    # anything runs, as there. Tests: DoorCallTest (tests/python/door_call_test.py).
     def door_call(self):
         """fn(args, invocation key or None) -> the graph's outputs, where Note
         [One Python call per door call] holds; else None."""
