@@ -4,7 +4,7 @@ one process on one GPU (ratios, not lone absolute times), and the Python-side
 cost of the grove backend: its call minus the same grove CompiledModel called
 from C++ (grove_model_time_runs) on the same inputs.
 
-    python3 benchmarks/torch_backend.py [--json out.json] [--repeats 200]
+    python3 benchmarks/torch_backend.py [--json out.json] [--repeats 200] [--models a,b]
     python3 benchmarks/torch_backend.py --train [--json out.json] [--variants grove,grove_step]
 
 --train times one training step (forward, loss, backward, AdamW with
@@ -14,8 +14,8 @@ torch.cuda.graph (PyTorch's kernels with no launch overhead; AdamW
 capturable), backend="grove" with PyTorch's optimizer and with grove.torch.optim
 (grove/r-o: the latter over reduce-overhead, door/r-o: the former; the
 issue's goal is <= 0.5), backend="grove" with PyTorch's optimizer run by
-grove's own autograd function instead of AOTAutograd's runtime (grove_fn,
-GROVE_DOOR_FUNCTION=1), and the whole step as grove graphs
+grove's own autograd function (grove_fn, GROVE_DOOR_FUNCTION=1: the default,
+as "grove") and by AOTAutograd's runtime (grove_aot, GROVE_DOOR_FUNCTION=0), and the whole step as grove graphs
 (grove.training.compile_step with AdamW, run as grove's update; step/r-o;
 grove_step_sgd: with SGD momentum 0.9, the optimizer of grove's C++ trainer,
 benchmarks/train_step).
@@ -170,12 +170,13 @@ def train_variant(module, inputs, loss_of, variant):
         whole = grove.training.compile_step(
             model, lambda forward, *args: loss_of(forward(*args)), optimizer)
         return lambda: whole(*inputs)
-    if variant == "grove_fn":
+    if variant in ("grove_fn", "grove_aot"):
         # backend="grove" with Note [The door's own autograd function] on
-        # (opt-in), compiled by a first step right here.
+        # (grove_fn; the default, so "grove" too) or off (grove_aot:
+        # AOTAutograd's runtime), compiled by a first step right here.
         step = train_variant(module, inputs, loss_of, "grove_plain")
         previous = os.environ.get("GROVE_DOOR_FUNCTION")
-        os.environ["GROVE_DOOR_FUNCTION"] = "1"
+        os.environ["GROVE_DOOR_FUNCTION"] = "1" if variant == "grove_fn" else "0"
         try:
             step()
         finally:
@@ -216,7 +217,7 @@ def train_variant(module, inputs, loss_of, variant):
 
 
 TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "cuda_graph", "grove_eager", "grove",
-                  "grove_fn", "grove_optim", "grove_step", "grove_step_sgd")
+                  "grove_fn", "grove_aot", "grove_optim", "grove_step", "grove_step_sgd")
 
 
 def train_main(args):
@@ -226,13 +227,16 @@ def train_main(args):
         raise SystemExit("torch_backend: unknown --variants %s (known: %s)"
                          % (",".join(unknown), ",".join(TRAIN_VARIANTS)))
     rows = []
+    wanted = set(args.models.split(",")) if args.models else None
     for name, module, inputs, loss_of in training_cases():
+        if wanted and name not in wanted:
+            continue
         row = {"model": name}
         for variant in variants:
             try:
                 step = train_variant(module, inputs, loss_of, variant)
                 row[variant] = time_steps(step, args.repeats)
-                if variant in ("grove", "grove_fn", "grove_optim", "grove_eager"):
+                if variant in ("grove", "grove_fn", "grove_aot", "grove_optim", "grove_eager"):
                     row[variant]["tree_per_step"] = tree_per_step(step)
             except Exception as error:  # one variant failing leaves the others' numbers
                 traceback.print_exc()
@@ -298,6 +302,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--train", action="store_true",
                         help="time training steps instead of inference calls")
+    parser.add_argument("--models", default="",
+                        help="comma-separated model names to run (default: all)")
     parser.add_argument("--variants", default="",
                         help="--train: comma-separated variants (default: all of %s)"
                         % ",".join(TRAIN_VARIANTS))
@@ -311,8 +317,9 @@ def main():
     if args.train:
         return train_main(args)
     rows = []
+    wanted = set(args.models.split(",")) if args.models else None
     for name, module, inputs in gpu_models.cases("cuda"):
-        if name.startswith("transformer_encoder"):
+        if name.startswith("transformer_encoder") or (wanted and name not in wanted):
             continue
         row = {"model": name}
         row["torch_eager"] = time_calls(module, inputs, args.repeats)
@@ -328,6 +335,11 @@ def main():
         row["grove_over_reduce_overhead"] = grove_us / row["torch_reduce_overhead"]["median_us"]
         row["python_capi_cost_us"] = None if cxx is None else grove_us - cxx
         rows.append(row)
+        # As it comes, so a run cut short still shows what it measured.
+        print("%s: eager %.1f us, reduce-overhead %.1f us, grove %.1f us (%.2fx), C++ %s"
+              % (name, row["torch_eager"]["median_us"], row["torch_reduce_overhead"]["median_us"],
+                 grove_us, row["grove_over_reduce_overhead"],
+                 "-" if cxx is None else "%.1f us" % cxx), flush=True)
         torch._dynamo.reset()
 
     header = "%-22s %12s %14s %12s %10s %12s %10s" % (

@@ -17,6 +17,7 @@
 #include "compiler/backends/backend_stats_json.h"
 #include "compiler/backends/compile.h"
 #include "compiler/model_format/model_json.h"
+#include "cudagraph_trees/backend/thread_trees.h"
 #include "distributed/gradient_all_reduce.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -163,9 +164,13 @@ void detach_borrowed(grove_model& model, const std::vector<grove::runtime::Stora
 // nothing can be captured and the runtime refuses cuBLAS. A cuda call that
 // names it runs on the calling thread's own grove stream instead, ordered
 // after the work already queued on the legacy stream and before any work
-// queued there later, by one event each way; the host never waits. Any other
-// stream is used as it is. Test: CApiCuda.RunsOnCallerDeviceMemoryAndTheCallersStreamLikeSim
-// (the caller's stream and NULL), tests/python/gpu_torch_backend_test.py.
+// queued there later, by one event each way; the host never waits. The event
+// is the thread's ordering event (DeviceContext::ordering_event), recorded
+// and waited on at once each way, so a call creates and destroys none (a
+// wait orders after the record made before it; a later record of the same
+// event leaves it alone). Any other stream is used as it is. Test:
+// CApiCuda.RunsOnCallerDeviceMemoryAndTheCallersStreamLikeSim (the caller's
+// stream and NULL), tests/python/gpu_torch_backend_test.py.
 class CallerStream {
  public:
   CallerStream(Device device, void* stream) {
@@ -175,31 +180,21 @@ class CallerStream {
       guard_.emplace(device, grove::runtime::StreamHandle{stream});
       return;
     }
-    context_ = &grove::runtime::device_context(device);
+    grove::runtime::DeviceContext& context = grove::runtime::device_context(device);
     legacy_ = grove::runtime::StreamHandle{stream};
-    grove::runtime::Platform& platform = context_->platform();
-    event_ = platform.create_event(/*enable_timing=*/false);
-    try {
-      platform.record_event(event_, legacy_);
-      platform.stream_wait_event(context_->current_stream(), event_);
-    } catch (...) {
-      platform.destroy_event(event_);
-      throw;
-    }
+    event_ = context.ordering_event();
+    grove::runtime::Platform& platform = context.platform();
+    platform.record_event(event_, legacy_);
+    platform.stream_wait_event(context.current_stream(), event_);
+    context_ = &context;
   }
   // Orders the caller's legacy stream after what this call queued.
   void finish() {
     if (context_ == nullptr) return;
     grove::runtime::DeviceContext* context = std::exchange(context_, nullptr);
     grove::runtime::Platform& platform = context->platform();
-    try {
-      platform.record_event(event_, context->current_stream());
-      platform.stream_wait_event(legacy_, event_);
-    } catch (...) {
-      platform.destroy_event(event_);
-      throw;
-    }
-    platform.destroy_event(event_);
+    platform.record_event(event_, context->current_stream());
+    platform.stream_wait_event(legacy_, event_);
   }
   // A call that failed still orders the legacy stream after its queued work.
   ~CallerStream() {
@@ -443,6 +438,39 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
     ModelCall call(model);
     require(managed != nullptr || capacity == 0, "capacity ", capacity,
             " but the `managed` array is null");
+    grove::compiler::TensorList results =
+        run_model(call.model(), inputs, input_count, stream, capacity, &handed);
+    grove::capi::to_dlpack_all(results, managed);
+    *count = results.size();
+  });
+  if (status != GROVE_OK) release_all(inputs, input_count, handed);
+  return status;
+}
+
+// Note [One C call per door call]: the torch door runs each graph call inside
+// an invocation named by dynamo's generation (Note [Invocations of several
+// models]); begin, run and end as one call saves the binding two foreign
+// calls per graph call. The invocation ends whatever the run does.
+grove_status grove_model_run_dlpack_invocation(grove_model* model, uint64_t invocation_key,
+                                               const grove_tensor_desc* inputs, size_t input_count,
+                                               void* stream, void** managed, size_t capacity,
+                                               size_t* count) {
+  size_t handed = 0;
+  grove_status status = run_api("grove_model_run_dlpack_invocation", [&] {
+    require(count != nullptr, "the output pointer `count` is null");
+    *count = 0;
+    ModelCall call(model);
+    require(managed != nullptr || capacity == 0, "capacity ", capacity,
+            " but the `managed` array is null");
+    grove::cudagraph_trees::backend::begin_invocation(invocation_key);
+    struct EndInvocation {
+      ~EndInvocation() {
+        try {
+          grove::cudagraph_trees::backend::end_invocation();
+        } catch (...) {  // begun above on this thread: end cannot fail
+        }
+      }
+    } end_invocation;
     grove::compiler::TensorList results =
         run_model(call.model(), inputs, input_count, stream, capacity, &handed);
     grove::capi::to_dlpack_all(results, managed);

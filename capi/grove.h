@@ -36,8 +36,8 @@ extern "C" {
 #endif
 
 /* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: grove_model_run_keeping and the
- * other kept-value calls; 5: grove_optimizer_program */
-#define GROVE_CAPI_VERSION 5
+ * other kept-value calls; 5: grove_optimizer_program; 6: grove_model_run_dlpack_invocation */
+#define GROVE_CAPI_VERSION 6
 
 typedef enum grove_status {
   GROVE_OK = 0,
@@ -181,6 +181,13 @@ grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* 
 grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc* inputs,
                                     size_t input_count, void* stream, void** managed,
                                     size_t capacity, size_t* count);
+/* grove_model_run_dlpack inside grove_invocation_begin(invocation_key) ...
+ * grove_invocation_end(), as one call (the invocation ends whatever the run
+ * does): the torch door's call of a graph. */
+grove_status grove_model_run_dlpack_invocation(grove_model* model, uint64_t invocation_key,
+                                               const grove_tensor_desc* inputs, size_t input_count,
+                                               void* stream, void** managed, size_t capacity,
+                                               size_t* count);
 /* GROVE_OK while the memory of a DLManagedTensor grove made may be read;
  * GROVE_ERROR_STALE (with the reason) once a later replay overwrote it or its
  * step ended. The tensor must still be alive (its deleter not yet called). */

@@ -26,6 +26,7 @@ ContextRegistry& registry() {
 }
 
 thread_local std::unordered_map<const DeviceContext*, StreamHandle> t_current_streams;
+thread_local std::unordered_map<const DeviceContext*, EventHandle> t_ordering_events;
 
 // Note [Current stream cache]: the replay path asks for the current stream on
 // every call; a one-entry cache of the last (context, stream) pair answers it
@@ -52,6 +53,7 @@ DeviceContext::DeviceContext(Device device, std::unique_ptr<Platform> platform)
 
 DeviceContext::~DeviceContext() {
   allocator_.reset();
+  for (EventHandle event : owned_events_) platform_->destroy_event(event);
   for (StreamHandle stream : owned_streams_) platform_->destroy_stream(stream);
 }
 
@@ -79,6 +81,18 @@ StreamHandle DeviceContext::create_stream() {
   std::lock_guard<std::mutex> lock(mutex_);
   owned_streams_.push_back(stream);
   return stream;
+}
+
+EventHandle DeviceContext::ordering_event() {
+  auto it = t_ordering_events.find(this);
+  if (it != t_ordering_events.end()) return it->second;
+  EventHandle event = platform_->create_event(/*enable_timing=*/false);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    owned_events_.push_back(event);
+  }
+  t_ordering_events.emplace(this, event);
+  return event;
 }
 
 KernelHandle load_kernel_once(Device device, const KernelSource& source) {

@@ -28,6 +28,12 @@ class DeviceContext {
   void set_current_stream(StreamHandle stream);
   // A new stream owned by the context (destroyed with it).
   StreamHandle create_stream();
+  // The calling thread's event for ordering one stream after another (a
+  // record, then a wait, with nothing between them on this thread): created on
+  // the thread's first use, owned by the context, and reused by every later
+  // ordering, so a call from PyTorch's legacy default stream creates and
+  // destroys no event (Note [Calls from the legacy default stream], capi/grove.cc).
+  EventHandle ordering_event();
 
  private:
   Device device_;
@@ -35,6 +41,7 @@ class DeviceContext {
   std::unique_ptr<CachingAllocator> allocator_;
   std::mutex mutex_;
   std::vector<StreamHandle> owned_streams_;
+  std::vector<EventHandle> owned_events_;
 };
 
 // The context of `device`; throws DeviceError when the device does not exist

@@ -7,6 +7,7 @@ build on this module, never on grove.torch, so that grove.torch may re-export
 them without an import cycle.
 """
 
+import operator
 import os
 import weakref
 
@@ -120,12 +121,36 @@ class CompiledGraph:
         self.rebuild = rebuild  # (args, demoted positions) -> a runner
         self.rebuilds = 0
         self.demoted = set()  # positions of static inputs bound per call since they moved
-        _live_runners.add(runner)
+        self._use_runner(runner)
         _compiled.append(weakref.ref(self))
 
+    def _use_runner(self, runner):
+        self.runner = runner
+        _live_runners.add(runner)
+        # Note [One Python call per door call] (runner.py): made once the
+        # runner's verified calls are done; None until then, or for good.
+        self.door = None
+        self._door_pending = True
+        # Note [Dynamo's generation names an invocation only for dynamo's calls]
+        self._invoked = self.from_dynamo and runner.backend != "eager"
+
     def __call__(self, *args):
-        key = (_dynamo_invocation_key()
-               if self.from_dynamo and self.runner.backend != "eager" else None)
+        door = self.door
+        if door is not None:
+            try:
+                return door(args, _dynamo_invocation_key() if self._invoked else None)
+            except StaticInputMovedError:
+                pass  # nothing ran: the layered call below rebuilds
+        try:
+            return self._layered_call(args)
+        finally:
+            if self._door_pending and (self.runner.verified_calls
+                                       >= self.runner.calls_to_verify):
+                self._door_pending = False
+                self.door = self.runner.door_call()
+
+    def _layered_call(self, args):
+        key = _dynamo_invocation_key() if self._invoked else None
         if key is None:
             return self._call(args)
         # Note [Invocations of several models]: dynamo's graphs of one
@@ -148,8 +173,7 @@ class CompiledGraph:
                         "more, never again for their moves",
                         ", ".join("%d %s" % (position, list(args[position].shape))
                                   for position in sorted(moved)))
-            self.runner = self.rebuild(args, self.demoted)
-            _live_runners.add(self.runner)
+            self._use_runner(self.rebuild(args, self.demoted))
             return self._run(args)
 
     def _run(self, args):
@@ -310,14 +334,37 @@ class PerShapeGraph:
                         "reuse_state": reuse_state}
         self.from_dynamo = from_dynamo
         self.compiled = {}
+        self._key_plan = None  # (argument types, tensor getter, value getter)
 
     @staticmethod
     def key(args):
         return tuple((tuple(value.shape), value.stride(), value.dtype, value.device)
                      if isinstance(value, torch.Tensor) else ("value", value) for value in args)
 
+    # Note [Shape keys without Python per tensor]: dynamo passes a graph's
+    # arguments with the same kinds at every call, so a call's key is the
+    # arguments' types, the values (the sizes dynamo passes) and the tensors'
+    # shapes, strides, dtypes and devices, each gathered by one map in C, with
+    # no Python per argument; a call whose argument types differ from the
+    # first call's takes the full key. Test:
+    # TorchBackendTest.test_symbolic_sizes_compile_once_per_concrete_shape.
+    def _fast_key(self, args):
+        plan = self._key_plan
+        if plan is None:
+            tensors = [index for index, value in enumerate(args)
+                       if isinstance(value, torch.Tensor)]
+            values = [index for index, value in enumerate(args)
+                      if not isinstance(value, torch.Tensor)]
+            plan = self._key_plan = (tuple(map(type, args)), _getter(tensors), _getter(values))
+        types, tensors_of, values_of = plan
+        if tuple(map(type, args)) != types:
+            return self.key(args)
+        tensors = tensors_of(args)
+        return (values_of(args), tuple(map(_SIZE, tensors)), tuple(map(_STRIDE, tensors)),
+                tuple(map(_DTYPE, tensors)), tuple(map(_DEVICE_INDEX, tensors)))
+
     def __call__(self, *args):
-        key = self.key(args)
+        key = self._fast_key(args)
         compiled = self.compiled.get(key)
         if compiled is None:
             concrete = [int(value) if isinstance(value, torch.SymInt) else value
@@ -337,6 +384,22 @@ class PerShapeGraph:
             self.compiled[key] = compiled
         positions, function = compiled
         return function(*[args[position] for position in positions])
+
+
+_SIZE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_STRIDE = torch.Tensor.stride
+_DEVICE_INDEX = torch.Tensor.get_device
+
+
+def _getter(positions):
+    """args -> a tuple of the arguments at `positions`."""
+    if not positions:
+        return lambda args: ()
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda args: (args[position],)
+    return operator.itemgetter(*positions)
 
 
 def grove_backend(gm, example_inputs, options=None, **kwargs):

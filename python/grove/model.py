@@ -126,6 +126,7 @@ class Model:
         self._gate = CallGate(len(names), self.output_count)
         fast = _capi.fast_library()
         self._run_dlpack = fast.grove_model_run_dlpack
+        self._run_dlpack_invocation = fast.grove_model_run_dlpack_invocation
         self._dlpack_check = fast.grove_dlpack_check
         self._input_counts = [ctypes.c_size_t(n) for n in range(len(names) + 1)]
         self._output_capacity = ctypes.c_size_t(self.output_count)
@@ -137,6 +138,10 @@ class Model:
         self._tag_outputs = watched and copy_outputs is not None
         self._plain_outputs = not (any(self._bool_outputs) or any(self._copy_flags)
                                    or self._watch_kept or self._tag_outputs)
+        # Outputs only watched (a graph backend's inference outputs where
+        # PyTorch has the storage hook): made and watched with no Python per output.
+        self._watched_outputs = self._watch_kept and not (
+            any(self._bool_outputs) or any(self._copy_flags) or self._tag_outputs)
         self._from_dlpack = _from_dlpack() if _torch() is not None else None
         if _STRIDE is None and _torch() is not None:
             _torch_methods()
@@ -254,16 +259,19 @@ class Model:
                        problem))
         return results
 
-    def call_torch(self, inputs, stream=None):
+    def call_torch(self, inputs, stream=None, invocation=None):
         """The fast path for torch tensors: inputs borrowed for the call (no
         callback; Note [Borrowed inputs], capi/grove.cc), outputs through
-        DLPack (Note [Kept outputs through DLPack]). Returns a list."""
+        DLPack (Note [Kept outputs through DLPack]). Returns a list.
+        invocation: None, or a key as grove.invocation takes: the call runs
+        inside that invocation, begun and ended by the same C call (Note [One
+        C call per door call], capi/grove.cc)."""
         if _handed_gradients and self._keeps_handed_gradients:
             keep_handed_gradients()
         gate = self._gate
         state = gate.enter()
         try:
-            return self._call_torch(state, inputs, stream)
+            return self._call_torch(state, inputs, stream, invocation)
         finally:
             gate.leave(state)
 
@@ -305,17 +313,31 @@ class Model:
             index += 1
         return index
 
-    def _call_torch(self, state, inputs, stream):
+    def _call_torch(self, state, inputs, stream, invocation=None):
         if len(inputs) != len(state.layouts):
             self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
         index = self.describe_borrowed(state, inputs)
-        status = self._run_dlpack(self._handle, state.descs, self._input_counts[index],
-                                  ctypes.c_void_p(stream) if stream else None, state.managed,
-                                  self._output_capacity, state.produced_ref)
+        if invocation is None:
+            status = self._run_dlpack(self._handle, state.descs, self._input_counts[index],
+                                      ctypes.c_void_p(stream) if stream else None, state.managed,
+                                      self._output_capacity, state.produced_ref)
+        else:
+            status = self._run_dlpack_invocation(
+                self._handle, ctypes.c_uint64(invocation), state.descs,
+                self._input_counts[index], ctypes.c_void_p(stream) if stream else None,
+                state.managed, self._output_capacity, state.produced_ref)
         if status:
             _capi.check(status)
         if self._plain_outputs:
             return tensors_from_dlpack(state.managed, state.produced.value)
+        if self._watched_outputs:
+            produced = state.produced.value
+            results = tensors_from_dlpack(state.managed, produced)
+            kept = state.kept
+            kept.extend(zip(map(weakref.ref, results), state.managed[:produced]))
+            if len(kept) > produced:
+                self._check_kept_dlpack(state, produced)
+            return results
         from_dlpack = self._from_dlpack
         results = []
         managed = state.managed

@@ -221,17 +221,56 @@ class GraphRunner:
         fast = self._fast
         if fast is not None:
             if fast["checks"] and not _static_inputs_in_place(args, fast):
-                for position, address in fast["checks"]:
-                    if args[position].data_ptr() != address:
-                        raise StaticInputMovedError(
-                            position, "grove: static input %d moved (its data pointer changed "
-                            "since compilation); params are bound, never copied: recompile"
-                            % position)
+                self.raise_moved(args)
             inputs = [args[position] for position in fast["inputs"]]
             stream = _stream_of(inputs[0]) if inputs and inputs[0].is_cuda else None
             result = fast["pick"](fast["model"].call_torch(inputs, stream), args)
             return result if self._state_positions is None else self._state_left_pool(result)
         return self.slow_call(*args)
+
+    # Note [One Python call per door call]
+    # A graph that is one grove segment fed by its inputs, with no state
+    # outputs and no verified calls left (the common case: every inference
+    # graph grove takes whole), is called through one closure made once: it checks the bound static
+    # inputs (one C++ call), takes the segment's inputs by position, asks
+    # PyTorch for the device's current stream (no device query of a tensor),
+    # runs the model inside dynamo's invocation with one C call (Note [One C
+    # call per door call], capi/grove.cc) and picks the outputs (OutputPicker).
+    # The same steps as GraphRunner.__call__'s fast plan, without its layers
+    # of Python; a moved static input raises StaticInputMovedError before
+    # anything runs, as there. Tests: DoorCallTest (tests/python/door_call_test.py).
+    def door_call(self):
+        """fn(args, invocation key or None) -> the graph's outputs, where Note
+        [One Python call per door call] holds; else None."""
+        fast = self._fast
+        if (fast is None or self._state_positions is not None
+                or self.verified_calls < self.calls_to_verify):
+            return None
+        model = fast["model"]
+        pick = fast["pick"]
+        checks = fast["checks"]
+        positions = tuple(fast["inputs"])
+        stream_of = _current_stream_of(model.device)
+        call_torch = model.call_torch
+        runner = self
+
+        def call(args, invocation):
+            if checks and not _static_inputs_in_place(args, fast):
+                runner.raise_moved(args)
+            inputs = [args[position] for position in positions]
+            return pick(call_torch(inputs, stream_of() if stream_of else None, invocation),
+                        args)
+
+        return call
+
+    def raise_moved(self, args):
+        """Raises StaticInputMovedError for the first bound static input of
+        the fast plan that `args` hold at another address."""
+        for position, address in self._fast["checks"]:
+            if args[position].data_ptr() != address:
+                raise StaticInputMovedError(
+                    position, "grove: static input %d moved (its data pointer changed since "
+                    "compilation); params are bound, never copied: recompile" % position)
 
     def slow_call(self, *args):
         return self._state_left_pool(self._run_as_one_invocation(args))
@@ -355,6 +394,19 @@ def _stream_of(tensor):
     if _RAW_STREAM is not None:
         return _RAW_STREAM(index) or None
     return torch.cuda.current_stream(index).cuda_stream or None
+
+
+def _current_stream_of(device):
+    """A function returning the caller's current CUDA stream on `device` (a
+    grove device name; None for the legacy default stream), or None where the
+    device is not CUDA."""
+    kind, _, index = str(device).partition(":")
+    if kind != "cuda":
+        return None
+    index = int(index or 0)
+    if _RAW_STREAM is not None:
+        return lambda: _RAW_STREAM(index) or None
+    return lambda: torch.cuda.current_stream(index).cuda_stream or None
 
 
 def _attribute(module, target):

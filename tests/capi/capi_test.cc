@@ -586,6 +586,61 @@ TEST(CApi, DlpackCheckReportsAnOverwrittenReplayOutput) {
   grove_model_destroy(model);
 }
 
+// Note [One C call per door call]: grove_model_run_dlpack_invocation runs the
+// model inside the invocation of its key. Two models called under one key
+// share a generation, so the first one's output stays readable after the
+// second call; under two keys the second call ends the first one's step.
+// No invocation stays open after a call, also one that fails.
+TEST(CApi, RunDlpackInvocationSharesTheGenerationOfItsKey) {
+  const char* options = R"({"device": "sim", "backend": "cudagraphs"})";
+  grove_model* first = compile_or_fail(options);
+  grove_model* second = compile_or_fail(options);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  std::mt19937 rng(29);
+  auto release = [](void* const* tensors) {
+    for (int i = 0; i < 2; ++i) {
+      auto* dl = static_cast<DLManagedTensor*>(tensors[i]);
+      dl->deleter(dl);
+    }
+  };
+  for (uint64_t key = 10; key < 18; ++key) {
+    const bool shared = key < 16;  // the last two rounds: two keys per round
+    SCOPED_TRACE(key);
+    std::vector<float> x = random_values(rng, 24);
+    grove_tensor_desc desc = describe(x.data(), kShape, 2);
+    void* a[2] = {nullptr, nullptr};
+    void* b[2] = {nullptr, nullptr};
+    size_t count = 0;
+    ASSERT_EQ(grove_model_run_dlpack_invocation(first, key, &desc, 1, nullptr, a, 2, &count),
+              GROVE_OK)
+        << grove_last_error();
+    ASSERT_EQ(count, 2u);
+    const uint64_t second_key = shared ? key : key + 1000;
+    ASSERT_EQ(
+        grove_model_run_dlpack_invocation(second, second_key, &desc, 1, nullptr, b, 2, &count),
+        GROVE_OK)
+        << grove_last_error();
+    if (key >= 13) {  // both models replay by now
+      EXPECT_EQ(grove_dlpack_check(a[1]) == GROVE_OK, shared) << grove_last_error();
+    }
+    expect_failure(grove_invocation_end(), GROVE_ERROR_INTERNAL, "not begun");
+    release(a);
+    release(b);
+  }
+  std::vector<float> x = random_values(rng, 24);
+  grove_tensor_desc desc = describe(x.data(), kShape, 2);
+  void* managed[2] = {nullptr, nullptr};
+  size_t count = 0;
+  expect_failure(grove_model_run_dlpack_invocation(first, uint64_t{1} << 63, &desc, 1, nullptr,
+                                                   managed, 2, &count),
+                 GROVE_ERROR_INTERNAL, "2^63");
+  EXPECT_EQ(count, 0u);
+  expect_failure(grove_invocation_end(), GROVE_ERROR_INTERNAL, "not begun");
+  grove_model_destroy(first);
+  grove_model_destroy(second);
+}
+
 // A training step through the C API: the forward compiled as the tree's
 // forward stage keeps its outputs (the saved activations) valid until its
 // backward stage has run, and the next step's forward replay overwrites them.

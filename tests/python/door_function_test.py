@@ -255,6 +255,18 @@ class DoorFunctionTest(unittest.TestCase):
             door_function.door_function(forward, backward, 1, [True, False, False, False],
                                         compiler)
 
+    def test_on_by_default_and_off_with_the_variable(self):
+        previous = os.environ.pop("GROVE_DOOR_FUNCTION", None)
+        try:
+            self.assertTrue(door_function.enabled())
+            for value, expected in (("0", False), ("1", True)):
+                os.environ["GROVE_DOOR_FUNCTION"] = value
+                self.assertEqual(door_function.enabled(), expected, value)
+        finally:
+            os.environ.pop("GROVE_DOOR_FUNCTION", None)
+            if previous is not None:
+                os.environ["GROVE_DOOR_FUNCTION"] = previous
+
 
 if __name__ == "__main__":
     junit_main.main()

@@ -158,9 +158,9 @@ class GpuTorchTrainingTest(unittest.TestCase):
     def test_the_door_runs_its_own_autograd_function(self):
         """Note [The door's own autograd function] (grove/door_function.py):
         the mlp's and the gpt's training graphs run as grove's own
-        autograd.Function, and their losses over 10 steps track torch eager
-        and those of the same graphs under AOTAutograd's runtime (the
-        default; GROVE_DOOR_FUNCTION=1 opts in), which takes no graph."""
+        autograd.Function (the default), and their losses over 10 steps
+        track torch eager and those of the same graphs under AOTAutograd's
+        runtime (GROVE_DOOR_FUNCTION=0), which takes no graph."""
         import logging
 
         from grove import door_function
@@ -184,16 +184,20 @@ class GpuTorchTrainingTest(unittest.TestCase):
             module = module.cuda()
             expected, _ = train(module, batch, loss_of, None, steps=10)
             before = door_function.taken
-            os.environ["GROVE_DOOR_FUNCTION"] = "1"  # opt-in
-            try:
-                own, _ = train(module, batch, loss_of, "cudagraphs", steps=10)
-            finally:
-                del os.environ["GROVE_DOOR_FUNCTION"]
+            own, _ = train(module, batch, loss_of, "cudagraphs", steps=10)  # the default
             self.assertGreater(door_function.taken, before, "%s: no graph took the function: %s" % (
                 name, [record.getMessage() for record in records if "AOTAutograd" in
                        record.getMessage()]))
             before = door_function.taken
-            aot, _ = train(module, batch, loss_of, "cudagraphs", steps=10)  # the default
+            previous = os.environ.get("GROVE_DOOR_FUNCTION")
+            os.environ["GROVE_DOOR_FUNCTION"] = "0"  # AOTAutograd's runtime
+            try:
+                aot, _ = train(module, batch, loss_of, "cudagraphs", steps=10)
+            finally:
+                if previous is None:
+                    del os.environ["GROVE_DOOR_FUNCTION"]
+                else:
+                    os.environ["GROVE_DOOR_FUNCTION"] = previous
             self.assertEqual(door_function.taken, before)
             torch.testing.assert_close(own, expected, rtol=RTOL, atol=ATOL)
             torch.testing.assert_close(own, aot, rtol=RTOL, atol=ATOL)

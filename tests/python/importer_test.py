@@ -797,6 +797,14 @@ class TorchBackendTest(unittest.TestCase):
                 result = compiled(x, rows)
             torch.testing.assert_close(result, function(x, rows))
         self.assertEqual(len(compiled.compiled), 3, "one compilation per concrete shape")
+        # Note [Shape keys without Python per tensor]: the key holds strides
+        # too: the same shape, transposed, is a compilation of its own.
+        x = torch.randn(6, 4).t()
+        torch.testing.assert_close(compiled(x.contiguous(), 4), function(x, 4))
+        self.assertEqual(len(compiled.compiled), 3)
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x, 4), function(x, 4))
+        self.assertEqual(len(compiled.compiled), 4)
 
     def test_unknown_options_are_named(self):
         gm = torch.fx.symbolic_trace(Mlp())

@@ -1,0 +1,352 @@
+"""Host time of one inference call through torch.compile(backend="grove"),
+layer by layer, on one GPU: where the door's per-call cost goes (issue 33).
+
+    python3 benchmarks/door_call_layers.py [--out DIR] [--calls 400] [--models mlp16x512_b1,...]
+
+Each layer is called `calls` times in blocks of 20, each block ended by a
+device synchronization; "host" is the median time per call of a block before
+its synchronization (the host's own cost while the GPU runs behind), "wall"
+with it. First the dynamo floor (the module compiled by a backend whose graph does
+no work). Then the layers, outermost first (each includes those below it):
+  door        the torch.compile'd module (dynamo's guards and wrappers)
+  door_side_stream  the same, called on a side stream (no legacy-stream events)
+  graph       grove's CompiledGraph.__call__ on the arguments dynamo passes
+              (the invocation key and scope, GraphRunner)
+  door_layered  door without Note [One Python call per door call]
+  runner      GraphRunner.__call__ (static input check, stream, outputs picked)
+  call_torch  grove.Model.call_torch (descriptions, the C call, DLPack outputs)
+  c_dlpack    the C call (grove_model_run_dlpack) and DLPack outputs alone
+  cxx         the same compiled model called from C++ (grove_model_time_runs)
+and pieces: the invocation key and its C begin/end pair, the static-input
+check, the stream query, torch's from_dlpack of a CUDA capsule, call_torch on
+a side stream. Then a cProfile listing of the door calls and a torch.profiler
+table (CPU and CUDA runtime calls) in DIR. Skips without CUDA or dynamo.
+"""
+import argparse
+import cProfile
+import ctypes
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "tests", "python"))
+sys.path.insert(0, os.path.join(here, "..", "python"))
+sys.path.insert(0, here)
+
+BLOCK = 20
+
+
+def per_call(function, calls):
+    """(median host us, median wall us) per call of function()."""
+    for _ in range(BLOCK):
+        function()
+    torch.cuda.synchronize()
+    host, wall = [], []
+    for _ in range(max(1, calls // BLOCK)):
+        start = time.perf_counter_ns()
+        for _ in range(BLOCK):
+            function()
+        queued = time.perf_counter_ns()
+        torch.cuda.synchronize()
+        done = time.perf_counter_ns()
+        host.append((queued - start) / BLOCK / 1e3)
+        wall.append((done - start) / BLOCK / 1e3)
+    return statistics.median(host), statistics.median(wall)
+
+
+def captured_arguments(compiled, inputs):
+    """The arguments dynamo passes grove's CompiledGraph in one call."""
+    from grove import dynamo_backend
+
+    seen = []
+    original = dynamo_backend.CompiledGraph.__call__
+
+    def recording(self, *args):
+        seen.append((self, args))
+        return original(self, *args)
+
+    dynamo_backend.CompiledGraph.__call__ = recording
+    try:
+        with torch.no_grad():
+            compiled(*inputs)
+    finally:
+        dynamo_backend.CompiledGraph.__call__ = original
+    if len(seen) != 1:
+        raise RuntimeError("expected one grove graph per call, found %d" % len(seen))
+    return seen[0]
+
+
+TREE_COUNTERS = ("replays", "recordings", "warmups", "eager_calls", "input_copies",
+                 "input_patches", "zero_copy_inputs", "outputs_poisoned", "outputs_cloned",
+                 "rerecords", "copy_back_inputs")
+
+
+def tree_counters(runner):
+    """The tree's counters of the runner's models, summed, and the C API's
+    copies of borrowed inputs."""
+    from grove import _capi
+
+    totals = {}
+    for model in runner.models():
+        tree = model.stats().get("tree", {})
+        for key in TREE_COUNTERS:
+            totals[key] = totals.get(key, 0) + tree.get(key, 0)
+        copies = ctypes.c_int64()
+        _capi.library().grove_model_borrowed_copies(model._handle, ctypes.byref(copies))
+        totals["borrowed_copies"] = totals.get("borrowed_copies", 0) + copies.value
+    return totals
+
+
+def dynamo_floor(module, inputs):
+    """The module compiled by a backend whose graph does no work: it returns
+    the outputs of one eager run of the graph, every call (dynamo's guards
+    and wrappers, nothing else)."""
+    def backend(gm, example_inputs):
+        with torch.no_grad():
+            results = gm(*example_inputs)
+        return lambda *args: results
+
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend=backend, dynamic=False)
+    with torch.no_grad():
+        compiled(*inputs)
+    return lambda: compiled(*inputs)
+
+
+def not_inlined(module, inputs, calls):
+    """The dynamo floor and the door with inline_inbuilt_nn_modules off: the
+    module's parameters reach the graph as attributes (bound as constants),
+    not as inputs that dynamo guards and passes one by one."""
+    rows = []
+    config = torch._dynamo.config
+    if not hasattr(config, "inline_inbuilt_nn_modules"):
+        return rows
+    with config.patch(inline_inbuilt_nn_modules=False):
+        floor = dynamo_floor(module, inputs)
+        with torch.no_grad():
+            rows.append(("floor_not_inlined",) + per_call(floor, calls) + ("",))
+        torch._dynamo.reset()
+        compiled = torch.compile(module, backend="grove", dynamic=False)
+        with torch.no_grad():
+            for _ in range(5):
+                compiled(*inputs)
+            rows.append(("door_not_inlined",) + per_call(lambda: compiled(*inputs), calls)
+                        + ("",))
+    for label, host, wall, _ in rows:
+        print("%-22s %-16s host %8.2f us  wall %8.2f us" % ("", label, host, wall), flush=True)
+    torch._dynamo.reset()
+    return rows
+
+
+def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
+    """Appends (label, host us, wall us, note) rows to `rows` as it goes."""
+    import grove.torch  # noqa: F401 (registers the backend)
+    from grove import _capi
+    from grove import dynamo_backend
+    from grove import outputs as grove_outputs
+    from grove import runner as grove_runner
+
+    def row(label, function, note=""):
+        with torch.no_grad():
+            host, wall = per_call(function, calls)
+        rows.append((label, host, wall, note))
+        print("%-22s %-16s host %8.2f us  wall %8.2f us  %s" % (name, label, host, wall, note),
+              flush=True)
+
+    # First: it compiles with dynamo of its own (reset before grove's compilation).
+    row("dynamo_floor", dynamo_floor(module, inputs),
+        "dynamo alone: a backend whose graph returns a tensor made once")
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="grove", dynamic=False)
+    with torch.no_grad():
+        for _ in range(5):
+            compiled(*inputs)
+    graph, args = captured_arguments(compiled, inputs)
+    runner = graph.runner
+    fast = runner._fast
+
+    counters = tree_counters(runner)
+    row("door", lambda: compiled(*inputs), "%d args to grove" % len(args))
+    after = tree_counters(runner)
+    door_calls = BLOCK + BLOCK * max(1, calls // BLOCK)  # per_call: warm-up and blocks
+    print("%-22s tree per door call: %s" % (name, ", ".join(
+        "%s %.2f" % (key, (after[key] - counters.get(key, 0)) / door_calls)
+        for key in sorted(after) if after[key] != counters.get(key, 0))), flush=True)
+    # The caller on a stream of its own: grove runs on it, with no event
+    # ordering against the legacy default stream (Note [Calls from the legacy
+    # default stream], capi/grove.cc).
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        side_inputs = [value.clone() if isinstance(value, torch.Tensor) else value
+                       for value in inputs]
+        row("door_side_stream", lambda: compiled(*side_inputs), "the caller on a side stream")
+    torch.cuda.synchronize()
+    if door_only:
+        return rows
+    # As dynamo calls it: each call a new generation (one invocation per call).
+    dynamo_backend._dynamo_invocation_key()
+    tracker = dynamo_backend._GENERATION_TRACKER
+
+    def graph_call():
+        tracker.generation += 1
+        return graph(*args)
+
+    row("graph", graph_call)
+    if getattr(graph, "door", None) is not None:
+        # Note [One Python call per door call] off: the layered call.
+        door = graph.door
+        graph.door, graph._door_pending = None, False
+        row("door_layered", lambda: compiled(*inputs), "without the one-closure call")
+        graph.door = door
+    row("runner", lambda: runner(*args))
+    if fast is None:
+        print("%s: the graph is not one grove segment; no lower layers" % name)
+        return rows
+    model = fast["model"]
+    model_inputs = [args[position] for position in fast["inputs"]]
+    stream = grove_runner._stream_of(model_inputs[0]) if model_inputs else None
+    row("call_torch", lambda: model.call_torch(model_inputs, stream),
+        "%d inputs, %d outputs, stream %s" % (len(model_inputs), model.output_count, stream))
+    state = model._gate.state()
+    run = model._run_dlpack
+    count = model.describe_borrowed(state, model_inputs)
+
+    def c_dlpack():
+        status = run(model._handle, state.descs, model._input_counts[count],
+                     ctypes.c_void_p(stream) if stream else None, state.managed,
+                     model._output_capacity, state.produced_ref)
+        _capi.check(status)
+        return grove_outputs.tensors_from_dlpack(state.managed, state.produced.value)
+
+    row("c_dlpack", c_dlpack)
+    rows.append(("cxx", model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6, None,
+                 ""))
+    samples = sorted(model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6
+                     for _ in range(10))
+    rows[-1] = ("cxx", statistics.median(samples), None, "time_runs, %d calls" % BLOCK)
+    print("%-22s %-16s %8.2f us" % (name, "cxx", rows[-1][1]), flush=True)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        side_inputs = [value.clone() for value in model_inputs]
+        torch.cuda.synchronize()
+        row("call_torch_side", lambda: model.call_torch(side_inputs, side.cuda_stream),
+            "on a side stream")
+        samples = sorted(model.time_runs(*side_inputs, calls=BLOCK, stream=side.cuda_stream)
+                         * 1e6 for _ in range(10))
+        rows.append(("cxx_side", statistics.median(samples), None, "time_runs on a side stream"))
+        print("%-22s %-16s %8.2f us" % (name, "cxx_side", rows[-1][1]), flush=True)
+    torch.cuda.synchronize()
+    # Pieces.
+    fast_library = _capi.fast_library()
+    row("invocation_key", dynamo_backend._dynamo_invocation_key)
+
+    def begin_end():
+        fast_library.grove_invocation_begin(12345)
+        fast_library.grove_invocation_end()
+
+    row("invocation_c", begin_end)
+    if fast["checks"]:
+        row("static_check", lambda: grove_runner._static_inputs_in_place(args, fast),
+            "%d bound" % len(fast["checks"]))
+    if model_inputs:
+        row("stream_of", lambda: grove_runner._stream_of(model_inputs[0]))
+        row("describe", lambda: model.describe_borrowed(state, model_inputs))
+    probe = torch.randn(256, device="cuda")
+    from_dlpack = grove_outputs._from_dlpack()
+    row("to+from_dlpack", lambda: from_dlpack(torch.utils.dlpack.to_dlpack(probe)),
+        "torch's own capsule of a CUDA tensor")
+    row("to_dlpack", lambda: torch.utils.dlpack.to_dlpack(probe))
+    row("empty_like", lambda: torch.empty_like(probe))
+    # Listings of the door calls.
+    profiler = cProfile.Profile()
+    with torch.no_grad():
+        profiler.enable()
+        for _ in range(200):
+            compiled(*inputs)
+        profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(40)
+    with open(os.path.join(out_dir, "%s_cprofile.txt" % name), "w") as out:
+        out.write(text.getvalue())
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with torch.no_grad():
+            for _ in range(BLOCK):
+                compiled(*inputs)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(BLOCK):
+                    compiled(*inputs)
+                torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+        with open(os.path.join(out_dir, "%s_torch_profiler.txt" % name), "w") as out:
+            out.write(table)
+    except Exception as error:  # the listing is optional; the rows above are the result
+        print("%s: torch.profiler failed: %s" % (name, error))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=".")
+    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--models", default="mlp16x512_b1,gpt4x256_b1_t32")
+    parser.add_argument("--not-inlined", default="",
+                        help="comma-separated models to time also with dynamo's "
+                        "inline_inbuilt_nn_modules off (parameters as attributes, not inputs)")
+    parser.add_argument("--door-only", action="store_true",
+                        help="time the dynamo floor and the door only (no lower layers, listings)")
+    parser.add_argument("--reduce-overhead", default="",
+                        help="comma-separated models to time under mode=\"reduce-overhead\" too")
+    args = parser.parse_args()
+    from torch_backend import skipped_without_cuda_or_dynamo
+
+    if skipped_without_cuda_or_dynamo("door_call_layers"):
+        return 0
+    import gpu_models
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    wanted = args.models.split(",")
+    os.makedirs(args.out, exist_ok=True)
+    summary = []
+    for name, module, inputs in gpu_models.cases("cuda"):
+        if name not in wanted:
+            continue
+        start = time.perf_counter()
+        rows = []
+        try:  # one model failing leaves the others' rows
+            layers(name, module, inputs, args.calls, args.out, rows, args.door_only)
+            if name in args.not_inlined.split(","):
+                rows.extend(not_inlined(module, inputs, args.calls))
+            if name in args.reduce_overhead.split(","):
+                torch._dynamo.reset()
+                reduce_overhead = torch.compile(module, mode="reduce-overhead", dynamic=False)
+                with torch.no_grad():
+                    host, wall = per_call(lambda: reduce_overhead(*inputs), args.calls)
+                rows.append(("reduce_overhead", host, wall, "PyTorch's"))
+                print("%-22s %-16s host %8.2f us  wall %8.2f us" % (name, "reduce_overhead", host,
+                                                                      wall), flush=True)
+        except Exception:
+            traceback.print_exc()
+        summary.extend((name,) + row for row in rows)
+        print("%s: %.1f s" % (name, time.perf_counter() - start), flush=True)
+    print("%-22s %-16s %10s %10s" % ("model", "layer", "host us", "wall us"))
+    for name, label, host, wall, note in summary:
+        print("%-22s %-16s %10.2f %10s  %s" % (name, label, host,
+                                               "-" if wall is None else "%.2f" % wall, note))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Note [One Python call per door call] (grove/runner.py) and Note [One C
+call per door call] (capi/grove.cc) on sim: a graph that is one grove
+segment is called through one closure after its first call, with outputs
+equal to PyTorch's at every call; the closure waits for verified calls and
+is never made for a split graph; a moved static input still raises before
+anything runs; the invocation a call runs in is dynamo's, begun and ended by
+the one C call, also when the call fails."""
+import ctypes
+import os
+import sys
+import unittest
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import grove  # noqa: E402
+import grove.torch  # noqa: E402
+from grove import _capi  # noqa: E402
+from grove import dynamo_backend  # noqa: E402
+from grove.runner import StaticInputMovedError  # noqa: E402
+import junit_main  # noqa: E402
+
+SEED = 20261126
+
+
+def mlp(x, w1, b1, w2):
+    return ((x @ w1 + b1).relu() @ w2).tanh()
+
+
+class DynamoKeys:
+    """Stands in for dynamo's generation (PyTorch 1.13 has no dynamo): the
+    invocation key each door call sees."""
+
+    def __init__(self, key):
+        self.key = key
+        self.original = None
+
+    def __enter__(self):
+        self.original = dynamo_backend._dynamo_invocation_key
+        dynamo_backend._dynamo_invocation_key = lambda: self.key
+        return self
+
+    def __exit__(self, *exc):
+        dynamo_backend._dynamo_invocation_key = self.original
+        return False
+
+
+def no_invocation_open():
+    """Whether the calling thread has no grove invocation open (ending one
+    that is not open is refused)."""
+    status = _capi.fast_library().grove_invocation_end()
+    return status != _capi.OK
+
+
+class DoorCallTest(unittest.TestCase):
+    def setUp(self):
+        self.generator = torch.Generator().manual_seed(SEED)
+        print("seed %d" % SEED)
+
+    def random(self, *shape):
+        return torch.randn(*shape, generator=self.generator)
+
+    def parameters(self):
+        return [nn.Parameter(self.random(8, 16), requires_grad=False),
+                nn.Parameter(self.random(16), requires_grad=False),
+                nn.Parameter(self.random(16, 4), requires_grad=False)]
+
+    def test_one_segment_is_called_through_one_closure_matching_torch(self):
+        w1, b1, w2 = self.parameters()
+        compiled = grove.torch.compile_graph(mlp, [self.random(3, 8), w1, b1, w2])
+        self.assertIsNone(compiled.door)
+        for call in range(8):
+            x = self.random(3, 8)
+            with torch.no_grad():
+                actual = compiled(x, w1, b1, w2)
+            torch.testing.assert_close(actual, mlp(x, w1, b1, w2), msg="call %d" % call)
+            self.assertIsNotNone(compiled.door, "call %d" % call)
+        tree = compiled.runner.models()[0].stats()["tree"]
+        # A warm-up and a recording, then replays: the closure runs the graph.
+        self.assertEqual((tree["warmups"], tree["recordings"], tree["replays"]), (1, 1, 6), tree)
+        self.assertTrue(no_invocation_open())
+
+    def test_the_closure_waits_for_the_verified_calls(self):
+        w1, b1, w2 = self.parameters()
+        compiled = grove.torch.compile_graph(mlp, [self.random(3, 8), w1, b1, w2], verify=True)
+        runner = compiled.runner
+        self.assertGreater(runner.calls_to_verify, 1)
+        for call in range(runner.calls_to_verify + 2):
+            x = self.random(3, 8)
+            with torch.no_grad():
+                actual = compiled(x, w1, b1, w2)
+            torch.testing.assert_close(actual, mlp(x, w1, b1, w2), msg="call %d" % call)
+            self.assertEqual(compiled.door is not None, call + 1 >= runner.calls_to_verify,
+                             "call %d" % call)
+
+    def test_a_split_graph_never_gets_the_closure(self):
+        def split(x, w):
+            return torch.cumprod((x @ w).tanh() + 1.5, dim=-1) @ w.t()
+
+        w = nn.Parameter(self.random(8, 8), requires_grad=False)
+        compiled = grove.torch.compile_graph(split, [self.random(2, 8), w])
+        self.assertTrue(compiled.unsupported)
+        for call in range(3):
+            x = self.random(2, 8)
+            with torch.no_grad():
+                torch.testing.assert_close(compiled(x, w), split(x, w), msg="call %d" % call)
+        self.assertIsNone(compiled.door)
+
+    def test_a_moved_parameter_raises_before_anything_runs(self):
+        w1, b1, w2 = self.parameters()
+        compiled = grove.torch.compile_graph(mlp, [self.random(3, 8), w1, b1, w2])
+        compiled.rebuild = None  # no demotion: the move must surface
+        x = self.random(3, 8)
+        with torch.no_grad():
+            compiled(x, w1, b1, w2)
+        self.assertIsNotNone(compiled.door)
+        replays = compiled.runner.models()[0].stats()["tree"]["replays"]
+        moved = nn.Parameter(w2.detach().clone(), requires_grad=False)
+        with self.assertRaises(StaticInputMovedError) as raised:
+            with torch.no_grad():
+                compiled(x, w1, b1, moved)
+        self.assertEqual(raised.exception.position, 3)
+        self.assertEqual(compiled.runner.models()[0].stats()["tree"]["replays"], replays)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x, w1, b1, w2), mlp(x, w1, b1, w2))
+
+    def test_calls_under_one_key_share_an_invocation(self):
+        # Note [Invocations of several models]: the output of one graph is
+        # the next graph's input within dynamo's one top-level call. Without
+        # a shared invocation the second call would start a generation and
+        # refuse the first one's output, reclaimed (ImporterTest.
+        # test_an_output_of_an_ended_generation_is_refused_as_an_input).
+        w1, b1, w2 = self.parameters()
+        first = grove.torch.compile_graph(lambda x, w, b: (x @ w + b).relu(),
+                                          [self.random(3, 8), w1, b1])
+        second = grove.torch.compile_graph(lambda h, w: (h @ w).tanh(),
+                                           [self.random(3, 16), w2])
+        for key in range(100, 106):
+            x = self.random(3, 8)
+            with DynamoKeys(key), torch.no_grad():
+                hidden = first(x, w1, b1)
+                actual = second(hidden, w2)
+            torch.testing.assert_close(actual, mlp(x, w1, b1, w2), msg="key %d" % key)
+            self.assertTrue(no_invocation_open(), key)
+        self.assertIsNotNone(first.door)
+        self.assertIsNotNone(second.door)
+        # The thread's tree counts one generation per key, where calls
+        # without an invocation count one each.
+        model = second.runner.models()[0]
+        for key, generations in ((300, 1), (None, 2), (301, 1)):
+            before = model.stats()["tree"]["generation"]
+            with DynamoKeys(key), torch.no_grad():
+                second(first(self.random(3, 8), w1, b1), w2)
+            self.assertEqual(model.stats()["tree"]["generation"] - before, generations, key)
+        self.assertTrue(no_invocation_open())
+
+    def test_a_failing_call_ends_its_invocation(self):
+        w1, b1, w2 = self.parameters()
+        compiled = grove.torch.compile_graph(mlp, [self.random(3, 8), w1, b1, w2])
+        with DynamoKeys(7), torch.no_grad():
+            compiled(self.random(3, 8), w1, b1, w2)
+            self.assertIsNotNone(compiled.door)
+            with self.assertRaises(grove.GroveError):
+                compiled(self.random(3, 8).to(torch.float64), w1, b1, w2)
+        self.assertTrue(no_invocation_open())
+        x = self.random(3, 8)
+        with DynamoKeys(8), torch.no_grad():
+            torch.testing.assert_close(compiled(x, w1, b1, w2), mlp(x, w1, b1, w2))
+
+    def test_the_invocation_call_refuses_a_bad_key_and_leaves_none_open(self):
+        w1, b1, w2 = self.parameters()
+        compiled = grove.torch.compile_graph(mlp, [self.random(3, 8), w1, b1, w2])
+        with torch.no_grad():
+            compiled(self.random(3, 8), w1, b1, w2)
+        model = compiled.runner.models()[0]
+        x = self.random(3, 8)
+        with self.assertRaises(grove.GroveError) as raised:
+            model.call_torch([x], None, invocation=1 << 63)
+        self.assertIn("2^63", str(raised.exception))
+        self.assertTrue(no_invocation_open())
+        (output,) = model.call_torch([x], None, invocation=5)
+        torch.testing.assert_close(output, mlp(x, w1, b1, w2))
+        self.assertTrue(no_invocation_open())
+
+
+if __name__ == "__main__":
+    junit_main.main()
