@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <limits>
-#include <optional>
 
 #include "runtime/error.h"
 
@@ -296,26 +295,36 @@ QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, Val
   return out;
 }
 
-ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index,
-                                    int64_t rows, const std::string& name) {
+ValueId DecoderLayers::chunk_attention(const QueryKeyValue& qkv, ValueId key_cache,
+                                       ValueId value_cache, ValueId slot, ValueId start,
+                                       int64_t rows) {
   const int64_t d = config_.head_dim();
   const int64_t kv_heads = config_.num_kv_heads;
-  ValueId by_head = b_.permute(keys, {1, 0, 2});  // [kv, rows, d]
-  if (rows < cache_.max_seq_len) {
-    by_head = b_.concat({by_head, b_.full(0, {kv_heads, cache_.max_seq_len - rows, d}, dtype_)}, 1);
-  }
-  std::optional<ValueId> declared = b_.program().find_value(kSlotsTable);
-  ValueId slots =
-      declared ? *declared : b_.param(kSlotsTable, {cache_.slots}, DType::kI64, zeros_init());
-  ValueId mine =
-      b_.compare("eq", b_.reshape(slots, {cache_.slots, 1, 1, 1}), b_.reshape(slot, {1, 1, 1, 1}));
-  // The prompt's positions hold its keys, the rest of the slot zeros (not the padding's keys).
-  ValueId in_prompt = b_.compare("le", b_.reshape(positions_table_, {1, 1, cache_.max_seq_len, 1}),
-                                 b_.reshape(last_index, {1, 1, 1, 1}));
-  ValueId fresh = b_.where(in_prompt, b_.reshape(by_head, {1, kv_heads, cache_.max_seq_len, d}),
-                           scalar(0, dtype_));
-  ValueId updated = b_.where(mine, fresh, cache);
-  return b_.copy_into(cache, updated, name);
+  const int64_t groups = config_.query_groups();
+  const int64_t length = cache_.max_seq_len;
+  // Query head h reads kv head h / groups: [kv, groups * rows, d] against
+  // [kv, T + rows, d], the slot's cache (gathered: one row of the cache
+  // viewed as [slots, kv * T * d]) and then the chunk's own keys.
+  ValueId q = b_.reshape(b_.permute(qkv.query, {1, 0, 2}), {kv_heads, groups * rows, d});
+  auto slot_rows = [&](ValueId cache) {
+    return b_.reshape(
+        b_.embedding(b_.reshape(cache, {cache_.slots, kv_heads * length * d}), slot),
+        {kv_heads, length, d});
+  };
+  ValueId k = b_.concat({slot_rows(key_cache), b_.permute(qkv.key, {1, 0, 2})}, 1);
+  ValueId v = b_.concat({slot_rows(value_cache), b_.permute(qkv.value, {1, 0, 2})}, 1);
+  ValueId scores =
+      b_.reshape(b_.matmul(q, b_.transpose(k, 1, 2)), {kv_heads, groups, rows, length + rows});
+  // Cache positions t < start are the earlier chunks; then causal over the chunk.
+  ValueId index = b_.slice(positions_table_, 0, 0, rows);
+  ValueId starts = b_.add(b_.full(0, {rows, 1}, DType::kI64), b_.reshape(start, {1, 1}));
+  ValueId earlier = b_.compare("lt", b_.reshape(positions_table_, {1, length}), starts);
+  ValueId causal = b_.compare("le", b_.reshape(index, {1, rows}), b_.reshape(index, {rows, 1}));
+  ValueId keep = b_.concat({earlier, causal}, 1);  // [rows, T + rows]
+  ValueId probabilities =
+      b_.reshape(masked_softmax(scores, keep), {kv_heads, groups * rows, length + rows});
+  ValueId attended = b_.reshape(b_.matmul(probabilities, v), {config_.num_heads, rows, d});
+  return b_.reshape(b_.permute(attended, {1, 0, 2}), {rows, config_.num_heads * d});
 }
 
 }  // namespace grove::serving::llm

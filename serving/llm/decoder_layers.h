@@ -59,10 +59,12 @@ class DecoderLayers {
   // value the new rotated key and value [rows, kv_heads, head_dim].
   QueryKeyValue fused_cache_attention(ValueId x, int64_t layer, ValueId key_cache,
                                       ValueId value_cache, ValueId positions, int64_t rows);
-  // The prompt's keys or values [rows, kv_heads, head_dim] written into `slot`
-  // of the full cache (positions 0..last_index, zeros after); returns the new cache.
-  ValueId write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index, int64_t rows,
-                       const std::string& name);
+  // A prefill chunk's attention (Note [Chunked prefill]): the chunk's
+  // queries at positions start.. over `slot`'s cache before `start` (the
+  // earlier chunks, in the full caches [slots, kv_heads, T, head_dim]) and
+  // causally over the chunk's own keys and values; [rows, heads * head_dim].
+  ValueId chunk_attention(const QueryKeyValue& qkv, ValueId key_cache, ValueId value_cache,
+                          ValueId slot, ValueId start, int64_t rows);
 
   // A nonnegative copy of positions (padding rows have -1) for table lookups.
   ValueId clamped_positions(ValueId positions);

@@ -73,7 +73,7 @@ std::vector<FusedWeightPart> fused_weight_parts(const DecoderConfig& config) {
 std::vector<std::pair<std::string, runtime::Shape>> checkpoint_weights(
     const DecoderConfig& config) {
   compiler::ir::Program program =
-      build_prefill_program(config, {.slots = 1, .max_seq_len = 1}, 1, runtime::kCpuDevice);
+      build_prefill_program(config, {.slots = 1, .max_seq_len = 1}, 1, runtime::kCpuDevice, true);
   std::vector<std::pair<std::string, runtime::Shape>> weights;
   for (const compiler::ir::Value& value : program.values()) {
     if (value.is_persistent() && !is_grove_state_name(value.name)) {
@@ -95,33 +95,50 @@ bool is_cache_name(const std::string& name) {
 bool is_grove_state_name(const std::string& name) { return name.starts_with("grove."); }
 
 compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,
-                                            int64_t prompt_length, runtime::Device device) {
+                                            int64_t prompt_length, runtime::Device device,
+                                            bool chunk) {
   config.verify();
   check_cache(config, cache);
   GROVE_CHECK(prompt_length > 0 && prompt_length <= cache.max_seq_len, "prefill bucket of ",
               prompt_length, " tokens must lie in [1, ", cache.max_seq_len,
               "] (the cache's positions)");
-  ProgramBuilder b(str_cat(architecture_name(config.architecture), "_prefill_", prompt_length),
+  ProgramBuilder b(str_cat(architecture_name(config.architecture), chunk ? "_chunk_" : "_prefill_",
+                           prompt_length),
                    device);
   ValueId ids = b.input("input_ids", {prompt_length}, DType::kI64);
   ValueId last_index = b.input("last_index", {1}, DType::kI64);
-  ValueId slot = b.input("slot", {1}, DType::kI64);
   DecoderLayers layers(b, config, cache);
   ValueId positions = b.slice(layers.positions_table(), 0, 0, prompt_length);
+  ValueId slot = compiler::ir::kNoValue;
+  ValueId start = compiler::ir::kNoValue;
+  if (chunk) {
+    // Note [Chunked prefill]: the chunk's tokens sit at positions start..;
+    // padding past the cache's end looks up its last position's tables.
+    slot = b.input("slot", {1}, DType::kI64);
+    start = b.input("start", {1}, DType::kI64);
+    ValueId shifted = b.add(positions, start);
+    ValueId last = b.full(static_cast<double>(cache.max_seq_len - 1), {}, DType::kI64);
+    positions = b.where(b.compare("le", shifted, last), shifted, last);
+  }
   ValueId x = layers.embed(ids, positions);
+  std::vector<ValueId> new_rows;
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    LayerCaches caches = declare_caches(b, config, layer, cache.slots, cache.max_seq_len);
+    // A whole-prompt prefill reads no cache; a chunk reads its slot's earlier positions.
+    LayerCaches caches{compiler::ir::kNoValue, compiler::ir::kNoValue};
+    if (chunk) caches = declare_caches(b, config, layer, cache.slots, cache.max_seq_len);
     QueryKeyValue qkv =
         layers.project(layers.block_norm(x, layer, 1), layer, positions, prompt_length);
-    layers.write_prompt(caches.key, qkv.key, slot, last_index, prompt_length,
-                        str_cat("write_key_", layer));
-    layers.write_prompt(caches.value, qkv.value, slot, last_index, prompt_length,
-                        str_cat("write_value_", layer));
-    x = layers.attention_residual(x, layers.prompt_attention(qkv, prompt_length), layer);
+    ValueId attended =
+        chunk ? layers.chunk_attention(qkv, caches.key, caches.value, slot, start, prompt_length)
+              : layers.prompt_attention(qkv, prompt_length);
+    x = layers.attention_residual(x, attended, layer);
     x = layers.mlp_residual(x, layers.block_norm(x, layer, 2), layer);
+    new_rows.push_back(qkv.key);
+    new_rows.push_back(qkv.value);
   }
   ValueId last = b.embedding(x, last_index, "last_token");  // [1, hidden]
   b.output(layers.lm_head(layers.final_norm(last)));
+  for (ValueId rows : new_rows) b.output(rows);
   return b.build();
 }
 
