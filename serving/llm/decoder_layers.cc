@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "runtime/error.h"
+#include "runtime/rms_norm_gemv_kernel.h"
 
 namespace grove::serving::llm {
 
@@ -72,6 +73,26 @@ ValueId DecoderLayers::block_norm(ValueId x, int64_t layer, int which) {
   }
   std::string norm = which == 1 ? "input_layernorm" : "post_attention_layernorm";
   return rms_norm(x, layer_weight(layer, norm + ".weight", {hidden}));
+}
+
+ValueId DecoderLayers::norm_weight(int64_t layer, int which) {
+  const int64_t hidden = config_.hidden_size;
+  if (layer < 0) return weight("model.norm.weight", {hidden});
+  return layer_weight(layer, which == 1 ? "input_layernorm.weight" : "post_attention_layernorm.weight",
+                      {hidden});
+}
+
+void DecoderLayers::fuse_norms_into_projections(int64_t rows) {
+  fuse_norms_ = config_.architecture == Architecture::kLlama &&
+                runtime::rms_norm_gemv_refusal(dtype_, rows, config_.hidden_size).empty();
+}
+
+ValueId DecoderLayers::normed_linear(ValueId x, ValueId norm_weight_value, ValueId w,
+                                     const std::string& name) {
+  if (!fuse_norms_) return b_.linear(rms_norm(x, norm_weight_value), w, kNoValue, name);
+  compiler::ir::Attributes attrs;
+  attrs.set("eps", config_.norm_eps);
+  return b_.op1("rms_norm_linear", {x, norm_weight_value, w}, attrs, name);
 }
 
 ValueId DecoderLayers::rms_norm(ValueId x, ValueId weight_value) {
@@ -177,8 +198,12 @@ ValueId DecoderLayers::mlp(ValueId x, int64_t layer) {
 ValueId DecoderLayers::swiglu(ValueId x, int64_t layer) {
   const int64_t inner = config_.intermediate_size;
   // Note [Fused projection weights]: one GEMM for gate and up.
-  ValueId gate_up =
-      b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, config_.hidden_size}), kNoValue);
+  return swiglu_of(
+      b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, config_.hidden_size}), kNoValue));
+}
+
+ValueId DecoderLayers::swiglu_of(ValueId gate_up) {
+  const int64_t inner = config_.intermediate_size;
   ValueId gate = b_.slice(gate_up, 1, 0, inner);
   ValueId up = b_.slice(gate_up, 1, inner, 2 * inner);
   return b_.mul(b_.mul(gate, b_.sigmoid(gate)), up);
@@ -202,17 +227,36 @@ ValueId DecoderLayers::mlp_residual(ValueId x, ValueId normed, int64_t layer) {
                               {config_.hidden_size, config_.intermediate_size})});
 }
 
-ValueId DecoderLayers::lm_head(ValueId x) {
-  ValueId table;
+ValueId DecoderLayers::lm_head_table() {
   if (config_.architecture == Architecture::kGpt2) {
-    table = weight("transformer.wte.weight", {config_.vocab_size, config_.hidden_size});
-  } else if (config_.tie_word_embeddings) {
-    table = weight("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size});
-  } else {
-    table = weight("lm_head.weight", {config_.vocab_size, config_.hidden_size});
+    return weight("transformer.wte.weight", {config_.vocab_size, config_.hidden_size});
   }
-  ValueId logits = b_.linear(x, table, kNoValue, "lm_head");
+  if (config_.tie_word_embeddings) {
+    return weight("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size});
+  }
+  return weight("lm_head.weight", {config_.vocab_size, config_.hidden_size});
+}
+
+ValueId DecoderLayers::lm_head(ValueId x) {
+  ValueId logits = b_.linear(x, lm_head_table(), kNoValue, "lm_head");
   return dtype_ == DType::kF32 ? logits : b_.cast(logits, DType::kF32);
+}
+
+ValueId DecoderLayers::normed_lm_head(ValueId x) {
+  if (!fuse_norms_) return lm_head(final_norm(x));
+  ValueId logits = normed_linear(x, norm_weight(-1, 0), lm_head_table(), "lm_head");
+  return dtype_ == DType::kF32 ? logits : b_.cast(logits, DType::kF32);
+}
+
+ValueId DecoderLayers::normed_mlp_residual(ValueId x, int64_t layer) {
+  if (!fuse_norms_) return mlp_residual(x, block_norm(x, layer, 2), layer);
+  ValueId gate_up = normed_linear(
+      x, norm_weight(layer, 2),
+      weight(gate_up_weight_name(layer), {2 * config_.intermediate_size, config_.hidden_size}));
+  return b_.op1("linear_residual",
+                {x, swiglu_of(gate_up),
+                 layer_weight(layer, "mlp.down_proj.weight",
+                              {config_.hidden_size, config_.intermediate_size})});
 }
 
 ValueId DecoderLayers::masked_softmax(ValueId scores, ValueId keep) {
@@ -281,8 +325,9 @@ QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, Val
   const int64_t kv_heads = config_.num_kv_heads;
   const int64_t q_width = heads * d;
   const int64_t kv_width = kv_heads * d;
-  ValueId fused = b_.linear(
-      x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}), kNoValue);
+  ValueId fused = normed_linear(
+      x, norm_weight(layer, 1),
+      weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}));
   // The kernel reads the rotary tables at each row's position itself.
   ValueId result =
       b_.op1("decode_attention", {fused, rope_cos_, rope_sin_, key_cache, value_cache, positions},

@@ -54,11 +54,20 @@ class DecoderLayers {
   ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache, ValueId new_key,
                           ValueId new_value, ValueId positions, int64_t rows);
   // Note [Decode attention kernel] (runtime/decode_attention_kernel.h): the
-  // qkv projection of `x` and cache_attention's result in one kernel after
-  // it (LLaMA): query = the attended heads [rows, heads * head_dim], key and
-  // value the new rotated key and value [rows, kv_heads, head_dim].
+  // qkv projection of layer `layer`'s input norm of `x` and cache_attention's
+  // result in one kernel after it (LLaMA): query = the attended heads [rows,
+  // heads * head_dim], key and value the new rotated key and value [rows,
+  // kv_heads, head_dim].
   QueryKeyValue fused_cache_attention(ValueId x, int64_t layer, ValueId key_cache,
                                       ValueId value_cache, ValueId positions, int64_t rows);
+  // Note [RMSNorm GEMV] (runtime/rms_norm_gemv_kernel.h): from now on, LLaMA
+  // norms feeding a projection (normed_linear) run as one rms_norm_linear
+  // kernel where it takes `rows` rows.
+  void fuse_norms_into_projections(int64_t rows);
+  // x + mlp(block_norm(x, layer, 2)) (LLaMA's gate/up projection through normed_linear).
+  ValueId normed_mlp_residual(ValueId x, int64_t layer);
+  // lm_head(final_norm(x)), the norm fused into the LM head where it can be.
+  ValueId normed_lm_head(ValueId x);
   // A prefill chunk's attention (Note [Chunked prefill]): the chunk's
   // queries at positions start.. over `slot`'s cache before `start` (the
   // earlier chunks, in the full caches [slots, kv_heads, T, head_dim]) and
@@ -82,6 +91,12 @@ class DecoderLayers {
   ValueId conv1d(ValueId x, int64_t layer, const std::string& module, int64_t in, int64_t out);
   // LLaMA's gated MLP input silu(gate) * up of x [rows, intermediate].
   ValueId swiglu(ValueId x, int64_t layer);
+  ValueId swiglu_of(ValueId gate_up);  // of the fused gate/up projection's output
+  // linear(norm(x), w) for a LLaMA norm weight: one rms_norm_linear op when
+  // fuse_norms_into_projections allowed it, else rms_norm then linear.
+  ValueId normed_linear(ValueId x, ValueId norm_weight, ValueId w, const std::string& name = "");
+  ValueId norm_weight(int64_t layer, int which);  // layer -1: the final norm
+  ValueId lm_head_table();
 
   compiler::ir::ProgramBuilder& b_;
   const DecoderConfig& config_;
@@ -91,6 +106,7 @@ class DecoderLayers {
   ValueId rope_cos_ = compiler::ir::kNoValue;
   ValueId rope_sin_ = compiler::ir::kNoValue;
   ValueId rope_rotation_ = compiler::ir::kNoValue;  // Note [Rotate-half as a GEMM]
+  bool fuse_norms_ = false;                         // Note [RMSNorm GEMV]
   // What project() and cache_attention() computed for the last positions
   // they saw, reused by every later layer of the program.
   ValueId rope_positions_ = compiler::ir::kNoValue;

@@ -161,6 +161,9 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
   ValueId positions = b.input("positions", {batch}, DType::kI64);
   DecoderLayers layers(b, config, cache);
   const bool fused = fused_attention && decode_attention_fuses(config, cache);
+  // Note [RMSNorm GEMV]: with the fused attention, each norm and the
+  // projection after it are one kernel where the kernel takes the batch.
+  if (fused) layers.fuse_norms_into_projections(batch);
   // Table lookups at the positions: GPT-2's learned positions and the unfused
   // rotary embedding (the fused attention reads its tables itself).
   const ValueId lookup = fused ? compiler::ir::kNoValue : layers.clamped_positions(positions);
@@ -170,23 +173,22 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
     // Note [KV cache in static buffers]: rows 0..batch-1 are slots 0..batch-1;
     // the program reads the cache and returns the new keys and values.
     LayerCaches caches = declare_caches(b, config, layer, batch, cache.max_seq_len);
-    ValueId normed = layers.block_norm(x, layer, 1);
     QueryKeyValue qkv;
     ValueId attended;
     if (fused) {
-      qkv = layers.fused_cache_attention(normed, layer, caches.key, caches.value, positions, batch);
+      qkv = layers.fused_cache_attention(x, layer, caches.key, caches.value, positions, batch);
       attended = qkv.query;
     } else {
-      qkv = layers.project(normed, layer, lookup, batch);
+      qkv = layers.project(layers.block_norm(x, layer, 1), layer, lookup, batch);
       attended = layers.cache_attention(qkv.query, caches.key, caches.value, qkv.key, qkv.value,
                                         positions, batch);
     }
     x = layers.attention_residual(x, attended, layer);
-    x = layers.mlp_residual(x, layers.block_norm(x, layer, 2), layer);
+    x = layers.normed_mlp_residual(x, layer);
     new_rows.push_back(qkv.key);
     new_rows.push_back(qkv.value);
   }
-  b.output(layers.lm_head(layers.final_norm(x)));
+  b.output(layers.normed_lm_head(x));
   for (ValueId rows : new_rows) b.output(rows);
   return b.build();
 }

@@ -1,0 +1,118 @@
+#include "runtime/rms_norm_gemv_kernel.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+
+namespace grove::runtime {
+namespace {
+
+constexpr const char* kPtx =
+#include "runtime/rms_norm_gemv_kernel_ptx.inc"
+    ;
+constexpr uint32_t kThreads = 128;  // the kernel's __launch_bounds__: four columns per block
+
+float round_bf16(float value) { return bf16_bits_to_float(float_to_bf16_bits(value)); }
+
+// The kernel's arithmetic on the host (sim), row by row (the squares summed in index order).
+void host_rms_norm_gemv(const LaunchDims*, const uint64_t* args) {
+  const auto* x = reinterpret_cast<const uint16_t*>(args[0]);
+  const auto ldx = static_cast<int64_t>(args[1]);
+  const auto* gain = reinterpret_cast<const uint16_t*>(args[2]);
+  const auto* w = reinterpret_cast<const uint16_t*>(args[3]);
+  const auto ldw = static_cast<int64_t>(args[4]);
+  auto* c = reinterpret_cast<uint16_t*>(args[5]);
+  const auto ldc = static_cast<int64_t>(args[6]);
+  const auto n = static_cast<int64_t>(args[7]);
+  const auto k = static_cast<int64_t>(args[8]);
+  float eps;
+  std::memcpy(&eps, &args[9], sizeof(eps));
+  const auto rows = static_cast<int64_t>(args[10]);
+  std::vector<float> normed(static_cast<size_t>(k));
+  for (int64_t m = 0; m < rows; ++m) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+      const float value = bf16_bits_to_float(x[m * ldx + i]);
+      sum = std::fma(value, value, sum);
+    }
+    const float rstd = 1.0f / std::sqrt(sum / static_cast<float>(k) + eps);
+    for (int64_t i = 0; i < k; ++i) {
+      normed[static_cast<size_t>(i)] =
+          round_bf16(bf16_bits_to_float(gain[i]) * (bf16_bits_to_float(x[m * ldx + i]) * rstd));
+    }
+    for (int64_t column = 0; column < n; ++column) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < k; ++i) {
+        acc = std::fma(normed[static_cast<size_t>(i)], bf16_bits_to_float(w[column * ldw + i]),
+                       acc);
+      }
+      c[m * ldc + column] = float_to_bf16_bits(acc);
+    }
+  }
+}
+
+bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
+
+}  // namespace
+
+std::string rms_norm_gemv_refusal(DType dtype, int64_t rows, int64_t k) {
+  if (dtype != DType::kBF16) return str_cat("dtype ", dtype_name(dtype), " (the kernel takes bf16)");
+  if (rows != 1 && rows != 2 && rows != 4 && rows != 8) {
+    return str_cat(rows, " rows (the kernel takes 1, 2, 4 or 8)");
+  }
+  if (k <= 0 || k % 8 != 0) return str_cat("K = ", k, " (a positive multiple of 8)");
+  return "";
+}
+
+void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, const Tensor& out,
+                          double eps, StreamHandle stream) {
+  GROVE_CHECK_AS(ShapeError, x.dim() == 2 && w.dim() == 2 && out.dim() == 2 && gain.dim() == 1,
+                 "rms_norm_gemv: expected x [rows, K], gain [K], w [N, K] and out [rows, N]; got ",
+                 x.str(), ", ", gain.str(), ", ", w.str(), ", ", out.str());
+  const int64_t rows = x.size(0);
+  const int64_t k = x.size(1);
+  const int64_t n = w.size(0);
+  const std::string refusal = rms_norm_gemv_refusal(x.dtype(), rows, k);
+  GROVE_CHECK_AS(ShapeError, refusal.empty(), "rms_norm_gemv: the kernel does not take ", refusal);
+  GROVE_CHECK_AS(ShapeError,
+                 gain.size(0) == k && w.size(1) == k && out.size(0) == rows && out.size(1) == n,
+                 "rms_norm_gemv: operands do not fit together: x ", x.str(), ", gain ", gain.str(),
+                 ", w ", w.str(), ", out ", out.str());
+  for (const Tensor* t : {&x, &gain, &w, &out}) {
+    GROVE_CHECK_AS(DTypeError, t->dtype() == DType::kBF16, "rms_norm_gemv: operand ", t->str(),
+                   " is not bf16");
+    GROVE_CHECK_AS(ShapeError, t->is_contiguous() && aligned(t->data_ptr()),
+                   "rms_norm_gemv: operand ", t->str(), " must be contiguous and 16-byte aligned");
+  }
+  if (n == 0) return;
+  const Device device = x.device();
+  KernelSource source;
+  source.name = str_cat("grove_rms_norm_gemv_bf16_m", rows);
+  if (device.is_cuda()) {
+    source.ptx = kPtx;
+  } else {
+    source.host_function = &host_rms_norm_gemv;
+  }
+  const KernelHandle kernel = load_kernel_once(device, source);
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>((n + kThreads / 32 - 1) / (kThreads / 32));
+  dims.block.x = kThreads;
+  KernelArgs args;
+  args.add_pointer(x.data_ptr())
+      .add_i64(k)
+      .add_pointer(gain.data_ptr())
+      .add_pointer(w.data_ptr())
+      .add_i64(k)
+      .add_pointer(out.data_ptr())
+      .add_i64(n)
+      .add_i64(n)
+      .add_i64(k)
+      .add_f32(static_cast<float>(eps));
+  if (!device.is_cuda()) args.add_i64(rows);  // the host function's row count (each PTX entry has its M)
+  device_context(device).platform().launch_kernel(kernel, dims, args, stream);
+}
+
+}  // namespace grove::runtime

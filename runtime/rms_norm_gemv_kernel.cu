@@ -1,0 +1,163 @@
+// Source of rms_norm_gemv_kernel_ptx.inc (regenerate_ptx.sh): LLaMA's RMSNorm
+// of a few rows followed by a linear layer, as one bandwidth-bound kernel,
+// Note [RMSNorm GEMV] (rms_norm_gemv_kernel.h). C[m, n] = sum_k A[m, k] W[n, k]
+// with A[m, k] = bf16(g[k] * (x[m, k] * rstd[m])), rstd[m] = rsqrt(mean_k
+// x[m, k]^2 + eps), for M = 1, 2, 4 or 8 rows, bf16 storage, f32 arithmetic.
+// Each block's threads first issue their first batch of W loads (they depend
+// on nothing), then sum the rows' squares (every block: x is a few KiB in
+// L2) and fold; one warp per output column n, as the small-M GEMV
+// (runtime/cuda/small_m_gemv_kernel.cu).
+#include <cstdint>
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 128;  // __launch_bounds__ below; four columns per block
+template <int M>
+constexpr int kInFlight = M >= 4 ? 4 : 8;
+
+__device__ __forceinline__ void unpack(const uint4& v, float (&out)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// Round to nearest even at bf16, as a stored value would be.
+__device__ __forceinline__ float round_bf16(float value) {
+  uint32_t bits = __float_as_uint(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return value;
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return __uint_as_float(bits & 0xffff0000u);
+}
+
+__device__ __forceinline__ uint16_t to_bf16_bits(float value) {
+  return static_cast<uint16_t>(__float_as_uint(round_bf16(value)) >> 16);
+}
+
+// acc[m] += <normalized row m's vector `index`, w>.
+template <int M>
+__device__ __forceinline__ void fold(float (&acc)[M], const uint4& w, const uint4* x, int64_t ldx,
+                                     const uint4* gain, const float (&rstd)[M], int64_t index) {
+  float weights[8];
+  unpack(w, weights);
+  float g[8];
+  unpack(__ldg(gain + index), g);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float xs[8];
+    unpack(__ldg(x + m * ldx + index), xs);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      acc[m] = fmaf(round_bf16(g[i] * (xs[i] * rstd[m])), weights[i], acc[m]);
+    }
+  }
+}
+
+template <int M>
+__device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ldx,
+                                              const uint16_t* gain_bits, const uint16_t* w_bits,
+                                              int64_t ldw, uint16_t* c, int64_t ldc, int64_t n,
+                                              int64_t k, float eps) {
+  __shared__ float partial[kThreads / kWarp][M];
+  __shared__ float rstd[M];
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + warp;
+  const bool has_column = column < n;
+  const int64_t vectors = k / 8;
+  const uint4* row = reinterpret_cast<const uint4*>(w_bits + (has_column ? column : 0) * ldw);
+  const auto* x = reinterpret_cast<const uint4*>(x_bits);
+  const auto* gain = reinterpret_cast<const uint4*>(gain_bits);
+  const int64_t ldx_vectors = ldx / 8;
+  constexpr int kBatch = kInFlight<M>;
+  constexpr int64_t kStride = static_cast<int64_t>(kBatch) * kWarp;
+  uint4 current[kBatch];
+  uint4 next[kBatch];
+  auto load_batch = [&](uint4(&into)[kBatch], int64_t start) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (has_column && start + j * kWarp < vectors) into[j] = __ldg(row + start + j * kWarp);
+    }
+  };
+  int64_t index = lane;
+  load_batch(current, index);  // in flight while the rows' statistics are summed
+  // Each row's sum of squares: thread t takes vectors t, t + kThreads, ...
+  // (f32, in that order), then the warps' shuffle trees and the warps in order.
+  float sums[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) sums[m] = 0.0f;
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float xs[8];
+      unpack(__ldg(x + m * ldx_vectors + v), xs);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sums[m] = fmaf(xs[i], xs[i], sums[m]);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      sums[m] += __shfl_xor_sync(0xffffffffu, sums[m], offset);
+    }
+    if (lane == 0) partial[warp][m] = sums[m];
+  }
+  __syncthreads();
+  if (threadIdx.x < M) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kThreads / kWarp; ++w) total += partial[w][threadIdx.x];
+    rstd[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + eps);
+  }
+  __syncthreads();
+  if (!has_column) return;
+  float row_rstd[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) row_rstd[m] = rstd[m];
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  for (; index < vectors; index += kStride) {
+    const int64_t following = index + kStride;
+    if (following < vectors) load_batch(next, following);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (index + j * kWarp < vectors) {
+        fold<M>(acc, current[j], x, ldx_vectors, gain, row_rstd, index + j * kWarp);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) current[j] = next[j];
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) c[m * ldc + column] = to_bf16_bits(acc[m]);
+  }
+}
+
+}  // namespace
+
+// grove_rms_norm_gemv_bf16_m<M>(x, ldx, gain, w, ldw, c, ldc, n, k, eps):
+// the kernels rms_norm_gemv_kernel.cc launches, one per row count.
+#define GROVE_RMS_NORM_GEMV(NAME, M)                                                \
+  extern "C" __global__ void __launch_bounds__(kThreads)                            \
+      NAME(const uint16_t* x, int64_t ldx, const uint16_t* gain, const uint16_t* w,  \
+           int64_t ldw, uint16_t* c, int64_t ldc, int64_t n, int64_t k, float eps) { \
+    rms_norm_gemv<M>(x, ldx, gain, w, ldw, c, ldc, n, k, eps);                      \
+  }
+
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m1, 1)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m2, 2)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m4, 4)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m8, 8)
