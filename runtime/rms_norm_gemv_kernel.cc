@@ -31,7 +31,15 @@ void host_rms_norm_gemv(const LaunchDims*, const uint64_t* args) {
   float eps;
   std::memcpy(&eps, &args[9], sizeof(eps));
   const auto rows = static_cast<int64_t>(args[10]);
+  const bool gated = args[11] != 0;
   std::vector<float> normed(static_cast<size_t>(k));
+  auto dot = [&](int64_t w_row) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+      acc = std::fma(normed[static_cast<size_t>(i)], bf16_bits_to_float(w[w_row * ldw + i]), acc);
+    }
+    return acc;
+  };
   for (int64_t m = 0; m < rows; ++m) {
     float sum = 0.0f;
     for (int64_t i = 0; i < k; ++i) {
@@ -44,12 +52,13 @@ void host_rms_norm_gemv(const LaunchDims*, const uint64_t* args) {
           round_bf16(bf16_bits_to_float(gain[i]) * (bf16_bits_to_float(x[m * ldx + i]) * rstd));
     }
     for (int64_t column = 0; column < n; ++column) {
-      float acc = 0.0f;
-      for (int64_t i = 0; i < k; ++i) {
-        acc = std::fma(normed[static_cast<size_t>(i)], bf16_bits_to_float(w[column * ldw + i]),
-                       acc);
+      float value = dot(column);
+      if (gated) {
+        const float gate = round_bf16(value);
+        const float up = round_bf16(dot(column + n));
+        value = gate * (1.0f / (1.0f + std::exp(-gate))) * up;
       }
-      c[m * ldc + column] = float_to_bf16_bits(acc);
+      c[m * ldc + column] = float_to_bf16_bits(value);
     }
   }
 }
@@ -68,17 +77,18 @@ std::string rms_norm_gemv_refusal(DType dtype, int64_t rows, int64_t k) {
 }
 
 void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, const Tensor& out,
-                          double eps, StreamHandle stream) {
+                          double eps, bool gated, StreamHandle stream) {
   GROVE_CHECK_AS(ShapeError, x.dim() == 2 && w.dim() == 2 && out.dim() == 2 && gain.dim() == 1,
                  "rms_norm_gemv: expected x [rows, K], gain [K], w [N, K] and out [rows, N]; got ",
                  x.str(), ", ", gain.str(), ", ", w.str(), ", ", out.str());
   const int64_t rows = x.size(0);
   const int64_t k = x.size(1);
-  const int64_t n = w.size(0);
+  const int64_t n = gated ? w.size(0) / 2 : w.size(0);
   const std::string refusal = rms_norm_gemv_refusal(x.dtype(), rows, k);
   GROVE_CHECK_AS(ShapeError, refusal.empty(), "rms_norm_gemv: the kernel does not take ", refusal);
   GROVE_CHECK_AS(ShapeError,
-                 gain.size(0) == k && w.size(1) == k && out.size(0) == rows && out.size(1) == n,
+                 gain.size(0) == k && w.size(1) == k && out.size(0) == rows && out.size(1) == n &&
+                     (!gated || w.size(0) == 2 * n),
                  "rms_norm_gemv: operands do not fit together: x ", x.str(), ", gain ", gain.str(),
                  ", w ", w.str(), ", out ", out.str());
   for (const Tensor* t : {&x, &gain, &w, &out}) {
@@ -90,7 +100,7 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
   if (n == 0) return;
   const Device device = x.device();
   KernelSource source;
-  source.name = str_cat("grove_rms_norm_gemv_bf16_m", rows);
+  source.name = str_cat(gated ? "grove_rms_norm_swiglu_bf16_m" : "grove_rms_norm_gemv_bf16_m", rows);
   if (device.is_cuda()) {
     source.ptx = kPtx;
   } else {
@@ -111,7 +121,9 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
       .add_i64(n)
       .add_i64(k)
       .add_f32(static_cast<float>(eps));
-  if (!device.is_cuda()) args.add_i64(rows);  // the host function's row count (each PTX entry has its M)
+  if (!device.is_cuda()) {  // the host function's row count and variant (each PTX entry has its own)
+    args.add_i64(rows).add_i64(gated ? 1 : 0);
+  }
   device_context(device).platform().launch_kernel(kernel, dims, args, stream);
 }
 

@@ -6,15 +6,18 @@
 // Each block's threads first issue their first batch of W loads (they depend
 // on nothing), then sum the rows' squares (every block: x is a few KiB in
 // L2) and fold; one warp per output column n, as the small-M GEMV
-// (runtime/cuda/small_m_gemv_kernel.cu).
+// (runtime/cuda/small_m_gemv_kernel.cu). The gated variant (LLaMA's MLP)
+// reads rows n (gate) and n + N (up) of W [2N, K] and stores
+// bf16(g * sigmoid(g) * u) of the rounded gate and up sums: SwiGLU's input
+// to the down projection, without the gate/up activations in memory.
 #include <cstdint>
 
 namespace {
 
 constexpr int kWarp = 32;
 constexpr int kThreads = 128;  // __launch_bounds__ below; four columns per block
-template <int M>
-constexpr int kInFlight = M >= 4 ? 4 : 8;
+template <int M, bool kGated>
+constexpr int kInFlight = (M >= 4 ? 4 : 8) / (kGated ? 2 : 1);
 
 __device__ __forceinline__ void unpack(const uint4& v, float (&out)[8]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -37,12 +40,11 @@ __device__ __forceinline__ uint16_t to_bf16_bits(float value) {
   return static_cast<uint16_t>(__float_as_uint(round_bf16(value)) >> 16);
 }
 
-// acc[m] += <normalized row m's vector `index`, w>.
+// a[m] = the normalized row m's vector `index`: bf16(g * (x * rstd)).
 template <int M>
-__device__ __forceinline__ void fold(float (&acc)[M], const uint4& w, const uint4* x, int64_t ldx,
-                                     const uint4* gain, const float (&rstd)[M], int64_t index) {
-  float weights[8];
-  unpack(w, weights);
+__device__ __forceinline__ void normalized(float (&a)[M][8], const uint4* x, int64_t ldx,
+                                           const uint4* gain, const float (&rstd)[M],
+                                           int64_t index) {
   float g[8];
   unpack(__ldg(gain + index), g);
 #pragma unroll
@@ -50,13 +52,35 @@ __device__ __forceinline__ void fold(float (&acc)[M], const uint4& w, const uint
     float xs[8];
     unpack(__ldg(x + m * ldx + index), xs);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      acc[m] = fmaf(round_bf16(g[i] * (xs[i] * rstd[m])), weights[i], acc[m]);
-    }
+    for (int i = 0; i < 8; ++i) a[m][i] = round_bf16(g[i] * (xs[i] * rstd[m]));
+  }
+}
+
+// acc[m] += <a[m], w> in element order.
+template <int M>
+__device__ __forceinline__ void dot(float (&acc)[M], const uint4& w, const float (&a)[M][8]) {
+  float weights[8];
+  unpack(w, weights);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[m] = fmaf(a[m][i], weights[i], acc[m]);
   }
 }
 
 template <int M>
+__device__ __forceinline__ void warp_sum(float (&acc)[M]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
+    }
+  }
+}
+
+// n: output columns (the gated variant's W has 2n rows).
+template <int M, bool kGated>
 __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ldx,
                                               const uint16_t* gain_bits, const uint16_t* w_bits,
                                               int64_t ldw, uint16_t* c, int64_t ldc, int64_t n,
@@ -68,22 +92,30 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
   const int64_t column = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + warp;
   const bool has_column = column < n;
   const int64_t vectors = k / 8;
-  const uint4* row = reinterpret_cast<const uint4*>(w_bits + (has_column ? column : 0) * ldw);
+  const int64_t row_index = has_column ? column : 0;
+  const uint4* gate_row = reinterpret_cast<const uint4*>(w_bits + row_index * ldw);
+  const uint4* up_row = reinterpret_cast<const uint4*>(w_bits + (row_index + n) * ldw);
   const auto* x = reinterpret_cast<const uint4*>(x_bits);
   const auto* gain = reinterpret_cast<const uint4*>(gain_bits);
   const int64_t ldx_vectors = ldx / 8;
-  constexpr int kBatch = kInFlight<M>;
+  constexpr int kBatch = kInFlight<M, kGated>;
   constexpr int64_t kStride = static_cast<int64_t>(kBatch) * kWarp;
   uint4 current[kBatch];
   uint4 next[kBatch];
-  auto load_batch = [&](uint4(&into)[kBatch], int64_t start) {
+  uint4 current_up[kGated ? kBatch : 1];
+  uint4 next_up[kGated ? kBatch : 1];
+  auto load_batch = [&](uint4(&into)[kBatch], uint4(&into_up)[kGated ? kBatch : 1],
+                        int64_t start) {
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      if (has_column && start + j * kWarp < vectors) into[j] = __ldg(row + start + j * kWarp);
+      if (has_column && start + j * kWarp < vectors) {
+        into[j] = __ldg(gate_row + start + j * kWarp);
+        if constexpr (kGated) into_up[j] = __ldg(up_row + start + j * kWarp);
+      }
     }
   };
   int64_t index = lane;
-  load_batch(current, index);  // in flight while the rows' statistics are summed
+  load_batch(current, current_up, index);  // in flight while the rows' statistics are summed
   // Each row's sum of squares: thread t takes vectors t, t + kThreads, ...
   // (f32, in that order), then the warps' shuffle trees and the warps in order.
   float sums[M];
@@ -98,13 +130,10 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
       for (int i = 0; i < 8; ++i) sums[m] = fmaf(xs[i], xs[i], sums[m]);
     }
   }
+  warp_sum<M>(sums);
+  if (lane == 0) {
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-#pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      sums[m] += __shfl_xor_sync(0xffffffffu, sums[m], offset);
-    }
-    if (lane == 0) partial[warp][m] = sums[m];
+    for (int m = 0; m < M; ++m) partial[warp][m] = sums[m];
   }
   __syncthreads();
   if (threadIdx.x < M) {
@@ -119,45 +148,61 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
 #pragma unroll
   for (int m = 0; m < M; ++m) row_rstd[m] = rstd[m];
   float acc[M];
+  float acc_up[M];
 #pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  for (int m = 0; m < M; ++m) acc[m] = acc_up[m] = 0.0f;
   for (; index < vectors; index += kStride) {
     const int64_t following = index + kStride;
-    if (following < vectors) load_batch(next, following);
+    if (following < vectors) load_batch(next, next_up, following);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       if (index + j * kWarp < vectors) {
-        fold<M>(acc, current[j], x, ldx_vectors, gain, row_rstd, index + j * kWarp);
+        float a[M][8];
+        normalized<M>(a, x, ldx_vectors, gain, row_rstd, index + j * kWarp);
+        dot<M>(acc, current[j], a);
+        if constexpr (kGated) dot<M>(acc_up, current_up[j], a);
       }
     }
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) current[j] = next[j];
-  }
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-#pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
+    for (int j = 0; j < kBatch; ++j) {
+      current[j] = next[j];
+      if constexpr (kGated) current_up[j] = next_up[j];
     }
   }
+  warp_sum<M>(acc);
+  if constexpr (kGated) warp_sum<M>(acc_up);
   if (lane == 0) {
 #pragma unroll
-    for (int m = 0; m < M; ++m) c[m * ldc + column] = to_bf16_bits(acc[m]);
+    for (int m = 0; m < M; ++m) {
+      float value = acc[m];
+      if constexpr (kGated) {
+        // As the unfused ops: the GEMM stores gate and up, then silu(gate) * up.
+        const float gate = round_bf16(acc[m]);
+        const float up = round_bf16(acc_up[m]);
+        value = gate * (1.0f / (1.0f + expf(-gate))) * up;
+      }
+      c[m * ldc + column] = to_bf16_bits(value);
+    }
   }
 }
 
 }  // namespace
 
-// grove_rms_norm_gemv_bf16_m<M>(x, ldx, gain, w, ldw, c, ldc, n, k, eps):
-// the kernels rms_norm_gemv_kernel.cc launches, one per row count.
-#define GROVE_RMS_NORM_GEMV(NAME, M)                                                \
+// grove_rms_norm_gemv_bf16_m<M> and grove_rms_norm_swiglu_bf16_m<M>(x, ldx,
+// gain, w, ldw, c, ldc, n, k, eps): the kernels rms_norm_gemv_kernel.cc
+// launches, one per row count and variant.
+#define GROVE_RMS_NORM_GEMV(NAME, M, GATED)                                          \
   extern "C" __global__ void __launch_bounds__(kThreads)                            \
       NAME(const uint16_t* x, int64_t ldx, const uint16_t* gain, const uint16_t* w,  \
            int64_t ldw, uint16_t* c, int64_t ldc, int64_t n, int64_t k, float eps) { \
-    rms_norm_gemv<M>(x, ldx, gain, w, ldw, c, ldc, n, k, eps);                      \
+    rms_norm_gemv<M, GATED>(x, ldx, gain, w, ldw, c, ldc, n, k, eps);               \
   }
 
-GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m1, 1)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m2, 2)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m4, 4)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m8, 8)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m1, 1, false)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m2, 2, false)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m4, 4, false)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m8, 8, false)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m1, 1, true)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m2, 2, true)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m4, 4, true)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m8, 8, true)

@@ -1,5 +1,6 @@
 // rms_norm_linear: linear(rms_norm(x, gain, eps), w), a LLaMA block's norm
-// and the projection after it, as one kernel (Note [RMSNorm GEMV],
+// and the projection after it, as one kernel; rms_norm_swiglu: the same over
+// the fused gate/up weight with SwiGLU's silu(gate) * up (Note [RMSNorm GEMV],
 // runtime/rms_norm_gemv_kernel.h): no rms_norm kernel and no normalized
 // activations in memory. Operands: x [rows, K], gain [K] (the norm's
 // weight), w [N, K] (a linear layer's weight), bf16, rows 1, 2, 4 or 8
@@ -15,25 +16,30 @@
 namespace grove::compiler::ops {
 namespace {
 
-void register_rms_norm_linear(OpRegistry& registry) {
+// rms_norm_linear (gated false) and rms_norm_swiglu (gated true: w holds
+// gate and up [2N, K], the result is silu(gate) * up [rows, N]).
+void register_op(OpRegistry& registry, const std::string& name, bool gated) {
   OpDef op;
-  op.name = "rms_norm_linear";
+  op.name = name;
   op.summary =
-      "linear(rms_norm(x, gain, eps), w) as one kernel: operands x [rows, K], gain [K], w [N, K] "
-      "(bf16, rows 1, 2, 4 or 8)";
+      gated ? "silu(g) * u of [g; u] = linear(rms_norm(x, gain, eps), w) as one kernel: operands "
+              "x [rows, K], gain [K], w [2N, K] (bf16, rows 1, 2, 4 or 8)"
+            : "linear(rms_norm(x, gain, eps), w) as one kernel: operands x [rows, K], gain [K], "
+              "w [N, K] (bf16, rows 1, 2, 4 or 8)";
   op.min_operands = op.max_operands = 3;
   op.attrs = {{"eps", AttrKind::kFloat, 1e-6}};
   op.kind = OpKind::kSpecial;
-  op.infer = [](const OpContext& context) {
+  op.infer = [gated](const OpContext& context) {
     const TensorType& x = context.operand(0);
     const TensorType& gain = context.operand(1);
     const TensorType& w = context.operand(2);
     GROVE_CHECK_AS(ShapeError,
                    x.rank() == 2 && gain.rank() == 1 && w.rank() == 2 &&
-                       gain.shape[0] == x.shape[1] && w.shape[1] == x.shape[1],
-                   context.where(), ": expected x [rows, K], gain [K] and w [N, K]; got ",
-                   context.describe_operand(0), ", ", context.describe_operand(1), ", ",
-                   context.describe_operand(2));
+                       gain.shape[0] == x.shape[1] && w.shape[1] == x.shape[1] &&
+                       (!gated || w.shape[0] % 2 == 0),
+                   context.where(), ": expected x [rows, K], gain [K] and w [", gated ? "2N" : "N",
+                   ", K]; got ", context.describe_operand(0), ", ", context.describe_operand(1),
+                   ", ", context.describe_operand(2));
     for (size_t i = 1; i < 3; ++i) require_same_dtype(context, 0, i);
     const std::string refusal = runtime::rms_norm_gemv_refusal(x.dtype, x.shape[0], x.shape[1]);
     GROVE_CHECK_AS(ShapeError, refusal.empty(), context.where(), ": the kernel does not take ",
@@ -41,24 +47,25 @@ void register_rms_norm_linear(OpRegistry& registry) {
     GROVE_CHECK(context.attrs.get_float("eps") > 0, context.where(),
                 ": attribute 'eps' must be > 0");
     TensorType out = x;
-    out.shape = {x.shape[0], w.shape[0]};
+    out.shape = {x.shape[0], gated ? w.shape[0] / 2 : w.shape[0]};
     return std::vector<TensorType>{out};
   };
-  op.launch = [](const OpContext& context, const std::vector<runtime::Tensor>& operands,
-                 runtime::StreamHandle stream) {
+  op.launch = [gated](const OpContext& context, const std::vector<runtime::Tensor>& operands,
+                      runtime::StreamHandle stream) {
     // operands: x, gain, w, then the fresh result.
     GROVE_CHECK(operands.size() == 4, context.where(), ": expected 3 operands and the result; got ",
                 operands.size(), " tensors (a grove bug)");
     const runtime::Tensor x =
         operands[0].is_contiguous() ? operands[0] : runtime::contiguous_copy(operands[0]);
     runtime::launch_rms_norm_gemv(x, operands[1], operands[2], operands[3],
-                                  context.attrs.get_float("eps"), stream);
+                                  context.attrs.get_float("eps"), gated, stream);
   };
   registry.add(std::move(op));
 }
 
 const bool kRegistered = [] {
-  register_rms_norm_linear(OpRegistry::global());
+  register_op(OpRegistry::global(), "rms_norm_linear", false);
+  register_op(OpRegistry::global(), "rms_norm_swiglu", true);
   return true;
 }();
 

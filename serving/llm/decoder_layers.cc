@@ -198,12 +198,8 @@ ValueId DecoderLayers::mlp(ValueId x, int64_t layer) {
 ValueId DecoderLayers::swiglu(ValueId x, int64_t layer) {
   const int64_t inner = config_.intermediate_size;
   // Note [Fused projection weights]: one GEMM for gate and up.
-  return swiglu_of(
-      b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, config_.hidden_size}), kNoValue));
-}
-
-ValueId DecoderLayers::swiglu_of(ValueId gate_up) {
-  const int64_t inner = config_.intermediate_size;
+  ValueId gate_up =
+      b_.linear(x, weight(gate_up_weight_name(layer), {2 * inner, config_.hidden_size}), kNoValue);
   ValueId gate = b_.slice(gate_up, 1, 0, inner);
   ValueId up = b_.slice(gate_up, 1, inner, 2 * inner);
   return b_.mul(b_.mul(gate, b_.sigmoid(gate)), up);
@@ -250,11 +246,15 @@ ValueId DecoderLayers::normed_lm_head(ValueId x) {
 
 ValueId DecoderLayers::normed_mlp_residual(ValueId x, int64_t layer) {
   if (!fuse_norms_) return mlp_residual(x, block_norm(x, layer, 2), layer);
-  ValueId gate_up = normed_linear(
-      x, norm_weight(layer, 2),
-      weight(gate_up_weight_name(layer), {2 * config_.intermediate_size, config_.hidden_size}));
+  compiler::ir::Attributes attrs;
+  attrs.set("eps", config_.norm_eps);
+  ValueId gated = b_.op1(
+      "rms_norm_swiglu",
+      {x, norm_weight(layer, 2),
+       weight(gate_up_weight_name(layer), {2 * config_.intermediate_size, config_.hidden_size})},
+      attrs);
   return b_.op1("linear_residual",
-                {x, swiglu_of(gate_up),
+                {x, gated,
                  layer_weight(layer, "mlp.down_proj.weight",
                               {config_.hidden_size, config_.intermediate_size})});
 }

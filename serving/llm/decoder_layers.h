@@ -64,7 +64,8 @@ class DecoderLayers {
   // norms feeding a projection (normed_linear) run as one rms_norm_linear
   // kernel where it takes `rows` rows.
   void fuse_norms_into_projections(int64_t rows);
-  // x + mlp(block_norm(x, layer, 2)) (LLaMA's gate/up projection through normed_linear).
+  // x + mlp(block_norm(x, layer, 2)); with fused norms one rms_norm_swiglu
+  // kernel (norm, gate/up and SwiGLU) and the down projection (LLaMA).
   ValueId normed_mlp_residual(ValueId x, int64_t layer);
   // lm_head(final_norm(x)), the norm fused into the LM head where it can be.
   ValueId normed_lm_head(ValueId x);
@@ -91,7 +92,6 @@ class DecoderLayers {
   ValueId conv1d(ValueId x, int64_t layer, const std::string& module, int64_t in, int64_t out);
   // LLaMA's gated MLP input silu(gate) * up of x [rows, intermediate].
   ValueId swiglu(ValueId x, int64_t layer);
-  ValueId swiglu_of(ValueId gate_up);  // of the fused gate/up projection's output
   // linear(norm(x), w) for a LLaMA norm weight: one rms_norm_linear op when
   // fuse_norms_into_projections allowed it, else rms_norm then linear.
   ValueId normed_linear(ValueId x, ValueId norm_weight, ValueId w, const std::string& name = "");

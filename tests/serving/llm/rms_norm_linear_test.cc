@@ -1,4 +1,4 @@
-// The rms_norm_linear op (Note [RMSNorm GEMV], runtime/rms_norm_gemv_kernel.h)
+// The rms_norm_linear and rms_norm_swiglu ops (Note [RMSNorm GEMV], runtime/rms_norm_gemv_kernel.h)
 // lowered as a launch hook with a fresh result (Note [Launch hooks with fresh
 // results], compiler/lowering/scheduler.cc): on sim it gives rms_norm then
 // linear within bf16 rounding, eager and in a recorded graph, and refuses
@@ -36,7 +36,9 @@ Tensor random_bf16(const runtime::Shape& shape, std::mt19937& rng, double center
   return Tensor::from_host(bits.data(), shape, DType::kBF16, runtime::kSimDevice);
 }
 
-// Outputs: the fused op, then rms_norm and linear.
+// Outputs: the fused ops, then the unfused ones: rms_norm_linear against
+// rms_norm and linear, rms_norm_swiglu against silu(gate) * up of those over
+// the first 2 * n / 2 rows of w.
 compiler::ir::Program both_ways(int64_t rows, int64_t k, int64_t n) {
   ProgramBuilder b("rms_norm_linear", runtime::kSimDevice);
   ValueId x = b.input("x", {rows, k}, DType::kBF16);
@@ -45,7 +47,12 @@ compiler::ir::Program both_ways(int64_t rows, int64_t k, int64_t n) {
   compiler::ir::Attributes eps;
   eps.set("eps", 1e-5);
   b.output(b.op1("rms_norm_linear", {x, gain, w}, eps));
-  b.output(b.linear(b.op1("rms_norm", {x, gain}, eps), w, kNoValue));
+  b.output(b.op1("rms_norm_swiglu", {x, gain, w}, eps));
+  ValueId projected = b.linear(b.op1("rms_norm", {x, gain}, eps), w, kNoValue);
+  b.output(projected);
+  ValueId gate = b.slice(projected, 1, 0, n / 2);
+  ValueId up = b.slice(projected, 1, n / 2, n);
+  b.output(b.mul(b.mul(gate, b.sigmoid(gate)), up));
   return b.build();
 }
 
@@ -62,14 +69,18 @@ TEST_P(RmsNormLinear, EqualsRmsNormThenLinear) {
                                          random_bf16({k}, rng, 1.0), random_bf16({n, k}, rng)};
     for (int call = 0; call < 3; ++call) {  // cudagraphs: warm-up, recording, replay
       compiler::TensorList outputs = model(inputs);
-      std::vector<double> fused = outputs.at(0).to_doubles();
-      std::vector<double> reference = outputs.at(1).to_doubles();
-      ASSERT_EQ(fused.size(), static_cast<size_t>(rows * n));
-      for (size_t i = 0; i < fused.size(); ++i) {
-        // bf16 results: the norm's rstd may differ in its last bit (another
-        // order of summing the squares), a product by a bf16 step.
-        EXPECT_NEAR(fused[i], reference[i], 0.02 * (1 + std::fabs(reference[i])))
-            << "rows " << rows << " element " << i << " call " << call << " seed " << kSeed;
+      for (size_t gated = 0; gated < 2; ++gated) {
+        std::vector<double> fused = outputs.at(gated).to_doubles();
+        std::vector<double> reference = outputs.at(2 + gated).to_doubles();
+        ASSERT_EQ(fused.size(), static_cast<size_t>(rows * n / (gated ? 2 : 1)));
+        ASSERT_EQ(fused.size(), reference.size());
+        for (size_t i = 0; i < fused.size(); ++i) {
+          // bf16 results: the norm's rstd may differ in its last bit (another
+          // order of summing the squares), a product by a bf16 step.
+          EXPECT_NEAR(fused[i], reference[i], 0.02 * (1 + std::fabs(reference[i])))
+              << (gated ? "rms_norm_swiglu" : "rms_norm_linear") << " rows " << rows
+              << " element " << i << " call " << call << " seed " << kSeed;
+        }
       }
     }
   }
