@@ -86,7 +86,8 @@ const CompiledModel& Decoder::decode_model(int64_t bucket) {
   auto found = decode_models_.find(bucket);
   if (found != decode_models_.end()) return found->second;
   CompiledModel model = compile_program(
-      build_decode_program(config(), state_->cache(), bucket, device_, options_.fused_attention));
+      build_decode_program(config(), state_->cache(), bucket, device_, options_.fused_attention,
+                           options_.fused_norms));
   return decode_models_.emplace(bucket, std::move(model)).first->second;
 }
 

@@ -43,6 +43,9 @@ struct DecoderOptions {
   // Decode attention as one kernel per layer (Note [Decode attention
   // kernel]) where it takes the model; false: the unfused ops.
   bool fused_attention = true;
+  // Note [RMSNorm GEMV]: with the fused attention, each norm and the
+  // projection after it as one kernel where it takes the batch; false: apart.
+  bool fused_norms = true;
   // Note [Chunked prefill]: warm_up also records the chunk programs (one per
   // prompt bucket), so prefill_chunk records nothing while serving.
   bool chunked_prefill = false;
@@ -87,6 +90,7 @@ class Decoder {
   const DecoderState& state() const { return *state_; }
   const std::string& backend_name() const { return options_.backend; }
   bool fused_attention() const { return options_.fused_attention; }
+  bool fused_norms() const { return options_.fused_norms; }
   // The backend's stats (the tree's counters and pool for "cudagraphs").
   compiler::backends::BackendStats backend_stats() const { return backend_->stats(); }
   // Device memory the backend holds beyond the state (its pool).

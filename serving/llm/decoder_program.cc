@@ -151,7 +151,7 @@ bool decode_attention_fuses(const DecoderConfig& config, const CacheShape& cache
 
 compiler::ir::Program build_decode_program(const DecoderConfig& config, const CacheShape& cache,
                                            int64_t batch, runtime::Device device,
-                                           bool fused_attention) {
+                                           bool fused_attention, bool fused_norms) {
   config.verify();
   check_cache(config, cache);
   GROVE_CHECK(batch > 0 && batch <= cache.slots, "decode bucket of ", batch,
@@ -163,7 +163,7 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
   const bool fused = fused_attention && decode_attention_fuses(config, cache);
   // Note [RMSNorm GEMV]: with the fused attention, each norm and the
   // projection after it are one kernel where the kernel takes the batch.
-  if (fused) layers.fuse_norms_into_projections(batch);
+  if (fused && fused_norms) layers.fuse_norms_into_projections(batch);
   // Table lookups at the positions: GPT-2's learned positions and the unfused
   // rotary embedding (the fused attention reads its tables itself).
   const ValueId lookup = fused ? compiler::ir::kNoValue : layers.clamped_positions(positions);

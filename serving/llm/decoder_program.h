@@ -111,12 +111,14 @@ bool is_grove_state_name(const std::string& name);  // starts with "grove."
 compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,
                                             int64_t prompt_length, runtime::Device device,
                                             bool chunk = false);
+// `fused_norms` (with the fused attention): each norm and the projection
+// after it as one kernel where it takes the batch (Note [RMSNorm GEMV]).
 // `fused_attention`: each LLaMA layer's attention as the decode_attention op
 // (Note [Decode attention kernel], runtime/decode_attention_kernel.h) where
 // its kernel takes the shape; false: as the unfused ops (GPT-2 always).
 compiler::ir::Program build_decode_program(const DecoderConfig& config, const CacheShape& cache,
                                            int64_t batch, runtime::Device device,
-                                           bool fused_attention = true);
+                                           bool fused_attention = true, bool fused_norms = true);
 // Whether build_decode_program's attention for `config` and `cache` is the
 // decode_attention op when asked for.
 bool decode_attention_fuses(const DecoderConfig& config, const CacheShape& cache);
