@@ -12,10 +12,6 @@ namespace {
 constexpr int kMaxGroups = 8;   // query heads per kv head (decode_attention_kernel.h)
 constexpr int kKeyVectors = 8;  // 16-byte key vectors a thread loads at once
 constexpr int kValueLoads = 8;  // positions' values a thread loads at once
-// Values per thread loaded with the first wave, before they are needed (kValueLoads at a time).
-constexpr int kValuePrefetch = 4;
-// Elements of the rotary embedding a thread loads at once (rotated heads * head_dim).
-constexpr int kRotaryLoads = 2;
 
 // Element types: 0 f32, 1 bf16 (decode_attention_kernel.h's kDecodeAttention*).
 __device__ __forceinline__ float load(const void* base, int64_t index, int type) {
@@ -42,24 +38,6 @@ __device__ __forceinline__ void store(void* base, int64_t index, float value, in
   }
 }
 
-// The scores' fold of eight bf16 key elements (one 16-byte vector, vector
-// index `vector` of the key) into each query head's sum, in increasing element order.
-__device__ __forceinline__ void fold_key_vector(float (&acc)[kMaxGroups], const uint4& vector_bits,
-                                                int64_t vector, const float* rotated, int64_t d,
-                                                int64_t groups) {
-  const uint32_t words[4] = {vector_bits.x, vector_bits.y, vector_bits.z, vector_bits.w};
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const uint32_t bits = e % 2 == 0 ? words[e / 2] << 16 : words[e / 2] & 0xffff0000u;
-    const float k = __uint_as_float(bits);
-    const int64_t j = vector * 8 + e;
-#pragma unroll
-    for (int g = 0; g < kMaxGroups; ++g) {
-      if (g < groups) acc[g] = fmaf(rotated[g * d + j], k, acc[g]);
-    }
-  }
-}
-
 }  // namespace
 
 // qkv [rows, (heads + 2 kv_heads) * d]; cos, sin [table_len, d] (the rotary
@@ -67,15 +45,6 @@ __device__ __forceinline__ void fold_key_vector(float (&acc)[kMaxGroups], const 
 // kv_heads, cache_len, d]; positions i64 [rows]. Block: a multiple of d
 // threads, at least d; dynamic shared memory: (groups + 1) * d + groups *
 // (cache_len + 1) + (threads / d) * groups * d floats.
-//
-// Latency, not bandwidth, bounds the kernel (a few blocks, kilobytes each),
-// so its global loads go out in two waves: the row's position with the
-// projection's elements, then, once the position is known, the rotary
-// tables, this thread's first cached key (bf16: up to kKeyVectors vectors)
-// and its first kValuePrefetch * kValueLoads values, all before the rotary
-// embedding is computed. Later phases use those registers; only keys and
-// values beyond them (long caches) are loaded where they are used. The
-// arithmetic and its order are those of the host function (decode_attention_kernel.cc).
 extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, const void* sin,
                                                   const void* key_cache, const void* value_cache,
                                                   const int64_t* positions, int64_t heads,
@@ -94,25 +63,7 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
   const int64_t k_base = row * width + heads * d + kv * d;
   const int64_t v_base = k_base + kv_heads * d;
   const int kind = static_cast<int>(type);
-  const int64_t rotated_count = (groups + 1) * d;
-  const int64_t half = d / 2;
-  // Wave 1: the position and this thread's first projection elements to rotate.
   const int64_t position = positions[row];
-  float x[kRotaryLoads];
-  float partner[kRotaryLoads];
-#pragma unroll
-  for (int r = 0; r < kRotaryLoads; ++r) {
-    const int64_t i = t_id + static_cast<int64_t>(r) * threads;
-    x[r] = 0.0f;
-    partner[r] = 0.0f;
-    if (i < rotated_count) {
-      const int64_t head = i / d;
-      const int64_t j = i % d;
-      const int64_t base = head < groups ? q_base + head * d : k_base;
-      x[r] = load(qkv, base + j, kind);
-      partner[r] = j < half ? -load(qkv, base + j + half, kind) : load(qkv, base + j - half, kind);
-    }
-  }
   if (position < 0) {  // a padding row: zeros, its key and value stay as they are
     for (int64_t i = t_id; i < groups * d; i += threads) store(qkv, q_base + i, 0.0f, kind);
     return;
@@ -121,88 +72,54 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
   float* scores = shared + (groups + 1) * d;  // [groups][cached + 1]
   const int64_t cached = position < cache_len ? position : cache_len;  // keys before the row
   const int64_t span = cached + 1;                                     // and its own
-  const int64_t at = position < table_len ? position : table_len - 1;
-  const int64_t slot = (row * kv_heads + kv) * cache_len;
-  const bool vector_keys = kind == 1 && d % 8 == 0;
-  const int64_t key_vectors = d / 8;
-  // Wave 2: the rotary tables, this thread's first key and its first values.
-  float c[kRotaryLoads];
-  float s[kRotaryLoads];
-#pragma unroll
-  for (int r = 0; r < kRotaryLoads; ++r) {
-    const int64_t i = t_id + static_cast<int64_t>(r) * threads;
-    c[r] = 0.0f;
-    s[r] = 0.0f;
-    if (i < rotated_count) {
-      c[r] = load(cos, at * d + i % d, kind);
-      s[r] = load(sin, at * d + i % d, kind);
-    }
-  }
-  uint4 first_key[kKeyVectors];
-  if (vector_keys && t_id < cached) {
-    const uint4* key = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(key_cache) +
-                                                      (slot + t_id) * d);
-#pragma unroll
-    for (int u = 0; u < kKeyVectors; ++u) {
-      if (u < key_vectors) first_key[u] = __ldg(key + u);
-    }
-  }
-  const int64_t slices = threads / d;
-  const int64_t j_value = t_id % d;
-  const int64_t slice = t_id / d;
-  auto value_at = [&](int64_t t) {
-    return t < cached ? load(value_cache, (slot + t) * d + j_value, kind)
-                      : (t == cached ? load(qkv, v_base + j_value, kind) : 0.0f);
-  };
-  float first_values[kValuePrefetch * kValueLoads];
-#pragma unroll
-  for (int u = 0; u < kValuePrefetch * kValueLoads; ++u) {
-    first_values[u] = slice < slices ? value_at(slice + u * slices) : 0.0f;
-  }
   // The rotary embedding: x cos + rotate_half(x) sin, stored at the model's precision.
-#pragma unroll
-  for (int r = 0; r < kRotaryLoads; ++r) {
-    const int64_t i = t_id + static_cast<int64_t>(r) * threads;
-    if (i < rotated_count) rotated[i] = round_to(x[r] * c[r] + partner[r] * s[r], kind);
-  }
-  // Heads beyond kRotaryLoads * threads elements (large groups or head_dim).
-  for (int64_t i = t_id + static_cast<int64_t>(kRotaryLoads) * threads; i < rotated_count;
-       i += threads) {
+  const int64_t at = position < table_len ? position : table_len - 1;
+  const int64_t half = d / 2;
+  for (int64_t i = t_id; i < (groups + 1) * d; i += threads) {
     const int64_t head = i / d;
     const int64_t j = i % d;
     const int64_t base = head < groups ? q_base + head * d : k_base;
-    const float value = load(qkv, base + j, kind);
-    const float other =
+    const float x = load(qkv, base + j, kind);
+    const float partner =
         j < half ? -load(qkv, base + j + half, kind) : load(qkv, base + j - half, kind);
-    rotated[i] =
-        round_to(value * load(cos, at * d + j, kind) + other * load(sin, at * d + j, kind), kind);
+    const float c = load(cos, at * d + j, kind);
+    const float s = load(sin, at * d + j, kind);
+    rotated[i] = round_to(x * c + partner * s, kind);
   }
   __syncthreads();
   // Scores: a GEMM's stored product, times the scale in f32 (as the fused softmax did).
+  const int64_t slot = (row * kv_heads + kv) * cache_len;
   for (int64_t t = t_id; t < span; t += threads) {
     float acc[kMaxGroups];
 #pragma unroll
     for (int g = 0; g < kMaxGroups; ++g) acc[g] = 0.0f;
     const float* own = rotated + groups * d;
-    if (t < cached && vector_keys) {
-      // bf16 keys in 16-byte vectors, kKeyVectors loads in flight before any
-      // is used (the first ones loaded in wave 2); products summed in element order.
-      const uint4* key = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(key_cache) +
-                                                        (slot + t) * d);
-      for (int64_t v0 = 0; v0 < key_vectors; v0 += kKeyVectors) {
+    if (t < cached && kind == 1 && d % 8 == 0) {
+      // bf16 keys in 16-byte vectors, up to eight loads in flight before any
+      // is used (a load per element waited out its latency element by
+      // element); the products are summed in the same order as below.
+      const uint4* key =
+          reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(key_cache) + (slot + t) * d);
+      for (int64_t v0 = 0; v0 < d / 8; v0 += kKeyVectors) {
         uint4 loaded[kKeyVectors];
-        if (t == t_id && v0 == 0) {
 #pragma unroll
-          for (int u = 0; u < kKeyVectors; ++u) loaded[u] = first_key[u];
-        } else {
-#pragma unroll
-          for (int u = 0; u < kKeyVectors; ++u) {
-            if (v0 + u < key_vectors) loaded[u] = __ldg(key + v0 + u);
-          }
+        for (int u = 0; u < kKeyVectors; ++u) {
+          if (v0 + u < d / 8) loaded[u] = __ldg(key + v0 + u);
         }
 #pragma unroll
         for (int u = 0; u < kKeyVectors; ++u) {
-          if (v0 + u < key_vectors) fold_key_vector(acc, loaded[u], v0 + u, rotated, d, groups);
+          if (v0 + u >= d / 8) break;
+          const uint32_t words[4] = {loaded[u].x, loaded[u].y, loaded[u].z, loaded[u].w};
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const uint32_t bits = e % 2 == 0 ? words[e / 2] << 16 : words[e / 2] & 0xffff0000u;
+            const float k = __uint_as_float(bits);
+            const int64_t j = (v0 + u) * 8 + e;
+#pragma unroll
+            for (int g = 0; g < kMaxGroups; ++g) {
+              if (g < groups) acc[g] = fmaf(rotated[g * d + j], k, acc[g]);
+            }
+          }
         }
       }
     } else {
@@ -223,50 +140,45 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
   // Softmax per query head in f32 (a warp per head), probabilities stored at the model's precision.
   const int lane = t_id % 32;
   for (int64_t g = t_id / 32; g < groups; g += threads / 32) {
-    float* p = scores + g * span;
+    float* s = scores + g * span;
     float most = -3.402823466e38f;
-    for (int64_t t = lane; t < span; t += 32) most = fmaxf(most, p[t]);
+    for (int64_t t = lane; t < span; t += 32) most = fmaxf(most, s[t]);
     for (int offset = 16; offset > 0; offset /= 2) {
       most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
     }
     float total = 0.0f;
     for (int64_t t = lane; t < span; t += 32) {
-      const float e = expf(p[t] - most);
-      p[t] = e;
+      const float e = expf(s[t] - most);
+      s[t] = e;
       total += e;
     }
     for (int offset = 16; offset > 0; offset /= 2) {
       total += __shfl_xor_sync(0xffffffffu, total, offset);
     }
     __syncwarp();
-    for (int64_t t = lane; t < span; t += 32) p[t] = round_to(p[t] / total, kind);
+    for (int64_t t = lane; t < span; t += 32) s[t] = round_to(s[t] / total, kind);
   }
   __syncthreads();
   // The weighted values: thread (slice, j) sums column j over positions
-  // slice, slice + slices, ... for every query head (the first
-  // kValuePrefetch * kValueLoads of them from wave 2, then kValueLoads at a
-  // time), in increasing t; the slices' partial sums are then added in slice
-  // order and stored over the query heads, in place.
+  // slice, slice + slices, ... for every query head; the slices' partial sums
+  // are then added in slice order and stored over the query heads, in place.
   float* partial = scores + groups * span;  // [slices][groups][d]
+  const int64_t slices = threads / d;
+  const int64_t j = t_id % d;
+  const int64_t slice = t_id / d;
   if (slice < slices) {
     float acc[kMaxGroups];
 #pragma unroll
     for (int g = 0; g < kMaxGroups; ++g) acc[g] = 0.0f;
-#pragma unroll
-    for (int u = 0; u < kValuePrefetch * kValueLoads; ++u) {
-      const int64_t t = slice + u * slices;
-      if (t < span) {
-#pragma unroll
-        for (int g = 0; g < kMaxGroups; ++g) {
-          if (g < groups) acc[g] = fmaf(scores[g * span + t], first_values[u], acc[g]);
-        }
-      }
-    }
-    for (int64_t t0 = slice + kValuePrefetch * kValueLoads * slices; t0 < span;
-         t0 += kValueLoads * slices) {
+    // kValueLoads positions' values loaded before any is used, folded in increasing t.
+    for (int64_t t0 = slice; t0 < span; t0 += kValueLoads * slices) {
       float values[kValueLoads];
 #pragma unroll
-      for (int u = 0; u < kValueLoads; ++u) values[u] = value_at(t0 + u * slices);
+      for (int u = 0; u < kValueLoads; ++u) {
+        const int64_t t = t0 + u * slices;
+        values[u] = t < cached ? load(value_cache, (slot + t) * d + j, kind)
+                               : (t == cached ? load(qkv, v_base + j, kind) : 0.0f);
+      }
 #pragma unroll
       for (int u = 0; u < kValueLoads; ++u) {
         const int64_t t = t0 + u * slices;
@@ -279,7 +191,7 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
     }
 #pragma unroll
     for (int g = 0; g < kMaxGroups; ++g) {
-      if (g < groups) partial[(slice * groups + g) * d + j_value] = acc[g];
+      if (g < groups) partial[(slice * groups + g) * d + j] = acc[g];
     }
   }
   __syncthreads();

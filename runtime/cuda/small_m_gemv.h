@@ -8,15 +8,12 @@
 // At M <= 8 a GEMM reads its weight once and does little else, so its time
 // is the weight's bytes over the bandwidth it reaches. The kernel gives each
 // output column one warp, which streams the weight's row in 16-byte vectors
-// (batches of 8 per lane, or 4 for M >= 4, double-buffered: the next
-// batch's loads go out before the current one is folded; the last batch
-// predicated) and multiplies them with the same vectors of A's rows, summing
-// in f32 (each lane in increasing k, then a shuffle tree): one kernel per GEMM
-// (cuBLAS ran split-K pairs for some decode shapes). On an H100 (ncu) the
-// single-buffered kernel reached 2.7-2.9 TB/s for the LLaMA-1B gate/up and
-// LM-head weights (64-131 MB), 1.8 TB/s for the down projection (K = 8192:
-// two round trips per warp, one after the other) and 1.2-1.5 TB/s for the
-// 8-13 MB ones, where launch and drain weigh more.
+// (up to sixteen per lane in flight, the tail as one batch of predicated
+// loads) and multiplies them with the same vectors of A's rows, summing in
+// f32 (each lane in increasing k, then a shuffle tree): one kernel per GEMM
+// (cuBLAS ran split-K pairs for some decode shapes). On an H100 it reached
+// 2.7-2.9 TB/s for the LLaMA-1B gate/up and LM-head weights (64-131 MB) and
+// 1.2-1.9 TB/s for the 8-34 MB ones, where launch and drain weigh more.
 // It takes row-major C[m, n] = A[m, k] W[n, k]^T (transpose_b) with M of 1,
 // 2, 4 or 8, bf16 or f16, alpha 1, beta 0 or 1 (C += the product, rounded
 // once: a residual add), no epilogue, no batch, K, lda and ldb multiples of

@@ -3,7 +3,7 @@
 // (small_m_gemv.h). C[m, n] = sum_k A[m, k] W[n, k] for M = 1, 2, 4 or 8 rows of A,
 // W row-major [N, K] (a linear layer's weight), bf16 or f16 storage, f32 sums.
 // One warp per output column n: each lane streams 16-byte vectors of W's row
-// (two batches of loads in flight per lane), multiplies them with the same vectors of
+// (up to sixteen loads in flight per lane), multiplies them with the same vectors of
 // every row of A (read through the read-only cache: A is small and every warp
 // of the grid reads it) and the warp's lanes are summed by shuffles.
 #include <cuda_bf16.h>
@@ -14,11 +14,10 @@
 namespace {
 
 constexpr int kWarp = 32;
-// Vectors of W per lane in one batch: 8 for one or two rows of A, 4 where
-// more rows make each fold longer. Batches are double-buffered (gemv), so up
-// to twice as many are in flight per lane.
+// Vectors of W each lane loads before it folds any: 16 (8 KiB per warp in
+// flight) for one row of A, 8 for two, 4 where more rows make each fold longer.
 template <int M>
-constexpr int kInFlight = M >= 4 ? 4 : 8;
+constexpr int kInFlight = M >= 4 ? 4 : (M == 2 ? 8 : 16);
 
 __device__ __forceinline__ void unpack(const uint4& v, float (&out)[8], __nv_bfloat16) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -77,32 +76,26 @@ __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  // Batches of kInFlight<M> vectors per lane (lane + j * kWarp from the
-  // batch's start), double-buffered: the next batch's loads are issued
-  // before the current one is folded, so a warp with several batches (large
-  // K, or M > 1) keeps its loads in flight instead of waiting out one round
-  // trip per batch. Each lane still folds its vectors in increasing index.
-  constexpr int kBatch = kInFlight<M>;
-  constexpr int64_t kStride = static_cast<int64_t>(kBatch) * kWarp;
-  uint4 current[kBatch];
-  uint4 next[kBatch];
-  auto load_batch = [&](uint4(&into)[kBatch], int64_t start) {
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (start + j * kWarp < vectors) into[j] = __ldg(row + start + j * kWarp);
-    }
-  };
   int64_t index = lane;
-  if (index < vectors) load_batch(current, index);
-  for (; index < vectors; index += kStride) {
-    const int64_t following = index + kStride;
-    if (following < vectors) load_batch(next, following);
+  for (; index + (kInFlight<M> - 1) * kWarp < vectors; index += kInFlight<M> * kWarp) {
+    uint4 loaded[kInFlight<M>];
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (index + j * kWarp < vectors) fold<T, M>(acc, current[j], a, lda, index + j * kWarp);
+    for (int j = 0; j < kInFlight<M>; ++j) loaded[j] = __ldg(row + index + j * kWarp);
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
+  }
+  // The rest (fewer than kInFlight vectors per lane) as one batch of
+  // predicated loads, still folded in increasing index.
+  if (index < vectors) {
+    uint4 loaded[kInFlight<M>];
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) {
+      if (index + j * kWarp < vectors) loaded[j] = __ldg(row + index + j * kWarp);
     }
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) current[j] = next[j];
+    for (int j = 0; j < kInFlight<M>; ++j) {
+      if (index + j * kWarp < vectors) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
+    }
   }
 #pragma unroll
   for (int m = 0; m < M; ++m) {
