@@ -69,8 +69,9 @@ bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer)
 
 std::string rms_norm_gemv_refusal(DType dtype, int64_t rows, int64_t k) {
   if (dtype != DType::kBF16) return str_cat("dtype ", dtype_name(dtype), " (the kernel takes bf16)");
-  if (rows != 1 && rows != 2 && rows != 4 && rows != 8) {
-    return str_cat(rows, " rows (the kernel takes 1, 2, 4 or 8)");
+  if (rows != 1) {
+    return str_cat(rows, " rows (the kernel takes one: each warp normalizes what it multiplies, "
+                   "which at more rows costs more than the norm's own kernel)");
   }
   if (k <= 0 || k % 8 != 0) return str_cat("K = ", k, " (a positive multiple of 8)");
   return "";

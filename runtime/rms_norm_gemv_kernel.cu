@@ -2,7 +2,8 @@
 // of a few rows followed by a linear layer, as one bandwidth-bound kernel,
 // Note [RMSNorm GEMV] (rms_norm_gemv_kernel.h). C[m, n] = sum_k A[m, k] W[n, k]
 // with A[m, k] = bf16(g[k] * (x[m, k] * rstd[m])), rstd[m] = rsqrt(mean_k
-// x[m, k]^2 + eps), for M = 1, 2, 4 or 8 rows, bf16 storage, f32 arithmetic.
+// x[m, k]^2 + eps), for one row (M = 1: rms_norm_gemv_refusal), bf16
+// storage, f32 arithmetic.
 // Each block's threads first issue their first batch of W loads (they depend
 // on nothing), then sum the rows' squares (every block: x is a few KiB in
 // L2) and fold; one warp per output column n, as the small-M GEMV
@@ -16,8 +17,12 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kThreads = 128;  // __launch_bounds__ below; four columns per block
+// Vectors of each W row a lane loads before it folds any (as the small-M
+// GEMV: 16 for one row of A, 8 for two, 4 for more; half per row when gated).
+// The first batch goes out before the norm's statistics are summed; later
+// batches (K beyond the batch) are loaded and folded one after the other.
 template <int M, bool kGated>
-constexpr int kInFlight = (M >= 4 ? 4 : 8) / (kGated ? 2 : 1);
+constexpr int kInFlight = (M >= 4 ? 4 : (M == 2 ? 8 : 16)) / (kGated ? 2 : 1);
 
 __device__ __forceinline__ void unpack(const uint4& v, float (&out)[8]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -100,22 +105,19 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
   const int64_t ldx_vectors = ldx / 8;
   constexpr int kBatch = kInFlight<M, kGated>;
   constexpr int64_t kStride = static_cast<int64_t>(kBatch) * kWarp;
-  uint4 current[kBatch];
-  uint4 next[kBatch];
-  uint4 current_up[kGated ? kBatch : 1];
-  uint4 next_up[kGated ? kBatch : 1];
-  auto load_batch = [&](uint4(&into)[kBatch], uint4(&into_up)[kGated ? kBatch : 1],
-                        int64_t start) {
+  uint4 loaded[kBatch];
+  uint4 loaded_up[kGated ? kBatch : 1];
+  auto load_batch = [&](int64_t start) {
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       if (has_column && start + j * kWarp < vectors) {
-        into[j] = __ldg(gate_row + start + j * kWarp);
-        if constexpr (kGated) into_up[j] = __ldg(up_row + start + j * kWarp);
+        loaded[j] = __ldg(gate_row + start + j * kWarp);
+        if constexpr (kGated) loaded_up[j] = __ldg(up_row + start + j * kWarp);
       }
     }
   };
-  int64_t index = lane;
-  load_batch(current, current_up, index);  // in flight while the rows' statistics are summed
+  const int64_t first = lane;
+  load_batch(first);  // in flight while the rows' statistics are summed
   // Each row's sum of squares: thread t takes vectors t, t + kThreads, ...
   // (f32, in that order), then the warps' shuffle trees and the warps in order.
   float sums[M];
@@ -151,22 +153,16 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
   float acc_up[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = acc_up[m] = 0.0f;
-  for (; index < vectors; index += kStride) {
-    const int64_t following = index + kStride;
-    if (following < vectors) load_batch(next, next_up, following);
+  for (int64_t index = first; index < vectors; index += kStride) {
+    if (index != first) load_batch(index);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       if (index + j * kWarp < vectors) {
         float a[M][8];
         normalized<M>(a, x, ldx_vectors, gain, row_rstd, index + j * kWarp);
-        dot<M>(acc, current[j], a);
-        if constexpr (kGated) dot<M>(acc_up, current_up[j], a);
+        dot<M>(acc, loaded[j], a);
+        if constexpr (kGated) dot<M>(acc_up, loaded_up[j], a);
       }
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      current[j] = next[j];
-      if constexpr (kGated) current_up[j] = next_up[j];
     }
   }
   warp_sum<M>(acc);
@@ -188,9 +184,11 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
 
 }  // namespace
 
-// grove_rms_norm_gemv_bf16_m<M> and grove_rms_norm_swiglu_bf16_m<M>(x, ldx,
+// grove_rms_norm_gemv_bf16_m1 and grove_rms_norm_swiglu_bf16_m1(x, ldx,
 // gain, w, ldw, c, ldc, n, k, eps): the kernels rms_norm_gemv_kernel.cc
-// launches, one per row count and variant.
+// launches. Every warp normalizes the M rows' elements it multiplies (M
+// times the GEMV's work on A per weight vector): at M >= 2 that work would
+// outgrow the weight streaming, so only M = 1 is built.
 #define GROVE_RMS_NORM_GEMV(NAME, M, GATED)                                          \
   extern "C" __global__ void __launch_bounds__(kThreads)                            \
       NAME(const uint16_t* x, int64_t ldx, const uint16_t* gain, const uint16_t* w,  \
@@ -199,10 +197,4 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
   }
 
 GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m1, 1, false)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m2, 2, false)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m4, 4, false)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m8, 8, false)
 GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m1, 1, true)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m2, 2, true)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m4, 4, true)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m8, 8, true)

@@ -3,8 +3,8 @@
 // the fused gate/up weight with SwiGLU's silu(gate) * up (Note [RMSNorm GEMV],
 // runtime/rms_norm_gemv_kernel.h): no rms_norm kernel and no normalized
 // activations in memory. Operands: x [rows, K], gain [K] (the norm's
-// weight), w [N, K] (a linear layer's weight), bf16, rows 1, 2, 4 or 8
-// (rms_norm_gemv_refusal); the result [rows, N] is fresh (a launch hook that
+// weight), w [N, K] (a linear layer's weight; [2N, K] gate and up for
+// rms_norm_swiglu), bf16, one row (rms_norm_gemv_refusal); the result [rows, N] is fresh (a launch hook that
 // mutates no operand: Note [Launch hooks with fresh results],
 // compiler/lowering/scheduler.cc). Registered by a static initializer when a
 // binary links //compiler/ops:decoder_ops (the decoder programs of serving/llm).
@@ -23,9 +23,9 @@ void register_op(OpRegistry& registry, const std::string& name, bool gated) {
   op.name = name;
   op.summary =
       gated ? "silu(g) * u of [g; u] = linear(rms_norm(x, gain, eps), w) as one kernel: operands "
-              "x [rows, K], gain [K], w [2N, K] (bf16, rows 1, 2, 4 or 8)"
+              "x [rows, K], gain [K], w [2N, K] (bf16, one row)"
             : "linear(rms_norm(x, gain, eps), w) as one kernel: operands x [rows, K], gain [K], "
-              "w [N, K] (bf16, rows 1, 2, 4 or 8)";
+              "w [N, K] (bf16, one row)";
   op.min_operands = op.max_operands = 3;
   op.attrs = {{"eps", AttrKind::kFloat, 1e-6}};
   op.kind = OpKind::kSpecial;

@@ -60,7 +60,7 @@ class RmsNormLinear : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RmsNormLinear, EqualsRmsNormThenLinear) {
   std::mt19937 rng(kSeed);
-  for (int64_t rows : {1, 2, 4, 8}) {
+  for (int64_t rows : {1}) {
     const int64_t k = 64;
     const int64_t n = 24;
     compiler::backends::CompiledModel model = compiler::backends::compile(
@@ -90,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, RmsNormLinear, ::testing::Values("eager", "cu
 
 TEST(RmsNormLinearShapes, RefusesWhatItsKernelDoesNotTake) {
   ProgramBuilder b("refused", runtime::kSimDevice);
-  ValueId x = b.input("x", {3, 64}, DType::kBF16);  // 3 rows: the kernel takes 1, 2, 4 or 8
+  ValueId x = b.input("x", {2, 64}, DType::kBF16);  // 2 rows: the kernel takes one
   ValueId gain = b.input("gain", {64}, DType::kBF16);
   ValueId w = b.input("w", {8, 64}, DType::kBF16);
   EXPECT_THROW(b.op1("rms_norm_linear", {x, gain, w}), Error);
