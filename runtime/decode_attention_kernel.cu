@@ -56,9 +56,9 @@ __device__ __forceinline__ void store(void* base, int64_t index, float value, Bf
 template <typename T, int G>
 __device__ __forceinline__ void attention(void* qkv, const void* cos, const void* sin,
                                           const void* key_cache, const void* value_cache,
-                                          const int64_t* positions, int64_t heads,
-                                          int64_t kv_heads, int64_t head_dim, int64_t cache_len,
-                                          int64_t table_len, float scale) {
+                                          const int64_t* positions, int64_t heads, int64_t kv_heads,
+                                          int64_t head_dim, int64_t cache_len, int64_t table_len,
+                                          float scale) {
   extern __shared__ float shared[];
   using Element = typename std::conditional<sizeof(T) == 1, uint16_t, float>::type;
   const T type{};
@@ -184,7 +184,7 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
     float acc[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) acc[g] = 0.0f;
-    // kValueLoads positions' values loaded before any is used, folded in increasing t.
+      // kValueLoads positions' values loaded before any is used, folded in increasing t.
 #pragma unroll 1
     for (int t0 = slice; t0 < span; t0 += kValueLoads * slices) {
       float values[kValueLoads];
@@ -224,17 +224,16 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
 // type, scale): the entry points decode_attention_kernel.cc launches, one per
 // dtype and query heads per kv head (1 to kDecodeAttentionMaxGroups); `type`
 // (0 f32, 1 bf16: the host function's) is implied by the entry point.
-#define GROVE_DECODE_ATTENTION(NAME, T, G)                                                  \
-  extern "C" __global__ void NAME(void* qkv, const void* cos, const void* sin,              \
-                                  const void* key_cache, const void* value_cache,           \
-                                  const int64_t* positions, int64_t heads, int64_t kv_heads, \
-                                  int64_t head_dim, int64_t cache_len, int64_t table_len,   \
-                                  int64_t, float scale) {                                   \
-    attention<T, G>(qkv, cos, sin, key_cache, value_cache, positions, heads, kv_heads,      \
-                    head_dim, cache_len, table_len, scale);                                 \
+#define GROVE_DECODE_ATTENTION(NAME, T, G)                                                         \
+  extern "C" __global__ void NAME(                                                                 \
+      void* qkv, const void* cos, const void* sin, const void* key_cache, const void* value_cache, \
+      const int64_t* positions, int64_t heads, int64_t kv_heads, int64_t head_dim,                 \
+      int64_t cache_len, int64_t table_len, int64_t, float scale) {                                \
+    attention<T, G>(qkv, cos, sin, key_cache, value_cache, positions, heads, kv_heads, head_dim,   \
+                    cache_len, table_len, scale);                                                  \
   }
-#define GROVE_DECODE_ATTENTION_GROUPS(G)                                    \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G)         \
+#define GROVE_DECODE_ATTENTION_GROUPS(G)                            \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G) \
   GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G, Bf16, G)
 
 GROVE_DECODE_ATTENTION_GROUPS(1)

@@ -68,9 +68,11 @@ bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer)
 }  // namespace
 
 std::string rms_norm_gemv_refusal(DType dtype, int64_t rows, int64_t k) {
-  if (dtype != DType::kBF16) return str_cat("dtype ", dtype_name(dtype), " (the kernel takes bf16)");
+  if (dtype != DType::kBF16)
+    return str_cat("dtype ", dtype_name(dtype), " (the kernel takes bf16)");
   if (rows != 1) {
-    return str_cat(rows, " rows (the kernel takes one: each warp normalizes what it multiplies, "
+    return str_cat(rows,
+                   " rows (the kernel takes one: each warp normalizes what it multiplies, "
                    "which at more rows costs more than the norm's own kernel)");
   }
   if (k <= 0 || k % 8 != 0) return str_cat("K = ", k, " (a positive multiple of 8)");
@@ -101,7 +103,8 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
   if (n == 0) return;
   const Device device = x.device();
   KernelSource source;
-  source.name = str_cat(gated ? "grove_rms_norm_swiglu_bf16_m" : "grove_rms_norm_gemv_bf16_m", rows);
+  source.name =
+      str_cat(gated ? "grove_rms_norm_swiglu_bf16_m" : "grove_rms_norm_gemv_bf16_m", rows);
   if (device.is_cuda()) {
     source.ptx = kPtx;
   } else {
@@ -122,7 +125,8 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
       .add_i64(n)
       .add_i64(k)
       .add_f32(static_cast<float>(eps));
-  if (!device.is_cuda()) {  // the host function's row count and variant (each PTX entry has its own)
+  if (!device
+           .is_cuda()) {  // the host function's row count and variant (each PTX entry has its own)
     args.add_i64(rows).add_i64(gated ? 1 : 0);
   }
   device_context(device).platform().launch_kernel(kernel, dims, args, stream);

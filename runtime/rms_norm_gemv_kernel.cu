@@ -189,11 +189,11 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
 // launches. Every warp normalizes the M rows' elements it multiplies (M
 // times the GEMV's work on A per weight vector): at M >= 2 that work would
 // outgrow the weight streaming, so only M = 1 is built.
-#define GROVE_RMS_NORM_GEMV(NAME, M, GATED)                                          \
-  extern "C" __global__ void __launch_bounds__(kThreads)                            \
-      NAME(const uint16_t* x, int64_t ldx, const uint16_t* gain, const uint16_t* w,  \
-           int64_t ldw, uint16_t* c, int64_t ldc, int64_t n, int64_t k, float eps) { \
-    rms_norm_gemv<M, GATED>(x, ldx, gain, w, ldw, c, ldc, n, k, eps);               \
+#define GROVE_RMS_NORM_GEMV(NAME, M, GATED)                                                      \
+  extern "C" __global__ void __launch_bounds__(kThreads)                                         \
+      NAME(const uint16_t* x, int64_t ldx, const uint16_t* gain, const uint16_t* w, int64_t ldw, \
+           uint16_t* c, int64_t ldc, int64_t n, int64_t k, float eps) {                          \
+    rms_norm_gemv<M, GATED>(x, ldx, gain, w, ldw, c, ldc, n, k, eps);                            \
   }
 
 GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m1, 1, false)

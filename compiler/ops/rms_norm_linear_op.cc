@@ -4,8 +4,8 @@
 // runtime/rms_norm_gemv_kernel.h): no rms_norm kernel and no normalized
 // activations in memory. Operands: x [rows, K], gain [K] (the norm's
 // weight), w [N, K] (a linear layer's weight; [2N, K] gate and up for
-// rms_norm_swiglu), bf16, one row (rms_norm_gemv_refusal); the result [rows, N] is fresh (a launch hook that
-// mutates no operand: Note [Launch hooks with fresh results],
+// rms_norm_swiglu), bf16, one row (rms_norm_gemv_refusal); the result [rows, N] is fresh (a launch
+// hook that mutates no operand: Note [Launch hooks with fresh results],
 // compiler/lowering/scheduler.cc). Registered by a static initializer when a
 // binary links //compiler/ops:decoder_ops (the decoder programs of serving/llm).
 #include "compiler/ops/op_helpers.h"

@@ -220,8 +220,8 @@ void launch_kv_write_span(const Tensor& table, int64_t tensors, int64_t slot, in
       .add_i64(kv_heads)
       .add_i64(max_seq_len)
       .add_i64(row_bytes);
-  launch(table.device(),
-         kernel(table.device(), "grove_llm_kv_write_span", &host_kv_write_span), dims, args);
+  launch(table.device(), kernel(table.device(), "grove_llm_kv_write_span", &host_kv_write_span),
+         dims, args);
 }
 
 void launch_sample(const Tensor& logits, const Tensor& ids, const Tensor& positions,

@@ -85,9 +85,8 @@ const CompiledModel& Decoder::prefill_model(int64_t bucket, bool chunk) {
 const CompiledModel& Decoder::decode_model(int64_t bucket) {
   auto found = decode_models_.find(bucket);
   if (found != decode_models_.end()) return found->second;
-  CompiledModel model = compile_program(
-      build_decode_program(config(), state_->cache(), bucket, device_, options_.fused_attention,
-                           options_.fused_norms));
+  CompiledModel model = compile_program(build_decode_program(
+      config(), state_->cache(), bucket, device_, options_.fused_attention, options_.fused_norms));
   return decode_models_.emplace(bucket, std::move(model)).first->second;
 }
 
@@ -116,8 +115,8 @@ void Decoder::warm_up() {
   // first; their keys and values are not written, so the cache stays as it was.
   for (bool chunk : {false, true}) {
     if (chunk && !options_.chunked_prefill) break;
-    for (auto bucket = options_.prompt_buckets.rbegin();
-         bucket != options_.prompt_buckets.rend(); ++bucket) {
+    for (auto bucket = options_.prompt_buckets.rbegin(); bucket != options_.prompt_buckets.rend();
+         ++bucket) {
       const CompiledModel& model = prefill_model(*bucket, chunk);
       std::vector<int64_t> tokens(static_cast<size_t>(*bucket), 0);
       for (int call = 0; call < 2; ++call) {

@@ -78,8 +78,8 @@ ValueId DecoderLayers::block_norm(ValueId x, int64_t layer, int which) {
 ValueId DecoderLayers::norm_weight(int64_t layer, int which) {
   const int64_t hidden = config_.hidden_size;
   if (layer < 0) return weight("model.norm.weight", {hidden});
-  return layer_weight(layer, which == 1 ? "input_layernorm.weight" : "post_attention_layernorm.weight",
-                      {hidden});
+  return layer_weight(
+      layer, which == 1 ? "input_layernorm.weight" : "post_attention_layernorm.weight", {hidden});
 }
 
 void DecoderLayers::fuse_norms_into_projections(int64_t rows) {
@@ -325,9 +325,9 @@ QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, Val
   const int64_t kv_heads = config_.num_kv_heads;
   const int64_t q_width = heads * d;
   const int64_t kv_width = kv_heads * d;
-  ValueId fused = normed_linear(
-      x, norm_weight(layer, 1),
-      weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}));
+  ValueId fused =
+      normed_linear(x, norm_weight(layer, 1),
+                    weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}));
   // The kernel reads the rotary tables at each row's position itself.
   ValueId result =
       b_.op1("decode_attention", {fused, rope_cos_, rope_sin_, key_cache, value_cache, positions},
@@ -352,9 +352,8 @@ ValueId DecoderLayers::chunk_attention(const QueryKeyValue& qkv, ValueId key_cac
   // viewed as [slots, kv * T * d]) and then the chunk's own keys.
   ValueId q = b_.reshape(b_.permute(qkv.query, {1, 0, 2}), {kv_heads, groups * rows, d});
   auto slot_rows = [&](ValueId cache) {
-    return b_.reshape(
-        b_.embedding(b_.reshape(cache, {cache_.slots, kv_heads * length * d}), slot),
-        {kv_heads, length, d});
+    return b_.reshape(b_.embedding(b_.reshape(cache, {cache_.slots, kv_heads * length * d}), slot),
+                      {kv_heads, length, d});
   };
   ValueId k = b_.concat({slot_rows(key_cache), b_.permute(qkv.key, {1, 0, 2})}, 1);
   ValueId v = b_.concat({slot_rows(value_cache), b_.permute(qkv.value, {1, 0, 2})}, 1);

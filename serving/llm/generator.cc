@@ -143,9 +143,8 @@ bool Generator::prefill_next_chunk() {
   int64_t count = length - next.done;
   if (options_.prefill_chunk > 0) count = std::min(count, options_.prefill_chunk);
   const std::span<const int64_t> tokens(prompt.data() + next.done, static_cast<size_t>(count));
-  std::vector<float> logits = next.done == 0
-                                  ? decoder_.prefill(next.slot, tokens)
-                                  : decoder_.prefill_chunk(next.slot, tokens, next.done);
+  std::vector<float> logits = next.done == 0 ? decoder_.prefill(next.slot, tokens)
+                                             : decoder_.prefill_chunk(next.slot, tokens, next.done);
   ++stats_.prefill_calls;
   next.done += count;
   if (next.done < length) return false;

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <span>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "compiler/backends/backend_stats_json.h"
 #include "runtime/device.h"

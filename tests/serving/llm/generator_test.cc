@@ -218,9 +218,8 @@ TEST(Generator, ChunkedPrefillGivesTheWholePromptTokens) {
       return tokens;
     };
     Generator whole(*decoder, {.loop_steps = loop_steps});
-    Generator chunked(*decoder, {.loop_steps = loop_steps,
-                                 .max_prefills_per_step = 1,
-                                 .prefill_chunk = 4});
+    Generator chunked(*decoder,
+                      {.loop_steps = loop_steps, .max_prefills_per_step = 1, .prefill_chunk = 4});
     std::vector<int64_t> calls;
     EXPECT_EQ(run_all(chunked, &calls), run_all(whole, nullptr)) << "seed " << kSeed;
     EXPECT_EQ(chunked.stats().prefills, 3);

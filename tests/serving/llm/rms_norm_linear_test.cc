@@ -65,8 +65,8 @@ TEST_P(RmsNormLinear, EqualsRmsNormThenLinear) {
     const int64_t n = 24;
     compiler::backends::CompiledModel model = compiler::backends::compile(
         both_ways(rows, k, n), {.backend = GetParam(), .device = runtime::kSimDevice});
-    const compiler::TensorList inputs = {random_bf16({rows, k}, rng),
-                                         random_bf16({k}, rng, 1.0), random_bf16({n, k}, rng)};
+    const compiler::TensorList inputs = {random_bf16({rows, k}, rng), random_bf16({k}, rng, 1.0),
+                                         random_bf16({n, k}, rng)};
     for (int call = 0; call < 3; ++call) {  // cudagraphs: warm-up, recording, replay
       compiler::TensorList outputs = model(inputs);
       for (size_t gated = 0; gated < 2; ++gated) {
@@ -78,8 +78,8 @@ TEST_P(RmsNormLinear, EqualsRmsNormThenLinear) {
           // bf16 results: the norm's rstd may differ in its last bit (another
           // order of summing the squares), a product by a bf16 step.
           EXPECT_NEAR(fused[i], reference[i], 0.02 * (1 + std::fabs(reference[i])))
-              << (gated ? "rms_norm_swiglu" : "rms_norm_linear") << " rows " << rows
-              << " element " << i << " call " << call << " seed " << kSeed;
+              << (gated ? "rms_norm_swiglu" : "rms_norm_linear") << " rows " << rows << " element "
+              << i << " call " << call << " seed " << kSeed;
         }
       }
     }
