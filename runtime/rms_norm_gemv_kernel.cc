@@ -24,7 +24,7 @@ void host_rms_norm_gemv(const LaunchDims*, const uint64_t* args) {
   const auto* gain = reinterpret_cast<const uint16_t*>(args[2]);
   const auto* w = reinterpret_cast<const uint16_t*>(args[3]);
   const auto ldw = static_cast<int64_t>(args[4]);
-  auto* c = reinterpret_cast<uint16_t*>(args[5]);
+  void* c = reinterpret_cast<void*>(args[5]);
   const auto ldc = static_cast<int64_t>(args[6]);
   const auto n = static_cast<int64_t>(args[7]);
   const auto k = static_cast<int64_t>(args[8]);
@@ -32,6 +32,7 @@ void host_rms_norm_gemv(const LaunchDims*, const uint64_t* args) {
   std::memcpy(&eps, &args[9], sizeof(eps));
   const auto rows = static_cast<int64_t>(args[10]);
   const bool gated = args[11] != 0;
+  const bool f32_out = args[12] != 0;
   std::vector<float> normed(static_cast<size_t>(k));
   auto dot = [&](int64_t w_row) {
     float acc = 0.0f;
@@ -58,7 +59,11 @@ void host_rms_norm_gemv(const LaunchDims*, const uint64_t* args) {
         const float up = round_bf16(dot(column + n));
         value = gate * (1.0f / (1.0f + std::exp(-gate))) * up;
       }
-      c[m * ldc + column] = float_to_bf16_bits(value);
+      if (f32_out) {
+        static_cast<float*>(c)[m * ldc + column] = round_bf16(value);
+      } else {
+        static_cast<uint16_t*>(c)[m * ldc + column] = float_to_bf16_bits(value);
+      }
     }
   }
 }
@@ -94,17 +99,22 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
                      (!gated || w.size(0) == 2 * n),
                  "rms_norm_gemv: operands do not fit together: x ", x.str(), ", gain ", gain.str(),
                  ", w ", w.str(), ", out ", out.str());
+  const bool f32_out = out.dtype() == DType::kF32;
+  GROVE_CHECK_AS(DTypeError, !(f32_out && gated), "rms_norm_gemv: the gated variant stores bf16; ",
+                 "got out ", out.str());
   for (const Tensor* t : {&x, &gain, &w, &out}) {
-    GROVE_CHECK_AS(DTypeError, t->dtype() == DType::kBF16, "rms_norm_gemv: operand ", t->str(),
-                   " is not bf16");
+    GROVE_CHECK_AS(DTypeError, t->dtype() == DType::kBF16 || (t == &out && f32_out),
+                   "rms_norm_gemv: operand ", t->str(), " is not bf16 (out may be f32)");
     GROVE_CHECK_AS(ShapeError, t->is_contiguous() && aligned(t->data_ptr()),
                    "rms_norm_gemv: operand ", t->str(), " must be contiguous and 16-byte aligned");
   }
   if (n == 0) return;
   const Device device = x.device();
   KernelSource source;
-  source.name =
-      str_cat(gated ? "grove_rms_norm_swiglu_bf16_m" : "grove_rms_norm_gemv_bf16_m", rows);
+  source.name = str_cat(gated     ? "grove_rms_norm_swiglu_bf16_m"
+                        : f32_out ? "grove_rms_norm_gemv_bf16_f32out_m"
+                                  : "grove_rms_norm_gemv_bf16_m",
+                        rows);
   if (device.is_cuda()) {
     source.ptx = kPtx;
   } else {
@@ -125,10 +135,8 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
       .add_i64(n)
       .add_i64(k)
       .add_f32(static_cast<float>(eps));
-  if (!device
-           .is_cuda()) {  // the host function's row count and variant (each PTX entry has its own)
-    args.add_i64(rows).add_i64(gated ? 1 : 0);
-  }
+  // The host function's row count and variant (each PTX entry has its own).
+  if (!device.is_cuda()) args.add_i64(rows).add_i64(gated ? 1 : 0).add_i64(f32_out ? 1 : 0);
   device_context(device).platform().launch_kernel(kernel, dims, args, stream);
 }
 

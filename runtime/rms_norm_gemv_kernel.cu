@@ -84,11 +84,13 @@ __device__ __forceinline__ void warp_sum(float (&acc)[M]) {
   }
 }
 
-// n: output columns (the gated variant's W has 2n rows).
-template <int M, bool kGated>
+// n: output columns (the gated variant's W has 2n rows). Out: uint16_t
+// (bf16 results), or float (the bf16 result widened: an LM head's f32 logits
+// without a cast kernel).
+template <int M, bool kGated, typename Out>
 __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ldx,
                                               const uint16_t* gain_bits, const uint16_t* w_bits,
-                                              int64_t ldw, uint16_t* c, int64_t ldc, int64_t n,
+                                              int64_t ldw, Out* c, int64_t ldc, int64_t n,
                                               int64_t k, float eps) {
   __shared__ float partial[kThreads / kWarp][M];
   __shared__ float rstd[M];
@@ -177,24 +179,29 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
         const float up = round_bf16(acc_up[m]);
         value = gate * (1.0f / (1.0f + expf(-gate))) * up;
       }
-      c[m * ldc + column] = to_bf16_bits(value);
+      if constexpr (sizeof(Out) == 2) {
+        c[m * ldc + column] = to_bf16_bits(value);
+      } else {
+        c[m * ldc + column] = round_bf16(value);
+      }
     }
   }
 }
 
 }  // namespace
 
-// grove_rms_norm_gemv_bf16_m1 and grove_rms_norm_swiglu_bf16_m1(x, ldx,
-// gain, w, ldw, c, ldc, n, k, eps): the kernels rms_norm_gemv_kernel.cc
-// launches. Every warp normalizes the M rows' elements it multiplies (M
-// times the GEMV's work on A per weight vector): at M >= 2 that work would
-// outgrow the weight streaming, so only M = 1 is built.
-#define GROVE_RMS_NORM_GEMV(NAME, M, GATED)                                                      \
+// grove_rms_norm_gemv_bf16_m1, grove_rms_norm_gemv_bf16_f32out_m1 and
+// grove_rms_norm_swiglu_bf16_m1(x, ldx, gain, w, ldw, c, ldc, n, k, eps): the
+// kernels rms_norm_gemv_kernel.cc launches. Every warp normalizes the M rows'
+// elements it multiplies (M times the GEMV's work on A per weight vector): at
+// M >= 2 that work would outgrow the weight streaming, so only M = 1 is built.
+#define GROVE_RMS_NORM_GEMV(NAME, M, GATED, OUT)                                                 \
   extern "C" __global__ void __launch_bounds__(kThreads)                                         \
       NAME(const uint16_t* x, int64_t ldx, const uint16_t* gain, const uint16_t* w, int64_t ldw, \
-           uint16_t* c, int64_t ldc, int64_t n, int64_t k, float eps) {                          \
-    rms_norm_gemv<M, GATED>(x, ldx, gain, w, ldw, c, ldc, n, k, eps);                            \
+           OUT* c, int64_t ldc, int64_t n, int64_t k, float eps) {                               \
+    rms_norm_gemv<M, GATED, OUT>(x, ldx, gain, w, ldw, c, ldc, n, k, eps);                       \
   }
 
-GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m1, 1, false)
-GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m1, 1, true)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m1, 1, false, uint16_t)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_f32out_m1, 1, false, float)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m1, 1, true, uint16_t)

@@ -27,7 +27,8 @@ void register_op(OpRegistry& registry, const std::string& name, bool gated) {
             : "linear(rms_norm(x, gain, eps), w) as one kernel: operands x [rows, K], gain [K], "
               "w [N, K] (bf16, one row)";
   op.min_operands = op.max_operands = 3;
-  op.attrs = {{"eps", AttrKind::kFloat, 1e-6}};
+  // out_dtype "f32" (rms_norm_linear): the bf16 result widened, as a cast after it would.
+  op.attrs = {{"eps", AttrKind::kFloat, 1e-6}, {"out_dtype", AttrKind::kString, std::string("")}};
   op.kind = OpKind::kSpecial;
   op.infer = [gated](const OpContext& context) {
     const TensorType& x = context.operand(0);
@@ -48,6 +49,11 @@ void register_op(OpRegistry& registry, const std::string& name, bool gated) {
                 ": attribute 'eps' must be > 0");
     TensorType out = x;
     out.shape = {x.shape[0], gated ? w.shape[0] / 2 : w.shape[0]};
+    const std::string& out_dtype = context.attrs.get_string("out_dtype");
+    GROVE_CHECK(out_dtype.empty() || (out_dtype == "f32" && !gated), context.where(),
+                ": attribute 'out_dtype' must be empty (x's dtype)", gated ? "" : " or \"f32\"",
+                "; got '", out_dtype, "'");
+    if (out_dtype == "f32") out.dtype = DType::kF32;
     return std::vector<TensorType>{out};
   };
   op.launch = [gated](const OpContext& context, const std::vector<runtime::Tensor>& operands,

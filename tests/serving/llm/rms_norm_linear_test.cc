@@ -53,6 +53,9 @@ compiler::ir::Program both_ways(int64_t rows, int64_t k, int64_t n) {
   ValueId gate = b.slice(projected, 1, 0, n / 2);
   ValueId up = b.slice(projected, 1, n / 2, n);
   b.output(b.mul(b.mul(gate, b.sigmoid(gate)), up));
+  compiler::ir::Attributes f32_out = eps;
+  f32_out.set("out_dtype", std::string("f32"));
+  b.output(b.op1("rms_norm_linear", {x, gain, w}, f32_out));  // output 0 widened
   return b.build();
 }
 
@@ -82,6 +85,8 @@ TEST_P(RmsNormLinear, EqualsRmsNormThenLinear) {
               << i << " call " << call << " seed " << kSeed;
         }
       }
+      ASSERT_EQ(outputs.at(4).dtype(), DType::kF32);
+      EXPECT_EQ(outputs.at(4).to_doubles(), outputs.at(0).to_doubles()) << "out_dtype f32";
     }
   }
 }
@@ -94,6 +99,10 @@ TEST(RmsNormLinearShapes, RefusesWhatItsKernelDoesNotTake) {
   ValueId gain = b.input("gain", {64}, DType::kBF16);
   ValueId w = b.input("w", {8, 64}, DType::kBF16);
   EXPECT_THROW(b.op1("rms_norm_linear", {x, gain, w}), Error);
+  ValueId row = b.input("row", {1, 64}, DType::kBF16);
+  compiler::ir::Attributes f32_out;
+  f32_out.set("out_dtype", std::string("f32"));
+  EXPECT_THROW(b.op1("rms_norm_swiglu", {row, gain, w}, f32_out), Error);  // gated stores bf16
   ProgramBuilder f("refused_f32", runtime::kSimDevice);
   ValueId x32 = f.input("x", {1, 64}, DType::kF32);
   ValueId gain32 = f.input("gain", {64}, DType::kF32);
