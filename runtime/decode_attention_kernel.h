@@ -38,7 +38,10 @@
 // config, from the step times); a variant that prefetched more loads but
 // grew to 185 KiB took 24.5 us (ncu, round 1 of session 16). So each dtype
 // and group count has its own entry point (grove_decode_attention_bf16_g4,
-// ...; 15-26 KiB), offsets are 32-bit and runtime loops are not unrolled.
+// ...; 15-26 KiB, 64 registers instead of 128), offsets are 32-bit and
+// runtime loops are not unrolled: with it (and deeper loads in sampling) the
+// 1B batch-64 step went from 1804.5 to 1562.6 us (H100, round 2 of session
+// 16, same tokens).
 #pragma once
 
 #include <cstdint>
