@@ -26,7 +26,7 @@
 // batch-1 step went from 135 kernels and 1375.3 us to 85 and 1295.7 us; the
 // small config's from 39 to 25 kernels but not faster (128.3 vs 132.1 us):
 // every block sums the squares again before it folds, which weighs on
-// kernels of many short blocks (its 32000 x 256 LM head) — the open item.
+// kernels of many short blocks (its 32000 x 256 LM head): the open item.
 // Tests: RmsNormLinear.* (tests/serving/llm/rms_norm_linear_test.cc), the
 // decoder tests (bf16), the decode-loop and transformers tests on cuda.
 #pragma once
