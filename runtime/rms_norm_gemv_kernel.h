@@ -46,9 +46,9 @@ std::string rms_norm_gemv_refusal(DType dtype, int64_t rows, int64_t k);
 // Enqueues out = linear(rms_norm(x, gain, eps), w) on `stream` of the
 // tensors' device: x [rows, K], gain [K], w [N, K], out [rows, N], all
 // contiguous bf16, or out f32 (the bf16 result widened, exactly: an LM
-// head's logits without a cast kernel; not gated). `gated` (LLaMA's MLP): w [2N, K] holds gate and up, and
-// out = silu(gate) * up of the two products. Throws ShapeError / DTypeError
-// for operands that do not fit together.
+// head's logits without a cast kernel; not gated). `gated` (LLaMA's MLP): w [2N, K] holds gate and
+// up, and out = silu(gate) * up of the two products. Throws ShapeError / DTypeError for operands
+// that do not fit together.
 void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, const Tensor& out,
                           double eps, bool gated, StreamHandle stream);
 
