@@ -1,34 +1,30 @@
 // The RMSNorm GEMV kernel: LLaMA's RMSNorm of one row and the linear layer
-// after it (a batch-1 decode step's qkv and gate/up projections and its LM
-// head) as one kernel grove launches itself (PTX on cuda, a host function on
-// sim), behind the compiler's rms_norm_linear and rms_norm_swiglu ops
-// (compiler/ops/rms_norm_linear_op.cc).
+// after it (a batch-1 decode step's qkv and gate/up projections) as one kernel grove launches
+// itself (PTX on cuda, a host function on sim), behind the compiler's rms_norm_linear and
+// rms_norm_swiglu ops (compiler/ops/rms_norm_linear_op.cc).
 //
 // Note [RMSNorm GEMV]
 // A decode step ran each RMSNorm as its own row kernel before the GEMV that
 // reads its output, and SwiGLU as another after the gate/up GEMV: at batch 1
 // each a kernel and a graph node of about 3 us (ncu, H100) for a few KiB,
-// 49 per LLaMA-1B step. This kernel is the small-M GEMV (Note [Small-M GEMV])
-// with the norm in front: every block sums the squares of x (a few KiB, from
-// L2) while its first batch of weight loads is in flight, and each warp then
-// folds A[k] = bf16(g[k] * (x[k] * rstd)) (the rms_norm op's arithmetic and
-// rounding: f32, stored once at bf16) with its row of W; gated (LLaMA's MLP),
-// with its gate and up rows, storing silu(gate) * up of the rounded sums as
-// the unfused ops do. The squares are summed in another order than the
-// rms_norm op's kernel, so rstd may differ in its last bit and a normalized
-// element by one bf16 step: logits agree with the unfused ops within
-// rounding, and both decode loop modes run the same kernels (identical
-// tokens). One row only: each warp normalizes the elements it multiplies,
-// cheap beside the weight streaming for one row, not for several. bf16, K a
-// multiple of 8, operands contiguous and 16-byte aligned; the decode program
-// uses it where rms_norm_gemv_refusal is empty (DecoderOptions::fused_norms).
-// H100, round 2 of session 16 (with the compact attention kernel): the 1B
-// batch-1 step went from 135 kernels and 1375.3 us to 85 and 1295.7 us; the
-// small config's from 39 to 25 kernels but not faster (128.3 vs 132.1 us):
-// every block sums the squares again before it folds, which weighs on
-// kernels of many short blocks (its 32000 x 256 LM head): the open item.
-// Tests: RmsNormLinear.* (tests/serving/llm/rms_norm_linear_test.cc), the
-// decoder tests (bf16), the decode-loop and transformers tests on cuda.
+// 48 per LLaMA-1B step (the final norm stays apart, below). This kernel is the small-M GEMV (Note
+// [Small-M GEMV]) with the norm in front: every block sums the squares of x (a few KiB, from L2)
+// while its first batch of weight loads is in flight, and each warp then folds A[k] = bf16(g[k] *
+// (x[k] * rstd)) (the rms_norm op's arithmetic and rounding: f32, stored once at bf16) with its row
+// of W; gated (LLaMA's MLP), with its gate and up rows, storing silu(gate) * up of the rounded sums
+// as the unfused ops do. The squares are summed in another order than the rms_norm op's kernel, so
+// rstd may differ in its last bit and a normalized element by one bf16 step: logits agree with the
+// unfused ops within rounding, and both decode loop modes run the same kernels (identical tokens).
+// One row only: each warp normalizes the elements it multiplies, cheap beside the weight streaming
+// for one row, not for several. bf16, K a multiple of 8, operands contiguous and 16-byte aligned;
+// the decode program uses it where rms_norm_gemv_refusal is empty (DecoderOptions::fused_norms).
+// H100, session 16: the 1B batch-1 step went from 135 kernels and 1375.3 us
+// to 85 and 1295.7 us (round 2, with the compact attention kernel and the LM
+// head fused too). Every block sums the squares again before it folds, which
+// weighs on kernels of many short blocks: the small config's fused LM head
+// (8000 blocks, K = 256) took 28.2 us against 13.4 for the norm, the GEMM and
+// the cast (ncu, round 3), so the final norm stays apart; and its step was
+// 125.6 us with fused norms against 120.0 apart (round 3): to do.
 #pragma once
 
 #include <cstdint>

@@ -127,13 +127,11 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
     }
   };
   if (vocab % 4 == 0 && (reinterpret_cast<uintptr_t>(row_logits) & 15) == 0) {
-    // 16-byte loads, sixteen in flight (a 32000-entry row is 31 vectors per
-    // thread: two round trips, where four in flight took eight): thread t
-    // reads vectors t, t + kThreads, ..., each in index order, so it still
-    // keeps its first largest logit.
+    // 16-byte loads, several in flight: thread t reads vectors t, t + kThreads,
+    // ..., each in index order, so it still keeps its first largest logit.
     const float4* vectors = reinterpret_cast<const float4*>(row_logits);
     const int64_t count = vocab / 4;
-#pragma unroll 16
+#pragma unroll 4
     for (int64_t i = t; i < count; i += sampling::kThreads) {
       const float4 four = vectors[i];
       consider(four.x, 4 * i);

@@ -238,16 +238,6 @@ ValueId DecoderLayers::lm_head(ValueId x) {
   return dtype_ == DType::kF32 ? logits : b_.cast(logits, DType::kF32);
 }
 
-ValueId DecoderLayers::normed_lm_head(ValueId x) {
-  if (!fuse_norms_) return lm_head(final_norm(x));
-  // Note [RMSNorm GEMV]: the kernel stores the f32 logits (the bf16 result
-  // widened), so no cast kernel follows.
-  compiler::ir::Attributes attrs;
-  attrs.set("eps", config_.norm_eps);
-  attrs.set("out_dtype", std::string("f32"));
-  return b_.op1("rms_norm_linear", {x, norm_weight(-1, 0), lm_head_table()}, attrs, "lm_head");
-}
-
 ValueId DecoderLayers::normed_mlp_residual(ValueId x, int64_t layer) {
   if (!fuse_norms_) return mlp_residual(x, block_norm(x, layer, 2), layer);
   compiler::ir::Attributes attrs;

@@ -67,8 +67,6 @@ class DecoderLayers {
   // x + mlp(block_norm(x, layer, 2)); with fused norms one rms_norm_swiglu
   // kernel (norm, gate/up and SwiGLU) and the down projection (LLaMA).
   ValueId normed_mlp_residual(ValueId x, int64_t layer);
-  // lm_head(final_norm(x)), the norm fused into the LM head where it can be.
-  ValueId normed_lm_head(ValueId x);
   // A prefill chunk's attention (Note [Chunked prefill]): the chunk's
   // queries at positions start.. over `slot`'s cache before `start` (the
   // earlier chunks, in the full caches [slots, kv_heads, T, head_dim]) and
