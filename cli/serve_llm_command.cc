@@ -53,6 +53,9 @@ const CommandSpec& serve_llm_command_spec() {
           {"--prefills-per-step", "P",
            "new requests prefilled before each decode step, bounding the stall running streams "
            "see; 0: all that free slots take (default 0)"},
+          {"--prefill-chunk", "C",
+           "prompt tokens per prefill call: longer prompts are prefilled in chunks, one call "
+           "counting against --prefills-per-step; 0: whole prompts (default 0)"},
           {"--seed", "S", "seeds of requests that name none start at S (default: random)"},
           {"--port", "N", "TCP port (default 8000; 0 picks a free one and prints it)"},
           {"--host", "ADDR", "address to listen on (default 127.0.0.1)"},
@@ -86,6 +89,8 @@ int serve_llm_command(const std::vector<std::string>& args) {
       static_cast<size_t>(parsed.integer("--max-waiting", 1024, 1, 1 << 20));
   service_config.decode_loop_steps = parsed.integer("--decode-loop-steps", 8, 0, 4096);
   service_config.max_prefills_per_step = parsed.integer("--prefills-per-step", 0, 0, 1 << 20);
+  service_config.prefill_chunk = parsed.integer("--prefill-chunk", 0, 0, 1 << 20);
+  options.chunked_prefill = service_config.prefill_chunk > 0;  // Note [Chunked prefill]
   const uint64_t seed = parsed.has("--seed")
                             ? static_cast<uint64_t>(parsed.integer("--seed", 0, 0))
                             : (uint64_t{std::random_device{}()} << 32) | std::random_device{}();

@@ -188,7 +188,7 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   if (rows == 0) return;
   const Device device = qkv.device();
   KernelSource source;
-  source.name = kName;
+  source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", heads / kv_heads);
   if (device.is_cuda()) {
     source.ptx = kPtx;
   } else {

@@ -6,101 +6,116 @@
 // own key, the softmax and the weighted sum of the cached values and its own
 // value, written in place over the fused projection row.
 #include <cstdint>
+#include <type_traits>
 
 namespace {
 
-constexpr int kMaxGroups = 8;   // query heads per kv head (decode_attention_kernel.h)
 constexpr int kKeyVectors = 8;  // 16-byte key vectors a thread loads at once
 constexpr int kValueLoads = 8;  // positions' values a thread loads at once
 
-// Element types: 0 f32, 1 bf16 (decode_attention_kernel.h's kDecodeAttention*).
-__device__ __forceinline__ float load(const void* base, int64_t index, int type) {
-  if (type == 0) return static_cast<const float*>(base)[index];
+// Element types: float (f32) or Bf16 (bf16 bits), a compile-time parameter,
+// so each entry point carries only its own loads and its own G-wide loops:
+// the kernel runs as a few blocks, each executing its code once, so its code
+// size is latency (instruction fetches from L2): one kernel for every dtype
+// and group count up to 8, predicated, was 78 KiB of SASS.
+struct Bf16 {};
+
+__device__ __forceinline__ float load(const void* base, int64_t index, float) {
+  return static_cast<const float*>(base)[index];
+}
+__device__ __forceinline__ float load(const void* base, int64_t index, Bf16) {
   const uint32_t bits = static_cast<const uint16_t*>(base)[index];
   return __uint_as_float(bits << 16);
 }
 
 // Round to nearest even at bf16 (f32: unchanged), as a stored value would be.
-__device__ __forceinline__ float round_to(float value, int type) {
-  if (type == 0) return value;
+__device__ __forceinline__ float round_to(float value, float) { return value; }
+__device__ __forceinline__ float round_to(float value, Bf16) {
   uint32_t bits = __float_as_uint(value);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return value;  // NaN stays NaN
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return __uint_as_float(bits & 0xffff0000u);
 }
 
-__device__ __forceinline__ void store(void* base, int64_t index, float value, int type) {
-  if (type == 0) {
-    static_cast<float*>(base)[index] = value;
-  } else {
-    static_cast<uint16_t*>(base)[index] =
-        static_cast<uint16_t>(__float_as_uint(round_to(value, 1)) >> 16);
-  }
+__device__ __forceinline__ void store(void* base, int64_t index, float value, float) {
+  static_cast<float*>(base)[index] = value;
+}
+__device__ __forceinline__ void store(void* base, int64_t index, float value, Bf16) {
+  static_cast<uint16_t*>(base)[index] =
+      static_cast<uint16_t>(__float_as_uint(round_to(value, Bf16())) >> 16);
 }
 
-}  // namespace
-
 // qkv [rows, (heads + 2 kv_heads) * d]; cos, sin [table_len, d] (the rotary
-// tables, read at each row's position); caches [rows,
-// kv_heads, cache_len, d]; positions i64 [rows]. Block: a multiple of d
-// threads, at least d; dynamic shared memory: (groups + 1) * d + groups *
-// (cache_len + 1) + (threads / d) * groups * d floats.
-extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, const void* sin,
-                                                  const void* key_cache, const void* value_cache,
-                                                  const int64_t* positions, int64_t heads,
-                                                  int64_t kv_heads, int64_t head_dim,
-                                                  int64_t cache_len, int64_t table_len,
-                                                  int64_t type, float scale) {
+// tables, read at each row's position); caches [rows, kv_heads, cache_len,
+// d]; positions i64 [rows]; G = heads / kv_heads. Block: a multiple of d
+// threads, at least d; dynamic shared memory: (G + 1) * d + G * (cache_len +
+// 1) + (threads / d) * G * d floats. The arithmetic and its order are the
+// host function's (decode_attention_kernel.cc). Offsets within a row, a
+// slot or a table row are 32-bit (64-bit division and multiplication are
+// long instruction sequences) and loops over runtime bounds are not unrolled.
+template <typename T, int G>
+__device__ __forceinline__ void attention(void* qkv, const void* cos, const void* sin,
+                                          const void* key_cache, const void* value_cache,
+                                          const int64_t* positions, int64_t heads, int64_t kv_heads,
+                                          int64_t head_dim, int64_t cache_len, int64_t table_len,
+                                          float scale) {
   extern __shared__ float shared[];
-  const int64_t kv = blockIdx.x;
+  using Element = typename std::conditional<sizeof(T) == 1, uint16_t, float>::type;
+  const T type{};
+  const int kv = static_cast<int>(blockIdx.x);
   const int64_t row = blockIdx.y;
-  const int t_id = threadIdx.x;
-  const int threads = blockDim.x;
-  const int64_t d = head_dim;
-  const int64_t groups = heads / kv_heads;
-  const int64_t width = (heads + 2 * kv_heads) * d;
-  const int64_t q_base = row * width + kv * groups * d;  // this group's query heads
-  const int64_t k_base = row * width + heads * d + kv * d;
-  const int64_t v_base = k_base + kv_heads * d;
-  const int kind = static_cast<int>(type);
+  const int t_id = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const int d = static_cast<int>(head_dim);
+  const int width = static_cast<int>((heads + 2 * kv_heads) * head_dim);
+  Element* row_qkv = static_cast<Element*>(qkv) + row * width;
+  const int q_base = kv * G * d;  // this group's query heads, within the row
+  const int k_base = static_cast<int>(heads) * d + kv * d;
+  const int v_base = k_base + static_cast<int>(kv_heads) * d;
   const int64_t position = positions[row];
   if (position < 0) {  // a padding row: zeros, its key and value stay as they are
-    for (int64_t i = t_id; i < groups * d; i += threads) store(qkv, q_base + i, 0.0f, kind);
+#pragma unroll 1
+    for (int i = t_id; i < G * d; i += threads) store(row_qkv, q_base + i, 0.0f, type);
     return;
   }
-  float* rotated = shared;                    // [groups + 1][d]: the query heads, then the key
-  float* scores = shared + (groups + 1) * d;  // [groups][cached + 1]
-  const int64_t cached = position < cache_len ? position : cache_len;  // keys before the row
-  const int64_t span = cached + 1;                                     // and its own
+  float* rotated = shared;               // [G + 1][d]: the query heads, then the key
+  float* scores = shared + (G + 1) * d;  // [G][cached + 1]
+  const int cached = static_cast<int>(position < cache_len ? position : cache_len);
+  const int span = cached + 1;  // the keys before the row and its own
   // The rotary embedding: x cos + rotate_half(x) sin, stored at the model's precision.
   const int64_t at = position < table_len ? position : table_len - 1;
-  const int64_t half = d / 2;
-  for (int64_t i = t_id; i < (groups + 1) * d; i += threads) {
-    const int64_t head = i / d;
-    const int64_t j = i % d;
-    const int64_t base = head < groups ? q_base + head * d : k_base;
-    const float x = load(qkv, base + j, kind);
+  const Element* cos_row = static_cast<const Element*>(cos) + at * d;
+  const Element* sin_row = static_cast<const Element*>(sin) + at * d;
+  const int half = d / 2;
+#pragma unroll 1
+  for (int i = t_id; i < (G + 1) * d; i += threads) {
+    const int head = i / d;
+    const int j = i - head * d;
+    const int base = head < G ? q_base + head * d : k_base;
+    const float x = load(row_qkv, base + j, type);
     const float partner =
-        j < half ? -load(qkv, base + j + half, kind) : load(qkv, base + j - half, kind);
-    const float c = load(cos, at * d + j, kind);
-    const float s = load(sin, at * d + j, kind);
-    rotated[i] = round_to(x * c + partner * s, kind);
+        j < half ? -load(row_qkv, base + j + half, type) : load(row_qkv, base + j - half, type);
+    rotated[i] = round_to(x * load(cos_row, j, type) + partner * load(sin_row, j, type), type);
   }
   __syncthreads();
   // Scores: a GEMM's stored product, times the scale in f32 (as the fused softmax did).
   const int64_t slot = (row * kv_heads + kv) * cache_len;
-  for (int64_t t = t_id; t < span; t += threads) {
-    float acc[kMaxGroups];
+  const Element* slot_keys = static_cast<const Element*>(key_cache) + slot * d;
+  const Element* slot_values = static_cast<const Element*>(value_cache) + slot * d;
+  const float* own = rotated + G * d;
+#pragma unroll 1
+  for (int t = t_id; t < span; t += threads) {
+    float acc[G];
 #pragma unroll
-    for (int g = 0; g < kMaxGroups; ++g) acc[g] = 0.0f;
-    const float* own = rotated + groups * d;
-    if (t < cached && kind == 1 && d % 8 == 0) {
-      // bf16 keys in 16-byte vectors, up to eight loads in flight before any
-      // is used (a load per element waited out its latency element by
-      // element); the products are summed in the same order as below.
-      const uint4* key =
-          reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(key_cache) + (slot + t) * d);
-      for (int64_t v0 = 0; v0 < d / 8; v0 += kKeyVectors) {
+    for (int g = 0; g < G; ++g) acc[g] = 0.0f;
+    bool vectors = false;
+    if constexpr (sizeof(T) == 1) vectors = t < cached && d % 8 == 0;  // Bf16: keys as vectors
+    if (vectors) {
+      // bf16 keys in 16-byte vectors, kKeyVectors loads in flight before any
+      // is used; the products are summed in the same order as below.
+      const uint4* key = reinterpret_cast<const uint4*>(slot_keys + t * d);
+#pragma unroll 1
+      for (int v0 = 0; v0 < d / 8; v0 += kKeyVectors) {
         uint4 loaded[kKeyVectors];
 #pragma unroll
         for (int u = 0; u < kKeyVectors; ++u) {
@@ -114,91 +129,118 @@ extern "C" __global__ void grove_decode_attention(void* qkv, const void* cos, co
           for (int e = 0; e < 8; ++e) {
             const uint32_t bits = e % 2 == 0 ? words[e / 2] << 16 : words[e / 2] & 0xffff0000u;
             const float k = __uint_as_float(bits);
-            const int64_t j = (v0 + u) * 8 + e;
+            const int j = (v0 + u) * 8 + e;
 #pragma unroll
-            for (int g = 0; g < kMaxGroups; ++g) {
-              if (g < groups) acc[g] = fmaf(rotated[g * d + j], k, acc[g]);
-            }
+            for (int g = 0; g < G; ++g) acc[g] = fmaf(rotated[g * d + j], k, acc[g]);
           }
         }
       }
     } else {
-      for (int64_t j = 0; j < d; ++j) {
-        const float key = t < cached ? load(key_cache, (slot + t) * d + j, kind) : own[j];
+#pragma unroll 1
+      for (int j = 0; j < d; ++j) {
+        const float key = t < cached ? load(slot_keys, t * d + j, type) : own[j];
 #pragma unroll
-        for (int g = 0; g < kMaxGroups; ++g) {
-          if (g < groups) acc[g] = fmaf(rotated[g * d + j], key, acc[g]);
-        }
+        for (int g = 0; g < G; ++g) acc[g] = fmaf(rotated[g * d + j], key, acc[g]);
       }
     }
 #pragma unroll
-    for (int g = 0; g < kMaxGroups; ++g) {
-      if (g < groups) scores[g * span + t] = round_to(acc[g], kind) * scale;
-    }
+    for (int g = 0; g < G; ++g) scores[g * span + t] = round_to(acc[g], type) * scale;
   }
   __syncthreads();
   // Softmax per query head in f32 (a warp per head), probabilities stored at the model's precision.
   const int lane = t_id % 32;
-  for (int64_t g = t_id / 32; g < groups; g += threads / 32) {
-    float* s = scores + g * span;
+#pragma unroll 1
+  for (int g = t_id / 32; g < G; g += threads / 32) {
+    float* p = scores + g * span;
     float most = -3.402823466e38f;
-    for (int64_t t = lane; t < span; t += 32) most = fmaxf(most, s[t]);
+#pragma unroll 1
+    for (int t = lane; t < span; t += 32) most = fmaxf(most, p[t]);
     for (int offset = 16; offset > 0; offset /= 2) {
       most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
     }
     float total = 0.0f;
-    for (int64_t t = lane; t < span; t += 32) {
-      const float e = expf(s[t] - most);
-      s[t] = e;
+#pragma unroll 1
+    for (int t = lane; t < span; t += 32) {
+      const float e = expf(p[t] - most);
+      p[t] = e;
       total += e;
     }
     for (int offset = 16; offset > 0; offset /= 2) {
       total += __shfl_xor_sync(0xffffffffu, total, offset);
     }
     __syncwarp();
-    for (int64_t t = lane; t < span; t += 32) s[t] = round_to(s[t] / total, kind);
+#pragma unroll 1
+    for (int t = lane; t < span; t += 32) p[t] = round_to(p[t] / total, type);
   }
   __syncthreads();
   // The weighted values: thread (slice, j) sums column j over positions
   // slice, slice + slices, ... for every query head; the slices' partial sums
   // are then added in slice order and stored over the query heads, in place.
-  float* partial = scores + groups * span;  // [slices][groups][d]
-  const int64_t slices = threads / d;
-  const int64_t j = t_id % d;
-  const int64_t slice = t_id / d;
+  float* partial = scores + G * span;  // [slices][G][d]
+  const int slices = threads / d;
+  const int slice = t_id / d;
+  const int j = t_id - slice * d;
   if (slice < slices) {
-    float acc[kMaxGroups];
+    float acc[G];
 #pragma unroll
-    for (int g = 0; g < kMaxGroups; ++g) acc[g] = 0.0f;
-    // kValueLoads positions' values loaded before any is used, folded in increasing t.
-    for (int64_t t0 = slice; t0 < span; t0 += kValueLoads * slices) {
+    for (int g = 0; g < G; ++g) acc[g] = 0.0f;
+      // kValueLoads positions' values loaded before any is used, folded in increasing t.
+#pragma unroll 1
+    for (int t0 = slice; t0 < span; t0 += kValueLoads * slices) {
       float values[kValueLoads];
 #pragma unroll
       for (int u = 0; u < kValueLoads; ++u) {
-        const int64_t t = t0 + u * slices;
-        values[u] = t < cached ? load(value_cache, (slot + t) * d + j, kind)
-                               : (t == cached ? load(qkv, v_base + j, kind) : 0.0f);
+        const int t = t0 + u * slices;
+        values[u] = t < cached ? load(slot_values, t * d + j, type)
+                               : (t == cached ? load(row_qkv, v_base + j, type) : 0.0f);
       }
 #pragma unroll
       for (int u = 0; u < kValueLoads; ++u) {
-        const int64_t t = t0 + u * slices;
+        const int t = t0 + u * slices;
         if (t >= span) break;
 #pragma unroll
-        for (int g = 0; g < kMaxGroups; ++g) {
-          if (g < groups) acc[g] = fmaf(scores[g * span + t], values[u], acc[g]);
-        }
+        for (int g = 0; g < G; ++g) acc[g] = fmaf(scores[g * span + t], values[u], acc[g]);
       }
     }
 #pragma unroll
-    for (int g = 0; g < kMaxGroups; ++g) {
-      if (g < groups) partial[(slice * groups + g) * d + j] = acc[g];
-    }
+    for (int g = 0; g < G; ++g) partial[(slice * G + g) * d + j] = acc[g];
   }
   __syncthreads();
-  for (int64_t i = t_id; i < groups * d; i += threads) {
+#pragma unroll 1
+  for (int i = t_id; i < G * d; i += threads) {
     float sum = 0.0f;
-    for (int64_t other = 0; other < slices; ++other) sum += partial[other * groups * d + i];
-    store(qkv, q_base + i, sum, kind);
+#pragma unroll 1
+    for (int other = 0; other < slices; ++other) sum += partial[other * G * d + i];
+    store(row_qkv, q_base + i, sum, type);
   }
-  for (int64_t j = t_id; j < d; j += threads) store(qkv, k_base + j, rotated[groups * d + j], kind);
+#pragma unroll 1
+  for (int jj = t_id; jj < d; jj += threads) store(row_qkv, k_base + jj, rotated[G * d + jj], type);
 }
+
+}  // namespace
+
+// grove_decode_attention_<f32|bf16>_g<G>(qkv, cos, sin, key_cache,
+// value_cache, positions, heads, kv_heads, head_dim, cache_len, table_len,
+// type, scale): the entry points decode_attention_kernel.cc launches, one per
+// dtype and query heads per kv head (1 to kDecodeAttentionMaxGroups); `type`
+// (0 f32, 1 bf16: the host function's) is implied by the entry point.
+#define GROVE_DECODE_ATTENTION(NAME, T, G)                                                         \
+  extern "C" __global__ void NAME(                                                                 \
+      void* qkv, const void* cos, const void* sin, const void* key_cache, const void* value_cache, \
+      const int64_t* positions, int64_t heads, int64_t kv_heads, int64_t head_dim,                 \
+      int64_t cache_len, int64_t table_len, int64_t, float scale) {                                \
+    attention<T, G>(qkv, cos, sin, key_cache, value_cache, positions, heads, kv_heads, head_dim,   \
+                    cache_len, table_len, scale);                                                  \
+  }
+#define GROVE_DECODE_ATTENTION_GROUPS(G)                            \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G) \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G, Bf16, G)
+
+GROVE_DECODE_ATTENTION_GROUPS(1)
+GROVE_DECODE_ATTENTION_GROUPS(2)
+GROVE_DECODE_ATTENTION_GROUPS(3)
+GROVE_DECODE_ATTENTION_GROUPS(4)
+GROVE_DECODE_ATTENTION_GROUPS(5)
+GROVE_DECODE_ATTENTION_GROUPS(6)
+GROVE_DECODE_ATTENTION_GROUPS(7)
+GROVE_DECODE_ATTENTION_GROUPS(8)

@@ -30,11 +30,18 @@
 // and on cuda the decode-loop and transformers tests.
 // Speed (H100, decode benchmark, batch 1, 64 steps after a 16-token
 // prompt): the small config's step went from 161 to 132 us with it, but the
-// 1B step did not move (1411 vs 1407 us); Nsight Compute timed an earlier build
-// of it at ~15 us per layer there (8 blocks, cold caches), about what the unfused
-// ops cost, where its few dependent memory round trips should take ~3-5 us.
-// Finding that latency (its phases each wait for the one before; ncu's
-// WarpStateStats would say on what) is the open item.
+// 1B step did not move (1411 vs 1407 us). The kernel runs as a few blocks
+// (kv_heads x rows), each executing its code once, so the size of its code
+// is latency: instruction fetches from L2 that no other block has warmed.
+// One entry point for both dtypes and every group count, unrolled for 8
+// groups and predicated, was 78 KiB of SASS and ~13 us per call (small
+// config, from the step times); a variant that prefetched more loads but
+// grew to 185 KiB took 24.5 us (ncu, round 1 of session 16). So each dtype
+// and group count has its own entry point (grove_decode_attention_bf16_g4,
+// ...; 15-26 KiB, 64 registers instead of 128), offsets are 32-bit and
+// runtime loops are not unrolled: with it (and deeper loads in sampling) the
+// 1B batch-64 step went from 1804.5 to 1562.6 us (H100, round 2 of session
+// 16, same tokens).
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,8 @@
 //
 //   decode [--device auto|cuda|sim] [--configs 1b,small] [--batches 1,8,32,64]
 //          [--steps 64] [--prompt 16] [--max-seq-len 128] [--repeats 5]
-//          [--hbm-tbs 3.35] [--attention fused|unfused] [--model-dir DIR]
+//          [--hbm-tbs 3.35] [--attention fused|unfused] [--norms fused|unfused]
+//          [--model-dir DIR]
 //          [--json FILE]
 //   decode load ...   (an open-loop serving load: decode_load.cc, `decode load --help`)
 #include <cstdio>
@@ -55,6 +56,8 @@ const std::vector<FlagSpec> kFlags = {
     {"--dtype", "bf16|f32", "model dtype (default bf16)"},
     {"--attention", "fused|unfused",
      "decode attention as one kernel per layer (default) or the unfused ops"},
+    {"--norms", "fused|unfused",
+     "with fused attention, each norm inside the projection after it (default) or apart"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
     kJsonFlag,
 };
@@ -178,6 +181,10 @@ int run(int argc, char** argv) {
   if (attention != "fused" && attention != "unfused") {
     throw UsageError("--attention must be fused or unfused; got " + attention);
   }
+  const std::string norms = flags.text("--norms", "fused");
+  if (norms != "fused" && norms != "unfused") {
+    throw UsageError("--norms must be fused or unfused; got " + norms);
+  }
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
   const std::string json_path = flags.text("--json", "");
   if (!json_path.empty()) cli::check_output_path("--json", json_path);
@@ -190,12 +197,13 @@ int run(int argc, char** argv) {
   report["repeats"] = repeats;
   report["dtype"] = dtype_name;
   report["attention"] = attention;
+  report["norms"] = norms;
   std::printf(
       "%s on %s (%s): %lld decode steps per run after a %lld-token prompt, "
-      "max_seq_len %lld, %s, %s attention, median of %lld runs\n",
+      "max_seq_len %lld, %s, %s attention, %s norms, median of %lld runs\n",
       kName, device.str().c_str(), report["device_name"].get<std::string>().c_str(),
       static_cast<long long>(steps), static_cast<long long>(prompt),
-      static_cast<long long>(max_seq_len), dtype_name.c_str(), attention.c_str(),
+      static_cast<long long>(max_seq_len), dtype_name.c_str(), attention.c_str(), norms.c_str(),
       static_cast<long long>(repeats));
   Table table({{"config"},
                {"batch", Align::kRight},
@@ -220,6 +228,7 @@ int run(int argc, char** argv) {
     options.batch_buckets = batches;
     options.prompt_buckets = {prompt};
     options.fused_attention = attention == "fused";
+    options.fused_norms = norms == "fused";
     Stopwatch load_watch;
     std::unique_ptr<Decoder> decoder = Decoder::load(dir, options);
     const double load_s = load_watch.elapsed_s();

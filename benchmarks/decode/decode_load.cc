@@ -15,7 +15,8 @@
 //   decode load [--device auto|cuda|sim] [--config small|1b] [--dtype bf16|f32]
 //               [--requests 200] [--rate 20] [--prompt-lengths 8,32,96]
 //               [--output-lengths 16,64,128] [--buckets 1,2,4,8,16,32,64]
-//               [--max-seq-len 256] [--loop-steps 8] [--prefills-per-step 0] [--seed 1]
+//               [--max-seq-len 256] [--loop-steps 8] [--prefills-per-step 0]
+//               [--prefill-chunk 0] [--seed 1]
 //               [--model-dir DIR] [--json FILE]
 #include "benchmarks/decode/decode_load.h"
 
@@ -64,7 +65,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--max-seq-len", "T", "KV-cache positions per request (default 256)"},
     {"--loop-steps", "K", "decode steps per WHILE launch; 0: host-stepped (default 8)"},
     {"--prefills-per-step", "P",
-     "new requests prefilled before each decode step; 0: all that fit (default 0)"},
+     "prefill calls before each decode step; 0: all that fit (default 0)"},
+    {"--prefill-chunk", "C",
+     "prompt tokens per prefill call (chunked prefill); 0: whole prompts (default 0)"},
     {"--seed", "S", "arrival times, lengths and prompts (default 1)"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
     {"--json", "FILE", "write the results as JSON"},
@@ -123,6 +126,7 @@ int run_decode_load(int argc, char** argv) {
   const int64_t max_seq_len = flags.integer("--max-seq-len", 256, 2, 1 << 16);
   const int64_t loop_steps = flags.integer("--loop-steps", 8, 0, 4096);
   const int64_t prefills_per_step = flags.integer("--prefills-per-step", 0, 0, 1 << 20);
+  const int64_t prefill_chunk = flags.integer("--prefill-chunk", 0, 0, 1 << 20);
   const int64_t seed = flags.integer("--seed", 1, 0, int64_t{1} << 62);
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
   const std::string json_path = flags.text("--json", "");
@@ -148,6 +152,7 @@ int run_decode_load(int argc, char** argv) {
   prompt_buckets.erase(std::unique(prompt_buckets.begin(), prompt_buckets.end()),
                        prompt_buckets.end());
   options.prompt_buckets = prompt_buckets;
+  options.chunked_prefill = prefill_chunk > 0;
   Stopwatch warm_watch;
   std::unique_ptr<Decoder> decoder = Decoder::load(dir, options);
   decoder->warm_up();
@@ -155,14 +160,16 @@ int run_decode_load(int argc, char** argv) {
                      {.max_new_tokens = longest_output,
                       .max_waiting = static_cast<size_t>(requests),
                       .decode_loop_steps = loop_steps,
-                      .max_prefills_per_step = prefills_per_step});
+                      .max_prefills_per_step = prefills_per_step,
+                      .prefill_chunk = prefill_chunk});
   const double warm_s = warm_watch.elapsed_s();
   std::printf(
       "%s on %s: %s %s (checkpoint %s), %lld requests at %.1f/s, loop steps %lld, prefills per "
-      "step %lld; warm-up %.1f s\n",
+      "step %lld, prefill chunk %lld; warm-up %.1f s\n",
       kName, device.str().c_str(), config_name.c_str(), dtype_name.c_str(),
       wrote ? "written" : "reused", static_cast<long long>(requests), rate,
-      static_cast<long long>(loop_steps), static_cast<long long>(prefills_per_step), warm_s);
+      static_cast<long long>(loop_steps), static_cast<long long>(prefills_per_step),
+      static_cast<long long>(prefill_chunk), warm_s);
 
   // The schedule: arrival offsets, lengths and prompts, all from the seed.
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
@@ -277,6 +284,7 @@ int run_decode_load(int argc, char** argv) {
     report["max_seq_len"] = max_seq_len;
     report["loop_steps"] = loop_steps;
     report["prefills_per_step"] = prefills_per_step;
+    report["prefill_chunk"] = prefill_chunk;
     report["seed"] = seed;
     report["ttft_ms"] = {{"p50", ttft_p50}, {"p99", ttft_p99}};
     report["itl_ms"] = {{"p50", itl_p50}, {"p99", itl_p99}, {"p99_over_p50", itl_p99 / itl_p50}};

@@ -231,13 +231,21 @@ void run_steps(const ScheduledProgram& program, size_t first, size_t end, std::v
         env[static_cast<size_t>(step.result)] = run_dynamic(program, step, env);
         break;
       case StepKind::kLaunch: {
-        // OpDef::launch works in place: result r is operand r.
+        // OpDef::launch works in place (result r is operand r), or into the
+        // fresh results allocated above, passed after the operands (Note
+        // [Launch hooks with fresh results], scheduler.cc).
         const LoweringNode& node = program.graph->node(step.graph_node);
         std::vector<Tensor> operands;
         for (int slot : step.sources) operands.push_back(slot_tensor(program, env, slot, step));
+        const bool fresh = !step.allocate.empty();
+        if (fresh) {
+          for (int slot : step.results) operands.push_back(env[static_cast<size_t>(slot)]);
+        }
         node.def->launch(node.context, operands, stream);
-        for (size_t r = 0; r < step.results.size(); ++r) {
-          env[static_cast<size_t>(step.results[r])] = operands[r];
+        if (!fresh) {
+          for (size_t r = 0; r < step.results.size(); ++r) {
+            env[static_cast<size_t>(step.results[r])] = operands[r];
+          }
         }
         break;
       }

@@ -137,7 +137,11 @@ std::set<int> written_roots(const ScheduledProgram& scheduled, size_t first, siz
       continue;
     }
     if (step.kind == StepKind::kLaunch) {
-      for (int slot : step.results) roots.insert(scheduled.slots[static_cast<size_t>(slot)].root);
+      for (int slot : step.results) {
+        if (std::find(step.allocate.begin(), step.allocate.end(), slot) == step.allocate.end()) {
+          roots.insert(scheduled.slots[static_cast<size_t>(slot)].root);
+        }
+      }
       continue;
     }
     if (step.kind != StepKind::kKernel) continue;

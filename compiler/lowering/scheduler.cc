@@ -390,13 +390,34 @@ void Scheduler::schedule_concat(const LoweringNode& node) {
   }
 }
 
+// Note [Launch hooks with fresh results]
+// An OpDef::launch hook works in place (result r is operand r) when its op
+// lists mutated operands (collectives, linear_residual, decode_attention).
+// An op with a launch hook and no mutated operand is pure: its results are
+// fresh slots, allocated by the step (Step::allocate) and passed to the hook
+// after its operands, and no root is written in place (written_roots).
+// Test: RmsNormLinear.* (tests/serving/llm/rms_norm_linear_test.cc: the
+// rms_norm_linear op lowered and run against rms_norm then linear).
 void Scheduler::schedule_host(const LoweringNode& node) {
   Step step;
   step.node_name = node.name;
   step.op = node.op;
   step.source = node.operands[0];
   step.result = node.results[0];
-  if (node.def->launch) {
+  if (node.def->launch && node.def->effects.mutated_operands.empty()) {
+    // Note [Launch hooks with fresh results]: an OpDef::launch op that
+    // mutates none of its operands computes its results into fresh tensors,
+    // allocated before the step and handed to the hook after the operands.
+    step.kind = StepKind::kLaunch;
+    step.sources = node.operands;
+    step.results = node.results;
+    step.graph_node = static_cast<int>(&node - graph_.nodes().data());
+    for (int result : node.results) {
+      if (allocated_.insert(result).second) step.allocate.push_back(result);
+    }
+    GROVE_CHECK(step.allocate.size() == node.results.size(), "lowering: node '", node.name,
+                "': a launch hook's fresh result was allocated before (a grove bug)");
+  } else if (node.def->launch) {
     // In place: result r is operand r (OpDef::launch).
     step.kind = StepKind::kLaunch;
     step.sources = node.operands;

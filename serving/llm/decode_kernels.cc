@@ -46,6 +46,34 @@ void host_kv_write(const LaunchDims* dims, const uint64_t* args) {
   }
 }
 
+void host_kv_write_span(const LaunchDims* dims, const uint64_t* args) {
+  const auto* table = pointer<const int64_t>(args[0]);
+  const auto tensors = static_cast<int64_t>(args[1]);
+  const auto slot = static_cast<int64_t>(args[2]);
+  const auto start = static_cast<int64_t>(args[3]);
+  const auto count = static_cast<int64_t>(args[4]);
+  const auto kv_heads = static_cast<int64_t>(args[5]);
+  const auto max_seq_len = static_cast<int64_t>(args[6]);
+  const auto row_bytes = static_cast<int64_t>(args[7]);
+  for (int64_t tensor = 0; tensor < dims->grid.x; ++tensor) {
+    auto* cache = reinterpret_cast<char*>(table[tensor]);
+    const auto* source = reinterpret_cast<const char*>(table[tensors + tensor]);
+    for (int64_t head = 0; head < kv_heads; ++head) {
+      char* slot_head = cache + (slot * kv_heads + head) * max_seq_len * row_bytes;
+      for (int64_t position = start; position < max_seq_len; ++position) {
+        char* to = slot_head + position * row_bytes;
+        const int64_t row = position - start;
+        if (row < count) {
+          std::memcpy(to, source + (row * kv_heads + head) * row_bytes,
+                      static_cast<size_t>(row_bytes));
+        } else {
+          std::memset(to, 0, static_cast<size_t>(row_bytes));
+        }
+      }
+    }
+  }
+}
+
 double double_of(int64_t bits) {
   double value;
   std::memcpy(&value, &bits, sizeof(value));
@@ -166,6 +194,34 @@ void launch_kv_write(const Tensor& table, int64_t tensors, const Tensor& positio
       .add_i64(max_seq_len)
       .add_i64(row_bytes);
   launch(table.device(), kernel(table.device(), "grove_llm_kv_write", &host_kv_write), dims, args);
+}
+
+void launch_kv_write_span(const Tensor& table, int64_t tensors, int64_t slot, int64_t start,
+                          int64_t count, int64_t kv_heads, int64_t max_seq_len, int64_t head_dim,
+                          runtime::DType dtype) {
+  check_i64(table, "the kv-write table");
+  GROVE_CHECK(table.numel() == 2 * tensors, "kv_write_span: a table of ", table.numel(),
+              " entries for ", tensors, " caches");
+  GROVE_CHECK(slot >= 0 && start >= 0 && count >= 1 && start + count <= max_seq_len,
+              "kv_write_span: ", count, " rows at positions ", start, ".. of slot ", slot,
+              " do not fit a cache of ", max_seq_len, " positions");
+  const int64_t row_bytes = head_dim * static_cast<int64_t>(runtime::dtype_size(dtype));
+  GROVE_CHECK(row_bytes % 2 == 0, "kv-write rows of ", row_bytes, " bytes: need an even size");
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>(tensors);
+  dims.grid.y = static_cast<uint32_t>(kv_heads);
+  dims.block.x = 256;
+  KernelArgs args;
+  args.add_pointer(table.data_ptr())
+      .add_i64(tensors)
+      .add_i64(slot)
+      .add_i64(start)
+      .add_i64(count)
+      .add_i64(kv_heads)
+      .add_i64(max_seq_len)
+      .add_i64(row_bytes);
+  launch(table.device(), kernel(table.device(), "grove_llm_kv_write_span", &host_kv_write_span),
+         dims, args);
 }
 
 void launch_sample(const Tensor& logits, const Tensor& ids, const Tensor& positions,

@@ -32,6 +32,28 @@ extern "C" __global__ void grove_llm_kv_write(const int64_t* table, int64_t tens
   }
 }
 
+// Note [Prefill cache writes] (decode_kernels.h): table as for
+// grove_llm_kv_write, the new rows [rows, kv_heads, row_bytes] of a prefill
+// or chunk. Block (tensor, head) writes rows 0..count-1 at positions start..
+// start+count-1 of slot `slot` and zeros at the positions after them.
+extern "C" __global__ void grove_llm_kv_write_span(const int64_t* table, int64_t tensors,
+                                                   int64_t slot, int64_t start, int64_t count,
+                                                   int64_t kv_heads, int64_t max_seq_len,
+                                                   int64_t row_bytes) {
+  const int64_t tensor = blockIdx.x;
+  const int64_t head = blockIdx.y;
+  auto* cache = reinterpret_cast<uint16_t*>(table[tensor]);
+  const auto* source = reinterpret_cast<const uint16_t*>(table[tensors + tensor]);
+  const int64_t units = row_bytes / 2;
+  const int64_t base = (slot * kv_heads + head) * max_seq_len;
+  for (int64_t i = threadIdx.x; i < (max_seq_len - start) * units; i += blockDim.x) {
+    const int64_t offset = i / units;  // position start + offset
+    const int64_t unit = i % units;
+    cache[(base + start + offset) * units + unit] =
+        offset < count ? source[(offset * kv_heads + head) * units + unit] : uint16_t{0};
+  }
+}
+
 namespace {
 
 // Thread 0 sums the threads' values in thread order; every thread gets the sum.

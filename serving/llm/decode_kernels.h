@@ -26,6 +26,20 @@ void launch_kv_write(const runtime::Tensor& table, int64_t tensors,
                      const runtime::Tensor& positions, int64_t kv_heads, int64_t max_seq_len,
                      int64_t head_dim, runtime::DType dtype);
 
+// Note [Prefill cache writes]: a prefill (or a chunk of one) returns its
+// new keys and values [rows, kv_heads, head_dim] like a decode step, and this
+// kernel stores rows 0..count-1 at positions start..start+count-1 of `slot`
+// in every cache of `table` (kv_write_table's layout) and zeros at the slot's
+// positions after them: O(max_seq_len) per cache and slot, where the masked
+// rewrite of the whole cache it replaced was O(slots * max_seq_len) (every
+// prefill read and wrote every slot). A slot's positions past what its
+// request wrote stay zero, as a fresh cache's are. Tests:
+// DecoderGraphs.DecodeWritesTheCacheInPlaceWithoutCopies,
+// DecoderChunks.ChunkedPrefillWritesTheCacheOfTheWholePrompt (decoder_test.cc).
+void launch_kv_write_span(const runtime::Tensor& table, int64_t tensors, int64_t slot,
+                          int64_t start, int64_t count, int64_t kv_heads, int64_t max_seq_len,
+                          int64_t head_dim, runtime::DType dtype);
+
 // For each row with positions[row] >= 0: samples its token from logits
 // [rows, vocab] with its row state (decode_layout), makes it the row's next
 // input id, advances its position (or sets it to -1 when the request ends)

@@ -169,7 +169,7 @@ void DecodeLoop::warm_up() {
     const DecoderState& state = decoder_.state();
     model_ = compiler::backends::compile(
         build_decode_program(decoder_.config(), state.cache(), options_.bucket, device_,
-                             decoder_.fused_attention()),
+                             decoder_.fused_attention(), decoder_.fused_norms()),
         options, [&state](const compiler::ir::Value& value) { return state.bind(value); },
         backend_);
   }

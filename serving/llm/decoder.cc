@@ -73,19 +73,20 @@ CompiledModel Decoder::compile_program(const compiler::ir::Program& program) {
       backend_);
 }
 
-const CompiledModel& Decoder::prefill_model(int64_t bucket) {
-  auto found = prefill_models_.find(bucket);
-  if (found != prefill_models_.end()) return found->second;
+const CompiledModel& Decoder::prefill_model(int64_t bucket, bool chunk) {
+  std::map<int64_t, CompiledModel>& models = chunk ? chunk_models_ : prefill_models_;
+  auto found = models.find(bucket);
+  if (found != models.end()) return found->second;
   CompiledModel model =
-      compile_program(build_prefill_program(config(), state_->cache(), bucket, device_));
-  return prefill_models_.emplace(bucket, std::move(model)).first->second;
+      compile_program(build_prefill_program(config(), state_->cache(), bucket, device_, chunk));
+  return models.emplace(bucket, std::move(model)).first->second;
 }
 
 const CompiledModel& Decoder::decode_model(int64_t bucket) {
   auto found = decode_models_.find(bucket);
   if (found != decode_models_.end()) return found->second;
-  CompiledModel model = compile_program(
-      build_decode_program(config(), state_->cache(), bucket, device_, options_.fused_attention));
+  CompiledModel model = compile_program(build_decode_program(
+      config(), state_->cache(), bucket, device_, options_.fused_attention, options_.fused_norms));
   return decode_models_.emplace(bucket, std::move(model)).first->second;
 }
 
@@ -110,34 +111,67 @@ void Decoder::warm_up() {
              Tensor::from_vector(positions, {*bucket}, device_)});
     }
   }
-  for (auto bucket = options_.prompt_buckets.rbegin(); bucket != options_.prompt_buckets.rend();
-       ++bucket) {
-    const CompiledModel& model = prefill_model(*bucket);
-    std::vector<int64_t> tokens(static_cast<size_t>(*bucket), 0);
-    for (int call = 0; call < 2; ++call) {
-      model({Tensor::from_vector(tokens, {*bucket}, device_),
-             Tensor::from_vector(std::vector<int64_t>{0}, {1}, device_),
-             Tensor::from_vector(std::vector<int64_t>{-1}, {1}, device_)});
+  // Prefill buckets, then (with chunked_prefill) chunk buckets, largest
+  // first; their keys and values are not written, so the cache stays as it was.
+  for (bool chunk : {false, true}) {
+    if (chunk && !options_.chunked_prefill) break;
+    for (auto bucket = options_.prompt_buckets.rbegin(); bucket != options_.prompt_buckets.rend();
+         ++bucket) {
+      const CompiledModel& model = prefill_model(*bucket, chunk);
+      std::vector<int64_t> tokens(static_cast<size_t>(*bucket), 0);
+      for (int call = 0; call < 2; ++call) {
+        compiler::TensorList inputs = {Tensor::from_vector(tokens, {*bucket}, device_),
+                                       Tensor::from_vector(std::vector<int64_t>{0}, {1}, device_)};
+        if (chunk) {
+          inputs.push_back(Tensor::from_vector(std::vector<int64_t>{0}, {1}, device_));
+          inputs.push_back(Tensor::from_vector(std::vector<int64_t>{0}, {1}, device_));
+        }
+        model(inputs);
+      }
     }
   }
 }
 
 std::vector<float> Decoder::prefill(int64_t slot, std::span<const int64_t> prompt) {
-  const int64_t length = static_cast<int64_t>(prompt.size());
+  return run_prefill(slot, prompt, 0);
+}
+
+std::vector<float> Decoder::prefill_chunk(int64_t slot, std::span<const int64_t> tokens,
+                                          int64_t start) {
+  return run_prefill(slot, tokens, start);
+}
+
+std::vector<float> Decoder::run_prefill(int64_t slot, std::span<const int64_t> tokens,
+                                        int64_t start) {
+  const int64_t length = static_cast<int64_t>(tokens.size());
+  const int64_t positions = state_->cache().max_seq_len;
   GROVE_CHECK(slot >= 0 && slot < state_->cache().slots, "prefill into slot ", slot,
               ": slots are 0..", state_->cache().slots - 1);
   GROVE_CHECK(length > 0, "prefill of an empty prompt; a prompt needs at least one token");
+  GROVE_CHECK(start >= 0 && start + length <= positions, "prefill of ", length,
+              " tokens at position ", start, " of slot ", slot, ": the cache has ", positions,
+              " positions (max_seq_len)");
   const int64_t bucket = prompt_bucket(length);
-  std::vector<int64_t> tokens(prompt.begin(), prompt.end());
-  tokens.resize(static_cast<size_t>(bucket), 0);
-  for (int64_t token : prompt) {
+  for (int64_t token : tokens) {
     GROVE_CHECK(token >= 0 && token < config().vocab_size, "prompt token ", token,
                 " is outside the vocabulary [0, ", config().vocab_size, ")");
   }
-  compiler::TensorList outputs =
-      prefill_model(bucket)({Tensor::from_vector(tokens, {bucket}, device_),
-                             Tensor::from_vector(std::vector<int64_t>{length - 1}, {1}, device_),
-                             Tensor::from_vector(std::vector<int64_t>{slot}, {1}, device_)});
+  std::vector<int64_t> padded(tokens.begin(), tokens.end());
+  padded.resize(static_cast<size_t>(bucket), 0);
+  const bool chunk = start > 0;
+  compiler::TensorList inputs = {
+      Tensor::from_vector(padded, {bucket}, device_),
+      Tensor::from_vector(std::vector<int64_t>{length - 1}, {1}, device_)};
+  if (chunk) {
+    inputs.push_back(Tensor::from_vector(std::vector<int64_t>{slot}, {1}, device_));
+    inputs.push_back(Tensor::from_vector(std::vector<int64_t>{start}, {1}, device_));
+  }
+  compiler::TensorList outputs = prefill_model(bucket, chunk)(inputs);
+  // Note [Prefill cache writes]: the prompt's keys and values into its slot.
+  const DecoderConfig& c = config();
+  launch_kv_write_span(
+      kv_write_table(state_->cache_tensors(), {outputs.begin() + 1, outputs.end()}),
+      2 * c.num_layers, slot, start, length, c.num_kv_heads, positions, c.head_dim(), c.dtype);
   return outputs.at(0).to_vector<float>();
 }
 

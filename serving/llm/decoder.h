@@ -43,6 +43,12 @@ struct DecoderOptions {
   // Decode attention as one kernel per layer (Note [Decode attention
   // kernel]) where it takes the model; false: the unfused ops.
   bool fused_attention = true;
+  // Note [RMSNorm GEMV]: with the fused attention, each norm and the
+  // projection after it as one kernel where it takes the batch; false: apart.
+  bool fused_norms = true;
+  // Note [Chunked prefill]: warm_up also records the chunk programs (one per
+  // prompt bucket), so prefill_chunk records nothing while serving.
+  bool chunked_prefill = false;
 };
 
 // One row of a decode step: feed `token` at `position` of `slot`'s sequence.
@@ -64,6 +70,10 @@ class Decoder {
   // Runs `prompt` into `slot`'s cache (positions 0..n-1; the rest of the slot
   // is cleared) and returns the f32 logits [vocab] of its last token.
   std::vector<float> prefill(int64_t slot, std::span<const int64_t> prompt);
+  // Note [Chunked prefill]: runs `tokens` at positions start..start+n-1 of
+  // `slot`, whose positions before `start` hold the prompt's earlier chunks
+  // (start 0: prefill), and returns the f32 logits [vocab] of its last token.
+  std::vector<float> prefill_chunk(int64_t slot, std::span<const int64_t> tokens, int64_t start);
   // One decode step; rows name distinct slots. Returns each row's f32 logits [vocab].
   std::vector<std::vector<float>> decode(const std::vector<DecodeRow>& rows);
   // Stores a decode program's new keys and values (its outputs 1..) at each
@@ -80,13 +90,15 @@ class Decoder {
   const DecoderState& state() const { return *state_; }
   const std::string& backend_name() const { return options_.backend; }
   bool fused_attention() const { return options_.fused_attention; }
+  bool fused_norms() const { return options_.fused_norms; }
   // The backend's stats (the tree's counters and pool for "cudagraphs").
   compiler::backends::BackendStats backend_stats() const { return backend_->stats(); }
   // Device memory the backend holds beyond the state (its pool).
   compiler::backends::BackendMemory backend_memory() const { return backend_->memory(); }
 
  private:
-  const compiler::backends::CompiledModel& prefill_model(int64_t bucket);
+  const compiler::backends::CompiledModel& prefill_model(int64_t bucket, bool chunk);
+  std::vector<float> run_prefill(int64_t slot, std::span<const int64_t> tokens, int64_t start);
   const compiler::backends::CompiledModel& decode_model(int64_t bucket);
   compiler::backends::CompiledModel compile_program(const compiler::ir::Program& program);
 
@@ -95,6 +107,7 @@ class Decoder {
   std::unique_ptr<DecoderState> state_;
   std::shared_ptr<compiler::backends::ExecutionBackend> backend_;
   std::map<int64_t, compiler::backends::CompiledModel> prefill_models_;
+  std::map<int64_t, compiler::backends::CompiledModel> chunk_models_;  // Note [Chunked prefill]
   std::map<int64_t, compiler::backends::CompiledModel> decode_models_;
 };
 

@@ -2,9 +2,9 @@
 
 #include <cmath>
 #include <limits>
-#include <optional>
 
 #include "runtime/error.h"
+#include "runtime/rms_norm_gemv_kernel.h"
 
 namespace grove::serving::llm {
 
@@ -73,6 +73,26 @@ ValueId DecoderLayers::block_norm(ValueId x, int64_t layer, int which) {
   }
   std::string norm = which == 1 ? "input_layernorm" : "post_attention_layernorm";
   return rms_norm(x, layer_weight(layer, norm + ".weight", {hidden}));
+}
+
+ValueId DecoderLayers::norm_weight(int64_t layer, int which) {
+  const int64_t hidden = config_.hidden_size;
+  if (layer < 0) return weight("model.norm.weight", {hidden});
+  return layer_weight(
+      layer, which == 1 ? "input_layernorm.weight" : "post_attention_layernorm.weight", {hidden});
+}
+
+void DecoderLayers::fuse_norms_into_projections(int64_t rows) {
+  fuse_norms_ = config_.architecture == Architecture::kLlama &&
+                runtime::rms_norm_gemv_refusal(dtype_, rows, config_.hidden_size).empty();
+}
+
+ValueId DecoderLayers::normed_linear(ValueId x, ValueId norm_weight_value, ValueId w,
+                                     const std::string& name) {
+  if (!fuse_norms_) return b_.linear(rms_norm(x, norm_weight_value), w, kNoValue, name);
+  compiler::ir::Attributes attrs;
+  attrs.set("eps", config_.norm_eps);
+  return b_.op1("rms_norm_linear", {x, norm_weight_value, w}, attrs, name);
 }
 
 ValueId DecoderLayers::rms_norm(ValueId x, ValueId weight_value) {
@@ -203,17 +223,34 @@ ValueId DecoderLayers::mlp_residual(ValueId x, ValueId normed, int64_t layer) {
                               {config_.hidden_size, config_.intermediate_size})});
 }
 
-ValueId DecoderLayers::lm_head(ValueId x) {
-  ValueId table;
+ValueId DecoderLayers::lm_head_table() {
   if (config_.architecture == Architecture::kGpt2) {
-    table = weight("transformer.wte.weight", {config_.vocab_size, config_.hidden_size});
-  } else if (config_.tie_word_embeddings) {
-    table = weight("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size});
-  } else {
-    table = weight("lm_head.weight", {config_.vocab_size, config_.hidden_size});
+    return weight("transformer.wte.weight", {config_.vocab_size, config_.hidden_size});
   }
-  ValueId logits = b_.linear(x, table, kNoValue, "lm_head");
+  if (config_.tie_word_embeddings) {
+    return weight("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size});
+  }
+  return weight("lm_head.weight", {config_.vocab_size, config_.hidden_size});
+}
+
+ValueId DecoderLayers::lm_head(ValueId x) {
+  ValueId logits = b_.linear(x, lm_head_table(), kNoValue, "lm_head");
   return dtype_ == DType::kF32 ? logits : b_.cast(logits, DType::kF32);
+}
+
+ValueId DecoderLayers::normed_mlp_residual(ValueId x, int64_t layer) {
+  if (!fuse_norms_) return mlp_residual(x, block_norm(x, layer, 2), layer);
+  compiler::ir::Attributes attrs;
+  attrs.set("eps", config_.norm_eps);
+  ValueId gated = b_.op1(
+      "rms_norm_swiglu",
+      {x, norm_weight(layer, 2),
+       weight(gate_up_weight_name(layer), {2 * config_.intermediate_size, config_.hidden_size})},
+      attrs);
+  return b_.op1("linear_residual",
+                {x, gated,
+                 layer_weight(layer, "mlp.down_proj.weight",
+                              {config_.hidden_size, config_.intermediate_size})});
 }
 
 ValueId DecoderLayers::masked_softmax(ValueId scores, ValueId keep) {
@@ -282,8 +319,9 @@ QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, Val
   const int64_t kv_heads = config_.num_kv_heads;
   const int64_t q_width = heads * d;
   const int64_t kv_width = kv_heads * d;
-  ValueId fused = b_.linear(
-      x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}), kNoValue);
+  ValueId fused =
+      normed_linear(x, norm_weight(layer, 1),
+                    weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}));
   // The kernel reads the rotary tables at each row's position itself.
   ValueId result =
       b_.op1("decode_attention", {fused, rope_cos_, rope_sin_, key_cache, value_cache, positions},
@@ -296,26 +334,35 @@ QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, Val
   return out;
 }
 
-ValueId DecoderLayers::write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index,
-                                    int64_t rows, const std::string& name) {
+ValueId DecoderLayers::chunk_attention(const QueryKeyValue& qkv, ValueId key_cache,
+                                       ValueId value_cache, ValueId slot, ValueId start,
+                                       int64_t rows) {
   const int64_t d = config_.head_dim();
   const int64_t kv_heads = config_.num_kv_heads;
-  ValueId by_head = b_.permute(keys, {1, 0, 2});  // [kv, rows, d]
-  if (rows < cache_.max_seq_len) {
-    by_head = b_.concat({by_head, b_.full(0, {kv_heads, cache_.max_seq_len - rows, d}, dtype_)}, 1);
-  }
-  std::optional<ValueId> declared = b_.program().find_value(kSlotsTable);
-  ValueId slots =
-      declared ? *declared : b_.param(kSlotsTable, {cache_.slots}, DType::kI64, zeros_init());
-  ValueId mine =
-      b_.compare("eq", b_.reshape(slots, {cache_.slots, 1, 1, 1}), b_.reshape(slot, {1, 1, 1, 1}));
-  // The prompt's positions hold its keys, the rest of the slot zeros (not the padding's keys).
-  ValueId in_prompt = b_.compare("le", b_.reshape(positions_table_, {1, 1, cache_.max_seq_len, 1}),
-                                 b_.reshape(last_index, {1, 1, 1, 1}));
-  ValueId fresh = b_.where(in_prompt, b_.reshape(by_head, {1, kv_heads, cache_.max_seq_len, d}),
-                           scalar(0, dtype_));
-  ValueId updated = b_.where(mine, fresh, cache);
-  return b_.copy_into(cache, updated, name);
+  const int64_t groups = config_.query_groups();
+  const int64_t length = cache_.max_seq_len;
+  // Query head h reads kv head h / groups: [kv, groups * rows, d] against
+  // [kv, T + rows, d], the slot's cache (gathered: one row of the cache
+  // viewed as [slots, kv * T * d]) and then the chunk's own keys.
+  ValueId q = b_.reshape(b_.permute(qkv.query, {1, 0, 2}), {kv_heads, groups * rows, d});
+  auto slot_rows = [&](ValueId cache) {
+    return b_.reshape(b_.embedding(b_.reshape(cache, {cache_.slots, kv_heads * length * d}), slot),
+                      {kv_heads, length, d});
+  };
+  ValueId k = b_.concat({slot_rows(key_cache), b_.permute(qkv.key, {1, 0, 2})}, 1);
+  ValueId v = b_.concat({slot_rows(value_cache), b_.permute(qkv.value, {1, 0, 2})}, 1);
+  ValueId scores =
+      b_.reshape(b_.matmul(q, b_.transpose(k, 1, 2)), {kv_heads, groups, rows, length + rows});
+  // Cache positions t < start are the earlier chunks; then causal over the chunk.
+  ValueId index = b_.slice(positions_table_, 0, 0, rows);
+  ValueId starts = b_.add(b_.full(0, {rows, 1}, DType::kI64), b_.reshape(start, {1, 1}));
+  ValueId earlier = b_.compare("lt", b_.reshape(positions_table_, {1, length}), starts);
+  ValueId causal = b_.compare("le", b_.reshape(index, {1, rows}), b_.reshape(index, {rows, 1}));
+  ValueId keep = b_.concat({earlier, causal}, 1);  // [rows, T + rows]
+  ValueId probabilities =
+      b_.reshape(masked_softmax(scores, keep), {kv_heads, groups * rows, length + rows});
+  ValueId attended = b_.reshape(b_.matmul(probabilities, v), {config_.num_heads, rows, d});
+  return b_.reshape(b_.permute(attended, {1, 0, 2}), {rows, config_.num_heads * d});
 }
 
 }  // namespace grove::serving::llm

@@ -54,15 +54,25 @@ class DecoderLayers {
   ValueId cache_attention(ValueId query, ValueId key_cache, ValueId value_cache, ValueId new_key,
                           ValueId new_value, ValueId positions, int64_t rows);
   // Note [Decode attention kernel] (runtime/decode_attention_kernel.h): the
-  // qkv projection of `x` and cache_attention's result in one kernel after
-  // it (LLaMA): query = the attended heads [rows, heads * head_dim], key and
-  // value the new rotated key and value [rows, kv_heads, head_dim].
+  // qkv projection of layer `layer`'s input norm of `x` and cache_attention's
+  // result in one kernel after it (LLaMA): query = the attended heads [rows,
+  // heads * head_dim], key and value the new rotated key and value [rows,
+  // kv_heads, head_dim].
   QueryKeyValue fused_cache_attention(ValueId x, int64_t layer, ValueId key_cache,
                                       ValueId value_cache, ValueId positions, int64_t rows);
-  // The prompt's keys or values [rows, kv_heads, head_dim] written into `slot`
-  // of the full cache (positions 0..last_index, zeros after); returns the new cache.
-  ValueId write_prompt(ValueId cache, ValueId keys, ValueId slot, ValueId last_index, int64_t rows,
-                       const std::string& name);
+  // Note [RMSNorm GEMV] (runtime/rms_norm_gemv_kernel.h): from now on, LLaMA
+  // norms feeding a projection (normed_linear) run as one rms_norm_linear
+  // kernel where it takes `rows` rows.
+  void fuse_norms_into_projections(int64_t rows);
+  // x + mlp(block_norm(x, layer, 2)); with fused norms one rms_norm_swiglu
+  // kernel (norm, gate/up and SwiGLU) and the down projection (LLaMA).
+  ValueId normed_mlp_residual(ValueId x, int64_t layer);
+  // A prefill chunk's attention (Note [Chunked prefill]): the chunk's
+  // queries at positions start.. over `slot`'s cache before `start` (the
+  // earlier chunks, in the full caches [slots, kv_heads, T, head_dim]) and
+  // causally over the chunk's own keys and values; [rows, heads * head_dim].
+  ValueId chunk_attention(const QueryKeyValue& qkv, ValueId key_cache, ValueId value_cache,
+                          ValueId slot, ValueId start, int64_t rows);
 
   // A nonnegative copy of positions (padding rows have -1) for table lookups.
   ValueId clamped_positions(ValueId positions);
@@ -80,6 +90,11 @@ class DecoderLayers {
   ValueId conv1d(ValueId x, int64_t layer, const std::string& module, int64_t in, int64_t out);
   // LLaMA's gated MLP input silu(gate) * up of x [rows, intermediate].
   ValueId swiglu(ValueId x, int64_t layer);
+  // linear(norm(x), w) for a LLaMA norm weight: one rms_norm_linear op when
+  // fuse_norms_into_projections allowed it, else rms_norm then linear.
+  ValueId normed_linear(ValueId x, ValueId norm_weight, ValueId w, const std::string& name = "");
+  ValueId norm_weight(int64_t layer, int which);  // layer -1: the final norm
+  ValueId lm_head_table();
 
   compiler::ir::ProgramBuilder& b_;
   const DecoderConfig& config_;
@@ -89,6 +104,7 @@ class DecoderLayers {
   ValueId rope_cos_ = compiler::ir::kNoValue;
   ValueId rope_sin_ = compiler::ir::kNoValue;
   ValueId rope_rotation_ = compiler::ir::kNoValue;  // Note [Rotate-half as a GEMM]
+  bool fuse_norms_ = false;                         // Note [RMSNorm GEMV]
   // What project() and cache_attention() computed for the last positions
   // they saw, reused by every later layer of the program.
   ValueId rope_positions_ = compiler::ir::kNoValue;

@@ -73,7 +73,7 @@ std::vector<FusedWeightPart> fused_weight_parts(const DecoderConfig& config) {
 std::vector<std::pair<std::string, runtime::Shape>> checkpoint_weights(
     const DecoderConfig& config) {
   compiler::ir::Program program =
-      build_prefill_program(config, {.slots = 1, .max_seq_len = 1}, 1, runtime::kCpuDevice);
+      build_prefill_program(config, {.slots = 1, .max_seq_len = 1}, 1, runtime::kCpuDevice, true);
   std::vector<std::pair<std::string, runtime::Shape>> weights;
   for (const compiler::ir::Value& value : program.values()) {
     if (value.is_persistent() && !is_grove_state_name(value.name)) {
@@ -95,33 +95,50 @@ bool is_cache_name(const std::string& name) {
 bool is_grove_state_name(const std::string& name) { return name.starts_with("grove."); }
 
 compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,
-                                            int64_t prompt_length, runtime::Device device) {
+                                            int64_t prompt_length, runtime::Device device,
+                                            bool chunk) {
   config.verify();
   check_cache(config, cache);
   GROVE_CHECK(prompt_length > 0 && prompt_length <= cache.max_seq_len, "prefill bucket of ",
               prompt_length, " tokens must lie in [1, ", cache.max_seq_len,
               "] (the cache's positions)");
-  ProgramBuilder b(str_cat(architecture_name(config.architecture), "_prefill_", prompt_length),
+  ProgramBuilder b(str_cat(architecture_name(config.architecture), chunk ? "_chunk_" : "_prefill_",
+                           prompt_length),
                    device);
   ValueId ids = b.input("input_ids", {prompt_length}, DType::kI64);
   ValueId last_index = b.input("last_index", {1}, DType::kI64);
-  ValueId slot = b.input("slot", {1}, DType::kI64);
   DecoderLayers layers(b, config, cache);
   ValueId positions = b.slice(layers.positions_table(), 0, 0, prompt_length);
+  ValueId slot = compiler::ir::kNoValue;
+  ValueId start = compiler::ir::kNoValue;
+  if (chunk) {
+    // Note [Chunked prefill]: the chunk's tokens sit at positions start..;
+    // padding past the cache's end looks up its last position's tables.
+    slot = b.input("slot", {1}, DType::kI64);
+    start = b.input("start", {1}, DType::kI64);
+    ValueId shifted = b.add(positions, start);
+    ValueId last = b.full(static_cast<double>(cache.max_seq_len - 1), {}, DType::kI64);
+    positions = b.where(b.compare("le", shifted, last), shifted, last);
+  }
   ValueId x = layers.embed(ids, positions);
+  std::vector<ValueId> new_rows;
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    LayerCaches caches = declare_caches(b, config, layer, cache.slots, cache.max_seq_len);
+    // A whole-prompt prefill reads no cache; a chunk reads its slot's earlier positions.
+    LayerCaches caches{compiler::ir::kNoValue, compiler::ir::kNoValue};
+    if (chunk) caches = declare_caches(b, config, layer, cache.slots, cache.max_seq_len);
     QueryKeyValue qkv =
         layers.project(layers.block_norm(x, layer, 1), layer, positions, prompt_length);
-    layers.write_prompt(caches.key, qkv.key, slot, last_index, prompt_length,
-                        str_cat("write_key_", layer));
-    layers.write_prompt(caches.value, qkv.value, slot, last_index, prompt_length,
-                        str_cat("write_value_", layer));
-    x = layers.attention_residual(x, layers.prompt_attention(qkv, prompt_length), layer);
+    ValueId attended =
+        chunk ? layers.chunk_attention(qkv, caches.key, caches.value, slot, start, prompt_length)
+              : layers.prompt_attention(qkv, prompt_length);
+    x = layers.attention_residual(x, attended, layer);
     x = layers.mlp_residual(x, layers.block_norm(x, layer, 2), layer);
+    new_rows.push_back(qkv.key);
+    new_rows.push_back(qkv.value);
   }
   ValueId last = b.embedding(x, last_index, "last_token");  // [1, hidden]
   b.output(layers.lm_head(layers.final_norm(last)));
+  for (ValueId rows : new_rows) b.output(rows);
   return b.build();
 }
 
@@ -134,7 +151,7 @@ bool decode_attention_fuses(const DecoderConfig& config, const CacheShape& cache
 
 compiler::ir::Program build_decode_program(const DecoderConfig& config, const CacheShape& cache,
                                            int64_t batch, runtime::Device device,
-                                           bool fused_attention) {
+                                           bool fused_attention, bool fused_norms) {
   config.verify();
   check_cache(config, cache);
   GROVE_CHECK(batch > 0 && batch <= cache.slots, "decode bucket of ", batch,
@@ -144,6 +161,9 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
   ValueId positions = b.input("positions", {batch}, DType::kI64);
   DecoderLayers layers(b, config, cache);
   const bool fused = fused_attention && decode_attention_fuses(config, cache);
+  // Note [RMSNorm GEMV]: with the fused attention, each norm and the
+  // projection after it are one kernel where the kernel takes the batch.
+  if (fused && fused_norms) layers.fuse_norms_into_projections(batch);
   // Table lookups at the positions: GPT-2's learned positions and the unfused
   // rotary embedding (the fused attention reads its tables itself).
   const ValueId lookup = fused ? compiler::ir::kNoValue : layers.clamped_positions(positions);
@@ -153,22 +173,23 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
     // Note [KV cache in static buffers]: rows 0..batch-1 are slots 0..batch-1;
     // the program reads the cache and returns the new keys and values.
     LayerCaches caches = declare_caches(b, config, layer, batch, cache.max_seq_len);
-    ValueId normed = layers.block_norm(x, layer, 1);
     QueryKeyValue qkv;
     ValueId attended;
     if (fused) {
-      qkv = layers.fused_cache_attention(normed, layer, caches.key, caches.value, positions, batch);
+      qkv = layers.fused_cache_attention(x, layer, caches.key, caches.value, positions, batch);
       attended = qkv.query;
     } else {
-      qkv = layers.project(normed, layer, lookup, batch);
+      qkv = layers.project(layers.block_norm(x, layer, 1), layer, lookup, batch);
       attended = layers.cache_attention(qkv.query, caches.key, caches.value, qkv.key, qkv.value,
                                         positions, batch);
     }
     x = layers.attention_residual(x, attended, layer);
-    x = layers.mlp_residual(x, layers.block_norm(x, layer, 2), layer);
+    x = layers.normed_mlp_residual(x, layer);
     new_rows.push_back(qkv.key);
     new_rows.push_back(qkv.value);
   }
+  // The final norm stays its own kernel (Note [RMSNorm GEMV]: fused into the
+  // LM head's 8000 blocks it cost more than it saved).
   b.output(layers.lm_head(layers.final_norm(x)));
   for (ValueId rows : new_rows) b.output(rows);
   return b.build();

@@ -4,8 +4,12 @@
 // Face checkpoint; the cache and grove's tables are state named "grove.llm.*".
 //
 //   Program prefill = build_prefill_program(config, cache, 16, device);
-//     inputs: input_ids i64 [16] (padded), last_index i64 [1], slot i64 [1]
-//     output: logits f32 [1, vocab] of the token at last_index
+//     inputs: input_ids i64 [16] (padded), last_index i64 [1]
+//     outputs: logits f32 [1, vocab] of the token at last_index, then per
+//              layer the new key and value [16, kv_heads, head_dim] (written
+//              into the cache by kv_write_span, decode_kernels.h)
+//   Program chunk = build_prefill_program(config, cache, 16, device, /*chunk=*/true);
+//     inputs: as prefill, then slot i64 [1] and start i64 [1] (Note [Chunked prefill])
 //   Program decode = build_decode_program(config, cache, 4, device);
 //     inputs: input_ids i64 [4], positions i64 [4] (-1: a padding row)
 //     outputs: logits f32 [4, vocab], then per layer the new key and value
@@ -23,9 +27,9 @@
 // (decode_kernels.h) then stores them at positions[i], one position per row
 // and layer, after the program in stream order (inside the same graph for
 // DecodeLoop). A position of -1 writes nothing, so padding rows leave the
-// cache alone. A prefill writes the prompt's positions of its slot and zeros
-// after them (a masked rewrite of the cache, O(slots * max_seq_len); slot -1,
-// used by warm-up, writes nothing). Tests:
+// cache alone. A prefill returns its keys and values too, and kv_write_span
+// stores them at the prompt's positions of its slot with zeros after them
+// (Note [Prefill cache writes], decode_kernels.h; warm-up writes nothing). Tests:
 // DecoderGraphs.DecodeWritesTheCacheInPlaceWithoutCopies,
 // DecoderGraphs.WarmUpLeavesTheCacheUntouched
 // (tests/serving/llm/decoder_test.cc), DecodeLoopTest.DecodeWritesOnlyEachRowsPosition
@@ -49,7 +53,6 @@ struct CacheShape {
 
 // Names of grove's own state in decoder programs (never read from checkpoints).
 inline constexpr const char* kPositionsTable = "grove.llm.positions";  // i64 [max_seq_len]: 0..T-1
-inline constexpr const char* kSlotsTable = "grove.llm.slots";          // i64 [slots]: 0..S-1
 inline constexpr const char* kRopeCos = "grove.llm.rope_cos";  // [max_seq_len, head_dim] (LLaMA)
 inline constexpr const char* kRopeSin = "grove.llm.rope_sin";
 // Note [Rotate-half as a GEMM]: HF's rotate_half(x) = [-x2, x1] of a head x
@@ -93,14 +96,29 @@ std::vector<FusedWeightPart> fused_weight_parts(const DecoderConfig& config);
 std::vector<std::pair<std::string, runtime::Shape>> checkpoint_weights(const DecoderConfig& config);
 bool is_grove_state_name(const std::string& name);  // starts with "grove."
 
+// Note [Chunked prefill]
+// A long prompt's prefill may run as chunks, one per scheduling turn
+// (GeneratorOptions::prefill_chunk), so a turn's prefill work is bounded by
+// the chunk and the running streams wait for one chunk, not a whole prompt.
+// A chunk program (chunk = true) takes the chunk's tokens at positions
+// start..start+n-1 of `slot`: its queries attend over the slot's cache at
+// positions < start (the earlier chunks, already written there by
+// kv_write_span) and causally over the chunk itself, with the same masked
+// softmax as a whole prompt's (masked positions weigh exactly 0). Its keys
+// and values go into the cache like a prefill's. The first chunk of a prompt
+// is an ordinary prefill. Tests: DecoderChunks.* (tests/serving/llm/decoder_test.cc),
+// Generator.ChunkedPrefillGivesTheWholePromptTokens (generator_test.cc).
 compiler::ir::Program build_prefill_program(const DecoderConfig& config, const CacheShape& cache,
-                                            int64_t prompt_length, runtime::Device device);
+                                            int64_t prompt_length, runtime::Device device,
+                                            bool chunk = false);
+// `fused_norms` (with the fused attention): each norm and the projection
+// after it as one kernel where it takes the batch (Note [RMSNorm GEMV]).
 // `fused_attention`: each LLaMA layer's attention as the decode_attention op
 // (Note [Decode attention kernel], runtime/decode_attention_kernel.h) where
 // its kernel takes the shape; false: as the unfused ops (GPT-2 always).
 compiler::ir::Program build_decode_program(const DecoderConfig& config, const CacheShape& cache,
                                            int64_t batch, runtime::Device device,
-                                           bool fused_attention = true);
+                                           bool fused_attention = true, bool fused_norms = true);
 // Whether build_decode_program's attention for `config` and `cache` is the
 // decode_attention op when asked for.
 bool decode_attention_fuses(const DecoderConfig& config, const CacheShape& cache);

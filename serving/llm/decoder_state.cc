@@ -10,8 +10,8 @@ namespace grove::serving::llm {
 DecoderState::DecoderState(const DecoderConfig& config, const CacheShape& cache,
                            runtime::Device device)
     : config_(config), cache_(cache), device_(device) {
-  // The one-token prefill program declares every weight, table and the full cache.
-  compiler::ir::Program program = build_prefill_program(config_, cache_, 1, device_);
+  // The one-token chunk program declares every weight, table and the full cache.
+  compiler::ir::Program program = build_prefill_program(config_, cache_, 1, device_, true);
   for (const compiler::ir::Value& value : program.values()) {
     if (!value.is_persistent()) continue;
     tensors_.emplace(value.name, compiler::backends::initial_tensor(value, device_));
@@ -32,9 +32,6 @@ void DecoderState::fill_tables() {
   std::vector<int64_t> positions(static_cast<size_t>(cache_.max_seq_len));
   for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
   tensors_.at(kPositionsTable).copy_from_host(positions.data());
-  std::vector<int64_t> slots(static_cast<size_t>(cache_.slots));
-  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int64_t>(i);
-  tensors_.at(kSlotsTable).copy_from_host(slots.data());
   if (config_.architecture != Architecture::kLlama) return;
   // As HF's LlamaRotaryEmbedding: inv_freq in f32, angles t * inv_freq in f32,
   // cos/sin of [angles, angles], then the model dtype.

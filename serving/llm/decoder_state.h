@@ -23,7 +23,7 @@ namespace grove::serving::llm {
 class DecoderState {
  public:
   // Allocates every tensor (weights zero until a checkpoint is loaded, the
-  // cache zero) and fills the tables (positions, slots, rotary cos/sin).
+  // cache zero) and fills the tables (positions, rotary cos/sin).
   DecoderState(const DecoderConfig& config, const CacheShape& cache, runtime::Device device);
 
   // The tensor a program binds to its param or buffer `value`: the tensor of

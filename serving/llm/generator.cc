@@ -1,6 +1,7 @@
 #include "serving/llm/generator.h"
 
 #include <algorithm>
+#include <span>
 
 #include "runtime/error.h"
 
@@ -81,6 +82,13 @@ void Generator::cancel(RequestId id) {
       return;
     }
   }
+  for (auto prefilling = prefilling_.begin(); prefilling != prefilling_.end(); ++prefilling) {
+    if (prefilling->id == id) {
+      slots_.release(prefilling->slot);
+      prefilling_.erase(prefilling);
+      return;
+    }
+  }
   retire_finished();
 }
 
@@ -101,28 +109,51 @@ void Generator::append(RequestId id, Active& active, int64_t token) {
 // Each prefill in a turn delays every running request's next token by its
 // time, so a burst of arrivals admitted at once stalls the streams for the
 // sum of their prefills: their inter-token latency's tail. With
-// max_prefills_per_step = P a turn prefills at most P requests, and while
-// more wait for a free slot's prefill the decode runs one step per turn (not
-// a multi-step WHILE launch), so the rest are admitted step by step: a
-// stream waits at most P prefills between two tokens. Tests:
-// Generator.PrefillsPerStepAreCappedAndTokensUnchanged (generator_test.cc).
+// max_prefills_per_step = P a turn makes at most P prefill calls, and while
+// more wait for a free slot's prefill (or a prompt is prefilled in chunks)
+// the decode runs one step per turn (not a multi-step WHILE launch), so the
+// rest are admitted step by step: a stream waits at most P prefill calls
+// between two tokens, and with prefill_chunk = C (Note [Chunked prefill]) a
+// call is at most C tokens, however long the prompt. Tests:
+// Generator.PrefillsPerStepAreCappedAndTokensUnchanged,
+// Generator.ChunkedPrefillGivesTheWholePromptTokens (generator_test.cc).
 void Generator::admit() {
-  int64_t prefills = 0;
-  while (!waiting_.empty()) {
-    if (options_.max_prefills_per_step > 0 && prefills == options_.max_prefills_per_step) return;
-    std::optional<int64_t> slot = slots_.take();
-    if (!slot) return;
-    auto [id, request] = std::move(waiting_.front());
-    waiting_.pop_front();
-    std::vector<float> logits = decoder_.prefill(*slot, request.prompt);
-    ++stats_.prefills;
-    ++prefills;
-    Active active{.request = std::move(request), .slot = *slot};
-    active.position = static_cast<int64_t>(active.request.prompt.size());
-    int64_t token = sample_token(logits, active.request.sampling, 0);
-    Active& placed = running_.emplace(id, std::move(active)).first->second;
-    append(id, placed, token);
+  int64_t calls = 0;
+  while (options_.max_prefills_per_step == 0 || calls < options_.max_prefills_per_step) {
+    // Prompts already being prefilled go first (oldest first), then waiting
+    // requests that a free slot takes.
+    if (prefilling_.empty()) {
+      if (waiting_.empty()) return;
+      std::optional<int64_t> slot = slots_.take();
+      if (!slot) return;
+      auto [id, request] = std::move(waiting_.front());
+      waiting_.pop_front();
+      prefilling_.push_back({.id = id, .request = std::move(request), .slot = *slot});
+    }
+    ++calls;
+    if (prefill_next_chunk()) prefilling_.pop_front();
   }
+}
+
+// Note [Chunked prefill].
+bool Generator::prefill_next_chunk() {
+  Prefilling& next = prefilling_.front();
+  const std::vector<int64_t>& prompt = next.request.prompt;
+  const auto length = static_cast<int64_t>(prompt.size());
+  int64_t count = length - next.done;
+  if (options_.prefill_chunk > 0) count = std::min(count, options_.prefill_chunk);
+  const std::span<const int64_t> tokens(prompt.data() + next.done, static_cast<size_t>(count));
+  std::vector<float> logits = next.done == 0 ? decoder_.prefill(next.slot, tokens)
+                                             : decoder_.prefill_chunk(next.slot, tokens, next.done);
+  ++stats_.prefill_calls;
+  next.done += count;
+  if (next.done < length) return false;
+  ++stats_.prefills;
+  Active active{.request = std::move(next.request), .slot = next.slot, .position = length};
+  const int64_t token = sample_token(logits, active.request.sampling, 0);
+  Active& placed = running_.emplace(next.id, std::move(active)).first->second;
+  append(next.id, placed, token);
+  return true;
 }
 
 void Generator::retire_finished() {
@@ -190,7 +221,8 @@ void Generator::decode_on_device() {
   }
   // Note [Prefills between decode steps]: requests that a free slot could
   // take wait only for the prefill cap; they come in after this one step.
-  if (!waiting_.empty() && slots_.taken() < slots_.count()) steps = 1;
+  // A prompt being prefilled in chunks continues after this one step too.
+  if (!prefilling_.empty() || (!waiting_.empty() && slots_.taken() < slots_.count())) steps = 1;
   for (int64_t row = 0; row < bucket; ++row) {
     if (by_row[static_cast<size_t>(row)] < 0) loop.clear_row(row);
   }

@@ -76,10 +76,16 @@ struct GeneratorOptions {
   // Note [Prefills between decode steps]: at most this many waiting requests
   // are prefilled before each decode step; 0: every one a free slot takes.
   int64_t max_prefills_per_step = 0;
+  // Note [Chunked prefill]: a prompt longer than this is prefilled this many
+  // tokens per prefill call (each counts against max_prefills_per_step), its
+  // slot held meanwhile; 0: a whole prompt per call. The decoder should be
+  // made with DecoderOptions::chunked_prefill so warm_up records the chunk programs.
+  int64_t prefill_chunk = 0;
 };
 
 struct GeneratorStats {
   int64_t prefills = 0;
+  int64_t prefill_calls = 0;  // prefills and chunks of prefills (Note [Chunked prefill])
   int64_t decode_steps = 0;
   int64_t loop_launches = 0;  // WHILE graph launches (Note [Decode runs on the device])
   int64_t loop_steps = 0;     // decode steps those launches ran
@@ -114,11 +120,13 @@ class Generator {
   // Submits, steps until the request is done, and returns its tokens.
   std::vector<int64_t> generate(GenerationRequest request);
 
-  bool idle() const { return waiting_.empty() && running_.empty(); }
+  bool idle() const { return waiting_.empty() && prefilling_.empty() && running_.empty(); }
   bool done(RequestId id) const;
   const GenerationResult& result(RequestId id) const;
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
-  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  // Requests that have no token yet: queued, or holding a slot while their
+  // prompt is prefilled chunk by chunk.
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size() + prefilling_.size()); }
   int64_t slots_in_use() const { return slots_.taken(); }
   const GeneratorStats& stats() const { return stats_; }
 
@@ -128,7 +136,16 @@ class Generator {
     int64_t slot = -1;
     int64_t position = 0;  // where the last token goes in the next decode step
   };
+  // A request whose prompt is being prefilled into its slot (Note [Chunked prefill]).
+  struct Prefilling {
+    RequestId id = -1;
+    GenerationRequest request;
+    int64_t slot = -1;
+    int64_t done = 0;  // prompt tokens already in the cache
+  };
   void admit();
+  // Runs the next prefill call of prefilling_.front(); true when it finished the prompt.
+  bool prefill_next_chunk();
   void retire_finished();
   void decode_host_sampled();
   void flush();  // hands produced_[delivered_..] to the step's on_token
@@ -142,6 +159,7 @@ class Generator {
   std::map<int64_t, std::unique_ptr<DecodeLoop>> loops_;  // by batch bucket
   RequestId next_id_ = 0;
   std::deque<std::pair<RequestId, GenerationRequest>> waiting_;
+  std::deque<Prefilling> prefilling_;
   std::map<RequestId, Active> running_;
   std::map<RequestId, GenerationResult> results_;
   GeneratorStats stats_;

@@ -25,7 +25,8 @@ LlmService::LlmService(Decoder& decoder, const Tokenizer* tokenizer, LlmServiceC
       tokenizer_(tokenizer),
       config_(config),
       generator_(decoder, {.loop_steps = config.decode_loop_steps,
-                           .max_prefills_per_step = config.max_prefills_per_step}) {
+                           .max_prefills_per_step = config.max_prefills_per_step,
+                           .prefill_chunk = config.prefill_chunk}) {
   // The decode loops compile and record here, in the thread that warmed the
   // decoder up, not on the first request.
   generator_.warm_up();

@@ -97,6 +97,9 @@ struct LlmServiceConfig {
   // Note [Prefills between decode steps]: at most this many new requests are
   // prefilled before each decode step; 0: all that free slots take.
   int64_t max_prefills_per_step = 0;
+  // Note [Chunked prefill]: prompts are prefilled this many tokens per call
+  // (each call counts against max_prefills_per_step); 0: whole prompts.
+  int64_t prefill_chunk = 0;
 };
 
 // What a request may ask for, from the decoder's buckets and cache.

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "compiler/backends/backend_stats_json.h"
 #include "runtime/device.h"
@@ -24,9 +25,11 @@ using testing::tiny_config;
 constexpr uint64_t kSeed = 38;
 
 std::unique_ptr<Decoder> tiny_decoder(Architecture architecture, DType dtype,
-                                      const std::string& backend, bool fused_attention = true) {
+                                      const std::string& backend, bool fused_attention = true,
+                                      bool chunked_prefill = false) {
   DecoderOptions options;
   options.fused_attention = fused_attention;
+  options.chunked_prefill = chunked_prefill;
   options.backend = backend;
   options.device = runtime::kSimDevice;
   options.max_seq_len = 32;
@@ -211,6 +214,83 @@ TEST(DecoderGraphs, CudagraphsEqualEagerBitwise) {
     token = argmax(a);
   }
 }
+
+class DecoderChunks : public ::testing::TestWithParam<Case> {};
+
+// Note [Chunked prefill], Note [Prefill cache writes]: a prompt prefilled in
+// chunks (5, 5 and 3 tokens: the first an ordinary prefill, the others chunk
+// programs attending over the slot's earlier positions) gives the whole
+// prompt's last logits, writes the same keys and values into its slot (zeros
+// after them), and decodes on to the same tokens.
+TEST_P(DecoderChunks, ChunkedPrefillWritesTheCacheOfTheWholePrompt) {
+  const Case c = GetParam();
+  auto decoder = tiny_decoder(c.architecture, c.dtype, "cudagraphs", true, true);
+  decoder->warm_up();
+  nlohmann::json warm = tree_counters(*decoder);
+  const std::vector<int64_t> prompt = {5, 17, 3, 88, 41, 7, 7, 60, 2, 19, 33, 71, 8};
+  const float tolerance = c.dtype == DType::kF32 ? 2e-4f : 0.15f;
+  std::vector<float> whole = decoder->prefill(0, prompt);
+  std::span<const int64_t> all(prompt);
+  decoder->prefill(1, all.subspan(0, 5));
+  decoder->prefill_chunk(1, all.subspan(5, 5), 5);
+  std::vector<float> chunked = decoder->prefill_chunk(1, all.subspan(10), 10);
+  EXPECT_LE(max_abs_difference(whole, chunked), tolerance) << "seed " << kSeed;
+  const int64_t t = decoder->state().cache().max_seq_len;
+  const int64_t d = decoder->config().head_dim();
+  const int64_t kv_heads = decoder->config().num_kv_heads;
+  for (const runtime::Tensor& cache : decoder->state().cache_tensors()) {
+    std::vector<double> values = cache.to_doubles();
+    for (int64_t head = 0; head < kv_heads; ++head) {
+      for (int64_t position = 0; position < t; ++position) {
+        for (int64_t j = 0; j < d; ++j) {
+          auto at = [&](int64_t slot) {
+            return values[static_cast<size_t>(((slot * kv_heads + head) * t + position) * d + j)];
+          };
+          if (position < static_cast<int64_t>(prompt.size())) {
+            ASSERT_NEAR(at(0), at(1), tolerance) << "head " << head << " position " << position;
+          } else {
+            ASSERT_EQ(at(1), 0.0) << "head " << head << " position " << position;
+          }
+        }
+      }
+    }
+  }
+  std::vector<DecodeRow> rows = {{.slot = 0, .token = argmax(whole), .position = 13},
+                                 {.slot = 1, .token = argmax(whole), .position = 13}};
+  for (int step = 0; step < 4; ++step) {
+    std::vector<std::vector<float>> logits = decoder->decode(rows);
+    EXPECT_LE(max_abs_difference(logits[0], logits[1]), tolerance) << "step " << step;
+    if (c.dtype == DType::kF32 || testing::top_margin(logits[0]) > 2 * tolerance) {
+      EXPECT_EQ(argmax(logits[0]), argmax(logits[1])) << "step " << step << " seed " << kSeed;
+    }
+    for (DecodeRow& row : rows) {
+      row.token = argmax(logits[0]);
+      ++row.position;
+    }
+  }
+  // Every chunk bucket was recorded by warm_up: serving records nothing.
+  EXPECT_EQ(tree_counters(*decoder).at("recordings"), warm.at("recordings"));
+}
+
+// A chunk that does not fit the cache, or an empty one, is refused.
+TEST(DecoderChunksInput, RefusesChunksOutsideTheCache) {
+  auto decoder = tiny_decoder(Architecture::kLlama, DType::kF32, "cudagraphs", true, true);
+  const std::vector<int64_t> tokens = {1, 2, 3, 4};
+  EXPECT_THROW(decoder->prefill_chunk(0, tokens, 30), Error);  // 30 + 4 > 32 positions
+  EXPECT_THROW(decoder->prefill_chunk(0, {}, 4), Error);
+  EXPECT_THROW(decoder->prefill_chunk(0, tokens, -1), Error);
+  EXPECT_THROW(decoder->prefill_chunk(7, tokens, 4), Error);  // slots 0..3
+  EXPECT_NO_THROW(decoder->prefill_chunk(0, tokens, 28));
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, DecoderChunks,
+                         ::testing::Values(Case{Architecture::kLlama, DType::kF32},
+                                           Case{Architecture::kGpt2, DType::kF32},
+                                           Case{Architecture::kLlama, DType::kBF16}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(architecture_name(info.param.architecture)) + "_" +
+                                  runtime::dtype_name(info.param.dtype);
+                         });
 
 }  // namespace
 }  // namespace grove::serving::llm

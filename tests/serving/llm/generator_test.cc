@@ -192,6 +192,53 @@ TEST(Generator, PrefillsPerStepAreCappedAndTokensUnchanged) {
   }
 }
 
+// Note [Chunked prefill]: with prompts prefilled 4 tokens per call and one
+// call per step, a 10-token prompt takes three steps' calls (4, 4, 2 tokens)
+// while the streams already running keep decoding, and every request gets
+// the tokens of whole-prompt prefills; a request cancelled mid-prefill
+// frees its slot.
+TEST(Generator, ChunkedPrefillGivesTheWholePromptTokens) {
+  auto decoder = tiny_decoder();
+  SamplingParams warm{.temperature = 0.7, .top_k = 0, .top_p = 1, .seed = 6};
+  const std::vector<GenerationRequest> requests = {
+      generation_request({40, 41, 42, 43, 44, 45, 46, 47, 48, 49}, 6),
+      generation_request({1, 2, 3, 4, 5}, 5, warm), generation_request({7, 8, 9}, 4)};
+  for (int64_t loop_steps : {0, 4}) {
+    SCOPED_TRACE(::testing::Message() << "loop_steps " << loop_steps);
+    auto run_all = [&](Generator& generator, std::vector<int64_t>* calls_per_step) {
+      std::vector<RequestId> ids;
+      for (const GenerationRequest& request : requests) ids.push_back(generator.submit(request));
+      while (!generator.idle()) {
+        const int64_t before = generator.stats().prefill_calls;
+        generator.step();
+        if (calls_per_step) calls_per_step->push_back(generator.stats().prefill_calls - before);
+      }
+      std::vector<std::vector<int64_t>> tokens;
+      for (RequestId id : ids) tokens.push_back(generator.result(id).tokens);
+      return tokens;
+    };
+    Generator whole(*decoder, {.loop_steps = loop_steps});
+    Generator chunked(*decoder,
+                      {.loop_steps = loop_steps, .max_prefills_per_step = 1, .prefill_chunk = 4});
+    std::vector<int64_t> calls;
+    EXPECT_EQ(run_all(chunked, &calls), run_all(whole, nullptr)) << "seed " << kSeed;
+    EXPECT_EQ(chunked.stats().prefills, 3);
+    EXPECT_EQ(chunked.stats().prefill_calls, 3 + 2 + 1);
+    EXPECT_EQ(whole.stats().prefill_calls, 3);
+    for (int64_t count : calls) EXPECT_LE(count, 1);
+    EXPECT_EQ(chunked.slots_in_use(), 0);
+  }
+  Generator chunked(*decoder, {.max_prefills_per_step = 1, .prefill_chunk = 4});
+  const RequestId id = chunked.submit(requests[0]);
+  chunked.step();  // the first 4 tokens
+  EXPECT_EQ(chunked.waiting(), 1);
+  EXPECT_EQ(chunked.slots_in_use(), 1);
+  chunked.cancel(id);
+  EXPECT_EQ(chunked.result(id).finish, FinishReason::kCancelled);
+  EXPECT_EQ(chunked.slots_in_use(), 0);
+  EXPECT_TRUE(chunked.idle());
+}
+
 TEST(Generator, RefusesRequestsThatCannotFitTheCache) {
   auto decoder = tiny_decoder();
   Generator generator(*decoder);

@@ -1,0 +1,207 @@
+// Source of rms_norm_gemv_kernel_ptx.inc (regenerate_ptx.sh): LLaMA's RMSNorm
+// of a few rows followed by a linear layer, as one bandwidth-bound kernel,
+// Note [RMSNorm GEMV] (rms_norm_gemv_kernel.h). C[m, n] = sum_k A[m, k] W[n, k]
+// with A[m, k] = bf16(g[k] * (x[m, k] * rstd[m])), rstd[m] = rsqrt(mean_k
+// x[m, k]^2 + eps), for one row (M = 1: rms_norm_gemv_refusal), bf16
+// storage, f32 arithmetic.
+// Each block's threads first issue their first batch of W loads (they depend
+// on nothing), then sum the rows' squares (every block: x is a few KiB in
+// L2) and fold; one warp per output column n, as the small-M GEMV
+// (runtime/cuda/small_m_gemv_kernel.cu). The gated variant (LLaMA's MLP)
+// reads rows n (gate) and n + N (up) of W [2N, K] and stores
+// bf16(g * sigmoid(g) * u) of the rounded gate and up sums: SwiGLU's input
+// to the down projection, without the gate/up activations in memory.
+#include <cstdint>
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 128;  // __launch_bounds__ below; four columns per block
+// Vectors of each W row a lane loads before it folds any (as the small-M
+// GEMV: 16 for one row of A, 8 for two, 4 for more; half per row when gated).
+// The first batch goes out before the norm's statistics are summed; later
+// batches (K beyond the batch) are loaded and folded one after the other.
+template <int M, bool kGated>
+constexpr int kInFlight = (M >= 4 ? 4 : (M == 2 ? 8 : 16)) / (kGated ? 2 : 1);
+
+__device__ __forceinline__ void unpack(const uint4& v, float (&out)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// Round to nearest even at bf16, as a stored value would be.
+__device__ __forceinline__ float round_bf16(float value) {
+  uint32_t bits = __float_as_uint(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return value;
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return __uint_as_float(bits & 0xffff0000u);
+}
+
+__device__ __forceinline__ uint16_t to_bf16_bits(float value) {
+  return static_cast<uint16_t>(__float_as_uint(round_bf16(value)) >> 16);
+}
+
+// a[m] = the normalized row m's vector `index`: bf16(g * (x * rstd)).
+template <int M>
+__device__ __forceinline__ void normalized(float (&a)[M][8], const uint4* x, int64_t ldx,
+                                           const uint4* gain, const float (&rstd)[M],
+                                           int64_t index) {
+  float g[8];
+  unpack(__ldg(gain + index), g);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float xs[8];
+    unpack(__ldg(x + m * ldx + index), xs);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) a[m][i] = round_bf16(g[i] * (xs[i] * rstd[m]));
+  }
+}
+
+// acc[m] += <a[m], w> in element order.
+template <int M>
+__device__ __forceinline__ void dot(float (&acc)[M], const uint4& w, const float (&a)[M][8]) {
+  float weights[8];
+  unpack(w, weights);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[m] = fmaf(a[m][i], weights[i], acc[m]);
+  }
+}
+
+template <int M>
+__device__ __forceinline__ void warp_sum(float (&acc)[M]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
+    }
+  }
+}
+
+// n: output columns (the gated variant's W has 2n rows). Out: uint16_t
+// (bf16 results), or float (the bf16 result widened: an LM head's f32 logits
+// without a cast kernel).
+template <int M, bool kGated, typename Out>
+__device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ldx,
+                                              const uint16_t* gain_bits, const uint16_t* w_bits,
+                                              int64_t ldw, Out* c, int64_t ldc, int64_t n,
+                                              int64_t k, float eps) {
+  __shared__ float partial[kThreads / kWarp][M];
+  __shared__ float rstd[M];
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + warp;
+  const bool has_column = column < n;
+  const int64_t vectors = k / 8;
+  const int64_t row_index = has_column ? column : 0;
+  const uint4* gate_row = reinterpret_cast<const uint4*>(w_bits + row_index * ldw);
+  const uint4* up_row = reinterpret_cast<const uint4*>(w_bits + (row_index + n) * ldw);
+  const auto* x = reinterpret_cast<const uint4*>(x_bits);
+  const auto* gain = reinterpret_cast<const uint4*>(gain_bits);
+  const int64_t ldx_vectors = ldx / 8;
+  constexpr int kBatch = kInFlight<M, kGated>;
+  constexpr int64_t kStride = static_cast<int64_t>(kBatch) * kWarp;
+  uint4 loaded[kBatch];
+  uint4 loaded_up[kGated ? kBatch : 1];
+  auto load_batch = [&](int64_t start) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (has_column && start + j * kWarp < vectors) {
+        loaded[j] = __ldg(gate_row + start + j * kWarp);
+        if constexpr (kGated) loaded_up[j] = __ldg(up_row + start + j * kWarp);
+      }
+    }
+  };
+  const int64_t first = lane;
+  load_batch(first);  // in flight while the rows' statistics are summed
+  // Each row's sum of squares: thread t takes vectors t, t + kThreads, ...
+  // (f32, in that order), then the warps' shuffle trees and the warps in order.
+  float sums[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) sums[m] = 0.0f;
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float xs[8];
+      unpack(__ldg(x + m * ldx_vectors + v), xs);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sums[m] = fmaf(xs[i], xs[i], sums[m]);
+    }
+  }
+  warp_sum<M>(sums);
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) partial[warp][m] = sums[m];
+  }
+  __syncthreads();
+  if (threadIdx.x < M) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kThreads / kWarp; ++w) total += partial[w][threadIdx.x];
+    rstd[threadIdx.x] = rsqrtf(total / static_cast<float>(k) + eps);
+  }
+  __syncthreads();
+  if (!has_column) return;
+  float row_rstd[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) row_rstd[m] = rstd[m];
+  float acc[M];
+  float acc_up[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = acc_up[m] = 0.0f;
+  for (int64_t index = first; index < vectors; index += kStride) {
+    if (index != first) load_batch(index);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (index + j * kWarp < vectors) {
+        float a[M][8];
+        normalized<M>(a, x, ldx_vectors, gain, row_rstd, index + j * kWarp);
+        dot<M>(acc, loaded[j], a);
+        if constexpr (kGated) dot<M>(acc_up, loaded_up[j], a);
+      }
+    }
+  }
+  warp_sum<M>(acc);
+  if constexpr (kGated) warp_sum<M>(acc_up);
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float value = acc[m];
+      if constexpr (kGated) {
+        // As the unfused ops: the GEMM stores gate and up, then silu(gate) * up.
+        const float gate = round_bf16(acc[m]);
+        const float up = round_bf16(acc_up[m]);
+        value = gate * (1.0f / (1.0f + expf(-gate))) * up;
+      }
+      if constexpr (sizeof(Out) == 2) {
+        c[m * ldc + column] = to_bf16_bits(value);
+      } else {
+        c[m * ldc + column] = round_bf16(value);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// grove_rms_norm_gemv_bf16_m1, grove_rms_norm_gemv_bf16_f32out_m1 and
+// grove_rms_norm_swiglu_bf16_m1(x, ldx, gain, w, ldw, c, ldc, n, k, eps): the
+// kernels rms_norm_gemv_kernel.cc launches. Every warp normalizes the M rows'
+// elements it multiplies (M times the GEMV's work on A per weight vector): at
+// M >= 2 that work would outgrow the weight streaming, so only M = 1 is built.
+#define GROVE_RMS_NORM_GEMV(NAME, M, GATED, OUT)                                                 \
+  extern "C" __global__ void __launch_bounds__(kThreads)                                         \
+      NAME(const uint16_t* x, int64_t ldx, const uint16_t* gain, const uint16_t* w, int64_t ldw, \
+           OUT* c, int64_t ldc, int64_t n, int64_t k, float eps) {                               \
+    rms_norm_gemv<M, GATED, OUT>(x, ldx, gain, w, ldw, c, ldc, n, k, eps);                       \
+  }
+
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m1, 1, false, uint16_t)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_f32out_m1, 1, false, float)
+GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m1, 1, true, uint16_t)
