@@ -164,9 +164,12 @@ using GradientRule = std::function<std::vector<ir::ValueId>(GradientContext& con
 using InferFn = std::function<std::vector<TensorType>(const OpContext& context)>;
 // A kSpecial op the lowering runs as one step calling this hook instead of
 // generated code (collectives: all_reduce). The hook gets the operand tensors
-// (contiguous), enqueues its work on `stream` (the device's current stream)
-// and works in place: result r is operand r (such ops may be variadic, so
-// Effects::result_aliases stays empty and mutated_operands lists them all).
+// (contiguous) and enqueues its work on `stream` (the device's current
+// stream). An op that lists mutated operands works in place: result r is
+// operand r (such ops may be variadic, so Effects::result_aliases stays empty
+// and mutated_operands lists them all). An op that mutates none computes into
+// fresh result tensors, handed to the hook after the operands (Note [Launch
+// hooks with fresh results], compiler/lowering/scheduler.cc).
 // Capturable unless graph_safety says otherwise.
 using LaunchFn =
     std::function<void(const OpContext& context, const std::vector<runtime::Tensor>& operands,
