@@ -70,6 +70,8 @@ struct RunResult {
   uint64_t batches = 0, rows = 0, padded_rows = 0;
   // The batching worker's CPU per answered request, µs (as serve_http's column).
   double worker_cpu_us = 0;
+  // Where the worker's time went per batch, µs (ServerStats::worker_launch_ns...).
+  double launch_us = 0, wait_us = 0, answer_us = 0;
   double mean_batch_rows() const { return batches ? double(rows) / double(batches) : 0; }
   double fill() const { return rows + padded_rows ? double(rows) / double(rows + padded_rows) : 0; }
   // The server could not keep up: it rejected, or answered clearly less than was sent.
@@ -198,6 +200,12 @@ RunResult run_load(serving::Server& server, const std::vector<serving::Request>&
   result.batches = after.batches - before.batches;
   result.rows = after.rows - before.rows;
   result.padded_rows = after.padded_rows - before.padded_rows;
+  if (result.batches > 0) {
+    const double per_batch_us = 1e-3 / static_cast<double>(result.batches);
+    result.launch_us = double(after.worker_launch_ns - before.worker_launch_ns) * per_batch_us;
+    result.wait_us = double(after.worker_wait_ns - before.worker_wait_ns) * per_batch_us;
+    result.answer_us = double(after.worker_answer_ns - before.worker_answer_ns) * per_batch_us;
+  }
   if (result.completed > 0) {
     result.worker_cpu_us = cpu_ns_between(cpu_before, thread_cpu_ns(), "grove-worker") * 1e-3 /
                            static_cast<double>(result.completed);
@@ -257,7 +265,8 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                {"mean batch", Align::kRight},
                {"fill", Align::kRight},
                {"saturated"},
-               {"worker us/req", Align::kRight}});
+               {"worker us/req", Align::kRight},
+               {"launch/wait/answer us/batch", Align::kRight}});
   for (const RunResult& run : runs) {
     table.add_row({std::to_string(run.max_batch), run.backend, format_fixed(run.offered_rate, 0),
                    format_fixed(run.sent_rate, 0), format_fixed(run.achieved_rate, 0),
@@ -265,7 +274,9 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                    run.latency ? format_fixed(run.latency->median_us, 0) : "-",
                    run.latency ? format_fixed(run.latency->p99_us, 0) : "-",
                    format_fixed(run.mean_batch_rows(), 1), format_fixed(100 * run.fill(), 0) + "%",
-                   run.saturated() ? "yes" : "", format_fixed(run.worker_cpu_us, 1)});
+                   run.saturated() ? "yes" : "", format_fixed(run.worker_cpu_us, 1),
+                   str_cat(format_fixed(run.launch_us, 1), " / ", format_fixed(run.wait_us, 1),
+                           " / ", format_fixed(run.answer_us, 1))});
   }
   std::fputs(table.render().c_str(), stdout);
   if (std::find(options.backends.begin(), options.backends.end(), "eager") ==
@@ -301,6 +312,7 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["rows_per_request"] = rows_label(options);
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
+  report["gather_inputs"] = options.gather_inputs;
   report["queue_capacity"] = options.queue_capacity;
   report["arrivals"] = "open loop, Poisson";
   report["latency"] = "scheduled arrival to the worker's copy-out of the request's rows";
@@ -322,7 +334,10 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
                          {"batch_fill", run.fill()},
                          {"padded_rows", run.padded_rows},
                          {"saturated", run.saturated()},
-                         {"worker_cpu_us_per_answer", run.worker_cpu_us}};
+                         {"worker_cpu_us_per_answer", run.worker_cpu_us},
+                         {"worker_launch_us_per_batch", run.launch_us},
+                         {"worker_wait_us_per_batch", run.wait_us},
+                         {"worker_answer_us_per_batch", run.answer_us}};
     if (run.latency) entry["latency"] = latency_json(*run.latency);
     if (run.backend == "cudagraphs") {
       const RunResult* eager = find_run(runs, run.max_batch, "eager", run.offered_rate);
@@ -367,6 +382,7 @@ int run(int argc, char** argv) {
       config.buckets = serving::power_of_two_buckets(max_batch);
       config.max_batch = max_batch;
       config.max_wait = std::chrono::microseconds(options.max_wait_us);
+      config.gather_inputs = options.gather_inputs;
       config.queue_capacity = static_cast<size_t>(options.queue_capacity);
       Stopwatch watch;
       contenders.push_back(std::make_unique<serving::Server>(model, config));

@@ -92,6 +92,9 @@ TEST(KserveProtocol, DecodedRowsLieInPinnedMemory) {
       one_dtype, 4);
   EXPECT_EQ(as_rows.request.inputs()[0].values<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
   EXPECT_TRUE(PinnedRowPool::contains(as_rows.request.inputs()[0].bytes.data()));
+  // Note [Rows read into a scratch]: the pinned block holds the rows, not the
+  // reader's bound on what the text could have held.
+  EXPECT_EQ(as_rows.request.inputs()[0].bytes.capacity(), 6 * sizeof(float));
   const std::string text = R"({"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32",)"
                            R"( "parameters": {"binary_data_size": 12}}]})";
   const float values[3] = {0.5f, -1.0f, 2.0f};
