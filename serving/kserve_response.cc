@@ -59,7 +59,7 @@ void append_numbers(std::string& out, size_t count, Load load) {
         continue;
       }
     }
-    if constexpr (std::is_same_v<decltype(value), float>) {
+    if constexpr (std::is_same_v<std::remove_cv_t<decltype(value)>, float>) {
       p = write_json_float(p, value);  // Note [Floats in nine digits]
     } else {
       p = std::to_chars(p, end, value).ptr;

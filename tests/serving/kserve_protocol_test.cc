@@ -198,6 +198,23 @@ TEST(KserveProtocol, ResponseFloatsReadBackBitExactAndNonFiniteAreNull) {
   EXPECT_EQ(answer["outputs"][1]["data"], json::parse("[false, true]"));
 }
 
+// Note [Response numbers]: FP32 answers go through write_json_float (nine
+// digits: 0.1f is 0.100000001, where the shortest form is 0.1).
+TEST(KserveProtocol, ResponseFloatsAreWrittenInNineDigits) {
+  InferRequest parsed = parse_infer_request(good_request().dump(), signature(), 4);
+  Response response;
+  response.outputs.push_back(
+      HostRows::from_values<float>({0.1f, -0.5f, 3.0f, 0x1p-20f, 1e10f, 0.0f}, {2, 3}));
+  HostRows mask;
+  mask.shape = {2, 1};
+  mask.dtype = DType::kBool;
+  mask.bytes = {0, 1};
+  response.outputs.push_back(mask);
+  const std::string text = infer_response_json("m", parsed, signature(), response);
+  EXPECT_NE(text.find("[0.100000001,-0.5,3,9.53674316e-7,1e10,0]"), std::string::npos)
+      << text;
+}
+
 // A body in the binary tensor data extension: JSON, then the raw bytes of
 // the inputs that give binary_data_size, in the order they are listed.
 std::string binary_body(const json& header, const std::string& bytes, size_t* json_length) {
