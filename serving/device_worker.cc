@@ -155,7 +155,8 @@ void DeviceWorker::serve() {
     running = std::move(launched);  // the answered batch's requests are freed here
     const Clock::time_point end = Clock::now();
     auto ns = [](Clock::duration span) {
-      return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(span).count());
+      return static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(span).count());
     };
     stats_.worker_time(ns(launched_at - begin), ns(read_at - launched_at), ns(end - read_at));
   }
@@ -268,8 +269,7 @@ uint64_t DeviceWorker::stage_input(const InFlight& run, size_t k, const Bucket& 
   if (one_run) {
     uint64_t copies = 0;
     if (real_bytes > 0) {
-      platform.copy_async(device_rows, first, real_bytes, runtime::CopyKind::kHostToDevice,
-                          stream);
+      platform.copy_async(device_rows, first, real_bytes, runtime::CopyKind::kHostToDevice, stream);
       ++copies;
     }
     // Padded rows are zeros (Note [Shape buckets]); they never reach a response.
@@ -288,8 +288,7 @@ uint64_t DeviceWorker::stage_input(const InFlight& run, size_t k, const Bucket& 
     at += bytes.size();
   }
   std::memset(staging + at, 0, bucket_bytes - at);
-  platform.copy_async(device_rows, staging, bucket_bytes, runtime::CopyKind::kHostToDevice,
-                      stream);
+  platform.copy_async(device_rows, staging, bucket_bytes, runtime::CopyKind::kHostToDevice, stream);
   return 1;
 }
 

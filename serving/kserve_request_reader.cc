@@ -447,8 +447,8 @@ class DataArrayScan {
   std::string_view text_;
   const size_t max_values_;
   const std::optional<runtime::DType> data_as_;
-  size_t kept_ = 0;    // data values kept, over all inputs
-  size_t row_at_ = 0;  // bytes written to the data array's row_bytes
+  size_t kept_ = 0;           // data values kept, over all inputs
+  size_t row_at_ = 0;         // bytes written to the data array's row_bytes
   RowBytes* rows_ = nullptr;  // where they are written (Note [Rows read into a scratch])
   size_t at_ = 0;
   bool seen_inputs_ = false;

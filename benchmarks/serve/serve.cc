@@ -162,22 +162,23 @@ RunResult run_load(serving::Server& server, const std::vector<serving::Request>&
   const size_t submitters = static_cast<size_t>(options.submitters);
   std::vector<Clock::time_point> last_sent_by(submitters, start);
   std::vector<std::thread> generators;
-  for (size_t g = 0; g < submitters; ++g) generators.emplace_back([&, g] {
-    for (size_t i = g; i < slots.size(); i += submitters) {
-      Slot& slot = slots[i];
-      slot.scheduled = start + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(offsets_s[i]));
-      wait_until(slot.scheduled);
-      try {
-        slot.answer = server.submit(pool[i % pool.size()]);
-        slot.accepted = true;
-      } catch (const serving::QueueFullError&) {
-        slot.accepted = false;
+  for (size_t g = 0; g < submitters; ++g)
+    generators.emplace_back([&, g] {
+      for (size_t i = g; i < slots.size(); i += submitters) {
+        Slot& slot = slots[i];
+        slot.scheduled = start + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(offsets_s[i]));
+        wait_until(slot.scheduled);
+        try {
+          slot.answer = server.submit(pool[i % pool.size()]);
+          slot.accepted = true;
+        } catch (const serving::QueueFullError&) {
+          slot.accepted = false;
+        }
+        slot.published.store(true, std::memory_order_release);
       }
-      slot.published.store(true, std::memory_order_release);
-    }
-    last_sent_by[g] = Clock::now();
-  });
+      last_sent_by[g] = Clock::now();
+    });
   std::vector<double> latencies_us;
   latencies_us.reserve(slots.size());
   Clock::time_point last_answer = start;
@@ -381,13 +382,13 @@ int run(int argc, char** argv) {
   if (!parsed) return 0;
   const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
-  std::printf("serve on %s (%s): %s, %s rows per request, Poisson arrivals for %lld ms per run, "
-              "%lld submitter(s)\n",
-              options.device.str().c_str(),
-              runtime::device_context(options.device).platform().name().c_str(),
-              options.model.c_str(), rows_label(options).c_str(),
-              static_cast<long long>(options.duration_ms),
-              static_cast<long long>(options.submitters));
+  std::printf(
+      "serve on %s (%s): %s, %s rows per request, Poisson arrivals for %lld ms per run, "
+      "%lld submitter(s)\n",
+      options.device.str().c_str(),
+      runtime::device_context(options.device).platform().name().c_str(), options.model.c_str(),
+      rows_label(options).c_str(), static_cast<long long>(options.duration_ms),
+      static_cast<long long>(options.submitters));
   std::fflush(stdout);
   serving::ProgramFactory model =
       serving::model_file_factory(options.models_dir + "/" + options.model + ".json");

@@ -8,9 +8,9 @@
 
 #include <charconv>
 #include <cmath>
-#include <limits>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -209,7 +209,8 @@ TEST(JsonFloat, RandomBitPatternsReadBackExactly) {
 TEST(JsonFloat, EveryBinadeSubnormalsAndExtremesReadBackExactly) {
   std::mt19937 random(36);
   for (uint32_t exponent = 0; exponent < 255; ++exponent) {
-    for (uint32_t mantissa : {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu, static_cast<uint32_t>(random() & 0x7FFFFFu)}) {
+    for (uint32_t mantissa :
+         {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu, static_cast<uint32_t>(random() & 0x7FFFFFu)}) {
       for (uint32_t sign : {0u, 1u}) {
         const uint32_t bits = sign << 31 | exponent << 23 | mantissa;
         float value = 0;
@@ -218,11 +219,26 @@ TEST(JsonFloat, EveryBinadeSubnormalsAndExtremesReadBackExactly) {
       }
     }
   }
-  for (float value : {0.0f, -0.0f, 1.0f, -1.0f, 0.1f, 0.5f, 1e-5f, 1e-6f, 1e8f, 1e9f, 1e10f,
-                      123456789.0f, 999999999.0f, 9.9999999e-5f,
-                      std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest(),
-                      std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(),
-                      std::nextafter(1.0f, 0.0f), std::nextafter(1.0f, 2.0f)}) {
+  for (float value : {0.0f,
+                      -0.0f,
+                      1.0f,
+                      -1.0f,
+                      0.1f,
+                      0.5f,
+                      1e-5f,
+                      1e-6f,
+                      1e8f,
+                      1e9f,
+                      1e10f,
+                      123456789.0f,
+                      999999999.0f,
+                      9.9999999e-5f,
+                      std::numeric_limits<float>::max(),
+                      std::numeric_limits<float>::lowest(),
+                      std::numeric_limits<float>::min(),
+                      std::numeric_limits<float>::denorm_min(),
+                      std::nextafter(1.0f, 0.0f),
+                      std::nextafter(1.0f, 2.0f)}) {
     expect_float_reads_back(value);
   }
 }
@@ -239,8 +255,8 @@ TEST(JsonFloat, CommonValuesReadAsWrittenByHand) {
   EXPECT_EQ(text(-2.25f), "-2.25");
   EXPECT_EQ(text(12000.0f), "12000");
   EXPECT_EQ(text(0x1p-20f), "9.53674316e-7");  // 9.5367431640625e-7
-  EXPECT_EQ(text(0.1f), "0.100000001");  // nine digits, not the shortest "0.1"
-  EXPECT_EQ(text(0x1p70f), "1.18059162e21");  // 1180591620717411303424
+  EXPECT_EQ(text(0.1f), "0.100000001");        // nine digits, not the shortest "0.1"
+  EXPECT_EQ(text(0x1p70f), "1.18059162e21");   // 1180591620717411303424
   EXPECT_EQ(text(-0x1p-12f), "-0.000244140625");
 }
 

@@ -211,8 +211,7 @@ TEST(KserveProtocol, ResponseFloatsAreWrittenInNineDigits) {
   mask.bytes = {0, 1};
   response.outputs.push_back(mask);
   const std::string text = infer_response_json("m", parsed, signature(), response);
-  EXPECT_NE(text.find("[0.100000001,-0.5,3,9.53674316e-7,1e10,0]"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("[0.100000001,-0.5,3,9.53674316e-7,1e10,0]"), std::string::npos) << text;
 }
 
 // A body in the binary tensor data extension: JSON, then the raw bytes of
