@@ -339,8 +339,9 @@ void DeviceWorker::answer(InFlight& run) {
     for (size_t o = 0; o < signature_.outputs.size(); ++o) {
       const RowSpec& spec = signature_.outputs[o];
       HostRows rows_out;
-      rows_out.shape = spec.row_shape;
-      rows_out.shape.insert(rows_out.shape.begin(), request.rows);
+      rows_out.shape.reserve(spec.row_shape.size() + 1);  // one allocation
+      rows_out.shape.push_back(request.rows);
+      rows_out.shape.insert(rows_out.shape.end(), spec.row_shape.begin(), spec.row_shape.end());
       rows_out.dtype = spec.dtype;
       const uint8_t* begin =
           output_staging_[run.staging][o].data() + static_cast<size_t>(first_row) * spec.row_bytes;
