@@ -61,7 +61,9 @@ void DeviceWorker::thread_main(std::promise<void>& ready) {
     return;
   }
   ready.set_value();
+  reaper_.emplace();
   serve();
+  reaper_.reset();  // every answered request freed
   // Graph outputs, staging tensors and recordings belong to this thread's
   // tree manager and stream: release them here, before the thread ends.
   tree_at_exit_ = tree_stats();
@@ -152,7 +154,8 @@ void DeviceWorker::serve() {
       answer(*running);
       if (Clock::now() - snapshot_at_ >= config_.backend_snapshot_period) refresh_snapshot();
     }
-    running = std::move(launched);  // the answered batch's requests are freed here
+    if (running) reaper_->hand(std::move(running->requests));
+    running = std::move(launched);
     const Clock::time_point end = Clock::now();
     auto ns = [](Clock::duration span) {
       return static_cast<uint64_t>(

@@ -74,6 +74,7 @@
 #include "runtime/pinned_host_buffer.h"
 #include "serving/model_signature.h"
 #include "serving/request_queue.h"
+#include "serving/request_reaper.h"
 #include "serving/server_config.h"
 #include "serving/server_stats.h"
 #include "serving/worker_reports.h"
@@ -171,6 +172,8 @@ class DeviceWorker {
   runtime::EventHandle staging_done_[2]{};
   size_t next_staging_ = 0;
   uint64_t door_checks_counted_ = 0;  // door_checks() already in stats_
+  // Note [Answered requests freed off the worker]; made and dropped by the thread.
+  std::optional<RequestReaper> reaper_;
   std::thread thread_;
   double warmup_ms_ = 0;
   std::optional<runtime::GraphTreeStats> tree_after_warmup_;
