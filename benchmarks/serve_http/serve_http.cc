@@ -149,8 +149,9 @@ struct RunResult {
 // Where the CPU goes per answered request, from each thread's time on a CPU
 // (benchmarks/common/thread_cpu.h) over a run: the batching worker's
 // (grove-worker), the front's (every other thread of this process that
-// lives through the run: the HTTP loops, grove-http, or gRPC's own threads;
-// the waiting main thread costs nothing), and the client threads' own
+// lives through the run: the HTTP loops, grove-http, or gRPC's own threads,
+// the answer relay, and the worker's reaper, grove-reaper, which frees
+// answered requests for it; the waiting main thread costs nothing), and the client threads' own
 // (CLOCK_THREAD_CPUTIME_ID, in this process for HTTP, in the client
 // processes for gRPC, where gRPC's client threads are not counted). The
 // kernel's work for a socket write is charged to the writer, waking the
