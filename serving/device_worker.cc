@@ -61,7 +61,9 @@ void DeviceWorker::thread_main(std::promise<void>& ready) {
     return;
   }
   ready.set_value();
+  reaper_.emplace();
   serve();
+  reaper_.reset();  // every answered request freed
   // Graph outputs, staging tensors and recordings belong to this thread's
   // tree manager and stream: release them here, before the thread ends.
   tree_at_exit_ = tree_stats();
@@ -101,6 +103,9 @@ void DeviceWorker::prepare() {
   runtime::DeviceContext& context = runtime::device_context(device_);
   runtime::Platform& platform = context.platform();
   for (size_t parity = 0; parity < 2; ++parity) {
+    for (const RowSpec& input : signature_.inputs) {
+      input_staging_[parity].emplace_back(device_, largest * input.row_bytes);
+    }
     for (const RowSpec& output : signature_.outputs) {
       output_staging_[parity].emplace_back(device_, largest * output.row_bytes);
     }
@@ -134,18 +139,29 @@ void DeviceWorker::serve() {
     std::vector<PendingRequest> next = running ? queue_.take_due_batch() : queue_.take_batch();
     if (!running && next.empty()) return;  // closed and empty
     std::optional<InFlight> launched;
+    const Clock::time_point begin = Clock::now();
+    Clock::time_point launched_at = begin, read_at = begin;
     if (!next.empty()) {
       // A strided output is read synchronously by read_back(), before the
       // next replay may overwrite it (Note [Asynchronous staging]).
       if (running && !running->strided_outputs.empty()) read_back(*running);
       launched = launch(std::move(next));
+      launched_at = read_at = Clock::now();
     }
     if (running) {
       if (!running->read) read_back(*running);
+      read_at = Clock::now();
       answer(*running);
       if (Clock::now() - snapshot_at_ >= config_.backend_snapshot_period) refresh_snapshot();
     }
+    if (running) reaper_->hand(std::move(running->requests));
     running = std::move(launched);
+    const Clock::time_point end = Clock::now();
+    auto ns = [](Clock::duration span) {
+      return static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(span).count());
+    };
+    stats_.worker_time(ns(launched_at - begin), ns(read_at - launched_at), ns(end - read_at));
   }
 }
 
@@ -170,39 +186,10 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
     run.staging = next_staging_;
     next_staging_ ^= 1;
     uint64_t bytes_copied = 0, copies = 0;
-    for (size_t k = 0; k < signature_.inputs.size(); ++k) {
-      auto* device_rows = static_cast<uint8_t*>(bucket->inputs[k].data_ptr());
-      // Note [Request bytes copied once]: each run of requests whose rows lie
-      // next to each other in host memory is one copy.
-      const uint8_t* run_source = nullptr;
-      size_t run_at = 0, run_bytes = 0, offset = 0;
-      auto copy_run = [&] {
-        if (run_bytes == 0) return;
-        platform.copy_async(device_rows + run_at, run_source, run_bytes,
-                            runtime::CopyKind::kHostToDevice, stream);
-        bytes_copied += run_bytes;
-        ++copies;
-      };
-      for (const PendingRequest& request : run.requests) {
-        const RowBytes& bytes = request.request.inputs[k].bytes;
-        if (bytes.empty()) continue;
-        if (run_bytes == 0 || run_source + run_bytes != bytes.data()) {
-          copy_run();
-          run_source = bytes.data();
-          run_at = offset;
-          run_bytes = 0;
-        }
-        run_bytes += bytes.size();
-        offset += bytes.size();
-      }
-      copy_run();
-      // Padded rows are zeros (Note [Shape buckets]); they never reach a response.
-      const size_t bucket_bytes =
-          static_cast<size_t>(bucket->rows) * signature_.inputs[k].row_bytes;
-      if (bucket_bytes > offset) {
-        platform.memset_async(device_rows + offset, 0, bucket_bytes - offset, stream);
-      }
+    for (const PendingRequest& request : run.requests) {
+      for (const HostRows& rows : request.request.inputs) bytes_copied += rows.bytes.size();
     }
+    for (size_t k = 0; k < signature_.inputs.size(); ++k) copies += stage_input(run, k, *bucket);
     stats_.copied_to_device(bytes_copied, copies);
     compiler::TensorList outputs = (*bucket->model)(bucket->bound);
     GROVE_CHECK(outputs.size() == signature_.outputs.size(), "served model returned ",
@@ -225,6 +212,87 @@ DeviceWorker::InFlight DeviceWorker::launch(std::vector<PendingRequest> batch) {
     run.error = std::current_exception();
   }
   return run;
+}
+
+uint64_t DeviceWorker::copy_rows_apart(const InFlight& run, size_t k, uint8_t* device_rows,
+                                       size_t bucket_bytes) {
+  runtime::DeviceContext& context = runtime::device_context(device_);
+  runtime::Platform& platform = context.platform();
+  const runtime::StreamHandle stream = context.current_stream();
+  uint64_t copies = 0;
+  const uint8_t* run_source = nullptr;
+  size_t run_at = 0, run_bytes = 0, offset = 0;
+  auto copy_run = [&] {
+    if (run_bytes == 0) return;
+    platform.copy_async(device_rows + run_at, run_source, run_bytes,
+                        runtime::CopyKind::kHostToDevice, stream);
+    ++copies;
+  };
+  for (const PendingRequest& request : run.requests) {
+    const RowBytes& bytes = request.request.inputs[k].bytes;
+    if (bytes.empty()) continue;
+    if (run_bytes == 0 || run_source + run_bytes != bytes.data()) {
+      copy_run();
+      run_source = bytes.data();
+      run_at = offset;
+      run_bytes = 0;
+    }
+    run_bytes += bytes.size();
+    offset += bytes.size();
+  }
+  copy_run();
+  if (bucket_bytes > offset) {
+    platform.memset_async(device_rows + offset, 0, bucket_bytes - offset, stream);
+  }
+  return copies;
+}
+
+uint64_t DeviceWorker::stage_input(const InFlight& run, size_t k, const Bucket& bucket) {
+  runtime::DeviceContext& context = runtime::device_context(device_);
+  runtime::Platform& platform = context.platform();
+  const runtime::StreamHandle stream = context.current_stream();
+  auto* device_rows = static_cast<uint8_t*>(bucket.inputs[k].data_ptr());
+  const size_t row_bytes = signature_.inputs[k].row_bytes;
+  const size_t real_bytes = static_cast<size_t>(run.rows) * row_bytes;
+  const size_t bucket_bytes = static_cast<size_t>(bucket.rows) * row_bytes;
+  // Whether the requests' rows form one run in host memory (one copy as they are).
+  const uint8_t* first = nullptr;
+  size_t contiguous = 0;
+  bool one_run = true;
+  for (const PendingRequest& request : run.requests) {
+    const RowBytes& bytes = request.request.inputs[k].bytes;
+    if (bytes.empty()) continue;
+    if (first == nullptr) first = bytes.data();
+    if (first + contiguous != bytes.data()) one_run = false;
+    contiguous += bytes.size();
+  }
+  if (!one_run && !config_.gather_inputs) {
+    return copy_rows_apart(run, k, device_rows, bucket_bytes);
+  }
+  if (one_run) {
+    uint64_t copies = 0;
+    if (real_bytes > 0) {
+      platform.copy_async(device_rows, first, real_bytes, runtime::CopyKind::kHostToDevice, stream);
+      ++copies;
+    }
+    // Padded rows are zeros (Note [Shape buckets]); they never reach a response.
+    if (bucket_bytes > real_bytes) {
+      platform.memset_async(device_rows + real_bytes, 0, bucket_bytes - real_bytes, stream);
+    }
+    return copies;
+  }
+  // Note [One input copy per batch]: the staging of this parity is free (its
+  // previous batch was read back before this launch).
+  uint8_t* staging = input_staging_[run.staging][k].data();
+  size_t at = 0;
+  for (const PendingRequest& request : run.requests) {
+    const RowBytes& bytes = request.request.inputs[k].bytes;
+    std::memcpy(staging + at, bytes.data(), bytes.size());
+    at += bytes.size();
+  }
+  std::memset(staging + at, 0, bucket_bytes - at);
+  platform.copy_async(device_rows, staging, bucket_bytes, runtime::CopyKind::kHostToDevice, stream);
+  return 1;
 }
 
 void DeviceWorker::read_back(InFlight& run) {
@@ -274,8 +342,9 @@ void DeviceWorker::answer(InFlight& run) {
     for (size_t o = 0; o < signature_.outputs.size(); ++o) {
       const RowSpec& spec = signature_.outputs[o];
       HostRows rows_out;
-      rows_out.shape = spec.row_shape;
-      rows_out.shape.insert(rows_out.shape.begin(), request.rows);
+      rows_out.shape.reserve(spec.row_shape.size() + 1);  // one allocation
+      rows_out.shape.push_back(request.rows);
+      rows_out.shape.insert(rows_out.shape.end(), spec.row_shape.begin(), spec.row_shape.end());
       rows_out.dtype = spec.dtype;
       const uint8_t* begin =
           output_staging_[run.staging][o].data() + static_cast<size_t>(first_row) * spec.row_bytes;
@@ -292,6 +361,7 @@ void DeviceWorker::answer(InFlight& run) {
 void DeviceWorker::release_staging() {
   runtime::Platform& platform = runtime::device_context(device_).platform();
   for (size_t parity = 0; parity < 2; ++parity) {
+    input_staging_[parity].clear();
     output_staging_[parity].clear();
     if (staging_done_[parity].impl != nullptr) platform.destroy_event(staging_done_[parity]);
     staging_done_[parity] = runtime::EventHandle{};

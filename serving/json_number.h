@@ -5,8 +5,11 @@
 // digits, and most floats are converted without a second look at the text
 // (Note [Decimal to double in one pass]). The fast request reader
 // (serving/kserve_request_reader.h) reads every data number through it.
+// write_json_float is the answer's side: a float as a JSON number that reads
+// back as the same float (Note [Floats in nine digits]).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace grove::serving {
@@ -26,5 +29,14 @@ struct JsonNumber {
 // nothing else) and returns the first character after it, or nullptr when
 // `begin` holds no such token or its value is not a finite double.
 const char* read_json_number(const char* begin, const char* end, JsonNumber* number);
+
+// The most characters write_json_float writes ("-1.23456789e-38").
+inline constexpr size_t kJsonFloatChars = 16;
+
+// Writes finite `value` at `out` (room for kJsonFloatChars) as a JSON number
+// of at most nine significant digits, trailing zeros dropped, that reads back
+// as `value` exactly, whether read as a float or read as a double and then
+// rounded to a float (Note [Floats in nine digits]); returns the end.
+char* write_json_float(char* out, float value);
 
 }  // namespace grove::serving

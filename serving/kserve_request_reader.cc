@@ -299,14 +299,26 @@ class DataArrayScan {
     if (data_as_) {
       // At most the values left to keep, and at most one per 2 bytes of text.
       const size_t bound = std::min(max_values_ - kept_, (text_.size() - at_) / 2 + 1);
-      // Sized once, written in place, cut to what was written (no resize per element).
-      span.data.row_bytes.resize(bound * runtime::dtype_size(*data_as_));
+      // Note [Rows read into a scratch]: small arrays through this thread's
+      // scratch, large ones straight into their pinned block.
+      const size_t bound_bytes = bound * runtime::dtype_size(*data_as_);
+      rows_ = &span.data.row_bytes;
+      if (bound_bytes <= kRowScratchBytes) {
+        if (row_scratch().size() < bound_bytes) row_scratch().resize(bound_bytes);
+        rows_ = &row_scratch();
+      } else {
+        span.data.row_bytes.resize(bound_bytes);
+      }
       row_at_ = 0;
     } else {
       span.data.values.reserve(1024);
     }
     if (!numbers(span.data, 3)) return false;
-    if (data_as_) span.data.row_bytes.resize(row_at_);
+    if (data_as_ && rows_ == &row_scratch()) {
+      span.data.row_bytes.assign(row_scratch().data(), row_scratch().data() + row_at_);
+    } else if (data_as_) {
+      span.data.row_bytes.resize(row_at_);
+    }
     span.end = at_;
     spans_.push_back(std::move(span));
     return true;
@@ -326,7 +338,7 @@ class DataArrayScan {
         const bool keep = kept_ < max_values_;
         DataValue scratch;
         if (!number(keep && !data_as_ ? data.values.emplace_back() : scratch)) return false;
-        if (keep && data_as_ && !append_element(data.row_bytes, row_at_, scratch, *data_as_)) {
+        if (keep && data_as_ && !append_element(*rows_, row_at_, scratch, *data_as_)) {
           return false;
         }
         kept_ += keep ? 1 : 0;
@@ -344,6 +356,25 @@ class DataArrayScan {
   // where it would refuse the value (a float or an integer out of range for
   // INT32 or INT64): the reference reader then reads the body and the
   // refusal names the element.
+  // Note [Rows read into a scratch]
+  // The numbers of a data array are written as row bytes into a buffer sized
+  // for the most the array may hold (one value per 2 bytes of text, at most
+  // the values the model takes). Where that bound is small, the buffer is
+  // this thread's scratch and the rows are then copied into a pinned block of
+  // exactly their size: reserving the bound in pinned memory per request, as
+  // before, took a block of up to half the body (16 KiB for a 512-float row
+  // of 2 KiB) and zeroed it. A large array is written straight into its
+  // pinned block, cut to size after, so that a large request never holds its
+  // rows twice (Note [Request memory bounded by the model]). The scratch
+  // keeps its largest size, at most kRowScratchBytes, per thread. Tests:
+  // KserveProtocol.DecodedRowsLieInPinnedMemory (the rows' capacity is their
+  // size), KserveProtocol.LargeFloatBodyCostsItsRowsNotAValuePerElement.
+  static constexpr size_t kRowScratchBytes = size_t{256} << 10;
+  static RowBytes& row_scratch() {
+    thread_local RowBytes scratch;
+    return scratch;
+  }
+
   static bool append_element(RowBytes& bytes, size_t& at, const DataValue& value,
                              runtime::DType dtype) {
     const size_t element = runtime::dtype_size(dtype);
@@ -416,8 +447,9 @@ class DataArrayScan {
   std::string_view text_;
   const size_t max_values_;
   const std::optional<runtime::DType> data_as_;
-  size_t kept_ = 0;    // data values kept, over all inputs
-  size_t row_at_ = 0;  // bytes written to the data array's row_bytes
+  size_t kept_ = 0;           // data values kept, over all inputs
+  size_t row_at_ = 0;         // bytes written to the data array's row_bytes
+  RowBytes* rows_ = nullptr;  // where they are written (Note [Rows read into a scratch])
   size_t at_ = 0;
   bool seen_inputs_ = false;
   std::vector<Span> spans_;

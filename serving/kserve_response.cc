@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "serving/json_number.h"
 #include "serving/kserve_protocol.h"
 
 namespace grove::serving {
@@ -29,10 +30,12 @@ void append_json_string(std::string& out, const std::string& text) {
 }
 
 // Note [Response numbers]
-// Answers are written by hand, not through nlohmann::json: each float in the
-// fewest digits that read back as the same float (std::to_chars), which keeps
-// a 512-wide f32 row near 6 KB instead of the 10 KB it takes printed as a
-// double, and saves building a JSON tree per answer. A NaN or an infinity,
+// Answers are written by hand, not through nlohmann::json: each float in at
+// most nine significant digits that read back as the same float
+// (write_json_float, Note [Floats in nine digits]; a double or an integer in
+// the fewest, std::to_chars), which keeps a 512-wide f32 row near 6 KB
+// instead of the 10 KB it takes printed as a double, and saves building a
+// JSON tree per answer. A NaN or an infinity,
 // which JSON cannot hold, is written as null. Test:
 // KserveProtocol.ResponseFloatsReadBackBitExactAndNonFiniteAreNull.
 //
@@ -56,7 +59,11 @@ void append_numbers(std::string& out, size_t count, Load load) {
         continue;
       }
     }
-    p = std::to_chars(p, end, value).ptr;
+    if constexpr (std::is_same_v<std::remove_cv_t<decltype(value)>, float>) {
+      p = write_json_float(p, value);  // Note [Floats in nine digits]
+    } else {
+      p = std::to_chars(p, end, value).ptr;
+    }
   }
   *p++ = ']';
   out.resize(static_cast<size_t>(p - out.data()));

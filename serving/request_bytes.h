@@ -6,13 +6,14 @@
 // A served request's tensor bytes are written once on the host and copied
 // once to the device: the front (JSON, the binary extension, gRPC) decodes
 // them straight into the request's HostRows, whose RowBytes live in pinned
-// memory from PinnedRowPool, and the worker copies each request's rows from
-// there into its bucket's device inputs (one copy per run of requests that
-// lie next to each other in the pool), with no host batch in between.
+// memory from PinnedRowPool, and the worker puts a batch's rows into its
+// bucket's device inputs in one copy per input (Note [One input copy per
+// batch], device_worker.h): straight from there when the batch's rows lie in
+// one run, else gathered on the host into the batch's pinned staging first.
 // Copies from pinned memory are asynchronous, so Note [Asynchronous staging]
 // holds. The pool hands blocks of a size out first-freed first, so the
 // requests of a batch, freed together, come back in order and a later batch's
-// rows often lie next to each other. The pool keeps the pinned memory it grew
+// rows may lie next to each other. The pool keeps the pinned memory it grew
 // to (the peak of rows in flight, rounded up to powers of two) until the
 // process exits. Rows larger than its largest block (kLargestBlock) live in
 // pageable memory; they are still copied once, synchronously. ServerStats

@@ -74,6 +74,11 @@ struct ServerConfig {
   // (its tree's counters and pool, which only the worker's thread may read):
   // after a batch, when the last refresh is older than this.
   std::chrono::milliseconds backend_snapshot_period{500};
+  // Note [One input copy per batch] (device_worker.h): a batch whose rows lie
+  // apart in host memory is gathered into a pinned staging and copied in one
+  // call per input. false: one copy per run of adjacent rows, as before (the
+  // A/B of the default: the serving benchmarks' --copy-rows-apart).
+  bool gather_inputs = true;
 
   // Throws ConfigError naming the field, its value and the allowed range.
   void validate() const;

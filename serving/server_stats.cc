@@ -30,7 +30,10 @@ nlohmann::json ServerStats::to_json() const {
                         {"request_checks", request_checks},
                         {"door_checks", door_checks},
                         {"request_bytes_to_device", request_bytes_to_device},
-                        {"request_copies_to_device", request_copies_to_device}};
+                        {"request_copies_to_device", request_copies_to_device},
+                        {"worker_launch_ns", worker_launch_ns},
+                        {"worker_wait_ns", worker_wait_ns},
+                        {"worker_answer_ns", worker_answer_ns}};
 }
 
 void StatsRecorder::batch(int64_t rows, int64_t bucket) {
@@ -47,6 +50,13 @@ void StatsRecorder::copied_to_device(uint64_t bytes, uint64_t copies) {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.request_bytes_to_device += bytes;
   stats_.request_copies_to_device += copies;
+}
+
+void StatsRecorder::worker_time(uint64_t launch_ns, uint64_t wait_ns, uint64_t answer_ns) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.worker_launch_ns += launch_ns;
+  stats_.worker_wait_ns += wait_ns;
+  stats_.worker_answer_ns += answer_ns;
 }
 
 void StatsRecorder::not_queued(bool queue_full) {

@@ -31,6 +31,14 @@ struct ServerStats {
   // the fronts decoded them into to the device, and the copies that took.
   uint64_t request_bytes_to_device = 0;
   uint64_t request_copies_to_device = 0;
+  // Where the batching workers' time went (steady clock, ns, summed over
+  // batches and workers): staging and enqueueing batches (launch), waiting
+  // for the device to finish them (wait), and answering their requests
+  // (answer). What is left of a worker's wall time it spent waiting for
+  // requests (Note [Two batches in flight], device_worker.h).
+  uint64_t worker_launch_ns = 0;
+  uint64_t worker_wait_ns = 0;
+  uint64_t worker_answer_ns = 0;
 
   // Accepted requests not yet answered (queued or in a running batch).
   uint64_t pending() const { return submitted - completed - failed - cancelled; }
@@ -54,6 +62,7 @@ class StatsRecorder {
   void batch(int64_t rows, int64_t bucket);
   void door_checks(uint64_t count) { bump(&ServerStats::door_checks, count); }
   void copied_to_device(uint64_t bytes, uint64_t copies);
+  void worker_time(uint64_t launch_ns, uint64_t wait_ns, uint64_t answer_ns);
   ServerStats snapshot() const;
 
  private:

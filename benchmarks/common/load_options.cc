@@ -40,6 +40,9 @@ std::vector<FlagSpec> load_flags(const LoadDefaults& defaults) {
       {"--duration-ms", "MS",
        str_cat("arrivals per (rate, backend) span this long (default ", defaults.duration_ms, ")")},
       {"--max-wait-us", "US", "ServerConfig::max_wait (default 200)"},
+      {"--copy-rows-apart", "",
+       "ServerConfig::gather_inputs off: a batch's rows copied to the device request by "
+       "request, not gathered into one copy (the A/B of the default)"},
       {"--seed", "N", "seed of arrivals and request values (default 2026)"},
       kJsonFlag,
   };
@@ -68,6 +71,7 @@ LoadOptions parse_load(const std::string& program, const FlagValues& flags,
   }
   options.duration_ms = flags.integer("--duration-ms", defaults.duration_ms, 1, 600000);
   options.max_wait_us = flags.integer("--max-wait-us", options.max_wait_us, 0, 10000000);
+  options.gather_inputs = !flags.has("--copy-rows-apart");
   options.seed = static_cast<uint64_t>(flags.integer("--seed", 2026, 0));
   options.json_path = flags.text("--json", "");
   return options;

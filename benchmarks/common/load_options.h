@@ -27,8 +27,9 @@ struct LoadOptions {
   std::vector<int64_t> max_batches = {16, 64};                  // --max-batches
   int64_t duration_ms = 0;                                      // --duration-ms per (rate, backend)
   int64_t max_wait_us = 200;                                    // --max-wait-us
-  uint64_t seed = 2026;                                         // --seed
-  std::string json_path;                                        // --json
+  bool gather_inputs = true;  // ServerConfig::gather_inputs; --copy-rows-apart turns it off
+  uint64_t seed = 2026;       // --seed
+  std::string json_path;      // --json
 };
 
 struct LoadDefaults {

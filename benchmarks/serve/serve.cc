@@ -4,7 +4,7 @@
 // For each max batch, one server per backend is built (every bucket compiled
 // and warmed up), one request is answered by both to check the answers are
 // bitwise identical, then for each offered rate the backends take turns: a
-// generator thread submits requests at Poisson arrival times for
+// generator thread (or --submitters of them) submits requests at Poisson arrival times for
 // --duration-ms (open loop: it never waits for answers; a full queue rejects
 // and the request is counted as rejected), and a collector thread takes the
 // answers in order. Latency is from a request's scheduled arrival to the
@@ -16,6 +16,7 @@
 //
 //   serve [--device auto|cuda|sim] [--model mlp16x512] [--rates 10000,40000,160000,320000]
 //         [--max-batches 16,64] [--rows 1 | 1-64] [--duration-ms 750] [--json serve.json]
+//         [--submitters 1] [--copy-rows-apart]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -50,6 +51,8 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back(
       {"--rows", "N|LO-HI", "rows per request, fixed or uniform in [LO, HI] (default 1)"});
   flags.push_back({"--queue-capacity", "N", "ServerConfig::queue_capacity (default 4096)"});
+  flags.push_back({"--submitters", "N",
+                   "generator threads sharing the arrivals (default 1; Note [Submitters])"});
   return flags;
 }
 
@@ -58,7 +61,17 @@ const std::vector<FlagSpec> kFlags = flag_table();
 struct Options : LoadOptions {
   int64_t rows_low = 1, rows_high = 1;
   int64_t queue_capacity = 4096;
+  int64_t submitters = 1;
 };
+
+// Note [Submitters]
+// One generator thread submits at most ~200,000 requests/s on the H100 host
+// (session 15: 176,286 and 207,345 sent/s when 320,000 were offered), each
+// submit() copying the request's rows into pinned memory and queueing it; a
+// server that answers faster than that is then measured at the generator's
+// pace (sent/s below offered/s, not saturated). --submitters N shares the
+// arrivals among N threads (arrival i goes to thread i mod N, at its scheduled
+// time); the collector still takes the answers in arrival order.
 
 struct RunResult {
   int64_t max_batch = 0;
@@ -70,17 +83,20 @@ struct RunResult {
   uint64_t batches = 0, rows = 0, padded_rows = 0;
   // The batching worker's CPU per answered request, µs (as serve_http's column).
   double worker_cpu_us = 0;
+  // Where the worker's time went per batch, µs (ServerStats::worker_launch_ns...).
+  double launch_us = 0, wait_us = 0, answer_us = 0;
   double mean_batch_rows() const { return batches ? double(rows) / double(batches) : 0; }
   double fill() const { return rows + padded_rows ? double(rows) / double(rows + padded_rows) : 0; }
   // The server could not keep up: it rejected, or answered clearly less than was sent.
   bool saturated() const { return rejected > 0 || achieved_rate < 0.9 * sent_rate; }
 };
 
-// One request slot shared by the generator (writes) and the collector (reads).
+// One request slot shared by its generator (writes) and the collector (reads).
 struct Slot {
   Clock::time_point scheduled;
   std::future<serving::Response> answer;
   bool accepted = false;
+  std::atomic<bool> published{false};  // the generator is done with it
 };
 
 std::vector<serving::Request> request_pool(const serving::ModelSignature& signature,
@@ -138,33 +154,36 @@ RunResult run_load(serving::Server& server, const std::vector<serving::Request>&
   std::vector<double> offsets_s;
   for (double t = gap(rng); t < options.duration_ms * 1e-3; t += gap(rng)) offsets_s.push_back(t);
   std::vector<Slot> slots(offsets_s.size());
-  std::atomic<size_t> published{0};
   serving::ServerStats before = server.stats();
   const ThreadCpu cpu_before = thread_cpu_ns();
 
   const Clock::time_point start = Clock::now() + std::chrono::milliseconds(2);
-  Clock::time_point last_sent = start;
-  std::thread generator([&] {
-    for (size_t i = 0; i < slots.size(); ++i) {
-      Slot& slot = slots[i];
-      slot.scheduled = start + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(offsets_s[i]));
-      wait_until(slot.scheduled);
-      try {
-        slot.answer = server.submit(pool[i % pool.size()]);
-        slot.accepted = true;
-      } catch (const serving::QueueFullError&) {
-        slot.accepted = false;
+  // Note [Submitters]: generator g submits arrivals g, g + n, g + 2n...
+  const size_t submitters = static_cast<size_t>(options.submitters);
+  std::vector<Clock::time_point> last_sent_by(submitters, start);
+  std::vector<std::thread> generators;
+  for (size_t g = 0; g < submitters; ++g)
+    generators.emplace_back([&, g] {
+      for (size_t i = g; i < slots.size(); i += submitters) {
+        Slot& slot = slots[i];
+        slot.scheduled = start + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(offsets_s[i]));
+        wait_until(slot.scheduled);
+        try {
+          slot.answer = server.submit(pool[i % pool.size()]);
+          slot.accepted = true;
+        } catch (const serving::QueueFullError&) {
+          slot.accepted = false;
+        }
+        slot.published.store(true, std::memory_order_release);
       }
-      published.store(i + 1, std::memory_order_release);
-    }
-    last_sent = Clock::now();
-  });
+      last_sent_by[g] = Clock::now();
+    });
   std::vector<double> latencies_us;
   latencies_us.reserve(slots.size());
   Clock::time_point last_answer = start;
   for (size_t i = 0; i < slots.size(); ++i) {
-    while (published.load(std::memory_order_acquire) <= i) {
+    while (!slots[i].published.load(std::memory_order_acquire)) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     Slot& slot = slots[i];
@@ -183,7 +202,8 @@ RunResult run_load(serving::Server& server, const std::vector<serving::Request>&
       ++result.failed;
     }
   }
-  generator.join();
+  for (std::thread& generator : generators) generator.join();
+  const Clock::time_point last_sent = *std::max_element(last_sent_by.begin(), last_sent_by.end());
   serving::ServerStats after = server.stats();
   result.sent = slots.size();
   // Over the whole arrival window at least: the last arrival of a short run
@@ -198,6 +218,12 @@ RunResult run_load(serving::Server& server, const std::vector<serving::Request>&
   result.batches = after.batches - before.batches;
   result.rows = after.rows - before.rows;
   result.padded_rows = after.padded_rows - before.padded_rows;
+  if (result.batches > 0) {
+    const double per_batch_us = 1e-3 / static_cast<double>(result.batches);
+    result.launch_us = double(after.worker_launch_ns - before.worker_launch_ns) * per_batch_us;
+    result.wait_us = double(after.worker_wait_ns - before.worker_wait_ns) * per_batch_us;
+    result.answer_us = double(after.worker_answer_ns - before.worker_answer_ns) * per_batch_us;
+  }
   if (result.completed > 0) {
     result.worker_cpu_us = cpu_ns_between(cpu_before, thread_cpu_ns(), "grove-worker") * 1e-3 /
                            static_cast<double>(result.completed);
@@ -227,6 +253,7 @@ Options parse_options(const FlagValues& flags) {
     }
   }
   options.queue_capacity = flags.integer("--queue-capacity", options.queue_capacity, 1, 1 << 24);
+  options.submitters = flags.integer("--submitters", options.submitters, 1, 64);
   return options;
 }
 
@@ -257,7 +284,8 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                {"mean batch", Align::kRight},
                {"fill", Align::kRight},
                {"saturated"},
-               {"worker us/req", Align::kRight}});
+               {"worker us/req", Align::kRight},
+               {"launch/wait/answer us/batch", Align::kRight}});
   for (const RunResult& run : runs) {
     table.add_row({std::to_string(run.max_batch), run.backend, format_fixed(run.offered_rate, 0),
                    format_fixed(run.sent_rate, 0), format_fixed(run.achieved_rate, 0),
@@ -265,7 +293,9 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                    run.latency ? format_fixed(run.latency->median_us, 0) : "-",
                    run.latency ? format_fixed(run.latency->p99_us, 0) : "-",
                    format_fixed(run.mean_batch_rows(), 1), format_fixed(100 * run.fill(), 0) + "%",
-                   run.saturated() ? "yes" : "", format_fixed(run.worker_cpu_us, 1)});
+                   run.saturated() ? "yes" : "", format_fixed(run.worker_cpu_us, 1),
+                   str_cat(format_fixed(run.launch_us, 1), " / ", format_fixed(run.wait_us, 1),
+                           " / ", format_fixed(run.answer_us, 1))});
   }
   std::fputs(table.render().c_str(), stdout);
   if (std::find(options.backends.begin(), options.backends.end(), "eager") ==
@@ -301,7 +331,9 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["rows_per_request"] = rows_label(options);
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
+  report["gather_inputs"] = options.gather_inputs;
   report["queue_capacity"] = options.queue_capacity;
+  report["submitters"] = options.submitters;
   report["arrivals"] = "open loop, Poisson";
   report["latency"] = "scheduled arrival to the worker's copy-out of the request's rows";
   report["achieved"] = "answered requests / max(window, last answer - window start)";
@@ -322,7 +354,10 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
                          {"batch_fill", run.fill()},
                          {"padded_rows", run.padded_rows},
                          {"saturated", run.saturated()},
-                         {"worker_cpu_us_per_answer", run.worker_cpu_us}};
+                         {"worker_cpu_us_per_answer", run.worker_cpu_us},
+                         {"worker_launch_us_per_batch", run.launch_us},
+                         {"worker_wait_us_per_batch", run.wait_us},
+                         {"worker_answer_us_per_batch", run.answer_us}};
     if (run.latency) entry["latency"] = latency_json(*run.latency);
     if (run.backend == "cudagraphs") {
       const RunResult* eager = find_run(runs, run.max_batch, "eager", run.offered_rate);
@@ -347,11 +382,13 @@ int run(int argc, char** argv) {
   if (!parsed) return 0;
   const FlagValues& flags = *parsed;
   Options options = parse_options(flags);
-  std::printf("serve on %s (%s): %s, %s rows per request, Poisson arrivals for %lld ms per run\n",
-              options.device.str().c_str(),
-              runtime::device_context(options.device).platform().name().c_str(),
-              options.model.c_str(), rows_label(options).c_str(),
-              static_cast<long long>(options.duration_ms));
+  std::printf(
+      "serve on %s (%s): %s, %s rows per request, Poisson arrivals for %lld ms per run, "
+      "%lld submitter(s)\n",
+      options.device.str().c_str(),
+      runtime::device_context(options.device).platform().name().c_str(), options.model.c_str(),
+      rows_label(options).c_str(), static_cast<long long>(options.duration_ms),
+      static_cast<long long>(options.submitters));
   std::fflush(stdout);
   serving::ProgramFactory model =
       serving::model_file_factory(options.models_dir + "/" + options.model + ".json");
@@ -367,6 +404,7 @@ int run(int argc, char** argv) {
       config.buckets = serving::power_of_two_buckets(max_batch);
       config.max_batch = max_batch;
       config.max_wait = std::chrono::microseconds(options.max_wait_us);
+      config.gather_inputs = options.gather_inputs;
       config.queue_capacity = static_cast<size_t>(options.queue_capacity);
       Stopwatch watch;
       contenders.push_back(std::make_unique<serving::Server>(model, config));

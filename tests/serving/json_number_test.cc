@@ -1,6 +1,7 @@
 // read_json_number (Note [Decimal to double in one pass]): every token reads
 // as nlohmann's lexer reads it (std::from_chars for floats and integers),
-// whichever path converted it.
+// whichever path converted it. write_json_float (Note [Floats in nine
+// digits]): every finite float reads back as itself.
 #include "serving/json_number.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -157,6 +159,105 @@ TEST(JsonNumber, NonNumbersAreRefused) {
     }
     EXPECT_EQ(after, nullptr) << text;
   }
+}
+
+// The text write_json_float gives `value`, checked: a whole JSON number
+// (read_json_number takes all of it), at most nine significant digits, and
+// `value` again read as a float and read as a double rounded to a float.
+void expect_float_reads_back(float value) {
+  char text[kJsonFloatChars + 8];
+  char* end = write_json_float(text, value);
+  const std::string token(text, end);
+  ASSERT_LE(token.size(), kJsonFloatChars) << token;
+  JsonNumber number;
+  ASSERT_EQ(read_json_number(text, end, &number), end) << token << " is not one JSON number";
+  const std::string mantissa = token.substr(0, token.find('e'));
+  const size_t first = mantissa.find_first_of("123456789");
+  size_t significant = 0;
+  for (size_t i = first; first != std::string::npos && i < mantissa.size(); ++i) {
+    significant += std::isdigit(static_cast<unsigned char>(mantissa[i])) ? 1 : 0;
+  }
+  // Trailing zeros of an integer ("12000") are not significant digits written.
+  EXPECT_LE(significant, token.find_first_of(".e") == std::string::npos ? 39u : 9u) << token;
+  float as_float = 0;
+  auto [float_end, float_error] = std::from_chars(text, end, as_float);
+  ASSERT_EQ(float_error, std::errc()) << token;
+  EXPECT_EQ(float_end, end) << token;
+  double as_double = 0;
+  std::from_chars(text, end, as_double);
+  uint32_t bits = 0, float_bits = 0, double_bits = 0;
+  const float narrowed = static_cast<float>(as_double);
+  std::memcpy(&bits, &value, 4);
+  std::memcpy(&float_bits, &as_float, 4);
+  std::memcpy(&double_bits, &narrowed, 4);
+  EXPECT_EQ(float_bits, bits) << token << " read as a float";
+  EXPECT_EQ(double_bits, bits) << token << " read as a double";
+}
+
+TEST(JsonFloat, RandomBitPatternsReadBackExactly) {
+  std::mt19937 random(35);
+  for (int i = 0; i < 1000000; ++i) {
+    const uint32_t bits = random();
+    float value = 0;
+    std::memcpy(&value, &bits, 4);
+    if (!std::isfinite(value)) continue;
+    expect_float_reads_back(value);
+    if (HasFailure()) return;
+  }
+}
+
+TEST(JsonFloat, EveryBinadeSubnormalsAndExtremesReadBackExactly) {
+  std::mt19937 random(36);
+  for (uint32_t exponent = 0; exponent < 255; ++exponent) {
+    for (uint32_t mantissa :
+         {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu, static_cast<uint32_t>(random() & 0x7FFFFFu)}) {
+      for (uint32_t sign : {0u, 1u}) {
+        const uint32_t bits = sign << 31 | exponent << 23 | mantissa;
+        float value = 0;
+        std::memcpy(&value, &bits, 4);
+        expect_float_reads_back(value);
+      }
+    }
+  }
+  for (float value : {0.0f,
+                      -0.0f,
+                      1.0f,
+                      -1.0f,
+                      0.1f,
+                      0.5f,
+                      1e-5f,
+                      1e-6f,
+                      1e8f,
+                      1e9f,
+                      1e10f,
+                      123456789.0f,
+                      999999999.0f,
+                      9.9999999e-5f,
+                      std::numeric_limits<float>::max(),
+                      std::numeric_limits<float>::lowest(),
+                      std::numeric_limits<float>::min(),
+                      std::numeric_limits<float>::denorm_min(),
+                      std::nextafter(1.0f, 0.0f),
+                      std::nextafter(1.0f, 2.0f)}) {
+    expect_float_reads_back(value);
+  }
+}
+
+TEST(JsonFloat, CommonValuesReadAsWrittenByHand) {
+  auto text = [](float value) {
+    char buffer[kJsonFloatChars];
+    return std::string(buffer, write_json_float(buffer, value));
+  };
+  EXPECT_EQ(text(0.0f), "0");
+  EXPECT_EQ(text(-0.0f), "-0");
+  EXPECT_EQ(text(1.0f), "1");
+  EXPECT_EQ(text(0.5f), "0.5");
+  EXPECT_EQ(text(-2.25f), "-2.25");
+  EXPECT_EQ(text(12000.0f), "12000");
+  EXPECT_EQ(text(0x1p-20f), "9.53674316e-7");  // 9.5367431640625e-7
+  EXPECT_EQ(text(0.1f), "0.100000001");        // nine digits, not the shortest "0.1"
+  EXPECT_EQ(text(0x1p70f), "1.18059162e21");   // 1180591620717411303424
+  EXPECT_EQ(text(-0x1p-12f), "-0.000244140625");
 }
 
 }  // namespace

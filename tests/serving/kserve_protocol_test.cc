@@ -92,6 +92,9 @@ TEST(KserveProtocol, DecodedRowsLieInPinnedMemory) {
       one_dtype, 4);
   EXPECT_EQ(as_rows.request.inputs()[0].values<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
   EXPECT_TRUE(PinnedRowPool::contains(as_rows.request.inputs()[0].bytes.data()));
+  // Note [Rows read into a scratch]: the pinned block holds the rows, not the
+  // reader's bound on what the text could have held.
+  EXPECT_EQ(as_rows.request.inputs()[0].bytes.capacity(), 6 * sizeof(float));
   const std::string text = R"({"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32",)"
                            R"( "parameters": {"binary_data_size": 12}}]})";
   const float values[3] = {0.5f, -1.0f, 2.0f};
@@ -193,6 +196,22 @@ TEST(KserveProtocol, ResponseFloatsReadBackBitExactAndNonFiniteAreNull) {
     EXPECT_EQ(data[i].get<float>(), values[i]) << i << ": " << data[i].dump();
   }
   EXPECT_EQ(answer["outputs"][1]["data"], json::parse("[false, true]"));
+}
+
+// Note [Response numbers]: FP32 answers go through write_json_float (nine
+// digits: 0.1f is 0.100000001, where the shortest form is 0.1).
+TEST(KserveProtocol, ResponseFloatsAreWrittenInNineDigits) {
+  InferRequest parsed = parse_infer_request(good_request().dump(), signature(), 4);
+  Response response;
+  response.outputs.push_back(
+      HostRows::from_values<float>({0.1f, -0.5f, 3.0f, 0x1p-20f, 1e10f, 0.0f}, {2, 3}));
+  HostRows mask;
+  mask.shape = {2, 1};
+  mask.dtype = DType::kBool;
+  mask.bytes = {0, 1};
+  response.outputs.push_back(mask);
+  const std::string text = infer_response_json("m", parsed, signature(), response);
+  EXPECT_NE(text.find("[0.100000001,-0.5,3,9.53674316e-7,1e10,0]"), std::string::npos) << text;
 }
 
 // A body in the binary tensor data extension: JSON, then the raw bytes of

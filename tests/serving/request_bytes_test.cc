@@ -1,0 +1,131 @@
+// PinnedRowPool (Note [Pinned blocks cached per thread], serving/request_bytes.cc):
+// blocks taken on some threads and freed on others are never handed out twice
+// at once, keep what was written to them, and lie in the pool's pinned memory.
+#include "serving/request_bytes.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace grove::serving {
+namespace {
+
+struct Block {
+  void* pointer = nullptr;
+  size_t bytes = 0;
+  uint64_t tag = 0;
+};
+
+// Every live block, to catch one handed out while another holds it.
+class LiveBlocks {
+ public:
+  void taken(const Block& block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    EXPECT_TRUE(live_.insert(block.pointer).second) << block.pointer << " handed out twice";
+  }
+  void freed(const Block& block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    EXPECT_EQ(live_.erase(block.pointer), 1u);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<void*> live_;
+};
+
+void fill(const Block& block) {
+  auto* bytes = static_cast<uint8_t*>(block.pointer);
+  for (size_t at = 0; at + 8 <= block.bytes; at += 8) std::memcpy(bytes + at, &block.tag, 8);
+}
+
+bool intact(const Block& block) {
+  const auto* bytes = static_cast<const uint8_t*>(block.pointer);
+  for (size_t at = 0; at + 8 <= block.bytes; at += 8) {
+    uint64_t value = 0;
+    std::memcpy(&value, bytes + at, 8);
+    if (value != block.tag) return false;
+  }
+  return true;
+}
+
+TEST(PinnedRowPool, BlocksFreedOnOtherThreadsAreNeverHandedOutTwice) {
+  constexpr int kProducers = 4, kConsumers = 4, kBlocksEach = 5000;
+  const size_t sizes[] = {256, 2048, 2048, 2048, 3000, 65536, 100000};
+  LiveBlocks live;
+  std::mutex queue_mutex;
+  std::deque<Block> queue;
+  std::atomic<int> producing{kProducers};
+  std::vector<std::thread> threads;
+  for (int p = 0; p < kProducers; ++p) {
+    threads.emplace_back([&, p] {
+      std::mt19937_64 rng(100 + p);
+      for (int i = 0; i < kBlocksEach; ++i) {
+        Block block;
+        block.bytes = sizes[rng() % std::size(sizes)];
+        block.tag = rng();
+        block.pointer = PinnedRowPool::allocate(block.bytes);
+        ASSERT_TRUE(PinnedRowPool::contains(block.pointer));
+        live.taken(block);
+        fill(block);
+        // Some blocks go back on the thread that took them, most to a consumer.
+        if (i % 4 == 0) {
+          EXPECT_TRUE(intact(block));
+          live.freed(block);
+          PinnedRowPool::release(block.pointer, block.bytes);
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(queue_mutex);
+        queue.push_back(block);
+      }
+      --producing;
+    });
+  }
+  for (int c = 0; c < kConsumers; ++c) {
+    threads.emplace_back([&] {
+      while (true) {
+        Block block;
+        {
+          std::lock_guard<std::mutex> lock(queue_mutex);
+          if (queue.empty()) {
+            if (producing == 0) return;
+            continue;
+          }
+          block = queue.front();
+          queue.pop_front();
+        }
+        EXPECT_TRUE(intact(block)) << "a block changed while it was live";
+        live.freed(block);
+        PinnedRowPool::release(block.pointer, block.bytes);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
+// A thread_local constructed before the thread's cache is destroyed after it:
+// its rows go back to the pool, and the blocks stay usable by others.
+TEST(PinnedRowPool, RowsOfAThreadLocalFreedAsTheThreadEndsGoBackToThePool) {
+  for (int round = 0; round < 8; ++round) {
+    std::thread([] {
+      thread_local RowBytes rows;  // constructed empty, before the cache
+      rows.resize(2048);           // the cache now exists
+      std::memset(rows.data(), 7, rows.size());
+    }).join();
+  }
+  std::vector<RowBytes> many;
+  for (int i = 0; i < 200; ++i) {
+    many.emplace_back(2048, static_cast<uint8_t>(i));
+    EXPECT_TRUE(PinnedRowPool::contains(many.back().data()));
+  }
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(many[i][2047], static_cast<uint8_t>(i));
+}
+
+}  // namespace
+}  // namespace grove::serving
