@@ -103,6 +103,22 @@ def measure(step, iters):
             "p90_us": blocks[int(0.9 * (len(blocks) - 1))], "losses": losses}
 
 
+def print_table(rows, variants, world):
+    """One line per case: the median step (us) of every variant and the
+    door's ratios to torch DDP reduce-overhead (the goal: <= 0.5)."""
+    ratios = ("grove", "grove_ddp", "grove_step")
+    header = ("%-18s" % ("us/step, %d GPU" % world) + "".join("%23s" % v for v in variants)
+              + "".join("%16s" % ("%s/r-o" % key) for key in ratios))
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        cells = ["%23s" % ("%.1f" % row[v]["median_us"] if "median_us" in row[v] else "failed")
+                 for v in variants]
+        quotients = [row.get("%s_over_reduce_overhead" % key) for key in ratios]
+        print("%-18s" % row["case"] + "".join(cells)
+              + "".join("%16s" % ("-" if q is None else "%.2f" % q) for q in quotients))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="ddp_door.json")
@@ -161,6 +177,7 @@ def main():
                 ratio = row["%s_over_reduce_overhead" % key]
                 print("%-18s %s / reduce-overhead: %s" % (
                     row["case"], key, "-" if ratio is None else "%.2f" % ratio))
+        print_table(rows, args.variants.split(","), world)
         with open(args.json, "w") as out:
             json.dump({"benchmark": "ddp_door", "world_size": world,
                        "device": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -90,6 +90,9 @@ class DistributedDataParallel(torch.nn.Module):
         self.module = module
         self.grove_device = _grove_device(module, device)
         self.broadcast_buffers = broadcast_buffers
+        # As PyTorch's DDP, the buffers are listed once: walking the module
+        # tree on every forward is host time each step pays.
+        self._buffers_to_broadcast = list(module.buffers()) if broadcast_buffers else []
         join_group(self.grove_device)
         with torch.no_grad():
             for tensor in list(module.parameters()) + list(module.buffers()):
@@ -130,9 +133,17 @@ class DistributedDataParallel(torch.nn.Module):
                 left += len(reduction.left_to_torch())
         return in_grove, left
 
+    def no_sync(self):
+        raise NotImplementedError(
+            "grove.torch.DistributedDataParallel has no no_sync(): its all-reduces are part "
+            "of grove's backward graph, so every backward reduces. For gradient accumulation "
+            "use torch.nn.parallel.DistributedDataParallel around "
+            "torch.compile(backend=\"grove\") (PyTorch 2.x) or "
+            "grove.training.compile_module (1.13)")
+
     def forward(self, *args, **kwargs):
-        if self.broadcast_buffers and torch.is_grad_enabled():
+        if self._buffers_to_broadcast and torch.is_grad_enabled():
             with torch.no_grad():
-                for buffer in self.module.buffers():
+                for buffer in self._buffers_to_broadcast:
                     dist.broadcast(buffer, src=0)
         return self._compiled(*args, **kwargs)

@@ -28,7 +28,7 @@ STEPS = 5
 SEED = 20261125
 
 
-def train_rank(rank, rendezvous, mode, out):
+def train_rank(rank, rendezvous, mode, out, autocast=False):
     # A file rendezvous, not a TCP port: a port found free can be taken by a
     # server another test starts meanwhile, and rank 1 then waits on it for
     # good (a 60 s timeout in one full-suite run).
@@ -57,29 +57,38 @@ def train_rank(rank, rendezvous, mode, out):
         x, target = torch.randn(8, 16), torch.randn(8, 16)
         losses = []
         for _ in range(STEPS):
-            if mode.startswith("step_"):
-                loss = step(x, target)
-            else:
-                optimizer.zero_grad(set_to_none=True)
-                loss = F.mse_loss(ddp(x), target)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                if mode.startswith("step_"):
+                    loss = step(x, target)
+                else:
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = F.mse_loss(ddp(x).float(), target)
+            if not mode.startswith("step_"):
                 loss.backward()
                 optimizer.step()
-            mean = loss.detach().clone()
+            mean = loss.detach().float().clone()
             dist.all_reduce(mean)
             losses.append(mean / WORLD)
+        # Casts to bf16 in grove's graphs: autocast was traced, not ignored.
+        casts = 0
+        if hasattr(model, "compiler"):
+            for runner in model.compiler.runners():
+                casts += sum(1 for node in runner.plan.module.graph.nodes
+                             if "bfloat16" in str(node.kwargs.get("dtype", "")))
         if rank == 0:
-            torch.save({"losses": torch.stack(losses),
+            torch.save({"losses": torch.stack(losses), "bf16_casts": casts,
                         "params": [p.detach().clone() for p in model.parameters()]}, out)
     finally:
         dist.destroy_process_group()
 
 
 class DistributedDataParallelTest(unittest.TestCase):
-    def run_mode(self, mode):
+    def run_mode(self, mode, autocast=False):
         with tempfile.TemporaryDirectory() as folder:
             out = os.path.join(folder, "rank0.pt")
             rendezvous = os.path.join(folder, "rendezvous")
-            multiprocessing.spawn(train_rank, args=(rendezvous, mode, out), nprocs=WORLD)
+            multiprocessing.spawn(train_rank, args=(rendezvous, mode, out, autocast),
+                                  nprocs=WORLD)
             return torch.load(out)
 
     def test_grove_modules_train_under_ddp_like_torch(self):
@@ -114,6 +123,23 @@ class DistributedDataParallelTest(unittest.TestCase):
         for graph_param, eager_param in zip(results["step_cudagraphs"]["params"],
                                             results["step_eager"]["params"]):
             self.assertTrue(torch.equal(graph_param, eager_param))
+
+    def test_grove_modules_train_under_ddp_and_bf16_autocast_like_torch(self):
+        """torch.autocast("cpu", dtype=torch.bfloat16) around the forward:
+        grove's graphs carry autocast's casts, DDP averages the f32
+        gradients; losses and parameters within bf16 tolerance of torch's
+        DDP under the same autocast (rtol 2e-2, atol 2e-2: step_test.py's)."""
+        results = {mode: self.run_mode(mode, autocast=True) for mode in ("torch", "eager",
+                                                                         "cudagraphs")}
+        for mode in ("eager", "cudagraphs"):
+            self.assertGreater(results[mode]["bf16_casts"], 0,
+                               "%s: grove's graphs hold no bf16 cast (autocast ignored)" % mode)
+            torch.testing.assert_close(results[mode]["losses"], results["torch"]["losses"],
+                                       rtol=2e-2, atol=2e-2)
+            for grove_param, torch_param in zip(results[mode]["params"],
+                                                results["torch"]["params"]):
+                torch.testing.assert_close(grove_param, torch_param, rtol=2e-2, atol=2e-2)
+        self.assertTrue(torch.equal(results["cudagraphs"]["losses"], results["eager"]["losses"]))
 
 
 if __name__ == "__main__":

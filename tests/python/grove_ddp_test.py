@@ -180,6 +180,27 @@ class GroupIdTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "init_process_group first"):
             grove.torch.DistributedDataParallel(nn.Linear(2, 2))
 
+    def test_no_sync_is_refused_with_what_to_use_instead(self):
+        import grove.torch
+        from grove import ddp as grove_ddp
+
+        with tempfile.TemporaryDirectory() as folder:
+            dist.init_process_group("gloo", init_method="file://" + os.path.join(folder, "r"),
+                                    rank=0, world_size=1)
+            try:
+                ddp = grove.torch.DistributedDataParallel(nn.Linear(4, 4), mode="eager")
+                try:
+                    with self.assertRaisesRegex(NotImplementedError, "every backward reduces"):
+                        ddp.no_sync()
+                    # Still usable: a world of one trains, both gradients reduced in grove.
+                    ddp(torch.randn(3, 4)).sum().backward()
+                    self.assertIsNotNone(ddp.module.weight.grad)
+                    self.assertEqual(ddp.gradient_reduction(), (2, 0))
+                finally:
+                    grove_ddp.leave_group(ddp.grove_device)
+            finally:
+                dist.destroy_process_group()
+
     def test_sim_group_id_is_a_tcp_endpoint_and_a_bad_id_is_refused(self):
         from grove import _capi
 

@@ -1,0 +1,210 @@
+"""Data parallel and bf16 autocast through the torch.compile door on GPUs
+(NCCL, PyTorch 2.x): one process per GPU trains the same MLP and GPT
+(gpu_models.py, small sizes) with
+
+- torch: PyTorch's DistributedDataParallel, eager (the reference);
+- door: torch.compile(DistributedDataParallel(model), backend="grove"):
+  dynamo's DDP optimizer splits the graph at DDP's bucket boundaries (tiny
+  buckets here), grove compiles each piece, and DDP's all-reduces run
+  between grove's graphs; the test checks grove compiled several graphs;
+- grove_ddp: grove.torch.DistributedDataParallel, the all-reduces inside
+  grove's backward graph (every parameter gradient reduced there);
+
+each also under torch.autocast("cuda", dtype=torch.bfloat16). Each rank
+trains on a batch of its own (an unreduced gradient would differ from DDP's)
+from different initial weights (DDP's broadcast must fix them).
+
+Tolerances against torch's DDP eager over 6 SGD steps: f32 losses and final
+parameters within rtol 1e-3, atol 1e-5 (TF32 off; grove's GEMMs sum in
+another order than cuBLAS's); bf16 autocast within rtol 3e-2, atol 3e-2
+(bf16 keeps 8 mantissa bits; gpu_step_test.py's tolerance). Both ranks end
+with equal parameters.
+
+WorldOfOne runs on any CUDA host (a 1-process NCCL group: DDP's hooks and
+grove's captured all-reduce still run); WorldOfTwo needs 2 CUDA devices.
+CI (sim, gloo, PyTorch 1.13) covers the same in ddp_test.py and
+grove_ddp_test.py."""
+import copy
+import os
+import sys
+import tempfile
+import unittest
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as multiprocessing
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import gpu_models  # noqa: E402
+import junit_main  # noqa: E402
+
+STEPS = 6
+SEED = 20261126
+VARIANTS = ("torch", "door", "grove_ddp")
+TOLERANCE = {False: {"rtol": 1e-3, "atol": 1e-5}, True: {"rtol": 3e-2, "atol": 3e-2}}
+
+
+def has_dynamo():
+    try:
+        import torch._dynamo  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def cases(rank):
+    """(name, module, batch, loss_fn): rank's own batch, its own initial weights."""
+    torch.manual_seed(SEED + rank)
+    mlp = gpu_models.Mlp(width=128, depth=4).cuda()
+    gpt = gpu_models.Gpt(vocab=256, width=64, heads=2, layers=2, max_len=32).cuda()
+    generator = torch.Generator(device="cuda").manual_seed(SEED + 100 + rank)
+    x = torch.randn(16, 128, device="cuda", generator=generator)
+    target = torch.randn(16, 128, device="cuda", generator=generator)
+    tokens = torch.randint(0, 256, (4, 17), device="cuda", generator=generator)
+    inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].reshape(-1).contiguous()
+    return [
+        ("mlp", mlp, (x,), lambda out: F.mse_loss(out.float(), target)),
+        ("gpt", gpt, (inputs,), lambda out: F.cross_entropy(out.float().reshape(-1, 256), labels)),
+    ]
+
+
+def train(variant, module, batch, loss_fn, rank, autocast, compiled):
+    import grove.torch
+    from grove import dynamo_backend
+
+    torch._dynamo.reset()
+    model = copy.deepcopy(module)
+    if variant == "grove_ddp":
+        run = grove.torch.DistributedDataParallel(model, bucket_cap_mb=0.01)
+    else:
+        run = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank],
+                                                        bucket_cap_mb=0.01)
+        if variant == "door":
+
+            def counting(gm, example_inputs):
+                compiled.append(len(gm.graph.nodes))
+                return dynamo_backend.grove_backend(gm, example_inputs)
+
+            run = torch.compile(run, backend=counting, dynamic=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for _ in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(run(*batch))
+        loss.backward()
+        optimizer.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean / dist.get_world_size())
+    reduction = run.gradient_reduction() if variant == "grove_ddp" else None
+    return {"losses": torch.stack(losses).cpu(), "reduction": reduction,
+            "params": [p.detach().cpu().clone() for p in model.parameters()]}
+
+
+def train_rank(rank, world, rendezvous, folder):
+    torch.cuda.set_device(rank)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dist.init_process_group("nccl", init_method="file://" + rendezvous, rank=rank,
+                            world_size=world)
+    results = {}
+    try:
+        for name, module, batch, loss_fn in cases(rank):
+            for autocast in (False, True):
+                for variant in VARIANTS:
+                    compiled = []
+                    try:
+                        result = train(variant, module, batch, loss_fn, rank, autocast, compiled)
+                        result["graphs"] = len(compiled)
+                    except Exception as error:  # reported by the parent, the rest still run
+                        result = {"error": "%s: %s" % (type(error).__name__, error)}
+                    results[(name, autocast, variant)] = result
+    finally:
+        torch.save(results, os.path.join(folder, "rank%d.pt" % rank))
+        dist.destroy_process_group()
+
+
+class WorldOfOne(unittest.TestCase):
+    world = 1
+
+    @classmethod
+    def setUpClass(cls):
+        if not torch.cuda.is_available():
+            raise unittest.SkipTest("no CUDA device")
+        if torch.cuda.device_count() < cls.world:
+            raise unittest.SkipTest("needs %d CUDA devices, found %d (NCCL, one process per "
+                                    "GPU)" % (cls.world, torch.cuda.device_count()))
+        if not has_dynamo():
+            raise unittest.SkipTest("this PyTorch has no torch._dynamo (torch.compile)")
+        cls.folder = tempfile.TemporaryDirectory()
+        rendezvous = os.path.join(cls.folder.name, "rendezvous")
+        multiprocessing.spawn(train_rank, args=(cls.world, rendezvous, cls.folder.name),
+                              nprocs=cls.world)
+        cls.results = [torch.load(os.path.join(cls.folder.name, "rank%d.pt" % rank))
+                       for rank in range(cls.world)]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.folder.cleanup()
+
+    def check(self, name, autocast, variant):
+        for rank, results in enumerate(self.results):
+            ours, theirs = results[(name, autocast, variant)], results[(name, autocast, "torch")]
+            where = "%s%s %s rank %d" % (name, " bf16 autocast" if autocast else "", variant,
+                                         rank)
+            self.assertNotIn("error", theirs, where + ": torch DDP failed")
+            self.assertNotIn("error", ours, where)
+            torch.testing.assert_close(ours["losses"], theirs["losses"], **TOLERANCE[autocast],
+                                       msg=lambda m: "%s losses: %s" % (where, m))
+            for index, (a, b) in enumerate(zip(ours["params"], theirs["params"])):
+                torch.testing.assert_close(a, b, **TOLERANCE[autocast], msg=lambda m: (
+                    "%s parameter %d: %s" % (where, index, m)))
+            if variant == "door":
+                # DDP's buckets split the graph: grove's graphs run between
+                # the all-reduces (one compiled graph would mean no split).
+                self.assertGreater(ours["graphs"], 1, where)
+            if variant == "grove_ddp":
+                in_grove, left = ours["reduction"]
+                self.assertEqual(left, 0, where + ": gradients left to torch.distributed")
+                self.assertEqual(in_grove, len(ours["params"]), where)
+        first = self.results[0][(name, autocast, variant)]["params"]
+        for results in self.results[1:]:
+            for a, b in zip(first, results[(name, autocast, variant)]["params"]):
+                self.assertTrue(torch.equal(a, b), "ranks hold different parameters")
+        losses = self.results[0][(name, autocast, "torch")]["losses"]
+        self.assertLess(losses[-1].item(), losses[0].item(), "training lowers the loss")
+
+    def test_mlp_door_under_ddp(self):
+        self.check("mlp", False, "door")
+
+    def test_mlp_grove_ddp(self):
+        self.check("mlp", False, "grove_ddp")
+
+    def test_mlp_bf16_autocast_door_under_ddp(self):
+        self.check("mlp", True, "door")
+
+    def test_mlp_bf16_autocast_grove_ddp(self):
+        self.check("mlp", True, "grove_ddp")
+
+    def test_gpt_door_under_ddp(self):
+        self.check("gpt", False, "door")
+
+    def test_gpt_grove_ddp(self):
+        self.check("gpt", False, "grove_ddp")
+
+    def test_gpt_bf16_autocast_door_under_ddp(self):
+        self.check("gpt", True, "door")
+
+    def test_gpt_bf16_autocast_grove_ddp(self):
+        self.check("gpt", True, "grove_ddp")
+
+
+class WorldOfTwo(WorldOfOne):
+    world = 2
+
+
+if __name__ == "__main__":
+    junit_main.main()
