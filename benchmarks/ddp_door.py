@@ -7,7 +7,10 @@ boundaries; DDP's all-reduces run between grove's graphs), grove's own
 wrapper grove.torch.DistributedDataParallel ("grove_ddp": the gradient
 all-reduces inside grove's backward graph, issue 34 part 3), and the whole
 step in grove (grove.training.compile_step with process_group: one all-reduce
-of one flat gradient buffer between its two graphs; "grove_step").
+of one flat gradient buffer between its two graphs; "grove_step"); for
+reference, "grove_plain": backend="grove" without DDP (gradients not
+averaged: the one-GPU door, what DDP adds to it; its losses match only on
+one GPU); --profile VARIANT prints rank 0's cProfile of that variant.
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
 
@@ -53,6 +56,14 @@ def step_function(module, inputs, loss_of, variant, rank):
             process_group=dist.group.WORLD)
         return lambda: whole(*inputs)
     torch._dynamo.reset()
+    if variant == "grove_plain":
+        # No DDP at all (the one-GPU door, gradients not averaged): what
+        # data parallel adds to the door's step at this world size.
+        import grove.torch  # noqa: F401 (registers the backend)
+
+        run = torch.compile(model, backend="grove", dynamic=False)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+        return _step(run, inputs, loss_of, optimizer)
     if variant == "grove_ddp":
         import grove.torch
 
@@ -70,7 +81,10 @@ def step_function(module, inputs, loss_of, variant, rank):
         run = torch.compile(ddp, backend="grove", dynamic=False)
     else:
         run = ddp
+    return _step(run, inputs, loss_of, optimizer)
 
+
+def _step(run, inputs, loss_of, optimizer):
     def step():
         optimizer.zero_grad(set_to_none=True)
         loss = loss_of(run(*inputs))
@@ -79,6 +93,26 @@ def step_function(module, inputs, loss_of, variant, rank):
         return loss
 
     return step
+
+
+def profile(step, steps=200, top=30):
+    """Rank 0's host time per function over `steps` warm steps (cProfile)."""
+    import cProfile
+    import io
+    import pstats
+
+    for _ in range(BLOCK):
+        step()
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
 
 
 def measure(step, iters):
@@ -125,6 +159,9 @@ def main():
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--variants",
                         default="torch_eager,torch_reduce_overhead,grove,grove_ddp,grove_step")
+    parser.add_argument("--profile", default="",
+                        help="after the timings, cProfile 200 steps of this variant per case "
+                             "(rank 0 prints the functions of most host time)")
     args = parser.parse_args()
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(rank)
@@ -159,6 +196,10 @@ def main():
         whole = row.get("grove_step", {}).get("median_us")
         row["grove_step_over_reduce_overhead"] = whole / base if base and whole else None
         rows.append(row)
+        if args.profile:
+            text = profile(step_function(module, inputs, loss_of, args.profile, rank))
+            if rank == 0:
+                print("== cProfile of %s %s, 200 steps\n%s" % (row["case"], args.profile, text))
     if rank == 0:
         print("DDP through the door, %d GPUs (%s), torch %s" % (
             world, torch.cuda.get_device_name(), torch.__version__))
