@@ -10,7 +10,10 @@ step in grove (grove.training.compile_step with process_group: one all-reduce
 of one flat gradient buffer between its two graphs; "grove_step"); for
 reference, "grove_plain": backend="grove" without DDP (gradients not
 averaged: the one-GPU door, what DDP adds to it; its losses match only on
-one GPU); --profile VARIANT prints rank 0's cProfile of that variant.
+one GPU); a variant name ending in "_fn" (grove_fn, grove_ddp_fn) is that
+variant with grove's own autograd function (GROVE_DOOR_FUNCTION=1, Note [The
+door's own autograd function]); --profile VARIANT prints rank 0's cProfile
+of that variant.
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
 
@@ -44,6 +47,27 @@ LOSS_STEPS = 5
 
 
 def step_function(module, inputs, loss_of, variant, rank):
+    if variant.endswith("_fn"):
+        # Note [The door's own autograd function] (opt-in): the graphs are
+        # compiled by the first step, so the variable is set around it.
+        step = step_function(module, inputs, loss_of, variant[:-len("_fn")], rank)
+        first = [True]
+
+        def with_door_function():
+            if not first:
+                return step()
+            first.clear()
+            previous = os.environ.get("GROVE_DOOR_FUNCTION")
+            os.environ["GROVE_DOOR_FUNCTION"] = "1"
+            try:
+                return step()
+            finally:
+                if previous is None:
+                    del os.environ["GROVE_DOOR_FUNCTION"]
+                else:
+                    os.environ["GROVE_DOOR_FUNCTION"] = previous
+
+        return with_door_function
     model = copy.deepcopy(module)
     if variant == "grove_step":
         import grove.training
@@ -140,7 +164,7 @@ def measure(step, iters):
 def print_table(rows, variants, world):
     """One line per case: the median step (us) of every variant and the
     door's ratios to torch DDP reduce-overhead (the goal: <= 0.5)."""
-    ratios = ("grove", "grove_ddp", "grove_step")
+    ratios = [v for v in variants if v.startswith("grove")]
     header = ("%-18s" % ("us/step, %d GPU" % world) + "".join("%23s" % v for v in variants)
               + "".join("%16s" % ("%s/r-o" % key) for key in ratios))
     print(header)
@@ -189,12 +213,11 @@ def main():
                 row[variant]["loss_difference"] = max(
                     abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference))
         base = row.get("torch_reduce_overhead", {}).get("median_us")
-        mine = row.get("grove", {}).get("median_us")
-        row["grove_over_reduce_overhead"] = mine / base if base and mine else None
-        wrapped = row.get("grove_ddp", {}).get("median_us")
-        row["grove_ddp_over_reduce_overhead"] = wrapped / base if base and wrapped else None
-        whole = row.get("grove_step", {}).get("median_us")
-        row["grove_step_over_reduce_overhead"] = whole / base if base and whole else None
+        for variant in set(args.variants.split(",")) | {"grove", "grove_ddp", "grove_step"}:
+            if variant.startswith("grove"):
+                mine = row.get(variant, {}).get("median_us")
+                row["%s_over_reduce_overhead" % variant] = (mine / base if base and mine
+                                                            else None)
         rows.append(row)
         if args.profile:
             text = profile(step_function(module, inputs, loss_of, args.profile, rank))
@@ -214,7 +237,7 @@ def main():
                                      entry["p90_us"], entry["samples_per_s"],
                                      ", ".join("%.5f" % v for v in entry["losses"][:3]),
                                      entry.get("loss_difference", 0.0)))
-            for key in ("grove", "grove_ddp", "grove_step"):
+            for key in [v for v in args.variants.split(",") if v.startswith("grove")]:
                 ratio = row["%s_over_reduce_overhead" % key]
                 print("%-18s %s / reduce-overhead: %s" % (
                     row["case"], key, "-" if ratio is None else "%.2f" % ratio))

@@ -9,6 +9,8 @@
   between grove's graphs; the test checks grove compiled several graphs;
 - grove_ddp: grove.torch.DistributedDataParallel, the all-reduces inside
   grove's backward graph (every parameter gradient reduced there);
+- door_fn, grove_ddp_fn: the same two with grove's own autograd function
+  (GROVE_DOOR_FUNCTION=1, Note [The door's own autograd function]) (f32);
 
 each also under torch.autocast("cuda", dtype=torch.bfloat16). Each rank
 trains on a batch of its own (an unreduced gradient would differ from DDP's)
@@ -43,6 +45,7 @@ import junit_main  # noqa: E402
 STEPS = 6
 SEED = 20261126
 VARIANTS = ("torch", "door", "grove_ddp")
+FUNCTION_VARIANTS = ("door_fn", "grove_ddp_fn")  # with grove's own autograd function
 TOLERANCE = {False: {"rtol": 1e-3, "atol": 1e-5}, True: {"rtol": 3e-2, "atol": 3e-2}}
 
 
@@ -72,8 +75,24 @@ def cases(rank):
 
 def train(variant, module, batch, loss_fn, rank, autocast, compiled):
     import grove.torch
-    from grove import dynamo_backend
+    from grove import door_function, dynamo_backend
 
+    if variant.endswith("_fn"):
+        # Note [The door's own autograd function] (opt-in, read when the
+        # first step compiles the graphs).
+        previous = os.environ.get("GROVE_DOOR_FUNCTION")
+        os.environ["GROVE_DOOR_FUNCTION"] = "1"
+        taken = door_function.taken
+        try:
+            result = train(variant[:-len("_fn")], module, batch, loss_fn, rank, autocast,
+                           compiled)
+        finally:
+            if previous is None:
+                del os.environ["GROVE_DOOR_FUNCTION"]
+            else:
+                os.environ["GROVE_DOOR_FUNCTION"] = previous
+        result["door_functions"] = door_function.taken - taken
+        return result
     torch._dynamo.reset()
     model = copy.deepcopy(module)
     if variant == "grove_ddp":
@@ -114,7 +133,7 @@ def train_rank(rank, world, rendezvous, folder):
     try:
         for name, module, batch, loss_fn in cases(rank):
             for autocast in (False, True):
-                for variant in VARIANTS:
+                for variant in VARIANTS + (() if autocast else FUNCTION_VARIANTS):
                     compiled = []
                     try:
                         result = train(variant, module, batch, loss_fn, rank, autocast, compiled)
@@ -162,11 +181,14 @@ class WorldOfOne(unittest.TestCase):
             for index, (a, b) in enumerate(zip(ours["params"], theirs["params"])):
                 torch.testing.assert_close(a, b, **TOLERANCE[autocast], msg=lambda m: (
                     "%s parameter %d: %s" % (where, index, m)))
-            if variant == "door":
+            if variant.startswith("door"):
                 # DDP's buckets split the graph: grove's graphs run between
                 # the all-reduces (one compiled graph would mean no split).
                 self.assertGreater(ours["graphs"], 1, where)
-            if variant == "grove_ddp":
+            if variant.endswith("_fn"):
+                self.assertGreater(ours["door_functions"], 0,
+                                   where + ": no graph ran as grove's own autograd function")
+            if variant.startswith("grove_ddp"):
                 in_grove, left = ours["reduction"]
                 self.assertEqual(left, 0, where + ": gradients left to torch.distributed")
                 self.assertEqual(in_grove, len(ours["params"]), where)
@@ -188,6 +210,18 @@ class WorldOfOne(unittest.TestCase):
 
     def test_mlp_bf16_autocast_grove_ddp(self):
         self.check("mlp", True, "grove_ddp")
+
+    def test_mlp_door_under_ddp_with_the_doors_own_function(self):
+        self.check("mlp", False, "door_fn")
+
+    def test_mlp_grove_ddp_with_the_doors_own_function(self):
+        self.check("mlp", False, "grove_ddp_fn")
+
+    def test_gpt_door_under_ddp_with_the_doors_own_function(self):
+        self.check("gpt", False, "door_fn")
+
+    def test_gpt_grove_ddp_with_the_doors_own_function(self):
+        self.check("gpt", False, "grove_ddp_fn")
 
     def test_gpt_door_under_ddp(self):
         self.check("gpt", False, "door")
