@@ -7,7 +7,7 @@ averaged loss and every parameter's .grad (all six reduced inside grove's
 backward, none by the torch.distributed fallback) (the mean over ranks) agree within
 f32 rounding, on both ranks, in grove's "eager" and "cudagraphs" modes. Each
 rank trains on a batch of its own, so unreduced gradients would differ from
-DDP's. Also: the group id of a sim device names a TCP endpoint and a wrong id
+DDP's. The same under bf16 autocast, within bf16 tolerance. Also: the group id of a sim device names a TCP endpoint and a wrong id
 is refused with a message."""
 import ctypes
 import os
@@ -45,27 +45,31 @@ def train_rank(rank, rendezvous, mode, folder, device="cpu"):
                               nn.ReLU(), nn.Linear(32, 16))
         if cuda:
             model = model.cuda()
-        if mode == "torch":
+        # "<mode>_bf16": the forward under torch.autocast(dtype=torch.bfloat16).
+        grove_mode, autocast = mode.split("_")[0], mode.endswith("_bf16")
+        if grove_mode == "torch":
             ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001,
                                                       device_ids=[rank] if cuda else None)
         else:
             # Small buckets: several all-reduces in the backward program.
-            ddp = grove.torch.DistributedDataParallel(model, bucket_cap_mb=0.001, mode=mode)
+            ddp = grove.torch.DistributedDataParallel(model, bucket_cap_mb=0.001,
+                                                      mode=grove_mode)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         torch.manual_seed(SEED + 100 + rank)  # each rank its own batch
         x, target = torch.randn(8, 16).to(device), torch.randn(8, 16).to(device)
         losses, gradients = [], []
         for _ in range(STEPS):
             optimizer.zero_grad(set_to_none=True)
-            loss = F.mse_loss(ddp(x), target)
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+                loss = F.mse_loss(ddp(x).float(), target)
             loss.backward()
             gradients.append([p.grad.detach().clone().cpu() for p in model.parameters()])
             optimizer.step()
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             losses.append((mean / WORLD).cpu())
-        reduction = ddp.gradient_reduction() if mode != "torch" else None
-        if mode != "torch":  # the wrapper's state is the module's, named once
+        reduction = ddp.gradient_reduction() if grove_mode != "torch" else None
+        if grove_mode != "torch":  # the wrapper's state is the module's, named once
             assert [name for name, _ in ddp.named_parameters()] == [
                 "module." + name for name, _ in model.named_parameters()]
         torch.save({"losses": torch.stack(losses), "gradients": gradients,
@@ -85,7 +89,7 @@ class GroveDistributedDataParallelTest(unittest.TestCase):
     def setUpClass(cls):
         cls.folder = tempfile.TemporaryDirectory()
         cls.results = {}
-        for mode in ("torch", "eager", "cudagraphs"):
+        for mode in ("torch", "eager", "cudagraphs", "torch_bf16", "cudagraphs_bf16"):
             rendezvous = os.path.join(cls.folder.name, "rendezvous_" + mode)
             multiprocessing.spawn(train_rank,
                                   args=(rendezvous, mode, cls.folder.name, cls.device),
@@ -98,19 +102,20 @@ class GroveDistributedDataParallelTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.folder.cleanup()
 
-    def check_mode(self, mode):
+    def check_mode(self, mode, reference="torch", tolerance=None):
+        tolerance = tolerance or self.tolerance
         for rank in range(WORLD):
             # Every parameter gradient is reduced inside grove's backward
             # program, none by the torch.distributed fallback.
             self.assertEqual(self.results[mode][rank]["reduction"], (6, 0))
-            grove_run, torch_run = self.results[mode][rank], self.results["torch"][rank]
+            grove_run, torch_run = self.results[mode][rank], self.results[reference][rank]
             torch.testing.assert_close(grove_run["losses"], torch_run["losses"],
-                                       **self.tolerance)
+                                       **tolerance)
             for step, (ours, theirs) in enumerate(zip(grove_run["gradients"],
                                                       torch_run["gradients"])):
                 self.assertEqual(len(ours), len(theirs))
                 for index, (a, b) in enumerate(zip(ours, theirs)):
-                    torch.testing.assert_close(a, b, **self.tolerance, msg="%s rank %d step %d parameter %d"
+                    torch.testing.assert_close(a, b, **tolerance, msg="%s rank %d step %d parameter %d"
                                                % (mode, rank, step, index))
         # The gradients are the mean over ranks: equal on both ranks.
         for ours, theirs in zip(self.results[mode][0]["gradients"],
@@ -123,6 +128,15 @@ class GroveDistributedDataParallelTest(unittest.TestCase):
 
     def test_cudagraphs_gradients_and_losses_equal_torch_ddp(self):
         self.check_mode("cudagraphs")
+
+    def test_bf16_autocast_gradients_and_losses_within_bf16_of_torch_ddp(self):
+        """The forward under torch.autocast(dtype=torch.bfloat16): rtol and
+        atol 2e-2 of PyTorch's DDP under the same autocast (step_test.py's
+        bf16 tolerance); autocast did change the losses."""
+        self.check_mode("cudagraphs_bf16", reference="torch_bf16",
+                        tolerance={"rtol": 2e-2, "atol": 2e-2})
+        self.assertFalse(torch.equal(self.results["torch_bf16"][0]["losses"],
+                                     self.results["torch"][0]["losses"]))
 
     def test_torch_losses_fall(self):
         losses = self.results["torch"][0]["losses"]
