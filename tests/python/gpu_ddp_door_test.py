@@ -96,7 +96,7 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
     torch._dynamo.reset()
     model = copy.deepcopy(module)
     if variant == "grove_ddp":
-        run = grove.torch.DistributedDataParallel(model, bucket_cap_mb=0.01)
+        run = grove.torch.DistributedDataParallel(model, bucket_cap_mb=0.01, device_ids=[rank])
     else:
         run = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank],
                                                         bucket_cap_mb=0.01)

@@ -206,6 +206,9 @@ class GroupIdTest(unittest.TestCase):
                 try:
                     with self.assertRaisesRegex(NotImplementedError, "every backward reduces"):
                         ddp.no_sync()
+                    # PyTorch DDP's device_ids name no device for a CPU module.
+                    with self.assertRaisesRegex(ValueError, "pass none for a CPU module"):
+                        grove.torch.DistributedDataParallel(nn.Linear(4, 4), device_ids=[0])
                     # Still usable: a world of one trains, both gradients reduced in grove.
                     ddp(torch.randn(3, 4)).sum().backward()
                     self.assertIsNotNone(ddp.module.weight.grad)
