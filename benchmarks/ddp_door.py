@@ -12,8 +12,11 @@ reference, "grove_plain": backend="grove" without DDP (gradients not
 averaged: the one-GPU door, what DDP adds to it; its losses match only on
 one GPU); a variant name ending in "_fn" (grove_fn, grove_ddp_fn) is that
 variant with grove's own autograd function (GROVE_DOOR_FUNCTION=1, Note [The
-door's own autograd function]); --profile VARIANT prints rank 0's cProfile
-of that variant.
+door's own autograd function]), ending in "_nosplit" (grove_nosplit) with
+dynamo's DDP optimizer off (torch._dynamo.config.optimize_ddp=False: one
+graph, not one per bucket; DDP's all-reduces after the whole backward);
+suffixes combine (grove_nosplit_fn); --profile VARIANT prints rank 0's
+cProfile of that variant.
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
 
@@ -27,6 +30,7 @@ different reduction order). The goal of the 4-GPU issue: grove <= 0.5x
 reduce-overhead.
 """
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -46,28 +50,48 @@ BLOCK = 10
 LOSS_STEPS = 5
 
 
+def _first_step_under(step, setting):
+    """`step`, whose first call (the one that compiles) runs inside the
+    context manager `setting()`."""
+    first = [True]
+
+    def stepped():
+        if not first:
+            return step()
+        first.clear()
+        with setting():
+            return step()
+
+    return stepped
+
+
+@contextlib.contextmanager
+def _door_function():
+    # Note [The door's own autograd function] (opt-in, read at compilation).
+    previous = os.environ.get("GROVE_DOOR_FUNCTION")
+    os.environ["GROVE_DOOR_FUNCTION"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["GROVE_DOOR_FUNCTION"]
+        else:
+            os.environ["GROVE_DOOR_FUNCTION"] = previous
+
+
+def _whole_graph():
+    # dynamo's DDP optimizer off: one graph, DDP's all-reduces after its backward.
+    return torch._dynamo.config.patch(optimize_ddp=False)
+
+
+SUFFIXES = {"_fn": _door_function, "_nosplit": _whole_graph}
+
+
 def step_function(module, inputs, loss_of, variant, rank):
-    if variant.endswith("_fn"):
-        # Note [The door's own autograd function] (opt-in): the graphs are
-        # compiled by the first step, so the variable is set around it.
-        step = step_function(module, inputs, loss_of, variant[:-len("_fn")], rank)
-        first = [True]
-
-        def with_door_function():
-            if not first:
-                return step()
-            first.clear()
-            previous = os.environ.get("GROVE_DOOR_FUNCTION")
-            os.environ["GROVE_DOOR_FUNCTION"] = "1"
-            try:
-                return step()
-            finally:
-                if previous is None:
-                    del os.environ["GROVE_DOOR_FUNCTION"]
-                else:
-                    os.environ["GROVE_DOOR_FUNCTION"] = previous
-
-        return with_door_function
+    for suffix, setting in SUFFIXES.items():
+        if variant.endswith(suffix):
+            return _first_step_under(
+                step_function(module, inputs, loss_of, variant[:-len(suffix)], rank), setting)
     model = copy.deepcopy(module)
     if variant == "grove_step":
         import grove.training
@@ -183,6 +207,8 @@ def main():
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--variants",
                         default="torch_eager,torch_reduce_overhead,grove,grove_ddp,grove_step")
+    parser.add_argument("--cases", default="",
+                        help="comma-separated case names (default: all)")
     parser.add_argument("--profile", default="",
                         help="after the timings, cProfile 200 steps of this variant per case "
                              "(rank 0 prints the functions of most host time)")
@@ -196,6 +222,8 @@ def main():
 
     rows = []
     for name, module, inputs, loss_of in torch_backend.training_cases():
+        if args.cases and name not in args.cases.split(","):
+            continue
         batch = inputs[0].shape[0]
         row = {"case": name, "per_rank_batch": batch}
         for variant in args.variants.split(","):
@@ -206,6 +234,9 @@ def main():
             except Exception as error:  # one variant failing leaves the others' numbers
                 result = {"error": "%s: %s" % (type(error).__name__, str(error)[:300])}
             row[variant] = result
+            if rank == 0:  # as it comes, so a run cut short still shows what it measured
+                print("%s %s: %s" % (name, variant, "%.1f us" % result["median_us"]
+                                     if "median_us" in result else result["error"]), flush=True)
         reference = row.get("torch_eager", {}).get("losses")
         for variant in args.variants.split(","):
             losses = row[variant].get("losses")
