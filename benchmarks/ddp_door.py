@@ -85,6 +85,19 @@ def _whole_graph():
 
 
 SUFFIXES = {"_fn": _door_function, "_nosplit": _whole_graph}
+VARIANTS = ("torch_eager", "torch_reduce_overhead", "grove", "grove_ddp", "grove_step",
+            "grove_plain")
+
+
+def base_variant(variant):
+    """The variant without its suffixes, or SystemExit for an unknown one."""
+    base = variant
+    while any(base.endswith(suffix) for suffix in SUFFIXES):
+        base = base[:-len(next(s for s in SUFFIXES if base.endswith(s)))]
+    if base not in VARIANTS:
+        raise SystemExit("ddp_door: unknown variant %r (known: %s, each with the suffixes %s)"
+                         % (variant, ", ".join(VARIANTS), ", ".join(SUFFIXES)))
+    return base
 
 
 def step_function(module, inputs, loss_of, variant, rank):
@@ -213,6 +226,8 @@ def main():
                         help="after the timings, cProfile 200 steps of this variant per case "
                              "(rank 0 prints the functions of most host time)")
     args = parser.parse_args()
+    for variant in args.variants.split(","):
+        base_variant(variant)
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl")
