@@ -79,6 +79,66 @@ def train_rank(rank, rendezvous, mode, folder, device="cpu"):
         dist.destroy_process_group()
 
 
+class Shifted(nn.Module):
+    """A linear layer whose output is moved by a buffer (state DDP broadcasts)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.register_buffer("shift", torch.zeros(4))
+
+    def forward(self, x):
+        return self.linear(x) + self.shift
+
+
+def buffers_rank(rank, rendezvous, folder, mode):
+    dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
+                            world_size=WORLD)
+    try:
+        import grove.torch
+
+        torch.manual_seed(SEED + rank)
+        model = Shifted()
+        model.shift.fill_(10.0 * (rank + 1))  # the broadcast must give rank 0's
+        if mode == "torch":
+            ddp = nn.parallel.DistributedDataParallel(model)
+        else:
+            ddp = grove.torch.DistributedDataParallel(model, mode=mode)
+        x = torch.ones(2, 4)
+        outputs, shifts = [], []
+        for _ in range(3):
+            if rank == 0:
+                model.shift.add_(1.0)  # rank 0's change reaches every rank's next forward
+            out = ddp(x)
+            out.sum().backward()
+            outputs.append(out.detach().clone())
+            shifts.append(model.shift.clone())
+        torch.save({"outputs": outputs, "shifts": shifts},
+                   os.path.join(folder, "buffers_%s_rank%d.pt" % (mode, rank)))
+    finally:
+        dist.destroy_process_group()
+
+
+class BroadcastBuffersTest(unittest.TestCase):
+    def test_rank_zeros_buffers_reach_every_rank_before_each_forward_as_in_torch_ddp(self):
+        with tempfile.TemporaryDirectory() as folder:
+            results = {}
+            for mode in ("torch", "cudagraphs"):
+                multiprocessing.spawn(buffers_rank, args=(os.path.join(folder, "r_" + mode),
+                                                          folder, mode), nprocs=WORLD)
+                results[mode] = [torch.load(os.path.join(folder, "buffers_%s_rank%d.pt"
+                                                         % (mode, rank)))
+                                 for rank in range(WORLD)]
+        for rank in range(WORLD):
+            for step in range(3):
+                # rank 0's 10, plus one per step: broadcast at wrapping and before each forward
+                self.assertTrue(torch.equal(results["cudagraphs"][rank]["shifts"][step],
+                                            torch.full((4,), 11.0 + step)))
+                torch.testing.assert_close(results["cudagraphs"][rank]["outputs"][step],
+                                           results["torch"][rank]["outputs"][step],
+                                           rtol=1e-5, atol=1e-5)
+
+
 class GroveDistributedDataParallelTest(unittest.TestCase):
     """CPU tensors, gloo, grove on sim."""
 
