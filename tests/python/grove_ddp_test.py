@@ -7,8 +7,10 @@ averaged loss and every parameter's .grad (all six reduced inside grove's
 backward, none by the torch.distributed fallback) (the mean over ranks) agree within
 f32 rounding, on both ranks, in grove's "eager" and "cudagraphs" modes. Each
 rank trains on a batch of its own, so unreduced gradients would differ from
-DDP's. The same under bf16 autocast, within bf16 tolerance. Also: the group id of a sim device names a TCP endpoint and a wrong id
-is refused with a message."""
+DDP's. The same under bf16 autocast, within bf16 tolerance. Also: rank 0's
+buffers reach every rank before each forward; no_sync() and device_ids for a
+CPU module are refused with a message; the group id of a sim device names a
+TCP endpoint and a wrong id is refused with a message."""
 import ctypes
 import os
 import sys
