@@ -157,9 +157,40 @@ def compile_step(model, loss_fn, optimizer, mode="cudagraphs", device=None,
     grove graphs replayed back to back, the gradients kept in grove
     (grove/step.py): loss_fn(forward, *batch) returns the loss, where
     forward(*args) calls the model; the result takes a batch and returns
-    the loss; process_group: data parallel over a torch.distributed group."""
+    the loss; process_group: data parallel over a torch.distributed group.
+    A DistributedDataParallel model (PyTorch's or grove.torch's) trains as
+    its module with the gradients averaged over its group."""
     from grove import step
 
+    model, process_group = _unwrapped_data_parallel(model, process_group)
     return step.compile_step(model, loss_fn, optimizer, mode=mode, device=device,
                              keep_gradients=keep_gradients, strict=strict,
                              process_group=process_group)
+
+
+def _unwrapped_data_parallel(model, process_group):
+    """(module, group) of a DistributedDataParallel model: compile_step's
+    data parallel averages the gradients over the group as DDP would (its
+    parameters were broadcast from rank 0 when it was wrapped); any other
+    model is returned as it is."""
+    from torch.nn.parallel import DistributedDataParallel as TorchDistributedDataParallel
+
+    from grove.ddp import DistributedDataParallel
+
+    if isinstance(model, TorchDistributedDataParallel):
+        group, broadcasts = model.process_group, model.broadcast_buffers
+    elif isinstance(model, DistributedDataParallel):
+        import torch.distributed as dist
+
+        group, broadcasts = dist.group.WORLD, model.broadcast_buffers
+    else:
+        return model, process_group
+    what = "grove.training.compile_step of a %s" % type(model).__name__
+    if process_group is not None and process_group is not group:
+        raise ValueError("%s: the model's process group is its own; pass no other "
+                         "process_group" % what)
+    if broadcasts and any(True for _ in model.module.buffers()):
+        raise ValueError("%s with buffers: the whole step does not broadcast rank 0's buffers "
+                         "before each forward; wrap with broadcast_buffers=False, or pass the "
+                         "module and process_group" % what)
+    return model.module, group

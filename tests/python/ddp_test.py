@@ -42,11 +42,16 @@ def train_rank(rank, rendezvous, mode, out, autocast=False):
                               nn.ReLU(), nn.Linear(32, 16))
         if mode.startswith("step_"):
             # The whole step in grove, its gradients averaged by one
-            # all-reduce of one flat buffer (grove.training.compile_step).
+            # all-reduce of one flat buffer (grove.training.compile_step):
+            # "step_ddp_<mode>" hands it PyTorch's DDP model instead of a
+            # process_group.
+            wrapped = "_ddp_" in mode
             step = grove.training.compile_step(
-                model, lambda forward, x, target: F.mse_loss(forward(x), target),
+                nn.parallel.DistributedDataParallel(model) if wrapped else model,
+                lambda forward, x, target: F.mse_loss(forward(x), target),
                 torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                mode=mode[len("step_"):], device="sim", process_group=dist.group.WORLD)
+                mode=mode.split("_")[-1], device="sim",
+                process_group=None if wrapped else dist.group.WORLD)
         else:
             if mode != "torch":
                 model = grove.training.compile_module(model, mode)
@@ -112,7 +117,11 @@ class DistributedDataParallelTest(unittest.TestCase):
         backward one grove graph, one all-reduce of the flat gradient, the
         update another graph; the losses and parameters of torch DDP."""
         results = {mode: self.run_mode(mode) for mode in ("torch", "step_eager",
-                                                          "step_cudagraphs")}
+                                                          "step_cudagraphs",
+                                                          "step_ddp_cudagraphs")}
+        # Given PyTorch's DDP model, compile_step trains its module over its group.
+        self.assertTrue(torch.equal(results["step_ddp_cudagraphs"]["losses"],
+                                    results["step_cudagraphs"]["losses"]))
         torch.testing.assert_close(results["step_eager"]["losses"], results["torch"]["losses"],
                                    rtol=1e-4, atol=1e-5)
         for grove_param, torch_param in zip(results["step_eager"]["params"],

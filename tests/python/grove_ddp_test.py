@@ -280,6 +280,36 @@ class GroupIdTest(unittest.TestCase):
             finally:
                 dist.destroy_process_group()
 
+    def test_compile_step_of_a_ddp_model_trains_its_module_and_refuses_buffers(self):
+        import grove.training
+
+        with tempfile.TemporaryDirectory() as folder:
+            dist.init_process_group("gloo", init_method="file://" + os.path.join(folder, "r"),
+                                    rank=0, world_size=1)
+            try:
+                def loss_fn(forward, x):
+                    return forward(x).square().mean()
+
+                model = Shifted()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                with self.assertRaisesRegex(ValueError, "does not broadcast rank 0's buffers"):
+                    grove.training.compile_step(nn.parallel.DistributedDataParallel(model),
+                                                loss_fn, optimizer)
+                with self.assertRaisesRegex(ValueError, "pass no other process_group"):
+                    grove.training.compile_step(
+                        nn.parallel.DistributedDataParallel(model, broadcast_buffers=False),
+                        loss_fn, optimizer, process_group=dist.new_group([0]))
+                step = grove.training.compile_step(
+                    nn.parallel.DistributedDataParallel(model, broadcast_buffers=False),
+                    loss_fn, optimizer, mode="eager")
+                self.assertIs(step.module, model)
+                self.assertIs(step.process_group, dist.group.WORLD)
+                x = torch.randn(3, 4)
+                expected = (model(x)).square().mean()
+                torch.testing.assert_close(step(x), expected)
+            finally:
+                dist.destroy_process_group()
+
     def test_sim_group_id_is_a_tcp_endpoint_and_a_bad_id_is_refused(self):
         from grove import _capi
 
