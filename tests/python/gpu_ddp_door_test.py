@@ -11,6 +11,8 @@
   grove's backward graph (every parameter gradient reduced there);
 - door_fn, grove_ddp_fn: the same two with grove's own autograd function
   (GROVE_DOOR_FUNCTION=1, Note [The door's own autograd function]) (f32);
+- step: grove.training.compile_step given the DDP model (the whole step in
+  grove, the gradients averaged over DDP's group by one all-reduce);
 
 each also under torch.autocast("cuda", dtype=torch.bfloat16). Each rank
 trains on a batch of its own (an unreduced gradient would differ from DDP's)
@@ -44,7 +46,7 @@ import junit_main  # noqa: E402
 
 STEPS = 6
 SEED = 20261126
-VARIANTS = ("torch", "door", "grove_ddp")
+VARIANTS = ("torch", "door", "grove_ddp", "step")
 FUNCTION_VARIANTS = ("door_fn", "grove_ddp_fn")  # with grove's own autograd function
 TOLERANCE = {False: {"rtol": 1e-3, "atol": 1e-5}, True: {"rtol": 3e-2, "atol": 3e-2}}
 
@@ -108,14 +110,23 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
 
             run = torch.compile(run, backend=counting, dynamic=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    if variant == "step":  # the whole step, given PyTorch's DDP model
+        import grove.training
+
+        whole = grove.training.compile_step(run, lambda forward, *args: loss_fn(forward(*args)),
+                                            optimizer)
     losses = []
     for _ in range(STEPS):
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            loss = loss_fn(run(*batch))
-        loss.backward()
-        optimizer.step()
-        mean = loss.detach().clone()
+        if variant == "step":
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                loss = whole(*batch)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                loss = loss_fn(run(*batch))
+            loss.backward()
+            optimizer.step()
+        mean = loss.detach().float().clone()
         dist.all_reduce(mean)
         losses.append(mean / dist.get_world_size())
     reduction = run.gradient_reduction() if variant == "grove_ddp" else None
@@ -134,6 +145,8 @@ def train_rank(rank, world, rendezvous, folder):
         for name, module, batch, loss_fn in cases(rank):
             for autocast in (False, True):
                 for variant in VARIANTS + (() if autocast else FUNCTION_VARIANTS):
+                    if (name, autocast, variant) == ("gpt", True, "step"):
+                        continue  # not checked: the bf16 whole step is the mlp's
                     compiled = []
                     try:
                         result = train(variant, module, batch, loss_fn, rank, autocast, compiled)
@@ -222,6 +235,15 @@ class WorldOfOne(unittest.TestCase):
 
     def test_gpt_grove_ddp_with_the_doors_own_function(self):
         self.check("gpt", False, "grove_ddp_fn")
+
+    def test_mlp_whole_step_of_a_ddp_model(self):
+        self.check("mlp", False, "step")
+
+    def test_mlp_bf16_autocast_whole_step_of_a_ddp_model(self):
+        self.check("mlp", True, "step")
+
+    def test_gpt_whole_step_of_a_ddp_model(self):
+        self.check("gpt", False, "step")
 
     def test_gpt_door_under_ddp(self):
         self.check("gpt", False, "door")
