@@ -32,6 +32,7 @@ import copy
 import os
 import sys
 import tempfile
+import time
 import unittest
 
 import torch
@@ -148,12 +149,19 @@ def train_rank(rank, world, rendezvous, folder):
                     if (name, autocast, variant) == ("gpt", True, "step"):
                         continue  # not checked: the bf16 whole step is the mlp's
                     compiled = []
+                    started = time.monotonic()
                     try:
                         result = train(variant, module, batch, loss_fn, rank, autocast, compiled)
                         result["graphs"] = len(compiled)
                     except Exception as error:  # reported by the parent, the rest still run
                         result = {"error": "%s: %s" % (type(error).__name__, error)}
                     results[(name, autocast, variant)] = result
+                    if rank == 0:  # progress, should the run be cut short
+                        print("rank 0 %s%s %s: %.1f s%s" % (
+                            name, " bf16" if autocast else "", variant,
+                            time.monotonic() - started,
+                            " " + result["error"][:200] if "error" in result else ""),
+                            flush=True)
     finally:
         torch.save(results, os.path.join(folder, "rank%d.pt" % rank))
         dist.destroy_process_group()
