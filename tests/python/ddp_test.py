@@ -8,6 +8,7 @@ bitwise. The whole step in grove (grove.training.compile_step with a
 process_group: one all-reduce of one flat gradient buffer between its two
 graphs) matches torch DDP the same way. The 2-GPU run of the same (NCCL,
 torch.compile with DDP's graph splitting) needs a machine of two GPUs."""
+import gc
 import os
 import sys
 import tempfile
@@ -46,12 +47,17 @@ def train_rank(rank, rendezvous, mode, out, autocast=False):
             # "step_ddp_<mode>" hands it PyTorch's DDP model instead of a
             # process_group.
             wrapped = "_ddp_" in mode
+            wrapper = nn.parallel.DistributedDataParallel(model) if wrapped else model
             step = grove.training.compile_step(
-                nn.parallel.DistributedDataParallel(model) if wrapped else model,
-                lambda forward, x, target: F.mse_loss(forward(x), target),
+                wrapper, lambda forward, x, target: F.mse_loss(forward(x), target),
                 torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                 mode=mode.split("_")[-1], device="sim",
                 process_group=None if wrapped else dist.group.WORLD)
+            # PyTorch 1.13: a DDP collected after destroy_process_group can
+            # deadlock (its Reducer, the process group's last holder, joins
+            # gloo's thread under the GIL); it goes now.
+            del wrapper
+            gc.collect()
         else:
             if mode != "torch":
                 model = grove.training.compile_module(model, mode)

@@ -12,6 +12,7 @@ buffers reach every rank before each forward; no_sync() and device_ids for a
 CPU module are refused with a message; the group id of a sim device names a
 TCP endpoint and a wrong id is refused with a message."""
 import ctypes
+import gc
 import os
 import sys
 import tempfile
@@ -117,6 +118,8 @@ def buffers_rank(rank, rendezvous, folder, mode):
             shifts.append(model.shift.clone())
         torch.save({"outputs": outputs, "shifts": shifts},
                    os.path.join(folder, "buffers_%s_rank%d.pt" % (mode, rank)))
+        del ddp  # before the process group: Note in ddp_test.py's train_rank
+        gc.collect()
     finally:
         dist.destroy_process_group()
 
@@ -308,6 +311,7 @@ class GroupIdTest(unittest.TestCase):
                 expected = (model(x)).square().mean()
                 torch.testing.assert_close(step(x), expected)
             finally:
+                gc.collect()  # the DDP wrappers before the process group (ddp_test.py)
                 dist.destroy_process_group()
 
     def test_sim_group_id_is_a_tcp_endpoint_and_a_bad_id_is_refused(self):
