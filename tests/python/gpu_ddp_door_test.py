@@ -29,6 +29,7 @@ grove's captured all-reduce still run); WorldOfTwo needs 2 CUDA devices.
 CI (sim, gloo, PyTorch 1.13) covers the same in ddp_test.py and
 grove_ddp_test.py."""
 import copy
+import gc
 import os
 import sys
 import tempfile
@@ -156,6 +157,7 @@ def train_rank(rank, world, rendezvous, folder):
                     except Exception as error:  # reported by the parent, the rest still run
                         result = {"error": "%s: %s" % (type(error).__name__, error)}
                     results[(name, autocast, variant)] = result
+                    gc.collect()  # this run's DDP goes before the next, and the group
                     if rank == 0:  # progress, should the run be cut short
                         print("rank 0 %s%s %s: %.1f s%s" % (
                             name, " bf16" if autocast else "", variant,
