@@ -1,4 +1,4 @@
-"""Data parallel and bf16 autocast through the torch.compile door on GPUs
+"""Data parallel and mixed precision through the torch.compile door on GPUs
 (NCCL, PyTorch 2.x): one process per GPU trains the same MLP and GPT
 (gpu_models.py, small sizes) with
 
@@ -14,22 +14,22 @@
 - step: grove.training.compile_step given the DDP model (the whole step in
   grove, the gradients averaged over DDP's group by one all-reduce);
 
-each also under torch.autocast("cuda", dtype=torch.bfloat16). Each rank
-trains on a batch of its own (an unreduced gradient would differ from DDP's)
-from different initial weights (DDP's broadcast must fix them).
+in f32, under torch.autocast("cuda", dtype=torch.bfloat16) (RUNS lists
+which), and for the MLP under float16 autocast with PyTorch's GradScaler.
+Each rank trains on a batch of its own (an unreduced gradient would differ
+from DDP's) from different initial weights (DDP's broadcast must fix them).
 
 Tolerances against torch's DDP eager over 6 SGD steps: f32 losses and final
 parameters within rtol 1e-3, atol 1e-5 (TF32 off; grove's GEMMs sum in
 another order than cuBLAS's); bf16 autocast within rtol 3e-2, atol 3e-2
-(bf16 keeps 8 mantissa bits; gpu_step_test.py's tolerance). Both ranks end
-with equal parameters.
+(bf16 keeps 8 mantissa bits; gpu_step_test.py's tolerance); fp16 within
+rtol 1e-2, atol 1e-2 (11 bits). Both ranks end with equal parameters.
 
 WorldOfOne runs on any CUDA host (a 1-process NCCL group: DDP's hooks and
 grove's captured all-reduce still run); WorldOfTwo needs 2 CUDA devices.
 CI (sim, gloo, PyTorch 1.13) covers the same in ddp_test.py and
 grove_ddp_test.py."""
 import copy
-import gc
 import os
 import sys
 import tempfile
@@ -50,7 +50,15 @@ STEPS = 6
 SEED = 20261126
 VARIANTS = ("torch", "door", "grove_ddp", "step")
 FUNCTION_VARIANTS = ("door_fn", "grove_ddp_fn")  # with grove's own autograd function
-TOLERANCE = {False: {"rtol": 1e-3, "atol": 1e-5}, True: {"rtol": 3e-2, "atol": 3e-2}}
+# autocast dtype (None: f32) -> tolerance of losses and parameters
+TOLERANCE = {None: {"rtol": 1e-3, "atol": 1e-5},
+             torch.bfloat16: {"rtol": 3e-2, "atol": 3e-2},
+             torch.float16: {"rtol": 1e-2, "atol": 1e-2}}
+# (case, autocast dtype) -> variants run
+RUNS = {("mlp", None): VARIANTS + FUNCTION_VARIANTS, ("mlp", torch.bfloat16): VARIANTS,
+        ("mlp", torch.float16): ("torch", "door", "grove_ddp"),
+        ("gpt", None): VARIANTS + FUNCTION_VARIANTS,
+        ("gpt", torch.bfloat16): ("torch", "door", "grove_ddp")}
 
 
 def has_dynamo():
@@ -112,6 +120,9 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
 
             run = torch.compile(run, backend=counting, dynamic=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    # fp16 autocast: PyTorch's loss scaling around grove's graphs.
+    scaler = torch.amp.GradScaler("cuda", enabled=autocast == torch.float16)
+    cast = torch.autocast("cuda", dtype=autocast or torch.bfloat16, enabled=autocast is not None)
     if variant == "step":  # the whole step, given PyTorch's DDP model
         import grove.training
 
@@ -120,14 +131,15 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
     losses = []
     for _ in range(STEPS):
         if variant == "step":
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            with cast:
                 loss = whole(*batch)
         else:
             optimizer.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            with cast:
                 loss = loss_fn(run(*batch))
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
         mean = loss.detach().float().clone()
         dist.all_reduce(mean)
         losses.append(mean / dist.get_world_size())
@@ -145,10 +157,8 @@ def train_rank(rank, world, rendezvous, folder):
     results = {}
     try:
         for name, module, batch, loss_fn in cases(rank):
-            for autocast in (False, True):
-                for variant in VARIANTS + (() if autocast else FUNCTION_VARIANTS):
-                    if (name, autocast, variant) == ("gpt", True, "step"):
-                        continue  # not checked: the bf16 whole step is the mlp's
+            for autocast in (None, torch.bfloat16, torch.float16):
+                for variant in RUNS.get((name, autocast), ()):
                     compiled = []
                     started = time.monotonic()
                     try:
@@ -157,16 +167,22 @@ def train_rank(rank, world, rendezvous, folder):
                     except Exception as error:  # reported by the parent, the rest still run
                         result = {"error": "%s: %s" % (type(error).__name__, error)}
                     results[(name, autocast, variant)] = result
-                    gc.collect()  # this run's DDP goes before the next, and the group
                     if rank == 0:  # progress, should the run be cut short
-                        print("rank 0 %s%s %s: %.1f s%s" % (
-                            name, " bf16" if autocast else "", variant,
+                        print("rank 0 %s %s %s: %.1f s%s" % (
+                            name, autocast or "f32", variant,
                             time.monotonic() - started,
                             " " + result["error"][:200] if "error" in result else ""),
                             flush=True)
     finally:
         torch.save(results, os.path.join(folder, "rank%d.pt" % rank))
         dist.destroy_process_group()
+    # PyTorch 2.11 aborted this child once in the interpreter's final garbage
+    # collection (THPVariable_clear: INTERNAL ASSERT use_count() == 1), after
+    # every run had ended and its results were written; reported, not fixed
+    # here. The results are on disk, so the child ends without that collection.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class WorldOfOne(unittest.TestCase):
@@ -185,7 +201,8 @@ class WorldOfOne(unittest.TestCase):
         rendezvous = os.path.join(cls.folder.name, "rendezvous")
         multiprocessing.spawn(train_rank, args=(cls.world, rendezvous, cls.folder.name),
                               nprocs=cls.world)
-        cls.results = [torch.load(os.path.join(cls.folder.name, "rank%d.pt" % rank))
+        cls.results = [torch.load(os.path.join(cls.folder.name, "rank%d.pt" % rank),
+                                  weights_only=False)
                        for rank in range(cls.world)]
 
     @classmethod
@@ -195,8 +212,7 @@ class WorldOfOne(unittest.TestCase):
     def check(self, name, autocast, variant):
         for rank, results in enumerate(self.results):
             ours, theirs = results[(name, autocast, variant)], results[(name, autocast, "torch")]
-            where = "%s%s %s rank %d" % (name, " bf16 autocast" if autocast else "", variant,
-                                         rank)
+            where = "%s %s %s rank %d" % (name, autocast or "f32", variant, rank)
             self.assertNotIn("error", theirs, where + ": torch DDP failed")
             self.assertNotIn("error", ours, where)
             torch.testing.assert_close(ours["losses"], theirs["losses"], **TOLERANCE[autocast],
@@ -223,49 +239,55 @@ class WorldOfOne(unittest.TestCase):
         self.assertLess(losses[-1].item(), losses[0].item(), "training lowers the loss")
 
     def test_mlp_door_under_ddp(self):
-        self.check("mlp", False, "door")
+        self.check("mlp", None, "door")
 
     def test_mlp_grove_ddp(self):
-        self.check("mlp", False, "grove_ddp")
+        self.check("mlp", None, "grove_ddp")
 
     def test_mlp_bf16_autocast_door_under_ddp(self):
-        self.check("mlp", True, "door")
+        self.check("mlp", torch.bfloat16, "door")
 
     def test_mlp_bf16_autocast_grove_ddp(self):
-        self.check("mlp", True, "grove_ddp")
+        self.check("mlp", torch.bfloat16, "grove_ddp")
 
     def test_mlp_door_under_ddp_with_the_doors_own_function(self):
-        self.check("mlp", False, "door_fn")
+        self.check("mlp", None, "door_fn")
 
     def test_mlp_grove_ddp_with_the_doors_own_function(self):
-        self.check("mlp", False, "grove_ddp_fn")
+        self.check("mlp", None, "grove_ddp_fn")
 
     def test_gpt_door_under_ddp_with_the_doors_own_function(self):
-        self.check("gpt", False, "door_fn")
+        self.check("gpt", None, "door_fn")
 
     def test_gpt_grove_ddp_with_the_doors_own_function(self):
-        self.check("gpt", False, "grove_ddp_fn")
+        self.check("gpt", None, "grove_ddp_fn")
 
     def test_mlp_whole_step_of_a_ddp_model(self):
-        self.check("mlp", False, "step")
+        self.check("mlp", None, "step")
 
     def test_mlp_bf16_autocast_whole_step_of_a_ddp_model(self):
-        self.check("mlp", True, "step")
+        self.check("mlp", torch.bfloat16, "step")
 
     def test_gpt_whole_step_of_a_ddp_model(self):
-        self.check("gpt", False, "step")
+        self.check("gpt", None, "step")
+
+    def test_mlp_fp16_autocast_with_grad_scaler_door_under_ddp(self):
+        self.check("mlp", torch.float16, "door")
+
+    def test_mlp_fp16_autocast_with_grad_scaler_grove_ddp(self):
+        self.check("mlp", torch.float16, "grove_ddp")
 
     def test_gpt_door_under_ddp(self):
-        self.check("gpt", False, "door")
+        self.check("gpt", None, "door")
 
     def test_gpt_grove_ddp(self):
-        self.check("gpt", False, "grove_ddp")
+        self.check("gpt", None, "grove_ddp")
 
     def test_gpt_bf16_autocast_door_under_ddp(self):
-        self.check("gpt", True, "door")
+        self.check("gpt", torch.bfloat16, "door")
 
     def test_gpt_bf16_autocast_grove_ddp(self):
-        self.check("gpt", True, "grove_ddp")
+        self.check("gpt", torch.bfloat16, "grove_ddp")
 
 
 class WorldOfTwo(WorldOfOne):
