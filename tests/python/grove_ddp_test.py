@@ -118,7 +118,7 @@ def buffers_rank(rank, rendezvous, folder, mode):
             shifts.append(model.shift.clone())
         torch.save({"outputs": outputs, "shifts": shifts},
                    os.path.join(folder, "buffers_%s_rank%d.pt" % (mode, rank)))
-        del ddp  # before the process group: Note in ddp_test.py's train_rank
+        del ddp  # before the process group (see the comment in ddp_test.py's train_rank)
         gc.collect()
     finally:
         dist.destroy_process_group()
