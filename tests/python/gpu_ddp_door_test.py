@@ -4,8 +4,8 @@
 
 - torch: PyTorch's DistributedDataParallel, eager (the reference);
 - door: torch.compile(DistributedDataParallel(model), backend="grove"):
-  dynamo's DDP optimizer splits the graph at DDP's bucket boundaries (tiny
-  buckets here), grove compiles each piece, and DDP's all-reduces run
+  dynamo's DDP optimizer splits the graph at DDP's bucket boundaries (the
+  models are over DDP's first bucket of 1 MiB), grove compiles each piece, and DDP's all-reduces run
   between grove's graphs; the test checks grove compiled several graphs;
 - grove_ddp: grove.torch.DistributedDataParallel, the all-reduces inside
   grove's backward graph (every parameter gradient reduced there);
@@ -15,7 +15,8 @@
   grove, the gradients averaged over DDP's group by one all-reduce);
 
 in f32, under torch.autocast("cuda", dtype=torch.bfloat16) (RUNS lists
-which), and for the MLP under float16 autocast with PyTorch's GradScaler.
+which), and for the MLP under float16 autocast with PyTorch's GradScaler;
+under autocast the model's output has autocast's dtype.
 Each rank trains on a batch of its own (an unreduced gradient would differ
 from DDP's) from different initial weights (DDP's broadcast must fix them).
 
@@ -72,11 +73,12 @@ def has_dynamo():
 def cases(rank):
     """(name, module, batch, loss_fn): rank's own batch, its own initial weights."""
     torch.manual_seed(SEED + rank)
-    mlp = gpu_models.Mlp(width=128, depth=4).cuda()
-    gpt = gpu_models.Gpt(vocab=256, width=64, heads=2, layers=2, max_len=32).cuda()
+    # Over DDP's first bucket (1 MiB): dynamo's DDP optimizer splits the graph.
+    mlp = gpu_models.Mlp(width=512, depth=4).cuda()  # 4.2 MB of parameters
+    gpt = gpu_models.Gpt(vocab=256, width=128, heads=4, layers=3, max_len=32).cuda()  # 2.7 MB
     generator = torch.Generator(device="cuda").manual_seed(SEED + 100 + rank)
-    x = torch.randn(16, 128, device="cuda", generator=generator)
-    target = torch.randn(16, 128, device="cuda", generator=generator)
+    x = torch.randn(16, 512, device="cuda", generator=generator)
+    target = torch.randn(16, 512, device="cuda", generator=generator)
     tokens = torch.randint(0, 256, (4, 17), device="cuda", generator=generator)
     inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].reshape(-1).contiguous()
     return [
@@ -110,8 +112,9 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
     if variant == "grove_ddp":
         run = grove.torch.DistributedDataParallel(model, bucket_cap_mb=0.01, device_ids=[rank])
     else:
-        run = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank],
-                                                        bucket_cap_mb=0.01)
+        # PyTorch's default buckets (dynamo's DDP optimizer refuses caps
+        # under its 1 MiB first bucket).
+        run = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
         if variant == "door":
 
             def counting(gm, example_inputs):
@@ -128,7 +131,7 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
 
         whole = grove.training.compile_step(run, lambda forward, *args: loss_fn(forward(*args)),
                                             optimizer)
-    losses = []
+    losses, output_dtypes = [], set()
     for _ in range(STEPS):
         if variant == "step":
             with cast:
@@ -136,7 +139,9 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
         else:
             optimizer.zero_grad(set_to_none=True)
             with cast:
-                loss = loss_fn(run(*batch))
+                out = run(*batch)
+                loss = loss_fn(out)
+            output_dtypes.add(out.dtype)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
@@ -145,6 +150,7 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
         losses.append(mean / dist.get_world_size())
     reduction = run.gradient_reduction() if variant == "grove_ddp" else None
     return {"losses": torch.stack(losses).cpu(), "reduction": reduction,
+            "output_dtypes": output_dtypes,
             "params": [p.detach().cpu().clone() for p in model.parameters()]}
 
 
@@ -220,6 +226,9 @@ class WorldOfOne(unittest.TestCase):
             for index, (a, b) in enumerate(zip(ours["params"], theirs["params"])):
                 torch.testing.assert_close(a, b, **TOLERANCE[autocast], msg=lambda m: (
                     "%s parameter %d: %s" % (where, index, m)))
+            if autocast is not None and variant != "step":
+                # The model's output under autocast: the cast reached the graphs.
+                self.assertEqual(ours["output_dtypes"], {autocast}, where)
             if variant.startswith("door"):
                 # DDP's buckets split the graph: grove's graphs run between
                 # the all-reduces (one compiled graph would mean no split).
