@@ -233,7 +233,9 @@ class WorldOfOne(unittest.TestCase):
                 # DDP's buckets split the graph: grove's graphs run between
                 # the all-reduces (one compiled graph would mean no split).
                 self.assertGreater(ours["graphs"], 1, where)
-            if variant.endswith("_fn"):
+            if variant == "grove_ddp_fn":
+                # (door_fn: dynamo's split pieces may keep AOTAutograd's runtime,
+                # Note [The door's own autograd function]; its losses are checked.)
                 self.assertGreater(ours["door_functions"], 0,
                                    where + ": no graph ran as grove's own autograd function")
             if variant.startswith("grove_ddp"):
