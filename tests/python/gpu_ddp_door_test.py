@@ -261,12 +261,22 @@ class WorldOfOne(unittest.TestCase):
     def test_mlp_bf16_autocast_grove_ddp(self):
         self.check("mlp", torch.bfloat16, "grove_ddp")
 
+    # Known bug (r3, one H100, PyTorch 2.11): with GROVE_DOOR_FUNCTION=1 the
+    # pieces dynamo's DDP optimizer compiles raise BackendCompilerFailed
+    # ("Cannot access data pointer of Tensor (e.g. FakeTensor"): the door's
+    # own function compiles from fake tensors there (door_function.py).
+    @unittest.expectedFailure
     def test_mlp_door_under_ddp_with_the_doors_own_function(self):
         self.check("mlp", None, "door_fn")
 
     def test_mlp_grove_ddp_with_the_doors_own_function(self):
         self.check("mlp", None, "grove_ddp_fn")
 
+    # Known bug (r3, one H100, PyTorch 2.11): with GROVE_DOOR_FUNCTION=1 the
+    # pieces dynamo's DDP optimizer compiles raise BackendCompilerFailed
+    # ("Cannot access data pointer of Tensor (e.g. FakeTensor"): the door's
+    # own function compiles from fake tensors there (door_function.py).
+    @unittest.expectedFailure
     def test_gpt_door_under_ddp_with_the_doors_own_function(self):
         self.check("gpt", None, "door_fn")
 
