@@ -7,7 +7,16 @@ boundaries; DDP's all-reduces run between grove's graphs), grove's own
 wrapper grove.torch.DistributedDataParallel ("grove_ddp": the gradient
 all-reduces inside grove's backward graph, issue 34 part 3), and the whole
 step in grove (grove.training.compile_step with process_group: one all-reduce
-of one flat gradient buffer between its two graphs; "grove_step").
+of one flat gradient buffer between its two graphs; "grove_step"); for
+reference, "grove_plain": backend="grove" without DDP (gradients not
+averaged: the one-GPU door, what DDP adds to it; its losses match only on
+one GPU); a variant name ending in "_fn" (grove_fn, grove_ddp_fn) is that
+variant with grove's own autograd function (GROVE_DOOR_FUNCTION=1, Note [The
+door's own autograd function]), ending in "_nosplit" (grove_nosplit) with
+dynamo's DDP optimizer off (torch._dynamo.config.optimize_ddp=False: one
+graph, not one per bucket; DDP's all-reduces after the whole backward);
+suffixes combine (grove_nosplit_fn); --profile VARIANT prints rank 0's
+cProfile of that variant.
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
 
@@ -21,6 +30,7 @@ different reduction order). The goal of the 4-GPU issue: grove <= 0.5x
 reduce-overhead.
 """
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -40,7 +50,61 @@ BLOCK = 10
 LOSS_STEPS = 5
 
 
+def _first_step_under(step, setting):
+    """`step`, whose first call (the one that compiles) runs inside the
+    context manager `setting()`."""
+    first = [True]
+
+    def stepped():
+        if not first:
+            return step()
+        first.clear()
+        with setting():
+            return step()
+
+    return stepped
+
+
+@contextlib.contextmanager
+def _door_function():
+    # Note [The door's own autograd function] (opt-in, read at compilation).
+    previous = os.environ.get("GROVE_DOOR_FUNCTION")
+    os.environ["GROVE_DOOR_FUNCTION"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["GROVE_DOOR_FUNCTION"]
+        else:
+            os.environ["GROVE_DOOR_FUNCTION"] = previous
+
+
+def _whole_graph():
+    # dynamo's DDP optimizer off: one graph, DDP's all-reduces after its backward.
+    return torch._dynamo.config.patch(optimize_ddp=False)
+
+
+SUFFIXES = {"_fn": _door_function, "_nosplit": _whole_graph}
+VARIANTS = ("torch_eager", "torch_reduce_overhead", "grove", "grove_ddp", "grove_step",
+            "grove_plain")
+
+
+def base_variant(variant):
+    """The variant without its suffixes, or SystemExit for an unknown one."""
+    base = variant
+    while any(base.endswith(suffix) for suffix in SUFFIXES):
+        base = base[:-len(next(s for s in SUFFIXES if base.endswith(s)))]
+    if base not in VARIANTS:
+        raise SystemExit("ddp_door: unknown variant %r (known: %s, each with the suffixes %s)"
+                         % (variant, ", ".join(VARIANTS), ", ".join(SUFFIXES)))
+    return base
+
+
 def step_function(module, inputs, loss_of, variant, rank):
+    for suffix, setting in SUFFIXES.items():
+        if variant.endswith(suffix):
+            return _first_step_under(
+                step_function(module, inputs, loss_of, variant[:-len(suffix)], rank), setting)
     model = copy.deepcopy(module)
     if variant == "grove_step":
         import grove.training
@@ -53,6 +117,14 @@ def step_function(module, inputs, loss_of, variant, rank):
             process_group=dist.group.WORLD)
         return lambda: whole(*inputs)
     torch._dynamo.reset()
+    if variant == "grove_plain":
+        # No DDP at all (the one-GPU door, gradients not averaged): what
+        # data parallel adds to the door's step at this world size.
+        import grove.torch  # noqa: F401 (registers the backend)
+
+        run = torch.compile(model, backend="grove", dynamic=False)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+        return _step(run, inputs, loss_of, optimizer)
     if variant == "grove_ddp":
         import grove.torch
 
@@ -70,7 +142,10 @@ def step_function(module, inputs, loss_of, variant, rank):
         run = torch.compile(ddp, backend="grove", dynamic=False)
     else:
         run = ddp
+    return _step(run, inputs, loss_of, optimizer)
 
+
+def _step(run, inputs, loss_of, optimizer):
     def step():
         optimizer.zero_grad(set_to_none=True)
         loss = loss_of(run(*inputs))
@@ -79,6 +154,26 @@ def step_function(module, inputs, loss_of, variant, rank):
         return loss
 
     return step
+
+
+def profile(step, steps=200, top=30):
+    """Rank 0's host time per function over `steps` warm steps (cProfile)."""
+    import cProfile
+    import io
+    import pstats
+
+    for _ in range(BLOCK):
+        step()
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
 
 
 def measure(step, iters):
@@ -103,13 +198,36 @@ def measure(step, iters):
             "p90_us": blocks[int(0.9 * (len(blocks) - 1))], "losses": losses}
 
 
+def print_table(rows, variants, world):
+    """One line per case: the median step (us) of every variant and the
+    door's ratios to torch DDP reduce-overhead (the goal: <= 0.5)."""
+    ratios = [v for v in variants if v.startswith("grove")]
+    header = ("%-18s" % ("us/step, %d GPU" % world) + "".join("%23s" % v for v in variants)
+              + "".join("%16s" % ("%s/r-o" % key) for key in ratios))
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        cells = ["%23s" % ("%.1f" % row[v]["median_us"] if "median_us" in row[v] else "failed")
+                 for v in variants]
+        quotients = [row.get("%s_over_reduce_overhead" % key) for key in ratios]
+        print("%-18s" % row["case"] + "".join(cells)
+              + "".join("%16s" % ("-" if q is None else "%.2f" % q) for q in quotients))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="ddp_door.json")
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--variants",
                         default="torch_eager,torch_reduce_overhead,grove,grove_ddp,grove_step")
+    parser.add_argument("--cases", default="",
+                        help="comma-separated case names (default: all)")
+    parser.add_argument("--profile", default="",
+                        help="after the timings, cProfile 200 steps of this variant per case "
+                             "(rank 0 prints the functions of most host time)")
     args = parser.parse_args()
+    for variant in args.variants.split(","):
+        base_variant(variant)
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl")
@@ -119,6 +237,8 @@ def main():
 
     rows = []
     for name, module, inputs, loss_of in torch_backend.training_cases():
+        if args.cases and name not in args.cases.split(","):
+            continue
         batch = inputs[0].shape[0]
         row = {"case": name, "per_rank_batch": batch}
         for variant in args.variants.split(","):
@@ -129,6 +249,9 @@ def main():
             except Exception as error:  # one variant failing leaves the others' numbers
                 result = {"error": "%s: %s" % (type(error).__name__, str(error)[:300])}
             row[variant] = result
+            if rank == 0:  # as it comes, so a run cut short still shows what it measured
+                print("%s %s: %s" % (name, variant, "%.1f us" % result["median_us"]
+                                     if "median_us" in result else result["error"]), flush=True)
         reference = row.get("torch_eager", {}).get("losses")
         for variant in args.variants.split(","):
             losses = row[variant].get("losses")
@@ -136,13 +259,16 @@ def main():
                 row[variant]["loss_difference"] = max(
                     abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference))
         base = row.get("torch_reduce_overhead", {}).get("median_us")
-        mine = row.get("grove", {}).get("median_us")
-        row["grove_over_reduce_overhead"] = mine / base if base and mine else None
-        wrapped = row.get("grove_ddp", {}).get("median_us")
-        row["grove_ddp_over_reduce_overhead"] = wrapped / base if base and wrapped else None
-        whole = row.get("grove_step", {}).get("median_us")
-        row["grove_step_over_reduce_overhead"] = whole / base if base and whole else None
+        for variant in set(args.variants.split(",")) | {"grove", "grove_ddp", "grove_step"}:
+            if variant.startswith("grove"):
+                mine = row.get(variant, {}).get("median_us")
+                row["%s_over_reduce_overhead" % variant] = (mine / base if base and mine
+                                                            else None)
         rows.append(row)
+        if args.profile:
+            text = profile(step_function(module, inputs, loss_of, args.profile, rank))
+            if rank == 0:
+                print("== cProfile of %s %s, 200 steps\n%s" % (row["case"], args.profile, text))
     if rank == 0:
         print("DDP through the door, %d GPUs (%s), torch %s" % (
             world, torch.cuda.get_device_name(), torch.__version__))
@@ -157,10 +283,11 @@ def main():
                                      entry["p90_us"], entry["samples_per_s"],
                                      ", ".join("%.5f" % v for v in entry["losses"][:3]),
                                      entry.get("loss_difference", 0.0)))
-            for key in ("grove", "grove_ddp", "grove_step"):
+            for key in [v for v in args.variants.split(",") if v.startswith("grove")]:
                 ratio = row["%s_over_reduce_overhead" % key]
                 print("%-18s %s / reduce-overhead: %s" % (
                     row["case"], key, "-" if ratio is None else "%.2f" % ratio))
+        print_table(rows, args.variants.split(","), world)
         with open(args.json, "w") as out:
             json.dump({"benchmark": "ddp_door", "world_size": world,
                        "device": torch.cuda.get_device_name(), "torch": torch.__version__,

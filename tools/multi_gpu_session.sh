@@ -18,6 +18,10 @@
 #   2b. grove_ddp_test tests/python/grove_ddp_test.py on 2 GPUs (NCCL): grove's
 #                      wrapper against torch DDP, losses and .grad
 #                      -> grove_ddp_test.txt
+#   2c. gpu_ddp_door_test tests/python/gpu_ddp_door_test.py's WorldOfTwo:
+#                      torch.compile(DDP, backend=grove) and grove's wrapper
+#                      against torch DDP, f32 and bf16 autocast
+#                      -> gpu_ddp_door_test.txt
 #   3. rank_formation  mlp16x512 training as N processes that meet over TCP
 #                      (RANK, WORLD_SIZE, MASTER_ADDR) against the threaded
 #                      `grove run --gpus N`: their losses must be bitwise equal
@@ -26,7 +30,7 @@
 # Each step has a time limit (GROVE_MULTI_STEP_LIMIT_S, default 200 s) and the
 # session goes on after a failed step; session.txt lists each step's status.
 # GROVE_MULTI_STEPS picks steps (default "data_parallel buckets ddp_door
-# grove_ddp_test rank_formation").
+# grove_ddp_test gpu_ddp_door_test rank_formation").
 #
 #   bash tools/multi_gpu_session.sh
 set -uo pipefail
@@ -43,7 +47,7 @@ export GROVE_LIBRARY=${GROVE_LIBRARY:-$PWD/$bin/libgrove.so}
 export PYTHONPATH=$PWD/python:$PWD/tests/python:$PWD/tests/python_support
 export PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-steps=${GROVE_MULTI_STEPS:-data_parallel buckets ddp_door grove_ddp_test rank_formation}
+steps=${GROVE_MULTI_STEPS:-data_parallel buckets ddp_door grove_ddp_test gpu_ddp_door_test rank_formation}
 wanted() { [[ " $steps " == *" $1 "* ]]; }
 : >"$OUT/session.txt"
 
@@ -73,6 +77,8 @@ wanted ddp_door && for n in $(echo "$gpus 2" | tr ' ' '\n' | sort -un); do
 done
 
 wanted grove_ddp_test && step grove_ddp_test python3 tests/python/grove_ddp_test.py
+wanted gpu_ddp_door_test && step gpu_ddp_door_test bash -c \
+  "cd tests/python && python3 -m unittest -v gpu_ddp_door_test.WorldOfTwo"
 
 rank_formation() {
   local model=benchmarks/models/mlp16x512.json
@@ -107,4 +113,5 @@ export bin gpus OUT batch
 wanted rank_formation && step rank_formation bash -c "$(declare -f rank_formation); rank_formation"
 tail -3 "$OUT/rank_formation.txt" 2>/dev/null
 tail -4 "$OUT/grove_ddp_test.txt" 2>/dev/null
+tail -4 "$OUT/gpu_ddp_door_test.txt" 2>/dev/null
 cat "$OUT"/ddp_door_*.txt 2>/dev/null | grep -v Warning | tail -20

@@ -40,6 +40,27 @@ def _grove_device(module, device):
     return "sim"
 
 
+def _check_device_ids(module, device_ids, output_device):
+    """PyTorch DDP's device_ids and output_device, accepted where they name
+    the one device the module is on (as PyTorch's DDP takes them for a
+    single-device module), so the wrapper can replace it in a script."""
+    devices = {t.device for t in list(module.parameters()) + list(module.buffers())}
+    named = list(device_ids or []) + ([] if output_device is None else [output_device])
+    if not named:
+        return
+    where = ("grove.torch.DistributedDataParallel: device_ids=%r, output_device=%r"
+             % (device_ids, output_device))
+    if len(devices) != 1 or next(iter(devices)).type != "cuda":
+        raise ValueError("%s name devices, but the module is on %s; as PyTorch's DDP, pass "
+                         "none for a CPU module" % (where, sorted(map(str, devices))))
+    (module_device,) = devices
+    for value in named:
+        given = torch.device("cuda", value) if isinstance(value, int) else torch.device(value)
+        if given != module_device or (device_ids is not None and len(device_ids) != 1):
+            raise ValueError("%s: grove trains a module on one device, here %s; name that "
+                             "one device (or none)" % (where, module_device))
+
+
 def _timeout_ms():
     return int(os.environ.get("GROVE_COLLECTIVE_TIMEOUT_MS", "120000"))
 
@@ -75,21 +96,26 @@ class DistributedDataParallel(torch.nn.Module):
     mode: "cudagraphs" or "eager" (grove's backend); device: grove's device
     (default: the module's cuda device, else "sim"); broadcast_buffers: as
     PyTorch's DDP, rank 0's buffers are copied to every rank before each
-    forward."""
+    forward; device_ids and output_device: as PyTorch's DDP's, may name the
+    module's one device."""
 
     def __init__(self, module, bucket_cap_mb=25, mode="cudagraphs", device=None,
-                 broadcast_buffers=True):
+                 broadcast_buffers=True, device_ids=None, output_device=None):
         super().__init__()
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("grove.torch.DistributedDataParallel: call "
                                "torch.distributed.init_process_group first (torchrun sets "
                                "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
+        _check_device_ids(module, device_ids, output_device)
         if bucket_cap_mb <= 0:
             raise ValueError("grove.torch.DistributedDataParallel: bucket_cap_mb must be "
                              "positive, found %r" % (bucket_cap_mb,))
         self.module = module
         self.grove_device = _grove_device(module, device)
         self.broadcast_buffers = broadcast_buffers
+        # As PyTorch's DDP, the buffers are listed once: walking the module
+        # tree on every forward is host time each step pays.
+        self._buffers_to_broadcast = list(module.buffers()) if broadcast_buffers else []
         join_group(self.grove_device)
         with torch.no_grad():
             for tensor in list(module.parameters()) + list(module.buffers()):
@@ -130,9 +156,17 @@ class DistributedDataParallel(torch.nn.Module):
                 left += len(reduction.left_to_torch())
         return in_grove, left
 
+    def no_sync(self):
+        raise NotImplementedError(
+            "grove.torch.DistributedDataParallel has no no_sync(): its all-reduces are part "
+            "of grove's backward graph, so every backward reduces. For gradient accumulation "
+            "use torch.nn.parallel.DistributedDataParallel around "
+            "torch.compile(backend=\"grove\") (PyTorch 2.x) or "
+            "grove.training.compile_module (1.13)")
+
     def forward(self, *args, **kwargs):
-        if self.broadcast_buffers and torch.is_grad_enabled():
+        if self._buffers_to_broadcast and torch.is_grad_enabled():
             with torch.no_grad():
-                for buffer in self.module.buffers():
+                for buffer in self._buffers_to_broadcast:
                     dist.broadcast(buffer, src=0)
         return self._compiled(*args, **kwargs)

@@ -742,6 +742,48 @@ class BackendTest(unittest.TestCase):
         self.assertIn("grove.training.compile_module", str(raised.exception))
 
 
+class AutocastStateTest(unittest.TestCase):
+    """Note [One autocast state per training trace] (grove/training.py)."""
+
+    def setUp(self):
+        torch.manual_seed(SEED)
+        self.module = Mlp()
+        self.x = torch.randn(4, 32)
+
+    def test_a_call_under_another_autocast_state_is_refused_and_the_module_stays_usable(self):
+        trained = grove.training.compile_module(copy.deepcopy(self.module), "eager")
+        expected = trained(self.x)  # traced outside autocast
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with self.assertRaisesRegex(RuntimeError, r"traced this module's training step "
+                                        r"outside torch.autocast and is now called under "
+                                        r"torch.autocast\(cpu: torch.bfloat16\)"):
+                trained(self.x)
+        again = trained(self.x)  # the old state still trains
+        torch.testing.assert_close(again, expected)
+        again.sum().backward()
+        self.assertIsNotNone(trained.module.layers[0].weight.grad)
+
+    def test_a_module_traced_under_autocast_is_refused_outside_it(self):
+        trained = grove.training.compile_module(copy.deepcopy(self.module), "eager")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            self.assertEqual(trained(self.x).dtype, torch.bfloat16)
+        with self.assertRaisesRegex(RuntimeError, "is now called outside torch.autocast"):
+            trained(self.x)
+
+    def test_evaluation_compiles_once_per_autocast_state(self):
+        trained = grove.training.compile_module(copy.deepcopy(self.module), "eager")
+        with torch.no_grad():
+            plain = trained(self.x)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                cast = trained(self.x)
+        self.assertEqual(plain.dtype, torch.float32)
+        self.assertEqual(cast.dtype, torch.bfloat16)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            # bf16 rounding, another summation order: step_test.py's tolerance.
+            torch.testing.assert_close(cast, self.module(self.x), rtol=2e-2, atol=2e-2)
+        self.assertEqual(len(trained._inference), 2)
+
+
 def _autograd_graph(function, *inputs):
     """make_fx of `function` and torch.autograd.grad of its scalar result with
     respect to every floating input: one graph holding forward and backward."""
