@@ -175,6 +175,36 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     return apply
 
 
+# Note [Fake calls of the door's function]
+# Dynamo's DDP optimizer (torch.compile of a DistributedDataParallel model,
+# PyTorch 2.x) splits a graph at its gradient buckets, compiles each piece
+# with the backend and then runs the split graph once on fake tensors to
+# propagate shapes: the compiled pieces are called with FakeTensors, which
+# have no memory for grove to read. AOTAutograd's compiled function of the
+# same graph runs on fake tensors, so a call whose first tensor argument is
+# fake goes there; real calls run the door's function. Tests:
+# DoorFunctionTest.test_fake_calls_go_to_aotautograds_function
+# (door_function_test.py, sim) and GpuDdpDoorTest's *_with_the_doors_own_function
+# cases (gpu_ddp_door_test.py, torch.compile of a DDP model).
+def real_calls_only(own, fallback):
+    """`own` (the door's function) for calls on real tensors, `fallback`
+    (AOTAutograd's compiled function) for calls on fake ones (Note [Fake
+    calls of the door's function])."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensor
+    except ImportError:  # no fake tensors in this PyTorch: every call is real
+        return own
+
+    def call(*args):
+        for value in args:
+            if isinstance(value, torch.Tensor):
+                if isinstance(value, FakeTensor):
+                    return fallback(*args)
+                break
+        return own(*args)
+    return call
+
+
 def _saved_order(forward, backward, user_outputs):
     """The positions, among the forward's saved outputs, of the backward's
     saved inputs in its order, or None where that is the forward's order.

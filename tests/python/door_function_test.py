@@ -54,6 +54,40 @@ class DoorFunctionTest(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(SEED)
 
+    def test_fake_calls_go_to_aotautograds_function(self):
+        # Note [Fake calls of the door's function]: dynamo's DDP optimizer
+        # calls the compiled pieces on fake tensors; those calls reach
+        # AOTAutograd's function, real ones the door's (which would fail to
+        # read a fake tensor's memory).
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        module = gpu_models.Mlp(width=16, depth=2)
+        forward, backward = partition_of(module, torch.randn(4, 16))
+        compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+        compiler.user_outputs = 1
+        params = list(module.parameters())
+        own = door_function.door_function(forward, backward, 1, [True] * len(params) + [False],
+                                          compiler, single=True)
+        fallback_calls = []
+
+        def fallback(*args):  # stands for AOTAutograd's function: an output of the right shape
+            fallback_calls.append(args)
+            return torch.empty_like(args[-1])
+
+        call = door_function.real_calls_only(own, fallback)
+        x = torch.randn(4, 16)
+        torch.testing.assert_close(call(*params, x), module(x), rtol=RTOL, atol=ATOL)
+        self.assertEqual(fallback_calls, [])
+        with FakeTensorMode() as mode:
+            fake_params = [mode.from_tensor(p) for p in params]
+            fake_x = mode.from_tensor(x)
+            out = call(*fake_params, fake_x)
+        self.assertEqual(len(fallback_calls), 1)
+        self.assertEqual(tuple(out.shape), (4, 16))
+        # A real call after the fake one still runs the door's function.
+        torch.testing.assert_close(call(*params, x), module(x), rtol=RTOL, atol=ATOL)
+        self.assertEqual(len(fallback_calls), 1)
+
     def steps(self, module, make_input, strip_none=False, steps=4):
         """Gradients and outputs over `steps` steps of the door function
         (cudagraphs on sim) against PyTorch eager, from one set of weights."""

@@ -3,13 +3,14 @@
 (gpu_models.py, small sizes) with
 
 - torch: PyTorch's DistributedDataParallel, eager (the reference);
-- door: torch.compile(DistributedDataParallel(model), backend="grove"):
+- door: torch.compile(DistributedDataParallel(model), backend="grove") with
+  AOTAutograd's runtime (GROVE_DOOR_FUNCTION=0):
   dynamo's DDP optimizer splits the graph at DDP's bucket boundaries (the
   models are over DDP's first bucket of 1 MiB), grove compiles each piece, and DDP's all-reduces run
   between grove's graphs; the test checks grove compiled several graphs;
 - grove_ddp: grove.torch.DistributedDataParallel, the all-reduces inside
   grove's backward graph (every parameter gradient reduced there);
-- door_fn, grove_ddp_fn: the same two with grove's own autograd function
+- door_fn, grove_ddp_fn: the same two with grove's own autograd function, the default
   (GROVE_DOOR_FUNCTION=1, Note [The door's own autograd function]) (f32);
 - step: grove.training.compile_step given the DDP model (the whole step in
   grove, the gradients averaged over DDP's group by one all-reduce);
@@ -91,21 +92,20 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
     import grove.torch
     from grove import door_function, dynamo_backend
 
-    if variant.endswith("_fn"):
-        # Note [The door's own autograd function] (opt-in, read when the
-        # first step compiles the graphs).
-        previous = os.environ.get("GROVE_DOOR_FUNCTION")
-        os.environ["GROVE_DOOR_FUNCTION"] = "1"
+    if "GROVE_DOOR_FUNCTION" not in os.environ:
+        # Note [The door's own autograd function] (the default, read when the
+        # first step compiles the graphs): on for the "_fn" variants, off
+        # (AOTAutograd's runtime) for the others.
+        on = variant.endswith("_fn")
+        os.environ["GROVE_DOOR_FUNCTION"] = "1" if on else "0"
         taken = door_function.taken
         try:
-            result = train(variant[:-len("_fn")], module, batch, loss_fn, rank, autocast,
-                           compiled)
+            result = train(variant[:-len("_fn")] if on else variant, module, batch, loss_fn,
+                           rank, autocast, compiled)
         finally:
-            if previous is None:
-                del os.environ["GROVE_DOOR_FUNCTION"]
-            else:
-                os.environ["GROVE_DOOR_FUNCTION"] = previous
-        result["door_functions"] = door_function.taken - taken
+            del os.environ["GROVE_DOOR_FUNCTION"]
+        if on:
+            result["door_functions"] = door_function.taken - taken
         return result
     torch._dynamo.reset()
     model = copy.deepcopy(module)
@@ -261,22 +261,18 @@ class WorldOfOne(unittest.TestCase):
     def test_mlp_bf16_autocast_grove_ddp(self):
         self.check("mlp", torch.bfloat16, "grove_ddp")
 
-    # Known bug (r3, one H100, PyTorch 2.11): with GROVE_DOOR_FUNCTION=1 the
-    # pieces dynamo's DDP optimizer compiles raise BackendCompilerFailed
-    # ("Cannot access data pointer of Tensor (e.g. FakeTensor"): the door's
-    # own function compiles from fake tensors there (door_function.py).
-    @unittest.expectedFailure
+    # Note [Fake calls of the door's function] (door_function.py): dynamo's
+    # DDP optimizer calls the pieces on fake tensors (r3, one H100, PyTorch
+    # 2.11: BackendCompilerFailed before that note's fix).
     def test_mlp_door_under_ddp_with_the_doors_own_function(self):
         self.check("mlp", None, "door_fn")
 
     def test_mlp_grove_ddp_with_the_doors_own_function(self):
         self.check("mlp", None, "grove_ddp_fn")
 
-    # Known bug (r3, one H100, PyTorch 2.11): with GROVE_DOOR_FUNCTION=1 the
-    # pieces dynamo's DDP optimizer compiles raise BackendCompilerFailed
-    # ("Cannot access data pointer of Tensor (e.g. FakeTensor"): the door's
-    # own function compiles from fake tensors there (door_function.py).
-    @unittest.expectedFailure
+    # Note [Fake calls of the door's function] (door_function.py): dynamo's
+    # DDP optimizer calls the pieces on fake tensors (r3, one H100, PyTorch
+    # 2.11: BackendCompilerFailed before that note's fix).
     def test_gpt_door_under_ddp_with_the_doors_own_function(self):
         self.check("gpt", None, "door_fn")
 
