@@ -99,6 +99,11 @@ class DistributedDataParallel(torch.nn.Module):
     forward; device_ids and output_device: as PyTorch's DDP's, may name the
     module's one device."""
 
+    # grove.training.compile_step recognises the wrapper by this mark, not by
+    # importing this module (ddp imports training: the package has no import
+    # cycle, ImportCyclesTest).
+    grove_data_parallel = True
+
     def __init__(self, module, bucket_cap_mb=25, mode="cudagraphs", device=None,
                  broadcast_buffers=True, device_ids=None, output_device=None):
         super().__init__()

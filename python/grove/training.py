@@ -175,11 +175,9 @@ def _unwrapped_data_parallel(model, process_group):
     model is returned as it is."""
     from torch.nn.parallel import DistributedDataParallel as TorchDistributedDataParallel
 
-    from grove.ddp import DistributedDataParallel
-
     if isinstance(model, TorchDistributedDataParallel):
         group, broadcasts = model.process_group, model.broadcast_buffers
-    elif isinstance(model, DistributedDataParallel):
+    elif getattr(type(model), "grove_data_parallel", False):  # grove.torch.DistributedDataParallel
         import torch.distributed as dist
 
         group, broadcasts = dist.group.WORLD, model.broadcast_buffers
