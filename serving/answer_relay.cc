@@ -1,7 +1,5 @@
 #include "serving/answer_relay.h"
 
-#include <pthread.h>
-
 #include <utility>
 
 namespace grove::serving {
@@ -28,45 +26,13 @@ namespace grove::serving {
 // (the worker's own posts; every other test of tests/serving/
 // http_server_test.py and http_abuse_test.py goes through the relay),
 // AnswerRelay.* (tests/serving/answer_relay_test.cc).
-AnswerRelay::AnswerRelay() : thread_([this] { run(); }) {}
+AnswerRelay::AnswerRelay()
+    : thread_("grove-relay", [](std::vector<std::function<void()>>& hand_offs) {
+        for (std::function<void()>& hand_on : hand_offs) hand_on();
+      }) {}
 
-AnswerRelay::~AnswerRelay() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_one();
-  thread_.join();
-}
+AnswerRelay::~AnswerRelay() = default;
 
-void AnswerRelay::post(std::function<void()> hand_on) {
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    waiting_.push_back(std::move(hand_on));
-    wake = sleeping_;
-    sleeping_ = false;
-  }
-  if (wake) wake_.notify_one();
-}
-
-void AnswerRelay::run() {
-  pthread_setname_np(pthread_self(), "grove-relay");
-  std::vector<std::function<void()>> running;
-  while (true) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (waiting_.empty() && !stopping_) {
-        sleeping_ = true;
-        wake_.wait(lock);
-      }
-      sleeping_ = false;
-      if (waiting_.empty()) return;  // stopping, and every hand-off ran
-      running.swap(waiting_);
-    }
-    for (std::function<void()>& hand_on : running) hand_on();
-    running.clear();
-  }
-}
+void AnswerRelay::post(std::function<void()> hand_on) { thread_.hand(std::move(hand_on)); }
 
 }  // namespace grove::serving

@@ -8,11 +8,9 @@
 //   relay.post([inbox, answer] { inbox->post(answer); });  // any thread
 #pragma once
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
-#include <thread>
-#include <vector>
+
+#include "serving/handoff_thread.h"
 
 namespace grove::serving {
 
@@ -28,14 +26,7 @@ class AnswerRelay {
   void post(std::function<void()> hand_on);
 
  private:
-  void run();
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::vector<std::function<void()>> waiting_;
-  bool sleeping_ = false;  // the thread waits on wake_ and no post has woken it yet
-  bool stopping_ = false;
-  std::thread thread_;  // last: started once the rest exists
+  HandoffThread<std::function<void()>> thread_;
 };
 
 }  // namespace grove::serving

@@ -1,7 +1,5 @@
 #include "serving/request_reaper.h"
 
-#include <pthread.h>
-
 #include <utility>
 
 namespace grove::serving {
@@ -24,45 +22,16 @@ namespace grove::serving {
 // (64) in process; answering still took ~2 us per request of the worker.
 // Tests: ServerTest.* (every request answered once, shutdown drains),
 // RequestReaper.FreesEveryRequestItIsHanded.
-RequestReaper::RequestReaper() : thread_([this] { run(); }) {}
+RequestReaper::RequestReaper()
+    : thread_("grove-reaper", [](std::vector<std::vector<PendingRequest>>& answered) {
+        answered.clear();  // the frees the worker no longer makes
+      }) {}
 
-RequestReaper::~RequestReaper() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_one();
-  thread_.join();
-}
+RequestReaper::~RequestReaper() = default;
 
 void RequestReaper::hand(std::vector<PendingRequest> requests) {
   if (requests.empty()) return;
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    waiting_.push_back(std::move(requests));
-    wake = sleeping_;
-    sleeping_ = false;
-  }
-  if (wake) wake_.notify_one();
-}
-
-void RequestReaper::run() {
-  pthread_setname_np(pthread_self(), "grove-reaper");
-  std::vector<std::vector<PendingRequest>> freeing;
-  while (true) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (waiting_.empty() && !stopping_) {
-        sleeping_ = true;
-        wake_.wait(lock);
-      }
-      sleeping_ = false;
-      if (waiting_.empty()) return;  // stopping, and everything handed over is freed
-      freeing.swap(waiting_);
-    }
-    freeing.clear();
-  }
+  thread_.hand(std::move(requests));
 }
 
 }  // namespace grove::serving

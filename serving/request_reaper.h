@@ -7,11 +7,9 @@
 //   reaper.hand(std::move(batch.requests)); // any thread; freed later
 #pragma once
 
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <vector>
 
+#include "serving/handoff_thread.h"
 #include "serving/request.h"
 
 namespace grove::serving {
@@ -29,14 +27,7 @@ class RequestReaper {
   void hand(std::vector<PendingRequest> requests);
 
  private:
-  void run();
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::vector<std::vector<PendingRequest>> waiting_;
-  bool sleeping_ = false;  // the thread waits on wake_ and no hand() has woken it yet
-  bool stopping_ = false;
-  std::thread thread_;  // last: started once the rest exists
+  HandoffThread<std::vector<PendingRequest>> thread_;
 };
 
 }  // namespace grove::serving
