@@ -641,7 +641,8 @@ def main():
                         help="comma-separated decode rows (default: all): hf_llama_static_cache, "
                              "gpt_fast_decoder")
     parser.add_argument("--attention-ab", action="store_true",
-                        help="also time grove with attention written out (GROVE_FUSED_ATTENTION=0)")
+                        help="also time grove with the fused attention kernel "
+                             "(GROVE_FUSED_ATTENTION=1; the default writes attention out)")
     parser.add_argument("--variants", default="",
                         help="comma-separated variants to run (default: all)")
     parser.add_argument("--top", type=int, default=TOP_PRINTED,
