@@ -282,33 +282,29 @@ def _training_graph(gm, example_inputs, mode, strict, device):
         gm.recompile()
     compiled = backend(gm, example_inputs)
     aot = compiled if output is None else (lambda *args: compiled(*args)[0])
-    own = _door_function(gm, example_inputs, compiler, single=output is not None)
-    if own is not None:
-        from grove import door_function
-
-        # Note [Fake calls of the door's function] (door_function.py)
-        return door_function.real_calls_only(own, aot)
-    return aot
+    return _door_function(gm, example_inputs, compiler, aot, single=output is not None)
 
 
-def _door_function(gm, example_inputs, compiler, single):
+def _door_function(gm, example_inputs, compiler, aot, single):
     """The graph AOTAutograd just compiled, as grove's own autograd.Function
-    (Note [The door's own autograd function], door_function.py), or None
-    for AOTAutograd's compiled function."""
+    (Note [The door's own autograd function], door_function.py) for calls on
+    real tensors, or `aot` (AOTAutograd's compiled function) alone."""
     from grove import door_function
 
     if not door_function.enabled():
-        return None
+        return aot
     try:
         forward, backward, user_outputs, lifted = door_function.aot_partition(
             gm, example_inputs, compiler)
         requires_grad = [bool(getattr(value, "requires_grad", False))
                          for value in list(lifted) + list(example_inputs)]
-        return door_function.door_function(forward, backward, user_outputs, requires_grad,
-                                           compiler, single=single, lifted=lifted)
+        own = door_function.door_function(forward, backward, user_outputs, requires_grad,
+                                          compiler, single=single, lifted=lifted)
     except door_function.Unsupported as why:
         log.info("training graph runs under AOTAutograd's runtime: %s", why)
-        return None
+        return aot
+    # Note [Fake calls of the door's function] (door_function.py)
+    return door_function.real_calls_only(own, aot)
 
 
 def _single_value_output(gm):
