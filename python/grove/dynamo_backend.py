@@ -272,6 +272,7 @@ def _training_graph(gm, example_inputs, mode, strict, device):
         log.info("graph runs in PyTorch: it needs gradients and AOTAutograd is missing")
         return getattr(gm, "forward", gm)
     compiler.on_runner = _live_runners.add  # mark_step_begin reaches them
+    gm = _as_graph_module(gm, example_inputs)
     # PyTorch's fused attention kernels (and their backwards) are not grove
     # ops; written out, attention trains in grove.
     training_steps.write_out_attention(gm)
@@ -283,6 +284,23 @@ def _training_graph(gm, example_inputs, mode, strict, device):
     compiled = backend(gm, example_inputs)
     aot = compiled if output is None else (lambda *args: compiled(*args)[0])
     return _door_function(gm, example_inputs, compiler, aot, single=output is not None)
+
+
+def _as_graph_module(gm, example_inputs):
+    """compile_graph takes plain functions too; AOTAutograd and the attention
+    rewrite need an fx GraphModule. A function becomes one by symbolic
+    tracing (a torch-level graph, as dynamo's), or by make_fx where symbolic
+    tracing cannot follow it (Python control flow on sizes). Test:
+    InputWritesTest.test_batch_norm_running_statistics_in_training_mode
+    (torch 2.x)."""
+    if isinstance(gm, torch.fx.GraphModule):
+        return gm
+    try:
+        return torch.fx.symbolic_trace(gm)
+    except Exception:  # noqa: BLE001 (any tracing failure: try make_fx instead)
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        return make_fx(gm)(*example_inputs)
 
 
 def _door_function(gm, example_inputs, compiler, aot, single):
