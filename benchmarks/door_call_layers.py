@@ -2,6 +2,12 @@
 layer by layer, on one GPU: where the door's per-call cost goes (issue 33).
 
     python3 benchmarks/door_call_layers.py [--out DIR] [--calls 400] [--models mlp16x512_b1,...]
+    python3 benchmarks/door_call_layers.py --zoo gpt2,llama,bert --batch 1 --no-listings \
+        [--kernels 8]
+
+--zoo takes torch_zoo.py's models (at --batch) instead of gpu_models' cases;
+--kernels N prints, per model, grove's kernels per call, their GPU time and
+the N that take most of it (torch.profiler: is the call GPU-bound?).
 
 Each layer is called `calls` times in blocks of 20, each block ended by a
 device synchronization; "host" is the median time per call of a block before
@@ -145,7 +151,8 @@ def not_inlined(module, inputs, calls):
     return rows
 
 
-def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
+def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings=True,
+           kernels=0):
     """Appends (label, host us, wall us, note) rows to `rows` as it goes."""
     import grove.torch  # noqa: F401 (registers the backend)
     from grove import _capi
@@ -173,7 +180,8 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
     fast = runner._fast
 
     counters = tree_counters(runner)
-    row("door", lambda: compiled(*inputs), "%d args to grove" % len(args))
+    row("door", lambda: compiled(*inputs), "%d args to grove%s" % (
+        len(args), "" if fast is not None else ", not one grove segment"))
     after = tree_counters(runner)
     door_calls = BLOCK + BLOCK * max(1, calls // BLOCK)  # per_call: warm-up and blocks
     print("%-22s tree per door call: %s" % (name, ", ".join(
@@ -188,6 +196,8 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
                        for value in inputs]
         row("door_side_stream", lambda: compiled(*side_inputs), "the caller on a side stream")
     torch.cuda.synchronize()
+    if kernels:
+        print_kernels(name, compiled, inputs, kernels)
     if door_only:
         return rows
     # As dynamo calls it: each call a new generation (one invocation per call).
@@ -264,6 +274,8 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
         "torch's own capsule of a CUDA tensor")
     row("to_dlpack", lambda: torch.utils.dlpack.to_dlpack(probe))
     row("empty_like", lambda: torch.empty_like(probe))
+    if not listings:
+        return rows
     # Listings of the door calls.
     profiler = cProfile.Profile()
     with torch.no_grad():
@@ -297,6 +309,41 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
     return rows
 
 
+def print_kernels(name, compiled, inputs, top):
+    """grove's kernels per call, their GPU time per call and the `top` that
+    take most of it (torch_zoo.kernel_profile)."""
+    import torch_zoo
+
+    profile = torch_zoo.kernel_profile(compiled, inputs)
+    if "error" in profile:
+        print("%-22s kernels: %s" % (name, profile["error"]), flush=True)
+        return
+    print("%-22s kernels %.1f per call, %.1f us GPU per call" % (
+        name, profile["kernels_per_call"], profile["gpu_us_per_call"]), flush=True)
+    for kernel, count, us in profile["top"][:top]:
+        print("%-22s   x%-4.0f %7.1f us  %s" % ("", count, us, kernel[:80]), flush=True)
+
+
+def zoo_cases(names, batch):
+    """(name, module, inputs) of torch_zoo.py's models named, on cuda."""
+    import importlib
+
+    import torch_zoo
+
+    makers = {name: (make, library) for name, make, library in torch_zoo.MODELS}
+    for name in names:
+        make, library = makers[name]
+        try:
+            importlib.import_module(library)
+        except ImportError:
+            print("%s: %s is not installed" % (name, library))
+            continue
+        torch.manual_seed(0)
+        module, inputs = make(batch)
+        yield ("%s_b%d" % (name, batch), module.cuda().eval(),
+               tuple(value.cuda() for value in inputs))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=".")
@@ -309,6 +356,13 @@ def main():
                         help="time the dynamo floor and the door only (no lower layers, listings)")
     parser.add_argument("--reduce-overhead", default="",
                         help="comma-separated models to time under mode=\"reduce-overhead\" too")
+    parser.add_argument("--zoo", default="",
+                        help="comma-separated torch_zoo.py models to time instead of --models")
+    parser.add_argument("--batch", type=int, default=1, help="--zoo: the batch size")
+    parser.add_argument("--no-listings", action="store_true",
+                        help="no cProfile and torch.profiler files in --out")
+    parser.add_argument("--kernels", type=int, default=0,
+                        help="print grove's kernels per call and the N longest")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo
 
@@ -320,13 +374,15 @@ def main():
     wanted = args.models.split(",")
     os.makedirs(args.out, exist_ok=True)
     summary = []
-    for name, module, inputs in gpu_models.cases("cuda"):
-        if name not in wanted:
-            continue
+    cases = (zoo_cases(args.zoo.split(","), args.batch) if args.zoo else
+             ((name, module, inputs) for name, module, inputs in gpu_models.cases("cuda")
+              if name in wanted))
+    for name, module, inputs in cases:
         start = time.perf_counter()
         rows = []
         try:  # one model failing leaves the others' rows
-            layers(name, module, inputs, args.calls, args.out, rows, args.door_only)
+            layers(name, module, inputs, args.calls, args.out, rows, args.door_only,
+                   not args.no_listings, args.kernels)
             if name in args.not_inlined.split(","):
                 rows.extend(not_inlined(module, inputs, args.calls))
             if name in args.reduce_overhead.split(","):
