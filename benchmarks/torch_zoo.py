@@ -512,6 +512,17 @@ def decode_case(name, variant):
 # A child imports grove only for the grove variant (or with
 # GROVE_ZOO_LOAD_GROVE=1), so a crash of PyTorch's variant without grove in
 # the process is PyTorch's own.
+# Note [A child's time limit covers what it started]
+# subprocess.run(..., capture_output=True, timeout=T) kills only the child on
+# timeout and then reads its pipes to the end; a process the child started
+# (PyTorch's compile workers) still holds the pipes, so that read waits for
+# it, past T without bound. Here the child leads a process group of its own,
+# writes to files rather than pipes, and on timeout the whole group is killed
+# (SIGTERM, then SIGKILL after a grace), so nothing is left to wait for
+# (tools/bounded_child.py). Session 16's decode step had a 150 s child limit
+# and its reduce-overhead case ran until the lease's 120 s limit stopped
+# everything, so no JSON was written: the limits are now set below the
+# budget (Note [Bounded decode step]). Test: tests/tools/bounded_child_test.sh.
 def run_decode_child(name, variant, timeout_s):
     """One decode case in a child process stopped, with whatever it started,
     after `timeout_s` seconds (Note [A child's time limit covers what it

@@ -1,16 +1,8 @@
 """A child process with a time limit that holds: run(command, limit_s)
 returns within about limit_s seconds however the child and anything it
-started behave (benchmarks/torch_zoo.py's decode cases).
-
-Note [A child's time limit covers what it started]
-subprocess.run(..., capture_output=True, timeout=T) kills only the child on
-timeout and then reads its pipes to the end; a process the child started
-(PyTorch's compile workers) still holds the pipes, so that read waits for
-it, past T without bound: a decode case of reduce-overhead ran into the
-lease's own limit that way, and the benchmark wrote no JSON. Here the child
-leads a process group of its own, writes to files rather than pipes, and on
-timeout the whole group is killed (SIGTERM, then SIGKILL after a grace),
-so nothing is left to wait for. Test: tests/tools/bounded_child_test.sh.
+started behave: the child leads a process group of its own and writes to
+files, and at the limit the whole group is killed (Note [A child's time
+limit covers what it started], benchmarks/torch_zoo.py, its one user).
 """
 import os
 import signal
