@@ -184,8 +184,7 @@ bool legacy_calls_ordered_by_events() {
   if (mode == nullptr || *mode == '\0' || std::strcmp(mode, "blocking") == 0) return false;
   GROVE_CHECK_AS(grove::ConfigError, std::strcmp(mode, "events") == 0,
                  "GROVE_LEGACY_STREAM_ORDER='", mode,
-                 "': expected 'blocking' (the default) or "
-                 "'events'");
+                 "': expected 'blocking' (the default) or 'events'");
   return true;
 }
 

@@ -123,7 +123,8 @@ class GpuTorchBackendTest(unittest.TestCase):
         ordered after it would read the previous input), and that stream's
         next op reads the call's finished output (a copy not ordered after
         the replay would overlap it). Both orders, 16 MiB tensors, eight
-        calls, the first of which records."""
+        calls, the first of which records. An unknown mode is refused by name
+        and leaves the model usable."""
         import grove
 
         size = 1 << 22
@@ -152,6 +153,20 @@ class GpuTorchBackendTest(unittest.TestCase):
                     model.close()
                 finally:
                     os.environ.pop("GROVE_LEGACY_STREAM_ORDER", None)
+        # A mode grove does not know is refused by name before anything runs,
+        # and the model keeps working once it is unset.
+        model = grove.compile(program, backend="cudagraphs", device="cuda")
+        x = sources[0]
+        os.environ["GROVE_LEGACY_STREAM_ORDER"] = "sideways"
+        try:
+            with self.assertRaisesRegex(Exception, "GROVE_LEGACY_STREAM_ORDER='sideways'"):
+                model(x)
+        finally:
+            os.environ.pop("GROVE_LEGACY_STREAM_ORDER", None)
+        for _ in range(3):
+            (y,) = model(x)
+        torch.testing.assert_close(y, torch.tanh(x), rtol=1e-5, atol=1e-6)
+        model.close()
 
     def test_overwritten_replay_output_raises_on_access(self):
         import grove
