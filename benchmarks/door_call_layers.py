@@ -8,6 +8,8 @@ layer by layer, on one GPU: where the door's per-call cost goes (issue 33).
 --zoo takes torch_zoo.py's models (at --batch) instead of gpu_models' cases;
 --kernels N prints, per model, grove's kernels per call, their GPU time and
 the N that take most of it (torch.profiler: is the call GPU-bound?).
+--floor-variants object,fresh,dlpack times dynamo floors one step closer to
+grove's graph each (Note [Floor variants]).
 
 Each layer is called `calls` times in blocks of 20, each block ended by a
 device synchronization; "host" is the median time per call of a block before
@@ -120,14 +122,58 @@ def tree_counters(runner):
     return totals
 
 
-def dynamo_floor(module, inputs):
+class _ObjectFloor:
+    """A floor graph that is a callable object, as grove's CompiledGraph is."""
+
+    def __init__(self, results):
+        self.results = results
+
+    def __call__(self, *args):
+        return self.results
+
+
+def _dlpack_copy(value):
+    """A new tensor over the same memory through DLPack, as grove hands out
+    its outputs (freed through a DLPack deleter)."""
+    if isinstance(value, torch.Tensor):
+        return torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_dlpack_copy(item) for item in value)
+    return value
+
+
+def _fresh_views(value):
+    """A new tensor object over the same memory (no DLPack, no GPU work)."""
+    if isinstance(value, torch.Tensor):
+        return value.view_as(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_fresh_views(item) for item in value)
+    return value
+
+
+# Note [Floor variants]: r1 (session 17, H100) found the door's host time
+# above the dynamo floor plus grove's own layer (the graph row) by 19-31 us
+# on GPT-2, LLaMA, BERT and nn.TransformerDecoder at batch 1. The variants
+# change one thing each from the floor towards grove's graph: a callable
+# object instead of a function (object), a new tensor object per call over
+# the same memory (fresh), and a tensor made through DLPack per call, freed
+# through its deleter (dlpack).
+FLOOR_VARIANTS = {
+    "function": lambda results: (lambda *args: results),
+    "object": _ObjectFloor,
+    "fresh": lambda results: (lambda *args: _fresh_views(results)),
+    "dlpack": lambda results: (lambda *args: _dlpack_copy(results)),
+}
+
+
+def dynamo_floor(module, inputs, variant="function"):
     """The module compiled by a backend whose graph does no work: it returns
     the outputs of one eager run of the graph, every call (dynamo's guards
-    and wrappers, nothing else)."""
+    and wrappers, nothing else); `variant`: Note [Floor variants]."""
     def backend(gm, example_inputs):
         with torch.no_grad():
             results = gm(*example_inputs)
-        return lambda *args: results
+        return FLOOR_VARIANTS[variant](results)
 
     torch._dynamo.reset()
     compiled = torch.compile(module, backend=backend, dynamic=False)
@@ -163,7 +209,7 @@ def not_inlined(module, inputs, calls):
 
 
 def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings=True,
-           kernels=0):
+           kernels=0, floor_variants=()):
     """Appends (label, host us, wall us, note) rows to `rows` as it goes."""
     import grove.torch  # noqa: F401 (registers the backend)
     from grove import _capi
@@ -181,6 +227,9 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
     # First: it compiles with dynamo of its own (reset before grove's compilation).
     row("dynamo_floor", dynamo_floor(module, inputs),
         "dynamo alone: a backend whose graph returns a tensor made once")
+    for variant in floor_variants:
+        row("floor_" + variant, dynamo_floor(module, inputs, variant),
+            "Note [Floor variants]")
     torch._dynamo.reset()
     compiled = torch.compile(module, backend="grove", dynamic=False)
     with torch.no_grad():
@@ -382,6 +431,9 @@ def main():
     parser.add_argument("--batch", type=int, default=1, help="--zoo: the batch size")
     parser.add_argument("--no-listings", action="store_true",
                         help="no cProfile and torch.profiler files in --out")
+    parser.add_argument("--floor-variants", default="",
+                        help="comma-separated dynamo floors to time too (Note [Floor variants]): "
+                             "object, fresh, dlpack")
     parser.add_argument("--kernels", type=int, default=0,
                         help="print grove's kernels per call and the N longest")
     args = parser.parse_args()
@@ -403,7 +455,8 @@ def main():
         rows = []
         try:  # one model failing leaves the others' rows
             layers(name, module, inputs, args.calls, args.out, rows, args.door_only,
-                   not args.no_listings, args.kernels)
+                   not args.no_listings, args.kernels,
+                   [v for v in args.floor_variants.split(",") if v])
             if name in args.not_inlined.split(","):
                 rows.extend(not_inlined(module, inputs, args.calls))
             if name in args.reduce_overhead.split(","):
