@@ -2,6 +2,14 @@
 layer by layer, on one GPU: where the door's per-call cost goes (issue 33).
 
     python3 benchmarks/door_call_layers.py [--out DIR] [--calls 400] [--models mlp16x512_b1,...]
+    python3 benchmarks/door_call_layers.py --zoo gpt2,llama,bert --batch 1 --no-listings \
+        [--kernels 8]
+
+--zoo takes torch_zoo.py's models (at --batch) instead of gpu_models' cases;
+--kernels N prints, per model, grove's kernels per call, their GPU time and
+the N that take most of it (torch.profiler: is the call GPU-bound?).
+--floor-variants object,fresh,dlpack times dynamo floors one step closer to
+grove's graph each (Note [Floor variants]).
 
 Each layer is called `calls` times in blocks of 20, each block ended by a
 device synchronization; "host" is the median time per call of a block before
@@ -9,7 +17,10 @@ its synchronization (the host's own cost while the GPU runs behind), "wall"
 with it. First the dynamo floor (the module compiled by a backend whose graph does
 no work). Then the layers, outermost first (each includes those below it):
   door        the torch.compile'd module (dynamo's guards and wrappers)
-  door_side_stream  the same, called on a side stream (no legacy-stream events)
+  door_events the same with GROVE_LEGACY_STREAM_ORDER=events (four event calls
+              order grove's stream with the legacy stream, not a blocking stream),
+              then door_again, the default once more
+  door_side_stream  the same, called on a side stream (no legacy-stream ordering)
   graph       grove's CompiledGraph.__call__ on the arguments dynamo passes
               (the invocation key and scope, GraphRunner)
   door_layered  door without Note [One Python call per door call]
@@ -25,6 +36,7 @@ table (CPU and CUDA runtime calls) in DIR. Skips without CUDA or dynamo.
 import argparse
 import cProfile
 import ctypes
+import gc
 import io
 import os
 import pstats
@@ -78,9 +90,15 @@ def captured_arguments(compiled, inputs):
             compiled(*inputs)
     finally:
         dynamo_backend.CompiledGraph.__call__ = original
-    if len(seen) != 1:
-        raise RuntimeError("expected one grove graph per call, found %d" % len(seen))
-    return seen[0]
+    if not seen:
+        raise RuntimeError("no grove graph ran in a call")
+    if len(seen) > 1:
+        # A graph break: dynamo runs Python between the graphs. The lower
+        # layers time the graph with the most arguments.
+        print("%d grove graphs per call (args: %s; one grove segment: %s)" % (
+            len(seen), [len(args) for _, args in seen],
+            [graph.runner._fast is not None for graph, _ in seen]), flush=True)
+    return max(seen, key=lambda item: len(item[1]))
 
 
 TREE_COUNTERS = ("replays", "recordings", "warmups", "eager_calls", "input_copies",
@@ -104,19 +122,64 @@ def tree_counters(runner):
     return totals
 
 
-def dynamo_floor(module, inputs):
+class _ObjectFloor:
+    """A floor graph that is a callable object, as grove's CompiledGraph is."""
+
+    def __init__(self, results):
+        self.results = results
+
+    def __call__(self, *args):
+        return self.results
+
+
+def _dlpack_copy(value):
+    """A new tensor over the same memory through DLPack, as grove hands out
+    its outputs (freed through a DLPack deleter)."""
+    if isinstance(value, torch.Tensor):
+        return torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_dlpack_copy(item) for item in value)
+    return value
+
+
+def _fresh_views(value):
+    """A new tensor object over the same memory (no DLPack, no GPU work)."""
+    if isinstance(value, torch.Tensor):
+        return value.view_as(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_fresh_views(item) for item in value)
+    return value
+
+
+# Note [Floor variants]: r1 (session 17, H100) found the door's host time
+# above the dynamo floor plus grove's own layer (the graph row) by 19-31 us
+# on GPT-2, LLaMA, BERT and nn.TransformerDecoder at batch 1. The variants
+# change one thing each from the floor towards grove's graph: a callable
+# object instead of a function (object), a new tensor object per call over
+# the same memory (fresh), and a tensor made through DLPack per call, freed
+# through its deleter (dlpack).
+FLOOR_VARIANTS = {
+    "function": lambda results: (lambda *args: results),
+    "object": _ObjectFloor,
+    "fresh": lambda results: (lambda *args: _fresh_views(results)),
+    "dlpack": lambda results: (lambda *args: _dlpack_copy(results)),
+}
+
+
+def dynamo_floor(module, inputs, variant="function"):
     """The module compiled by a backend whose graph does no work: it returns
     the outputs of one eager run of the graph, every call (dynamo's guards
-    and wrappers, nothing else)."""
+    and wrappers, nothing else); `variant`: Note [Floor variants]."""
     def backend(gm, example_inputs):
         with torch.no_grad():
             results = gm(*example_inputs)
-        return lambda *args: results
+        return FLOOR_VARIANTS[variant](results)
 
     torch._dynamo.reset()
     compiled = torch.compile(module, backend=backend, dynamic=False)
     with torch.no_grad():
         compiled(*inputs)
+    gc.collect()  # the compilation's garbage is collected before, not during, the timing
     return lambda: compiled(*inputs)
 
 
@@ -145,7 +208,8 @@ def not_inlined(module, inputs, calls):
     return rows
 
 
-def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
+def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings=True,
+           kernels=0, floor_variants=()):
     """Appends (label, host us, wall us, note) rows to `rows` as it goes."""
     import grove.torch  # noqa: F401 (registers the backend)
     from grove import _capi
@@ -163,6 +227,9 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
     # First: it compiles with dynamo of its own (reset before grove's compilation).
     row("dynamo_floor", dynamo_floor(module, inputs),
         "dynamo alone: a backend whose graph returns a tensor made once")
+    for variant in floor_variants:
+        row("floor_" + variant, dynamo_floor(module, inputs, variant),
+            "Note [Floor variants]")
     torch._dynamo.reset()
     compiled = torch.compile(module, backend="grove", dynamic=False)
     with torch.no_grad():
@@ -171,14 +238,25 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
     graph, args = captured_arguments(compiled, inputs)
     runner = graph.runner
     fast = runner._fast
+    gc.collect()  # as after the floor's compilation
 
     counters = tree_counters(runner)
-    row("door", lambda: compiled(*inputs), "%d args to grove" % len(args))
+    row("door", lambda: compiled(*inputs), "%d args to grove%s" % (
+        len(args), "" if fast is not None else ", not one grove segment"))
     after = tree_counters(runner)
     door_calls = BLOCK + BLOCK * max(1, calls // BLOCK)  # per_call: warm-up and blocks
     print("%-22s tree per door call: %s" % (name, ", ".join(
         "%s %.2f" % (key, (after[key] - counters.get(key, 0)) / door_calls)
         for key in sorted(after) if after[key] != counters.get(key, 0))), flush=True)
+    # Note [Calls from the legacy default stream] (capi/grove.cc): the same
+    # door call with the legacy stream ordered by four event calls instead of
+    # the thread's blocking stream (the mode is read at each call).
+    os.environ["GROVE_LEGACY_STREAM_ORDER"] = "events"
+    try:
+        row("door_events", lambda: compiled(*inputs), "GROVE_LEGACY_STREAM_ORDER=events")
+    finally:
+        os.environ.pop("GROVE_LEGACY_STREAM_ORDER", None)
+    row("door_again", lambda: compiled(*inputs), "the default again (blocking stream)")
     # The caller on a stream of its own: grove runs on it, with no event
     # ordering against the legacy default stream (Note [Calls from the legacy
     # default stream], capi/grove.cc).
@@ -188,6 +266,8 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
                        for value in inputs]
         row("door_side_stream", lambda: compiled(*side_inputs), "the caller on a side stream")
     torch.cuda.synchronize()
+    if kernels:
+        print_kernels(name, compiled, inputs, kernels)
     if door_only:
         return rows
     # As dynamo calls it: each call a new generation (one invocation per call).
@@ -264,6 +344,8 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
         "torch's own capsule of a CUDA tensor")
     row("to_dlpack", lambda: torch.utils.dlpack.to_dlpack(probe))
     row("empty_like", lambda: torch.empty_like(probe))
+    if not listings:
+        return rows
     # Listings of the door calls.
     profiler = cProfile.Profile()
     with torch.no_grad():
@@ -297,6 +379,41 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False):
     return rows
 
 
+def print_kernels(name, compiled, inputs, top):
+    """grove's kernels per call, their GPU time per call and the `top` that
+    take most of it (torch_zoo.kernel_profile)."""
+    import torch_zoo
+
+    profile = torch_zoo.kernel_profile(compiled, inputs)
+    if "error" in profile:
+        print("%-22s kernels: %s" % (name, profile["error"]), flush=True)
+        return
+    print("%-22s kernels %.1f per call, %.1f us GPU per call" % (
+        name, profile["kernels_per_call"], profile["gpu_us_per_call"]), flush=True)
+    for kernel, count, us in profile["top"][:top]:
+        print("%-22s   x%-4.0f %7.1f us  %s" % ("", count, us, kernel[:80]), flush=True)
+
+
+def zoo_cases(names, batch):
+    """(name, module, inputs) of torch_zoo.py's models named, on cuda."""
+    import importlib
+
+    import torch_zoo
+
+    makers = {name: (make, library) for name, make, library in torch_zoo.MODELS}
+    for name in names:
+        make, library = makers[name]
+        try:
+            importlib.import_module(library)
+        except ImportError:
+            print("%s: %s is not installed" % (name, library))
+            continue
+        torch.manual_seed(0)
+        module, inputs = make(batch)
+        yield ("%s_b%d" % (name, batch), module.cuda().eval(),
+               tuple(value.cuda() for value in inputs))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=".")
@@ -309,6 +426,16 @@ def main():
                         help="time the dynamo floor and the door only (no lower layers, listings)")
     parser.add_argument("--reduce-overhead", default="",
                         help="comma-separated models to time under mode=\"reduce-overhead\" too")
+    parser.add_argument("--zoo", default="",
+                        help="comma-separated torch_zoo.py models to time instead of --models")
+    parser.add_argument("--batch", type=int, default=1, help="--zoo: the batch size")
+    parser.add_argument("--no-listings", action="store_true",
+                        help="no cProfile and torch.profiler files in --out")
+    parser.add_argument("--floor-variants", default="",
+                        help="comma-separated dynamo floors to time too (Note [Floor variants]): "
+                             "object, fresh, dlpack")
+    parser.add_argument("--kernels", type=int, default=0,
+                        help="print grove's kernels per call and the N longest")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo
 
@@ -320,13 +447,16 @@ def main():
     wanted = args.models.split(",")
     os.makedirs(args.out, exist_ok=True)
     summary = []
-    for name, module, inputs in gpu_models.cases("cuda"):
-        if name not in wanted:
-            continue
+    cases = (zoo_cases(args.zoo.split(","), args.batch) if args.zoo else
+             ((name, module, inputs) for name, module, inputs in gpu_models.cases("cuda")
+              if name in wanted))
+    for name, module, inputs in cases:
         start = time.perf_counter()
         rows = []
         try:  # one model failing leaves the others' rows
-            layers(name, module, inputs, args.calls, args.out, rows, args.door_only)
+            layers(name, module, inputs, args.calls, args.out, rows, args.door_only,
+                   not args.no_listings, args.kernels,
+                   [v for v in args.floor_variants.split(",") if v])
             if name in args.not_inlined.split(","):
                 rows.extend(not_inlined(module, inputs, args.calls))
             if name in args.reduce_overhead.split(","):

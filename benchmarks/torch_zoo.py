@@ -10,6 +10,7 @@ each one's tokens equal eager's.
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 40]
         [--budget-s 230] [--models gpt2,resnet18] [--decode] [--no-zoo] [--merge]
+        [--decode-child-s 60]
         [--no-kernels] [--attention-ab] [--decode-models hf_llama_static_cache]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,llama,vit_tiny] [--optimizers adamw,sgd]
@@ -32,9 +33,12 @@ The decode rows run first:
 per variant a first generate call (compilation included, reported as
 first_call_tokens_per_s) and the median of STEADY_CALLS later ones
 (tokens_per_s), each case in a child process of its own (Note [Decode cases
-in child processes]); cases left when --budget-s seconds have passed are reported as
-not run (a case started before then finishes), so a run stays within its
-lease. f32, TF32 off. Skips (exit 0, says so) without CUDA or dynamo;
+in child processes]) stopped after --decode-child-s seconds (and never past
+the budget's end by more than MIN_CHILD_S) and then reported as did not
+finish; every model's eager and grove cases run before any reduce-overhead
+case, and the JSON is written after each case (Note [Bounded decode step]).
+Zoo cases left when --budget-s seconds have passed are reported as not run
+(a case started before then finishes), so a run stays within its lease. f32, TF32 off. Skips (exit 0, says so) without CUDA or dynamo;
 a model whose library is missing is reported as such. Rendered into
 RESULTS.md by tools/write_results_torch_zoo.py. Each zoo row also has, for
 reduce-overhead and grove, the kernels per call and their GPU time from
@@ -54,6 +58,7 @@ import torch
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "tests", "python"))
 sys.path.insert(0, os.path.join(here, "..", "python"))
+sys.path.insert(0, os.path.join(here, "..", "tools"))
 sys.path.insert(0, here)
 
 NEW_TOKENS = 32
@@ -479,9 +484,11 @@ def gpt_fast_decode(variant):
     return rate(generate)
 
 
-DECODES = (("hf_llama_static_cache", hf_decode, "transformers"),
-           ("gpt_fast_decoder", gpt_fast_decode, "torch"))
-CHILD_TIMEOUT_S = 150
+# The gpt-fast-style decoder first, so that its reduce-overhead case runs
+# before HF's, which did not finish in two leases (Note [Bounded decode step]).
+DECODES = (("gpt_fast_decoder", gpt_fast_decode, "torch"),
+           ("hf_llama_static_cache", hf_decode, "transformers"))
+CHILD_TIMEOUT_S = 60.0  # --decode-child-s: one decode case's limit
 
 
 def decode_case(name, variant):
@@ -510,20 +517,37 @@ def decode_case(name, variant):
 # A child imports grove only for the grove variant (or with
 # GROVE_ZOO_LOAD_GROVE=1), so a crash of PyTorch's variant without grove in
 # the process is PyTorch's own.
+# Note [A child's time limit covers what it started]
+# subprocess.run(..., capture_output=True, timeout=T) kills only the child on
+# timeout and then reads its pipes to the end; a process the child started
+# (PyTorch's compile workers) still holds the pipes, so that read waits for
+# it, past T without bound. Here the child leads a process group of its own,
+# writes to files rather than pipes, and on timeout the whole group is killed
+# (SIGTERM, then SIGKILL after a grace), so nothing is left to wait for
+# (tools/bounded_child.py). Session 16's decode step had a 150 s child limit
+# and its reduce-overhead case ran until the lease's 120 s limit stopped
+# everything, so no JSON was written: the limits are now set below the
+# budget (Note [Bounded decode step]). Test: tests/tools/bounded_child_test.sh.
 def run_decode_child(name, variant, timeout_s):
+    """One decode case in a child process stopped, with whatever it started,
+    after `timeout_s` seconds (Note [A child's time limit covers what it
+    started], tools/bounded_child.py): the case's numbers, or {error} (with
+    did_not_finish where the limit stopped it)."""
     import signal
-    import subprocess
     import tempfile
+
+    import bounded_child  # tools/, on the path above
 
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "case.json")
-        try:
-            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--decode-child",
-                                   "%s,%s" % (name, variant), "--json", path],
-                                  capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return {"error": "the child process ran past %d s and was stopped" % timeout_s}
-        tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
+        done = bounded_child.run([sys.executable, os.path.abspath(__file__), "--decode-child",
+                                  "%s,%s" % (name, variant), "--json", path], timeout_s)
+        tail = " | ".join(done.stderr_tail.splitlines())
+        if done.timed_out:
+            return {"error": "did not finish: stopped after %.0f s (its limit, --decode-child-s "
+                             "or the budget left); its last words: %s" % (done.seconds,
+                                                                          tail[-300:]),
+                    "did_not_finish": True, "limit_s": round(timeout_s, 1)}
         if done.returncode < 0:
             try:
                 signal_name = signal.Signals(-done.returncode).name
@@ -540,41 +564,61 @@ def run_decode_child(name, variant, timeout_s):
             return json.load(result)
 
 
-# PyTorch's reduce-overhead last: its compilation is the longest, and where
-# it dies (Note [Decode cases in child processes]) the others are measured.
+# Note [Bounded decode step]: the decode rows must fit a lease's call. Each
+# case is a child process with a limit of its own (--decode-child-s, and never
+# past the budget's end plus MIN_CHILD_S), recorded as "did not finish" when
+# stopped; every model's eager and grove cases run before any
+# reduce-overhead case (whose compilations and re-recordings take longest), so
+# one slow reduce-overhead case costs no other row; and the JSON is written
+# after every case, so a run stopped from outside still leaves the cases done.
+# Test: tests/tools/bounded_child_test.sh (the limit), the decode order by
+# hand (torch_zoo --decode on a GPU).
 DECODE_ORDER = ("torch_eager", "grove", "torch_reduce_overhead")
+MIN_CHILD_S = 20.0  # a case started just before the budget's end still gets this long
 
 
-def decode_rows(deadline, wanted=None):
-    rows = []
+def decode_schedule(names):
+    """(model, variant) in the order they run: eager and grove of every
+    model, then reduce-overhead of every model (Note [Bounded decode step])."""
+    first = [(name, variant) for name in names for variant in DECODE_ORDER[:2]]
+    return first + [(name, DECODE_ORDER[2]) for name in names]
+
+
+def decode_rows(deadline, wanted=None, child_limit_s=CHILD_TIMEOUT_S, save=None):
+    """The decode rows; save(rows), when given, after every case."""
+    rows = {}
+    names = []
     for name, _, library in DECODES:
         if wanted and name not in wanted:
             continue
-        row = {"model": name, "new_tokens": NEW_TOKENS}
-        rows.append(row)
+        row = rows[name] = {"model": name, "new_tokens": NEW_TOKENS}
         try:
             importlib.import_module(library)
         except ImportError:
             row["error"] = "%s is not installed" % library
             continue
-        expected = None
-        for variant in DECODE_ORDER:
-            if time.time() > deadline:
-                row[variant] = {"error": "not run: the time budget (--budget-s) was spent"}
-                continue
-            measured = run_decode_child(name, variant, CHILD_TIMEOUT_S)
-            if "error" in measured:
-                row[variant] = measured
-                print("%-24s %-22s failed: %s" % (name, variant, measured["error"][:500]),
-                      flush=True)
-                continue
+        names.append(name)
+    ordered = [rows[name] for name, _, _ in DECODES if name in rows]
+    expected = {}
+    for name, variant in decode_schedule(names):
+        row = rows[name]
+        left = deadline - time.time()
+        if left <= 0:
+            row[variant] = {"error": "not run: the time budget (--budget-s) was spent"}
+            continue
+        measured = run_decode_child(name, variant, min(child_limit_s, max(left, MIN_CHILD_S)))
+        if "error" in measured:
+            row[variant] = measured
+            print("%-24s %-22s failed: %s" % (name, variant, measured["error"][:500]),
+                  flush=True)
+        else:
             tokens = measured["tokens"]
             if variant == "torch_eager":
-                expected = tokens[0]
+                expected[name] = tokens[0]
             row[variant] = {"tokens_per_s": measured["tokens_per_s"],
                             "first_call_tokens_per_s": measured["first_call_tokens_per_s"],
-                            "tokens_match_eager": expected is not None and
-                            all(t == expected for t in tokens)}
+                            "tokens_match_eager": name in expected and
+                            all(t == expected[name] for t in tokens)}
             print("%-24s %-22s %.1f tok/s (first call %.1f), tokens %s eager's" % (
                 name, variant, measured["tokens_per_s"], measured["first_call_tokens_per_s"],
                 "equal" if row[variant]["tokens_match_eager"] else "NOT equal to"), flush=True)
@@ -586,15 +630,23 @@ def decode_rows(deadline, wanted=None):
                     "demoted_inputs")}
                 print("  grove: recordings after the first call %s, tree %s" % (
                     row["grove_recordings"], row["grove_tree"]), flush=True)
-        print("%-24s" % name + "".join(
+        base = row.get("torch_reduce_overhead", {}).get("tokens_per_s")
+        grove_rate = row.get("grove", {}).get("tokens_per_s")
+        row["grove_over_reduce_overhead"] = grove_rate / base if base and grove_rate else None
+        if save is not None:
+            save(ordered)
+    for row in ordered:
+        print("%-24s" % row["model"] + "".join(
             "%30s" % ("%.1f tok/s (first %.1f)%s" % (
                 row[v]["tokens_per_s"], row[v]["first_call_tokens_per_s"],
                 "" if row[v]["tokens_match_eager"] else "!")
-                if "tokens_per_s" in row.get(v, {}) else "failed") for v in VARIANTS))
+                if "tokens_per_s" in row.get(v, {}) else
+                ("did not finish" if row.get(v, {}).get("did_not_finish") else "failed"))
+            for v in VARIANTS))
         for variant in VARIANTS:
             if "error" in row.get(variant, {}):
                 print("  %s: %s" % (variant, row[variant]["error"][:500]))
-    return rows
+    return ordered
 
 
 def decode_child_main(args):
@@ -642,6 +694,10 @@ def main():
     parser.add_argument("--no-decode", action="store_true",
                         help="no decode rows (the default; kept for older command lines)")
     parser.add_argument("--no-zoo", action="store_true")
+    parser.add_argument("--decode-child-s", type=float, default=CHILD_TIMEOUT_S,
+                        help="seconds one decode case (a child process) may run before it is "
+                             "stopped and recorded as did not finish (Note [Bounded decode "
+                             "step])")
     parser.add_argument("--decode-models", default="",
                         help="comma-separated decode rows (default: all): hf_llama_static_cache, "
                              "gpt_fast_decoder")
@@ -677,22 +733,31 @@ def main():
     if args.train:
         return train_main(args, start)
     # Decode first (the workload reduce-overhead exists for), then the zoo
-    # until the budget is spent.
-    decode = [] if args.no_decode or not args.decode else decode_rows(
-        start + args.budget_s, set(args.decode_models.split(",")) if args.decode_models else None)
-    zoo = [] if args.no_zoo else zoo_rows(args, start + args.budget_s)
-    seconds = time.time() - start
+    # until the budget is spent. The JSON is written after every decode case
+    # (Note [Bounded decode step]) and at the end.
+    earlier = None
     if args.merge and os.path.isfile(args.json):
         with open(args.json) as previous:
             earlier = json.load(previous)
-        zoo = merged(earlier.get("rows", []), zoo, ("model", "batch"))
-        decode = merged(earlier.get("decode", []), decode, ("model",))
-        seconds += earlier.get("seconds") or 0
-    result = {"benchmark": "torch_zoo", "torch": torch.__version__,
-              "device": torch.cuda.get_device_name(), "repeats": args.repeats,
-              "seconds": seconds, "rows": zoo, "decode": decode}
-    with open(args.json, "w") as out:
-        json.dump(result, out, indent=2)
+
+    def write(zoo, decode):
+        seconds = time.time() - start
+        if earlier is not None:
+            zoo = merged(earlier.get("rows", []), zoo, ("model", "batch"))
+            decode = merged(earlier.get("decode", []), decode, ("model",))
+            seconds += earlier.get("seconds") or 0
+        result = {"benchmark": "torch_zoo", "torch": torch.__version__,
+                  "device": torch.cuda.get_device_name(), "repeats": args.repeats,
+                  "seconds": seconds, "rows": zoo, "decode": decode}
+        with open(args.json + ".part", "w") as out:
+            json.dump(result, out, indent=2)
+        os.replace(args.json + ".part", args.json)
+
+    decode = [] if args.no_decode or not args.decode else decode_rows(
+        start + args.budget_s, set(args.decode_models.split(",")) if args.decode_models else None,
+        args.decode_child_s, save=lambda rows: write([], rows))
+    zoo = [] if args.no_zoo else zoo_rows(args, start + args.budget_s)
+    write(zoo, decode)
     print("wrote %s (%.0f s)" % (args.json, time.time() - start))
     return 0
 

@@ -4,6 +4,7 @@
 #include "capi/grove.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -162,15 +163,31 @@ void detach_borrowed(grove_model& model, const std::vector<grove::runtime::Stora
 // Note [Calls from the legacy default stream]
 // PyTorch's default stream is CUDA's legacy default stream (NULL), on which
 // nothing can be captured and the runtime refuses cuBLAS. A cuda call that
-// names it runs on the calling thread's own grove stream instead, ordered
-// after the work already queued on the legacy stream and before any work
-// queued there later, by one event each way; the host never waits. The event
-// is the thread's ordering event (DeviceContext::ordering_event), recorded
-// and waited on at once each way, so a call creates and destroys none (a
-// wait orders after the record made before it; a later record of the same
-// event leaves it alone). Any other stream is used as it is. Test:
+// names it runs instead on the calling thread's legacy-ordered stream
+// (DeviceContext::legacy_ordered_stream, a CUDA blocking stream): CUDA itself
+// orders that stream's work after the work already queued on the legacy
+// stream, and the legacy stream's later work after it, so a call makes no
+// event call at all and the host never waits. Each thread has its own such
+// stream, so two threads' calls are not ordered with each other (as with
+// two threads' own streams). GROVE_LEGACY_STREAM_ORDER=events (read at
+// each call, so one process can time both: benchmarks/door_call_layers.py)
+// runs such a call on the thread's own non-blocking grove stream ordered by
+// the thread's ordering event (DeviceContext::ordering_event) recorded and
+// waited on at once each way (four event calls); "blocking" is the default.
+// Any other stream is used as it is. Tests:
 // CApiCuda.RunsOnCallerDeviceMemoryAndTheCallersStreamLikeSim (the caller's
-// stream and NULL), tests/python/gpu_torch_backend_test.py.
+// stream and NULL), GpuTorchBackendTest.
+// test_calls_from_the_legacy_stream_are_ordered_both_ways (both modes,
+// tests/python/gpu_torch_backend_test.py).
+bool legacy_calls_ordered_by_events() {
+  const char* mode = std::getenv("GROVE_LEGACY_STREAM_ORDER");
+  if (mode == nullptr || *mode == '\0' || std::strcmp(mode, "blocking") == 0) return false;
+  GROVE_CHECK_AS(grove::ConfigError, std::strcmp(mode, "events") == 0,
+                 "GROVE_LEGACY_STREAM_ORDER='", mode,
+                 "': expected 'blocking' (the default) or 'events'");
+  return true;
+}
+
 class CallerStream {
  public:
   CallerStream(Device device, void* stream) {
@@ -181,6 +198,10 @@ class CallerStream {
       return;
     }
     grove::runtime::DeviceContext& context = grove::runtime::device_context(device);
+    if (!legacy_calls_ordered_by_events()) {
+      guard_.emplace(device, context.legacy_ordered_stream());
+      return;
+    }
     legacy_ = grove::runtime::StreamHandle{stream};
     event_ = context.ordering_event();
     grove::runtime::Platform& platform = context.platform();
@@ -188,7 +209,7 @@ class CallerStream {
     platform.stream_wait_event(context.current_stream(), event_);
     context_ = &context;
   }
-  // Orders the caller's legacy stream after what this call queued.
+  // Orders the caller's legacy stream after what this call queued (events mode).
   void finish() {
     if (context_ == nullptr) return;
     grove::runtime::DeviceContext* context = std::exchange(context_, nullptr);

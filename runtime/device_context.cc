@@ -27,6 +27,7 @@ ContextRegistry& registry() {
 
 thread_local std::unordered_map<const DeviceContext*, StreamHandle> t_current_streams;
 thread_local std::unordered_map<const DeviceContext*, EventHandle> t_ordering_events;
+thread_local std::unordered_map<const DeviceContext*, StreamHandle> t_legacy_ordered_streams;
 
 // Note [Current stream cache]: the replay path asks for the current stream on
 // every call; a one-entry cache of the last (context, stream) pair answers it
@@ -93,6 +94,18 @@ EventHandle DeviceContext::ordering_event() {
   }
   t_ordering_events.emplace(this, event);
   return event;
+}
+
+StreamHandle DeviceContext::legacy_ordered_stream() {
+  auto it = t_legacy_ordered_streams.find(this);
+  if (it != t_legacy_ordered_streams.end()) return it->second;
+  StreamHandle stream = platform_->create_legacy_ordered_stream();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    owned_streams_.push_back(stream);
+  }
+  t_legacy_ordered_streams.emplace(this, stream);
+  return stream;
 }
 
 KernelHandle load_kernel_once(Device device, const KernelSource& source) {

@@ -34,6 +34,11 @@ class DeviceContext {
   // ordering, so a call from PyTorch's legacy default stream creates and
   // destroys no event (Note [Calls from the legacy default stream], capi/grove.cc).
   EventHandle ordering_event();
+  // The calling thread's stream ordered with the legacy default stream both
+  // ways (Platform::create_legacy_ordered_stream): created on the thread's
+  // first use, owned by the context (Note [Calls from the legacy default
+  // stream], capi/grove.cc). cuda only.
+  StreamHandle legacy_ordered_stream();
 
  private:
   Device device_;

@@ -142,6 +142,12 @@ class Platform {
                             StreamHandle stream) = 0;
 
   virtual StreamHandle create_stream() = 0;
+  // A stream ordered with the legacy default stream both ways with no event
+  // (CUDA: a blocking stream): its work waits for what the legacy stream
+  // queued before it, and the legacy stream's later work waits for it. Never
+  // captured on. Note [Calls from the legacy default stream] (capi/grove.cc).
+  // Released with destroy_stream.
+  virtual StreamHandle create_legacy_ordered_stream() = 0;
   virtual void destroy_stream(StreamHandle stream) = 0;
   virtual void synchronize_stream(StreamHandle stream) = 0;
   virtual void synchronize_device() = 0;

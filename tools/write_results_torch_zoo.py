@@ -20,6 +20,9 @@ def _rate(entry):
     if not isinstance(entry, dict):
         return "-"
     if "error" in entry:
+        if entry.get("did_not_finish"):
+            return "did not finish (%.0f s)" % entry["limit_s"] if entry.get("limit_s") \
+                else "did not finish"
         return "not run" if entry["error"].startswith("not run") else "failed"
     if entry.get("tokens_per_s") is None:
         return "-"
@@ -28,6 +31,16 @@ def _rate(entry):
     if first is None:
         return "%.1f%s" % (entry["tokens_per_s"], mark)
     return "%.1f (first call %.1f)%s" % (entry["tokens_per_s"], first, mark)
+
+
+def _decode_ratio(row):
+    """grove's tokens/s over reduce-overhead's (higher is better), as the
+    benchmark wrote it, else from the two rates; None where either is missing."""
+    if row.get("grove_over_reduce_overhead") is not None:
+        return row["grove_over_reduce_overhead"]
+    grove = (row.get("grove") or {}).get("tokens_per_s")
+    base = (row.get("torch_reduce_overhead") or {}).get("tokens_per_s")
+    return grove / base if grove and base else None
 
 
 def _errors(rows, keys):
@@ -80,15 +93,18 @@ def render(report):
     if decode:
         rows_out = [[d.get("model", "?"), d.get("new_tokens", "?")] +
                     [_rate(d.get(key)) for key, _ in VARIANTS] +
-                    ["-" if d.get("grove_recordings") is None else d["grove_recordings"]]
+                    [sections.ratio(_decode_ratio(d)),
+                     "-" if d.get("grove_recordings") is None else d["grove_recordings"]]
                     for d in decode]
         lines += ["", "Greedy decode, tokens/s over the new tokens: the median of the "
                   "generate calls after the first (the first call's rate, compilation "
                   "included, in parentheses where measured; \"tokens differ\": not the tokens "
-                  "of eager PyTorch in every call), and the graphs grove recorded during the "
-                  "calls after the first:", ""]
+                  "of eager PyTorch in every call; \"did not finish\": stopped at its time "
+                  "limit), grove's rate over reduce-overhead's, and the graphs grove recorded "
+                  "during the calls after the first:", ""]
         lines += sections.table(["decode", "new tokens"] + [label for _, label in VARIANTS] +
-                                ["grove recordings"], rows_out, ["l", "r", "r", "r", "r", "r"])
+                                ["grove / r-o", "grove recordings"], rows_out,
+                                ["l", "r", "r", "r", "r", "r", "r"])
     errors = _errors(rows, [key for key, _ in VARIANTS]) + \
         _errors(decode, [key for key, _ in VARIANTS])
     if errors:

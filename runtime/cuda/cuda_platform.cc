@@ -212,6 +212,18 @@ StreamHandle CudaPlatform::create_stream() {
   return StreamHandle{stream};
 }
 
+StreamHandle CudaPlatform::create_legacy_ordered_stream() {
+  use_device();
+  cudaStream_t stream = nullptr;
+  // Blocking (cudaStreamDefault): CUDA orders it with the legacy default
+  // stream both ways (Note [Calls from the legacy default stream], capi/grove.cc).
+  GROVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault),
+                   "creating a stream ordered with the legacy default stream on ", where());
+  std::lock_guard<std::mutex> lock(mutex_);
+  streams_[stream] = true;
+  return StreamHandle{stream};
+}
+
 void CudaPlatform::destroy_stream(StreamHandle stream) {
   GROVE_CHECK(!stream.is_default(), where(), ": destroy_stream of the legacy default stream");
   {

@@ -74,6 +74,7 @@ class CudaPlatform final : public Platform {
   void memset_async(void* destination, int byte_value, size_t bytes, StreamHandle stream) override;
 
   StreamHandle create_stream() override;
+  StreamHandle create_legacy_ordered_stream() override;
   void destroy_stream(StreamHandle stream) override;
   void synchronize_stream(StreamHandle stream) override;
   void synchronize_device() override;

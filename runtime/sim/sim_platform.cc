@@ -205,6 +205,15 @@ class SimPlatform final : public Platform {
     return StreamHandle{streams_.back().get()};
   }
 
+  // The sim orders its streams with events only; nothing calls this on sim
+  // (Note [Calls from the legacy default stream], capi/grove.cc: cuda only).
+  StreamHandle create_legacy_ordered_stream() override {
+    GROVE_CHECK_AS(DeviceError, false, device_.str(),
+                   ": the sim has no stream ordered implicitly with its legacy default stream; "
+                   "use create_stream() and order it with record_event / stream_wait_event");
+    return {};
+  }
+
   void destroy_stream(StreamHandle stream) override {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = std::find_if(streams_.begin(), streams_.end(),

@@ -116,6 +116,58 @@ class GpuTorchBackendTest(unittest.TestCase):
         stream.synchronize()
         torch.testing.assert_close(y, torch.tanh(x), rtol=1e-5, atol=1e-6)
 
+    def test_calls_from_the_legacy_stream_are_ordered_both_ways(self):
+        """Note [Calls from the legacy default stream] (capi/grove.cc): in each
+        ordering mode, a call from PyTorch's default stream reads the input
+        that stream wrote just before (behind a long sleep, so a call not
+        ordered after it would read the previous input), and that stream's
+        next op reads the call's finished output (a copy not ordered after
+        the replay would overlap it). Both orders, 16 MiB tensors, eight
+        calls, the first of which records. An unknown mode is refused by name
+        and leaves the model usable."""
+        import grove
+
+        size = 1 << 22
+        program = {"name": "tanh", "inputs": [{"name": "x", "shape": [size], "dtype": "f32"}],
+                   "nodes": [{"name": "y", "op": "tanh", "inputs": ["x"]}], "outputs": ["y"]}
+        generator = torch.Generator(device="cuda").manual_seed(7)
+        sources = [torch.randn(size, device="cuda", generator=generator) for _ in range(8)]
+        for mode in ("blocking", "events"):
+            with self.subTest(mode=mode):
+                os.environ["GROVE_LEGACY_STREAM_ORDER"] = mode
+                try:
+                    model = grove.compile(program, backend="cudagraphs", device="cuda")
+                    x = torch.zeros(size, device="cuda")
+                    torch.cuda.synchronize()
+                    copies = []
+                    for source in sources:
+                        torch.cuda._sleep(20_000_000)  # the legacy stream busy for ~10 ms
+                        x.copy_(source)
+                        (y,) = model(x)
+                        copies.append(y.clone())  # on the legacy stream, right after the call
+                    torch.cuda.synchronize()
+                    for index, (copy, source) in enumerate(zip(copies, sources)):
+                        torch.testing.assert_close(
+                            copy, torch.tanh(source), rtol=1e-5, atol=1e-6,
+                            msg=lambda m: "%s, call %d: %s" % (mode, index, m))
+                    model.close()
+                finally:
+                    os.environ.pop("GROVE_LEGACY_STREAM_ORDER", None)
+        # A mode grove does not know is refused by name before anything runs,
+        # and the model keeps working once it is unset.
+        model = grove.compile(program, backend="cudagraphs", device="cuda")
+        x = sources[0]
+        os.environ["GROVE_LEGACY_STREAM_ORDER"] = "sideways"
+        try:
+            with self.assertRaisesRegex(Exception, "GROVE_LEGACY_STREAM_ORDER='sideways'"):
+                model(x)
+        finally:
+            os.environ.pop("GROVE_LEGACY_STREAM_ORDER", None)
+        for _ in range(3):
+            (y,) = model(x)
+        torch.testing.assert_close(y, torch.tanh(x), rtol=1e-5, atol=1e-6)
+        model.close()
+
     def test_overwritten_replay_output_raises_on_access(self):
         import grove
 

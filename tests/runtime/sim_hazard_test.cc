@@ -187,6 +187,15 @@ TEST(SimOptions, ComeFromTheEnvironmentAndRejectUnknownValues) {
                             {"GROVE_SIM_ASYNC='yes'", "0 or 1"});
 }
 
+// The sim orders streams with events only: a stream ordered implicitly with
+// the legacy default stream (a CUDA blocking stream, Note [Calls from the
+// legacy default stream] in capi/grove.cc) is refused, naming what to use.
+TEST_P(SimHazardTest, LegacyOrderedStreamIsRefusedNamingEvents) {
+  SimStreamRig rig(options());
+  expect_error<DeviceError>([&] { rig.platform->create_legacy_ordered_stream(); },
+                            {"sim:0", "legacy default stream", "stream_wait_event"});
+}
+
 INSTANTIATE_TEST_SUITE_P(Sim, SimHazardTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? std::string("async") : std::string("sync");
