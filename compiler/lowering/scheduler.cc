@@ -14,6 +14,7 @@
 #include "compiler/lowering/small_m_gemm.h"
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
+#include "runtime/sequence_attention_kernel.h"
 
 namespace grove::compiler::lowering {
 namespace {
@@ -38,6 +39,7 @@ class Scheduler {
   void schedule_host(const LoweringNode& node);
   void schedule_dynamic(int node_index);
   void schedule_attention(int node_index);
+  bool schedule_sequence_attention(int node_index);
   // A contiguous copy of `slot` (for operands a GEMM cannot read as they are).
   // `node_name` is taken by value: callers pass a slot's own name, and
   // add_temp() may reallocate out_.slots.
@@ -448,12 +450,60 @@ void Scheduler::schedule_host(const LoweringNode& node) {
   out_.steps.push_back(std::move(step));
 }
 
+// Note [Attention on the sequence attention kernel]
+// An attention node whose operands the runtime's sequence attention kernel
+// takes (Note [Sequence attention kernel], runtime/sequence_attention_kernel.h:
+// short sequences, heads that fit its shared memory, leading dims that
+// collapse) is one launch step of the op's hook (Note [Launch hooks with
+// fresh results]): it reads query, key and value where they are, strided
+// views of a fused projection included, so the positions-major copies of
+// Note [Keys and values by position] are not made, and writes the result in
+// the layout Note [Attention results with heads last] chose. Other attention
+// nodes run the generated kernel (ScheduleOptions::sequence_attention = false
+// asks for it everywhere). At the zoo's batch-16 shapes on an H100 the
+// generated kernel, which reduces every output feature across a warp, was
+// slower than the written-out attention; the sequence kernel is one launch
+// with no copies. Tests: AttentionLowering.* (tests/compiler/lowering/
+// attention_kernel_test.cc).
+bool Scheduler::schedule_sequence_attention(int node_index) {
+  const LoweringNode& node = graph_.node(node_index);
+  if (!options_.sequence_attention) return false;
+  auto layout_of = [&](int value) {
+    const SlotInfo& slot = out_.slots[static_cast<size_t>(value)];
+    return runtime::AttentionOperandLayout{slot.layout.shape, slot.layout.strides};
+  };
+  runtime::SequenceAttentionLayouts layouts;
+  layouts.dtype = out_.slots[static_cast<size_t>(node.operands[0])].dtype;
+  layouts.query = layout_of(node.operands[0]);
+  layouts.key = layout_of(node.operands[1]);
+  layouts.value = layout_of(node.operands[2]);
+  layouts.result = layout_of(node.results[0]);
+  if (node.operands.size() == 4) {
+    layouts.mask = layout_of(node.operands[3]);
+    layouts.mask_dtype = out_.slots[static_cast<size_t>(node.operands[3])].dtype;
+  }
+  if (!runtime::sequence_attention_refusal(layouts).empty()) return false;
+  Step step;
+  step.kind = StepKind::kLaunch;
+  step.node_name = node.name;
+  step.op = node.op;
+  step.sources = node.operands;
+  step.results = node.results;
+  step.graph_node = node_index;
+  if (allocated_.insert(node.results[0]).second) step.allocate.push_back(node.results[0]);
+  GROVE_CHECK(step.allocate.size() == 1, "lowering: node '", node.name,
+              "': the attention's result was allocated before (a grove bug)");
+  out_.steps.push_back(std::move(step));
+  return true;
+}
+
 void Scheduler::schedule_attention(int node_index) {
   const LoweringNode& node = graph_.node(node_index);
   // Note [Attention results with heads last].
   if (std::optional<Layout> layout = attention_result_layout(graph_, node_index)) {
     out_.slots[static_cast<size_t>(node.results[0])].layout = *layout;
   }
+  if (schedule_sequence_attention(node_index)) return;
   // Note [Keys and values by position]: the kernel reads copies of key and value.
   LoweringNode reading = node;
   std::vector<int> sources, copies;
