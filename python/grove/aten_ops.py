@@ -227,6 +227,16 @@ def _addmm(c, a):
     if (_is_transposed_weight(c, y) and beta == 1 and alpha == 1
             and isinstance(bias, torch.fx.Node) and len(c.shape(bias)) == 1):
         return c.emit("linear", [c.tensor(x), c.tensor(y.args[0]), c.tensor(bias)])
+    # Note [Bias epilogues of addmm]: addmm(b, x, w) of a 2-d w stored [in, out]
+    # (GPT-2's Conv1D) is linear(x, t(w), b) too: t(w) is a view the GEMM reads
+    # as it is, and the bias rides in the GEMM's epilogue instead of an add
+    # kernel after it (two per GPT-2 layer at batch 16). Test: importer_test's
+    # test_addmm_of_an_untransposed_weight_is_one_linear.
+    if (beta == 1 and alpha == 1 and isinstance(bias, torch.fx.Node) and
+            isinstance(y, torch.fx.Node) and len(c.shape(y)) == 2 and len(c.shape(bias)) == 1
+            and c.shape(bias)[0] == c.shape(y)[1] and c.dtype(bias) == c.dtype(y)):
+        weight = c.emit("transpose", [c.tensor(y)], {"dim0": 0, "dim1": 1})
+        return c.emit("linear", [c.tensor(x), weight, c.tensor(bias)])
     product = c.emit("matmul", [c.tensor(x), c.tensor(y)])
     dtype = c.result().dtype
     if alpha != 1:
