@@ -49,8 +49,8 @@ std::optional<int64_t> batch_stride(const Shape& sizes, const Shape& strides, si
 
 // Fills `out` with the 4-d strides of `layout` over `sizes` (layout's shape
 // equals sizes), or says why not.
-std::string four_strides(const AttentionOperandLayout& layout, const Shape& sizes,
-                         const char* what, int64_t out[4]) {
+std::string four_strides(const AttentionOperandLayout& layout, const Shape& sizes, const char* what,
+                         int64_t out[4]) {
   const size_t rank = sizes.size();
   std::optional<int64_t> batch = batch_stride(sizes, layout.strides, rank - 3);
   if (!batch) {
@@ -104,9 +104,8 @@ std::string make_plan(const SequenceAttentionLayouts& layouts, Plan& plan) {
   plan.batch = shape_numel(lead);
   const int64_t bytes = 4 * shared_floats(plan.tk, plan.d, plan.dv);
   if (bytes > kSequenceAttentionMaxSharedBytes) {
-    return str_cat(plan.tk, " keys of ", plan.d, " features and values of ", plan.dv, " (",
-                   bytes, " bytes of shared memory, at most ", kSequenceAttentionMaxSharedBytes,
-                   ")");
+    return str_cat(plan.tk, " keys of ", plan.d, " features and values of ", plan.dv, " (", bytes,
+                   " bytes of shared memory, at most ", kSequenceAttentionMaxSharedBytes, ")");
   }
   if (plan.heads > kMaxGridDim || plan.batch > kMaxGridDim) {
     return str_cat(plan.heads, " heads over a batch of ", plan.batch, " (at most ", kMaxGridDim,
@@ -251,10 +250,10 @@ void host_sequence_attention(const LaunchDims* dims, const uint64_t* args) {
           for (int64_t f = 0; f < dv; ++f) {
             float sum = 0.0f;
             for (int64_t j = 0; j < tk; ++j) {
-              sum = std::fma(weights[static_cast<size_t>(j)],
-                             load_value(v, batch * vs[0] + key_head * vs[1] + j * vs[2] + f * vs[3],
-                                        dtype),
-                             sum);
+              sum = std::fma(
+                  weights[static_cast<size_t>(j)],
+                  load_value(v, batch * vs[0] + key_head * vs[1] + j * vs[2] + f * vs[3], dtype),
+                  sum);
             }
             store_value(out, batch * os[0] + head * os[1] + row * os[2] + f * os[3],
                         total > 0.0f ? sum / total : 0.0f, dtype);
@@ -290,8 +289,9 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
     layouts.mask_dtype = mask.dtype();
   }
   for (const Tensor* operand : {&key, &value, &result}) {
-    GROVE_CHECK_AS(DTypeError, operand->dtype() == query.dtype(), "sequence attention: ",
-                   operand->str(), " is not of query's dtype ", dtype_name(query.dtype()));
+    GROVE_CHECK_AS(DTypeError, operand->dtype() == query.dtype(),
+                   "sequence attention: ", operand->str(), " is not of query's dtype ",
+                   dtype_name(query.dtype()));
   }
   Plan plan;
   const std::string refusal = make_plan(layouts, plan);
@@ -302,8 +302,9 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
   auto blocks = [&](int64_t rows) { return (plan.tq + rows - 1) / rows * plan.heads * plan.batch; };
   while (rows_per_block > kWarps && blocks(rows_per_block) < kBlocksWanted) rows_per_block /= 2;
   const Device device = query.device();
-  const int64_t dtype_code =
-      layouts.dtype == DType::kBF16 ? 1 : layouts.dtype == DType::kF16 ? 2 : 0;
+  const int64_t dtype_code = layouts.dtype == DType::kBF16  ? 1
+                             : layouts.dtype == DType::kF16 ? 2
+                                                            : 0;
   KernelSource source;
   source.name = str_cat("grove_sequence_attention_", dtype_name(layouts.dtype));
   if (device.is_cuda()) {

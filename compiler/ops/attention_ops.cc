@@ -87,10 +87,10 @@ void register_attention_ops(OpRegistry& registry) {
   attention.launch = [](const OpContext& context, const std::vector<runtime::Tensor>& operands,
                         runtime::StreamHandle stream) {
     const bool masked = operands.size() == 5;
-    runtime::launch_sequence_attention(
-        operands[0], operands[1], operands[2], masked ? operands[3] : runtime::Tensor(),
-        operands.back(), static_cast<float>(context.attrs.get_float("scale")),
-        context.attrs.get_int("causal") != 0, stream);
+    runtime::launch_sequence_attention(operands[0], operands[1], operands[2],
+                                       masked ? operands[3] : runtime::Tensor(), operands.back(),
+                                       static_cast<float>(context.attrs.get_float("scale")),
+                                       context.attrs.get_int("causal") != 0, stream);
   };
   registry.add(std::move(attention));
 }

@@ -25,15 +25,15 @@ using ::grove::testing::random_floats;
 Tensor heads_of(const Tensor& rows, int64_t first, int64_t heads, int64_t d) {
   const Shape& shape = rows.shape();
   const int64_t width = shape[2];
-  return Tensor(rows.storage(), {shape[0], heads, shape[1], d},
-                {shape[1] * width, d, width, 1}, rows.offset() + first, rows.dtype());
+  return Tensor(rows.storage(), {shape[0], heads, shape[1], d}, {shape[1] * width, d, width, 1},
+                rows.offset() + first, rows.dtype());
 }
 
 // softmax(q k^T * scale + mask) v in double, from the operands' values
 // (row-major over their logical shapes [B, H, T, D]); mask [B, H, Tq, Tk]
 // expanded, kind 0 none, 1 bool, 2 additive.
-std::vector<double> reference(const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& mask, int kind, bool causal, double scale) {
+std::vector<double> reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                              int kind, bool causal, double scale) {
   const std::vector<double> qs = q.to_doubles(), ks = k.to_doubles(), vs = v.to_doubles();
   const std::vector<double> ms = kind ? mask.to_doubles() : std::vector<double>();
   const int64_t b = q.shape()[0], h = q.shape()[1], tq = q.shape()[2], d = q.shape()[3];
@@ -70,7 +70,8 @@ std::vector<double> reference(const Tensor& q, const Tensor& k, const Tensor& v,
             sum += scores[static_cast<size_t>(j)] *
                    vs[static_cast<size_t>(((n * hk + kh) * tk + j) * dv + f)];
           }
-          out[static_cast<size_t>(((n * h + head) * tq + i) * dv + f)] = total > 0 ? sum / total : 0;
+          out[static_cast<size_t>(((n * h + head) * tq + i) * dv + f)] =
+              total > 0 ? sum / total : 0;
         }
       }
     }
@@ -87,9 +88,8 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& exp
 }
 
 Tensor random_of(std::mt19937& rng, const Shape& shape, DType dtype, Device device) {
-  Tensor values = Tensor::from_vector(random_floats(rng, static_cast<size_t>(shape_numel(shape)),
-                                                    -1.5f, 1.5f),
-                                      shape, kSimDevice);
+  Tensor values = Tensor::from_vector(
+      random_floats(rng, static_cast<size_t>(shape_numel(shape)), -1.5f, 1.5f), shape, kSimDevice);
   if (dtype == DType::kF32 && device == kSimDevice) return values;
   // Round through the dtype on the host, then move to the device.
   std::vector<double> doubles = values.to_doubles();
@@ -125,8 +125,7 @@ TEST_P(SequenceAttentionTest, ReadsAFusedProjectionInPlaceAndWritesHeadsLast) {
     Tensor out = heads_of(merged, 0, h, d);  // [B, H, T, D] laid out [B, T, H, D]
     launch_sequence_attention(q, k, v, Tensor(), out, 0.3f, /*causal=*/true,
                               device_context(device()).current_stream());
-    expect_close(out.to_doubles(), reference(q, k, v, Tensor(), 0, true, 0.3),
-                 tolerance_of(dtype));
+    expect_close(out.to_doubles(), reference(q, k, v, Tensor(), 0, true, 0.3), tolerance_of(dtype));
   }
 }
 
@@ -154,8 +153,8 @@ TEST_P(SequenceAttentionTest, BoolAndAdditiveMasksBroadcastAndAFullyMaskedRowGiv
   Tensor additive = random_of(rng, {b, 1, 1, tk}, DType::kF32, device());
   launch_sequence_attention(q, k, v, additive, out, 0.2f, true,
                             device_context(device()).current_stream());
-  expect_close(out.to_doubles(),
-               reference(q, k, v, additive.expand({b, h, tq, tk}), 2, true, 0.2), 1e-5);
+  expect_close(out.to_doubles(), reference(q, k, v, additive.expand({b, h, tq, tk}), 2, true, 0.2),
+               1e-5);
 }
 
 TEST_P(SequenceAttentionTest, RefusesWhatItDoesNotTakeAndSaysWhy) {
