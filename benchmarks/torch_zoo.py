@@ -27,7 +27,7 @@ p10-p90 over blocks, torch_backend.py's timing). By default only the zoo
 runs, so that every model fits one lease's call (reduce-overhead's
 compilations take most of the time; each row records every variant's
 compile_s); --decode adds the decode rows (--decode --no-zoo --merge adds
-them to an earlier run's JSON), --attention-ab the fused-attention variant.
+them to an earlier run's JSON), --attention-ab the written-out-attention variant.
 The decode rows run first:
 per variant a first generate call (compilation included, reported as
 first_call_tokens_per_s) and the median of STEADY_CALLS later ones
@@ -159,22 +159,23 @@ MODELS = [("gpt2", gpt2, "transformers"), ("llama", llama, "transformers"),
           ("mlp_mixer", mlp_mixer, "timm"), ("transformer_decoder", transformer_decoder, "torch")]
 
 
-# --attention-ab adds this variant: grove with GROVE_FUSED_ATTENTION=1 (grove's
-# one fused attention kernel: Note [Fused attention in the importer]; the
-# default writes attention out as matmuls and softmax), for models with attention.
-FUSED = "grove_fused_attention"
+# --attention-ab adds this variant: grove with GROVE_FUSED_ATTENTION=0, its
+# attention written out as matmuls and softmax (the default, auto, makes the
+# one `attention` op where the sequence attention kernel takes the sizes: Note
+# [Fused attention in the importer]), for models with attention.
+WRITTEN_OUT = "grove_written_out_attention"
 ATTENTION_MODELS = {"gpt2", "llama", "bert", "bart", "vit", "transformer_decoder"}
 
 
-class fused_attention_on:
-    """GROVE_FUSED_ATTENTION=1 while a variant compiles and runs."""
+class written_out_attention:
+    """GROVE_FUSED_ATTENTION=0 while the written-out variant compiles and runs."""
 
     def __init__(self, variant):
-        self.active = variant == FUSED
+        self.active = variant == WRITTEN_OUT
 
     def __enter__(self):
         if self.active:
-            os.environ["GROVE_FUSED_ATTENTION"] = "1"
+            os.environ["GROVE_FUSED_ATTENTION"] = "0"
 
     def __exit__(self, *exc):
         if self.active:
@@ -261,13 +262,13 @@ def zoo_rows(args, deadline):
                 continue
             module = module.cuda().eval()
             inputs = tuple(value.cuda() for value in inputs)
-            variants = VARIANTS + ((FUSED,) if args.attention_ab and
+            variants = VARIANTS + ((WRITTEN_OUT,) if args.attention_ab and
                                    name in ATTENTION_MODELS else ())
             if args.variants:
                 variants = tuple(v for v in variants if v in args.variants.split(","))
             for variant in variants:
                 try:
-                    with fused_attention_on(variant):
+                    with written_out_attention(variant):
                         run = compiled(copy.deepcopy(module), variant)
                         compile_s = first_call_s(run, inputs)
                         if variant == "grove":
@@ -279,7 +280,7 @@ def zoo_rows(args, deadline):
                         gc.collect()
                         row[variant] = time_calls(run, inputs, args.repeats)
                         row[variant]["compile_s"] = compile_s
-                        if variant in ("grove", FUSED):
+                        if variant in ("grove", WRITTEN_OUT):
                             # Note [grove's C++ time in the zoo]
                             try:
                                 row[variant]["cxx_us"] = grove_cxx_time(args.repeats)
@@ -360,10 +361,10 @@ def print_row(row):
               row.get("graph_replays_per_call"), row.get("ops_in_pytorch") or "none",
               "/".join("%.1f" % row[v]["compile_s"] if "compile_s" in row.get(v, {}) else "-"
                        for v in VARIANTS)), flush=True)
-    for variant in VARIANTS + (FUSED,):
+    for variant in VARIANTS + (WRITTEN_OUT,):
         if variant not in row:
             continue
-        if variant == FUSED and "median_us" in row[variant]:
+        if variant == WRITTEN_OUT and "median_us" in row[variant]:
             print("  %-22s %.1f us" % (variant, row[variant]["median_us"]))
         if row[variant].get("cxx_us") is not None:
             print("  %-22s C++ call %.1f us (the same graph from C++: no dynamo, no Python)" % (
@@ -641,8 +642,8 @@ def main():
                         help="comma-separated decode rows (default: all): hf_llama_static_cache, "
                              "gpt_fast_decoder")
     parser.add_argument("--attention-ab", action="store_true",
-                        help="also time grove with the fused attention kernel "
-                             "(GROVE_FUSED_ATTENTION=1; the default writes attention out)")
+                        help="also time grove with attention written out "
+                             "(GROVE_FUSED_ATTENTION=0; the default runs the attention op)")
     parser.add_argument("--variants", default="",
                         help="comma-separated variants to run (default: all)")
     parser.add_argument("--top", type=int, default=TOP_PRINTED,
