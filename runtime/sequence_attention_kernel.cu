@@ -86,15 +86,17 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
   float* query = values + tk32 * dv32 + warp * (d32 + tk32);
   float* weights = query + d32;
 
+  // Warps take key positions, lanes features: coalesced where features are
+  // contiguous, and no division.
   const int64_t k_base = batch * k_b + key_head * k_h;
-  for (int i = static_cast<int>(threadIdx.x); i < tk32 * d32; i += kWarps * 32) {
-    const int j = i / d32, c = i - j * d32;
-    keys[j * key_pitch + c] = load(k, k_base + j * k_t + c * k_d, T());
-  }
   const int64_t v_base = batch * v_b + key_head * v_h;
-  for (int i = static_cast<int>(threadIdx.x); i < tk32 * dv32; i += kWarps * 32) {
-    const int j = i / dv32, c = i - j * dv32;
-    values[j * dv32 + c] = load(v, v_base + j * v_t + c * v_d, T());
+  for (int j = warp; j < tk32; j += kWarps) {
+    for (int c = lane; c < d32; c += 32) {
+      keys[j * key_pitch + c] = load(k, k_base + j * k_t + c * k_d, T());
+    }
+    for (int c = lane; c < dv32; c += 32) {
+      values[j * dv32 + c] = load(v, v_base + j * v_t + c * v_d, T());
+    }
   }
   __syncthreads();
 
