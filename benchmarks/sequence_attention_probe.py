@@ -69,8 +69,10 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale):
     b, h, tq, d = q.shape
     tk, dv = k.shape[2], v.shape[3]
     group = h // k.shape[1]
-    rows = 16
-    shared = 4 * (tk * (d + 1) + tk * dv + 4 * (d + tk))
+    rows = 16  # the launch's choice (sequence_attention_kernel.cc): fewer while blocks < 264
+    while rows > 4 and (tq + rows - 1) // rows * h * b < 264:
+        rows //= 2
+    shared = 4 * (tk * (d + 1) + tk * dv + rows * d + 4 * tk)
     if mask is None:
         m_strides, kind, mask_ptr = [0, 0, 0, 0], 0, 0
     else:

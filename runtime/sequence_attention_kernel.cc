@@ -29,8 +29,10 @@ struct Plan {
   int64_t mask_kind = 0;  // 0 none, 1 bool, 2 additive
 };
 
-int64_t shared_floats(int64_t tk, int64_t d, int64_t dv) {
-  return tk * (d + 1) + tk * dv + kWarps * (d + tk);
+// Keys [tk][d + 1], values [tk][dv], the block's query rows [rows][d] and
+// each warp's weights [tk] (sequence_attention_kernel.cu).
+int64_t shared_floats(int64_t tk, int64_t d, int64_t dv, int64_t rows) {
+  return tk * (d + 1) + tk * dv + rows * d + kWarps * tk;
 }
 
 // The leading dims `sizes` [0, lead) with `strides` as one batch stride, or
@@ -102,7 +104,7 @@ std::string make_plan(const SequenceAttentionLayouts& layouts, Plan& plan) {
   }
   plan.group = plan.heads / key_heads;
   plan.batch = shape_numel(lead);
-  const int64_t bytes = 4 * shared_floats(plan.tk, plan.d, plan.dv);
+  const int64_t bytes = 4 * shared_floats(plan.tk, plan.d, plan.dv, kWideRows);
   if (bytes > kSequenceAttentionMaxSharedBytes) {
     return str_cat(plan.tk, " keys of ", plan.d, " features and values of ", plan.dv, " (", bytes,
                    " bytes of shared memory, at most ", kSequenceAttentionMaxSharedBytes, ")");
@@ -318,7 +320,8 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
   dims.grid.y = static_cast<uint32_t>(plan.heads);
   dims.grid.z = static_cast<uint32_t>(plan.batch);
   dims.block.x = kSequenceAttentionThreads;
-  dims.shared_bytes = static_cast<uint32_t>(4 * shared_floats(plan.tk, plan.d, plan.dv));
+  dims.shared_bytes =
+      static_cast<uint32_t>(4 * shared_floats(plan.tk, plan.d, plan.dv, rows_per_block));
   KernelArgs args;
   args.add_pointer(query.data_ptr())
       .add_pointer(key.data_ptr())

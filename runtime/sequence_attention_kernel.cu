@@ -59,11 +59,75 @@ __device__ __forceinline__ float warp_sum(float value) {
   return value;
 }
 
+// One operand's rows [rows, width] to stage into shared memory (row pitch
+// `pitch` floats), read through its strides from element `base`.
+struct Tile {
+  const void* source;
+  int64_t base, row_stride, column_stride;
+  int rows, width;
+  float* destination;
+  int pitch;
+};
+
+// Rows a warp and 32-feature chunks a lane load per pass of stage().
+constexpr int kRowSteps = 8;
+constexpr int kColumnSteps = 2;
+
+// Stages the three tiles into shared memory. Warps take rows, lanes features
+// (coalesced where features are contiguous); every load of a pass (up to
+// 3 x kRowSteps x kColumnSteps per thread: keys, values and queries of 32
+// positions and 64 features at once) is issued before any store, so a pass
+// costs one memory latency, where a loop storing each load waited on each.
+template <typename T>
+__device__ void stage(const Tile (&tiles)[3], int warp, int lane) {
+  int rows = 0, width = 0;
+  for (const Tile& tile : tiles) {
+    rows = max(rows, tile.rows);
+    width = max(width, tile.width);
+  }
+  for (int r0 = warp; r0 < rows; r0 += kWarps * kRowSteps) {
+    for (int c0 = lane; c0 < width; c0 += 32 * kColumnSteps) {
+      float staged[3][kRowSteps][kColumnSteps];
+#pragma unroll
+      for (int t = 0; t < 3; ++t) {
+#pragma unroll
+        for (int u = 0; u < kRowSteps; ++u) {
+#pragma unroll
+          for (int w = 0; w < kColumnSteps; ++w) {
+            const int r = r0 + u * kWarps, c = c0 + w * 32;
+            const Tile& tile = tiles[t];
+            staged[t][u][w] = r < tile.rows && c < tile.width
+                                  ? load(tile.source,
+                                         tile.base + r * tile.row_stride + c * tile.column_stride,
+                                         T())
+                                  : 0.0f;
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 3; ++t) {
+#pragma unroll
+        for (int u = 0; u < kRowSteps; ++u) {
+#pragma unroll
+          for (int w = 0; w < kColumnSteps; ++w) {
+            const int r = r0 + u * kWarps, c = c0 + w * 32;
+            const Tile& tile = tiles[t];
+            if (r < tile.rows && c < tile.width) {
+              tile.destination[r * tile.pitch + c] = staged[t][u][w];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Strides are in elements, [batch, head, position, feature] (the mask's:
 // [batch, head, query, key]; 0 where it broadcasts). mask_kind: 0 none, 1 bool
 // (true attends), 2 additive (the operands' dtype). Shared memory: keys
 // [tk][d + 1] (the pad spreads lanes reading one feature of 32 keys over the
-// banks), values [tk][dv], and per warp its query row [d] and weights [tk].
+// banks), values [tk][dv], the block's query rows [rows_per_block][d], and
+// per warp the weights of its row [tk].
 template <typename T>
 __device__ void attend(const void* q, const void* k, const void* v, const void* mask, void* out,
                        int64_t q_b, int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b,
@@ -81,32 +145,23 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   const int key_pitch = d32 + 1;
-  float* keys = shared;
-  float* values = keys + tk32 * key_pitch;
-  float* query = values + tk32 * dv32 + warp * (d32 + tk32);
-  float* weights = query + d32;
-
-  // Warps take key positions, lanes features: coalesced where features are
-  // contiguous, and no division.
-  const int64_t k_base = batch * k_b + key_head * k_h;
-  const int64_t v_base = batch * v_b + key_head * v_h;
-  for (int j = warp; j < tk32; j += kWarps) {
-    for (int c = lane; c < d32; c += 32) {
-      keys[j * key_pitch + c] = load(k, k_base + j * k_t + c * k_d, T());
-    }
-    for (int c = lane; c < dv32; c += 32) {
-      values[j * dv32 + c] = load(v, v_base + j * v_t + c * v_d, T());
-    }
-  }
-  __syncthreads();
-
   const int first = static_cast<int>(blockIdx.x) * static_cast<int>(rows_per_block);
   const int end = min(tq32, first + static_cast<int>(rows_per_block));
+  float* keys = shared;
+  float* values = keys + tk32 * key_pitch;
+  float* queries = values + tk32 * dv32;
+  float* weights = queries + static_cast<int>(rows_per_block) * d32 + warp * tk32;
+
+  const Tile tiles[3] = {
+      {k, batch * k_b + key_head * k_h, k_t, k_d, tk32, d32, keys, key_pitch},
+      {v, batch * v_b + key_head * v_h, v_t, v_d, tk32, dv32, values, dv32},
+      {q, batch * q_b + head * q_h + first * q_t, q_t, q_d, end - first, d32, queries, d32}};
+  stage<T>(tiles, warp, lane);
+  __syncthreads();
+
   const float minus_infinity = -__int_as_float(0x7f800000);
   for (int row = first + warp; row < end; row += kWarps) {
-    const int64_t q_base = batch * q_b + head * q_h + row * q_t;
-    for (int c = lane; c < d32; c += 32) query[c] = load(q, q_base + c * q_d, T());
-    __syncwarp();
+    const float* query = queries + (row - first) * d32;
     float most = minus_infinity;
     for (int j = lane; j < tk32; j += 32) {
       const float* key = keys + j * key_pitch;
@@ -145,8 +200,14 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
     __syncwarp();
     const int64_t o_base = batch * o_b + head * o_h + row * o_t;
     for (int f = lane; f < dv32; f += 32) {
-      float sum = 0.0f;
-      for (int j = 0; j < tk32; ++j) sum = fmaf(weights[j], values[j * dv32 + f], sum);
+      float sums[2] = {0.0f, 0.0f};
+      int j = 0;
+      for (; j + 2 <= tk32; j += 2) {
+        sums[0] = fmaf(weights[j], values[j * dv32 + f], sums[0]);
+        sums[1] = fmaf(weights[j + 1], values[(j + 1) * dv32 + f], sums[1]);
+      }
+      if (j < tk32) sums[0] = fmaf(weights[j], values[j * dv32 + f], sums[0]);
+      const float sum = sums[0] + sums[1];
       store(out, o_base + f * o_d, total > 0.0f ? sum / total : 0.0f, T());
     }
     __syncwarp();

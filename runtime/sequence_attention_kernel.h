@@ -12,9 +12,13 @@
 // and the copy merging the heads back; grove's generated fused kernel reduced
 // every output feature across a warp. This kernel does the whole attention in
 // one launch, with no copies: block (query tile, query head, batch) loads its
-// key head's keys [Tk, D] and values [Tk, Dv] through their strides into
-// shared memory (keys padded to D + 1 floats a row, so that 32 lanes reading
-// one feature of 32 keys hit 32 banks), then each of its four warps takes a
+// key head's keys [Tk, D], values [Tk, Dv] and its query rows through their
+// strides into shared memory (keys padded to D + 1 floats a row, so that 32
+// lanes reading one feature of 32 keys hit 32 banks), issuing every load of
+// 32 positions by 64 features before it stores any (a first version that
+// stored each load as it came waited a memory latency per load: 15 us for
+// GPT-2's attention at batch 16 against 8.6 for PyTorch's, round 1 of
+// session 17 on an H100), then each of its four warps takes a
 // query row at a time: lanes over keys compute the scaled scores (four
 // partial sums over the features), the mask (bool: -inf where false;
 // additive: added; causal: -inf for key j > query i) and the softmax's max

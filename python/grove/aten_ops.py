@@ -520,10 +520,11 @@ def _dropout(c, a):
 # written out). Tests: importer_ops_test's AttentionTest.
 MAX_FUSED_HEAD = 128
 MAX_FUSED_KEYS = 512
-# The sequence kernel's shared memory in floats and its warps per block
-# (runtime/sequence_attention_kernel.h).
+# The sequence kernel's shared memory in floats, its warps per block and the
+# most query rows a block stages (runtime/sequence_attention_kernel.cc).
 SEQUENCE_KERNEL_FLOATS = 48 * 1024 // 4
 SEQUENCE_KERNEL_WARPS = 4
+SEQUENCE_KERNEL_ROWS = 16
 FUSED_ATTENTION_MODES = ("auto", "1", "0")
 
 
@@ -540,8 +541,8 @@ def _fused_attention_mode():
 
 def _sequence_kernel_fits(keys, head, value_head):
     """Whether the sequence attention kernel's shared memory holds these sizes."""
-    return (keys * (head + 1) + keys * value_head + SEQUENCE_KERNEL_WARPS * (head + keys)
-            <= SEQUENCE_KERNEL_FLOATS)
+    return (keys * (head + 1) + keys * value_head + SEQUENCE_KERNEL_ROWS * head +
+            SEQUENCE_KERNEL_WARPS * keys <= SEQUENCE_KERNEL_FLOATS)
 
 
 def _fused_attention(c, a, scale):
