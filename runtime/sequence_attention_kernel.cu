@@ -164,6 +164,10 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
     const float* query = queries + (row - first) * d32;
     float most = minus_infinity;
     for (int j = lane; j < tk32; j += 32) {
+      // The mask's element first: its load overlaps the dot product.
+      const int64_t at = batch * m_b + head * m_h + row * m_q + j * m_k;
+      const bool kept = mask_kind != 1 || static_cast<const uint8_t*>(mask)[at] != 0;
+      const float added = mask_kind == 2 ? load(mask, at, T()) : 0.0f;
       const float* key = keys + j * key_pitch;
       float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       int c = 0;
@@ -174,16 +178,8 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
         partial[3] = fmaf(query[c + 3], key[c + 3], partial[3]);
       }
       for (; c < d32; ++c) partial[0] = fmaf(query[c], key[c], partial[0]);
-      float score = ((partial[0] + partial[1]) + (partial[2] + partial[3])) * scale;
-      if (mask_kind != 0) {
-        const int64_t at = batch * m_b + head * m_h + row * m_q + j * m_k;
-        if (mask_kind == 1) {
-          if (static_cast<const uint8_t*>(mask)[at] == 0) score = minus_infinity;
-        } else {
-          score += load(mask, at, T());
-        }
-      }
-      if (causal != 0 && j > row) score = minus_infinity;
+      float score = ((partial[0] + partial[1]) + (partial[2] + partial[3])) * scale + added;
+      if (!kept || (causal != 0 && j > row)) score = minus_infinity;
       weights[j] = score;
       most = fmaxf(most, score);
     }
