@@ -38,7 +38,9 @@ lease. f32, TF32 off. Skips (exit 0, says so) without CUDA or dynamo;
 a model whose library is missing is reported as such. Rendered into
 RESULTS.md by tools/write_results_torch_zoo.py. Each zoo row also has, for
 reduce-overhead and grove, the kernels per call and their GPU time from
-torch.profiler (Note [Kernels per call in the zoo]; --no-kernels skips it).
+torch.profiler (Note [Kernels per call in the zoo]; --no-kernels skips it),
+and grove's max |grove - eager| / max |eager| over a replay (grove_vs_eager,
+zoo_check.py's measure).
 """
 import argparse
 import copy
@@ -235,6 +237,17 @@ def first_call_s(run, inputs):
     return time.perf_counter() - start
 
 
+def difference_from_eager(run, module, inputs):
+    """max |run - eager| / max |eager| over the inputs (graph replays of
+    `run`, already warm): the zoo's exactness check in the timing run itself
+    (benchmarks/zoo_check.py's measure)."""
+    with torch.no_grad():
+        expected = module(*inputs)
+        got = run(*inputs)
+    scale = expected.abs().max().item() or 1.0
+    return (got - expected).abs().max().item() / scale
+
+
 def zoo_rows(args, deadline):
     from torch_backend import grove_cxx_time, time_calls  # benchmarks/, this script's folder
 
@@ -275,6 +288,7 @@ def zoo_rows(args, deadline):
                             (row["ops_in_pytorch"], row["graph_replays_per_call"],
                              row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
                                  run, inputs)
+                            row["grove_vs_eager"] = difference_from_eager(run, module, inputs)
                         # The garbage of the previous variant's compilation is
                         # collected before, not during, this one's timing.
                         gc.collect()
@@ -357,8 +371,9 @@ def print_row(row):
     ratio = row.get("grove_over_reduce_overhead")
     print("%-20s b=%-3d" % (row["model"], row["batch"]) + "".join(cells) +
           "%8s" % ("-" if ratio is None else "%.2f" % ratio) +
-          "  replays/call %s, PyTorch ops %s, compile s %s" % (
+          "  replays/call %s, PyTorch ops %s, |grove - eager| %s, compile s %s" % (
               row.get("graph_replays_per_call"), row.get("ops_in_pytorch") or "none",
+              "%.1e" % row["grove_vs_eager"] if "grove_vs_eager" in row else "-",
               "/".join("%.1f" % row[v]["compile_s"] if "compile_s" in row.get(v, {}) else "-"
                        for v in VARIANTS)), flush=True)
     for variant in VARIANTS + (WRITTEN_OUT,):
