@@ -4,7 +4,7 @@ scaled_dot_product_attention at the zoo's attention shapes: the largest
 difference and each one's time per call (20 calls captured in a CUDA graph, replayed; median
 of 5 blocks), with q/k/v read in place from a fused projection's output.
 
-    python3 benchmarks/sequence_attention_probe.py
+    python3 benchmarks/sequence_attention_probe.py [--f32]
 """
 import ctypes
 import os
@@ -140,7 +140,8 @@ def main():
     kernel = Kernel("grove_sequence_attention")
     torch.manual_seed(0)
     failed = 0
-    for dtype in (torch.float32, torch.bfloat16):
+    dtypes = (torch.float32,) if "--f32" in sys.argv else (torch.float32, torch.bfloat16)
+    for dtype in dtypes:
         for name, b, h, hk, tq, tk, d, causal, mask_kind in CASES:
             if dtype != torch.float32 and name not in ("gpt2", "bert", "llama"):
                 continue

@@ -9,7 +9,8 @@ Hugging Face's static-cache generate (LLaMA) and of a gpt-fast-style decoder
 each one's tokens equal eager's.
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 40]
-        [--budget-s 230] [--models gpt2,resnet18] [--decode] [--no-zoo] [--merge]
+        [--budget-s 230] [--models gpt2,resnet18] [--batches 16,1] [--batch-major]
+        [--decode] [--no-zoo] [--merge]
         [--no-kernels] [--attention-ab] [--decode-models hf_llama_static_cache]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,llama,vit_tiny] [--optimizers adamw,sgd]
@@ -251,66 +252,70 @@ def difference_from_eager(run, module, inputs):
 def zoo_rows(args, deadline):
     from torch_backend import grove_cxx_time, time_calls  # benchmarks/, this script's folder
 
-    # --models runs the models named, in the order named.
+    # --models runs the models named, in the order named; --batch-major runs
+    # every model at the first batch before any at the next.
     order = args.models.split(",") if args.models else [name for name, _, _ in MODELS]
+    batches = [int(b) for b in args.batches.split(",")]
+    models = sorted((m for m in MODELS if m[0] in order), key=lambda m: order.index(m[0]))
+    cases = [(model, batch) for model in models for batch in batches]
+    if args.batch_major:
+        cases = [(model, batch) for batch in batches for model in models]
     rows = []
-    for name, make, library in sorted((m for m in MODELS if m[0] in order),
-                                      key=lambda m: order.index(m[0])):
-        for batch in (int(b) for b in args.batches.split(",")):
-            row = {"model": name, "batch": batch}
-            rows.append(row)
-            if time.time() > deadline:
-                row["error"] = "not run: the time budget (--budget-s) was spent"
-                continue
+    for (name, make, library), batch in cases:
+        row = {"model": name, "batch": batch}
+        rows.append(row)
+        if time.time() > deadline:
+            row["error"] = "not run: the time budget (--budget-s) was spent"
+            continue
+        try:
+            importlib.import_module(library)
+        except ImportError:
+            row["error"] = "%s is not installed" % library
+            continue
+        torch.manual_seed(0)
+        try:
+            module, inputs = make(batch)
+        except Exception as error:  # a model this library version cannot build
+            row["error"] = "%s: %s" % (type(error).__name__, error)
+            continue
+        module = module.cuda().eval()
+        inputs = tuple(value.cuda() for value in inputs)
+        variants = VARIANTS + ((WRITTEN_OUT,) if args.attention_ab and
+                               name in ATTENTION_MODELS else ())
+        if args.variants:
+            variants = tuple(v for v in variants if v in args.variants.split(","))
+        for variant in variants:
             try:
-                importlib.import_module(library)
-            except ImportError:
-                row["error"] = "%s is not installed" % library
-                continue
-            torch.manual_seed(0)
-            try:
-                module, inputs = make(batch)
-            except Exception as error:  # a model this library version cannot build
-                row["error"] = "%s: %s" % (type(error).__name__, error)
-                continue
-            module = module.cuda().eval()
-            inputs = tuple(value.cuda() for value in inputs)
-            variants = VARIANTS + ((WRITTEN_OUT,) if args.attention_ab and
-                                   name in ATTENTION_MODELS else ())
-            if args.variants:
-                variants = tuple(v for v in variants if v in args.variants.split(","))
-            for variant in variants:
-                try:
-                    with written_out_attention(variant):
-                        run = compiled(copy.deepcopy(module), variant)
-                        compile_s = first_call_s(run, inputs)
-                        if variant == "grove":
-                            (row["ops_in_pytorch"], row["graph_replays_per_call"],
-                             row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
-                                 run, inputs)
-                            row["grove_vs_eager"] = difference_from_eager(run, module, inputs)
-                        # The garbage of the previous variant's compilation is
-                        # collected before, not during, this one's timing.
-                        gc.collect()
-                        row[variant] = time_calls(run, inputs, args.repeats)
-                        row[variant]["compile_s"] = compile_s
-                        if variant in ("grove", WRITTEN_OUT):
-                            # Note [grove's C++ time in the zoo]
-                            try:
-                                row[variant]["cxx_us"] = grove_cxx_time(args.repeats)
-                            except Exception as error:  # a diagnostic: the timing stands
-                                row[variant]["cxx_error"] = "%s: %s" % (type(error).__name__,
-                                                                        error)
-                        if variant != "torch_eager" and not args.no_kernels:
-                            row[variant]["kernels"] = kernel_profile(run, inputs)
-                except Exception as error:  # one variant failing leaves the others' numbers
-                    row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
-            base = row.get("torch_reduce_overhead", {}).get("median_us")
-            grove_us = row.get("grove", {}).get("median_us")
-            row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
-            eager_us = row.get("torch_eager", {}).get("median_us")
-            row["grove_over_eager"] = grove_us / eager_us if eager_us and grove_us else None
-            print_row(row)
+                with written_out_attention(variant):
+                    run = compiled(copy.deepcopy(module), variant)
+                    compile_s = first_call_s(run, inputs)
+                    if variant == "grove":
+                        (row["ops_in_pytorch"], row["graph_replays_per_call"],
+                         row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
+                             run, inputs)
+                        row["grove_vs_eager"] = difference_from_eager(run, module, inputs)
+                    # The garbage of the previous variant's compilation is
+                    # collected before, not during, this one's timing.
+                    gc.collect()
+                    row[variant] = time_calls(run, inputs, args.repeats)
+                    row[variant]["compile_s"] = compile_s
+                    if variant in ("grove", WRITTEN_OUT):
+                        # Note [grove's C++ time in the zoo]
+                        try:
+                            row[variant]["cxx_us"] = grove_cxx_time(args.repeats)
+                        except Exception as error:  # a diagnostic: the timing stands
+                            row[variant]["cxx_error"] = "%s: %s" % (type(error).__name__,
+                                                                    error)
+                    if variant != "torch_eager" and not args.no_kernels:
+                        row[variant]["kernels"] = kernel_profile(run, inputs)
+            except Exception as error:  # one variant failing leaves the others' numbers
+                row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+        base = row.get("torch_reduce_overhead", {}).get("median_us")
+        grove_us = row.get("grove", {}).get("median_us")
+        row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
+        eager_us = row.get("torch_eager", {}).get("median_us")
+        row["grove_over_eager"] = grove_us / eager_us if eager_us and grove_us else None
+        print_row(row)
     return rows
 
 
@@ -648,6 +653,8 @@ def main():
     parser.add_argument("--models", default="",
                         help="comma-separated zoo models, run in this order (default: all)")
     parser.add_argument("--batches", default="1,16", help="comma-separated batch sizes")
+    parser.add_argument("--batch-major", action="store_true",
+                        help="every model at the first batch size before any at the next")
     parser.add_argument("--decode", action="store_true",
                         help="also the decode rows (tokens/s; each case in a child process)")
     parser.add_argument("--no-decode", action="store_true",
