@@ -591,6 +591,15 @@ void Scheduler::schedule_node(int node_index) {
           result.layout = operand.layout;
           result.root = operand.root;
         }
+        // Note [Kernel results laid out for a transposed reshape] (attention_kernel.h).
+        for (size_t r = 0; r < node.results.size(); ++r) {
+          const int result = node.results[r];
+          const bool in_place = r < node.in_place_operand.size() && node.in_place_operand[r] >= 0;
+          if (in_place || forwarded_.count(result) || allocated_.count(result)) continue;
+          if (std::optional<Layout> layout = transposed_reshape_layout(graph_, result)) {
+            out_.slots[static_cast<size_t>(result)].layout = *layout;
+          }
+        }
         schedule_group(node_index);
       }
       break;

@@ -345,5 +345,44 @@ TEST(AttentionLowering, LongSequencesRunTheGeneratedKernel) {
                                     "long");
 }
 
+// Note [Kernel results laid out for a transposed reshape]: an elementwise and
+// a row-reduction result, each read only through transpose(1, 2) flattened to
+// rows for a GEMM (MLP-Mixer's token mixing), are written transposed: the
+// reshape is a view and no copy kernel runs. Where the reshape could view the
+// contiguous result anyway, the layout stays contiguous.
+TEST(Kernels, ResultsReadTransposedByAReshapeAreWrittenTransposed) {
+  using compiler::lowering::StepKind;
+  for (bool reduction : {false, true}) {
+    SCOPED_TRACE(reduction);
+    ProgramBuilder b("token_mixing", runtime::kSimDevice);
+    ValueId x = b.input("x", {2, 4, 8}, DType::kF32);
+    ValueId w = b.input("w", {4, 3}, DType::kF32);
+    ValueId y = reduction ? b.softmax(x, -1) : b.add(b.mul(x, b.full(2.0)), b.full(1.0));
+    ValueId rows = b.reshape(b.transpose(y, 1, 2), {16, 4});
+    b.output(b.matmul(rows, w));
+    compiler::ir::Program program = b.build();
+    EXPECT_EQ(steps_of(program, StepKind::kKernel, true), 1);  // the kernel of y, no copy
+    EXPECT_EQ(steps_of(program, StepKind::kGemm, true), 1);
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261133),
+                                      runtime::kSimDevice, testing::tolerance_for(DType::kF32),
+                                      "token_mixing");
+  }
+  ProgramBuilder b("viewable", runtime::kSimDevice);
+  ValueId x = b.input("x", {2, 1, 8}, DType::kF32);  // transpose(1, 2) of [2, 1, 8] is a view
+  ValueId y = b.add(x, b.full(1.0));
+  b.output(b.reshape(b.transpose(y, 1, 2), {16}));
+  compiler::ir::Program program = b.build();
+  compiler::lowering::ScheduleOptions options;
+  options.load_kernels = false;
+  compiler::lowering::ScheduledProgram scheduled =
+      compiler::lowering::schedule_program(program, options);
+  for (const compiler::lowering::Step& step : scheduled.steps) {
+    if (step.kind == StepKind::kKernel) {
+      EXPECT_TRUE(
+          scheduled.slots[static_cast<size_t>(step.kernel.output_slots[0])].layout.is_contiguous());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace grove
