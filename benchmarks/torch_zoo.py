@@ -9,8 +9,8 @@ Hugging Face's static-cache generate (LLaMA) and of a gpt-fast-style decoder
 each one's tokens equal eager's.
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 40]
-        [--budget-s 230] [--models gpt2,resnet18] [--decode] [--no-zoo] [--merge]
-        [--decode-child-s 60]
+        [--budget-s 230] [--models gpt2,resnet18] [--batches 16,1] [--batch-major]
+        [--decode] [--no-zoo] [--merge] [--decode-child-s 60]
         [--no-kernels] [--attention-ab] [--decode-models hf_llama_static_cache]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
         [--budget-s 200] [--models gpt2,llama,vit_tiny] [--optimizers adamw,sgd]
@@ -28,7 +28,7 @@ p10-p90 over blocks, torch_backend.py's timing). By default only the zoo
 runs, so that every model fits one lease's call (reduce-overhead's
 compilations take most of the time; each row records every variant's
 compile_s); --decode adds the decode rows (--decode --no-zoo --merge adds
-them to an earlier run's JSON), --attention-ab the fused-attention variant.
+them to an earlier run's JSON), --attention-ab the written-out-attention variant.
 The decode rows run first:
 per variant a first generate call (compilation included, reported as
 first_call_tokens_per_s) and the median of STEADY_CALLS later ones
@@ -42,7 +42,9 @@ Zoo cases left when --budget-s seconds have passed are reported as not run
 a model whose library is missing is reported as such. Rendered into
 RESULTS.md by tools/write_results_torch_zoo.py. Each zoo row also has, for
 reduce-overhead and grove, the kernels per call and their GPU time from
-torch.profiler (Note [Kernels per call in the zoo]; --no-kernels skips it).
+torch.profiler (Note [Kernels per call in the zoo]; --no-kernels skips it),
+and grove's max |grove - eager| / max |eager| over a replay (grove_vs_eager,
+zoo_check.py's measure).
 """
 import argparse
 import copy
@@ -169,22 +171,23 @@ MODELS = [("gpt2", gpt2, "transformers"), ("llama", llama, "transformers"),
           ("mlp_mixer", mlp_mixer, "timm"), ("transformer_decoder", transformer_decoder, "torch")]
 
 
-# --attention-ab adds this variant: grove with GROVE_FUSED_ATTENTION=1 (grove's
-# one fused attention kernel: Note [Fused attention in the importer]; the
-# default writes attention out as matmuls and softmax), for models with attention.
-FUSED = "grove_fused_attention"
+# --attention-ab adds this variant: grove with GROVE_FUSED_ATTENTION=0, its
+# attention written out as matmuls and softmax (the default, auto, makes the
+# one `attention` op where the sequence attention kernel takes the sizes: Note
+# [Fused attention in the importer]), for models with attention.
+WRITTEN_OUT = "grove_written_out_attention"
 ATTENTION_MODELS = {"gpt2", "llama", "bert", "bart", "vit", "transformer_decoder"}
 
 
-class fused_attention_on:
-    """GROVE_FUSED_ATTENTION=1 while a variant compiles and runs."""
+class written_out_attention:
+    """GROVE_FUSED_ATTENTION=0 while the written-out variant compiles and runs."""
 
     def __init__(self, variant):
-        self.active = variant == FUSED
+        self.active = variant == WRITTEN_OUT
 
     def __enter__(self):
         if self.active:
-            os.environ["GROVE_FUSED_ATTENTION"] = "1"
+            os.environ["GROVE_FUSED_ATTENTION"] = "0"
 
     def __exit__(self, *exc):
         if self.active:
@@ -244,68 +247,84 @@ def first_call_s(run, inputs):
     return time.perf_counter() - start
 
 
+def difference_from_eager(run, module, inputs):
+    """max |run - eager| / max |eager| over the inputs (graph replays of
+    `run`, already warm): the zoo's exactness check in the timing run itself
+    (benchmarks/zoo_check.py's measure)."""
+    with torch.no_grad():
+        expected = module(*inputs)
+        got = run(*inputs)
+    scale = expected.abs().max().item() or 1.0
+    return (got - expected).abs().max().item() / scale
+
+
 def zoo_rows(args, deadline):
     from torch_backend import grove_cxx_time, time_calls  # benchmarks/, this script's folder
 
-    # --models runs the models named, in the order named.
+    # --models runs the models named, in the order named; --batch-major runs
+    # every model at the first batch before any at the next.
     order = args.models.split(",") if args.models else [name for name, _, _ in MODELS]
+    batches = [int(b) for b in args.batches.split(",")]
+    models = sorted((m for m in MODELS if m[0] in order), key=lambda m: order.index(m[0]))
+    cases = [(model, batch) for model in models for batch in batches]
+    if args.batch_major:
+        cases = [(model, batch) for batch in batches for model in models]
     rows = []
-    for name, make, library in sorted((m for m in MODELS if m[0] in order),
-                                      key=lambda m: order.index(m[0])):
-        for batch in (int(b) for b in args.batches.split(",")):
-            row = {"model": name, "batch": batch}
-            rows.append(row)
-            if time.time() > deadline:
-                row["error"] = "not run: the time budget (--budget-s) was spent"
-                continue
+    for (name, make, library), batch in cases:
+        row = {"model": name, "batch": batch}
+        rows.append(row)
+        if time.time() > deadline:
+            row["error"] = "not run: the time budget (--budget-s) was spent"
+            continue
+        try:
+            importlib.import_module(library)
+        except ImportError:
+            row["error"] = "%s is not installed" % library
+            continue
+        torch.manual_seed(0)
+        try:
+            module, inputs = make(batch)
+        except Exception as error:  # a model this library version cannot build
+            row["error"] = "%s: %s" % (type(error).__name__, error)
+            continue
+        module = module.cuda().eval()
+        inputs = tuple(value.cuda() for value in inputs)
+        variants = VARIANTS + ((WRITTEN_OUT,) if args.attention_ab and
+                               name in ATTENTION_MODELS else ())
+        if args.variants:
+            variants = tuple(v for v in variants if v in args.variants.split(","))
+        for variant in variants:
             try:
-                importlib.import_module(library)
-            except ImportError:
-                row["error"] = "%s is not installed" % library
-                continue
-            torch.manual_seed(0)
-            try:
-                module, inputs = make(batch)
-            except Exception as error:  # a model this library version cannot build
-                row["error"] = "%s: %s" % (type(error).__name__, error)
-                continue
-            module = module.cuda().eval()
-            inputs = tuple(value.cuda() for value in inputs)
-            variants = VARIANTS + ((FUSED,) if args.attention_ab and
-                                   name in ATTENTION_MODELS else ())
-            if args.variants:
-                variants = tuple(v for v in variants if v in args.variants.split(","))
-            for variant in variants:
-                try:
-                    with fused_attention_on(variant):
-                        run = compiled(copy.deepcopy(module), variant)
-                        compile_s = first_call_s(run, inputs)
-                        if variant == "grove":
-                            (row["ops_in_pytorch"], row["graph_replays_per_call"],
-                             row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
-                                 run, inputs)
-                        # The garbage of the previous variant's compilation is
-                        # collected before, not during, this one's timing.
-                        gc.collect()
-                        row[variant] = time_calls(run, inputs, args.repeats)
-                        row[variant]["compile_s"] = compile_s
-                        if variant in ("grove", FUSED):
-                            # Note [grove's C++ time in the zoo]
-                            try:
-                                row[variant]["cxx_us"] = grove_cxx_time(args.repeats)
-                            except Exception as error:  # a diagnostic: the timing stands
-                                row[variant]["cxx_error"] = "%s: %s" % (type(error).__name__,
-                                                                        error)
-                        if variant != "torch_eager" and not args.no_kernels:
-                            row[variant]["kernels"] = kernel_profile(run, inputs)
-                except Exception as error:  # one variant failing leaves the others' numbers
-                    row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
-            base = row.get("torch_reduce_overhead", {}).get("median_us")
-            grove_us = row.get("grove", {}).get("median_us")
-            row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
-            eager_us = row.get("torch_eager", {}).get("median_us")
-            row["grove_over_eager"] = grove_us / eager_us if eager_us and grove_us else None
-            print_row(row)
+                with written_out_attention(variant):
+                    run = compiled(copy.deepcopy(module), variant)
+                    compile_s = first_call_s(run, inputs)
+                    if variant == "grove":
+                        (row["ops_in_pytorch"], row["graph_replays_per_call"],
+                         row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
+                             run, inputs)
+                        row["grove_vs_eager"] = difference_from_eager(run, module, inputs)
+                    # The garbage of the previous variant's compilation is
+                    # collected before, not during, this one's timing.
+                    gc.collect()
+                    row[variant] = time_calls(run, inputs, args.repeats)
+                    row[variant]["compile_s"] = compile_s
+                    if variant in ("grove", WRITTEN_OUT):
+                        # Note [grove's C++ time in the zoo]
+                        try:
+                            row[variant]["cxx_us"] = grove_cxx_time(args.repeats)
+                        except Exception as error:  # a diagnostic: the timing stands
+                            row[variant]["cxx_error"] = "%s: %s" % (type(error).__name__,
+                                                                    error)
+                    if variant != "torch_eager" and not args.no_kernels:
+                        row[variant]["kernels"] = kernel_profile(run, inputs)
+            except Exception as error:  # one variant failing leaves the others' numbers
+                row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+        base = row.get("torch_reduce_overhead", {}).get("median_us")
+        grove_us = row.get("grove", {}).get("median_us")
+        row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
+        eager_us = row.get("torch_eager", {}).get("median_us")
+        row["grove_over_eager"] = grove_us / eager_us if eager_us and grove_us else None
+        print_row(row)
     return rows
 
 
@@ -366,14 +385,15 @@ def print_row(row):
     ratio = row.get("grove_over_reduce_overhead")
     print("%-20s b=%-3d" % (row["model"], row["batch"]) + "".join(cells) +
           "%8s" % ("-" if ratio is None else "%.2f" % ratio) +
-          "  replays/call %s, PyTorch ops %s, compile s %s" % (
+          "  replays/call %s, PyTorch ops %s, |grove - eager| %s, compile s %s" % (
               row.get("graph_replays_per_call"), row.get("ops_in_pytorch") or "none",
+              "%.1e" % row["grove_vs_eager"] if "grove_vs_eager" in row else "-",
               "/".join("%.1f" % row[v]["compile_s"] if "compile_s" in row.get(v, {}) else "-"
                        for v in VARIANTS)), flush=True)
-    for variant in VARIANTS + (FUSED,):
+    for variant in VARIANTS + (WRITTEN_OUT,):
         if variant not in row:
             continue
-        if variant == FUSED and "median_us" in row[variant]:
+        if variant == WRITTEN_OUT and "median_us" in row[variant]:
             print("  %-22s %.1f us" % (variant, row[variant]["median_us"]))
         if row[variant].get("cxx_us") is not None:
             print("  %-22s C++ call %.1f us (the same graph from C++: no dynamo, no Python)" % (
@@ -689,6 +709,8 @@ def main():
     parser.add_argument("--models", default="",
                         help="comma-separated zoo models, run in this order (default: all)")
     parser.add_argument("--batches", default="1,16", help="comma-separated batch sizes")
+    parser.add_argument("--batch-major", action="store_true",
+                        help="every model at the first batch size before any at the next")
     parser.add_argument("--decode", action="store_true",
                         help="also the decode rows (tokens/s; each case in a child process)")
     parser.add_argument("--no-decode", action="store_true",
@@ -702,8 +724,8 @@ def main():
                         help="comma-separated decode rows (default: all): hf_llama_static_cache, "
                              "gpt_fast_decoder")
     parser.add_argument("--attention-ab", action="store_true",
-                        help="also time grove with the fused attention kernel "
-                             "(GROVE_FUSED_ATTENTION=1; the default writes attention out)")
+                        help="also time grove with attention written out "
+                             "(GROVE_FUSED_ATTENTION=0; the default runs the attention op)")
     parser.add_argument("--variants", default="",
                         help="comma-separated variants to run (default: all)")
     parser.add_argument("--top", type=int, default=TOP_PRINTED,

@@ -5,7 +5,11 @@ largest difference over the reference's largest magnitude), and grove's
 lowered kernels per call printed. A quick check of lowering changes on the
 zoo's own shapes (gpu_zoo_test covers the models at batch 2 in both dtypes).
 
-    python3 benchmarks/zoo_check.py [--models gpt2,llama] [--batches 1,16]
+    python3 benchmarks/zoo_check.py [--models gpt2,llama] [--batches 1,16] [--lowered DIR]
+
+--lowered DIR writes each model's lowered steps (the backend stats'
+"lowered" text: one line per kernel, GEMM, view and launch, with the node it
+comes from) to DIR/MODEL_bBATCH.txt, for kernel-by-kernel diagnosis.
 """
 import argparse
 import os
@@ -25,6 +29,7 @@ def main():
     parser.add_argument("--models", default="gpt2,llama,bert,bart,vit,resnet18,mlp_mixer,"
                                             "transformer_decoder")
     parser.add_argument("--batches", default="1")
+    parser.add_argument("--lowered", default="", help="write each model's lowered steps here")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo
 
@@ -44,7 +49,9 @@ def main():
                 module = module.cuda().eval()
                 inputs = tuple(value.cuda() for value in inputs)
                 torch._dynamo.reset()
-                earlier = {id(graph) for graph in grove.torch.compiled_graphs()}
+                # Held, so that no new graph can take a dead one's id.
+                earlier_graphs = grove.torch.compiled_graphs()
+                earlier = {id(graph) for graph in earlier_graphs}
                 run = torch.compile(module, backend="grove", dynamic=False)
                 worst = 0.0
                 with torch.no_grad():
@@ -53,15 +60,21 @@ def main():
                     for _ in range(3):
                         worst = max(worst, (run(*inputs) - expected).abs().max().item() / scale)
                 kernels = []
+                lowered = []
                 for graph in grove.torch.compiled_graphs():
                     if id(graph) in earlier:
                         continue  # an earlier model's graph (this one's are new)
                     for model in getattr(graph.runner, "models", lambda: [])():
                         for program in model.stats()["programs"]:
+                            lowered.append(program["lowered"])
                             lines = program["lowered"].splitlines()
                             kernels.append("%d kernels + %d GEMMs" % (
                                 sum(line.strip().startswith("kernel") for line in lines),
                                 sum(line.strip().startswith("gemm") for line in lines)))
+                if args.lowered:
+                    os.makedirs(args.lowered, exist_ok=True)
+                    with open(os.path.join(args.lowered, "%s_b%d.txt" % (name, batch)), "w") as out:
+                        out.write("\n".join(lowered))
                 ok = worst <= TOLERANCE
                 failed += not ok
                 print("%-20s b=%-3d %s  max |grove - eager| / max |eager| = %.2e; %s" % (

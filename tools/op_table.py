@@ -14,9 +14,11 @@ BEGIN, END = "<!-- op-table: begin -->", "<!-- op-table: end -->"
 
 # What each converter module's ops become in grove, in the README's words.
 MODULES = [
-    ("grove.aten_ops", "elementwise, matmul / linear, reductions, views and concat, attention "
-     "(one fused kernel for heads up to 128 wide and up to 512 keys, else matmul + softmax), casts, constants (div: true division or floor/trunc rounding; slice: "
-     "step 1; layer norm: one normalized dim; attention and dropout: no dropout)"),
+    ("grove.aten_ops", "elementwise, matmul / linear (addmm's bias in the GEMM), reductions, "
+     "views and concat, attention (one kernel reading q/k/v in place where keys and values fit "
+     "48 KiB of shared memory, else matmul + softmax), casts, constants (div: true division or "
+     "floor/trunc rounding; slice: step 1; layer norm: one normalized dim; attention and "
+     "dropout: no dropout)"),
     ("grove.aten_pointwise_ops", "trigonometry, log1p/expm1 and rounding ops, maximum/minimum "
      "(clamp), bitwise ops and integer division (remainder, fmod) on bool and integers; sign, "
      "tan, and remainder/fmod of floats written out"),

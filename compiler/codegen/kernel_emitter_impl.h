@@ -22,6 +22,9 @@ using runtime::DType;
 
 constexpr uint32_t kElementwiseBlock = 256;
 constexpr uint32_t kMaxElementwiseGrid = 4096;
+// Elements each thread of an elementwise kernel takes per loop iteration on
+// cuda (Note [Unrolled elementwise kernels], kernel_emitter.cc).
+constexpr int64_t kElementwiseUnroll = 4;
 constexpr uint32_t kMaxReductionGrid = 65535;
 constexpr uint32_t kWarpSize = 32;
 // Note [Warp-per-row reductions] (kernel_spec.h): rows per block.

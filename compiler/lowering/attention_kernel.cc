@@ -339,6 +339,34 @@ Shape without_unit_dims(const Shape& shape) {
 
 }  // namespace
 
+std::optional<Layout> transposed_reshape_layout(const LoweringGraph& graph, int value) {
+  const auto& uses = graph.uses()[static_cast<size_t>(value)];
+  const LoweringValue& produced = graph.value(value);
+  if (uses.size() != 1 || produced.is_output || produced.dynamic()) return std::nullopt;
+  const LoweringNode& view = graph.node(uses[0].first);
+  const auto rank = static_cast<int64_t>(produced.type.shape.size());
+  const std::vector<int64_t> order = view_order(view, rank);
+  if (order.size() != produced.type.shape.size() || view.results.size() != 1) return std::nullopt;
+  const int viewed = view.results[0];
+  const auto& readers = graph.uses()[static_cast<size_t>(viewed)];
+  if (graph.value(viewed).is_output || readers.empty()) return std::nullopt;
+  // The transpose of the contiguous result, as the reshapes would see it.
+  const Shape contiguous = runtime::contiguous_strides(produced.type.shape);
+  Shape shape(order.size()), strides(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    shape[i] = produced.type.shape[static_cast<size_t>(order[i])];
+    strides[i] = contiguous[static_cast<size_t>(order[i])];
+  }
+  bool copies = false;
+  for (const auto& [reader, position] : readers) {
+    const LoweringNode& reshape = graph.node(reader);
+    if (reshape.op != "reshape" || reshape.results.size() != 1) return std::nullopt;
+    copies |= !view_strides(shape, strides, graph.value(reshape.results[0]).type.shape);
+  }
+  if (!copies) return std::nullopt;
+  return heads_last_layout(graph, value);
+}
+
 std::optional<Layout> attention_result_layout(const LoweringGraph& graph, int node_index) {
   return heads_last_layout(graph, graph.node(node_index).results.at(0));
 }

@@ -74,6 +74,16 @@ std::vector<AssembledKernel> positions_major_copies(const std::vector<SlotInfo>&
 // The layout attention node `node_index`'s result gets instead of a
 // contiguous one, or nullopt (Note [Attention results with heads last]).
 std::optional<Layout> attention_result_layout(const LoweringGraph& graph, int node_index);
+// Note [Kernel results laid out for a transposed reshape]: a fusion root's
+// result read only by one transpose or permute whose result only reshapes
+// read, where those reshapes could not view it (MLP-Mixer's token mixing:
+// norm(x).transpose(1, 2) flattened to rows for a GEMM, a copy kernel each),
+// is written in the layout that makes the transpose contiguous (the layout of
+// Note [Attention results with heads last]), so the reshapes are views and no
+// copy runs. Returns that layout for value `value`, or nullopt. Test:
+// Kernels.ResultsReadTransposedByAReshapeAreWrittenTransposed
+// (tests/compiler/lowering/attention_kernel_test.cc).
+std::optional<Layout> transposed_reshape_layout(const LoweringGraph& graph, int value);
 // The same for the written-out attention's last product (a matmul node, also
 // bmm's [B*H, T, D] that a reshape reads as [1, H, T, D]), when the GEMM can
 // write that layout in one strided batch; else nullopt.

@@ -440,6 +440,7 @@ LoweredProgram lower(const ir::Program& program, const LowerOptions& options) {
   auto core = std::make_shared<Core>();
   ScheduleOptions schedule_options{options.mode};
   schedule_options.small_m_gemm = options.small_m_gemm;
+  schedule_options.sequence_attention = options.sequence_attention;
   core->scheduled = schedule_program(program, schedule_options);
   core->executor.print_sink = options.print_sink;
   core->name = str_cat(program.name(), ":forward");

@@ -34,6 +34,8 @@ struct LowerOptions {
   std::function<void(const std::string&)> print_sink;
   // This compile's mode (Note [Small-M GEMM selection]); none: GROVE_SMALL_M_GEMM.
   std::optional<SmallMGemmMode> small_m_gemm;
+  // ScheduleOptions::sequence_attention (tests of the generated attention kernel).
+  bool sequence_attention = true;
 };
 
 // Throws grove::Error naming the node when the program cannot be lowered.

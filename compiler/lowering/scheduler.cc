@@ -14,6 +14,7 @@
 #include "compiler/lowering/small_m_gemm.h"
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
+#include "runtime/sequence_attention_kernel.h"
 
 namespace grove::compiler::lowering {
 namespace {
@@ -38,6 +39,7 @@ class Scheduler {
   void schedule_host(const LoweringNode& node);
   void schedule_dynamic(int node_index);
   void schedule_attention(int node_index);
+  bool schedule_sequence_attention(int node_index);
   // A contiguous copy of `slot` (for operands a GEMM cannot read as they are).
   // `node_name` is taken by value: callers pass a slot's own name, and
   // add_temp() may reallocate out_.slots.
@@ -448,12 +450,63 @@ void Scheduler::schedule_host(const LoweringNode& node) {
   out_.steps.push_back(std::move(step));
 }
 
+// Note [Attention on the sequence attention kernel]
+// An attention node whose operands the runtime's sequence attention kernel
+// takes (Note [Sequence attention kernel], runtime/sequence_attention_kernel.h:
+// short sequences, heads that fit its shared memory, leading dims that
+// collapse) is one launch step of the op's hook (Note [Launch hooks with
+// fresh results]): it reads query, key and value where they are, strided
+// views of a fused projection included, so the positions-major copies of
+// Note [Keys and values by position] are not made, and writes the result in
+// the layout Note [Attention results with heads last] chose. Other attention
+// nodes run the generated kernel (ScheduleOptions::sequence_attention = false
+// asks for it everywhere). On an H100 the generated kernel, which reduces
+// every output feature across a warp, had been slower than the written-out
+// attention (session 15); the sequence kernel is one launch with no copies:
+// round 1 of session 17 (torch_zoo --attention-ab, its first version) timed
+// GPT-2 at batch 16 at 150.9 against 169.2 us written out, ViT 611.6 against
+// 740.1, BART 268.9 against 322.5, and at batch 1 GPT-2 124.9 against 139.4
+// and ViT 357.6 against 370.0. Tests: AttentionLowering.*
+// (tests/compiler/lowering/attention_kernel_test.cc).
+bool Scheduler::schedule_sequence_attention(int node_index) {
+  const LoweringNode& node = graph_.node(node_index);
+  if (!options_.sequence_attention) return false;
+  auto layout_of = [&](int value) {
+    const SlotInfo& slot = out_.slots[static_cast<size_t>(value)];
+    return runtime::AttentionOperandLayout{slot.layout.shape, slot.layout.strides};
+  };
+  runtime::SequenceAttentionLayouts layouts;
+  layouts.dtype = out_.slots[static_cast<size_t>(node.operands[0])].dtype;
+  layouts.query = layout_of(node.operands[0]);
+  layouts.key = layout_of(node.operands[1]);
+  layouts.value = layout_of(node.operands[2]);
+  layouts.result = layout_of(node.results[0]);
+  if (node.operands.size() == 4) {
+    layouts.mask = layout_of(node.operands[3]);
+    layouts.mask_dtype = out_.slots[static_cast<size_t>(node.operands[3])].dtype;
+  }
+  if (!runtime::sequence_attention_refusal(layouts).empty()) return false;
+  Step step;
+  step.kind = StepKind::kLaunch;
+  step.node_name = node.name;
+  step.op = node.op;
+  step.sources = node.operands;
+  step.results = node.results;
+  step.graph_node = node_index;
+  if (allocated_.insert(node.results[0]).second) step.allocate.push_back(node.results[0]);
+  GROVE_CHECK(step.allocate.size() == 1, "lowering: node '", node.name,
+              "': the attention's result was allocated before (a grove bug)");
+  out_.steps.push_back(std::move(step));
+  return true;
+}
+
 void Scheduler::schedule_attention(int node_index) {
   const LoweringNode& node = graph_.node(node_index);
   // Note [Attention results with heads last].
   if (std::optional<Layout> layout = attention_result_layout(graph_, node_index)) {
     out_.slots[static_cast<size_t>(node.results[0])].layout = *layout;
   }
+  if (schedule_sequence_attention(node_index)) return;
   // Note [Keys and values by position]: the kernel reads copies of key and value.
   LoweringNode reading = node;
   std::vector<int> sources, copies;
@@ -540,6 +593,15 @@ void Scheduler::schedule_node(int node_index) {
           SlotInfo& result = out_.slots[static_cast<size_t>(node.results[r])];
           result.layout = operand.layout;
           result.root = operand.root;
+        }
+        // Note [Kernel results laid out for a transposed reshape] (attention_kernel.h).
+        for (size_t r = 0; r < node.results.size(); ++r) {
+          const int result = node.results[r];
+          const bool in_place = r < node.in_place_operand.size() && node.in_place_operand[r] >= 0;
+          if (in_place || forwarded_.count(result) || allocated_.count(result)) continue;
+          if (std::optional<Layout> layout = transposed_reshape_layout(graph_, result)) {
+            out_.slots[static_cast<size_t>(result)].layout = *layout;
+          }
         }
         schedule_group(node_index);
       }

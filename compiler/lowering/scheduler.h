@@ -53,6 +53,10 @@ struct ScheduleOptions {
   bool load_kernels = true;
   // This compile's mode (Note [Small-M GEMM selection]); none: GROVE_SMALL_M_GEMM.
   std::optional<SmallMGemmMode> small_m_gemm;
+  // False: every attention node runs grove's generated kernel (Note [Fused
+  // attention kernel]) even where the runtime's sequence attention kernel
+  // takes it (Note [Attention on the sequence attention kernel]); for tests.
+  bool sequence_attention = true;
 };
 
 // Throws grove::Error naming the node when something cannot be lowered.

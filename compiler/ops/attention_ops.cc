@@ -1,6 +1,8 @@
 // attention: softmax(query key^T * scale + mask) value in one op, lowered to
-// one generated kernel (Note [Fused attention kernel] in
-// compiler/lowering/attention_kernel.h).
+// the runtime's sequence attention kernel where it takes the operands (Note
+// [Attention on the sequence attention kernel], compiler/lowering/scheduler.cc;
+// this op's launch hook), else to one generated kernel (Note [Fused attention
+// kernel] in compiler/lowering/attention_kernel.h).
 //
 // Note [Fused attention op]: query [..., Hq, Tq, D], key [..., Hk, Tk, D],
 // value [..., Hk, Tk, Dv] with equal leading dims and Hq a multiple of Hk
@@ -15,6 +17,7 @@
 // lowering/attention_kernel_test.cc), importer_ops_test's attention cases.
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
+#include "runtime/sequence_attention_kernel.h"
 
 namespace grove::compiler::ops {
 
@@ -78,6 +81,16 @@ void register_attention_ops(OpRegistry& registry) {
     Shape result_shape = q;
     result_shape.back() = v[rank - 1];
     return std::vector<TensorType>{with_shape(context.operand(0), result_shape)};
+  };
+  // Operands query, key, value (and the mask), then the fresh result (Note
+  // [Launch hooks with fresh results]), each with its own strides.
+  attention.launch = [](const OpContext& context, const std::vector<runtime::Tensor>& operands,
+                        runtime::StreamHandle stream) {
+    const bool masked = operands.size() == 5;
+    runtime::launch_sequence_attention(operands[0], operands[1], operands[2],
+                                       masked ? operands[3] : runtime::Tensor(), operands.back(),
+                                       static_cast<float>(context.attrs.get_float("scale")),
+                                       context.attrs.get_int("causal") != 0, stream);
   };
   registry.add(std::move(attention));
 }

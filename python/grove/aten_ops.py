@@ -227,6 +227,16 @@ def _addmm(c, a):
     if (_is_transposed_weight(c, y) and beta == 1 and alpha == 1
             and isinstance(bias, torch.fx.Node) and len(c.shape(bias)) == 1):
         return c.emit("linear", [c.tensor(x), c.tensor(y.args[0]), c.tensor(bias)])
+    # Note [Bias epilogues of addmm]: addmm(b, x, w) of a 2-d w stored [in, out]
+    # (GPT-2's Conv1D) is linear(x, t(w), b) too: t(w) is a view the GEMM reads
+    # as it is, and the bias rides in the GEMM's epilogue instead of an add
+    # kernel after it (two per GPT-2 layer at batch 16). Test: importer_test's
+    # test_addmm_of_an_untransposed_weight_is_one_linear.
+    if (beta == 1 and alpha == 1 and isinstance(bias, torch.fx.Node) and
+            isinstance(y, torch.fx.Node) and len(c.shape(y)) == 2 and len(c.shape(bias)) == 1
+            and c.shape(bias)[0] == c.shape(y)[1] and c.dtype(bias) == c.dtype(y)):
+        weight = c.emit("transpose", [c.tensor(y)], {"dim0": 0, "dim1": 1})
+        return c.emit("linear", [c.tensor(x), weight, c.tensor(bias)])
     product = c.emit("matmul", [c.tensor(x), c.tensor(y)])
     dtype = c.result().dtype
     if alpha != 1:
@@ -492,30 +502,47 @@ def _dropout(c, a):
 
 
 # Note [Fused attention in the importer]: scaled_dot_product_attention (and
-# PyTorch's fused variants of it) becomes grove's one `attention` op (one
-# kernel: Note [Fused attention kernel] in compiler/lowering/attention_kernel.h)
-# where the op takes it and GROVE_FUSED_ATTENTION=1 asks for it: queries, keys and values of one rank >= 3 with equal
-# leading dims, key heads dividing query heads (grouped-query attention only
-# with enable_gqa, as PyTorch requires), a bool or float mask, and sizes the
-# one-warp-per-row kernel suits (head width <= MAX_FUSED_HEAD, keys <=
-# MAX_FUSED_KEYS); anything else is written out as matmul, scale, mask,
-# softmax and matmul. Written out is the default: on an H100 (session 15,
-# torch_zoo --attention-ab, one lease) the fused kernel made batch-1 calls
-# slower (GPT-2 189.7 against 130.8 us, LLaMA 224.1 against 134.4) although
-# its GPU time was lower, so the loss lies between kernels, and LLaMA at batch
-# 16 too (286.7 against 242.8). Tests: importer_ops_test's AttentionTest.
+# PyTorch's fused variants of it) becomes grove's one `attention` op where the
+# op takes it: queries, keys and values of one rank >= 3 with equal leading
+# dims, key heads dividing query heads (grouped-query attention only with
+# enable_gqa, as PyTorch requires), a bool or float mask, head width <=
+# MAX_FUSED_HEAD and keys <= MAX_FUSED_KEYS. GROVE_FUSED_ATTENTION says where:
+# "auto" (the default) only where the runtime's sequence attention kernel
+# takes the sizes (its keys, values and per-warp rows fit 48 KiB of shared
+# memory: Note [Sequence attention kernel], runtime/sequence_attention_kernel.h),
+# so that the op runs as that one launch with no copies; "1" wherever the op
+# takes it (longer sequences then run the generated kernel, Note [Fused
+# attention kernel]); "0" never. Anything else is written out as matmul,
+# scale, mask, softmax and matmul. On an H100 the generated kernel had made
+# batch-1 calls slower than written out (session 15: GPT-2 189.7 against
+# 130.8 us) and batch 16 too (LLaMA 286.7 against 242.8); the sequence kernel
+# is one launch with no copies (torch_zoo --attention-ab compares it with
+# written out). Tests: importer_ops_test's AttentionTest.
 MAX_FUSED_HEAD = 128
 MAX_FUSED_KEYS = 512
+# The sequence kernel's shared memory in floats, its warps per block and the
+# most query rows a block stages (runtime/sequence_attention_kernel.cc).
+SEQUENCE_KERNEL_FLOATS = 48 * 1024 // 4
+SEQUENCE_KERNEL_WARPS = 4
+SEQUENCE_KERNEL_ROWS = 16
+FUSED_ATTENTION_MODES = ("auto", "1", "0")
 
 
-def _fused_attention_enabled():
+def _fused_attention_mode():
     import os
 
-    value = os.environ.get("GROVE_FUSED_ATTENTION", "0")
-    if value not in ("0", "1"):
-        raise ValueError("GROVE_FUSED_ATTENTION=%r; use 1 (fuse attention) or 0 (write it out "
-                         "as matmuls and softmax, the default)" % value)
-    return value == "1"
+    value = os.environ.get("GROVE_FUSED_ATTENTION", "auto")
+    if value not in FUSED_ATTENTION_MODES:
+        raise ValueError("GROVE_FUSED_ATTENTION=%r; use auto (the attention op where the "
+                         "sequence attention kernel takes it, the default), 1 (wherever the op "
+                         "takes it) or 0 (write it out as matmuls and softmax)" % value)
+    return value
+
+
+def _sequence_kernel_fits(keys, head, value_head):
+    """Whether the sequence attention kernel's shared memory holds these sizes."""
+    return (keys * (head + 1) + keys * value_head + SEQUENCE_KERNEL_ROWS * head +
+            SEQUENCE_KERNEL_WARPS * keys <= SEQUENCE_KERNEL_FLOATS)
 
 
 def _fused_attention(c, a, scale):
@@ -526,7 +553,8 @@ def _fused_attention(c, a, scale):
     q_shape, k_shape, v_shape = c.shape(q), c.shape(k), c.shape(v)
     rank = len(q_shape)
     dtype = c.dtype(q)
-    if (not _fused_attention_enabled() or rank < 3 or len(k_shape) != rank or
+    mode = _fused_attention_mode()
+    if (mode == "0" or rank < 3 or len(k_shape) != rank or
             len(v_shape) != rank or dtype not in (torch.float32, torch.bfloat16, torch.float16) or
             c.dtype(k) != dtype or c.dtype(v) != dtype):
         return None
@@ -537,6 +565,8 @@ def _fused_attention(c, a, scale):
         return None
     if (not 1 <= q_shape[-1] <= MAX_FUSED_HEAD or not 1 <= v_shape[-1] <= MAX_FUSED_HEAD or
             k_shape[-2] > MAX_FUSED_KEYS):
+        return None
+    if mode == "auto" and not _sequence_kernel_fits(k_shape[-2], q_shape[-1], v_shape[-1]):
         return None
     operands = [c.tensor(q), c.tensor(k), c.tensor(v)]
     if mask is not None:

@@ -471,7 +471,8 @@ class AttentionTest(ConverterCase):
     """Note [Fused attention in the importer]: with GROVE_FUSED_ATTENTION=1,
     scaled_dot_product_attention becomes one `attention` node (this PyTorch's
     aten._scaled_dot_product_attention; PyTorch 2's variants share the
-    converter); by default it is written out."""
+    converter); by default (auto) where the sequence attention kernel takes
+    its sizes; with 0 it is written out."""
 
     def setUp(self):
         super().setUp()
@@ -485,13 +486,26 @@ class AttentionTest(ConverterCase):
             os.environ["GROVE_FUSED_ATTENTION"] = self._fusion
         super().tearDown()
 
-    def test_attention_is_written_out_by_default(self):
+    def test_attention_is_one_node_by_default_where_the_sequence_kernel_takes_it(self):
         del os.environ["GROVE_FUSED_ATTENTION"]
         sdpa = self.sdpa
         plan = self.check(lambda q, k, v: sdpa(q, k, v, causal=True),
                           [torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)])
+        self.assertIn("attention", self.ops(plan))
+        self.assertNotIn("softmax", self.ops(plan))
+        # 200 keys of 64 features: past the sequence kernel's shared memory,
+        # written out by default, one node with GROVE_FUSED_ATTENTION=1.
+        from grove import aten_ops
+
+        self.assertFalse(aten_ops._sequence_kernel_fits(200, 64, 64))
+        self.assertTrue(aten_ops._sequence_kernel_fits(48, 64, 64))
+        long_inputs = [torch.randn(1, 1, 3, 64), torch.randn(1, 1, 200, 64),
+                       torch.randn(1, 1, 200, 64)]
+        plan = self.check(lambda q, k, v: sdpa(q, k, v), long_inputs)
         self.assertNotIn("attention", self.ops(plan))
-        self.assertIn("softmax", self.ops(plan))
+        os.environ["GROVE_FUSED_ATTENTION"] = "1"
+        plan = self.check(lambda q, k, v: sdpa(q, k, v), long_inputs)
+        self.assertIn("attention", self.ops(plan))
 
     @staticmethod
     def sdpa(q, k, v, mask=None, causal=False):
@@ -601,7 +615,7 @@ class AttentionTest(ConverterCase):
         os.environ["GROVE_FUSED_ATTENTION"] = "yes"
         try:
             with self.assertRaisesRegex(ValueError, "GROVE_FUSED_ATTENTION"):
-                aten_ops._fused_attention_enabled()
+                aten_ops._fused_attention_mode()
         finally:
             del os.environ["GROVE_FUSED_ATTENTION"]
 

@@ -146,6 +146,34 @@ class ImporterTest(unittest.TestCase):
         for a, b in zip(results["cudagraphs"], results["eager"]):
             self.assertTrue(torch.equal(a, b))
 
+    def test_addmm_of_an_untransposed_weight_is_one_linear(self):
+        """Note [Bias epilogues of addmm]: GPT-2's Conv1D, addmm(b, x, w) with
+        w stored [in, out], becomes linear(x, t(w), b): one GEMM whose
+        epilogue adds the bias, no add kernel."""
+        class Conv1D(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(24, 40) * 0.2)
+                self.bias = nn.Parameter(torch.randn(40))
+
+            def forward(self, x):
+                flat = torch.addmm(self.bias, x.view(-1, 24), self.weight)
+                return torch.relu(flat.view(x.shape[0], x.shape[1], 40))
+
+        module = Conv1D().eval()
+        x = torch.randn(3, 5, 24)
+        plan, results = self.run_both(module, [x])
+        self.assertEqual(plan.unsupported, [])
+        ops = [node["op"] for node in plan.programs()[0]["nodes"]]
+        self.assertEqual(ops.count("linear"), 1, ops)
+        self.assertNotIn("matmul", ops)
+        self.assertNotIn("add", ops)
+        with torch.no_grad():
+            expected = [module(x)]
+        close(self, results["eager"], expected)
+        for a, b in zip(results["cudagraphs"], results["eager"]):
+            self.assertTrue(torch.equal(a, b))
+
     def test_transformer_block_matches_torch(self):
         module = Block().eval()
         tokens = torch.randint(0, 50, (2, 8))

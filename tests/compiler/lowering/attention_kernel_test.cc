@@ -96,7 +96,15 @@ std::vector<AttentionCase> cases() {
   return all;
 }
 
-void expect_cases_match(runtime::Device device, uint32_t seed) {
+// Lowering options that keep every attention on the generated kernel.
+compiler::lowering::LowerOptions generated_kernel() {
+  compiler::lowering::LowerOptions options;
+  options.sequence_attention = false;
+  return options;
+}
+
+void expect_cases_match(runtime::Device device, uint32_t seed,
+                        const compiler::lowering::LowerOptions& options) {
   for (const AttentionCase& c : cases()) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       const std::string label =
@@ -107,18 +115,18 @@ void expect_cases_match(runtime::Device device, uint32_t seed) {
       compiler::ir::Program program = builder.build();
       testing::HostTensorList inputs = testing::random_inputs(program, seed++);
       testing::expect_matches_reference(program, inputs, device, testing::tolerance_for(dtype),
-                                        label);
+                                        label, options);
     }
   }
 }
 
 TEST(AttentionKernel, MatchesTheReferenceOnSim) {
-  expect_cases_match(runtime::kSimDevice, 20261126);
+  expect_cases_match(runtime::kSimDevice, 20261126, generated_kernel());
 }
 
 TEST(AttentionKernel, MatchesTheReferenceOnCuda) {
   if (runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  expect_cases_match(runtime::kCudaDevice, 20261127);
+  expect_cases_match(runtime::kCudaDevice, 20261127, generated_kernel());
 }
 
 // Note [Keys and values by position].
@@ -130,6 +138,7 @@ TEST(AttentionKernel, IsOneCopyAndOneKernelPerAttention) {
   b.output(attend(b, {q, k, v}, 0.125, 1));
   compiler::lowering::ScheduleOptions options;
   options.load_kernels = false;
+  options.sequence_attention = false;
   compiler::lowering::ScheduledProgram scheduled =
       compiler::lowering::schedule_program(b.build(), options);
   std::vector<std::string> kernels;
@@ -147,16 +156,22 @@ TEST(AttentionKernel, IsOneCopyAndOneKernelPerAttention) {
   EXPECT_EQ(kernels, (std::vector<std::string>{"positions_major_copy", "fused_attention"}));
 }
 
-// Kernel steps of `program` (sim, kernels not loaded).
-int kernel_steps(const compiler::ir::Program& program) {
+// Steps of `kind` in `program` (sim, kernels not loaded).
+int steps_of(const compiler::ir::Program& program, compiler::lowering::StepKind kind,
+             bool sequence_attention) {
   compiler::lowering::ScheduleOptions options;
   options.load_kernels = false;
-  int kernels = 0;
+  options.sequence_attention = sequence_attention;
+  int count = 0;
   for (const compiler::lowering::Step& step :
        compiler::lowering::schedule_program(program, options).steps) {
-    kernels += step.kind == compiler::lowering::StepKind::kKernel ? 1 : 0;
+    count += step.kind == kind ? 1 : 0;
   }
-  return kernels;
+  return count;
+}
+
+int kernel_steps(const compiler::ir::Program& program) {
+  return steps_of(program, compiler::lowering::StepKind::kKernel, /*sequence_attention=*/false);
 }
 
 // Note [Attention results with heads last].
@@ -185,7 +200,7 @@ TEST(AttentionKernel, HeadsMergedBackCostNoCopy) {
     compiler::ir::Program program = b.build();
     testing::expect_matches_reference(program, testing::random_inputs(program, 20261128),
                                       runtime::kSimDevice, testing::tolerance_for(DType::kF32),
-                                      "merge_heads");
+                                      "merge_heads", generated_kernel());
     EXPECT_EQ(kernel_steps(program), kernels);
   }
 }
@@ -256,6 +271,7 @@ TEST(AttentionKernel, PtxAssemblesForSm90WithoutSpills) {
     b.output(attend(b, {q, k, v, mask}, 0.125, 1));
     compiler::lowering::ScheduleOptions options;
     options.load_kernels = false;
+    options.sequence_attention = false;
     compiler::lowering::ScheduledProgram scheduled =
         compiler::lowering::schedule_program(b.build(), options);
     const std::string dir = ::testing::TempDir();
@@ -274,6 +290,97 @@ TEST(AttentionKernel, PtxAssemblesForSm90WithoutSpills) {
       ++assembled;
     }
     EXPECT_EQ(assembled, 2);  // the copy of key and value, the attention
+  }
+}
+
+// Note [Attention on the sequence attention kernel]: the same cases on the
+// runtime's sequence attention kernel (every one fits it).
+TEST(AttentionLowering, SequenceKernelMatchesTheReferenceOnSim) {
+  expect_cases_match(runtime::kSimDevice, 20261129, {});
+}
+
+TEST(AttentionLowering, SequenceKernelMatchesTheReferenceOnCuda) {
+  if (runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  expect_cases_match(runtime::kCudaDevice, 20261130, {});
+}
+
+// Heads split out of one fused projection and merged back after: one launch,
+// no copy kernel and no GEMM (the views are read and written in place).
+TEST(AttentionLowering, FusedProjectionHeadsAreOneLaunchWithNoCopies) {
+  for (int64_t batch : {1, 16}) {
+    SCOPED_TRACE(batch);
+    ProgramBuilder b("projection_heads", runtime::kSimDevice);
+    ValueId qkv = b.input("qkv", {batch, 32, 3 * 4 * 64}, DType::kF32);
+    auto head_view = [&](int64_t part) {
+      ValueId slice = b.slice(qkv, 2, part * 256, (part + 1) * 256);
+      return b.transpose(b.reshape(slice, {batch, 32, 4, 64}), 1, 2);
+    };
+    ValueId mixed = attend(b, {head_view(0), head_view(1), head_view(2)}, 0.125, 1);
+    b.output(b.reshape(b.transpose(mixed, 1, 2), {batch, 32, 256}));
+    compiler::ir::Program program = b.build();
+    using compiler::lowering::StepKind;
+    EXPECT_EQ(steps_of(program, StepKind::kLaunch, true), 1);
+    EXPECT_EQ(steps_of(program, StepKind::kKernel, true), 0);
+    EXPECT_EQ(steps_of(program, StepKind::kGemm, true), 0);
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261131),
+                                      runtime::kSimDevice, testing::tolerance_for(DType::kF32),
+                                      "projection_heads");
+  }
+}
+
+// Keys past what the sequence kernel's shared memory holds: the generated
+// kernel runs instead, and the result still matches.
+TEST(AttentionLowering, LongSequencesRunTheGeneratedKernel) {
+  ProgramBuilder b("long", runtime::kSimDevice);
+  ValueId q = b.input("q", {1, 2, 4, 64}, DType::kF32);
+  ValueId k = b.input("k", {1, 2, 300, 64}, DType::kF32);
+  ValueId v = b.input("v", {1, 2, 300, 64}, DType::kF32);
+  b.output(attend(b, {q, k, v}, 0.125));
+  compiler::ir::Program program = b.build();
+  using compiler::lowering::StepKind;
+  EXPECT_EQ(steps_of(program, StepKind::kLaunch, true), 0);
+  EXPECT_EQ(steps_of(program, StepKind::kKernel, true), 2);  // the copy, the generated kernel
+  testing::expect_matches_reference(program, testing::random_inputs(program, 20261132),
+                                    runtime::kSimDevice, testing::tolerance_for(DType::kF32),
+                                    "long");
+}
+
+// Note [Kernel results laid out for a transposed reshape]: an elementwise and
+// a row-reduction result, each read only through transpose(1, 2) flattened to
+// rows for a GEMM (MLP-Mixer's token mixing), are written transposed: the
+// reshape is a view and no copy kernel runs. Where the reshape could view the
+// contiguous result anyway, the layout stays contiguous.
+TEST(Kernels, ResultsReadTransposedByAReshapeAreWrittenTransposed) {
+  using compiler::lowering::StepKind;
+  for (bool reduction : {false, true}) {
+    SCOPED_TRACE(reduction);
+    ProgramBuilder b("token_mixing", runtime::kSimDevice);
+    ValueId x = b.input("x", {2, 4, 8}, DType::kF32);
+    ValueId w = b.input("w", {4, 3}, DType::kF32);
+    ValueId y = reduction ? b.softmax(x, -1) : b.add(b.mul(x, b.full(2.0)), b.full(1.0));
+    ValueId rows = b.reshape(b.transpose(y, 1, 2), {16, 4});
+    b.output(b.matmul(rows, w));
+    compiler::ir::Program program = b.build();
+    EXPECT_EQ(steps_of(program, StepKind::kKernel, true), 1);  // the kernel of y, no copy
+    EXPECT_EQ(steps_of(program, StepKind::kGemm, true), 1);
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261133),
+                                      runtime::kSimDevice, testing::tolerance_for(DType::kF32),
+                                      "token_mixing");
+  }
+  ProgramBuilder b("viewable", runtime::kSimDevice);
+  ValueId x = b.input("x", {2, 1, 8}, DType::kF32);  // transpose(1, 2) of [2, 1, 8] is a view
+  ValueId y = b.add(x, b.full(1.0));
+  b.output(b.reshape(b.transpose(y, 1, 2), {16}));
+  compiler::ir::Program program = b.build();
+  compiler::lowering::ScheduleOptions options;
+  options.load_kernels = false;
+  compiler::lowering::ScheduledProgram scheduled =
+      compiler::lowering::schedule_program(program, options);
+  for (const compiler::lowering::Step& step : scheduled.steps) {
+    if (step.kind == StepKind::kKernel) {
+      EXPECT_TRUE(
+          scheduled.slots[static_cast<size_t>(step.kernel.output_slots[0])].layout.is_contiguous());
+    }
   }
 }
 

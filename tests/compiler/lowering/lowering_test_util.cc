@@ -78,11 +78,12 @@ bool all_close(const HostTensor& actual, const HostTensor& expected, const Toler
 
 void expect_matches_reference(const compiler::ir::Program& program, const HostTensorList& inputs,
                               runtime::Device device, const Tolerance& tolerance,
-                              const std::string& label) {
+                              const std::string& label,
+                              const compiler::lowering::LowerOptions& lower_options) {
   HostTensorList reference_state = inputs;
   HostTensorList expected = compiler::reference::reference_run_in_place(
       program, reference_state, {[](const std::string&) {}});
-  compiler::lowering::LowerOptions options;
+  compiler::lowering::LowerOptions options = lower_options;
   options.print_sink = [](const std::string&) {};
   compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program, options);
   compiler::TensorList device_inputs;

@@ -46,6 +46,7 @@ bool all_close(const HostTensor& actual, const HostTensor& expected, const Toler
 // inputs; checks every output (and, with `check_state`, every mutated input).
 void expect_matches_reference(const compiler::ir::Program& program, const HostTensorList& inputs,
                               runtime::Device device, const Tolerance& tolerance,
-                              const std::string& label);
+                              const std::string& label,
+                              const compiler::lowering::LowerOptions& options = {});
 
 }  // namespace grove::testing
