@@ -102,9 +102,9 @@ std::vector<FlagSpec> flag_table() {
                    "flight on the client's channel)"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: the cores)"});
-  flags.push_back({"--no-answer-relay", "",
-                   "answers reach the HTTP loops from the batching worker's thread, not through "
-                   "a thread of their own (Note [Answers handed on by a relay])"});
+  flags.push_back({"--answer-relay", "",
+                   "answers reach the HTTP loops through a thread of their own, not from the "
+                   "request reaper's, which delivers them (Note [Answers handed on by a relay])"});
   flags.push_back({"--idle-connections", "N",
                    "also measure the --held-rates runs with N connections held open that never "
                    "send (default 10000)"});
@@ -130,7 +130,7 @@ struct Options : LoadOptions {
   int64_t clients = 64;
   int64_t connections = 4;  // per client (Note [Requests in flight per client])
   int64_t http_threads = 0;
-  bool answer_relay = true;
+  bool answer_relay = false;
   int64_t idle_connections = 10000;
   int64_t slowloris_connections = 500;
   int64_t trickle_ms = 1000;
@@ -326,7 +326,7 @@ Options parse_options(const FlagValues& flags) {
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
   options.connections = flags.integer("--connections", options.connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
-  options.answer_relay = !flags.has("--no-answer-relay");
+  options.answer_relay = flags.has("--answer-relay");
   options.idle_connections =
       flags.integer("--idle-connections", options.idle_connections, 0, 1 << 20);
   options.slowloris_connections =
@@ -566,7 +566,7 @@ int run(int argc, char** argv) {
       std::to_string(options.http_threads > 0 ? options.http_threads
                                               : std::max(2u, std::thread::hardware_concurrency()))
           .c_str(),
-      options.answer_relay ? "" : " (no answer relay)", static_cast<long long>(options.duration_ms),
+      options.answer_relay ? " (answer relay)" : "", static_cast<long long>(options.duration_ms),
       encodings.c_str());
   std::fflush(stdout);
   serving::ProgramFactory model =
