@@ -50,7 +50,8 @@
 // rows. FP32 rows are read a run of numbers at a time (read_json_float_list),
 // each rounded to the float its nearest double rounds to without always
 // finding that double (Note [Decimal to float without the nearest double]),
-// which halved the read of a 512-float request. Tests: KserveRequestReader.KeepsAtMostMaxValuesAndCountsTheRest,
+// which halved the read of a 512-float request. Tests:
+// KserveRequestReader.KeepsAtMostMaxValuesAndCountsTheRest,
 // KserveRequestReader.RowsAreTheElementsOfTheReferenceValues,
 // KserveProtocol.LargeFloatBodyCostsItsRowsNotAValuePerElement,
 // KserveProtocol.LargeIntegerBodyCostsItsRowsNotAValuePerElement,

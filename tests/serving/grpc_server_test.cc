@@ -238,9 +238,9 @@ TEST(GrpcServer, RawAndTypedContentsGetTheSameRawAnswer) {
   EXPECT_EQ(typed_answer.raw_output_contents(0), raw_answer.raw_output_contents(0));
 }
 
-// Note [gRPC messages reused]: calls one after another, each with its own
-// rows, id and typed or raw contents, get their own answers: nothing of an
-// earlier call's messages shows through the reused ones.
+// Calls one after another, each with its own rows, id and typed or raw
+// contents, get their own answers: nothing of an earlier call's messages
+// shows through the reused ones (Note [gRPC messages reused]).
 TEST(GrpcServer, CallsInTurnGetTheirOwnAnswersFromReusedMessages) {
   Fixture f;
   for (int call = 0; call < 60; ++call) {

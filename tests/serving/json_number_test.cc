@@ -113,9 +113,9 @@ uint32_t float_bits(float value) {
   return bits;
 }
 
-// Note [Decimal to float without the nearest double]: read with
-// JsonPrecision::kFloat, a float token gives the float that the nearest
-// double (std::from_chars) rounds to; an integer token reads exactly.
+// Read with JsonPrecision::kFloat, a float token gives the float that the
+// nearest double (std::from_chars) rounds to; an integer token reads exactly
+// (Note [Decimal to float without the nearest double]).
 void expect_float_precision_as_reference(const std::string& token) {
   const std::string text = token + ",";
   JsonNumber number;

@@ -50,9 +50,9 @@ TEST(RequestReaper, FreesEveryRequestItIsHanded) {
   EXPECT_EQ(freed_here.load(), 0) << "requests were freed on the handing thread";
 }
 
-// Note [Answers delivered off the worker]: each request's future is set and
-// its on_ready called on the reaper's thread, in the order handed over, the
-// future set before on_ready runs.
+// Each request's future is set and its on_ready called on the reaper's
+// thread, in the order handed over, the future set before on_ready runs
+// (Note [Answers delivered off the worker]).
 TEST(RequestReaper, DeliversEachAnswerInOrderOffTheHandingThread) {
   constexpr int kBatches = 20, kRequests = 16;
   std::vector<std::future<Response>> futures;
