@@ -232,9 +232,9 @@ const CommandSpec& serve_command_spec() {
               {"--http-threads", "N",
                "threads that read and answer HTTP, for any number of connections (default: the "
                "cores, at least 2)"},
-              {"--answer-relay", "",
-               "hand answers to the HTTP threads through a thread of their own, not from the "
-               "thread that delivers them (Note [Answers handed on by a relay]; default: off)"},
+              {"--no-answer-relay", "",
+               "hand answers to the HTTP threads from the thread that delivers them (the request "
+               "reaper's), not from a thread of their own (Note [Answers handed on by a relay])"},
               {"--buckets", "pow2|LIST|auto|auto:FILE",
                "batch sizes compiled: powers of two (default), a list ending at --max-batch, or "
                "auto: "

@@ -24,7 +24,7 @@ serving::HttpConfig parse_http_flags(const ParsedFlags& args) {
   http.body_timeout_ms = static_cast<int>(args.integer("--body-timeout-ms", 30000, 1, 3600000));
   http.max_connections = static_cast<size_t>(args.integer("--max-connections", 32768, 1, 1 << 20));
   http.threads = static_cast<int>(args.integer("--http-threads", 0, 0, 4096));
-  http.answer_relay = args.has("--answer-relay");
+  http.answer_relay = !args.has("--no-answer-relay");
   return http;
 }
 

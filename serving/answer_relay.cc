@@ -13,8 +13,8 @@ namespace grove::serving {
 // 256,000 answers/s in process, so at most 3.9 us of its time per answer,
 // but took 4.8 us per answer behind the HTTP front (serve_http's worker
 // us/req), which answered 178,000/s where the server alone answered
-// 256,000. So the HTTP front (HttpConfig::answer_relay, then on unless
-// --no-answer-relay) had the worker append each answer to the relay's list
+// 256,000. So the HTTP front (HttpConfig::answer_relay, on unless
+// --no-answer-relay) has the worker append each answer to the relay's list
 // instead, waking the relay's thread only when it sleeps (at most once per
 // burst), and the relay makes the posts, in order, off the worker's thread.
 // On the H100 (one lease, one run each, 64 clients x 4 connections, binary):
@@ -23,13 +23,14 @@ namespace grove::serving {
 // cost is one more thread hop per answer, which on a machine with fewer
 // cores than busy threads adds the wait for that thread to be scheduled.
 // Since Note [Answers delivered off the worker] the request reaper, not the
-// worker, calls on_ready, so the relay only spares the reaper the loops'
-// wakes, at the cost of its own hop: on sim (serve_http, gelu512,
-// 30,000/s) the front took 1-1.5 us less CPU per request without it, and the
-// relay is off unless --answer-relay.
-// Tests: test_with_answer_relay_each_client_gets_its_rows_and_drains
-// (through the relay; every other test of tests/serving/
-// http_server_test.py and http_abuse_test.py has the reaper post itself),
+// worker, calls on_ready and so posts to the relay; the relay then spares
+// the reaper the loops' wakes, at the cost of its own hop. On sim (2 cores,
+// serve_http, gelu512, 30,000/s) the front took 1-1.5 us less CPU per
+// request without it; on the H100 only the relay was measured with the
+// reaper delivering (no regression), so it stays on until both are.
+// Tests: test_without_answer_relay_each_client_gets_its_rows_and_drains
+// (the reaper's own posts; every other test of tests/serving/
+// http_server_test.py and http_abuse_test.py goes through the relay),
 // AnswerRelay.* (tests/serving/answer_relay_test.cc).
 AnswerRelay::AnswerRelay()
     : thread_("grove-relay", [](std::vector<std::function<void()>>& hand_offs) {

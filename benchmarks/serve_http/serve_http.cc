@@ -102,9 +102,10 @@ std::vector<FlagSpec> flag_table() {
                    "flight on the client's channel)"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: the cores)"});
-  flags.push_back({"--answer-relay", "",
-                   "answers reach the HTTP loops through a thread of their own, not from the "
-                   "request reaper's, which delivers them (Note [Answers handed on by a relay])"});
+  flags.push_back({"--no-answer-relay", "",
+                   "answers reach the HTTP loops from the request reaper's thread, which "
+                   "delivers them, not through a thread of their own (Note [Answers handed on by "
+                   "a relay])"});
   flags.push_back({"--idle-connections", "N",
                    "also measure the --held-rates runs with N connections held open that never "
                    "send (default 10000)"});
@@ -130,7 +131,7 @@ struct Options : LoadOptions {
   int64_t clients = 64;
   int64_t connections = 4;  // per client (Note [Requests in flight per client])
   int64_t http_threads = 0;
-  bool answer_relay = false;
+  bool answer_relay = true;
   bool flood_given = false;  // --idle-connections or --slowloris-connections given
   int64_t idle_connections = 10000;
   int64_t slowloris_connections = 500;
@@ -327,7 +328,7 @@ Options parse_options(const FlagValues& flags) {
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
   options.connections = flags.integer("--connections", options.connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
-  options.answer_relay = flags.has("--answer-relay");
+  options.answer_relay = !flags.has("--no-answer-relay");
   options.idle_connections =
       flags.integer("--idle-connections", options.idle_connections, 0, 1 << 20);
   options.slowloris_connections =
@@ -575,7 +576,7 @@ int run(int argc, char** argv) {
       std::to_string(options.http_threads > 0 ? options.http_threads
                                               : std::max(2u, std::thread::hardware_concurrency()))
           .c_str(),
-      options.answer_relay ? " (answer relay)" : "", static_cast<long long>(options.duration_ms),
+      options.answer_relay ? "" : " (no answer relay)", static_cast<long long>(options.duration_ms),
       encodings.c_str());
   std::fflush(stdout);
   serving::ProgramFactory model =

@@ -159,13 +159,13 @@ class ServeTest(unittest.TestCase):
         batches = self.metric("grove_batches_total") - before
         self.assertLess(batches, len(slices), "concurrent requests were never batched together")
 
-    def test_with_answer_relay_each_client_gets_its_rows_and_drains(self):
-        # Note [Answers handed on by a relay]: every other test has the
-        # request reaper post to the event loops itself; through the relay
-        # each answer is still its own client's, in every loop, and SIGTERM
-        # still answers what is queued.
+    def test_without_answer_relay_each_client_gets_its_rows_and_drains(self):
+        # Note [Answers handed on by a relay]: every other test goes through
+        # the relay; without it the worker posts to the event loops itself,
+        # and each answer is still its own client's, in every loop, and
+        # SIGTERM still answers what is queued.
         server = GroveServer("--weights", self.weights, "--max-batch", "8",
-                             "--max-wait-us", "2000", "--http-threads", "3", "--answer-relay")
+                             "--max-wait-us", "2000", "--http-threads", "3", "--no-answer-relay")
         results = [None] * 10
         barrier = threading.Barrier(len(results))
 
