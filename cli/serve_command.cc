@@ -233,8 +233,8 @@ const CommandSpec& serve_command_spec() {
                "threads that read and answer HTTP, for any number of connections (default: the "
                "cores, at least 2)"},
               {"--no-answer-relay", "",
-               "hand answers to the HTTP threads from the batching worker's thread, not from a "
-               "thread of their own (Note [Answers handed on by a relay])"},
+               "hand answers to the HTTP threads from the thread that delivers them (the request "
+               "reaper's), not from a thread of their own (Note [Answers handed on by a relay])"},
               {"--buckets", "pow2|LIST|auto|auto:FILE",
                "batch sizes compiled: powers of two (default), a list ending at --max-batch, or "
                "auto: "

@@ -322,15 +322,16 @@ void DeviceWorker::read_back(InFlight& run) {
 }
 
 void DeviceWorker::answer(InFlight& run) {
-  // Counted before any future is set, so that whoever holds an answer sees
-  // it in stats().
+  // Counted before the reaper sets any future, so that whoever holds an
+  // answer sees it in stats().
   stats_.batch(run.rows, run.bucket_rows);
   const uint64_t checks = door_checks();  // Note [Requests checked once]: none per batch
   stats_.door_checks(checks - door_checks_counted_);
   door_checks_counted_ = checks;
+  // Note [Answers delivered off the worker]: kept with each request for the reaper.
   if (run.error) {
     stats_.failed(run.requests.size());
-    for (PendingRequest& request : run.requests) fail_request(request, run.error);
+    for (PendingRequest& request : run.requests) request.error = run.error;
     return;
   }
   stats_.completed(run.requests.size());
@@ -354,7 +355,7 @@ void DeviceWorker::answer(InFlight& run) {
     response.timing = {request.submitted, run.dispatched,  run.completed,
                        run.rows,          run.bucket_rows, device_};
     first_row += request.rows;
-    answer_request(request, std::move(response));
+    request.response = std::move(response);
   }
 }
 

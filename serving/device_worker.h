@@ -149,7 +149,8 @@ class DeviceWorker {
                            size_t bucket_bytes);
   // Waits until the batch's rows are in its output staging; never throws.
   void read_back(InFlight& batch);
-  // Counts the batch and sets every request's future (its rows or the error).
+  // Counts the batch and gives every request its answer (its rows or the
+  // error), which the reaper delivers (Note [Answers delivered off the worker]).
   void answer(InFlight& batch);
   // The tree of this thread that every bucket runs in ("cudagraphs" only).
   std::optional<runtime::GraphTreeStats> tree_stats() const;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "serving/errors.h"
+#include "serving/grpc_message_pool.h"
 #include "serving/kserve_grpc_protocol.h"
 #include "serving/kserve_v2_grpc.grpc.pb.h"
 #include "serving/metrics.h"
@@ -64,7 +65,9 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
         answer_pool(static_cast<size_t>(
             this->config.answer_threads > 0
                 ? this->config.answer_threads
-                : std::max(2, static_cast<int>(std::thread::hardware_concurrency() / 4)))) {}
+                : std::max(2, static_cast<int>(std::thread::hardware_concurrency() / 4)))) {
+    SetMessageAllocatorFor_ModelInfer(&messages);  // Note [gRPC messages reused]
+  }
 
   // A ModelInfer between submit and its answer.
   struct InferCall {
@@ -206,6 +209,8 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
 
   InferenceService& service;
   const GrpcConfig config;
+  // Declared before the server, so destroyed after it (the pool outlives every call).
+  InferMessagePool messages;
   boost::asio::thread_pool answer_pool;
   std::unique_ptr<grpc::Server> server;
   int port = 0;

@@ -55,7 +55,8 @@ struct HttpConfig {
   int threads = 0;
   int retry_after_s = 1;  // the Retry-After of a 503 for a full queue
   // Note [Answers handed on by a relay]: answers reach the event loops through
-  // a thread of their own rather than from the batching worker's.
+  // a thread of their own rather than from the request reaper's, which
+  // delivers them (Note [Answers delivered off the worker]).
   bool answer_relay = true;
   // More Prometheus text for /metrics (the gRPC front's counters), if any.
   std::function<std::string()> more_metrics;

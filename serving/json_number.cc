@@ -75,6 +75,52 @@ bool exact_double(uint64_t digits, int exponent, bool negative, double* value) {
   return false;
 }
 
+// Note [Decimal to float without the nearest double]
+// A reader that keeps a number as a float (an FP32 input) needs float(D), D
+// the double nearest the decimal, not D itself. digits × 10^exponent in
+// double arithmetic (digits rounded to a double, then at most two products
+// or quotients by powers of ten that doubles hold exactly, 10^0..10^22) is
+// within 2^-51 of the decimal's value, so within a few units in the last
+// place of D. float() drops a double's 29 low significand bits, rounding to
+// nearest: two doubles a few units apart round to the same float unless a
+// float's rounding midpoint (dropped bits 0x10000000) lies between them. So
+// where the approximation's dropped bits are more than kFloatMargin units
+// from that midpoint, and it is a normal float far from overflow, it rounds
+// as D does and stands in for it; anything else takes the exact paths. A
+// float32 widened to a double and printed (what clients send) is a float
+// exactly, its dropped bits 0 or just under 2^29: always the fast case, with
+// no x87 arithmetic. Tests: JsonNumber.FloatPrecisionRoundsAsTheNearestDouble,
+// JsonNumber.FloatMidpointsTakeTheExactPath.
+constexpr uint64_t kFloatMargin = 64;
+
+bool float_double(uint64_t digits, int exponent, bool negative, double* value) {
+  if (digits == 0) {
+    *value = negative ? -0.0 : 0.0;
+    return true;
+  }
+  if (exponent < -44 || exponent > 44) return false;
+  double d = static_cast<double>(digits);
+  if (exponent < -22) {
+    d = d / 1e22 / kPowersOfTen[-exponent - 22];
+  } else if (exponent < 0) {
+    d /= kPowersOfTen[-exponent];
+  } else if (exponent > 22) {
+    d = d * 1e22 * kPowersOfTen[exponent - 22];
+  } else {
+    d *= kPowersOfTen[exponent];
+  }
+  uint64_t bits = 0;
+  std::memcpy(&bits, &d, sizeof(bits));
+  const int biased = static_cast<int>(bits >> 52);  // d > 0
+  // A normal float, with room: float exponents -126..127 are 897..1150 biased as a double.
+  if (biased < 1023 - 125 || biased > 1023 + 126) return false;
+  const uint64_t dropped = bits & ((uint64_t{1} << 29) - 1);
+  const uint64_t midpoint = uint64_t{1} << 28;
+  if (dropped + kFloatMargin - midpoint <= 2 * kFloatMargin) return false;  // near it
+  *value = negative ? -d : d;
+  return true;
+}
+
 // Eight ASCII digits at `p` as their value; false if any of them is not a
 // digit. Little-endian: the first digit is the lowest byte.
 bool eight_digits(const char* p, uint32_t* value) {
@@ -123,7 +169,9 @@ double power_of_ten(int e) { return kPowers[static_cast<size_t>(e - kLowestPower
 
 }  // namespace
 
-char* write_json_float(char* out, float value) {
+namespace {
+
+[[gnu::always_inline]] inline char* write_float(char* out, float value) {
   if (std::signbit(value)) *out++ = '-';
   const double magnitude = std::fabs(static_cast<double>(value));
   if (magnitude == 0) {
@@ -202,7 +250,29 @@ char* write_json_float(char* out, float value) {
   return out;
 }
 
-const char* read_json_number(const char* begin, const char* end, JsonNumber* number) {
+}  // namespace
+
+char* write_json_float(char* out, float value) { return write_float(out, value); }
+
+char* write_json_float_list(char* out, const unsigned char* data, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) *out++ = ',';
+    float value = 0;
+    std::memcpy(&value, data + i * sizeof(float), sizeof(float));
+    if (!std::isfinite(value)) {
+      std::memcpy(out, "null", 4);
+      out += 4;
+      continue;
+    }
+    out = write_float(out, value);
+  }
+  return out;
+}
+
+namespace {
+
+[[gnu::always_inline]] inline const char* read_number(const char* begin, const char* end,
+                                                      JsonNumber* number, JsonPrecision precision) {
   const char* p = begin;
   const bool negative = p < end && *p == '-';
   if (negative) ++p;
@@ -278,11 +348,59 @@ const char* read_json_number(const char* begin, const char* end, JsonNumber* num
   }
   // A float token, or an integer past 64 bits (nlohmann reads it as a double).
   number->kind = JsonNumber::Kind::kFloat;
-  if (!truncated && exponent_fits && exact_double(digits, exponent, negative, &number->floating)) {
-    return p;
+  if (!truncated && exponent_fits) {
+    // Note [Decimal to float without the nearest double].
+    if (precision == JsonPrecision::kFloat &&
+        float_double(digits, exponent, negative, &number->floating)) {
+      return p;
+    }
+    if (exact_double(digits, exponent, negative, &number->floating)) return p;
   }
   auto [last, error] = std::from_chars(begin, p, number->floating);
   return error == std::errc() && last == p && std::isfinite(number->floating) ? p : nullptr;
+}
+
+bool json_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+}  // namespace
+
+const char* read_json_number(const char* begin, const char* end, JsonNumber* number,
+                             JsonPrecision precision) {
+  return read_number(begin, end, number, precision);
+}
+
+const char* read_json_float_list(const char* begin, const char* end, unsigned char* out,
+                                 size_t max_count, size_t* count) {
+  *count = 0;
+  const char* after = begin;  // after the last token stored
+  const char* p = begin;
+  while (*count < max_count) {
+    JsonNumber number;
+    const char* next = read_number(p, end, &number, JsonPrecision::kFloat);
+    if (next == nullptr) break;
+    float value = 0;
+    switch (number.kind) {  // as the rows' reader narrows each kind (through a double)
+      case JsonNumber::Kind::kFloat:
+        value = static_cast<float>(number.floating);
+        break;
+      case JsonNumber::Kind::kInteger:
+        value = static_cast<float>(static_cast<double>(number.integer));
+        break;
+      case JsonNumber::Kind::kUnsigned:
+        value = static_cast<float>(static_cast<double>(number.unsigned_integer));
+        break;
+    }
+    std::memcpy(out + *count * sizeof(float), &value, sizeof(float));
+    ++*count;
+    after = next;
+    // On to the next token only past a comma (JSON whitespace around it).
+    p = next;
+    while (p < end && json_space(*p)) ++p;
+    if (p == end || *p != ',') break;
+    ++p;
+    while (p < end && json_space(*p)) ++p;
+  }
+  return after;
 }
 
 }  // namespace grove::serving

@@ -332,6 +332,8 @@ class DataArrayScan {
     while (true) {
       if (peek() == '[') {
         if (!numbers(data, depth + 1)) return false;
+      } else if (size_t read = float_run(); read > 0) {
+        data.count += read;  // a run of FP32 values at once (read_json_float_list)
       } else {
         // Note [Request memory bounded by the model]: past max_values, counted only.
         ++data.count;
@@ -349,6 +351,21 @@ class DataArrayScan {
       ++at_;
       skip_space();
     }
+  }
+
+  // FP32 rows: the run of numbers at at_ (within the values left to keep)
+  // read straight into the rows, as number() and append_element() would
+  // read them one by one; 0 where there is none to read that way.
+  size_t float_run() {
+    if (data_as_ != runtime::DType::kF32 || kept_ >= max_values_) return 0;
+    const size_t room = std::min(max_values_ - kept_, (rows_->size() - row_at_) / sizeof(float));
+    size_t read = 0;
+    const char* after = read_json_float_list(text_.data() + at_, text_.data() + text_.size(),
+                                             rows_->data() + row_at_, room, &read);
+    at_ = static_cast<size_t>(after - text_.data());
+    kept_ += read;
+    row_at_ += read * sizeof(float);
+    return read;
   }
 
   // The element store_values() (kserve_protocol.cc) makes of `value` as
@@ -377,6 +394,14 @@ class DataArrayScan {
 
   static bool append_element(RowBytes& bytes, size_t& at, const DataValue& value,
                              runtime::DType dtype) {
+    if (dtype == runtime::DType::kF32 && value.kind == DataValue::Kind::kFloat) {
+      // The common case first, without the general path's size lookup.
+      if (at + 4 > bytes.size()) bytes.resize(at + 4);          // past the bound: never, but safe
+      const float narrow = static_cast<float>(value.floating);  // as store_values rounds
+      std::memcpy(bytes.data() + at, &narrow, 4);
+      at += 4;
+      return true;
+    }
     const size_t element = runtime::dtype_size(dtype);
     if (at + element > bytes.size()) bytes.resize(at + element);  // past the bound: never, but safe
     uint8_t* out = bytes.data() + at;
@@ -424,7 +449,11 @@ class DataArrayScan {
   // [Decimal to double in one pass]).
   bool number(DataValue& value) {
     JsonNumber number;
-    const char* after = read_json_number(text_.data() + at_, text_.data() + text_.size(), &number);
+    // Note [Decimal to float without the nearest double]: FP32 rows keep floats.
+    const JsonPrecision precision =
+        data_as_ == runtime::DType::kF32 ? JsonPrecision::kFloat : JsonPrecision::kDouble;
+    const char* after =
+        read_json_number(text_.data() + at_, text_.data() + text_.size(), &number, precision);
     if (after == nullptr) return false;
     at_ = static_cast<size_t>(after - text_.data());
     switch (number.kind) {

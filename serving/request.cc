@@ -22,4 +22,9 @@ void fail_request(PendingRequest& request, std::exception_ptr error) {
   if (request.on_ready) request.on_ready();
 }
 
+void deliver_answer(PendingRequest& request) {
+  if (request.error) return fail_request(request, request.error);
+  if (request.response) answer_request(request, std::move(*request.response));
+}
+
 }  // namespace grove::serving

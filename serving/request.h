@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <optional>
 #include <vector>
 
 #include "runtime/device.h"
@@ -52,10 +53,17 @@ struct PendingRequest {
   std::promise<Response> promise;
   // Called once the promise is set (Note [Answers without a waiting thread]).
   std::function<void()> on_ready;
+  // The worker's answer, which the request reaper delivers (Note [Answers
+  // delivered off the worker]): the response, or the error its batch met.
+  std::optional<Response> response;
+  std::exception_ptr error;
 };
 
 // Sets the request's promise, then calls its on_ready.
 void answer_request(PendingRequest& request, Response response);
 void fail_request(PendingRequest& request, std::exception_ptr error);
+// answer_request() with the request's response, or fail_request() with its
+// error; nothing for a request holding neither.
+void deliver_answer(PendingRequest& request);
 
 }  // namespace grove::serving

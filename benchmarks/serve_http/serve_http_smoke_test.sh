@@ -7,7 +7,7 @@ set -euo pipefail
 binary="benchmarks/serve_http/serve_http"
 json="${TEST_TMPDIR:-/tmp}/serve_http.json"
 output=$("$binary" --device sim --rates 40 --max-batches 4 --clients 4 --duration-ms 500 \
-  --max-wait-us 2000 --json "$json")
+  --max-wait-us 2000 --encodings json,binary --json "$json")
 echo "$output"
 for backend in eager cudagraphs; do
   for encoding in json binary; do
@@ -57,6 +57,19 @@ for encoding in json grpc; do
   grep -Eq "^ +8 +eager +$encoding +300 +[0-9]+ +[0-9]+ +0 +0 " <<<"$output" ||
     { echo "missing or failing $encoding row with --connections 3" >&2; exit 1; }
 done
+# The default held-open measure (10,000 idle + 500 slowloris at 32,000/s, cudagraphs), scaled
+# down: held rows only at the --held-rates rate, only for the --held-backends backend.
+output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
+  --encodings json --rates 100,200 --max-batches 8 --clients 2 --duration-ms 300 \
+  --idle-connections 30 --slowloris-connections 4 --trickle-ms 20 --held-rates 200 \
+  --held-backends cudagraphs)
+echo "$output"
+grep -Eq "^ +8 +cudagraphs +json +200 +[0-9]+ +[0-9]+ +0 +0 +.* +30 idle \+ 4 slow *$" <<<"$output" ||
+  { echo "missing held-open row at the --held-rates rate" >&2; exit 1; }
+if grep -Eq "^ +8 +(eager +json +200|cudagraphs +json +100) .* slow *$" <<<"$output"; then
+  echo "held-open row outside --held-rates / --held-backends" >&2; exit 1
+fi
 if "$binary" --clients 0 >/dev/null 2>&1; then echo "--clients 0 was accepted" >&2; exit 1; fi
+if "$binary" --held-rates fast >/dev/null 2>&1; then echo "--held-rates fast was accepted" >&2; exit 1; fi
 if "$binary" --encodings xml >/dev/null 2>&1; then echo "--encodings xml was accepted" >&2; exit 1; fi
 echo "ok"

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "serving/errors.h"
+#include "serving/grpc_message_pool.h"
 #include "serving/kserve_grpc_protocol.h"
 #include "serving/kserve_protocol.h"
 #include "serving/kserve_v2_grpc.grpc.pb.h"
@@ -235,6 +236,61 @@ TEST(GrpcServer, RawAndTypedContentsGetTheSameRawAnswer) {
   status = f.infer(typed, &typed_answer);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(typed_answer.raw_output_contents(0), raw_answer.raw_output_contents(0));
+}
+
+// Calls one after another, each with its own rows, id and typed or raw
+// contents, get their own answers: nothing of an earlier call's messages
+// shows through the reused ones (Note [gRPC messages reused]).
+TEST(GrpcServer, CallsInTurnGetTheirOwnAnswersFromReusedMessages) {
+  Fixture f;
+  for (int call = 0; call < 60; ++call) {
+    std::vector<float> values;
+    ModelInferRequest request = raw_request(1 + call % 4, &values, 100 + call);
+    if (call % 3 == 0) request.clear_id();
+    if (call % 3 == 1) request.set_id(std::string(static_cast<size_t>(1 + call), 'a' + call % 26));
+    if (call % 5 == 2) {  // typed contents instead of raw bytes
+      request.clear_raw_input_contents();
+      for (float value : values) {
+        request.mutable_inputs(0)->mutable_contents()->add_fp32_contents(value);
+      }
+    }
+    if (call % 7 == 3) request.add_outputs()->set_name("y");
+    ModelInferResponse answer;
+    grpc::Status status = f.infer(request, &answer);
+    ASSERT_TRUE(status.ok()) << "call " << call << ": " << status.error_message();
+    EXPECT_EQ(answer.id(), request.id()) << "call " << call;
+    ASSERT_EQ(answer.outputs_size(), 1) << "call " << call;
+    ASSERT_EQ(answer.raw_output_contents_size(), 1) << "call " << call;
+    EXPECT_EQ(answer.outputs(0).shape(0), 1 + call % 4) << "call " << call;
+    std::vector<float> doubled = values;
+    for (float& value : doubled) value *= 2;
+    EXPECT_EQ(floats_of(answer.raw_output_contents(0)), doubled) << "call " << call;
+  }
+}
+
+TEST(InferMessagePool, ReusesClearedPairsAndFreesLargeOnes) {
+  InferMessagePool pool(/*max_kept=*/2, /*max_kept_bytes=*/1024);
+  InferMessagePool::Holder* first = pool.AllocateMessages();
+  first->request()->set_model_name("m");
+  first->request()->add_raw_input_contents(std::string(100, 'x'));
+  first->response()->set_id("answer");
+  first->Release();
+  EXPECT_EQ(pool.kept(), 1u);
+  InferMessagePool::Holder* again = pool.AllocateMessages();
+  EXPECT_EQ(again, first) << "a released pair is handed out again";
+  EXPECT_EQ(pool.allocated(), 1u);
+  EXPECT_EQ(again->request()->ByteSizeLong(), 0u) << "handed out cleared";
+  EXPECT_EQ(again->response()->ByteSizeLong(), 0u);
+  // A pair that grew past max_kept_bytes is freed, not kept.
+  again->request()->add_raw_input_contents(std::string(4096, 'y'));
+  again->Release();
+  EXPECT_EQ(pool.kept(), 0u);
+  // At most max_kept pairs wait.
+  std::vector<InferMessagePool::Holder*> held;
+  for (int i = 0; i < 3; ++i) held.push_back(pool.AllocateMessages());
+  EXPECT_EQ(pool.allocated(), 4u);
+  for (InferMessagePool::Holder* holder : held) holder->Release();
+  EXPECT_EQ(pool.kept(), 2u);
 }
 
 // The refusal for `request`, which must not succeed.

@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace grove::serving {
 namespace {
@@ -69,34 +70,199 @@ TEST(JsonNumber, FloatsWidenedToDoublesReadBitExact) {
   }
 }
 
+// A random JSON number token: any length of digits, a fraction, an exponent.
+std::string random_token(std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> digit(0, 9), length(1, 26), small(0, 3), exponent(-350, 350);
+  std::string token = small(rng) == 0 ? "-" : "";
+  const int integer_digits = length(rng);
+  if (small(rng) == 0) {
+    token += "0";
+  } else {
+    token += static_cast<char>('1' + digit(rng) % 9);
+    for (int d = 1; d < integer_digits; ++d) token += static_cast<char>('0' + digit(rng));
+  }
+  if (small(rng) != 0) {
+    token += ".";
+    const int fraction_digits = length(rng);
+    const bool zeros_first = small(rng) == 0;
+    for (int d = 0; d < fraction_digits; ++d) {
+      token += zeros_first && d < 5 ? '0' : static_cast<char>('0' + digit(rng));
+    }
+  }
+  if (small(rng) == 0) {
+    token += small(rng) == 0 ? "E" : "e";
+    const int e = small(rng) == 0 ? exponent(rng) : exponent(rng) % 30;
+    if (e >= 0 && small(rng) == 0) token += "+";
+    token += std::to_string(e);
+  }
+  return token;
+}
+
 TEST(JsonNumber, RandomDigitStringsReadAsFromChars) {
   const uint64_t seed = 36;
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> digit(0, 9), length(1, 26), small(0, 3), exponent(-350, 350);
   for (int i = 0; i < 200000; ++i) {
-    std::string token = small(rng) == 0 ? "-" : "";
-    const int integer_digits = length(rng);
-    if (small(rng) == 0) {
-      token += "0";
-    } else {
-      token += static_cast<char>('1' + digit(rng) % 9);
-      for (int d = 1; d < integer_digits; ++d) token += static_cast<char>('0' + digit(rng));
+    expect_reads_as_reference(random_token(rng));
+    if (HasFatalFailure()) FAIL() << "seed " << seed;
+  }
+}
+
+uint32_t float_bits(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, 4);
+  return bits;
+}
+
+// Read with JsonPrecision::kFloat, a float token gives the float that the
+// nearest double (std::from_chars) rounds to; an integer token reads exactly
+// (Note [Decimal to float without the nearest double]).
+void expect_float_precision_as_reference(const std::string& token) {
+  const std::string text = token + ",";
+  JsonNumber number;
+  const char* after =
+      read_json_number(text.data(), text.data() + text.size(), &number, JsonPrecision::kFloat);
+  const std::optional<JsonNumber> expected = reference(token);
+  ASSERT_EQ(after != nullptr, expected.has_value()) << token;
+  if (!expected) return;
+  EXPECT_EQ(after, text.data() + token.size()) << token;
+  ASSERT_EQ(number.kind, expected->kind) << token;
+  if (number.kind != JsonNumber::Kind::kFloat) {
+    EXPECT_EQ(number.unsigned_integer, expected->unsigned_integer) << token;
+    return;
+  }
+  const auto got = static_cast<float>(number.floating);
+  const auto want = static_cast<float>(expected->floating);
+  EXPECT_EQ(float_bits(got), float_bits(want))
+      << token << " read as " << got << ", expected " << want << " (the nearest double "
+      << expected->floating << " narrowed)";
+}
+
+TEST(JsonNumber, FloatPrecisionRoundsAsTheNearestDouble) {
+  const uint64_t seed = 37;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  std::uniform_int_distribution<int> scale(-40, 40);
+  for (int i = 0; i < 200000; ++i) {
+    // Floats widened to doubles (what clients send), then any digit string.
+    const double value = static_cast<double>(uniform(rng)) * std::pow(10.0, scale(rng));
+    char text[40];
+    auto [end, error] = std::to_chars(text, text + sizeof(text), value);
+    ASSERT_EQ(error, std::errc());
+    expect_float_precision_as_reference(std::string(text, end));
+    expect_float_precision_as_reference(random_token(rng));
+    if (HasFatalFailure()) FAIL() << "seed " << seed;
+  }
+}
+
+TEST(JsonNumber, FloatMidpointsTakeTheExactPath) {
+  // Doubles at, and a few units from, the midpoint between two neighbouring
+  // floats, where an approximation's rounding could differ from the nearest
+  // double's: each printed so that it reads back as that double.
+  const uint64_t seed = 38;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<uint32_t> bits(0x00800000u, 0x7F7FFFFEu);  // normal floats
+  for (int i = 0; i < 100000; ++i) {
+    float low = 0;
+    const uint32_t pattern = bits(rng);
+    std::memcpy(&low, &pattern, 4);
+    const float high = std::nextafter(low, INFINITY);
+    const double midpoint = (static_cast<double>(low) + static_cast<double>(high)) / 2;
+    for (int step : {0, 1, -1, 2, -2, 3, -3, 70, -70}) {
+      double value = midpoint;
+      for (int k = 0; k < std::abs(step); ++k) value = std::nextafter(value, step > 0 ? 1e300 : 0);
+      char text[40];
+      auto [end, error] = std::to_chars(text, text + sizeof(text), value);
+      ASSERT_EQ(error, std::errc());
+      expect_float_precision_as_reference(std::string(text, end));
+      // And as 17 significant digits with an exponent, another path through the digits.
+      const int length = std::snprintf(text, sizeof(text), "%.16e", value);
+      expect_float_precision_as_reference(std::string(text, static_cast<size_t>(length)));
     }
-    if (small(rng) != 0) {
-      token += ".";
-      const int fraction_digits = length(rng);
-      const bool zeros_first = small(rng) == 0;
-      for (int d = 0; d < fraction_digits; ++d) {
-        token += zeros_first && d < 5 ? '0' : static_cast<char>('0' + digit(rng));
+    if (HasFatalFailure()) FAIL() << "seed " << seed;
+  }
+}
+
+// read_json_float_list stores what read_json_number (kFloat) reads of each
+// token, narrowed as the request reader narrows it, and stops before
+// anything else.
+TEST(JsonNumber, FloatListReadsEachTokenAsReadJsonNumber) {
+  const uint64_t seed = 39;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> count(0, 40), small(0, 5);
+  const char* const spaces[] = {"", " ", "\n", "\t ", "\r\n  "};
+  const char* const enders[] = {"]",  ",[1]",   ", \"x\"", ",", " , ]",
+                                ",-", ",1e999", ",01",     "}", ""};
+  for (int i = 0; i < 20000; ++i) {
+    std::string text;
+    std::vector<std::string> tokens;
+    const int n = count(rng);
+    for (int k = 0; k < n; ++k) {
+      if (k > 0) {
+        text += spaces[small(rng) % 5];
+        text += ",";
+        text += spaces[small(rng) % 5];
+      }
+      tokens.push_back(small(rng) == 0 ? std::to_string(static_cast<int64_t>(rng()))
+                                       : random_token(rng));
+      text += tokens.back();
+    }
+    text += enders[small(rng) % 10];
+    if (small(rng) == 0) text += " 1";
+    // The tokens read one by one: each number, then on past a comma.
+    std::vector<float> expected;
+    size_t expected_end = 0;
+    {
+      const char* p = text.data();
+      const char* const end = text.data() + text.size();
+      auto skip_spaces = [&] {
+        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
+      };
+      while (true) {
+        JsonNumber number;
+        const char* after = read_json_number(p, end, &number, JsonPrecision::kFloat);
+        if (after == nullptr) break;
+        switch (number.kind) {
+          case JsonNumber::Kind::kFloat:
+            expected.push_back(static_cast<float>(number.floating));
+            break;
+          case JsonNumber::Kind::kInteger:
+            expected.push_back(static_cast<float>(static_cast<double>(number.integer)));
+            break;
+          case JsonNumber::Kind::kUnsigned:
+            expected.push_back(static_cast<float>(static_cast<double>(number.unsigned_integer)));
+            break;
+        }
+        expected_end = static_cast<size_t>(after - text.data());
+        p = after;
+        skip_spaces();
+        if (p == end || *p != ',') break;
+        ++p;
+        skip_spaces();
+      }
+      // Every generated token is read unless one of them is not a finite number.
+      if (expected.size() < tokens.size()) {
+        bool refused = false;
+        for (const std::string& token : tokens) refused |= !reference(token).has_value();
+        EXPECT_TRUE(refused) << text;
       }
     }
-    if (small(rng) == 0) {
-      token += small(rng) == 0 ? "E" : "e";
-      const int e = small(rng) == 0 ? exponent(rng) : exponent(rng) % 30;
-      if (e >= 0 && small(rng) == 0) token += "+";
-      token += std::to_string(e);
+    for (size_t max_count : {size_t{1000}, expected.size() / 2}) {
+      std::vector<unsigned char> out(1000 * 4 + 4, 0xAB);
+      size_t read = 0;
+      const char* after = read_json_float_list(text.data(), text.data() + text.size(), out.data(),
+                                               max_count, &read);
+      const size_t want = std::min(max_count, expected.size());
+      ASSERT_EQ(read, want) << text;
+      for (size_t k = 0; k < read; ++k) {
+        float value = 0;
+        std::memcpy(&value, out.data() + 4 * k, 4);
+        ASSERT_EQ(float_bits(value), float_bits(expected[k])) << text << " element " << k;
+      }
+      EXPECT_EQ(out[4 * read], 0xAB) << "written past the values read: " << text;
+      if (read == expected.size()) {
+        EXPECT_EQ(static_cast<size_t>(after - text.data()), read == 0 ? 0 : expected_end) << text;
+      }
     }
-    expect_reads_as_reference(token);
     if (HasFatalFailure()) FAIL() << "seed " << seed;
   }
 }
