@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -327,6 +328,76 @@ void while_probe(cudaStream_t s, Model& m, int steps, const char* name, float pe
   std::printf("while %-9s %8.1f us/step (per-step graph %8.1f)\n", name, times[2], per_step_us);
 }
 
+// The step captured straight into the WHILE body (no child graph node), and
+// per-step graph launches with the host waiting for each step: per-iteration
+// costs of the two loops.
+template <int MODE, int SPLIT_NARROW>
+void loop_costs(cudaStream_t s, Model& m, int steps, const char* name) {
+  int* left;
+  CHECK(cudaMalloc(&left, sizeof(int)));
+  cudaGraph_t graph;
+  CHECK(cudaGraphCreate(&graph, 0));
+  cudaGraphConditionalHandle handle;
+  CHECK(cudaGraphConditionalHandleCreate(&handle, graph, 1, cudaGraphCondAssignDefault));
+  cudaGraphNodeParams params{};
+  params.type = cudaGraphNodeTypeConditional;
+  params.conditional.handle = handle;
+  params.conditional.type = cudaGraphCondTypeWhile;
+  params.conditional.size = 1;
+  cudaGraphNode_t node;
+  CHECK(cudaGraphAddNode(&node, graph, nullptr, nullptr, 0, &params));
+  cudaGraph_t body = params.conditional.phGraph_out[0];
+  cudaError_t status =
+      cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0, cudaStreamCaptureModeGlobal);
+  if (status == cudaSuccess) {
+    step<MODE, SPLIT_NARROW>(s, m, true);
+    count_down<<<1, 1, 0, s>>>(handle, left);
+    cudaGraph_t out;
+    status = cudaStreamEndCapture(s, &out);
+  }
+  cudaGraphExec_t exec = nullptr;
+  if (status == cudaSuccess) status = cudaGraphInstantiate(&exec, graph, 0);
+  std::printf("while-direct %-9s body %zu programmatic edges, capture+instantiate: %s\n", name,
+              programmatic_edges(body), cudaGetErrorString(status));
+  if (status == cudaSuccess) {
+    std::vector<float> times;
+    for (int r = 0; r < 5; ++r) {
+      CHECK(cudaMemcpy(left, &steps, sizeof(int), cudaMemcpyHostToDevice));
+      cudaEvent_t a, b;
+      CHECK(cudaEventCreate(&a));
+      CHECK(cudaEventCreate(&b));
+      CHECK(cudaEventRecord(a, s));
+      CHECK(cudaGraphLaunch(exec, s));
+      CHECK(cudaEventRecord(b, s));
+      CHECK(cudaEventSynchronize(b));
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, a, b));
+      times.push_back(ms * 1000.0f / steps);
+    }
+    std::sort(times.begin(), times.end());
+    std::printf("while-direct %-9s %8.1f us/step\n", name, times[2]);
+  } else {
+    cudaGetLastError();
+  }
+  // Per-step graphs, the host waiting for each.
+  cudaGraph_t g = capture(s, [&] { step<MODE, SPLIT_NARROW>(s, m, true); });
+  cudaGraphExec_t one;
+  CHECK(cudaGraphInstantiate(&one, g, 0));
+  std::vector<float> times;
+  for (int r = 0; r < 5; ++r) {
+    CHECK(cudaStreamSynchronize(s));
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) {
+      CHECK(cudaGraphLaunch(one, s));
+      CHECK(cudaStreamSynchronize(s));
+    }
+    auto end = std::chrono::steady_clock::now();
+    times.push_back(std::chrono::duration<float, std::micro>(end - start).count() / steps);
+  }
+  std::sort(times.begin(), times.end());
+  std::printf("host-synced per-step %-9s %8.1f us/step\n", name, times[2]);
+}
+
 template <int MODE, int SPLIT>
 float time_one_shape(cudaStream_t s, Model& m, const char* label, int which, double* gbps) {
   using S = Shapes;
@@ -465,6 +536,8 @@ int main() {
   while_probe<kPlain, 1>(s, m, 32, "plain", plain);
   while_probe<kPdlReg, 1>(s, m, 32, "pdl_reg", reg);
   while_probe<kPdlL2Late, 1>(s, m, 32, "l2_late", l2);
+  loop_costs<kPlain, 1>(s, m, 32, "plain");
+  loop_costs<kPdlL2Late, 1>(s, m, 32, "l2_late");
   (void)pdl;
   (void)l2;
   (void)split;
