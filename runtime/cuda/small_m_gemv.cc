@@ -19,6 +19,12 @@ constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
 
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
+// Warps per column: Note [Small-M GEMV] (one row, long rows).
+int64_t k_parts(int64_t m, int64_t k) {
+  if (m != 1) return 1;
+  return k >= 8192 ? 4 : (k >= 4096 ? 2 : 1);
+}
+
 // 0, 1, 2, 3 for M = 1, 2, 4, 8; -1 for other M.
 int row_variant(int64_t m) {
   switch (m) {
@@ -50,22 +56,25 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
   GROVE_CHECK(small_m_gemv_qualifies(g), "small-M GEMV: a GEMM of m=", g.m, ", n=", g.n,
               ", k=", g.k, " it cannot compute (a grove bug; please report it)");
   const int type = g.dtype == DType::kBF16 ? 0 : 1;
-  const int rows = row_variant(g.m);
+  const int64_t parts = k_parts(g.m, g.k);
+  const int variant = parts == 1 ? row_variant(g.m) : (parts == 2 ? 4 : 5);
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!loaded_[type][rows]) {
+    if (!loaded_[type][variant]) {
       KernelSource source;
-      source.name = str_cat("grove_small_m_gemv_", type == 0 ? "bf16" : "f16", "_m", g.m);
+      source.name = str_cat("grove_small_m_gemv_", type == 0 ? "bf16" : "f16", "_m", g.m,
+                            parts == 1 ? "" : str_cat("_k", parts));
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
-      kernels_[type][rows] = platform_.load_kernel(source);
-      loaded_[type][rows] = true;
+      kernels_[type][variant] = platform_.load_kernel(source);
+      loaded_[type][variant] = true;
     }
-    kernel = kernels_[type][rows];
+    kernel = kernels_[type][variant];
   }
   LaunchDims dims;
-  dims.grid.x = static_cast<uint32_t>((g.n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const int64_t columns_per_block = kWarpsPerBlock / parts;
+  dims.grid.x = static_cast<uint32_t>((g.n + columns_per_block - 1) / columns_per_block);
   dims.block.x = kWarpsPerBlock * 32;
   KernelArgs args;
   args.add_pointer(g.a)

@@ -24,6 +24,7 @@ ROLE_BYTES = {
     "grove_small_m_gemv_bf16_m1<-grove_decode_attention_bf16_g4": 2048 * 2048 * 2,
     "grove_rms_norm_swiglu_bf16_m1": 2 * 8192 * 2048 * 2,
     "grove_small_m_gemv_bf16_m1<-grove_rms_norm_swiglu_bf16_m1": 8192 * 2048 * 2,
+    "grove_small_m_gemv_bf16_m1_k4": 8192 * 2048 * 2,
     "grove_small_m_gemv_bf16_m1<-rms_norm": 32000 * 2048 * 2,
 }
 
