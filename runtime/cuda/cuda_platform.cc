@@ -384,7 +384,7 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
 // since kernels further back may still run then: each allows the next one
 // first thing (launch_dependents), which on an H100 gave a step of 16 layers
 // of GEMVs 1045 us against 1060 when allowed after the wait (round 1 of session
-// 17, benchmarks/decode/probes/gemv_pdl_probe.cu; 1080 without programmatic
+// 17, runtime/cuda/probes/gemv_pdl_probe.cu; 1080 without programmatic
 // launch, the same logits). Kernels without programmatic PTX (generated kernels, cuBLAS) are
 // launched as before and wait for full completion; a programmatic kernel after
 // one of them starts when it ends. Results are the same bits either way;

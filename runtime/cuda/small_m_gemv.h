@@ -18,7 +18,7 @@
 // (K >= 8192), which add their sums in order: the 1B down projection's 512
 // blocks were one wave of two dependent load batches per warp, 20.0 us per
 // call against 15.9 split in four (H100, session 17 round 1,
-// benchmarks/decode/probes/gemv_pdl_probe.cu); shorter rows lost by it.
+// runtime/cuda/probes/gemv_pdl_probe.cu); shorter rows lost by it.
 // It takes row-major C[m, n] = A[m, k] W[n, k]^T (transpose_b) with M of 1,
 // 2, 4 or 8, bf16 or f16, alpha 1, beta 0 or 1 (C += the product, rounded
 // once: a residual add), no epilogue, no batch, K, lda and ldb multiples of

@@ -25,13 +25,13 @@
 #include <string>
 #include <vector>
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
+#define CHECK(x)                                                                             \
+  do {                                                                                       \
+    cudaError_t e = (x);                                                                     \
+    if (e != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
+      std::exit(1);                                                                          \
+    }                                                                                        \
   } while (0)
 
 constexpr int kWarp = 32;
@@ -40,9 +40,15 @@ constexpr int kInFlight = 16;
 // *Late: launch_dependents after the wait (a kernel's pre-wait part then
 // overlaps only its direct predecessor).
 enum Mode { kPlain = 0, kPdl = 1, kPdlL2 = 2, kPdlReg = 3, kPdlL2Late = 4, kPdlRegLate = 5 };
-__host__ __device__ constexpr bool early_trigger(int mode) { return mode == kPdl || mode == kPdlL2 || mode == kPdlReg; }
-__host__ __device__ constexpr bool l2_first(int mode) { return mode == kPdlL2 || mode == kPdlL2Late; }
-__host__ __device__ constexpr bool reg_first(int mode) { return mode == kPdlReg || mode == kPdlRegLate; }
+__host__ __device__ constexpr bool early_trigger(int mode) {
+  return mode == kPdl || mode == kPdlL2 || mode == kPdlReg;
+}
+__host__ __device__ constexpr bool l2_first(int mode) {
+  return mode == kPdlL2 || mode == kPdlL2Late;
+}
+__host__ __device__ constexpr bool reg_first(int mode) {
+  return mode == kPdlReg || mode == kPdlRegLate;
+}
 
 __device__ __forceinline__ void unpack(const uint4& v, float (&out)[8]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -60,9 +66,9 @@ __device__ __forceinline__ void launch_dependents() {
 
 // C[n] (+)= sum_k A[k] W[n, k]; SPLIT warps per column, each a contiguous 1/SPLIT of K.
 template <int MODE, int SPLIT>
-__global__ void __launch_bounds__(128) gemv(const __nv_bfloat16* a, const __nv_bfloat16* w,
-                                            __nv_bfloat16* c, int64_t n, int64_t k,
-                                            int accumulate) {
+__global__ void __launch_bounds__(128)
+    gemv(const __nv_bfloat16* a, const __nv_bfloat16* w, __nv_bfloat16* c, int64_t n, int64_t k,
+         int accumulate) {
   __shared__ float partial[4];
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
@@ -406,7 +412,8 @@ float time_one_shape(cudaStream_t s, Model& m, const char* label, int which, dou
     for (int l = 0; l < S::layers; ++l) {
       if (which == 0) launch_gemv<MODE, SPLIT>(s, m.x, m.qkv[l], m.qkv_out, S::qkv, S::hidden, 0);
       if (which == 1) launch_gemv<MODE, SPLIT>(s, m.qkv_out, m.o[l], m.x, S::hidden, S::hidden, 1);
-      if (which == 2) launch_gemv<MODE, SPLIT>(s, m.x, m.gate_up[l], m.mlp, 2 * S::inter, S::hidden, 0);
+      if (which == 2)
+        launch_gemv<MODE, SPLIT>(s, m.x, m.gate_up[l], m.mlp, 2 * S::inter, S::hidden, 0);
       if (which == 3) launch_gemv<MODE, SPLIT>(s, m.mlp, m.down[l], m.x, S::hidden, S::inter, 1);
     }
   });
@@ -441,9 +448,9 @@ float step_row(cudaStream_t s, Model& m, const char* name, std::vector<uint16_t>
   // Same inputs for each variant: reset x, then one step, read the logits.
   CHECK(cudaMemset(m.x, 0, 0));
   const float us = time_graph(exec, s, 20);
-  const double bytes = Shapes::layers * (Shapes::qkv + Shapes::hidden + 3 * Shapes::inter) *
-                           Shapes::hidden * 2.0 +
-                       Shapes::vocab * Shapes::hidden * 2.0;
+  const double bytes =
+      Shapes::layers * (Shapes::qkv + Shapes::hidden + 3 * Shapes::inter) * Shapes::hidden * 2.0 +
+      Shapes::vocab * Shapes::hidden * 2.0;
   std::printf("step %-9s %8.1f us  %5.1f%% of 3.35 TB/s  (%zu programmatic edges)\n", name, us,
               100.0 * bytes / (us * 1e-6) / 3.35e12, programmatic_edges(g));
   // Determinism / equality: fresh inputs, one replay, logits.
