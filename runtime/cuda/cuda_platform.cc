@@ -391,8 +391,9 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
 // GROVE_PROGRAMMATIC_LAUNCH=0 loads the plain PTX (for comparisons). A WHILE
 // body that refuses programmatic edges gets default ones (Note [WHILE bodies
 // without programmatic edges]).
-// Tests: CudaPlatformTest.ProgrammaticKernelsLeaveProgrammaticEdges,
-// CudaPlatformTest.ProgrammaticGemvChainMatchesPlainLaunches (tests/runtime/cuda_platform_test.cc).
+// Tests: CudaPlatformTest.ProgrammaticGemvChainMatchesTheHostAndLeavesProgrammaticEdges
+// (tests/runtime/cuda_platform_test.cc); DecodeLoopTest on cuda (WHILE loop, per-step graphs and
+// the Generator give the same tokens).
 void CudaPlatform::launch_kernel(KernelHandle kernel, const LaunchDims& dims,
                                  const KernelArgs& args, StreamHandle stream) {
   GROVE_CHECK_AS(DeviceError, kernel.impl != nullptr, where(), ": launch of a null kernel");
