@@ -61,8 +61,8 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
                                           const int64_t* positions, int64_t heads, int64_t kv_heads,
                                           int64_t head_dim, int64_t cache_len, int64_t table_len,
                                           float scale) {
-  allow_next_kernel();  // Note [Programmatic dependent launch]
-  wait_for_earlier_kernels();
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   extern __shared__ float shared[];
   using Element = typename std::conditional<sizeof(T) == 1, uint16_t, float>::type;
   const T type{};

@@ -13,9 +13,9 @@ __device__ __forceinline__ void wait_for_earlier_kernels() {
 #endif
 }
 
-// Lets the next kernel start once every block of this one has called it (its
-// own wait still orders its reads): called first thing, so the next kernel's
-// blocks take SMs as soon as this one's last blocks are placed.
+// Lets the next kernel start (its own wait still orders its reads). Called
+// only after wait_for_earlier_kernels, so that a kernel's part before its
+// wait overlaps no kernel but the one right before it.
 __device__ __forceinline__ void allow_next_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);

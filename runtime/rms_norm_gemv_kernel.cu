@@ -123,7 +123,6 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
   const int64_t first = lane;
   // Note [Programmatic dependent launch]: the first batch goes to L2 while the
   // kernel before drains, then into registers while the statistics are summed.
-  allow_next_kernel();
   if (has_column) {
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
@@ -134,6 +133,7 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
     }
   }
   wait_for_earlier_kernels();
+  allow_next_kernel();
   load_batch(first);  // in flight while the rows' statistics are summed
   // Each row's sum of squares: thread t takes vectors t, t + kThreads, ...
   // (f32, in that order), then the warps' shuffle trees and the warps in order.

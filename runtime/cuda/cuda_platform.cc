@@ -378,19 +378,25 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
 // griddepcontrol.launch_dependents (or ended), and each thread calls
 // griddepcontrol.wait, which returns once that kernel has completed and its
 // writes are visible (runtime/programmatic_launch_device.h). Captured, such a
-// launch is a programmatic edge of the graph. The rule grove's programmatic
-// kernels keep: before its wait a kernel reads and writes no memory (it may
-// prefetch into L2, which changes no value, and compute from its arguments),
-// since kernels further back may still run then: each allows the next one
-// first thing (launch_dependents), which on an H100 gave a step of 16 layers
-// of GEMVs 1045 us against 1060 when allowed after the wait (round 1 of session
-// 17, runtime/cuda/probes/gemv_pdl_probe.cu; 1080 without programmatic
-// launch, the same logits). Kernels without programmatic PTX (generated kernels, cuBLAS) are
+// launch is a programmatic edge of the graph. What grove's programmatic kernels
+// keep to: (1) before its wait a kernel reads and writes no memory (it may
+// prefetch into L2, which changes no value, and compute from its arguments);
+// (2) it allows the next kernel only after its own wait, so when a kernel's
+// part before the wait runs, every kernel but the one right before it has
+// completed. Kernels without programmatic PTX (generated kernels, cuBLAS) are
 // launched as before and wait for full completion; a programmatic kernel after
 // one of them starts when it ends. Results are the same bits either way;
 // GROVE_PROGRAMMATIC_LAUNCH=0 loads the plain PTX (for comparisons). A WHILE
-// body that refuses programmatic edges gets default ones (Note [WHILE bodies
-// without programmatic edges]).
+// body accepts programmatic edges on CUDA 13 (else it would get default ones:
+// Note [WHILE bodies without programmatic edges]).
+// H100, session 17 round 1, decode benchmark at batch 1 in one call (base ->
+// programmatic): the 1B step 1274.3 -> 1244.4 us per-step graphs and 1309.6 ->
+// 1246.0 in the WHILE loop; the small config 109.9 -> 100.0 and 111.7 -> 101.8.
+// Not kept: allowing the next kernel first thing (before the wait; the probe
+// runtime/cuda/probes/gemv_pdl_probe.cu had its 16-layer GEMV step at 1045 against
+// 1060 us) together with splitting the 1B down projection's K over 4 warps (20.0
+// -> 15.9 us per call alone in the probe) made the 1B step 1304.4 us (round 2,
+// its base again 1274.4): which of the two cost it was not measured.
 // Tests: CudaPlatformTest.ProgrammaticGemvChainMatchesTheHostAndLeavesProgrammaticEdges
 // (tests/runtime/cuda_platform_test.cc); DecodeLoopTest on cuda (WHILE loop, per-step graphs and
 // the Generator give the same tokens).

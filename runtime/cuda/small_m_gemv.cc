@@ -19,12 +19,6 @@ constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
 
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
-// Warps per column: Note [Small-M GEMV] (one row, long rows).
-int64_t k_parts(int64_t m, int64_t k) {
-  if (m != 1) return 1;
-  return k >= 8192 ? 4 : (k >= 4096 ? 2 : 1);
-}
-
 // 0, 1, 2, 3 for M = 1, 2, 4, 8; -1 for other M.
 int row_variant(int64_t m) {
   switch (m) {
@@ -56,25 +50,22 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
   GROVE_CHECK(small_m_gemv_qualifies(g), "small-M GEMV: a GEMM of m=", g.m, ", n=", g.n,
               ", k=", g.k, " it cannot compute (a grove bug; please report it)");
   const int type = g.dtype == DType::kBF16 ? 0 : 1;
-  const int64_t parts = k_parts(g.m, g.k);
-  const int variant = parts == 1 ? row_variant(g.m) : (parts == 2 ? 4 : 5);
+  const int rows = row_variant(g.m);
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!loaded_[type][variant]) {
+    if (!loaded_[type][rows]) {
       KernelSource source;
-      source.name = str_cat("grove_small_m_gemv_", type == 0 ? "bf16" : "f16", "_m", g.m,
-                            parts == 1 ? "" : str_cat("_k", parts));
+      source.name = str_cat("grove_small_m_gemv_", type == 0 ? "bf16" : "f16", "_m", g.m);
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
-      kernels_[type][variant] = platform_.load_kernel(source);
-      loaded_[type][variant] = true;
+      kernels_[type][rows] = platform_.load_kernel(source);
+      loaded_[type][rows] = true;
     }
-    kernel = kernels_[type][variant];
+    kernel = kernels_[type][rows];
   }
   LaunchDims dims;
-  const int64_t columns_per_block = kWarpsPerBlock / parts;
-  dims.grid.x = static_cast<uint32_t>((g.n + columns_per_block - 1) / columns_per_block);
+  dims.grid.x = static_cast<uint32_t>((g.n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   dims.block.x = kWarpsPerBlock * 32;
   KernelArgs args;
   args.add_pointer(g.a)

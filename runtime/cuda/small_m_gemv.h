@@ -14,11 +14,6 @@
 // (cuBLAS ran split-K pairs for some decode shapes). On an H100 it reached
 // 2.7-2.9 TB/s for the LLaMA-1B gate/up and LM-head weights (64-131 MB) and
 // 1.2-1.9 TB/s for the 8-34 MB ones, where launch and drain weigh more.
-// One row over long rows (K >= 4096) splits K over 2 or 4 warps per column
-// (K >= 8192), which add their sums in order: the 1B down projection's 512
-// blocks were one wave of two dependent load batches per warp, 20.0 us per
-// call against 15.9 split in four (H100, session 17 round 1,
-// runtime/cuda/probes/gemv_pdl_probe.cu); shorter rows lost by it.
 // It takes row-major C[m, n] = A[m, k] W[n, k]^T (transpose_b) with M of 1,
 // 2, 4 or 8, bf16 or f16, alpha 1, beta 0 or 1 (C += the product, rounded
 // once: a residual add), no epilogue, no batch, K, lda and ldb multiples of
@@ -48,10 +43,9 @@ class SmallMGemv {
 
  private:
   Platform& platform_;
-  std::mutex mutex_;  // guards the loads (any thread may run GEMMs)
-  // [bf16, f16][M = 1, 2, 4, 8, then M = 1 split over 2 and 4 warps]
-  KernelHandle kernels_[2][6] = {};
-  bool loaded_[2][6] = {};
+  std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
+  KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
+  bool loaded_[2][4] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

@@ -66,58 +66,47 @@ __device__ __forceinline__ void fold(float (&acc)[M], const uint4& w, const T* a
 }
 
 // accumulate: C += the product (beta 1), rounded once; else C = the product.
-// PARTS warps share a column (split K, M = 1 and long rows: Note [Small-M
-// GEMV]): warp p folds the p-th of PARTS contiguous ranges of the row, and
-// the first adds the others' sums to its own in order.
-template <typename T, int M, int PARTS>
+template <typename T, int M>
 __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_t ldw, T* c,
                                      int64_t ldc, int64_t n, int64_t k, int64_t accumulate) {
-  constexpr int kWarps = 4;  // __launch_bounds__(128) below
-  __shared__ float partial[kWarps][M];
   const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  const int64_t column = static_cast<int64_t>(blockIdx.x) * (kWarps / PARTS) + warp / PARTS;
-  const bool has_column = column < n;
-  const uint4* row = reinterpret_cast<const uint4*>(w + (has_column ? column : 0) * ldw);
+  const int64_t column =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const uint4* row = reinterpret_cast<const uint4*>(w + (column < n ? column : 0) * ldw);
   const int64_t vectors = k / 8;
-  const int64_t per_part = (vectors + PARTS - 1) / PARTS;
-  const int64_t begin = (warp % PARTS) * per_part;
-  const int64_t end = begin + per_part < vectors ? begin + per_part : vectors;
   // Note [Programmatic dependent launch]: W's first batch goes to L2 while the
   // kernel before drains; nothing is read before the wait.
-  allow_next_kernel();
-  if (has_column) {
+  if (column < n) {
 #pragma unroll
     for (int j = 0; j < kInFlight<M>; ++j) {
-      if (begin + lane + j * kWarp < end) prefetch_to_l2(row + begin + lane + j * kWarp);
+      if (lane + j * kWarp < vectors) prefetch_to_l2(row + lane + j * kWarp);
     }
   }
   wait_for_earlier_kernels();
-  if (PARTS == 1 && !has_column) return;
+  allow_next_kernel();
+  if (column >= n) return;
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  int64_t index = begin + lane;
-  if (has_column) {
-    for (; index + (kInFlight<M> - 1) * kWarp < end; index += kInFlight<M> * kWarp) {
-      uint4 loaded[kInFlight<M>];
+  int64_t index = lane;
+  for (; index + (kInFlight<M> - 1) * kWarp < vectors; index += kInFlight<M> * kWarp) {
+    uint4 loaded[kInFlight<M>];
 #pragma unroll
-      for (int j = 0; j < kInFlight<M>; ++j) loaded[j] = __ldg(row + index + j * kWarp);
+    for (int j = 0; j < kInFlight<M>; ++j) loaded[j] = __ldg(row + index + j * kWarp);
 #pragma unroll
-      for (int j = 0; j < kInFlight<M>; ++j) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
+    for (int j = 0; j < kInFlight<M>; ++j) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
+  }
+  // The rest (fewer than kInFlight vectors per lane) as one batch of
+  // predicated loads, still folded in increasing index.
+  if (index < vectors) {
+    uint4 loaded[kInFlight<M>];
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) {
+      if (index + j * kWarp < vectors) loaded[j] = __ldg(row + index + j * kWarp);
     }
-    // The rest (fewer than kInFlight vectors per lane) as one batch of
-    // predicated loads, still folded in increasing index.
-    if (index < end) {
-      uint4 loaded[kInFlight<M>];
 #pragma unroll
-      for (int j = 0; j < kInFlight<M>; ++j) {
-        if (index + j * kWarp < end) loaded[j] = __ldg(row + index + j * kWarp);
-      }
-#pragma unroll
-      for (int j = 0; j < kInFlight<M>; ++j) {
-        if (index + j * kWarp < end) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
-      }
+    for (int j = 0; j < kInFlight<M>; ++j) {
+      if (index + j * kWarp < vectors) fold<T, M>(acc, loaded[j], a, lda, index + j * kWarp);
     }
   }
 #pragma unroll
@@ -125,19 +114,6 @@ __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
       acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
-    }
-  }
-  if constexpr (PARTS > 1) {
-    if (lane == 0) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) partial[warp][m] = acc[m];
-    }
-    __syncthreads();
-    if (warp % PARTS != 0 || !has_column) return;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-#pragma unroll
-      for (int p = 1; p < PARTS; ++p) acc[m] += partial[warp + p][m];
     }
   }
   if (lane == 0) {
@@ -151,26 +127,21 @@ __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_
 
 }  // namespace
 
-// grove_small_m_gemv_<dtype>_m<M>[_k<PARTS>](a, lda, w, ldw, c, ldc, n, k, accumulate):
-// the kernels small_m_gemv.cc launches, one per storage type and row count (M = 1, 2,
-// 4, 8: the batch buckets decode uses; other M go to cuBLAS), and for one row
-// the split-K ones (PARTS warps per column).
-#define GROVE_SMALL_M_GEMV(NAME, T, M, PARTS)                                              \
+// grove_small_m_gemv_<dtype>_m<M>(a, lda, w, ldw, c, ldc, n, k, accumulate): the kernels
+// small_m_gemv.cc launches, one per storage type and row count (M = 1, 2, 4, 8:
+// the batch buckets decode uses; other M go to cuBLAS).
+#define GROVE_SMALL_M_GEMV(NAME, T, M)                                                     \
   extern "C" __global__ void __launch_bounds__(128)                                        \
       NAME(const T* a, int64_t lda, const T* w, int64_t ldw, T* c, int64_t ldc, int64_t n, \
            int64_t k, int64_t accumulate) {                                                \
-    gemv<T, M, PARTS>(a, lda, w, ldw, c, ldc, n, k, accumulate);                           \
+    gemv<T, M>(a, lda, w, ldw, c, ldc, n, k, accumulate);                                  \
   }
 
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m1, __nv_bfloat16, 1, 1)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m1_k2, __nv_bfloat16, 1, 2)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m1_k4, __nv_bfloat16, 1, 4)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m2, __nv_bfloat16, 2, 1)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m4, __nv_bfloat16, 4, 1)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m8, __nv_bfloat16, 8, 1)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m1, __half, 1, 1)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m1_k2, __half, 1, 2)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m1_k4, __half, 1, 4)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m2, __half, 2, 1)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m4, __half, 4, 1)
-GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8, 1)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m1, __nv_bfloat16, 1)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m2, __nv_bfloat16, 2)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m4, __nv_bfloat16, 4)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_bf16_m8, __nv_bfloat16, 8)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m1, __half, 1)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m2, __half, 2)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m4, __half, 4)
+GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8)

@@ -18,8 +18,8 @@ namespace layout = grove::serving::llm::decode_layout;
 extern "C" __global__ void grove_llm_kv_write(const int64_t* table, int64_t tensors,
                                               const int64_t* positions, int64_t kv_heads,
                                               int64_t max_seq_len, int64_t row_bytes) {
-  allow_next_kernel();  // Note [Programmatic dependent launch]
-  wait_for_earlier_kernels();
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   const int64_t row = blockIdx.x;
   const int64_t tensor = blockIdx.y;
   const int64_t position = positions[row];
@@ -43,8 +43,8 @@ extern "C" __global__ void grove_llm_kv_write_span(const int64_t* table, int64_t
                                                    int64_t slot, int64_t start, int64_t count,
                                                    int64_t kv_heads, int64_t max_seq_len,
                                                    int64_t row_bytes) {
-  allow_next_kernel();  // Note [Programmatic dependent launch]
-  wait_for_earlier_kernels();
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   const int64_t tensor = blockIdx.x;
   const int64_t head = blockIdx.y;
   auto* cache = reinterpret_cast<uint16_t*>(table[tensor]);
@@ -104,8 +104,8 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
                                             int64_t* positions, int64_t* row_state,
                                             int64_t max_seq_len, int64_t* streamed,
                                             const int64_t* loop_state) {
-  allow_next_kernel();  // Note [Programmatic dependent launch]
-  wait_for_earlier_kernels();
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   __shared__ double masses[sampling::kThreads + 1];
   __shared__ int64_t counts[sampling::kThreads + 1];
   __shared__ float maxima[sampling::kThreads / 32];
@@ -258,8 +258,8 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
 extern "C" __global__ void grove_llm_loop_control(const int64_t* positions, int64_t rows,
                                                   int64_t* loop_state, int32_t* keep_going,
                                                   int64_t* published) {
-  allow_next_kernel();  // Note [Programmatic dependent launch]
-  wait_for_earlier_kernels();
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   const int64_t step = loop_state[layout::kStep] + 1;
   loop_state[layout::kStep] = step;
