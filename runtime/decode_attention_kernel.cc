@@ -14,6 +14,10 @@ constexpr const char* kName = "grove_decode_attention";
 constexpr const char* kPtx =
 #include "runtime/decode_attention_kernel_ptx.inc"
     ;
+// Note [Programmatic dependent launch] (runtime/cuda/cuda_platform.cc).
+constexpr const char* kProgrammaticPtx =
+#include "runtime/decode_attention_kernel_programmatic_ptx.inc"
+    ;
 constexpr int64_t kMaxSharedBytes = 48 * 1024;
 
 int64_t shared_floats(int64_t groups, int64_t head_dim, int64_t cache_len) {
@@ -191,6 +195,7 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", heads / kv_heads);
   if (device.is_cuda()) {
     source.ptx = kPtx;
+    source.ptx_programmatic = kProgrammaticPtx;
   } else {
     source.host_function = &host_decode_attention;
   }

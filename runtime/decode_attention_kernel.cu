@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "runtime/programmatic_launch_device.h"
+
 namespace {
 
 constexpr int kKeyVectors = 8;  // 16-byte key vectors a thread loads at once
@@ -59,6 +61,8 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
                                           const int64_t* positions, int64_t heads, int64_t kv_heads,
                                           int64_t head_dim, int64_t cache_len, int64_t table_len,
                                           float scale) {
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   extern __shared__ float shared[];
   using Element = typename std::conditional<sizeof(T) == 1, uint16_t, float>::type;
   const T type{};

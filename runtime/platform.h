@@ -80,6 +80,13 @@ struct KernelSource {
   // a device library at build time (the WHILE condition kernel calls
   // cudaGraphSetConditional from libcudadevrt, which PTX loading cannot link).
   std::string image;
+  // PTX of the same kernel for devices of compute capability 9.0 and newer, in
+  // which every thread waits for the kernels before it (griddepcontrol.wait)
+  // before it reads or writes anything they may touch. Where the device takes
+  // it, cuda runs this PTX and launches the kernel with programmatic dependent
+  // launch, so it starts while the kernel before it drains (Note
+  // [Programmatic dependent launch], runtime/cuda/cuda_platform.cc).
+  std::string ptx_programmatic;
 };
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
@@ -200,6 +207,10 @@ class Platform {
   // hold kernels, copies and memsets only, and stays the caller's.
   virtual void add_while_node(GraphHandle graph, uint64_t condition, GraphHandle body);
   virtual size_t graph_node_count(GraphHandle graph) = 0;
+  // Edges of `graph` that are not plain completion edges: the programmatic
+  // ones captured launches of programmatic kernels leave on cuda (Note
+  // [Programmatic dependent launch]); sim has none.
+  virtual size_t graph_programmatic_edge_count(GraphHandle) { return 0; }
   virtual std::string graph_dot(GraphHandle graph) = 0;
   virtual void destroy_graph(GraphHandle graph) = 0;
   virtual void destroy_graph_exec(GraphExecHandle exec) = 0;

@@ -13,6 +13,10 @@ namespace {
 constexpr const char* kPtx =
 #include "runtime/rms_norm_gemv_kernel_ptx.inc"
     ;
+// Note [Programmatic dependent launch] (runtime/cuda/cuda_platform.cc).
+constexpr const char* kProgrammaticPtx =
+#include "runtime/rms_norm_gemv_kernel_programmatic_ptx.inc"
+    ;
 constexpr uint32_t kThreads = 128;  // the kernel's __launch_bounds__: four columns per block
 
 float round_bf16(float value) { return bf16_bits_to_float(float_to_bf16_bits(value)); }
@@ -117,6 +121,7 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
                         rows);
   if (device.is_cuda()) {
     source.ptx = kPtx;
+    source.ptx_programmatic = kProgrammaticPtx;
   } else {
     source.host_function = &host_rms_norm_gemv;
   }

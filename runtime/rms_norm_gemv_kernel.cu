@@ -13,6 +13,8 @@
 // to the down projection, without the gate/up activations in memory.
 #include <cstdint>
 
+#include "runtime/programmatic_launch_device.h"
+
 namespace {
 
 constexpr int kWarp = 32;
@@ -119,6 +121,19 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
     }
   };
   const int64_t first = lane;
+  // Note [Programmatic dependent launch]: the first batch goes to L2 while the
+  // kernel before drains, then into registers while the statistics are summed.
+  if (has_column) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (first + j * kWarp < vectors) {
+        prefetch_to_l2(gate_row + first + j * kWarp);
+        if constexpr (kGated) prefetch_to_l2(up_row + first + j * kWarp);
+      }
+    }
+  }
+  wait_for_earlier_kernels();
+  allow_next_kernel();
   load_batch(first);  // in flight while the rows' statistics are summed
   // Each row's sum of squares: thread t takes vectors t, t + kThreads, ...
   // (f32, in that order), then the warps' shuffle trees and the warps in order.

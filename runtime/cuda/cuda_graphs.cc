@@ -3,6 +3,7 @@
 // nodes, node count, Graphviz DOT).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -458,6 +459,23 @@ size_t CudaPlatform::graph_node_count(GraphHandle graph) {
   GROVE_CUDA_CHECK(cudaGraphGetNodes(graph_of(graph).graph, nullptr, &count),
                    "counting the nodes of a graph on ", where());
   return count;
+}
+
+size_t CudaPlatform::graph_programmatic_edge_count(GraphHandle graph) {
+  use_device();
+  cudaGraph_t g = graph_of(graph).graph;
+  size_t edges = 0;
+  GROVE_CUDA_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &edges),
+                   "counting the edges of a graph on ", where());
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  std::vector<cudaGraphEdgeData> data(edges);
+  if (edges > 0) {
+    GROVE_CUDA_CHECK(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &edges),
+                     "listing the edges of a graph on ", where());
+  }
+  return static_cast<size_t>(std::count_if(data.begin(), data.end(), [](const auto& edge) {
+    return edge.type != cudaGraphDependencyTypeDefault;
+  }));
 }
 
 std::string CudaPlatform::graph_dot(GraphHandle graph) {

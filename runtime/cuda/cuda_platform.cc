@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 #include "runtime/cuda/blas.h"
 #include "runtime/cuda/cuda_error.h"
@@ -115,6 +117,9 @@ CudaPlatform::CudaPlatform(int index) : index_(index), blas_(make_cublas_support
   GROVE_CUDA_CHECK(cudaGetDeviceProperties(&properties, index_),
                    "reading the properties of cuda:", index_);
   name_ = properties.name;
+  const char* programmatic = std::getenv("GROVE_PROGRAMMATIC_LAUNCH");
+  programmatic_launch_ =
+      properties.major >= 9 && !(programmatic != nullptr && std::string_view(programmatic) == "0");
 }
 
 CudaPlatform::~CudaPlatform() {
@@ -339,7 +344,10 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
                  source.name,
                  "' has neither PTX nor a cubin/fatbin image; the cuda device runs only those");
   use_device();
-  const std::string& code = source.ptx.empty() ? source.image : source.ptx;
+  const bool programmatic = programmatic_launch_ && !source.ptx_programmatic.empty();
+  const std::string& code = programmatic         ? source.ptx_programmatic
+                            : source.ptx.empty() ? source.image
+                                                 : source.ptx;
   std::lock_guard<std::mutex> lock(mutex_);
   auto library_it = libraries_.find(code);
   if (library_it == libraries_.end()) {
@@ -366,11 +374,44 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
   GROVE_CUDA_CHECK(cudaLibraryGetKernel(&kernel, library_it->second, source.name.c_str()),
                    "looking up kernel '", source.name, "' in its PTX on ", where(),
                    " (is it declared extern \"C\" .entry with that name?)");
-  kernels_.push_back(CudaKernel{source.name, kernel});
+  kernels_.push_back(CudaKernel{source.name, kernel, programmatic});
   kernels_by_name_.emplace(key, &kernels_.back());
   return KernelHandle{&kernels_.back()};
 }
 
+// Note [Programmatic dependent launch]
+// In a graph a kernel node starts only once the node before it has ended and
+// its writes are flushed, so each of a batch-1 decode step's ~85 kernels paid
+// its launch and its grid's ramp while the SMs sat idle after the previous one
+// (1.5-3 us each on an H100, for kernels of 3-20 us). A kernel whose
+// KernelSource has ptx_programmatic is loaded from it on devices of compute
+// capability 9.0+ and launched with cudaLaunchAttributeProgrammaticStreamSerialization:
+// its blocks may start once every block of the kernel before it has called
+// griddepcontrol.launch_dependents (or ended), and each thread calls
+// griddepcontrol.wait, which returns once that kernel has completed and its
+// writes are visible (runtime/programmatic_launch_device.h). Captured, such a
+// launch is a programmatic edge of the graph. What grove's programmatic kernels
+// keep to: (1) before its wait a kernel reads and writes no memory (it may
+// prefetch into L2, which changes no value, and compute from its arguments);
+// (2) it allows the next kernel only after its own wait, so when a kernel's
+// part before the wait runs, every kernel but the one right before it has
+// completed. Kernels without programmatic PTX (generated kernels, cuBLAS) are
+// launched as before and wait for full completion; a programmatic kernel after
+// one of them starts when it ends. Results are the same bits either way;
+// GROVE_PROGRAMMATIC_LAUNCH=0 loads the plain PTX (for comparisons). A WHILE
+// body accepts programmatic edges on CUDA 13 (else it would get default ones:
+// Note [WHILE bodies without programmatic edges]).
+// H100, session 17 round 1, decode benchmark at batch 1 in one call (base ->
+// programmatic): the 1B step 1274.3 -> 1244.4 us per-step graphs and 1309.6 ->
+// 1246.0 in the WHILE loop; the small config 109.9 -> 100.0 and 111.7 -> 101.8.
+// Not kept: allowing the next kernel first thing (before the wait; the probe
+// runtime/cuda/probes/gemv_pdl_probe.cu had its 16-layer GEMV step at 1045 against
+// 1060 us) together with splitting the 1B down projection's K over 4 warps (20.0
+// -> 15.9 us per call alone in the probe) made the 1B step 1304.4 us (round 2,
+// its base again 1274.4): which of the two cost it was not measured.
+// Tests: CudaPlatformTest.ProgrammaticGemvChainMatchesTheHostAndLeavesProgrammaticEdges
+// (tests/runtime/cuda_platform_test.cc); DecodeLoopTest on cuda (WHILE loop, per-step graphs and
+// the Generator give the same tokens).
 void CudaPlatform::launch_kernel(KernelHandle kernel, const LaunchDims& dims,
                                  const KernelArgs& args, StreamHandle stream) {
   GROVE_CHECK_AS(DeviceError, kernel.impl != nullptr, where(), ": launch of a null kernel");
@@ -392,12 +433,25 @@ void CudaPlatform::launch_kernel(KernelHandle kernel, const LaunchDims& dims,
     params[i] = const_cast<uint64_t*>(&args.slots[i]);
   }
   cudaStream_t cuda_stream_handle = cuda_stream(stream);
-  GROVE_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(cuda_kernel->kernel),
-                                    dim3(dims.grid.x, dims.grid.y, dims.grid.z),
-                                    dim3(dims.block.x, dims.block.y, dims.block.z), params,
-                                    dims.shared_bytes, cuda_stream_handle),
-                   "launching kernel '", cuda_kernel->name, "' with ", dims_str(dims), " on ",
-                   where());
+  // Note [Programmatic dependent launch]: a kernel loaded from its programmatic PTX waits
+  // for its predecessors itself (griddepcontrol.wait), so it may be started before they end;
+  // captured, the launch becomes a programmatic edge of the graph.
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(dims.grid.x, dims.grid.y, dims.grid.z);
+  config.blockDim = dim3(dims.block.x, dims.block.y, dims.block.z);
+  config.dynamicSmemBytes = dims.shared_bytes;
+  config.stream = cuda_stream_handle;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (cuda_kernel->programmatic) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  GROVE_CUDA_CHECK(
+      cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cuda_kernel->kernel), params),
+      "launching kernel '", cuda_kernel->name, "' with ", dims_str(dims),
+      cuda_kernel->programmatic ? " (programmatic dependent launch)" : "", " on ", where());
   if (active_captures_.load(std::memory_order_relaxed) > 0) {
     record_captured_launch(cuda_stream_handle, cuda_kernel, dims, args);
   }

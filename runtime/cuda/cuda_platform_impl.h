@@ -29,6 +29,9 @@ namespace grove::runtime::cuda_detail {
 struct CudaKernel {
   std::string name;
   cudaKernel_t kernel = nullptr;
+  // Loaded from KernelSource::ptx_programmatic: launched with programmatic
+  // dependent launch (Note [Programmatic dependent launch]).
+  bool programmatic = false;
 };
 
 // A kernel launch grove made during capture: which kernel, with which slots.
@@ -108,6 +111,7 @@ class CudaPlatform final : public Platform {
   uint64_t create_while_condition(GraphHandle graph, bool initial) override;
   void add_while_node(GraphHandle graph, uint64_t condition, GraphHandle body) override;
   size_t graph_node_count(GraphHandle graph) override;
+  size_t graph_programmatic_edge_count(GraphHandle graph) override;
   std::string graph_dot(GraphHandle graph) override;
   void destroy_graph(GraphHandle graph) override;
   void destroy_graph_exec(GraphExecHandle exec) override;
@@ -136,6 +140,10 @@ class CudaPlatform final : public Platform {
 
   int index_;
   std::string name_;
+  // Kernels with KernelSource::ptx_programmatic run it (Note [Programmatic
+  // dependent launch]): compute capability 9.0 or newer, and
+  // GROVE_PROGRAMMATIC_LAUNCH is not 0.
+  bool programmatic_launch_ = false;
   std::mutex mutex_;
   std::map<std::string, cudaLibrary_t> libraries_;  // by PTX text or image
   std::map<std::pair<cudaLibrary_t, std::string>, CudaKernel*> kernels_by_name_;

@@ -2,6 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "runtime/cuda/cuda_error.h"
 
 namespace grove::runtime::cuda_testing {
@@ -19,6 +22,14 @@ void* allocate_async(Device device, StreamHandle stream, size_t bytes) {
 void free_memory(Device device, void* pointer) {
   GROVE_CUDA_CHECK(cudaSetDevice(device.index), "selecting ", device.str());
   GROVE_CUDA_CHECK(cudaFree(pointer), "freeing graph-owned memory on ", device.str());
+}
+
+bool runs_programmatic_launches(Device device) {
+  int major = 0;
+  GROVE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index),
+                   "reading the compute capability of ", device.str());
+  const char* setting = std::getenv("GROVE_PROGRAMMATIC_LAUNCH");
+  return major >= 9 && !(setting != nullptr && std::string_view(setting) == "0");
 }
 
 }  // namespace grove::runtime::cuda_testing

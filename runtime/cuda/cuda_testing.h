@@ -15,5 +15,9 @@ namespace grove::runtime::cuda_testing {
 void* allocate_async(Device device, StreamHandle stream, size_t bytes);
 // cudaFree of memory from allocate_async (after the device finished with it).
 void free_memory(Device device, void* pointer);
+// Whether the cuda platform of `device` runs programmatic kernels as such
+// (Note [Programmatic dependent launch]): compute capability 9.0 or newer and
+// GROVE_PROGRAMMATIC_LAUNCH not 0.
+bool runs_programmatic_launches(Device device);
 
 }  // namespace grove::runtime::cuda_testing

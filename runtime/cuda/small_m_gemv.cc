@@ -11,6 +11,10 @@ namespace {
 constexpr const char* kPtx =
 #include "runtime/cuda/small_m_gemv_kernel_ptx.inc"
     ;
+// Note [Programmatic dependent launch] (runtime/cuda/cuda_platform.cc).
+constexpr const char* kProgrammaticPtx =
+#include "runtime/cuda/small_m_gemv_kernel_programmatic_ptx.inc"
+    ;
 constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
 
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
@@ -54,6 +58,7 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
       KernelSource source;
       source.name = str_cat("grove_small_m_gemv_", type == 0 ? "bf16" : "f16", "_m", g.m);
       source.ptx = kPtx;
+      source.ptx_programmatic = kProgrammaticPtx;
       kernels_[type][rows] = platform_.load_kernel(source);
       loaded_[type][rows] = true;
     }

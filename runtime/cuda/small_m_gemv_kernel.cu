@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "runtime/programmatic_launch_device.h"
+
 namespace {
 
 constexpr int kWarp = 32;
@@ -70,9 +72,19 @@ __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_
   const int lane = threadIdx.x % kWarp;
   const int64_t column =
       static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (column >= n) return;
-  const uint4* row = reinterpret_cast<const uint4*>(w + column * ldw);
+  const uint4* row = reinterpret_cast<const uint4*>(w + (column < n ? column : 0) * ldw);
   const int64_t vectors = k / 8;
+  // Note [Programmatic dependent launch]: W's first batch goes to L2 while the
+  // kernel before drains; nothing is read before the wait.
+  if (column < n) {
+#pragma unroll
+    for (int j = 0; j < kInFlight<M>; ++j) {
+      if (lane + j * kWarp < vectors) prefetch_to_l2(row + lane + j * kWarp);
+    }
+  }
+  wait_for_earlier_kernels();
+  allow_next_kernel();
+  if (column >= n) return;
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;

@@ -20,6 +20,10 @@ using runtime::Tensor;
 constexpr const char* kPtx =
 #include "serving/llm/decode_kernels_ptx.inc"
     ;
+// Note [Programmatic dependent launch] (runtime/cuda/cuda_platform.cc).
+constexpr const char* kProgrammaticPtx =
+#include "serving/llm/decode_kernels_programmatic_ptx.inc"
+    ;
 
 template <typename T>
 T* pointer(uint64_t slot) {
@@ -142,6 +146,7 @@ runtime::KernelHandle kernel(runtime::Device device, const char* name,
   source.name = name;
   if (device.is_cuda()) {
     source.ptx = kPtx;
+    source.ptx_programmatic = kProgrammaticPtx;
   } else {
     source.host_function = host_function;
   }

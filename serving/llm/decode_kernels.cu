@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "compiler/ops/philox.h"
+#include "runtime/programmatic_launch_device.h"
 #include "serving/llm/decode_kernels_layout.h"
 #include "serving/llm/sampling_math.h"
 
@@ -17,6 +18,8 @@ namespace layout = grove::serving::llm::decode_layout;
 extern "C" __global__ void grove_llm_kv_write(const int64_t* table, int64_t tensors,
                                               const int64_t* positions, int64_t kv_heads,
                                               int64_t max_seq_len, int64_t row_bytes) {
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   const int64_t row = blockIdx.x;
   const int64_t tensor = blockIdx.y;
   const int64_t position = positions[row];
@@ -40,6 +43,8 @@ extern "C" __global__ void grove_llm_kv_write_span(const int64_t* table, int64_t
                                                    int64_t slot, int64_t start, int64_t count,
                                                    int64_t kv_heads, int64_t max_seq_len,
                                                    int64_t row_bytes) {
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   const int64_t tensor = blockIdx.x;
   const int64_t head = blockIdx.y;
   auto* cache = reinterpret_cast<uint16_t*>(table[tensor]);
@@ -75,8 +80,8 @@ __device__ double ordered_sum(double mine, double* shared) {
 // shuffle tree gives the ordered sum's value.
 __device__ int64_t count_sum(int64_t mine, int64_t* shared) {
   for (int offset = 16; offset > 0; offset /= 2) {
-    mine += static_cast<int64_t>(
-        __shfl_down_sync(0xffffffffu, static_cast<long long>(mine), offset));
+    mine +=
+        static_cast<int64_t>(__shfl_down_sync(0xffffffffu, static_cast<long long>(mine), offset));
   }
   if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = mine;
   __syncthreads();
@@ -99,6 +104,8 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
                                             int64_t* positions, int64_t* row_state,
                                             int64_t max_seq_len, int64_t* streamed,
                                             const int64_t* loop_state) {
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   __shared__ double masses[sampling::kThreads + 1];
   __shared__ int64_t counts[sampling::kThreads + 1];
   __shared__ float maxima[sampling::kThreads / 32];
@@ -145,8 +152,8 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
   for (int offset = 16; offset > 0; offset /= 2) {
     const float other_value = __shfl_down_sync(0xffffffffu, best_value, offset);
     const long long other = __shfl_down_sync(0xffffffffu, static_cast<long long>(best), offset);
-    if (other >= 0 && (best < 0 || other_value > best_value ||
-                       (other_value == best_value && other < best))) {
+    if (other >= 0 &&
+        (best < 0 || other_value > best_value || (other_value == best_value && other < best))) {
       best_value = other_value;
       best = other;
     }
@@ -201,8 +208,7 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
       }
       threshold = cut > threshold ? cut : threshold;
     }
-    masses[t] =
-        sampling::chunk_mass(row_logits, begin, end, threshold, max_logit, temperature);
+    masses[t] = sampling::chunk_mass(row_logits, begin, end, threshold, max_logit, temperature);
     __syncthreads();
     if (t == 0) {
       double total = 0;
@@ -252,6 +258,8 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
 extern "C" __global__ void grove_llm_loop_control(const int64_t* positions, int64_t rows,
                                                   int64_t* loop_state, int32_t* keep_going,
                                                   int64_t* published) {
+  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+  allow_next_kernel();
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   const int64_t step = loop_state[layout::kStep] + 1;
   loop_state[layout::kStep] = step;

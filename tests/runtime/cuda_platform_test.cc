@@ -516,6 +516,119 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
   }
 }
 
+// Note [Programmatic dependent launch]: a chain of small-M GEMVs, each reading
+// the one before (a wide one first, whose tail the next may overlap), captured
+// and replayed with new inputs, equals the host's products: every kernel
+// waits for the one before it. On compute capability 9.0+ the captured chain
+// is joined by programmatic edges, on older devices by default ones.
+class ProgrammaticGemvChain {
+ public:
+  ProgrammaticGemvChain(std::mt19937& rng, Platform& platform, StreamHandle stream)
+      : platform_(platform), stream_(stream) {
+    for (int i = 0; i < 3; ++i) {
+      weights_.push_back(random_bf16(rng, kShapes[i][0] * kShapes[i][1]));
+      w_.push_back(upload(weights_.back(), {kShapes[i][0], kShapes[i][1]}));
+      out_.push_back(Tensor::empty({1, kShapes[i][0]}, DType::kBF16, kCudaDevice));
+    }
+    x_ = Tensor::empty({1, kShapes[0][1]}, DType::kBF16, kCudaDevice);
+  }
+
+  // x -> x W0^T -> (..) W1^T -> (..) W2^T, enqueued on the stream.
+  void enqueue() {
+    const Tensor* a = &x_;
+    for (int i = 0; i < 3; ++i) {
+      GemmArgs args;
+      args.dtype = DType::kBF16;
+      args.m = 1, args.n = kShapes[i][0], args.k = kShapes[i][1];
+      args.a = a->data_ptr(), args.lda = args.k;
+      args.b = w_[i].data_ptr(), args.ldb = args.k, args.transpose_b = true;
+      args.c = out_[i].data_ptr(), args.ldc = args.n;
+      platform_.blas().gemm_row_major(stream_, args);
+      a = &out_[i];
+    }
+  }
+
+  void set_input(const std::vector<uint16_t>& x) {
+    x_host_ = x;
+    platform_.copy_async(x_.data_ptr(), x.data(), x.size() * 2, CopyKind::kHostToDevice, stream_);
+    platform_.synchronize_stream(stream_);
+  }
+
+  // The chain's last product against the host's, each stage rounded to bf16 as stored.
+  void expect_host_result(const std::string& what) {
+    std::vector<float> a;
+    for (uint16_t bits : x_host_) a.push_back(bf16_bits_to_float(bits));
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> next(static_cast<size_t>(kShapes[i][0]));
+      for (int64_t n = 0; n < kShapes[i][0]; ++n) {
+        double sum = 0;
+        for (int64_t k = 0; k < kShapes[i][1]; ++k) {
+          sum += double(a[k]) * bf16_bits_to_float(weights_[i][n * kShapes[i][1] + k]);
+        }
+        next[n] = bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(sum)));
+      }
+      a = next;
+    }
+    // Within the rounding of the sums (another order than the host's); a stage
+    // that read its input too early would be off by the values' own size.
+    double squares = 0;
+    for (float value : a) squares += double(value) * value;
+    const double rms = std::sqrt(squares / static_cast<double>(a.size()));
+    std::vector<uint16_t> got = out_[2].to_vector<uint16_t>();
+    for (size_t n = 0; n < a.size(); ++n) {
+      ASSERT_NEAR(bf16_bits_to_float(got[n]), a[n], 0.03 * rms + 0.01 * std::fabs(a[n]))
+          << what << ": column " << n << " (values' rms " << rms << ")";
+    }
+  }
+
+  static std::vector<uint16_t> random_bf16(std::mt19937& rng, int64_t count) {
+    std::vector<uint16_t> bits;
+    for (float value : random_floats(rng, count, -1.0f, 1.0f)) {
+      bits.push_back(float_to_bf16_bits(value * 0.05f));
+    }
+    return bits;
+  }
+
+  // {N, K}: 16384 columns (a grid of 4096 blocks), then K = 16384 over them, then a small one.
+  static constexpr int64_t kShapes[3][2] = {{16384, 1024}, {256, 16384}, {64, 256}};
+
+ private:
+  static Tensor upload(const std::vector<uint16_t>& bits, std::vector<int64_t> shape) {
+    return Tensor::from_host(bits.data(), shape, DType::kBF16, kCudaDevice);
+  }
+
+  Platform& platform_;
+  StreamHandle stream_;
+  std::vector<std::vector<uint16_t>> weights_;
+  std::vector<Tensor> w_, out_;
+  Tensor x_;
+  std::vector<uint16_t> x_host_;
+};
+
+TEST_F(CudaPlatformTest, ProgrammaticGemvChainMatchesTheHostAndLeavesProgrammaticEdges) {
+  GROVE_SEEDED_RNG(rng);
+  ProgrammaticGemvChain chain(rng, platform(), stream_);
+  chain.set_input(ProgrammaticGemvChain::random_bf16(rng, ProgrammaticGemvChain::kShapes[0][1]));
+  chain.enqueue();  // stream launches
+  platform().synchronize_stream(stream_);
+  chain.expect_host_result("launched on the stream");
+  platform().begin_capture(stream_, CaptureMode::kThreadLocal);
+  chain.enqueue();
+  GraphHandle graph = platform().end_capture(stream_);
+  const bool programmatic = cuda_testing::runs_programmatic_launches(kCudaDevice);
+  EXPECT_EQ(platform().graph_programmatic_edge_count(graph), programmatic ? 2u : 0u)
+      << (programmatic ? "compute capability 9.0+" : "older device or GROVE_PROGRAMMATIC_LAUNCH=0");
+  GraphExecHandle exec = platform().instantiate(graph, InstantiateOptions{});
+  for (int replay = 0; replay < 3; ++replay) {
+    chain.set_input(ProgrammaticGemvChain::random_bf16(rng, ProgrammaticGemvChain::kShapes[0][1]));
+    platform().launch_graph(exec, stream_);
+    platform().synchronize_stream(stream_);
+    chain.expect_host_result("replay " + std::to_string(replay));
+  }
+  platform().destroy_graph_exec(exec);
+  platform().destroy_graph(graph);
+}
+
 TEST_F(CudaPlatformTest, GemmRejectsBadLeadingDimensionAndDtype) {
   GemmArgs args;
   args.m = 4;

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""One decode step's kernels, one by one, from an ncu CSV (GPU host only).
+
+  ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+      -k "regex:grove_|embedding|rms_norm|cast" --launch-skip S --launch-count N --csv \
+      --log-file NCU.csv decode --configs 1b --batches 1 ...
+  ncu_step_summary.py NCU.csv
+
+Takes the launches from the first embedding gather to the next (one step of
+the LLaMA decoder; ncu runs kernels one at a time, so these are the kernels'
+own times with nothing overlapped) and prints per kernel role (as
+nsys_step_summary.py names them) the launches, median and total time and the
+GB/s of the 1B config's weights where known.
+"""
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "tools"))
+from kernel_profile import parse_ncu_csv  # noqa: E402
+from nsys_step_summary import ROLE_BYTES, short  # noqa: E402
+
+
+def main():
+    with open(sys.argv[1], errors="replace") as handle:
+        launches = [(short(name), us) for name, us in parse_ncu_csv(handle.read())]
+    starts = [i for i, (name, _) in enumerate(launches) if name.startswith("embedding")]
+    if not starts:
+        raise SystemExit("no embedding launch (step start) among %d launches" % len(launches))
+    end = starts[1] if len(starts) > 1 else len(launches)
+    step = launches[starts[0]:end]
+    print("one step: %d kernels, %.1f us of kernel time (ncu, one at a time)"
+          % (len(step), sum(us for _, us in step)))
+    roles, order, previous = {}, [], ""
+    for name, us in step:
+        role = "%s<-%s" % (name, previous) if name == "grove_small_m_gemv_bf16_m1" else name
+        if role not in roles:
+            roles[role] = []
+            order.append(role)
+        roles[role].append(us)
+        previous = name
+    print("%-64s %5s %8s %8s %6s" % ("role", "n", "med us", "total", "GB/s"))
+    for role in order:
+        times = roles[role]
+        med = statistics.median(times)
+        known = ROLE_BYTES.get(role)
+        gbps = "%6.0f" % (known / (med * 1e-6) / 1e9) if known else "     -"
+        print("%-64s %5d %8.2f %8.1f %s" % (role[:64], len(times), med, sum(times), gbps))
+
+
+if __name__ == "__main__":
+    main()
