@@ -375,10 +375,9 @@ TEST_P(CudagraphsBackend, StatsAreValuesWhoseJsonKeepsTheCApiKeys) {
   // each layer, as cuBLAS-style GEMMs on sim or as the small-M kernels that
   // cuda picks for two rows (Note [Small-M GEMM selection]).
   const std::string lowered = json["programs"][0]["lowered"].get<std::string>();
-  const bool names_the_gemms =
-      lowered.find("gemm x1 m=2 n=512 k=512") != std::string::npos ||
-      (lowered.find("small_m_gemm") != std::string::npos &&
-       lowered.find("<- fc15") != std::string::npos);
+  const bool names_the_gemms = lowered.find("gemm x1 m=2 n=512 k=512") != std::string::npos ||
+                               (lowered.find("small_m_gemm") != std::string::npos &&
+                                lowered.find("<- fc15") != std::string::npos);
   EXPECT_TRUE(names_the_gemms) << lowered;
   const nlohmann::json& tree = json["tree"];
   EXPECT_EQ(tree["replays"], 2u);
