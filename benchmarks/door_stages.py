@@ -8,6 +8,7 @@ wall time the step is host-bound and these are the numbers to cut.
 
     python3 benchmarks/door_stages.py [--json out.json] [--steps 200]
         [--variants grove,grove_optim,torch_reduce_overhead] [--profile DIR]
+        [--models mlp16x512_b32,gpt4x256_b8_t32]
 
 Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
 "grove_fn" (the same run by grove's own autograd function, GROVE_DOOR_FUNCTION=1),
@@ -183,6 +184,8 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--variants", default="grove,grove_optim,torch_reduce_overhead")
     parser.add_argument("--profile", default=None, help="a folder for cProfile listings")
+    parser.add_argument("--models", default="",
+                        help="comma-separated model names to run (default: all)")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo, training_cases
 
@@ -200,7 +203,10 @@ def main():
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     rows = []
+    wanted = set(args.models.split(",")) if args.models else None
     for name, module, inputs, loss_of in training_cases():
+        if wanted and name not in wanted:
+            continue
         for variant in args.variants.split(","):
             from grove import door_function
 
