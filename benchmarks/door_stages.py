@@ -10,6 +10,9 @@ wall time the step is host-bound and these are the numbers to cut.
         [--variants grove,grove_optim,torch_reduce_overhead] [--profile DIR]
         [--models mlp16x512_b32,gpt4x256_b8_t32]
 
+Models: mlp16x512_b32 and gpt4x256_b8_t32 (torch_backend.py's) by default;
+--models may also name the zoo's training models (vit_tiny, llama, gpt2:
+zoo_training.py's, batch 8).
 Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
 "grove_fn" (the same run by grove's own autograd function, GROVE_DOOR_FUNCTION=1),
 "grove_optim" (backend="grove", grove.torch.optim.AdamW), and
@@ -78,6 +81,31 @@ def step_of(module, inputs, loss_of, variant):
             else:
                 os.environ["GROVE_DOOR_FUNCTION"] = previous
     return step
+
+
+def zoo_cases(wanted):
+    """The zoo's training models (benchmarks/zoo_training.py: vit_tiny, llama,
+    gpt2 at batch 8) named in `wanted`, as (name, module, inputs, loss_of):
+    the model's call on the batch's input, then the loss of its output."""
+    import importlib
+
+    import zoo_training
+
+    cases = []
+    for name, make, library in zoo_training.MODELS:
+        if not wanted or name not in wanted:
+            continue
+        importlib.import_module(library)
+        torch.manual_seed(0)
+        module, batch, _ = make()
+        module = module.cuda().train()
+        features, labels = (value.cuda() for value in batch)
+
+        def loss_of(out, labels=labels):
+            return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]),
+                                                     labels.reshape(-1))
+        cases.append((name, module, (features,), loss_of))
+    return cases
 
 
 def measure(step, clock, steps, profile_path=None):
@@ -204,7 +232,7 @@ def main():
         os.makedirs(args.profile, exist_ok=True)
     rows = []
     wanted = set(args.models.split(",")) if args.models else None
-    for name, module, inputs, loss_of in training_cases():
+    for name, module, inputs, loss_of in training_cases() + zoo_cases(wanted):
         if wanted and name not in wanted:
             continue
         for variant in args.variants.split(","):
