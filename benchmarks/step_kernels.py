@@ -12,6 +12,7 @@ summed GPU time, the GPU's busy span, and the kernels by total time.
         --variant grove_step --model gpt4x256_b8_t32 --steps 20
     nsys stats -r cuda_gpu_trace -f csv -o OUT OUT.nsys-rep
     python3 benchmarks/step_kernels.py --summarize OUT_cuda_gpu_trace.csv --steps 20
+    python3 benchmarks/step_kernels.py --torch-profiler --variant grove_step  (no nsys)
 
 Skips (exit 0, says so) without CUDA or torch._dynamo.
 """
@@ -61,6 +62,53 @@ def run(args):
     torch.cuda.cudart().cudaProfilerStop()
     print("%s %s: %.1f us per step (%.1f us per profiled step, %d steps in the range)"
           % (args.model, args.variant, wall, profiled, args.steps), flush=True)
+    return 0
+
+
+def profile_with_torch(args):
+    """The kernels of --steps steps by torch.profiler (CUPTI reports a CUDA
+    graph's kernels one by one), for hosts without nsys: per kernel name the
+    launches and GPU time per step, and the summed kernel time per step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from torch_backend import (skipped_without_cuda_or_dynamo, time_steps, train_variant,
+                               training_cases)
+
+    if skipped_without_cuda_or_dynamo("step_kernels"):
+        return 0
+    import grove.torch  # noqa: F401 (registers the backend)
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cases = {name: (module, inputs, loss_of) for name, module, inputs, loss_of in
+             training_cases()}
+    module, inputs, loss_of = cases[args.model]
+    step = train_variant(module, inputs, loss_of, args.variant)
+    for _ in range(WARMUP):
+        step()
+    torch.cuda.synchronize()
+    wall = time_steps(step, 100)["median_us"]
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(args.steps):
+            step()
+        torch.cuda.synchronize()
+    kernels = [event for event in profiler.events()
+               if getattr(event, "device_type", None) is not None
+               and str(event.device_type).endswith("CUDA")]
+    by_name = collections.defaultdict(lambda: [0, 0.0])
+    for event in kernels:
+        entry = by_name[_short(event.name)]
+        entry[0] += 1
+        entry[1] += event.time_range.elapsed_us()
+    total = sum(time for _, time in by_name.values())
+    launches = sum(count for count, _ in by_name.values())
+    print("%s %s: %.1f us per step; %.1f kernels and %.1f us of kernel time per step "
+          "(torch.profiler)" % (args.model, args.variant, wall, launches / args.steps,
+                                total / args.steps))
+    print("%8s %10s %9s %7s  %s" % ("per step", "us/step", "mean us", "share", "kernel"))
+    for name, (count, time) in sorted(by_name.items(), key=lambda item: -item[1][1])[:args.top]:
+        print("%8.1f %10.1f %9.2f %6.1f%%  %s" % (count / args.steps, time / args.steps,
+                                                 time / count, 100.0 * time / max(total, 1e-9),
+                                                 name))
     return 0
 
 
@@ -126,8 +174,12 @@ def main():
     parser.add_argument("--summarize", default=None,
                         help="an nsys cuda_gpu_trace CSV of a run of this script to summarize")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--torch-profiler", action="store_true",
+                        help="list the kernels with torch.profiler instead (no nsys needed)")
     args = parser.parse_args()
-    return summarize(args) if args.summarize else run(args)
+    if args.summarize:
+        return summarize(args)
+    return profile_with_torch(args) if args.torch_profiler else run(args)
 
 
 if __name__ == "__main__":
