@@ -281,9 +281,17 @@ LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const Lt
                    "cuBLASLt has no algorithm for ", doing,
                    "; set GROVE_GEMM_EPILOGUES=0 to run the bias and gelu as separate kernels");
     // Note [Measured cuBLASLt algorithms]
-    const int chosen = measure && found > 1
-                           ? fastest_candidate(library, handle, plan, key, results, found, doing)
-                           : 0;
+    // A measurement that fails (no memory for the scratch matrices) leaves
+    // cuBLASLt's first choice.
+    int chosen = 0;
+    if (measure && found > 1) {
+      try {
+        chosen = fastest_candidate(library, handle, plan, key, results, found, doing);
+      } catch (const Error& error) {
+        log(LogLevel::kWarn, str_cat("grove: timing cuBLASLt's algorithms for ", doing, " failed (",
+                                     error.what(), "); using its first choice"));
+      }
+    }
     plan.algo = results[chosen].algo;
     plan.workspace = results[chosen].workspaceSize;
     library.lt_preference_destroy(preference);
