@@ -18,8 +18,9 @@ Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
 "grove_optim" (backend="grove", grove.torch.optim.AdamW), and
 "torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
 split of PyTorch's own. --profile writes a cProfile listing (top functions
-by own time) and torch.profiler's table of device time per model and
-variant into DIR. Models: mlp16x512 b32 and
+by own time) per model and variant into DIR, and with --device-profile
+torch.profiler's table of device time too (which slows the variants after
+it: one variant per process then). Models: mlp16x512 b32 and
 gpt4x256 b8 T32 (benchmarks/torch_backend.py's). Skips (exit 0) without
 CUDA or torch._dynamo.
 """
@@ -108,7 +109,7 @@ def zoo_cases(wanted):
     return cases
 
 
-def measure(step, clock, steps, profile_path=None):
+def measure(step, clock, steps, profile_path=None, device_table=False):
     stage_times = {name: [] for name in STAGES}
     c_times = []
 
@@ -160,7 +161,8 @@ def measure(step, clock, steps, profile_path=None):
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(45)
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
-        text.write(device_profile(step, untimed))
+        if device_table:
+            text.write(device_profile(step, untimed))
         with open(profile_path, "w") as out:
             out.write(text.getvalue())
     return row
@@ -212,6 +214,10 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--variants", default="grove,grove_optim,torch_reduce_overhead")
     parser.add_argument("--profile", default=None, help="a folder for cProfile listings")
+    parser.add_argument("--device-profile", action="store_true",
+                        help="with --profile, add torch.profiler's table of device time; the "
+                        "variants after it run slower (Note [Training variants measured apart] "
+                        "in torch_backend.py), so profile one variant per process")
     parser.add_argument("--models", default="",
                         help="comma-separated model names to run (default: all)")
     args = parser.parse_args()
@@ -243,7 +249,7 @@ def main():
                 step = step_of(module, inputs, loss_of, variant)
                 path = (os.path.join(args.profile, "%s_%s.txt" % (name, variant))
                         if args.profile else None)
-                row = measure(step, clock, args.steps, path)
+                row = measure(step, clock, args.steps, path, args.device_profile)
             except Exception as error:  # one variant failing leaves the others' numbers
                 traceback.print_exc()
                 row = {"error": "%s: %s" % (type(error).__name__, error)}

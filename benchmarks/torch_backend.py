@@ -6,6 +6,7 @@ from C++ (grove_model_time_runs) on the same inputs.
 
     python3 benchmarks/torch_backend.py [--json out.json] [--repeats 200] [--models a,b]
     python3 benchmarks/torch_backend.py --train [--json out.json] [--variants grove,grove_step]
+        [--isolate]
 
 --train times one training step (forward, loss, backward, AdamW with
 fused=True) of mlp16x512 b=32 and gpt4x256 b=8 T=32 under torch eager,
@@ -231,6 +232,33 @@ TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "torch_reduce_overhead
                   "grove_step", "grove_step_sgd")
 
 
+# Note [Training variants measured apart]: in one process, a variant's step
+# gets slower the more variants ran before it (on an H100, r1 of session 17:
+# the same eager zero_grad, loss and fused AdamW took 49, 63 and 253 us in the
+# first variant and 72, 116 and 448 us in the third, after two torch.profiler
+# sessions; without a profiler, session 16's two identical door variants in a
+# row took 1566 and 1674 us), so the order of the variants biased their ratios.
+# --isolate runs each (model, variant) in a fresh interpreter of its own, at
+# the cost of a start-up per variant.
+def isolated_variant(model, variant, repeats):
+    """The JSON entry of `variant` of `model`, measured by this script in a
+    child process of its own (Note [Training variants measured apart])."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "row.json")
+        command = [sys.executable, os.path.abspath(__file__), "--train", "--models", model,
+                   "--variants", variant, "--repeats", str(repeats), "--json", path]
+        completed = subprocess.run(command, capture_output=True, text=True)
+        if completed.returncode != 0 or not os.path.exists(path):
+            tail = (completed.stdout + completed.stderr).strip().splitlines()[-3:]
+            return {"error": "child exited %d: %s" % (completed.returncode, " | ".join(tail))}
+        with open(path) as handle:
+            rows = json.load(handle)["rows"]
+    return rows[0].get(variant, {"error": "the child wrote no %s" % variant})
+
+
 def train_main(args):
     variants = args.variants.split(",") if args.variants else list(TRAIN_VARIANTS)
     unknown = sorted(set(variants) - set(TRAIN_VARIANTS))
@@ -244,14 +272,18 @@ def train_main(args):
             continue
         row = {"model": name}
         for variant in variants:
-            try:
-                step = train_variant(module, inputs, loss_of, variant)
-                row[variant] = time_steps(step, args.repeats)
-                if variant in ("grove", "grove_fn", "grove_aot", "grove_optim", "grove_eager"):
-                    row[variant]["tree_per_step"] = tree_per_step(step)
-            except Exception as error:  # one variant failing leaves the others' numbers
-                traceback.print_exc()
-                row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+            if args.isolate:
+                row[variant] = isolated_variant(name, variant, args.repeats)
+            else:
+                try:
+                    step = train_variant(module, inputs, loss_of, variant)
+                    row[variant] = time_steps(step, args.repeats)
+                    if variant in ("grove", "grove_fn", "grove_aot", "grove_optim",
+                                   "grove_eager"):
+                        row[variant]["tree_per_step"] = tree_per_step(step)
+                except Exception as error:  # one variant failing leaves the others' numbers
+                    traceback.print_exc()
+                    row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
             # As it comes, so a run cut short still shows what it measured.
             print("%s %s: %s" % (name, variant, "%.1f us" % row[variant]["median_us"]
                                  if "median_us" in row[variant] else "failed"), flush=True)
@@ -324,6 +356,9 @@ def main():
     parser.add_argument("--variants", default="",
                         help="--train: comma-separated variants (default: all of %s)"
                         % ",".join(TRAIN_VARIANTS))
+    parser.add_argument("--isolate", action="store_true",
+                        help="--train: each variant in a process of its own (Note [Training "
+                        "variants measured apart])")
     args = parser.parse_args()
     if skipped_without_cuda_or_dynamo("torch_backend"):
         return 0
