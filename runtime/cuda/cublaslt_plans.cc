@@ -2,14 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 #include <tuple>
-#include <vector>
 
 #include "runtime/cuda/cublas_handles.h"
 #include "runtime/cuda/cuda_error.h"
@@ -87,141 +83,11 @@ const void* bias_pointer(const GemmArgs& g) {
   return is_bias_gradient(g.epilogue) ? g.bias_grad : g.bias;
 }
 
-bool uses_bias_vector(GemmEpilogue epilogue) {
-  return epilogue != GemmEpilogue::kNone && epilogue != GemmEpilogue::kDGelu;
-}
-
-// Note [Measured cuBLASLt algorithms]: with GROVE_GEMM_AUTOTUNE=1 a plan asks
-// cuBLASLt's heuristic for up to kMeasuredCandidates algorithms and times each
-// on scratch matrices of the plan's sizes (fresh allocations, so at least as
-// aligned as the real pointers the key names), on a stream of its own, keeping
-// the fastest; plain GEMMs (no epilogue, one matrix) then run through cuBLASLt
-// too, so that they are measured the same way. A plan is made once per process
-// and key, so eager calls and graph captures of the GEMM run the one algorithm
-// chosen (eager == cudagraphs bitwise); another process may measure another
-// winner, whose rounding may differ in the last bits, so it is off by default.
-// A plan first needed while the calling stream captures is not measured
-// (cuBLASLt's first choice), nor is one whose candidates all fail to run.
-// Tests (a GPU host, with GROVE_GEMM_AUTOTUNE=1): GpuStepTest (tests/python/
-// gpu_step_test.py: losses against PyTorch, cudagraphs equal to eager bitwise)
-// and GemmEpilogueOnDevice's cuda instances (tests/compiler/lowering).
-constexpr int kMeasuredCandidates = 8;
-
-bool autotune_requested() {
-  static const bool requested = [] {
-    const char* value = std::getenv("GROVE_GEMM_AUTOTUNE");
-    if (value == nullptr || *value == '\0') return false;
-    const std::string text = value;
-    GROVE_CHECK_AS(ConfigError, text == "0" || text == "1", "GROVE_GEMM_AUTOTUNE='", text,
-                   "': expected 1 (time cuBLASLt's candidate algorithms per GEMM shape and keep "
-                   "the fastest) or 0 (cuBLASLt's first choice, the default)");
-    return text == "1";
-  }();
-  return requested;
-}
-
-// Scratch device memory for measuring a plan, freed on scope exit.
-class Scratch {
- public:
-  ~Scratch() {
-    for (void* pointer : pointers_) cudaFree(pointer);
-  }
-  void* take(size_t bytes, const GemmWhat& doing) {
-    void* pointer = nullptr;
-    GROVE_CUDA_CHECK(cudaMalloc(&pointer, std::max<size_t>(bytes, 256)),
-                     "allocating scratch memory to time cuBLASLt algorithms for ", doing);
-    pointers_.push_back(pointer);
-    GROVE_CUDA_CHECK(cudaMemset(pointer, 0, std::max<size_t>(bytes, 256)),
-                     "clearing scratch memory to time cuBLASLt algorithms for ", doing);
-    return pointer;
-  }
-
- private:
-  std::vector<void*> pointers_;
-};
-
-// The index among `results` of the fastest algorithm for `plan` (Note
-// [Measured cuBLASLt algorithms]); 0 when none could be timed.
-int fastest_candidate(const CublasLibrary& library, cublasLtHandle_t handle, const LtPlan& plan,
-                      const LtKey& key, const cublasLtMatmulHeuristicResult_t* results, int found,
-                      const GemmWhat& doing) {
-  const size_t element = dtype_size(key.dtype);
-  const auto stored = [&](int64_t ld, int64_t cols) {
-    return static_cast<size_t>(ld) * static_cast<size_t>(cols) * element;
-  };
-  Scratch scratch;
-  void* a = scratch.take(stored(key.lda, key.transpose_a ? key.m : key.k), doing);
-  void* b = scratch.take(stored(key.ldb, key.transpose_b ? key.k : key.n), doing);
-  void* c = scratch.take(stored(key.ldc, key.n), doing);
-  void* vector = scratch.take(static_cast<size_t>(std::max(key.m, key.n)) * element, doing);
-  void* aux = uses_aux(key.epilogue) ? scratch.take(stored(key.ld_aux, key.n), doing) : nullptr;
-  void* workspace = key.workspace > 0 ? scratch.take(key.workspace, doing) : nullptr;
-  if (uses_bias_vector(key.epilogue)) {
-    set_desc(library, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-             static_cast<const void*>(vector), doing);
-  }
-  if (aux != nullptr) {
-    set_desc(library, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-             static_cast<const void*>(aux), doing);
-  }
-  cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr, end = nullptr;
-  GROVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                   "creating a stream to time cuBLASLt algorithms for ", doing);
-  int best = 0;
-  float best_ms = 0.0f;
-  bool timed_any = false;
-  try {
-    GROVE_CUDA_CHECK(cudaEventCreate(&start), "timing cuBLASLt algorithms for ", doing);
-    GROVE_CUDA_CHECK(cudaEventCreate(&end), "timing cuBLASLt algorithms for ", doing);
-    const float alpha = 1.0f, beta = 0.0f;
-    constexpr int kWarmUp = 3, kTimed = 20;
-    for (int candidate = 0; candidate < found; ++candidate) {
-      const cublasLtMatmulHeuristicResult_t& result = results[candidate];
-      if (result.state != CUBLAS_STATUS_SUCCESS || result.workspaceSize > key.workspace) continue;
-      auto run = [&] {
-        return library.lt_matmul(handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, c, plan.c,
-                                 c, plan.c, &result.algo, workspace, key.workspace, stream);
-      };
-      bool runs = true;
-      for (int i = 0; i < kWarmUp && runs; ++i) runs = run() == CUBLAS_STATUS_SUCCESS;
-      if (!runs) continue;
-      GROVE_CUDA_CHECK(cudaEventRecord(start, stream), "timing cuBLASLt algorithms for ", doing);
-      for (int i = 0; i < kTimed && runs; ++i) runs = run() == CUBLAS_STATUS_SUCCESS;
-      GROVE_CUDA_CHECK(cudaEventRecord(end, stream), "timing cuBLASLt algorithms for ", doing);
-      GROVE_CUDA_CHECK(cudaEventSynchronize(end), "timing cuBLASLt algorithms for ", doing);
-      float ms = 0.0f;
-      GROVE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end), "timing cuBLASLt algorithms for ",
-                       doing);
-      if (runs && (!timed_any || ms < best_ms)) {
-        timed_any = true;
-        best = candidate;
-        best_ms = ms;
-      }
-    }
-  } catch (...) {
-    if (start != nullptr) cudaEventDestroy(start);
-    if (end != nullptr) cudaEventDestroy(end);
-    cudaStreamSynchronize(stream);
-    cudaStreamDestroy(stream);
-    throw;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(end);
-  cudaStreamSynchronize(stream);
-  cudaStreamDestroy(stream);
-  if (log_enabled(LogLevel::kDebug)) {
-    log(LogLevel::kDebug, str_cat("cuBLASLt ", doing, ": candidate ", best, " of ", found,
-                                  " is the fastest (", best_ms * 1000.0f / 20.0f, " us)"));
-  }
-  return best;
-}
-
 // Makes the plan of `key` (caller holds the registry's mutex). The heuristic
 // reads the bias and aux pointers' alignment from the descriptor, so this
 // call's pointers (of the alignments in `key`) are set before it runs.
 LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const LtKey& key,
-                 const GemmArgs& g, bool measure, const GemmWhat& doing) {
+                 const GemmArgs& g, const GemmWhat& doing) {
   cudaDataType type = cuda_data_type(key.dtype);
   LtPlan plan;
   check_cublas(library, library.lt_desc_create(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -240,7 +106,7 @@ LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const Lt
     if (key.epilogue == GemmEpilogue::kBiasGradB) epilogue = CUBLASLT_EPILOGUE_BGRADB;
     if (key.epilogue == GemmEpilogue::kDGelu) epilogue = CUBLASLT_EPILOGUE_DGELU;
     set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, doing);
-    if (uses_bias_vector(key.epilogue)) {
+    if (key.epilogue != GemmEpilogue::kDGelu) {
       set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type, doing);
       set_desc(library, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_pointer(g), doing);
     }
@@ -271,29 +137,17 @@ LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const Lt
     prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignments[1]);
     prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignments[2]);
     prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignments[2]);
-    cublasLtMatmulHeuristicResult_t results[kMeasuredCandidates] = {};
+    cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     check_cublas(library,
                  library.lt_heuristic(handle, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
-                                      measure ? kMeasuredCandidates : 1, results, &found),
+                                      1, &result, &found),
                  "cublasLtMatmulAlgoGetHeuristic", doing);
-    GROVE_CHECK_AS(DeviceError, found > 0 && results[0].state == CUBLAS_STATUS_SUCCESS,
+    GROVE_CHECK_AS(DeviceError, found > 0 && result.state == CUBLAS_STATUS_SUCCESS,
                    "cuBLASLt has no algorithm for ", doing,
                    "; set GROVE_GEMM_EPILOGUES=0 to run the bias and gelu as separate kernels");
-    // Note [Measured cuBLASLt algorithms]
-    // A measurement that fails (no memory for the scratch matrices) leaves
-    // cuBLASLt's first choice.
-    int chosen = 0;
-    if (measure && found > 1) {
-      try {
-        chosen = fastest_candidate(library, handle, plan, key, results, found, doing);
-      } catch (const Error& error) {
-        log(LogLevel::kWarn, str_cat("grove: timing cuBLASLt's algorithms for ", doing, " failed (",
-                                     error.what(), "); using its first choice"));
-      }
-    }
-    plan.algo = results[chosen].algo;
-    plan.workspace = results[chosen].workspaceSize;
+    plan.algo = result.algo;
+    plan.workspace = result.workspaceSize;
     library.lt_preference_destroy(preference);
   } catch (...) {
     if (preference != nullptr) library.lt_preference_destroy(preference);
@@ -316,8 +170,8 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
   GROVE_CHECK_AS(ShapeError, g.batch_count == 1, "cuBLAS GEMM with a ",
                  gemm_epilogue_name(g.epilogue), " epilogue: batch_count must be 1, found ",
                  g.batch_count);
-  GROVE_CHECK(!uses_bias_vector(g.epilogue) || bias_pointer(g) != nullptr, "cuBLAS GEMM with a ",
-              gemm_epilogue_name(g.epilogue), " epilogue: the ",
+  GROVE_CHECK(g.epilogue == GemmEpilogue::kDGelu || bias_pointer(g) != nullptr,
+              "cuBLAS GEMM with a ", gemm_epilogue_name(g.epilogue), " epilogue: the ",
               is_bias_gradient(g.epilogue) ? "bias_grad" : "bias", " pointer is null");
   if (is_bias_gradient(g.epilogue) || g.epilogue == GemmEpilogue::kDGelu) {
     // Note [GEMM bias gradients].
@@ -362,18 +216,11 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
   }
   auto plan = r.plans.find(key);
   if (plan == r.plans.end()) {
-    // Note [Measured cuBLASLt algorithms]: never while the stream captures.
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    const bool measure =
-        autotune_requested() &&
-        cudaStreamIsCapturing(static_cast<cudaStream_t>(stream.impl), &capturing) == cudaSuccess &&
-        capturing == cudaStreamCaptureStatusNone;
-    cudaGetLastError();  // a failed query leaves nothing behind
     RelaxedCaptureModeGuard relaxed;
-    plan = r.plans.emplace(key, make_plan(library, handle->second, key, g, measure, doing)).first;
+    plan = r.plans.emplace(key, make_plan(library, handle->second, key, g, doing)).first;
   }
   const LtPlan& p = plan->second;
-  if (uses_bias_vector(g.epilogue)) {
+  if (g.epilogue != GemmEpilogue::kDGelu) {
     set_desc(library, p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_pointer(g), doing);
   }
   if (uses_aux(g.epilogue)) {
@@ -384,11 +231,6 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
                                  p.c, g.c, p.c, &p.algo, state.workspace, state.workspace_bytes,
                                  static_cast<cudaStream_t>(stream.impl)),
                "cublasLtMatmul", doing);
-}
-
-bool measured_plain_gemm(const CublasLibrary& library, const GemmArgs& g) {
-  return g.epilogue == GemmEpilogue::kNone && g.batch_count == 1 && g.k > 0 && library.lt_ok &&
-         autotune_requested();
 }
 
 bool row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dtype, int64_t m,
@@ -449,7 +291,7 @@ bool row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dt
         handle = r.handles.emplace(device.index, created).first;
       }
       RelaxedCaptureModeGuard relaxed;
-      LtPlan plan = make_plan(library, handle->second, probe, args, /*measure=*/false, doing);
+      LtPlan plan = make_plan(library, handle->second, probe, args, doing);
       library.lt_layout_destroy(plan.a);
       library.lt_layout_destroy(plan.b);
       library.lt_layout_destroy(plan.c);

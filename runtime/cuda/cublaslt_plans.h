@@ -14,19 +14,12 @@
 
 namespace grove::runtime::cuda_detail {
 
-// Enqueues the column-major GEMM `g` (C non-empty; an epilogue, or none where
-// GEMMs are measured: measured_plain_gemm) as one cublasLtMatmul on `stream`,
-// with the stream's cuBLAS workspace. Checks what the epilogue needs (batch 1,
-// its pointers, alpha/beta, ld_aux) and throws ShapeError / DeviceError naming
-// `doing` otherwise.
+// Enqueues the column-major GEMM `g` (g.epilogue != kNone, C non-empty) as one
+// cublasLtMatmul on `stream`, with the stream's cuBLAS workspace. Checks what
+// the epilogue needs (batch 1, its pointers, alpha/beta, ld_aux) and throws
+// ShapeError / DeviceError naming `doing` otherwise.
 void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandle stream,
                         const GemmArgs& g, const GemmWhat& doing);
-
-// Whether the plain GEMM `g` (no epilogue) runs through gemm_with_epilogue
-// so that its algorithm is measured (Note [Measured cuBLASLt algorithms]:
-// GROVE_GEMM_AUTOTUNE=1, one matrix, cuBLASLt loaded). Throws ConfigError for
-// a GROVE_GEMM_AUTOTUNE that is neither 0 nor 1.
-bool measured_plain_gemm(const CublasLibrary& library, const GemmArgs& g);
 
 // gemm_row_major_epilogue_available (blas.h): probes cuBLASLt once per
 // (device, epilogue, dtype, sizes) and caches the answer; never throws.
