@@ -13,8 +13,9 @@ fused=True) of mlp16x512 b=32 and gpt4x256 b=8 T=32 under torch eager,
 torch.compile(mode="reduce-overhead") (the model compiled, the optimizer's
 step eager), the same with the optimizer's step compiled too
 (torch_reduce_overhead_opt: torch.compile(optimizer.step,
-mode="reduce-overhead"), like with like for grove_optim, whose update is one
-captured graph), the whole step captured by hand with
+mode="reduce-overhead") of the foreach AdamW, PyTorch's compiled-optimizer
+recipe; like with like for grove_optim, whose update is one captured graph),
+the whole step captured by hand with
 torch.cuda.graph (PyTorch's kernels with no launch overhead; AdamW
 capturable), backend="grove" with PyTorch's optimizer and with grove.torch.optim
 (grove/r-o: the latter over reduce-overhead, door/r-o: the former; the
@@ -195,6 +196,11 @@ def train_variant(module, inputs, loss_of, variant):
         import grove.torch
 
         optimizer = grove.torch.optim.AdamW(model.parameters(), lr=1e-4)
+    elif variant == "torch_reduce_overhead_opt":
+        # PyTorch's compiled-optimizer recipe: the foreach AdamW, which dynamo
+        # traces into one graph (r1 of session 17: the fused one gave the
+        # backend no graph).
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True,
                                       capturable=capturable)
