@@ -8,14 +8,19 @@ wall time the step is host-bound and these are the numbers to cut.
 
     python3 benchmarks/door_stages.py [--json out.json] [--steps 200]
         [--variants grove,grove_optim,torch_reduce_overhead] [--profile DIR]
+        [--models mlp16x512_b32,gpt4x256_b8_t32]
 
+Models: mlp16x512_b32 and gpt4x256_b8_t32 (torch_backend.py's) by default;
+--models may also name the zoo's training models (vit_tiny, llama, gpt2:
+zoo_training.py's, batch 8).
 Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
 "grove_fn" (the same run by grove's own autograd function, GROVE_DOOR_FUNCTION=1),
 "grove_optim" (backend="grove", grove.torch.optim.AdamW), and
 "torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
 split of PyTorch's own. --profile writes a cProfile listing (top functions
-by own time) and torch.profiler's table of device time per model and
-variant into DIR. Models: mlp16x512 b32 and
+by own time) per model and variant into DIR, and with --device-profile
+torch.profiler's table of device time too (which slows the variants after
+it: one variant per process then). Models: mlp16x512 b32 and
 gpt4x256 b8 T32 (benchmarks/torch_backend.py's). Skips (exit 0) without
 CUDA or torch._dynamo.
 """
@@ -79,7 +84,32 @@ def step_of(module, inputs, loss_of, variant):
     return step
 
 
-def measure(step, clock, steps, profile_path=None):
+def zoo_cases(wanted):
+    """The zoo's training models (benchmarks/zoo_training.py: vit_tiny, llama,
+    gpt2 at batch 8) named in `wanted`, as (name, module, inputs, loss_of):
+    the model's call on the batch's input, then the loss of its output."""
+    import importlib
+
+    import zoo_training
+
+    cases = []
+    for name, make, library in zoo_training.MODELS:
+        if not wanted or name not in wanted:
+            continue
+        importlib.import_module(library)
+        torch.manual_seed(0)
+        module, batch, _ = make()
+        module = module.cuda().train()
+        features, labels = (value.cuda() for value in batch)
+
+        def loss_of(out, labels=labels):
+            return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]),
+                                                     labels.reshape(-1))
+        cases.append((name, module, (features,), loss_of))
+    return cases
+
+
+def measure(step, clock, steps, profile_path=None, device_table=False):
     stage_times = {name: [] for name in STAGES}
     c_times = []
 
@@ -131,7 +161,8 @@ def measure(step, clock, steps, profile_path=None):
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(45)
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
-        text.write(device_profile(step, untimed))
+        if device_table:
+            text.write(device_profile(step, untimed))
         with open(profile_path, "w") as out:
             out.write(text.getvalue())
     return row
@@ -183,6 +214,12 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--variants", default="grove,grove_optim,torch_reduce_overhead")
     parser.add_argument("--profile", default=None, help="a folder for cProfile listings")
+    parser.add_argument("--device-profile", action="store_true",
+                        help="with --profile, add torch.profiler's table of device time; the "
+                        "variants after it run slower (Note [Training variants measured apart] "
+                        "in torch_backend.py), so profile one variant per process")
+    parser.add_argument("--models", default="",
+                        help="comma-separated model names to run (default: all)")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo, training_cases
 
@@ -200,7 +237,10 @@ def main():
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     rows = []
-    for name, module, inputs, loss_of in training_cases():
+    wanted = set(args.models.split(",")) if args.models else None
+    for name, module, inputs, loss_of in training_cases() + zoo_cases(wanted):
+        if wanted and name not in wanted:
+            continue
         for variant in args.variants.split(","):
             from grove import door_function
 
@@ -209,7 +249,7 @@ def main():
                 step = step_of(module, inputs, loss_of, variant)
                 path = (os.path.join(args.profile, "%s_%s.txt" % (name, variant))
                         if args.profile else None)
-                row = measure(step, clock, args.steps, path)
+                row = measure(step, clock, args.steps, path, args.device_profile)
             except Exception as error:  # one variant failing leaves the others' numbers
                 traceback.print_exc()
                 row = {"error": "%s: %s" % (type(error).__name__, error)}

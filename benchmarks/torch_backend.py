@@ -6,14 +6,21 @@ from C++ (grove_model_time_runs) on the same inputs.
 
     python3 benchmarks/torch_backend.py [--json out.json] [--repeats 200] [--models a,b]
     python3 benchmarks/torch_backend.py --train [--json out.json] [--variants grove,grove_step]
+        [--isolate]
 
 --train times one training step (forward, loss, backward, AdamW with
 fused=True) of mlp16x512 b=32 and gpt4x256 b=8 T=32 under torch eager,
-torch.compile(mode="reduce-overhead"), the whole step captured by hand with
+torch.compile(mode="reduce-overhead") (the model compiled, the optimizer's
+step eager), the same with the optimizer's step compiled too
+(torch_reduce_overhead_opt: torch.compile(optimizer.step,
+mode="reduce-overhead") of the foreach AdamW, PyTorch's compiled-optimizer
+recipe; like with like for grove_optim, whose update is one captured graph),
+the whole step captured by hand with
 torch.cuda.graph (PyTorch's kernels with no launch overhead; AdamW
 capturable), backend="grove" with PyTorch's optimizer and with grove.torch.optim
 (grove/r-o: the latter over reduce-overhead, door/r-o: the former; the
-issue's goal is <= 0.5), backend="grove" with PyTorch's optimizer run by
+issue's goal is <= 0.5; grove_optim/r-o_opt: the former over
+torch_reduce_overhead_opt), backend="grove" with PyTorch's optimizer run by
 grove's own autograd function (grove_fn, GROVE_DOOR_FUNCTION=1: the default,
 as "grove") and by AOTAutograd's runtime (grove_aot, GROVE_DOOR_FUNCTION=0), and the whole step as grove graphs
 (grove.training.compile_step with AdamW, run as grove's update; step/r-o;
@@ -189,11 +196,21 @@ def train_variant(module, inputs, loss_of, variant):
         import grove.torch
 
         optimizer = grove.torch.optim.AdamW(model.parameters(), lr=1e-4)
+    elif variant == "torch_reduce_overhead_opt":
+        # PyTorch's compiled-optimizer recipe: the foreach AdamW, which dynamo
+        # traces into one graph (r1 of session 17: the fused one gave the
+        # backend no graph).
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True,
                                       capturable=capturable)
     torch._dynamo.reset()
-    if variant == "torch_reduce_overhead":
+    update = optimizer.step
+    if variant == "torch_reduce_overhead_opt":
+        # Like with like for grove_optim (an optimizer step captured as one
+        # graph): PyTorch's own, the step compiled in reduce-overhead mode.
+        update = torch.compile(optimizer.step, mode="reduce-overhead")
+    if variant in ("torch_reduce_overhead", "torch_reduce_overhead_opt"):
         run = torch.compile(model, mode="reduce-overhead", dynamic=False)
     elif variant.startswith("grove"):
         run = torch.compile(model, backend="grove", dynamic=False,
@@ -205,7 +222,7 @@ def train_variant(module, inputs, loss_of, variant):
         optimizer.zero_grad(set_to_none=not capturable)
         loss = loss_of(run(*inputs))
         loss.backward()
-        optimizer.step()
+        update()
         return loss
 
     if not capturable:
@@ -216,8 +233,36 @@ def train_variant(module, inputs, loss_of, variant):
     return graph.replay
 
 
-TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "cuda_graph", "grove_eager", "grove",
-                  "grove_fn", "grove_aot", "grove_optim", "grove_step", "grove_step_sgd")
+TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "torch_reduce_overhead_opt",
+                  "cuda_graph", "grove_eager", "grove", "grove_fn", "grove_aot", "grove_optim",
+                  "grove_step", "grove_step_sgd")
+
+
+# Note [Training variants measured apart]: in one process, a variant's step
+# gets slower the more variants ran before it (on an H100, r1 of session 17:
+# the same eager zero_grad, loss and fused AdamW took 49, 63 and 253 us in the
+# first variant and 72, 116 and 448 us in the third, after two torch.profiler
+# sessions; without a profiler, session 16's two identical door variants in a
+# row took 1566 and 1674 us), so the order of the variants biased their ratios.
+# --isolate runs each (model, variant) in a fresh interpreter of its own, at
+# the cost of a start-up per variant.
+def isolated_variant(model, variant, repeats):
+    """The JSON entry of `variant` of `model`, measured by this script in a
+    child process of its own (Note [Training variants measured apart])."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "row.json")
+        command = [sys.executable, os.path.abspath(__file__), "--train", "--models", model,
+                   "--variants", variant, "--repeats", str(repeats), "--json", path]
+        completed = subprocess.run(command, capture_output=True, text=True)
+        if completed.returncode != 0 or not os.path.exists(path):
+            tail = (completed.stdout + completed.stderr).strip().splitlines()[-3:]
+            return {"error": "child exited %d: %s" % (completed.returncode, " | ".join(tail))}
+        with open(path) as handle:
+            rows = json.load(handle)["rows"]
+    return rows[0].get(variant, {"error": "the child wrote no %s" % variant})
 
 
 def train_main(args):
@@ -233,14 +278,18 @@ def train_main(args):
             continue
         row = {"model": name}
         for variant in variants:
-            try:
-                step = train_variant(module, inputs, loss_of, variant)
-                row[variant] = time_steps(step, args.repeats)
-                if variant in ("grove", "grove_fn", "grove_aot", "grove_optim", "grove_eager"):
-                    row[variant]["tree_per_step"] = tree_per_step(step)
-            except Exception as error:  # one variant failing leaves the others' numbers
-                traceback.print_exc()
-                row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+            if args.isolate:
+                row[variant] = isolated_variant(name, variant, args.repeats)
+            else:
+                try:
+                    step = train_variant(module, inputs, loss_of, variant)
+                    row[variant] = time_steps(step, args.repeats)
+                    if variant in ("grove", "grove_fn", "grove_aot", "grove_optim",
+                                   "grove_eager"):
+                        row[variant]["tree_per_step"] = tree_per_step(step)
+                except Exception as error:  # one variant failing leaves the others' numbers
+                    traceback.print_exc()
+                    row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
             # As it comes, so a run cut short still shows what it measured.
             print("%s %s: %s" % (name, variant, "%.1f us" % row[variant]["median_us"]
                                  if "median_us" in row[variant] else "failed"), flush=True)
@@ -252,9 +301,13 @@ def train_main(args):
         row["grove_door_over_reduce_overhead"] = door_us / base if base and door_us else None
         step_us = row.get("grove_step", {}).get("median_us")
         row["grove_step_over_reduce_overhead"] = step_us / base if base and step_us else None
+        # Like with like: both optimizer steps captured (Note in the docstring).
+        base_opt = row.get("torch_reduce_overhead_opt", {}).get("median_us")
+        row["grove_optim_over_reduce_overhead_opt"] = (grove_us / base_opt if base_opt and grove_us
+                                                       else None)
         rows.append(row)
     header = ("%-18s" % "model" + "".join("%24s" % v for v in variants) + "%12s" % "grove/r-o"
-              + "%12s" % "door/r-o" + "%12s" % "step/r-o")
+              + "%12s" % "door/r-o" + "%12s" % "step/r-o" + "%14s" % "optim/r-o_opt")
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -265,8 +318,10 @@ def train_main(args):
                                    else "failed"))
         ratios = [row["grove_over_reduce_overhead"], row["grove_door_over_reduce_overhead"],
                   row["grove_step_over_reduce_overhead"]]
+        like = row["grove_optim_over_reduce_overhead_opt"]
         print("%-18s" % row["model"] + "".join(cells) +
-              "".join("%12s" % ("-" if ratio is None else "%.2f" % ratio) for ratio in ratios))
+              "".join("%12s" % ("-" if ratio is None else "%.2f" % ratio) for ratio in ratios) +
+              "%14s" % ("-" if like is None else "%.2f" % like))
         for variant in variants:
             if "error" in row[variant]:
                 print("  %s %s: %s" % (row["model"], variant, row[variant]["error"]))
@@ -307,6 +362,9 @@ def main():
     parser.add_argument("--variants", default="",
                         help="--train: comma-separated variants (default: all of %s)"
                         % ",".join(TRAIN_VARIANTS))
+    parser.add_argument("--isolate", action="store_true",
+                        help="--train: each variant in a process of its own (Note [Training "
+                        "variants measured apart])")
     args = parser.parse_args()
     if skipped_without_cuda_or_dynamo("torch_backend"):
         return 0

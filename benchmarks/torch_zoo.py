@@ -739,6 +739,9 @@ def main():
     parser.add_argument("--train", action="store_true",
                         help="the training table (benchmarks/zoo_training.py) instead")
     parser.add_argument("--optimizers", default="adamw,sgd", help="--train: adamw, sgd")
+    parser.add_argument("--train-variants", default="",
+                        help="--train: comma-separated variants (default: the four of "
+                        "zoo_training.VARIANTS; also grove_optim, torch_reduce_overhead_opt)")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo
 
@@ -787,10 +790,15 @@ def main():
 def train_main(args, start):
     import zoo_training  # benchmarks/, this script's folder
 
-    zoo_training.print_header()
+    variants = (tuple(args.train_variants.split(",")) if args.train_variants
+                else zoo_training.VARIANTS)
+    unknown = sorted(set(variants) - set(zoo_training.VARIANTS + zoo_training.EXTRA_VARIANTS))
+    if unknown:
+        raise SystemExit("torch_zoo: unknown --train-variants %s" % ",".join(unknown))
+    zoo_training.print_header(variants)
     models = set(args.models.split(",")) if args.models else None
     rows = zoo_training.training_rows(args.repeats, start + args.budget_s, models,
-                                      args.optimizers.split(","))
+                                      args.optimizers.split(","), variants)
     result = {"benchmark": "torch_zoo_train", "torch": torch.__version__,
               "device": torch.cuda.get_device_name(), "repeats": args.repeats,
               "seconds": time.time() - start, "rows": rows}

@@ -22,6 +22,10 @@ import torch
 LOSS_STEPS = 5
 BATCH = 8
 VARIANTS = ("torch_eager", "torch_reduce_overhead", "grove", "grove_step")
+# Like with like when the optimizer's step is captured too (torch_zoo.py
+# --train-variants): grove's own update (grove.torch.optim) through the door,
+# and reduce-overhead with torch.compile(optimizer.step, mode="reduce-overhead").
+EXTRA_VARIANTS = ("grove_optim", "torch_reduce_overhead_opt")
 OPTIMIZERS = ("adamw", "sgd")
 
 
@@ -65,7 +69,13 @@ MODELS = [("vit_tiny", vit, "timm"), ("llama", llama, "transformers"),
           ("gpt2", gpt2, "transformers")]
 
 
-def optimizer_of(name, parameters, capturable=False):
+def optimizer_of(name, parameters, grove_optim=False):
+    if grove_optim:
+        import grove.torch
+
+        if name == "adamw":
+            return grove.torch.optim.AdamW(parameters, lr=1e-4)
+        return grove.torch.optim.SGD(parameters, lr=1e-2, momentum=0.9)
     if name == "adamw":
         return torch.optim.AdamW(parameters, lr=1e-4)
     return torch.optim.SGD(parameters, lr=1e-2, momentum=0.9)
@@ -75,16 +85,20 @@ def step_of(variant, module, batch, loss_fn, optimizer_name):
     """A function running one training step of `variant` on a copy of
     `module` and returning the loss (a tensor)."""
     model = copy.deepcopy(module)
-    optimizer = optimizer_of(optimizer_name, model.parameters())
+    optimizer = optimizer_of(optimizer_name, model.parameters(),
+                             grove_optim=variant == "grove_optim")
     if variant == "grove_step":
         import grove.training
 
         whole = grove.training.compile_step(model, loss_fn, optimizer)
         return lambda: whole(*batch)
     torch._dynamo.reset()
-    if variant == "torch_reduce_overhead":
+    update = optimizer.step
+    if variant in ("torch_reduce_overhead", "torch_reduce_overhead_opt"):
         run = torch.compile(model, mode="reduce-overhead", dynamic=False)
-    elif variant == "grove":
+        if variant == "torch_reduce_overhead_opt":
+            update = torch.compile(optimizer.step, mode="reduce-overhead")
+    elif variant in ("grove", "grove_optim"):
         run = torch.compile(model, backend="grove", dynamic=False)
     else:
         run = model
@@ -93,7 +107,7 @@ def step_of(variant, module, batch, loss_fn, optimizer_name):
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(run, *batch)
         loss.backward()
-        optimizer.step()
+        update()
         return loss
     return step
 
@@ -107,7 +121,7 @@ def largest_relative_difference(losses, reference):
     return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference))
 
 
-def training_rows(repeats, deadline, models=None, optimizers=OPTIMIZERS):
+def training_rows(repeats, deadline, models=None, optimizers=OPTIMIZERS, variants=VARIANTS):
     from torch_backend import time_steps  # benchmarks/, this script's folder
 
     rows = []
@@ -127,7 +141,7 @@ def training_rows(repeats, deadline, models=None, optimizers=OPTIMIZERS):
                 row["error"] = "%s: %s" % (type(error).__name__, error)
                 print_row(row)
                 continue
-            for variant in VARIANTS:
+            for variant in variants:
                 if time.time() > deadline:
                     row[variant] = {"error": "not run: the time budget (--budget-s) was spent"}
                     continue
@@ -135,13 +149,13 @@ def training_rows(repeats, deadline, models=None, optimizers=OPTIMIZERS):
                     step = step_of(variant, module, batch, loss_fn, optimizer_name)
                     entry = {"losses": losses_of(step)}
                     entry.update(time_steps(step, repeats))
-                    if variant == "grove":
+                    if variant in ("grove", "grove_optim"):
                         entry.update(door_shape(step))
                     row[variant] = entry
                 except Exception as error:  # one variant failing leaves the others' numbers
                     row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
-            finish_row(row)
-            print_row(row)
+            finish_row(row, variants)
+            print_row(row, variants)
     return rows
 
 
@@ -162,29 +176,34 @@ def door_shape(step):
             "tree_per_step": tree_per_step(step, 10)}
 
 
-def finish_row(row):
-    """Ratios to reduce-overhead and the loss differences from eager."""
+def finish_row(row, variants=VARIANTS):
+    """Ratios to reduce-overhead (grove_optim's to reduce-overhead with its
+    optimizer's step compiled, where measured: like with like) and the loss
+    differences from eager."""
     base = row.get("torch_reduce_overhead", {}).get("median_us")
+    base_opt = row.get("torch_reduce_overhead_opt", {}).get("median_us")
     reference = row.get("torch_eager", {}).get("losses")
-    for variant in VARIANTS:
+    for variant in variants:
         entry = row.get(variant, {})
         if base and "median_us" in entry:
             entry["over_reduce_overhead"] = entry["median_us"] / base
+        if variant == "grove_optim" and base_opt and "median_us" in entry:
+            entry["over_reduce_overhead_opt"] = entry["median_us"] / base_opt
         if reference and "losses" in entry:
             entry["loss_difference"] = largest_relative_difference(entry["losses"], reference)
 
 
-def print_header():
-    print("%-10s %-6s" % ("model", "optim") + "".join("%26s" % v for v in VARIANTS))
+def print_header(variants=VARIANTS):
+    print("%-10s %-6s" % ("model", "optim") + "".join("%26s" % v for v in variants))
 
 
-def print_row(row):
+def print_row(row, variants=VARIANTS):
     if "error" in row:
         print("%-10s %-6s failed: %s" % (row["model"], row.get("optimizer", "-"),
                                          row["error"][:300]))
         return
     cells = []
-    for variant in VARIANTS:
+    for variant in variants:
         entry = row.get(variant, {})
         if "median_us" in entry:
             ratio = entry.get("over_reduce_overhead")
@@ -195,7 +214,10 @@ def print_row(row):
         else:
             cells.append("%26s" % "failed")
     print("%-10s %-6s" % (row["model"], row["optimizer"]) + "".join(cells), flush=True)
-    for variant in VARIANTS:
+    if row.get("grove_optim", {}).get("over_reduce_overhead_opt") is not None:
+        print("  grove_optim / reduce-overhead with its optimizer compiled: %.2fx"
+              % row["grove_optim"]["over_reduce_overhead_opt"])
+    for variant in variants:
         if "error" in row.get(variant, {}):
             print("  %s: %s" % (variant, row[variant]["error"][:300]))
     door = row.get("grove", {})

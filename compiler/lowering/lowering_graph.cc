@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -92,6 +93,44 @@ const ir::Node* aux_gelu_user(const ir::Program& program,
     const ir::Node& node = program.nodes()[user];
     if (node.op == "gelu" && node.operands.size() == 1 && node.results.size() == 1 &&
         program.value(node.results[0]).type == type) {
+      return &node;
+    }
+  }
+  return nullptr;
+}
+
+// Note [GEMM auxiliary output in lowering], through a view: a linear whose
+// result is read only by a reshape (its [B*T, N] rows as [B, T, N], neither a
+// program output) whose result is read by a `gelu` of its type and by others
+// too (a training forward saves the viewed pre-activation, as ATen graphs
+// have it). The GEMM yields the gelu's result in rows of its own, which a
+// reshape made here views as the gelu's type, and the pre-activation as the
+// aux output in the linear's own rows, which the reshape reads. Only when the
+// feature count is a multiple of 8. Returns that gelu, or null.
+const ir::Node* aux_gelu_through_reshape(const ir::Program& program,
+                                         const std::vector<std::vector<size_t>>& ir_users,
+                                         const std::vector<bool>& ir_output,
+                                         ir::ValueId linear_result) {
+  const ir::TensorType& type = program.value(linear_result).type;
+  const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
+  if (type.shape.empty() || type.shape.back() % 8 != 0 || type.has_dynamic_dims() ||
+      users.size() != 1 || ir_output[static_cast<size_t>(linear_result)]) {
+    return nullptr;
+  }
+  const ir::Node& reshape = program.nodes()[users[0]];
+  if (reshape.op != "reshape" || reshape.operands.size() != 1 || reshape.results.size() != 1) {
+    return nullptr;
+  }
+  const ir::ValueId viewed = reshape.results[0];
+  const ir::TensorType& view_type = program.value(viewed).type;
+  if (view_type.shape.empty() || view_type.shape.back() != type.shape.back() ||
+      !epilogue_runs(program, runtime::GemmEpilogue::kBiasGeluAux, type.dtype)) {
+    return nullptr;
+  }
+  for (size_t user : ir_users[static_cast<size_t>(viewed)]) {
+    const ir::Node& node = program.nodes()[user];
+    if (node.op == "gelu" && node.operands.size() == 1 && node.results.size() == 1 &&
+        program.value(node.results[0]).type == view_type) {
       return &node;
     }
   }
@@ -198,6 +237,58 @@ const ir::Node* gelu_gradient_user(const ir::Program& program,
     return nullptr;
   }
   return &user;
+}
+
+// Note [GEMM gelu gradients], through a view: a GEMM whose result is read
+// only by a reshape (the rows of a 3-d activation's gradient: a linear's
+// [B*T, N] product as [B, T, N]) that is read only by `gelu_backward(view, x)`,
+// x of the view's type already computed, neither value a program output (a
+// backward made by make_fx or AOTAutograd from ATen). The GEMM yields the
+// gelu_backward's result in its own rows; the reshape reads them and the
+// gelu_backward's result is the reshape's. x is read as the aux matrix like C:
+// both are contiguous with rows of the same length. Returns
+// {gelu_backward, reshape}, or nulls.
+std::pair<const ir::Node*, const ir::Node*> gelu_gradient_through_reshape(
+    const ir::Program& program, const std::vector<std::vector<size_t>>& ir_users,
+    const std::vector<bool>& ir_output, const ir::Node& gemm, const std::vector<int>& id_of) {
+  const std::pair<const ir::Node*, const ir::Node*> none{nullptr, nullptr};
+  if (gemm.results.size() != 1) return none;
+  const bool plain_linear = gemm.op == "linear" && gemm.operands.size() == 2;
+  const bool plain_matmul = gemm.op == "matmul" && gemm.operands.size() == 2 &&
+                            program.value(gemm.operands[0]).type.rank() == 2 &&
+                            program.value(gemm.operands[1]).type.rank() == 2;
+  if (!plain_linear && !plain_matmul) return none;
+  const ir::ValueId result = gemm.results[0];
+  const ir::TensorType& type = program.value(result).type;
+  const runtime::DType dtype = type.dtype;
+  if (type.shape.empty() || type.shape.back() % 8 != 0 || type.has_dynamic_dims() ||
+      ir_output[static_cast<size_t>(result)] || ir_users[static_cast<size_t>(result)].size() != 1 ||
+      !(dtype == runtime::DType::kF32 || dtype == runtime::DType::kBF16 ||
+        dtype == runtime::DType::kF16)) {
+    return none;
+  }
+  const ir::Node& reshape = program.nodes()[ir_users[static_cast<size_t>(result)][0]];
+  if (reshape.op != "reshape" || reshape.operands.size() != 1 || reshape.results.size() != 1) {
+    return none;
+  }
+  const ir::ValueId viewed = reshape.results[0];
+  const ir::TensorType& view_type = program.value(viewed).type;
+  if (view_type.shape.empty() || view_type.shape.back() != type.shape.back() ||
+      ir_output[static_cast<size_t>(viewed)] || ir_users[static_cast<size_t>(viewed)].size() != 1) {
+    return none;
+  }
+  const ir::Node& user = program.nodes()[ir_users[static_cast<size_t>(viewed)][0]];
+  if (user.op != "gelu_backward" || user.operands.size() != 2 || user.operands[0] != viewed ||
+      user.operands[1] == viewed || user.results.size() != 1) {
+    return none;
+  }
+  const ir::ValueId x = user.operands[1];
+  if (program.value(x).type != view_type || program.value(user.results[0]).type != view_type ||
+      id_of[static_cast<size_t>(x)] < 0 ||
+      !epilogue_runs(program, runtime::GemmEpilogue::kDGelu, dtype)) {
+    return none;
+  }
+  return {&user, &reshape};
 }
 
 }  // namespace
@@ -347,6 +438,36 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
           lowered.results = {id, results[0]};
           lowered.epilogue = runtime::GemmEpilogue::kBiasGeluAux;
           absorbed[static_cast<size_t>(gelu - program.nodes().data())] = true;
+        } else if (const ir::Node* viewed_gelu =
+                       aux_gelu_through_reshape(program, ir_users, ir_output, linear_result)) {
+          // Note [GEMM auxiliary output in lowering], through a view.
+          const ir::TensorType rows_type = result_type;  // add_value may move values_
+          const ir::Value& value = program.value(viewed_gelu->results[0]);
+          const std::string rows_name = value.name + ".rows";
+          int rows = add_value(
+              LoweringValue{rows_name, rows_type, ir::ValueKind::kNodeResult, -1, -1, false});
+          lowered.results = {rows, results[0]};
+          lowered.epilogue = runtime::GemmEpilogue::kBiasGeluAux;
+          absorbed[static_cast<size_t>(viewed_gelu - program.nodes().data())] = true;
+          add_node(std::move(lowered));
+          int id = add_value(LoweringValue{value.name, value.type, value.kind, -1, -1, false});
+          id_of[static_cast<size_t>(viewed_gelu->results[0])] = id;
+          LoweringNode view;
+          view.node_class = NodeClass::kView;
+          view.name = viewed_gelu->name;
+          view.op = "reshape";
+          view.def = &registry.get("reshape");
+          view.context.node_name = viewed_gelu->name;
+          view.context.op = "reshape";
+          view.context.device = program.device();
+          view.context.operand_types = {rows_type};
+          view.context.operand_names = {rows_name};
+          view.context.attrs = registry.normalize_attrs(
+              view.context, ir::Attributes{{"shape", std::vector<int64_t>(value.type.shape)}});
+          view.operands = {rows};
+          view.results = {id};
+          add_node(std::move(view));
+          continue;
         }
         add_node(std::move(lowered));
         continue;
@@ -382,6 +503,24 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
         lowered.transpose_b = node.op == "linear";
         lowered.epilogue = runtime::GemmEpilogue::kDGelu;
         absorbed[static_cast<size_t>(gelu - program.nodes().data())] = true;
+        add_node(std::move(lowered));
+        continue;
+      }
+      const auto [gelu, reshape] =
+          gelu_gradient_through_reshape(program, ir_users, ir_output, node, id_of);
+      if (gelu != nullptr) {
+        // The GEMM's own rows hold the gelu_backward's result, which the
+        // reshape views (Note [GEMM gelu gradients], through a view).
+        const ir::Value& x = program.value(gelu->operands[1]);
+        lowered.operands.push_back(id_of[static_cast<size_t>(gelu->operands[1])]);
+        lowered.context.operand_types.push_back(x.type);
+        lowered.context.operand_names.push_back(x.name);
+        lowered.results = results;
+        lowered.transpose_b = node.op == "linear";
+        lowered.epilogue = runtime::GemmEpilogue::kDGelu;
+        const size_t gelu_index = static_cast<size_t>(gelu - program.nodes().data());
+        absorbed[gelu_index] = true;
+        same_as[gelu_index] = reshape->results[0];
         add_node(std::move(lowered));
         continue;
       }

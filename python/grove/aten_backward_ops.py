@@ -6,9 +6,11 @@ aten_ops.CONVERTERS."""
 
 import math
 
+import torch.fx
+
 from grove.aten_index_ops import one_hot_rows
 from grove.aten_ops import CONVERTERS
-from grove.fx_common import Unsupported, dtype_name
+from grove.fx_common import Unsupported, dtype_name, node_arguments, op_name
 
 
 def _threshold_backward(c, a):
@@ -82,6 +84,38 @@ def _log_softmax_backward(c, a):
     return c.cast(result, dtype, c.result().dtype)
 
 
+# Note [Layer-norm input gradient in one kernel]: native_layer_norm_backward
+# reads the forward's saved mean and rstd but not its eps. Where the forward
+# is in the same graph (make_fx of a whole training step, grove/step.py) and
+# normalized the same input, its eps is known and the input gradient is
+# grove's layer_norm_backward op (one row kernel that recomputes the row
+# statistics from x the way layer_norm does, Note [Layer-norm input gradient]
+# in compiler/ops/reduction_ops.cc) instead of the five kernels its primitives
+# lower to; the weight and bias gradients still read the saved statistics.
+# A backward graph of its own (AOTAutograd's partition: the statistics are
+# placeholders) keeps the primitives. Tests: StepTest.
+# test_layer_norm_input_gradient_is_one_kernel_in_a_whole_step
+# (tests/python/step_test.py) and the whole-step losses against PyTorch.
+def _forward_eps(a):
+    """The eps of the native_layer_norm whose saved mean and rstd a
+    native_layer_norm_backward's arguments `a` read, where that forward is a
+    node of the same graph over the same input; else None."""
+    sources = []
+    for name, position in (("mean", 1), ("rstd", 2)):
+        value = a.get(name)
+        if (not isinstance(value, torch.fx.Node) or op_name(value.target) != "getitem"
+                or value.args[1] != position):
+            return None
+        sources.append(value.args[0])
+    forward = sources[0]
+    if (forward is not sources[1] or not isinstance(forward, torch.fx.Node)
+            or op_name(forward.target) != "aten.native_layer_norm"
+            or forward.args[0] is not a["input"]):
+        return None
+    eps = node_arguments(forward).get("eps")
+    return float(eps) if isinstance(eps, (int, float)) and eps > 0 else None
+
+
 def _layer_norm_backward(c, a):
     """native_layer_norm_backward from the forward's saved mean and rstd:
     xhat = (x - mean) rstd, gw = g weight,
@@ -100,8 +134,14 @@ def _layer_norm_backward(c, a):
                           c.operand(a["rstd"], dtype)])
     batch_dims = list(range(rank - 1))
     results = [None, None, None]
-    if mask[0]:
-        weight = a.get("weight")
+    eps = _forward_eps(a)
+    weight = a.get("weight")
+    if mask[0] and eps is not None and (weight is None or c.dtype(weight) == dtype):
+        # Note [Layer-norm input gradient in one kernel]
+        weight_name = c.tensor(weight) if weight is not None else c.emit(
+            "full", [], {"value": 1.0, "shape": [shape[-1]], "dtype": dtype_name(dtype)})
+        results[0] = c.emit("layer_norm_backward", [g, c.tensor(x), weight_name], {"eps": eps})
+    elif mask[0]:
         gw = c.emit("mul", [g, c.tensor(weight)]) if weight is not None else g
         mean_gw = c.emit("mean", [gw], {"dims": [rank - 1], "keepdim": 1})
         mean_gw_xhat = c.emit("mean", [c.emit("mul", [gw, xhat])],

@@ -232,6 +232,49 @@ class CompileStepTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "keep_gradients=True"):
             without.gradients()
 
+    def test_layer_norm_input_gradient_is_one_kernel_in_a_whole_step(self):
+        # Note [Layer-norm input gradient in one kernel] (grove/aten_backward_ops.py):
+        # eps 0.5 on rows of small variance, so a backward that used another
+        # eps than its forward's would give other gradients.
+        class Normed(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = nn.Linear(16, 16)
+                self.first = nn.LayerNorm(16, eps=0.5)
+                self.linear = nn.Linear(16, 16)
+                self.second = nn.LayerNorm(16, eps=0.5, elementwise_affine=False)
+
+            def forward(self, x):
+                return self.second(self.linear(self.first(self.inner(x))))
+
+        module = Normed()
+        with torch.no_grad():
+            module.first.weight.uniform_(0.5, 1.5)
+            module.first.bias.uniform_(-0.5, 0.5)
+        batch = (0.3 * torch.randn(6, 16), torch.randn(6, 16))
+
+        def loss_fn(model, x, y):
+            return F.mse_loss(model(x), y)
+
+        reference = copy.deepcopy(module)
+        loss_fn(reference, *batch).backward()
+        for mode in ("eager", "cudagraphs"):
+            model = copy.deepcopy(module)
+            step = grove.training.compile_step(model, loss_fn,
+                                               torch.optim.SGD(model.parameters(), lr=0.0),
+                                               mode=mode, device="sim", keep_gradients=True)
+            step(*batch)
+            gradients = step.gradients()
+            for name, parameter in reference.named_parameters():
+                torch.testing.assert_close(gradients[name], parameter.grad, rtol=RTOL, atol=ATOL,
+                                           msg=lambda m: "%s %s: %s" % (mode, name, m))
+            if mode == "cudagraphs":  # the backend's stats list the lowered kernels
+                lowered = step.runners()[0].models()[0].stats()["programs"][0]["lowered"]
+                kernels = [line.split("[")[0] for line in lowered.splitlines()
+                           if line.strip().startswith("kernel")]
+                self.assertEqual(sum("layer_norm_backward" in name for name in kernels), 2,
+                                 lowered)
+
     def test_an_optimizer_grove_cannot_run_is_refused_naming_the_option(self):
         module, _, loss_fn = mlp_case()
         with self.assertRaisesRegex(ValueError, "nesterov"):

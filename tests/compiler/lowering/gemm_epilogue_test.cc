@@ -36,6 +36,21 @@ compiler::ir::Program linear_gelu_saving_pre_activation(runtime::Device device, 
   return b.build();
 }
 
+// The same through a view, as an ATen forward has it (Note [GEMM auxiliary
+// output in lowering], through a view): the linear's [6, features] rows read
+// as [2, 3, features] by the gelu and saved in that shape.
+compiler::ir::Program linear_gelu_viewed_saving_pre_activation(runtime::Device device,
+                                                               int64_t features, DType dtype) {
+  ProgramBuilder b("linear_gelu_aux_viewed", device);
+  ValueId x = b.input("x", {6, 24}, dtype);
+  ValueId w = b.input("w", {features, 24}, dtype);
+  ValueId bias = b.input("bias", {features}, dtype);
+  ValueId pre = b.reshape(b.linear(x, w, bias, "fc"), {2, 3, features});
+  b.output(b.gelu(pre, "act"));
+  b.output(pre);
+  return b.build();
+}
+
 // The weight and bias gradients of a linear over [2, 3, 24] -> [2, 3, 16]
 // inputs, as autodiff writes them: dW = matmul(transpose(G rows), X rows) and
 // db = sum(G) over the leading dims (keepdim, then reshaped). G = mul(g, s) so
@@ -64,6 +79,19 @@ compiler::ir::Program input_gradient_through_gelu(runtime::Device device, DType 
   return b.build();
 }
 
+// The same through a view, as an ATen backward has it (Note [GEMM gelu
+// gradients], through a view): the input gradient's [6, 24] rows read as
+// [2, 3, 24] by gelu_backward, with the pre-activation [2, 3, 24].
+compiler::ir::Program input_gradient_through_reshape_and_gelu(runtime::Device device, DType dtype) {
+  ProgramBuilder b("gelu_gradient_viewed", device);
+  ValueId g = b.input("g", {6, 16}, dtype);
+  ValueId w = b.input("w", {16, 24}, dtype);
+  ValueId pre = b.input("pre", {2, 3, 24}, dtype);
+  ValueId product = b.matmul(g, w, "input_grad");
+  b.output(b.op1("gelu_backward", {b.reshape(product, {2, 3, 24}), pre}));
+  return b.build();
+}
+
 size_t count_of(const std::string& text, const std::string& what) {
   size_t count = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
@@ -81,6 +109,16 @@ compiler::lowering::LoweredProgram lower_for_training(const compiler::ir::Progra
 TEST(GemmEpilogueLowering, SavedPreActivationOfLinearGeluComesFromTheGemmsAuxOutput) {
   compiler::ir::Program program =
       linear_gelu_saving_pre_activation(runtime::kSimDevice, 6, 16, DType::kF32);
+  compiler::lowering::LoweredProgram lowered = lower_for_training(program);
+  KernelReport report = lowered.kernel_report();
+  EXPECT_EQ(report.library_gemms, 1u) << report.str();
+  EXPECT_EQ(report.kernels.size(), 0u) << report.str();
+  EXPECT_EQ(count_of(lowered.describe(), "+bias_gelu_aux"), 1u) << lowered.describe();
+}
+
+TEST(GemmEpilogueLowering, SavedPreActivationReadThroughAReshapeComesFromTheGemmsAuxOutput) {
+  compiler::ir::Program program =
+      linear_gelu_viewed_saving_pre_activation(runtime::kSimDevice, 16, DType::kF32);
   compiler::lowering::LoweredProgram lowered = lower_for_training(program);
   KernelReport report = lowered.kernel_report();
   EXPECT_EQ(report.library_gemms, 1u) << report.str();
@@ -111,6 +149,16 @@ TEST(GemmEpilogueLowering, BiasGradientIsTheWeightGradientGemmsEpilogue) {
 
 TEST(GemmEpilogueLowering, GeluGradientOfAnInputGradientIsTheGemmsEpilogue) {
   compiler::ir::Program program = input_gradient_through_gelu(runtime::kSimDevice, DType::kF32);
+  compiler::lowering::LoweredProgram lowered = lower_for_training(program);
+  KernelReport report = lowered.kernel_report();
+  EXPECT_EQ(report.library_gemms, 1u) << report.str();
+  EXPECT_EQ(report.kernels.size(), 0u) << report.str();
+  EXPECT_EQ(count_of(lowered.describe(), "+dgelu"), 1u) << lowered.describe();
+}
+
+TEST(GemmEpilogueLowering, GeluGradientReadThroughAReshapeIsTheGemmsEpilogue) {
+  compiler::ir::Program program =
+      input_gradient_through_reshape_and_gelu(runtime::kSimDevice, DType::kF32);
   compiler::lowering::LoweredProgram lowered = lower_for_training(program);
   KernelReport report = lowered.kernel_report();
   EXPECT_EQ(report.library_gemms, 1u) << report.str();
@@ -150,6 +198,26 @@ TEST_P(GemmEpilogueOnDevice, GeluGradientFromOneGemmMatchesTheReference) {
     testing::HostTensorList inputs = testing::random_inputs(program, 10);
     testing::expect_matches_reference(program, inputs, device(), testing::tolerance_for(dtype),
                                       "gelu_gradient");
+  }
+}
+
+TEST_P(GemmEpilogueOnDevice, LinearGeluThroughAReshapeMatchesTheReference) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(runtime::dtype_name(dtype));
+    compiler::ir::Program program = linear_gelu_viewed_saving_pre_activation(device(), 64, dtype);
+    testing::HostTensorList inputs = testing::random_inputs(program, 12);
+    testing::expect_matches_reference(program, inputs, device(), testing::tolerance_for(dtype),
+                                      "linear_gelu_aux_viewed");
+  }
+}
+
+TEST_P(GemmEpilogueOnDevice, GeluGradientThroughAReshapeMatchesTheReference) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(runtime::dtype_name(dtype));
+    compiler::ir::Program program = input_gradient_through_reshape_and_gelu(device(), dtype);
+    testing::HostTensorList inputs = testing::random_inputs(program, 11);
+    testing::expect_matches_reference(program, inputs, device(), testing::tolerance_for(dtype),
+                                      "gelu_gradient_viewed");
   }
 }
 
