@@ -207,10 +207,14 @@ const ir::Node* bias_gradient_sum(const ir::Program& program,
 // result's type already computed, yields the gelu_backward's result itself
 // (kDGelu: the product times gelu'(x), x read as the aux matrix). Only when
 // the row length is a multiple of 8, as cuBLASLt's aux matrix needs.
-const ir::Node* gelu_gradient_user(const ir::Program& program,
-                                   const std::vector<std::vector<size_t>>& ir_users,
-                                   const std::vector<bool>& ir_output, const ir::Node& gemm,
-                                   const std::vector<int>& id_of) {
+// The GEMM both forms of Note [GEMM gelu gradients] start from: a plain
+// linear (no bias) or 2-D matmul whose one result is f32, bf16 or f16 of a
+// static shape with rows a multiple of 8 (cuBLASLt's aux matrix), is not a
+// program output and has one user, whose node it returns; else null.
+const ir::Node* sole_user_of_gelu_gradient_gemm(const ir::Program& program,
+                                                const std::vector<std::vector<size_t>>& ir_users,
+                                                const std::vector<bool>& ir_output,
+                                                const ir::Node& gemm) {
   if (gemm.results.size() != 1) return nullptr;
   const bool plain_linear = gemm.op == "linear" && gemm.operands.size() == 2;
   const bool plain_matmul = gemm.op == "matmul" && gemm.operands.size() == 2 &&
@@ -226,7 +230,19 @@ const ir::Node* gelu_gradient_user(const ir::Program& program,
         dtype == runtime::DType::kF16)) {
     return nullptr;
   }
-  const ir::Node& user = program.nodes()[ir_users[static_cast<size_t>(result)][0]];
+  return &program.nodes()[ir_users[static_cast<size_t>(result)][0]];
+}
+
+const ir::Node* gelu_gradient_user(const ir::Program& program,
+                                   const std::vector<std::vector<size_t>>& ir_users,
+                                   const std::vector<bool>& ir_output, const ir::Node& gemm,
+                                   const std::vector<int>& id_of) {
+  const ir::Node* sole_user = sole_user_of_gelu_gradient_gemm(program, ir_users, ir_output, gemm);
+  if (sole_user == nullptr) return nullptr;
+  const ir::ValueId result = gemm.results[0];
+  const ir::TensorType& type = program.value(result).type;
+  const runtime::DType dtype = type.dtype;
+  const ir::Node& user = *sole_user;
   if (user.op != "gelu_backward" || user.operands.size() != 2 || user.operands[0] != result ||
       user.operands[1] == result) {
     return nullptr;
@@ -252,22 +268,11 @@ std::pair<const ir::Node*, const ir::Node*> gelu_gradient_through_reshape(
     const ir::Program& program, const std::vector<std::vector<size_t>>& ir_users,
     const std::vector<bool>& ir_output, const ir::Node& gemm, const std::vector<int>& id_of) {
   const std::pair<const ir::Node*, const ir::Node*> none{nullptr, nullptr};
-  if (gemm.results.size() != 1) return none;
-  const bool plain_linear = gemm.op == "linear" && gemm.operands.size() == 2;
-  const bool plain_matmul = gemm.op == "matmul" && gemm.operands.size() == 2 &&
-                            program.value(gemm.operands[0]).type.rank() == 2 &&
-                            program.value(gemm.operands[1]).type.rank() == 2;
-  if (!plain_linear && !plain_matmul) return none;
-  const ir::ValueId result = gemm.results[0];
-  const ir::TensorType& type = program.value(result).type;
+  const ir::Node* sole_user = sole_user_of_gelu_gradient_gemm(program, ir_users, ir_output, gemm);
+  if (sole_user == nullptr) return none;
+  const ir::TensorType& type = program.value(gemm.results[0]).type;
   const runtime::DType dtype = type.dtype;
-  if (type.shape.empty() || type.shape.back() % 8 != 0 || type.has_dynamic_dims() ||
-      ir_output[static_cast<size_t>(result)] || ir_users[static_cast<size_t>(result)].size() != 1 ||
-      !(dtype == runtime::DType::kF32 || dtype == runtime::DType::kBF16 ||
-        dtype == runtime::DType::kF16)) {
-    return none;
-  }
-  const ir::Node& reshape = program.nodes()[ir_users[static_cast<size_t>(result)][0]];
+  const ir::Node& reshape = *sole_user;
   if (reshape.op != "reshape" || reshape.operands.size() != 1 || reshape.results.size() != 1) {
     return none;
   }
