@@ -258,7 +258,10 @@ def difference_from_eager(run, module, inputs):
     return (got - expected).abs().max().item() / scale
 
 
-def zoo_rows(args, deadline):
+def zoo_rows(args, deadline, save=None):
+    """The zoo's rows; save(rows), when given, after each finished row, so a
+    run stopped from outside (a device call's limit) keeps the rows it
+    finished (session 17's final lease lost ten rows that way)."""
     from torch_backend import grove_cxx_time, time_calls  # benchmarks/, this script's folder
 
     # --models runs the models named, in the order named; --batch-major runs
@@ -325,6 +328,8 @@ def zoo_rows(args, deadline):
         eager_us = row.get("torch_eager", {}).get("median_us")
         row["grove_over_eager"] = grove_us / eager_us if eager_us and grove_us else None
         print_row(row)
+        if save is not None:
+            save(rows)
     return rows
 
 
@@ -759,7 +764,7 @@ def main():
         return train_main(args, start)
     # Decode first (the workload reduce-overhead exists for), then the zoo
     # until the budget is spent. The JSON is written after every decode case
-    # (Note [Bounded decode step]) and at the end.
+    # (Note [Bounded decode step]), after every zoo row, and at the end.
     earlier = None
     if args.merge and os.path.isfile(args.json):
         with open(args.json) as previous:
@@ -781,7 +786,8 @@ def main():
     decode = [] if args.no_decode or not args.decode else decode_rows(
         start + args.budget_s, set(args.decode_models.split(",")) if args.decode_models else None,
         args.decode_child_s, save=lambda rows: write([], rows))
-    zoo = [] if args.no_zoo else zoo_rows(args, start + args.budget_s)
+    zoo = [] if args.no_zoo else zoo_rows(args, start + args.budget_s,
+                                          save=lambda rows: write(rows, decode))
     write(zoo, decode)
     print("wrote %s (%.0f s)" % (args.json, time.time() - start))
     return 0
