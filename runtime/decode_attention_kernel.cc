@@ -26,19 +26,8 @@ int64_t shared_floats(int64_t groups, int64_t head_dim, int64_t cache_len) {
 }
 
 // The kernel's arithmetic on the host (sim), block by block.
-float load_value(const void* base, int64_t index, bool bf16) {
-  if (!bf16) return static_cast<const float*>(base)[index];
-  return bf16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
-}
 float round_to(float value, bool bf16) {
   return bf16 ? bf16_bits_to_float(float_to_bf16_bits(value)) : value;
-}
-void store_value(void* base, int64_t index, float value, bool bf16) {
-  if (bf16) {
-    static_cast<uint16_t*>(base)[index] = float_to_bf16_bits(value);
-  } else {
-    static_cast<float*>(base)[index] = value;
-  }
 }
 
 void host_decode_attention(const LaunchDims* dims, const uint64_t* args) {
@@ -54,6 +43,7 @@ void host_decode_attention(const LaunchDims* dims, const uint64_t* args) {
   const auto cache_len = static_cast<int64_t>(args[9]);
   const auto table_len = static_cast<int64_t>(args[10]);
   const bool bf16 = args[11] == 1;
+  const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
   float scale;
   std::memcpy(&scale, &args[12], sizeof(scale));
   const int64_t groups = heads / kv_heads;
@@ -66,7 +56,7 @@ void host_decode_attention(const LaunchDims* dims, const uint64_t* args) {
       const int64_t v_base = k_base + kv_heads * d;
       const int64_t position = positions[row];
       if (position < 0) {
-        for (int64_t i = 0; i < groups * d; ++i) store_value(qkv, q_base + i, 0.0f, bf16);
+        for (int64_t i = 0; i < groups * d; ++i) store_float_element(qkv, dtype, q_base + i, 0.0f);
         continue;
       }
       std::vector<float> rotated(static_cast<size_t>((groups + 1) * d));
@@ -76,12 +66,13 @@ void host_decode_attention(const LaunchDims* dims, const uint64_t* args) {
         const int64_t head = i / d;
         const int64_t j = i % d;
         const int64_t base = head < groups ? q_base + head * d : k_base;
-        const float x = load_value(qkv, base + j, bf16);
-        const float partner = j < half ? -load_value(qkv, base + j + half, bf16)
-                                       : load_value(qkv, base + j - half, bf16);
-        rotated[static_cast<size_t>(i)] = round_to(
-            x * load_value(cos, at * d + j, bf16) + partner * load_value(sin, at * d + j, bf16),
-            bf16);
+        const float x = load_float_element(qkv, dtype, base + j);
+        const float partner = j < half ? -load_float_element(qkv, dtype, base + j + half)
+                                       : load_float_element(qkv, dtype, base + j - half);
+        rotated[static_cast<size_t>(i)] =
+            round_to(x * load_float_element(cos, dtype, at * d + j) +
+                         partner * load_float_element(sin, dtype, at * d + j),
+                     bf16);
       }
       const int64_t cached = std::min(position, cache_len);
       const int64_t span = cached + 1;
@@ -91,7 +82,7 @@ void host_decode_attention(const LaunchDims* dims, const uint64_t* args) {
         for (int64_t g = 0; g < groups; ++g) {
           float acc = 0.0f;
           for (int64_t j = 0; j < d; ++j) {
-            const float key = t < cached ? load_value(key_cache, (slot + t) * d + j, bf16)
+            const float key = t < cached ? load_float_element(key_cache, dtype, (slot + t) * d + j)
                                          : rotated[static_cast<size_t>(groups * d + j)];
             acc = std::fma(rotated[static_cast<size_t>(g * d + j)], key, acc);
           }
@@ -116,16 +107,17 @@ void host_decode_attention(const LaunchDims* dims, const uint64_t* args) {
         for (int64_t slice = 0; slice < slices; ++slice) {
           float acc = 0.0f;
           for (int64_t t = slice; t < span; t += slices) {
-            const float value = t < cached ? load_value(value_cache, (slot + t) * d + j, bf16)
-                                           : load_value(qkv, v_base + j, bf16);
+            const float value = t < cached
+                                    ? load_float_element(value_cache, dtype, (slot + t) * d + j)
+                                    : load_float_element(qkv, dtype, v_base + j);
             acc = std::fma(scores[static_cast<size_t>(g * span + t)], value, acc);
           }
           sum += acc;
         }
-        store_value(qkv, q_base + i, sum, bf16);
+        store_float_element(qkv, dtype, q_base + i, sum);
       }
       for (int64_t j = 0; j < d; ++j) {
-        store_value(qkv, k_base + j, rotated[static_cast<size_t>(groups * d + j)], bf16);
+        store_float_element(qkv, dtype, k_base + j, rotated[static_cast<size_t>(groups * d + j)]);
       }
     }
   }

@@ -49,4 +49,37 @@ void store_element(void* at, DType dtype, double value);
 // dtype's range (the float64 reference keeps i32 sums exact).
 double round_to_dtype(double value, DType dtype);
 
+// The host kernels' float path (sim's GEMM and attention): element `index` of
+// an array of f32, bf16 or f16 elements as a float, and a float stored there
+// rounded to nearest even. Other dtypes are not float elements: a load gives
+// 0 and a store writes nothing (load_element and store_element take every
+// dtype, through double).
+inline float load_float_element(const void* base, DType dtype, int64_t index) {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<const float*>(base)[index];
+    case DType::kBF16:
+      return bf16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
+    case DType::kF16:
+      return f16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
+    default:
+      return 0;
+  }
+}
+inline void store_float_element(void* base, DType dtype, int64_t index, float value) {
+  switch (dtype) {
+    case DType::kF32:
+      static_cast<float*>(base)[index] = value;
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(base)[index] = float_to_bf16_bits(value);
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(base)[index] = float_to_f16_bits(value);
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace grove::runtime

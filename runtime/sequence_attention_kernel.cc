@@ -154,29 +154,6 @@ std::string make_plan(const SequenceAttentionLayouts& layouts, Plan& plan) {
 
 // The kernel's arithmetic on the host (sim): the same sums in the same order
 // per lane, block by block.
-float load_value(const void* base, int64_t index, DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-      return bf16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
-    case DType::kF16:
-      return f16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
-    default:
-      return static_cast<const float*>(base)[index];
-  }
-}
-void store_value(void* base, int64_t index, float value, DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-      static_cast<uint16_t*>(base)[index] = float_to_bf16_bits(value);
-      break;
-    case DType::kF16:
-      static_cast<uint16_t*>(base)[index] = float_to_f16_bits(value);
-      break;
-    default:
-      static_cast<float*>(base)[index] = value;
-      break;
-  }
-}
 
 DType dtype_of_code(uint64_t code) {
   return code == 1 ? DType::kBF16 : code == 2 ? DType::kF16 : DType::kF32;
@@ -213,8 +190,8 @@ void host_sequence_attention(const LaunchDims* dims, const uint64_t* args) {
         const int64_t end = std::min(tq, first + rows_per_block);
         for (int64_t row = first; row < end; ++row) {
           for (int64_t c = 0; c < d; ++c) {
-            query[static_cast<size_t>(c)] =
-                load_value(q, batch * qs[0] + head * qs[1] + row * qs[2] + c * qs[3], dtype);
+            query[static_cast<size_t>(c)] = load_float_element(
+                q, dtype, batch * qs[0] + head * qs[1] + row * qs[2] + c * qs[3]);
           }
           float most = minus_infinity;
           for (int64_t j = 0; j < tk; ++j) {
@@ -223,20 +200,21 @@ void host_sequence_attention(const LaunchDims* dims, const uint64_t* args) {
             int64_t c = 0;
             for (; c + 4 <= d; c += 4) {
               for (int64_t p = 0; p < 4; ++p) {
-                partial[p] = std::fma(query[static_cast<size_t>(c + p)],
-                                      load_value(k, key_at + (c + p) * ks[3], dtype), partial[p]);
+                partial[p] =
+                    std::fma(query[static_cast<size_t>(c + p)],
+                             load_float_element(k, dtype, key_at + (c + p) * ks[3]), partial[p]);
               }
             }
             for (; c < d; ++c) {
               partial[0] = std::fma(query[static_cast<size_t>(c)],
-                                    load_value(k, key_at + c * ks[3], dtype), partial[0]);
+                                    load_float_element(k, dtype, key_at + c * ks[3]), partial[0]);
             }
             float score = ((partial[0] + partial[1]) + (partial[2] + partial[3])) * scale;
             const int64_t mask_at = batch * ms[0] + head * ms[1] + row * ms[2] + j * ms[3];
             if (mask_kind == 1 && static_cast<const uint8_t*>(mask)[mask_at] == 0) {
               score = minus_infinity;
             } else if (mask_kind == 2) {
-              score += load_value(mask, mask_at, dtype);
+              score += load_float_element(mask, dtype, mask_at);
             }
             if (causal != 0 && j > row) score = minus_infinity;
             weights[static_cast<size_t>(j)] = score;
@@ -252,13 +230,14 @@ void host_sequence_attention(const LaunchDims* dims, const uint64_t* args) {
           for (int64_t f = 0; f < dv; ++f) {
             float sum = 0.0f;
             for (int64_t j = 0; j < tk; ++j) {
-              sum = std::fma(
-                  weights[static_cast<size_t>(j)],
-                  load_value(v, batch * vs[0] + key_head * vs[1] + j * vs[2] + f * vs[3], dtype),
-                  sum);
+              sum =
+                  std::fma(weights[static_cast<size_t>(j)],
+                           load_float_element(
+                               v, dtype, batch * vs[0] + key_head * vs[1] + j * vs[2] + f * vs[3]),
+                           sum);
             }
-            store_value(out, batch * os[0] + head * os[1] + row * os[2] + f * os[3],
-                        total > 0.0f ? sum / total : 0.0f, dtype);
+            store_float_element(out, dtype, batch * os[0] + head * os[1] + row * os[2] + f * os[3],
+                                total > 0.0f ? sum / total : 0.0f);
           }
         }
       }

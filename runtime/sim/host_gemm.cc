@@ -14,35 +14,6 @@ namespace {
 constexpr int64_t kBlockK = 128;
 constexpr int64_t kBlockN = 256;
 
-float load(const void* base, DType dtype, int64_t index) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(base)[index];
-    case DType::kBF16:
-      return bf16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
-    case DType::kF16:
-      return f16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
-    default:
-      return 0;
-  }
-}
-
-void store(void* base, DType dtype, int64_t index, float value) {
-  switch (dtype) {
-    case DType::kF32:
-      static_cast<float*>(base)[index] = value;
-      break;
-    case DType::kBF16:
-      static_cast<uint16_t*>(base)[index] = float_to_bf16_bits(value);
-      break;
-    case DType::kF16:
-      static_cast<uint16_t*>(base)[index] = float_to_f16_bits(value);
-      break;
-    default:
-      break;
-  }
-}
-
 // f32 with B read transposed (linear's weight, row-major [N, K]): each C
 // element is a dot product of two contiguous rows, summed in eight interleaved
 // partial sums (p mod 8) combined in a fixed order, so the compiler can use
@@ -88,13 +59,14 @@ void gemm_one(const GemmArgs& g, const void* a, const void* b, void* c) {
       if (!direct) {
         for (int64_t p = 0; p < kb; ++p) {
           for (int64_t j = 0; j < nb; ++j) {
-            panel[static_cast<size_t>(p * nb + j)] = load(b, g.dtype, b_at(p0 + p, j0 + j));
+            panel[static_cast<size_t>(p * nb + j)] =
+                load_float_element(b, g.dtype, b_at(p0 + p, j0 + j));
           }
         }
       }
       for (int64_t i = 0; i < g.m; ++i) {
         for (int64_t p = 0; p < kb; ++p)
-          a_block[static_cast<size_t>(p)] = load(a, g.dtype, a_at(i, p0 + p));
+          a_block[static_cast<size_t>(p)] = load_float_element(a, g.dtype, a_at(i, p0 + p));
         float* __restrict row = accumulator.data() + i * nb;
         for (int64_t p = 0; p < kb; ++p) {
           const float scale = a_block[static_cast<size_t>(p)];
@@ -108,8 +80,8 @@ void gemm_one(const GemmArgs& g, const void* a, const void* b, void* c) {
       for (int64_t j = 0; j < nb; ++j) {
         int64_t at = i * g.ldc + j0 + j;
         float value = g.alpha * accumulator[static_cast<size_t>(i * nb + j)];
-        if (g.beta != 0.0f) value += g.beta * load(c, g.dtype, at);
-        store(c, g.dtype, at, value);
+        if (g.beta != 0.0f) value += g.beta * load_float_element(c, g.dtype, at);
+        store_float_element(c, g.dtype, at, value);
       }
     }
   }
@@ -127,19 +99,20 @@ void apply_epilogue(const GemmArgs& g, void* c) {
     for (int64_t j = 0; j < g.n; ++j) {
       const int64_t at = i * g.ldc + j;
       if (g.epilogue == GemmEpilogue::kDGelu) {
-        const float x = load(g.aux, g.dtype, i * g.ld_aux + j);
+        const float x = load_float_element(g.aux, g.dtype, i * g.ld_aux + j);
         const float t = std::tanh(sqrt_2_over_pi * (x + 0.044715f * (x * x * x)));
         const float slope = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * sqrt_2_over_pi *
                                                     (1.0f + 3.0f * 0.044715f * (x * x));
-        store(c, g.dtype, at, load(c, g.dtype, at) * slope);
+        store_float_element(c, g.dtype, at, load_float_element(c, g.dtype, at) * slope);
         continue;
       }
-      float x = load(c, g.dtype, at) + load(g.bias, g.dtype, j);
-      if (g.epilogue == GemmEpilogue::kBiasGeluAux) store(g.aux, g.dtype, i * g.ld_aux + j, x);
+      float x = load_float_element(c, g.dtype, at) + load_float_element(g.bias, g.dtype, j);
+      if (g.epilogue == GemmEpilogue::kBiasGeluAux)
+        store_float_element(g.aux, g.dtype, i * g.ld_aux + j, x);
       if (g.epilogue == GemmEpilogue::kBiasGelu || g.epilogue == GemmEpilogue::kBiasGeluAux) {
         x = 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * (x + 0.044715f * (x * x * x))));
       }
-      store(c, g.dtype, at, x);
+      store_float_element(c, g.dtype, at, x);
     }
   }
 }
@@ -160,9 +133,9 @@ void store_bias_gradient(const GemmArgs& g) {
   for (int64_t i = 0; i < count; ++i) {
     float sum = 0.0f;
     for (int64_t p = 0; p < g.k; ++p) {
-      sum += load(matrix, g.dtype, along_row ? i * ld + p : p * ld + i);
+      sum += load_float_element(matrix, g.dtype, along_row ? i * ld + p : p * ld + i);
     }
-    store(g.bias_grad, g.dtype, i, sum);
+    store_float_element(g.bias_grad, g.dtype, i, sum);
   }
 }
 
