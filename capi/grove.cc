@@ -449,16 +449,34 @@ grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs
   return status;
 }
 
-grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc* inputs,
-                                    size_t input_count, void* stream, void** managed,
-                                    size_t capacity, size_t* count) {
+namespace {
+
+// grove_model_run_dlpack's work, run inside an invocation begun and ended
+// around it when `invocation_key` is set (grove_model_run_dlpack_invocation).
+grove_status run_dlpack(const char* api, grove_model* model, std::optional<uint64_t> invocation_key,
+                        const grove_tensor_desc* inputs, size_t input_count, void* stream,
+                        void** managed, size_t capacity, size_t* count) {
   size_t handed = 0;
-  grove_status status = run_api("grove_model_run_dlpack", [&] {
+  grove_status status = run_api(api, [&] {
     require(count != nullptr, "the output pointer `count` is null");
     *count = 0;
     ModelCall call(model);
     require(managed != nullptr || capacity == 0, "capacity ", capacity,
             " but the `managed` array is null");
+    struct EndInvocation {
+      bool begun = false;
+      ~EndInvocation() {
+        if (!begun) return;
+        try {
+          grove::cudagraph_trees::backend::end_invocation();
+        } catch (...) {  // begun on this thread: end cannot fail
+        }
+      }
+    } end_invocation;
+    if (invocation_key) {
+      grove::cudagraph_trees::backend::begin_invocation(*invocation_key);
+      end_invocation.begun = true;
+    }
     grove::compiler::TensorList results =
         run_model(call.model(), inputs, input_count, stream, capacity, &handed);
     grove::capi::to_dlpack_all(results, managed);
@@ -466,6 +484,15 @@ grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc*
   });
   if (status != GROVE_OK) release_all(inputs, input_count, handed);
   return status;
+}
+
+}  // namespace
+
+grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc* inputs,
+                                    size_t input_count, void* stream, void** managed,
+                                    size_t capacity, size_t* count) {
+  return run_dlpack("grove_model_run_dlpack", model, std::nullopt, inputs, input_count, stream,
+                    managed, capacity, count);
 }
 
 // Note [One C call per door call]: the torch door runs each graph call inside
@@ -476,29 +503,8 @@ grove_status grove_model_run_dlpack_invocation(grove_model* model, uint64_t invo
                                                const grove_tensor_desc* inputs, size_t input_count,
                                                void* stream, void** managed, size_t capacity,
                                                size_t* count) {
-  size_t handed = 0;
-  grove_status status = run_api("grove_model_run_dlpack_invocation", [&] {
-    require(count != nullptr, "the output pointer `count` is null");
-    *count = 0;
-    ModelCall call(model);
-    require(managed != nullptr || capacity == 0, "capacity ", capacity,
-            " but the `managed` array is null");
-    grove::cudagraph_trees::backend::begin_invocation(invocation_key);
-    struct EndInvocation {
-      ~EndInvocation() {
-        try {
-          grove::cudagraph_trees::backend::end_invocation();
-        } catch (...) {  // begun above on this thread: end cannot fail
-        }
-      }
-    } end_invocation;
-    grove::compiler::TensorList results =
-        run_model(call.model(), inputs, input_count, stream, capacity, &handed);
-    grove::capi::to_dlpack_all(results, managed);
-    *count = results.size();
-  });
-  if (status != GROVE_OK) release_all(inputs, input_count, handed);
-  return status;
+  return run_dlpack("grove_model_run_dlpack_invocation", model, invocation_key, inputs, input_count,
+                    stream, managed, capacity, count);
 }
 
 grove_status grove_model_output_dtype(const grove_model* model, size_t index, int32_t* dtype) {
