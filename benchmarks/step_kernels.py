@@ -32,13 +32,15 @@ sys.path.insert(0, os.path.join(here, "..", "python"))
 WARMUP = 30
 
 
-def run(args):
+def _warm_step(args):
+    """--variant's training step of --model, warmed up, and its wall time per
+    step (median µs over 100 steps); None where the benchmark skips."""
     import torch
     from torch_backend import (skipped_without_cuda_or_dynamo, time_steps, train_variant,
                                training_cases)
 
     if skipped_without_cuda_or_dynamo("step_kernels"):
-        return 0
+        return None
     import grove.torch  # noqa: F401 (registers the backend)
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -52,7 +54,16 @@ def run(args):
     for _ in range(WARMUP):
         step()
     torch.cuda.synchronize()
-    wall = time_steps(step, 100)["median_us"]
+    return step, time_steps(step, 100)["median_us"]
+
+
+def run(args):
+    import torch
+
+    warm = _warm_step(args)
+    if warm is None:
+        return 0
+    step, wall = warm
     torch.cuda.cudart().cudaProfilerStart()
     start = time.perf_counter()
     for _ in range(args.steps):
@@ -71,22 +82,11 @@ def profile_with_torch(args):
     launches and GPU time per step, and the summed kernel time per step."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    from torch_backend import (skipped_without_cuda_or_dynamo, time_steps, train_variant,
-                               training_cases)
 
-    if skipped_without_cuda_or_dynamo("step_kernels"):
+    warm = _warm_step(args)
+    if warm is None:
         return 0
-    import grove.torch  # noqa: F401 (registers the backend)
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    cases = {name: (module, inputs, loss_of) for name, module, inputs, loss_of in
-             training_cases()}
-    module, inputs, loss_of = cases[args.model]
-    step = train_variant(module, inputs, loss_of, args.variant)
-    for _ in range(WARMUP):
-        step()
-    torch.cuda.synchronize()
-    wall = time_steps(step, 100)["median_us"]
+    step, wall = warm
     with profile(activities=[ProfilerActivity.CUDA]) as profiler:
         for _ in range(args.steps):
             step()
