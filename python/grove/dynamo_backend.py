@@ -115,7 +115,6 @@ class CompiledGraph:
     (Note [Static inputs that move])."""
 
     def __init__(self, runner, rebuild=None, from_dynamo=False):
-        self.runner = runner
         # Note [Dynamo's generation names an invocation only for dynamo's calls]
         self.from_dynamo = from_dynamo
         self.rebuild = rebuild  # (args, demoted positions) -> a runner
