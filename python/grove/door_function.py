@@ -7,6 +7,8 @@ Function.apply, the forward graph, and in backward() the backward graph: no
 Python per tensor, none of AOTAutograd's per-call bookkeeping.
 """
 
+import itertools
+import operator
 import os
 
 import torch
@@ -130,12 +132,15 @@ def _named_tensors(gm):
 
 
 def door_function(forward, backward, user_outputs, requires_grad, compiler, single=False,
-                  lifted=()):
+                  lifted=(), direct=()):
     """The callable dynamo runs for one training graph: `forward` and
     `backward` (fx modules of one partition), `requires_grad` per input
     of the forward (which get a gradient, in order); `lifted`: tensors passed
     before the call's arguments (a graph module's own parameters). `single`:
-    the graph returns one value, not a tuple."""
+    the graph returns one value, not a tuple. `direct`: positions (among
+    lifted and arguments) of leaf parameters whose gradients the backward
+    sets as .grad itself (Note [Gradients set directly by the door's
+    function]; direct_positions)."""
     # The backward's arguments: the saved values (the forward's outputs past
     # the user's, reordered where the backward lists them otherwise), then
     # the outputs' gradients.
@@ -143,6 +148,9 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     _one_gradient_per_input(backward, requires_grad)
     run_forward = compiler.forward(forward, None)
     run_backward = compiler.backward(backward, None)
+    if direct:
+        return _direct_door_function(run_forward, run_backward, saved_order, user_outputs,
+                                     len(requires_grad), single, tuple(lifted), tuple(direct))
 
     class DoorStep(torch.autograd.Function):
         @staticmethod
@@ -173,6 +181,125 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     if single:
         return lambda *args: apply(*args)[0]
     return apply
+
+
+# Note [Gradients set directly by the door's function]
+# On the door's function, autograd's engine runs one AccumulateGrad node per
+# parameter after the door's backward node: it checks the gradient's layout
+# and sets (or adds to) .grad, for every parameter of every step. With
+# GROVE_DOOR_GRADIENTS=direct (opt-in) the leaf parameters of a graph (but
+# one, when no other input needs a gradient, so that the outputs still need
+# one and the backward runs) are not the Function's autograd inputs: the
+# forward reads them from the call's arguments as before, and the backward
+# sets each one's .grad to its gradient where .grad is None (zero_grad's
+# default; one C-level map over the set) or adds it in place otherwise, as
+# AccumulateGrad does without create_graph. Semantics the user gives up with
+# the switch: those parameters are not in autograd's graph, so
+# torch.autograd.grad(loss, params) refuses them and any backward through
+# the graph (autograd.grad of another input too) sets their .grad; hooks on
+# them or on their AccumulateGrad nodes do not run. So direct_positions takes
+# no parameter that has tensor hooks, and none while torch.distributed is
+# initialized (DDP's reducer hooks the AccumulateGrad nodes). Tests:
+# DoorFunctionTest.test_direct_gradients_match_torch_over_steps,
+# test_direct_gradients_accumulate_into_existing_grad and
+# test_direct_positions_keep_one_parameter_and_hooked_ones
+# (tests/python/door_function_test.py, sim).
+def direct_gradients():
+    """Whether GROVE_DOOR_GRADIENTS=direct is set (Note [Gradients set
+    directly by the door's function]); off by default."""
+    value = os.environ.get("GROVE_DOOR_GRADIENTS", "")
+    if value not in ("", "autograd", "direct"):
+        raise ValueError("grove: GROVE_DOOR_GRADIENTS=%r; use 'direct' or 'autograd' (the "
+                         "default)" % value)
+    return value == "direct"
+
+
+def direct_positions(values):
+    """The positions among `values` (a graph's lifted tensors and inputs)
+    whose gradients the door's function sets as .grad itself (Note
+    [Gradients set directly by the door's function]): hook-free leaf
+    parameters, less one where no other value needs a gradient; () while
+    torch.distributed is initialized."""
+    distributed = getattr(torch, "distributed", None)
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        return ()
+    needing = [index for index, value in enumerate(values)
+               if isinstance(value, torch.Tensor) and value.requires_grad]
+    leaves = [index for index in needing
+              if values[index].is_leaf and not getattr(values[index], "_backward_hooks", None)
+              and not getattr(values[index], "_post_accumulate_grad_hooks", None)]
+    if leaves and len(leaves) == len(needing):
+        leaves = leaves[1:]  # through autograd, so that the outputs need a gradient
+    return tuple(leaves)
+
+
+def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, inputs, single,
+                          lifted, direct):
+    """door_function's callable where the gradients at `direct` are set as
+    .grad by the backward (Note [Gradients set directly by the door's
+    function]): the Function's autograd inputs are the other tensors."""
+    direct_set = set(direct)
+    kept = tuple(index for index in range(inputs) if index not in direct_set)
+    pick_kept = _picker(kept)
+    pick_direct = _picker(direct)
+
+    class DoorStepDirect(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, args, *kept_tensors):
+            results = run_forward(list(args))
+            ctx.save_for_backward(*results[user_outputs:])
+            ctx.direct = pick_direct(args)
+            return tuple(results[:user_outputs])
+
+        @staticmethod
+        def backward(ctx, *gradients):
+            saved = list(ctx.saved_tensors)
+            if saved_order is not None:
+                saved = [saved[index] for index in saved_order]
+            tangents = [gradient if gradient.is_contiguous() else gradient.contiguous()
+                        for gradient in gradients]
+            computed = run_backward(saved + tangents)
+            _set_gradients(ctx.direct, pick_direct(computed))
+            return (None,) + pick_kept(computed)
+
+    apply = DoorStepDirect.apply
+
+    def call(*args):
+        if lifted:
+            args = lifted + args
+        results = apply(args, *pick_kept(args))
+        return results[0] if single else results
+    return call
+
+
+def _picker(positions):
+    """A function from a sequence to the tuple of its items at `positions`."""
+    if not positions:
+        return lambda values: ()
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda values: (values[position],)
+    return operator.itemgetter(*positions)
+
+
+_GRAD = operator.attrgetter("grad")
+
+
+def _set_gradients(parameters, gradients):
+    """AccumulateGrad's work for a set: .grad = gradient where .grad is None,
+    .grad += gradient otherwise; None gradients leave .grad alone."""
+    current = list(map(_GRAD, parameters))
+    if current.count(None) == len(current) and all(map(operator.is_not, gradients,
+                                                         itertools.repeat(None))):
+        list(map(setattr, parameters, itertools.repeat("grad", len(parameters)), gradients))
+        return
+    for parameter, grad, gradient in zip(parameters, current, gradients):
+        if gradient is None:
+            continue
+        if grad is None:
+            parameter.grad = gradient
+        else:
+            grad.add_(gradient)
 
 
 # Note [Fake calls of the door's function]

@@ -313,10 +313,12 @@ def _door_function(gm, example_inputs, compiler, aot, single):
     try:
         forward, backward, user_outputs, lifted = door_function.aot_partition(
             gm, example_inputs, compiler)
-        requires_grad = [bool(getattr(value, "requires_grad", False))
-                         for value in list(lifted) + list(example_inputs)]
+        values = list(lifted) + list(example_inputs)
+        requires_grad = [bool(getattr(value, "requires_grad", False)) for value in values]
+        # Note [Gradients set directly by the door's function] (opt-in).
+        direct = door_function.direct_positions(values) if door_function.direct_gradients() else ()
         own = door_function.door_function(forward, backward, user_outputs, requires_grad,
-                                          compiler, single=single, lifted=lifted)
+                                          compiler, single=single, lifted=lifted, direct=direct)
     except door_function.Unsupported as why:
         log.info("training graph runs under AOTAutograd's runtime: %s", why)
         return aot

@@ -88,7 +88,7 @@ class DoorFunctionTest(unittest.TestCase):
         torch.testing.assert_close(call(*params, x), module(x), rtol=RTOL, atol=ATOL)
         self.assertEqual(len(fallback_calls), 1)
 
-    def steps(self, module, make_input, strip_none=False, steps=4):
+    def steps(self, module, make_input, strip_none=False, steps=4, direct=False):
         """Gradients and outputs over `steps` steps of the door function
         (cudagraphs on sim) against PyTorch eager, from one set of weights."""
         reference = copy.deepcopy(module)
@@ -102,8 +102,9 @@ class DoorFunctionTest(unittest.TestCase):
         compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
         compiler.user_outputs = 1  # as compiler.partition notes it
         requires_grad = [True] * len(params) + [False]
+        positions = door_function.direct_positions(params + [example]) if direct else ()
         call = door_function.door_function(forward, backward, 1, requires_grad, compiler,
-                                           single=True)
+                                           single=True, direct=positions)
         for step in range(steps):
             x = make_input()
             for p in params:
@@ -128,6 +129,66 @@ class DoorFunctionTest(unittest.TestCase):
         self.assertEqual(len(compiler.kept_backwards), 1)
         tree = compiler.forwards[0].models()[0].stats()["tree"]
         self.assertGreater(tree["replays"], 0)
+
+    def test_direct_gradients_match_torch_over_steps(self):
+        # Note [Gradients set directly by the door's function]: every
+        # parameter but the first gets its .grad from the backward itself.
+        self.steps(gpu_models.Mlp(width=16, depth=3), lambda: torch.randn(4, 16), direct=True)
+        block = gpu_models.GptBlock(16, 2)
+        if hasattr(F, "scaled_dot_product_attention"):
+            self.steps(block, lambda: torch.randn(2, 4, 16), direct=True)
+
+    def test_direct_gradients_accumulate_into_existing_grad(self):
+        module = gpu_models.Mlp(width=8, depth=2)
+        reference = copy.deepcopy(module)
+        forward, backward = partition_of(module, torch.randn(3, 8))
+        compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+        compiler.user_outputs = 1
+        params = list(module.parameters())
+        positions = door_function.direct_positions(params + [torch.randn(3, 8)])
+        self.assertEqual(positions, tuple(range(1, len(params))))
+        call = door_function.door_function(forward, backward, 1, [True] * len(params) + [False],
+                                           compiler, single=True, direct=positions)
+        # Two forwards and backwards without zero_grad in between: sums,
+        # whether .grad was None or held a tensor before the first.
+        params[1].grad = torch.randn_like(params[1])
+        list(reference.parameters())[1].grad = params[1].grad.clone()
+        for _ in range(2):
+            x = torch.randn(3, 8)
+            out = call(*params, x)
+            # Autograd's graph holds one AccumulateGrad (the first parameter's), not one each.
+            accumulators = [function for function, _ in out.grad_fn.next_functions
+                            if function is not None]
+            self.assertEqual([type(function).__name__ for function in accumulators],
+                             ["AccumulateGrad"])
+            self.assertIs(accumulators[0].variable, params[0])
+            F.mse_loss(out, x).backward()
+            F.mse_loss(reference(x), x).backward()
+        for index, (ours, theirs) in enumerate(zip(params, reference.parameters())):
+            torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL,
+                                       msg="gradient %d" % index)
+
+    def test_direct_positions_keep_one_parameter_and_hooked_ones(self):
+        params = [torch.randn(2, requires_grad=True) for _ in range(4)]
+        x = torch.randn(2)
+        # No other input needs a gradient: the first parameter stays in autograd's graph.
+        self.assertEqual(door_function.direct_positions(params + [x]), (1, 2, 3))
+        # A non-leaf input that needs one keeps the outputs in the graph.
+        hidden = torch.randn(2, requires_grad=True) * 2
+        self.assertEqual(door_function.direct_positions(params + [hidden]), (0, 1, 2, 3))
+        # A hooked parameter stays in autograd's graph (its hook runs), and
+        # so keeps the outputs in it: every other parameter is set directly.
+        params[2].register_hook(lambda grad: grad)
+        self.assertEqual(door_function.direct_positions(params + [x]), (0, 1, 3))
+        os.environ["GROVE_DOOR_GRADIENTS"] = "sideways"
+        try:
+            with self.assertRaisesRegex(ValueError, "GROVE_DOOR_GRADIENTS"):
+                door_function.direct_gradients()
+            os.environ["GROVE_DOOR_GRADIENTS"] = "direct"
+            self.assertTrue(door_function.direct_gradients())
+        finally:
+            del os.environ["GROVE_DOOR_GRADIENTS"]
+        self.assertFalse(door_function.direct_gradients())
 
     def test_a_backward_without_none_gradients_is_widened_to_every_input(self):
         self.steps(gpu_models.Mlp(width=8, depth=2), lambda: torch.randn(3, 8), strip_none=True)

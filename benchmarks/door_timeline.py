@@ -1,0 +1,181 @@
+"""Where one training step through the torch door spends its time, on a GPU,
+by torch.profiler (no nsys on the GPU host): the step's stages (zero_grad,
+the compiled model's call, the loss, backward(), optimizer.step()) as
+record_function ranges, and inside each range every profiled CPU event of
+any thread (the autograd engine's nodes run on its device thread: AccumulateGrad,
+the loss's backward, the door's backward node) summed by name as self time;
+the rest of a range is Python the profiler does not see. Then the kernels of
+the step and the GPU's busy span, and the step's wall time without the
+profiler (median over blocks of 20 steps).
+
+    python3 benchmarks/door_timeline.py [--model mlp16x512_b32] [--variant grove]
+        [--steps 5] [--out DIR]
+
+Variants: door_stages.py's (grove, grove_fn, grove_optim,
+torch_reduce_overhead). Environment switches (GROVE_DOOR_GRADIENTS, ...) are
+read as the step compiles, so one process times one setting: run it once per
+setting. --out writes the middle step's timeline (every CPU event of depth
+<= 2 on its thread, in order) and the profiler's table. Skips (exit 0, says
+so) without CUDA or torch._dynamo.
+"""
+import argparse
+import collections
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", "tests", "python"))
+sys.path.insert(0, os.path.join(here, "..", "python"))
+
+WARMUP = 30
+BLOCK = 20
+STAGE = "stage:"
+
+
+def wall_time(step, blocks=10):
+    """Median µs per step over `blocks` blocks of BLOCK steps, each block
+    ended by a device synchronization."""
+    per_step = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(BLOCK):
+            step()
+        torch.cuda.synchronize()
+        per_step.append((time.perf_counter() - start) / BLOCK * 1e6)
+    return statistics.median(per_step)
+
+
+def _is_kernel(event):
+    return str(getattr(event, "device_type", "")).endswith("CUDA")
+
+
+def _depth(event):
+    depth = 0
+    while event.cpu_parent is not None:
+        event = event.cpu_parent
+        depth += 1
+    return depth
+
+
+def analyse(events, steps):
+    """(per-stage summary lines, timeline lines of the middle step)."""
+    cpu = [event for event in events if not _is_kernel(event)]
+    kernels = sorted((event for event in events if _is_kernel(event)),
+                     key=lambda event: event.time_range.start)
+    step_ranges = sorted((event for event in cpu if event.name == "step"),
+                         key=lambda event: event.time_range.start)
+    stages = [event for event in cpu if event.name.startswith(STAGE)]
+    others = [event for event in cpu if event.name != "step" and not event.name.startswith(STAGE)]
+    per_stage = collections.defaultdict(lambda: collections.defaultdict(float))
+    stage_time = collections.defaultdict(float)
+    for stage in stages:
+        name = stage.name[len(STAGE):]
+        start, end = stage.time_range.start, stage.time_range.end
+        stage_time[name] += end - start
+        for event in others:
+            if start <= event.time_range.start < end:
+                per_stage[name][event.name] += event.self_cpu_time_total
+    lines = []
+    count = max(1, len(step_ranges))
+    step_us = statistics.mean(event.time_range.end - event.time_range.start
+                              for event in step_ranges) if step_ranges else 0.0
+    lines.append("profiled step: %.1f us host (mean of %d, profiler on)" % (step_us, count))
+    for name in ("zero_grad", "model", "loss", "backward", "optimizer"):
+        if name not in stage_time:
+            continue
+        total = stage_time[name] / count
+        seen = sum(per_stage[name].values()) / count
+        lines.append("  %-10s %8.1f us: %7.1f in profiled ops (self, all threads), %7.1f "
+                     "unseen (Python, waits)" % (name, total, seen, total - seen))
+        top = sorted(per_stage[name].items(), key=lambda item: -item[1])[:12]
+        for op, self_us in top:
+            calls = sum(1 for event in others if event.name == op) / max(1, len(step_ranges))
+            lines.append("      %8.1f us  %5.1f calls  %s" % (self_us / count, calls, op[:100]))
+    for index, step in enumerate(step_ranges):
+        start, end = step.time_range.start, step.time_range.end
+        inside = [kernel for kernel in kernels if start <= kernel.time_range.start < end + 5000]
+        if index + 1 < len(step_ranges):
+            inside = [kernel for kernel in inside
+                      if kernel.time_range.start < step_ranges[index + 1].time_range.start]
+        if inside:
+            busy = sum(kernel.time_range.end - kernel.time_range.start for kernel in inside)
+            span = inside[-1].time_range.end - inside[0].time_range.start
+            lines.append("step %d: %d kernels, %.1f us of kernel time, GPU span %.1f us, first "
+                         "kernel %.1f us after the step began" % (
+                             index, len(inside), busy, span, inside[0].time_range.start - start))
+    timeline = []
+    if step_ranges:
+        middle = step_ranges[len(step_ranges) // 2]
+        start, end = middle.time_range.start, middle.time_range.end
+        for event in sorted(cpu, key=lambda event: event.time_range.start):
+            if start <= event.time_range.start < end and _depth(event) <= 3:
+                timeline.append("%9.1f %8.1f  thread %-6s %s%s" % (
+                    event.time_range.start - start, event.time_range.end - event.time_range.start,
+                    event.thread, "  " * _depth(event), event.name[:110]))
+    return lines, timeline
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="mlp16x512_b32")
+    parser.add_argument("--variant", default="grove")
+    parser.add_argument("--steps", type=int, default=5, help="profiled steps")
+    parser.add_argument("--out", default=None, help="a folder for the timeline and table")
+    args = parser.parse_args()
+    from door_stages import step_of, zoo_cases
+    from torch_backend import skipped_without_cuda_or_dynamo, training_cases
+
+    if skipped_without_cuda_or_dynamo("door_timeline"):
+        return 0
+    import grove.torch  # noqa: F401 (registers the backend)
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cases = {name: (module, inputs, loss_of) for name, module, inputs, loss_of in
+             training_cases() + zoo_cases({args.model})}
+    if args.model not in cases:
+        raise SystemExit("door_timeline: unknown --model %s (known: %s)"
+                         % (args.model, ",".join(cases)))
+    module, inputs, loss_of = cases[args.model]
+    step = step_of(module, inputs, loss_of, args.variant)
+
+    def untimed(name, function, *call_args):
+        return function(*call_args)
+
+    def labelled(name, function, *call_args):
+        with record_function(STAGE + name):
+            return function(*call_args)
+
+    for _ in range(WARMUP):
+        step(untimed)
+    torch.cuda.synchronize()
+    wall = wall_time(lambda: step(untimed))
+    switches = " ".join("%s=%s" % item for item in sorted(os.environ.items())
+                        if item[0].startswith("GROVE_"))
+    print("%s %s [%s]: %.1f us per step (no profiler)" % (args.model, args.variant,
+                                                         switches or "defaults", wall), flush=True)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        for _ in range(args.steps):
+            with record_function("step"):
+                step(labelled)
+        torch.cuda.synchronize()
+    lines, timeline = analyse(profiler.events(), args.steps)
+    print("\n".join(lines))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        stem = os.path.join(args.out, "%s_%s" % (args.model, args.variant))
+        with open(stem + "_timeline.txt", "w") as out:
+            out.write("# offset_us duration_us thread name (the middle profiled step)\n")
+            out.write("\n".join(timeline) + "\n\n")
+            out.write(profiler.key_averages().table(sort_by="self_cpu_time_total",
+                                                    row_limit=50))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
