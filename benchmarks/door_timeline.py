@@ -72,6 +72,7 @@ def analyse(events, steps):
     stages = [event for event in cpu if event.name.startswith(STAGE)]
     others = [event for event in cpu if event.name != "step" and not event.name.startswith(STAGE)]
     per_stage = collections.defaultdict(lambda: collections.defaultdict(float))
+    per_stage_calls = collections.defaultdict(collections.Counter)
     stage_time = collections.defaultdict(float)
     for stage in stages:
         name = stage.name[len(STAGE):]
@@ -80,6 +81,7 @@ def analyse(events, steps):
         for event in others:
             if start <= event.time_range.start < end:
                 per_stage[name][event.name] += event.self_cpu_time_total
+                per_stage_calls[name][event.name] += 1
     lines = []
     count = max(1, len(step_ranges))
     step_us = statistics.mean(event.time_range.end - event.time_range.start
@@ -94,7 +96,7 @@ def analyse(events, steps):
                      "unseen (Python, waits)" % (name, total, seen, total - seen))
         top = sorted(per_stage[name].items(), key=lambda item: -item[1])[:12]
         for op, self_us in top:
-            calls = sum(1 for event in others if event.name == op) / max(1, len(step_ranges))
+            calls = per_stage_calls[name][op] / count
             lines.append("      %8.1f us  %5.1f calls  %s" % (self_us / count, calls, op[:100]))
     for index, step in enumerate(step_ranges):
         start, end = step.time_range.start, step.time_range.end

@@ -202,6 +202,27 @@ class GpuTorchTrainingTest(unittest.TestCase):
             torch.testing.assert_close(own, expected, rtol=RTOL, atol=ATOL)
             torch.testing.assert_close(own, aot, rtol=RTOL, atol=ATOL)
 
+    def test_direct_gradients_equal_autograds_bitwise(self):
+        """Note [Gradients set directly by the door's function]
+        (grove/door_function.py): with GROVE_DOOR_GRADIENTS=direct the
+        backward sets the parameters' .grad itself; the same gradients as
+        autograd's AccumulateGrad set, so the losses equal the default's
+        bitwise (gradient accumulation too) and track torch eager."""
+        for name, options in (("mlp", {"steps": 10}), ("gpt", {"steps": 10}),
+                              ("mlp", {"steps": 5, "accumulate": 2})):
+            module, batch, loss_of = CASES[name]()
+            module = module.cuda()
+            expected, _ = train(module, batch, loss_of, None, **options)
+            default, _ = train(module, batch, loss_of, "cudagraphs", **options)
+            os.environ["GROVE_DOOR_GRADIENTS"] = "direct"
+            try:
+                direct, _ = train(module, batch, loss_of, "cudagraphs", **options)
+            finally:
+                del os.environ["GROVE_DOOR_GRADIENTS"]
+            self.assertTrue(torch.equal(direct, default), "%s %s: %s vs %s" % (
+                name, options, direct.tolist(), default.tolist()))
+            torch.testing.assert_close(direct, expected, rtol=RTOL, atol=ATOL)
+
     def test_grove_optim_adamw(self):
         """grove.torch.optim.AdamW against torch eager with torch.optim.AdamW."""
         self.check("mlp", steps=20, optimizer="grove_adamw")
