@@ -48,8 +48,10 @@ STAGES = ("zero_grad", "model", "loss", "backward", "optimizer")
 BLOCK = 20
 
 
-def step_of(module, inputs, loss_of, variant):
-    """(a step function taking a `timed(stage, fn, *args)` helper, the model)."""
+def step_of(module, inputs, loss_of, variant, reset=True):
+    """(a step function taking a `timed(stage, fn, *args)` helper, the model).
+    reset: dynamo's caches are reset first (False keeps the steps compiled
+    before this one compiled, for door_timeline.py's interleaved timing)."""
     model = copy.deepcopy(module)
     if variant == "grove_optim":
         import grove.torch
@@ -57,7 +59,8 @@ def step_of(module, inputs, loss_of, variant):
         optimizer = grove.torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    torch._dynamo.reset()
+    if reset:
+        torch._dynamo.reset()
     if variant == "torch_reduce_overhead":
         run = torch.compile(model, mode="reduce-overhead", dynamic=False)
     else:

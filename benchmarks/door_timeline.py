@@ -8,15 +8,20 @@ the rest of a range is Python the profiler does not see. Then the kernels of
 the step and the GPU's busy span, and the step's wall time without the
 profiler (median over blocks of 20 steps).
 
-    python3 benchmarks/door_timeline.py [--model mlp16x512_b32] [--variant grove]
-        [--steps 5] [--out DIR]
+    python3 benchmarks/door_timeline.py [--model mlp16x512_b32]
+        [--variants grove,grove+direct] [--rounds 10] [--steps 5]
+        [--profile all|none|LIST] [--out DIR]
 
 Variants: door_stages.py's (grove, grove_fn, grove_optim,
-torch_reduce_overhead). Environment switches (GROVE_DOOR_GRADIENTS, ...) are
-read as the step compiles, so one process times one setting: run it once per
-setting. --out writes the middle step's timeline (every CPU event of depth
-<= 2 on its thread, in order) and the profiler's table. Skips (exit 0, says
-so) without CUDA or torch._dynamo.
+torch_reduce_overhead), each with optional switches: "+direct"
+(GROVE_DOOR_GRADIENTS=direct) or "+VAR=VALUE", set while that variant
+compiles. Every variant compiles first; then --rounds rounds each time one
+block of every variant in turn (interleaved, so drift reaches all alike),
+and the medians are compared with the first variant's; then each profiled
+variant runs --steps steps under torch.profiler. --out writes each one's
+middle step's timeline (every CPU event of depth <= 3 on its thread, in
+order) and the profiler's table. Skips (exit 0, says so) without CUDA or
+torch._dynamo.
 """
 import argparse
 import collections
@@ -122,12 +127,64 @@ def analyse(events, steps):
     return lines, timeline
 
 
+def configuration(name):
+    """(door_stages variant, {environment switch: value}) of a --variants
+    entry: a variant, then "+direct" (GROVE_DOOR_GRADIENTS=direct) or
+    "+VAR=VALUE" for any other switch read as the step compiles."""
+    variant, *switches = name.split("+")
+    settings = {}
+    for switch in switches:
+        if switch == "direct":
+            settings["GROVE_DOOR_GRADIENTS"] = "direct"
+        elif "=" in switch:
+            key, value = switch.split("=", 1)
+            settings[key] = value
+        else:
+            raise SystemExit("door_timeline: unknown switch %r in %r (direct, or VAR=VALUE)"
+                             % (switch, name))
+    return variant, settings
+
+
+def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
+    """A --variants entry's step, compiled and warmed up with its switches
+    set; dynamo's caches are reset before the first only, so the steps
+    compiled earlier stay compiled (each model a guard of its own on the
+    same code object)."""
+    variant, settings = configuration(name)
+    previous = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    try:
+        step = step_of(module, inputs, loss_of, variant, reset=first)
+        for _ in range(WARMUP):
+            step(untimed)
+        torch.cuda.synchronize()
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                del os.environ[key]
+            else:
+                os.environ[key] = value
+    return step
+
+
+def _graphs_compiled():
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mlp16x512_b32")
-    parser.add_argument("--variant", default="grove")
-    parser.add_argument("--steps", type=int, default=5, help="profiled steps")
-    parser.add_argument("--out", default=None, help="a folder for the timeline and table")
+    parser.add_argument("--variants", default="grove",
+                        help="comma-separated: door_stages variants, each optionally with "
+                        "+direct or +VAR=VALUE switches (grove,grove+direct)")
+    parser.add_argument("--steps", type=int, default=5, help="profiled steps per variant")
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="timing rounds; each times one block of every variant in turn")
+    parser.add_argument("--profile", default="all",
+                        help="comma-separated variants to profile (default all, none: none)")
+    parser.add_argument("--out", default=None, help="a folder for the timelines and tables")
     args = parser.parse_args()
     from door_stages import step_of, zoo_cases
     from torch_backend import skipped_without_cuda_or_dynamo, training_cases
@@ -144,7 +201,6 @@ def main():
         raise SystemExit("door_timeline: unknown --model %s (known: %s)"
                          % (args.model, ",".join(cases)))
     module, inputs, loss_of = cases[args.model]
-    step = step_of(module, inputs, loss_of, args.variant)
 
     def untimed(name, function, *call_args):
         return function(*call_args)
@@ -153,29 +209,53 @@ def main():
         with record_function(STAGE + name):
             return function(*call_args)
 
-    for _ in range(WARMUP):
-        step(untimed)
-    torch.cuda.synchronize()
-    wall = wall_time(lambda: step(untimed))
-    switches = " ".join("%s=%s" % item for item in sorted(os.environ.items())
-                        if item[0].startswith("GROVE_"))
-    print("%s %s [%s]: %.1f us per step (no profiler)" % (args.model, args.variant,
-                                                         switches or "defaults", wall), flush=True)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
-        for _ in range(args.steps):
-            with record_function("step"):
-                step(labelled)
-        torch.cuda.synchronize()
-    lines, timeline = analyse(profiler.events(), args.steps)
-    print("\n".join(lines))
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        stem = os.path.join(args.out, "%s_%s" % (args.model, args.variant))
-        with open(stem + "_timeline.txt", "w") as out:
-            out.write("# offset_us duration_us thread name (the middle profiled step)\n")
-            out.write("\n".join(timeline) + "\n\n")
-            out.write(profiler.key_averages().table(sort_by="self_cpu_time_total",
-                                                    row_limit=50))
+    names = args.variants.split(",")
+    for name in names:
+        configuration(name)  # an unknown switch is refused before anything compiles
+    # Dynamo's cache limit per code object (8 by default) bounds the variants.
+    if len(names) > 8:
+        raise SystemExit("door_timeline: at most 8 variants in one process")
+    steps = {name: compiled_step(step_of, module, inputs, loss_of, name, untimed,
+                                 first=index == 0) for index, name in enumerate(names)}
+    graphs = _graphs_compiled()
+    # Interleaved: round by round one block of each variant, so drift over
+    # the process's life (Note [Training variants measured apart],
+    # torch_backend.py) reaches every variant alike.
+    samples = {name: [] for name in names}
+    for _ in range(args.rounds):
+        for name in names:
+            samples[name].append(wall_time(lambda: steps[name](untimed), blocks=1))
+    if _graphs_compiled() != graphs:  # a variant recompiled: its switches were unset then
+        print("door_timeline: dynamo compiled %s graphs during the timing; the timings are not "
+              "of the variants as compiled" % (_graphs_compiled() - graphs))
+    base = statistics.median(samples[names[0]])
+    print("%s: us per step, no profiler (median of %d interleaved blocks of %d steps)"
+          % (args.model, args.rounds, BLOCK))
+    for name in names:
+        median = statistics.median(samples[name])
+        print("  %-36s %9.1f us  (min %.1f, max %.1f)  %.3fx of %s" % (
+            name, median, min(samples[name]), max(samples[name]), median / base, names[0]),
+            flush=True)
+    profiled = [] if args.profile == "none" else (
+        names if args.profile == "all" else args.profile.split(","))
+    for name in profiled:
+        step = steps[name]
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+            for _ in range(args.steps):
+                with record_function("step"):
+                    step(labelled)
+            torch.cuda.synchronize()
+        lines, timeline = analyse(profiler.events(), args.steps)
+        print("== %s %s (torch.profiler)" % (args.model, name))
+        print("\n".join(lines), flush=True)
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            stem = os.path.join(args.out, "%s_%s" % (args.model, name.replace("+", "_")))
+            with open(stem + "_timeline.txt", "w") as out:
+                out.write("# offset_us duration_us thread name (the middle profiled step)\n")
+                out.write("\n".join(timeline) + "\n\n")
+                out.write(profiler.key_averages().table(sort_by="self_cpu_time_total",
+                                                        row_limit=50))
     return 0
 
 

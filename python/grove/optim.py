@@ -17,6 +17,7 @@ One parameter group; every parameter must have a gradient at each step.
 """
 
 import ctypes
+import inspect
 import itertools
 import json
 import operator
@@ -29,6 +30,8 @@ from grove import dtypes
 
 # The floating dtypes grove's optimizer programs take (grove/dtypes.py names them).
 _GRAD = operator.attrgetter("grad")
+_SET_TO_NONE_DEFAULT = inspect.signature(torch.optim.Optimizer.zero_grad).parameters[
+    "set_to_none"].default
 _DTYPES = {dtype: name for dtype, name in dtypes.torch_names().items()
            if name in ("f32", "f16", "bf16")}
 
@@ -129,6 +132,20 @@ class _GroveOptimizer(torch.optim.Optimizer):
                     tensor.fill_(value)
             self._hyper_values = values
         return self._hyper
+
+    def zero_grad(self, set_to_none=None):
+        """PyTorch's zero_grad, with this PyTorch's default for set_to_none
+        (True from 2.0). set_to_none: every parameter's .grad becomes None in
+        one pass in C (map), not a Python loop over the parameters under a
+        profiler range as torch.optim.Optimizer's."""
+        if set_to_none is None:
+            set_to_none = _SET_TO_NONE_DEFAULT
+        if not set_to_none:
+            return super().zero_grad(set_to_none=False)
+        params = self._params()
+        list(map(setattr, params, itertools.repeat("grad", len(params)),
+                 itertools.repeat(None, len(params))))
+        return None
 
     @torch.no_grad()
     def step(self, closure=None):

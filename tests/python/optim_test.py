@@ -47,6 +47,32 @@ class OptimizerProgramTest(unittest.TestCase):
             optim.AdamW(weights, lr=0.1).step()
 
 
+class ZeroGradTest(unittest.TestCase):
+    def test_zero_grad_sets_none_or_zeros_as_torch(self):
+        params = [torch.nn.Parameter(torch.randn(3)) for _ in range(4)]
+        optimizer = optim.AdamW(params, lr=0.1)
+        for param in params:
+            param.grad = torch.randn(3)
+        kept = params[1].grad
+        optimizer.zero_grad(set_to_none=False)  # PyTorch's: zeros in place
+        self.assertIs(params[1].grad, kept)
+        self.assertTrue(all(torch.equal(p.grad, torch.zeros(3)) for p in params))
+        optimizer.zero_grad(set_to_none=True)  # None, in one pass
+        self.assertEqual([p.grad for p in params], [None] * 4)
+        optimizer.zero_grad(set_to_none=True)  # and again on parameters without one
+        self.assertEqual([p.grad for p in params], [None] * 4)
+        # No argument: this PyTorch's default (zeros on 1.x, None from 2.0).
+        reference = torch.optim.AdamW([torch.nn.Parameter(torch.randn(3))], lr=0.1)
+        reference.param_groups[0]["params"][0].grad = torch.randn(3)
+        reference.zero_grad()
+        for param in params:
+            param.grad = torch.randn(3)
+        optimizer.zero_grad()
+        want = reference.param_groups[0]["params"][0].grad
+        for param in params:
+            self.assertEqual(param.grad is None, want is None)
+
+
 class StepsMatchTorchTest(unittest.TestCase):
     def steps(self, make_optimizer, mode):
         """Parameters after each of four steps on fixed gradients, the
