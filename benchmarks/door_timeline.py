@@ -185,7 +185,15 @@ def main():
     parser.add_argument("--profile", default="all",
                         help="comma-separated variants to profile (default all, none: none)")
     parser.add_argument("--out", default=None, help="a folder for the timelines and tables")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help="seconds from the start after which no more timing rounds (after "
+                        "the third) or profiles begin, so a time-limited run still prints")
     args = parser.parse_args()
+    began = time.perf_counter()
+
+    def past_deadline():
+        return args.deadline_s is not None and time.perf_counter() - began > args.deadline_s
+
     from door_stages import step_of, zoo_cases
     from torch_backend import skipped_without_cuda_or_dynamo, training_cases
 
@@ -215,14 +223,21 @@ def main():
     # Dynamo's cache limit per code object (8 by default) bounds the variants.
     if len(names) > 8:
         raise SystemExit("door_timeline: at most 8 variants in one process")
-    steps = {name: compiled_step(step_of, module, inputs, loss_of, name, untimed,
-                                 first=index == 0) for index, name in enumerate(names)}
+    steps = {}
+    for index, name in enumerate(names):
+        compiled_at = time.perf_counter()
+        steps[name] = compiled_step(step_of, module, inputs, loss_of, name, untimed,
+                                    first=index == 0)
+        print("compiled and warmed %s in %.1f s" % (name, time.perf_counter() - compiled_at),
+              flush=True)
     graphs = _graphs_compiled()
     # Interleaved: round by round one block of each variant, so drift over
     # the process's life (Note [Training variants measured apart],
     # torch_backend.py) reaches every variant alike.
     samples = {name: [] for name in names}
-    for _ in range(args.rounds):
+    for round_index in range(args.rounds):
+        if round_index >= 3 and past_deadline():
+            break
         for name in names:
             samples[name].append(wall_time(lambda: steps[name](untimed), blocks=1))
     if _graphs_compiled() != graphs:  # a variant recompiled: its switches were unset then
@@ -230,7 +245,7 @@ def main():
               "of the variants as compiled" % (_graphs_compiled() - graphs))
     base = statistics.median(samples[names[0]])
     print("%s: us per step, no profiler (median of %d interleaved blocks of %d steps)"
-          % (args.model, args.rounds, BLOCK))
+          % (args.model, len(samples[names[0]]), BLOCK))
     for name in names:
         median = statistics.median(samples[name])
         print("  %-36s %9.1f us  (min %.1f, max %.1f)  %.3fx of %s" % (
@@ -239,6 +254,9 @@ def main():
     profiled = [] if args.profile == "none" else (
         names if args.profile == "all" else args.profile.split(","))
     for name in profiled:
+        if past_deadline():
+            print("== %s: not profiled (past --deadline-s)" % name)
+            continue
         step = steps[name]
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
             for _ in range(args.steps):
