@@ -11,13 +11,13 @@
 #      grove.torch.DistributedDataParallel and grove's whole step
 #      (goal: the door <= 0.5x torch DDP reduce-overhead).
 #
-#   DATA_PARALLEL=path/to/data_parallel OUT=results bash benchmarks/two_gpu_training.sh
+#   DATA_PARALLEL=path/to/data_parallel OUT=results bash benchmarks/data_parallel/two_gpu_training.sh
 #
 # DATA_PARALLEL defaults to bazel-bin/benchmarks/data_parallel/data_parallel;
 # GROVE_LIBRARY and PYTHONPATH (python/) must be set for part 2. DEVICE=sim
 # runs part 1 on sim ranks and skips part 2 (what CI can run; no GPU).
 set -uo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"  # benchmarks/
 out="${OUT:-.}"
 device="${DEVICE:-cuda}"
 binary="${DATA_PARALLEL:-bazel-bin/benchmarks/data_parallel/data_parallel}"
