@@ -167,6 +167,26 @@ def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
     return step
 
 
+def python_profile(step, untimed, steps=100):
+    """cProfile's listing of `steps` steps: functions by own time, then by
+    cumulative time (the host's Python, which torch.profiler leaves unseen)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step(untimed)
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(40)
+    return text.getvalue()
+
+
 def _graphs_compiled():
     from torch._dynamo.utils import counters
 
@@ -188,6 +208,9 @@ def main():
     parser.add_argument("--deadline-s", type=float, default=None,
                         help="seconds from the start after which no more timing rounds (after "
                         "the third) or profiles begin, so a time-limited run still prints")
+    parser.add_argument("--cprofile", type=int, default=0,
+                        help="also cProfile 100 steps of each profiled variant and print this "
+                        "many functions by own time (the Python torch.profiler does not see)")
     args = parser.parse_args()
     began = time.perf_counter()
 
@@ -266,6 +289,10 @@ def main():
         lines, timeline = analyse(profiler.events(), args.steps)
         print("== %s %s (torch.profiler)" % (args.model, name))
         print("\n".join(lines), flush=True)
+        python_table = python_profile(step, untimed) if args.cprofile else ""
+        if python_table:
+            print("-- cProfile, 100 steps, by own time:")
+            print("\n".join(python_table.splitlines()[:args.cprofile + 9]), flush=True)
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             stem = os.path.join(args.out, "%s_%s" % (args.model, name.replace("+", "_")))
@@ -274,6 +301,7 @@ def main():
                 out.write("\n".join(timeline) + "\n\n")
                 out.write(profiler.key_averages().table(sort_by="self_cpu_time_total",
                                                         row_limit=50))
+                out.write("\n\n" + python_table)
     return 0
 
 
