@@ -14,8 +14,10 @@ one GPU); a variant name ending in "_fn" (grove_fn, grove_ddp_fn) is that
 variant with grove's own autograd function (GROVE_DOOR_FUNCTION=1, Note [The
 door's own autograd function]), ending in "_nosplit" (grove_nosplit) with
 dynamo's DDP optimizer off (torch._dynamo.config.optimize_ddp=False: one
-graph, not one per bucket; DDP's all-reduces after the whole backward);
-suffixes combine (grove_nosplit_fn); --profile VARIANT prints rank 0's
+graph, not one per bucket; DDP's all-reduces after the whole backward),
+ending in "_direct" (grove_ddp_direct) with GROVE_DOOR_GRADIENTS=direct (Note
+[Gradients set directly by the door's function]; taken by grove's own DDP
+only, torch DDP hooks autograd's AccumulateGrad nodes); suffixes combine (grove_nosplit_fn); --profile VARIANT prints rank 0's
 cProfile of that variant.
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
@@ -84,7 +86,22 @@ def _whole_graph():
     return torch._dynamo.config.patch(optimize_ddp=False)
 
 
-SUFFIXES = {"_fn": _door_function, "_nosplit": _whole_graph}
+@contextlib.contextmanager
+def _direct_gradients():
+    # Note [Gradients set directly by the door's function] (opt-in, read at
+    # compilation; taken by grove's own DDP only: torch DDP hooks AccumulateGrad).
+    previous = os.environ.get("GROVE_DOOR_GRADIENTS")
+    os.environ["GROVE_DOOR_GRADIENTS"] = "direct"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["GROVE_DOOR_GRADIENTS"]
+        else:
+            os.environ["GROVE_DOOR_GRADIENTS"] = previous
+
+
+SUFFIXES = {"_fn": _door_function, "_nosplit": _whole_graph, "_direct": _direct_gradients}
 VARIANTS = ("torch_eager", "torch_reduce_overhead", "grove", "grove_ddp", "grove_step",
             "grove_plain")
 

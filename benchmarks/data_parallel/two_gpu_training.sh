@@ -47,7 +47,7 @@ if [ "$gpus" -lt 2 ]; then
   exit 0
 fi
 timeout 105 python3 -m torch.distributed.run --nproc_per_node 2 "$here/ddp_door.py" \
-  --variants torch_eager,torch_reduce_overhead,grove,grove_ddp,grove_step --iters 60 \
+  --variants torch_eager,torch_reduce_overhead,grove,grove_ddp,grove_ddp_direct,grove_step --iters 60 \
   --json "$out/ddp_door_2gpu.json" > "$out/ddp_door_2gpu.txt" 2>&1
 echo "rc=$?"
 grep -v "Warning\|warnings.warn\|return func\|^W1\|\*\*\*\*\|OMP_NUM_THREADS\|record function" \

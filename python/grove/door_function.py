@@ -199,7 +199,9 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
 # the graph (autograd.grad of another input too) sets their .grad; hooks on
 # them or on their AccumulateGrad nodes do not run. So direct_positions takes
 # no parameter that has tensor hooks, and none while torch.distributed is
-# initialized (DDP's reducer hooks the AccumulateGrad nodes). Tests:
+# initialized (DDP's reducer hooks the AccumulateGrad nodes) unless grove's
+# own DistributedDataParallel compiles the graph (its all-reduces are in the
+# backward graph, gradient_reduce.py; no hooks). Tests:
 # DoorFunctionTest.test_direct_gradients_match_torch_over_steps,
 # test_direct_gradients_accumulate_into_existing_grad and
 # test_direct_positions_keep_one_parameter_and_hooked_ones
@@ -214,14 +216,17 @@ def direct_gradients():
     return value == "direct"
 
 
-def direct_positions(values):
+def direct_positions(values, grove_reduces=False):
     """The positions among `values` (a graph's lifted tensors and inputs)
     whose gradients the door's function sets as .grad itself (Note
     [Gradients set directly by the door's function]): hook-free leaf
     parameters, less one where no other value needs a gradient; () while
-    torch.distributed is initialized."""
+    torch.distributed is initialized, unless grove_reduces (the backward
+    graph averages the gradients itself: grove.torch.DistributedDataParallel,
+    no reducer hooks)."""
     distributed = getattr(torch, "distributed", None)
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+    if (not grove_reduces and distributed is not None and distributed.is_available()
+            and distributed.is_initialized()):
         return ()
     needing = [index for index, value in enumerate(values)
                if isinstance(value, torch.Tensor) and value.requires_grad]

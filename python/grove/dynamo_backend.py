@@ -316,7 +316,8 @@ def _door_function(gm, example_inputs, compiler, aot, single):
         values = list(lifted) + list(example_inputs)
         requires_grad = [bool(getattr(value, "requires_grad", False)) for value in values]
         # Note [Gradients set directly by the door's function] (opt-in).
-        direct = door_function.direct_positions(values) if door_function.direct_gradients() else ()
+        direct = (door_function.direct_positions(values, compiler.all_reduce is not None)
+                  if door_function.direct_gradients() else ())
         own = door_function.door_function(forward, backward, user_outputs, requires_grad,
                                           compiler, single=single, lifted=lifted, direct=direct)
     except door_function.Unsupported as why:

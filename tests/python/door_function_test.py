@@ -180,6 +180,21 @@ class DoorFunctionTest(unittest.TestCase):
         # so keeps the outputs in it: every other parameter is set directly.
         params[2].register_hook(lambda grad: grad)
         self.assertEqual(door_function.direct_positions(params + [x]), (0, 1, 3))
+        # Under torch.distributed (DDP's reducer hooks AccumulateGrad nodes):
+        # none, unless grove's own all-reduce averages the gradients.
+        import tempfile
+
+        import torch.distributed as dist
+
+        with tempfile.TemporaryDirectory() as folder:
+            dist.init_process_group("gloo", init_method="file://%s/store" % folder, rank=0,
+                                    world_size=1)
+            try:
+                self.assertEqual(door_function.direct_positions(params + [x]), ())
+                self.assertEqual(door_function.direct_positions(params + [x],
+                                                                grove_reduces=True), (0, 1, 3))
+            finally:
+                dist.destroy_process_group()
         os.environ["GROVE_DOOR_GRADIENTS"] = "sideways"
         try:
             with self.assertRaisesRegex(ValueError, "GROVE_DOOR_GRADIENTS"):
