@@ -46,6 +46,7 @@ import torch
 
 
 taken = 0  # training graphs run as the door's own function (tests read it)
+direct_taken = 0  # of them, those whose backward sets .grad itself (tests read it)
 
 
 class Unsupported(Exception):
@@ -148,6 +149,8 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     _one_gradient_per_input(backward, requires_grad)
     run_forward = compiler.forward(forward, None)
     run_backward = compiler.backward(backward, None)
+    global taken
+    taken += 1
     if direct:
         return _direct_door_function(run_forward, run_backward, saved_order, user_outputs,
                                      len(requires_grad), single, tuple(lifted), tuple(direct))
@@ -170,8 +173,6 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
                         for gradient in gradients]
             return tuple(run_backward(saved + tangents))
 
-    global taken
-    taken += 1
     apply = DoorStep.apply
     if lifted:  # the graph module's own parameters and buffers come first
         lifted = tuple(lifted)
@@ -243,6 +244,8 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
     """door_function's callable where the gradients at `direct` are set as
     .grad by the backward (Note [Gradients set directly by the door's
     function]): the Function's autograd inputs are the other tensors."""
+    global direct_taken
+    direct_taken += 1
     direct_set = set(direct)
     kept = tuple(index for index in range(inputs) if index not in direct_set)
     pick_kept = _picker(kept)

@@ -12,6 +12,8 @@
   grove's backward graph (every parameter gradient reduced there);
 - door_fn, grove_ddp_fn: the same two with grove's own autograd function, the default
   (GROVE_DOOR_FUNCTION=1, Note [The door's own autograd function]) (f32);
+- grove_ddp_direct: grove_ddp_fn with GROVE_DOOR_GRADIENTS=direct (Note
+  [Gradients set directly by the door's function]) (f32);
 - step: grove.training.compile_step given the DDP model (the whole step in
   grove, the gradients averaged over DDP's group by one all-reduce);
 
@@ -52,14 +54,18 @@ STEPS = 6
 SEED = 20261126
 VARIANTS = ("torch", "door", "grove_ddp", "step")
 FUNCTION_VARIANTS = ("door_fn", "grove_ddp_fn")  # with grove's own autograd function
+# grove's DDP with GROVE_DOOR_GRADIENTS=direct (Note [Gradients set directly by
+# the door's function]): its backward sets .grad, its graph averages them.
+DIRECT_VARIANTS = ("grove_ddp_direct",)
 # autocast dtype (None: f32) -> tolerance of losses and parameters
 TOLERANCE = {None: {"rtol": 1e-3, "atol": 1e-5},
              torch.bfloat16: {"rtol": 3e-2, "atol": 3e-2},
              torch.float16: {"rtol": 1e-2, "atol": 1e-2}}
 # (case, autocast dtype) -> variants run
-RUNS = {("mlp", None): VARIANTS + FUNCTION_VARIANTS, ("mlp", torch.bfloat16): VARIANTS,
+RUNS = {("mlp", None): VARIANTS + FUNCTION_VARIANTS + DIRECT_VARIANTS,
+        ("mlp", torch.bfloat16): VARIANTS,
         ("mlp", torch.float16): ("torch", "door", "grove_ddp"),
-        ("gpt", None): VARIANTS + FUNCTION_VARIANTS,
+        ("gpt", None): VARIANTS + FUNCTION_VARIANTS + DIRECT_VARIANTS,
         ("gpt", torch.bfloat16): ("torch", "door", "grove_ddp")}
 
 
@@ -92,6 +98,16 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
     import grove.torch
     from grove import door_function, dynamo_backend
 
+    if variant.endswith("_direct"):
+        os.environ["GROVE_DOOR_GRADIENTS"] = "direct"  # read when the first step compiles
+        direct = door_function.direct_taken
+        try:
+            result = train(variant[:-len("_direct")] + "_fn", module, batch, loss_fn, rank,
+                           autocast, compiled)
+        finally:
+            del os.environ["GROVE_DOOR_GRADIENTS"]
+        result["direct_functions"] = door_function.direct_taken - direct
+        return result
     if "GROVE_DOOR_FUNCTION" not in os.environ:
         # Note [The door's own autograd function] (the default, read when the
         # first step compiles the graphs): on for the "_fn" variants, off
@@ -238,6 +254,9 @@ class WorldOfOne(unittest.TestCase):
                 # Note [The door's own autograd function]; its losses are checked.)
                 self.assertGreater(ours["door_functions"], 0,
                                    where + ": no graph ran as grove's own autograd function")
+            if variant.endswith("_direct"):
+                self.assertGreater(ours["direct_functions"], 0,
+                                   where + ": no graph set its gradients directly")
             if variant.startswith("grove_ddp"):
                 in_grove, left = ours["reduction"]
                 self.assertEqual(left, 0, where + ": gradients left to torch.distributed")
@@ -278,6 +297,12 @@ class WorldOfOne(unittest.TestCase):
 
     def test_gpt_grove_ddp_with_the_doors_own_function(self):
         self.check("gpt", None, "grove_ddp_fn")
+
+    def test_mlp_grove_ddp_with_direct_gradients(self):
+        self.check("mlp", None, "grove_ddp_direct")
+
+    def test_gpt_grove_ddp_with_direct_gradients(self):
+        self.check("gpt", None, "grove_ddp_direct")
 
     def test_mlp_whole_step_of_a_ddp_model(self):
         self.check("mlp", None, "step")
