@@ -25,7 +25,10 @@ grove's own autograd function (grove_fn, GROVE_DOOR_FUNCTION=1: the default,
 as "grove") and by AOTAutograd's runtime (grove_aot, GROVE_DOOR_FUNCTION=0), and the whole step as grove graphs
 (grove.training.compile_step with AdamW, run as grove's update; step/r-o;
 grove_step_sgd: with SGD momentum 0.9, the optimizer of grove's C++ trainer,
-benchmarks/train_step).
+benchmarks/train_step); grove_direct and grove_optim_direct: grove and
+grove_optim with GROVE_DOOR_GRADIENTS=direct (Note [Gradients set directly by
+the door's function]: the door's backward sets .grad, no AccumulateGrad per
+parameter), each printed over reduce-overhead.
 
 Prints a table and writes JSON. Each variant warms up (20 calls), then is
 timed as `repeats` calls in blocks of 20, each block ended by a device
@@ -177,6 +180,20 @@ def train_variant(module, inputs, loss_of, variant):
         whole = grove.training.compile_step(
             model, lambda forward, *args: loss_of(forward(*args)), optimizer)
         return lambda: whole(*inputs)
+    if variant.endswith("_direct"):
+        # Note [Gradients set directly by the door's function]: the variant
+        # with GROVE_DOOR_GRADIENTS=direct, compiled by a first step right here.
+        step = train_variant(module, inputs, loss_of, variant[:-len("_direct")])
+        previous = os.environ.get("GROVE_DOOR_GRADIENTS")
+        os.environ["GROVE_DOOR_GRADIENTS"] = "direct"
+        try:
+            step()
+        finally:
+            if previous is None:
+                del os.environ["GROVE_DOOR_GRADIENTS"]
+            else:
+                os.environ["GROVE_DOOR_GRADIENTS"] = previous
+        return step
     if variant in ("grove_fn", "grove_aot"):
         # backend="grove" with Note [The door's own autograd function] on
         # (grove_fn; the default, so "grove" too) or off (grove_aot:
@@ -235,7 +252,7 @@ def train_variant(module, inputs, loss_of, variant):
 
 TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "torch_reduce_overhead_opt",
                   "cuda_graph", "grove_eager", "grove", "grove_fn", "grove_aot", "grove_optim",
-                  "grove_step", "grove_step_sgd")
+                  "grove_direct", "grove_optim_direct", "grove_step", "grove_step_sgd")
 
 
 # Note [Training variants measured apart]: in one process, a variant's step
@@ -285,7 +302,7 @@ def train_main(args):
                     step = train_variant(module, inputs, loss_of, variant)
                     row[variant] = time_steps(step, args.repeats)
                     if variant in ("grove", "grove_fn", "grove_aot", "grove_optim",
-                                   "grove_eager"):
+                                   "grove_eager", "grove_direct", "grove_optim_direct"):
                         row[variant]["tree_per_step"] = tree_per_step(step)
                 except Exception as error:  # one variant failing leaves the others' numbers
                     traceback.print_exc()
@@ -299,6 +316,10 @@ def train_main(args):
         row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
         door_us = row.get("grove", {}).get("median_us")
         row["grove_door_over_reduce_overhead"] = door_us / base if base and door_us else None
+        for direct in ("grove_direct", "grove_optim_direct"):
+            direct_us = row.get(direct, {}).get("median_us")
+            row["%s_over_reduce_overhead" % direct] = (direct_us / base if base and direct_us
+                                                       else None)
         step_us = row.get("grove_step", {}).get("median_us")
         row["grove_step_over_reduce_overhead"] = step_us / base if base and step_us else None
         # Like with like: both optimizer steps captured (Note in the docstring).
@@ -322,6 +343,10 @@ def train_main(args):
         print("%-18s" % row["model"] + "".join(cells) +
               "".join("%12s" % ("-" if ratio is None else "%.2f" % ratio) for ratio in ratios) +
               "%14s" % ("-" if like is None else "%.2f" % like))
+        for direct in ("grove_direct", "grove_optim_direct"):
+            if row.get("%s_over_reduce_overhead" % direct) is not None:
+                print("  %s %s/r-o: %.2f" % (row["model"], direct,
+                                             row["%s_over_reduce_overhead" % direct]))
         for variant in variants:
             if "error" in row[variant]:
                 print("  %s %s: %s" % (row["model"], variant, row[variant]["error"]))
