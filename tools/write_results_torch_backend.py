@@ -9,7 +9,9 @@ import write_results_sections as sections  # noqa: E402  (lives next to this fil
 TRAIN_VARIANTS = [("torch_eager", "torch eager"), ("torch_reduce_overhead", "reduce-overhead"),
                   ("torch_reduce_overhead_opt", "r-o, optimizer compiled"),
                   ("cuda_graph", "hand-captured step"), ("grove_eager", "grove eager"),
-                  ("grove", "grove"), ("grove_optim", "grove_optim")]
+                  ("grove", "grove"), ("grove_optim", "grove_optim"),
+                  ("grove_direct", "grove, direct .grad"),
+                  ("grove_optim_direct", "grove_optim, direct .grad")]
 
 median = sections.median
 
@@ -45,8 +47,10 @@ def training(report):
              "step: forward, loss, backward, optimizer): `grove` runs PyTorch's optimizer, "
              "`grove_optim` grove.torch.optim's, one graph; `r-o, optimizer compiled` is "
              "reduce-overhead with `torch.compile(optimizer.step, mode=\"reduce-overhead\")` "
-             "too, like with like for grove_optim." % report.get("torch", "?"), ""]
+             "too, like with like for grove_optim; `direct .grad`: with "
+             "GROVE_DOOR_GRADIENTS=direct (the door's backward sets `.grad`, no AccumulateGrad "
+             "per parameter)." % report.get("torch", "?"), ""]
     lines += sections.table(["model"] + [label for _, label in TRAIN_VARIANTS] +
                             ["grove_optim / r-o", "grove_optim / r-o opt"], rows,
-                            ["l"] + ["r"] * 9)
+                            ["l"] + ["r"] * (len(TRAIN_VARIANTS) + 2))
     return lines + [""]
