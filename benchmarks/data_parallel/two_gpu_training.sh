@@ -7,9 +7,9 @@
 #      (goal >= 90%).
 #   2. DDP through the door (benchmarks/ddp_door.py under torchrun, NCCL):
 #      torch DDP eager (the losses' reference) and reduce-overhead against
-#      backend="grove" on the DDP model,
-#      grove.torch.DistributedDataParallel and grove's whole step
-#      (goal: the door <= 0.5x torch DDP reduce-overhead).
+#      backend="grove" on the DDP model, grove.torch.DistributedDataParallel
+#      (also with GROVE_DOOR_GRADIENTS=direct: grove_ddp_direct) and grove's
+#      whole step (goal: the door <= 0.5x torch DDP reduce-overhead).
 #
 #   DATA_PARALLEL=path/to/data_parallel OUT=results bash benchmarks/data_parallel/two_gpu_training.sh
 #
