@@ -153,10 +153,11 @@ def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
     variant, settings = configuration(name)
     previous = {key: os.environ.get(key) for key in settings}
     os.environ.update(settings)
+    losses = []
     try:
         step = step_of(module, inputs, loss_of, variant, reset=first)
         for _ in range(WARMUP):
-            step(untimed)
+            losses.append(step(untimed).detach())
         torch.cuda.synchronize()
     finally:
         for key, value in previous.items():
@@ -164,7 +165,7 @@ def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
                 del os.environ[key]
             else:
                 os.environ[key] = value
-    return step
+    return step, torch.stack(losses).float().cpu()
 
 
 def python_profile(step, untimed, steps=100):
@@ -185,6 +186,26 @@ def python_profile(step, untimed, steps=100):
     stats.sort_stats("tottime").print_stats(40)
     stats.sort_stats("cumulative").print_stats(40)
     return text.getvalue()
+
+
+def exactness(names, losses):
+    """Lines comparing the warm-up steps' losses (every variant starts from
+    the same weights and batch): a variant with switches against the same
+    variant without them bitwise (the same graphs, so the same numbers),
+    any other against the first variant within f32 tolerance."""
+    lines = []
+    for name in names[1:]:
+        variant, _ = configuration(name)
+        base = variant if variant in losses and variant != name else names[0]
+        mine, theirs = losses[name], losses[base]
+        if base == variant:
+            verdict = "bitwise equal" if torch.equal(mine, theirs) else "DIFFER"
+        else:
+            close = torch.allclose(mine, theirs, rtol=2e-3, atol=2e-4)
+            verdict = "within rtol 2e-3" if close else "DIFFER beyond rtol 2e-3"
+        lines.append("losses of %d warm-up steps, %s vs %s: %s (largest difference %.3g)" % (
+            len(mine), name, base, verdict, (mine - theirs).abs().max().item()))
+    return "\n".join(lines)
 
 
 def _graphs_compiled():
@@ -227,7 +248,10 @@ def main():
 
     torch.backends.cuda.matmul.allow_tf32 = False
     cases = {name: (module, inputs, loss_of) for name, module, inputs, loss_of in
-             training_cases() + zoo_cases({args.model})}
+             training_cases()}
+    if args.model not in cases:  # the zoo's (benchmarks/zoo_training.py) only where asked
+        cases.update((name, (module, inputs, loss_of)) for name, module, inputs, loss_of in
+                     zoo_cases({args.model}))
     if args.model not in cases:
         raise SystemExit("door_timeline: unknown --model %s (known: %s)"
                          % (args.model, ",".join(cases)))
@@ -246,13 +270,14 @@ def main():
     # Dynamo's cache limit per code object (8 by default) bounds the variants.
     if len(names) > 8:
         raise SystemExit("door_timeline: at most 8 variants in one process")
-    steps = {}
+    steps, losses = {}, {}
     for index, name in enumerate(names):
         compiled_at = time.perf_counter()
-        steps[name] = compiled_step(step_of, module, inputs, loss_of, name, untimed,
-                                    first=index == 0)
+        steps[name], losses[name] = compiled_step(step_of, module, inputs, loss_of, name,
+                                                  untimed, first=index == 0)
         print("compiled and warmed %s in %.1f s" % (name, time.perf_counter() - compiled_at),
               flush=True)
+    print(exactness(names, losses), flush=True)
     graphs = _graphs_compiled()
     # Interleaved: round by round one block of each variant, so drift over
     # the process's life (Note [Training variants measured apart],

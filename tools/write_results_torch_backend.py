@@ -46,8 +46,8 @@ def training(report):
     lines = ["Training through `torch.compile(backend=\"grove\")` on PyTorch %s (median µs per "
              "step: forward, loss, backward, optimizer): `grove` runs PyTorch's optimizer, "
              "`grove_optim` grove.torch.optim's, one graph; `r-o, optimizer compiled` is "
-             "reduce-overhead with `torch.compile(optimizer.step, mode=\"reduce-overhead\")` "
-             "too, like with like for grove_optim; `direct .grad`: with "
+             "reduce-overhead with `torch.compile(optimizer.step)` (inductor's default mode; in "
+             "reduce-overhead mode it fails) too, like with like for grove_optim; `direct .grad`: with "
              "GROVE_DOOR_GRADIENTS=direct (the door's backward sets `.grad`, no AccumulateGrad "
              "per parameter)." % report.get("torch", "?"), ""]
     lines += sections.table(["model"] + [label for _, label in TRAIN_VARIANTS] +
