@@ -229,6 +229,9 @@ def main():
     parser.add_argument("--deadline-s", type=float, default=None,
                         help="seconds from the start after which no more timing rounds (after "
                         "the third) or profiles begin, so a time-limited run still prints")
+    parser.add_argument("--compile-deadline-s", type=float, default=None,
+                        help="seconds from the start after which no more variants compile "
+                        "(the first always does); those left out are said so")
     parser.add_argument("--cprofile", type=int, default=0,
                         help="also cProfile 100 steps of each profiled variant and print this "
                         "many functions by own time (the Python torch.profiler does not see)")
@@ -271,7 +274,12 @@ def main():
     if len(names) > 8:
         raise SystemExit("door_timeline: at most 8 variants in one process")
     steps, losses = {}, {}
-    for index, name in enumerate(names):
+    for index, name in enumerate(list(names)):
+        if (index > 0 and args.compile_deadline_s is not None
+                and time.perf_counter() - began > args.compile_deadline_s):
+            print("%s: not compiled (past --compile-deadline-s)" % name, flush=True)
+            names.remove(name)
+            continue
         compiled_at = time.perf_counter()
         steps[name], losses[name] = compiled_step(step_of, module, inputs, loss_of, name,
                                                   untimed, first=index == 0)
@@ -302,6 +310,8 @@ def main():
     profiled = [] if args.profile == "none" else (
         names if args.profile == "all" else args.profile.split(","))
     for name in profiled:
+        if name not in steps:
+            continue
         if past_deadline():
             print("== %s: not profiled (past --deadline-s)" % name)
             continue
