@@ -10,14 +10,17 @@ profiler (median over blocks of 20 steps).
 
     python3 benchmarks/door_timeline.py [--model mlp16x512_b32]
         [--variants grove,grove+direct] [--rounds 10] [--steps 5]
-        [--profile all|none|LIST] [--out DIR]
+        [--profile all|none|LIST] [--cprofile N] [--out DIR]
+        [--compile-deadline-s S] [--deadline-s S]
 
 Variants: door_stages.py's (grove, grove_fn, grove_optim,
 torch_reduce_overhead), each with optional switches: "+direct"
 (GROVE_DOOR_GRADIENTS=direct) or "+VAR=VALUE", set while that variant
 compiles. Every variant compiles first; then --rounds rounds each time one
 block of every variant in turn (interleaved, so drift reaches all alike),
-and the medians are compared with the first variant's; then each profiled
+and the medians are compared with the first variant's (before that, the
+losses of every variant's warm-up steps against its variant without switches,
+bitwise, or the first variant's, within f32 tolerance); then each profiled
 variant runs --steps steps under torch.profiler. --out writes each one's
 middle step's timeline (every CPU event of depth <= 3 on its thread, in
 order) and the profiler's table. Skips (exit 0, says so) without CUDA or
@@ -168,7 +171,7 @@ def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
     return step, torch.stack(losses).float().cpu()
 
 
-def python_profile(step, untimed, steps=100):
+def python_profile(step, untimed, steps=300):
     """cProfile's listing of `steps` steps: functions by own time, then by
     cumulative time (the host's Python, which torch.profiler leaves unseen)."""
     import cProfile
@@ -233,7 +236,7 @@ def main():
                         help="seconds from the start after which no more variants compile "
                         "(the first always does); those left out are said so")
     parser.add_argument("--cprofile", type=int, default=0,
-                        help="also cProfile 100 steps of each profiled variant and print this "
+                        help="also cProfile 300 steps of each profiled variant and print this "
                         "many functions by own time (the Python torch.profiler does not see)")
     args = parser.parse_args()
     began = time.perf_counter()
@@ -326,7 +329,7 @@ def main():
         print("\n".join(lines), flush=True)
         python_table = python_profile(step, untimed) if args.cprofile else ""
         if python_table:
-            print("-- cProfile, 100 steps, by own time:")
+            print("-- cProfile, 300 steps, by own time:")
             print("\n".join(python_table.splitlines()[:args.cprofile + 9]), flush=True)
         if args.out:
             os.makedirs(args.out, exist_ok=True)
