@@ -7,6 +7,7 @@ Function.apply, the forward graph, and in backward() the backward graph: no
 Python per tensor, none of AOTAutograd's per-call bookkeeping.
 """
 
+import collections
 import itertools
 import operator
 import os
@@ -199,7 +200,8 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
 # torch.autograd.grad(loss, params) refuses them and any backward through
 # the graph (autograd.grad of another input too) sets their .grad; hooks on
 # them or on their AccumulateGrad nodes do not run. So direct_positions takes
-# no parameter that has tensor hooks, and none while torch.distributed is
+# no parameter that has tensor hooks or is passed twice (tied weights: autograd
+# sums the two gradients), and none while torch.distributed is
 # initialized (DDP's reducer hooks the AccumulateGrad nodes) unless grove's
 # own DistributedDataParallel compiles the graph (its all-reduces are in the
 # backward graph, gradient_reduce.py; no hooks). Tests:
@@ -231,8 +233,12 @@ def direct_positions(values, grove_reduces=False):
         return ()
     needing = [index for index, value in enumerate(values)
                if isinstance(value, torch.Tensor) and value.requires_grad]
+    # A tensor passed twice (tied weights) gets the sum of its two gradients,
+    # which autograd's one AccumulateGrad node for it makes: it stays there.
+    seen = collections.Counter(id(values[index]) for index in needing)
     leaves = [index for index in needing
-              if values[index].is_leaf and not getattr(values[index], "_backward_hooks", None)
+              if values[index].is_leaf and seen[id(values[index])] == 1
+              and not getattr(values[index], "_backward_hooks", None)
               and not getattr(values[index], "_post_accumulate_grad_hooks", None)]
     if leaves and len(leaves) == len(needing):
         leaves = leaves[1:]  # through autograd, so that the outputs need a gradient

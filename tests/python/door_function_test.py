@@ -176,6 +176,10 @@ class DoorFunctionTest(unittest.TestCase):
         # A non-leaf input that needs one keeps the outputs in the graph.
         hidden = torch.randn(2, requires_grad=True) * 2
         self.assertEqual(door_function.direct_positions(params + [hidden]), (0, 1, 2, 3))
+        # A parameter passed twice (tied weights) stays in autograd's graph,
+        # whose one AccumulateGrad node for it sums its two gradients.
+        self.assertEqual(door_function.direct_positions([params[0], params[1], params[0], x]),
+                         (1,))
         # A hooked parameter stays in autograd's graph (its hook runs), and
         # so keeps the outputs in it: every other parameter is set directly.
         params[2].register_hook(lambda grad: grad)
