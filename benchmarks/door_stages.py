@@ -28,6 +28,7 @@ import argparse
 import copy
 import cProfile
 import io
+import itertools
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ import statistics
 import sys
 import time
 import traceback
+import types
 
 import torch
 
@@ -48,10 +50,35 @@ STAGES = ("zero_grad", "model", "loss", "backward", "optimizer")
 BLOCK = 20
 
 
+_wrappers = itertools.count()
+
+
+# Note [One code object per compiled variant]: dynamo keeps compiled graphs per
+# code object, and with the parameters as graph inputs its guards check their
+# shapes, not which tensors they are: a second copy of a model compiled in the
+# same process without a reset reaches the first copy's graph, where grove
+# binds the first copy's parameters (H100, r2 of session 18: StaticInputMovedError
+# at the second variant's first call). So door_timeline's variants, compiled
+# side by side, each run behind a wrapper whose forward is a code object of its own.
+def own_code(module, tag):
+    """`module` behind a wrapper module whose forward is a new code object."""
+    def forward(self, *args):
+        return self.inner(*args)
+
+    code = forward.__code__.replace(co_name="forward_variant_%s" % tag)
+    wrapper_type = type("Variant%s" % tag, (torch.nn.Module,),
+                        {"forward": types.FunctionType(code, forward.__globals__)})
+    wrapper = wrapper_type()
+    wrapper.inner = module
+    return wrapper
+
+
 def step_of(module, inputs, loss_of, variant, reset=True):
     """(a step function taking a `timed(stage, fn, *args)` helper, the model).
     reset: dynamo's caches are reset first (False keeps the steps compiled
-    before this one compiled, for door_timeline.py's interleaved timing)."""
+    before this one compiled, for door_timeline.py's interleaved timing; the
+    model then runs behind a code object of its own, Note [One code object
+    per compiled variant])."""
     model = copy.deepcopy(module)
     if variant == "grove_optim":
         import grove.torch
@@ -59,12 +86,15 @@ def step_of(module, inputs, loss_of, variant, reset=True):
         optimizer = grove.torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    compiled = model
     if reset:
         torch._dynamo.reset()
-    if variant == "torch_reduce_overhead":
-        run = torch.compile(model, mode="reduce-overhead", dynamic=False)
     else:
-        run = torch.compile(model, backend="grove", dynamic=False)
+        compiled = own_code(model, next(_wrappers))
+    if variant == "torch_reduce_overhead":
+        run = torch.compile(compiled, mode="reduce-overhead", dynamic=False)
+    else:
+        run = torch.compile(compiled, backend="grove", dynamic=False)
 
     def step(timed):
         timed("zero_grad", optimizer.zero_grad, True)

@@ -151,14 +151,18 @@ def configuration(name):
 def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
     """A --variants entry's step, compiled and warmed up with its switches
     set; dynamo's caches are reset before the first only, so the steps
-    compiled earlier stay compiled (each model a guard of its own on the
-    same code object)."""
+    compiled earlier stay compiled (each model behind a code object of its
+    own: Note [One code object per compiled variant], door_stages.py)."""
     variant, settings = configuration(name)
     previous = {key: os.environ.get(key) for key in settings}
     os.environ.update(settings)
     losses = []
     try:
-        step = step_of(module, inputs, loss_of, variant, reset=first)
+        if first:
+            torch._dynamo.reset()
+        # Every variant behind a code object of its own (Note [One code object
+        # per compiled variant], door_stages.py), the first too, alike.
+        step = step_of(module, inputs, loss_of, variant, reset=False)
         for _ in range(WARMUP):
             losses.append(step(untimed).detach())
         torch.cuda.synchronize()
