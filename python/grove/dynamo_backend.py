@@ -270,7 +270,6 @@ def _training_graph(gm, example_inputs, mode, strict, device):
                 "AOTAutograd for dynamo (%s); use grove.training.compile_module" % error) from None
         log.info("graph runs in PyTorch: it needs gradients and AOTAutograd is missing")
         return getattr(gm, "forward", gm)
-    compiler.on_runner = _live_runners.add  # mark_step_begin reaches them
     gm = _as_graph_module(gm, example_inputs)
     # PyTorch's fused attention kernels (and their backwards) are not grove
     # ops; written out, attention trains in grove.
@@ -280,9 +279,69 @@ def _training_graph(gm, example_inputs, mode, strict, device):
         # AOTAutograd takes graphs that return a tuple (dynamo's always do).
         output.args = ((output.args[0],),)
         gm.recompile()
-    compiled = backend(gm, example_inputs)
-    aot = compiled if output is None else (lambda *args: compiled(*args)[0])
-    return _door_function(gm, example_inputs, compiler, aot, single=output is not None)
+    single = output is not None
+
+    made = [(backend, compiler)]  # the first compile's; each later one makes its own
+
+    def compile_for_these_parameters():
+        backend, compiler = (made.pop() if made
+                             else training_steps.aot_backend(mode, strict, device))
+        compiler.on_runner = _live_runners.add  # mark_step_begin reaches them
+        compiled = backend(gm, example_inputs)
+        aot = compiled if not single else (lambda *args: compiled(*args)[0])
+        return _door_function(gm, example_inputs, compiler, aot, single=single)
+
+    # Note [Training graphs per parameter set]
+    return TrainingGraphs(compile_for_these_parameters(), compile_for_these_parameters)
+
+
+# Note [Training graphs per parameter set]
+# A training graph binds its parameters: read in place, never copied, their
+# addresses checked at every call (Note [Saved parameters], training_steps.py).
+# Dynamo hands one compiled graph to every module whose code and guards match,
+# and on PyTorch 2.x parameters are the graph's inputs: a second instance of
+# the same model class (a sweep, a fresh model in one process) reaches the
+# first instance's graph with other parameters, and the forward refuses them
+# (StaticInputMovedError) before anything runs. TrainingGraphs then compiles
+# the graph once more, bound to the new parameters (PyTorch's cudagraph trees
+# record a new graph there too), and tries its graphs in turn at later calls,
+# the one that ran last first, so that two models trained in turn each keep
+# theirs. Past MOST_PARAMETER_SETS graphs the refusal is raised as it is
+# (parameters replaced at every step, not updated in place, would compile at
+# every step). Test: GpuTorchTrainingTest.test_two_instances_of_one_model_train_apart
+# (tests/python/gpu_torch_training_test.py; PyTorch 2.x: dynamo).
+class TrainingGraphs:
+    """One training graph per set of bound parameters (Note [Training graphs
+    per parameter set]); called as the graph is."""
+
+    MOST_PARAMETER_SETS = 8
+
+    def __init__(self, first, compile_again):
+        self.graphs = [first]
+        self.compile_again = compile_again
+
+    def __call__(self, *args):
+        graphs = self.graphs
+        try:
+            return graphs[0](*args)
+        except StaticInputMovedError as refusal:
+            moved = refusal
+        for index in range(1, len(graphs)):
+            try:
+                result = graphs[index](*args)
+            except StaticInputMovedError:
+                continue
+            graphs.insert(0, graphs.pop(index))
+            return result
+        if len(graphs) >= self.MOST_PARAMETER_SETS:
+            raise StaticInputMovedError(moved.position, "%s (grove compiled this training graph "
+                                        "for %d sets of parameters already and compiles no "
+                                        "more)" % (moved, len(graphs))) from None
+        log.warning("grove: this training graph is called with other parameters than it was "
+                    "compiled for (%s); compiling it for them too (%d graphs now)",
+                    moved, len(graphs) + 1)
+        graphs.insert(0, self.compile_again())
+        return graphs[0](*args)
 
 
 def _as_graph_module(gm, example_inputs):

@@ -223,6 +223,39 @@ class GpuTorchTrainingTest(unittest.TestCase):
                 name, options, direct.tolist(), default.tolist()))
             torch.testing.assert_close(direct, expected, rtol=RTOL, atol=ATOL)
 
+    def test_two_instances_of_one_model_train_apart(self):
+        """Note [Training graphs per parameter set] (grove/dynamo_backend.py):
+        two instances of one model class, compiled one after the other with
+        no dynamo reset between and trained in turn, reach one dynamo graph
+        with their own parameters; each trains as in torch eager (before:
+        the second instance's first call raised StaticInputMovedError)."""
+        import grove.torch  # noqa: F401  (registers the backend)
+
+        torch._dynamo.reset()
+        _, batch, loss_of = mlp_case()
+        modules = [gpu_models.Mlp(width=256, depth=4).cuda() for _ in range(2)]
+        references = [copy.deepcopy(module) for module in modules]
+        runs = [torch.compile(module, backend="grove", dynamic=False) for module in modules]
+        optimizers = [torch.optim.SGD(module.parameters(), lr=0.01) for module in modules]
+        reference_optimizers = [torch.optim.SGD(module.parameters(), lr=0.01)
+                                for module in references]
+        for step in range(6):
+            for which in (0, 1):
+                optimizers[which].zero_grad(set_to_none=True)
+                loss = loss_of(runs[which](*batch(step)), step)
+                loss.backward()
+                optimizers[which].step()
+                reference_optimizers[which].zero_grad(set_to_none=True)
+                expected = loss_of(references[which](*batch(step)), step)
+                expected.backward()
+                reference_optimizers[which].step()
+                torch.testing.assert_close(loss.detach(), expected.detach(), rtol=RTOL,
+                                           atol=ATOL, msg=lambda m: "step %d instance %d: %s"
+                                           % (step, which, m))
+        for module, reference in zip(modules, references):
+            for parameter, expected in zip(module.parameters(), reference.parameters()):
+                torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
+
     def test_grove_optim_adamw(self):
         """grove.torch.optim.AdamW against torch eager with torch.optim.AdamW."""
         self.check("mlp", steps=20, optimizer="grove_adamw")
