@@ -30,6 +30,8 @@
 // connections, which is what a run with no flags measures (every encoding,
 // cudagraphs, at 32,000/s). Given --idle-connections or
 // --slowloris-connections without --held-rates, every run is measured twice.
+// A held rate that --rates lacks is run too (Note [Held rates run whatever
+// --rates says]).
 //
 // The clients run in this process, on the server's cores, so they are kept
 // cheap (Note [A client that costs little]).
@@ -113,7 +115,8 @@ std::vector<FlagSpec> flag_table() {
                    "... and N that trickle a request header, one byte per --trickle-ms "
                    "(default 500)"});
   flags.push_back({"--held-rates", "R1,R2|all",
-                   "the offered rates measured with those connections held open (default 32000; "
+                   "the offered rates measured with those connections held open, run for the held "
+                   "backends even where --rates lacks them (default 32000; "
                    "all: every rate, the default when --idle-connections or "
                    "--slowloris-connections is given; none: no run)"});
   flags.push_back({"--held-backends", "B1,B2",
@@ -139,19 +142,35 @@ struct Options : LoadOptions {
   std::optional<std::vector<double>> held_rates = std::vector<double>{32000};  // nullopt: all
   std::optional<std::vector<std::string>> held_backends =
       std::vector<std::string>{"cudagraphs"};  // nullopt: all
+  // Note [Held rates run whatever --rates says]
+  // A --held-rates rate is run for the held backends even where --rates does
+  // not name it: once alone and once with the connections held open. Session
+  // 17's final lease gave --rates 128000,256000 and so measured no held
+  // connections at the default 32,000/s. Test: serve_http_smoke_test.sh
+  // (held rows at a rate outside --rates).
   bool holds_connections() const {
-    return idle_connections + slowloris_connections > 0 &&
-           (!held_rates || std::any_of(held_rates->begin(), held_rates->end(), [&](double rate) {
-             return std::find(rates.begin(), rates.end(), rate) != rates.end();
-           }));
+    return idle_connections + slowloris_connections > 0 && (!held_rates || !held_rates->empty());
+  }
+  bool holds_backend(const std::string& backend) const {
+    return !held_backends ||
+           std::find(held_backends->begin(), held_backends->end(), backend) != held_backends->end();
+  }
+  // The offered rates `backend` runs: --rates, then any held rate they lack.
+  std::vector<double> rates_for(const std::string& backend) const {
+    std::vector<double> all = rates;
+    if (idle_connections + slowloris_connections == 0 || !held_rates || !holds_backend(backend))
+      return all;
+    for (double rate : *held_rates) {
+      if (std::find(all.begin(), all.end(), rate) == all.end()) all.push_back(rate);
+    }
+    return all;
   }
   // Whether the run of `backend` at `rate` is measured again with connections held open.
   bool holds_for(const std::string& backend, double rate) const {
     if (idle_connections + slowloris_connections == 0) return false;
     if (held_rates && std::find(held_rates->begin(), held_rates->end(), rate) == held_rates->end())
       return false;
-    return !held_backends ||
-           std::find(held_backends->begin(), held_backends->end(), backend) != held_backends->end();
+    return holds_backend(backend);
   }
 };
 
@@ -628,11 +647,12 @@ int run(int argc, char** argv) {
         } else {
           messages = http_requests(server.signature(), path, port, encoding, rng);
         }
-        for (size_t r = 0; r < options.rates.size(); ++r) {
+        const std::vector<double> rates = options.rates_for(backend);
+        for (size_t r = 0; r < rates.size(); ++r) {
           const uint64_t seed = options.seed * 7919 + r * 31 + static_cast<uint64_t>(max_batch);
-          runs.push_back(run_load(server, port, encoding, messages, grpc_messages, options.rates[r],
-                                  options, seed));
-          if (!options.holds_for(backend, options.rates[r])) continue;
+          runs.push_back(
+              run_load(server, port, encoding, messages, grpc_messages, rates[r], options, seed));
+          if (!options.holds_for(backend, rates[r])) continue;
           // Against gRPC, slowloris connections trickle an HTTP/2 preface that never ends.
           FloodProcess flood(port,
                              {.idle = options.idle_connections,
@@ -651,8 +671,8 @@ int run(int argc, char** argv) {
               std::this_thread::sleep_for(std::chrono::milliseconds(10));
             }
           }
-          RunResult held = run_load(server, port, encoding, messages, grpc_messages,
-                                    options.rates[r], options, seed);
+          RunResult held =
+              run_load(server, port, encoding, messages, grpc_messages, rates[r], options, seed);
           held.loaded = true;
           held.reopened = flood.stop();
           runs.push_back(held);
