@@ -79,6 +79,11 @@ struct ServerConfig {
   // call per input. false: one copy per run of adjacent rows, as before (the
   // A/B of the default: the serving benchmarks' --copy-rows-apart).
   bool gather_inputs = true;
+  // Note [A batch due after the wait runs before the answers] (device_worker.h):
+  // a batch that fell due while the worker waited for the device is launched
+  // before the batch waited for is answered. false: after the answers, as
+  // before (the A/B of the default: serve_http's --no-launch-after-wait).
+  bool launch_after_wait = true;
 
   // Throws ConfigError naming the field, its value and the allowed range.
   void validate() const;

@@ -108,6 +108,10 @@ std::vector<FlagSpec> flag_table() {
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
                    "a relay])"});
+  flags.push_back({"--no-launch-after-wait", "",
+                   "a batch that falls due while the worker waits for the device runs after the "
+                   "waited batch is answered, not before (Note [A batch due after the wait runs "
+                   "before the answers])"});
   flags.push_back({"--idle-connections", "N",
                    "also measure the --held-rates runs with N connections held open that never "
                    "send (default 10000)"});
@@ -135,6 +139,7 @@ struct Options : LoadOptions {
   int64_t connections = 4;  // per client (Note [Requests in flight per client])
   int64_t http_threads = 0;
   bool answer_relay = true;
+  bool launch_after_wait = true;
   bool flood_given = false;  // --idle-connections or --slowloris-connections given
   int64_t idle_connections = 10000;
   int64_t slowloris_connections = 500;
@@ -348,6 +353,7 @@ Options parse_options(const FlagValues& flags) {
   options.connections = flags.integer("--connections", options.connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
   options.answer_relay = !flags.has("--no-answer-relay");
+  options.launch_after_wait = !flags.has("--no-launch-after-wait");
   options.idle_connections =
       flags.integer("--idle-connections", options.idle_connections, 0, 1 << 20);
   options.slowloris_connections =
@@ -506,6 +512,7 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["connections_per_client"] = options.connections;
   report["http_threads"] = options.http_threads;  // 0: the cores
   report["answer_relay"] = options.answer_relay;
+  report["launch_after_wait"] = options.launch_after_wait;
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
   report["gather_inputs"] = options.gather_inputs;
@@ -595,8 +602,10 @@ int run(int argc, char** argv) {
       std::to_string(options.http_threads > 0 ? options.http_threads
                                               : std::max(2u, std::thread::hardware_concurrency()))
           .c_str(),
-      options.answer_relay ? "" : " (no answer relay)", static_cast<long long>(options.duration_ms),
-      encodings.c_str());
+      str_cat(options.answer_relay ? "" : " (no answer relay)",
+              options.launch_after_wait ? "" : " (no launch after wait)")
+          .c_str(),
+      static_cast<long long>(options.duration_ms), encodings.c_str());
   std::fflush(stdout);
   serving::ProgramFactory model =
       serving::model_file_factory(options.models_dir + "/" + options.model + ".json");
@@ -611,6 +620,7 @@ int run(int argc, char** argv) {
       config.max_batch = max_batch;
       config.max_wait = std::chrono::microseconds(options.max_wait_us);
       config.gather_inputs = options.gather_inputs;
+      config.launch_after_wait = options.launch_after_wait;
       config.queue_capacity = 1 << 16;
       config.warmup_calls = backend == "cudagraphs" ? 3 : 1;
       Stopwatch watch;
