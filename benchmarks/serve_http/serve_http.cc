@@ -97,13 +97,19 @@ std::vector<FlagSpec> flag_table() {
                    "json (numbers in JSON), binary (the binary tensor data extension) and/or "
                    "grpc (the gRPC front, raw contents); default json,binary,grpc"});
   flags.push_back({"--binary", "", "the binary encoding alone (--encodings binary)"});
-  flags.push_back({"--clients", "N", "client threads (default 64)"});
+  flags.push_back(
+      {"--clients", "N",
+       "HTTP client threads (default 16; Note [Load clients sized for a shared host])"});
   flags.push_back({"--connections", "K",
-                   "keep-alive connections per client, each with at most one request in "
-                   "flight (default 4, so that the clients are not the limit; gRPC: K calls in "
-                   "flight on the client's channel)"});
+                   "keep-alive connections per HTTP client, each with at most one request in "
+                   "flight (default 32, so that the clients are not the limit)"});
+  flags.push_back({"--grpc-clients", "N",
+                   "gRPC clients, in child processes of 8, each with one channel (default 64)"});
+  flags.push_back({"--grpc-connections", "K",
+                   "calls in flight at most on each gRPC client's channel (default 4)"});
   flags.push_back({"--http-threads", "N",
-                   "threads of the HTTP front, each an event loop (default 0: the cores)"});
+                   "threads of the HTTP front, each an event loop (default 0: three quarters of "
+                   "the cores, at least 2, since the clients share them)"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
@@ -135,8 +141,22 @@ const std::vector<FlagSpec> kFlags = flag_table();
 
 struct Options : LoadOptions {
   std::vector<std::string> encodings = {"json", "binary", "grpc"};
-  int64_t clients = 64;
-  int64_t connections = 4;  // per client (Note [Requests in flight per client])
+  // Note [Load clients sized for a shared host]
+  // The load clients run on the server's cores (HTTP in this process, gRPC in
+  // child processes), so how they are arranged decides how much CPU is left
+  // for the front. On the H100 host (16 cores; r1 of session 18, max batch
+  // 64, cudagraphs, 320,000/s offered), 64 HTTP client threads of 4
+  // connections answered 117,845 (JSON) and 189,410 (binary) requests/s;
+  // 16 threads of 32 connections, 141,077 and 210,396; with the front on 8
+  // event loops instead of 16, binary reached 250,211 (front CPU 27.8 us per
+  // request, from 32.7) while JSON, whose front needs more, fell to 130,070.
+  // So HTTP defaults to 16 clients x 32 connections and the front to three
+  // quarters of the cores. gRPC keeps 64 clients of 4 calls in flight: 16
+  // clients of 16 answered 67,666/s where 64 of 4 answered 87,895.
+  int64_t clients = 16;
+  int64_t connections = 32;  // per client (Note [Requests in flight per client])
+  int64_t grpc_clients = 64;
+  int64_t grpc_connections = 4;  // calls in flight per gRPC client
   int64_t http_threads = 0;
   bool answer_relay = true;
   bool launch_after_wait = true;
@@ -232,14 +252,14 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   // retried after a second, which the first requests' latency would carry.
   // gRPC: --connections calls in flight per client on its channel (Note [gRPC clients on one
   // thread]).
-  const int64_t grpc_clients = options.clients;
+  const int64_t grpc_clients = options.grpc_clients;
   std::vector<std::vector<std::unique_ptr<HttpLoadConnection>>> connections;
   std::vector<std::unique_ptr<GrpcClientProcess>> processes;
   if (encoding == "grpc") {
     for (int64_t first = 0; first < grpc_clients; first += kGrpcClientsPerProcess) {
       processes.push_back(std::make_unique<GrpcClientProcess>(
           port, grpc_messages, std::min(kGrpcClientsPerProcess, grpc_clients - first),
-          options.connections));
+          options.grpc_connections));
     }
   } else {
     connections.resize(static_cast<size_t>(options.clients));
@@ -351,7 +371,12 @@ Options parse_options(const FlagValues& flags) {
   }
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
   options.connections = flags.integer("--connections", options.connections, 1, 64);
+  options.grpc_clients = flags.integer("--grpc-clients", options.grpc_clients, 1, 1024);
+  options.grpc_connections = flags.integer("--grpc-connections", options.grpc_connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
+  if (options.http_threads == 0) {
+    options.http_threads = std::max<int64_t>(2, 3 * std::thread::hardware_concurrency() / 4);
+  }
   options.answer_relay = !flags.has("--no-answer-relay");
   options.launch_after_wait = !flags.has("--no-launch-after-wait");
   options.idle_connections =
@@ -510,7 +535,9 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["model"] = options.model;
   report["clients"] = options.clients;
   report["connections_per_client"] = options.connections;
-  report["http_threads"] = options.http_threads;  // 0: the cores
+  report["grpc_clients"] = options.grpc_clients;
+  report["grpc_calls_in_flight_per_client"] = options.grpc_connections;
+  report["http_threads"] = options.http_threads;
   report["answer_relay"] = options.answer_relay;
   report["launch_after_wait"] = options.launch_after_wait;
   report["duration_ms"] = options.duration_ms;
@@ -594,14 +621,14 @@ int run(int argc, char** argv) {
     encodings += (encodings.empty() ? "" : ",") + encoding;
   }
   std::printf(
-      "serve_http on %s (%s): %s, 1 row per request, %lld clients x %lld connections, %s HTTP "
-      "threads%s, %lld ms per run, %s\n",
+      "serve_http on %s (%s): %s, 1 row per request, HTTP: %lld clients x %lld connections, "
+      "gRPC: %lld clients x %lld calls, %lld HTTP threads%s, %lld ms per run, %s\n",
       options.device.str().c_str(),
       runtime::device_context(options.device).platform().name().c_str(), options.model.c_str(),
       static_cast<long long>(options.clients), static_cast<long long>(options.connections),
-      std::to_string(options.http_threads > 0 ? options.http_threads
-                                              : std::max(2u, std::thread::hardware_concurrency()))
-          .c_str(),
+      static_cast<long long>(options.grpc_clients),
+      static_cast<long long>(options.grpc_connections),
+      static_cast<long long>(options.http_threads),
       str_cat(options.answer_relay ? "" : " (no answer relay)",
               options.launch_after_wait ? "" : " (no launch after wait)")
           .c_str(),

@@ -37,7 +37,7 @@ grep -Eq "^ +8 +cudagraphs +binary +200 +[0-9]+ +[0-9]+ +0 +0 " <<<"$output" ||
   { echo "missing or failing --binary row" >&2; exit 1; }
 # gRPC beside JSON, each also with 40 idle and 8 slowloris connections held open.
 output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
-  --encodings grpc,json --rates 200 --max-batches 8 --clients 4 --duration-ms 300 \
+  --encodings grpc,json --rates 200 --max-batches 8 --clients 4 --grpc-clients 4 --duration-ms 300 \
   --backends eager --idle-connections 40 --slowloris-connections 8 --trickle-ms 20)
 echo "$output"
 for encoding in grpc json; do
@@ -50,7 +50,8 @@ grep -q "p99 with 40 idle + 8 slow connections held open over p99 without" <<<"$
   { echo "missing held-open table" >&2; exit 1; }
 # Three connections per client (Note [Requests in flight per client]), HTTP and gRPC.
 output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
-  --encodings json,grpc --rates 300 --max-batches 8 --clients 2 --connections 3 --duration-ms 300 \
+  --encodings json,grpc --rates 300 --max-batches 8 --clients 2 --connections 3 \
+  --grpc-clients 2 --grpc-connections 3 --duration-ms 300 \
   --backends eager)
 echo "$output"
 for encoding in json grpc; do
@@ -85,6 +86,7 @@ grep -Eq "^ +8 +cudagraphs +json +200 .* (met|missed) *$" <<<"$output" ||
 if grep -Eq "^ +8 +eager +json +200 " <<<"$output"; then
   echo "eager ran the held rate though --held-backends is cudagraphs" >&2; exit 1
 fi
+if "$binary" --grpc-clients 0 >/dev/null 2>&1; then echo "--grpc-clients 0 was accepted" >&2; exit 1; fi
 if "$binary" --clients 0 >/dev/null 2>&1; then echo "--clients 0 was accepted" >&2; exit 1; fi
 if "$binary" --held-rates fast >/dev/null 2>&1; then echo "--held-rates fast was accepted" >&2; exit 1; fi
 if "$binary" --encodings xml >/dev/null 2>&1; then echo "--encodings xml was accepted" >&2; exit 1; fi
