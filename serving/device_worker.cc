@@ -360,7 +360,7 @@ void DeviceWorker::answer(InFlight& run) {
       rows_out.dtype = spec.dtype;
       const uint8_t* begin =
           output_staging_[run.staging][o].data() + static_cast<size_t>(first_row) * spec.row_bytes;
-      rows_out.bytes.assign(begin, begin + static_cast<size_t>(request.rows) * spec.row_bytes);
+      assign_row_bytes(rows_out.bytes, begin, static_cast<size_t>(request.rows) * spec.row_bytes);
       response.outputs.push_back(std::move(rows_out));
     }
     response.timing = {request.submitted, run.dispatched,  run.completed,
