@@ -25,9 +25,9 @@ using test_support::tiny_model_with;
 
 // The tiny model with a chain of square GEMMs (one shared weight, scaled to
 // keep values near 1) added to its output, so that a batch of 8 rows keeps an
-// asynchronous sim stream busy for about 100 ms and one row for a fraction of that.
+// asynchronous sim stream busy for about 150 ms and one row for a fraction of that.
 constexpr int kWide = 2048;
-constexpr int kLayers = 40;
+constexpr int kLayers = 64;
 
 ProgramFactory slow_model() {
   return tiny_model_with([](nlohmann::json& model) {
@@ -82,7 +82,7 @@ Outcome serve_two_batches(runtime::Device device, bool launch_after_wait) {
   config.backend = "cudagraphs";
   config.buckets = {1, 8};
   config.max_batch = 8;
-  config.max_wait = std::chrono::milliseconds(30);
+  config.max_wait = std::chrono::milliseconds(50);
   config.launch_after_wait = launch_after_wait;
   std::promise<void> second_queued;
   std::shared_future<void> queued = second_queued.get_future().share();
