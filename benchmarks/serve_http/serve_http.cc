@@ -4,8 +4,8 @@
 //
 // For each max batch and backend one batching Server is built (every bucket
 // compiled and warmed up) behind an HttpServer on a free loopback port. For
-// each offered rate, --clients client threads (each one keep-alive HTTP
-// connection) send requests at Poisson arrival times, rate / clients each
+// each offered rate, --clients client threads (each with --connections
+// keep-alive HTTP connections) send requests at Poisson arrival times, rate / clients each
 // (open loop: a client that falls behind sends at once and the delay is
 // charged to latency, which runs from a request's scheduled arrival to the
 // moment its whole answer was read). A 503 (full queue) counts as rejected.
@@ -43,8 +43,9 @@
 // (Note [CPU per request]).
 //
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,128000,256000]
-//              [--max-batches 16,64] [--encodings json,binary] [--clients 64] [--connections 1]
-//              [--duration-ms 1500] [--json FILE] [--http-threads N]
+//              [--max-batches 16,64] [--encodings json,binary] [--clients 16] [--connections 32]
+//              [--grpc-clients 64] [--grpc-connections 4] [--duration-ms 1500] [--json FILE]
+//              [--http-threads N] [--no-launch-after-wait]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
 #include <pthread.h>
 
@@ -543,7 +544,7 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
   report["gather_inputs"] = options.gather_inputs;
-  report["arrivals"] = "open loop, Poisson per client, one keep-alive connection each";
+  report["arrivals"] = "open loop, Poisson per client, keep-alive connections";
   report["encodings"] = options.encodings;
   report["latency"] = "scheduled arrival to the whole HTTP answer read by the client";
   report["servers"] = servers;
