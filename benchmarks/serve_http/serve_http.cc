@@ -45,7 +45,7 @@
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,128000,256000]
 //              [--max-batches 16,64] [--encodings json,binary] [--clients 16] [--connections 32]
 //              [--grpc-clients 64] [--grpc-connections 4] [--duration-ms 1500] [--json FILE]
-//              [--http-threads N] [--no-launch-after-wait]
+//              [--http-threads N] [--launch-after-wait]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
 #include <pthread.h>
 
@@ -109,16 +109,15 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--grpc-connections", "K",
                    "calls in flight at most on each gRPC client's channel (default 4)"});
   flags.push_back({"--http-threads", "N",
-                   "threads of the HTTP front, each an event loop (default 0: three quarters of "
-                   "the cores, at least 2, since the clients share them)"});
+                   "threads of the HTTP front, each an event loop (default 0: the cores)"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
                    "a relay])"});
-  flags.push_back({"--no-launch-after-wait", "",
-                   "a batch that falls due while the worker waits for the device runs after the "
-                   "waited batch is answered, not before (Note [A batch due after the wait runs "
-                   "before the answers])"});
+  flags.push_back({"--launch-after-wait", "",
+                   "a batch that falls due while the worker waits for the device runs before the "
+                   "waited batch is answered (ServerConfig::launch_after_wait; Note [A batch due "
+                   "after the wait runs before the answers])"});
   flags.push_back({"--idle-connections", "N",
                    "also measure the --held-rates runs with N connections held open that never "
                    "send (default 10000)"});
@@ -150,9 +149,10 @@ struct Options : LoadOptions {
   // connections answered 117,845 (JSON) and 189,410 (binary) requests/s;
   // 16 threads of 32 connections, 141,077 and 210,396; with the front on 8
   // event loops instead of 16, binary reached 250,211 (front CPU 27.8 us per
-  // request, from 32.7) while JSON, whose front needs more, fell to 130,070.
-  // So HTTP defaults to 16 clients x 32 connections and the front to three
-  // quarters of the cores. gRPC keeps 64 clients of 4 calls in flight: 16
+  // request, from 32.7) while JSON, whose front needs more, fell to 130,070;
+  // in r2, 12 loops answered 147,303 and 246,814, 16 loops 162,847 and
+  // 269,769. So HTTP defaults to 16 clients x 32 connections and the front
+  // keeps one loop per core. gRPC keeps 64 clients of 4 calls in flight: 16
   // clients of 16 answered 67,666/s where 64 of 4 answered 87,895.
   int64_t clients = 16;
   int64_t connections = 32;  // per client (Note [Requests in flight per client])
@@ -160,7 +160,7 @@ struct Options : LoadOptions {
   int64_t grpc_connections = 4;  // calls in flight per gRPC client
   int64_t http_threads = 0;
   bool answer_relay = true;
-  bool launch_after_wait = true;
+  bool launch_after_wait = false;
   bool flood_given = false;  // --idle-connections or --slowloris-connections given
   int64_t idle_connections = 10000;
   int64_t slowloris_connections = 500;
@@ -376,10 +376,10 @@ Options parse_options(const FlagValues& flags) {
   options.grpc_connections = flags.integer("--grpc-connections", options.grpc_connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
   if (options.http_threads == 0) {
-    options.http_threads = std::max<int64_t>(2, 3 * std::thread::hardware_concurrency() / 4);
+    options.http_threads = std::max<int64_t>(2, std::thread::hardware_concurrency());
   }
   options.answer_relay = !flags.has("--no-answer-relay");
-  options.launch_after_wait = !flags.has("--no-launch-after-wait");
+  options.launch_after_wait = flags.has("--launch-after-wait");
   options.idle_connections =
       flags.integer("--idle-connections", options.idle_connections, 0, 1 << 20);
   options.slowloris_connections =
@@ -631,7 +631,7 @@ int run(int argc, char** argv) {
       static_cast<long long>(options.grpc_connections),
       static_cast<long long>(options.http_threads),
       str_cat(options.answer_relay ? "" : " (no answer relay)",
-              options.launch_after_wait ? "" : " (no launch after wait)")
+              options.launch_after_wait ? " (launch after wait)" : "")
           .c_str(),
       static_cast<long long>(options.duration_ms), encodings.c_str());
   std::fflush(stdout);
