@@ -151,6 +151,17 @@ void DeviceWorker::serve() {
     if (running) {
       if (!running->read) read_back(*running);
       read_at = Clock::now();
+      // Note [A batch due after the wait runs before the answers].
+      if (!launched && config_.launch_after_wait) {
+        std::vector<PendingRequest> due = queue_.take_due_batch();
+        if (!due.empty()) {
+          launched = launch(std::move(due));
+          stats_.launched_after_wait();
+          const Clock::time_point after = Clock::now();
+          launched_at += after - read_at;  // counted as launch time, not answer time
+          read_at = after;
+        }
+      }
       answer(*running);
       if (Clock::now() - snapshot_at_ >= config_.backend_snapshot_period) refresh_snapshot();
     }
@@ -349,7 +360,7 @@ void DeviceWorker::answer(InFlight& run) {
       rows_out.dtype = spec.dtype;
       const uint8_t* begin =
           output_staging_[run.staging][o].data() + static_cast<size_t>(first_row) * spec.row_bytes;
-      rows_out.bytes.assign(begin, begin + static_cast<size_t>(request.rows) * spec.row_bytes);
+      assign_row_bytes(rows_out.bytes, begin, static_cast<size_t>(request.rows) * spec.row_bytes);
       response.outputs.push_back(std::move(rows_out));
     }
     response.timing = {request.submitted, run.dispatched,  run.completed,

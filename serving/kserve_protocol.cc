@@ -266,7 +266,7 @@ HostRows rows_from_bytes(const runtime::Shape& shape, runtime::DType dtype, cons
   HostRows rows;
   rows.shape = shape;
   rows.dtype = dtype;
-  rows.bytes.assign(bytes, bytes + size);
+  assign_row_bytes(rows.bytes, bytes, size);
   if (dtype == runtime::DType::kBool) {
     for (uint8_t& byte : rows.bytes) byte = byte != 0;
   }

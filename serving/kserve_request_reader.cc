@@ -315,7 +315,7 @@ class DataArrayScan {
     }
     if (!numbers(span.data, 3)) return false;
     if (data_as_ && rows_ == &row_scratch()) {
-      span.data.row_bytes.assign(row_scratch().data(), row_scratch().data() + row_at_);
+      assign_row_bytes(span.data.row_bytes, row_scratch().data(), row_at_);
     } else if (data_as_) {
       span.data.row_bytes.resize(row_at_);
     }

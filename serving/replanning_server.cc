@@ -25,6 +25,7 @@ void add_stats(ServerStats& total, const ServerStats& part) {
   total.worker_launch_ns += part.worker_launch_ns;
   total.worker_wait_ns += part.worker_wait_ns;
   total.worker_answer_ns += part.worker_answer_ns;
+  total.launches_after_wait += part.launches_after_wait;
   total.largest_batch_rows = std::max(total.largest_batch_rows, part.largest_batch_rows);
   for (const auto& [rows, count] : part.batches_by_rows) total.batches_by_rows[rows] += count;
   for (const auto& [bucket, count] : part.batches_by_bucket) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <iterator>
 #include <map>
@@ -171,5 +172,10 @@ void PinnedRowPool::release(void* pointer, size_t bytes) {
 }
 
 bool PinnedRowPool::contains(const void* pointer) { return pool().contains(pointer); }
+
+void assign_row_bytes(RowBytes& bytes, const uint8_t* data, size_t size) {
+  bytes.resize(size);
+  if (size > 0) std::memcpy(bytes.data(), data, size);
+}
 
 }  // namespace grove::serving

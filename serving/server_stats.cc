@@ -33,7 +33,8 @@ nlohmann::json ServerStats::to_json() const {
                         {"request_copies_to_device", request_copies_to_device},
                         {"worker_launch_ns", worker_launch_ns},
                         {"worker_wait_ns", worker_wait_ns},
-                        {"worker_answer_ns", worker_answer_ns}};
+                        {"worker_answer_ns", worker_answer_ns},
+                        {"launches_after_wait", launches_after_wait}};
 }
 
 void StatsRecorder::batch(int64_t rows, int64_t bucket) {

@@ -39,6 +39,9 @@ struct ServerStats {
   uint64_t worker_launch_ns = 0;
   uint64_t worker_wait_ns = 0;
   uint64_t worker_answer_ns = 0;
+  // Batches launched after a wait for the device, before its batch was
+  // answered (Note [A batch due after the wait runs before the answers]).
+  uint64_t launches_after_wait = 0;
 
   // Accepted requests not yet answered (queued or in a running batch).
   uint64_t pending() const { return submitted - completed - failed - cancelled; }
@@ -63,6 +66,7 @@ class StatsRecorder {
   void door_checks(uint64_t count) { bump(&ServerStats::door_checks, count); }
   void copied_to_device(uint64_t bytes, uint64_t copies);
   void worker_time(uint64_t launch_ns, uint64_t wait_ns, uint64_t answer_ns);
+  void launched_after_wait() { bump(&ServerStats::launches_after_wait); }
   ServerStats snapshot() const;
 
  private:

@@ -190,8 +190,9 @@ void HttpLoadConnection::close_socket() {
 // with nothing in flight, waiting in poll() for answers between arrivals
 // (one thread, so the clients cost the server's cores no more threads); only
 // when all K are busy does a request wait, and its latency still counts from
-// its arrival time. The benchmark's default is 4 connections per client, so
-// that a table measures the server and not its clients. Test:
+// its arrival time. The benchmark's default is 16 clients of 32 connections
+// (Note [Load clients sized for a shared host]), so that a table measures
+// the server and not its clients. Test:
 // benchmarks/serve_http/serve_http_smoke_test.sh (--connections 3).
 ClientTally drive_http_client(const std::vector<std::unique_ptr<HttpLoadConnection>>& connections,
                               const std::vector<std::string>& messages, LoadClock::time_point start,

@@ -4,8 +4,8 @@
 //
 // For each max batch and backend one batching Server is built (every bucket
 // compiled and warmed up) behind an HttpServer on a free loopback port. For
-// each offered rate, --clients client threads (each one keep-alive HTTP
-// connection) send requests at Poisson arrival times, rate / clients each
+// each offered rate, --clients client threads (each with --connections
+// keep-alive HTTP connections) send requests at Poisson arrival times, rate / clients each
 // (open loop: a client that falls behind sends at once and the delay is
 // charged to latency, which runs from a request's scheduled arrival to the
 // moment its whole answer was read). A 503 (full queue) counts as rejected.
@@ -30,6 +30,8 @@
 // connections, which is what a run with no flags measures (every encoding,
 // cudagraphs, at 32,000/s). Given --idle-connections or
 // --slowloris-connections without --held-rates, every run is measured twice.
+// A held rate that --rates lacks is run too (Note [Held rates run whatever
+// --rates says]).
 //
 // The clients run in this process, on the server's cores, so they are kept
 // cheap (Note [A client that costs little]).
@@ -41,8 +43,9 @@
 // (Note [CPU per request]).
 //
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,128000,256000]
-//              [--max-batches 16,64] [--encodings json,binary] [--clients 64] [--connections 1]
-//              [--duration-ms 1500] [--json FILE] [--http-threads N]
+//              [--max-batches 16,64] [--encodings json,binary] [--clients 16] [--connections 32]
+//              [--grpc-clients 64] [--grpc-connections 4] [--duration-ms 1500] [--json FILE]
+//              [--http-threads N] [--launch-after-wait]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
 #include <pthread.h>
 
@@ -95,17 +98,26 @@ std::vector<FlagSpec> flag_table() {
                    "json (numbers in JSON), binary (the binary tensor data extension) and/or "
                    "grpc (the gRPC front, raw contents); default json,binary,grpc"});
   flags.push_back({"--binary", "", "the binary encoding alone (--encodings binary)"});
-  flags.push_back({"--clients", "N", "client threads (default 64)"});
+  flags.push_back(
+      {"--clients", "N",
+       "HTTP client threads (default 16; Note [Load clients sized for a shared host])"});
   flags.push_back({"--connections", "K",
-                   "keep-alive connections per client, each with at most one request in "
-                   "flight (default 4, so that the clients are not the limit; gRPC: K calls in "
-                   "flight on the client's channel)"});
+                   "keep-alive connections per HTTP client, each with at most one request in "
+                   "flight (default 32, so that the clients are not the limit)"});
+  flags.push_back({"--grpc-clients", "N",
+                   "gRPC clients, in child processes of 8, each with one channel (default 64)"});
+  flags.push_back({"--grpc-connections", "K",
+                   "calls in flight at most on each gRPC client's channel (default 4)"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: the cores)"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
                    "a relay])"});
+  flags.push_back({"--launch-after-wait", "",
+                   "a batch that falls due while the worker waits for the device runs before the "
+                   "waited batch is answered (ServerConfig::launch_after_wait; Note [A batch due "
+                   "after the wait runs before the answers])"});
   flags.push_back({"--idle-connections", "N",
                    "also measure the --held-rates runs with N connections held open that never "
                    "send (default 10000)"});
@@ -113,7 +125,8 @@ std::vector<FlagSpec> flag_table() {
                    "... and N that trickle a request header, one byte per --trickle-ms "
                    "(default 500)"});
   flags.push_back({"--held-rates", "R1,R2|all",
-                   "the offered rates measured with those connections held open (default 32000; "
+                   "the offered rates measured with those connections held open, run for the held "
+                   "backends even where --rates lacks them (default 32000; "
                    "all: every rate, the default when --idle-connections or "
                    "--slowloris-connections is given; none: no run)"});
   flags.push_back({"--held-backends", "B1,B2",
@@ -128,10 +141,26 @@ const std::vector<FlagSpec> kFlags = flag_table();
 
 struct Options : LoadOptions {
   std::vector<std::string> encodings = {"json", "binary", "grpc"};
-  int64_t clients = 64;
-  int64_t connections = 4;  // per client (Note [Requests in flight per client])
+  // Note [Load clients sized for a shared host]
+  // The load clients run on the server's cores (HTTP in this process, gRPC in
+  // child processes), so how they are arranged decides how much CPU is left
+  // for the front. On the H100 host (16 cores; r1 of session 18, max batch
+  // 64, cudagraphs, 320,000/s offered), 64 HTTP client threads of 4
+  // connections answered 117,845 (JSON) and 189,410 (binary) requests/s;
+  // 16 threads of 32 connections, 141,077 and 210,396; with the front on 8
+  // event loops instead of 16, binary reached 250,211 (front CPU 27.8 us per
+  // request, from 32.7) while JSON, whose front needs more, fell to 130,070;
+  // in r2, 12 loops answered 147,303 and 246,814, 16 loops 162,847 and
+  // 269,769. So HTTP defaults to 16 clients x 32 connections and the front
+  // keeps one loop per core. gRPC keeps 64 clients of 4 calls in flight: 16
+  // clients of 16 answered 67,666/s where 64 of 4 answered 87,895.
+  int64_t clients = 16;
+  int64_t connections = 32;  // per client (Note [Requests in flight per client])
+  int64_t grpc_clients = 64;
+  int64_t grpc_connections = 4;  // calls in flight per gRPC client
   int64_t http_threads = 0;
   bool answer_relay = true;
+  bool launch_after_wait = false;
   bool flood_given = false;  // --idle-connections or --slowloris-connections given
   int64_t idle_connections = 10000;
   int64_t slowloris_connections = 500;
@@ -139,19 +168,35 @@ struct Options : LoadOptions {
   std::optional<std::vector<double>> held_rates = std::vector<double>{32000};  // nullopt: all
   std::optional<std::vector<std::string>> held_backends =
       std::vector<std::string>{"cudagraphs"};  // nullopt: all
+  // Note [Held rates run whatever --rates says]
+  // A --held-rates rate is run for the held backends even where --rates does
+  // not name it: once alone and once with the connections held open. Session
+  // 17's final lease gave --rates 128000,256000 and so measured no held
+  // connections at the default 32,000/s. Test: serve_http_smoke_test.sh
+  // (held rows at a rate outside --rates).
   bool holds_connections() const {
-    return idle_connections + slowloris_connections > 0 &&
-           (!held_rates || std::any_of(held_rates->begin(), held_rates->end(), [&](double rate) {
-             return std::find(rates.begin(), rates.end(), rate) != rates.end();
-           }));
+    return idle_connections + slowloris_connections > 0 && (!held_rates || !held_rates->empty());
+  }
+  bool holds_backend(const std::string& backend) const {
+    return !held_backends ||
+           std::find(held_backends->begin(), held_backends->end(), backend) != held_backends->end();
+  }
+  // The offered rates `backend` runs: --rates, then any held rate they lack.
+  std::vector<double> rates_for(const std::string& backend) const {
+    std::vector<double> all = rates;
+    if (idle_connections + slowloris_connections == 0 || !held_rates || !holds_backend(backend))
+      return all;
+    for (double rate : *held_rates) {
+      if (std::find(all.begin(), all.end(), rate) == all.end()) all.push_back(rate);
+    }
+    return all;
   }
   // Whether the run of `backend` at `rate` is measured again with connections held open.
   bool holds_for(const std::string& backend, double rate) const {
     if (idle_connections + slowloris_connections == 0) return false;
     if (held_rates && std::find(held_rates->begin(), held_rates->end(), rate) == held_rates->end())
       return false;
-    return !held_backends ||
-           std::find(held_backends->begin(), held_backends->end(), backend) != held_backends->end();
+    return holds_backend(backend);
   }
 };
 
@@ -208,14 +253,14 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   // retried after a second, which the first requests' latency would carry.
   // gRPC: --connections calls in flight per client on its channel (Note [gRPC clients on one
   // thread]).
-  const int64_t grpc_clients = options.clients;
+  const int64_t grpc_clients = options.grpc_clients;
   std::vector<std::vector<std::unique_ptr<HttpLoadConnection>>> connections;
   std::vector<std::unique_ptr<GrpcClientProcess>> processes;
   if (encoding == "grpc") {
     for (int64_t first = 0; first < grpc_clients; first += kGrpcClientsPerProcess) {
       processes.push_back(std::make_unique<GrpcClientProcess>(
           port, grpc_messages, std::min(kGrpcClientsPerProcess, grpc_clients - first),
-          options.connections));
+          options.grpc_connections));
     }
   } else {
     connections.resize(static_cast<size_t>(options.clients));
@@ -327,8 +372,14 @@ Options parse_options(const FlagValues& flags) {
   }
   options.clients = flags.integer("--clients", options.clients, 1, 1024);
   options.connections = flags.integer("--connections", options.connections, 1, 64);
+  options.grpc_clients = flags.integer("--grpc-clients", options.grpc_clients, 1, 1024);
+  options.grpc_connections = flags.integer("--grpc-connections", options.grpc_connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
+  if (options.http_threads == 0) {
+    options.http_threads = std::max<int64_t>(2, std::thread::hardware_concurrency());
+  }
   options.answer_relay = !flags.has("--no-answer-relay");
+  options.launch_after_wait = flags.has("--launch-after-wait");
   options.idle_connections =
       flags.integer("--idle-connections", options.idle_connections, 0, 1 << 20);
   options.slowloris_connections =
@@ -485,12 +536,15 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["model"] = options.model;
   report["clients"] = options.clients;
   report["connections_per_client"] = options.connections;
-  report["http_threads"] = options.http_threads;  // 0: the cores
+  report["grpc_clients"] = options.grpc_clients;
+  report["grpc_calls_in_flight_per_client"] = options.grpc_connections;
+  report["http_threads"] = options.http_threads;
   report["answer_relay"] = options.answer_relay;
+  report["launch_after_wait"] = options.launch_after_wait;
   report["duration_ms"] = options.duration_ms;
   report["max_wait_us"] = options.max_wait_us;
   report["gather_inputs"] = options.gather_inputs;
-  report["arrivals"] = "open loop, Poisson per client, one keep-alive connection each";
+  report["arrivals"] = "open loop, Poisson per client, keep-alive connections";
   report["encodings"] = options.encodings;
   report["latency"] = "scheduled arrival to the whole HTTP answer read by the client";
   report["servers"] = servers;
@@ -568,16 +622,18 @@ int run(int argc, char** argv) {
     encodings += (encodings.empty() ? "" : ",") + encoding;
   }
   std::printf(
-      "serve_http on %s (%s): %s, 1 row per request, %lld clients x %lld connections, %s HTTP "
-      "threads%s, %lld ms per run, %s\n",
+      "serve_http on %s (%s): %s, 1 row per request, HTTP: %lld clients x %lld connections, "
+      "gRPC: %lld clients x %lld calls, %lld HTTP threads%s, %lld ms per run, %s\n",
       options.device.str().c_str(),
       runtime::device_context(options.device).platform().name().c_str(), options.model.c_str(),
       static_cast<long long>(options.clients), static_cast<long long>(options.connections),
-      std::to_string(options.http_threads > 0 ? options.http_threads
-                                              : std::max(2u, std::thread::hardware_concurrency()))
+      static_cast<long long>(options.grpc_clients),
+      static_cast<long long>(options.grpc_connections),
+      static_cast<long long>(options.http_threads),
+      str_cat(options.answer_relay ? "" : " (no answer relay)",
+              options.launch_after_wait ? " (launch after wait)" : "")
           .c_str(),
-      options.answer_relay ? "" : " (no answer relay)", static_cast<long long>(options.duration_ms),
-      encodings.c_str());
+      static_cast<long long>(options.duration_ms), encodings.c_str());
   std::fflush(stdout);
   serving::ProgramFactory model =
       serving::model_file_factory(options.models_dir + "/" + options.model + ".json");
@@ -592,6 +648,7 @@ int run(int argc, char** argv) {
       config.max_batch = max_batch;
       config.max_wait = std::chrono::microseconds(options.max_wait_us);
       config.gather_inputs = options.gather_inputs;
+      config.launch_after_wait = options.launch_after_wait;
       config.queue_capacity = 1 << 16;
       config.warmup_calls = backend == "cudagraphs" ? 3 : 1;
       Stopwatch watch;
@@ -628,11 +685,12 @@ int run(int argc, char** argv) {
         } else {
           messages = http_requests(server.signature(), path, port, encoding, rng);
         }
-        for (size_t r = 0; r < options.rates.size(); ++r) {
+        const std::vector<double> rates = options.rates_for(backend);
+        for (size_t r = 0; r < rates.size(); ++r) {
           const uint64_t seed = options.seed * 7919 + r * 31 + static_cast<uint64_t>(max_batch);
-          runs.push_back(run_load(server, port, encoding, messages, grpc_messages, options.rates[r],
-                                  options, seed));
-          if (!options.holds_for(backend, options.rates[r])) continue;
+          runs.push_back(
+              run_load(server, port, encoding, messages, grpc_messages, rates[r], options, seed));
+          if (!options.holds_for(backend, rates[r])) continue;
           // Against gRPC, slowloris connections trickle an HTTP/2 preface that never ends.
           FloodProcess flood(port,
                              {.idle = options.idle_connections,
@@ -651,8 +709,8 @@ int run(int argc, char** argv) {
               std::this_thread::sleep_for(std::chrono::milliseconds(10));
             }
           }
-          RunResult held = run_load(server, port, encoding, messages, grpc_messages,
-                                    options.rates[r], options, seed);
+          RunResult held =
+              run_load(server, port, encoding, messages, grpc_messages, rates[r], options, seed);
           held.loaded = true;
           held.reopened = flood.stop();
           runs.push_back(held);

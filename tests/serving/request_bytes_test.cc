@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -125,6 +126,35 @@ TEST(PinnedRowPool, RowsOfAThreadLocalFreedAsTheThreadEndsGoBackToThePool) {
     EXPECT_TRUE(PinnedRowPool::contains(many.back().data()));
   }
   for (int i = 0; i < 200; ++i) EXPECT_EQ(many[i][2047], static_cast<uint8_t>(i));
+}
+
+}  // namespace
+}  // namespace grove::serving
+
+namespace grove::serving {
+namespace {
+
+// Note [Row bytes copied in one call]: every size from empty to past a block,
+// into empty, smaller and larger RowBytes, holds exactly the source bytes, in
+// pinned memory from the pool.
+TEST(RequestBytes, AssignRowBytesCopiesExactly) {
+  const uint64_t seed = 41;
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> source(20000);
+  for (uint8_t& byte : source) byte = static_cast<uint8_t>(rng());
+  for (size_t size :
+       {size_t{0}, size_t{1}, size_t{7}, size_t{256}, size_t{2048}, size_t{2049}, size_t{20000}}) {
+    for (size_t before : {size_t{0}, size_t{3}, size_t{4096}}) {
+      RowBytes bytes(before, 0xAB);
+      const size_t offset = rng() % 16;
+      const size_t take = std::min(size, source.size() - offset);
+      assign_row_bytes(bytes, source.data() + offset, take);
+      ASSERT_EQ(bytes.size(), take) << "seed " << seed;
+      EXPECT_EQ(std::memcmp(bytes.data(), source.data() + offset, take), 0)
+          << "size " << take << " over " << before << " bytes, seed " << seed;
+      if (take > 0) EXPECT_TRUE(PinnedRowPool::contains(bytes.data()) || take > (64u << 20));
+    }
+  }
 }
 
 }  // namespace
