@@ -1,0 +1,102 @@
+"""Children that prepare side by side and then run one at a time
+(Note [Children that take turns]): take_turns in the parent, wait_for_turn
+in each child. benchmarks/torch_zoo.py's decode cases are its one user.
+"""
+import os
+import tempfile
+import time
+
+import bounded_child
+
+READY_LIMIT_S = 60.0  # the most a child may take to prepare
+
+# Note [Children that take turns]
+# A benchmark child (one torch_zoo decode case) spends most of its life
+# importing (PyTorch, transformers, grove or Inductor) and starting CUDA, and
+# only then compiles and times. So every case's child starts at once and
+# prepares side by side on the host's cores; when all are ready (or gone, or
+# READY_LIMIT_S has passed), they run one at a time in the order given, each
+# told to go by a file in a folder of its own and limited from then on
+# (bounded_child: the child's whole process group is stopped at the limit).
+# While a case runs, every other child is either done or asleep waiting for
+# its turn, so it has the GPU and the host to itself as if run alone; the
+# step takes about one preparation plus the cases' own work, not one
+# preparation per case in a row. Test: tests/tools/child_turns_test.sh
+# (one at a time and in order, a child stopped at its limit, a child that
+# dies while preparing, one never ready).
+
+
+class Turn:
+    """What take_turns saw of one case: case (as given), done
+    (bounded_child.Finished, or None where it never ran), json_path (the
+    path the child was told to write), ready_s (seconds from the start until
+    it was ready; None if never), run_s (seconds from its go until it
+    ended; None where it never ran), limit_s, and stopped (why it never ran,
+    or None)."""
+
+    def __init__(self, case, json_path):
+        self.case = case
+        self.json_path = json_path
+        self.done = None
+        self.ready_s = None
+        self.run_s = None
+        self.limit_s = None
+        self.stopped = None
+
+
+def take_turns(cases, deadline, limit_s, command_of, on_turn, min_limit_s=0.0,
+               ready_limit_s=READY_LIMIT_S):
+    """Runs `cases` (in order) as children started at once that each run
+    when told (Note [Children that take turns]). command_of(case, json path,
+    turn folder) -> the child's command (a list); on_turn(Turn) after each
+    case (the folder holding json_path is removed when take_turns returns:
+    read it there). A case runs for at most limit_s seconds, and not past
+    `deadline` (time.time()) unless min_limit_s is larger than what is left.
+    Returns the Turns."""
+    turns = []
+    with tempfile.TemporaryDirectory() as folder:
+        children = []
+        for index, case in enumerate(cases):
+            turn_folder = os.path.join(folder, "case%d" % index)
+            os.makedirs(turn_folder)
+            turn = Turn(case, os.path.join(turn_folder, "case.json"))
+            command = command_of(case, turn.json_path, turn_folder)
+            children.append((turn, turn_folder, bounded_child.start(command)))
+            turns.append(turn)
+        started = time.monotonic()
+        ready_end = started + max(0.0, min(ready_limit_s, deadline - time.time()))
+        waiting = list(children)
+        while waiting and time.monotonic() < ready_end:
+            for entry in list(waiting):
+                turn, turn_folder, child = entry
+                if os.path.exists(os.path.join(turn_folder, "ready")) or not child.running():
+                    turn.ready_s = round(time.monotonic() - started, 2)
+                    waiting.remove(entry)
+            time.sleep(0.02)
+        for turn, turn_folder, child in children:
+            left = deadline - time.time()
+            if left <= 0 and child.running():
+                turn.done = child.stop()
+                turn.stopped = "not run: the time budget was spent"
+            elif turn.ready_s is None and child.running():
+                turn.done = child.stop()
+                turn.stopped = "not ready (imports, CUDA) within %.0f s: stopped" % ready_limit_s
+            else:
+                turn.limit_s = min(limit_s, max(left, min_limit_s))
+                go = time.monotonic()
+                with open(os.path.join(turn_folder, "go"), "w"):
+                    pass
+                turn.done = child.wait(turn.limit_s)
+                turn.run_s = round(time.monotonic() - go, 2)
+            on_turn(turn)
+    return turns
+
+
+def wait_for_turn(folder):
+    """In a child: says it is ready, then sleeps until told to go (Note
+    [Children that take turns])."""
+    with open(os.path.join(folder, "ready.part"), "w"):
+        pass
+    os.replace(os.path.join(folder, "ready.part"), os.path.join(folder, "ready"))
+    while not os.path.exists(os.path.join(folder, "go")):
+        time.sleep(0.01)
