@@ -831,6 +831,12 @@ def main():
             json.dump(result, out, indent=2)
         os.replace(args.json + ".part", args.json)
 
+    if args.decode and not args.no_decode:
+        # A limit from outside (timeout's SIGTERM) ends the parent through
+        # SystemExit, so that take_turns stops the children it started.
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     decode = [] if args.no_decode or not args.decode else decode_rows(
         start + args.budget_s, set(args.decode_models.split(",")) if args.decode_models else None,
         args.decode_child_s, save=lambda rows: write([], rows),

@@ -54,42 +54,56 @@ def take_turns(cases, deadline, limit_s, command_of, on_turn, min_limit_s=0.0,
     `deadline` (time.time()) unless min_limit_s is larger than what is left.
     Returns the Turns."""
     turns = []
-    with tempfile.TemporaryDirectory() as folder:
-        children = []
-        for index, case in enumerate(cases):
-            turn_folder = os.path.join(folder, "case%d" % index)
-            os.makedirs(turn_folder)
-            turn = Turn(case, os.path.join(turn_folder, "case.json"))
-            command = command_of(case, turn.json_path, turn_folder)
-            children.append((turn, turn_folder, bounded_child.start(command)))
-            turns.append(turn)
-        started = time.monotonic()
-        ready_end = started + max(0.0, min(ready_limit_s, deadline - time.time()))
-        waiting = list(children)
-        while waiting and time.monotonic() < ready_end:
-            for entry in list(waiting):
-                turn, turn_folder, child = entry
-                if os.path.exists(os.path.join(turn_folder, "ready")) or not child.running():
-                    turn.ready_s = round(time.monotonic() - started, 2)
-                    waiting.remove(entry)
-            time.sleep(0.02)
-        for turn, turn_folder, child in children:
-            left = deadline - time.time()
-            if left <= 0 and child.running():
-                turn.done = child.stop()
-                turn.stopped = "not run: the time budget was spent"
-            elif turn.ready_s is None and child.running():
-                turn.done = child.stop()
-                turn.stopped = "not ready (imports, CUDA) within %.0f s: stopped" % ready_limit_s
-            else:
-                turn.limit_s = min(limit_s, max(left, min_limit_s))
-                go = time.monotonic()
-                with open(os.path.join(turn_folder, "go"), "w"):
-                    pass
-                turn.done = child.wait(turn.limit_s)
-                turn.run_s = round(time.monotonic() - go, 2)
-            on_turn(turn)
+    children = []
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            _run_turns(cases, deadline, limit_s, command_of, on_turn, min_limit_s,
+                       ready_limit_s, folder, children, turns)
+    finally:
+        # Stopped from outside (SIGTERM made SystemExit, KeyboardInterrupt)
+        # or failed: no child outlives the parent (each leads its own group).
+        for _, _, child in children:
+            if child.running():
+                child.stop()
     return turns
+
+
+def _run_turns(cases, deadline, limit_s, command_of, on_turn, min_limit_s, ready_limit_s, folder,
+               children, turns):
+    """take_turns' work; `children` and `turns` are filled as they start."""
+    for index, case in enumerate(cases):
+        turn_folder = os.path.join(folder, "case%d" % index)
+        os.makedirs(turn_folder)
+        turn = Turn(case, os.path.join(turn_folder, "case.json"))
+        command = command_of(case, turn.json_path, turn_folder)
+        children.append((turn, turn_folder, bounded_child.start(command)))
+        turns.append(turn)
+    started = time.monotonic()
+    ready_end = started + max(0.0, min(ready_limit_s, deadline - time.time()))
+    waiting = list(children)
+    while waiting and time.monotonic() < ready_end:
+        for entry in list(waiting):
+            turn, turn_folder, child = entry
+            if os.path.exists(os.path.join(turn_folder, "ready")) or not child.running():
+                turn.ready_s = round(time.monotonic() - started, 2)
+                waiting.remove(entry)
+        time.sleep(0.02)
+    for turn, turn_folder, child in children:
+        left = deadline - time.time()
+        if left <= 0 and child.running():
+            turn.done = child.stop()
+            turn.stopped = "not run: the time budget was spent"
+        elif turn.ready_s is None and child.running():
+            turn.done = child.stop()
+            turn.stopped = "not ready (imports, CUDA) within %.0f s: stopped" % ready_limit_s
+        else:
+            turn.limit_s = min(limit_s, max(left, min_limit_s))
+            go = time.monotonic()
+            with open(os.path.join(turn_folder, "go"), "w"):
+                pass
+            turn.done = child.wait(turn.limit_s)
+            turn.run_s = round(time.monotonic() - go, 2)
+        on_turn(turn)
 
 
 def wait_for_turn(folder):

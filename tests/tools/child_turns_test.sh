@@ -79,5 +79,47 @@ assert fine.done.returncode == 0 and results[fine.case]["name"] == "g", vars(fin
 cases = [("h", 0.1, "0.1")]
 turns = child_turns.take_turns(cases, time.time() - 1, 5.0, command_of, lambda turn: None)
 assert turns[0].stopped and turns[0].stopped.startswith("not run"), vars(turns[0])
+# 4. The parent stopped from outside (SIGTERM made SystemExit, as torch_zoo
+# does) while a turn runs: take_turns stops every child it started.
+import signal, subprocess, tempfile
+pids = tempfile.mktemp()
+PARENT = r"""
+import os, signal, sys
+sys.path.insert(0, %r)
+import child_turns
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+CHILD = %r
+def command_of(case, path, folder):
+    return [sys.executable, "-c", CHILD, case, "0.1", "hang", path, folder]
+def started(turn):
+    pass
+import bounded_child
+original = bounded_child.start
+def recording(command, env=None):
+    child = original(command, env)
+    open(%r, "a").write("%%d\n" %% child.process.pid)
+    return child
+bounded_child.start = recording
+child_turns.take_turns(["x", "y", "z"], 10**10, 120.0, command_of, started)
+""" % (os.getcwd(), CHILD, pids)
+parent = subprocess.Popen([sys.executable, "-c", PARENT])
+for _ in range(200):
+    if os.path.exists(pids) and len(open(pids).read().split()) == 3:
+        break
+    time.sleep(0.05)
+time.sleep(1.0)  # the first child's turn has begun (it hangs)
+parent.send_signal(signal.SIGTERM)
+assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+children = [int(pid) for pid in open(pids).read().split()]
+assert len(children) == 3, children
+for pid in children:
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("child %d outlived its stopped parent" % pid)
 print("child_turns_test: ok")
 PY
