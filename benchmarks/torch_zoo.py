@@ -423,7 +423,7 @@ def print_row(row):
             print("  %s kernels: %s" % (variant, kernels["error"][:200]))
 
 
-def rate(function):
+def rate(function, profile=False):
     """{tokens (of every call), first_tokens_per_s (the first call,
     compilation and recording included), tokens_per_s (the median of
     STEADY_CALLS later calls), recordings (grove's, in those later calls: a
@@ -445,7 +445,26 @@ def rate(function):
     steady = sorted(timings[1:])[len(timings[1:]) // 2]
     return {"tokens": tokens, "first_tokens_per_s": NEW_TOKENS / timings[0],
             "tokens_per_s": NEW_TOKENS / steady,
-            "recordings": after - before if before is not None and after is not None else None}
+            "recordings": after - before if before is not None and after is not None else None,
+            "profile": decode_profile(function) if profile else None}
+
+
+PROFILE_DECODE = ""  # --decode-profile: models, comma-separated (passed on to the children)
+
+
+def decode_profile(function):
+    """One more call of `function` under torch.profiler (after the timed
+    ones): where a generated token's host time goes, as a table of the
+    operations and CUDA runtime calls taking the most host time (their
+    totals over the call's NEW_TOKENS tokens)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with torch.no_grad():
+            function()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14,
+                                     max_name_column_width=48)
 
 
 # Note [Hugging Face compiles its decode step]
@@ -492,7 +511,7 @@ def hf_decode(variant):
             return model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                   do_sample=False, cache_implementation="static", **options)
 
-    return rate(generate)
+    return rate(generate, "hf_llama_static_cache" in PROFILE_DECODE.split(","))
 
 
 def gpt_fast_decode(variant):
@@ -509,7 +528,7 @@ def gpt_fast_decode(variant):
         with torch.no_grad():
             return greedy(run, prompt, NEW_TOKENS)
 
-    return rate(generate)
+    return rate(generate, "gpt_fast_decoder" in PROFILE_DECODE.split(","))
 
 
 # The gpt-fast-style decoder first, so that its reduce-overhead case runs
@@ -527,7 +546,7 @@ def decode_case(name, variant):
     result = {"tokens": [t.tolist() for t in measured["tokens"]],
               "tokens_per_s": measured["tokens_per_s"],
               "first_call_tokens_per_s": measured["first_tokens_per_s"],
-              "recordings": measured["recordings"]}
+              "recordings": measured["recordings"], "profile": measured["profile"]}
     if variant == "grove":
         counters = tree_counters()
         for key in ("static_input_writes", "copy_back_inputs", "zero_copy_inputs",
@@ -585,7 +604,7 @@ def _child_command(case, path, turn_folder):
     name, variant = case
     return [sys.executable, os.path.abspath(__file__), "--decode-child",
             "%s,%s" % (name, variant), "--json", path, "--decode-turn", turn_folder,
-            "--decode-tokens", str(NEW_TOKENS)]
+            "--decode-tokens", str(NEW_TOKENS), "--decode-profile", PROFILE_DECODE]
 
 
 # Note [Bounded decode step]: the decode rows must fit a lease's call. Each
@@ -651,6 +670,8 @@ def decode_rows(deadline, wanted=None, child_limit_s=CHILD_TIMEOUT_S, save=None,
                             "first_call_tokens_per_s": measured["first_call_tokens_per_s"],
                             "tokens_match_eager": name in expected and
                             all(t == expected[name] for t in tokens), **timing}
+            if measured.get("profile"):
+                row[variant]["profile"] = measured["profile"]
             print("%-24s %-22s %.1f tok/s (first call %.1f), tokens %s eager's "
                   "(ready %s s, ran %s s)" % (
                       name, variant, measured["tokens_per_s"],
@@ -665,6 +686,9 @@ def decode_rows(deadline, wanted=None, child_limit_s=CHILD_TIMEOUT_S, save=None,
                     "demoted_inputs")}
                 print("  grove: recordings after the first call %s, tree %s" % (
                     row["grove_recordings"], row["grove_tree"]), flush=True)
+            if measured.get("profile"):
+                print("  profile of one call (%d tokens):\n%s" % (NEW_TOKENS,
+                                                                 measured["profile"]), flush=True)
         base = row.get("torch_reduce_overhead", {}).get("tokens_per_s")
         eager = row.get("torch_eager", {}).get("tokens_per_s")
         grove_rate = row.get("grove", {}).get("tokens_per_s")
@@ -747,7 +771,7 @@ def merged(earlier, latest, key):
 
 
 def main():
-    global TOP_PRINTED, NEW_TOKENS
+    global TOP_PRINTED, NEW_TOKENS, PROFILE_DECODE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="torch_zoo.json")
     parser.add_argument("--repeats", type=int, default=40)
@@ -785,6 +809,10 @@ def main():
                         help=argparse.SUPPRESS)  # a folder: wait there for the turn
     parser.add_argument("--decode-tokens", type=int, default=NEW_TOKENS,
                         help="new tokens per generate call in the decode rows")
+    parser.add_argument("--decode-profile", default="",
+                        help="comma-separated decode models whose cases also profile one "
+                             "generate call (torch.profiler: the operations and CUDA calls "
+                             "taking the most host time)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the cases of an existing --json this run does not measure")
     parser.add_argument("--train", action="store_true",
@@ -795,6 +823,7 @@ def main():
                         "zoo_training.VARIANTS; also grove_optim, torch_reduce_overhead_opt)")
     args = parser.parse_args()
     NEW_TOKENS = args.decode_tokens
+    PROFILE_DECODE = args.decode_profile
     from torch_backend import skipped_without_cuda_or_dynamo
 
     if skipped_without_cuda_or_dynamo("torch_zoo"):
