@@ -1,6 +1,6 @@
 """Children that prepare side by side and then run one at a time
-(Note [Children that take turns]): take_turns in the parent, wait_for_turn
-in each child. benchmarks/torch_zoo.py's decode cases are its one user.
+(Note [Children that take turns], benchmarks/torch_zoo.py, its one user):
+take_turns in the parent, wait_for_turn in each child.
 """
 import os
 import tempfile
@@ -10,20 +10,8 @@ import bounded_child
 
 READY_LIMIT_S = 60.0  # the most a child may take to prepare
 
-# Note [Children that take turns]
-# A benchmark child (one torch_zoo decode case) spends most of its life
-# importing (PyTorch, transformers, grove or Inductor) and starting CUDA, and
-# only then compiles and times. So every case's child starts at once and
-# prepares side by side on the host's cores; when all are ready (or gone, or
-# READY_LIMIT_S has passed), they run one at a time in the order given, each
-# told to go by a file in a folder of its own and limited from then on
-# (bounded_child: the child's whole process group is stopped at the limit).
-# While a case runs, every other child is either done or asleep waiting for
-# its turn, so it has the GPU and the host to itself as if run alone; the
-# step takes about one preparation plus the cases' own work, not one
-# preparation per case in a row. Test: tests/tools/child_turns_test.sh
-# (one at a time and in order, a child stopped at its limit, a child that
-# dies while preparing, one never ready).
+# The protocol and why: Note [Children that take turns] (benchmarks/torch_zoo.py,
+# its one user). Test: tests/tools/child_turns_test.sh.
 
 
 class Turn:
