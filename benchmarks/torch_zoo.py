@@ -605,16 +605,17 @@ def _finished_case(done, variant, path, timeout_s):
 # importing (PyTorch, transformers, grove or Inductor) and starting CUDA, and
 # only then compiles and times. So every case's child starts at once and
 # prepares side by side on the host's cores; when all are ready (or gone, or
-# READY_LIMIT_S has passed), they run one at a time in the order given, each
-# told to go by a file in a folder of its own and limited from then on
-# (tools/bounded_child.py: the child's whole process group is stopped at the limit).
-# While a case runs, every other child is either done or asleep waiting for
-# its turn, so it has the GPU and the host to itself as if run alone; the
-# step takes about one preparation plus the cases' own work, not one
-# preparation per case in a row (tools/child_turns.py). Test:
-# tests/tools/child_turns_test.sh
-# (one at a time and in order, a child stopped at its limit, a child that
-# dies while preparing, one never ready).
+# child_turns.READY_LIMIT_S has passed), they run one at a time in the order
+# given, each told to go by a file in a folder of its own and limited from
+# then on (tools/bounded_child.py: the child's whole process group is stopped
+# at the limit). While a case runs, every other child is either done or
+# asleep waiting for its turn, so it has the GPU and the host to itself as if
+# run alone; the step takes about one preparation plus the cases' own work,
+# not one preparation per case in a row (tools/child_turns.py). A parent
+# stopped from outside stops its children. Test:
+# tests/tools/child_turns_test.sh (one at a time and in order, a child
+# stopped at its limit, one that dies while preparing, one never ready, the
+# parent stopped).
 def _child_command(case, path, turn_folder):
     name, variant = case
     return [sys.executable, os.path.abspath(__file__), "--decode-child",
