@@ -531,10 +531,16 @@ def main():
                 torch._dynamo.reset()
                 reduce_overhead = torch.compile(module, mode="reduce-overhead", dynamic=False)
                 with torch.no_grad():
+                    for _ in range(5):  # warm-up and recording
+                        reduce_overhead(*inputs)
                     host, wall = per_call(lambda: reduce_overhead(*inputs), args.calls)
+                    idle, _ = per_call_idle(lambda: reduce_overhead(*inputs), args.calls)
                 rows.append(("reduce_overhead", host, wall, "PyTorch's"))
+                rows.append(("reduce_overhead_idle", idle, None, "each call alone, device idle"))
                 print("%-22s %-16s host %8.2f us  wall %8.2f us" % (name, "reduce_overhead", host,
                                                                       wall), flush=True)
+                print("%-22s %-16s host %8.2f us  (each call alone, device idle)" % (
+                    name, "reduce_overhead_idle", idle), flush=True)
         except Exception:
             traceback.print_exc()
         summary.extend((name,) + row for row in rows)
