@@ -271,7 +271,7 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
                 name, label + "_idle", host), flush=True)
 
     def rows_with_torch_graph():
-        # Last, as a capture that fails may leave the device unusable.
+        # After grove's rows, as a capture that fails may leave the device unusable.
         try:  # Note [Idle rows]
             replayed = torch_graph(module, inputs)
             row("torch_graph", replayed.replay, "PyTorch's CUDAGraph.replay() of the eager module",
@@ -412,8 +412,9 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
         "torch's own capsule of a CUDA tensor")
     row("to_dlpack", lambda: torch.utils.dlpack.to_dlpack(probe))
     row("empty_like", lambda: torch.empty_like(probe))
+    rows_with_torch_graph()
     if not listings:
-        return rows_with_torch_graph()
+        return rows
     # Listings of the door calls.
     profiler = cProfile.Profile()
     with torch.no_grad():
@@ -444,7 +445,7 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
             out.write(table)
     except Exception as error:  # the listing is optional; the rows above are the result
         print("%s: torch.profiler failed: %s" % (name, error))
-    return rows_with_torch_graph()
+    return rows
 
 
 def print_kernels(name, compiled, inputs, top):
