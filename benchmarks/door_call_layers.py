@@ -191,18 +191,39 @@ def _fresh_views(value):
     return value
 
 
+def _c_dlpack_copy(value):
+    """_dlpack_copy through PyTorch's C functions alone (no Python frame of
+    torch.utils.dlpack)."""
+    if isinstance(value, torch.Tensor):
+        return torch._C._from_dlpack(torch._C._to_dlpack(value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_c_dlpack_copy(item) for item in value)
+    return value
+
+
+def _frames(results, depth=10):
+    """`results` through `depth` nested Python calls (as many frames as
+    grove's call path has), no new tensor."""
+    return results if depth == 0 else _frames(results, depth - 1)
+
+
 # Note [Floor variants]: r1 (session 17, H100) found the door's host time
 # above the dynamo floor plus grove's own layer (the graph row) by 19-31 us
-# on GPT-2, LLaMA, BERT and nn.TransformerDecoder at batch 1. The variants
-# change one thing each from the floor towards grove's graph: a callable
-# object instead of a function (object), a new tensor object per call over
-# the same memory (fresh), and a tensor made through DLPack per call, freed
-# through its deleter (dlpack).
+# on GPT-2, LLaMA, BERT and nn.TransformerDecoder at batch 1; r1 (session 18)
+# found a tensor made through torch.utils.dlpack per call doubling GPT-2's
+# floor (54.8 -> 109.1 us). The variants change one thing each from the
+# floor towards grove's graph: a callable object instead of a function
+# (object), a new tensor object per call over the same memory (fresh), a
+# tensor made through DLPack per call, freed through its deleter, by
+# torch.utils.dlpack's Python functions (dlpack) or PyTorch's C functions
+# alone (cdlpack), and ten nested Python calls (frames).
 FLOOR_VARIANTS = {
     "function": lambda results: (lambda *args: results),
     "object": _ObjectFloor,
     "fresh": lambda results: (lambda *args: _fresh_views(results)),
     "dlpack": lambda results: (lambda *args: _dlpack_copy(results)),
+    "cdlpack": lambda results: (lambda *args: _c_dlpack_copy(results)),
+    "frames": lambda results: (lambda *args: _frames(results)),
 }
 
 
@@ -502,7 +523,7 @@ def main():
                         help="no cProfile and torch.profiler files in --out")
     parser.add_argument("--floor-variants", default="",
                         help="comma-separated dynamo floors to time too (Note [Floor variants]): "
-                             "object, fresh, dlpack")
+                             "object, fresh, dlpack, cdlpack, frames")
     parser.add_argument("--kernels", type=int, default=0,
                         help="print grove's kernels per call and the N longest")
     args = parser.parse_args()
