@@ -343,6 +343,19 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
                        for value in inputs]
         row("door_side_stream", lambda: compiled(*side_inputs), "the caller on a side stream")
     torch.cuda.synchronize()
+    if fast is not None and fast["checks"]:
+        # Note [Static input check by one map] (grove/runner.py): the door with
+        # PyTorch's check, then with the default again.
+        os.environ["GROVE_DOOR_STATIC_CHECK"] = "torch"
+        fast.pop("static_check", None)
+        try:
+            row("door_static_torch", lambda: compiled(*inputs), "GROVE_DOOR_STATIC_CHECK=torch",
+                idle=True)
+        finally:
+            os.environ.pop("GROVE_DOOR_STATIC_CHECK", None)
+            fast.pop("static_check", None)
+        row("door_static_map", lambda: compiled(*inputs), "the default again (one map)",
+            idle=True)
     if kernels:
         print_kernels(name, compiled, inputs, kernels)
     if door_only:
@@ -411,7 +424,7 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
     row("invocation_c", begin_end)
     if fast["checks"]:
         # Note [Static input check by one map] (grove/runner.py): the default,
-        # then PyTorch's check, then the door with PyTorch's check.
+        # then PyTorch's check.
         row("static_check", lambda: grove_runner._static_inputs_in_place(args, fast),
             "%d bound, one map (default)" % len(fast["checks"]))
         os.environ["GROVE_DOOR_STATIC_CHECK"] = "torch"
@@ -419,11 +432,9 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
         try:
             row("static_check_torch", lambda: grove_runner._static_inputs_in_place(args, fast),
                 "GROVE_DOOR_STATIC_CHECK=torch")
-            row("door_static_torch", lambda: compiled(*inputs), "GROVE_DOOR_STATIC_CHECK=torch")
         finally:
             os.environ.pop("GROVE_DOOR_STATIC_CHECK", None)
             fast.pop("static_check", None)
-        row("door_static_map", lambda: compiled(*inputs), "the default again (one map)")
     if model_inputs:
         row("stream_of", lambda: grove_runner._stream_of(model_inputs[0]))
         row("describe", lambda: model.describe_borrowed(state, model_inputs))
