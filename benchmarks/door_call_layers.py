@@ -14,7 +14,8 @@ grove's graph each (Note [Floor variants]).
 Each layer is called `calls` times in blocks of 20, each block ended by a
 device synchronization; "host" is the median time per call of a block before
 its synchronization (the host's own cost while the GPU runs behind), "wall"
-with it. First the dynamo floor (the module compiled by a backend whose graph does
+with it; "_idle" rows time single calls with the device idle (Note [Idle
+rows]). First the dynamo floor (the module compiled by a backend whose graph does
 no work). Then the layers, outermost first (each includes those below it):
   door        the torch.compile'd module (dynamo's guards and wrappers)
   door_events the same with GROVE_LEGACY_STREAM_ORDER=events (four event calls
@@ -27,6 +28,7 @@ no work). Then the layers, outermost first (each includes those below it):
   runner      GraphRunner.__call__ (static input check, stream, outputs picked)
   call_torch  grove.Model.call_torch (descriptions, the C call, DLPack outputs)
   c_dlpack    the C call (grove_model_run_dlpack) and DLPack outputs alone
+  torch_graph PyTorch's CUDAGraph.replay() of the eager module captured whole
   cxx         the same compiled model called from C++ (grove_model_time_runs)
 and pieces: the invocation key and its C begin/end pair, the static-input
 check, the stream query, torch's from_dlpack of a CUDA capsule, call_torch on
@@ -71,6 +73,44 @@ def per_call(function, calls):
         host.append((queued - start) / BLOCK / 1e3)
         wall.append((done - start) / BLOCK / 1e3)
     return statistics.median(host), statistics.median(wall)
+
+
+def per_call_idle(function, calls):
+    """(median host us, None) of single calls of function() each made with
+    the device idle (synchronized before, untimed): the host's cost of one
+    call with no queue ahead of it (Note [Idle rows])."""
+    for _ in range(5):
+        function()
+    times = []
+    for _ in range(max(1, calls // 2)):
+        torch.cuda.synchronize()
+        start = time.perf_counter_ns()
+        function()
+        times.append((time.perf_counter_ns() - start) / 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times), None
+
+
+# Note [Idle rows]: a "host" time of a block of calls can include waiting
+# for the device when the GPU runs behind (a launch into a full queue
+# blocks). The *_idle rows time each call alone after a synchronization, so
+# they are the host's own cost of that layer; torch_graph is PyTorch's
+# CUDAGraph.replay() of the eager module captured whole (what
+# reduce-overhead launches), the floor of any graph launch of that many
+# kernels.
+def torch_graph(module, inputs):
+    """The eager module captured into one torch.cuda.CUDAGraph: its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            module(*inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        module(*inputs)
+    torch.cuda.synchronize()
+    return graph
 
 
 def captured_arguments(compiled, inputs):
@@ -151,18 +191,39 @@ def _fresh_views(value):
     return value
 
 
+def _c_dlpack_copy(value):
+    """_dlpack_copy through PyTorch's C functions alone (no Python frame of
+    torch.utils.dlpack)."""
+    if isinstance(value, torch.Tensor):
+        return torch._C._from_dlpack(torch._C._to_dlpack(value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_c_dlpack_copy(item) for item in value)
+    return value
+
+
+def _frames(results, depth=10):
+    """`results` through `depth` nested Python calls (as many frames as
+    grove's call path has), no new tensor."""
+    return results if depth == 0 else _frames(results, depth - 1)
+
+
 # Note [Floor variants]: r1 (session 17, H100) found the door's host time
 # above the dynamo floor plus grove's own layer (the graph row) by 19-31 us
-# on GPT-2, LLaMA, BERT and nn.TransformerDecoder at batch 1. The variants
-# change one thing each from the floor towards grove's graph: a callable
-# object instead of a function (object), a new tensor object per call over
-# the same memory (fresh), and a tensor made through DLPack per call, freed
-# through its deleter (dlpack).
+# on GPT-2, LLaMA, BERT and nn.TransformerDecoder at batch 1; r1 (session 18)
+# found a tensor made through torch.utils.dlpack per call doubling GPT-2's
+# floor (54.8 -> 109.1 us). The variants change one thing each from the
+# floor towards grove's graph: a callable object instead of a function
+# (object), a new tensor object per call over the same memory (fresh), a
+# tensor made through DLPack per call, freed through its deleter, by
+# torch.utils.dlpack's Python functions (dlpack) or PyTorch's C functions
+# alone (cdlpack), and ten nested Python calls (frames).
 FLOOR_VARIANTS = {
     "function": lambda results: (lambda *args: results),
     "object": _ObjectFloor,
     "fresh": lambda results: (lambda *args: _fresh_views(results)),
     "dlpack": lambda results: (lambda *args: _dlpack_copy(results)),
+    "cdlpack": lambda results: (lambda *args: _c_dlpack_copy(results)),
+    "frames": lambda results: (lambda *args: _frames(results)),
 }
 
 
@@ -217,16 +278,32 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
     from grove import outputs as grove_outputs
     from grove import runner as grove_runner
 
-    def row(label, function, note=""):
+    def row(label, function, note="", idle=False):
         with torch.no_grad():
             host, wall = per_call(function, calls)
         rows.append((label, host, wall, note))
         print("%-22s %-16s host %8.2f us  wall %8.2f us  %s" % (name, label, host, wall, note),
               flush=True)
+        if idle:  # Note [Idle rows]
+            with torch.no_grad():
+                host, _ = per_call_idle(function, calls)
+            rows.append((label + "_idle", host, None, "each call alone, device idle"))
+            print("%-22s %-16s host %8.2f us  (each call alone, device idle)" % (
+                name, label + "_idle", host), flush=True)
+
+    def rows_with_torch_graph():
+        # After grove's rows, as a capture that fails may leave the device unusable.
+        try:  # Note [Idle rows]
+            replayed = torch_graph(module, inputs)
+            row("torch_graph", replayed.replay, "PyTorch's CUDAGraph.replay() of the eager module",
+                idle=True)
+        except Exception as error:  # a module PyTorch cannot capture whole: the row is optional
+            print("%-22s torch_graph: not captured: %s" % (name, str(error)[:200]), flush=True)
+        return rows
 
     # First: it compiles with dynamo of its own (reset before grove's compilation).
     row("dynamo_floor", dynamo_floor(module, inputs),
-        "dynamo alone: a backend whose graph returns a tensor made once")
+        "dynamo alone: a backend whose graph returns a tensor made once", idle=True)
     for variant in floor_variants:
         row("floor_" + variant, dynamo_floor(module, inputs, variant),
             "Note [Floor variants]")
@@ -242,7 +319,7 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
 
     counters = tree_counters(runner)
     row("door", lambda: compiled(*inputs), "%d args to grove%s" % (
-        len(args), "" if fast is not None else ", not one grove segment"))
+        len(args), "" if fast is not None else ", not one grove segment"), idle=True)
     after = tree_counters(runner)
     door_calls = BLOCK + BLOCK * max(1, calls // BLOCK)  # per_call: warm-up and blocks
     print("%-22s tree per door call: %s" % (name, ", ".join(
@@ -266,6 +343,19 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
                        for value in inputs]
         row("door_side_stream", lambda: compiled(*side_inputs), "the caller on a side stream")
     torch.cuda.synchronize()
+    if fast is not None and fast["checks"]:
+        # Note [Static input check by one map] (grove/runner.py): the door with
+        # PyTorch's check, then with the default again.
+        os.environ["GROVE_DOOR_STATIC_CHECK"] = "torch"
+        fast.pop("static_check", None)
+        try:
+            row("door_static_torch", lambda: compiled(*inputs), "GROVE_DOOR_STATIC_CHECK=torch",
+                idle=True)
+        finally:
+            os.environ.pop("GROVE_DOOR_STATIC_CHECK", None)
+            fast.pop("static_check", None)
+        row("door_static_map", lambda: compiled(*inputs), "the default again (one map)",
+            idle=True)
     if kernels:
         print_kernels(name, compiled, inputs, kernels)
     if door_only:
@@ -278,7 +368,7 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
         tracker.generation += 1
         return graph(*args)
 
-    row("graph", graph_call)
+    row("graph", graph_call, idle=True)
     if getattr(graph, "door", None) is not None:
         # Note [One Python call per door call] off: the layered call.
         door = graph.door
@@ -305,7 +395,7 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
         _capi.check(status)
         return grove_outputs.tensors_from_dlpack(state.managed, state.produced.value)
 
-    row("c_dlpack", c_dlpack)
+    row("c_dlpack", c_dlpack, idle=True)
     rows.append(("cxx", model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6, None,
                  ""))
     samples = sorted(model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6
@@ -333,8 +423,18 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
 
     row("invocation_c", begin_end)
     if fast["checks"]:
+        # Note [Static input check by one map] (grove/runner.py): the default,
+        # then PyTorch's check.
         row("static_check", lambda: grove_runner._static_inputs_in_place(args, fast),
-            "%d bound" % len(fast["checks"]))
+            "%d bound, one map (default)" % len(fast["checks"]))
+        os.environ["GROVE_DOOR_STATIC_CHECK"] = "torch"
+        fast.pop("static_check", None)
+        try:
+            row("static_check_torch", lambda: grove_runner._static_inputs_in_place(args, fast),
+                "GROVE_DOOR_STATIC_CHECK=torch")
+        finally:
+            os.environ.pop("GROVE_DOOR_STATIC_CHECK", None)
+            fast.pop("static_check", None)
     if model_inputs:
         row("stream_of", lambda: grove_runner._stream_of(model_inputs[0]))
         row("describe", lambda: model.describe_borrowed(state, model_inputs))
@@ -344,6 +444,7 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
         "torch's own capsule of a CUDA tensor")
     row("to_dlpack", lambda: torch.utils.dlpack.to_dlpack(probe))
     row("empty_like", lambda: torch.empty_like(probe))
+    rows_with_torch_graph()
     if not listings:
         return rows
     # Listings of the door calls.
@@ -433,7 +534,7 @@ def main():
                         help="no cProfile and torch.profiler files in --out")
     parser.add_argument("--floor-variants", default="",
                         help="comma-separated dynamo floors to time too (Note [Floor variants]): "
-                             "object, fresh, dlpack")
+                             "object, fresh, dlpack, cdlpack, frames")
     parser.add_argument("--kernels", type=int, default=0,
                         help="print grove's kernels per call and the N longest")
     args = parser.parse_args()
@@ -463,10 +564,16 @@ def main():
                 torch._dynamo.reset()
                 reduce_overhead = torch.compile(module, mode="reduce-overhead", dynamic=False)
                 with torch.no_grad():
+                    for _ in range(5):  # warm-up and recording
+                        reduce_overhead(*inputs)
                     host, wall = per_call(lambda: reduce_overhead(*inputs), args.calls)
+                    idle, _ = per_call_idle(lambda: reduce_overhead(*inputs), args.calls)
                 rows.append(("reduce_overhead", host, wall, "PyTorch's"))
+                rows.append(("reduce_overhead_idle", idle, None, "each call alone, device idle"))
                 print("%-22s %-16s host %8.2f us  wall %8.2f us" % (name, "reduce_overhead", host,
                                                                       wall), flush=True)
+                print("%-22s %-16s host %8.2f us  (each call alone, device idle)" % (
+                    name, "reduce_overhead_idle", idle), flush=True)
         except Exception:
             traceback.print_exc()
         summary.extend((name,) + row for row in rows)

@@ -6,7 +6,8 @@ grove's graph replays per call, and the latency of PyTorch eager,
 mode="reduce-overhead" and backend="grove"; then decode tokens/s of
 Hugging Face's static-cache generate (LLaMA) and of a gpt-fast-style decoder
 (tests/python/static_cache_decoder.py) under the same three, with whether
-each one's tokens equal eager's.
+each one's tokens equal eager's (--decode-tokens new tokens per generate
+call, 32 by default).
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 40]
         [--budget-s 230] [--models gpt2,resnet18] [--batches 16,1] [--batch-major]
@@ -33,7 +34,9 @@ The decode rows run first:
 per variant a first generate call (compilation included, reported as
 first_call_tokens_per_s) and the median of STEADY_CALLS later ones
 (tokens_per_s), each case in a child process of its own (Note [Decode cases
-in child processes]) stopped after --decode-child-s seconds (and never past
+in child processes]; the children prepare side by side, then take turns:
+Note [Children that take turns], tools/child_turns.py) stopped after
+--decode-child-s seconds of its turn (and never past
 the budget's end by more than MIN_CHILD_S) and then reported as did not
 finish; every model's eager and grove cases run before any reduce-overhead
 case, and the JSON is written after each case (Note [Bounded decode step]).
@@ -420,7 +423,7 @@ def print_row(row):
             print("  %s kernels: %s" % (variant, kernels["error"][:200]))
 
 
-def rate(function):
+def rate(function, profile=False):
     """{tokens (of every call), first_tokens_per_s (the first call,
     compilation and recording included), tokens_per_s (the median of
     STEADY_CALLS later calls), recordings (grove's, in those later calls: a
@@ -442,7 +445,26 @@ def rate(function):
     steady = sorted(timings[1:])[len(timings[1:]) // 2]
     return {"tokens": tokens, "first_tokens_per_s": NEW_TOKENS / timings[0],
             "tokens_per_s": NEW_TOKENS / steady,
-            "recordings": after - before if before is not None and after is not None else None}
+            "recordings": after - before if before is not None and after is not None else None,
+            "profile": decode_profile(function) if profile else None}
+
+
+PROFILE_DECODE = ""  # --decode-profile: models, comma-separated (passed on to the children)
+
+
+def decode_profile(function):
+    """One more call of `function` under torch.profiler (after the timed
+    ones): where a generated token's host time goes, as a table of the
+    operations and CUDA runtime calls taking the most host time (their
+    totals over the call's NEW_TOKENS tokens)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with torch.no_grad():
+            function()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14,
+                                     max_name_column_width=48)
 
 
 # Note [Hugging Face compiles its decode step]
@@ -489,7 +511,7 @@ def hf_decode(variant):
             return model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                   do_sample=False, cache_implementation="static", **options)
 
-    return rate(generate)
+    return rate(generate, "hf_llama_static_cache" in PROFILE_DECODE.split(","))
 
 
 def gpt_fast_decode(variant):
@@ -506,7 +528,7 @@ def gpt_fast_decode(variant):
         with torch.no_grad():
             return greedy(run, prompt, NEW_TOKENS)
 
-    return rate(generate)
+    return rate(generate, "gpt_fast_decoder" in PROFILE_DECODE.split(","))
 
 
 # The gpt-fast-style decoder first, so that its reduce-overhead case runs
@@ -524,7 +546,7 @@ def decode_case(name, variant):
     result = {"tokens": [t.tolist() for t in measured["tokens"]],
               "tokens_per_s": measured["tokens_per_s"],
               "first_call_tokens_per_s": measured["first_tokens_per_s"],
-              "recordings": measured["recordings"]}
+              "recordings": measured["recordings"], "profile": measured["profile"]}
     if variant == "grove":
         counters = tree_counters()
         for key in ("static_input_writes", "copy_back_inputs", "zero_copy_inputs",
@@ -553,40 +575,52 @@ def decode_case(name, variant):
 # and its reduce-overhead case ran until the lease's 120 s limit stopped
 # everything, so no JSON was written: the limits are now set below the
 # budget (Note [Bounded decode step]). Test: tests/tools/bounded_child_test.sh.
-def run_decode_child(name, variant, timeout_s):
-    """One decode case in a child process stopped, with whatever it started,
-    after `timeout_s` seconds (Note [A child's time limit covers what it
-    started], tools/bounded_child.py): the case's numbers, or {error} (with
-    did_not_finish where the limit stopped it)."""
+def _finished_case(done, variant, path, timeout_s):
+    """A decode child's numbers from its JSON, or {error} (with
+    did_not_finish where its limit stopped it)."""
     import signal
-    import tempfile
 
-    import bounded_child  # tools/, on the path above
+    tail = " | ".join(done.stderr_tail.splitlines())
+    if done.timed_out:
+        return {"error": "did not finish: stopped after %.0f s (its limit, --decode-child-s "
+                         "or the budget left); its last words: %s" % (done.seconds, tail[-300:]),
+                "did_not_finish": True, "limit_s": round(timeout_s, 1)}
+    if done.returncode < 0:
+        try:
+            signal_name = signal.Signals(-done.returncode).name
+        except ValueError:
+            signal_name = "signal %d" % -done.returncode
+        return {"error": "the child process died with %s%s; its last words: %s" % (
+            signal_name, " (grove loaded)" if variant == "grove" or
+            os.environ.get("GROVE_ZOO_LOAD_GROVE") == "1" else " (grove not loaded)",
+            tail[-400:])}
+    if done.returncode != 0 or not os.path.isfile(path):
+        return {"error": "the child process exited with %d: %s" % (done.returncode, tail[-400:])}
+    with open(path) as result:
+        return json.load(result)
 
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "case.json")
-        done = bounded_child.run([sys.executable, os.path.abspath(__file__), "--decode-child",
-                                  "%s,%s" % (name, variant), "--json", path], timeout_s)
-        tail = " | ".join(done.stderr_tail.splitlines())
-        if done.timed_out:
-            return {"error": "did not finish: stopped after %.0f s (its limit, --decode-child-s "
-                             "or the budget left); its last words: %s" % (done.seconds,
-                                                                          tail[-300:]),
-                    "did_not_finish": True, "limit_s": round(timeout_s, 1)}
-        if done.returncode < 0:
-            try:
-                signal_name = signal.Signals(-done.returncode).name
-            except ValueError:
-                signal_name = "signal %d" % -done.returncode
-            return {"error": "the child process died with %s%s; its last words: %s" % (
-                signal_name, " (grove loaded)" if variant == "grove" or
-                os.environ.get("GROVE_ZOO_LOAD_GROVE") == "1" else " (grove not loaded)",
-                tail[-400:])}
-        if done.returncode != 0 or not os.path.isfile(path):
-            return {"error": "the child process exited with %d: %s" % (done.returncode,
-                                                                      tail[-400:])}
-        with open(path) as result:
-            return json.load(result)
+
+# Note [Children that take turns]
+# A benchmark child (one torch_zoo decode case) spends most of its life
+# importing (PyTorch, transformers, grove or Inductor) and starting CUDA, and
+# only then compiles and times. So every case's child starts at once and
+# prepares side by side on the host's cores; when all are ready (or gone, or
+# child_turns.READY_LIMIT_S has passed), they run one at a time in the order
+# given, each told to go by a file in a folder of its own and limited from
+# then on (tools/bounded_child.py: the child's whole process group is stopped
+# at the limit). While a case runs, every other child is either done or
+# asleep waiting for its turn, so it has the GPU and the host to itself as if
+# run alone; the step takes about one preparation plus the cases' own work,
+# not one preparation per case in a row (tools/child_turns.py). A parent
+# stopped from outside stops its children. Test:
+# tests/tools/child_turns_test.sh (one at a time and in order, a child
+# stopped at its limit, one that dies while preparing, one never ready, the
+# parent stopped).
+def _child_command(case, path, turn_folder):
+    name, variant = case
+    return [sys.executable, os.path.abspath(__file__), "--decode-child",
+            "%s,%s" % (name, variant), "--json", path, "--decode-turn", turn_folder,
+            "--decode-tokens", str(NEW_TOKENS), "--decode-profile", PROFILE_DECODE]
 
 
 # Note [Bounded decode step]: the decode rows must fit a lease's call. Each
@@ -594,8 +628,11 @@ def run_decode_child(name, variant, timeout_s):
 # past the budget's end plus MIN_CHILD_S), recorded as "did not finish" when
 # stopped; every model's eager and grove cases run before any
 # reduce-overhead case (whose compilations and re-recordings take longest), so
-# one slow reduce-overhead case costs no other row; and the JSON is written
-# after every case, so a run stopped from outside still leaves the cases done.
+# one slow reduce-overhead case costs no other row; the children prepare
+# (imports, CUDA context) side by side and then take turns on the GPU, one
+# case at a time (Note [Children that take turns], tools/child_turns.py); and
+# the JSON is written after every case, so a run stopped from
+# outside still leaves the cases done.
 # Test: tests/tools/bounded_child_test.sh (the limit), the decode order by
 # hand (torch_zoo --decode on a GPU).
 DECODE_ORDER = ("torch_eager", "grove", "torch_reduce_overhead")
@@ -609,33 +646,38 @@ def decode_schedule(names):
     return first + [(name, DECODE_ORDER[2]) for name in names]
 
 
-def decode_rows(deadline, wanted=None, child_limit_s=CHILD_TIMEOUT_S, save=None):
+def decode_rows(deadline, wanted=None, child_limit_s=CHILD_TIMEOUT_S, save=None, variants=None):
     """The decode rows; save(rows), when given, after every case."""
+    import importlib.util
+
     rows = {}
     names = []
     for name, _, library in DECODES:
         if wanted and name not in wanted:
             continue
-        row = rows[name] = {"model": name, "new_tokens": NEW_TOKENS}
-        try:
-            importlib.import_module(library)
-        except ImportError:
+        row = rows[name] = {"model": name, "new_tokens": NEW_TOKENS,
+                            "steady_calls": STEADY_CALLS}
+        if importlib.util.find_spec(library) is None:
             row["error"] = "%s is not installed" % library
             continue
         names.append(name)
     ordered = [rows[name] for name, _, _ in DECODES if name in rows]
     expected = {}
-    for name, variant in decode_schedule(names):
+    schedule = [(name, variant) for name, variant in decode_schedule(names)
+                if not variants or variant in variants]
+
+    def on_case(turn):
+        name, variant = turn.case
+        timing = {"ready_s": turn.ready_s, "run_s": turn.run_s}
+        measured = ({"error": turn.stopped, "did_not_finish": turn.stopped.startswith("not ready")}
+                    if turn.stopped else
+                    _finished_case(turn.done, variant, turn.json_path, turn.limit_s))
         row = rows[name]
-        left = deadline - time.time()
-        if left <= 0:
-            row[variant] = {"error": "not run: the time budget (--budget-s) was spent"}
-            continue
-        measured = run_decode_child(name, variant, min(child_limit_s, max(left, MIN_CHILD_S)))
         if "error" in measured:
-            row[variant] = measured
-            print("%-24s %-22s failed: %s" % (name, variant, measured["error"][:500]),
-                  flush=True)
+            row[variant] = dict(measured, **timing)
+            print("%-24s %-22s failed: %s (ready %s s, ran %s s)" % (
+                name, variant, measured["error"][:500], timing.get("ready_s"),
+                timing.get("run_s")), flush=True)
         else:
             tokens = measured["tokens"]
             if variant == "torch_eager":
@@ -643,10 +685,15 @@ def decode_rows(deadline, wanted=None, child_limit_s=CHILD_TIMEOUT_S, save=None)
             row[variant] = {"tokens_per_s": measured["tokens_per_s"],
                             "first_call_tokens_per_s": measured["first_call_tokens_per_s"],
                             "tokens_match_eager": name in expected and
-                            all(t == expected[name] for t in tokens)}
-            print("%-24s %-22s %.1f tok/s (first call %.1f), tokens %s eager's" % (
-                name, variant, measured["tokens_per_s"], measured["first_call_tokens_per_s"],
-                "equal" if row[variant]["tokens_match_eager"] else "NOT equal to"), flush=True)
+                            all(t == expected[name] for t in tokens), **timing}
+            if measured.get("profile"):
+                row[variant]["profile"] = measured["profile"]
+            print("%-24s %-22s %.1f tok/s (first call %.1f), tokens %s eager's "
+                  "(ready %s s, ran %s s)" % (
+                      name, variant, measured["tokens_per_s"],
+                      measured["first_call_tokens_per_s"],
+                      "equal" if row[variant]["tokens_match_eager"] else "NOT equal to",
+                      timing.get("ready_s"), timing.get("run_s")), flush=True)
             if variant == "grove":
                 row["grove_recordings"] = measured["recordings"]
                 row["grove_tree"] = {key: measured.get(key) for key in (
@@ -655,11 +702,21 @@ def decode_rows(deadline, wanted=None, child_limit_s=CHILD_TIMEOUT_S, save=None)
                     "demoted_inputs")}
                 print("  grove: recordings after the first call %s, tree %s" % (
                     row["grove_recordings"], row["grove_tree"]), flush=True)
+            if measured.get("profile"):
+                print("  profile of one call (%d tokens):\n%s" % (NEW_TOKENS,
+                                                                 measured["profile"]), flush=True)
         base = row.get("torch_reduce_overhead", {}).get("tokens_per_s")
+        eager = row.get("torch_eager", {}).get("tokens_per_s")
         grove_rate = row.get("grove", {}).get("tokens_per_s")
         row["grove_over_reduce_overhead"] = grove_rate / base if base and grove_rate else None
+        row["grove_over_eager"] = grove_rate / eager if eager and grove_rate else None
         if save is not None:
             save(ordered)
+
+    import child_turns  # tools/, on the path above
+
+    child_turns.take_turns(schedule, deadline, child_limit_s, _child_command, on_case,
+                           min_limit_s=MIN_CHILD_S)
     for row in ordered:
         print("%-24s" % row["model"] + "".join(
             "%30s" % ("%.1f tok/s (first %.1f)%s" % (
@@ -674,16 +731,50 @@ def decode_rows(deadline, wanted=None, child_limit_s=CHILD_TIMEOUT_S, save=None)
     return ordered
 
 
-def decode_child_main(args):
-    """--decode-child MODEL,VARIANT: one decode case, written to --json."""
-    name, variant = args.decode_child.split(",")
+def prepare_decode_child(name, variant):
+    """What a decode child loads before its turn: its model library, grove
+    or Inductor, and a CUDA context (Note [Children that take turns],
+    tools/child_turns.py)."""
+    import importlib
+
+    import torch._dynamo  # noqa: F401 (every variant resets dynamo first: compiled, hf_decode)
+
     if variant == "grove" or os.environ.get("GROVE_ZOO_LOAD_GROVE") == "1":
         import grove.torch  # noqa: F401 (registers the backend)
+    if variant == "torch_reduce_overhead":
+        try:
+            importlib.import_module("torch._inductor.compile_fx")
+        except ImportError:  # compiled on first use instead
+            pass
+    if name == "hf_llama_static_cache":
+        from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: F401
+    else:
+        import static_cache_decoder  # noqa: F401 (tests/python, on the path above)
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+
+
+def decode_child_main(args):
+    """--decode-child MODEL,VARIANT: one decode case, written to --json;
+    with --decode-turn, prepared first and run when told."""
+    name, variant = args.decode_child.split(",")
+    prepare_decode_child(name, variant)
+    if args.decode_turn:
+        import child_turns  # tools/, on the path above
+
+        child_turns.wait_for_turn(args.decode_turn)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     result = decode_case(name, variant)
     with open(args.json, "w") as out:
         json.dump(result, out)
+    if args.decode_turn:
+        # The case is written: the child ends at once instead of tearing down
+        # CUDA, dynamo and the model inside its turn (r1, session 18: the
+        # eager gpt-fast turn took 6.2 s for about 1.2 s of generate calls).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
@@ -705,7 +796,7 @@ def merged(earlier, latest, key):
 
 
 def main():
-    global TOP_PRINTED
+    global TOP_PRINTED, NEW_TOKENS, PROFILE_DECODE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="torch_zoo.json")
     parser.add_argument("--repeats", type=int, default=40)
@@ -739,6 +830,14 @@ def main():
                         help="skip the per-variant kernel profile (Note [Kernels per call in the zoo])")
     parser.add_argument("--decode-child", default="",
                         help=argparse.SUPPRESS)  # "MODEL,VARIANT": one decode case (decode_rows)
+    parser.add_argument("--decode-turn", default="",
+                        help=argparse.SUPPRESS)  # a folder: wait there for the turn
+    parser.add_argument("--decode-tokens", type=int, default=NEW_TOKENS,
+                        help="new tokens per generate call in the decode rows")
+    parser.add_argument("--decode-profile", default="",
+                        help="comma-separated decode models whose cases also profile one "
+                             "generate call (torch.profiler: the operations and CUDA calls "
+                             "taking the most host time)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the cases of an existing --json this run does not measure")
     parser.add_argument("--train", action="store_true",
@@ -748,6 +847,8 @@ def main():
                         help="--train: comma-separated variants (default: the four of "
                         "zoo_training.VARIANTS; also grove_optim, torch_reduce_overhead_opt)")
     args = parser.parse_args()
+    NEW_TOKENS = args.decode_tokens
+    PROFILE_DECODE = args.decode_profile
     from torch_backend import skipped_without_cuda_or_dynamo
 
     if skipped_without_cuda_or_dynamo("torch_zoo"):
@@ -755,11 +856,12 @@ def main():
     if args.decode_child:
         return decode_child_main(args)
     TOP_PRINTED = args.top
-    import grove.torch  # noqa: F401 (registers the backend)
-
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     start = time.time()
+    if args.train or not args.no_zoo:
+        # The decode rows' parent needs no grove: only the children load it.
+        import grove.torch  # noqa: F401 (registers the backend)
     if args.train:
         return train_main(args, start)
     # Decode first (the workload reduce-overhead exists for), then the zoo
@@ -783,9 +885,16 @@ def main():
             json.dump(result, out, indent=2)
         os.replace(args.json + ".part", args.json)
 
+    if args.decode and not args.no_decode:
+        # A limit from outside (timeout's SIGTERM) ends the parent through
+        # SystemExit, so that take_turns stops the children it started.
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     decode = [] if args.no_decode or not args.decode else decode_rows(
         start + args.budget_s, set(args.decode_models.split(",")) if args.decode_models else None,
-        args.decode_child_s, save=lambda rows: write([], rows))
+        args.decode_child_s, save=lambda rows: write([], rows),
+        variants=args.variants.split(",") if args.variants else None)
     zoo = [] if args.no_zoo else zoo_rows(args, start + args.budget_s,
                                           save=lambda rows: write(rows, decode))
     write(zoo, decode)

@@ -3,6 +3,8 @@ returns within about limit_s seconds however the child and anything it
 started behave: the child leads a process group of its own and writes to
 files, and at the limit the whole group is killed (Note [A child's time
 limit covers what it started], benchmarks/torch_zoo.py, its one user).
+start(command) starts one without waiting; its wait(limit_s) bounds it the
+same way from then on.
 """
 import os
 import signal
@@ -53,31 +55,60 @@ def _kill_group(process):
         return
 
 
+class Child:
+    """A child started in a process group of its own, writing to files
+    (Note [A child's time limit covers what it started]); wait(limit_s)
+    ends it, with whatever it started, at the limit. Several may run at once
+    (torch_zoo's decode cases import side by side, then take turns)."""
+
+    def __init__(self, command, env=None):
+        self.started = time.monotonic()
+        self._folder = tempfile.TemporaryDirectory()
+        self._out_path = os.path.join(self._folder.name, "stdout")
+        self._err_path = os.path.join(self._folder.name, "stderr")
+        with open(self._out_path, "w") as out, open(self._err_path, "w") as err:
+            self.process = subprocess.Popen(command, stdout=out, stderr=err,
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            env=env)
+
+    def running(self):
+        return self.process.poll() is None
+
+    def wait(self, limit_s, tail_lines=3):
+        """Waits at most `limit_s` more seconds; at the limit kills the
+        group. Returns Finished (seconds counted from the start)."""
+        timed_out = False
+        try:
+            self.process.wait(timeout=max(limit_s, 0.0))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(self.process)
+        else:
+            # The child ended; whatever it left running in its group goes too.
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        finished = Finished(None if timed_out else self.process.returncode, timed_out,
+                            time.monotonic() - self.started, _tail(self._out_path, tail_lines),
+                            _tail(self._err_path, tail_lines))
+        self._folder.cleanup()
+        return finished
+
+    def stop(self, tail_lines=3):
+        """Ends the child and its group now (wait with no time left)."""
+        return self.wait(0.0, tail_lines)
+
+
+def start(command, env=None):
+    """Starts `command` (a list) as a Child."""
+    return Child(command, env=env)
+
+
 def run(command, limit_s, tail_lines=3, env=None):
     """Runs `command` (a list) in a process group of its own for at most
     `limit_s` seconds (Note [A child's time limit covers what it started])."""
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory() as folder:
-        out_path = os.path.join(folder, "stdout")
-        err_path = os.path.join(folder, "stderr")
-        with open(out_path, "w") as out, open(err_path, "w") as err:
-            process = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                       start_new_session=True, env=env)
-            timed_out = False
-            try:
-                process.wait(timeout=max(limit_s, 0.0))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(process)
-            else:
-                # The child ended; whatever it left running in its group goes too.
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        return Finished(None if timed_out else process.returncode, timed_out,
-                        time.monotonic() - start, _tail(out_path, tail_lines),
-                        _tail(err_path, tail_lines))
+    return Child(command, env=env).wait(limit_s, tail_lines)
 
 
 if __name__ == "__main__":

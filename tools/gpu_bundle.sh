@@ -231,7 +231,7 @@ if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:
   # The zoo of real models (issue 33) and its training table (issue 34); they import
   # tests/python's model builders, copied above.
   cp benchmarks/torch_zoo.py benchmarks/zoo_training.py "$bundle/grove/benchmarks/"
-  cp tools/bounded_child.py "$bundle/grove/tools/"  # torch_zoo's decode children
+  cp tools/bounded_child.py tools/child_turns.py "$bundle/grove/tools/"  # torch_zoo's decode children
   # The decode benchmark's PyTorch side (issue 38), run by hand after benchmarks/decode/decode.
   mkdir -p "$bundle/grove/benchmarks/decode"
   cp benchmarks/decode/compare_hf.py "$bundle/grove/benchmarks/decode/"

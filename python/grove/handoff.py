@@ -151,7 +151,7 @@ class KeptBackward:
         checks = [(position, address) for position, address in self.fast["checks"]
                   if position not in kept_index]
         self.checked = {key: value for key, value in self.fast.items()
-                        if key not in ("checks", "pointer_list", "positions")}
+                        if key not in ("checks", "static_check")}
         self.checked["checks"] = checks
         sources = [kept_index.get(position, -1) for position in self.fast["inputs"]]
         self.sources = sources

@@ -2,6 +2,9 @@
 C API, the nodes grove cannot take in PyTorch between them (Note [Splitting a
 graph], importer.py)."""
 
+import operator
+import os
+
 import torch
 import torch.fx
 
@@ -364,28 +367,52 @@ def _state_copy(tensor):
 
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 # PyTorch's own check of static inputs (its cudagraph trees use it), one C++
-# call for every bound parameter; a Python loop where it is missing.
+# call for every bound parameter; GROVE_DOOR_STATIC_CHECK=torch selects it.
 _POINTERS_EQUAL = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+_DATA_POINTER = torch.Tensor.data_ptr
+
+
+# Note [Static input check by one map]
+# Every call checks that each bound static input (a parameter: bound, never
+# copied) is still at its compiled address (Note [Static inputs that move],
+# dynamo_backend.py). The check is made once per graph as a closure: the
+# bound inputs taken by one itemgetter, their data pointers by one map of
+# Tensor.data_ptr, and one tuple comparison, all in C with no Python per
+# input. PyTorch's _tensors_data_ptrs_at_indices_equal (a list of every
+# argument converted through pybind, a tensor cast per index) took about
+# 100 ns per bound input on an H100 host (session 17: 2.7 us for GPT-2's
+# 28, 19 us for ViT's 152); GROVE_DOOR_STATIC_CHECK=torch still selects it
+# (read when a graph's check is made), for timing both in one process. Both
+# answer the same question. Test: DoorCallTest.
+# test_static_input_check_sees_a_moved_parameter_either_way
+# (tests/python/door_call_test.py).
+def _static_check(checks):
+    """args -> whether every (position, address) of `checks` still holds."""
+    positions = [position for position, _ in checks]
+    expected = tuple(address for _, address in checks)
+    if os.environ.get("GROVE_DOOR_STATIC_CHECK", "map") == "torch" and _POINTERS_EQUAL is not None:
+        addresses = [None] * (max(positions) + 1)
+        for position, address in checks:
+            addresses[position] = address
+
+        def pytorch_check(args):
+            return _POINTERS_EQUAL(list(args), addresses, positions)
+
+        return pytorch_check
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda args: (args[position].data_ptr(),) == expected
+    bound = operator.itemgetter(*positions)
+    return lambda args: tuple(map(_DATA_POINTER, bound(args))) == expected
 
 
 def _static_inputs_in_place(args, fast):
-    """Whether every bound static input is still at its recorded address."""
-    global _POINTERS_EQUAL
-    if _POINTERS_EQUAL is not None:
-        if "pointer_list" not in fast:
-            fast["positions"] = [position for position, _ in fast["checks"]]
-            addresses = [None] * (max(fast["positions"]) + 1)
-            for position, address in fast["checks"]:
-                addresses[position] = address
-            fast["pointer_list"] = addresses
-        try:
-            return _POINTERS_EQUAL(list(args), fast["pointer_list"], fast["positions"])
-        except (TypeError, RuntimeError):
-            _POINTERS_EQUAL = None  # another signature: use the loop from now on
-    for position, address in fast["checks"]:
-        if args[position].data_ptr() != address:
-            return False
-    return True
+    """Whether every bound static input is still at its recorded address
+    (Note [Static input check by one map])."""
+    check = fast.get("static_check")
+    if check is None:
+        check = fast["static_check"] = _static_check(fast["checks"])
+    return check(args)
 
 
 def _stream_of(tensor):

@@ -126,6 +126,48 @@ class DoorCallTest(unittest.TestCase):
         with torch.no_grad():
             torch.testing.assert_close(compiled(x, w1, b1, w2), mlp(x, w1, b1, w2))
 
+    def test_static_input_check_sees_a_moved_parameter_either_way(self):
+        # Note [Static input check by one map] (grove/runner.py): the same
+        # Parameter object whose storage was replaced (`.data =`, as a
+        # weight reload does) has moved; both checks see it, with several
+        # bound inputs and with one. "torch" is PyTorch 2.x's check (this
+        # PyTorch may lack it: then the map is used).
+        from grove import runner as grove_runner
+
+        for mode in ("map", "torch"):
+            os.environ["GROVE_DOOR_STATIC_CHECK"] = mode
+            try:
+                w1, b1, w2 = self.parameters()
+                compiled = grove.torch.compile_graph(mlp, [self.random(3, 8), w1, b1, w2])
+                compiled.rebuild = None  # no demotion: the move must surface
+                x = self.random(3, 8)
+                with torch.no_grad():
+                    compiled(x, w1, b1, w2)
+                    compiled(x, w1, b1, w2)
+                self.assertIsNotNone(compiled.door, mode)
+                fast = compiled.runner._fast
+                self.assertTrue(grove_runner._static_inputs_in_place((x, w1, b1, w2), fast))
+                b1.data = b1.detach().clone()  # same object, new address
+                self.assertFalse(grove_runner._static_inputs_in_place((x, w1, b1, w2), fast))
+                with self.assertRaises(StaticInputMovedError, msg=mode) as raised:
+                    with torch.no_grad():
+                        compiled(x, w1, b1, w2)
+                self.assertEqual(raised.exception.position, 2, mode)
+
+                (w,) = [nn.Parameter(self.random(8, 4), requires_grad=False)]
+                single = grove.torch.compile_graph(lambda x, w: (x @ w).tanh(),
+                                                   [self.random(3, 8), w])
+                single.rebuild = None
+                with torch.no_grad():
+                    single(x, w)
+                    torch.testing.assert_close(single(x, w), (x @ w).tanh())
+                w.data = w.detach().clone()
+                with self.assertRaises(StaticInputMovedError, msg=mode):
+                    with torch.no_grad():
+                        single(x, w)
+            finally:
+                os.environ.pop("GROVE_DOOR_STATIC_CHECK", None)
+
     def test_calls_under_one_key_share_an_invocation(self):
         # Note [Invocations of several models]: the output of one graph is
         # the next graph's input within dynamo's one top-level call. Without

@@ -53,5 +53,34 @@ start = time.monotonic()
 done = bounded_child.run([sys.executable, "-c", leaving], limit_s=60.0)
 assert not done.timed_out and done.returncode == 0, vars(done)
 assert time.monotonic() - start < 20, time.monotonic() - start
+# 4. Children started side by side (start) run at once; each wait bounds
+# its own from then on, and stop() ends one still running with its group.
+os.remove(marker)
+start = time.monotonic()
+sleepers = [bounded_child.start([sys.executable, "-c",
+                                 "import time; time.sleep(1.5); print('slept')"])
+            for _ in range(3)]
+hung = bounded_child.start([sys.executable, "-c", hanging])
+for sleeper in sleepers:
+    done = sleeper.wait(30.0)
+    assert not done.timed_out and done.returncode == 0 and done.stdout_tail == "slept", vars(done)
+took = time.monotonic() - start
+assert took < 1.5 * 3, "the sleepers ran one after another (%.1f s)" % took
+for _ in range(100):  # the hanging child has started its grandchild
+    if os.path.exists(marker):
+        break
+    time.sleep(0.05)
+assert hung.running()
+done = hung.stop()
+assert done.timed_out and done.returncode is None and not hung.running(), vars(done)
+grandchild = int(open(marker).read())
+for _ in range(50):
+    try:
+        os.kill(grandchild, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.1)
+else:
+    raise AssertionError("grandchild %d survived stop()" % grandchild)
 print("bounded_child_test: ok")
 PY
