@@ -179,19 +179,44 @@ WRITTEN_OUT = "grove_written_out_attention"
 ATTENTION_MODELS = {"gpt2", "llama", "bert", "bart", "vit", "transformer_decoder"}
 
 
-class written_out_attention:
-    """GROVE_FUSED_ATTENTION=0 while the written-out variant compiles and runs."""
+# --grove-env LABEL:NAME=VALUE[+NAME=VALUE],... adds a grove variant per
+# LABEL ("grove_LABEL") run with those environment variables set, so that one
+# process times grove's switches against each other and reduce-overhead.
+GROVE_ENV_VARIANTS = {WRITTEN_OUT: {"GROVE_FUSED_ATTENTION": "0"}}
+
+
+def parse_grove_env(text):
+    """{"grove_LABEL": {NAME: VALUE}} of a --grove-env argument."""
+    variants = {}
+    for item in filter(None, text.split(",")):
+        label, _, settings = item.partition(":")
+        pairs = [setting.partition("=") for setting in settings.split("+")]
+        if not label or not settings or any(not name or not sep for name, sep, _ in pairs):
+            raise SystemExit("torch_zoo: --grove-env item %r is not LABEL:NAME=VALUE[+NAME=VALUE]"
+                             % item)
+        variants["grove_" + label] = {name: value for name, _, value in pairs}
+    return variants
+
+
+class variant_environment:
+    """The variant's environment variables (GROVE_ENV_VARIANTS) while it
+    compiles and runs; the earlier values come back after."""
 
     def __init__(self, variant):
-        self.active = variant == WRITTEN_OUT
+        self.settings = GROVE_ENV_VARIANTS.get(variant, {})
+        self.saved = {}
 
     def __enter__(self):
-        if self.active:
-            os.environ["GROVE_FUSED_ATTENTION"] = "0"
+        for name, value in self.settings.items():
+            self.saved[name] = os.environ.get(name)
+            os.environ[name] = value
 
     def __exit__(self, *exc):
-        if self.active:
-            os.environ.pop("GROVE_FUSED_ATTENTION", None)
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def compiled(module, variant):
@@ -293,12 +318,13 @@ def zoo_rows(args, deadline, save=None):
         module = module.cuda().eval()
         inputs = tuple(value.cuda() for value in inputs)
         variants = VARIANTS + ((WRITTEN_OUT,) if args.attention_ab and
-                               name in ATTENTION_MODELS else ())
+                               name in ATTENTION_MODELS else ()) + tuple(
+                                   v for v in GROVE_ENV_VARIANTS if v != WRITTEN_OUT)
         if args.variants:
             variants = tuple(v for v in variants if v in args.variants.split(","))
         for variant in variants:
             try:
-                with written_out_attention(variant):
+                with variant_environment(variant):
                     run = compiled(copy.deepcopy(module), variant)
                     compile_s = first_call_s(run, inputs)
                     if variant == "grove":
@@ -311,7 +337,7 @@ def zoo_rows(args, deadline, save=None):
                     gc.collect()
                     row[variant] = time_calls(run, inputs, args.repeats)
                     row[variant]["compile_s"] = compile_s
-                    if variant in ("grove", WRITTEN_OUT):
+                    if variant == "grove" or variant in GROVE_ENV_VARIANTS:
                         # Note [grove's C++ time in the zoo]
                         try:
                             row[variant]["cxx_us"] = grove_cxx_time(args.repeats)
@@ -395,11 +421,14 @@ def print_row(row):
               "%.1e" % row["grove_vs_eager"] if "grove_vs_eager" in row else "-",
               "/".join("%.1f" % row[v]["compile_s"] if "compile_s" in row.get(v, {}) else "-"
                        for v in VARIANTS)), flush=True)
-    for variant in VARIANTS + (WRITTEN_OUT,):
+    for variant in VARIANTS + tuple(GROVE_ENV_VARIANTS):
         if variant not in row:
             continue
-        if variant == WRITTEN_OUT and "median_us" in row[variant]:
-            print("  %-22s %.1f us" % (variant, row[variant]["median_us"]))
+        if variant in GROVE_ENV_VARIANTS and "median_us" in row[variant]:
+            base = row.get("torch_reduce_overhead", {}).get("median_us")
+            print("  %-22s %.1f us%s" % (variant, row[variant]["median_us"],
+                                         "  (%.2f of reduce-overhead)" % (
+                                             row[variant]["median_us"] / base) if base else ""))
         if row[variant].get("cxx_us") is not None:
             print("  %-22s C++ call %.1f us (the same graph from C++: no dynamo, no Python)" % (
                 variant, row[variant]["cxx_us"]))
@@ -731,6 +760,9 @@ def main():
     parser.add_argument("--attention-ab", action="store_true",
                         help="also time grove with attention written out "
                              "(GROVE_FUSED_ATTENTION=0; the default runs the attention op)")
+    parser.add_argument("--grove-env", default="",
+                        help="LABEL:NAME=VALUE[+NAME=VALUE],...: also time grove as variant "
+                             "grove_LABEL with those environment variables set")
     parser.add_argument("--variants", default="",
                         help="comma-separated variants to run (default: all)")
     parser.add_argument("--top", type=int, default=TOP_PRINTED,
@@ -755,6 +787,7 @@ def main():
     if args.decode_child:
         return decode_child_main(args)
     TOP_PRINTED = args.top
+    GROVE_ENV_VARIANTS.update(parse_grove_env(args.grove_env))
     import grove.torch  # noqa: F401 (registers the backend)
 
     torch.backends.cuda.matmul.allow_tf32 = False
