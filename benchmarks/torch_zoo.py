@@ -262,6 +262,20 @@ def grove_shape(run, inputs):
     return ops, per_call["replays"], per_call["eager_calls"], len(graphs)
 
 
+def write_lowered(directory, file_name):
+    """The lowered steps (the backend stats' "lowered" text, one line per
+    kernel, GEMM and view) of the last graph grove compiled, to
+    directory/file_name, for kernel-by-kernel diagnosis (zoo_check --lowered)."""
+    import grove.torch
+
+    graphs = grove.torch.compiled_graphs()
+    models = getattr(getattr(graphs[-1], "runner", None), "models", lambda: [])() if graphs else []
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, file_name), "w") as out:
+        out.write("\n".join(program["lowered"] for model in models
+                            for program in model.stats()["programs"]))
+
+
 def first_call_s(run, inputs):
     """Seconds of the first call: dynamo's trace and the backend's
     compilation (and, for the graph backends, the first warm-up)."""
@@ -332,6 +346,8 @@ def zoo_rows(args, deadline, save=None):
                          row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
                              run, inputs)
                         row["grove_vs_eager"] = difference_from_eager(run, module, inputs)
+                        if args.lowered:
+                            write_lowered(args.lowered, "%s_b%d.txt" % (name, batch))
                     # The garbage of the previous variant's compilation is
                     # collected before, not during, this one's timing.
                     gc.collect()
@@ -763,6 +779,8 @@ def main():
     parser.add_argument("--grove-env", default="",
                         help="LABEL:NAME=VALUE[+NAME=VALUE],...: also time grove as variant "
                              "grove_LABEL with those environment variables set")
+    parser.add_argument("--lowered", default="",
+                        help="write grove's lowered steps of each row to this directory")
     parser.add_argument("--variants", default="",
                         help="comma-separated variants to run (default: all)")
     parser.add_argument("--top", type=int, default=TOP_PRINTED,
