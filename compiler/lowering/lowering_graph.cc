@@ -296,6 +296,73 @@ std::pair<const ir::Node*, const ir::Node*> gelu_gradient_through_reshape(
   return {&user, &reshape};
 }
 
+// Note [Bias adds as GEMM epilogues]: ATen writes a linear layer over a 3-d
+// input that is not contiguous (nn.MultiheadAttention's in-projections of its
+// seq-first view) as mm(rows, t(w)) -> _unsafe_view -> add(bias): the importer
+// makes the mm a bias-less linear and the add a kernel of its own (two to
+// three per decoder layer at batch 16). When the bias-less linear's result is
+// read only by that add of a [N] bias of its dtype (directly, or through one
+// reshape that keeps the last dim N, so every row still gets the whole bias),
+// and neither is a program output, the GEMM adds the bias in its epilogue and
+// the add's result is the (viewed) GEMM result. f32 rounding is the same (the
+// product plus the bias, rounded once, as the add did). GROVE_GEMM_BIAS_ADDS=0
+// keeps the add. Tests: GemmEpilogueLowering.BiasAddThroughAReshapeIsTheGemmsEpilogue,
+// GemmEpilogueOnDevice.BiasAddThroughAReshapeMatchesTheReference.
+struct BiasAdd {
+  const ir::Node* add = nullptr;
+  const ir::Node* reshape = nullptr;  // null when the add reads the linear directly
+  ir::ValueId bias = ir::kNoValue;
+};
+
+bool bias_adds_enabled() {
+  const char* value = std::getenv("GROVE_GEMM_BIAS_ADDS");
+  return value == nullptr || std::string(value) != "0";
+}
+
+BiasAdd bias_add_user(const ir::Program& program, const std::vector<std::vector<size_t>>& ir_users,
+                      const std::vector<bool>& ir_output, ir::ValueId linear_result,
+                      const std::vector<int>& id_of) {
+  const BiasAdd none;
+  const ir::TensorType& type = program.value(linear_result).type;
+  const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
+  if (type.shape.empty() || type.has_dynamic_dims() || users.size() != 1 ||
+      ir_output[static_cast<size_t>(linear_result)]) {
+    return none;
+  }
+  BiasAdd found;
+  ir::ValueId added = linear_result;
+  const ir::Node* user = &program.nodes()[users[0]];
+  if (user->op == "reshape" && user->results.size() == 1) {
+    found.reshape = user;
+    added = user->results[0];
+    const std::vector<size_t>& readers = ir_users[static_cast<size_t>(added)];
+    const ir::TensorType& viewed = program.value(added).type;
+    if (readers.size() != 1 || ir_output[static_cast<size_t>(added)] || viewed.shape.empty() ||
+        viewed.shape.back() != type.shape.back()) {
+      return none;
+    }
+    user = &program.nodes()[readers[0]];
+  }
+  if (user->op != "add" || user->operands.size() != 2 || user->results.size() != 1 ||
+      user->operands[0] == user->operands[1]) {
+    return none;
+  }
+  const ir::ValueId bias = user->operands[0] == added ? user->operands[1] : user->operands[0];
+  const ir::TensorType& bias_type = program.value(bias).type;
+  const runtime::DType dtype = type.dtype;
+  if ((dtype != runtime::DType::kF32 && dtype != runtime::DType::kBF16 &&
+       dtype != runtime::DType::kF16) ||
+      bias_type.dtype != dtype || bias_type.shape != ir::Shape{type.shape.back()} ||
+      program.value(user->results[0]).type != program.value(added).type ||
+      id_of[static_cast<size_t>(bias)] < 0 ||
+      !epilogue_runs(program, runtime::GemmEpilogue::kBias, dtype)) {
+    return none;
+  }
+  found.add = user;
+  found.bias = bias;
+  return found;
+}
+
 }  // namespace
 
 bool gemm_epilogues_enabled() {
@@ -526,6 +593,26 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
         const size_t gelu_index = static_cast<size_t>(gelu - program.nodes().data());
         absorbed[gelu_index] = true;
         same_as[gelu_index] = reshape->results[0];
+        add_node(std::move(lowered));
+        continue;
+      }
+    }
+    if (!split_bias && epilogues && node.op == "linear" && node.operands.size() == 2 &&
+        bias_adds_enabled()) {
+      const BiasAdd bias_add = bias_add_user(program, ir_users, ir_output, node.results[0], id_of);
+      if (bias_add.add != nullptr) {
+        // Note [Bias adds as GEMM epilogues].
+        const ir::Value& bias = program.value(bias_add.bias);
+        lowered.operands.push_back(id_of[static_cast<size_t>(bias_add.bias)]);
+        lowered.context.operand_types.push_back(bias.type);
+        lowered.context.operand_names.push_back(bias.name);
+        lowered.results = results;
+        lowered.transpose_b = true;
+        lowered.epilogue = runtime::GemmEpilogue::kBias;
+        const size_t add_index = static_cast<size_t>(bias_add.add - program.nodes().data());
+        absorbed[add_index] = true;
+        same_as[add_index] =
+            bias_add.reshape != nullptr ? bias_add.reshape->results[0] : node.results[0];
         add_node(std::move(lowered));
         continue;
       }
