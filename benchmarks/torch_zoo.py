@@ -352,6 +352,8 @@ def zoo_rows(args, deadline, save=None):
                     # collected before, not during, this one's timing.
                     gc.collect()
                     row[variant] = time_calls(run, inputs, args.repeats)
+                    if variant in GROVE_ENV_VARIANTS:
+                        row[variant]["grove_vs_eager"] = difference_from_eager(run, module, inputs)
                     row[variant]["compile_s"] = compile_s
                     if variant == "grove" or variant in GROVE_ENV_VARIANTS:
                         # Note [grove's C++ time in the zoo]
@@ -442,9 +444,10 @@ def print_row(row):
             continue
         if variant in GROVE_ENV_VARIANTS and "median_us" in row[variant]:
             base = row.get("torch_reduce_overhead", {}).get("median_us")
-            print("  %-22s %.1f us%s" % (variant, row[variant]["median_us"],
-                                         "  (%.2f of reduce-overhead)" % (
-                                             row[variant]["median_us"] / base) if base else ""))
+            print("  %-22s %.1f us%s, |grove - eager| %.1e" % (
+                variant, row[variant]["median_us"],
+                "  (%.2f of reduce-overhead)" % (row[variant]["median_us"] / base) if base else "",
+                row[variant].get("grove_vs_eager", float("nan"))))
         if row[variant].get("cxx_us") is not None:
             print("  %-22s C++ call %.1f us (the same graph from C++: no dynamo, no Python)" % (
                 variant, row[variant]["cxx_us"]))

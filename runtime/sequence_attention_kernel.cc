@@ -15,6 +15,9 @@ namespace {
 constexpr const char* kPtx =
 #include "runtime/sequence_attention_kernel_ptx.inc"
     ;
+constexpr const char* kProgrammaticPtx =
+#include "runtime/sequence_attention_kernel_programmatic_ptx.inc"
+    ;
 constexpr int64_t kWarps = kSequenceAttentionThreads / 32;
 constexpr int64_t kMaxGridDim = 65535;  // CUDA's limit for grid y and z
 // Query rows per block: halved (down to one per warp) while the grid has
@@ -309,6 +312,12 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
                         wide_staging(std::max(plan.tk, rows_per_block)) ? "_wide" : "");
   if (device.is_cuda()) {
     source.ptx = kPtx;
+    // Note [Programmatic generated kernels] (compiler/codegen/programmatic_ptx.h):
+    // the same switch as the generated kernels, read at each launch.
+    const char* programmatic = std::getenv("GROVE_PROGRAMMATIC_GENERATED");
+    if (programmatic != nullptr && std::string(programmatic) == "1") {
+      source.ptx_programmatic = kProgrammaticPtx;
+    }
   } else {
     source.host_function = &host_sequence_attention;
   }

@@ -7,6 +7,8 @@
 // features for the weighted sum of the values.
 #include <cstdint>
 
+#include "runtime/programmatic_launch_device.h"
+
 namespace {
 
 constexpr int kWarps = 4;
@@ -138,6 +140,8 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
                        int64_t group, int64_t mask_kind, int64_t causal, int64_t rows_per_block,
                        float scale) {
   extern __shared__ float shared[];
+  // Note [Programmatic generated kernels]: nothing before this touches memory.
+  wait_for_earlier_kernels();
   const int tq32 = static_cast<int>(tq), tk32 = static_cast<int>(tk);
   const int d32 = static_cast<int>(d), dv32 = static_cast<int>(dv);
   const int batch = static_cast<int>(blockIdx.z);
