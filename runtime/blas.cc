@@ -1,5 +1,8 @@
 #include "runtime/blas.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace grove::runtime {
 
 const char* gemm_epilogue_name(GemmEpilogue epilogue) {
@@ -20,6 +23,11 @@ const char* gemm_epilogue_name(GemmEpilogue epilogue) {
       return "dgelu";
   }
   return "?";
+}
+
+bool gemm_search_enabled() {
+  const char* value = std::getenv("GROVE_GEMM_SEARCH");
+  return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
 }  // namespace grove::runtime

@@ -87,6 +87,13 @@ struct GemmArgs {
   void* bias_grad = nullptr;
 };
 
+// Whether GROVE_GEMM_SEARCH asks cuda's BLAS to time cuBLASLt's candidate
+// algorithms per GEMM shape and keep the fastest (Note [GEMM algorithms by
+// measurement], runtime/cuda/gemm_algorithm_search.h): "1"; "0" or unset, the
+// heuristic's first. Read at each call, so that one process can time both;
+// the small-M GEMM tuning keys its choices by it (the library side differs).
+bool gemm_search_enabled();
+
 // The GEMMs of one device (one per Platform, which owns it).
 class BlasSupport {
  public:

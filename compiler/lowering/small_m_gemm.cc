@@ -240,7 +240,10 @@ int64_t entry_rows(const GemmTuningEntry& entry, int64_t m) {
 // Note [Small-M GEMM selection], auto on a present cuda device.
 int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device) {
   runtime::Platform& platform = runtime::device_context(device).platform();
-  const std::string key = small_m_gemm_tuning_key(platform.name(), launch.args);
+  // Note [GEMM algorithms by measurement]: the library side of the
+  // comparison is another GEMM with the search on, so its choices are its own.
+  const std::string key = small_m_gemm_tuning_key(
+      platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args);
   std::lock_guard<std::mutex> lock(choices_mutex());
   auto known = choices().find(key);
   if (known != choices().end()) return known->second;

@@ -2,8 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "runtime/cuda/cuda_error.h"
@@ -94,11 +92,6 @@ double time_candidate(const CublasLibrary& library, const GemmSearch& search,
 }
 
 }  // namespace
-
-bool gemm_search_enabled() {
-  const char* value = std::getenv("GROVE_GEMM_SEARCH");
-  return value != nullptr && std::strcmp(value, "1") == 0;
-}
 
 size_t fastest_candidate(const CublasLibrary& library, const GemmSearch& search) {
   if (search.candidates.size() < 2) return 0;

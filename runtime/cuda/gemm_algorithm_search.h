@@ -34,10 +34,6 @@ inline constexpr int kGemmSearchCandidates = 16;
 inline constexpr int kGemmSearchLaunches = 20;
 inline constexpr int kGemmSearchRounds = 3;
 
-// Whether GROVE_GEMM_SEARCH asks for the search ("1"; "0" or unset: the
-// heuristic's first). Read on every call, so that one process can time both.
-bool gemm_search_enabled();
-
 // The matmul `desc` over layouts a, b, c of the column-major GEMM `g`, the
 // candidates to time and the workspace the largest of them needs.
 struct GemmSearch {
