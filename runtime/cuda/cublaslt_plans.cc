@@ -99,7 +99,7 @@ bool searchable(const GemmArgs& g) {
 // key.searched, the fastest of the heuristic's candidates (Note [GEMM
 // algorithms by measurement]), or its first when `stream` is capturing.
 LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const LtKey& key,
-                 const GemmArgs& g, const GemmWhat& doing, cudaStream_t stream = nullptr) {
+                 const GemmArgs& g, const GemmWhat& doing, cudaStream_t stream) {
   cudaDataType type = cuda_data_type(key.dtype);
   LtPlan plan;
   check_cublas(library, library.lt_desc_create(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -161,8 +161,7 @@ LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const Lt
     results.resize(static_cast<size_t>(found));
     size_t chosen = 0;
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (key.searched && stream != nullptr &&
-        cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+    if (key.searched && cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
         capturing == cudaStreamCaptureStatusNone) {
       GemmSearch search{handle, plan.desc, plan.a, plan.b, plan.c, &g, doing.device, results};
       chosen = fastest_candidate(library, search);
@@ -317,7 +316,7 @@ bool row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dt
         handle = r.handles.emplace(device.index, created).first;
       }
       RelaxedCaptureModeGuard relaxed;
-      LtPlan plan = make_plan(library, handle->second, probe, args, doing);
+      LtPlan plan = make_plan(library, handle->second, probe, args, doing, nullptr);
       library.lt_layout_destroy(plan.a);
       library.lt_layout_destroy(plan.b);
       library.lt_layout_destroy(plan.c);
