@@ -15,6 +15,8 @@ const char* gemm_epilogue_name(GemmEpilogue epilogue) {
       return "bias_gelu";
     case GemmEpilogue::kBiasGeluAux:
       return "bias_gelu_aux";
+    case GemmEpilogue::kBiasRelu:
+      return "bias_relu";
     case GemmEpilogue::kBiasGradA:
       return "bias_grad_a";
     case GemmEpilogue::kBiasGradB:

@@ -20,16 +20,19 @@ namespace grove::runtime {
 // for the backward (Note [GEMM auxiliary output]). kBiasGradA / kBiasGradB
 // also write a bias gradient (Note [GEMM bias gradients]). kDGelu multiplies
 // the product by gelu'(aux), the gelu gradient (Note [GEMM auxiliary output]).
+// kBiasRelu is max(0, product + bias) (Note [ReLU epilogues]).
 enum class GemmEpilogue : uint8_t {
   kNone,
   kBias,
   kBiasGelu,
   kBiasGeluAux,
+  kBiasRelu,
   kBiasGradA,
   kBiasGradB,
   kDGelu
 };
-// "none", "bias", "bias_gelu", "bias_gelu_aux", "bias_grad_a", "bias_grad_b", "dgelu"
+// "none", "bias", "bias_gelu", "bias_gelu_aux", "bias_relu", "bias_grad_a", "bias_grad_b",
+// "dgelu"
 const char* gemm_epilogue_name(GemmEpilogue epilogue);
 
 // One GEMM (or a strided batch of them): C = alpha * op(A) * op(B) + beta * C,

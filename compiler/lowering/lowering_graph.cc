@@ -56,12 +56,13 @@ bool epilogue_runs(const ir::Program& program, runtime::GemmEpilogue epilogue, r
 
 // Note [GEMM epilogues in lowering], through a view: a linear whose result is
 // read only by a reshape (a 3-d activation's rows put back: linear's [B*T, N]
-// as [B, T, N]) that is read only by a `gelu` of its type, neither the linear's
-// nor the reshape's result a program output. Returns that gelu, or null.
-const ir::Node* gelu_through_reshape(const ir::Program& program,
-                                     const std::vector<std::vector<size_t>>& ir_users,
-                                     const std::vector<bool>& ir_output,
-                                     ir::ValueId linear_result) {
+// as [B, T, N]) that is read only by an `activation` (gelu or relu) of its
+// type, neither the linear's nor the reshape's result a program output.
+// Returns that activation's node, or null.
+const ir::Node* activation_through_reshape(const ir::Program& program,
+                                           const std::vector<std::vector<size_t>>& ir_users,
+                                           const std::vector<bool>& ir_output,
+                                           ir::ValueId linear_result, const char* activation) {
   const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
   if (users.size() != 1 || ir_output[static_cast<size_t>(linear_result)]) return nullptr;
   const ir::Node& reshape = program.nodes()[users[0]];
@@ -70,7 +71,7 @@ const ir::Node* gelu_through_reshape(const ir::Program& program,
   const std::vector<size_t>& readers = ir_users[static_cast<size_t>(viewed)];
   if (readers.size() != 1 || ir_output[static_cast<size_t>(viewed)]) return nullptr;
   const ir::Node& gelu = program.nodes()[readers[0]];
-  if (gelu.op != "gelu" || gelu.operands.size() != 1 || gelu.results.size() != 1 ||
+  if (gelu.op != activation || gelu.operands.size() != 1 || gelu.results.size() != 1 ||
       program.value(gelu.results[0]).type != program.value(viewed).type) {
     return nullptr;
   }
@@ -480,27 +481,38 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
         lowered.results = results;
         const ir::ValueId linear_result = node.results[0];
         const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
-        if (const ir::Node* gelu =
-                gelu_through_reshape(program, ir_users, ir_output, linear_result)) {
-          // The GEMM yields gelu of the linear's rows; the reshape reads it,
-          // and the gelu's result is the reshape's.
-          const size_t gelu_index = static_cast<size_t>(gelu - program.nodes().data());
+        // Note [ReLU epilogues]: relu as the GEMM's epilogue too, where the device runs it.
+        const bool relu_runs = epilogue_runs(program, runtime::GemmEpilogue::kBiasRelu, dtype);
+        const ir::Node* through_reshape =
+            activation_through_reshape(program, ir_users, ir_output, linear_result, "gelu");
+        if (through_reshape == nullptr && relu_runs) {
+          through_reshape =
+              activation_through_reshape(program, ir_users, ir_output, linear_result, "relu");
+        }
+        const std::string direct_op = users.size() == 1 ? program.nodes()[users[0]].op : "";
+        if (through_reshape != nullptr) {
+          // The GEMM yields the activation of the linear's rows; the reshape
+          // reads it, and the activation's result is the reshape's.
+          const size_t activation_index =
+              static_cast<size_t>(through_reshape - program.nodes().data());
           const ir::Node& reshape = program.nodes()[users[0]];
-          lowered.epilogue = runtime::GemmEpilogue::kBiasGelu;
-          absorbed[gelu_index] = true;
-          same_as[gelu_index] = reshape.results[0];
-        } else if (users.size() == 1 && program.nodes()[users[0]].op == "gelu" &&
+          lowered.epilogue = through_reshape->op == "gelu" ? runtime::GemmEpilogue::kBiasGelu
+                                                           : runtime::GemmEpilogue::kBiasRelu;
+          absorbed[activation_index] = true;
+          same_as[activation_index] = reshape.results[0];
+        } else if ((direct_op == "gelu" || (direct_op == "relu" && relu_runs)) &&
                    !ir_output[static_cast<size_t>(linear_result)]) {
-          // The GEMM yields the gelu's result; the linear's own value never exists.
-          const ir::Node& gelu = program.nodes()[users[0]];
-          const ir::Value& value = program.value(gelu.results[0]);
+          // The GEMM yields the activation's result; the linear's own value never exists.
+          const ir::Node& activation = program.nodes()[users[0]];
+          const ir::Value& value = program.value(activation.results[0]);
           values_.pop_back();
           uses_.pop_back();
           id_of[static_cast<size_t>(linear_result)] = -1;
           int id = add_value(LoweringValue{value.name, value.type, value.kind, -1, -1, false});
-          id_of[static_cast<size_t>(gelu.results[0])] = id;
+          id_of[static_cast<size_t>(activation.results[0])] = id;
           lowered.results = {id};
-          lowered.epilogue = runtime::GemmEpilogue::kBiasGelu;
+          lowered.epilogue = direct_op == "gelu" ? runtime::GemmEpilogue::kBiasGelu
+                                                 : runtime::GemmEpilogue::kBiasRelu;
           absorbed[users[0]] = true;
         } else if (const ir::Node* gelu = aux_gelu_user(program, ir_users, linear_result)) {
           // Note [GEMM auxiliary output in lowering].

@@ -24,7 +24,7 @@ using runtime::GemmEpilogue;
 
 bool has_bias(GemmEpilogue epilogue) {
   return epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kBiasGelu ||
-         epilogue == GemmEpilogue::kBiasGeluAux;
+         epilogue == GemmEpilogue::kBiasGeluAux || epilogue == GemmEpilogue::kBiasRelu;
 }
 
 bool has_gelu(GemmEpilogue epilogue) {
@@ -409,6 +409,7 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
     }
     const int pre_activation = value;
     if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
+    if (g.epilogue == GemmEpilogue::kBiasRelu) value = b.unary(ExprOp::kRelu, value);
     b.output(value, g.dtype, {rows * g.ldc, 1}, /*per_row=*/true);
     out.output_slots.push_back(launch.c_slot);
     out.output_offsets.push_back(m * g.ldc);

@@ -113,6 +113,7 @@ LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const Lt
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     if (key.epilogue == GemmEpilogue::kBias) epilogue = CUBLASLT_EPILOGUE_BIAS;
     if (key.epilogue == GemmEpilogue::kBiasGelu) epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+    if (key.epilogue == GemmEpilogue::kBiasRelu) epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
     if (key.epilogue == GemmEpilogue::kBiasGeluAux) epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (key.epilogue == GemmEpilogue::kBiasGradA) epilogue = CUBLASLT_EPILOGUE_BGRADA;
     if (key.epilogue == GemmEpilogue::kBiasGradB) epilogue = CUBLASLT_EPILOGUE_BGRADB;

@@ -109,6 +109,19 @@ compiler::ir::Program linear_then_bias_add(runtime::Device device,
   return b.build();
 }
 
+// linear(x, w, b) -> relu, directly or through a reshape to [2, 3, 16]
+// (Note [ReLU epilogues]).
+compiler::ir::Program linear_relu(runtime::Device device, bool through_reshape, DType dtype) {
+  ProgramBuilder b("linear_relu", device);
+  ValueId x = b.input("x", {6, 24}, dtype);
+  ValueId w = b.input("w", {16, 24}, dtype);
+  ValueId bias = b.input("bias", {16}, dtype);
+  ValueId pre = b.linear(x, w, bias, "fc");
+  if (through_reshape) pre = b.reshape(pre, {2, 3, 16});
+  b.output(b.relu(pre));
+  return b.build();
+}
+
 size_t count_of(const std::string& text, const std::string& what) {
   size_t count = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
@@ -183,6 +196,17 @@ TEST(GemmEpilogueLowering, BiasAddOverASplitLastDimOrSwitchedOffKeepsItsKernel) 
   lowered = compiler::lowering::lower(viewed);
   EXPECT_EQ(lowered.kernel_report().kernels.size(), 1u) << lowered.describe();
   EXPECT_EQ(count_of(lowered.describe(), "+bias"), 0u) << lowered.describe();
+}
+
+TEST(GemmEpilogueLowering, LinearReluIsOneGemm) {
+  for (bool through_reshape : {false, true}) {
+    compiler::ir::Program program = linear_relu(runtime::kSimDevice, through_reshape, DType::kF32);
+    compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
+    KernelReport report = lowered.kernel_report();
+    EXPECT_EQ(report.library_gemms, 1u) << report.str();
+    EXPECT_EQ(report.kernels.size(), 0u) << report.str();
+    EXPECT_EQ(count_of(lowered.describe(), "+bias_relu"), 1u) << lowered.describe();
+  }
 }
 
 TEST(GemmEpilogueLowering, BiasGradientIsTheWeightGradientGemmsEpilogue) {
@@ -265,6 +289,18 @@ TEST_P(GemmEpilogueOnDevice, BiasAddThroughAReshapeMatchesTheReference) {
     testing::HostTensorList inputs = testing::random_inputs(program, 13);
     testing::expect_matches_reference(program, inputs, device(), testing::tolerance_for(dtype),
                                       "linear_bias_add");
+  }
+}
+
+TEST_P(GemmEpilogueOnDevice, LinearReluThroughAReshapeMatchesTheReference) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool through_reshape : {false, true}) {
+      SCOPED_TRACE(runtime::dtype_name(dtype));
+      compiler::ir::Program program = linear_relu(device(), through_reshape, dtype);
+      testing::HostTensorList inputs = testing::random_inputs(program, 14);
+      testing::expect_matches_reference(program, inputs, device(), testing::tolerance_for(dtype),
+                                        "linear_relu");
+    }
   }
 }
 
