@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -414,6 +415,20 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
   // An absorbed gelu read through a reshape: its result is that reshape's
   // (Note [GEMM epilogues in lowering]).
   std::vector<ir::ValueId> same_as(program.nodes().size(), ir::kNoValue);
+  // Note [Repeated views computed once]: a view node the same as an earlier one
+  // (op, operand and attributes), neither a program output, in a program that
+  // writes nothing in place, is that one's value, so a view that must be
+  // copied is copied once: nn.TransformerDecoder's layers each transposed and
+  // flattened the same `memory` for their cross attention's key/value GEMM
+  // (a [48 x B, 256] copy per layer). Tests: ViewLowering.RepeatedViewIsCopiedOnce,
+  // ViewLoweringOnDevice.RepeatedViewsMatchTheReference.
+  bool writes_in_place = false;
+  for (const ir::Node& node : program.nodes()) {
+    const ops::OpDef& def = registry.get(node.op);
+    writes_in_place |=
+        def.kind == ops::OpKind::kCopyUpdate || !def.effects.mutated_operands.empty();
+  }
+  std::map<std::string, int> earlier_views;
 
   for (size_t node_index = 0; node_index < program.nodes().size(); ++node_index) {
     if (absorbed[node_index]) {
@@ -444,6 +459,15 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
       lowered.operands.push_back(id);
     }
     lowered.context.attrs = registry.normalize_attrs(lowered.context, node.attrs);
+    std::string view_key;
+    if (!writes_in_place && def.kind == ops::OpKind::kView && lowered.operands.size() == 1 &&
+        node.results.size() == 1 && !ir_output[static_cast<size_t>(node.results[0])]) {
+      view_key = str_cat(node.op, '|', lowered.operands[0], '|', lowered.context.attrs.str());
+      if (auto earlier = earlier_views.find(view_key); earlier != earlier_views.end()) {
+        id_of[static_cast<size_t>(node.results[0])] = earlier->second;
+        continue;
+      }
+    }
     if (node.op == "embedding") lowered.pointwise = PointwiseKind::kEmbedding;
     if (node.op == "dropout") lowered.pointwise = PointwiseKind::kDropout;
 
@@ -454,6 +478,7 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
       id_of[static_cast<size_t>(result)] = id;
       results.push_back(id);
     }
+    if (!view_key.empty()) earlier_views.emplace(view_key, results[0]);
     if (lowered.node_class == NodeClass::kPointwise) {
       lowered.in_place_operand.assign(results.size(), -1);
       if (def.kind == ops::OpKind::kCopyUpdate) {
