@@ -19,10 +19,10 @@ namespace grove::compiler::codegen {
 // calls launch_dependents, so the kernel after it starts when it ends (rule (2)
 // of that Note). Off by default: on an H100 (session 18, round 1, ViT at batch
 // 16, one process) the call took 641 us against 624 without it (GPU time 586
-// against 580 us): where the kernel before is cuBLAS's, which never triggers
-// early, the overlap is only the launch, and it did not show. cuda loads it on 9.0+ devices (GROVE_PROGRAMMATIC_LAUNCH=0:
-// never); GROVE_PROGRAMMATIC_GENERATED=0 leaves generated kernels plain. Tests:
-// Ptx.ProgrammaticFormWaitsFirstAndIsAcceptedByPtxasForSm90
+// against 580 us; not explained: a guess is that after cuBLAS's kernels, which
+// never trigger early, only the launch overlaps). cuda loads it on 9.0+ devices
+// (GROVE_PROGRAMMATIC_LAUNCH=0: never); GROVE_PROGRAMMATIC_GENERATED=0 leaves generated kernels
+// plain. Tests: Ptx.ProgrammaticFormWaitsFirstAndIsAcceptedByPtxasForSm90
 // (tests/compiler/codegen/ptx_test.cc), and on cuda the zoo's grove_vs_eager.
 std::string programmatic_ptx(const std::string& ptx);
 
