@@ -1,45 +1,14 @@
 #include "compiler/lowering/kernel_assembly.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <numeric>
-#include <string>
 
-#include "compiler/lowering/fusion.h"
 #include "compiler/lowering/reduction_prologue.h"
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
 
 namespace grove::compiler::lowering {
-namespace {
-
-// Note [Warp-per-row layer norms]: a row reduction over the last dim of at
-// most kMaxWarpRowLength elements (ViT's and the zoo's layer norms over 192 to
-// 512 features, a softmax over keys) reduces each row with one warp (Note
-// [Warp-per-row reductions]: shuffles, no shared memory, no barrier) instead
-// of one block of up to 256 threads with two barriers per reduction, with
-// GROVE_WARP_ROW_REDUCTIONS=1 (an experiment, off by default: on an H100 at
-// ViT's batch 16 grove's add_layer_norm took 2.25 us a launch against 1.66 for
-// reduce-overhead's Triton kernel, session 18 round 1). Only cuda's summation
-// order changes (the host code is the same), and eager and cudagraphs run the
-// same kernel. Tests: ModelPtx.* assemble the kernels; on cuda the zoo's
-// |grove - eager|.
-constexpr int64_t kMaxWarpRowLength = 1024;
-
-bool use_warp_rows(const LoweringNode& reduction, const codegen::KernelSpec& spec) {
-  const char* setting = std::getenv("GROVE_WARP_ROW_REDUCTIONS");
-  if (setting == nullptr || std::string(setting) != "1" || !spec.part_sizes.empty()) return false;
-  const ops::ReductionPlan row_plan = reduction_plan(reduction);
-  const int64_t rank = static_cast<int64_t>(spec.iteration_shape.size());
-  return !row_plan.mean_over_rows && !row_plan.reduced_dims.empty() && rank >= 1 &&
-         row_plan.reduced_dims.size() == 1 &&
-         row_plan.reduced_dims.back() ==
-             static_cast<int64_t>(reduction.context.operand_types.at(0).shape.size()) - 1 &&
-         spec.row_length() <= kMaxWarpRowLength;
-}
-
-}  // namespace
 
 using codegen::ExprOp;
 using runtime::DType;
@@ -447,7 +416,6 @@ AssembledKernel KernelAssembler::group(int root, int row_values_slot) {
       for (int value : computed_here_) add_output(value_expr(value, row_map), value, row_map, 0);
     }
     spec_.thread_rows = use_thread_rows(graph_, node, spec_);
-    spec_.warp_rows = !spec_.thread_rows && use_warp_rows(node, spec_);
     return finish();
   }
   // Note [Reduction prologues] under a pointwise root: the values this kernel
