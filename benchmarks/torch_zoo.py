@@ -182,19 +182,44 @@ WRITTEN_OUT = "grove_written_out_attention"
 ATTENTION_MODELS = {"gpt2", "llama", "bert", "bart", "vit", "transformer_decoder"}
 
 
-class written_out_attention:
-    """GROVE_FUSED_ATTENTION=0 while the written-out variant compiles and runs."""
+# --grove-env LABEL:NAME=VALUE[+NAME=VALUE],... adds a grove variant per
+# LABEL ("grove_LABEL") run with those environment variables set, so that one
+# process times grove's switches against each other and reduce-overhead.
+GROVE_ENV_VARIANTS = {WRITTEN_OUT: {"GROVE_FUSED_ATTENTION": "0"}}
+
+
+def parse_grove_env(text):
+    """{"grove_LABEL": {NAME: VALUE}} of a --grove-env argument."""
+    variants = {}
+    for item in filter(None, text.split(",")):
+        label, _, settings = item.partition(":")
+        pairs = [setting.partition("=") for setting in settings.split("+")]
+        if not label or not settings or any(not name or not sep for name, sep, _ in pairs):
+            raise SystemExit("torch_zoo: --grove-env item %r is not LABEL:NAME=VALUE[+NAME=VALUE]"
+                             % item)
+        variants["grove_" + label] = {name: value for name, _, value in pairs}
+    return variants
+
+
+class variant_environment:
+    """The variant's environment variables (GROVE_ENV_VARIANTS) while it
+    compiles and runs; the earlier values come back after."""
 
     def __init__(self, variant):
-        self.active = variant == WRITTEN_OUT
+        self.settings = GROVE_ENV_VARIANTS.get(variant, {})
+        self.saved = {}
 
     def __enter__(self):
-        if self.active:
-            os.environ["GROVE_FUSED_ATTENTION"] = "0"
+        for name, value in self.settings.items():
+            self.saved[name] = os.environ.get(name)
+            os.environ[name] = value
 
     def __exit__(self, *exc):
-        if self.active:
-            os.environ.pop("GROVE_FUSED_ATTENTION", None)
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def compiled(module, variant):
@@ -238,6 +263,20 @@ def grove_shape(run, inputs):
     per_call = {key: (after.get(key, 0) - before.get(key, 0)) / 10.0
                 for key in ("replays", "eager_calls")}
     return ops, per_call["replays"], per_call["eager_calls"], len(graphs)
+
+
+def write_lowered(directory, file_name):
+    """The lowered steps (the backend stats' "lowered" text, one line per
+    kernel, GEMM and view) of the last graph grove compiled, to
+    directory/file_name, for kernel-by-kernel diagnosis (zoo_check --lowered)."""
+    import grove.torch
+
+    graphs = grove.torch.compiled_graphs()
+    models = getattr(getattr(graphs[-1], "runner", None), "models", lambda: [])() if graphs else []
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, file_name), "w") as out:
+        out.write("\n".join(program["lowered"] for model in models
+                            for program in model.stats()["programs"]))
 
 
 def first_call_s(run, inputs):
@@ -296,12 +335,13 @@ def zoo_rows(args, deadline, save=None):
         module = module.cuda().eval()
         inputs = tuple(value.cuda() for value in inputs)
         variants = VARIANTS + ((WRITTEN_OUT,) if args.attention_ab and
-                               name in ATTENTION_MODELS else ())
+                               name in ATTENTION_MODELS else ()) + tuple(
+                                   v for v in GROVE_ENV_VARIANTS if v != WRITTEN_OUT)
         if args.variants:
             variants = tuple(v for v in variants if v in args.variants.split(","))
         for variant in variants:
             try:
-                with written_out_attention(variant):
+                with variant_environment(variant):
                     run = compiled(copy.deepcopy(module), variant)
                     compile_s = first_call_s(run, inputs)
                     if variant == "grove":
@@ -309,12 +349,16 @@ def zoo_rows(args, deadline, save=None):
                          row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
                              run, inputs)
                         row["grove_vs_eager"] = difference_from_eager(run, module, inputs)
+                        if args.lowered:
+                            write_lowered(args.lowered, "%s_b%d.txt" % (name, batch))
                     # The garbage of the previous variant's compilation is
                     # collected before, not during, this one's timing.
                     gc.collect()
                     row[variant] = time_calls(run, inputs, args.repeats)
+                    if variant in GROVE_ENV_VARIANTS:
+                        row[variant]["grove_vs_eager"] = difference_from_eager(run, module, inputs)
                     row[variant]["compile_s"] = compile_s
-                    if variant in ("grove", WRITTEN_OUT):
+                    if variant == "grove" or variant in GROVE_ENV_VARIANTS:
                         # Note [grove's C++ time in the zoo]
                         try:
                             row[variant]["cxx_us"] = grove_cxx_time(args.repeats)
@@ -398,11 +442,15 @@ def print_row(row):
               "%.1e" % row["grove_vs_eager"] if "grove_vs_eager" in row else "-",
               "/".join("%.1f" % row[v]["compile_s"] if "compile_s" in row.get(v, {}) else "-"
                        for v in VARIANTS)), flush=True)
-    for variant in VARIANTS + (WRITTEN_OUT,):
+    for variant in VARIANTS + tuple(GROVE_ENV_VARIANTS):
         if variant not in row:
             continue
-        if variant == WRITTEN_OUT and "median_us" in row[variant]:
-            print("  %-22s %.1f us" % (variant, row[variant]["median_us"]))
+        if variant in GROVE_ENV_VARIANTS and "median_us" in row[variant]:
+            base = row.get("torch_reduce_overhead", {}).get("median_us")
+            print("  %-22s %.1f us%s, |grove - eager| %.1e" % (
+                variant, row[variant]["median_us"],
+                "  (%.2f of reduce-overhead)" % (row[variant]["median_us"] / base) if base else "",
+                row[variant].get("grove_vs_eager", float("nan"))))
         if row[variant].get("cxx_us") is not None:
             print("  %-22s C++ call %.1f us (the same graph from C++: no dynamo, no Python)" % (
                 variant, row[variant]["cxx_us"]))
@@ -822,6 +870,11 @@ def main():
     parser.add_argument("--attention-ab", action="store_true",
                         help="also time grove with attention written out "
                              "(GROVE_FUSED_ATTENTION=0; the default runs the attention op)")
+    parser.add_argument("--grove-env", default="",
+                        help="LABEL:NAME=VALUE[+NAME=VALUE],...: also time grove as variant "
+                             "grove_LABEL with those environment variables set")
+    parser.add_argument("--lowered", default="",
+                        help="write grove's lowered steps of each row to this directory")
     parser.add_argument("--variants", default="",
                         help="comma-separated variants to run (default: all)")
     parser.add_argument("--top", type=int, default=TOP_PRINTED,
@@ -856,6 +909,7 @@ def main():
     if args.decode_child:
         return decode_child_main(args)
     TOP_PRINTED = args.top
+    GROVE_ENV_VARIANTS.update(parse_grove_env(args.grove_env))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     start = time.time()

@@ -1,5 +1,8 @@
 #include "runtime/blas.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace grove::runtime {
 
 const char* gemm_epilogue_name(GemmEpilogue epilogue) {
@@ -12,6 +15,8 @@ const char* gemm_epilogue_name(GemmEpilogue epilogue) {
       return "bias_gelu";
     case GemmEpilogue::kBiasGeluAux:
       return "bias_gelu_aux";
+    case GemmEpilogue::kBiasRelu:
+      return "bias_relu";
     case GemmEpilogue::kBiasGradA:
       return "bias_grad_a";
     case GemmEpilogue::kBiasGradB:
@@ -20,6 +25,11 @@ const char* gemm_epilogue_name(GemmEpilogue epilogue) {
       return "dgelu";
   }
   return "?";
+}
+
+bool gemm_search_enabled() {
+  const char* value = std::getenv("GROVE_GEMM_SEARCH");
+  return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
 }  // namespace grove::runtime

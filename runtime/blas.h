@@ -20,16 +20,19 @@ namespace grove::runtime {
 // for the backward (Note [GEMM auxiliary output]). kBiasGradA / kBiasGradB
 // also write a bias gradient (Note [GEMM bias gradients]). kDGelu multiplies
 // the product by gelu'(aux), the gelu gradient (Note [GEMM auxiliary output]).
+// kBiasRelu is max(0, product + bias) (Note [ReLU epilogues]).
 enum class GemmEpilogue : uint8_t {
   kNone,
   kBias,
   kBiasGelu,
   kBiasGeluAux,
+  kBiasRelu,
   kBiasGradA,
   kBiasGradB,
   kDGelu
 };
-// "none", "bias", "bias_gelu", "bias_gelu_aux", "bias_grad_a", "bias_grad_b", "dgelu"
+// "none", "bias", "bias_gelu", "bias_gelu_aux", "bias_relu", "bias_grad_a", "bias_grad_b",
+// "dgelu"
 const char* gemm_epilogue_name(GemmEpilogue epilogue);
 
 // One GEMM (or a strided batch of them): C = alpha * op(A) * op(B) + beta * C,
@@ -86,6 +89,13 @@ struct GemmArgs {
   // batch_count 1, alpha 1 and beta 0; bias_grad (of `dtype`) is contiguous.
   void* bias_grad = nullptr;
 };
+
+// Whether GROVE_GEMM_SEARCH asks cuda's BLAS to time cuBLASLt's candidate
+// algorithms per GEMM shape and keep the fastest (Note [GEMM algorithms by
+// measurement], runtime/cuda/gemm_algorithm_search.h): "1"; "0" or unset, the
+// heuristic's first. Read at each call, so that one process can time both;
+// the small-M GEMM tuning keys its choices by it (the library side differs).
+bool gemm_search_enabled();
 
 // The GEMMs of one device (one per Platform, which owns it).
 class BlasSupport {

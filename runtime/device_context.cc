@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -110,9 +111,11 @@ StreamHandle DeviceContext::legacy_ordered_stream() {
 
 KernelHandle load_kernel_once(Device device, const KernelSource& source) {
   static std::mutex mutex;
-  static auto* handles = new std::map<std::pair<Device, std::string>, KernelHandle>();
+  // A kernel with and without its programmatic PTX are two loads (the
+  // sequence attention kernel offers both: Note [Programmatic generated kernels]).
+  static auto* handles = new std::map<std::tuple<Device, std::string, bool>, KernelHandle>();
   std::lock_guard<std::mutex> lock(mutex);
-  auto key = std::make_pair(device, source.name);
+  auto key = std::make_tuple(device, source.name, !source.ptx_programmatic.empty());
   auto found = handles->find(key);
   if (found != handles->end()) return found->second;
   KernelHandle handle = device_context(device).platform().load_kernel(source);

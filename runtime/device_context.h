@@ -54,8 +54,8 @@ class DeviceContext {
 DeviceContext& device_context(Device device);
 
 // A kernel the runtime itself ships (a collective's host kernel, the span
-// copy): loaded on `device` the first time, by name, and the same handle
-// returned after that. Thread-safe.
+// copy): loaded on `device` the first time, by name (and whether it offers
+// programmatic PTX), and the same handle returned after that. Thread-safe.
 KernelHandle load_kernel_once(Device device, const KernelSource& source);
 // Whether `device` can be used here.
 bool device_available(Device device);

@@ -1,6 +1,7 @@
 #include "runtime/sequence_attention_kernel.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -14,12 +15,32 @@ namespace {
 constexpr const char* kPtx =
 #include "runtime/sequence_attention_kernel_ptx.inc"
     ;
+constexpr const char* kProgrammaticPtx =
+#include "runtime/sequence_attention_kernel_programmatic_ptx.inc"
+    ;
 constexpr int64_t kWarps = kSequenceAttentionThreads / 32;
 constexpr int64_t kMaxGridDim = 65535;  // CUDA's limit for grid y and z
 // Query rows per block: halved (down to one per warp) while the grid has
 // fewer blocks than this, so that short batches still spread over the SMs.
 constexpr int64_t kWideRows = 16;
 constexpr int64_t kBlocksWanted = 264;
+// Positions one staging pass of the kernels loads (4 warps x 8 rows), and of
+// the wide ones (x 16): Note [Sequence attention staging passes].
+constexpr int64_t kPassRows = 32;
+
+// Note [Sequence attention staging passes]: the kernel stages keys, values and
+// the block's queries in passes of kPassRows positions, each costing one
+// memory latency, so 48 keys (nn.TransformerDecoder's cross attention) took
+// two. The wide kernels (grove_sequence_attention_*_wide, 16 rows a warp, no
+// spills on sm_90) take up to 64 positions in one pass; they run where a tile
+// has more than kPassRows rows, unless GROVE_SEQUENCE_ATTENTION_WIDE=0. The
+// arithmetic is the same (staging only moves data). Test:
+// SequenceAttention.SixtyFourKeysStageInOnePassAndMatchTheReference.
+bool wide_staging(int64_t rows) {
+  if (rows <= kPassRows) return false;
+  const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_WIDE");
+  return setting == nullptr || std::string(setting) != "0";
+}
 
 // The operands as [batch, head, position, feature] strides (the mask's: [batch,
 // head, query, key], 0 where it broadcasts) and the sizes.
@@ -287,9 +308,16 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
                              : layouts.dtype == DType::kF16 ? 2
                                                             : 0;
   KernelSource source;
-  source.name = str_cat("grove_sequence_attention_", dtype_name(layouts.dtype));
+  source.name = str_cat("grove_sequence_attention_", dtype_name(layouts.dtype),
+                        wide_staging(std::max(plan.tk, rows_per_block)) ? "_wide" : "");
   if (device.is_cuda()) {
     source.ptx = kPtx;
+    // Note [Programmatic generated kernels] (compiler/codegen/programmatic_ptx.h):
+    // the same switch as the generated kernels, read at each launch.
+    const char* programmatic = std::getenv("GROVE_PROGRAMMATIC_GENERATED");
+    if (programmatic != nullptr && std::string(programmatic) == "1") {
+      source.ptx_programmatic = kProgrammaticPtx;
+    }
   } else {
     source.host_function = &host_sequence_attention;
   }

@@ -7,6 +7,8 @@
 // features for the weighted sum of the values.
 #include <cstdint>
 
+#include "runtime/programmatic_launch_device.h"
+
 namespace {
 
 constexpr int kWarps = 4;
@@ -69,45 +71,46 @@ struct Tile {
   int pitch;
 };
 
-// Rows a warp and 32-feature chunks a lane load per pass of stage().
-constexpr int kRowSteps = 8;
+// Rows a warp (RowSteps: 8, or 16 for the wide kernels, which stage 64
+// positions a pass) and 32-feature chunks a lane load per pass of stage().
 constexpr int kColumnSteps = 2;
 
 // Stages the three tiles into shared memory. Warps take rows, lanes features
 // (coalesced where features are contiguous); every load of a pass (up to
-// 3 x kRowSteps x kColumnSteps per thread: keys, values and queries of 32
-// positions and 64 features at once) is issued before any store, so a pass
-// costs one memory latency, where a loop storing each load waited on each.
-template <typename T>
+// 3 x RowSteps x kColumnSteps per thread: keys, values and queries of
+// 4 x RowSteps positions and 64 features at once) is issued before any store,
+// so a pass costs one memory latency, where a loop storing each load waited
+// on each.
+template <typename T, int RowSteps>
 __device__ void stage(const Tile (&tiles)[3], int warp, int lane) {
   int rows = 0, width = 0;
   for (const Tile& tile : tiles) {
     rows = max(rows, tile.rows);
     width = max(width, tile.width);
   }
-  for (int r0 = warp; r0 < rows; r0 += kWarps * kRowSteps) {
+  for (int r0 = warp; r0 < rows; r0 += kWarps * RowSteps) {
     for (int c0 = lane; c0 < width; c0 += 32 * kColumnSteps) {
-      float staged[3][kRowSteps][kColumnSteps];
+      float staged[3][RowSteps][kColumnSteps];
 #pragma unroll
       for (int t = 0; t < 3; ++t) {
 #pragma unroll
-        for (int u = 0; u < kRowSteps; ++u) {
+        for (int u = 0; u < RowSteps; ++u) {
 #pragma unroll
           for (int w = 0; w < kColumnSteps; ++w) {
             const int r = r0 + u * kWarps, c = c0 + w * 32;
             const Tile& tile = tiles[t];
-            staged[t][u][w] = r < tile.rows && c < tile.width
-                                  ? load(tile.source,
-                                         tile.base + r * tile.row_stride + c * tile.column_stride,
-                                         T())
-                                  : 0.0f;
+            staged[t][u][w] =
+                r < tile.rows && c < tile.width
+                    ? load(tile.source, tile.base + r * tile.row_stride + c * tile.column_stride,
+                           T())
+                    : 0.0f;
           }
         }
       }
 #pragma unroll
       for (int t = 0; t < 3; ++t) {
 #pragma unroll
-        for (int u = 0; u < kRowSteps; ++u) {
+        for (int u = 0; u < RowSteps; ++u) {
 #pragma unroll
           for (int w = 0; w < kColumnSteps; ++w) {
             const int r = r0 + u * kWarps, c = c0 + w * 32;
@@ -128,15 +131,17 @@ __device__ void stage(const Tile (&tiles)[3], int warp, int lane) {
 // [tk][d + 1] (the pad spreads lanes reading one feature of 32 keys over the
 // banks), values [tk][dv], the block's query rows [rows_per_block][d], and
 // per warp the weights of its row [tk].
-template <typename T>
+template <typename T, int RowSteps>
 __device__ void attend(const void* q, const void* k, const void* v, const void* mask, void* out,
-                       int64_t q_b, int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b,
-                       int64_t k_h, int64_t k_t, int64_t k_d, int64_t v_b, int64_t v_h,
-                       int64_t v_t, int64_t v_d, int64_t o_b, int64_t o_h, int64_t o_t,
-                       int64_t o_d, int64_t m_b, int64_t m_h, int64_t m_q, int64_t m_k,
-                       int64_t tq, int64_t tk, int64_t d, int64_t dv, int64_t group,
-                       int64_t mask_kind, int64_t causal, int64_t rows_per_block, float scale) {
+                       int64_t q_b, int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h,
+                       int64_t k_t, int64_t k_d, int64_t v_b, int64_t v_h, int64_t v_t, int64_t v_d,
+                       int64_t o_b, int64_t o_h, int64_t o_t, int64_t o_d, int64_t m_b, int64_t m_h,
+                       int64_t m_q, int64_t m_k, int64_t tq, int64_t tk, int64_t d, int64_t dv,
+                       int64_t group, int64_t mask_kind, int64_t causal, int64_t rows_per_block,
+                       float scale) {
   extern __shared__ float shared[];
+  // Note [Programmatic generated kernels]: nothing before this touches memory.
+  wait_for_earlier_kernels();
   const int tq32 = static_cast<int>(tq), tk32 = static_cast<int>(tk);
   const int d32 = static_cast<int>(d), dv32 = static_cast<int>(dv);
   const int batch = static_cast<int>(blockIdx.z);
@@ -156,7 +161,7 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
       {k, batch * k_b + key_head * k_h, k_t, k_d, tk32, d32, keys, key_pitch},
       {v, batch * v_b + key_head * v_h, v_t, v_d, tk32, dv32, values, dv32},
       {q, batch * q_b + head * q_h + first * q_t, q_t, q_d, end - first, d32, queries, d32}};
-  stage<T>(tiles, warp, lane);
+  stage<T, RowSteps>(tiles, warp, lane);
   __syncthreads();
 
   const float minus_infinity = -__int_as_float(0x7f800000);
@@ -212,19 +217,22 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
 
 }  // namespace
 
-#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE)                                                    \
-  extern "C" __global__ void __launch_bounds__(kWarps * 32) NAME(                               \
-      const void* q, const void* k, const void* v, const void* mask, void* out, int64_t q_b,    \
-      int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h, int64_t k_t,             \
-      int64_t k_d, int64_t v_b, int64_t v_h, int64_t v_t, int64_t v_d, int64_t o_b,             \
-      int64_t o_h, int64_t o_t, int64_t o_d, int64_t m_b, int64_t m_h, int64_t m_q,             \
-      int64_t m_k, int64_t tq, int64_t tk, int64_t d, int64_t dv, int64_t group,                \
-      int64_t mask_kind, int64_t causal, int64_t rows_per_block, float scale) {                 \
-    attend<TYPE>(q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, v_t,     \
-                 v_d, o_b, o_h, o_t, o_d, m_b, m_h, m_q, m_k, tq, tk, d, dv, group, mask_kind, \
-                 causal, rows_per_block, scale);                                                \
+#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS)                                           \
+  extern "C" __global__ void __launch_bounds__(kWarps * 32)                                       \
+      NAME(const void* q, const void* k, const void* v, const void* mask, void* out, int64_t q_b, \
+           int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h, int64_t k_t,          \
+           int64_t k_d, int64_t v_b, int64_t v_h, int64_t v_t, int64_t v_d, int64_t o_b,          \
+           int64_t o_h, int64_t o_t, int64_t o_d, int64_t m_b, int64_t m_h, int64_t m_q,          \
+           int64_t m_k, int64_t tq, int64_t tk, int64_t d, int64_t dv, int64_t group,             \
+           int64_t mask_kind, int64_t causal, int64_t rows_per_block, float scale) {              \
+    attend<TYPE, ROW_STEPS>(q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, \
+                            v_t, v_d, o_b, o_h, o_t, o_d, m_b, m_h, m_q, m_k, tq, tk, d, dv,      \
+                            group, mask_kind, causal, rows_per_block, scale);                     \
   }
 
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16, 8)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16, 8)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_wide, float, 16)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16_wide, Bf16, 16)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16_wide, F16, 16)

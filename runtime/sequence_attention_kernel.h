@@ -19,8 +19,9 @@
 // stored each load as it came waited a memory latency per load: 15 us for
 // GPT-2's attention at batch 16 against 8.6 for PyTorch's, round 1 of
 // session 17 on an H100; staged, 9.1 against 8.7, and ViT's 6.9 against 8.4,
-// round 2; 48 keys take two passes: 14.5 against 9.3 for the
-// nn.TransformerDecoder's cross attention), then each of its four warps takes a
+// round 2; 48 keys took two passes: 14.5 against 9.3 for the
+// nn.TransformerDecoder's cross attention, so up to 64 now take one: Note
+// [Sequence attention staging passes] in the .cc), then each of its four warps takes a
 // query row at a time: lanes over keys compute the scaled scores (four
 // partial sums over the features), the mask (bool: -inf where false;
 // additive: added; causal: -inf for key j > query i) and the softmax's max

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "compiler/codegen/codegen.h"
+#include "compiler/codegen/programmatic_ptx.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
@@ -34,7 +35,10 @@ KernelCache& cache() {
 
 CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
   runtime::DeviceContext& context = runtime::device_context(device);
-  const std::string signature = spec.signature();
+  // Note [Programmatic generated kernels]: the form is part of the key, so
+  // that one process can run both.
+  const bool programmatic = device.is_cuda() && programmatic_generated_enabled();
+  const std::string signature = spec.signature() + (programmatic ? "|programmatic" : "");
   KernelCache& state = cache();
   std::lock_guard<std::mutex> lock(state.mutex);
   auto found = state.kernels.find({signature, device});
@@ -52,6 +56,7 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
     generated.name = kernel_symbol(spec);
     if (device.is_cuda()) {
       generated.ptx = emit_ptx(spec);
+      if (programmatic) generated.ptx_programmatic = programmatic_ptx(generated.ptx);
     } else {
       generated.host_function = jit_host_kernel(spec);
     }

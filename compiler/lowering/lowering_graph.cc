@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -56,12 +57,13 @@ bool epilogue_runs(const ir::Program& program, runtime::GemmEpilogue epilogue, r
 
 // Note [GEMM epilogues in lowering], through a view: a linear whose result is
 // read only by a reshape (a 3-d activation's rows put back: linear's [B*T, N]
-// as [B, T, N]) that is read only by a `gelu` of its type, neither the linear's
-// nor the reshape's result a program output. Returns that gelu, or null.
-const ir::Node* gelu_through_reshape(const ir::Program& program,
-                                     const std::vector<std::vector<size_t>>& ir_users,
-                                     const std::vector<bool>& ir_output,
-                                     ir::ValueId linear_result) {
+// as [B, T, N]) that is read only by an `activation` (gelu or relu) of its
+// type, neither the linear's nor the reshape's result a program output.
+// Returns that activation's node, or null.
+const ir::Node* activation_through_reshape(const ir::Program& program,
+                                           const std::vector<std::vector<size_t>>& ir_users,
+                                           const std::vector<bool>& ir_output,
+                                           ir::ValueId linear_result, const char* activation) {
   const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
   if (users.size() != 1 || ir_output[static_cast<size_t>(linear_result)]) return nullptr;
   const ir::Node& reshape = program.nodes()[users[0]];
@@ -70,7 +72,7 @@ const ir::Node* gelu_through_reshape(const ir::Program& program,
   const std::vector<size_t>& readers = ir_users[static_cast<size_t>(viewed)];
   if (readers.size() != 1 || ir_output[static_cast<size_t>(viewed)]) return nullptr;
   const ir::Node& gelu = program.nodes()[readers[0]];
-  if (gelu.op != "gelu" || gelu.operands.size() != 1 || gelu.results.size() != 1 ||
+  if (gelu.op != activation || gelu.operands.size() != 1 || gelu.results.size() != 1 ||
       program.value(gelu.results[0]).type != program.value(viewed).type) {
     return nullptr;
   }
@@ -296,6 +298,73 @@ std::pair<const ir::Node*, const ir::Node*> gelu_gradient_through_reshape(
   return {&user, &reshape};
 }
 
+// Note [Bias adds as GEMM epilogues]: ATen writes a linear layer over a 3-d
+// input that is not contiguous (nn.MultiheadAttention's in-projections of its
+// seq-first view) as mm(rows, t(w)) -> _unsafe_view -> add(bias): the importer
+// makes the mm a bias-less linear and the add a kernel of its own (two to
+// three per decoder layer at batch 16). When the bias-less linear's result is
+// read only by that add of a [N] bias of its dtype (directly, or through one
+// reshape that keeps the last dim N, so every row still gets the whole bias),
+// and neither is a program output, the GEMM adds the bias in its epilogue and
+// the add's result is the (viewed) GEMM result. f32 rounding is the same (the
+// product plus the bias, rounded once, as the add did). GROVE_GEMM_BIAS_ADDS=0
+// keeps the add. Tests: GemmEpilogueLowering.BiasAddThroughAReshapeIsTheGemmsEpilogue,
+// GemmEpilogueOnDevice.BiasAddThroughAReshapeMatchesTheReference.
+struct BiasAdd {
+  const ir::Node* add = nullptr;
+  const ir::Node* reshape = nullptr;  // null when the add reads the linear directly
+  ir::ValueId bias = ir::kNoValue;
+};
+
+bool bias_adds_enabled() {
+  const char* value = std::getenv("GROVE_GEMM_BIAS_ADDS");
+  return value == nullptr || std::string(value) != "0";
+}
+
+BiasAdd bias_add_user(const ir::Program& program, const std::vector<std::vector<size_t>>& ir_users,
+                      const std::vector<bool>& ir_output, ir::ValueId linear_result,
+                      const std::vector<int>& id_of) {
+  const BiasAdd none;
+  const ir::TensorType& type = program.value(linear_result).type;
+  const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
+  if (type.shape.empty() || type.has_dynamic_dims() || users.size() != 1 ||
+      ir_output[static_cast<size_t>(linear_result)]) {
+    return none;
+  }
+  BiasAdd found;
+  ir::ValueId added = linear_result;
+  const ir::Node* user = &program.nodes()[users[0]];
+  if (user->op == "reshape" && user->results.size() == 1) {
+    found.reshape = user;
+    added = user->results[0];
+    const std::vector<size_t>& readers = ir_users[static_cast<size_t>(added)];
+    const ir::TensorType& viewed = program.value(added).type;
+    if (readers.size() != 1 || ir_output[static_cast<size_t>(added)] || viewed.shape.empty() ||
+        viewed.shape.back() != type.shape.back()) {
+      return none;
+    }
+    user = &program.nodes()[readers[0]];
+  }
+  if (user->op != "add" || user->operands.size() != 2 || user->results.size() != 1 ||
+      user->operands[0] == user->operands[1]) {
+    return none;
+  }
+  const ir::ValueId bias = user->operands[0] == added ? user->operands[1] : user->operands[0];
+  const ir::TensorType& bias_type = program.value(bias).type;
+  const runtime::DType dtype = type.dtype;
+  if ((dtype != runtime::DType::kF32 && dtype != runtime::DType::kBF16 &&
+       dtype != runtime::DType::kF16) ||
+      bias_type.dtype != dtype || bias_type.shape != ir::Shape{type.shape.back()} ||
+      program.value(user->results[0]).type != program.value(added).type ||
+      id_of[static_cast<size_t>(bias)] < 0 ||
+      !epilogue_runs(program, runtime::GemmEpilogue::kBias, dtype)) {
+    return none;
+  }
+  found.add = user;
+  found.bias = bias;
+  return found;
+}
+
 }  // namespace
 
 bool gemm_epilogues_enabled() {
@@ -346,6 +415,20 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
   // An absorbed gelu read through a reshape: its result is that reshape's
   // (Note [GEMM epilogues in lowering]).
   std::vector<ir::ValueId> same_as(program.nodes().size(), ir::kNoValue);
+  // Note [Repeated views computed once]: a view node the same as an earlier one
+  // (op, operand and attributes), neither a program output, in a program that
+  // writes nothing in place, is that one's value, so a view that must be
+  // copied is copied once: nn.TransformerDecoder's layers each transposed and
+  // flattened the same `memory` for their cross attention's key/value GEMM
+  // (a [48 x B, 256] copy per layer). Tests: ViewLowering.RepeatedViewIsCopiedOnce,
+  // ViewLoweringOnDevice.RepeatedViewsMatchTheReference.
+  bool writes_in_place = false;
+  for (const ir::Node& node : program.nodes()) {
+    const ops::OpDef& def = registry.get(node.op);
+    writes_in_place |=
+        def.kind == ops::OpKind::kCopyUpdate || !def.effects.mutated_operands.empty();
+  }
+  std::map<std::string, int> earlier_views;
 
   for (size_t node_index = 0; node_index < program.nodes().size(); ++node_index) {
     if (absorbed[node_index]) {
@@ -376,6 +459,15 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
       lowered.operands.push_back(id);
     }
     lowered.context.attrs = registry.normalize_attrs(lowered.context, node.attrs);
+    std::string view_key;
+    if (!writes_in_place && def.kind == ops::OpKind::kView && lowered.operands.size() == 1 &&
+        node.results.size() == 1 && !ir_output[static_cast<size_t>(node.results[0])]) {
+      view_key = str_cat(node.op, '|', lowered.operands[0], '|', lowered.context.attrs.str());
+      if (auto earlier = earlier_views.find(view_key); earlier != earlier_views.end()) {
+        id_of[static_cast<size_t>(node.results[0])] = earlier->second;
+        continue;
+      }
+    }
     if (node.op == "embedding") lowered.pointwise = PointwiseKind::kEmbedding;
     if (node.op == "dropout") lowered.pointwise = PointwiseKind::kDropout;
 
@@ -386,6 +478,7 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
       id_of[static_cast<size_t>(result)] = id;
       results.push_back(id);
     }
+    if (!view_key.empty()) earlier_views.emplace(view_key, results[0]);
     if (lowered.node_class == NodeClass::kPointwise) {
       lowered.in_place_operand.assign(results.size(), -1);
       if (def.kind == ops::OpKind::kCopyUpdate) {
@@ -413,27 +506,38 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
         lowered.results = results;
         const ir::ValueId linear_result = node.results[0];
         const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
-        if (const ir::Node* gelu =
-                gelu_through_reshape(program, ir_users, ir_output, linear_result)) {
-          // The GEMM yields gelu of the linear's rows; the reshape reads it,
-          // and the gelu's result is the reshape's.
-          const size_t gelu_index = static_cast<size_t>(gelu - program.nodes().data());
+        // Note [ReLU epilogues]: relu as the GEMM's epilogue too, where the device runs it.
+        const bool relu_runs = epilogue_runs(program, runtime::GemmEpilogue::kBiasRelu, dtype);
+        const ir::Node* through_reshape =
+            activation_through_reshape(program, ir_users, ir_output, linear_result, "gelu");
+        if (through_reshape == nullptr && relu_runs) {
+          through_reshape =
+              activation_through_reshape(program, ir_users, ir_output, linear_result, "relu");
+        }
+        const std::string direct_op = users.size() == 1 ? program.nodes()[users[0]].op : "";
+        if (through_reshape != nullptr) {
+          // The GEMM yields the activation of the linear's rows; the reshape
+          // reads it, and the activation's result is the reshape's.
+          const size_t activation_index =
+              static_cast<size_t>(through_reshape - program.nodes().data());
           const ir::Node& reshape = program.nodes()[users[0]];
-          lowered.epilogue = runtime::GemmEpilogue::kBiasGelu;
-          absorbed[gelu_index] = true;
-          same_as[gelu_index] = reshape.results[0];
-        } else if (users.size() == 1 && program.nodes()[users[0]].op == "gelu" &&
+          lowered.epilogue = through_reshape->op == "gelu" ? runtime::GemmEpilogue::kBiasGelu
+                                                           : runtime::GemmEpilogue::kBiasRelu;
+          absorbed[activation_index] = true;
+          same_as[activation_index] = reshape.results[0];
+        } else if ((direct_op == "gelu" || (direct_op == "relu" && relu_runs)) &&
                    !ir_output[static_cast<size_t>(linear_result)]) {
-          // The GEMM yields the gelu's result; the linear's own value never exists.
-          const ir::Node& gelu = program.nodes()[users[0]];
-          const ir::Value& value = program.value(gelu.results[0]);
+          // The GEMM yields the activation's result; the linear's own value never exists.
+          const ir::Node& activation = program.nodes()[users[0]];
+          const ir::Value& value = program.value(activation.results[0]);
           values_.pop_back();
           uses_.pop_back();
           id_of[static_cast<size_t>(linear_result)] = -1;
           int id = add_value(LoweringValue{value.name, value.type, value.kind, -1, -1, false});
-          id_of[static_cast<size_t>(gelu.results[0])] = id;
+          id_of[static_cast<size_t>(activation.results[0])] = id;
           lowered.results = {id};
-          lowered.epilogue = runtime::GemmEpilogue::kBiasGelu;
+          lowered.epilogue = direct_op == "gelu" ? runtime::GemmEpilogue::kBiasGelu
+                                                 : runtime::GemmEpilogue::kBiasRelu;
           absorbed[users[0]] = true;
         } else if (const ir::Node* gelu = aux_gelu_user(program, ir_users, linear_result)) {
           // Note [GEMM auxiliary output in lowering].
@@ -526,6 +630,26 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
         const size_t gelu_index = static_cast<size_t>(gelu - program.nodes().data());
         absorbed[gelu_index] = true;
         same_as[gelu_index] = reshape->results[0];
+        add_node(std::move(lowered));
+        continue;
+      }
+    }
+    if (!split_bias && epilogues && node.op == "linear" && node.operands.size() == 2 &&
+        bias_adds_enabled()) {
+      const BiasAdd bias_add = bias_add_user(program, ir_users, ir_output, node.results[0], id_of);
+      if (bias_add.add != nullptr) {
+        // Note [Bias adds as GEMM epilogues].
+        const ir::Value& bias = program.value(bias_add.bias);
+        lowered.operands.push_back(id_of[static_cast<size_t>(bias_add.bias)]);
+        lowered.context.operand_types.push_back(bias.type);
+        lowered.context.operand_names.push_back(bias.name);
+        lowered.results = results;
+        lowered.transpose_b = true;
+        lowered.epilogue = runtime::GemmEpilogue::kBias;
+        const size_t add_index = static_cast<size_t>(bias_add.add - program.nodes().data());
+        absorbed[add_index] = true;
+        same_as[add_index] =
+            bias_add.reshape != nullptr ? bias_add.reshape->results[0] : node.results[0];
         add_node(std::move(lowered));
         continue;
       }

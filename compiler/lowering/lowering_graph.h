@@ -66,6 +66,14 @@ struct LoweringNode {
 // training forward saves it for gelu's gradient), the GEMM yields both the
 // gelu's result and, through cuBLASLt's aux output, the pre-activation
 // (kBiasGeluAux, Note [GEMM auxiliary output in lowering]).
+//
+// Note [ReLU epilogues]: a linear with a bias read only by a `relu` (directly or
+// through a reshape, as for gelu) is one GEMM with cuBLASLt's RELU_BIAS
+// epilogue (max(0, product + bias), exact, so the same bits as the relu
+// kernel it replaces) where the device's BLAS runs it, and grove's small-M
+// kernel applies the same max (nn.TransformerDecoder's feed-forward: one relu
+// kernel per layer less). Tests: GemmEpilogueLowering.LinearReluIsOneGemm,
+// GemmEpilogueOnDevice.LinearReluThroughAReshapeMatchesTheReference.
 bool gemm_epilogues_enabled();
 
 class LoweringGraph {

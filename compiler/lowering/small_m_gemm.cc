@@ -24,7 +24,7 @@ using runtime::GemmEpilogue;
 
 bool has_bias(GemmEpilogue epilogue) {
   return epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kBiasGelu ||
-         epilogue == GemmEpilogue::kBiasGeluAux;
+         epilogue == GemmEpilogue::kBiasGeluAux || epilogue == GemmEpilogue::kBiasRelu;
 }
 
 bool has_gelu(GemmEpilogue epilogue) {
@@ -240,7 +240,10 @@ int64_t entry_rows(const GemmTuningEntry& entry, int64_t m) {
 // Note [Small-M GEMM selection], auto on a present cuda device.
 int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device) {
   runtime::Platform& platform = runtime::device_context(device).platform();
-  const std::string key = small_m_gemm_tuning_key(platform.name(), launch.args);
+  // Note [GEMM algorithms by measurement]: the library side of the
+  // comparison is another GEMM with the search on, so its choices are its own.
+  const std::string key = small_m_gemm_tuning_key(
+      platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args);
   std::lock_guard<std::mutex> lock(choices_mutex());
   auto known = choices().find(key);
   if (known != choices().end()) return known->second;
@@ -406,6 +409,7 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
     }
     const int pre_activation = value;
     if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
+    if (g.epilogue == GemmEpilogue::kBiasRelu) value = b.unary(ExprOp::kRelu, value);
     b.output(value, g.dtype, {rows * g.ldc, 1}, /*per_row=*/true);
     out.output_slots.push_back(launch.c_slot);
     out.output_offsets.push_back(m * g.ldc);

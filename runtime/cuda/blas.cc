@@ -8,6 +8,7 @@
 #include "runtime/cuda/cublas_handles.h"
 #include "runtime/cuda/cublas_library.h"
 #include "runtime/cuda/cublaslt_plans.h"
+#include "runtime/cuda/gemm_algorithm_search.h"
 #include "runtime/cuda/small_m_gemv.h"
 
 namespace grove::runtime {
@@ -95,7 +96,10 @@ void gemm(Device device, StreamHandle stream, const GemmArgs& g) {
   cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const GemmWhat doing{g, device};
-  if (g.epilogue != GemmEpilogue::kNone) {
+  // Note [GEMM algorithms by measurement]: a plain GEMM whose algorithm is
+  // searched runs through cuBLASLt too.
+  if (g.epilogue != GemmEpilogue::kNone ||
+      (g.batch_count == 1 && g.k > 0 && library.lt_ok && gemm_search_enabled())) {
     if (g.m == 0 || g.n == 0) return;
     cuda_detail::gemm_with_epilogue(library, device, stream, g, doing);
     return;

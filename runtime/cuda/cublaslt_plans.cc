@@ -6,9 +6,11 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "runtime/cuda/cublas_handles.h"
 #include "runtime/cuda/cuda_error.h"
+#include "runtime/cuda/gemm_algorithm_search.h"
 #include "runtime/logging.h"
 
 namespace grove::runtime {
@@ -37,10 +39,11 @@ struct LtKey {
   int64_t ld_aux = 0;
   uint32_t alignments[5] = {0, 0, 0, 0, 0};  // A, B, C, bias, aux
   size_t workspace = 0;
+  bool searched = false;  // Note [GEMM algorithms by measurement]
   auto tie() const {
     return std::tie(device, dtype, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, epilogue,
                     ld_aux, alignments[0], alignments[1], alignments[2], alignments[3],
-                    alignments[4], workspace);
+                    alignments[4], workspace, searched);
   }
   bool operator<(const LtKey& other) const { return tie() < other.tie(); }
 };
@@ -83,11 +86,20 @@ const void* bias_pointer(const GemmArgs& g) {
   return is_bias_gradient(g.epilogue) ? g.bias_grad : g.bias;
 }
 
+// Whether `g` may have its algorithm searched: its epilogue only reads (the
+// search runs the real bias pointer) and it is one GEMM.
+bool searchable(const GemmArgs& g) {
+  return (g.epilogue == GemmEpilogue::kNone || g.epilogue == GemmEpilogue::kBias) &&
+         g.batch_count == 1;
+}
+
 // Makes the plan of `key` (caller holds the registry's mutex). The heuristic
 // reads the bias and aux pointers' alignment from the descriptor, so this
-// call's pointers (of the alignments in `key`) are set before it runs.
+// call's pointers (of the alignments in `key`) are set before it runs. With
+// key.searched, the fastest of the heuristic's candidates (Note [GEMM
+// algorithms by measurement]), or its first when `stream` is capturing.
 LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const LtKey& key,
-                 const GemmArgs& g, const GemmWhat& doing) {
+                 const GemmArgs& g, const GemmWhat& doing, cudaStream_t stream) {
   cudaDataType type = cuda_data_type(key.dtype);
   LtPlan plan;
   check_cublas(library, library.lt_desc_create(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -101,12 +113,13 @@ LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const Lt
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     if (key.epilogue == GemmEpilogue::kBias) epilogue = CUBLASLT_EPILOGUE_BIAS;
     if (key.epilogue == GemmEpilogue::kBiasGelu) epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+    if (key.epilogue == GemmEpilogue::kBiasRelu) epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
     if (key.epilogue == GemmEpilogue::kBiasGeluAux) epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (key.epilogue == GemmEpilogue::kBiasGradA) epilogue = CUBLASLT_EPILOGUE_BGRADA;
     if (key.epilogue == GemmEpilogue::kBiasGradB) epilogue = CUBLASLT_EPILOGUE_BGRADB;
     if (key.epilogue == GemmEpilogue::kDGelu) epilogue = CUBLASLT_EPILOGUE_DGELU;
     set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, doing);
-    if (key.epilogue != GemmEpilogue::kDGelu) {
+    if (key.epilogue != GemmEpilogue::kDGelu && key.epilogue != GemmEpilogue::kNone) {
       set_desc<int32_t>(library, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type, doing);
       set_desc(library, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_pointer(g), doing);
     }
@@ -137,17 +150,25 @@ LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const Lt
     prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignments[1]);
     prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignments[2]);
     prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignments[2]);
-    cublasLtMatmulHeuristicResult_t result{};
+    std::vector<cublasLtMatmulHeuristicResult_t> results(key.searched ? kGemmSearchCandidates : 1);
     int found = 0;
     check_cublas(library,
                  library.lt_heuristic(handle, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
-                                      1, &result, &found),
+                                      static_cast<int>(results.size()), results.data(), &found),
                  "cublasLtMatmulAlgoGetHeuristic", doing);
-    GROVE_CHECK_AS(DeviceError, found > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+    GROVE_CHECK_AS(DeviceError, found > 0 && results[0].state == CUBLAS_STATUS_SUCCESS,
                    "cuBLASLt has no algorithm for ", doing,
                    "; set GROVE_GEMM_EPILOGUES=0 to run the bias and gelu as separate kernels");
-    plan.algo = result.algo;
-    plan.workspace = result.workspaceSize;
+    results.resize(static_cast<size_t>(found));
+    size_t chosen = 0;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (key.searched && cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+        capturing == cudaStreamCaptureStatusNone) {
+      GemmSearch search{handle, plan.desc, plan.a, plan.b, plan.c, &g, doing.device, results};
+      chosen = fastest_candidate(library, search);
+    }
+    plan.algo = results[chosen].algo;
+    plan.workspace = results[chosen].workspaceSize;
     library.lt_preference_destroy(preference);
   } catch (...) {
     if (preference != nullptr) library.lt_preference_destroy(preference);
@@ -170,7 +191,8 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
   GROVE_CHECK_AS(ShapeError, g.batch_count == 1, "cuBLAS GEMM with a ",
                  gemm_epilogue_name(g.epilogue), " epilogue: batch_count must be 1, found ",
                  g.batch_count);
-  GROVE_CHECK(g.epilogue == GemmEpilogue::kDGelu || bias_pointer(g) != nullptr,
+  GROVE_CHECK(g.epilogue == GemmEpilogue::kDGelu || g.epilogue == GemmEpilogue::kNone ||
+                  bias_pointer(g) != nullptr,
               "cuBLAS GEMM with a ", gemm_epilogue_name(g.epilogue), " epilogue: the ",
               is_bias_gradient(g.epilogue) ? "bias_grad" : "bias", " pointer is null");
   if (is_bias_gradient(g.epilogue) || g.epilogue == GemmEpilogue::kDGelu) {
@@ -205,6 +227,7 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
     key.alignments[4] = alignment_of(g.aux);
   }
   key.workspace = state.workspace_bytes;
+  key.searched = searchable(g) && runtime::gemm_search_enabled();
   LtRegistry& r = lt_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto handle = r.handles.find(device.index);
@@ -217,10 +240,13 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
   auto plan = r.plans.find(key);
   if (plan == r.plans.end()) {
     RelaxedCaptureModeGuard relaxed;
-    plan = r.plans.emplace(key, make_plan(library, handle->second, key, g, doing)).first;
+    plan = r.plans
+               .emplace(key, make_plan(library, handle->second, key, g, doing,
+                                       static_cast<cudaStream_t>(stream.impl)))
+               .first;
   }
   const LtPlan& p = plan->second;
-  if (g.epilogue != GemmEpilogue::kDGelu) {
+  if (g.epilogue != GemmEpilogue::kDGelu && g.epilogue != GemmEpilogue::kNone) {
     set_desc(library, p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_pointer(g), doing);
   }
   if (uses_aux(g.epilogue)) {
@@ -291,7 +317,7 @@ bool row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dt
         handle = r.handles.emplace(device.index, created).first;
       }
       RelaxedCaptureModeGuard relaxed;
-      LtPlan plan = make_plan(library, handle->second, probe, args, doing);
+      LtPlan plan = make_plan(library, handle->second, probe, args, doing, nullptr);
       library.lt_layout_destroy(plan.a);
       library.lt_layout_destroy(plan.b);
       library.lt_layout_destroy(plan.c);

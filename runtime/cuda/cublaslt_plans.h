@@ -14,7 +14,8 @@
 
 namespace grove::runtime::cuda_detail {
 
-// Enqueues the column-major GEMM `g` (g.epilogue != kNone, C non-empty) as one
+// Enqueues the column-major GEMM `g` (C non-empty; an epilogue, or none when
+// its algorithm is searched: Note [GEMM algorithms by measurement]) as one
 // cublasLtMatmul on `stream`, with the stream's cuBLAS workspace. Checks what
 // the epilogue needs (batch 1, its pointers, alpha/beta, ld_aux) and throws
 // ShapeError / DeviceError naming `doing` otherwise.

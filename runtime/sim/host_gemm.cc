@@ -89,7 +89,8 @@ void gemm_one(const GemmArgs& g, const void* a, const void* b, void* c) {
 
 // Note [GEMM epilogues] (runtime/blas.h) on the host: after the product
 // is stored, each element of row-major C gets bias[column] added and, for
-// kBiasGelu, gelu's tanh approximation applied, in f32; kBiasGeluAux also
+// kBiasGelu, gelu's tanh approximation applied (kBiasRelu: max(x, 0)), in f32;
+// kBiasGeluAux also
 // stores the value gelu was applied to into row-major `aux` (Note [GEMM
 // auxiliary output]), rounded to the dtype as cuBLASLt stores it.
 // kDGelu multiplies each element by gelu'(aux) instead, in f32.
@@ -112,6 +113,7 @@ void apply_epilogue(const GemmArgs& g, void* c) {
       if (g.epilogue == GemmEpilogue::kBiasGelu || g.epilogue == GemmEpilogue::kBiasGeluAux) {
         x = 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * (x + 0.044715f * (x * x * x))));
       }
+      if (g.epilogue == GemmEpilogue::kBiasRelu) x = x > 0.0f ? x : 0.0f;
       store_float_element(c, g.dtype, at, x);
     }
   }

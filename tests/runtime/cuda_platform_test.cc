@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -316,6 +317,61 @@ TEST_F(CudaPlatformTest, CapturedCublasGemmReplaysWithCorrectResults) {
     recording.replay(stream_);
     expect_near_all(tc.to_vector<float>(), host_matmul(a, b, m, n, k), 1e-4f);
   }
+}
+
+// Note [GEMM algorithms by measurement]: with GROVE_GEMM_SEARCH=1 a plain
+// GEMM and one with a bias epilogue (beta 1: C is read) run the algorithm the
+// search timed, eagerly and in a captured graph: both match the host's sums,
+// a replay gives the eager call's bits, and C's padding columns are untouched
+// (the search ran on scratch operands, not on C).
+TEST_F(CudaPlatformTest, SearchedGemmAlgorithmsMatchTheHostAndReplayBitwise) {
+  ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
+  GROVE_SEEDED_RNG(rng);
+  ::setenv("GROVE_GEMM_SEARCH", "1", 1);
+  const int64_t m = 272, n = 200, k = 192, ldc = n + 8;
+  for (GemmEpilogue epilogue : {GemmEpilogue::kNone, GemmEpilogue::kBias}) {
+    SCOPED_TRACE(gemm_epilogue_name(epilogue));
+    std::vector<float> a = random_floats(rng, m * k, -1.0f, 1.0f);
+    std::vector<float> b = random_floats(rng, k * n, -1.0f, 1.0f);
+    std::vector<float> bias = random_floats(rng, n, -1.0f, 1.0f);
+    std::vector<float> c0 = random_floats(rng, m * ldc, -1.0f, 1.0f);
+    Tensor ta = Tensor::from_vector(a, {m, k}, kCudaDevice);
+    Tensor tb = Tensor::from_vector(b, {k, n}, kCudaDevice);
+    Tensor tbias = Tensor::from_vector(bias, {n}, kCudaDevice);
+    Tensor tc = Tensor::from_vector(c0, {m, ldc}, kCudaDevice);
+    GemmArgs args;
+    args.m = m, args.n = n, args.k = k;
+    args.a = ta.data_ptr(), args.lda = k;
+    args.b = tb.data_ptr(), args.ldb = n;
+    args.c = tc.data_ptr(), args.ldc = ldc;
+    args.beta = 1.0f;
+    args.epilogue = epilogue;
+    if (epilogue == GemmEpilogue::kBias) args.bias = tbias.data_ptr();
+    platform().blas().gemm_row_major(stream_, args);
+    const std::vector<float> eager = tc.to_vector<float>();
+    const std::vector<float> product = host_matmul(a, b, m, n, k);
+    std::vector<float> expected(c0);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        expected[i * ldc + j] +=
+            product[i * n + j] + (epilogue == GemmEpilogue::kBias ? bias[j] : 0.0f);
+      }
+    }
+    expect_near_all(eager, expected, 1e-4f);
+    tc.copy_from_host(c0.data());
+    PoolId pool = allocator().create_pool();
+    {
+      GraphRecording recording(kCudaDevice);
+      recording.capture_begin(stream_, pool);
+      platform().blas().gemm_row_major(stream_, args);
+      recording.capture_end();
+      recording.instantiate();
+      recording.replay(stream_);
+      EXPECT_EQ(tc.to_vector<float>(), eager);
+    }
+    allocator().release_pool(pool);
+  }
+  ::unsetenv("GROVE_GEMM_SEARCH");
 }
 
 // Note [cuBLAS state of destroyed streams]: streams created and destroyed in

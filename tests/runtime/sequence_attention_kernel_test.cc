@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "runtime/device_context.h"
@@ -155,6 +156,33 @@ TEST_P(SequenceAttentionTest, BoolAndAdditiveMasksBroadcastAndAFullyMaskedRowGiv
                             device_context(device()).current_stream());
   expect_close(out.to_doubles(), reference(q, k, v, additive.expand({b, h, tq, tk}), 2, true, 0.2),
                1e-5);
+}
+
+// Note [Sequence attention staging passes]: 48 and 64 keys stage in one pass
+// of the wide kernel, 80 in two; with GROVE_SEQUENCE_ATTENTION_WIDE=0 the
+// narrow kernel (two or three passes) gives the same bits (on cuda these are
+// two kernels; sim runs one host function for both).
+TEST_P(SequenceAttentionTest, SixtyFourKeysStageInOnePassAndMatchTheReference) {
+  GROVE_SEEDED_RNG(rng);
+  for (int64_t tk : {48, 64, 80}) {
+    SCOPED_TRACE(tk);
+    const int64_t b = 3, h = 4, tq = 32, d = 64;
+    Tensor q = random_of(rng, {b, h, tq, d}, DType::kF32, device());
+    Tensor kv = random_of(rng, {b, tk, 2 * h * d}, DType::kF32, device());
+    Tensor k = heads_of(kv, 0, h, d);
+    Tensor v = heads_of(kv, h * d, h, d);
+    Tensor wide = Tensor::empty({b, h, tq, d}, DType::kF32, device());
+    Tensor narrow = Tensor::empty({b, h, tq, d}, DType::kF32, device());
+    launch_sequence_attention(q, k, v, Tensor(), wide, 0.125f, false,
+                              device_context(device()).current_stream());
+    ::setenv("GROVE_SEQUENCE_ATTENTION_WIDE", "0", 1);
+    launch_sequence_attention(q, k, v, Tensor(), narrow, 0.125f, false,
+                              device_context(device()).current_stream());
+    ::unsetenv("GROVE_SEQUENCE_ATTENTION_WIDE");
+    const std::vector<double> got = wide.to_doubles();
+    expect_close(got, reference(q, k, v, Tensor(), 0, false, 0.125), 1e-5);
+    EXPECT_EQ(got, narrow.to_doubles());
+  }
 }
 
 TEST_P(SequenceAttentionTest, RefusesWhatItDoesNotTakeAndSaysWhy) {

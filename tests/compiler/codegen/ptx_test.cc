@@ -10,6 +10,7 @@
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/codegen/kernel_builder.h"
+#include "compiler/codegen/programmatic_ptx.h"
 #include "runtime/device_context.h"
 #include "tests/compiler/codegen/codegen_test_util.h"
 
@@ -104,6 +105,38 @@ TEST(Ptx, RepresentativeKernelsAreAcceptedByPtxasForSm90) {
     EXPECT_EQ(status, 0) << "ptxas rejected " << spec.name << ":\n" << ptx;
     std::remove(path);
   }
+}
+
+// Note [Programmatic generated kernels]: sm_90, PTX 7.8, one griddepcontrol.wait
+// per entry before its first memory access, and ptxas takes it.
+TEST(Ptx, ProgrammaticFormWaitsFirstAndIsAcceptedByPtxasForSm90) {
+  const bool have_ptxas = access(kPtxas, X_OK) == 0;
+  for (const KernelSpec& spec : representative_kernels()) {
+    SCOPED_TRACE(spec.name);
+    const std::string plain = emit_ptx(spec);
+    const std::string ptx = programmatic_ptx(plain);
+    EXPECT_NE(ptx.find(".target sm_90"), std::string::npos);
+    EXPECT_NE(ptx.find(".version 7.8"), std::string::npos);
+    const size_t wait = ptx.find("griddepcontrol.wait;");
+    ASSERT_NE(wait, std::string::npos) << ptx.substr(0, 3000);
+    EXPECT_EQ(ptx.find("griddepcontrol.wait;", wait + 1), std::string::npos);
+    EXPECT_GT(wait, ptx.find(".entry "));
+    for (const char* access : {"ld.global", "st.global", "ld.shared", "st.shared"}) {
+      EXPECT_TRUE(ptx.find(access) == std::string::npos || ptx.find(access) > wait) << access;
+    }
+    // Only the header and the wait differ from the plain form.
+    EXPECT_EQ(ptx.size(), plain.size() + std::string("\tgriddepcontrol.wait;\n").size());
+    if (!have_ptxas) continue;
+    char path[] = "/tmp/grove_ptx_XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    std::ofstream(path) << ptx;
+    const std::string command = std::string(kPtxas) + " -arch=sm_90 " + path + " -o /dev/null 2>&1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << "ptxas rejected " << spec.name << ":\n" << ptx;
+    std::remove(path);
+  }
+  EXPECT_THROW(programmatic_ptx("not ptx"), Error);
 }
 
 TEST(Ptx, ReductionKernelsSynchronizeTheBlockAndShuffle) {

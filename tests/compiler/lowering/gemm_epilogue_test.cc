@@ -92,6 +92,36 @@ compiler::ir::Program input_gradient_through_reshape_and_gelu(runtime::Device de
   return b.build();
 }
 
+// A bias-less linear whose result a separate add of `bias` [bias_features]
+// reads, through a reshape to `viewed` (none when empty), the bias first when
+// `bias_first`: ATen's mm -> _unsafe_view -> add of a linear over a strided
+// 3-d input (Note [Bias adds as GEMM epilogues]).
+compiler::ir::Program linear_then_bias_add(runtime::Device device,
+                                           const compiler::ir::Shape& viewed, int64_t bias_features,
+                                           bool bias_first, DType dtype) {
+  ProgramBuilder b("linear_bias_add", device);
+  ValueId x = b.input("x", {6, 24}, dtype);
+  ValueId w = b.input("w", {16, 24}, dtype);
+  ValueId bias = b.input("bias", {bias_features}, dtype);
+  ValueId product = b.linear(x, w, compiler::ir::kNoValue, "fc");
+  if (!viewed.empty()) product = b.reshape(product, viewed);
+  b.output(bias_first ? b.add(bias, product, "bias_add") : b.add(product, bias, "bias_add"));
+  return b.build();
+}
+
+// linear(x, w, b) -> relu, directly or through a reshape to [2, 3, 16]
+// (Note [ReLU epilogues]).
+compiler::ir::Program linear_relu(runtime::Device device, bool through_reshape, DType dtype) {
+  ProgramBuilder b("linear_relu", device);
+  ValueId x = b.input("x", {6, 24}, dtype);
+  ValueId w = b.input("w", {16, 24}, dtype);
+  ValueId bias = b.input("bias", {16}, dtype);
+  ValueId pre = b.linear(x, w, bias, "fc");
+  if (through_reshape) pre = b.reshape(pre, {2, 3, 16});
+  b.output(b.relu(pre));
+  return b.build();
+}
+
 size_t count_of(const std::string& text, const std::string& what) {
   size_t count = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
@@ -136,6 +166,47 @@ TEST(GemmEpilogueLowering, FeatureCountNotAMultipleOfEightKeepsTheGeluKernel) {
   EXPECT_EQ(report.kernels.size(), 1u) << report.str();
   EXPECT_EQ(count_of(lowered.describe(), "+bias_gelu_aux"), 0u) << lowered.describe();
   EXPECT_EQ(count_of(lowered.describe(), "+bias"), 1u) << lowered.describe();
+}
+
+TEST(GemmEpilogueLowering, BiasAddThroughAReshapeIsTheGemmsEpilogue) {
+  for (bool bias_first : {false, true}) {
+    for (const compiler::ir::Shape& viewed :
+         {compiler::ir::Shape{2, 3, 16}, compiler::ir::Shape{}}) {
+      compiler::ir::Program program =
+          linear_then_bias_add(runtime::kSimDevice, viewed, 16, bias_first, DType::kF32);
+      compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
+      KernelReport report = lowered.kernel_report();
+      EXPECT_EQ(report.library_gemms, 1u) << report.str();
+      EXPECT_EQ(report.kernels.size(), 0u) << report.str();
+      EXPECT_EQ(count_of(lowered.describe(), "+bias"), 1u) << lowered.describe();
+    }
+  }
+}
+
+TEST(GemmEpilogueLowering, BiasAddOverASplitLastDimOrSwitchedOffKeepsItsKernel) {
+  // [6, 16] viewed as [6, 4, 4]: a [4] bias is not one per GEMM column.
+  compiler::ir::Program split =
+      linear_then_bias_add(runtime::kSimDevice, {6, 4, 4}, 4, false, DType::kF32);
+  compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(split);
+  EXPECT_EQ(lowered.kernel_report().kernels.size(), 1u) << lowered.describe();
+  EXPECT_EQ(count_of(lowered.describe(), "+bias"), 0u) << lowered.describe();
+  testing::ScopedEnv off("GROVE_GEMM_BIAS_ADDS", "0");
+  compiler::ir::Program viewed =
+      linear_then_bias_add(runtime::kSimDevice, {2, 3, 16}, 16, false, DType::kF32);
+  lowered = compiler::lowering::lower(viewed);
+  EXPECT_EQ(lowered.kernel_report().kernels.size(), 1u) << lowered.describe();
+  EXPECT_EQ(count_of(lowered.describe(), "+bias"), 0u) << lowered.describe();
+}
+
+TEST(GemmEpilogueLowering, LinearReluIsOneGemm) {
+  for (bool through_reshape : {false, true}) {
+    compiler::ir::Program program = linear_relu(runtime::kSimDevice, through_reshape, DType::kF32);
+    compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
+    KernelReport report = lowered.kernel_report();
+    EXPECT_EQ(report.library_gemms, 1u) << report.str();
+    EXPECT_EQ(report.kernels.size(), 0u) << report.str();
+    EXPECT_EQ(count_of(lowered.describe(), "+bias_relu"), 1u) << lowered.describe();
+  }
 }
 
 TEST(GemmEpilogueLowering, BiasGradientIsTheWeightGradientGemmsEpilogue) {
@@ -208,6 +279,28 @@ TEST_P(GemmEpilogueOnDevice, LinearGeluThroughAReshapeMatchesTheReference) {
     testing::HostTensorList inputs = testing::random_inputs(program, 12);
     testing::expect_matches_reference(program, inputs, device(), testing::tolerance_for(dtype),
                                       "linear_gelu_aux_viewed");
+  }
+}
+
+TEST_P(GemmEpilogueOnDevice, BiasAddThroughAReshapeMatchesTheReference) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(runtime::dtype_name(dtype));
+    compiler::ir::Program program = linear_then_bias_add(device(), {2, 3, 16}, 16, true, dtype);
+    testing::HostTensorList inputs = testing::random_inputs(program, 13);
+    testing::expect_matches_reference(program, inputs, device(), testing::tolerance_for(dtype),
+                                      "linear_bias_add");
+  }
+}
+
+TEST_P(GemmEpilogueOnDevice, LinearReluThroughAReshapeMatchesTheReference) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool through_reshape : {false, true}) {
+      SCOPED_TRACE(runtime::dtype_name(dtype));
+      compiler::ir::Program program = linear_relu(device(), through_reshape, dtype);
+      testing::HostTensorList inputs = testing::random_inputs(program, 14);
+      testing::expect_matches_reference(program, inputs, device(), testing::tolerance_for(dtype),
+                                        "linear_relu");
+    }
   }
 }
 

@@ -48,7 +48,7 @@ using compiler::lowering::GemmTuningTable;
 using compiler::lowering::KernelReport;
 using runtime::DType;
 
-enum class Epilogue { kNone, kBias, kBiasGelu };
+enum class Epilogue { kNone, kBias, kBiasGelu, kBiasRelu };
 
 const char* epilogue_label(Epilogue epilogue) {
   switch (epilogue) {
@@ -58,6 +58,8 @@ const char* epilogue_label(Epilogue epilogue) {
       return "bias";
     case Epilogue::kBiasGelu:
       return "bias_gelu";
+    case Epilogue::kBiasRelu:
+      return "bias_relu";
   }
   return "?";
 }
@@ -71,7 +73,9 @@ compiler::ir::Program linear_program(runtime::Device device, int64_t m, int64_t 
   ValueId w = b.input("w", {n, k}, dtype);
   ValueId bias = epilogue == Epilogue::kNone ? compiler::ir::kNoValue : b.input("bias", {n}, dtype);
   ValueId y = b.linear(x, w, bias, "fc");
-  b.output(epilogue == Epilogue::kBiasGelu ? b.gelu(y, "act") : y);
+  b.output(epilogue == Epilogue::kBiasGelu   ? b.gelu(y, "act")
+           : epilogue == Epilogue::kBiasRelu ? b.relu(y, "act")
+                                             : y);
   return b.build();
 }
 
@@ -410,7 +414,8 @@ TEST_P(SmallMGemmOnDevice, MatchesTheReferenceForSeveralRowCountsAndEpilogues) {
   uint32_t seed = 1;
   for (int64_t m : {1, 2, 3, 8, 16, 20, 32}) {
     for (auto [k, n] : {std::pair<int64_t, int64_t>{45, 37}, {200, 70}}) {
-      for (Epilogue epilogue : {Epilogue::kNone, Epilogue::kBias, Epilogue::kBiasGelu}) {
+      for (Epilogue epilogue :
+           {Epilogue::kNone, Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kBiasRelu}) {
         const std::string label =
             str_cat("m=", m, " k=", k, " n=", n, " epilogue=", epilogue_label(epilogue));
         SCOPED_TRACE(label);
