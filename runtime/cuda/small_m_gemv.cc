@@ -1,6 +1,11 @@
 #include "runtime/cuda/small_m_gemv.h"
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "runtime/error.h"
@@ -16,6 +21,15 @@ constexpr const char* kProgrammaticPtx =
 #include "runtime/cuda/small_m_gemv_kernel_programmatic_ptx.inc"
     ;
 constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
+// Note [Streamed GEMV]: the streamed kernel's block (kStreamThreads) and grid.
+constexpr uint32_t kStreamThreads = 128;
+constexpr int kStreamBlocksPerSm = 2;
+
+// GROVE_STREAMED_GEMV=0 launches the warp-per-column kernel for one row too.
+bool streamed_gemv_enabled() {
+  const char* value = std::getenv("GROVE_STREAMED_GEMV");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
 
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
@@ -50,6 +64,10 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
   GROVE_CHECK(small_m_gemv_qualifies(g), "small-M GEMV: a GEMM of m=", g.m, ", n=", g.n,
               ", k=", g.k, " it cannot compute (a grove bug; please report it)");
   const int type = g.dtype == DType::kBF16 ? 0 : 1;
+  if (g.m == 1 && streamed_gemv_enabled()) {
+    launch_streamed(stream, g, type);
+    return;
+  }
   const int rows = row_variant(g.m);
   KernelHandle kernel;
   {
@@ -74,6 +92,46 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
       .add_i64(g.ldb)
       .add_pointer(g.c)
       .add_i64(g.ldc)
+      .add_i64(g.n)
+      .add_i64(g.k)
+      .add_i64(g.beta == 1.0f ? 1 : 0);
+  platform_.launch_kernel(kernel, dims, args, stream);
+}
+
+void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int type) {
+  KernelHandle kernel;
+  int multiprocessors = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!streamed_loaded_[type]) {
+      KernelSource source;
+      source.name = str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16");
+      source.ptx = kPtx;
+      source.ptx_programmatic = kProgrammaticPtx;
+      streamed_[type] = platform_.load_kernel(source);
+      streamed_loaded_[type] = true;
+    }
+    if (multiprocessors_ == 0) {
+      const cudaError_t status = cudaDeviceGetAttribute(
+          &multiprocessors_, cudaDevAttrMultiProcessorCount, platform_.device().index);
+      GROVE_CHECK(status == cudaSuccess && multiprocessors_ > 0,
+                  "small-M GEMV: reading the multiprocessor count of ", platform_.device().str(),
+                  " failed: ", cudaGetErrorString(status));
+    }
+    kernel = streamed_[type];
+    multiprocessors = multiprocessors_;
+  }
+  // No more blocks than columns need (a warp per column at least).
+  const int64_t needed = (g.n + kStreamThreads / 32 - 1) / (kStreamThreads / 32);
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>(
+      std::min<int64_t>(needed, static_cast<int64_t>(multiprocessors) * kStreamBlocksPerSm));
+  dims.block.x = kStreamThreads;
+  KernelArgs args;
+  args.add_pointer(g.a)
+      .add_pointer(g.b)
+      .add_i64(g.ldb)
+      .add_pointer(g.c)
       .add_i64(g.n)
       .add_i64(g.k)
       .add_i64(g.beta == 1.0f ? 1 : 0);

@@ -19,7 +19,23 @@
 // once: a residual add), no epilogue, no batch, K, lda and ldb multiples of
 // 8 and A and W 16-byte aligned (the vector loads); other GEMMs go to
 // cuBLAS. Results differ from cuBLAS's within f32 rounding of the sums.
-// Tests: CudaPlatformTest.SmallMGemvMatchesHostReference,
+//
+// Note [Streamed GEMV]
+// A batch-1 step's GEMVs are 8-34 MB each, launched back to back: at one warp
+// per column and 113 registers a thread (4 blocks an SM) the 1B down
+// projection (2048 x 8192) took 20 us for 33.5 MB and every kernel paid about
+// 3.5 us of ramp and drain (runtime/cuda/probes/gemv_pdl_probe.cu, H100).
+// For one row of A (M = 1) the streamed kernel runs kStreamBlocksPerSm blocks
+// per SM of 128 threads and 48 KiB of shared memory, the warps taking columns
+// w, w + warps, ...: each thread streams its own weight vectors through 24
+// shared-memory slots that cp.async fills 24 vectors ahead of the fold, and
+// requests the first 24 before its PDL wait, so the blocks (under half an SM)
+// load while the kernel before still runs. Each lane folds the same vectors
+// in the same order as the warp-per-column kernel: identical bits, so the
+// choice changes no result. GROVE_STREAMED_GEMV=0 keeps the warp-per-column
+// kernel (read at each launch, for comparisons).
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise,
+// CudaPlatformTest.SmallMGemvMatchesHostReference,
 // CudaPlatformTest.SmallMGemvIsOneKernelInACapturedGraph
 // (tests/runtime/cuda_platform_test.cc).
 #pragma once
@@ -42,10 +58,16 @@ class SmallMGemv {
   void launch(StreamHandle stream, const GemmArgs& args);
 
  private:
+  // One row of A: Note [Streamed GEMV]. type: 0 bf16, 1 f16.
+  void launch_streamed(StreamHandle stream, const GemmArgs& args, int type);
+
   Platform& platform_;
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
+  KernelHandle streamed_[2] = {};  // [bf16, f16], Note [Streamed GEMV]
+  bool streamed_loaded_[2] = {};
+  int multiprocessors_ = 0;  // of the platform's device, on first use
 };
 
 }  // namespace grove::runtime::cuda_detail
