@@ -133,6 +133,10 @@ class Platform {
   };
   virtual MemoryInfo memory_info() { return {}; }
 
+  // The device's streaming multiprocessors (cuda), for kernels that size their
+  // grid to the device (Note [Streamed GEMV]); 1 where there are none (sim).
+  virtual int multiprocessor_count() const { return 1; }
+
   // Raw device memory (the caching allocator's segments).
   virtual void* allocate_raw(size_t bytes) = 0;
   virtual void free_raw(void* pointer) = 0;
@@ -227,5 +231,10 @@ class Platform {
                                     bool /*handed_out*/) {}
   virtual void note_block_freed(void* /*address*/) {}
 };
+
+// Whether one-row GEMVs on cuda run their streamed kernels (Note [Streamed
+// GEMV], runtime/cuda/small_m_gemv.h): unless GROVE_STREAMED_GEMV is 0. Read
+// at each launch, so one process can time both.
+bool streamed_gemv_enabled();
 
 }  // namespace grove::runtime

@@ -1,11 +1,7 @@
 #include "runtime/cuda/small_m_gemv.h"
 
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "runtime/error.h"
@@ -24,12 +20,6 @@ constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
 // Note [Streamed GEMV]: the streamed kernel's block (kStreamThreads) and grid.
 constexpr uint32_t kStreamThreads = 128;
 constexpr int kStreamBlocksPerSm = 2;
-
-// GROVE_STREAMED_GEMV=0 launches the warp-per-column kernel for one row too.
-bool streamed_gemv_enabled() {
-  const char* value = std::getenv("GROVE_STREAMED_GEMV");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
 
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
@@ -100,7 +90,6 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
 
 void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int type) {
   KernelHandle kernel;
-  int multiprocessors = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!streamed_loaded_[type]) {
@@ -111,16 +100,9 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
       streamed_[type] = platform_.load_kernel(source);
       streamed_loaded_[type] = true;
     }
-    if (multiprocessors_ == 0) {
-      const cudaError_t status = cudaDeviceGetAttribute(
-          &multiprocessors_, cudaDevAttrMultiProcessorCount, platform_.device().index);
-      GROVE_CHECK(status == cudaSuccess && multiprocessors_ > 0,
-                  "small-M GEMV: reading the multiprocessor count of ", platform_.device().str(),
-                  " failed: ", cudaGetErrorString(status));
-    }
     kernel = streamed_[type];
-    multiprocessors = multiprocessors_;
   }
+  const int multiprocessors = platform_.multiprocessor_count();
   // No more blocks than columns need (a warp per column at least).
   const int64_t needed = (g.n + kStreamThreads / 32 - 1) / (kStreamThreads / 32);
   LaunchDims dims;

@@ -67,7 +67,6 @@ class SmallMGemv {
   bool loaded_[2][4] = {};
   KernelHandle streamed_[2] = {};  // [bf16, f16], Note [Streamed GEMV]
   bool streamed_loaded_[2] = {};
-  int multiprocessors_ = 0;  // of the platform's device, on first use
 };
 
 }  // namespace grove::runtime::cuda_detail

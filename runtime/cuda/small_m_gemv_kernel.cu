@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "runtime/async_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
 
 namespace {
@@ -137,19 +138,6 @@ constexpr int kStreamThreads = 128;
 // 48 KiB of slots per block: two blocks of one kernel fit an SM beside
 // two of the next kernel's.
 constexpr int kSlots = 24;
-
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
-  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
-}
-__device__ __forceinline__ void commit_copies() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Returns once at most `kPending` of this thread's committed groups are unfinished.
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
 
 template <typename T>
 __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ldw, T* c, int64_t n,

@@ -17,6 +17,7 @@
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/graph_recording.h"
+#include "runtime/rms_norm_gemv_kernel.h"
 #include "runtime/tensor.h"
 #include "runtime/testing/test_kernels.h"
 #include "tests/common/test_util.h"
@@ -606,6 +607,43 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
         for (int64_t i = 0; i < n; ++i) changed += results[0][i] != c_bits[i];
         EXPECT_GT(changed, static_cast<size_t>(n / 2)) << type << " n " << n << " k " << k;
       }
+    }
+  }
+}
+
+// Note [Streamed GEMV]: the streamed RMSNorm GEMVs (plain, f32 out, gated)
+// give the warp-per-column kernels' bits, for column counts above the grid's
+// warps and K whose vectors do not divide among the lanes.
+TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t shapes[][2] = {{3001, 1096}, {2048, 2048}, {7, 64}};
+  for (const auto& [n, k] : shapes) {
+    for (int variant = 0; variant < 3; ++variant) {  // plain, f32 out, gated
+      const bool gated = variant == 2;
+      const DType out_dtype = variant == 1 ? DType::kF32 : DType::kBF16;
+      auto bf16 = [&](int64_t count, float low, float high) {
+        std::vector<uint16_t> bits;
+        for (float value : random_floats(rng, count, low, high))
+          bits.push_back(float_to_bf16_bits(value));
+        return Tensor::from_host(bits.data(), {count}, DType::kBF16, kCudaDevice);
+      };
+      Tensor x = bf16(k, -2.0f, 2.0f).view({1, k});
+      Tensor gain = bf16(k, 0.5f, 1.5f);
+      const int64_t w_rows = gated ? 2 * n : n;
+      Tensor w = bf16(w_rows * k, -0.1f, 0.1f).view({w_rows, k});
+      std::vector<std::vector<uint8_t>> results;
+      for (const char* streamed : {"1", "0"}) {
+        ScopedEnvironment setting("GROVE_STREAMED_GEMV", streamed);
+        Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
+        launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
+        platform().synchronize_stream(stream_);
+        results.push_back(out.to_host_bytes());
+      }
+      EXPECT_EQ(results[0], results[1]) << "variant " << variant << " n " << n << " k " << k
+                                        << ": streamed and warp-per-column results differ";
+      size_t nonzero = 0;
+      for (uint8_t byte : results[0]) nonzero += byte != 0;
+      EXPECT_GT(nonzero, results[0].size() / 4) << "variant " << variant << " n " << n;
     }
   }
 }
