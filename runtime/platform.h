@@ -232,8 +232,8 @@ class Platform {
   virtual void note_block_freed(void* /*address*/) {}
 };
 
-// Whether one-row GEMVs on cuda run their streamed kernels (Note [Streamed
-// GEMV], runtime/cuda/small_m_gemv.h): unless GROVE_STREAMED_GEMV is 0. Read
+// Whether one-row GEMVs on cuda run their streamed kernels, unless
+// GROVE_STREAMED_GEMV is 0 (Note [Streamed GEMV], runtime/cuda/small_m_gemv.h). Read
 // at each launch, so one process can time both.
 bool streamed_gemv_enabled();
 

@@ -19,24 +19,32 @@
 // once: a residual add), no epilogue, no batch, K, lda and ldb multiples of
 // 8 and A and W 16-byte aligned (the vector loads); other GEMMs go to
 // cuBLAS. Results differ from cuBLAS's within f32 rounding of the sums.
+// Tests: CudaPlatformTest.SmallMGemvMatchesHostReference,
+// CudaPlatformTest.SmallMGemvIsOneKernelInACapturedGraph
+// (tests/runtime/cuda_platform_test.cc).
 //
 // Note [Streamed GEMV]
-// A batch-1 step's GEMVs are 8-34 MB each, launched back to back: at one warp
-// per column and 113 registers a thread (4 blocks an SM) the 1B down
+// A batch-1 step's GEMVs are 8-131 MB each, launched back to back: at one
+// warp per column and 113 registers a thread (4 blocks an SM) the 1B down
 // projection (2048 x 8192) took 20 us for 33.5 MB and every kernel paid about
 // 3.5 us of ramp and drain (runtime/cuda/probes/gemv_pdl_probe.cu, H100).
-// For one row of A (M = 1) the streamed kernel runs kStreamBlocksPerSm blocks
-// per SM of 128 threads and 48 KiB of shared memory, the warps taking columns
-// w, w + warps, ...: each thread streams its own weight vectors through 24
-// shared-memory slots that cp.async fills 24 vectors ahead of the fold, and
-// requests the first 24 before its PDL wait, so the blocks (under half an SM)
-// load while the kernel before still runs. Each lane folds the same vectors
-// in the same order as the warp-per-column kernel: identical bits, so the
-// choice changes no result. GROVE_STREAMED_GEMV=0 keeps the warp-per-column
-// kernel (read at each launch, for comparisons).
+// For one row of A (M = 1) the streamed kernels run two blocks per SM of 128
+// threads and at most 48 KiB of shared memory (static), the warps taking
+// columns w, w + warps, ...: each thread streams its own weight vectors
+// through 24 shared-memory slots (22 in the RMSNorm GEMVs, whose gated form
+// takes a gate and an up vector a step) that cp.async fills that far ahead
+// of the fold (runtime/async_copy_device.h), and requests the first of them
+// before its PDL wait, so the blocks, which leave room on their SM, load
+// while the kernel before still runs. A thread reads only slots it filled
+// itself: no barrier. Each lane folds the same vectors in the same order as
+// the warp-per-column kernels (and the RMSNorm GEMV sums rstd with the same
+// threads in the same order): identical bits, so the choice changes no
+// result. Here for cuda's BLAS (the o and down projections); the RMSNorm
+// GEMVs (qkv, gate/up, the fused LM head) in runtime/rms_norm_gemv_kernel.cu.
+// GROVE_STREAMED_GEMV=0 keeps the warp-per-column kernels (read at each
+// launch, runtime::streamed_gemv_enabled, for comparisons).
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise,
-// CudaPlatformTest.SmallMGemvMatchesHostReference,
-// CudaPlatformTest.SmallMGemvIsOneKernelInACapturedGraph
+// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
 // (tests/runtime/cuda_platform_test.cc).
 #pragma once
 

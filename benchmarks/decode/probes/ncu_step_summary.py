@@ -6,9 +6,9 @@
       --log-file NCU.csv decode --configs 1b --batches 1 ...
   ncu_step_summary.py NCU.csv
 
-Takes one step of the LLaMA decoder: the launches after the first
-grove_llm_loop_control up to and including the second (one recorded decode
-step, DecodeLoop), or where the trace has no two of them, from the first
+Takes one step of the LLaMA decoder: the launches after a
+grove_llm_loop_control up to and including the next, the shortest such window
+(one recorded decode step of DecodeLoop), or where the trace has no two of them, from the first
 embedding gather to the next. ncu runs kernels one at a time, so these are the
 kernels' own times with nothing overlapped. Prints per kernel role (as
 nsys_step_summary.py names them) the launches, median and total time and the
@@ -34,12 +34,17 @@ def main():
         launches = [(short(name), us) for name, us in parse_ncu_csv(handle.read())]
     ends = [i for i, (name, _) in enumerate(launches) if name == "grove_llm_loop_control"]
     if len(ends) >= 2:
-        step = launches[ends[0] + 1:ends[1] + 1]
+        # The shortest window between two loop controls: one step and nothing
+        # else (a prefill may lie between others).
+        start, end = min(zip(ends, ends[1:]), key=lambda pair: pair[1] - pair[0])
+        step = launches[start + 1:end + 1]
     else:
         starts = [i for i, (name, _) in enumerate(launches) if name.startswith("embedding")]
         if not starts:
+            for name, us in launches:
+                print("  %-70s %8.2f" % (name[:70], us))
             raise SystemExit("no loop control pair or embedding launch (step start) among %d "
-                             "launches" % len(launches))
+                             "launches (all listed above)" % len(launches))
         end = starts[1] if len(starts) > 1 else len(launches)
         step = launches[starts[0]:end]
     print("one step: %d kernels, %.1f us of kernel time (ncu, one at a time)"
