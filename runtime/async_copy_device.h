@@ -12,6 +12,23 @@ __device__ __forceinline__ void copy_async_16(void* shared, const void* global) 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
 }
 
+// As copy_async_16, with an L2 eviction `policy` (evict_first_policy) for the bytes read.
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global, uint64_t policy) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(address),
+               "l"(global), "l"(policy)
+               : "memory");
+}
+
+// An L2 policy under which what a copy reads is evicted first: for weights,
+// read once a step, so that L2 keeps what later kernels read again (the
+// activations, the KV cache, positions and tables).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
 // Closes this thread's group of copies started since the last commit (possibly none).
 __device__ __forceinline__ void commit_copies() {
   asm volatile("cp.async.commit_group;" ::: "memory");

@@ -34,4 +34,9 @@ bool streamed_gemv_enabled() {
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
+bool weights_evict_first() {
+  const char* value = std::getenv("GROVE_WEIGHTS_EVICT_FIRST");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
 }  // namespace grove::runtime

@@ -104,7 +104,8 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
       .add_pointer(out.data_ptr())
       .add_i64(n)
       .add_i64(k)
-      .add_f32(static_cast<float>(eps));
+      .add_f32(static_cast<float>(eps))
+      .add_i64(weights_evict_first() ? 1 : 0);
   platform.launch_kernel(kernel, dims, args, stream);
 }
 

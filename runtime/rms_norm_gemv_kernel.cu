@@ -219,7 +219,8 @@ template <bool kGated, typename Out>
 __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
                                                        const uint16_t* gain_bits,
                                                        const uint16_t* w_bits, int64_t ldw, Out* c,
-                                                       int64_t n, int64_t k, float eps) {
+                                                       int64_t n, int64_t k, float eps,
+                                                       int64_t evict_first) {
   __shared__ uint4 slots[kSlots][kThreads];
   __shared__ float partial[kThreads / kWarp];
   __shared__ float rstd_shared;
@@ -234,16 +235,25 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
   const auto* x = reinterpret_cast<const uint4*>(x_bits);
   const auto* gain = reinterpret_cast<const uint4*>(gain_bits);
   uint4* mine = &slots[0][threadIdx.x];
+  const uint64_t policy = evict_first_policy();
+  // Weight copies, under evict_first_policy where asked.
+  auto copy = [&](uint4* slot, const uint4* source) {
+    if (evict_first != 0) {
+      copy_async_16(slot, source, policy);
+    } else {
+      copy_async_16(slot, source);
+    }
+  };
   int64_t issue_column = per_lane > 0 ? first_column : n;
   int64_t issue_step = 0;
   auto request = [&](int step_slot) {
     if (issue_column < n) {
       const int64_t index = lane + issue_step * kWarp;
       const auto* gate_row = reinterpret_cast<const uint4*>(w_bits + issue_column * ldw);
-      copy_async_16(mine + step_slot * kPerStep * kThreads, gate_row + index);
+      copy(mine + step_slot * kPerStep * kThreads, gate_row + index);
       if constexpr (kGated) {
         const auto* up_row = reinterpret_cast<const uint4*>(w_bits + (issue_column + n) * ldw);
-        copy_async_16(mine + (step_slot * kPerStep + 1) * kThreads, up_row + index);
+        copy(mine + (step_slot * kPerStep + 1) * kThreads, up_row + index);
       }
       if (++issue_step == per_lane) {
         issue_step = 0;
@@ -326,12 +336,13 @@ GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_f32out_m1, 1, false, float)
 GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m1, 1, true, uint16_t)
 
 // The streamed kernels (Note [Streamed GEMV]): one row, the same parameters
-// but ldx and ldc (one row each), launched with a grid sized to the device.
+// but ldx and ldc (one row each) and with evict_first (W's reads under
+// evict_first_policy), launched with a grid sized to the device.
 #define GROVE_STREAMED_RMS_NORM_GEMV(NAME, GATED, OUT)                                      \
   extern "C" __global__ void __launch_bounds__(kThreads)                                    \
       NAME(const uint16_t* x, const uint16_t* gain, const uint16_t* w, int64_t ldw, OUT* c, \
-           int64_t n, int64_t k, float eps) {                                               \
-    streamed_rms_norm_gemv<GATED, OUT>(x, gain, w, ldw, c, n, k, eps);                      \
+           int64_t n, int64_t k, float eps, int64_t evict_first) {                          \
+    streamed_rms_norm_gemv<GATED, OUT>(x, gain, w, ldw, c, n, k, eps, evict_first);         \
   }
 
 GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16, false, uint16_t)

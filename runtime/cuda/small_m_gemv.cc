@@ -116,7 +116,8 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
       .add_pointer(g.c)
       .add_i64(g.n)
       .add_i64(g.k)
-      .add_i64(g.beta == 1.0f ? 1 : 0);
+      .add_i64(g.beta == 1.0f ? 1 : 0)
+      .add_i64(weights_evict_first() ? 1 : 0);
   platform_.launch_kernel(kernel, dims, args, stream);
 }
 

@@ -43,6 +43,9 @@
 // GEMVs (qkv, gate/up, the fused LM head) in runtime/rms_norm_gemv_kernel.cu.
 // GROVE_STREAMED_GEMV=0 keeps the warp-per-column kernels (read at each
 // launch, runtime::streamed_gemv_enabled, for comparisons).
+// GROVE_WEIGHTS_EVICT_FIRST=1 has the streamed kernels read weights under
+// an evict-first L2 policy (read once a step, they would otherwise push out
+// what later kernels read again: activations, the KV cache); same bits.
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise,
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
 // (tests/runtime/cuda_platform_test.cc).

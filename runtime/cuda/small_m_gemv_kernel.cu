@@ -141,7 +141,7 @@ constexpr int kSlots = 24;
 
 template <typename T>
 __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ldw, T* c, int64_t n,
-                                              int64_t k, int64_t accumulate) {
+                                              int64_t k, int64_t accumulate, int64_t evict_first) {
   __shared__ uint4 slots[kSlots][kStreamThreads];
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kStreamThreads / kWarp);
@@ -151,13 +151,18 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
   const int64_t per_lane = lane < vectors ? (vectors - lane + kWarp - 1) / kWarp : 0;
   const auto* x = reinterpret_cast<const uint4*>(a);
   uint4* mine = &slots[0][threadIdx.x];
+  const uint64_t policy = evict_first_policy();
   // The next vector to request: row `issue_column` of W, this lane's `issue_step`-th.
   int64_t issue_column = per_lane > 0 ? first_column : n;
   int64_t issue_step = 0;
   auto request = [&](int slot) {
     if (issue_column < n) {
       const uint4* row = reinterpret_cast<const uint4*>(w + issue_column * ldw);
-      copy_async_16(mine + slot * kStreamThreads, row + lane + issue_step * kWarp);
+      if (evict_first != 0) {
+        copy_async_16(mine + slot * kStreamThreads, row + lane + issue_step * kWarp, policy);
+      } else {
+        copy_async_16(mine + slot * kStreamThreads, row + lane + issue_step * kWarp);
+      }
       if (++issue_step == per_lane) {
         issue_step = 0;
         issue_column += warps;
@@ -218,12 +223,15 @@ GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m2, __half, 2)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m4, __half, 4)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8)
 
-// grove_small_m_gemv_streamed_<dtype>(a, w, ldw, c, n, k, accumulate): one row
-// of A, Note [Streamed GEMV]; launched with kStreamThreads threads per block.
-#define GROVE_STREAMED_GEMV(NAME, T)                                                              \
-  extern "C" __global__ void __launch_bounds__(kStreamThreads)                                    \
-      NAME(const T* a, const T* w, int64_t ldw, T* c, int64_t n, int64_t k, int64_t accumulate) { \
-    streamed_gemv<T>(a, w, ldw, c, n, k, accumulate);                                             \
+// grove_small_m_gemv_streamed_<dtype>(a, w, ldw, c, n, k, accumulate,
+// evict_first): one row of A, Note [Streamed GEMV]; launched with
+// kStreamThreads threads per block. evict_first: W's reads under
+// evict_first_policy.
+#define GROVE_STREAMED_GEMV(NAME, T)                                                            \
+  extern "C" __global__ void __launch_bounds__(kStreamThreads)                                  \
+      NAME(const T* a, const T* w, int64_t ldw, T* c, int64_t n, int64_t k, int64_t accumulate, \
+           int64_t evict_first) {                                                               \
+    streamed_gemv<T>(a, w, ldw, c, n, k, accumulate, evict_first);                              \
   }
 
 GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16)

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/cuda/blas.h"
@@ -549,6 +550,12 @@ class ScopedEnvironment {
   std::string before_;
 };
 
+// GROVE_STREAMED_GEMV and GROVE_WEIGHTS_EVICT_FIRST for the streamed GEMV
+// tests: streamed, warp per column, streamed with weights evicted first.
+constexpr std::pair<const char*, const char*> kGemvSettings[] = {
+    {"1", "0"}, {"0", "0"}, {"1", "1"}};
+constexpr const char* kGemvSettingNames[] = {"streamed", "warp-per-column", "evict-first"};
+
 // Note [Streamed GEMV]: for one row of A the streamed kernel (GROVE_STREAMED_GEMV
 // unset or 1) folds each lane's vectors in the warp-per-column kernel's order, so
 // both give the same bits: shapes where warps take several columns (n above the
@@ -572,8 +579,10 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
         Tensor tw = Tensor::from_host(w_bits.data(), {n, ldb}, dtype, kCudaDevice);
         std::vector<std::vector<uint16_t>> results;
         std::vector<std::string> names;
-        for (const char* streamed : {"1", "0"}) {
+        // Streamed, warp per column, streamed with weights evicted first.
+        for (const auto& [streamed, evict] : kGemvSettings) {
           ScopedEnvironment setting("GROVE_STREAMED_GEMV", streamed);
+          ScopedEnvironment eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
           Tensor tc = Tensor::from_host(c_bits.data(), {1, n}, dtype, kCudaDevice);
           GemmArgs args;
           args.dtype = dtype;
@@ -598,10 +607,16 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
         const char* type = dtype == DType::kBF16 ? "bf16" : "f16";
         EXPECT_EQ(names[0], str_cat("grove_small_m_gemv_streamed_", type));
         EXPECT_EQ(names[1], str_cat("grove_small_m_gemv_", type, "_m1"));
-        size_t differ = 0;
-        for (size_t i = 0; i < results[0].size(); ++i) differ += results[0][i] != results[1][i];
-        EXPECT_EQ(differ, 0u) << type << " n " << n << " k " << k << " beta " << beta
-                              << ": streamed and warp-per-column results differ";
+        EXPECT_EQ(names[2], names[0]);
+        for (size_t other : {1, 2}) {
+          size_t differ = 0;
+          for (size_t i = 0; i < results[0].size(); ++i) {
+            differ += results[0][i] != results[other][i];
+          }
+          EXPECT_EQ(differ, 0u) << type << " n " << n << " k " << k << " beta " << beta
+                                << ": streamed and " << kGemvSettingNames[other]
+                                << " results differ";
+        }
         // And the product is not trivially zero: a sum changed C somewhere.
         size_t changed = 0;
         for (int64_t i = 0; i < n; ++i) changed += results[0][i] != c_bits[i];
@@ -632,15 +647,19 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
       const int64_t w_rows = gated ? 2 * n : n;
       Tensor w = bf16(w_rows * k, -0.1f, 0.1f).view({w_rows, k});
       std::vector<std::vector<uint8_t>> results;
-      for (const char* streamed : {"1", "0"}) {
+      for (const auto& [streamed, evict] : kGemvSettings) {
         ScopedEnvironment setting("GROVE_STREAMED_GEMV", streamed);
+        ScopedEnvironment eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
         Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
         launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
         platform().synchronize_stream(stream_);
         results.push_back(out.to_host_bytes());
       }
-      EXPECT_EQ(results[0], results[1]) << "variant " << variant << " n " << n << " k " << k
-                                        << ": streamed and warp-per-column results differ";
+      for (size_t other : {1, 2}) {
+        EXPECT_EQ(results[0], results[other])
+            << "variant " << variant << " n " << n << " k " << k << ": streamed and "
+            << kGemvSettingNames[other] << " results differ";
+      }
       size_t nonzero = 0;
       for (uint8_t byte : results[0]) nonzero += byte != 0;
       EXPECT_GT(nonzero, results[0].size() / 4) << "variant " << variant << " n " << n;
