@@ -36,7 +36,7 @@ bool streamed_gemv_enabled() {
 
 bool weights_evict_first() {
   const char* value = std::getenv("GROVE_WEIGHTS_EVICT_FIRST");
-  return value != nullptr && std::strcmp(value, "1") == 0;
+  return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
 }  // namespace grove::runtime

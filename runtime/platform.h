@@ -237,7 +237,7 @@ class Platform {
 // at each launch, so one process can time both.
 bool streamed_gemv_enabled();
 // Whether the streamed GEMVs read weights under an evict-first L2 policy,
-// when GROVE_WEIGHTS_EVICT_FIRST is 1 (Note [Streamed GEMV]); read at each launch.
+// unless GROVE_WEIGHTS_EVICT_FIRST is 0 (Note [Streamed GEMV]); read at each launch.
 bool weights_evict_first();
 
 }  // namespace grove::runtime

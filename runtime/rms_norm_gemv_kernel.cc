@@ -78,6 +78,9 @@ bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer)
 // Note [Streamed GEMV] (runtime/cuda/small_m_gemv.h): one row on cuda, a grid
 // of kStreamBlocksPerSm blocks per SM at most (a warp per column at least).
 constexpr int64_t kStreamBlocksPerSm = 2;
+// The longest row the streamed kernels take (kStreamedMaxK in rms_norm_gemv_kernel.cu:
+// the normalized row lives in the block's shared memory).
+constexpr int64_t kStreamedMaxK = 3072;
 
 void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const Tensor& out,
                      int64_t n, int64_t k, double eps, bool gated, bool f32_out,
@@ -149,7 +152,7 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
   }
   if (n == 0) return;
   const Device device = x.device();
-  if (device.is_cuda() && streamed_gemv_enabled()) {
+  if (device.is_cuda() && streamed_gemv_enabled() && k <= kStreamedMaxK) {
     launch_streamed(x, gain, w, out, n, k, eps, gated, f32_out, stream);
     return;
   }

@@ -209,11 +209,19 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
 // streams its own vectors of W (gated: its gate and up vectors, two slots a
 // step) through kSlots 16-byte shared-memory slots that cp.async fills ahead
 // of the fold, the first requested before the wait. rstd is summed as
-// rms_norm_gemv<1> sums it (same threads, same order) and each lane folds
-// the same vectors in the same order: identical bits.
-// 44 KiB of slots per block of kThreads (a static block takes at most 48 KiB
-// of shared memory); even, so a gated step's pair never wraps.
-constexpr int kSlots = 22;
+// rms_norm_gemv<1> sums it (same threads, same order); the block then writes
+// the normalized row bf16(g * (x * rstd)) once into shared memory (exact in
+// bf16), and each lane folds the same vectors in the same order: identical
+// bits. (Normalizing again for every weight vector, as rms_norm_gemv does,
+// left the streamed kernel's few warps an SM compute-bound: the 1B step took
+// 1552 us against 1251, H100 round 1 of session 18.)
+// 40 KiB of slots per block of kThreads (a static block takes at most 48 KiB
+// of shared memory, with the normalized row); even, so a gated step's pair
+// never wraps.
+constexpr int kSlots = 20;
+// The longest row the streamed kernels normalize into shared memory
+// (kStreamedMaxK in rms_norm_gemv_kernel.cc; longer rows take rms_norm_gemv).
+constexpr int kStreamedMaxK = 3072;
 
 template <bool kGated, typename Out>
 __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
@@ -222,6 +230,7 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
                                                        int64_t n, int64_t k, float eps,
                                                        int64_t evict_first) {
   __shared__ uint4 slots[kSlots][kThreads];
+  __shared__ uint4 normed[kStreamedMaxK / 8];  // bf16(g * (x * rstd)), 8 a vector
   __shared__ float partial[kThreads / kWarp];
   __shared__ float rstd_shared;
   constexpr int kPerStep = kGated ? 2 : 1;   // slots a step takes
@@ -285,6 +294,18 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
   }
   __syncthreads();
   const float rstd[1] = {rstd_shared};
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+    float a[1][8];
+    normalized<1>(a, x, 0, gain, rstd, v);
+    uint32_t words[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      words[i] =
+          (__float_as_uint(a[0][2 * i]) >> 16) | (__float_as_uint(a[0][2 * i + 1]) & 0xffff0000u);
+    }
+    normed[v] = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+  __syncthreads();
   int step_slot = 0;
   for (int64_t column = first_column; column < n; column += warps) {
     float acc[1] = {0.0f};
@@ -292,7 +313,7 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
     for (int64_t step = 0; step < per_lane; ++step) {
       wait_copies<kDepth - 1>();
       float a[1][8];
-      normalized<1>(a, x, 0, gain, rstd, lane + step * kWarp);
+      unpack(normed[lane + step * kWarp], a[0]);
       dot<1>(acc, mine[step_slot * kPerStep * kThreads], a);
       if constexpr (kGated) dot<1>(acc_up, mine[(step_slot * kPerStep + 1) * kThreads], a);
       request(step_slot);  // the dots above have read its slots

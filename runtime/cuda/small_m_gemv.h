@@ -31,21 +31,30 @@
 // For one row of A (M = 1) the streamed kernels run two blocks per SM of 128
 // threads and at most 48 KiB of shared memory (static), the warps taking
 // columns w, w + warps, ...: each thread streams its own weight vectors
-// through 24 shared-memory slots (22 in the RMSNorm GEMVs, whose gated form
-// takes a gate and an up vector a step) that cp.async fills that far ahead
-// of the fold (runtime/async_copy_device.h), and requests the first of them
-// before its PDL wait, so the blocks, which leave room on their SM, load
-// while the kernel before still runs. A thread reads only slots it filled
-// itself: no barrier. Each lane folds the same vectors in the same order as
-// the warp-per-column kernels (and the RMSNorm GEMV sums rstd with the same
-// threads in the same order): identical bits, so the choice changes no
-// result. Here for cuda's BLAS (the o and down projections); the RMSNorm
-// GEMVs (qkv, gate/up, the fused LM head) in runtime/rms_norm_gemv_kernel.cu.
-// GROVE_STREAMED_GEMV=0 keeps the warp-per-column kernels (read at each
-// launch, runtime::streamed_gemv_enabled, for comparisons).
-// GROVE_WEIGHTS_EVICT_FIRST=1 has the streamed kernels read weights under
-// an evict-first L2 policy (read once a step, they would otherwise push out
-// what later kernels read again: activations, the KV cache); same bits.
+// through 24 shared-memory slots (20 in the RMSNorm GEMVs, whose gated form
+// takes a gate and an up vector a step, and whose block first writes the
+// normalized row, K <= 3072, into shared memory) that cp.async fills that
+// far ahead of the fold (runtime/async_copy_device.h), and requests the
+// first of them before its PDL wait, so the blocks, which leave room on their
+// SM, load while the kernel before still runs. A thread reads only slots it
+// filled itself: no barrier. Each lane folds the same vectors in the same
+// order as the warp-per-column kernels (and the RMSNorm GEMV sums rstd with
+// the same threads in the same order): identical bits, so the choice changes
+// no result. Weights are read under an evict-first L2 policy: read once a
+// step, they would otherwise push out what later kernels read again
+// (activations, the KV cache, positions); same bits. Here for cuda's BLAS
+// (the o and down projections); the RMSNorm GEMVs (qkv, gate/up) in
+// runtime/rms_norm_gemv_kernel.cu.
+// H100, session 18 round 1 (runtime/cuda/probes/gemv_pdl_probe.cu, 16 layers'
+// GEMVs and the LM head in one graph): 1044.9 us a step warp per column (PDL,
+// L2 prefetch) against 918.6-965.2 streamed (64-68% of 3.35 TB/s), the same
+// logits bit for bit; down 20.8 -> 16.0-18.2 us, qkv 7.45 -> 5.6-6.9. In the
+// decode step the first form (every RMSNorm GEMV normalizing again per weight
+// vector) was slower, 1251 -> 1552 us, and the evict-first policy took 54 us
+// off that; the row normalized once in shared memory is round 2's change.
+// GROVE_STREAMED_GEMV=0 keeps the warp-per-column kernels and
+// GROVE_WEIGHTS_EVICT_FIRST=0 the default L2 policy (both read at each
+// launch: runtime::streamed_gemv_enabled, weights_evict_first).
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise,
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
 // (tests/runtime/cuda_platform_test.cc).

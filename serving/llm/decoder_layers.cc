@@ -118,8 +118,8 @@ ValueId DecoderLayers::final_norm(ValueId x) {
 
 ValueId DecoderLayers::normed_lm_head(ValueId x) {
   const char* setting = std::getenv("GROVE_FUSED_LM_HEAD");
-  const bool fused = fuse_norms_ && dtype_ == DType::kBF16 &&
-                     !(setting != nullptr && std::string_view(setting) == "0");
+  const bool fused = fuse_norms_ && dtype_ == DType::kBF16 && setting != nullptr &&
+                     std::string_view(setting) == "1";
   if (!fused) return lm_head(final_norm(x));
   compiler::ir::Attributes attrs;
   attrs.set("eps", config_.norm_eps);

@@ -188,10 +188,9 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
     new_rows.push_back(qkv.key);
     new_rows.push_back(qkv.value);
   }
-  // With fused norms the final norm, the LM head and the widening to f32 are
-  // one kernel, streamed on cuda (Note [Streamed GEMV]); unstreamed, its 8000
-  // blocks each summed the squares again and it cost more than it saved
-  // (Note [RMSNorm GEMV]).
+  // DecoderLayers::normed_lm_head: the final norm stays its own kernel unless
+  // GROVE_FUSED_LM_HEAD=1 (Note [RMSNorm GEMV]: fused into the LM head's 8000
+  // blocks it cost more than it saved; streamed, still 97 us more a 1B step).
   b.output(layers.normed_lm_head(x));
   for (ValueId rows : new_rows) b.output(rows);
   return b.build();
