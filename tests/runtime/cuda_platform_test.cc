@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,12 +29,6 @@ using ::grove::testing::launch_add;
 using ::grove::testing::launch_scale;
 using ::grove::testing::random_floats;
 using ::grove::testing::TestKernel;
-
-// Whether a one-row small-M GEMV runs the streamed kernel (Note [Streamed GEMV]).
-bool streamed_gemv_expected() {
-  const char* value = std::getenv("GROVE_STREAMED_GEMV");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -521,8 +514,8 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
     std::vector<KernelNodeInfo> nodes = platform().kernel_nodes(graph);
     EXPECT_EQ(platform().graph_node_count(graph), 1u) << "1 x " << n << " x " << k;
     ASSERT_EQ(nodes.size(), 1u) << "1 x " << n << " x " << k;
-    EXPECT_EQ(nodes[0].kernel_name, streamed_gemv_expected() ? "grove_small_m_gemv_streamed_bf16"
-                                                             : "grove_small_m_gemv_bf16_m1");
+    EXPECT_EQ(nodes[0].kernel_name, streamed_gemv_enabled() ? "grove_small_m_gemv_streamed_bf16"
+                                                            : "grove_small_m_gemv_bf16_m1");
     platform().destroy_graph(graph);
   }
 }
