@@ -232,10 +232,12 @@ class Platform {
   virtual void note_block_freed(void* /*address*/) {}
 };
 
-// Whether one-row GEMVs on cuda run their streamed kernels, unless
-// GROVE_STREAMED_GEMV is 0 (Note [Streamed GEMV], runtime/cuda/small_m_gemv.h). Read
-// at each launch, so one process can time both.
-bool streamed_gemv_enabled();
+// Whether one-row GEMVs on cuda run their streamed kernels (Note [Streamed
+// GEMV], runtime/cuda/small_m_gemv.h): the BLAS GEMV (o and down projections)
+// or the RMSNorm GEMVs. GROVE_STREAMED_GEMV=0 turns both off, =blas or =norm
+// keeps only that one; read at each launch, so one process can time each.
+enum class StreamedGemvs : uint8_t { kBlas, kNorm };
+bool streamed_gemv_enabled(StreamedGemvs kernels);
 // Whether the streamed GEMVs read weights under an evict-first L2 policy,
 // unless GROVE_WEIGHTS_EVICT_FIRST is 0 (Note [Streamed GEMV]); read at each launch.
 bool weights_evict_first();

@@ -152,7 +152,7 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
   }
   if (n == 0) return;
   const Device device = x.device();
-  if (device.is_cuda() && streamed_gemv_enabled() && k <= kStreamedMaxK) {
+  if (device.is_cuda() && streamed_gemv_enabled(StreamedGemvs::kNorm) && k <= kStreamedMaxK) {
     launch_streamed(x, gain, w, out, n, k, eps, gated, f32_out, stream);
     return;
   }

@@ -54,7 +54,7 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
   GROVE_CHECK(small_m_gemv_qualifies(g), "small-M GEMV: a GEMM of m=", g.m, ", n=", g.n,
               ", k=", g.k, " it cannot compute (a grove bug; please report it)");
   const int type = g.dtype == DType::kBF16 ? 0 : 1;
-  if (g.m == 1 && streamed_gemv_enabled()) {
+  if (g.m == 1 && streamed_gemv_enabled(StreamedGemvs::kBlas)) {
     launch_streamed(stream, g, type);
     return;
   }

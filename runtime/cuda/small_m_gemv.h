@@ -52,7 +52,8 @@
 // decode step the first form (every RMSNorm GEMV normalizing again per weight
 // vector) was slower, 1251 -> 1552 us, and the evict-first policy took 54 us
 // off that; the row normalized once in shared memory is round 2's change.
-// GROVE_STREAMED_GEMV=0 keeps the warp-per-column kernels and
+// GROVE_STREAMED_GEMV=0 keeps the warp-per-column kernels (=blas or =norm
+// streams only the BLAS or only the RMSNorm GEMVs) and
 // GROVE_WEIGHTS_EVICT_FIRST=0 the default L2 policy (both read at each
 // launch: runtime::streamed_gemv_enabled, weights_evict_first).
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise,
