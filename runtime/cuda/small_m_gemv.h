@@ -51,7 +51,10 @@
 // logits bit for bit; down 20.8 -> 16.0-18.2 us, qkv 7.45 -> 5.6-6.9. In the
 // decode step the first form (every RMSNorm GEMV normalizing again per weight
 // vector) was slower, 1251 -> 1552 us, and the evict-first policy took 54 us
-// off that; the row normalized once in shared memory is round 2's change.
+// off that. With the row normalized once in shared memory (round 2, one call,
+// decode benchmark, batch 1, WHILE loop): the 1B step 1247.2 -> 1075.0 us
+// (49.8% -> 57.8% of 3.35 TB/s, 802 -> 930 tokens/s), the small config's
+// 102.2 (round 1) -> 94.7 us, the same tokens.
 // GROVE_STREAMED_GEMV=0 keeps the warp-per-column kernels (=blas or =norm
 // streams only the BLAS or only the RMSNorm GEMVs) and
 // GROVE_WEIGHTS_EVICT_FIRST=0 the default L2 policy (both read at each
