@@ -1,5 +1,6 @@
 #include "runtime/platform.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "runtime/error.h"
@@ -27,5 +28,19 @@ namespace {
 GraphHandle Platform::create_graph() { no_while_graphs(*this); }
 uint64_t Platform::create_while_condition(GraphHandle, bool) { no_while_graphs(*this); }
 void Platform::add_while_node(GraphHandle, uint64_t, GraphHandle) { no_while_graphs(*this); }
+
+bool streamed_gemv_enabled(StreamedGemvs kernels) {
+  const char* value = std::getenv("GROVE_STREAMED_GEMV");
+  if (value == nullptr) return true;
+  if (std::strcmp(value, "0") == 0) return false;
+  if (std::strcmp(value, "blas") == 0) return kernels == StreamedGemvs::kBlas;
+  if (std::strcmp(value, "norm") == 0) return kernels == StreamedGemvs::kNorm;
+  return true;
+}
+
+bool weights_evict_first() {
+  const char* value = std::getenv("GROVE_WEIGHTS_EVICT_FIRST");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
 
 }  // namespace grove::runtime

@@ -133,6 +133,10 @@ class Platform {
   };
   virtual MemoryInfo memory_info() { return {}; }
 
+  // The device's streaming multiprocessors (cuda), for kernels that size their
+  // grid to the device (Note [Streamed GEMV]); 1 where there are none (sim).
+  virtual int multiprocessor_count() const { return 1; }
+
   // Raw device memory (the caching allocator's segments).
   virtual void* allocate_raw(size_t bytes) = 0;
   virtual void free_raw(void* pointer) = 0;
@@ -227,5 +231,15 @@ class Platform {
                                     bool /*handed_out*/) {}
   virtual void note_block_freed(void* /*address*/) {}
 };
+
+// Whether one-row GEMVs on cuda run their streamed kernels (Note [Streamed
+// GEMV], runtime/cuda/small_m_gemv.h): the BLAS GEMV (o and down projections)
+// or the RMSNorm GEMVs. GROVE_STREAMED_GEMV=0 turns both off, =blas or =norm
+// keeps only that one; read at each launch, so one process can time each.
+enum class StreamedGemvs : uint8_t { kBlas, kNorm };
+bool streamed_gemv_enabled(StreamedGemvs kernels);
+// Whether the streamed GEMVs read weights under an evict-first L2 policy,
+// unless GROVE_WEIGHTS_EVICT_FIRST is 0 (Note [Streamed GEMV]); read at each launch.
+bool weights_evict_first();
 
 }  // namespace grove::runtime

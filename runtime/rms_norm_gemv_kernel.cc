@@ -1,5 +1,6 @@
 #include "runtime/rms_norm_gemv_kernel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -74,6 +75,43 @@ void host_rms_norm_gemv(const LaunchDims*, const uint64_t* args) {
 
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
+// Note [Streamed GEMV] (runtime/cuda/small_m_gemv.h): one row on cuda, a grid
+// of kStreamBlocksPerSm blocks per SM at most (a warp per column at least).
+constexpr int64_t kStreamBlocksPerSm = 2;
+// The longest row the streamed kernels take (kStreamedMaxK in rms_norm_gemv_kernel.cu:
+// the normalized row lives in the block's shared memory).
+constexpr int64_t kStreamedMaxK = 3072;
+
+void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const Tensor& out,
+                     int64_t n, int64_t k, double eps, bool gated, bool f32_out,
+                     StreamHandle stream) {
+  const Device device = x.device();
+  Platform& platform = device_context(device).platform();
+  KernelSource source;
+  source.name = gated     ? "grove_rms_norm_swiglu_streamed_bf16"
+                : f32_out ? "grove_rms_norm_gemv_streamed_bf16_f32out"
+                          : "grove_rms_norm_gemv_streamed_bf16";
+  source.ptx = kPtx;
+  source.ptx_programmatic = kProgrammaticPtx;
+  const KernelHandle kernel = load_kernel_once(device, source);
+  const int64_t needed = (n + kThreads / 32 - 1) / (kThreads / 32);
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>(
+      std::min(needed, int64_t{platform.multiprocessor_count()} * kStreamBlocksPerSm));
+  dims.block.x = kThreads;
+  KernelArgs args;
+  args.add_pointer(x.data_ptr())
+      .add_pointer(gain.data_ptr())
+      .add_pointer(w.data_ptr())
+      .add_i64(k)
+      .add_pointer(out.data_ptr())
+      .add_i64(n)
+      .add_i64(k)
+      .add_f32(static_cast<float>(eps))
+      .add_i64(weights_evict_first() ? 1 : 0);
+  platform.launch_kernel(kernel, dims, args, stream);
+}
+
 }  // namespace
 
 std::string rms_norm_gemv_refusal(DType dtype, int64_t rows, int64_t k) {
@@ -114,6 +152,10 @@ void launch_rms_norm_gemv(const Tensor& x, const Tensor& gain, const Tensor& w, 
   }
   if (n == 0) return;
   const Device device = x.device();
+  if (device.is_cuda() && streamed_gemv_enabled(StreamedGemvs::kNorm) && k <= kStreamedMaxK) {
+    launch_streamed(x, gain, w, out, n, k, eps, gated, f32_out, stream);
+    return;
+  }
   KernelSource source;
   source.name = str_cat(gated     ? "grove_rms_norm_swiglu_bf16_m"
                         : f32_out ? "grove_rms_norm_gemv_bf16_f32out_m"

@@ -13,6 +13,7 @@
 // to the down projection, without the gate/up activations in memory.
 #include <cstdint>
 
+#include "runtime/async_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
 
 namespace {
@@ -203,6 +204,141 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
   }
 }
 
+// Note [Streamed GEMV] (runtime/cuda/small_m_gemv.h) for one row: a grid of
+// a few blocks per SM whose warps take columns w, w + warps, ...; each thread
+// streams its own vectors of W (gated: its gate and up vectors, two slots a
+// step) through kSlots 16-byte shared-memory slots that cp.async fills ahead
+// of the fold, the first requested before the wait. rstd is summed as
+// rms_norm_gemv<1> sums it (same threads, same order); the block then writes
+// the normalized row bf16(g * (x * rstd)) once into shared memory (exact in
+// bf16), and each lane folds the same vectors in the same order: identical
+// bits. (Normalizing again for every weight vector, as rms_norm_gemv does,
+// left the streamed kernel's few warps an SM compute-bound: the 1B step took
+// 1552 us against 1251, H100 round 1 of session 18; normalized once, 1075.0
+// against 1247.2 in round 2.)
+// 40 KiB of slots per block of kThreads (a static block takes at most 48 KiB
+// of shared memory, with the normalized row); even, so a gated step's pair
+// never wraps.
+constexpr int kSlots = 20;
+// The longest row the streamed kernels normalize into shared memory
+// (kStreamedMaxK in rms_norm_gemv_kernel.cc; longer rows take rms_norm_gemv).
+constexpr int kStreamedMaxK = 3072;
+
+template <bool kGated, typename Out>
+__device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
+                                                       const uint16_t* gain_bits,
+                                                       const uint16_t* w_bits, int64_t ldw, Out* c,
+                                                       int64_t n, int64_t k, float eps,
+                                                       int64_t evict_first) {
+  __shared__ uint4 slots[kSlots][kThreads];
+  __shared__ uint4 normed[kStreamedMaxK / 8];  // bf16(g * (x * rstd)), 8 a vector
+  __shared__ float partial[kThreads / kWarp];
+  __shared__ float rstd_shared;
+  constexpr int kPerStep = kGated ? 2 : 1;   // slots a step takes
+  constexpr int kDepth = kSlots / kPerStep;  // steps in flight
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
+  const int64_t first_column = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + warp;
+  const int64_t vectors = k / 8;
+  const int64_t per_lane = lane < vectors ? (vectors - lane + kWarp - 1) / kWarp : 0;
+  const auto* x = reinterpret_cast<const uint4*>(x_bits);
+  const auto* gain = reinterpret_cast<const uint4*>(gain_bits);
+  uint4* mine = &slots[0][threadIdx.x];
+  const uint64_t policy = evict_first_policy();
+  // Weight copies, under evict_first_policy where asked.
+  auto copy = [&](uint4* slot, const uint4* source) {
+    if (evict_first != 0) {
+      copy_async_16(slot, source, policy);
+    } else {
+      copy_async_16(slot, source);
+    }
+  };
+  int64_t issue_column = per_lane > 0 ? first_column : n;
+  int64_t issue_step = 0;
+  auto request = [&](int step_slot) {
+    if (issue_column < n) {
+      const int64_t index = lane + issue_step * kWarp;
+      const auto* gate_row = reinterpret_cast<const uint4*>(w_bits + issue_column * ldw);
+      copy(mine + step_slot * kPerStep * kThreads, gate_row + index);
+      if constexpr (kGated) {
+        const auto* up_row = reinterpret_cast<const uint4*>(w_bits + (issue_column + n) * ldw);
+        copy(mine + (step_slot * kPerStep + 1) * kThreads, up_row + index);
+      }
+      if (++issue_step == per_lane) {
+        issue_step = 0;
+        issue_column += warps;
+      }
+    }
+    commit_copies();  // empty past the end: kDepth groups stay pending
+  };
+  // Note [Programmatic dependent launch]: W is read-only; x only after the wait.
+#pragma unroll
+  for (int step_slot = 0; step_slot < kDepth; ++step_slot) request(step_slot);
+  wait_for_earlier_kernels();
+  allow_next_kernel();
+  float sums[1] = {0.0f};
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+    float xs[8];
+    unpack(__ldg(x + v), xs);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sums[0] = fmaf(xs[i], xs[i], sums[0]);
+  }
+  warp_sum<1>(sums);
+  if (lane == 0) partial[warp] = sums[0];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kThreads / kWarp; ++w) total += partial[w];
+    rstd_shared = rsqrtf(total / static_cast<float>(k) + eps);
+  }
+  __syncthreads();
+  const float rstd[1] = {rstd_shared};
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+    float a[1][8];
+    normalized<1>(a, x, 0, gain, rstd, v);
+    uint32_t words[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      words[i] =
+          (__float_as_uint(a[0][2 * i]) >> 16) | (__float_as_uint(a[0][2 * i + 1]) & 0xffff0000u);
+    }
+    normed[v] = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+  __syncthreads();
+  int step_slot = 0;
+  for (int64_t column = first_column; column < n; column += warps) {
+    float acc[1] = {0.0f};
+    float acc_up[1] = {0.0f};
+    for (int64_t step = 0; step < per_lane; ++step) {
+      wait_copies<kDepth - 1>();
+      float a[1][8];
+      unpack(normed[lane + step * kWarp], a[0]);
+      dot<1>(acc, mine[step_slot * kPerStep * kThreads], a);
+      if constexpr (kGated) dot<1>(acc_up, mine[(step_slot * kPerStep + 1) * kThreads], a);
+      request(step_slot);  // the dots above have read its slots
+      step_slot = step_slot + 1 == kDepth ? 0 : step_slot + 1;
+    }
+    warp_sum<1>(acc);
+    if constexpr (kGated) warp_sum<1>(acc_up);
+    if (lane == 0) {
+      float value = acc[0];
+      if constexpr (kGated) {
+        const float gate = round_bf16(acc[0]);
+        const float up = round_bf16(acc_up[0]);
+        value = gate * (1.0f / (1.0f + expf(-gate))) * up;
+      }
+      if constexpr (sizeof(Out) == 2) {
+        c[column] = to_bf16_bits(value);
+      } else {
+        c[column] = round_bf16(value);
+      }
+    }
+  }
+  wait_copies<0>();
+}
+
 }  // namespace
 
 // grove_rms_norm_gemv_bf16_m1, grove_rms_norm_gemv_bf16_f32out_m1 and
@@ -220,3 +356,17 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
 GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_m1, 1, false, uint16_t)
 GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_f32out_m1, 1, false, float)
 GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m1, 1, true, uint16_t)
+
+// The streamed kernels (Note [Streamed GEMV]): one row, the same parameters
+// but ldx and ldc (one row each) and with evict_first (W's reads under
+// evict_first_policy), launched with a grid sized to the device.
+#define GROVE_STREAMED_RMS_NORM_GEMV(NAME, GATED, OUT)                                      \
+  extern "C" __global__ void __launch_bounds__(kThreads)                                    \
+      NAME(const uint16_t* x, const uint16_t* gain, const uint16_t* w, int64_t ldw, OUT* c, \
+           int64_t n, int64_t k, float eps, int64_t evict_first) {                          \
+    streamed_rms_norm_gemv<GATED, OUT>(x, gain, w, ldw, c, n, k, eps, evict_first);         \
+  }
+
+GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16, false, uint16_t)
+GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_f32out, false, float)
+GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_swiglu_streamed_bf16, true, uint16_t)

@@ -23,8 +23,12 @@
 // head fused too). Every block sums the squares again before it folds, which
 // weighs on kernels of many short blocks: the small config's fused LM head
 // (8000 blocks, K = 256) took 28.2 us against 13.4 for the norm, the GEMM and
-// the cast (ncu, round 3), so the final norm stays apart; and its step was
-// 125.6 us with fused norms against 120.0 apart (round 3): to do.
+// the cast (ncu, round 3), so the final norm stayed apart; and its step was
+// 125.6 us with fused norms against 120.0 apart (round 3). On cuda one row
+// of K <= 3072 now runs the streamed kernels (Note [Streamed GEMV],
+// runtime/cuda/small_m_gemv.h: a grid of two blocks per SM, each normalizing
+// the row once into shared memory); GROVE_FUSED_LM_HEAD=1 fuses the final
+// norm into the LM head again (DecoderLayers::normed_lm_head).
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,17 @@
 // bucket's rows over all max_seq_len positions, which the masked attention reads) / step time /
 // --hbm-tbs. Each mode's runs give the same tokens (checked).
 //
+// What the loops pay per step beyond the step's kernels: "per-step" is the
+// leanest host loop (no uploads; the host spins on the mapped step counter,
+// then replays), "server" what the Generator pays when rows change, and the
+// WHILE loop re-runs its body on the device. In the GEMV probe
+// (runtime/cuda/probes/gemv_pdl_probe.cu, the 1B step's GEMVs, H100, session
+// 18 round 1) one graph launch took 1044.9 us, a WHILE iteration 1058.1-1058.8
+// and a host-synchronized per-step launch 1062.6: the WHILE body saves the
+// host loop only ~4.5 us a step, because re-running it costs ~13 us itself. So
+// against "per-step" WHILE gains a few percent at most (the small config's
+// ~100 us step is its 25 kernels' latency), and its 1.6x is against "server".
+//
 //   decode [--device auto|cuda|sim] [--configs 1b,small] [--batches 1,8,32,64]
 //          [--steps 64] [--prompt 16] [--max-seq-len 128] [--repeats 5]
 //          [--hbm-tbs 3.35] [--attention fused|unfused] [--norms fused|unfused]

@@ -117,6 +117,7 @@ CudaPlatform::CudaPlatform(int index) : index_(index), blas_(make_cublas_support
   GROVE_CUDA_CHECK(cudaGetDeviceProperties(&properties, index_),
                    "reading the properties of cuda:", index_);
   name_ = properties.name;
+  multiprocessors_ = properties.multiProcessorCount;
   const char* programmatic = std::getenv("GROVE_PROGRAMMATIC_LAUNCH");
   programmatic_launch_ =
       properties.major >= 9 && !(programmatic != nullptr && std::string_view(programmatic) == "0");

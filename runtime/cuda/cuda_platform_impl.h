@@ -68,6 +68,7 @@ class CudaPlatform final : public Platform {
   std::string name() const override { return name_; }
 
   MemoryInfo memory_info() override;
+  int multiprocessor_count() const override { return multiprocessors_; }
   void* allocate_raw(size_t bytes) override;
   void free_raw(void* pointer) override;
   void* allocate_host_pinned(size_t bytes) override;
@@ -140,6 +141,7 @@ class CudaPlatform final : public Platform {
 
   int index_;
   std::string name_;
+  int multiprocessors_ = 1;
   // Kernels with KernelSource::ptx_programmatic run it (Note [Programmatic
   // dependent launch]): compute capability 9.0 or newer, and
   // GROVE_PROGRAMMATIC_LAUNCH is not 0.

@@ -1,5 +1,6 @@
 #include "runtime/cuda/small_m_gemv.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -16,6 +17,9 @@ constexpr const char* kProgrammaticPtx =
 #include "runtime/cuda/small_m_gemv_kernel_programmatic_ptx.inc"
     ;
 constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
+// Note [Streamed GEMV]: the streamed kernel's block (kStreamThreads) and grid.
+constexpr uint32_t kStreamThreads = 128;
+constexpr int kStreamBlocksPerSm = 2;
 
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
@@ -50,6 +54,10 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
   GROVE_CHECK(small_m_gemv_qualifies(g), "small-M GEMV: a GEMM of m=", g.m, ", n=", g.n,
               ", k=", g.k, " it cannot compute (a grove bug; please report it)");
   const int type = g.dtype == DType::kBF16 ? 0 : 1;
+  if (g.m == 1 && streamed_gemv_enabled(StreamedGemvs::kBlas)) {
+    launch_streamed(stream, g, type);
+    return;
+  }
   const int rows = row_variant(g.m);
   KernelHandle kernel;
   {
@@ -77,6 +85,39 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
       .add_i64(g.n)
       .add_i64(g.k)
       .add_i64(g.beta == 1.0f ? 1 : 0);
+  platform_.launch_kernel(kernel, dims, args, stream);
+}
+
+void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int type) {
+  KernelHandle kernel;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!streamed_loaded_[type]) {
+      KernelSource source;
+      source.name = str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16");
+      source.ptx = kPtx;
+      source.ptx_programmatic = kProgrammaticPtx;
+      streamed_[type] = platform_.load_kernel(source);
+      streamed_loaded_[type] = true;
+    }
+    kernel = streamed_[type];
+  }
+  const int multiprocessors = platform_.multiprocessor_count();
+  // No more blocks than columns need (a warp per column at least).
+  const int64_t needed = (g.n + kStreamThreads / 32 - 1) / (kStreamThreads / 32);
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>(
+      std::min<int64_t>(needed, static_cast<int64_t>(multiprocessors) * kStreamBlocksPerSm));
+  dims.block.x = kStreamThreads;
+  KernelArgs args;
+  args.add_pointer(g.a)
+      .add_pointer(g.b)
+      .add_i64(g.ldb)
+      .add_pointer(g.c)
+      .add_i64(g.n)
+      .add_i64(g.k)
+      .add_i64(g.beta == 1.0f ? 1 : 0)
+      .add_i64(weights_evict_first() ? 1 : 0);
   platform_.launch_kernel(kernel, dims, args, stream);
 }
 

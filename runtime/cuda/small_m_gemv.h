@@ -22,6 +22,46 @@
 // Tests: CudaPlatformTest.SmallMGemvMatchesHostReference,
 // CudaPlatformTest.SmallMGemvIsOneKernelInACapturedGraph
 // (tests/runtime/cuda_platform_test.cc).
+//
+// Note [Streamed GEMV]
+// A batch-1 step's GEMVs are 8-131 MB each, launched back to back: at one
+// warp per column and 113 registers a thread (4 blocks an SM) the 1B down
+// projection (2048 x 8192) took 20 us for 33.5 MB and every kernel paid about
+// 3.5 us of ramp and drain (runtime/cuda/probes/gemv_pdl_probe.cu, H100).
+// For one row of A (M = 1) the streamed kernels run two blocks per SM of 128
+// threads and at most 48 KiB of shared memory (static), the warps taking
+// columns w, w + warps, ...: each thread streams its own weight vectors
+// through 24 shared-memory slots (20 in the RMSNorm GEMVs, whose gated form
+// takes a gate and an up vector a step, and whose block first writes the
+// normalized row, K <= 3072, into shared memory) that cp.async fills that
+// far ahead of the fold (runtime/async_copy_device.h), and requests the
+// first of them before its PDL wait, so the blocks, which leave room on their
+// SM, load while the kernel before still runs. A thread reads only slots it
+// filled itself: no barrier. Each lane folds the same vectors in the same
+// order as the warp-per-column kernels (and the RMSNorm GEMV sums rstd with
+// the same threads in the same order): identical bits, so the choice changes
+// no result. Weights are read under an evict-first L2 policy: read once a
+// step, they would otherwise push out what later kernels read again
+// (activations, the KV cache, positions); same bits. Here for cuda's BLAS
+// (the o and down projections); the RMSNorm GEMVs (qkv, gate/up) in
+// runtime/rms_norm_gemv_kernel.cu.
+// H100, session 18 round 1 (runtime/cuda/probes/gemv_pdl_probe.cu, 16 layers'
+// GEMVs and the LM head in one graph): 1044.9 us a step warp per column (PDL,
+// L2 prefetch) against 918.6-965.2 streamed (64-68% of 3.35 TB/s), the same
+// logits bit for bit; down 20.8 -> 16.0-18.2 us, qkv 7.45 -> 5.6-6.9. In the
+// decode step the first form (every RMSNorm GEMV normalizing again per weight
+// vector) was slower, 1251 -> 1552 us, and the evict-first policy took 54 us
+// off that. With the row normalized once in shared memory (round 2, one call,
+// decode benchmark, batch 1, WHILE loop): the 1B step 1247.2 -> 1075.0 us
+// (49.8% -> 57.8% of 3.35 TB/s, 802 -> 930 tokens/s), the small config's
+// 102.2 (round 1) -> 94.7 us, the same tokens.
+// GROVE_STREAMED_GEMV=0 keeps the warp-per-column kernels (=blas or =norm
+// streams only the BLAS or only the RMSNorm GEMVs) and
+// GROVE_WEIGHTS_EVICT_FIRST=0 the default L2 policy (both read at each
+// launch: runtime::streamed_gemv_enabled, weights_evict_first).
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise,
+// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
+// (tests/runtime/cuda_platform_test.cc).
 #pragma once
 
 #include <mutex>
@@ -42,10 +82,15 @@ class SmallMGemv {
   void launch(StreamHandle stream, const GemmArgs& args);
 
  private:
+  // One row of A: Note [Streamed GEMV]. type: 0 bf16, 1 f16.
+  void launch_streamed(StreamHandle stream, const GemmArgs& args, int type);
+
   Platform& platform_;
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
+  KernelHandle streamed_[2] = {};  // [bf16, f16], Note [Streamed GEMV]
+  bool streamed_loaded_[2] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "runtime/async_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
 
 namespace {
@@ -125,6 +126,82 @@ __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_
   }
 }
 
+// Note [Streamed GEMV] (small_m_gemv.h): one row of A; a grid of a few
+// blocks per SM whose warps take rows column, column + warps, ...; each thread
+// streams its own vectors of W (lane, lane + 32, ... of each of its rows, the
+// order gemv<T, 1> folds them in: the same sums, bit for bit) through
+// kSlots 16-byte slots of shared memory that cp.async fills kSlots vectors
+// ahead of the fold. The first kSlots are requested before the wait, while
+// the kernel before still runs. A thread reads only slots it filled itself,
+// so no barrier is needed.
+constexpr int kStreamThreads = 128;
+// 48 KiB of slots per block: two blocks of one kernel fit an SM beside
+// two of the next kernel's.
+constexpr int kSlots = 24;
+
+template <typename T>
+__device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ldw, T* c, int64_t n,
+                                              int64_t k, int64_t accumulate, int64_t evict_first) {
+  __shared__ uint4 slots[kSlots][kStreamThreads];
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kStreamThreads / kWarp);
+  const int64_t first_column =
+      static_cast<int64_t>(blockIdx.x) * (kStreamThreads / kWarp) + threadIdx.x / kWarp;
+  const int64_t vectors = k / 8;
+  const int64_t per_lane = lane < vectors ? (vectors - lane + kWarp - 1) / kWarp : 0;
+  const auto* x = reinterpret_cast<const uint4*>(a);
+  uint4* mine = &slots[0][threadIdx.x];
+  const uint64_t policy = evict_first_policy();
+  // The next vector to request: row `issue_column` of W, this lane's `issue_step`-th.
+  int64_t issue_column = per_lane > 0 ? first_column : n;
+  int64_t issue_step = 0;
+  auto request = [&](int slot) {
+    if (issue_column < n) {
+      const uint4* row = reinterpret_cast<const uint4*>(w + issue_column * ldw);
+      if (evict_first != 0) {
+        copy_async_16(mine + slot * kStreamThreads, row + lane + issue_step * kWarp, policy);
+      } else {
+        copy_async_16(mine + slot * kStreamThreads, row + lane + issue_step * kWarp);
+      }
+      if (++issue_step == per_lane) {
+        issue_step = 0;
+        issue_column += warps;
+      }
+    }
+    commit_copies();  // empty past the end: kSlots groups stay pending
+  };
+  // Note [Programmatic dependent launch]: W is read-only; its first vectors
+  // are requested while the kernel before drains; A and C only after the wait.
+#pragma unroll
+  for (int slot = 0; slot < kSlots; ++slot) request(slot);
+  wait_for_earlier_kernels();
+  allow_next_kernel();
+  int slot = 0;
+  for (int64_t column = first_column; column < n; column += warps) {
+    float acc = 0.0f;
+    for (int64_t step = 0; step < per_lane; ++step) {
+      wait_copies<kSlots - 1>();
+      float weights[8];
+      unpack(mine[slot * kStreamThreads], weights, T());
+      float xs[8];
+      unpack(__ldg(x + lane + step * kWarp), xs, T());
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc = fmaf(xs[i], weights[i], acc);
+      request(slot);  // the fold above has read the slot
+      slot = slot + 1 == kSlots ? 0 : slot + 1;
+    }
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    }
+    if (lane == 0) {
+      T* out = c + column;
+      store(out, accumulate != 0 ? acc + widen(*out) : acc);
+    }
+  }
+  wait_copies<0>();
+}
+
 }  // namespace
 
 // grove_small_m_gemv_<dtype>_m<M>(a, lda, w, ldw, c, ldc, n, k, accumulate): the kernels
@@ -145,3 +222,17 @@ GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m1, __half, 1)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m2, __half, 2)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m4, __half, 4)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8)
+
+// grove_small_m_gemv_streamed_<dtype>(a, w, ldw, c, n, k, accumulate,
+// evict_first): one row of A, Note [Streamed GEMV]; launched with
+// kStreamThreads threads per block. evict_first: W's reads under
+// evict_first_policy.
+#define GROVE_STREAMED_GEMV(NAME, T)                                                            \
+  extern "C" __global__ void __launch_bounds__(kStreamThreads)                                  \
+      NAME(const T* a, const T* w, int64_t ldw, T* c, int64_t n, int64_t k, int64_t accumulate, \
+           int64_t evict_first) {                                                               \
+    streamed_gemv<T>(a, w, ldw, c, n, k, accumulate, evict_first);                              \
+  }
+
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16, __half)

@@ -1,7 +1,10 @@
 #include "serving/llm/decoder_layers.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
+#include <string_view>
 
 #include "runtime/error.h"
 #include "runtime/rms_norm_gemv_kernel.h"
@@ -111,6 +114,17 @@ ValueId DecoderLayers::final_norm(ValueId x) {
                          weight("transformer.ln_f.bias", {hidden}), config_.norm_eps);
   }
   return rms_norm(x, weight("model.norm.weight", {hidden}));
+}
+
+ValueId DecoderLayers::normed_lm_head(ValueId x) {
+  const char* setting = std::getenv("GROVE_FUSED_LM_HEAD");
+  const bool fused = fuse_norms_ && dtype_ == DType::kBF16 && setting != nullptr &&
+                     std::string_view(setting) == "1";
+  if (!fused) return lm_head(final_norm(x));
+  compiler::ir::Attributes attrs;
+  attrs.set("eps", config_.norm_eps);
+  attrs.set("out_dtype", std::string("f32"));
+  return b_.op1("rms_norm_linear", {x, norm_weight(-1, 0), lm_head_table()}, attrs, "lm_head");
 }
 
 // GPT-2's Conv1D: y = x @ W + b with W stored [in, out] (transposed against nn.Linear).

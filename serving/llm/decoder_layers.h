@@ -34,6 +34,12 @@ class DecoderLayers {
   // The block input norm of layer `layer` (`which`: 1 before attention, 2 before the MLP).
   ValueId block_norm(ValueId x, int64_t layer, int which);
   ValueId final_norm(ValueId x);
+  // The logits (f32) of the last hidden states: lm_head(final_norm(x)); with
+  // fused norms (bf16) and GROVE_FUSED_LM_HEAD=1 one rms_norm_linear kernel
+  // widening to f32 (Note [Streamed GEMV]). Off by default: with the
+  // normalization redone per weight vector it made the 1B step 97 us slower
+  // (H100, session 18 round 1).
+  ValueId normed_lm_head(ValueId x);
   // Projections of layer `layer`, with the rotary embedding (LLaMA) at `positions`.
   QueryKeyValue project(ValueId x, int64_t layer, ValueId positions, int64_t rows);
   // The attention output projection of [rows, heads * head_dim].

@@ -188,9 +188,10 @@ compiler::ir::Program build_decode_program(const DecoderConfig& config, const Ca
     new_rows.push_back(qkv.key);
     new_rows.push_back(qkv.value);
   }
-  // The final norm stays its own kernel (Note [RMSNorm GEMV]: fused into the
-  // LM head's 8000 blocks it cost more than it saved).
-  b.output(layers.lm_head(layers.final_norm(x)));
+  // DecoderLayers::normed_lm_head: the final norm stays its own kernel unless
+  // GROVE_FUSED_LM_HEAD=1 (Note [RMSNorm GEMV]: fused into the LM head's 8000
+  // blocks it cost more than it saved; streamed, still 97 us more a 1B step).
+  b.output(layers.normed_lm_head(x));
   for (ValueId rows : new_rows) b.output(rows);
   return b.build();
 }

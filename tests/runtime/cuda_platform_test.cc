@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/cuda/blas.h"
@@ -16,6 +17,7 @@
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/graph_recording.h"
+#include "runtime/rms_norm_gemv_kernel.h"
 #include "runtime/tensor.h"
 #include "runtime/testing/test_kernels.h"
 #include "tests/common/test_util.h"
@@ -567,8 +569,150 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
     std::vector<KernelNodeInfo> nodes = platform().kernel_nodes(graph);
     EXPECT_EQ(platform().graph_node_count(graph), 1u) << "1 x " << n << " x " << k;
     ASSERT_EQ(nodes.size(), 1u) << "1 x " << n << " x " << k;
-    EXPECT_EQ(nodes[0].kernel_name, "grove_small_m_gemv_bf16_m1");
+    EXPECT_EQ(nodes[0].kernel_name, streamed_gemv_enabled(StreamedGemvs::kBlas)
+                                        ? "grove_small_m_gemv_streamed_bf16"
+                                        : "grove_small_m_gemv_bf16_m1");
     platform().destroy_graph(graph);
+  }
+}
+
+// Sets an environment variable for one scope, restoring what it was.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnvironment() {
+    if (had_) {
+      ::setenv(name_, before_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string before_;
+};
+
+// GROVE_STREAMED_GEMV and GROVE_WEIGHTS_EVICT_FIRST for the streamed GEMV
+// tests: streamed, warp per column, streamed with weights evicted first.
+constexpr std::pair<const char*, const char*> kGemvSettings[] = {
+    {"1", "0"}, {"0", "0"}, {"1", "1"}};
+constexpr const char* kGemvSettingNames[] = {"streamed", "warp-per-column", "evict-first"};
+
+// Note [Streamed GEMV]: for one row of A the streamed kernel (GROVE_STREAMED_GEMV
+// unset or 1) folds each lane's vectors in the warp-per-column kernel's order, so
+// both give the same bits: shapes where warps take several columns (n above the
+// grid's warps), K whose vectors do not divide among the lanes, a row stride
+// past K, and beta 0 and 1.
+TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t shapes[][3] = {{3001, 1096, 1112}, {2048, 8192, 8192}, {5, 64, 64}};
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const auto& [n, k, ldb] : shapes) {
+      for (float beta : {0.0f, 1.0f}) {
+        auto to_bits = [&](float value) {
+          return dtype == DType::kBF16 ? float_to_bf16_bits(value) : float_to_f16_bits(value);
+        };
+        std::vector<uint16_t> a_bits, w_bits, c_bits;
+        for (float value : random_floats(rng, k, -1.0f, 1.0f)) a_bits.push_back(to_bits(value));
+        for (float value : random_floats(rng, n * ldb, -1.0f, 1.0f))
+          w_bits.push_back(to_bits(value));
+        for (float value : random_floats(rng, n, -4.0f, 4.0f)) c_bits.push_back(to_bits(value));
+        Tensor ta = Tensor::from_host(a_bits.data(), {1, k}, dtype, kCudaDevice);
+        Tensor tw = Tensor::from_host(w_bits.data(), {n, ldb}, dtype, kCudaDevice);
+        std::vector<std::vector<uint16_t>> results;
+        std::vector<std::string> names;
+        // Streamed, warp per column, streamed with weights evicted first.
+        for (const auto& [streamed, evict] : kGemvSettings) {
+          ScopedEnvironment setting("GROVE_STREAMED_GEMV", streamed);
+          ScopedEnvironment eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
+          Tensor tc = Tensor::from_host(c_bits.data(), {1, n}, dtype, kCudaDevice);
+          GemmArgs args;
+          args.dtype = dtype;
+          args.m = 1, args.n = n, args.k = k;
+          args.a = ta.data_ptr(), args.lda = k;
+          args.b = tw.data_ptr(), args.ldb = ldb, args.transpose_b = true;
+          args.c = tc.data_ptr(), args.ldc = n;
+          args.beta = beta;
+          platform().begin_capture(stream_, CaptureMode::kThreadLocal);
+          platform().blas().gemm_row_major(stream_, args);
+          GraphHandle graph = platform().end_capture(stream_);
+          std::vector<KernelNodeInfo> nodes = platform().kernel_nodes(graph);
+          ASSERT_EQ(nodes.size(), 1u);
+          names.push_back(nodes[0].kernel_name);
+          GraphExecHandle exec = platform().instantiate(graph, {});
+          platform().launch_graph(exec, stream_);
+          platform().synchronize_stream(stream_);
+          platform().destroy_graph_exec(exec);
+          platform().destroy_graph(graph);
+          results.push_back(tc.to_vector<uint16_t>());
+        }
+        const char* type = dtype == DType::kBF16 ? "bf16" : "f16";
+        EXPECT_EQ(names[0], str_cat("grove_small_m_gemv_streamed_", type));
+        EXPECT_EQ(names[1], str_cat("grove_small_m_gemv_", type, "_m1"));
+        EXPECT_EQ(names[2], names[0]);
+        for (size_t other : {1, 2}) {
+          size_t differ = 0;
+          for (size_t i = 0; i < results[0].size(); ++i) {
+            differ += results[0][i] != results[other][i];
+          }
+          EXPECT_EQ(differ, 0u) << type << " n " << n << " k " << k << " beta " << beta
+                                << ": streamed and " << kGemvSettingNames[other]
+                                << " results differ";
+        }
+        // And the product is not trivially zero: a sum changed C somewhere.
+        size_t changed = 0;
+        for (int64_t i = 0; i < n; ++i) changed += results[0][i] != c_bits[i];
+        EXPECT_GT(changed, static_cast<size_t>(n / 2)) << type << " n " << n << " k " << k;
+      }
+    }
+  }
+}
+
+// Note [Streamed GEMV]: the streamed RMSNorm GEMVs (plain, f32 out, gated)
+// give the warp-per-column kernels' bits, for column counts above the grid's
+// warps and K whose vectors do not divide among the lanes.
+TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
+  GROVE_SEEDED_RNG(rng);
+  const int64_t shapes[][2] = {{3001, 1096}, {2048, 2048}, {7, 64}};
+  for (const auto& [n, k] : shapes) {
+    for (int variant = 0; variant < 3; ++variant) {  // plain, f32 out, gated
+      const bool gated = variant == 2;
+      const DType out_dtype = variant == 1 ? DType::kF32 : DType::kBF16;
+      auto bf16 = [&](int64_t count, float low, float high) {
+        std::vector<uint16_t> bits;
+        for (float value : random_floats(rng, count, low, high))
+          bits.push_back(float_to_bf16_bits(value));
+        return Tensor::from_host(bits.data(), {count}, DType::kBF16, kCudaDevice);
+      };
+      Tensor x = bf16(k, -2.0f, 2.0f).view({1, k});
+      Tensor gain = bf16(k, 0.5f, 1.5f);
+      const int64_t w_rows = gated ? 2 * n : n;
+      Tensor w = bf16(w_rows * k, -0.1f, 0.1f).view({w_rows, k});
+      std::vector<std::vector<uint8_t>> results;
+      for (const auto& [streamed, evict] : kGemvSettings) {
+        ScopedEnvironment setting("GROVE_STREAMED_GEMV", streamed);
+        ScopedEnvironment eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
+        Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
+        launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
+        platform().synchronize_stream(stream_);
+        results.push_back(out.to_host_bytes());
+      }
+      for (size_t other : {1, 2}) {
+        EXPECT_EQ(results[0], results[other])
+            << "variant " << variant << " n " << n << " k " << k << ": streamed and "
+            << kGemvSettingNames[other] << " results differ";
+      }
+      size_t nonzero = 0;
+      for (uint8_t byte : results[0]) nonzero += byte != 0;
+      EXPECT_GT(nonzero, results[0].size() / 4) << "variant " << variant << " n " << n;
+    }
   }
 }
 

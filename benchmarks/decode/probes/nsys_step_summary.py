@@ -27,6 +27,10 @@ ROLE_BYTES = {
     "grove_small_m_gemv_bf16_m1_k4": 8192 * 2048 * 2,
     "grove_small_m_gemv_bf16_m1<-rms_norm": 32000 * 2048 * 2,
 }
+# Note [Streamed GEMV]: the same roles when the one-row GEMV runs streamed.
+for _role in [r for r in ROLE_BYTES if r.startswith("grove_small_m_gemv_bf16_m1<-")]:
+    ROLE_BYTES[_role.replace("grove_small_m_gemv_bf16_m1", "grove_small_m_gemv_streamed_bf16")] = \
+        ROLE_BYTES[_role]
 
 
 def short(name):

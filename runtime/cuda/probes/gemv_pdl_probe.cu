@@ -10,6 +10,10 @@
 //   pdl_l2     pdl, and the warp's first weight batch prefetched to L2 before the wait
 //   pdl_reg    pdl, and the first weight batch loaded into registers before the wait
 //   split2     pdl_reg with two warps per column (each half of K) where N < 4096
+//   stream16, stream24, str32x128, s24x128: the streamed GEMV (Note [Streamed GEMV],
+//              runtime/cuda/small_m_gemv.h): slots x threads per block, a block or two per
+//              SM, weights through cp.async slots, the first slots requested before the wait
+// The per-kernel table also has the LM head (4 launches).
 // It also checks that each variant computes what plain does (same order: bitwise), and
 // whether a conditional WHILE body accepts the PDL edges.
 //   nvcc -O3 -std=c++17 -arch=sm_90a -rdc=true -o gemv_pdl_probe gemv_pdl_probe.cu -lcudadevrt
@@ -162,6 +166,83 @@ __global__ void __launch_bounds__(256) attention_standin(__nv_bfloat16* qkv, con
   qkv[base + threadIdx.x] = __float2bfloat16_rn(q * 0.5f + total[(threadIdx.x + 1) % 256] * 1e-6f);
 }
 
+// Note [Streamed GEMV] candidate: a grid of one block per SM, each warp
+// taking rows r, r + warps, ...; every thread streams its own weight vectors
+// (the same lane order as gemv: lane, lane + 32, ... of each row) through a
+// ring of SLOTS 16-byte shared-memory slots filled by cp.async, SLOTS ahead
+// of the fold. The first SLOTS vectors are requested before the PDL wait, so
+// a kernel's blocks, resident beside the previous kernel's (each takes under
+// half an SM), fetch its first 13 MB (at 24 slots) while that one runs. Each
+// thread reads only slots it filled itself: no barrier. Same sums, same order
+// as gemv<MODE, 1>: bitwise equal.
+__device__ __forceinline__ void cp_async16(void* shared, const void* global) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+template <int SLOTS, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    gemv_stream(const __nv_bfloat16* a, const __nv_bfloat16* w, __nv_bfloat16* c, int64_t n,
+                int64_t k, int accumulate) {
+  extern __shared__ uint4 ring[];  // [SLOTS][THREADS]
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (THREADS / kWarp);
+  const int64_t first_row =
+      static_cast<int64_t>(blockIdx.x) * (THREADS / kWarp) + threadIdx.x / kWarp;
+  const int64_t vectors = k / 8;
+  const int64_t per_lane = lane < vectors ? (vectors - lane + kWarp - 1) / kWarp : 0;
+  const uint4* weights = reinterpret_cast<const uint4*>(w);
+  const uint4* x = reinterpret_cast<const uint4*>(a);
+  uint4* mine = ring + threadIdx.x;
+  int64_t issue_row = per_lane > 0 ? first_row : n;
+  int64_t issue_j = 0;
+  auto issue = [&](int slot) {
+    if (issue_row < n) {
+      cp_async16(mine + slot * THREADS, weights + issue_row * vectors + lane + issue_j * kWarp);
+      if (++issue_j == per_lane) {
+        issue_j = 0;
+        issue_row += warps;
+      }
+    }
+    cp_async_commit();  // empty at the end: SLOTS groups stay pending
+  };
+#pragma unroll
+  for (int s = 0; s < SLOTS; ++s) issue(s);
+  grid_wait();
+  launch_dependents();
+  int slot = 0;
+  for (int64_t row = first_row; row < n; row += warps) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < per_lane; ++j) {
+      cp_async_wait<SLOTS - 1>();
+      const uint4 wv = mine[slot * THREADS];
+      float ws[8], xs[8];
+      unpack(wv, ws);
+      unpack(__ldg(x + lane + j * kWarp), xs);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc = fmaf(xs[i], ws[i], acc);
+      issue(slot);  // after the fold used wv: the slot is free
+      slot = slot + 1 == SLOTS ? 0 : slot + 1;
+    }
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    }
+    if (lane == 0) {
+      __nv_bfloat16* out = c + row;
+      *out = __float2bfloat16_rn(accumulate ? acc + __bfloat162float(*out) : acc);
+    }
+  }
+  cp_async_wait<0>();
+}
+
 __global__ void count_down(cudaGraphConditionalHandle handle, int* left) {
   int v = --*left;
   cudaGraphSetConditional(handle, v > 0 ? 1u : 0u);
@@ -182,6 +263,33 @@ struct Shapes {
   static constexpr int64_t hidden = 2048, qkv = 3072, inter = 8192, vocab = 32000, layers = 16;
 };
 
+int g_sms = 132;
+// Streamed variants: MODE kStream16 (16 slots, 256 threads), kStream24, kStream32x128.
+constexpr int kStream16 = 100, kStream24 = 101, kStream32 = 102, kStream24x128 = 103;
+template <int SLOTS, int THREADS>
+void launch_stream(cudaStream_t s, const __nv_bfloat16* a, const __nv_bfloat16* w, __nv_bfloat16* c,
+                   int64_t n, int64_t k, int accumulate, int blocks_per_sm) {
+  const int bytes = SLOTS * THREADS * 16;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(g_sms * blocks_per_sm));
+  config.blockDim = dim3(THREADS);
+  config.dynamicSmemBytes = bytes;
+  config.stream = s;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&config, gemv_stream<SLOTS, THREADS>, a, w, c, n, k, accumulate));
+}
+
+// Before any capture: the streamed kernels' shared memory above 48 KiB.
+template <int SLOTS, int THREADS>
+void allow_shared() {
+  CHECK(cudaFuncSetAttribute(gemv_stream<SLOTS, THREADS>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, SLOTS * THREADS * 16));
+}
+
 template <int MODE, int SPLIT>
 void launch_gemv(cudaStream_t s, const __nv_bfloat16* a, const __nv_bfloat16* w, __nv_bfloat16* c,
                  int64_t n, int64_t k, int accumulate) {
@@ -194,7 +302,17 @@ void launch_gemv(cudaStream_t s, const __nv_bfloat16* a, const __nv_bfloat16* w,
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = MODE != kPlain ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&config, gemv<MODE, SPLIT>, a, w, c, n, k, accumulate));
+  if constexpr (MODE == kStream16) {
+    launch_stream<16, 256>(s, a, w, c, n, k, accumulate, 1);
+  } else if constexpr (MODE == kStream24) {
+    launch_stream<24, 256>(s, a, w, c, n, k, accumulate, 1);
+  } else if constexpr (MODE == kStream24x128) {
+    launch_stream<24, 128>(s, a, w, c, n, k, accumulate, 2);
+  } else if constexpr (MODE == kStream32) {
+    launch_stream<32, 128>(s, a, w, c, n, k, accumulate, 2);
+  } else {
+    CHECK(cudaLaunchKernelEx(&config, gemv<MODE, SPLIT>, a, w, c, n, k, accumulate));
+  }
 }
 
 template <int MODE>
@@ -415,13 +533,16 @@ float time_one_shape(cudaStream_t s, Model& m, const char* label, int which, dou
       if (which == 2)
         launch_gemv<MODE, SPLIT>(s, m.x, m.gate_up[l], m.mlp, 2 * S::inter, S::hidden, 0);
       if (which == 3) launch_gemv<MODE, SPLIT>(s, m.mlp, m.down[l], m.x, S::hidden, S::inter, 1);
+      if (which == 4 && l < 4)
+        launch_gemv<MODE, SPLIT>(s, m.x, m.lm, m.logits, S::vocab, S::hidden, 0);
     }
   });
   cudaGraphExec_t exec;
   CHECK(cudaGraphInstantiate(&exec, g, 0));
-  const float us = time_graph(exec, s, 20) / S::layers;
+  const float us = time_graph(exec, s, 20) / (which == 4 ? 4 : S::layers);
   const double bytes[] = {S::qkv * S::hidden * 2.0, S::hidden * S::hidden * 2.0,
-                          2 * S::inter * S::hidden * 2.0, S::hidden * S::inter * 2.0};
+                          2 * S::inter * S::hidden * 2.0, S::hidden * S::inter * 2.0,
+                          S::vocab * S::hidden * 2.0};
   *gbps = bytes[which] / (us * 1e-6) / 1e9;
   (void)label;
   CHECK(cudaGraphExecDestroy(exec));
@@ -432,7 +553,7 @@ float time_one_shape(cudaStream_t s, Model& m, const char* label, int which, dou
 template <int MODE, int SPLIT>
 void shape_row(cudaStream_t s, Model& m, const char* name) {
   std::printf("%-9s", name);
-  for (int which = 0; which < 4; ++which) {
+  for (int which = 0; which < 5; ++which) {
     double gbps;
     float us = time_one_shape<MODE, SPLIT>(s, m, name, which, &gbps);
     std::printf("  %7.2f us %6.0f GB/s", us, gbps);
@@ -472,6 +593,11 @@ int main() {
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20);
+  g_sms = prop.multiProcessorCount;
+  allow_shared<16, 256>();
+  allow_shared<24, 256>();
+  allow_shared<32, 128>();
+  allow_shared<24, 128>();
   Model m;
   auto alloc = [](int64_t elements, uint32_t seed) {
     __nv_bfloat16* p;
@@ -498,8 +624,8 @@ int main() {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
   std::printf("per kernel (16 in one graph, each over another layer's weights):\n");
-  std::printf("%-9s  %-22s  %-22s  %-22s  %-22s\n", "variant", "qkv 3072x2048", "o 2048x2048",
-              "gate/up 16384x2048", "down 2048x8192");
+  std::printf("%-9s  %-22s  %-22s  %-22s  %-22s  %-22s\n", "variant", "qkv 3072x2048",
+              "o 2048x2048", "gate/up 16384x2048", "down 2048x8192", "lm head 32000x2048");
   shape_row<kPlain, 1>(s, m, "plain");
   shape_row<kPdl, 1>(s, m, "pdl");
   shape_row<kPdlL2, 1>(s, m, "pdl_l2");
@@ -508,6 +634,10 @@ int main() {
   shape_row<kPdlRegLate, 1>(s, m, "reg_late");
   shape_row<kPdlReg, 2>(s, m, "split2");
   shape_row<kPdlReg, 4>(s, m, "split4");
+  shape_row<kStream16, 1>(s, m, "stream16");
+  shape_row<kStream24, 1>(s, m, "stream24");
+  shape_row<kStream32, 1>(s, m, "str32x128");
+  shape_row<kStream24x128, 1>(s, m, "s24x128");
 
   std::vector<uint16_t> reference, got;
   const float plain = step_row<kPlain, 1>(s, m, "plain", &reference);
@@ -540,6 +670,14 @@ int main() {
   check("split2", false);
   const float split4 = step_row<kPdlReg, 4>(s, m, "split4", &got);
   check("split4", false);
+  step_row<kStream16, 1>(s, m, "stream16", &got);
+  check("stream16", true);
+  step_row<kStream24, 1>(s, m, "stream24", &got);
+  check("stream24", true);
+  step_row<kStream32, 1>(s, m, "str32x128", &got);
+  check("str32x128", true);
+  step_row<kStream24x128, 1>(s, m, "s24x128", &got);
+  check("s24x128", true);
   while_probe<kPlain, 1>(s, m, 32, "plain", plain);
   while_probe<kPdlReg, 1>(s, m, 32, "pdl_reg", reg);
   while_probe<kPdlL2Late, 1>(s, m, 32, "l2_late", l2);
