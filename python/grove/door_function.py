@@ -167,12 +167,7 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
 
         @staticmethod
         def backward(ctx, *gradients):
-            saved = list(ctx.saved_tensors)
-            if saved_order is not None:
-                saved = [saved[index] for index in saved_order]
-            tangents = [gradient if gradient.is_contiguous() else gradient.contiguous()
-                        for gradient in gradients]
-            return tuple(run_backward(saved + tangents))
+            return tuple(run_backward(_backward_arguments(ctx, saved_order, gradients)))
 
     apply = DoorStep.apply
     if lifted:  # the graph module's own parameters and buffers come first
@@ -267,12 +262,7 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
 
         @staticmethod
         def backward(ctx, *gradients):
-            saved = list(ctx.saved_tensors)
-            if saved_order is not None:
-                saved = [saved[index] for index in saved_order]
-            tangents = [gradient if gradient.is_contiguous() else gradient.contiguous()
-                        for gradient in gradients]
-            computed = run_backward(saved + tangents)
+            computed = run_backward(_backward_arguments(ctx, saved_order, gradients))
             _set_gradients(ctx.direct, pick_direct(computed))
             return (None,) + pick_kept(computed)
 
@@ -284,6 +274,17 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
         results = apply(args, *pick_kept(args))
         return results[0] if single else results
     return call
+
+
+def _backward_arguments(ctx, saved_order, gradients):
+    """The backward graph's arguments: the values the forward saved (in the
+    backward's order where it lists them otherwise), then the outputs'
+    gradients, contiguous."""
+    saved = list(ctx.saved_tensors)
+    if saved_order is not None:
+        saved = [saved[index] for index in saved_order]
+    return saved + [gradient if gradient.is_contiguous() else gradient.contiguous()
+                    for gradient in gradients]
 
 
 def _picker(positions):
