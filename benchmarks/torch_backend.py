@@ -294,6 +294,19 @@ def isolated_variant(model, variant, repeats):
     return rows[0].get(variant, {"error": "the child wrote no %s" % variant})
 
 
+def wanted_models(models_arg, known):
+    """The models --models names (None: all), refusing a name no case has:
+    a misspelt model would otherwise leave an empty table that looks run."""
+    if not models_arg:
+        return None
+    wanted = set(models_arg.split(","))
+    unknown = sorted(wanted - set(known))
+    if unknown:
+        raise SystemExit("torch_backend: unknown --models %s (known: %s)"
+                         % (",".join(unknown), ",".join(known)))
+    return wanted
+
+
 def train_main(args):
     variants = args.variants.split(",") if args.variants else list(TRAIN_VARIANTS)
     unknown = sorted(set(variants) - set(TRAIN_VARIANTS))
@@ -301,8 +314,9 @@ def train_main(args):
         raise SystemExit("torch_backend: unknown --variants %s (known: %s)"
                          % (",".join(unknown), ",".join(TRAIN_VARIANTS)))
     rows = []
-    wanted = set(args.models.split(",")) if args.models else None
-    for name, module, inputs, loss_of in training_cases():
+    cases = list(training_cases())
+    wanted = wanted_models(args.models, [case[0] for case in cases])
+    for name, module, inputs, loss_of in cases:
         if wanted and name not in wanted:
             continue
         row = {"model": name}
@@ -412,8 +426,9 @@ def main():
     if args.train:
         return train_main(args)
     rows = []
-    wanted = set(args.models.split(",")) if args.models else None
-    for name, module, inputs in gpu_models.cases("cuda"):
+    cases = list(gpu_models.cases("cuda"))
+    wanted = wanted_models(args.models, [case[0] for case in cases])
+    for name, module, inputs in cases:
         if name.startswith("transformer_encoder") or (wanted and name not in wanted):
             continue
         row = {"model": name}
