@@ -10,7 +10,9 @@
 #
 # GROVE_BAZEL_OUTPUT_BASE picks Bazel's output base (default: Bazel's own).
 # GROVE_BUNDLE_LIMIT_MIB caps the bundle (default 64). GROVE_BUNDLE_ONLY=tests
-# or =benchmarks packs only the test or the benchmark binaries. Past GROVE_BUNDLE_PACK_MIB
+# or =benchmarks packs only the test or the benchmark binaries;
+# GROVE_BUNDLE_TESTS and GROVE_BUNDLE_PYTHON_TESTS (regular expressions, or
+# 'none' for the Python ones) pack a part of the tests. Past GROVE_BUNDLE_PACK_MIB
 # (default 60) MiB of raw files the tree is packed as payload.tar.xz, which
 # run_all.sh unpacks: a large xz dictionary shares the statically linked LLVM
 # and runtime code between binaries. GROVE_BUNDLE_XZ replaces the LZMA2
@@ -83,6 +85,25 @@ case "${GROVE_BUNDLE_ONLY:-}" in
   benchmarks) tests=() ;;
   *) echo "gpu_bundle: GROVE_BUNDLE_ONLY must be tests or benchmarks" >&2; exit 2 ;;
 esac
+# GROVE_BUNDLE_TESTS=REGEX keeps the test binaries whose label matches (an
+# extended regular expression, e.g. '^//tests/(serving|cli)/'), and
+# GROVE_BUNDLE_PYTHON_TESTS=REGEX the Python tests whose path matches ('none':
+# no Python tests, and no wheel): a tests half still past 64 MiB, or a test
+# run longer than one call's 10 minutes, splits into parts of its own.
+if [ -n "${GROVE_BUNDLE_TESTS:-}" ]; then
+  mapfile -t tests < <(printf '%s\n' "${tests[@]}" | grep -E -- "$GROVE_BUNDLE_TESTS" || true)
+  if [ ${#tests[@]} -eq 0 ]; then
+    echo "gpu_bundle: GROVE_BUNDLE_TESTS='$GROVE_BUNDLE_TESTS' matches no test binary" >&2
+    exit 2
+  fi
+fi
+python_tests_wanted() {  # reads test paths, prints those GROVE_BUNDLE_PYTHON_TESTS keeps
+  case "${GROVE_BUNDLE_PYTHON_TESTS:-}" in
+    "") cat ;;
+    none) cat >/dev/null ;;
+    *) grep -E -- "$GROVE_BUNDLE_PYTHON_TESTS" || true ;;
+  esac
+}
 echo "gpu_bundle: ${#tests[@]} test binaries that can reach a GPU (${#sim_only[@]} sim-only left out), ${#benchmarks[@]} benchmark binaries"
 
 events=$(mktemp)
@@ -211,7 +232,9 @@ for target in "${benchmarks[@]}"; do copy_target "$target" benchmarks.txt; done
 # backend benchmark; run_all.sh installs the wheel into a fresh virtual
 # environment of the host's python3 (which sees its PyTorch) and runs them there.
 : >"$bundle/python_tests.txt"
-if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:libgrove.so; then
+if [ "${GROVE_BUNDLE_PYTHON_TESTS:-}" = none ] && [ "${GROVE_BUNDLE_ONLY:-}" = tests ]; then
+  echo "gpu_bundle: GROVE_BUNDLE_PYTHON_TESTS=none: no wheel and no Python tests"
+elif "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:libgrove.so; then
   mkdir -p "$bundle/grove/wheel" "$bundle/grove/tests/python" \
     "$bundle/grove/tests/python_support" "$bundle/grove/benchmarks"
   stripped=$(mktemp -d)
@@ -238,16 +261,16 @@ if "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //capi:
   # A benchmarks half lists no tests (Note [Steps a half bundle does not carry]): the
   # Python tests run with the tests half, which carries the CLI some of them start.
   if [ "${GROVE_BUNDLE_ONLY:-}" != benchmarks ]; then
-    for test in tests/python/*_test.py; do echo "$test" >>"$bundle/python_tests.txt"; done
+    printf '%s\n' tests/python/*_test.py | python_tests_wanted >>"$bundle/python_tests.txt"
   fi
   # Decoders against transformers (issue 38); they run the bundle's cli/grove.
   mkdir -p "$bundle/grove/tests/serving/llm"
   cp tests/serving/llm/*.py "$bundle/grove/tests/serving/llm/"
   cp tests/serving/serve_process.py "$bundle/grove/tests/serving/"
   if [ "${GROVE_BUNDLE_ONLY:-}" != benchmarks ]; then
-    echo tests/serving/llm/gpu_transformers_test.py >>"$bundle/python_tests.txt"
-    # `grove serve MODEL_DIR --device cuda`: 8 concurrent clients and a disconnect.
-    echo tests/serving/llm/gpu_llm_http_test.py >>"$bundle/python_tests.txt"
+    # `grove serve MODEL_DIR --device cuda` (gpu_llm_http_test): 8 concurrent clients and a disconnect.
+    printf '%s\n' tests/serving/llm/gpu_transformers_test.py tests/serving/llm/gpu_llm_http_test.py |
+      python_tests_wanted >>"$bundle/python_tests.txt"
   fi
 else
   echo "capi/libgrove.so" >>"$bundle/not_built.txt"
