@@ -20,6 +20,18 @@ __device__ __forceinline__ void copy_async_16(void* shared, const void* global, 
                : "memory");
 }
 
+// copy_async_16 under `policy` where `evict_first` is set, under the default
+// policy otherwise: the weight copies of both streamed GEMVs, whose
+// evict-first choice is a launch argument (GROVE_WEIGHTS_EVICT_FIRST).
+__device__ __forceinline__ void copy_weights_async_16(void* shared, const void* global,
+                                                      bool evict_first, uint64_t policy) {
+  if (evict_first) {
+    copy_async_16(shared, global, policy);
+  } else {
+    copy_async_16(shared, global);
+  }
+}
+
 // An L2 policy under which what a copy reads is evicted first: for weights,
 // read once a step, so that L2 keeps what later kernels read again (the
 // activations, the KV cache, positions and tables).

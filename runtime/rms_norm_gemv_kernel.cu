@@ -246,13 +246,8 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
   const auto* gain = reinterpret_cast<const uint4*>(gain_bits);
   uint4* mine = &slots[0][threadIdx.x];
   const uint64_t policy = evict_first_policy();
-  // Weight copies, under evict_first_policy where asked.
   auto copy = [&](uint4* slot, const uint4* source) {
-    if (evict_first != 0) {
-      copy_async_16(slot, source, policy);
-    } else {
-      copy_async_16(slot, source);
-    }
+    copy_weights_async_16(slot, source, evict_first != 0, policy);
   };
   int64_t issue_column = per_lane > 0 ? first_column : n;
   int64_t issue_step = 0;

@@ -158,11 +158,8 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
   auto request = [&](int slot) {
     if (issue_column < n) {
       const uint4* row = reinterpret_cast<const uint4*>(w + issue_column * ldw);
-      if (evict_first != 0) {
-        copy_async_16(mine + slot * kStreamThreads, row + lane + issue_step * kWarp, policy);
-      } else {
-        copy_async_16(mine + slot * kStreamThreads, row + lane + issue_step * kWarp);
-      }
+      copy_weights_async_16(mine + slot * kStreamThreads, row + lane + issue_step * kWarp,
+                            evict_first != 0, policy);
       if (++issue_step == per_lane) {
         issue_step = 0;
         issue_column += warps;
