@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "runtime/device_context.h"
@@ -41,6 +42,16 @@ bool wide_staging(int64_t rows) {
   const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_WIDE");
   return setting == nullptr || std::string(setting) != "0";
 }
+
+// Note [Sequence attention staged by cp.async] (sequence_attention_kernel.cu):
+// f32 operands stage through cp.async (grove_sequence_attention_f32_async)
+// unless GROVE_SEQUENCE_ATTENTION_ASYNC=0.
+bool async_staging(DType dtype) {
+  if (dtype != DType::kF32) return false;
+  const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_ASYNC");
+  return setting == nullptr || std::string(setting) != "0";
+}
+
 
 // The operands as [batch, head, position, feature] strides (the mask's: [batch,
 // head, query, key], 0 where it broadcasts) and the sizes.
@@ -266,6 +277,24 @@ void host_sequence_attention(const LaunchDims* dims, const uint64_t* args) {
   }
 }
 
+// Query rows per block: GROVE_SEQUENCE_ATTENTION_ROWS (4, 8 or 16) where set,
+// else kWideRows halved (down to one row per warp) while the grid has fewer
+// blocks than kBlocksWanted. The rows a block takes change no row's
+// arithmetic, so no bits.
+int64_t rows_per_block_of(const Plan& plan) {
+  if (const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_ROWS")) {
+    const std::string text = setting;
+    GROVE_CHECK_AS(ConfigError, text == "4" || text == "8" || text == "16",
+                   "GROVE_SEQUENCE_ATTENTION_ROWS='", text,
+                   "': expected 4, 8 or 16 query rows per block (or unset: chosen by the grid)");
+    return std::stoll(text);
+  }
+  int64_t rows = kWideRows;
+  auto blocks = [&](int64_t r) { return (plan.tq + r - 1) / r * plan.heads * plan.batch; };
+  while (rows > kWarps && blocks(rows) < kBlocksWanted) rows /= 2;
+  return rows;
+}
+
 AttentionOperandLayout layout_of(const Tensor& tensor) {
   return AttentionOperandLayout{tensor.shape(), tensor.strides()};
 }
@@ -300,16 +329,16 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
   GROVE_CHECK_AS(ShapeError, refusal.empty(), "sequence attention: the kernel does not take ",
                  refusal);
   if (plan.batch == 0 || plan.heads == 0 || plan.tq == 0) return;
-  int64_t rows_per_block = kWideRows;
-  auto blocks = [&](int64_t rows) { return (plan.tq + rows - 1) / rows * plan.heads * plan.batch; };
-  while (rows_per_block > kWarps && blocks(rows_per_block) < kBlocksWanted) rows_per_block /= 2;
+  const int64_t rows_per_block = rows_per_block_of(plan);
   const Device device = query.device();
   const int64_t dtype_code = layouts.dtype == DType::kBF16  ? 1
                              : layouts.dtype == DType::kF16 ? 2
                                                             : 0;
   KernelSource source;
   source.name = str_cat("grove_sequence_attention_", dtype_name(layouts.dtype),
-                        wide_staging(std::max(plan.tk, rows_per_block)) ? "_wide" : "");
+                        async_staging(layouts.dtype)                        ? "_async"
+                        : wide_staging(std::max(plan.tk, rows_per_block)) ? "_wide"
+                                                                          : "");
   if (device.is_cuda()) {
     source.ptx = kPtx;
     // Note [Programmatic generated kernels] (compiler/codegen/programmatic_ptx.h):

@@ -6,7 +6,9 @@
 // query rows, its lanes over keys for the scores and the softmax, and over
 // features for the weighted sum of the values.
 #include <cstdint>
+#include <type_traits>
 
+#include "runtime/async_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
 
 namespace {
@@ -125,13 +127,49 @@ __device__ void stage(const Tile (&tiles)[3], int warp, int lane) {
   }
 }
 
+// Starts copying the float at `global` to `shared` (cp.async of 4 bytes,
+// which any float alignment allows).
+__device__ __forceinline__ void copy_async_4(float* shared, const float* global) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(address), "l"(global) : "memory");
+}
+
+// Note [Sequence attention staged by cp.async]: f32 operands need no
+// conversion, so the staging is asynchronous copies straight into shared
+// memory, through the same strides: every copy of the block is in flight at
+// once (one memory latency, as stage()'s register batches were) from a short
+// loop, where stage()'s fully unrolled batches made the kernel 55 KB of SASS
+// (80 KB wide, 190 registers: two blocks an SM) that each SM fetched cold
+// for a few microseconds of work. Only data moves: the arithmetic and so the
+// bits are stage()'s. GROVE_SEQUENCE_ATTENTION_ASYNC=0 keeps stage().
+// Test: SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
+__device__ __forceinline__ void stage_tile_async(const Tile& tile, int warp, int lane) {
+  const float* source = static_cast<const float*>(tile.source) + tile.base;
+#pragma unroll 1
+  for (int r = warp; r < tile.rows; r += kWarps) {
+    const float* row = source + r * tile.row_stride;
+    float* destination = tile.destination + r * tile.pitch;
+#pragma unroll 2
+    for (int c = lane; c < tile.width; c += 32) {
+      copy_async_4(destination + c, row + c * tile.column_stride);
+    }
+  }
+}
+
+__device__ void stage_async(const Tile (&tiles)[3], int warp, int lane) {
+  stage_tile_async(tiles[0], warp, lane);
+  stage_tile_async(tiles[1], warp, lane);
+  stage_tile_async(tiles[2], warp, lane);
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 // Strides are in elements, [batch, head, position, feature] (the mask's:
 // [batch, head, query, key]; 0 where it broadcasts). mask_kind: 0 none, 1 bool
 // (true attends), 2 additive (the operands' dtype). Shared memory: keys
 // [tk][d + 1] (the pad spreads lanes reading one feature of 32 keys over the
 // banks), values [tk][dv], the block's query rows [rows_per_block][d], and
 // per warp the weights of its row [tk].
-template <typename T, int RowSteps>
+template <typename T, int RowSteps, bool Async>
 __device__ void attend(const void* q, const void* k, const void* v, const void* mask, void* out,
                        int64_t q_b, int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h,
                        int64_t k_t, int64_t k_d, int64_t v_b, int64_t v_h, int64_t v_t, int64_t v_d,
@@ -161,7 +199,11 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
       {k, batch * k_b + key_head * k_h, k_t, k_d, tk32, d32, keys, key_pitch},
       {v, batch * v_b + key_head * v_h, v_t, v_d, tk32, dv32, values, dv32},
       {q, batch * q_b + head * q_h + first * q_t, q_t, q_d, end - first, d32, queries, d32}};
-  stage<T, RowSteps>(tiles, warp, lane);
+  if constexpr (Async) {
+    stage_async(tiles, warp, lane);
+  } else {
+    stage<T, RowSteps>(tiles, warp, lane);
+  }
   __syncthreads();
 
   const float minus_infinity = -__int_as_float(0x7f800000);
@@ -217,7 +259,7 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
 
 }  // namespace
 
-#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS)                                           \
+#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS, ASYNC)                                           \
   extern "C" __global__ void __launch_bounds__(kWarps * 32)                                       \
       NAME(const void* q, const void* k, const void* v, const void* mask, void* out, int64_t q_b, \
            int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h, int64_t k_t,          \
@@ -225,14 +267,15 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
            int64_t o_h, int64_t o_t, int64_t o_d, int64_t m_b, int64_t m_h, int64_t m_q,          \
            int64_t m_k, int64_t tq, int64_t tk, int64_t d, int64_t dv, int64_t group,             \
            int64_t mask_kind, int64_t causal, int64_t rows_per_block, float scale) {              \
-    attend<TYPE, ROW_STEPS>(q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, \
+    attend<TYPE, ROW_STEPS, ASYNC>(q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, \
                             v_t, v_d, o_b, o_h, o_t, o_d, m_b, m_h, m_q, m_k, tq, tk, d, dv,      \
                             group, mask_kind, causal, rows_per_block, scale);                     \
   }
 
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16, 8)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16, 8)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_wide, float, 16)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16_wide, Bf16, 16)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16_wide, F16, 16)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16, 8, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16, 8, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_wide, float, 16, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16_wide, Bf16, 16, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16_wide, F16, 16, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async, float, 8, true)

@@ -173,15 +173,67 @@ TEST_P(SequenceAttentionTest, SixtyFourKeysStageInOnePassAndMatchTheReference) {
     Tensor v = heads_of(kv, h * d, h, d);
     Tensor wide = Tensor::empty({b, h, tq, d}, DType::kF32, device());
     Tensor narrow = Tensor::empty({b, h, tq, d}, DType::kF32, device());
+    // Register staging: the wide and narrow kernels (f32 stages by cp.async by default).
+    ::setenv("GROVE_SEQUENCE_ATTENTION_ASYNC", "0", 1);
     launch_sequence_attention(q, k, v, Tensor(), wide, 0.125f, false,
                               device_context(device()).current_stream());
     ::setenv("GROVE_SEQUENCE_ATTENTION_WIDE", "0", 1);
     launch_sequence_attention(q, k, v, Tensor(), narrow, 0.125f, false,
                               device_context(device()).current_stream());
     ::unsetenv("GROVE_SEQUENCE_ATTENTION_WIDE");
+    ::unsetenv("GROVE_SEQUENCE_ATTENTION_ASYNC");
     const std::vector<double> got = wide.to_doubles();
     expect_close(got, reference(q, k, v, Tensor(), 0, false, 0.125), 1e-5);
     EXPECT_EQ(got, narrow.to_doubles());
+  }
+}
+
+// Note [Sequence attention staged by cp.async]: f32 staged by cp.async gives
+// the bits of register staging (wide and narrow), at every query-row tiling
+// GROVE_SEQUENCE_ATTENTION_ROWS picks, for the zoo's shapes (ViT's 17
+// positions, nn.TransformerDecoder's 32 queries over 48 keys, 64 keys) read
+// in place from a fused projection under a broadcast bool mask; a tiling it
+// does not know is a ConfigError that launches nothing.
+TEST_P(SequenceAttentionTest, AsyncStagingGivesTheBitsOfRegisterStaging) {
+  GROVE_SEEDED_RNG(rng);
+  const StreamHandle stream = device_context(device()).current_stream();
+  for (const auto& [tq, tk] : {std::pair<int64_t, int64_t>{17, 17}, {32, 48}, {5, 64}}) {
+    SCOPED_TRACE(::testing::Message() << tq << " queries, " << tk << " keys");
+    const int64_t b = 3, h = 3, d = 64;
+    Tensor q = random_of(rng, {b, h, tq, d}, DType::kF32, device());
+    Tensor kv = random_of(rng, {b, tk, 2 * h * d}, DType::kF32, device());
+    Tensor k = heads_of(kv, 0, h, d);
+    Tensor v = heads_of(kv, h * d, h, d);
+    std::vector<uint8_t> keep(static_cast<size_t>(b * tk));
+    for (size_t i = 0; i < keep.size(); ++i) keep[i] = (rng() % 4) != 0 ? 1 : 0;
+    Tensor mask = Tensor::empty({b, 1, 1, tk}, DType::kBool, device());
+    mask.copy_from_host(keep.data());
+    Tensor out = Tensor::empty({b, h, tq, d}, DType::kF32, device());
+    launch_sequence_attention(q, k, v, mask, out, 0.125f, false, stream);
+    const std::vector<double> expected = out.to_doubles();
+    expect_close(expected, reference(q, k, v, mask.expand({b, h, tq, tk}), 1, false, 0.125),
+                 1e-5);
+    for (const char* staging : {"1", "0"}) {
+      for (const char* wide : {"1", "0"}) {
+        for (const char* rows : {"4", "8", "16"}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "async " << staging << ", wide " << wide << ", rows " << rows);
+          ::setenv("GROVE_SEQUENCE_ATTENTION_ASYNC", staging, 1);
+          ::setenv("GROVE_SEQUENCE_ATTENTION_WIDE", wide, 1);
+          ::setenv("GROVE_SEQUENCE_ATTENTION_ROWS", rows, 1);
+          Tensor again = Tensor::empty({b, h, tq, d}, DType::kF32, device());
+          launch_sequence_attention(q, k, v, mask, again, 0.125f, false, stream);
+          EXPECT_EQ(again.to_doubles(), expected);
+        }
+      }
+    }
+    ::setenv("GROVE_SEQUENCE_ATTENTION_ROWS", "3", 1);
+    EXPECT_THROW(launch_sequence_attention(q, k, v, mask, out, 0.125f, false, stream),
+                 ConfigError);
+    ::unsetenv("GROVE_SEQUENCE_ATTENTION_ASYNC");
+    ::unsetenv("GROVE_SEQUENCE_ATTENTION_WIDE");
+    ::unsetenv("GROVE_SEQUENCE_ATTENTION_ROWS");
+    EXPECT_EQ(out.to_doubles(), expected);  // the refused launch wrote nothing
   }
 }
 
