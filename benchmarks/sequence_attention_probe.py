@@ -3,8 +3,16 @@ own, loaded from its PTX through the CUDA driver (ctypes), against PyTorch's
 scaled_dot_product_attention at the zoo's attention shapes: the largest
 difference and each one's time per call (20 calls captured in a CUDA graph, replayed; median
 of 5 blocks), with q/k/v read in place from a fused projection's output.
+With --variants, f32 also times the kernel's forms against each other:
+register staging (the narrow or wide kernel, as the launch picks) and
+cp.async staging (Note [Sequence attention staged by cp.async]), each at
+the launch's query rows per block and at 4, 8 and 16.
 
-    python3 benchmarks/sequence_attention_probe.py [--f32]
+    python3 benchmarks/sequence_attention_probe.py [--f32] [--variants] [--cases vit_b1,...]
+        [--staging register|async]
+
+--staging picks the staging of the first (checked) launch and the timed
+one, for profiling one form alone (ncu --launch-count 1).
 """
 import ctypes
 import os
@@ -32,19 +40,24 @@ class Kernel:
         ptx = ptx_text().encode() + b"\0"
         check = self.check
         check(self.cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(ptx)), "load")
+        self.module = module
+        self.name = name
         self.functions = {}
-        for dtype in ("f32", "bf16", "f16"):
+
+    def function(self, name):
+        if name not in self.functions:
             function = ctypes.c_void_p()
-            check(self.cuda.cuModuleGetFunction(ctypes.byref(function), module,
-                                                ("%s_%s" % (name, dtype)).encode()), "get")
-            self.functions[dtype] = function
+            self.check(self.cuda.cuModuleGetFunction(ctypes.byref(function), self.module,
+                                                     name.encode()), "get " + name)
+            self.functions[name] = function
+        return self.functions[name]
 
     @staticmethod
     def check(rc, what):
         if rc != 0:
             raise RuntimeError("CUDA driver %s failed: %d" % (what, rc))
 
-    def launch(self, dtype, grid, block, shared, args):
+    def launch(self, function_name, grid, block, shared, args):
         values = []
         for kind, value in args:
             if kind == "p":
@@ -56,7 +69,7 @@ class Kernel:
         params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p)
                                                    for v in values])
         stream = torch.cuda.current_stream().cuda_stream
-        self.check(self.cuda.cuLaunchKernel(self.functions[dtype], grid[0], grid[1], grid[2],
+        self.check(self.cuda.cuLaunchKernel(self.function(function_name), grid[0], grid[1], grid[2],
                                             block, 1, 1, shared, ctypes.c_void_p(stream),
                                             params, None), "launch")
 
@@ -65,13 +78,23 @@ def strides4(t):
     return list(t.stride())
 
 
-def run_grove(kernel, q, k, v, out, mask, causal, scale):
+def launch_rows(b, h, tq):
+    """The launch's query rows per block (sequence_attention_kernel.cc): 16,
+    fewer while the grid has under 264 blocks."""
+    rows = 16
+    while rows > 4 and (tq + rows - 1) // rows * h * b < 264:
+        rows //= 2
+    return rows
+
+
+def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows=None):
+    """staging: "default" (the launch's kernel: cp.async for f32), "register"
+    (the narrow or wide register-staged kernel, as GROVE_SEQUENCE_ATTENTION_ASYNC=0
+    picks) or "async"; rows: query rows per block (None: the launch's)."""
     b, h, tq, d = q.shape
     tk, dv = k.shape[2], v.shape[3]
     group = h // k.shape[1]
-    rows = 16  # the launch's choice (sequence_attention_kernel.cc): fewer while blocks < 264
-    while rows > 4 and (tq + rows - 1) // rows * h * b < 264:
-        rows //= 2
+    rows = rows or launch_rows(b, h, tq)
     shared = 4 * (tk * (d + 1) + tk * dv + rows * d + 4 * tk)
     if mask is None:
         m_strides, kind, mask_ptr = [0, 0, 0, 0], 0, 0
@@ -81,6 +104,11 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale):
         kind = 1 if mask.dtype == torch.bool else 2
         mask_ptr = mask.data_ptr()
     dtype = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[q.dtype]
+    if staging == "default" and "--staging" in sys.argv:
+        staging = sys.argv[sys.argv.index("--staging") + 1]
+    if staging == "default":
+        staging = "async" if dtype == "f32" else "register"
+    suffix = "_async" if staging == "async" else "_wide" if max(tk, rows) > 32 else ""
     args = [("p", q.data_ptr()), ("p", k.data_ptr()), ("p", v.data_ptr()), ("p", mask_ptr),
             ("p", out.data_ptr())]
     for t in (q, k, v, out):
@@ -88,7 +116,8 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale):
     args += [("i", s) for s in m_strides]
     args += [("i", tq), ("i", tk), ("i", d), ("i", dv), ("i", group), ("i", kind),
              ("i", 1 if causal else 0), ("i", rows), ("f", scale)]
-    kernel.launch(dtype, ((tq + rows - 1) // rows, h, b), 128, shared, args)
+    kernel.launch("%s_%s%s" % (kernel.name, dtype, suffix), ((tq + rows - 1) // rows, h, b), 128,
+                  shared, args)
 
 
 def timed(fn, calls=20, replays=20, blocks=5):
@@ -128,6 +157,8 @@ CASES = [  # name, batch, heads, kv heads, query len, key len, head dim, causal,
     ("decoder_cross", 16, 4, 4, 32, 48, 64, False, None),
     ("gpt2_b1", 1, 4, 4, 32, 32, 64, True, None),
     ("vit_b1", 1, 3, 3, 17, 17, 64, False, None),
+    ("decoder_self_b1", 1, 4, 4, 32, 32, 64, True, None),
+    ("decoder_cross_b1", 1, 4, 4, 32, 48, 64, False, None),
     ("long", 2, 8, 8, 64, 64, 64, True, None),
 ]
 
@@ -141,9 +172,14 @@ def main():
     torch.manual_seed(0)
     failed = 0
     dtypes = (torch.float32,) if "--f32" in sys.argv else (torch.float32, torch.bfloat16)
+    wanted = None
+    if "--cases" in sys.argv:
+        wanted = set(sys.argv[sys.argv.index("--cases") + 1].split(","))
     for dtype in dtypes:
         for name, b, h, hk, tq, tk, d, causal, mask_kind in CASES:
             if dtype != torch.float32 and name not in ("gpt2", "bert", "llama"):
+                continue
+            if wanted is not None and name not in wanted:
                 continue
             # q/k/v as views of one fused projection [b, t, (h + 2 hk) d] (GPT-2, ViT).
             t = max(tq, tk)
@@ -177,6 +213,23 @@ def main():
             print("%-14s %-9s b%-3d h%d/%d t%d/%d d%d  err %.2e %s  grove %6.2f us  torch sdpa "
                   "%6.2f us" % (name, str(dtype)[6:], b, h, hk, tq, tk, d, error,
                                 "ok" if ok else "FAIL", grove_us, torch_us), flush=True)
+            if "--variants" in sys.argv and dtype == torch.float32:
+                default_rows = launch_rows(b, h, tq)
+                cells = []
+                for staging in ("register", "async"):
+                    for rows in (None, 4, 8, 16):
+                        if rows == default_rows:
+                            continue
+                        variant = lambda: run_grove(kernel, q, k, v, out, mask, causal, scale,
+                                                    staging, rows)
+                        variant()
+                        torch.cuda.synchronize()
+                        same = (out.float() - expected).abs().max().item() / \
+                            expected.abs().max().item() < 1e-5
+                        cells.append("%s/%s %.2f%s" % (staging[:5], rows or "r%d" % default_rows,
+                                                      timed(variant), "" if same else " FAIL"))
+                        failed += not same
+                print("    " + "  ".join(cells), flush=True)
     return 1 if failed else 0
 
 

@@ -422,7 +422,7 @@ def kernel_profile(run, inputs):
         top = sorted(by_name.items(), key=lambda item: -item[1][1])
         return {"kernels_per_call": sum(c for c, _ in by_name.values()) / PROFILED_CALLS,
                 "gpu_us_per_call": sum(t for _, t in by_name.values()) / PROFILED_CALLS,
-                "top": [[name[:90], count / PROFILED_CALLS, total / PROFILED_CALLS]
+                "top": [[name[:160], count / PROFILED_CALLS, total / PROFILED_CALLS]
                         for name, (count, total) in top]}
     except Exception as error:  # the profiler is a diagnostic: the timing stands without it
         return {"error": "%s: %s" % (type(error).__name__, error)}
@@ -461,7 +461,7 @@ def print_row(row):
             print("  %-22s %5.1f kernels, %7.1f us GPU per call:" % (
                 variant, kernels["kernels_per_call"], kernels["gpu_us_per_call"]))
             for name, count, us in kernels["top"][:TOP_PRINTED]:
-                print("      x%-4.0f %6.1f us  %s" % (count, us, name[:70]))
+                print("      x%-4.0f %6.1f us  %s" % (count, us, name[:150]))
         elif kernels and "kernels_per_call" in kernels:
             print("  %-22s %5.1f kernels, %7.1f us GPU per call; top: %s" % (
                 variant, kernels["kernels_per_call"], kernels["gpu_us_per_call"],
