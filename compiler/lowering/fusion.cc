@@ -1,6 +1,8 @@
 #include "compiler/lowering/fusion.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "compiler/lowering/reduction_prologue.h"
 
@@ -116,6 +118,48 @@ bool small_value_broadcast(const LoweringGraph& graph, int value_id, const Lower
          computed_without_reductions(graph, value_id);
 }
 
+// Note [Gathers and ids computed where they are read]: two more values cost
+// less to recompute per element than a kernel of their own (a launch, a
+// write and a read back), so their consumer computes them:
+//   - the rows an embedding gathers, read by one pointwise consumer that
+//     broadcasts them (a learned position embedding [1, T, D] added to the
+//     token embeddings [B, T, D]: GPT-2, BERT, BART): per element, the id and
+//     the table element, the two loads the consumer's read of the gathered
+//     value stood for;
+//   - an embedding's ids (position 1), at most kMaxRecomputedElements of them,
+//     computed from no reduction by pointwise nodes (a token-type buffer
+//     expanded over the batch, the flat ids of advanced indexing: Python's
+//     negative-index wrap, times the stride, plus the next dim's): the integer
+//     arithmetic is redone per gathered element.
+// Both only move where exact values are computed (a gather and integer
+// arithmetic), so the bits are those of the separate kernels. Tests:
+// Fusion.BroadcastEmbeddingIsComputedByItsConsumer,
+// Fusion.EmbeddingIdsAreComputedByTheGather.
+bool gather_or_ids_recomputed(const LoweringGraph& graph, int value_id,
+                              const LoweringNode& consumer, int position) {
+  const LoweringValue& value = graph.value(value_id);
+  const LoweringNode& producer = graph.node(value.producer);
+  if (producer.node_class != NodeClass::kPointwise || producer.in_place() ||
+      producer.results.size() != 1 || consumer.node_class != NodeClass::kPointwise ||
+      consumer.in_place()) {
+    return false;
+  }
+  if (producer.pointwise == PointwiseKind::kEmbedding) {
+    return consumer.pointwise == PointwiseKind::kHook;
+  }
+  return producer.pointwise == PointwiseKind::kHook &&
+         consumer.pointwise == PointwiseKind::kEmbedding && position == 1 &&
+         runtime::shape_numel(value.type.shape) <= kMaxRecomputedElements &&
+         computed_without_reductions(graph, value_id);
+}
+
+// GROVE_FUSE_GATHERS=0 keeps Note [Gathers and ids computed where they are
+// read] off (each gather and its ids a kernel of its own), for A/Bs.
+bool gather_recompute_enabled() {
+  const char* value = std::getenv("GROVE_FUSE_GATHERS");
+  return value == nullptr || std::string(value) != "0";
+}
+
 bool can_inline(const LoweringGraph& graph, int value_id) {
   const LoweringValue& value = graph.value(value_id);
   if (value.producer < 0 || value.is_output || value.dynamic()) return false;
@@ -157,7 +201,9 @@ bool can_inline(const LoweringGraph& graph, int value_id) {
     }
     if (!is_constant && value.type.shape != iteration_shape_of_consumer(graph, consumer) &&
         row_broadcast_reduction(graph, value_id, consumer) < 0 &&
-        !small_value_broadcast(graph, value_id, consumer)) {
+        !small_value_broadcast(graph, value_id, consumer) &&
+        !(gather_recompute_enabled() &&
+          gather_or_ids_recomputed(graph, value_id, consumer, position))) {
       return false;
     }
     if (producer.node_class == NodeClass::kReduction) {

@@ -2,6 +2,7 @@
 // inputs, in f32 and bf16 (where the op takes floats).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <set>
 
@@ -451,6 +452,61 @@ TEST(Fusion, BatchNormInferenceIsOneKernel) {
   EXPECT_EQ(kernel_steps(program), 3);
   testing::expect_matches_reference(program, testing::random_inputs(program, 20261127), kSim,
                                     testing::tolerance_for(DType::kF32), "shared");
+}
+
+// Note [Gathers and ids computed where they are read] (fusion.cc): a learned
+// position embedding [1, T, D] added to the token embeddings [B, T, D] and
+// layer-normed is one kernel (GROVE_FUSE_GATHERS=0: two); gathered rows read
+// by two consumers keep their kernel. Values match the reference.
+TEST(Fusion, BroadcastEmbeddingIsComputedByItsConsumer) {
+  testing::InputRanges ranges;
+  ranges.int_high = 10;
+  for (const bool read_twice : {false, true}) {
+    SCOPED_TRACE(read_twice);
+    ProgramBuilder b("positions", kSim);
+    ValueId tokens = in(b, "tokens", {4, 6, 8}, DType::kF32);
+    ValueId positions = b.embedding(in(b, "table", {10, 8}, DType::kF32),
+                                    in(b, "position_ids", {1, 6}, DType::kI64));
+    ValueId normed = b.layer_norm(b.add(tokens, positions), in(b, "w", {8}, DType::kF32),
+                                  in(b, "b", {8}, DType::kF32));
+    b.output(normed);
+    if (read_twice) b.output(b.mul(tokens, positions));
+    compiler::ir::Program program = b.build();
+    EXPECT_EQ(kernel_steps(program), read_twice ? 3 : 1);
+    ::setenv("GROVE_FUSE_GATHERS", "0", 1);
+    EXPECT_EQ(kernel_steps(program), read_twice ? 3 : 2);
+    ::unsetenv("GROVE_FUSE_GATHERS");
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261127, ranges),
+                                      kSim, testing::tolerance_for(DType::kF32), "positions");
+  }
+}
+
+// Note [Gathers and ids computed where they are read]: advanced indexing
+// mask[b, kv] as the importer writes it (each index wrapped for negative
+// values, the batch's times the row length, plus the key's) is one kernel,
+// the gather's, with the ids computed per element (GROVE_FUSE_GATHERS=0:
+// two); negative ids count from the end, as before.
+TEST(Fusion, EmbeddingIdsAreComputedByTheGather) {
+  ProgramBuilder b("indexing", kSim);
+  ValueId table = b.reshape(in(b, "mask", {3, 5}, DType::kF32), {15, 1});
+  auto wrapped = [&](ValueId ids, int64_t size) {
+    ValueId negative = b.compare("lt", ids, b.full(0, {}, DType::kI64));
+    return b.where(negative, b.add(ids, b.full(static_cast<double>(size), {}, DType::kI64)), ids);
+  };
+  ValueId rows = b.mul(wrapped(in(b, "batch", {3, 1}, DType::kI64), 3),
+                       b.full(5, {}, DType::kI64));
+  ValueId flat = b.add(rows, wrapped(in(b, "keys", {1, 5}, DType::kI64), 5));
+  b.output(b.embedding(table, flat));
+  compiler::ir::Program program = b.build();
+  EXPECT_EQ(kernel_steps(program), 1);
+  ::setenv("GROVE_FUSE_GATHERS", "0", 1);
+  EXPECT_EQ(kernel_steps(program), 2);
+  ::unsetenv("GROVE_FUSE_GATHERS");
+  testing::InputRanges ranges;
+  ranges.int_low = -3;
+  ranges.int_high = 3;
+  testing::expect_matches_reference(program, testing::random_inputs(program, 20261127, ranges),
+                                    kSim, testing::tolerance_for(DType::kF32), "indexing");
 }
 
 // Note [GEMM epilogues in lowering], through a view: linear's rows put back
