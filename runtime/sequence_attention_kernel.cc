@@ -43,9 +43,17 @@ bool wide_staging(int64_t rows) {
   return setting == nullptr || std::string(setting) != "0";
 }
 
-// Note [Sequence attention staged by cp.async] (sequence_attention_kernel.cu):
-// f32 operands stage through cp.async (grove_sequence_attention_f32_async)
-// unless GROVE_SEQUENCE_ATTENTION_ASYNC=0.
+// Note [Sequence attention staged by cp.async]: f32 operands need no
+// conversion, so the kernel stages them as asynchronous copies straight into
+// shared memory (grove_sequence_attention_f32_async, stage_async in the .cu),
+// through the same strides: every copy of the block is in flight at once (one
+// memory latency, as stage()'s register batches were) from a short loop,
+// where stage()'s fully unrolled batches held them in registers: 128 a thread
+// (190 for the wide kernels: two blocks an SM) and 55 KB of SASS (80 KB wide)
+// for a few microseconds of work. The async kernel takes 40. Only data moves:
+// the arithmetic, and so the bits, are stage()'s. bf16 and f16 are converted
+// as they are staged, so they keep stage(); GROVE_SEQUENCE_ATTENTION_ASYNC=0
+// keeps it for f32 too. Test: SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
 bool async_staging(DType dtype) {
   if (dtype != DType::kF32) return false;
   const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_ASYNC");

@@ -134,15 +134,9 @@ __device__ __forceinline__ void copy_async_4(float* shared, const float* global)
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(address), "l"(global) : "memory");
 }
 
-// Note [Sequence attention staged by cp.async]: f32 operands need no
-// conversion, so the staging is asynchronous copies straight into shared
-// memory, through the same strides: every copy of the block is in flight at
-// once (one memory latency, as stage()'s register batches were) from a short
-// loop, where stage()'s fully unrolled batches made the kernel 55 KB of SASS
-// (80 KB wide, 190 registers: two blocks an SM) that each SM fetched cold
-// for a few microseconds of work. Only data moves: the arithmetic and so the
-// bits are stage()'s. GROVE_SEQUENCE_ATTENTION_ASYNC=0 keeps stage().
-// Test: SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
+// Note [Sequence attention staged by cp.async] (sequence_attention_kernel.cc):
+// f32 operands are copied into shared memory by cp.async, every copy of the
+// block in flight at once from a short loop, through the operands' strides.
 __device__ __forceinline__ void stage_tile_async(const Tile& tile, int warp, int lane) {
   const float* source = static_cast<const float*>(tile.source) + tile.base;
 #pragma unroll 1
