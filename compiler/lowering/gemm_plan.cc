@@ -371,6 +371,7 @@ class GemmPlanner {
     }
     g.epilogue = node_.epilogue;
     launch_.bias_slot = bias;
+    launch_.exact_gelu = node_.exact_gelu;
     if (node_.epilogue == runtime::GemmEpilogue::kBiasGeluAux) {
       // Note [GEMM auxiliary output in lowering]: the aux matrix is laid out like C.
       launch_.aux_slot = node_.results.at(1);

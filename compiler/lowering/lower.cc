@@ -360,6 +360,7 @@ std::string LoweredProgram::describe() const {
                << " batch=" << step.gemm.args.batch_count;
           if (step.gemm.args.epilogue != runtime::GemmEpilogue::kNone) {
             text << " +" << runtime::gemm_epilogue_name(step.gemm.args.epilogue);
+            if (step.gemm.exact_gelu) text << "+exact_gelu";
           }
           break;
         case StepKind::kView:

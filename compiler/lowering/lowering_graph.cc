@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "compiler/lowering/small_m_gemm.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -365,7 +366,110 @@ BiasAdd bias_add_user(const ir::Program& program, const std::vector<std::vector<
   return found;
 }
 
+
+// Note [Exact gelu in the small-M GEMM]: whether `value` is a `full` scalar
+// (shape []) of `expected` as the importer writes it (rounded to f32).
+bool scalar_of(const ir::Program& program, ir::ValueId value, double expected) {
+  const ir::Value& v = program.value(value);
+  if (v.producer < 0 || !v.type.shape.empty()) return false;
+  const ir::Node& full = program.nodes()[static_cast<size_t>(v.producer)];
+  return full.op == "full" && full.attrs.has("value") &&
+         static_cast<float>(full.attrs.get_float("value")) == static_cast<float>(expected);
+}
+
+// The nodes of mul(mul(x, 0.5), add(erf(mul(x, 1/sqrt 2)), 1)) reading `x`
+// (Note [Exact gelu in the small-M GEMM]), each result read only inside the
+// chain and none a program output, in either operand order; the last is the
+// gelu's result. Empty when `x` is not read that way.
+std::vector<size_t> exact_gelu_chain(const ir::Program& program,
+                                     const std::vector<std::vector<size_t>>& ir_users,
+                                     const std::vector<bool>& ir_output, ir::ValueId x) {
+  const ir::TensorType& type = program.value(x).type;
+  auto only_user = [&](ir::ValueId value) -> const ir::Node* {
+    const std::vector<size_t>& users = ir_users[static_cast<size_t>(value)];
+    if (users.size() != 1 || ir_output[static_cast<size_t>(value)]) return nullptr;
+    return &program.nodes()[users[0]];
+  };
+  // op(value, scalar) in either order, of x's type, with one result.
+  auto with_scalar = [&](const ir::Node& node, const char* op, ir::ValueId value,
+                         double scalar) {
+    if (node.op != op || node.operands.size() != 2 || node.results.size() != 1 ||
+        program.value(node.results[0]).type != type) {
+      return false;
+    }
+    return (node.operands[0] == value && scalar_of(program, node.operands[1], scalar)) ||
+           (node.operands[1] == value && scalar_of(program, node.operands[0], scalar));
+  };
+  const std::vector<size_t>& users = ir_users[static_cast<size_t>(x)];
+  if (users.size() != 2 || users[0] == users[1] || ir_output[static_cast<size_t>(x)]) return {};
+  size_t scaled = users[0], halved = users[1];
+  if (!with_scalar(program.nodes()[scaled], "mul", x, 0.7071067811865476)) {
+    std::swap(scaled, halved);
+  }
+  if (!with_scalar(program.nodes()[scaled], "mul", x, 0.7071067811865476) ||
+      !with_scalar(program.nodes()[halved], "mul", x, 0.5)) {
+    return {};
+  }
+  const ir::Node* erf = only_user(program.nodes()[scaled].results[0]);
+  if (erf == nullptr || erf->op != "erf" || erf->operands.size() != 1 ||
+      erf->results.size() != 1 || program.value(erf->results[0]).type != type) {
+    return {};
+  }
+  const ir::Node* one_plus = only_user(erf->results[0]);
+  if (one_plus == nullptr || !with_scalar(*one_plus, "add", erf->results[0], 1.0)) return {};
+  const ir::Node* product = only_user(one_plus->results[0]);
+  const ir::ValueId half = program.nodes()[halved].results[0];
+  if (product == nullptr || product != only_user(half) || product->op != "mul" ||
+      product->operands.size() != 2 || product->results.size() != 1 ||
+      program.value(product->results[0]).type != type) {
+    return {};
+  }
+  auto index_of = [&](const ir::Node* node) {
+    return static_cast<size_t>(node - program.nodes().data());
+  };
+  return {scaled, halved, index_of(erf), index_of(one_plus), index_of(product)};
+}
+
+// Whether `value` is an input or a node's own result, or reshapes of one: a
+// GEMM operand at offset 0 (Note [Exact gelu in the small-M GEMM]).
+bool offset_free(const ir::Program& program, ir::ValueId value) {
+  for (int hops = 0; hops < 8; ++hops) {
+    const ir::Value& v = program.value(value);
+    if (v.producer < 0) return true;
+    const ir::Node& node = program.nodes()[static_cast<size_t>(v.producer)];
+    if (node.op != "reshape") {
+      return ops::OpRegistry::global().get(node.op).kind != ops::OpKind::kView;
+    }
+    value = node.operands[0];
+  }
+  return false;
+}
+
+// exact_gelu_chain of a linear's result, or of its one reshape (keeping the
+// last dim) when that is all that reads it.
+std::vector<size_t> exact_gelu_through(const ir::Program& program,
+                                       const std::vector<std::vector<size_t>>& ir_users,
+                                       const std::vector<bool>& ir_output,
+                                       ir::ValueId linear_result) {
+  const std::vector<size_t>& users = ir_users[static_cast<size_t>(linear_result)];
+  if (users.empty() || ir_output[static_cast<size_t>(linear_result)]) return {};
+  const ir::Node& first = program.nodes()[users[0]];
+  if (users.size() == 1 && first.op == "reshape" && first.results.size() == 1) {
+    const ir::TensorType& viewed = program.value(first.results[0]).type;
+    if (viewed.shape.empty() ||
+        viewed.shape.back() != program.value(linear_result).type.shape.back()) {
+      return {};
+    }
+    return exact_gelu_chain(program, ir_users, ir_output, first.results[0]);
+  }
+  return exact_gelu_chain(program, ir_users, ir_output, linear_result);
+}
 }  // namespace
+
+bool small_m_exact_gelu_enabled() {
+  const char* value = std::getenv("GROVE_SMALL_M_EXACT_GELU");
+  return value == nullptr || std::string(value) != "0";
+}
 
 bool gemm_epilogues_enabled() {
   const char* value = std::getenv("GROVE_GEMM_EPILOGUES");
@@ -392,7 +496,9 @@ int LoweringGraph::add_node(LoweringNode node) {
   return index;
 }
 
-LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
+LoweringGraph::LoweringGraph(const ir::Program& program,
+                             std::optional<SmallMGemmMode> small_m_gemm)
+    : program_(program) {
   const ops::OpRegistry& registry = ops::OpRegistry::global();
   std::vector<int> id_of(program.values().size(), -1);
   for (size_t i = 0; i < program.inputs().size(); ++i) {
@@ -411,6 +517,12 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
   std::vector<bool> ir_output(program.values().size(), false);
   for (ir::ValueId output : program.outputs()) ir_output[static_cast<size_t>(output)] = true;
   const bool epilogues = gemm_epilogues_enabled();
+  // Note [Exact gelu in the small-M GEMM]: where grove's small-M kernel runs.
+  const SmallMGemmMode small_m = small_m_gemm_mode(small_m_gemm);
+  const bool small_m_runs =
+      small_m == SmallMGemmMode::kOn ||
+      (small_m == SmallMGemmMode::kAuto && program.device().type == runtime::DeviceType::kCuda);
+  const bool exact_gelu_joins = epilogues && small_m_runs && small_m_exact_gelu_enabled();
   std::vector<bool> absorbed(program.nodes().size(), false);
   // An absorbed gelu read through a reshape: its result is that reshape's
   // (Note [GEMM epilogues in lowering]).
@@ -539,6 +651,47 @@ LoweringGraph::LoweringGraph(const ir::Program& program) : program_(program) {
           lowered.epilogue = direct_op == "gelu" ? runtime::GemmEpilogue::kBiasGelu
                                                  : runtime::GemmEpilogue::kBiasRelu;
           absorbed[users[0]] = true;
+        } else if (exact_gelu_joins && dtype == runtime::DType::kF32 &&
+                   runtime::shape_numel(result_type.shape) / result_type.shape.back() <=
+                       kMaxSmallM &&
+                   offset_free(program, node.operands[0]) &&
+                   !exact_gelu_through(program, ir_users, ir_output, linear_result).empty()) {
+          // Note [Exact gelu in the small-M GEMM]: the GEMM yields the gelu of
+          // its rows; through a reshape, the reshape reads them and the
+          // gelu's result is the reshape's.
+          const std::vector<size_t> chain =
+              exact_gelu_through(program, ir_users, ir_output, linear_result);
+          const size_t result_node = chain.back();
+          std::vector<size_t> scalars;  // the chain's own constants, read nowhere else
+          for (size_t member : chain) {
+            for (ir::ValueId operand : program.nodes()[member].operands) {
+              const int producer = program.value(operand).producer;
+              if (producer <= static_cast<int>(node_index) ||
+                  program.nodes()[static_cast<size_t>(producer)].op != "full") {
+                continue;
+              }
+              bool inside = true;
+              for (size_t user : ir_users[static_cast<size_t>(operand)]) {
+                inside = inside && std::find(chain.begin(), chain.end(), user) != chain.end();
+              }
+              if (inside) scalars.push_back(static_cast<size_t>(producer));
+            }
+          }
+          for (size_t member : chain) absorbed[member] = true;
+          for (size_t scalar : scalars) absorbed[scalar] = true;
+          lowered.exact_gelu = true;
+          const ir::Node& first_user = program.nodes()[users[0]];
+          if (first_user.op == "reshape") {
+            same_as[result_node] = first_user.results[0];
+          } else {
+            const ir::Value& value = program.value(program.nodes()[result_node].results[0]);
+            values_.pop_back();
+            uses_.pop_back();
+            id_of[static_cast<size_t>(linear_result)] = -1;
+            int id = add_value(LoweringValue{value.name, value.type, value.kind, -1, -1, false});
+            id_of[static_cast<size_t>(value.id)] = id;
+            lowered.results = {id};
+          }
         } else if (const ir::Node* gelu = aux_gelu_user(program, ir_users, linear_result)) {
           // Note [GEMM auxiliary output in lowering].
           const ir::Value& value = program.value(gelu->results[0]);

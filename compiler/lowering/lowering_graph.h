@@ -5,10 +5,12 @@
 // whatever elementwise work follows) fuses into one epilogue kernel.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/ir/program.h"
+#include "compiler/lowering/small_m_gemm_mode.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/blas.h"
 
@@ -52,6 +54,9 @@ struct LoweringNode {
   // kGemm: bias (operand 2) and gelu applied by the GEMM (Note [GEMM epilogues in lowering]);
   // with kBiasGeluAux, results are {gelu's result, the linear's pre-activation}.
   runtime::GemmEpilogue epilogue = runtime::GemmEpilogue::kNone;
+  // kGemm with a kBias epilogue: the exact gelu applied after the bias, by
+  // grove's small-M kernel (Note [Exact gelu in the small-M GEMM]).
+  bool exact_gelu = false;
   bool in_place() const;
 };
 
@@ -76,9 +81,26 @@ struct LoweringNode {
 // GemmEpilogueOnDevice.LinearReluThroughAReshapeMatchesTheReference.
 bool gemm_epilogues_enabled();
 
+// Note [Exact gelu in the small-M GEMM]: PyTorch's default gelu, which the
+// importer writes as mul(mul(x, 0.5), add(erf(mul(x, 1/sqrt 2)), 1)), after a
+// linear with a bias whose rows grove's small-M kernel computes (at most
+// kMaxSmallM rows: batch-1 ViT and MLP-Mixer, BERT's 24 tokens; f32) is that
+// kernel's epilogue, the same expression on the product plus the bias, where
+// it was a kernel of its own (cuBLASLt has only the tanh gelu). Only where the
+// small-M kernel will run: its mode on, or auto on cuda (the kernel is then
+// chosen for this GEMM without measuring the library: the launch it saves is
+// worth more than a faster product); the linear's input an offset-free
+// value. GROVE_SMALL_M_EXACT_GELU=0 keeps the gelu's kernel. Tests:
+// GemmEpilogue.ExactGeluIsTheSmallMKernelsEpilogue.
+bool small_m_exact_gelu_enabled();
+
 class LoweringGraph {
  public:
-  explicit LoweringGraph(const ir::Program& program);
+  // `small_m_gemm`: the compile's small-M mode (Note [Small-M GEMM selection]),
+  // which decides where the exact gelu joins a GEMM (Note [Exact gelu in the
+  // small-M GEMM]).
+  explicit LoweringGraph(const ir::Program& program,
+                         std::optional<SmallMGemmMode> small_m_gemm = std::nullopt);
 
   const ir::Program& program() const { return program_; }
   const std::vector<LoweringValue>& values() const { return values_; }

@@ -656,7 +656,7 @@ void Scheduler::run() {
 ScheduledProgram schedule_program(const ir::Program& program, const ScheduleOptions& options) {
   ScheduledProgram out;
   out.program = std::make_shared<const ir::Program>(program);
-  out.graph = std::make_shared<const LoweringGraph>(*out.program);
+  out.graph = std::make_shared<const LoweringGraph>(*out.program, options.small_m_gemm);
   out.fusion = plan_fusion(*out.graph);
   out.device = program.device();
   Scheduler(out, options).run();

@@ -8,6 +8,7 @@
 #include "compiler/codegen/kernel_builder.h"
 #include "compiler/lowering/gemm_tuning_table.h"
 #include "compiler/ops/op_helpers.h"
+#include "compiler/ops/op_registry.h"
 #include "runtime/blas.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -360,6 +361,7 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
   std::string name = "small_m_gemm";
   if (g.epilogue != GemmEpilogue::kNone)
     name += str_cat('_', runtime::gemm_epilogue_name(g.epilogue));
+  if (launch.exact_gelu) name += "_exact_gelu";
   const int64_t groups = g.m / rows;
   codegen::KernelBuilder b(name, {groups, g.n, g.k});
   AssembledKernel out;
@@ -410,6 +412,16 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
     const int pre_activation = value;
     if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
     if (g.epilogue == GemmEpilogue::kBiasRelu) value = b.unary(ExprOp::kRelu, value);
+    if (launch.exact_gelu) {
+      // Note [Exact gelu in the small-M GEMM]: the importer's expression, in
+      // its order, on f32 constants as its scalars are.
+      const int scaled =
+          b.binary(ExprOp::kMul, value, b.constant(0.7071067811865476, DType::kF32));
+      const int erf = ops::OpRegistry::global().get("erf").elementwise_expr(b, {scaled}, {})[0];
+      const int one_plus = b.binary(ExprOp::kAdd, erf, b.constant(1.0, DType::kF32));
+      value = b.binary(ExprOp::kMul, b.binary(ExprOp::kMul, value, b.constant(0.5, DType::kF32)),
+                       one_plus);
+    }
     b.output(value, g.dtype, {rows * g.ldc, 1}, /*per_row=*/true);
     out.output_slots.push_back(launch.c_slot);
     out.output_offsets.push_back(m * g.ldc);
@@ -442,6 +454,15 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
 // Tests: SmallMGemmSelection.* (the switch changes the kernel and GEMM counts).
 int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure,
                           std::optional<SmallMGemmMode> requested) {
+  if (launch.exact_gelu) {
+    // Note [Exact gelu in the small-M GEMM]: the lowering asked for this
+    // kernel (only it applies the epilogue), having checked the mode.
+    GROVE_CHECK(small_m_gemm_qualifies(launch), "small-M GEMM: ",
+                small_m_gemm_tuning_key("", launch.args),
+                " carries the exact gelu but does not qualify for grove's kernel (a grove bug; "
+                "please report it; GROVE_SMALL_M_EXACT_GELU=0 avoids it)");
+    return small_m_rows_per_warp(launch.args.m);
+  }
   if (!small_m_gemm_qualifies(launch)) return 0;
   const int64_t default_rows = small_m_rows_per_warp(launch.args.m);
   switch (small_m_gemm_mode(requested)) {

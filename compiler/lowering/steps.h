@@ -45,6 +45,9 @@ struct GemmLaunch {
   int aux_slot = -1;
   int bias_grad_slot = -1;  // with kBiasGradA: the row sums of op(A) (contiguous)
   runtime::GemmArgs args;   // row-major; a, b, c, bias, aux null
+  // With a kBias epilogue: the exact gelu after the bias, which only grove's
+  // small-M kernel applies (Note [Exact gelu in the small-M GEMM]).
+  bool exact_gelu = false;
   std::vector<GemmCall> calls;
   // The slots the launch writes: C and its epilogue's extra outputs.
   std::vector<int> written_slots() const {

@@ -430,6 +430,58 @@ TEST_P(SmallMGemmOnDevice, MatchesTheReferenceForSeveralRowCountsAndEpilogues) {
   }
 }
 
+// PyTorch's default gelu as the importer writes it: mul(mul(x, 0.5),
+// add(erf(mul(x, 1/sqrt 2)), 1)).
+ValueId exact_gelu(ProgramBuilder& b, ValueId x) {
+  ValueId scaled = b.mul(x, b.full(0.7071067811865476));
+  ValueId one_plus = b.add(b.op1("erf", {scaled}), b.full(1.0));
+  return b.mul(b.mul(x, b.full(0.5)), one_plus);
+}
+
+// linear(x, w, bias) then the exact gelu, on x [m, k] or on x [2, m / 2, k]
+// (a linear over a 3-d activation: rows reshaped in, and back out before the gelu).
+compiler::ir::Program exact_gelu_program(runtime::Device device, int64_t m, bool three_d) {
+  ProgramBuilder b("exact_gelu", device);
+  const int64_t k = 45, n = 70;
+  ValueId x = b.input("x", three_d ? runtime::Shape{2, m / 2, k} : runtime::Shape{m, k});
+  ValueId rows = three_d ? b.reshape(x, {m, k}) : x;
+  ValueId y = b.linear(rows, b.input("w", {n, k}), b.input("bias", {n}), "fc");
+  b.output(exact_gelu(b, three_d ? b.reshape(y, {2, m / 2, n}) : y));
+  return b.build();
+}
+
+// Note [Exact gelu in the small-M GEMM]: with grove's kernel on, a linear and
+// PyTorch's exact gelu are one kernel (two with GROVE_SMALL_M_EXACT_GELU=0),
+// directly and through the 3-d reshapes, matching the reference; past 32 rows,
+// or with the library GEMM (auto on sim), the gelu keeps its kernel.
+TEST_P(SmallMGemmOnDevice, ExactGeluIsTheKernelsEpilogue) {
+  uint32_t seed = 40;
+  for (int64_t m : {2, 16, 24, 32, 40}) {
+    for (bool three_d : {false, true}) {
+      const std::string label = str_cat("m=", m, three_d ? " 3-d" : " 2-d");
+      SCOPED_TRACE(label);
+      compiler::ir::Program program = exact_gelu_program(device(), m, three_d);
+      {
+        testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
+        KernelReport report = report_of(program);
+        EXPECT_EQ(report.kernels.size(), 1u) << report.str();
+        EXPECT_EQ(small_m_kernels(report), m <= 32 ? 1u : 0u) << report.str();
+        EXPECT_EQ(report.library_gemms, m <= 32 ? 0u : 1u) << report.str();
+        testing::expect_matches_reference(program, inputs_for(program, ++seed), device(),
+                                          testing::tolerance_for(DType::kF32), label);
+        testing::ScopedEnv off("GROVE_SMALL_M_EXACT_GELU", "0");
+        EXPECT_EQ(report_of(program).kernels.size(), m <= 32 ? 2u : 1u);
+      }
+      if (device().type == runtime::DeviceType::kSim) {
+        testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "auto");
+        KernelReport report = report_of(program);
+        EXPECT_EQ(report.kernels.size(), 1u) << report.str();
+        EXPECT_EQ(report.library_gemms, 1u) << report.str();
+      }
+    }
+  }
+}
+
 TEST_P(SmallMGemmOnDevice, HalfPrecisionMatchesTheReference) {
   testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "on");
   for (DType dtype : {DType::kBF16, DType::kF16}) {
