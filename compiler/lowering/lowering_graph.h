@@ -91,7 +91,7 @@ bool gemm_epilogues_enabled();
 // chosen for this GEMM without measuring the library: the launch it saves is
 // worth more than a faster product); the linear's input an offset-free
 // value. GROVE_SMALL_M_EXACT_GELU=0 keeps the gelu's kernel. Tests:
-// GemmEpilogue.ExactGeluIsTheSmallMKernelsEpilogue.
+// SmallMGemmOnDevice.ExactGeluIsTheKernelsEpilogue (small_m_gemm_test.cc).
 bool small_m_exact_gelu_enabled();
 
 class LoweringGraph {
