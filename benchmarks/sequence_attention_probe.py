@@ -5,11 +5,12 @@ difference and each one's time per call (20 calls captured in a CUDA graph, repl
 of 5 blocks), with q/k/v read in place from a fused projection's output.
 With --variants, f32 also times the kernel's forms against each other:
 register staging (the narrow or wide kernel, as the launch picks) and
-cp.async staging (Note [Sequence attention staged by cp.async]), each at
-the launch's query rows per block and at 4, 8 and 16.
+cp.async staging (Note [Sequence attention staged by cp.async]) and
+cp.async with a lane's two value features summed in one pass ("paired"),
+each at the launch's query rows per block and at 4, 8 and 16.
 
     python3 benchmarks/sequence_attention_probe.py [--f32] [--variants] [--cases vit_b1,...]
-        [--staging register|async]
+        [--staging register|async|paired]
 
 --staging picks the staging of the first (checked) launch and the timed
 one, for profiling one form alone (ncu --launch-count 1).
@@ -108,7 +109,8 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows
         staging = sys.argv[sys.argv.index("--staging") + 1]
     if staging == "default":
         staging = "async" if dtype == "f32" else "register"
-    suffix = "_async" if staging == "async" else "_wide" if max(tk, rows) > 32 else ""
+    suffix = {"async": "_async", "paired": "_async_paired"}.get(
+        staging, "_wide" if max(tk, rows) > 32 else "")
     args = [("p", q.data_ptr()), ("p", k.data_ptr()), ("p", v.data_ptr()), ("p", mask_ptr),
             ("p", out.data_ptr())]
     for t in (q, k, v, out):
@@ -216,7 +218,7 @@ def main():
             if "--variants" in sys.argv and dtype == torch.float32:
                 default_rows = launch_rows(b, h, tq)
                 cells = []
-                for staging in ("register", "async"):
+                for staging in ("register", "async", "paired"):
                     for rows in (None, 4, 8, 16):
                         if rows == default_rows:
                             continue

@@ -53,11 +53,16 @@ bool wide_staging(int64_t rows) {
 // for a few microseconds of work. The async kernel takes 40. Only data moves:
 // the arithmetic, and so the bits, are stage()'s. bf16 and f16 are converted
 // as they are staged, so they keep stage(); GROVE_SEQUENCE_ATTENTION_ASYNC=0
-// keeps it for f32 too. Test: SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
-bool async_staging(DType dtype) {
-  if (dtype != DType::kF32) return false;
+// keeps it for f32 too; GROVE_SEQUENCE_ATTENTION_ASYNC=paired also sums a
+// lane's two value features in one pass over the keys (the same sums, in the
+// same order). Test: SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
+const char* async_suffix(DType dtype) {
+  if (dtype != DType::kF32) return nullptr;
   const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_ASYNC");
-  return setting == nullptr || std::string(setting) != "0";
+  if (setting == nullptr) return "_async";
+  const std::string text = setting;
+  if (text == "0") return nullptr;
+  return text == "paired" ? "_async_paired" : "_async";
 }
 
 
@@ -343,8 +348,9 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
                              : layouts.dtype == DType::kF16 ? 2
                                                             : 0;
   KernelSource source;
+  const char* async = async_suffix(layouts.dtype);
   source.name = str_cat("grove_sequence_attention_", dtype_name(layouts.dtype),
-                        async_staging(layouts.dtype)                        ? "_async"
+                        async != nullptr                                    ? async
                         : wide_staging(std::max(plan.tk, rows_per_block)) ? "_wide"
                                                                           : "");
   if (device.is_cuda()) {
