@@ -33,6 +33,11 @@ std::string kernel_symbol(const KernelSpec& spec);
 // kernels ignore the dims (1x1).
 runtime::LaunchDims kernel_launch_dims(const KernelSpec& spec, runtime::DeviceType device_type);
 
+// Whether reductions over rows no longer than their block hold each thread's
+// element in registers (Note [Rows held in registers]): GROVE_ROWS_IN_REGISTERS,
+// on unless 0.
+bool rows_in_registers_enabled();
+
 // Textual LLVM IR of the kernel for `device_type` (cuda: NVPTX; sim/cpu: host),
 // after the O2 pipeline when `optimized`.
 std::string emit_llvm_ir(const KernelSpec& spec, runtime::DeviceType device_type,

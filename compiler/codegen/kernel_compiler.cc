@@ -38,7 +38,11 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
   // Note [Programmatic generated kernels]: the form is part of the key, so
   // that one process can run both.
   const bool programmatic = device.is_cuda() && programmatic_generated_enabled();
-  const std::string signature = spec.signature() + (programmatic ? "|programmatic" : "");
+  // Note [Rows held in registers]: so is the form of short-row reductions.
+  const bool row_registers =
+      device.is_cuda() && !spec.reductions.empty() && rows_in_registers_enabled();
+  const std::string signature = spec.signature() + (programmatic ? "|programmatic" : "") +
+                                (row_registers ? "|rows_in_registers" : "");
   KernelCache& state = cache();
   std::lock_guard<std::mutex> lock(state.mutex);
   auto found = state.kernels.find({signature, device});

@@ -59,6 +59,26 @@ void Emitter::store_outputs(const Site& site, bool per_row) {
   }
 }
 
+void Emitter::store_element_outputs_if(const Site& site, std::vector<Value*>& memo,
+                                       Value* store) {
+  std::vector<std::pair<size_t, Value*>> values;
+  for (size_t o = 0; o < spec_.outputs.size(); ++o) {
+    if (spec_.outputs[o].per_row) continue;
+    values.emplace_back(o, eval(spec_.outputs[o].expr, site, memo));
+  }
+  auto* write = llvm::BasicBlock::Create(context_, "element_outputs", function_);
+  auto* after = llvm::BasicBlock::Create(context_, "after_element_outputs", function_);
+  b_.CreateCondBr(store, write, after);
+  b_.SetInsertPoint(write);
+  for (const auto& [o, value] : values) {
+    const OutputSpec& output = spec_.outputs[o];
+    Value* at = offset(output.strides, spec_.iteration_shape, site.coordinates, site.linear);
+    store_element(outputs_[o], output.dtype, at, value);
+  }
+  b_.CreateBr(after);
+  b_.SetInsertPoint(after);
+}
+
 Value* Emitter::special_register(llvm::Intrinsic::ID id) {
   return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), b_.getInt64Ty());
 }

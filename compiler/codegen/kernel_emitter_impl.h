@@ -104,6 +104,12 @@ class Emitter {
                            const LoopBody& body);
 
   void store_outputs(const Site& site, bool per_row);
+  // The element outputs at `site`, their values evaluated through `memo` here
+  // and stored only where `store` holds (Note [Rows held in registers]).
+  void store_element_outputs_if(const Site& site, std::vector<Value*>& memo, Value* store);
+  // Note [Rows held in registers]: a row of at most a block's length, one
+  // element per thread, evaluated once for every reduction and the outputs.
+  void emit_rows_in_registers();
   void emit_elementwise();
   // Multi-part kernels (kernel_emitter_parts.cc): each part's pointers from
   // the ABI's arguments (Note [Multi-part kernel arguments]), and the tile

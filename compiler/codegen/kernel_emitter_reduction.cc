@@ -1,5 +1,7 @@
 // Emitter: row reductions (one block per row on cuda, a loop on the host).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -10,6 +12,15 @@
 #include "llvm/IR/Verifier.h"
 #include "llvm/Support/raw_ostream.h"
 #include "runtime/error.h"
+
+namespace grove::compiler::codegen {
+
+bool rows_in_registers_enabled() {
+  const char* value = std::getenv("GROVE_ROWS_IN_REGISTERS");
+  return value == nullptr || std::string(value) != "0";
+}
+
+}  // namespace grove::compiler::codegen
 
 namespace grove::compiler::codegen::emitter_detail {
 
@@ -155,7 +166,65 @@ std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element
   return totals;
 }
 
+// Note [Rows held in registers]: on cuda a block reduces a row with a thread
+// per element where the row is no longer than the block (layer norms of 192 to
+// 256 features: one element per thread). The plain path evaluates the row's
+// expression once per pass (a layer norm's mean, its variance, then the
+// element outputs: three loads of every input element, each an L2 round trip
+// behind a barrier); here each thread evaluates its element once, the values
+// serving every reduction and output (threads past the row evaluate the last
+// element, keeping their loads in bounds, and fold the identity instead). Each
+// thread still folds one element into the identity before the block's
+// reduction, so the bits are the plain path's. GROVE_ROWS_IN_REGISTERS=0 keeps
+// the plain path (the kernel cache keys the form: Note [Kernel cache]). Tests:
+// ModelPtx.* (ptxas), and on cuda every reduction test (Devices/Reduction.*,
+// the lowering and zoo tests).
+bool rows_in_registers(const KernelSpec& spec) {
+  return !spec.warp_rows && !spec.thread_rows && spec.row_length() >= 1 &&
+         spec.row_length() <= static_cast<int64_t>(reduction_block_size(spec)) &&
+         rows_in_registers_enabled();
+}
+
+void Emitter::emit_rows_in_registers() {
+  const int64_t rows = spec_.row_count();
+  const int64_t length = spec_.row_length();
+  runtime::Shape row_shape(spec_.iteration_shape.begin(), spec_.iteration_shape.end() - 1);
+  Value* thread = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  Value* block = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  Value* grid = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+  Value* in_row = b_.CreateICmpULT(thread, i64(length));
+  Value* element = b_.CreateSelect(in_row, thread, i64(length - 1));
+  loop(block, i64(rows), grid, {}, [&](Value* row, const std::vector<Value*>&) {
+    Site site;
+    site.coordinates = decompose(row, row_shape);
+    site.coordinates.push_back(element);
+    site.linear = b_.CreateAdd(b_.CreateMul(row, i64(length)), element);
+    std::vector<Value*> memo(spec_.exprs.size(), nullptr);
+    for (const Reduction& reduction : spec_.reductions) {
+      Value* value = combine(reduction.op, identity(reduction.op), eval(reduction.expr, site, memo));
+      value = b_.CreateSelect(in_row, value, identity(reduction.op));
+      site.reduced.push_back(block_reduce(reduction.op, value));
+    }
+    Site row_site = site;
+    row_site.coordinates.back() = nullptr;
+    row_site.linear = nullptr;
+    auto* write = llvm::BasicBlock::Create(context_, "row_outputs", function_);
+    auto* after = llvm::BasicBlock::Create(context_, "after_row_outputs", function_);
+    b_.CreateCondBr(b_.CreateICmpEQ(thread, i64(0)), write, after);
+    b_.SetInsertPoint(write);
+    store_outputs(row_site, /*per_row=*/true);
+    b_.CreateBr(after);
+    b_.SetInsertPoint(after);
+    store_element_outputs_if(site, memo, in_row);
+    return std::vector<Value*>{};
+  });
+}
+
 void Emitter::emit_reduction_rows() {
+  if (nvptx() && rows_in_registers(spec_)) {
+    emit_rows_in_registers();
+    return;
+  }
   const int64_t rows = spec_.row_count();
   const int64_t length = spec_.row_length();
   runtime::Shape row_shape(spec_.iteration_shape.begin(), spec_.iteration_shape.end() - 1);
