@@ -2,7 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -181,7 +184,22 @@ LtPlan make_plan(const CublasLibrary& library, cublasLtHandle_t handle, const Lt
   return plan;
 }
 
+// The most workspace cuBLASLt's heuristic may plan for: the stream's
+// workspace, or less with GROVE_CUBLASLT_WORKSPACE_CAP (bytes), for A/Bs of
+// the algorithms a smaller workspace (PyTorch's) leads the heuristic to. The
+// cap is part of a plan's key, so one process can time both.
+size_t heuristic_workspace_cap() {
+  const char* value = std::getenv("GROVE_CUBLASLT_WORKSPACE_CAP");
+  if (value == nullptr || *value == '\0') return std::numeric_limits<size_t>::max();
+  char* end = nullptr;
+  const unsigned long long parsed = std::strtoull(value, &end, 10);
+  GROVE_CHECK_AS(ConfigError, end != value && *end == '\0', "GROVE_CUBLASLT_WORKSPACE_CAP='",
+                 value, "': expected a number of bytes");
+  return static_cast<size_t>(parsed);
+}
+
 }  // namespace
+
 
 void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandle stream,
                         const GemmArgs& g, const GemmWhat& doing) {
@@ -226,7 +244,7 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
     key.ld_aux = g.ld_aux;
     key.alignments[4] = alignment_of(g.aux);
   }
-  key.workspace = state.workspace_bytes;
+  key.workspace = std::min(state.workspace_bytes, heuristic_workspace_cap());
   key.searched = searchable(g) && runtime::gemm_search_enabled();
   LtRegistry& r = lt_registry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -376,6 +376,42 @@ TEST_F(CudaPlatformTest, SearchedGemmAlgorithmsMatchTheHostAndReplayBitwise) {
   ::unsetenv("GROVE_GEMM_SEARCH");
 }
 
+// GROVE_CUBLASLT_WORKSPACE_CAP: a bias GEMM of BERT's shape planned for at
+// most 1 MiB of workspace (or none) matches the host's sums, and a value
+// that is not a number of bytes is a ConfigError that runs nothing.
+TEST_F(CudaPlatformTest, GemmsPlannedUnderAWorkspaceCapMatchTheHost) {
+  ASSERT_TRUE(cublas_available()) << cublas_unavailable_reason();
+  GROVE_SEEDED_RNG(rng);
+  const int64_t m = 384, n = 256, k = 1024;
+  std::vector<float> a = random_floats(rng, m * k, -1.0f, 1.0f);
+  std::vector<float> b = random_floats(rng, k * n, -1.0f, 1.0f);
+  std::vector<float> bias = random_floats(rng, n, -1.0f, 1.0f);
+  Tensor ta = Tensor::from_vector(a, {m, k}, kCudaDevice);
+  Tensor tb = Tensor::from_vector(b, {k, n}, kCudaDevice);
+  Tensor tbias = Tensor::from_vector(bias, {n}, kCudaDevice);
+  Tensor tc = Tensor::empty({m, n}, DType::kF32, kCudaDevice);
+  GemmArgs args;
+  args.m = m, args.n = n, args.k = k;
+  args.a = ta.data_ptr(), args.lda = k;
+  args.b = tb.data_ptr(), args.ldb = n;
+  args.c = tc.data_ptr(), args.ldc = n;
+  args.epilogue = GemmEpilogue::kBias;
+  args.bias = tbias.data_ptr();
+  std::vector<float> expected = host_matmul(a, b, m, n, k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) expected[i * n + j] += bias[j];
+  }
+  for (const char* cap : {"1048576", "0"}) {
+    SCOPED_TRACE(cap);
+    ::setenv("GROVE_CUBLASLT_WORKSPACE_CAP", cap, 1);
+    platform().blas().gemm_row_major(stream_, args);
+    expect_near_all(tc.to_vector<float>(), expected, 1e-3f);
+  }
+  ::setenv("GROVE_CUBLASLT_WORKSPACE_CAP", "1 MiB", 1);
+  EXPECT_THROW(platform().blas().gemm_row_major(stream_, args), ConfigError);
+  ::unsetenv("GROVE_CUBLASLT_WORKSPACE_CAP");
+}
+
 // Note [cuBLAS state of destroyed streams]: streams created and destroyed in
 // turn, each running a GEMM, share one workspace instead of keeping one each,
 // and a GEMM on a stream that inherited it is still right.
