@@ -7,10 +7,11 @@ With --variants, f32 also times the kernel's forms against each other:
 register staging (the narrow or wide kernel, as the launch picks) and
 cp.async staging (Note [Sequence attention staged by cp.async]) and
 cp.async with a lane's two value features summed in one pass ("paired"),
-each at the launch's query rows per block and at 4, 8 and 16.
+and cp.async in blocks of eight warps ("w8"), each at the launch's query
+rows per block and at 4, 8 and 16.
 
     python3 benchmarks/sequence_attention_probe.py [--f32] [--variants] [--cases vit_b1,...]
-        [--staging register|async|paired]
+        [--staging register|async|paired|w8]
 
 --staging picks the staging of the first (checked) launch and the timed
 one, for profiling one form alone (ncu --launch-count 1).
@@ -79,11 +80,11 @@ def strides4(t):
     return list(t.stride())
 
 
-def launch_rows(b, h, tq):
+def launch_rows(b, h, tq, warps=4):
     """The launch's query rows per block (sequence_attention_kernel.cc): 16,
-    fewer while the grid has under 264 blocks."""
+    fewer (down to one a warp) while the grid has under 264 blocks."""
     rows = 16
-    while rows > 4 and (tq + rows - 1) // rows * h * b < 264:
+    while rows > warps and (tq + rows - 1) // rows * h * b < 264:
         rows //= 2
     return rows
 
@@ -95,8 +96,11 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows
     b, h, tq, d = q.shape
     tk, dv = k.shape[2], v.shape[3]
     group = h // k.shape[1]
-    rows = rows or launch_rows(b, h, tq)
-    shared = 4 * (tk * (d + 1) + tk * dv + rows * d + 4 * tk)
+    if staging == "default" and "--staging" in sys.argv:
+        staging = sys.argv[sys.argv.index("--staging") + 1]
+    warps = 8 if staging == "w8" else 4
+    rows = rows or launch_rows(b, h, tq, warps)
+    shared = 4 * (tk * (d + 1) + tk * dv + rows * d + warps * tk)
     if mask is None:
         m_strides, kind, mask_ptr = [0, 0, 0, 0], 0, 0
     else:
@@ -105,11 +109,9 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows
         kind = 1 if mask.dtype == torch.bool else 2
         mask_ptr = mask.data_ptr()
     dtype = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[q.dtype]
-    if staging == "default" and "--staging" in sys.argv:
-        staging = sys.argv[sys.argv.index("--staging") + 1]
     if staging == "default":
         staging = "async" if dtype == "f32" else "register"
-    suffix = {"async": "_async", "paired": "_async_paired"}.get(
+    suffix = {"async": "_async", "paired": "_async_paired", "w8": "_async_w8"}.get(
         staging, "_wide" if max(tk, rows) > 32 else "")
     args = [("p", q.data_ptr()), ("p", k.data_ptr()), ("p", v.data_ptr()), ("p", mask_ptr),
             ("p", out.data_ptr())]
@@ -118,8 +120,8 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows
     args += [("i", s) for s in m_strides]
     args += [("i", tq), ("i", tk), ("i", d), ("i", dv), ("i", group), ("i", kind),
              ("i", 1 if causal else 0), ("i", rows), ("f", scale)]
-    kernel.launch("%s_%s%s" % (kernel.name, dtype, suffix), ((tq + rows - 1) // rows, h, b), 128,
-                  shared, args)
+    kernel.launch("%s_%s%s" % (kernel.name, dtype, suffix), ((tq + rows - 1) // rows, h, b),
+                  32 * warps, shared, args)
 
 
 def timed(fn, calls=20, replays=20, blocks=5):
@@ -218,9 +220,9 @@ def main():
             if "--variants" in sys.argv and dtype == torch.float32:
                 default_rows = launch_rows(b, h, tq)
                 cells = []
-                for staging in ("register", "async", "paired"):
+                for staging in ("register", "async", "paired", "w8"):
                     for rows in (None, 4, 8, 16):
-                        if rows == default_rows:
+                        if rows == (launch_rows(b, h, tq, 8) if staging == "w8" else default_rows):
                             continue
                         variant = lambda: run_grove(kernel, q, k, v, out, mask, causal, scale,
                                                     staging, rows)
@@ -228,7 +230,9 @@ def main():
                         torch.cuda.synchronize()
                         same = (out.float() - expected).abs().max().item() / \
                             expected.abs().max().item() < 1e-5
-                        cells.append("%s/%s %.2f%s" % (staging[:5], rows or "r%d" % default_rows,
+                        shown = rows or "r%d" % (launch_rows(b, h, tq, 8) if staging == "w8"
+                                                 else default_rows)
+                        cells.append("%s/%s %.2f%s" % (staging[:5], shown,
                                                       timed(variant), "" if same else " FAIL"))
                         failed += not same
                 print("    " + "  ".join(cells), flush=True)

@@ -55,14 +55,22 @@ bool wide_staging(int64_t rows) {
 // as they are staged, so they keep stage(); GROVE_SEQUENCE_ATTENTION_ASYNC=0
 // keeps it for f32 too; GROVE_SEQUENCE_ATTENTION_ASYNC=paired also sums a
 // lane's two value features in one pass over the keys (the same sums, in the
-// same order). Test: SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
+// same order), and =w8 runs blocks of eight warps (at least eight query rows
+// a block, so a block's staged keys and values serve twice the rows). Test: SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
 const char* async_suffix(DType dtype) {
   if (dtype != DType::kF32) return nullptr;
   const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_ASYNC");
   if (setting == nullptr) return "_async";
   const std::string text = setting;
   if (text == "0") return nullptr;
+  if (text == "w8") return "_async_w8";
   return text == "paired" ? "_async_paired" : "_async";
+}
+
+// Warps a block of the kernel `suffix` names runs: 8 for the _w8 form (a
+// block's staged keys and values serve twice the query rows), else 4.
+int64_t warps_of(const char* suffix) {
+  return suffix != nullptr && std::string(suffix) == "_async_w8" ? 8 : 4;
 }
 
 
@@ -76,8 +84,8 @@ struct Plan {
 
 // Keys [tk][d + 1], values [tk][dv], the block's query rows [rows][d] and
 // each warp's weights [tk] (sequence_attention_kernel.cu).
-int64_t shared_floats(int64_t tk, int64_t d, int64_t dv, int64_t rows) {
-  return tk * (d + 1) + tk * dv + rows * d + kWarps * tk;
+int64_t shared_floats(int64_t tk, int64_t d, int64_t dv, int64_t rows, int64_t warps = kWarps) {
+  return tk * (d + 1) + tk * dv + rows * d + warps * tk;
 }
 
 // The leading dims `sizes` [0, lead) with `strides` as one batch stride, or
@@ -294,7 +302,7 @@ void host_sequence_attention(const LaunchDims* dims, const uint64_t* args) {
 // else kWideRows halved (down to one row per warp) while the grid has fewer
 // blocks than kBlocksWanted. The rows a block takes change no row's
 // arithmetic, so no bits.
-int64_t rows_per_block_of(const Plan& plan) {
+int64_t rows_per_block_of(const Plan& plan, int64_t warps) {
   if (const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_ROWS")) {
     const std::string text = setting;
     GROVE_CHECK_AS(ConfigError, text == "4" || text == "8" || text == "16",
@@ -304,7 +312,7 @@ int64_t rows_per_block_of(const Plan& plan) {
   }
   int64_t rows = kWideRows;
   auto blocks = [&](int64_t r) { return (plan.tq + r - 1) / r * plan.heads * plan.batch; };
-  while (rows > kWarps && blocks(rows) < kBlocksWanted) rows /= 2;
+  while (rows > warps && blocks(rows) < kBlocksWanted) rows /= 2;
   return rows;
 }
 
@@ -342,13 +350,20 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
   GROVE_CHECK_AS(ShapeError, refusal.empty(), "sequence attention: the kernel does not take ",
                  refusal);
   if (plan.batch == 0 || plan.heads == 0 || plan.tq == 0) return;
-  const int64_t rows_per_block = rows_per_block_of(plan);
+  const char* async = async_suffix(layouts.dtype);
+  int64_t warps = warps_of(async);
+  int64_t rows_per_block = rows_per_block_of(plan, warps);
+  if (warps != kWarps && 4 * shared_floats(plan.tk, plan.d, plan.dv, rows_per_block, warps) >
+                             kSequenceAttentionMaxSharedBytes) {
+    async = "_async";  // eight warps' weights do not fit beside these keys: four
+    warps = kWarps;
+    rows_per_block = rows_per_block_of(plan, warps);
+  }
   const Device device = query.device();
   const int64_t dtype_code = layouts.dtype == DType::kBF16  ? 1
                              : layouts.dtype == DType::kF16 ? 2
                                                             : 0;
   KernelSource source;
-  const char* async = async_suffix(layouts.dtype);
   source.name = str_cat("grove_sequence_attention_", dtype_name(layouts.dtype),
                         async != nullptr                                    ? async
                         : wide_staging(std::max(plan.tk, rows_per_block)) ? "_wide"
@@ -369,9 +384,9 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
   dims.grid.x = static_cast<uint32_t>((plan.tq + rows_per_block - 1) / rows_per_block);
   dims.grid.y = static_cast<uint32_t>(plan.heads);
   dims.grid.z = static_cast<uint32_t>(plan.batch);
-  dims.block.x = kSequenceAttentionThreads;
+  dims.block.x = static_cast<uint32_t>(32 * warps);
   dims.shared_bytes =
-      static_cast<uint32_t>(4 * shared_floats(plan.tk, plan.d, plan.dv, rows_per_block));
+      static_cast<uint32_t>(4 * shared_floats(plan.tk, plan.d, plan.dv, rows_per_block, warps));
   KernelArgs args;
   args.add_pointer(query.data_ptr())
       .add_pointer(key.data_ptr())

@@ -137,10 +137,11 @@ __device__ __forceinline__ void copy_async_4(float* shared, const float* global)
 // Note [Sequence attention staged by cp.async] (sequence_attention_kernel.cc):
 // f32 operands are copied into shared memory by cp.async, every copy of the
 // block in flight at once from a short loop, through the operands' strides.
+template <int Warps>
 __device__ __forceinline__ void stage_tile_async(const Tile& tile, int warp, int lane) {
   const float* source = static_cast<const float*>(tile.source) + tile.base;
 #pragma unroll 1
-  for (int r = warp; r < tile.rows; r += kWarps) {
+  for (int r = warp; r < tile.rows; r += Warps) {
     const float* row = source + r * tile.row_stride;
     float* destination = tile.destination + r * tile.pitch;
 #pragma unroll 2
@@ -150,10 +151,11 @@ __device__ __forceinline__ void stage_tile_async(const Tile& tile, int warp, int
   }
 }
 
+template <int Warps>
 __device__ void stage_async(const Tile (&tiles)[3], int warp, int lane) {
-  stage_tile_async(tiles[0], warp, lane);
-  stage_tile_async(tiles[1], warp, lane);
-  stage_tile_async(tiles[2], warp, lane);
+  stage_tile_async<Warps>(tiles[0], warp, lane);
+  stage_tile_async<Warps>(tiles[1], warp, lane);
+  stage_tile_async<Warps>(tiles[2], warp, lane);
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
@@ -163,7 +165,7 @@ __device__ void stage_async(const Tile (&tiles)[3], int warp, int lane) {
 // [tk][d + 1] (the pad spreads lanes reading one feature of 32 keys over the
 // banks), values [tk][dv], the block's query rows [rows_per_block][d], and
 // per warp the weights of its row [tk].
-template <typename T, int RowSteps, bool Async, bool Paired>
+template <typename T, int RowSteps, bool Async, bool Paired, int Warps>
 __device__ void attend(const void* q, const void* k, const void* v, const void* mask, void* out,
                        int64_t q_b, int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h,
                        int64_t k_t, int64_t k_d, int64_t v_b, int64_t v_h, int64_t v_t, int64_t v_d,
@@ -194,14 +196,14 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
       {v, batch * v_b + key_head * v_h, v_t, v_d, tk32, dv32, values, dv32},
       {q, batch * q_b + head * q_h + first * q_t, q_t, q_d, end - first, d32, queries, d32}};
   if constexpr (Async) {
-    stage_async(tiles, warp, lane);
+    stage_async<Warps>(tiles, warp, lane);
   } else {
     stage<T, RowSteps>(tiles, warp, lane);
   }
   __syncthreads();
 
   const float minus_infinity = -__int_as_float(0x7f800000);
-  for (int row = first + warp; row < end; row += kWarps) {
+  for (int row = first + warp; row < end; row += Warps) {
     const float* query = queries + (row - first) * d32;
     float most = minus_infinity;
     for (int j = lane; j < tk32; j += 32) {
@@ -286,24 +288,25 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
 
 }  // namespace
 
-#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS, ASYNC, PAIRED)                                           \
-  extern "C" __global__ void __launch_bounds__(kWarps * 32)                                       \
+#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS)                    \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32)                                        \
       NAME(const void* q, const void* k, const void* v, const void* mask, void* out, int64_t q_b, \
            int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h, int64_t k_t,          \
            int64_t k_d, int64_t v_b, int64_t v_h, int64_t v_t, int64_t v_d, int64_t o_b,          \
            int64_t o_h, int64_t o_t, int64_t o_d, int64_t m_b, int64_t m_h, int64_t m_q,          \
            int64_t m_k, int64_t tq, int64_t tk, int64_t d, int64_t dv, int64_t group,             \
            int64_t mask_kind, int64_t causal, int64_t rows_per_block, float scale) {              \
-    attend<TYPE, ROW_STEPS, ASYNC, PAIRED>(q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, \
+    attend<TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS>(q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, \
                             v_t, v_d, o_b, o_h, o_t, o_d, m_b, m_h, m_q, m_k, tq, tk, d, dv,      \
                             group, mask_kind, causal, rows_per_block, scale);                     \
   }
 
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8, false, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16, 8, false, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16, 8, false, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_wide, float, 16, false, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16_wide, Bf16, 16, false, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16_wide, F16, 16, false, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async, float, 8, true, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async_paired, float, 8, true, true)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8, false, false, 4)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16, 8, false, false, 4)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16, 8, false, false, 4)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_wide, float, 16, false, false, 4)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16_wide, Bf16, 16, false, false, 4)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16_wide, F16, 16, false, false, 4)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async, float, 8, true, false, 4)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async_paired, float, 8, true, true, 4)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async_w8, float, 8, true, false, 8)

@@ -213,7 +213,7 @@ TEST_P(SequenceAttentionTest, AsyncStagingGivesTheBitsOfRegisterStaging) {
     const std::vector<double> expected = out.to_doubles();
     expect_close(expected, reference(q, k, v, mask.expand({b, h, tq, tk}), 1, false, 0.125),
                  1e-5);
-    for (const char* staging : {"1", "0", "paired"}) {
+    for (const char* staging : {"1", "0", "paired", "w8"}) {
       for (const char* wide : {"1", "0"}) {
         for (const char* rows : {"4", "8", "16"}) {
           SCOPED_TRACE(::testing::Message()
