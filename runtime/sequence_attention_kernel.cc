@@ -56,7 +56,8 @@ bool wide_staging(int64_t rows) {
 // keeps it for f32 too; GROVE_SEQUENCE_ATTENTION_ASYNC=paired also sums a
 // lane's two value features in one pass over the keys (the same sums, in the
 // same order), and =w8 runs blocks of eight warps (at least eight query rows
-// a block, so a block's staged keys and values serve twice the rows). Test: SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
+// a block, so a block's staged keys and values serve twice the rows). Test:
+// SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
 const char* async_suffix(DType dtype) {
   if (dtype != DType::kF32) return nullptr;
   const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_ASYNC");
@@ -72,7 +73,6 @@ const char* async_suffix(DType dtype) {
 int64_t warps_of(const char* suffix) {
   return suffix != nullptr && std::string(suffix) == "_async_w8" ? 8 : 4;
 }
-
 
 // The operands as [batch, head, position, feature] strides (the mask's: [batch,
 // head, query, key], 0 where it broadcasts) and the sizes.
@@ -365,7 +365,7 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
                                                             : 0;
   KernelSource source;
   source.name = str_cat("grove_sequence_attention_", dtype_name(layouts.dtype),
-                        async != nullptr                                    ? async
+                        async != nullptr                                  ? async
                         : wide_staging(std::max(plan.tk, rows_per_block)) ? "_wide"
                                                                           : "");
   if (device.is_cuda()) {

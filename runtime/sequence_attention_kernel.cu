@@ -288,7 +288,7 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
 
 }  // namespace
 
-#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS)                    \
+#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS)                     \
   extern "C" __global__ void __launch_bounds__(WARPS * 32)                                        \
       NAME(const void* q, const void* k, const void* v, const void* mask, void* out, int64_t q_b, \
            int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h, int64_t k_t,          \
@@ -296,9 +296,10 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
            int64_t o_h, int64_t o_t, int64_t o_d, int64_t m_b, int64_t m_h, int64_t m_q,          \
            int64_t m_k, int64_t tq, int64_t tk, int64_t d, int64_t dv, int64_t group,             \
            int64_t mask_kind, int64_t causal, int64_t rows_per_block, float scale) {              \
-    attend<TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS>(q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, \
-                            v_t, v_d, o_b, o_h, o_t, o_d, m_b, m_h, m_q, m_k, tq, tk, d, dv,      \
-                            group, mask_kind, causal, rows_per_block, scale);                     \
+    attend<TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS>(                                                \
+        q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, v_t, v_d, o_b, o_h, \
+        o_t, o_d, m_b, m_h, m_q, m_k, tq, tk, d, dv, group, mask_kind, causal, rows_per_block,    \
+        scale);                                                                                   \
   }
 
 GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8, false, false, 4)

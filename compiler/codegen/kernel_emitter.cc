@@ -59,8 +59,7 @@ void Emitter::store_outputs(const Site& site, bool per_row) {
   }
 }
 
-void Emitter::store_element_outputs_if(const Site& site, std::vector<Value*>& memo,
-                                       Value* store) {
+void Emitter::store_element_outputs_if(const Site& site, std::vector<Value*>& memo, Value* store) {
   std::vector<std::pair<size_t, Value*>> values;
   for (size_t o = 0; o < spec_.outputs.size(); ++o) {
     if (spec_.outputs[o].per_row) continue;

@@ -1,9 +1,9 @@
 // Emitter: row reductions (one block per row on cuda, a loop on the host).
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "compiler/codegen/codegen.h"
@@ -201,7 +201,8 @@ void Emitter::emit_rows_in_registers() {
     site.linear = b_.CreateAdd(b_.CreateMul(row, i64(length)), element);
     std::vector<Value*> memo(spec_.exprs.size(), nullptr);
     for (const Reduction& reduction : spec_.reductions) {
-      Value* value = combine(reduction.op, identity(reduction.op), eval(reduction.expr, site, memo));
+      Value* value =
+          combine(reduction.op, identity(reduction.op), eval(reduction.expr, site, memo));
       value = b_.CreateSelect(in_row, value, identity(reduction.op));
       site.reduced.push_back(block_reduce(reduction.op, value));
     }

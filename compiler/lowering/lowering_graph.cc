@@ -366,7 +366,6 @@ BiasAdd bias_add_user(const ir::Program& program, const std::vector<std::vector<
   return found;
 }
 
-
 // Note [Exact gelu in the small-M GEMM]: whether `value` is a `full` scalar
 // (shape []) of `expected` as the importer writes it (rounded to f32).
 bool scalar_of(const ir::Program& program, ir::ValueId value, double expected) {
@@ -391,8 +390,7 @@ std::vector<size_t> exact_gelu_chain(const ir::Program& program,
     return &program.nodes()[users[0]];
   };
   // op(value, scalar) in either order, of x's type, with one result.
-  auto with_scalar = [&](const ir::Node& node, const char* op, ir::ValueId value,
-                         double scalar) {
+  auto with_scalar = [&](const ir::Node& node, const char* op, ir::ValueId value, double scalar) {
     if (node.op != op || node.operands.size() != 2 || node.results.size() != 1 ||
         program.value(node.results[0]).type != type) {
       return false;
@@ -411,8 +409,8 @@ std::vector<size_t> exact_gelu_chain(const ir::Program& program,
     return {};
   }
   const ir::Node* erf = only_user(program.nodes()[scaled].results[0]);
-  if (erf == nullptr || erf->op != "erf" || erf->operands.size() != 1 ||
-      erf->results.size() != 1 || program.value(erf->results[0]).type != type) {
+  if (erf == nullptr || erf->op != "erf" || erf->operands.size() != 1 || erf->results.size() != 1 ||
+      program.value(erf->results[0]).type != type) {
     return {};
   }
   const ir::Node* one_plus = only_user(erf->results[0]);
@@ -496,8 +494,7 @@ int LoweringGraph::add_node(LoweringNode node) {
   return index;
 }
 
-LoweringGraph::LoweringGraph(const ir::Program& program,
-                             std::optional<SmallMGemmMode> small_m_gemm)
+LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGemmMode> small_m_gemm)
     : program_(program) {
   const ops::OpRegistry& registry = ops::OpRegistry::global();
   std::vector<int> id_of(program.values().size(), -1);

@@ -415,8 +415,7 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
     if (launch.exact_gelu) {
       // Note [Exact gelu in the small-M GEMM]: the importer's expression, in
       // its order, on f32 constants as its scalars are.
-      const int scaled =
-          b.binary(ExprOp::kMul, value, b.constant(0.7071067811865476, DType::kF32));
+      const int scaled = b.binary(ExprOp::kMul, value, b.constant(0.7071067811865476, DType::kF32));
       const int erf = ops::OpRegistry::global().get("erf").elementwise_expr(b, {scaled}, {})[0];
       const int one_plus = b.binary(ExprOp::kAdd, erf, b.constant(1.0, DType::kF32));
       value = b.binary(ExprOp::kMul, b.binary(ExprOp::kMul, value, b.constant(0.5, DType::kF32)),
@@ -457,8 +456,8 @@ int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
   if (launch.exact_gelu) {
     // Note [Exact gelu in the small-M GEMM]: the lowering asked for this
     // kernel (only it applies the epilogue), having checked the mode.
-    GROVE_CHECK(small_m_gemm_qualifies(launch), "small-M GEMM: ",
-                small_m_gemm_tuning_key("", launch.args),
+    GROVE_CHECK(small_m_gemm_qualifies(launch),
+                "small-M GEMM: ", small_m_gemm_tuning_key("", launch.args),
                 " carries the exact gelu but does not qualify for grove's kernel (a grove bug; "
                 "please report it; GROVE_SMALL_M_EXACT_GELU=0 avoids it)");
     return small_m_rows_per_warp(launch.args.m);

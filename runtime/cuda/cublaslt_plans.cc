@@ -193,13 +193,12 @@ size_t heuristic_workspace_cap() {
   if (value == nullptr || *value == '\0') return std::numeric_limits<size_t>::max();
   char* end = nullptr;
   const unsigned long long parsed = std::strtoull(value, &end, 10);
-  GROVE_CHECK_AS(ConfigError, end != value && *end == '\0', "GROVE_CUBLASLT_WORKSPACE_CAP='",
-                 value, "': expected a number of bytes");
+  GROVE_CHECK_AS(ConfigError, end != value && *end == '\0', "GROVE_CUBLASLT_WORKSPACE_CAP='", value,
+                 "': expected a number of bytes");
   return static_cast<size_t>(parsed);
 }
 
 }  // namespace
-
 
 void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandle stream,
                         const GemmArgs& g, const GemmWhat& doing) {

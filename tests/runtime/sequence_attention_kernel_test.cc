@@ -211,8 +211,7 @@ TEST_P(SequenceAttentionTest, AsyncStagingGivesTheBitsOfRegisterStaging) {
     Tensor out = Tensor::empty({b, h, tq, d}, DType::kF32, device());
     launch_sequence_attention(q, k, v, mask, out, 0.125f, false, stream);
     const std::vector<double> expected = out.to_doubles();
-    expect_close(expected, reference(q, k, v, mask.expand({b, h, tq, tk}), 1, false, 0.125),
-                 1e-5);
+    expect_close(expected, reference(q, k, v, mask.expand({b, h, tq, tk}), 1, false, 0.125), 1e-5);
     for (const char* staging : {"1", "0", "paired", "w8"}) {
       for (const char* wide : {"1", "0"}) {
         for (const char* rows : {"4", "8", "16"}) {
@@ -228,8 +227,7 @@ TEST_P(SequenceAttentionTest, AsyncStagingGivesTheBitsOfRegisterStaging) {
       }
     }
     ::setenv("GROVE_SEQUENCE_ATTENTION_ROWS", "3", 1);
-    EXPECT_THROW(launch_sequence_attention(q, k, v, mask, out, 0.125f, false, stream),
-                 ConfigError);
+    EXPECT_THROW(launch_sequence_attention(q, k, v, mask, out, 0.125f, false, stream), ConfigError);
     ::unsetenv("GROVE_SEQUENCE_ATTENTION_ASYNC");
     ::unsetenv("GROVE_SEQUENCE_ATTENTION_WIDE");
     ::unsetenv("GROVE_SEQUENCE_ATTENTION_ROWS");

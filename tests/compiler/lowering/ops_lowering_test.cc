@@ -493,8 +493,7 @@ TEST(Fusion, EmbeddingIdsAreComputedByTheGather) {
     ValueId negative = b.compare("lt", ids, b.full(0, {}, DType::kI64));
     return b.where(negative, b.add(ids, b.full(static_cast<double>(size), {}, DType::kI64)), ids);
   };
-  ValueId rows = b.mul(wrapped(in(b, "batch", {3, 1}, DType::kI64), 3),
-                       b.full(5, {}, DType::kI64));
+  ValueId rows = b.mul(wrapped(in(b, "batch", {3, 1}, DType::kI64), 3), b.full(5, {}, DType::kI64));
   ValueId flat = b.add(rows, wrapped(in(b, "keys", {1, 5}, DType::kI64), 5));
   b.output(b.embedding(table, flat));
   compiler::ir::Program program = b.build();
