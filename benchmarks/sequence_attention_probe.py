@@ -7,11 +7,12 @@ With --variants, f32 also times the kernel's forms against each other:
 register staging (the narrow or wide kernel, as the launch picks) and
 cp.async staging (Note [Sequence attention staged by cp.async]) and
 cp.async with a lane's two value features summed in one pass ("paired"),
-and cp.async in blocks of eight warps ("w8"), each at the launch's query
-rows per block and at 4, 8 and 16.
+cp.async in blocks of eight warps ("w8") and the float4/float2 form
+("vector", the f32 default: Note [Sequence attention in vectors]), each at
+the launch's query rows per block and at 4, 8 and 16.
 
     python3 benchmarks/sequence_attention_probe.py [--f32] [--variants] [--cases vit_b1,...]
-        [--staging register|async|paired|w8]
+        [--staging register|async|paired|w8|vector]
 
 --staging picks the staging of the first (checked) launch and the timed
 one, for profiling one form alone (ncu --launch-count 1).
@@ -90,7 +91,7 @@ def launch_rows(b, h, tq, warps=4):
 
 
 def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows=None):
-    """staging: "default" (the launch's kernel: cp.async for f32), "register"
+    """staging: "default" (the launch's kernel: "vector" for f32), "register"
     (the narrow or wide register-staged kernel, as GROVE_SEQUENCE_ATTENTION_ASYNC=0
     picks) or "async"; rows: query rows per block (None: the launch's)."""
     b, h, tq, d = q.shape
@@ -100,7 +101,10 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows
         staging = sys.argv[sys.argv.index("--staging") + 1]
     warps = 8 if staging == "w8" else 4
     rows = rows or launch_rows(b, h, tq, warps)
-    shared = 4 * (tk * (d + 1) + tk * dv + rows * d + warps * tk)
+    if staging == "default":
+        staging = "vector" if q.dtype == torch.float32 else "register"
+    pad = 4 if staging == "vector" else 1
+    shared = 4 * (tk * (d + pad) + tk * dv + rows * d + warps * tk)
     if mask is None:
         m_strides, kind, mask_ptr = [0, 0, 0, 0], 0, 0
     else:
@@ -109,9 +113,8 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows
         kind = 1 if mask.dtype == torch.bool else 2
         mask_ptr = mask.data_ptr()
     dtype = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[q.dtype]
-    if staging == "default":
-        staging = "async" if dtype == "f32" else "register"
-    suffix = {"async": "_async", "paired": "_async_paired", "w8": "_async_w8"}.get(
+    suffix = {"async": "_async", "paired": "_async_paired", "w8": "_async_w8",
+              "vector": "_vector"}.get(
         staging, "_wide" if max(tk, rows) > 32 else "")
     args = [("p", q.data_ptr()), ("p", k.data_ptr()), ("p", v.data_ptr()), ("p", mask_ptr),
             ("p", out.data_ptr())]
@@ -220,7 +223,7 @@ def main():
             if "--variants" in sys.argv and dtype == torch.float32:
                 default_rows = launch_rows(b, h, tq)
                 cells = []
-                for staging in ("register", "async", "paired", "w8"):
+                for staging in ("register", "async", "paired", "w8", "vector"):
                     for rows in (None, 4, 8, 16):
                         if rows == (launch_rows(b, h, tq, 8) if staging == "w8" else default_rows):
                             continue

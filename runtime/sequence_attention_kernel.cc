@@ -58,13 +58,27 @@ bool wide_staging(int64_t rows) {
 // same order), and =w8 runs blocks of eight warps (at least eight query rows
 // a block, so a block's staged keys and values serve twice the rows). Test:
 // SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
+//
+// Note [Sequence attention in vectors]: round 1 of session 19 (H200, ncu on
+// ViT's batch-1 attention) found the cp.async kernel bound by its warps'
+// instruction latency (5.6 cycles an instruction, 3.7 warps an SM): each row
+// is a warp's serial chain of shared-memory loads. Where every feature count
+// is a multiple of 4, the _vector kernel pads the keys to d + 4 (rows 16-byte
+// aligned; lanes reading float4s of eight keys a phase hit distinct banks)
+// and reads query and key four features a load into the same four sums, and
+// the values two features a lane a load into each feature's own two sums:
+// the sums and their order are the scalar loop's, so the bits are too. The
+// default for f32 where the padded keys fit; GROVE_SEQUENCE_ATTENTION_ASYNC=1
+// keeps the scalar cp.async kernel. Tested with the other forms
+// (AsyncStagingGivesTheBitsOfRegisterStaging).
 const char* async_suffix(DType dtype) {
   if (dtype != DType::kF32) return nullptr;
   const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_ASYNC");
-  if (setting == nullptr) return "_async";
+  if (setting == nullptr) return "_vector";
   const std::string text = setting;
   if (text == "0") return nullptr;
   if (text == "w8") return "_async_w8";
+  if (text == "vector") return "_vector";
   return text == "paired" ? "_async_paired" : "_async";
 }
 
@@ -84,8 +98,9 @@ struct Plan {
 
 // Keys [tk][d + 1], values [tk][dv], the block's query rows [rows][d] and
 // each warp's weights [tk] (sequence_attention_kernel.cu).
-int64_t shared_floats(int64_t tk, int64_t d, int64_t dv, int64_t rows, int64_t warps = kWarps) {
-  return tk * (d + 1) + tk * dv + rows * d + warps * tk;
+int64_t shared_floats(int64_t tk, int64_t d, int64_t dv, int64_t rows, int64_t warps = kWarps,
+                      int64_t key_pad = 1) {
+  return tk * (d + key_pad) + tk * dv + rows * d + warps * tk;
 }
 
 // The leading dims `sizes` [0, lead) with `strides` as one batch stride, or
@@ -359,6 +374,13 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
     warps = kWarps;
     rows_per_block = rows_per_block_of(plan, warps);
   }
+  const bool vector = async != nullptr && std::string(async) == "_vector";
+  if (vector && (plan.d % 4 != 0 || plan.dv % 4 != 0 ||
+                 4 * shared_floats(plan.tk, plan.d, plan.dv, rows_per_block, warps, 4) >
+                     kSequenceAttentionMaxSharedBytes)) {
+    async = "_async";  // Note [Sequence attention in vectors]: features not in fours
+  }
+  const int64_t key_pad = async != nullptr && std::string(async) == "_vector" ? 4 : 1;
   const Device device = query.device();
   const int64_t dtype_code = layouts.dtype == DType::kBF16  ? 1
                              : layouts.dtype == DType::kF16 ? 2
@@ -385,8 +407,8 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
   dims.grid.y = static_cast<uint32_t>(plan.heads);
   dims.grid.z = static_cast<uint32_t>(plan.batch);
   dims.block.x = static_cast<uint32_t>(32 * warps);
-  dims.shared_bytes =
-      static_cast<uint32_t>(4 * shared_floats(plan.tk, plan.d, plan.dv, rows_per_block, warps));
+  dims.shared_bytes = static_cast<uint32_t>(
+      4 * shared_floats(plan.tk, plan.d, plan.dv, rows_per_block, warps, key_pad));
   KernelArgs args;
   args.add_pointer(query.data_ptr())
       .add_pointer(key.data_ptr())

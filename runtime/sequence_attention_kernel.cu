@@ -140,6 +140,20 @@ __device__ __forceinline__ void copy_async_4(float* shared, const float* global)
 template <int Warps>
 __device__ __forceinline__ void stage_tile_async(const Tile& tile, int warp, int lane) {
   const float* source = static_cast<const float*>(tile.source) + tile.base;
+  // Rows of whole 16-byte groups on both sides (a fused projection's heads,
+  // contiguous features): a quarter of the copies.
+  if (tile.column_stride == 1 && tile.width % 4 == 0 && tile.row_stride % 4 == 0 &&
+      tile.pitch % 4 == 0 && (reinterpret_cast<uintptr_t>(source) & 15) == 0 &&
+      (reinterpret_cast<uintptr_t>(tile.destination) & 15) == 0) {
+    const int groups = tile.width / 4;
+#pragma unroll 1
+    for (int r = warp; r < tile.rows; r += Warps) {
+      const float* row = source + r * tile.row_stride;
+      float* destination = tile.destination + r * tile.pitch;
+      for (int g = lane; g < groups; g += 32) copy_async_16(destination + 4 * g, row + 4 * g);
+    }
+    return;
+  }
 #pragma unroll 1
   for (int r = warp; r < tile.rows; r += Warps) {
     const float* row = source + r * tile.row_stride;
@@ -165,7 +179,7 @@ __device__ void stage_async(const Tile (&tiles)[3], int warp, int lane) {
 // [tk][d + 1] (the pad spreads lanes reading one feature of 32 keys over the
 // banks), values [tk][dv], the block's query rows [rows_per_block][d], and
 // per warp the weights of its row [tk].
-template <typename T, int RowSteps, bool Async, bool Paired, int Warps>
+template <typename T, int RowSteps, bool Async, bool Paired, int Warps, bool Vector = false>
 __device__ void attend(const void* q, const void* k, const void* v, const void* mask, void* out,
                        int64_t q_b, int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h,
                        int64_t k_t, int64_t k_d, int64_t v_b, int64_t v_h, int64_t v_t, int64_t v_d,
@@ -183,7 +197,9 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
   const int key_head = head / static_cast<int>(group);
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
-  const int key_pitch = d32 + 1;
+  // Note [Sequence attention in vectors] (sequence_attention_kernel.cc): keys
+  // padded to d + 4 keep every row 16-byte aligned for float4 reads.
+  const int key_pitch = Vector ? d32 + 4 : d32 + 1;
   const int first = static_cast<int>(blockIdx.x) * static_cast<int>(rows_per_block);
   const int end = min(tq32, first + static_cast<int>(rows_per_block));
   float* keys = shared;
@@ -214,6 +230,19 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
       const float* key = keys + j * key_pitch;
       float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       int c = 0;
+      if constexpr (Vector) {
+        // The scalar loop's four sums, four features a load (d % 4 == 0).
+        const float4* query4 = reinterpret_cast<const float4*>(query);
+        const float4* key4 = reinterpret_cast<const float4*>(key);
+        for (int c4 = 0; c4 < d32 / 4; ++c4) {
+          const float4 x = query4[c4], y = key4[c4];
+          partial[0] = fmaf(x.x, y.x, partial[0]);
+          partial[1] = fmaf(x.y, y.y, partial[1]);
+          partial[2] = fmaf(x.z, y.z, partial[2]);
+          partial[3] = fmaf(x.w, y.w, partial[3]);
+        }
+        c = d32;
+      }
       for (; c + 4 <= d32; c += 4) {
         partial[0] = fmaf(query[c], key[c], partial[0]);
         partial[1] = fmaf(query[c + 1], key[c + 1], partial[1]);
@@ -238,7 +267,32 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
     total = warp_sum(total);
     __syncwarp();
     const int64_t o_base = batch * o_b + head * o_h + row * o_t;
-    if constexpr (Paired) {
+    if constexpr (Vector) {
+      // A lane's two adjacent features (dv % 4 == 0) in one float2 read a key;
+      // each feature's sums are the scalar loop's, in its order.
+      for (int f = 2 * lane; f < dv32; f += 64) {
+        float first_sums[2] = {0.0f, 0.0f}, second_sums[2] = {0.0f, 0.0f};
+        int j = 0;
+        for (; j + 2 <= tk32; j += 2) {
+          const float w0 = weights[j], w1 = weights[j + 1];
+          const float2 v0 = *reinterpret_cast<const float2*>(values + j * dv32 + f);
+          const float2 v1 = *reinterpret_cast<const float2*>(values + (j + 1) * dv32 + f);
+          first_sums[0] = fmaf(w0, v0.x, first_sums[0]);
+          second_sums[0] = fmaf(w0, v0.y, second_sums[0]);
+          first_sums[1] = fmaf(w1, v1.x, first_sums[1]);
+          second_sums[1] = fmaf(w1, v1.y, second_sums[1]);
+        }
+        if (j < tk32) {
+          const float2 v0 = *reinterpret_cast<const float2*>(values + j * dv32 + f);
+          first_sums[0] = fmaf(weights[j], v0.x, first_sums[0]);
+          second_sums[0] = fmaf(weights[j], v0.y, second_sums[0]);
+        }
+        const float sum = first_sums[0] + first_sums[1];
+        const float other = second_sums[0] + second_sums[1];
+        store(out, o_base + f * o_d, total > 0.0f ? sum / total : 0.0f, T());
+        store(out, o_base + (f + 1) * o_d, total > 0.0f ? other / total : 0.0f, T());
+      }
+    } else if constexpr (Paired) {
       // A lane's two features (f, f + 32) in one pass over the keys: each
       // weight read once for both, twice the independent sums in flight; each
       // feature's sums are the unpaired loop's, in its order.
@@ -288,7 +342,7 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
 
 }  // namespace
 
-#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS)                     \
+#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS, VECTOR)             \
   extern "C" __global__ void __launch_bounds__(WARPS * 32)                                        \
       NAME(const void* q, const void* k, const void* v, const void* mask, void* out, int64_t q_b, \
            int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h, int64_t k_t,          \
@@ -296,18 +350,19 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
            int64_t o_h, int64_t o_t, int64_t o_d, int64_t m_b, int64_t m_h, int64_t m_q,          \
            int64_t m_k, int64_t tq, int64_t tk, int64_t d, int64_t dv, int64_t group,             \
            int64_t mask_kind, int64_t causal, int64_t rows_per_block, float scale) {              \
-    attend<TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS>(                                                \
+    attend<TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS, VECTOR>(                                        \
         q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, v_t, v_d, o_b, o_h, \
         o_t, o_d, m_b, m_h, m_q, m_k, tq, tk, d, dv, group, mask_kind, causal, rows_per_block,    \
         scale);                                                                                   \
   }
 
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8, false, false, 4)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16, 8, false, false, 4)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16, 8, false, false, 4)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_wide, float, 16, false, false, 4)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16_wide, Bf16, 16, false, false, 4)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16_wide, F16, 16, false, false, 4)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async, float, 8, true, false, 4)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async_paired, float, 8, true, true, 4)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async_w8, float, 8, true, false, 8)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8, false, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16, 8, false, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16, 8, false, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_wide, float, 16, false, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16_wide, Bf16, 16, false, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16_wide, F16, 16, false, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async, float, 8, true, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async_paired, float, 8, true, true, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async_w8, float, 8, true, false, 8, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_vector, float, 8, true, false, 4, true)
