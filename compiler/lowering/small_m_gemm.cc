@@ -238,23 +238,29 @@ int64_t entry_rows(const GemmTuningEntry& entry, int64_t m) {
              : small_m_rows_per_warp(m);
 }
 
-// Note [Small-M GEMM selection], auto on a present cuda device.
-int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device) {
+// Note [Small-M GEMM selection], auto on a present cuda device. With
+// `grove_only`, the fastest of grove's variants even where the library is
+// faster (Note [Exact gelu in the small-M GEMM]: only grove's kernel applies it).
+int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device, bool grove_only = false) {
   runtime::Platform& platform = runtime::device_context(device).platform();
   // Note [GEMM algorithms by measurement]: the library side of the
   // comparison is another GEMM with the search on, so its choices are its own.
   const std::string key = small_m_gemm_tuning_key(
       platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args);
+  const std::string grove_key = key + "|grove variant";
   std::lock_guard<std::mutex> lock(choices_mutex());
-  auto known = choices().find(key);
+  auto known = choices().find(grove_only ? grove_key : key);
   if (known != choices().end()) return known->second;
   GemmTuningTable table(GemmTuningTable::default_path());
   table.load();
   int64_t choice = small_m_gemm_heuristic(launch.args) ? small_m_rows_per_warp(launch.args.m) : 0;
+  int64_t grove_rows = small_m_rows_per_warp(launch.args.m);
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
     choice = entry->grove_faster() ? entry_rows(*entry, launch.args.m) : 0;
+    grove_rows = entry_rows(*entry, launch.args.m);
   } else if (std::optional<GemmTuningEntry> measured = measure(launch, device)) {
     choice = measured->grove_faster() ? measured->grove_rows : 0;
+    grove_rows = entry_rows(*measured, launch.args.m);
     table.store(key, *measured);
     log(LogLevel::kInfo,
         str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us (", measured->grove_rows,
@@ -262,7 +268,8 @@ int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device) {
                 choice > 0 ? "grove" : "library", " chosen"));
   }
   choices()[key] = choice;
-  return choice;
+  choices()[grove_key] = grove_rows;
+  return grove_only ? grove_rows : choice;
 }
 
 }  // namespace
@@ -455,11 +462,18 @@ int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
                           std::optional<SmallMGemmMode> requested) {
   if (launch.exact_gelu) {
     // Note [Exact gelu in the small-M GEMM]: the lowering asked for this
-    // kernel (only it applies the epilogue), having checked the mode.
+    // kernel (only it applies the epilogue), having checked the mode; in auto
+    // on a present device, the variant measured fastest for the GEMM alone.
     GROVE_CHECK(small_m_gemm_qualifies(launch),
                 "small-M GEMM: ", small_m_gemm_tuning_key("", launch.args),
                 " carries the exact gelu but does not qualify for grove's kernel (a grove bug; "
                 "please report it; GROVE_SMALL_M_EXACT_GELU=0 avoids it)");
+    if (small_m_gemm_mode(requested) == SmallMGemmMode::kAuto && device.is_cuda() && can_measure &&
+        runtime::device_available(device)) {
+      GemmLaunch plain = launch;
+      plain.exact_gelu = false;
+      return tuned_choice(plain, device, /*grove_only=*/true);
+    }
     return small_m_rows_per_warp(launch.args.m);
   }
   if (!small_m_gemm_qualifies(launch)) return 0;
