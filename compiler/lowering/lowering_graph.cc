@@ -140,6 +140,55 @@ const ir::Node* aux_gelu_through_reshape(const ir::Program& program,
   return nullptr;
 }
 
+// Note [Bias adds in the consumer's kernel]: with GROVE_BIAS_INTO_CONSUMERS=1
+// a linear whose result (directly, or through the one reshape that puts its
+// rows back into [B, T, N]) is read only by element-wise nodes other than the
+// activations an epilogue applies (a residual add before a layer norm, the
+// exact gelu's first multiplies) runs as a bare GEMM, and its bias add fuses
+// into the kernel those readers make anyway, as Inductor's graphs have it
+// (mm, then the bias in the add + layer norm kernel): a bias epilogue leads
+// cuBLASLt's heuristic to other algorithms than a bare GEMM (BERT at batch 16
+// ran four split-K GEMMs a layer against PyTorch's one, session 19 round 1).
+// Linears read by anything else (attention, a GEMM, an output), and those of
+// at most kMaxSmallM rows (grove's small-M kernel adds the bias for free), keep
+// the epilogue. Off by default until measured. Tests:
+// GemmEpilogueLowering.BiasJoinsTheConsumersKernelWhenAsked.
+bool bias_adds_into_consumers_enabled() {
+  const char* value = std::getenv("GROVE_BIAS_INTO_CONSUMERS");
+  return value != nullptr && std::string(value) == "1";
+}
+
+bool bias_fuses_into_consumers(const ir::Program& program,
+                               const std::vector<std::vector<size_t>>& ir_users,
+                               const std::vector<bool>& ir_output, ir::ValueId linear_result,
+                               int64_t most_small_rows) {
+  ir::ValueId read = linear_result;
+  const ir::TensorType& type = program.value(read).type;
+  // Rows grove's small-M kernel may take keep the epilogue: there it is free.
+  if (ir_output[static_cast<size_t>(read)] || type.shape.empty() || type.has_dynamic_dims() ||
+      runtime::shape_numel(type.shape) / std::max<int64_t>(type.shape.back(), 1) <=
+          most_small_rows) {
+    return false;
+  }
+  const std::vector<size_t>* users = &ir_users[static_cast<size_t>(read)];
+  if (users->size() == 1 && program.nodes()[users->front()].op == "reshape") {
+    read = program.nodes()[users->front()].results[0];
+    if (ir_output[static_cast<size_t>(read)]) return false;
+    users = &ir_users[static_cast<size_t>(read)];
+  }
+  if (users->empty()) return false;
+  const ops::OpRegistry& registry = ops::OpRegistry::global();
+  for (size_t user : *users) {
+    const ir::Node& consumer = program.nodes()[user];
+    if (registry.get(consumer.op).kind != ops::OpKind::kElementwise || consumer.op == "gelu" ||
+        consumer.op == "relu" ||
+        program.value(consumer.results[0]).type.shape != program.value(read).type.shape) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Note [Bias gradients from weight-gradient GEMMs]: a linear's gradient rule
 // computes dW = matmul(transpose(G), X) and, later, db = sum(G) over every dim
 // but the last (G: the output's gradient, maybe reshaped to [rows, N] for the
@@ -520,6 +569,7 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
       small_m == SmallMGemmMode::kOn ||
       (small_m == SmallMGemmMode::kAuto && program.device().type == runtime::DeviceType::kCuda);
   const bool exact_gelu_joins = epilogues && small_m_runs && small_m_exact_gelu_enabled();
+  const bool bias_into_consumers = bias_adds_into_consumers_enabled();
   std::vector<bool> absorbed(program.nodes().size(), false);
   // An absorbed gelu read through a reshape: its result is that reshape's
   // (Note [GEMM epilogues in lowering]).
@@ -600,7 +650,61 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
     }
 
     bool split_bias = node.op == "linear" && node.operands.size() == 3;
-    if (split_bias && epilogues) {
+    if (split_bias && epilogues && bias_into_consumers &&
+        bias_fuses_into_consumers(program, ir_users, ir_output, node.results[0], kMaxSmallM)) {
+      // Note [Bias adds in the consumer's kernel]: the GEMM runs bare and the
+      // add joins the kernel its readers make anyway; through a reshape, the
+      // reshape views the bare product and the add comes after it (a view
+      // would keep the add out of its readers' kernel).
+      const std::vector<size_t>& users = ir_users[static_cast<size_t>(node.results[0])];
+      const ir::Node& first_user = program.nodes()[users.front()];
+      if (users.size() == 1 && first_user.op == "reshape") {
+        const ir::TensorType linear_type = values_[static_cast<size_t>(results[0])].type;
+        LoweringNode gemm = lowered;
+        gemm.operands.pop_back();
+        gemm.context.operand_types.pop_back();
+        gemm.context.operand_names.pop_back();
+        gemm.results = results;  // the linear's value is the bare product
+        gemm.transpose_b = true;
+        add_node(std::move(gemm));
+        const ir::Value& viewed = program.value(first_user.results[0]);
+        const int product_view = add_value(
+            LoweringValue{viewed.name + ".product", viewed.type, ir::ValueKind::kNodeResult});
+        LoweringNode view;
+        view.node_class = NodeClass::kView;
+        view.name = first_user.name;
+        view.op = "reshape";
+        view.def = &registry.get("reshape");
+        view.context.node_name = first_user.name;
+        view.context.op = "reshape";
+        view.context.device = program.device();
+        view.context.operand_types = {linear_type};
+        view.context.operand_names = {program.value(node.results[0]).name};
+        view.context.attrs = registry.normalize_attrs(view.context, first_user.attrs);
+        view.operands = {results[0]};
+        view.results = {product_view};
+        add_node(std::move(view));
+        const int sum =
+            add_value(LoweringValue{viewed.name, viewed.type, viewed.kind, -1, -1, false});
+        id_of[static_cast<size_t>(viewed.id)] = sum;
+        absorbed[users.front()] = true;
+        LoweringNode bias;
+        bias.node_class = NodeClass::kPointwise;
+        bias.name = first_user.name;
+        bias.op = "add";
+        bias.def = &registry.get("add");
+        bias.context.node_name = first_user.name;
+        bias.context.op = "add";
+        bias.context.device = program.device();
+        bias.context.operand_types = {viewed.type, lowered.context.operand_types[2]};
+        bias.context.operand_names = {viewed.name + ".product", lowered.context.operand_names[2]};
+        bias.operands = {product_view, lowered.operands[2]};
+        bias.results = {sum};
+        bias.in_place_operand = {-1};
+        add_node(std::move(bias));
+        continue;
+      }
+    } else if (split_bias && epilogues) {
       // Note [GEMM epilogues in lowering].
       const ir::TensorType& result_type = values_[static_cast<size_t>(results[0])].type;
       const ir::TensorType& bias_type = lowered.context.operand_types[2];

@@ -198,6 +198,40 @@ TEST(GemmEpilogueLowering, BiasAddOverASplitLastDimOrSwitchedOffKeepsItsKernel) 
   EXPECT_EQ(count_of(lowered.describe(), "+bias"), 0u) << lowered.describe();
 }
 
+// Note [Bias adds in the consumer's kernel]: with GROVE_BIAS_INTO_CONSUMERS=1
+// a linear over 40 rows read (through a reshape) only by a residual add before
+// a layer norm runs bare, its bias added in the add + layer norm kernel (one
+// kernel either way); one read by a GEMM, or of 8 rows (grove's small-M
+// kernel adds it for free), keeps the epilogue. Values match the reference.
+TEST(GemmEpilogueLowering, BiasJoinsTheConsumersKernelWhenAsked) {
+  auto program_of = [](int64_t rows, bool read_by_gemm) {
+    ProgramBuilder b("bias_into_consumer", runtime::kSimDevice);
+    ValueId x = b.input("x", {rows, 24});
+    ValueId y = b.linear(x, b.input("w", {16, 24}), b.input("bias", {16}), "fc");
+    ValueId viewed = b.reshape(y, {rows / 4, 4, 16});
+    if (read_by_gemm) {
+      b.output(b.matmul(viewed, b.input("m", {16, 8})));
+    } else {
+      b.output(b.layer_norm(b.add(viewed, b.input("residual", {rows / 4, 4, 16})),
+                            b.input("g", {16}), b.input("beta", {16})));
+    }
+    return b.build();
+  };
+  for (const auto& [rows, read_by_gemm] :
+       {std::pair<int64_t, bool>{40, false}, {40, true}, {8, false}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows, read by a GEMM: " << read_by_gemm);
+    compiler::ir::Program program = program_of(rows, read_by_gemm);
+    testing::ScopedEnv on("GROVE_BIAS_INTO_CONSUMERS", "1");
+    compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
+    const bool bare = rows > 32 && !read_by_gemm;
+    EXPECT_EQ(count_of(lowered.describe(), "+bias"), bare ? 0u : 1u) << lowered.describe();
+    EXPECT_EQ(lowered.kernel_report().kernels.size(), read_by_gemm ? 0u : 1u) << lowered.describe();
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261127),
+                                      runtime::kSimDevice, testing::tolerance_for(DType::kF32),
+                                      "bias_into_consumer");
+  }
+}
+
 TEST(GemmEpilogueLowering, LinearReluIsOneGemm) {
   for (bool through_reshape : {false, true}) {
     compiler::ir::Program program = linear_relu(runtime::kSimDevice, through_reshape, DType::kF32);
