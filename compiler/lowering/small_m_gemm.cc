@@ -290,17 +290,25 @@ SmallMGemmMode parse_small_m_gemm_mode(const std::string& text, const std::strin
                             kMaxSmallM, ") or auto (the default: measured per GPU and shape)"));
 }
 
-bool small_m_gemm_qualifies(const GemmLaunch& launch) {
+namespace {
+
+bool qualifies_up_to(const GemmLaunch& launch, int64_t most_rows) {
   const GemmArgs& g = launch.args;
   const bool epilogue = g.epilogue == GemmEpilogue::kNone || has_bias(g.epilogue) ||
                         (g.epilogue == GemmEpilogue::kDGelu && launch.aux_slot >= 0);
   return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
-         g.m >= 1 && g.m <= kMaxSmallM && g.n >= 1 && g.k >= 1 && epilogue &&
+         g.m >= 1 && g.m <= most_rows && g.n >= 1 && g.k >= 1 && epilogue &&
          (!has_bias(g.epilogue) || launch.bias_slot >= 0) &&
          (g.epilogue != GemmEpilogue::kBiasGeluAux || launch.aux_slot >= 0) &&
          (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
          launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
          launch.calls[0].c_offset == 0;
+}
+
+}  // namespace
+
+bool small_m_gemm_qualifies(const GemmLaunch& launch) {
+  return qualifies_up_to(launch, kMaxSmallM);
 }
 
 bool small_m_gemm_heuristic(const GemmArgs& args) {
@@ -360,7 +368,8 @@ std::vector<int64_t> small_m_row_variants(int64_t m) {
 
 AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp) {
   const GemmArgs& g = launch.args;
-  GROVE_CHECK(small_m_gemm_qualifies(launch), "small-M GEMM: ", small_m_gemm_tuning_key("", g),
+  GROVE_CHECK(qualifies_up_to(launch, kMaxMeasuredSmallM),
+              "small-M GEMM: ", small_m_gemm_tuning_key("", g),
               " does not qualify for grove's kernel (a grove bug; please report it)");
   const int64_t rows = rows_per_warp == 0 ? small_m_rows_per_warp(g.m) : rows_per_warp;
   GROVE_CHECK(rows >= 1 && rows <= kSmallMRowsPerWarp && g.m % rows == 0, "small-M GEMM: ", rows,
@@ -475,6 +484,14 @@ int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
       return tuned_choice(plain, device, /*grove_only=*/true);
     }
     return small_m_rows_per_warp(launch.args.m);
+  }
+  // Note [Small-M GEMMs measured past 32 rows].
+  if (launch.args.m > kMaxSmallM) {
+    return small_m_gemm_mode(requested) == SmallMGemmMode::kAuto && device.is_cuda() &&
+                   can_measure && runtime::device_available(device) &&
+                   qualifies_up_to(launch, kMaxMeasuredSmallM)
+               ? tuned_choice(launch, device)
+               : 0;
   }
   if (!small_m_gemm_qualifies(launch)) return 0;
   const int64_t default_rows = small_m_rows_per_warp(launch.args.m);

@@ -30,6 +30,13 @@
 namespace grove::compiler::lowering {
 
 constexpr int64_t kMaxSmallM = 32;
+// Note [Small-M GEMMs measured past 32 rows]: auto on a present cuda device
+// also times grove's kernel against the library for 33 to 64 rows and keeps
+// the faster (nn.TransformerDecoder's cross-attention key/value projection of
+// 48 memory rows at batch 1 ran as two split-K library kernels). Mode on and
+// the exact gelu epilogue stay within kMaxSmallM. Test (cuda):
+// GemmTuningTableTest.AutoOnCudaMeasuresAFortyEightRowGemm.
+constexpr int64_t kMaxMeasuredSmallM = 64;
 // Rows of A one warp reduces together (Note [Small-M GEMM kernel]).
 constexpr int64_t kSmallMRowsPerWarp = 8;
 

@@ -357,6 +357,44 @@ TEST(SmallMGemmKernel, EveryRowVariantMatchesTheReference) {
   }
 }
 
+// Note [Small-M GEMMs measured past 32 rows]: the kernel of a 48-row GEMM
+// with a bias (what auto times against the library on cuda) matches the
+// float64 reference in each of its variants, on sim.
+TEST(SmallMGemmKernel, FortyEightRowsMatchTheReferenceInEveryVariant) {
+  const int64_t m = 48, n = 37, k = 70;
+  const compiler::lowering::GemmLaunch launch =
+      contiguous_launch(m, n, k, runtime::GemmEpilogue::kBias);
+  EXPECT_FALSE(compiler::lowering::small_m_gemm_qualifies(launch));  // on: 32 rows at most
+  std::mt19937 rng(48);
+  const testing::Buffer a = testing::random_buffer(rng, DType::kF32, m * k, -1, 1);
+  const testing::Buffer w = testing::random_buffer(rng, DType::kF32, n * k, -1, 1);
+  const testing::Buffer bias = testing::random_buffer(rng, DType::kF32, n, -1, 1);
+  const std::vector<int64_t> variants = compiler::lowering::small_m_row_variants(m);
+  ASSERT_EQ(variants, (std::vector<int64_t>{8, 4, 2}));
+  for (int64_t rows : variants) {
+    SCOPED_TRACE(str_cat(rows, " rows per warp"));
+    const compiler::lowering::AssembledKernel kernel =
+        compiler::lowering::small_m_gemm_kernel(launch, rows);
+    std::vector<testing::Buffer> outputs =
+        testing::run_kernel(kernel.spec, runtime::kSimDevice, {a, w, bias});
+    ASSERT_EQ(outputs.size(), static_cast<size_t>(rows));
+    for (int64_t row = 0; row < m; ++row) {
+      const int64_t group = row / rows, within = row % rows;
+      for (int64_t col = 0; col < n; ++col) {
+        double expected = bias.values[static_cast<size_t>(col)];
+        for (int64_t i = 0; i < k; ++i) {
+          expected += a.values[static_cast<size_t>(row * k + i)] *
+                      w.values[static_cast<size_t>(col * k + i)];
+        }
+        const double got = outputs[static_cast<size_t>(within)]
+                               .values[static_cast<size_t>(group * rows * n + col)];
+        ASSERT_TRUE(testing::close(got, expected, 1e-4, 1e-5))
+            << "row " << row << " col " << col << ": " << got << " vs " << expected;
+      }
+    }
+  }
+}
+
 // The gelu-gradient epilogue (kDGelu: the backward of linear + gelu, with B
 // read K-major as the backward's weight is): every variant computes
 // (A B)[m, n] * gelu'(x[m, n]) for x read at aux's place.
@@ -591,6 +629,25 @@ TEST_F(GemmTuningTableTest, AutoOnCudaTimesEveryVariantOfAThirtyTwoRowGemm) {
   EXPECT_NE(table.find("|m=32,n=96,k=80|"), std::string::npos) << table;
   EXPECT_NE(table.find("\"grove_rows\""), std::string::npos) << table;
   EXPECT_EQ(table.find("\"grove_rows\": 0"), std::string::npos) << table;
+}
+
+// Note [Small-M GEMMs measured past 32 rows] on a GPU: auto times grove's
+// kernel for a 48-row GEMM (nn.TransformerDecoder's memory projection at
+// batch 1) against the library and records it, and the lowered program
+// matches the reference whichever it chose.
+TEST_F(GemmTuningTableTest, AutoOnCudaMeasuresAFortyEightRowGemm) {
+  if (runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  testing::ScopedEnv cache("GROVE_CACHE_DIR", directory_.c_str());
+  testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "auto");
+  compiler::lowering::clear_small_m_gemm_choices();
+  compiler::ir::Program program =
+      linear_program(runtime::kCudaDevice, 48, 256, 512, Epilogue::kBias);
+  testing::expect_matches_reference(program, inputs_for(program, 48), runtime::kCudaDevice,
+                                    testing::tolerance_for(DType::kF32), "m=48");
+  compiler::lowering::clear_small_m_gemm_choices();
+  std::stringstream text;
+  text << std::ifstream(file()).rdbuf();
+  EXPECT_NE(text.str().find("|m=48,n=512,k=256|"), std::string::npos) << text.str();
 }
 
 TEST_F(GemmTuningTableTest, DefaultPathFollowsGroveCacheDir) {
