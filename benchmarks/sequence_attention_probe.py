@@ -5,14 +5,12 @@ difference and each one's time per call (20 calls captured in a CUDA graph, repl
 of 5 blocks), with q/k/v read in place from a fused projection's output.
 With --variants, f32 also times the kernel's forms against each other:
 register staging (the narrow or wide kernel, as the launch picks) and
-cp.async staging (Note [Sequence attention staged by cp.async]) and
-cp.async with a lane's two value features summed in one pass ("paired"),
-cp.async in blocks of eight warps ("w8") and the float4/float2 form
-("vector", the f32 default: Note [Sequence attention in vectors]), each at
-the launch's query rows per block and at 4, 8 and 16.
+cp.async staging (Note [Sequence attention staged by cp.async]) and the
+float4/float2 form ("vector", the f32 default: Note [Sequence attention in
+vectors]), each at the launch's query rows per block and at 4, 8 and 16.
 
     python3 benchmarks/sequence_attention_probe.py [--f32] [--variants] [--cases vit_b1,...]
-        [--staging register|async|paired|w8|vector]
+        [--staging register|async|vector]
 
 --staging picks the staging of the first (checked) launch and the timed
 one, for profiling one form alone (ncu --launch-count 1).
@@ -99,7 +97,7 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows
     group = h // k.shape[1]
     if staging == "default" and "--staging" in sys.argv:
         staging = sys.argv[sys.argv.index("--staging") + 1]
-    warps = 8 if staging == "w8" else 4
+    warps = 4
     rows = rows or launch_rows(b, h, tq, warps)
     if staging == "default":
         staging = "vector" if q.dtype == torch.float32 else "register"
@@ -113,8 +111,7 @@ def run_grove(kernel, q, k, v, out, mask, causal, scale, staging="default", rows
         kind = 1 if mask.dtype == torch.bool else 2
         mask_ptr = mask.data_ptr()
     dtype = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[q.dtype]
-    suffix = {"async": "_async", "paired": "_async_paired", "w8": "_async_w8",
-              "vector": "_vector"}.get(
+    suffix = {"async": "_async", "vector": "_vector"}.get(
         staging, "_wide" if max(tk, rows) > 32 else "")
     args = [("p", q.data_ptr()), ("p", k.data_ptr()), ("p", v.data_ptr()), ("p", mask_ptr),
             ("p", out.data_ptr())]
@@ -223,9 +220,9 @@ def main():
             if "--variants" in sys.argv and dtype == torch.float32:
                 default_rows = launch_rows(b, h, tq)
                 cells = []
-                for staging in ("register", "async", "paired", "w8", "vector"):
+                for staging in ("register", "async", "vector"):
                     for rows in (None, 4, 8, 16):
-                        if rows == (launch_rows(b, h, tq, 8) if staging == "w8" else default_rows):
+                        if rows == default_rows:
                             continue
                         variant = lambda: run_grove(kernel, q, k, v, out, mask, causal, scale,
                                                     staging, rows)
@@ -233,8 +230,7 @@ def main():
                         torch.cuda.synchronize()
                         same = (out.float() - expected).abs().max().item() / \
                             expected.abs().max().item() < 1e-5
-                        shown = rows or "r%d" % (launch_rows(b, h, tq, 8) if staging == "w8"
-                                                 else default_rows)
+                        shown = rows or "r%d" % default_rows
                         cells.append("%s/%s %.2f%s" % (staging[:5], shown,
                                                       timed(variant), "" if same else " FAIL"))
                         failed += not same

@@ -53,10 +53,7 @@ bool wide_staging(int64_t rows) {
 // for a few microseconds of work. The async kernel takes 40. Only data moves:
 // the arithmetic, and so the bits, are stage()'s. bf16 and f16 are converted
 // as they are staged, so they keep stage(); GROVE_SEQUENCE_ATTENTION_ASYNC=0
-// keeps it for f32 too; GROVE_SEQUENCE_ATTENTION_ASYNC=paired also sums a
-// lane's two value features in one pass over the keys (the same sums, in the
-// same order), and =w8 runs blocks of eight warps (at least eight query rows
-// a block, so a block's staged keys and values serve twice the rows). Test:
+// keeps it for f32 too. Test:
 // SequenceAttention.AsyncStagingGivesTheBitsOfRegisterStaging.
 //
 // Note [Sequence attention in vectors]: round 1 of session 19 (H200, ncu on
@@ -70,22 +67,15 @@ bool wide_staging(int64_t rows) {
 // the sums and their order are the scalar loop's, so the bits are too. The
 // default for f32 where the padded keys fit; GROVE_SEQUENCE_ATTENTION_ASYNC=1
 // keeps the scalar cp.async kernel. Tested with the other forms
-// (AsyncStagingGivesTheBitsOfRegisterStaging).
+// (AsyncStagingGivesTheBitsOfRegisterStaging: bitwise equal on an H100 in
+// session 19's round 2).
 const char* async_suffix(DType dtype) {
   if (dtype != DType::kF32) return nullptr;
   const char* setting = std::getenv("GROVE_SEQUENCE_ATTENTION_ASYNC");
   if (setting == nullptr) return "_vector";
   const std::string text = setting;
   if (text == "0") return nullptr;
-  if (text == "w8") return "_async_w8";
-  if (text == "vector") return "_vector";
-  return text == "paired" ? "_async_paired" : "_async";
-}
-
-// Warps a block of the kernel `suffix` names runs: 8 for the _w8 form (a
-// block's staged keys and values serve twice the query rows), else 4.
-int64_t warps_of(const char* suffix) {
-  return suffix != nullptr && std::string(suffix) == "_async_w8" ? 8 : 4;
+  return text == "vector" ? "_vector" : "_async";
 }
 
 // The operands as [batch, head, position, feature] strides (the mask's: [batch,
@@ -366,14 +356,8 @@ void launch_sequence_attention(const Tensor& query, const Tensor& key, const Ten
                  refusal);
   if (plan.batch == 0 || plan.heads == 0 || plan.tq == 0) return;
   const char* async = async_suffix(layouts.dtype);
-  int64_t warps = warps_of(async);
-  int64_t rows_per_block = rows_per_block_of(plan, warps);
-  if (warps != kWarps && 4 * shared_floats(plan.tk, plan.d, plan.dv, rows_per_block, warps) >
-                             kSequenceAttentionMaxSharedBytes) {
-    async = "_async";  // eight warps' weights do not fit beside these keys: four
-    warps = kWarps;
-    rows_per_block = rows_per_block_of(plan, warps);
-  }
+  const int64_t warps = kWarps;
+  const int64_t rows_per_block = rows_per_block_of(plan, warps);
   const bool vector = async != nullptr && std::string(async) == "_vector";
   if (vector && (plan.d % 4 != 0 || plan.dv % 4 != 0 ||
                  4 * shared_floats(plan.tk, plan.d, plan.dv, rows_per_block, warps, 4) >

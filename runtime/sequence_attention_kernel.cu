@@ -179,7 +179,7 @@ __device__ void stage_async(const Tile (&tiles)[3], int warp, int lane) {
 // [tk][d + 1] (the pad spreads lanes reading one feature of 32 keys over the
 // banks), values [tk][dv], the block's query rows [rows_per_block][d], and
 // per warp the weights of its row [tk].
-template <typename T, int RowSteps, bool Async, bool Paired, int Warps, bool Vector = false>
+template <typename T, int RowSteps, bool Async, int Warps, bool Vector = false>
 __device__ void attend(const void* q, const void* k, const void* v, const void* mask, void* out,
                        int64_t q_b, int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h,
                        int64_t k_t, int64_t k_d, int64_t v_b, int64_t v_h, int64_t v_t, int64_t v_d,
@@ -292,37 +292,6 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
         store(out, o_base + f * o_d, total > 0.0f ? sum / total : 0.0f, T());
         store(out, o_base + (f + 1) * o_d, total > 0.0f ? other / total : 0.0f, T());
       }
-    } else if constexpr (Paired) {
-      // A lane's two features (f, f + 32) in one pass over the keys: each
-      // weight read once for both, twice the independent sums in flight; each
-      // feature's sums are the unpaired loop's, in its order.
-      for (int f = lane; f < dv32; f += 64) {
-        const int g = f + 32;
-        const bool second = g < dv32;
-        float sums[2] = {0.0f, 0.0f}, more[2] = {0.0f, 0.0f};
-        int j = 0;
-        for (; j + 2 <= tk32; j += 2) {
-          const float w0 = weights[j], w1 = weights[j + 1];
-          const float* v0 = values + j * dv32;
-          const float* v1 = v0 + dv32;
-          sums[0] = fmaf(w0, v0[f], sums[0]);
-          sums[1] = fmaf(w1, v1[f], sums[1]);
-          if (second) {
-            more[0] = fmaf(w0, v0[g], more[0]);
-            more[1] = fmaf(w1, v1[g], more[1]);
-          }
-        }
-        if (j < tk32) {
-          sums[0] = fmaf(weights[j], values[j * dv32 + f], sums[0]);
-          if (second) more[0] = fmaf(weights[j], values[j * dv32 + g], more[0]);
-        }
-        const float sum = sums[0] + sums[1];
-        store(out, o_base + f * o_d, total > 0.0f ? sum / total : 0.0f, T());
-        if (second) {
-          const float other = more[0] + more[1];
-          store(out, o_base + g * o_d, total > 0.0f ? other / total : 0.0f, T());
-        }
-      }
     } else {
       for (int f = lane; f < dv32; f += 32) {
         float sums[2] = {0.0f, 0.0f};
@@ -342,7 +311,7 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
 
 }  // namespace
 
-#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS, VECTOR)             \
+#define GROVE_SEQUENCE_ATTENTION(NAME, TYPE, ROW_STEPS, ASYNC, WARPS, VECTOR)                     \
   extern "C" __global__ void __launch_bounds__(WARPS * 32)                                        \
       NAME(const void* q, const void* k, const void* v, const void* mask, void* out, int64_t q_b, \
            int64_t q_h, int64_t q_t, int64_t q_d, int64_t k_b, int64_t k_h, int64_t k_t,          \
@@ -350,19 +319,17 @@ __device__ void attend(const void* q, const void* k, const void* v, const void* 
            int64_t o_h, int64_t o_t, int64_t o_d, int64_t m_b, int64_t m_h, int64_t m_q,          \
            int64_t m_k, int64_t tq, int64_t tk, int64_t d, int64_t dv, int64_t group,             \
            int64_t mask_kind, int64_t causal, int64_t rows_per_block, float scale) {              \
-    attend<TYPE, ROW_STEPS, ASYNC, PAIRED, WARPS, VECTOR>(                                        \
+    attend<TYPE, ROW_STEPS, ASYNC, WARPS, VECTOR>(                                                \
         q, k, v, mask, out, q_b, q_h, q_t, q_d, k_b, k_h, k_t, k_d, v_b, v_h, v_t, v_d, o_b, o_h, \
         o_t, o_d, m_b, m_h, m_q, m_k, tq, tk, d, dv, group, mask_kind, causal, rows_per_block,    \
         scale);                                                                                   \
   }
 
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8, false, false, 4, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16, 8, false, false, 4, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16, 8, false, false, 4, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_wide, float, 16, false, false, 4, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16_wide, Bf16, 16, false, false, 4, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16_wide, F16, 16, false, false, 4, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async, float, 8, true, false, 4, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async_paired, float, 8, true, true, 4, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async_w8, float, 8, true, false, 8, false)
-GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_vector, float, 8, true, false, 4, true)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32, float, 8, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16, Bf16, 8, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16, F16, 8, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_wide, float, 16, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_bf16_wide, Bf16, 16, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f16_wide, F16, 16, false, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_async, float, 8, true, 4, false)
+GROVE_SEQUENCE_ATTENTION(grove_sequence_attention_f32_vector, float, 8, true, 4, true)
