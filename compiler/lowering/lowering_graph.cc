@@ -151,7 +151,9 @@ const ir::Node* aux_gelu_through_reshape(const ir::Program& program,
 // ran four split-K GEMMs a layer against PyTorch's one, session 19 round 1).
 // Linears read by anything else (attention, a GEMM, an output), and those of
 // at most kMaxSmallM rows (grove's small-M kernel adds the bias for free), keep
-// the epilogue. Off by default until measured. Tests:
+// the epilogue. Off by default: on an H100 (session 19, round 2) BERT at
+// batch 16 ran its graph in 150.1 us from C++ this way against 150.6 us with
+// the epilogues, no gain. Tests:
 // GemmEpilogueLowering.BiasJoinsTheConsumersKernelWhenAsked.
 bool bias_adds_into_consumers_enabled() {
   const char* value = std::getenv("GROVE_BIAS_INTO_CONSUMERS");
