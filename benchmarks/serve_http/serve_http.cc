@@ -110,6 +110,9 @@ std::vector<FlagSpec> flag_table() {
                    "calls in flight at most on each gRPC client's channel (default 4)"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: the cores)"});
+  flags.push_back({"--grpc-answer-threads", "N",
+                   "threads of the gRPC front that write answers (GrpcConfig::answer_threads; "
+                   "default 0: a quarter of the cores)"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
@@ -159,6 +162,7 @@ struct Options : LoadOptions {
   int64_t grpc_clients = 64;
   int64_t grpc_connections = 4;  // calls in flight per gRPC client
   int64_t http_threads = 0;
+  int64_t grpc_answer_threads = 0;  // 0: GrpcConfig's default
   bool answer_relay = true;
   bool launch_after_wait = false;
   bool flood_given = false;  // --idle-connections or --slowloris-connections given
@@ -378,6 +382,7 @@ Options parse_options(const FlagValues& flags) {
   if (options.http_threads == 0) {
     options.http_threads = std::max<int64_t>(2, std::thread::hardware_concurrency());
   }
+  options.grpc_answer_threads = flags.integer("--grpc-answer-threads", 0, 0, 256);
   options.answer_relay = !flags.has("--no-answer-relay");
   options.launch_after_wait = flags.has("--launch-after-wait");
   options.idle_connections =
@@ -666,7 +671,11 @@ int run(int argc, char** argv) {
       std::thread grpc_listener;
       if (std::find(options.encodings.begin(), options.encodings.end(), "grpc") !=
           options.encodings.end()) {
-        grpc.emplace(server, serving::GrpcConfig{.model_name = options.model, .port = 0});
+        grpc.emplace(server,
+                     serving::GrpcConfig{.model_name = options.model,
+                                         .port = 0,
+                                         .answer_threads =
+                                             static_cast<int>(options.grpc_answer_threads)});
         grpc_listener = std::thread([&] { grpc->serve(); });
       }
       std::printf("  max batch %lld, %s: compiled and warmed up %zu buckets in %.0f ms\n",
