@@ -671,11 +671,10 @@ int run(int argc, char** argv) {
       std::thread grpc_listener;
       if (std::find(options.encodings.begin(), options.encodings.end(), "grpc") !=
           options.encodings.end()) {
-        grpc.emplace(server,
-                     serving::GrpcConfig{.model_name = options.model,
-                                         .port = 0,
-                                         .answer_threads =
-                                             static_cast<int>(options.grpc_answer_threads)});
+        grpc.emplace(server, serving::GrpcConfig{
+                                 .model_name = options.model,
+                                 .port = 0,
+                                 .answer_threads = static_cast<int>(options.grpc_answer_threads)});
         grpc_listener = std::thread([&] { grpc->serve(); });
       }
       std::printf("  max batch %lld, %s: compiled and warmed up %zu buckets in %.0f ms\n",
