@@ -53,6 +53,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -113,6 +114,9 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--grpc-answer-threads", "N",
                    "threads of the gRPC front that write answers (GrpcConfig::answer_threads; "
                    "default 0: a quarter of the cores)"});
+  flags.push_back({"--grpc-channel-arg", "NAME=N,...",
+                   "integer gRPC channel arguments for the gRPC front (GrpcConfig::"
+                   "channel_arguments), e.g. grpc.http2.bdp_probe=0"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
@@ -163,6 +167,7 @@ struct Options : LoadOptions {
   int64_t grpc_connections = 4;  // calls in flight per gRPC client
   int64_t http_threads = 0;
   int64_t grpc_answer_threads = 0;  // 0: GrpcConfig's default
+  std::vector<std::pair<std::string, int>> grpc_channel_arguments;
   bool answer_relay = true;
   bool launch_after_wait = false;
   bool flood_given = false;  // --idle-connections or --slowloris-connections given
@@ -383,6 +388,18 @@ Options parse_options(const FlagValues& flags) {
     options.http_threads = std::max<int64_t>(2, std::thread::hardware_concurrency());
   }
   options.grpc_answer_threads = flags.integer("--grpc-answer-threads", 0, 0, 256);
+  for (const std::string& argument : flags.list("--grpc-channel-arg", {})) {
+    const size_t equals = argument.find('=');
+    const char* const last = argument.data() + argument.size();
+    int value = 0;
+    std::from_chars_result read{nullptr, std::errc::invalid_argument};
+    if (equals != std::string::npos)
+      read = std::from_chars(argument.data() + equals + 1, last, value);
+    GROVE_CHECK_AS(UsageError, equals > 0 && read.ec == std::errc() && read.ptr == last, kName,
+                   ": --grpc-channel-arg: '", argument,
+                   "' is not NAME=INTEGER (e.g. grpc.http2.bdp_probe=0)");
+    options.grpc_channel_arguments.emplace_back(argument.substr(0, equals), value);
+  }
   options.answer_relay = !flags.has("--no-answer-relay");
   options.launch_after_wait = flags.has("--launch-after-wait");
   options.idle_connections =
@@ -674,7 +691,8 @@ int run(int argc, char** argv) {
         grpc.emplace(server, serving::GrpcConfig{
                                  .model_name = options.model,
                                  .port = 0,
-                                 .answer_threads = static_cast<int>(options.grpc_answer_threads)});
+                                 .answer_threads = static_cast<int>(options.grpc_answer_threads),
+                                 .channel_arguments = options.grpc_channel_arguments});
         grpc_listener = std::thread([&] { grpc->serve(); });
       }
       std::printf("  max batch %lld, %s: compiled and warmed up %zu buckets in %.0f ms\n",
