@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -78,6 +80,64 @@ std::vector<std::string> http_requests(const serving::ModelSignature& signature,
 }
 
 namespace {
+
+// Note [Answers waited for with epoll]
+// A client thread waits for the answers on its busy connections. ppoll()
+// over them (up to 32) registered a wait on every socket and took it down
+// again at each wake-up, once or twice per answer; an epoll set keeps the
+// registrations, and a connection is armed once per request (EPOLLONESHOT,
+// so an idle connection is never reported). A wait that must end at the
+// next arrival, to the nanosecond, is a ppoll() on the epoll descriptor
+// alone; one with every connection busy (or no arrivals left) waits in
+// epoll_wait() itself. Test: benchmarks/serve_http/serve_http_smoke_test.sh
+// (--connections 3: each answer counted once, none lost).
+class AnswerWaiter {
+ public:
+  explicit AnswerWaiter(size_t connections)
+      : epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)), armed_fd_(connections, -1) {
+    GROVE_CHECK(epoll_fd_ >= 0, "serve_http: epoll_create1: ", std::strerror(errno));
+  }
+  ~AnswerWaiter() { ::close(epoll_fd_); }
+  AnswerWaiter(const AnswerWaiter&) = delete;
+  AnswerWaiter& operator=(const AnswerWaiter&) = delete;
+
+  // Reports connection `slot` (socket `fd`) once when it is next readable.
+  void arm(size_t slot, int fd) {
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLONESHOT;
+    event.data.u64 = slot;
+    // A socket closed since was dropped from the set, and its number may be reused.
+    if (armed_fd_[slot] == fd && ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &event) == 0) return;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &event);
+    }
+    armed_fd_[slot] = fd;
+  }
+
+  // The slots readable within `timeout` (none: up to a minute); empty if none.
+  const std::vector<size_t>& wait(const std::chrono::nanoseconds* timeout) {
+    ready_.clear();
+    epoll_event events[64];
+    int count = 0;
+    if (timeout != nullptr) {
+      pollfd set{epoll_fd_, POLLIN, 0};
+      const timespec until{static_cast<time_t>(timeout->count() / 1000000000),
+                           static_cast<long>(timeout->count() % 1000000000)};
+      if (::ppoll(&set, 1, &until, nullptr) > 0) count = ::epoll_wait(epoll_fd_, events, 64, 0);
+    } else {
+      do {
+        count = ::epoll_wait(epoll_fd_, events, 64, 60000);
+      } while (count < 0 && errno == EINTR);
+    }
+    for (int i = 0; i < count; ++i) ready_.push_back(static_cast<size_t>(events[i].data.u64));
+    return ready_;
+  }
+
+ private:
+  const int epoll_fd_;
+  std::vector<int> armed_fd_;  // the socket each slot was last armed with
+  std::vector<size_t> ready_;
+};
 
 // Where the value of header `name` (lowercase, with its colon) starts; npos if absent.
 size_t find_field(std::string_view head, std::string_view name) {
@@ -215,6 +275,10 @@ ClientTally drive_http_client(const std::vector<std::unique_ptr<HttpLoadConnecti
   std::vector<pollfd> polled;
   std::vector<size_t> polled_slot;
   size_t in_flight = 0;
+  // Note [Answers waited for with epoll]. Session 19 A/B, removed after timing:
+  // GROVE_LOAD_CLIENT_PPOLL=1 waits with ppoll() over the busy connections, as before.
+  const bool use_ppoll = std::getenv("GROVE_LOAD_CLIENT_PPOLL") != nullptr;
+  AnswerWaiter waiter(count);
   auto count_answer = [&](size_t slot) {
     HttpLoadConnection& connection = *connections[slot];
     const int status = connection.read_answer();
@@ -241,6 +305,7 @@ ClientTally drive_http_client(const std::vector<std::unique_ptr<HttpLoadConnecti
         busy[slot] = true;
         scheduled[slot] = next;
         ++in_flight;
+        if (!use_ppoll) waiter.arm(slot, connections[slot]->fd());
       } else {
         tally.count_error([&] { return connections[slot]->error(); });
       }
@@ -258,6 +323,18 @@ ClientTally drive_http_client(const std::vector<std::unique_ptr<HttpLoadConnecti
       until_arrival = true;
       wait = std::max(std::chrono::nanoseconds(0),
                       std::chrono::duration_cast<std::chrono::nanoseconds>(next - now));
+    }
+    if (!use_ppoll) {
+      const std::vector<size_t>& ready = waiter.wait(until_arrival ? &wait : nullptr);
+      if (ready.empty() && !until_arrival) {
+        for (size_t slot = 0; slot < count; ++slot) {
+          if (busy[slot]) count_answer(slot);  // each fails on its own timeout
+        }
+      }
+      for (size_t slot : ready) {
+        if (busy[slot]) count_answer(slot);
+      }
+      continue;
     }
     polled.clear();
     polled_slot.clear();
