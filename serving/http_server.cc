@@ -11,7 +11,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -223,43 +222,16 @@ HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::port() const { return impl_->port; }
 
-namespace {
-
-// Session 19 experiment, removed after timing: GROVE_HTTP_SPIN_US=N makes a
-// loop look for work for N microseconds (epoll without a wait) before it
-// sleeps in epoll_wait, to learn what the sleeps and wake-ups cost.
-void run_loop(asio::io_context& loop) {
-  static const long spin_us = [] {
-    const char* text = std::getenv("GROVE_HTTP_SPIN_US");
-    return text == nullptr ? 0L : std::strtol(text, nullptr, 10);
-  }();
-  if (spin_us <= 0) {
-    loop.run();
-    return;
-  }
-  while (!loop.stopped()) {
-    if (loop.poll() > 0) continue;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-    bool ran = false;
-    while (!ran && !loop.stopped() && std::chrono::steady_clock::now() < until) {
-      ran = loop.poll() > 0;
-    }
-    if (!ran && loop.run_one() == 0) break;
-  }
-}
-
-}  // namespace
-
 HttpServeReport HttpServer::serve() {
   Impl& impl = *impl_;
   std::vector<std::thread> helpers;
   for (auto& loop : impl.loops) {
     helpers.emplace_back([&loop] {
       pthread_setname_np(pthread_self(), "grove-http");  // for per-thread CPU views
-      run_loop(*loop);
+      loop->run();
     });
   }
-  run_loop(impl.io);
+  impl.io.run();
   for (std::thread& helper : helpers) helper.join();
   GROVE_CHECK(!impl.failure, "HttpServer on ", impl.config.host, ":", impl.port,
               " stopped accepting connections without stop() (", impl.failure.message(), ")");
