@@ -222,6 +222,9 @@ struct RunResult {
   // CPU per answered request (Note [CPU per request]), µs: the front's threads,
   // the batching worker's, the client threads'.
   double front_cpu_us = 0, worker_cpu_us = 0, client_cpu_us = 0;
+  // The front's threads: the part of their CPU in user space (the rest in the
+  // kernel) and their voluntary context switches per answer (Note [CPU per request]).
+  double front_user_share = 0, front_switches_per_answer = 0;
   std::optional<LatencySummary> latency;
   double mean_batch_rows = 0;
   // Where the worker's time went per batch, µs (ServerStats::worker_launch_ns...).
@@ -240,7 +243,9 @@ struct RunResult {
 // (CLOCK_THREAD_CPUTIME_ID, in this process for HTTP, in the client
 // processes for gRPC, where gRPC's client threads are not counted). The
 // kernel's work for a socket write is charged to the writer, waking the
-// reader included.
+// reader included. The JSON gives the front's threads' user share of their
+// CPU (the rest is the kernel's, at the clock tick's resolution) and their
+// voluntary context switches per answer (a sleep each, waiting for work).
 
 // gRPC clients per child process (Note [gRPC clients apart from the server]).
 constexpr int64_t kGrpcClientsPerProcess = 8;
@@ -256,6 +261,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   result.offered_rate = rate;
   const serving::ServerStats before = server.stats();
   const ThreadCpu cpu_before = thread_cpu_ns();
+  const std::map<int, ThreadTimes> times_before = thread_times();
   const double window_s = static_cast<double>(options.duration_ms) * 1e-3;
   // Connected before the window opens, one at a time: a burst of connects
   // overflows the listen backlog (cpp-httplib's is 5), and a dropped SYN is
@@ -346,8 +352,25 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
       front_ns += used;
     }
   }
+  uint64_t front_user = 0, front_kernel = 0, front_switches = 0;
+  for (const auto& [tid, thread] : thread_times()) {
+    if (thread.name == "grove-worker" || thread.name == "load-client") continue;
+    const auto earlier = times_before.find(tid);
+    const bool same = earlier != times_before.end() && earlier->second.name == thread.name;
+    const ThreadTimes zero;
+    const ThreadTimes& from = same ? earlier->second : zero;
+    front_user += thread.user_ticks - std::min(thread.user_ticks, from.user_ticks);
+    front_kernel += thread.kernel_ticks - std::min(thread.kernel_ticks, from.kernel_ticks);
+    front_switches +=
+        thread.voluntary_switches - std::min(thread.voluntary_switches, from.voluntary_switches);
+  }
+  if (front_user + front_kernel > 0) {
+    result.front_user_share =
+        static_cast<double>(front_user) / static_cast<double>(front_user + front_kernel);
+  }
   if (result.answered > 0) {
     const double answered = static_cast<double>(result.answered);
+    result.front_switches_per_answer = static_cast<double>(front_switches) / answered;
     result.front_cpu_us = front_ns * 1e-3 / answered;
     result.worker_cpu_us = worker_ns * 1e-3 / answered;
     result.client_cpu_us = client_cpu_s * 1e6 / answered;
@@ -585,6 +608,9 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
          {{"front", run.front_cpu_us},
           {"worker", run.worker_cpu_us},
           {"clients", run.client_cpu_us}}},
+        {"front_threads",
+         {{"user_share", run.front_user_share},
+          {"voluntary_switches_per_answer", run.front_switches_per_answer}}},
         {"worker_us_per_batch",
          {{"launch", run.launch_us}, {"wait", run.wait_us}, {"answer", run.answer_us}}},
         {"rejected", run.rejected},
