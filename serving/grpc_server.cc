@@ -12,16 +12,12 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <thread>
-#include <vector>
 
 #include "serving/errors.h"
 #include "serving/grpc_message_pool.h"
-#include "serving/handoff_thread.h"
 #include "serving/kserve_grpc_protocol.h"
 #include "serving/kserve_v2_grpc.grpc.pb.h"
 #include "serving/metrics.h"
@@ -63,23 +59,14 @@ std::string grpc_address(const std::string& host, int port) {
 }  // namespace
 
 struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService {
-  Impl(InferenceService& service, GrpcConfig config) : service(service), config(std::move(config)) {
+  Impl(InferenceService& service, GrpcConfig config)
+      : service(service),
+        config(std::move(config)),
+        answer_pool(static_cast<size_t>(
+            this->config.answer_threads > 0
+                ? this->config.answer_threads
+                : std::max(2, static_cast<int>(std::thread::hardware_concurrency() / 4)))) {
     SetMessageAllocatorFor_ModelInfer(&messages);  // Note [gRPC messages reused]
-    const int threads =
-        this->config.answer_threads > 0
-            ? this->config.answer_threads
-            : std::max(2, static_cast<int>(std::thread::hardware_concurrency() / 4));
-    // Session 19 A/B, removed after timing: the thread pool this replaced.
-    if (std::getenv("GROVE_GRPC_ANSWER_POOL") != nullptr) {
-      answer_pool.emplace(static_cast<size_t>(threads));
-      return;
-    }
-    for (int i = 0; i < threads; ++i) {
-      answerers.push_back(std::make_unique<HandoffThread<std::shared_ptr<InferCall>>>(
-          "grove-grpc-ans", [this](std::vector<std::shared_ptr<InferCall>>& calls) {
-            for (const std::shared_ptr<InferCall>& call : calls) answer(*call);
-          }));
-    }
   }
 
   // A ModelInfer between submit and its answer.
@@ -90,7 +77,7 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
     std::future<Response> answer;
     Clock::time_point received;
     // The future assigned and its on_ready called: the later of the two
-    // hands the call to an answer thread (on_ready may run before submit returns).
+    // hands the call to answer_pool (on_ready may run before submit returns).
     std::atomic<int> pending{2};
   };
 
@@ -176,26 +163,14 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
     return grpc::Status::OK;
   }
 
-  // Note [gRPC answers handed on in turn]
-  // A finished call's answer is built and finished on one of the answer
-  // threads, never on the thread that calls on_ready (the request reaper,
-  // which hands on a whole batch). The calls are dealt to the threads in
-  // turn, each a HandoffThread: a batch's calls wake each answer thread at
-  // most once, where a thread pool's post() woke an idle thread for nearly
-  // every call. After shut_down() a late answer is dropped (gRPC has ended
-  // the call). Tests: GrpcServer.CallsInTurnGetTheirOwnAnswersFromReusedMessages,
-  // GrpcServer.StopAnswersCallsInFlightAndRefusesNewOnes.
   void arrive(const std::shared_ptr<InferCall>& call) {
     // On a worker's thread (or this one): hand the answer on, never build it here.
     if (call->pending.fetch_sub(1) == 1) {
-      if (answer_pool) return boost::asio::post(*answer_pool, [this, call] { answer(*call); });
-      const size_t turn = next_answerer.fetch_add(1, std::memory_order_relaxed);
-      answerers[turn % answerers.size()]->hand(call);
+      boost::asio::post(answer_pool, [this, call] { answer(*call); });
     }
   }
 
   void answer(InferCall& call) {
-    if (shut.load(std::memory_order_acquire)) return;  // gRPC ended the call
     grpc::Status status = grpc::Status::OK;
     try {
       Response answer = call.answer.get();
@@ -228,15 +203,15 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
     server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(config.drain_timeout_ms));
     server->Wait();
-    if (answer_pool) answer_pool->join();
-    shut.store(true, std::memory_order_release);
+    answer_pool.join();
     server.reset();
   }
 
   InferenceService& service;
   const GrpcConfig config;
-  // Declared before the server, so destroyed after it (it outlives every call).
+  // Declared before the server, so destroyed after it (the pool outlives every call).
   InferMessagePool messages;
+  boost::asio::thread_pool answer_pool;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   std::atomic<bool> stopping{false};
@@ -248,12 +223,6 @@ struct GrpcServer::Impl final : inference::GRPCInferenceService::CallbackService
   std::array<std::atomic<uint64_t>, 18> answers{};
   std::atomic<uint64_t> answered{0};
   std::atomic<uint64_t> answered_after_stop{0};
-  std::atomic<bool> shut{false};  // the server has shut down: answers are dropped
-  std::atomic<size_t> next_answerer{0};
-  // Last, so destroyed first, while all that answer() touches exists (the
-  // server is shut down by then: ~GrpcServer). Note [gRPC answers handed on in turn].
-  std::vector<std::unique_ptr<HandoffThread<std::shared_ptr<InferCall>>>> answerers;
-  std::optional<boost::asio::thread_pool> answer_pool;
 };
 
 // Note [gRPC without lock-order checks]
@@ -281,7 +250,6 @@ GrpcServer::GrpcServer(InferenceService& service, GrpcConfig config)
   // Note [gRPC connection deadlines].
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, c.handshake_timeout_ms);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, c.idle_timeout_ms);
-  for (const auto& [name, value] : c.channel_arguments) builder.AddChannelArgument(name, value);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<size_t>(c.max_message_bytes, INT_MAX)));
   builder.AddListeningPort(grpc_address(c.host, c.port), grpc::InsecureServerCredentials(),

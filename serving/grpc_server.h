@@ -42,8 +42,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "serving/inference_service.h"
 
@@ -64,9 +62,6 @@ struct GrpcConfig {
   // answer to the socket on the calling thread); 0: a quarter of the cores, at least 2.
   int answer_threads = 0;
   int drain_timeout_ms = 30000;
-  // More integer channel arguments, set after grove's own (tuning, e.g.
-  // {"grpc.http2.bdp_probe", 0}; serve_http --grpc-channel-arg).
-  std::vector<std::pair<std::string, int>> channel_arguments;
 };
 
 // What serve() reports once it returns.

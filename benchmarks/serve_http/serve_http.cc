@@ -43,7 +43,7 @@
 // (Note [CPU per request]).
 //
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,128000,256000]
-//              [--max-batches 16,64] [--encodings json,binary] [--clients 16] [--connections 32]
+//              [--max-batches 16,64] [--encodings json,binary] [--clients 8] [--connections 64]
 //              [--grpc-clients 64] [--grpc-connections 4] [--duration-ms 1500] [--json FILE]
 //              [--http-threads N] [--launch-after-wait]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
@@ -53,7 +53,6 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -99,12 +98,11 @@ std::vector<FlagSpec> flag_table() {
                    "json (numbers in JSON), binary (the binary tensor data extension) and/or "
                    "grpc (the gRPC front, raw contents); default json,binary,grpc"});
   flags.push_back({"--binary", "", "the binary encoding alone (--encodings binary)"});
-  flags.push_back(
-      {"--clients", "N",
-       "HTTP client threads (default 16; Note [Load clients sized for a shared host])"});
+  flags.push_back({"--clients", "N",
+                   "HTTP client threads (default 8; Note [Load clients sized for a shared host])"});
   flags.push_back({"--connections", "K",
                    "keep-alive connections per HTTP client, each with at most one request in "
-                   "flight (default 32, so that the clients are not the limit)"});
+                   "flight (default 64, so that the clients are not the limit)"});
   flags.push_back({"--grpc-clients", "N",
                    "gRPC clients, in child processes of 8, each with one channel (default 64)"});
   flags.push_back({"--grpc-connections", "K",
@@ -114,9 +112,6 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--grpc-answer-threads", "N",
                    "threads of the gRPC front that write answers (GrpcConfig::answer_threads; "
                    "default 0: a quarter of the cores)"});
-  flags.push_back({"--grpc-channel-arg", "NAME=N,...",
-                   "integer gRPC channel arguments for the gRPC front (GrpcConfig::"
-                   "channel_arguments), e.g. grpc.http2.bdp_probe=0"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
@@ -158,16 +153,21 @@ struct Options : LoadOptions {
   // event loops instead of 16, binary reached 250,211 (front CPU 27.8 us per
   // request, from 32.7) while JSON, whose front needs more, fell to 130,070;
   // in r2, 12 loops answered 147,303 and 246,814, 16 loops 162,847 and
-  // 269,769. So HTTP defaults to 16 clients x 32 connections and the front
-  // keeps one loop per core. gRPC keeps 64 clients of 4 calls in flight: 16
+  // 269,769. So the front keeps one loop per core. Session 19 (JSON at max
+  // batch 64, cudagraphs): 8 client threads of 64 connections answered
+  // 179,467/s against 169,685 with 16 of 32 (r1, H200) and, with the clients
+  // waiting in epoll (Note [Answers waited for with epoll]), 175,350 and
+  // 279,266 (binary) against 164,550-170,927 and 265,455-274,409 (r2, H100;
+  // clients 14.6 us per answer from 16.0-16.7), while 8 front loops fell to
+  // 138,627 (r1). So HTTP defaults to 8 clients x 64 connections (512 in
+  // flight, as before). gRPC keeps 64 clients of 4 calls in flight: 16
   // clients of 16 answered 67,666/s where 64 of 4 answered 87,895.
-  int64_t clients = 16;
-  int64_t connections = 32;  // per client (Note [Requests in flight per client])
+  int64_t clients = 8;
+  int64_t connections = 64;  // per client (Note [Requests in flight per client])
   int64_t grpc_clients = 64;
   int64_t grpc_connections = 4;  // calls in flight per gRPC client
   int64_t http_threads = 0;
   int64_t grpc_answer_threads = 0;  // 0: GrpcConfig's default
-  std::vector<std::pair<std::string, int>> grpc_channel_arguments;
   bool answer_relay = true;
   bool launch_after_wait = false;
   bool flood_given = false;  // --idle-connections or --slowloris-connections given
@@ -411,18 +411,6 @@ Options parse_options(const FlagValues& flags) {
     options.http_threads = std::max<int64_t>(2, std::thread::hardware_concurrency());
   }
   options.grpc_answer_threads = flags.integer("--grpc-answer-threads", 0, 0, 256);
-  for (const std::string& argument : flags.list("--grpc-channel-arg", {})) {
-    const size_t equals = argument.find('=');
-    const char* const last = argument.data() + argument.size();
-    int value = 0;
-    std::from_chars_result read{nullptr, std::errc::invalid_argument};
-    if (equals != std::string::npos)
-      read = std::from_chars(argument.data() + equals + 1, last, value);
-    GROVE_CHECK_AS(UsageError, equals > 0 && read.ec == std::errc() && read.ptr == last, kName,
-                   ": --grpc-channel-arg: '", argument,
-                   "' is not NAME=INTEGER (e.g. grpc.http2.bdp_probe=0)");
-    options.grpc_channel_arguments.emplace_back(argument.substr(0, equals), value);
-  }
   options.answer_relay = !flags.has("--no-answer-relay");
   options.launch_after_wait = flags.has("--launch-after-wait");
   options.idle_connections =
@@ -717,8 +705,7 @@ int run(int argc, char** argv) {
         grpc.emplace(server, serving::GrpcConfig{
                                  .model_name = options.model,
                                  .port = 0,
-                                 .answer_threads = static_cast<int>(options.grpc_answer_threads),
-                                 .channel_arguments = options.grpc_channel_arguments});
+                                 .answer_threads = static_cast<int>(options.grpc_answer_threads)});
         grpc_listener = std::thread([&] { grpc->serve(); });
       }
       std::printf("  max batch %lld, %s: compiled and warmed up %zu buckets in %.0f ms\n",
