@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 namespace grove::benchmarks {
 
@@ -21,6 +22,40 @@ ThreadCpu thread_cpu_ns() {
     if (std::getline(comm, name) && (schedstat >> ns)) {
       threads[std::atoi(entry->d_name)] = {name, ns};
     }
+  }
+  ::closedir(tasks);
+  return threads;
+}
+
+std::map<int, ThreadTimes> thread_times() {
+  std::map<int, ThreadTimes> threads;
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return threads;
+  while (const dirent* entry = ::readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + entry->d_name;
+    std::ifstream stat_file(task + "/stat"), status_file(task + "/status");
+    std::string stat, line;
+    if (!std::getline(stat_file, stat)) continue;
+    // "tid (name) state ..." : the name may hold spaces and parentheses, so
+    // the fields are counted from the last ')'; utime and stime are the 14th
+    // and 15th fields of the line, the 12th and 13th after the name.
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
+    ThreadTimes times;
+    times.name = stat.substr(open + 1, close - open - 1);
+    std::istringstream fields(stat.substr(close + 1));
+    std::string field;
+    for (int i = 1; i <= 13 && fields >> field; ++i) {
+      if (i == 12) times.user_ticks = std::strtoull(field.c_str(), nullptr, 10);
+      if (i == 13) times.kernel_ticks = std::strtoull(field.c_str(), nullptr, 10);
+    }
+    while (std::getline(status_file, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) {
+        times.voluntary_switches = std::strtoull(line.c_str() + 24, nullptr, 10);
+      }
+    }
+    threads[std::atoi(entry->d_name)] = std::move(times);
   }
   ::closedir(tasks);
   return threads;

@@ -15,6 +15,18 @@ namespace grove::benchmarks {
 using ThreadCpu = std::map<int, std::pair<std::string, uint64_t>>;
 ThreadCpu thread_cpu_ns();
 
+// A thread's CPU split into user and kernel time (clock ticks of
+// /proc/self/task/*/stat, sysconf(_SC_CLK_TCK) a second) and its voluntary
+// context switches (/proc/self/task/*/status): where its CPU went, which
+// the nanoseconds above do not say.
+struct ThreadTimes {
+  std::string name;
+  uint64_t user_ticks = 0;
+  uint64_t kernel_ticks = 0;
+  uint64_t voluntary_switches = 0;
+};
+std::map<int, ThreadTimes> thread_times();
+
 // CPU nanoseconds between two snapshots of the threads named `name` (a thread
 // not in `before` counts from zero; one gone from `after` counts nothing).
 double cpu_ns_between(const ThreadCpu& before, const ThreadCpu& after, const std::string& name);

@@ -43,7 +43,7 @@
 // (Note [CPU per request]).
 //
 //   serve_http [--device auto|cuda|sim] [--model mlp16x512] [--rates 8000,32000,128000,256000]
-//              [--max-batches 16,64] [--encodings json,binary] [--clients 16] [--connections 32]
+//              [--max-batches 16,64] [--encodings json,binary] [--clients 8] [--connections 64]
 //              [--grpc-clients 64] [--grpc-connections 4] [--duration-ms 1500] [--json FILE]
 //              [--http-threads N] [--launch-after-wait]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
@@ -98,18 +98,20 @@ std::vector<FlagSpec> flag_table() {
                    "json (numbers in JSON), binary (the binary tensor data extension) and/or "
                    "grpc (the gRPC front, raw contents); default json,binary,grpc"});
   flags.push_back({"--binary", "", "the binary encoding alone (--encodings binary)"});
-  flags.push_back(
-      {"--clients", "N",
-       "HTTP client threads (default 16; Note [Load clients sized for a shared host])"});
+  flags.push_back({"--clients", "N",
+                   "HTTP client threads (default 8; Note [Load clients sized for a shared host])"});
   flags.push_back({"--connections", "K",
                    "keep-alive connections per HTTP client, each with at most one request in "
-                   "flight (default 32, so that the clients are not the limit)"});
+                   "flight (default 64, so that the clients are not the limit)"});
   flags.push_back({"--grpc-clients", "N",
                    "gRPC clients, in child processes of 8, each with one channel (default 64)"});
   flags.push_back({"--grpc-connections", "K",
                    "calls in flight at most on each gRPC client's channel (default 4)"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: the cores)"});
+  flags.push_back({"--grpc-answer-threads", "N",
+                   "threads of the gRPC front that write answers (GrpcConfig::answer_threads; "
+                   "default 0: a quarter of the cores)"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
@@ -151,14 +153,21 @@ struct Options : LoadOptions {
   // event loops instead of 16, binary reached 250,211 (front CPU 27.8 us per
   // request, from 32.7) while JSON, whose front needs more, fell to 130,070;
   // in r2, 12 loops answered 147,303 and 246,814, 16 loops 162,847 and
-  // 269,769. So HTTP defaults to 16 clients x 32 connections and the front
-  // keeps one loop per core. gRPC keeps 64 clients of 4 calls in flight: 16
+  // 269,769. So the front keeps one loop per core. Session 19 (JSON at max
+  // batch 64, cudagraphs): 8 client threads of 64 connections answered
+  // 179,467/s against 169,685 with 16 of 32 (r1, H200) and, with the clients
+  // waiting in epoll (Note [Answers waited for with epoll]), 175,350 and
+  // 279,266 (binary) against 164,550-170,927 and 265,455-274,409 (r2, H100;
+  // clients 14.6 us per answer from 16.0-16.7), while 8 front loops fell to
+  // 138,627 (r1). So HTTP defaults to 8 clients x 64 connections (512 in
+  // flight, as before). gRPC keeps 64 clients of 4 calls in flight: 16
   // clients of 16 answered 67,666/s where 64 of 4 answered 87,895.
-  int64_t clients = 16;
-  int64_t connections = 32;  // per client (Note [Requests in flight per client])
+  int64_t clients = 8;
+  int64_t connections = 64;  // per client (Note [Requests in flight per client])
   int64_t grpc_clients = 64;
   int64_t grpc_connections = 4;  // calls in flight per gRPC client
   int64_t http_threads = 0;
+  int64_t grpc_answer_threads = 0;  // 0: GrpcConfig's default
   bool answer_relay = true;
   bool launch_after_wait = false;
   bool flood_given = false;  // --idle-connections or --slowloris-connections given
@@ -213,6 +222,9 @@ struct RunResult {
   // CPU per answered request (Note [CPU per request]), µs: the front's threads,
   // the batching worker's, the client threads'.
   double front_cpu_us = 0, worker_cpu_us = 0, client_cpu_us = 0;
+  // The front's threads: the part of their CPU in user space (the rest in the
+  // kernel) and their voluntary context switches per answer (Note [CPU per request]).
+  double front_user_share = 0, front_switches_per_answer = 0;
   std::optional<LatencySummary> latency;
   double mean_batch_rows = 0;
   // Where the worker's time went per batch, µs (ServerStats::worker_launch_ns...).
@@ -231,7 +243,9 @@ struct RunResult {
 // (CLOCK_THREAD_CPUTIME_ID, in this process for HTTP, in the client
 // processes for gRPC, where gRPC's client threads are not counted). The
 // kernel's work for a socket write is charged to the writer, waking the
-// reader included.
+// reader included. The JSON gives the front's threads' user share of their
+// CPU (the rest is the kernel's, at the clock tick's resolution) and their
+// voluntary context switches per answer (a sleep each, waiting for work).
 
 // gRPC clients per child process (Note [gRPC clients apart from the server]).
 constexpr int64_t kGrpcClientsPerProcess = 8;
@@ -247,6 +261,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   result.offered_rate = rate;
   const serving::ServerStats before = server.stats();
   const ThreadCpu cpu_before = thread_cpu_ns();
+  const std::map<int, ThreadTimes> times_before = thread_times();
   const double window_s = static_cast<double>(options.duration_ms) * 1e-3;
   // Connected before the window opens, one at a time: a burst of connects
   // overflows the listen backlog (cpp-httplib's is 5), and a dropped SYN is
@@ -337,8 +352,25 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
       front_ns += used;
     }
   }
+  uint64_t front_user = 0, front_kernel = 0, front_switches = 0;
+  for (const auto& [tid, thread] : thread_times()) {
+    if (thread.name == "grove-worker" || thread.name == "load-client") continue;
+    const auto earlier = times_before.find(tid);
+    const bool same = earlier != times_before.end() && earlier->second.name == thread.name;
+    const ThreadTimes zero;
+    const ThreadTimes& from = same ? earlier->second : zero;
+    front_user += thread.user_ticks - std::min(thread.user_ticks, from.user_ticks);
+    front_kernel += thread.kernel_ticks - std::min(thread.kernel_ticks, from.kernel_ticks);
+    front_switches +=
+        thread.voluntary_switches - std::min(thread.voluntary_switches, from.voluntary_switches);
+  }
+  if (front_user + front_kernel > 0) {
+    result.front_user_share =
+        static_cast<double>(front_user) / static_cast<double>(front_user + front_kernel);
+  }
   if (result.answered > 0) {
     const double answered = static_cast<double>(result.answered);
+    result.front_switches_per_answer = static_cast<double>(front_switches) / answered;
     result.front_cpu_us = front_ns * 1e-3 / answered;
     result.worker_cpu_us = worker_ns * 1e-3 / answered;
     result.client_cpu_us = client_cpu_s * 1e6 / answered;
@@ -378,6 +410,7 @@ Options parse_options(const FlagValues& flags) {
   if (options.http_threads == 0) {
     options.http_threads = std::max<int64_t>(2, std::thread::hardware_concurrency());
   }
+  options.grpc_answer_threads = flags.integer("--grpc-answer-threads", 0, 0, 256);
   options.answer_relay = !flags.has("--no-answer-relay");
   options.launch_after_wait = flags.has("--launch-after-wait");
   options.idle_connections =
@@ -563,6 +596,9 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
          {{"front", run.front_cpu_us},
           {"worker", run.worker_cpu_us},
           {"clients", run.client_cpu_us}}},
+        {"front_threads",
+         {{"user_share", run.front_user_share},
+          {"voluntary_switches_per_answer", run.front_switches_per_answer}}},
         {"worker_us_per_batch",
          {{"launch", run.launch_us}, {"wait", run.wait_us}, {"answer", run.answer_us}}},
         {"rejected", run.rejected},
@@ -666,7 +702,10 @@ int run(int argc, char** argv) {
       std::thread grpc_listener;
       if (std::find(options.encodings.begin(), options.encodings.end(), "grpc") !=
           options.encodings.end()) {
-        grpc.emplace(server, serving::GrpcConfig{.model_name = options.model, .port = 0});
+        grpc.emplace(server, serving::GrpcConfig{
+                                 .model_name = options.model,
+                                 .port = 0,
+                                 .answer_threads = static_cast<int>(options.grpc_answer_threads)});
         grpc_listener = std::thread([&] { grpc->serve(); });
       }
       std::printf("  max batch %lld, %s: compiled and warmed up %zu buckets in %.0f ms\n",

@@ -27,6 +27,8 @@ for run in runs:
     assert run["errors"] == 0, run
     assert run["answered"] + run["rejected"] == run["sent"], run
     assert run["answered"] > 0 and "latency" in run, run
+    front = run["front_threads"]
+    assert 0 <= front["user_share"] <= 1 and front["voluntary_switches_per_answer"] >= 0, run
 graphs = [s for s in report["servers"] if s["backend"] == "cudagraphs"][0]
 assert graphs["backend_snapshots"][0]["tree"]["replays"] > 0, graphs
 PY

@@ -1,6 +1,7 @@
 // PinnedRowPool (Note [Pinned blocks cached per thread], serving/request_bytes.cc):
 // blocks taken on some threads and freed on others are never handed out twice
 // at once, keep what was written to them, and lie in the pool's pinned memory.
+// HostRows copies their bytes whole (Note [Row bytes copied whole]).
 #include "serving/request_bytes.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,8 @@
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "serving/host_rows.h"
 
 namespace grove::serving {
 namespace {
@@ -154,6 +157,51 @@ TEST(RequestBytes, AssignRowBytesCopiesExactly) {
           << "size " << take << " over " << before << " bytes, seed " << seed;
       if (take > 0) EXPECT_TRUE(PinnedRowPool::contains(bytes.data()) || take > (64u << 20));
     }
+  }
+}
+
+// Note [Row bytes copied whole]: a copied or copy-assigned HostRows holds the
+// same shape, dtype and bytes in a pinned block of its own; a move hands over
+// the block itself; the (shape, dtype, bytes) constructor keeps what it is given.
+TEST(HostRows, CopiesHoldTheSameBytesInTheirOwnPinnedBlock) {
+  const uint64_t seed = 43;
+  std::mt19937_64 rng(seed);
+  for (size_t size : {size_t{0}, size_t{4}, size_t{2048}, size_t{2052}, size_t{40000}}) {
+    RowBytes bytes;
+    std::vector<uint8_t> source(size);
+    for (uint8_t& byte : source) byte = static_cast<uint8_t>(rng());
+    assign_row_bytes(bytes, source.data(), size);
+    const HostRows rows({static_cast<int64_t>(size / 4), 1}, runtime::DType::kI32, bytes);
+    ASSERT_EQ(rows.bytes, bytes) << "seed " << seed;
+
+    HostRows copy(rows);
+    EXPECT_EQ(copy.shape, rows.shape);
+    EXPECT_EQ(copy.dtype, runtime::DType::kI32);
+    ASSERT_EQ(copy.bytes.size(), size);
+    EXPECT_EQ(std::memcmp(copy.bytes.data(), source.data(), size), 0) << "seed " << seed;
+    if (size > 0) {
+      EXPECT_NE(copy.bytes.data(), rows.bytes.data());
+      EXPECT_TRUE(PinnedRowPool::contains(copy.bytes.data()));
+    }
+
+    HostRows assigned = HostRows::from_values<float>({1.f, 2.f, 3.f}, {3});
+    assigned = rows;
+    EXPECT_EQ(assigned.shape, rows.shape);
+    EXPECT_EQ(assigned.dtype, runtime::DType::kI32);
+    EXPECT_EQ(assigned.bytes, rows.bytes);
+    const HostRows& same = assigned;
+    assigned = same;  // self-assignment keeps the bytes
+    EXPECT_EQ(assigned.bytes, rows.bytes);
+
+    const uint8_t* block = copy.bytes.data();
+    HostRows moved(std::move(copy));
+    EXPECT_EQ(moved.bytes.data(), block);
+    EXPECT_EQ(moved.bytes, rows.bytes);
+
+    // A request of copies, as `serve` submits one from its pool.
+    std::vector<HostRows> request{rows, rows};
+    std::vector<HostRows> request_copy = request;
+    for (const HostRows& input : request_copy) EXPECT_EQ(input.bytes, rows.bytes);
   }
 }
 
