@@ -215,6 +215,64 @@ def exactness(names, losses):
     return "\n".join(lines)
 
 
+class GarbageCollections:
+    """Python's garbage collections (gc.callbacks) during each variant's
+    timed blocks: how many per 100 steps, by generation, and their time,
+    which a step that allocates more Python objects pays more often."""
+
+    def __init__(self):
+        import gc
+
+        self.current = None
+        self.counts = collections.defaultdict(collections.Counter)
+        self.seconds = collections.defaultdict(float)
+        self._started = None
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase, info):
+        if self.current is None:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.counts[self.current][info["generation"]] += 1
+            self.seconds[self.current] += time.perf_counter() - self._started
+            self._started = None
+
+    def during(self, name):
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            self.current = name
+            try:
+                yield
+            finally:
+                self.current = None
+        return scope()
+
+    def summary(self, name, steps):
+        counts = self.counts[name]
+        per_100 = "/".join("%.1f" % (100.0 * counts[generation] / max(steps, 1))
+                           for generation in range(3))
+        return "gc per 100 steps (gen 0/1/2) %s, %.1f us per step" % (
+            per_100, self.seconds[name] / max(steps, 1) * 1e6)
+
+    def close(self):
+        import gc
+
+        gc.callbacks.remove(self._callback)
+
+
+def _door_functions():
+    """The door's own autograd functions made so far, in all and by kind."""
+    from grove import door_function
+
+    return "door functions so far: %d, %d setting .grad directly, %d updating in backward" % (
+        door_function.taken, door_function.direct_taken,
+        getattr(door_function, "in_backward_taken", 0))
+
+
 def _graphs_compiled():
     from torch._dynamo.utils import counters
 
@@ -288,21 +346,35 @@ def main():
             names.remove(name)
             continue
         compiled_at = time.perf_counter()
-        steps[name], losses[name] = compiled_step(step_of, module, inputs, loss_of, name,
-                                                  untimed, first=index == 0)
-        print("compiled and warmed %s in %.1f s" % (name, time.perf_counter() - compiled_at),
-              flush=True)
+        try:
+            steps[name], losses[name] = compiled_step(step_of, module, inputs, loss_of, name,
+                                                      untimed, first=index == 0)
+        except Exception:  # one variant failing leaves the others' numbers
+            import traceback
+
+            traceback.print_exc()
+            print("%s: failed to compile or warm up (traceback above); left out" % name,
+                  flush=True)
+            names.remove(name)
+            if not names:
+                return 1
+            continue
+        print("compiled and warmed %s in %.1f s (%s)" % (
+            name, time.perf_counter() - compiled_at, _door_functions()), flush=True)
     print(exactness(names, losses), flush=True)
     graphs = _graphs_compiled()
     # Interleaved: round by round one block of each variant, so drift over
     # the process's life (Note [Training variants measured apart],
     # torch_backend.py) reaches every variant alike.
     samples = {name: [] for name in names}
+    collections_seen = GarbageCollections()
     for round_index in range(args.rounds):
         if round_index >= 3 and past_deadline():
             break
         for name in names:
-            samples[name].append(wall_time(lambda: steps[name](untimed), blocks=1))
+            with collections_seen.during(name):
+                samples[name].append(wall_time(lambda: steps[name](untimed), blocks=1))
+    collections_seen.close()
     if _graphs_compiled() != graphs:  # a variant recompiled: its switches were unset then
         print("door_timeline: dynamo compiled %s graphs during the timing; the timings are not "
               "of the variants as compiled" % (_graphs_compiled() - graphs))
@@ -311,9 +383,9 @@ def main():
           % (args.model, len(samples[names[0]]), BLOCK))
     for name in names:
         median = statistics.median(samples[name])
-        print("  %-36s %9.1f us  (min %.1f, max %.1f)  %.3fx of %s" % (
-            name, median, min(samples[name]), max(samples[name]), median / base, names[0]),
-            flush=True)
+        print("  %-36s %9.1f us  (min %.1f, max %.1f)  %.3fx of %s  %s" % (
+            name, median, min(samples[name]), max(samples[name]), median / base, names[0],
+            collections_seen.summary(name, len(samples[name]) * BLOCK)), flush=True)
     profiled = [] if args.profile == "none" else (
         names if args.profile == "all" else args.profile.split(","))
     for name in profiled:

@@ -48,6 +48,7 @@ import torch
 
 taken = 0  # training graphs run as the door's own function (tests read it)
 direct_taken = 0  # of them, those whose backward sets .grad itself (tests read it)
+in_backward_taken = 0  # of those, the ones that also run an optimizer's update (tests read it)
 
 
 class Unsupported(Exception):
@@ -281,6 +282,9 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
     anchor = (torch.empty(0, requires_grad=True),) if anchored else ()
     leading = (None,) * (1 + len(anchor))  # the arguments' tuple, the anchor
 
+    if optimizer is not None:
+        global in_backward_taken
+        in_backward_taken += 1
     if optimizer is None:
         def finish():
             pass

@@ -228,9 +228,11 @@ class DoorFunctionTest(unittest.TestCase):
             if in_backward:
                 self.assertIs(found, optimizer)
                 self.assertEqual(direct, tuple(range(len(params))))
+            taken = door_function.in_backward_taken
             call = door_function.door_function(forward, backward, 1,
                                                [True] * len(params) + [False], compiler,
                                                single=True, direct=direct, optimizer=found)
+            self.assertEqual(door_function.in_backward_taken - taken, int(in_backward))
             pairs.append((call, params, optimizer))
         return pairs
 
