@@ -98,13 +98,26 @@ def grove_cxx_time(repeats):
     return statistics.median(samples)
 
 
+# Note [At least five blocks per training variant]: a training step's block
+# of 20 steps varies by +-15% from block to block on these hosts (r1 of
+# session 19, H200: one variant's 10 interleaved blocks spanned 1578-2008 us).
+# Session 18's final call ran --repeats 30, which gave one block per variant:
+# its "GROVE_DOOR_GRADIENTS=direct is 600 us slower" (1957.5 against 1345.8)
+# was one block each, in separate processes; interleaved over 10 blocks in
+# one process (door_timeline.py, r1 of session 19) the direct path was 0.84x
+# of the default. So a training variant is timed over at least five blocks.
+MIN_TRAIN_BLOCKS = 5
+
+
 def time_steps(step, repeats):
-    """Median and spread of one training step (`step()`), in microseconds."""
+    """Median and spread of one training step (`step()`), in microseconds,
+    over at least MIN_TRAIN_BLOCKS blocks of BLOCK steps (Note [At least
+    five blocks per training variant])."""
     for _ in range(BLOCK):
         step()
     torch.cuda.synchronize()
     per_step = []
-    for _ in range(max(1, repeats // BLOCK)):
+    for _ in range(max(MIN_TRAIN_BLOCKS, repeats // BLOCK)):
         start = time.perf_counter()
         for _ in range(BLOCK):
             step()
