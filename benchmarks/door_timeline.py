@@ -14,7 +14,8 @@ profiler (median over blocks of 20 steps).
         [--compile-deadline-s S] [--deadline-s S]
 
 Variants: door_stages.py's (grove, grove_fn, grove_optim,
-torch_reduce_overhead), each with optional switches: "+direct"
+torch_reduce_overhead, and the whole step in one call: grove_step,
+cuda_graph), each with optional switches: "+direct"
 (GROVE_DOOR_GRADIENTS=direct) or "+VAR=VALUE", set while that variant
 compiles. Every variant compiles first; then --rounds rounds each time one
 block of every variant in turn (interleaved, so drift reaches all alike),
@@ -164,7 +165,8 @@ def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
         # per compiled variant], door_stages.py), the first too, alike.
         step = step_of(module, inputs, loss_of, variant, reset=False)
         for _ in range(WARMUP):
-            losses.append(step(untimed).detach())
+            # A copy: a hand-captured graph returns the same loss tensor each time.
+            losses.append(step(untimed).detach().clone())
         torch.cuda.synchronize()
     finally:
         for key, value in previous.items():
