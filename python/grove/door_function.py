@@ -157,8 +157,9 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     global taken
     taken += 1
     if direct:
+        direct_set = set(direct)
         anchored = not any(required for index, required in enumerate(requires_grad)
-                           if index not in set(direct))
+                           if index not in direct_set)
         return _direct_door_function(run_forward, run_backward, saved_order, user_outputs,
                                      len(requires_grad), single, tuple(lifted), tuple(direct),
                                      anchored, optimizer, compiler.step)
@@ -273,7 +274,7 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
     `optimizer` updates at the end of the backward, in the forward's trees
     (`step`, the StepContext; Note [The optimizer's update inside the door's
     backward], grove/optim.py)."""
-    global direct_taken
+    global direct_taken, in_backward_taken
     direct_taken += 1
     direct_set = set(direct)
     kept = tuple(index for index in range(inputs) if index not in direct_set)
@@ -282,15 +283,15 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
     anchor = (torch.empty(0, requires_grad=True),) if anchored else ()
     leading = (None,) * (1 + len(anchor))  # the arguments' tuple, the anchor
 
-    if optimizer is not None:
-        global in_backward_taken
-        in_backward_taken += 1
     if optimizer is None:
         def finish():
             pass
-    elif step is None:
+    elif step is None:  # eager mode: no trees to enter
+        in_backward_taken += 1
         finish = optimizer.update_from_backward
     else:
+        in_backward_taken += 1
+
         def finish():
             step.run(optimizer.update_from_backward, ())
 
