@@ -19,8 +19,8 @@ Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
 "torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
 split of PyTorch's own; and the whole step as one call (its time under
 "model"): "grove_step" (grove.training.compile_step, AdamW) and "cuda_graph"
-(PyTorch's step captured by hand, capturable fused AdamW). --profile writes a cProfile listing (top functions
-by own time) per model and variant into DIR, and with --device-profile
+(PyTorch's step captured by hand, capturable fused AdamW). --profile writes
+a cProfile listing (top functions by own time) per model and variant into DIR, and with --device-profile
 torch.profiler's table of device time too (which slows the variants after
 it: one variant per process then). Models: mlp16x512 b32 and
 gpt4x256 b8 T32 (benchmarks/torch_backend.py's). Skips (exit 0) without
