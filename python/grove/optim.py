@@ -73,7 +73,11 @@ def optimizer_program(optimizer, params, gradients="inputs", name="grove_optim")
 # seen by the update), and accumulating over several backward() calls
 # before one step() (refused: the second backward raises). A graph whose
 # parameters are not exactly the optimizer's (a graph break, a frozen part)
-# keeps the plain path: step() updates as usual. Tests:
+# keeps the plain path: step() updates as usual. Measured (session 19, r2, H100,
+# door_timeline.py, interleaved in one process): mlp16x512 b32 1322.0 us per
+# step, 0.66x of reduce-overhead's 2006.0 and 0.72x of the door with
+# PyTorch's fused AdamW (1827.4); the autograd engine, dynamo's call and the
+# eager loss are most of what is left (grove's whole step: 452.5). Tests:
 # DoorFunctionTest.test_update_in_backward_equals_step_after_backward,
 # test_update_in_backward_refuses_a_second_backward_before_step and
 # test_update_in_backward_needs_the_optimizers_exact_parameters
