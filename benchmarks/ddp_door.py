@@ -231,6 +231,18 @@ def print_table(rows, variants, world):
               + "".join("%16s" % ("-" if q is None else "%.2f" % q) for q in quotients))
 
 
+def _past_on_any_rank(deadline_s, began):
+    """Whether `deadline_s` seconds (None: no deadline) have passed since
+    `began` on any rank: one answer for all, so every rank leaves out the
+    same variants (a rank starting a variant alone would wait on its
+    collectives forever)."""
+    if deadline_s is None:
+        return False
+    past = torch.tensor([float(time.perf_counter() - began > deadline_s)], device="cuda")
+    dist.all_reduce(past, op=dist.ReduceOp.MAX)
+    return bool(past.item())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="ddp_door.json")
@@ -239,10 +251,15 @@ def main():
                         default="torch_eager,torch_reduce_overhead,grove,grove_ddp,grove_step")
     parser.add_argument("--cases", default="",
                         help="comma-separated case names (default: all)")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help="seconds from the start after which no further variant begins "
+                             "(each left out is reported as not run; the table still prints), "
+                             "for a call with a time limit")
     parser.add_argument("--profile", default="",
                         help="after the timings, cProfile 200 steps of this variant per case "
                              "(rank 0 prints the functions of most host time)")
     args = parser.parse_args()
+    began = time.perf_counter()
     for variant in args.variants.split(","):
         base_variant(variant)
     rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -259,16 +276,25 @@ def main():
         batch = inputs[0].shape[0]
         row = {"case": name, "per_rank_batch": batch}
         for variant in args.variants.split(","):
+            started = time.perf_counter()
+            if _past_on_any_rank(args.deadline_s, began):
+                row[variant] = {"error": "not run (past --deadline-s %.0f)" % args.deadline_s}
+                if rank == 0:
+                    print("%s %s: not run (past --deadline-s)" % (name, variant), flush=True)
+                continue
             try:
                 result = measure(step_function(module, inputs, loss_of, variant, rank),
                                  args.iters)
                 result["samples_per_s"] = batch * world / (result["median_us"] * 1e-6)
             except Exception as error:  # one variant failing leaves the others' numbers
                 result = {"error": "%s: %s" % (type(error).__name__, str(error)[:300])}
+            result["seconds"] = time.perf_counter() - started  # compilation included
             row[variant] = result
             if rank == 0:  # as it comes, so a run cut short still shows what it measured
-                print("%s %s: %s" % (name, variant, "%.1f us" % result["median_us"]
-                                     if "median_us" in result else result["error"]), flush=True)
+                print("%s %s: %s (%.1f s with compilation, %.1f s since the start)" % (
+                    name, variant, "%.1f us" % result["median_us"] if "median_us" in result
+                    else result["error"], result["seconds"], time.perf_counter() - began),
+                    flush=True)
         reference = row.get("torch_eager", {}).get("losses")
         for variant in args.variants.split(","):
             losses = row[variant].get("losses")

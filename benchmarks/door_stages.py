@@ -17,8 +17,10 @@ Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
 "grove_fn" (the same run by grove's own autograd function, GROVE_DOOR_FUNCTION=1),
 "grove_optim" (backend="grove", grove.torch.optim.AdamW), and
 "torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
-split of PyTorch's own. --profile writes a cProfile listing (top functions
-by own time) per model and variant into DIR, and with --device-profile
+split of PyTorch's own; and the whole step as one call (its time under
+"model"): "grove_step" (grove.training.compile_step, AdamW) and "cuda_graph"
+(PyTorch's step captured by hand, capturable fused AdamW). --profile writes
+a cProfile listing (top functions by own time) per model and variant into DIR, and with --device-profile
 torch.profiler's table of device time too (which slows the variants after
 it: one variant per process then). Models: mlp16x512 b32 and
 gpt4x256 b8 T32 (benchmarks/torch_backend.py's). Skips (exit 0) without
@@ -80,6 +82,8 @@ def step_of(module, inputs, loss_of, variant, reset=True):
     model then runs behind a code object of its own, Note [One code object
     per compiled variant])."""
     model = copy.deepcopy(module)
+    if variant in ("grove_step", "cuda_graph"):
+        return _whole_step(model, inputs, loss_of, variant)
     if variant == "grove_optim":
         import grove.torch
 
@@ -114,6 +118,50 @@ def step_of(module, inputs, loss_of, variant, reset=True):
                 del os.environ["GROVE_DOOR_FUNCTION"]
             else:
                 os.environ["GROVE_DOOR_FUNCTION"] = previous
+    return step
+
+
+def _whole_step(model, inputs, loss_of, variant):
+    """The whole step as one call, timed as the "model" stage: grove's
+    (grove.training.compile_step with torch.optim.AdamW, run as grove's
+    update) or PyTorch's hand-captured CUDA graph (forward, loss, backward,
+    capturable fused AdamW; its weights and optimizer state set back after
+    the capture's warm-up, so its losses start where the other variants'
+    do). Neither goes through dynamo, so the other variants stay compiled."""
+    if variant == "grove_step":
+        import grove.training
+
+        whole = grove.training.compile_step(
+            model, lambda forward, *args: loss_of(forward(*args)),
+            torch.optim.AdamW(model.parameters(), lr=1e-4))
+
+        def step(timed):
+            return timed("model", whole, *inputs)
+        return step
+    from compare_torch import capture_graph  # benchmarks/, this script's folder
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=True)
+
+    def eager_step():
+        optimizer.zero_grad(set_to_none=False)
+        loss = loss_of(model(*inputs))
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    start = [parameter.detach().clone() for parameter in model.parameters()]
+    graph, loss = capture_graph(torch, eager_step, eager_step)
+    with torch.no_grad():
+        for parameter, value in zip(model.parameters(), start):
+            parameter.copy_(value)
+        for state in optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    value.zero_()
+
+    def step(timed):
+        timed("model", graph.replay)
+        return loss
     return step
 
 

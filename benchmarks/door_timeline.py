@@ -9,12 +9,14 @@ the step and the GPU's busy span, and the step's wall time without the
 profiler (median over blocks of 20 steps).
 
     python3 benchmarks/door_timeline.py [--model mlp16x512_b32]
-        [--variants grove,grove+direct] [--rounds 10] [--steps 5]
+        [--variants grove,grove+direct] [--then gpt4x256_b8_t32=grove_step,cuda_graph]
+        [--rounds 10] [--steps 5]
         [--profile all|none|LIST] [--cprofile N] [--out DIR]
         [--compile-deadline-s S] [--deadline-s S]
 
 Variants: door_stages.py's (grove, grove_fn, grove_optim,
-torch_reduce_overhead), each with optional switches: "+direct"
+torch_reduce_overhead, and the whole step in one call: grove_step,
+cuda_graph), each with optional switches: "+direct"
 (GROVE_DOOR_GRADIENTS=direct) or "+VAR=VALUE", set while that variant
 compiles. Every variant compiles first; then --rounds rounds each time one
 block of every variant in turn (interleaved, so drift reaches all alike),
@@ -164,7 +166,8 @@ def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
         # per compiled variant], door_stages.py), the first too, alike.
         step = step_of(module, inputs, loss_of, variant, reset=False)
         for _ in range(WARMUP):
-            losses.append(step(untimed).detach())
+            # A copy: a hand-captured graph returns the same loss tensor each time.
+            losses.append(step(untimed).detach().clone())
         torch.cuda.synchronize()
     finally:
         for key, value in previous.items():
@@ -215,6 +218,64 @@ def exactness(names, losses):
     return "\n".join(lines)
 
 
+class GarbageCollections:
+    """Python's garbage collections (gc.callbacks) during each variant's
+    timed blocks: how many per 100 steps, by generation, and their time,
+    which a step that allocates more Python objects pays more often."""
+
+    def __init__(self):
+        import gc
+
+        self.current = None
+        self.counts = collections.defaultdict(collections.Counter)
+        self.seconds = collections.defaultdict(float)
+        self._started = None
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase, info):
+        if self.current is None:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.counts[self.current][info["generation"]] += 1
+            self.seconds[self.current] += time.perf_counter() - self._started
+            self._started = None
+
+    def during(self, name):
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            self.current = name
+            try:
+                yield
+            finally:
+                self.current = None
+        return scope()
+
+    def summary(self, name, steps):
+        counts = self.counts[name]
+        per_100 = "/".join("%.1f" % (100.0 * counts[generation] / max(steps, 1))
+                           for generation in range(3))
+        return "gc per 100 steps (gen 0/1/2) %s, %.1f us per step" % (
+            per_100, self.seconds[name] / max(steps, 1) * 1e6)
+
+    def close(self):
+        import gc
+
+        gc.callbacks.remove(self._callback)
+
+
+def _door_functions():
+    """The door's own autograd functions made so far, in all and by kind."""
+    from grove import door_function
+
+    return "door functions so far: %d, %d setting .grad directly, %d updating in backward" % (
+        door_function.taken, door_function.direct_taken,
+        getattr(door_function, "in_backward_taken", 0))
+
+
 def _graphs_compiled():
     from torch._dynamo.utils import counters
 
@@ -227,6 +288,10 @@ def main():
     parser.add_argument("--variants", default="grove",
                         help="comma-separated: door_stages variants, each optionally with "
                         "+direct or +VAR=VALUE switches (grove,grove+direct)")
+    parser.add_argument("--then", action="append", default=[],
+                        help="MODEL=VARIANT,VARIANT: after --model's variants are timed and "
+                        "profiled, the same for this model's (repeatable; one process, so one "
+                        "start-up; these compile only before --compile-deadline-s)")
     parser.add_argument("--steps", type=int, default=5, help="profiled steps per variant")
     parser.add_argument("--rounds", type=int, default=10,
                         help="timing rounds; each times one block of every variant in turn")
@@ -259,91 +324,127 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     cases = {name: (module, inputs, loss_of) for name, module, inputs, loss_of in
              training_cases()}
-    if args.model not in cases:  # the zoo's (benchmarks/zoo_training.py) only where asked
-        cases.update((name, (module, inputs, loss_of)) for name, module, inputs, loss_of in
-                     zoo_cases({args.model}))
-    if args.model not in cases:
-        raise SystemExit("door_timeline: unknown --model %s (known: %s)"
-                         % (args.model, ",".join(cases)))
-    module, inputs, loss_of = cases[args.model]
 
-    def untimed(name, function, *call_args):
-        return function(*call_args)
+    def run_model(model, variants, first_model):
+        """Compiles, checks, times and profiles `variants` of `model`."""
+        if model not in cases:  # the zoo's (benchmarks/zoo_training.py) only where asked
+            cases.update((name, (module, inputs, loss_of)) for name, module, inputs, loss_of in
+                         zoo_cases({model}))
+        if model not in cases:
+            raise SystemExit("door_timeline: unknown model %s (known: %s)"
+                             % (model, ",".join(cases)))
+        module, inputs, loss_of = cases[model]
 
-    def labelled(name, function, *call_args):
-        with record_function(STAGE + name):
+        def untimed(name, function, *call_args):
             return function(*call_args)
 
-    names = args.variants.split(",")
-    for name in names:
-        configuration(name)  # an unknown switch is refused before anything compiles
-    # Dynamo's cache limit per code object (8 by default) bounds the variants.
-    if len(names) > 8:
-        raise SystemExit("door_timeline: at most 8 variants in one process")
-    steps, losses = {}, {}
-    for index, name in enumerate(list(names)):
-        if (index > 0 and args.compile_deadline_s is not None
-                and time.perf_counter() - began > args.compile_deadline_s):
-            print("%s: not compiled (past --compile-deadline-s)" % name, flush=True)
-            names.remove(name)
-            continue
-        compiled_at = time.perf_counter()
-        steps[name], losses[name] = compiled_step(step_of, module, inputs, loss_of, name,
-                                                  untimed, first=index == 0)
-        print("compiled and warmed %s in %.1f s" % (name, time.perf_counter() - compiled_at),
-              flush=True)
-    print(exactness(names, losses), flush=True)
-    graphs = _graphs_compiled()
-    # Interleaved: round by round one block of each variant, so drift over
-    # the process's life (Note [Training variants measured apart],
-    # torch_backend.py) reaches every variant alike.
-    samples = {name: [] for name in names}
-    for round_index in range(args.rounds):
-        if round_index >= 3 and past_deadline():
-            break
+        def labelled(name, function, *call_args):
+            with record_function(STAGE + name):
+                return function(*call_args)
+
+        names = list(variants)
         for name in names:
-            samples[name].append(wall_time(lambda: steps[name](untimed), blocks=1))
-    if _graphs_compiled() != graphs:  # a variant recompiled: its switches were unset then
-        print("door_timeline: dynamo compiled %s graphs during the timing; the timings are not "
-              "of the variants as compiled" % (_graphs_compiled() - graphs))
-    base = statistics.median(samples[names[0]])
-    print("%s: us per step, no profiler (median of %d interleaved blocks of %d steps)"
-          % (args.model, len(samples[names[0]]), BLOCK))
-    for name in names:
-        median = statistics.median(samples[name])
-        print("  %-36s %9.1f us  (min %.1f, max %.1f)  %.3fx of %s" % (
-            name, median, min(samples[name]), max(samples[name]), median / base, names[0]),
-            flush=True)
-    profiled = [] if args.profile == "none" else (
-        names if args.profile == "all" else args.profile.split(","))
-    for name in profiled:
-        if name not in steps:
-            continue
-        if past_deadline():
-            print("== %s: not profiled (past --deadline-s)" % name)
-            continue
-        step = steps[name]
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
-            for _ in range(args.steps):
-                with record_function("step"):
-                    step(labelled)
-            torch.cuda.synchronize()
-        lines, timeline = analyse(profiler.events(), args.steps)
-        print("== %s %s (torch.profiler)" % (args.model, name))
-        print("\n".join(lines), flush=True)
-        python_table = python_profile(step, untimed) if args.cprofile else ""
-        if python_table:
-            print("-- cProfile, 300 steps, by own time:")
-            print("\n".join(python_table.splitlines()[:args.cprofile + 9]), flush=True)
-        if args.out:
-            os.makedirs(args.out, exist_ok=True)
-            stem = os.path.join(args.out, "%s_%s" % (args.model, name.replace("+", "_")))
-            with open(stem + "_timeline.txt", "w") as out:
-                out.write("# offset_us duration_us thread name (the middle profiled step)\n")
-                out.write("\n".join(timeline) + "\n\n")
-                out.write(profiler.key_averages().table(sort_by="self_cpu_time_total",
-                                                        row_limit=50))
-                out.write("\n\n" + python_table)
+            configuration(name)  # an unknown switch is refused before anything compiles
+        # Dynamo's cache limit per code object (8 by default) bounds the variants.
+        if len(names) > 8:
+            raise SystemExit("door_timeline: at most 8 variants in one process")
+        steps, losses = {}, {}
+        for index, name in enumerate(list(names)):
+            if ((index > 0 or not first_model) and args.compile_deadline_s is not None
+                    and time.perf_counter() - began > args.compile_deadline_s):
+                print("%s: not compiled (past --compile-deadline-s)" % name, flush=True)
+                names.remove(name)
+                continue
+            compiled_at = time.perf_counter()
+            try:
+                steps[name], losses[name] = compiled_step(step_of, module, inputs, loss_of, name,
+                                                          untimed,
+                                                          first=index == 0 and first_model)
+            except Exception:  # one variant failing leaves the others' numbers
+                import traceback
+
+                traceback.print_exc()
+                print("%s: failed to compile or warm up (traceback above); left out" % name,
+                      flush=True)
+                names.remove(name)
+                if not names:
+                    return 1
+                continue
+            print("compiled and warmed %s in %.1f s (%s)" % (
+                name, time.perf_counter() - compiled_at, _door_functions()), flush=True)
+        if not names:
+            print("%s: no variant compiled" % model, flush=True)
+            return 0
+        print(exactness(names, losses), flush=True)
+        graphs = _graphs_compiled()
+        # Interleaved: round by round one block of each variant, so drift over
+        # the process's life (Note [Training variants measured apart],
+        # torch_backend.py) reaches every variant alike.
+        samples = {name: [] for name in names}
+        collections_seen = GarbageCollections()
+        for round_index in range(args.rounds):
+            if round_index >= 3 and past_deadline():
+                break
+            for name in names:
+                with collections_seen.during(name):
+                    samples[name].append(wall_time(lambda: steps[name](untimed), blocks=1))
+        collections_seen.close()
+        if _graphs_compiled() != graphs:  # a variant recompiled: its switches were unset then
+            print("door_timeline: dynamo compiled %s graphs during the timing; the timings are not "
+                  "of the variants as compiled" % (_graphs_compiled() - graphs))
+        base = statistics.median(samples[names[0]])
+        print("%s: us per step, no profiler (median of %d interleaved blocks of %d steps)"
+              % (model, len(samples[names[0]]), BLOCK))
+        for name in names:
+            median = statistics.median(samples[name])
+            print("  %-36s %9.1f us  (min %.1f, max %.1f)  %.3fx of %s  %s" % (
+                name, median, min(samples[name]), max(samples[name]), median / base, names[0],
+                collections_seen.summary(name, len(samples[name]) * BLOCK)), flush=True)
+        profiled = [] if args.profile == "none" else (
+            names if args.profile == "all" else args.profile.split(","))
+        for name in profiled:
+            if name not in steps:
+                continue
+            if past_deadline():
+                print("== %s: not profiled (past --deadline-s)" % name)
+                continue
+            step = steps[name]
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+                for _ in range(args.steps):
+                    with record_function("step"):
+                        step(labelled)
+                torch.cuda.synchronize()
+            lines, timeline = analyse(profiler.events(), args.steps)
+            print("== %s %s (torch.profiler)" % (model, name))
+            print("\n".join(lines), flush=True)
+            python_table = python_profile(step, untimed) if args.cprofile else ""
+            if python_table:
+                print("-- cProfile, 300 steps, by own time:")
+                print("\n".join(python_table.splitlines()[:args.cprofile + 9]), flush=True)
+            if args.out:
+                os.makedirs(args.out, exist_ok=True)
+                stem = os.path.join(args.out, "%s_%s" % (model, name.replace("+", "_")))
+                with open(stem + "_timeline.txt", "w") as out:
+                    out.write("# offset_us duration_us thread name (the middle profiled step)\n")
+                    out.write("\n".join(timeline) + "\n\n")
+                    out.write(profiler.key_averages().table(sort_by="self_cpu_time_total",
+                                                            row_limit=50))
+                    out.write("\n\n" + python_table)
+        return 0
+
+    runs = [(args.model, args.variants.split(","))]
+    for extra in args.then:
+        model, _, variants = extra.partition("=")
+        if not variants:
+            raise SystemExit("door_timeline: --then %r: write MODEL=VARIANT,VARIANT" % extra)
+        runs.append((model, variants.split(",")))
+    for _, variants in runs:  # unknown switches are refused before anything compiles
+        for name in variants:
+            configuration(name)
+    for index, (model, variants) in enumerate(runs):
+        status = run_model(model, variants, index == 0)
+        if status:
+            return status
     return 0
 
 

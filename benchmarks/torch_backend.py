@@ -29,7 +29,10 @@ grove_step_sgd: with SGD momentum 0.9, the optimizer of grove's C++ trainer,
 benchmarks/train_step); grove_direct and grove_optim_direct: grove and
 grove_optim with GROVE_DOOR_GRADIENTS=direct (Note [Gradients set directly by
 the door's function]: the door's backward sets .grad, no AccumulateGrad per
-parameter), each printed over reduce-overhead.
+parameter), and grove_optim_in_backward: grove.torch.optim.AdamW with
+update_in_backward=True (Note [The optimizer's update inside the door's
+backward]: the update replayed at the end of the door's backward, step() a
+no-op), each printed over reduce-overhead.
 
 Prints a table and writes JSON. Each variant warms up (20 calls), then is
 timed as `repeats` calls in blocks of 20, each block ended by a device
@@ -95,13 +98,26 @@ def grove_cxx_time(repeats):
     return statistics.median(samples)
 
 
+# Note [At least five blocks per training variant]: a training step's block
+# of 20 steps varies by +-15% from block to block on these hosts (r1 of
+# session 19, H200: one variant's 10 interleaved blocks spanned 1578-2008 us).
+# Session 18's final call ran --repeats 30, which gave one block per variant:
+# its "GROVE_DOOR_GRADIENTS=direct is 600 us slower" (1957.5 against 1345.8)
+# was one block each, in separate processes; interleaved over 10 blocks in
+# one process (door_timeline.py, r1 of session 19) the direct path was 0.84x
+# of the default. So a training variant is timed over at least five blocks.
+MIN_TRAIN_BLOCKS = 5
+
+
 def time_steps(step, repeats):
-    """Median and spread of one training step (`step()`), in microseconds."""
+    """Median and spread of one training step (`step()`), in microseconds,
+    over at least MIN_TRAIN_BLOCKS blocks of BLOCK steps (Note [At least
+    five blocks per training variant])."""
     for _ in range(BLOCK):
         step()
     torch.cuda.synchronize()
     per_step = []
-    for _ in range(max(1, repeats // BLOCK)):
+    for _ in range(max(MIN_TRAIN_BLOCKS, repeats // BLOCK)):
         start = time.perf_counter()
         for _ in range(BLOCK):
             step()
@@ -210,10 +226,14 @@ def train_variant(module, inputs, loss_of, variant):
             else:
                 os.environ["GROVE_DOOR_FUNCTION"] = previous
         return step
-    if variant == "grove_optim":
+    if variant in ("grove_optim", "grove_optim_in_backward"):
         import grove.torch
 
-        optimizer = grove.torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # grove_optim_in_backward: the update at the end of the door's
+        # backward (Note [The optimizer's update inside the door's backward]).
+        optimizer = grove.torch.optim.AdamW(
+            model.parameters(), lr=1e-4,
+            update_in_backward=variant == "grove_optim_in_backward")
     elif variant == "torch_reduce_overhead_opt":
         # PyTorch's compiled-optimizer recipe: the foreach AdamW, which dynamo
         # traces into one graph (r1 of session 17: the fused one gave the
@@ -264,7 +284,8 @@ def train_variant(module, inputs, loss_of, variant):
 # recipe of PyTorch's compiled-optimizer tutorial.
 TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "torch_reduce_overhead_opt",
                   "cuda_graph", "grove_eager", "grove", "grove_fn", "grove_aot", "grove_optim",
-                  "grove_direct", "grove_optim_direct", "grove_step", "grove_step_sgd")
+                  "grove_direct", "grove_optim_direct", "grove_optim_in_backward", "grove_step",
+                  "grove_step_sgd")
 
 
 # Note [Training variants measured apart]: in one process, a variant's step
@@ -328,7 +349,8 @@ def train_main(args):
                     step = train_variant(module, inputs, loss_of, variant)
                     row[variant] = time_steps(step, args.repeats)
                     if variant in ("grove", "grove_fn", "grove_aot", "grove_optim",
-                                   "grove_eager", "grove_direct", "grove_optim_direct"):
+                                   "grove_eager", "grove_direct", "grove_optim_direct",
+                                   "grove_optim_in_backward"):
                         row[variant]["tree_per_step"] = tree_per_step(step)
                 except Exception as error:  # one variant failing leaves the others' numbers
                     traceback.print_exc()
@@ -342,7 +364,7 @@ def train_main(args):
         row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
         door_us = row.get("grove", {}).get("median_us")
         row["grove_door_over_reduce_overhead"] = door_us / base if base and door_us else None
-        for direct in ("grove_direct", "grove_optim_direct"):
+        for direct in ("grove_direct", "grove_optim_direct", "grove_optim_in_backward"):
             direct_us = row.get(direct, {}).get("median_us")
             row["%s_over_reduce_overhead" % direct] = (direct_us / base if base and direct_us
                                                        else None)
@@ -369,7 +391,7 @@ def train_main(args):
         print("%-18s" % row["model"] + "".join(cells) +
               "".join("%12s" % ("-" if ratio is None else "%.2f" % ratio) for ratio in ratios) +
               "%14s" % ("-" if like is None else "%.2f" % like))
-        for direct in ("grove_direct", "grove_optim_direct"):
+        for direct in ("grove_direct", "grove_optim_direct", "grove_optim_in_backward"):
             if row.get("%s_over_reduce_overhead" % direct) is not None:
                 print("  %s %s/r-o: %.2f" % (row["model"], direct,
                                              row["%s_over_reduce_overhead" % direct]))

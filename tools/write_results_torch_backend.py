@@ -11,7 +11,9 @@ TRAIN_VARIANTS = [("torch_eager", "torch eager"), ("torch_reduce_overhead", "red
                   ("cuda_graph", "hand-captured step"), ("grove_eager", "grove eager"),
                   ("grove", "grove"), ("grove_optim", "grove_optim"),
                   ("grove_direct", "grove, direct .grad"),
-                  ("grove_optim_direct", "grove_optim, direct .grad")]
+                  ("grove_optim_direct", "grove_optim, direct .grad"),
+                  ("grove_optim_in_backward", "grove_optim, update in backward"),
+                  ("grove_step", "grove whole step")]
 
 median = sections.median
 
@@ -49,7 +51,10 @@ def training(report):
              "reduce-overhead with `torch.compile(optimizer.step)` (inductor's default mode; in "
              "reduce-overhead mode it fails) too, like with like for grove_optim; `direct .grad`: with "
              "GROVE_DOOR_GRADIENTS=direct (the door's backward sets `.grad`, no AccumulateGrad "
-             "per parameter)." % report.get("torch", "?"), ""]
+             "per parameter); `update in backward`: grove_optim made with update_in_backward=True "
+             "(the update replayed at the end of the door's backward, `step()` a no-op); `grove "
+             "whole step`: grove.training.compile_step (forward, loss, backward and AdamW as grove "
+             "graphs)." % report.get("torch", "?"), ""]
     lines += sections.table(["model"] + [label for _, label in TRAIN_VARIANTS] +
                             ["grove_optim / r-o", "grove_optim / r-o opt"], rows,
                             ["l"] + ["r"] * (len(TRAIN_VARIANTS) + 2))

@@ -48,6 +48,7 @@ import torch
 
 taken = 0  # training graphs run as the door's own function (tests read it)
 direct_taken = 0  # of them, those whose backward sets .grad itself (tests read it)
+in_backward_taken = 0  # of those, the ones that also run an optimizer's update (tests read it)
 
 
 class Unsupported(Exception):
@@ -134,7 +135,7 @@ def _named_tensors(gm):
 
 
 def door_function(forward, backward, user_outputs, requires_grad, compiler, single=False,
-                  lifted=(), direct=()):
+                  lifted=(), direct=(), optimizer=None):
     """The callable dynamo runs for one training graph: `forward` and
     `backward` (fx modules of one partition), `requires_grad` per input
     of the forward (which get a gradient, in order); `lifted`: tensors passed
@@ -142,7 +143,10 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     the graph returns one value, not a tuple. `direct`: positions (among
     lifted and arguments) of leaf parameters whose gradients the backward
     sets as .grad itself (Note [Gradients set directly by the door's
-    function]; direct_positions)."""
+    function]; direct_positions). `optimizer`: a grove optimizer whose
+    parameters are exactly those at `direct`, updated at the end of the
+    backward (Note [The optimizer's update inside the door's backward],
+    grove/optim.py; update_in_backward)."""
     # The backward's arguments: the saved values (the forward's outputs past
     # the user's, reordered where the backward lists them otherwise), then
     # the outputs' gradients.
@@ -153,8 +157,12 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     global taken
     taken += 1
     if direct:
+        direct_set = set(direct)
+        anchored = not any(required for index, required in enumerate(requires_grad)
+                           if index not in direct_set)
         return _direct_door_function(run_forward, run_backward, saved_order, user_outputs,
-                                     len(requires_grad), single, tuple(lifted), tuple(direct))
+                                     len(requires_grad), single, tuple(lifted), tuple(direct),
+                                     anchored, optimizer, compiler.step)
 
     class DoorStep(torch.autograd.Function):
         @staticmethod
@@ -203,7 +211,11 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
 # DoorFunctionTest.test_direct_gradients_match_torch_over_steps,
 # test_direct_gradients_accumulate_into_existing_grad and
 # test_direct_positions_keep_one_parameter_and_hooked_ones
-# (tests/python/door_function_test.py, sim).
+# (tests/python/door_function_test.py, sim). Measured (session 19, r1, H200,
+# door_timeline.py: 10 blocks of 20 steps interleaved in one process):
+# mlp16x512 b32 1457.9 us per step against the default's 1727.3 (0.84x), the
+# same losses bitwise; session 18's "600 us slower" was one block per variant
+# (Note [At least five blocks per training variant], torch_backend.py).
 def direct_gradients():
     """Whether GROVE_DOOR_GRADIENTS=direct is set (Note [Gradients set
     directly by the door's function]); off by default."""
@@ -214,14 +226,15 @@ def direct_gradients():
     return value == "direct"
 
 
-def direct_positions(values, grove_reduces=False):
+def direct_positions(values, grove_reduces=False, keep_one=True):
     """The positions among `values` (a graph's lifted tensors and inputs)
     whose gradients the door's function sets as .grad itself (Note
     [Gradients set directly by the door's function]): hook-free leaf
     parameters, less one where no other value needs a gradient; () while
     torch.distributed is initialized, unless grove_reduces (the backward
     graph averages the gradients itself: grove.torch.DistributedDataParallel,
-    no reducer hooks)."""
+    no reducer hooks). keep_one=False: every such parameter, none kept (the
+    door's function then anchors its outputs in autograd's graph itself)."""
     distributed = getattr(torch, "distributed", None)
     if (not grove_reduces and distributed is not None and distributed.is_available()
             and distributed.is_initialized()):
@@ -235,22 +248,56 @@ def direct_positions(values, grove_reduces=False):
               if values[index].is_leaf and seen[id(values[index])] == 1
               and not getattr(values[index], "_backward_hooks", None)
               and not getattr(values[index], "_post_accumulate_grad_hooks", None)]
-    if leaves and len(leaves) == len(needing):
+    if keep_one and leaves and len(leaves) == len(needing):
         leaves = leaves[1:]  # through autograd, so that the outputs need a gradient
     return tuple(leaves)
 
 
+def update_in_backward(values, grove_reduces=False):
+    """(optimizer, positions): the grove optimizer made with
+    update_in_backward whose parameters are exactly the direct-able leaf
+    parameters among `values` (all of them, none kept), and their positions;
+    (None, ()) where there is none (Note [The optimizer's update inside the
+    door's backward], grove/optim.py)."""
+    from grove import optim
+
+    if not optim._IN_BACKWARD:
+        return None, ()
+    positions = direct_positions(values, grove_reduces, keep_one=False)
+    optimizer = optim.in_backward_for([values[index] for index in positions])
+    return (optimizer, positions) if optimizer is not None and positions else (None, ())
+
+
 def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, inputs, single,
-                          lifted, direct):
+                          lifted, direct, anchored=False, optimizer=None, step=None):
     """door_function's callable where the gradients at `direct` are set as
     .grad by the backward (Note [Gradients set directly by the door's
-    function]): the Function's autograd inputs are the other tensors."""
-    global direct_taken
+    function]): the Function's autograd inputs are the other tensors, and
+    (anchored: none of them needs a gradient) an empty leaf tensor of its
+    own that does, so that the outputs need one; its gradient is None.
+    `optimizer` updates at the end of the backward, in the forward's trees
+    (`step`, the StepContext; Note [The optimizer's update inside the door's
+    backward], grove/optim.py)."""
+    global direct_taken, in_backward_taken
     direct_taken += 1
     direct_set = set(direct)
     kept = tuple(index for index in range(inputs) if index not in direct_set)
     pick_kept = _picker(kept)
     pick_direct = _picker(direct)
+    anchor = (torch.empty(0, requires_grad=True),) if anchored else ()
+    leading = (None,) * (1 + len(anchor))  # the arguments' tuple, the anchor
+
+    if optimizer is None:
+        def finish():
+            pass
+    elif step is None:  # eager mode: no trees to enter
+        in_backward_taken += 1
+        finish = optimizer.update_from_backward
+    else:
+        in_backward_taken += 1
+
+        def finish():
+            step.run(optimizer.update_from_backward, ())
 
     class DoorStepDirect(torch.autograd.Function):
         @staticmethod
@@ -264,14 +311,15 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
         def backward(ctx, *gradients):
             computed = run_backward(_backward_arguments(ctx, saved_order, gradients))
             _set_gradients(ctx.direct, pick_direct(computed))
-            return (None,) + pick_kept(computed)
+            finish()
+            return leading + pick_kept(computed)
 
     apply = DoorStepDirect.apply
 
     def call(*args):
         if lifted:
             args = lifted + args
-        results = apply(args, *pick_kept(args))
+        results = apply(args, *anchor, *pick_kept(args))
         return results[0] if single else results
     return call
 

@@ -374,11 +374,16 @@ def _door_function(gm, example_inputs, compiler, aot, single):
             gm, example_inputs, compiler)
         values = list(lifted) + list(example_inputs)
         requires_grad = [bool(getattr(value, "requires_grad", False)) for value in values]
-        # Note [Gradients set directly by the door's function] (opt-in).
-        direct = (door_function.direct_positions(values, compiler.all_reduce is not None)
-                  if door_function.direct_gradients() else ())
+        # Note [The optimizer's update inside the door's backward] (opt-in,
+        # optim.py), else Note [Gradients set directly by the door's function]
+        # (opt-in).
+        grove_reduces = compiler.all_reduce is not None
+        optimizer, direct = door_function.update_in_backward(values, grove_reduces)
+        if optimizer is None and door_function.direct_gradients():
+            direct = door_function.direct_positions(values, grove_reduces)
         own = door_function.door_function(forward, backward, user_outputs, requires_grad,
-                                          compiler, single=single, lifted=lifted, direct=direct)
+                                          compiler, single=single, lifted=lifted, direct=direct,
+                                          optimizer=optimizer)
     except door_function.Unsupported as why:
         log.info("training graph runs under AOTAutograd's runtime: %s", why)
         return aot

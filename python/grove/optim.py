@@ -13,6 +13,8 @@ The parameters are bound (viewed, never copied); the optimizer state
 (momentum, exp_avg, exp_avg_sq) lives in grove's buffers; the gradients are
 read from .grad each step; the hyper-parameters are device scalars rewritten
 only when a value changes (param_groups[0]["lr"] follows schedulers).
+update_in_backward=True: the update runs at the end of the torch door's
+backward (Note [The optimizer's update inside the door's backward]).
 One parameter group; every parameter must have a gradient at each step.
 """
 
@@ -21,6 +23,8 @@ import inspect
 import itertools
 import json
 import operator
+import os
+import weakref
 
 import torch
 
@@ -54,10 +58,59 @@ def optimizer_program(optimizer, params, gradients="inputs", name="grove_optim")
         lib.grove_string_free(text)
 
 
+# Note [The optimizer's update inside the door's backward]
+# A grove optimizer made with update_in_backward=True (or under
+# GROVE_OPTIM_IN_BACKWARD=1) runs its update at the end of the door's
+# backward instead of at optimizer.step(): where one training graph of the
+# torch door has exactly this optimizer's parameters as its leaf inputs, the
+# door sets every one's .grad itself (Note [Gradients set directly by the
+# door's function], door_function.py; none through autograd's AccumulateGrad,
+# an anchor tensor keeps the outputs in autograd's graph) and then replays
+# the update program in the forward's tree, on autograd's thread, with no
+# Python stage between them; optimizer.step() then only clears the mark. The
+# user gives up: reading parameters between backward() and step() (they are
+# already updated), changing .grad between them (clipping, unscaling: not
+# seen by the update), and accumulating over several backward() calls
+# before one step() (refused: the second backward raises). A graph whose
+# parameters are not exactly the optimizer's (a graph break, a frozen part)
+# keeps the plain path: step() updates as usual. Measured (session 19, r2, H100,
+# door_timeline.py, interleaved in one process): mlp16x512 b32 1322.0 us per
+# step, 0.66x of reduce-overhead's 2006.0 and 0.72x of the door with
+# PyTorch's fused AdamW (1827.4); the autograd engine, dynamo's call and the
+# eager loss are most of what is left (grove's whole step: 452.5). Tests:
+# DoorFunctionTest.test_update_in_backward_equals_step_after_backward,
+# test_update_in_backward_refuses_a_second_backward_before_step and
+# test_update_in_backward_needs_the_optimizers_exact_parameters
+# (tests/python/door_function_test.py, sim).
+_IN_BACKWARD = weakref.WeakSet()  # optimizers made with update_in_backward
+
+
+def in_backward_for(parameters):
+    """The grove optimizer made with update_in_backward whose parameters are
+    exactly `parameters` (by identity, any order), or None (Note [The
+    optimizer's update inside the door's backward])."""
+    if not _IN_BACKWARD:
+        return None
+    wanted = set(map(id, parameters))
+    for optimizer in list(_IN_BACKWARD):
+        params = optimizer._params()
+        if len(params) == len(wanted) and set(map(id, params)) == wanted:
+            return optimizer
+    return None
+
+
+def _update_in_backward_default():
+    value = os.environ.get("GROVE_OPTIM_IN_BACKWARD", "0")
+    if value not in ("0", "1"):
+        raise ValueError("grove: GROVE_OPTIM_IN_BACKWARD=%r; use 1 (update at the end of the "
+                         "door's backward) or 0 (the default)" % value)
+    return value == "1"
+
+
 class _GroveOptimizer(torch.optim.Optimizer):
     _kind = None  # grove_optimizer_program's "optimizer"
 
-    def __init__(self, params, defaults, mode, device):
+    def __init__(self, params, defaults, mode, device, update_in_backward=None):
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
             raise ValueError("grove.optim: one parameter group only (found %d)"
@@ -72,6 +125,13 @@ class _GroveOptimizer(torch.optim.Optimizer):
         self._hyper = None
         self._hyper_values = None
         self._steps = 0
+        # Note [The optimizer's update inside the door's backward]
+        if update_in_backward is None:
+            update_in_backward = _update_in_backward_default()
+        self.update_in_backward = bool(update_in_backward)
+        self._updated_in_backward = False
+        if self.update_in_backward:
+            _IN_BACKWARD.add(self)
 
     def _params(self):
         return self.param_groups[0]["params"]
@@ -149,10 +209,35 @@ class _GroveOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        if self._updated_in_backward:
+            # Note [The optimizer's update inside the door's backward]: done.
+            self._updated_in_backward = False
+            if closure is not None:
+                raise RuntimeError("grove.optim: step(closure) with update_in_backward: the "
+                                   "update ran in backward() already; pass no closure")
+            return None
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._update()
+        return loss
+
+    def update_from_backward(self):
+        """The update, run by the door's backward once it has set every
+        parameter's .grad (Note [The optimizer's update inside the door's
+        backward]); the next step() only clears the mark."""
+        if self._updated_in_backward:
+            raise RuntimeError(
+                "grove.optim: a second backward() before optimizer.step(): with "
+                "update_in_backward each backward updates the parameters, so gradients cannot "
+                "be accumulated over several backward() calls; call step() after each one or "
+                "make the optimizer with update_in_backward=False")
+        with torch.no_grad():
+            self._update()
+        self._updated_in_backward = True
+
+    def _update(self):
         params = self._params()
         # One pass in C per check (map), Python per parameter only where one fails.
         grads = list(map(_GRAD, params))
@@ -168,7 +253,6 @@ class _GroveOptimizer(torch.optim.Optimizer):
             self._compile()
         self._steps += 1
         self._model.call_torch(self._hyperparameters() + self._in_program_order(grads))
-        return loss
 
 
 class SGD(_GroveOptimizer):
@@ -177,11 +261,12 @@ class SGD(_GroveOptimizer):
     _kind = "sgd_momentum"
 
     def __init__(self, params, lr=1e-3, momentum=0.0, weight_decay=0.0, dampening=0.0,
-                 nesterov=False, mode="cudagraphs", device=None):
+                 nesterov=False, mode="cudagraphs", device=None, update_in_backward=None):
         if dampening or nesterov:
             raise ValueError("grove.optim.SGD: dampening and nesterov are not supported")
         super().__init__(params, {"lr": lr, "momentum": momentum,
-                                  "weight_decay": weight_decay}, mode, device)
+                                  "weight_decay": weight_decay}, mode, device,
+                         update_in_backward)
 
     def _values(self, group):
         return {"lr": float(group["lr"]), "momentum": float(group["momentum"]),
@@ -194,11 +279,12 @@ class AdamW(_GroveOptimizer):
     _kind = "adamw"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, mode="cudagraphs", device=None):
+                 amsgrad=False, mode="cudagraphs", device=None, update_in_backward=None):
         if amsgrad:
             raise ValueError("grove.optim.AdamW: amsgrad is not supported")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
-                                  "weight_decay": weight_decay}, mode, device)
+                                  "weight_decay": weight_decay}, mode, device,
+                         update_in_backward)
 
     def _values(self, group):
         beta1, beta2 = group["betas"]

@@ -209,6 +209,102 @@ class DoorFunctionTest(unittest.TestCase):
             del os.environ["GROVE_DOOR_GRADIENTS"]
         self.assertFalse(door_function.direct_gradients())
 
+    def in_backward_pair(self, module, example, lr=1e-2):
+        """Two copies of `module`, each through a door function of its own on
+        sim: one whose grove AdamW updates inside the backward (Note [The
+        optimizer's update inside the door's backward]), one whose AdamW
+        updates at step() after the plain backward. (call, params, optimizer)
+        of each."""
+        pairs = []
+        for in_backward in (True, False):
+            copied = copy.deepcopy(module)
+            forward, backward = partition_of(copied, example)
+            compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+            compiler.user_outputs = 1
+            params = list(copied.parameters())
+            optimizer = grove.optim.AdamW(params, lr=lr, device="sim",
+                                          update_in_backward=in_backward)
+            found, direct = door_function.update_in_backward(params + [example])
+            if in_backward:
+                self.assertIs(found, optimizer)
+                self.assertEqual(direct, tuple(range(len(params))))
+            taken = door_function.in_backward_taken
+            call = door_function.door_function(forward, backward, 1,
+                                               [True] * len(params) + [False], compiler,
+                                               single=True, direct=direct, optimizer=found)
+            self.assertEqual(door_function.in_backward_taken - taken, int(in_backward))
+            pairs.append((call, params, optimizer))
+        return pairs
+
+    def test_update_in_backward_equals_step_after_backward(self):
+        module = gpu_models.Mlp(width=16, depth=3)
+        (call, params, optimizer), (plain, plain_params, plain_optimizer) = (
+            self.in_backward_pair(module, torch.randn(4, 16)))
+        for step in range(4):
+            x = torch.randn(4, 16)
+            optimizer.zero_grad()
+            plain_optimizer.zero_grad()
+            out = call(*params, x)
+            # One autograd input: the anchor; no AccumulateGrad of a parameter.
+            variables = [function.variable for function, _ in out.grad_fn.next_functions
+                         if function is not None]
+            self.assertEqual(len(variables), 1)
+            self.assertFalse(any(variable is param for variable in variables
+                                 for param in params))
+            before = [param.detach().clone() for param in params]
+            F.mse_loss(out, x).backward()
+            # Updated by the backward, before step().
+            self.assertFalse(all(torch.equal(a, b) for a, b in zip(before, params)),
+                             "step %d: backward() left every parameter as it was" % step)
+            after_backward = [param.detach().clone() for param in params]
+            optimizer.step()
+            for index, (a, b) in enumerate(zip(after_backward, params)):
+                self.assertTrue(torch.equal(a, b), "step %d: step() changed parameter %d after "
+                                "the update in backward" % (step, index))
+            F.mse_loss(plain(*plain_params, x), x).backward()
+            plain_optimizer.step()
+            for index, (ours, theirs) in enumerate(zip(params, plain_params)):
+                self.assertTrue(torch.equal(ours.grad, theirs.grad),
+                                "step %d: gradient %d" % (step, index))
+                self.assertTrue(torch.equal(ours, theirs), "step %d: parameter %d" % (step, index))
+
+    def test_update_in_backward_refuses_a_second_backward_before_step(self):
+        module = gpu_models.Mlp(width=8, depth=2)
+        (call, params, optimizer), _ = self.in_backward_pair(module, torch.randn(3, 8))
+        x = torch.randn(3, 8)
+        F.mse_loss(call(*params, x), x).backward()
+        with self.assertRaisesRegex(RuntimeError, "second backward"):
+            F.mse_loss(call(*params, x), x).backward()
+        with self.assertRaisesRegex(RuntimeError, "closure"):
+            optimizer.step(lambda: None)
+        # Usable after the refusal: step() clears the mark, the next step updates.
+        optimizer.zero_grad()
+        before = [param.detach().clone() for param in params]
+        F.mse_loss(call(*params, x), x).backward()
+        optimizer.step()
+        self.assertFalse(all(torch.equal(a, b) for a, b in zip(before, params)))
+
+    def test_update_in_backward_needs_the_optimizers_exact_parameters(self):
+        params = [torch.randn(2, requires_grad=True) for _ in range(3)]
+        x = torch.randn(2)
+        some = grove.optim.SGD(params[:2], lr=0.1, device="sim", update_in_backward=True)
+        self.assertEqual(door_function.update_in_backward(params + [x]), (None, ()))
+        everything = grove.optim.SGD(list(reversed(params)), lr=0.1, device="sim",
+                                     update_in_backward=True)
+        self.assertEqual(door_function.update_in_backward(params + [x]),
+                         (everything, (0, 1, 2)))
+        plain = grove.optim.SGD(params, lr=0.1, device="sim")
+        self.assertFalse(plain.update_in_backward)
+        del some, everything, plain
+        os.environ["GROVE_OPTIM_IN_BACKWARD"] = "yes"
+        try:
+            with self.assertRaisesRegex(ValueError, "GROVE_OPTIM_IN_BACKWARD"):
+                grove.optim.SGD(params, lr=0.1, device="sim")
+            os.environ["GROVE_OPTIM_IN_BACKWARD"] = "1"
+            self.assertTrue(grove.optim.SGD(params, lr=0.1, device="sim").update_in_backward)
+        finally:
+            del os.environ["GROVE_OPTIM_IN_BACKWARD"]
+
     def test_a_backward_without_none_gradients_is_widened_to_every_input(self):
         self.steps(gpu_models.Mlp(width=8, depth=2), lambda: torch.randn(3, 8), strip_none=True)
 

@@ -256,6 +256,34 @@ class GpuTorchTrainingTest(unittest.TestCase):
             for parameter, expected in zip(module.parameters(), reference.parameters()):
                 torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
 
+    def test_update_in_backward_equals_step_bitwise(self):
+        """Note [The optimizer's update inside the door's backward]
+        (grove/optim.py): grove.torch.optim.AdamW made under
+        GROVE_OPTIM_IN_BACKWARD=1 updates at the end of the door's backward
+        (every .grad set directly, step() a no-op); the same gradients and
+        the same update program as step() after the plain backward, so the
+        losses equal that path's bitwise and track torch eager's AdamW."""
+        from grove import door_function
+
+        for name in ("mlp", "gpt"):
+            module, batch, loss_of = CASES[name]()
+            module = module.cuda()
+            expected, _ = train(module, batch, loss_of, None, steps=10, optimizer="grove_adamw")
+            plain, _ = train(module, batch, loss_of, "cudagraphs", steps=10,
+                             optimizer="grove_adamw")
+            taken = door_function.in_backward_taken
+            os.environ["GROVE_OPTIM_IN_BACKWARD"] = "1"
+            try:
+                in_backward, _ = train(module, batch, loss_of, "cudagraphs", steps=10,
+                                       optimizer="grove_adamw")
+            finally:
+                del os.environ["GROVE_OPTIM_IN_BACKWARD"]
+            self.assertGreater(door_function.in_backward_taken, taken,
+                               "%s: no door function took the optimizer's update" % name)
+            self.assertTrue(torch.equal(in_backward, plain), "%s: %s vs %s" % (
+                name, in_backward.tolist(), plain.tolist()))
+            torch.testing.assert_close(in_backward, expected, rtol=RTOL, atol=ATOL)
+
     def test_grove_optim_adamw(self):
         """grove.torch.optim.AdamW against torch eager with torch.optim.AdamW."""
         self.check("mlp", steps=20, optimizer="grove_adamw")

@@ -70,8 +70,8 @@ has("| mlp16x512_b1 | 496.4 | 109.7 | 69.61 | 0.64× | 35.10 | 34.51 |")
 # torch_backend --train: a failed variant says so; grove_optim / r-o = 4581.2 / 3608.9 = 1.27,
 # and like with like (both optimizer steps captured) 4581.2 / 3054.0 = 1.50; a variant the
 # fixture's mlp row lacks is "-".
-has("| gpt4x256_b8_t32 | 9018.6 | 3608.9 | 3054.0 | failed | 7647.7 | 4387.0 | 4581.2 | - | - | 1.27× | 1.50× |")
-has("| mlp16x512_b32 | 3390.3 | 2112.6 | - | 591.1 | 4136.5 | 2757.2 | 2228.9 | - | - | 1.06× | - |")
+has("| gpt4x256_b8_t32 | 9018.6 | 3608.9 | 3054.0 | failed | 7647.7 | 4387.0 | 4581.2 | - | - | - | - | 1.27× | 1.50× |")
+has("| mlp16x512_b32 | 3390.3 | 2112.6 | - | 591.1 | 4136.5 | 2757.2 | 2228.9 | - | - | - | - | 1.06× | - |")
 # torch_zoo: ops left to PyTorch ("0" for none), replays per call, grove / r-o as written
 # (0.4751); a failed variant and a missing library say so; decode rates (the steady one, the
 # first call's in parentheses where measured), a mismatch flagged, a case stopped at its limit
