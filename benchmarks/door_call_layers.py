@@ -8,8 +8,9 @@ layer by layer, on one GPU: where the door's per-call cost goes (issue 33).
 --zoo takes torch_zoo.py's models (at --batch) instead of gpu_models' cases;
 --kernels N prints, per model, grove's kernels per call, their GPU time and
 the N that take most of it (torch.profiler: is the call GPU-bound?).
---floor-variants object,fresh,dlpack times dynamo floors one step closer to
-grove's graph each (Note [Floor variants]).
+--floor-variants object,fresh,dlpack,... times dynamo floors one step closer
+to grove's graph each (Note [Floor variants]). The door rows include
+door_dlpack and door_cached (Note [Outputs over cached storage]).
 
 Each layer is called `calls` times in blocks of 20, each block ended by a
 device synchronization; "host" is the median time per call of a block before
@@ -201,6 +202,29 @@ def _c_dlpack_copy(value):
     return value
 
 
+def _detached(value):
+    """A new tensor object over the same storage by Tensor.detach (Note
+    [Outputs over cached storage]: what grove's cached hand-out makes per output)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(item) for item in value)
+    return value
+
+
+def _from_data_pointer(value):
+    """A new tensor over a new non-owning storage made from the data pointer
+    (PyTorch's own cudagraph trees hand out replay outputs this way)."""
+    if isinstance(value, torch.Tensor):
+        storage = torch._C._construct_storage_from_data_pointer(
+            value.data_ptr(), value.device, value.untyped_storage().nbytes())
+        return torch.empty(0, dtype=value.dtype, device=value.device).set_(
+            storage, 0, value.shape, value.stride())
+    if isinstance(value, (tuple, list)):
+        return type(value)(_from_data_pointer(item) for item in value)
+    return value
+
+
 def _frames(results, depth=10):
     """`results` through `depth` nested Python calls (as many frames as
     grove's call path has), no new tensor."""
@@ -216,7 +240,10 @@ def _frames(results, depth=10):
 # (object), a new tensor object per call over the same memory (fresh), a
 # tensor made through DLPack per call, freed through its deleter, by
 # torch.utils.dlpack's Python functions (dlpack) or PyTorch's C functions
-# alone (cdlpack), and ten nested Python calls (frames).
+# alone (cdlpack), and ten nested Python calls (frames); detach and dataptr
+# are ways to make an output without DLPack: Tensor.detach of a cached
+# tensor (Note [Outputs over cached storage], capi/handout.cc) and a new
+# storage from the data pointer with set_ (PyTorch's cudagraph trees).
 FLOOR_VARIANTS = {
     "function": lambda results: (lambda *args: results),
     "object": _ObjectFloor,
@@ -224,6 +251,8 @@ FLOOR_VARIANTS = {
     "dlpack": lambda results: (lambda *args: _dlpack_copy(results)),
     "cdlpack": lambda results: (lambda *args: _c_dlpack_copy(results)),
     "frames": lambda results: (lambda *args: _frames(results)),
+    "detach": lambda results: (lambda *args: _detached(results)),
+    "dataptr": lambda results: (lambda *args: _from_data_pointer(results)),
 }
 
 
@@ -334,6 +363,22 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
     finally:
         os.environ.pop("GROVE_LEGACY_STREAM_ORDER", None)
     row("door_again", lambda: compiled(*inputs), "the default again (blocking stream)")
+    # Note [Outputs over cached storage] (capi/handout.cc): the door with the
+    # DLPack hand-out (GROVE_DOOR_OUTPUTS=dlpack), then the default again.
+    cached_models = [model for model in runner.models() if model._cached_outputs]
+    if cached_models:
+        for model in cached_models:
+            model.use_cached_outputs(False)
+        try:
+            row("door_dlpack", lambda: compiled(*inputs), "outputs through DLPack per call",
+                idle=True)
+        finally:
+            for model in cached_models:
+                model.use_cached_outputs(True)
+        row("door_cached", lambda: compiled(*inputs), "outputs over cached storage (default)",
+            idle=True)
+    else:
+        print("%-22s outputs through DLPack (no cached hand-out here)" % name, flush=True)
     # The caller on a stream of its own: grove runs on it, with no event
     # ordering against the legacy default stream (Note [Calls from the legacy
     # default stream], capi/grove.cc).
@@ -395,7 +440,17 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
         _capi.check(status)
         return grove_outputs.tensors_from_dlpack(state.managed, state.produced.value)
 
+    model.use_cached_outputs(model._cached_outputs)  # nothing of call_torch's left held
     row("c_dlpack", c_dlpack, idle=True)
+    if model._cached_outputs:
+        model.use_cached_outputs(False)
+        try:
+            row("call_torch_dlpack", lambda: model.call_torch(model_inputs, stream),
+                "GROVE_DOOR_OUTPUTS=dlpack")
+        finally:
+            model.use_cached_outputs(True)
+        row("call_torch_cached", lambda: model.call_torch(model_inputs, stream),
+            "the default again")
     rows.append(("cxx", model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6, None,
                  ""))
     samples = sorted(model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6
@@ -534,7 +589,7 @@ def main():
                         help="no cProfile and torch.profiler files in --out")
     parser.add_argument("--floor-variants", default="",
                         help="comma-separated dynamo floors to time too (Note [Floor variants]): "
-                             "object, fresh, dlpack, cdlpack, frames")
+                             "object, fresh, dlpack, cdlpack, frames, detach, dataptr")
     parser.add_argument("--kernels", type=int, default=0,
                         help="print grove's kernels per call and the N longest")
     args = parser.parse_args()

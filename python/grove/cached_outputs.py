@@ -110,7 +110,11 @@ class CachedOutputs:
         unowned = ctypes.c_void_p()
         _capi.check(_capi.library().grove_dlpack_unowned(ctypes.c_void_p(reference),
                                                          ctypes.byref(unowned)))
-        tensor = _from_dlpack()(_capsule_new(unowned.value, b"dltensor", None))
+        # A normal tensor even in a call under inference mode: a later call
+        # outside it hands out views of it (a view made under inference mode
+        # of a normal tensor is a normal tensor, as DLPack's would be there).
+        with _torch().inference_mode(False):
+            tensor = _from_dlpack()(_capsule_new(unowned.value, b"dltensor", None))
         storage = tensor.untyped_storage()._cdata
         entry = [tensor, storage, self._use_count(storage)]
         self.tensors[key] = entry

@@ -371,6 +371,18 @@ class Model:
             self._check_kept_dlpack(state, produced)
         return results
 
+    def use_cached_outputs(self, enabled):
+        """Switches this model's hand-out between cached storage and DLPack
+        (GROVE_DOOR_OUTPUTS's choice, made per model; benchmarks time both in
+        one process). The calling thread's references nobody holds are
+        released first. False where the cached hand-out is not available."""
+        cached = self._gate.state().cached
+        if cached is not None:
+            cached.settle()
+        self._cached_outputs = bool(enabled) and self._watched_outputs and \
+            cached_outputs.available()
+        return self._cached_outputs
+
     def _call_cached(self, state, index, stream, invocation):
         """The C call and the outputs of Note [Outputs over cached storage]
         (capi/handout.cc): the last call's unheld references released by the

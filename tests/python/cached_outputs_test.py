@@ -84,7 +84,7 @@ class CachedOutputsTest(unittest.TestCase):
         for _ in range(3):
             model(self.x())
         x = self.x()
-        kept, _ = model(x)
+        kept = model(x)[0]
         self.check((kept,), x, "the kept output before the next call")
         later_x = self.x()
         later = model(later_x)
@@ -93,7 +93,7 @@ class CachedOutputsTest(unittest.TestCase):
             kept.sum()
         cached = model._gate.state().cached
         self.assertEqual(len(cached.held), 1)
-        del kept
+        del kept, later
         model(self.x())
         self.assertEqual(cached.held, [], "the poisoned output's reference went once dropped")
 
@@ -101,7 +101,7 @@ class CachedOutputsTest(unittest.TestCase):
         model = self.model()
         for _ in range(3):
             model(self.x())
-        y, _ = model(self.x())
+        y = model(self.x())[0]
         view = y[1:3]
         del y
         model(self.x())
@@ -125,6 +125,17 @@ class CachedOutputsTest(unittest.TestCase):
                 outputs[0].sum()
         self.check(kept[-1], inputs[-1], "the last call's outputs")
 
+    def test_outputs_made_under_inference_mode_are_normal_tensors_outside_it(self):
+        model = self.model()
+        with torch.inference_mode():
+            for _ in range(4):  # the cache's tensors are made here
+                model(self.x())
+        x = self.x()
+        y, _ = model(x)
+        self.check((y,), x, "outside inference mode")
+        self.assertFalse(y.is_inference())
+        y.add_(1.0)  # allowed on a normal tensor only
+
     def test_the_dlpack_switch_gives_the_same_values(self):
         model = self.model()
         os.environ["GROVE_DOOR_OUTPUTS"] = "dlpack"
@@ -142,7 +153,7 @@ class CachedOutputsTest(unittest.TestCase):
         model = self.model()
         for _ in range(4):
             model(self.x())
-        kept, _ = model(self.x())
+        kept = model(self.x())[0]
         model.close()
         self.assertEqual(len(cached_outputs._orphans), 1)
         del kept
