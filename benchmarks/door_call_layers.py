@@ -243,7 +243,9 @@ def _frames(results, depth=10):
 # alone (cdlpack), and ten nested Python calls (frames); detach and dataptr
 # are ways to make an output without DLPack: Tensor.detach of a cached
 # tensor (Note [Outputs over cached storage], capi/handout.cc) and a new
-# storage from the data pointer with set_ (PyTorch's cudagraph trees).
+# storage from the data pointer with set_ (PyTorch's cudagraph trees);
+# dlpack_detach is grove's cached hand-out: one tensor made through DLPack
+# once, detached per call.
 FLOOR_VARIANTS = {
     "function": lambda results: (lambda *args: results),
     "object": _ObjectFloor,
@@ -253,6 +255,8 @@ FLOOR_VARIANTS = {
     "frames": lambda results: (lambda *args: _frames(results)),
     "detach": lambda results: (lambda *args: _detached(results)),
     "dataptr": lambda results: (lambda *args: _from_data_pointer(results)),
+    "dlpack_detach": lambda results: (lambda cached: (lambda *args: _detached(cached)))(
+        _c_dlpack_copy(results)),
 }
 
 
@@ -589,7 +593,8 @@ def main():
                         help="no cProfile and torch.profiler files in --out")
     parser.add_argument("--floor-variants", default="",
                         help="comma-separated dynamo floors to time too (Note [Floor variants]): "
-                             "object, fresh, dlpack, cdlpack, frames, detach, dataptr")
+                             "object, fresh, dlpack, cdlpack, frames, detach, dataptr, "
+                             "dlpack_detach")
     parser.add_argument("--kernels", type=int, default=0,
                         help="print grove's kernels per call and the N longest")
     args = parser.parse_args()
