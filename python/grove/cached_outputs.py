@@ -93,13 +93,21 @@ class CachedOutputs:
         detach = self._detach
         results = []
         last = self.last
-        for key, reference in zip(self.keys[:produced], managed[:produced]):
-            entry = tensors.get(key)
-            if entry is None:
-                entry = self._cache(key, reference)
-            value = detach(entry[_ENTRY_TENSOR])
-            results.append(value)
-            last.append((entry, weakref.ref(value), reference, key))
+        references = managed[:produced]
+        try:
+            for key, reference in zip(self.keys[:produced], references):
+                entry = tensors.get(key)
+                if entry is None:
+                    entry = self._cache(key, reference)
+                value = detach(entry[_ENTRY_TENSOR])
+                results.append(value)
+                last.append((entry, weakref.ref(value), reference, key))
+        except BaseException:
+            # The references of outputs never handed out go at once.
+            rest = references[len(results):]
+            array = (ctypes.c_void_p * len(rest))(*rest)
+            _capi.library().grove_dlpack_release(array, len(rest))
+            raise
         if self.held:
             self.check_held()
         return results
