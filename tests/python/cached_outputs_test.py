@@ -149,6 +149,21 @@ class CachedOutputsTest(unittest.TestCase):
             for got, want in zip(model(x), plain(x)):
                 self.assertTrue(torch.equal(got, want), "call %d" % call)
 
+    def test_switching_the_hand_out_between_calls_keeps_values_and_poisoning(self):
+        model = self.model()
+        for _ in range(3):
+            model(self.x())
+        for enabled in (False, True, False, True):
+            self.assertEqual(model.use_cached_outputs(enabled), enabled)
+            x = self.x()
+            kept = model(x)[0]
+            self.check((kept,), x, "hand-out cached=%s" % enabled)
+            later_x = self.x()
+            self.check(model(later_x), later_x, "the call after, cached=%s" % enabled)
+            with self.assertRaisesRegex(RuntimeError, "overwrote"):
+                kept.sum()
+            del kept
+
     def test_a_closed_model_releases_a_kept_output_once_dropped(self):
         model = self.model()
         for _ in range(4):
