@@ -503,6 +503,13 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
         "torch's own capsule of a CUDA tensor")
     row("to_dlpack", lambda: torch.utils.dlpack.to_dlpack(probe))
     row("empty_like", lambda: torch.empty_like(probe))
+    # Note [Outputs over cached storage]: the cached hand-out's pieces.
+    row("detach", probe.detach, "a new tensor over the cached storage")
+    row("view_as", lambda: probe.view_as(probe))
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    if use_count is not None:
+        cdata = probe.untyped_storage()._cdata
+        row("storage_use_count", lambda: use_count(cdata))
     rows_with_torch_graph()
     if not listings:
         return rows
