@@ -56,7 +56,7 @@ class CachedOutputs:
         # out, its DLManagedTensor*, key).
         self.last = []
         # Outputs someone held past a later call: [entry, weak reference,
-        # DLManagedTensor*, poisoned].
+        # DLManagedTensor*, poisoned, key].
         self.held = []
         capacity = max(output_count, 1)
         self.release = (ctypes.c_void_p * capacity)()
@@ -80,10 +80,15 @@ class CachedOutputs:
                 else:  # held: its storage leaves the cache, its reference stays
                     if self.tensors.get(key) is entry:
                         del self.tensors[key]
-                    self.held.append([entry, handed, reference, False])
+                    self.held.append([entry, handed, reference, False, key])
             self.last = []
         if self.held:
-            _release_unheld(self.held, self._use_count)
+            for entry, key in _release_unheld(self.held, self._use_count):
+                # Nobody uses it any more: the next hand-out of its key may
+                # view it again (a loop that keeps each output until the
+                # next call returns alternates between two cached tensors).
+                if key not in self.tensors and len(self.tensors) < MAX_CACHED:
+                    self.tensors[key] = entry
         return count
 
     def after_call(self, managed, produced):
@@ -161,12 +166,14 @@ class CachedOutputs:
 
 
 def _release_unheld(items, use_count):
-    """Releases, and removes from `items`, every [entry, ..., reference, ...]
-    whose storage nobody but the entry's cached tensor uses."""
+    """Releases, and removes from `items`, every [entry, handed, reference,
+    poisoned, key] whose storage nobody but the entry's cached tensor uses;
+    returns their (entry, key)."""
     free = [item for item in items
             if use_count(item[0][_ENTRY_STORAGE]) == item[0][_ENTRY_BASE]]
     if not free:
-        return
+        return []
     items[:] = [item for item in items if not any(item is other for other in free)]
     array = (ctypes.c_void_p * len(free))(*[item[2] for item in free])
     _capi.check(_capi.library().grove_dlpack_release(array, len(free)))
+    return [(item[0], item[4]) for item in free]

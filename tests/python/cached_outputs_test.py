@@ -125,6 +125,24 @@ class CachedOutputsTest(unittest.TestCase):
                 outputs[0].sum()
         self.check(kept[-1], inputs[-1], "the last call's outputs")
 
+    def test_a_loop_keeping_each_output_until_the_next_call_returns(self):
+        # `y = model(x)` holds the previous y during the call: each is
+        # poisoned by the next replay, and the cache alternates between two
+        # tensors per output instead of making one per call.
+        model = self.model()
+        previous = None
+        for call in range(10):
+            x = self.x()
+            outputs = model(x)
+            self.check(outputs, x, "call %d" % call)
+            if call >= 4:
+                with self.assertRaisesRegex(RuntimeError, "overwrote"):
+                    previous[0].sum()
+            previous = outputs
+        cached = model._gate.state().cached
+        self.assertLessEqual(len(cached.held), 2)
+        self.assertLessEqual(len(cached.tensors), 6)
+
     def test_outputs_made_under_inference_mode_are_normal_tensors_outside_it(self):
         model = self.model()
         with torch.inference_mode():
