@@ -38,7 +38,7 @@ namespace {
 // What an unowned DLManagedTensor keeps: its shape and strides only.
 struct UnownedDlpack {
   std::vector<int64_t> extents;  // the shape, then the strides
-  DLManagedTensor managed;
+  DLManagedTensor managed{};
 };
 
 void delete_unowned(DLManagedTensor* managed) {
@@ -65,7 +65,9 @@ grove_status grove_model_run_handout(grove_model* model, uint64_t invocation_key
   grove_status released = run_api("grove_model_run_handout", [&] {
     require(release != nullptr || release_count == 0, release_count,
             " references to release but the `release` array is null");
-    for (size_t i = 0; i < release_count; ++i) grove_made(release[i], "a reference to release");
+    for (size_t i = 0; i < release_count; ++i) {
+      grove_made(release[i], "a reference to release");
+    }
     for (size_t i = 0; i < release_count; ++i) {
       auto* reference = static_cast<DLManagedTensor*>(release[i]);
       reference->deleter(reference);
@@ -78,7 +80,9 @@ grove_status grove_model_run_handout(grove_model* model, uint64_t invocation_key
     return released;
   }
   std::optional<uint64_t> key;
-  if (invocation_key != GROVE_NO_INVOCATION) key = invocation_key;
+  if (invocation_key != GROVE_NO_INVOCATION) {
+    key = invocation_key;
+  }
   return grove::capi::run_dlpack("grove_model_run_handout", model, key, inputs, input_count, stream,
                                  managed, keys, capacity, count);
 }
@@ -105,7 +109,9 @@ grove_status grove_dlpack_unowned(const void* managed_tensor, void** unowned) {
 grove_status grove_dlpack_release(void* const* managed, size_t count) {
   return run_api("grove_dlpack_release", [&] {
     require(managed != nullptr || count == 0, count, " references but the array is null");
-    for (size_t i = 0; i < count; ++i) grove_made(managed[i], "a reference to release");
+    for (size_t i = 0; i < count; ++i) {
+      grove_made(managed[i], "a reference to release");
+    }
     for (size_t i = 0; i < count; ++i) {
       auto* reference = static_cast<DLManagedTensor*>(managed[i]);
       reference->deleter(reference);

@@ -24,11 +24,17 @@ uint64_t OutputKeys::key_of(const runtime::Tensor& value) {
   append_word(bytes, static_cast<int64_t>(device.type) << 32 | device.index);
   append_word(bytes, static_cast<int64_t>(value.dtype()));
   append_word(bytes, static_cast<int64_t>(value.shape().size()));
-  for (int64_t extent : value.shape()) append_word(bytes, extent);
-  for (int64_t stride : value.strides()) append_word(bytes, stride);
+  for (int64_t extent : value.shape()) {
+    append_word(bytes, extent);
+  }
+  for (int64_t stride : value.strides()) {
+    append_word(bytes, stride);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   auto [entry, added] = keys_.try_emplace(std::move(bytes), next_);
-  if (!added) return entry->second;
+  if (!added) {
+    return entry->second;
+  }
   ++next_;
   if (keys_.size() > kMaxKeys) {
     const uint64_t key = entry->second;
