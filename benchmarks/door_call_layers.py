@@ -37,6 +37,7 @@ a side stream. Then a cProfile listing of the door calls and a torch.profiler
 table (CPU and CUDA runtime calls) in DIR. Skips without CUDA or dynamo.
 """
 import argparse
+import copy
 import cProfile
 import ctypes
 import gc
@@ -546,6 +547,117 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
     return rows
 
 
+# Note [Interleaved A/B of the door]: r1 of session 19 (an H200) measured the
+# same door call from 141 to 193 us host depending on when in the run it was
+# timed, more than the difference between the variants compared. --ab times
+# the variants in turns, one block of BLOCK calls each per round, and reports
+# each one's median block and the median of the paired differences, so that
+# a drift of the machine shifts both alike.
+AB_VARIANTS = {
+    # name: (set up, tear down) around a block, on the door's grove models
+    "cached": (lambda models: [model.use_cached_outputs(True) for model in models],
+               lambda models: None),
+    "dlpack": (lambda models: [model.use_cached_outputs(False) for model in models],
+               lambda models: [model.use_cached_outputs(True) for model in models]),
+}
+
+
+def interleaved_ab(name, module, inputs, rounds, variants):
+    """Rows (label, host us, wall us, note) of the door under each of
+    `variants` (AB_VARIANTS) timed in turns (Note [Interleaved A/B of the door])."""
+    import grove.torch  # noqa: F401 (registers the backend)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="grove", dynamic=False)
+    with torch.no_grad():
+        for _ in range(5):
+            compiled(*inputs)
+    graph, _ = captured_arguments(compiled, inputs)
+    models = graph.runner.models()
+    gc.collect()
+    times = {variant: ([], []) for variant in variants}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for variant in variants:
+                set_up, tear_down = AB_VARIANTS[variant]
+                set_up(models)
+                for _ in range(3):
+                    compiled(*inputs)
+                torch.cuda.synchronize()
+                start = time.perf_counter_ns()
+                for _ in range(BLOCK):
+                    compiled(*inputs)
+                queued = time.perf_counter_ns()
+                torch.cuda.synchronize()
+                done = time.perf_counter_ns()
+                tear_down(models)
+                times[variant][0].append((queued - start) / BLOCK / 1e3)
+                times[variant][1].append((done - start) / BLOCK / 1e3)
+    rows = []
+    first = variants[0]
+    for variant in variants:
+        host, wall = times[variant]
+        note = "%d rounds" % rounds
+        if variant != first:
+            paired = [b - a for a, b in zip(times[first][0], host)]
+            note += ", host minus %s: median %+.2f us" % (first, statistics.median(paired))
+        rows.append(("ab_" + variant, statistics.median(host), statistics.median(wall), note))
+        print("%-22s %-16s host %8.2f us  wall %8.2f us  %s" % (name, "ab_" + variant,
+                                                               rows[-1][1], rows[-1][2], note),
+              flush=True)
+    return rows
+
+
+# Note [Pairs of floor and graph]: the door's host time is above the dynamo
+# floor plus grove's graph call timed alone (r1 of session 19: 141-193 us
+# against 56-106 plus 27). --pairs times, in turns, the floor alone, grove's
+# graph call alone (CompiledGraph on the arguments dynamo passes), the two
+# one after the other, and the door, to tell whether grove's call is slower
+# after dynamo's work (caches) or only inside dynamo's call.
+def interleaved_pairs(name, module, inputs, rounds):
+    import grove.torch  # noqa: F401 (registers the backend)
+    from grove import dynamo_backend
+
+    floor = dynamo_floor(copy.deepcopy(module), inputs)
+    compiled = torch.compile(module, backend="grove", dynamic=False)
+    with torch.no_grad():
+        for _ in range(5):
+            compiled(*inputs)
+    graph, args = captured_arguments(compiled, inputs)
+    dynamo_backend._dynamo_invocation_key()
+    tracker = dynamo_backend._GENERATION_TRACKER
+
+    def graph_call():
+        tracker.generation += 1
+        return graph(*args)
+
+    def both():
+        floor()
+        return graph_call()
+
+    variants = [("pair_floor", floor), ("pair_graph", graph_call), ("pair_both", both),
+                ("pair_door", lambda: compiled(*inputs))]
+    gc.collect()
+    times = {label: [] for label, _ in variants}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for label, function in variants:
+                for _ in range(3):
+                    function()
+                torch.cuda.synchronize()
+                start = time.perf_counter_ns()
+                for _ in range(BLOCK):
+                    function()
+                queued = time.perf_counter_ns()
+                torch.cuda.synchronize()
+                times[label].append((queued - start) / BLOCK / 1e3)
+    rows = []
+    for label, _ in variants:
+        rows.append((label, statistics.median(times[label]), None, "%d rounds, host" % rounds))
+        print("%-22s %-16s host %8.2f us  (in turns)" % (name, label, rows[-1][1]), flush=True)
+    return rows
+
+
 def print_kernels(name, compiled, inputs, top):
     """grove's kernels per call, their GPU time per call and the `top` that
     take most of it (torch_zoo.kernel_profile)."""
@@ -602,6 +714,13 @@ def main():
                         help="comma-separated dynamo floors to time too (Note [Floor variants]): "
                              "object, fresh, dlpack, cdlpack, frames, detach, dataptr, "
                              "dlpack_detach")
+    parser.add_argument("--ab", default="",
+                        help="comma-separated door variants to time in turns instead of the "
+                             "layers (Note [Interleaved A/B of the door]): cached, dlpack")
+    parser.add_argument("--ab-rounds", type=int, default=30)
+    parser.add_argument("--pairs", action="store_true",
+                        help="time the floor, grove's graph call, both and the door in turns "
+                             "(Note [Pairs of floor and graph]) instead of the layers")
     parser.add_argument("--kernels", type=int, default=0,
                         help="print grove's kernels per call and the N longest")
     args = parser.parse_args()
@@ -622,6 +741,15 @@ def main():
         start = time.perf_counter()
         rows = []
         try:  # one model failing leaves the others' rows
+            if args.ab or args.pairs:
+                if args.ab:
+                    rows.extend(interleaved_ab(name, module, inputs, args.ab_rounds,
+                                               args.ab.split(",")))
+                if args.pairs:
+                    rows.extend(interleaved_pairs(name, module, inputs, args.ab_rounds))
+                summary.extend((name,) + row for row in rows)
+                print("%s: %.1f s" % (name, time.perf_counter() - start), flush=True)
+                continue
             layers(name, module, inputs, args.calls, args.out, rows, args.door_only,
                    not args.no_listings, args.kernels,
                    [v for v in args.floor_variants.split(",") if v])
