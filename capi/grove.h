@@ -202,8 +202,8 @@ grove_status grove_model_run_dlpack_invocation(grove_model* model, uint64_t invo
 grove_status grove_model_run_handout(grove_model* model, uint64_t invocation_key,
                                      void* const* release, size_t release_count,
                                      const grove_tensor_desc* inputs, size_t input_count,
-                                     void* stream, void** managed, uint64_t* keys,
-                                     size_t capacity, size_t* count);
+                                     void* stream, void** managed, uint64_t* keys, size_t capacity,
+                                     size_t* count);
 /* A new DLManagedTensor* with the address, shape, strides, dtype and device of
  * `managed_tensor` (one grove made, alive) that holds no reference to its
  * memory: its deleter frees only itself. Its memory may be read only while
