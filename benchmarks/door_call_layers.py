@@ -246,7 +246,11 @@ def _frames(results, depth=10):
 # tensor (Note [Outputs over cached storage], capi/handout.cc) and a new
 # storage from the data pointer with set_ (PyTorch's cudagraph trees);
 # dlpack_detach is grove's cached hand-out: one tensor made through DLPack
-# once, detached per call.
+# once, detached per call. r1 of session 19 (an H200, GPT-2 b1, in this
+# order): floor 87.3, fresh 94.2, detach 93.5, dlpack_detach 97.4, dataptr
+# 106.5, cdlpack 56.3 us host. A DLPack tensor per call (cdlpack) was the
+# cheapest floor, so session 18's doubling is not reproduced; the spread is
+# the machine's drift over the run (Note [Interleaved A/B of the door]).
 FLOOR_VARIANTS = {
     "function": lambda results: (lambda *args: results),
     "object": _ObjectFloor,
