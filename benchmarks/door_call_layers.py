@@ -8,8 +8,9 @@ layer by layer, on one GPU: where the door's per-call cost goes (issue 33).
 --zoo takes torch_zoo.py's models (at --batch) instead of gpu_models' cases;
 --kernels N prints, per model, grove's kernels per call, their GPU time and
 the N that take most of it (torch.profiler: is the call GPU-bound?).
---floor-variants object,fresh,dlpack times dynamo floors one step closer to
-grove's graph each (Note [Floor variants]).
+--floor-variants object,fresh,dlpack,... times dynamo floors one step closer
+to grove's graph each (Note [Floor variants]). The door rows include
+door_dlpack and door_cached (Note [Outputs over cached storage]).
 
 Each layer is called `calls` times in blocks of 20, each block ended by a
 device synchronization; "host" is the median time per call of a block before
@@ -36,6 +37,7 @@ a side stream. Then a cProfile listing of the door calls and a torch.profiler
 table (CPU and CUDA runtime calls) in DIR. Skips without CUDA or dynamo.
 """
 import argparse
+import copy
 import cProfile
 import ctypes
 import gc
@@ -201,6 +203,29 @@ def _c_dlpack_copy(value):
     return value
 
 
+def _detached(value):
+    """A new tensor object over the same storage by Tensor.detach (Note
+    [Outputs over cached storage]: what grove's cached hand-out makes per output)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(item) for item in value)
+    return value
+
+
+def _from_data_pointer(value):
+    """A new tensor over a new non-owning storage made from the data pointer
+    (PyTorch's own cudagraph trees hand out replay outputs this way)."""
+    if isinstance(value, torch.Tensor):
+        storage = torch._C._construct_storage_from_data_pointer(
+            value.data_ptr(), value.device, value.untyped_storage().nbytes())
+        return torch.empty(0, dtype=value.dtype, device=value.device).set_(
+            storage, 0, value.shape, value.stride())
+    if isinstance(value, (tuple, list)):
+        return type(value)(_from_data_pointer(item) for item in value)
+    return value
+
+
 def _frames(results, depth=10):
     """`results` through `depth` nested Python calls (as many frames as
     grove's call path has), no new tensor."""
@@ -216,7 +241,16 @@ def _frames(results, depth=10):
 # (object), a new tensor object per call over the same memory (fresh), a
 # tensor made through DLPack per call, freed through its deleter, by
 # torch.utils.dlpack's Python functions (dlpack) or PyTorch's C functions
-# alone (cdlpack), and ten nested Python calls (frames).
+# alone (cdlpack), and ten nested Python calls (frames); detach and dataptr
+# are ways to make an output without DLPack: Tensor.detach of a cached
+# tensor (Note [Outputs over cached storage], capi/handout.cc) and a new
+# storage from the data pointer with set_ (PyTorch's cudagraph trees);
+# dlpack_detach is grove's cached hand-out: one tensor made through DLPack
+# once, detached per call. r1 of session 19 (an H200, GPT-2 b1, in this
+# order): floor 87.3, fresh 94.2, detach 93.5, dlpack_detach 97.4, dataptr
+# 106.5, cdlpack 56.3 us host. A DLPack tensor per call (cdlpack) was the
+# cheapest floor, so session 18's doubling is not reproduced; the spread is
+# the machine's drift over the run (Note [Interleaved A/B of the door]).
 FLOOR_VARIANTS = {
     "function": lambda results: (lambda *args: results),
     "object": _ObjectFloor,
@@ -224,6 +258,10 @@ FLOOR_VARIANTS = {
     "dlpack": lambda results: (lambda *args: _dlpack_copy(results)),
     "cdlpack": lambda results: (lambda *args: _c_dlpack_copy(results)),
     "frames": lambda results: (lambda *args: _frames(results)),
+    "detach": lambda results: (lambda *args: _detached(results)),
+    "dataptr": lambda results: (lambda *args: _from_data_pointer(results)),
+    "dlpack_detach": lambda results: (lambda cached: (lambda *args: _detached(cached)))(
+        _c_dlpack_copy(results)),
 }
 
 
@@ -334,6 +372,22 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
     finally:
         os.environ.pop("GROVE_LEGACY_STREAM_ORDER", None)
     row("door_again", lambda: compiled(*inputs), "the default again (blocking stream)")
+    # Note [Outputs over cached storage] (capi/handout.cc): the door with the
+    # DLPack hand-out (GROVE_DOOR_OUTPUTS=dlpack), then the default again.
+    cached_models = [model for model in runner.models() if model._cached_outputs]
+    if cached_models:
+        for model in cached_models:
+            model.use_cached_outputs(False)
+        try:
+            row("door_dlpack", lambda: compiled(*inputs), "outputs through DLPack per call",
+                idle=True)
+        finally:
+            for model in cached_models:
+                model.use_cached_outputs(True)
+        row("door_cached", lambda: compiled(*inputs), "outputs over cached storage (default)",
+            idle=True)
+    else:
+        print("%-22s outputs through DLPack (no cached hand-out here)" % name, flush=True)
     # The caller on a stream of its own: grove runs on it, with no event
     # ordering against the legacy default stream (Note [Calls from the legacy
     # default stream], capi/grove.cc).
@@ -395,7 +449,17 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
         _capi.check(status)
         return grove_outputs.tensors_from_dlpack(state.managed, state.produced.value)
 
+    model.use_cached_outputs(model._cached_outputs)  # nothing of call_torch's left held
     row("c_dlpack", c_dlpack, idle=True)
+    if model._cached_outputs:
+        model.use_cached_outputs(False)
+        try:
+            row("call_torch_dlpack", lambda: model.call_torch(model_inputs, stream),
+                "GROVE_DOOR_OUTPUTS=dlpack")
+        finally:
+            model.use_cached_outputs(True)
+        row("call_torch_cached", lambda: model.call_torch(model_inputs, stream),
+            "the default again")
     rows.append(("cxx", model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6, None,
                  ""))
     samples = sorted(model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6
@@ -444,6 +508,13 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
         "torch's own capsule of a CUDA tensor")
     row("to_dlpack", lambda: torch.utils.dlpack.to_dlpack(probe))
     row("empty_like", lambda: torch.empty_like(probe))
+    # Note [Outputs over cached storage]: the cached hand-out's pieces.
+    row("detach", probe.detach, "a new tensor over the cached storage")
+    row("view_as", lambda: probe.view_as(probe))
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    if use_count is not None:
+        cdata = probe.untyped_storage()._cdata
+        row("storage_use_count", lambda: use_count(cdata))
     rows_with_torch_graph()
     if not listings:
         return rows
@@ -477,6 +548,117 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
             out.write(table)
     except Exception as error:  # the listing is optional; the rows above are the result
         print("%s: torch.profiler failed: %s" % (name, error))
+    return rows
+
+
+# Note [Interleaved A/B of the door]: r1 of session 19 (an H200) measured the
+# same door call from 141 to 193 us host depending on when in the run it was
+# timed, more than the difference between the variants compared. --ab times
+# the variants in turns, one block of BLOCK calls each per round, and reports
+# each one's median block and the median of the paired differences, so that
+# a drift of the machine shifts both alike.
+AB_VARIANTS = {
+    # name: (set up, tear down) around a block, on the door's grove models
+    "cached": (lambda models: [model.use_cached_outputs(True) for model in models],
+               lambda models: None),
+    "dlpack": (lambda models: [model.use_cached_outputs(False) for model in models],
+               lambda models: [model.use_cached_outputs(True) for model in models]),
+}
+
+
+def interleaved_ab(name, module, inputs, rounds, variants):
+    """Rows (label, host us, wall us, note) of the door under each of
+    `variants` (AB_VARIANTS) timed in turns (Note [Interleaved A/B of the door])."""
+    import grove.torch  # noqa: F401 (registers the backend)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="grove", dynamic=False)
+    with torch.no_grad():
+        for _ in range(5):
+            compiled(*inputs)
+    graph, _ = captured_arguments(compiled, inputs)
+    models = graph.runner.models()
+    gc.collect()
+    times = {variant: ([], []) for variant in variants}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for variant in variants:
+                set_up, tear_down = AB_VARIANTS[variant]
+                set_up(models)
+                for _ in range(3):
+                    compiled(*inputs)
+                torch.cuda.synchronize()
+                start = time.perf_counter_ns()
+                for _ in range(BLOCK):
+                    compiled(*inputs)
+                queued = time.perf_counter_ns()
+                torch.cuda.synchronize()
+                done = time.perf_counter_ns()
+                tear_down(models)
+                times[variant][0].append((queued - start) / BLOCK / 1e3)
+                times[variant][1].append((done - start) / BLOCK / 1e3)
+    rows = []
+    first = variants[0]
+    for variant in variants:
+        host, wall = times[variant]
+        note = "%d rounds" % rounds
+        if variant != first:
+            paired = [b - a for a, b in zip(times[first][0], host)]
+            note += ", host minus %s: median %+.2f us" % (first, statistics.median(paired))
+        rows.append(("ab_" + variant, statistics.median(host), statistics.median(wall), note))
+        print("%-22s %-16s host %8.2f us  wall %8.2f us  %s" % (name, "ab_" + variant,
+                                                               rows[-1][1], rows[-1][2], note),
+              flush=True)
+    return rows
+
+
+# Note [Pairs of floor and graph]: the door's host time is above the dynamo
+# floor plus grove's graph call timed alone (r1 of session 19: 141-193 us
+# against 56-106 plus 27). --pairs times, in turns, the floor alone, grove's
+# graph call alone (CompiledGraph on the arguments dynamo passes), the two
+# one after the other, and the door, to tell whether grove's call is slower
+# after dynamo's work (caches) or only inside dynamo's call.
+def interleaved_pairs(name, module, inputs, rounds):
+    import grove.torch  # noqa: F401 (registers the backend)
+    from grove import dynamo_backend
+
+    floor = dynamo_floor(copy.deepcopy(module), inputs)
+    compiled = torch.compile(module, backend="grove", dynamic=False)
+    with torch.no_grad():
+        for _ in range(5):
+            compiled(*inputs)
+    graph, args = captured_arguments(compiled, inputs)
+    dynamo_backend._dynamo_invocation_key()
+    tracker = dynamo_backend._GENERATION_TRACKER
+
+    def graph_call():
+        tracker.generation += 1
+        return graph(*args)
+
+    def both():
+        floor()
+        return graph_call()
+
+    variants = [("pair_floor", floor), ("pair_graph", graph_call), ("pair_both", both),
+                ("pair_door", lambda: compiled(*inputs))]
+    gc.collect()
+    times = {label: [] for label, _ in variants}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for label, function in variants:
+                for _ in range(3):
+                    function()
+                torch.cuda.synchronize()
+                start = time.perf_counter_ns()
+                for _ in range(BLOCK):
+                    function()
+                queued = time.perf_counter_ns()
+                torch.cuda.synchronize()
+                times[label].append((queued - start) / BLOCK / 1e3)
+    rows = []
+    for label, _ in variants:
+        rows.append((label, statistics.median(times[label]), None, "%d rounds, host" % rounds))
+        print("%-22s %-16s host %8.2f us  (in turns)" % (name, label, rows[-1][1]), flush=True)
     return rows
 
 
@@ -534,7 +716,15 @@ def main():
                         help="no cProfile and torch.profiler files in --out")
     parser.add_argument("--floor-variants", default="",
                         help="comma-separated dynamo floors to time too (Note [Floor variants]): "
-                             "object, fresh, dlpack, cdlpack, frames")
+                             "object, fresh, dlpack, cdlpack, frames, detach, dataptr, "
+                             "dlpack_detach")
+    parser.add_argument("--ab", default="",
+                        help="comma-separated door variants to time in turns instead of the "
+                             "layers (Note [Interleaved A/B of the door]): cached, dlpack")
+    parser.add_argument("--ab-rounds", type=int, default=30)
+    parser.add_argument("--pairs", action="store_true",
+                        help="time the floor, grove's graph call, both and the door in turns "
+                             "(Note [Pairs of floor and graph]) instead of the layers")
     parser.add_argument("--kernels", type=int, default=0,
                         help="print grove's kernels per call and the N longest")
     args = parser.parse_args()
@@ -555,6 +745,15 @@ def main():
         start = time.perf_counter()
         rows = []
         try:  # one model failing leaves the others' rows
+            if args.ab or args.pairs:
+                if args.ab:
+                    rows.extend(interleaved_ab(name, module, inputs, args.ab_rounds,
+                                               args.ab.split(",")))
+                if args.pairs:
+                    rows.extend(interleaved_pairs(name, module, inputs, args.ab_rounds))
+                summary.extend((name,) + row for row in rows)
+                print("%s: %.1f s" % (name, time.perf_counter() - start), flush=True)
+                continue
             layers(name, module, inputs, args.calls, args.out, rows, args.door_only,
                    not args.no_listings, args.kernels,
                    [v for v in args.floor_variants.split(",") if v])

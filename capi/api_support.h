@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capi/grove.h"
+#include "capi/output_keys.h"
 #include "compiler/backends/compile.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
@@ -27,6 +28,8 @@ struct grove_model {
   // Note [Destroying a model in use] (capi/grove.cc).
   mutable std::atomic<int64_t> calls_in_flight{0};
   std::atomic<bool> closing{false};
+  // Note [Outputs over cached storage] (capi/handout.cc).
+  grove::capi::OutputKeys output_keys;
 };
 
 struct grove_tensor {
@@ -107,6 +110,12 @@ grove::compiler::TensorList run_viewed(grove_model& model, grove::compiler::Tens
                                        void* stream, size_t capacity);
 // A DLManagedTensor per result into managed[0..results.size()), all or none.
 void to_dlpack_all(const grove::compiler::TensorList& results, void** managed);
+// grove_model_run_dlpack's work, inside an invocation begun and ended around
+// it when `invocation_key` is set; `keys` (may be null) receives each output's
+// OutputKeys key (Note [Outputs over cached storage], capi/handout.cc).
+grove_status run_dlpack(const char* api, grove_model* model, std::optional<uint64_t> invocation_key,
+                        const grove_tensor_desc* inputs, size_t input_count, void* stream,
+                        void** managed, uint64_t* keys, size_t capacity, size_t* count);
 
 // One entry point's use of a model, from its first look at the handle to its
 // return: grove_model_destroy waits until none is left (Note [Destroying a

@@ -449,13 +449,13 @@ grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs
   return status;
 }
 
-namespace {
+}  // extern "C"
 
-// grove_model_run_dlpack's work, run inside an invocation begun and ended
-// around it when `invocation_key` is set (grove_model_run_dlpack_invocation).
+namespace grove::capi {
+
 grove_status run_dlpack(const char* api, grove_model* model, std::optional<uint64_t> invocation_key,
                         const grove_tensor_desc* inputs, size_t input_count, void* stream,
-                        void** managed, size_t capacity, size_t* count) {
+                        void** managed, uint64_t* keys, size_t capacity, size_t* count) {
   size_t handed = 0;
   grove_status status = run_api(api, [&] {
     require(count != nullptr, "the output pointer `count` is null");
@@ -480,19 +480,25 @@ grove_status run_dlpack(const char* api, grove_model* model, std::optional<uint6
     grove::compiler::TensorList results =
         run_model(call.model(), inputs, input_count, stream, capacity, &handed);
     grove::capi::to_dlpack_all(results, managed);
+    if (keys != nullptr) {
+      for (size_t i = 0; i < results.size(); ++i)
+        keys[i] = call.model().output_keys.key_of(results[i]);
+    }
     *count = results.size();
   });
   if (status != GROVE_OK) release_all(inputs, input_count, handed);
   return status;
 }
 
-}  // namespace
+}  // namespace grove::capi
+
+extern "C" {
 
 grove_status grove_model_run_dlpack(grove_model* model, const grove_tensor_desc* inputs,
                                     size_t input_count, void* stream, void** managed,
                                     size_t capacity, size_t* count) {
-  return run_dlpack("grove_model_run_dlpack", model, std::nullopt, inputs, input_count, stream,
-                    managed, capacity, count);
+  return grove::capi::run_dlpack("grove_model_run_dlpack", model, std::nullopt, inputs, input_count,
+                                 stream, managed, nullptr, capacity, count);
 }
 
 // Note [One C call per door call]: the torch door runs each graph call inside
@@ -503,8 +509,8 @@ grove_status grove_model_run_dlpack_invocation(grove_model* model, uint64_t invo
                                                const grove_tensor_desc* inputs, size_t input_count,
                                                void* stream, void** managed, size_t capacity,
                                                size_t* count) {
-  return run_dlpack("grove_model_run_dlpack_invocation", model, invocation_key, inputs, input_count,
-                    stream, managed, capacity, count);
+  return grove::capi::run_dlpack("grove_model_run_dlpack_invocation", model, invocation_key, inputs,
+                                 input_count, stream, managed, nullptr, capacity, count);
 }
 
 grove_status grove_model_output_dtype(const grove_model* model, size_t index, int32_t* dtype) {

@@ -36,8 +36,9 @@ extern "C" {
 #endif
 
 /* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: grove_model_run_keeping and the
- * other kept-value calls; 5: grove_optimizer_program; 6: grove_model_run_dlpack_invocation */
-#define GROVE_CAPI_VERSION 6
+ * other kept-value calls; 5: grove_optimizer_program; 6: grove_model_run_dlpack_invocation;
+ * 7: grove_model_run_handout, grove_dlpack_unowned, grove_dlpack_release */
+#define GROVE_CAPI_VERSION 7
 
 typedef enum grove_status {
   GROVE_OK = 0,
@@ -188,6 +189,29 @@ grove_status grove_model_run_dlpack_invocation(grove_model* model, uint64_t invo
                                                const grove_tensor_desc* inputs, size_t input_count,
                                                void* stream, void** managed, size_t capacity,
                                                size_t* count);
+/* grove_model_run_handout's invocation_key for a call outside any invocation. */
+#define GROVE_NO_INVOCATION UINT64_MAX
+/* The torch door's call of a graph (Note [Outputs over cached storage],
+ * capi/handout.cc). First runs the deleters of the `release_count`
+ * DLManagedTensor* in `release` (grove's, from earlier calls; refused all
+ * together, before anything runs, if one is not grove's), then runs like
+ * grove_model_run_dlpack_invocation (GROVE_NO_INVOCATION: like
+ * grove_model_run_dlpack) and also writes to keys[i] a key of output i: two
+ * outputs of one model get the same key only when their address, device,
+ * dtype, shape and strides are all equal. */
+grove_status grove_model_run_handout(grove_model* model, uint64_t invocation_key,
+                                     void* const* release, size_t release_count,
+                                     const grove_tensor_desc* inputs, size_t input_count,
+                                     void* stream, void** managed, uint64_t* keys, size_t capacity,
+                                     size_t* count);
+/* A new DLManagedTensor* with the address, shape, strides, dtype and device of
+ * `managed_tensor` (one grove made, alive) that holds no reference to its
+ * memory: its deleter frees only itself. Its memory may be read only while
+ * something else holds a reference (for a binding's cache of output storage). */
+grove_status grove_dlpack_unowned(const void* managed_tensor, void** unowned);
+/* Runs the deleters of `count` DLManagedTensor* grove made (refused all
+ * together if one is not grove's). */
+grove_status grove_dlpack_release(void* const* managed, size_t count);
 /* GROVE_OK while the memory of a DLManagedTensor grove made may be read;
  * GROVE_ERROR_STALE (with the reason) once a later replay overwrote it or its
  * step ended. The tensor must still be alive (its deleter not yet called). */

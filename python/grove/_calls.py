@@ -28,7 +28,7 @@ class CallState:
     """One thread's reusable objects for calls of one model."""
 
     __slots__ = ("descs", "layouts", "layout_arrays", "desc_items", "managed", "produced",
-                 "produced_ref", "kept", "data_words", "batch_layouts")
+                 "produced_ref", "kept", "data_words", "batch_layouts", "cached")
 
     def __init__(self, input_count, output_count):
         self.descs = (_capi.TensorDesc * max(input_count, 1))()
@@ -45,6 +45,9 @@ class CallState:
         self.produced = ctypes.c_size_t()
         self.produced_ref = ctypes.byref(self.produced)
         self.kept = []  # (weak reference to a returned tensor, its DLManagedTensor*)
+        # Note [Outputs over cached storage] (capi/handout.cc): a CachedOutputs, made
+        # by the model's first call that hands out that way.
+        self.cached = None
 
 
 class CallGate:
@@ -97,4 +100,7 @@ class CallGate:
                 delay = min(delay * 2, 0.01)
             for state in self._states:
                 state.kept = []
+                if state.cached is not None:
+                    state.cached.close()
+                    state.cached = None
             return True

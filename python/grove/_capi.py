@@ -12,7 +12,7 @@ from grove import dtypes
 
 # The C API version this binding speaks (GROVE_CAPI_VERSION in capi/grove.h);
 # the library's is checked when it loads. Test: tests/python/capi_binding_test.py.
-CAPI_VERSION = 6
+CAPI_VERSION = 7
 # Longest group id grove_group_new_id makes (GROVE_GROUP_ID_MAX).
 GROUP_ID_MAX = 256
 
@@ -97,7 +97,8 @@ def fast_library():
         lib = ctypes.PyDLL(library()._name)
         for name in ("grove_model_run_dlpack", "grove_dlpack_check", "grove_invocation_begin",
                      "grove_invocation_end", "grove_model_run_keeping",
-                     "grove_model_run_with_kept", "grove_model_run_dlpack_invocation"):
+                     "grove_model_run_with_kept", "grove_model_run_dlpack_invocation",
+                     "grove_model_run_handout"):
             getattr(lib, name).restype = ctypes.c_int
         lib.grove_invocation_begin.argtypes = [ctypes.c_uint64]
         lib.grove_invocation_end.argtypes = []
@@ -153,6 +154,11 @@ def signatures():
                                               size, p, ctypes.POINTER(p), size,
                                               ctypes.POINTER(size)],
         "grove_dlpack_check": [p],
+        "grove_model_run_handout": [p, ctypes.c_uint64, ctypes.POINTER(p), size,
+                                    ctypes.POINTER(TensorDesc), size, p, ctypes.POINTER(p),
+                                    ctypes.POINTER(ctypes.c_uint64), size, ctypes.POINTER(size)],
+        "grove_dlpack_unowned": [p, ctypes.POINTER(p)],
+        "grove_dlpack_release": [ctypes.POINTER(p), size],
         "grove_model_run_keeping": [p, ctypes.POINTER(TensorDesc), size, p, i64p, size,
                                     ctypes.POINTER(p), i64p, size, ctypes.c_int64,
                                     ctypes.POINTER(p)],

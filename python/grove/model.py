@@ -10,6 +10,7 @@ import operator
 import weakref
 
 from grove import _capi
+from grove import cached_outputs
 from grove._calls import CallGate
 from grove._capi import GroveError
 from grove._descs import _is_torch, _parse_device, _release_descs, _torch, describe
@@ -20,6 +21,7 @@ from grove.gradients import _handed_gradients, keep_handed_gradients
 # layouts by kind in C (map) and rewrite the data pointers in one assignment.
 _BATCHED_INPUTS = 4
 _DESC_WORDS = ctypes.sizeof(_capi.TensorDesc) // 8
+_NO_INVOCATION = ctypes.c_uint64(2**64 - 1)  # GROVE_NO_INVOCATION
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
 _STRIDE = _DEVICE = _DATA_POINTER = None  # torch.Tensor's methods, once torch is imported
@@ -142,6 +144,10 @@ class Model:
         # PyTorch has the storage hook): made and watched with no Python per output.
         self._watched_outputs = self._watch_kept and not (
             any(self._bool_outputs) or any(self._copy_flags) or self._tag_outputs)
+        # Note [Outputs over cached storage] (capi/handout.cc): watched outputs
+        # are handed out over cached torch storage, not through DLPack per call.
+        self._cached_outputs = self._watched_outputs and cached_outputs.available()
+        self._run_handout = fast.grove_model_run_handout
         self._from_dlpack = _from_dlpack() if _torch() is not None else None
         if _STRIDE is None and _torch() is not None:
             _torch_methods()
@@ -317,6 +323,8 @@ class Model:
         if len(inputs) != len(state.layouts):
             self.run(*inputs, stream=stream)  # raises grove's message naming the inputs
         index = self.describe_borrowed(state, inputs)
+        if self._cached_outputs:
+            return self._call_cached(state, index, stream, invocation)
         if invocation is None:
             status = self._run_dlpack(self._handle, state.descs, self._input_counts[index],
                                       ctypes.c_void_p(stream) if stream else None, state.managed,
@@ -363,6 +371,35 @@ class Model:
             self._check_kept_dlpack(state, produced)
         return results
 
+    def use_cached_outputs(self, enabled):
+        """Switches this model's hand-out between cached storage and DLPack
+        (GROVE_DOOR_OUTPUTS's choice, made per model; benchmarks time both in
+        one process). The calling thread's references nobody holds are
+        released first. False where the cached hand-out is not available."""
+        cached = self._gate.state().cached
+        if cached is not None:
+            cached.settle()
+        self._cached_outputs = bool(enabled) and self._watched_outputs and \
+            cached_outputs.available()
+        return self._cached_outputs
+
+    def _call_cached(self, state, index, stream, invocation):
+        """The C call and the outputs of Note [Outputs over cached storage]
+        (capi/handout.cc): the last call's unheld references released by the
+        same C call."""
+        cached = state.cached
+        if cached is None:
+            cached = state.cached = cached_outputs.CachedOutputs(self.output_count)
+        released = cached.before_call()
+        status = self._run_handout(
+            self._handle, _NO_INVOCATION if invocation is None else ctypes.c_uint64(invocation),
+            cached.release, cached.release_counts[released], state.descs,
+            self._input_counts[index], ctypes.c_void_p(stream) if stream else None,
+            state.managed, cached.keys, self._output_capacity, state.produced_ref)
+        if status:
+            _capi.check(status)
+        return cached.after_call(state.managed, state.produced.value)
+
     def _check_kept_dlpack(self, state, newest):
         """Poisons every earlier output of this thread still alive that grove
         reports stale; the `newest` outputs (this call's) are fresh and kept
@@ -393,9 +430,14 @@ class Model:
         return state
 
     def mark_step_begin(self):
+        cached = self._gate.state().cached
+        if cached is not None:
+            cached.settle()  # what nobody holds is not kept past the step
         state = self._checked(_capi.library().grove_model_mark_step_begin)
         if state.kept:
             self._check_kept_dlpack(state, 0)
+        if cached is not None and cached.held:
+            cached.check_held()
 
     def state(self, name):
         handle = ctypes.c_void_p()

@@ -860,4 +860,83 @@ TEST(CApi, LastErrorIsPerThreadAndKeptUntilTheNextFailure) {
   grove_model_destroy(model);
 }
 
+// Note [Outputs over cached storage] (capi/handout.cc): grove_model_run_handout
+// names each output by a key that stays the same while a replay writes the
+// same memory with the same layout, and differs between outputs; the
+// references it is handed are released before the run, so a replay whose
+// previous outputs were released does not retire them, while one kept
+// (not released) is reported overwritten. An unowned view describes the
+// same memory and holds no reference.
+TEST(CApi, HandoutKeysNameOutputsExactly) {
+  grove_model* model = compile_or_fail(R"({"device": "sim", "backend": "cudagraphs"})");
+  ASSERT_NE(model, nullptr);
+  std::mt19937 rng(41);
+  void* previous[2] = {nullptr, nullptr};
+  size_t previous_count = 0;
+  uint64_t first_keys[2] = {0, 0};
+  for (int call = 0; call < 6; ++call) {
+    SCOPED_TRACE("seed 41, call " + std::to_string(call));
+    std::vector<float> x = random_values(rng, 24);
+    grove_tensor_desc desc = describe(x.data(), kShape, 2);
+    void* managed[2] = {nullptr, nullptr};
+    uint64_t keys[2] = {0, 0};
+    size_t count = 0;
+    const uint64_t invocation = call % 2 == 0 ? GROVE_NO_INVOCATION : uint64_t{500 + call};
+    ASSERT_EQ(grove_model_run_handout(model, invocation, previous, previous_count, &desc, 1,
+                                      nullptr, managed, keys, 2, &count),
+              GROVE_OK)
+        << grove_last_error();
+    ASSERT_EQ(count, 2u);
+    EXPECT_NE(keys[0], keys[1]);
+    EXPECT_EQ(grove_dlpack_check(managed[0]), GROVE_OK) << grove_last_error();
+    if (call >= 3) {  // replays after the recording: same memory, same layout
+      EXPECT_EQ(keys[0], first_keys[0]);
+      EXPECT_EQ(keys[1], first_keys[1]);
+    }
+    first_keys[0] = keys[0];
+    first_keys[1] = keys[1];
+    void* unowned = nullptr;
+    ASSERT_EQ(grove_dlpack_unowned(managed[0], &unowned), GROVE_OK) << grove_last_error();
+    const DLTensor& view = static_cast<DLManagedTensor*>(unowned)->dl_tensor;
+    const DLTensor& owned = static_cast<DLManagedTensor*>(managed[0])->dl_tensor;
+    EXPECT_EQ(view.data, owned.data);
+    ASSERT_EQ(view.ndim, owned.ndim);
+    for (int d = 0; d < view.ndim; ++d) {
+      EXPECT_EQ(view.shape[d], owned.shape[d]);
+      EXPECT_EQ(view.strides[d], owned.strides[d]);
+    }
+    EXPECT_EQ(view.dtype.bits, owned.dtype.bits);
+    expect_failure(grove_dlpack_check(unowned), GROVE_ERROR_INVALID_ARGUMENT, "not made by grove");
+    static_cast<DLManagedTensor*>(unowned)->deleter(static_cast<DLManagedTensor*>(unowned));
+    previous[0] = managed[0];
+    previous[1] = managed[1];
+    previous_count = 2;
+  }
+  // Output 0 kept (not released): the next replay retires it.
+  void* kept = previous[0];
+  void* managed[2] = {nullptr, nullptr};
+  uint64_t keys[2] = {0, 0};
+  size_t count = 0;
+  std::vector<float> x = random_values(rng, 24);
+  grove_tensor_desc desc = describe(x.data(), kShape, 2);
+  ASSERT_EQ(grove_model_run_handout(model, GROVE_NO_INVOCATION, &previous[1], 1, &desc, 1, nullptr,
+                                    managed, keys, 2, &count),
+            GROVE_OK)
+      << grove_last_error();
+  expect_failure(grove_dlpack_check(kept), GROVE_ERROR_STALE, "overwrote");
+  DLManagedTensor foreign{};
+  void* bad[2] = {kept, &foreign};
+  ReleaseCounter released;
+  grove_tensor_desc counted = describe(x.data(), kShape, 2, &released);
+  void* refused[2] = {nullptr, nullptr};
+  expect_failure(grove_model_run_handout(model, GROVE_NO_INVOCATION, bad, 2, &counted, 1, nullptr,
+                                         refused, keys, 2, &count),
+                 GROVE_ERROR_INVALID_ARGUMENT, "not made by grove");
+  EXPECT_EQ(released.count, 1) << "a refused call still releases its input once";
+  EXPECT_EQ(grove_dlpack_check(kept), GROVE_ERROR_STALE) << "nothing was released";
+  void* rest[3] = {kept, managed[0], managed[1]};
+  ASSERT_EQ(grove_dlpack_release(rest, 3), GROVE_OK) << grove_last_error();
+  grove_model_destroy(model);
+}
+
 }  // namespace

@@ -1,0 +1,179 @@
+"""A graph backend's outputs handed to PyTorch as new tensors over torch
+storage cached per output key, not through DLPack per call (Note [Outputs
+over cached storage], capi/handout.cc). One CachedOutputs per model and
+calling thread (its CallState, Note [One model, many threads], _calls.py).
+
+The liveness the tree sees is unchanged: each call's DLManagedTensor (one
+reference to grove's storage) stays here until a later call finds that no
+tensor but the cached one uses its torch storage (torch's storage use count),
+and a torch storage someone still holds leaves the cache and is watched as
+Note [Kept outputs through DLPack] (outputs.py) watches kept outputs: checked
+with grove_dlpack_check after every later call, the tensor handed out
+poisoned through PyTorch's storage hook once grove reports it overwritten.
+GROVE_DOOR_OUTPUTS=dlpack (read when a model is made) keeps the DLPack
+hand-out, for timing both in one process.
+"""
+
+import ctypes
+import os
+import weakref
+
+from grove import _capi
+from grove._descs import _torch
+from grove.outputs import _capsule_new, _from_dlpack, _storage_hook
+
+# The cache holds at most this many tensors per model and thread; past it the
+# cache starts over (outputs at new addresses each call, from eager segments,
+# would otherwise grow it without end).
+MAX_CACHED = 64
+
+_ENTRY_TENSOR, _ENTRY_STORAGE, _ENTRY_BASE = range(3)
+# References of closed models' outputs someone still holds: released by any
+# later call once nobody does ([cached tensor, storage, base count, reference]).
+_orphans = []
+
+
+def available():
+    """Whether this PyTorch has what the hand-out needs (the storage hook and
+    storage use counts, PyTorch >= 2.1) and GROVE_DOOR_OUTPUTS allows it."""
+    torch = _torch()
+    if torch is None or os.environ.get("GROVE_DOOR_OUTPUTS", "cached") == "dlpack":
+        return False
+    return (_storage_hook() is not None
+            and getattr(torch._C, "_storage_Use_Count", None) is not None)
+
+
+class CachedOutputs:
+    """One thread's hand-outs of one model's outputs (Note [Outputs over
+    cached storage], capi/handout.cc)."""
+
+    def __init__(self, output_count):
+        torch = _torch()
+        self._use_count = torch._C._storage_Use_Count
+        self._detach = torch.Tensor.detach
+        self.tensors = {}  # key -> [cached tensor, its storage's cdata, base use count]
+        # The last call's outputs: (entry, weak reference to the tensor handed
+        # out, its DLManagedTensor*, key).
+        self.last = []
+        # Outputs someone held past a later call: [entry, weak reference,
+        # DLManagedTensor*, poisoned, key].
+        self.held = []
+        capacity = max(output_count, 1)
+        self.release = (ctypes.c_void_p * capacity)()
+        self.keys = (ctypes.c_uint64 * capacity)()
+        self.release_counts = [ctypes.c_size_t(n) for n in range(capacity + 1)]
+
+    def before_call(self):
+        """Releases what nobody holds: the last call's references go into
+        self.release (their count returned, for grove_model_run_handout);
+        references held before and dropped since are released at once."""
+        if _orphans:
+            _release_unheld(_orphans, self._use_count)
+        count = 0
+        if self.last:
+            use_count = self._use_count
+            release = self.release
+            for entry, handed, reference, key in self.last:
+                if use_count(entry[_ENTRY_STORAGE]) == entry[_ENTRY_BASE]:
+                    release[count] = reference
+                    count += 1
+                else:  # held: its storage leaves the cache, its reference stays
+                    if self.tensors.get(key) is entry:
+                        del self.tensors[key]
+                    self.held.append([entry, handed, reference, False, key])
+            self.last = []
+        if self.held:
+            for entry, key in _release_unheld(self.held, self._use_count):
+                # Nobody uses it any more: the next hand-out of its key may
+                # view it again (a loop that keeps each output until the
+                # next call returns alternates between two cached tensors).
+                if key not in self.tensors and len(self.tensors) < MAX_CACHED:
+                    self.tensors[key] = entry
+        return count
+
+    def after_call(self, managed, produced):
+        """The tensors of a call whose outputs are managed[0..produced) with
+        keys self.keys[0..produced)."""
+        tensors = self.tensors
+        detach = self._detach
+        results = []
+        last = self.last
+        references = managed[:produced]
+        try:
+            for key, reference in zip(self.keys[:produced], references):
+                entry = tensors.get(key)
+                if entry is None:
+                    entry = self._cache(key, reference)
+                value = detach(entry[_ENTRY_TENSOR])
+                results.append(value)
+                last.append((entry, weakref.ref(value), reference, key))
+        except BaseException:
+            # The references of outputs never handed out go at once.
+            rest = references[len(results):]
+            array = (ctypes.c_void_p * len(rest))(*rest)
+            _capi.library().grove_dlpack_release(array, len(rest))
+            raise
+        if self.held:
+            self.check_held()
+        return results
+
+    def _cache(self, key, reference):
+        if len(self.tensors) >= MAX_CACHED:
+            self.tensors.clear()
+        unowned = ctypes.c_void_p()
+        _capi.check(_capi.library().grove_dlpack_unowned(ctypes.c_void_p(reference),
+                                                         ctypes.byref(unowned)))
+        # A normal tensor even in a call under inference mode: a later call
+        # outside it hands out views of it (a view made under inference mode
+        # of a normal tensor is a normal tensor, as DLPack's would be there).
+        with _torch().inference_mode(False):
+            tensor = _from_dlpack()(_capsule_new(unowned.value, b"dltensor", None))
+        storage = tensor.untyped_storage()._cdata
+        entry = [tensor, storage, self._use_count(storage)]
+        self.tensors[key] = entry
+        return entry
+
+    def check_held(self):
+        """Poisons each held output grove reports overwritten or stale."""
+        check = _capi.fast_library().grove_dlpack_check
+        for item in self.held:
+            if item[3]:
+                continue
+            if check(ctypes.c_void_p(item[2])) == 0:
+                continue
+            item[3] = True
+            value = item[1]()
+            if value is not None:
+                message = _capi.library().grove_last_error().decode("utf-8", "replace")
+                _storage_hook()(value, "grove: " + message)
+
+    def settle(self):
+        """Before a call that is no run (mark_step_begin): the last call's
+        references that nobody holds are released now."""
+        count = self.before_call()
+        if count:
+            _capi.check(_capi.library().grove_dlpack_release(self.release, count))
+
+    def close(self):
+        """The model is closing: every reference nobody holds is released; the
+        rest wait, as orphans, until nobody does."""
+        self.settle()
+        _orphans.extend(self.held)
+        self.held = []
+        self.tensors = {}
+        if _orphans:
+            _release_unheld(_orphans, self._use_count)
+
+
+def _release_unheld(items, use_count):
+    """Releases, and removes from `items`, every [entry, handed, reference,
+    poisoned, key] whose storage nobody but the entry's cached tensor uses;
+    returns their (entry, key)."""
+    free = [item for item in items
+            if use_count(item[0][_ENTRY_STORAGE]) == item[0][_ENTRY_BASE]]
+    if not free:
+        return []
+    items[:] = [item for item in items if not any(item is other for other in free)]
+    array = (ctypes.c_void_p * len(free))(*[item[2] for item in free])
+    _capi.check(_capi.library().grove_dlpack_release(array, len(free)))
+    return [(item[0], item[4]) for item in free]

@@ -1,0 +1,199 @@
+"""Note [Outputs over cached storage] (capi/handout.cc) on sim: a graph
+backend's outputs are new torch tensors over one cached storage per output
+key, equal to PyTorch's at every call; an output someone keeps is poisoned
+once a later replay overwrites it, as through DLPack; a view of a kept
+output keeps grove's reference until it is dropped; GROVE_DOOR_OUTPUTS=dlpack
+gives the same values through DLPack; a model closed under a kept output
+releases it once nobody holds it. Skips on a PyTorch without the storage hook
+and storage use counts (PyTorch < 2.1, CI's 1.13), where the hand-out is
+DLPack's (model_test covers that)."""
+import os
+import unittest
+
+import torch
+
+import grove
+from grove import cached_outputs
+import junit_main
+
+SEED = 20261127
+
+PROGRAM = {
+    "name": "small",
+    "inputs": [{"name": "x", "shape": [4, 8], "dtype": "f32"}],
+    "params": [
+        {"name": "w", "shape": [6, 8], "dtype": "f32", "init": {"kind": "zeros"}},
+        {"name": "b", "shape": [6], "dtype": "f32", "init": {"kind": "zeros"}},
+    ],
+    "nodes": [
+        {"name": "h", "op": "linear", "inputs": ["x", "w", "b"]},
+        {"name": "y", "op": "tanh", "inputs": ["h"]},
+        {"name": "z", "op": "relu", "inputs": ["h"]},
+    ],
+    "outputs": ["y", "z"],
+}
+
+
+def reference(x, w, b):
+    h = x @ w.T + b
+    return torch.tanh(h), torch.relu(h)
+
+
+class CachedOutputsTest(unittest.TestCase):
+    def setUp(self):
+        if not cached_outputs.available():
+            self.skipTest("this PyTorch lacks the storage hook or storage use counts "
+                          "(PyTorch >= 2.1), or GROVE_DOOR_OUTPUTS=dlpack is set: outputs "
+                          "go through DLPack")
+        self.generator = torch.Generator().manual_seed(SEED)
+        self.w = torch.randn(6, 8, generator=self.generator)
+        self.b = torch.randn(6, generator=self.generator)
+
+    def model(self):
+        return grove.compile(PROGRAM, backend="cudagraphs", params={"w": self.w, "b": self.b})
+
+    def x(self):
+        return torch.randn(4, 8, generator=self.generator)
+
+    def check(self, outputs, x, what):
+        for got, want in zip(outputs, reference(x, self.w, self.b)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
+                                       msg="seed %d, %s" % (SEED, what))
+
+    def test_replay_outputs_are_new_tensors_over_one_cached_storage(self):
+        model = self.model()
+        self.assertTrue(model._cached_outputs)
+        seen = []
+        for call in range(8):  # warm-up, recording, replays
+            x = self.x()
+            outputs = model(x)
+            self.check(outputs, x, "call %d" % call)
+            seen.append((id(outputs[0]), outputs[0].data_ptr(), outputs[1].data_ptr()))
+            del outputs
+        replays = seen[3:]
+        self.assertEqual(len({(y, z) for _, y, z in replays}), 1,
+                         "each replay writes the same memory: %s" % replays)
+        cached = model._gate.state().cached
+        self.assertEqual(cached.held, [], "no output was held past a call")
+        self.assertLessEqual(len(cached.tensors), 6)
+        entry_y = cached.tensors[cached.keys[0]]
+        self.assertEqual(entry_y[0].data_ptr(), replays[0][1])
+
+    def test_a_kept_output_is_poisoned_once_a_replay_overwrites_it(self):
+        model = self.model()
+        for _ in range(3):
+            model(self.x())
+        x = self.x()
+        kept = model(x)[0]
+        self.check((kept,), x, "the kept output before the next call")
+        later_x = self.x()
+        later = model(later_x)
+        self.check(later, later_x, "the call after")
+        with self.assertRaisesRegex(RuntimeError, "overwrote"):
+            kept.sum()
+        cached = model._gate.state().cached
+        self.assertEqual(len(cached.held), 1)
+        del kept, later
+        model(self.x())
+        self.assertEqual(cached.held, [], "the poisoned output's reference went once dropped")
+
+    def test_a_view_of_a_kept_output_keeps_the_reference_until_dropped(self):
+        model = self.model()
+        for _ in range(3):
+            model(self.x())
+        y = model(self.x())[0]
+        view = y[1:3]
+        del y
+        model(self.x())
+        cached = model._gate.state().cached
+        self.assertEqual(len(cached.held), 1, "the view holds the storage")
+        view.sum()  # grove's memory is still referenced (the tensor, not the view, is poisoned)
+        del view
+        x = self.x()
+        outputs = model(x)
+        self.check(outputs, x, "after the view went")
+        self.assertEqual(cached.held, [])
+
+    def test_keeping_every_output_poisons_all_but_the_last(self):
+        model = self.model()
+        for _ in range(3):
+            model(self.x())
+        inputs = [self.x() for _ in range(4)]
+        kept = [model(x) for x in inputs]
+        for outputs in kept[:-1]:
+            with self.assertRaisesRegex(RuntimeError, "overwrote"):
+                outputs[0].sum()
+        self.check(kept[-1], inputs[-1], "the last call's outputs")
+
+    def test_a_loop_keeping_each_output_until_the_next_call_returns(self):
+        # `y = model(x)` holds the previous y during the call: each is
+        # poisoned by the next replay, and the cache alternates between two
+        # tensors per output instead of making one per call.
+        model = self.model()
+        previous = None
+        for call in range(10):
+            x = self.x()
+            outputs = model(x)
+            self.check(outputs, x, "call %d" % call)
+            if call >= 4:
+                with self.assertRaisesRegex(RuntimeError, "overwrote"):
+                    previous[0].sum()
+            previous = outputs
+        cached = model._gate.state().cached
+        self.assertLessEqual(len(cached.held), 2)
+        self.assertLessEqual(len(cached.tensors), 6)
+
+    def test_outputs_made_under_inference_mode_are_normal_tensors_outside_it(self):
+        model = self.model()
+        with torch.inference_mode():
+            for _ in range(4):  # the cache's tensors are made here
+                model(self.x())
+        x = self.x()
+        y, _ = model(x)
+        self.check((y,), x, "outside inference mode")
+        self.assertFalse(y.is_inference())
+        y.add_(1.0)  # allowed on a normal tensor only
+
+    def test_the_dlpack_switch_gives_the_same_values(self):
+        model = self.model()
+        os.environ["GROVE_DOOR_OUTPUTS"] = "dlpack"
+        try:
+            plain = self.model()
+        finally:
+            os.environ.pop("GROVE_DOOR_OUTPUTS")
+        self.assertFalse(plain._cached_outputs)
+        for call in range(5):
+            x = self.x()
+            for got, want in zip(model(x), plain(x)):
+                self.assertTrue(torch.equal(got, want), "call %d" % call)
+
+    def test_switching_the_hand_out_between_calls_keeps_values_and_poisoning(self):
+        model = self.model()
+        for _ in range(3):
+            model(self.x())
+        for enabled in (False, True, False, True):
+            self.assertEqual(model.use_cached_outputs(enabled), enabled)
+            x = self.x()
+            kept = model(x)[0]
+            self.check((kept,), x, "hand-out cached=%s" % enabled)
+            later_x = self.x()
+            self.check(model(later_x), later_x, "the call after, cached=%s" % enabled)
+            with self.assertRaisesRegex(RuntimeError, "overwrote"):
+                kept.sum()
+            del kept
+
+    def test_a_closed_model_releases_a_kept_output_once_dropped(self):
+        model = self.model()
+        for _ in range(4):
+            model(self.x())
+        kept = model(self.x())[0]
+        model.close()
+        self.assertEqual(len(cached_outputs._orphans), 1)
+        del kept
+        other = self.model()
+        other(self.x())
+        self.assertEqual(cached_outputs._orphans, [])
+
+
+if __name__ == "__main__":
+    junit_main.main()
