@@ -24,8 +24,9 @@ grove door and grove.training.compile_step, losses against eager's).
 measure, so the table can be filled by several runs of a few minutes each
 (reduce-overhead's compilations take most of the time).
 
-Each variant warms up, then `repeats` calls in blocks of 20 (median and
-p10-p90 over blocks, torch_backend.py's timing). By default only the zoo
+A row's variants are compiled side by side, warm up, then take turns of
+one block of 20 calls each, at least five turns (median and p10-p90 over
+blocks; Note [A row's variants timed in turns]). By default only the zoo
 runs, so that every model fits one lease's call (reduce-overhead's
 compilations take most of the time; each row records every variant's
 compile_s); --decode adds the decode rows (--decode --no-zoo --merge adds
@@ -55,6 +56,7 @@ import gc
 import importlib
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -223,7 +225,9 @@ class variant_environment:
 
 
 def compiled(module, variant):
-    torch._dynamo.reset()
+    """The variant's callable. Dynamo is not reset here: a row's variants
+    stay compiled side by side (Note [A row's variants timed in turns]); each
+    row starts from a reset (zoo_rows)."""
     if variant == "torch_eager":
         return module
     if variant == "torch_reduce_overhead":
@@ -300,11 +304,68 @@ def difference_from_eager(run, module, inputs):
     return (got - expected).abs().max().item() / scale
 
 
+def grove_graphs():
+    """The graphs grove's backend compiled that are alive (none before grove
+    is imported)."""
+    if "grove.torch" not in sys.modules:
+        return []
+    import grove.torch
+
+    return grove.torch.compiled_graphs()
+
+
+# Note [A row's variants timed in turns]: one host's per-call time drifts by
+# tens of microseconds within a run (session 19: two grove variants with the
+# same 41 kernels timed 331.7 and 259.5 us on BERT b16, one right after the
+# other), so variants timed one after the other carry the drift into their
+# ratio. A row compiles every variant first and keeps them all alive; then
+# the variants take turns, one block of BLOCK calls each per turn, with the
+# order rotated every turn, and each variant's figure is the median of its
+# blocks. Dynamo keeps one compilation per variant side by side (its cache
+# entries are guarded on the backend); a grove variant that got no graph of
+# its own is reported as an error, not timed as another variant's. Checked
+# where it can run, on the GPU host (dynamo needs PyTorch 2): session 19's
+# final call, whose zoo rows name their blocks (benchmarks/session19_logs).
+MIN_TURNS = 5
+
+
+def time_in_turns(runs, inputs, repeats):
+    """{variant: {"median_us", "p10_us", "p90_us", "blocks"}} of the callables
+    in `runs`, timed in turns (Note [A row's variants timed in turns])."""
+    from torch_backend import BLOCK  # benchmarks/, this script's folder
+
+    order = list(runs)
+    blocks = {variant: [] for variant in order}
+    with torch.no_grad():
+        for variant in order:
+            with variant_environment(variant):
+                for _ in range(BLOCK):
+                    runs[variant](*inputs)
+        torch.cuda.synchronize()
+        for turn in range(max(MIN_TURNS, repeats // BLOCK)):
+            shift = turn % len(order) if order else 0
+            for variant in order[shift:] + order[:shift]:
+                with variant_environment(variant):
+                    start = time.perf_counter()
+                    for _ in range(BLOCK):
+                        runs[variant](*inputs)
+                    torch.cuda.synchronize()
+                    blocks[variant].append((time.perf_counter() - start) / BLOCK * 1e6)
+    timings = {}
+    for variant, per_call in blocks.items():
+        per_call.sort()
+        timings[variant] = {"median_us": statistics.median(per_call),
+                            "p10_us": per_call[int(0.1 * (len(per_call) - 1))],
+                            "p90_us": per_call[int(0.9 * (len(per_call) - 1))],
+                            "blocks": len(per_call)}
+    return timings
+
+
 def zoo_rows(args, deadline, save=None):
     """The zoo's rows; save(rows), when given, after each finished row, so a
     run stopped from outside (a device call's limit) keeps the rows it
     finished (session 17's final lease lost ten rows that way)."""
-    from torch_backend import grove_cxx_time, time_calls  # benchmarks/, this script's folder
+    from torch_backend import grove_cxx_time  # benchmarks/, this script's folder
 
     # --models runs the models named, in the order named; --batch-major runs
     # every model at the first batch before any at the next.
@@ -339,11 +400,20 @@ def zoo_rows(args, deadline, save=None):
                                    v for v in GROVE_ENV_VARIANTS if v != WRITTEN_OUT)
         if args.variants:
             variants = tuple(v for v in variants if v in args.variants.split(","))
+        torch._dynamo.reset()
+        runs = {}
         for variant in variants:
             try:
                 with variant_environment(variant):
+                    # Held, so that no new graph can take a dead one's id.
+                    graphs_before = grove_graphs()
+                    known = {id(graph) for graph in graphs_before}
                     run = compiled(copy.deepcopy(module), variant)
                     compile_s = first_call_s(run, inputs)
+                    if variant.startswith("grove") and not any(
+                            id(graph) not in known for graph in grove_graphs()):
+                        raise RuntimeError("no graph of its own: dynamo reused an earlier "
+                                           "variant's compilation")
                     if variant == "grove":
                         (row["ops_in_pytorch"], row["graph_replays_per_call"],
                          row["eager_runs_per_call"], row["dynamo_graphs"]) = grove_shape(
@@ -354,7 +424,7 @@ def zoo_rows(args, deadline, save=None):
                     # The garbage of the previous variant's compilation is
                     # collected before, not during, this one's timing.
                     gc.collect()
-                    row[variant] = time_calls(run, inputs, args.repeats)
+                    row[variant] = {}
                     if variant in GROVE_ENV_VARIANTS:
                         row[variant]["grove_vs_eager"] = difference_from_eager(run, module, inputs)
                     row[variant]["compile_s"] = compile_s
@@ -367,8 +437,16 @@ def zoo_rows(args, deadline, save=None):
                                                                     error)
                     if variant != "torch_eager" and not args.no_kernels:
                         row[variant]["kernels"] = kernel_profile(run, inputs)
+                runs[variant] = run
             except Exception as error:  # one variant failing leaves the others' numbers
                 row[variant] = {"error": "%s: %s" % (type(error).__name__, error)}
+        try:
+            for variant, timing in time_in_turns(runs, inputs, args.repeats).items():
+                row[variant].update(timing)
+        except Exception as error:  # a failing call while timing: no figure for the row
+            for variant in runs:
+                row[variant]["error"] = "timing: %s: %s" % (type(error).__name__, error)
+        del runs
         base = row.get("torch_reduce_overhead", {}).get("median_us")
         grove_us = row.get("grove", {}).get("median_us")
         row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
@@ -569,6 +647,7 @@ def gpt_fast_decode(variant):
     model = StaticCacheDecoder(vocab=2048, width=512, heads=8, layers=6,
                                max_length=256).cuda().eval()
     prompt = torch.randint(0, 2048, (1, 16), device="cuda")
+    torch._dynamo.reset()
     run = compiled(model, variant)
 
     def generate():
