@@ -342,7 +342,9 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace grove::benchmarks
 
-int main(int argc, char** argv) {
+// The benchmark's entry point, also exported by libgrove_decode.so so that a
+// profiler in another runtime (probes/profile_decode.py: torch.profiler) can run it in-process.
+extern "C" int grove_decode_main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "load") {
     return grove::benchmarks::benchmark_main("decode load", grove::benchmarks::run_decode_load,
                                              argc - 1, argv + 1);
