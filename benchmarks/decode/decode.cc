@@ -81,15 +81,27 @@ struct ModeResult {
 
 // Prefills `batch` seeded prompts into slots 0..batch-1 and starts their rows
 // (greedy); returns each row's start.
+// The seeded prompts of rows 0..batch-1 (the same in every run and mode).
+std::vector<std::vector<int64_t>> seeded_prompts(int64_t vocab_size, int64_t batch,
+                                                 int64_t prompt) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> token(3, vocab_size - 1);
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t row = 0; row < batch; ++row) {
+    std::vector<int64_t>& ids = prompts.emplace_back(static_cast<size_t>(prompt));
+    for (int64_t& id : ids) id = token(rng);
+  }
+  return prompts;
+}
+
 std::vector<serving::llm::DecodeRowStart> start_requests(Decoder& decoder, DecodeLoop& loop,
                                                          int64_t batch, int64_t prompt,
                                                          int64_t steps) {
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int64_t> token(3, decoder.config().vocab_size - 1);
+  const std::vector<std::vector<int64_t>> prompts =
+      seeded_prompts(decoder.config().vocab_size, batch, prompt);
   std::vector<serving::llm::DecodeRowStart> starts;
   for (int64_t row = 0; row < batch; ++row) {
-    std::vector<int64_t> ids(static_cast<size_t>(prompt));
-    for (int64_t& id : ids) id = token(rng);
+    const std::vector<int64_t>& ids = prompts[static_cast<size_t>(row)];
     std::vector<float> logits = decoder.prefill(row, ids);
     int64_t first = serving::llm::sample_token(logits, {}, 0);
     starts.push_back({.token = first,
@@ -265,6 +277,13 @@ int run(int argc, char** argv) {
       ModeResult per_step =
           time_mode(*decoder, loop, DecodeMode::kPerStepGraphs, batch, prompt, steps, repeats);
       ModeResult server = time_server_steps(*decoder, loop, batch, prompt, steps, repeats);
+      // Row 0's prompt and greedy tokens, for compare_hf.py --grove-json (tokens against
+      // transformers'): its first token is the prefill's, then one per step.
+      const std::vector<int64_t> row0_prompt =
+          seeded_prompts(config.vocab_size, 1, prompt).front();
+      std::vector<int64_t> row0_greedy = {
+          serving::llm::sample_token(decoder->prefill(0, row0_prompt), {}, 0)};
+      for (int64_t token : row_tokens(per_step.tokens, 0)) row0_greedy.push_back(token);
       GROVE_CHECK(server.tokens == per_step.tokens, kName, ": config ", config_name, " batch ",
                   batch, ": one-step runs give other tokens than the per-step graphs");
       // Note [Refused WHILE bodies]: without a WHILE graph the per-step
@@ -300,6 +319,8 @@ int run(int argc, char** argv) {
                                {"step_kernels", loop.step_kernels()},
                                {"bytes_read_per_step", bytes},
                                {"row0_tokens", row_tokens(per_step.tokens, 0)},
+                               {"row0_prompt", row0_prompt},
+                               {"row0_greedy", row0_greedy},
                                {"kv_bytes_read_per_step", kv_read},
                                {"server_step",
                                 {{"step_us", server.step_us},

@@ -2,7 +2,8 @@
 """Where one decode step's time goes, with torch.profiler (GPU host only; it has no nsys).
 
   profile_decode.py --lib bazel-out/k8-opt/bin/benchmarks/decode/libgrove_decode.so \\
-      [--csv KERNELS.csv] [--steps-only] -- --configs 1b --batches 1 --steps 32 --repeats 1
+      [--csv KERNELS.csv] [--sequence] -- --configs 1b --batches 1 --steps 32 --repeats 1
+  profile_decode.py --lib ... --plain -- load --config 1b ...   (no profiler: the binary's role)
 
 Runs the decode benchmark in this process (libgrove_decode.so exports
 grove_decode_main, decode.cc) under torch.profiler, whose CUPTI activity trace
@@ -56,18 +57,23 @@ def role_bytes(role):
     return None
 
 
+def call_decode(lib_path, argv):
+    """grove_decode_main(argv) of the library, in this process; its return code."""
+    lib = ctypes.CDLL(os.path.abspath(lib_path))
+    lib.grove_decode_main.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    args = [b"decode"] + [a.encode() for a in argv]
+    c_argv = (ctypes.c_char_p * (len(args) + 1))(*args, None)
+    sys.stdout.flush()
+    return lib.grove_decode_main(len(args), c_argv)
+
+
 def run_profiled(lib_path, argv, csv_path):
     import torch
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # the primary context exists before grove's first call
-    lib = ctypes.CDLL(os.path.abspath(lib_path))
-    lib.grove_decode_main.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    args = [b"decode"] + [a.encode() for a in argv]
-    c_argv = (ctypes.c_char_p * (len(args) + 1))(*args, None)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        rc = lib.grove_decode_main(len(args), c_argv)
-    sys.stdout.flush()
+        rc = call_decode(lib_path, argv)
     if rc != 0:
         raise SystemExit("grove_decode_main returned %d" % rc)
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
@@ -161,8 +167,14 @@ def main():
     parser.add_argument("--csv", default="decode_kernels.csv", help="kernel trace written here")
     parser.add_argument("--csv-in", help="summarise this kernel CSV (no run)")
     parser.add_argument("--sequence", action="store_true", help="print one step's kernels")
+    parser.add_argument("--plain", action="store_true",
+                        help="run the benchmark without the profiler (the decode binary's role)")
     parser.add_argument("decode_args", nargs="*", help="decode's flags, after --")
     args = parser.parse_args()
+    if args.plain:
+        if not args.lib:
+            parser.error("--plain needs --lib")
+        raise SystemExit(call_decode(args.lib, args.decode_args))
     if args.csv_in:
         kernels = read_csv(args.csv_in)
     elif args.lib:
