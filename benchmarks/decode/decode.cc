@@ -70,6 +70,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--norms", "fused|unfused",
      "with fused attention, each norm inside the projection after it (default) or apart"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
+    {"--while-steps", "LIST",
+     "steps per WHILE iteration (Note [Steps per WHILE iteration]); the first is the table's, "
+     "each other one is timed too, on a loop of its own (default 1)"},
     kJsonFlag,
 };
 
@@ -211,6 +214,10 @@ int run(int argc, char** argv) {
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
   const std::string json_path = flags.text("--json", "");
   if (!json_path.empty()) cli::check_output_path("--json", json_path);
+  std::vector<int64_t> while_steps;
+  for (const std::string& item : flags.list("--while-steps", {"1"})) {
+    while_steps.push_back(cli::parse_integer("--while-steps", item, 1, 64));
+  }
 
   nlohmann::json report = report_header(kName, device);
   report["steps"] = steps;
@@ -270,7 +277,9 @@ int run(int argc, char** argv) {
                                   {"weights_read_per_step_bytes", weights_read},
                                   {"load_s", load_s}};
     for (int64_t batch : batches) {
-      DecodeLoop loop(*decoder, {.bucket = batch, .max_steps = steps});
+      DecodeLoop loop(*decoder, {.bucket = batch,
+                                 .max_steps = steps,
+                                 .steps_per_iteration = while_steps.front()});
       Stopwatch record_watch;
       loop.warm_up();
       const double record_s = record_watch.elapsed_s();
@@ -297,6 +306,30 @@ int run(int argc, char** argv) {
       } else {
         std::printf("%s batch %lld: WHILE graph refused, per-step only: %s\n", config_name.c_str(),
                     static_cast<long long>(batch), loop.while_refusal().c_str());
+      }
+      // The other steps per WHILE iteration, each on a loop of its own.
+      nlohmann::json by_steps = nlohmann::json::object();
+      for (size_t i = 1; looped_ran && i < while_steps.size(); ++i) {
+        DecodeLoop other(*decoder, {.bucket = batch,
+                                    .max_steps = steps,
+                                    .steps_per_iteration = while_steps[i]});
+        other.warm_up();
+        if (!other.while_available()) continue;
+        ModeResult timed =
+            time_mode(*decoder, other, DecodeMode::kWhileLoop, batch, prompt, steps, repeats);
+        GROVE_CHECK(timed.tokens == per_step.tokens, kName, ": config ", config_name, " batch ",
+                    batch, ": the WHILE loop with ", while_steps[i],
+                    " steps per iteration gives other tokens than the per-step graphs");
+        std::printf(
+            "%s batch %lld: WHILE with %lld steps per iteration: %.1f us per step, %.2fx per-step "
+            "graphs, %.2fx the server loop (tokens identical)\n",
+            config_name.c_str(), static_cast<long long>(batch),
+            static_cast<long long>(while_steps[i]), timed.step_us, per_step.step_us / timed.step_us,
+            server.step_us / timed.step_us);
+        by_steps[std::to_string(while_steps[i])] = {{"step_us", timed.step_us},
+                                                    {"spread", timed.spread},
+                                                    {"over_per_step", per_step.step_us / timed.step_us},
+                                                    {"over_server", server.step_us / timed.step_us}};
       }
       // The best mode that ran, for tokens/s and MBU.
       const double best_us = looped_ran ? looped.step_us : per_step.step_us;
@@ -339,6 +372,8 @@ int run(int argc, char** argv) {
         result["while_speedup"] = per_step.step_us / looped.step_us;
         result["while_over_server"] = server.step_us / looped.step_us;
         result["tokens_identical"] = true;
+        result["while_steps_per_iteration"] = while_steps.front();
+        result["while_other_steps_per_iteration"] = by_steps;
       } else {
         result["while"] = {{"refused", loop.while_refusal()}};
       }

@@ -110,11 +110,15 @@ def summarize(kernels, sequence=False):
                          % (len(steps), len(kernels)))
     steps = steps[:-1]  # the last may run into what follows
     counts = collections.Counter(len(s) for s in steps)
-    modal = counts.most_common(1)[0][0]
-    # Steps that ran back to back (the next began within 200 us of this end).
-    kept = [s for s in steps if len(s) == modal]
-    print("%d steps of %d kernels (of %d cut; kernel counts %s)" % (
-        len(kept), modal, len(steps), dict(counts.most_common(6))))
+    print("%d steps cut; kernel counts %s" % (len(steps), dict(counts.most_common(6))))
+    # One summary per kernel count that at least a fifth of the steps have (one per config).
+    for count, seen in counts.most_common():
+        if seen >= len(steps) / 5:
+            summarize_steps([s for s in steps if len(s) == count], sequence)
+
+
+def summarize_steps(kept, sequence):
+    print("\n== %d steps of %d kernels" % (len(kept), len(kept[0])))
     spans = [s[-1][0] + s[-1][1] - s[0][0] for s in kept]
     busy = [sum(d for _, d, _ in s) for s in kept]
     starts = sorted(s[0][0] for s in kept)
