@@ -83,7 +83,8 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
   const int k_base = static_cast<int>(heads) * d + kv * d;
   const int v_base = k_base + static_cast<int>(kv_heads) * d;
   const int64_t position = positions[row];
-  const int cached = static_cast<int>(position < 0 ? 0 : (position < cache_len ? position : cache_len));
+  const int cached =
+      static_cast<int>(position < 0 ? 0 : (position < cache_len ? position : cache_len));
   const int64_t slot = (row * kv_heads + kv) * cache_len;
   const Element* slot_keys = static_cast<const Element*>(key_cache) + slot * d;
   const Element* slot_values = static_cast<const Element*>(value_cache) + slot * d;
@@ -124,7 +125,7 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
   }
   float* rotated = shared;               // [G + 1][d]: the query heads, then the key
   float* scores = shared + (G + 1) * d;  // [G][cached + 1]
-  const int span = cached + 1;  // the keys before the row and its own
+  const int span = cached + 1;           // the keys before the row and its own
   // The rotary embedding: x cos + rotate_half(x) sin, stored at the model's precision.
   const int64_t at = position < table_len ? position : table_len - 1;
   const Element* cos_row = static_cast<const Element*>(cos) + at * d;
@@ -279,9 +280,9 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
                            head_dim, cache_len, table_len, scale);                                 \
   }
 // grove_decode_attention_<dtype>_g<G> loads the cache early; ..._late after the wait.
-#define GROVE_DECODE_ATTENTION_GROUPS(G)                                         \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G, true)        \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G, Bf16, G, true)        \
+#define GROVE_DECODE_ATTENTION_GROUPS(G)                                          \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G, true)         \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G, Bf16, G, true)         \
   GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G##_late, float, G, false) \
   GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G##_late, Bf16, G, false)
 

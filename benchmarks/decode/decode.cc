@@ -277,9 +277,9 @@ int run(int argc, char** argv) {
                                   {"weights_read_per_step_bytes", weights_read},
                                   {"load_s", load_s}};
     for (int64_t batch : batches) {
-      DecodeLoop loop(*decoder, {.bucket = batch,
-                                 .max_steps = steps,
-                                 .steps_per_iteration = while_steps.front()});
+      DecodeLoop loop(
+          *decoder,
+          {.bucket = batch, .max_steps = steps, .steps_per_iteration = while_steps.front()});
       Stopwatch record_watch;
       loop.warm_up();
       const double record_s = record_watch.elapsed_s();
@@ -288,8 +288,7 @@ int run(int argc, char** argv) {
       ModeResult server = time_server_steps(*decoder, loop, batch, prompt, steps, repeats);
       // Row 0's prompt and greedy tokens, for compare_hf.py --grove-json (tokens against
       // transformers'): its first token is the prefill's, then one per step.
-      const std::vector<int64_t> row0_prompt =
-          seeded_prompts(config.vocab_size, 1, prompt).front();
+      const std::vector<int64_t> row0_prompt = seeded_prompts(config.vocab_size, 1, prompt).front();
       std::vector<int64_t> row0_greedy = {
           serving::llm::sample_token(decoder->prefill(0, row0_prompt), {}, 0)};
       for (int64_t token : row_tokens(per_step.tokens, 0)) row0_greedy.push_back(token);
@@ -310,9 +309,8 @@ int run(int argc, char** argv) {
       // The other steps per WHILE iteration, each on a loop of its own.
       nlohmann::json by_steps = nlohmann::json::object();
       for (size_t i = 1; looped_ran && i < while_steps.size(); ++i) {
-        DecodeLoop other(*decoder, {.bucket = batch,
-                                    .max_steps = steps,
-                                    .steps_per_iteration = while_steps[i]});
+        DecodeLoop other(
+            *decoder, {.bucket = batch, .max_steps = steps, .steps_per_iteration = while_steps[i]});
         other.warm_up();
         if (!other.while_available()) continue;
         ModeResult timed =
@@ -326,10 +324,11 @@ int run(int argc, char** argv) {
             config_name.c_str(), static_cast<long long>(batch),
             static_cast<long long>(while_steps[i]), timed.step_us, per_step.step_us / timed.step_us,
             server.step_us / timed.step_us);
-        by_steps[std::to_string(while_steps[i])] = {{"step_us", timed.step_us},
-                                                    {"spread", timed.spread},
-                                                    {"over_per_step", per_step.step_us / timed.step_us},
-                                                    {"over_server", server.step_us / timed.step_us}};
+        by_steps[std::to_string(while_steps[i])] = {
+            {"step_us", timed.step_us},
+            {"spread", timed.spread},
+            {"over_per_step", per_step.step_us / timed.step_us},
+            {"over_server", server.step_us / timed.step_us}};
       }
       // The best mode that ran, for tokens/s and MBU.
       const double best_us = looped_ran ? looped.step_us : per_step.step_us;

@@ -75,6 +75,8 @@ const std::vector<FlagSpec> kFlags = {
      "load once per value on the same warmed decoder, one row each"},
     {"--prefill-chunk", "C",
      "prompt tokens per prefill call (chunked prefill); 0: whole prompts (default 0)"},
+    {"--while-steps", "K",
+     "decode steps per WHILE iteration (Note [Steps per WHILE iteration]; default 1)"},
     {"--seed", "S", "arrival times, lengths and prompts (default 1)"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
     {"--json", "FILE", "write the results as JSON"},
@@ -138,6 +140,7 @@ int run_decode_load(int argc, char** argv) {
   }
   const int64_t prefill_chunk = flags.integer("--prefill-chunk", 0, 0, 1 << 20);
   const int64_t seed = flags.integer("--seed", 1, 0, int64_t{1} << 62);
+  const int64_t while_steps = flags.integer("--while-steps", 1, 1, 64);
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
   const std::string json_path = flags.text("--json", "");
   if (!json_path.empty()) cli::check_output_path("--json", json_path);
@@ -197,7 +200,8 @@ int run_decode_load(int argc, char** argv) {
                         .max_waiting = static_cast<size_t>(requests),
                         .decode_loop_steps = loop_steps,
                         .max_prefills_per_step = prefills_per_step,
-                        .prefill_chunk = prefill_chunk});
+                        .prefill_chunk = prefill_chunk,
+                        .while_steps_per_iteration = while_steps});
     const double setup_s = setup_watch.elapsed_s();
 
     // The schedule: arrival offsets, lengths and prompts, all from the seed
@@ -297,18 +301,18 @@ int run_decode_load(int argc, char** argv) {
         static_cast<long long>(stats.decode_steps), static_cast<long long>(stats.loop_steps),
         static_cast<long long>(stats.loop_launches), static_cast<long long>(stats.prefills),
         batches.c_str());
-    nlohmann::json run = {{"prefills_per_step", prefills_per_step},
-                          {"ttft_ms", {{"p50", ttft_p50}, {"p99", ttft_p99}}},
-                          {"itl_ms",
-                           {{"p50", itl_p50}, {"p99", itl_p99}, {"p99_over_p50", itl_p99 / itl_p50}}},
-                          {"tokens", tokens},
-                          {"tokens_per_s", tokens_per_s},
-                          {"wall_s", wall_s},
-                          {"max_running_rows", max_rows},
-                          {"decode_steps", stats.decode_steps},
-                          {"loop_launches", stats.loop_launches},
-                          {"loop_steps_run", stats.loop_steps},
-                          {"prefills", stats.prefills}};
+    nlohmann::json run = {
+        {"prefills_per_step", prefills_per_step},
+        {"ttft_ms", {{"p50", ttft_p50}, {"p99", ttft_p99}}},
+        {"itl_ms", {{"p50", itl_p50}, {"p99", itl_p99}, {"p99_over_p50", itl_p99 / itl_p50}}},
+        {"tokens", tokens},
+        {"tokens_per_s", tokens_per_s},
+        {"wall_s", wall_s},
+        {"max_running_rows", max_rows},
+        {"decode_steps", stats.decode_steps},
+        {"loop_launches", stats.loop_launches},
+        {"loop_steps_run", stats.loop_steps},
+        {"prefills", stats.prefills}};
     nlohmann::json rows = nlohmann::json::object();
     for (const auto& [count, steps] : stats.rows_per_step) rows[std::to_string(count)] = steps;
     run["rows_per_step"] = rows;
@@ -328,6 +332,7 @@ int run_decode_load(int argc, char** argv) {
     report["max_seq_len"] = max_seq_len;
     report["loop_steps"] = loop_steps;
     report["prefill_chunk"] = prefill_chunk;
+    report["while_steps_per_iteration"] = while_steps;
     report["seed"] = seed;
     // The first run's figures at the top level (as before lists were taken), every run in "runs".
     for (const auto& [key, value] : runs.front().items()) report[key] = value;

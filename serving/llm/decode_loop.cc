@@ -187,8 +187,7 @@ void DecodeLoop::record() {
   const auto copies = static_cast<size_t>(options_.steps_per_iteration);
   recorded->loop_outputs.resize(copies);
   for (size_t copy = 0; copy < copies; ++copy) {
-    recorded->loop_tables.push_back(
-        Tensor::empty({table_entries}, runtime::DType::kI64, device_));
+    recorded->loop_tables.push_back(Tensor::empty({table_entries}, runtime::DType::kI64, device_));
   }
   const int64_t max_seq_len = decoder_.state().cache().max_seq_len;
   auto* published = reinterpret_cast<int64_t*>(published_.data());

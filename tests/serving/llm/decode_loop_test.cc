@@ -150,9 +150,8 @@ TEST_P(DecodeLoopTest, StepsPerIterationGiveTheSameTokens) {
     while (loop.running(0) || loop.running(1) || loop.running(2) || loop.running(3)) {
       const DecodeMode mode = launches == 1 ? DecodeMode::kPerStepGraphs : DecodeMode::kWhileLoop;
       int64_t streamed = 0;
-      DecodeRun run = loop.run(5, mode, [&](int64_t step, const std::vector<int64_t>&) {
-        EXPECT_EQ(step, streamed++);
-      });
+      DecodeRun run = loop.run(
+          5, mode, [&](int64_t step, const std::vector<int64_t>&) { EXPECT_EQ(step, streamed++); });
       EXPECT_EQ(run.steps, streamed);
       EXPECT_LE(run.steps, 5);
       steps += run.steps;
