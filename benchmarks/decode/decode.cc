@@ -148,8 +148,11 @@ ModeResult time_mode(Decoder& decoder, DecodeLoop& loop, DecodeMode mode, int64_
 // step): the rows set again from the last tokens, then DecodeLoop::run of
 // one step, which uploads them, replays the step graph, waits for its
 // tokens and reads positions and row state back.
+// With set_rows false, the rows are set once and each step is DecodeLoop::run
+// of one step as they stand: what the Generator pays per step where no
+// request joins or leaves but it steps on the host (no WHILE launch).
 ModeResult time_server_steps(Decoder& decoder, DecodeLoop& loop, int64_t batch, int64_t prompt,
-                             int64_t steps, int64_t repeats) {
+                             int64_t steps, int64_t repeats, bool set_rows = true) {
   ModeResult result;
   std::vector<double> samples;
   for (int64_t repeat = 0; repeat <= repeats; ++repeat) {  // repeat 0 warms up
@@ -158,7 +161,11 @@ ModeResult time_server_steps(Decoder& decoder, DecodeLoop& loop, int64_t batch, 
     result.tokens.clear();
     Stopwatch watch;
     for (int64_t step = 0; step < steps; ++step) {
-      for (int64_t row = 0; row < batch; ++row) loop.set_row(row, rows[static_cast<size_t>(row)]);
+      if (set_rows) {
+        for (int64_t row = 0; row < batch; ++row) {
+          loop.set_row(row, rows[static_cast<size_t>(row)]);
+        }
+      }
       serving::llm::DecodeRun run = loop.run(1, DecodeMode::kPerStepGraphs);
       GROVE_CHECK(run.steps == 1, kName, ": a server step ran ", run.steps, " steps");
       for (int64_t row = 0; row < batch; ++row) {
@@ -238,10 +245,12 @@ int run(int argc, char** argv) {
   Table table({{"config"},
                {"batch", Align::kRight},
                {"server us", Align::kRight},
+               {"kept us", Align::kRight},
                {"per-step us", Align::kRight},
                {"while us", Align::kRight},
                {"while/per-step", Align::kRight},
                {"while/server", Align::kRight},
+               {"while/kept", Align::kRight},
                {"tokens/s", Align::kRight},
                {"MBU", Align::kRight}});
   for (const std::string& config_name : configs) {
@@ -286,6 +295,9 @@ int run(int argc, char** argv) {
       ModeResult per_step =
           time_mode(*decoder, loop, DecodeMode::kPerStepGraphs, batch, prompt, steps, repeats);
       ModeResult server = time_server_steps(*decoder, loop, batch, prompt, steps, repeats);
+      ModeResult kept = time_server_steps(*decoder, loop, batch, prompt, steps, repeats, false);
+      GROVE_CHECK(kept.tokens == per_step.tokens, kName, ": config ", config_name, " batch ", batch,
+                  ": one-step runs with the rows kept give other tokens than the per-step graphs");
       // Row 0's prompt and greedy tokens, for compare_hf.py --grove-json (tokens against
       // transformers'): its first token is the prefill's, then one per step.
       const std::vector<int64_t> row0_prompt = seeded_prompts(config.vocab_size, 1, prompt).front();
@@ -339,10 +351,11 @@ int run(int argc, char** argv) {
       auto mbu = [&](double step_us) { return bytes / (step_us * 1e-6) / (hbm_tbs * 1e12); };
       auto tokens_per_s = [&](double step_us) { return batch / (step_us * 1e-6); };
       table.add_row({config_name, std::to_string(batch), format_fixed(server.step_us, 1),
-                     format_fixed(per_step.step_us, 1),
+                     format_fixed(kept.step_us, 1), format_fixed(per_step.step_us, 1),
                      looped_ran ? format_fixed(looped.step_us, 1) : "refused",
                      looped_ran ? format_ratio(per_step.step_us / looped.step_us) : "-",
                      looped_ran ? format_ratio(server.step_us / looped.step_us) : "-",
+                     looped_ran ? format_ratio(kept.step_us / looped.step_us) : "-",
                      format_fixed(tokens_per_s(best_us), 0) + (looped_ran ? "" : " (per-step)"),
                      format_fixed(100 * mbu(best_us), 1) + "%"});
       nlohmann::json result = {{"batch", batch},
@@ -354,6 +367,10 @@ int run(int argc, char** argv) {
                                {"row0_prompt", row0_prompt},
                                {"row0_greedy", row0_greedy},
                                {"kv_bytes_read_per_step", kv_read},
+                               {"server_step_rows_kept",
+                                {{"step_us", kept.step_us},
+                                 {"spread", kept.spread},
+                                 {"tokens_per_s", tokens_per_s(kept.step_us)}}},
                                {"server_step",
                                 {{"step_us", server.step_us},
                                  {"spread", server.spread},
@@ -370,6 +387,7 @@ int run(int argc, char** argv) {
                            {"mbu", mbu(looped.step_us)}};
         result["while_speedup"] = per_step.step_us / looped.step_us;
         result["while_over_server"] = server.step_us / looped.step_us;
+        result["while_over_server_rows_kept"] = kept.step_us / looped.step_us;
         result["tokens_identical"] = true;
         result["while_steps_per_iteration"] = while_steps.front();
         result["while_other_steps_per_iteration"] = by_steps;
@@ -385,7 +403,8 @@ int run(int argc, char** argv) {
   std::printf(
       "server: one DecodeLoop::run per step with the rows set again (uploads, launch, tokens, "
       "positions and row state read back), as the Generator steps when a request joins or "
-      "leaves every step\n");
+      "leaves every step; kept: the same with the rows as they stand (no request joins or "
+      "leaves, but the host steps)\n");
   std::printf(
       "MBU: (weights less the embedding table + KV cache of the batch over max_seq_len) "
       "per step / step time / %.2f TB/s\n",
