@@ -63,7 +63,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--prompt", "N", "prompt tokens per request (default 16)"},
     {"--max-seq-len", "T", "KV-cache positions per request (default 128)"},
     {"--repeats", "R", "timed runs per mode (default 5; the median is reported)"},
-    {"--hbm-tbs", "TB/s", "HBM bandwidth for utilisation (default 3.35, H100 SXM; H200: 4.8)"},
+    {"--hbm-tbs", "TB/s",
+     "HBM bandwidth for utilisation (default: from the device name, H100 SXM 3.35, H200 4.8, "
+     "else 3.35)"},
     {"--dtype", "bf16|f32", "model dtype (default bf16)"},
     {"--attention", "fused|unfused",
      "decode attention as one kernel per layer (default) or the unfused ops"},
@@ -115,6 +117,15 @@ std::vector<serving::llm::DecodeRowStart> start_requests(Decoder& decoder, Decod
     loop.set_row(row, starts.back());
   }
   return starts;
+}
+
+// The HBM peak of a known GPU by its name in TB/s, or 0.
+double hbm_peak_tbs(const std::string& name) {
+  if (name.find("H200") != std::string::npos) return 4.8;
+  if (name.find("H100") != std::string::npos) {
+    return name.find("PCIe") != std::string::npos ? 2.0 : 3.35;
+  }
+  return 0;
 }
 
 // Row `row`'s token at each step (for comparing runs, e.g. --attention fused and unfused).
@@ -200,7 +211,8 @@ int run(int argc, char** argv) {
   const int64_t prompt = flags.integer("--prompt", 16, 1, 4096);
   const int64_t max_seq_len = flags.integer("--max-seq-len", 128, 2, 1 << 16);
   const int64_t repeats = flags.integer("--repeats", 5, 1, 1000);
-  const double hbm_tbs = flags.positive_number("--hbm-tbs", 3.35);
+  const bool hbm_given = flags.has("--hbm-tbs");
+  double hbm_tbs = hbm_given ? flags.positive_number("--hbm-tbs", 3.35) : 3.35;
   const std::string dtype_name = flags.text("--dtype", "bf16");
   if (dtype_name != "bf16" && dtype_name != "f32") {
     throw UsageError("--dtype must be bf16 or f32; got " + dtype_name);
@@ -227,6 +239,16 @@ int run(int argc, char** argv) {
   }
 
   nlohmann::json report = report_header(kName, device);
+  // The peak the MBU divides by follows the device unless --hbm-tbs names one.
+  std::string hbm_source = "--hbm-tbs";
+  if (!hbm_given) {
+    const std::string name = report["device_name"].get<std::string>();
+    const double known = hbm_peak_tbs(name);
+    hbm_source = known > 0 ? "from the device name " + name : "an unknown device: H100 SXM's";
+    hbm_tbs = known > 0 ? known : 3.35;
+  }
+  std::printf("HBM peak for MBU: %.2f TB/s (%s)\n", hbm_tbs, hbm_source.c_str());
+  report["hbm_tbs_source"] = hbm_source;
   report["steps"] = steps;
   report["prompt"] = prompt;
   report["max_seq_len"] = max_seq_len;
