@@ -181,6 +181,7 @@ int run_decode_load(int argc, char** argv) {
       wrote ? "written" : "reused", static_cast<long long>(requests), rate,
       static_cast<long long>(loop_steps), limits_text.c_str(),
       static_cast<long long>(prefill_chunk), warm_s);
+  std::fflush(stdout);
 
   Table table({{"prefills/step", Align::kRight},
                {"rate/s", Align::kRight},
@@ -317,8 +318,10 @@ int run_decode_load(int argc, char** argv) {
     for (const auto& [count, steps] : stats.rows_per_step) rows[std::to_string(count)] = steps;
     run["rows_per_step"] = rows;
     runs.push_back(std::move(run));
+    // The table so far after each run, flushed: a run cut short keeps the rows before it.
+    std::fputs(table.render().c_str(), stdout);
+    std::fflush(stdout);
   }
-  std::fputs(table.render().c_str(), stdout);
 
   if (!json_path.empty()) {
     nlohmann::json report = report_header(kName, device);
