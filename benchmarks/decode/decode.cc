@@ -2,27 +2,30 @@
 // For each config (--configs: a LLaMA-1B-class "1b" and a "small" one, random
 // bf16 weights written as a Hugging Face checkpoint under --model-dir) and
 // each batch (--batches), B requests are prefilled and then decoded for
-// --steps steps by DecodeLoop (Note [Decode loop on the device]) in three
+// --steps steps by DecodeLoop (Note [Decode loop on the device]) in four
 // modes on the same recorded step: "server", one DecodeLoop::run per step
 // with the rows set again before it (what the Generator pays per step when
 // requests join or leave every step: row uploads, the launch, the tokens,
-// positions and row state read back); "per-step", one graph launch per step
-// within a run (the host waits for each step's tokens); and --steps steps in
-// one conditional WHILE graph launch. Reports tokens/s, step time, and model bandwidth utilisation:
+// positions and row state read back); "kept", the same with the rows as they
+// stand (what a server that steps on the host pays where no request joins or
+// leaves: a run per step, its tokens, positions and row state read back);
+// "per-step", one graph launch per step within a run (the host spins on the
+// mapped step counter, then replays); and --steps steps in one conditional
+// WHILE graph launch. Reports tokens/s, step time, and model bandwidth utilisation:
 // the bytes a step must read (weights less the input embedding table, plus the KV cache of the
 // bucket's rows over all max_seq_len positions, which the masked attention reads) / step time /
-// --hbm-tbs. Each mode's runs give the same tokens (checked).
+// the HBM peak (--hbm-tbs, else from the device name). Each mode's runs give the same tokens
+// (checked).
 //
-// What the loops pay per step beyond the step's kernels: "per-step" is the
-// leanest host loop (no uploads; the host spins on the mapped step counter,
-// then replays), "server" what the Generator pays when rows change, and the
-// WHILE loop re-runs its body on the device. In the GEMV probe
-// (runtime/cuda/probes/gemv_pdl_probe.cu, the 1B step's GEMVs, H100, session
-// 18 round 1) one graph launch took 1044.9 us, a WHILE iteration 1058.1-1058.8
-// and a host-synchronized per-step launch 1062.6: the WHILE body saves the
-// host loop only ~4.5 us a step, because re-running it costs ~13 us itself. So
-// against "per-step" WHILE gains a few percent at most (the small config's
-// ~100 us step is its 25 kernels' latency), and its 1.6x is against "server".
+// What the loops pay per step beyond the step's kernels: "per-step" costs
+// what WHILE does (H200, session 19 round 1: small 81.0 against 82.0 us, 1B
+// 868.7 against 871.2): the host sees a step's counter as its last kernel
+// runs and its next launch is queued before the GPU idles, and a WHILE
+// iteration costs about its 1.5 us condition kernel, so several steps per
+// iteration buy nothing either (Note [Steps per WHILE iteration]). WHILE's
+// gain is over the loops a server runs when it keeps its books on the host
+// each step: 1.43x over "kept" and 1.66x over "server" on the small config
+// (117.1 and 135.9 against 82.0 us).
 //
 //   decode [--device auto|cuda|sim] [--configs 1b,small] [--batches 1,8,32,64]
 //          [--steps 64] [--prompt 16] [--max-seq-len 128] [--repeats 5]
