@@ -187,14 +187,10 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   // Note [Decode attention loads the cache early]: GROVE_ATTENTION_EARLY_LOADS=0
   // launches the kernel that loads it after its wait (read at each launch, so
   // one process can time both).
-  // GROVE_ATTENTION_HOLD_NEXT=1 (bf16) the kernel that holds the next one until it ends.
   const char* early = std::getenv("GROVE_ATTENTION_EARLY_LOADS");
   const bool late = early != nullptr && std::string_view(early) == "0";
-  const char* hold_next = std::getenv("GROVE_ATTENTION_HOLD_NEXT");
-  const bool hold =
-      !late && dtype == DType::kBF16 && hold_next != nullptr && std::string_view(hold_next) == "1";
   source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", heads / kv_heads,
-                        late ? "_late" : (hold ? "_hold" : ""));
+                        late ? "_late" : "");
   if (device.is_cuda()) {
     source.ptx = kPtx;
     source.ptx_programmatic = kProgrammaticPtx;

@@ -58,10 +58,7 @@ __device__ __forceinline__ void store(void* base, int64_t index, float value, Bf
 // slot or a table row are 32-bit (64-bit division and multiplication are
 // long instruction sequences) and loops over runtime bounds are not unrolled.
 // Early: Note [Decode attention loads the cache early] (decode_attention_kernel.h).
-// Hold: the kernel after it may start only when this one ends (no
-// launch_dependents), so its weight prefetch does not load HBM meanwhile: a
-// variant for comparisons (GROVE_ATTENTION_HOLD_NEXT=1).
-template <typename T, int G, bool Early, bool Hold = false>
+template <typename T, int G, bool Early>
 __device__ __forceinline__ void attention(void* qkv, const void* cos, const void* sin,
                                           const void* key_cache, const void* value_cache,
                                           const int64_t* positions, int64_t heads, int64_t kv_heads,
@@ -119,7 +116,7 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
       }
     }
     wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
-    if constexpr (!Hold) allow_next_kernel();
+    allow_next_kernel();
   }
   if (position < 0) {  // a padding row: zeros, its key and value stay as they are
 #pragma unroll 1
@@ -274,22 +271,20 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
 // type, scale): the entry points decode_attention_kernel.cc launches, one per
 // dtype and query heads per kv head (1 to kDecodeAttentionMaxGroups); `type`
 // (0 f32, 1 bf16: the host function's) is implied by the entry point.
-#define GROVE_DECODE_ATTENTION(NAME, T, G, EARLY, HOLD)                                            \
+#define GROVE_DECODE_ATTENTION(NAME, T, G, EARLY)                                                  \
   extern "C" __global__ void NAME(                                                                 \
       void* qkv, const void* cos, const void* sin, const void* key_cache, const void* value_cache, \
       const int64_t* positions, int64_t heads, int64_t kv_heads, int64_t head_dim,                 \
       int64_t cache_len, int64_t table_len, int64_t, float scale) {                                \
-    attention<T, G, EARLY, HOLD>(qkv, cos, sin, key_cache, value_cache, positions, heads,          \
-                                 kv_heads, head_dim, cache_len, table_len, scale);                 \
+    attention<T, G, EARLY>(qkv, cos, sin, key_cache, value_cache, positions, heads, kv_heads,      \
+                           head_dim, cache_len, table_len, scale);                                 \
   }
-// grove_decode_attention_<dtype>_g<G> loads the cache early; ..._late after
-// the wait; ..._hold (bf16) early, and holds the next kernel until it ends.
-#define GROVE_DECODE_ATTENTION_GROUPS(G)                                                 \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G, true, false)         \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G, Bf16, G, true, false)         \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G##_late, float, G, false, false) \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G##_late, Bf16, G, false, false) \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G##_hold, Bf16, G, true, true)
+// grove_decode_attention_<dtype>_g<G> loads the cache early; ..._late after the wait.
+#define GROVE_DECODE_ATTENTION_GROUPS(G)                                          \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G, true)         \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G, Bf16, G, true)         \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G##_late, float, G, false) \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G##_late, Bf16, G, false)
 
 GROVE_DECODE_ATTENTION_GROUPS(1)
 GROVE_DECODE_ATTENTION_GROUPS(2)
