@@ -15,7 +15,7 @@ namespace {
 constexpr int kKeyVectors = 8;  // 16-byte key vectors a thread loads at once
 // Positions' values a thread loads at once, loading the cache early or late
 // (the fold's order, increasing position within the thread's slice, does not depend on it).
-__host__ __device__ constexpr int value_loads(bool early) { return early ? 32 : 8; }
+__host__ __device__ constexpr int value_loads(bool early) { return early ? 16 : 8; }
 
 // Element types: float (f32) or Bf16 (bf16 bits), a compile-time parameter,
 // so each entry point carries only its own loads and its own G-wide loops:

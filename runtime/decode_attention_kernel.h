@@ -57,7 +57,7 @@
 // are bit for bit those of loading after the wait (the entry points
 // grove_decode_attention_<dtype>_g<G>_late, launched under
 // GROVE_ATTENTION_EARLY_LOADS=0 for comparisons). H200, session 19 round 1
-// (decode benchmark, 1B batch 1, one call; then 16 values a round): per-step
+// (decode benchmark, 1B batch 1, one call): per-step
 // graphs 912.0 -> 868.7 us, the WHILE loop 911.9 -> 871.2, the same tokens.
 // The kernel still added 8 us a layer after the qkv projection ended
 // (torch.profiler, probes/profile_decode.py): 129 of the step's 860 us.
