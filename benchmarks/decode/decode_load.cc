@@ -19,11 +19,16 @@
 //               [--prefill-chunk 0] [--seed 1]
 //               [--model-dir DIR] [--json FILE]
 //
-// A run that fits a short GPU call (H100, session 18 round 2: warm-up 18.6 s,
-// the load 1.9 s): --config 1b --requests 256 --rate 400 --buckets 16,32,64
-// --prefills-per-step 1 --prefill-chunk 32 gave ITL p50 3.886 ms and p99
-// 4.284 (1.10x), TTFT p50 509 ms and p99 1056 (arrivals outran one prefill
-// per step, so requests queued), 9377 tokens/s, at most 49 rows running.
+// A run that fits a short GPU call: --config 1b --requests 256 --rate 400
+// --buckets 16,32,64 --prefills-per-step 2,1 --prefill-chunk 32 (H100,
+// session 19 round 2, one process: warm-up 20.3 s, each load about 2 s):
+//   2 prefills a step: all 64 slots ran (99 steps at 64 rows), ITL p50 5.921
+//     ms, p99 6.880 (1.16x), TTFT p50 394 ms, p99 850, 10459 tokens/s;
+//   1 prefill a step: at most 49 rows (arrivals outran admission, requests
+//     queued), ITL p50 4.055, p99 4.461 (1.10x), TTFT p50 532, p99 1124, 9108
+//     tokens/s.
+// Each prefill in a turn delays every stream's next token (Note [Prefills
+// between decode steps]), so the second one costs ~1.9 ms of ITL, evenly.
 #include "benchmarks/decode/decode_load.h"
 
 #include <algorithm>
