@@ -184,7 +184,13 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   if (rows == 0) return;
   const Device device = qkv.device();
   KernelSource source;
-  source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", heads / kv_heads);
+  // Note [Decode attention loads the cache early]: GROVE_ATTENTION_EARLY_LOADS=0
+  // launches the kernel that loads it after its wait (read at each launch, so
+  // one process can time both).
+  const char* early = std::getenv("GROVE_ATTENTION_EARLY_LOADS");
+  const bool late = early != nullptr && std::string_view(early) == "0";
+  source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", heads / kv_heads,
+                        late ? "_late" : "");
   if (device.is_cuda()) {
     source.ptx = kPtx;
     source.ptx_programmatic = kProgrammaticPtx;

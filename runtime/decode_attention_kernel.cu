@@ -13,7 +13,9 @@
 namespace {
 
 constexpr int kKeyVectors = 8;  // 16-byte key vectors a thread loads at once
-constexpr int kValueLoads = 8;  // positions' values a thread loads at once
+// Positions' values a thread loads at once, loading the cache early or late
+// (the fold's order, increasing position within the thread's slice, does not depend on it).
+__host__ __device__ constexpr int value_loads(bool early) { return early ? 16 : 8; }
 
 // Element types: float (f32) or Bf16 (bf16 bits), a compile-time parameter,
 // so each entry point carries only its own loads and its own G-wide loops:
@@ -55,14 +57,18 @@ __device__ __forceinline__ void store(void* base, int64_t index, float value, Bf
 // host function's (decode_attention_kernel.cc). Offsets within a row, a
 // slot or a table row are 32-bit (64-bit division and multiplication are
 // long instruction sequences) and loops over runtime bounds are not unrolled.
-template <typename T, int G>
+// Early: Note [Decode attention loads the cache early] (decode_attention_kernel.h).
+template <typename T, int G, bool Early>
 __device__ __forceinline__ void attention(void* qkv, const void* cos, const void* sin,
                                           const void* key_cache, const void* value_cache,
                                           const int64_t* positions, int64_t heads, int64_t kv_heads,
                                           int64_t head_dim, int64_t cache_len, int64_t table_len,
                                           float scale) {
-  wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
-  allow_next_kernel();
+  constexpr int kValueLoads = value_loads(Early);
+  if constexpr (!Early) {
+    wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+    allow_next_kernel();
+  }
   extern __shared__ float shared[];
   using Element = typename std::conditional<sizeof(T) == 1, uint16_t, float>::type;
   const T type{};
@@ -77,6 +83,41 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
   const int k_base = static_cast<int>(heads) * d + kv * d;
   const int v_base = k_base + static_cast<int>(kv_heads) * d;
   const int64_t position = positions[row];
+  const int cached =
+      static_cast<int>(position < 0 ? 0 : (position < cache_len ? position : cache_len));
+  const int64_t slot = (row * kv_heads + kv) * cache_len;
+  const Element* slot_keys = static_cast<const Element*>(key_cache) + slot * d;
+  const Element* slot_values = static_cast<const Element*>(value_cache) + slot * d;
+  const int slices = threads / d;
+  const int slice = t_id / d;
+  const int j = t_id - slice * d;
+  // With Early, the cached keys of this thread's first position and the cached
+  // values of its first round are loaded before the wait (the positions and
+  // the cache were written kernels before the one right before this one).
+  uint4 early_keys[kKeyVectors];
+  bool keys_early = false;
+  float early_values[kValueLoads];
+  if constexpr (Early) {
+    if constexpr (sizeof(T) == 1) {
+      if (t_id < cached && d % 8 == 0) {
+        keys_early = true;
+        const uint4* key = reinterpret_cast<const uint4*>(slot_keys + t_id * d);
+#pragma unroll
+        for (int u = 0; u < kKeyVectors; ++u) {
+          if (u < d / 8) early_keys[u] = __ldg(key + u);
+        }
+      }
+    }
+    if (slice < slices) {
+#pragma unroll
+      for (int u = 0; u < kValueLoads; ++u) {
+        const int t = slice + u * slices;
+        early_values[u] = t < cached ? load(slot_values, t * d + j, type) : 0.0f;
+      }
+    }
+    wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
+    allow_next_kernel();
+  }
   if (position < 0) {  // a padding row: zeros, its key and value stay as they are
 #pragma unroll 1
     for (int i = t_id; i < G * d; i += threads) store(row_qkv, q_base + i, 0.0f, type);
@@ -84,8 +125,7 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
   }
   float* rotated = shared;               // [G + 1][d]: the query heads, then the key
   float* scores = shared + (G + 1) * d;  // [G][cached + 1]
-  const int cached = static_cast<int>(position < cache_len ? position : cache_len);
-  const int span = cached + 1;  // the keys before the row and its own
+  const int span = cached + 1;           // the keys before the row and its own
   // The rotary embedding: x cos + rotate_half(x) sin, stored at the model's precision.
   const int64_t at = position < table_len ? position : table_len - 1;
   const Element* cos_row = static_cast<const Element*>(cos) + at * d;
@@ -103,9 +143,6 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
   }
   __syncthreads();
   // Scores: a GEMM's stored product, times the scale in f32 (as the fused softmax did).
-  const int64_t slot = (row * kv_heads + kv) * cache_len;
-  const Element* slot_keys = static_cast<const Element*>(key_cache) + slot * d;
-  const Element* slot_values = static_cast<const Element*>(value_cache) + slot * d;
   const float* own = rotated + G * d;
 #pragma unroll 1
   for (int t = t_id; t < span; t += threads) {
@@ -121,9 +158,14 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
 #pragma unroll 1
       for (int v0 = 0; v0 < d / 8; v0 += kKeyVectors) {
         uint4 loaded[kKeyVectors];
+        if (Early && keys_early && t == t_id && v0 == 0) {
 #pragma unroll
-        for (int u = 0; u < kKeyVectors; ++u) {
-          if (v0 + u < d / 8) loaded[u] = __ldg(key + v0 + u);
+          for (int u = 0; u < kKeyVectors; ++u) loaded[u] = early_keys[u];
+        } else {
+#pragma unroll
+          for (int u = 0; u < kKeyVectors; ++u) {
+            if (v0 + u < d / 8) loaded[u] = __ldg(key + v0 + u);
+          }
         }
 #pragma unroll
         for (int u = 0; u < kKeyVectors; ++u) {
@@ -181,9 +223,6 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
   // slice, slice + slices, ... for every query head; the slices' partial sums
   // are then added in slice order and stored over the query heads, in place.
   float* partial = scores + G * span;  // [slices][G][d]
-  const int slices = threads / d;
-  const int slice = t_id / d;
-  const int j = t_id - slice * d;
   if (slice < slices) {
     float acc[G];
 #pragma unroll
@@ -195,8 +234,12 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
 #pragma unroll
       for (int u = 0; u < kValueLoads; ++u) {
         const int t = t0 + u * slices;
-        values[u] = t < cached ? load(slot_values, t * d + j, type)
-                               : (t == cached ? load(row_qkv, v_base + j, type) : 0.0f);
+        if (Early && t0 == slice && t < cached) {
+          values[u] = early_values[u];
+        } else {
+          values[u] = t < cached ? load(slot_values, t * d + j, type)
+                                 : (t == cached ? load(row_qkv, v_base + j, type) : 0.0f);
+        }
       }
 #pragma unroll
       for (int u = 0; u < kValueLoads; ++u) {
@@ -228,17 +271,20 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
 // type, scale): the entry points decode_attention_kernel.cc launches, one per
 // dtype and query heads per kv head (1 to kDecodeAttentionMaxGroups); `type`
 // (0 f32, 1 bf16: the host function's) is implied by the entry point.
-#define GROVE_DECODE_ATTENTION(NAME, T, G)                                                         \
+#define GROVE_DECODE_ATTENTION(NAME, T, G, EARLY)                                                  \
   extern "C" __global__ void NAME(                                                                 \
       void* qkv, const void* cos, const void* sin, const void* key_cache, const void* value_cache, \
       const int64_t* positions, int64_t heads, int64_t kv_heads, int64_t head_dim,                 \
       int64_t cache_len, int64_t table_len, int64_t, float scale) {                                \
-    attention<T, G>(qkv, cos, sin, key_cache, value_cache, positions, heads, kv_heads, head_dim,   \
-                    cache_len, table_len, scale);                                                  \
+    attention<T, G, EARLY>(qkv, cos, sin, key_cache, value_cache, positions, heads, kv_heads,      \
+                           head_dim, cache_len, table_len, scale);                                 \
   }
-#define GROVE_DECODE_ATTENTION_GROUPS(G)                            \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G) \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G, Bf16, G)
+// grove_decode_attention_<dtype>_g<G> loads the cache early; ..._late after the wait.
+#define GROVE_DECODE_ATTENTION_GROUPS(G)                                          \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G, true)         \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G, Bf16, G, true)         \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G##_late, float, G, false) \
+  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G##_late, Bf16, G, false)
 
 GROVE_DECODE_ATTENTION_GROUPS(1)
 GROVE_DECODE_ATTENTION_GROUPS(2)

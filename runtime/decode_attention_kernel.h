@@ -42,6 +42,28 @@
 // runtime loops are not unrolled: with it (and deeper loads in sampling) the
 // 1B batch-64 step went from 1804.5 to 1562.6 us (H100, round 2 of session
 // 16, same tokens).
+//
+// Note [Decode attention loads the cache early]
+// At batch 1 the kernel is 8 blocks (kv_heads x rows) whose every phase waits
+// on memory; the cached keys and values it reads were written by earlier
+// steps (kv_write) or the prefill, and the positions by the step before's
+// sampling, never by the kernel right before it (the qkv projection). By
+// Note [Programmatic dependent launch] (2), when a programmatic kernel runs
+// its part before griddepcontrol.wait every kernel but the one right before it
+// has completed, so the kernel reads its row's position, the cached keys of
+// each thread's first position and the cached values of its first round
+// there, while the projection drains; the qkv row is read only after the
+// wait. The same loads in the same order feed the same arithmetic: results
+// are bit for bit those of loading after the wait (the entry points
+// grove_decode_attention_<dtype>_g<G>_late, launched under
+// GROVE_ATTENTION_EARLY_LOADS=0 for comparisons). H200, session 19 round 1
+// (decode benchmark, 1B batch 1, one call): per-step
+// graphs 912.0 -> 868.7 us, the WHILE loop 911.9 -> 871.2, the same tokens.
+// The kernel still added 8 us a layer after the qkv projection ended
+// (torch.profiler, probes/profile_decode.py): 129 of the step's 860 us.
+// Tests: on cuda,
+// DecoderRecompute.* and DecodeLoopTest.* (the decode program's logits and
+// tokens), and the decode benchmark's tokens with either setting.
 #pragma once
 
 #include <cstdint>

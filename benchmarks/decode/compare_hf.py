@@ -20,7 +20,13 @@ after each row.
   python3 benchmarks/decode/compare_hf.py --model-dir /tmp/grove_decode_models/1b_bf16 \\
       --json compare_hf.json [--batches 1,8,32,64] [--steps 64] [--hf-steps 16]
       [--prompt 16] [--max-seq-len 128] [--variants hf_dynamic,hf_static,gpt_fast]
-      [--hbm-tbs 3.35]
+      [--hbm-tbs 3.35] [--grove-json decode.json]
+
+With --grove-json (the JSON of benchmarks/decode on the same checkpoint), row
+0's prompt at batch 1 is decoded greedily by transformers' generate (eager,
+dynamic cache) for as many tokens as grove gave, and the report says how many
+are identical, the first step that differs and transformers' top-2 logit margin
+there (bf16 near ties may differ between two correct decoders).
 """
 import argparse
 import datetime
@@ -45,9 +51,10 @@ def parse_args(argv):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--hbm-tbs", type=float, default=3.35)
+    parser.add_argument("--grove-json", help="benchmarks/decode's JSON: compare row 0's tokens")
     args = parser.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",")]
-    args.variants = args.variants.split(",")
+    args.variants = [v for v in args.variants.split(",") if v]
     for variant in args.variants:
         if variant not in VARIANTS:
             parser.error(f"unknown variant {variant!r}; choose from {VARIANTS}")
@@ -82,6 +89,43 @@ def time_hf(torch, model, batch, args, static):
             samples.append((time.perf_counter() - start) / args.hf_steps)
     assert out.shape[1] == args.prompt + args.hf_steps, out.shape
     return median(samples)
+
+
+def grove_row0(path, config):
+    """Row 0's prompt and greedy tokens at batch 1 from benchmarks/decode's JSON, for the
+    config of this checkpoint."""
+    with open(path) as handle:
+        report = json.load(handle)
+    for entry in report["configs"]:
+        if (entry["hidden_size"], entry["layers"], entry["vocab_size"]) != (
+                config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]):
+            continue
+        for result in entry["results"]:
+            if result["batch"] == 1 and "row0_greedy" in result:
+                return result["row0_prompt"], result["row0_greedy"]
+    raise SystemExit(f"{path}: no batch-1 result with row0_greedy for this checkpoint's config")
+
+
+def compare_tokens(torch, model, prompt, expected):
+    """transformers' greedy tokens for `prompt` against grove's `expected`."""
+    ids = torch.tensor([prompt], device="cuda")
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids),
+                             max_new_tokens=len(expected), min_new_tokens=len(expected),
+                             do_sample=False, pad_token_id=0, eos_token_id=None)
+    got = out[0, len(prompt):].tolist()
+    same = sum(1 for a, b in zip(got, expected) if a == b)
+    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
+    result = {"tokens": len(expected), "identical": same, "first_differing_step": first,
+              "transformers_tokens": got, "grove_tokens": expected}
+    if first is not None:  # transformers' top-2 margin where they part: a near tie or a bug
+        prefix = torch.tensor([prompt + got[:first]], device="cuda")
+        with torch.no_grad():
+            logits = model(prefix).logits[0, -1].float()
+        top = torch.topk(logits, 2).values
+        result["top2_margin_at_first_difference"] = float(top[0] - top[1])
+        result["grove_token_logit_gap"] = float(top[0] - logits[expected[first]])
+    return result
 
 
 def build_gpt_fast(torch, config, weights, batch, max_seq_len, dtype):
@@ -197,17 +241,35 @@ def main(argv):
               "weights_bytes": total, "hbm_tbs": args.hbm_tbs, "max_seq_len": args.max_seq_len,
               "results": []}
     model = None
+
+    def load_hf():
+        import transformers
+        report["transformers"] = transformers.__version__
+        dtype = torch.bfloat16 if element == 2 else torch.float32
+        try:  # transformers 5 names it dtype; 4.x torch_dtype
+            loaded = transformers.LlamaForCausalLM.from_pretrained(args.model_dir, dtype=dtype)
+        except TypeError:
+            loaded = transformers.LlamaForCausalLM.from_pretrained(args.model_dir,
+                                                                   torch_dtype=dtype)
+        return loaded.cuda().eval()
+
+    if args.grove_json:
+        prompt, expected = grove_row0(args.grove_json, config)
+        model = load_hf()
+        tokens = compare_tokens(torch, model, prompt, expected)
+        report["tokens_against_grove"] = tokens
+        print(f"tokens against grove (batch 1, row 0): {tokens['identical']} of "
+              f"{tokens['tokens']} identical; first differing step "
+              f"{tokens['first_differing_step']}"
+              + (f" (transformers' top-2 margin there {tokens['top2_margin_at_first_difference']:.4f},"
+                 f" grove's token {tokens['grove_token_logit_gap']:.4f} below the top)"
+                 if tokens["first_differing_step"] is not None else ""), flush=True)
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+            handle.write("\n")
     for variant in args.variants:
         if variant.startswith("hf") and model is None:
-            import transformers
-            report["transformers"] = transformers.__version__
-            dtype = torch.bfloat16 if element == 2 else torch.float32
-            try:  # transformers 5 names it dtype; 4.x torch_dtype
-                model = transformers.LlamaForCausalLM.from_pretrained(args.model_dir, dtype=dtype)
-            except TypeError:
-                model = transformers.LlamaForCausalLM.from_pretrained(args.model_dir,
-                                                                      torch_dtype=dtype)
-            model = model.cuda().eval()
+            model = load_hf()
         for batch in args.batches:
             row = {"variant": variant, "batch": batch}
             try:

@@ -2,27 +2,30 @@
 // For each config (--configs: a LLaMA-1B-class "1b" and a "small" one, random
 // bf16 weights written as a Hugging Face checkpoint under --model-dir) and
 // each batch (--batches), B requests are prefilled and then decoded for
-// --steps steps by DecodeLoop (Note [Decode loop on the device]) in three
+// --steps steps by DecodeLoop (Note [Decode loop on the device]) in four
 // modes on the same recorded step: "server", one DecodeLoop::run per step
 // with the rows set again before it (what the Generator pays per step when
 // requests join or leave every step: row uploads, the launch, the tokens,
-// positions and row state read back); "per-step", one graph launch per step
-// within a run (the host waits for each step's tokens); and --steps steps in
-// one conditional WHILE graph launch. Reports tokens/s, step time, and model bandwidth utilisation:
+// positions and row state read back); "kept", the same with the rows as they
+// stand (what a server that steps on the host pays where no request joins or
+// leaves: a run per step, its tokens, positions and row state read back);
+// "per-step", one graph launch per step within a run (the host spins on the
+// mapped step counter, then replays); and --steps steps in one conditional
+// WHILE graph launch. Reports tokens/s, step time, and model bandwidth utilisation:
 // the bytes a step must read (weights less the input embedding table, plus the KV cache of the
 // bucket's rows over all max_seq_len positions, which the masked attention reads) / step time /
-// --hbm-tbs. Each mode's runs give the same tokens (checked).
+// the HBM peak (--hbm-tbs, else from the device name). Each mode's runs give the same tokens
+// (checked).
 //
-// What the loops pay per step beyond the step's kernels: "per-step" is the
-// leanest host loop (no uploads; the host spins on the mapped step counter,
-// then replays), "server" what the Generator pays when rows change, and the
-// WHILE loop re-runs its body on the device. In the GEMV probe
-// (runtime/cuda/probes/gemv_pdl_probe.cu, the 1B step's GEMVs, H100, session
-// 18 round 1) one graph launch took 1044.9 us, a WHILE iteration 1058.1-1058.8
-// and a host-synchronized per-step launch 1062.6: the WHILE body saves the
-// host loop only ~4.5 us a step, because re-running it costs ~13 us itself. So
-// against "per-step" WHILE gains a few percent at most (the small config's
-// ~100 us step is its 25 kernels' latency), and its 1.6x is against "server".
+// What the loops pay per step beyond the step's kernels: "per-step" costs
+// what WHILE does (H200, session 19 round 1: small 81.0 against 82.0 us, 1B
+// 868.7 against 871.2): the host sees a step's counter as its last kernel
+// runs and its next launch is queued before the GPU idles, and a WHILE
+// iteration costs about its 1.5 us condition kernel, so several steps per
+// iteration buy nothing either (Note [Steps per WHILE iteration]). WHILE's
+// gain is over the loops a server runs when it keeps its books on the host
+// each step: 1.43x over "kept" and 1.66x over "server" on the small config
+// (117.1 and 135.9 against 82.0 us).
 //
 //   decode [--device auto|cuda|sim] [--configs 1b,small] [--batches 1,8,32,64]
 //          [--steps 64] [--prompt 16] [--max-seq-len 128] [--repeats 5]
@@ -63,13 +66,18 @@ const std::vector<FlagSpec> kFlags = {
     {"--prompt", "N", "prompt tokens per request (default 16)"},
     {"--max-seq-len", "T", "KV-cache positions per request (default 128)"},
     {"--repeats", "R", "timed runs per mode (default 5; the median is reported)"},
-    {"--hbm-tbs", "TB/s", "HBM bandwidth for utilisation (default 3.35, H100 SXM; H200: 4.8)"},
+    {"--hbm-tbs", "TB/s",
+     "HBM bandwidth for utilisation (default: from the device name, H100 SXM 3.35, H200 4.8, "
+     "else 3.35)"},
     {"--dtype", "bf16|f32", "model dtype (default bf16)"},
     {"--attention", "fused|unfused",
      "decode attention as one kernel per layer (default) or the unfused ops"},
     {"--norms", "fused|unfused",
      "with fused attention, each norm inside the projection after it (default) or apart"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
+    {"--while-steps", "LIST",
+     "steps per WHILE iteration (Note [Steps per WHILE iteration]); the first is the table's, "
+     "each other one is timed too, on a loop of its own (default 1)"},
     kJsonFlag,
 };
 
@@ -81,15 +89,27 @@ struct ModeResult {
 
 // Prefills `batch` seeded prompts into slots 0..batch-1 and starts their rows
 // (greedy); returns each row's start.
+// The seeded prompts of rows 0..batch-1 (the same in every run and mode).
+std::vector<std::vector<int64_t>> seeded_prompts(int64_t vocab_size, int64_t batch,
+                                                 int64_t prompt) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> token(3, vocab_size - 1);
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t row = 0; row < batch; ++row) {
+    std::vector<int64_t>& ids = prompts.emplace_back(static_cast<size_t>(prompt));
+    for (int64_t& id : ids) id = token(rng);
+  }
+  return prompts;
+}
+
 std::vector<serving::llm::DecodeRowStart> start_requests(Decoder& decoder, DecodeLoop& loop,
                                                          int64_t batch, int64_t prompt,
                                                          int64_t steps) {
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int64_t> token(3, decoder.config().vocab_size - 1);
+  const std::vector<std::vector<int64_t>> prompts =
+      seeded_prompts(decoder.config().vocab_size, batch, prompt);
   std::vector<serving::llm::DecodeRowStart> starts;
   for (int64_t row = 0; row < batch; ++row) {
-    std::vector<int64_t> ids(static_cast<size_t>(prompt));
-    for (int64_t& id : ids) id = token(rng);
+    const std::vector<int64_t>& ids = prompts[static_cast<size_t>(row)];
     std::vector<float> logits = decoder.prefill(row, ids);
     int64_t first = serving::llm::sample_token(logits, {}, 0);
     starts.push_back({.token = first,
@@ -100,6 +120,15 @@ std::vector<serving::llm::DecodeRowStart> start_requests(Decoder& decoder, Decod
     loop.set_row(row, starts.back());
   }
   return starts;
+}
+
+// The HBM peak of a known GPU by its name in TB/s, or 0.
+double hbm_peak_tbs(const std::string& name) {
+  if (name.find("H200") != std::string::npos) return 4.8;
+  if (name.find("H100") != std::string::npos) {
+    return name.find("PCIe") != std::string::npos ? 2.0 : 3.35;
+  }
+  return 0;
 }
 
 // Row `row`'s token at each step (for comparing runs, e.g. --attention fused and unfused).
@@ -133,8 +162,11 @@ ModeResult time_mode(Decoder& decoder, DecodeLoop& loop, DecodeMode mode, int64_
 // step): the rows set again from the last tokens, then DecodeLoop::run of
 // one step, which uploads them, replays the step graph, waits for its
 // tokens and reads positions and row state back.
+// With set_rows false, the rows are set once and each step is DecodeLoop::run
+// of one step as they stand: what the Generator pays per step where no
+// request joins or leaves but it steps on the host (no WHILE launch).
 ModeResult time_server_steps(Decoder& decoder, DecodeLoop& loop, int64_t batch, int64_t prompt,
-                             int64_t steps, int64_t repeats) {
+                             int64_t steps, int64_t repeats, bool set_rows = true) {
   ModeResult result;
   std::vector<double> samples;
   for (int64_t repeat = 0; repeat <= repeats; ++repeat) {  // repeat 0 warms up
@@ -143,7 +175,11 @@ ModeResult time_server_steps(Decoder& decoder, DecodeLoop& loop, int64_t batch, 
     result.tokens.clear();
     Stopwatch watch;
     for (int64_t step = 0; step < steps; ++step) {
-      for (int64_t row = 0; row < batch; ++row) loop.set_row(row, rows[static_cast<size_t>(row)]);
+      if (set_rows) {
+        for (int64_t row = 0; row < batch; ++row) {
+          loop.set_row(row, rows[static_cast<size_t>(row)]);
+        }
+      }
       serving::llm::DecodeRun run = loop.run(1, DecodeMode::kPerStepGraphs);
       GROVE_CHECK(run.steps == 1, kName, ": a server step ran ", run.steps, " steps");
       for (int64_t row = 0; row < batch; ++row) {
@@ -178,7 +214,8 @@ int run(int argc, char** argv) {
   const int64_t prompt = flags.integer("--prompt", 16, 1, 4096);
   const int64_t max_seq_len = flags.integer("--max-seq-len", 128, 2, 1 << 16);
   const int64_t repeats = flags.integer("--repeats", 5, 1, 1000);
-  const double hbm_tbs = flags.positive_number("--hbm-tbs", 3.35);
+  const bool hbm_given = flags.has("--hbm-tbs");
+  double hbm_tbs = hbm_given ? flags.positive_number("--hbm-tbs", 3.35) : 3.35;
   const std::string dtype_name = flags.text("--dtype", "bf16");
   if (dtype_name != "bf16" && dtype_name != "f32") {
     throw UsageError("--dtype must be bf16 or f32; got " + dtype_name);
@@ -199,8 +236,22 @@ int run(int argc, char** argv) {
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
   const std::string json_path = flags.text("--json", "");
   if (!json_path.empty()) cli::check_output_path("--json", json_path);
+  std::vector<int64_t> while_steps;
+  for (const std::string& item : flags.list("--while-steps", {"1"})) {
+    while_steps.push_back(cli::parse_integer("--while-steps", item, 1, 64));
+  }
 
   nlohmann::json report = report_header(kName, device);
+  // The peak the MBU divides by follows the device unless --hbm-tbs names one.
+  std::string hbm_source = "--hbm-tbs";
+  if (!hbm_given) {
+    const std::string name = report["device_name"].get<std::string>();
+    const double known = hbm_peak_tbs(name);
+    hbm_source = known > 0 ? "from the device name " + name : "an unknown device: H100 SXM's";
+    hbm_tbs = known > 0 ? known : 3.35;
+  }
+  std::printf("HBM peak for MBU: %.2f TB/s (%s)\n", hbm_tbs, hbm_source.c_str());
+  report["hbm_tbs_source"] = hbm_source;
   report["steps"] = steps;
   report["prompt"] = prompt;
   report["max_seq_len"] = max_seq_len;
@@ -219,10 +270,12 @@ int run(int argc, char** argv) {
   Table table({{"config"},
                {"batch", Align::kRight},
                {"server us", Align::kRight},
+               {"kept us", Align::kRight},
                {"per-step us", Align::kRight},
                {"while us", Align::kRight},
                {"while/per-step", Align::kRight},
                {"while/server", Align::kRight},
+               {"while/kept", Align::kRight},
                {"tokens/s", Align::kRight},
                {"MBU", Align::kRight}});
   for (const std::string& config_name : configs) {
@@ -258,13 +311,24 @@ int run(int argc, char** argv) {
                                   {"weights_read_per_step_bytes", weights_read},
                                   {"load_s", load_s}};
     for (int64_t batch : batches) {
-      DecodeLoop loop(*decoder, {.bucket = batch, .max_steps = steps});
+      DecodeLoop loop(
+          *decoder,
+          {.bucket = batch, .max_steps = steps, .steps_per_iteration = while_steps.front()});
       Stopwatch record_watch;
       loop.warm_up();
       const double record_s = record_watch.elapsed_s();
       ModeResult per_step =
           time_mode(*decoder, loop, DecodeMode::kPerStepGraphs, batch, prompt, steps, repeats);
       ModeResult server = time_server_steps(*decoder, loop, batch, prompt, steps, repeats);
+      ModeResult kept = time_server_steps(*decoder, loop, batch, prompt, steps, repeats, false);
+      GROVE_CHECK(kept.tokens == per_step.tokens, kName, ": config ", config_name, " batch ", batch,
+                  ": one-step runs with the rows kept give other tokens than the per-step graphs");
+      // Row 0's prompt and greedy tokens, for compare_hf.py --grove-json (tokens against
+      // transformers'): its first token is the prefill's, then one per step.
+      const std::vector<int64_t> row0_prompt = seeded_prompts(config.vocab_size, 1, prompt).front();
+      std::vector<int64_t> row0_greedy = {
+          serving::llm::sample_token(decoder->prefill(0, row0_prompt), {}, 0)};
+      for (int64_t token : row_tokens(per_step.tokens, 0)) row0_greedy.push_back(token);
       GROVE_CHECK(server.tokens == per_step.tokens, kName, ": config ", config_name, " batch ",
                   batch, ": one-step runs give other tokens than the per-step graphs");
       // Note [Refused WHILE bodies]: without a WHILE graph the per-step
@@ -279,6 +343,30 @@ int run(int argc, char** argv) {
         std::printf("%s batch %lld: WHILE graph refused, per-step only: %s\n", config_name.c_str(),
                     static_cast<long long>(batch), loop.while_refusal().c_str());
       }
+      // The other steps per WHILE iteration, each on a loop of its own.
+      nlohmann::json by_steps = nlohmann::json::object();
+      for (size_t i = 1; looped_ran && i < while_steps.size(); ++i) {
+        DecodeLoop other(
+            *decoder, {.bucket = batch, .max_steps = steps, .steps_per_iteration = while_steps[i]});
+        other.warm_up();
+        if (!other.while_available()) continue;
+        ModeResult timed =
+            time_mode(*decoder, other, DecodeMode::kWhileLoop, batch, prompt, steps, repeats);
+        GROVE_CHECK(timed.tokens == per_step.tokens, kName, ": config ", config_name, " batch ",
+                    batch, ": the WHILE loop with ", while_steps[i],
+                    " steps per iteration gives other tokens than the per-step graphs");
+        std::printf(
+            "%s batch %lld: WHILE with %lld steps per iteration: %.1f us per step, %.2fx per-step "
+            "graphs, %.2fx the server loop (tokens identical)\n",
+            config_name.c_str(), static_cast<long long>(batch),
+            static_cast<long long>(while_steps[i]), timed.step_us, per_step.step_us / timed.step_us,
+            server.step_us / timed.step_us);
+        by_steps[std::to_string(while_steps[i])] = {
+            {"step_us", timed.step_us},
+            {"spread", timed.spread},
+            {"over_per_step", per_step.step_us / timed.step_us},
+            {"over_server", server.step_us / timed.step_us}};
+      }
       // The best mode that ran, for tokens/s and MBU.
       const double best_us = looped_ran ? looped.step_us : per_step.step_us;
       const double kv_read =
@@ -288,10 +376,11 @@ int run(int argc, char** argv) {
       auto mbu = [&](double step_us) { return bytes / (step_us * 1e-6) / (hbm_tbs * 1e12); };
       auto tokens_per_s = [&](double step_us) { return batch / (step_us * 1e-6); };
       table.add_row({config_name, std::to_string(batch), format_fixed(server.step_us, 1),
-                     format_fixed(per_step.step_us, 1),
+                     format_fixed(kept.step_us, 1), format_fixed(per_step.step_us, 1),
                      looped_ran ? format_fixed(looped.step_us, 1) : "refused",
                      looped_ran ? format_ratio(per_step.step_us / looped.step_us) : "-",
                      looped_ran ? format_ratio(server.step_us / looped.step_us) : "-",
+                     looped_ran ? format_ratio(kept.step_us / looped.step_us) : "-",
                      format_fixed(tokens_per_s(best_us), 0) + (looped_ran ? "" : " (per-step)"),
                      format_fixed(100 * mbu(best_us), 1) + "%"});
       nlohmann::json result = {{"batch", batch},
@@ -300,7 +389,13 @@ int run(int argc, char** argv) {
                                {"step_kernels", loop.step_kernels()},
                                {"bytes_read_per_step", bytes},
                                {"row0_tokens", row_tokens(per_step.tokens, 0)},
+                               {"row0_prompt", row0_prompt},
+                               {"row0_greedy", row0_greedy},
                                {"kv_bytes_read_per_step", kv_read},
+                               {"server_step_rows_kept",
+                                {{"step_us", kept.step_us},
+                                 {"spread", kept.spread},
+                                 {"tokens_per_s", tokens_per_s(kept.step_us)}}},
                                {"server_step",
                                 {{"step_us", server.step_us},
                                  {"spread", server.spread},
@@ -317,7 +412,10 @@ int run(int argc, char** argv) {
                            {"mbu", mbu(looped.step_us)}};
         result["while_speedup"] = per_step.step_us / looped.step_us;
         result["while_over_server"] = server.step_us / looped.step_us;
+        result["while_over_server_rows_kept"] = kept.step_us / looped.step_us;
         result["tokens_identical"] = true;
+        result["while_steps_per_iteration"] = while_steps.front();
+        result["while_other_steps_per_iteration"] = by_steps;
       } else {
         result["while"] = {{"refused", loop.while_refusal()}};
       }
@@ -330,7 +428,8 @@ int run(int argc, char** argv) {
   std::printf(
       "server: one DecodeLoop::run per step with the rows set again (uploads, launch, tokens, "
       "positions and row state read back), as the Generator steps when a request joins or "
-      "leaves every step\n");
+      "leaves every step; kept: the same with the rows as they stand (no request joins or "
+      "leaves, but the host steps)\n");
   std::printf(
       "MBU: (weights less the embedding table + KV cache of the batch over max_seq_len) "
       "per step / step time / %.2f TB/s\n",
@@ -342,7 +441,9 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace grove::benchmarks
 
-int main(int argc, char** argv) {
+// The benchmark's entry point, also exported by libgrove_decode.so so that a
+// profiler in another runtime (probes/profile_decode.py: torch.profiler) can run it in-process.
+extern "C" int grove_decode_main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "load") {
     return grove::benchmarks::benchmark_main("decode load", grove::benchmarks::run_decode_load,
                                              argc - 1, argv + 1);

@@ -15,15 +15,20 @@
 //   decode load [--device auto|cuda|sim] [--config small|1b] [--dtype bf16|f32]
 //               [--requests 200] [--rate 20] [--prompt-lengths 8,32,96]
 //               [--output-lengths 16,64,128] [--buckets 1,2,4,8,16,32,64]
-//               [--max-seq-len 256] [--loop-steps 8] [--prefills-per-step 0]
+//               [--max-seq-len 256] [--loop-steps 8] [--prefills-per-step 0[,P...]]
 //               [--prefill-chunk 0] [--seed 1]
 //               [--model-dir DIR] [--json FILE]
 //
-// A run that fits a short GPU call (H100, session 18 round 2: warm-up 18.6 s,
-// the load 1.9 s): --config 1b --requests 256 --rate 400 --buckets 16,32,64
-// --prefills-per-step 1 --prefill-chunk 32 gave ITL p50 3.886 ms and p99
-// 4.284 (1.10x), TTFT p50 509 ms and p99 1056 (arrivals outran one prefill
-// per step, so requests queued), 9377 tokens/s, at most 49 rows running.
+// A run that fits a short GPU call: --config 1b --requests 256 --rate 400
+// --buckets 16,32,64 --prefills-per-step 2,1 --prefill-chunk 32 (H100,
+// session 19 round 2, one process: warm-up 20.3 s, each load about 2 s):
+//   2 prefills a step: all 64 slots ran (99 steps at 64 rows), ITL p50 5.921
+//     ms, p99 6.880 (1.16x), TTFT p50 394 ms, p99 850, 10459 tokens/s;
+//   1 prefill a step: at most 49 rows (arrivals outran admission, requests
+//     queued), ITL p50 4.055, p99 4.461 (1.10x), TTFT p50 532, p99 1124, 9108
+//     tokens/s.
+// Each prefill in a turn delays every stream's next token (Note [Prefills
+// between decode steps]), so the second one costs ~1.9 ms of ITL, evenly.
 #include "benchmarks/decode/decode_load.h"
 
 #include <algorithm>
@@ -70,10 +75,13 @@ const std::vector<FlagSpec> kFlags = {
      "(default 1,2,4,8,16,32,64)"},
     {"--max-seq-len", "T", "KV-cache positions per request (default 256)"},
     {"--loop-steps", "K", "decode steps per WHILE launch; 0: host-stepped (default 8)"},
-    {"--prefills-per-step", "P",
-     "prefill calls before each decode step; 0: all that fit (default 0)"},
+    {"--prefills-per-step", "LIST",
+     "prefill calls before each decode step; 0: all that fit (default 0); a list runs the "
+     "load once per value on the same warmed decoder, one row each"},
     {"--prefill-chunk", "C",
      "prompt tokens per prefill call (chunked prefill); 0: whole prompts (default 0)"},
+    {"--while-steps", "K",
+     "decode steps per WHILE iteration (Note [Steps per WHILE iteration]; default 1)"},
     {"--seed", "S", "arrival times, lengths and prompts (default 1)"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
     {"--json", "FILE", "write the results as JSON"},
@@ -131,9 +139,13 @@ int run_decode_load(int argc, char** argv) {
       integer_list(flags, "--buckets", {"1", "2", "4", "8", "16", "32", "64"});
   const int64_t max_seq_len = flags.integer("--max-seq-len", 256, 2, 1 << 16);
   const int64_t loop_steps = flags.integer("--loop-steps", 8, 0, 4096);
-  const int64_t prefills_per_step = flags.integer("--prefills-per-step", 0, 0, 1 << 20);
+  std::vector<int64_t> prefill_limits;
+  for (const std::string& item : flags.list("--prefills-per-step", {"0"})) {
+    prefill_limits.push_back(cli::parse_integer("--prefills-per-step", item, 0, 1 << 20));
+  }
   const int64_t prefill_chunk = flags.integer("--prefill-chunk", 0, 0, 1 << 20);
   const int64_t seed = flags.integer("--seed", 1, 0, int64_t{1} << 62);
+  const int64_t while_steps = flags.integer("--while-steps", 1, 1, 64);
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
   const std::string json_path = flags.text("--json", "");
   if (!json_path.empty()) cli::check_output_path("--json", json_path);
@@ -162,121 +174,159 @@ int run_decode_load(int argc, char** argv) {
   Stopwatch warm_watch;
   std::unique_ptr<Decoder> decoder = Decoder::load(dir, options);
   decoder->warm_up();
-  LlmService service(*decoder, nullptr,
-                     {.max_new_tokens = longest_output,
-                      .max_waiting = static_cast<size_t>(requests),
-                      .decode_loop_steps = loop_steps,
-                      .max_prefills_per_step = prefills_per_step,
-                      .prefill_chunk = prefill_chunk});
   const double warm_s = warm_watch.elapsed_s();
+  std::string limits_text;
+  for (int64_t limit : prefill_limits) {
+    limits_text += str_cat(limits_text.empty() ? "" : ",", limit);
+  }
   std::printf(
       "%s on %s: %s %s (checkpoint %s), %lld requests at %.1f/s, loop steps %lld, prefills per "
-      "step %lld, prefill chunk %lld; warm-up %.1f s\n",
+      "step %s, prefill chunk %lld; warm-up %.1f s\n",
       kName, device.str().c_str(), config_name.c_str(), dtype_name.c_str(),
       wrote ? "written" : "reused", static_cast<long long>(requests), rate,
-      static_cast<long long>(loop_steps), static_cast<long long>(prefills_per_step),
+      static_cast<long long>(loop_steps), limits_text.c_str(),
       static_cast<long long>(prefill_chunk), warm_s);
+  std::fflush(stdout);
 
-  // The schedule: arrival offsets, lengths and prompts, all from the seed.
-  std::mt19937_64 rng(static_cast<uint64_t>(seed));
-  std::exponential_distribution<double> gap(rate);
-  std::uniform_int_distribution<size_t> pick_prompt(0, prompt_lengths.size() - 1);
-  std::uniform_int_distribution<size_t> pick_output(0, output_lengths.size() - 1);
-  std::uniform_int_distribution<int64_t> token(3, config.vocab_size - 1);
-  std::vector<double> offsets_s;
-  std::vector<CompletionRequest> schedule;
-  double at = 0;
-  for (int64_t i = 0; i < requests; ++i) {
-    at += gap(rng);
-    offsets_s.push_back(at);
-    CompletionRequest request;
-    request.prompt.resize(static_cast<size_t>(prompt_lengths[pick_prompt(rng)]));
-    for (int64_t& id : request.prompt) id = token(rng);
-    request.max_tokens = output_lengths[pick_output(rng)];
-    request.ignore_eos = true;
-    schedule.push_back(std::move(request));
-  }
-
-  // Callbacks run on the service's thread; the records are read after every request ended.
-  std::vector<ClientRecord> records(static_cast<size_t>(requests));
-  std::mutex mutex;
-  std::condition_variable all_ended;
-  int64_t ended = 0;
-  const Clock::time_point start = Clock::now();
-  for (int64_t i = 0; i < requests; ++i) {
-    std::this_thread::sleep_until(
-        start + std::chrono::duration_cast<Clock::duration>(
-                    std::chrono::duration<double>(offsets_s[static_cast<size_t>(i)])));
-    ClientRecord& record = records[static_cast<size_t>(i)];
-    record.arrival = Clock::now();
-    record.prompt = static_cast<int64_t>(schedule[static_cast<size_t>(i)].prompt.size());
-    record.output = schedule[static_cast<size_t>(i)].max_tokens;
-    record.tokens.reserve(static_cast<size_t>(record.output));
-    service.submit(
-        std::move(schedule[static_cast<size_t>(i)]),
-        {.on_token = [&record](int64_t,
-                               const std::string&) { record.tokens.push_back(Clock::now()); },
-         .on_end =
-             [&, i](const CompletionSummary& summary) {
-               std::lock_guard<std::mutex> lock(mutex);
-               records[static_cast<size_t>(i)].end = serving::llm::completion_end_name(summary.end);
-               if (++ended == requests) all_ended.notify_all();
-             }});
-  }
-  {
-    std::unique_lock<std::mutex> lock(mutex);
-    all_ended.wait(lock, [&] { return ended == requests; });
-  }
-  const Clock::time_point finish = Clock::now();
-  const serving::llm::LlmStats stats = service.stats();
-  service.shutdown();
-
-  std::vector<double> ttft_ms;
-  std::vector<double> itl_ms;
-  int64_t tokens = 0;
-  int64_t complete = 0;
-  for (const ClientRecord& record : records) {
-    tokens += static_cast<int64_t>(record.tokens.size());
-    if (record.end == "length" && static_cast<int64_t>(record.tokens.size()) == record.output) {
-      ++complete;
-    }
-    if (record.tokens.empty()) continue;
-    ttft_ms.push_back(ms(record.tokens.front() - record.arrival));
-    for (size_t t = 1; t < record.tokens.size(); ++t) {
-      itl_ms.push_back(ms(record.tokens[t] - record.tokens[t - 1]));
-    }
-  }
-  GROVE_CHECK(complete == requests, kName, ": ", requests - complete, " of ", requests,
-              " requests did not end with all their tokens (see the service's log)");
-  const double wall_s = std::chrono::duration<double>(finish - start).count();
-  const double ttft_p50 = percentile(ttft_ms, 0.5);
-  const double ttft_p99 = percentile(ttft_ms, 0.99);
-  const double itl_p50 = percentile(itl_ms, 0.5);
-  const double itl_p99 = percentile(itl_ms, 0.99);
-  const double tokens_per_s = static_cast<double>(tokens) / wall_s;
-
-  Table table({{"rate/s", Align::kRight},
+  Table table({{"prefills/step", Align::kRight},
+               {"rate/s", Align::kRight},
                {"TTFT p50 ms", Align::kRight},
                {"TTFT p99 ms", Align::kRight},
                {"ITL p50 ms", Align::kRight},
                {"ITL p99 ms", Align::kRight},
                {"ITL p99/p50", Align::kRight},
                {"tokens/s", Align::kRight},
+               {"max rows", Align::kRight},
                {"wall s", Align::kRight}});
-  table.add_row({format_fixed(rate, 1), format_fixed(ttft_p50, 2), format_fixed(ttft_p99, 2),
-                 format_fixed(itl_p50, 3), format_fixed(itl_p99, 3),
-                 format_ratio(itl_p99 / itl_p50), format_fixed(tokens_per_s, 0),
-                 format_fixed(wall_s, 2)});
-  std::fputs(table.render().c_str(), stdout);
-  std::string batches;
-  for (const auto& [rows, steps] : stats.rows_per_step) {
-    batches += str_cat(batches.empty() ? "" : ", ", rows, ":", steps);
+  nlohmann::json runs = nlohmann::json::array();
+  for (int64_t prefills_per_step : prefill_limits) {
+    Stopwatch setup_watch;
+    LlmService service(*decoder, nullptr,
+                       {.max_new_tokens = longest_output,
+                        .max_waiting = static_cast<size_t>(requests),
+                        .decode_loop_steps = loop_steps,
+                        .max_prefills_per_step = prefills_per_step,
+                        .prefill_chunk = prefill_chunk,
+                        .while_steps_per_iteration = while_steps});
+    const double setup_s = setup_watch.elapsed_s();
+
+    // The schedule: arrival offsets, lengths and prompts, all from the seed
+    // (the same in every run).
+    std::mt19937_64 rng(static_cast<uint64_t>(seed));
+    std::exponential_distribution<double> gap(rate);
+    std::uniform_int_distribution<size_t> pick_prompt(0, prompt_lengths.size() - 1);
+    std::uniform_int_distribution<size_t> pick_output(0, output_lengths.size() - 1);
+    std::uniform_int_distribution<int64_t> token(3, config.vocab_size - 1);
+    std::vector<double> offsets_s;
+    std::vector<CompletionRequest> schedule;
+    double at = 0;
+    for (int64_t i = 0; i < requests; ++i) {
+      at += gap(rng);
+      offsets_s.push_back(at);
+      CompletionRequest request;
+      request.prompt.resize(static_cast<size_t>(prompt_lengths[pick_prompt(rng)]));
+      for (int64_t& id : request.prompt) id = token(rng);
+      request.max_tokens = output_lengths[pick_output(rng)];
+      request.ignore_eos = true;
+      schedule.push_back(std::move(request));
+    }
+
+    // Callbacks run on the service's thread; the records are read after every request ended.
+    std::vector<ClientRecord> records(static_cast<size_t>(requests));
+    std::mutex mutex;
+    std::condition_variable all_ended;
+    int64_t ended = 0;
+    const Clock::time_point start = Clock::now();
+    for (int64_t i = 0; i < requests; ++i) {
+      std::this_thread::sleep_until(
+          start + std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double>(offsets_s[static_cast<size_t>(i)])));
+      ClientRecord& record = records[static_cast<size_t>(i)];
+      record.arrival = Clock::now();
+      record.prompt = static_cast<int64_t>(schedule[static_cast<size_t>(i)].prompt.size());
+      record.output = schedule[static_cast<size_t>(i)].max_tokens;
+      record.tokens.reserve(static_cast<size_t>(record.output));
+      service.submit(
+          std::move(schedule[static_cast<size_t>(i)]),
+          {.on_token = [&record](int64_t,
+                                 const std::string&) { record.tokens.push_back(Clock::now()); },
+           .on_end =
+               [&, i](const CompletionSummary& summary) {
+                 std::lock_guard<std::mutex> lock(mutex);
+                 records[static_cast<size_t>(i)].end =
+                     serving::llm::completion_end_name(summary.end);
+                 if (++ended == requests) all_ended.notify_all();
+               }});
+    }
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      all_ended.wait(lock, [&] { return ended == requests; });
+    }
+    const Clock::time_point finish = Clock::now();
+    const serving::llm::LlmStats stats = service.stats();
+    service.shutdown();
+
+    std::vector<double> ttft_ms;
+    std::vector<double> itl_ms;
+    int64_t tokens = 0;
+    int64_t complete = 0;
+    for (const ClientRecord& record : records) {
+      tokens += static_cast<int64_t>(record.tokens.size());
+      if (record.end == "length" && static_cast<int64_t>(record.tokens.size()) == record.output) {
+        ++complete;
+      }
+      if (record.tokens.empty()) continue;
+      ttft_ms.push_back(ms(record.tokens.front() - record.arrival));
+      for (size_t t = 1; t < record.tokens.size(); ++t) {
+        itl_ms.push_back(ms(record.tokens[t] - record.tokens[t - 1]));
+      }
+    }
+    GROVE_CHECK(complete == requests, kName, ": ", requests - complete, " of ", requests,
+                " requests did not end with all their tokens (see the service's log)");
+    const double wall_s = std::chrono::duration<double>(finish - start).count();
+    const double ttft_p50 = percentile(ttft_ms, 0.5);
+    const double ttft_p99 = percentile(ttft_ms, 0.99);
+    const double itl_p50 = percentile(itl_ms, 0.5);
+    const double itl_p99 = percentile(itl_ms, 0.99);
+    const double tokens_per_s = static_cast<double>(tokens) / wall_s;
+    int64_t max_rows = 0;
+    std::string batches;
+    for (const auto& [rows, steps] : stats.rows_per_step) {
+      batches += str_cat(batches.empty() ? "" : ", ", rows, ":", steps);
+      max_rows = std::max<int64_t>(max_rows, rows);
+    }
+    table.add_row({std::to_string(prefills_per_step), format_fixed(rate, 1),
+                   format_fixed(ttft_p50, 2), format_fixed(ttft_p99, 2), format_fixed(itl_p50, 3),
+                   format_fixed(itl_p99, 3), format_ratio(itl_p99 / itl_p50),
+                   format_fixed(tokens_per_s, 0), std::to_string(max_rows),
+                   format_fixed(wall_s, 2)});
+    std::printf(
+        "prefills per step %lld (service set up in %.1f s): decode steps %lld (%lld in %lld WHILE "
+        "launches), prefills %lld; running rows:steps %s\n",
+        static_cast<long long>(prefills_per_step), setup_s,
+        static_cast<long long>(stats.decode_steps), static_cast<long long>(stats.loop_steps),
+        static_cast<long long>(stats.loop_launches), static_cast<long long>(stats.prefills),
+        batches.c_str());
+    nlohmann::json run = {
+        {"prefills_per_step", prefills_per_step},
+        {"ttft_ms", {{"p50", ttft_p50}, {"p99", ttft_p99}}},
+        {"itl_ms", {{"p50", itl_p50}, {"p99", itl_p99}, {"p99_over_p50", itl_p99 / itl_p50}}},
+        {"tokens", tokens},
+        {"tokens_per_s", tokens_per_s},
+        {"wall_s", wall_s},
+        {"max_running_rows", max_rows},
+        {"decode_steps", stats.decode_steps},
+        {"loop_launches", stats.loop_launches},
+        {"loop_steps_run", stats.loop_steps},
+        {"prefills", stats.prefills}};
+    nlohmann::json rows = nlohmann::json::object();
+    for (const auto& [count, steps] : stats.rows_per_step) rows[std::to_string(count)] = steps;
+    run["rows_per_step"] = rows;
+    runs.push_back(std::move(run));
+    // The table so far after each run, flushed: a run cut short keeps the rows before it.
+    std::fputs(table.render().c_str(), stdout);
+    std::fflush(stdout);
   }
-  std::printf(
-      "decode steps %lld (%lld in %lld WHILE launches), prefills %lld; running rows:steps %s\n",
-      static_cast<long long>(stats.decode_steps), static_cast<long long>(stats.loop_steps),
-      static_cast<long long>(stats.loop_launches), static_cast<long long>(stats.prefills),
-      batches.c_str());
 
   if (!json_path.empty()) {
     nlohmann::json report = report_header(kName, device);
@@ -289,21 +339,12 @@ int run_decode_load(int argc, char** argv) {
     report["buckets"] = buckets;
     report["max_seq_len"] = max_seq_len;
     report["loop_steps"] = loop_steps;
-    report["prefills_per_step"] = prefills_per_step;
     report["prefill_chunk"] = prefill_chunk;
+    report["while_steps_per_iteration"] = while_steps;
     report["seed"] = seed;
-    report["ttft_ms"] = {{"p50", ttft_p50}, {"p99", ttft_p99}};
-    report["itl_ms"] = {{"p50", itl_p50}, {"p99", itl_p99}, {"p99_over_p50", itl_p99 / itl_p50}};
-    report["tokens"] = tokens;
-    report["tokens_per_s"] = tokens_per_s;
-    report["wall_s"] = wall_s;
-    report["decode_steps"] = stats.decode_steps;
-    report["loop_launches"] = stats.loop_launches;
-    report["loop_steps_run"] = stats.loop_steps;
-    report["prefills"] = stats.prefills;
-    nlohmann::json rows = nlohmann::json::object();
-    for (const auto& [count, steps] : stats.rows_per_step) rows[std::to_string(count)] = steps;
-    report["rows_per_step"] = rows;
+    // The first run's figures at the top level (as before lists were taken), every run in "runs".
+    for (const auto& [key, value] : runs.front().items()) report[key] = value;
+    report["runs"] = runs;
     write_json_file(json_path, report);
   }
   return 0;

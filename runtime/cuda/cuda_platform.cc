@@ -392,8 +392,10 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
 // griddepcontrol.wait, which returns once that kernel has completed and its
 // writes are visible (runtime/programmatic_launch_device.h). Captured, such a
 // launch is a programmatic edge of the graph. What grove's programmatic kernels
-// keep to: (1) before its wait a kernel reads and writes no memory (it may
-// prefetch into L2, which changes no value, and compute from its arguments);
+// keep to: (1) before its wait a kernel writes no memory and reads only memory
+// that the kernel right before it does not write (read-only weights; a cache
+// written steps before: Note [Decode attention loads the cache early]), or
+// prefetches into L2, which changes no value;
 // (2) it allows the next kernel only after its own wait, so when a kernel's
 // part before the wait runs, every kernel but the one right before it has
 // completed. Kernels without programmatic PTX (generated kernels, cuBLAS) are

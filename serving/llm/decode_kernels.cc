@@ -93,7 +93,9 @@ void host_sample(const LaunchDims* dims, const uint64_t* args) {
   auto* row_state = pointer<int64_t>(args[4]);
   const auto max_seq_len = static_cast<int64_t>(args[5]);
   auto* streamed = pointer<int64_t>(args[6]);
-  const int64_t step = pointer<const int64_t>(args[7])[layout::kStep];
+  const int64_t* loop_state = pointer<const int64_t>(args[7]);
+  const int64_t step = loop_state[layout::kStep];
+  if (step >= loop_state[layout::kBudget]) return;  // Note [Steps per WHILE iteration]
   const int64_t rows = dims->grid.x;
   for (int64_t row = 0; row < rows; ++row) {
     int64_t* state = row_state + row * layout::kRowFields;
@@ -129,10 +131,13 @@ void host_loop_control(const LaunchDims*, const uint64_t* args) {
   auto* loop_state = pointer<int64_t>(args[2]);
   auto* keep_going = pointer<int32_t>(args[3]);
   auto* published = pointer<int64_t>(args[4]);
+  // Note [Steps per WHILE iteration]: a stopped launch's later copies of the step do nothing.
+  if (loop_state[layout::kStep] >= loop_state[layout::kBudget]) return;
   const int64_t step = ++loop_state[layout::kStep];
   bool running = false;
   for (int64_t row = 0; row < rows; ++row) running = running || positions[row] >= 0;
   const int32_t again = running && step < loop_state[layout::kBudget] ? 1 : 0;
+  if (!again) loop_state[layout::kBudget] = step;
   *keep_going = again;
   std::atomic_ref<int64_t>(published[layout::kPublishedStopped])
       .store(again ? 0 : 1, std::memory_order_relaxed);

@@ -115,6 +115,8 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
   const int64_t rows = gridDim.x;
   const int t = threadIdx.x;
   const int64_t step = loop_state[layout::kStep];
+  // Note [Steps per WHILE iteration]: a copy of the step after the launch stopped does nothing.
+  if (step >= loop_state[layout::kBudget]) return;
   int64_t* state = row_state + row * layout::kRowFields;
   if (positions[row] < 0) {
     if (t == 0) streamed[step * rows + row] = -1;
@@ -261,11 +263,15 @@ extern "C" __global__ void grove_llm_loop_control(const int64_t* positions, int6
   wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
   allow_next_kernel();
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  // Note [Steps per WHILE iteration]: once stopped, the launch's budget is the
+  // steps it ran, and the rest of the body's copies of the step do nothing.
+  if (loop_state[layout::kStep] >= loop_state[layout::kBudget]) return;
   const int64_t step = loop_state[layout::kStep] + 1;
   loop_state[layout::kStep] = step;
   bool running = false;
   for (int64_t row = 0; row < rows; ++row) running = running || positions[row] >= 0;
   const int32_t again = running && step < loop_state[layout::kBudget] ? 1 : 0;
+  if (!again) loop_state[layout::kBudget] = step;
   *keep_going = again;
   auto* host = reinterpret_cast<volatile int64_t*>(published);
   host[layout::kPublishedStopped] = again ? 0 : 1;

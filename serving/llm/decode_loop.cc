@@ -35,9 +35,9 @@ struct DecodeLoop::Recorded {
   runtime::GraphRecording step;
   std::unique_ptr<runtime::WhileGraph> loop;  // null where the device refused the body
   compiler::TensorList step_outputs;
-  compiler::TensorList loop_outputs;
+  std::vector<compiler::TensorList> loop_outputs;  // per copy of the step in the body
   Tensor step_table;
-  Tensor loop_table;
+  std::vector<Tensor> loop_tables;
 };
 
 const char* decode_mode_name(DecodeMode mode) {
@@ -51,6 +51,8 @@ DecodeLoop::DecodeLoop(Decoder& decoder, DecodeLoopOptions options)
               "DecodeLoop for batch bucket ", options_.bucket,
               ", which the decoder does not have; its buckets go up to ", buckets.back());
   GROVE_CHECK(options_.max_steps > 0, "DecodeLoop needs max_steps > 0; got ", options_.max_steps);
+  GROVE_CHECK(options_.steps_per_iteration >= 1 && options_.steps_per_iteration <= 64,
+              "DecodeLoop steps_per_iteration must be 1..64; got ", options_.steps_per_iteration);
   GROVE_CHECK(device_.supports_graphs(), "DecodeLoop records graphs; ", device_.str(),
               " has none (use sim or cuda)");
   runtime::DeviceContext& context = runtime::device_context(device_);
@@ -182,7 +184,11 @@ void DecodeLoop::record() {
   // kv_write_table's layout: every cache, then every new-rows tensor.
   const int64_t table_entries = 4 * decoder_.config().num_layers;
   recorded->step_table = Tensor::empty({table_entries}, runtime::DType::kI64, device_);
-  recorded->loop_table = Tensor::empty({table_entries}, runtime::DType::kI64, device_);
+  const auto copies = static_cast<size_t>(options_.steps_per_iteration);
+  recorded->loop_outputs.resize(copies);
+  for (size_t copy = 0; copy < copies; ++copy) {
+    recorded->loop_tables.push_back(Tensor::empty({table_entries}, runtime::DType::kI64, device_));
+  }
   const int64_t max_seq_len = decoder_.state().cache().max_seq_len;
   auto* published = reinterpret_cast<int64_t*>(published_.data());
   int64_t* streamed_tokens = published + layout::kPublishedWords;
@@ -215,7 +221,10 @@ void DecodeLoop::record() {
     auto loop = std::make_unique<runtime::WhileGraph>(device_);
     loop->capture_body_begin(stream_, pool_);
     try {
-      one_step(recorded->loop_outputs, recorded->loop_table);
+      // Note [Steps per WHILE iteration].
+      for (size_t copy = 0; copy < copies; ++copy) {
+        one_step(recorded->loop_outputs[copy], recorded->loop_tables[copy]);
+      }
       runtime::launch_set_while_condition(
           device_, loop->condition(), static_cast<const int32_t*>(keep_going_.data_ptr()), stream_);
       loop->capture_body_end();
@@ -245,7 +254,11 @@ void DecodeLoop::record() {
     table.copy_from_host(pointers.data());
   };
   fill_table(recorded->step_outputs, recorded->step_table);
-  if (recorded->loop) fill_table(recorded->loop_outputs, recorded->loop_table);
+  if (recorded->loop) {
+    for (size_t copy = 0; copy < copies; ++copy) {
+      fill_table(recorded->loop_outputs[copy], recorded->loop_tables[copy]);
+    }
+  }
   recorded_ = std::move(recorded);
 }
 

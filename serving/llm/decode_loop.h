@@ -28,6 +28,25 @@
 // the host may change rows (set_row, clear_row): a run waits for its graph to
 // finish before returning. Tests: DecodeLoopTest.*
 // (tests/serving/llm/decode_loop_test.cc).
+//
+// Note [Steps per WHILE iteration]
+// Each iteration of a conditional WHILE body costs the device a fixed time
+// beyond its kernels (the body's launch), about what a host-stepped graph
+// launch costs. With steps_per_iteration = K the body holds K copies of the
+// step (each with its own outputs and kv-write table) and one condition
+// kernel, so that cost is paid once per K steps. A launch may stop within an
+// iteration (its budget, or every row stopped): loop_control then sets the
+// budget to the steps run, and sample and loop_control of every later copy
+// in that iteration see step >= budget and do nothing, so no token is drawn,
+// no row advances and no step is published. Those copies still run the
+// program and the kv write for the rows that go on: each row's key and value
+// at its next position, which that position's real step writes again with the
+// same values (same token, position and cache); a new request in the slot
+// prefills over them. So tokens are those of K = 1. Measured, it buys
+// nothing (H200, session 19 round 1, batch 1, K = 1, 2, 4: small 82.0, 83.2,
+// 81.9 us a step; 1B 871.2, 866.1, 871.1): an iteration costs the device
+// about the 1.5 us of its condition kernel, so K stays 1 by default. Tests:
+// DecodeLoopTest.StepsPerIterationGiveTheSameTokens (decode_loop_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +68,8 @@ namespace grove::serving::llm {
 struct DecodeLoopOptions {
   int64_t bucket = 1;      // a batch bucket of the decoder: rows 0..bucket-1 are its slots
   int64_t max_steps = 64;  // steps one run may take (the streamed-token buffer's rows)
+  // Note [Steps per WHILE iteration]: copies of the step in the WHILE body.
+  int64_t steps_per_iteration = 1;
 };
 
 // What a row continues from: its last token, fed at `position`, after

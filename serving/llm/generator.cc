@@ -40,7 +40,9 @@ DecodeLoop& Generator::loop_for(int64_t bucket) {
   std::unique_ptr<DecodeLoop>& loop = loops_[bucket];
   if (!loop) {
     loop = std::make_unique<DecodeLoop>(
-        decoder_, DecodeLoopOptions{.bucket = bucket, .max_steps = options_.loop_steps});
+        decoder_, DecodeLoopOptions{.bucket = bucket,
+                                    .max_steps = options_.loop_steps,
+                                    .steps_per_iteration = options_.while_steps_per_iteration});
   }
   return *loop;
 }

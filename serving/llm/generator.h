@@ -81,6 +81,8 @@ struct GeneratorOptions {
   // slot held meanwhile; 0: a whole prompt per call. The decoder should be
   // made with DecoderOptions::chunked_prefill so warm_up records the chunk programs.
   int64_t prefill_chunk = 0;
+  // Note [Steps per WHILE iteration]: copies of the step in each decode loop's WHILE body.
+  int64_t while_steps_per_iteration = 1;
 };
 
 struct GeneratorStats {

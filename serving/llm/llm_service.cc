@@ -26,7 +26,8 @@ LlmService::LlmService(Decoder& decoder, const Tokenizer* tokenizer, LlmServiceC
       config_(config),
       generator_(decoder, {.loop_steps = config.decode_loop_steps,
                            .max_prefills_per_step = config.max_prefills_per_step,
-                           .prefill_chunk = config.prefill_chunk}) {
+                           .prefill_chunk = config.prefill_chunk,
+                           .while_steps_per_iteration = config.while_steps_per_iteration}) {
   // The decode loops compile and record here, in the thread that warmed the
   // decoder up, not on the first request.
   generator_.warm_up();

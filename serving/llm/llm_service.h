@@ -100,6 +100,8 @@ struct LlmServiceConfig {
   // Note [Chunked prefill]: prompts are prefilled this many tokens per call
   // (each call counts against max_prefills_per_step); 0: whole prompts.
   int64_t prefill_chunk = 0;
+  // Note [Steps per WHILE iteration]: copies of the step per WHILE iteration.
+  int64_t while_steps_per_iteration = 1;
 };
 
 // What a request may ask for, from the decoder's buckets and cache.

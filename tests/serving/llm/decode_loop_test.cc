@@ -129,6 +129,42 @@ TEST_P(DecodeLoopTest, RunsInChunksContinueWhereTheLastStopped) {
   EXPECT_EQ(launches, 3);  // 9 steps for the 10-token request
 }
 
+// Note [Steps per WHILE iteration]: K copies of the step per WHILE iteration
+// give the tokens of K = 1, where a launch's budget (5, not a multiple of K)
+// or the last row's stop falls within an iteration, and the next launch (or a
+// per-step run) continues from where the last one stopped.
+TEST_P(DecodeLoopTest, StepsPerIterationGiveTheSameTokens) {
+  auto decoder = tiny_decoder();
+  std::vector<GenerationRequest> requests = mixed_requests();
+  std::vector<std::vector<int64_t>> expected;
+  {
+    Generator generator(*decoder);
+    for (const GenerationRequest& r : requests) expected.push_back(generator.generate(r));
+  }
+  for (int64_t copies : {2, 3, 4}) {
+    SCOPED_TRACE(::testing::Message() << copies << " steps per iteration");
+    DecodeLoop loop(*decoder, {.bucket = 4, .max_steps = 5, .steps_per_iteration = copies});
+    std::vector<std::vector<int64_t>> tokens = start_rows(*decoder, loop, requests);
+    int launches = 0;
+    int64_t steps = 0;
+    while (loop.running(0) || loop.running(1) || loop.running(2) || loop.running(3)) {
+      const DecodeMode mode = launches == 1 ? DecodeMode::kPerStepGraphs : DecodeMode::kWhileLoop;
+      int64_t streamed = 0;
+      DecodeRun run = loop.run(
+          5, mode, [&](int64_t step, const std::vector<int64_t>&) { EXPECT_EQ(step, streamed++); });
+      EXPECT_EQ(run.steps, streamed);
+      EXPECT_LE(run.steps, 5);
+      steps += run.steps;
+      collect(run, tokens);
+      ASSERT_LT(++launches, 10);
+    }
+    EXPECT_EQ(tokens, expected) << "weights seed " << kWeightsSeed;
+    EXPECT_EQ(steps, 11);  // the longest request's 11 decode steps, none more
+    EXPECT_EQ(launches, 3);
+  }
+  EXPECT_THROW((void)DecodeLoop(*decoder, {.bucket = 4, .steps_per_iteration = 0}), Error);
+}
+
 TEST_P(DecodeLoopTest, StopsARowAtEosOnTheDeviceWhileOthersRun) {
   auto decoder = tiny_decoder();
   std::vector<int64_t> free_run;

@@ -143,19 +143,23 @@ TEST(Generator, DeviceLoopGivesThePerStepTokens) {
   };
   Generator per_step(*decoder);
   std::vector<GenerationResult> expected = run_all(per_step);
-  Generator looped(*decoder, {.loop_steps = 4});
-  looped.warm_up();
-  std::vector<GenerationResult> got = run_all(looped);
-  ASSERT_EQ(got.size(), expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].tokens, expected[i].tokens) << "request " << i << " seed " << kSeed;
-    EXPECT_EQ(got[i].finish, expected[i].finish) << "request " << i;
+  // Note [Steps per WHILE iteration]: 3 copies of the step per iteration, launches of 4 steps.
+  for (int64_t copies : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << copies << " steps per WHILE iteration");
+    Generator looped(*decoder, {.loop_steps = 4, .while_steps_per_iteration = copies});
+    looped.warm_up();
+    std::vector<GenerationResult> got = run_all(looped);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, expected[i].tokens) << "request " << i << " seed " << kSeed;
+      EXPECT_EQ(got[i].finish, expected[i].finish) << "request " << i;
+    }
+    EXPECT_EQ(got.back().finish, FinishReason::kEos);
+    EXPECT_EQ(looped.slots_in_use(), 0);
+    EXPECT_GT(looped.stats().loop_launches, 0);
+    EXPECT_GT(looped.stats().loop_steps, looped.stats().loop_launches);  // launches of many steps
+    EXPECT_EQ(looped.stats().generated_tokens, per_step.stats().generated_tokens);
   }
-  EXPECT_EQ(got.back().finish, FinishReason::kEos);
-  EXPECT_EQ(looped.slots_in_use(), 0);
-  EXPECT_GT(looped.stats().loop_launches, 0);
-  EXPECT_GT(looped.stats().loop_steps, looped.stats().loop_launches);  // launches of many steps
-  EXPECT_EQ(looped.stats().generated_tokens, per_step.stats().generated_tokens);
 }
 
 // Note [Prefills between decode steps]: with at most one prefill per step,
