@@ -272,6 +272,20 @@ elif "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //cap
     printf '%s\n' tests/serving/llm/gpu_transformers_test.py tests/serving/llm/gpu_llm_http_test.py |
       python_tests_wanted >>"$bundle/python_tests.txt"
   fi
+  # Note [A part that runs the CLI carries it]: cli/grove otherwise comes only
+  # as the command tests' runfile, so a part without tests/cli (GROVE_BUNDLE_TESTS)
+  # whose Python tests start the binary would fail on the GPU host with "no such
+  # file" (session 19's test call: gpu_transformers_test 0 of 4). Such a part
+  # builds and carries the binary itself; tools/starts_grove_cli.sh names the
+  # tests that start it. Test: tests/tools/starts_grove_cli_test.sh.
+  mapfile -t packed_python_tests <"$bundle/python_tests.txt"
+  if [ ! -e "$bundle/grove/cli/grove" ] && [ ${#packed_python_tests[@]} -gt 0 ] &&
+    tools/starts_grove_cli.sh "${packed_python_tests[@]}" | grep -q .; then
+    "${bazel_cmd[@]}" build --symlink_prefix=/ -c opt --strip=always "$@" //cli:grove
+    mkdir -p "$bundle/grove/cli"
+    cp -L "$bin/cli/grove" "$bundle/grove/cli/grove"
+    copy_system_libraries "$bin/cli/grove"
+  fi
 else
   echo "capi/libgrove.so" >>"$bundle/not_built.txt"
 fi
