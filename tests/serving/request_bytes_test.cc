@@ -155,7 +155,9 @@ TEST(RequestBytes, AssignRowBytesCopiesExactly) {
       ASSERT_EQ(bytes.size(), take) << "seed " << seed;
       EXPECT_EQ(std::memcmp(bytes.data(), source.data() + offset, take), 0)
           << "size " << take << " over " << before << " bytes, seed " << seed;
-      if (take > 0) EXPECT_TRUE(PinnedRowPool::contains(bytes.data()) || take > (64u << 20));
+      if (take > 0) {
+        EXPECT_TRUE(PinnedRowPool::contains(bytes.data()) || take > (64u << 20));
+      }
     }
   }
 }
