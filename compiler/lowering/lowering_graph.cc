@@ -513,6 +513,26 @@ std::vector<size_t> exact_gelu_through(const ir::Program& program,
   }
   return exact_gelu_chain(program, ir_users, ir_output, linear_result);
 }
+
+// A node the lowering adds beside the program's own (a view, or the bias add
+// split off a linear): its definition from the registry and its context
+// named `name`, on the program's device; attrs, operands and results are the
+// caller's.
+LoweringNode added_node(const ir::Program& program, NodeClass node_class, const std::string& name,
+                        const std::string& op, std::vector<ir::TensorType> operand_types,
+                        std::vector<std::string> operand_names) {
+  LoweringNode node;
+  node.node_class = node_class;
+  node.name = name;
+  node.op = op;
+  node.def = &ops::OpRegistry::global().get(op);
+  node.context.node_name = name;
+  node.context.op = op;
+  node.context.device = program.device();
+  node.context.operand_types = std::move(operand_types);
+  node.context.operand_names = std::move(operand_names);
+  return node;
+}
 }  // namespace
 
 bool small_m_exact_gelu_enabled() {
@@ -672,16 +692,8 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
         const ir::Value& viewed = program.value(first_user.results[0]);
         const int product_view = add_value(
             LoweringValue{viewed.name + ".product", viewed.type, ir::ValueKind::kNodeResult});
-        LoweringNode view;
-        view.node_class = NodeClass::kView;
-        view.name = first_user.name;
-        view.op = "reshape";
-        view.def = &registry.get("reshape");
-        view.context.node_name = first_user.name;
-        view.context.op = "reshape";
-        view.context.device = program.device();
-        view.context.operand_types = {linear_type};
-        view.context.operand_names = {program.value(node.results[0]).name};
+        LoweringNode view = added_node(program, NodeClass::kView, first_user.name, "reshape",
+                                       {linear_type}, {program.value(node.results[0]).name});
         view.context.attrs = registry.normalize_attrs(view.context, first_user.attrs);
         view.operands = {results[0]};
         view.results = {product_view};
@@ -690,16 +702,10 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
             add_value(LoweringValue{viewed.name, viewed.type, viewed.kind, -1, -1, false});
         id_of[static_cast<size_t>(viewed.id)] = sum;
         absorbed[users.front()] = true;
-        LoweringNode bias;
-        bias.node_class = NodeClass::kPointwise;
-        bias.name = first_user.name;
-        bias.op = "add";
-        bias.def = &registry.get("add");
-        bias.context.node_name = first_user.name;
-        bias.context.op = "add";
-        bias.context.device = program.device();
-        bias.context.operand_types = {viewed.type, lowered.context.operand_types[2]};
-        bias.context.operand_names = {viewed.name + ".product", lowered.context.operand_names[2]};
+        LoweringNode bias = added_node(
+            program, NodeClass::kPointwise, first_user.name, "add",
+            {viewed.type, lowered.context.operand_types[2]},
+            {viewed.name + ".product", lowered.context.operand_names[2]});
         bias.operands = {product_view, lowered.operands[2]};
         bias.results = {sum};
         bias.in_place_operand = {-1};
@@ -817,16 +823,8 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
           add_node(std::move(lowered));
           int id = add_value(LoweringValue{value.name, value.type, value.kind, -1, -1, false});
           id_of[static_cast<size_t>(viewed_gelu->results[0])] = id;
-          LoweringNode view;
-          view.node_class = NodeClass::kView;
-          view.name = viewed_gelu->name;
-          view.op = "reshape";
-          view.def = &registry.get("reshape");
-          view.context.node_name = viewed_gelu->name;
-          view.context.op = "reshape";
-          view.context.device = program.device();
-          view.context.operand_types = {rows_type};
-          view.context.operand_names = {rows_name};
+          LoweringNode view = added_node(program, NodeClass::kView, viewed_gelu->name, "reshape",
+                                         {rows_type}, {rows_name});
           view.context.attrs = registry.normalize_attrs(
               view.context, ir::Attributes{{"shape", std::vector<int64_t>(value.type.shape)}});
           view.operands = {rows};
@@ -929,16 +927,9 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
     gemm.transpose_b = true;
     add_node(std::move(gemm));
 
-    LoweringNode bias;
-    bias.node_class = NodeClass::kPointwise;
-    bias.name = node.name;
-    bias.op = "add";
-    bias.def = &registry.get("add");
-    bias.context.node_name = node.name;
-    bias.context.op = "add";
-    bias.context.device = program.device();
-    bias.context.operand_types = {result_type, lowered.context.operand_types[2]};
-    bias.context.operand_names = {node.name + ".product", lowered.context.operand_names[2]};
+    LoweringNode bias = added_node(program, NodeClass::kPointwise, node.name, "add",
+                                   {result_type, lowered.context.operand_types[2]},
+                                   {node.name + ".product", lowered.context.operand_names[2]});
     bias.operands = {product, lowered.operands[2]};
     bias.results = results;
     bias.in_place_operand = {-1};
