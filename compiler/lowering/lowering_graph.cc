@@ -702,10 +702,10 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
             add_value(LoweringValue{viewed.name, viewed.type, viewed.kind, -1, -1, false});
         id_of[static_cast<size_t>(viewed.id)] = sum;
         absorbed[users.front()] = true;
-        LoweringNode bias = added_node(
-            program, NodeClass::kPointwise, first_user.name, "add",
-            {viewed.type, lowered.context.operand_types[2]},
-            {viewed.name + ".product", lowered.context.operand_names[2]});
+        LoweringNode bias =
+            added_node(program, NodeClass::kPointwise, first_user.name, "add",
+                       {viewed.type, lowered.context.operand_types[2]},
+                       {viewed.name + ".product", lowered.context.operand_names[2]});
         bias.operands = {product_view, lowered.operands[2]};
         bias.results = {sum};
         bias.in_place_operand = {-1};
