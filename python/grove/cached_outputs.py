@@ -16,6 +16,7 @@ hand-out, for timing both in one process.
 
 import ctypes
 import os
+import threading
 import weakref
 
 from grove import _capi
@@ -30,7 +31,17 @@ MAX_CACHED = 64
 _ENTRY_TENSOR, _ENTRY_STORAGE, _ENTRY_BASE = range(3)
 # References of closed models' outputs someone still holds: released by any
 # later call once nobody does ([cached tensor, storage, base count, reference]).
+# Every thread's calls and closes share the list, so they take the lock to
+# read and change it: two threads releasing the same unheld reference would
+# release it twice (Note [Orphaned outputs released once]).
 _orphans = []
+_orphans_lock = threading.Lock()
+
+# Note [Orphaned outputs released once]: a closed model's output that someone
+# still holds is an orphan; whichever later call (of any model, on any
+# thread) first finds nobody uses it releases its grove reference, and no
+# other call does, since finding and removing orphans is one step under
+# _orphans_lock. Test: CachedOutputsTest.test_orphans_of_many_threads_are_released_once.
 
 
 def available():
@@ -68,7 +79,8 @@ class CachedOutputs:
         self.release (their count returned, for grove_model_run_handout);
         references held before and dropped since are released at once."""
         if _orphans:
-            _release_unheld(_orphans, self._use_count)
+            with _orphans_lock:
+                _release_unheld(_orphans, self._use_count)
         count = 0
         if self.last:
             use_count = self._use_count
@@ -158,10 +170,10 @@ class CachedOutputs:
         """The model is closing: every reference nobody holds is released; the
         rest wait, as orphans, until nobody does."""
         self.settle()
-        _orphans.extend(self.held)
-        self.held = []
-        self.tensors = {}
-        if _orphans:
+        with _orphans_lock:
+            _orphans.extend(self.held)
+            self.held = []
+            self.tensors = {}
             _release_unheld(_orphans, self._use_count)
 
 

@@ -8,6 +8,7 @@ releases it once nobody holds it. Skips on a PyTorch without the storage hook
 and storage use counts (PyTorch < 2.1, CI's 1.13), where the hand-out is
 DLPack's (model_test covers that)."""
 import os
+import threading
 import unittest
 
 import torch
@@ -17,6 +18,8 @@ from grove import cached_outputs
 import junit_main
 
 SEED = 20261127
+THREADS = 8
+ROUNDS = 6
 
 PROGRAM = {
     "name": "small",
@@ -192,6 +195,44 @@ class CachedOutputsTest(unittest.TestCase):
         del kept
         other = self.model()
         other(self.x())
+        self.assertEqual(cached_outputs._orphans, [])
+
+    def test_orphans_of_many_threads_are_released_once(self):
+        # Note [Orphaned outputs released once]: threads close models whose
+        # outputs they still hold, then drop them, while others call their own
+        # models (each call releases the orphans nobody holds): every value
+        # stays right, no release fails, and no orphan is left.
+        errors = []
+        start = threading.Barrier(THREADS)
+
+        def work(index):
+            try:
+                generator = torch.Generator().manual_seed(SEED + index)
+                start.wait()
+                for _ in range(ROUNDS):
+                    model = self.model()
+                    x = torch.randn(4, 8, generator=generator)
+                    kept = model(x)
+                    model.close()
+                    self.check(kept, x, "thread %d, an output of a closed model" % index)
+                    del kept
+                    other = self.model()
+                    for _ in range(3):
+                        y = torch.randn(4, 8, generator=generator)
+                        self.check(other(y), y, "thread %d, a later model" % index)
+                    other.close()
+            except BaseException as error:  # reported by the main thread
+                errors.append("thread %d: %s: %s" % (index, type(error).__name__, error))
+
+        threads = [threading.Thread(target=work, args=(index,)) for index in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(errors, [])
+        last = self.model()
+        last(self.x())
+        last.close()
         self.assertEqual(cached_outputs._orphans, [])
 
 
