@@ -32,7 +32,6 @@ different reduction order). The goal of the 4-GPU issue: grove <= 0.5x
 reduce-overhead.
 """
 import argparse
-import contextlib
 import copy
 import json
 import os
@@ -67,18 +66,11 @@ def _first_step_under(step, setting):
     return stepped
 
 
-@contextlib.contextmanager
 def _door_function():
     # Note [The door's own autograd function] (opt-in, read at compilation).
-    previous = os.environ.get("GROVE_DOOR_FUNCTION")
-    os.environ["GROVE_DOOR_FUNCTION"] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["GROVE_DOOR_FUNCTION"]
-        else:
-            os.environ["GROVE_DOOR_FUNCTION"] = previous
+    from torch_backend import environment  # this folder
+
+    return environment({"GROVE_DOOR_FUNCTION": "1"})
 
 
 def _whole_graph():
@@ -86,19 +78,12 @@ def _whole_graph():
     return torch._dynamo.config.patch(optimize_ddp=False)
 
 
-@contextlib.contextmanager
 def _direct_gradients():
     # Note [Gradients set directly by the door's function] (opt-in, read at
-    # compilation; taken by grove's own DDP only: torch DDP hooks AccumulateGrad).
-    previous = os.environ.get("GROVE_DOOR_GRADIENTS")
-    os.environ["GROVE_DOOR_GRADIENTS"] = "direct"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["GROVE_DOOR_GRADIENTS"]
-        else:
-            os.environ["GROVE_DOOR_GRADIENTS"] = previous
+    # compilation; refused across ranks, so on two GPUs grove_ddp_fn's step).
+    from torch_backend import environment  # this folder
+
+    return environment({"GROVE_DOOR_GRADIENTS": "direct"})
 
 
 SUFFIXES = {"_fn": _door_function, "_nosplit": _whole_graph, "_direct": _direct_gradients}

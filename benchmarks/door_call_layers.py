@@ -115,6 +115,21 @@ def torch_graph(module, inputs):
     return graph
 
 
+def warm_door(module, inputs, reset=True):
+    """(compiled, graph, args): torch.compile(module, backend="grove") warmed
+    by five calls, its CompiledGraph and the arguments dynamo passes it
+    (captured_arguments). Dynamo is reset first unless reset=False (a floor
+    compiled just before must stay compiled)."""
+    if reset:
+        torch._dynamo.reset()
+    compiled = torch.compile(module, backend="grove", dynamic=False)
+    with torch.no_grad():
+        for _ in range(5):
+            compiled(*inputs)
+    graph, args = captured_arguments(compiled, inputs)
+    return compiled, graph, args
+
+
 def captured_arguments(compiled, inputs):
     """The arguments dynamo passes grove's CompiledGraph in one call."""
     from grove import dynamo_backend
@@ -345,12 +360,7 @@ def layers(name, module, inputs, calls, out_dir, rows, door_only=False, listings
     for variant in floor_variants:
         row("floor_" + variant, dynamo_floor(module, inputs, variant),
             "Note [Floor variants]")
-    torch._dynamo.reset()
-    compiled = torch.compile(module, backend="grove", dynamic=False)
-    with torch.no_grad():
-        for _ in range(5):
-            compiled(*inputs)
-    graph, args = captured_arguments(compiled, inputs)
+    compiled, graph, args = warm_door(module, inputs)
     runner = graph.runner
     fast = runner._fast
     gc.collect()  # as after the floor's compilation
@@ -571,12 +581,7 @@ def interleaved_ab(name, module, inputs, rounds, variants):
     `variants` (AB_VARIANTS) timed in turns (Note [Interleaved A/B of the door])."""
     import grove.torch  # noqa: F401 (registers the backend)
 
-    torch._dynamo.reset()
-    compiled = torch.compile(module, backend="grove", dynamic=False)
-    with torch.no_grad():
-        for _ in range(5):
-            compiled(*inputs)
-    graph, _ = captured_arguments(compiled, inputs)
+    compiled, graph, _ = warm_door(module, inputs)
     models = graph.runner.models()
     gc.collect()
     times = {variant: ([], []) for variant in variants}
@@ -623,11 +628,7 @@ def interleaved_pairs(name, module, inputs, rounds):
     from grove import dynamo_backend
 
     floor = dynamo_floor(copy.deepcopy(module), inputs)
-    compiled = torch.compile(module, backend="grove", dynamic=False)
-    with torch.no_grad():
-        for _ in range(5):
-            compiled(*inputs)
-    graph, args = captured_arguments(compiled, inputs)
+    compiled, graph, args = warm_door(module, inputs, reset=False)  # the floor stays compiled
     dynamo_backend._dynamo_invocation_key()
     tracker = dynamo_backend._GENERATION_TRACKER
 

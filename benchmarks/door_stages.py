@@ -109,15 +109,10 @@ def step_of(module, inputs, loss_of, variant, reset=True):
         return loss
 
     if variant == "grove_fn":  # compiled now, by grove's own autograd function
-        previous = os.environ.get("GROVE_DOOR_FUNCTION")
-        os.environ["GROVE_DOOR_FUNCTION"] = "1"
-        try:
+        from torch_backend import environment  # this folder
+
+        with environment({"GROVE_DOOR_FUNCTION": "1"}):
             step(lambda name, function, *args: function(*args))
-        finally:
-            if previous is None:
-                del os.environ["GROVE_DOOR_FUNCTION"]
-            else:
-                os.environ["GROVE_DOOR_FUNCTION"] = previous
     return step
 
 

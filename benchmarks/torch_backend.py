@@ -40,6 +40,7 @@ synchronization; the median and spread (p10-p90) are over blocks. Skips (exit
 0, says so) without CUDA or without torch._dynamo.
 """
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -55,6 +56,24 @@ sys.path.insert(0, os.path.join(here, "..", "tests", "python"))
 sys.path.insert(0, os.path.join(here, "..", "python"))
 
 BLOCK = 20
+
+
+@contextlib.contextmanager
+def environment(settings):
+    """The environment variables of `settings` ({NAME: VALUE}) set while the
+    block runs (grove reads its switches when a graph compiles); each one's
+    earlier value, or its absence, comes back after. The benchmarks' A/Bs of
+    grove's switches in one process (torch_zoo, ddp_door, door_stages)."""
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def time_calls(function, inputs, repeats):
@@ -201,30 +220,16 @@ def train_variant(module, inputs, loss_of, variant):
         # Note [Gradients set directly by the door's function]: the variant
         # with GROVE_DOOR_GRADIENTS=direct, compiled by a first step right here.
         step = train_variant(module, inputs, loss_of, variant[:-len("_direct")])
-        previous = os.environ.get("GROVE_DOOR_GRADIENTS")
-        os.environ["GROVE_DOOR_GRADIENTS"] = "direct"
-        try:
+        with environment({"GROVE_DOOR_GRADIENTS": "direct"}):
             step()
-        finally:
-            if previous is None:
-                del os.environ["GROVE_DOOR_GRADIENTS"]
-            else:
-                os.environ["GROVE_DOOR_GRADIENTS"] = previous
         return step
     if variant in ("grove_fn", "grove_aot"):
         # backend="grove" with Note [The door's own autograd function] on
         # (grove_fn; the default, so "grove" too) or off (grove_aot:
         # AOTAutograd's runtime), compiled by a first step right here.
         step = train_variant(module, inputs, loss_of, "grove_plain")
-        previous = os.environ.get("GROVE_DOOR_FUNCTION")
-        os.environ["GROVE_DOOR_FUNCTION"] = "1" if variant == "grove_fn" else "0"
-        try:
+        with environment({"GROVE_DOOR_FUNCTION": "1" if variant == "grove_fn" else "0"}):
             step()
-        finally:
-            if previous is None:
-                del os.environ["GROVE_DOOR_FUNCTION"]
-            else:
-                os.environ["GROVE_DOOR_FUNCTION"] = previous
         return step
     if variant in ("grove_optim", "grove_optim_in_backward"):
         import grove.torch

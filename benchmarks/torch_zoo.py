@@ -203,25 +203,12 @@ def parse_grove_env(text):
     return variants
 
 
-class variant_environment:
+def variant_environment(variant):
     """The variant's environment variables (GROVE_ENV_VARIANTS) while it
     compiles and runs; the earlier values come back after."""
+    from torch_backend import environment  # benchmarks/, this script's folder
 
-    def __init__(self, variant):
-        self.settings = GROVE_ENV_VARIANTS.get(variant, {})
-        self.saved = {}
-
-    def __enter__(self):
-        for name, value in self.settings.items():
-            self.saved[name] = os.environ.get(name)
-            os.environ[name] = value
-
-    def __exit__(self, *exc):
-        for name, value in self.saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return environment(GROVE_ENV_VARIANTS.get(variant, {}))
 
 
 def compiled(module, variant):

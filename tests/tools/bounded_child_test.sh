@@ -12,6 +12,20 @@ import bounded_child
 
 tmp = sys.argv[1]
 marker = os.path.join(tmp, "grandchild.pid")
+
+
+def assert_gone(pid, what):
+    """Fails unless process `pid` is gone within 5 s (the kernel reaps an
+    orphan shortly after the kill)."""
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("grandchild %d survived %s" % (pid, what))
+
+
 # A child that starts a grandchild sharing its stdout and stderr (as PyTorch's
 # compile workers do), records its pid, and then hangs.
 hanging = ("import subprocess, sys, time\n"
@@ -27,15 +41,7 @@ took = time.monotonic() - start
 assert done.timed_out and done.returncode is None, vars(done)
 assert 2.0 <= took < 2.0 + 2 * bounded_child.GRACE_S + 2, took
 assert done.stdout_tail == "started", vars(done)
-grandchild = int(open(marker).read())
-for _ in range(50):  # the kernel reaps the orphan shortly after the kill
-    try:
-        os.kill(grandchild, 0)
-    except ProcessLookupError:
-        break
-    time.sleep(0.1)
-else:
-    raise AssertionError("grandchild %d survived its group's kill" % grandchild)
+assert_gone(int(open(marker).read()), "its group's kill")
 
 # 2. A child that ends in time: its status and the tails of its output.
 done = bounded_child.run([sys.executable, "-c",
@@ -73,14 +79,6 @@ for _ in range(100):  # the hanging child has started its grandchild
 assert hung.running()
 done = hung.stop()
 assert done.timed_out and done.returncode is None and not hung.running(), vars(done)
-grandchild = int(open(marker).read())
-for _ in range(50):
-    try:
-        os.kill(grandchild, 0)
-    except ProcessLookupError:
-        break
-    time.sleep(0.1)
-else:
-    raise AssertionError("grandchild %d survived stop()" % grandchild)
+assert_gone(int(open(marker).read()), "stop()")
 print("bounded_child_test: ok")
 PY
