@@ -105,7 +105,21 @@ def read_reports(logs):
         except (OSError, ValueError) as error:
             broken[name] = str(error)
     merge_torch_reports(reports)
+    read_as_section(reports)
     return reports, broken
+
+
+def read_as_section(reports):
+    """A report named otherwise (ddp_door_2gpu.json, data_parallel_2gpu.json)
+    whose "benchmark" field names a section with no report of its own is that
+    section's report; the first by name wins, and its file name is kept in
+    "read_from" for the section to say. Reports named after a section keep it."""
+    known = {name for name, _, _ in sections.SECTIONS}
+    for name in sorted(reports):
+        benchmark = reports[name].get("benchmark")
+        if name not in known and benchmark in known and benchmark not in reports:
+            reports[benchmark] = reports.pop(name)
+            reports[benchmark]["read_from"] = name + ".json"
 
 
 def merge_torch_reports(reports):

@@ -583,6 +583,8 @@ SECTIONS = [
     ("torch_zoo_train", "Real models trained through torch.compile "
                         "(`benchmarks/torch_zoo.py --train`)",
      lambda report: _torch_zoo().training(report)),
+    ("ddp_door", "Data parallel through the torch door (`benchmarks/ddp_door.py`)",
+     lambda report: _ddp_door().render(report)),
 ]
 
 
@@ -604,6 +606,11 @@ def _decode():
 def _torch_zoo():
     import write_results_torch_zoo  # noqa: E402  (next to this file; imports this module)
     return write_results_torch_zoo
+
+
+def _ddp_door():
+    import write_results_ddp_door  # noqa: E402  (next to this file; imports this module)
+    return write_results_ddp_door
 
 
 def _serving():
@@ -762,6 +769,9 @@ def render_all(context):
         if report is None:
             lines += not_run(context, name)
             continue
+        if report.get("read_from"):
+            lines += ["From `%s` (its benchmark field names this section)." % report["read_from"],
+                      ""]
         try:
             lines += render(report) + [""]
         except SHAPE_ERRORS as error:
