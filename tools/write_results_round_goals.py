@@ -156,8 +156,8 @@ def zoo_placement(goal, rows):
                                        if row.get("error") else "not counted"))
             continue
         ok = ok and not ops and replays == 1
-        parts.append("b=%s: %s, %g replay per call" % (batch, ", ".join(ops) if ops
-                                                       else "0 ops", replays))
+        parts.append("b=%s: %s, %g replay%s per call" % (
+            batch, ", ".join(ops) if ops else "0 ops", replays, "" if replays == 1 else "s"))
     if not ok:
         return [goal, "; ".join(parts), NOT_MET]
     return [goal, "; ".join(parts), UNMEASURED if unknown else MET]
@@ -464,6 +464,8 @@ def decode_streams(context):
         for run in report.get("runs") or [report]:
             label = ", %s, %s prefills per step" % (config, run.get("prefills_per_step", "?"))
             peak = run.get("max_running_rows")
+            if peak is None and isinstance(run.get("rows_per_step"), dict):  # before the field
+                peak = max((int(rows) for rows in run["rows_per_step"]), default=None)
             if peak is None or peak < 64:
                 why = "%s.json's run peaked at %s running streams" % (name, peak)
                 goals += [[rate_goal + label, why, UNMEASURED], [itl_goal + label, why,
