@@ -116,7 +116,7 @@ def read_as_section(reports):
     "read_from" for the section to say. Reports named after a section keep it."""
     known = {name for name, _, _ in sections.SECTIONS}
     for name in sorted(reports):
-        benchmark = reports[name].get("benchmark")
+        benchmark = str(reports[name].get("benchmark")).replace(" ", "_")  # "decode load"
         if name not in known and benchmark in known and benchmark not in reports:
             reports[benchmark] = reports.pop(name)
             reports[benchmark]["read_from"] = name + ".json"

@@ -1,6 +1,7 @@
 """RESULTS.md sections for the decode benchmarks (issue 38): benchmarks/decode
 (grove's decode loop, one graph launch per step against one conditional WHILE
-graph per run) and benchmarks/decode/compare_hf.py (transformers' generate and a
+graph per run), `decode load` (the LLM service under an open-loop load) and
+benchmarks/decode/compare_hf.py (transformers' generate and a
 gpt-fast-style decoder under torch.compile on the same checkpoint). Kept apart
 from write_results_sections.py, which lists them in SECTIONS."""
 import write_results_sections as sections  # noqa: E402  (lives next to this file)
@@ -54,3 +55,55 @@ def compare_hf(report):
     lines += sections.table(["variant", "batch", "step (µs)", "tokens/s", "MBU"], rows,
                             ["l", "r", "r", "r", "r"])
     return lines
+
+
+def load(report):
+    """`decode load`'s report: one row per run (prefills allowed per decode step)."""
+    lines = ["`decode load`: config %s (%s), %s requests arriving open-loop (Poisson) at %s/s "
+             "with prompt lengths %s and output lengths %s, through the LLM service's "
+             "continuous batching (buckets %s, up to %s decode steps per WHILE launch, "
+             "prefill chunk %s). Time to first token from each request's arrival, inter-token "
+             "latency (ITL) between a stream's tokens, both where a client gets them; tokens/s "
+             "answered over the run's wall time; the most streams that ran in one step." % (
+                 report.get("config", "?"), report.get("dtype", "?"),
+                 report.get("requests", "?"), report.get("rate_per_s", "?"),
+                 _listed(report.get("prompt_lengths")), _listed(report.get("output_lengths")),
+                 _listed(report.get("buckets")), report.get("loop_steps", "?"),
+                 report.get("prefill_chunk", "?")), ""]
+    rows = []
+    for run in report.get("runs") or [report]:
+        ttft, itl = run.get("ttft_ms") or {}, run.get("itl_ms") or {}
+        peak = peak_streams(run)
+        rows.append([run.get("prefills_per_step", "-"), _ms(ttft.get("p50")),
+                     _ms(ttft.get("p99")), _ms(itl.get("p50")), _ms(itl.get("p99")),
+                     sections.ratio(itl["p99"] / itl["p50"]) if itl.get("p50") and
+                     itl.get("p99") is not None else "-",
+                     "%.0f" % run["tokens_per_s"] if run.get("tokens_per_s") else "-",
+                     "-" if peak is None else peak,
+                     "%s (%s in %s WHILE launches)" % (run.get("decode_steps", "-"),
+                                                       run.get("loop_steps_run", "-"),
+                                                       run.get("loop_launches", "-")),
+                     "-" if run.get("wall_s") is None else "%.2f" % run["wall_s"]])
+    lines += sections.table(["prefills per step", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
+                             "ITL p99 ms", "ITL p99 / p50", "tokens/s", "most streams",
+                             "decode steps", "wall s"], rows,
+                            ["r", "r", "r", "r", "r", "r", "r", "r", "l", "r"])
+    return lines
+
+
+def peak_streams(run):
+    """The most streams one decode step of a load run ran (from rows_per_step in
+    reports from before max_running_rows), or None."""
+    if run.get("max_running_rows") is not None:
+        return run["max_running_rows"]
+    if isinstance(run.get("rows_per_step"), dict):
+        return max((int(count) for count in run["rows_per_step"]), default=None)
+    return None
+
+
+def _ms(value):
+    return "-" if value is None else "%.3f" % value
+
+
+def _listed(values):
+    return ",".join(str(v) for v in values) if isinstance(values, list) else "?"

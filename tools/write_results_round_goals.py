@@ -24,6 +24,7 @@ A report is found by its name or by its "benchmark" field (ddp_door_2gpu.json,
 torch_zoo_rest.json, data_parallel_2gpu.json count), the one named after the
 benchmark first. Tests: tests/tools/write_results_test.sh (round goals).
 """
+import write_results_decode as decode_sections  # noqa: E402  (lives next to this file)
 import write_results_floors as floors  # noqa: E402  (lives next to this file)
 import write_results_sections as sections  # noqa: E402  (lives next to this file)
 
@@ -463,9 +464,7 @@ def decode_streams(context):
         base, mode = batch1_rate(context, config)
         for run in report.get("runs") or [report]:
             label = ", %s, %s prefills per step" % (config, run.get("prefills_per_step", "?"))
-            peak = run.get("max_running_rows")
-            if peak is None and isinstance(run.get("rows_per_step"), dict):  # before the field
-                peak = max((int(rows) for rows in run["rows_per_step"]), default=None)
+            peak = decode_sections.peak_streams(run)
             if peak is None or peak < 64:
                 why = "%s.json's run peaked at %s running streams" % (name, peak)
                 goals += [[rate_goal + label, why, UNMEASURED], [itl_goal + label, why,

@@ -570,6 +570,8 @@ SECTIONS = [
      lambda report: _serving().bucket_plan(report)),
     ("decode", "Decode: per-step graphs vs the WHILE loop (`benchmarks/decode`)",
      lambda report: _decode().decode(report)),
+    ("decode_load", "Decode under open-loop load (`benchmarks/decode load`)",
+     lambda report: _decode().load(report)),
     ("decode_compare_hf", "Decode in PyTorch (`benchmarks/decode/compare_hf.py`)",
      lambda report: _decode().compare_hf(report)),
     ("torch_backend", "torch.compile(backend=\"grove\"), inference "
