@@ -463,7 +463,7 @@ def decode_streams(context):
         config = report.get("config", "?")
         base, mode = batch1_rate(context, config)
         for run in report.get("runs") or [report]:
-            label = ", %s, %s prefills per step" % (config, run.get("prefills_per_step", "?"))
+            label = ", %s, prefills per step: %s" % (config, run.get("prefills_per_step", "?"))
             peak = decode_sections.peak_streams(run)
             if peak is None or peak < 64:
                 why = "%s.json's run peaked at %s running streams" % (name, peak)
