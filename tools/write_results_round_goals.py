@@ -10,7 +10,8 @@ needs):
 - issue 34: the door's default `grove` row ≤ 0.5× reduce-overhead per model
   (torch_backend_train.json, torch_zoo_train.json; grove.torch.optim and
   update-in-backward rows are listed as information), gpt4x256's whole step
-  ≤ 0.7× PyTorch's hand-captured whole step, DDP through the door on 2 GPUs ≤
+  ≤ 0.7× PyTorch's hand-captured whole step, the whole step (SGD momentum) ≤
+  1.2× grove's own C++ trainer (train_step.json), DDP through the door on 2 GPUs ≤
   0.5× torch DDP reduce-overhead (ddp_door.json), native data parallel ≥ 90%
   weak-scaling efficiency on 2 GPUs (data_parallel.json);
 - issue 35 (serve_http.json, serve.json): cudagraphs ≥ 2× eager's best
@@ -243,6 +244,32 @@ def gpt_step_hand_captured(context):
         return [[goal, "needs torch_backend_train.json with a gpt4x256 row", UNMEASURED]]
     return [ratio_goal(goal + (" %s" % r["model"] if len(rows) > 1 else ""), r.get("grove_step"),
                        r.get("cuda_graph"), "grove_step", "cuda_graph", 0.7) for r in rows]
+
+
+def squeezed(label):
+    """'mlp16x512_b32' and 'mlp16x512 b=32' alike: lower case, letters and digits only."""
+    return "".join(c for c in str(label).lower() if c.isalnum())
+
+
+def whole_step_vs_trainer(context):
+    goal = ("grove.training.compile_step's whole step (grove_step_sgd) ≤ 1.2× grove's C++ "
+            "trainer (train_step cudagraphs), SGD momentum 0.9")
+    rows = [r for _, report in reports_of(context.reports, "torch_backend_train")
+            for r in sections.rows_of(report, "rows")]
+    steps = sections.rows_of(context.reports.get("train_step", {}))
+    if not rows or not steps:
+        return [[goal, " and ".join(need for need, missing in (
+            ("needs torch_backend_train.json", not rows), ("needs train_step.json", not steps))
+            if missing), UNMEASURED]]
+    goals = []
+    for row in rows:
+        trainer = next((r for r in steps if r.get("backend") == "cudagraphs" and
+                        squeezed(r.get("case")) == squeezed(row.get("model"))), None)
+        entry = {"median_us": sections.median_of(trainer)} if sections.median_of(trainer) \
+            else None
+        goals.append(ratio_goal("%s, %s" % (goal, row.get("model", "?")), row.get("grove_step_sgd"),
+                                entry, "grove_step_sgd", "train_step cudagraphs", 1.2))
+    return goals
 
 
 def ddp_door(context):
@@ -487,6 +514,7 @@ def decode_streams(context):
     return goals
 
 
-JUDGES = (zoo_inference, zoo_decode, door_training, gpt_step_hand_captured, ddp_door,
+JUDGES = (zoo_inference, zoo_decode, door_training, gpt_step_hand_captured,
+          whole_step_vs_trainer, ddp_door,
           data_parallel_scaling, serving_encodings, http_front, decode_mbu, decode_while,
           decode_streams)

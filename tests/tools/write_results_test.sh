@@ -60,12 +60,14 @@ has("cold 13.2–79.7 ms, cached 0.64–1.43 ms | met |")
 # device): the peak from rows_per_step (20 streams), ITL p99 / p50 = 4.233 / 1.785 = 2.37.
 has("| 1 | 15.124 | 46.735 | 1.785 | 4.233 | 2.37× | 3958 | 20 | 1275 (1085 in 136 WHILE launches) | 2.86 |")
 has("| decode, 64 concurrent streams: ITL p99 ≤ 2× p50, 1b, prefills per step: 1 | decode_load.json's run peaked at 20 running streams | not measured |")
-# Issues 33, 34, 35 and 38 add 6 met, 10 not met and 35 not measured here (these old-shape
+# Issues 33, 34, 35 and 38 add 6 met, 10 not met and 37 not measured here (these old-shape
 # fixtures lack most of their inputs; the round_goals fixtures below judge them in full),
 # and two information rows (grove_optim) that count nowhere.
-has("(ratios computed by this script): 16 met, 20 not met, 39 not measured. Rows marked "
+has("(ratios computed by this script): 16 met, 20 not met, 41 not measured. Rows marked "
     "information (2)")
-has("- Goals: 16 met, 20 not met, 39 not measured (the table at the end)")
+has("- Goals: 16 met, 20 not met, 41 not measured (the table at the end)")
+# The whole step against the C++ trainer needs torch_backend_train's grove_step_sgd.
+has("SGD momentum 0.9, mlp16x512_b32 | no grove_step_sgd number | not measured |")
 has("| grove eager ≥ 2× faster than PyTorch eager in both eager runs, mlp16x512 b=1 | backend_latency 601.4 / 229.5 = 2.62×; eager_latency 601.4 / 307.3 = 1.96× | **NOT met** |")
 has("| grove cudagraphs ≤ 0.5× PyTorch's hand-captured graph, mlp16x512 b=1 | no PyTorch hand-captured graph number | not measured |")
 # Data parallel: efficiency = step(1) / step(2) = 780 / 1000 for mlp cudagraphs.
@@ -252,7 +254,8 @@ grep -qF "(--hbm-tbs 2; device: NVIDIA H100 PCIe)" "$tmp/pcie/out2/RESULTS.md"
 
 # 8. The goals of issues 33, 34, 35 and 38 from real reports (fixtures/round_goals: session
 #    19's torch_zoo, torch_zoo_rest, serve_http, serve, decode and 2-GPU data_parallel,
-#    session 16's torch_backend_train and torch_zoo_train, today's 2xH100 ddp_door; its
+#    session 16's torch_backend_train, torch_zoo_train and train_step, today's 2xH100
+#    ddp_door; its
 #    decode_load.json is session 19's decode_load.txt run in the JSON shape decode load
 #    writes), each judged both ways: as measured, then with numbers changed to cross
 #    each limit, then with the inputs missing.
@@ -293,6 +296,8 @@ RATE = "decode, 64 concurrent streams (open-loop load) ≥ 10× batch-1 tokens/s
 ITL = "decode, 64 concurrent streams: ITL p99 ≤ 2× p50"
 HF2 = "HF static-cache decode through grove ≥ 2× eager's tokens/s"
 HFRO = "HF static-cache decode through grove faster than reduce-overhead (where it runs)"
+TRAINER = ("grove.training.compile_step's whole step (grove_step_sgd) ≤ 1.2× grove's C++ "
+           "trainer (train_step cudagraphs), SGD momentum 0.9, ")
 STEP = ("gpt4x256 whole step (grove_step) ≤ 0.7× PyTorch's hand-captured whole step "
         "(cuda_graph), torch_backend_train")
 
@@ -330,7 +335,9 @@ check(md, "The goals of issues 4, 6, 7, 8, 22, 33, 34, 35 and 38",
       row(WHILE, "per-step 86.63 µs / WHILE 87.68 µs = 0.99×", NOT),
       row(RATE + ", 1b, prefills per step: 2", "10273 / 972 (batch 1, per-step) = 10.57×", "met"),
       row(ITL + ", 1b, prefills per step: 2", "8.974 / 5.875 ms = 1.53×", "met"),
-      "(ratios computed by this script): 23 met, 28 not met, 23 not measured.",
+      # grove_step_sgd over train_step's cudagraphs step (both session 16): 355.2 / 363.8.
+      row(TRAINER + "mlp16x512_b32", "355.2 / 363.8 = 0.98×", "met"),
+      "(ratios computed by this script): 25 met, 28 not met, 23 not measured.",
       # The ddp_door section, read from ddp_door_2gpu.json by its benchmark field.
       "## Data parallel through the torch door (`benchmarks/ddp_door.py`)\n\n"
       "From `ddp_door_2gpu.json` (its benchmark field names this section).",
@@ -359,6 +366,7 @@ def cross(load, save):
     train = load("torch_backend_train.json")
     train["rows"][0]["grove"]["median_us"] = 800.0
     train["rows"][1]["grove_step"]["median_us"] = 1000.0
+    train["rows"][1]["grove_step_sgd"]["median_us"] = 1600.0
     save("torch_backend_train.json", train)
     ddp = load("ddp_door_2gpu.json")
     ddp["rows"][0]["grove_ddp"]["median_us"] = 2500.0
@@ -396,6 +404,7 @@ check(md,
       row(HFRO, "310.0 / 200.0 tokens/s = 1.55×", "met"),
       row(DOOR + "mlp16x512_b32", "800.0 / 1757.2 = 0.46×", "met"),
       row(STEP, "1000.0 / 1464.4 = 0.68×", "met"),
+      row(TRAINER + "gpt4x256_b8_t32", "1600.0 / 1234.8 = 1.30×", NOT),
       row(DDP + "grove_ddp (grove.torch.DistributedDataParallel), mlp16x512_b32",
           "2500.0 / 4663.1 = 0.54×", NOT),
       row(DDP + "grove (torch DDP under backend=\"grove\"), mlp16x512_b32",
@@ -438,6 +447,7 @@ check(md,
       row(DOOR.rstrip(", "), "needs torch_backend_train.json or torch_zoo_train.json",
           "not measured"),
       row(STEP, "needs torch_backend_train.json with a gpt4x256 row", "not measured"),
+      row(TRAINER.rstrip(", "), "needs torch_backend_train.json", "not measured"),
       row(DDP + "grove_ddp (grove.torch.DistributedDataParallel), mlp16x512_b32",
           "ddp_door.json ran on 4 GPUs; the goal is on 2", "not measured"),
       row(DP.rstrip(", "), "needs data_parallel.json", "not measured"),
