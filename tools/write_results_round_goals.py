@@ -16,7 +16,8 @@ needs):
   weak-scaling efficiency on 2 GPUs (data_parallel.json);
 - issue 35 (serve_http.json, serve.json): cudagraphs ≥ 2× eager's best
   answered/s at max batch 16 and 64 for every encoding; the HTTP front ≥
-  0.8× the in-process server's best (cudagraphs, same max batch);
+  0.8× the in-process server's best (cudagraphs, same max batch); with 10,000
+  idle and 500 slowloris connections held open, p99 within 2× of it without;
 - issue 38 (decode.json, decode load's report): LLaMA-1B-class batch-1 MBU ≥
   70%; the small config's WHILE loop ≥ 1.3× per-step graphs; 64 concurrent
   streams ≥ 10× batch-1 tokens/s with ITL p99 ≤ 2× p50.
@@ -28,6 +29,7 @@ benchmark first. Tests: tests/tools/write_results_test.sh (round goals).
 import write_results_decode as decode_sections  # noqa: E402  (lives next to this file)
 import write_results_floors as floors  # noqa: E402  (lives next to this file)
 import write_results_sections as sections  # noqa: E402  (lives next to this file)
+import write_results_serving as serving  # noqa: E402  (lives next to this file)
 
 us, ratio, verdict = sections.us, sections.ratio, sections.verdict
 MET, NOT_MET, UNMEASURED = sections.MET, sections.NOT_MET, sections.UNMEASURED
@@ -399,6 +401,34 @@ def http_front(context):
     return goals
 
 
+def held_connections(context):
+    goal = ("serving over HTTP with 10,000 idle and 500 slowloris connections held open: "
+            "p99 ≤ 2× its p99 without")
+    sources = reports_of(context.reports, "serve_http")
+    if not sources:
+        return [[goal, "needs serve_http.json", UNMEASURED]]
+    goals = []
+    for held, alone in serving.held_open_pairs(sections.rows_of(sources[0][1])):
+        counts = held["held_open"]
+        label = "%s, max batch %s, %s, %s" % (goal, held.get("max_batch"), held.get("backend"),
+                                              held.get("encoding") or "json")
+        p99_held = (held.get("latency") or {}).get("p99_us")
+        p99_alone = ((alone or {}).get("latency") or {}).get("p99_us")
+        if (counts.get("idle") or 0) < 10000 or (counts.get("slowloris") or 0) < 500:
+            goals.append([label, "held only %s idle + %s slowloris" % (
+                counts.get("idle", 0), counts.get("slowloris", 0)), UNMEASURED])
+        elif p99_held and p99_alone:
+            goals.append([label, "%s / %s µs = %s" % (us(p99_held), us(p99_alone),
+                                                     ratio(p99_held / p99_alone)),
+                          verdict(p99_held / p99_alone <= 2)])
+        else:
+            goals.append([label, "no run without held connections at %.0f/s" %
+                          held.get("offered_per_s", 0) if not p99_alone else "no held p99",
+                          UNMEASURED])
+    return goals or [[goal, "serve_http.json has no run with connections held open "
+                      "(--idle-connections, --slowloris-connections)", UNMEASURED]]
+
+
 # ---------------------------------------------------------- issue 38: decode
 
 
@@ -515,6 +545,5 @@ def decode_streams(context):
 
 
 JUDGES = (zoo_inference, zoo_decode, door_training, gpt_step_hand_captured,
-          whole_step_vs_trainer, ddp_door,
-          data_parallel_scaling, serving_encodings, http_front, decode_mbu, decode_while,
-          decode_streams)
+          whole_step_vs_trainer, ddp_door, data_parallel_scaling, serving_encodings, http_front,
+          held_connections, decode_mbu, decode_while, decode_streams)

@@ -13,6 +13,17 @@ def clients_text(report):
             % (clients, connections))
 
 
+def held_open_pairs(rows):
+    """[(held, alone)]: each run with idle and slowloris connections held open, and
+    the run of the same max batch, backend, encoding and offered rate without
+    them (None where there is none)."""
+    alone = [r for r in rows if not r.get("held_open")]
+    return [(r, next((a for a in alone if all(a.get(k) == r.get(k) for k in
+                                              ("max_batch", "backend", "encoding",
+                                               "offered_per_s"))), None))
+            for r in rows if r.get("held_open")]
+
+
 def serve_http(report):
     every = sections.rows_of(report)
     # Runs measured with idle and slowloris connections held open have a table of their own.
@@ -63,10 +74,7 @@ def serve_http(report):
         lines += sections.table(["max batch", "encoding", "eager", "cudagraphs",
                                  "cudagraphs / eager"], best_rows, ["r", "l", "r", "r", "r"])
     held_rows = []
-    for r in held:
-        alone = next((a for a in results if all(a.get(k) == r.get(k) for k in
-                                                ("max_batch", "backend", "encoding",
-                                                 "offered_per_s"))), None)
+    for r, alone in held_open_pairs(every):
         p99_alone = ((alone or {}).get("latency") or {}).get("p99_us")
         p99_held = (r.get("latency") or {}).get("p99_us")
         ratio = p99_held / p99_alone if p99_alone and p99_held else None
