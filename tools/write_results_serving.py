@@ -28,7 +28,6 @@ def serve_http(report):
     every = sections.rows_of(report)
     # Runs measured with idle and slowloris connections held open have a table of their own.
     results = [r for r in every if not r.get("held_open")]
-    held = [r for r in every if r.get("held_open")]
     rows = []
     for r in results:
         lat = r.get("latency") or {}
