@@ -64,9 +64,15 @@ def reports_of(reports, benchmark, name=None):
                     if other != name and report.get("benchmark") == benchmark]
 
 
-def source(name, benchmark):
-    """' (from NAME.json)' where a report other than the benchmark's own gave a number."""
-    return "" if name == benchmark else " (%s.json)" % name
+def file_of(name, report):
+    """The file a report came from (write_results.read_as_section may have renamed it)."""
+    return report.get("read_from") or name + ".json"
+
+
+def source(name, benchmark, report):
+    """' (NAME.json)' where a report other than <benchmark>.json gave a number."""
+    found = file_of(name, report)
+    return "" if found == benchmark + ".json" else " (%s)" % found
 
 
 def entry_median(entry):
@@ -145,7 +151,7 @@ def zoo_inference(context):
                 continue
             goals.append(ratio_goal(goal, row.get("grove"), row.get("torch_reduce_overhead"),
                                     "grove", "reduce-overhead", limit,
-                                    source(name, "torch_zoo")))
+                                    source(name, "torch_zoo", context.reports[name])))
     return goals
 
 
@@ -288,12 +294,13 @@ def ddp_door(context):
                 goal = ("DDP through the door on 2 GPUs ≤ 0.5× torch DDP reduce-overhead, "
                         "%s (%s), %s" % (variant, what, row.get("case", "?")))
                 if world != 2:
-                    goals.append([goal, "%s.json ran on %s GPUs; the goal is on 2" % (name, world),
+                    goals.append([goal, "%s ran on %s GPUs; the goal is on 2" % (
+                        file_of(name, report), world),
                                   UNMEASURED])
                     continue
                 goals.append(ratio_goal(goal, row.get(variant), row.get("torch_reduce_overhead"),
                                         variant, "torch_reduce_overhead", 0.5,
-                                        source(name, "ddp_door")))
+                                        source(name, "ddp_door", report)))
     return goals or [["DDP through the door on 2 GPUs ≤ 0.5× torch DDP reduce-overhead",
                       "ddp_door.json has no rows", UNMEASURED]]
 
@@ -310,7 +317,7 @@ def data_parallel_scaling(context):
             if two.get("devices") != 2 or two.get("backend") != "cudagraphs":
                 continue
             label = "%s, %s%s%s" % (goal, two.get("case"), "" if two.get("overlap") is not False
-                                    else " (overlap off)", source(name, "data_parallel"))
+                                    else " (overlap off)", source(name, "data_parallel", report))
             one = sections.find(rows, case=two.get("case"), backend="cudagraphs", devices=1,
                                 overlap=two.get("overlap"))
             alone = sections.median((one or {}).get("step"))
@@ -523,7 +530,7 @@ def decode_streams(context):
             label = ", %s, prefills per step: %s" % (config, run.get("prefills_per_step", "?"))
             peak = decode_sections.peak_streams(run)
             if peak is None or peak < 64:
-                why = "%s.json's run peaked at %s running streams" % (name, peak)
+                why = "%s's run peaked at %s running streams" % (file_of(name, report), peak)
                 goals += [[rate_goal + label, why, UNMEASURED], [itl_goal + label, why,
                                                                    UNMEASURED]]
                 continue
