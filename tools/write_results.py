@@ -105,8 +105,31 @@ def read_reports(logs):
         except (OSError, ValueError) as error:
             broken[name] = str(error)
     merge_torch_reports(reports)
+    merge_split_reports(reports, "torch_zoo", ("rows", "decode"))
     read_as_section(reports)
     return reports, broken
+
+
+def merge_split_reports(reports, benchmark, keys):
+    """A benchmark run in more than one call (torch_zoo.json, then torch_zoo_rest.json
+    for the cases left): the lists under `keys` of every other report whose
+    benchmark field names it follow <benchmark>.json's, each row marked with the
+    file it came from ("from"), so that one section and the goals see them all.
+    Without <benchmark>.json, read_as_section takes the first of them instead."""
+    names = sorted(name for name, report in reports.items()
+                   if name != benchmark and report.get("benchmark") == benchmark)
+    if benchmark not in reports or not names:
+        return
+    merged = dict(reports[benchmark])
+    for key in keys:
+        merged[key] = list(sections.rows_of(merged, key))
+    for name in names:
+        report = reports.pop(name)
+        for key in keys:
+            merged[key] += [dict(row, **{"from": name + ".json"})
+                            for row in sections.rows_of(report, key)]
+    merged["merged_from"] = [benchmark + ".json"] + [name + ".json" for name in names]
+    reports[benchmark] = merged
 
 
 def read_as_section(reports):

@@ -151,6 +151,7 @@ def zoo_inference(context):
                 continue
             goals.append(ratio_goal(goal, row.get("grove"), row.get("torch_reduce_overhead"),
                                     "grove", "reduce-overhead", limit,
+                                    " (%s)" % row["from"] if row.get("from") else
                                     source(name, "torch_zoo", context.reports[name])))
     return goals
 

@@ -66,12 +66,18 @@ def _kernels(entry):
     return "%g / %.0f" % (profile["kernels_per_call"], profile["gpu_us_per_call"])
 
 
+def _model(row):
+    """The row's model, with the file it came from where the report merged several
+    (write_results.merge_split_reports)."""
+    return row.get("model", "?") + (" (%s)" % row["from"] if row.get("from") else "")
+
+
 def render(report):
     rows = sections.rows_of(report, "rows")
     table = []
     for r in rows:
         ops = r.get("ops_in_pytorch")
-        table.append([r.get("model", "?"), r.get("batch", "?"),
+        table.append([_model(r), r.get("batch", "?"),
                       "-" if ops is None else (", ".join(ops) if ops else "0"),
                       "-" if r.get("graph_replays_per_call") is None
                       else "%g" % r["graph_replays_per_call"]] +
@@ -85,13 +91,17 @@ def render(report):
              "grove (%.0f s in all)."
              % (report.get("torch", "?"), report.get("device", "?"), report.get("repeats", "?"),
                 report.get("seconds") or 0), ""]
+    if report.get("merged_from"):
+        lines[-1:-1] = ["", "One table of %s (the benchmark run in more than one call; the "
+                        "header above is the first's): a row from a later file names it."
+                        % ", ".join("`%s`" % name for name in report["merged_from"])]
     lines += sections.table(["model", "batch", "ops in PyTorch", "replays/call"] +
                             [label for _, label in VARIANTS] +
                             ["grove / r-o", "r-o kernels / µs", "grove kernels / µs"], table,
                             ["l", "r", "l", "r", "r", "r", "r", "r", "r", "r"])
     decode = sections.rows_of(report, "decode")
     if decode:
-        rows_out = [[d.get("model", "?"), d.get("new_tokens", "?")] +
+        rows_out = [[_model(d), d.get("new_tokens", "?")] +
                     [_rate(d.get(key)) for key, _ in VARIANTS] +
                     [sections.ratio(_decode_ratio(d)),
                      "-" if d.get("grove_recordings") is None else d["grove_recordings"]]
@@ -132,7 +142,7 @@ def training(report):
     table = []
     for r in rows:
         door, step = r.get("grove"), r.get("grove_step")
-        table.append([r.get("model", "?"), r.get("batch", "?"), r.get("optimizer", "?")] +
+        table.append([_model(r), r.get("batch", "?"), r.get("optimizer", "?")] +
                      [_latency(r.get(key)) for key, _ in TRAIN_VARIANTS] +
                      [sections.ratio((door or {}).get("over_reduce_overhead")),
                       sections.ratio((step or {}).get("over_reduce_overhead")),

@@ -355,6 +355,12 @@ check(md, "The goals of issues 4, 6, 7, 8, 22, 33, 34, 35 and 38",
       "4663.1 | 4535.5–4677.5 | 13725 | 0.0e+00 | 1.00× |",
       "From `data_parallel_2gpu.json` (its benchmark field names this section).")
 assert "## ddp_door_2gpu" not in md, "ddp_door_2gpu.json was also listed as an unknown report"
+# torch_zoo_rest.json's rows join torch_zoo.json's table, each naming its file.
+check(md, "One table of `torch_zoo.json`, `torch_zoo_rest.json` (the benchmark run in more than "
+      "one call; the header above is the first's)",
+      "| mlp_mixer | 1 | 0 | 1 | 5531.4 | 579.0 | 396.7 | 0.69× |",
+      "| mlp_mixer (torch_zoo_rest.json) | 16 | 0 | 1 | 3563.7 | 780.5 | 703.8 | 0.90× |")
+assert "## torch_zoo_rest" not in md, "torch_zoo_rest.json was also listed as an unknown report"
 
 def cross(load, save):
     zoo = load("torch_zoo.json")
