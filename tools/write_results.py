@@ -11,7 +11,10 @@ the floors of every inference and training case (graph nodes × GPU time per
 node, bytes that must move ÷ HBM bandwidth: tools/write_results_floors.py),
 and a goals table whose ratios are computed here from the numbers. Every
 compare_torch report in --logs (torch.json, and e.g. torch_bf16.json from a
-second call) goes to one PyTorch section. A benchmark
+second call) goes to one PyTorch section, and every torch_zoo report to one zoo
+section; a report under another name whose "benchmark" field names a section
+without a report of its own (ddp_door_2gpu.json, data_parallel_2gpu.json) is
+that section's. A benchmark
 whose JSON is missing gets "not run in this session"; an unknown <name>.json
 gets its top-level scalar fields listed. The plot (latency per model and
 backend, grouped bars) needs matplotlib; without it RESULTS.md says so.
