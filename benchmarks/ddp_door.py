@@ -16,8 +16,7 @@ door's own autograd function]), ending in "_nosplit" (grove_nosplit) with
 dynamo's DDP optimizer off (torch._dynamo.config.optimize_ddp=False: one
 graph, not one per bucket; DDP's all-reduces after the whole backward),
 ending in "_direct" (grove_ddp_direct) with GROVE_DOOR_GRADIENTS=direct (Note
-[Gradients set directly by the door's function]; refused across ranks, so
-on two GPUs it times grove_ddp_fn's step); suffixes combine (grove_nosplit_fn); --profile VARIANT prints rank 0's
+[Gradients set directly by the door's function]); suffixes combine (grove_nosplit_fn); --profile VARIANT prints rank 0's
 cProfile of that variant.
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
@@ -80,7 +79,7 @@ def _whole_graph():
 
 def _direct_gradients():
     # Note [Gradients set directly by the door's function] (opt-in, read at
-    # compilation; refused across ranks, so on two GPUs grove_ddp_fn's step).
+    # compilation).
     from torch_backend import environment  # this folder
 
     return environment({"GROVE_DOOR_GRADIENTS": "direct"})
