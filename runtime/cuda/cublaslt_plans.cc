@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -198,6 +199,17 @@ size_t heuristic_workspace_cap() {
   return static_cast<size_t>(parsed);
 }
 
+// GROVE_BIAS_GRAD_EPILOGUES: "1" lets the probe decide whether cuda runs a
+// weight-gradient GEMM's bias gradient as its BGRAD epilogue (Note
+// [Bias-gradient epilogues on cuda]); unset or "0" never; else ConfigError.
+bool bias_gradient_epilogues_probed() {
+  const char* value = std::getenv("GROVE_BIAS_GRAD_EPILOGUES");
+  if (value == nullptr || *value == '\0' || std::string_view(value) == "0") return false;
+  GROVE_CHECK_AS(ConfigError, std::string_view(value) == "1", "GROVE_BIAS_GRAD_EPILOGUES='",
+                 value, "': expected 0 or 1");
+  return true;
+}
+
 }  // namespace
 
 void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandle stream,
@@ -285,7 +297,12 @@ bool row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dt
   // with CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmulAlgoGetHeuristic. Until
   // the probe reproduces what makes those calls differ, cuda computes bias
   // gradients with the `sum` kernel; sim and cpu keep the fused form.
-  if (epilogue == GemmEpilogue::kBiasGradA || epilogue == GemmEpilogue::kBiasGradB) return false;
+  // GROVE_BIAS_GRAD_EPILOGUES=1 lets the probe decide (A/B timing; a real
+  // call cuBLASLt then refuses fails naming its GEMM).
+  if ((epilogue == GemmEpilogue::kBiasGradA || epilogue == GemmEpilogue::kBiasGradB) &&
+      !bias_gradient_epilogues_probed()) {
+    return false;
+  }
   static std::mutex mutex;
   static auto* known =
       new std::map<std::tuple<int, GemmEpilogue, DType, int64_t, int64_t, int64_t>, bool>();
