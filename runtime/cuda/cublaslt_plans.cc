@@ -205,8 +205,8 @@ size_t heuristic_workspace_cap() {
 bool bias_gradient_epilogues_probed() {
   const char* value = std::getenv("GROVE_BIAS_GRAD_EPILOGUES");
   if (value == nullptr || *value == '\0' || std::string_view(value) == "0") return false;
-  GROVE_CHECK_AS(ConfigError, std::string_view(value) == "1", "GROVE_BIAS_GRAD_EPILOGUES='",
-                 value, "': expected 0 or 1");
+  GROVE_CHECK_AS(ConfigError, std::string_view(value) == "1", "GROVE_BIAS_GRAD_EPILOGUES='", value,
+                 "': expected 0 or 1");
   return true;
 }
 

@@ -137,12 +137,6 @@ CollectiveLibrary& nccl_collective_library() {
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;
-  if (captured_.load()) {
-    // Note [Communicators captured by graphs are never destroyed].
-    log(LogLevel::kInfo, str_cat("NCCL communicator of rank ", rank_, " on ", device_.str(),
-                                 " left undestroyed: CUDA graphs captured its collectives"));
-    return;
-  }
   const nccl_detail::NcclLibrary& nccl = nccl_library();
   cudaSetDevice(device_.index);
   nccl.comm_destroy(as_comm(comm_));
@@ -183,14 +177,6 @@ void NcclCommunicator::all_reduce(const std::vector<Buffer>& buffers, ReduceOp o
   const nccl_detail::NcclLibrary& nccl = nccl_library();
   const ncclRedOp_t nccl_op = op == ReduceOp::kSum ? ncclSum : ncclAvg;
   auto cuda_stream = static_cast<cudaStream_t>(stream.impl);
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(cuda_stream, &capturing) != cudaSuccess) {
-    cudaGetLastError();
-    captured_.store(true);  // unknown: keep the communicator, as if captured
-  } else if (capturing != cudaStreamCaptureStatusNone) {
-    // Note [Communicators captured by graphs are never destroyed].
-    captured_.store(true);
-  }
   std::vector<ncclDataType_t> dtypes;  // checked before the group opens
   for (const Buffer& buffer : buffers) dtypes.push_back(nccl_dtype(buffer.dtype));
   ncclResult_t result = nccl.group_start();

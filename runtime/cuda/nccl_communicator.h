@@ -19,27 +19,8 @@
 // group with a missing rank times out instead of hanging, and connections are
 // made when the group forms (NCCL_RUNTIME_CONNECT=0 unless set), so that no
 // collective blocks the host while a rank holds the tree's capture lock.
-//
-// Note [Communicators captured by graphs are never destroyed]: NCCL (2.26 and
-// later) makes ncclCommDestroy wait until every CUDA graph that captured a
-// collective of the communicator is destroyed. A rank that replaces its
-// device's communicator (a second grove.torch.DistributedDataParallel, or
-// grove_group_join again) or leaves the group while the earlier backward's
-// graphs are alive (held by Python objects that only that thread could free)
-// would spin there forever; the other ranks then wait on it in their next
-// collective. This was the "grove_ddp_direct stall" of sessions 18 and 19 on
-// two GPUs: any second grove DDP in a process after a first had captured its
-// all-reduces hung (session 20's early call). So a communicator one of whose
-// collectives a graph captured is never destroyed: its graphs may still be
-// replayed, and their destruction later needs it. It is released at process
-// exit with the rest of the process (a leak per replaced group, by design);
-// one no graph captured is destroyed as before. Tests:
-// DataParallel.ReplacingTheGroupWhileItsCapturedGraphsLiveFinishes
-// (tests/distributed/data_parallel_test.cc, cuda with 2 GPUs, and sim) and the
-// grove DDP variants one after another in gpu_ddp_door_test.py's WorldOfTwo.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -78,9 +59,6 @@ class NcclCommunicator : public Communicator {
   int world_size_;
   std::chrono::milliseconds timeout_;
   void* comm_ = nullptr;  // ncclComm_t
-  // Whether a CUDA graph captured one of its collectives (Note [Communicators
-  // captured by graphs are never destroyed]).
-  std::atomic<bool> captured_{false};
 };
 
 }  // namespace grove::runtime::collectives

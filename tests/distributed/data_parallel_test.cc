@@ -320,8 +320,9 @@ TEST_P(DataParallel, ReplacingTheGroupWhileItsCapturedGraphsLiveFinishes) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (!finished.load()) {
-      std::fprintf(stderr, "DataParallel.ReplacingTheGroupWhileItsCapturedGraphsLiveFinishes: "
-                           "a rank hung for 180 s replacing its communicator\n");
+      std::fprintf(stderr,
+                   "DataParallel.ReplacingTheGroupWhileItsCapturedGraphsLiveFinishes: "
+                   "a rank hung for 180 s replacing its communicator\n");
       std::_Exit(1);
     }
   });
@@ -355,13 +356,13 @@ TEST_P(DataParallel, ReplacingTheGroupWhileItsCapturedGraphsLiveFinishes) {
         auto kept = train("replaced.first", first[static_cast<size_t>(rank)]);
         auto replacing = train("replaced.second", second[static_cast<size_t>(rank)]);
         // The first trainer's graphs replay over the group they captured.
-        Tensor x = Tensor::from_vector(rows(batches.x[0], 12, rank * kShard, kShard),
-                                       {kShard, 12}, device);
+        Tensor x = Tensor::from_vector(rows(batches.x[0], 12, rank * kShard, kShard), {kShard, 12},
+                                       device);
         Tensor target = Tensor::from_vector(rows(batches.target[0], 5, rank * kShard, kShard),
                                             {kShard, 5}, device);
         again[static_cast<size_t>(rank)] = kept->step({x, target}, hyper).to_vector<float>();
-        kept_params[static_cast<size_t>(rank)] = params_of(
-            [&](const std::string& name) -> const Tensor& { return kept->state(name); });
+        kept_params[static_cast<size_t>(rank)] =
+            params_of([&](const std::string& name) -> const Tensor& { return kept->state(name); });
       } catch (...) {
         errors[static_cast<size_t>(rank)] = std::current_exception();
       }
