@@ -71,8 +71,8 @@ void register_collective_ops(OpRegistry& registry) {
     }
     const runtime::collectives::ReduceOp op =
         runtime::collectives::parse_reduce_op(context.attrs.get_string("op"));
-    // Note [Communicators captured by graphs are never destroyed]
-    // (runtime/collectives/communicator.h).
+    // A graph holds this communicator from here on (see Note [Communicators
+    // captured by graphs are never destroyed] in runtime/collectives/communicator.h).
     if (runtime::device_context(context.device).platform().capture_status(stream) !=
         runtime::CaptureStatus::kNone) {
       communicator.note_captured();
