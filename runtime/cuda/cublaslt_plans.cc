@@ -256,7 +256,7 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
     key.alignments[4] = alignment_of(g.aux);
   }
   key.workspace = std::min(state.workspace_bytes, heuristic_workspace_cap());
-  key.searched = searchable(g) && runtime::gemm_search_enabled();
+  key.searched = searchable(g) && (g.search || runtime::gemm_search_enabled());
   LtRegistry& r = lt_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto handle = r.handles.find(device.index);
