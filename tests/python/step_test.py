@@ -155,8 +155,9 @@ class CompileStepTest(unittest.TestCase):
 
     def test_gemm_search_option_reaches_the_program(self):
         # Note [GEMMs of the whole step by measurement] (grove/step.py): the
-        # step's program compiles with the option (sim has no algorithms to
-        # search, so its losses stay those of the step without it, bitwise).
+        # step's program compiles with the option, by default (sim has no
+        # algorithms to search, so its losses stay those of the step without
+        # it, bitwise); GROVE_STEP_GEMM_SEARCH=0 leaves it out.
         module, batches, loss_fn = mlp_case()
         previous = os.environ.get("GROVE_STEP_GEMM_SEARCH")
         try:
@@ -170,6 +171,10 @@ class CompileStepTest(unittest.TestCase):
             self.assertIs(step.runners()[0].options.get("gemm_search"), True)
             for a, b in zip(searched, plain):
                 self.assertTrue(torch.equal(a, b))
+            del os.environ["GROVE_STEP_GEMM_SEARCH"]
+            _, _, default_step = grove_losses(module, batches[:1], loss_fn, "torch_sgd",
+                                              "cudagraphs")
+            self.assertIs(default_step.runners()[0].options.get("gemm_search"), True)
             os.environ["GROVE_STEP_GEMM_SEARCH"] = "sideways"
             with self.assertRaisesRegex(ValueError, "GROVE_STEP_GEMM_SEARCH"):
                 grove_losses(module, batches[:1], loss_fn, "torch_sgd", "cudagraphs")
