@@ -1,7 +1,8 @@
 """Data parallel through the torch door: one training step of mlp16x512 (b32
 per rank) and gpt4x256 (b8, T32 per rank) under PyTorch's
 DistributedDataParallel (NCCL, one process per GPU) with torch eager,
-torch.compile(mode="reduce-overhead") and torch.compile(backend="grove") of
+torch.compile(mode="reduce-overhead") (and backend="aot_eager": torch_aot_eager, grove-free
+AOTAutograd on the DDP module) and torch.compile(backend="grove") of
 the DDP-wrapped module (dynamo's DDP optimizer splits the graph at bucket
 boundaries; DDP's all-reduces run between grove's graphs), grove's own
 wrapper grove.torch.DistributedDataParallel ("grove_ddp": the gradient
@@ -16,8 +17,7 @@ door's own autograd function]), ending in "_nosplit" (grove_nosplit) with
 dynamo's DDP optimizer off (torch._dynamo.config.optimize_ddp=False: one
 graph, not one per bucket; DDP's all-reduces after the whole backward),
 ending in "_direct" (grove_ddp_direct) with GROVE_DOOR_GRADIENTS=direct (Note
-[Gradients set directly by the door's function]; refused across ranks, so
-on two GPUs it times grove_ddp_fn's step); suffixes combine (grove_nosplit_fn); --profile VARIANT prints rank 0's
+[Gradients set directly by the door's function]); suffixes combine (grove_nosplit_fn); --profile VARIANT prints rank 0's
 cProfile of that variant.
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
@@ -80,15 +80,15 @@ def _whole_graph():
 
 def _direct_gradients():
     # Note [Gradients set directly by the door's function] (opt-in, read at
-    # compilation; refused across ranks, so on two GPUs grove_ddp_fn's step).
+    # compilation).
     from torch_backend import environment  # this folder
 
     return environment({"GROVE_DOOR_GRADIENTS": "direct"})
 
 
 SUFFIXES = {"_fn": _door_function, "_nosplit": _whole_graph, "_direct": _direct_gradients}
-VARIANTS = ("torch_eager", "torch_reduce_overhead", "grove", "grove_ddp", "grove_step",
-            "grove_plain")
+VARIANTS = ("torch_eager", "torch_reduce_overhead", "torch_aot_eager", "grove", "grove_ddp",
+            "grove_step", "grove_plain")
 
 
 def base_variant(variant):
@@ -136,6 +136,11 @@ def step_function(module, inputs, loss_of, variant, rank):
     optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
     if variant == "torch_reduce_overhead":
         run = torch.compile(ddp, mode="reduce-overhead", dynamic=False)
+    elif variant == "torch_aot_eager":
+        # PyTorch's own AOTAutograd backend on the DDP module: what the door
+        # does (dynamo's DDP optimizer, AOTAutograd's partition) without
+        # grove, e.g. for an abort at exit seen with "grove".
+        run = torch.compile(ddp, backend="aot_eager", dynamic=False)
     elif variant == "grove_ddp":
         run = ddp  # compiles itself (backend grove, all-reduces in the backward)
     elif variant == "grove":

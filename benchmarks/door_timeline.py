@@ -11,7 +11,7 @@ profiler (median over blocks of 20 steps).
     python3 benchmarks/door_timeline.py [--model mlp16x512_b32]
         [--variants grove,grove+direct] [--then gpt4x256_b8_t32=grove_step,cuda_graph]
         [--rounds 10] [--steps 5]
-        [--profile all|none|LIST] [--cprofile N] [--out DIR]
+        [--profile all|none|LIST] [--kernels N] [--cprofile N] [--out DIR]
         [--compile-deadline-s S] [--deadline-s S]
 
 Variants: door_stages.py's (grove, grove_fn, grove_optim,
@@ -304,6 +304,9 @@ def main():
     parser.add_argument("--compile-deadline-s", type=float, default=None,
                         help="seconds from the start after which no more variants compile "
                         "(the first always does); those left out are said so")
+    parser.add_argument("--kernels", type=int, default=0,
+                        help="print the N kernel names of most GPU time per step of each "
+                             "profiled variant (torch.profiler's kernel events)")
     parser.add_argument("--cprofile", type=int, default=0,
                         help="also cProfile 300 steps of each profiled variant and print this "
                         "many functions by own time (the Python torch.profiler does not see)")
@@ -417,6 +420,15 @@ def main():
             lines, timeline = analyse(profiler.events(), args.steps)
             print("== %s %s (torch.profiler)" % (model, name))
             print("\n".join(lines), flush=True)
+            if args.kernels:
+                from step_kernels import kernel_table  # this folder
+
+                launches, total, table = kernel_table(
+                    [event for event in profiler.events() if _is_kernel(event)], args.steps,
+                    args.kernels)
+                print("-- kernels: %.1f launches and %.1f us of kernel time per step"
+                      % (launches / args.steps, total / args.steps))
+                print("\n".join(table), flush=True)
             python_table = python_profile(step, untimed) if args.cprofile else ""
             if python_table:
                 print("-- cProfile, 300 steps, by own time:")

@@ -94,22 +94,31 @@ def profile_with_torch(args):
     kernels = [event for event in profiler.events()
                if getattr(event, "device_type", None) is not None
                and str(event.device_type).endswith("CUDA")]
+    launches, total, lines = kernel_table(kernels, args.steps, args.top)
+    print("%s %s: %.1f us per step; %.1f kernels and %.1f us of kernel time per step "
+          "(torch.profiler)" % (args.model, args.variant, wall, launches / args.steps,
+                                total / args.steps))
+    print("\n".join(lines))
+    return 0
+
+
+def kernel_table(kernels, steps, top):
+    """(launches, summed µs, table lines) of torch.profiler's kernel events
+    over `steps` steps: per kernel name the launches and GPU time per step,
+    the `top` names of most time first."""
     by_name = collections.defaultdict(lambda: [0, 0.0])
     for event in kernels:
         entry = by_name[_short(event.name)]
         entry[0] += 1
         entry[1] += event.time_range.elapsed_us()
-    total = sum(time for _, time in by_name.values())
+    total = sum(elapsed for _, elapsed in by_name.values())
     launches = sum(count for count, _ in by_name.values())
-    print("%s %s: %.1f us per step; %.1f kernels and %.1f us of kernel time per step "
-          "(torch.profiler)" % (args.model, args.variant, wall, launches / args.steps,
-                                total / args.steps))
-    print("%8s %10s %9s %7s  %s" % ("per step", "us/step", "mean us", "share", "kernel"))
-    for name, (count, time) in sorted(by_name.items(), key=lambda item: -item[1][1])[:args.top]:
-        print("%8.1f %10.1f %9.2f %6.1f%%  %s" % (count / args.steps, time / args.steps,
-                                                 time / count, 100.0 * time / max(total, 1e-9),
-                                                 name))
-    return 0
+    lines = ["%8s %10s %9s %7s  %s" % ("per step", "us/step", "mean us", "share", "kernel")]
+    for name, (count, elapsed) in sorted(by_name.items(), key=lambda item: -item[1][1])[:top]:
+        share = 100.0 * elapsed / max(total, 1e-9)
+        lines.append("%8.1f %10.1f %9.2f %6.1f%%  %s" % (
+            count / steps, elapsed / steps, elapsed / count, share, name))
+    return launches, total, lines
 
 
 def _column(header, *names):

@@ -114,9 +114,11 @@ backends::CompileOptions parse_options(
     } else if (key == "stage") {
       require(value.is_string(), "option 'stage' must be a string");
       options.stage = parse_stage(value.get<std::string>());
-    } else if (key == "never_capture" || key == "skip_warmup") {
+    } else if (key == "never_capture" || key == "skip_warmup" || key == "gemm_search") {
       require(value.is_boolean(), "option '", key, "' must be true or false");
-      (key == "never_capture" ? options.never_capture : options.skip_warmup) = value.get<bool>();
+      (key == "never_capture" ? options.never_capture
+       : key == "skip_warmup" ? options.skip_warmup
+                              : options.gemm_search) = value.get<bool>();
     } else if (key == "gradient_all_reduce") {
       *all_reduce = parse_all_reduce(value);
     } else if (key == "small_m_gemm") {
@@ -126,9 +128,10 @@ backends::CompileOptions parse_options(
               "GROVE_SMALL_M_GEMM decides), found ", value.dump());
       options.small_m_gemm = mode;
     } else {
-      throw InvalidArgument(str_cat("unknown option '", key,
-                                    "' (known: backend, device, dims, stage, never_capture, "
-                                    "skip_warmup, gradient_all_reduce, small_m_gemm)"));
+      throw InvalidArgument(
+          str_cat("unknown option '", key,
+                  "' (known: backend, device, dims, stage, never_capture, "
+                  "skip_warmup, gradient_all_reduce, small_m_gemm, gemm_search)"));
     }
   }
   options.device = *device;

@@ -113,7 +113,10 @@ int grove_capi_version(void);
  * "stage": "inference" | "forward" | "backward" | "optimizer",
  * "never_capture": bool, "skip_warmup": bool,
  * "gradient_all_reduce": {"outputs": [positions], "op": "mean" | "sum",
- * "bucket_bytes": int, "overlap": bool}, "small_m_gemm": "off" | "on" | "auto"}.
+ * "bucket_bytes": int, "overlap": bool}, "small_m_gemm": "off" | "on" | "auto",
+ * "gemm_search": bool}. "gemm_search": true makes the model's library GEMMs on cuda take the
+ * fastest of cuBLASLt's candidates, timed once per process and shape, as GROVE_GEMM_SEARCH=1
+ * does for every model.
  * "small_m_gemm" picks grove's small-M GEMM kernel for this model alone, as
  * GROVE_SMALL_M_GEMM does for the process (which decides when the option is
  * absent or ""; another value fails with GROVE_ERROR_INVALID_ARGUMENT). "gradient_all_reduce" (a

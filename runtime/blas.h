@@ -88,6 +88,10 @@ struct GemmArgs {
   // (it swaps A and B, so kBiasGradA becomes cuBLASLt's BGRADB). Needs
   // batch_count 1, alpha 1 and beta 0; bias_grad (of `dtype`) is contiguous.
   void* bias_grad = nullptr;
+  // Note [GEMM algorithms by measurement]: on cuda, time cuBLASLt's candidate
+  // algorithms for this GEMM's shape (once per process) even without
+  // GROVE_GEMM_SEARCH: its program asked for it (compile option gemm_search).
+  bool search = false;
 };
 
 // Whether GROVE_GEMM_SEARCH asks cuda's BLAS to time cuBLASLt's candidate

@@ -8,9 +8,11 @@
 #   2. DDP through the door (benchmarks/ddp_door.py under torchrun, NCCL):
 #      torch DDP eager (the losses' reference) and reduce-overhead against
 #      backend="grove" on the DDP model, grove.torch.DistributedDataParallel
-#      and grove's whole step (grove_ddp_direct is left out: across ranks the
-#      door refuses direct gradients, Note [Gradients set directly by the
-#      door's function]) (goal: the door <= 0.5x torch DDP reduce-overhead).
+#      and grove's whole step, then grove_ddp_direct (grove's DDP with
+#      GROVE_DOOR_GRADIENTS=direct; the second grove DDP of the process, which
+#      hung before Note [Communicators captured by graphs are never
+#      destroyed]; last, so that a hang costs only its row) (goal: the door
+#      <= 0.5x torch DDP reduce-overhead).
 #
 #   DATA_PARALLEL=path/to/data_parallel OUT=results bash benchmarks/data_parallel/two_gpu_training.sh
 #
@@ -56,7 +58,7 @@ left=$((150 - SECONDS - 5))
 [ "$left" -gt 110 ] || left=110
 timeout "$left" python3 -m torch.distributed.run --nproc_per_node 2 "$here/ddp_door.py" \
   --cases mlp16x512_b32 --iters 40 --deadline-s $((left - 30)) \
-  --variants torch_eager,torch_reduce_overhead,grove_ddp,grove_step,grove \
+  --variants torch_eager,torch_reduce_overhead,grove_ddp,grove_step,grove,grove_ddp_direct \
   --json "$out/ddp_door_2gpu.json" > "$out/ddp_door_2gpu.txt" 2>&1
 echo "rc=$?"
 grep -v "Warning\|warnings.warn\|return func\|^W1\|\*\*\*\*\|OMP_NUM_THREADS\|record function" \

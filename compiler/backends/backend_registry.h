@@ -35,6 +35,10 @@ struct CompileOptions {
   // (Note [Small-M GEMM selection], compiler/lowering/small_m_gemm.cc); empty:
   // GROVE_SMALL_M_GEMM decides. Checked when the model compiles.
   std::string small_m_gemm;
+  // The program's library GEMMs take the fastest of cuBLASLt's candidates,
+  // timed once per process and shape (Note [GEMM algorithms by measurement];
+  // GROVE_GEMM_SEARCH=1 does it for every program).
+  bool gemm_search = false;
 };
 
 class ExecutionBackend {

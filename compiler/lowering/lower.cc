@@ -362,6 +362,7 @@ std::string LoweredProgram::describe() const {
             text << " +" << runtime::gemm_epilogue_name(step.gemm.args.epilogue);
             if (step.gemm.exact_gelu) text << "+exact_gelu";
           }
+          if (step.gemm.args.search) text << " searched";
           break;
         case StepKind::kView:
           text << "  view " << step.op;
@@ -442,6 +443,7 @@ LoweredProgram lower(const ir::Program& program, const LowerOptions& options) {
   ScheduleOptions schedule_options{options.mode};
   schedule_options.small_m_gemm = options.small_m_gemm;
   schedule_options.sequence_attention = options.sequence_attention;
+  schedule_options.gemm_search = options.gemm_search;
   core->scheduled = schedule_program(program, schedule_options);
   core->executor.print_sink = options.print_sink;
   core->name = str_cat(program.name(), ":forward");

@@ -36,6 +36,8 @@ struct LowerOptions {
   std::optional<SmallMGemmMode> small_m_gemm;
   // ScheduleOptions::sequence_attention (tests of the generated attention kernel).
   bool sequence_attention = true;
+  // ScheduleOptions::gemm_search (compile option gemm_search).
+  bool gemm_search = false;
 };
 
 // Throws grove::Error naming the node when the program cannot be lowered.

@@ -332,6 +332,7 @@ void Scheduler::schedule_gemm(int node_index) {
     add_kernel(small_m_gemm_kernel(launch, rows), node.name, launch.written_slots());
     return;
   }
+  launch.args.search = options_.gemm_search;
   Step step;
   step.kind = StepKind::kGemm;
   step.node_name = node.name;

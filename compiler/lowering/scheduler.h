@@ -57,6 +57,10 @@ struct ScheduleOptions {
   // attention kernel]) even where the runtime's sequence attention kernel
   // takes it (Note [Attention on the sequence attention kernel]); for tests.
   bool sequence_attention = true;
+  // True: this program's library GEMMs take the fastest of cuBLASLt's
+  // candidates, timed once per process and shape (GemmArgs::search; Note [GEMM
+  // algorithms by measurement], runtime/cuda/gemm_algorithm_search.h).
+  bool gemm_search = false;
 };
 
 // Throws grove::Error naming the node when something cannot be lowered.

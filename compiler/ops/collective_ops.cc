@@ -11,6 +11,7 @@
 #include "compiler/ops/op_helpers.h"
 #include "runtime/collectives/communication_stream.h"
 #include "runtime/collectives/communicator.h"
+#include "runtime/device_context.h"
 #include "runtime/error.h"
 
 namespace grove::compiler::ops {
@@ -70,6 +71,12 @@ void register_collective_ops(OpRegistry& registry) {
     }
     const runtime::collectives::ReduceOp op =
         runtime::collectives::parse_reduce_op(context.attrs.get_string("op"));
+    // A graph holds this communicator from here on (see Note [Communicators
+    // captured by graphs are never destroyed] in runtime/collectives/communicator.h).
+    if (runtime::device_context(context.device).platform().capture_status(stream) !=
+        runtime::CaptureStatus::kNone) {
+      communicator.note_captured();
+    }
     if (context.attrs.get_int("overlap") == 0) {
       communicator.all_reduce(buffers, op, stream);
       return;

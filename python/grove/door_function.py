@@ -205,19 +205,20 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
 # them or on their AccumulateGrad nodes do not run. So direct_positions takes
 # no parameter that has tensor hooks or is passed twice (tied weights: autograd
 # sums the two gradients), and none while torch.distributed is
-# initialized (DDP's reducer hooks the AccumulateGrad nodes). grove's own
-# DistributedDataParallel (its all-reduces in the backward graph,
-# gradient_reduce.py; no hooks) takes it only in a group of one rank: on two
-# GPUs, benchmarks/ddp_door.py's grove_ddp_direct never finished (session 18,
-# 2xH100, cut at 105 s; session 19, 2xH200, 97 s without a row, where
-# grove_ddp took 0.9 s to compile), and the cause is not found, so across
-# ranks the door keeps autograd's per-parameter path (and update_in_backward
-# is refused the same way) until a 2-GPU run shows it finishes. Tests:
-# DoorFunctionTest.test_direct_gradients_match_torch_over_steps,
+# initialized (DDP's reducer hooks the AccumulateGrad nodes), unless grove's
+# own DistributedDataParallel compiles the graph (its all-reduces are in the
+# backward graph, gradient_reduce.py; no hooks), on any number of ranks.
+# (Sessions 18 and 19 saw benchmarks/ddp_door.py's grove_ddp_direct hang on
+# two GPUs and refused direct gradients across ranks; the hang was any second
+# grove DDP of a process, which replaced the first one's NCCL communicator
+# while that one's captured graphs lived: Note [Communicators captured by
+# graphs are never destroyed], runtime/cuda/nccl_communicator.h. Alone, on
+# 2xH100, grove_ddp_direct ran 1465.8 us per step with torch DDP's losses.)
+# Tests: DoorFunctionTest.test_direct_gradients_match_torch_over_steps,
 # test_direct_gradients_accumulate_into_existing_grad and
 # test_direct_positions_keep_one_parameter_and_hooked_ones
-# (tests/python/door_function_test.py, sim; it also checks the refusal across
-# ranks) and gpu_ddp_door_test.py's grove_ddp_direct cases (2 GPUs). Measured (session 19, r1, H200,
+# (tests/python/door_function_test.py, sim; positions also with two ranks mocked) and
+# gpu_ddp_door_test.py's grove_ddp_direct cases (1 and 2 GPUs). Measured (session 19, r1, H200,
 # door_timeline.py: 10 blocks of 20 steps interleaved in one process):
 # mlp16x512 b32 1457.9 us per step against the default's 1727.3 (0.84x), the
 # same losses bitwise; session 18's "600 us slower" was one block per variant
@@ -239,13 +240,12 @@ def direct_positions(values, grove_reduces=False, keep_one=True):
     parameters, less one where no other value needs a gradient; () while
     torch.distributed is initialized, unless grove_reduces (the backward
     graph averages the gradients itself: grove.torch.DistributedDataParallel,
-    no reducer hooks) in a group of one rank (Note [Gradients set directly by
-    the door's function]: across ranks it stalled on two GPUs). keep_one=False: every such parameter, none kept (the
+    no reducer hooks). keep_one=False: every such parameter, none kept (the
     door's function then anchors its outputs in autograd's graph itself)."""
     distributed = getattr(torch, "distributed", None)
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        if not grove_reduces or distributed.get_world_size() > 1:
-            return ()
+    if (not grove_reduces and distributed is not None and distributed.is_available()
+            and distributed.is_initialized()):
+        return ()
     needing = [index for index, value in enumerate(values)
                if isinstance(value, torch.Tensor) and value.requires_grad]
     # A tensor passed twice (tied weights) gets the sum of its two gradients,

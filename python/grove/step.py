@@ -32,6 +32,32 @@ from grove import training_steps
 _BY_DEVICE = hasattr(torch, "get_autocast_dtype")
 
 
+# Note [GEMMs of the whole step by measurement]: the step's program compiles
+# with the compile option gemm_search, so on cuda its library GEMMs take the
+# fastest of cuBLASLt's candidates, timed once per process and shape (Note
+# [GEMM algorithms by measurement], runtime/cuda/gemm_algorithm_search.h), for
+# this program alone: inference models keep the heuristic's first, which
+# session 18 measured faster in ViT. Eager warm-up and the captured replays
+# run the same plan, so cudagraphs still equals eager; the losses differ from
+# the heuristic's in the last bits (split-K sums f32 in another order).
+# Measured (session 20, r1, H100, door_timeline.py, 10 interleaved blocks of
+# 20 steps): gpt4x256 b8 1148.7 us per step against 1168.8 (every block
+# faster: 1137.7-1164.6 against 1167.4-1173.3), 0.784x of PyTorch's
+# hand-captured step against 0.798x. On by default (read when a step
+# compiles); GROVE_STEP_GEMM_SEARCH=0 keeps the heuristic's first.
+# Test: CompileStepTest.test_gemm_search_option_reaches_the_program
+# (tests/python/step_test.py).
+def gemm_search():
+    """Whether the step's program searches its GEMM algorithms (Note [GEMMs
+    of the whole step by measurement])."""
+    import os
+
+    value = os.environ.get("GROVE_STEP_GEMM_SEARCH", "1")
+    if value not in ("0", "1"):
+        raise ValueError("grove: GROVE_STEP_GEMM_SEARCH=%r; use 1 or 0" % value)
+    return value == "1"
+
+
 class CompiledStep:
     """A training step compiled by compile_step; call it with a batch."""
 
@@ -115,8 +141,9 @@ class CompiledStep:
                 return copy_loss
             return False if node in outputs else None
 
+        searched = {"gemm_search": True} if gemm_search() else {}
         runner = plan.compile(backend=self.mode, device=device, output_copies=copies,
-                              verify=False)
+                              verify=False, **searched)
         if not handoff.applicable(runner):
             raise importer.StrictModeError(
                 "grove: compile_step needs the step's forward and backward to be one grove "

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace grove::runtime::collectives {
 namespace {
@@ -9,6 +10,9 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<Device, std::shared_ptr<Communicator>> by_device;
+  // Replaced or removed communicators that graphs captured, never destroyed
+  // (Note [Communicators captured by graphs are never destroyed]).
+  std::vector<std::shared_ptr<Communicator>> captured_and_replaced;
 };
 
 Registry& registry() {
@@ -48,6 +52,11 @@ bool has_communicator(Device device) {
 void set_communicator(Device device, std::shared_ptr<Communicator> communicator) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
+  auto current = r.by_device.find(device);
+  if (current != r.by_device.end() && current->second != nullptr &&
+      current->second != communicator && current->second->captured()) {
+    r.captured_and_replaced.push_back(current->second);
+  }
   if (communicator == nullptr) {
     r.by_device.erase(device);
   } else {

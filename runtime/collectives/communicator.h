@@ -6,6 +6,7 @@
 // same order with the same buffer shapes.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -39,9 +40,35 @@ struct Buffer {
   DType dtype = DType::kF32;
 };
 
+// Note [Communicators captured by graphs are never destroyed]: a graph that
+// captured a collective holds the communicator it ran on: on sim the host
+// kernel's argument is the HostCommunicator itself, on cuda NCCL's captured
+// plan, and NCCL (2.26 and later) makes ncclCommDestroy wait until every graph
+// that captured one of the communicator's collectives is destroyed. A rank
+// that replaces its device's communicator (a second
+// grove.torch.DistributedDataParallel, or grove_group_join again) or leaves
+// the group while an earlier backward's graphs live (Python objects that only
+// that thread could free) would, on cuda, spin in ncclCommDestroy forever, the
+// other ranks waiting on it in their next collective; on sim a replay of such
+// a graph would call a destroyed communicator. This was the "grove_ddp_direct
+// stall" of sessions 18 and 19 on two GPUs: any second grove DDP of a process,
+// after a first one had captured its all-reduces, hung (session 20's early
+// call: grove_ddp_direct alone finished; gpu_ddp_door_test's WorldOfTwo hung
+// at grove_ddp_fn, its second grove DDP). So the all_reduce op marks the
+// communicator when it runs inside a capture, and set_communicator keeps a
+// marked communicator it replaces or removes alive until the process exits
+// (a leak per such group, by design): the graphs may still replay, and their
+// destruction needs it. One no graph captured is destroyed as before. Tests:
+// DataParallel.ReplacingTheGroupWhileItsCapturedGraphsLiveFinishes
+// (tests/distributed/data_parallel_test.cc: sim, and cuda with 2 GPUs) and
+// the grove DDP variants one after another in gpu_ddp_door_test.py's WorldOfTwo.
 class Communicator {
  public:
   virtual ~Communicator() = default;
+
+  // Note [Communicators captured by graphs are never destroyed].
+  void note_captured() { captured_.store(true); }
+  bool captured() const { return captured_.load(); }
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
@@ -54,6 +81,9 @@ class Communicator {
   // meets the other ranks once. Enqueued on `stream` of device(); returns
   // without waiting where the device is asynchronous.
   virtual void all_reduce(const std::vector<Buffer>& buffers, ReduceOp op, StreamHandle stream) = 0;
+
+ private:
+  std::atomic<bool> captured_{false};
 };
 
 // A platform's own collective library (NCCL on cuda; runtime/platform_factory.h
@@ -80,7 +110,9 @@ class CollectiveLibrary {
 // device when none was set.
 Communicator& communicator_for(Device device);
 bool has_communicator(Device device);
-// Installs (or, with nullptr, removes) the communicator of `device`.
+// Installs (or, with nullptr, removes) the communicator of `device`; the one
+// it replaces or removes is kept alive until exit when a graph captured one of
+// its collectives (Note [Communicators captured by graphs are never destroyed]).
 void set_communicator(Device device, std::shared_ptr<Communicator> communicator);
 
 }  // namespace grove::runtime::collectives

@@ -99,7 +99,7 @@ void gemm(Device device, StreamHandle stream, const GemmArgs& g) {
   // Note [GEMM algorithms by measurement]: a plain GEMM whose algorithm is
   // searched runs through cuBLASLt too.
   if (g.epilogue != GemmEpilogue::kNone ||
-      (g.batch_count == 1 && g.k > 0 && library.lt_ok && gemm_search_enabled())) {
+      (g.batch_count == 1 && g.k > 0 && library.lt_ok && (g.search || gemm_search_enabled()))) {
     if (g.m == 0 || g.n == 0) return;
     cuda_detail::gemm_with_epilogue(library, device, stream, g, doing);
     return;

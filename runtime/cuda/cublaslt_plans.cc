@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -198,6 +199,17 @@ size_t heuristic_workspace_cap() {
   return static_cast<size_t>(parsed);
 }
 
+// GROVE_BIAS_GRAD_EPILOGUES: "1" lets the probe decide whether cuda runs a
+// weight-gradient GEMM's bias gradient as its BGRAD epilogue (Note
+// [Bias-gradient epilogues on cuda]); unset or "0" never; else ConfigError.
+bool bias_gradient_epilogues_probed() {
+  const char* value = std::getenv("GROVE_BIAS_GRAD_EPILOGUES");
+  if (value == nullptr || *value == '\0' || std::string_view(value) == "0") return false;
+  GROVE_CHECK_AS(ConfigError, std::string_view(value) == "1", "GROVE_BIAS_GRAD_EPILOGUES='", value,
+                 "': expected 0 or 1");
+  return true;
+}
+
 }  // namespace
 
 void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandle stream,
@@ -244,7 +256,7 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
     key.alignments[4] = alignment_of(g.aux);
   }
   key.workspace = std::min(state.workspace_bytes, heuristic_workspace_cap());
-  key.searched = searchable(g) && runtime::gemm_search_enabled();
+  key.searched = searchable(g) && (g.search || runtime::gemm_search_enabled());
   LtRegistry& r = lt_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto handle = r.handles.find(device.index);
@@ -285,7 +297,16 @@ bool row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dt
   // with CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmulAlgoGetHeuristic. Until
   // the probe reproduces what makes those calls differ, cuda computes bias
   // gradients with the `sum` kernel; sim and cpu keep the fused form.
-  if (epilogue == GemmEpilogue::kBiasGradA || epilogue == GemmEpilogue::kBiasGradB) return false;
+  // GROVE_BIAS_GRAD_EPILOGUES=1 lets the probe decide (A/B timing; a real
+  // call cuBLASLt then refuses fails naming its GEMM). Session 20, r1 (H100,
+  // CUDA 13.0): with it, gpt4x256's whole step compiled and ran, its losses
+  // bitwise equal to the step without it and its time within the noise
+  // (1163.1 against 1168.8 us): the probe found no f32 BGRAD epilogue for
+  // these GEMMs, so the 29 bias-gradient sums stayed kernels.
+  if ((epilogue == GemmEpilogue::kBiasGradA || epilogue == GemmEpilogue::kBiasGradB) &&
+      !bias_gradient_epilogues_probed()) {
+    return false;
+  }
   static std::mutex mutex;
   static auto* known =
       new std::map<std::tuple<int, GemmEpilogue, DType, int64_t, int64_t, int64_t>, bool>();

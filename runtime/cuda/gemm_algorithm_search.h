@@ -13,13 +13,14 @@
 // kGemmSearchRounds, and keeps the fastest in the plan cache. The plan is made
 // once per process and key, so eager and cudagraphs run the same kernel
 // (bitwise equal); a GEMM first met while its stream captures takes the
-// heuristic's first. Split-K changes the order of f32 sums, so results may
-// differ from PyTorch's in the last bits (within the zoo's tolerance). Off by
-// default: on an H100 (session 18, round 1, ViT at batch 16, one process) the
-// search kept a faster-in-isolation algorithm for 3 of ViT's 6 GEMM shapes
-// (9.87 -> 9.40 us, 11.05 -> 9.84 us timed alone), yet in the model the GEMMs
-// took 590 us of GPU time per call against 580 with the heuristic's picks and
-// the call 639 us against 624 (graphs of one GEMM repeated time it with its
+// heuristic's first. The compile option gemm_search (GemmArgs::search) asks
+// the same for one model's GEMMs (a training whole step: Note [GEMMs of the
+// whole step by measurement], python/grove/step.py). Split-K changes the order of f32 sums, so
+// results may differ from PyTorch's in the last bits (within the zoo's tolerance). Off by default:
+// on an H100 (session 18, round 1, ViT at batch 16, one process) the search kept a
+// faster-in-isolation algorithm for 3 of ViT's 6 GEMM shapes (9.87 -> 9.40 us, 11.05 -> 9.84 us
+// timed alone), yet in the model the GEMMs took 590 us of GPU time per call against 580 with the
+// heuristic's picks and the call 639 us against 624 (graphs of one GEMM repeated time it with its
 // operands hot in L2, which the model's GEMMs are not). Tests:
 // CudaPlatformTest.SearchedGemmAlgorithmsMatchTheHostAndReplayBitwise
 // (tests/runtime/cuda_platform_test.cc).

@@ -345,6 +345,28 @@ TEST(CApi, SmallMGemmOptionChoosesForItsModelBeforeTheEnvironment) {
   EXPECT_EQ(off.find("small_m_gemm"), std::string::npos) << off;
 }
 
+// The "gemm_search" option (Note [GEMM algorithms by measurement]) marks its
+// model's library GEMMs for the search, and only its model's; a value that is
+// not a boolean is refused naming the option.
+TEST(CApi, GemmSearchOptionMarksItsModelsGemms) {
+  grove::testing::ScopedEnv library("GROVE_SMALL_M_GEMM", "off");  // a library GEMM
+  const std::string searched =
+      lowered_steps(R"({"device": "sim", "backend": "cudagraphs", "gemm_search": true})");
+  EXPECT_NE(searched.find("gemm x1 m=3 n=16 k=8 batch=1 +bias_gelu searched"), std::string::npos)
+      << searched;
+  for (const char* options : {R"({"device": "sim", "backend": "cudagraphs", "gemm_search": false})",
+                              R"({"device": "sim", "backend": "cudagraphs"})"}) {
+    const std::string steps = lowered_steps(options);
+    EXPECT_NE(steps.find("+bias_gelu"), std::string::npos) << steps;
+    EXPECT_EQ(steps.find("searched"), std::string::npos) << options << "\n" << steps;
+  }
+  grove_model* model = nullptr;
+  expect_failure(
+      grove_compile(kMlp, R"({"device": "sim", "gemm_search": "yes"})", nullptr, 0, &model),
+      GROVE_ERROR_INVALID_ARGUMENT, "'gemm_search' must be true or false");
+  EXPECT_EQ(model, nullptr);
+}
+
 TEST(CApi, EveryFailingCallSetsAStatusAndAMessage) {
   grove_model* model = nullptr;
   expect_failure(grove_compile(nullptr, nullptr, nullptr, 0, &model), GROVE_ERROR_INVALID_ARGUMENT,

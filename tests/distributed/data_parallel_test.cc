@@ -3,9 +3,14 @@
 // cuda (NCCL; skipped with "needs 2 CUDA devices" on smaller machines).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -296,6 +301,91 @@ TEST_P(DataParallel, MissingRankTimesOutWithAClearError) {
   // The group stays failed: the next collective fails at once with the same message.
   EXPECT_THROW(trainer.step({x, target}, {}), CommunicationError);
   runtime::collectives::leave_group(device);
+}
+
+// Note [Communicators captured by graphs are never destroyed]: each rank
+// replaces its communicator (joins a second group) while the first trainer's
+// captured graphs, which hold that group's all-reduces, are alive. NCCL's
+// ncclCommDestroy of the first group would wait for those graphs forever; the
+// second group then trains as the first did, and the first trainer's graphs
+// still replay over their own group. A watchdog turns a hang into a failure.
+TEST_P(DataParallel, ReplacingTheGroupWhileItsCapturedGraphsLiveFinishes) {
+  GROVE_SEEDED_RNG(rng);
+  Batches batches = random_batches(rng);
+  Hyperparameters hyper;
+  hyper.lr = 1e-3;
+  std::atomic<bool> finished{false};
+  std::thread watchdog([&finished] {
+    for (int tenth = 0; tenth < 1800 && !finished.load(); ++tenth) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!finished.load()) {
+      std::fprintf(stderr,
+                   "DataParallel.ReplacingTheGroupWhileItsCapturedGraphsLiveFinishes: "
+                   "a rank hung for 180 s replacing its communicator\n");
+      std::_Exit(1);
+    }
+  });
+  const std::vector<Device> devices = rank_devices();
+  std::vector<std::vector<float>> first(kWorld), second(kWorld), again(kWorld);
+  std::vector<Params> kept_params(kWorld);
+  std::vector<std::exception_ptr> errors(kWorld);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      const Device device = devices[static_cast<size_t>(rank)];
+      try {
+        auto train = [&](const std::string& name, std::vector<float>& losses) {
+          runtime::collectives::join_local_group(device, rank, kWorld, group(name),
+                                                 std::chrono::milliseconds(60000));
+          ValueId loss;
+          DataParallelOptions options;
+          options.trainer.backend = "cudagraphs";
+          options.all_reduce.bucket_bytes = 600;
+          auto trainer =
+              std::make_unique<DataParallelTrainer>(mlp(device, kShard, &loss), loss, options);
+          for (int step = 0; step < kSteps; ++step) {
+            Tensor x = Tensor::from_vector(rows(batches.x[step], 12, rank * kShard, kShard),
+                                           {kShard, 12}, device);
+            Tensor target = Tensor::from_vector(
+                rows(batches.target[step], 5, rank * kShard, kShard), {kShard, 5}, device);
+            losses.push_back(trainer->step({x, target}, hyper).to_vector<float>()[0]);
+          }
+          return trainer;
+        };
+        auto kept = train("replaced.first", first[static_cast<size_t>(rank)]);
+        auto replacing = train("replaced.second", second[static_cast<size_t>(rank)]);
+        // The first trainer's graphs replay over the group they captured.
+        Tensor x = Tensor::from_vector(rows(batches.x[0], 12, rank * kShard, kShard), {kShard, 12},
+                                       device);
+        Tensor target = Tensor::from_vector(rows(batches.target[0], 5, rank * kShard, kShard),
+                                            {kShard, 5}, device);
+        again[static_cast<size_t>(rank)] = kept->step({x, target}, hyper).to_vector<float>();
+        kept_params[static_cast<size_t>(rank)] =
+            params_of([&](const std::string& name) -> const Tensor& { return kept->state(name); });
+      } catch (...) {
+        errors[static_cast<size_t>(rank)] = std::current_exception();
+      }
+      cudagraph_trees::reset_tree_managers();
+      runtime::collectives::leave_group(device);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  finished.store(true);
+  watchdog.join();
+  for (std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+  for (int rank = 0; rank < kWorld; ++rank) {
+    SCOPED_TRACE(str_cat("rank ", rank));
+    // The same model, shard and seeds: the second group trains as the first.
+    ASSERT_EQ(first[rank].size(), static_cast<size_t>(kSteps));
+    EXPECT_EQ(second[rank], first[rank]);
+    ASSERT_EQ(again[rank].size(), 1u);
+    EXPECT_TRUE(std::isfinite(again[rank][0]));
+  }
+  // The first trainer's last step averaged its gradients over its own group.
+  expect_bitwise_params(kept_params[1], kept_params[0], "first trainer, rank 1 vs rank 0");
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, DataParallel,

@@ -12,9 +12,10 @@
   grove's backward graph (every parameter gradient reduced there);
 - door_fn, grove_ddp_fn: the same two with grove's own autograd function, the default
   (GROVE_DOOR_FUNCTION=1, Note [The door's own autograd function]) (f32);
-- grove_ddp_direct: grove_ddp_fn with GROVE_DOOR_GRADIENTS=direct, which the
-  door refuses across ranks (Note [Gradients set directly by the door's
-  function]): the step must still finish and match (f32);
+- grove_ddp_direct: grove_ddp_fn with GROVE_DOOR_GRADIENTS=direct (Note
+  [Gradients set directly by the door's function]) (f32); like grove_ddp_fn,
+  a second grove DDP in the process, which hung on two GPUs before Note
+  [Communicators captured by graphs are never destroyed];
 - step: grove.training.compile_step given the DDP model (the whole step in
   grove, the gradients averaged over DDP's group by one all-reduce);
 
@@ -171,7 +172,18 @@ def train(variant, module, batch, loss_fn, rank, autocast, compiled):
             "params": [p.detach().cpu().clone() for p in model.parameters()]}
 
 
+# A child that runs longer than this dumps every thread's stack and exits, so a
+# hung collective fails the class with the place it hung (sessions 18 and 19:
+# a second grove DDP hung in its communicator's replacement, Note
+# [Communicators captured by graphs are never destroyed]) instead of running
+# into the caller's time limit.
+CHILD_LIMIT_S = float(os.environ.get("GPU_DDP_DOOR_CHILD_LIMIT_S", "170"))
+
+
 def train_rank(rank, world, rendezvous, folder):
+    import faulthandler
+
+    faulthandler.dump_traceback_later(CHILD_LIMIT_S, exit=True)
     torch.cuda.set_device(rank)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -256,11 +268,8 @@ class WorldOfOne(unittest.TestCase):
                 self.assertGreater(ours["door_functions"], 0,
                                    where + ": no graph ran as grove's own autograd function")
             if variant.endswith("_direct"):
-                # Across ranks the door refuses direct gradients (Note
-                # [Gradients set directly by the door's function]): the step
-                # is grove_ddp_fn's, and it must finish and match.
-                self.assertEqual(ours["direct_functions"], 0,
-                                 where + ": a graph set its gradients directly across ranks")
+                self.assertGreater(ours["direct_functions"], 0,
+                                   where + ": no graph set its gradients directly")
             if variant.startswith("grove_ddp"):
                 in_grove, left = ours["reduction"]
                 self.assertEqual(left, 0, where + ": gradients left to torch.distributed")

@@ -153,6 +153,37 @@ class CompileStepTest(unittest.TestCase):
         self.assertEqual(stats["fallback_calls"], {})
         self.assertEqual(runner.plan.unsupported, [])
 
+    def test_gemm_search_option_reaches_the_program(self):
+        # Note [GEMMs of the whole step by measurement] (grove/step.py): the
+        # step's program compiles with the option, by default (sim has no
+        # algorithms to search, so its losses stay those of the step without
+        # it, bitwise); GROVE_STEP_GEMM_SEARCH=0 leaves it out.
+        module, batches, loss_fn = mlp_case()
+        previous = os.environ.get("GROVE_STEP_GEMM_SEARCH")
+        try:
+            os.environ["GROVE_STEP_GEMM_SEARCH"] = "0"
+            plain, _, plain_step = grove_losses(module, batches[:3], loss_fn, "torch_sgd",
+                                                "cudagraphs")
+            self.assertNotIn("gemm_search", plain_step.runners()[0].options)
+            os.environ["GROVE_STEP_GEMM_SEARCH"] = "1"
+            searched, _, step = grove_losses(module, batches[:3], loss_fn, "torch_sgd",
+                                             "cudagraphs")
+            self.assertIs(step.runners()[0].options.get("gemm_search"), True)
+            for a, b in zip(searched, plain):
+                self.assertTrue(torch.equal(a, b))
+            del os.environ["GROVE_STEP_GEMM_SEARCH"]
+            _, _, default_step = grove_losses(module, batches[:1], loss_fn, "torch_sgd",
+                                              "cudagraphs")
+            self.assertIs(default_step.runners()[0].options.get("gemm_search"), True)
+            os.environ["GROVE_STEP_GEMM_SEARCH"] = "sideways"
+            with self.assertRaisesRegex(ValueError, "GROVE_STEP_GEMM_SEARCH"):
+                grove_losses(module, batches[:1], loss_fn, "torch_sgd", "cudagraphs")
+        finally:
+            if previous is None:
+                os.environ.pop("GROVE_STEP_GEMM_SEARCH", None)
+            else:
+                os.environ["GROVE_STEP_GEMM_SEARCH"] = previous
+
     def test_gpt_with_grove_sgd(self):
         self.check_case(gpt_case, "grove_sgd")
 
