@@ -4,10 +4,8 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <string_view>
 
 namespace grove::serving {
 namespace {
@@ -372,53 +370,6 @@ namespace {
 
 bool json_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-bool is_digit(char c) { return static_cast<unsigned>(c - '0') <= 9; }
-
-// Note [Float tokens of the common shape]
-// What clients send for FP32 data is nearly always one digit, a point and a
-// fraction of at most 17 digits ("-0.7324862480163574", "0.12345678": a
-// float, or a float widened to a double, printed shortest). Such a token has
-// at most 18 significant digits, so read_number would gather them all (never
-// past its 19) into the same digits and exponent that this reads in one
-// straight pass, without its integer loop, leading-zero skip, significance
-// count, exponent scan and kind. So it converts them with the same
-// float_double and stores the same float; anything else (another shape, a
-// longer fraction, an exponent, a value near a float's rounding midpoint)
-// returns nullptr and is read by read_number from the same place.
-// GROVE_JSON_FLOAT_FAST_PATH=0 reads every token through read_number (A/B
-// timing). Tests: JsonNumber.FloatListReadsEachTokenAsReadJsonNumber,
-// JsonNumber.FloatListReadsClientFloatsAsReadJsonNumber.
-[[gnu::always_inline]] inline const char* read_plain_float(const char* p, const char* end,
-                                                           float* value) {
-  const bool negative = *p == '-';  // p < end
-  const char* q = p + (negative ? 1 : 0);
-  if (end - q < 3 || !is_digit(q[0]) || q[1] != '.') return nullptr;
-  uint64_t digits = static_cast<uint64_t>(q[0] - '0');
-  const char* const fraction = q + 2;
-  q = fraction;
-  const char* const last = end - fraction > 17 ? fraction + 17 : end;
-  uint32_t eight = 0;
-  while (last - q >= 8 && eight_digits(q, &eight)) {  // at most twice
-    digits = digits * 100000000 + eight;
-    q += 8;
-  }
-  for (; q < last && is_digit(*q); ++q) digits = digits * 10 + static_cast<uint64_t>(*q - '0');
-  if (q == fraction) return nullptr;
-  if (q < end && (is_digit(*q) || *q == 'e' || *q == 'E')) return nullptr;  // longer, or e
-  double wide = 0;
-  if (!float_double(digits, -static_cast<int>(q - fraction), negative, &wide)) return nullptr;
-  *value = static_cast<float>(wide);
-  return q;
-}
-
-bool float_fast_path() {
-  static const bool enabled = [] {
-    const char* setting = std::getenv("GROVE_JSON_FLOAT_FAST_PATH");
-    return setting == nullptr || std::string_view(setting) != "0";
-  }();
-  return enabled;
-}
-
 }  // namespace
 
 const char* read_json_number(const char* begin, const char* end, JsonNumber* number,
@@ -431,26 +382,21 @@ const char* read_json_float_list(const char* begin, const char* end, unsigned ch
   *count = 0;
   const char* after = begin;  // after the last token stored
   const char* p = begin;
-  const bool fast = float_fast_path();
   while (*count < max_count) {
+    JsonNumber number;
+    const char* next = read_number(p, end, &number, JsonPrecision::kFloat);
+    if (next == nullptr) break;
     float value = 0;
-    // Note [Float tokens of the common shape].
-    const char* next = fast && p < end ? read_plain_float(p, end, &value) : nullptr;
-    if (next == nullptr) {
-      JsonNumber number;
-      next = read_number(p, end, &number, JsonPrecision::kFloat);
-      if (next == nullptr) break;
-      switch (number.kind) {  // as the rows' reader narrows each kind (through a double)
-        case JsonNumber::Kind::kFloat:
-          value = static_cast<float>(number.floating);
-          break;
-        case JsonNumber::Kind::kInteger:
-          value = static_cast<float>(static_cast<double>(number.integer));
-          break;
-        case JsonNumber::Kind::kUnsigned:
-          value = static_cast<float>(static_cast<double>(number.unsigned_integer));
-          break;
-      }
+    switch (number.kind) {  // as the rows' reader narrows each kind (through a double)
+      case JsonNumber::Kind::kFloat:
+        value = static_cast<float>(number.floating);
+        break;
+      case JsonNumber::Kind::kInteger:
+        value = static_cast<float>(static_cast<double>(number.integer));
+        break;
+      case JsonNumber::Kind::kUnsigned:
+        value = static_cast<float>(static_cast<double>(number.unsigned_integer));
+        break;
     }
     std::memcpy(out + *count * sizeof(float), &value, sizeof(float));
     ++*count;

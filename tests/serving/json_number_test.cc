@@ -287,10 +287,9 @@ std::optional<float> token_as_float(const std::string& token) {
   return std::nullopt;
 }
 
-// Note [Float tokens of the common shape]: lists of what clients send (a
-// float printed shortest, or widened to a double and printed shortest, with
-// one digit before the point), and of tokens of that shape next to a float's
-// rounding midpoint, where the fast path must hand the token on, read as
+// Lists of what clients send (a float printed shortest, or widened to a
+// double and printed shortest, with one digit before the point), and of
+// tokens of that shape next to a float's rounding midpoint, read as
 // read_json_number reads each token alone.
 TEST(JsonNumber, FloatListReadsClientFloatsAsReadJsonNumber) {
   const uint64_t seed = 40;
