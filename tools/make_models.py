@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes grove's benchmark models (benchmarks/models/*.json).
 
-  python3 tools/make_models.py            # regenerate both files
+  python3 tools/make_models.py            # regenerate the files
   python3 tools/make_models.py --check    # exit 1 if the files are stale
 
 The models use named dimensions ("batch", "seq") that a caller binds when it
@@ -14,6 +14,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "benchmarks", "models")
+SERVE_HTTP_MODELS = os.path.join(ROOT, "benchmarks", "serve_http", "models")
 
 
 class Model:
@@ -67,15 +68,26 @@ class Model:
         return self.node(name, "layer_norm", [x, weight, bias], eps=1e-5)
 
 
-def mlp16x512():
-    width, depth = 512, 16
-    m = Model("mlp16x512", "16 x [Linear 512->512 + GELU (tanh approximation)]", {"batch": 1})
+def mlp(depth, width, description=""):
+    m = Model(f"mlp{depth}x{width}",
+              f"{depth} x [Linear {width}->{width} + GELU (tanh approximation)]{description}",
+              {"batch": 1})
     h = m.input("x", ["batch", width])
     for layer in range(depth):
         h = m.linear(f"fc{layer}", h, width, width)
         h = m.node(f"gelu{layer}", "gelu", [h])
     m.output(h)
     return m.doc
+
+
+def mlp16x512():
+    return mlp(16, 512)
+
+
+def mlp64x256():
+    # serve_http's model where eager's launches, not the HTTP front, bound eager's answers at
+    # max batch 64 (4x mlp16x512's kernels per call, rows a quarter as wide).
+    return mlp(64, 256, ": four times mlp16x512's launches per call, rows half as wide")
 
 
 def gpt4x256():
@@ -133,8 +145,10 @@ def main():
     check = "--check" in sys.argv[1:]
     stale = []
     os.makedirs(MODELS, exist_ok=True)
-    for name, build in (("mlp16x512", mlp16x512), ("gpt4x256", gpt4x256)):
-        path = os.path.join(MODELS, name + ".json")
+    for directory, name, build in ((MODELS, "mlp16x512", mlp16x512),
+                                   (MODELS, "gpt4x256", gpt4x256),
+                                   (SERVE_HTTP_MODELS, "mlp64x256", mlp64x256)):
+        path = os.path.join(directory, name + ".json")
         text = render(build())
         if check:
             with open(path) as existing:

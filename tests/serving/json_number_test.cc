@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -262,6 +263,85 @@ TEST(JsonNumber, FloatListReadsEachTokenAsReadJsonNumber) {
       if (read == expected.size()) {
         EXPECT_EQ(static_cast<size_t>(after - text.data()), read == 0 ? 0 : expected_end) << text;
       }
+    }
+    if (HasFatalFailure()) FAIL() << "seed " << seed;
+  }
+}
+
+// The float read_json_number (kFloat) makes of one whole token, narrowed as
+// the request reader narrows it; nullopt where it refuses the token.
+std::optional<float> token_as_float(const std::string& token) {
+  JsonNumber number;
+  const char* end = token.data() + token.size();
+  if (read_json_number(token.data(), end, &number, JsonPrecision::kFloat) != end) {
+    return std::nullopt;
+  }
+  switch (number.kind) {
+    case JsonNumber::Kind::kFloat:
+      return static_cast<float>(number.floating);
+    case JsonNumber::Kind::kInteger:
+      return static_cast<float>(static_cast<double>(number.integer));
+    case JsonNumber::Kind::kUnsigned:
+      return static_cast<float>(static_cast<double>(number.unsigned_integer));
+  }
+  return std::nullopt;
+}
+
+// Lists of what clients send (a float printed shortest, or widened to a
+// double and printed shortest, with one digit before the point), and of
+// tokens of that shape next to a float's rounding midpoint, read as
+// read_json_number reads each token alone.
+TEST(JsonNumber, FloatListReadsClientFloatsAsReadJsonNumber) {
+  const uint64_t seed = 40;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  std::uniform_int_distribution<int> kind(0, 4), scale(-6, 1);
+  std::uniform_int_distribution<uint32_t> in_one_to_ten(0x3F800000u, 0x411FFFFFu);  // [1, 10)
+  for (int i = 0; i < 4000; ++i) {
+    std::vector<std::string> tokens;
+    for (int k = 0; k < 64; ++k) {
+      char text[48];
+      const int what = kind(rng);
+      if (what <= 1) {  // a float near [-1, 1], shortest as a float or as a widened double
+        const float value = uniform(rng) * std::pow(10.f, static_cast<float>(scale(rng) % 2));
+        auto [end, error] =
+            what == 0 ? std::to_chars(text, text + sizeof(text), value)
+                      : std::to_chars(text, text + sizeof(text), static_cast<double>(value));
+        ASSERT_EQ(error, std::errc());
+        tokens.emplace_back(text, end);
+      } else if (what == 2) {  // a small float, 0.0000ddd
+        const double value = static_cast<double>(uniform(rng)) * std::pow(10.0, scale(rng));
+        tokens.emplace_back(text,
+                            static_cast<size_t>(std::snprintf(text, sizeof(text), "%.17f", value)));
+      } else {  // d.ddd at, or a few units from, a float midpoint in [1, 10)
+        float low = 0;
+        const uint32_t pattern = in_one_to_ten(rng);
+        std::memcpy(&low, &pattern, 4);
+        double value =
+            (static_cast<double>(low) + static_cast<double>(std::nextafter(low, INFINITY))) / 2;
+        for (int step = kind(rng) - 2; step != 0; step += step > 0 ? -1 : 1) {
+          value = std::nextafter(value, step > 0 ? 1e300 : 0);
+        }
+        const int fraction = what == 3 ? 16 : 8 + kind(rng);
+        tokens.emplace_back(
+            text, static_cast<size_t>(std::snprintf(text, sizeof(text), "%.*f", fraction, value)));
+      }
+    }
+    std::string text;
+    for (const std::string& token : tokens) text += (text.empty() ? "" : ",") + token;
+    text += "]";
+    std::vector<unsigned char> out(tokens.size() * 4, 0);
+    size_t read = 0;
+    const char* after = read_json_float_list(text.data(), text.data() + text.size(), out.data(),
+                                             tokens.size(), &read);
+    ASSERT_EQ(read, tokens.size()) << text;
+    EXPECT_EQ(*after, ']') << text;
+    for (size_t k = 0; k < read; ++k) {
+      const std::optional<float> expected = token_as_float(tokens[k]);
+      ASSERT_TRUE(expected.has_value()) << tokens[k];
+      float value = 0;
+      std::memcpy(&value, out.data() + 4 * k, 4);
+      ASSERT_EQ(float_bits(value), float_bits(*expected)) << tokens[k];
     }
     if (HasFatalFailure()) FAIL() << "seed " << seed;
   }
