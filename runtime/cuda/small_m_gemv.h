@@ -62,6 +62,20 @@
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise,
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
 // (tests/runtime/cuda_platform_test.cc).
+//
+// Note [Streamed GEMV slots]
+// In the probe's whole step (session 18 round 1) 32 slots of 128 threads
+// (64 KiB of dynamic shared memory a block: KernelSource::max_dynamic_shared_bytes)
+// beat 24 (918.6 against 950.7 us), down 17.9 -> 16.0 us and o 5.1 -> 5.0, but
+// the LM head lost (45.4 -> 50.7). The _s32 entry points are the same kernel
+// with 32 slots: the same loads folded in the same order, so the same bits.
+// The RMSNorm GEMVs' _s28 entry points likewise take 28 slots for 20.
+// GROVE_STREAMED_GEMV_SLOTS=deep runs the deep ones for every streamed GEMV,
+// =auto for all but the LM head (more than 4096 columns); unset, 24 and 20
+// (runtime::streamed_gemv_deep_slots, read at each launch).
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
+// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise, each with
+// deep slots too, on cuda.
 #pragma once
 
 #include <mutex>
@@ -89,8 +103,9 @@ class SmallMGemv {
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
-  KernelHandle streamed_[2] = {};  // [bf16, f16], Note [Streamed GEMV]
-  bool streamed_loaded_[2] = {};
+  // [bf16, f16][24 slots, 32 slots], Note [Streamed GEMV], Note [Streamed GEMV slots]
+  KernelHandle streamed_[2][2] = {};
+  bool streamed_loaded_[2][2] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

@@ -135,14 +135,14 @@ __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_
 // the kernel before still runs. A thread reads only slots it filled itself,
 // so no barrier is needed.
 constexpr int kStreamThreads = 128;
-// 48 KiB of slots per block: two blocks of one kernel fit an SM beside
-// two of the next kernel's.
-constexpr int kSlots = 24;
-
-template <typename T>
+// kSlots 24: 48 KiB of slots per block, so two blocks of one kernel fit an SM
+// beside two of the next kernel's; 32 (the _s32 entry points, 64 KiB of
+// dynamic shared memory): Note [Streamed GEMV slots] (small_m_gemv.h).
+template <typename T, int kSlots>
 __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ldw, T* c, int64_t n,
                                               int64_t k, int64_t accumulate, int64_t evict_first) {
-  __shared__ uint4 slots[kSlots][kStreamThreads];
+  extern __shared__ uint4 slots_memory[];  // [kSlots][kStreamThreads]
+  auto slots = reinterpret_cast<uint4(*)[kStreamThreads]>(slots_memory);
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kStreamThreads / kWarp);
   const int64_t first_column =
@@ -220,16 +220,18 @@ GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m2, __half, 2)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m4, __half, 4)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8)
 
-// grove_small_m_gemv_streamed_<dtype>(a, w, ldw, c, n, k, accumulate,
+// grove_small_m_gemv_streamed_<dtype>[_s32](a, w, ldw, c, n, k, accumulate,
 // evict_first): one row of A, Note [Streamed GEMV]; launched with
-// kStreamThreads threads per block. evict_first: W's reads under
-// evict_first_policy.
-#define GROVE_STREAMED_GEMV(NAME, T)                                                            \
+// kStreamThreads threads per block and SLOTS * kStreamThreads * 16 bytes of
+// dynamic shared memory. evict_first: W's reads under evict_first_policy.
+#define GROVE_STREAMED_GEMV(NAME, T, SLOTS)                                                     \
   extern "C" __global__ void __launch_bounds__(kStreamThreads)                                  \
       NAME(const T* a, const T* w, int64_t ldw, T* c, int64_t n, int64_t k, int64_t accumulate, \
            int64_t evict_first) {                                                               \
-    streamed_gemv<T>(a, w, ldw, c, n, k, accumulate, evict_first);                              \
+    streamed_gemv<T, SLOTS>(a, w, ldw, c, n, k, accumulate, evict_first);                       \
   }
 
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16, __half)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16, 24)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16, __half, 24)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32, __nv_bfloat16, 32)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32, __half, 32)
