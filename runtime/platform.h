@@ -250,5 +250,9 @@ bool weights_evict_first();
 // than 4096 columns (the LM head; the RMSNorm GEMVs pass 0), else none. Read
 // at each launch.
 bool streamed_gemv_deep_slots(int64_t columns);
+// Whether the streamed GEMV loads 8 of a lane's vectors of A before folding
+// them (GROVE_GEMV_X_AHEAD=1; Note [Streamed GEMV loads A ahead],
+// runtime/cuda/small_m_gemv.h). Read at each launch.
+bool streamed_gemv_x_ahead();
 
 }  // namespace grove::runtime

@@ -76,6 +76,20 @@
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise, each with
 // deep slots too, on cuda.
+//
+// Note [Streamed GEMV loads A ahead]
+// The streamed GEMV's fold loads each of A's vectors right before it folds it,
+// after waiting for its weight slot (an asm with a memory clobber), so a
+// lane's first column costs one L2 round trip per step: K / 256 of them (8 for
+// the output projection, 32 for the down projection's K = 8192), while its
+// weights already sit in shared memory (requested before the wait). In the
+// session 19 profile (H200) the down projection reached 2.4 TB/s against
+// gate/up's 3.68, whose RMSNorm kernels hold A in shared memory, and the
+// output projection, whose weights all fit the slots, still added 5 us. The
+// _x8 entry points (GROVE_GEMV_X_AHEAD=1) load 8 of a lane's vectors of A
+// before folding the first: the same vectors folded in the same order, so
+// the same bits. Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise
+// (with A ahead too, on cuda).
 #pragma once
 
 #include <mutex>
@@ -103,9 +117,10 @@ class SmallMGemv {
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
-  // [bf16, f16][24 slots, 32 slots], Note [Streamed GEMV], Note [Streamed GEMV slots]
-  KernelHandle streamed_[2][2] = {};
-  bool streamed_loaded_[2][2] = {};
+  // [bf16, f16][24 slots, 32 slots][A loaded a vector at a time, 8 ahead]: Note [Streamed
+  // GEMV], Note [Streamed GEMV slots], Note [Streamed GEMV loads A ahead]
+  KernelHandle streamed_[2][2][2] = {};
+  bool streamed_loaded_[2][2][2] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail
