@@ -45,7 +45,7 @@ bool weights_evict_first() {
 
 bool streamed_gemv_x_ahead() {
   const char* value = std::getenv("GROVE_GEMV_X_AHEAD");
-  return value != nullptr && std::strcmp(value, "1") == 0;
+  return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
 bool streamed_gemv_deep_slots(int64_t columns) {

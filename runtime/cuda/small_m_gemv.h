@@ -85,11 +85,16 @@
 // weights already sit in shared memory (requested before the wait). In the
 // session 19 profile (H200) the down projection reached 2.4 TB/s against
 // gate/up's 3.68, whose RMSNorm kernels hold A in shared memory, and the
-// output projection, whose weights all fit the slots, still added 5 us. The
-// _x8 entry points (GROVE_GEMV_X_AHEAD=1) load 8 of a lane's vectors of A
-// before folding the first: the same vectors folded in the same order, so
-// the same bits. Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise
-// (with A ahead too, on cuda).
+// output projection, whose weights all fit the slots, still added 5 us; on an
+// H100 (session 20 round 1, torch.profiler, 1B batch 1) down added 18.8 us a
+// layer (1786 GB/s) and the output projection 7.0 (1202 GB/s) against gate/up's
+// 2661 GB/s. The _x8 entry points, the default (GROVE_GEMV_X_AHEAD=0 runs the
+// old ones), load 8 of a lane's vectors of A before folding the first: the
+// same vectors folded in the same order, so the same bits (passed on that
+// H100). Their speed is not yet measured: round 1's timed runs of them were
+// cut by the request's limit, and no round was left.
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (with A
+// ahead, 24 and 32 slots, on cuda).
 #pragma once
 
 #include <mutex>

@@ -606,7 +606,9 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
     EXPECT_EQ(platform().graph_node_count(graph), 1u) << "1 x " << n << " x " << k;
     ASSERT_EQ(nodes.size(), 1u) << "1 x " << n << " x " << k;
     EXPECT_EQ(nodes[0].kernel_name, streamed_gemv_enabled(StreamedGemvs::kBlas)
-                                        ? "grove_small_m_gemv_streamed_bf16"
+                                        ? str_cat("grove_small_m_gemv_streamed_bf16",
+                                                  streamed_gemv_deep_slots(n) ? "_s32" : "",
+                                                  streamed_gemv_x_ahead() ? "_x8" : "")
                                         : "grove_small_m_gemv_bf16_m1");
     platform().destroy_graph(graph);
   }
