@@ -89,7 +89,8 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
   Platform& platform = device_context(device).platform();
   // Note [Streamed GEMV slots]: 28 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
   const bool deep = streamed_gemv_deep_slots(0);
-  const uint32_t shared_bytes = (deep ? 28 : 20) * kThreads * 16;
+  // 20 slots are the kernel's static shared memory; 28 are dynamic.
+  const uint32_t shared_bytes = deep ? 28 * kThreads * 16 : 0;
   KernelSource source;
   source.name = str_cat(gated     ? "grove_rms_norm_swiglu_streamed_bf16"
                         : f32_out ? "grove_rms_norm_gemv_streamed_bf16_f32out"

@@ -218,7 +218,7 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
 // against 1247.2 in round 2.)
 // kSlots 20: 40 KiB of slots per block of kThreads (with the normalized row
 // within 48 KiB); 28 (the _s28 entry points): Note [Streamed GEMV slots]. Even,
-// so a gated step's pair never wraps. The slots are dynamic shared memory.
+// so a gated step's pair never wraps. 20 slots are static shared memory, 28 dynamic.
 // The longest row the streamed kernels normalize into shared memory
 // (kStreamedMaxK in rms_norm_gemv_kernel.cc; longer rows take rms_norm_gemv).
 constexpr int kStreamedMaxK = 3072;
@@ -229,8 +229,15 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
                                                        const uint16_t* w_bits, int64_t ldw, Out* c,
                                                        int64_t n, int64_t k, float eps,
                                                        int64_t evict_first) {
-  extern __shared__ uint4 slots_memory[];  // [kSlots][kThreads]
-  auto slots = reinterpret_cast<uint4(*)[kThreads]>(slots_memory);
+  // 20 slots are static shared memory (as before the deep rings); 28 dynamic.
+  uint4(*slots)[kThreads];
+  if constexpr (kSlots == 20) {
+    __shared__ uint4 static_slots[kSlots][kThreads];
+    slots = static_slots;
+  } else {
+    extern __shared__ uint4 slots_memory[];  // [kSlots][kThreads]
+    slots = reinterpret_cast<uint4(*)[kThreads]>(slots_memory);
+  }
   __shared__ uint4 normed[kStreamedMaxK / 8];  // bf16(g * (x * rstd)), 8 a vector
   __shared__ float partial[kThreads / kWarp];
   __shared__ float rstd_shared;

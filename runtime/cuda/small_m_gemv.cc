@@ -93,7 +93,8 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
   const int deep = streamed_gemv_deep_slots(g.n) ? 1 : 0;
   // Note [Streamed GEMV loads A ahead]: the _x8 entry points unless GROVE_GEMV_X_AHEAD=0.
   const int ahead = streamed_gemv_x_ahead() ? 1 : 0;
-  const uint32_t shared_bytes = (deep != 0 ? 32 : 24) * kStreamThreads * 16;
+  // 24 slots are the kernel's static shared memory; 32 are dynamic.
+  const uint32_t shared_bytes = deep != 0 ? 32 * kStreamThreads * 16 : 0;
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);

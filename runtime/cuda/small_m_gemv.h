@@ -70,12 +70,14 @@
 // the LM head lost (45.4 -> 50.7). The _s32 entry points are the same kernel
 // with 32 slots: the same loads folded in the same order, so the same bits.
 // The RMSNorm GEMVs' _s28 entry points likewise take 28 slots for 20.
-// GROVE_STREAMED_GEMV_SLOTS=deep runs the deep ones for every streamed GEMV,
+// The 24- and 20-slot kernels keep static shared memory, the deep ones take
+// dynamic. GROVE_STREAMED_GEMV_SLOTS=deep runs the deep ones for every streamed GEMV,
 // =auto for all but the LM head (more than 4096 columns); unset, 24 and 20
 // (runtime::streamed_gemv_deep_slots, read at each launch).
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise, each with
-// deep slots too, on cuda.
+// deep slots too, on cuda (passed on an H100, session 20 round 1, whose timed
+// run of auto was cut by the request's limit: not yet measured in the benchmark).
 //
 // Note [Streamed GEMV loads A ahead]
 // The streamed GEMV's fold loads each of A's vectors right before it folds it,

@@ -143,8 +143,15 @@ constexpr int kStreamThreads = 128;
 template <typename T, int kSlots, int kXAhead>
 __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ldw, T* c, int64_t n,
                                               int64_t k, int64_t accumulate, int64_t evict_first) {
-  extern __shared__ uint4 slots_memory[];  // [kSlots][kStreamThreads]
-  auto slots = reinterpret_cast<uint4(*)[kStreamThreads]>(slots_memory);
+  // 24 slots are static shared memory (as before the deep rings); 32 dynamic.
+  uint4(*slots)[kStreamThreads];
+  if constexpr (kSlots == 24) {
+    __shared__ uint4 static_slots[kSlots][kStreamThreads];
+    slots = static_slots;
+  } else {
+    extern __shared__ uint4 slots_memory[];  // [kSlots][kStreamThreads]
+    slots = reinterpret_cast<uint4(*)[kStreamThreads]>(slots_memory);
+  }
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kStreamThreads / kWarp);
   const int64_t first_column =
