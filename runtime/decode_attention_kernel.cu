@@ -59,13 +59,18 @@ __device__ __forceinline__ void store(void* base, int64_t index, float value, Bf
 // long instruction sequences) and loops over runtime bounds are not unrolled.
 // Early: Note [Decode attention loads the cache early]; Warm: Note [Decode
 // attention runs dry before its wait] (decode_attention_kernel.h). Not both.
-template <typename T, int G, bool Early, bool Warm = false>
+template <typename T, int G, bool Early, bool kWarmRequested = false>
 __device__ __forceinline__ void attention(void* qkv, const void* cos, const void* sin,
                                           const void* key_cache, const void* value_cache,
                                           const int64_t* positions, int64_t heads, int64_t kv_heads,
                                           int64_t head_dim, int64_t cache_len, int64_t table_len,
                                           float scale) {
-  static_assert(!(Early && Warm), "a warm kernel loads nothing early");
+  static_assert(!(Early && kWarmRequested), "a warm kernel loads nothing early");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool Warm = kWarmRequested;
+#else
+  constexpr bool Warm = false;  // no programmatic wait to run dry before: the late kernel
+#endif
   constexpr int kValueLoads = value_loads(Early);
   if constexpr (!Early && !Warm) {
     wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
