@@ -6,7 +6,10 @@
 #
 # Settings: defaults; GROVE_GEMV_X_AHEAD=0 (Note [Streamed GEMV loads A ahead]: the old fold);
 # GROVE_ATTENTION_WARM=1 (Note [Decode attention runs dry before its wait]);
-# GROVE_STREAMED_GEMV_SLOTS=auto (Note [Streamed GEMV slots]); the last two together.
+# GROVE_STREAMED_GEMV_SLOTS=auto (Note [Streamed GEMV slots]); the last two together; and two
+# older switches never timed on an H100 since their kernels changed: GROVE_FUSED_LM_HEAD=1 (the
+# final norm, LM head and f32 widening as one kernel) and GROVE_PROGRAMMATIC_GENERATED=1
+# (generated kernels such as the final norm launched programmatically).
 # A plain run takes about 10 s once the checkpoint exists (the first writes it, about 9 s more);
 # each is cut at SECONDS_PER_RUN (default 25).
 set -u
@@ -28,6 +31,8 @@ run ahead_off GROVE_GEMV_X_AHEAD=0
 run warm GROVE_ATTENTION_WARM=1
 run slots_auto GROVE_STREAMED_GEMV_SLOTS=auto
 run warm_slots_auto GROVE_ATTENTION_WARM=1 GROVE_STREAMED_GEMV_SLOTS=auto
+run fused_lm_head GROVE_FUSED_LM_HEAD=1
+run generated_pdl GROVE_PROGRAMMATIC_GENERATED=1
 python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -39,7 +44,8 @@ try:
 except (OSError, KeyError, ValueError) as error:
     raise SystemExit("no defaults run: %s" % error)
 print("%-16s %12s %10s %7s %s" % ("setting", "per-step us", "WHILE us", "MBU", "tokens == defaults"))
-for tag in ("defaults", "ahead_off", "warm", "slots_auto", "warm_slots_auto"):
+for tag in ("defaults", "ahead_off", "warm", "slots_auto", "warm_slots_auto", "fused_lm_head",
+            "generated_pdl"):
     try:
         r = result(tag)
     except (OSError, KeyError, ValueError) as error:
