@@ -187,10 +187,15 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   // Note [Decode attention loads the cache early]: GROVE_ATTENTION_EARLY_LOADS=0
   // launches the kernel that loads it after its wait (read at each launch, so
   // one process can time both).
+  // Note [Decode attention runs dry before its wait]: GROVE_ATTENTION_WARM=1
+  // runs the kernel that does for one bf16 row (read at each launch too).
   const char* early = std::getenv("GROVE_ATTENTION_EARLY_LOADS");
   const bool late = early != nullptr && std::string_view(early) == "0";
+  const char* warm_setting = std::getenv("GROVE_ATTENTION_WARM");
+  const bool warm = !late && dtype == DType::kBF16 && rows == 1 && warm_setting != nullptr &&
+                    std::string_view(warm_setting) == "1";
   source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", heads / kv_heads,
-                        late ? "_late" : "");
+                        late ? "_late" : (warm ? "_warm" : ""));
   if (device.is_cuda()) {
     source.ptx = kPtx;
     source.ptx_programmatic = kProgrammaticPtx;

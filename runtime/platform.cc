@@ -43,4 +43,15 @@ bool weights_evict_first() {
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
+bool streamed_gemv_x_ahead() {
+  const char* value = std::getenv("GROVE_GEMV_X_AHEAD");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+bool streamed_gemv_deep_slots(int64_t columns) {
+  const char* value = std::getenv("GROVE_STREAMED_GEMV_SLOTS");
+  if (value == nullptr) return false;
+  return std::strcmp(value, "deep") == 0 || (std::strcmp(value, "auto") == 0 && columns <= 4096);
+}
+
 }  // namespace grove::runtime

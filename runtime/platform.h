@@ -87,6 +87,9 @@ struct KernelSource {
   // launch, so it starts while the kernel before it drains (Note
   // [Programmatic dependent launch], runtime/cuda/cuda_platform.cc).
   std::string ptx_programmatic;
+  // Dynamic shared memory a launch may ask for beyond 48 KiB (cuda allows it
+  // per kernel; 0: at most 48 KiB). sim ignores it.
+  uint32_t max_dynamic_shared_bytes = 0;
 };
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
@@ -241,5 +244,15 @@ bool streamed_gemv_enabled(StreamedGemvs kernels);
 // Whether the streamed GEMVs read weights under an evict-first L2 policy,
 // unless GROVE_WEIGHTS_EVICT_FIRST is 0 (Note [Streamed GEMV]); read at each launch.
 bool weights_evict_first();
+// Whether a streamed GEMV of `columns` output columns takes its deeper slot
+// ring (Note [Streamed GEMV slots], runtime/cuda/small_m_gemv.h):
+// GROVE_STREAMED_GEMV_SLOTS=deep for all, =auto for all but those of more
+// than 4096 columns (the LM head; the RMSNorm GEMVs pass 0), else none. Read
+// at each launch.
+bool streamed_gemv_deep_slots(int64_t columns);
+// Whether the streamed GEMV loads 8 of a lane's vectors of A before folding
+// them, unless GROVE_GEMV_X_AHEAD is 0 (Note [Streamed GEMV loads A ahead],
+// runtime/cuda/small_m_gemv.h). Read at each launch.
+bool streamed_gemv_x_ahead();
 
 }  // namespace grove::runtime

@@ -87,18 +87,25 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
                      StreamHandle stream) {
   const Device device = x.device();
   Platform& platform = device_context(device).platform();
+  // Note [Streamed GEMV slots]: 28 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
+  const bool deep = streamed_gemv_deep_slots(0);
+  // 20 slots are the kernel's static shared memory; 28 are dynamic.
+  const uint32_t shared_bytes = deep ? 28 * kThreads * 16 : 0;
   KernelSource source;
-  source.name = gated     ? "grove_rms_norm_swiglu_streamed_bf16"
-                : f32_out ? "grove_rms_norm_gemv_streamed_bf16_f32out"
-                          : "grove_rms_norm_gemv_streamed_bf16";
+  source.name = str_cat(gated     ? "grove_rms_norm_swiglu_streamed_bf16"
+                        : f32_out ? "grove_rms_norm_gemv_streamed_bf16_f32out"
+                                  : "grove_rms_norm_gemv_streamed_bf16",
+                        deep ? "_s28" : "");
   source.ptx = kPtx;
   source.ptx_programmatic = kProgrammaticPtx;
+  source.max_dynamic_shared_bytes = shared_bytes;
   const KernelHandle kernel = load_kernel_once(device, source);
   const int64_t needed = (n + kThreads / 32 - 1) / (kThreads / 32);
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>(
       std::min(needed, int64_t{platform.multiprocessor_count()} * kStreamBlocksPerSm));
   dims.block.x = kThreads;
+  dims.shared_bytes = shared_bytes;
   KernelArgs args;
   args.add_pointer(x.data_ptr())
       .add_pointer(gain.data_ptr())

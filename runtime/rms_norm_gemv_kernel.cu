@@ -216,21 +216,28 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
 // left the streamed kernel's few warps an SM compute-bound: the 1B step took
 // 1552 us against 1251, H100 round 1 of session 18; normalized once, 1075.0
 // against 1247.2 in round 2.)
-// 40 KiB of slots per block of kThreads (a static block takes at most 48 KiB
-// of shared memory, with the normalized row); even, so a gated step's pair
-// never wraps.
-constexpr int kSlots = 20;
+// kSlots 20: 40 KiB of slots per block of kThreads (with the normalized row
+// within 48 KiB); 28 (the _s28 entry points): Note [Streamed GEMV slots]. Even,
+// so a gated step's pair never wraps. 20 slots are static shared memory, 28 dynamic.
 // The longest row the streamed kernels normalize into shared memory
 // (kStreamedMaxK in rms_norm_gemv_kernel.cc; longer rows take rms_norm_gemv).
 constexpr int kStreamedMaxK = 3072;
 
-template <bool kGated, typename Out>
+template <bool kGated, typename Out, int kSlots>
 __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
                                                        const uint16_t* gain_bits,
                                                        const uint16_t* w_bits, int64_t ldw, Out* c,
                                                        int64_t n, int64_t k, float eps,
                                                        int64_t evict_first) {
-  __shared__ uint4 slots[kSlots][kThreads];
+  // 20 slots are static shared memory (as before the deep rings); 28 dynamic.
+  uint4(*slots)[kThreads];
+  if constexpr (kSlots == 20) {
+    __shared__ uint4 static_slots[kSlots][kThreads];
+    slots = static_slots;
+  } else {
+    extern __shared__ uint4 slots_memory[];  // [kSlots][kThreads]
+    slots = reinterpret_cast<uint4(*)[kThreads]>(slots_memory);
+  }
   __shared__ uint4 normed[kStreamedMaxK / 8];  // bf16(g * (x * rstd)), 8 a vector
   __shared__ float partial[kThreads / kWarp];
   __shared__ float rstd_shared;
@@ -355,13 +362,16 @@ GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m1, 1, true, uint16_t)
 // The streamed kernels (Note [Streamed GEMV]): one row, the same parameters
 // but ldx and ldc (one row each) and with evict_first (W's reads under
 // evict_first_policy), launched with a grid sized to the device.
-#define GROVE_STREAMED_RMS_NORM_GEMV(NAME, GATED, OUT)                                      \
+#define GROVE_STREAMED_RMS_NORM_GEMV(NAME, GATED, OUT, SLOTS)                               \
   extern "C" __global__ void __launch_bounds__(kThreads)                                    \
       NAME(const uint16_t* x, const uint16_t* gain, const uint16_t* w, int64_t ldw, OUT* c, \
            int64_t n, int64_t k, float eps, int64_t evict_first) {                          \
-    streamed_rms_norm_gemv<GATED, OUT>(x, gain, w, ldw, c, n, k, eps, evict_first);         \
+    streamed_rms_norm_gemv<GATED, OUT, SLOTS>(x, gain, w, ldw, c, n, k, eps, evict_first);  \
   }
 
-GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16, false, uint16_t)
-GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_f32out, false, float)
-GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_swiglu_streamed_bf16, true, uint16_t)
+GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16, false, uint16_t, 20)
+GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_f32out, false, float, 20)
+GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_swiglu_streamed_bf16, true, uint16_t, 20)
+GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_s28, false, uint16_t, 28)
+GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_f32out_s28, false, float, 28)
+GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_swiglu_streamed_bf16_s28, true, uint16_t, 28)

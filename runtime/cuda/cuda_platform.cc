@@ -375,6 +375,13 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
   GROVE_CUDA_CHECK(cudaLibraryGetKernel(&kernel, library_it->second, source.name.c_str()),
                    "looking up kernel '", source.name, "' in its PTX on ", where(),
                    " (is it declared extern \"C\" .entry with that name?)");
+  if (source.max_dynamic_shared_bytes > 48 * 1024) {
+    GROVE_CUDA_CHECK(
+        cudaKernelSetAttributeForDevice(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(source.max_dynamic_shared_bytes), index_),
+        "allowing kernel '", source.name, "' ", source.max_dynamic_shared_bytes,
+        " bytes of dynamic shared memory on ", where());
+  }
   kernels_.push_back(CudaKernel{source.name, kernel, programmatic});
   kernels_by_name_.emplace(key, &kernels_.back());
   return KernelHandle{&kernels_.back()};

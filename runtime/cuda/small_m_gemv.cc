@@ -89,18 +89,26 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
 }
 
 void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int type) {
+  // Note [Streamed GEMV slots]: 32 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
+  const int deep = streamed_gemv_deep_slots(g.n) ? 1 : 0;
+  // Note [Streamed GEMV loads A ahead]: the _x8 entry points unless GROVE_GEMV_X_AHEAD=0.
+  const int ahead = streamed_gemv_x_ahead() ? 1 : 0;
+  // 24 slots are the kernel's static shared memory; 32 are dynamic.
+  const uint32_t shared_bytes = deep != 0 ? 32 * kStreamThreads * 16 : 0;
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!streamed_loaded_[type]) {
+    if (!streamed_loaded_[type][deep][ahead]) {
       KernelSource source;
-      source.name = str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16");
+      source.name = str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16",
+                            deep != 0 ? "_s32" : "", ahead != 0 ? "_x8" : "");
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
-      streamed_[type] = platform_.load_kernel(source);
-      streamed_loaded_[type] = true;
+      source.max_dynamic_shared_bytes = shared_bytes;
+      streamed_[type][deep][ahead] = platform_.load_kernel(source);
+      streamed_loaded_[type][deep][ahead] = true;
     }
-    kernel = streamed_[type];
+    kernel = streamed_[type][deep][ahead];
   }
   const int multiprocessors = platform_.multiprocessor_count();
   // No more blocks than columns need (a warp per column at least).
@@ -109,6 +117,7 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
   dims.grid.x = static_cast<uint32_t>(
       std::min<int64_t>(needed, static_cast<int64_t>(multiprocessors) * kStreamBlocksPerSm));
   dims.block.x = kStreamThreads;
+  dims.shared_bytes = shared_bytes;
   KernelArgs args;
   args.add_pointer(g.a)
       .add_pointer(g.b)

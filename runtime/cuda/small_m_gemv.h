@@ -62,6 +62,41 @@
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise,
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
 // (tests/runtime/cuda_platform_test.cc).
+//
+// Note [Streamed GEMV slots]
+// In the probe's whole step (session 18 round 1) 32 slots of 128 threads
+// (64 KiB of dynamic shared memory a block: KernelSource::max_dynamic_shared_bytes)
+// beat 24 (918.6 against 950.7 us), down 17.9 -> 16.0 us and o 5.1 -> 5.0, but
+// the LM head lost (45.4 -> 50.7). The _s32 entry points are the same kernel
+// with 32 slots: the same loads folded in the same order, so the same bits.
+// The RMSNorm GEMVs' _s28 entry points likewise take 28 slots for 20.
+// The 24- and 20-slot kernels keep static shared memory, the deep ones take
+// dynamic. GROVE_STREAMED_GEMV_SLOTS=deep runs the deep ones for every streamed GEMV,
+// =auto for all but the LM head (more than 4096 columns); unset, 24 and 20
+// (runtime::streamed_gemv_deep_slots, read at each launch).
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
+// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise, each with
+// deep slots too, on cuda (passed on an H100, session 20 round 1, whose timed
+// run of auto was cut by the request's limit: not yet measured in the benchmark).
+//
+// Note [Streamed GEMV loads A ahead]
+// The streamed GEMV's fold loads each of A's vectors right before it folds it,
+// after waiting for its weight slot (an asm with a memory clobber), so a
+// lane's first column costs one L2 round trip per step: K / 256 of them (8 for
+// the output projection, 32 for the down projection's K = 8192), while its
+// weights already sit in shared memory (requested before the wait). In the
+// session 19 profile (H200) the down projection reached 2.4 TB/s against
+// gate/up's 3.68, whose RMSNorm kernels hold A in shared memory, and the
+// output projection, whose weights all fit the slots, still added 5 us; on an
+// H100 (session 20 round 1, torch.profiler, 1B batch 1) down added 18.8 us a
+// layer (1786 GB/s) and the output projection 7.0 (1202 GB/s) against gate/up's
+// 2661 GB/s. The _x8 entry points, the default (GROVE_GEMV_X_AHEAD=0 runs the
+// old ones), load 8 of a lane's vectors of A before folding the first: the
+// same vectors folded in the same order, so the same bits (passed on that
+// H100). Their speed is not yet measured: round 1's timed runs of them were
+// cut by the request's limit, and no round was left.
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (with A
+// ahead, 24 and 32 slots, on cuda).
 #pragma once
 
 #include <mutex>
@@ -89,8 +124,10 @@ class SmallMGemv {
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
-  KernelHandle streamed_[2] = {};  // [bf16, f16], Note [Streamed GEMV]
-  bool streamed_loaded_[2] = {};
+  // [bf16, f16][24 slots, 32 slots][A loaded a vector at a time, 8 ahead]: Note [Streamed
+  // GEMV], Note [Streamed GEMV slots], Note [Streamed GEMV loads A ahead]
+  KernelHandle streamed_[2][2][2] = {};
+  bool streamed_loaded_[2][2][2] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

@@ -135,14 +135,23 @@ __device__ __forceinline__ void gemv(const T* a, int64_t lda, const T* w, int64_
 // the kernel before still runs. A thread reads only slots it filled itself,
 // so no barrier is needed.
 constexpr int kStreamThreads = 128;
-// 48 KiB of slots per block: two blocks of one kernel fit an SM beside
-// two of the next kernel's.
-constexpr int kSlots = 24;
-
-template <typename T>
+// kSlots 24: 48 KiB of slots per block, so two blocks of one kernel fit an SM
+// beside two of the next kernel's; 32 (the _s32 entry points, 64 KiB of
+// dynamic shared memory): Note [Streamed GEMV slots] (small_m_gemv.h).
+// kXAhead: A's vectors a lane loads before folding any of them (1, or 8 for
+// the _x8 entry points: Note [Streamed GEMV loads A ahead], small_m_gemv.h).
+template <typename T, int kSlots, int kXAhead>
 __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ldw, T* c, int64_t n,
                                               int64_t k, int64_t accumulate, int64_t evict_first) {
-  __shared__ uint4 slots[kSlots][kStreamThreads];
+  // 24 slots are static shared memory (as before the deep rings); 32 dynamic.
+  uint4(*slots)[kStreamThreads];
+  if constexpr (kSlots == 24) {
+    __shared__ uint4 static_slots[kSlots][kStreamThreads];
+    slots = static_slots;
+  } else {
+    extern __shared__ uint4 slots_memory[];  // [kSlots][kStreamThreads]
+    slots = reinterpret_cast<uint4(*)[kStreamThreads]>(slots_memory);
+  }
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kStreamThreads / kWarp);
   const int64_t first_column =
@@ -176,16 +185,25 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
   int slot = 0;
   for (int64_t column = first_column; column < n; column += warps) {
     float acc = 0.0f;
-    for (int64_t step = 0; step < per_lane; ++step) {
-      wait_copies<kSlots - 1>();
-      float weights[8];
-      unpack(mine[slot * kStreamThreads], weights, T());
-      float xs[8];
-      unpack(__ldg(x + lane + step * kWarp), xs, T());
+    for (int64_t step0 = 0; step0 < per_lane; step0 += kXAhead) {
+      uint4 ahead[kXAhead];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc = fmaf(xs[i], weights[i], acc);
-      request(slot);  // the fold above has read the slot
-      slot = slot + 1 == kSlots ? 0 : slot + 1;
+      for (int u = 0; u < kXAhead; ++u) {
+        if (step0 + u < per_lane) ahead[u] = __ldg(x + lane + (step0 + u) * kWarp);
+      }
+#pragma unroll
+      for (int u = 0; u < kXAhead; ++u) {
+        if (step0 + u >= per_lane) break;
+        wait_copies<kSlots - 1>();
+        float weights[8];
+        unpack(mine[slot * kStreamThreads], weights, T());
+        float xs[8];
+        unpack(ahead[u], xs, T());
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc = fmaf(xs[i], weights[i], acc);
+        request(slot);  // the fold above has read the slot
+        slot = slot + 1 == kSlots ? 0 : slot + 1;
+      }
     }
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
@@ -220,16 +238,22 @@ GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m2, __half, 2)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m4, __half, 4)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8)
 
-// grove_small_m_gemv_streamed_<dtype>(a, w, ldw, c, n, k, accumulate,
+// grove_small_m_gemv_streamed_<dtype>[_s32](a, w, ldw, c, n, k, accumulate,
 // evict_first): one row of A, Note [Streamed GEMV]; launched with
-// kStreamThreads threads per block. evict_first: W's reads under
-// evict_first_policy.
-#define GROVE_STREAMED_GEMV(NAME, T)                                                            \
+// kStreamThreads threads per block and SLOTS * kStreamThreads * 16 bytes of
+// dynamic shared memory. evict_first: W's reads under evict_first_policy.
+#define GROVE_STREAMED_GEMV(NAME, T, SLOTS, X_AHEAD)                                            \
   extern "C" __global__ void __launch_bounds__(kStreamThreads)                                  \
       NAME(const T* a, const T* w, int64_t ldw, T* c, int64_t n, int64_t k, int64_t accumulate, \
            int64_t evict_first) {                                                               \
-    streamed_gemv<T>(a, w, ldw, c, n, k, accumulate, evict_first);                              \
+    streamed_gemv<T, SLOTS, X_AHEAD>(a, w, ldw, c, n, k, accumulate, evict_first);              \
   }
 
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16, __half)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16, 24, 1)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16, __half, 24, 1)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32, __nv_bfloat16, 32, 1)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32, __half, 32, 1)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_x8, __nv_bfloat16, 24, 8)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_x8, __half, 24, 8)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32_x8, __nv_bfloat16, 32, 8)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32_x8, __half, 32, 8)

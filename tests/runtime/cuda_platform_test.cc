@@ -606,7 +606,9 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
     EXPECT_EQ(platform().graph_node_count(graph), 1u) << "1 x " << n << " x " << k;
     ASSERT_EQ(nodes.size(), 1u) << "1 x " << n << " x " << k;
     EXPECT_EQ(nodes[0].kernel_name, streamed_gemv_enabled(StreamedGemvs::kBlas)
-                                        ? "grove_small_m_gemv_streamed_bf16"
+                                        ? str_cat("grove_small_m_gemv_streamed_bf16",
+                                                  streamed_gemv_deep_slots(n) ? "_s32" : "",
+                                                  streamed_gemv_x_ahead() ? "_x8" : "")
                                         : "grove_small_m_gemv_bf16_m1");
     platform().destroy_graph(graph);
   }
@@ -635,11 +637,22 @@ class ScopedEnvironment {
   std::string before_;
 };
 
-// GROVE_STREAMED_GEMV and GROVE_WEIGHTS_EVICT_FIRST for the streamed GEMV
-// tests: streamed, warp per column, streamed with weights evicted first.
-constexpr std::pair<const char*, const char*> kGemvSettings[] = {
-    {"1", "0"}, {"0", "0"}, {"1", "1"}};
-constexpr const char* kGemvSettingNames[] = {"streamed", "warp-per-column", "evict-first"};
+// GROVE_STREAMED_GEMV, GROVE_WEIGHTS_EVICT_FIRST, GROVE_STREAMED_GEMV_SLOTS and
+// GROVE_GEMV_X_AHEAD for the streamed GEMV tests: streamed, warp per column,
+// streamed with weights evicted first, streamed with 32 slots (Note [Streamed
+// GEMV slots]), streamed loading A ahead, with 24 and 32 slots (Note [Streamed
+// GEMV loads A ahead]; the RMSNorm GEMVs hold A in shared memory and ignore it).
+struct GemvSetting {
+  const char* streamed;
+  const char* evict;
+  const char* slots;
+  const char* x_ahead;
+};
+constexpr GemvSetting kGemvSettings[] = {{"1", "0", "", "0"}, {"0", "0", "", "0"},
+                                         {"1", "1", "", "0"}, {"1", "0", "deep", "0"},
+                                         {"1", "0", "", "1"}, {"1", "0", "deep", "1"}};
+constexpr const char* kGemvSettingNames[] = {"streamed",  "warp-per-column", "evict-first",
+                                             "deep-slot", "A-ahead",         "deep-slot A-ahead"};
 
 // Note [Streamed GEMV]: for one row of A the streamed kernel (GROVE_STREAMED_GEMV
 // unset or 1) folds each lane's vectors in the warp-per-column kernel's order, so
@@ -665,9 +678,11 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
         std::vector<std::vector<uint16_t>> results;
         std::vector<std::string> names;
         // Streamed, warp per column, streamed with weights evicted first.
-        for (const auto& [streamed, evict] : kGemvSettings) {
+        for (const auto& [streamed, evict, slots, x_ahead] : kGemvSettings) {
           ScopedEnvironment setting("GROVE_STREAMED_GEMV", streamed);
           ScopedEnvironment eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
+          ScopedEnvironment depth("GROVE_STREAMED_GEMV_SLOTS", slots);
+          ScopedEnvironment ahead("GROVE_GEMV_X_AHEAD", x_ahead);
           Tensor tc = Tensor::from_host(c_bits.data(), {1, n}, dtype, kCudaDevice);
           GemmArgs args;
           args.dtype = dtype;
@@ -693,7 +708,10 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
         EXPECT_EQ(names[0], str_cat("grove_small_m_gemv_streamed_", type));
         EXPECT_EQ(names[1], str_cat("grove_small_m_gemv_", type, "_m1"));
         EXPECT_EQ(names[2], names[0]);
-        for (size_t other : {1, 2}) {
+        EXPECT_EQ(names[3], str_cat("grove_small_m_gemv_streamed_", type, "_s32"));
+        EXPECT_EQ(names[4], str_cat("grove_small_m_gemv_streamed_", type, "_x8"));
+        EXPECT_EQ(names[5], str_cat("grove_small_m_gemv_streamed_", type, "_s32_x8"));
+        for (size_t other : {1, 2, 3, 4, 5}) {
           size_t differ = 0;
           for (size_t i = 0; i < results[0].size(); ++i) {
             differ += results[0][i] != results[other][i];
@@ -732,15 +750,17 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
       const int64_t w_rows = gated ? 2 * n : n;
       Tensor w = bf16(w_rows * k, -0.1f, 0.1f).view({w_rows, k});
       std::vector<std::vector<uint8_t>> results;
-      for (const auto& [streamed, evict] : kGemvSettings) {
+      for (const auto& [streamed, evict, slots, x_ahead] : kGemvSettings) {
         ScopedEnvironment setting("GROVE_STREAMED_GEMV", streamed);
         ScopedEnvironment eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
+        ScopedEnvironment depth("GROVE_STREAMED_GEMV_SLOTS", slots);
+        ScopedEnvironment ahead("GROVE_GEMV_X_AHEAD", x_ahead);
         Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
         launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
         platform().synchronize_stream(stream_);
         results.push_back(out.to_host_bytes());
       }
-      for (size_t other : {1, 2}) {
+      for (size_t other : {1, 2, 3, 4, 5}) {
         EXPECT_EQ(results[0], results[other])
             << "variant " << variant << " n " << n << " k " << k << ": streamed and "
             << kGemvSettingNames[other] << " results differ";
