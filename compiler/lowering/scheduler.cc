@@ -332,6 +332,13 @@ void Scheduler::schedule_gemm(int node_index) {
     add_kernel(small_m_gemm_kernel(launch, rows), node.name, launch.written_slots());
     return;
   }
+  if (const int64_t rows =
+          small_n_gemm_rows(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+    // Note [Small-N GEMMs as their transpose].
+    add_kernel(small_m_gemm_kernel(launch, rows, /*transposed=*/true), node.name,
+               launch.written_slots());
+    return;
+  }
   Step step;
   step.kind = StepKind::kGemm;
   step.node_name = node.name;

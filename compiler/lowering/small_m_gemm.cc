@@ -1,9 +1,12 @@
 #include "compiler/lowering/small_m_gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
+#include <utility>
 
 #include "compiler/codegen/kernel_builder.h"
 #include "compiler/lowering/gemm_tuning_table.h"
@@ -131,18 +134,20 @@ double graph_time_us(runtime::Platform& platform, runtime::StreamHandle stream,
 // GemmTuningTable.* (grove_rows read and written).
 // Times grove's kernel variants and the library GEMM for `launch` on `device`
 // (zeros as data). nullopt, after a warning, when anything fails.
-std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device device) {
+std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device device,
+                                       bool transposed) {
   try {
     runtime::DeviceContext& context = runtime::device_context(device);
     runtime::Platform& platform = context.platform();
     if (platform.capture_status(context.current_stream()) != runtime::CaptureStatus::kNone) {
       return std::nullopt;  // compiling inside a capture: no device work now
     }
-    const std::vector<int64_t> variants = small_m_row_variants(launch.args.m);
+    const std::vector<int64_t> variants =
+        small_m_row_variants(transposed ? launch.args.n : launch.args.m);
     std::vector<AssembledKernel> assembled;
     std::vector<codegen::CompiledKernel> kernels;
     for (int64_t rows : variants) {
-      assembled.push_back(small_m_gemm_kernel(launch, rows));
+      assembled.push_back(small_m_gemm_kernel(launch, rows, transposed));
       kernels.push_back(codegen::compile_kernel(assembled.back().spec, device));
     }
     runtime::StreamHandle stream = platform.create_stream();
@@ -178,7 +183,10 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
         args.aux = buffers.zeros(extent(false, args.m, args.n, args.ld_aux), args.dtype, stream);
       }
       // In the kernel's input order (small_m_gemm_kernel): A, B, bias, gelu's input.
+      // (Note [Small-N GEMMs as their transpose]: B, then A.)
       std::vector<const void*> inputs = {args.a, args.b};
+      if (transposed) std::swap(inputs[0], inputs[1]);
+      const size_t weight_input = transposed ? 0 : 1;
       if (has_bias(args.epilogue)) inputs.push_back(args.bias);
       if (args.epilogue == GemmEpilogue::kDGelu) inputs.push_back(args.aux);
       // Each variant's own outputs: one per row of A its warps reduce (and
@@ -199,7 +207,8 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
         for (size_t v = 0; v < variants.size(); ++v) {
           variant_us[v] = std::min(variant_us[v], graph_time_us(platform, stream, [&](int i) {
                                      std::vector<const void*> operands = inputs;
-                                     operands[1] = weights[static_cast<size_t>(i) % weights.size()];
+                                     operands[weight_input] =
+                                         weights[static_cast<size_t>(i) % weights.size()];
                                      codegen::launch(kernels[v], operands, outputs[v], {}, stream);
                                    }));
         }
@@ -241,26 +250,33 @@ int64_t entry_rows(const GemmTuningEntry& entry, int64_t m) {
 // Note [Small-M GEMM selection], auto on a present cuda device. With
 // `grove_only`, the fastest of grove's variants even where the library is
 // faster (Note [Exact gelu in the small-M GEMM]: only grove's kernel applies it).
-int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device, bool grove_only = false) {
+// `transposed`: the transposed form's variants (Note [Small-N GEMMs as their
+// transpose]), under a key of their own.
+int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device, bool grove_only = false,
+                     bool transposed = false) {
   runtime::Platform& platform = runtime::device_context(device).platform();
   // Note [GEMM algorithms by measurement]: the library side of the
   // comparison is another GEMM with the search on, so its choices are its own.
-  const std::string key = small_m_gemm_tuning_key(
-      platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args);
+  const std::string key =
+      small_m_gemm_tuning_key(
+          platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args) +
+      (transposed ? "|transposed" : "");
+  const int64_t kernel_m = transposed ? launch.args.n : launch.args.m;
   const std::string grove_key = key + "|grove variant";
   std::lock_guard<std::mutex> lock(choices_mutex());
   auto known = choices().find(grove_only ? grove_key : key);
   if (known != choices().end()) return known->second;
   GemmTuningTable table(GemmTuningTable::default_path());
   table.load();
-  int64_t choice = small_m_gemm_heuristic(launch.args) ? small_m_rows_per_warp(launch.args.m) : 0;
-  int64_t grove_rows = small_m_rows_per_warp(launch.args.m);
+  int64_t choice =
+      !transposed && small_m_gemm_heuristic(launch.args) ? small_m_rows_per_warp(kernel_m) : 0;
+  int64_t grove_rows = small_m_rows_per_warp(kernel_m);
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
-    choice = entry->grove_faster() ? entry_rows(*entry, launch.args.m) : 0;
-    grove_rows = entry_rows(*entry, launch.args.m);
-  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device)) {
+    choice = entry->grove_faster() ? entry_rows(*entry, kernel_m) : 0;
+    grove_rows = entry_rows(*entry, kernel_m);
+  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, transposed)) {
     choice = measured->grove_faster() ? measured->grove_rows : 0;
-    grove_rows = entry_rows(*measured, launch.args.m);
+    grove_rows = entry_rows(*measured, kernel_m);
     table.store(key, *measured);
     log(LogLevel::kInfo,
         str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us (", measured->grove_rows,
@@ -291,6 +307,13 @@ SmallMGemmMode parse_small_m_gemm_mode(const std::string& text, const std::strin
 }
 
 namespace {
+
+// Note [Small-M GEMMs measured past 32 rows]: GROVE_SMALL_M_PAST_32=0 keeps
+// GEMMs of 33 to 64 rows on the library without measuring (for A/Bs).
+bool measured_past_32_rows() {
+  const char* value = std::getenv("GROVE_SMALL_M_PAST_32");
+  return value == nullptr || std::string(value) != "0";
+}
 
 bool qualifies_up_to(const GemmLaunch& launch, int64_t most_rows) {
   const GemmArgs& g = launch.args;
@@ -366,15 +389,70 @@ std::vector<int64_t> small_m_row_variants(int64_t m) {
   return variants;
 }
 
-AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp) {
+// Note [Small-N GEMMs as their transpose]: a GEMM with many rows and few
+// columns (MLP-Mixer's token-mixing fc2: C [512, 16] = h [512, 256] W2^T at
+// batch 1, three library kernels) is the small-M product of its transpose,
+// C^T [n, m] = op(B)^T op(A)^T: the N columns of C become the kernel's rows
+// (weights, read through load_at and L1-resident) and the M rows of C its
+// warp-per-row columns, each warp reading one row of A coalesced (so A must be
+// K-contiguous: not transpose_a). C keeps its layout: output j of row (g, i)
+// is written at C + i * ldc + g * rows + j, and the bias (one per column of C)
+// is read per accumulator. Sums still fold k in increasing order per lane.
+// Auto measures it against the library like a 33-64 row GEMM (Note [Small-M
+// GEMMs measured past 32 rows]); GROVE_SMALL_N_GEMM=0 keeps the library.
+// Tests: SmallMGemmKernel.TransposedFormMatchesTheReferenceInEveryVariant (sim),
+// SmallMGemmSelection.TransposedFormIsMeasuredOnlyOnCuda.
+namespace {
+
+// The transpose's arguments: m and n, A and B (and their layouts) swapped.
+GemmArgs transposed_args(const GemmArgs& g) {
+  GemmArgs t = g;
+  t.m = g.n;
+  t.n = g.m;
+  t.transpose_a = !g.transpose_b;
+  t.lda = g.ldb;
+  t.transpose_b = !g.transpose_a;
+  t.ldb = g.lda;
+  return t;
+}
+
+bool transposed_epilogue(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kNone || epilogue == GemmEpilogue::kBias ||
+         epilogue == GemmEpilogue::kBiasGelu || epilogue == GemmEpilogue::kBiasRelu;
+}
+
+}  // namespace
+
+bool small_n_gemm_qualifies(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
-  GROVE_CHECK(qualifies_up_to(launch, kMaxMeasuredSmallM),
-              "small-M GEMM: ", small_m_gemm_tuning_key("", g),
-              " does not qualify for grove's kernel (a grove bug; please report it)");
+  return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
+         g.m > kMaxMeasuredSmallM && g.n >= 1 && g.n <= kMaxMeasuredSmallM && g.k >= 1 &&
+         !g.transpose_a && transposed_epilogue(g.epilogue) && !launch.exact_gelu &&
+         (!has_bias(g.epilogue) || launch.bias_slot >= 0) &&
+         (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
+         launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
+         launch.calls[0].c_offset == 0;
+}
+
+AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp,
+                                    bool transposed) {
+  GROVE_CHECK(
+      transposed ? small_n_gemm_qualifies(launch) : qualifies_up_to(launch, kMaxMeasuredSmallM),
+      "small-M GEMM: ", small_m_gemm_tuning_key("", launch.args), transposed ? " (transposed)" : "",
+      " does not qualify for grove's kernel (a grove bug; please report it)");
+  // The product the kernel computes (C^T's when transposed) and its operands'
+  // slots: its A is the weight-like operand read through load_at.
+  const GemmArgs g = transposed ? transposed_args(launch.args) : launch.args;
+  const int a_slot = transposed ? launch.b_slot : launch.a_slot;
+  const int b_slot = transposed ? launch.a_slot : launch.b_slot;
+  // Where output (row m, column n) of the product lies in C: m * ldc + n, or
+  // n * ldc + m for the transpose.
+  const int64_t c_row_stride = transposed ? 1 : g.ldc;
+  const int64_t c_column_stride = transposed ? g.ldc : 1;
   const int64_t rows = rows_per_warp == 0 ? small_m_rows_per_warp(g.m) : rows_per_warp;
   GROVE_CHECK(rows >= 1 && rows <= kSmallMRowsPerWarp && g.m % rows == 0, "small-M GEMM: ", rows,
               " rows per warp do not divide M = ", g.m, " (a grove bug; please report it)");
-  std::string name = "small_m_gemm";
+  std::string name = transposed ? "small_n_gemm" : "small_m_gemm";
   if (g.epilogue != GemmEpilogue::kNone)
     name += str_cat('_', runtime::gemm_epilogue_name(g.epilogue));
   if (launch.exact_gelu) name += "_exact_gelu";
@@ -382,13 +460,14 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
   codegen::KernelBuilder b(name, {groups, g.n, g.k});
   AssembledKernel out;
   const int a = b.input(g.dtype, {0, 0, 0});  // read through load_at
-  out.input_slots.push_back(launch.a_slot);
+  out.input_slots.push_back(a_slot);
   const int w =
       b.input(g.dtype, g.transpose_b ? runtime::Shape{0, g.ldb, 1} : runtime::Shape{0, 1, g.ldb});
-  out.input_slots.push_back(launch.b_slot);
+  out.input_slots.push_back(b_slot);
   int bias = -1;
   if (has_bias(g.epilogue)) {
-    bias = b.input(g.dtype, {0, 1, 0});
+    // One per column of C: per column of the product, or per row of the transpose's.
+    bias = b.input(g.dtype, transposed ? runtime::Shape{0, 0, 0} : runtime::Shape{0, 1, 0});
     out.input_slots.push_back(launch.bias_slot);
   }
   int gelu_input = -1;  // kDGelu: read through load_at at each output's place
@@ -411,7 +490,10 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
     const int at = m == 0 ? a_group : b.binary(ExprOp::kAdd, a_group, i64(m * a_row_stride));
     sums.push_back(b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, b.load_at(a, at), weight)));
   }
-  const int bias_value = bias >= 0 ? b.load(bias) : -1;
+  const int bias_value = bias >= 0 && !transposed ? b.load(bias) : -1;
+  // The transpose's bias: where this row's group of bias values begins.
+  const int bias_group =
+      bias >= 0 && transposed ? b.binary(ExprOp::kMul, b.index(0), i64(rows)) : -1;
   // kDGelu: where this row's group of gelu's input begins (row g * rows, column n).
   const int gelu_group =
       gelu_input < 0
@@ -421,6 +503,10 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
   for (int64_t m = 0; m < rows; ++m) {
     int value = b.reduced(sums[static_cast<size_t>(m)]);
     if (bias_value >= 0) value = b.binary(ExprOp::kAdd, value, bias_value);
+    if (bias_group >= 0) {
+      const int at = m == 0 ? bias_group : b.binary(ExprOp::kAdd, bias_group, i64(m));
+      value = b.binary(ExprOp::kAdd, value, b.load_at(bias, at));
+    }
     if (gelu_input >= 0) {
       const int at = m == 0 ? gelu_group : b.binary(ExprOp::kAdd, gelu_group, i64(m * g.ld_aux));
       value = ops::emit_gelu_backward(b, value, b.load_at(gelu_input, at));
@@ -437,9 +523,9 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
       value = b.binary(ExprOp::kMul, b.binary(ExprOp::kMul, value, b.constant(0.5, DType::kF32)),
                        one_plus);
     }
-    b.output(value, g.dtype, {rows * g.ldc, 1}, /*per_row=*/true);
+    b.output(value, g.dtype, {rows * c_row_stride, c_column_stride}, /*per_row=*/true);
     out.output_slots.push_back(launch.c_slot);
-    out.output_offsets.push_back(m * g.ldc);
+    out.output_offsets.push_back(m * c_row_stride);
     if (g.epilogue == GemmEpilogue::kBiasGeluAux) {
       b.output(pre_activation, g.dtype, {rows * g.ld_aux, 1}, /*per_row=*/true);
       out.output_slots.push_back(launch.aux_slot);
@@ -487,8 +573,8 @@ int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
   }
   // Note [Small-M GEMMs measured past 32 rows].
   if (launch.args.m > kMaxSmallM) {
-    return small_m_gemm_mode(requested) == SmallMGemmMode::kAuto && device.is_cuda() &&
-                   can_measure && runtime::device_available(device) &&
+    return measured_past_32_rows() && small_m_gemm_mode(requested) == SmallMGemmMode::kAuto &&
+                   device.is_cuda() && can_measure && runtime::device_available(device) &&
                    qualifies_up_to(launch, kMaxMeasuredSmallM)
                ? tuned_choice(launch, device)
                : 0;
@@ -508,6 +594,29 @@ int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
     return small_m_gemm_heuristic(launch.args) ? default_rows : 0;
   }
   return tuned_choice(launch, device);
+}
+
+// Note [Small-N GEMMs as their transpose]: GROVE_SMALL_N_GEMM is auto (the
+// default: measured against the library on a present cuda device, as 33 to 64
+// rows are), on (wherever it qualifies, on any device: for tests) or off.
+int64_t small_n_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure,
+                          std::optional<SmallMGemmMode> requested) {
+  if (!small_n_gemm_qualifies(launch) || small_m_gemm_mode(requested) == SmallMGemmMode::kOff) {
+    return 0;
+  }
+  const char* value = std::getenv("GROVE_SMALL_N_GEMM");
+  const std::string setting = value == nullptr ? "auto" : value;
+  GROVE_CHECK_AS(ConfigError, setting == "auto" || setting == "on" || setting == "off",
+                 "GROVE_SMALL_N_GEMM='", setting,
+                 "': expected auto (the default: grove's transposed small-M kernel where it "
+                 "measures faster than the library on cuda), on (wherever it qualifies) or off");
+  if (setting == "off") return 0;
+  if (setting == "on") return small_m_rows_per_warp(launch.args.n);
+  if (!device.is_cuda() || !can_measure || !runtime::device_available(device) ||
+      small_m_gemm_mode(requested) != SmallMGemmMode::kAuto) {
+    return 0;
+  }
+  return tuned_choice(launch, device, /*grove_only=*/false, /*transposed=*/true);
 }
 
 void clear_small_m_gemm_choices() {

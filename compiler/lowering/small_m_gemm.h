@@ -34,7 +34,8 @@ constexpr int64_t kMaxSmallM = 32;
 // also times grove's kernel against the library for 33 to 64 rows and keeps
 // the faster (nn.TransformerDecoder's cross-attention key/value projection of
 // 48 memory rows at batch 1 ran as two split-K library kernels). Mode on and
-// the exact gelu epilogue stay within kMaxSmallM. Test (cuda):
+// the exact gelu epilogue stay within kMaxSmallM; GROVE_SMALL_M_PAST_32=0
+// keeps 33 to 64 rows on the library (for A/Bs). Test (cuda):
 // GemmTuningTableTest.AutoOnCudaMeasuresAFortyEightRowGemm.
 constexpr int64_t kMaxMeasuredSmallM = 64;
 // Rows of A one warp reduces together (Note [Small-M GEMM kernel]).
@@ -73,8 +74,24 @@ std::vector<int64_t> small_m_row_variants(int64_t m);
 
 // The kernel that computes a qualifying `launch` over its slots, each warp
 // reducing `rows_per_warp` rows of A (0: small_m_rows_per_warp; otherwise a
-// divisor of M of at most kSmallMRowsPerWarp).
-AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp = 0);
+// divisor of M of at most kSmallMRowsPerWarp). `transposed`: a launch that
+// small_n_gemm_qualifies, computed as its transpose (Note [Small-N GEMMs as
+// their transpose]: the rows per warp then divide N, C's columns).
+AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp = 0,
+                                    bool transposed = false);
+
+// Whether `launch` can run as the small-M kernel of its transpose (Note
+// [Small-N GEMMs as their transpose]): one GEMM, alpha 1, beta 0, more than
+// kMaxMeasuredSmallM rows, 1 to kMaxMeasuredSmallM columns, A K-contiguous
+// (not transpose_a), an epilogue of none, bias, bias_gelu or bias_relu.
+bool small_n_gemm_qualifies(const GemmLaunch& launch);
+
+// Whether `launch` runs as the transposed kernel, and as which variant: 0 for
+// not, else the rows per warp (a divisor of N) to pass small_m_gemm_kernel
+// with transposed. Auto measures on a present cuda device (when
+// `can_measure`); GROVE_SMALL_N_GEMM=on takes it wherever it qualifies, off never.
+int64_t small_n_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure,
+                          std::optional<SmallMGemmMode> requested = std::nullopt);
 
 // Whether `launch` runs as grove's kernel on `device`, and as which variant
 // (Note [Small-M GEMM selection]): 0 for the library GEMM, else the rows per

@@ -208,6 +208,50 @@ TEST(SmallMGemmSelection, TooManyRowsNeverQualify) {
   EXPECT_EQ(small_m_kernels(report), 0u) << report.str();
 }
 
+// Note [Small-N GEMMs as their transpose]: a linear of 100 rows and 12
+// outputs (MLP-Mixer's token-mixing fc2 is 512 x 16) is one transposed kernel
+// with GROVE_SMALL_N_GEMM=on, matching the reference with its bias and relu;
+// auto keeps the library GEMM where nothing is measured (sim), off always; an
+// A read transposed (its rows strided) never qualifies.
+TEST(SmallMGemmSelection, TransposedFormRunsWhereSwitchedOnAndMatchesTheReference) {
+  compiler::ir::Program program =
+      linear_program(runtime::kSimDevice, 100, 70, 12, Epilogue::kBiasRelu);
+  auto small_n_kernels = [](const KernelReport& report) {
+    size_t count = 0;
+    for (const std::string& name : report.kernels) count += name.rfind("small_n_gemm", 0) == 0;
+    return count;
+  };
+  {
+    testing::ScopedEnv env("GROVE_SMALL_N_GEMM", "on");
+    KernelReport report = report_of(program);
+    EXPECT_EQ(report.library_gemms, 0u) << report.str();
+    ASSERT_EQ(small_n_kernels(report), 1u) << report.str();
+    testing::expect_matches_reference(program, inputs_for(program, 21), runtime::kSimDevice,
+                                      testing::tolerance_for(DType::kF32),
+                                      "100 x 12 linear, transposed kernel");
+  }
+  for (const char* mode : {"auto", "off"}) {
+    testing::ScopedEnv env("GROVE_SMALL_N_GEMM", mode);
+    KernelReport report = report_of(program);
+    EXPECT_EQ(report.library_gemms, 1u) << mode << ": " << report.str();
+    EXPECT_EQ(small_n_kernels(report), 0u) << mode << ": " << report.str();
+  }
+  // x^T [100, 70] read from x [70, 100]: A is not K-contiguous.
+  ProgramBuilder b("transposed_input", runtime::kSimDevice);
+  ValueId x = b.input("x", {70, 100});
+  b.output(b.linear(b.transpose(x, 0, 1), b.input("w", {12, 70}), b.input("bias", {12}), "fc"));
+  testing::ScopedEnv env("GROVE_SMALL_N_GEMM", "on");
+  KernelReport report = report_of(b.build());
+  EXPECT_EQ(small_n_kernels(report), 0u) << report.str();
+}
+
+TEST(SmallMGemmSelection, UnknownSmallNSwitchValueNamesTheVariable) {
+  testing::ScopedEnv env("GROVE_SMALL_N_GEMM", "fast");
+  testing::expect_error<ConfigError>(
+      [] { report_of(linear_program(runtime::kSimDevice, 100, 45, 12, Epilogue::kBias)); },
+      {"GROVE_SMALL_N_GEMM='fast'", "off", "on", "auto"});
+}
+
 TEST(SmallMGemmSelection, UnknownSwitchValueNamesTheVariable) {
   testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "fast");
   testing::expect_error<ConfigError>(
@@ -393,6 +437,64 @@ TEST(SmallMGemmKernel, FortyEightRowsMatchTheReferenceInEveryVariant) {
       }
     }
   }
+}
+
+// Note [Small-N GEMMs as their transpose]: a 100 x 12 product (more rows
+// than kMaxMeasuredSmallM, few columns) computed as the small-M kernel of its
+// transpose matches the float64 reference in every variant (rows per warp
+// dividing N = 12), with the bias per column of C, for the weight read as
+// [n, k] (linear's) and as [k, n]; C keeps its row-major layout.
+TEST(SmallMGemmKernel, TransposedFormMatchesTheReferenceInEveryVariant) {
+  const int64_t m = 100, n = 12, k = 70;
+  for (bool transpose_b : {true, false}) {
+    SCOPED_TRACE(transpose_b ? "weight [n, k]" : "weight [k, n]");
+    const compiler::lowering::GemmLaunch launch =
+        contiguous_launch(m, n, k, runtime::GemmEpilogue::kBias, transpose_b);
+    ASSERT_TRUE(compiler::lowering::small_n_gemm_qualifies(launch));
+    EXPECT_FALSE(compiler::lowering::small_m_gemm_qualifies(launch));
+    std::mt19937 rng(transpose_b ? 12 : 13);
+    const testing::Buffer a = testing::random_buffer(rng, DType::kF32, m * k, -1, 1);
+    const testing::Buffer w = testing::random_buffer(rng, DType::kF32, n * k, -1, 1);
+    const testing::Buffer bias = testing::random_buffer(rng, DType::kF32, n, -1, 1);
+    const std::vector<int64_t> variants = compiler::lowering::small_m_row_variants(n);
+    ASSERT_EQ(variants, (std::vector<int64_t>{6, 4, 2}));
+    for (int64_t rows : variants) {
+      SCOPED_TRACE(str_cat(rows, " rows per warp"));
+      const compiler::lowering::AssembledKernel kernel =
+          compiler::lowering::small_m_gemm_kernel(launch, rows, /*transposed=*/true);
+      EXPECT_EQ(kernel.spec.iteration_shape, (runtime::Shape{n / rows, m, k}));
+      // The weight first (read through load_at), then A, then the bias.
+      EXPECT_EQ(kernel.input_slots, (std::vector<int>{launch.b_slot, launch.a_slot, 3}));
+      std::vector<testing::Buffer> outputs =
+          testing::run_kernel(kernel.spec, runtime::kSimDevice, {w, a, bias});
+      ASSERT_EQ(outputs.size(), static_cast<size_t>(rows));
+      for (int64_t row = 0; row < m; ++row) {
+        for (int64_t col = 0; col < n; ++col) {
+          double expected = bias.values[static_cast<size_t>(col)];
+          for (int64_t i = 0; i < k; ++i) {
+            const int64_t w_at = transpose_b ? col * k + i : i * n + col;
+            expected +=
+                a.values[static_cast<size_t>(row * k + i)] * w.values[static_cast<size_t>(w_at)];
+          }
+          // Output (col % rows) of the kernel's row (col / rows, row), at
+          // C + row * n + col less its offset (col % rows).
+          const int64_t within = col % rows;
+          EXPECT_EQ(kernel.output_offsets[static_cast<size_t>(within)], within);
+          const double got = outputs[static_cast<size_t>(within)]
+                                 .values[static_cast<size_t>(row * n + col - within)];
+          ASSERT_TRUE(testing::close(got, expected, 1e-4, 1e-5))
+              << "row " << row << " col " << col << ": " << got << " vs " << expected;
+        }
+      }
+    }
+  }
+  const std::string ptx = compiler::codegen::emit_ptx(
+      compiler::lowering::small_m_gemm_kernel(
+          contiguous_launch(m, n, k, runtime::GemmEpilogue::kBias), 0, /*transposed=*/true)
+          .spec);
+  EXPECT_EQ(ptx.find("bar.sync"), std::string::npos) << "a warp per row needs no barrier";
+  if (access(kPtxas, X_OK) != 0) GTEST_SKIP() << kPtxas << " not found: skipping ptxas";
+  EXPECT_TRUE(ptxas_accepts(ptx)) << ptx;
 }
 
 // The gelu-gradient epilogue (kDGelu: the backward of linear + gelu, with B
