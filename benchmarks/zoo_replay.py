@@ -29,7 +29,7 @@ def main():
 
     if skipped_without_cuda_or_dynamo("zoo_replay"):
         return 0
-    import grove.torch  # noqa: F401  (registers the backend)
+    import grove.torch  # registers the backend
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -43,7 +43,8 @@ def main():
         for _ in range(args.calls):
             run(*inputs)
     torch.cuda.synchronize()
-    print("zoo_replay: %s b=%d, %d calls through grove" % (args.model, args.batch, args.calls))
+    print("zoo_replay: %s b=%d, %d calls through grove, %d graphs compiled" % (
+        args.model, args.batch, args.calls, len(grove.torch.compiled_graphs())))
     return 0
 
 
