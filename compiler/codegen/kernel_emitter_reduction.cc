@@ -35,6 +35,7 @@ namespace grove::compiler::codegen::emitter_detail {
 int64_t warp_rows_unroll(const KernelSpec& spec) {
   int64_t unroll = kMaxWarpRowsUnroll;
   while (unroll > 1 && (unroll - 1) * kWarpSize >= spec.row_length()) unroll /= 2;
+  while (spec.warp_rows_max_unroll > 0 && unroll > spec.warp_rows_max_unroll) unroll /= 2;
   return unroll;
 }
 

@@ -190,6 +190,11 @@ struct KernelSpec {
   // unchanged (a row is reduced sequentially), so only the cuda summation
   // order depends on it; it is part of the signature.
   bool warp_rows = false;
+  // With warp_rows: at most this many elements each lane loads per iteration
+  // (0: warp_rows_unroll's own count), for kernels whose many reductions would
+  // otherwise hold too many loads in registers (Note [Small-M GEMM column
+  // tiles]). Results do not depend on it. Part of the signature.
+  int64_t warp_rows_max_unroll = 0;
   // Note [Thread-per-row reductions]: on cuda a reduction kernel with
   // thread_rows reduces each row with one thread, which folds the row's
   // elements in increasing order, as the host code does (so cuda's sums equal

@@ -326,17 +326,18 @@ void Scheduler::schedule_gemm(int node_index) {
   }
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
-  if (const int64_t rows =
-          small_m_gemm_rows(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+  if (const SmallMVariant variant =
+          small_m_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
     // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
-    add_kernel(small_m_gemm_kernel(launch, rows), node.name, launch.written_slots());
+    add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/false, variant.columns),
+               node.name, launch.written_slots());
     return;
   }
-  if (const int64_t rows =
-          small_n_gemm_rows(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+  if (const SmallMVariant variant =
+          small_n_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
     // Note [Small-N GEMMs as their transpose].
-    add_kernel(small_m_gemm_kernel(launch, rows, /*transposed=*/true), node.name,
-               launch.written_slots());
+    add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/true, variant.columns),
+               node.name, launch.written_slots());
     return;
   }
   Step step;

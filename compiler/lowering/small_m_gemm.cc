@@ -54,9 +54,9 @@ std::mutex& choices_mutex() {
   return mutex;
 }
 
-// Key -> the chosen variant's rows per warp (0: the library GEMM).
-std::map<std::string, int64_t>& choices() {
-  static std::map<std::string, int64_t> map;
+// Key -> the chosen variant (false: the library GEMM).
+std::map<std::string, SmallMVariant>& choices() {
+  static std::map<std::string, SmallMVariant> map;
   return map;
 }
 
@@ -142,12 +142,13 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
     if (platform.capture_status(context.current_stream()) != runtime::CaptureStatus::kNone) {
       return std::nullopt;  // compiling inside a capture: no device work now
     }
-    const std::vector<int64_t> variants =
-        small_m_row_variants(transposed ? launch.args.n : launch.args.m);
+    const std::vector<SmallMVariant> variants =
+        transposed ? small_m_variants(launch.args.n, launch.args.m)
+                   : small_m_variants(launch.args.m, launch.args.n);
     std::vector<AssembledKernel> assembled;
     std::vector<codegen::CompiledKernel> kernels;
-    for (int64_t rows : variants) {
-      assembled.push_back(small_m_gemm_kernel(launch, rows, transposed));
+    for (const SmallMVariant& variant : variants) {
+      assembled.push_back(small_m_gemm_kernel(launch, variant.rows, transposed, variant.columns));
       kernels.push_back(codegen::compile_kernel(assembled.back().spec, device));
     }
     runtime::StreamHandle stream = platform.create_stream();
@@ -222,7 +223,8 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       const size_t best = static_cast<size_t>(
           std::min_element(variant_us.begin(), variant_us.end()) - variant_us.begin());
       times.grove_us = variant_us[best];
-      times.grove_rows = variants[best];
+      times.grove_rows = variants[best].rows;
+      times.grove_columns = variants[best].columns;
       entry = times;
     } catch (...) {
       platform.destroy_stream(stream);
@@ -238,13 +240,14 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
   }
 }
 
-// A table entry's variant, checked against the shape (an entry written by
-// hand or for another M falls back to the default).
-int64_t entry_rows(const GemmTuningEntry& entry, int64_t m) {
-  const std::vector<int64_t> variants = small_m_row_variants(m);
-  return std::find(variants.begin(), variants.end(), entry.grove_rows) != variants.end()
-             ? entry.grove_rows
-             : small_m_rows_per_warp(m);
+// A table entry's variant for the kernel's m x n, checked against the shape
+// (an entry written by hand or for another shape falls back to the default).
+SmallMVariant entry_variant(const GemmTuningEntry& entry, int64_t m, int64_t n) {
+  const std::vector<SmallMVariant> variants = small_m_variants(m, n);
+  const SmallMVariant variant{entry.grove_rows, entry.grove_columns};
+  return std::find(variants.begin(), variants.end(), variant) != variants.end()
+             ? variant
+             : SmallMVariant{small_m_rows_per_warp(m), 1};
 }
 
 // Note [Small-M GEMM selection], auto on a present cuda device. With
@@ -252,8 +255,8 @@ int64_t entry_rows(const GemmTuningEntry& entry, int64_t m) {
 // faster (Note [Exact gelu in the small-M GEMM]: only grove's kernel applies it).
 // `transposed`: the transposed form's variants (Note [Small-N GEMMs as their
 // transpose]), under a key of their own.
-int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device, bool grove_only = false,
-                     bool transposed = false) {
+SmallMVariant tuned_choice(const GemmLaunch& launch, runtime::Device device,
+                           bool grove_only = false, bool transposed = false) {
   runtime::Platform& platform = runtime::device_context(device).platform();
   // Note [GEMM algorithms by measurement]: the library side of the
   // comparison is another GEMM with the search on, so its choices are its own.
@@ -262,30 +265,32 @@ int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device, bool grov
           platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args) +
       (transposed ? "|transposed" : "");
   const int64_t kernel_m = transposed ? launch.args.n : launch.args.m;
+  const int64_t kernel_n = transposed ? launch.args.m : launch.args.n;
+  const SmallMVariant default_variant{small_m_rows_per_warp(kernel_m), 1};
   const std::string grove_key = key + "|grove variant";
   std::lock_guard<std::mutex> lock(choices_mutex());
   auto known = choices().find(grove_only ? grove_key : key);
   if (known != choices().end()) return known->second;
   GemmTuningTable table(GemmTuningTable::default_path());
   table.load();
-  int64_t choice =
-      !transposed && small_m_gemm_heuristic(launch.args) ? small_m_rows_per_warp(kernel_m) : 0;
-  int64_t grove_rows = small_m_rows_per_warp(kernel_m);
+  SmallMVariant choice =
+      !transposed && small_m_gemm_heuristic(launch.args) ? default_variant : SmallMVariant{};
+  SmallMVariant grove_variant = default_variant;
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
-    choice = entry->grove_faster() ? entry_rows(*entry, kernel_m) : 0;
-    grove_rows = entry_rows(*entry, kernel_m);
+    grove_variant = entry_variant(*entry, kernel_m, kernel_n);
+    choice = entry->grove_faster() ? grove_variant : SmallMVariant{};
   } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, transposed)) {
-    choice = measured->grove_faster() ? measured->grove_rows : 0;
-    grove_rows = entry_rows(*measured, kernel_m);
+    grove_variant = entry_variant(*measured, kernel_m, kernel_n);
+    choice = measured->grove_faster() ? grove_variant : SmallMVariant{};
     table.store(key, *measured);
     log(LogLevel::kInfo,
         str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us (", measured->grove_rows,
-                " rows per warp), library ", measured->library_us, " us per call; ",
-                choice > 0 ? "grove" : "library", " chosen"));
+                " rows and ", measured->grove_columns, " columns per warp), library ",
+                measured->library_us, " us per call; ", choice ? "grove" : "library", " chosen"));
   }
   choices()[key] = choice;
-  choices()[grove_key] = grove_rows;
-  return grove_only ? grove_rows : choice;
+  choices()[grove_key] = grove_variant;
+  return grove_only ? grove_variant : choice;
 }
 
 }  // namespace
@@ -389,6 +394,33 @@ std::vector<int64_t> small_m_row_variants(int64_t m) {
   return variants;
 }
 
+// Note [Small-M GEMM column tiles]: a warp of the plain kernel loads `rows`
+// values of A for each weight value it loads, and A's loads (L1 hits, one
+// instruction each) bound the kernel where the weights are small; a warp that
+// computes kSmallMColumnTile columns of C loads each value of A once for all
+// of them (rows + columns loads for rows x columns products instead of
+// rows + 1 for rows). Auto measures each row variant with and without column
+// tiles (GROVE_SMALL_M_COLUMN_TILES=0: without, for A/Bs). Sums still fold k in
+// increasing order per lane. Tests: SmallMGemmKernel.ColumnTilesMatchTheReference
+// (sim, both forms and both weight layouts; ptxas).
+namespace {
+
+bool column_tiles_enabled() {
+  const char* value = std::getenv("GROVE_SMALL_M_COLUMN_TILES");
+  return value == nullptr || std::string(value) != "0";
+}
+
+}  // namespace
+
+std::vector<SmallMVariant> small_m_variants(int64_t m, int64_t n) {
+  std::vector<SmallMVariant> variants;
+  for (int64_t rows : small_m_row_variants(m)) variants.push_back({rows, 1});
+  if (column_tiles_enabled() && n % kSmallMColumnTile == 0) {
+    for (int64_t rows : small_m_row_variants(m)) variants.push_back({rows, kSmallMColumnTile});
+  }
+  return variants;
+}
+
 // Note [Small-N GEMMs as their transpose]: a GEMM with many rows and few
 // columns (MLP-Mixer's token-mixing fc2: C [512, 16] = h [512, 256] W2^T at
 // batch 1, three library kernels) is the small-M product of its transpose,
@@ -435,7 +467,7 @@ bool small_n_gemm_qualifies(const GemmLaunch& launch) {
 }
 
 AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp,
-                                    bool transposed) {
+                                    bool transposed, int64_t columns) {
   GROVE_CHECK(
       transposed ? small_n_gemm_qualifies(launch) : qualifies_up_to(launch, kMaxMeasuredSmallM),
       "small-M GEMM: ", small_m_gemm_tuning_key("", launch.args), transposed ? " (transposed)" : "",
@@ -452,22 +484,30 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
   const int64_t rows = rows_per_warp == 0 ? small_m_rows_per_warp(g.m) : rows_per_warp;
   GROVE_CHECK(rows >= 1 && rows <= kSmallMRowsPerWarp && g.m % rows == 0, "small-M GEMM: ", rows,
               " rows per warp do not divide M = ", g.m, " (a grove bug; please report it)");
+  GROVE_CHECK(columns >= 1 && columns <= kSmallMColumnTile && g.n % columns == 0,
+              "small-M GEMM: ", columns, " columns per warp do not divide N = ", g.n,
+              " (a grove bug; please report it)");
   std::string name = transposed ? "small_n_gemm" : "small_m_gemm";
   if (g.epilogue != GemmEpilogue::kNone)
     name += str_cat('_', runtime::gemm_epilogue_name(g.epilogue));
   if (launch.exact_gelu) name += "_exact_gelu";
+  if (columns > 1) name += str_cat("_c", columns);
   const int64_t groups = g.m / rows;
-  codegen::KernelBuilder b(name, {groups, g.n, g.k});
+  codegen::KernelBuilder b(name, {groups, g.n / columns, g.k});
   AssembledKernel out;
   const int a = b.input(g.dtype, {0, 0, 0});  // read through load_at
   out.input_slots.push_back(a_slot);
-  const int w =
-      b.input(g.dtype, g.transpose_b ? runtime::Shape{0, g.ldb, 1} : runtime::Shape{0, 1, g.ldb});
+  // Note [Small-M GEMM column tiles]: with several columns a warp reads its
+  // weight rows through load_at.
+  const int w = columns > 1     ? b.input(g.dtype, {0, 0, 0})
+                : g.transpose_b ? b.input(g.dtype, {0, g.ldb, 1})
+                                : b.input(g.dtype, {0, 1, g.ldb});
   out.input_slots.push_back(b_slot);
   int bias = -1;
   if (has_bias(g.epilogue)) {
     // One per column of C: per column of the product, or per row of the transpose's.
-    bias = b.input(g.dtype, transposed ? runtime::Shape{0, 0, 0} : runtime::Shape{0, 1, 0});
+    bias = b.input(g.dtype,
+                   transposed || columns > 1 ? runtime::Shape{0, 0, 0} : runtime::Shape{0, 1, 0});
     out.input_slots.push_back(launch.bias_slot);
   }
   int gelu_input = -1;  // kDGelu: read through load_at at each output's place
@@ -476,6 +516,9 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
     out.input_slots.push_back(launch.aux_slot);
   }
   auto i64 = [&](int64_t value) { return b.constant(static_cast<double>(value), DType::kI64); };
+  auto plus = [&](int expr, int64_t value) {
+    return value == 0 ? expr : b.binary(ExprOp::kAdd, expr, i64(value));
+  };
   const int k = b.index(2);
   const int a_column = g.transpose_a ? b.binary(ExprOp::kMul, k, i64(g.lda)) : k;
   const int64_t a_row_stride = g.transpose_a ? 1 : g.lda;
@@ -484,55 +527,75 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
                           ? a_column
                           : b.binary(ExprOp::kAdd, a_column,
                                      b.binary(ExprOp::kMul, b.index(0), i64(rows * a_row_stride)));
-  const int weight = b.load(w);
+  // The first of this row's columns of the product.
+  const int first_column =
+      columns > 1 ? b.binary(ExprOp::kMul, b.index(1), i64(columns)) : b.index(1);
+  std::vector<int> weights;
+  if (columns == 1) {
+    weights.push_back(b.load(w));
+  } else {
+    const int64_t b_column_stride = g.transpose_b ? g.ldb : 1;
+    const int w_first =
+        b.binary(ExprOp::kAdd, b.binary(ExprOp::kMul, first_column, i64(b_column_stride)),
+                 g.transpose_b ? k : b.binary(ExprOp::kMul, k, i64(g.ldb)));
+    for (int64_t c = 0; c < columns; ++c) {
+      weights.push_back(b.load_at(w, plus(w_first, c * b_column_stride)));
+    }
+  }
+  // sums[m * columns + c]: row m of the group, column c of the tile.
   std::vector<int> sums;
   for (int64_t m = 0; m < rows; ++m) {
-    const int at = m == 0 ? a_group : b.binary(ExprOp::kAdd, a_group, i64(m * a_row_stride));
-    sums.push_back(b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, b.load_at(a, at), weight)));
+    const int a_value = b.load_at(a, plus(a_group, m * a_row_stride));
+    for (int weight : weights) {
+      sums.push_back(b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, a_value, weight)));
+    }
   }
-  const int bias_value = bias >= 0 && !transposed ? b.load(bias) : -1;
-  // The transpose's bias: where this row's group of bias values begins.
-  const int bias_group =
-      bias >= 0 && transposed ? b.binary(ExprOp::kMul, b.index(0), i64(rows)) : -1;
-  // kDGelu: where this row's group of gelu's input begins (row g * rows, column n).
-  const int gelu_group =
-      gelu_input < 0
-          ? -1
-          : b.binary(ExprOp::kAdd, b.binary(ExprOp::kMul, b.index(0), i64(rows * g.ld_aux)),
-                     b.index(1));
+  // The bias of each column (of C: per column of the product, or per row of
+  // the transpose's).
+  auto bias_of = [&](int64_t m, int64_t c) {
+    if (bias < 0) return -1;
+    if (transposed) return b.load_at(bias, plus(b.binary(ExprOp::kMul, b.index(0), i64(rows)), m));
+    return columns > 1 ? b.load_at(bias, plus(first_column, c)) : b.load(bias);
+  };
   for (int64_t m = 0; m < rows; ++m) {
-    int value = b.reduced(sums[static_cast<size_t>(m)]);
-    if (bias_value >= 0) value = b.binary(ExprOp::kAdd, value, bias_value);
-    if (bias_group >= 0) {
-      const int at = m == 0 ? bias_group : b.binary(ExprOp::kAdd, bias_group, i64(m));
-      value = b.binary(ExprOp::kAdd, value, b.load_at(bias, at));
-    }
-    if (gelu_input >= 0) {
-      const int at = m == 0 ? gelu_group : b.binary(ExprOp::kAdd, gelu_group, i64(m * g.ld_aux));
-      value = ops::emit_gelu_backward(b, value, b.load_at(gelu_input, at));
-    }
-    const int pre_activation = value;
-    if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
-    if (g.epilogue == GemmEpilogue::kBiasRelu) value = b.unary(ExprOp::kRelu, value);
-    if (launch.exact_gelu) {
-      // Note [Exact gelu in the small-M GEMM]: the importer's expression, in
-      // its order, on f32 constants as its scalars are.
-      const int scaled = b.binary(ExprOp::kMul, value, b.constant(0.7071067811865476, DType::kF32));
-      const int erf = ops::OpRegistry::global().get("erf").elementwise_expr(b, {scaled}, {})[0];
-      const int one_plus = b.binary(ExprOp::kAdd, erf, b.constant(1.0, DType::kF32));
-      value = b.binary(ExprOp::kMul, b.binary(ExprOp::kMul, value, b.constant(0.5, DType::kF32)),
-                       one_plus);
-    }
-    b.output(value, g.dtype, {rows * c_row_stride, c_column_stride}, /*per_row=*/true);
-    out.output_slots.push_back(launch.c_slot);
-    out.output_offsets.push_back(m * c_row_stride);
-    if (g.epilogue == GemmEpilogue::kBiasGeluAux) {
-      b.output(pre_activation, g.dtype, {rows * g.ld_aux, 1}, /*per_row=*/true);
-      out.output_slots.push_back(launch.aux_slot);
-      out.output_offsets.push_back(m * g.ld_aux);
+    for (int64_t c = 0; c < columns; ++c) {
+      int value = b.reduced(sums[static_cast<size_t>(m * columns + c)]);
+      if (const int bias_value = bias_of(m, c); bias_value >= 0) {
+        value = b.binary(ExprOp::kAdd, value, bias_value);
+      }
+      if (gelu_input >= 0) {
+        // kDGelu: gelu's input at this output's place (row g * rows + m, its column).
+        const int row_start = b.binary(ExprOp::kMul, b.index(0), i64(rows * g.ld_aux));
+        const int at = plus(b.binary(ExprOp::kAdd, row_start, first_column), m * g.ld_aux + c);
+        value = ops::emit_gelu_backward(b, value, b.load_at(gelu_input, at));
+      }
+      const int pre_activation = value;
+      if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
+      if (g.epilogue == GemmEpilogue::kBiasRelu) value = b.unary(ExprOp::kRelu, value);
+      if (launch.exact_gelu) {
+        // Note [Exact gelu in the small-M GEMM]: the importer's expression, in
+        // its order, on f32 constants as its scalars are.
+        const int scaled =
+            b.binary(ExprOp::kMul, value, b.constant(0.7071067811865476, DType::kF32));
+        const int erf = ops::OpRegistry::global().get("erf").elementwise_expr(b, {scaled}, {})[0];
+        const int one_plus = b.binary(ExprOp::kAdd, erf, b.constant(1.0, DType::kF32));
+        value = b.binary(ExprOp::kMul, b.binary(ExprOp::kMul, value, b.constant(0.5, DType::kF32)),
+                         one_plus);
+      }
+      b.output(value, g.dtype, {rows * c_row_stride, columns * c_column_stride},
+               /*per_row=*/true);
+      out.output_slots.push_back(launch.c_slot);
+      out.output_offsets.push_back(m * c_row_stride + c * c_column_stride);
+      if (g.epilogue == GemmEpilogue::kBiasGeluAux) {
+        b.output(pre_activation, g.dtype, {rows * g.ld_aux, columns}, /*per_row=*/true);
+        out.output_slots.push_back(launch.aux_slot);
+        out.output_offsets.push_back(m * g.ld_aux + c);
+      }
     }
   }
   b.spec().warp_rows = true;
+  // Note [Small-M GEMM column tiles]: about 128 loads in flight per lane at most.
+  if (columns > 1) b.spec().warp_rows_max_unroll = std::max<int64_t>(1, 128 / (rows * columns));
   out.spec = b.build();
   return out;
 }
@@ -553,8 +616,9 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
 // lowering, so a lowered program runs one kernel per GEMM whichever backend
 // runs it.
 // Tests: SmallMGemmSelection.* (the switch changes the kernel and GEMM counts).
-int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure,
-                          std::optional<SmallMGemmMode> requested) {
+SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device device,
+                                   bool can_measure, std::optional<SmallMGemmMode> requested) {
+  const SmallMVariant default_variant{small_m_rows_per_warp(launch.args.m), 1};
   if (launch.exact_gelu) {
     // Note [Exact gelu in the small-M GEMM]: the lowering asked for this
     // kernel (only it applies the epilogue), having checked the mode; in auto
@@ -569,7 +633,7 @@ int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
       plain.exact_gelu = false;
       return tuned_choice(plain, device, /*grove_only=*/true);
     }
-    return small_m_rows_per_warp(launch.args.m);
+    return default_variant;
   }
   // Note [Small-M GEMMs measured past 32 rows].
   if (launch.args.m > kMaxSmallM) {
@@ -577,21 +641,20 @@ int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
                    device.is_cuda() && can_measure && runtime::device_available(device) &&
                    qualifies_up_to(launch, kMaxMeasuredSmallM)
                ? tuned_choice(launch, device)
-               : 0;
+               : SmallMVariant{};
   }
-  if (!small_m_gemm_qualifies(launch)) return 0;
-  const int64_t default_rows = small_m_rows_per_warp(launch.args.m);
+  if (!small_m_gemm_qualifies(launch)) return {};
   switch (small_m_gemm_mode(requested)) {
     case SmallMGemmMode::kOff:
-      return 0;
+      return {};
     case SmallMGemmMode::kOn:
-      return default_rows;
+      return default_variant;
     case SmallMGemmMode::kAuto:
       break;
   }
-  if (device.type != runtime::DeviceType::kCuda) return 0;
+  if (device.type != runtime::DeviceType::kCuda) return {};
   if (!can_measure || !runtime::device_available(device)) {
-    return small_m_gemm_heuristic(launch.args) ? default_rows : 0;
+    return small_m_gemm_heuristic(launch.args) ? default_variant : SmallMVariant{};
   }
   return tuned_choice(launch, device);
 }
@@ -599,10 +662,10 @@ int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
 // Note [Small-N GEMMs as their transpose]: GROVE_SMALL_N_GEMM is auto (the
 // default: measured against the library on a present cuda device, as 33 to 64
 // rows are), on (wherever it qualifies, on any device: for tests) or off.
-int64_t small_n_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure,
-                          std::optional<SmallMGemmMode> requested) {
+SmallMVariant small_n_gemm_variant(const GemmLaunch& launch, runtime::Device device,
+                                   bool can_measure, std::optional<SmallMGemmMode> requested) {
   if (!small_n_gemm_qualifies(launch) || small_m_gemm_mode(requested) == SmallMGemmMode::kOff) {
-    return 0;
+    return {};
   }
   const char* value = std::getenv("GROVE_SMALL_N_GEMM");
   const std::string setting = value == nullptr ? "auto" : value;
@@ -610,11 +673,11 @@ int64_t small_n_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
                  "GROVE_SMALL_N_GEMM='", setting,
                  "': expected auto (the default: grove's transposed small-M kernel where it "
                  "measures faster than the library on cuda), on (wherever it qualifies) or off");
-  if (setting == "off") return 0;
-  if (setting == "on") return small_m_rows_per_warp(launch.args.n);
+  if (setting == "off") return {};
+  if (setting == "on") return {small_m_rows_per_warp(launch.args.n), 1};
   if (!device.is_cuda() || !can_measure || !runtime::device_available(device) ||
       small_m_gemm_mode(requested) != SmallMGemmMode::kAuto) {
-    return 0;
+    return {};
   }
   return tuned_choice(launch, device, /*grove_only=*/false, /*transposed=*/true);
 }

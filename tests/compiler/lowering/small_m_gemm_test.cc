@@ -497,6 +497,122 @@ TEST(SmallMGemmKernel, TransposedFormMatchesTheReferenceInEveryVariant) {
   EXPECT_TRUE(ptxas_accepts(ptx)) << ptx;
 }
 
+// Note [Small-M GEMM column tiles]: every row variant with four columns per
+// warp matches the float64 reference, for the plain form (12 x 36, bias and
+// the pre-activation written aside; the gelu gradient with the weight read
+// [k, n]) and the transposed one (100 x 12 with a bias), both weight layouts.
+TEST(SmallMGemmKernel, ColumnTilesMatchTheReference) {
+  using runtime::GemmEpilogue;
+  struct Case {
+    int64_t m, n;
+    GemmEpilogue epilogue;
+    bool transpose_b, transposed;
+  };
+  const int64_t k = 70;
+  for (const Case& test : {Case{12, 36, GemmEpilogue::kBiasGeluAux, true, false},
+                           Case{12, 36, GemmEpilogue::kBias, false, false},
+                           Case{12, 36, GemmEpilogue::kDGelu, false, false},
+                           Case{100, 12, GemmEpilogue::kBias, true, true},
+                           Case{100, 12, GemmEpilogue::kNone, false, true}}) {
+    SCOPED_TRACE(str_cat(test.m, " x ", test.n, " ", runtime::gemm_epilogue_name(test.epilogue),
+                         test.transpose_b ? " weight [n, k]" : " weight [k, n]",
+                         test.transposed ? " transposed" : ""));
+    const compiler::lowering::GemmLaunch launch =
+        contiguous_launch(test.m, test.n, k, test.epilogue, test.transpose_b);
+    std::mt19937 rng(static_cast<uint32_t>(test.m + test.n + k));
+    const int64_t m = test.m, n = test.n;
+    const testing::Buffer a = testing::random_buffer(rng, DType::kF32, m * k, -1, 1);
+    const testing::Buffer w = testing::random_buffer(rng, DType::kF32, n * k, -1, 1);
+    const testing::Buffer bias = testing::random_buffer(rng, DType::kF32, n, -1, 1);
+    const testing::Buffer x = testing::random_buffer(rng, DType::kF32, m * n, -2, 2);
+    std::vector<testing::Buffer> inputs =
+        test.transposed ? std::vector<testing::Buffer>{w, a} : std::vector<testing::Buffer>{a, w};
+    if (test.epilogue == GemmEpilogue::kBias || test.epilogue == GemmEpilogue::kBiasGeluAux) {
+      inputs.push_back(bias);
+    }
+    if (test.epilogue == GemmEpilogue::kDGelu) inputs.push_back(x);
+    const bool aux = test.epilogue == GemmEpilogue::kBiasGeluAux;
+    const int64_t kernel_m = test.transposed ? n : m;
+    const std::vector<compiler::lowering::SmallMVariant> variants =
+        compiler::lowering::small_m_variants(kernel_m, test.transposed ? m : n);
+    size_t tiled = 0;
+    for (const compiler::lowering::SmallMVariant& variant : variants) {
+      if (variant.columns == 1) continue;
+      ++tiled;
+      SCOPED_TRACE(str_cat(variant.rows, " rows, ", variant.columns, " columns per warp"));
+      const compiler::lowering::AssembledKernel kernel = compiler::lowering::small_m_gemm_kernel(
+          launch, variant.rows, test.transposed, variant.columns);
+      std::vector<testing::Buffer> outputs =
+          testing::run_kernel(kernel.spec, runtime::kSimDevice, inputs);
+      const int64_t per_place = aux ? 2 : 1;
+      ASSERT_EQ(outputs.size(), static_cast<size_t>(per_place * variant.rows * variant.columns));
+      for (int64_t row = 0; row < m; ++row) {
+        for (int64_t col = 0; col < n; ++col) {
+          double pre = test.epilogue == GemmEpilogue::kNone || test.epilogue == GemmEpilogue::kDGelu
+                           ? 0.0
+                           : bias.values[static_cast<size_t>(col)];
+          for (int64_t i = 0; i < k; ++i) {
+            const int64_t w_at = test.transpose_b ? col * k + i : i * n + col;
+            pre += a.values[static_cast<size_t>(row * k + i)] * w.values[static_cast<size_t>(w_at)];
+          }
+          double expected = pre;
+          if (aux) {
+            expected = 0.5 * pre *
+                       (1 + std::tanh(std::sqrt(2 / M_PI) * (pre + 0.044715 * pre * pre * pre)));
+          }
+          if (test.epilogue == GemmEpilogue::kDGelu) {
+            // gelu' (tanh approximation) of x at this place.
+            const double v = x.values[static_cast<size_t>(row * n + col)];
+            const double inner = std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v);
+            const double t = std::tanh(inner);
+            expected = pre * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * std::sqrt(2 / M_PI) *
+                                                  (1 + 3 * 0.044715 * v * v));
+          }
+          // The kernel's (row within its group, column within its tile).
+          const int64_t kernel_row = test.transposed ? col : row;
+          const int64_t kernel_col = test.transposed ? row : col;
+          const size_t o =
+              static_cast<size_t>(per_place * ((kernel_row % variant.rows) * variant.columns +
+                                               kernel_col % variant.columns));
+          const int64_t at = row * n + col - kernel.output_offsets[o];
+          const double got = outputs[o].values[static_cast<size_t>(at)];
+          ASSERT_TRUE(testing::close(got, expected, 1e-4, 1e-5))
+              << "row " << row << " col " << col << ": " << got << " vs " << expected;
+          if (aux) {
+            const double kept =
+                outputs[o + 1]
+                    .values[static_cast<size_t>(row * n + col - kernel.output_offsets[o + 1])];
+            ASSERT_TRUE(testing::close(kept, pre, 1e-4, 1e-5))
+                << "aux row " << row << " col " << col << ": " << kept << " vs " << pre;
+          }
+        }
+      }
+    }
+    EXPECT_GT(tiled, 0u) << "no column-tiled variant";
+  }
+  const compiler::codegen::KernelSpec spec =
+      compiler::lowering::small_m_gemm_kernel(
+          contiguous_launch(16, 2048, 512, runtime::GemmEpilogue::kBias), 8, false, 4)
+          .spec;
+  EXPECT_EQ(spec.iteration_shape, (runtime::Shape{2, 512, 512}));
+  EXPECT_EQ(spec.reductions.size(), 32u);
+  const std::string ptx = compiler::codegen::emit_ptx(spec);
+  if (const char* dump = std::getenv("GROVE_TEST_COLUMN_PTX_DUMP")) std::ofstream(dump) << ptx;
+  if (access(kPtxas, X_OK) != 0) GTEST_SKIP() << kPtxas << " not found: skipping ptxas";
+  EXPECT_TRUE(ptxas_accepts(ptx)) << "ptxas rejected the column-tiled kernel";
+}
+
+// With GROVE_SMALL_M_COLUMN_TILES=0 auto measures only one column per warp.
+TEST(SmallMGemmKernel, ColumnTileSwitchLeavesOnlySingleColumnVariants) {
+  EXPECT_EQ(compiler::lowering::small_m_variants(16, 2048).size(), 6u);
+  EXPECT_EQ(compiler::lowering::small_m_variants(16, 37).size(), 3u);  // 37 is not in fours
+  testing::ScopedEnv env("GROVE_SMALL_M_COLUMN_TILES", "0");
+  for (const compiler::lowering::SmallMVariant& variant :
+       compiler::lowering::small_m_variants(16, 2048)) {
+    EXPECT_EQ(variant.columns, 1);
+  }
+}
+
 // The gelu-gradient epilogue (kDGelu: the backward of linear + gelu, with B
 // read K-major as the backward's weight is): every variant computes
 // (A B)[m, n] * gelu'(x[m, n]) for x read at aux's place.
@@ -764,7 +880,7 @@ TEST_F(GemmTuningTableTest, KeyNamesTheGpuTheShapeAndTheEpilogue) {
   args.transpose_b = true;
   args.epilogue = runtime::GemmEpilogue::kBiasGelu;
   EXPECT_EQ(compiler::lowering::small_m_gemm_tuning_key("NVIDIA H200", args),
-            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v6");
+            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v7");
 }
 
 TEST_F(GemmTuningTableTest, StoredEntriesAreFoundAgainByKeyAfterARead) {
