@@ -26,6 +26,13 @@ using runtime::DType;
 using runtime::GemmArgs;
 using runtime::GemmEpilogue;
 
+// Note [Small-M GEMM column tiles]: GROVE_SMALL_M_COLUMN_TILES=0 measures
+// single-column variants only (under a key of their own, for A/Bs in one process).
+bool column_tiles_enabled() {
+  const char* value = std::getenv("GROVE_SMALL_M_COLUMN_TILES");
+  return value == nullptr || std::string(value) != "0";
+}
+
 bool has_bias(GemmEpilogue epilogue) {
   return epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kBiasGelu ||
          epilogue == GemmEpilogue::kBiasGeluAux || epilogue == GemmEpilogue::kBiasRelu;
@@ -263,7 +270,7 @@ SmallMVariant tuned_choice(const GemmLaunch& launch, runtime::Device device,
   const std::string key =
       small_m_gemm_tuning_key(
           platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args) +
-      (transposed ? "|transposed" : "");
+      (transposed ? "|transposed" : "") + (column_tiles_enabled() ? "" : "|no column tiles");
   const int64_t kernel_m = transposed ? launch.args.n : launch.args.m;
   const int64_t kernel_n = transposed ? launch.args.m : launch.args.n;
   const SmallMVariant default_variant{small_m_rows_per_warp(kernel_m), 1};
@@ -403,14 +410,6 @@ std::vector<int64_t> small_m_row_variants(int64_t m) {
 // tiles (GROVE_SMALL_M_COLUMN_TILES=0: without, for A/Bs). Sums still fold k in
 // increasing order per lane. Tests: SmallMGemmKernel.ColumnTilesMatchTheReference
 // (sim, both forms and both weight layouts; ptxas).
-namespace {
-
-bool column_tiles_enabled() {
-  const char* value = std::getenv("GROVE_SMALL_M_COLUMN_TILES");
-  return value == nullptr || std::string(value) != "0";
-}
-
-}  // namespace
 
 std::vector<SmallMVariant> small_m_variants(int64_t m, int64_t n) {
   std::vector<SmallMVariant> variants;
