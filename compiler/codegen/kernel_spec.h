@@ -202,9 +202,13 @@ struct KernelSpec {
   // column reductions (sum over the rows of a row-major [M, N]: the kernel's
   // rows are the N columns, adjacent in memory), so a warp's loads of one
   // element index are coalesced; the lowering sets it (Note [Reduction
-  // prologues] in compiler/lowering/reduction_prologue.h). Part of the signature.
-  // Tests: ReductionPrologue.GeluGradientAndItsColumnSumAreOneKernelEqualToTheUnfusedPath (cuda
-  // against the host order), ModelPtx.EveryKernelOfBothModelsAndTheirTrainingAssemblesForSm90.
+  // prologues] in compiler/lowering/reduction_prologue.h), and for tiny-K
+  // GEMMs (a thread per output: compiler/lowering/tiny_k_gemm.h). A row of up
+  // to kMaxThreadRowsUnrolled (32) elements is folded without a loop, its
+  // loads in flight together, in the same order. Part of the signature.
+  // Tests: TinyKGemm.*,
+  // ReductionPrologue.GeluGradientAndItsColumnSumAreOneKernelEqualToTheUnfusedPath (cuda against
+  // the host order), ModelPtx.EveryKernelOfBothModelsAndTheirTrainingAssemblesForSm90.
   bool thread_rows = false;
 
   // Canonical text of everything that affects the generated code; kernels are

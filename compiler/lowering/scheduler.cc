@@ -12,6 +12,7 @@
 #include "compiler/lowering/kernel_assembly.h"
 #include "compiler/lowering/segment_split.h"
 #include "compiler/lowering/small_m_gemm.h"
+#include "compiler/lowering/tiny_k_gemm.h"
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
 #include "runtime/sequence_attention_kernel.h"
@@ -338,6 +339,11 @@ void Scheduler::schedule_gemm(int node_index) {
     // Note [Small-N GEMMs as their transpose].
     add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/true, variant.columns),
                node.name, launch.written_slots());
+    return;
+  }
+  if (tiny_k_gemm_chosen(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+    // Note [Tiny-K GEMM kernel].
+    add_kernel(tiny_k_gemm_kernel(launch), node.name, launch.written_slots());
     return;
   }
   Step step;

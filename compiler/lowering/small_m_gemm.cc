@@ -10,6 +10,7 @@
 
 #include "compiler/codegen/kernel_builder.h"
 #include "compiler/lowering/gemm_tuning_table.h"
+#include "compiler/lowering/tiny_k_gemm.h"
 #include "compiler/ops/op_helpers.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/blas.h"
@@ -141,8 +142,14 @@ double graph_time_us(runtime::Platform& platform, runtime::StreamHandle stream,
 // GemmTuningTable.* (grove_rows read and written).
 // Times grove's kernel variants and the library GEMM for `launch` on `device`
 // (zeros as data). nullopt, after a warning, when anything fails.
+// Which of grove's kernels a measurement times: the small-M kernel, its
+// transposed form (Note [Small-N GEMMs as their transpose]) or the tiny-K
+// kernel (Note [Tiny-K GEMM kernel], tiny_k_gemm.h: one variant).
+enum class KernelForm { kSmallM, kTransposed, kTinyK };
+
 std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device device,
-                                       bool transposed) {
+                                       KernelForm form) {
+  const bool transposed = form == KernelForm::kTransposed;
   try {
     runtime::DeviceContext& context = runtime::device_context(device);
     runtime::Platform& platform = context.platform();
@@ -150,12 +157,16 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       return std::nullopt;  // compiling inside a capture: no device work now
     }
     const std::vector<SmallMVariant> variants =
-        transposed ? small_m_variants(launch.args.n, launch.args.m)
-                   : small_m_variants(launch.args.m, launch.args.n);
+        form == KernelForm::kTinyK ? std::vector<SmallMVariant>{{1, 1}}
+        : transposed               ? small_m_variants(launch.args.n, launch.args.m)
+                                   : small_m_variants(launch.args.m, launch.args.n);
     std::vector<AssembledKernel> assembled;
     std::vector<codegen::CompiledKernel> kernels;
     for (const SmallMVariant& variant : variants) {
-      assembled.push_back(small_m_gemm_kernel(launch, variant.rows, transposed, variant.columns));
+      assembled.push_back(
+          form == KernelForm::kTinyK
+              ? tiny_k_gemm_kernel(launch)
+              : small_m_gemm_kernel(launch, variant.rows, transposed, variant.columns));
       kernels.push_back(codegen::compile_kernel(assembled.back().spec, device));
     }
     runtime::StreamHandle stream = platform.create_stream();
@@ -263,17 +274,21 @@ SmallMVariant entry_variant(const GemmTuningEntry& entry, int64_t m, int64_t n) 
 // `transposed`: the transposed form's variants (Note [Small-N GEMMs as their
 // transpose]), under a key of their own.
 SmallMVariant tuned_choice(const GemmLaunch& launch, runtime::Device device,
-                           bool grove_only = false, bool transposed = false) {
+                           bool grove_only = false, KernelForm form = KernelForm::kSmallM) {
+  const bool transposed = form == KernelForm::kTransposed;
   runtime::Platform& platform = runtime::device_context(device).platform();
   // Note [GEMM algorithms by measurement]: the library side of the
   // comparison is another GEMM with the search on, so its choices are its own.
   const std::string key =
       small_m_gemm_tuning_key(
           platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args) +
-      (transposed ? "|transposed" : "") + (column_tiles_enabled() ? "" : "|no column tiles");
+      (transposed ? "|transposed" : "") + (form == KernelForm::kTinyK ? "|tiny k" : "") +
+      (column_tiles_enabled() || form == KernelForm::kTinyK ? "" : "|no column tiles");
   const int64_t kernel_m = transposed ? launch.args.n : launch.args.m;
   const int64_t kernel_n = transposed ? launch.args.m : launch.args.n;
-  const SmallMVariant default_variant{small_m_rows_per_warp(kernel_m), 1};
+  const SmallMVariant default_variant = form == KernelForm::kTinyK
+                                            ? SmallMVariant{1, 1}
+                                            : SmallMVariant{small_m_rows_per_warp(kernel_m), 1};
   const std::string grove_key = key + "|grove variant";
   std::lock_guard<std::mutex> lock(choices_mutex());
   auto known = choices().find(grove_only ? grove_key : key);
@@ -284,10 +299,12 @@ SmallMVariant tuned_choice(const GemmLaunch& launch, runtime::Device device,
       !transposed && small_m_gemm_heuristic(launch.args) ? default_variant : SmallMVariant{};
   SmallMVariant grove_variant = default_variant;
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
-    grove_variant = entry_variant(*entry, kernel_m, kernel_n);
+    grove_variant =
+        form == KernelForm::kTinyK ? default_variant : entry_variant(*entry, kernel_m, kernel_n);
     choice = entry->grove_faster() ? grove_variant : SmallMVariant{};
-  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, transposed)) {
-    grove_variant = entry_variant(*measured, kernel_m, kernel_n);
+  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, form)) {
+    grove_variant =
+        form == KernelForm::kTinyK ? default_variant : entry_variant(*measured, kernel_m, kernel_n);
     choice = measured->grove_faster() ? grove_variant : SmallMVariant{};
     table.store(key, *measured);
     log(LogLevel::kInfo,
@@ -678,7 +695,11 @@ SmallMVariant small_n_gemm_variant(const GemmLaunch& launch, runtime::Device dev
       small_m_gemm_mode(requested) != SmallMGemmMode::kAuto) {
     return {};
   }
-  return tuned_choice(launch, device, /*grove_only=*/false, /*transposed=*/true);
+  return tuned_choice(launch, device, /*grove_only=*/false, KernelForm::kTransposed);
+}
+
+bool tiny_k_gemm_measured_faster(const GemmLaunch& launch, runtime::Device device) {
+  return static_cast<bool>(tuned_choice(launch, device, /*grove_only=*/false, KernelForm::kTinyK));
 }
 
 void clear_small_m_gemm_choices() {

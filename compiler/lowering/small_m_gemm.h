@@ -125,6 +125,12 @@ SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device dev
                                    bool can_measure,
                                    std::optional<SmallMGemmMode> requested = std::nullopt);
 
+// Whether the tiny-K kernel (tiny_k_gemm.h) of a launch that qualifies for
+// it measures faster than the library on `device` (a present cuda device):
+// timed once per process and shape, kept in the tuning table (Note [Small-M
+// GEMM selection]'s measurement, under a key of its own).
+bool tiny_k_gemm_measured_faster(const GemmLaunch& launch, runtime::Device device);
+
 // Forgets the process-wide choices (Note [One small-M choice per shape]); for tests.
 void clear_small_m_gemm_choices();
 

@@ -1,0 +1,100 @@
+#include "compiler/lowering/tiny_k_gemm.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "compiler/codegen/kernel_builder.h"
+#include "compiler/lowering/small_m_gemm.h"
+#include "runtime/device_context.h"
+#include "runtime/error.h"
+
+namespace grove::compiler::lowering {
+namespace {
+
+using codegen::ExprOp;
+using codegen::ReduceOp;
+using runtime::DType;
+using runtime::GemmArgs;
+using runtime::GemmEpilogue;
+
+bool tiny_k_epilogue(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kNone || epilogue == GemmEpilogue::kBias ||
+         epilogue == GemmEpilogue::kBiasGelu || epilogue == GemmEpilogue::kBiasRelu;
+}
+
+}  // namespace
+
+bool tiny_k_gemm_qualifies(const GemmLaunch& launch) {
+  const GemmArgs& g = launch.args;
+  return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
+         g.m > kMaxMeasuredSmallM && g.n >= 1 && g.k >= 1 && g.k <= kMaxTinyK &&
+         tiny_k_epilogue(g.epilogue) && !launch.exact_gelu &&
+         (g.epilogue == GemmEpilogue::kNone || launch.bias_slot >= 0) &&
+         (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
+         launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
+         launch.calls[0].c_offset == 0;
+}
+
+// Note [Tiny-K GEMM kernel]: C[m, n] = epilogue(sum_k A[m, k] B[n, k]) as a
+// thread-per-row reduction (Note [Thread-per-row reductions]) over the
+// iteration space [N, M, K]: a thread per output, threads of a warp on
+// consecutive rows m of one column n, so the warp's loads of A read along
+// A's rows' starts (coalesced where A is read transposed, as a token-mixing
+// linear reads its [tokens, channels] activation) and its loads of B are one
+// address (a broadcast); each thread folds its K products in increasing k,
+// as the host does, so cuda's sums equal sim's bitwise. C is written a column
+// at a time (each store strided by ldc: scattered, but only M x N of them).
+// Tests: TinyKGemm.* (tests/compiler/lowering/small_m_gemm_test.cc).
+AssembledKernel tiny_k_gemm_kernel(const GemmLaunch& launch) {
+  const GemmArgs& g = launch.args;
+  GROVE_CHECK(tiny_k_gemm_qualifies(launch), "tiny-K GEMM: ", small_m_gemm_tuning_key("", g),
+              " does not qualify for grove's kernel (a grove bug; please report it)");
+  std::string name = "tiny_k_gemm";
+  if (g.epilogue != GemmEpilogue::kNone)
+    name += std::string("_") + runtime::gemm_epilogue_name(g.epilogue);
+  codegen::KernelBuilder b(name, {g.n, g.m, g.k});
+  AssembledKernel out;
+  // Strides over (n, m, k).
+  const int a =
+      b.input(g.dtype, g.transpose_a ? runtime::Shape{0, 1, g.lda} : runtime::Shape{0, g.lda, 1});
+  out.input_slots.push_back(launch.a_slot);
+  const int w =
+      b.input(g.dtype, g.transpose_b ? runtime::Shape{g.ldb, 0, 1} : runtime::Shape{1, 0, g.ldb});
+  out.input_slots.push_back(launch.b_slot);
+  const int sum = b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, b.load(a), b.load(w)));
+  int value = b.reduced(sum);
+  if (g.epilogue != GemmEpilogue::kNone) {
+    const int bias = b.input(g.dtype, {1, 0, 0});
+    out.input_slots.push_back(launch.bias_slot);
+    value = b.binary(ExprOp::kAdd, value, b.load(bias));
+  }
+  if (g.epilogue == GemmEpilogue::kBiasGelu) value = b.unary(ExprOp::kGelu, value);
+  if (g.epilogue == GemmEpilogue::kBiasRelu) value = b.unary(ExprOp::kRelu, value);
+  b.output(value, g.dtype, {1, g.ldc}, /*per_row=*/true);
+  out.output_slots.push_back(launch.c_slot);
+  out.output_offsets.push_back(0);
+  b.spec().thread_rows = true;
+  out.spec = b.build();
+  return out;
+}
+
+bool tiny_k_gemm_chosen(const GemmLaunch& launch, runtime::Device device, bool can_measure,
+                        std::optional<SmallMGemmMode> requested) {
+  if (!tiny_k_gemm_qualifies(launch) || small_m_gemm_mode(requested) == SmallMGemmMode::kOff) {
+    return false;
+  }
+  const char* value = std::getenv("GROVE_TINY_K_GEMM");
+  const std::string setting = value == nullptr ? "auto" : value;
+  GROVE_CHECK_AS(ConfigError, setting == "auto" || setting == "on" || setting == "off",
+                 "GROVE_TINY_K_GEMM='", setting,
+                 "': expected auto (the default: grove's tiny-K kernel where it measures faster "
+                 "than the library on cuda), on (wherever it qualifies) or off");
+  if (setting != "auto") return setting == "on";
+  if (!device.is_cuda() || !can_measure || !runtime::device_available(device) ||
+      small_m_gemm_mode(requested) != SmallMGemmMode::kAuto) {
+    return false;
+  }
+  return tiny_k_gemm_measured_faster(launch, device);
+}
+
+}  // namespace grove::compiler::lowering
