@@ -337,8 +337,8 @@ SmallMGemmMode parse_small_m_gemm_mode(const std::string& text, const std::strin
 
 namespace {
 
-// Note [Small-M GEMMs measured past 32 rows]: GROVE_SMALL_M_PAST_32=0 keeps
-// GEMMs of 33 to 64 rows on the library without measuring (for A/Bs).
+// GROVE_SMALL_M_PAST_32=0 keeps GEMMs of 33 to 64 rows on the library
+// without measuring, for A/Bs (Note [Small-M GEMMs measured past 32 rows]).
 bool measured_past_32_rows() {
   const char* value = std::getenv("GROVE_SMALL_M_PAST_32");
   return value == nullptr || std::string(value) != "0";
