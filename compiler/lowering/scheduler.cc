@@ -346,6 +346,10 @@ void Scheduler::schedule_gemm(int node_index) {
     add_kernel(tiny_k_gemm_kernel(launch), node.name, launch.written_slots());
     return;
   }
+  GROVE_CHECK(!launch.exact_gelu, "lowering: node '", node.name,
+              "' carries the exact gelu to a library GEMM, which cannot apply it (a grove bug; "
+              "please report it; GROVE_SMALL_M_EXACT_GELU=0 and GROVE_TINY_K_EXACT_GELU=0 avoid "
+              "it)");
   Step step;
   step.kind = StepKind::kGemm;
   step.node_name = node.name;

@@ -635,6 +635,9 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
 SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device device,
                                    bool can_measure, std::optional<SmallMGemmMode> requested) {
   const SmallMVariant default_variant{small_m_rows_per_warp(launch.args.m), 1};
+  // Note [Exact gelu in the tiny-K GEMM]: a taller GEMM with the exact gelu is
+  // the tiny-K kernel's.
+  if (launch.exact_gelu && launch.args.m > kMaxSmallM) return {};
   if (launch.exact_gelu) {
     // Note [Exact gelu in the small-M GEMM]: the lowering asked for this
     // kernel (only it applies the epilogue), having checked the mode; in auto

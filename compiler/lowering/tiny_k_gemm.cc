@@ -5,6 +5,7 @@
 
 #include "compiler/codegen/kernel_builder.h"
 #include "compiler/lowering/small_m_gemm.h"
+#include "compiler/ops/op_registry.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -28,7 +29,8 @@ bool tiny_k_gemm_qualifies(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
   return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
          g.m > kMaxMeasuredSmallM && g.n >= 1 && g.k >= 1 && g.k <= kMaxTinyK &&
-         tiny_k_epilogue(g.epilogue) && !launch.exact_gelu &&
+         tiny_k_epilogue(g.epilogue) &&
+         (!launch.exact_gelu || (g.epilogue == GemmEpilogue::kBias && g.dtype == DType::kF32)) &&
          (g.epilogue == GemmEpilogue::kNone || launch.bias_slot >= 0) &&
          (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
          launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
@@ -44,7 +46,18 @@ bool tiny_k_gemm_qualifies(const GemmLaunch& launch) {
 // address (a broadcast); each thread folds its K products in increasing k,
 // as the host does, so cuda's sums equal sim's bitwise. C is written a column
 // at a time (each store strided by ldc: scattered, but only M x N of them).
-// Tests: TinyKGemm.* (tests/compiler/lowering/small_m_gemm_test.cc).
+// Tests: TinyKGemm.* (tests/compiler/lowering/tiny_k_gemm_test.cc).
+//
+// Note [Exact gelu in the tiny-K GEMM]: as in the small-M kernel (Note [Exact
+// gelu in the small-M GEMM]), PyTorch's exact (erf) gelu after a linear whose
+// bias is a separate add (ATen's mm, view, add: a linear over a transposed 3-d
+// activation, MLP-Mixer's token-mixing fc1) is this kernel's epilogue: the
+// lowering absorbs the gelu's nodes where the GEMM has more than 64 rows, an
+// inner dimension of at most 32, f32 and A at offset 0, on cuda in auto (or
+// with GROVE_SMALL_M_GEMM=on), and the kernel then runs whatever a measurement
+// would say (the library cannot apply it). GROVE_TINY_K_EXACT_GELU=0 (or
+// GROVE_TINY_K_GEMM=off) keeps the gelu's kernel. Tests:
+// TinyKGemm.ExactGeluAfterABiasAddIsTheKernelsEpilogue.
 AssembledKernel tiny_k_gemm_kernel(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
   GROVE_CHECK(tiny_k_gemm_qualifies(launch), "tiny-K GEMM: ", small_m_gemm_tuning_key("", g),
@@ -52,6 +65,7 @@ AssembledKernel tiny_k_gemm_kernel(const GemmLaunch& launch) {
   std::string name = "tiny_k_gemm";
   if (g.epilogue != GemmEpilogue::kNone)
     name += std::string("_") + runtime::gemm_epilogue_name(g.epilogue);
+  if (launch.exact_gelu) name += "_exact_gelu";
   codegen::KernelBuilder b(name, {g.n, g.m, g.k});
   AssembledKernel out;
   // Strides over (n, m, k).
@@ -70,6 +84,15 @@ AssembledKernel tiny_k_gemm_kernel(const GemmLaunch& launch) {
   }
   if (g.epilogue == GemmEpilogue::kBiasGelu) value = b.unary(ExprOp::kGelu, value);
   if (g.epilogue == GemmEpilogue::kBiasRelu) value = b.unary(ExprOp::kRelu, value);
+  if (launch.exact_gelu) {
+    // Note [Exact gelu in the tiny-K GEMM]: the importer's expression, in its
+    // order, on f32 constants as its scalars are (as the small-M kernel's).
+    const int scaled = b.binary(ExprOp::kMul, value, b.constant(0.7071067811865476, DType::kF32));
+    const int erf = ops::OpRegistry::global().get("erf").elementwise_expr(b, {scaled}, {})[0];
+    const int one_plus = b.binary(ExprOp::kAdd, erf, b.constant(1.0, DType::kF32));
+    value = b.binary(ExprOp::kMul, b.binary(ExprOp::kMul, value, b.constant(0.5, DType::kF32)),
+                     one_plus);
+  }
   b.output(value, g.dtype, {1, g.ldc}, /*per_row=*/true);
   out.output_slots.push_back(launch.c_slot);
   out.output_offsets.push_back(0);
@@ -82,6 +105,15 @@ bool tiny_k_gemm_chosen(const GemmLaunch& launch, runtime::Device device, bool c
                         std::optional<SmallMGemmMode> requested) {
   if (!tiny_k_gemm_qualifies(launch) || small_m_gemm_mode(requested) == SmallMGemmMode::kOff) {
     return false;
+  }
+  if (launch.exact_gelu) {
+    // Note [Exact gelu in the tiny-K GEMM]: the lowering asked for this kernel
+    // (only it applies the epilogue), having checked the switches.
+    GROVE_CHECK(tiny_k_gemm_qualifies(launch),
+                "tiny-K GEMM: ", small_m_gemm_tuning_key("", launch.args),
+                " carries the exact gelu but does not qualify for grove's kernel (a grove bug; "
+                "please report it; GROVE_TINY_K_EXACT_GELU=0 avoids it)");
+    return true;
   }
   const char* value = std::getenv("GROVE_TINY_K_GEMM");
   const std::string setting = value == nullptr ? "auto" : value;

@@ -144,6 +144,50 @@ TEST(TinyKGemm, SwitchChangesTheKernelAndTheProgramMatchesTheReference) {
                                      {"GROVE_TINY_K_GEMM='fast'", "off", "on", "auto"});
 }
 
+// PyTorch's default gelu as the importer writes it: mul(mul(x, 0.5),
+// add(erf(mul(x, 1/sqrt 2)), 1)).
+ValueId exact_gelu(ProgramBuilder& b, ValueId x) {
+  ValueId scaled = b.mul(x, b.full(0.7071067811865476));
+  ValueId one_plus = b.add(b.op1("erf", {scaled}), b.full(1.0));
+  return b.mul(b.mul(x, b.full(0.5)), one_plus);
+}
+
+// Note [Exact gelu in the tiny-K GEMM]: MLP-Mixer's token-mixing fc1 at batch
+// 1 as ATen gives it (x [1, 16, 100] transposed to [1, 100, 16], reshaped to
+// rows, mm with the weight, reshaped back, the bias added, the exact gelu) is
+// one tiny-K kernel with the gelu in it (two kernels with
+// GROVE_TINY_K_EXACT_GELU=0), matching the reference either way.
+TEST(TinyKGemm, ExactGeluAfterABiasAddIsTheKernelsEpilogue) {
+  ProgramBuilder b("token_mixing_fc1", runtime::kSimDevice);
+  ValueId x = b.input("x", {1, 16, 100});
+  ValueId rows = b.reshape(b.transpose(x, 1, 2), {100, 16});
+  ValueId product = b.linear(rows, b.input("w", {24, 16}), compiler::ir::kNoValue, "fc");
+  ValueId biased = b.add(b.reshape(product, {1, 100, 24}), b.input("bias", {24}));
+  b.output(exact_gelu(b, biased));
+  const compiler::ir::Program program = b.build();
+  testing::ScopedEnv small_m("GROVE_SMALL_M_GEMM", "on");
+  testing::ScopedEnv tiny_k("GROVE_TINY_K_GEMM", "on");
+  testing::InputRanges ranges;
+  ranges.float_low = -1.0, ranges.float_high = 1.0;
+  for (const char* joins : {"1", "0"}) {
+    testing::ScopedEnv env("GROVE_TINY_K_EXACT_GELU", joins);
+    SCOPED_TRACE(str_cat("GROVE_TINY_K_EXACT_GELU=", joins));
+    const compiler::lowering::KernelReport report =
+        compiler::lowering::lower(program).kernel_report();
+    EXPECT_EQ(report.library_gemms, 0u) << report.str();
+    if (std::string(joins) == "1") {
+      ASSERT_EQ(report.kernels.size(), 1u) << report.str();
+      EXPECT_EQ(report.kernels[0], "tiny_k_gemm_bias_exact_gelu") << report.str();
+    } else {
+      ASSERT_EQ(report.kernels.size(), 2u) << report.str();
+      EXPECT_EQ(report.kernels[0], "tiny_k_gemm_bias") << report.str();
+    }
+    testing::expect_matches_reference(program, testing::random_inputs(program, 17, ranges),
+                                      runtime::kSimDevice, testing::tolerance_for(DType::kF32),
+                                      str_cat("token mixing fc1, exact gelu joins ", joins));
+  }
+}
+
 TEST(TinyKGemm, PtxPassesPtxas) {
   const std::string ptx =
       compiler::codegen::emit_ptx(compiler::lowering::tiny_k_gemm_kernel(
