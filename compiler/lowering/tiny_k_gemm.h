@@ -17,6 +17,9 @@
 namespace grove::compiler::lowering {
 
 constexpr int64_t kMaxTinyK = 32;
+// Note [Exact gelu in the tiny-K GEMM]: the most rows for which the lowering
+// makes the exact gelu the kernel's epilogue (then the kernel runs unmeasured).
+constexpr int64_t kMaxTinyKExactGeluRows = 2048;
 
 // Whether the tiny-K kernel can compute `launch`: one GEMM (no batch), alpha 1,
 // beta 0, 1 <= K <= kMaxTinyK, more than 64 rows (fewer are small-M's), f32 /

@@ -152,19 +152,34 @@ ValueId exact_gelu(ProgramBuilder& b, ValueId x) {
   return b.mul(b.mul(x, b.full(0.5)), one_plus);
 }
 
-// Note [Exact gelu in the tiny-K GEMM]: MLP-Mixer's token-mixing fc1 at batch
-// 1 as ATen gives it (x [1, 16, 100] transposed to [1, 100, 16], reshaped to
-// rows, mm with the weight, reshaped back, the bias added, the exact gelu) is
-// one tiny-K kernel with the gelu in it (two kernels with
-// GROVE_TINY_K_EXACT_GELU=0), matching the reference either way.
-TEST(TinyKGemm, ExactGeluAfterABiasAddIsTheKernelsEpilogue) {
+// MLP-Mixer's token-mixing fc1 as ATen gives it (x [1, 16, channels]
+// transposed to [1, channels, 16], reshaped to rows, mm with the weight,
+// reshaped back, the bias added, the exact gelu).
+compiler::ir::Program token_mixing_fc1(int64_t channels) {
   ProgramBuilder b("token_mixing_fc1", runtime::kSimDevice);
-  ValueId x = b.input("x", {1, 16, 100});
-  ValueId rows = b.reshape(b.transpose(x, 1, 2), {100, 16});
+  ValueId x = b.input("x", {1, 16, channels});
+  ValueId rows = b.reshape(b.transpose(x, 1, 2), {channels, 16});
   ValueId product = b.linear(rows, b.input("w", {24, 16}), compiler::ir::kNoValue, "fc");
-  ValueId biased = b.add(b.reshape(product, {1, 100, 24}), b.input("bias", {24}));
+  ValueId biased = b.add(b.reshape(product, {1, channels, 24}), b.input("bias", {24}));
   b.output(exact_gelu(b, biased));
-  const compiler::ir::Program program = b.build();
+  return b.build();
+}
+
+// Note [Exact gelu in the tiny-K GEMM]: token-mixing fc1 over 100 channels is
+// one tiny-K kernel with the gelu in it (two kernels with
+// GROVE_TINY_K_EXACT_GELU=0), matching the reference either way; past
+// kMaxTinyKExactGeluRows rows the gelu keeps its kernel.
+TEST(TinyKGemm, ExactGeluAfterABiasAddIsTheKernelsEpilogue) {
+  {
+    testing::ScopedEnv small_m("GROVE_SMALL_M_GEMM", "on");
+    testing::ScopedEnv tiny_k("GROVE_TINY_K_GEMM", "on");
+    const compiler::lowering::KernelReport tall =
+        compiler::lowering::lower(token_mixing_fc1(compiler::lowering::kMaxTinyKExactGeluRows + 1))
+            .kernel_report();
+    ASSERT_EQ(tall.kernels.size(), 2u) << tall.str();
+    EXPECT_EQ(tall.kernels[0], "tiny_k_gemm_bias") << tall.str();
+  }
+  const compiler::ir::Program program = token_mixing_fc1(100);
   testing::ScopedEnv small_m("GROVE_SMALL_M_GEMM", "on");
   testing::ScopedEnv tiny_k("GROVE_TINY_K_GEMM", "on");
   testing::InputRanges ranges;
