@@ -125,11 +125,12 @@ SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device dev
                                    bool can_measure,
                                    std::optional<SmallMGemmMode> requested = std::nullopt);
 
-// Whether the tiny-K kernel (tiny_k_gemm.h) of a launch that qualifies for
-// it measures faster than the library on `device` (a present cuda device):
-// timed once per process and shape, kept in the tuning table (Note [Small-M
-// GEMM selection]'s measurement, under a key of its own).
-bool tiny_k_gemm_measured_faster(const GemmLaunch& launch, runtime::Device device);
+// Whether an epilogue adds a bias (bias, bias_gelu, bias_gelu_aux, bias_relu).
+bool gemm_epilogue_has_bias(runtime::GemmEpilogue epilogue);
+
+// Note [Small-M GEMM column tiles]: whether auto also measures column-tiled
+// variants (GROVE_SMALL_M_COLUMN_TILES, on by default).
+bool small_m_column_tiles_enabled();
 
 // Forgets the process-wide choices (Note [One small-M choice per shape]); for tests.
 void clear_small_m_gemm_choices();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "compiler/codegen/kernel_builder.h"
+#include "compiler/lowering/gemm_kernel_tuning.h"
 #include "compiler/lowering/small_m_gemm.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/device_context.h"
