@@ -203,6 +203,30 @@ TEST(TinyKGemm, ExactGeluAfterABiasAddIsTheKernelsEpilogue) {
   }
 }
 
+// bf16 and f16 operands (read as f32, sums in f32, C rounded once): the
+// tiny-K kernel of a linear over a transposed activation matches the reference
+// within the dtype's tolerance on sim.
+TEST(TinyKGemm, HalfPrecisionMatchesTheReference) {
+  testing::ScopedEnv tiny_k("GROVE_TINY_K_GEMM", "on");
+  testing::InputRanges ranges;
+  ranges.float_low = -1.0, ranges.float_high = 1.0;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(runtime::dtype_name(dtype));
+    ProgramBuilder b("token_mixing_half", runtime::kSimDevice);
+    ValueId x = b.input("x", {16, 100}, dtype);
+    b.output(b.linear(b.transpose(x, 0, 1), b.input("w", {24, 16}, dtype),
+                      b.input("bias", {24}, dtype), "fc"));
+    const compiler::ir::Program program = b.build();
+    const compiler::lowering::KernelReport report =
+        compiler::lowering::lower(program).kernel_report();
+    ASSERT_EQ(report.kernels.size(), 1u) << report.str();
+    EXPECT_EQ(report.kernels[0], "tiny_k_gemm_bias") << report.str();
+    testing::expect_matches_reference(program, testing::random_inputs(program, 23, ranges),
+                                      runtime::kSimDevice, testing::tolerance_for(dtype),
+                                      "half-precision tiny-K");
+  }
+}
+
 TEST(TinyKGemm, PtxPassesPtxas) {
   const std::string ptx =
       compiler::codegen::emit_ptx(compiler::lowering::tiny_k_gemm_kernel(
