@@ -245,6 +245,21 @@ TEST(SmallMGemmSelection, TransposedFormRunsWhereSwitchedOnAndMatchesTheReferenc
   EXPECT_EQ(small_n_kernels(report), 0u) << report.str();
 }
 
+// The transposed form in bf16 and f16 (operands read as f32, sums in f32).
+TEST(SmallMGemmSelection, TransposedFormInHalfPrecisionMatchesTheReference) {
+  testing::ScopedEnv env("GROVE_SMALL_N_GEMM", "on");
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(runtime::dtype_name(dtype));
+    compiler::ir::Program program =
+        linear_program(runtime::kSimDevice, 100, 70, 12, Epilogue::kBias, dtype);
+    KernelReport report = report_of(program);
+    ASSERT_EQ(report.kernels.size(), 1u) << report.str();
+    EXPECT_EQ(report.kernels[0], "small_n_gemm_bias") << report.str();
+    testing::expect_matches_reference(program, inputs_for(program, 31), runtime::kSimDevice,
+                                      testing::tolerance_for(dtype), "half-precision small-N");
+  }
+}
+
 TEST(SmallMGemmSelection, UnknownSmallNSwitchValueNamesTheVariable) {
   testing::ScopedEnv env("GROVE_SMALL_N_GEMM", "fast");
   testing::expect_error<ConfigError>(
