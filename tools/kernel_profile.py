@@ -31,7 +31,7 @@ GEMM_NAME = re.compile(r"gemm|gemv|xmma|cutlass|cublas|splitk", re.IGNORECASE)
 
 
 def category(name):
-    if name.startswith("small_m_gemm"):
+    if name.startswith(("small_m_gemm", "small_n_gemm")):
         return "grove small-M GEMM"
     if GEMM_NAME.search(name):
         return "library GEMM"

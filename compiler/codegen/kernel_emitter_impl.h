@@ -34,6 +34,8 @@ constexpr uint32_t kWarpRowsPerBlock = 4;
 constexpr int64_t kMaxWarpRowsUnroll = 16;
 // Note [Thread-per-row reductions] (kernel_spec.h): threads (rows) per block.
 constexpr uint32_t kThreadRowsPerBlock = 128;
+// ... and the longest row a thread folds without a loop (its loads in flight together).
+constexpr int64_t kMaxThreadRowsUnrolled = 32;
 
 // Tiles of a multi-part kernel: ceil(size / kMultiPartTile) per part
 // (Note [Multi-part kernels], kernel_spec.h).

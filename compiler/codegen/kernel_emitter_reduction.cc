@@ -35,6 +35,7 @@ namespace grove::compiler::codegen::emitter_detail {
 int64_t warp_rows_unroll(const KernelSpec& spec) {
   int64_t unroll = kMaxWarpRowsUnroll;
   while (unroll > 1 && (unroll - 1) * kWarpSize >= spec.row_length()) unroll /= 2;
+  while (spec.warp_rows_max_unroll > 0 && unroll > spec.warp_rows_max_unroll) unroll /= 2;
   return unroll;
 }
 
@@ -155,9 +156,18 @@ std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element
         positive, b_.CreateUDiv(b_.CreateAdd(left, i64(stride - 1)), i64(stride)), i64(0));
     remainder_start = b_.CreateAdd(element_start, b_.CreateMul(iterations, i64(stride)));
   }
-  totals = loop(
-      remainder_start, i64(length), element_step, totals,
-      [&](Value* k, const std::vector<Value*>& accumulators) { return fold({k}, accumulators); });
+  if (nvptx() && spec_.thread_rows && length <= kMaxThreadRowsUnrolled) {
+    // Note [Thread-per-row reductions]: a short row (a tiny-K GEMM's inner
+    // dimension) is folded straight, every element loaded before any is
+    // folded, in increasing order as the loop would.
+    std::vector<Value*> ks;
+    for (int64_t k = 0; k < length; ++k) ks.push_back(i64(k));
+    totals = fold(ks, totals);
+  } else {
+    totals = loop(
+        remainder_start, i64(length), element_step, totals,
+        [&](Value* k, const std::vector<Value*>& accumulators) { return fold({k}, accumulators); });
+  }
   if (nvptx() && !spec_.thread_rows) {
     for (size_t r = first; r < end; ++r) {
       totals[r - first] = block_reduce(spec_.reductions[r].op, totals[r - first]);

@@ -307,6 +307,7 @@ std::string KernelSpec::signature() const {
     append_shape(out, part_sizes);
   }
   if (warp_rows) out << "|warp_rows";
+  if (warp_rows_max_unroll > 0) out << "|unroll<=" << warp_rows_max_unroll;
   if (thread_rows) out << "|thread_rows";
   return out.str();
 }

@@ -190,6 +190,11 @@ struct KernelSpec {
   // unchanged (a row is reduced sequentially), so only the cuda summation
   // order depends on it; it is part of the signature.
   bool warp_rows = false;
+  // With warp_rows: at most this many elements each lane loads per iteration
+  // (0: warp_rows_unroll's own count), for kernels whose many reductions would
+  // otherwise hold too many loads in registers (Note [Small-M GEMM column
+  // tiles]). Results do not depend on it. Part of the signature.
+  int64_t warp_rows_max_unroll = 0;
   // Note [Thread-per-row reductions]: on cuda a reduction kernel with
   // thread_rows reduces each row with one thread, which folds the row's
   // elements in increasing order, as the host code does (so cuda's sums equal
@@ -197,9 +202,13 @@ struct KernelSpec {
   // column reductions (sum over the rows of a row-major [M, N]: the kernel's
   // rows are the N columns, adjacent in memory), so a warp's loads of one
   // element index are coalesced; the lowering sets it (Note [Reduction
-  // prologues] in compiler/lowering/reduction_prologue.h). Part of the signature.
-  // Tests: ReductionPrologue.GeluGradientAndItsColumnSumAreOneKernelEqualToTheUnfusedPath (cuda
-  // against the host order), ModelPtx.EveryKernelOfBothModelsAndTheirTrainingAssemblesForSm90.
+  // prologues] in compiler/lowering/reduction_prologue.h), and for tiny-K
+  // GEMMs (a thread per output: compiler/lowering/tiny_k_gemm.h). A row of up
+  // to kMaxThreadRowsUnrolled (32) elements is folded without a loop, its
+  // loads in flight together, in the same order. Part of the signature.
+  // Tests: TinyKGemm.*,
+  // ReductionPrologue.GeluGradientAndItsColumnSumAreOneKernelEqualToTheUnfusedPath (cuda against
+  // the host order), ModelPtx.EveryKernelOfBothModelsAndTheirTrainingAssemblesForSm90.
   bool thread_rows = false;
 
   // Canonical text of everything that affects the generated code; kernels are

@@ -62,6 +62,15 @@ std::optional<std::map<std::string, GemmTuningEntry>> read_entries(
       }
       entry.grove_rows = rows.get<int64_t>();
     }
+    if (value.contains("grove_columns")) {
+      const nlohmann::json& columns = value["grove_columns"];
+      if (!columns.is_number_integer() || columns.get<int64_t>() < 1) {
+        warn(path,
+             str_cat("entry '", key, "' has a grove_columns that is not a count; skipping it"));
+        continue;
+      }
+      entry.grove_columns = columns.get<int64_t>();
+    }
     entries[key] = entry;
   }
   return entries;
@@ -101,7 +110,8 @@ void GemmTuningTable::store(const std::string& key, const GemmTuningEntry& entry
   for (const auto& [entry_key, value] : entries_) {
     document["entries"][entry_key] = {{"grove_us", value.grove_us},
                                       {"library_us", value.library_us},
-                                      {"grove_rows", value.grove_rows}};
+                                      {"grove_rows", value.grove_rows},
+                                      {"grove_columns", value.grove_columns}};
   }
   std::error_code error;
   std::filesystem::create_directories(path_.parent_path(), error);

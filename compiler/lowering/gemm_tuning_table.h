@@ -22,9 +22,10 @@
 namespace grove::compiler::lowering {
 
 struct GemmTuningEntry {
-  double grove_us = 0;     // GPU time of grove's kernel per call, microseconds
-  double library_us = 0;   // GPU time of the library GEMM per call
-  int64_t grove_rows = 0;  // the fastest variant's rows per warp; 0: the default
+  double grove_us = 0;        // GPU time of grove's kernel per call, microseconds
+  double library_us = 0;      // GPU time of the library GEMM per call
+  int64_t grove_rows = 0;     // the fastest variant's rows per warp; 0: the default
+  int64_t grove_columns = 1;  // ... and its columns per warp (Note [Small-M GEMM column tiles])
   bool grove_faster() const { return grove_us < library_us; }
 };
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "compiler/lowering/small_m_gemm.h"
+#include "compiler/lowering/tiny_k_gemm.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -494,6 +495,45 @@ bool offset_free(const ir::Program& program, ir::ValueId value) {
   return false;
 }
 
+// Whether `value` is an input or a node's own result, or reshapes and
+// transposes of one (views that keep offset 0): a GEMM operand at offset 0
+// (Note [Exact gelu in the tiny-K GEMM]).
+bool offset_free_through_transposes(const ir::Program& program, ir::ValueId value) {
+  for (int hops = 0; hops < 8; ++hops) {
+    const ir::Value& v = program.value(value);
+    if (v.producer < 0) return true;
+    const ir::Node& node = program.nodes()[static_cast<size_t>(v.producer)];
+    if (node.op != "reshape" && node.op != "transpose" && node.op != "permute") {
+      return ops::OpRegistry::global().get(node.op).kind != ops::OpKind::kView;
+    }
+    value = node.operands[0];
+  }
+  return false;
+}
+
+// The full scalars a chain of nodes reads that nothing outside it reads,
+// made after node `after` (Note [Exact gelu in the small-M GEMM]: absorbed with it).
+std::vector<size_t> chain_scalars(const ir::Program& program,
+                                  const std::vector<std::vector<size_t>>& ir_users,
+                                  const std::vector<size_t>& chain, size_t after) {
+  std::vector<size_t> scalars;
+  for (size_t member : chain) {
+    for (ir::ValueId operand : program.nodes()[member].operands) {
+      const int producer = program.value(operand).producer;
+      if (producer <= static_cast<int>(after) ||
+          program.nodes()[static_cast<size_t>(producer)].op != "full") {
+        continue;
+      }
+      bool inside = true;
+      for (size_t user : ir_users[static_cast<size_t>(operand)]) {
+        inside = inside && std::find(chain.begin(), chain.end(), user) != chain.end();
+      }
+      if (inside) scalars.push_back(static_cast<size_t>(producer));
+    }
+  }
+  return scalars;
+}
+
 // exact_gelu_chain of a linear's result, or of its one reshape (keeping the
 // last dim) when that is all that reads it.
 std::vector<size_t> exact_gelu_through(const ir::Program& program,
@@ -538,6 +578,13 @@ LoweringNode added_node(const ir::Program& program, NodeClass node_class, const 
 bool small_m_exact_gelu_enabled() {
   const char* value = std::getenv("GROVE_SMALL_M_EXACT_GELU");
   return value == nullptr || std::string(value) != "0";
+}
+
+bool tiny_k_exact_gelu_enabled() {
+  const char* value = std::getenv("GROVE_TINY_K_EXACT_GELU");
+  if (value != nullptr && std::string(value) == "0") return false;
+  const char* tiny_k = std::getenv("GROVE_TINY_K_GEMM");
+  return tiny_k == nullptr || std::string(tiny_k) != "off";
 }
 
 bool gemm_epilogues_enabled() {
@@ -591,6 +638,8 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
       small_m == SmallMGemmMode::kOn ||
       (small_m == SmallMGemmMode::kAuto && program.device().type == runtime::DeviceType::kCuda);
   const bool exact_gelu_joins = epilogues && small_m_runs && small_m_exact_gelu_enabled();
+  // Note [Exact gelu in the tiny-K GEMM].
+  const bool exact_gelu_joins_tiny_k = epilogues && small_m_runs && tiny_k_exact_gelu_enabled();
   const bool bias_into_consumers = bias_adds_into_consumers_enabled();
   std::vector<bool> absorbed(program.nodes().size(), false);
   // An absorbed gelu read through a reshape: its result is that reshape's
@@ -904,6 +953,25 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
         absorbed[add_index] = true;
         same_as[add_index] =
             bias_add.reshape != nullptr ? bias_add.reshape->results[0] : node.results[0];
+        // Note [Exact gelu in the tiny-K GEMM].
+        const ir::TensorType& x_type = program.value(node.operands[0]).type;
+        const int64_t inner = x_type.shape.empty() ? 0 : x_type.shape.back();
+        const int64_t rows = inner > 0 ? runtime::shape_numel(x_type.shape) / inner : 0;
+        const std::vector<size_t> chain =
+            exact_gelu_joins_tiny_k && x_type.dtype == runtime::DType::kF32 && inner >= 1 &&
+                    inner <= kMaxTinyK && rows > kMaxMeasuredSmallM &&
+                    rows <= kMaxTinyKExactGeluRows &&
+                    offset_free_through_transposes(program, node.operands[0])
+                ? exact_gelu_chain(program, ir_users, ir_output, bias_add.add->results[0])
+                : std::vector<size_t>{};
+        if (!chain.empty()) {
+          for (size_t member : chain) absorbed[member] = true;
+          for (size_t scalar : chain_scalars(program, ir_users, chain, node_index)) {
+            absorbed[scalar] = true;
+          }
+          same_as[chain.back()] = same_as[add_index];
+          lowered.exact_gelu = true;
+        }
         add_node(std::move(lowered));
         continue;
       }

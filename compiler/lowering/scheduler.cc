@@ -12,6 +12,7 @@
 #include "compiler/lowering/kernel_assembly.h"
 #include "compiler/lowering/segment_split.h"
 #include "compiler/lowering/small_m_gemm.h"
+#include "compiler/lowering/tiny_k_gemm.h"
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
 #include "runtime/sequence_attention_kernel.h"
@@ -326,12 +327,29 @@ void Scheduler::schedule_gemm(int node_index) {
   }
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
-  if (const int64_t rows =
-          small_m_gemm_rows(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+  if (const SmallMVariant variant =
+          small_m_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
     // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
-    add_kernel(small_m_gemm_kernel(launch, rows), node.name, launch.written_slots());
+    add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/false, variant.columns),
+               node.name, launch.written_slots());
     return;
   }
+  if (const SmallMVariant variant =
+          small_n_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+    // Note [Small-N GEMMs as their transpose].
+    add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/true, variant.columns),
+               node.name, launch.written_slots());
+    return;
+  }
+  if (tiny_k_gemm_chosen(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+    // Note [Tiny-K GEMM kernel].
+    add_kernel(tiny_k_gemm_kernel(launch), node.name, launch.written_slots());
+    return;
+  }
+  GROVE_CHECK(!launch.exact_gelu, "lowering: node '", node.name,
+              "' carries the exact gelu to a library GEMM, which cannot apply it (a grove bug; "
+              "please report it; GROVE_SMALL_M_EXACT_GELU=0 and GROVE_TINY_K_EXACT_GELU=0 avoid "
+              "it)");
   launch.args.search = options_.gemm_search;
   Step step;
   step.kind = StepKind::kGemm;

@@ -1,18 +1,17 @@
 #include "compiler/lowering/small_m_gemm.h"
 
 #include <algorithm>
-#include <functional>
-#include <map>
-#include <mutex>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "compiler/codegen/kernel_builder.h"
-#include "compiler/lowering/gemm_tuning_table.h"
+#include "compiler/lowering/gemm_kernel_tuning.h"
 #include "compiler/ops/op_helpers.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/blas.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
-#include "runtime/logging.h"
 
 namespace grove::compiler::lowering {
 namespace {
@@ -23,256 +22,23 @@ using runtime::DType;
 using runtime::GemmArgs;
 using runtime::GemmEpilogue;
 
-bool has_bias(GemmEpilogue epilogue) {
-  return epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kBiasGelu ||
-         epilogue == GemmEpilogue::kBiasGeluAux || epilogue == GemmEpilogue::kBiasRelu;
-}
-
 bool has_gelu(GemmEpilogue epilogue) {
   return epilogue == GemmEpilogue::kBiasGelu || epilogue == GemmEpilogue::kBiasGeluAux;
 }
 
-// Elements a row-major (or transposed) rows x cols matrix with leading
-// dimension `ld` spans.
-int64_t extent(bool transposed, int64_t rows, int64_t cols, int64_t ld) {
-  if (rows == 0 || cols == 0) return 0;
-  return transposed ? (cols - 1) * ld + rows : (rows - 1) * ld + cols;
-}
-
-// Note [One small-M choice per shape]: "eager" and "cudagraphs" lower the same
-// program separately, and their results must be bitwise equal, so both must run
-// the same kernel for a GEMM. A measurement is noisy, so a shape is measured
-// at most once per process: the choice (from the table, a measurement or the
-// heuristic) is kept here by key and every later compile reads it; across
-// processes the table on disk keeps it. Test:
-// SmallMGemmOnDevice.EagerAndCudagraphsAgreeBitwiseWithTheKernelChosen.
-std::mutex& choices_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-
-// Key -> the chosen variant's rows per warp (0: the library GEMM).
-std::map<std::string, int64_t>& choices() {
-  static std::map<std::string, int64_t> map;
-  return map;
-}
-
-constexpr int kLaunchesPerGraph = 20;
-constexpr int kGraphLaunches = 10;
-// Note [Small-M GEMM timing from HBM].
-constexpr int64_t kStreamedWeightBytes = int64_t{4} << 20;
-constexpr int64_t kWeightCopiesBytes = int64_t{128} << 20;
-constexpr int kRounds = 3;
-
-// Device memory freed on every path out of the measurement.
-class DeviceBuffers {
- public:
-  explicit DeviceBuffers(runtime::Platform& platform) : platform_(platform) {}
-  ~DeviceBuffers() {
-    for (void* pointer : pointers_) platform_.free_raw(pointer);
-  }
-  DeviceBuffers(const DeviceBuffers&) = delete;
-  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
-  void* zeros(int64_t elements, DType dtype, runtime::StreamHandle stream) {
-    const size_t bytes =
-        static_cast<size_t>(std::max<int64_t>(elements, 1)) * runtime::dtype_size(dtype);
-    pointers_.push_back(platform_.allocate_raw(bytes));
-    platform_.memset_async(pointers_.back(), 0, bytes, stream);
-    return pointers_.back();
-  }
-
- private:
-  runtime::Platform& platform_;
-  std::vector<void*> pointers_;
-};
-
-// GPU time per call of `enqueue`, from a CUDA graph of kLaunchesPerGraph
-// calls (a graph, as cudagraphs runs them: stream launches would time the
-// host's launch rate instead).
-double graph_time_us(runtime::Platform& platform, runtime::StreamHandle stream,
-                     const std::function<void(int)>& enqueue) {
-  enqueue(0);
-  platform.synchronize_stream(stream);
-  platform.begin_capture(stream, runtime::CaptureMode::kThreadLocal);
-  try {
-    for (int i = 0; i < kLaunchesPerGraph; ++i) enqueue(i);
-  } catch (...) {
-    platform.invalidate_capture(stream);
-    try {
-      platform.end_capture(stream);
-    } catch (...) {
-    }
-    throw;
-  }
-  runtime::GraphHandle graph = platform.end_capture(stream);
-  runtime::GraphExecHandle exec = platform.instantiate(graph, {});
-  runtime::EventHandle start = platform.create_event(true);
-  runtime::EventHandle stop = platform.create_event(true);
-  platform.launch_graph(exec, stream);
-  platform.record_event(start, stream);
-  for (int i = 0; i < kGraphLaunches; ++i) platform.launch_graph(exec, stream);
-  platform.record_event(stop, stream);
-  platform.synchronize_event(stop);
-  const double us =
-      1000.0 * platform.elapsed_ms(start, stop) / (kGraphLaunches * kLaunchesPerGraph);
-  platform.destroy_event(start);
-  platform.destroy_event(stop);
-  platform.destroy_graph_exec(exec);
-  platform.destroy_graph(graph);
-  return us;
-}
-
-// Note [Small-M GEMM variants]: which grouping of A's rows is fastest depends
-// on the shape (more groups: more warps and fewer accumulators per lane, but
-// B read once per group), so auto times each variant of
-// small_m_row_variants as well as the library GEMM, and keeps the fastest
-// kernel's rows per warp with its time. Tests:
-// SmallMGemmKernel.EveryRowVariantMatchesTheReference (each variant's sums),
-// GemmTuningTable.* (grove_rows read and written).
-// Times grove's kernel variants and the library GEMM for `launch` on `device`
-// (zeros as data). nullopt, after a warning, when anything fails.
-std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device device) {
-  try {
-    runtime::DeviceContext& context = runtime::device_context(device);
-    runtime::Platform& platform = context.platform();
-    if (platform.capture_status(context.current_stream()) != runtime::CaptureStatus::kNone) {
-      return std::nullopt;  // compiling inside a capture: no device work now
-    }
-    const std::vector<int64_t> variants = small_m_row_variants(launch.args.m);
-    std::vector<AssembledKernel> assembled;
-    std::vector<codegen::CompiledKernel> kernels;
-    for (int64_t rows : variants) {
-      assembled.push_back(small_m_gemm_kernel(launch, rows));
-      kernels.push_back(codegen::compile_kernel(assembled.back().spec, device));
-    }
-    runtime::StreamHandle stream = platform.create_stream();
-    std::optional<GemmTuningEntry> entry;
-    try {
-      DeviceBuffers buffers(platform);
-      GemmArgs args = launch.args;
-      args.a =
-          buffers.zeros(extent(args.transpose_a, args.m, args.k, args.lda), args.dtype, stream);
-      // Note [Small-M GEMM timing from HBM]: a weight of at least
-      // kStreamedWeightBytes belongs to a model larger than the L2, whose
-      // GEMMs read their weights from HBM; timed on one copy, 32 launches in
-      // a row would read it from the L2 after the first and favour whichever
-      // kernel is better at L2 reads. Such a weight is timed over copies that
-      // together exceed the L2 (the launches take them in turn). Smaller
-      // weights are timed as they are, from the L2, as small models run.
-      const int64_t b_elements = extent(args.transpose_b, args.k, args.n, args.ldb);
-      const int64_t weight_bytes =
-          b_elements * static_cast<int64_t>(runtime::dtype_size(args.dtype));
-      const int64_t copies =
-          weight_bytes < kStreamedWeightBytes
-              ? 1
-              : std::min<int64_t>(kLaunchesPerGraph,
-                                  (kWeightCopiesBytes + weight_bytes - 1) / weight_bytes);
-      std::vector<const void*> weights;
-      for (int64_t copy = 0; copy < copies; ++copy) {
-        weights.push_back(buffers.zeros(b_elements, args.dtype, stream));
-      }
-      args.b = weights[0];
-      args.c = buffers.zeros(extent(false, args.m, args.n, args.ldc), args.dtype, stream);
-      if (has_bias(args.epilogue)) args.bias = buffers.zeros(args.n, args.dtype, stream);
-      if (args.epilogue == GemmEpilogue::kBiasGeluAux || args.epilogue == GemmEpilogue::kDGelu) {
-        args.aux = buffers.zeros(extent(false, args.m, args.n, args.ld_aux), args.dtype, stream);
-      }
-      // In the kernel's input order (small_m_gemm_kernel): A, B, bias, gelu's input.
-      std::vector<const void*> inputs = {args.a, args.b};
-      if (has_bias(args.epilogue)) inputs.push_back(args.bias);
-      if (args.epilogue == GemmEpilogue::kDGelu) inputs.push_back(args.aux);
-      // Each variant's own outputs: one per row of A its warps reduce (and
-      // the pre-activation's), at their offsets into C (and aux).
-      std::vector<std::vector<void*>> outputs(variants.size());
-      for (size_t v = 0; v < variants.size(); ++v) {
-        for (size_t o = 0; o < assembled[v].output_slots.size(); ++o) {
-          void* base = assembled[v].output_slots[o] == launch.c_slot ? args.c : args.aux;
-          outputs[v].push_back(static_cast<char*>(base) +
-                               assembled[v].output_offsets[o] *
-                                   static_cast<int64_t>(runtime::dtype_size(args.dtype)));
-        }
-      }
-      platform.blas().prepare_gemm(stream);
-      GemmTuningEntry times{1e30, 1e30};
-      std::vector<double> variant_us(variants.size(), 1e30);
-      for (int round = 0; round < kRounds; ++round) {
-        for (size_t v = 0; v < variants.size(); ++v) {
-          variant_us[v] = std::min(variant_us[v], graph_time_us(platform, stream, [&](int i) {
-                                     std::vector<const void*> operands = inputs;
-                                     operands[1] = weights[static_cast<size_t>(i) % weights.size()];
-                                     codegen::launch(kernels[v], operands, outputs[v], {}, stream);
-                                   }));
-        }
-        times.library_us = std::min(times.library_us, graph_time_us(platform, stream, [&](int i) {
-                                      GemmArgs call = args;
-                                      call.b = weights[static_cast<size_t>(i) % weights.size()];
-                                      platform.blas().gemm_row_major(stream, call);
-                                    }));
-      }
-      platform.synchronize_stream(stream);
-      const size_t best = static_cast<size_t>(
-          std::min_element(variant_us.begin(), variant_us.end()) - variant_us.begin());
-      times.grove_us = variant_us[best];
-      times.grove_rows = variants[best];
-      entry = times;
-    } catch (...) {
-      platform.destroy_stream(stream);
-      throw;
-    }
-    platform.destroy_stream(stream);
-    return entry;
-  } catch (const std::exception& error) {
-    log(LogLevel::kWarn,
-        str_cat("small-M GEMM: could not time ", small_m_gemm_tuning_key("?", launch.args), " on ",
-                device.str(), " (", error.what(), "); using the shape heuristic for it"));
-    return std::nullopt;
-  }
-}
-
-// A table entry's variant, checked against the shape (an entry written by
-// hand or for another M falls back to the default).
-int64_t entry_rows(const GemmTuningEntry& entry, int64_t m) {
-  const std::vector<int64_t> variants = small_m_row_variants(m);
-  return std::find(variants.begin(), variants.end(), entry.grove_rows) != variants.end()
-             ? entry.grove_rows
-             : small_m_rows_per_warp(m);
-}
-
-// Note [Small-M GEMM selection], auto on a present cuda device. With
-// `grove_only`, the fastest of grove's variants even where the library is
-// faster (Note [Exact gelu in the small-M GEMM]: only grove's kernel applies it).
-int64_t tuned_choice(const GemmLaunch& launch, runtime::Device device, bool grove_only = false) {
-  runtime::Platform& platform = runtime::device_context(device).platform();
-  // Note [GEMM algorithms by measurement]: the library side of the
-  // comparison is another GEMM with the search on, so its choices are its own.
-  const std::string key = small_m_gemm_tuning_key(
-      platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args);
-  const std::string grove_key = key + "|grove variant";
-  std::lock_guard<std::mutex> lock(choices_mutex());
-  auto known = choices().find(grove_only ? grove_key : key);
-  if (known != choices().end()) return known->second;
-  GemmTuningTable table(GemmTuningTable::default_path());
-  table.load();
-  int64_t choice = small_m_gemm_heuristic(launch.args) ? small_m_rows_per_warp(launch.args.m) : 0;
-  int64_t grove_rows = small_m_rows_per_warp(launch.args.m);
-  if (std::optional<GemmTuningEntry> entry = table.find(key)) {
-    choice = entry->grove_faster() ? entry_rows(*entry, launch.args.m) : 0;
-    grove_rows = entry_rows(*entry, launch.args.m);
-  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device)) {
-    choice = measured->grove_faster() ? measured->grove_rows : 0;
-    grove_rows = entry_rows(*measured, launch.args.m);
-    table.store(key, *measured);
-    log(LogLevel::kInfo,
-        str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us (", measured->grove_rows,
-                " rows per warp), library ", measured->library_us, " us per call; ",
-                choice > 0 ? "grove" : "library", " chosen"));
-  }
-  choices()[key] = choice;
-  choices()[grove_key] = grove_rows;
-  return grove_only ? grove_rows : choice;
-}
-
 }  // namespace
+
+bool gemm_epilogue_has_bias(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kBiasGelu ||
+         epilogue == GemmEpilogue::kBiasGeluAux || epilogue == GemmEpilogue::kBiasRelu;
+}
+
+// Note [Small-M GEMM column tiles]: GROVE_SMALL_M_COLUMN_TILES=0 measures
+// single-column variants only (under a key of their own, for A/Bs in one process).
+bool small_m_column_tiles_enabled() {
+  const char* value = std::getenv("GROVE_SMALL_M_COLUMN_TILES");
+  return value == nullptr || std::string(value) != "0";
+}
 
 SmallMGemmMode small_m_gemm_mode(std::optional<SmallMGemmMode> requested) {
   if (requested) return *requested;
@@ -292,13 +58,20 @@ SmallMGemmMode parse_small_m_gemm_mode(const std::string& text, const std::strin
 
 namespace {
 
+// GROVE_SMALL_M_PAST_32=0 keeps GEMMs of 33 to 64 rows on the library
+// without measuring, for A/Bs (Note [Small-M GEMMs measured past 32 rows]).
+bool measured_past_32_rows() {
+  const char* value = std::getenv("GROVE_SMALL_M_PAST_32");
+  return value == nullptr || std::string(value) != "0";
+}
+
 bool qualifies_up_to(const GemmLaunch& launch, int64_t most_rows) {
   const GemmArgs& g = launch.args;
-  const bool epilogue = g.epilogue == GemmEpilogue::kNone || has_bias(g.epilogue) ||
+  const bool epilogue = g.epilogue == GemmEpilogue::kNone || gemm_epilogue_has_bias(g.epilogue) ||
                         (g.epilogue == GemmEpilogue::kDGelu && launch.aux_slot >= 0);
   return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
          g.m >= 1 && g.m <= most_rows && g.n >= 1 && g.k >= 1 && epilogue &&
-         (!has_bias(g.epilogue) || launch.bias_slot >= 0) &&
+         (!gemm_epilogue_has_bias(g.epilogue) || launch.bias_slot >= 0) &&
          (g.epilogue != GemmEpilogue::kBiasGeluAux || launch.aux_slot >= 0) &&
          (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
          launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
@@ -366,29 +139,112 @@ std::vector<int64_t> small_m_row_variants(int64_t m) {
   return variants;
 }
 
-AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp) {
+// Note [Small-M GEMM column tiles]: a warp of the plain kernel loads `rows`
+// values of A for each weight value it loads, and A's loads (L1 hits, one
+// instruction each) bound the kernel where the weights are small; a warp that
+// computes kSmallMColumnTile columns of C loads each value of A once for all
+// of them (rows + columns loads for rows x columns products instead of
+// rows + 1 for rows). Auto measures each row variant with and without column
+// tiles (GROVE_SMALL_M_COLUMN_TILES=0: without, for A/Bs). Sums still fold k in
+// increasing order per lane. Tests: SmallMGemmKernel.ColumnTilesMatchTheReference
+// (sim, both forms and both weight layouts; ptxas).
+
+std::vector<SmallMVariant> small_m_variants(int64_t m, int64_t n) {
+  std::vector<SmallMVariant> variants;
+  for (int64_t rows : small_m_row_variants(m)) variants.push_back({rows, 1});
+  if (small_m_column_tiles_enabled() && n % kSmallMColumnTile == 0) {
+    for (int64_t rows : small_m_row_variants(m)) variants.push_back({rows, kSmallMColumnTile});
+  }
+  return variants;
+}
+
+// Note [Small-N GEMMs as their transpose]: a GEMM with many rows and few
+// columns (MLP-Mixer's token-mixing fc2: C [512, 16] = h [512, 256] W2^T at
+// batch 1, three library kernels) is the small-M product of its transpose,
+// C^T [n, m] = op(B)^T op(A)^T: the N columns of C become the kernel's rows
+// (weights, read through load_at and L1-resident) and the M rows of C its
+// warp-per-row columns, each warp reading one row of A coalesced (so A must be
+// K-contiguous: not transpose_a). C keeps its layout: output j of row (g, i)
+// is written at C + i * ldc + g * rows + j, and the bias (one per column of C)
+// is read per accumulator. Sums still fold k in increasing order per lane.
+// Auto measures it against the library like a 33-64 row GEMM (Note [Small-M
+// GEMMs measured past 32 rows]); GROVE_SMALL_N_GEMM=0 keeps the library.
+// Tests: SmallMGemmKernel.TransposedFormMatchesTheReferenceInEveryVariant (sim),
+// SmallMGemmSelection.TransposedFormIsMeasuredOnlyOnCuda.
+namespace {
+
+// The transpose's arguments: m and n, A and B (and their layouts) swapped.
+GemmArgs transposed_args(const GemmArgs& g) {
+  GemmArgs t = g;
+  t.m = g.n;
+  t.n = g.m;
+  t.transpose_a = !g.transpose_b;
+  t.lda = g.ldb;
+  t.transpose_b = !g.transpose_a;
+  t.ldb = g.lda;
+  return t;
+}
+
+bool transposed_epilogue(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kNone || epilogue == GemmEpilogue::kBias ||
+         epilogue == GemmEpilogue::kBiasGelu || epilogue == GemmEpilogue::kBiasRelu;
+}
+
+}  // namespace
+
+bool small_n_gemm_qualifies(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
-  GROVE_CHECK(qualifies_up_to(launch, kMaxMeasuredSmallM),
-              "small-M GEMM: ", small_m_gemm_tuning_key("", g),
-              " does not qualify for grove's kernel (a grove bug; please report it)");
+  return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
+         g.m > kMaxMeasuredSmallM && g.n >= 1 && g.n <= kMaxMeasuredSmallM && g.k >= 1 &&
+         !g.transpose_a && transposed_epilogue(g.epilogue) && !launch.exact_gelu &&
+         (!gemm_epilogue_has_bias(g.epilogue) || launch.bias_slot >= 0) &&
+         (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
+         launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
+         launch.calls[0].c_offset == 0;
+}
+
+AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp,
+                                    bool transposed, int64_t columns) {
+  GROVE_CHECK(
+      transposed ? small_n_gemm_qualifies(launch) : qualifies_up_to(launch, kMaxMeasuredSmallM),
+      "small-M GEMM: ", small_m_gemm_tuning_key("", launch.args), transposed ? " (transposed)" : "",
+      " does not qualify for grove's kernel (a grove bug; please report it)");
+  // The product the kernel computes (C^T's when transposed) and its operands'
+  // slots: its A is the weight-like operand read through load_at.
+  const GemmArgs g = transposed ? transposed_args(launch.args) : launch.args;
+  const int a_slot = transposed ? launch.b_slot : launch.a_slot;
+  const int b_slot = transposed ? launch.a_slot : launch.b_slot;
+  // Where output (row m, column n) of the product lies in C: m * ldc + n, or
+  // n * ldc + m for the transpose.
+  const int64_t c_row_stride = transposed ? 1 : g.ldc;
+  const int64_t c_column_stride = transposed ? g.ldc : 1;
   const int64_t rows = rows_per_warp == 0 ? small_m_rows_per_warp(g.m) : rows_per_warp;
   GROVE_CHECK(rows >= 1 && rows <= kSmallMRowsPerWarp && g.m % rows == 0, "small-M GEMM: ", rows,
               " rows per warp do not divide M = ", g.m, " (a grove bug; please report it)");
-  std::string name = "small_m_gemm";
+  GROVE_CHECK(columns >= 1 && columns <= kSmallMColumnTile && g.n % columns == 0,
+              "small-M GEMM: ", columns, " columns per warp do not divide N = ", g.n,
+              " (a grove bug; please report it)");
+  std::string name = transposed ? "small_n_gemm" : "small_m_gemm";
   if (g.epilogue != GemmEpilogue::kNone)
     name += str_cat('_', runtime::gemm_epilogue_name(g.epilogue));
   if (launch.exact_gelu) name += "_exact_gelu";
+  if (columns > 1) name += str_cat("_c", columns);
   const int64_t groups = g.m / rows;
-  codegen::KernelBuilder b(name, {groups, g.n, g.k});
+  codegen::KernelBuilder b(name, {groups, g.n / columns, g.k});
   AssembledKernel out;
   const int a = b.input(g.dtype, {0, 0, 0});  // read through load_at
-  out.input_slots.push_back(launch.a_slot);
-  const int w =
-      b.input(g.dtype, g.transpose_b ? runtime::Shape{0, g.ldb, 1} : runtime::Shape{0, 1, g.ldb});
-  out.input_slots.push_back(launch.b_slot);
+  out.input_slots.push_back(a_slot);
+  // Note [Small-M GEMM column tiles]: with several columns a warp reads its
+  // weight rows through load_at.
+  const int w = columns > 1     ? b.input(g.dtype, {0, 0, 0})
+                : g.transpose_b ? b.input(g.dtype, {0, g.ldb, 1})
+                                : b.input(g.dtype, {0, 1, g.ldb});
+  out.input_slots.push_back(b_slot);
   int bias = -1;
-  if (has_bias(g.epilogue)) {
-    bias = b.input(g.dtype, {0, 1, 0});
+  if (gemm_epilogue_has_bias(g.epilogue)) {
+    // One per column of C: per column of the product, or per row of the transpose's.
+    bias = b.input(g.dtype,
+                   transposed || columns > 1 ? runtime::Shape{0, 0, 0} : runtime::Shape{0, 1, 0});
     out.input_slots.push_back(launch.bias_slot);
   }
   int gelu_input = -1;  // kDGelu: read through load_at at each output's place
@@ -397,6 +253,9 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
     out.input_slots.push_back(launch.aux_slot);
   }
   auto i64 = [&](int64_t value) { return b.constant(static_cast<double>(value), DType::kI64); };
+  auto plus = [&](int expr, int64_t value) {
+    return value == 0 ? expr : b.binary(ExprOp::kAdd, expr, i64(value));
+  };
   const int k = b.index(2);
   const int a_column = g.transpose_a ? b.binary(ExprOp::kMul, k, i64(g.lda)) : k;
   const int64_t a_row_stride = g.transpose_a ? 1 : g.lda;
@@ -405,48 +264,75 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
                           ? a_column
                           : b.binary(ExprOp::kAdd, a_column,
                                      b.binary(ExprOp::kMul, b.index(0), i64(rows * a_row_stride)));
-  const int weight = b.load(w);
+  // The first of this row's columns of the product.
+  const int first_column =
+      columns > 1 ? b.binary(ExprOp::kMul, b.index(1), i64(columns)) : b.index(1);
+  std::vector<int> weights;
+  if (columns == 1) {
+    weights.push_back(b.load(w));
+  } else {
+    const int64_t b_column_stride = g.transpose_b ? g.ldb : 1;
+    const int w_first =
+        b.binary(ExprOp::kAdd, b.binary(ExprOp::kMul, first_column, i64(b_column_stride)),
+                 g.transpose_b ? k : b.binary(ExprOp::kMul, k, i64(g.ldb)));
+    for (int64_t c = 0; c < columns; ++c) {
+      weights.push_back(b.load_at(w, plus(w_first, c * b_column_stride)));
+    }
+  }
+  // sums[m * columns + c]: row m of the group, column c of the tile.
   std::vector<int> sums;
   for (int64_t m = 0; m < rows; ++m) {
-    const int at = m == 0 ? a_group : b.binary(ExprOp::kAdd, a_group, i64(m * a_row_stride));
-    sums.push_back(b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, b.load_at(a, at), weight)));
+    const int a_value = b.load_at(a, plus(a_group, m * a_row_stride));
+    for (int weight : weights) {
+      sums.push_back(b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, a_value, weight)));
+    }
   }
-  const int bias_value = bias >= 0 ? b.load(bias) : -1;
-  // kDGelu: where this row's group of gelu's input begins (row g * rows, column n).
-  const int gelu_group =
-      gelu_input < 0
-          ? -1
-          : b.binary(ExprOp::kAdd, b.binary(ExprOp::kMul, b.index(0), i64(rows * g.ld_aux)),
-                     b.index(1));
+  // The bias of each column (of C: per column of the product, or per row of
+  // the transpose's).
+  auto bias_of = [&](int64_t m, int64_t c) {
+    if (bias < 0) return -1;
+    if (transposed) return b.load_at(bias, plus(b.binary(ExprOp::kMul, b.index(0), i64(rows)), m));
+    return columns > 1 ? b.load_at(bias, plus(first_column, c)) : b.load(bias);
+  };
   for (int64_t m = 0; m < rows; ++m) {
-    int value = b.reduced(sums[static_cast<size_t>(m)]);
-    if (bias_value >= 0) value = b.binary(ExprOp::kAdd, value, bias_value);
-    if (gelu_input >= 0) {
-      const int at = m == 0 ? gelu_group : b.binary(ExprOp::kAdd, gelu_group, i64(m * g.ld_aux));
-      value = ops::emit_gelu_backward(b, value, b.load_at(gelu_input, at));
-    }
-    const int pre_activation = value;
-    if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
-    if (g.epilogue == GemmEpilogue::kBiasRelu) value = b.unary(ExprOp::kRelu, value);
-    if (launch.exact_gelu) {
-      // Note [Exact gelu in the small-M GEMM]: the importer's expression, in
-      // its order, on f32 constants as its scalars are.
-      const int scaled = b.binary(ExprOp::kMul, value, b.constant(0.7071067811865476, DType::kF32));
-      const int erf = ops::OpRegistry::global().get("erf").elementwise_expr(b, {scaled}, {})[0];
-      const int one_plus = b.binary(ExprOp::kAdd, erf, b.constant(1.0, DType::kF32));
-      value = b.binary(ExprOp::kMul, b.binary(ExprOp::kMul, value, b.constant(0.5, DType::kF32)),
-                       one_plus);
-    }
-    b.output(value, g.dtype, {rows * g.ldc, 1}, /*per_row=*/true);
-    out.output_slots.push_back(launch.c_slot);
-    out.output_offsets.push_back(m * g.ldc);
-    if (g.epilogue == GemmEpilogue::kBiasGeluAux) {
-      b.output(pre_activation, g.dtype, {rows * g.ld_aux, 1}, /*per_row=*/true);
-      out.output_slots.push_back(launch.aux_slot);
-      out.output_offsets.push_back(m * g.ld_aux);
+    for (int64_t c = 0; c < columns; ++c) {
+      int value = b.reduced(sums[static_cast<size_t>(m * columns + c)]);
+      if (const int bias_value = bias_of(m, c); bias_value >= 0) {
+        value = b.binary(ExprOp::kAdd, value, bias_value);
+      }
+      if (gelu_input >= 0) {
+        // kDGelu: gelu's input at this output's place (row g * rows + m, its column).
+        const int row_start = b.binary(ExprOp::kMul, b.index(0), i64(rows * g.ld_aux));
+        const int at = plus(b.binary(ExprOp::kAdd, row_start, first_column), m * g.ld_aux + c);
+        value = ops::emit_gelu_backward(b, value, b.load_at(gelu_input, at));
+      }
+      const int pre_activation = value;
+      if (has_gelu(g.epilogue)) value = b.unary(ExprOp::kGelu, value);
+      if (g.epilogue == GemmEpilogue::kBiasRelu) value = b.unary(ExprOp::kRelu, value);
+      if (launch.exact_gelu) {
+        // Note [Exact gelu in the small-M GEMM]: the importer's expression, in
+        // its order, on f32 constants as its scalars are.
+        const int scaled =
+            b.binary(ExprOp::kMul, value, b.constant(0.7071067811865476, DType::kF32));
+        const int erf = ops::OpRegistry::global().get("erf").elementwise_expr(b, {scaled}, {})[0];
+        const int one_plus = b.binary(ExprOp::kAdd, erf, b.constant(1.0, DType::kF32));
+        value = b.binary(ExprOp::kMul, b.binary(ExprOp::kMul, value, b.constant(0.5, DType::kF32)),
+                         one_plus);
+      }
+      b.output(value, g.dtype, {rows * c_row_stride, columns * c_column_stride},
+               /*per_row=*/true);
+      out.output_slots.push_back(launch.c_slot);
+      out.output_offsets.push_back(m * c_row_stride + c * c_column_stride);
+      if (g.epilogue == GemmEpilogue::kBiasGeluAux) {
+        b.output(pre_activation, g.dtype, {rows * g.ld_aux, columns}, /*per_row=*/true);
+        out.output_slots.push_back(launch.aux_slot);
+        out.output_offsets.push_back(m * g.ld_aux + c);
+      }
     }
   }
   b.spec().warp_rows = true;
+  // Note [Small-M GEMM column tiles]: about 128 loads in flight per lane at most.
+  if (columns > 1) b.spec().warp_rows_max_unroll = std::max<int64_t>(1, 128 / (rows * columns));
   out.spec = b.build();
   return out;
 }
@@ -467,8 +353,12 @@ AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_w
 // lowering, so a lowered program runs one kernel per GEMM whichever backend
 // runs it.
 // Tests: SmallMGemmSelection.* (the switch changes the kernel and GEMM counts).
-int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure,
-                          std::optional<SmallMGemmMode> requested) {
+SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device device,
+                                   bool can_measure, std::optional<SmallMGemmMode> requested) {
+  const SmallMVariant default_variant{small_m_rows_per_warp(launch.args.m), 1};
+  // Note [Exact gelu in the tiny-K GEMM]: a taller GEMM with the exact gelu is
+  // the tiny-K kernel's.
+  if (launch.exact_gelu && launch.args.m > kMaxSmallM) return {};
   if (launch.exact_gelu) {
     // Note [Exact gelu in the small-M GEMM]: the lowering asked for this
     // kernel (only it applies the epilogue), having checked the mode; in auto
@@ -481,38 +371,57 @@ int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool
         runtime::device_available(device)) {
       GemmLaunch plain = launch;
       plain.exact_gelu = false;
-      return tuned_choice(plain, device, /*grove_only=*/true);
+      return tuned_gemm_kernel(plain, device, /*grove_only=*/true, GemmKernelForm::kSmallM);
     }
-    return small_m_rows_per_warp(launch.args.m);
+    return default_variant;
   }
   // Note [Small-M GEMMs measured past 32 rows].
   if (launch.args.m > kMaxSmallM) {
-    return small_m_gemm_mode(requested) == SmallMGemmMode::kAuto && device.is_cuda() &&
-                   can_measure && runtime::device_available(device) &&
+    return measured_past_32_rows() && small_m_gemm_mode(requested) == SmallMGemmMode::kAuto &&
+                   device.is_cuda() && can_measure && runtime::device_available(device) &&
                    qualifies_up_to(launch, kMaxMeasuredSmallM)
-               ? tuned_choice(launch, device)
-               : 0;
+               ? tuned_gemm_kernel(launch, device, /*grove_only=*/false, GemmKernelForm::kSmallM)
+               : SmallMVariant{};
   }
-  if (!small_m_gemm_qualifies(launch)) return 0;
-  const int64_t default_rows = small_m_rows_per_warp(launch.args.m);
+  if (!small_m_gemm_qualifies(launch)) return {};
   switch (small_m_gemm_mode(requested)) {
     case SmallMGemmMode::kOff:
-      return 0;
+      return {};
     case SmallMGemmMode::kOn:
-      return default_rows;
+      return default_variant;
     case SmallMGemmMode::kAuto:
       break;
   }
-  if (device.type != runtime::DeviceType::kCuda) return 0;
+  if (device.type != runtime::DeviceType::kCuda) return {};
   if (!can_measure || !runtime::device_available(device)) {
-    return small_m_gemm_heuristic(launch.args) ? default_rows : 0;
+    return small_m_gemm_heuristic(launch.args) ? default_variant : SmallMVariant{};
   }
-  return tuned_choice(launch, device);
+  return tuned_gemm_kernel(launch, device, /*grove_only=*/false, GemmKernelForm::kSmallM);
 }
 
-void clear_small_m_gemm_choices() {
-  std::lock_guard<std::mutex> lock(choices_mutex());
-  choices().clear();
+// Note [Small-N GEMMs as their transpose]: GROVE_SMALL_N_GEMM is auto (the
+// default: measured against the library on a present cuda device, as 33 to 64
+// rows are), on (wherever it qualifies, on any device: for tests) or off.
+SmallMVariant small_n_gemm_variant(const GemmLaunch& launch, runtime::Device device,
+                                   bool can_measure, std::optional<SmallMGemmMode> requested) {
+  if (!small_n_gemm_qualifies(launch) || small_m_gemm_mode(requested) == SmallMGemmMode::kOff) {
+    return {};
+  }
+  const char* value = std::getenv("GROVE_SMALL_N_GEMM");
+  const std::string setting = value == nullptr ? "auto" : value;
+  GROVE_CHECK_AS(ConfigError, setting == "auto" || setting == "on" || setting == "off",
+                 "GROVE_SMALL_N_GEMM='", setting,
+                 "': expected auto (the default: grove's transposed small-M kernel where it "
+                 "measures faster than the library on cuda), on (wherever it qualifies) or off");
+  if (setting == "off") return {};
+  if (setting == "on") return {small_m_rows_per_warp(launch.args.n), 1};
+  if (!device.is_cuda() || !can_measure || !runtime::device_available(device) ||
+      small_m_gemm_mode(requested) != SmallMGemmMode::kAuto) {
+    return {};
+  }
+  return tuned_gemm_kernel(launch, device, /*grove_only=*/false, GemmKernelForm::kTransposed);
 }
+
+void clear_small_m_gemm_choices() { clear_gemm_kernel_choices(); }
 
 }  // namespace grove::compiler::lowering

@@ -34,11 +34,24 @@ constexpr int64_t kMaxSmallM = 32;
 // also times grove's kernel against the library for 33 to 64 rows and keeps
 // the faster (nn.TransformerDecoder's cross-attention key/value projection of
 // 48 memory rows at batch 1 ran as two split-K library kernels). Mode on and
-// the exact gelu epilogue stay within kMaxSmallM. Test (cuda):
+// the exact gelu epilogue stay within kMaxSmallM; GROVE_SMALL_M_PAST_32=0
+// keeps 33 to 64 rows on the library (for A/Bs). Test (cuda):
 // GemmTuningTableTest.AutoOnCudaMeasuresAFortyEightRowGemm.
 constexpr int64_t kMaxMeasuredSmallM = 64;
 // Rows of A one warp reduces together (Note [Small-M GEMM kernel]).
 constexpr int64_t kSmallMRowsPerWarp = 8;
+// Columns of C one warp computes together in a column-tiled variant (Note
+// [Small-M GEMM column tiles]).
+constexpr int64_t kSmallMColumnTile = 4;
+
+// One form of grove's kernel for a shape: the rows of A each warp reduces
+// (0: not grove's kernel) and the columns of C it computes (1 or kSmallMColumnTile).
+struct SmallMVariant {
+  int64_t rows = 0;
+  int64_t columns = 1;
+  explicit operator bool() const { return rows > 0; }
+  bool operator==(const SmallMVariant&) const = default;
+};
 
 // Whether grove's kernel can compute `launch`: one GEMM (no batch), alpha 1,
 // beta 0, 1 <= M <= kMaxSmallM, K >= 1, f32 / bf16 / f16, and an epilogue of
@@ -55,8 +68,9 @@ bool small_m_gemm_heuristic(const runtime::GemmArgs& args);
 // not used for this one. Raise it whenever small_m_gemm_kernel changes.
 // (5: large weights are timed from HBM, Note [Small-M GEMM timing from HBM];
 // 6: the library side of decode shapes is cuda's small-M GEMV, Note [Small-M
-// GEMV] in runtime/cuda/small_m_gemv.h, so older measurements are stale.)
-constexpr int kSmallMKernelVersion = 6;
+// GEMV] in runtime/cuda/small_m_gemv.h, so older measurements are stale;
+// 7: column-tiled variants, Note [Small-M GEMM column tiles].)
+constexpr int kSmallMKernelVersion = 7;
 
 // The tuning table's key:
 // "<gpu>|<dtype>|m=..,n=..,k=..|ta=..,tb=..|<epilogue>|v<kernel version>".
@@ -71,19 +85,52 @@ int64_t small_m_rows_per_warp(int64_t m);
 // the default first.
 std::vector<int64_t> small_m_row_variants(int64_t m);
 
+// Every variant auto measures for an m x n product: each of
+// small_m_row_variants(m) with one column, then (Note [Small-M GEMM column
+// tiles]; not with GROVE_SMALL_M_COLUMN_TILES=0) each with kSmallMColumnTile
+// columns where that divides n.
+std::vector<SmallMVariant> small_m_variants(int64_t m, int64_t n);
+
 // The kernel that computes a qualifying `launch` over its slots, each warp
 // reducing `rows_per_warp` rows of A (0: small_m_rows_per_warp; otherwise a
-// divisor of M of at most kSmallMRowsPerWarp).
-AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp = 0);
+// divisor of M of at most kSmallMRowsPerWarp). `transposed`: a launch that
+// small_n_gemm_qualifies, computed as its transpose (Note [Small-N GEMMs as
+// their transpose]: the rows per warp then divide N, C's columns).
+// `columns`: the columns of C each warp computes (Note [Small-M GEMM column
+// tiles]: 1, or a divisor of the kernel's N).
+AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp = 0,
+                                    bool transposed = false, int64_t columns = 1);
+
+// Whether `launch` can run as the small-M kernel of its transpose (Note
+// [Small-N GEMMs as their transpose]): one GEMM, alpha 1, beta 0, more than
+// kMaxMeasuredSmallM rows, 1 to kMaxMeasuredSmallM columns, A K-contiguous
+// (not transpose_a), an epilogue of none, bias, bias_gelu or bias_relu.
+bool small_n_gemm_qualifies(const GemmLaunch& launch);
+
+// Whether `launch` runs as the transposed kernel, and as which variant (rows
+// per warp a divisor of N) to pass small_m_gemm_kernel with transposed; a
+// false variant for not. Auto measures on a present cuda device (when
+// `can_measure`); GROVE_SMALL_N_GEMM=on takes it wherever it qualifies, off never.
+SmallMVariant small_n_gemm_variant(const GemmLaunch& launch, runtime::Device device,
+                                   bool can_measure,
+                                   std::optional<SmallMGemmMode> requested = std::nullopt);
 
 // Whether `launch` runs as grove's kernel on `device`, and as which variant
-// (Note [Small-M GEMM selection]): 0 for the library GEMM, else the rows per
-// warp to pass small_m_gemm_kernel. With auto on cuda this may compile the
+// (Note [Small-M GEMM selection]): false for the library GEMM, else the rows
+// per warp and columns to pass small_m_gemm_kernel. With auto on cuda this may compile the
 // kernel's variants and time them and the library GEMM on the device (when
 // `can_measure` and the device is present).
 // `requested`: the compile's own mode, before the environment (small_m_gemm_mode).
-int64_t small_m_gemm_rows(const GemmLaunch& launch, runtime::Device device, bool can_measure,
-                          std::optional<SmallMGemmMode> requested = std::nullopt);
+SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device device,
+                                   bool can_measure,
+                                   std::optional<SmallMGemmMode> requested = std::nullopt);
+
+// Whether an epilogue adds a bias (bias, bias_gelu, bias_gelu_aux, bias_relu).
+bool gemm_epilogue_has_bias(runtime::GemmEpilogue epilogue);
+
+// Note [Small-M GEMM column tiles]: whether auto also measures column-tiled
+// variants (GROVE_SMALL_M_COLUMN_TILES, on by default).
+bool small_m_column_tiles_enabled();
 
 // Forgets the process-wide choices (Note [One small-M choice per shape]); for tests.
 void clear_small_m_gemm_choices();

@@ -1,7 +1,7 @@
 """Real models through torch.compile(backend="grove") on a GPU host: small
 configs with random weights (nothing downloads) of Hugging Face GPT-2, LLaMA
 (grouped-query attention, rotary embedding), BERT with a padding mask, BART
-(encoder-decoder), timm ViT and torchvision ResNet-18, in f32 and bf16, in
+(encoder-decoder), timm ViT and MLP-Mixer and torchvision ResNet-18, in f32 and bf16, in
 both modes. Every call of every phase (warm-up, recording, three replays) is
 compared with eager PyTorch on the same inputs: f32 within 2e-3 of the
 reference's largest magnitude (TF32 off on both sides), bf16 within 4e-2
@@ -109,9 +109,23 @@ def resnet18():
     return Wrapped(model, lambda m, x: m(x)), (torch.randn(1, 3, 64, 64),)
 
 
+def mlp_mixer():
+    import timm
+
+    model = timm.create_model("mixer_s16_224", pretrained=False, img_size=64, num_classes=10)
+    # timm starts the classifier at zero; random weights there, so the output says something.
+    torch.nn.init.normal_(model.head.weight, std=0.02)
+    torch.nn.init.normal_(model.head.bias, std=0.02)
+    # Batch 1: token mixing's GEMMs of 512 rows over 16 tokens (the tiny-K kernel,
+    # fc1, and the transposed small-M kernel, fc2, where they measure faster) and
+    # channel mixing's 16-row GEMMs (small-M, column tiles).
+    return Wrapped(model, lambda m, x: m(x)), (torch.randn(1, 3, 64, 64),)
+
+
 MODELS = [("gpt2", gpt2, "transformers"), ("llama", llama, "transformers"),
           ("bert", bert, "transformers"), ("bart", bart, "transformers"),
-          ("vit", vit, "timm"), ("resnet18", resnet18, "torchvision")]
+          ("vit", vit, "timm"), ("resnet18", resnet18, "torchvision"),
+          ("mlp_mixer", mlp_mixer, "timm")]
 
 
 def build(make, dtype):

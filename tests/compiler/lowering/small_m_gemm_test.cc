@@ -208,6 +208,65 @@ TEST(SmallMGemmSelection, TooManyRowsNeverQualify) {
   EXPECT_EQ(small_m_kernels(report), 0u) << report.str();
 }
 
+// Note [Small-N GEMMs as their transpose]: a linear of 100 rows and 12
+// outputs (MLP-Mixer's token-mixing fc2 is 512 x 16) is one transposed kernel
+// with GROVE_SMALL_N_GEMM=on, matching the reference with its bias and relu;
+// auto keeps the library GEMM where nothing is measured (sim), off always; an
+// A read transposed (its rows strided) never qualifies.
+TEST(SmallMGemmSelection, TransposedFormRunsWhereSwitchedOnAndMatchesTheReference) {
+  compiler::ir::Program program =
+      linear_program(runtime::kSimDevice, 100, 70, 12, Epilogue::kBiasRelu);
+  auto small_n_kernels = [](const KernelReport& report) {
+    size_t count = 0;
+    for (const std::string& name : report.kernels) count += name.rfind("small_n_gemm", 0) == 0;
+    return count;
+  };
+  {
+    testing::ScopedEnv env("GROVE_SMALL_N_GEMM", "on");
+    KernelReport report = report_of(program);
+    EXPECT_EQ(report.library_gemms, 0u) << report.str();
+    ASSERT_EQ(small_n_kernels(report), 1u) << report.str();
+    testing::expect_matches_reference(program, inputs_for(program, 21), runtime::kSimDevice,
+                                      testing::tolerance_for(DType::kF32),
+                                      "100 x 12 linear, transposed kernel");
+  }
+  for (const char* mode : {"auto", "off"}) {
+    testing::ScopedEnv env("GROVE_SMALL_N_GEMM", mode);
+    KernelReport report = report_of(program);
+    EXPECT_EQ(report.library_gemms, 1u) << mode << ": " << report.str();
+    EXPECT_EQ(small_n_kernels(report), 0u) << mode << ": " << report.str();
+  }
+  // x^T [100, 70] read from x [70, 100]: A is not K-contiguous.
+  ProgramBuilder b("transposed_input", runtime::kSimDevice);
+  ValueId x = b.input("x", {70, 100});
+  b.output(b.linear(b.transpose(x, 0, 1), b.input("w", {12, 70}), b.input("bias", {12}), "fc"));
+  testing::ScopedEnv env("GROVE_SMALL_N_GEMM", "on");
+  KernelReport report = report_of(b.build());
+  EXPECT_EQ(small_n_kernels(report), 0u) << report.str();
+}
+
+// The transposed form in bf16 and f16 (operands read as f32, sums in f32).
+TEST(SmallMGemmSelection, TransposedFormInHalfPrecisionMatchesTheReference) {
+  testing::ScopedEnv env("GROVE_SMALL_N_GEMM", "on");
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(runtime::dtype_name(dtype));
+    compiler::ir::Program program =
+        linear_program(runtime::kSimDevice, 100, 70, 12, Epilogue::kBias, dtype);
+    KernelReport report = report_of(program);
+    ASSERT_EQ(report.kernels.size(), 1u) << report.str();
+    EXPECT_EQ(report.kernels[0], "small_n_gemm_bias") << report.str();
+    testing::expect_matches_reference(program, inputs_for(program, 31), runtime::kSimDevice,
+                                      testing::tolerance_for(dtype), "half-precision small-N");
+  }
+}
+
+TEST(SmallMGemmSelection, UnknownSmallNSwitchValueNamesTheVariable) {
+  testing::ScopedEnv env("GROVE_SMALL_N_GEMM", "fast");
+  testing::expect_error<ConfigError>(
+      [] { report_of(linear_program(runtime::kSimDevice, 100, 45, 12, Epilogue::kBias)); },
+      {"GROVE_SMALL_N_GEMM='fast'", "off", "on", "auto"});
+}
+
 TEST(SmallMGemmSelection, UnknownSwitchValueNamesTheVariable) {
   testing::ScopedEnv env("GROVE_SMALL_M_GEMM", "fast");
   testing::expect_error<ConfigError>(
@@ -392,6 +451,213 @@ TEST(SmallMGemmKernel, FortyEightRowsMatchTheReferenceInEveryVariant) {
             << "row " << row << " col " << col << ": " << got << " vs " << expected;
       }
     }
+  }
+}
+
+// Note [Small-N GEMMs as their transpose]: a 100 x 12 product (more rows
+// than kMaxMeasuredSmallM, few columns) computed as the small-M kernel of its
+// transpose matches the float64 reference in every variant (rows per warp
+// dividing N = 12), with the bias per column of C, for the weight read as
+// [n, k] (linear's) and as [k, n]; C keeps its row-major layout.
+TEST(SmallMGemmKernel, TransposedFormMatchesTheReferenceInEveryVariant) {
+  const int64_t m = 100, n = 12, k = 70;
+  for (bool transpose_b : {true, false}) {
+    SCOPED_TRACE(transpose_b ? "weight [n, k]" : "weight [k, n]");
+    const compiler::lowering::GemmLaunch launch =
+        contiguous_launch(m, n, k, runtime::GemmEpilogue::kBias, transpose_b);
+    ASSERT_TRUE(compiler::lowering::small_n_gemm_qualifies(launch));
+    EXPECT_FALSE(compiler::lowering::small_m_gemm_qualifies(launch));
+    std::mt19937 rng(transpose_b ? 12 : 13);
+    const testing::Buffer a = testing::random_buffer(rng, DType::kF32, m * k, -1, 1);
+    const testing::Buffer w = testing::random_buffer(rng, DType::kF32, n * k, -1, 1);
+    const testing::Buffer bias = testing::random_buffer(rng, DType::kF32, n, -1, 1);
+    const std::vector<int64_t> variants = compiler::lowering::small_m_row_variants(n);
+    ASSERT_EQ(variants, (std::vector<int64_t>{6, 4, 2}));
+    for (int64_t rows : variants) {
+      SCOPED_TRACE(str_cat(rows, " rows per warp"));
+      const compiler::lowering::AssembledKernel kernel =
+          compiler::lowering::small_m_gemm_kernel(launch, rows, /*transposed=*/true);
+      EXPECT_EQ(kernel.spec.iteration_shape, (runtime::Shape{n / rows, m, k}));
+      // The weight first (read through load_at), then A, then the bias.
+      EXPECT_EQ(kernel.input_slots, (std::vector<int>{launch.b_slot, launch.a_slot, 3}));
+      std::vector<testing::Buffer> outputs =
+          testing::run_kernel(kernel.spec, runtime::kSimDevice, {w, a, bias});
+      ASSERT_EQ(outputs.size(), static_cast<size_t>(rows));
+      for (int64_t row = 0; row < m; ++row) {
+        for (int64_t col = 0; col < n; ++col) {
+          double expected = bias.values[static_cast<size_t>(col)];
+          for (int64_t i = 0; i < k; ++i) {
+            const int64_t w_at = transpose_b ? col * k + i : i * n + col;
+            expected +=
+                a.values[static_cast<size_t>(row * k + i)] * w.values[static_cast<size_t>(w_at)];
+          }
+          // Output (col % rows) of the kernel's row (col / rows, row), at
+          // C + row * n + col less its offset (col % rows).
+          const int64_t within = col % rows;
+          EXPECT_EQ(kernel.output_offsets[static_cast<size_t>(within)], within);
+          const double got = outputs[static_cast<size_t>(within)]
+                                 .values[static_cast<size_t>(row * n + col - within)];
+          ASSERT_TRUE(testing::close(got, expected, 1e-4, 1e-5))
+              << "row " << row << " col " << col << ": " << got << " vs " << expected;
+        }
+      }
+    }
+  }
+  const std::string ptx = compiler::codegen::emit_ptx(
+      compiler::lowering::small_m_gemm_kernel(
+          contiguous_launch(m, n, k, runtime::GemmEpilogue::kBias), 0, /*transposed=*/true)
+          .spec);
+  EXPECT_EQ(ptx.find("bar.sync"), std::string::npos) << "a warp per row needs no barrier";
+  if (access(kPtxas, X_OK) != 0) GTEST_SKIP() << kPtxas << " not found: skipping ptxas";
+  EXPECT_TRUE(ptxas_accepts(ptx)) << ptx;
+}
+
+// Note [Small-M GEMM column tiles]: every row variant with four columns per
+// warp matches the float64 reference, for the plain form (12 x 36, bias and
+// the pre-activation written aside; the gelu gradient with the weight read
+// [k, n]) and the transposed one (100 x 12 with a bias), both weight layouts.
+TEST(SmallMGemmKernel, ColumnTilesMatchTheReference) {
+  using runtime::GemmEpilogue;
+  struct Case {
+    int64_t m, n;
+    GemmEpilogue epilogue;
+    bool transpose_b, transposed;
+  };
+  const int64_t k = 70;
+  for (const Case& test : {Case{12, 36, GemmEpilogue::kBiasGeluAux, true, false},
+                           Case{12, 36, GemmEpilogue::kBias, false, false},
+                           Case{12, 36, GemmEpilogue::kDGelu, false, false},
+                           Case{100, 12, GemmEpilogue::kBias, true, true},
+                           Case{100, 12, GemmEpilogue::kNone, false, true}}) {
+    SCOPED_TRACE(str_cat(test.m, " x ", test.n, " ", runtime::gemm_epilogue_name(test.epilogue),
+                         test.transpose_b ? " weight [n, k]" : " weight [k, n]",
+                         test.transposed ? " transposed" : ""));
+    const compiler::lowering::GemmLaunch launch =
+        contiguous_launch(test.m, test.n, k, test.epilogue, test.transpose_b);
+    std::mt19937 rng(static_cast<uint32_t>(test.m + test.n + k));
+    const int64_t m = test.m, n = test.n;
+    const testing::Buffer a = testing::random_buffer(rng, DType::kF32, m * k, -1, 1);
+    const testing::Buffer w = testing::random_buffer(rng, DType::kF32, n * k, -1, 1);
+    const testing::Buffer bias = testing::random_buffer(rng, DType::kF32, n, -1, 1);
+    const testing::Buffer x = testing::random_buffer(rng, DType::kF32, m * n, -2, 2);
+    std::vector<testing::Buffer> inputs =
+        test.transposed ? std::vector<testing::Buffer>{w, a} : std::vector<testing::Buffer>{a, w};
+    if (test.epilogue == GemmEpilogue::kBias || test.epilogue == GemmEpilogue::kBiasGeluAux) {
+      inputs.push_back(bias);
+    }
+    if (test.epilogue == GemmEpilogue::kDGelu) inputs.push_back(x);
+    const bool aux = test.epilogue == GemmEpilogue::kBiasGeluAux;
+    const int64_t kernel_m = test.transposed ? n : m;
+    const std::vector<compiler::lowering::SmallMVariant> variants =
+        compiler::lowering::small_m_variants(kernel_m, test.transposed ? m : n);
+    size_t tiled = 0;
+    for (const compiler::lowering::SmallMVariant& variant : variants) {
+      if (variant.columns == 1) continue;
+      ++tiled;
+      SCOPED_TRACE(str_cat(variant.rows, " rows, ", variant.columns, " columns per warp"));
+      const compiler::lowering::AssembledKernel kernel = compiler::lowering::small_m_gemm_kernel(
+          launch, variant.rows, test.transposed, variant.columns);
+      std::vector<testing::Buffer> outputs =
+          testing::run_kernel(kernel.spec, runtime::kSimDevice, inputs);
+      const int64_t per_place = aux ? 2 : 1;
+      ASSERT_EQ(outputs.size(), static_cast<size_t>(per_place * variant.rows * variant.columns));
+      for (int64_t row = 0; row < m; ++row) {
+        for (int64_t col = 0; col < n; ++col) {
+          double pre = test.epilogue == GemmEpilogue::kNone || test.epilogue == GemmEpilogue::kDGelu
+                           ? 0.0
+                           : bias.values[static_cast<size_t>(col)];
+          for (int64_t i = 0; i < k; ++i) {
+            const int64_t w_at = test.transpose_b ? col * k + i : i * n + col;
+            pre += a.values[static_cast<size_t>(row * k + i)] * w.values[static_cast<size_t>(w_at)];
+          }
+          double expected = pre;
+          if (aux) {
+            expected = 0.5 * pre *
+                       (1 + std::tanh(std::sqrt(2 / M_PI) * (pre + 0.044715 * pre * pre * pre)));
+          }
+          if (test.epilogue == GemmEpilogue::kDGelu) {
+            // gelu' (tanh approximation) of x at this place.
+            const double v = x.values[static_cast<size_t>(row * n + col)];
+            const double inner = std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v);
+            const double t = std::tanh(inner);
+            expected = pre * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * std::sqrt(2 / M_PI) *
+                                                  (1 + 3 * 0.044715 * v * v));
+          }
+          // The kernel's (row within its group, column within its tile).
+          const int64_t kernel_row = test.transposed ? col : row;
+          const int64_t kernel_col = test.transposed ? row : col;
+          const size_t o =
+              static_cast<size_t>(per_place * ((kernel_row % variant.rows) * variant.columns +
+                                               kernel_col % variant.columns));
+          const int64_t at = row * n + col - kernel.output_offsets[o];
+          const double got = outputs[o].values[static_cast<size_t>(at)];
+          ASSERT_TRUE(testing::close(got, expected, 1e-4, 1e-5))
+              << "row " << row << " col " << col << ": " << got << " vs " << expected;
+          if (aux) {
+            const double kept =
+                outputs[o + 1]
+                    .values[static_cast<size_t>(row * n + col - kernel.output_offsets[o + 1])];
+            ASSERT_TRUE(testing::close(kept, pre, 1e-4, 1e-5))
+                << "aux row " << row << " col " << col << ": " << kept << " vs " << pre;
+          }
+        }
+      }
+    }
+    EXPECT_GT(tiled, 0u) << "no column-tiled variant";
+  }
+  const compiler::codegen::KernelSpec spec =
+      compiler::lowering::small_m_gemm_kernel(
+          contiguous_launch(16, 2048, 512, runtime::GemmEpilogue::kBias), 8, false, 4)
+          .spec;
+  EXPECT_EQ(spec.iteration_shape, (runtime::Shape{2, 512, 512}));
+  EXPECT_EQ(spec.reductions.size(), 32u);
+  const std::string ptx = compiler::codegen::emit_ptx(spec);
+  if (const char* dump = std::getenv("GROVE_TEST_COLUMN_PTX_DUMP")) std::ofstream(dump) << ptx;
+  if (access(kPtxas, X_OK) != 0) GTEST_SKIP() << kPtxas << " not found: skipping ptxas";
+  EXPECT_TRUE(ptxas_accepts(ptx)) << "ptxas rejected the column-tiled kernel";
+}
+
+// A column-tiled kernel in bf16 (weights read through load_at as f32, sums in
+// f32, each output rounded once to bf16) matches the float64 reference within
+// bf16's rounding of the result.
+TEST(SmallMGemmKernel, ColumnTilesInBf16MatchTheReference) {
+  const int64_t m = 8, n = 16, k = 70;
+  compiler::lowering::GemmLaunch launch =
+      contiguous_launch(m, n, k, runtime::GemmEpilogue::kBias, /*transpose_b=*/true);
+  launch.args.dtype = DType::kBF16;
+  std::mt19937 rng(16);
+  const testing::Buffer a = testing::random_buffer(rng, DType::kBF16, m * k, -1, 1);
+  const testing::Buffer w = testing::random_buffer(rng, DType::kBF16, n * k, -1, 1);
+  const testing::Buffer bias = testing::random_buffer(rng, DType::kBF16, n, -1, 1);
+  const compiler::lowering::AssembledKernel kernel =
+      compiler::lowering::small_m_gemm_kernel(launch, 4, /*transposed=*/false, 4);
+  std::vector<testing::Buffer> outputs =
+      testing::run_kernel(kernel.spec, runtime::kSimDevice, {a, w, bias});
+  ASSERT_EQ(outputs.size(), 16u);
+  for (int64_t row = 0; row < m; ++row) {
+    for (int64_t col = 0; col < n; ++col) {
+      double expected = bias.values[static_cast<size_t>(col)];
+      for (int64_t i = 0; i < k; ++i) {
+        expected +=
+            a.values[static_cast<size_t>(row * k + i)] * w.values[static_cast<size_t>(col * k + i)];
+      }
+      const size_t o = static_cast<size_t>((row % 4) * 4 + col % 4);
+      const double got =
+          outputs[o].values[static_cast<size_t>(row * n + col - kernel.output_offsets[o])];
+      ASSERT_TRUE(testing::close(got, expected, 1e-2, 1e-2))
+          << "row " << row << " col " << col << ": " << got << " vs " << expected;
+    }
+  }
+}
+
+// With GROVE_SMALL_M_COLUMN_TILES=0 auto measures only one column per warp.
+TEST(SmallMGemmKernel, ColumnTileSwitchLeavesOnlySingleColumnVariants) {
+  EXPECT_EQ(compiler::lowering::small_m_variants(16, 2048).size(), 6u);
+  EXPECT_EQ(compiler::lowering::small_m_variants(16, 37).size(), 3u);  // 37 is not in fours
+  testing::ScopedEnv env("GROVE_SMALL_M_COLUMN_TILES", "0");
+  for (const compiler::lowering::SmallMVariant& variant :
+       compiler::lowering::small_m_variants(16, 2048)) {
+    EXPECT_EQ(variant.columns, 1);
   }
 }
 
@@ -662,7 +928,7 @@ TEST_F(GemmTuningTableTest, KeyNamesTheGpuTheShapeAndTheEpilogue) {
   args.transpose_b = true;
   args.epilogue = runtime::GemmEpilogue::kBiasGelu;
   EXPECT_EQ(compiler::lowering::small_m_gemm_tuning_key("NVIDIA H200", args),
-            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v6");
+            "NVIDIA H200|bf16|m=1,n=512,k=256|ta=0,tb=1|bias_gelu|v7");
 }
 
 TEST_F(GemmTuningTableTest, StoredEntriesAreFoundAgainByKeyAfterARead) {
