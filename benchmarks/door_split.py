@@ -26,6 +26,9 @@ timed in turns], torch_zoo.py). The variants (Note [The door's time split]):
   call_torch    grove.Model.call_torch on the segment's inputs: grove's C call
                 and the outputs' hand-out, with their ctypes and Python
   both          floor, then graph: the two shares one after the other
+  graph_gap, call_torch_gap  graph and call_torch each followed by 150 us of
+                spinning (the device idle at every launch, as in the door),
+                the spin taken off
   cxx           the same compiled model called from C++ (grove_model_time_runs,
                 20 calls a block): what the device needs, no Python
   reduce_overhead  mode="reduce-overhead" (--reduce-overhead; compiles slowly)
@@ -133,6 +136,26 @@ def block_timer(function, settings=None):
     return block
 
 
+# The *_gap variants follow each call by GAP_US of spinning on the clock, so
+# the device (under 100 us of work per call at batch 1) is idle at every
+# launch, as it is in the door, but no other Python runs between the calls
+# (Note [The door's time split]); GAP_US is taken off their figures.
+GAP_US = 150.0
+
+
+def with_gap(function):
+    """function() followed by GAP_US of spinning."""
+    gap = GAP_US / 1e6
+    clock = time.perf_counter
+
+    def call():
+        function()
+        end = clock() + gap
+        while clock() < end:
+            pass
+    return call
+
+
 def gc_off(block):
     """`block` run with Python's garbage collector off."""
     def run():
@@ -155,6 +178,27 @@ def listing(function, calls=100):
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
     return text.getvalue()
+
+
+def runtime_calls(function, calls=20):
+    """torch.profiler's CUDA runtime and driver calls over `calls` calls of
+    function() (counts are exact; durations carry the profiler's overhead)."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        function()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                function()
+            torch.cuda.synchronize()
+        lines = ["%6.2f per call  %8.2f us avg  %s" % (event.count / calls,
+                                                      event.cpu_time_total / event.count,
+                                                      event.key)
+                 for event in prof.key_averages() if event.key.startswith(("cu", "Torch"))]
+        return "\n".join(sorted(lines, key=lambda line: line[30:])) + "\n"
+    except Exception as error:  # a diagnostic: the timing stands without it
+        return "profiler failed: %s: %s\n" % (type(error).__name__, error)
 
 
 def call_trace(function):
@@ -265,6 +309,7 @@ def split_model(name, module, inputs, args, door_env):
               for label, run in runs.items()}
     timers["door_nogc"] = gc_off(block_timer(lambda: runs["door"](*inputs)))
     timers["graph"] = block_timer(graph_call)
+    timers["graph_gap"] = block_timer(with_gap(graph_call))
     timers["both"] = block_timer(lambda: (floor(*inputs), graph_call()))
     fast = graph.runner._fast
     if fast is not None:
@@ -272,6 +317,8 @@ def split_model(name, module, inputs, args, door_env):
         model_inputs = [graph_args[position] for position in fast["inputs"]]
         stream = torch.cuda.current_stream().cuda_stream or None
         timers["call_torch"] = block_timer(lambda: model.call_torch(model_inputs, stream))
+        timers["call_torch_gap"] = block_timer(with_gap(
+            lambda: model.call_torch(model_inputs, stream)))
         timers["cxx"] = lambda: model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6
         row["bound_static_inputs"] = len(fast["checks"])
     row["graph_args"] = len(graph_args)
@@ -283,6 +330,8 @@ def split_model(name, module, inputs, args, door_env):
             timer()
         times = time_in_turns(timers, args.turns)
     for label, blocks in times.items():
+        if label.endswith("_gap"):
+            blocks = [value - GAP_US for value in blocks]
         row[label] = statistics.median(blocks)
         row[label + "_blocks"] = [round(value, 2) for value in blocks]
     profile = torch_zoo.kernel_profile(runs["door"], inputs)
@@ -294,8 +343,11 @@ def split_model(name, module, inputs, args, door_env):
             traces = {label: call_trace(lambda run=runs[label]: run(*inputs))
                       for label in ("floor", "floor_detach", "door")}
             traces["graph"] = call_trace(graph_call)
-            traces["profiles"] = {label: listing(lambda run=runs[label]: run(*inputs))
+            traces["profiles"] = {"cProfile of 100 %s calls" % label:
+                                  listing(lambda run=runs[label]: run(*inputs))
                                   for label in ("floor", "door")}
+            traces["profiles"]["door runtime calls"] = runtime_calls(
+                lambda: runs["door"](*inputs))
     return row, traces
 
 
@@ -319,11 +371,11 @@ def write_traces(out, name, traces):
     for key, count in sorted(traces["graph"].items(), key=lambda item: (-item[1], item[0])):
         out.write("%4d  %s\n" % (count, key))
     for label, text in traces["profiles"].items():
-        out.write("-- cProfile of 100 %s calls\n%s" % (label, text))
+        out.write("-- %s\n%s" % (label, text))
 
 
-COLUMNS = ("floor", "floor_detach", "door", "door_nogc", "graph", "call_torch", "both", "cxx",
-           "guards", "gpu_us")
+COLUMNS = ("floor", "floor_detach", "door", "door_nogc", "graph", "graph_gap", "call_torch",
+           "call_torch_gap", "both", "cxx", "guards", "gpu_us")
 
 
 def print_row(row, door_env):
