@@ -21,6 +21,8 @@ timed in turns], torch_zoo.py). The variants (Note [The door's time split]):
   door_LABEL    the same compiled with --door-env's variables set (A/B of a
                 switch in one process; the variables stay set while it runs)
   door_nogc     the door with Python's garbage collector off during its blocks
+  door_layers   the door calling its model through call_torch, not in one frame
+                (GROVE_DOOR_CALL=layers: Note [The door's model call in one frame])
   graph         grove's CompiledGraph called on the arguments dynamo passes it
                 (a new dynamo generation each call): grove's whole share
   call_torch    grove.Model.call_torch on the segment's inputs: grove's C call
@@ -305,8 +307,22 @@ def split_model(name, module, inputs, args, door_env):
         return graph(*graph_args)
 
     floor = runs["floor"]
+    # Note [The door's model call in one frame] (grove/model.py): the door
+    # through call_torch instead, its closure swapped in for its blocks.
+    one_frame_door = graph.door
+    layers_door = graph.runner.door_call(one_frame=False)
+
+    def door_layers_block():
+        graph.door = layers_door
+        try:
+            return door_block()
+        finally:
+            graph.door = one_frame_door
     timers = {label: block_timer(lambda run=run: run(*inputs), door_env.get(label))
               for label, run in runs.items()}
+    door_block = block_timer(lambda: runs["door"](*inputs))
+    if layers_door is not None and one_frame_door is not None:
+        timers["door_layers"] = door_layers_block
     timers["door_nogc"] = gc_off(block_timer(lambda: runs["door"](*inputs)))
     timers["graph"] = block_timer(graph_call)
     timers["graph_gap"] = block_timer(with_gap(graph_call))
@@ -379,8 +395,8 @@ def write_traces(out, name, traces):
         out.write("-- %s\n%s" % (label, text))
 
 
-COLUMNS = ("floor", "floor_detach", "door", "door_nogc", "graph", "graph_gap", "call_torch",
-           "call_torch_gap", "both", "cxx", "guards", "gpu_us")
+COLUMNS = ("floor", "floor_detach", "door", "door_layers", "door_nogc", "graph", "graph_gap",
+           "call_torch", "call_torch_gap", "both", "cxx", "guards", "gpu_us")
 
 
 def print_row(row, door_env):
@@ -396,7 +412,7 @@ def print_row(row, door_env):
                   row.get("both", 0) - row["floor"] - row["graph"],
                   row["door"] - row.get("cxx", 0), row["door_vs_eager"],
                   row.get("guard_note", "")), flush=True)
-    for label in door_env:
+    for label in tuple(door_env) + ("door_layers",):
         if row.get(label) and row.get("door"):
             blocks = zip(row["door_blocks"], row[label + "_blocks"])
             print("%-20s  %s - door: median of turns %+.1f us" % (
