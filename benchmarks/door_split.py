@@ -21,12 +21,17 @@ timed in turns], torch_zoo.py). The variants (Note [The door's time split]):
   door_LABEL    the same compiled with --door-env's variables set (A/B of a
                 switch in one process; the variables stay set while it runs)
   door_nogc     the door with Python's garbage collector off during its blocks
+  door_static_torch  the door with GROVE_DOOR_STATIC_CHECK=torch (PyTorch's check)
+  door_no_static_check  the door with no static-input check: a diagnostic of
+                the check's cost inside a call, never a product path
   door_layers   the door calling its model through call_torch, not in one frame
                 (GROVE_DOOR_CALL=layers: Note [The door's model call in one frame])
   graph         grove's CompiledGraph called on the arguments dynamo passes it
                 (a new dynamo generation each call): grove's whole share
   call_torch    grove.Model.call_torch on the segment's inputs: grove's C call
                 and the outputs' hand-out, with their ctypes and Python
+  model_call    the same through Model.door_caller (Note [The door's model call
+                in one frame], grove/model.py)
   both          floor, then graph: the two shares one after the other
   graph_gap, call_torch_gap  graph and call_torch each followed by 150 us of
                 spinning (the device idle at every launch, as in the door),
@@ -156,6 +161,23 @@ def with_gap(function):
         while clock() < end:
             pass
     return call
+
+
+def static_check_swapped(fast, block, mode):
+    """`block` run with the door's static-input check made by
+    GROVE_DOOR_STATIC_CHECK=mode (Note [Static input check by one map],
+    grove/runner.py), or, for mode None, with no check at all (a diagnostic
+    of what the check costs inside a door call; never a product path)."""
+    def run():
+        fast.pop("static_check", None)
+        if mode is None:
+            fast["static_check"] = lambda args: True
+        try:
+            with environment({"GROVE_DOOR_STATIC_CHECK": mode} if mode else {}):
+                return block()
+        finally:
+            fast.pop("static_check", None)
+    return run
 
 
 def gc_off(block):
@@ -324,10 +346,13 @@ def split_model(name, module, inputs, args, door_env):
     if layers_door is not None and one_frame_door is not None:
         timers["door_layers"] = door_layers_block
     timers["door_nogc"] = gc_off(block_timer(lambda: runs["door"](*inputs)))
+    fast = graph.runner._fast
+    if fast is not None and fast["checks"]:
+        timers["door_static_torch"] = static_check_swapped(fast, door_block, "torch")
+        timers["door_no_static_check"] = static_check_swapped(fast, door_block, None)
     timers["graph"] = block_timer(graph_call)
     timers["graph_gap"] = block_timer(with_gap(graph_call))
     timers["both"] = block_timer(lambda: (floor(*inputs), graph_call()))
-    fast = graph.runner._fast
     if fast is not None:
         model = fast["model"]
         model_inputs = [graph_args[position] for position in fast["inputs"]]
@@ -335,6 +360,9 @@ def split_model(name, module, inputs, args, door_env):
         timers["call_torch"] = block_timer(lambda: model.call_torch(model_inputs, stream))
         timers["call_torch_gap"] = block_timer(with_gap(
             lambda: model.call_torch(model_inputs, stream)))
+        caller = model.door_caller(fast["inputs"])
+        if caller is not None:  # Note [The door's model call in one frame]
+            timers["model_call"] = block_timer(lambda: caller(graph_args, stream, None))
         timers["cxx"] = lambda: model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6
         row["bound_static_inputs"] = len(fast["checks"])
     row["graph_args"] = len(graph_args)
@@ -395,8 +423,9 @@ def write_traces(out, name, traces):
         out.write("-- %s\n%s" % (label, text))
 
 
-COLUMNS = ("floor", "floor_detach", "door", "door_layers", "door_nogc", "graph", "graph_gap",
-           "call_torch", "call_torch_gap", "both", "cxx", "guards", "gpu_us")
+COLUMNS = ("floor", "floor_detach", "door", "door_layers", "door_nogc", "door_static_torch",
+           "door_no_static_check", "graph", "graph_gap",
+           "call_torch", "model_call", "call_torch_gap", "both", "cxx", "guards", "gpu_us")
 
 
 def print_row(row, door_env):
@@ -412,7 +441,7 @@ def print_row(row, door_env):
                   row.get("both", 0) - row["floor"] - row["graph"],
                   row["door"] - row.get("cxx", 0), row["door_vs_eager"],
                   row.get("guard_note", "")), flush=True)
-    for label in tuple(door_env) + ("door_layers",):
+    for label in tuple(door_env) + ("door_layers", "door_static_torch", "door_no_static_check"):
         if row.get(label) and row.get("door"):
             blocks = zip(row["door_blocks"], row[label + "_blocks"])
             print("%-20s  %s - door: median of turns %+.1f us" % (
