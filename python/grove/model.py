@@ -172,6 +172,23 @@ class Model:
                 keep_handed_gradients()
             _capi.library().grove_model_destroy(self._handle)
             self._handle = None
+        if gate is not None:
+            self._poison_closed_outputs(gate)
+
+    def _poison_closed_outputs(self, gate):
+        """Note [Outputs of a closed model are poisoned] (cached_outputs.py):
+        the outputs kept past close() that grove reports stale now are poisoned."""
+        kept, gate.closed_kept = gate.closed_kept, []
+        orphans, gate.closed_orphans = gate.closed_orphans, []
+        hook = _storage_hook()
+        if hook is not None:
+            for reference, pointer in kept:
+                value = reference()
+                if value is not None and _capi.fast_library().grove_dlpack_check(
+                        ctypes.c_void_p(pointer)) != 0:
+                    message = _capi.library().grove_last_error().decode("utf-8", "replace")
+                    hook(value, "grove: " + message)
+        cached_outputs.poison_stale_orphans(orphans)
 
     def __del__(self):
         try:
