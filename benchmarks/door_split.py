@@ -75,7 +75,11 @@ from torch_backend import BLOCK, environment  # noqa: E402 (benchmarks/, after t
 # call (caches, the device queue) or something dynamo does around grove's
 # graph only; `both` (floor then graph, no dynamo around grove) separates the
 # two. The floor is what reduce-overhead pays too, so grove's levers are its
-# own share and anything it adds to dynamo's.
+# own share and anything it adds to dynamo's. r1 of session 20 (H100,
+# benchmarks/session20_logs/wt-door/r1/README.md): the floor is half guards;
+# `both` costs what the door does; grove's C call with the device idle takes
+# 45-72 us on BERT, LLaMA and nn.TransformerDecoder (its one CUDA call,
+# cudaGraphLaunch) against 14 us on GPT-2.
 MIN_TURNS = 5
 
 
