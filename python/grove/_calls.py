@@ -61,6 +61,10 @@ class CallGate:
         self._states = []  # every thread's CallState, for close()
         self._close_lock = threading.Lock()
         self.closed = False
+        # What close() left held: DLPack's kept outputs (weak reference,
+        # DLManagedTensor*) and the cached hand-out's orphans.
+        self.closed_kept = []
+        self.closed_orphans = []
 
     def state(self):
         """The calling thread's CallState."""
@@ -98,9 +102,12 @@ class CallGate:
             while self._in_flight:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.01)
+            # Note [Outputs of a closed model are poisoned] (cached_outputs.py):
+            # what was kept is checked once the model is destroyed.
             for state in self._states:
+                self.closed_kept.extend(state.kept)
                 state.kept = []
                 if state.cached is not None:
-                    state.cached.close()
+                    self.closed_orphans.extend(state.cached.close())
                     state.cached = None
             return True

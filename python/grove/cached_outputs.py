@@ -168,13 +168,50 @@ class CachedOutputs:
 
     def close(self):
         """The model is closing: every reference nobody holds is released; the
-        rest wait, as orphans, until nobody does."""
+        rest wait, as orphans, until nobody does. Returns the items that
+        became orphans (for poison_stale_orphans once the model is gone)."""
         self.settle()
         with _orphans_lock:
-            _orphans.extend(self.held)
+            moved = self.held
+            _orphans.extend(moved)
             self.held = []
             self.tensors = {}
             _release_unheld(_orphans, self._use_count)
+        return moved
+
+
+# Note [Outputs of a closed model are poisoned]: destroying a graph backend's
+# last model of a device's tree (per thread) shuts the tree down: grove
+# poisons the outputs it still tracks and releases its pool, so an output
+# someone kept past close() views freed memory. Its torch tensor is poisoned
+# then (PyTorch's storage hook, as for an output a replay overwrote), so that
+# reading it raises with grove's message instead of returning what the memory
+# holds next; an output whose tree lives on (other models still use it) stays
+# valid and untouched. Model.close checks, after the destroy, the outputs the
+# close kept: DLPack's kept outputs (Note [Kept outputs through DLPack]) and
+# the cached hand-out's orphans (checked under _orphans_lock, only while
+# still unreleased). Tests:
+# CachedOutputsTest.test_an_output_kept_past_its_trees_end_is_poisoned and
+# test_orphans_of_many_threads_are_released_once (PyTorch >= 2.1).
+def poison_stale_orphans(items):
+    """Poisons the torch tensor of each of `items` (outputs of a closed model
+    that close() made orphans) still unreleased that grove reports stale
+    (Note [Outputs of a closed model are poisoned])."""
+    if not items:
+        return
+    check = _capi.fast_library().grove_dlpack_check
+    with _orphans_lock:
+        waiting = {id(item) for item in _orphans}
+        for item in items:
+            if item[3] or id(item) not in waiting:
+                continue
+            if check(ctypes.c_void_p(item[2])) == 0:
+                continue
+            item[3] = True
+            value = item[1]()
+            if value is not None:
+                message = _capi.library().grove_last_error().decode("utf-8", "replace")
+                _storage_hook()(value, "grove: " + message)
 
 
 def _release_unheld(items, use_count):

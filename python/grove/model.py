@@ -174,6 +174,23 @@ class Model:
                 keep_handed_gradients()
             _capi.library().grove_model_destroy(self._handle)
             self._handle = None
+        if gate is not None:
+            self._poison_closed_outputs(gate)
+
+    def _poison_closed_outputs(self, gate):
+        """Note [Outputs of a closed model are poisoned] (cached_outputs.py):
+        the outputs kept past close() that grove reports stale now are poisoned."""
+        kept, gate.closed_kept = gate.closed_kept, []
+        orphans, gate.closed_orphans = gate.closed_orphans, []
+        hook = _storage_hook()
+        if hook is not None:
+            for reference, pointer in kept:
+                value = reference()
+                if value is not None and _capi.fast_library().grove_dlpack_check(
+                        ctypes.c_void_p(pointer)) != 0:
+                    message = _capi.library().grove_last_error().decode("utf-8", "replace")
+                    hook(value, "grove: " + message)
+        cached_outputs.poison_stale_orphans(orphans)
 
     def __del__(self):
         try:
@@ -401,6 +418,79 @@ class Model:
         if status:
             _capi.check(status)
         return cached.after_call(state.managed, state.produced.value)
+
+    # Note [The door's model call in one frame]: the torch door's call of its
+    # one model (Note [One Python call per door call], runner.py) is
+    # call_torch's steps for the inputs at fixed positions of dynamo's
+    # arguments, with outputs over cached storage: the thread's CallState
+    # entered and left as CallGate.enter/leave do (appended, the closed flag
+    # read after, removed in a finally), the handed-gradients check, the
+    # reused descriptions, the one C call and the hand-out, in one closure
+    # over prepared locals instead of call_torch, _call_torch, _call_cached
+    # and the gate's three methods (six Python frames and their attribute
+    # lookups per call). It applies where the cached hand-out does and the
+    # positions name one argument per model input; else None and the door
+    # calls call_torch. GROVE_DOOR_CALL=layers (read when the door is made)
+    # keeps call_torch, for timing both in one process. Tests:
+    # DoorCallTest.test_one_frame_model_call_matches_call_torch,
+    # CachedOutputsTest (PyTorch >= 2.1: the cached hand-out).
+    def door_caller(self, positions):
+        """fn(args, stream, invocation) -> the outputs of this model for the
+        inputs at `positions` of `args` (Note [The door's model call in one
+        frame]), or None where it does not apply."""
+        if not self._cached_outputs or len(positions) != len(self.input_names):
+            return None
+        gate = self._gate
+        in_flight = gate._in_flight
+        local = gate._local
+        handle = self._handle
+        run = self._run_handout
+        count = self._input_counts[len(positions)]
+        capacity = self._output_capacity
+        describe_borrowed = self.describe_borrowed
+        keeps = self._keeps_handed_gradients
+        output_count = self.output_count
+        positions = tuple(positions)
+        single = positions[0] if len(positions) == 1 else None
+        take = None if single is not None or not positions else operator.itemgetter(*positions)
+        uint64, void_p = ctypes.c_uint64, ctypes.c_void_p
+
+        model = self
+
+        def call(args, stream, invocation):
+            if not model._cached_outputs:  # switched off since (use_cached_outputs)
+                return model.call_torch([args[position] for position in positions], stream,
+                                        invocation)
+            if keeps and _handed_gradients:
+                keep_handed_gradients()
+            try:
+                state = local.state
+            except AttributeError:
+                state = gate.state()
+            in_flight.append(state)
+            try:
+                if gate.closed:
+                    raise GroveError(1, "grove: the model is closed; compile it again to call it")
+                if single is not None:
+                    inputs = [args[single]]
+                else:
+                    inputs = list(take(args)) if take is not None else []
+                describe_borrowed(state, inputs)
+                cached = state.cached
+                if cached is None:
+                    cached = state.cached = cached_outputs.CachedOutputs(output_count)
+                released = cached.before_call()
+                status = run(handle, _NO_INVOCATION if invocation is None else uint64(invocation),
+                             cached.release, cached.release_counts[released], state.descs, count,
+                             void_p(stream) if stream else None, state.managed, cached.keys,
+                             capacity, state.produced_ref)
+                if status:
+                    _capi.check(status)
+                return cached.after_call(state.managed, state.produced.value)
+            finally:
+                in_flight.remove(state)
+
+        return call
 
     def _check_kept_dlpack(self, state, newest):
         """Poisons every earlier output of this thread still alive that grove

@@ -242,9 +242,11 @@ class GraphRunner:
     # The same steps as GraphRunner.__call__'s fast plan, without its layers
     # of Python; a moved static input raises StaticInputMovedError before
     # anything runs, as there. Tests: DoorCallTest (tests/python/door_call_test.py).
-    def door_call(self):
+    def door_call(self, one_frame=None):
         """fn(args, invocation key or None) -> the graph's outputs, where Note
-        [One Python call per door call] holds; else None."""
+        [One Python call per door call] holds; else None. one_frame: whether
+        the model is called through Model.door_caller (Note [The door's model
+        call in one frame], model.py); None follows GROVE_DOOR_CALL."""
         fast = self._fast
         if (fast is None or self._state_positions is not None
                 or self.verified_calls < self.calls_to_verify):
@@ -254,8 +256,20 @@ class GraphRunner:
         checks = fast["checks"]
         positions = tuple(fast["inputs"])
         stream_of = _current_stream_of(model.device)
-        call_torch = model.call_torch
         runner = self
+        # Note [The door's model call in one frame] (model.py)
+        if one_frame is None:
+            one_frame = os.environ.get("GROVE_DOOR_CALL", "one_frame") != "layers"
+        model_call = model.door_caller(positions) if one_frame else None
+        if model_call is not None:
+            def call(args, invocation):
+                if checks and not _static_inputs_in_place(args, fast):
+                    runner.raise_moved(args)
+                return pick(model_call(args, stream_of() if stream_of else None, invocation),
+                            args)
+
+            return call
+        call_torch = model.call_torch
 
         def call(args, invocation):
             if checks and not _static_inputs_in_place(args, fast):

@@ -42,6 +42,25 @@ def reference(x, w, b):
     return torch.tanh(h), torch.relu(h)
 
 
+def poisoned_message(tensors):
+    """The error reading the first of `tensors` raises, or ""."""
+    for value in tensors:
+        try:
+            value.sum().item()
+        except RuntimeError as error:
+            return str(error)
+    return ""
+
+
+def readable(tensors):
+    """Whether every one of `tensors` can be read (none is poisoned); an
+    error that is not grove's poisoning is raised."""
+    message = poisoned_message(tensors)
+    if message and "grove" not in message:
+        raise RuntimeError(message)
+    return not message
+
+
 class CachedOutputsTest(unittest.TestCase):
     def setUp(self):
         if not cached_outputs.available():
@@ -197,11 +216,43 @@ class CachedOutputsTest(unittest.TestCase):
         other(self.x())
         self.assertEqual(cached_outputs._orphans, [])
 
+    def test_an_output_kept_past_its_trees_end_is_poisoned(self):
+        # Note [Outputs of a closed model are poisoned]: in a thread of its
+        # own the model is its tree's last, so close() ends the tree and
+        # releases the pool under the kept output, through either hand-out.
+        for cached in (True, False):
+            outcome = {}
+
+            def work():
+                try:
+                    model = self.model()
+                    self.assertEqual(model.use_cached_outputs(cached), cached)
+                    for _ in range(3):
+                        model(self.x())
+                    x = self.x()
+                    kept = model(x)
+                    self.check(kept, x, "cached %s, before close" % cached)
+                    model.close()
+                    outcome["readable"] = readable(kept)
+                    outcome["message"] = poisoned_message(kept)
+                except BaseException as error:  # reported by the main thread
+                    outcome["failure"] = "%s: %s" % (type(error).__name__, error)
+
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join()
+            self.assertNotIn("failure", outcome, outcome.get("failure"))
+            self.assertFalse(outcome["readable"], "cached %s: an output of a closed model "
+                                                  "(its tree's last) was read" % cached)
+            self.assertIn("grove", outcome["message"], "cached %s" % cached)
+
     def test_orphans_of_many_threads_are_released_once(self):
         # Note [Orphaned outputs released once]: threads close models whose
         # outputs they still hold, then drop them, while others call their own
         # models (each call releases the orphans nobody holds): every value
-        # stays right, no release fails, and no orphan is left.
+        # read is right (an output of a closed model is refused: Note
+        # [Outputs of a closed model are poisoned]), no release fails, and no
+        # orphan is left.
         errors = []
         start = threading.Barrier(THREADS)
 
@@ -214,7 +265,10 @@ class CachedOutputsTest(unittest.TestCase):
                     x = torch.randn(4, 8, generator=generator)
                     kept = model(x)
                     model.close()
-                    self.check(kept, x, "thread %d, an output of a closed model" % index)
+                    # Note [Outputs of a closed model are poisoned]: the model
+                    # was its thread's tree's last, so its output is refused.
+                    if readable(kept):
+                        self.check(kept, x, "thread %d, an output of a closed model" % index)
                     del kept
                     other = self.model()
                     for _ in range(3):

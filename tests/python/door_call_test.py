@@ -220,6 +220,47 @@ class DoorCallTest(unittest.TestCase):
         with DynamoKeys(8), torch.no_grad():
             torch.testing.assert_close(compiled(x, w1, b1, w2), mlp(x, w1, b1, w2))
 
+    def test_one_frame_model_call_matches_call_torch(self):
+        # Note [The door's model call in one frame] (grove/model.py).
+        w1, b1, w2 = self.parameters()
+        compiled = grove.torch.compile_graph(mlp, [self.random(3, 8), w1, b1, w2])
+        with torch.no_grad():
+            compiled(self.random(3, 8), w1, b1, w2)
+        model = compiled.runner.models()[0]
+        if not model._cached_outputs:
+            self.skipTest("the cached hand-out needs PyTorch >= 2.1 (Note [Outputs over "
+                          "cached storage]); this is %s" % torch.__version__)
+        self.assertIn("model_call", compiled.door.__code__.co_freevars)
+        self.assertIsNone(model.door_caller((0, 1)), "two positions for one model input")
+        caller = model.door_caller((0,))
+        for call in range(6):
+            x = self.random(3, 8)
+            args = (x, w1, b1, w2)
+            (mine,) = caller(args, None, 100 + call)
+            expected = mlp(x, w1, b1, w2)
+            torch.testing.assert_close(mine, expected, msg="call %d" % call)
+            self.assertTrue(no_invocation_open())
+            (theirs,) = model.call_torch([x], None, 200 + call)
+            torch.testing.assert_close(theirs, expected, msg="call_torch, call %d" % call)
+        with torch.no_grad():
+            x = self.random(3, 8)
+            torch.testing.assert_close(compiled(x, w1, b1, w2), mlp(x, w1, b1, w2))
+        # The hand-out switched off after the caller was made: it follows.
+        model.use_cached_outputs(False)
+        x = self.random(3, 8)
+        (mine,) = caller((x, w1, b1, w2), None, None)
+        torch.testing.assert_close(mine, mlp(x, w1, b1, w2))
+        model.use_cached_outputs(True)
+        os.environ["GROVE_DOOR_CALL"] = "layers"
+        try:
+            self.assertNotIn("model_call", compiled.runner.door_call().__code__.co_freevars)
+        finally:
+            os.environ.pop("GROVE_DOOR_CALL")
+        model.close()
+        with self.assertRaises(grove.GroveError) as raised:
+            caller((x, w1, b1, w2), None, None)
+        self.assertIn("closed", str(raised.exception))
+
     def test_the_invocation_call_refuses_a_bad_key_and_leaves_none_open(self):
         w1, b1, w2 = self.parameters()
         compiled = grove.torch.compile_graph(mlp, [self.random(3, 8), w1, b1, w2])

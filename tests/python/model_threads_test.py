@@ -136,6 +136,66 @@ class ModelThreadsTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "NUL"):
             grove.compile(PROGRAM, params={"w\0x": self.w})
 
+    def test_close_poisons_the_outputs_kept_past_its_trees_end(self):
+        # Note [Outputs of a closed model are poisoned] (grove/cached_outputs.py):
+        # in a thread of its own a model is its tree's last, so its close
+        # ends the tree; the output it keeps is handed to PyTorch's storage
+        # hook with grove's message (this PyTorch may lack the hook: a
+        # recorder stands in, and the DLPack hand-out is used). A model
+        # closed while another model of the same thread lives leaves its
+        # fresh output alone.
+        import grove.model as grove_model
+
+        poisoned = []
+        original = grove_model._storage_hook
+        grove_model._storage_hook = lambda: (lambda value, message: poisoned.append(
+            (value.data_ptr(), message)))
+        outcome = {}
+
+        def work():
+            try:
+                alone = grove.compile(PROGRAM, backend="cudagraphs",
+                                      params={"w": self.w, "b": self.b})
+                alone.use_cached_outputs(False)
+                for x in self.inputs[0]:
+                    alone(x)
+                kept = alone(self.inputs[0][0])
+                alone.close()
+                outcome["alone"] = (list(poisoned), [value.data_ptr() for value in kept])
+                poisoned.clear()
+                other = grove.compile(PROGRAM, backend="cudagraphs",
+                                      params={"w": self.w, "b": self.b})
+                other.use_cached_outputs(False)
+                other(self.inputs[1][0])
+                model = grove.compile(PROGRAM, backend="cudagraphs",
+                                      params={"w": self.w, "b": self.b})
+                model.use_cached_outputs(False)
+                for x in self.inputs[0]:
+                    model(x)
+                fresh = model(self.inputs[0][1])
+                model.close()
+                outcome["fresh"] = list(poisoned)
+                want_y, want_z = self.expected(self.inputs[0][1])
+                torch.testing.assert_close(fresh[0], want_y, rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(fresh[1], want_z, rtol=1e-5, atol=1e-6)
+                other.close()
+            except BaseException as error:  # reported by the test
+                outcome["error"] = error
+
+        try:
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join()
+        finally:
+            grove_model._storage_hook = original
+        self.assertNotIn("error", outcome, outcome.get("error"))
+        hooked, kept = outcome["alone"]
+        self.assertEqual(sorted(pointer for pointer, _ in hooked), sorted(kept))
+        for _, message in hooked:
+            self.assertIn("tree", message)
+            self.assertTrue(message.startswith("grove: "), message)
+        self.assertEqual(outcome["fresh"], [])
+
 
 if __name__ == "__main__":
     junit_main.main()
