@@ -251,8 +251,9 @@ bool weights_evict_first();
 // at each launch.
 bool streamed_gemv_deep_slots(int64_t columns);
 // Whether the streamed GEMV loads 8 of a lane's vectors of A before folding
-// them, unless GROVE_GEMV_X_AHEAD is 0 (Note [Streamed GEMV loads A ahead],
-// runtime/cuda/small_m_gemv.h). Read at each launch.
+// them: only with GROVE_GEMV_X_AHEAD=1 (Note [Streamed GEMV loads A ahead],
+// runtime/cuda/small_m_gemv.h: off by default, it faulted in the 1B step). Read
+// at each launch.
 bool streamed_gemv_x_ahead();
 
 }  // namespace grove::runtime

@@ -91,7 +91,7 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
 void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int type) {
   // Note [Streamed GEMV slots]: 32 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
   const int deep = streamed_gemv_deep_slots(g.n) ? 1 : 0;
-  // Note [Streamed GEMV loads A ahead]: the _x8 entry points unless GROVE_GEMV_X_AHEAD=0.
+  // Note [Streamed GEMV loads A ahead]: the _x8 entry points only with GROVE_GEMV_X_AHEAD=1.
   const int ahead = streamed_gemv_x_ahead() ? 1 : 0;
   // 24 slots are the kernel's static shared memory; 32 are dynamic.
   const uint32_t shared_bytes = deep != 0 ? 32 * kStreamThreads * 16 : 0;
