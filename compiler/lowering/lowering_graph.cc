@@ -820,21 +820,8 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
           const std::vector<size_t> chain =
               exact_gelu_through(program, ir_users, ir_output, linear_result);
           const size_t result_node = chain.back();
-          std::vector<size_t> scalars;  // the chain's own constants, read nowhere else
-          for (size_t member : chain) {
-            for (ir::ValueId operand : program.nodes()[member].operands) {
-              const int producer = program.value(operand).producer;
-              if (producer <= static_cast<int>(node_index) ||
-                  program.nodes()[static_cast<size_t>(producer)].op != "full") {
-                continue;
-              }
-              bool inside = true;
-              for (size_t user : ir_users[static_cast<size_t>(operand)]) {
-                inside = inside && std::find(chain.begin(), chain.end(), user) != chain.end();
-              }
-              if (inside) scalars.push_back(static_cast<size_t>(producer));
-            }
-          }
+          // The chain's own constants, read nowhere else.
+          const std::vector<size_t> scalars = chain_scalars(program, ir_users, chain, node_index);
           for (size_t member : chain) absorbed[member] = true;
           for (size_t scalar : scalars) absorbed[scalar] = true;
           lowered.exact_gelu = true;

@@ -149,15 +149,8 @@ class CachedOutputs:
         """Poisons each held output grove reports overwritten or stale."""
         check = _capi.fast_library().grove_dlpack_check
         for item in self.held:
-            if item[3]:
-                continue
-            if check(ctypes.c_void_p(item[2])) == 0:
-                continue
-            item[3] = True
-            value = item[1]()
-            if value is not None:
-                message = _capi.library().grove_last_error().decode("utf-8", "replace")
-                _storage_hook()(value, "grove: " + message)
+            if not item[3]:
+                _poison_if_reported(item, check)
 
     def settle(self):
         """Before a call that is no run (mark_step_begin): the last call's
@@ -203,15 +196,21 @@ def poison_stale_orphans(items):
     with _orphans_lock:
         waiting = {id(item) for item in _orphans}
         for item in items:
-            if item[3] or id(item) not in waiting:
-                continue
-            if check(ctypes.c_void_p(item[2])) == 0:
-                continue
-            item[3] = True
-            value = item[1]()
-            if value is not None:
-                message = _capi.library().grove_last_error().decode("utf-8", "replace")
-                _storage_hook()(value, "grove: " + message)
+            if not item[3] and id(item) in waiting:
+                _poison_if_reported(item, check)
+
+
+def _poison_if_reported(item, check):
+    """Poisons the torch tensor of `item` ([entry, handed, reference, poisoned,
+    key]) when grove's check reports its hand-out overwritten or stale, with
+    grove's message, and marks it poisoned."""
+    if check(ctypes.c_void_p(item[2])) == 0:
+        return
+    item[3] = True
+    value = item[1]()
+    if value is not None:
+        message = _capi.library().grove_last_error().decode("utf-8", "replace")
+        _storage_hook()(value, "grove: " + message)
 
 
 def _release_unheld(items, use_count):

@@ -614,29 +614,6 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
   }
 }
 
-// Sets an environment variable for one scope, restoring what it was.
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(const char* name, const char* value) : name_(name) {
-    const char* before = std::getenv(name);
-    had_ = before != nullptr;
-    if (had_) before_ = before;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnvironment() {
-    if (had_) {
-      ::setenv(name_, before_.c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string before_;
-};
-
 // GROVE_STREAMED_GEMV, GROVE_WEIGHTS_EVICT_FIRST, GROVE_STREAMED_GEMV_SLOTS and
 // GROVE_GEMV_X_AHEAD for the streamed GEMV tests: streamed, warp per column,
 // streamed with weights evicted first, streamed with 32 slots (Note [Streamed
@@ -679,10 +656,10 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
         std::vector<std::string> names;
         // Streamed, warp per column, streamed with weights evicted first.
         for (const auto& [streamed, evict, slots, x_ahead] : kGemvSettings) {
-          ScopedEnvironment setting("GROVE_STREAMED_GEMV", streamed);
-          ScopedEnvironment eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
-          ScopedEnvironment depth("GROVE_STREAMED_GEMV_SLOTS", slots);
-          ScopedEnvironment ahead("GROVE_GEMV_X_AHEAD", x_ahead);
+          ::grove::testing::ScopedEnv setting("GROVE_STREAMED_GEMV", streamed);
+          ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
+          ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", slots);
+          ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", x_ahead);
           Tensor tc = Tensor::from_host(c_bits.data(), {1, n}, dtype, kCudaDevice);
           GemmArgs args;
           args.dtype = dtype;
@@ -751,10 +728,10 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
       Tensor w = bf16(w_rows * k, -0.1f, 0.1f).view({w_rows, k});
       std::vector<std::vector<uint8_t>> results;
       for (const auto& [streamed, evict, slots, x_ahead] : kGemvSettings) {
-        ScopedEnvironment setting("GROVE_STREAMED_GEMV", streamed);
-        ScopedEnvironment eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
-        ScopedEnvironment depth("GROVE_STREAMED_GEMV_SLOTS", slots);
-        ScopedEnvironment ahead("GROVE_GEMV_X_AHEAD", x_ahead);
+        ::grove::testing::ScopedEnv setting("GROVE_STREAMED_GEMV", streamed);
+        ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
+        ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", slots);
+        ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", x_ahead);
         Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
         launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
         platform().synchronize_stream(stream_);

@@ -20,29 +20,6 @@ namespace {
 
 using ::grove::testing::random_floats;
 
-// Sets an environment variable for one scope, restoring what it was.
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(const char* name, const char* value) : name_(name) {
-    const char* before = std::getenv(name);
-    had_ = before != nullptr;
-    if (had_) before_ = before;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnvironment() {
-    if (had_) {
-      ::setenv(name_, before_.c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string before_;
-};
-
 Tensor random_bf16(std::mt19937& rng, const Shape& shape, float low, float high) {
   int64_t count = 1;
   for (int64_t extent : shape) count *= extent;
@@ -89,8 +66,8 @@ void check_entry_points(int64_t rows) {
     Tensor x = random_bf16(rng, {rows, kHidden}, -2.0f, 2.0f);
     std::vector<std::vector<uint8_t>> results;
     for (const AttentionSetting& setting : kSettings) {
-      ScopedEnvironment early("GROVE_ATTENTION_EARLY_LOADS", setting.early_loads);
-      ScopedEnvironment warm("GROVE_ATTENTION_WARM", setting.warm);
+      ::grove::testing::ScopedEnv early("GROVE_ATTENTION_EARLY_LOADS", setting.early_loads);
+      ::grove::testing::ScopedEnv warm("GROVE_ATTENTION_WARM", setting.warm);
       GemmArgs args;
       args.dtype = DType::kBF16;
       args.m = rows, args.n = kWidth, args.k = kHidden;
