@@ -84,16 +84,11 @@ MIN_TURNS = 5
 
 
 def parse_door_env(text):
-    """{"door_LABEL": {NAME: VALUE}} of a --door-env argument."""
-    variants = {}
-    for item in filter(None, text.split(",")):
-        label, _, settings = item.partition(":")
-        pairs = [setting.partition("=") for setting in settings.split("+")]
-        if not label or not settings or any(not name or not sep for name, sep, _ in pairs):
-            raise SystemExit("door_split: --door-env item %r is not LABEL:NAME=VALUE[+...]"
-                             % item)
-        variants["door_" + label] = {name: value for name, _, value in pairs}
-    return variants
+    """{"door_LABEL": {NAME: VALUE}} of a --door-env argument (torch_zoo's
+    parser of --grove-env, another prefix)."""
+    import torch_zoo  # benchmarks/, this script's folder
+
+    return torch_zoo.parse_env_variants(text, "door_", "door_split: --door-env")
 
 
 def floor_backend(detach):

@@ -190,17 +190,22 @@ ATTENTION_MODELS = {"gpt2", "llama", "bert", "bart", "vit", "transformer_decoder
 GROVE_ENV_VARIANTS = {WRITTEN_OUT: {"GROVE_FUSED_ATTENTION": "0"}}
 
 
-def parse_grove_env(text):
-    """{"grove_LABEL": {NAME: VALUE}} of a --grove-env argument."""
+def parse_env_variants(text, prefix, where):
+    """{prefix + LABEL: {NAME: VALUE}} of a LABEL:NAME=VALUE[+NAME=VALUE],...
+    argument; `where` (e.g. "torch_zoo: --grove-env") starts its error."""
     variants = {}
     for item in filter(None, text.split(",")):
         label, _, settings = item.partition(":")
         pairs = [setting.partition("=") for setting in settings.split("+")]
         if not label or not settings or any(not name or not sep for name, sep, _ in pairs):
-            raise SystemExit("torch_zoo: --grove-env item %r is not LABEL:NAME=VALUE[+NAME=VALUE]"
-                             % item)
-        variants["grove_" + label] = {name: value for name, _, value in pairs}
+            raise SystemExit("%s item %r is not LABEL:NAME=VALUE[+NAME=VALUE]" % (where, item))
+        variants[prefix + label] = {name: value for name, _, value in pairs}
     return variants
+
+
+def parse_grove_env(text):
+    """{"grove_LABEL": {NAME: VALUE}} of a --grove-env argument."""
+    return parse_env_variants(text, "grove_", "torch_zoo: --grove-env")
 
 
 def variant_environment(variant):

@@ -33,6 +33,19 @@ bool gemm_epilogue_has_bias(GemmEpilogue epilogue) {
          epilogue == GemmEpilogue::kBiasGeluAux || epilogue == GemmEpilogue::kBiasRelu;
 }
 
+bool gemm_epilogue_is_pointwise_on_c(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::kNone || epilogue == GemmEpilogue::kBias ||
+         epilogue == GemmEpilogue::kBiasGelu || epilogue == GemmEpilogue::kBiasRelu;
+}
+
+bool gemm_launch_is_one_plain_call(const GemmLaunch& launch) {
+  const GemmArgs& g = launch.args;
+  return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
+         (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
+         launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
+         launch.calls[0].c_offset == 0;
+}
+
 // Note [Small-M GEMM column tiles]: GROVE_SMALL_M_COLUMN_TILES=0 measures
 // single-column variants only (under a key of their own, for A/Bs in one process).
 bool small_m_column_tiles_enabled() {
@@ -69,13 +82,9 @@ bool qualifies_up_to(const GemmLaunch& launch, int64_t most_rows) {
   const GemmArgs& g = launch.args;
   const bool epilogue = g.epilogue == GemmEpilogue::kNone || gemm_epilogue_has_bias(g.epilogue) ||
                         (g.epilogue == GemmEpilogue::kDGelu && launch.aux_slot >= 0);
-  return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
-         g.m >= 1 && g.m <= most_rows && g.n >= 1 && g.k >= 1 && epilogue &&
-         (!gemm_epilogue_has_bias(g.epilogue) || launch.bias_slot >= 0) &&
-         (g.epilogue != GemmEpilogue::kBiasGeluAux || launch.aux_slot >= 0) &&
-         (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
-         launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
-         launch.calls[0].c_offset == 0;
+  return gemm_launch_is_one_plain_call(launch) && g.m >= 1 && g.m <= most_rows && g.n >= 1 &&
+         g.k >= 1 && epilogue && (!gemm_epilogue_has_bias(g.epilogue) || launch.bias_slot >= 0) &&
+         (g.epilogue != GemmEpilogue::kBiasGeluAux || launch.aux_slot >= 0);
 }
 
 }  // namespace
@@ -185,22 +194,14 @@ GemmArgs transposed_args(const GemmArgs& g) {
   return t;
 }
 
-bool transposed_epilogue(GemmEpilogue epilogue) {
-  return epilogue == GemmEpilogue::kNone || epilogue == GemmEpilogue::kBias ||
-         epilogue == GemmEpilogue::kBiasGelu || epilogue == GemmEpilogue::kBiasRelu;
-}
-
 }  // namespace
 
 bool small_n_gemm_qualifies(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
-  return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
-         g.m > kMaxMeasuredSmallM && g.n >= 1 && g.n <= kMaxMeasuredSmallM && g.k >= 1 &&
-         !g.transpose_a && transposed_epilogue(g.epilogue) && !launch.exact_gelu &&
-         (!gemm_epilogue_has_bias(g.epilogue) || launch.bias_slot >= 0) &&
-         (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
-         launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
-         launch.calls[0].c_offset == 0;
+  return gemm_launch_is_one_plain_call(launch) && g.m > kMaxMeasuredSmallM && g.n >= 1 &&
+         g.n <= kMaxMeasuredSmallM && g.k >= 1 && !g.transpose_a &&
+         gemm_epilogue_is_pointwise_on_c(g.epilogue) && !launch.exact_gelu &&
+         (!gemm_epilogue_has_bias(g.epilogue) || launch.bias_slot >= 0);
 }
 
 AssembledKernel small_m_gemm_kernel(const GemmLaunch& launch, int64_t rows_per_warp,

@@ -128,6 +128,15 @@ SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device dev
 // Whether an epilogue adds a bias (bias, bias_gelu, bias_gelu_aux, bias_relu).
 bool gemm_epilogue_has_bias(runtime::GemmEpilogue epilogue);
 
+// Whether an epilogue reads nothing but C and a bias (none, bias, bias_gelu,
+// bias_relu): those the transposed small-M and the tiny-K kernels apply.
+bool gemm_epilogue_is_pointwise_on_c(runtime::GemmEpilogue epilogue);
+
+// Whether a launch is one call of one product (no batch), alpha 1, beta 0, in
+// f32, bf16 or f16, its operands at offset 0: what every grove GEMM kernel
+// (small-M, transposed small-M, tiny-K) asks of a launch before its shape.
+bool gemm_launch_is_one_plain_call(const GemmLaunch& launch);
+
 // Note [Small-M GEMM column tiles]: whether auto also measures column-tiled
 // variants (GROVE_SMALL_M_COLUMN_TILES, on by default).
 bool small_m_column_tiles_enabled();

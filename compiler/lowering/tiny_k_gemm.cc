@@ -19,23 +19,14 @@ using runtime::DType;
 using runtime::GemmArgs;
 using runtime::GemmEpilogue;
 
-bool tiny_k_epilogue(GemmEpilogue epilogue) {
-  return epilogue == GemmEpilogue::kNone || epilogue == GemmEpilogue::kBias ||
-         epilogue == GemmEpilogue::kBiasGelu || epilogue == GemmEpilogue::kBiasRelu;
-}
-
 }  // namespace
 
 bool tiny_k_gemm_qualifies(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
-  return launch.calls.size() == 1 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
-         g.m > kMaxMeasuredSmallM && g.n >= 1 && g.k >= 1 && g.k <= kMaxTinyK &&
-         tiny_k_epilogue(g.epilogue) &&
+  return gemm_launch_is_one_plain_call(launch) && g.m > kMaxMeasuredSmallM && g.n >= 1 &&
+         g.k >= 1 && g.k <= kMaxTinyK && gemm_epilogue_is_pointwise_on_c(g.epilogue) &&
          (!launch.exact_gelu || (g.epilogue == GemmEpilogue::kBias && g.dtype == DType::kF32)) &&
-         (g.epilogue == GemmEpilogue::kNone || launch.bias_slot >= 0) &&
-         (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
-         launch.calls[0].a_offset == 0 && launch.calls[0].b_offset == 0 &&
-         launch.calls[0].c_offset == 0;
+         (g.epilogue == GemmEpilogue::kNone || launch.bias_slot >= 0);
 }
 
 // Note [Tiny-K GEMM kernel]: C[m, n] = epilogue(sum_k A[m, k] B[n, k]) as a

@@ -302,6 +302,19 @@ compiler::lowering::GemmLaunch contiguous_launch(int64_t m, int64_t n, int64_t k
   return launch;
 }
 
+// sum_i A[row, i] W[col, i] in double, A [m, k] row-major, W read as [n, k]
+// (linear's weight) or, without transpose_b, as [k, n]: the reference the
+// kernel tests compare with.
+double reference_product(const testing::Buffer& a, const testing::Buffer& w, int64_t row,
+                         int64_t col, int64_t n, int64_t k, bool transpose_b = true) {
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t w_at = transpose_b ? col * k + i : i * n + col;
+    sum += a.values[static_cast<size_t>(row * k + i)] * w.values[static_cast<size_t>(w_at)];
+  }
+  return sum;
+}
+
 constexpr const char* kPtxas = "/usr/local/cuda/bin/ptxas";
 
 // Whether ptxas assembles `ptx` for sm_90 (false when its file cannot be made).
@@ -396,11 +409,8 @@ TEST(SmallMGemmKernel, EveryRowVariantMatchesTheReference) {
     for (int64_t row = 0; row < m; ++row) {
       const int64_t group = row / rows, within = row % rows;
       for (int64_t col = 0; col < n; ++col) {
-        double pre = bias.values[static_cast<size_t>(col)];
-        for (int64_t i = 0; i < k; ++i) {
-          pre += a.values[static_cast<size_t>(row * k + i)] *
-                 w.values[static_cast<size_t>(col * k + i)];
-        }
+        const double pre =
+            bias.values[static_cast<size_t>(col)] + reference_product(a, w, row, col, n, k);
         // grove's gelu: the tanh approximation.
         const double gelu =
             0.5 * pre * (1 + std::tanh(std::sqrt(2 / M_PI) * (pre + 0.044715 * pre * pre * pre)));
@@ -440,11 +450,8 @@ TEST(SmallMGemmKernel, FortyEightRowsMatchTheReferenceInEveryVariant) {
     for (int64_t row = 0; row < m; ++row) {
       const int64_t group = row / rows, within = row % rows;
       for (int64_t col = 0; col < n; ++col) {
-        double expected = bias.values[static_cast<size_t>(col)];
-        for (int64_t i = 0; i < k; ++i) {
-          expected += a.values[static_cast<size_t>(row * k + i)] *
-                      w.values[static_cast<size_t>(col * k + i)];
-        }
+        const double expected =
+            bias.values[static_cast<size_t>(col)] + reference_product(a, w, row, col, n, k);
         const double got = outputs[static_cast<size_t>(within)]
                                .values[static_cast<size_t>(group * rows * n + col)];
         ASSERT_TRUE(testing::close(got, expected, 1e-4, 1e-5))
@@ -485,12 +492,8 @@ TEST(SmallMGemmKernel, TransposedFormMatchesTheReferenceInEveryVariant) {
       ASSERT_EQ(outputs.size(), static_cast<size_t>(rows));
       for (int64_t row = 0; row < m; ++row) {
         for (int64_t col = 0; col < n; ++col) {
-          double expected = bias.values[static_cast<size_t>(col)];
-          for (int64_t i = 0; i < k; ++i) {
-            const int64_t w_at = transpose_b ? col * k + i : i * n + col;
-            expected +=
-                a.values[static_cast<size_t>(row * k + i)] * w.values[static_cast<size_t>(w_at)];
-          }
+          const double expected = bias.values[static_cast<size_t>(col)] +
+                                  reference_product(a, w, row, col, n, k, transpose_b);
           // Output (col % rows) of the kernel's row (col / rows, row), at
           // C + row * n + col less its offset (col % rows).
           const int64_t within = col % rows;
@@ -563,13 +566,11 @@ TEST(SmallMGemmKernel, ColumnTilesMatchTheReference) {
       ASSERT_EQ(outputs.size(), static_cast<size_t>(per_place * variant.rows * variant.columns));
       for (int64_t row = 0; row < m; ++row) {
         for (int64_t col = 0; col < n; ++col) {
-          double pre = test.epilogue == GemmEpilogue::kNone || test.epilogue == GemmEpilogue::kDGelu
-                           ? 0.0
-                           : bias.values[static_cast<size_t>(col)];
-          for (int64_t i = 0; i < k; ++i) {
-            const int64_t w_at = test.transpose_b ? col * k + i : i * n + col;
-            pre += a.values[static_cast<size_t>(row * k + i)] * w.values[static_cast<size_t>(w_at)];
-          }
+          const double pre =
+              (test.epilogue == GemmEpilogue::kNone || test.epilogue == GemmEpilogue::kDGelu
+                   ? 0.0
+                   : bias.values[static_cast<size_t>(col)]) +
+              reference_product(a, w, row, col, n, k, test.transpose_b);
           double expected = pre;
           if (aux) {
             expected = 0.5 * pre *
@@ -685,11 +686,7 @@ TEST(SmallMGemmKernel, EveryRowVariantComputesTheGeluGradientEpilogue) {
     const double c = std::sqrt(2 / M_PI), q = 0.044715;
     for (int64_t row = 0; row < m; ++row) {
       for (int64_t col = 0; col < n; ++col) {
-        double product = 0;
-        for (int64_t i = 0; i < k; ++i) {
-          product += a.values[static_cast<size_t>(row * k + i)] *
-                     w.values[static_cast<size_t>(i * n + col)];
-        }
+        const double product = reference_product(a, w, row, col, n, k, /*transpose_b=*/false);
         const double v = x.values[static_cast<size_t>(row * n + col)];
         const double t = std::tanh(c * (v + q * v * v * v));
         const double slope = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * q * v * v);
