@@ -44,7 +44,8 @@ class UsageError(Exception):
 
 
 def read_session(logs):
-    """session.tsv written by tools/gpu_session.sh: key/value lines and steps."""
+    """session.tsv written by tools/gpu_session.sh (or a session script of its own, which
+    names itself in `runner` and may add a header line in `note`): key/value lines and steps."""
     session = {"steps": [], "values": {}}
     path = os.path.join(logs, "session.tsv")
     if not os.path.isfile(path):
@@ -241,6 +242,10 @@ def header(args, session, reports, broken, now, goal_counts):
     if len(names) > 1:
         lines.append("- Warning: the reports name more than one device (%s); ratios across "
                      "them mix machines." % ", ".join(names))
+    if values.get("note"):
+        # session.tsv's `note`: what a reader must know of how the session ran
+        # (a session not run by gpu_session.sh says it there).
+        lines.append("- %s" % values["note"])
     lines.append("- Goals: %d met, %d not met, %d not measured (the table at the end)"
                  % goal_counts)
     summary = read_test_summary(args.logs)
@@ -251,7 +256,8 @@ def header(args, session, reports, broken, now, goal_counts):
     steps = session["steps"]
     commands = [s["command"] for s in steps] if steps else default_commands(args.logs)
     if steps:
-        commands = ["bash tools/gpu_session.sh   # runs:"] + commands + [
+        runner = values.get("runner", "bash tools/gpu_session.sh")
+        commands = ["%s   # runs:" % runner] + commands + [
             "python3 tools/write_results.py --logs $OUT/gpu_logs --out $OUT"]
     lines += commands + ["```", ""]
     if steps:

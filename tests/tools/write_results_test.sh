@@ -148,6 +148,7 @@ has("terminate called after throwing")
 has("**Not every step succeeded: torch (timed out).**")
 has("| torch | timed out | 124 | 150 s | 150 s |")
 has("- Device: NVIDIA H200 (nvidia-smi: NVIDIA H200, 580.159.04)")
+has("bash tools/gpu_session.sh   # runs:")  # no runner in session.tsv: gpu_session.sh's
 has("- Date: 2026-11-22 03:30 UTC to 2026-11-22 03:38 UTC")
 has("No plot: --no-plot was given.")
 # Goals that need PyTorch are not measured, and say what they lacked; the rest are judged.
@@ -501,6 +502,21 @@ check(md, row(RATE, "needs decode load's JSON (`decode load --json decode_load.j
       "## Data parallel through the torch door (`benchmarks/ddp_door.py`)\n\n"
       "Not run in this session: no `ddp_door.json`.")
 PY
+
+# 9. A session run by a script of its own names it in session.tsv's `runner`, and its
+# `note` becomes a header line (session 20's final lease ran two lanes at once).
+mkdir -p "$tmp/runner/logs"
+cp "$fixtures/train_step.json" "$tmp/runner/logs/"
+printf 'started_utc\t2026-11-27 06:16 UTC\nnote\tTwo lanes ran at once, one per GPU.\nrunner\tbash lanes.sh\nstep\ttrain\tok\t0\t9\t60\ttrain_step --json\n' \
+  >"$tmp/runner/logs/session.tsv"
+write --logs "$tmp/runner/logs" --out "$tmp/runner/out" --no-plot >/dev/null
+grep -qF -- "- Two lanes ran at once, one per GPU." "$tmp/runner/out/RESULTS.md" ||
+  { echo "the session's note is not in the header" >&2; exit 1; }
+grep -qF "bash lanes.sh   # runs:" "$tmp/runner/out/RESULTS.md" ||
+  { echo "the session's runner is not named" >&2; exit 1; }
+if grep -qF "gpu_session.sh   # runs:" "$tmp/runner/out/RESULTS.md"; then
+  echo "a session with its own runner still names gpu_session.sh" >&2; exit 1
+fi
 
 # 7. Bad arguments fail with a message and status 2.
 status=0
