@@ -50,6 +50,11 @@ bool streamed_gemv_x_ahead() {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
+bool streamed_gemv_a_shared() {
+  const char* value = std::getenv("GROVE_GEMV_A_SHARED");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
 bool streamed_gemv_deep_slots(int64_t columns) {
   const char* value = std::getenv("GROVE_STREAMED_GEMV_SLOTS");
   if (value == nullptr) return false;

@@ -255,5 +255,9 @@ bool streamed_gemv_deep_slots(int64_t columns);
 // runtime/cuda/small_m_gemv.h: off by default, it faulted in the 1B step). Read
 // at each launch.
 bool streamed_gemv_x_ahead();
+// Whether the streamed GEMV copies A into shared memory once per block and folds
+// from there (K <= 8192): only with GROVE_GEMV_A_SHARED=1 (Note [Streamed GEMV holds
+// A in shared memory], runtime/cuda/small_m_gemv.h). Read at each launch.
+bool streamed_gemv_a_shared();
 
 }  // namespace grove::runtime

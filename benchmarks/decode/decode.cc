@@ -34,10 +34,12 @@
 //          [--json FILE]
 //   decode load ...   (an open-loop serving load: decode_load.cc, `decode load --help`)
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "benchmarks/common/flags.h"
@@ -78,6 +80,12 @@ const std::vector<FlagSpec> kFlags = {
     {"--while-steps", "LIST",
      "steps per WHILE iteration (Note [Steps per WHILE iteration]); the first is the table's, "
      "each other one is timed too, on a loop of its own (default 1)"},
+    {"--variants", "LIST",
+     "environment settings to time against the defaults in this process, at each batch: "
+     "variants split by ';', a variant's NAME=VALUE pairs by ',' (e.g. "
+     "'GROVE_GEMV_A_SHARED=1;GROVE_ATTENTION_WARM=1,GROVE_GEMV_A_SHARED=1'); each records a loop "
+     "of its own with its settings, then the defaults are timed again (Note [Decode switches in "
+     "one process])"},
     kJsonFlag,
 };
 
@@ -85,6 +93,70 @@ struct ModeResult {
   double step_us = 0;  // median over repeats
   double spread = 0;
   std::vector<std::vector<int64_t>> tokens;  // of the last repeat
+};
+
+// One --variants entry: environment variables and the values they take while it records.
+using EnvVariant = std::vector<std::pair<std::string, std::string>>;
+
+std::vector<EnvVariant> parse_variants(const std::string& text) {
+  std::vector<EnvVariant> variants;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const size_t end = std::min(text.find(';', start), text.size());
+    EnvVariant& variant = variants.emplace_back();
+    size_t pair_start = start;
+    while (pair_start < end) {
+      const size_t pair_end = std::min(text.find(',', pair_start), end);
+      const std::string pair = text.substr(pair_start, pair_end - pair_start);
+      const size_t equals = pair.find('=');
+      if (equals == std::string::npos || equals == 0 || pair.rfind("GROVE_", 0) != 0) {
+        throw UsageError(str_cat("--variants: '", pair, "' is not GROVE_NAME=VALUE (variants split "
+                                 "by ';', a variant's settings by ',')"));
+      }
+      variant.emplace_back(pair.substr(0, equals), pair.substr(equals + 1));
+      pair_start = pair_end + 1;
+    }
+    if (variant.empty()) throw UsageError("--variants: an empty variant in '" + text + "'");
+    start = end + 1;
+  }
+  return variants;
+}
+
+std::string variant_name(const EnvVariant& variant) {
+  std::string name;
+  for (const auto& [key, value] : variant) name += (name.empty() ? "" : ",") + key + "=" + value;
+  return name.empty() ? "defaults" : name;
+}
+
+// Sets a variant's variables for the life of the object, then restores them.
+class VariantEnvironment {
+ public:
+  explicit VariantEnvironment(const EnvVariant& variant) {
+    for (const auto& [key, value] : variant) {
+      const char* before = std::getenv(key.c_str());
+      saved_.push_back({key, before != nullptr, before != nullptr ? before : ""});
+      ::setenv(key.c_str(), value.c_str(), 1);
+    }
+  }
+  ~VariantEnvironment() {
+    for (const Saved& saved : saved_) {
+      if (saved.was_set) {
+        ::setenv(saved.key.c_str(), saved.value.c_str(), 1);
+      } else {
+        ::unsetenv(saved.key.c_str());
+      }
+    }
+  }
+  VariantEnvironment(const VariantEnvironment&) = delete;
+  VariantEnvironment& operator=(const VariantEnvironment&) = delete;
+
+ private:
+  struct Saved {
+    std::string key;
+    bool was_set;
+    std::string value;
+  };
+  std::vector<Saved> saved_;
 };
 
 // Prefills `batch` seeded prompts into slots 0..batch-1 and starts their rows
@@ -199,6 +271,62 @@ ModeResult time_server_steps(Decoder& decoder, DecodeLoop& loop, int64_t batch, 
   return result;
 }
 
+// Note [Decode switches in one process]
+// A kernel switch (GROVE_GEMV_A_SHARED, GROVE_ATTENTION_WARM, ...) is read when
+// a launch is captured or the decode program is compiled, so a DecodeLoop
+// recorded while it is set replays that choice. --variants records one loop
+// per variant with its settings (then restores them) on the same decoder,
+// checkpoint and prompts, times its per-step and WHILE modes like the table's,
+// checks its tokens against the table's per-step tokens, and then times a fresh
+// loop of the defaults again, so that each ratio compares runs minutes apart at
+// most on one GPU (separate processes paid ~10 s each for the checkpoint and
+// the prefills, and a different host state). Test: decode_smoke_test.sh (sim).
+nlohmann::json time_variants(Decoder& decoder, const std::vector<EnvVariant>& variants,
+                             int64_t batch, int64_t prompt, int64_t steps, int64_t repeats,
+                             int64_t steps_per_iteration, const ModeResult& reference,
+                             const std::string& config_name) {
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<EnvVariant> order = variants;
+  order.emplace_back();  // the defaults again, last
+  for (const EnvVariant& variant : order) {
+    const std::string name = variant_name(variant);
+    ModeResult per_step;
+    ModeResult looped;
+    bool looped_ran = false;
+    std::vector<std::string> kernels;
+    {
+      VariantEnvironment environment(variant);
+      DecodeLoop loop(decoder, {.bucket = batch,
+                                .max_steps = steps,
+                                .steps_per_iteration = steps_per_iteration});
+      loop.warm_up();
+      kernels = loop.step_kernels();
+      per_step = time_mode(decoder, loop, DecodeMode::kPerStepGraphs, batch, prompt, steps, repeats);
+      looped_ran = loop.while_available();
+      if (looped_ran) {
+        looped = time_mode(decoder, loop, DecodeMode::kWhileLoop, batch, prompt, steps, repeats);
+      }
+    }
+    const bool same_tokens =
+        per_step.tokens == reference.tokens && (!looped_ran || looped.tokens == reference.tokens);
+    std::printf("%s batch %lld variant %s: per-step %.1f us, WHILE %s us, tokens %s\n",
+                config_name.c_str(), static_cast<long long>(batch), name.c_str(), per_step.step_us,
+                looped_ran ? format_fixed(looped.step_us, 1).c_str() : "refused",
+                same_tokens ? "identical" : "DIFFER");
+    nlohmann::json row = {{"variant", name},
+                          {"per_step_us", per_step.step_us},
+                          {"per_step_spread", per_step.spread},
+                          {"tokens_identical", same_tokens},
+                          {"step_kernels", kernels}};
+    if (looped_ran) {
+      row["while_us"] = looped.step_us;
+      row["while_spread"] = looped.spread;
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 int run(int argc, char** argv) {
   std::optional<FlagValues> parsed = parse_flags_or_help(
       kName, "Decode tokens/s: per-step graphs vs one WHILE graph.", argc, argv, kFlags);
@@ -236,6 +364,7 @@ int run(int argc, char** argv) {
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
   const std::string json_path = flags.text("--json", "");
   if (!json_path.empty()) cli::check_output_path("--json", json_path);
+  const std::vector<EnvVariant> variants = parse_variants(flags.text("--variants", ""));
   std::vector<int64_t> while_steps;
   for (const std::string& item : flags.list("--while-steps", {"1"})) {
     while_steps.push_back(cli::parse_integer("--while-steps", item, 1, 64));
@@ -418,6 +547,10 @@ int run(int argc, char** argv) {
         result["while_other_steps_per_iteration"] = by_steps;
       } else {
         result["while"] = {{"refused", loop.while_refusal()}};
+      }
+      if (!variants.empty()) {
+        result["variants"] = time_variants(*decoder, variants, batch, prompt, steps, repeats,
+                                           while_steps.front(), per_step, config_name);
       }
       config_json["results"].push_back(std::move(result));
     }

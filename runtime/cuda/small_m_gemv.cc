@@ -20,6 +20,8 @@ constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
 // Note [Streamed GEMV]: the streamed kernel's block (kStreamThreads) and grid.
 constexpr uint32_t kStreamThreads = 128;
 constexpr int kStreamBlocksPerSm = 2;
+// The _as kernels' A in shared memory (kSharedAElements in small_m_gemv_kernel.cu).
+constexpr int64_t kMaxSharedAK = 8192;
 
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
@@ -89,26 +91,31 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
 }
 
 void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int type) {
+  // Note [Streamed GEMV holds A in shared memory]: the _as entry points take the place of the
+  // others with GROVE_GEMV_A_SHARED=1, up to K = kMaxSharedAK.
+  const bool a_shared = g.k <= kMaxSharedAK && streamed_gemv_a_shared();
   // Note [Streamed GEMV slots]: 32 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
-  const int deep = streamed_gemv_deep_slots(g.n) ? 1 : 0;
+  const int deep = !a_shared && streamed_gemv_deep_slots(g.n) ? 1 : 0;
   // Note [Streamed GEMV loads A ahead]: the _x8 entry points only with GROVE_GEMV_X_AHEAD=1.
-  const int ahead = streamed_gemv_x_ahead() ? 1 : 0;
-  // 24 slots are the kernel's static shared memory; 32 are dynamic.
+  const int ahead = !a_shared && streamed_gemv_x_ahead() ? 1 : 0;
+  // 24 slots (16 beside A) are the kernel's static shared memory; 32 are dynamic.
   const uint32_t shared_bytes = deep != 0 ? 32 * kStreamThreads * 16 : 0;
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!streamed_loaded_[type][deep][ahead]) {
+    KernelHandle& handle = a_shared ? streamed_a_shared_[type] : streamed_[type][deep][ahead];
+    bool& loaded = a_shared ? streamed_a_shared_loaded_[type] : streamed_loaded_[type][deep][ahead];
+    if (!loaded) {
       KernelSource source;
       source.name = str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16",
-                            deep != 0 ? "_s32" : "", ahead != 0 ? "_x8" : "");
+                            deep != 0 ? "_s32" : "", ahead != 0 ? "_x8" : "", a_shared ? "_as" : "");
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
       source.max_dynamic_shared_bytes = shared_bytes;
-      streamed_[type][deep][ahead] = platform_.load_kernel(source);
-      streamed_loaded_[type][deep][ahead] = true;
+      handle = platform_.load_kernel(source);
+      loaded = true;
     }
-    kernel = streamed_[type][deep][ahead];
+    kernel = handle;
   }
   const int multiprocessors = platform_.multiprocessor_count();
   // No more blocks than columns need (a warp per column at least).

@@ -101,6 +101,25 @@
 // their speed is unmeasured.
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (with A
 // ahead, 24 and 32 slots, on cuda).
+//
+// Note [Streamed GEMV holds A in shared memory]
+// The fold's A loads (Note [Streamed GEMV loads A ahead]) are each an L2 round
+// trip in the chain of the fold, one per step of each column a warp takes:
+// about 64 for a down-projection warp (two columns of 32 steps), 16 for the
+// output projection's, which is the time those kernels take beyond gate/up's
+// bandwidth (18.8 and 7.0 us a layer against 12.6 and 3.2 at its 2661 GB/s).
+// The _as entry points (GROVE_GEMV_A_SHARED=1, K <= 8192; others keep the
+// kernels above) copy A into shared memory once per block after the wait (its
+// vectors spread over the block's threads, all loads in flight at once, one
+// barrier) and fold from there: one round trip a block instead of one a
+// step. A's 16 KiB take 8 of the 24 slots' place, so the block keeps 48 KiB
+// of static shared memory (16 slots: 256 threads x 16 x 16 bytes = 64 KiB of
+// weights in flight an SM, against the ~25 KiB an SM's share of 3.35 TB/s
+// needs over a microsecond of latency). Same vectors folded in the same
+// order: same bits. Not yet timed (written in session 21 for its round 1:
+// decode --variants GROVE_GEMV_A_SHARED=1).
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (the 1B
+// step's three shapes and K = 8200, past the shared copy, on cuda).
 #pragma once
 
 #include <mutex>
@@ -132,6 +151,9 @@ class SmallMGemv {
   // GEMV], Note [Streamed GEMV slots], Note [Streamed GEMV loads A ahead]
   KernelHandle streamed_[2][2][2] = {};
   bool streamed_loaded_[2][2][2] = {};
+  // [bf16, f16]: A in shared memory (Note [Streamed GEMV holds A in shared memory]).
+  KernelHandle streamed_a_shared_[2] = {};
+  bool streamed_a_shared_loaded_[2] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

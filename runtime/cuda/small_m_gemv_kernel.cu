@@ -140,12 +140,25 @@ constexpr int kStreamThreads = 128;
 // dynamic shared memory): Note [Streamed GEMV slots] (small_m_gemv.h).
 // kXAhead: A's vectors a lane loads before folding any of them (1, or 8 for
 // the _x8 entry points: Note [Streamed GEMV loads A ahead], small_m_gemv.h).
-template <typename T, int kSlots, int kXAhead>
+// kAShared: the block copies A (K <= kSharedAElements) into shared memory
+// after its wait and folds from there (the _as entry points, 16 slots: Note
+// [Streamed GEMV holds A in shared memory], small_m_gemv.h).
+constexpr int kSharedAElements = 8192;
+constexpr int kSharedASlots = 16;
+template <typename T, int kSlots, int kXAhead, bool kAShared = false>
 __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ldw, T* c, int64_t n,
                                               int64_t k, int64_t accumulate, int64_t evict_first) {
-  // 24 slots are static shared memory (as before the deep rings); 32 dynamic.
+  static_assert(!kAShared || (kXAhead == 1 && kSlots == kSharedASlots),
+                "A in shared memory takes 16 slots and no A ahead");
+  // 24 slots, and 16 beside A, are static shared memory (48 KiB); 32 dynamic.
   uint4(*slots)[kStreamThreads];
-  if constexpr (kSlots == 24) {
+  uint4* shared_a = nullptr;
+  if constexpr (kAShared) {
+    __shared__ uint4 static_slots[kSlots][kStreamThreads];
+    __shared__ uint4 static_a[kSharedAElements / 8];
+    slots = static_slots;
+    shared_a = static_a;
+  } else if constexpr (kSlots == 24) {
     __shared__ uint4 static_slots[kSlots][kStreamThreads];
     slots = static_slots;
   } else {
@@ -182,14 +195,22 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
   for (int slot = 0; slot < kSlots; ++slot) request(slot);
   wait_for_earlier_kernels();
   allow_next_kernel();
+  if constexpr (kAShared) {
+    // A is the kernel before's output: read only after the wait, every vector by one thread,
+    // all loads in flight at once; the barrier is the block's only one.
+    for (int64_t i = threadIdx.x; i < vectors; i += kStreamThreads) shared_a[i] = __ldg(x + i);
+    __syncthreads();
+  }
   int slot = 0;
   for (int64_t column = first_column; column < n; column += warps) {
     float acc = 0.0f;
     for (int64_t step0 = 0; step0 < per_lane; step0 += kXAhead) {
       uint4 ahead[kXAhead];
+      if constexpr (!kAShared) {
 #pragma unroll
-      for (int u = 0; u < kXAhead; ++u) {
-        if (step0 + u < per_lane) ahead[u] = __ldg(x + lane + (step0 + u) * kWarp);
+        for (int u = 0; u < kXAhead; ++u) {
+          if (step0 + u < per_lane) ahead[u] = __ldg(x + lane + (step0 + u) * kWarp);
+        }
       }
 #pragma unroll
       for (int u = 0; u < kXAhead; ++u) {
@@ -198,7 +219,11 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
         float weights[8];
         unpack(mine[slot * kStreamThreads], weights, T());
         float xs[8];
-        unpack(ahead[u], xs, T());
+        if constexpr (kAShared) {
+          unpack(shared_a[lane + (step0 + u) * kWarp], xs, T());
+        } else {
+          unpack(ahead[u], xs, T());
+        }
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc = fmaf(xs[i], weights[i], acc);
         request(slot);  // the fold above has read the slot
@@ -242,18 +267,20 @@ GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8)
 // evict_first): one row of A, Note [Streamed GEMV]; launched with
 // kStreamThreads threads per block and SLOTS * kStreamThreads * 16 bytes of
 // dynamic shared memory. evict_first: W's reads under evict_first_policy.
-#define GROVE_STREAMED_GEMV(NAME, T, SLOTS, X_AHEAD)                                            \
+#define GROVE_STREAMED_GEMV(NAME, T, SLOTS, X_AHEAD, A_SHARED)                                  \
   extern "C" __global__ void __launch_bounds__(kStreamThreads)                                  \
       NAME(const T* a, const T* w, int64_t ldw, T* c, int64_t n, int64_t k, int64_t accumulate, \
            int64_t evict_first) {                                                               \
-    streamed_gemv<T, SLOTS, X_AHEAD>(a, w, ldw, c, n, k, accumulate, evict_first);              \
+    streamed_gemv<T, SLOTS, X_AHEAD, A_SHARED>(a, w, ldw, c, n, k, accumulate, evict_first);    \
   }
 
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16, 24, 1)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16, __half, 24, 1)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32, __nv_bfloat16, 32, 1)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32, __half, 32, 1)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_x8, __nv_bfloat16, 24, 8)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_x8, __half, 24, 8)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32_x8, __nv_bfloat16, 32, 8)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32_x8, __half, 32, 8)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16, 24, 1, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16, __half, 24, 1, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32, __nv_bfloat16, 32, 1, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32, __half, 32, 1, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_x8, __nv_bfloat16, 24, 8, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_x8, __half, 24, 8, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32_x8, __nv_bfloat16, 32, 8, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32_x8, __half, 32, 8, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_as, __nv_bfloat16, kSharedASlots, 1, true)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_as, __half, kSharedASlots, 1, true)

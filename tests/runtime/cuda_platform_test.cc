@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -619,26 +620,33 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
 // streamed with weights evicted first, streamed with 32 slots (Note [Streamed
 // GEMV slots]), streamed loading A ahead, with 24 and 32 slots (Note [Streamed
 // GEMV loads A ahead]; the RMSNorm GEMVs hold A in shared memory and ignore it).
+// GROVE_GEMV_A_SHARED: A in shared memory (Note [Streamed GEMV holds A in shared memory]).
 struct GemvSetting {
   const char* streamed;
   const char* evict;
   const char* slots;
   const char* x_ahead;
+  const char* a_shared;
 };
-constexpr GemvSetting kGemvSettings[] = {{"1", "0", "", "0"}, {"0", "0", "", "0"},
-                                         {"1", "1", "", "0"}, {"1", "0", "deep", "0"},
-                                         {"1", "0", "", "1"}, {"1", "0", "deep", "1"}};
-constexpr const char* kGemvSettingNames[] = {"streamed",  "warp-per-column", "evict-first",
-                                             "deep-slot", "A-ahead",         "deep-slot A-ahead"};
+constexpr GemvSetting kGemvSettings[] = {
+    {"1", "0", "", "0", "0"},     {"0", "0", "", "0", "0"}, {"1", "1", "", "0", "0"},
+    {"1", "0", "deep", "0", "0"}, {"1", "0", "", "1", "0"}, {"1", "0", "deep", "1", "0"},
+    {"1", "1", "", "0", "1"}};
+constexpr const char* kGemvSettingNames[] = {
+    "streamed", "warp-per-column",   "evict-first", "deep-slot",
+    "A-ahead",  "deep-slot A-ahead", "A-in-shared-memory"};
+constexpr size_t kGemvSettingCount = std::size(kGemvSettings);
 
 // Note [Streamed GEMV]: for one row of A the streamed kernel (GROVE_STREAMED_GEMV
 // unset or 1) folds each lane's vectors in the warp-per-column kernel's order, so
 // both give the same bits: shapes where warps take several columns (n above the
 // grid's warps), K whose vectors do not divide among the lanes, a row stride
-// past K, and beta 0 and 1.
+// past K, and beta 0 and 1; the LLaMA-1B decode step's three (output and down
+// projections, LM head) and K past the A-in-shared-memory kernel's 8192.
 TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
   GROVE_SEEDED_RNG(rng);
-  const int64_t shapes[][3] = {{3001, 1096, 1112}, {2048, 8192, 8192}, {5, 64, 64}};
+  const int64_t shapes[][3] = {{3001, 1096, 1112}, {2048, 8192, 8192}, {5, 64, 64},
+                               {2048, 2048, 2048}, {32000, 2048, 2048}, {300, 8200, 8200}};
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const auto& [n, k, ldb] : shapes) {
       for (float beta : {0.0f, 1.0f}) {
@@ -655,11 +663,12 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
         std::vector<std::vector<uint16_t>> results;
         std::vector<std::string> names;
         // Streamed, warp per column, streamed with weights evicted first.
-        for (const auto& [streamed, evict, slots, x_ahead] : kGemvSettings) {
+        for (const auto& [streamed, evict, slots, x_ahead, a_shared] : kGemvSettings) {
           ::grove::testing::ScopedEnv setting("GROVE_STREAMED_GEMV", streamed);
           ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
           ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", slots);
           ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", x_ahead);
+          ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", a_shared);
           Tensor tc = Tensor::from_host(c_bits.data(), {1, n}, dtype, kCudaDevice);
           GemmArgs args;
           args.dtype = dtype;
@@ -688,7 +697,10 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
         EXPECT_EQ(names[3], str_cat("grove_small_m_gemv_streamed_", type, "_s32"));
         EXPECT_EQ(names[4], str_cat("grove_small_m_gemv_streamed_", type, "_x8"));
         EXPECT_EQ(names[5], str_cat("grove_small_m_gemv_streamed_", type, "_s32_x8"));
-        for (size_t other : {1, 2, 3, 4, 5}) {
+        // A in shared memory up to K = 8192, else the 24-slot kernel.
+        EXPECT_EQ(names[6], k <= 8192 ? str_cat("grove_small_m_gemv_streamed_", type, "_as")
+                                      : names[0]);
+        for (size_t other = 1; other < kGemvSettingCount; ++other) {
           size_t differ = 0;
           for (size_t i = 0; i < results[0].size(); ++i) {
             differ += results[0][i] != results[other][i];
@@ -727,17 +739,18 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
       const int64_t w_rows = gated ? 2 * n : n;
       Tensor w = bf16(w_rows * k, -0.1f, 0.1f).view({w_rows, k});
       std::vector<std::vector<uint8_t>> results;
-      for (const auto& [streamed, evict, slots, x_ahead] : kGemvSettings) {
+      for (const auto& [streamed, evict, slots, x_ahead, a_shared] : kGemvSettings) {
         ::grove::testing::ScopedEnv setting("GROVE_STREAMED_GEMV", streamed);
         ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
         ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", slots);
         ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", x_ahead);
+        ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", a_shared);
         Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
         launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
         platform().synchronize_stream(stream_);
         results.push_back(out.to_host_bytes());
       }
-      for (size_t other : {1, 2, 3, 4, 5}) {
+      for (size_t other = 1; other < kGemvSettingCount; ++other) {
         EXPECT_EQ(results[0], results[other])
             << "variant " << variant << " n " << n << " k " << k << ": streamed and "
             << kGemvSettingNames[other] << " results differ";
