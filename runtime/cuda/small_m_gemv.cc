@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "runtime/error.h"
@@ -20,6 +21,17 @@ constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
 // Note [Streamed GEMV]: the streamed kernel's block (kStreamThreads) and grid.
 constexpr uint32_t kStreamThreads = 128;
 constexpr int kStreamBlocksPerSm = 2;
+
+// Blocks per SM of the streamed grid: GROVE_STREAMED_GEMV_BLOCKS (1-4, read at each launch)
+// or kStreamBlocksPerSm. A column's sum is one warp's in a fixed order whichever warp takes
+// it, so the grid changes no bits (Note [Streamed GEMV holds A in shared memory]).
+int stream_blocks_per_sm() {
+  const char* value = std::getenv("GROVE_STREAMED_GEMV_BLOCKS");
+  if (value == nullptr || value[0] < '1' || value[0] > '4' || value[1] != '\0') {
+    return kStreamBlocksPerSm;
+  }
+  return value[0] - '0';
+}
 // The _as kernels' A in shared memory (kSharedAElements in small_m_gemv_kernel.cu).
 constexpr int64_t kMaxSharedAK = 8192;
 
@@ -122,7 +134,7 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
   const int64_t needed = (g.n + kStreamThreads / 32 - 1) / (kStreamThreads / 32);
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>(
-      std::min<int64_t>(needed, static_cast<int64_t>(multiprocessors) * kStreamBlocksPerSm));
+      std::min<int64_t>(needed, static_cast<int64_t>(multiprocessors) * stream_blocks_per_sm()));
   dims.block.x = kStreamThreads;
   dims.shared_bytes = shared_bytes;
   KernelArgs args;

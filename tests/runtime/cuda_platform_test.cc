@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -615,39 +617,54 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
   }
 }
 
-// GROVE_STREAMED_GEMV, GROVE_WEIGHTS_EVICT_FIRST, GROVE_STREAMED_GEMV_SLOTS and
-// GROVE_GEMV_X_AHEAD for the streamed GEMV tests: streamed, warp per column,
-// streamed with weights evicted first, streamed with 32 slots (Note [Streamed
-// GEMV slots]), streamed loading A ahead, with 24 and 32 slots (Note [Streamed
-// GEMV loads A ahead]; the RMSNorm GEMVs hold A in shared memory and ignore it).
-// GROVE_GEMV_A_SHARED: A in shared memory (Note [Streamed GEMV holds A in shared memory]).
+// GROVE_STREAMED_GEMV, GROVE_WEIGHTS_EVICT_FIRST, GROVE_STREAMED_GEMV_SLOTS,
+// GROVE_GEMV_X_AHEAD and GROVE_GEMV_A_SHARED for the streamed GEMV tests, and
+// the kernel each setting launches; GROVE_STREAMED_GEMV_BLOCKS, the streamed
+// grid's blocks an SM (the RMSNorm GEMVs hold A in shared memory and ignore
+// A ahead, A in shared memory and the grid).
 struct GemvSetting {
+  const char* name;
   const char* streamed;
   const char* evict;
   const char* slots;
   const char* x_ahead;
   const char* a_shared;
+  const char* kernel_suffix;  // after grove_small_m_gemv_streamed_<dtype>, or "m1"
+  const char* blocks = "";    // GROVE_STREAMED_GEMV_BLOCKS: blocks an SM
 };
+// The first is the default kernel, the reference of the rest: warp per column, weights
+// evicted first, 32 slots (Note [Streamed GEMV slots]), A in shared memory (Note [Streamed GEMV
+// holds A in shared memory]) with either eviction policy, A loaded ahead (Note [Streamed GEMV
+// loads A ahead]) with the default policy only (see kGemvAheadEvictFirstSettings).
 constexpr GemvSetting kGemvSettings[] = {
-    {"1", "0", "", "0", "0"},     {"0", "0", "", "0", "0"}, {"1", "1", "", "0", "0"},
-    {"1", "0", "deep", "0", "0"}, {"1", "0", "", "1", "0"}, {"1", "0", "deep", "1", "0"},
-    {"1", "1", "", "0", "1"}};
-constexpr const char* kGemvSettingNames[] = {
-    "streamed", "warp-per-column",   "evict-first", "deep-slot",
-    "A-ahead",  "deep-slot A-ahead", "A-in-shared-memory"};
-constexpr size_t kGemvSettingCount = std::size(kGemvSettings);
+    {"streamed", "1", "0", "", "0", "0", ""},
+    {"warp-per-column", "0", "0", "", "0", "0", "m1"},
+    {"evict-first", "1", "1", "", "0", "0", ""},
+    {"deep-slot", "1", "0", "deep", "0", "0", "_s32"},
+    {"A-ahead", "1", "0", "", "1", "0", "_x8"},
+    {"deep-slot A-ahead", "1", "0", "deep", "1", "0", "_s32_x8"},
+    {"A-in-shared-memory", "1", "0", "", "0", "1", "_as"},
+    {"A-in-shared-memory evict-first", "1", "1", "", "0", "1", "_as"},
+    {"A-in-shared-memory 3 blocks an SM", "1", "1", "", "0", "1", "_as", "3"},
+    {"1 block an SM", "1", "0", "", "0", "0", "", "1"}};
+// A loaded ahead under the evict-first policy (the decode step's default policy, which the
+// settings above never gave the _x8 kernels): session 20's fault, cudaErrorIllegalInstruction
+// in grove_small_m_gemv_streamed_bf16_x8 (compute-sanitizer, session 21).
+constexpr GemvSetting kGemvAheadEvictFirstSettings[] = {
+    {"streamed", "1", "0", "", "0", "0", ""},
+    {"A-ahead evict-first", "1", "1", "", "1", "0", "_x8"},
+    {"deep-slot A-ahead evict-first", "1", "1", "deep", "1", "0", "_s32_x8"}};
 
-// Note [Streamed GEMV]: for one row of A the streamed kernel (GROVE_STREAMED_GEMV
-// unset or 1) folds each lane's vectors in the warp-per-column kernel's order, so
-// both give the same bits: shapes where warps take several columns (n above the
-// grid's warps), K whose vectors do not divide among the lanes, a row stride
-// past K, and beta 0 and 1; the LLaMA-1B decode step's three (output and down
-// projections, LM head) and K past the A-in-shared-memory kernel's 8192.
-TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
-  GROVE_SEEDED_RNG(rng);
-  const int64_t shapes[][3] = {{3001, 1096, 1112}, {2048, 8192, 8192}, {5, 64, 64},
-                               {2048, 2048, 2048}, {32000, 2048, 2048}, {300, 8200, 8200}};
+// Runs the one-row GEMV C = beta C + A W^T of each setting (random bf16 and f16
+// operands of each shape, beta 0 and 1) and expects the first setting's bits
+// from every other, the kernel each names, and a product that changed C.
+// K above 8192 takes the 24-slot kernel where A in shared memory was asked for.
+template <size_t kCount>
+void expect_streamed_gemvs_match(Platform& platform, StreamHandle stream, std::mt19937& rng,
+                                 const GemvSetting (&settings)[kCount],
+                                 std::initializer_list<std::array<int64_t, 3>> shapes) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const char* type = dtype == DType::kBF16 ? "bf16" : "f16";
     for (const auto& [n, k, ldb] : shapes) {
       for (float beta : {0.0f, 1.0f}) {
         auto to_bits = [&](float value) {
@@ -661,14 +678,13 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
         Tensor ta = Tensor::from_host(a_bits.data(), {1, k}, dtype, kCudaDevice);
         Tensor tw = Tensor::from_host(w_bits.data(), {n, ldb}, dtype, kCudaDevice);
         std::vector<std::vector<uint16_t>> results;
-        std::vector<std::string> names;
-        // Streamed, warp per column, streamed with weights evicted first.
-        for (const auto& [streamed, evict, slots, x_ahead, a_shared] : kGemvSettings) {
-          ::grove::testing::ScopedEnv setting("GROVE_STREAMED_GEMV", streamed);
-          ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
-          ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", slots);
-          ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", x_ahead);
-          ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", a_shared);
+        for (const GemvSetting& setting : settings) {
+          ::grove::testing::ScopedEnv streamed("GROVE_STREAMED_GEMV", setting.streamed);
+          ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", setting.evict);
+          ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", setting.slots);
+          ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", setting.x_ahead);
+          ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", setting.a_shared);
+          ::grove::testing::ScopedEnv blocks("GROVE_STREAMED_GEMV_BLOCKS", setting.blocks);
           Tensor tc = Tensor::from_host(c_bits.data(), {1, n}, dtype, kCudaDevice);
           GemmArgs args;
           args.dtype = dtype;
@@ -677,36 +693,31 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
           args.b = tw.data_ptr(), args.ldb = ldb, args.transpose_b = true;
           args.c = tc.data_ptr(), args.ldc = n;
           args.beta = beta;
-          platform().begin_capture(stream_, CaptureMode::kThreadLocal);
-          platform().blas().gemm_row_major(stream_, args);
-          GraphHandle graph = platform().end_capture(stream_);
-          std::vector<KernelNodeInfo> nodes = platform().kernel_nodes(graph);
+          platform.begin_capture(stream, CaptureMode::kThreadLocal);
+          platform.blas().gemm_row_major(stream, args);
+          GraphHandle graph = platform.end_capture(stream);
+          std::vector<KernelNodeInfo> nodes = platform.kernel_nodes(graph);
           ASSERT_EQ(nodes.size(), 1u);
-          names.push_back(nodes[0].kernel_name);
-          GraphExecHandle exec = platform().instantiate(graph, {});
-          platform().launch_graph(exec, stream_);
-          platform().synchronize_stream(stream_);
-          platform().destroy_graph_exec(exec);
-          platform().destroy_graph(graph);
+          const std::string suffix =
+              std::string(setting.kernel_suffix) == "_as" && k > 8192 ? "" : setting.kernel_suffix;
+          EXPECT_EQ(nodes[0].kernel_name, suffix == "m1"
+                                              ? str_cat("grove_small_m_gemv_", type, "_m1")
+                                              : str_cat("grove_small_m_gemv_streamed_", type, suffix))
+              << setting.name << " k " << k;
+          GraphExecHandle exec = platform.instantiate(graph, {});
+          platform.launch_graph(exec, stream);
+          platform.synchronize_stream(stream);
+          platform.destroy_graph_exec(exec);
+          platform.destroy_graph(graph);
           results.push_back(tc.to_vector<uint16_t>());
         }
-        const char* type = dtype == DType::kBF16 ? "bf16" : "f16";
-        EXPECT_EQ(names[0], str_cat("grove_small_m_gemv_streamed_", type));
-        EXPECT_EQ(names[1], str_cat("grove_small_m_gemv_", type, "_m1"));
-        EXPECT_EQ(names[2], names[0]);
-        EXPECT_EQ(names[3], str_cat("grove_small_m_gemv_streamed_", type, "_s32"));
-        EXPECT_EQ(names[4], str_cat("grove_small_m_gemv_streamed_", type, "_x8"));
-        EXPECT_EQ(names[5], str_cat("grove_small_m_gemv_streamed_", type, "_s32_x8"));
-        // A in shared memory up to K = 8192, else the 24-slot kernel.
-        EXPECT_EQ(names[6], k <= 8192 ? str_cat("grove_small_m_gemv_streamed_", type, "_as")
-                                      : names[0]);
-        for (size_t other = 1; other < kGemvSettingCount; ++other) {
+        for (size_t other = 1; other < kCount; ++other) {
           size_t differ = 0;
           for (size_t i = 0; i < results[0].size(); ++i) {
             differ += results[0][i] != results[other][i];
           }
-          EXPECT_EQ(differ, 0u) << type << " n " << n << " k " << k << " beta " << beta
-                                << ": streamed and " << kGemvSettingNames[other]
+          EXPECT_EQ(differ, 0u) << type << " n " << n << " k " << k << " beta " << beta << ": "
+                                << settings[0].name << " and " << settings[other].name
                                 << " results differ";
         }
         // And the product is not trivially zero: a sum changed C somewhere.
@@ -716,6 +727,33 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
       }
     }
   }
+}
+
+// Note [Streamed GEMV]: for one row of A the streamed kernel (GROVE_STREAMED_GEMV
+// unset or 1) folds each lane's vectors in the warp-per-column kernel's order, so
+// both give the same bits: shapes where warps take several columns (n above the
+// grid's warps), K whose vectors do not divide among the lanes, a row stride
+// past K, and beta 0 and 1; the LLaMA-1B decode step's three (output and down
+// projections, LM head) and K past the A-in-shared-memory kernel's 8192.
+TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
+  GROVE_SEEDED_RNG(rng);
+  expect_streamed_gemvs_match(platform(), stream_, rng, kGemvSettings,
+                              {{3001, 1096, 1112},
+                               {2048, 8192, 8192},
+                               {5, 64, 64},
+                               {2048, 2048, 2048},
+                               {32000, 2048, 2048},
+                               {300, 8200, 8200}});
+}
+
+// Note [Streamed GEMV loads A ahead]: the _x8 kernels under the evict-first
+// policy, on the 1B decode step's shapes (output and down projections, LM head)
+// and one whose vectors do not divide among the lanes.
+TEST_F(CudaPlatformTest, StreamedGemvLoadingAAheadUnderEvictFirstMatchesBitwise) {
+  GROVE_SEEDED_RNG(rng);
+  expect_streamed_gemvs_match(platform(), stream_, rng, kGemvAheadEvictFirstSettings,
+                              {{2048, 2048, 2048}, {2048, 8192, 8192}, {32000, 2048, 2048},
+                               {3001, 1096, 1112}});
 }
 
 // Note [Streamed GEMV]: the streamed RMSNorm GEMVs (plain, f32 out, gated)
@@ -739,21 +777,21 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
       const int64_t w_rows = gated ? 2 * n : n;
       Tensor w = bf16(w_rows * k, -0.1f, 0.1f).view({w_rows, k});
       std::vector<std::vector<uint8_t>> results;
-      for (const auto& [streamed, evict, slots, x_ahead, a_shared] : kGemvSettings) {
-        ::grove::testing::ScopedEnv setting("GROVE_STREAMED_GEMV", streamed);
-        ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", evict);
-        ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", slots);
-        ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", x_ahead);
-        ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", a_shared);
+      for (const GemvSetting& setting : kGemvSettings) {
+        ::grove::testing::ScopedEnv streamed("GROVE_STREAMED_GEMV", setting.streamed);
+        ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", setting.evict);
+        ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", setting.slots);
+        ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", setting.x_ahead);
+        ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", setting.a_shared);
         Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
         launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
         platform().synchronize_stream(stream_);
         results.push_back(out.to_host_bytes());
       }
-      for (size_t other = 1; other < kGemvSettingCount; ++other) {
+      for (size_t other = 1; other < std::size(kGemvSettings); ++other) {
         EXPECT_EQ(results[0], results[other])
             << "variant " << variant << " n " << n << " k " << k << ": streamed and "
-            << kGemvSettingNames[other] << " results differ";
+            << kGemvSettings[other].name << " results differ";
       }
       size_t nonzero = 0;
       for (uint8_t byte : results[0]) nonzero += byte != 0;
