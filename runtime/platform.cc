@@ -55,6 +55,14 @@ bool streamed_gemv_a_shared() {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
+int streamed_gemv_blocks_per_sm(int default_blocks) {
+  const char* value = std::getenv("GROVE_STREAMED_GEMV_BLOCKS");
+  if (value == nullptr || value[0] < '1' || value[0] > '4' || value[1] != '\0') {
+    return default_blocks;
+  }
+  return value[0] - '0';
+}
+
 bool streamed_gemv_deep_slots(int64_t columns) {
   const char* value = std::getenv("GROVE_STREAMED_GEMV_SLOTS");
   if (value == nullptr) return false;

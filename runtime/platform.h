@@ -259,5 +259,10 @@ bool streamed_gemv_x_ahead();
 // from there (K <= 8192): only with GROVE_GEMV_A_SHARED=1 (Note [Streamed GEMV holds
 // A in shared memory], runtime/cuda/small_m_gemv.h). Read at each launch.
 bool streamed_gemv_a_shared();
+// Blocks an SM of every streamed GEMV's grid: GROVE_STREAMED_GEMV_BLOCKS (1-4) or
+// `default_blocks`. A column's sum is one warp's, in one order, whichever warp takes it, and
+// every block of the RMSNorm GEMVs normalizes the row alike, so the grid changes no bits (Note
+// [Streamed GEMV holds A in shared memory], runtime/cuda/small_m_gemv.h). Read at each launch.
+int streamed_gemv_blocks_per_sm(int default_blocks);
 
 }  // namespace grove::runtime

@@ -102,8 +102,9 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
   const KernelHandle kernel = load_kernel_once(device, source);
   const int64_t needed = (n + kThreads / 32 - 1) / (kThreads / 32);
   LaunchDims dims;
-  dims.grid.x = static_cast<uint32_t>(
-      std::min(needed, int64_t{platform.multiprocessor_count()} * kStreamBlocksPerSm));
+  dims.grid.x =
+      static_cast<uint32_t>(std::min(needed, int64_t{platform.multiprocessor_count()} *
+                                                 streamed_gemv_blocks_per_sm(kStreamBlocksPerSm)));
   dims.block.x = kThreads;
   dims.shared_bytes = shared_bytes;
   KernelArgs args;

@@ -110,7 +110,8 @@ std::vector<EnvVariant> parse_variants(const std::string& text) {
       const std::string pair = text.substr(pair_start, pair_end - pair_start);
       const size_t equals = pair.find('=');
       if (equals == std::string::npos || equals == 0 || pair.rfind("GROVE_", 0) != 0) {
-        throw UsageError(str_cat("--variants: '", pair, "' is not GROVE_NAME=VALUE (variants split "
+        throw UsageError(str_cat("--variants: '", pair,
+                                 "' is not GROVE_NAME=VALUE (variants split "
                                  "by ';', a variant's settings by ',')"));
       }
       variant.emplace_back(pair.substr(0, equals), pair.substr(equals + 1));
@@ -296,12 +297,13 @@ nlohmann::json time_variants(Decoder& decoder, const std::vector<EnvVariant>& va
     std::vector<std::string> kernels;
     {
       VariantEnvironment environment(variant);
-      DecodeLoop loop(decoder, {.bucket = batch,
-                                .max_steps = steps,
-                                .steps_per_iteration = steps_per_iteration});
+      DecodeLoop loop(
+          decoder,
+          {.bucket = batch, .max_steps = steps, .steps_per_iteration = steps_per_iteration});
       loop.warm_up();
       kernels = loop.step_kernels();
-      per_step = time_mode(decoder, loop, DecodeMode::kPerStepGraphs, batch, prompt, steps, repeats);
+      per_step =
+          time_mode(decoder, loop, DecodeMode::kPerStepGraphs, batch, prompt, steps, repeats);
       looped_ran = loop.while_available();
       if (looped_ran) {
         looped = time_mode(decoder, loop, DecodeMode::kWhileLoop, batch, prompt, steps, repeats);

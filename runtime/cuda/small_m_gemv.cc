@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "runtime/error.h"
@@ -21,17 +20,6 @@ constexpr uint32_t kWarpsPerBlock = 4;  // the kernel's __launch_bounds__(128)
 // Note [Streamed GEMV]: the streamed kernel's block (kStreamThreads) and grid.
 constexpr uint32_t kStreamThreads = 128;
 constexpr int kStreamBlocksPerSm = 2;
-
-// Blocks per SM of the streamed grid: GROVE_STREAMED_GEMV_BLOCKS (1-4, read at each launch)
-// or kStreamBlocksPerSm. A column's sum is one warp's in a fixed order whichever warp takes
-// it, so the grid changes no bits (Note [Streamed GEMV holds A in shared memory]).
-int stream_blocks_per_sm() {
-  const char* value = std::getenv("GROVE_STREAMED_GEMV_BLOCKS");
-  if (value == nullptr || value[0] < '1' || value[0] > '4' || value[1] != '\0') {
-    return kStreamBlocksPerSm;
-  }
-  return value[0] - '0';
-}
 // The _as kernels' A in shared memory (kSharedAElements in small_m_gemv_kernel.cu).
 constexpr int64_t kMaxSharedAK = 8192;
 
@@ -119,8 +107,9 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
     bool& loaded = a_shared ? streamed_a_shared_loaded_[type] : streamed_loaded_[type][deep][ahead];
     if (!loaded) {
       KernelSource source;
-      source.name = str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16",
-                            deep != 0 ? "_s32" : "", ahead != 0 ? "_x8" : "", a_shared ? "_as" : "");
+      source.name =
+          str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16",
+                  deep != 0 ? "_s32" : "", ahead != 0 ? "_x8" : "", a_shared ? "_as" : "");
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
       source.max_dynamic_shared_bytes = shared_bytes;
@@ -133,8 +122,9 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
   // No more blocks than columns need (a warp per column at least).
   const int64_t needed = (g.n + kStreamThreads / 32 - 1) / (kStreamThreads / 32);
   LaunchDims dims;
-  dims.grid.x = static_cast<uint32_t>(
-      std::min<int64_t>(needed, static_cast<int64_t>(multiprocessors) * stream_blocks_per_sm()));
+  dims.grid.x = static_cast<uint32_t>(std::min<int64_t>(
+      needed,
+      static_cast<int64_t>(multiprocessors) * streamed_gemv_blocks_per_sm(kStreamBlocksPerSm)));
   dims.block.x = kStreamThreads;
   dims.shared_bytes = shared_bytes;
   KernelArgs args;

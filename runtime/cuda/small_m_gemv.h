@@ -116,11 +116,11 @@
 // of static shared memory (16 slots: 256 threads x 16 x 16 bytes = 64 KiB of
 // weights in flight an SM, against the ~25 KiB an SM's share of 3.35 TB/s
 // needs over a microsecond of latency; GROVE_STREAMED_GEMV_BLOCKS=3 runs three
-// blocks an SM instead of two, for every streamed GEMV). Same vectors folded in
-// the same order, whichever warp takes a column: same bits. Not yet timed (written in session 21 for its round 1:
-// decode --variants GROVE_GEMV_A_SHARED=1).
-// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (the 1B
-// step's three shapes and K = 8200, past the shared copy, on cuda).
+// blocks an SM instead of two, for every streamed GEMV, the RMSNorm ones too). Same vectors folded
+// in the same order, whichever warp takes a column: same bits. Not yet timed (written in session 21
+// for its round 1: decode --variants GROVE_GEMV_A_SHARED=1). Tests:
+// CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (the 1B step's three shapes and K =
+// 8200, past the shared copy, on cuda).
 #pragma once
 
 #include <mutex>

@@ -620,8 +620,8 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
 // GROVE_STREAMED_GEMV, GROVE_WEIGHTS_EVICT_FIRST, GROVE_STREAMED_GEMV_SLOTS,
 // GROVE_GEMV_X_AHEAD and GROVE_GEMV_A_SHARED for the streamed GEMV tests, and
 // the kernel each setting launches; GROVE_STREAMED_GEMV_BLOCKS, the streamed
-// grid's blocks an SM (the RMSNorm GEMVs hold A in shared memory and ignore
-// A ahead, A in shared memory and the grid).
+// grids' blocks an SM (the RMSNorm GEMVs hold A in shared memory and ignore
+// A ahead and A in shared memory).
 struct GemvSetting {
   const char* name;
   const char* streamed;
@@ -700,9 +700,9 @@ void expect_streamed_gemvs_match(Platform& platform, StreamHandle stream, std::m
           ASSERT_EQ(nodes.size(), 1u);
           const std::string suffix =
               std::string(setting.kernel_suffix) == "_as" && k > 8192 ? "" : setting.kernel_suffix;
-          EXPECT_EQ(nodes[0].kernel_name, suffix == "m1"
-                                              ? str_cat("grove_small_m_gemv_", type, "_m1")
-                                              : str_cat("grove_small_m_gemv_streamed_", type, suffix))
+          EXPECT_EQ(nodes[0].kernel_name,
+                    suffix == "m1" ? str_cat("grove_small_m_gemv_", type, "_m1")
+                                   : str_cat("grove_small_m_gemv_streamed_", type, suffix))
               << setting.name << " k " << k;
           GraphExecHandle exec = platform.instantiate(graph, {});
           platform.launch_graph(exec, stream);
@@ -751,9 +751,9 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
 // and one whose vectors do not divide among the lanes.
 TEST_F(CudaPlatformTest, StreamedGemvLoadingAAheadUnderEvictFirstMatchesBitwise) {
   GROVE_SEEDED_RNG(rng);
-  expect_streamed_gemvs_match(platform(), stream_, rng, kGemvAheadEvictFirstSettings,
-                              {{2048, 2048, 2048}, {2048, 8192, 8192}, {32000, 2048, 2048},
-                               {3001, 1096, 1112}});
+  expect_streamed_gemvs_match(
+      platform(), stream_, rng, kGemvAheadEvictFirstSettings,
+      {{2048, 2048, 2048}, {2048, 8192, 8192}, {32000, 2048, 2048}, {3001, 1096, 1112}});
 }
 
 // Note [Streamed GEMV]: the streamed RMSNorm GEMVs (plain, f32 out, gated)
@@ -783,6 +783,7 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
         ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", setting.slots);
         ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", setting.x_ahead);
         ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", setting.a_shared);
+        ::grove::testing::ScopedEnv blocks("GROVE_STREAMED_GEMV_BLOCKS", setting.blocks);
         Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
         launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
         platform().synchronize_stream(stream_);
