@@ -43,13 +43,6 @@ bool weights_evict_first() {
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
-bool streamed_gemv_x_ahead() {
-  // Off unless asked for: the final lease of session 20 (2 H100s) found the 1B decode step
-  // faulting with cudaErrorIllegalInstruction with it on (Note [Streamed GEMV loads A ahead]).
-  const char* value = std::getenv("GROVE_GEMV_X_AHEAD");
-  return value != nullptr && std::strcmp(value, "1") == 0;
-}
-
 bool streamed_gemv_a_shared() {
   const char* value = std::getenv("GROVE_GEMV_A_SHARED");
   return value != nullptr && std::strcmp(value, "1") == 0;

@@ -250,11 +250,6 @@ bool weights_evict_first();
 // than 4096 columns (the LM head; the RMSNorm GEMVs pass 0), else none. Read
 // at each launch.
 bool streamed_gemv_deep_slots(int64_t columns);
-// Whether the streamed GEMV loads 8 of a lane's vectors of A before folding
-// them: only with GROVE_GEMV_X_AHEAD=1 (Note [Streamed GEMV loads A ahead],
-// runtime/cuda/small_m_gemv.h: off by default, it faulted in the 1B step). Read
-// at each launch.
-bool streamed_gemv_x_ahead();
 // Whether the streamed GEMV copies A into shared memory once per block and folds
 // from there (K <= 8192): only with GROVE_GEMV_A_SHARED=1 (Note [Streamed GEMV holds
 // A in shared memory], runtime/cuda/small_m_gemv.h). Read at each launch.

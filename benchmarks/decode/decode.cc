@@ -10,8 +10,11 @@
 // stand (what a server that steps on the host pays where no request joins or
 // leaves: a run per step, its tokens, positions and row state read back);
 // "per-step", one graph launch per step within a run (the host spins on the
-// mapped step counter, then replays); and --steps steps in one conditional
-// WHILE graph launch. Reports tokens/s, step time, and model bandwidth utilisation:
+// mapped step counter, reads the step's tokens and stop flag from mapped
+// memory, then replays: DecodeLoop::run; so every token reaches the host, as
+// streaming and EOS need, before the next step is launched, while the next
+// step's input ids and positions never leave the device); and --steps steps in
+// one conditional WHILE graph launch. Reports tokens/s, step time, and model bandwidth utilisation:
 // the bytes a step must read (weights less the input embedding table, plus the KV cache of the
 // bucket's rows over all max_seq_len positions, which the masked attention reads) / step time /
 // the HBM peak (--hbm-tbs, else from the device name). Each mode's runs give the same tokens

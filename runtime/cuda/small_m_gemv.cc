@@ -96,27 +96,23 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
   const bool a_shared = g.k <= kMaxSharedAK && streamed_gemv_a_shared();
   // Note [Streamed GEMV slots]: 32 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
   const int deep = !a_shared && streamed_gemv_deep_slots(g.n) ? 1 : 0;
-  // Note [Streamed GEMV loads A ahead]: the _x8 entry points only with GROVE_GEMV_X_AHEAD=1.
-  const int ahead = !a_shared && streamed_gemv_x_ahead() ? 1 : 0;
   // 24 slots (16 beside A) are the kernel's static shared memory; 32 are dynamic.
   const uint32_t shared_bytes = deep != 0 ? 32 * kStreamThreads * 16 : 0;
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    KernelHandle& handle = a_shared ? streamed_a_shared_[type] : streamed_[type][deep][ahead];
-    bool& loaded = a_shared ? streamed_a_shared_loaded_[type] : streamed_loaded_[type][deep][ahead];
-    if (!loaded) {
+    const int form = a_shared ? 2 : deep;
+    if (!streamed_loaded_[type][form]) {
       KernelSource source;
-      source.name =
-          str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16",
-                  deep != 0 ? "_s32" : "", ahead != 0 ? "_x8" : "", a_shared ? "_as" : "");
+      source.name = str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16",
+                            deep != 0 ? "_s32" : "", a_shared ? "_as" : "");
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
       source.max_dynamic_shared_bytes = shared_bytes;
-      handle = platform_.load_kernel(source);
-      loaded = true;
+      streamed_[type][form] = platform_.load_kernel(source);
+      streamed_loaded_[type][form] = true;
     }
-    kernel = handle;
+    kernel = streamed_[type][form];
   }
   const int multiprocessors = platform_.multiprocessor_count();
   // No more blocks than columns need (a warp per column at least).

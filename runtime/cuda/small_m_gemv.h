@@ -79,48 +79,35 @@
 // deep slots too, on cuda (passed on an H100, session 20 round 1, whose timed
 // run of auto was cut by the request's limit: not yet measured in the benchmark).
 //
-// Note [Streamed GEMV loads A ahead]
-// The streamed GEMV's fold loads each of A's vectors right before it folds it,
-// after waiting for its weight slot (an asm with a memory clobber), so a
-// lane's first column costs one L2 round trip per step: K / 256 of them (8 for
-// the output projection, 32 for the down projection's K = 8192), while its
-// weights already sit in shared memory (requested before the wait). In the
-// session 19 profile (H200) the down projection reached 2.4 TB/s against
-// gate/up's 3.68, whose RMSNorm kernels hold A in shared memory, and the
-// output projection, whose weights all fit the slots, still added 5 us; on an
-// H100 (session 20 round 1, torch.profiler, 1B batch 1) down added 18.8 us a
-// layer (1786 GB/s) and the output projection 7.0 (1202 GB/s) against gate/up's
-// 2661 GB/s. The _x8 entry points (GROVE_GEMV_X_AHEAD=1; off by default) load
-// 8 of a lane's vectors of A before folding the first: the same vectors folded
-// in the same order, so the same bits (the bitwise test below passed on that
-// H100). But in session 20's final lease (2 H100s) the 1B decode benchmark
-// with them on stopped with cudaErrorIllegalInstruction at batch 1 (as did the
-// runs adding GROVE_ATTENTION_WARM=1 or GROVE_STREAMED_GEMV_SLOTS=auto to it),
-// while the same run with them off finished (1047.1 us per step): a fault the
-// bitwise test's shapes do not reach, not yet found, so they stay off and
-// their speed is unmeasured.
-// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (with A
-// ahead, 24 and 32 slots, on cuda).
-//
 // Note [Streamed GEMV holds A in shared memory]
-// The fold's A loads (Note [Streamed GEMV loads A ahead]) are each an L2 round
-// trip in the chain of the fold, one per step of each column a warp takes:
-// about 64 for a down-projection warp (two columns of 32 steps), 16 for the
-// output projection's, which is the time those kernels take beyond gate/up's
-// bandwidth (18.8 and 7.0 us a layer against 12.6 and 3.2 at its 2661 GB/s).
-// The _as entry points (GROVE_GEMV_A_SHARED=1, K <= 8192; others keep the
-// kernels above) copy A into shared memory once per block after the wait (its
-// vectors spread over the block's threads, all loads in flight at once, one
-// barrier) and fold from there: one round trip a block instead of one a
-// step. A's 16 KiB take 8 of the 24 slots' place, so the block keeps 48 KiB
-// of static shared memory (16 slots: 256 threads x 16 x 16 bytes = 64 KiB of
-// weights in flight an SM, against the ~25 KiB an SM's share of 3.35 TB/s
-// needs over a microsecond of latency; GROVE_STREAMED_GEMV_BLOCKS=3 runs three
-// blocks an SM instead of two, for every streamed GEMV, the RMSNorm ones too). Same vectors folded
-// in the same order, whichever warp takes a column: same bits. Not yet timed (written in session 21
-// for its round 1: decode --variants GROVE_GEMV_A_SHARED=1). Tests:
-// CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (the 1B step's three shapes and K =
-// 8200, past the shared copy, on cuda).
+// The streamed GEMV's fold loads each of A's vectors right before it folds it,
+// after waiting for its weight slot (an asm with a memory clobber), so each
+// step of a lane's first column costs an L2 round trip: K / 256 of them (8 for
+// the output projection, 32 for the down projection's K = 8192), while its
+// weights already sit in shared memory (requested before the wait). On an H100
+// (session 20 round 1, torch.profiler, 1B batch 1) down added 18.8 us a layer
+// (1786 GB/s) and the output projection 7.0 (1202 GB/s) against the 2661 GB/s
+// of gate/up, whose RMSNorm kernels hold A in shared memory. The _as entry
+// points (GROVE_GEMV_A_SHARED=1, K <= 8192; others keep the kernels above) copy
+// A into shared memory once per block after the wait (its vectors spread over
+// the block's threads, all loads in flight at once, one barrier) and fold from
+// there: one round trip a block. A's 16 KiB take 8 of the 24 slots' place, so
+// the block keeps 48 KiB of static shared memory (16 slots: 256 threads x 16 x
+// 16 bytes = 64 KiB of weights in flight an SM, against the ~25 KiB an SM's
+// share of 3.35 TB/s needs over a microsecond of latency;
+// GROVE_STREAMED_GEMV_BLOCKS=3 runs three blocks an SM instead of two, for
+// every streamed GEMV, the RMSNorm ones too). Same vectors folded in the same
+// order, whichever warp takes a column: same bits.
+// Session 20's first answer, loading 8 of a lane's vectors of A ahead (the _x8
+// entry points, GROVE_GEMV_X_AHEAD=1), passed the bitwise test but stopped the
+// 1B decode with cudaErrorIllegalInstruction, which compute-sanitizer placed in
+// grove_small_m_gemv_streamed_bf16_x8 at +0x490, early in the kernel (session
+// 21, r0). The test had given those kernels only the default L2 policy, the
+// decode step runs the evict-first one. They are removed: A in shared memory
+// takes one round trip a block where they took one per 8 steps.
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (the 1B
+// step's three shapes and K = 8200, past the shared copy, under both policies,
+// on cuda).
 #pragma once
 
 #include <mutex>
@@ -148,13 +135,10 @@ class SmallMGemv {
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
-  // [bf16, f16][24 slots, 32 slots][A loaded a vector at a time, 8 ahead]: Note [Streamed
-  // GEMV], Note [Streamed GEMV slots], Note [Streamed GEMV loads A ahead]
-  KernelHandle streamed_[2][2][2] = {};
-  bool streamed_loaded_[2][2][2] = {};
-  // [bf16, f16]: A in shared memory (Note [Streamed GEMV holds A in shared memory]).
-  KernelHandle streamed_a_shared_[2] = {};
-  bool streamed_a_shared_loaded_[2] = {};
+  // [bf16, f16][24 slots, 32 slots, A in shared memory]: Note [Streamed GEMV], Note
+  // [Streamed GEMV slots], Note [Streamed GEMV holds A in shared memory]
+  KernelHandle streamed_[2][3] = {};
+  bool streamed_loaded_[2][3] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

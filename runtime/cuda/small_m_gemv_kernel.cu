@@ -138,18 +138,16 @@ constexpr int kStreamThreads = 128;
 // kSlots 24: 48 KiB of slots per block, so two blocks of one kernel fit an SM
 // beside two of the next kernel's; 32 (the _s32 entry points, 64 KiB of
 // dynamic shared memory): Note [Streamed GEMV slots] (small_m_gemv.h).
-// kXAhead: A's vectors a lane loads before folding any of them (1, or 8 for
-// the _x8 entry points: Note [Streamed GEMV loads A ahead], small_m_gemv.h).
 // kAShared: the block copies A (K <= kSharedAElements) into shared memory
 // after its wait and folds from there (the _as entry points, 16 slots: Note
-// [Streamed GEMV holds A in shared memory], small_m_gemv.h).
+// [Streamed GEMV holds A in shared memory], small_m_gemv.h); else each lane
+// loads its vector of A right before folding it.
 constexpr int kSharedAElements = 8192;
 constexpr int kSharedASlots = 16;
-template <typename T, int kSlots, int kXAhead, bool kAShared = false>
+template <typename T, int kSlots, bool kAShared>
 __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ldw, T* c, int64_t n,
                                               int64_t k, int64_t accumulate, int64_t evict_first) {
-  static_assert(!kAShared || (kXAhead == 1 && kSlots == kSharedASlots),
-                "A in shared memory takes 16 slots and no A ahead");
+  static_assert(!kAShared || kSlots == kSharedASlots, "A in shared memory takes 16 slots");
   // 24 slots, and 16 beside A, are static shared memory (48 KiB); 32 dynamic.
   uint4(*slots)[kStreamThreads];
   uint4* shared_a = nullptr;
@@ -204,31 +202,19 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
   int slot = 0;
   for (int64_t column = first_column; column < n; column += warps) {
     float acc = 0.0f;
-    for (int64_t step0 = 0; step0 < per_lane; step0 += kXAhead) {
-      uint4 ahead[kXAhead];
-      if constexpr (!kAShared) {
+    for (int64_t step = 0; step < per_lane; ++step) {
+      uint4 x_vector;  // requested before the slot's wait, folded after it
+      if constexpr (!kAShared) x_vector = __ldg(x + lane + step * kWarp);
+      wait_copies<kSlots - 1>();
+      float weights[8];
+      unpack(mine[slot * kStreamThreads], weights, T());
+      float xs[8];
+      if constexpr (kAShared) x_vector = shared_a[lane + step * kWarp];
+      unpack(x_vector, xs, T());
 #pragma unroll
-        for (int u = 0; u < kXAhead; ++u) {
-          if (step0 + u < per_lane) ahead[u] = __ldg(x + lane + (step0 + u) * kWarp);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kXAhead; ++u) {
-        if (step0 + u >= per_lane) break;
-        wait_copies<kSlots - 1>();
-        float weights[8];
-        unpack(mine[slot * kStreamThreads], weights, T());
-        float xs[8];
-        if constexpr (kAShared) {
-          unpack(shared_a[lane + (step0 + u) * kWarp], xs, T());
-        } else {
-          unpack(ahead[u], xs, T());
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc = fmaf(xs[i], weights[i], acc);
-        request(slot);  // the fold above has read the slot
-        slot = slot + 1 == kSlots ? 0 : slot + 1;
-      }
+      for (int i = 0; i < 8; ++i) acc = fmaf(xs[i], weights[i], acc);
+      request(slot);  // the fold above has read the slot
+      slot = slot + 1 == kSlots ? 0 : slot + 1;
     }
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
@@ -267,20 +253,16 @@ GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8)
 // evict_first): one row of A, Note [Streamed GEMV]; launched with
 // kStreamThreads threads per block and SLOTS * kStreamThreads * 16 bytes of
 // dynamic shared memory. evict_first: W's reads under evict_first_policy.
-#define GROVE_STREAMED_GEMV(NAME, T, SLOTS, X_AHEAD, A_SHARED)                                  \
+#define GROVE_STREAMED_GEMV(NAME, T, SLOTS, A_SHARED)                                           \
   extern "C" __global__ void __launch_bounds__(kStreamThreads)                                  \
       NAME(const T* a, const T* w, int64_t ldw, T* c, int64_t n, int64_t k, int64_t accumulate, \
            int64_t evict_first) {                                                               \
-    streamed_gemv<T, SLOTS, X_AHEAD, A_SHARED>(a, w, ldw, c, n, k, accumulate, evict_first);    \
+    streamed_gemv<T, SLOTS, A_SHARED>(a, w, ldw, c, n, k, accumulate, evict_first);             \
   }
 
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16, 24, 1, false)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16, __half, 24, 1, false)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32, __nv_bfloat16, 32, 1, false)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32, __half, 32, 1, false)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_x8, __nv_bfloat16, 24, 8, false)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_x8, __half, 24, 8, false)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32_x8, __nv_bfloat16, 32, 8, false)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32_x8, __half, 32, 8, false)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_as, __nv_bfloat16, kSharedASlots, 1, true)
-GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_as, __half, kSharedASlots, 1, true)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16, 24, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16, __half, 24, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_s32, __nv_bfloat16, 32, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32, __half, 32, false)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_as, __nv_bfloat16, kSharedASlots, true)
+GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_as, __half, kSharedASlots, true)

@@ -611,49 +611,39 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
     EXPECT_EQ(nodes[0].kernel_name, streamed_gemv_enabled(StreamedGemvs::kBlas)
                                         ? str_cat("grove_small_m_gemv_streamed_bf16",
                                                   streamed_gemv_deep_slots(n) ? "_s32" : "",
-                                                  streamed_gemv_x_ahead() ? "_x8" : "")
+                                                  streamed_gemv_a_shared() ? "_as" : "")
                                         : "grove_small_m_gemv_bf16_m1");
     platform().destroy_graph(graph);
   }
 }
 
-// GROVE_STREAMED_GEMV, GROVE_WEIGHTS_EVICT_FIRST, GROVE_STREAMED_GEMV_SLOTS,
-// GROVE_GEMV_X_AHEAD and GROVE_GEMV_A_SHARED for the streamed GEMV tests, and
-// the kernel each setting launches; GROVE_STREAMED_GEMV_BLOCKS, the streamed
-// grids' blocks an SM (the RMSNorm GEMVs hold A in shared memory and ignore
-// A ahead and A in shared memory).
+// GROVE_STREAMED_GEMV, GROVE_WEIGHTS_EVICT_FIRST, GROVE_STREAMED_GEMV_SLOTS
+// and GROVE_GEMV_A_SHARED for the streamed GEMV tests, and the kernel each
+// setting launches; GROVE_STREAMED_GEMV_BLOCKS, the streamed grids' blocks an
+// SM (the RMSNorm GEMVs hold A in shared memory and ignore GROVE_GEMV_A_SHARED).
 struct GemvSetting {
   const char* name;
   const char* streamed;
   const char* evict;
   const char* slots;
-  const char* x_ahead;
   const char* a_shared;
   const char* kernel_suffix;  // after grove_small_m_gemv_streamed_<dtype>, or "m1"
   const char* blocks = "";    // GROVE_STREAMED_GEMV_BLOCKS: blocks an SM
 };
 // The first is the default kernel, the reference of the rest: warp per column, weights
 // evicted first, 32 slots (Note [Streamed GEMV slots]), A in shared memory (Note [Streamed GEMV
-// holds A in shared memory]) with either eviction policy, A loaded ahead (Note [Streamed GEMV
-// loads A ahead]) with the default policy only (see kGemvAheadEvictFirstSettings).
+// holds A in shared memory]) under either eviction policy (the decode step's is evict-first:
+// session 20's A-ahead kernels faulted under it, and only it had not been tested), other grids.
 constexpr GemvSetting kGemvSettings[] = {
-    {"streamed", "1", "0", "", "0", "0", ""},
-    {"warp-per-column", "0", "0", "", "0", "0", "m1"},
-    {"evict-first", "1", "1", "", "0", "0", ""},
-    {"deep-slot", "1", "0", "deep", "0", "0", "_s32"},
-    {"A-ahead", "1", "0", "", "1", "0", "_x8"},
-    {"deep-slot A-ahead", "1", "0", "deep", "1", "0", "_s32_x8"},
-    {"A-in-shared-memory", "1", "0", "", "0", "1", "_as"},
-    {"A-in-shared-memory evict-first", "1", "1", "", "0", "1", "_as"},
-    {"A-in-shared-memory 3 blocks an SM", "1", "1", "", "0", "1", "_as", "3"},
-    {"1 block an SM", "1", "0", "", "0", "0", "", "1"}};
-// A loaded ahead under the evict-first policy (the decode step's default policy, which the
-// settings above never gave the _x8 kernels): session 20's fault, cudaErrorIllegalInstruction
-// in grove_small_m_gemv_streamed_bf16_x8 (compute-sanitizer, session 21).
-constexpr GemvSetting kGemvAheadEvictFirstSettings[] = {
-    {"streamed", "1", "0", "", "0", "0", ""},
-    {"A-ahead evict-first", "1", "1", "", "1", "0", "_x8"},
-    {"deep-slot A-ahead evict-first", "1", "1", "deep", "1", "0", "_s32_x8"}};
+    {"streamed", "1", "0", "", "0", ""},
+    {"warp-per-column", "0", "0", "", "0", "m1"},
+    {"evict-first", "1", "1", "", "0", ""},
+    {"deep-slot", "1", "0", "deep", "0", "_s32"},
+    {"deep-slot evict-first", "1", "1", "deep", "0", "_s32"},
+    {"A-in-shared-memory", "1", "0", "", "1", "_as"},
+    {"A-in-shared-memory evict-first", "1", "1", "", "1", "_as"},
+    {"A-in-shared-memory 3 blocks an SM", "1", "1", "", "1", "_as", "3"},
+    {"1 block an SM", "1", "0", "", "0", "", "1"}};
 
 // Runs the one-row GEMV C = beta C + A W^T of each setting (random bf16 and f16
 // operands of each shape, beta 0 and 1) and expects the first setting's bits
@@ -682,7 +672,6 @@ void expect_streamed_gemvs_match(Platform& platform, StreamHandle stream, std::m
           ::grove::testing::ScopedEnv streamed("GROVE_STREAMED_GEMV", setting.streamed);
           ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", setting.evict);
           ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", setting.slots);
-          ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", setting.x_ahead);
           ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", setting.a_shared);
           ::grove::testing::ScopedEnv blocks("GROVE_STREAMED_GEMV_BLOCKS", setting.blocks);
           Tensor tc = Tensor::from_host(c_bits.data(), {1, n}, dtype, kCudaDevice);
@@ -746,16 +735,6 @@ TEST_F(CudaPlatformTest, StreamedGemvMatchesWarpPerColumnBitwise) {
                                {300, 8200, 8200}});
 }
 
-// Note [Streamed GEMV loads A ahead]: the _x8 kernels under the evict-first
-// policy, on the 1B decode step's shapes (output and down projections, LM head)
-// and one whose vectors do not divide among the lanes.
-TEST_F(CudaPlatformTest, StreamedGemvLoadingAAheadUnderEvictFirstMatchesBitwise) {
-  GROVE_SEEDED_RNG(rng);
-  expect_streamed_gemvs_match(
-      platform(), stream_, rng, kGemvAheadEvictFirstSettings,
-      {{2048, 2048, 2048}, {2048, 8192, 8192}, {32000, 2048, 2048}, {3001, 1096, 1112}});
-}
-
 // Note [Streamed GEMV]: the streamed RMSNorm GEMVs (plain, f32 out, gated)
 // give the warp-per-column kernels' bits, for column counts above the grid's
 // warps and K whose vectors do not divide among the lanes.
@@ -781,7 +760,6 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
         ::grove::testing::ScopedEnv streamed("GROVE_STREAMED_GEMV", setting.streamed);
         ::grove::testing::ScopedEnv eviction("GROVE_WEIGHTS_EVICT_FIRST", setting.evict);
         ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", setting.slots);
-        ::grove::testing::ScopedEnv ahead("GROVE_GEMV_X_AHEAD", setting.x_ahead);
         ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", setting.a_shared);
         ::grove::testing::ScopedEnv blocks("GROVE_STREAMED_GEMV_BLOCKS", setting.blocks);
         Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);

@@ -4,7 +4,8 @@
 #
 #   decode_switches_ab.sh LIBGROVE_DECODE_SO [OUT_DIR] [SECONDS_PER_RUN]
 #
-# Settings: defaults; GROVE_GEMV_X_AHEAD=0 (Note [Streamed GEMV loads A ahead]: the old fold);
+# (decode --variants times such settings in one process: Note [Decode switches in one process].)
+# Settings: defaults; GROVE_GEMV_A_SHARED=1 (Note [Streamed GEMV holds A in shared memory]);
 # GROVE_ATTENTION_WARM=1 (Note [Decode attention runs dry before its wait]);
 # GROVE_STREAMED_GEMV_SLOTS=auto (Note [Streamed GEMV slots]); the last two together; and two
 # older switches never timed on an H100 since their kernels changed: GROVE_FUSED_LM_HEAD=1 (the
@@ -27,7 +28,7 @@ run() {
   grep -E "^1b " "$out/$tag.txt"
 }
 run defaults X=1
-run ahead_off GROVE_GEMV_X_AHEAD=0
+run a_shared GROVE_GEMV_A_SHARED=1
 run warm GROVE_ATTENTION_WARM=1
 run slots_auto GROVE_STREAMED_GEMV_SLOTS=auto
 run warm_slots_auto GROVE_ATTENTION_WARM=1 GROVE_STREAMED_GEMV_SLOTS=auto
@@ -44,7 +45,7 @@ try:
 except (OSError, KeyError, ValueError) as error:
     raise SystemExit("no defaults run: %s" % error)
 print("%-16s %12s %10s %7s %s" % ("setting", "per-step us", "WHILE us", "MBU", "tokens == defaults"))
-for tag in ("defaults", "ahead_off", "warm", "slots_auto", "warm_slots_auto", "fused_lm_head",
+for tag in ("defaults", "a_shared", "warm", "slots_auto", "warm_slots_auto", "fused_lm_head",
             "generated_pdl"):
     try:
         r = result(tag)
