@@ -43,9 +43,10 @@ bool weights_evict_first() {
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
-bool streamed_gemv_a_shared() {
+bool streamed_gemv_a_shared(int64_t columns) {
   const char* value = std::getenv("GROVE_GEMV_A_SHARED");
-  return value != nullptr && std::strcmp(value, "1") == 0;
+  if (value == nullptr) return false;
+  return std::strcmp(value, "1") == 0 || (std::strcmp(value, "auto") == 0 && columns <= 4096);
 }
 
 int streamed_gemv_blocks_per_sm(int default_blocks) {

@@ -250,10 +250,12 @@ bool weights_evict_first();
 // than 4096 columns (the LM head; the RMSNorm GEMVs pass 0), else none. Read
 // at each launch.
 bool streamed_gemv_deep_slots(int64_t columns);
-// Whether the streamed GEMV copies A into shared memory once per block and folds
-// from there (K <= 8192): only with GROVE_GEMV_A_SHARED=1 (Note [Streamed GEMV holds
-// A in shared memory], runtime/cuda/small_m_gemv.h). Read at each launch.
-bool streamed_gemv_a_shared();
+// Whether a streamed GEMV of `columns` output columns copies A into shared memory
+// once per block and folds from there (K <= 8192): GROVE_GEMV_A_SHARED=1 for all,
+// =auto for all but those of more than 4096 columns (the LM head), else none (Note
+// [Streamed GEMV holds A in shared memory], runtime/cuda/small_m_gemv.h). Read at each
+// launch.
+bool streamed_gemv_a_shared(int64_t columns);
 // Blocks an SM of every streamed GEMV's grid: GROVE_STREAMED_GEMV_BLOCKS (1-4) or
 // `default_blocks`. A column's sum is one warp's, in one order, whichever warp takes it, and
 // every block of the RMSNorm GEMVs normalizes the row alike, so the grid changes no bits (Note

@@ -116,7 +116,8 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
       .add_i64(n)
       .add_i64(k)
       .add_f32(static_cast<float>(eps))
-      .add_i64(weights_evict_first() ? 1 : 0);
+      // Note [Streamed GEMV slots]: the deep rings read under the default policy.
+      .add_i64(weights_evict_first() && !deep ? 1 : 0);
   platform.launch_kernel(kernel, dims, args, stream);
 }
 

@@ -92,8 +92,8 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
 
 void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int type) {
   // Note [Streamed GEMV holds A in shared memory]: the _as entry points take the place of the
-  // others with GROVE_GEMV_A_SHARED=1, up to K = kMaxSharedAK.
-  const bool a_shared = g.k <= kMaxSharedAK && streamed_gemv_a_shared();
+  // others where GROVE_GEMV_A_SHARED asks for them, up to K = kMaxSharedAK.
+  const bool a_shared = g.k <= kMaxSharedAK && streamed_gemv_a_shared(g.n);
   // Note [Streamed GEMV slots]: 32 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
   const int deep = !a_shared && streamed_gemv_deep_slots(g.n) ? 1 : 0;
   // 24 slots (16 beside A) are the kernel's static shared memory; 32 are dynamic.
@@ -131,7 +131,8 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
       .add_i64(g.n)
       .add_i64(g.k)
       .add_i64(g.beta == 1.0f ? 1 : 0)
-      .add_i64(weights_evict_first() ? 1 : 0);
+      // Note [Streamed GEMV slots]: the deep rings read under the default policy.
+      .add_i64(weights_evict_first() && deep == 0 ? 1 : 0);
   platform_.launch_kernel(kernel, dims, args, stream);
 }
 

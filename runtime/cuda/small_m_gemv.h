@@ -74,10 +74,17 @@
 // dynamic. GROVE_STREAMED_GEMV_SLOTS=deep runs the deep ones for every streamed GEMV,
 // =auto for all but the LM head (more than 4096 columns); unset, 24 and 20
 // (runtime::streamed_gemv_deep_slots, read at each launch).
+// The deep kernels read their weights under the default L2 policy whatever
+// GROVE_WEIGHTS_EVICT_FIRST says: under evict-first, GROVE_STREAMED_GEMV_SLOTS=auto
+// stopped the 1B decode with cudaErrorIllegalInstruction (H100, session 21 round
+// 1, after the variants of the defaults' kernels had run), the fault of the
+// removed _x8 kernels (Note [Streamed GEMV holds A in shared memory]), and
+// the bitwise tests had given the deep kernels the default policy only.
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise, each with
-// deep slots too, on cuda (passed on an H100, session 20 round 1, whose timed
-// run of auto was cut by the request's limit: not yet measured in the benchmark).
+// deep slots under both settings of GROVE_WEIGHTS_EVICT_FIRST, on cuda (passed
+// on an H100, session 20 round 1, with the default policy; not yet measured in
+// the benchmark).
 //
 // Note [Streamed GEMV holds A in shared memory]
 // The streamed GEMV's fold loads each of A's vectors right before it folds it,
@@ -88,7 +95,8 @@
 // (session 20 round 1, torch.profiler, 1B batch 1) down added 18.8 us a layer
 // (1786 GB/s) and the output projection 7.0 (1202 GB/s) against the 2661 GB/s
 // of gate/up, whose RMSNorm kernels hold A in shared memory. The _as entry
-// points (GROVE_GEMV_A_SHARED=1, K <= 8192; others keep the kernels above) copy
+// points (GROVE_GEMV_A_SHARED=1, or =auto for at most 4096 columns, which leaves
+// the LM head its 24 slots; K <= 8192; others keep the kernels above) copy
 // A into shared memory once per block after the wait (its vectors spread over
 // the block's threads, all loads in flight at once, one barrier) and fold from
 // there: one round trip a block. A's 16 KiB take 8 of the 24 slots' place, so
@@ -97,14 +105,23 @@
 // share of 3.35 TB/s needs over a microsecond of latency;
 // GROVE_STREAMED_GEMV_BLOCKS=3 runs three blocks an SM instead of two, for
 // every streamed GEMV, the RMSNorm ones too). Same vectors folded in the same
-// order, whichever warp takes a column: same bits.
+// order, whichever warp takes a column: same bits. Measured, it buys nothing:
+// H100, session 21 round 1 (decode --variants, one process, 1B batch 1, WHILE
+// loop): 1032.7 us a step against the defaults' 1037.6 (1036.3 in the table),
+// the same tokens; with three blocks an SM 1090.7, three blocks alone 1128.7.
+// So A's loads were not the chain the profile suggested (after a warp's first
+// column they hit L1), and it stays off; =auto keeps it from the LM head.
 // Session 20's first answer, loading 8 of a lane's vectors of A ahead (the _x8
 // entry points, GROVE_GEMV_X_AHEAD=1), passed the bitwise test but stopped the
-// 1B decode with cudaErrorIllegalInstruction, which compute-sanitizer placed in
-// grove_small_m_gemv_streamed_bf16_x8 at +0x490, early in the kernel (session
-// 21, r0). The test had given those kernels only the default L2 policy, the
-// decode step runs the evict-first one. They are removed: A in shared memory
-// takes one round trip a block where they took one per 8 steps.
+// 1B decode with cudaErrorIllegalInstruction. compute-sanitizer placed it in
+// grove_small_m_gemv_streamed_bf16_x8 at +0x490 (session 21, r0); the SASS
+// there (ptxas 13.0, sm_90) is the evict-first cp.async, LDGSTS ... desc[UR1],
+// whose descriptor registers UR1 and UR2 no instruction before it writes (the
+// 24-slot kernel's reads desc[UR4], written from the folded createpolicy):
+// probes/sass_descriptor_check.py finds such uses. The test had run those
+// kernels under the default policy only; under evict-first they faulted in it
+// too (round 1), and under the default policy the step took 1095.4 us against
+// 1048.3 (slower). They are removed.
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (the 1B
 // step's three shapes and K = 8200, past the shared copy, under both policies,
 // on cuda).

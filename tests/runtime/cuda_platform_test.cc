@@ -610,8 +610,9 @@ TEST_F(CudaPlatformTest, SmallMGemvIsOneKernelInACapturedGraph) {
     ASSERT_EQ(nodes.size(), 1u) << "1 x " << n << " x " << k;
     EXPECT_EQ(nodes[0].kernel_name, streamed_gemv_enabled(StreamedGemvs::kBlas)
                                         ? str_cat("grove_small_m_gemv_streamed_bf16",
-                                                  streamed_gemv_deep_slots(n) ? "_s32" : "",
-                                                  streamed_gemv_a_shared() ? "_as" : "")
+                                                  streamed_gemv_a_shared(n) && k <= 8192 ? "_as"
+                                                  : streamed_gemv_deep_slots(n)          ? "_s32"
+                                                                                         : "")
                                         : "grove_small_m_gemv_bf16_m1");
     platform().destroy_graph(graph);
   }
@@ -643,6 +644,7 @@ constexpr GemvSetting kGemvSettings[] = {
     {"A-in-shared-memory", "1", "0", "", "1", "_as"},
     {"A-in-shared-memory evict-first", "1", "1", "", "1", "_as"},
     {"A-in-shared-memory 3 blocks an SM", "1", "1", "", "1", "_as", "3"},
+    {"A-in-shared-memory up to 4096 columns", "1", "1", "", "auto", "_as"},
     {"1 block an SM", "1", "0", "", "0", "", "1"}};
 
 // Runs the one-row GEMV C = beta C + A W^T of each setting (random bf16 and f16
@@ -687,8 +689,12 @@ void expect_streamed_gemvs_match(Platform& platform, StreamHandle stream, std::m
           GraphHandle graph = platform.end_capture(stream);
           std::vector<KernelNodeInfo> nodes = platform.kernel_nodes(graph);
           ASSERT_EQ(nodes.size(), 1u);
+          // A in shared memory up to K = 8192, and under auto up to 4096 columns.
+          const bool shared_a =
+              k <= 8192 && (std::string(setting.a_shared) == "1" ||
+                            (std::string(setting.a_shared) == "auto" && n <= 4096));
           const std::string suffix =
-              std::string(setting.kernel_suffix) == "_as" && k > 8192 ? "" : setting.kernel_suffix;
+              std::string(setting.kernel_suffix) == "_as" && !shared_a ? "" : setting.kernel_suffix;
           EXPECT_EQ(nodes[0].kernel_name,
                     suffix == "m1" ? str_cat("grove_small_m_gemv_", type, "_m1")
                                    : str_cat("grove_small_m_gemv_streamed_", type, suffix))
