@@ -318,6 +318,7 @@ nlohmann::json time_variants(Decoder& decoder, const std::vector<EnvVariant>& va
                 config_name.c_str(), static_cast<long long>(batch), name.c_str(), per_step.step_us,
                 looped_ran ? format_fixed(looped.step_us, 1).c_str() : "refused",
                 same_tokens ? "identical" : "DIFFER");
+    std::fflush(stdout);  // a run cut short keeps the variants it finished
     nlohmann::json row = {{"variant", name},
                           {"per_step_us", per_step.step_us},
                           {"per_step_spread", per_step.spread},
@@ -554,6 +555,11 @@ int run(int argc, char** argv) {
         result["while"] = {{"refused", loop.while_refusal()}};
       }
       if (!variants.empty()) {
+        // The table's own figures first, so that a cut run still has its reference.
+        std::printf("%s batch %lld defaults (the table's): per-step %.1f us, WHILE %s us\n",
+                    config_name.c_str(), static_cast<long long>(batch), per_step.step_us,
+                    looped_ran ? format_fixed(looped.step_us, 1).c_str() : "refused");
+        std::fflush(stdout);
         result["variants"] = time_variants(*decoder, variants, batch, prompt, steps, repeats,
                                            while_steps.front(), per_step, config_name);
       }
