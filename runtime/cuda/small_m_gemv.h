@@ -79,12 +79,16 @@
 // stopped the 1B decode with cudaErrorIllegalInstruction (H100, session 21 round
 // 1, after the variants of the defaults' kernels had run), the fault of the
 // removed _x8 kernels (Note [Streamed GEMV holds A in shared memory]), and
-// the bitwise tests had given the deep kernels the default policy only.
+// the bitwise tests had given the deep kernels the default policy only. In
+// round 2 probes/sass_descriptor_check.py (ptxas 13.0, sm_90) found the same
+// unwritten descriptor registers in grove_rms_norm_swiglu_streamed_bf16_s28's
+// two evict-first cp.asyncs (desc[UR1], +0x480 and +0x730) and in no kernel of
+// this file; under the default policy those instructions are predicated off.
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise, each with
 // deep slots under both settings of GROVE_WEIGHTS_EVICT_FIRST, on cuda (passed
-// on an H100, session 20 round 1, with the default policy; not yet measured in
-// the benchmark).
+// on an H100, session 21 round 2; not yet timed in the benchmark: round 2's run
+// was cut by its limit before its first row).
 //
 // Note [Streamed GEMV holds A in shared memory]
 // The streamed GEMV's fold loads each of A's vectors right before it folds it,
@@ -106,11 +110,14 @@
 // GROVE_STREAMED_GEMV_BLOCKS=3 runs three blocks an SM instead of two, for
 // every streamed GEMV, the RMSNorm ones too). Same vectors folded in the same
 // order, whichever warp takes a column: same bits. Measured, it buys nothing:
-// H100, session 21 round 1 (decode --variants, one process, 1B batch 1, WHILE
-// loop): 1032.7 us a step against the defaults' 1037.6 (1036.3 in the table),
-// the same tokens; with three blocks an SM 1090.7, three blocks alone 1128.7.
-// So A's loads were not the chain the profile suggested (after a warp's first
-// column they hit L1), and it stays off; =auto keeps it from the LM head.
+// H100, session 21 round 1 (decode --variants, 1B batch 1, WHILE loop):
+// 1032.7 us a step, the defaults 1037.6 and 1036.3 in the next process
+// on that GPU (the first process's own figure was lost to a later variant's
+// fault), the same tokens; with three blocks an SM 1090.7, three blocks alone
+// 1128.7 (benchmarks/session21_logs/wt-decode).
+// So A's round trips were not what held these kernels back (likely, after an
+// SM's first warp A's loads hit L1; not profiled: round 1's profile was cut),
+// and it stays off; =auto keeps it from the LM head.
 // Session 20's first answer, loading 8 of a lane's vectors of A ahead (the _x8
 // entry points, GROVE_GEMV_X_AHEAD=1), passed the bitwise test but stopped the
 // 1B decode with cudaErrorIllegalInstruction. compute-sanitizer placed it in
@@ -124,7 +131,7 @@
 // 1048.3 (slower). They are removed.
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (the 1B
 // step's three shapes and K = 8200, past the shared copy, under both policies,
-// on cuda).
+// on cuda: passed on an H100, session 21 rounds 1 and 2).
 #pragma once
 
 #include <mutex>
