@@ -153,6 +153,35 @@ class CompileStepTest(unittest.TestCase):
         self.assertEqual(stats["fallback_calls"], {})
         self.assertEqual(runner.plan.unsupported, [])
 
+    def test_gpt_with_sibling_gemms_fused_tracks_eager(self):
+        # Note [Sibling GEMMs as one] (compiler/lowering/sibling_gemms.h): with
+        # GROVE_FUSE_SIBLING_GEMMS=1 each block's q/k/v projections, their
+        # weight gradients and their input gradient are one GEMM each; the
+        # losses and SGD's parameters still track eager PyTorch, and
+        # cudagraphs equals eager bitwise (check_case).
+        def gemms(step):
+            lowered = step.runners()[0].models()[0].stats()["programs"][0]["lowered"]
+            return lowered.count(" gemm "), lowered.count(".siblings.linear")
+
+        previous = os.environ.get("GROVE_FUSE_SIBLING_GEMMS")
+        try:
+            os.environ["GROVE_FUSE_SIBLING_GEMMS"] = "0"
+            torch.manual_seed(SEED)
+            unfused, unfused_siblings = gemms(self.check_case(gpt_case, "torch_sgd"))
+            os.environ["GROVE_FUSE_SIBLING_GEMMS"] = "1"
+            torch.manual_seed(SEED)
+            fused, siblings = gemms(self.check_case(gpt_case, "torch_sgd"))
+        finally:
+            if previous is None:
+                os.environ.pop("GROVE_FUSE_SIBLING_GEMMS", None)
+            else:
+                os.environ["GROVE_FUSE_SIBLING_GEMMS"] = previous
+        self.assertEqual(unfused_siblings, 0)
+        # Two blocks: per block q/k/v's forward and input gradient are one
+        # linear each (".siblings.linear"), and 6 of 9 GEMMs go.
+        self.assertEqual(siblings, 4)
+        self.assertEqual(unfused - fused, 2 * 6)
+
     def test_gemm_search_option_reaches_the_program(self):
         # Note [GEMMs of the whole step by measurement] (grove/step.py): the
         # step's program compiles with the option, by default (sim has no
