@@ -22,6 +22,14 @@ bool sibling_gemm_fusion_enabled() {
 
 namespace {
 
+// Note [Gradient concats read the heads] below; on unless "0".
+bool concat_sources_enabled() {
+  const char* value = std::getenv("GROVE_SIBLING_CONCAT_SOURCES");
+  if (value == nullptr || *value == '\0' || std::string(value) == "1") return true;
+  GROVE_CHECK(std::string(value) == "0", "GROVE_SIBLING_CONCAT_SOURCES=", value, "; use 1 or 0");
+  return false;
+}
+
 using ir::Attributes;
 using ir::Program;
 using ir::TensorType;
@@ -330,14 +338,57 @@ class Rewriter {
     auto key = std::make_pair(dim, operands);
     auto found = concats_.find(key);
     if (found != concats_.end()) return found->second;
+    if (std::optional<int> joined = concat_of_sources(name, parts, dim)) {
+      concats_[key] = *joined;
+      return *joined;
+    }
+    const int value = plain_concat(name, operands, dim);
+    concats_[key] = value;
+    return value;
+  }
+
+  int plain_concat(const std::string& name, const std::vector<int>& operands, int64_t dim) {
     TensorType result = new_type(operands[0]);
     result.shape[static_cast<size_t>(dim)] = 0;
     for (int operand : operands) {
       result.shape[static_cast<size_t>(dim)] += new_type(operand).shape[static_cast<size_t>(dim)];
     }
-    const int value = add(name, "concat", operands, Attributes{{"dim", int64_t{dim}}}, result);
-    concats_[key] = value;
-    return value;
+    return add(name, "concat", operands, Attributes{{"dim", int64_t{dim}}}, result);
+  }
+
+  // Note [Gradient concats read the heads]: the G_i of an attention block are
+  // reshapes [rows, width] of its heads laid out [batch, time, heads, head
+  // size] through a transpose, so each reshape is a copy. Joined along the
+  // columns they are the concat of those sources along the first dim of the
+  // columns' split (heads), reshaped: one kernel reads the transposed heads,
+  // and the copies go (GROVE_SIBLING_CONCAT_SOURCES=0 keeps them).
+  std::optional<int> concat_of_sources(const std::string& name, const std::vector<ValueId>& parts,
+                                       int64_t dim) {
+    if (dim != 1 || !concat_sources_enabled()) return std::nullopt;
+    const TensorType& first = type(parts[0]);
+    const runtime::Shape& shape = type(source(parts[0])).shape;
+    std::vector<int> sources;
+    for (ValueId part : parts) {
+      const ValueId from = source(part);
+      if (from == part || type(from).shape != shape || type(part).shape != first.shape) {
+        return std::nullopt;
+      }
+      sources.push_back(map_.at(from));
+    }
+    size_t split = 0;
+    for (int64_t rows = 1; split < shape.size() && rows < first.shape[0]; ++split) {
+      rows *= shape[split];
+    }
+    if (split == 0 || split >= shape.size() ||
+        runtime::shape_numel(runtime::Shape(shape.begin(), shape.begin() + split)) !=
+            first.shape[0]) {
+      return std::nullopt;
+    }
+    const int joined = plain_concat(name, sources, static_cast<int64_t>(split));
+    TensorType result = first;
+    result.shape[1] *= static_cast<int64_t>(parts.size());
+    return add(str_cat(name, ".rows"), "reshape", {joined},
+               Attributes{{"shape", std::vector<int64_t>(result.shape)}}, result);
   }
 
   int transpose(const std::string& name, int operand) {

@@ -34,8 +34,10 @@ size_t count_op(const Program& program, const std::string& op) {
 // as PyTorch's trace does), and the backward of the three given their
 // gradients g_q, g_k, g_v: dW_i = g_i^T x, db_i = sum(g_i, 0), and
 // dx = sum_i g_i W_i (an add tree through [batch, time, width] reshapes).
+// heads > 0: the gradients come per head, [batch, heads, time, width / heads],
+// and each g_i is their transpose reshaped, a copy (as in an attention block).
 Program attention_projections(runtime::Device device, int64_t batch, int64_t time, int64_t width,
-                              bool with_biases) {
+                              bool with_biases, int64_t heads = 0) {
   ProgramBuilder b("qkv", device);
   const int64_t rows = batch * time;
   ValueId x = b.input("x", {batch, time, width});
@@ -47,7 +49,14 @@ Program attention_projections(runtime::Device device, int64_t batch, int64_t tim
                                            uniform_init(-0.5, 0.5, 20 + i))
                                  : compiler::ir::kNoValue);
   }
-  for (int i = 0; i < 3; ++i) gradients.push_back(b.input(str_cat("g", i), {rows, width}));
+  for (int i = 0; i < 3; ++i) {
+    if (heads == 0) {
+      gradients.push_back(b.input(str_cat("g", i), {rows, width}));
+      continue;
+    }
+    ValueId per_head = b.input(str_cat("g", i), {batch, heads, time, width / heads});
+    gradients.push_back(b.reshape(b.transpose(per_head, 1, 2), {rows, width}));
+  }
   for (int i = 0; i < 3; ++i) {
     ValueId flat = b.reshape(x, {rows, width});
     b.output(b.reshape(b.linear(flat, weights[i], biases[i]), {batch, time, width}));
@@ -96,6 +105,21 @@ TEST(SiblingGemms, TheSwitchRewritesWhatLowerSchedules) {
   EXPECT_EQ(compiler::lowering::lower(program).kernel_report().library_gemms, 3u);
 }
 
+// Note [Gradient concats read the heads] (sibling_gemms.cc): one concat kernel
+// reads the three transposed gradients, where each was first copied.
+TEST(SiblingGemms, GradientConcatReadsTheHeadsWithoutCopies) {
+  Program program = attention_projections(runtime::kSimDevice, 2, 8, 16, true, 4);
+  testing::ScopedEnv on("GROVE_FUSE_SIBLING_GEMMS", "1");
+  size_t with_copies = 0;
+  {
+    testing::ScopedEnv off("GROVE_SIBLING_CONCAT_SOURCES", "0");
+    with_copies = compiler::lowering::lower(program).kernel_report().kernels.size();
+  }
+  compiler::lowering::LoweredProgram lowered = compiler::lowering::lower(program);
+  EXPECT_EQ(lowered.kernel_report().library_gemms, 3u) << lowered.describe();
+  EXPECT_EQ(lowered.kernel_report().kernels.size() + 3, with_copies) << lowered.describe();
+}
+
 TEST(SiblingGemms, BadSwitchValueIsRefusedByName) {
   testing::ScopedEnv bad("GROVE_FUSE_SIBLING_GEMMS", "yes");
   try {
@@ -132,12 +156,14 @@ class SiblingGemmsOnDevice : public testing::DeviceTest {};
 // The cuda instance runs the fused GEMMs through cuBLAS (the lead runs it).
 TEST_P(SiblingGemmsOnDevice, FusedProgramMatchesTheReference) {
   for (bool biases : {true, false}) {
-    SCOPED_TRACE(biases ? "with biases" : "without biases");
-    Program program = attention_projections(device(), 4, 16, 32, biases);
-    testing::HostTensorList inputs = testing::random_inputs(program, 31);
-    testing::ScopedEnv on("GROVE_FUSE_SIBLING_GEMMS", "1");
-    testing::expect_matches_reference(program, inputs, device(),
-                                      testing::tolerance_for(DType::kF32), "qkv_fused");
+    for (int64_t heads : {0, 4}) {
+      SCOPED_TRACE(str_cat(biases ? "with biases" : "without biases", ", heads ", heads));
+      Program program = attention_projections(device(), 4, 16, 32, biases, heads);
+      testing::HostTensorList inputs = testing::random_inputs(program, 31);
+      testing::ScopedEnv on("GROVE_FUSE_SIBLING_GEMMS", "1");
+      testing::expect_matches_reference(program, inputs, device(),
+                                        testing::tolerance_for(DType::kF32), "qkv_fused");
+    }
   }
 }
 
