@@ -677,7 +677,7 @@ ScheduledProgram schedule_program(const ir::Program& program, const ScheduleOpti
   ScheduledProgram out;
   // Note [Sibling GEMMs as one] (sibling_gemms.h): the rewrite, where on.
   std::optional<ir::Program> fused;
-  if (sibling_gemm_fusion_enabled()) fused = fuse_sibling_gemms(program);
+  if (options.sibling_gemms || sibling_gemm_fusion_enabled()) fused = fuse_sibling_gemms(program);
   out.program = std::make_shared<const ir::Program>(fused ? std::move(*fused) : program);
   out.graph = std::make_shared<const LoweringGraph>(*out.program, options.small_m_gemm);
   out.fusion = plan_fusion(*out.graph);

@@ -58,6 +58,25 @@ def gemm_search():
     return value == "1"
 
 
+# Note [Sibling GEMMs of the whole step]: GROVE_STEP_SIBLING_GEMMS=1 compiles
+# the step's program with the compile option sibling_gemms (Note [Sibling GEMMs
+# as one], compiler/lowering/sibling_gemms.h): each attention block's q/k/v
+# projections, their weight gradients, their summed input gradient and their
+# bias gradients as one GEMM (or sum) each; gpt4x256's step on sim goes from
+# 101 library GEMMs to 77. Off (0) by default until a GPU measures it. Read
+# when a step compiles. Test:
+# CompileStepTest.test_gpt_with_sibling_gemms_fused_tracks_eager (step_test.py).
+def sibling_gemms():
+    """Whether the step's program fuses its sibling GEMMs (Note [Sibling
+    GEMMs of the whole step])."""
+    import os
+
+    value = os.environ.get("GROVE_STEP_SIBLING_GEMMS", "0")
+    if value not in ("0", "1"):
+        raise ValueError("grove: GROVE_STEP_SIBLING_GEMMS=%r; use 1 or 0" % value)
+    return value == "1"
+
+
 class CompiledStep:
     """A training step compiled by compile_step; call it with a batch."""
 
@@ -142,6 +161,8 @@ class CompiledStep:
             return False if node in outputs else None
 
         searched = {"gemm_search": True} if gemm_search() else {}
+        if sibling_gemms():
+            searched["sibling_gemms"] = True
         runner = plan.compile(backend=self.mode, device=device, output_copies=copies,
                               verify=False, **searched)
         if not handoff.applicable(runner):

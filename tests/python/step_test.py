@@ -154,28 +154,36 @@ class CompileStepTest(unittest.TestCase):
         self.assertEqual(runner.plan.unsupported, [])
 
     def test_gpt_with_sibling_gemms_fused_tracks_eager(self):
-        # Note [Sibling GEMMs as one] (compiler/lowering/sibling_gemms.h): with
-        # GROVE_FUSE_SIBLING_GEMMS=1 each block's q/k/v projections, their
-        # weight gradients and their input gradient are one GEMM each; the
-        # losses and SGD's parameters still track eager PyTorch, and
-        # cudagraphs equals eager bitwise (check_case).
+        # Note [Sibling GEMMs of the whole step] (grove/step.py): with
+        # GROVE_STEP_SIBLING_GEMMS=1 (the compile option sibling_gemms) each
+        # block's q/k/v projections, their weight gradients and their input
+        # gradient are one GEMM each; the losses and SGD's parameters still
+        # track eager PyTorch, and cudagraphs equals eager bitwise (check_case).
         def gemms(step):
             lowered = step.runners()[0].models()[0].stats()["programs"][0]["lowered"]
             return lowered.count(" gemm "), lowered.count(".siblings.linear")
 
-        previous = os.environ.get("GROVE_FUSE_SIBLING_GEMMS")
+        previous = os.environ.get("GROVE_STEP_SIBLING_GEMMS")
         try:
-            os.environ["GROVE_FUSE_SIBLING_GEMMS"] = "0"
+            os.environ["GROVE_STEP_SIBLING_GEMMS"] = "0"
             torch.manual_seed(SEED)
-            unfused, unfused_siblings = gemms(self.check_case(gpt_case, "torch_sgd"))
-            os.environ["GROVE_FUSE_SIBLING_GEMMS"] = "1"
+            plain_step = self.check_case(gpt_case, "torch_sgd")
+            unfused, unfused_siblings = gemms(plain_step)
+            self.assertNotIn("sibling_gemms", plain_step.runners()[0].options)
+            os.environ["GROVE_STEP_SIBLING_GEMMS"] = "1"
             torch.manual_seed(SEED)
-            fused, siblings = gemms(self.check_case(gpt_case, "torch_sgd"))
+            fused_step = self.check_case(gpt_case, "torch_sgd")
+            fused, siblings = gemms(fused_step)
+            self.assertIs(fused_step.runners()[0].options.get("sibling_gemms"), True)
+            os.environ["GROVE_STEP_SIBLING_GEMMS"] = "sideways"
+            module, batches, loss_fn = gpt_case()
+            with self.assertRaisesRegex(ValueError, "GROVE_STEP_SIBLING_GEMMS"):
+                grove_losses(module, batches[:1], loss_fn, "torch_sgd", "eager")
         finally:
             if previous is None:
-                os.environ.pop("GROVE_FUSE_SIBLING_GEMMS", None)
+                os.environ.pop("GROVE_STEP_SIBLING_GEMMS", None)
             else:
-                os.environ["GROVE_FUSE_SIBLING_GEMMS"] = previous
+                os.environ["GROVE_STEP_SIBLING_GEMMS"] = previous
         self.assertEqual(unfused_siblings, 0)
         # Two blocks: per block q/k/v's forward and input gradient are one
         # linear each (".siblings.linear"), and 6 of 9 GEMMs go.
