@@ -151,6 +151,24 @@ TEST(SiblingGemms, LoneLinearsAndInPlaceProgramsAreLeftAlone) {
   EXPECT_FALSE(compiler::lowering::fuse_sibling_gemms(in_place.build()).has_value());
 }
 
+// Two weight-gradient GEMMs over one X where the second's gradient is made
+// from the first's result: one GEMM cannot compute both, so the program is
+// left alone (and lowers as before).
+TEST(SiblingGemms, GemmsThatFeedEachOtherAreLeftAlone) {
+  ProgramBuilder b("chained", runtime::kSimDevice);
+  ValueId x = b.input("x", {4, 8});
+  ValueId g1 = b.input("g1", {4, 6});
+  ValueId first = b.matmul(b.transpose(g1, 0, 1), x);   // [6, 8]
+  ValueId g2 = b.matmul(x, b.transpose(first, 0, 1));   // [4, 6]
+  ValueId second = b.matmul(b.transpose(g2, 0, 1), x);  // [6, 8]
+  b.output(first);
+  b.output(second);
+  Program program = b.build();
+  EXPECT_FALSE(compiler::lowering::fuse_sibling_gemms(program).has_value());
+  testing::ScopedEnv on("GROVE_FUSE_SIBLING_GEMMS", "1");
+  EXPECT_EQ(compiler::lowering::lower(program).kernel_report().library_gemms, 3u);
+}
+
 class SiblingGemmsOnDevice : public testing::DeviceTest {};
 
 // The cuda instance runs the fused GEMMs through cuBLAS (the lead runs it).
