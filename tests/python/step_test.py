@@ -175,6 +175,11 @@ class CompileStepTest(unittest.TestCase):
             fused_step = self.check_case(gpt_case, "torch_sgd")
             fused, siblings = gemms(fused_step)
             self.assertIs(fused_step.runners()[0].options.get("sibling_gemms"), True)
+            del os.environ["GROVE_STEP_SIBLING_GEMMS"]  # the default fuses
+            module, batches, loss_fn = gpt_case()
+            _, _, default_step = grove_losses(module, batches[:1], loss_fn, "torch_sgd",
+                                              "cudagraphs")
+            self.assertEqual(gemms(default_step), (fused, siblings))
             os.environ["GROVE_STEP_SIBLING_GEMMS"] = "sideways"
             module, batches, loss_fn = gpt_case()
             with self.assertRaisesRegex(ValueError, "GROVE_STEP_SIBLING_GEMMS"):
