@@ -89,6 +89,7 @@ TEST(SiblingGemms, QkvAndTheirGradientsBecomeThreeGemms) {
   // The weights' concat is made once for the forward and the input gradient.
   EXPECT_EQ(count_op(*fused, "concat"), 3u) << fused->str();  // weights, biases, gradients
 
+  testing::ScopedEnv off("GROVE_FUSE_SIBLING_GEMMS", "0");  // the unfused lowering
   compiler::lowering::LoweredProgram before = compiler::lowering::lower(program);
   compiler::lowering::LoweredProgram after = compiler::lowering::lower(*fused);
   EXPECT_EQ(before.kernel_report().library_gemms, 9u) << before.describe();
