@@ -103,10 +103,15 @@ class Rewriter {
     }
     return v;
   }
-  // The operand of a rank-2 transpose that produced `v`, or kNoValue.
+  // The operand of a rank-2 transpose (or permute [1, 0]) that produced `v`, or kNoValue.
   ValueId transposed(ValueId v) const {
     const ir::Node* node = producer(v);
-    if (node == nullptr || node->op != "transpose" || type(v).rank() != 2) return ir::kNoValue;
+    if (node == nullptr || type(v).rank() != 2) return ir::kNoValue;
+    if (node->op == "permute") {  // AOTAutograd's saved weight transposes
+      return node->attrs.get_ints("order") == std::vector<int64_t>{1, 0} ? node->operands[0]
+                                                                         : ir::kNoValue;
+    }
+    if (node->op != "transpose") return ir::kNoValue;
     int64_t d0 = node->attrs.get_int("dim0"), d1 = node->attrs.get_int("dim1");
     if (d0 < 0) d0 += 2;
     if (d1 < 0) d1 += 2;

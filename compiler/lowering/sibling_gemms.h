@@ -18,7 +18,8 @@ namespace grove::compiler::lowering {
 //    matmul(transpose(concat(G_i, 1)), X), whose row slices are the old
 //    results (contiguous);
 //  - input gradient: a tree of adds (through reshapes, each value read once)
-//    whose leaves are linear(G_i, transpose(W_i)) with W_i program inputs
+//    whose leaves are linear(G_i, transpose(W_i)) (or permute [1, 0], as
+//    AOTAutograd saves it) with W_i program inputs
 //    becomes linear(concat(G_i, 1), transpose(concat(W_i)));
 //  - bias gradients: sum(G_i, {0}) of every G_i of one of the two gradient
 //    groups above becomes one sum over their concat, sliced.

@@ -164,6 +164,7 @@ class CompileStepTest(unittest.TestCase):
             return lowered.count(" gemm "), lowered.count(".siblings.linear")
 
         previous = os.environ.get("GROVE_STEP_SIBLING_GEMMS")
+        every_program = os.environ.pop("GROVE_FUSE_SIBLING_GEMMS", None)  # would fuse "0" too
         try:
             os.environ["GROVE_STEP_SIBLING_GEMMS"] = "0"
             torch.manual_seed(SEED)
@@ -189,6 +190,8 @@ class CompileStepTest(unittest.TestCase):
                 os.environ.pop("GROVE_STEP_SIBLING_GEMMS", None)
             else:
                 os.environ["GROVE_STEP_SIBLING_GEMMS"] = previous
+            if every_program is not None:
+                os.environ["GROVE_FUSE_SIBLING_GEMMS"] = every_program
         self.assertEqual(unfused_siblings, 0)
         # Two blocks: per block q/k/v's forward and input gradient are one
         # linear each (".siblings.linear"), and 6 of 9 GEMMs go.

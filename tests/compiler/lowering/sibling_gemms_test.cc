@@ -37,7 +37,7 @@ size_t count_op(const Program& program, const std::string& op) {
 // heads > 0: the gradients come per head, [batch, heads, time, width / heads],
 // and each g_i is their transpose reshaped, a copy (as in an attention block).
 Program attention_projections(runtime::Device device, int64_t batch, int64_t time, int64_t width,
-                              bool with_biases, int64_t heads = 0) {
+                              bool with_biases, int64_t heads = 0, bool permuted_weights = false) {
   ProgramBuilder b("qkv", device);
   const int64_t rows = batch * time;
   ValueId x = b.input("x", {batch, time, width});
@@ -66,9 +66,11 @@ Program attention_projections(runtime::Device device, int64_t batch, int64_t tim
     ValueId flat = b.reshape(x, {rows, width});
     b.output(b.transpose(b.matmul(b.transpose(gradients[i], 0, 1), flat), 0, 1));
     b.output(b.sum(gradients[i], {0}));
+    // AOTAutograd saves a weight's transpose as permute [1, 0].
+    ValueId weight_t =
+        permuted_weights ? b.permute(weights[i], {1, 0}) : b.transpose(weights[i], 0, 1);
     ValueId dx =
-        b.reshape(b.linear(gradients[i], b.transpose(weights[i], 0, 1), compiler::ir::kNoValue),
-                  {batch, time, width});
+        b.reshape(b.linear(gradients[i], weight_t, compiler::ir::kNoValue), {batch, time, width});
     sum = sum == compiler::ir::kNoValue ? dx : b.add(sum, dx);
   }
   b.output(sum);
@@ -94,6 +96,21 @@ TEST(SiblingGemms, QkvAndTheirGradientsBecomeThreeGemms) {
   compiler::lowering::LoweredProgram after = compiler::lowering::lower(*fused);
   EXPECT_EQ(before.kernel_report().library_gemms, 9u) << before.describe();
   EXPECT_EQ(after.kernel_report().library_gemms, 3u) << after.describe();
+}
+
+// The door's backward (AOTAutograd's partition) reads each weight through a
+// saved permute [1, 0]: its input gradient is one GEMM too.
+TEST(SiblingGemms, InputGradientThroughPermutedWeightsIsOneGemm) {
+  Program program = attention_projections(runtime::kSimDevice, 2, 8, 16, true, 0, true);
+  std::optional<Program> fused = compiler::lowering::fuse_sibling_gemms(program);
+  ASSERT_TRUE(fused.has_value());
+  fused->verify();
+  EXPECT_EQ(count_op(*fused, "linear") + count_op(*fused, "matmul"), 3u) << fused->str();
+  EXPECT_EQ(count_op(*fused, "add"), 0u) << fused->str();
+  testing::HostTensorList inputs = testing::random_inputs(program, 41);
+  testing::ScopedEnv on("GROVE_FUSE_SIBLING_GEMMS", "1");
+  testing::expect_matches_reference(program, inputs, runtime::kSimDevice,
+                                    testing::tolerance_for(DType::kF32), "qkv_permuted");
 }
 
 TEST(SiblingGemms, TheSwitchRewritesWhatLowerSchedules) {
