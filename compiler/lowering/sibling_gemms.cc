@@ -315,7 +315,8 @@ class Rewriter {
 
   std::string fresh(const std::string& base) {
     std::string name = base;
-    for (int i = 2; in_.has_name(name) || taken_.count(name); ++i) name = str_cat(base, ".", i);
+    for (int i = 2; in_.has_name(name) || in_.find_node(name) || taken_.count(name); ++i)
+      name = str_cat(base, ".", i);
     taken_.insert(name);
     return name;
   }
