@@ -70,7 +70,8 @@ def gemm_search():
 # 0.802x; its losses within 4.8e-7 of the unfused step's over 30 steps. On by
 # default; GROVE_STEP_SIBLING_GEMMS=0 keeps the separate GEMMs. Read when a
 # step compiles. Test: CompileStepTest.test_gpt_with_sibling_gemms_fused_tracks_eager
-# (step_test.py), GpuStepTest.test_gpt_whole_step_with_sibling_gemms_fused.
+# (step_test.py), GpuStepTest.test_gpt_whole_step_with_sibling_gemms_fused
+# (gpu_step_test.py; passed on an H100 in session 21's r2).
 def sibling_gemms():
     """Whether the step's program fuses its sibling GEMMs (Note [Sibling
     GEMMs of the whole step])."""
