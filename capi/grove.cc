@@ -114,11 +114,13 @@ backends::CompileOptions parse_options(
     } else if (key == "stage") {
       require(value.is_string(), "option 'stage' must be a string");
       options.stage = parse_stage(value.get<std::string>());
-    } else if (key == "never_capture" || key == "skip_warmup" || key == "gemm_search") {
+    } else if (key == "never_capture" || key == "skip_warmup" || key == "gemm_search" ||
+               key == "sibling_gemms") {
       require(value.is_boolean(), "option '", key, "' must be true or false");
       (key == "never_capture" ? options.never_capture
        : key == "skip_warmup" ? options.skip_warmup
-                              : options.gemm_search) = value.get<bool>();
+       : key == "gemm_search" ? options.gemm_search
+                              : options.sibling_gemms) = value.get<bool>();
     } else if (key == "gradient_all_reduce") {
       *all_reduce = parse_all_reduce(value);
     } else if (key == "small_m_gemm") {
@@ -131,7 +133,7 @@ backends::CompileOptions parse_options(
       throw InvalidArgument(
           str_cat("unknown option '", key,
                   "' (known: backend, device, dims, stage, never_capture, "
-                  "skip_warmup, gradient_all_reduce, small_m_gemm, gemm_search)"));
+                  "skip_warmup, gradient_all_reduce, small_m_gemm, gemm_search, sibling_gemms)"));
     }
   }
   options.device = *device;

@@ -114,9 +114,11 @@ int grove_capi_version(void);
  * "never_capture": bool, "skip_warmup": bool,
  * "gradient_all_reduce": {"outputs": [positions], "op": "mean" | "sum",
  * "bucket_bytes": int, "overlap": bool}, "small_m_gemm": "off" | "on" | "auto",
- * "gemm_search": bool}. "gemm_search": true makes the model's library GEMMs on cuda take the
- * fastest of cuBLASLt's candidates, timed once per process and shape, as GROVE_GEMM_SEARCH=1
- * does for every model.
+ * "gemm_search": bool, "sibling_gemms": bool}. "gemm_search": true makes the model's library
+ * GEMMs on cuda take the fastest of cuBLASLt's candidates, timed once per process and shape, as
+ * GROVE_GEMM_SEARCH=1 does for every model. "sibling_gemms": true makes GEMMs of the model that
+ * share an operand one GEMM over the concatenated others (q/k/v and their gradients), as
+ * GROVE_FUSE_SIBLING_GEMMS=1 does for every model.
  * "small_m_gemm" picks grove's small-M GEMM kernel for this model alone, as
  * GROVE_SMALL_M_GEMM does for the process (which decides when the option is
  * absent or ""; another value fails with GROVE_ERROR_INVALID_ARGUMENT). "gradient_all_reduce" (a

@@ -39,6 +39,10 @@ struct CompileOptions {
   // timed once per process and shape (Note [GEMM algorithms by measurement];
   // GROVE_GEMM_SEARCH=1 does it for every program).
   bool gemm_search = false;
+  // GEMMs that share an operand become one over the concatenated others
+  // before scheduling (Note [Sibling GEMMs as one]; GROVE_FUSE_SIBLING_GEMMS=1
+  // does it for every program).
+  bool sibling_gemms = false;
 };
 
 class ExecutionBackend {

@@ -149,6 +149,7 @@ CompiledModel compile(const ir::Program& program, const CompileOptions& options,
         lowering::parse_small_m_gemm_mode(options.small_m_gemm, "option 'small_m_gemm'");
   }
   lower_options.gemm_search = options.gemm_search;
+  lower_options.sibling_gemms = options.sibling_gemms;
   auto lower_start = std::chrono::steady_clock::now();
   model.lowered_ =
       std::make_shared<const lowering::LoweredProgram>(lowering::lower(target, lower_options));

@@ -444,6 +444,7 @@ LoweredProgram lower(const ir::Program& program, const LowerOptions& options) {
   schedule_options.small_m_gemm = options.small_m_gemm;
   schedule_options.sequence_attention = options.sequence_attention;
   schedule_options.gemm_search = options.gemm_search;
+  schedule_options.sibling_gemms = options.sibling_gemms;
   core->scheduled = schedule_program(program, schedule_options);
   core->executor.print_sink = options.print_sink;
   core->name = str_cat(program.name(), ":forward");

@@ -38,6 +38,8 @@ struct LowerOptions {
   bool sequence_attention = true;
   // ScheduleOptions::gemm_search (compile option gemm_search).
   bool gemm_search = false;
+  // ScheduleOptions::sibling_gemms (compile option sibling_gemms).
+  bool sibling_gemms = false;
 };
 
 // Throws grove::Error naming the node when the program cannot be lowered.

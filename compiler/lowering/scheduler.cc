@@ -11,6 +11,7 @@
 #include "compiler/lowering/horizontal_fusion.h"
 #include "compiler/lowering/kernel_assembly.h"
 #include "compiler/lowering/segment_split.h"
+#include "compiler/lowering/sibling_gemms.h"
 #include "compiler/lowering/small_m_gemm.h"
 #include "compiler/lowering/tiny_k_gemm.h"
 #include "compiler/ops/op_helpers.h"
@@ -674,7 +675,10 @@ void Scheduler::run() {
 
 ScheduledProgram schedule_program(const ir::Program& program, const ScheduleOptions& options) {
   ScheduledProgram out;
-  out.program = std::make_shared<const ir::Program>(program);
+  // Note [Sibling GEMMs as one] (sibling_gemms.h): the rewrite, where on.
+  std::optional<ir::Program> fused;
+  if (options.sibling_gemms || sibling_gemm_fusion_enabled()) fused = fuse_sibling_gemms(program);
+  out.program = std::make_shared<const ir::Program>(fused ? std::move(*fused) : program);
   out.graph = std::make_shared<const LoweringGraph>(*out.program, options.small_m_gemm);
   out.fusion = plan_fusion(*out.graph);
   out.device = program.device();

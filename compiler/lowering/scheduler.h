@@ -61,6 +61,9 @@ struct ScheduleOptions {
   // candidates, timed once per process and shape (GemmArgs::search; Note [GEMM
   // algorithms by measurement], runtime/cuda/gemm_algorithm_search.h).
   bool gemm_search = false;
+  // True: the program is rewritten first (Note [Sibling GEMMs as one],
+  // sibling_gemms.h), as GROVE_FUSE_SIBLING_GEMMS=1 does for every program.
+  bool sibling_gemms = false;
 };
 
 // Throws grove::Error naming the node when something cannot be lowered.

@@ -50,7 +50,8 @@ class Model:
 
     def __init__(self, program, backend="eager", device="sim", dims=None, params=None,
                  never_capture=False, skip_warmup=False, stage="inference", copy_outputs=None,
-                 verify=None, gradient_all_reduce=None, small_m_gemm=None, gemm_search=False):
+                 verify=None, gradient_all_reduce=None, small_m_gemm=None, gemm_search=False,
+                 sibling_gemms=False):
         lib = _capi.library()
         text = _c_text(program if isinstance(program, str) else json.dumps(program),
                        "the program text")
@@ -88,6 +89,8 @@ class Model:
             options["small_m_gemm"] = str(small_m_gemm)
         if gemm_search:  # Note [GEMM algorithms by measurement] for this model's GEMMs
             options["gemm_search"] = True
+        if sibling_gemms:  # Note [Sibling GEMMs as one] for this model's program
+            options["sibling_gemms"] = True
         params = dict(params or {})
         bindings = (_capi.StateBinding * max(len(params), 1))()
         self._bound_keepalive = []

@@ -58,6 +58,31 @@ def gemm_search():
     return value == "1"
 
 
+# Note [Sibling GEMMs of the whole step]: GROVE_STEP_SIBLING_GEMMS=1 compiles
+# the step's program with the compile option sibling_gemms (Note [Sibling GEMMs
+# as one], compiler/lowering/sibling_gemms.h): each attention block's q/k/v
+# projections, their weight gradients, their summed input gradient and their
+# bias gradients as one GEMM (or sum) each; gpt4x256's step goes from 101
+# library GEMMs to 77. Measured (session 21, r1, H100, door_timeline.py, 10
+# interleaved blocks of 20 steps, one process): gpt4x256 b8 993.4 us per step
+# against 1173.1 without it (every block faster: 987.4-1002.4 against
+# 1164.1-1189.7), 0.679x of PyTorch's hand-captured step (1462.6) against
+# 0.802x; its losses within 4.8e-7 of the unfused step's over 30 steps. On by
+# default; GROVE_STEP_SIBLING_GEMMS=0 keeps the separate GEMMs. Read when a
+# step compiles. Test: CompileStepTest.test_gpt_with_sibling_gemms_fused_tracks_eager
+# (step_test.py), GpuStepTest.test_gpt_whole_step_with_sibling_gemms_fused
+# (gpu_step_test.py; passed on an H100 in session 21's r2).
+def sibling_gemms():
+    """Whether the step's program fuses its sibling GEMMs (Note [Sibling
+    GEMMs of the whole step])."""
+    import os
+
+    value = os.environ.get("GROVE_STEP_SIBLING_GEMMS", "1")
+    if value not in ("0", "1"):
+        raise ValueError("grove: GROVE_STEP_SIBLING_GEMMS=%r; use 1 or 0" % value)
+    return value == "1"
+
+
 class CompiledStep:
     """A training step compiled by compile_step; call it with a batch."""
 
@@ -142,6 +167,8 @@ class CompiledStep:
             return False if node in outputs else None
 
         searched = {"gemm_search": True} if gemm_search() else {}
+        if sibling_gemms():
+            searched["sibling_gemms"] = True
         runner = plan.compile(backend=self.mode, device=device, output_copies=copies,
                               verify=False, **searched)
         if not handoff.applicable(runner):

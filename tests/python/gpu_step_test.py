@@ -5,7 +5,7 @@ step_test.py covers the same on sim with PyTorch 1.13).
 - compile_step, 30 steps of the mlp and the gpt (gpu_models.py, smaller
   sizes) with torch.optim.AdamW and grove.optim.SGD: losses within rtol 2e-3,
   atol 2e-4 of torch eager (f32, TF32 off); "cudagraphs" equals "eager"
-  bitwise; nothing lands in .grad.
+  bitwise; nothing lands in .grad; the gpt also with GROVE_FUSE_SIBLING_GEMMS=1.
 - torch.autocast("cuda", dtype=torch.bfloat16) around torch.compile(backend=
   "grove") training and around compile_step: losses within rtol 3e-2,
   atol 3e-2 of eager autocast over 20 steps (bf16 rounding, a different
@@ -136,6 +136,19 @@ class GpuStepTest(unittest.TestCase):
 
     def test_gpt_whole_step_torch_adamw(self):
         self.check_whole_step(gpt_case, "torch_adamw")
+
+    def test_gpt_whole_step_with_sibling_gemms_fused(self):
+        # Note [Sibling GEMMs as one] (compiler/lowering/sibling_gemms.h): q/k/v
+        # and their gradients as one cuBLAS GEMM each, read while the step compiles.
+        previous = os.environ.get("GROVE_FUSE_SIBLING_GEMMS")
+        os.environ["GROVE_FUSE_SIBLING_GEMMS"] = "1"
+        try:
+            self.check_whole_step(gpt_case, "torch_adamw")
+        finally:
+            if previous is None:
+                os.environ.pop("GROVE_FUSE_SIBLING_GEMMS", None)
+            else:
+                os.environ["GROVE_FUSE_SIBLING_GEMMS"] = previous
 
     def test_gpt_whole_step_grove_sgd(self):
         self.check_whole_step(gpt_case, "grove_sgd")

@@ -153,6 +153,51 @@ class CompileStepTest(unittest.TestCase):
         self.assertEqual(stats["fallback_calls"], {})
         self.assertEqual(runner.plan.unsupported, [])
 
+    def test_gpt_with_sibling_gemms_fused_tracks_eager(self):
+        # Note [Sibling GEMMs of the whole step] (grove/step.py): with
+        # GROVE_STEP_SIBLING_GEMMS=1 (the compile option sibling_gemms) each
+        # block's q/k/v projections, their weight gradients and their input
+        # gradient are one GEMM each; the losses and SGD's parameters still
+        # track eager PyTorch, and cudagraphs equals eager bitwise (check_case).
+        def gemms(step):
+            lowered = step.runners()[0].models()[0].stats()["programs"][0]["lowered"]
+            return lowered.count(" gemm "), lowered.count(".siblings.linear")
+
+        previous = os.environ.get("GROVE_STEP_SIBLING_GEMMS")
+        every_program = os.environ.pop("GROVE_FUSE_SIBLING_GEMMS", None)  # would fuse "0" too
+        try:
+            os.environ["GROVE_STEP_SIBLING_GEMMS"] = "0"
+            torch.manual_seed(SEED)
+            plain_step = self.check_case(gpt_case, "torch_sgd")
+            unfused, unfused_siblings = gemms(plain_step)
+            self.assertNotIn("sibling_gemms", plain_step.runners()[0].options)
+            os.environ["GROVE_STEP_SIBLING_GEMMS"] = "1"
+            torch.manual_seed(SEED)
+            fused_step = self.check_case(gpt_case, "torch_sgd")
+            fused, siblings = gemms(fused_step)
+            self.assertIs(fused_step.runners()[0].options.get("sibling_gemms"), True)
+            del os.environ["GROVE_STEP_SIBLING_GEMMS"]  # the default fuses
+            module, batches, loss_fn = gpt_case()
+            _, _, default_step = grove_losses(module, batches[:1], loss_fn, "torch_sgd",
+                                              "cudagraphs")
+            self.assertEqual(gemms(default_step), (fused, siblings))
+            os.environ["GROVE_STEP_SIBLING_GEMMS"] = "sideways"
+            module, batches, loss_fn = gpt_case()
+            with self.assertRaisesRegex(ValueError, "GROVE_STEP_SIBLING_GEMMS"):
+                grove_losses(module, batches[:1], loss_fn, "torch_sgd", "eager")
+        finally:
+            if previous is None:
+                os.environ.pop("GROVE_STEP_SIBLING_GEMMS", None)
+            else:
+                os.environ["GROVE_STEP_SIBLING_GEMMS"] = previous
+            if every_program is not None:
+                os.environ["GROVE_FUSE_SIBLING_GEMMS"] = every_program
+        self.assertEqual(unfused_siblings, 0)
+        # Two blocks: per block q/k/v's forward and input gradient are one
+        # linear each (".siblings.linear"), and 6 of 9 GEMMs go.
+        self.assertEqual(siblings, 4)
+        self.assertEqual(unfused - fused, 2 * 6)
+
     def test_gemm_search_option_reaches_the_program(self):
         # Note [GEMMs of the whole step by measurement] (grove/step.py): the
         # step's program compiles with the option, by default (sim has no
