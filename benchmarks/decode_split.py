@@ -5,7 +5,7 @@ eager PyTorch (issue 33: grove >= 2x eager's tokens/s).
 
     python3 benchmarks/decode_split.py [--tokens 32] [--turns 5] [--out DIR]
         [--variants eager,hf_loop,floor,grove] [--door-env LABEL:NAME=VALUE[+...],...]
-        [--no-profile] [--no-guard-skip]
+        [--no-profile] [--no-guard-skip] [--cprofile VARIANT]
 
 Variants (Note [A decode token's time split]):
   eager    model.forward as it is
@@ -14,8 +14,12 @@ Variants (Note [A decode token's time split]):
   floor    torch.compile with a backend whose graphs return one eager run's
            outputs (door_split's floor): HF's loop and dynamo, no model work
   grove    backend="grove"
+  grove_reuse  backend="grove" with options={"reuse_state": True} (Note [Reused
+           state copies], grove/runner.py: the cache a prefill makes keeps its
+           address from one generate call to the next)
   door_LABEL  backend="grove" compiled and timed with --door-env's variables
-  NAME_nogc   variant NAME with Python's garbage collector off during its calls
+  NAME_nogc   variant NAME's model (the same compiled forward) with Python's
+           garbage collector off during its calls
 Every variant's model is compiled first; then each is timed in turns (one
 generate call per variant per turn, the order rotated) and its figure is the
 median of its turns, as ms per token and tokens/s, with the forward's own host
@@ -30,10 +34,16 @@ kernels per token, and the 12 operations of most own host time. Finally
 torch.compiler.set_stance(skip_guard_eval_unsafe=True): what dynamo's guard
 check costs per token. Tokens are compared with eager's for every variant
 (hf_loop and floor return fixed logits: theirs differ by design).
+--cprofile VARIANT writes cProfile's listing of one of that variant's generate
+calls to DIR/decode_cprofile.txt (most own time, then most cumulative time).
 Writes DIR/decode_split.json. Skips without CUDA.
 """
 import argparse
 import contextlib
+import copy
+import cProfile
+import io
+import pstats
 import functools
 import gc
 import importlib
@@ -63,7 +73,9 @@ from torch_zoo import parse_env_variants, without_hf_compile  # noqa: E402
 # not hide). Eager's token is hf_loop plus eager's forward. So grove >= 2x
 # eager needs grove - floor (and floor itself) small against eager's forward;
 # the profile splits each figure into its ranges. Run on a GPU host.
+STARTED = time.perf_counter()
 PROMPT = 12
+DEVICE = "cuda"
 RANGES = ("split.forward", "split.grove", "split.prepare_inputs", "split.update_kwargs",
           "split.unfinished", "split.logits_processor", "split.stopping_criteria")
 WAITS = ("cudaStreamSynchronize", "cudaMemcpyAsync", "cudaDeviceSynchronize",
@@ -95,8 +107,8 @@ class Variant:
         self.gc_off = name.endswith("_nogc")
         self.settings = settings or {}
         self.model = small_llama()
-        self.ids = torch.randint(0, 1000, (1, PROMPT), device="cuda",
-                                 generator=torch.Generator("cuda").manual_seed(0))
+        self.ids = torch.randint(0, 1000, (1, PROMPT),
+                                 generator=torch.Generator().manual_seed(0)).to(DEVICE)
         with environment(self.settings):
             inner = make_forward(self.model)
         self.timed = Forward(inner)
@@ -147,10 +159,11 @@ def saved_output_forward(model, ids):
     return functools.wraps(eager)(lambda *args, **kwargs: saved[0])
 
 
-def grove_backend_function():
+def grove_backend_function(**options):
     """A backend object of its own (dynamo's cache entries are guarded on it)."""
-    grove_backend = torch._dynamo.lookup_backend("grove")
-    return lambda gm, example_inputs: grove_backend(gm, example_inputs)
+    from grove.dynamo_backend import grove_backend
+
+    return lambda gm, example_inputs: grove_backend(gm, example_inputs, **options)
 
 
 def make_variants(names, door_env):
@@ -159,15 +172,25 @@ def make_variants(names, door_env):
     makers = {
         "eager": lambda model: model.forward,
         "hf_loop": lambda model: saved_output_forward(model, torch.randint(
-            0, 1000, (1, PROMPT), device="cuda")),
+            0, 1000, (1, PROMPT)).to(DEVICE)),
         "floor": lambda model: torch.compile(model.forward, backend=floor_backend(True)),
         "grove": lambda model: torch.compile(model.forward, backend=grove_backend_function()),
+        "grove_reuse": lambda model: torch.compile(
+            model.forward, backend=grove_backend_function(reuse_state=True)),
     }
     variants = []
     for name in names:
+        if name.endswith("_nogc"):
+            base = next((v for v in variants if v.name == name[:-len("_nogc")]), None)
+            if base is None:
+                print("%s: not made: list %s before it" % (name, name[:-len("_nogc")]))
+                continue
+            shared = copy.copy(base)  # the same model and forward, timed apart
+            shared.name, shared.gc_off, shared.tokens, shared.turns = name, True, None, []
+            variants.append(shared)
+            continue
         try:
-            variants.append(Variant(name, makers[name[:-len("_nogc")]
-                                                  if name.endswith("_nogc") else name]))
+            variants.append(Variant(name, makers[name]))
         except Exception as error:  # one variant's failure leaves the others
             print("%s: not made: %s: %s" % (name, type(error).__name__, str(error)[:300]))
     for label, settings in door_env.items():
@@ -260,6 +283,20 @@ def profile_split(variant, tokens):
     return split
 
 
+def write_cprofile(variant, tokens, path):
+    profiler = cProfile.Profile()
+    profiler.enable()
+    variant.generate(tokens)
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    text.write("cProfile of one %s generate call of %d tokens\n" % (variant.name, tokens))
+    stats.sort_stats("tottime").print_stats(35)
+    stats.sort_stats("cumulative").print_stats(45)
+    with open(path, "w") as out:
+        out.write(text.getvalue())
+
+
 def time_in_turns(variants, tokens, turns):
     for turn in range(turns):
         shift = turn % len(variants)
@@ -319,6 +356,10 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--no-guard-skip", action="store_true")
+    parser.add_argument("--cprofile", default="", help="a variant to cProfile one call of")
+    parser.add_argument("--ready-by", type=float, default=None,
+                        help="seconds from the start after which no further variant is warmed "
+                             "(compiled); those left out are reported, the others timed")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("decode_split: skipped, no CUDA device")
@@ -335,6 +376,10 @@ def main():
     variants = make_variants(args.variants.split(","), door_env)
     started = time.perf_counter()
     for variant in variants:
+        if args.ready_by is not None and time.perf_counter() - STARTED > args.ready_by:
+            variant.error = "not warmed: past --ready-by %.0f s" % args.ready_by
+            print("%-14s %s" % (variant.name, variant.error), flush=True)
+            continue
         try:
             first = time.perf_counter()
             for _ in range(args.warm):
@@ -370,9 +415,9 @@ def main():
                   entry.get("tokens_equal_eager")), flush=True)
     if not args.no_profile:
         for variant in variants:
-            if variant.name not in results["variants"] or "error" in results["variants"][
-                    variant.name]:
-                continue
+            if (variant.name not in results["variants"] or variant.gc_off
+                    or "error" in results["variants"][variant.name]):
+                continue  # a _nogc variant's profile is its base's
             try:
                 split = profile_split(variant, args.tokens)
             except Exception as error:
@@ -389,6 +434,14 @@ def main():
                     print("   %-28s %8.1f us/token  %5.2f calls/token" % (
                         name, split[name]["us_per_token"], split[name]["calls_per_token"]))
             print(split["table"])
+    with open(os.path.join(args.out, "decode_split.json"), "w") as out:
+        json.dump(results, out, indent=1)  # again at the end, with the guard check
+    for variant in variants:
+        if variant.name == args.cprofile and variant.turns:
+            try:
+                write_cprofile(variant, args.tokens, os.path.join(args.out, "decode_cprofile.txt"))
+            except Exception as error:
+                print("no cProfile: %s: %s" % (type(error).__name__, str(error)[:300]))
     if not args.no_guard_skip:
         results["guard_skip"] = guard_skip(variants, args.tokens, args.turns)
         for name, entry in results["guard_skip"].items():
