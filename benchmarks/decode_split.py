@@ -117,6 +117,7 @@ class Variant:
             lambda *a, **k: self.timed(*a, **k))
         self.tokens = None
         self.turns = []  # (seconds of the call, forward seconds in it)
+        self.calls = []  # per generate call, the host seconds of each forward call
 
     def generate(self, tokens):
         self.timed.seconds = []
@@ -137,6 +138,7 @@ class Variant:
                 gc.enable()
         if self.tokens is None:
             self.tokens = out
+        self.calls.append(list(self.timed.seconds))
         return seconds, sum(self.timed.seconds)
 
 
@@ -187,6 +189,7 @@ def make_variants(names, door_env):
                 continue
             shared = copy.copy(base)  # the same model and forward, timed apart
             shared.name, shared.gc_off, shared.tokens, shared.turns = name, True, None, []
+            shared.calls = []
             variants.append(shared)
             continue
         try:
@@ -314,7 +317,13 @@ def summary(variant, tokens):
     forwards = [forward for _, forward in variant.turns]
     total = statistics.median(totals)
     forward = statistics.median(forwards)
-    return {"tokens_per_s": tokens / total, "ms_per_token": total / tokens * 1e3,
+    # The first forward of a call is the prefill; the rest are decode steps.
+    calls = variant.calls[-len(variant.turns):]
+    prefill = statistics.median(seconds[0] for seconds in calls if seconds)
+    steps = statistics.median(statistics.median(seconds[1:]) for seconds in calls
+                              if len(seconds) > 1)
+    return {"prefill_forward_us": prefill * 1e6, "step_forward_us": steps * 1e6,
+            "forwards_per_call": statistics.median(len(seconds) for seconds in calls),"tokens_per_s": tokens / total, "ms_per_token": total / tokens * 1e3,
             "forward_us_per_token": forward / tokens * 1e6,
             "rest_us_per_token": (total - forward) / tokens * 1e6,
             "spread_ms_per_token": [min(totals) / tokens * 1e3, max(totals) / tokens * 1e3]}
@@ -406,11 +415,14 @@ def main():
             entry["over_eager"] = entry["tokens_per_s"] / summary(eager, args.tokens)[
                 "tokens_per_s"]
         results["variants"][variant.name] = entry
-        print("%-14s %7.1f tok/s  %6.3f ms/token (%.3f-%.3f)  forward %7.1f us/token  rest "
-              "%7.1f us/token  x eager %s  tokens equal eager's %s" % (
+        print("%-14s %7.1f tok/s  %6.3f ms/token (%.3f-%.3f)  forward %7.1f us/token (prefill "
+              "%.0f us, step %.1f us, %d calls)  rest %7.1f us/token  x eager %s  tokens equal "
+              "eager's %s" % (
                   variant.name, entry["tokens_per_s"], entry["ms_per_token"],
                   entry["spread_ms_per_token"][0], entry["spread_ms_per_token"][1],
-                  entry["forward_us_per_token"], entry["rest_us_per_token"],
+                  entry["forward_us_per_token"], entry["prefill_forward_us"],
+                  entry["step_forward_us"], entry["forwards_per_call"],
+                  entry["rest_us_per_token"],
                   "%.2f" % entry["over_eager"] if "over_eager" in entry else "-",
                   entry.get("tokens_equal_eager")), flush=True)
     if not args.no_profile:
