@@ -63,7 +63,7 @@ sys.path.insert(0, here)
 from decode_breakdown import small_llama  # noqa: E402 (benchmarks/, after the path)
 from door_split import floor_backend  # noqa: E402
 from torch_backend import environment  # noqa: E402
-from torch_zoo import parse_env_variants, without_hf_compile  # noqa: E402
+from torch_zoo import parse_env_variants, tree_counters, without_hf_compile  # noqa: E402
 
 # Note [A decode token's time split]: a token of HF's generate is HF's own
 # loop (hf_loop: logits processors, stopping criteria, input preparation and
@@ -118,8 +118,18 @@ class Variant:
         self.tokens = None
         self.turns = []  # (seconds of the call, forward seconds in it)
         self.calls = []  # per generate call, the host seconds of each forward call
+        self.counters = {}  # grove's tree counters: their growth over this variant's calls
 
     def generate(self, tokens):
+        before = tree_counters()
+        result = self._generate(tokens)
+        after = tree_counters()
+        for key, value in after.items():
+            if isinstance(value, (int, float)) and isinstance(before.get(key), (int, float)):
+                self.counters[key] = self.counters.get(key, 0) + value - before[key]
+        return result
+
+    def _generate(self, tokens):
         self.timed.seconds = []
         with environment(self.settings):
             if self.gc_off:
@@ -189,7 +199,7 @@ def make_variants(names, door_env):
                 continue
             shared = copy.copy(base)  # the same model and forward, timed apart
             shared.name, shared.gc_off, shared.tokens, shared.turns = name, True, None, []
-            shared.calls = []
+            shared.calls, shared.counters = [], {}
             variants.append(shared)
             continue
         try:
@@ -301,6 +311,8 @@ def write_cprofile(variant, tokens, path):
 
 
 def time_in_turns(variants, tokens, turns):
+    for variant in variants:
+        variant.counters = {}
     for turn in range(turns):
         shift = turn % len(variants)
         for variant in variants[shift:] + variants[:shift]:
@@ -410,6 +422,9 @@ def main():
             continue
         entry = summary(variant, args.tokens)
         entry["settings"] = variant.settings
+        calls = len(variant.turns) * args.tokens
+        entry["tree_per_token"] = {key: value / calls for key, value in variant.counters.items()
+                                   if value and variant.name not in ("eager", "hf_loop", "floor")}
         if eager is not None:
             entry["tokens_equal_eager"] = bool(torch.equal(variant.tokens, eager.tokens))
             entry["over_eager"] = entry["tokens_per_s"] / summary(eager, args.tokens)[
@@ -425,6 +440,9 @@ def main():
                   entry["rest_us_per_token"],
                   "%.2f" % entry["over_eager"] if "over_eager" in entry else "-",
                   entry.get("tokens_equal_eager")), flush=True)
+        if entry["tree_per_token"]:
+            print("%-14s tree per token: %s" % (variant.name, ", ".join(
+                "%s %.2f" % (key, value) for key, value in sorted(entry["tree_per_token"].items()))))
     if not args.no_profile:
         for variant in variants:
             if (variant.name not in results["variants"] or variant.gc_off
