@@ -92,12 +92,15 @@ class Forward:
 
     def __call__(self, *args, **kwargs):
         start = time.perf_counter()
+        if not self.seconds:
+            self.first_start = start
         if self.ranged:
             with torch.profiler.record_function("split.forward"):
                 result = self.inner(*args, **kwargs)
         else:
             result = self.inner(*args, **kwargs)
-        self.seconds.append(time.perf_counter() - start)
+        self.last_end = time.perf_counter()
+        self.seconds.append(self.last_end - start)
         return result
 
 
@@ -119,6 +122,7 @@ class Variant:
         self.turns = []  # (seconds of the call, forward seconds in it)
         self.calls = []  # per generate call, the host seconds of each forward call
         self.counters = {}  # grove's tree counters: their growth over this variant's calls
+        self.ends = []  # per generate call, (seconds before the first forward, after the last)
 
     def generate(self, tokens):
         before = tree_counters()
@@ -143,12 +147,16 @@ class Variant:
                                               cache_implementation="static",
                                               **without_hf_compile())
                 torch.cuda.synchronize()
-                seconds = time.perf_counter() - start
+                end = time.perf_counter()
+                seconds = end - start
             finally:
                 gc.enable()
         if self.tokens is None:
             self.tokens = out
         self.calls.append(list(self.timed.seconds))
+        # Before the first forward (generate's set-up, the cache made) and
+        # after the last one (its end, the device drained).
+        self.ends.append((self.timed.first_start - start, end - self.timed.last_end))
         return seconds, sum(self.timed.seconds)
 
 
@@ -199,7 +207,7 @@ def make_variants(names, door_env):
                 continue
             shared = copy.copy(base)  # the same model and forward, timed apart
             shared.name, shared.gc_off, shared.tokens, shared.turns = name, True, None, []
-            shared.calls, shared.counters = [], {}
+            shared.calls, shared.counters, shared.ends = [], {}, []
             variants.append(shared)
             continue
         try:
@@ -334,7 +342,10 @@ def summary(variant, tokens):
     prefill = statistics.median(seconds[0] for seconds in calls if seconds)
     steps = statistics.median(statistics.median(seconds[1:]) for seconds in calls
                               if len(seconds) > 1)
+    ends = variant.ends[-len(variant.turns):]
     return {"prefill_forward_us": prefill * 1e6, "step_forward_us": steps * 1e6,
+            "before_first_forward_us": statistics.median(before for before, _ in ends) * 1e6,
+            "after_last_forward_us": statistics.median(after for _, after in ends) * 1e6,
             "forwards_per_call": statistics.median(len(seconds) for seconds in calls),"tokens_per_s": tokens / total, "ms_per_token": total / tokens * 1e3,
             "forward_us_per_token": forward / tokens * 1e6,
             "rest_us_per_token": (total - forward) / tokens * 1e6,
@@ -440,6 +451,10 @@ def main():
                   entry["rest_us_per_token"],
                   "%.2f" % entry["over_eager"] if "over_eager" in entry else "-",
                   entry.get("tokens_equal_eager")), flush=True)
+        print("%-14s per call: %.0f us before the first forward, prefill forward %.0f us, %.0f us "
+              "after the last forward" % (variant.name, entry["before_first_forward_us"],
+                                          entry["prefill_forward_us"],
+                                          entry["after_last_forward_us"]))
         if entry["tree_per_token"]:
             print("%-14s tree per token: %s" % (variant.name, ", ".join(
                 "%s %.2f" % (key, value) for key, value in sorted(entry["tree_per_token"].items()))))
