@@ -316,6 +316,15 @@ class OrphansLockTest(unittest.TestCase):
             "w": torch.randn(6, 8, generator=generator), "b": torch.randn(6, generator=generator)})
         self.x = torch.randn(4, 8, generator=generator)
         self.counts = {}  # stand-in storage -> its use count; 1 means only the cache uses it
+        # Orphans earlier tests of this process left (real storages, PyTorch's
+        # use counts) wait aside while this test owns the list.
+        with cached_outputs._orphans_lock:
+            self.earlier = cached_outputs._orphans[:]
+            del cached_outputs._orphans[:]
+
+    def tearDown(self):
+        with cached_outputs._orphans_lock:
+            cached_outputs._orphans.extend(self.earlier)
 
     def held_item(self, storage):
         """[entry, handed, reference, poisoned, key] of an output someone holds."""

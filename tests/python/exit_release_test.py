@@ -2,7 +2,10 @@
 release_door_state closes every grove Model still alive (a later call
 raises GroveError) and leaves no borrowed object held; with
 GROVE_EXIT_RELEASE=verbose a process that exits holding a model reports the
-release from its atexit hook, and without it no hook runs."""
+release from its atexit hook, and without it no hook runs. Note [No close
+while the interpreter finalizes] (grove/model.py): a model first collected
+in the interpreter's last collection is not closed there (nothing touches a
+tensor), unless GROVE_CLOSE_AT_FINALIZATION=1."""
 import os
 import subprocess
 import sys
@@ -85,6 +88,39 @@ class ExitReleaseTest(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr[-2000:])
         self.assertIn("ran", done.stdout)
         self.assertNotIn("door state released", done.stdout)
+
+    def collected_while_finalizing(self, setting):
+        # A model with a handed-out gradient noted, in a cycle that only the
+        # interpreter's last collection frees (automatic collections off).
+        code = ("import gc, sys, torch, grove, grove.model, grove.gradients\n"
+                "grove.model.keep_handed_gradients = lambda: print("
+                "'gradients kept while finalizing', sys.is_finalizing(), flush=True)\n"
+                "m = grove.compile(%r, backend='cudagraphs', params={'w': torch.ones(6, 8), "
+                "'b': torch.ones(6)})\n"
+                "m(torch.ones(4, 8))\n"
+                "grove.gradients._handed_gradients.append(((), ()))\n"
+                "class Cycle: pass\n"
+                "c = Cycle(); c.me = c; c.model = m\n"
+                "del c, m\n"
+                "gc.set_threshold(0)\n"
+                "print('left', flush=True)\n" % PROGRAM)
+        environment = dict(os.environ)
+        for name in ("GROVE_EXIT_RELEASE", "GROVE_CLOSE_AT_FINALIZATION"):
+            environment.pop(name, None)
+        if setting is not None:
+            environment["GROVE_CLOSE_AT_FINALIZATION"] = setting
+        return subprocess.run([sys.executable, "-c", code], env=environment, cwd=HERE,
+                              capture_output=True, text=True, timeout=120)
+
+    def test_a_model_collected_while_finalizing_is_not_closed(self):
+        done = self.collected_while_finalizing(None)
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+        self.assertIn("left", done.stdout)
+        self.assertNotIn("gradients kept", done.stdout)
+        # The old path: the same model is closed in that collection.
+        done = self.collected_while_finalizing("1")
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+        self.assertIn("gradients kept while finalizing True", done.stdout)
 
 
 if __name__ == "__main__":
