@@ -5,7 +5,7 @@ eager PyTorch (issue 33: grove >= 2x eager's tokens/s).
 
     python3 benchmarks/decode_split.py [--tokens 32] [--turns 5] [--out DIR]
         [--variants eager,hf_loop,floor,grove] [--door-env LABEL:NAME=VALUE[+...],...]
-        [--no-profile] [--no-guard-skip] [--cprofile VARIANT]
+        [--no-profile] [--profile-variants NAME,...] [--no-guard-skip] [--cprofile VARIANT]
 
 Variants (Note [A decode token's time split]):
   eager    model.forward as it is
@@ -387,6 +387,8 @@ def main():
     parser.add_argument("--door-env", default="")
     parser.add_argument("--out", default=".")
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--profile-variants", default="",
+                        help="the variants profiled under torch.profiler (default: all)")
     parser.add_argument("--no-guard-skip", action="store_true")
     parser.add_argument("--cprofile", default="", help="a variant to cProfile one call of")
     parser.add_argument("--ready-by", type=float, default=None,
@@ -461,7 +463,9 @@ def main():
     if not args.no_profile:
         for variant in variants:
             if (variant.name not in results["variants"] or variant.gc_off
-                    or "error" in results["variants"][variant.name]):
+                    or "error" in results["variants"][variant.name]
+                    or (args.profile_variants
+                        and variant.name not in args.profile_variants.split(","))):
                 continue  # a _nogc variant's profile is its base's
             try:
                 split = profile_split(variant, args.tokens)
