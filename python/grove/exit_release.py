@@ -6,6 +6,7 @@ exit in THPVariable_clear; Note [Door state released at exit]).
 import atexit
 import gc
 import os
+import sys
 
 from grove import _descs
 
@@ -15,19 +16,21 @@ from grove import _descs
 # (their gradients copied out of the pool, their outputs released or
 # poisoned) and collects, while every module is still whole, so that none of
 # grove's objects is first freed inside the interpreter's last collection.
-# Off by default: an A/B for the exit abort (benchmarks/exit_probe.py) until
-# the abort's holder is known. Test: ExitReleaseTest (tests/python/exit_release_test.py).
+# Off by default: session 21's r1 found the abort's source with it (Note [No
+# close while the interpreter finalizes], model.py, is the fix); it stays as a
+# way to release the door's device memory before exit. Test: ExitReleaseTest
+# (tests/python/exit_release_test.py).
 def release_door_state():
     """Drops dynamo's compiled code, closes every live grove Model and
     collects; returns {models_closed, held_before, held_after} (held: the
     borrowed objects grove's descriptions still keep)."""
     held_before = len(_descs._held)
-    try:
-        import torch._dynamo
-
-        torch._dynamo.reset()
-    except Exception:  # PyTorch without dynamo, or one failing at exit: close what is left
-        pass
+    dynamo = sys.modules.get("torch._dynamo")  # never imported here just to be reset
+    if dynamo is not None:
+        try:
+            dynamo.reset()
+        except Exception:  # one failing at exit: close what is left
+            pass
     gc.collect()
     from grove.model import Model
 
