@@ -36,12 +36,59 @@ _ENTRY_TENSOR, _ENTRY_STORAGE, _ENTRY_BASE = range(3)
 # release it twice (Note [Orphaned outputs released once]).
 _orphans = []
 _orphans_lock = threading.Lock()
+# Orphans of closes made while their thread held _orphans_lock (Note [A close
+# inside the orphans' lock]); the holder moves them into _orphans.
+_deferred = []
+_holder = threading.local()  # .inside: this thread holds _orphans_lock (or is taking it)
 
 # Note [Orphaned outputs released once]: a closed model's output that someone
 # still holds is an orphan; whichever later call (of any model, on any
 # thread) first finds nobody uses it releases its grove reference, and no
 # other call does, since finding and removing orphans is one step under
 # _orphans_lock. Test: CachedOutputsTest.test_orphans_of_many_threads_are_released_once.
+
+# Note [A close inside the orphans' lock]: the locked regions allocate, so a
+# garbage collection may run inside one and free a model, whose __del__
+# closes it on the same thread: taking _orphans_lock again there would wait
+# forever (it is not reentrant), and a reentrant lock would let the close
+# change _orphans under the holder's release (a reference released twice).
+# So a thread that holds the lock does not take it again: its close puts its
+# orphans in _deferred and its poisoning waits; before letting the lock go
+# the holder moves _deferred into _orphans and poisons each stale one (the
+# destroy that made it stale ran inside the same collection, before).
+# The flag is set before the lock is taken, so a collection that runs while
+# it is set defers rather than waits. Test:
+# OrphansLockTest.test_a_close_inside_the_locked_region_is_deferred_not_deadlocked
+# (tests/python/cached_outputs_test.py).
+def _take():
+    """Takes _orphans_lock and returns True, or returns False at once where
+    this thread holds it already (Note [A close inside the orphans' lock])."""
+    if getattr(_holder, "inside", False):
+        return False
+    _holder.inside = True
+    _orphans_lock.acquire()
+    return True
+
+
+def _give_back():
+    """Moves the deferred orphans into _orphans, each stale one poisoned, then
+    lets _orphans_lock go."""
+    try:
+        while _deferred:
+            _adopt_deferred()
+    finally:
+        _orphans_lock.release()
+        _holder.inside = False
+
+
+def _adopt_deferred():
+    moved = _deferred[:]
+    del _deferred[:len(moved)]  # a close deferring meanwhile appends after them
+    _orphans.extend(moved)
+    check = _capi.fast_library().grove_dlpack_check
+    for item in moved:
+        if not item[3]:
+            _poison_if_reported(item, check)
 
 
 def available():
@@ -58,9 +105,10 @@ class CachedOutputs:
     """One thread's hand-outs of one model's outputs (Note [Outputs over
     cached storage], capi/handout.cc)."""
 
-    def __init__(self, output_count):
+    def __init__(self, output_count, use_count=None):
+        """use_count: a storage's use count by its cdata (PyTorch's, unless given)."""
         torch = _torch()
-        self._use_count = torch._C._storage_Use_Count
+        self._use_count = use_count or torch._C._storage_Use_Count
         self._detach = torch.Tensor.detach
         self.tensors = {}  # key -> [cached tensor, its storage's cdata, base use count]
         # The last call's outputs: (entry, weak reference to the tensor handed
@@ -78,9 +126,11 @@ class CachedOutputs:
         """Releases what nobody holds: the last call's references go into
         self.release (their count returned, for grove_model_run_handout);
         references held before and dropped since are released at once."""
-        if _orphans:
-            with _orphans_lock:
+        if (_orphans or _deferred) and _take():
+            try:
                 _release_unheld(_orphans, self._use_count)
+            finally:
+                _give_back()
         count = 0
         if self.last:
             use_count = self._use_count
@@ -164,12 +214,17 @@ class CachedOutputs:
         rest wait, as orphans, until nobody does. Returns the items that
         became orphans (for poison_stale_orphans once the model is gone)."""
         self.settle()
-        with _orphans_lock:
-            moved = self.held
+        moved = self.held
+        self.held = []
+        self.tensors = {}
+        if not _take():  # a collection inside this thread's locked region closes this model
+            _deferred.extend(moved)
+            return moved
+        try:
             _orphans.extend(moved)
-            self.held = []
-            self.tensors = {}
             _release_unheld(_orphans, self._use_count)
+        finally:
+            _give_back()
         return moved
 
 
@@ -190,14 +245,16 @@ def poison_stale_orphans(items):
     """Poisons the torch tensor of each of `items` (outputs of a closed model
     that close() made orphans) still unreleased that grove reports stale
     (Note [Outputs of a closed model are poisoned])."""
-    if not items:
-        return
-    check = _capi.fast_library().grove_dlpack_check
-    with _orphans_lock:
+    if not items or not _take():
+        return  # a close inside the locked region: Note [A close inside the orphans' lock]
+    try:
+        check = _capi.fast_library().grove_dlpack_check
         waiting = {id(item) for item in _orphans}
         for item in items:
             if not item[3] and id(item) in waiting:
                 _poison_if_reported(item, check)
+    finally:
+        _give_back()
 
 
 def _poison_if_reported(item, check):

@@ -7,6 +7,8 @@ import array
 import ctypes
 import json
 import operator
+import os
+import sys
 import weakref
 
 from grove import _capi
@@ -195,7 +197,22 @@ class Model:
                     hook(value, "grove: " + message)
         cached_outputs.poison_stale_orphans(orphans)
 
-    def __del__(self):
+    # Note [No close while the interpreter finalizes]: once Python finalizes
+    # (after the atexit hooks; sys.is_finalizing()), PyTorch no longer keeps a
+    # tensor's Python object alive for the C++ references taken from then on,
+    # so close()'s work on tensors (a handed-out gradient copied into .grad,
+    # outputs poisoned) can free a Python tensor that C++ still holds: the
+    # training door over torch's DistributedDataParallel aborted at exit in
+    # THPVariable_clear ("use_count() == 1") from keep_handed_gradients, inside
+    # the last collection (session 21's r1, faulthandler's stack). A model
+    # collected then is left to the process's end, which releases its device
+    # memory anyway (Note [Managers destroyed at process exit]). With
+    # GROVE_CLOSE_AT_FINALIZATION=1 it is closed as before. Test:
+    # ExitReleaseTest.test_a_model_collected_while_finalizing_is_not_closed
+    # (tests/python/exit_release_test.py).
+    def __del__(self, _finalizing=sys.is_finalizing, _environ=os.environ):
+        if _finalizing() and _environ.get("GROVE_CLOSE_AT_FINALIZATION") != "1":
+            return
         try:
             self.close()
         except Exception:  # interpreter shutdown: the library may be gone

@@ -55,3 +55,7 @@ def _register():
 registered = _register()
 
 from grove.ddp import DistributedDataParallel  # noqa: E402,F401 (grove.torch.DistributedDataParallel)
+
+from grove import exit_release  # noqa: E402 (Note [Door state released at exit])
+
+exit_release.install()

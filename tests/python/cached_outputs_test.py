@@ -7,6 +7,8 @@ gives the same values through DLPack; a model closed under a kept output
 releases it once nobody holds it. Skips on a PyTorch without the storage hook
 and storage use counts (PyTorch < 2.1, CI's 1.13), where the hand-out is
 DLPack's (model_test covers that)."""
+import ctypes
+import gc
 import os
 import threading
 import unittest
@@ -287,6 +289,81 @@ class CachedOutputsTest(unittest.TestCase):
         last = self.model()
         last(self.x())
         last.close()
+        self.assertEqual(cached_outputs._orphans, [])
+
+
+class GcCloser:
+    """Garbage (a reference cycle) whose collection closes `cached`, as a
+    model's __del__ does."""
+
+    def __init__(self, cached, closed):
+        self.cached = cached
+        self.closed = closed
+        self.me = self
+
+    def __del__(self):
+        self.closed.append(self.cached.close())
+
+
+class OrphansLockTest(unittest.TestCase):
+    """Note [A close inside the orphans' lock], with grove's real DLPack
+    references of a sim model's outputs and stand-in storage use counts (no
+    PyTorch storage API needed: runs on CI's PyTorch 1.13 too)."""
+
+    def setUp(self):
+        generator = torch.Generator().manual_seed(SEED)
+        self.model = grove.compile(PROGRAM, backend="eager", params={
+            "w": torch.randn(6, 8, generator=generator), "b": torch.randn(6, generator=generator)})
+        self.x = torch.randn(4, 8, generator=generator)
+        self.counts = {}  # stand-in storage -> its use count; 1 means only the cache uses it
+        # Orphans earlier tests of this process left (real storages, PyTorch's
+        # use counts) wait aside while this test owns the list.
+        with cached_outputs._orphans_lock:
+            self.earlier = cached_outputs._orphans[:]
+            del cached_outputs._orphans[:]
+
+    def tearDown(self):
+        with cached_outputs._orphans_lock:
+            cached_outputs._orphans.extend(self.earlier)
+
+    def held_item(self, storage):
+        """[entry, handed, reference, poisoned, key] of an output someone holds."""
+        managed = ctypes.c_void_p()
+        output = self.model.run(self.x)[0]
+        grove._capi.check(grove._capi.library().grove_tensor_to_dlpack(
+            output._handle, ctypes.byref(managed)))
+        self.counts[storage] = 2
+        return [[None, storage, 1], lambda: None, managed.value, False, storage]
+
+    def test_a_close_inside_the_locked_region_is_deferred_not_deadlocked(self):
+        closed = []
+        collected = []
+
+        def use_count(storage):
+            # A collection inside the locked region, once: it closes `other`.
+            if cached_outputs._orphans_lock.locked() and not collected:
+                collected.append(gc.collect())
+            return self.counts[storage]
+
+        other = cached_outputs.CachedOutputs(1, use_count=lambda storage: self.counts[storage])
+        other.held = [self.held_item("other")]
+        closing = cached_outputs.CachedOutputs(1, use_count=use_count)
+        closing.held = [self.held_item("closing")]
+        GcCloser(other, closed)
+        del other
+        thread = threading.Thread(target=closing.close, daemon=True)
+        thread.start()
+        thread.join(timeout=20)
+        self.assertFalse(thread.is_alive(), "close() waited forever for _orphans_lock, taken "
+                                            "again by a close inside a collection in its region")
+        self.assertTrue(collected and len(closed) == 1, "the collection closed the other model")
+        self.assertEqual(cached_outputs._deferred, [], "the holder moved the deferred orphans in")
+        keys = sorted(item[4] for item in cached_outputs._orphans)
+        self.assertEqual(keys, ["closing", "other"])
+        # Nobody holds them any more: the next call releases each once.
+        self.counts.update(closing=1, other=1)
+        later = cached_outputs.CachedOutputs(1, use_count=lambda storage: self.counts[storage])
+        self.assertEqual(later.before_call(), 0)
         self.assertEqual(cached_outputs._orphans, [])
 
 
