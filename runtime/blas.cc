@@ -32,4 +32,26 @@ bool gemm_search_enabled() {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
+const std::vector<SmallMTile>& small_m_tiled_gemm_tiles() {
+  static const std::vector<SmallMTile> tiles = {{4, 1}, {4, 2}, {8, 1}, {8, 2}, {16, 1}, {16, 2}};
+  return tiles;
+}
+
+bool small_m_tiled_gemm_qualifies(const GemmArgs& g) {
+  const int64_t vector = 16 / static_cast<int64_t>(dtype_size(g.dtype));
+  const bool epilogue = g.epilogue == GemmEpilogue::kNone || g.epilogue == GemmEpilogue::kBias ||
+                        g.epilogue == GemmEpilogue::kBiasGelu ||
+                        g.epilogue == GemmEpilogue::kBiasRelu;
+  return (g.dtype == DType::kF32 || g.dtype == DType::kBF16 || g.dtype == DType::kF16) &&
+         g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f && !g.transpose_a &&
+         g.transpose_b && g.m >= 1 && g.m <= 64 && g.n >= 1 && g.n <= (int64_t{1} << 30) &&
+         g.k >= 1 && g.k % vector == 0 && g.lda >= g.k && g.lda % vector == 0 && g.ldb >= g.k &&
+         g.ldb % vector == 0 && g.ldc >= g.n && epilogue;
+}
+
+bool small_m_tiled_gemm_enabled() {
+  const char* value = std::getenv("GROVE_SMALL_M_TILED");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
 }  // namespace grove::runtime

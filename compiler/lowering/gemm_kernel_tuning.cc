@@ -123,7 +123,7 @@ double graph_time_us(runtime::Platform& platform, runtime::StreamHandle stream,
 // Times grove's kernel variants and the library GEMM for `launch` on `device`
 // (zeros as data). nullopt, after a warning, when anything fails.
 std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device device,
-                                       GemmKernelForm form) {
+                                       GemmKernelForm form, bool tiled) {
   const bool transposed = form == GemmKernelForm::kTransposed;
   try {
     runtime::DeviceContext& context = runtime::device_context(device);
@@ -213,7 +213,30 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
                                       platform.blas().gemm_row_major(stream, call);
                                     }));
       }
+      // Note [Small-M tiled GEMM]: each tile of cuda's tiled kernel, through
+      // the BLAS as the lowering will run it.
+      const std::vector<runtime::SmallMTile> tiles =
+          tiled ? runtime::small_m_tiled_gemm_tiles() : std::vector<runtime::SmallMTile>{};
+      std::vector<double> tile_us(tiles.size(), 1e30);
+      for (int round = 0; round < kRounds; ++round) {
+        for (size_t t = 0; t < tiles.size(); ++t) {
+          tile_us[t] = std::min(tile_us[t], graph_time_us(platform, stream, [&](int i) {
+                                  GemmArgs call = args;
+                                  call.b = weights[static_cast<size_t>(i) % weights.size()];
+                                  call.tile_rows = tiles[t].rows;
+                                  call.tile_columns = tiles[t].columns;
+                                  platform.blas().gemm_row_major(stream, call);
+                                }));
+        }
+      }
       platform.synchronize_stream(stream);
+      if (!tiles.empty()) {
+        const size_t fastest =
+            static_cast<size_t>(std::min_element(tile_us.begin(), tile_us.end()) - tile_us.begin());
+        times.tiled_us = tile_us[fastest];
+        times.tiled_rows = tiles[fastest].rows;
+        times.tiled_columns = tiles[fastest].columns;
+      }
       const size_t best = static_cast<size_t>(
           std::min_element(variant_us.begin(), variant_us.end()) - variant_us.begin());
       times.grove_us = variant_us[best];
@@ -252,6 +275,9 @@ SmallMVariant entry_variant(const GemmTuningEntry& entry, int64_t m, int64_t n) 
 SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device, bool grove_only,
                                 GemmKernelForm form) {
   const bool transposed = form == GemmKernelForm::kTransposed;
+  // Note [Small-M tiled GEMM]: timed with the others where it qualifies.
+  const bool tiled = form == GemmKernelForm::kSmallM && runtime::small_m_tiled_gemm_enabled() &&
+                     small_m_tiled_qualifies(launch);
   runtime::Platform& platform = runtime::device_context(device).platform();
   // Note [GEMM algorithms by measurement]: the library side of the
   // comparison is another GEMM with the search on, so its choices are its own.
@@ -259,7 +285,8 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
       small_m_gemm_tuning_key(
           platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args) +
       (transposed ? "|transposed" : "") + (form == GemmKernelForm::kTinyK ? "|tiny k" : "") +
-      (small_m_column_tiles_enabled() || form == GemmKernelForm::kTinyK ? "" : "|no column tiles");
+      (small_m_column_tiles_enabled() || form == GemmKernelForm::kTinyK ? "" : "|no column tiles") +
+      (tiled ? "|tiled" : "");
   const int64_t kernel_m = transposed ? launch.args.n : launch.args.m;
   const int64_t kernel_n = transposed ? launch.args.m : launch.args.n;
   const SmallMVariant default_variant = form == GemmKernelForm::kTinyK
@@ -274,19 +301,34 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
   SmallMVariant choice =
       !transposed && small_m_gemm_heuristic(launch.args) ? default_variant : SmallMVariant{};
   SmallMVariant grove_variant = default_variant;
+  // The fastest of the generated kernel's variant, the tiled kernel's tile
+  // (Note [Small-M tiled GEMM]) and the library.
+  auto choose = [&](const GemmTuningEntry& entry) {
+    if (tiled && entry.tiled_fastest()) {
+      const runtime::SmallMTile tile{static_cast<int32_t>(entry.tiled_rows),
+                                     static_cast<int32_t>(entry.tiled_columns)};
+      const std::vector<runtime::SmallMTile>& tiles = runtime::small_m_tiled_gemm_tiles();
+      if (std::find(tiles.begin(), tiles.end(), tile) != tiles.end()) {
+        return SmallMVariant{entry.tiled_rows, entry.tiled_columns, /*tiled=*/true};
+      }
+    }
+    return entry.grove_faster() ? grove_variant : SmallMVariant{};
+  };
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
     grove_variant = form == GemmKernelForm::kTinyK ? default_variant
                                                    : entry_variant(*entry, kernel_m, kernel_n);
-    choice = entry->grove_faster() ? grove_variant : SmallMVariant{};
-  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, form)) {
+    choice = choose(*entry);
+  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, form, tiled)) {
     grove_variant = form == GemmKernelForm::kTinyK ? default_variant
                                                    : entry_variant(*measured, kernel_m, kernel_n);
-    choice = measured->grove_faster() ? grove_variant : SmallMVariant{};
+    choice = choose(*measured);
     table.store(key, *measured);
     log(LogLevel::kInfo,
         str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us (", measured->grove_rows,
-                " rows and ", measured->grove_columns, " columns per warp), library ",
-                measured->library_us, " us per call; ", choice ? "grove" : "library", " chosen"));
+                " rows and ", measured->grove_columns, " columns per warp), tiled ",
+                measured->tiled_us, " us (", measured->tiled_rows, "x", measured->tiled_columns,
+                "), library ", measured->library_us, " us per call; ",
+                choice.tiled ? "tiled" : (choice ? "grove" : "library"), " chosen"));
   }
   choices()[key] = choice;
   choices()[grove_key] = grove_variant;

@@ -327,21 +327,29 @@ void Scheduler::schedule_gemm(int node_index) {
   }
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
-  if (const SmallMVariant variant =
-          small_m_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+  const SmallMVariant small_m =
+      small_m_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm);
+  if (small_m.tiled) {
+    // Note [Small-M tiled GEMM]: cuda's tiled kernel, through the device's BLAS.
+    launch.args.tile_rows = static_cast<int32_t>(small_m.rows);
+    launch.args.tile_columns = static_cast<int32_t>(small_m.columns);
+  } else if (const SmallMVariant variant = small_m) {
     // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
     add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/false, variant.columns),
                node.name, launch.written_slots());
     return;
   }
   if (const SmallMVariant variant =
-          small_n_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+          small_m.tiled ? SmallMVariant{}
+                        : small_n_gemm_variant(launch, out_.device, options_.load_kernels,
+                                               options_.small_m_gemm)) {
     // Note [Small-N GEMMs as their transpose].
     add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/true, variant.columns),
                node.name, launch.written_slots());
     return;
   }
-  if (tiny_k_gemm_chosen(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+  if (!small_m.tiled &&
+      tiny_k_gemm_chosen(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
     // Note [Tiny-K GEMM kernel].
     add_kernel(tiny_k_gemm_kernel(launch), node.name, launch.written_slots());
     return;

@@ -93,6 +93,28 @@ bool small_m_gemm_qualifies(const GemmLaunch& launch) {
   return qualifies_up_to(launch, kMaxSmallM);
 }
 
+std::optional<runtime::SmallMTile> forced_small_m_tile() {
+  const char* value = std::getenv("GROVE_SMALL_M_TILED");
+  const std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "1" || text == "0") return std::nullopt;
+  for (const runtime::SmallMTile& tile : runtime::small_m_tiled_gemm_tiles()) {
+    if (text == str_cat(tile.rows, 'x', tile.columns)) return tile;
+  }
+  std::string tiles;
+  for (const runtime::SmallMTile& tile : runtime::small_m_tiled_gemm_tiles()) {
+    tiles += str_cat(tiles.empty() ? "" : ", ", tile.rows, 'x', tile.columns);
+  }
+  throw ConfigError(str_cat("GROVE_SMALL_M_TILED='", text,
+                            "': expected 1 (the default: cuda's tiled small-M kernel is timed "
+                            "with the others), 0 (never) or one of its tiles to force (",
+                            tiles, ")"));
+}
+
+bool small_m_tiled_qualifies(const GemmLaunch& launch) {
+  return qualifies_up_to(launch, kMaxMeasuredSmallM) && !launch.exact_gelu &&
+         runtime::small_m_tiled_gemm_qualifies(launch.args);
+}
+
 bool small_m_gemm_heuristic(const GemmArgs& args) {
   const int64_t weight_bytes =
       args.n * args.k * static_cast<int64_t>(runtime::dtype_size(args.dtype));
@@ -378,6 +400,11 @@ SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device dev
   }
   // Note [Small-M GEMMs measured past 32 rows].
   if (launch.args.m > kMaxSmallM) {
+    if (const std::optional<runtime::SmallMTile> tile = forced_small_m_tile();
+        tile && small_m_gemm_mode(requested) != SmallMGemmMode::kOff &&
+        small_m_tiled_qualifies(launch)) {
+      return {tile->rows, tile->columns, /*tiled=*/true};
+    }
     return measured_past_32_rows() && small_m_gemm_mode(requested) == SmallMGemmMode::kAuto &&
                    device.is_cuda() && can_measure && runtime::device_available(device) &&
                    qualifies_up_to(launch, kMaxMeasuredSmallM)
@@ -385,6 +412,11 @@ SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device dev
                : SmallMVariant{};
   }
   if (!small_m_gemm_qualifies(launch)) return {};
+  if (const std::optional<runtime::SmallMTile> tile = forced_small_m_tile();
+      tile && small_m_gemm_mode(requested) != SmallMGemmMode::kOff &&
+      small_m_tiled_qualifies(launch)) {
+    return {tile->rows, tile->columns, /*tiled=*/true};
+  }
   switch (small_m_gemm_mode(requested)) {
     case SmallMGemmMode::kOff:
       return {};

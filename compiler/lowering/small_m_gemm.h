@@ -25,6 +25,7 @@
 #include "compiler/lowering/kernel_assembly.h"
 #include "compiler/lowering/small_m_gemm_mode.h"
 #include "compiler/lowering/steps.h"
+#include "runtime/blas.h"
 #include "runtime/device.h"
 
 namespace grove::compiler::lowering {
@@ -46,12 +47,28 @@ constexpr int64_t kSmallMColumnTile = 4;
 
 // One form of grove's kernel for a shape: the rows of A each warp reduces
 // (0: not grove's kernel) and the columns of C it computes (1 or kSmallMColumnTile).
+// tiled: cuda's tiled small-M kernel instead (Note [Small-M tiled GEMM] in
+// runtime/cuda/small_m_tiled_gemm.h), rows and columns its tile
+// (runtime::small_m_tiled_gemm_tiles), run as a library GEMM step.
 struct SmallMVariant {
   int64_t rows = 0;
   int64_t columns = 1;
+  bool tiled = false;
   explicit operator bool() const { return rows > 0; }
   bool operator==(const SmallMVariant&) const = default;
 };
+
+// Note [Small-M tiled GEMM]: GROVE_SMALL_M_TILED: unset or "1", auto's
+// tuning also times cuda's tiled kernel where it qualifies; "0", never;
+// "RxC" (a tile of small_m_tiled_gemm_tiles, e.g. "8x2"), that tile for every
+// small-M GEMM that qualifies for it, without measuring (for tests; on sim and
+// cpu the host GEMM still runs). Anything else throws ConfigError.
+std::optional<runtime::SmallMTile> forced_small_m_tile();
+
+// Whether the tiled kernel can run `launch` (one plain call, M <= 64,
+// runtime::small_m_tiled_gemm_qualifies, a bias slot for a bias epilogue, no
+// exact gelu).
+bool small_m_tiled_qualifies(const GemmLaunch& launch);
 
 // Whether grove's kernel can compute `launch`: one GEMM (no batch), alpha 1,
 // beta 0, 1 <= M <= kMaxSmallM, K >= 1, f32 / bf16 / f16, and an epilogue of

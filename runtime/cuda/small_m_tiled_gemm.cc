@@ -1,0 +1,93 @@
+#include "runtime/cuda/small_m_tiled_gemm.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace grove::runtime::cuda_detail {
+namespace {
+
+constexpr const char* kPtx =
+#include "runtime/cuda/small_m_tiled_gemm_kernel_ptx.inc"
+    ;
+// Note [Programmatic dependent launch] (runtime/cuda/cuda_platform.cc).
+constexpr const char* kProgrammaticPtx =
+#include "runtime/cuda/small_m_tiled_gemm_kernel_programmatic_ptx.inc"
+    ;
+constexpr uint32_t kThreads = 128;   // the kernel's __launch_bounds__: 4 warps
+constexpr int64_t kColumnLanes = 4;  // column lanes per warp (the kernel's kColumnLanes)
+
+bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
+
+// The kernel's epilogue code (small_m_tiled_gemm_kernel.cu).
+int64_t epilogue_code(GemmEpilogue epilogue) {
+  switch (epilogue) {
+    case GemmEpilogue::kNone:
+      return 0;
+    case GemmEpilogue::kBias:
+      return 1;
+    case GemmEpilogue::kBiasGelu:
+      return 2;
+    case GemmEpilogue::kBiasRelu:
+      return 3;
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
+void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& g) {
+  const SmallMTile tile{g.tile_rows, g.tile_columns};
+  const std::vector<SmallMTile>& tiles = small_m_tiled_gemm_tiles();
+  GROVE_CHECK(
+      small_m_tiled_gemm_qualifies(g) && std::find(tiles.begin(), tiles.end(), tile) != tiles.end(),
+      "small-M tiled GEMM: a GEMM of m=", g.m, ", n=", g.n, ", k=", g.k, " (", dtype_name(g.dtype),
+      ", ", gemm_epilogue_name(g.epilogue), ", tile ", g.tile_rows, " x ", g.tile_columns,
+      ") it cannot compute (a grove bug; please report it)");
+  GROVE_CHECK(aligned(g.a) && aligned(g.b) && g.c != nullptr &&
+                  (g.epilogue == GemmEpilogue::kNone || g.bias != nullptr),
+              "small-M tiled GEMM: A and W must be 16-byte aligned and C (and the bias of a bias "
+              "epilogue) given; found A ",
+              aligned(g.a) ? "aligned" : "unaligned", ", W ",
+              aligned(g.b) ? "aligned" : "unaligned", ", C ", g.c == nullptr ? "null" : "set",
+              ", bias ", g.bias == nullptr ? "null" : "set",
+              " (a grove bug; please report it; GROVE_SMALL_M_TILED=0 avoids this kernel)");
+  KernelHandle kernel;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto key = std::make_pair(g.dtype, std::make_pair(tile.rows, tile.columns));
+    auto found = kernels_.find(key);
+    if (found == kernels_.end()) {
+      KernelSource source;
+      source.name = str_cat("grove_small_m_tiled_gemm_", dtype_name(g.dtype), "_r", tile.rows, "_c",
+                            tile.columns);
+      source.ptx = kPtx;
+      source.ptx_programmatic = kProgrammaticPtx;
+      found = kernels_.emplace(key, platform_.load_kernel(source)).first;
+    }
+    kernel = found->second;
+  }
+  const int64_t block_columns = kColumnLanes * tile.columns;
+  LaunchDims dims;
+  dims.grid.x = static_cast<uint32_t>((g.n + block_columns - 1) / block_columns);
+  dims.grid.y = static_cast<uint32_t>((g.m + tile.rows - 1) / tile.rows);
+  dims.block.x = kThreads;
+  KernelArgs args;
+  args.add_pointer(g.a)
+      .add_i64(g.lda)
+      .add_pointer(g.b)
+      .add_i64(g.ldb)
+      .add_pointer(g.epilogue == GemmEpilogue::kNone ? nullptr : g.bias)
+      .add_pointer(g.c)
+      .add_i64(g.ldc)
+      .add_i64(g.m)
+      .add_i64(g.n)
+      .add_i64(g.k)
+      .add_i64(epilogue_code(g.epilogue));
+  platform_.launch_kernel(kernel, dims, args, stream);
+}
+
+}  // namespace grove::runtime::cuda_detail

@@ -1,0 +1,57 @@
+// The tiled small-M GEMM of cuda's BLAS: GEMMs of 1 to 64 rows of
+// activations times a linear layer's weight, with their bias / gelu / relu
+// epilogue, as grove's own kernel (small_m_tiled_gemm_kernel.cu) where the
+// lowering measured it faster than both cuBLAS and the generated small-M
+// kernel. Internal to runtime/cuda: CublasSupport::gemm_row_major (blas.cc)
+// runs it for every GEMM whose GemmArgs::tile_rows is set.
+//
+// Note [Small-M tiled GEMM]
+// The generated small-M kernel (compiler/lowering/small_m_gemm.h) gives a warp
+// one output column (or four) and a group of up to 8 rows of A, its lanes all
+// along K: each 4-byte weight it loads serves at most 8 rows, each row of A is
+// loaded again by every column's warp (16 x 512 x 2048 f32 loaded A 2048 times:
+// 64 MB of L1 traffic for a 4 MB weight), and every output pays a 5-step
+// shuffle tree. Session 20 measured its 16-row channel-mixing GEMMs of
+// MLP-Mixer at 7.2-8.5 us against a ~1.3 us HBM floor.
+// This kernel cuts a warp's lanes into 4 column lanes x 8 lanes along K: the 8
+// lanes of a column lane read one 128-byte line of a weight row in 16-byte
+// vectors, and the same line of each of the block's R rows of A (one L1
+// wavefront shared by the 4 column lanes); each column lane computes C
+// columns. So every weight vector serves R rows and every vector of A 4C
+// columns, and a sum needs 3 shuffles. The block's 4 warps take a quarter of
+// K each and their partial sums are added in shared memory in warp order. The
+// grid is ceil(N / 4C) x ceil(M / R). Each lane folds its vectors in
+// increasing k, so every output has one summation order: the same bits on
+// every launch (eager and cudagraphs agree), within f32 rounding of cuBLAS.
+// Tiles: R in {4, 8, 16} and C in {1, 2} (small_m_tiled_gemm_tiles); the
+// lowering's tuning times each (compiler/lowering/gemm_kernel_tuning.cc) and
+// keeps the fastest of them, the generated kernel's variants and cuBLAS.
+// GROVE_SMALL_M_TILED=0 leaves it out of the tuning (under keys of their own).
+// Tests: CudaPlatformTest.SmallMTiledGemmMatchesHostReference (cuda),
+// GemmTuningTable.* (the entry's tile), gpu_small_m_gemm_test.py (cuda: every
+// tile against torch, eager == cudagraphs bitwise).
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "runtime/blas.h"
+#include "runtime/platform.h"
+
+namespace grove::runtime::cuda_detail {
+
+// The kernels of one cuda platform, loaded on first use.
+class SmallMTiledGemm {
+ public:
+  explicit SmallMTiledGemm(Platform& platform) : platform_(platform) {}
+  // Enqueues `args` (small_m_tiled_gemm_qualifies, tile_rows set) on `stream`.
+  void launch(StreamHandle stream, const GemmArgs& args);
+
+ private:
+  Platform& platform_;
+  std::mutex mutex_;  // guards the loads (any thread may run GEMMs)
+  std::map<std::pair<DType, std::pair<int32_t, int32_t>>, KernelHandle> kernels_;
+};
+
+}  // namespace grove::runtime::cuda_detail
