@@ -101,6 +101,9 @@ struct GemmArgs {
   // and cpu run their host GEMM whatever it says.
   int32_t tile_rows = 0;
   int32_t tile_columns = 0;
+  // With tile_rows and a kBias epilogue: the exact (erf) gelu after the bias
+  // (Note [Exact gelu in the small-M GEMM] in compiler/lowering/small_m_gemm.cc).
+  bool tile_exact_gelu = false;
 };
 
 // One (rows, columns) tile of the tiled small-M kernel.

@@ -303,24 +303,28 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
   SmallMVariant grove_variant = default_variant;
   // The fastest of the generated kernel's variant, the tiled kernel's tile
   // (Note [Small-M tiled GEMM]) and the library.
+  // grove_only (Note [Exact gelu in the small-M GEMM]): the faster of the
+  // first two, which both apply the exact gelu.
+  auto tiled_variant = [&](const GemmTuningEntry& entry) {
+    const runtime::SmallMTile tile{static_cast<int32_t>(entry.tiled_rows),
+                                   static_cast<int32_t>(entry.tiled_columns)};
+    const std::vector<runtime::SmallMTile>& tiles = runtime::small_m_tiled_gemm_tiles();
+    return tiled && entry.tiled_us > 0 && std::find(tiles.begin(), tiles.end(), tile) != tiles.end()
+               ? SmallMVariant{entry.tiled_rows, entry.tiled_columns, /*tiled=*/true}
+               : SmallMVariant{};
+  };
+  // Sets grove_variant from `entry` and returns the choice.
   auto choose = [&](const GemmTuningEntry& entry) {
-    if (tiled && entry.tiled_fastest()) {
-      const runtime::SmallMTile tile{static_cast<int32_t>(entry.tiled_rows),
-                                     static_cast<int32_t>(entry.tiled_columns)};
-      const std::vector<runtime::SmallMTile>& tiles = runtime::small_m_tiled_gemm_tiles();
-      if (std::find(tiles.begin(), tiles.end(), tile) != tiles.end()) {
-        return SmallMVariant{entry.tiled_rows, entry.tiled_columns, /*tiled=*/true};
-      }
-    }
-    return entry.grove_faster() ? grove_variant : SmallMVariant{};
+    const SmallMVariant generated =
+        form == GemmKernelForm::kTinyK ? default_variant : entry_variant(entry, kernel_m, kernel_n);
+    const SmallMVariant tiled_choice = tiled_variant(entry);
+    grove_variant = tiled_choice && entry.tiled_us < entry.grove_us ? tiled_choice : generated;
+    if (tiled_choice && entry.tiled_fastest()) return tiled_choice;
+    return entry.grove_faster() ? generated : SmallMVariant{};
   };
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
-    grove_variant = form == GemmKernelForm::kTinyK ? default_variant
-                                                   : entry_variant(*entry, kernel_m, kernel_n);
     choice = choose(*entry);
   } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, form, tiled)) {
-    grove_variant = form == GemmKernelForm::kTinyK ? default_variant
-                                                   : entry_variant(*measured, kernel_m, kernel_n);
     choice = choose(*measured);
     table.store(key, *measured);
     log(LogLevel::kInfo,

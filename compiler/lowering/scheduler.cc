@@ -333,6 +333,7 @@ void Scheduler::schedule_gemm(int node_index) {
     // Note [Small-M tiled GEMM]: cuda's tiled kernel, through the device's BLAS.
     launch.args.tile_rows = static_cast<int32_t>(small_m.rows);
     launch.args.tile_columns = static_cast<int32_t>(small_m.columns);
+    launch.args.tile_exact_gelu = launch.exact_gelu;
   } else if (const SmallMVariant variant = small_m) {
     // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
     add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/false, variant.columns),
@@ -354,7 +355,7 @@ void Scheduler::schedule_gemm(int node_index) {
     add_kernel(tiny_k_gemm_kernel(launch), node.name, launch.written_slots());
     return;
   }
-  GROVE_CHECK(!launch.exact_gelu, "lowering: node '", node.name,
+  GROVE_CHECK(!launch.exact_gelu || small_m.tiled, "lowering: node '", node.name,
               "' carries the exact gelu to a library GEMM, which cannot apply it (a grove bug; "
               "please report it; GROVE_SMALL_M_EXACT_GELU=0 and GROVE_TINY_K_EXACT_GELU=0 avoid "
               "it)");

@@ -111,9 +111,27 @@ std::optional<runtime::SmallMTile> forced_small_m_tile() {
 }
 
 bool small_m_tiled_qualifies(const GemmLaunch& launch) {
-  return qualifies_up_to(launch, kMaxMeasuredSmallM) && !launch.exact_gelu &&
-         runtime::small_m_tiled_gemm_qualifies(launch.args);
+  return qualifies_up_to(launch, kMaxMeasuredSmallM) &&
+         runtime::small_m_tiled_gemm_qualifies(launch.args) &&
+         (!launch.exact_gelu || launch.args.epilogue == GemmEpilogue::kBias);
 }
+
+namespace {
+
+// Note [Small-M tiled GEMM]: the tile GROVE_SMALL_M_TILED forces for `launch`
+// on a cuda device (elsewhere the host GEMM would run, which applies no exact
+// gelu), unless the mode is off.
+SmallMVariant forced_tiled_variant(const GemmLaunch& launch, runtime::Device device,
+                                   std::optional<SmallMGemmMode> requested) {
+  const std::optional<runtime::SmallMTile> tile = forced_small_m_tile();
+  if (!tile || !device.is_cuda() || small_m_gemm_mode(requested) == SmallMGemmMode::kOff ||
+      !small_m_tiled_qualifies(launch)) {
+    return {};
+  }
+  return {tile->rows, tile->columns, /*tiled=*/true};
+}
+
+}  // namespace
 
 bool small_m_gemm_heuristic(const GemmArgs& args) {
   const int64_t weight_bytes =
@@ -382,10 +400,12 @@ SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device dev
   // Note [Exact gelu in the tiny-K GEMM]: a taller GEMM with the exact gelu is
   // the tiny-K kernel's.
   if (launch.exact_gelu && launch.args.m > kMaxSmallM) return {};
+  if (const SmallMVariant forced = forced_tiled_variant(launch, device, requested)) return forced;
   if (launch.exact_gelu) {
     // Note [Exact gelu in the small-M GEMM]: the lowering asked for this
     // kernel (only it applies the epilogue), having checked the mode; in auto
-    // on a present device, the variant measured fastest for the GEMM alone.
+    // on a present device, the variant measured fastest for the GEMM alone
+    // (or cuda's tiled kernel, which also applies it: Note [Small-M tiled GEMM]).
     GROVE_CHECK(small_m_gemm_qualifies(launch),
                 "small-M GEMM: ", small_m_gemm_tuning_key("", launch.args),
                 " carries the exact gelu but does not qualify for grove's kernel (a grove bug; "
@@ -400,11 +420,6 @@ SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device dev
   }
   // Note [Small-M GEMMs measured past 32 rows].
   if (launch.args.m > kMaxSmallM) {
-    if (const std::optional<runtime::SmallMTile> tile = forced_small_m_tile();
-        tile && small_m_gemm_mode(requested) != SmallMGemmMode::kOff &&
-        small_m_tiled_qualifies(launch)) {
-      return {tile->rows, tile->columns, /*tiled=*/true};
-    }
     return measured_past_32_rows() && small_m_gemm_mode(requested) == SmallMGemmMode::kAuto &&
                    device.is_cuda() && can_measure && runtime::device_available(device) &&
                    qualifies_up_to(launch, kMaxMeasuredSmallM)
@@ -412,11 +427,6 @@ SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device dev
                : SmallMVariant{};
   }
   if (!small_m_gemm_qualifies(launch)) return {};
-  if (const std::optional<runtime::SmallMTile> tile = forced_small_m_tile();
-      tile && small_m_gemm_mode(requested) != SmallMGemmMode::kOff &&
-      small_m_tiled_qualifies(launch)) {
-    return {tile->rows, tile->columns, /*tiled=*/true};
-  }
   switch (small_m_gemm_mode(requested)) {
     case SmallMGemmMode::kOff:
       return {};

@@ -61,13 +61,13 @@ struct SmallMVariant {
 // Note [Small-M tiled GEMM]: GROVE_SMALL_M_TILED: unset or "1", auto's
 // tuning also times cuda's tiled kernel where it qualifies; "0", never;
 // "RxC" (a tile of small_m_tiled_gemm_tiles, e.g. "8x2"), that tile for every
-// small-M GEMM that qualifies for it, without measuring (for tests; on sim and
-// cpu the host GEMM still runs). Anything else throws ConfigError.
+// small-M GEMM on cuda that qualifies for it, without measuring (for tests;
+// sim and cpu keep their kernels). Anything else throws ConfigError.
 std::optional<runtime::SmallMTile> forced_small_m_tile();
 
 // Whether the tiled kernel can run `launch` (one plain call, M <= 64,
-// runtime::small_m_tiled_gemm_qualifies, a bias slot for a bias epilogue, no
-// exact gelu).
+// runtime::small_m_tiled_gemm_qualifies, a bias slot for a bias epilogue; an
+// exact gelu only after a bias epilogue).
 bool small_m_tiled_qualifies(const GemmLaunch& launch);
 
 // Whether grove's kernel can compute `launch`: one GEMM (no batch), alpha 1,

@@ -19,6 +19,9 @@ constexpr const char* kProgrammaticPtx =
 constexpr uint32_t kThreads = 128;   // the kernel's __launch_bounds__: 4 warps
 constexpr int64_t kColumnLanes = 4;  // column lanes per warp (the kernel's kColumnLanes)
 
+// The kernel's code for + bias, then the exact gelu.
+constexpr int64_t kExactGeluCode = 4;
+
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
 // The kernel's epilogue code (small_m_tiled_gemm_kernel.cu).
@@ -47,6 +50,9 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& g) {
       "small-M tiled GEMM: a GEMM of m=", g.m, ", n=", g.n, ", k=", g.k, " (", dtype_name(g.dtype),
       ", ", gemm_epilogue_name(g.epilogue), ", tile ", g.tile_rows, " x ", g.tile_columns,
       ") it cannot compute (a grove bug; please report it)");
+  GROVE_CHECK(!g.tile_exact_gelu || g.epilogue == GemmEpilogue::kBias,
+              "small-M tiled GEMM: the exact gelu comes after a bias epilogue only, found ",
+              gemm_epilogue_name(g.epilogue), " (a grove bug; please report it)");
   GROVE_CHECK(aligned(g.a) && aligned(g.b) && g.c != nullptr &&
                   (g.epilogue == GemmEpilogue::kNone || g.bias != nullptr),
               "small-M tiled GEMM: A and W must be 16-byte aligned and C (and the bias of a bias "
@@ -86,7 +92,7 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& g) {
       .add_i64(g.m)
       .add_i64(g.n)
       .add_i64(g.k)
-      .add_i64(epilogue_code(g.epilogue));
+      .add_i64(g.tile_exact_gelu ? kExactGeluCode : epilogue_code(g.epilogue));
   platform_.launch_kernel(kernel, dims, args, stream);
 }
 

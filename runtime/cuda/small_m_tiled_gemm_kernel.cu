@@ -28,10 +28,13 @@ constexpr int kColumnLanes = 4;  // lanes of a warp along N (kWarp / kKLanes)
 constexpr int kWeightsAhead = 4;  // steps of weight vectors a lane loads before folding any
 
 // Epilogue codes (small_m_tiled_gemm.cc passes them): none, + bias, gelu(+ bias)
-// with the tanh approximation cuBLASLt uses, relu(+ bias).
+// with the tanh approximation cuBLASLt uses, relu(+ bias), and the exact gelu.
 constexpr int64_t kEpilogueNone = 0;
 constexpr int64_t kEpilogueBiasGelu = 2;
 constexpr int64_t kEpilogueBiasRelu = 3;
+// + bias, then the exact gelu as grove's importer writes it: (x * 0.5) * (1 +
+// erf(x * 0.7071067811865476)), on f32 (Note [Exact gelu in the small-M GEMM]).
+constexpr int64_t kEpilogueBiasExactGelu = 4;
 
 template <typename T>
 constexpr int kVector = 16 / sizeof(T);  // elements in a 16-byte vector
@@ -88,6 +91,9 @@ __device__ __forceinline__ float apply_epilogue(float value, int64_t epilogue) {
     return 0.5f * value * (1.0f + tanhf(inner));
   }
   if (epilogue == kEpilogueBiasRelu) return value > 0.0f ? value : 0.0f;
+  if (epilogue == kEpilogueBiasExactGelu) {
+    return (value * 0.5f) * (erff(value * 0.7071067811865476f) + 1.0f);
+  }
   return value;
 }
 
