@@ -16,8 +16,16 @@ constexpr const char* kPtx =
 constexpr const char* kProgrammaticPtx =
 #include "runtime/cuda/small_m_tiled_gemm_kernel_programmatic_ptx.inc"
     ;
-constexpr uint32_t kThreads = 128;   // the kernel's __launch_bounds__: 4 warps
 constexpr int64_t kColumnLanes = 4;  // column lanes per warp (the kernel's kColumnLanes)
+constexpr int64_t kKLanes = 8;       // lanes along K per warp (the kernel's kKLanes)
+
+// Warps per block: 8 where K has 32 or more steps of 8 vectors of 16 bytes
+// (K >= 1024 in f32), else 4. A function of the shape, so
+// every launch of a GEMM sums in one order.
+int warps_for(const GemmArgs& g) {
+  const int64_t step = kKLanes * (16 / static_cast<int64_t>(dtype_size(g.dtype)));
+  return (g.k + step - 1) / step >= 32 ? 8 : 4;
+}
 
 // The kernel's code for + bias, then the exact gelu.
 constexpr int64_t kExactGeluCode = 4;
@@ -61,15 +69,16 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& g) {
               aligned(g.b) ? "aligned" : "unaligned", ", C ", g.c == nullptr ? "null" : "set",
               ", bias ", g.bias == nullptr ? "null" : "set",
               " (a grove bug; please report it; GROVE_SMALL_M_TILED=0 avoids this kernel)");
+  const int warps = warps_for(g);
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto key = std::make_pair(g.dtype, std::make_pair(tile.rows, tile.columns));
+    auto key = std::make_tuple(g.dtype, tile.rows, tile.columns, warps);
     auto found = kernels_.find(key);
     if (found == kernels_.end()) {
       KernelSource source;
       source.name = str_cat("grove_small_m_tiled_gemm_", dtype_name(g.dtype), "_r", tile.rows, "_c",
-                            tile.columns);
+                            tile.columns, "_w", warps);
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
       found = kernels_.emplace(key, platform_.load_kernel(source)).first;
@@ -80,7 +89,7 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& g) {
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>((g.n + block_columns - 1) / block_columns);
   dims.grid.y = static_cast<uint32_t>((g.m + tile.rows - 1) / tile.rows);
-  dims.block.x = kThreads;
+  dims.block.x = static_cast<uint32_t>(32 * warps);
   KernelArgs args;
   args.add_pointer(g.a)
       .add_i64(g.lda)

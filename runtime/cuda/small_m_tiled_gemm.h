@@ -18,8 +18,10 @@
 // vectors, and the same line of each of the block's R rows of A (one L1
 // wavefront shared by the 4 column lanes); each column lane computes C
 // columns. So every weight vector serves R rows and every vector of A 4C
-// columns, and a sum needs 3 shuffles. The block's 4 warps take a quarter of
-// K each and their partial sums are added in shared memory in warp order. The
+// columns, and a sum needs 3 shuffles. The block's 4 warps (8 where K is long:
+// 32 or more steps of 8 vectors, K >= 1024 in f32, so that more weight vectors
+// are in flight per block) take equal slices of K, each lane loading 8 vectors
+// ahead, and their partial sums are added in shared memory in warp order. The
 // grid is ceil(N / 4C) x ceil(M / R). Each lane folds its vectors in
 // increasing k, so every output has one summation order: the same bits on
 // every launch (eager and cudagraphs agree), within f32 rounding of cuBLAS.
@@ -27,14 +29,16 @@
 // lowering's tuning times each (compiler/lowering/gemm_kernel_tuning.cc) and
 // keeps the fastest of them, the generated kernel's variants and cuBLAS.
 // GROVE_SMALL_M_TILED=0 leaves it out of the tuning (under keys of their own).
-// Tests: CudaPlatformTest.SmallMTiledGemmMatchesHostReference (cuda),
-// GemmTuningTable.* (the entry's tile), gpu_small_m_gemm_test.py (cuda: every
-// tile against torch, eager == cudagraphs bitwise).
+// Tests: gpu_small_m_gemm_test.py (cuda: every tile forced, partial tiles,
+// every epilogue and dtype against a float64 reference, eager == cudagraphs
+// bitwise, the kernel seen in a profile); SmallMTiledGemm.* and
+// GemmTuningTableTest.TiledTimesRoundTripAndAPartialTiledEntryIsSkipped (sim:
+// qualification, the forced tile's library step, the exact gelu, the table).
 #pragma once
 
 #include <map>
 #include <mutex>
-#include <utility>
+#include <tuple>
 
 #include "runtime/blas.h"
 #include "runtime/platform.h"
@@ -51,7 +55,8 @@ class SmallMTiledGemm {
  private:
   Platform& platform_;
   std::mutex mutex_;  // guards the loads (any thread may run GEMMs)
-  std::map<std::pair<DType, std::pair<int32_t, int32_t>>, KernelHandle> kernels_;
+  // (dtype, tile rows, tile columns, warps per block) -> the loaded kernel.
+  std::map<std::tuple<DType, int32_t, int32_t, int>, KernelHandle> kernels_;
 };
 
 }  // namespace grove::runtime::cuda_detail

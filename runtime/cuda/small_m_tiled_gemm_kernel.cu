@@ -4,14 +4,15 @@
 // for a few rows of A (M <= 64), W row-major [N, K] (a linear layer's weight),
 // f32, bf16 or f16 storage, f32 sums.
 //
-// A block of 4 warps computes R rows x 4C columns of C. Each warp takes a
-// quarter of K; its lanes are 4 column groups (C columns each) x 8 lanes along
-// K, so eight lanes read one 128-byte line of a weight row (coalesced 16-byte
-// vectors) and the same line of each row of A (one L1 wavefront, shared by the
-// four column groups). Every vector of A a lane loads serves C columns and
-// every weight vector R rows. The eight lanes of a column are summed by three
-// shuffles, the four warps' partial sums in shared memory in warp order, so
-// each output's sum has one fixed order: the same bits on every launch.
+// A block of W warps (4, or 8 for long K: small_m_tiled_gemm.cc) computes R
+// rows x 4C columns of C. Each warp takes 1 / W of K; its lanes are 4 column
+// groups (C columns each) x 8 lanes along K, so eight lanes read one 128-byte
+// line of a weight row (coalesced 16-byte vectors) and the same line of each
+// row of A (one L1 wavefront, shared by the four column groups). Every vector
+// of A a lane loads serves C columns and every weight vector R rows. The eight
+// lanes of a column are summed by three shuffles, the W warps' partial sums in
+// shared memory in warp order, so each output's sum has one fixed order (W is
+// a function of K): the same bits on every launch.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -22,10 +23,11 @@
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kWarps = 4;        // per block: K is cut in kWarps slices
 constexpr int kKLanes = 8;       // lanes of a warp along K
 constexpr int kColumnLanes = 4;  // lanes of a warp along N (kWarp / kKLanes)
-constexpr int kWeightsAhead = 4;  // steps of weight vectors a lane loads before folding any
+// Steps of weight vectors a lane loads before folding any: 8 vectors in flight.
+template <int C>
+constexpr int kWeightsAhead = 8 / C;
 
 // Epilogue codes (small_m_tiled_gemm.cc passes them): none, + bias, gelu(+ bias)
 // with the tanh approximation cuBLASLt uses, relu(+ bias), and the exact gelu.
@@ -118,14 +120,16 @@ __device__ __forceinline__ void fold(float (&acc)[R][C], const uint4 (&weights)[
   }
 }
 
-template <typename T, int R, int C>
+// W warps per block, each taking 1 / W of K.
+template <typename T, int R, int C, int W>
 __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, int64_t ldw,
                                            const T* bias, T* c, int64_t ldc, int64_t m, int64_t n,
                                            int64_t k, int64_t epilogue) {
   constexpr int V = kVector<T>;
   constexpr int64_t kStep = kKLanes * V;  // elements of K one step of a warp covers
   constexpr int kColumns = kColumnLanes * C;
-  __shared__ float partial[kWarps][R][kColumns];
+  constexpr int kAhead = kWeightsAhead<C>;
+  __shared__ float partial[W][R][kColumns];
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const int k_lane = lane % kKLanes;
@@ -146,12 +150,12 @@ __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, 
     a_rows[r] = a + (row < m ? row : m - 1) * lda;
   }
   const int64_t steps = (k + kStep - 1) / kStep;
-  const int64_t first = steps * warp / kWarps;
-  const int64_t last = steps * (warp + 1) / kWarps;
+  const int64_t first = steps * warp / W;
+  const int64_t last = steps * (warp + 1) / W;
   // Note [Programmatic dependent launch]: the weights of the first steps go to
   // L2 while the kernel before drains; nothing is read before the wait.
 #pragma unroll
-  for (int s = 0; s < kWeightsAhead; ++s) {
+  for (int s = 0; s < kAhead; ++s) {
     const int64_t kv = (first + s) * kStep + k_lane * V;
     if (first + s < last && kv < k) {
 #pragma unroll
@@ -166,10 +170,10 @@ __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, 
 #pragma unroll
     for (int j = 0; j < C; ++j) acc[r][j] = 0.0f;
   }
-  for (int64_t step = first; step < last; step += kWeightsAhead) {
-    uint4 weights[kWeightsAhead][C];
+  for (int64_t step = first; step < last; step += kAhead) {
+    uint4 weights[kAhead][C];
 #pragma unroll
-    for (int s = 0; s < kWeightsAhead; ++s) {
+    for (int s = 0; s < kAhead; ++s) {
       const int64_t kv = (step + s) * kStep + k_lane * V;
 #pragma unroll
       for (int j = 0; j < C; ++j) {
@@ -179,7 +183,7 @@ __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, 
       }
     }
 #pragma unroll
-    for (int s = 0; s < kWeightsAhead; ++s) {
+    for (int s = 0; s < kAhead; ++s) {
       const int64_t kv = (step + s) * kStep + k_lane * V;
       if (step + s < last && kv < k) fold<T, R, C>(acc, weights[s], a_rows, kv);
     }
@@ -211,7 +215,7 @@ __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, 
     if (row >= m || column >= n) continue;
     float sum = partial[0][r][column_in_block];
 #pragma unroll
-    for (int q = 1; q < kWarps; ++q) sum += partial[q][r][column_in_block];
+    for (int q = 1; q < W; ++q) sum += partial[q][r][column_in_block];
     if (epilogue != kEpilogueNone) sum += widen(bias[column]);
     store(c + row * ldc + column, apply_epilogue(sum, epilogue));
   }
@@ -219,24 +223,27 @@ __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, 
 
 }  // namespace
 
-// grove_small_m_tiled_gemm_<dtype>_r<R>_c<C>(a, lda, w, ldw, bias, c, ldc, m, n, k,
-// epilogue): the kernels small_m_tiled_gemm.cc launches with 128 threads per
-// block and a grid of (ceil(n / (4 C)), ceil(m / R)). bias: null for epilogue 0.
-#define GROVE_SMALL_M_TILED_GEMM(NAME, T, R, C)                                               \
-  extern "C" __global__ void __launch_bounds__(kWarps * kWarp)                                \
+// grove_small_m_tiled_gemm_<dtype>_r<R>_c<C>_w<W>(a, lda, w, ldw, bias, c, ldc, m, n,
+// k, epilogue): the kernels small_m_tiled_gemm.cc launches with 32 W threads
+// per block and a grid of (ceil(n / (4 C)), ceil(m / R)). bias: null for epilogue 0.
+#define GROVE_SMALL_M_TILED_GEMM(NAME, T, R, C, W)                                            \
+  extern "C" __global__ void __launch_bounds__(W * kWarp)                                     \
       NAME(const T* a, int64_t lda, const T* w, int64_t ldw, const T* bias, T* c, int64_t ldc, \
            int64_t m, int64_t n, int64_t k, int64_t epilogue) {                               \
-    tiled_gemm<T, R, C>(a, lda, w, ldw, bias, c, ldc, m, n, k, epilogue);                     \
+    tiled_gemm<T, R, C, W>(a, lda, w, ldw, bias, c, ldc, m, n, k, epilogue);                  \
   }
 
-#define GROVE_SMALL_M_TILED_GEMM_TYPE(TYPE_NAME, T)                          \
-  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r4_c1, T, 4, 1)   \
-  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r4_c2, T, 4, 2)   \
-  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r8_c1, T, 8, 1)   \
-  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r8_c2, T, 8, 2)   \
-  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r16_c1, T, 16, 1) \
-  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r16_c2, T, 16, 2)
+#define GROVE_SMALL_M_TILED_GEMM_WARPS(TYPE_NAME, T, W)                                         \
+  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r4_c1_w##W, T, 4, 1, W)   \
+  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r4_c2_w##W, T, 4, 2, W)   \
+  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r8_c1_w##W, T, 8, 1, W)   \
+  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r8_c2_w##W, T, 8, 2, W)   \
+  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r16_c1_w##W, T, 16, 1, W) \
+  GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r16_c2_w##W, T, 16, 2, W)
 
-GROVE_SMALL_M_TILED_GEMM_TYPE(f32, float)
-GROVE_SMALL_M_TILED_GEMM_TYPE(bf16, __nv_bfloat16)
-GROVE_SMALL_M_TILED_GEMM_TYPE(f16, __half)
+GROVE_SMALL_M_TILED_GEMM_WARPS(f32, float, 4)
+GROVE_SMALL_M_TILED_GEMM_WARPS(f32, float, 8)
+GROVE_SMALL_M_TILED_GEMM_WARPS(bf16, __nv_bfloat16, 4)
+GROVE_SMALL_M_TILED_GEMM_WARPS(bf16, __nv_bfloat16, 8)
+GROVE_SMALL_M_TILED_GEMM_WARPS(f16, __half, 4)
+GROVE_SMALL_M_TILED_GEMM_WARPS(f16, __half, 8)
