@@ -218,19 +218,28 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
       const std::vector<runtime::SmallMTile> tiles =
           tiled ? runtime::small_m_tiled_gemm_tiles() : std::vector<runtime::SmallMTile>{};
       std::vector<double> tile_us(tiles.size(), 1e30);
-      for (int round = 0; round < kRounds; ++round) {
-        for (size_t t = 0; t < tiles.size(); ++t) {
-          tile_us[t] = std::min(tile_us[t], graph_time_us(platform, stream, [&](int i) {
-                                  GemmArgs call = args;
-                                  call.b = weights[static_cast<size_t>(i) % weights.size()];
-                                  call.tile_rows = tiles[t].rows;
-                                  call.tile_columns = tiles[t].columns;
-                                  platform.blas().gemm_row_major(stream, call);
-                                }));
+      bool tiles_timed = !tiles.empty();
+      try {
+        for (int round = 0; round < kRounds; ++round) {
+          for (size_t t = 0; t < tiles.size(); ++t) {
+            tile_us[t] = std::min(tile_us[t], graph_time_us(platform, stream, [&](int i) {
+                                    GemmArgs call = args;
+                                    call.b = weights[static_cast<size_t>(i) % weights.size()];
+                                    call.tile_rows = tiles[t].rows;
+                                    call.tile_columns = tiles[t].columns;
+                                    platform.blas().gemm_row_major(stream, call);
+                                  }));
+          }
         }
+      } catch (const std::exception& error) {
+        // The generated kernel's and the library's times still stand.
+        tiles_timed = false;
+        log(LogLevel::kWarn, str_cat("small-M GEMM: could not time the tiled kernel for ",
+                                     small_m_gemm_tuning_key("?", launch.args), " (", error.what(),
+                                     "); leaving it out for this shape"));
       }
       platform.synchronize_stream(stream);
-      if (!tiles.empty()) {
+      if (tiles_timed) {
         const size_t fastest =
             static_cast<size_t>(std::min_element(tile_us.begin(), tile_us.end()) - tile_us.begin());
         times.tiled_us = tile_us[fastest];
