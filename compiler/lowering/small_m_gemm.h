@@ -14,7 +14,10 @@
 //   auto  (default) on cuda the tuning table (gemm_tuning_table.h): measured
 //         once per GPU and shape on first compile, then read from disk; a
 //         shape heuristic where no measurement can be made. On sim and cpu
-//         auto keeps the host GEMM (on still runs the kernel there).
+//         auto keeps the host GEMM (on still runs the kernel there). The
+//         measurement also times cuda's tiled small-M kernel (Note [Small-M
+//         tiled GEMM], runtime/cuda/small_m_tiled_gemm.h), run as a library
+//         step naming its tile where it is the fastest.
 #pragma once
 
 #include <optional>
