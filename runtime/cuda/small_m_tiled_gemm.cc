@@ -9,13 +9,26 @@
 namespace grove::runtime::cuda_detail {
 namespace {
 
-constexpr const char* kPtx =
-#include "runtime/cuda/small_m_tiled_gemm_kernel_ptx.inc"
-    ;
+// One PTX per storage type (f32, bf16, f16), so that a process JIT-compiles
+// only the kernels of the types it runs.
+constexpr const char* kPtx[] = {
+#include "runtime/cuda/small_m_tiled_gemm_f32_kernel_ptx.inc"
+    ,
+#include "runtime/cuda/small_m_tiled_gemm_bf16_kernel_ptx.inc"
+    ,
+#include "runtime/cuda/small_m_tiled_gemm_f16_kernel_ptx.inc"
+};
 // Note [Programmatic dependent launch] (runtime/cuda/cuda_platform.cc).
-constexpr const char* kProgrammaticPtx =
-#include "runtime/cuda/small_m_tiled_gemm_kernel_programmatic_ptx.inc"
-    ;
+constexpr const char* kProgrammaticPtx[] = {
+#include "runtime/cuda/small_m_tiled_gemm_f32_kernel_programmatic_ptx.inc"
+    ,
+#include "runtime/cuda/small_m_tiled_gemm_bf16_kernel_programmatic_ptx.inc"
+    ,
+#include "runtime/cuda/small_m_tiled_gemm_f16_kernel_programmatic_ptx.inc"
+};
+
+// The index of a storage type's PTX above.
+int type_index(DType dtype) { return dtype == DType::kF32 ? 0 : dtype == DType::kBF16 ? 1 : 2; }
 constexpr int64_t kColumnLanes = 4;  // column lanes per warp (the kernel's kColumnLanes)
 constexpr int64_t kKLanes = 8;       // lanes along K per warp (the kernel's kKLanes)
 
@@ -32,7 +45,7 @@ constexpr int64_t kExactGeluCode = 4;
 
 bool aligned(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
-// The kernel's epilogue code (small_m_tiled_gemm_kernel.cu).
+// The kernel's epilogue code (small_m_tiled_gemm_device.cuh).
 int64_t epilogue_code(GemmEpilogue epilogue) {
   switch (epilogue) {
     case GemmEpilogue::kNone:
@@ -79,8 +92,8 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& g) {
       KernelSource source;
       source.name = str_cat("grove_small_m_tiled_gemm_", dtype_name(g.dtype), "_r", tile.rows, "_c",
                             tile.columns, "_w", warps);
-      source.ptx = kPtx;
-      source.ptx_programmatic = kProgrammaticPtx;
+      source.ptx = kPtx[type_index(g.dtype)];
+      source.ptx_programmatic = kProgrammaticPtx[type_index(g.dtype)];
       found = kernels_.emplace(key, platform_.load_kernel(source)).first;
     }
     kernel = found->second;

@@ -1,6 +1,7 @@
 // The tiled small-M GEMM of cuda's BLAS: GEMMs of 1 to 64 rows of
 // activations times a linear layer's weight, with their bias / gelu / relu
-// epilogue, as grove's own kernel (small_m_tiled_gemm_kernel.cu) where the
+// epilogue, as grove's own kernel (small_m_tiled_gemm_device.cuh, its PTX per
+// type from small_m_tiled_gemm_<dtype>_kernel.cu) where the
 // lowering measured it faster than both cuBLAS and the generated small-M
 // kernel. Internal to runtime/cuda: CublasSupport::gemm_row_major (blas.cc)
 // runs it for every GEMM whose GemmArgs::tile_rows is set.

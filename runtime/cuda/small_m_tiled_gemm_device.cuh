@@ -1,6 +1,7 @@
-// Source of small_m_tiled_gemm_kernel_ptx.inc (regenerate_ptx.sh): the
-// tiled small-M GEMM of cuda's BLAS, Note [Small-M tiled GEMM]
-// (small_m_tiled_gemm.h). C[m, n] = epilogue(sum_k A[m, k] W[n, k] + bias[n])
+// The device code of the tiled small-M GEMM of cuda's BLAS, Note [Small-M
+// tiled GEMM] (small_m_tiled_gemm.h), included by one source per storage type
+// (small_m_tiled_gemm_<dtype>_kernel.cu, each its own PTX: a process JIT-compiles
+// only the types it runs). C[m, n] = epilogue(sum_k A[m, k] W[n, k] + bias[n])
 // for a few rows of A (M <= 64), W row-major [N, K] (a linear layer's weight),
 // f32, bf16 or f16 storage, f32 sums.
 //
@@ -13,6 +14,8 @@
 // lanes of a column are summed by three shuffles, the W warps' partial sums in
 // shared memory in warp order, so each output's sum has one fixed order (W is
 // a function of K): the same bits on every launch.
+#pragma once
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -240,10 +243,3 @@ __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, 
   GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r8_c2_w##W, T, 8, 2, W)   \
   GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r16_c1_w##W, T, 16, 1, W) \
   GROVE_SMALL_M_TILED_GEMM(grove_small_m_tiled_gemm_##TYPE_NAME##_r16_c2_w##W, T, 16, 2, W)
-
-GROVE_SMALL_M_TILED_GEMM_WARPS(f32, float, 4)
-GROVE_SMALL_M_TILED_GEMM_WARPS(f32, float, 8)
-GROVE_SMALL_M_TILED_GEMM_WARPS(bf16, __nv_bfloat16, 4)
-GROVE_SMALL_M_TILED_GEMM_WARPS(bf16, __nv_bfloat16, 8)
-GROVE_SMALL_M_TILED_GEMM_WARPS(f16, __half, 4)
-GROVE_SMALL_M_TILED_GEMM_WARPS(f16, __half, 8)
