@@ -73,7 +73,10 @@ class GpuSmallMTiledGemmTest(unittest.TestCase):
         torch._dynamo.reset()
 
     def run_case(self, tile, m, k, n, activation, dtype, bias=True):
-        """Returns (grove cudagraphs, grove eager, the kernels that ran)."""
+        """Checks one layer under tile `tile` (forced)."""
+        # Each case compiles new modules of one forward: without a reset,
+        # dynamo's recompile limit would leave later cases to eager PyTorch.
+        torch._dynamo.reset()
         torch.manual_seed(SEED + m * 7 + n)
         module = layer(k, n, activation, bias).cuda().to(dtype).eval()
         x = torch.randn(m, k, device="cuda", dtype=dtype)
