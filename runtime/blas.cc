@@ -49,6 +49,18 @@ bool small_m_tiled_gemm_qualifies(const GemmArgs& g) {
          g.ldb % vector == 0 && g.ldc >= g.n && epilogue;
 }
 
+bool small_n_tiled_gemm_qualifies(const GemmArgs& g) {
+  // The product the kernel computes: W' = A (its rows K-contiguous), A' = B [N, K].
+  GemmArgs t = g;
+  t.m = g.n;
+  t.n = g.m;
+  t.lda = g.ldb;
+  t.ldb = g.lda;
+  t.ldc = g.m;  // C's transpose is read only for its sizes here
+  return g.m > 64 && !g.transpose_a && g.transpose_b && g.ldc >= g.n &&
+         small_m_tiled_gemm_qualifies(t);
+}
+
 bool small_m_tiled_gemm_enabled() {
   const char* value = std::getenv("GROVE_SMALL_M_TILED");
   return value == nullptr || std::strcmp(value, "0") != 0;

@@ -104,6 +104,10 @@ struct GemmArgs {
   // With tile_rows and a kBias epilogue: the exact (erf) gelu after the bias
   // (Note [Exact gelu in the small-M GEMM] in compiler/lowering/small_m_gemm.cc).
   bool tile_exact_gelu = false;
+  // With tile_rows: the kernel computes C's transpose, op(B)^T op(A)^T, for a
+  // GEMM of many rows and at most 64 columns (small_n_tiled_gemm_qualifies;
+  // Note [Small-N GEMMs as their transpose] in compiler/lowering/small_m_gemm.cc).
+  bool tile_transposed = false;
 };
 
 // One (rows, columns) tile of the tiled small-M kernel.
@@ -124,6 +128,12 @@ const std::vector<SmallMTile>& small_m_tiled_gemm_tiles();
 // Pointers are not looked at (the lowering asks before it has any; a launch
 // checks their 16-byte alignment).
 bool small_m_tiled_gemm_qualifies(const GemmArgs& args);
+
+// Whether the tiled kernel computes `args` as its transpose (GemmArgs::
+// tile_transposed): more than 64 rows, 1 to 64 columns, A row-major
+// (K-contiguous), B [N, K] (transpose_b), the rest as small_m_tiled_gemm_qualifies
+// asks of the transpose.
+bool small_n_tiled_gemm_qualifies(const GemmArgs& args);
 
 // Whether GROVE_SMALL_M_TILED (unset or "1": on; "0": off) lets the tuning
 // time the tiled kernel (Note [Small-M tiled GEMM]).

@@ -227,6 +227,7 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
                                     call.b = weights[static_cast<size_t>(i) % weights.size()];
                                     call.tile_rows = tiles[t].rows;
                                     call.tile_columns = tiles[t].columns;
+                                    call.tile_transposed = transposed;
                                     platform.blas().gemm_row_major(stream, call);
                                   }));
           }
@@ -285,8 +286,9 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
                                 GemmKernelForm form) {
   const bool transposed = form == GemmKernelForm::kTransposed;
   // Note [Small-M tiled GEMM]: timed with the others where it qualifies.
-  const bool tiled = form == GemmKernelForm::kSmallM && runtime::small_m_tiled_gemm_enabled() &&
-                     small_m_tiled_qualifies(launch);
+  const bool tiled = runtime::small_m_tiled_gemm_enabled() &&
+                     ((form == GemmKernelForm::kSmallM && small_m_tiled_qualifies(launch)) ||
+                      (transposed && small_n_tiled_qualifies(launch)));
   runtime::Platform& platform = runtime::device_context(device).platform();
   // Note [GEMM algorithms by measurement]: the library side of the
   // comparison is another GEMM with the search on, so its choices are its own.

@@ -364,7 +364,8 @@ std::string LoweredProgram::describe() const {
           }
           if (step.gemm.args.search) text << " searched";
           if (step.gemm.args.tile_rows > 0) {
-            text << " tiled " << step.gemm.args.tile_rows << "x" << step.gemm.args.tile_columns;
+            text << " tiled " << step.gemm.args.tile_rows << "x" << step.gemm.args.tile_columns
+                 << (step.gemm.args.tile_transposed ? " transposed" : "");
           }
           break;
         case StepKind::kView:

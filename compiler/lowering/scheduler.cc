@@ -340,16 +340,22 @@ void Scheduler::schedule_gemm(int node_index) {
                node.name, launch.written_slots());
     return;
   }
-  if (const SmallMVariant variant =
-          small_m.tiled ? SmallMVariant{}
-                        : small_n_gemm_variant(launch, out_.device, options_.load_kernels,
-                                               options_.small_m_gemm)) {
+  const SmallMVariant small_n =
+      small_m.tiled
+          ? SmallMVariant{}
+          : small_n_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm);
+  if (small_n.tiled) {
+    // Note [Small-M tiled GEMM], as the transpose (Note [Small-N GEMMs as their transpose]).
+    launch.args.tile_rows = static_cast<int32_t>(small_n.rows);
+    launch.args.tile_columns = static_cast<int32_t>(small_n.columns);
+    launch.args.tile_transposed = true;
+  } else if (small_n) {
     // Note [Small-N GEMMs as their transpose].
-    add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/true, variant.columns),
+    add_kernel(small_m_gemm_kernel(launch, small_n.rows, /*transposed=*/true, small_n.columns),
                node.name, launch.written_slots());
     return;
   }
-  if (!small_m.tiled &&
+  if (!small_m.tiled && !small_n.tiled &&
       tiny_k_gemm_chosen(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
     // Note [Tiny-K GEMM kernel].
     add_kernel(tiny_k_gemm_kernel(launch), node.name, launch.written_slots());

@@ -116,6 +116,10 @@ bool small_m_tiled_qualifies(const GemmLaunch& launch) {
          (!launch.exact_gelu || launch.args.epilogue == GemmEpilogue::kBias);
 }
 
+bool small_n_tiled_qualifies(const GemmLaunch& launch) {
+  return small_n_gemm_qualifies(launch) && runtime::small_n_tiled_gemm_qualifies(launch.args);
+}
+
 namespace {
 
 // Note [Small-M tiled GEMM]: the tile GROVE_SMALL_M_TILED forces for `launch`
@@ -457,6 +461,11 @@ SmallMVariant small_n_gemm_variant(const GemmLaunch& launch, runtime::Device dev
                  "': expected auto (the default: grove's transposed small-M kernel where it "
                  "measures faster than the library on cuda), on (wherever it qualifies) or off");
   if (setting == "off") return {};
+  // Note [Small-M tiled GEMM]: a forced tile (cuda only).
+  if (const std::optional<runtime::SmallMTile> tile = forced_small_m_tile();
+      tile && device.is_cuda() && small_n_tiled_qualifies(launch)) {
+    return {tile->rows, tile->columns, /*tiled=*/true};
+  }
   if (setting == "on") return {small_m_rows_per_warp(launch.args.n), 1};
   if (!device.is_cuda() || !can_measure || !runtime::device_available(device) ||
       small_m_gemm_mode(requested) != SmallMGemmMode::kAuto) {

@@ -68,6 +68,11 @@ struct SmallMVariant {
 // sim and cpu keep their kernels). Anything else throws ConfigError.
 std::optional<runtime::SmallMTile> forced_small_m_tile();
 
+// Whether the tiled kernel can run `launch` as its transpose (Note [Small-N
+// GEMMs as their transpose]): small_n_gemm_qualifies and
+// runtime::small_n_tiled_gemm_qualifies.
+bool small_n_tiled_qualifies(const GemmLaunch& launch);
+
 // Whether the tiled kernel can run `launch` (one plain call, M <= 64,
 // runtime::small_m_tiled_gemm_qualifies, a bias slot for a bias epilogue; an
 // exact gelu only after a bias epilogue).

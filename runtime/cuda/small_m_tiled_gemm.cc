@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "runtime/error.h"
 
@@ -63,14 +64,24 @@ int64_t epilogue_code(GemmEpilogue epilogue) {
 
 }  // namespace
 
-void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& g) {
-  const SmallMTile tile{g.tile_rows, g.tile_columns};
+void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
+  const SmallMTile tile{gemm.tile_rows, gemm.tile_columns};
   const std::vector<SmallMTile>& tiles = small_m_tiled_gemm_tiles();
-  GROVE_CHECK(
-      small_m_tiled_gemm_qualifies(g) && std::find(tiles.begin(), tiles.end(), tile) != tiles.end(),
-      "small-M tiled GEMM: a GEMM of m=", g.m, ", n=", g.n, ", k=", g.k, " (", dtype_name(g.dtype),
-      ", ", gemm_epilogue_name(g.epilogue), ", tile ", g.tile_rows, " x ", g.tile_columns,
-      ") it cannot compute (a grove bug; please report it)");
+  GROVE_CHECK((gemm.tile_transposed ? small_n_tiled_gemm_qualifies(gemm)
+                                    : small_m_tiled_gemm_qualifies(gemm)) &&
+                  std::find(tiles.begin(), tiles.end(), tile) != tiles.end(),
+              "small-M tiled GEMM: a GEMM of m=", gemm.m, ", n=", gemm.n, ", k=", gemm.k, " (",
+              dtype_name(gemm.dtype), ", ", gemm_epilogue_name(gemm.epilogue), ", tile ",
+              gemm.tile_rows, " x ", gemm.tile_columns, gemm.tile_transposed ? ", transposed" : "",
+              ") it cannot compute (a grove bug; please report it)");
+  // The product the kernel computes: C's own, or (transposed) C^T = B A^T
+  // with A and B swapped (Note [Small-N GEMMs as their transpose]).
+  GemmArgs g = gemm;
+  if (gemm.tile_transposed) {
+    std::swap(g.m, g.n);
+    std::swap(g.a, g.b);
+    std::swap(g.lda, g.ldb);
+  }
   GROVE_CHECK(!g.tile_exact_gelu || g.epilogue == GemmEpilogue::kBias,
               "small-M tiled GEMM: the exact gelu comes after a bias epilogue only, found ",
               gemm_epilogue_name(g.epilogue), " (a grove bug; please report it)");
@@ -114,7 +125,8 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& g) {
       .add_i64(g.m)
       .add_i64(g.n)
       .add_i64(g.k)
-      .add_i64(g.tile_exact_gelu ? kExactGeluCode : epilogue_code(g.epilogue));
+      .add_i64(g.tile_exact_gelu ? kExactGeluCode : epilogue_code(g.epilogue))
+      .add_i64(g.tile_transposed ? 1 : 0);
   platform_.launch_kernel(kernel, dims, args, stream);
 }
 

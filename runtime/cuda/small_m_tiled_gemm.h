@@ -29,6 +29,11 @@
 // Tiles: R in {4, 8, 16} and C in {1, 2} (small_m_tiled_gemm_tiles); the
 // lowering's tuning times each (compiler/lowering/gemm_kernel_tuning.cc) and
 // keeps the fastest of them, the generated kernel's variants and cuBLAS.
+// A GEMM of more than 64 rows and at most 64 columns (MLP-Mixer's token-mixing
+// fc2) runs as its transpose (GemmArgs::tile_transposed; Note [Small-N GEMMs
+// as their transpose] in compiler/lowering/small_m_gemm.cc): the weight [N, K]
+// is the kernel's A, the activation [M, K] its W, each output stored at C's
+// transposed place and the bias read per row of the kernel's product.
 // GROVE_SMALL_M_TILED=0 leaves it out of the tuning (under keys of their own).
 // Tests: gpu_small_m_gemm_test.py (cuda: every tile forced, partial tiles,
 // every epilogue and dtype against a float64 reference, eager == cudagraphs

@@ -127,7 +127,7 @@ __device__ __forceinline__ void fold(float (&acc)[R][C], const uint4 (&weights)[
 template <typename T, int R, int C, int W>
 __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, int64_t ldw,
                                            const T* bias, T* c, int64_t ldc, int64_t m, int64_t n,
-                                           int64_t k, int64_t epilogue) {
+                                           int64_t k, int64_t epilogue, int64_t transposed) {
   constexpr int V = kVector<T>;
   constexpr int64_t kStep = kKLanes * V;  // elements of K one step of a warp covers
   constexpr int kColumns = kColumnLanes * C;
@@ -211,29 +211,36 @@ __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, 
   }
   __syncthreads();
   for (int out = threadIdx.x; out < R * kColumns; out += blockDim.x) {
-    const int r = out / kColumns;
-    const int column_in_block = out % kColumns;
+    // Neighbouring threads store neighbouring elements of C: along a row of
+    // the product, or down its columns where C is its transpose.
+    const int r = transposed != 0 ? out % R : out / kColumns;
+    const int column_in_block = transposed != 0 ? out / R : out % kColumns;
     const int64_t row = block_row + r;
     const int64_t column = block_column + column_in_block;
     if (row >= m || column >= n) continue;
     float sum = partial[0][r][column_in_block];
 #pragma unroll
     for (int q = 1; q < W; ++q) sum += partial[q][r][column_in_block];
-    if (epilogue != kEpilogueNone) sum += widen(bias[column]);
-    store(c + row * ldc + column, apply_epilogue(sum, epilogue));
+    // Transposed (Note [Small-N GEMMs as their transpose]): output (row,
+    // column) of the product is C[column, row], and the bias is per row.
+    if (epilogue != kEpilogueNone) sum += widen(bias[transposed != 0 ? row : column]);
+    store(transposed != 0 ? c + column * ldc + row : c + row * ldc + column,
+          apply_epilogue(sum, epilogue));
   }
 }
 
 }  // namespace
 
 // grove_small_m_tiled_gemm_<dtype>_r<R>_c<C>_w<W>(a, lda, w, ldw, bias, c, ldc, m, n,
-// k, epilogue): the kernels small_m_tiled_gemm.cc launches with 32 W threads
-// per block and a grid of (ceil(n / (4 C)), ceil(m / R)). bias: null for epilogue 0.
+// k, epilogue, transposed): the kernels small_m_tiled_gemm.cc launches with 32 W
+// threads per block and a grid of (ceil(n / (4 C)), ceil(m / R)). bias: null
+// for epilogue 0. transposed: C is the product's transpose (C[j, i] for its
+// (i, j), ldc C's), its bias one per row of the product.
 #define GROVE_SMALL_M_TILED_GEMM(NAME, T, R, C, W)                                            \
   extern "C" __global__ void __launch_bounds__(W * kWarp)                                     \
       NAME(const T* a, int64_t lda, const T* w, int64_t ldw, const T* bias, T* c, int64_t ldc, \
-           int64_t m, int64_t n, int64_t k, int64_t epilogue) {                               \
-    tiled_gemm<T, R, C, W>(a, lda, w, ldw, bias, c, ldc, m, n, k, epilogue);                  \
+           int64_t m, int64_t n, int64_t k, int64_t epilogue, int64_t transposed) {           \
+    tiled_gemm<T, R, C, W>(a, lda, w, ldw, bias, c, ldc, m, n, k, epilogue, transposed);      \
   }
 
 #define GROVE_SMALL_M_TILED_GEMM_WARPS(TYPE_NAME, T, W)                                         \

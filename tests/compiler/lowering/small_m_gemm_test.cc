@@ -1111,6 +1111,32 @@ TEST(SmallMTiledGemm, ForcedTileIsALibraryStepNamingIt) {
   }
 }
 
+// Note [Small-N GEMMs as their transpose]: a GEMM of many rows and at most
+// 64 columns takes the forced tile as its transpose.
+TEST(SmallMTiledGemm, ForcedTileRunsASmallNGemmAsItsTranspose) {
+  testing::ScopedEnv tile("GROVE_SMALL_M_TILED", "4x2");
+  runtime::GemmArgs seen;
+  size_t gemms = 0;
+  for (const compiler::lowering::Step& step :
+       cuda_steps(linear_program(runtime::kCudaDevice, 100, 64, 12, Epilogue::kBias))) {
+    if (step.kind != compiler::lowering::StepKind::kGemm) continue;
+    ++gemms;
+    seen = step.gemm.args;
+  }
+  ASSERT_EQ(gemms, 1u);
+  EXPECT_EQ(seen.tile_rows, 4);
+  EXPECT_EQ(seen.tile_columns, 2);
+  EXPECT_TRUE(seen.tile_transposed);
+  EXPECT_TRUE(runtime::small_n_tiled_gemm_qualifies(seen));
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(seen));  // 100 rows
+  runtime::GemmArgs wide = seen;
+  wide.n = wide.ldc = 65;
+  EXPECT_FALSE(runtime::small_n_tiled_gemm_qualifies(wide));
+  runtime::GemmArgs transposed_a = seen;
+  transposed_a.transpose_a = true;
+  EXPECT_FALSE(runtime::small_n_tiled_gemm_qualifies(transposed_a));
+}
+
 // Sim keeps its kernels whatever the switch says (the host GEMM applies no
 // exact gelu, and nothing there is tuned).
 TEST(SmallMTiledGemm, ForcedTileLeavesSimsKernels) {
