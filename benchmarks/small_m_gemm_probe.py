@@ -18,7 +18,7 @@ by it):
   library   GROVE_SMALL_M_GEMM=off and GROVE_SMALL_M_TILED=0 (cuBLAS only);
   generated GROVE_SMALL_M_GEMM=on and GROVE_SMALL_M_TILED=0 (the generated
             kernel's default variant up to 32 rows, unmeasured: for ncu);
-  tRxC      GROVE_SMALL_M_TILED=RxC: that tile of the tiled kernel, forced.
+  tRxC      GROVE_SMALL_M_TILED=RxC (or tRxCxW): that tile of the tiled kernel, forced.
 torch eager (F.linear on the same weights, in a CUDA graph) is the first column.
 Every variant's output is compared with torch's (max |difference| printed).
 Ends with the tuning table's entries for the shapes (grove / tiled / library us).
@@ -199,10 +199,11 @@ def main():
     if os.path.exists(table):
         entries = json.load(open(table))["entries"]
         for key, entry in sorted(entries.items()):
-            print("  tuned %-78s grove %6.2f (%dx%d) tiled %6.2f (%dx%d) lib %6.2f" % (
+            print("  tuned %-78s grove %6.2f (%dx%d) tiled %6.2f (%dx%dx%d) lib %6.2f" % (
                 key.split("|", 1)[1][:78], entry["grove_us"], entry.get("grove_rows", 0),
                 entry.get("grove_columns", 1), entry.get("tiled_us", 0),
-                entry.get("tiled_rows", 0), entry.get("tiled_columns", 0), entry["library_us"]))
+                entry.get("tiled_rows", 0), entry.get("tiled_columns", 0),
+                entry.get("tiled_warps", 0), entry["library_us"]))
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"layers": args.layers, "rows": rows,

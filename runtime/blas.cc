@@ -33,8 +33,26 @@ bool gemm_search_enabled() {
 }
 
 const std::vector<SmallMTile>& small_m_tiled_gemm_tiles() {
-  static const std::vector<SmallMTile> tiles = {{4, 1}, {4, 2}, {8, 1}, {8, 2}, {16, 1}, {16, 2}};
+  static const std::vector<SmallMTile> tiles = [] {
+    std::vector<SmallMTile> all;
+    for (int32_t warps : {4, 8}) {
+      for (int32_t rows : {4, 8, 16}) {
+        for (int32_t columns : {1, 2}) all.push_back({rows, columns, warps});
+      }
+    }
+    return all;
+  }();
   return tiles;
+}
+
+bool small_m_tile_known(const SmallMTile& tile) {
+  for (const SmallMTile& known : small_m_tiled_gemm_tiles()) {
+    if (known.rows == tile.rows && known.columns == tile.columns &&
+        (tile.warps == 0 || tile.warps == known.warps)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 bool small_m_tiled_gemm_qualifies(const GemmArgs& g) {

@@ -95,12 +95,13 @@ struct GemmArgs {
   bool search = false;
   // Note [Small-M tiled GEMM] (runtime/cuda/small_m_tiled_gemm.h): with
   // tile_rows > 0, cuda runs the GEMM as grove's tiled small-M kernel with
-  // tile_rows rows of A and 4 * tile_columns columns of C per block (one of
-  // small_m_tiled_gemm_tiles()) instead of cuBLAS; the lowering sets it only
-  // where small_m_tiled_gemm_qualifies and a measurement found it faster. Sim
-  // and cpu run their host GEMM whatever it says.
+  // tile_rows rows of A, 4 * tile_columns columns of C and tile_warps warps
+  // (0: 4, or 8 where K is long) per block (small_m_tile_known) instead of cuBLAS; the lowering
+  // sets it only where small_m_tiled_gemm_qualifies and a measurement found it faster. Sim and cpu
+  // run their host GEMM whatever it says.
   int32_t tile_rows = 0;
   int32_t tile_columns = 0;
+  int32_t tile_warps = 0;
   // With tile_rows and a kBias epilogue: the exact (erf) gelu after the bias
   // (Note [Exact gelu in the small-M GEMM] in compiler/lowering/small_m_gemm.cc).
   bool tile_exact_gelu = false;
@@ -110,16 +111,22 @@ struct GemmArgs {
   bool tile_transposed = false;
 };
 
-// One (rows, columns) tile of the tiled small-M kernel.
+// One tile of the tiled small-M kernel: rows of A and columns per column
+// lane of a block, and its warps (0: chosen from K).
 struct SmallMTile {
   int32_t rows = 0;
   int32_t columns = 0;
+  int32_t warps = 0;
   bool operator==(const SmallMTile&) const = default;
 };
 
-// The tiles cuda's tiled small-M kernel comes in, in the order the tuning
-// times them: rows of A per block 4, 8 or 16, columns per column lane 1 or 2.
+// The tiles the tuning times, in order: rows of A per block 4, 8 or 16,
+// columns per column lane 1 or 2, 4 or 8 warps.
 const std::vector<SmallMTile>& small_m_tiled_gemm_tiles();
+
+// Whether cuda's kernel comes in `tile`: one of small_m_tiled_gemm_tiles, or
+// one of their rows and columns with warps 0.
+bool small_m_tile_known(const SmallMTile& tile);
 
 // Whether the tiled small-M kernel computes `args` (Note [Small-M tiled
 // GEMM]): one plain GEMM (no batch, alpha 1, beta 0) of 1 to 64 rows in f32,

@@ -227,6 +227,7 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
                                     call.b = weights[static_cast<size_t>(i) % weights.size()];
                                     call.tile_rows = tiles[t].rows;
                                     call.tile_columns = tiles[t].columns;
+                                    call.tile_warps = tiles[t].warps;
                                     call.tile_transposed = transposed;
                                     platform.blas().gemm_row_major(stream, call);
                                   }));
@@ -246,6 +247,7 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
         times.tiled_us = tile_us[fastest];
         times.tiled_rows = tiles[fastest].rows;
         times.tiled_columns = tiles[fastest].columns;
+        times.tiled_warps = tiles[fastest].warps;
       }
       const size_t best = static_cast<size_t>(
           std::min_element(variant_us.begin(), variant_us.end()) - variant_us.begin());
@@ -297,7 +299,7 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
           platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args) +
       (transposed ? "|transposed" : "") + (form == GemmKernelForm::kTinyK ? "|tiny k" : "") +
       (small_m_column_tiles_enabled() || form == GemmKernelForm::kTinyK ? "" : "|no column tiles") +
-      (tiled ? "|tiled" : "");
+      (tiled ? "|tiled v2" : "");
   const int64_t kernel_m = transposed ? launch.args.n : launch.args.m;
   const int64_t kernel_n = transposed ? launch.args.m : launch.args.n;
   const SmallMVariant default_variant = form == GemmKernelForm::kTinyK
@@ -318,10 +320,11 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
   // first two, which both apply the exact gelu.
   auto tiled_variant = [&](const GemmTuningEntry& entry) {
     const runtime::SmallMTile tile{static_cast<int32_t>(entry.tiled_rows),
-                                   static_cast<int32_t>(entry.tiled_columns)};
-    const std::vector<runtime::SmallMTile>& tiles = runtime::small_m_tiled_gemm_tiles();
-    return tiled && entry.tiled_us > 0 && std::find(tiles.begin(), tiles.end(), tile) != tiles.end()
-               ? SmallMVariant{entry.tiled_rows, entry.tiled_columns, /*tiled=*/true}
+                                   static_cast<int32_t>(entry.tiled_columns),
+                                   static_cast<int32_t>(entry.tiled_warps)};
+    return tiled && entry.tiled_us > 0 && runtime::small_m_tile_known(tile)
+               ? SmallMVariant{entry.tiled_rows, entry.tiled_columns, /*tiled=*/true,
+                               entry.tiled_warps}
                : SmallMVariant{};
   };
   // Sets grove_variant from `entry` and returns the choice.
@@ -342,7 +345,7 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
         str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us (", measured->grove_rows,
                 " rows and ", measured->grove_columns, " columns per warp), tiled ",
                 measured->tiled_us, " us (", measured->tiled_rows, "x", measured->tiled_columns,
-                "), library ", measured->library_us, " us per call; ",
+                "x", measured->tiled_warps, "), library ", measured->library_us, " us per call; ",
                 choice.tiled ? "tiled" : (choice ? "grove" : "library"), " chosen"));
   }
   choices()[key] = choice;

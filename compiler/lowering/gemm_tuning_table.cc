@@ -85,6 +85,10 @@ std::optional<std::map<std::string, GemmTuningEntry>> read_entries(
       entry.tiled_us = value["tiled_us"].get<double>();
       entry.tiled_rows = value["tiled_rows"].get<int64_t>();
       entry.tiled_columns = value["tiled_columns"].get<int64_t>();
+      if (value.contains("tiled_warps") && value["tiled_warps"].is_number_integer() &&
+          value["tiled_warps"].get<int64_t>() >= 0) {
+        entry.tiled_warps = value["tiled_warps"].get<int64_t>();
+      }
     }
     entries[key] = entry;
   }
@@ -131,6 +135,7 @@ void GemmTuningTable::store(const std::string& key, const GemmTuningEntry& entry
       document["entries"][entry_key]["tiled_us"] = value.tiled_us;
       document["entries"][entry_key]["tiled_rows"] = value.tiled_rows;
       document["entries"][entry_key]["tiled_columns"] = value.tiled_columns;
+      document["entries"][entry_key]["tiled_warps"] = value.tiled_warps;
     }
   }
   std::error_code error;

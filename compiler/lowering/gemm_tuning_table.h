@@ -8,7 +8,7 @@
 //
 // grove_rows is the kernel variant that took grove_us (rows of A per warp:
 // Note [Small-M GEMM kernel]); an entry without it names the default variant.
-// tiled_us, tiled_rows and tiled_columns (optional) are the fastest tile of
+// tiled_us, tiled_rows and tiled_columns (optional; and tiled_warps) are the fastest tile of
 // cuda's tiled small-M kernel (Note [Small-M tiled GEMM]).
 //
 // A missing file is an empty table; a corrupt or unreadable one is ignored
@@ -33,6 +33,7 @@ struct GemmTuningEntry {
   double tiled_us = 0;
   int64_t tiled_rows = 0;
   int64_t tiled_columns = 0;
+  int64_t tiled_warps = 0;  // 0: chosen from K (an entry without it)
   bool grove_faster() const { return grove_us < library_us; }
   // Whether the tiled kernel beat both the generated kernel and the library.
   bool tiled_fastest() const {

@@ -365,6 +365,7 @@ std::string LoweredProgram::describe() const {
           if (step.gemm.args.search) text << " searched";
           if (step.gemm.args.tile_rows > 0) {
             text << " tiled " << step.gemm.args.tile_rows << "x" << step.gemm.args.tile_columns
+                 << "x" << step.gemm.args.tile_warps
                  << (step.gemm.args.tile_transposed ? " transposed" : "");
           }
           break;

@@ -333,6 +333,7 @@ void Scheduler::schedule_gemm(int node_index) {
     // Note [Small-M tiled GEMM]: cuda's tiled kernel, through the device's BLAS.
     launch.args.tile_rows = static_cast<int32_t>(small_m.rows);
     launch.args.tile_columns = static_cast<int32_t>(small_m.columns);
+    launch.args.tile_warps = static_cast<int32_t>(small_m.warps);
     launch.args.tile_exact_gelu = launch.exact_gelu;
   } else if (const SmallMVariant variant = small_m) {
     // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
@@ -348,6 +349,7 @@ void Scheduler::schedule_gemm(int node_index) {
     // Note [Small-M tiled GEMM], as the transpose (Note [Small-N GEMMs as their transpose]).
     launch.args.tile_rows = static_cast<int32_t>(small_n.rows);
     launch.args.tile_columns = static_cast<int32_t>(small_n.columns);
+    launch.args.tile_warps = static_cast<int32_t>(small_n.warps);
     launch.args.tile_transposed = true;
   } else if (small_n) {
     // Note [Small-N GEMMs as their transpose].

@@ -98,16 +98,20 @@ std::optional<runtime::SmallMTile> forced_small_m_tile() {
   const std::string text = value == nullptr ? "" : value;
   if (text.empty() || text == "1" || text == "0") return std::nullopt;
   for (const runtime::SmallMTile& tile : runtime::small_m_tiled_gemm_tiles()) {
-    if (text == str_cat(tile.rows, 'x', tile.columns)) return tile;
+    if (text == str_cat(tile.rows, 'x', tile.columns))
+      return runtime::SmallMTile{tile.rows, tile.columns, 0};
+    if (text == str_cat(tile.rows, 'x', tile.columns, 'x', tile.warps)) return tile;
   }
   std::string tiles;
   for (const runtime::SmallMTile& tile : runtime::small_m_tiled_gemm_tiles()) {
-    tiles += str_cat(tiles.empty() ? "" : ", ", tile.rows, 'x', tile.columns);
+    tiles += str_cat(tiles.empty() ? "" : ", ", tile.rows, 'x', tile.columns, 'x', tile.warps);
   }
-  throw ConfigError(str_cat("GROVE_SMALL_M_TILED='", text,
-                            "': expected 1 (the default: cuda's tiled small-M kernel is timed "
-                            "with the others), 0 (never) or one of its tiles to force (",
-                            tiles, ")"));
+  throw ConfigError(
+      str_cat("GROVE_SMALL_M_TILED='", text,
+              "': expected 1 (the default: cuda's tiled small-M kernel is timed "
+              "with the others), 0 (never) or one of its tiles to force, RxC (warps from K) "
+              "or RxCxW (",
+              tiles, ")"));
 }
 
 bool small_m_tiled_qualifies(const GemmLaunch& launch) {
@@ -132,7 +136,7 @@ SmallMVariant forced_tiled_variant(const GemmLaunch& launch, runtime::Device dev
       !small_m_tiled_qualifies(launch)) {
     return {};
   }
-  return {tile->rows, tile->columns, /*tiled=*/true};
+  return {tile->rows, tile->columns, /*tiled=*/true, tile->warps};
 }
 
 }  // namespace
@@ -464,7 +468,7 @@ SmallMVariant small_n_gemm_variant(const GemmLaunch& launch, runtime::Device dev
   // Note [Small-M tiled GEMM]: a forced tile (cuda only).
   if (const std::optional<runtime::SmallMTile> tile = forced_small_m_tile();
       tile && device.is_cuda() && small_n_tiled_qualifies(launch)) {
-    return {tile->rows, tile->columns, /*tiled=*/true};
+    return {tile->rows, tile->columns, /*tiled=*/true, tile->warps};
   }
   if (setting == "on") return {small_m_rows_per_warp(launch.args.n), 1};
   if (!device.is_cuda() || !can_measure || !runtime::device_available(device) ||

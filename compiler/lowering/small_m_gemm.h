@@ -57,13 +57,15 @@ struct SmallMVariant {
   int64_t rows = 0;
   int64_t columns = 1;
   bool tiled = false;
+  int64_t warps = 0;  // tiled: the tile's warps (0: chosen from K)
   explicit operator bool() const { return rows > 0; }
   bool operator==(const SmallMVariant&) const = default;
 };
 
 // Note [Small-M tiled GEMM]: GROVE_SMALL_M_TILED: unset or "1", auto's
 // tuning also times cuda's tiled kernel where it qualifies; "0", never;
-// "RxC" (a tile of small_m_tiled_gemm_tiles, e.g. "8x2"), that tile for every
+// "RxC" or "RxCxW" (a tile of small_m_tiled_gemm_tiles, e.g. "8x2", warps from
+// K, or "8x2x8"), that tile for every
 // small-M GEMM on cuda that qualifies for it, without measuring (for tests;
 // sim and cpu keep their kernels). Anything else throws ConfigError.
 std::optional<runtime::SmallMTile> forced_small_m_tile();

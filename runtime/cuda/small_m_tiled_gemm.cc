@@ -33,9 +33,9 @@ int type_index(DType dtype) { return dtype == DType::kF32 ? 0 : dtype == DType::
 constexpr int64_t kColumnLanes = 4;  // column lanes per warp (the kernel's kColumnLanes)
 constexpr int64_t kKLanes = 8;       // lanes along K per warp (the kernel's kKLanes)
 
-// Warps per block: 8 where K has 32 or more steps of 8 vectors of 16 bytes
-// (K >= 1024 in f32), else 4. A function of the shape, so
-// every launch of a GEMM sums in one order.
+// Warps per block unless the tile names them: 8 where K has 32 or more steps of 8 vectors of 16
+// bytes (K >= 1024 in f32), else 4. A function of the shape, so every launch of a GEMM sums in one
+// order.
 int warps_for(const GemmArgs& g) {
   const int64_t step = kKLanes * (16 / static_cast<int64_t>(dtype_size(g.dtype)));
   return (g.k + step - 1) / step >= 32 ? 8 : 4;
@@ -65,14 +65,14 @@ int64_t epilogue_code(GemmEpilogue epilogue) {
 }  // namespace
 
 void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
-  const SmallMTile tile{gemm.tile_rows, gemm.tile_columns};
-  const std::vector<SmallMTile>& tiles = small_m_tiled_gemm_tiles();
+  const SmallMTile tile{gemm.tile_rows, gemm.tile_columns, gemm.tile_warps};
   GROVE_CHECK((gemm.tile_transposed ? small_n_tiled_gemm_qualifies(gemm)
                                     : small_m_tiled_gemm_qualifies(gemm)) &&
-                  std::find(tiles.begin(), tiles.end(), tile) != tiles.end(),
+                  small_m_tile_known(tile),
               "small-M tiled GEMM: a GEMM of m=", gemm.m, ", n=", gemm.n, ", k=", gemm.k, " (",
               dtype_name(gemm.dtype), ", ", gemm_epilogue_name(gemm.epilogue), ", tile ",
-              gemm.tile_rows, " x ", gemm.tile_columns, gemm.tile_transposed ? ", transposed" : "",
+              gemm.tile_rows, " x ", gemm.tile_columns, " x ", gemm.tile_warps,
+              gemm.tile_transposed ? ", transposed" : "",
               ") it cannot compute (a grove bug; please report it)");
   // The product the kernel computes: C's own, or (transposed) C^T = B A^T
   // with A and B swapped (Note [Small-N GEMMs as their transpose]).
@@ -93,7 +93,7 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
               aligned(g.b) ? "aligned" : "unaligned", ", C ", g.c == nullptr ? "null" : "set",
               ", bias ", g.bias == nullptr ? "null" : "set",
               " (a grove bug; please report it; GROVE_SMALL_M_TILED=0 avoids this kernel)");
-  const int warps = warps_for(g);
+  const int warps = tile.warps > 0 ? tile.warps : warps_for(g);
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -26,7 +26,8 @@
 // grid is ceil(N / 4C) x ceil(M / R). Each lane folds its vectors in
 // increasing k, so every output has one summation order: the same bits on
 // every launch (eager and cudagraphs agree), within f32 rounding of cuBLAS.
-// Tiles: R in {4, 8, 16} and C in {1, 2} (small_m_tiled_gemm_tiles); the
+// Tiles: R in {4, 8, 16}, C in {1, 2} and 4 or 8 warps (small_m_tiled_gemm_tiles;
+// a tile without warps takes them from K as above); the
 // lowering's tuning times each (compiler/lowering/gemm_kernel_tuning.cc) and
 // keeps the fastest of them, the generated kernel's variants and cuBLAS.
 // A GEMM of more than 64 rows and at most 64 columns (MLP-Mixer's token-mixing

@@ -7,7 +7,8 @@ gelu, the exact gelu), in f32, bf16 and f16. Each result is compared with a
 float64 reference of the same inputs (f32 within 1e-5 of the reference's
 largest magnitude, TF32 off; bf16 / f16 within 2e-2), grove's cudagraphs mode
 equals its eager mode bitwise, and a profile shows the tiled kernel ran (so no
-case passes through another kernel). Skips without CUDA or dynamo.
+case passes through another kernel). GEMMs of more than 64 rows and at most 64
+columns run it as their transpose. Skips without CUDA or dynamo.
 
 The CI side (sim) is small_m_gemm_test's SmallMTiled* cases."""
 import os
@@ -27,7 +28,7 @@ try:
 except ImportError:
     HAS_DYNAMO = False
 
-TILES = ["4x1", "4x2", "8x1", "8x2", "16x1", "16x2"]
+TILES = ["4x1", "4x2", "8x1", "8x2", "16x1", "16x2", "8x1x8", "16x2x8"]
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}
 SEED = 1234
 
@@ -117,6 +118,14 @@ class GpuSmallMTiledGemmTest(unittest.TestCase):
             self.run_case("4x1", 64, 256, 128, "relu", dtype)
         self.run_case("16x1", 1, 512, 512, "none", torch.float32)
         self.run_case("16x2", 16, 512, 512, "none", torch.float32, bias=False)
+
+    def test_small_n_gemms_run_as_their_transpose(self):
+        # More than 64 rows and at most 64 columns (MLP-Mixer's token-mixing
+        # fc2): C^T is the tiled product; partial tiles both ways.
+        for tile in ("4x2", "16x1x8"):
+            self.run_case(tile, 512, 256, 16, "none", torch.float32)
+            self.run_case(tile, 100, 128, 36, "relu", torch.float32)
+        self.run_case("8x2", 300, 512, 16, "gelu_tanh", torch.bfloat16)
 
     def test_exact_gelu_after_the_bias(self):
         # The importer's exact gelu joins f32 GEMMs of up to 32 rows.

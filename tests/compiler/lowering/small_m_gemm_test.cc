@@ -1034,6 +1034,7 @@ TEST_F(GemmTuningTableTest, TiledTimesRoundTripAndAPartialTiledEntryIsSkipped) {
     entry.tiled_us = 1.5;
     entry.tiled_rows = 16;
     entry.tiled_columns = 2;
+    entry.tiled_warps = 8;
     table.store("tiled", entry);
   }
   GemmTuningTable table(file());
@@ -1042,6 +1043,7 @@ TEST_F(GemmTuningTableTest, TiledTimesRoundTripAndAPartialTiledEntryIsSkipped) {
   EXPECT_DOUBLE_EQ(table.find("tiled")->tiled_us, 1.5);
   EXPECT_EQ(table.find("tiled")->tiled_rows, 16);
   EXPECT_EQ(table.find("tiled")->tiled_columns, 2);
+  EXPECT_EQ(table.find("tiled")->tiled_warps, 8);
   EXPECT_TRUE(table.find("tiled")->tiled_fastest());
   EXPECT_EQ(table.find("old")->tiled_us, 0.0);
 }
@@ -1111,6 +1113,25 @@ TEST(SmallMTiledGemm, ForcedTileIsALibraryStepNamingIt) {
   }
 }
 
+// "RxCxW" names the warps too; "RxC" leaves them to K (0).
+TEST(SmallMTiledGemm, ForcedTileNamesItsWarps) {
+  for (const auto& [text, warps] :
+       {std::pair<const char*, int32_t>{"16x2x8", 8}, std::pair<const char*, int32_t>{"16x2x4", 4},
+        std::pair<const char*, int32_t>{"16x2", 0}}) {
+    testing::ScopedEnv tile("GROVE_SMALL_M_TILED", text);
+    int32_t seen = -1;
+    for (const compiler::lowering::Step& step :
+         cuda_steps(linear_program(runtime::kCudaDevice, 16, 64, 96, Epilogue::kBias))) {
+      if (step.kind == compiler::lowering::StepKind::kGemm) seen = step.gemm.args.tile_warps;
+    }
+    EXPECT_EQ(seen, warps) << text;
+  }
+  EXPECT_TRUE(runtime::small_m_tile_known({8, 1, 0}));
+  EXPECT_TRUE(runtime::small_m_tile_known({8, 1, 8}));
+  EXPECT_FALSE(runtime::small_m_tile_known({8, 1, 2}));
+  EXPECT_FALSE(runtime::small_m_tile_known({2, 1, 4}));
+}
+
 // Note [Small-N GEMMs as their transpose]: a GEMM of many rows and at most
 // 64 columns takes the forced tile as its transpose.
 TEST(SmallMTiledGemm, ForcedTileRunsASmallNGemmAsItsTranspose) {
@@ -1174,7 +1195,7 @@ TEST(SmallMTiledGemm, UnknownTileNamesTheTiles) {
   testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "on");
   testing::expect_error<ConfigError>(
       [] { cuda_steps(linear_program(runtime::kCudaDevice, 16, 64, 96, Epilogue::kBias)); },
-      {"GROVE_SMALL_M_TILED='3x3'", "8x2", "16x1", "0"});
+      {"GROVE_SMALL_M_TILED='3x3'", "8x2x4", "16x1x8", "RxCxW", "0"});
 }
 
 }  // namespace
