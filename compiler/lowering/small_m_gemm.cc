@@ -120,8 +120,14 @@ bool small_m_tiled_qualifies(const GemmLaunch& launch) {
          (!launch.exact_gelu || launch.args.epilogue == GemmEpilogue::kBias);
 }
 
+bool small_n_tiled_enabled() {
+  const char* value = std::getenv("GROVE_SMALL_M_TILED_TRANSPOSED");
+  return value != nullptr && std::string(value) == "1";
+}
+
 bool small_n_tiled_qualifies(const GemmLaunch& launch) {
-  return small_n_gemm_qualifies(launch) && runtime::small_n_tiled_gemm_qualifies(launch.args);
+  return small_n_tiled_enabled() && small_n_gemm_qualifies(launch) &&
+         runtime::small_n_tiled_gemm_qualifies(launch.args);
 }
 
 namespace {

@@ -70,9 +70,15 @@ struct SmallMVariant {
 // sim and cpu keep their kernels). Anything else throws ConfigError.
 std::optional<runtime::SmallMTile> forced_small_m_tile();
 
+// Note [Small-M tiled GEMM]: whether small-N GEMMs may run the tiled kernel
+// as their transpose: GROVE_SMALL_M_TILED_TRANSPOSED=1 (off by default: session
+// 21 timed it on an H100, 2.23 us against the transposed generated kernel's
+// 2.11 for MLP-Mixer's 512x256x16, but no GPU test of its results has run yet).
+bool small_n_tiled_enabled();
+
 // Whether the tiled kernel can run `launch` as its transpose (Note [Small-N
-// GEMMs as their transpose]): small_n_gemm_qualifies and
-// runtime::small_n_tiled_gemm_qualifies.
+// GEMMs as their transpose]): small_n_tiled_enabled, small_n_gemm_qualifies
+// and runtime::small_n_tiled_gemm_qualifies.
 bool small_n_tiled_qualifies(const GemmLaunch& launch);
 
 // Whether the tiled kernel can run `launch` (one plain call, M <= 64,

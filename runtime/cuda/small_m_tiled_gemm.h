@@ -34,7 +34,9 @@
 // fc2) runs as its transpose (GemmArgs::tile_transposed; Note [Small-N GEMMs
 // as their transpose] in compiler/lowering/small_m_gemm.cc): the weight [N, K]
 // is the kernel's A, the activation [M, K] its W, each output stored at C's
-// transposed place and the bias read per row of the kernel's product.
+// transposed place and the bias read per row of the kernel's product; only
+// with GROVE_SMALL_M_TILED_TRANSPOSED=1 (compiler/lowering/small_m_gemm.h:
+// its results not yet tested on a GPU).
 // GROVE_SMALL_M_TILED=0 leaves it out of the tuning (under keys of their own).
 // H100, session 21 r1 (benchmarks/session21_logs/wt-gemm): per layer in a graph
 // 16x512x2048 5.1 us (generated kernel 7.4, cuBLAS 11.4), 16x2048x512 6.0 (8.6,

@@ -1136,6 +1136,14 @@ TEST(SmallMTiledGemm, ForcedTileNamesItsWarps) {
 // 64 columns takes the forced tile as its transpose.
 TEST(SmallMTiledGemm, ForcedTileRunsASmallNGemmAsItsTranspose) {
   testing::ScopedEnv tile("GROVE_SMALL_M_TILED", "4x2");
+  {
+    testing::ScopedEnv off("GROVE_SMALL_M_TILED_TRANSPOSED", "0");  // the default: not taken
+    for (const compiler::lowering::Step& step :
+         cuda_steps(linear_program(runtime::kCudaDevice, 100, 64, 12, Epilogue::kBias))) {
+      if (step.kind == compiler::lowering::StepKind::kGemm) EXPECT_EQ(step.gemm.args.tile_rows, 0);
+    }
+  }
+  testing::ScopedEnv transposed("GROVE_SMALL_M_TILED_TRANSPOSED", "1");
   runtime::GemmArgs seen;
   size_t gemms = 0;
   for (const compiler::lowering::Step& step :
