@@ -1,6 +1,5 @@
 #include "runtime/cuda/small_m_tiled_gemm.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
