@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/dtype.h"
 #include "runtime/platform.h"
@@ -92,7 +93,58 @@ struct GemmArgs {
   // algorithms for this GEMM's shape (once per process) even without
   // GROVE_GEMM_SEARCH: its program asked for it (compile option gemm_search).
   bool search = false;
+  // Note [Small-M tiled GEMM] (runtime/cuda/small_m_tiled_gemm.h): with
+  // tile_rows > 0, cuda runs the GEMM as grove's tiled small-M kernel with
+  // tile_rows rows of A, 4 * tile_columns columns of C and tile_warps warps
+  // (0: 4, or 8 where K is long) per block (small_m_tile_known) instead of cuBLAS; the lowering
+  // sets it only where small_m_tiled_gemm_qualifies and a measurement found it faster. Sim and cpu
+  // run their host GEMM whatever it says.
+  int32_t tile_rows = 0;
+  int32_t tile_columns = 0;
+  int32_t tile_warps = 0;
+  // With tile_rows and a kBias epilogue: the exact (erf) gelu after the bias
+  // (Note [Exact gelu in the small-M GEMM] in compiler/lowering/small_m_gemm.cc).
+  bool tile_exact_gelu = false;
+  // With tile_rows: the kernel computes C's transpose, op(B)^T op(A)^T, for a
+  // GEMM of many rows and at most 64 columns (small_n_tiled_gemm_qualifies;
+  // Note [Small-N GEMMs as their transpose] in compiler/lowering/small_m_gemm.cc).
+  bool tile_transposed = false;
 };
+
+// One tile of the tiled small-M kernel: rows of A and columns per column
+// lane of a block, and its warps (0: chosen from K).
+struct SmallMTile {
+  int32_t rows = 0;
+  int32_t columns = 0;
+  int32_t warps = 0;
+  bool operator==(const SmallMTile&) const = default;
+};
+
+// The tiles the tuning times, in order: rows of A per block 4, 8 or 16,
+// columns per column lane 1 or 2, 4 or 8 warps.
+const std::vector<SmallMTile>& small_m_tiled_gemm_tiles();
+
+// Whether cuda's kernel comes in `tile`: one of small_m_tiled_gemm_tiles, or
+// one of their rows and columns with warps 0.
+bool small_m_tile_known(const SmallMTile& tile);
+
+// Whether the tiled small-M kernel computes `args` (Note [Small-M tiled
+// GEMM]): one plain GEMM (no batch, alpha 1, beta 0) of 1 to 64 rows in f32,
+// bf16 or f16, A row-major and W [N, K] (transpose_b), K, lda and ldb multiples
+// of 16 bytes' elements, an epilogue of none, bias, bias_gelu or bias_relu.
+// Pointers are not looked at (the lowering asks before it has any; a launch
+// checks their 16-byte alignment).
+bool small_m_tiled_gemm_qualifies(const GemmArgs& args);
+
+// Whether the tiled kernel computes `args` as its transpose (GemmArgs::
+// tile_transposed): more than 64 rows, 1 to 64 columns, A row-major
+// (K-contiguous), B [N, K] (transpose_b), the rest as small_m_tiled_gemm_qualifies
+// asks of the transpose.
+bool small_n_tiled_gemm_qualifies(const GemmArgs& args);
+
+// Whether GROVE_SMALL_M_TILED (unset or "1": on; "0": off) lets the tuning
+// time the tiled kernel (Note [Small-M tiled GEMM]).
+bool small_m_tiled_gemm_enabled();
 
 // Whether GROVE_GEMM_SEARCH asks cuda's BLAS to time cuBLASLt's candidate
 // algorithms per GEMM shape and keep the fastest (Note [GEMM algorithms by

@@ -123,7 +123,7 @@ double graph_time_us(runtime::Platform& platform, runtime::StreamHandle stream,
 // Times grove's kernel variants and the library GEMM for `launch` on `device`
 // (zeros as data). nullopt, after a warning, when anything fails.
 std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device device,
-                                       GemmKernelForm form) {
+                                       GemmKernelForm form, bool tiled) {
   const bool transposed = form == GemmKernelForm::kTransposed;
   try {
     runtime::DeviceContext& context = runtime::device_context(device);
@@ -213,7 +213,42 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
                                       platform.blas().gemm_row_major(stream, call);
                                     }));
       }
+      // Note [Small-M tiled GEMM]: each tile of cuda's tiled kernel, through
+      // the BLAS as the lowering will run it.
+      const std::vector<runtime::SmallMTile> tiles =
+          tiled ? runtime::small_m_tiled_gemm_tiles() : std::vector<runtime::SmallMTile>{};
+      std::vector<double> tile_us(tiles.size(), 1e30);
+      bool tiles_timed = !tiles.empty();
+      try {
+        for (int round = 0; round < kRounds; ++round) {
+          for (size_t t = 0; t < tiles.size(); ++t) {
+            tile_us[t] = std::min(tile_us[t], graph_time_us(platform, stream, [&](int i) {
+                                    GemmArgs call = args;
+                                    call.b = weights[static_cast<size_t>(i) % weights.size()];
+                                    call.tile_rows = tiles[t].rows;
+                                    call.tile_columns = tiles[t].columns;
+                                    call.tile_warps = tiles[t].warps;
+                                    call.tile_transposed = transposed;
+                                    platform.blas().gemm_row_major(stream, call);
+                                  }));
+          }
+        }
+      } catch (const std::exception& error) {
+        // The generated kernel's and the library's times still stand.
+        tiles_timed = false;
+        log(LogLevel::kWarn, str_cat("small-M GEMM: could not time the tiled kernel for ",
+                                     small_m_gemm_tuning_key("?", launch.args), " (", error.what(),
+                                     "); leaving it out for this shape"));
+      }
       platform.synchronize_stream(stream);
+      if (tiles_timed) {
+        const size_t fastest =
+            static_cast<size_t>(std::min_element(tile_us.begin(), tile_us.end()) - tile_us.begin());
+        times.tiled_us = tile_us[fastest];
+        times.tiled_rows = tiles[fastest].rows;
+        times.tiled_columns = tiles[fastest].columns;
+        times.tiled_warps = tiles[fastest].warps;
+      }
       const size_t best = static_cast<size_t>(
           std::min_element(variant_us.begin(), variant_us.end()) - variant_us.begin());
       times.grove_us = variant_us[best];
@@ -252,6 +287,10 @@ SmallMVariant entry_variant(const GemmTuningEntry& entry, int64_t m, int64_t n) 
 SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device, bool grove_only,
                                 GemmKernelForm form) {
   const bool transposed = form == GemmKernelForm::kTransposed;
+  // Note [Small-M tiled GEMM]: timed with the others where it qualifies.
+  const bool tiled = runtime::small_m_tiled_gemm_enabled() &&
+                     ((form == GemmKernelForm::kSmallM && small_m_tiled_qualifies(launch)) ||
+                      (transposed && small_n_tiled_qualifies(launch)));
   runtime::Platform& platform = runtime::device_context(device).platform();
   // Note [GEMM algorithms by measurement]: the library side of the
   // comparison is another GEMM with the search on, so its choices are its own.
@@ -259,7 +298,8 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
       small_m_gemm_tuning_key(
           platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args) +
       (transposed ? "|transposed" : "") + (form == GemmKernelForm::kTinyK ? "|tiny k" : "") +
-      (small_m_column_tiles_enabled() || form == GemmKernelForm::kTinyK ? "" : "|no column tiles");
+      (small_m_column_tiles_enabled() || form == GemmKernelForm::kTinyK ? "" : "|no column tiles") +
+      (tiled ? "|tiled v2" : "");
   const int64_t kernel_m = transposed ? launch.args.n : launch.args.m;
   const int64_t kernel_n = transposed ? launch.args.m : launch.args.n;
   const SmallMVariant default_variant = form == GemmKernelForm::kTinyK
@@ -274,19 +314,39 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
   SmallMVariant choice =
       !transposed && small_m_gemm_heuristic(launch.args) ? default_variant : SmallMVariant{};
   SmallMVariant grove_variant = default_variant;
+  // The fastest of the generated kernel's variant, the tiled kernel's tile
+  // (Note [Small-M tiled GEMM]) and the library.
+  // grove_only (Note [Exact gelu in the small-M GEMM]): the faster of the
+  // first two, which both apply the exact gelu.
+  auto tiled_variant = [&](const GemmTuningEntry& entry) {
+    const runtime::SmallMTile tile{static_cast<int32_t>(entry.tiled_rows),
+                                   static_cast<int32_t>(entry.tiled_columns),
+                                   static_cast<int32_t>(entry.tiled_warps)};
+    return tiled && entry.tiled_us > 0 && runtime::small_m_tile_known(tile)
+               ? SmallMVariant{entry.tiled_rows, entry.tiled_columns, /*tiled=*/true,
+                               entry.tiled_warps}
+               : SmallMVariant{};
+  };
+  // Sets grove_variant from `entry` and returns the choice.
+  auto choose = [&](const GemmTuningEntry& entry) {
+    const SmallMVariant generated =
+        form == GemmKernelForm::kTinyK ? default_variant : entry_variant(entry, kernel_m, kernel_n);
+    const SmallMVariant tiled_choice = tiled_variant(entry);
+    grove_variant = tiled_choice && entry.tiled_us < entry.grove_us ? tiled_choice : generated;
+    if (tiled_choice && entry.tiled_fastest()) return tiled_choice;
+    return entry.grove_faster() ? generated : SmallMVariant{};
+  };
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
-    grove_variant = form == GemmKernelForm::kTinyK ? default_variant
-                                                   : entry_variant(*entry, kernel_m, kernel_n);
-    choice = entry->grove_faster() ? grove_variant : SmallMVariant{};
-  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, form)) {
-    grove_variant = form == GemmKernelForm::kTinyK ? default_variant
-                                                   : entry_variant(*measured, kernel_m, kernel_n);
-    choice = measured->grove_faster() ? grove_variant : SmallMVariant{};
+    choice = choose(*entry);
+  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, form, tiled)) {
+    choice = choose(*measured);
     table.store(key, *measured);
     log(LogLevel::kInfo,
         str_cat("small-M GEMM ", key, ": grove ", measured->grove_us, " us (", measured->grove_rows,
-                " rows and ", measured->grove_columns, " columns per warp), library ",
-                measured->library_us, " us per call; ", choice ? "grove" : "library", " chosen"));
+                " rows and ", measured->grove_columns, " columns per warp), tiled ",
+                measured->tiled_us, " us (", measured->tiled_rows, "x", measured->tiled_columns,
+                "x", measured->tiled_warps, "), library ", measured->library_us, " us per call; ",
+                choice.tiled ? "tiled" : (choice ? "grove" : "library"), " chosen"));
   }
   choices()[key] = choice;
   choices()[grove_key] = grove_variant;

@@ -71,6 +71,25 @@ std::optional<std::map<std::string, GemmTuningEntry>> read_entries(
       }
       entry.grove_columns = columns.get<int64_t>();
     }
+    // Note [Small-M tiled GEMM]: the tiled kernel's fields, all three or none.
+    if (value.contains("tiled_us")) {
+      if (!valid_time(value["tiled_us"]) || !value.contains("tiled_rows") ||
+          !value.contains("tiled_columns") || !value["tiled_rows"].is_number_integer() ||
+          !value["tiled_columns"].is_number_integer() || value["tiled_rows"].get<int64_t>() < 0 ||
+          value["tiled_columns"].get<int64_t>() < 0) {
+        warn(path, str_cat("entry '", key,
+                           "' has a tiled_us without counts tiled_rows and tiled_columns; "
+                           "skipping it"));
+        continue;
+      }
+      entry.tiled_us = value["tiled_us"].get<double>();
+      entry.tiled_rows = value["tiled_rows"].get<int64_t>();
+      entry.tiled_columns = value["tiled_columns"].get<int64_t>();
+      if (value.contains("tiled_warps") && value["tiled_warps"].is_number_integer() &&
+          value["tiled_warps"].get<int64_t>() >= 0) {
+        entry.tiled_warps = value["tiled_warps"].get<int64_t>();
+      }
+    }
     entries[key] = entry;
   }
   return entries;
@@ -112,6 +131,12 @@ void GemmTuningTable::store(const std::string& key, const GemmTuningEntry& entry
                                       {"library_us", value.library_us},
                                       {"grove_rows", value.grove_rows},
                                       {"grove_columns", value.grove_columns}};
+    if (value.tiled_us > 0) {
+      document["entries"][entry_key]["tiled_us"] = value.tiled_us;
+      document["entries"][entry_key]["tiled_rows"] = value.tiled_rows;
+      document["entries"][entry_key]["tiled_columns"] = value.tiled_columns;
+      document["entries"][entry_key]["tiled_warps"] = value.tiled_warps;
+    }
   }
   std::error_code error;
   std::filesystem::create_directories(path_.parent_path(), error);

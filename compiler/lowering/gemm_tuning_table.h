@@ -8,6 +8,8 @@
 //
 // grove_rows is the kernel variant that took grove_us (rows of A per warp:
 // Note [Small-M GEMM kernel]); an entry without it names the default variant.
+// tiled_us, tiled_rows and tiled_columns (optional; and tiled_warps) are the fastest tile of
+// cuda's tiled small-M kernel (Note [Small-M tiled GEMM]).
 //
 // A missing file is an empty table; a corrupt or unreadable one is ignored
 // with a warning (and replaced by the next store), never an error.
@@ -26,7 +28,17 @@ struct GemmTuningEntry {
   double library_us = 0;      // GPU time of the library GEMM per call
   int64_t grove_rows = 0;     // the fastest variant's rows per warp; 0: the default
   int64_t grove_columns = 1;  // ... and its columns per warp (Note [Small-M GEMM column tiles])
+  // Note [Small-M tiled GEMM]: the fastest tile of cuda's tiled kernel and its
+  // time; tiled_us 0: not timed (it did not qualify, or GROVE_SMALL_M_TILED=0).
+  double tiled_us = 0;
+  int64_t tiled_rows = 0;
+  int64_t tiled_columns = 0;
+  int64_t tiled_warps = 0;  // 0: chosen from K (an entry without it)
   bool grove_faster() const { return grove_us < library_us; }
+  // Whether the tiled kernel beat both the generated kernel and the library.
+  bool tiled_fastest() const {
+    return tiled_us > 0 && tiled_rows > 0 && tiled_us < library_us && tiled_us < grove_us;
+  }
 };
 
 class GemmTuningTable {

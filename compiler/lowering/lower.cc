@@ -363,6 +363,11 @@ std::string LoweredProgram::describe() const {
             if (step.gemm.exact_gelu) text << "+exact_gelu";
           }
           if (step.gemm.args.search) text << " searched";
+          if (step.gemm.args.tile_rows > 0) {
+            text << " tiled " << step.gemm.args.tile_rows << "x" << step.gemm.args.tile_columns
+                 << "x" << step.gemm.args.tile_warps
+                 << (step.gemm.args.tile_transposed ? " transposed" : "");
+          }
           break;
         case StepKind::kView:
           text << "  view " << step.op;

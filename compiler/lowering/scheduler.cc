@@ -328,26 +328,43 @@ void Scheduler::schedule_gemm(int node_index) {
   }
   GemmLaunch launch = plan_gemm(graph_, node, out_.slots,
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
-  if (const SmallMVariant variant =
-          small_m_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+  const SmallMVariant small_m =
+      small_m_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm);
+  if (small_m.tiled) {
+    // Note [Small-M tiled GEMM]: cuda's tiled kernel, through the device's BLAS.
+    launch.args.tile_rows = static_cast<int32_t>(small_m.rows);
+    launch.args.tile_columns = static_cast<int32_t>(small_m.columns);
+    launch.args.tile_warps = static_cast<int32_t>(small_m.warps);
+    launch.args.tile_exact_gelu = launch.exact_gelu;
+  } else if (const SmallMVariant variant = small_m) {
     // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
     add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/false, variant.columns),
                node.name, launch.written_slots());
     return;
   }
-  if (const SmallMVariant variant =
-          small_n_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+  const SmallMVariant small_n =
+      small_m.tiled
+          ? SmallMVariant{}
+          : small_n_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm);
+  if (small_n.tiled) {
+    // Note [Small-M tiled GEMM], as the transpose (Note [Small-N GEMMs as their transpose]).
+    launch.args.tile_rows = static_cast<int32_t>(small_n.rows);
+    launch.args.tile_columns = static_cast<int32_t>(small_n.columns);
+    launch.args.tile_warps = static_cast<int32_t>(small_n.warps);
+    launch.args.tile_transposed = true;
+  } else if (small_n) {
     // Note [Small-N GEMMs as their transpose].
-    add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/true, variant.columns),
+    add_kernel(small_m_gemm_kernel(launch, small_n.rows, /*transposed=*/true, small_n.columns),
                node.name, launch.written_slots());
     return;
   }
-  if (tiny_k_gemm_chosen(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+  if (!small_m.tiled && !small_n.tiled &&
+      tiny_k_gemm_chosen(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
     // Note [Tiny-K GEMM kernel].
     add_kernel(tiny_k_gemm_kernel(launch), node.name, launch.written_slots());
     return;
   }
-  GROVE_CHECK(!launch.exact_gelu, "lowering: node '", node.name,
+  GROVE_CHECK(!launch.exact_gelu || small_m.tiled, "lowering: node '", node.name,
               "' carries the exact gelu to a library GEMM, which cannot apply it (a grove bug; "
               "please report it; GROVE_SMALL_M_EXACT_GELU=0 and GROVE_TINY_K_EXACT_GELU=0 avoid "
               "it)");

@@ -93,6 +93,60 @@ bool small_m_gemm_qualifies(const GemmLaunch& launch) {
   return qualifies_up_to(launch, kMaxSmallM);
 }
 
+std::optional<runtime::SmallMTile> forced_small_m_tile() {
+  const char* value = std::getenv("GROVE_SMALL_M_TILED");
+  const std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "1" || text == "0") return std::nullopt;
+  for (const runtime::SmallMTile& tile : runtime::small_m_tiled_gemm_tiles()) {
+    if (text == str_cat(tile.rows, 'x', tile.columns))
+      return runtime::SmallMTile{tile.rows, tile.columns, 0};
+    if (text == str_cat(tile.rows, 'x', tile.columns, 'x', tile.warps)) return tile;
+  }
+  std::string tiles;
+  for (const runtime::SmallMTile& tile : runtime::small_m_tiled_gemm_tiles()) {
+    tiles += str_cat(tiles.empty() ? "" : ", ", tile.rows, 'x', tile.columns, 'x', tile.warps);
+  }
+  throw ConfigError(
+      str_cat("GROVE_SMALL_M_TILED='", text,
+              "': expected 1 (the default: cuda's tiled small-M kernel is timed "
+              "with the others), 0 (never) or one of its tiles to force, RxC (warps from K) "
+              "or RxCxW (",
+              tiles, ")"));
+}
+
+bool small_m_tiled_qualifies(const GemmLaunch& launch) {
+  return qualifies_up_to(launch, kMaxMeasuredSmallM) &&
+         runtime::small_m_tiled_gemm_qualifies(launch.args) &&
+         (!launch.exact_gelu || launch.args.epilogue == GemmEpilogue::kBias);
+}
+
+bool small_n_tiled_enabled() {
+  const char* value = std::getenv("GROVE_SMALL_M_TILED_TRANSPOSED");
+  return value != nullptr && std::string(value) == "1";
+}
+
+bool small_n_tiled_qualifies(const GemmLaunch& launch) {
+  return small_n_tiled_enabled() && small_n_gemm_qualifies(launch) &&
+         runtime::small_n_tiled_gemm_qualifies(launch.args);
+}
+
+namespace {
+
+// Note [Small-M tiled GEMM]: the tile GROVE_SMALL_M_TILED forces for `launch`
+// on a cuda device (elsewhere the host GEMM would run, which applies no exact
+// gelu), unless the mode is off.
+SmallMVariant forced_tiled_variant(const GemmLaunch& launch, runtime::Device device,
+                                   std::optional<SmallMGemmMode> requested) {
+  const std::optional<runtime::SmallMTile> tile = forced_small_m_tile();
+  if (!tile || !device.is_cuda() || small_m_gemm_mode(requested) == SmallMGemmMode::kOff ||
+      !small_m_tiled_qualifies(launch)) {
+    return {};
+  }
+  return {tile->rows, tile->columns, /*tiled=*/true, tile->warps};
+}
+
+}  // namespace
+
 bool small_m_gemm_heuristic(const GemmArgs& args) {
   const int64_t weight_bytes =
       args.n * args.k * static_cast<int64_t>(runtime::dtype_size(args.dtype));
@@ -360,10 +414,12 @@ SmallMVariant small_m_gemm_variant(const GemmLaunch& launch, runtime::Device dev
   // Note [Exact gelu in the tiny-K GEMM]: a taller GEMM with the exact gelu is
   // the tiny-K kernel's.
   if (launch.exact_gelu && launch.args.m > kMaxSmallM) return {};
+  if (const SmallMVariant forced = forced_tiled_variant(launch, device, requested)) return forced;
   if (launch.exact_gelu) {
     // Note [Exact gelu in the small-M GEMM]: the lowering asked for this
     // kernel (only it applies the epilogue), having checked the mode; in auto
-    // on a present device, the variant measured fastest for the GEMM alone.
+    // on a present device, the variant measured fastest for the GEMM alone
+    // (or cuda's tiled kernel, which also applies it: Note [Small-M tiled GEMM]).
     GROVE_CHECK(small_m_gemm_qualifies(launch),
                 "small-M GEMM: ", small_m_gemm_tuning_key("", launch.args),
                 " carries the exact gelu but does not qualify for grove's kernel (a grove bug; "
@@ -415,6 +471,11 @@ SmallMVariant small_n_gemm_variant(const GemmLaunch& launch, runtime::Device dev
                  "': expected auto (the default: grove's transposed small-M kernel where it "
                  "measures faster than the library on cuda), on (wherever it qualifies) or off");
   if (setting == "off") return {};
+  // Note [Small-M tiled GEMM]: a forced tile (cuda only).
+  if (const std::optional<runtime::SmallMTile> tile = forced_small_m_tile();
+      tile && device.is_cuda() && small_n_tiled_qualifies(launch)) {
+    return {tile->rows, tile->columns, /*tiled=*/true, tile->warps};
+  }
   if (setting == "on") return {small_m_rows_per_warp(launch.args.n), 1};
   if (!device.is_cuda() || !can_measure || !runtime::device_available(device) ||
       small_m_gemm_mode(requested) != SmallMGemmMode::kAuto) {

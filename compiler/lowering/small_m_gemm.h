@@ -14,7 +14,10 @@
 //   auto  (default) on cuda the tuning table (gemm_tuning_table.h): measured
 //         once per GPU and shape on first compile, then read from disk; a
 //         shape heuristic where no measurement can be made. On sim and cpu
-//         auto keeps the host GEMM (on still runs the kernel there).
+//         auto keeps the host GEMM (on still runs the kernel there). The
+//         measurement also times cuda's tiled small-M kernel (Note [Small-M
+//         tiled GEMM], runtime/cuda/small_m_tiled_gemm.h), run as a library
+//         step naming its tile where it is the fastest.
 #pragma once
 
 #include <optional>
@@ -25,6 +28,7 @@
 #include "compiler/lowering/kernel_assembly.h"
 #include "compiler/lowering/small_m_gemm_mode.h"
 #include "compiler/lowering/steps.h"
+#include "runtime/blas.h"
 #include "runtime/device.h"
 
 namespace grove::compiler::lowering {
@@ -46,12 +50,41 @@ constexpr int64_t kSmallMColumnTile = 4;
 
 // One form of grove's kernel for a shape: the rows of A each warp reduces
 // (0: not grove's kernel) and the columns of C it computes (1 or kSmallMColumnTile).
+// tiled: cuda's tiled small-M kernel instead (Note [Small-M tiled GEMM] in
+// runtime/cuda/small_m_tiled_gemm.h), rows and columns its tile
+// (runtime::small_m_tiled_gemm_tiles), run as a library GEMM step.
 struct SmallMVariant {
   int64_t rows = 0;
   int64_t columns = 1;
+  bool tiled = false;
+  int64_t warps = 0;  // tiled: the tile's warps (0: chosen from K)
   explicit operator bool() const { return rows > 0; }
   bool operator==(const SmallMVariant&) const = default;
 };
+
+// Note [Small-M tiled GEMM]: GROVE_SMALL_M_TILED: unset or "1", auto's
+// tuning also times cuda's tiled kernel where it qualifies; "0", never;
+// "RxC" or "RxCxW" (a tile of small_m_tiled_gemm_tiles, e.g. "8x2", warps from
+// K, or "8x2x8"), that tile for every
+// small-M GEMM on cuda that qualifies for it, without measuring (for tests;
+// sim and cpu keep their kernels). Anything else throws ConfigError.
+std::optional<runtime::SmallMTile> forced_small_m_tile();
+
+// Note [Small-M tiled GEMM]: whether small-N GEMMs may run the tiled kernel
+// as their transpose: GROVE_SMALL_M_TILED_TRANSPOSED=1 (off by default: session
+// 21 timed it on an H100, 2.23 us against the transposed generated kernel's
+// 2.11 for MLP-Mixer's 512x256x16, but no GPU test of its results has run yet).
+bool small_n_tiled_enabled();
+
+// Whether the tiled kernel can run `launch` as its transpose (Note [Small-N
+// GEMMs as their transpose]): small_n_tiled_enabled, small_n_gemm_qualifies
+// and runtime::small_n_tiled_gemm_qualifies.
+bool small_n_tiled_qualifies(const GemmLaunch& launch);
+
+// Whether the tiled kernel can run `launch` (one plain call, M <= 64,
+// runtime::small_m_tiled_gemm_qualifies, a bias slot for a bias epilogue; an
+// exact gelu only after a bias epilogue).
+bool small_m_tiled_qualifies(const GemmLaunch& launch);
 
 // Whether grove's kernel can compute `launch`: one GEMM (no batch), alpha 1,
 // beta 0, 1 <= M <= kMaxSmallM, K >= 1, f32 / bf16 / f16, and an epilogue of

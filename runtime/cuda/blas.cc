@@ -10,6 +10,7 @@
 #include "runtime/cuda/cublaslt_plans.h"
 #include "runtime/cuda/gemm_algorithm_search.h"
 #include "runtime/cuda/small_m_gemv.h"
+#include "runtime/cuda/small_m_tiled_gemm.h"
 
 namespace grove::runtime {
 namespace {
@@ -52,9 +53,14 @@ void check_args(const GemmArgs& g) {
 // GEMMs as grove's own kernel (Note [Small-M GEMV], small_m_gemv.h).
 class CublasSupport final : public BlasSupport {
  public:
-  CublasSupport(Device device, Platform& platform) : device_(device), small_m_gemv_(platform) {}
+  CublasSupport(Device device, Platform& platform)
+      : device_(device), small_m_gemv_(platform), small_m_tiled_gemm_(platform) {}
 
   void gemm_row_major(StreamHandle stream, const GemmArgs& args) override {
+    if (args.tile_rows > 0) {  // Note [Small-M tiled GEMM]
+      small_m_tiled_gemm_.launch(stream, args);
+      return;
+    }
     if (cuda_detail::small_m_gemv_qualifies(args)) {
       small_m_gemv_.launch(stream, args);
       return;
@@ -72,6 +78,7 @@ class CublasSupport final : public BlasSupport {
  private:
   Device device_;
   cuda_detail::SmallMGemv small_m_gemv_;
+  cuda_detail::SmallMTiledGemm small_m_tiled_gemm_;
 };
 
 }  // namespace

@@ -1019,5 +1019,192 @@ TEST_F(GemmTuningTableTest, UnwritableDirectoryWarnsAndKeepsTheEntryInMemory) {
   EXPECT_NE(recent_log().find("GEMM tuning table"), std::string::npos) << recent_log();
 }
 
+TEST_F(GemmTuningTableTest, TiledTimesRoundTripAndAPartialTiledEntryIsSkipped) {
+  std::ofstream(file()) << R"({"version": 1, "entries": {
+      "old": {"grove_us": 3, "library_us": 2},
+      "half": {"grove_us": 3, "library_us": 2, "tiled_us": 1}}})";
+  {
+    GemmTuningTable table(file());
+    clear_recent_log();
+    table.load();
+    EXPECT_EQ(table.size(), 1u);  // "half" lacks its tile
+    EXPECT_NE(recent_log().find("entry 'half'"), std::string::npos) << recent_log();
+    EXPECT_FALSE(table.find("old")->tiled_fastest());
+    GemmTuningEntry entry{3, 2, 8, 1};
+    entry.tiled_us = 1.5;
+    entry.tiled_rows = 16;
+    entry.tiled_columns = 2;
+    entry.tiled_warps = 8;
+    table.store("tiled", entry);
+  }
+  GemmTuningTable table(file());
+  table.load();
+  ASSERT_TRUE(table.find("tiled").has_value());
+  EXPECT_DOUBLE_EQ(table.find("tiled")->tiled_us, 1.5);
+  EXPECT_EQ(table.find("tiled")->tiled_rows, 16);
+  EXPECT_EQ(table.find("tiled")->tiled_columns, 2);
+  EXPECT_EQ(table.find("tiled")->tiled_warps, 8);
+  EXPECT_TRUE(table.find("tiled")->tiled_fastest());
+  EXPECT_EQ(table.find("old")->tiled_us, 0.0);
+}
+
+// Note [Small-M tiled GEMM]: which GEMMs cuda's tiled kernel takes.
+TEST(SmallMTiledGemm, QualifiesForLinearWeightsOfUpToSixtyFourRowsInWholeVectors) {
+  runtime::GemmArgs g;
+  g.transpose_b = true;
+  g.m = 16, g.n = 36, g.k = 64, g.lda = 64, g.ldb = 64, g.ldc = 36;
+  g.epilogue = runtime::GemmEpilogue::kBiasGelu;
+  EXPECT_TRUE(runtime::small_m_tiled_gemm_qualifies(g));
+  runtime::GemmArgs other = g;
+  other.m = 65;
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(other));
+  other = g;
+  other.k = other.lda = other.ldb = 66;  // not whole 16-byte vectors of f32
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(other));
+  other = g;
+  other.dtype = DType::kBF16;  // 64 is whole vectors of 8
+  EXPECT_TRUE(runtime::small_m_tiled_gemm_qualifies(other));
+  other.k = other.lda = other.ldb = 36;  // 4 1/2 vectors of bf16
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(other));
+  other = g;
+  other.transpose_b = false;  // W [K, N]: rows of W are not K-contiguous
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(other));
+  other = g;
+  other.epilogue = runtime::GemmEpilogue::kBiasGeluAux;
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(other));
+  other = g;
+  other.beta = 1.0f;
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(other));
+}
+
+// The steps of a cuda program lowered without a device (no measurement).
+std::vector<compiler::lowering::Step> cuda_steps(const compiler::ir::Program& program) {
+  compiler::lowering::ScheduleOptions options;
+  options.load_kernels = false;
+  return compiler::lowering::schedule_program(program, options).steps;
+}
+
+// GROVE_SMALL_M_TILED=RxC forces that tile on cuda: the GEMM is a library
+// step whose arguments name the tile, up to 64 rows, unless the mode is off
+// or the GEMM does not qualify.
+TEST(SmallMTiledGemm, ForcedTileIsALibraryStepNamingIt) {
+  testing::ScopedEnv tile("GROVE_SMALL_M_TILED", "8x2");
+  auto gemm_tile = [](int64_t m, int64_t k, DType dtype) {
+    std::pair<int32_t, int32_t> found{-1, -1};
+    for (const compiler::lowering::Step& step :
+         cuda_steps(linear_program(runtime::kCudaDevice, m, k, 96, Epilogue::kBiasGelu, dtype))) {
+      if (step.kind == compiler::lowering::StepKind::kGemm) {
+        found = {step.gemm.args.tile_rows, step.gemm.args.tile_columns};
+      }
+    }
+    return found;  // {-1, -1}: no library step
+  };
+  {
+    testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "auto");
+    EXPECT_EQ(gemm_tile(16, 64, DType::kF32), std::make_pair(8, 2));
+    EXPECT_EQ(gemm_tile(48, 64, DType::kF32), std::make_pair(8, 2));
+    EXPECT_EQ(gemm_tile(64, 64, DType::kBF16), std::make_pair(8, 2));
+    EXPECT_EQ(gemm_tile(65, 64, DType::kF32), std::make_pair(0, 0));  // the library's own
+    EXPECT_EQ(gemm_tile(16, 66, DType::kF32), std::make_pair(0, 0));  // K: no whole vectors
+  }
+  {
+    testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "off");
+    EXPECT_EQ(gemm_tile(16, 64, DType::kF32), std::make_pair(0, 0));
+  }
+}
+
+// "RxCxW" names the warps too; "RxC" leaves them to K (0).
+TEST(SmallMTiledGemm, ForcedTileNamesItsWarps) {
+  for (const auto& [text, warps] :
+       {std::pair<const char*, int32_t>{"16x2x8", 8}, std::pair<const char*, int32_t>{"16x2x4", 4},
+        std::pair<const char*, int32_t>{"16x2", 0}}) {
+    testing::ScopedEnv tile("GROVE_SMALL_M_TILED", text);
+    int32_t seen = -1;
+    for (const compiler::lowering::Step& step :
+         cuda_steps(linear_program(runtime::kCudaDevice, 16, 64, 96, Epilogue::kBias))) {
+      if (step.kind == compiler::lowering::StepKind::kGemm) seen = step.gemm.args.tile_warps;
+    }
+    EXPECT_EQ(seen, warps) << text;
+  }
+  EXPECT_TRUE(runtime::small_m_tile_known({8, 1, 0}));
+  EXPECT_TRUE(runtime::small_m_tile_known({8, 1, 8}));
+  EXPECT_FALSE(runtime::small_m_tile_known({8, 1, 2}));
+  EXPECT_FALSE(runtime::small_m_tile_known({2, 1, 4}));
+}
+
+// Note [Small-N GEMMs as their transpose]: a GEMM of many rows and at most
+// 64 columns takes the forced tile as its transpose.
+TEST(SmallMTiledGemm, ForcedTileRunsASmallNGemmAsItsTranspose) {
+  testing::ScopedEnv tile("GROVE_SMALL_M_TILED", "4x2");
+  {
+    testing::ScopedEnv off("GROVE_SMALL_M_TILED_TRANSPOSED", "0");  // the default: not taken
+    for (const compiler::lowering::Step& step :
+         cuda_steps(linear_program(runtime::kCudaDevice, 100, 64, 12, Epilogue::kBias))) {
+      if (step.kind == compiler::lowering::StepKind::kGemm) EXPECT_EQ(step.gemm.args.tile_rows, 0);
+    }
+  }
+  testing::ScopedEnv transposed("GROVE_SMALL_M_TILED_TRANSPOSED", "1");
+  runtime::GemmArgs seen;
+  size_t gemms = 0;
+  for (const compiler::lowering::Step& step :
+       cuda_steps(linear_program(runtime::kCudaDevice, 100, 64, 12, Epilogue::kBias))) {
+    if (step.kind != compiler::lowering::StepKind::kGemm) continue;
+    ++gemms;
+    seen = step.gemm.args;
+  }
+  ASSERT_EQ(gemms, 1u);
+  EXPECT_EQ(seen.tile_rows, 4);
+  EXPECT_EQ(seen.tile_columns, 2);
+  EXPECT_TRUE(seen.tile_transposed);
+  EXPECT_TRUE(runtime::small_n_tiled_gemm_qualifies(seen));
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(seen));  // 100 rows
+  runtime::GemmArgs wide = seen;
+  wide.n = wide.ldc = 65;
+  EXPECT_FALSE(runtime::small_n_tiled_gemm_qualifies(wide));
+  runtime::GemmArgs transposed_a = seen;
+  transposed_a.transpose_a = true;
+  EXPECT_FALSE(runtime::small_n_tiled_gemm_qualifies(transposed_a));
+}
+
+// Sim keeps its kernels whatever the switch says (the host GEMM applies no
+// exact gelu, and nothing there is tuned).
+TEST(SmallMTiledGemm, ForcedTileLeavesSimsKernels) {
+  testing::ScopedEnv tile("GROVE_SMALL_M_TILED", "16x1");
+  testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "on");
+  KernelReport report = report_of(linear_program(runtime::kSimDevice, 16, 64, 96, Epilogue::kBias));
+  EXPECT_EQ(small_m_kernels(report), 1u) << report.str();
+  EXPECT_EQ(report.library_gemms, 0u) << report.str();
+}
+
+// Note [Exact gelu in the small-M GEMM]: the tiled kernel applies the exact
+// gelu after the bias, so the linear and its gelu stay one step.
+TEST(SmallMTiledGemm, ExactGeluJoinsTheForcedTile) {
+  testing::ScopedEnv tile("GROVE_SMALL_M_TILED", "16x2");
+  testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "on");
+  ProgramBuilder b("exact_gelu_tiled", runtime::kCudaDevice);
+  ValueId y = b.linear(b.input("x", {16, 64}), b.input("w", {96, 64}), b.input("bias", {96}), "fc");
+  b.output(exact_gelu(b, y));
+  std::vector<compiler::lowering::Step> steps = cuda_steps(b.build());
+  size_t gemms = 0, kernels = 0;
+  for (const compiler::lowering::Step& step : steps) {
+    kernels += step.kind == compiler::lowering::StepKind::kKernel;
+    if (step.kind != compiler::lowering::StepKind::kGemm) continue;
+    ++gemms;
+    EXPECT_EQ(step.gemm.args.tile_rows, 16);
+    EXPECT_TRUE(step.gemm.args.tile_exact_gelu);
+    EXPECT_EQ(step.gemm.args.epilogue, runtime::GemmEpilogue::kBias);
+  }
+  EXPECT_EQ(gemms, 1u);
+  EXPECT_EQ(kernels, 0u);
+}
+
+TEST(SmallMTiledGemm, UnknownTileNamesTheTiles) {
+  testing::ScopedEnv tile("GROVE_SMALL_M_TILED", "3x3");
+  testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "on");
+  testing::expect_error<ConfigError>(
+      [] { cuda_steps(linear_program(runtime::kCudaDevice, 16, 64, 96, Epilogue::kBias)); },
+      {"GROVE_SMALL_M_TILED='3x3'", "8x2x4", "16x1x8", "RxCxW", "0"});
+}
+
 }  // namespace
 }  // namespace grove
