@@ -17,17 +17,17 @@ TEST(TailTimeline, OneStallPutsTheTailInAFewBins) {
     const double at = 0.1 * i;  // 700 ms
     arrivals.push_back(at);
     // A stall from 312 to 324 ms: what arrives in it waits for its end.
-    latencies.push_back(at >= 312 && at < 324 ? (324 - at) * 1000 + 500 : fast(rng));
+    latencies.push_back(at >= 312 && at < 324 ? (324 - at) * 1000 + 1000 : fast(rng));
   }
   const TailTimeline tail = tail_timeline(arrivals, latencies, 1000);
   EXPECT_EQ(tail.count, 120u) << "seed " << seed;
   EXPECT_DOUBLE_EQ(tail.first_ms, 312);
   EXPECT_NEAR(tail.last_ms, 323.9, 1e-9);
   EXPECT_EQ(tail.bins, 2u);
-  EXPECT_DOUBLE_EQ(tail.busiest_bin_ms, 320);
-  EXPECT_NEAR(tail.busiest_share, 40.0 / 120, 1e-12);
-  EXPECT_NEAR(tail.max_us, 12500, 1e-6);
-  EXPECT_NE(describe(tail).find("120 >= 1000 us: arrived 312-323 ms in 2 bins"), std::string::npos)
+  EXPECT_DOUBLE_EQ(tail.busiest_bin_ms, 310);  // 312-320 ms: 80 of the 120
+  EXPECT_NEAR(tail.busiest_share, 80.0 / 120, 1e-12);
+  EXPECT_NEAR(tail.max_us, 13000, 1e-6);
+  EXPECT_NE(describe(tail).find("120 >= 1000 us: arrived 312-323 ms in 2 bins of 10 ms, 67% in 310-320 ms"), std::string::npos)
       << describe(tail);
 }
 
