@@ -113,6 +113,10 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--grpc-answer-threads", "N",
                    "threads of the gRPC front that write answers (GrpcConfig::answer_threads; "
                    "default 0: a quarter of the cores)"});
+  flags.push_back({"--grpc-completion-queues", "N",
+                   "ModelInfer through N completion queues of gRPC's async API, a thread each "
+                   "(GrpcConfig::completion_queues; default: GROVE_GRPC_COMPLETION_QUEUES, else 0: "
+                   "the callback API)"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
@@ -175,7 +179,8 @@ struct Options : LoadOptions {
   int64_t grpc_clients = 64;
   int64_t grpc_connections = 4;  // calls in flight per gRPC client
   int64_t http_threads = 0;
-  int64_t grpc_answer_threads = 0;  // 0: GrpcConfig's default
+  int64_t grpc_answer_threads = 0;      // 0: GrpcConfig's default
+  int64_t grpc_completion_queues = -1;  // -1: GrpcConfig's default (the environment)
   bool answer_relay = true;
   bool launch_after_wait = false;
   bool flood_given = false;  // --idle-connections or --slowloris-connections given
@@ -486,6 +491,9 @@ Options parse_options(const FlagValues& flags) {
     options.http_threads = std::max<int64_t>(2, std::thread::hardware_concurrency());
   }
   options.grpc_answer_threads = flags.integer("--grpc-answer-threads", 0, 0, 256);
+  if (flags.has("--grpc-completion-queues")) {
+    options.grpc_completion_queues = flags.integer("--grpc-completion-queues", 0, 0, 256);
+  }
   options.answer_relay = !flags.has("--no-answer-relay");
   options.launch_after_wait = flags.has("--launch-after-wait");
   options.idle_connections =
@@ -728,6 +736,7 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
   report["grpc_clients"] = options.grpc_clients;
   report["grpc_calls_in_flight_per_client"] = options.grpc_connections;
   report["http_threads"] = options.http_threads;
+  report["grpc_completion_queues"] = options.grpc_completion_queues;
   report["answer_relay"] = options.answer_relay;
   report["launch_after_wait"] = options.launch_after_wait;
   report["duration_ms"] = options.duration_ms;
@@ -888,10 +897,12 @@ int run(int argc, char** argv) {
       std::thread grpc_listener;
       if (std::find(options.encodings.begin(), options.encodings.end(), "grpc") !=
           options.encodings.end()) {
-        grpc.emplace(server, serving::GrpcConfig{
-                                 .model_name = options.model,
-                                 .port = 0,
-                                 .answer_threads = static_cast<int>(options.grpc_answer_threads)});
+        grpc.emplace(server,
+                     serving::GrpcConfig{
+                         .model_name = options.model,
+                         .port = 0,
+                         .answer_threads = static_cast<int>(options.grpc_answer_threads),
+                         .completion_queues = static_cast<int>(options.grpc_completion_queues)});
         grpc_listener = std::thread([&] { grpc->serve(); });
       }
       std::printf("  max batch %lld, %s: compiled and warmed up %zu buckets in %.0f ms\n",
