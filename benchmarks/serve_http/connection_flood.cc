@@ -15,7 +15,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 
 #include "benchmarks/common/flags.h"
@@ -192,6 +196,23 @@ FloodProcess::FloodProcess(int port, const FloodConfig& config, bool http2) {
 }
 
 FloodProcess::~FloodProcess() { stop(); }
+
+double FloodProcess::cpu_s() const {
+  if (pid_ < 0) return -1;
+  // /proc/PID/stat: utime and stime are fields 14 and 15, after the ")" that ends the name.
+  std::ifstream stat(str_cat("/proc/", pid_, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t name_end = text.rfind(')');
+  if (name_end == std::string::npos) return -1;
+  std::istringstream fields(text.substr(name_end + 2));
+  std::string field;
+  double user = 0, system = 0;
+  for (int index = 3; index <= 15 && fields >> field; ++index) {
+    if (index == 14) user = std::atof(field.c_str());
+    if (index == 15) system = std::atof(field.c_str());
+  }
+  return (user + system) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
 
 uint64_t FloodProcess::stop() {
   if (pid_ < 0) return 0;

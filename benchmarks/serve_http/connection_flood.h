@@ -95,11 +95,14 @@ class FloodProcess {
   uint64_t stop();
   // The child's trickle bursts (ConnectionFlood::trickle_ns); after stop().
   const std::vector<int64_t>& trickle_ns() const { return trickle_ns_; }
+  // The child's CPU seconds so far (user + system, /proc/PID/stat); -1 once stopped.
+  double cpu_s() const;
 
  private:
   int pid_ = -1;
-  int to_child_ = -1;    // the child's stdin: closing it stops the child
-  int from_child_ = -1;  // the child's stdout: "holding N", then "reopened R", "ticks T..."
+  int to_child_ = -1;  // the child's stdin: closing it stops the child
+  // The child's stdout: "holding N", then "reopened R" and "ticks T...".
+  int from_child_ = -1;
   std::vector<int64_t> trickle_ns_;
 };
 

@@ -74,6 +74,7 @@
 #include "benchmarks/serve_http/connection_flood.h"
 #include "benchmarks/serve_http/grpc_client_process.h"
 #include "benchmarks/serve_http/grpc_load_client.h"
+#include "benchmarks/serve_http/host_load.h"
 #include "benchmarks/serve_http/http_load_client.h"
 #include "benchmarks/serve_http/load_loop.h"
 #include "benchmarks/serve_http/tail_timeline.h"
@@ -237,6 +238,8 @@ struct RunResult {
   Clock::time_point start;  // the window's
   TailTimeline tail;
   std::string stalls;
+  std::string host_load;    // the host's cores over the run (HostLoad)
+  double flood_cpu_s = -1;  // the connection holder's CPU over the run, held runs
   std::vector<double> trickle_ms;
   uint64_t sent = 0, answered = 0, rejected = 0, errors = 0;
   double answered_rate = 0;
@@ -310,6 +313,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   }
   const Clock::time_point start = Clock::now() + std::chrono::milliseconds(20);
   StallProbe probe;  // Note [Where the tail arrived]
+  HostLoad host_load;
   result.start = start;
   std::vector<ClientTally> tallies(static_cast<size_t>(options.clients));
   if (encoding == "grpc") {
@@ -344,6 +348,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
     result.errors += 1;
   }
   result.stalls = describe(probe.stop(), start);
+  result.host_load = host_load.describe();
   std::vector<double> latencies_us;
   std::vector<double> arrival_ms;  // empty unless every tally has its arrivals (HTTP)
   bool arrivals_known = true;
@@ -450,8 +455,10 @@ RunResult hold_and_run(const serving::HttpServer& http, const serving::Server& s
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
+  const double flood_cpu_before = flood.cpu_s();
   RunResult held = run_load(server, port, encoding, messages, grpc_messages, rate, options, seed);
   held.loaded = true;
+  held.flood_cpu_s = flood.cpu_s() - flood_cpu_before;
   held.reopened = flood.stop();
   const double window_ms = static_cast<double>(options.duration_ms);
   for (const int64_t tick_ns : flood.trickle_ns()) {
@@ -719,11 +726,15 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
     if (!options.holds_for(run.backend, run.offered_rate) || !run.latency) continue;
     std::string ticks;
     for (double at : run.trickle_ms) ticks += (ticks.empty() ? "" : ",") + format_fixed(at, 0);
-    std::printf(
-        "  %lld %s %s %.0f/s %s #%lld: %s; %s%s\n", static_cast<long long>(run.max_batch),
-        run.backend.c_str(), run.encoding.c_str(), run.offered_rate, run.loaded ? "held " : "alone",
-        static_cast<long long>(run.repeat), describe(run.tail).c_str(), run.stalls.c_str(),
-        run.loaded ? str_cat("; trickle bursts at ms ", ticks.empty() ? "-" : ticks).c_str() : "");
+    const std::string flood =
+        run.loaded ? str_cat("; flood process ", format_fixed(run.flood_cpu_s, 2),
+                             " CPU s; trickle bursts at ms ", ticks.empty() ? "-" : ticks)
+                   : "";
+    std::printf("  %lld %s %s %.0f/s %s #%lld: %s; %s; %s%s\n",
+                static_cast<long long>(run.max_batch), run.backend.c_str(), run.encoding.c_str(),
+                run.offered_rate, run.loaded ? "held " : "alone",
+                static_cast<long long>(run.repeat), describe(run.tail).c_str(), run.stalls.c_str(),
+                run.host_load.c_str(), flood.c_str());
   }
 }
 
@@ -778,6 +789,8 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
     entry["repeat"] = run.repeat;
     // Note [Where the tail arrived].
     entry["host_wakeups"] = run.stalls;
+    entry["host_load"] = run.host_load;
+    if (run.loaded) entry["flood_cpu_s"] = run.flood_cpu_s;
     if (run.tail.count > 0) {
       entry["tail"] = {{"threshold_us", run.tail.threshold_us},
                        {"count", run.tail.count},

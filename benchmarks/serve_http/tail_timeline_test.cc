@@ -27,7 +27,9 @@ TEST(TailTimeline, OneStallPutsTheTailInAFewBins) {
   EXPECT_DOUBLE_EQ(tail.busiest_bin_ms, 310);  // 312-320 ms: 80 of the 120
   EXPECT_NEAR(tail.busiest_share, 80.0 / 120, 1e-12);
   EXPECT_NEAR(tail.max_us, 13000, 1e-6);
-  EXPECT_NE(describe(tail).find("120 >= 1000 us: arrived 312-323 ms in 2 bins of 10 ms, 67% in 310-320 ms"), std::string::npos)
+  EXPECT_NE(describe(tail).find(
+                "120 >= 1000 us: arrived 312-323 ms in 2 bins of 10 ms, 67% in 310-320 ms"),
+            std::string::npos)
       << describe(tail);
 }
 
