@@ -47,6 +47,7 @@
 //              [--grpc-clients 64] [--grpc-connections 4] [--duration-ms 1500] [--json FILE]
 //              [--http-threads N] [--launch-after-wait]
 //              [--idle-connections 10000 --slowloris-connections 500 --trickle-ms 1000]
+//              [--held-repeats 3] [--trickle-groups 1] [--grpc-completion-queues N]
 #include <pthread.h>
 
 #include <algorithm>
