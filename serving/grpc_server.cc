@@ -67,19 +67,24 @@ using Grpc = inference::GRPCInferenceService;
 // gRPC 1.51's callback API (Debian's) runs every callback from one
 // completion queue that cores/2 threads (at most 16) wait on in turn, each
 // completion handed from the thread that polled it to another; the gRPC
-// front answered 70,000-81,000 calls/s (0.17-0.41x the in-process server,
-// session 20) with its threads' CPU spread over gRPC's call machinery and
-// wake-ups. With GrpcConfig::completion_queues N > 0 (GROVE_GRPC_COMPLETION_QUEUES)
-// ModelInfer is served instead through N completion queues of gRPC's async
-// API, each with one thread of its own that polls it and starts the calls
-// that arrive there (the layout gRPC's own benchmarks use); the other RPCs
-// stay on the callback API, and answers still leave from the answer pool.
+// front answered 67,000-81,000 calls/s (0.17-0.41x the in-process server,
+// session 20) with 111-119 us of its threads' CPU per call. So ModelInfer is
+// served through N completion queues of gRPC's async API, each with one
+// thread of its own that polls it and starts the calls that arrive there
+// (the layout gRPC's own benchmarks use); the other RPCs stay on the
+// callback API, and answers still leave from the answer pool. r1 of session
+// 21 (H100 host, 32 cores, max batch 16, cudagraphs, 320,000/s offered):
+// callback 67,370 calls/s at 119.0 us of front CPU per call; 8 queues 88,465
+// (91.5 us); 4 queues 110,972 (80.7 us). N is GrpcConfig::completion_queues,
+// else GROVE_GRPC_COMPLETION_QUEUES, else an eighth of the cores (2 to 8);
+// 0 is the callback API for every RPC, as before.
 // A call is a QueuedInfer: requested on a queue, received (a new one is
 // requested at once), submitted, finished, then deleted by its queue's
 // thread. On stop, gRPC's shutdown completes every requested call with
 // ok = false, the answer pool finishes the calls already received, then the
 // queues are shut down and drained. Tests: every GrpcServer test runs both
-// ways (tests/serving/grpc_server_test.cc).
+// ways (grpc_server_test on queues, grpc_server_callback_test with
+// GROVE_GRPC_COMPLETION_QUEUES=0), tests/serving/grpc_client_test.py.
 using QueuedInferService = Grpc::WithCallbackMethod_ServerLive<Grpc::WithCallbackMethod_ServerReady<
     Grpc::WithCallbackMethod_ModelReady<Grpc::WithCallbackMethod_ServerMetadata<
         Grpc::WithCallbackMethod_ModelMetadata<Grpc::WithAsyncMethod_ModelInfer<Grpc::Service>>>>>>;
@@ -90,7 +95,10 @@ constexpr int kCallsRequestedPerQueue = 64;
 int completion_queues_from(const GrpcConfig& config) {
   if (config.completion_queues >= 0) return config.completion_queues;
   const char* value = std::getenv("GROVE_GRPC_COMPLETION_QUEUES");
-  if (value == nullptr || *value == '\0') return 0;
+  if (value == nullptr || *value == '\0') {
+    // An eighth of the cores, 2 to 8: 4 on the 32-core host that measured it.
+    return static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 8, 2u, 8u));
+  }
   char* end = nullptr;
   const long queues = std::strtol(value, &end, 10);
   GROVE_CHECK_AS(ConfigError, end != value && *end == '\0' && queues >= 0 && queues <= 256,

@@ -63,9 +63,9 @@ struct GrpcConfig {
   int answer_threads = 0;
   int drain_timeout_ms = 30000;
   // ModelInfer through this many completion queues of gRPC's async API, a
-  // thread each, instead of the callback API (Note [gRPC infer on completion
-  // queues], grpc_server.cc); 0: the callback API; -1: from the environment,
-  // GROVE_GRPC_COMPLETION_QUEUES (unset: 0).
+  // thread each (Note [gRPC infer on completion queues], grpc_server.cc); 0:
+  // the callback API, as every other RPC; -1: GROVE_GRPC_COMPLETION_QUEUES,
+  // else an eighth of the cores (2 to 8).
   int completion_queues = -1;
 };
 

@@ -54,7 +54,7 @@ grep -q "p99 with 40 idle + 8 slow connections held open over p99 without" <<<"$
 output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
   --encodings json,grpc --rates 300 --max-batches 8 --clients 2 --connections 3 \
   --grpc-clients 2 --grpc-connections 3 --duration-ms 300 \
-  --backends eager)
+  --backends eager --warmup-ms 0)
 echo "$output"
 for encoding in json grpc; do
   grep -Eq "^ +8 +eager +$encoding +300 +[0-9]+ +[0-9]+ +0 +0 " <<<"$output" ||
@@ -94,7 +94,7 @@ json_repeats="${TEST_TMPDIR:-/tmp}/serve_http_repeats.json"
 output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
   --encodings json --rates 200 --max-batches 8 --clients 2 --duration-ms 300 \
   --idle-connections 30 --slowloris-connections 4 --trickle-ms 20 --trickle-groups 2 \
-  --held-rates 200 --held-backends cudagraphs --held-repeats 2 --json "$json_repeats")
+  --held-rates 200 --held-backends cudagraphs --held-repeats 2 --warmup-ms 100 --json "$json_repeats")
 echo "$output"
 [ "$(grep -Ec "^ +8 +cudagraphs +json +200 .* 30 idle \+ 4 slow *$" <<<"$output")" = 2 ] ||
   { echo "expected two held-open rows with --held-repeats 2" >&2; exit 1; }
@@ -107,6 +107,9 @@ import json, statistics, sys
 report = json.load(open(sys.argv[1]))
 verdicts = report["held_verdicts"]
 assert report["held_repeats"] == 2 and len(verdicts) == 1, verdicts
+assert report["warmup_ms"] == 100, report["warmup_ms"]
+# The warm-up runs are no rows: eager's run, then cudagraphs alone and held per repeat.
+assert len(report["results"]) == 5, [(r["backend"], r.get("held_open")) for r in report["results"]]
 v = verdicts[0]
 assert len(v["p99_us_alone_runs"]) == 2 and len(v["p99_us_held_runs"]) == 2, v
 assert v["p99_us_held_median"] == statistics.median(v["p99_us_held_runs"]), v

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -525,6 +526,29 @@ TEST(GrpcServer, CompletionQueuesAnswerCallsFromThreadsOfTheirOwn) {
   server.stop();
   serving.join();
   EXPECT_EQ(threads_named("grpc-queue"), before) << "a queue's thread outlived serve()";
+}
+
+// Without a count in the config, the queues are GROVE_GRPC_COMPLETION_QUEUES's
+// (0 in grpc_server_callback_test: no queue thread) or an eighth of the cores, 2 to 8.
+TEST(GrpcServer, QueueCountDefaultsToTheEnvironmentOrAnEighthOfTheCores) {
+  const char* from_environment = std::getenv("GROVE_GRPC_COMPLETION_QUEUES");
+  const int expected =
+      from_environment
+          ? std::atoi(from_environment)
+          : static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 8, 2u, 8u));
+  DoublingService service;
+  const int before = threads_named("grpc-queue");
+  GrpcServer server(service, {.model_name = "m", .port = 0});
+  std::thread serving([&] { server.serve(); });
+  const auto named_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (threads_named("grpc-queue") - before < expected &&
+         std::chrono::steady_clock::now() < named_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // none beyond them
+  EXPECT_EQ(threads_named("grpc-queue") - before, expected);
+  server.stop();
+  serving.join();
 }
 
 // A GROVE_GRPC_COMPLETION_QUEUES that is not a count is refused by name.
