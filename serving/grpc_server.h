@@ -62,6 +62,11 @@ struct GrpcConfig {
   // answer to the socket on the calling thread); 0: a quarter of the cores, at least 2.
   int answer_threads = 0;
   int drain_timeout_ms = 30000;
+  // ModelInfer through this many completion queues of gRPC's async API, a
+  // thread each (Note [gRPC infer on completion queues], grpc_server.cc); 0:
+  // the callback API, as every other RPC; -1: GROVE_GRPC_COMPLETION_QUEUES,
+  // else an eighth of the cores (2 to 8).
+  int completion_queues = -1;
 };
 
 // What serve() reports once it returns.

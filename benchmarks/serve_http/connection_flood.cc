@@ -15,7 +15,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 
 #include "benchmarks/common/flags.h"
@@ -84,9 +88,15 @@ void ConnectionFlood::open_one(Held& held) {
 void ConnectionFlood::run() {
   std::vector<epoll_event> events(1024);
   auto next_trickle = std::chrono::steady_clock::now();
+  const int groups = std::max(1, config_.trickle_groups);
+  size_t tick = 0;
   char sink[4096];
   while (!stopping_) {
-    const int ready = ::epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), 50);
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+        next_trickle - std::chrono::steady_clock::now());
+    const int timeout_ms = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 50));
+    const int ready =
+        ::epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), timeout_ms);
     for (int e = 0; e < ready; ++e) {
       Held& held = *static_cast<Held*>(events[static_cast<size_t>(e)].data.ptr);
       // The server answered (a 408 or 503) or closed: read it away; at its end, reopen.
@@ -100,9 +110,14 @@ void ConnectionFlood::run() {
     }
     const auto now = std::chrono::steady_clock::now();
     if (now < next_trickle) continue;
-    next_trickle = now + std::chrono::milliseconds(config_.trickle_ms);
+    next_trickle = now + std::chrono::microseconds(int64_t{config_.trickle_ms} * 1000 / groups);
+    trickle_ns_.push_back(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
+    const size_t group = tick++ % static_cast<size_t>(groups);
+    size_t slow_index = 0;
     for (Held& held : held_) {
       if (!held.slow || held.fd < 0) continue;
+      if (slow_index++ % static_cast<size_t>(groups) != group) continue;
       // One byte of the endless header: the request line, then header-value bytes.
       const char byte =
           held.sent < config_.trickle_bytes.size() ? config_.trickle_bytes[held.sent] : 'a';
@@ -167,7 +182,8 @@ ChildProcess spawn_this_binary(const std::vector<std::string>& args) {
 FloodProcess::FloodProcess(int port, const FloodConfig& config, bool http2) {
   const ChildProcess child = spawn_this_binary(
       {"serve_http", "--hold-connections", std::to_string(port), std::to_string(config.idle),
-       std::to_string(config.slowloris), std::to_string(config.trickle_ms), http2 ? "h2" : "http"});
+       std::to_string(config.slowloris), std::to_string(config.trickle_ms), http2 ? "h2" : "http",
+       std::to_string(config.trickle_groups)});
   pid_ = child.pid;
   to_child_ = child.to_child;
   from_child_ = child.from_child;
@@ -181,10 +197,40 @@ FloodProcess::FloodProcess(int port, const FloodConfig& config, bool http2) {
 
 FloodProcess::~FloodProcess() { stop(); }
 
+double FloodProcess::cpu_s() const {
+  if (pid_ < 0) return -1;
+  // /proc/PID/stat: utime and stime are fields 14 and 15, after the ")" that ends the name.
+  std::ifstream stat(str_cat("/proc/", pid_, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t name_end = text.rfind(')');
+  if (name_end == std::string::npos) return -1;
+  std::istringstream fields(text.substr(name_end + 2));
+  std::string field;
+  double user = 0, system = 0;
+  for (int index = 3; index <= 15 && fields >> field; ++index) {
+    if (index == 14) user = std::atof(field.c_str());
+    if (index == 15) system = std::atof(field.c_str());
+  }
+  return (user + system) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 uint64_t FloodProcess::stop() {
   if (pid_ < 0) return 0;
   ::close(to_child_);
   const std::string last = read_line(from_child_);
+  const std::string ticks = read_line(from_child_);
+  if (ticks.rfind("ticks", 0) == 0) {
+    size_t at = 5;
+    while (at < ticks.size()) {
+      size_t used = 0;
+      try {
+        trickle_ns_.push_back(std::stoll(ticks.substr(at), &used));
+      } catch (const std::exception&) {
+        break;
+      }
+      at += used;
+    }
+  }
   ::close(from_child_);
   int status = 0;
   ::waitpid(pid_, &status, 0);
@@ -194,13 +240,16 @@ uint64_t FloodProcess::stop() {
 
 int hold_connections_main(int argc, char** argv) {
   try {
-    if (argc != 7) throw UsageError("serve_http --hold-connections: expected 5 arguments");
+    if (argc != 7 && argc != 8) {
+      throw UsageError("serve_http --hold-connections: expected 5 or 6 arguments");
+    }
     FloodConfig config;
     const int port = std::stoi(argv[2]);
     config.idle = std::stoll(argv[3]);
     config.slowloris = std::stoll(argv[4]);
     config.trickle_ms = std::stoi(argv[5]);
     if (std::string(argv[6]) == "h2") config.trickle_bytes = kHttp2Preface;
+    if (argc == 8) config.trickle_groups = std::stoi(argv[7]);
     ensure_file_limit(config.idle + config.slowloris);
     ConnectionFlood flood(port, config);
     std::printf("holding %lld\n", static_cast<long long>(config.idle + config.slowloris));
@@ -209,7 +258,9 @@ int hold_connections_main(int argc, char** argv) {
     while (::read(0, &byte, 1) > 0) {
     }
     flood.stop();
-    std::printf("reopened %llu\n", static_cast<unsigned long long>(flood.reopened()));
+    std::printf("reopened %llu\nticks", static_cast<unsigned long long>(flood.reopened()));
+    for (int64_t tick : flood.trickle_ns()) std::printf(" %lld", static_cast<long long>(tick));
+    std::printf("\n");
     std::fflush(stdout);
     return 0;
   } catch (const std::exception& error) {

@@ -23,6 +23,9 @@ struct FloodConfig {
   int64_t idle = 0;
   int64_t slowloris = 0;
   int trickle_ms = 1000;  // a slowloris connection's pace: one byte this often
+  // The slowloris connections send in this many groups spread over each
+  // trickle period (1: all in one burst, as before; Note [Where the tail arrived]).
+  int trickle_groups = 1;
   // What slowloris connections trickle: the start of a request that never ends.
   std::string trickle_bytes = "POST /v2/models/m/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
 };
@@ -43,6 +46,9 @@ class ConnectionFlood {
 
   void stop();
   uint64_t reopened() const { return reopened_; }  // connections the server closed
+  // When each trickle burst (group) started, steady-clock nanoseconds since
+  // its epoch (CLOCK_MONOTONIC, the same in every process); after stop().
+  const std::vector<int64_t>& trickle_ns() const { return trickle_ns_; }
 
  private:
   struct Held {
@@ -59,6 +65,7 @@ class ConnectionFlood {
   std::vector<Held> held_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> reopened_{0};
+  std::vector<int64_t> trickle_ns_;
   std::thread thread_;
 };
 
@@ -72,7 +79,7 @@ struct ChildProcess {
 ChildProcess spawn_this_binary(const std::vector<std::string>& args);
 
 // A ConnectionFlood in a child process (this binary run as `serve_http
-// --hold-connections PORT IDLE SLOWLORIS TRICKLE_MS http|h2`), so that the
+// --hold-connections PORT IDLE SLOWLORIS TRICKLE_MS http|h2 [GROUPS]`), so that the
 // client ends of its connections count against the child's open-file limit
 // and only the server ends against this process's: 10,500 connections fit a
 // limit of 20,000 (one process would need 21,000). Returns once every
@@ -86,11 +93,17 @@ class FloodProcess {
   FloodProcess& operator=(const FloodProcess&) = delete;
   // Closes every connection and returns how many the server had closed.
   uint64_t stop();
+  // The child's trickle bursts (ConnectionFlood::trickle_ns); after stop().
+  const std::vector<int64_t>& trickle_ns() const { return trickle_ns_; }
+  // The child's CPU seconds so far (user + system, /proc/PID/stat); -1 once stopped.
+  double cpu_s() const;
 
  private:
   int pid_ = -1;
-  int to_child_ = -1;    // the child's stdin: closing it stops the child
-  int from_child_ = -1;  // the child's stdout: "holding N", then "reopened R"
+  int to_child_ = -1;  // the child's stdin: closing it stops the child
+  // The child's stdout: "holding N", then "reopened R" and "ticks T...".
+  int from_child_ = -1;
+  std::vector<int64_t> trickle_ns_;
 };
 
 // The child's main(): argv as above; holds the connections until stdin closes.

@@ -37,6 +37,7 @@ ClientTally drive_client(const std::function<int(size_t)>& exchange,
 void ClientTally::count_answer(LoadClock::time_point arrival, LoadClock::time_point done) {
   ++answered;
   latencies_us.push_back(std::chrono::duration<double, std::micro>(done - arrival).count());
+  arrivals.push_back(arrival);
   last_answer = std::max(last_answer, done);
 }
 

@@ -24,6 +24,9 @@ struct ClientTally {
   LoadClock::time_point last_answer;  // the window's start when none
   std::string first_error;
   std::vector<double> latencies_us;  // of the answered requests
+  // Each answered request's scheduled arrival, as latencies_us (HTTP clients
+  // only; Note [Where the tail arrived], tail_timeline.h).
+  std::vector<LoadClock::time_point> arrivals;
 
   // An answer, read at `done`, to the request that arrived at `arrival`.
   void count_answer(LoadClock::time_point arrival, LoadClock::time_point done);

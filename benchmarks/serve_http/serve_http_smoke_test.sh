@@ -54,7 +54,7 @@ grep -q "p99 with 40 idle + 8 slow connections held open over p99 without" <<<"$
 output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
   --encodings json,grpc --rates 300 --max-batches 8 --clients 2 --connections 3 \
   --grpc-clients 2 --grpc-connections 3 --duration-ms 300 \
-  --backends eager)
+  --backends eager --warmup-ms 0)
 echo "$output"
 for encoding in json grpc; do
   grep -Eq "^ +8 +eager +$encoding +300 +[0-9]+ +[0-9]+ +0 +0 " <<<"$output" ||
@@ -88,6 +88,38 @@ grep -Eq "^ +8 +cudagraphs +json +200 .* (met|missed) *$" <<<"$output" ||
 if grep -Eq "^ +8 +eager +json +200 " <<<"$output"; then
   echo "eager ran the held rate though --held-backends is cudagraphs" >&2; exit 1
 fi
+# Held runs repeated (Note [Held verdict from repeats]): alone and held twice each, the verdict
+# from the medians, each run's tail and the trickle bursts (Note [Where the tail arrived]).
+json_repeats="${TEST_TMPDIR:-/tmp}/serve_http_repeats.json"
+output=$("$binary" --device sim --models benchmarks/serve_http/models --model gelu512 \
+  --encodings json --rates 200 --max-batches 8 --clients 2 --duration-ms 300 \
+  --idle-connections 30 --slowloris-connections 4 --trickle-ms 20 --trickle-groups 2 \
+  --held-rates 200 --held-backends cudagraphs --held-repeats 2 --warmup-ms 100 --json "$json_repeats")
+echo "$output"
+[ "$(grep -Ec "^ +8 +cudagraphs +json +200 .* 30 idle \+ 4 slow *$" <<<"$output")" = 2 ] ||
+  { echo "expected two held-open rows with --held-repeats 2" >&2; exit 1; }
+grep -Eq "^ +8 +cudagraphs +json +200 +[0-9]+ +[0-9]+ +[0-9.]+x +[0-9]+, [0-9]+ +[0-9]+, [0-9]+ " \
+  <<<"$output" || { echo "missing held verdict with two p99s each" >&2; exit 1; }
+[ "$(grep -Ec "^  8 cudagraphs json 200/s (held |alone) #[01]: [0-9]+ >= " <<<"$output")" = 4 ] ||
+  { echo "expected four tail lines" >&2; exit 1; }
+python3 - "$json_repeats" <<'PY'
+import json, statistics, sys
+report = json.load(open(sys.argv[1]))
+verdicts = report["held_verdicts"]
+assert report["held_repeats"] == 2 and len(verdicts) == 1, verdicts
+assert report["warmup_ms"] == 100, report["warmup_ms"]
+# The warm-up runs are no rows: eager's run, then cudagraphs alone and held per repeat.
+assert len(report["results"]) == 5, [(r["backend"], r.get("held_open")) for r in report["results"]]
+v = verdicts[0]
+assert len(v["p99_us_alone_runs"]) == 2 and len(v["p99_us_held_runs"]) == 2, v
+assert v["p99_us_held_median"] == statistics.median(v["p99_us_held_runs"]), v
+held = [r for r in report["results"] if r.get("held_open")]
+assert sorted(r["repeat"] for r in held) == [0, 1], held
+for r in held:
+    assert r["tail"]["count"] >= 1 and r["tail"]["bins_10ms"] >= 1, r
+    # 300 ms held at 20 ms a period in two groups: bursts every 10 ms inside the window.
+    assert len(r["trickle_bursts_ms"]) >= 10, r["trickle_bursts_ms"]
+PY
 if "$binary" --grpc-clients 0 >/dev/null 2>&1; then echo "--grpc-clients 0 was accepted" >&2; exit 1; fi
 if "$binary" --clients 0 >/dev/null 2>&1; then echo "--clients 0 was accepted" >&2; exit 1; fi
 if "$binary" --held-rates fast >/dev/null 2>&1; then echo "--held-rates fast was accepted" >&2; exit 1; fi

@@ -14,7 +14,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -468,6 +472,104 @@ TEST(GrpcServer, ConnectionsThatNeverHandshakeAreClosed) {
   EXPECT_LT(trickling, 5.0) << "a trickling connection stayed open";
   server.stop();
   serving.join();
+}
+
+// Threads of this process named `name` (/proc/self/task/*/comm).
+int threads_named(const std::string& name) {
+  int count = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++count;
+  }
+  return count;
+}
+
+// Note [gRPC infer on completion queues]: with completion_queues N, ModelInfer
+// is answered through N queues, each polled by a thread of its own, and
+// calls in flight at once on several channels each get their own answer.
+TEST(GrpcServer, CompletionQueuesAnswerCallsFromThreadsOfTheirOwn) {
+  DoublingService service;
+  const int before = threads_named("grpc-queue");
+  GrpcServer server(service, {.model_name = "m", .port = 0, .completion_queues = 3});
+  std::thread serving([&] { server.serve(); });
+  // Each names itself once started.
+  const auto named_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (threads_named("grpc-queue") - before < 3 && std::chrono::steady_clock::now() < named_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(threads_named("grpc-queue") - before, 3);
+  constexpr int kCallers = 6;
+  std::vector<std::thread> callers;
+  std::atomic<int> right{0};
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      auto stub = GRPCInferenceService::NewStub(grpc::CreateChannel(
+          str_cat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
+      for (int call = 0; call < 40; ++call) {
+        std::vector<float> values;
+        const ModelInferRequest request = raw_request(1 + call % 4, &values, 1000 * c + call);
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+        ModelInferResponse answer;
+        if (!stub->ModelInfer(&context, request, &answer).ok()) continue;
+        for (float& value : values) value *= 2;
+        if (answer.raw_output_contents_size() == 1 &&
+            floats_of(answer.raw_output_contents(0)) == values) {
+          ++right;
+        }
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(right.load(), kCallers * 40);
+  server.stop();
+  serving.join();
+  EXPECT_EQ(threads_named("grpc-queue"), before) << "a queue's thread outlived serve()";
+}
+
+// Without a count in the config, the queues are GROVE_GRPC_COMPLETION_QUEUES's
+// (0 in grpc_server_callback_test: no queue thread) or an eighth of the cores, 2 to 8.
+TEST(GrpcServer, QueueCountDefaultsToTheEnvironmentOrAnEighthOfTheCores) {
+  const char* from_environment = std::getenv("GROVE_GRPC_COMPLETION_QUEUES");
+  const int expected =
+      from_environment
+          ? std::atoi(from_environment)
+          : static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 8, 2u, 8u));
+  DoublingService service;
+  const int before = threads_named("grpc-queue");
+  GrpcServer server(service, {.model_name = "m", .port = 0});
+  std::thread serving([&] { server.serve(); });
+  const auto named_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (threads_named("grpc-queue") - before < expected &&
+         std::chrono::steady_clock::now() < named_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // none beyond them
+  EXPECT_EQ(threads_named("grpc-queue") - before, expected);
+  server.stop();
+  serving.join();
+}
+
+// A GROVE_GRPC_COMPLETION_QUEUES that is not a count is refused by name.
+TEST(GrpcServer, CompletionQueueCountFromTheEnvironmentIsChecked) {
+  const char* saved = std::getenv("GROVE_GRPC_COMPLETION_QUEUES");
+  const std::string kept = saved ? saved : "";
+  ::setenv("GROVE_GRPC_COMPLETION_QUEUES", "many", 1);
+  DoublingService service;
+  try {
+    GrpcServer server(service, {.model_name = "m", .port = 0});
+    ADD_FAILURE() << "GROVE_GRPC_COMPLETION_QUEUES=many was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("GROVE_GRPC_COMPLETION_QUEUES='many'"),
+              std::string::npos)
+        << error.what();
+  }
+  if (saved) {
+    ::setenv("GROVE_GRPC_COMPLETION_QUEUES", kept.c_str(), 1);
+  } else {
+    ::unsetenv("GROVE_GRPC_COMPLETION_QUEUES");
+  }
 }
 
 // Note [One set of request checks]: a tensor refused over HTTP (JSON) and
