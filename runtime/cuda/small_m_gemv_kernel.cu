@@ -13,6 +13,7 @@
 
 #include "runtime/async_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
+#include "runtime/vector_unpack_device.h"
 
 namespace {
 
@@ -21,27 +22,6 @@ constexpr int kWarp = 32;
 // flight) for one row of A, 8 for two, 4 where more rows make each fold longer.
 template <int M>
 constexpr int kInFlight = M >= 4 ? 4 : (M == 2 ? 8 : 16);
-
-__device__ __forceinline__ void unpack(const uint4& v, float (&out)[8], __nv_bfloat16) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = __uint_as_float(words[i] << 16);
-    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ void unpack(const uint4& v, float (&out)[8], __half) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2 pair;
-    memcpy(&pair, &words[i], sizeof(pair));
-    const float2 f = __half22float2(pair);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
 
 __device__ __forceinline__ void store(__nv_bfloat16* c, float value) {
   *c = __float2bfloat16_rn(value);

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "runtime/programmatic_launch_device.h"
+#include "runtime/vector_unpack_device.h"
 
 namespace {
 
@@ -49,27 +50,6 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&out)[4]) {
   out[1] = __uint_as_float(v.y);
   out[2] = __uint_as_float(v.z);
   out[3] = __uint_as_float(v.w);
-}
-
-__device__ __forceinline__ void unpack(const uint4& v, float (&out)[8], __nv_bfloat16) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = __uint_as_float(words[i] << 16);
-    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ void unpack(const uint4& v, float (&out)[8], __half) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2 pair;
-    memcpy(&pair, &words[i], sizeof(pair));
-    const float2 f = __half22float2(pair);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
 }
 
 template <typename T>
