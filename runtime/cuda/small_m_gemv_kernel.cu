@@ -13,7 +13,7 @@
 
 #include "runtime/async_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
-#include "runtime/vector_unpack_device.h"
+#include "runtime/cuda/vector_unpack_device.cuh"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include <cstdint>
 
 #include "runtime/programmatic_launch_device.h"
-#include "runtime/vector_unpack_device.h"
+#include "runtime/cuda/vector_unpack_device.cuh"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Device side of the GEMV and GEMM kernels that read 16-byte vectors of a
-// 16-bit storage type (runtime/cuda/small_m_gemv_kernel.cu and
+// 16-bit storage type (small_m_gemv_kernel.cu and
 // small_m_tiled_gemm_device.cuh; CUDA sources, never compiled into a C++
 // target): one vector of 8 bf16 or f16 values widened to 8 floats, in order.
 // The last argument picks the storage type.
