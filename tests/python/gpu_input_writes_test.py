@@ -20,13 +20,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import junit_main  # noqa: E402
 
-HAS_CUDA = torch.cuda.is_available()
-try:
-    import torch._dynamo  # noqa: F401
-
-    HAS_DYNAMO = True
-except ImportError:
-    HAS_DYNAMO = False
+from torch_features import HAS_CUDA, HAS_DYNAMO  # noqa: E402
 
 CALLS = 6
 

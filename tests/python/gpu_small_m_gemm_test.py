@@ -21,13 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import junit_main  # noqa: E402
 
-HAS_CUDA = torch.cuda.is_available()
-try:
-    import torch._dynamo  # noqa: F401
-
-    HAS_DYNAMO = True
-except ImportError:
-    HAS_DYNAMO = False
+from torch_features import HAS_CUDA, HAS_DYNAMO  # noqa: E402
 
 TILES = ["4x1", "4x2", "8x1", "8x2", "16x1", "16x2", "8x1x8", "16x2x8"]
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}

@@ -16,13 +16,7 @@ import gpu_models  # noqa: E402
 
 import junit_main  # noqa: E402
 
-HAS_CUDA = torch.cuda.is_available()
-try:
-    import torch._dynamo  # noqa: F401
-
-    HAS_DYNAMO = True
-except ImportError:
-    HAS_DYNAMO = False
+from torch_features import HAS_CUDA, HAS_DYNAMO  # noqa: E402
 
 RTOL, ATOL = 2e-3, 2e-4
 

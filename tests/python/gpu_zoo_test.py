@@ -21,13 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import junit_main  # noqa: E402
 
-HAS_CUDA = torch.cuda.is_available()
-try:
-    import torch._dynamo  # noqa: F401
-
-    HAS_DYNAMO = True
-except ImportError:
-    HAS_DYNAMO = False
+from torch_features import HAS_CUDA, HAS_DYNAMO  # noqa: E402
 
 TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 4e-2}
 CALLS = 5  # warm-up, recording, three replays
