@@ -330,36 +330,34 @@ void Scheduler::schedule_gemm(int node_index) {
                                 [&](int slot) { return contiguous_copy(slot, node.name); });
   const SmallMVariant small_m =
       small_m_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm);
-  if (small_m.tiled) {
-    // Note [Small-M tiled GEMM]: cuda's tiled kernel, through the device's BLAS.
-    launch.args.tile_rows = static_cast<int32_t>(small_m.rows);
-    launch.args.tile_columns = static_cast<int32_t>(small_m.columns);
-    launch.args.tile_warps = static_cast<int32_t>(small_m.warps);
-    launch.args.tile_exact_gelu = launch.exact_gelu;
-  } else if (const SmallMVariant variant = small_m) {
-    // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
-    add_kernel(small_m_gemm_kernel(launch, variant.rows, /*transposed=*/false, variant.columns),
-               node.name, launch.written_slots());
-    return;
+  SmallMVariant small_n;
+  if (!small_m.tiled) {
+    if (small_m) {
+      // Note [Small-M GEMM selection]: grove's kernel instead of a library call.
+      add_kernel(small_m_gemm_kernel(launch, small_m.rows, /*transposed=*/false, small_m.columns),
+                 node.name, launch.written_slots());
+      return;
+    }
+    small_n =
+        small_n_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm);
+    if (small_n && !small_n.tiled) {
+      // Note [Small-N GEMMs as their transpose].
+      add_kernel(small_m_gemm_kernel(launch, small_n.rows, /*transposed=*/true, small_n.columns),
+                 node.name, launch.written_slots());
+      return;
+    }
   }
-  const SmallMVariant small_n =
-      small_m.tiled
-          ? SmallMVariant{}
-          : small_n_gemm_variant(launch, out_.device, options_.load_kernels, options_.small_m_gemm);
-  if (small_n.tiled) {
-    // Note [Small-M tiled GEMM], as the transpose (Note [Small-N GEMMs as their transpose]).
-    launch.args.tile_rows = static_cast<int32_t>(small_n.rows);
-    launch.args.tile_columns = static_cast<int32_t>(small_n.columns);
-    launch.args.tile_warps = static_cast<int32_t>(small_n.warps);
-    launch.args.tile_transposed = true;
-  } else if (small_n) {
-    // Note [Small-N GEMMs as their transpose].
-    add_kernel(small_m_gemm_kernel(launch, small_n.rows, /*transposed=*/true, small_n.columns),
-               node.name, launch.written_slots());
-    return;
-  }
-  if (!small_m.tiled && !small_n.tiled &&
-      tiny_k_gemm_chosen(launch, out_.device, options_.load_kernels, options_.small_m_gemm)) {
+  if (small_m.tiled || small_n.tiled) {
+    // Note [Small-M tiled GEMM]: cuda's tiled kernel, through the device's BLAS;
+    // a small-N GEMM's as its transpose (Note [Small-N GEMMs as their transpose]).
+    const SmallMVariant& tile = small_m.tiled ? small_m : small_n;
+    launch.args.tile_rows = static_cast<int32_t>(tile.rows);
+    launch.args.tile_columns = static_cast<int32_t>(tile.columns);
+    launch.args.tile_warps = static_cast<int32_t>(tile.warps);
+    launch.args.tile_exact_gelu = small_m.tiled && launch.exact_gelu;
+    launch.args.tile_transposed = small_n.tiled;
+  } else if (tiny_k_gemm_chosen(launch, out_.device, options_.load_kernels,
+                                options_.small_m_gemm)) {
     // Note [Tiny-K GEMM kernel].
     add_kernel(tiny_k_gemm_kernel(launch), node.name, launch.written_slots());
     return;
