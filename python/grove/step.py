@@ -32,6 +32,17 @@ from grove import training_steps
 _BY_DEVICE = hasattr(torch, "get_autocast_dtype")
 
 
+def _switch_on(name):
+    """Whether the step switch `name` (on unless "0") is on; a value other
+    than 0 or 1 raises ValueError. Read when a step compiles."""
+    import os
+
+    value = os.environ.get(name, "1")
+    if value not in ("0", "1"):
+        raise ValueError("grove: %s=%r; use 1 or 0" % (name, value))
+    return value == "1"
+
+
 # Note [GEMMs of the whole step by measurement]: the step's program compiles
 # with the compile option gemm_search, so on cuda its library GEMMs take the
 # fastest of cuBLASLt's candidates, timed once per process and shape (Note
@@ -50,12 +61,7 @@ _BY_DEVICE = hasattr(torch, "get_autocast_dtype")
 def gemm_search():
     """Whether the step's program searches its GEMM algorithms (Note [GEMMs
     of the whole step by measurement])."""
-    import os
-
-    value = os.environ.get("GROVE_STEP_GEMM_SEARCH", "1")
-    if value not in ("0", "1"):
-        raise ValueError("grove: GROVE_STEP_GEMM_SEARCH=%r; use 1 or 0" % value)
-    return value == "1"
+    return _switch_on("GROVE_STEP_GEMM_SEARCH")
 
 
 # Note [Sibling GEMMs of the whole step]: GROVE_STEP_SIBLING_GEMMS=1 compiles
@@ -75,12 +81,7 @@ def gemm_search():
 def sibling_gemms():
     """Whether the step's program fuses its sibling GEMMs (Note [Sibling
     GEMMs of the whole step])."""
-    import os
-
-    value = os.environ.get("GROVE_STEP_SIBLING_GEMMS", "1")
-    if value not in ("0", "1"):
-        raise ValueError("grove: GROVE_STEP_SIBLING_GEMMS=%r; use 1 or 0" % value)
-    return value == "1"
+    return _switch_on("GROVE_STEP_SIBLING_GEMMS")
 
 
 class CompiledStep:
@@ -166,11 +167,13 @@ class CompiledStep:
                 return copy_loss
             return False if node in outputs else None
 
-        searched = {"gemm_search": True} if gemm_search() else {}
+        options = {}  # compile options the step's switches turn on
+        if gemm_search():
+            options["gemm_search"] = True
         if sibling_gemms():
-            searched["sibling_gemms"] = True
+            options["sibling_gemms"] = True
         runner = plan.compile(backend=self.mode, device=device, output_copies=copies,
-                              verify=False, **searched)
+                              verify=False, **options)
         if not handoff.applicable(runner):
             raise importer.StrictModeError(
                 "grove: compile_step needs the step's forward and backward to be one grove "
