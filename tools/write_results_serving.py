@@ -1,7 +1,7 @@
 """RESULTS.md sections for grove serve's benchmarks: serve_http (the whole HTTP
 path under open-loop load) and bucket_plan (planned buckets against powers of
 two). Kept apart from write_results_sections.py, which lists them in SECTIONS."""
-import json
+import copy
 import statistics
 
 import write_results_sections as sections  # noqa: E402  (lives next to this file)
@@ -45,7 +45,7 @@ def held_open_pairs(rows):
 def median_run(runs):
     """A copy of the first of `runs` whose p99 is the median of theirs, with `p99_runs_us`
     (each run's) and, for held runs, the connections reopened in all of them."""
-    row = json.loads(json.dumps(runs[0]))
+    row = copy.deepcopy(runs[0])
     p99s = [(r.get("latency") or {}).get("p99_us") for r in runs]
     p99s = [p for p in p99s if p is not None]
     if p99s:
