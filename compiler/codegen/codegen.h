@@ -28,7 +28,8 @@ std::string kernel_symbol(const KernelSpec& spec);
 // (Note [Unrolled elementwise kernels]; grid = min(ceil(n / 1024), 4096), at least 1); a
 // reduction kernel runs one block per row (grid-stride over rows, grid <=
 // 65535) whose size is the row length rounded up to a power of two, clamped to
-// [32, 256]; with warp_rows (Note [Warp-per-row reductions] in kernel_spec.h)
+// [32, 256]; with warp_rows (Note [Warp-per-row reductions] in kernel_spec.h),
+// and for rows of at most 512 elements (Note [Short rows held by a warp]),
 // 128-thread blocks reduce 4 rows each (grid-stride, grid <= 65535). Host
 // kernels ignore the dims (1x1).
 runtime::LaunchDims kernel_launch_dims(const KernelSpec& spec, runtime::DeviceType device_type);
@@ -37,6 +38,12 @@ runtime::LaunchDims kernel_launch_dims(const KernelSpec& spec, runtime::DeviceTy
 // element in registers (Note [Rows held in registers]): GROVE_ROWS_IN_REGISTERS,
 // on unless 0.
 bool rows_in_registers_enabled();
+
+// Whether reductions over rows of at most 512 elements run a warp per row with
+// the row in registers (Note [Short rows held by a warp] in
+// kernel_emitter_reduction.cc): GROVE_WARP_HELD_ROWS, on unless 0 (0 keeps the
+// block per row).
+bool warp_held_rows_enabled();
 
 // Textual LLVM IR of the kernel for `device_type` (cuda: NVPTX; sim/cpu: host),
 // after the O2 pipeline when `optimized`.

@@ -202,7 +202,8 @@ void Emitter::emit(const std::string& symbol) {
     };
     annotate("kernel", 1);
     annotate("maxntidx", block);
-    if (!spec_.reductions.empty() && block > kWarpSize && !spec_.warp_rows) {
+    if (!spec_.reductions.empty() && block > kWarpSize && !spec_.warp_rows &&
+        !warp_held_rows(spec_)) {
       auto* array_type = llvm::ArrayType::get(b_.getFloatTy(), kWarpSize + 1);
       shared_ =
           new llvm::GlobalVariable(module_, array_type, false, llvm::GlobalValue::InternalLinkage,

@@ -32,6 +32,11 @@ constexpr uint32_t kWarpRowsPerBlock = 4;
 // ... and at most this many elements each lane loads per iteration of its row
 // loop (warp_rows_unroll picks the count).
 constexpr int64_t kMaxWarpRowsUnroll = 16;
+// Note [Short rows held by a warp] (kernel_emitter_reduction.cc): the longest
+// row a warp holds in registers, in elements per lane, and the most reductions
+// such a kernel may have.
+constexpr int64_t kMaxWarpHeldPerLane = 16;
+constexpr size_t kMaxWarpHeldReductions = 4;
 // Note [Thread-per-row reductions] (kernel_spec.h): threads (rows) per block.
 constexpr uint32_t kThreadRowsPerBlock = 128;
 // ... and the longest row a thread folds without a loop (its loads in flight together).
@@ -44,6 +49,10 @@ int64_t multi_part_tile_count(const KernelSpec& spec);
 // Elements each lane of a warp_rows kernel loads per iteration of its row loop
 // (Note [Warp-per-row reductions] in kernel_spec.h).
 int64_t warp_rows_unroll(const KernelSpec& spec);
+
+// Whether a reduction kernel runs a warp per row with the row in registers
+// (Note [Short rows held by a warp], kernel_emitter_reduction.cc).
+bool warp_held_rows(const KernelSpec& spec);
 
 // Threads per block of a reduction kernel (Note [Kernel launch geometry]).
 uint32_t reduction_block_size(const KernelSpec& spec);
@@ -112,6 +121,9 @@ class Emitter {
   // Note [Rows held in registers]: a row of at most a block's length, one
   // element per thread, evaluated once for every reduction and the outputs.
   void emit_rows_in_registers();
+  // Note [Short rows held by a warp]: a warp per row, each lane holding its
+  // elements (l, l + 32, ...) in registers for every reduction and the outputs.
+  void emit_warp_held_rows();
   void emit_elementwise();
   // Multi-part kernels (kernel_emitter_parts.cc): each part's pointers from
   // the ABI's arguments (Note [Multi-part kernel arguments]), and the tile

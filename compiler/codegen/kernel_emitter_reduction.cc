@@ -20,6 +20,11 @@ bool rows_in_registers_enabled() {
   return value == nullptr || std::string(value) != "0";
 }
 
+bool warp_held_rows_enabled() {
+  const char* value = std::getenv("GROVE_WARP_HELD_ROWS");
+  return value == nullptr || std::string(value) != "0";
+}
+
 }  // namespace grove::compiler::codegen
 
 namespace grove::compiler::codegen::emitter_detail {
@@ -39,9 +44,32 @@ int64_t warp_rows_unroll(const KernelSpec& spec) {
   return unroll;
 }
 
+// Note [Short rows held by a warp]: a block per row reduces each row in two
+// barrier-separated rounds of shared memory per reduction (a layer norm's mean
+// and variance: four barriers), and a row longer than the block (512 features)
+// goes back to memory for every pass. Rows of at most 512 elements instead run
+// a warp per row (kWarpRowsPerBlock rows per 128-thread block, grid-stride over
+// rows): lane l evaluates its elements l, l + 32, ... once, loads first, and
+// keeps them in registers for every reduction and the element outputs; each
+// reduction folds the lane's elements in increasing order and a butterfly of
+// warp shuffles combines the lanes (no shared memory, no barrier). Lanes past
+// the row evaluate its last element (loads in bounds) and fold nothing. The
+// summation order differs from the block's, so results agree within rounding,
+// as a block's agree with the host's (Note [Kernel spec reductions]). At most
+// kMaxWarpHeldReductions reductions (layer norm 2, softmax 2, RMS norm 1), so
+// the held values stay within registers. GROVE_WARP_HELD_ROWS=0 keeps the block
+// per row (the kernel cache keys the form). Tests: ModelPtx.ShortRowsAreLoaded
+// OnceForEveryPass (one load per element and input, no barrier; ptxas), and on
+// cuda every reduction test (Devices/Reduction.*, the lowering and zoo tests).
+bool warp_held_rows(const KernelSpec& spec) {
+  return !spec.warp_rows && !spec.thread_rows && spec.part_sizes.empty() &&
+         spec.row_length() >= 1 && spec.row_length() <= kMaxWarpHeldPerLane * kWarpSize &&
+         spec.reductions.size() <= kMaxWarpHeldReductions && warp_held_rows_enabled();
+}
+
 uint32_t reduction_block_size(const KernelSpec& spec) {
   if (spec.thread_rows) return kThreadRowsPerBlock;
-  if (spec.warp_rows) return kWarpRowsPerBlock * kWarpSize;
+  if (spec.warp_rows || warp_held_rows(spec)) return kWarpRowsPerBlock * kWarpSize;
   uint32_t block = kWarpSize;
   while (block < 256 && block < static_cast<uint64_t>(spec.row_length())) block *= 2;
   return block;
@@ -49,7 +77,9 @@ uint32_t reduction_block_size(const KernelSpec& spec) {
 
 uint32_t reduction_grid_size(const KernelSpec& spec) {
   uint64_t blocks = static_cast<uint64_t>(spec.row_count());
-  if (spec.warp_rows) blocks = (blocks + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+  if (spec.warp_rows || warp_held_rows(spec)) {
+    blocks = (blocks + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+  }
   if (spec.thread_rows) blocks = (blocks + kThreadRowsPerBlock - 1) / kThreadRowsPerBlock;
   return static_cast<uint32_t>(std::clamp<uint64_t>(blocks, 1, kMaxReductionGrid));
 }
@@ -190,7 +220,7 @@ std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element
 // ModelPtx.* (ptxas), and on cuda every reduction test (Devices/Reduction.*,
 // the lowering and zoo tests).
 bool rows_in_registers(const KernelSpec& spec) {
-  return !spec.warp_rows && !spec.thread_rows && spec.row_length() >= 1 &&
+  return !spec.warp_rows && !spec.thread_rows && !warp_held_rows(spec) && spec.row_length() >= 1 &&
          spec.row_length() <= static_cast<int64_t>(reduction_block_size(spec)) &&
          rows_in_registers_enabled();
 }
@@ -231,7 +261,73 @@ void Emitter::emit_rows_in_registers() {
   });
 }
 
+void Emitter::emit_warp_held_rows() {
+  const int64_t rows = spec_.row_count();
+  const int64_t length = spec_.row_length();
+  const int64_t per_lane = (length + kWarpSize - 1) / kWarpSize;
+  runtime::Shape row_shape(spec_.iteration_shape.begin(), spec_.iteration_shape.end() - 1);
+  Value* thread = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  Value* block = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  Value* grid = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+  Value* lane = b_.CreateAnd(thread, i64(kWarpSize - 1));
+  Value* row_start =
+      b_.CreateAdd(b_.CreateMul(block, i64(kWarpRowsPerBlock)), b_.CreateLShr(thread, 5));
+  // The lane's elements of a row, and whether each is in it (null: always).
+  std::vector<Value*> elements, in_row;
+  for (int64_t j = 0; j < per_lane; ++j) {
+    Value* k = b_.CreateAdd(lane, i64(j * kWarpSize));
+    const bool whole = (j + 1) * kWarpSize <= length;
+    in_row.push_back(whole ? nullptr : b_.CreateICmpULT(k, i64(length)));
+    elements.push_back(whole ? k : b_.CreateSelect(in_row.back(), k, i64(length - 1)));
+  }
+  loop(row_start, i64(rows), b_.CreateMul(grid, i64(kWarpRowsPerBlock)), {},
+       [&](Value* row, const std::vector<Value*>&) {
+         const std::vector<Value*> row_coordinates = decompose(row, row_shape);
+         Value* row_base = b_.CreateMul(row, i64(length));
+         std::vector<Site> sites(static_cast<size_t>(per_lane));
+         std::vector<std::vector<Value*>> memos(sites.size(),
+                                                std::vector<Value*>(spec_.exprs.size(), nullptr));
+         for (size_t j = 0; j < sites.size(); ++j) {
+           sites[j].coordinates = row_coordinates;
+           sites[j].coordinates.push_back(elements[j]);
+           sites[j].linear = b_.CreateAdd(row_base, elements[j]);
+         }
+         for (const Reduction& reduction : spec_.reductions) {
+           std::vector<Value*> values;  // every element's value before any is folded
+           for (size_t j = 0; j < sites.size(); ++j) {
+             values.push_back(eval(reduction.expr, sites[j], memos[j]));
+           }
+           Value* total = identity(reduction.op);
+           for (size_t j = 0; j < sites.size(); ++j) {
+             Value* folded = combine(reduction.op, total, values[j]);
+             total = in_row[j] == nullptr ? folded : b_.CreateSelect(in_row[j], folded, total);
+           }
+           total = warp_reduce(reduction.op, total);
+           for (Site& site : sites) site.reduced.push_back(total);
+         }
+         Site row_site = sites.front();
+         row_site.coordinates.back() = nullptr;
+         row_site.linear = nullptr;
+         auto* write = llvm::BasicBlock::Create(context_, "row_outputs", function_);
+         auto* after = llvm::BasicBlock::Create(context_, "after_row_outputs", function_);
+         b_.CreateCondBr(b_.CreateICmpEQ(lane, i64(0)), write, after);
+         b_.SetInsertPoint(write);
+         store_outputs(row_site, /*per_row=*/true);
+         b_.CreateBr(after);
+         b_.SetInsertPoint(after);
+         for (size_t j = 0; j < sites.size(); ++j) {
+           store_element_outputs_if(sites[j], memos[j],
+                                    in_row[j] == nullptr ? b_.getTrue() : in_row[j]);
+         }
+         return std::vector<Value*>{};
+       });
+}
+
 void Emitter::emit_reduction_rows() {
+  if (nvptx() && warp_held_rows(spec_)) {
+    emit_warp_held_rows();
+    return;
+  }
   if (nvptx() && rows_in_registers(spec_)) {
     emit_rows_in_registers();
     return;
