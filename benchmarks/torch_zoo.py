@@ -11,6 +11,7 @@ call, 32 by default).
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 40]
         [--budget-s 230] [--models gpt2,resnet18] [--batches 16,1] [--batch-major]
+        [--cases vit:16,gpt2:1]
         [--decode] [--no-zoo] [--merge] [--decode-child-s 60]
         [--no-kernels] [--attention-ab] [--decode-models hf_llama_static_cache]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
@@ -405,6 +406,15 @@ def zoo_rows(args, deadline, save=None):
     cases = [(model, batch) for model in models for batch in batches]
     if args.batch_major:
         cases = [(model, batch) for batch in batches for model in models]
+    if args.cases:  # MODEL:BATCH,... in the order given
+        by_name = {model[0]: model for model in MODELS}
+        cases = []
+        for case in args.cases.split(","):
+            name, _, batch = case.partition(":")
+            if name not in by_name or not batch.isdigit():
+                raise SystemExit("torch_zoo: --cases item %r is not MODEL:BATCH of a zoo model"
+                                 % case)
+            cases.append((by_name[name], int(batch)))
     rows = []
     for (name, make, library), batch in cases:
         row = {"model": name, "batch": batch}
@@ -973,6 +983,9 @@ def main():
     parser.add_argument("--models", default="",
                         help="comma-separated zoo models, run in this order (default: all)")
     parser.add_argument("--batches", default="1,16", help="comma-separated batch sizes")
+    parser.add_argument("--cases", default="",
+                        help="comma-separated MODEL:BATCH cases, run in this order (instead of "
+                             "--models x --batches)")
     parser.add_argument("--batch-major", action="store_true",
                         help="every model at the first batch size before any at the next")
     parser.add_argument("--decode", action="store_true",

@@ -298,6 +298,7 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
       small_m_gemm_tuning_key(
           platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args) +
       (transposed ? "|transposed" : "") + (form == GemmKernelForm::kTinyK ? "|tiny k" : "") +
+      (form == GemmKernelForm::kTinyK && tiny_k_gemm_tall(launch.args) ? " tall" : "") +
       (small_m_column_tiles_enabled() || form == GemmKernelForm::kTinyK ? "" : "|no column tiles") +
       (tiled ? "|tiled v2" : "");
   const int64_t kernel_m = transposed ? launch.args.n : launch.args.m;
