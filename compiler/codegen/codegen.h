@@ -45,6 +45,11 @@ bool rows_in_registers_enabled();
 // block per row).
 bool warp_held_rows_enabled();
 
+// Whether elementwise kernels run aligned chunks of consecutive elements where
+// they can (Note [Elementwise kernels in aligned chunks] in kernel_emitter.cc):
+// GROVE_CHUNKED_ELEMENTWISE, on unless 0.
+bool chunked_elementwise_enabled();
+
 // Textual LLVM IR of the kernel for `device_type` (cuda: NVPTX; sim/cpu: host),
 // after the O2 pipeline when `optimized`.
 std::string emit_llvm_ir(const KernelSpec& spec, runtime::DeviceType device_type,

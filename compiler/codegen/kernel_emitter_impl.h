@@ -66,7 +66,18 @@ struct Site {
   std::vector<Value*> coordinates;
   Value* linear = nullptr;
   std::vector<Value*> reduced;
+  // Note [Elementwise kernels in aligned chunks]: the first element of an
+  // aligned chunk, whose loads and stores of chunk-aligned buffers may carry
+  // the chunk's alignment.
+  bool chunk_start = false;
 };
+
+// Note [Elementwise kernels in aligned chunks] (kernel_emitter.cc): whether
+// the kernel has the chunked path, and whether a buffer with `strides` over
+// the kernel's iteration space is one the chunks read or write in aligned
+// vectors (its last stride 1, every other stride a multiple of the chunk).
+bool chunked_elementwise(const KernelSpec& spec);
+bool chunk_aligned(const runtime::Shape& strides, const runtime::Shape& shape);
 
 class Emitter {
  public:
@@ -89,8 +100,11 @@ class Emitter {
 
   // Conversions between register values, and between memory and registers.
   Value* convert(Value* value, DType to);
-  Value* load_element(Value* base, DType dtype, Value* offset, DType to);
-  void store_element(Value* base, DType dtype, Value* offset, Value* value);
+  // `align_elements`: the access's alignment in elements (1: the element's own).
+  Value* load_element(Value* base, DType dtype, Value* offset, DType to,
+                      int64_t align_elements = 1);
+  void store_element(Value* base, DType dtype, Value* offset, Value* value,
+                     int64_t align_elements = 1);
   Value* bf16_to_float(Value* bits);
   Value* float_to_bf16(Value* value);
   Value* f16_to_float(Value* bits);
@@ -125,6 +139,9 @@ class Emitter {
   // elements (l, l + 32, ...) in registers for every reduction and the outputs.
   void emit_warp_held_rows();
   void emit_elementwise();
+  // Note [Elementwise kernels in aligned chunks]: the grid-stride loop over
+  // chunks of kElementwiseUnroll consecutive elements.
+  void emit_elementwise_chunks(Value* thread_start, Value* stride);
   // Multi-part kernels (kernel_emitter_parts.cc): each part's pointers from
   // the ABI's arguments (Note [Multi-part kernel arguments]), and the tile
   // loop that runs `body` over every part's elements (Note [Multi-part kernels]).
