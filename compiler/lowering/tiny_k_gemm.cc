@@ -23,7 +23,7 @@ using runtime::GemmEpilogue;
 
 bool tiny_k_tall_enabled() {
   const char* value = std::getenv("GROVE_TINY_K_TALL");
-  return value == nullptr || std::string(value) != "0";
+  return value != nullptr && std::string(value) == "1";
 }
 
 bool tiny_k_gemm_tall(const GemmArgs& args) {
@@ -59,11 +59,11 @@ bool tiny_k_gemm_qualifies(const GemmLaunch& launch) {
 // then runs whatever a measurement would say (the library cannot apply it).
 // The row limit is what was measured: at 512 rows (MLP-Mixer b1, H100, session
 // 20) the kernel with the gelu took 4.8 us against the library's 5.3 and the
-// gelu's 1.9; taller GEMMs (batch 16: 8192 rows) run the tall form, which
-// takes the gelu too (Note [Tall tiny-K GEMMs]; with GROVE_TINY_K_TALL=0 the
-// tiny-K kernel is chosen there only by measurement and the gelu keeps its
-// kernel). GROVE_TINY_K_EXACT_GELU=0
-// (or GROVE_TINY_K_GEMM=off) keeps the gelu's kernel everywhere. Tests:
+// gelu's 1.9; taller GEMMs (batch 16: 8192 rows, each warp's stores strided
+// across 32 rows of C) choose the tiny-K kernel only by measurement, and the
+// gelu keeps its kernel (unless GROVE_TINY_K_TALL=1: Note [Tall tiny-K GEMMs]).
+// GROVE_TINY_K_EXACT_GELU=0 (or GROVE_TINY_K_GEMM=off) keeps the gelu's kernel
+// everywhere. Tests:
 // TinyKGemm.ExactGeluAfterABiasAddIsTheKernelsEpilogue.
 //
 // Note [Tall tiny-K GEMMs]: at more rows (MLP-Mixer's token-mixing fc1 at
@@ -76,8 +76,10 @@ bool tiny_k_gemm_qualifies(const GemmLaunch& launch) {
 // broadcast) and its loads of B rows of the small weight (L1-resident); each
 // thread still folds its K products in increasing k, so the results equal the
 // column-wise form's (and sim's) bitwise. The lowering then makes the exact
-// gelu the epilogue past kMaxTinyKExactGeluRows rows too. GROVE_TINY_K_TALL=0
-// keeps the column-wise form and the gelu's own kernel there. Tests:
+// gelu the epilogue past kMaxTinyKExactGeluRows rows too. Off unless
+// GROVE_TINY_K_TALL=1: a warp's loads of B's rows are 64 B apart per lane at
+// K = 16 (each of its K loads touching 16 lines of L1) where the column-wise
+// form broadcasts one weight, so the form waits for its GPU A/B. Tests:
 // TinyKGemm.TallGemmsRunRowWiseWithTheExactGelu.
 AssembledKernel tiny_k_gemm_kernel(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;

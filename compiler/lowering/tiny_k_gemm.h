@@ -23,10 +23,10 @@ constexpr int64_t kMaxTinyKExactGeluRows = 2048;
 
 // Note [Tall tiny-K GEMMs] (tiny_k_gemm.cc): GEMMs of more rows than this run
 // the kernel with a warp along a row of C (stores coalesced), and take the
-// exact gelu as their epilogue, unless GROVE_TINY_K_TALL=0.
+// exact gelu as their epilogue, with GROVE_TINY_K_TALL=1 (off by default).
 constexpr int64_t kMinTallTinyKRows = kMaxTinyKExactGeluRows + 1;
 
-// Whether GROVE_TINY_K_TALL is on (the default; 0: off).
+// Whether GROVE_TINY_K_TALL is 1 (off unless set).
 bool tiny_k_tall_enabled();
 
 // Whether `args` runs the tiny-K kernel in its tall form (Note [Tall tiny-K GEMMs]).

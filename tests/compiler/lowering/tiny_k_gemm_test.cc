@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -168,7 +169,7 @@ compiler::ir::Program token_mixing_fc1(int64_t channels) {
 // Note [Exact gelu in the tiny-K GEMM]: token-mixing fc1 over 100 channels is
 // one tiny-K kernel with the gelu in it (two kernels with
 // GROVE_TINY_K_EXACT_GELU=0), matching the reference either way; past
-// kMaxTinyKExactGeluRows rows, with GROVE_TINY_K_TALL=0, the gelu keeps its kernel.
+// kMaxTinyKExactGeluRows rows (GROVE_TINY_K_TALL unset or 0) the gelu keeps its kernel.
 TEST(TinyKGemm, ExactGeluAfterABiasAddIsTheKernelsEpilogue) {
   {
     testing::ScopedEnv small_m("GROVE_SMALL_M_GEMM", "on");
@@ -209,6 +210,7 @@ TEST(TinyKGemm, ExactGeluAfterABiasAddIsTheKernelsEpilogue) {
 // the column-wise form's bitwise in every layout (and the float64 reference
 // within rounding), and token-mixing fc1 there is one kernel with the exact
 // gelu in it, matching the reference (two kernels with GROVE_TINY_K_TALL=0).
+// With GROVE_TINY_K_TALL=1 only (off by default).
 TEST(TinyKGemm, TallGemmsRunRowWiseWithTheExactGelu) {
   const int64_t m = compiler::lowering::kMinTallTinyKRows + 7, n = 40, k = 16;
   uint32_t seed = 41;
@@ -222,8 +224,11 @@ TEST(TinyKGemm, TallGemmsRunRowWiseWithTheExactGelu) {
       std::vector<testing::Buffer> inputs = {testing::random_buffer(rng, DType::kF32, m * k, -1, 1),
                                              testing::random_buffer(rng, DType::kF32, n * k, -1, 1),
                                              testing::random_buffer(rng, DType::kF32, n, -1, 1)};
+      std::optional<testing::ScopedEnv> row_wise_on;
+      row_wise_on.emplace("GROVE_TINY_K_TALL", "1");
       const compiler::lowering::AssembledKernel tall =
           compiler::lowering::tiny_k_gemm_kernel(launch);
+      row_wise_on.reset();
       EXPECT_EQ(tall.spec.iteration_shape, (runtime::Shape{m, n, k}));
       const std::vector<testing::Buffer> row_wise =
           testing::run_kernel(tall.spec, runtime::kSimDevice, inputs);
@@ -302,6 +307,7 @@ TEST(TinyKGemm, HalfPrecisionMatchesTheReference) {
 // Both forms: column-wise (512 rows) and tall (Note [Tall tiny-K GEMMs]).
 TEST(TinyKGemm, PtxPassesPtxas) {
   constexpr const char* kPtxas = "/usr/local/cuda/bin/ptxas";
+  testing::ScopedEnv tall("GROVE_TINY_K_TALL", "1");
   for (int64_t rows : {int64_t{512}, int64_t{8192}}) {
     SCOPED_TRACE(str_cat(rows, " rows"));
     const std::string ptx =
