@@ -24,8 +24,9 @@ struct CodegenOptions {
 std::string kernel_symbol(const KernelSpec& spec);
 
 // Note [Kernel launch geometry]: on cuda an elementwise kernel runs 256-thread
-// blocks in a grid-stride loop, each thread taking 4 elements per iteration
-// (Note [Unrolled elementwise kernels]; grid = min(ceil(n / 1024), 4096), at least 1); a
+// blocks in a grid-stride loop, each thread taking 4 elements per iteration,
+// a grid apart or one aligned chunk (Note [Unrolled elementwise kernels], Note
+// [Elementwise kernels in aligned chunks]; grid = min(ceil(n / 1024), 4096), at least 1); a
 // reduction kernel runs one block per row (grid-stride over rows, grid <=
 // 65535) whose size is the row length rounded up to a power of two, clamped to
 // [32, 256]; with warp_rows (Note [Warp-per-row reductions] in kernel_spec.h),
