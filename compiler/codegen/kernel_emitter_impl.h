@@ -87,7 +87,8 @@ class Emitter {
         module_(module),
         context_(module.getContext()),
         b_(context_),
-        math_(module, options.target == EmitTarget::kNvptx || options.portable_math) {}
+        math_(module, options.target == EmitTarget::kNvptx || options.portable_math,
+              options.target == EmitTarget::kNvptx) {}
 
   void emit(const std::string& symbol);
 

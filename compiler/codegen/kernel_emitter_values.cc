@@ -306,6 +306,8 @@ Value* Emitter::eval_op(const Expr& expr, const std::vector<Value*>& x) {
       return math_.log(b_, x[0]);
     case ExprOp::kTanh:
       return math_.tanh(b_, x[0]);
+    case ExprOp::kErf:
+      return math_.erf(b_, x[0]);
     case ExprOp::kSigmoid:
       return math_.sigmoid(b_, x[0]);
     case ExprOp::kGelu:
