@@ -30,7 +30,7 @@ std::string kernel_symbol(const KernelSpec& spec);
 // reduction kernel runs one block per row (grid-stride over rows, grid <=
 // 65535) whose size is the row length rounded up to a power of two, clamped to
 // [32, 256]; with warp_rows (Note [Warp-per-row reductions] in kernel_spec.h),
-// and for rows of at most 512 elements (Note [Short rows held by a warp]),
+// and for rows of at most 32 elements (Note [Short rows held by a warp]),
 // 128-thread blocks reduce 4 rows each (grid-stride, grid <= 65535). Host
 // kernels ignore the dims (1x1).
 runtime::LaunchDims kernel_launch_dims(const KernelSpec& spec, runtime::DeviceType device_type);
@@ -40,10 +40,9 @@ runtime::LaunchDims kernel_launch_dims(const KernelSpec& spec, runtime::DeviceTy
 // on unless 0.
 bool rows_in_registers_enabled();
 
-// Whether reductions over rows of at most 512 elements run a warp per row with
-// the row in registers (Note [Short rows held by a warp] in
-// kernel_emitter_reduction.cc): GROVE_WARP_HELD_ROWS, on unless 0 (0 keeps the
-// block per row).
+// Whether reductions over rows of at most 32 elements run a warp per row, 4
+// rows per block (Note [Short rows held by a warp] in kernel_emitter_reduction.cc):
+// GROVE_WARP_HELD_ROWS, on unless 0 (0 keeps a block per row).
 bool warp_held_rows_enabled();
 
 // Whether elementwise kernels run aligned chunks of consecutive elements where

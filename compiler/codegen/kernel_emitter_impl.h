@@ -33,9 +33,9 @@ constexpr uint32_t kWarpRowsPerBlock = 4;
 // loop (warp_rows_unroll picks the count).
 constexpr int64_t kMaxWarpRowsUnroll = 16;
 // Note [Short rows held by a warp] (kernel_emitter_reduction.cc): the longest
-// row a warp holds in registers, in elements per lane, and the most reductions
-// such a kernel may have.
-constexpr int64_t kMaxWarpHeldPerLane = 16;
+// row a warp holds in registers, in elements per lane (one: rows of at most 32),
+// and the most reductions such a kernel may have.
+constexpr int64_t kMaxWarpHeldPerLane = 1;
 constexpr size_t kMaxWarpHeldReductions = 4;
 // Note [Thread-per-row reductions] (kernel_spec.h): threads (rows) per block.
 constexpr uint32_t kThreadRowsPerBlock = 128;
