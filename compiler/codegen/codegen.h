@@ -45,6 +45,11 @@ bool rows_in_registers_enabled();
 // GROVE_WARP_HELD_ROWS, on unless 0 (0 keeps a block per row).
 bool warp_held_rows_enabled();
 
+// Whether block reductions of kernels with an even number of reductions wait
+// at one barrier instead of two (Note [One barrier per block reduction] in
+// kernel_emitter_reduction.cc): GROVE_ONE_BARRIER_REDUCE, on unless 0.
+bool one_barrier_reduce_enabled();
+
 // Whether elementwise kernels run aligned chunks of consecutive elements where
 // they can (Note [Elementwise kernels in aligned chunks] in kernel_emitter.cc):
 // GROVE_CHUNKED_ELEMENTWISE, on unless 0.

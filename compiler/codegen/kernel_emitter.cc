@@ -317,7 +317,9 @@ void Emitter::emit(const std::string& symbol) {
     annotate("maxntidx", block);
     if (!spec_.reductions.empty() && block > kWarpSize && !spec_.warp_rows &&
         !warp_held_rows(spec_)) {
-      auto* array_type = llvm::ArrayType::get(b_.getFloatTy(), kWarpSize + 1);
+      // Note [One barrier per block reduction]: two sets of slots.
+      auto* array_type = llvm::ArrayType::get(
+          b_.getFloatTy(), (one_barrier_reduce(spec_) ? 2 : 1) * (kWarpSize + 1));
       shared_ =
           new llvm::GlobalVariable(module_, array_type, false, llvm::GlobalValue::InternalLinkage,
                                    llvm::UndefValue::get(array_type), "grove_reduction_slots",

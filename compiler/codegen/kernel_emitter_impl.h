@@ -54,6 +54,10 @@ int64_t warp_rows_unroll(const KernelSpec& spec);
 // (Note [Short rows held by a warp], kernel_emitter_reduction.cc).
 bool warp_held_rows(const KernelSpec& spec);
 
+// Whether a block reduction of `spec` waits at one barrier (Note [One barrier
+// per block reduction], kernel_emitter_reduction.cc).
+bool one_barrier_reduce(const KernelSpec& spec);
+
 // Threads per block of a reduction kernel (Note [Kernel launch geometry]).
 uint32_t reduction_block_size(const KernelSpec& spec);
 // Blocks of a reduction kernel's grid (Note [Kernel launch geometry]).
@@ -152,7 +156,8 @@ class Emitter {
                         const std::vector<int64_t>& first_tile, Value* lane_start, Value* lane_step,
                         const LoopBody& body, llvm::BasicBlock* done);
   void emit_reduction_rows();
-  Value* block_reduce(ReduceOp op, Value* partial);
+  // `reduction`: the reduction's index (Note [One barrier per block reduction]).
+  Value* block_reduce(ReduceOp op, Value* partial, size_t reduction);
   Value* warp_reduce(ReduceOp op, Value* value);
   // One pass over the row for reductions [first, end), which read none of each
   // other's results; returns their row totals.

@@ -20,6 +20,11 @@ bool rows_in_registers_enabled() {
   return value == nullptr || std::string(value) != "0";
 }
 
+bool one_barrier_reduce_enabled() {
+  const char* value = std::getenv("GROVE_ONE_BARRIER_REDUCE");
+  return value == nullptr || std::string(value) != "0";
+}
+
 bool warp_held_rows_enabled() {
   const char* value = std::getenv("GROVE_WARP_HELD_ROWS");
   return value == nullptr || std::string(value) != "0";
@@ -94,7 +99,27 @@ Value* Emitter::warp_reduce(ReduceOp op, Value* value) {
   return value;
 }
 
-Value* Emitter::block_reduce(ReduceOp op, Value* partial) {
+// Note [One barrier per block reduction]: with two barriers per reduction
+// (Note [Block reduction slots]) a layer norm's mean and variance wait at four
+// barriers, each behind warp 0's fold of the slots. Where the kernel has an
+// even number of reductions (a layer norm's or a softmax's two) the slots are
+// two sets used in turn (reduction r writes set r % 2): warp leaders write
+// their set, one barrier, and then every warp folds the set itself, exactly
+// as warp 0 did (the same slots in the same lanes, the same butterfly), taking
+// lane 0's total as warp 0's lane 0 wrote it: the same bits. A set is written
+// again two reductions later, after the barrier between, which every warp
+// passes only once it has read the set. GROVE_ONE_BARRIER_REDUCE=0 keeps two
+// barriers (the kernel cache keys the form). Tests: CudaExecution.* and
+// Reduction.ShortRowsHeldByAWarpOnCudaMatchTheHost (cuda against the host: the
+// layer norms and softmaxes of 33 to 512 elements), ModelPtx.ShortRowsAreLoaded
+// OnceForEveryPass (one barrier per reduction; ptxas).
+bool one_barrier_reduce(const KernelSpec& spec) {
+  return spec.reductions.size() % 2 == 0 && !spec.warp_rows && !spec.thread_rows &&
+         !warp_held_rows(spec) && reduction_block_size(spec) > kWarpSize &&
+         one_barrier_reduce_enabled();
+}
+
+Value* Emitter::block_reduce(ReduceOp op, Value* partial, size_t reduction) {
   const uint32_t block = reduction_block_size(spec_);
   auto warp_reduce = [&](Value* value) { return this->warp_reduce(op, value); };
   Value* value = warp_reduce(partial);
@@ -121,6 +146,20 @@ Value* Emitter::block_reduce(ReduceOp op, Value* partial) {
     b_.CreateBr(merge);
     b_.SetInsertPoint(merge);
   };
+  if (one_barrier_reduce(spec_)) {
+    // Note [One barrier per block reduction]: set reduction % 2 of two.
+    Value* set = b_.getInt32(static_cast<uint32_t>((reduction % 2) * (kWarpSize + 1)));
+    if_then(b_.CreateICmpEQ(lane, b_.getInt32(0)),
+            [&] { b_.CreateStore(value, slot(b_.CreateAdd(set, warp))); });
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    Value* in_range = b_.CreateICmpULT(lane, b_.getInt32(warps));
+    Value* loaded = b_.CreateLoad(
+        b_.getFloatTy(), slot(b_.CreateAdd(set, b_.CreateSelect(in_range, lane, b_.getInt32(0)))));
+    Value* total = warp_reduce(b_.CreateSelect(in_range, loaded, identity(op)));
+    return b_.CreateIntrinsic(
+        llvm::Intrinsic::nvvm_shfl_sync_idx_f32, {},
+        {b_.getInt32(0xffffffff), total, b_.getInt32(0), b_.getInt32(kWarpSize - 1)});
+  }
   if_then(b_.CreateICmpEQ(lane, b_.getInt32(0)), [&] { b_.CreateStore(value, slot(warp)); });
   b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
   if_then(b_.CreateICmpEQ(warp, b_.getInt32(0)), [&] {
@@ -200,7 +239,7 @@ std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element
   }
   if (nvptx() && !spec_.thread_rows) {
     for (size_t r = first; r < end; ++r) {
-      totals[r - first] = block_reduce(spec_.reductions[r].op, totals[r - first]);
+      totals[r - first] = block_reduce(spec_.reductions[r].op, totals[r - first], r);
     }
   }
   return totals;
@@ -240,11 +279,12 @@ void Emitter::emit_rows_in_registers() {
     site.coordinates.push_back(element);
     site.linear = b_.CreateAdd(b_.CreateMul(row, i64(length)), element);
     std::vector<Value*> memo(spec_.exprs.size(), nullptr);
-    for (const Reduction& reduction : spec_.reductions) {
+    for (size_t r = 0; r < spec_.reductions.size(); ++r) {
+      const Reduction& reduction = spec_.reductions[r];
       Value* value =
           combine(reduction.op, identity(reduction.op), eval(reduction.expr, site, memo));
       value = b_.CreateSelect(in_row, value, identity(reduction.op));
-      site.reduced.push_back(block_reduce(reduction.op, value));
+      site.reduced.push_back(block_reduce(reduction.op, value, r));
     }
     Site row_site = site;
     row_site.coordinates.back() = nullptr;
