@@ -155,6 +155,8 @@ TEST(Reduction, LayerNormPatternWithTwoReductionsAndAnEpilogueMatchesDoubleRefer
 // 32 elements (a warp per row, lanes past the row among them) and longer (a
 // block per row), and more rows than one grid-stride pass, agree on cuda with
 // the host kernel; with GROVE_WARP_HELD_ROWS=0 (a block per row) as well.
+// A block's reductions give the same bits with one barrier or two (Note [One
+// barrier per block reduction]).
 TEST(Reduction, ShortRowsHeldByAWarpOnCudaMatchTheHost) {
   if (runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(kSeed + 5);
@@ -171,6 +173,14 @@ TEST(Reduction, ShortRowsHeldByAWarpOnCudaMatchTheHost) {
         }
         std::vector<Buffer> on_cuda = testing::run_kernel(spec, runtime::kCudaDevice, inputs);
         std::vector<Buffer> on_sim = testing::run_kernel(spec, runtime::kSimDevice, inputs);
+        // Note [One barrier per block reduction]: the same bits as two barriers.
+        ::setenv("GROVE_ONE_BARRIER_REDUCE", "0", 1);
+        std::vector<Buffer> two_barriers = testing::run_kernel(spec, runtime::kCudaDevice, inputs);
+        ::unsetenv("GROVE_ONE_BARRIER_REDUCE");
+        for (size_t o = 0; o < on_cuda.size(); ++o) {
+          ASSERT_EQ(on_cuda[o].values, two_barriers[o].values)
+              << spec.name << " rows " << rows << " length " << length << " output " << o;
+        }
         for (size_t o = 0; o < on_cuda.size(); ++o) {
           for (size_t i = 0; i < on_cuda[o].values.size(); ++i) {
             ASSERT_TRUE(close(on_cuda[o].values[i], on_sim[o].values[i], 1e-5, 1e-6))
