@@ -288,7 +288,7 @@ SmallMVariant entry_variant(const GemmTuningEntry& entry, int64_t m, int64_t n) 
 // (a fraction in [0, 1), 0 by default: the plain comparison) makes the tiled
 // kernel the choice only where it beat both others by that fraction of their
 // times; the choices of each margin are cached apart. Tests:
-// GemmTuningTable.TiledPicksNeedTheirMargin.
+// GemmTuningTableTest.TiledPicksNeedTheirMargin.
 double tiled_margin() {
   const char* value = std::getenv("GROVE_SMALL_M_TILED_MARGIN");
   if (value == nullptr || *value == '\0') return 0;
@@ -320,7 +320,6 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
       small_m_gemm_tuning_key(
           platform.name() + (runtime::gemm_search_enabled() ? "+gemm_search" : ""), launch.args) +
       (transposed ? "|transposed" : "") + (form == GemmKernelForm::kTinyK ? "|tiny k" : "") +
-      (form == GemmKernelForm::kTinyK && tiny_k_gemm_tall(launch.args) ? " tall" : "") +
       (small_m_column_tiles_enabled() || form == GemmKernelForm::kTinyK ? "" : "|no column tiles") +
       (tiled ? "|tiled v2" : "");
   const int64_t kernel_m = transposed ? launch.args.n : launch.args.m;

@@ -947,7 +947,7 @@ LoweringGraph::LoweringGraph(const ir::Program& program, std::optional<SmallMGem
         const std::vector<size_t> chain =
             exact_gelu_joins_tiny_k && x_type.dtype == runtime::DType::kF32 && inner >= 1 &&
                     inner <= kMaxTinyK && rows > kMaxMeasuredSmallM &&
-                    (rows <= kMaxTinyKExactGeluRows || tiny_k_tall_enabled()) &&
+                    rows <= kMaxTinyKExactGeluRows &&
                     offset_free_through_transposes(program, node.operands[0])
                 ? exact_gelu_chain(program, ir_users, ir_output, bias_add.add->results[0])
                 : std::vector<size_t>{};

@@ -21,15 +21,6 @@ using runtime::GemmEpilogue;
 
 }  // namespace
 
-bool tiny_k_tall_enabled() {
-  const char* value = std::getenv("GROVE_TINY_K_TALL");
-  return value != nullptr && std::string(value) == "1";
-}
-
-bool tiny_k_gemm_tall(const GemmArgs& args) {
-  return args.m >= kMinTallTinyKRows && tiny_k_tall_enabled();
-}
-
 bool tiny_k_gemm_qualifies(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
   return gemm_launch_is_one_plain_call(launch) && g.m > kMaxMeasuredSmallM && g.n >= 1 &&
@@ -60,27 +51,10 @@ bool tiny_k_gemm_qualifies(const GemmLaunch& launch) {
 // The row limit is what was measured: at 512 rows (MLP-Mixer b1, H100, session
 // 20) the kernel with the gelu took 4.8 us against the library's 5.3 and the
 // gelu's 1.9; taller GEMMs (batch 16: 8192 rows, each warp's stores strided
-// across 32 rows of C) choose the tiny-K kernel only by measurement, and the
-// gelu keeps its kernel (unless GROVE_TINY_K_TALL=1: Note [Tall tiny-K GEMMs]).
-// GROVE_TINY_K_EXACT_GELU=0 (or GROVE_TINY_K_GEMM=off) keeps the gelu's kernel
-// everywhere. Tests:
+// across 32 rows of C) were not measured, so there the tiny-K kernel is only
+// chosen by measurement and the gelu keeps its kernel. GROVE_TINY_K_EXACT_GELU=0
+// (or GROVE_TINY_K_GEMM=off) keeps the gelu's kernel everywhere. Tests:
 // TinyKGemm.ExactGeluAfterABiasAddIsTheKernelsEpilogue.
-//
-// Note [Tall tiny-K GEMMs]: at more rows (MLP-Mixer's token-mixing fc1 at
-// batch 16: C [8192, 256], K 16) the column-wise form's stores each touch 32
-// rows of C, and the library's GEMM leaves the exact gelu a kernel of its own
-// that reads and writes C again (8 MB each way; session 21, H100: 9.2 us for
-// the GEMM and 6.9 for the gelu, per layer). There the iteration space is
-// [M, N, K] instead: a warp's threads take consecutive columns n of one row m,
-// so its stores are one contiguous run of C, its loads of A one address (a
-// broadcast) and its loads of B rows of the small weight (L1-resident); each
-// thread still folds its K products in increasing k, so the results equal the
-// column-wise form's (and sim's) bitwise. The lowering then makes the exact
-// gelu the epilogue past kMaxTinyKExactGeluRows rows too. Off unless
-// GROVE_TINY_K_TALL=1: a warp's loads of B's rows are 64 B apart per lane at
-// K = 16 (each of its K loads touching 16 lines of L1) where the column-wise
-// form broadcasts one weight, so the form waits for its GPU A/B. Tests:
-// TinyKGemm.TallGemmsRunRowWiseWithTheExactGelu.
 AssembledKernel tiny_k_gemm_kernel(const GemmLaunch& launch) {
   const GemmArgs& g = launch.args;
   GROVE_CHECK(tiny_k_gemm_qualifies(launch), "tiny-K GEMM: ", small_m_gemm_tuning_key("", g),
@@ -89,25 +63,19 @@ AssembledKernel tiny_k_gemm_kernel(const GemmLaunch& launch) {
   if (g.epilogue != GemmEpilogue::kNone)
     name += std::string("_") + runtime::gemm_epilogue_name(g.epilogue);
   if (launch.exact_gelu) name += "_exact_gelu";
-  // Note [Tall tiny-K GEMMs]: the iteration space is [M, N, K] when tall,
-  // [N, M, K] otherwise; `rows_then_columns` orders a pair of strides (over m
-  // and over n) to match.
-  const bool tall = tiny_k_gemm_tall(g);
-  if (tall) name += "_tall";
-  auto over = [&](int64_t along_m, int64_t along_n, int64_t along_k) {
-    return tall ? runtime::Shape{along_m, along_n, along_k}
-                : runtime::Shape{along_n, along_m, along_k};
-  };
-  codegen::KernelBuilder b(name, over(g.m, g.n, g.k));
+  codegen::KernelBuilder b(name, {g.n, g.m, g.k});
   AssembledKernel out;
-  const int a = b.input(g.dtype, g.transpose_a ? over(1, 0, g.lda) : over(g.lda, 0, 1));
+  // Strides over (n, m, k).
+  const int a =
+      b.input(g.dtype, g.transpose_a ? runtime::Shape{0, 1, g.lda} : runtime::Shape{0, g.lda, 1});
   out.input_slots.push_back(launch.a_slot);
-  const int w = b.input(g.dtype, g.transpose_b ? over(0, g.ldb, 1) : over(0, 1, g.ldb));
+  const int w =
+      b.input(g.dtype, g.transpose_b ? runtime::Shape{g.ldb, 0, 1} : runtime::Shape{1, 0, g.ldb});
   out.input_slots.push_back(launch.b_slot);
   const int sum = b.reduce(ReduceOp::kSum, b.binary(ExprOp::kMul, b.load(a), b.load(w)));
   int value = b.reduced(sum);
   if (g.epilogue != GemmEpilogue::kNone) {
-    const int bias = b.input(g.dtype, over(0, 1, 0));
+    const int bias = b.input(g.dtype, {1, 0, 0});
     out.input_slots.push_back(launch.bias_slot);
     value = b.binary(ExprOp::kAdd, value, b.load(bias));
   }
@@ -122,9 +90,7 @@ AssembledKernel tiny_k_gemm_kernel(const GemmLaunch& launch) {
     value = b.binary(ExprOp::kMul, b.binary(ExprOp::kMul, value, b.constant(0.5, DType::kF32)),
                      one_plus);
   }
-  // Over the rows of the iteration space: (n, m), or (m, n) when tall.
-  b.output(value, g.dtype, tall ? runtime::Shape{g.ldc, 1} : runtime::Shape{1, g.ldc},
-           /*per_row=*/true);
+  b.output(value, g.dtype, {1, g.ldc}, /*per_row=*/true);
   out.output_slots.push_back(launch.c_slot);
   out.output_offsets.push_back(0);
   b.spec().thread_rows = true;

@@ -21,17 +21,6 @@ constexpr int64_t kMaxTinyK = 32;
 // makes the exact gelu the kernel's epilogue (then the kernel runs unmeasured).
 constexpr int64_t kMaxTinyKExactGeluRows = 2048;
 
-// Note [Tall tiny-K GEMMs] (tiny_k_gemm.cc): GEMMs of more rows than this run
-// the kernel with a warp along a row of C (stores coalesced), and take the
-// exact gelu as their epilogue, with GROVE_TINY_K_TALL=1 (off by default).
-constexpr int64_t kMinTallTinyKRows = kMaxTinyKExactGeluRows + 1;
-
-// Whether GROVE_TINY_K_TALL is 1 (off unless set).
-bool tiny_k_tall_enabled();
-
-// Whether `args` runs the tiny-K kernel in its tall form (Note [Tall tiny-K GEMMs]).
-bool tiny_k_gemm_tall(const runtime::GemmArgs& args);
-
 // Whether the tiny-K kernel can compute `launch`: one GEMM (no batch), alpha 1,
 // beta 0, 1 <= K <= kMaxTinyK, more than 64 rows (fewer are small-M's), f32 /
 // bf16 / f16, an epilogue of none, bias, bias_gelu or bias_relu.

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -169,12 +168,11 @@ compiler::ir::Program token_mixing_fc1(int64_t channels) {
 // Note [Exact gelu in the tiny-K GEMM]: token-mixing fc1 over 100 channels is
 // one tiny-K kernel with the gelu in it (two kernels with
 // GROVE_TINY_K_EXACT_GELU=0), matching the reference either way; past
-// kMaxTinyKExactGeluRows rows (GROVE_TINY_K_TALL unset or 0) the gelu keeps its kernel.
+// kMaxTinyKExactGeluRows rows the gelu keeps its kernel.
 TEST(TinyKGemm, ExactGeluAfterABiasAddIsTheKernelsEpilogue) {
   {
     testing::ScopedEnv small_m("GROVE_SMALL_M_GEMM", "on");
     testing::ScopedEnv tiny_k("GROVE_TINY_K_GEMM", "on");
-    testing::ScopedEnv column_wise("GROVE_TINY_K_TALL", "0");
     const compiler::lowering::KernelReport tall =
         compiler::lowering::lower(token_mixing_fc1(compiler::lowering::kMaxTinyKExactGeluRows + 1))
             .kernel_report();
@@ -205,81 +203,6 @@ TEST(TinyKGemm, ExactGeluAfterABiasAddIsTheKernelsEpilogue) {
   }
 }
 
-// Note [Tall tiny-K GEMMs]: past kMaxTinyKExactGeluRows rows the kernel's
-// iteration space is [M, N, K] (a warp along a row of C), its outputs equal
-// the column-wise form's bitwise in every layout (and the float64 reference
-// within rounding), and token-mixing fc1 there is one kernel with the exact
-// gelu in it, matching the reference (two kernels with GROVE_TINY_K_TALL=0).
-// With GROVE_TINY_K_TALL=1 only (off by default).
-TEST(TinyKGemm, TallGemmsRunRowWiseWithTheExactGelu) {
-  const int64_t m = compiler::lowering::kMinTallTinyKRows + 7, n = 40, k = 16;
-  uint32_t seed = 41;
-  for (bool transpose_a : {true, false}) {
-    for (bool transpose_b : {true, false}) {
-      SCOPED_TRACE(str_cat(transpose_a ? "A read transposed, " : "A [m, k], ",
-                           transpose_b ? "B [n, k]" : "B [k, n]"));
-      const compiler::lowering::GemmLaunch launch =
-          launch_of(m, n, k, GemmEpilogue::kBias, transpose_a, transpose_b);
-      std::mt19937 rng(++seed);
-      std::vector<testing::Buffer> inputs = {testing::random_buffer(rng, DType::kF32, m * k, -1, 1),
-                                             testing::random_buffer(rng, DType::kF32, n * k, -1, 1),
-                                             testing::random_buffer(rng, DType::kF32, n, -1, 1)};
-      std::optional<testing::ScopedEnv> row_wise_on;
-      row_wise_on.emplace("GROVE_TINY_K_TALL", "1");
-      const compiler::lowering::AssembledKernel tall =
-          compiler::lowering::tiny_k_gemm_kernel(launch);
-      row_wise_on.reset();
-      EXPECT_EQ(tall.spec.iteration_shape, (runtime::Shape{m, n, k}));
-      const std::vector<testing::Buffer> row_wise =
-          testing::run_kernel(tall.spec, runtime::kSimDevice, inputs);
-      testing::ScopedEnv column_wise("GROVE_TINY_K_TALL", "0");
-      const compiler::lowering::AssembledKernel plain =
-          compiler::lowering::tiny_k_gemm_kernel(launch);
-      EXPECT_EQ(plain.spec.iteration_shape, (runtime::Shape{n, m, k}));
-      const std::vector<testing::Buffer> expected =
-          testing::run_kernel(plain.spec, runtime::kSimDevice, inputs);
-      ASSERT_EQ(row_wise.size(), 1u);
-      ASSERT_EQ(row_wise[0].values, expected[0].values);
-      for (int64_t row = 0; row < m; row += 97) {
-        for (int64_t col = 0; col < n; ++col) {
-          double reference = inputs[2].values[static_cast<size_t>(col)];
-          for (int64_t i = 0; i < k; ++i) {
-            reference +=
-                inputs[0].values[static_cast<size_t>(transpose_a ? i * m + row : row * k + i)] *
-                inputs[1].values[static_cast<size_t>(transpose_b ? col * k + i : i * n + col)];
-          }
-          ASSERT_TRUE(testing::close(row_wise[0].values[static_cast<size_t>(row * n + col)],
-                                     reference, 1e-5, 1e-6))
-              << "row " << row << " col " << col;
-        }
-      }
-    }
-  }
-  const compiler::ir::Program program =
-      token_mixing_fc1(compiler::lowering::kMaxTinyKExactGeluRows + 1);
-  testing::ScopedEnv small_m("GROVE_SMALL_M_GEMM", "on");
-  testing::ScopedEnv tiny_k("GROVE_TINY_K_GEMM", "on");
-  testing::InputRanges ranges;
-  ranges.float_low = -1.0, ranges.float_high = 1.0;
-  for (const char* tall : {"1", "0"}) {
-    testing::ScopedEnv env("GROVE_TINY_K_TALL", tall);
-    SCOPED_TRACE(str_cat("GROVE_TINY_K_TALL=", tall));
-    const compiler::lowering::KernelReport report =
-        compiler::lowering::lower(program).kernel_report();
-    EXPECT_EQ(report.library_gemms, 0u) << report.str();
-    if (std::string(tall) == "1") {
-      ASSERT_EQ(report.kernels.size(), 1u) << report.str();
-      EXPECT_EQ(report.kernels[0], "tiny_k_gemm_bias_exact_gelu_tall") << report.str();
-    } else {
-      ASSERT_EQ(report.kernels.size(), 2u) << report.str();
-      EXPECT_EQ(report.kernels[0], "tiny_k_gemm_bias") << report.str();
-    }
-    testing::expect_matches_reference(program, testing::random_inputs(program, 19, ranges),
-                                      runtime::kSimDevice, testing::tolerance_for(DType::kF32),
-                                      str_cat("token mixing fc1, tall ", tall));
-  }
-}
-
 // bf16 and f16 operands (read as f32, sums in f32, C rounded once): the
 // tiny-K kernel of a linear over a transposed activation matches the reference
 // within the dtype's tolerance on sim.
@@ -304,27 +227,22 @@ TEST(TinyKGemm, HalfPrecisionMatchesTheReference) {
   }
 }
 
-// Both forms: column-wise (512 rows) and tall (Note [Tall tiny-K GEMMs]).
 TEST(TinyKGemm, PtxPassesPtxas) {
+  const std::string ptx =
+      compiler::codegen::emit_ptx(compiler::lowering::tiny_k_gemm_kernel(
+                                      launch_of(512, 256, 16, GemmEpilogue::kBias, true, true))
+                                      .spec);
   constexpr const char* kPtxas = "/usr/local/cuda/bin/ptxas";
-  testing::ScopedEnv tall("GROVE_TINY_K_TALL", "1");
-  for (int64_t rows : {int64_t{512}, int64_t{8192}}) {
-    SCOPED_TRACE(str_cat(rows, " rows"));
-    const std::string ptx =
-        compiler::codegen::emit_ptx(compiler::lowering::tiny_k_gemm_kernel(
-                                        launch_of(rows, 256, 16, GemmEpilogue::kBias, true, true))
-                                        .spec);
-    if (const char* dump = std::getenv("GROVE_TEST_PTX_DUMP")) std::ofstream(dump) << ptx;
-    if (access(kPtxas, X_OK) != 0) GTEST_SKIP() << kPtxas << " not found: skipping ptxas";
-    char path[] = "/tmp/grove_tiny_k_ptx_XXXXXX";
-    const int fd = mkstemp(path);
-    ASSERT_GE(fd, 0);
-    close(fd);
-    std::ofstream(path) << ptx;
-    const std::string command = std::string(kPtxas) + " -arch=sm_90 " + path + " -o /dev/null 2>&1";
-    EXPECT_EQ(std::system(command.c_str()), 0) << ptx;
-    std::remove(path);
-  }
+  if (const char* dump = std::getenv("GROVE_TEST_PTX_DUMP")) std::ofstream(dump) << ptx;
+  if (access(kPtxas, X_OK) != 0) GTEST_SKIP() << kPtxas << " not found: skipping ptxas";
+  char path[] = "/tmp/grove_tiny_k_ptx_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << ptx;
+  const std::string command = std::string(kPtxas) + " -arch=sm_90 " + path + " -o /dev/null 2>&1";
+  EXPECT_EQ(std::system(command.c_str()), 0) << ptx;
+  std::remove(path);
 }
 
 }  // namespace
