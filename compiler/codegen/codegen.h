@@ -47,7 +47,7 @@ bool warp_held_rows_enabled();
 
 // Whether block reductions of kernels with an even number of reductions wait
 // at one barrier instead of two (Note [One barrier per block reduction] in
-// kernel_emitter_reduction.cc): GROVE_ONE_BARRIER_REDUCE, on unless 0.
+// kernel_emitter_reduction.cc): GROVE_ONE_BARRIER_REDUCE=1 (off by default).
 bool one_barrier_reduce_enabled();
 
 // Whether elementwise kernels run aligned chunks of consecutive elements where

@@ -174,11 +174,11 @@ TEST(Reduction, ShortRowsHeldByAWarpOnCudaMatchTheHost) {
         std::vector<Buffer> on_cuda = testing::run_kernel(spec, runtime::kCudaDevice, inputs);
         std::vector<Buffer> on_sim = testing::run_kernel(spec, runtime::kSimDevice, inputs);
         // Note [One barrier per block reduction]: the same bits as two barriers.
-        ::setenv("GROVE_ONE_BARRIER_REDUCE", "0", 1);
-        std::vector<Buffer> two_barriers = testing::run_kernel(spec, runtime::kCudaDevice, inputs);
+        ::setenv("GROVE_ONE_BARRIER_REDUCE", "1", 1);
+        std::vector<Buffer> one_barrier = testing::run_kernel(spec, runtime::kCudaDevice, inputs);
         ::unsetenv("GROVE_ONE_BARRIER_REDUCE");
         for (size_t o = 0; o < on_cuda.size(); ++o) {
-          ASSERT_EQ(on_cuda[o].values, two_barriers[o].values)
+          ASSERT_EQ(on_cuda[o].values, one_barrier[o].values)
               << spec.name << " rows " << rows << " length " << length << " output " << o;
         }
         for (size_t o = 0; o < on_cuda.size(); ++o) {

@@ -93,8 +93,8 @@ TEST(ModelPtx, EveryKernelOfBothModelsAndTheirTrainingAssemblesForSm90) {
 // 192 features (ViT-tiny's), scheduled for cuda, is one kernel that loads
 // each input element once (GROVE_ROWS_IN_REGISTERS=0: once per pass, the
 // mean's, the variance's and the outputs'), and ptxas accepts both forms.
-// Note [One barrier per block reduction]: each form waits at one barrier per
-// reduction, two with GROVE_ONE_BARRIER_REDUCE=0.
+// Note [One barrier per block reduction]: each form waits at two barriers per
+// reduction, one with GROVE_ONE_BARRIER_REDUCE=1.
 TEST(ModelPtx, ShortRowsAreLoadedOnceForEveryPass) {
   compiler::ir::ProgramBuilder b("add_layer_norm", runtime::kCudaDevice);
   const compiler::ir::ValueId x = b.input("x", {272, 192});
@@ -133,15 +133,15 @@ TEST(ModelPtx, ShortRowsAreLoadedOnceForEveryPass) {
     return loads;
   };
   const size_t held = global_loads();
-  EXPECT_EQ(barriers, 2u);
-  ::setenv("GROVE_ONE_BARRIER_REDUCE", "0", 1);
-  EXPECT_EQ(global_loads(), held);
   EXPECT_EQ(barriers, 4u);
-  ::unsetenv("GROVE_ONE_BARRIER_REDUCE");
+  ::setenv("GROVE_ONE_BARRIER_REDUCE", "1", 1);
+  EXPECT_EQ(global_loads(), held);
+  EXPECT_EQ(barriers, 2u);
   ::setenv("GROVE_ROWS_IN_REGISTERS", "0", 1);
   const size_t plain = global_loads();
   EXPECT_EQ(barriers, 2u);
   ::unsetenv("GROVE_ROWS_IN_REGISTERS");
+  ::unsetenv("GROVE_ONE_BARRIER_REDUCE");
   // x, residual, weight and bias once each; the plain form reads x and the
   // residual in each of its three passes.
   EXPECT_EQ(held, 4u);
