@@ -24,9 +24,12 @@
 // with the hardware's approximate reciprocal (div.approx.ftz) and exp2 (ex2.approx.ftz) and fused
 // multiply-adds, about 15 instructions, within 1e-6 of the written-out form; the host evaluates the
 // written-out form's operations in its order (the C library's or the portable exp), so sim's
-// results are unchanged. Tests: OpLowering.ErfAsOneExpressionMatchesTheWrittenOutForm
-// (host, bitwise), CudaExecution.KernelsOnCudaMatchTheHostKernels (cuda against the host).
-// Internal header of //compiler/codegen: includes LLVM.
+// results are unchanged. Session 22 r2 (H200, one process each): MLP-Mixer b16 653.3 us per call
+// against 677.8 written out (its token-mixing gelu 3.9 us against 5.8, Inductor's 5.0), ViT b16
+// 574.0 against 587.9 (its gelu 1.44 us against 1.81). Tests:
+// OpLowering.ErfAsOneExpressionMatchesTheWrittenOutForm (host, bitwise),
+// CudaExecution.KernelsOnCudaMatchTheHostKernels (cuda against the host). Internal header of
+// //compiler/codegen: includes LLVM.
 #pragma once
 
 #include "llvm/IR/IRBuilder.h"
