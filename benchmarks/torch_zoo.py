@@ -11,6 +11,7 @@ call, 32 by default).
 
     python3 benchmarks/torch_zoo.py [--json torch_zoo.json] [--repeats 40]
         [--budget-s 230] [--models gpt2,resnet18] [--batches 16,1] [--batch-major]
+        [--cases vit:16,gpt2:1]
         [--decode] [--no-zoo] [--merge] [--decode-child-s 60]
         [--no-kernels] [--attention-ab] [--decode-models hf_llama_static_cache]
     python3 benchmarks/torch_zoo.py --train [--json torch_zoo_train.json] [--repeats 100]
@@ -362,6 +363,35 @@ def time_in_turns(runs, inputs, repeats):
     return timings
 
 
+# Note [Host time of a call in the zoo]: a call's latency is its host work
+# (dynamo's guards, the backend's Python and C call) and its device work
+# overlapping: BLOCK calls queue their graphs and the block ends at the device's
+# synchronization. The host's own share is the time from a block's first call
+# to its last call's return, before that synchronization (the launch queue
+# holds a block's graphs, so the host does not wait for the device unless a
+# call synchronizes): host_us per call, next to the kernels' GPU time and
+# grove's C++ call (the replay alone), splits a row's latency between the host
+# path and the device (issue 33, batch 1).
+HOST_BLOCKS = 5
+
+
+def host_time(run, inputs):
+    """Median over HOST_BLOCKS blocks of BLOCK calls of the host time per
+    call, to the last call's return (Note [Host time of a call in the zoo])."""
+    from torch_backend import BLOCK  # benchmarks/, this script's folder
+
+    per_call = []
+    with torch.no_grad():
+        for _ in range(HOST_BLOCKS):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(BLOCK):
+                run(*inputs)
+            per_call.append((time.perf_counter() - start) / BLOCK * 1e6)
+            torch.cuda.synchronize()
+    return statistics.median(per_call)
+
+
 def zoo_rows(args, deadline, save=None):
     """The zoo's rows; save(rows), when given, after each finished row, so a
     run stopped from outside (a device call's limit) keeps the rows it
@@ -376,6 +406,15 @@ def zoo_rows(args, deadline, save=None):
     cases = [(model, batch) for model in models for batch in batches]
     if args.batch_major:
         cases = [(model, batch) for batch in batches for model in models]
+    if args.cases:  # MODEL:BATCH,... in the order given
+        by_name = {model[0]: model for model in MODELS}
+        cases = []
+        for case in args.cases.split(","):
+            name, _, batch = case.partition(":")
+            if name not in by_name or not batch.isdigit():
+                raise SystemExit("torch_zoo: --cases item %r is not MODEL:BATCH of a zoo model"
+                                 % case)
+            cases.append((by_name[name], int(batch)))
     rows = []
     for (name, make, library), batch in cases:
         row = {"model": name, "batch": batch}
@@ -447,6 +486,14 @@ def zoo_rows(args, deadline, save=None):
         except Exception as error:  # a failing call while timing: no figure for the row
             for variant in runs:
                 row[variant]["error"] = "timing: %s: %s" % (type(error).__name__, error)
+        for variant, run in runs.items():
+            if variant == "torch_eager":
+                continue
+            try:
+                with variant_environment(variant):
+                    row[variant]["host_us"] = host_time(run, inputs)
+            except Exception as error:  # a diagnostic: the timing stands
+                row[variant]["host_error"] = "%s: %s" % (type(error).__name__, error)
         del runs
         base = row.get("torch_reduce_overhead", {}).get("median_us")
         grove_us = row.get("grove", {}).get("median_us")
@@ -530,6 +577,9 @@ def print_row(row):
                 variant, row[variant]["median_us"],
                 "  (%.2f of reduce-overhead)" % (row[variant]["median_us"] / base) if base else "",
                 row[variant].get("grove_vs_eager", float("nan"))))
+        if row[variant].get("host_us") is not None:
+            print("  %-22s host %.1f us per call (to the last call's return, before the "
+                  "device's synchronization)" % (variant, row[variant]["host_us"]))
         if row[variant].get("cxx_us") is not None:
             print("  %-22s C++ call %.1f us (the same graph from C++: no dynamo, no Python)" % (
                 variant, row[variant]["cxx_us"]))
@@ -933,6 +983,9 @@ def main():
     parser.add_argument("--models", default="",
                         help="comma-separated zoo models, run in this order (default: all)")
     parser.add_argument("--batches", default="1,16", help="comma-separated batch sizes")
+    parser.add_argument("--cases", default="",
+                        help="comma-separated MODEL:BATCH cases, run in this order (instead of "
+                             "--models x --batches)")
     parser.add_argument("--batch-major", action="store_true",
                         help="every model at the first batch size before any at the next")
     parser.add_argument("--decode", action="store_true",

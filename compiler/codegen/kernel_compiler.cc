@@ -41,8 +41,18 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
   // Note [Rows held in registers]: so is the form of short-row reductions.
   const bool row_registers =
       device.is_cuda() && !spec.reductions.empty() && rows_in_registers_enabled();
-  const std::string signature = spec.signature() + (programmatic ? "|programmatic" : "") +
-                                (row_registers ? "|rows_in_registers" : "");
+  // Note [Short rows held by a warp]: and whether a warp holds them.
+  const bool warp_held = device.is_cuda() && !spec.reductions.empty() && warp_held_rows_enabled();
+  // Note [One barrier per block reduction]: and the block reductions' form.
+  const bool one_barrier =
+      device.is_cuda() && !spec.reductions.empty() && one_barrier_reduce_enabled();
+  // Note [Elementwise kernels in aligned chunks]: and so is the elementwise form.
+  const bool chunked = device.is_cuda() && spec.reductions.empty() && spec.part_sizes.empty() &&
+                       chunked_elementwise_enabled();
+  const std::string signature =
+      spec.signature() + (programmatic ? "|programmatic" : "") + (chunked ? "|chunked" : "") +
+      (row_registers ? "|rows_in_registers" : "") + (warp_held ? "|warp_held_rows" : "") +
+      (one_barrier ? "|one_barrier" : "");
   KernelCache& state = cache();
   std::lock_guard<std::mutex> lock(state.mutex);
   auto found = state.kernels.find({signature, device});

@@ -32,6 +32,11 @@ constexpr uint32_t kWarpRowsPerBlock = 4;
 // ... and at most this many elements each lane loads per iteration of its row
 // loop (warp_rows_unroll picks the count).
 constexpr int64_t kMaxWarpRowsUnroll = 16;
+// Note [Short rows held by a warp] (kernel_emitter_reduction.cc): the longest
+// row a warp holds in registers, in elements per lane (one: rows of at most 32),
+// and the most reductions such a kernel may have.
+constexpr int64_t kMaxWarpHeldPerLane = 1;
+constexpr size_t kMaxWarpHeldReductions = 4;
 // Note [Thread-per-row reductions] (kernel_spec.h): threads (rows) per block.
 constexpr uint32_t kThreadRowsPerBlock = 128;
 // ... and the longest row a thread folds without a loop (its loads in flight together).
@@ -45,6 +50,14 @@ int64_t multi_part_tile_count(const KernelSpec& spec);
 // (Note [Warp-per-row reductions] in kernel_spec.h).
 int64_t warp_rows_unroll(const KernelSpec& spec);
 
+// Whether a reduction kernel runs a warp per row with the row in registers
+// (Note [Short rows held by a warp], kernel_emitter_reduction.cc).
+bool warp_held_rows(const KernelSpec& spec);
+
+// Whether a block reduction of `spec` waits at one barrier (Note [One barrier
+// per block reduction], kernel_emitter_reduction.cc).
+bool one_barrier_reduce(const KernelSpec& spec);
+
 // Threads per block of a reduction kernel (Note [Kernel launch geometry]).
 uint32_t reduction_block_size(const KernelSpec& spec);
 // Blocks of a reduction kernel's grid (Note [Kernel launch geometry]).
@@ -57,7 +70,18 @@ struct Site {
   std::vector<Value*> coordinates;
   Value* linear = nullptr;
   std::vector<Value*> reduced;
+  // Note [Elementwise kernels in aligned chunks]: the first element of an
+  // aligned chunk, whose loads and stores of chunk-aligned buffers may carry
+  // the chunk's alignment.
+  bool chunk_start = false;
 };
+
+// Note [Elementwise kernels in aligned chunks] (kernel_emitter.cc): whether
+// the kernel has the chunked path, and whether a buffer with `strides` over
+// the kernel's iteration space is one the chunks read or write in aligned
+// vectors (its last stride 1, every other stride a multiple of the chunk).
+bool chunked_elementwise(const KernelSpec& spec);
+bool chunk_aligned(const runtime::Shape& strides, const runtime::Shape& shape);
 
 class Emitter {
  public:
@@ -67,7 +91,8 @@ class Emitter {
         module_(module),
         context_(module.getContext()),
         b_(context_),
-        math_(module, options.target == EmitTarget::kNvptx || options.portable_math) {}
+        math_(module, options.target == EmitTarget::kNvptx || options.portable_math,
+              options.target == EmitTarget::kNvptx) {}
 
   void emit(const std::string& symbol);
 
@@ -80,8 +105,11 @@ class Emitter {
 
   // Conversions between register values, and between memory and registers.
   Value* convert(Value* value, DType to);
-  Value* load_element(Value* base, DType dtype, Value* offset, DType to);
-  void store_element(Value* base, DType dtype, Value* offset, Value* value);
+  // `align_elements`: the access's alignment in elements (1: the element's own).
+  Value* load_element(Value* base, DType dtype, Value* offset, DType to,
+                      int64_t align_elements = 1);
+  void store_element(Value* base, DType dtype, Value* offset, Value* value,
+                     int64_t align_elements = 1);
   Value* bf16_to_float(Value* bits);
   Value* float_to_bf16(Value* value);
   Value* f16_to_float(Value* bits);
@@ -112,7 +140,13 @@ class Emitter {
   // Note [Rows held in registers]: a row of at most a block's length, one
   // element per thread, evaluated once for every reduction and the outputs.
   void emit_rows_in_registers();
+  // Note [Short rows held by a warp]: a warp per row, each lane holding its
+  // elements (l, l + 32, ...) in registers for every reduction and the outputs.
+  void emit_warp_held_rows();
   void emit_elementwise();
+  // Note [Elementwise kernels in aligned chunks]: the grid-stride loop over
+  // chunks of kElementwiseUnroll consecutive elements.
+  void emit_elementwise_chunks(Value* thread_start, Value* stride);
   // Multi-part kernels (kernel_emitter_parts.cc): each part's pointers from
   // the ABI's arguments (Note [Multi-part kernel arguments]), and the tile
   // loop that runs `body` over every part's elements (Note [Multi-part kernels]).
@@ -122,7 +156,8 @@ class Emitter {
                         const std::vector<int64_t>& first_tile, Value* lane_start, Value* lane_step,
                         const LoopBody& body, llvm::BasicBlock* done);
   void emit_reduction_rows();
-  Value* block_reduce(ReduceOp op, Value* partial);
+  // `reduction`: the reduction's index (Note [One barrier per block reduction]).
+  Value* block_reduce(ReduceOp op, Value* partial, size_t reduction);
   Value* warp_reduce(ReduceOp op, Value* value);
   // One pass over the row for reductions [first, end), which read none of each
   // other's results; returns their row totals.

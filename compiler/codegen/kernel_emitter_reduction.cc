@@ -20,6 +20,16 @@ bool rows_in_registers_enabled() {
   return value == nullptr || std::string(value) != "0";
 }
 
+bool one_barrier_reduce_enabled() {
+  const char* value = std::getenv("GROVE_ONE_BARRIER_REDUCE");
+  return value != nullptr && std::string(value) == "1";
+}
+
+bool warp_held_rows_enabled() {
+  const char* value = std::getenv("GROVE_WARP_HELD_ROWS");
+  return value == nullptr || std::string(value) != "0";
+}
+
 }  // namespace grove::compiler::codegen
 
 namespace grove::compiler::codegen::emitter_detail {
@@ -39,9 +49,32 @@ int64_t warp_rows_unroll(const KernelSpec& spec) {
   return unroll;
 }
 
+// Note [Short rows held by a warp]: a row of at most 32 elements (a mean over
+// MLP-Mixer's 16 tokens: 8192 rows at batch 16) reduced by a block of its own
+// pays a block launch per row. Such rows instead run a warp per row
+// (kWarpRowsPerBlock rows per 128-thread block, grid-stride over rows): lane l
+// evaluates its element once, keeps it in registers for every reduction and
+// the element outputs, and a butterfly of warp shuffles combines the lanes (no
+// shared memory, no barrier). Lanes past the row evaluate its last element
+// (loads in bounds) and fold the identity. The butterfly is the 32-thread
+// block's, so the sums are unchanged. Longer rows keep a block per row: held
+// by a warp (up to 16 elements per lane) the layer norms of 256 and 512
+// features ran 1.7x and 2.2x slower (session 22 r1, H200: nn.TransformerDecoder
+// b1 3.1 us against 1.8, MLP-Mixer b16 7.5 against 3.5; the mean 2.2 against
+// 5.9), the block's threads keeping more loads in flight. At most
+// kMaxWarpHeldReductions reductions. GROVE_WARP_HELD_ROWS=0 keeps a block per
+// row (the kernel cache keys the form). Tests: KernelSpec.LaunchGeometryFollows
+// TheDocumentedRules, Reduction.ShortRowsHeldByAWarpOnCudaMatchTheHost (cuda
+// against the host, both forms), and on cuda every reduction test.
+bool warp_held_rows(const KernelSpec& spec) {
+  return !spec.warp_rows && !spec.thread_rows && spec.part_sizes.empty() &&
+         spec.row_length() >= 1 && spec.row_length() <= kMaxWarpHeldPerLane * kWarpSize &&
+         spec.reductions.size() <= kMaxWarpHeldReductions && warp_held_rows_enabled();
+}
+
 uint32_t reduction_block_size(const KernelSpec& spec) {
   if (spec.thread_rows) return kThreadRowsPerBlock;
-  if (spec.warp_rows) return kWarpRowsPerBlock * kWarpSize;
+  if (spec.warp_rows || warp_held_rows(spec)) return kWarpRowsPerBlock * kWarpSize;
   uint32_t block = kWarpSize;
   while (block < 256 && block < static_cast<uint64_t>(spec.row_length())) block *= 2;
   return block;
@@ -49,7 +82,9 @@ uint32_t reduction_block_size(const KernelSpec& spec) {
 
 uint32_t reduction_grid_size(const KernelSpec& spec) {
   uint64_t blocks = static_cast<uint64_t>(spec.row_count());
-  if (spec.warp_rows) blocks = (blocks + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+  if (spec.warp_rows || warp_held_rows(spec)) {
+    blocks = (blocks + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+  }
   if (spec.thread_rows) blocks = (blocks + kThreadRowsPerBlock - 1) / kThreadRowsPerBlock;
   return static_cast<uint32_t>(std::clamp<uint64_t>(blocks, 1, kMaxReductionGrid));
 }
@@ -64,7 +99,29 @@ Value* Emitter::warp_reduce(ReduceOp op, Value* value) {
   return value;
 }
 
-Value* Emitter::block_reduce(ReduceOp op, Value* partial) {
+// Note [One barrier per block reduction]: with two barriers per reduction
+// (Note [Block reduction slots]) a layer norm's mean and variance wait at four
+// barriers, each behind warp 0's fold of the slots. Where the kernel has an
+// even number of reductions (a layer norm's or a softmax's two) the slots are
+// two sets used in turn (reduction r writes set r % 2): warp leaders write
+// their set, one barrier, and then every warp folds the set itself, exactly
+// as warp 0 did (the same slots in the same lanes, the same butterfly), taking
+// lane 0's total as warp 0's lane 0 wrote it: the same bits. A set is written
+// again two reductions later, after the barrier between, which every warp
+// passes only once it has read the set. Off unless GROVE_ONE_BARRIER_REDUCE=1
+// (the kernel cache keys the form): session 22 r2 (H200) saw no win inside the
+// models, one barrier against two: ViT b16 574.0 against 569.9 us per call,
+// MLP-Mixer b16 653.3 against 656.6, TD b1 86.8 against 86.5. Tests: CudaExecution.* and
+// Reduction.ShortRowsHeldByAWarpOnCudaMatchTheHost (cuda against the host: the
+// layer norms and softmaxes of 33 to 512 elements), ModelPtx.ShortRowsAreLoaded
+// OnceForEveryPass (one barrier per reduction; ptxas).
+bool one_barrier_reduce(const KernelSpec& spec) {
+  return spec.reductions.size() % 2 == 0 && !spec.warp_rows && !spec.thread_rows &&
+         !warp_held_rows(spec) && reduction_block_size(spec) > kWarpSize &&
+         one_barrier_reduce_enabled();
+}
+
+Value* Emitter::block_reduce(ReduceOp op, Value* partial, size_t reduction) {
   const uint32_t block = reduction_block_size(spec_);
   auto warp_reduce = [&](Value* value) { return this->warp_reduce(op, value); };
   Value* value = warp_reduce(partial);
@@ -91,6 +148,20 @@ Value* Emitter::block_reduce(ReduceOp op, Value* partial) {
     b_.CreateBr(merge);
     b_.SetInsertPoint(merge);
   };
+  if (one_barrier_reduce(spec_)) {
+    // Note [One barrier per block reduction]: set reduction % 2 of two.
+    Value* set = b_.getInt32(static_cast<uint32_t>((reduction % 2) * (kWarpSize + 1)));
+    if_then(b_.CreateICmpEQ(lane, b_.getInt32(0)),
+            [&] { b_.CreateStore(value, slot(b_.CreateAdd(set, warp))); });
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    Value* in_range = b_.CreateICmpULT(lane, b_.getInt32(warps));
+    Value* loaded = b_.CreateLoad(
+        b_.getFloatTy(), slot(b_.CreateAdd(set, b_.CreateSelect(in_range, lane, b_.getInt32(0)))));
+    Value* total = warp_reduce(b_.CreateSelect(in_range, loaded, identity(op)));
+    return b_.CreateIntrinsic(
+        llvm::Intrinsic::nvvm_shfl_sync_idx_f32, {},
+        {b_.getInt32(0xffffffff), total, b_.getInt32(0), b_.getInt32(kWarpSize - 1)});
+  }
   if_then(b_.CreateICmpEQ(lane, b_.getInt32(0)), [&] { b_.CreateStore(value, slot(warp)); });
   b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
   if_then(b_.CreateICmpEQ(warp, b_.getInt32(0)), [&] {
@@ -170,7 +241,7 @@ std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element
   }
   if (nvptx() && !spec_.thread_rows) {
     for (size_t r = first; r < end; ++r) {
-      totals[r - first] = block_reduce(spec_.reductions[r].op, totals[r - first]);
+      totals[r - first] = block_reduce(spec_.reductions[r].op, totals[r - first], r);
     }
   }
   return totals;
@@ -190,7 +261,7 @@ std::vector<Value*> Emitter::reduce_row(size_t first, size_t end, Value* element
 // ModelPtx.* (ptxas), and on cuda every reduction test (Devices/Reduction.*,
 // the lowering and zoo tests).
 bool rows_in_registers(const KernelSpec& spec) {
-  return !spec.warp_rows && !spec.thread_rows && spec.row_length() >= 1 &&
+  return !spec.warp_rows && !spec.thread_rows && !warp_held_rows(spec) && spec.row_length() >= 1 &&
          spec.row_length() <= static_cast<int64_t>(reduction_block_size(spec)) &&
          rows_in_registers_enabled();
 }
@@ -210,11 +281,12 @@ void Emitter::emit_rows_in_registers() {
     site.coordinates.push_back(element);
     site.linear = b_.CreateAdd(b_.CreateMul(row, i64(length)), element);
     std::vector<Value*> memo(spec_.exprs.size(), nullptr);
-    for (const Reduction& reduction : spec_.reductions) {
+    for (size_t r = 0; r < spec_.reductions.size(); ++r) {
+      const Reduction& reduction = spec_.reductions[r];
       Value* value =
           combine(reduction.op, identity(reduction.op), eval(reduction.expr, site, memo));
       value = b_.CreateSelect(in_row, value, identity(reduction.op));
-      site.reduced.push_back(block_reduce(reduction.op, value));
+      site.reduced.push_back(block_reduce(reduction.op, value, r));
     }
     Site row_site = site;
     row_site.coordinates.back() = nullptr;
@@ -231,7 +303,73 @@ void Emitter::emit_rows_in_registers() {
   });
 }
 
+void Emitter::emit_warp_held_rows() {
+  const int64_t rows = spec_.row_count();
+  const int64_t length = spec_.row_length();
+  const int64_t per_lane = (length + kWarpSize - 1) / kWarpSize;
+  runtime::Shape row_shape(spec_.iteration_shape.begin(), spec_.iteration_shape.end() - 1);
+  Value* thread = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  Value* block = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  Value* grid = special_register(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+  Value* lane = b_.CreateAnd(thread, i64(kWarpSize - 1));
+  Value* row_start =
+      b_.CreateAdd(b_.CreateMul(block, i64(kWarpRowsPerBlock)), b_.CreateLShr(thread, 5));
+  // The lane's elements of a row, and whether each is in it (null: always).
+  std::vector<Value*> elements, in_row;
+  for (int64_t j = 0; j < per_lane; ++j) {
+    Value* k = b_.CreateAdd(lane, i64(j * kWarpSize));
+    const bool whole = (j + 1) * kWarpSize <= length;
+    in_row.push_back(whole ? nullptr : b_.CreateICmpULT(k, i64(length)));
+    elements.push_back(whole ? k : b_.CreateSelect(in_row.back(), k, i64(length - 1)));
+  }
+  loop(row_start, i64(rows), b_.CreateMul(grid, i64(kWarpRowsPerBlock)), {},
+       [&](Value* row, const std::vector<Value*>&) {
+         const std::vector<Value*> row_coordinates = decompose(row, row_shape);
+         Value* row_base = b_.CreateMul(row, i64(length));
+         std::vector<Site> sites(static_cast<size_t>(per_lane));
+         std::vector<std::vector<Value*>> memos(sites.size(),
+                                                std::vector<Value*>(spec_.exprs.size(), nullptr));
+         for (size_t j = 0; j < sites.size(); ++j) {
+           sites[j].coordinates = row_coordinates;
+           sites[j].coordinates.push_back(elements[j]);
+           sites[j].linear = b_.CreateAdd(row_base, elements[j]);
+         }
+         for (const Reduction& reduction : spec_.reductions) {
+           std::vector<Value*> values;  // every element's value before any is folded
+           for (size_t j = 0; j < sites.size(); ++j) {
+             values.push_back(eval(reduction.expr, sites[j], memos[j]));
+           }
+           Value* total = identity(reduction.op);
+           for (size_t j = 0; j < sites.size(); ++j) {
+             Value* folded = combine(reduction.op, total, values[j]);
+             total = in_row[j] == nullptr ? folded : b_.CreateSelect(in_row[j], folded, total);
+           }
+           total = warp_reduce(reduction.op, total);
+           for (Site& site : sites) site.reduced.push_back(total);
+         }
+         Site row_site = sites.front();
+         row_site.coordinates.back() = nullptr;
+         row_site.linear = nullptr;
+         auto* write = llvm::BasicBlock::Create(context_, "row_outputs", function_);
+         auto* after = llvm::BasicBlock::Create(context_, "after_row_outputs", function_);
+         b_.CreateCondBr(b_.CreateICmpEQ(lane, i64(0)), write, after);
+         b_.SetInsertPoint(write);
+         store_outputs(row_site, /*per_row=*/true);
+         b_.CreateBr(after);
+         b_.SetInsertPoint(after);
+         for (size_t j = 0; j < sites.size(); ++j) {
+           store_element_outputs_if(sites[j], memos[j],
+                                    in_row[j] == nullptr ? b_.getTrue() : in_row[j]);
+         }
+         return std::vector<Value*>{};
+       });
+}
+
 void Emitter::emit_reduction_rows() {
+  if (nvptx() && warp_held_rows(spec_)) {
+    emit_warp_held_rows();
+    return;
+  }
   if (nvptx() && rows_in_registers(spec_)) {
     emit_rows_in_registers();
     return;

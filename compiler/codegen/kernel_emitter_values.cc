@@ -103,10 +103,12 @@ Value* Emitter::float_to_f16(Value* value) {
   return b_.CreateCall(helper, {value});
 }
 
-Value* Emitter::load_element(Value* base, DType dtype, Value* element_offset, DType to) {
+Value* Emitter::load_element(Value* base, DType dtype, Value* element_offset, DType to,
+                             int64_t align_elements) {
   llvm::Type* type = memory_type(dtype);
   Value* pointer = b_.CreateGEP(type, b_.CreateBitCast(base, type->getPointerTo()), element_offset);
-  Value* raw = b_.CreateAlignedLoad(type, pointer, llvm::Align(runtime::dtype_size(dtype)));
+  Value* raw = b_.CreateAlignedLoad(
+      type, pointer, llvm::Align(runtime::dtype_size(dtype) * static_cast<size_t>(align_elements)));
   Value* natural = raw;
   switch (dtype) {
     case DType::kBF16:
@@ -124,7 +126,8 @@ Value* Emitter::load_element(Value* base, DType dtype, Value* element_offset, DT
   return convert(natural, to);
 }
 
-void Emitter::store_element(Value* base, DType dtype, Value* element_offset, Value* value) {
+void Emitter::store_element(Value* base, DType dtype, Value* element_offset, Value* value,
+                            int64_t align_elements) {
   llvm::Type* type = memory_type(dtype);
   Value* pointer = b_.CreateGEP(type, b_.CreateBitCast(base, type->getPointerTo()), element_offset);
   Value* stored = nullptr;
@@ -142,7 +145,9 @@ void Emitter::store_element(Value* base, DType dtype, Value* element_offset, Val
       stored = convert(value, dtype);
       break;
   }
-  b_.CreateAlignedStore(stored, pointer, llvm::Align(runtime::dtype_size(dtype)));
+  b_.CreateAlignedStore(
+      stored, pointer,
+      llvm::Align(runtime::dtype_size(dtype) * static_cast<size_t>(align_elements)));
 }
 
 std::vector<Value*> Emitter::decompose(Value* linear, const runtime::Shape& shape) {
@@ -242,7 +247,10 @@ Value* Emitter::eval(int index, const Site& site, std::vector<Value*>& memo) {
     case ExprOp::kLoad: {
       const BufferSpec& input = spec_.inputs[expr.input];
       Value* at = offset(input.strides, spec_.iteration_shape, site.coordinates, site.linear);
-      result = load_element(inputs_[expr.input], input.dtype, at, expr.dtype);
+      // Note [Elementwise kernels in aligned chunks].
+      const bool aligned = site.chunk_start && chunk_aligned(input.strides, spec_.iteration_shape);
+      result = load_element(inputs_[expr.input], input.dtype, at, expr.dtype,
+                            aligned ? kElementwiseUnroll : 1);
       break;
     }
     case ExprOp::kConstant:
@@ -298,6 +306,8 @@ Value* Emitter::eval_op(const Expr& expr, const std::vector<Value*>& x) {
       return math_.log(b_, x[0]);
     case ExprOp::kTanh:
       return math_.tanh(b_, x[0]);
+    case ExprOp::kErf:
+      return math_.erf(b_, x[0]);
     case ExprOp::kSigmoid:
       return math_.sigmoid(b_, x[0]);
     case ExprOp::kGelu:

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "llvm/IR/Intrinsics.h"
+#include "llvm/IR/IntrinsicsNVPTX.h"
 
 namespace grove::compiler::codegen {
 namespace {
@@ -195,6 +196,33 @@ llvm::Value* MathEmitter::sqrt(llvm::IRBuilder<>& b, llvm::Value* x) {
 
 llvm::Value* MathEmitter::rsqrt(llvm::IRBuilder<>& b, llvm::Value* x) {
   return b.CreateFDiv(f32(b, 1.0), sqrt(b, x));
+}
+
+// Note [Erf as one expression] (kernel_math.h).
+llvm::Value* MathEmitter::erf(llvm::IRBuilder<>& b, llvm::Value* x) {
+  constexpr double kP = 0.3275911;
+  constexpr double kA[] = {0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429};
+  llvm::Value* magnitude = unary_intrinsic(b, llvm::Intrinsic::fabs, x);
+  llvm::Value* negative = b.CreateFCmpOLT(x, f32(b, 0.0));
+  if (nvptx_) {
+    constexpr double kLog2E = 1.4426950408889634;
+    llvm::Value* t = b.CreateIntrinsic(llvm::Intrinsic::nvvm_div_approx_ftz_f, {},
+                                       {f32(b, 1.0), fma(b, f32(b, kP), magnitude, f32(b, 1.0))});
+    llvm::Value* poly = horner(b, t, {kA[0], kA[1], kA[2], kA[3], kA[4]});
+    llvm::Value* decay =
+        b.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {},
+                          {b.CreateFMul(b.CreateFMul(magnitude, f32(b, -kLog2E)), magnitude)});
+    llvm::Value* positive = fma(b, b.CreateFNeg(b.CreateFMul(t, poly)), decay, f32(b, 1.0));
+    return b.CreateSelect(negative, b.CreateFNeg(positive), positive);
+  }
+  // The written-out form's operations in its order (elementwise_ops.cc's emit_erf).
+  llvm::Value* t =
+      b.CreateFDiv(f32(b, 1.0), b.CreateFAdd(f32(b, 1.0), b.CreateFMul(f32(b, kP), magnitude)));
+  llvm::Value* poly = f32(b, kA[4]);
+  for (int i = 3; i >= 0; --i) poly = b.CreateFAdd(f32(b, kA[i]), b.CreateFMul(t, poly));
+  llvm::Value* decay = exp(b, b.CreateFNeg(b.CreateFMul(x, x)));
+  llvm::Value* positive = b.CreateFSub(f32(b, 1.0), b.CreateFMul(b.CreateFMul(t, poly), decay));
+  return b.CreateSelect(negative, b.CreateFNeg(positive), positive);
 }
 
 }  // namespace grove::compiler::codegen

@@ -96,6 +96,8 @@ const char* op_name(ExprOp op) {
       return "load_at";
     case ExprOp::kPhilox:
       return "philox";
+    case ExprOp::kErf:
+      return "erf";
   }
   return "?";
 }
@@ -421,6 +423,7 @@ void KernelSpec::verify() const {
       case ExprOp::kCeil:
       case ExprOp::kTrunc:
       case ExprOp::kRound:
+      case ExprOp::kErf:
         require(expr.dtype == DType::kF32 && operand_dtype(0) == DType::kF32, "f32 -> f32");
         break;
       case ExprOp::kNeg:

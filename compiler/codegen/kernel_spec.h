@@ -32,7 +32,7 @@
 // its expr's value to the output dtype with kCast's rules (float -> int
 // truncates toward zero, anything -> bool is != 0, f32 -> bf16/f16 rounds to
 // nearest even). Float math (exp, log, tanh, sigmoid, gelu, sqrt, rsqrt, div,
-// pow) is f32 only; add/sub/mul/max/min/neg/abs/relu also take i32/i64;
+// pow, erf) is f32 only; add/sub/mul/max/min/neg/abs/relu also take i32/i64;
 // comparisons take two operands of one dtype and give bool; and/or/not take
 // bool. kScalarParam and kReduced are f32, kIndex is i64.
 // gelu is the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
@@ -100,6 +100,10 @@ enum class ExprOp : uint8_t {
   // f32 in [0, 1), bit-identical to compiler/ops/philox.h on every target.
   kLoadAt,
   kPhilox,
+  // Note [Erf as one expression] (kernel_math.h): erf of an f32, Abramowitz and
+  // Stegun 7.1.26 (|error| < 1.5e-7); unary, kept last so that earlier ops keep
+  // their values.
+  kErf,
 };
 
 struct Expr {

@@ -35,9 +35,12 @@ struct GemmTuningEntry {
   int64_t tiled_columns = 0;
   int64_t tiled_warps = 0;  // 0: chosen from K (an entry without it)
   bool grove_faster() const { return grove_us < library_us; }
-  // Whether the tiled kernel beat both the generated kernel and the library.
-  bool tiled_fastest() const {
-    return tiled_us > 0 && tiled_rows > 0 && tiled_us < library_us && tiled_us < grove_us;
+  // Whether the tiled kernel beat both the generated kernel and the library,
+  // each by at least `margin` of its time (Note [Tiled picks by a margin],
+  // compiler/lowering/gemm_kernel_tuning.cc).
+  bool tiled_fastest(double margin = 0) const {
+    return tiled_us > 0 && tiled_rows > 0 && tiled_us < library_us * (1 - margin) &&
+           tiled_us < grove_us * (1 - margin);
   }
 };
 

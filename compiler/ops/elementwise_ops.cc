@@ -1,6 +1,8 @@
 // Elementwise ops: arithmetic, math, comparisons, where, cast and full.
 // Binary ops broadcast (numpy rules) and need operands of one dtype.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "compiler/ops/op_helpers.h"
 #include "runtime/error.h"
@@ -30,6 +32,8 @@ int emit_gelu(codegen::KernelBuilder& emitter, int x) {
 // no libm call reaches the kernels; PyTorch's exact gelu is 0.5 x (1 + erf(x / sqrt 2)).
 int emit_erf(codegen::KernelBuilder& emitter, int x) {
   DType dtype = emitter.dtype_of(x);
+  // Note [Erf as one expression] (compiler/codegen/kernel_math.h).
+  if (dtype == DType::kF32 && fast_erf_enabled()) return emitter.unary(ExprOp::kErf, x);
   auto constant = [&](double value) { return emitter.constant(value, dtype); };
   auto mul = [&](int a, int b) { return emitter.binary(ExprOp::kMul, a, b); };
   auto add = [&](int a, int b) { return emitter.binary(ExprOp::kAdd, a, b); };
@@ -45,6 +49,15 @@ int emit_erf(codegen::KernelBuilder& emitter, int x) {
   int is_negative = emitter.binary(ExprOp::kLt, x, constant(0.0));
   return emitter.where(is_negative, emitter.unary(ExprOp::kNeg, positive), positive);
 }
+
+}  // namespace
+
+bool fast_erf_enabled() {
+  const char* value = std::getenv("GROVE_FAST_ERF");
+  return value == nullptr || std::string(value) != "0";
+}
+
+namespace {
 
 DType dtype_attr(const OpContext& context, const std::string& attr) {
   const std::string& name = context.attrs.get_string(attr);

@@ -69,4 +69,8 @@ void register_attention_ops(OpRegistry& registry);  // attention_ops.cc
 // (the gelu_backward op, and GEMM kernels with a gelu-gradient epilogue).
 int emit_gelu_backward(codegen::KernelBuilder& emitter, int g, int x);
 
+// Whether the op erf is one expr, kErf (Note [Erf as one expression] in
+// compiler/codegen/kernel_math.h): GROVE_FAST_ERF, on unless 0 (0: written out).
+bool fast_erf_enabled();
+
 }  // namespace grove::compiler::ops

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "compiler/codegen/codegen.h"
 #include "compiler/codegen/kernel_builder.h"
 #include "runtime/error.h"
@@ -126,6 +128,18 @@ TEST(KernelSpec, LaunchGeometryFollowsTheDocumentedRules) {
   dims = kernel_launch_dims(k.build(), runtime::DeviceType::kCuda);
   EXPECT_EQ(dims.grid.x, 50u);
   EXPECT_EQ(dims.block.x, 128u);
+  KernelBuilder short_rows("short_rows", {50, 20});
+  short_rows.output(short_rows.reduced(short_rows.reduce(
+                        ReduceOp::kSum, short_rows.load(short_rows.input(DType::kF32, {20, 1})))),
+                    DType::kF32, {1}, true);
+  dims = kernel_launch_dims(short_rows.build(), runtime::DeviceType::kCuda);
+  EXPECT_EQ(dims.grid.x, 13u);  // a warp per row, 4 per block: Note [Short rows held by a warp]
+  EXPECT_EQ(dims.block.x, 128u);
+  ::setenv("GROVE_WARP_HELD_ROWS", "0", 1);
+  dims = kernel_launch_dims(short_rows.build(), runtime::DeviceType::kCuda);
+  ::unsetenv("GROVE_WARP_HELD_ROWS");
+  EXPECT_EQ(dims.grid.x, 50u);
+  EXPECT_EQ(dims.block.x, 32u);
   EXPECT_EQ(kernel_launch_dims(k.build(), runtime::DeviceType::kSim).grid.count(), 1u);
 }
 

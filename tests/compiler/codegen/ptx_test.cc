@@ -32,9 +32,10 @@ std::vector<KernelSpec> representative_kernels() {
     int i = k.load(k.input(DType::kI64, {33, 1}), DType::kI64);
     int s = k.scalar();
     int v = k.binary(ExprOp::kAdd, x, b);
-    for (ExprOp op : {ExprOp::kGelu, ExprOp::kExp, ExprOp::kLog, ExprOp::kTanh, ExprOp::kSigmoid,
-                      ExprOp::kRelu, ExprOp::kSqrt, ExprOp::kRsqrt, ExprOp::kAbs, ExprOp::kNeg,
-                      ExprOp::kFloor, ExprOp::kCeil, ExprOp::kTrunc, ExprOp::kRound}) {
+    for (ExprOp op :
+         {ExprOp::kGelu, ExprOp::kExp, ExprOp::kLog, ExprOp::kTanh, ExprOp::kSigmoid, ExprOp::kRelu,
+          ExprOp::kSqrt, ExprOp::kRsqrt, ExprOp::kAbs, ExprOp::kNeg, ExprOp::kFloor, ExprOp::kCeil,
+          ExprOp::kTrunc, ExprOp::kRound, ExprOp::kErf}) {
       v = k.binary(ExprOp::kAdd, v, k.unary(op, h));
     }
     v = k.binary(ExprOp::kPow, v, s);
@@ -72,6 +73,21 @@ std::vector<KernelSpec> representative_kernels() {
     int rstd = k.unary(ExprOp::kRsqrt, k.binary(ExprOp::kAdd, var, k.constant(1e-5)));
     k.output(k.binary(ExprOp::kMul, c, rstd), DType::kBF16, {144, 48, 1});
     k.output(rstd, DType::kF32, {3, 1}, true);
+    specs.push_back(k.build());
+  }
+  {  // Note [Elementwise kernels in aligned chunks]: chunked loads (contiguous,
+     // a broadcast bias, one broadcast value) beside a transposed read and
+     // write, the index along the chunked dimension, bf16 and f32 stores
+    KernelBuilder k("chunked_bias_act", {36, 64});
+    int x = k.load(k.input(DType::kF32, {64, 1}));
+    int b = k.load(k.input(DType::kF32, {0, 1}));
+    int t = k.load(k.input(DType::kF32, {1, 36}));
+    int one = k.load(k.input(DType::kF32, {0, 0}));
+    int v = k.binary(ExprOp::kMul, k.binary(ExprOp::kAdd, x, b), k.unary(ExprOp::kTanh, t));
+    v = k.binary(ExprOp::kAdd, v, k.binary(ExprOp::kMul, one, k.cast(k.index(1), DType::kF32)));
+    k.output(v, DType::kF32, {64, 1});
+    k.output(v, DType::kBF16, {64, 1});
+    k.output(k.unary(ExprOp::kRelu, v), DType::kF32, {1, 36});
     specs.push_back(k.build());
   }
   {  // a short-row min (one warp per row, no shared memory)
@@ -145,7 +161,7 @@ TEST(Ptx, ReductionKernelsSynchronizeTheBlockAndShuffle) {
   EXPECT_NE(softmax.find("bar.sync"), std::string::npos);
   EXPECT_NE(softmax.find("shfl.sync.bfly"), std::string::npos);
   EXPECT_NE(softmax.find(".shared"), std::string::npos);
-  const std::string row_min = emit_ptx(specs[3]);
+  const std::string row_min = emit_ptx(specs[4]);
   EXPECT_EQ(row_min.find("bar.sync"), std::string::npos) << "one warp needs no barrier";
 }
 
@@ -170,6 +186,33 @@ TEST(CudaExecution, KernelsOnCudaMatchTheHostKernels) {
       }
     }
   }
+}
+
+// Note [Elementwise kernels in aligned chunks]: a bias + relu over [272, 768]
+// f32 loads its input and bias and stores its output in 16-byte vectors (the
+// chunked loop) and in single elements (the loop for misaligned pointers);
+// GROVE_CHUNKED_ELEMENTWISE=0 leaves only the single elements.
+TEST(Ptx, ElementwiseChunksLoadAndStoreVectors) {
+  KernelBuilder k("bias_relu", {272, 768});
+  int x = k.load(k.input(DType::kF32, {768, 1}));
+  int b = k.load(k.input(DType::kF32, {0, 1}));
+  k.output(k.unary(ExprOp::kRelu, k.binary(ExprOp::kAdd, x, b)), DType::kF32, {768, 1});
+  const KernelSpec spec = k.build();
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t found = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+      ++found;
+    }
+    return found;
+  };
+  const std::string chunked = emit_ptx(spec);
+  EXPECT_EQ(count(chunked, "ld.global.v4.f32"), 2u) << chunked;
+  EXPECT_EQ(count(chunked, "st.global.v4.f32"), 1u) << chunked;
+  EXPECT_GT(count(chunked, "ld.global.f32"), 0u) << chunked;
+  ::setenv("GROVE_CHUNKED_ELEMENTWISE", "0", 1);
+  const std::string plain = emit_ptx(spec);
+  ::unsetenv("GROVE_CHUNKED_ELEMENTWISE");
+  EXPECT_EQ(count(plain, ".v4."), 0u) << plain;
 }
 
 }  // namespace

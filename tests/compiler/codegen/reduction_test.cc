@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/codegen/kernel_builder.h"
@@ -146,6 +149,50 @@ TEST(Reduction, LayerNormPatternWithTwoReductionsAndAnEpilogueMatchesDoubleRefer
       }
     }
   }
+}
+
+// Note [Short rows held by a warp]: softmax and layer norm over rows of 1 to
+// 32 elements (a warp per row, lanes past the row among them) and longer (a
+// block per row), and more rows than one grid-stride pass, agree on cuda with
+// the host kernel; with GROVE_WARP_HELD_ROWS=0 (a block per row) as well.
+// A block's reductions give the same bits with one barrier or two (Note [One
+// barrier per block reduction]).
+TEST(Reduction, ShortRowsHeldByAWarpOnCudaMatchTheHost) {
+  if (runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(kSeed + 5);
+  for (const char* held : {"1", "0"}) {
+    ::setenv("GROVE_WARP_HELD_ROWS", held, 1);
+    for (auto [rows, length] : std::vector<std::pair<int64_t, int64_t>>{
+             {3, 1}, {5, 31}, {7, 32}, {7, 33}, {272, 192}, {256, 512}, {300001, 8}}) {
+      for (const KernelSpec& spec :
+           {softmax_spec(rows, length, DType::kF32), layer_norm_spec(rows, length, DType::kF32)}) {
+        std::vector<Buffer> inputs = {
+            testing::random_buffer(rng, DType::kF32, rows * length, -3, 5)};
+        for (size_t i = 1; i < spec.inputs.size(); ++i) {
+          inputs.push_back(testing::random_buffer(rng, DType::kF32, length, 0.5, 1.5));
+        }
+        std::vector<Buffer> on_cuda = testing::run_kernel(spec, runtime::kCudaDevice, inputs);
+        std::vector<Buffer> on_sim = testing::run_kernel(spec, runtime::kSimDevice, inputs);
+        // Note [One barrier per block reduction]: the same bits as two barriers.
+        ::setenv("GROVE_ONE_BARRIER_REDUCE", "1", 1);
+        std::vector<Buffer> one_barrier = testing::run_kernel(spec, runtime::kCudaDevice, inputs);
+        ::unsetenv("GROVE_ONE_BARRIER_REDUCE");
+        for (size_t o = 0; o < on_cuda.size(); ++o) {
+          ASSERT_EQ(on_cuda[o].values, one_barrier[o].values)
+              << spec.name << " rows " << rows << " length " << length << " output " << o;
+        }
+        for (size_t o = 0; o < on_cuda.size(); ++o) {
+          for (size_t i = 0; i < on_cuda[o].values.size(); ++i) {
+            ASSERT_TRUE(close(on_cuda[o].values[i], on_sim[o].values[i], 1e-5, 1e-6))
+                << spec.name << " rows " << rows << " length " << length << " held " << held
+                << " output " << o << " element " << i << ": cuda " << on_cuda[o].values[i]
+                << ", host " << on_sim[o].values[i] << " (seed " << kSeed + 5 << ")";
+          }
+        }
+      }
+    }
+  }
+  ::unsetenv("GROVE_WARP_HELD_ROWS");
 }
 
 TEST(Reduction, ReducesAlongAStridedDimensionAndPropagatesNaN) {

@@ -2,16 +2,22 @@
 // inputs, in f32 and bf16 (where the op takes floats).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
+#include <random>
 #include <set>
 
+#include "compiler/codegen/kernel_builder.h"
 #include "compiler/ir/builder.h"
 #include "compiler/lowering/kernel_assembly.h"
 #include "compiler/lowering/lower.h"
 #include "compiler/lowering/scheduler.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/device_context.h"
+#include "tests/common/test_util.h"
+#include "tests/compiler/codegen/codegen_test_util.h"
 #include "tests/compiler/lowering/lowering_test_util.h"
 
 namespace grove {
@@ -275,6 +281,57 @@ TEST(OpLowering, EveryOpMatchesTheReferenceOnSimInF32AndBf16) {
         ADD_FAILURE() << label << ": " << error.what();
       }
     }
+  }
+}
+
+// Note [Erf as one expression]: erf is one kErf expr (GROVE_FAST_ERF unset),
+// or written out (0); on the host both give the same bits, zeros, infinities
+// and NaN included, within 1e-6 of std::erf (the formula in f32), and on
+// cuda (when present) kErf is within 1e-6 of them.
+TEST(OpLowering, ErfAsOneExpressionMatchesTheWrittenOutForm) {
+  auto erf_kernel = [](const char* fast) {
+    ::grove::testing::ScopedEnv env("GROVE_FAST_ERF", fast);
+    compiler::codegen::KernelBuilder k("erf", {4096});
+    const int x = k.load(k.input(DType::kF32, {1}));
+    k.output(compiler::ops::OpRegistry::global().get("erf").elementwise_expr(k, {x}, {})[0],
+             DType::kF32, {1});
+    return k.build();
+  };
+  const compiler::codegen::KernelSpec one = erf_kernel("1");
+  const compiler::codegen::KernelSpec written_out = erf_kernel("0");
+  auto has_erf = [](const compiler::codegen::KernelSpec& spec) {
+    for (const compiler::codegen::Expr& expr : spec.exprs) {
+      if (expr.op == compiler::codegen::ExprOp::kErf) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has_erf(one));
+  EXPECT_FALSE(has_erf(written_out));
+  std::mt19937 rng(77);
+  std::vector<testing::Buffer> inputs = {testing::random_buffer(rng, DType::kF32, 4096, -6, 6)};
+  inputs[0].values[0] = 0.0;
+  inputs[0].values[1] = -0.0;
+  inputs[0].values[2] = std::numeric_limits<double>::infinity();
+  inputs[0].values[3] = -std::numeric_limits<double>::infinity();
+  inputs[0].values[4] = std::numeric_limits<double>::quiet_NaN();
+  inputs[0].values[5] = 1e-30;
+  inputs[0].values[6] = 30.0;
+  const std::vector<testing::Buffer> host = testing::run_kernel(one, runtime::kSimDevice, inputs);
+  const std::vector<testing::Buffer> expected =
+      testing::run_kernel(written_out, runtime::kSimDevice, inputs);
+  for (size_t i = 0; i < host[0].values.size(); ++i) {
+    ASSERT_TRUE(testing::close(host[0].values[i], expected[0].values[i], 0, 0))
+        << "x " << inputs[0].values[i] << ": " << host[0].values[i] << " against "
+        << expected[0].values[i];
+    ASSERT_TRUE(testing::close(host[0].values[i], std::erf(inputs[0].values[i]), 0, 1e-6))
+        << "x " << inputs[0].values[i];
+  }
+  if (runtime::cuda_device_count() == 0) return;
+  const std::vector<testing::Buffer> cuda = testing::run_kernel(one, runtime::kCudaDevice, inputs);
+  for (size_t i = 0; i < cuda[0].values.size(); ++i) {
+    ASSERT_TRUE(testing::close(cuda[0].values[i], expected[0].values[i], 0, 1e-6))
+        << "x " << inputs[0].values[i] << ": cuda " << cuda[0].values[i] << ", host "
+        << expected[0].values[i];
   }
 }
 

@@ -93,6 +93,8 @@ TEST(ModelPtx, EveryKernelOfBothModelsAndTheirTrainingAssemblesForSm90) {
 // 192 features (ViT-tiny's), scheduled for cuda, is one kernel that loads
 // each input element once (GROVE_ROWS_IN_REGISTERS=0: once per pass, the
 // mean's, the variance's and the outputs'), and ptxas accepts both forms.
+// Note [One barrier per block reduction]: each form waits at two barriers per
+// reduction, one with GROVE_ONE_BARRIER_REDUCE=1.
 TEST(ModelPtx, ShortRowsAreLoadedOnceForEveryPass) {
   compiler::ir::ProgramBuilder b("add_layer_norm", runtime::kCudaDevice);
   const compiler::ir::ValueId x = b.input("x", {272, 192});
@@ -101,6 +103,7 @@ TEST(ModelPtx, ShortRowsAreLoadedOnceForEveryPass) {
   const compiler::ir::Program program = b.build();
   const std::string ptxas = find_ptxas();
   const std::string dir = ::testing::TempDir();
+  size_t barriers = 0;
   auto global_loads = [&]() {
     compiler::lowering::ScheduleOptions options;
     options.load_kernels = false;
@@ -115,6 +118,11 @@ TEST(ModelPtx, ShortRowsAreLoadedOnceForEveryPass) {
            at = ptx.find("ld.global", at + 1)) {
         ++loads;
       }
+      barriers = 0;
+      for (size_t at = ptx.find("bar.sync"); at != std::string::npos;
+           at = ptx.find("bar.sync", at + 1)) {
+        ++barriers;
+      }
       if (ptxas.empty()) continue;
       std::ofstream(dir + "/rows.ptx") << ptx;
       const std::string command =
@@ -125,9 +133,15 @@ TEST(ModelPtx, ShortRowsAreLoadedOnceForEveryPass) {
     return loads;
   };
   const size_t held = global_loads();
+  EXPECT_EQ(barriers, 4u);
+  ::setenv("GROVE_ONE_BARRIER_REDUCE", "1", 1);
+  EXPECT_EQ(global_loads(), held);
+  EXPECT_EQ(barriers, 2u);
   ::setenv("GROVE_ROWS_IN_REGISTERS", "0", 1);
   const size_t plain = global_loads();
+  EXPECT_EQ(barriers, 2u);
   ::unsetenv("GROVE_ROWS_IN_REGISTERS");
+  ::unsetenv("GROVE_ONE_BARRIER_REDUCE");
   // x, residual, weight and bias once each; the plain form reads x and the
   // residual in each of its three passes.
   EXPECT_EQ(held, 4u);

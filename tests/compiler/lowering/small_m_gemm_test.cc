@@ -913,6 +913,20 @@ TEST_F(GemmTuningTableTest, AutoOnCudaMeasuresAFortyEightRowGemm) {
   EXPECT_NE(text.str().find("|m=48,n=512,k=256|"), std::string::npos) << text.str();
 }
 
+// Note [Tiled picks by a margin]: a tiled time 10% under the generated
+// kernel's is the pick with no margin or a 5% one, not with a 20% one; a
+// tiled time under neither other is never the pick.
+TEST_F(GemmTuningTableTest, TiledPicksNeedTheirMargin) {
+  compiler::lowering::GemmTuningEntry entry;
+  entry.grove_us = 10, entry.library_us = 20;
+  entry.tiled_us = 9, entry.tiled_rows = 8, entry.tiled_columns = 2;
+  EXPECT_TRUE(entry.tiled_fastest());
+  EXPECT_TRUE(entry.tiled_fastest(0.05));
+  EXPECT_FALSE(entry.tiled_fastest(0.2));
+  entry.tiled_us = 10.5;
+  EXPECT_FALSE(entry.tiled_fastest());
+}
+
 TEST_F(GemmTuningTableTest, DefaultPathFollowsGroveCacheDir) {
   testing::ScopedEnv env("GROVE_CACHE_DIR", directory_.c_str());
   EXPECT_EQ(GemmTuningTable::default_path(), file());
