@@ -204,6 +204,8 @@ struct Row {
   double first_loss = 0, last_loss = 0;
   bool captured = false;
   size_t buckets = 0;
+  std::vector<int64_t> bucket_bytes;  // per bucket, in production order
+  std::vector<int64_t> nodes_after;   // per bucket: backward nodes left to overlap
 };
 
 // Rank `rank` of `gpus`: builds the model on its device, trains, and (rank 0)
@@ -274,6 +276,8 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     row.first_loss = first;
     row.last_loss = last;
     row.buckets = trainer.buckets().outputs.size();
+    row.bucket_bytes = trainer.buckets().bytes;
+    row.nodes_after = trainer.buckets().nodes_after;
     row.overlapped = trainer.overlaps_communication();
     if (backend != "eager") {
       const compiler::backends::BackendStats stats = trainer.backend_stats();
@@ -315,7 +319,12 @@ Row run_case(const Case& config, const Options& options, const std::string& back
   std::cerr << "data_parallel: " << row.label << " " << backend << " x" << gpus
             << (overlap ? " overlap" : " in line") << " [" << variant.name
             << "]: " << format_fixed(row.step.median_us, 1) << " us median, " << row.buckets
-            << " buckets\n";
+            << " buckets (KiB/nodes after:";
+  for (size_t b = 0; b < row.bucket_bytes.size(); ++b) {
+    std::cerr << " " << format_fixed(static_cast<double>(row.bucket_bytes[b]) / 1024, 0) << "/"
+              << row.nodes_after[b];
+  }
+  std::cerr << ")\n";
   return row;
 }
 
@@ -437,6 +446,8 @@ int run(int argc, char** argv) {
                             {"last_loss", row.last_loss}};
     if (efficiency_value > 0) entry["scaling_efficiency"] = efficiency_value;
     entry["overlap"] = row.overlap;
+    entry["bucket_bytes"] = row.bucket_bytes;
+    entry["bucket_nodes_after"] = row.nodes_after;
     entry["overlapped"] = row.overlapped;
     if (gain_value > 0) entry["overlap_gain"] = gain_value;
     if (row.backend != "eager") entry["collectives_captured"] = row.captured;
