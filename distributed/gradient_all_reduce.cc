@@ -37,6 +37,11 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
                                               GradientBuckets* buckets_out) {
   GROVE_CHECK_AS(ConfigError, options.bucket_bytes > 0, "gradient all-reduce of '", backward.name(),
                  "': bucket_bytes must be positive, found ", options.bucket_bytes);
+  GROVE_CHECK_AS(ConfigError, options.first_bucket_bytes >= 0, "gradient all-reduce of '",
+                 backward.name(),
+                 "': first_bucket_bytes must be 0 (the first bucket closes at bucket_bytes) or "
+                 "positive, found ",
+                 options.first_bucket_bytes);
   GROVE_CHECK_AS(ConfigError, options.last_bucket_bytes >= 0, "gradient all-reduce of '",
                  backward.name(),
                  "': last_bucket_bytes must be 0 (no last bucket of its own) or "
@@ -122,8 +127,13 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
   GradientBuckets buckets;
   for (size_t i = 0; i < produced.size(); ++i) {
     const bool opens_last = i == last_start && options.last_bucket_bytes > 0;
+    // Note [First gradient bucket]: the first bucket closes at first_bucket_bytes.
+    int64_t closes_at = options.bucket_bytes;
+    if (options.first_bucket_bytes > 0 && buckets.outputs.size() == 1) {
+      closes_at = std::min(closes_at, options.first_bucket_bytes);
+    }
     if (buckets.outputs.empty() || opens_last ||
-        (i < last_start && buckets.bytes.back() >= options.bucket_bytes)) {
+        (i < last_start && buckets.bytes.back() >= closes_at)) {
       buckets.outputs.emplace_back();
       buckets.bytes.push_back(0);
     }

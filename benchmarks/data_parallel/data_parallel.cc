@@ -26,7 +26,8 @@
 // joined by '+': flat (bucket buffers back to back, one collective per
 // bucket: the default) or grouped (one buffer per gradient, grouped),
 // kibN (bucket KiB), tailN (Note [Last gradient bucket]: the gradients
-// produced last, N KiB, form the last bucket; tail0: none), onlyB (reduce
+// produced last, N KiB, form the last bucket; tail0: none), firstN (Note
+// [First gradient bucket]: the first bucket closes at N KiB), onlyB (reduce
 // bucket B alone: what that bucket's collective costs the step; the
 // gradients of the others stay unaveraged, for timing only).
 //
@@ -88,11 +89,12 @@ struct Variant {
   bool contiguous = true;
   int64_t bucket_kib = 0;
   int64_t tail_kib = 0;
+  int64_t first_kib = 0;
   int only_bucket = -1;
 };
 
 Variant parse_variant(const std::string& spec, const Options& options) {
-  Variant variant{spec, true, options.bucket_kib, options.tail_kib, -1};
+  Variant variant{spec, true, options.bucket_kib, options.tail_kib, 0, -1};
   size_t start = 0;
   while (start < spec.size()) {
     size_t end = spec.find('+', start);
@@ -110,11 +112,13 @@ Variant parse_variant(const std::string& spec, const Options& options) {
       variant.bucket_kib = number("kib");
     } else if (token.rfind("tail", 0) == 0) {
       variant.tail_kib = number("tail");
+    } else if (token.rfind("first", 0) == 0) {
+      variant.first_kib = number("first");
     } else if (token.rfind("only", 0) == 0) {
       variant.only_bucket = static_cast<int>(number("only"));
     } else {
       throw UsageError(str_cat("data_parallel: --variants: '", token, "' in '", spec,
-                               "' is none of flat, grouped, kibN, tailN, onlyB"));
+                               "' is none of flat, grouped, kibN, tailN, firstN, onlyB"));
     }
     start = end + 1;
   }
@@ -247,6 +251,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
   dp.trainer.optimizer = training::OptimizerKind::kSgdMomentum;
   dp.all_reduce.bucket_bytes = variant.bucket_kib << 10;
   dp.all_reduce.last_bucket_bytes = variant.tail_kib << 10;
+  dp.all_reduce.first_bucket_bytes = variant.first_kib << 10;
   dp.all_reduce.overlap = overlap;
   dp.contiguous_buckets = variant.contiguous;
   if (variant.only_bucket >= 0) {
@@ -258,6 +263,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     const std::vector<size_t>& only = buckets.outputs[static_cast<size_t>(variant.only_bucket)];
     dp.all_reduce.outputs = std::set<size_t>(only.begin(), only.end());
     dp.all_reduce.last_bucket_bytes = 0;
+    dp.all_reduce.first_bucket_bytes = 0;
   }
   DataParallelTrainer trainer(model, loss, dp);
   training::Hyperparameters hyper;

@@ -214,6 +214,33 @@ TEST(GradientAllReduce, LastBucketHoldsTheGradientsProducedLast) {
   EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.last_bucket_bytes = -1}), ConfigError);
 }
 
+// Note [First gradient bucket].
+TEST(GradientAllReduce, FirstBucketClosesAtItsOwnSize) {
+  ValueId loss;
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss);
+  GradientBuckets plain, early;
+  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 600}, &plain);
+  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 600, .first_bucket_bytes = 100},
+                          &early);
+  // fc3 (96 + 12 bytes) comes first: the first bucket closes once it holds 100.
+  ASSERT_GE(early.outputs.size(), 2u);
+  EXPECT_GE(early.bytes.front(), 100);
+  EXPECT_LT(early.bytes.front(), plain.bytes.front());
+  EXPECT_GT(early.nodes_after.front(), plain.nodes_after.front());
+  for (size_t b = 1; b + 1 < early.outputs.size(); ++b) EXPECT_GE(early.bytes[b], 600);
+  std::vector<size_t> plain_order, early_order;
+  for (const auto& bucket : plain.outputs) {
+    plain_order.insert(plain_order.end(), bucket.begin(), bucket.end());
+  }
+  for (const auto& bucket : early.outputs) {
+    early_order.insert(early_order.end(), bucket.begin(), bucket.end());
+  }
+  EXPECT_EQ(early_order, plain_order);
+  EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.first_bucket_bytes = -1}), ConfigError);
+}
+
 TEST(GradientAllReduce, OverlapRejectsGradientsOutsidePersistentBuffers) {
   ValueId loss;
   compiler::ir::Program model = deep_mlp(kSim, &loss);
