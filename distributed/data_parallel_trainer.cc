@@ -15,8 +15,8 @@ runtime::collectives::Communicator& communicator_of(const compiler::ir::Program&
   return runtime::collectives::communicator_for(device);
 }
 
-// Note [Gradient bucket in one buffer]: the `grad.<param>` buffer each
-// bucket's gradients are copied into, in bucket order.
+// The `grad.<param>` buffers each bucket's gradients are copied into, in
+// bucket order: the groups laid out back to back (Note [Gradient bucket in one buffer]).
 training::StateGroups bucket_buffers(const compiler::ir::Program& backward,
                                      const GradientBuckets& buckets) {
   training::StateGroups groups;

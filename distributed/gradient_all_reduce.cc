@@ -116,7 +116,7 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
     const compiler::ir::TensorType& type = backward.value(backward.outputs()[output]).type;
     return type.numel() * static_cast<int64_t>(runtime::dtype_size(type.dtype));
   };
-  // Note [Last gradient bucket]: where the last bucket starts in `produced`.
+  // Where the last bucket starts in `produced` (Note [Last gradient bucket]).
   size_t last_start = produced.size();
   if (options.last_bucket_bytes > 0) {
     int64_t tail = 0;
@@ -127,7 +127,7 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
   GradientBuckets buckets;
   for (size_t i = 0; i < produced.size(); ++i) {
     const bool opens_last = i == last_start && options.last_bucket_bytes > 0;
-    // Note [First gradient bucket]: the first bucket closes at first_bucket_bytes.
+    // The first bucket closes at first_bucket_bytes (Note [First gradient bucket]).
     int64_t closes_at = options.bucket_bytes;
     if (options.first_bucket_bytes > 0 && buckets.outputs.size() == 1) {
       closes_at = std::min(closes_at, options.first_bucket_bytes);

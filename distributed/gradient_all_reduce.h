@@ -22,8 +22,11 @@
 // produced last (at least that many bytes, counted back from the end) form a
 // bucket of their own and the others are bucketed by `bucket_bytes` as
 // before, so the exposed collective is small and its earlier neighbour runs
-// while the last layer's gradients are still being computed. Tested by
-// GradientAllReduce.LastBucketHoldsTheGradientsProducedLast.
+// while the last layer's gradients are still being computed. Off by default:
+// on 2xH200 (session 22, 4 MiB buckets) a 1 MiB last bucket gained nothing
+// on mlp16x512 (the collectives queue behind each other, so the exposed time
+// is the backlog, not the last bucket) and was within noise on gpt4x256.
+// Tested by GradientAllReduce.LastBucketHoldsTheGradientsProducedLast.
 //
 // Note [First gradient bucket]: no collective starts before the first bucket
 // is complete, and from then on the communication stream has the rest of the
@@ -31,6 +34,9 @@
 // long as that rest (mlp16x512 on two GPUs), the time the first bucket takes
 // to fill shows up at the end of the step, so `first_bucket_bytes` closes the
 // first bucket early (PyTorch DDP's first bucket, 1 MiB, is the same idea).
+// Off by default: on 2xH200 (session 22) a 1 MiB first bucket saved 5-9 us of
+// 435 on mlp16x512 but cost 18-35 us of 1285 on gpt4x256 (one more
+// collective on a stream that is not the bottleneck there).
 // Tested by GradientAllReduce.FirstBucketClosesAtItsOwnSize.
 //
 // Overlap (the default): each all_reduce runs on the communication stream,

@@ -59,7 +59,9 @@ class HyperparameterSlots;
 // a new storage starts where the dtype changes. Tensors that exist already
 // (bound by an earlier stage) keep theirs. The layout depends only on the
 // names, types and order, so every rank that builds the same program lays
-// its buckets out alike. Tested by Trainer.StateGroupsAreLaidOutBackToBack.
+// its buckets out alike. Tested by
+// DataParallel.BucketBuffersLieBackToBackAndTrainLikeSeparateBuffersBitwise
+// (tests/distributed/data_parallel_test.cc, sim and 2 GPUs).
 using StateGroups = std::vector<std::vector<std::string>>;
 constexpr int64_t kStateAlignmentBytes = 256;
 

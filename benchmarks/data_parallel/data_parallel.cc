@@ -25,9 +25,9 @@
 // gradient all-reduce (one device runs the first only); a variant is tokens
 // joined by '+': flat (bucket buffers back to back, one collective per
 // bucket: the default) or grouped (one buffer per gradient, grouped),
-// kibN (bucket KiB), tailN (Note [Last gradient bucket]: the gradients
-// produced last, N KiB, form the last bucket; tail0: none), firstN (Note
-// [First gradient bucket]: the first bucket closes at N KiB), onlyB (reduce
+// kibN (bucket KiB), tailN (the gradients produced last, N KiB, form the
+// last bucket, Note [Last gradient bucket]; tail0: none), firstN (the first
+// bucket closes at N KiB, Note [First gradient bucket]), onlyB (reduce
 // bucket B alone: what that bucket's collective costs the step; the
 // gradients of the others stay unaveraged, for timing only).
 //

@@ -74,7 +74,7 @@ void register_collective_ops(OpRegistry& registry) {
                      tensor.str(), " is not contiguous; all_reduce reduces whole buffers");
       buffers.push_back({tensor.data_ptr(), tensor.numel(), tensor.dtype()});
     }
-    // Note [Adjacent buffers reduce as one]: only where asked, since every
+    // Only where asked (Note [Adjacent buffers reduce as one]), since every
     // rank must issue the same collectives, and only the trainer's layout
     // guarantees that every rank's buffers are adjacent alike.
     if (context.attrs.get_int("coalesce") == 1) {

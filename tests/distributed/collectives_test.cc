@@ -104,7 +104,7 @@ TEST(HostCommunicator, MismatchedBucketsAcrossRanksAreAnError) {
 }
 
 TEST(Collectives, AdjacentBuffersCoalesceIntoOne) {
-  // Note [Adjacent buffers reduce as one]: runs that touch merge; a gap, a
+  // Runs that touch merge (Note [Adjacent buffers reduce as one]); a gap, a
   // dtype change or an earlier address starts a new buffer.
   alignas(16) static float storage[64];
   alignas(16) static int32_t ints[8];
