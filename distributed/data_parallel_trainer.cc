@@ -15,6 +15,24 @@ runtime::collectives::Communicator& communicator_of(const compiler::ir::Program&
   return runtime::collectives::communicator_for(device);
 }
 
+// The `grad.<param>` buffers each bucket's gradients are copied into, in
+// bucket order: the groups laid out back to back (Note [Gradient bucket in one buffer]).
+training::StateGroups bucket_buffers(const compiler::ir::Program& backward,
+                                     const GradientBuckets& buckets) {
+  training::StateGroups groups;
+  for (const std::vector<size_t>& bucket : buckets.outputs) {
+    std::vector<std::string>& names = groups.emplace_back();
+    for (size_t output : bucket) {
+      const compiler::ir::Node& copy =
+          backward.node(backward.value(backward.outputs()[output]).producer);
+      if (copy.op != "copy_into") continue;
+      const compiler::ir::Value& destination = backward.value(copy.operands.at(0));
+      if (destination.is_persistent()) names.push_back(destination.name);
+    }
+  }
+  return groups;
+}
+
 }  // namespace
 
 DataParallelTrainer::DataParallelTrainer(const compiler::ir::Program& model,
@@ -35,11 +53,15 @@ training::TrainerOptions DataParallelTrainer::with_all_reduce(const compiler::ir
               "trainer compiles the backward with its gradient all-reduces");
   training::TrainerOptions trainer = options.trainer;
   // Called while trainer_ is built, before this object can move.
-  trainer.compile_backward = [this, all_reduce = options.all_reduce, name = model.name()](
+  AllReduceOptions reduce = options.all_reduce;
+  reduce.coalesce_adjacent = options.contiguous_buckets;
+  trainer.compile_backward = [this, all_reduce = reduce, name = model.name()](
                                  const compiler::ir::Program& backward,
                                  const training::StageCompiler& compile) {
-    compiler::backends::CompiledModel compiled =
-        compile(add_gradient_all_reduce(backward, all_reduce, &buckets_));
+    compiler::ir::Program reduced = add_gradient_all_reduce(backward, all_reduce, &buckets_);
+    const training::StateGroups layout =
+        all_reduce.coalesce_adjacent ? bucket_buffers(backward, buckets_) : training::StateGroups{};
+    compiler::backends::CompiledModel compiled = compile(reduced, layout);
     overlap_ = all_reduce.overlap;
     if (overlap_ && compiled.lowered().segments().size() > 1) {
       // Note [Communication stream]: a graph backend captures each segment on
@@ -51,7 +73,7 @@ training::TrainerOptions DataParallelTrainer::with_all_reduce(const compiler::ir
                   " segments; gradient all-reduces run on the compute stream (no overlap)"));
       AllReduceOptions in_line = all_reduce;
       in_line.overlap = false;
-      compiled = compile(add_gradient_all_reduce(backward, in_line, &buckets_));
+      compiled = compile(add_gradient_all_reduce(backward, in_line, &buckets_), layout);
       overlap_ = false;
     }
     return compiled;

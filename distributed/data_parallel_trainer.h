@@ -33,6 +33,10 @@ struct DataParallelOptions {
   // compile_backward must be empty: the data-parallel trainer sets it.
   training::TrainerOptions trainer;
   AllReduceOptions all_reduce;
+  // Lay each bucket's gradient buffers out back to back and reduce the bucket
+  // as one buffer (Note [Gradient bucket in one buffer] in training/trainer.h);
+  // false: one buffer per gradient, the bucket's all-reduces grouped.
+  bool contiguous_buckets = true;
 };
 
 class DataParallelTrainer {

@@ -37,6 +37,16 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
                                               GradientBuckets* buckets_out) {
   GROVE_CHECK_AS(ConfigError, options.bucket_bytes > 0, "gradient all-reduce of '", backward.name(),
                  "': bucket_bytes must be positive, found ", options.bucket_bytes);
+  GROVE_CHECK_AS(ConfigError, options.first_bucket_bytes >= 0, "gradient all-reduce of '",
+                 backward.name(),
+                 "': first_bucket_bytes must be 0 (the first bucket closes at bucket_bytes) or "
+                 "positive, found ",
+                 options.first_bucket_bytes);
+  GROVE_CHECK_AS(ConfigError, options.last_bucket_bytes >= 0, "gradient all-reduce of '",
+                 backward.name(),
+                 "': last_bucket_bytes must be 0 (no last bucket of its own) or "
+                 "positive, found ",
+                 options.last_bucket_bytes);
   runtime::collectives::parse_reduce_op(options.reduce_op);
   if (options.outputs) {
     for (size_t output : *options.outputs) {
@@ -102,16 +112,33 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
     return position[static_cast<size_t>(producer(a))] < position[static_cast<size_t>(producer(b))];
   });
 
+  auto bytes_of = [&](size_t output) {
+    const compiler::ir::TensorType& type = backward.value(backward.outputs()[output]).type;
+    return type.numel() * static_cast<int64_t>(runtime::dtype_size(type.dtype));
+  };
+  // Where the last bucket starts in `produced` (Note [Last gradient bucket]).
+  size_t last_start = produced.size();
+  if (options.last_bucket_bytes > 0) {
+    int64_t tail = 0;
+    while (last_start > 0 && tail < options.last_bucket_bytes)
+      tail += bytes_of(produced[--last_start]);
+  }
   // Note [Gradient buckets]: close a bucket once it reaches bucket_bytes.
   GradientBuckets buckets;
-  for (size_t output : produced) {
-    if (buckets.outputs.empty() || buckets.bytes.back() >= options.bucket_bytes) {
+  for (size_t i = 0; i < produced.size(); ++i) {
+    const bool opens_last = i == last_start && options.last_bucket_bytes > 0;
+    // The first bucket closes at first_bucket_bytes (Note [First gradient bucket]).
+    int64_t closes_at = options.bucket_bytes;
+    if (options.first_bucket_bytes > 0 && buckets.outputs.size() == 1) {
+      closes_at = std::min(closes_at, options.first_bucket_bytes);
+    }
+    if (buckets.outputs.empty() || opens_last ||
+        (i < last_start && buckets.bytes.back() >= closes_at)) {
       buckets.outputs.emplace_back();
       buckets.bytes.push_back(0);
     }
-    const compiler::ir::TensorType& type = backward.value(backward.outputs()[output]).type;
-    buckets.outputs.back().push_back(output);
-    buckets.bytes.back() += type.numel() * static_cast<int64_t>(runtime::dtype_size(type.dtype));
+    buckets.outputs.back().push_back(produced[i]);
+    buckets.bytes.back() += bytes_of(produced[i]);
   }
   // The node after which each bucket's all_reduce goes.
   std::multimap<int32_t, size_t> bucket_after;
@@ -172,6 +199,7 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
       compiler::ir::Attributes attrs;
       attrs.set("op", options.reduce_op);
       attrs.set("overlap", int64_t{options.overlap ? 1 : 0});
+      attrs.set("coalesce", int64_t{options.coalesce_adjacent ? 1 : 0});
       add_in_place(str_cat("all_reduce.bucket", it->second), "all_reduce", std::move(attrs),
                    buckets.outputs[it->second], ".reduced");
     }

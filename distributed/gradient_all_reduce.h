@@ -16,6 +16,29 @@
 // collectives inside the backward's graph. Every rank builds the same program
 // from the same model, so the buckets and their order agree across ranks.
 //
+// Note [Last gradient bucket]: the last bucket's all_reduce can overlap
+// nothing (the backward's last node produced its last gradient), so all of
+// it is exposed in the step. With `last_bucket_bytes` set, the gradients
+// produced last (at least that many bytes, counted back from the end) form a
+// bucket of their own and the others are bucketed by `bucket_bytes` as
+// before, so the exposed collective is small and its earlier neighbour runs
+// while the last layer's gradients are still being computed. Off by default:
+// on 2xH200 (session 22, 4 MiB buckets) a 1 MiB last bucket gained nothing
+// on mlp16x512 (the collectives queue behind each other, so the exposed time
+// is the backlog, not the last bucket) and was within noise on gpt4x256.
+// Tested by GradientAllReduce.LastBucketHoldsTheGradientsProducedLast.
+//
+// Note [First gradient bucket]: no collective starts before the first bucket
+// is complete, and from then on the communication stream has the rest of the
+// backward to hide every later bucket in. When the collectives take about as
+// long as that rest (mlp16x512 on two GPUs), the time the first bucket takes
+// to fill shows up at the end of the step, so `first_bucket_bytes` closes the
+// first bucket early (PyTorch DDP's first bucket, 1 MiB, is the same idea).
+// Off by default: on 2xH200 (session 22) a 1 MiB first bucket saved 5-9 us of
+// 435 on mlp16x512 but cost 18-35 us of 1285 on gpt4x256 (one more
+// collective on a stream that is not the bottleneck there).
+// Tested by GradientAllReduce.FirstBucketClosesAtItsOwnSize.
+//
 // Overlap (the default): each all_reduce runs on the communication stream,
 // forked from the compute stream when its bucket is complete, and the
 // backward ends with a collective_join that makes the compute stream wait for
@@ -39,10 +62,21 @@ namespace grove::distributed {
 struct AllReduceOptions {
   // A bucket closes once it holds at least this many bytes (PyTorch DDP's default: 25 MiB).
   int64_t bucket_bytes = int64_t{25} << 20;
+  // The gradients produced last, at least this many bytes, form the last
+  // bucket (Note [Last gradient bucket]); 0: no such split.
+  int64_t last_bucket_bytes = 0;
+  // The first bucket closes once it holds this many bytes (Note [First
+  // gradient bucket]); 0: at bucket_bytes like the others.
+  int64_t first_bucket_bytes = 0;
   std::string reduce_op = "mean";  // "mean" (data parallel) or "sum"
   // Run the all-reduces on the communication stream, overlapping the rest of
   // the backward; false runs them on the compute stream, in line.
   bool overlap = true;
+  // Reduce a bucket's gradients that lie back to back in memory as one buffer
+  // (Note [Adjacent buffers reduce as one] in runtime/collectives/
+  // communicator.h). Only for gradient buffers laid out alike on every rank
+  // (the data-parallel trainer's, Note [Gradient bucket in one buffer]).
+  bool coalesce_adjacent = false;
   // The output positions to reduce (the door's backward also returns
   // gradients of inputs that are not parameters); unset: every output.
   std::optional<std::set<size_t>> outputs;

@@ -1,5 +1,7 @@
 #include "training/trainer.h"
 
+#include <map>
+
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "training/hyperparameter_slots.h"
@@ -23,9 +25,10 @@ Trainer::Trainer(const compiler::ir::Program& model, compiler::ir::ValueId loss,
   execution_ = compiler::backends::make_backend(backend_);
   forward_ = compile_stage(programs_.forward, compiler::backends::Stage::kForward);
   if (options.compile_backward) {
-    backward_ =
-        options.compile_backward(programs_.backward, [this](const compiler::ir::Program& program) {
-          return compile_stage(program, compiler::backends::Stage::kBackward);
+    backward_ = options.compile_backward(
+        programs_.backward,
+        [this](const compiler::ir::Program& program, const StateGroups& contiguous_state) {
+          return compile_stage(program, compiler::backends::Stage::kBackward, contiguous_state);
         });
   } else {
     backward_ = compile_stage(programs_.backward, compiler::backends::Stage::kBackward);
@@ -46,8 +49,56 @@ Trainer::~Trainer() = default;
 Trainer::Trainer(Trainer&&) noexcept = default;
 Trainer& Trainer::operator=(Trainer&&) noexcept = default;
 
+void Trainer::lay_out_contiguously(const compiler::ir::Program& program,
+                                   const StateGroups& groups) {
+  // Note [Gradient bucket in one buffer].
+  std::map<std::string, const compiler::ir::Value*> persistent;
+  for (compiler::ir::ValueId id : program.inputs()) {
+    const compiler::ir::Value& value = program.value(id);
+    if (value.is_persistent()) persistent.emplace(value.name, &value);
+  }
+  auto padded_numel = [](const compiler::ir::TensorType& type) {
+    const auto per = kStateAlignmentBytes / static_cast<int64_t>(runtime::dtype_size(type.dtype));
+    return (type.numel() + per - 1) / per * per;
+  };
+  for (const std::vector<std::string>& group : groups) {
+    std::vector<const compiler::ir::Value*> values;
+    for (const std::string& name : group) {
+      auto found = persistent.find(name);
+      GROVE_CHECK(found != persistent.end(), "Trainer: '", name,
+                  "' of a contiguous state group "
+                  "is not a persistent input of program '",
+                  program.name(), "'");
+      if (state_.count(name) == 0) values.push_back(found->second);
+    }
+    for (size_t first = 0; first < values.size();) {
+      const runtime::DType dtype = values[first]->type.dtype;
+      size_t end = first;
+      int64_t total = 0;
+      for (; end < values.size() && values[end]->type.dtype == dtype; ++end) {
+        total += padded_numel(values[end]->type);
+      }
+      const runtime::Device device = values[first]->type.device;
+      Tensor storage = Tensor::empty({total}, dtype, device);
+      int64_t offset = storage.offset();
+      for (size_t i = first; i < end; ++i) {
+        const compiler::ir::Value& value = *values[i];
+        Tensor slot(storage.storage(), value.type.shape,
+                    runtime::contiguous_strides(value.type.shape), offset, dtype);
+        slot.copy_from_host(
+            compiler::backends::initial_tensor(value, device).to_host_bytes().data());
+        state_.emplace(value.name, slot);
+        offset += padded_numel(value.type);
+      }
+      first = end;
+    }
+  }
+}
+
 compiler::backends::CompiledModel Trainer::compile_stage(const compiler::ir::Program& program,
-                                                         compiler::backends::Stage stage) {
+                                                         compiler::backends::Stage stage,
+                                                         const StateGroups& contiguous_state) {
+  lay_out_contiguously(program, contiguous_state);
   compiler::backends::CompileOptions options;
   options.backend = backend_;
   options.stage = stage;

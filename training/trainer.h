@@ -49,9 +49,26 @@ namespace grove::training {
 
 class HyperparameterSlots;
 
-// Compiles one program of the step with the trainer's backend and state.
-using StageCompiler =
-    std::function<compiler::backends::CompiledModel(const compiler::ir::Program& program)>;
+// Note [Gradient bucket in one buffer]: a stage compiler may be asked to lay
+// groups of persistent tensors out back to back, each group in one storage in
+// the order given (a data-parallel gradient bucket, so that its all-reduce
+// is one collective over one buffer: Note [Adjacent buffers reduce as one] in
+// runtime/collectives/communicator.h). Each tensor is a view of its group's
+// storage starting where the previous one ends, rounded up to
+// kStateAlignmentBytes (so sizes that are multiples of it leave no gaps);
+// a new storage starts where the dtype changes. Tensors that exist already
+// (bound by an earlier stage) keep theirs. The layout depends only on the
+// names, types and order, so every rank that builds the same program lays
+// its buckets out alike. Tested by
+// DataParallel.BucketBuffersLieBackToBackAndTrainLikeSeparateBuffersBitwise
+// (tests/distributed/data_parallel_test.cc, sim and 2 GPUs).
+using StateGroups = std::vector<std::vector<std::string>>;
+constexpr int64_t kStateAlignmentBytes = 256;
+
+// Compiles one program of the step with the trainer's backend and state,
+// laying `contiguous_state` out first (Note [Gradient bucket in one buffer]).
+using StageCompiler = std::function<compiler::backends::CompiledModel(
+    const compiler::ir::Program& program, const StateGroups& contiguous_state)>;
 // Compiles the backward stage from autodiff's backward program, through
 // `compile`; the program it compiles must keep the backward's inputs and
 // outputs, in order.
@@ -148,7 +165,10 @@ class Trainer {
   };
 
   compiler::backends::CompiledModel compile_stage(const compiler::ir::Program& program,
-                                                  compiler::backends::Stage stage);
+                                                  compiler::backends::Stage stage,
+                                                  const StateGroups& contiguous_state = {});
+  // Note [Gradient bucket in one buffer].
+  void lay_out_contiguously(const compiler::ir::Program& program, const StateGroups& groups);
   void plan_backward_sources();
   // The forward's outputs and the backward's per-call inputs, for `inputs`.
   compiler::TensorList run_forward(const compiler::TensorList& inputs,

@@ -21,15 +21,27 @@
 // the same process; "overlap gain" is the in-line median step over the
 // overlapped one for the same (case, backend, devices).
 //
+// --variants runs each multi-device configuration once per variant of the
+// gradient all-reduce (one device runs the first only); a variant is tokens
+// joined by '+': flat (bucket buffers back to back, one collective per
+// bucket: the default) or grouped (one buffer per gradient, grouped),
+// kibN (bucket KiB), tailN (the gradients produced last, N KiB, form the
+// last bucket, Note [Last gradient bucket]; tail0: none), firstN (the first
+// bucket closes at N KiB, Note [First gradient bucket]), onlyB (reduce
+// bucket B alone: what that bucket's collective costs the step; the
+// gradients of the others stay unaveraged, for timing only).
+//
 //   data_parallel [--device auto|cuda|sim] [--gpus 1,2] [--iters 50] [--warmup 5]
 //                 [--mlp-batch 32] [--gpt-batch 8] [--seq 32] [--backends eager,cudagraphs]
 //                 [--overlap on,off] [--cases mlp16x512,gpt4x256] [--models DIR] [--json FILE]
+//                 [--bucket-kib 4096] [--tail-kib N] [--variants flat,grouped+tail1024,...]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -67,7 +79,53 @@ struct Options {
   std::string models_dir = "benchmarks/models";
   std::string json;
   int64_t bucket_kib = 4096;  // gradient bytes per all-reduce bucket
+  int64_t tail_kib = 0;       // AllReduceOptions::last_bucket_bytes
+  std::vector<std::string> variants = {""};
 };
+
+// One variant of the gradient all-reduce (see --variants).
+struct Variant {
+  std::string name;
+  bool contiguous = true;
+  int64_t bucket_kib = 0;
+  int64_t tail_kib = 0;
+  int64_t first_kib = 0;
+  int only_bucket = -1;
+};
+
+Variant parse_variant(const std::string& spec, const Options& options) {
+  Variant variant{spec, true, options.bucket_kib, options.tail_kib, 0, -1};
+  size_t start = 0;
+  while (start < spec.size()) {
+    size_t end = spec.find('+', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string token = spec.substr(start, end - start);
+    auto number = [&](const char* prefix) {
+      return cli::parse_integer("--variants", token.substr(std::string(prefix).size()), 0,
+                                int64_t{1} << 22);
+    };
+    if (token == "flat") {
+      variant.contiguous = true;
+    } else if (token == "grouped") {
+      variant.contiguous = false;
+    } else if (token.rfind("kib", 0) == 0) {
+      variant.bucket_kib = number("kib");
+    } else if (token.rfind("tail", 0) == 0) {
+      variant.tail_kib = number("tail");
+    } else if (token.rfind("first", 0) == 0) {
+      variant.first_kib = number("first");
+    } else if (token.rfind("only", 0) == 0) {
+      variant.only_bucket = static_cast<int>(number("only"));
+    } else {
+      throw UsageError(str_cat("data_parallel: --variants: '", token, "' in '", spec,
+                               "' is none of flat, grouped, kibN, tailN, firstN, onlyB"));
+    }
+    start = end + 1;
+  }
+  GROVE_CHECK_AS(ConfigError, variant.bucket_kib > 0, "data_parallel: variant '", spec,
+                 "': the bucket size must be positive");
+  return variant;
+}
 
 const std::vector<FlagSpec> kFlags = {
     {"--device", "DEVICE", "auto (default), cuda or sim"},
@@ -81,6 +139,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--overlap", "LIST", "on and/or off: all-reduces overlapped or in line (default on,off)"},
     {"--cases", "LIST", "mlp16x512 and/or gpt4x256 (default both)"},
     {"--bucket-kib", "N", "gradient KiB per all-reduce bucket (default 4096)"},
+    {"--tail-kib", "N",
+     "KiB of gradients produced last that form the last bucket (default 0: off)"},
+    {"--variants", "LIST", "all-reduce variants of multi-device runs (see the header)"},
     {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
     kJsonFlag,
 };
@@ -119,6 +180,9 @@ Options parse(const FlagValues& flags) {
   }
   options.models_dir = flags.text("--models", options.models_dir);
   options.bucket_kib = flags.integer("--bucket-kib", options.bucket_kib, 1, int64_t{1} << 22);
+  options.tail_kib = flags.integer("--tail-kib", options.tail_kib, 0, int64_t{1} << 22);
+  options.variants = flags.list("--variants", options.variants);
+  for (const std::string& spec : options.variants) parse_variant(spec, options);
   options.json = flags.text("--json", options.json);
   std::vector<std::string> known = compiler::backends::backend_names();
   for (const std::string& backend : options.backends) {
@@ -136,7 +200,7 @@ struct Case {
 };
 
 struct Row {
-  std::string label, backend;
+  std::string label, backend, variant;
   int gpus = 1;
   bool overlap = true;      // asked for (AllReduceOptions::overlap)
   bool overlapped = false;  // what the trainer did
@@ -144,12 +208,15 @@ struct Row {
   double first_loss = 0, last_loss = 0;
   bool captured = false;
   size_t buckets = 0;
+  std::vector<int64_t> bucket_bytes;  // per bucket, in production order
+  std::vector<int64_t> nodes_after;   // per bucket: backward nodes left to overlap
 };
 
 // Rank `rank` of `gpus`: builds the model on its device, trains, and (rank 0)
 // fills `row`.
 void run_rank(const Case& config, const Options& options, const std::string& backend, int gpus,
-              bool overlap, int rank, Device device, const std::string& group, Row& row) {
+              bool overlap, const Variant& variant, int rank, Device device,
+              const std::string& group, Row& row) {
   runtime::collectives::join_local_group(device, rank, gpus, group,
                                          runtime::collectives::default_collective_timeout());
   compiler::ir::Program model = compiler::model_format::load_model_file(
@@ -182,8 +249,22 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
   DataParallelOptions dp;
   dp.trainer.backend = backend;
   dp.trainer.optimizer = training::OptimizerKind::kSgdMomentum;
-  dp.all_reduce.bucket_bytes = options.bucket_kib << 10;
+  dp.all_reduce.bucket_bytes = variant.bucket_kib << 10;
+  dp.all_reduce.last_bucket_bytes = variant.tail_kib << 10;
+  dp.all_reduce.first_bucket_bytes = variant.first_kib << 10;
   dp.all_reduce.overlap = overlap;
+  dp.contiguous_buckets = variant.contiguous;
+  if (variant.only_bucket >= 0) {
+    // The plan of the full run, from a trainer that never steps.
+    const distributed::GradientBuckets buckets = DataParallelTrainer(model, loss, dp).buckets();
+    GROVE_CHECK_AS(ConfigError, static_cast<size_t>(variant.only_bucket) < buckets.outputs.size(),
+                   "data_parallel: variant '", variant.name, "': there are only ",
+                   buckets.outputs.size(), " buckets");
+    const std::vector<size_t>& only = buckets.outputs[static_cast<size_t>(variant.only_bucket)];
+    dp.all_reduce.outputs = std::set<size_t>(only.begin(), only.end());
+    dp.all_reduce.last_bucket_bytes = 0;
+    dp.all_reduce.first_bucket_bytes = 0;
+  }
   DataParallelTrainer trainer(model, loss, dp);
   training::Hyperparameters hyper;
   hyper.lr = config.next_token ? 0.05 : 0.01;
@@ -201,6 +282,8 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     row.first_loss = first;
     row.last_loss = last;
     row.buckets = trainer.buckets().outputs.size();
+    row.bucket_bytes = trainer.buckets().bytes;
+    row.nodes_after = trainer.buckets().nodes_after;
     row.overlapped = trainer.overlaps_communication();
     if (backend != "eager") {
       const compiler::backends::BackendStats stats = trainer.backend_stats();
@@ -213,10 +296,11 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
 }
 
 Row run_case(const Case& config, const Options& options, const std::string& backend, int gpus,
-             bool overlap, runtime::DeviceType type) {
+             bool overlap, const Variant& variant, runtime::DeviceType type) {
   Row row;
   row.label = config.label;
   row.backend = backend;
+  row.variant = variant.name;
   row.gpus = gpus;
   row.overlap = overlap;
   static int groups = 0;
@@ -226,7 +310,8 @@ Row run_case(const Case& config, const Options& options, const std::string& back
   for (int rank = 0; rank < gpus; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        run_rank(config, options, backend, gpus, overlap, rank, Device{type, rank}, group, row);
+        run_rank(config, options, backend, gpus, overlap, variant, rank, Device{type, rank}, group,
+                 row);
       } catch (...) {
         errors[static_cast<size_t>(rank)] = std::current_exception();
       }
@@ -236,6 +321,16 @@ Row run_case(const Case& config, const Options& options, const std::string& back
   for (const std::exception_ptr& error : errors) {
     if (error) std::rethrow_exception(error);
   }
+  // Progress, so that a run cut short still says what it measured.
+  std::cerr << "data_parallel: " << row.label << " " << backend << " x" << gpus
+            << (overlap ? " overlap" : " in line") << " [" << variant.name
+            << "]: " << format_fixed(row.step.median_us, 1) << " us median, " << row.buckets
+            << " buckets (KiB/nodes after:";
+  for (size_t b = 0; b < row.bucket_bytes.size(); ++b) {
+    std::cerr << " " << format_fixed(static_cast<double>(row.bucket_bytes[b]) / 1024, 0) << "/"
+              << row.nodes_after[b];
+  }
+  std::cerr << ")\n";
   return row;
 }
 
@@ -277,44 +372,54 @@ int run(int argc, char** argv) {
           continue;
         }
         for (bool overlap : options.overlap) {
-          rows.push_back(run_case(config, options, backend, gpus, overlap, type));
+          for (const std::string& spec : options.variants) {
+            rows.push_back(run_case(config, options, backend, gpus, overlap,
+                                    parse_variant(spec, options), type));
+            if (gpus == 1) break;  // no collective to vary
+          }
         }
       }
     }
   }
   // Efficiency against the same (case, backend, overlap) on one device; the
   // overlap gain against the same (case, backend, devices) in line.
-  using Key = std::tuple<std::string, std::string, int, bool>;
+  using Key = std::tuple<std::string, std::string, int, bool, std::string>;
   std::map<Key, double> median;
   for (const Row& row : rows)
-    median[{row.label, row.backend, row.gpus, row.overlap}] = row.step.median_us;
-  Table table({{"case (per-rank batch)"},
-               {"backend"},
-               {"devices", Align::kRight},
-               {"step median us", Align::kRight},
-               {"p90 us", Align::kRight},
-               {"samples/s", Align::kRight},
-               {"scaling eff", Align::kRight},
-               {"buckets", Align::kRight},
-               {"overlap"},
-               {"overlap gain", Align::kRight},
-               {"first loss", Align::kRight},
-               {"last loss", Align::kRight},
-               {"collectives captured"}});
+    median[{row.label, row.backend, row.gpus, row.overlap, row.variant}] = row.step.median_us;
+  const std::string& first_variant = options.variants.front();
+  // The variant column only when --variants names some (scripts read the plain table).
+  const bool show_variants = options.variants != std::vector<std::string>{""};
+  std::vector<Column> columns = {{"case (per-rank batch)"},
+                                 {"backend"},
+                                 {"devices", Align::kRight},
+                                 {"step median us", Align::kRight},
+                                 {"p90 us", Align::kRight},
+                                 {"samples/s", Align::kRight},
+                                 {"scaling eff", Align::kRight},
+                                 {"buckets", Align::kRight},
+                                 {"overlap"},
+                                 {"overlap gain", Align::kRight},
+                                 {"first loss", Align::kRight},
+                                 {"last loss", Align::kRight},
+                                 {"collectives captured"}};
+  if (show_variants) columns.insert(columns.begin() + 2, Column{"variant"});
+  Table table(columns);
   nlohmann::json report = report_header("data_parallel", Device{type, 0});
   report["bucket_kib"] = options.bucket_kib;
+  report["tail_kib"] = options.tail_kib;
   for (const Row& row : rows) {
     const Case& config = row.label.rfind("mlp", 0) == 0 ? all_cases[0] : all_cases[1];
     const int64_t batch = config.dims.at("batch");
     double throughput = row.step.median_us > 0 ? 1e6 * batch * row.gpus / row.step.median_us : 0;
-    auto base = median.find({row.label, row.backend, 1, row.overlap});
+    auto base = median.find({row.label, row.backend, 1, row.overlap, first_variant});
     std::string efficiency = "-";
     double efficiency_value = 0;
     if (base != median.end() && row.step.median_us > 0) {
       efficiency_value = base->second / row.step.median_us;
       efficiency = format_fixed(100 * efficiency_value, 1) + "%";
     }
-    auto in_line = median.find({row.label, row.backend, row.gpus, false});
+    auto in_line = median.find({row.label, row.backend, row.gpus, false, row.variant});
     std::string gain = "-";
     double gain_value = 0;
     if (row.overlap && in_line != median.end() && row.step.median_us > 0) {
@@ -324,18 +429,31 @@ int run(int argc, char** argv) {
     // "on*": asked for, but the trainer ran in line (a backward in several segments).
     std::string overlap = row.overlap ? (row.overlapped ? "on" : "on*") : "off";
     std::string captured = row.backend == "eager" ? "-" : (row.captured ? "yes" : "NO");
-    table.add_row({row.label, row.backend, std::to_string(row.gpus),
-                   format_fixed(row.step.median_us, 1), format_fixed(row.step.p90_us, 1),
-                   format_fixed(throughput, 0), efficiency, std::to_string(row.buckets), overlap,
-                   gain, format_fixed(row.first_loss, 4), format_fixed(row.last_loss, 4),
-                   captured});
-    nlohmann::json entry = {
-        {"case", row.label},           {"model", config.model},  {"dims", config.dims},
-        {"backend", row.backend},      {"devices", row.gpus},    {"step", latency_json(row.step)},
-        {"samples_per_s", throughput}, {"buckets", row.buckets}, {"first_loss", row.first_loss},
-        {"last_loss", row.last_loss}};
+    std::vector<std::string> cells = {row.label,
+                                      row.backend,
+                                      std::to_string(row.gpus),
+                                      format_fixed(row.step.median_us, 1),
+                                      format_fixed(row.step.p90_us, 1),
+                                      format_fixed(throughput, 0),
+                                      efficiency,
+                                      std::to_string(row.buckets),
+                                      overlap,
+                                      gain,
+                                      format_fixed(row.first_loss, 4),
+                                      format_fixed(row.last_loss, 4),
+                                      captured};
+    if (show_variants) cells.insert(cells.begin() + 2, row.variant);
+    table.add_row(cells);
+    nlohmann::json entry = {{"case", row.label},         {"model", config.model},
+                            {"dims", config.dims},       {"backend", row.backend},
+                            {"devices", row.gpus},       {"step", latency_json(row.step)},
+                            {"variant", row.variant},    {"samples_per_s", throughput},
+                            {"buckets", row.buckets},    {"first_loss", row.first_loss},
+                            {"last_loss", row.last_loss}};
     if (efficiency_value > 0) entry["scaling_efficiency"] = efficiency_value;
     entry["overlap"] = row.overlap;
+    entry["bucket_bytes"] = row.bucket_bytes;
+    entry["bucket_nodes_after"] = row.nodes_after;
     entry["overlapped"] = row.overlapped;
     if (gain_value > 0) entry["overlap_gain"] = gain_value;
     if (row.backend != "eager") entry["collectives_captured"] = row.captured;

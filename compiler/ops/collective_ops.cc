@@ -40,11 +40,13 @@ void register_collective_ops(OpRegistry& registry) {
   all_reduce.summary =
       "reduces each operand in place across the ranks of the device's communicator (one "
       "collective for all operands: a bucket); attribute op = \"mean\" | \"sum\"; overlap = 1 "
-      "runs it on the communication stream (joined by collective_join)";
+      "runs it on the communication stream (joined by collective_join); coalesce = 1 reduces "
+      "operands adjacent in memory as one buffer";
   all_reduce.min_operands = 1;
   all_reduce.max_operands = kMaxAllReduceOperands;
   all_reduce.attrs = {{"op", AttrKind::kString, std::string("mean")},
-                      {"overlap", AttrKind::kInt, int64_t{0}}};
+                      {"overlap", AttrKind::kInt, int64_t{0}},
+                      {"coalesce", AttrKind::kInt, int64_t{0}}};
   all_reduce.kind = OpKind::kSpecial;
   // Variadic and in place: result r is operand r (Note on OpDef::launch).
   for (int i = 0; i < kMaxAllReduceOperands; ++i) all_reduce.effects.mutated_operands.push_back(i);
@@ -56,6 +58,9 @@ void register_collective_ops(OpRegistry& registry) {
                    ": attribute overlap must be 0 (compute stream) or 1 (communication "
                    "stream), found ",
                    overlap);
+    const int64_t coalesce = context.attrs.get_int("coalesce");
+    GROVE_CHECK_AS(ConfigError, coalesce == 0 || coalesce == 1, context.where(),
+                   ": attribute coalesce must be 0 or 1, found ", coalesce);
     return same_as_operands(context, "all_reduce");
   };
   all_reduce.launch = [](const OpContext& context, const std::vector<runtime::Tensor>& operands,
@@ -68,6 +73,12 @@ void register_collective_ops(OpRegistry& registry) {
       GROVE_CHECK_AS(ShapeError, tensor.is_contiguous(), context.where(), ": operand ", i, " ",
                      tensor.str(), " is not contiguous; all_reduce reduces whole buffers");
       buffers.push_back({tensor.data_ptr(), tensor.numel(), tensor.dtype()});
+    }
+    // Only where asked (Note [Adjacent buffers reduce as one]), since every
+    // rank must issue the same collectives, and only the trainer's layout
+    // guarantees that every rank's buffers are adjacent alike.
+    if (context.attrs.get_int("coalesce") == 1) {
+      buffers = runtime::collectives::coalesce_adjacent(buffers);
     }
     const runtime::collectives::ReduceOp op =
         runtime::collectives::parse_reduce_op(context.attrs.get_string("op"));

@@ -30,6 +30,24 @@ ReduceOp parse_reduce_op(const std::string& name) {
   throw Error(str_cat("reduce op '", name, "' is not known; use \"sum\" or \"mean\""));
 }
 
+std::vector<Buffer> coalesce_adjacent(const std::vector<Buffer>& buffers) {
+  // Note [Adjacent buffers reduce as one].
+  std::vector<Buffer> merged;
+  for (const Buffer& buffer : buffers) {
+    if (!merged.empty()) {
+      Buffer& last = merged.back();
+      const auto* end = static_cast<const char*>(last.data) +
+                        static_cast<size_t>(last.count) * dtype_size(last.dtype);
+      if (last.dtype == buffer.dtype && buffer.data != nullptr && end == buffer.data) {
+        last.count += buffer.count;
+        continue;
+      }
+    }
+    merged.push_back(buffer);
+  }
+  return merged;
+}
+
 Communicator& communicator_for(Device device) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

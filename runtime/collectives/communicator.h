@@ -40,6 +40,17 @@ struct Buffer {
   DType dtype = DType::kF32;
 };
 
+// Note [Adjacent buffers reduce as one]: a bucket's buffers that lie back to
+// back in memory (same dtype, each starting where the one before ends) are
+// reduced as one buffer: one NCCL all-reduce of the whole span instead of a
+// group of small ones, each of which pays its own synchronization between the
+// ranks. The data-parallel trainer lays every bucket's gradient buffers out
+// back to back for this (Note [Gradient bucket in one buffer] in
+// training/trainer.h). Reducing a span element-wise is the same as reducing its
+// pieces, so results are unchanged. Tested by
+// Collectives.AdjacentBuffersCoalesceIntoOne.
+std::vector<Buffer> coalesce_adjacent(const std::vector<Buffer>& buffers);
+
 // Note [Communicators captured by graphs are never destroyed]: a graph that
 // captured a collective holds the communicator it ran on: on sim the host
 // kernel's argument is the HostCommunicator itself, on cuda NCCL's captured

@@ -103,6 +103,32 @@ TEST(HostCommunicator, MismatchedBucketsAcrossRanksAreAnError) {
   }
 }
 
+TEST(Collectives, AdjacentBuffersCoalesceIntoOne) {
+  // Runs that touch merge (Note [Adjacent buffers reduce as one]); a gap, a
+  // dtype change or an earlier address starts a new buffer.
+  alignas(16) static float storage[64];
+  alignas(16) static int32_t ints[8];
+  std::vector<Buffer> merged = coalesce_adjacent({{storage, 10, DType::kF32},
+                                                  {storage + 10, 6, DType::kF32},
+                                                  {storage + 16, 16, DType::kF32},
+                                                  {storage + 40, 8, DType::kF32},
+                                                  {ints, 8, DType::kI32},
+                                                  {storage, 4, DType::kF32}});
+  ASSERT_EQ(merged.size(), 4u);
+  EXPECT_EQ(merged[0].data, storage);
+  EXPECT_EQ(merged[0].count, 32);
+  EXPECT_EQ(merged[1].data, storage + 40);
+  EXPECT_EQ(merged[1].count, 8);
+  EXPECT_EQ(merged[2].dtype, DType::kI32);
+  EXPECT_EQ(merged[3].data, storage);
+  EXPECT_EQ(merged[3].count, 4);
+  // Same bytes, other dtype: not merged (an f32 then an i32 span that touch).
+  std::vector<Buffer> mixed =
+      coalesce_adjacent({{storage, 8, DType::kF32}, {storage + 8, 8, DType::kI32}});
+  EXPECT_EQ(mixed.size(), 2u);
+  EXPECT_TRUE(coalesce_adjacent({}).empty());
+}
+
 TEST(Collectives, AllReduceWithoutACommunicatorNamesTheDevice) {
   Device device{DeviceType::kSim, 7};
   try {

@@ -7,6 +7,7 @@
 
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "compiler/autodiff/training_programs.h"
@@ -175,6 +176,69 @@ TEST(GradientAllReduce, OverlapMovesGradientCopiesUpAndEndsTheBackwardWithAJoin)
   for (const compiler::ir::Node* node : nodes_of(in_line, "all_reduce")) {
     EXPECT_EQ(node->attrs.get_int("overlap"), 0);
   }
+}
+
+// Note [Last gradient bucket].
+TEST(GradientAllReduce, LastBucketHoldsTheGradientsProducedLast) {
+  ValueId loss;
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss);
+  GradientBuckets plain;
+  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 400}, &plain);
+  // fc0's weight (256 bytes) and bias (32 bytes) come last; 280 bytes of
+  // tail take both, whatever their order, and nothing before them.
+  GradientBuckets split;
+  compiler::ir::Program backward = add_gradient_all_reduce(
+      programs.backward, {.bucket_bytes = 400, .last_bucket_bytes = 280}, &split);
+  ASSERT_GE(split.outputs.size(), 2u);
+  EXPECT_EQ(split.bytes.back(), 256 + 32);
+  EXPECT_EQ(split.outputs.back().size(), 2u);
+  EXPECT_EQ(split.nodes_after.back(), 0);
+  // The buckets before it are the plain plan over the earlier gradients.
+  std::vector<size_t> plain_order, split_order;
+  for (const auto& bucket : plain.outputs)
+    plain_order.insert(plain_order.end(), bucket.begin(), bucket.end());
+  for (const auto& bucket : split.outputs)
+    split_order.insert(split_order.end(), bucket.begin(), bucket.end());
+  EXPECT_EQ(split_order, plain_order);
+  for (size_t b = 0; b + 1 < split.outputs.size(); ++b) {
+    EXPECT_TRUE(b + 2 == split.outputs.size() || split.bytes[b] >= 400) << "bucket " << b;
+  }
+  EXPECT_EQ(nodes_of(backward, "all_reduce").size(), split.outputs.size());
+  // A tail larger than every gradient makes one bucket; a negative one is refused.
+  GradientBuckets all;
+  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 400, .last_bucket_bytes = 1 << 20},
+                          &all);
+  EXPECT_EQ(all.outputs.size(), 1u);
+  EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.last_bucket_bytes = -1}), ConfigError);
+}
+
+// Note [First gradient bucket].
+TEST(GradientAllReduce, FirstBucketClosesAtItsOwnSize) {
+  ValueId loss;
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss);
+  GradientBuckets plain, early;
+  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 600}, &plain);
+  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 600, .first_bucket_bytes = 100},
+                          &early);
+  // fc3 (96 + 12 bytes) comes first: the first bucket closes once it holds 100.
+  ASSERT_GE(early.outputs.size(), 2u);
+  EXPECT_GE(early.bytes.front(), 100);
+  EXPECT_LT(early.bytes.front(), plain.bytes.front());
+  EXPECT_GT(early.nodes_after.front(), plain.nodes_after.front());
+  for (size_t b = 1; b + 1 < early.outputs.size(); ++b) EXPECT_GE(early.bytes[b], 600);
+  std::vector<size_t> plain_order, early_order;
+  for (const auto& bucket : plain.outputs) {
+    plain_order.insert(plain_order.end(), bucket.begin(), bucket.end());
+  }
+  for (const auto& bucket : early.outputs) {
+    early_order.insert(early_order.end(), bucket.begin(), bucket.end());
+  }
+  EXPECT_EQ(early_order, plain_order);
+  EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.first_bucket_bytes = -1}), ConfigError);
 }
 
 TEST(GradientAllReduce, OverlapRejectsGradientsOutsidePersistentBuffers) {

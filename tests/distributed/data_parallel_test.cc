@@ -111,6 +111,10 @@ struct RankResult {
   bool overlapped = false;         // the trainer ran its all-reduces on the side stream
   int64_t forks = 0;               // forks onto the rank's communication stream
   size_t buckets = 0;
+  // Per bucket with more than one gradient buffer: whether each buffer starts
+  // in the storage of the one before it, where that one's bytes end (rounded
+  // up to kStateAlignmentBytes): Note [Gradient bucket in one buffer].
+  std::vector<bool> back_to_back;
   std::string stats;  // the rank's tree statistics (cudagraphs)
   std::exception_ptr error;
 };
@@ -119,7 +123,8 @@ struct RankResult {
 std::vector<RankResult> train_data_parallel(const std::vector<Device>& devices,
                                             const std::string& backend, const std::string& group,
                                             const Batches& batches, OptimizerKind optimizer,
-                                            const Hyperparameters& hyper, bool overlap = true) {
+                                            const Hyperparameters& hyper, bool overlap = true,
+                                            bool contiguous = true) {
   std::vector<RankResult> results(devices.size());
   std::vector<std::thread> threads;
   for (int rank = 0; rank < static_cast<int>(devices.size()); ++rank) {
@@ -136,9 +141,30 @@ std::vector<RankResult> train_data_parallel(const std::vector<Device>& devices,
         options.trainer.optimizer = optimizer;
         options.all_reduce.bucket_bytes = 600;  // several buckets for this small model
         options.all_reduce.overlap = overlap;
+        options.contiguous_buckets = contiguous;
         DataParallelTrainer trainer(model, loss, options);
         result.overlapped = trainer.overlaps_communication();
         result.buckets = trainer.buckets().outputs.size();
+        const compiler::ir::Program& backward = trainer.trainer().programs().backward;
+        for (const std::vector<size_t>& bucket : trainer.buckets().outputs) {
+          if (bucket.size() < 2) continue;
+          bool adjacent = true;
+          const Tensor* previous = nullptr;
+          for (size_t output : bucket) {
+            const compiler::ir::Node& copy =
+                backward.node(backward.value(backward.outputs()[output]).producer);
+            const Tensor& buffer = trainer.state(backward.value(copy.operands.at(0)).name);
+            if (previous != nullptr) {
+              const auto padded = (previous->nbytes() + training::kStateAlignmentBytes - 1) /
+                                  training::kStateAlignmentBytes * training::kStateAlignmentBytes;
+              adjacent = adjacent && buffer.storage() == previous->storage() &&
+                         static_cast<const char*>(buffer.address()) ==
+                             static_cast<const char*>(previous->address()) + padded;
+            }
+            previous = &buffer;
+          }
+          result.back_to_back.push_back(adjacent);
+        }
         const int64_t forks_before =
             runtime::collectives::communication_stream(device).fork_count();
         for (int step = 0; step < kSteps; ++step) {
@@ -262,6 +288,32 @@ TEST_P(DataParallel, OverlappedAndCapturedStepsEqualInLineEagerStepsBitwise) {
     EXPECT_EQ(graphs[rank].losses, in_line[rank].losses);
     expect_bitwise_params(graphs[rank].params, in_line[rank].params, "cudagraphs vs in line");
     EXPECT_TRUE(graphs[rank].backward_captured) << graphs[rank].stats;
+  }
+}
+
+// Note [Gradient bucket in one buffer] and Note [Adjacent buffers reduce as
+// one]: the default layout trains exactly like one buffer per gradient.
+TEST_P(DataParallel, BucketBuffersLieBackToBackAndTrainLikeSeparateBuffersBitwise) {
+  GROVE_SEEDED_RNG(rng);
+  Batches batches = random_batches(rng);
+  Hyperparameters hyper;
+  hyper.lr = 1e-3;
+  std::vector<RankResult> separate =
+      train_data_parallel(rank_devices(), "cudagraphs", group("layout.separate"), batches,
+                          OptimizerKind::kAdamW, hyper, /*overlap=*/true, /*contiguous=*/false);
+  std::vector<RankResult> flat =
+      train_data_parallel(rank_devices(), "cudagraphs", group("layout.flat"), batches,
+                          OptimizerKind::kAdamW, hyper, /*overlap=*/true, /*contiguous=*/true);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    SCOPED_TRACE(str_cat("rank ", rank));
+    ASSERT_FALSE(flat[rank].back_to_back.empty());
+    for (bool adjacent : flat[rank].back_to_back) EXPECT_TRUE(adjacent);
+    // One buffer per gradient: the caching allocator's blocks, not one storage.
+    EXPECT_NE(separate[rank].back_to_back,
+              std::vector<bool>(separate[rank].back_to_back.size(), true));
+    EXPECT_TRUE(flat[rank].backward_captured) << flat[rank].stats;
+    EXPECT_EQ(flat[rank].losses, separate[rank].losses);
+    expect_bitwise_params(flat[rank].params, separate[rank].params, "flat vs separate buffers");
   }
 }
 
