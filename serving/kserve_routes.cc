@@ -2,7 +2,9 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 
 #include "serving/errors.h"
 
@@ -12,7 +14,11 @@ KserveRoutes::KserveRoutes(InferenceService& service, std::string model_name, in
     : service_(service),
       model_name_(std::move(model_name)),
       retry_after_s_(retry_after_s),
-      more_metrics_(std::move(more_metrics)) {}
+      more_metrics_(std::move(more_metrics)),
+      answer_futures_([] {
+        const char* value = std::getenv("GROVE_HTTP_ANSWER_FUTURES");
+        return value != nullptr && std::string_view(value) == "1";
+      }()) {}
 
 std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::handle(
     HttpRequest& request, std::function<void()> on_ready) {
@@ -92,7 +98,19 @@ std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::
   }
   std::string().swap(request.body);  // the rows hold the values now
   try {
-    queued->answer = service_.submit_then(std::move(queued->parsed.request), std::move(on_ready));
+    // Note [Answers without a future]: the Queued outlives the call (see handle()).
+    Queued* waiting = queued.get();
+    OnAnswer on_answer = [waiting, on_ready = std::move(on_ready)](RequestAnswer answer) {
+      waiting->answer = std::move(answer);
+      if (on_ready) on_ready();
+    };
+    CheckedRequest rows = std::move(queued->parsed.request);
+    if (answer_futures_) {
+      // GROVE_HTTP_ANSWER_FUTURES=1: through a future, as before.
+      service_.InferenceService::submit_then_answer(std::move(rows), std::move(on_answer));
+    } else {
+      service_.submit_then_answer(std::move(rows), std::move(on_answer));
+    }
   } catch (const QueueFullError& error) {
     HttpResponse response = error_response(503, error.what());
     response.headers.emplace_back("Retry-After", std::to_string(retry_after_s_));
@@ -110,7 +128,10 @@ std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::
 HttpResponse KserveRoutes::finish(Queued& queued) {
   HttpResponse response;
   try {
-    Response answer = queued.answer.get();
+    if (queued.answer.error) std::rethrow_exception(queued.answer.error);
+    GROVE_CHECK(queued.answer.response.has_value(),
+                "KserveRoutes::finish: the request has no answer yet; call it after on_ready");
+    const Response& answer = *queued.answer.response;
     queue_wait_.observe(
         std::chrono::duration<double>(answer.timing.dispatched - answer.timing.submitted).count());
     size_t json_length = 0;
