@@ -192,7 +192,7 @@ void HttpConnection::dispatch() {
       });
     };
     // Note [Answers handed on by a relay].
-    if (AnswerRelay* relay = self->inbox_.relay()) return relay->post(std::move(to_loop));
+    if (AnswerRelay* relay = self->hub_.relay()) return relay->post(std::move(to_loop));
     to_loop();
   };
   auto result = hub_.routes().respond(request, std::move(on_ready));

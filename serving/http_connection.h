@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "serving/answer_relay.h"
 #include "serving/http_answer_inbox.h"
 #include "serving/http_request_parser.h"
 #include "serving/http_routes.h"
@@ -63,6 +64,9 @@ class ConnectionHub {
   // has read and closes.
   void drain_all();
   bool draining() const { return draining_; }
+  // Note [Answers handed on by a relay]: the server's, if it has one.
+  void set_relay(AnswerRelay* relay) { relay_ = relay; }
+  AnswerRelay* relay() const { return relay_; }
 
   std::atomic<uint64_t> responses{0};             // answers written
   std::atomic<uint64_t> responses_after_stop{0};  // of which after drain_all()
@@ -73,6 +77,7 @@ class ConnectionHub {
   HttpRoutes& routes_;
   const ConnectionLimits limits_;
   std::atomic<bool> draining_{false};
+  AnswerRelay* relay_ = nullptr;
   mutable std::mutex mutex_;
   std::unordered_map<const HttpConnection*, std::weak_ptr<HttpConnection>> open_;
 };

@@ -11,7 +11,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -33,62 +32,6 @@ void raise_file_limit() {
   if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
-  }
-}
-
-// Note [Relays for groups of loops]
-// One relay makes every post of every answer to the loops' inboxes, and a
-// post to a sleeping loop is a system call that wakes it: a batch of 64
-// answers spread over 32 loops costs the relay up to 32 wakes, one thread
-// for the whole front. With HttpConfig::answer_relays R (or
-// GROVE_HTTP_ANSWER_RELAYS), loop i's answers go through relay i mod R, so R
-// threads share the wakes. Tests: test_answers_through_several_relays_reach_their_clients,
-// test_answer_relay_count_must_be_a_count (tests/serving/http_server_test.py).
-int answer_relays(const HttpConfig& config) {
-  if (config.answer_relays > 0) return config.answer_relays;
-  const char* value = std::getenv("GROVE_HTTP_ANSWER_RELAYS");
-  if (value == nullptr || *value == '\0') return 1;
-  char* end = nullptr;
-  const long relays = std::strtol(value, &end, 10);
-  GROVE_CHECK_AS(ConfigError, end != value && *end == '\0' && relays >= 1 && relays <= 1024,
-                 "GROVE_HTTP_ANSWER_RELAYS='", value,
-                 "': expected a count of answer relay threads from 1 to 1024");
-  return static_cast<int>(relays);
-}
-
-// Note [Loops that spin before they sleep]
-// A loop with nothing to run sleeps in epoll_wait, and the next request or
-// answer for it wakes it: a system call for the waker and a context switch
-// for the loop, about once per answer on a front with a loop per core.
-// With GROVE_HTTP_LOOP_SPIN_US N a loop that ran out of work polls for
-// more (epoll_wait without waiting) for N us before it sleeps. Off (0) by
-// default. Test: test_spinning_loops_answer_and_drain
-// (tests/serving/http_server_test.py).
-std::chrono::microseconds loop_spin() {
-  const char* value = std::getenv("GROVE_HTTP_LOOP_SPIN_US");
-  if (value == nullptr || *value == '\0') return std::chrono::microseconds(0);
-  char* end = nullptr;
-  const long spin = std::strtol(value, &end, 10);
-  GROVE_CHECK_AS(ConfigError, end != value && *end == '\0' && spin >= 0 && spin <= 1000000,
-                 "GROVE_HTTP_LOOP_SPIN_US='", value,
-                 "': expected microseconds from 0 (sleep at once) to 1000000");
-  return std::chrono::microseconds(spin);
-}
-
-void run_loop(asio::io_context& loop, std::chrono::microseconds spin) {
-  if (spin.count() == 0) {
-    loop.run();
-    return;
-  }
-  using Clock = std::chrono::steady_clock;
-  while (!loop.stopped()) {
-    if (loop.poll() > 0) continue;
-    bool ran = false;
-    for (const Clock::time_point until = Clock::now() + spin;
-         !ran && !loop.stopped() && Clock::now() < until;) {
-      ran = loop.poll() > 0;
-    }
-    if (!ran && !loop.stopped()) loop.run_one();
   }
 }
 
@@ -128,15 +71,11 @@ struct HttpServer::Impl {
       loops.push_back(std::make_unique<asio::io_context>(1));
       loop_work.emplace_back(loops.back()->get_executor());
     }
-    // Note [Answers handed on by a relay]; Note [Relays for groups of loops].
+    inboxes.push_back(std::make_unique<AnswerInbox>(io));
+    for (auto& loop : loops) inboxes.push_back(std::make_unique<AnswerInbox>(*loop));
     if (this->config.answer_relay) {
-      const int count = std::clamp(answer_relays(this->config), 1, threads);
-      for (int r = 0; r < count; ++r) relays.push_back(std::make_unique<AnswerRelay>());
-    }
-    for (int t = 0; t < threads; ++t) {
-      AnswerRelay* relay =
-          relays.empty() ? nullptr : relays[static_cast<size_t>(t) % relays.size()].get();
-      inboxes.push_back(std::make_unique<AnswerInbox>(loop(static_cast<size_t>(t)), relay));
+      relay = std::make_unique<AnswerRelay>();
+      hub.set_relay(relay.get());
     }
   }
 
@@ -160,9 +99,8 @@ struct HttpServer::Impl {
   // After the loops: answers still waiting release their connections while
   // the sockets' loops exist.
   std::vector<std::unique_ptr<AnswerInbox>> inboxes;
-  // After the inboxes: their hand-offs post to them, so the relays end
-  // (running what was handed over) first (Note [Answers handed on by a relay]).
-  std::vector<std::unique_ptr<AnswerRelay>> relays;
+  // After the inboxes: its hand-offs post to them (Note [Answers handed on by a relay]).
+  std::unique_ptr<AnswerRelay> relay;
   size_t next = 0;  // the loop of the next connection (round robin; the acceptor's thread)
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;  // accept again after EMFILE
@@ -286,15 +224,14 @@ int HttpServer::port() const { return impl_->port; }
 
 HttpServeReport HttpServer::serve() {
   Impl& impl = *impl_;
-  const std::chrono::microseconds spin = loop_spin();  // Note [Loops that spin before they sleep]
   std::vector<std::thread> helpers;
   for (auto& loop : impl.loops) {
-    helpers.emplace_back([&loop, spin] {
+    helpers.emplace_back([&loop] {
       pthread_setname_np(pthread_self(), "grove-http");  // for per-thread CPU views
-      run_loop(*loop, spin);
+      loop->run();
     });
   }
-  run_loop(impl.io, spin);
+  impl.io.run();
   for (std::thread& helper : helpers) helper.join();
   GROVE_CHECK(!impl.failure, "HttpServer on ", impl.config.host, ":", impl.port,
               " stopped accepting connections without stop() (", impl.failure.message(), ")");

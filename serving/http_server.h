@@ -58,9 +58,6 @@ struct HttpConfig {
   // a thread of their own rather than from the request reaper's, which
   // delivers them (Note [Answers delivered off the worker]).
   bool answer_relay = true;
-  // Relay threads, each for a group of loops (Note [Relays for groups of
-  // loops], http_server.cc); 0: GROVE_HTTP_ANSWER_RELAYS, else 1.
-  int answer_relays = 0;
   // More Prometheus text for /metrics (the gRPC front's counters), if any.
   std::function<std::string()> more_metrics;
 };

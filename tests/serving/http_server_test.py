@@ -195,34 +195,12 @@ class ServeTest(unittest.TestCase):
             GroveServer("--weights", self.weights, "--max-batch", "8", "--max-wait-us", "2000",
                         "--http-threads", "3", "--no-answer-relay"), 10)
 
-    def test_answers_through_several_relays_reach_their_clients(self):
-        # Note [Relays for groups of loops]: with two relays for three loops
-        # each answer still reaches its own client, from every loop, and
-        # SIGTERM still answers what is queued.
-        self.answer_at_once_then_drain(
-            GroveServer("--weights", self.weights, "--max-batch", "8", "--max-wait-us", "2000",
-                        "--http-threads", "3", env={"GROVE_HTTP_ANSWER_RELAYS": "2"}), 12)
-
     def test_answers_through_futures_reach_their_clients(self):
         # Note [Answers without a future]: GROVE_HTTP_ANSWER_FUTURES=1 takes
         # each answer through a future, as before; every other test without.
         self.answer_at_once_then_drain(
             GroveServer("--weights", self.weights, "--max-batch", "8", "--max-wait-us", "2000",
                         "--http-threads", "3", env={"GROVE_HTTP_ANSWER_FUTURES": "1"}), 12)
-
-    def test_answer_relay_count_must_be_a_count(self):
-        server = GroveServer("--weights", self.weights, expect_ready=False,
-                             env={"GROVE_HTTP_ANSWER_RELAYS": "two"})
-        _, err = server.process.communicate(timeout=240)
-        self.assertNotEqual(server.process.returncode, 0)
-        self.assertIn("GROVE_HTTP_ANSWER_RELAYS='two'", err)
-
-    def test_spinning_loops_answer_and_drain(self):
-        # Note [Loops that spin before they sleep]: loops that poll before
-        # they sleep answer every client and still end on SIGTERM.
-        self.answer_at_once_then_drain(
-            GroveServer("--weights", self.weights, "--max-batch", "8", "--max-wait-us", "2000",
-                        "--http-threads", "3", env={"GROVE_HTTP_LOOP_SPIN_US": "200"}), 12)
 
     def test_malformed_bodies_are_400_naming_the_field(self):
         cases = [
