@@ -2,9 +2,7 @@
 
 #include <charconv>
 #include <chrono>
-#include <cstdlib>
 #include <optional>
-#include <string_view>
 
 #include "serving/errors.h"
 
@@ -14,11 +12,7 @@ KserveRoutes::KserveRoutes(InferenceService& service, std::string model_name, in
     : service_(service),
       model_name_(std::move(model_name)),
       retry_after_s_(retry_after_s),
-      more_metrics_(std::move(more_metrics)),
-      answer_futures_([] {
-        const char* value = std::getenv("GROVE_HTTP_ANSWER_FUTURES");
-        return value != nullptr && std::string_view(value) == "1";
-      }()) {}
+      more_metrics_(std::move(more_metrics)) {}
 
 std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::handle(
     HttpRequest& request, std::function<void()> on_ready) {
@@ -104,13 +98,7 @@ std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::
       waiting->answer = std::move(answer);
       if (on_ready) on_ready();
     };
-    CheckedRequest rows = std::move(queued->parsed.request);
-    if (answer_futures_) {
-      // GROVE_HTTP_ANSWER_FUTURES=1: through a future, as before.
-      service_.InferenceService::submit_then_answer(std::move(rows), std::move(on_answer));
-    } else {
-      service_.submit_then_answer(std::move(rows), std::move(on_answer));
-    }
+    service_.submit_then_answer(std::move(queued->parsed.request), std::move(on_answer));
   } catch (const QueueFullError& error) {
     HttpResponse response = error_response(503, error.what());
     response.headers.emplace_back("Retry-After", std::to_string(retry_after_s_));

@@ -80,9 +80,6 @@ class KserveRoutes : public HttpRoutes {
   const std::string model_name_;
   const int retry_after_s_;
   const std::function<std::string()> more_metrics_;
-  // Note [Answers without a future]: GROVE_HTTP_ANSWER_FUTURES=1 takes each
-  // answer through a future and on_ready, as before (the A/B).
-  const bool answer_futures_;
   std::atomic<bool> stopping_{false};
   LatencyHistogram request_latency_;
   LatencyHistogram queue_wait_;

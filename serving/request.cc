@@ -23,7 +23,12 @@ namespace grove::serving {
 // at 1.5-2.2 us per answer, beside the worker at 85-88%: the serial stages
 // were the front's limit. So a front may submit with an OnAnswer instead
 // (InferenceService::submit_then_answer): the reaper hands it the response
-// (or the error) itself, and no promise is set. Tests:
+// (or the error) itself, and no promise is set. The HTTP front does: r2 of
+// session 22 (same host, 640,000/s offered, two alternated pairs against
+// the same binary taking each answer through a future) measured 345,136 and
+// 350,700 JSON and 475,681 and 443,632 binary answers/s against 343,208 and
+// 338,056, 442,453 and 427,203, the reaper at 1.3 us per answer (44-59%
+// busy) against 2.2-2.3 us (76-93%). Tests:
 // ServerTest.AnswersWithoutAFutureReachTheirCallback, KserveRoutes.* (the
 // default submit_then_answer over a future), every HTTP test
 // (tests/serving/http_server_test.py, http_abuse_test.py).

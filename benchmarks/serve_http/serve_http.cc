@@ -113,14 +113,16 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--grpc-connections", "K",
                    "calls in flight at most on each gRPC client's channel (default 4)"});
   flags.push_back({"--http-threads", "N",
-                   "threads of the HTTP front, each an event loop (default 0: the cores)"});
+                   "threads of the HTTP front, each an event loop (default 0: one per core up to "
+                   "16 cores, three quarters of the cores past that; Note [Load clients sized for "
+                   "a shared host])"});
   flags.push_back({"--grpc-answer-threads", "N",
                    "threads of the gRPC front that write answers (GrpcConfig::answer_threads; "
                    "default 0: a quarter of the cores)"});
   flags.push_back({"--grpc-completion-queues", "N",
                    "ModelInfer through N completion queues of gRPC's async API, a thread each "
                    "(GrpcConfig::completion_queues; 0: the callback API; default: "
-                   "GROVE_GRPC_COMPLETION_QUEUES, else an eighth of the cores, 2 to 8)"});
+                   "GROVE_GRPC_COMPLETION_QUEUES, else a quarter of the cores, 2 to 16)"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
@@ -182,6 +184,14 @@ struct Options : LoadOptions {
   // 138,627 (r1). So HTTP defaults to 8 clients x 64 connections (512 in
   // flight, as before). gRPC keeps 64 clients of 4 calls in flight: 16
   // clients of 16 answered 67,666/s where 64 of 4 answered 87,895.
+  // On the 32-core H200 host of session 22 (max batch 64, cudagraphs, one
+  // request each round) 32 loops, one per core, left too little beside the
+  // 8 client threads, the worker, the request reaper and the relay: 24
+  // loops answered 395,359 (JSON) and 520,855 (binary) a second where 32
+  // answered 338,056-350,700 and 427,203-475,681 in four runs of the same
+  // request (r2, 640,000/s offered), the loops 78% and 63% busy, and 16
+  // loops 315,074 and 443,215 against 359,649 and 469,739 (r1). So past 16
+  // cores the front gets three quarters of them (default_http_threads()).
   int64_t clients = 8;
   int64_t connections = 64;  // per client (Note [Requests in flight per client])
   int64_t grpc_clients = 64;
@@ -495,6 +505,13 @@ RunResult hold_and_run(const serving::HttpServer& http, const serving::Server& s
   return held;
 }
 
+// Note [Load clients sized for a shared host]: one loop per core up to 16
+// cores, three quarters of the cores past that (24 of 32).
+int64_t default_http_threads() {
+  const int64_t cores = std::max<int64_t>(2, std::thread::hardware_concurrency());
+  return cores > 16 ? cores * 3 / 4 : cores;
+}
+
 Options parse_options(const FlagValues& flags) {
   Options options;
   static_cast<LoadOptions&>(options) = parse_load(kName, flags, kLoad);
@@ -514,9 +531,7 @@ Options parse_options(const FlagValues& flags) {
   options.grpc_clients = flags.integer("--grpc-clients", options.grpc_clients, 1, 1024);
   options.grpc_connections = flags.integer("--grpc-connections", options.grpc_connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
-  if (options.http_threads == 0) {
-    options.http_threads = std::max<int64_t>(2, std::thread::hardware_concurrency());
-  }
+  if (options.http_threads == 0) options.http_threads = default_http_threads();
   options.grpc_answer_threads = flags.integer("--grpc-answer-threads", 0, 0, 256);
   if (flags.has("--grpc-completion-queues")) {
     options.grpc_completion_queues = flags.integer("--grpc-completion-queues", 0, 0, 256);

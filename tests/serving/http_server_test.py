@@ -195,13 +195,6 @@ class ServeTest(unittest.TestCase):
             GroveServer("--weights", self.weights, "--max-batch", "8", "--max-wait-us", "2000",
                         "--http-threads", "3", "--no-answer-relay"), 10)
 
-    def test_answers_through_futures_reach_their_clients(self):
-        # Note [Answers without a future]: GROVE_HTTP_ANSWER_FUTURES=1 takes
-        # each answer through a future, as before; every other test without.
-        self.answer_at_once_then_drain(
-            GroveServer("--weights", self.weights, "--max-batch", "8", "--max-wait-us", "2000",
-                        "--http-threads", "3", env={"GROVE_HTTP_ANSWER_FUTURES": "1"}), 12)
-
     def test_malformed_bodies_are_400_naming_the_field(self):
         cases = [
             ("not json", "not valid JSON"),
