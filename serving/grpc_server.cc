@@ -75,9 +75,14 @@ using Grpc = inference::GRPCInferenceService;
 // callback API, and answers still leave from the answer pool. r1 of session
 // 21 (H100 host, 32 cores, max batch 16, cudagraphs, 320,000/s offered):
 // callback 67,370 calls/s at 119.0 us of front CPU per call; 8 queues 88,465
-// (91.5 us); 4 queues 110,972 (80.7 us). N is GrpcConfig::completion_queues,
-// else GROVE_GRPC_COMPLETION_QUEUES, else an eighth of the cores (2 to 8);
-// 0 is the callback API for every RPC, as before.
+// (91.5 us); 4 queues 110,972 (80.7 us). On session 22's 32-core H200 host
+// (cudagraphs, one request each round) 8 queues answered more than 4 every
+// time: max batch 64, 192,376 against 152,886 (r1, 480,000/s offered) and
+// 195,081 against 151,085 (r2, 640,000/s; 16 queues 206,898), max batch 16
+// 185,258 against 171,425 (r2), the 4 queues' threads 78-79% busy. So N is
+// GrpcConfig::completion_queues, else GROVE_GRPC_COMPLETION_QUEUES, else a
+// quarter of the cores (2 to 16; an eighth, 2 to 8, before); 0 is the
+// callback API for every RPC, as before.
 // A call is a QueuedInfer: requested on a queue, received (a new one is
 // requested at once), submitted, finished, then deleted by its queue's
 // thread. On stop, gRPC's shutdown completes every requested call with
@@ -96,8 +101,8 @@ int completion_queues_from(const GrpcConfig& config) {
   if (config.completion_queues >= 0) return config.completion_queues;
   const char* value = std::getenv("GROVE_GRPC_COMPLETION_QUEUES");
   if (value == nullptr || *value == '\0') {
-    // An eighth of the cores, 2 to 8: 4 on the 32-core host that measured it.
-    return static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 8, 2u, 8u));
+    // A quarter of the cores, 2 to 16: 8 on the 32-core hosts that measured it.
+    return static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 16u));
   }
   char* end = nullptr;
   const long queues = std::strtol(value, &end, 10);

@@ -65,7 +65,7 @@ struct GrpcConfig {
   // ModelInfer through this many completion queues of gRPC's async API, a
   // thread each (Note [gRPC infer on completion queues], grpc_server.cc); 0:
   // the callback API, as every other RPC; -1: GROVE_GRPC_COMPLETION_QUEUES,
-  // else an eighth of the cores (2 to 8).
+  // else a quarter of the cores (2 to 16).
   int completion_queues = -1;
 };
 

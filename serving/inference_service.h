@@ -35,6 +35,11 @@ class InferenceService {
                                             std::function<void()> on_ready) {
     return submit_then(std::move(request).release(), std::move(on_ready));
   }
+  // Queues `request` like submit_then(), and hands its answer to `on_answer`
+  // instead of setting a future (Note [Answers without a future],
+  // request.cc); throws as submit() does, calling nothing. By default
+  // through submit_then().
+  virtual void submit_then_answer(CheckedRequest request, OnAnswer on_answer);
   virtual const ModelSignature& signature() const = 0;
   virtual int64_t max_batch() const = 0;
   // Counters since the service started (monotonic, as Prometheus wants them).

@@ -92,7 +92,13 @@ std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::
   }
   std::string().swap(request.body);  // the rows hold the values now
   try {
-    queued->answer = service_.submit_then(std::move(queued->parsed.request), std::move(on_ready));
+    // Note [Answers without a future]: the Queued outlives the call (see handle()).
+    Queued* waiting = queued.get();
+    OnAnswer on_answer = [waiting, on_ready = std::move(on_ready)](RequestAnswer answer) {
+      waiting->answer = std::move(answer);
+      if (on_ready) on_ready();
+    };
+    service_.submit_then_answer(std::move(queued->parsed.request), std::move(on_answer));
   } catch (const QueueFullError& error) {
     HttpResponse response = error_response(503, error.what());
     response.headers.emplace_back("Retry-After", std::to_string(retry_after_s_));
@@ -110,7 +116,10 @@ std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::
 HttpResponse KserveRoutes::finish(Queued& queued) {
   HttpResponse response;
   try {
-    Response answer = queued.answer.get();
+    if (queued.answer.error) std::rethrow_exception(queued.answer.error);
+    GROVE_CHECK(queued.answer.response.has_value(),
+                "KserveRoutes::finish: the request has no answer yet; call it after on_ready");
+    const Response& answer = *queued.answer.response;
     queue_wait_.observe(
         std::chrono::duration<double>(answer.timing.dispatched - answer.timing.submitted).count());
     size_t json_length = 0;

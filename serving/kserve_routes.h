@@ -46,13 +46,16 @@ class KserveRoutes : public HttpRoutes {
   // An infer request in the batching queue.
   struct Queued : HttpRoutes::Pending {
     InferRequest parsed;  // its rows moved into the queue; id and outputs kept
-    std::future<Response> answer;
+    // Set on the thread that delivers answers, before on_ready is called
+    // (Note [Answers without a future]).
+    RequestAnswer answer;
     Clock::time_point received;
   };
   // The answer to `request`, or its queued infer: then `on_ready` is called
   // (on a worker's thread; it must only hand the work on) once finish() can
-  // answer without waiting. Never throws for anything a client sends. The
-  // request's body is released once parsed.
+  // answer without waiting, and the Queued must live until then. Never
+  // throws for anything a client sends. The request's body is released once
+  // parsed.
   std::variant<HttpResponse, std::unique_ptr<Queued>> handle(HttpRequest& request,
                                                              std::function<void()> on_ready);
   HttpResponse finish(Queued& queued);

@@ -82,6 +82,12 @@ std::future<Response> ReplanningServer::submit_then(CheckedRequest request,
   return server_->submit_then(std::move(request), std::move(on_ready));
 }
 
+void ReplanningServer::submit_then_answer(CheckedRequest request, OnAnswer on_answer) {
+  // Note [Switching servers]: queued while the lock is held.
+  std::shared_lock<std::shared_mutex> lock(switch_mutex_);
+  server_->submit_then_answer(std::move(request), std::move(on_answer));
+}
+
 std::future<Response> ReplanningServer::submit_then(Request request,
                                                     std::function<void()> on_ready) {
   // Note [Switching servers]: queued while the lock is held.

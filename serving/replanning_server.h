@@ -67,6 +67,7 @@ class ReplanningServer : public InferenceService {
 
   std::future<Response> submit(Request request) override;
   std::future<Response> submit_then(Request request, std::function<void()> on_ready) override;
+  void submit_then_answer(CheckedRequest request, OnAnswer on_answer) override;
   std::future<Response> submit_then(CheckedRequest request,
                                     std::function<void()> on_ready) override;
   const ModelSignature& signature() const override { return signature_; }

@@ -44,6 +44,17 @@ struct Response {
   RequestTiming timing;
 };
 
+// A request's answer handed to a front without a future (Note [Answers
+// without a future], request.cc): its response, or the error its batch met
+// (or RequestCancelledError).
+struct RequestAnswer {
+  std::optional<Response> response;
+  std::exception_ptr error;
+};
+// Called once with the answer, on the thread that delivers answers (the
+// request reaper's): it must only hand the answer on, never block.
+using OnAnswer = std::function<void(RequestAnswer answer)>;
+
 // A request the server accepted, waiting for (or in) a batch.
 struct PendingRequest {
   Request request;
@@ -53,13 +64,15 @@ struct PendingRequest {
   std::promise<Response> promise;
   // Called once the promise is set (Note [Answers without a waiting thread]).
   std::function<void()> on_ready;
+  // Set instead of the promise and on_ready: Note [Answers without a future].
+  OnAnswer on_answer;
   // The worker's answer, which the request reaper delivers (Note [Answers
   // delivered off the worker]): the response, or the error its batch met.
   std::optional<Response> response;
   std::exception_ptr error;
 };
 
-// Sets the request's promise, then calls its on_ready.
+// Sets the request's promise, then calls its on_ready; or calls its on_answer.
 void answer_request(PendingRequest& request, Response response);
 void fail_request(PendingRequest& request, std::exception_ptr error);
 // answer_request() with the request's response, or fail_request() with its

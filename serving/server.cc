@@ -83,16 +83,33 @@ std::future<Response> Server::submit_then(Request request, std::function<void()>
 }
 
 std::future<Response> Server::submit_then(CheckedRequest request, std::function<void()> on_ready) {
+  PendingRequest pending = pending_for(std::move(request));
+  pending.on_ready = std::move(on_ready);
+  std::future<Response> future = pending.promise.get_future();
+  enqueue(std::move(pending));
+  return future;
+}
+
+void Server::submit_then_answer(CheckedRequest request, OnAnswer on_answer) {
+  // Note [Answers without a future].
+  PendingRequest pending = pending_for(std::move(request));
+  pending.on_answer = std::move(on_answer);
+  enqueue(std::move(pending));
+}
+
+PendingRequest Server::pending_for(CheckedRequest request) {
   // Note [Requests checked once]: only a check gives a request rows.
   GROVE_CHECK(request.rows() >= 1,
               "Server: a CheckedRequest without rows was submitted; "
               "build one with ModelSignature::check_request");
   PendingRequest pending;
-  pending.on_ready = std::move(on_ready);
   pending.rows = request.rows();
   pending.request = std::move(request).release();
   pending.id = next_id_++;
-  std::future<Response> future = pending.promise.get_future();
+  return pending;
+}
+
+void Server::enqueue(PendingRequest pending) {
   // Counted before the push: a worker may answer the request before push() returns.
   stats_.submitted();
   try {
@@ -104,7 +121,6 @@ std::future<Response> Server::submit_then(CheckedRequest request, std::function<
     stats_.not_queued(/*queue_full=*/false);
     throw;
   }
-  return future;
 }
 
 ServerStats Server::stats() const {

@@ -56,6 +56,7 @@ class Server : public InferenceService {
   std::future<Response> submit_then(Request request, std::function<void()> on_ready) override;
   std::future<Response> submit_then(CheckedRequest request,
                                     std::function<void()> on_ready) override;
+  void submit_then_answer(CheckedRequest request, OnAnswer on_answer) override;
 
   // Stops taking requests and waits for the workers. kDrain runs every queued
   // request (batches are not held back for max_wait); kCancel sets every
@@ -77,6 +78,10 @@ class Server : public InferenceService {
   std::vector<WorkerSnapshot> backend_snapshots() const override;
 
  private:
+  // A checked request as the queue holds it, and its push, counted.
+  PendingRequest pending_for(CheckedRequest request);
+  void enqueue(PendingRequest pending);
+
   ServerConfig config_;
   ModelSignature signature_;
   RequestQueue queue_;

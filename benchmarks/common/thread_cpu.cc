@@ -73,4 +73,26 @@ double cpu_ns_between(const ThreadCpu& before, const ThreadCpu& after, const std
   return total;
 }
 
+std::vector<ThreadGroupCpu> cpu_by_name(const ThreadCpu& before, const ThreadCpu& after) {
+  std::map<std::string, ThreadGroupCpu> groups;
+  for (const auto& [tid, thread] : after) {
+    const auto earlier = before.find(tid);
+    const uint64_t from = earlier != before.end() && earlier->second.first == thread.first
+                              ? earlier->second.second
+                              : 0;
+    const double used = static_cast<double>(thread.second - std::min(thread.second, from));
+    if (used <= 0) continue;
+    ThreadGroupCpu& group = groups[thread.first];
+    group.name = thread.first;
+    group.threads += 1;
+    group.ns += used;
+    group.busiest_ns = std::max(group.busiest_ns, used);
+  }
+  std::vector<ThreadGroupCpu> sorted;
+  for (auto& [name, group] : groups) sorted.push_back(std::move(group));
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ThreadGroupCpu& a, const ThreadGroupCpu& b) { return a.ns > b.ns; });
+  return sorted;
+}
+
 }  // namespace grove::benchmarks

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace grove::benchmarks {
 
@@ -30,5 +31,17 @@ std::map<int, ThreadTimes> thread_times();
 // CPU nanoseconds between two snapshots of the threads named `name` (a thread
 // not in `before` counts from zero; one gone from `after` counts nothing).
 double cpu_ns_between(const ThreadCpu& before, const ThreadCpu& after, const std::string& name);
+
+// The threads of one name between two snapshots: how many ran, their CPU
+// nanoseconds together, and the busiest one's (a thread that is alone in its
+// stage of a pipeline limits it once its CPU nears the wall time).
+struct ThreadGroupCpu {
+  std::string name;
+  int threads = 0;
+  double ns = 0;
+  double busiest_ns = 0;
+};
+// Every name's group, most CPU first (threads that used none left out).
+std::vector<ThreadGroupCpu> cpu_by_name(const ThreadCpu& before, const ThreadCpu& after);
 
 }  // namespace grove::benchmarks

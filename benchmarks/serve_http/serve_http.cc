@@ -79,6 +79,7 @@
 #include "benchmarks/serve_http/host_load.h"
 #include "benchmarks/serve_http/http_load_client.h"
 #include "benchmarks/serve_http/load_loop.h"
+#include "benchmarks/serve_http/queue_probe.h"
 #include "benchmarks/serve_http/tail_timeline.h"
 #include "runtime/device_context.h"
 #include "serving/bucket_plan.h"
@@ -112,14 +113,16 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--grpc-connections", "K",
                    "calls in flight at most on each gRPC client's channel (default 4)"});
   flags.push_back({"--http-threads", "N",
-                   "threads of the HTTP front, each an event loop (default 0: the cores)"});
+                   "threads of the HTTP front, each an event loop (default 0: one per core up to "
+                   "16 cores, three quarters of the cores past that; Note [Load clients sized for "
+                   "a shared host])"});
   flags.push_back({"--grpc-answer-threads", "N",
                    "threads of the gRPC front that write answers (GrpcConfig::answer_threads; "
                    "default 0: a quarter of the cores)"});
   flags.push_back({"--grpc-completion-queues", "N",
                    "ModelInfer through N completion queues of gRPC's async API, a thread each "
                    "(GrpcConfig::completion_queues; 0: the callback API; default: "
-                   "GROVE_GRPC_COMPLETION_QUEUES, else an eighth of the cores, 2 to 8)"});
+                   "GROVE_GRPC_COMPLETION_QUEUES, else a quarter of the cores, 2 to 16)"});
   flags.push_back({"--no-answer-relay", "",
                    "answers reach the HTTP loops from the request reaper's thread, which "
                    "delivers them, not through a thread of their own (Note [Answers handed on by "
@@ -181,6 +184,14 @@ struct Options : LoadOptions {
   // 138,627 (r1). So HTTP defaults to 8 clients x 64 connections (512 in
   // flight, as before). gRPC keeps 64 clients of 4 calls in flight: 16
   // clients of 16 answered 67,666/s where 64 of 4 answered 87,895.
+  // On the 32-core H200 host of session 22 (max batch 64, cudagraphs, one
+  // request each round) 32 loops, one per core, left too little beside the
+  // 8 client threads, the worker, the request reaper and the relay: 24
+  // loops answered 395,359 (JSON) and 520,855 (binary) a second where 32
+  // answered 338,056-350,700 and 427,203-475,681 in four runs of the same
+  // request (r2, 640,000/s offered), the loops 78% and 63% busy, and 16
+  // loops 315,074 and 443,215 against 359,649 and 469,739 (r1). So past 16
+  // cores the front gets three quarters of them (default_http_threads()).
   int64_t clients = 8;
   int64_t connections = 64;  // per client (Note [Requests in flight per client])
   int64_t grpc_clients = 64;
@@ -257,6 +268,11 @@ struct RunResult {
   // The front's threads: the part of their CPU in user space (the rest in the
   // kernel) and their voluntary context switches per answer (Note [CPU per request]).
   double front_user_share = 0, front_switches_per_answer = 0;
+  // Note [Where the front's time went]: CPU by thread name over the run's
+  // wall time, and the server's queue as the probe saw it.
+  std::vector<ThreadGroupCpu> cpu_groups;
+  double cpu_wall_s = 0;
+  QueueProbe::Report queue;
   std::optional<LatencySummary> latency;
   double mean_batch_rows = 0;
   // Where the worker's time went per batch, µs (ServerStats::worker_launch_ns...).
@@ -293,6 +309,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   result.offered_rate = rate;
   const serving::ServerStats before = server.stats();
   const ThreadCpu cpu_before = thread_cpu_ns();
+  const Clock::time_point cpu_wall_before = Clock::now();
   const std::map<int, ThreadTimes> times_before = thread_times();
   const double window_s = static_cast<double>(options.duration_ms) * 1e-3;
   // Connected before the window opens, one at a time: a burst of connects
@@ -319,7 +336,8 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
     }
   }
   const Clock::time_point start = Clock::now() + std::chrono::milliseconds(20);
-  StallProbe probe;  // Note [Where the tail arrived]
+  StallProbe probe;                // Note [Where the tail arrived]
+  QueueProbe queue_probe(server);  // Note [Where the front's time went]
   HostLoad host_load;
   result.start = start;
   std::vector<ClientTally> tallies(static_cast<size_t>(options.clients));
@@ -355,6 +373,7 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
     result.errors += 1;
   }
   result.stalls = describe(probe.stop(), start);
+  result.queue = queue_probe.stop();
   result.host_load = host_load.describe();
   std::vector<double> latencies_us;
   std::vector<double> arrival_ms;  // empty unless every tally has its arrivals (HTTP)
@@ -383,7 +402,10 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
   result.sent_rate = static_cast<double>(sent_in_window) / window_s;
   // Note [CPU per request].
   double front_ns = 0, worker_ns = 0;
-  for (const auto& [tid, thread] : thread_cpu_ns()) {
+  const ThreadCpu cpu_after = thread_cpu_ns();
+  result.cpu_wall_s = std::chrono::duration<double>(Clock::now() - cpu_wall_before).count();
+  result.cpu_groups = cpu_by_name(cpu_before, cpu_after);
+  for (const auto& [tid, thread] : cpu_after) {
     const auto earlier = cpu_before.find(tid);
     const uint64_t before_ns = earlier != cpu_before.end() && earlier->second.first == thread.first
                                    ? earlier->second.second
@@ -391,14 +413,15 @@ RunResult run_load(const serving::Server& server, int port, const std::string& e
     const double used = static_cast<double>(thread.second - std::min(thread.second, before_ns));
     if (thread.first == "grove-worker") {
       worker_ns += used;
-    } else if (thread.first != "load-client" && thread.first != "stall-probe") {
+    } else if (thread.first != "load-client" && thread.first != "stall-probe" &&
+               thread.first != "queue-probe") {
       front_ns += used;
     }
   }
   uint64_t front_user = 0, front_kernel = 0, front_switches = 0;
   for (const auto& [tid, thread] : thread_times()) {
     if (thread.name == "grove-worker" || thread.name == "load-client" ||
-        thread.name == "stall-probe") {
+        thread.name == "stall-probe" || thread.name == "queue-probe") {
       continue;
     }
     const auto earlier = times_before.find(tid);
@@ -482,6 +505,13 @@ RunResult hold_and_run(const serving::HttpServer& http, const serving::Server& s
   return held;
 }
 
+// Note [Load clients sized for a shared host]: one loop per core up to 16
+// cores, three quarters of the cores past that (24 of 32).
+int64_t default_http_threads() {
+  const int64_t cores = std::max<int64_t>(2, std::thread::hardware_concurrency());
+  return cores > 16 ? cores * 3 / 4 : cores;
+}
+
 Options parse_options(const FlagValues& flags) {
   Options options;
   static_cast<LoadOptions&>(options) = parse_load(kName, flags, kLoad);
@@ -501,9 +531,7 @@ Options parse_options(const FlagValues& flags) {
   options.grpc_clients = flags.integer("--grpc-clients", options.grpc_clients, 1, 1024);
   options.grpc_connections = flags.integer("--grpc-connections", options.grpc_connections, 1, 64);
   options.http_threads = flags.integer("--http-threads", 0, 0, 1024);
-  if (options.http_threads == 0) {
-    options.http_threads = std::max<int64_t>(2, std::thread::hardware_concurrency());
-  }
+  if (options.http_threads == 0) options.http_threads = default_http_threads();
   options.grpc_answer_threads = flags.integer("--grpc-answer-threads", 0, 0, 256);
   if (flags.has("--grpc-completion-queues")) {
     options.grpc_completion_queues = flags.integer("--grpc-completion-queues", 0, 0, 256);
@@ -636,6 +664,42 @@ std::vector<HeldVerdict> held_verdicts(const std::vector<RunResult>& runs) {
   return verdicts;
 }
 
+// Note [Where the front's time went]
+// A saturated run is limited by whatever stage of the path runs out first:
+// the front's loops, one of the single threads between the worker and the
+// loops (the request reaper, the answer relay), the worker itself, or the
+// clients. So each saturated run prints its CPU by thread name, per answer
+// and as the busiest thread's share of the run's wall time (a single thread
+// near 100% is the limit whatever the other cores do), and how many
+// requests the probe found waiting in the server's queue and unanswered in
+// the server, of the clients' connections (--clients x --connections, one
+// request each): what is not in the server is being read, answered or
+// written by the front, or is on its way back to a client.
+void print_where_time_went(const std::vector<RunResult>& runs) {
+  bool header = false;
+  for (const RunResult& run : runs) {
+    if (!run.saturated() || run.loaded || run.answered == 0 || run.cpu_wall_s <= 0) continue;
+    if (!header)
+      std::printf(
+          "\nwhere the time went in saturated runs (Note [Where the front's time went]):\n");
+    header = true;
+    std::string groups;
+    int shown = 0;
+    for (const ThreadGroupCpu& group : run.cpu_groups) {
+      if (shown++ == 8) break;
+      groups += str_cat(groups.empty() ? "" : "; ", group.name, " x", group.threads, " ",
+                        format_fixed(group.ns * 1e-3 / static_cast<double>(run.answered), 1),
+                        " us/answer, busiest ",
+                        format_fixed(100.0 * group.busiest_ns * 1e-9 / run.cpu_wall_s, 0), "%");
+    }
+    std::printf("  %lld %s %s %.0f/s: queued %.0f (max %llu), in the server %.0f; %s\n",
+                static_cast<long long>(run.max_batch), run.backend.c_str(), run.encoding.c_str(),
+                run.offered_rate, run.queue.mean_queued,
+                static_cast<unsigned long long>(run.queue.max_queued), run.queue.mean_pending,
+                groups.c_str());
+  }
+}
+
 void print_tables(const std::vector<RunResult>& runs, const Options& options) {
   Table table({{"max batch", Align::kRight},
                {"backend"},
@@ -671,6 +735,7 @@ void print_tables(const std::vector<RunResult>& runs, const Options& options) {
                    run.loaded ? held : ""});
   }
   std::fputs(table.render().c_str(), stdout);
+  print_where_time_went(runs);
   for (const RunResult& run : runs) {
     if (run.errors == 0) continue;
     std::printf("  errors at max batch %lld, %s, %s, %.0f/s: first: %s\n",
@@ -787,6 +852,10 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
           {"voluntary_switches_per_answer", run.front_switches_per_answer}}},
         {"worker_us_per_batch",
          {{"launch", run.launch_us}, {"wait", run.wait_us}, {"answer", run.answer_us}}},
+        {"server_queue",
+         {{"mean_queued", run.queue.mean_queued},
+          {"max_queued", run.queue.max_queued},
+          {"mean_pending", run.queue.mean_pending}}},
         {"rejected", run.rejected},
         {"errors", run.errors},
         {"mean_batch_rows", run.mean_batch_rows},
@@ -797,6 +866,16 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
                                  : nlohmann::json()}};
     if (!run.first_error.empty()) entry["first_error"] = run.first_error;
     entry["repeat"] = run.repeat;
+    // Note [Where the front's time went].
+    nlohmann::json groups = nlohmann::json::array();
+    for (const ThreadGroupCpu& group : run.cpu_groups) {
+      groups.push_back(
+          {{"name", group.name},
+           {"threads", group.threads},
+           {"cpu_s", group.ns * 1e-9},
+           {"busiest_share", run.cpu_wall_s > 0 ? group.busiest_ns * 1e-9 / run.cpu_wall_s : 0}});
+    }
+    entry["cpu_by_thread_name"] = groups;
     // Note [Where the tail arrived].
     entry["host_wakeups"] = run.stalls;
     entry["host_load"] = run.host_load;

@@ -529,13 +529,13 @@ TEST(GrpcServer, CompletionQueuesAnswerCallsFromThreadsOfTheirOwn) {
 }
 
 // Without a count in the config, the queues are GROVE_GRPC_COMPLETION_QUEUES's
-// (0 in grpc_server_callback_test: no queue thread) or an eighth of the cores, 2 to 8.
-TEST(GrpcServer, QueueCountDefaultsToTheEnvironmentOrAnEighthOfTheCores) {
+// (0 in grpc_server_callback_test: no queue thread) or a quarter of the cores, 2 to 16.
+TEST(GrpcServer, QueueCountDefaultsToTheEnvironmentOrAQuarterOfTheCores) {
   const char* from_environment = std::getenv("GROVE_GRPC_COMPLETION_QUEUES");
   const int expected =
       from_environment
           ? std::atoi(from_environment)
-          : static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 8, 2u, 8u));
+          : static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 16u));
   DoublingService service;
   const int before = threads_named("grpc-queue");
   GrpcServer server(service, {.model_name = "m", .port = 0});

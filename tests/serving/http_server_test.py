@@ -159,15 +159,11 @@ class ServeTest(unittest.TestCase):
         batches = self.metric("grove_batches_total") - before
         self.assertLess(batches, len(slices), "concurrent requests were never batched together")
 
-    def test_without_answer_relay_each_client_gets_its_rows_and_drains(self):
-        # Note [Answers handed on by a relay]: every other test goes through
-        # the relay; without it the worker posts to the event loops itself,
-        # and each answer is still its own client's, in every loop, and
-        # SIGTERM still answers what is queued.
-        server = GroveServer("--weights", self.weights, "--max-batch", "8",
-                             "--max-wait-us", "2000", "--http-threads", "3", "--no-answer-relay")
-        results = [None] * 10
-        barrier = threading.Barrier(len(results))
+    def answer_at_once_then_drain(self, server, count):
+        """`count` clients post one row each at once to `server`: each gets its
+        own row's answer; SIGTERM then exits 0 having answered them all."""
+        results = [None] * count
+        barrier = threading.Barrier(count)
 
         def client(i):
             barrier.wait()
@@ -175,7 +171,7 @@ class ServeTest(unittest.TestCase):
                                        timeout=60)
 
         try:
-            threads = [threading.Thread(target=client, args=(i,)) for i in range(len(results))]
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(count)]
             for t in threads:
                 t.start()
             for t in threads:
@@ -188,7 +184,16 @@ class ServeTest(unittest.TestCase):
         finally:
             status, out, err = server.stop()
         self.assertEqual(status, 0, err)
-        self.assertIn("stopped: 10 requests answered", out)
+        self.assertIn(f"stopped: {count} requests answered", out)
+
+    def test_without_answer_relay_each_client_gets_its_rows_and_drains(self):
+        # Note [Answers handed on by a relay]: every other test goes through
+        # the relay; without it the worker posts to the event loops itself,
+        # and each answer is still its own client's, in every loop, and
+        # SIGTERM still answers what is queued.
+        self.answer_at_once_then_drain(
+            GroveServer("--weights", self.weights, "--max-batch", "8", "--max-wait-us", "2000",
+                        "--http-threads", "3", "--no-answer-relay"), 10)
 
     def test_malformed_bodies_are_400_naming_the_field(self):
         cases = [

@@ -138,12 +138,14 @@ TEST(KserveRoutes, RefusalsOfTheServiceKeepTheirStatus) {
   HttpRequest failing = request("POST", kInfer, kBody);
   auto queued = routes.handle(failing, nullptr);
   service.promise.set_exception(std::make_exception_ptr(std::runtime_error("device lost")));
+  service.on_ready();  // finish() answers once on_ready has run
   HttpResponse failed = routes.finish(*std::get<std::unique_ptr<KserveRoutes::Queued>>(queued));
   EXPECT_EQ(failed.status, 500);
   EXPECT_NE(failed.body.find("the batch failed: device lost"), std::string::npos);
   HttpRequest cancelled = request("POST", kInfer, kBody);
   queued = routes.handle(cancelled, nullptr);
   service.promise.set_exception(std::make_exception_ptr(RequestCancelledError("cancelled")));
+  service.on_ready();
   EXPECT_EQ(routes.finish(*std::get<std::unique_ptr<KserveRoutes::Queued>>(queued)).status, 503);
 
   routes.set_stopping();

@@ -22,10 +22,11 @@ NAME = "mlp16x512"
 class GroveServer:
     """A `grove serve` child process and its base URL."""
 
-    def __init__(self, *args, expect_ready=True, model=MLP, device="sim"):
+    def __init__(self, *args, expect_ready=True, model=MLP, device="sim", env=None):
         self.process = subprocess.Popen(
             [GROVE, "serve", model, "--device", device, "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=None if env is None else {**os.environ, **env})
         self.lines = []
         self.url = None
         self.grpc_target = None  # host:port with --grpc-port

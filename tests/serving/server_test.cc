@@ -6,9 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "tests/common/test_util.h"
@@ -329,6 +333,85 @@ TEST_P(ServerTest, ACheckedRequestIsServedAndAnUncheckedOneRefused) {
   }
   EXPECT_EQ(server.stats().submitted, 1u);
   EXPECT_EQ(server.stats().completed, 1u);
+}
+
+// Note [Answers without a future]: a request submitted with an OnAnswer gets
+// exactly its own rows through it, once, off the submitting thread, and a
+// cancelling shutdown hands the queued ones RequestCancelledError the same way.
+TEST_P(ServerTest, AnswersWithoutAFutureReachTheirCallback) {
+  GROVE_SEEDED_RNG(rng);
+  WorkerGate gate;
+  ServerConfig settings = config();
+  settings.max_wait = std::chrono::microseconds(0);
+  settings.before_batch = gate.hook();
+  Server server(tiny_model(), settings);
+  constexpr size_t kAnswered = 12, kCancelled = 5;
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::vector<std::optional<RequestAnswer>> answers(kAnswered + kCancelled);
+  std::vector<int> calls(answers.size(), 0);
+  const std::thread::id submitter = std::this_thread::get_id();
+  bool on_submitter = false;
+  std::vector<Request> requests;
+  auto submit = [&](size_t i) {
+    requests.push_back(random_request(rng, 1 + static_cast<int64_t>(i % 3)));
+    server.submit_then_answer(server.signature().check_request(requests.back(), server.max_batch()),
+                              [&, i](RequestAnswer answer) {
+                                std::lock_guard<std::mutex> lock(mutex);
+                                on_submitter =
+                                    on_submitter || std::this_thread::get_id() == submitter;
+                                ++calls[i];
+                                answers[i] = std::move(answer);
+                                arrived.notify_all();
+                              });
+  };
+  // The first batch is held in the gate while the rest queue behind it.
+  submit(0);
+  gate.wait_for_entries(1);
+  for (size_t i = 1; i < kAnswered; ++i) submit(i);
+  gate.release();
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    arrived.wait(lock, [&] {
+      return std::all_of(answers.begin(), answers.begin() + kAnswered,
+                         [](const auto& answer) { return answer.has_value(); });
+    });
+  }
+  for (size_t i = 0; i < kAnswered; ++i) {
+    const RequestAnswer& answer = *answers[i];
+    ASSERT_FALSE(answer.error) << "request " << i;
+    ASSERT_TRUE(answer.response.has_value()) << "request " << i;
+    EXPECT_LE(test_support::max_abs_difference(answer.response->outputs,
+                                               reference_outputs(requests[i], device())),
+              kTolerance)
+        << "request " << i;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    EXPECT_FALSE(on_submitter) << "an answer was handed on the submitting thread";
+  }
+  // Cancelled (on the thread that shuts down): queued when the shutdown empties the queue (no batch
+  // is due for a closed queue before the cancel takes them, as the worker needs the queue's lock to
+  // take one; either way each gets one answer).
+  for (size_t i = kAnswered; i < answers.size(); ++i) submit(i);
+  server.shutdown(ShutdownMode::kCancel);
+  size_t cancelled = 0;
+  for (size_t i = kAnswered; i < answers.size(); ++i) {
+    ASSERT_TRUE(answers[i].has_value()) << "request " << i << " was never answered";
+    const RequestAnswer& answer = *answers[i];
+    if (answer.response) continue;  // taken by the worker before the cancel
+    ++cancelled;
+    try {
+      std::rethrow_exception(answer.error);
+    } catch (const RequestCancelledError&) {
+    } catch (...) {
+      ADD_FAILURE() << "request " << i << " failed with something else than cancellation";
+    }
+  }
+  for (size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(calls[i], 1) << "request " << i;
+  const ServerStats stats = server.stats();
+  EXPECT_EQ(stats.cancelled, cancelled);
+  EXPECT_EQ(stats.completed + stats.cancelled, answers.size());
 }
 
 // Note [Requests checked once]: one shape and dtype check per request, where
