@@ -92,6 +92,20 @@
 // _warm entry points are the late kernel.
 // Test: DecodeAttentionKernel.EntryPointsGiveTheSameBitsAfterAProgrammaticGemv
 // (tests/runtime/decode_attention_kernel_test.cc, in the cuda_platform_test binary).
+//
+// Note [Decode attention splits its heads over warps]
+// At batch 1 the kernel is kv_heads blocks of 256 threads, each thread
+// folding G query heads in the scores and the weighted values: the block's
+// phases are chains of G-wide loops. The _split<S> entry points (bf16, the
+// early loads; G = 2 with S = 2, G = 4 with S = 2 or 4, G = 8 with S = 4) run
+// S groups of 256 threads a block, group s taking query heads s G / S, ...
+// of those two phases with the same thread layout as the unsplit kernel (the
+// same positions per thread, the same slices of the values, summed in the
+// same order), and the rotation, the softmax and the slices' sum over all
+// the block's threads (each element's arithmetic does not depend on the
+// thread): the same bits. The key is rotated once and stored only after the
+// block's barriers. GROVE_ATTENTION_SPLIT=2 or 4 asks for them (read at each
+// launch). Test: DecodeAttentionKernel.EntryPointsGiveTheSameBitsAfterAProgrammaticGemv.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/cuda/streamed_gemv_flags.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -107,6 +108,11 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
                                                  streamed_gemv_blocks_per_sm(kStreamBlocksPerSm)));
   dims.block.x = kThreads;
   dims.shared_bytes = shared_bytes;
+  namespace bits = streamed_gemv_flags;
+  int64_t flags = 0;
+  // Note [Streamed GEMV slots]: the deep rings read under the default policy.
+  if (weights_evict_first() && !deep) flags |= bits::kEvictFirst;
+  if (bits::allow_next_first(/*blas=*/false)) flags |= bits::kAllowNextFirst;
   KernelArgs args;
   args.add_pointer(x.data_ptr())
       .add_pointer(gain.data_ptr())
@@ -116,8 +122,7 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
       .add_i64(n)
       .add_i64(k)
       .add_f32(static_cast<float>(eps))
-      // Note [Streamed GEMV slots]: the deep rings read under the default policy.
-      .add_i64(weights_evict_first() && !deep ? 1 : 0);
+      .add_i64(flags);
   platform.launch_kernel(kernel, dims, args, stream);
 }
 

@@ -15,6 +15,7 @@
 
 #include "runtime/async_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
+#include "runtime/cuda/streamed_gemv_flags.h"
 
 namespace {
 
@@ -228,7 +229,10 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
                                                        const uint16_t* gain_bits,
                                                        const uint16_t* w_bits, int64_t ldw, Out* c,
                                                        int64_t n, int64_t k, float eps,
-                                                       int64_t evict_first) {
+                                                       int64_t flags) {
+  namespace bits = grove::runtime::streamed_gemv_flags;
+  const bool evict_first = (flags & bits::kEvictFirst) != 0;
+  const bool allow_next_first = (flags & bits::kAllowNextFirst) != 0;
   // 20 slots are static shared memory (as before the deep rings); 28 dynamic.
   uint4(*slots)[kThreads];
   if constexpr (kSlots == 20) {
@@ -254,7 +258,7 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
   uint4* mine = &slots[0][threadIdx.x];
   const uint64_t policy = evict_first_policy();
   auto copy = [&](uint4* slot, const uint4* source) {
-    copy_weights_async_16(slot, source, evict_first != 0, policy);
+    copy_weights_async_16(slot, source, evict_first, policy);
   };
   int64_t issue_column = per_lane > 0 ? first_column : n;
   int64_t issue_step = 0;
@@ -275,10 +279,12 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
     commit_copies();  // empty past the end: kDepth groups stay pending
   };
   // Note [Programmatic dependent launch]: W is read-only; x only after the wait.
+  // Note [Streamed GEMV allows the next kernel first]: or the next kernel first.
+  if (allow_next_first) allow_next_kernel();
 #pragma unroll
   for (int step_slot = 0; step_slot < kDepth; ++step_slot) request(step_slot);
   wait_for_earlier_kernels();
-  allow_next_kernel();
+  if (!allow_next_first) allow_next_kernel();
   float sums[1] = {0.0f};
   for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
     float xs[8];
@@ -360,13 +366,13 @@ GROVE_RMS_NORM_GEMV(grove_rms_norm_gemv_bf16_f32out_m1, 1, false, float)
 GROVE_RMS_NORM_GEMV(grove_rms_norm_swiglu_bf16_m1, 1, true, uint16_t)
 
 // The streamed kernels (Note [Streamed GEMV]): one row, the same parameters
-// but ldx and ldc (one row each) and with evict_first (W's reads under
-// evict_first_policy), launched with a grid sized to the device.
+// but ldx and ldc (one row each) and with flags (runtime/cuda/streamed_gemv_flags.h),
+// launched with a grid sized to the device.
 #define GROVE_STREAMED_RMS_NORM_GEMV(NAME, GATED, OUT, SLOTS)                               \
   extern "C" __global__ void __launch_bounds__(kThreads)                                    \
       NAME(const uint16_t* x, const uint16_t* gain, const uint16_t* w, int64_t ldw, OUT* c, \
-           int64_t n, int64_t k, float eps, int64_t evict_first) {                          \
-    streamed_rms_norm_gemv<GATED, OUT, SLOTS>(x, gain, w, ldw, c, n, k, eps, evict_first);  \
+           int64_t n, int64_t k, float eps, int64_t flags) {                                \
+    streamed_rms_norm_gemv<GATED, OUT, SLOTS>(x, gain, w, ldw, c, n, k, eps, flags);        \
   }
 
 GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16, false, uint16_t, 20)

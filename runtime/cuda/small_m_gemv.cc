@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/cuda/streamed_gemv_flags.h"
 #include "runtime/error.h"
 
 namespace grove::runtime::cuda_detail {
@@ -123,6 +124,12 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
       static_cast<int64_t>(multiprocessors) * streamed_gemv_blocks_per_sm(kStreamBlocksPerSm)));
   dims.block.x = kStreamThreads;
   dims.shared_bytes = shared_bytes;
+  namespace bits = streamed_gemv_flags;
+  int64_t flags = 0;
+  // Note [Streamed GEMV slots]: the deep rings read under the default policy.
+  if (weights_evict_first() && deep == 0) flags |= bits::kEvictFirst;
+  if (bits::allow_next_first(/*blas=*/true)) flags |= bits::kAllowNextFirst;
+  if (bits::residual_first()) flags |= bits::kResidualFirst;
   KernelArgs args;
   args.add_pointer(g.a)
       .add_pointer(g.b)
@@ -131,8 +138,7 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
       .add_i64(g.n)
       .add_i64(g.k)
       .add_i64(g.beta == 1.0f ? 1 : 0)
-      // Note [Streamed GEMV slots]: the deep rings read under the default policy.
-      .add_i64(weights_evict_first() && deep == 0 ? 1 : 0);
+      .add_i64(flags);
   platform_.launch_kernel(kernel, dims, args, stream);
 }
 

@@ -132,6 +132,33 @@
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (the 1B
 // step's three shapes and K = 8200, past the shared copy, under both policies,
 // on cuda: passed on an H100, session 21 rounds 1 and 2).
+//
+// Note [Streamed GEMV allows the next kernel first]
+// A streamed GEMV's part before its wait only requests weights, and the
+// kernels after it in a decode step (the next GEMV, the attention) read before
+// their own wait only weights, the KV cache and positions, none written within
+// the layer's kernels. Under GROVE_GEMV_ALLOW_NEXT_FIRST (=1 both kinds, =blas
+// the o, down and LM-head GEMVs, =norm the RMSNorm GEMVs) a streamed GEMV calls
+// griddepcontrol.launch_dependents first thing, so the next kernel's blocks
+// start, and request their weights, while this one still waits on the kernel
+// before it: the output projection's successor (gate/up, 67 MB in the 1B
+// config) can stream during the attention kernel, where otherwise only the
+// 8 MB of the output projection do. This relaxes (2) of Note [Programmatic
+// dependent launch] for the kernel after such a GEMV: its part before the wait
+// may overlap two kernels. Its wait still returns only once the GEMV
+// completed, which is after the GEMV's own wait: data dependencies are kept,
+// and the bits are the same (runtime/cuda/streamed_gemv_flags.h kAllowNextFirst).
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
+// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
+// "next kernel first"), DecodeLoopTest on cuda.
+//
+// Note [Streamed GEMV reads C first]
+// With beta 1 (the linear_residual op: the o and down projections) lane 0 of
+// a warp read its column of C after the warp's sum: one more L2 round trip at
+// the end of each column, after the fold. Under GROVE_GEMV_RESIDUAL_FIRST=1
+// it loads it as the column's fold starts (after the wait: C is the residual
+// stream an earlier kernel wrote) and adds the same value: same bits.
+// Tests: as above (settings "C first").
 #pragma once
 
 #include <mutex>

@@ -14,6 +14,7 @@
 #include "runtime/async_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
 #include "runtime/cuda/vector_unpack_device.cuh"
+#include "runtime/cuda/streamed_gemv_flags.h"
 
 namespace {
 
@@ -126,7 +127,11 @@ constexpr int kSharedAElements = 8192;
 constexpr int kSharedASlots = 16;
 template <typename T, int kSlots, bool kAShared>
 __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ldw, T* c, int64_t n,
-                                              int64_t k, int64_t accumulate, int64_t evict_first) {
+                                              int64_t k, int64_t accumulate, int64_t flags) {
+  namespace bits = grove::runtime::streamed_gemv_flags;
+  const bool evict_first = (flags & bits::kEvictFirst) != 0;
+  const bool allow_next_first = (flags & bits::kAllowNextFirst) != 0;
+  const bool residual_first = accumulate != 0 && (flags & bits::kResidualFirst) != 0;
   static_assert(!kAShared || kSlots == kSharedASlots, "A in shared memory takes 16 slots");
   // 24 slots, and 16 beside A, are static shared memory (48 KiB); 32 dynamic.
   uint4(*slots)[kStreamThreads];
@@ -159,7 +164,7 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
     if (issue_column < n) {
       const uint4* row = reinterpret_cast<const uint4*>(w + issue_column * ldw);
       copy_weights_async_16(mine + slot * kStreamThreads, row + lane + issue_step * kWarp,
-                            evict_first != 0, policy);
+                            evict_first, policy);
       if (++issue_step == per_lane) {
         issue_step = 0;
         issue_column += warps;
@@ -169,10 +174,12 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
   };
   // Note [Programmatic dependent launch]: W is read-only; its first vectors
   // are requested while the kernel before drains; A and C only after the wait.
+  // Note [Streamed GEMV allows the next kernel first]: or the next kernel first.
+  if (allow_next_first) allow_next_kernel();
 #pragma unroll
   for (int slot = 0; slot < kSlots; ++slot) request(slot);
   wait_for_earlier_kernels();
-  allow_next_kernel();
+  if (!allow_next_first) allow_next_kernel();
   if constexpr (kAShared) {
     // A is the kernel before's output: read only after the wait, every vector by one thread,
     // all loads in flight at once; the barrier is the block's only one.
@@ -182,6 +189,8 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
   int slot = 0;
   for (int64_t column = first_column; column < n; column += warps) {
     float acc = 0.0f;
+    // Note [Streamed GEMV reads C first]: the accumulated value is in flight during the fold.
+    const float residual = residual_first && lane == 0 ? widen(c[column]) : 0.0f;
     for (int64_t step = 0; step < per_lane; ++step) {
       uint4 x_vector;  // requested before the slot's wait, folded after it
       if constexpr (!kAShared) x_vector = __ldg(x + lane + step * kWarp);
@@ -202,7 +211,7 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
     }
     if (lane == 0) {
       T* out = c + column;
-      store(out, accumulate != 0 ? acc + widen(*out) : acc);
+      store(out, accumulate != 0 ? acc + (residual_first ? residual : widen(*out)) : acc);
     }
   }
   wait_copies<0>();
@@ -230,14 +239,14 @@ GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m4, __half, 4)
 GROVE_SMALL_M_GEMV(grove_small_m_gemv_f16_m8, __half, 8)
 
 // grove_small_m_gemv_streamed_<dtype>[_s32](a, w, ldw, c, n, k, accumulate,
-// evict_first): one row of A, Note [Streamed GEMV]; launched with
+// flags): one row of A, Note [Streamed GEMV]; launched with
 // kStreamThreads threads per block and SLOTS * kStreamThreads * 16 bytes of
-// dynamic shared memory. evict_first: W's reads under evict_first_policy.
+// dynamic shared memory. flags: runtime/cuda/streamed_gemv_flags.h.
 #define GROVE_STREAMED_GEMV(NAME, T, SLOTS, A_SHARED)                                           \
   extern "C" __global__ void __launch_bounds__(kStreamThreads)                                  \
       NAME(const T* a, const T* w, int64_t ldw, T* c, int64_t n, int64_t k, int64_t accumulate, \
-           int64_t evict_first) {                                                               \
-    streamed_gemv<T, SLOTS, A_SHARED>(a, w, ldw, c, n, k, accumulate, evict_first);             \
+           int64_t flags) {                                                                     \
+    streamed_gemv<T, SLOTS, A_SHARED>(a, w, ldw, c, n, k, accumulate, flags);                   \
   }
 
 GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16, __nv_bfloat16, 24, false)

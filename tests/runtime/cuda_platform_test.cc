@@ -630,6 +630,10 @@ struct GemvSetting {
   const char* a_shared;
   const char* kernel_suffix;  // after grove_small_m_gemv_streamed_<dtype>, or "m1"
   const char* blocks = "";    // GROVE_STREAMED_GEMV_BLOCKS: blocks an SM
+  // GROVE_GEMV_ALLOW_NEXT_FIRST and GROVE_GEMV_RESIDUAL_FIRST (Note [Streamed GEMV
+  // allows the next kernel first], Note [Streamed GEMV reads C first]).
+  const char* allow_next_first = "";
+  const char* residual_first = "";
 };
 // The first is the default kernel, the reference of the rest: warp per column, weights
 // evicted first, 32 slots (Note [Streamed GEMV slots]), A in shared memory (Note [Streamed GEMV
@@ -645,7 +649,10 @@ constexpr GemvSetting kGemvSettings[] = {
     {"A-in-shared-memory evict-first", "1", "1", "", "1", "_as"},
     {"A-in-shared-memory 3 blocks an SM", "1", "1", "", "1", "_as", "3"},
     {"A-in-shared-memory up to 4096 columns", "1", "1", "", "auto", "_as"},
-    {"1 block an SM", "1", "0", "", "0", "", "1"}};
+    {"1 block an SM", "1", "0", "", "0", "", "1"},
+    {"next kernel first, C first, evict-first", "1", "1", "", "0", "", "", "1", "1"},
+    {"next kernel first, C first, deep-slot", "1", "0", "deep", "0", "_s32", "", "1", "1"},
+    {"next kernel first, C first, A-in-shared-memory", "1", "1", "", "1", "_as", "", "1", "1"}};
 
 // Runs the one-row GEMV C = beta C + A W^T of each setting (random bf16 and f16
 // operands of each shape, beta 0 and 1) and expects the first setting's bits
@@ -676,6 +683,9 @@ void expect_streamed_gemvs_match(Platform& platform, StreamHandle stream, std::m
           ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", setting.slots);
           ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", setting.a_shared);
           ::grove::testing::ScopedEnv blocks("GROVE_STREAMED_GEMV_BLOCKS", setting.blocks);
+          ::grove::testing::ScopedEnv next_first("GROVE_GEMV_ALLOW_NEXT_FIRST",
+                                                 setting.allow_next_first);
+          ::grove::testing::ScopedEnv c_first("GROVE_GEMV_RESIDUAL_FIRST", setting.residual_first);
           Tensor tc = Tensor::from_host(c_bits.data(), {1, n}, dtype, kCudaDevice);
           GemmArgs args;
           args.dtype = dtype;
@@ -768,6 +778,8 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
         ::grove::testing::ScopedEnv depth("GROVE_STREAMED_GEMV_SLOTS", setting.slots);
         ::grove::testing::ScopedEnv shared("GROVE_GEMV_A_SHARED", setting.a_shared);
         ::grove::testing::ScopedEnv blocks("GROVE_STREAMED_GEMV_BLOCKS", setting.blocks);
+        ::grove::testing::ScopedEnv next_first("GROVE_GEMV_ALLOW_NEXT_FIRST",
+                                               setting.allow_next_first);
         Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
         launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
         platform().synchronize_stream(stream_);
