@@ -159,6 +159,25 @@
 // it loads it as the column's fold starts (after the wait: C is the residual
 // stream an earlier kernel wrote) and adds the same value: same bits.
 // Tests: as above (settings "C first").
+//
+// Note [Streamed GEMV bulk copies]
+// The streamed GEMVs move W through per-thread cp.async copies of 16 bytes:
+// every weight byte is one of a thread's requests, each warp issuing a 512-byte
+// request per fold step, and 96 KiB in flight an SM are 6144 such copies. The
+// _bulk entry points (both kinds: runtime/cuda/small_m_gemv_kernel.cu,
+// runtime/rms_norm_gemv_kernel.cu) have lane 0 of each warp ask the copy
+// engine (cp.async.bulk, compute_90) for 2 KiB chunks of its columns' W rows
+// (gated: of the gate and the up row) into the warp's ring of 12 KiB of
+// dynamic shared memory, each chunk completing an mbarrier the warp waits on;
+// the first chunks are requested before the wait. Lane l folds vectors l,
+// l + 32, ... of each chunk: the order of the other streamed kernels, so the
+// same bits. _bulk_ef reads W under the evict-first policy
+// (GROVE_WEIGHTS_EVICT_FIRST picks the entry point). GROVE_GEMV_BULK=1 (both
+// kinds), =blas or =norm (read at each launch) runs them; the compute_80 PTX
+// has the other streamed kernels behind those names.
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
+// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
+// "bulk copies").
 #pragma once
 
 #include <mutex>
@@ -186,10 +205,11 @@ class SmallMGemv {
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
-  // [bf16, f16][24 slots, 32 slots, A in shared memory]: Note [Streamed GEMV], Note
-  // [Streamed GEMV slots], Note [Streamed GEMV holds A in shared memory]
-  KernelHandle streamed_[2][3] = {};
-  bool streamed_loaded_[2][3] = {};
+  // [bf16, f16][24 slots, 32 slots, A in shared memory, bulk copies, bulk copies evicting
+  // first]: Note [Streamed GEMV], Note [Streamed GEMV slots], Note [Streamed GEMV holds A in
+  // shared memory], Note [Streamed GEMV bulk copies]
+  KernelHandle streamed_[2][5] = {};
+  bool streamed_loaded_[2][5] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

@@ -1,12 +1,10 @@
 // The last launch argument of the streamed GEMV kernels (Note [Streamed GEMV],
 // runtime/cuda/small_m_gemv.h; runtime/rms_norm_gemv_kernel.cu): bits the host
 // sets (runtime/cuda/small_m_gemv.cc, rms_norm_gemv_kernel.cc) and the kernels
-// test. Plain constants, no CUDA: included by both compilers.
+// test, and the settings behind them. No CUDA: included by both compilers.
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 namespace grove::runtime::streamed_gemv_flags {
 
@@ -19,19 +17,18 @@ inline constexpr int64_t kAllowNextFirst = 2;
 // as its column's fold starts instead of after its warp sum.
 inline constexpr int64_t kResidualFirst = 4;
 
-// Whether the streamed BLAS GEMVs (`blas`; else the RMSNorm GEMVs) allow the
-// next kernel first: GROVE_GEMV_ALLOW_NEXT_FIRST=1 for both, =blas or =norm
-// for those only. Read at each launch, so one process can time each setting.
-inline bool allow_next_first(bool blas) {
-  const char* value = std::getenv("GROVE_GEMV_ALLOW_NEXT_FIRST");
-  if (value == nullptr) return false;
-  return std::strcmp(value, "1") == 0 || std::strcmp(value, blas ? "blas" : "norm") == 0;
-}
+// The host's settings (streamed_gemv_flags.cc), each read at each launch, so
+// one process can time every setting:
+// - whether the streamed BLAS GEMVs (`blas`; else the RMSNorm GEMVs) allow the
+//   next kernel first: GROVE_GEMV_ALLOW_NEXT_FIRST=1 for both, =blas or =norm;
+bool allow_next_first(bool blas);
+// - whether they run their bulk-copy kernels (Note [Streamed GEMV bulk copies],
+//   runtime/cuda/small_m_gemv.h): GROVE_GEMV_BULK=1 for both, =blas or =norm;
+bool bulk_copies(bool blas);
+// - whether the streamed BLAS GEMV reads C first: GROVE_GEMV_RESIDUAL_FIRST=1.
+bool residual_first();
 
-// Whether the streamed BLAS GEMV reads C first: GROVE_GEMV_RESIDUAL_FIRST=1 (read at each launch).
-inline bool residual_first() {
-  const char* value = std::getenv("GROVE_GEMV_RESIDUAL_FIRST");
-  return value != nullptr && std::strcmp(value, "1") == 0;
-}
+// The dynamic shared memory of every bulk-copy kernel: 4 warps' rings of 12 KiB.
+inline constexpr uint32_t kBulkSharedBytes = 4 * 12 * 1024;
 
 }  // namespace grove::runtime::streamed_gemv_flags

@@ -1,0 +1,27 @@
+#include "runtime/cuda/streamed_gemv_flags.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace grove::runtime::streamed_gemv_flags {
+namespace {
+
+// Whether `name` is "1", or the kind's own value ("blas" or "norm").
+bool set_for(const char* name, bool blas) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return false;
+  return std::strcmp(value, "1") == 0 || std::strcmp(value, blas ? "blas" : "norm") == 0;
+}
+
+}  // namespace
+
+bool allow_next_first(bool blas) { return set_for("GROVE_GEMV_ALLOW_NEXT_FIRST", blas); }
+
+bool bulk_copies(bool blas) { return set_for("GROVE_GEMV_BULK", blas); }
+
+bool residual_first() {
+  const char* value = std::getenv("GROVE_GEMV_RESIDUAL_FIRST");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+}  // namespace grove::runtime::streamed_gemv_flags
