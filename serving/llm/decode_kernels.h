@@ -56,9 +56,25 @@ void launch_kv_write_span(const runtime::Tensor& table, int64_t tensors, int64_t
 // scan in index order, in a few microseconds where a per-thread scan of
 // contiguous chunks took 46 us per launch on an H100. Test:
 // DecodeLoopTest.DeviceSamplingMatchesTheHostReference (ties at the max).
+//
+// Note [Greedy token over several blocks]
+// One block reading a 32000-logit row took about 6 us of a batch-1 step
+// (H100, torch.profiler). With `partials` (an i64 tensor of
+// sample_partials_size(rows) zeros on the logits' device, kept between
+// launches) and GROVE_SAMPLE_PARTS=N (2..kMaxSampleParts, read at each
+// launch) each row runs N blocks, each finding the first largest logit of a
+// contiguous share of the row; the row's last block to finish (an atomic
+// counter in `partials`, which it zeroes again) takes the first largest of
+// their pairs in part order, which is the row's first largest logit whatever
+// the split, and goes on alone as the one block did (the sampled rows' scans
+// over the whole row included). Test: DecodeLoopTest.DeviceSamplingMatchesTheHostReference
+// (with GROVE_SAMPLE_PARTS=4 on cuda too).
+inline constexpr int64_t kMaxSampleParts = 64;
+int64_t sample_partials_size(int64_t rows);
 void launch_sample(const runtime::Tensor& logits, const runtime::Tensor& ids,
                    const runtime::Tensor& positions, const runtime::Tensor& row_state,
-                   int64_t max_seq_len, int64_t* streamed, const runtime::Tensor& loop_state);
+                   int64_t max_seq_len, int64_t* streamed, const runtime::Tensor& loop_state,
+                   const runtime::Tensor* partials = nullptr);
 
 // One thread: ++step; *keep_going = (a row runs and step < budget); then
 // published[kPublishedStopped] = !keep_going and, last,
