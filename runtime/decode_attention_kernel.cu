@@ -191,11 +191,10 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
         const uint4* key = reinterpret_cast<const uint4*>(slot_keys + t * d);
 #pragma unroll 1
         for (int v0 = 0; v0 < d / 8; v0 += kKeyVectors) {
-          uint4 loaded[kKeyVectors];
-          if (Early && keys_early && t == t_id && v0 == 0) {
-#pragma unroll
-            for (int u = 0; u < kKeyVectors; ++u) loaded[u] = early_keys[u];
-          } else {
+          // The early keys where this thread loaded them, else loaded now into
+          // the same registers (one array: the split kernels' 64 or 128 registers).
+          uint4(&loaded)[kKeyVectors] = early_keys;
+          if (!(Early && keys_early && t == t_id && v0 == 0)) {
 #pragma unroll
             for (int u = 0; u < kKeyVectors; ++u) {
               if (v0 + u < d / 8) loaded[u] = __ldg(key + v0 + u);
