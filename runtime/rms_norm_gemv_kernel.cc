@@ -117,6 +117,7 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
   // Note [Streamed GEMV slots]: the deep rings read under the default policy.
   if (evict_first && !deep && !bulk) flags |= bits::kEvictFirst;
   if (bits::allow_next_first(/*blas=*/false)) flags |= bits::kAllowNextFirst;
+  if (bits::row_in_registers()) flags |= bits::kRowInRegisters;
   KernelArgs args;
   args.add_pointer(x.data_ptr())
       .add_pointer(gain.data_ptr())

@@ -225,21 +225,58 @@ __device__ __forceinline__ void rms_norm_gemv(const uint16_t* x_bits, int64_t ld
 // (kStreamedMaxK in rms_norm_gemv_kernel.cc; longer rows take rms_norm_gemv).
 constexpr int kStreamedMaxK = 3072;
 
+// The row's vectors a thread of a streamed kernel takes in normalize_row (K <= kStreamedMaxK).
+constexpr int kRowVectors = (kStreamedMaxK / 8 + kThreads - 1) / kThreads;
+
+// Note [RMSNorm GEMV keeps its row in registers] (runtime/cuda/small_m_gemv.h):
+// thread t's vectors t, t + kThreads, ... of the gain, read before the wait (a
+// weight) where the row is kept in registers.
+__device__ __forceinline__ void load_gain(uint4 (&gain_vectors)[kRowVectors], const uint4* gain,
+                                          int64_t k, bool in_registers) {
+  if (!in_registers) return;
+#pragma unroll
+  for (int i = 0; i < kRowVectors; ++i) {
+    const int64_t v = threadIdx.x + i * kThreads;
+    if (v < k / 8) gain_vectors[i] = __ldg(gain + v);
+  }
+}
+
 // The block writes its row bf16(g * (x * rstd)) into `normed` (rstd summed by
 // the block's threads as rms_norm_gemv<1> sums it) and waits for every thread.
+// in_registers: each thread reads its vectors of x once, and takes the gain
+// from load_gain, instead of reading both again to normalize: same values, same bits.
 __device__ __forceinline__ void normalize_row(uint4* normed, const uint4* x, const uint4* gain,
-                                              int64_t k, float eps) {
+                                              const uint4 (&gain_vectors)[kRowVectors], int64_t k,
+                                              float eps, bool in_registers) {
   __shared__ float partial[kThreads / kWarp];
   __shared__ float rstd_shared;
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const int64_t vectors = k / 8;
+  uint4 x_vectors[kRowVectors];
   float sums[1] = {0.0f};
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
-    float xs[8];
-    unpack(__ldg(x + v), xs);
+  if (in_registers) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sums[0] = fmaf(xs[i], xs[i], sums[0]);
+    for (int i = 0; i < kRowVectors; ++i) {
+      const int64_t v = threadIdx.x + i * kThreads;
+      if (v < vectors) x_vectors[i] = __ldg(x + v);
+    }
+#pragma unroll
+    for (int i = 0; i < kRowVectors; ++i) {
+      if (threadIdx.x + i * kThreads < vectors) {
+        float xs[8];
+        unpack(x_vectors[i], xs);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sums[0] = fmaf(xs[e], xs[e], sums[0]);
+      }
+    }
+  } else {
+    for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+      float xs[8];
+      unpack(__ldg(x + v), xs);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sums[0] = fmaf(xs[i], xs[i], sums[0]);
+    }
   }
   warp_sum<1>(sums);
   if (lane == 0) partial[warp] = sums[0];
@@ -252,16 +289,33 @@ __device__ __forceinline__ void normalize_row(uint4* normed, const uint4* x, con
   }
   __syncthreads();
   const float rstd[1] = {rstd_shared};
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
-    float a[1][8];
-    normalized<1>(a, x, 0, gain, rstd, v);
+  auto store_normed = [&](int64_t v, const float (&a)[8]) {
     uint32_t words[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      words[i] =
-          (__float_as_uint(a[0][2 * i]) >> 16) | (__float_as_uint(a[0][2 * i + 1]) & 0xffff0000u);
+      words[i] = (__float_as_uint(a[2 * i]) >> 16) | (__float_as_uint(a[2 * i + 1]) & 0xffff0000u);
     }
     normed[v] = make_uint4(words[0], words[1], words[2], words[3]);
+  };
+  if (in_registers) {
+#pragma unroll
+    for (int i = 0; i < kRowVectors; ++i) {
+      const int64_t v = threadIdx.x + i * kThreads;
+      if (v < vectors) {
+        float g[8], xs[8], a[8];
+        unpack(gain_vectors[i], g);
+        unpack(x_vectors[i], xs);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) a[e] = round_bf16(g[e] * (xs[e] * rstd[0]));
+        store_normed(v, a);
+      }
+    }
+  } else {
+    for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+      float a[1][8];
+      normalized<1>(a, x, 0, gain, rstd, v);
+      store_normed(v, a[0]);
+    }
   }
   __syncthreads();
 }
@@ -291,6 +345,7 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
   namespace bits = grove::runtime::streamed_gemv_flags;
   const bool evict_first = (flags & bits::kEvictFirst) != 0;
   const bool allow_next_first = (flags & bits::kAllowNextFirst) != 0;
+  const bool row_in_registers = (flags & bits::kRowInRegisters) != 0;
   // 20 slots are static shared memory (as before the deep rings); 28 dynamic.
   uint4(*slots)[kThreads];
   if constexpr (kSlots == 20) {
@@ -339,9 +394,11 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
   if (allow_next_first) allow_next_kernel();
 #pragma unroll
   for (int step_slot = 0; step_slot < kDepth; ++step_slot) request(step_slot);
+  uint4 gain_vectors[kRowVectors];
+  load_gain(gain_vectors, gain, k, row_in_registers);
   wait_for_earlier_kernels();
   if (!allow_next_first) allow_next_kernel();
-  normalize_row(normed, x, gain, k, eps);
+  normalize_row(normed, x, gain, gain_vectors, k, eps, row_in_registers);
   int step_slot = 0;
   for (int64_t column = first_column; column < n; column += warps) {
     float acc[1] = {0.0f};
@@ -382,6 +439,7 @@ __device__ __forceinline__ void bulk_streamed_rms_norm_gemv(const uint16_t* x_bi
 #if defined(GROVE_BULK_COPIES)
   namespace bits = grove::runtime::streamed_gemv_flags;
   const bool allow_next_first = (flags & bits::kAllowNextFirst) != 0;
+  const bool row_in_registers = (flags & bits::kRowInRegisters) != 0;
   constexpr int kWarps = kThreads / kWarp;
   constexpr int kRows = kGated ? 2 : 1;  // W rows a stage holds a chunk of
   constexpr int kStages = kBulkStages<kGated>;
@@ -436,10 +494,13 @@ __device__ __forceinline__ void bulk_streamed_rms_norm_gemv(const uint16_t* x_bi
     for (int stage = 0; stage < kStages; ++stage) issue();
   }
   __syncwarp();
+  uint4 gain_vectors[kRowVectors];
+  const auto* gain = reinterpret_cast<const uint4*>(gain_bits);
+  load_gain(gain_vectors, gain, k, row_in_registers);
   wait_for_earlier_kernels();
   if (!allow_next_first) allow_next_kernel();
-  normalize_row(normed, reinterpret_cast<const uint4*>(x_bits),
-                reinterpret_cast<const uint4*>(gain_bits), k, eps);
+  normalize_row(normed, reinterpret_cast<const uint4*>(x_bits), gain, gain_vectors, k, eps,
+                row_in_registers);
   int stage = 0;
   uint32_t parity = 0;
   for (int64_t column = first_column; column < n; column += warps) {

@@ -178,6 +178,17 @@
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
 // "bulk copies").
+//
+// Note [RMSNorm GEMV keeps its row in registers]
+// A streamed RMSNorm GEMV's blocks read x after their wait to sum its squares
+// and read x and the gain again to normalize: two L2 round trips in a row
+// on the path from the kernel before to the first fold. Under
+// GROVE_GEMV_ROW_IN_REGISTERS=1 each thread keeps its vectors of x (K <=
+// 3072: at most 3) in registers from the first read and has loaded its
+// vectors of the gain, a weight, before the wait: one round trip. Same
+// values in the same order: same bits.
+// Tests: CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
+// (settings "row in registers").
 #pragma once
 
 #include <mutex>

@@ -24,4 +24,9 @@ bool residual_first() {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
+bool row_in_registers() {
+  const char* value = std::getenv("GROVE_GEMV_ROW_IN_REGISTERS");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
 }  // namespace grove::runtime::streamed_gemv_flags

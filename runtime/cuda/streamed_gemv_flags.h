@@ -16,6 +16,9 @@ inline constexpr int64_t kAllowNextFirst = 2;
 // Note [Streamed GEMV reads C first]: lane 0 loads the accumulated column of C
 // as its column's fold starts instead of after its warp sum.
 inline constexpr int64_t kResidualFirst = 4;
+// Note [RMSNorm GEMV keeps its row in registers]: the RMSNorm GEMVs read x once
+// and the gain before their wait.
+inline constexpr int64_t kRowInRegisters = 8;
 
 // The host's settings (streamed_gemv_flags.cc), each read at each launch, so
 // one process can time every setting:
@@ -25,8 +28,10 @@ bool allow_next_first(bool blas);
 // - whether they run their bulk-copy kernels (Note [Streamed GEMV bulk copies],
 //   runtime/cuda/small_m_gemv.h): GROVE_GEMV_BULK=1 for both, =blas or =norm;
 bool bulk_copies(bool blas);
-// - whether the streamed BLAS GEMV reads C first: GROVE_GEMV_RESIDUAL_FIRST=1.
+// - whether the streamed BLAS GEMV reads C first: GROVE_GEMV_RESIDUAL_FIRST=1;
 bool residual_first();
+// - whether the RMSNorm GEMVs keep their row in registers: GROVE_GEMV_ROW_IN_REGISTERS=1.
+bool row_in_registers();
 
 // The dynamic shared memory of every bulk-copy kernel: 4 warps' rings of 12 KiB.
 inline constexpr uint32_t kBulkSharedBytes = 4 * 12 * 1024;

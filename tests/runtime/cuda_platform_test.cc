@@ -635,6 +635,8 @@ struct GemvSetting {
   const char* allow_next_first = "";
   const char* residual_first = "";
   const char* bulk = "";  // GROVE_GEMV_BULK (Note [Streamed GEMV bulk copies])
+  // GROVE_GEMV_ROW_IN_REGISTERS (Note [RMSNorm GEMV keeps its row in registers])
+  const char* row_in_registers = "";
 };
 // The first is the default kernel, the reference of the rest: warp per column, weights
 // evicted first, 32 slots (Note [Streamed GEMV slots]), A in shared memory (Note [Streamed GEMV
@@ -656,7 +658,9 @@ constexpr GemvSetting kGemvSettings[] = {
     {"next kernel first, C first, A-in-shared-memory", "1", "1", "", "1", "_as", "", "1", "1"},
     {"bulk copies", "1", "0", "", "0", "_bulk", "", "", "", "1"},
     {"bulk copies evict-first", "1", "1", "", "0", "_bulk_ef", "", "", "", "1"},
-    {"bulk copies, next kernel first, C first", "1", "1", "", "0", "_bulk_ef", "", "1", "1", "1"},
+    {"bulk copies, next kernel first, C first, row in registers", "1", "1", "", "0", "_bulk_ef", "",
+     "1", "1", "1", "1"},
+    {"row in registers", "1", "1", "", "0", "", "", "", "", "", "1"},
     {"bulk copies 1 block an SM", "1", "0", "", "0", "_bulk", "1", "", "", "1"}};
 
 // Runs the one-row GEMV C = beta C + A W^T of each setting (random bf16 and f16
@@ -787,6 +791,8 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
         ::grove::testing::ScopedEnv next_first("GROVE_GEMV_ALLOW_NEXT_FIRST",
                                                setting.allow_next_first);
         ::grove::testing::ScopedEnv bulk("GROVE_GEMV_BULK", setting.bulk);
+        ::grove::testing::ScopedEnv registers("GROVE_GEMV_ROW_IN_REGISTERS",
+                                              setting.row_in_registers);
         Tensor out = Tensor::empty({1, n}, out_dtype, kCudaDevice);
         launch_rms_norm_gemv(x, gain, w, out, 1e-5, gated, stream_);
         platform().synchronize_stream(stream_);
