@@ -194,23 +194,8 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   const char* warm_setting = std::getenv("GROVE_ATTENTION_WARM");
   const bool warm = !late && dtype == DType::kBF16 && rows == 1 && warm_setting != nullptr &&
                     std::string_view(warm_setting) == "1";
-  // Note [Decode attention splits its heads over warps]: GROVE_ATTENTION_SPLIT=2 or 4
-  // (read at each launch) runs a block of that many groups of threads for the
-  // bf16 entry points that loads the cache early and has such a split.
-  const int64_t groups = heads / kv_heads;
-  const char* split_setting = std::getenv("GROVE_ATTENTION_SPLIT");
-  const int64_t wanted_split = split_setting == nullptr                 ? 1
-                               : std::string_view(split_setting) == "2" ? 2
-                               : std::string_view(split_setting) == "4" ? 4
-                                                                        : 1;
-  const int64_t split = device.is_cuda() && !late && !warm && dtype == DType::kBF16 &&
-                                ((groups == 2 && wanted_split == 2) || (groups == 4) ||
-                                 (groups == 8 && wanted_split == 4))
-                            ? wanted_split
-                            : 1;
-  source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", groups,
-                        late ? "_late" : (warm ? "_warm" : ""),
-                        split > 1 ? str_cat("_split", split) : std::string());
+  source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", heads / kv_heads,
+                        late ? "_late" : (warm ? "_warm" : ""));
   if (device.is_cuda()) {
     source.ptx = kPtx;
     source.ptx_programmatic = kProgrammaticPtx;
@@ -221,7 +206,7 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>(kv_heads);
   dims.grid.y = static_cast<uint32_t>(rows);
-  dims.block.x = static_cast<uint32_t>(split * kDecodeAttentionThreads);
+  dims.block.x = kDecodeAttentionThreads;
   dims.shared_bytes = static_cast<uint32_t>(4 * shared_floats(heads / kv_heads, d, cache_len));
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   KernelArgs args;

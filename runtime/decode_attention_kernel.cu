@@ -59,18 +59,13 @@ __device__ __forceinline__ void store(void* base, int64_t index, float value, Bf
 // long instruction sequences) and loops over runtime bounds are not unrolled.
 // Early: Note [Decode attention loads the cache early]; Warm: Note [Decode
 // attention runs dry before its wait] (decode_attention_kernel.h). Not both.
-// Split: Note [Decode attention splits its heads over warps] (decode_attention_kernel.h):
-// the block is Split groups of kDecodeAttentionThreads threads, group s
-// taking query heads s * G / Split, ... of the scores and the weighted values.
-template <typename T, int G, bool Early, bool kWarmRequested = false, int Split = 1>
+template <typename T, int G, bool Early, bool kWarmRequested = false>
 __device__ __forceinline__ void attention(void* qkv, const void* cos, const void* sin,
                                           const void* key_cache, const void* value_cache,
                                           const int64_t* positions, int64_t heads, int64_t kv_heads,
                                           int64_t head_dim, int64_t cache_len, int64_t table_len,
                                           float scale) {
   static_assert(!(Early && kWarmRequested), "a warm kernel loads nothing early");
-  static_assert(G % Split == 0, "each group of threads takes as many query heads");
-  constexpr int kHeads = G / Split;  // query heads of this thread's group
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool Warm = kWarmRequested;
 #else
@@ -86,14 +81,8 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
   const T type{};
   const int kv = static_cast<int>(blockIdx.x);
   const int64_t row = blockIdx.y;
-  // Block-wide phases (the rotation, the softmax, the sum of the slices) use every
-  // thread; the scores and the weighted values each group's own (t_id, threads).
-  const int block_id = static_cast<int>(threadIdx.x);
-  const int block_threads = static_cast<int>(blockDim.x);
-  const int threads = block_threads / Split;
-  const int group = block_id / threads;  // 0 without Split
-  const int t_id = block_id - group * threads;
-  const int g_base = group * kHeads;  // this group's first query head of the kv head's G
+  const int t_id = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
   const int d = static_cast<int>(head_dim);
   const int width = static_cast<int>((heads + 2 * kv_heads) * head_dim);
   Element* row_qkv = static_cast<Element*>(qkv) + row * width;
@@ -153,7 +142,7 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
     if (position < 0) {  // a padding row: zeros, its key and value stay as they are
       if (dry) continue;
 #pragma unroll 1
-      for (int i = block_id; i < G * d; i += block_threads) store(row_qkv, q_base + i, 0.0f, type);
+      for (int i = t_id; i < G * d; i += threads) store(row_qkv, q_base + i, 0.0f, type);
       return;
     }
     float* rotated = shared;               // [G + 1][d]: the query heads, then the key
@@ -165,7 +154,7 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
     const Element* sin_row = static_cast<const Element*>(sin) + at * d;
     const int half = d / 2;
 #pragma unroll 1
-    for (int i = block_id; i < (G + 1) * d; i += block_threads) {
+    for (int i = t_id; i < (G + 1) * d; i += threads) {
       const int head = i / d;
       const int j = i - head * d;
       const int base = head < G ? q_base + head * d : k_base;
@@ -180,9 +169,9 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
     const float* own = rotated + G * d;
 #pragma unroll 1
     for (int t = t_id; t < span; t += threads) {
-      float acc[kHeads];
+      float acc[G];
 #pragma unroll
-      for (int g = 0; g < kHeads; ++g) acc[g] = 0.0f;
+      for (int g = 0; g < G; ++g) acc[g] = 0.0f;
       bool vectors = false;
       if constexpr (sizeof(T) == 1) vectors = t < cached && d % 8 == 0;  // Bf16: keys as vectors
       if (vectors) {
@@ -192,7 +181,7 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
 #pragma unroll 1
         for (int v0 = 0; v0 < d / 8; v0 += kKeyVectors) {
           // The early keys where this thread loaded them, else loaded now into
-          // the same registers (one array: the split kernels' 64 or 128 registers).
+          // the same registers (one array: 122 registers for bf16_g4, not 157).
           uint4(&loaded)[kKeyVectors] = early_keys;
           if (!(Early && keys_early && t == t_id && v0 == 0)) {
 #pragma unroll
@@ -210,9 +199,7 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
               const float k = __uint_as_float(bits);
               const int j = (v0 + u) * 8 + e;
 #pragma unroll
-              for (int g = 0; g < kHeads; ++g) {
-                acc[g] = fmaf(rotated[(g_base + g) * d + j], k, acc[g]);
-              }
+              for (int g = 0; g < G; ++g) acc[g] = fmaf(rotated[g * d + j], k, acc[g]);
             }
           }
         }
@@ -221,19 +208,17 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
         for (int j = 0; j < d; ++j) {
           const float key = t < cached ? load(slot_keys, t * d + j, type) : own[j];
 #pragma unroll
-          for (int g = 0; g < kHeads; ++g) acc[g] = fmaf(rotated[(g_base + g) * d + j], key, acc[g]);
+          for (int g = 0; g < G; ++g) acc[g] = fmaf(rotated[g * d + j], key, acc[g]);
         }
       }
 #pragma unroll
-      for (int g = 0; g < kHeads; ++g) {
-        scores[(g_base + g) * span + t] = round_to(acc[g], type) * scale;
-      }
+      for (int g = 0; g < G; ++g) scores[g * span + t] = round_to(acc[g], type) * scale;
     }
     __syncthreads();
     // Softmax per query head in f32 (a warp per head), probabilities stored at the model's precision.
-    const int lane = block_id % 32;
+    const int lane = t_id % 32;
 #pragma unroll 1
-    for (int g = block_id / 32; g < G; g += block_threads / 32) {
+    for (int g = t_id / 32; g < G; g += threads / 32) {
       float* p = scores + g * span;
       float most = -3.402823466e38f;
 #pragma unroll 1
@@ -261,9 +246,9 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
     // are then added in slice order and stored over the query heads, in place.
     float* partial = scores + G * span;  // [slices][G][d]
     if (slice < slices) {
-      float acc[kHeads];
+      float acc[G];
 #pragma unroll
-      for (int g = 0; g < kHeads; ++g) acc[g] = 0.0f;
+      for (int g = 0; g < G; ++g) acc[g] = 0.0f;
         // kValueLoads positions' values loaded before any is used, folded in increasing t.
 #pragma unroll 1
       for (int t0 = slice; t0 < span; t0 += kValueLoads * slices) {
@@ -283,17 +268,15 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
           const int t = t0 + u * slices;
           if (t >= span) break;
 #pragma unroll
-          for (int g = 0; g < kHeads; ++g) {
-            acc[g] = fmaf(scores[(g_base + g) * span + t], values[u], acc[g]);
-          }
+          for (int g = 0; g < G; ++g) acc[g] = fmaf(scores[g * span + t], values[u], acc[g]);
         }
       }
 #pragma unroll
-      for (int g = 0; g < kHeads; ++g) partial[(slice * G + g_base + g) * d + j] = acc[g];
+      for (int g = 0; g < G; ++g) partial[(slice * G + g) * d + j] = acc[g];
     }
     __syncthreads();
 #pragma unroll 1
-    for (int i = block_id; i < G * d; i += block_threads) {
+    for (int i = t_id; i < G * d; i += threads) {
       float sum = 0.0f;
 #pragma unroll 1
       for (int other = 0; other < slices; ++other) sum += partial[other * G * d + i];
@@ -304,9 +287,7 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
       continue;
     }
 #pragma unroll 1
-    for (int jj = block_id; jj < d; jj += block_threads) {
-      store(row_qkv, k_base + jj, rotated[G * d + jj], type);
-    }
+    for (int jj = t_id; jj < d; jj += threads) store(row_qkv, k_base + jj, rotated[G * d + jj], type);
   }
 }
 
@@ -317,18 +298,14 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
 // type, scale): the entry points decode_attention_kernel.cc launches, one per
 // dtype and query heads per kv head (1 to kDecodeAttentionMaxGroups); `type`
 // (0 f32, 1 bf16: the host function's) is implied by the entry point.
-#define GROVE_DECODE_ATTENTION_ENTRY(NAME, T, G, EARLY, WARM, SPLIT, BOUNDS)                      \
-  extern "C" __global__ void BOUNDS NAME(                                                          \
+#define GROVE_DECODE_ATTENTION(NAME, T, G, EARLY, WARM)                                            \
+  extern "C" __global__ void NAME(                                                                 \
       void* qkv, const void* cos, const void* sin, const void* key_cache, const void* value_cache, \
       const int64_t* positions, int64_t heads, int64_t kv_heads, int64_t head_dim,                 \
       int64_t cache_len, int64_t table_len, int64_t, float scale) {                                \
-    attention<T, G, EARLY, WARM, SPLIT>(qkv, cos, sin, key_cache, value_cache, positions, heads,  \
-                                        kv_heads, head_dim, cache_len, table_len, scale);          \
+    attention<T, G, EARLY, WARM>(qkv, cos, sin, key_cache, value_cache, positions, heads,         \
+                                 kv_heads, head_dim, cache_len, table_len, scale);                 \
   }
-#define GROVE_DECODE_ATTENTION(NAME, T, G, EARLY, WARM) \
-  GROVE_DECODE_ATTENTION_ENTRY(NAME, T, G, EARLY, WARM, 1, )
-#define GROVE_DECODE_ATTENTION_SPLIT(NAME, T, G, SPLIT) \
-  GROVE_DECODE_ATTENTION_ENTRY(NAME, T, G, true, false, SPLIT, __launch_bounds__(SPLIT * 256))
 // grove_decode_attention_<dtype>_g<G> loads the cache early; ..._late after the
 // wait; grove_decode_attention_bf16_g<G>_warm runs dry before it.
 #define GROVE_DECODE_ATTENTION_GROUPS(G)                                                 \
@@ -346,10 +323,3 @@ GROVE_DECODE_ATTENTION_GROUPS(5)
 GROVE_DECODE_ATTENTION_GROUPS(6)
 GROVE_DECODE_ATTENTION_GROUPS(7)
 GROVE_DECODE_ATTENTION_GROUPS(8)
-
-// Note [Decode attention splits its heads over warps]: bf16, loading the cache
-// early, G / SPLIT query heads per group of kDecodeAttentionThreads threads.
-GROVE_DECODE_ATTENTION_SPLIT(grove_decode_attention_bf16_g2_split2, Bf16, 2, 2)
-GROVE_DECODE_ATTENTION_SPLIT(grove_decode_attention_bf16_g4_split2, Bf16, 4, 2)
-GROVE_DECODE_ATTENTION_SPLIT(grove_decode_attention_bf16_g4_split4, Bf16, 4, 4)
-GROVE_DECODE_ATTENTION_SPLIT(grove_decode_attention_bf16_g8_split4, Bf16, 8, 4)

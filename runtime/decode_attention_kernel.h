@@ -41,7 +41,10 @@
 // ...; 15-26 KiB, 64 registers instead of 128), offsets are 32-bit and
 // runtime loops are not unrolled: with it (and deeper loads in sampling) the
 // 1B batch-64 step went from 1804.5 to 1562.6 us (H100, round 2 of session
-// 16, same tokens).
+// 16, same tokens). The scores fold the early keys from the registers they
+// were loaded into (or load the keys into them): one array where two took
+// bf16_g4 to 157 registers (ptxas 13.0, sm_90), 95 now, so that its block fits
+// an SM beside four streamed GEMV blocks (58 registers x 128 threads each).
 //
 // Note [Decode attention loads the cache early]
 // At batch 1 the kernel is 8 blocks (kv_heads x rows) whose every phase waits
@@ -50,7 +53,9 @@
 // sampling, never by the kernel right before it (the qkv projection). By
 // Note [Programmatic dependent launch] (2), when a programmatic kernel runs
 // its part before griddepcontrol.wait every kernel but the one right before it
-// has completed, so the kernel reads its row's position, the cached keys of
+// has completed (after a streamed GEMV, which allows the next kernel first,
+// the kernels of the layer may still run, and none of them writes the cache
+// or the positions), so the kernel reads its row's position, the cached keys of
 // each thread's first position and the cached values of its first round
 // there, while the projection drains; the qkv row is read only after the
 // wait. The same loads in the same order feed the same arithmetic: results
@@ -92,20 +97,6 @@
 // _warm entry points are the late kernel.
 // Test: DecodeAttentionKernel.EntryPointsGiveTheSameBitsAfterAProgrammaticGemv
 // (tests/runtime/decode_attention_kernel_test.cc, in the cuda_platform_test binary).
-//
-// Note [Decode attention splits its heads over warps]
-// At batch 1 the kernel is kv_heads blocks of 256 threads, each thread
-// folding G query heads in the scores and the weighted values: the block's
-// phases are chains of G-wide loops. The _split<S> entry points (bf16, the
-// early loads; G = 2 with S = 2, G = 4 with S = 2 or 4, G = 8 with S = 4) run
-// S groups of 256 threads a block, group s taking query heads s G / S, ...
-// of those two phases with the same thread layout as the unsplit kernel (the
-// same positions per thread, the same slices of the values, summed in the
-// same order), and the rotation, the softmax and the slices' sum over all
-// the block's threads (each element's arithmetic does not depend on the
-// thread): the same bits. The key is rotated once and stored only after the
-// block's barriers. GROVE_ATTENTION_SPLIT=2 or 4 asks for them (read at each
-// launch). Test: DecodeAttentionKernel.EntryPointsGiveTheSameBitsAfterAProgrammaticGemv.
 #pragma once
 
 #include <cstdint>

@@ -104,7 +104,7 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
                         deep ? "_s28" : "", bulk ? (evict_first ? "_bulk_ef" : "_bulk") : "");
   source.ptx = kPtx;
   source.ptx_programmatic = kProgrammaticPtx;
-  source.max_dynamic_shared_bytes = shared_bytes;
+  source.max_dynamic_shared_bytes = bulk ? bits::kBulkSharedOptIn : shared_bytes;
   const KernelHandle kernel = load_kernel_once(device, source);
   const int64_t needed = (n + kThreads / 32 - 1) / (kThreads / 32);
   LaunchDims dims;
@@ -118,6 +118,7 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
   if (evict_first && !deep && !bulk) flags |= bits::kEvictFirst;
   if (bits::allow_next_first(/*blas=*/false)) flags |= bits::kAllowNextFirst;
   if (bits::row_in_registers()) flags |= bits::kRowInRegisters;
+  flags |= bits::prefetch_column_bits();
   KernelArgs args;
   args.add_pointer(x.data_ptr())
       .add_pointer(gain.data_ptr())

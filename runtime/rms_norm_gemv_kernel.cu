@@ -394,6 +394,10 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
   if (allow_next_first) allow_next_kernel();
 #pragma unroll
   for (int step_slot = 0; step_slot < kDepth; ++step_slot) request(step_slot);
+  // Note [Streamed GEMV prefetches columns into L2] (runtime/cuda/small_m_gemv.h).
+  prefetch_columns_to_l2(w_bits, ldw, k, n, first_column, warps,
+                         static_cast<int>((flags >> bits::kPrefetchColumnsShift) & 0xff), kPerStep,
+                         n, lane);
   uint4 gain_vectors[kRowVectors];
   load_gain(gain_vectors, gain, k, row_in_registers);
   wait_for_earlier_kernels();
@@ -493,6 +497,10 @@ __device__ __forceinline__ void bulk_streamed_rms_norm_gemv(const uint16_t* x_bi
 #pragma unroll 1
     for (int stage = 0; stage < kStages; ++stage) issue();
   }
+  // Note [Streamed GEMV prefetches columns into L2] (runtime/cuda/small_m_gemv.h).
+  prefetch_columns_to_l2(w_bits, ldw, k, n, first_column, warps,
+                         static_cast<int>((flags >> bits::kPrefetchColumnsShift) & 0xff), kRows, n,
+                         lane);
   __syncwarp();
   uint4 gain_vectors[kRowVectors];
   const auto* gain = reinterpret_cast<const uint4*>(gain_bits);

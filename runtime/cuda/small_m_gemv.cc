@@ -116,7 +116,7 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
                             bulk ? (evict_first ? "_bulk_ef" : "_bulk") : "");
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
-      source.max_dynamic_shared_bytes = shared_bytes;
+      source.max_dynamic_shared_bytes = bulk ? bits::kBulkSharedOptIn : shared_bytes;
       streamed_[type][form] = platform_.load_kernel(source);
       streamed_loaded_[type][form] = true;
     }
@@ -136,6 +136,7 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
   if (evict_first && deep == 0 && !bulk) flags |= bits::kEvictFirst;
   if (bits::allow_next_first(/*blas=*/true)) flags |= bits::kAllowNextFirst;
   if (bits::residual_first()) flags |= bits::kResidualFirst;
+  flags |= bits::prefetch_column_bits();
   KernelArgs args;
   args.add_pointer(g.a)
       .add_pointer(g.b)

@@ -137,28 +137,43 @@
 // A streamed GEMV's part before its wait only requests weights, and the
 // kernels after it in a decode step (the next GEMV, the attention) read before
 // their own wait only weights, the KV cache and positions, none written within
-// the layer's kernels. Under GROVE_GEMV_ALLOW_NEXT_FIRST (=1 both kinds, =blas
-// the o, down and LM-head GEMVs, =norm the RMSNorm GEMVs) a streamed GEMV calls
-// griddepcontrol.launch_dependents first thing, so the next kernel's blocks
-// start, and request their weights, while this one still waits on the kernel
-// before it: the output projection's successor (gate/up, 67 MB in the 1B
-// config) can stream during the attention kernel, where otherwise only the
-// 8 MB of the output projection do. This relaxes (2) of Note [Programmatic
-// dependent launch] for the kernel after such a GEMV: its part before the wait
-// may overlap two kernels. Its wait still returns only once the GEMV
-// completed, which is after the GEMV's own wait: data dependencies are kept,
-// and the bits are the same (runtime/cuda/streamed_gemv_flags.h kAllowNextFirst).
+// the layer's kernels. So a streamed GEMV calls griddepcontrol.launch_dependents
+// first thing, and the next kernel's blocks start, and request their weights,
+// while this one still waits on the kernel before it: the output projection's
+// successor (gate/up, 67 MB in the 1B config) streams during the attention
+// kernel, where before only the 8 MB of the output projection did. This
+// relaxes (2) of Note [Programmatic dependent launch] for the kernels after
+// such a GEMV: their part before the wait may overlap several kernels. Each
+// wait still returns only once the kernel right before completed, which is
+// after that kernel's own wait: data dependencies are kept, and the bits are
+// the same (flag kAllowNextFirst, runtime/cuda/streamed_gemv_flags.h).
+// GROVE_GEMV_ALLOW_NEXT_FIRST=0 allows it after the wait as before (=blas or
+// =norm: only the o, down and LM-head GEMVs, or only the RMSNorm GEMVs, first).
+// H200, session 22 round 1 (decode --variants, one process, batch 1, WHILE
+// loop): the 1B step 873.1 -> 830.7 us (the defaults again at the end: 879.8),
+// small 88.3 -> 85.7, the same tokens.
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
-// "next kernel first"), DecodeLoopTest on cuda.
+// with and without it), DecodeLoopTest on cuda.
 //
 // Note [Streamed GEMV reads C first]
 // With beta 1 (the linear_residual op: the o and down projections) lane 0 of
 // a warp read its column of C after the warp's sum: one more L2 round trip at
-// the end of each column, after the fold. Under GROVE_GEMV_RESIDUAL_FIRST=1
-// it loads it as the column's fold starts (after the wait: C is the residual
-// stream an earlier kernel wrote) and adds the same value: same bits.
-// Tests: as above (settings "C first").
+// the end of each column, after the fold. Now it loads it as the column's
+// fold starts (after the wait: C is the residual stream an earlier kernel
+// wrote) and adds the same value: same bits (flag kResidualFirst;
+// GROVE_GEMV_RESIDUAL_FIRST=0 reads it after the sum). H200, session 22 round
+// 1 (as above): the 1B step 873.1 -> 859.5 us, small 88.3 -> 88.3.
+// Tests: as above (settings "C first", "C after the sum").
+//
+// Note [Streamed GEMV prefetches columns into L2]
+// Under GROVE_GEMV_PREFETCH_COLUMNS=N (both kinds, read at each launch) each
+// warp of a streamed GEMV also warms L2 with the first N of its columns' W rows
+// (prefetch.global.L2 over 128-byte lines) before its wait, beyond what its
+// shared-memory ring holds: with the next kernel allowed first, the gate/up
+// GEMV's blocks start during the attention kernel, whose HBM is otherwise
+// idle, and their ring refills then hit L2. Changes no value: same bits.
+// Tests: as above (settings "columns prefetched into L2").
 //
 // Note [Streamed GEMV bulk copies]
 // The streamed GEMVs move W through per-thread cp.async copies of 16 bytes:
@@ -177,18 +192,19 @@
 // has the other streamed kernels behind those names.
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
-// "bulk copies").
+// "bulk copies"). Their first launch failed (H200, session 22 round 1): the
+// opt-in to more than 48 KiB of shared memory was not made (kBulkSharedOptIn).
 //
 // Note [RMSNorm GEMV keeps its row in registers]
 // A streamed RMSNorm GEMV's blocks read x after their wait to sum its squares
 // and read x and the gain again to normalize: two L2 round trips in a row
-// on the path from the kernel before to the first fold. Under
-// GROVE_GEMV_ROW_IN_REGISTERS=1 each thread keeps its vectors of x (K <=
-// 3072: at most 3) in registers from the first read and has loaded its
-// vectors of the gain, a weight, before the wait: one round trip. Same
-// values in the same order: same bits.
+// on the path from the kernel before to the first fold. Now each thread keeps
+// its vectors of x (K <= 3072: at most 3) in registers from the first read
+// and has loaded its vectors of the gain, a weight, before the wait: one
+// round trip. Same values in the same order: same bits (flag kRowInRegisters;
+// GROVE_GEMV_ROW_IN_REGISTERS=0 reads both again).
 // Tests: CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
-// (settings "row in registers").
+// (settings "row in registers", "row read twice").
 #pragma once
 
 #include <mutex>

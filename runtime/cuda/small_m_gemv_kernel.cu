@@ -179,6 +179,10 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
   if (allow_next_first) allow_next_kernel();
 #pragma unroll
   for (int slot = 0; slot < kSlots; ++slot) request(slot);
+  // Note [Streamed GEMV prefetches columns into L2].
+  prefetch_columns_to_l2(reinterpret_cast<const uint16_t*>(w), ldw, k, n, first_column, warps,
+                         static_cast<int>((flags >> bits::kPrefetchColumnsShift) & 0xff), 1, 0,
+                         lane);
   wait_for_earlier_kernels();
   if (!allow_next_first) allow_next_kernel();
   if constexpr (kAShared) {
@@ -284,6 +288,10 @@ __device__ __forceinline__ void bulk_streamed_gemv(const T* a, const T* w, int64
 #pragma unroll 1
     for (int stage = 0; stage < kBulkStages; ++stage) issue();
   }
+  // Note [Streamed GEMV prefetches columns into L2].
+  prefetch_columns_to_l2(reinterpret_cast<const uint16_t*>(w), ldw, k, n, first_column, warps,
+                         static_cast<int>((flags >> bits::kPrefetchColumnsShift) & 0xff), 1, 0,
+                         lane);
   __syncwarp();
   wait_for_earlier_kernels();
   if (!allow_next_first) allow_next_kernel();
