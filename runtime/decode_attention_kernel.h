@@ -45,6 +45,8 @@
 // were loaded into (or load the keys into them): one array where two took
 // bf16_g4 to 157 registers (ptxas 13.0, sm_90), 95 now, so that its block fits
 // an SM beside four streamed GEMV blocks (58 registers x 128 threads each).
+// GROVE_ATTENTION_KEY_ARRAYS=2 runs the two arrays' code (bf16, G = 2, 4, 8;
+// the same bits) for comparisons.
 //
 // Note [Decode attention loads the cache early]
 // At batch 1 the kernel is 8 blocks (kv_heads x rows) whose every phase waits
