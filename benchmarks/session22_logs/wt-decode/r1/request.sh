@@ -2,12 +2,11 @@
 # wt-decode r1 (issue 38), <= 97 s. Opt builds of the commit in COMMIT (bin/), probes/profile_decode.py.
 # 1. Bitwise tests of the new switches: streamed GEMVs allowing the next kernel first / reading C
 #    first (both policies), bulk-copy GEMVs (GROVE_GEMV_BULK), the attention's split entry
-#    points (G = 2, 4, 8); the greedy token over several blocks (decode_loop_test's sampling
-#    test with GROVE_SAMPLE_PARTS 1, 4, 33).
+#    points (G = 2, 4, 8).
 # 2. torch.profiler of one decode run, 1b and small at batch 1, defaults: per-kernel durations,
 #    increments and gaps, one step in order (profile_base.txt, base_kernels.csv).
 # 3. decode --variants, 1b and small, batch 1, one process: the new switches, the older untimed
-#    GROVE_PROGRAMMATIC_GENERATED, GROVE_SAMPLE_PARTS=16, then (if the tests passed) the bulk-copy GEMVs; tokens
+#    GROVE_PROGRAMMATIC_GENERATED, then (if the tests passed) the bulk-copy GEMVs; tokens
 #    checked against the defaults (ab.txt, ab.json).
 # 4. If time is left: the profile again with the combined switches (profile_combo.txt).
 set -u
