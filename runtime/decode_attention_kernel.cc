@@ -194,16 +194,8 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   const char* warm_setting = std::getenv("GROVE_ATTENTION_WARM");
   const bool warm = !late && dtype == DType::kBF16 && rows == 1 && warm_setting != nullptr &&
                     std::string_view(warm_setting) == "1";
-  // GROVE_ATTENTION_KEY_ARRAYS=2 (read at each launch): the scores' second key array, for
-  // comparisons (Note [Decode attention kernel]), where an entry point has it.
-  const char* arrays = std::getenv("GROVE_ATTENTION_KEY_ARRAYS");
-  const int64_t groups = heads / kv_heads;
-  const bool two_key_arrays = arrays != nullptr && std::string_view(arrays) == "2" && !late &&
-                              !warm && dtype == DType::kBF16 &&
-                              (groups == 2 || groups == 4 || groups == 8);
-  source.name =
-      str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", groups,
-              late ? "_late" : (warm ? "_warm" : ""), two_key_arrays ? "_two_key_arrays" : "");
+  source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", heads / kv_heads,
+                        late ? "_late" : (warm ? "_warm" : ""));
   if (device.is_cuda()) {
     source.ptx = kPtx;
     source.ptx_programmatic = kProgrammaticPtx;

@@ -59,10 +59,7 @@ __device__ __forceinline__ void store(void* base, int64_t index, float value, Bf
 // long instruction sequences) and loops over runtime bounds are not unrolled.
 // Early: Note [Decode attention loads the cache early]; Warm: Note [Decode
 // attention runs dry before its wait] (decode_attention_kernel.h). Not both.
-// TwoKeyArrays: the scores copy the early keys into a second array (the
-// _two_key_arrays entry points, GROVE_ATTENTION_KEY_ARRAYS=2: the code before
-// its registers were counted, kept for comparisons; the same bits).
-template <typename T, int G, bool Early, bool kWarmRequested = false, bool TwoKeyArrays = false>
+template <typename T, int G, bool Early, bool kWarmRequested = false>
 __device__ __forceinline__ void attention(void* qkv, const void* cos, const void* sin,
                                           const void* key_cache, const void* value_cache,
                                           const int64_t* positions, int64_t heads, int64_t kv_heads,
@@ -183,14 +180,11 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
         const uint4* key = reinterpret_cast<const uint4*>(slot_keys + t * d);
 #pragma unroll 1
         for (int v0 = 0; v0 < d / 8; v0 += kKeyVectors) {
-          // The early keys where this thread loaded them, else loaded now into
-          // the same registers (one array: 122 registers for bf16_g4, not 157).
-          uint4 copied[kKeyVectors];
-          uint4(&loaded)[kKeyVectors] = TwoKeyArrays ? copied : early_keys;
-          if (TwoKeyArrays && Early && keys_early && t == t_id && v0 == 0) {
+          uint4 loaded[kKeyVectors];
+          if (Early && keys_early && t == t_id && v0 == 0) {
 #pragma unroll
             for (int u = 0; u < kKeyVectors; ++u) loaded[u] = early_keys[u];
-          } else if (!(Early && keys_early && t == t_id && v0 == 0) || TwoKeyArrays) {
+          } else {
 #pragma unroll
             for (int u = 0; u < kKeyVectors; ++u) {
               if (v0 + u < d / 8) loaded[u] = __ldg(key + v0 + u);
@@ -330,18 +324,3 @@ GROVE_DECODE_ATTENTION_GROUPS(5)
 GROVE_DECODE_ATTENTION_GROUPS(6)
 GROVE_DECODE_ATTENTION_GROUPS(7)
 GROVE_DECODE_ATTENTION_GROUPS(8)
-
-// The _two_key_arrays entry points (bf16, loading the cache early): the scores' second key
-// array, for comparisons (GROVE_ATTENTION_KEY_ARRAYS=2, decode_attention_kernel.h).
-#define GROVE_DECODE_ATTENTION_TWO_KEY_ARRAYS(G)                                          \
-  extern "C" __global__ void grove_decode_attention_bf16_g##G##_two_key_arrays(           \
-      void* qkv, const void* cos, const void* sin, const void* key_cache,                 \
-      const void* value_cache, const int64_t* positions, int64_t heads, int64_t kv_heads, \
-      int64_t head_dim, int64_t cache_len, int64_t table_len, int64_t, float scale) {     \
-    attention<Bf16, G, true, false, true>(qkv, cos, sin, key_cache, value_cache, positions, \
-                                          heads, kv_heads, head_dim, cache_len, table_len, \
-                                          scale);                                         \
-  }
-GROVE_DECODE_ATTENTION_TWO_KEY_ARRAYS(2)
-GROVE_DECODE_ATTENTION_TWO_KEY_ARRAYS(4)
-GROVE_DECODE_ATTENTION_TWO_KEY_ARRAYS(8)

@@ -41,12 +41,12 @@
 // ...; 15-26 KiB, 64 registers instead of 128), offsets are 32-bit and
 // runtime loops are not unrolled: with it (and deeper loads in sampling) the
 // 1B batch-64 step went from 1804.5 to 1562.6 us (H100, round 2 of session
-// 16, same tokens). The scores fold the early keys from the registers they
-// were loaded into (or load the keys into them): one array where two took
-// bf16_g4 to 157 registers (ptxas 13.0, sm_90), 95 now, so that its block fits
-// an SM beside four streamed GEMV blocks (58 registers x 128 threads each).
-// GROVE_ATTENTION_KEY_ARRAYS=2 runs the two arrays' code (bf16, G = 2, 4, 8;
-// the same bits) for comparisons.
+// 16, same tokens). (ptxas 13.0 now gives bf16_g4 151 registers. Folding
+// the early keys from the registers they were loaded into, one key array
+// instead of two, took it to 95, so that a block fits an SM beside four
+// streamed GEMV blocks; measured, it cost: H200, session 22 round 2, decode
+// --variants, batch 1, WHILE loop: 1B 800.6 us a step against 788.9 with two
+// arrays, small 85.5 against 84.1, the same tokens. So two arrays stay.)
 //
 // Note [Decode attention loads the cache early]
 // At batch 1 the kernel is 8 blocks (kv_heads x rows) whose every phase waits

@@ -151,7 +151,8 @@
 // =norm: only the o, down and LM-head GEMVs, or only the RMSNorm GEMVs, first).
 // H200, session 22 round 1 (decode --variants, one process, batch 1, WHILE
 // loop): the 1B step 873.1 -> 830.7 us (the defaults again at the end: 879.8),
-// small 88.3 -> 85.7, the same tokens.
+// small 88.3 -> 85.7, the same tokens; round 2, with the notes below on: =0
+// gave 853.8 against 800.6 (1B) and 91.9 against 85.5 (small).
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
 // with and without it), DecodeLoopTest on cuda.
@@ -163,7 +164,8 @@
 // fold starts (after the wait: C is the residual stream an earlier kernel
 // wrote) and adds the same value: same bits (flag kResidualFirst;
 // GROVE_GEMV_RESIDUAL_FIRST=0 reads it after the sum). H200, session 22 round
-// 1 (as above): the 1B step 873.1 -> 859.5 us, small 88.3 -> 88.3.
+// 1 (as above): the 1B step 873.1 -> 859.5 us, small 88.3 -> 88.3; round 2:
+// =0 gave 828.7 against 800.6 (1B), 85.6 against 85.5 (small).
 // Tests: as above (settings "C first", "C after the sum").
 //
 // Note [Streamed GEMV prefetches columns into L2]
@@ -173,6 +175,10 @@
 // shared-memory ring holds: with the next kernel allowed first, the gate/up
 // GEMV's blocks start during the attention kernel, whose HBM is otherwise
 // idle, and their ring refills then hit L2. Changes no value: same bits.
+// Measured, it costs, so it stays off: H200, session 22 round 2 (decode
+// --variants, batch 1, WHILE loop): 1B 874.4 us a step with N = 2 and 878.0
+// with 4, against 800.6 (the extra traffic competes with the kernel that
+// streams before the wait returns); small 86.4 and 86.7 against 85.5.
 // Tests: as above (settings "columns prefetched into L2").
 //
 // Note [Streamed GEMV bulk copies]
@@ -192,8 +198,13 @@
 // has the other streamed kernels behind those names.
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
 // CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
-// "bulk copies"). Their first launch failed (H200, session 22 round 1): the
-// opt-in to more than 48 KiB of shared memory was not made (kBulkSharedOptIn).
+// "bulk copies"; passed on an H200, session 22 round 2). Their first launch
+// failed (H200, round 1): the opt-in to more than 48 KiB of shared memory was
+// not made (kBulkSharedOptIn). Measured, they cost, so they stay off: H200,
+// round 2 (decode --variants, batch 1, WHILE loop): 1B 873.8 us a step against
+// 800.6 (967.7 with two columns prefetched into L2), small 86.6 against 85.5,
+// the same tokens. (Not profiled: whether one copy-engine request of 2 KiB at
+// a time per stage keeps too few bytes in flight is the first thing to look at.)
 //
 // Note [RMSNorm GEMV keeps its row in registers]
 // A streamed RMSNorm GEMV's blocks read x after their wait to sum its squares
@@ -202,7 +213,8 @@
 // its vectors of x (K <= 3072: at most 3) in registers from the first read
 // and has loaded its vectors of the gain, a weight, before the wait: one
 // round trip. Same values in the same order: same bits (flag kRowInRegisters;
-// GROVE_GEMV_ROW_IN_REGISTERS=0 reads both again).
+// GROVE_GEMV_ROW_IN_REGISTERS=0 reads both again). H200, session 22 round 2
+// (as above): =0 gave 813.0 us against 800.6 (1B), 85.8 against 85.5 (small).
 // Tests: CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
 // (settings "row in registers", "row read twice").
 #pragma once

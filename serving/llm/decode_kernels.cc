@@ -249,17 +249,17 @@ void launch_sample(const Tensor& logits, const Tensor& ids, const Tensor& positi
   check_i64(positions, "decode positions");
   check_i64(row_state, "the decode row state");
   check_i64(loop_state, "the decode loop state");
-  // Note [Greedy token over several blocks]: GROVE_SAMPLE_PARTS blocks a row where partials are
-  // given.
+  // Note [Greedy token over several blocks]: kDefaultSampleParts (or GROVE_SAMPLE_PARTS)
+  // blocks a row where partials are given.
   int64_t parts = 1;
   if (partials != nullptr) {
     check_i64(*partials, "the sampling partials");
     GROVE_CHECK(partials->numel() >= sample_partials_size(positions.numel()),
                 "sampling partials of ", partials->numel(), " entries for ", positions.numel(),
                 " rows; need ", sample_partials_size(positions.numel()));
-    if (const char* setting = std::getenv("GROVE_SAMPLE_PARTS")) {
-      parts = std::clamp<int64_t>(std::atoll(setting), 1, kMaxSampleParts);
-    }
+    const char* setting = std::getenv("GROVE_SAMPLE_PARTS");
+    parts = setting == nullptr ? kDefaultSampleParts
+                               : std::clamp<int64_t>(std::atoll(setting), 1, kMaxSampleParts);
   }
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>(parts);

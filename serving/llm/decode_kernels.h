@@ -61,15 +61,19 @@ void launch_kv_write_span(const runtime::Tensor& table, int64_t tensors, int64_t
 // One block reading a 32000-logit row took about 6 us of a batch-1 step
 // (H100, torch.profiler). With `partials` (an i64 tensor of
 // sample_partials_size(rows) zeros on the logits' device, kept between
-// launches) and GROVE_SAMPLE_PARTS=N (2..kMaxSampleParts, read at each
-// launch) each row runs N blocks, each finding the first largest logit of a
-// contiguous share of the row; the row's last block to finish (an atomic
-// counter in `partials`, which it zeroes again) takes the first largest of
-// their pairs in part order, which is the row's first largest logit whatever
-// the split, and goes on alone as the one block did (the sampled rows' scans
-// over the whole row included). Test: DecodeLoopTest.DeviceSamplingMatchesTheHostReference
-// (with GROVE_SAMPLE_PARTS=4 on cuda too).
+// launches; DecodeLoop passes one) each row runs kDefaultSampleParts blocks
+// (GROVE_SAMPLE_PARTS=N, 1..kMaxSampleParts, read at each launch; 1 is the
+// one block as before), each finding the first largest logit of a contiguous
+// share of the row; the row's last block to finish (an atomic counter in
+// `partials`, which it zeroes again) takes the first largest of their pairs
+// in part order, which is the row's first largest logit whatever the split,
+// and goes on alone as the one block did (the sampled rows' scans over the
+// whole row included). H200, session 22 round 2 (decode --variants, batch 1,
+// WHILE loop): 1B 800.6 -> 794.2 us a step with 16 parts, small 85.5 -> 85.3,
+// the same tokens. Test: DecodeLoopTest.DeviceSamplingMatchesTheHostReference
+// (1, 4 and 33 parts; passed on an H200 in that round).
 inline constexpr int64_t kMaxSampleParts = 64;
+inline constexpr int64_t kDefaultSampleParts = 16;
 int64_t sample_partials_size(int64_t rows);
 void launch_sample(const runtime::Tensor& logits, const runtime::Tensor& ids,
                    const runtime::Tensor& positions, const runtime::Tensor& row_state,

@@ -30,19 +30,15 @@ Tensor random_bf16(std::mt19937& rng, const Shape& shape, float low, float high)
   return Tensor::from_host(bits.data(), shape, DType::kBF16, kCudaDevice);
 }
 
-// GROVE_ATTENTION_EARLY_LOADS, GROVE_ATTENTION_WARM and GROVE_ATTENTION_KEY_ARRAYS:
-// late, early (the default), warm (Note [Decode attention runs dry before its
-// wait]), early with the scores' second key array (Note [Decode attention kernel]).
+// GROVE_ATTENTION_EARLY_LOADS and GROVE_ATTENTION_WARM: late, early (the
+// default), warm (Note [Decode attention runs dry before its wait]).
 struct AttentionSetting {
   const char* name;
   const char* early_loads;
   const char* warm;
-  const char* key_arrays;  // GROVE_ATTENTION_KEY_ARRAYS (Note [Decode attention kernel])
 };
-constexpr AttentionSetting kSettings[] = {{"late", "0", "0", "1"},
-                                          {"early", "1", "0", "1"},
-                                          {"warm", "1", "1", "1"},
-                                          {"early, two key arrays", "1", "0", "2"}};
+constexpr AttentionSetting kSettings[] = {
+    {"late", "0", "0"}, {"early", "1", "0"}, {"warm", "1", "1"}};
 
 // One row (the warm kernel's case: GROVE_ATTENTION_WARM applies to one row)
 // and two (one of them padding; warm there runs the early kernel), 8 query
@@ -72,7 +68,6 @@ void check_entry_points(int64_t rows) {
     for (const AttentionSetting& setting : kSettings) {
       ::grove::testing::ScopedEnv early("GROVE_ATTENTION_EARLY_LOADS", setting.early_loads);
       ::grove::testing::ScopedEnv warm("GROVE_ATTENTION_WARM", setting.warm);
-      ::grove::testing::ScopedEnv arrays("GROVE_ATTENTION_KEY_ARRAYS", setting.key_arrays);
       GemmArgs args;
       args.dtype = DType::kBF16;
       args.m = rows, args.n = kWidth, args.k = kHidden;
@@ -84,7 +79,7 @@ void check_entry_points(int64_t rows) {
       platform.synchronize_stream(stream);
       results.push_back(qkv.to_host_bytes());
     }
-    for (size_t other : {1, 2, 3}) {
+    for (size_t other : {1, 2}) {
       EXPECT_EQ(results[0], results[other]) << rows << " rows, round " << round << ": "
                                             << kSettings[other].name << " differs from late";
     }
