@@ -249,8 +249,8 @@ void launch_sample(const Tensor& logits, const Tensor& ids, const Tensor& positi
   check_i64(positions, "decode positions");
   check_i64(row_state, "the decode row state");
   check_i64(loop_state, "the decode loop state");
-  // Note [Greedy token over several blocks]: kDefaultSampleParts (or GROVE_SAMPLE_PARTS)
-  // blocks a row where partials are given.
+  // Note [Greedy token over several blocks]: kDefaultSampleParts for one row (or
+  // GROVE_SAMPLE_PARTS for any) blocks a row where partials are given.
   int64_t parts = 1;
   if (partials != nullptr) {
     check_i64(*partials, "the sampling partials");
@@ -258,8 +258,11 @@ void launch_sample(const Tensor& logits, const Tensor& ids, const Tensor& positi
                 "sampling partials of ", partials->numel(), " entries for ", positions.numel(),
                 " rows; need ", sample_partials_size(positions.numel()));
     const char* setting = std::getenv("GROVE_SAMPLE_PARTS");
-    parts = setting == nullptr ? kDefaultSampleParts
-                               : std::clamp<int64_t>(std::atoll(setting), 1, kMaxSampleParts);
+    if (setting != nullptr) {
+      parts = std::clamp<int64_t>(std::atoll(setting), 1, kMaxSampleParts);
+    } else if (positions.numel() == 1) {
+      parts = kDefaultSampleParts;  // measured at batch 1 only
+    }
   }
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>(parts);

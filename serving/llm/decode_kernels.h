@@ -61,9 +61,10 @@ void launch_kv_write_span(const runtime::Tensor& table, int64_t tensors, int64_t
 // One block reading a 32000-logit row took about 6 us of a batch-1 step
 // (H100, torch.profiler). With `partials` (an i64 tensor of
 // sample_partials_size(rows) zeros on the logits' device, kept between
-// launches; DecodeLoop passes one) each row runs kDefaultSampleParts blocks
-// (GROVE_SAMPLE_PARTS=N, 1..kMaxSampleParts, read at each launch; 1 is the
-// one block as before), each finding the first largest logit of a contiguous
+// launches; DecodeLoop passes one) a single row runs kDefaultSampleParts
+// blocks, more rows one block each (only batch 1 was timed); GROVE_SAMPLE_PARTS=N
+// (1..kMaxSampleParts, read at each launch; 1 is the one block as before) sets
+// the blocks of every row. Each finds the first largest logit of a contiguous
 // share of the row; the row's last block to finish (an atomic counter in
 // `partials`, which it zeroes again) takes the first largest of their pairs
 // in part order, which is the row's first largest logit whatever the split,
