@@ -41,7 +41,12 @@
 // ...; 15-26 KiB, 64 registers instead of 128), offsets are 32-bit and
 // runtime loops are not unrolled: with it (and deeper loads in sampling) the
 // 1B batch-64 step went from 1804.5 to 1562.6 us (H100, round 2 of session
-// 16, same tokens).
+// 16, same tokens). (ptxas 13.0 now gives bf16_g4 151 registers. Folding
+// the early keys from the registers they were loaded into, one key array
+// instead of two, took it to 95, so that a block fits an SM beside four
+// streamed GEMV blocks; measured, it cost: H200, session 22 round 2, decode
+// --variants, batch 1, WHILE loop: 1B 800.6 us a step against 788.9 with two
+// arrays, small 85.5 against 84.1, the same tokens. So two arrays stay.)
 //
 // Note [Decode attention loads the cache early]
 // At batch 1 the kernel is 8 blocks (kv_heads x rows) whose every phase waits
@@ -50,7 +55,9 @@
 // sampling, never by the kernel right before it (the qkv projection). By
 // Note [Programmatic dependent launch] (2), when a programmatic kernel runs
 // its part before griddepcontrol.wait every kernel but the one right before it
-// has completed, so the kernel reads its row's position, the cached keys of
+// has completed (after a streamed GEMV, which allows the next kernel first,
+// the kernels of the layer may still run, and none of them writes the cache
+// or the positions), so the kernel reads its row's position, the cached keys of
 // each thread's first position and the cached values of its first round
 // there, while the projection drains; the qkv row is read only after the
 // wait. The same loads in the same order feed the same arithmetic: results

@@ -405,7 +405,10 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
 // prefetches into L2, which changes no value;
 // (2) it allows the next kernel only after its own wait, so when a kernel's
 // part before the wait runs, every kernel but the one right before it has
-// completed. Kernels without programmatic PTX (generated kernels, cuBLAS) are
+// completed (except after the streamed GEMVs, which read only weights before
+// their wait and allow the next kernel first: Note [Streamed GEMV allows the
+// next kernel first], runtime/cuda/small_m_gemv.h). Kernels without
+// programmatic PTX (generated kernels, cuBLAS) are
 // launched as before and wait for full completion; a programmatic kernel after
 // one of them starts when it ends. Results are the same bits either way;
 // GROVE_PROGRAMMATIC_LAUNCH=0 loads the plain PTX (for comparisons). A WHILE

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/cuda/streamed_gemv_flags.h"
 #include "runtime/error.h"
 
 namespace grove::runtime::cuda_detail {
@@ -93,22 +94,29 @@ void SmallMGemv::launch(StreamHandle stream, const GemmArgs& g) {
 void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int type) {
   // Note [Streamed GEMV holds A in shared memory]: the _as entry points take the place of the
   // others where GROVE_GEMV_A_SHARED asks for them, up to K = kMaxSharedAK.
-  const bool a_shared = g.k <= kMaxSharedAK && streamed_gemv_a_shared(g.n);
+  namespace bits = streamed_gemv_flags;
+  // Note [Streamed GEMV bulk copies]: the bulk kernels where GROVE_GEMV_BULK asks for them,
+  // before the other forms; they read W under the policy their name says.
+  const bool bulk = bits::bulk_copies(/*blas=*/true);
+  const bool evict_first = weights_evict_first();
+  const bool a_shared = !bulk && g.k <= kMaxSharedAK && streamed_gemv_a_shared(g.n);
   // Note [Streamed GEMV slots]: 32 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
-  const int deep = !a_shared && streamed_gemv_deep_slots(g.n) ? 1 : 0;
+  const int deep = !bulk && !a_shared && streamed_gemv_deep_slots(g.n) ? 1 : 0;
   // 24 slots (16 beside A) are the kernel's static shared memory; 32 are dynamic.
-  const uint32_t shared_bytes = deep != 0 ? 32 * kStreamThreads * 16 : 0;
+  const uint32_t shared_bytes =
+      bulk ? bits::kBulkSharedBytes : (deep != 0 ? 32 * kStreamThreads * 16 : 0);
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const int form = a_shared ? 2 : deep;
+    const int form = bulk ? (evict_first ? 4 : 3) : (a_shared ? 2 : deep);
     if (!streamed_loaded_[type][form]) {
       KernelSource source;
       source.name = str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16",
-                            deep != 0 ? "_s32" : "", a_shared ? "_as" : "");
+                            deep != 0 ? "_s32" : "", a_shared ? "_as" : "",
+                            bulk ? (evict_first ? "_bulk_ef" : "_bulk") : "");
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
-      source.max_dynamic_shared_bytes = shared_bytes;
+      source.max_dynamic_shared_bytes = bulk ? bits::kBulkSharedOptIn : shared_bytes;
       streamed_[type][form] = platform_.load_kernel(source);
       streamed_loaded_[type][form] = true;
     }
@@ -123,6 +131,12 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
       static_cast<int64_t>(multiprocessors) * streamed_gemv_blocks_per_sm(kStreamBlocksPerSm)));
   dims.block.x = kStreamThreads;
   dims.shared_bytes = shared_bytes;
+  int64_t flags = 0;
+  // Note [Streamed GEMV slots]: the deep rings read under the default policy.
+  if (evict_first && deep == 0 && !bulk) flags |= bits::kEvictFirst;
+  if (bits::allow_next_first(/*blas=*/true)) flags |= bits::kAllowNextFirst;
+  if (bits::residual_first()) flags |= bits::kResidualFirst;
+  flags |= bits::prefetch_column_bits();
   KernelArgs args;
   args.add_pointer(g.a)
       .add_pointer(g.b)
@@ -131,8 +145,7 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
       .add_i64(g.n)
       .add_i64(g.k)
       .add_i64(g.beta == 1.0f ? 1 : 0)
-      // Note [Streamed GEMV slots]: the deep rings read under the default policy.
-      .add_i64(weights_evict_first() && deep == 0 ? 1 : 0);
+      .add_i64(flags);
   platform_.launch_kernel(kernel, dims, args, stream);
 }
 

@@ -132,6 +132,91 @@
 // Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise (the 1B
 // step's three shapes and K = 8200, past the shared copy, under both policies,
 // on cuda: passed on an H100, session 21 rounds 1 and 2).
+//
+// Note [Streamed GEMV allows the next kernel first]
+// A streamed GEMV's part before its wait only requests weights, and the
+// kernels after it in a decode step (the next GEMV, the attention) read before
+// their own wait only weights, the KV cache and positions, none written within
+// the layer's kernels. So a streamed GEMV calls griddepcontrol.launch_dependents
+// first thing, and the next kernel's blocks start, and request their weights,
+// while this one still waits on the kernel before it: the output projection's
+// successor (gate/up, 67 MB in the 1B config) streams during the attention
+// kernel, where before only the 8 MB of the output projection did. This
+// relaxes (2) of Note [Programmatic dependent launch] for the kernels after
+// such a GEMV: their part before the wait may overlap several kernels. Each
+// wait still returns only once the kernel right before completed, which is
+// after that kernel's own wait: data dependencies are kept, and the bits are
+// the same (flag kAllowNextFirst, runtime/cuda/streamed_gemv_flags.h).
+// GROVE_GEMV_ALLOW_NEXT_FIRST=0 allows it after the wait as before (=blas or
+// =norm: only the o, down and LM-head GEMVs, or only the RMSNorm GEMVs, first).
+// H200, session 22 round 1 (decode --variants, one process, batch 1, WHILE
+// loop): the 1B step 873.1 -> 830.7 us (the defaults again at the end: 879.8),
+// small 88.3 -> 85.7, the same tokens; round 2, with the notes below on: =0
+// gave 853.8 against 800.6 (1B) and 91.9 against 85.5 (small).
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
+// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
+// with and without it), DecodeLoopTest on cuda.
+//
+// Note [Streamed GEMV reads C first]
+// With beta 1 (the linear_residual op: the o and down projections) lane 0 of
+// a warp read its column of C after the warp's sum: one more L2 round trip at
+// the end of each column, after the fold. Now it loads it as the column's
+// fold starts (after the wait: C is the residual stream an earlier kernel
+// wrote) and adds the same value: same bits (flag kResidualFirst;
+// GROVE_GEMV_RESIDUAL_FIRST=0 reads it after the sum). H200, session 22 round
+// 1 (as above): the 1B step 873.1 -> 859.5 us, small 88.3 -> 88.3; round 2:
+// =0 gave 828.7 against 800.6 (1B), 85.6 against 85.5 (small).
+// Tests: as above (settings "C first", "C after the sum").
+//
+// Note [Streamed GEMV prefetches columns into L2]
+// Under GROVE_GEMV_PREFETCH_COLUMNS=N (both kinds, read at each launch) each
+// warp of a streamed GEMV also warms L2 with the first N of its columns' W rows
+// (prefetch.global.L2 over 128-byte lines) before its wait, beyond what its
+// shared-memory ring holds: with the next kernel allowed first, the gate/up
+// GEMV's blocks start during the attention kernel, whose HBM is otherwise
+// idle, and their ring refills then hit L2. Changes no value: same bits.
+// Measured, it costs, so it stays off: H200, session 22 round 2 (decode
+// --variants, batch 1, WHILE loop): 1B 874.4 us a step with N = 2 and 878.0
+// with 4, against 800.6 (the extra traffic competes with the kernel that
+// streams before the wait returns); small 86.4 and 86.7 against 85.5.
+// Tests: as above (settings "columns prefetched into L2").
+//
+// Note [Streamed GEMV bulk copies]
+// The streamed GEMVs move W through per-thread cp.async copies of 16 bytes:
+// every weight byte is one of a thread's requests, each warp issuing a 512-byte
+// request per fold step, and 96 KiB in flight an SM are 6144 such copies. The
+// _bulk entry points (both kinds: runtime/cuda/small_m_gemv_kernel.cu,
+// runtime/rms_norm_gemv_kernel.cu) have lane 0 of each warp ask the copy
+// engine (cp.async.bulk, compute_90) for 2 KiB chunks of its columns' W rows
+// (gated: of the gate and the up row) into the warp's ring of 12 KiB of
+// dynamic shared memory, each chunk completing an mbarrier the warp waits on;
+// the first chunks are requested before the wait. Lane l folds vectors l,
+// l + 32, ... of each chunk: the order of the other streamed kernels, so the
+// same bits. _bulk_ef reads W under the evict-first policy
+// (GROVE_WEIGHTS_EVICT_FIRST picks the entry point). GROVE_GEMV_BULK=1 (both
+// kinds), =blas or =norm (read at each launch) runs them; the compute_80 PTX
+// has the other streamed kernels behind those names.
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
+// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
+// "bulk copies"; passed on an H200, session 22 round 2). Their first launch
+// failed (H200, round 1): the opt-in to more than 48 KiB of shared memory was
+// not made (kBulkSharedOptIn). Measured, they cost, so they stay off: H200,
+// round 2 (decode --variants, batch 1, WHILE loop): 1B 873.8 us a step against
+// 800.6 (967.7 with two columns prefetched into L2), small 86.6 against 85.5,
+// the same tokens. (Not profiled: whether one copy-engine request of 2 KiB at
+// a time per stage keeps too few bytes in flight is the first thing to look at.)
+//
+// Note [RMSNorm GEMV keeps its row in registers]
+// A streamed RMSNorm GEMV's blocks read x after their wait to sum its squares
+// and read x and the gain again to normalize: two L2 round trips in a row
+// on the path from the kernel before to the first fold. Now each thread keeps
+// its vectors of x (K <= 3072: at most 3) in registers from the first read
+// and has loaded its vectors of the gain, a weight, before the wait: one
+// round trip. Same values in the same order: same bits (flag kRowInRegisters;
+// GROVE_GEMV_ROW_IN_REGISTERS=0 reads both again). H200, session 22 round 2
+// (as above): =0 gave 813.0 us against 800.6 (1B), 85.8 against 85.5 (small).
+// Tests: CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise
+// (settings "row in registers", "row read twice").
 #pragma once
 
 #include <mutex>
@@ -159,10 +244,11 @@ class SmallMGemv {
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
-  // [bf16, f16][24 slots, 32 slots, A in shared memory]: Note [Streamed GEMV], Note
-  // [Streamed GEMV slots], Note [Streamed GEMV holds A in shared memory]
-  KernelHandle streamed_[2][3] = {};
-  bool streamed_loaded_[2][3] = {};
+  // [bf16, f16][24 slots, 32 slots, A in shared memory, bulk copies, bulk copies evicting
+  // first]: Note [Streamed GEMV], Note [Streamed GEMV slots], Note [Streamed GEMV holds A in
+  // shared memory], Note [Streamed GEMV bulk copies]
+  KernelHandle streamed_[2][5] = {};
+  bool streamed_loaded_[2][5] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

@@ -1,6 +1,8 @@
 #include "serving/llm/decode_kernels.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "runtime/device_context.h"
@@ -96,7 +98,7 @@ void host_sample(const LaunchDims* dims, const uint64_t* args) {
   const int64_t* loop_state = pointer<const int64_t>(args[7]);
   const int64_t step = loop_state[layout::kStep];
   if (step >= loop_state[layout::kBudget]) return;  // Note [Steps per WHILE iteration]
-  const int64_t rows = dims->grid.x;
+  const int64_t rows = dims->grid.y;                // grid.x: the parts of a row, one pass here
   for (int64_t row = 0; row < rows; ++row) {
     int64_t* state = row_state + row * layout::kRowFields;
     if (positions[row] < 0) {
@@ -234,9 +236,11 @@ void launch_kv_write_span(const Tensor& table, int64_t tensors, int64_t slot, in
          dims, args);
 }
 
+int64_t sample_partials_size(int64_t rows) { return rows * (2 * kMaxSampleParts + 1); }
+
 void launch_sample(const Tensor& logits, const Tensor& ids, const Tensor& positions,
                    const Tensor& row_state, int64_t max_seq_len, int64_t* streamed,
-                   const Tensor& loop_state) {
+                   const Tensor& loop_state, const Tensor* partials) {
   GROVE_CHECK(logits.dtype() == runtime::DType::kF32 && logits.is_contiguous() &&
                   logits.shape().size() == 2 && logits.shape()[0] == positions.numel(),
               "sampling needs contiguous f32 logits [rows, vocab] for ", positions.numel(),
@@ -245,8 +249,24 @@ void launch_sample(const Tensor& logits, const Tensor& ids, const Tensor& positi
   check_i64(positions, "decode positions");
   check_i64(row_state, "the decode row state");
   check_i64(loop_state, "the decode loop state");
+  // Note [Greedy token over several blocks]: kDefaultSampleParts for one row (or
+  // GROVE_SAMPLE_PARTS for any) blocks a row where partials are given.
+  int64_t parts = 1;
+  if (partials != nullptr) {
+    check_i64(*partials, "the sampling partials");
+    GROVE_CHECK(partials->numel() >= sample_partials_size(positions.numel()),
+                "sampling partials of ", partials->numel(), " entries for ", positions.numel(),
+                " rows; need ", sample_partials_size(positions.numel()));
+    const char* setting = std::getenv("GROVE_SAMPLE_PARTS");
+    if (setting != nullptr) {
+      parts = std::clamp<int64_t>(std::atoll(setting), 1, kMaxSampleParts);
+    } else if (positions.numel() == 1) {
+      parts = kDefaultSampleParts;  // measured at batch 1 only
+    }
+  }
   LaunchDims dims;
-  dims.grid.x = static_cast<uint32_t>(positions.numel());
+  dims.grid.x = static_cast<uint32_t>(parts);
+  dims.grid.y = static_cast<uint32_t>(positions.numel());
   dims.block.x = sampling::kThreads;
   KernelArgs args;
   args.add_pointer(logits.data_ptr())
@@ -256,7 +276,8 @@ void launch_sample(const Tensor& logits, const Tensor& ids, const Tensor& positi
       .add_pointer(row_state.data_ptr())
       .add_i64(max_seq_len)
       .add_pointer(streamed)
-      .add_pointer(loop_state.data_ptr());
+      .add_pointer(loop_state.data_ptr())
+      .add_pointer(partials != nullptr ? partials->data_ptr() : nullptr);
   launch(logits.device(), kernel(logits.device(), "grove_llm_sample", &host_sample), dims, args);
 }
 

@@ -99,11 +99,16 @@ __device__ double as_double(int64_t bits) {
 
 }  // namespace
 
-// One block of sampling::kThreads threads per row (decode_kernels.h).
+// Blocks (part, row) of sampling::kThreads threads (decode_kernels.h). With
+// one part a row, its block does everything; with several (Note [Greedy token
+// over several blocks]), each finds the first largest logit of its share of
+// the row, and the row's last block to finish takes the first largest of
+// theirs, in part order, and goes on alone. `partials`: per row, parts
+// (value bits, index) pairs, then the rows' arrival counters (zero between steps).
 extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, int64_t* ids,
                                             int64_t* positions, int64_t* row_state,
                                             int64_t max_seq_len, int64_t* streamed,
-                                            const int64_t* loop_state) {
+                                            const int64_t* loop_state, int64_t* partials) {
   wait_for_earlier_kernels();  // Note [Programmatic dependent launch]
   allow_next_kernel();
   __shared__ double masses[sampling::kThreads + 1];
@@ -111,15 +116,18 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
   __shared__ float maxima[sampling::kThreads / 32];
   __shared__ int64_t best_index[sampling::kThreads / 32];
   __shared__ int64_t chosen;
-  const int64_t row = blockIdx.x;
-  const int64_t rows = gridDim.x;
+  __shared__ bool last_part;
+  const int64_t row = blockIdx.y;
+  const int64_t rows = gridDim.y;
+  const int64_t part = blockIdx.x;
+  const int64_t parts = gridDim.x;
   const int t = threadIdx.x;
   const int64_t step = loop_state[layout::kStep];
   // Note [Steps per WHILE iteration]: a copy of the step after the launch stopped does nothing.
   if (step >= loop_state[layout::kBudget]) return;
   int64_t* state = row_state + row * layout::kRowFields;
   if (positions[row] < 0) {
-    if (t == 0) streamed[step * rows + row] = -1;
+    if (t == 0 && part == 0) streamed[step * rows + row] = -1;
     return;
   }
   const float* row_logits = logits + row * vocab;
@@ -135,13 +143,20 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
       best = index;
     }
   };
+  // This part's share of the row: a contiguous range of vectors (or of elements).
+  auto share = [&](int64_t count, int64_t& first, int64_t& last) {
+    const int64_t each = (count + parts - 1) / parts;
+    first = part * each < count ? part * each : count;
+    last = first + each < count ? first + each : count;
+  };
   if (vocab % 4 == 0 && (reinterpret_cast<uintptr_t>(row_logits) & 15) == 0) {
     // 16-byte loads, several in flight: thread t reads vectors t, t + kThreads,
     // ..., each in index order, so it still keeps its first largest logit.
     const float4* vectors = reinterpret_cast<const float4*>(row_logits);
-    const int64_t count = vocab / 4;
+    int64_t first = 0, count = 0;
+    share(vocab / 4, first, count);
 #pragma unroll 4
-    for (int64_t i = t; i < count; i += sampling::kThreads) {
+    for (int64_t i = first + t; i < count; i += sampling::kThreads) {
       const float4 four = vectors[i];
       consider(four.x, 4 * i);
       consider(four.y, 4 * i + 1);
@@ -149,7 +164,9 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
       consider(four.w, 4 * i + 3);
     }
   } else {
-    for (int64_t i = t; i < vocab; i += sampling::kThreads) consider(row_logits[i], i);
+    int64_t first = 0, last = 0;
+    share(vocab, first, last);
+    for (int64_t i = first + t; i < last; i += sampling::kThreads) consider(row_logits[i], i);
   }
   for (int offset = 16; offset > 0; offset /= 2) {
     const float other_value = __shfl_down_sync(0xffffffffu, best_value, offset);
@@ -178,8 +195,37 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
       }
     }
     chosen = overall;
+    // Note [Greedy token over several blocks]: publish this part's pair; the
+    // row's last part to arrive reduces them in part order.
+    last_part = true;
+    if (parts > 1) {
+      int64_t* pair = partials + (row * parts + part) * 2;
+      pair[0] = static_cast<int64_t>(__float_as_uint(overall_value));
+      pair[1] = overall;
+      __threadfence();
+      auto* arrived = reinterpret_cast<unsigned long long*>(partials + rows * parts * 2 + row);
+      last_part = atomicAdd(arrived, 1ull) == static_cast<unsigned long long>(parts - 1);
+      if (last_part) {
+        __threadfence();
+        const volatile int64_t* pairs = partials + row * parts * 2;
+        int64_t best_of_parts = -1;
+        float best_part_value = 0.0f;
+        for (int64_t other = 0; other < parts; ++other) {
+          const int64_t index = pairs[2 * other + 1];
+          const float value = __uint_as_float(static_cast<uint32_t>(pairs[2 * other]));
+          if (index >= 0 && (best_of_parts < 0 || value > best_part_value ||
+                             (value == best_part_value && index < best_of_parts))) {
+            best_of_parts = index;
+            best_part_value = value;
+          }
+        }
+        chosen = best_of_parts;
+        *arrived = 0;  // for the next step
+      }
+    }
   }
   __syncthreads();
+  if (!last_part) return;
   const double temperature = as_double(state[layout::kTemperatureBits]);
   if (temperature > 0) {
     const float max_logit = row_logits[chosen];

@@ -56,9 +56,30 @@ void launch_kv_write_span(const runtime::Tensor& table, int64_t tensors, int64_t
 // scan in index order, in a few microseconds where a per-thread scan of
 // contiguous chunks took 46 us per launch on an H100. Test:
 // DecodeLoopTest.DeviceSamplingMatchesTheHostReference (ties at the max).
+//
+// Note [Greedy token over several blocks]
+// One block reading a 32000-logit row took about 6 us of a batch-1 step
+// (H100, torch.profiler). With `partials` (an i64 tensor of
+// sample_partials_size(rows) zeros on the logits' device, kept between
+// launches; DecodeLoop passes one) a single row runs kDefaultSampleParts
+// blocks, more rows one block each (only batch 1 was timed); GROVE_SAMPLE_PARTS=N
+// (1..kMaxSampleParts, read at each launch; 1 is the one block as before) sets
+// the blocks of every row. Each finds the first largest logit of a contiguous
+// share of the row; the row's last block to finish (an atomic counter in
+// `partials`, which it zeroes again) takes the first largest of their pairs
+// in part order, which is the row's first largest logit whatever the split,
+// and goes on alone as the one block did (the sampled rows' scans over the
+// whole row included). H200, session 22 round 2 (decode --variants, batch 1,
+// WHILE loop): 1B 800.6 -> 794.2 us a step with 16 parts, small 85.5 -> 85.3,
+// the same tokens. Test: DecodeLoopTest.DeviceSamplingMatchesTheHostReference
+// (1, 4 and 33 parts; passed on an H200 in that round).
+inline constexpr int64_t kMaxSampleParts = 64;
+inline constexpr int64_t kDefaultSampleParts = 16;
+int64_t sample_partials_size(int64_t rows);
 void launch_sample(const runtime::Tensor& logits, const runtime::Tensor& ids,
                    const runtime::Tensor& positions, const runtime::Tensor& row_state,
-                   int64_t max_seq_len, int64_t* streamed, const runtime::Tensor& loop_state);
+                   int64_t max_seq_len, int64_t* streamed, const runtime::Tensor& loop_state,
+                   const runtime::Tensor* partials = nullptr);
 
 // One thread: ++step; *keep_going = (a row runs and step < budget); then
 // published[kPublishedStopped] = !keep_going and, last,

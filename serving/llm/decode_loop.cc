@@ -67,6 +67,8 @@ DecodeLoop::DecodeLoop(Decoder& decoder, DecodeLoopOptions options)
   row_state_ = Tensor::empty({rows, layout::kRowFields}, runtime::DType::kI64, device_);
   loop_state_ = Tensor::from_vector(std::vector<int64_t>{0, 0}, {layout::kLoopFields}, device_);
   keep_going_ = Tensor::from_vector(std::vector<int32_t>{0}, {1}, device_);
+  sample_partials_ = Tensor::from_vector(std::vector<int64_t>(sample_partials_size(rows), 0),
+                                         {sample_partials_size(rows)}, device_);
   published_ = runtime::PinnedHostBuffer(
       device_,
       sizeof(int64_t) * static_cast<size_t>(layout::kPublishedWords + options_.max_steps * rows));
@@ -201,7 +203,7 @@ void DecodeLoop::record() {
     outputs = (*model_)({ids_, positions_});
     decoder_.write_new_rows(table, positions_);
     launch_sample(outputs.at(0), ids_, positions_, row_state_, max_seq_len, streamed_tokens,
-                  loop_state_);
+                  loop_state_, &sample_partials_);
     launch_loop_control(positions_, loop_state_, keep_going_, published);
   };
   recorded->step.capture_begin(stream_, pool_);

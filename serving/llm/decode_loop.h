@@ -143,6 +143,7 @@ class DecodeLoop {
   runtime::Tensor row_state_;
   runtime::Tensor loop_state_;
   runtime::Tensor keep_going_;
+  runtime::Tensor sample_partials_;  // Note [Greedy token over several blocks] (decode_kernels.h)
   runtime::PinnedHostBuffer published_;  // kPublishedWords, then tokens [max_steps, bucket]
   std::unique_ptr<Recorded> recorded_;
   // Host copies of ids_, positions_ and row_state_, current between runs.

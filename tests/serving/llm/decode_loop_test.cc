@@ -224,36 +224,45 @@ TEST_P(DecodeLoopTest, DeviceSamplingMatchesTheHostReference) {
       std::memcpy(&s[layout::kTemperatureBits], &temperature, sizeof(double));
       std::memcpy(&s[layout::kTopPBits], &top_p, sizeof(double));
     }
-    runtime::DeviceContext& context = runtime::device_context(device());
-    Tensor logits_tensor = Tensor::from_vector(logits, {rows, vocab}, device());
-    Tensor ids = Tensor::from_vector(std::vector<int64_t>(rows, 0), {rows}, device());
-    Tensor positions_tensor = Tensor::from_vector(positions, {rows}, device());
-    Tensor state_tensor = Tensor::from_vector(state, {rows, layout::kRowFields}, device());
-    Tensor loop_state = Tensor::from_vector(std::vector<int64_t>{0, 1}, {2}, device());
-    runtime::PinnedHostBuffer streamed(device(), sizeof(int64_t) * rows);
-    auto* streamed_tokens = reinterpret_cast<int64_t*>(streamed.data());
-    launch_sample(logits_tensor, ids, positions_tensor, state_tensor, 32, streamed_tokens,
-                  loop_state);
-    context.platform().synchronize_stream(context.current_stream());
-    std::vector<int64_t> device_ids = ids.to_vector<int64_t>();
-    std::vector<int64_t> new_positions = positions_tensor.to_vector<int64_t>();
-    std::vector<int64_t> new_state = state_tensor.to_vector<int64_t>();
-    for (int64_t row = 0; row < rows - 1; ++row) {
-      SCOPED_TRACE(::testing::Message() << "row " << row);
-      const std::vector<float> row_logits(logits.begin() + row * vocab,
-                                          logits.begin() + (row + 1) * vocab);
-      const int64_t expected = sample_token(row_logits, params[static_cast<size_t>(row)],
-                                            static_cast<uint64_t>(2 + row));
-      EXPECT_EQ(device_ids[static_cast<size_t>(row)], expected);
-      EXPECT_EQ(streamed_tokens[row], expected);
-      const int64_t* s = new_state.data() + row * layout::kRowFields;
-      EXPECT_EQ(s[layout::kDraws], 3 + row);
-      // Row 2 had one token left: it stops, its position becomes -1.
-      EXPECT_EQ(new_positions[static_cast<size_t>(row)], row == 2 ? -1 : positions[row] + 1);
-      EXPECT_EQ(s[layout::kFinish], row == 2 ? layout::kFinishedLength : layout::kRunning);
+    // Note [Greedy token over several blocks]: one block a row, and several (more
+    // than vocab 7 has elements), with one partials tensor (its counters reset each launch).
+    Tensor partials = Tensor::from_vector(std::vector<int64_t>(sample_partials_size(rows), 0),
+                                          {sample_partials_size(rows)}, device());
+    for (const char* parts : {"1", "4", "33"}) {
+      SCOPED_TRACE(::testing::Message() << "GROVE_SAMPLE_PARTS " << parts);
+      ::grove::testing::ScopedEnv split("GROVE_SAMPLE_PARTS", parts);
+      runtime::DeviceContext& context = runtime::device_context(device());
+      Tensor logits_tensor = Tensor::from_vector(logits, {rows, vocab}, device());
+      Tensor ids = Tensor::from_vector(std::vector<int64_t>(rows, 0), {rows}, device());
+      Tensor positions_tensor = Tensor::from_vector(positions, {rows}, device());
+      Tensor state_tensor = Tensor::from_vector(state, {rows, layout::kRowFields}, device());
+      Tensor loop_state = Tensor::from_vector(std::vector<int64_t>{0, 1}, {2}, device());
+      runtime::PinnedHostBuffer streamed(device(), sizeof(int64_t) * rows);
+      auto* streamed_tokens = reinterpret_cast<int64_t*>(streamed.data());
+      launch_sample(logits_tensor, ids, positions_tensor, state_tensor, 32, streamed_tokens,
+                    loop_state, &partials);
+      context.platform().synchronize_stream(context.current_stream());
+      std::vector<int64_t> device_ids = ids.to_vector<int64_t>();
+      std::vector<int64_t> new_positions = positions_tensor.to_vector<int64_t>();
+      std::vector<int64_t> new_state = state_tensor.to_vector<int64_t>();
+      for (int64_t row = 0; row < rows - 1; ++row) {
+        SCOPED_TRACE(::testing::Message() << "row " << row);
+        const std::vector<float> row_logits(logits.begin() + row * vocab,
+                                            logits.begin() + (row + 1) * vocab);
+        const int64_t expected = sample_token(row_logits, params[static_cast<size_t>(row)],
+                                              static_cast<uint64_t>(2 + row));
+        EXPECT_EQ(device_ids[static_cast<size_t>(row)], expected);
+        EXPECT_EQ(streamed_tokens[row], expected);
+        const int64_t* s = new_state.data() + row * layout::kRowFields;
+        EXPECT_EQ(s[layout::kDraws], 3 + row);
+        // Row 2 had one token left: it stops, its position becomes -1.
+        EXPECT_EQ(new_positions[static_cast<size_t>(row)], row == 2 ? -1 : positions[row] + 1);
+        EXPECT_EQ(s[layout::kFinish], row == 2 ? layout::kFinishedLength : layout::kRunning);
+      }
+
+      EXPECT_EQ(streamed_tokens[rows - 1], -1);  // the padding row
+      EXPECT_EQ(new_positions[rows - 1], -1);
     }
-    EXPECT_EQ(streamed_tokens[rows - 1], -1);  // the padding row
-    EXPECT_EQ(new_positions[rows - 1], -1);
   }
 }
 
