@@ -18,7 +18,7 @@ Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
 "grove_optim" (backend="grove", grove.torch.optim.AdamW), and
 "torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
 split of PyTorch's own; "floor" (a backend that computes nothing: Note [The
-door's training floor]); and the whole step as one call (its time under
+door's training floor], torch_backend.py); and the whole step as one call (its time under
 "model"): "grove_step" (grove.training.compile_step, AdamW) and "cuda_graph"
 (PyTorch's step captured by hand, capturable fused AdamW). --profile writes
 a cProfile listing (top functions by own time) per model and variant into DIR, and with --device-profile
@@ -115,6 +115,8 @@ def step_of(module, inputs, loss_of, variant, reset=True, optimizer_name="fused_
     if variant == "torch_reduce_overhead":
         run = torch.compile(compiled, mode="reduce-overhead", dynamic=False)
     elif variant == "floor":
+        from torch_backend import floor_backend  # this folder
+
         run = torch.compile(compiled, backend=floor_backend, dynamic=False)
     else:
         run = torch.compile(compiled, backend="grove", dynamic=False)
@@ -133,44 +135,6 @@ def step_of(module, inputs, loss_of, variant, reset=True, optimizer_name="fused_
         with environment({"GROVE_DOOR_FUNCTION": "1"}):
             step(lambda name, function, *args: function(*args))
     return step
-
-
-# Note [The door's training floor]: the least a backend's training step can
-# cost through torch.compile with PyTorch's optimizer. The "floor" variant's
-# backend computes nothing per call: one autograd.Function over the graph's
-# inputs whose forward returns aliases of the outputs of one eager run at
-# compilation and whose backward returns aliases of zero gradients (fresh
-# tensor objects, so AccumulateGrad takes them as it takes grove's). What is
-# left is dynamo (guards, bytecode), Function.apply over every parameter,
-# the autograd engine (its device thread, one AccumulateGrad per parameter),
-# the eager loss, zero_grad and optimizer.step, which every backend pays. A
-# door step at or under half of reduce-overhead's needs this floor well under
-# it. Its losses are not a model's (the weights' updates never reach the
-# outputs).
-def floor_backend(gm, example_inputs):
-    """A dynamo backend that runs nothing per call (Note [The door's training floor])."""
-    with torch.no_grad():
-        outputs = gm(*example_inputs)
-    single = not isinstance(outputs, (tuple, list))
-    outputs = [outputs] if single else list(outputs)
-    outputs = [value.detach() if isinstance(value, torch.Tensor) else value
-               for value in outputs]
-    gradients = [torch.zeros_like(value) if isinstance(value, torch.Tensor)
-                 and value.requires_grad else None for value in example_inputs]
-
-    class Floor(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *args):
-            return tuple(value.detach() for value in outputs)
-
-        @staticmethod
-        def backward(ctx, *output_gradients):
-            return tuple(None if value is None else value.detach() for value in gradients)
-
-    apply = Floor.apply
-    if single:
-        return lambda *args: apply(*args)[0]
-    return apply
 
 
 def _whole_step(model, inputs, loss_of, variant):
