@@ -17,7 +17,8 @@ Variants: "grove" (backend="grove", torch.optim.AdamW fused=True),
 "grove_fn" (the same run by grove's own autograd function, GROVE_DOOR_FUNCTION=1),
 "grove_optim" (backend="grove", grove.torch.optim.AdamW), and
 "torch_reduce_overhead" (mode="reduce-overhead", fused AdamW) for the same
-split of PyTorch's own; and the whole step as one call (its time under
+split of PyTorch's own; "floor" (a backend that computes nothing: Note [The
+door's training floor], torch_backend.py); and the whole step as one call (its time under
 "model"): "grove_step" (grove.training.compile_step, AdamW) and "cuda_graph"
 (PyTorch's step captured by hand, capturable fused AdamW). --profile writes
 a cProfile listing (top functions by own time) per model and variant into DIR, and with --device-profile
@@ -75,7 +76,23 @@ def own_code(module, tag):
     return wrapper
 
 
-def step_of(module, inputs, loss_of, variant, reset=True):
+OPTIMIZERS = ("fused_adamw", "adamw", "sgd")
+
+
+def torch_optimizer(name, parameters):
+    """PyTorch's optimizer `name`: torch_backend.py's (fused_adamw: AdamW
+    fused=True) or the zoo's (adamw: AdamW's default, foreach on CUDA; sgd:
+    SGD with momentum; zoo_training.optimizer_of)."""
+    if name == "fused_adamw":
+        return torch.optim.AdamW(parameters, lr=1e-4, fused=True)
+    if name == "adamw":
+        return torch.optim.AdamW(parameters, lr=1e-4)
+    if name == "sgd":
+        return torch.optim.SGD(parameters, lr=1e-2, momentum=0.9)
+    raise ValueError("door_stages: optimizer %r; use one of %s" % (name, ", ".join(OPTIMIZERS)))
+
+
+def step_of(module, inputs, loss_of, variant, reset=True, optimizer_name="fused_adamw"):
     """(a step function taking a `timed(stage, fn, *args)` helper, the model).
     reset: dynamo's caches are reset first (False keeps the steps compiled
     before this one compiled, for door_timeline.py's interleaved timing; the
@@ -89,7 +106,7 @@ def step_of(module, inputs, loss_of, variant, reset=True):
 
         optimizer = grove.torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        optimizer = torch_optimizer(optimizer_name, model.parameters())
     compiled = model
     if reset:
         torch._dynamo.reset()
@@ -97,6 +114,10 @@ def step_of(module, inputs, loss_of, variant, reset=True):
         compiled = own_code(model, next(_wrappers))
     if variant == "torch_reduce_overhead":
         run = torch.compile(compiled, mode="reduce-overhead", dynamic=False)
+    elif variant == "floor":
+        from torch_backend import floor_backend  # this folder
+
+        run = torch.compile(compiled, backend=floor_backend, dynamic=False)
     else:
         run = torch.compile(compiled, backend="grove", dynamic=False)
 
@@ -185,7 +206,7 @@ def zoo_cases(wanted):
     return cases
 
 
-def measure(step, clock, steps, profile_path=None, device_table=False):
+def measure(step, clock, steps, profile_path=None, device_table=False, cpu_table=False):
     stage_times = {name: [] for name in STAGES}
     c_times = []
 
@@ -237,11 +258,33 @@ def measure(step, clock, steps, profile_path=None, device_table=False):
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(45)
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+        if cpu_table:
+            text.write(host_profile(step, untimed))
         if device_table:
             text.write(device_profile(step, untimed))
         with open(profile_path, "w") as out:
             out.write(text.getvalue())
     return row
+
+
+def host_profile(step, untimed, steps=20):
+    """torch.profiler's table of `steps` steps, host events only, by their
+    own host time: the ATen calls, autograd nodes (AccumulateGrad, the door's
+    backward) and record_function ranges a step makes, with their counts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as profiler:
+            for _ in range(steps):
+                step(untimed)
+            torch.cuda.synchronize()
+        averages = profiler.key_averages()
+        return "\n== torch.profiler, %d steps, host events by own time\n%s\n" \
+            "== the same by total host time\n%s" % (
+                steps, averages.table(sort_by="self_cpu_time_total", row_limit=45),
+                averages.table(sort_by="cpu_time_total", row_limit=30))
+    except Exception as error:  # the profiler is a diagnostic: its failure is reported
+        return "\n== torch.profiler failed: %s: %s\n" % (type(error).__name__, error)
 
 
 def device_profile(step, untimed, steps=10):
@@ -294,6 +337,11 @@ def main():
                         help="with --profile, add torch.profiler's table of device time; the "
                         "variants after it run slower (Note [Training variants measured apart] "
                         "in torch_backend.py), so profile one variant per process")
+    parser.add_argument("--optimizer", default="fused_adamw", choices=OPTIMIZERS,
+                        help="PyTorch's optimizer of the door and reduce-overhead variants")
+    parser.add_argument("--cpu-table", action="store_true",
+                        help="with --profile, add torch.profiler's table of host events "
+                        "(no device activity)")
     parser.add_argument("--models", default="",
                         help="comma-separated model names to run (default: all)")
     args = parser.parse_args()
@@ -322,14 +370,17 @@ def main():
 
             taken = door_function.taken
             try:
-                step = step_of(module, inputs, loss_of, variant)
-                path = (os.path.join(args.profile, "%s_%s.txt" % (name, variant))
+                step = step_of(module, inputs, loss_of, variant, optimizer_name=args.optimizer)
+                path = (os.path.join(args.profile, "%s_%s_%s.txt" % (name, variant,
+                                                                     args.optimizer))
                         if args.profile else None)
-                row = measure(step, clock, args.steps, path, args.device_profile)
+                row = measure(step, clock, args.steps, path, args.device_profile,
+                              args.cpu_table)
             except Exception as error:  # one variant failing leaves the others' numbers
                 traceback.print_exc()
                 row = {"error": "%s: %s" % (type(error).__name__, error)}
-            row.update(model=name, variant=variant, door_function_graphs=door_function.taken - taken)
+            row.update(model=name, variant=variant, optimizer=args.optimizer,
+                       door_function_graphs=door_function.taken - taken)
             rows.append(row)
             print(json.dumps({key: round(value, 1) if isinstance(value, float) else value
                               for key, value in row.items()}), flush=True)

@@ -10,7 +10,7 @@ profiler (median over blocks of 20 steps).
 
     python3 benchmarks/door_timeline.py [--model mlp16x512_b32]
         [--variants grove,grove+direct] [--then gpt4x256_b8_t32=grove_step,cuda_graph]
-        [--rounds 10] [--steps 5]
+        [--rounds 10] [--steps 5] [--optimizer fused_adamw|adamw|sgd]
         [--profile all|none|LIST] [--kernels N] [--cprofile N] [--out DIR]
         [--compile-deadline-s S] [--deadline-s S]
 
@@ -150,7 +150,8 @@ def configuration(name):
     return variant, settings
 
 
-def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
+def compiled_step(step_of, module, inputs, loss_of, name, untimed, first,
+                  optimizer_name="fused_adamw"):
     """A --variants entry's step, compiled and warmed up with its switches
     set; dynamo's caches are reset before the first only, so the steps
     compiled earlier stay compiled (each model behind a code object of its
@@ -164,7 +165,8 @@ def compiled_step(step_of, module, inputs, loss_of, name, untimed, first):
             torch._dynamo.reset()
         # Every variant behind a code object of its own (Note [One code object
         # per compiled variant], door_stages.py), the first too, alike.
-        step = step_of(module, inputs, loss_of, variant, reset=False)
+        step = step_of(module, inputs, loss_of, variant, reset=False,
+                       optimizer_name=optimizer_name)
         for _ in range(WARMUP):
             # A copy: a hand-captured graph returns the same loss tensor each time.
             losses.append(step(untimed).detach().clone())
@@ -293,6 +295,9 @@ def main():
                         "profiled, the same for this model's (repeatable; one process, so one "
                         "start-up; these compile only before --compile-deadline-s)")
     parser.add_argument("--steps", type=int, default=5, help="profiled steps per variant")
+    parser.add_argument("--optimizer", default="fused_adamw",
+                        help="PyTorch's optimizer of the per-stage variants (door_stages.py's "
+                        "--optimizer: fused_adamw, adamw, sgd)")
     parser.add_argument("--rounds", type=int, default=10,
                         help="timing rounds; each times one block of every variant in turn")
     parser.add_argument("--profile", default="all",
@@ -362,7 +367,8 @@ def main():
             try:
                 steps[name], losses[name] = compiled_step(step_of, module, inputs, loss_of, name,
                                                           untimed,
-                                                          first=index == 0 and first_model)
+                                                          first=index == 0 and first_model,
+                                                          optimizer_name=args.optimizer)
             except Exception:  # one variant failing leaves the others' numbers
                 import traceback
 

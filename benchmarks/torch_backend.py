@@ -26,7 +26,9 @@ grove's own autograd function (grove_fn, GROVE_DOOR_FUNCTION=1: the default,
 as "grove") and by AOTAutograd's runtime (grove_aot, GROVE_DOOR_FUNCTION=0), and the whole step as grove graphs
 (grove.training.compile_step with AdamW, run as grove's update; step/r-o;
 grove_step_sgd: with SGD momentum 0.9, the optimizer of grove's C++ trainer,
-benchmarks/train_step); grove_direct and grove_optim_direct: grove and
+benchmarks/train_step); floor: a backend that computes nothing (Note [The
+door's training floor]), what any backend pays through the door with PyTorch's
+optimizer; grove_direct and grove_optim_direct: grove and
 grove_optim with GROVE_DOOR_GRADIENTS=direct (Note [Gradients set directly by
 the door's function]: the door's backward sets .grad, no AccumulateGrad per
 parameter), and grove_optim_in_backward: grove.torch.optim.AdamW with
@@ -200,6 +202,44 @@ def tree_per_step(step, steps=20):
                default={})
 
 
+# Note [The door's training floor]: the least a backend's training step can
+# cost through torch.compile with PyTorch's optimizer. The "floor" variant's
+# backend computes nothing per call: one autograd.Function over the graph's
+# inputs whose forward returns aliases of the outputs of one eager run at
+# compilation and whose backward returns aliases of zero gradients (fresh
+# tensor objects, so AccumulateGrad takes them as it takes grove's). What is
+# left is dynamo (guards, bytecode), Function.apply over every parameter,
+# the autograd engine (its device thread, one AccumulateGrad per parameter),
+# the eager loss, zero_grad and optimizer.step, which every backend pays. A
+# door step at or under half of reduce-overhead's needs this floor well under
+# it. Its losses are not a model's (the weights' updates never reach the
+# outputs).
+def floor_backend(gm, example_inputs):
+    """A dynamo backend that runs nothing per call (Note [The door's training floor])."""
+    with torch.no_grad():
+        outputs = gm(*example_inputs)
+    single = not isinstance(outputs, (tuple, list))
+    outputs = [outputs] if single else list(outputs)
+    outputs = [value.detach() if isinstance(value, torch.Tensor) else value
+               for value in outputs]
+    gradients = [torch.zeros_like(value) if isinstance(value, torch.Tensor)
+                 and value.requires_grad else None for value in example_inputs]
+
+    class Floor(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            return tuple(value.detach() for value in outputs)
+
+        @staticmethod
+        def backward(ctx, *output_gradients):
+            return tuple(None if value is None else value.detach() for value in gradients)
+
+    apply = Floor.apply
+    if single:
+        return lambda *args: apply(*args)[0]
+    return apply
+
+
 def train_variant(module, inputs, loss_of, variant):
     """A step function of `variant` over a copy of `module`."""
     import copy
@@ -257,6 +297,8 @@ def train_variant(module, inputs, loss_of, variant):
         update = torch.compile(optimizer.step)
     if variant in ("torch_reduce_overhead", "torch_reduce_overhead_opt"):
         run = torch.compile(model, mode="reduce-overhead", dynamic=False)
+    elif variant == "floor":
+        run = torch.compile(model, backend=floor_backend, dynamic=False)
     elif variant.startswith("grove"):
         run = torch.compile(model, backend="grove", dynamic=False,
                             options={"mode": "eager" if variant == "grove_eager" else "cudagraphs"})
@@ -288,9 +330,9 @@ def train_variant(module, inputs, loss_of, variant):
 # torch_reduce_overhead_opt compiles the step in inductor's default mode, the
 # recipe of PyTorch's compiled-optimizer tutorial.
 TRAIN_VARIANTS = ("torch_eager", "torch_reduce_overhead", "torch_reduce_overhead_opt",
-                  "cuda_graph", "grove_eager", "grove", "grove_fn", "grove_aot", "grove_optim",
-                  "grove_direct", "grove_optim_direct", "grove_optim_in_backward", "grove_step",
-                  "grove_step_sgd")
+                  "floor", "cuda_graph", "grove_eager", "grove", "grove_fn", "grove_aot",
+                  "grove_optim", "grove_direct", "grove_optim_direct", "grove_optim_in_backward",
+                  "grove_step", "grove_step_sgd")
 
 
 # Note [Training variants measured apart]: in one process, a variant's step
@@ -369,7 +411,7 @@ def train_main(args):
         row["grove_over_reduce_overhead"] = grove_us / base if base and grove_us else None
         door_us = row.get("grove", {}).get("median_us")
         row["grove_door_over_reduce_overhead"] = door_us / base if base and door_us else None
-        for direct in ("grove_direct", "grove_optim_direct", "grove_optim_in_backward"):
+        for direct in ("floor", "grove_direct", "grove_optim_direct", "grove_optim_in_backward"):
             direct_us = row.get(direct, {}).get("median_us")
             row["%s_over_reduce_overhead" % direct] = (direct_us / base if base and direct_us
                                                        else None)
@@ -396,7 +438,7 @@ def train_main(args):
         print("%-18s" % row["model"] + "".join(cells) +
               "".join("%12s" % ("-" if ratio is None else "%.2f" % ratio) for ratio in ratios) +
               "%14s" % ("-" if like is None else "%.2f" % like))
-        for direct in ("grove_direct", "grove_optim_direct", "grove_optim_in_backward"):
+        for direct in ("floor", "grove_direct", "grove_optim_direct", "grove_optim_in_backward"):
             if row.get("%s_over_reduce_overhead" % direct) is not None:
                 print("  %s %s/r-o: %.2f" % (row["model"], direct,
                                              row["%s_over_reduce_overhead" % direct]))

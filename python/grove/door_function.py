@@ -177,7 +177,7 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
         def backward(ctx, *gradients):
             return tuple(run_backward(_backward_arguments(ctx, saved_order, gradients)))
 
-    apply = DoorStep.apply
+    apply = c_apply(DoorStep)
     if lifted:  # the graph module's own parameters and buffers come first
         lifted = tuple(lifted)
         if single:
@@ -321,7 +321,7 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
             finish()
             return leading + pick_kept(computed)
 
-    apply = DoorStepDirect.apply
+    apply = c_apply(DoorStepDirect)
 
     def call(*args):
         if lifted:
@@ -329,6 +329,46 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
         results = apply(args, *anchor, *pick_kept(args))
         return results[0] if single else results
     return call
+
+
+# Note [The door's Function applied in C]
+# On PyTorch 2.x, autograd.Function.apply is a Python classmethod over the C
+# apply (_C._FunctionBase.apply): it checks for a setup_context, asks whether
+# a functorch transform is active and, if none is, unwraps "dead" functorch
+# wrappers (tensors left over from a transform that has exited) with one
+# Python generator step and one C call per argument, then calls the C apply.
+# The door's Function takes every parameter as an argument (ViT-tiny: 152),
+# and defines no setup_context, so c_apply calls the C apply directly while no
+# transform is active (one C check per call) and the Python apply otherwise.
+# The one thing skipped is the dead-wrapper unwrap: a door's arguments are
+# dynamo's graph inputs (the module's parameters and the user's tensors), and
+# a functorch wrapper escaped from an exited transform reaches the door only
+# if the user stored it out of the transform by hand. GROVE_DOOR_APPLY=python
+# keeps the Python apply (read when the door's function is made), for timing
+# both in one process. Measured (session 22, r2, an H200, benchmarks/
+# door_timeline.py, both interleaved in one process per model; PyTorch's
+# optimizer): mlp16x512 b32 1750.6 against 1766.1 us per step (0.991x),
+# gpt4x256 b8 2727.0 against 2882.4 (0.946x), ViT-tiny b8 SGD 4660.8 against
+# 5297.3 (0.880x); r1's mlp row had it 1.015x, within that run's spread.
+# Test: DoorFunctionTest.test_c_apply_matches_the_python_apply
+# (tests/python/door_function_test.py).
+def c_apply(function):
+    """function.apply (an autograd.Function subclass defining no
+    setup_context), calling the C apply directly while no functorch transform
+    is active (Note [The door's Function applied in C])."""
+    python_apply = function.apply
+    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    if os.environ.get("GROVE_DOOR_APPLY", "c") == "python" or transforms_active is None:
+        return python_apply
+    direct = super(torch.autograd.Function, function).apply
+    if direct == python_apply:  # PyTorch 1.13: Function.apply is the C one
+        return python_apply
+
+    def apply(*args):
+        if transforms_active():
+            return python_apply(*args)
+        return direct(*args)
+    return apply
 
 
 def _backward_arguments(ctx, saved_order, gradients):

@@ -484,6 +484,45 @@ class DoorFunctionTest(unittest.TestCase):
             if previous is not None:
                 os.environ["GROVE_DOOR_FUNCTION"] = previous
 
+    def test_c_apply_matches_the_python_apply(self):
+        # Note [The door's Function applied in C]: outputs and gradients as
+        # through Function.apply; GROVE_DOOR_APPLY=python keeps that apply;
+        # under a functorch transform the Python apply runs (PyTorch 2.x).
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, weight, x):
+                ctx.save_for_backward(weight, x)
+                return weight * x
+
+            @staticmethod
+            def backward(ctx, gradient):
+                weight, x = ctx.saved_tensors
+                return gradient * x, gradient * weight
+
+        weight, x = torch.randn(5, requires_grad=True), torch.randn(5)
+        results = []
+        for apply in (Scale.apply, door_function.c_apply(Scale)):
+            weight.grad = None
+            out = apply(weight, x)
+            out.sum().backward()
+            results.append((out.detach(), weight.grad))
+        torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
+        previous = os.environ.get("GROVE_DOOR_APPLY")
+        os.environ["GROVE_DOOR_APPLY"] = "python"
+        try:
+            self.assertEqual(door_function.c_apply(Scale), Scale.apply)
+        finally:
+            os.environ.pop("GROVE_DOOR_APPLY")
+            if previous is not None:
+                os.environ["GROVE_DOOR_APPLY"] = previous
+        func = getattr(torch, "func", None)
+        if func is not None:
+            # PyTorch 2.x, a transform active: the Python apply runs, which
+            # refuses a Function without setup_context under a transform.
+            apply = door_function.c_apply(Scale)
+            with self.assertRaisesRegex(RuntimeError, "setup_context"):
+                func.grad(lambda w: apply(w, x).sum())(weight.detach())
+
 
 if __name__ == "__main__":
     junit_main.main()
