@@ -1,0 +1,2 @@
+# F2 both GPUs A/B: wt-dp's contiguous bucket buffers (flat) against the old grouped all-reduces, and a 1 MiB first bucket.
+(cd $B && TAILN=20 ab dp_buckets 50 env GROVE_LOG=warn ./benchmarks/data_parallel/data_parallel --device cuda --gpus 1,2 --backends cudagraphs --overlap on --iters 150 --warmup 10 --cases mlp16x512,gpt4x256 --variants grouped,flat,first1024,flat,grouped --models benchmarks/models)

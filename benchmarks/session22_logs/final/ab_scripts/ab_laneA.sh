@@ -1,0 +1,2 @@
+# F1 lane A (GPU 0) A/B: wt-zoo's 20% margin for tiled small-M picks against GROVE_SMALL_M_TILED_MARGIN=0 at batch 1.
+TAILN=30 ab zoo_margin 115 python3 benchmarks/torch_zoo.py --cases llama:1,bert:1,mlp_mixer:1,transformer_decoder:1 --variants torch_reduce_overhead,grove,grove_nomargin --grove-env nomargin:GROVE_SMALL_M_TILED_MARGIN=0 --top 12 --repeats 20 --budget-s 105 --json $OUT/ab/torch_zoo_margin_ab.json
