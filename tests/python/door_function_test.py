@@ -6,6 +6,7 @@ over several steps and grove's AOTAutograd path bitwise, the saved values
 (a kept set's token) reach the backward, and a backward graph that returns
 gradients only for the inputs that need one is widened to one per input."""
 import copy
+import gc
 import os
 import sys
 import unittest
@@ -359,6 +360,13 @@ class DoorFunctionTest(unittest.TestCase):
         # steps keeps no kept set alive, so the tree replays, never records
         # again or warms up, and has no held activation to mark overwritten
         # at the next replay (9 here when the context held them).
+        # The tree counters are the thread's, over every tree and test of the
+        # process, and an earlier test of the same model (the same graphs) adds
+        # to them: on PyTorch 2.11 this test, run after test_a_retained_graph_
+        # runs_its_backward_twice, read 4 where it passes alone (GPU host,
+        # session 22). So garbage is collected first and only the overwrites of
+        # this test's own steps are counted, from its first (warm-up) call on.
+        gc.collect()
         module = gpu_models.Mlp(width=8, depth=2)
         call, params, compiler = self.door_call(module, torch.randn(3, 8))
         held, counts = [], []
@@ -370,9 +378,11 @@ class DoorFunctionTest(unittest.TestCase):
             held.append(out)
             tree = compiler.forwards[0].models()[0].stats()["tree"]
             counts.append((tree["recordings"], tree["warmups"], tree["replays"]))
+            if step == 0:
+                overwritten_before = tree["outputs_overwritten"]
         self.assertEqual(counts[2][:2], counts[-1][:2], counts)
         self.assertGreater(counts[-1][2], counts[2][2], counts)
-        self.assertEqual(tree["outputs_overwritten"], 0)
+        self.assertEqual(tree["outputs_overwritten"] - overwritten_before, 0)
 
     def test_a_retained_graph_runs_its_backward_twice(self):
         module = gpu_models.Mlp(width=8, depth=2)
