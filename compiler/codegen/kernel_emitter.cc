@@ -62,6 +62,16 @@ void Emitter::store_outputs(const Site& site, bool per_row) {
   }
 }
 
+void Emitter::store_row_outputs_by(Value* writer, const Site& row_site) {
+  auto* write = llvm::BasicBlock::Create(context_, "row_outputs", function_);
+  auto* after = llvm::BasicBlock::Create(context_, "after_row_outputs", function_);
+  b_.CreateCondBr(b_.CreateICmpEQ(writer, i64(0)), write, after);
+  b_.SetInsertPoint(write);
+  store_outputs(row_site, /*per_row=*/true);
+  b_.CreateBr(after);
+  b_.SetInsertPoint(after);
+}
+
 void Emitter::store_element_outputs_if(const Site& site, std::vector<Value*>& memo, Value* store) {
   std::vector<std::pair<size_t, Value*>> values;
   for (size_t o = 0; o < spec_.outputs.size(); ++o) {

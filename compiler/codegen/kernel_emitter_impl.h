@@ -134,6 +134,9 @@ class Emitter {
                            const LoopBody& body);
 
   void store_outputs(const Site& site, bool per_row);
+  // The per-row outputs at `row_site`, stored only by the thread whose
+  // `writer` index is 0 (the row's other threads hold the same totals).
+  void store_row_outputs_by(Value* writer, const Site& row_site);
   // The element outputs at `site`, their values evaluated through `memo` here
   // and stored only where `store` holds (Note [Rows held in registers]).
   void store_element_outputs_if(const Site& site, std::vector<Value*>& memo, Value* store);

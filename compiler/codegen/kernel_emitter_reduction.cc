@@ -291,13 +291,7 @@ void Emitter::emit_rows_in_registers() {
     Site row_site = site;
     row_site.coordinates.back() = nullptr;
     row_site.linear = nullptr;
-    auto* write = llvm::BasicBlock::Create(context_, "row_outputs", function_);
-    auto* after = llvm::BasicBlock::Create(context_, "after_row_outputs", function_);
-    b_.CreateCondBr(b_.CreateICmpEQ(thread, i64(0)), write, after);
-    b_.SetInsertPoint(write);
-    store_outputs(row_site, /*per_row=*/true);
-    b_.CreateBr(after);
-    b_.SetInsertPoint(after);
+    store_row_outputs_by(thread, row_site);
     store_element_outputs_if(site, memo, in_row);
     return std::vector<Value*>{};
   });
@@ -350,13 +344,7 @@ void Emitter::emit_warp_held_rows() {
          Site row_site = sites.front();
          row_site.coordinates.back() = nullptr;
          row_site.linear = nullptr;
-         auto* write = llvm::BasicBlock::Create(context_, "row_outputs", function_);
-         auto* after = llvm::BasicBlock::Create(context_, "after_row_outputs", function_);
-         b_.CreateCondBr(b_.CreateICmpEQ(lane, i64(0)), write, after);
-         b_.SetInsertPoint(write);
-         store_outputs(row_site, /*per_row=*/true);
-         b_.CreateBr(after);
-         b_.SetInsertPoint(after);
+         store_row_outputs_by(lane, row_site);
          for (size_t j = 0; j < sites.size(); ++j) {
            store_element_outputs_if(sites[j], memos[j],
                                     in_row[j] == nullptr ? b_.getTrue() : in_row[j]);
@@ -443,13 +431,7 @@ void Emitter::emit_reduction_rows() {
     Site row_site = site;
     row_site.linear = nullptr;
     if (nvptx()) {
-      auto* write = llvm::BasicBlock::Create(context_, "row_outputs", function_);
-      auto* after = llvm::BasicBlock::Create(context_, "after_row_outputs", function_);
-      b_.CreateCondBr(b_.CreateICmpEQ(leader, i64(0)), write, after);
-      b_.SetInsertPoint(write);
-      store_outputs(row_site, /*per_row=*/true);
-      b_.CreateBr(after);
-      b_.SetInsertPoint(after);
+      store_row_outputs_by(leader, row_site);
     } else {
       store_outputs(row_site, /*per_row=*/true);
     }
