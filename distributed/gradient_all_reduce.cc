@@ -47,6 +47,9 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
                  "': last_bucket_bytes must be 0 (no last bucket of its own) or "
                  "positive, found ",
                  options.last_bucket_bytes);
+  GROVE_CHECK_AS(ConfigError, options.min_last_bucket_bytes >= 0, "gradient all-reduce of '",
+                 backward.name(), "': min_last_bucket_bytes must be 0 (off) or positive, found ",
+                 options.min_last_bucket_bytes);
   runtime::collectives::parse_reduce_op(options.reduce_op);
   if (options.outputs) {
     for (size_t output : *options.outputs) {
@@ -139,6 +142,14 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
     }
     buckets.outputs.back().push_back(produced[i]);
     buckets.bytes.back() += bytes_of(produced[i]);
+  }
+  // Note [Small last bucket]: a tiny last bucket joins the one before it.
+  if (buckets.outputs.size() >= 2 && buckets.bytes.back() < options.min_last_bucket_bytes) {
+    std::vector<size_t> last = std::move(buckets.outputs.back());
+    buckets.outputs.pop_back();
+    buckets.outputs.back().insert(buckets.outputs.back().end(), last.begin(), last.end());
+    buckets.bytes[buckets.bytes.size() - 2] += buckets.bytes.back();
+    buckets.bytes.pop_back();
   }
   // The node after which each bucket's all_reduce goes.
   std::multimap<int32_t, size_t> bucket_after;

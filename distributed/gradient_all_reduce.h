@@ -39,6 +39,15 @@
 // collective on a stream that is not the bottleneck there).
 // Tested by GradientAllReduce.FirstBucketClosesAtItsOwnSize.
 //
+// Note [Small last bucket]: bucketing by size can leave a last bucket of a
+// few bytes (mlp16x512's first bias, 2 KiB, after four 1 MiB weights that
+// filled the bucket before it). Its collective is enqueued after the previous
+// bucket's on the communication stream and nothing runs after it, so the
+// step ends with one more collective's fixed latency for almost no data. With
+// `min_last_bucket_bytes` set, a last bucket smaller than that joins the one
+// before it, whose all_reduce then goes after the last gradient's producer
+// (a few nodes later). Tested by GradientAllReduce.SmallLastBucketJoinsThePreviousOne.
+//
 // Overlap (the default): each all_reduce runs on the communication stream,
 // forked from the compute stream when its bucket is complete, and the
 // backward ends with a collective_join that makes the compute stream wait for
@@ -68,6 +77,9 @@ struct AllReduceOptions {
   // The first bucket closes once it holds this many bytes (Note [First
   // gradient bucket]); 0: at bucket_bytes like the others.
   int64_t first_bucket_bytes = 0;
+  // A last bucket smaller than this joins the bucket before it (Note [Small
+  // last bucket]); 0: never.
+  int64_t min_last_bucket_bytes = 0;
   std::string reduce_op = "mean";  // "mean" (data parallel) or "sum"
   // Run the all-reduces on the communication stream, overlapping the rest of
   // the backward; false runs them on the compute stream, in line.

@@ -241,6 +241,47 @@ TEST(GradientAllReduce, FirstBucketClosesAtItsOwnSize) {
   EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.first_bucket_bytes = -1}), ConfigError);
 }
 
+TEST(GradientAllReduce, SmallLastBucketJoinsThePreviousOne) {
+  ValueId loss;
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss);
+  // A bucket size whose plain plan ends with a bucket of less than 64 bytes
+  // (fc0's bias, 32 bytes, after fc0's weight closed the bucket before it).
+  GradientBuckets plain;
+  int64_t bucket_bytes = 0;
+  for (int64_t size = 100; size <= 1000 && bucket_bytes == 0; size += 4) {
+    add_gradient_all_reduce(programs.backward, {.bucket_bytes = size}, &plain);
+    if (plain.outputs.size() >= 3 && plain.bytes.back() < 64) bucket_bytes = size;
+  }
+  ASSERT_GT(bucket_bytes, 0) << "no bucket size leaves a last bucket under 64 bytes";
+  GradientBuckets merged;
+  compiler::ir::Program backward = add_gradient_all_reduce(
+      programs.backward, {.bucket_bytes = bucket_bytes, .min_last_bucket_bytes = 64}, &merged);
+  ASSERT_EQ(merged.outputs.size(), plain.outputs.size() - 1);
+  const size_t n = plain.outputs.size();
+  EXPECT_EQ(merged.bytes.back(), plain.bytes[n - 2] + plain.bytes[n - 1]);
+  EXPECT_EQ(merged.outputs.back().size(), plain.outputs[n - 2].size() + plain.outputs[n - 1].size());
+  EXPECT_EQ(merged.nodes_after.back(), 0);  // after the last gradient's producer
+  for (size_t b = 0; b + 1 < merged.outputs.size(); ++b) {
+    EXPECT_EQ(merged.outputs[b], plain.outputs[b]) << "bucket " << b;
+    EXPECT_EQ(merged.nodes_after[b], plain.nodes_after[b]) << "bucket " << b;
+  }
+  EXPECT_EQ(nodes_of(backward, "all_reduce").size(), merged.outputs.size());
+  // A last bucket at the threshold stays; a single bucket has nothing to join.
+  GradientBuckets kept;
+  add_gradient_all_reduce(programs.backward,
+                          {.bucket_bytes = bucket_bytes, .min_last_bucket_bytes = plain.bytes.back()},
+                          &kept);
+  EXPECT_EQ(kept.outputs.size(), plain.outputs.size());
+  GradientBuckets one;
+  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 1 << 20, .min_last_bucket_bytes = 1 << 20},
+                          &one);
+  EXPECT_EQ(one.outputs.size(), 1u);
+  EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.min_last_bucket_bytes = -1}),
+               ConfigError);
+}
+
 TEST(GradientAllReduce, OverlapRejectsGradientsOutsidePersistentBuffers) {
   ValueId loss;
   compiler::ir::Program model = deep_mlp(kSim, &loss);
@@ -307,6 +348,27 @@ TEST(CommunicationStream, JoinsOnlyIntoTheStreamItForkedFrom) {
   side.fork_from(other);
   side.join_into(other);
   EXPECT_FALSE(side.forked());
+}
+
+TEST(CommunicationStream, HighPrioritySettingReachesNewStreams) {
+  namespace collectives = runtime::collectives;
+  const bool before = collectives::high_priority_communication();
+  collectives::set_high_priority_communication(true);
+  {
+    collectives::CommunicationStream high(kSim);
+    EXPECT_TRUE(high.high_priority());
+    // It forks and joins like any other (sim has no priorities: an ordinary stream).
+    runtime::StreamHandle compute = runtime::device_context(kSim).create_stream();
+    high.fork_from(compute);
+    high.join_into(compute);
+    EXPECT_FALSE(high.forked());
+  }
+  collectives::set_high_priority_communication(false);
+  {
+    collectives::CommunicationStream normal(kSim);
+    EXPECT_FALSE(normal.high_priority());
+  }
+  collectives::set_high_priority_communication(before);
 }
 
 TEST(CommunicationStream, CapturedAllReducesRunOnABranchParallelToTheRemainingBackward) {
