@@ -261,7 +261,8 @@ TEST(GradientAllReduce, SmallLastBucketJoinsThePreviousOne) {
   ASSERT_EQ(merged.outputs.size(), plain.outputs.size() - 1);
   const size_t n = plain.outputs.size();
   EXPECT_EQ(merged.bytes.back(), plain.bytes[n - 2] + plain.bytes[n - 1]);
-  EXPECT_EQ(merged.outputs.back().size(), plain.outputs[n - 2].size() + plain.outputs[n - 1].size());
+  EXPECT_EQ(merged.outputs.back().size(),
+            plain.outputs[n - 2].size() + plain.outputs[n - 1].size());
   EXPECT_EQ(merged.nodes_after.back(), 0);  // after the last gradient's producer
   for (size_t b = 0; b + 1 < merged.outputs.size(); ++b) {
     EXPECT_EQ(merged.outputs[b], plain.outputs[b]) << "bucket " << b;
@@ -270,13 +271,13 @@ TEST(GradientAllReduce, SmallLastBucketJoinsThePreviousOne) {
   EXPECT_EQ(nodes_of(backward, "all_reduce").size(), merged.outputs.size());
   // A last bucket at the threshold stays; a single bucket has nothing to join.
   GradientBuckets kept;
-  add_gradient_all_reduce(programs.backward,
-                          {.bucket_bytes = bucket_bytes, .min_last_bucket_bytes = plain.bytes.back()},
-                          &kept);
+  add_gradient_all_reduce(
+      programs.backward,
+      {.bucket_bytes = bucket_bytes, .min_last_bucket_bytes = plain.bytes.back()}, &kept);
   EXPECT_EQ(kept.outputs.size(), plain.outputs.size());
   GradientBuckets one;
-  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 1 << 20, .min_last_bucket_bytes = 1 << 20},
-                          &one);
+  add_gradient_all_reduce(programs.backward,
+                          {.bucket_bytes = 1 << 20, .min_last_bucket_bytes = 1 << 20}, &one);
   EXPECT_EQ(one.outputs.size(), 1u);
   EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.min_last_bucket_bytes = -1}),
                ConfigError);
