@@ -96,6 +96,9 @@ class DataParallelTrainer {
   int rank_ = 0;
   int world_size_ = 1;
   GradientBuckets buckets_;
+  // The gradient buffers of the buckets the optimizer step reduces (Note
+  // [Last buckets reduced in the optimizer step]), one list per bucket.
+  training::StateGroups deferred_buffers_;
   bool overlap_ = false;
   training::Trainer trainer_;  // built last: its compile_backward fills the fields above
 };

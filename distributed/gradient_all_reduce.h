@@ -48,6 +48,20 @@
 // before it, whose all_reduce then goes after the last gradient's producer
 // (a few nodes later). Tested by GradientAllReduce.SmallLastBucketJoinsThePreviousOne.
 //
+// Note [Last buckets reduced in the optimizer step]: the collectives of the
+// last buckets cannot overlap the backward (it is over), and after the
+// backward's join comes the optimizer step, whose per-param updates (one
+// kernel each) need only their own gradient. With `deferred_last_buckets` =
+// N (overlap on), the backward reduces all but its last N buckets, and the
+// optimizer step starts by forking their all_reduce onto the communication
+// stream, runs the updates of the params already reduced meanwhile, joins,
+// then updates the rest (add_deferred_all_reduce, deferred_all_reduce.h).
+// Same collectives on the same buffers and the same update kernels, so the
+// params are bitwise those of the plain plan. The buckets keep their plan
+// (GradientBuckets::deferred counts the last ones left out of the backward).
+// Tested by GradientAllReduce.DeferredBucketsAreLeftOutOfTheBackward and
+// DataParallel.DeferredBucketsReduceInTheOptimizerStepAndTrainAlikeBitwise.
+//
 // Overlap (the default): each all_reduce runs on the communication stream,
 // forked from the compute stream when its bucket is complete, and the
 // backward ends with a collective_join that makes the compute stream wait for
@@ -80,6 +94,10 @@ struct AllReduceOptions {
   // A last bucket smaller than this joins the bucket before it (Note [Small
   // last bucket]); 0: never.
   int64_t min_last_bucket_bytes = 0;
+  // The last this many buckets are reduced by the optimizer step instead of
+  // the backward (Note [Last buckets reduced in the optimizer step]); 0: none.
+  // Needs overlap; fewer when the plan has fewer buckets (at least one stays).
+  int deferred_last_buckets = 0;
   std::string reduce_op = "mean";  // "mean" (data parallel) or "sum"
   // Run the all-reduces on the communication stream, overlapping the rest of
   // the backward; false runs them on the compute stream, in line.
@@ -101,6 +119,9 @@ struct GradientBuckets {
   // Per bucket: how many nodes of the input backward remain to run after its
   // all_reduce is enqueued (what it can overlap with).
   std::vector<int64_t> nodes_after;
+  // How many of the last buckets the backward leaves unreduced (Note [Last
+  // buckets reduced in the optimizer step]).
+  size_t deferred = 0;
 };
 
 // The backward with its gradient outputs all-reduced (same inputs, outputs in

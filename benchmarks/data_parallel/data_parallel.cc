@@ -30,7 +30,9 @@
 // (the gradients produced last, N KiB, form the last bucket, Note [Last
 // gradient bucket]; tail0: none), firstN (the first bucket closes at N KiB,
 // Note [First gradient bucket]), mergeN (a last bucket under N KiB joins the
-// one before it, Note [Small last bucket]), prio (the communication stream
+// one before it, Note [Small last bucket]), deferN (the last N buckets are
+// reduced by the optimizer step, overlapping the other params' updates, Note
+// [Last buckets reduced in the optimizer step]), prio (the communication stream
 // at high priority, Note [Communication stream priority]), onlyB (reduce
 // bucket B alone: what that bucket's collective costs the step; the
 // gradients of the others stay unaveraged, for timing only), none (no
@@ -97,6 +99,7 @@ struct Variant {
   int64_t tail_kib = 0;
   int64_t first_kib = 0;
   int64_t merge_kib = 0;
+  int deferred = 0;
   bool high_priority = false;
   bool reduce_nothing = false;
   int only_bucket = -1;
@@ -128,6 +131,8 @@ Variant parse_variant(const std::string& spec, const Options& options) {
       variant.first_kib = number("first");
     } else if (token.rfind("merge", 0) == 0) {
       variant.merge_kib = number("merge");
+    } else if (token.rfind("defer", 0) == 0) {
+      variant.deferred = static_cast<int>(number("defer"));
     } else if (token == "prio") {
       variant.high_priority = true;
     } else if (token == "none") {
@@ -135,9 +140,10 @@ Variant parse_variant(const std::string& spec, const Options& options) {
     } else if (token.rfind("only", 0) == 0) {
       variant.only_bucket = static_cast<int>(number("only"));
     } else {
-      throw UsageError(str_cat("data_parallel: --variants: '", token, "' in '", spec,
-                               "' is none of flat, grouped, kibN, tailN, firstN, mergeN, prio, "
-                               "onlyB, none"));
+      throw UsageError(
+          str_cat("data_parallel: --variants: '", token, "' in '", spec,
+                  "' is none of flat, grouped, kibN, tailN, firstN, mergeN, deferN, prio, "
+                  "onlyB, none"));
     }
     start = end + 1;
   }
@@ -272,6 +278,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
   dp.all_reduce.last_bucket_bytes = variant.tail_kib << 10;
   dp.all_reduce.first_bucket_bytes = variant.first_kib << 10;
   dp.all_reduce.min_last_bucket_bytes = variant.merge_kib << 10;
+  dp.all_reduce.deferred_last_buckets = overlap ? variant.deferred : 0;
   if (variant.reduce_nothing) dp.all_reduce.outputs = std::set<size_t>();
   dp.all_reduce.overlap = overlap;
   dp.contiguous_buckets = variant.contiguous;
@@ -285,6 +292,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     dp.all_reduce.outputs = std::set<size_t>(only.begin(), only.end());
     dp.all_reduce.last_bucket_bytes = 0;
     dp.all_reduce.first_bucket_bytes = 0;
+    dp.all_reduce.deferred_last_buckets = 0;
   }
   DataParallelTrainer trainer(model, loss, dp);
   training::Hyperparameters hyper;
