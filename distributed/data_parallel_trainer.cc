@@ -36,6 +36,13 @@ training::StateGroups bucket_buffers(const compiler::ir::Program& backward,
 
 }  // namespace
 
+AllReduceOptions data_parallel_all_reduce() {
+  AllReduceOptions options;
+  options.min_last_bucket_bytes = int64_t{64} << 10;
+  options.deferred_last_buckets = 1;
+  return options;
+}
+
 DataParallelTrainer::DataParallelTrainer(const compiler::ir::Program& model,
                                          compiler::ir::ValueId loss,
                                          const DataParallelOptions& options)
@@ -49,13 +56,17 @@ DataParallelTrainer& DataParallelTrainer::operator=(DataParallelTrainer&&) noexc
 
 training::TrainerOptions DataParallelTrainer::with_all_reduce(const compiler::ir::Program& model,
                                                               const DataParallelOptions& options) {
-  GROVE_CHECK(!options.trainer.compile_backward, "DataParallelTrainer for '", model.name(),
-              "': leave DataParallelOptions::trainer.compile_backward empty; the data-parallel "
-              "trainer compiles the backward with its gradient all-reduces");
+  GROVE_CHECK(!options.trainer.compile_backward && !options.trainer.compile_optimizer,
+              "DataParallelTrainer for '", model.name(),
+              "': leave DataParallelOptions::trainer.compile_backward and compile_optimizer "
+              "empty; the data-parallel trainer compiles the backward with its gradient "
+              "all-reduces");
   training::TrainerOptions trainer = options.trainer;
   // Called while trainer_ is built, before this object can move.
   AllReduceOptions reduce = options.all_reduce;
   reduce.coalesce_adjacent = options.contiguous_buckets;
+  // Note [Last buckets reduced in the optimizer step]: only with overlap.
+  if (!reduce.overlap) reduce.deferred_last_buckets = 0;
   trainer.compile_backward = [this, all_reduce = reduce, name = model.name()](
                                  const compiler::ir::Program& backward,
                                  const training::StageCompiler& compile) {

@@ -30,9 +30,10 @@
 // (the gradients produced last, N KiB, form the last bucket, Note [Last
 // gradient bucket]; tail0: none), firstN (the first bucket closes at N KiB,
 // Note [First gradient bucket]), mergeN (a last bucket under N KiB joins the
-// one before it, Note [Small last bucket]), deferN (the last N buckets are
-// reduced by the optimizer step, overlapping the other params' updates, Note
-// [Last buckets reduced in the optimizer step]), prio (the communication stream
+// one before it, Note [Small last bucket]; merge0: never), deferN (the last N
+// buckets are reduced by the optimizer step, overlapping the other params'
+// updates, Note [Last buckets reduced in the optimizer step]; defer0: none),
+// mergeN and deferN defaulting to data_parallel_all_reduce()'s; prio (the communication stream
 // at high priority, Note [Communication stream priority]), onlyB (reduce
 // bucket B alone: what that bucket's collective costs the step; the
 // gradients of the others stay unaveraged, for timing only), none (no
@@ -98,8 +99,8 @@ struct Variant {
   int64_t bucket_kib = 0;
   int64_t tail_kib = 0;
   int64_t first_kib = 0;
-  int64_t merge_kib = 0;
-  int deferred = 0;
+  int64_t merge_kib = -1;  // -1: data_parallel_all_reduce()'s
+  int deferred = -1;       // -1: data_parallel_all_reduce()'s
   bool high_priority = false;
   bool reduce_nothing = false;
   int only_bucket = -1;
@@ -235,6 +236,7 @@ struct Row {
   size_t buckets = 0;
   std::vector<int64_t> bucket_bytes;  // per bucket, in production order
   std::vector<int64_t> nodes_after;   // per bucket: backward nodes left to overlap
+  size_t deferred = 0;                // last buckets reduced by the optimizer step
 };
 
 // Rank `rank` of `gpus`: builds the model on its device, trains, and (rank 0)
@@ -277,8 +279,8 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
   dp.all_reduce.bucket_bytes = variant.bucket_kib << 10;
   dp.all_reduce.last_bucket_bytes = variant.tail_kib << 10;
   dp.all_reduce.first_bucket_bytes = variant.first_kib << 10;
-  dp.all_reduce.min_last_bucket_bytes = variant.merge_kib << 10;
-  dp.all_reduce.deferred_last_buckets = overlap ? variant.deferred : 0;
+  if (variant.merge_kib >= 0) dp.all_reduce.min_last_bucket_bytes = variant.merge_kib << 10;
+  if (variant.deferred >= 0) dp.all_reduce.deferred_last_buckets = variant.deferred;
   if (variant.reduce_nothing) dp.all_reduce.outputs = std::set<size_t>();
   dp.all_reduce.overlap = overlap;
   dp.contiguous_buckets = variant.contiguous;
@@ -313,6 +315,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     row.buckets = trainer.buckets().outputs.size();
     row.bucket_bytes = trainer.buckets().bytes;
     row.nodes_after = trainer.buckets().nodes_after;
+    row.deferred = trainer.buckets().deferred;
     row.overlapped = trainer.overlaps_communication();
     if (backend != "eager") {
       const compiler::backends::BackendStats stats = trainer.backend_stats();
@@ -362,7 +365,9 @@ Row run_case(const Case& config, const Options& options, const std::string& back
     std::cerr << " " << format_fixed(static_cast<double>(row.bucket_bytes[b]) / 1024, 0) << "/"
               << row.nodes_after[b];
   }
-  std::cerr << ")\n";
+  std::cerr << ")"
+            << (row.deferred > 0 ? str_cat(", last ", row.deferred, " in the optimizer step") : "")
+            << "\n";
   return row;
 }
 
@@ -488,6 +493,7 @@ int run(int argc, char** argv) {
     entry["overlap"] = row.overlap;
     entry["bucket_bytes"] = row.bucket_bytes;
     entry["bucket_nodes_after"] = row.nodes_after;
+    entry["buckets_deferred"] = row.deferred;
     entry["overlapped"] = row.overlapped;
     if (gain_value > 0) entry["overlap_gain"] = gain_value;
     if (row.backend != "eager") entry["collectives_captured"] = row.captured;

@@ -116,6 +116,8 @@ CapturedGraph capture_backward(bool overlap, size_t* buckets) {
   options.trainer.backend = "eager";
   options.all_reduce.bucket_bytes = 200;  // about one layer per bucket
   options.all_reduce.overlap = overlap;
+  // Every bucket reduced in the backward, the one captured here.
+  options.all_reduce.deferred_last_buckets = 0;
   DataParallelTrainer trainer(model, loss, options);
   EXPECT_EQ(trainer.overlaps_communication(), overlap);
   *buckets = trainer.buckets().outputs.size();
