@@ -39,7 +39,6 @@ training::StateGroups bucket_buffers(const compiler::ir::Program& backward,
 AllReduceOptions data_parallel_all_reduce() {
   AllReduceOptions options;
   options.min_last_bucket_bytes = int64_t{64} << 10;
-  options.deferred_last_buckets = 1;
   return options;
 }
 

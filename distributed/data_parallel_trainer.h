@@ -32,10 +32,11 @@ namespace grove::distributed {
 // The gradient all-reduce plan of data-parallel training: AllReduceOptions'
 // defaults (which the door's backward keeps) plus what won on two GPUs
 // (2xH200, session 23, same-process A/B on mlp16x512 b32; gpt4x256 b8 T32
-// unchanged): a last bucket under 64 KiB joins the one before it (Note
-// [Small last bucket]: 428.5 -> 417.2 us per step) and the last bucket is
-// reduced by the optimizer step (Note [Last buckets reduced in the optimizer
-// step]). With overlap off the trainer reduces every bucket in the backward.
+// has no such bucket): a last bucket under 64 KiB joins the one before it
+// (Note [Small last bucket]: 428.5/428.8 -> 417.3/417.2 us per step in r1,
+// 429.6/431.1 -> 414.2/414.9 in r2). deferred_last_buckets stays 0 (it lost:
+// Note [Last buckets reduced in the optimizer step]); with overlap off the
+// trainer reduces every bucket in the backward whatever it says.
 AllReduceOptions data_parallel_all_reduce();
 
 struct DataParallelOptions {
