@@ -17,8 +17,13 @@ door's own autograd function]), ending in "_nosplit" (grove_nosplit) with
 dynamo's DDP optimizer off (torch._dynamo.config.optimize_ddp=False: one
 graph, not one per bucket; DDP's all-reduces after the whole backward),
 ending in "_direct" (grove_ddp_direct) with GROVE_DOOR_GRADIENTS=direct (Note
-[Gradients set directly by the door's function]); suffixes combine (grove_nosplit_fn); --profile VARIANT prints rank 0's
-cProfile of that variant.
+[Gradients set directly by the door's function]), ending in "_bucketview"
+(grove_bucketview) with torch DDP's gradient_as_bucket_view=True (each .grad
+a view of DDP's bucket: no copy into the bucket before its all-reduce nor
+back after), ending in "_static" with DDP's static_graph=True; suffixes
+combine (grove_nosplit_fn); --profile VARIANT prints rank 0's cProfile of
+that variant, --torch-profile VARIANT rank 0's torch.profiler table (host
+and device time per op and kernel: where a variant's step goes).
 
     torchrun --nproc_per_node 4 benchmarks/ddp_door.py --json ddp_door.json
 
@@ -87,6 +92,8 @@ def _direct_gradients():
 
 
 SUFFIXES = {"_fn": _door_function, "_nosplit": _whole_graph, "_direct": _direct_gradients}
+# Suffixes that are arguments of torch's DistributedDataParallel.
+DDP_SUFFIXES = {"_bucketview": {"gradient_as_bucket_view": True}, "_static": {"static_graph": True}}
 VARIANTS = ("torch_eager", "torch_reduce_overhead", "torch_aot_eager", "grove", "grove_ddp",
             "grove_step", "grove_plain")
 
@@ -94,19 +101,27 @@ VARIANTS = ("torch_eager", "torch_reduce_overhead", "torch_aot_eager", "grove", 
 def base_variant(variant):
     """The variant without its suffixes, or SystemExit for an unknown one."""
     base = variant
-    while any(base.endswith(suffix) for suffix in SUFFIXES):
-        base = base[:-len(next(s for s in SUFFIXES if base.endswith(s)))]
+    suffixes = list(SUFFIXES) + list(DDP_SUFFIXES)
+    while any(base.endswith(suffix) for suffix in suffixes):
+        base = base[:-len(next(s for s in suffixes if base.endswith(s)))]
     if base not in VARIANTS:
         raise SystemExit("ddp_door: unknown variant %r (known: %s, each with the suffixes %s)"
                          % (variant, ", ".join(VARIANTS), ", ".join(SUFFIXES)))
     return base
 
 
-def step_function(module, inputs, loss_of, variant, rank):
+def step_function(module, inputs, loss_of, variant, rank, ddp_options=None):
+    ddp_options = dict(ddp_options or {})
+    for suffix, options in DDP_SUFFIXES.items():
+        if variant.endswith(suffix):
+            ddp_options.update(options)
+            return step_function(module, inputs, loss_of, variant[:-len(suffix)], rank,
+                                 ddp_options)
     for suffix, setting in SUFFIXES.items():
         if variant.endswith(suffix):
             return _first_step_under(
-                step_function(module, inputs, loss_of, variant[:-len(suffix)], rank), setting)
+                step_function(module, inputs, loss_of, variant[:-len(suffix)], rank,
+                              ddp_options), setting)
     model = copy.deepcopy(module)
     if variant == "grove_step":
         import grove.training
@@ -132,7 +147,7 @@ def step_function(module, inputs, loss_of, variant, rank):
 
         ddp = grove.torch.DistributedDataParallel(model)
     else:
-        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank], **ddp_options)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
     if variant == "torch_reduce_overhead":
         run = torch.compile(ddp, mode="reduce-overhead", dynamic=False)
@@ -181,6 +196,26 @@ def profile(step, steps=200, top=30):
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
     return text.getvalue()
+
+
+def torch_profile(step, steps=50, top=40):
+    """Rank 0's torch.profiler table over `steps` warm steps: per op and
+    kernel, host (self CPU) and device (self CUDA) time, sorted by host time,
+    then by device time."""
+    from torch.profiler import ProfilerActivity, profile as torch_profiler
+
+    for _ in range(BLOCK):
+        step()
+    torch.cuda.synchronize()
+    with torch_profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    averages = prof.key_averages()
+    return ("per %d steps, by self CPU time\n%s\nby self CUDA time\n%s" % (
+        steps, averages.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=70),
+        averages.table(sort_by="self_cuda_time_total", row_limit=top // 2,
+                       max_name_column_width=70)))
 
 
 def measure(step, iters):
@@ -245,12 +280,15 @@ def main():
                         help="seconds from the start after which no further variant begins "
                              "(each left out is reported as not run; the table still prints), "
                              "for a call with a time limit")
+    parser.add_argument("--torch-profile", default="",
+                        help="after the timings, torch.profiler over 50 steps of this variant "
+                             "per case (rank 0 prints host and device time per op)")
     parser.add_argument("--profile", default="",
                         help="after the timings, cProfile 200 steps of this variant per case "
                              "(rank 0 prints the functions of most host time)")
     args = parser.parse_args()
     began = time.perf_counter()
-    for variant in args.variants.split(","):
+    for variant in args.variants.split(",") + [v for v in args.torch_profile.split(",") if v]:
         base_variant(variant)
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(rank)
@@ -298,6 +336,10 @@ def main():
                 row["%s_over_reduce_overhead" % variant] = (mine / base if base and mine
                                                             else None)
         rows.append(row)
+        for profiled in [v for v in args.torch_profile.split(",") if v]:
+            text = torch_profile(step_function(module, inputs, loss_of, profiled, rank))
+            if rank == 0:
+                print("== torch.profiler of %s %s\n%s" % (row["case"], profiled, text), flush=True)
         if args.profile:
             text = profile(step_function(module, inputs, loss_of, args.profile, rank))
             if rank == 0:

@@ -1,5 +1,6 @@
 #include "distributed/data_parallel_trainer.h"
 
+#include "distributed/deferred_all_reduce.h"
 #include "runtime/collectives/communicator.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -35,6 +36,12 @@ training::StateGroups bucket_buffers(const compiler::ir::Program& backward,
 
 }  // namespace
 
+AllReduceOptions data_parallel_all_reduce() {
+  AllReduceOptions options;
+  options.min_last_bucket_bytes = int64_t{64} << 10;
+  return options;
+}
+
 DataParallelTrainer::DataParallelTrainer(const compiler::ir::Program& model,
                                          compiler::ir::ValueId loss,
                                          const DataParallelOptions& options)
@@ -48,19 +55,27 @@ DataParallelTrainer& DataParallelTrainer::operator=(DataParallelTrainer&&) noexc
 
 training::TrainerOptions DataParallelTrainer::with_all_reduce(const compiler::ir::Program& model,
                                                               const DataParallelOptions& options) {
-  GROVE_CHECK(!options.trainer.compile_backward, "DataParallelTrainer for '", model.name(),
-              "': leave DataParallelOptions::trainer.compile_backward empty; the data-parallel "
-              "trainer compiles the backward with its gradient all-reduces");
+  GROVE_CHECK(!options.trainer.compile_backward && !options.trainer.compile_optimizer,
+              "DataParallelTrainer for '", model.name(),
+              "': leave DataParallelOptions::trainer.compile_backward and compile_optimizer "
+              "empty; the data-parallel trainer compiles the backward with its gradient "
+              "all-reduces");
   training::TrainerOptions trainer = options.trainer;
   // Called while trainer_ is built, before this object can move.
   AllReduceOptions reduce = options.all_reduce;
   reduce.coalesce_adjacent = options.contiguous_buckets;
+  // Note [Last buckets reduced in the optimizer step]: only with overlap.
+  if (!reduce.overlap) reduce.deferred_last_buckets = 0;
   trainer.compile_backward = [this, all_reduce = reduce, name = model.name()](
                                  const compiler::ir::Program& backward,
                                  const training::StageCompiler& compile) {
     compiler::ir::Program reduced = add_gradient_all_reduce(backward, all_reduce, &buckets_);
+    const training::StateGroups buffers = bucket_buffers(backward, buckets_);
     const training::StateGroups layout =
-        all_reduce.coalesce_adjacent ? bucket_buffers(backward, buckets_) : training::StateGroups{};
+        all_reduce.coalesce_adjacent ? buffers : training::StateGroups{};
+    // Note [Last buckets reduced in the optimizer step].
+    deferred_buffers_.assign(buffers.end() - static_cast<std::ptrdiff_t>(buckets_.deferred),
+                             buffers.end());
     compiler::backends::CompiledModel compiled = compile(reduced, layout);
     overlap_ = all_reduce.overlap;
     if (overlap_ && compiled.lowered().segments().size() > 1) {
@@ -73,8 +88,29 @@ training::TrainerOptions DataParallelTrainer::with_all_reduce(const compiler::ir
                   " segments; gradient all-reduces run on the compute stream (no overlap)"));
       AllReduceOptions in_line = all_reduce;
       in_line.overlap = false;
+      in_line.deferred_last_buckets = 0;
       compiled = compile(add_gradient_all_reduce(backward, in_line, &buckets_), layout);
+      deferred_buffers_.clear();
       overlap_ = false;
+    }
+    return compiled;
+  };
+  trainer.compile_optimizer = [this, all_reduce = reduce, name = model.name()](
+                                  const compiler::ir::Program& optimizer,
+                                  const training::StageCompiler& compile) {
+    if (deferred_buffers_.empty()) return compile(optimizer, {});
+    // Note [Last buckets reduced in the optimizer step]; the buffers exist
+    // already (laid out by the backward), so no layout is asked for.
+    compiler::backends::CompiledModel compiled =
+        compile(add_deferred_all_reduce(optimizer, deferred_buffers_, all_reduce), {});
+    if (compiled.lowered().segments().size() > 1) {
+      // Note [Communication stream]: a fork is joined within its capture.
+      log(LogLevel::kInfo, str_cat("DataParallelTrainer for '", name, "': the optimizer step has ",
+                                   compiled.lowered().segments().size(),
+                                   " segments; its all-reduces run on the compute stream"));
+      AllReduceOptions in_line = all_reduce;
+      in_line.overlap = false;
+      compiled = compile(add_deferred_all_reduce(optimizer, deferred_buffers_, in_line), {});
     }
     return compiled;
   };

@@ -47,6 +47,16 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
                  "': last_bucket_bytes must be 0 (no last bucket of its own) or "
                  "positive, found ",
                  options.last_bucket_bytes);
+  GROVE_CHECK_AS(ConfigError, options.deferred_last_buckets >= 0, "gradient all-reduce of '",
+                 backward.name(), "': deferred_last_buckets must be 0 (none) or positive, found ",
+                 options.deferred_last_buckets);
+  GROVE_CHECK_AS(ConfigError, options.deferred_last_buckets == 0 || options.overlap,
+                 "gradient all-reduce of '", backward.name(),
+                 "': deferred_last_buckets needs overlap (Note [Last buckets reduced in the "
+                 "optimizer step])");
+  GROVE_CHECK_AS(ConfigError, options.min_last_bucket_bytes >= 0, "gradient all-reduce of '",
+                 backward.name(), "': min_last_bucket_bytes must be 0 (off) or positive, found ",
+                 options.min_last_bucket_bytes);
   runtime::collectives::parse_reduce_op(options.reduce_op);
   if (options.outputs) {
     for (size_t output : *options.outputs) {
@@ -140,11 +150,25 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
     buckets.outputs.back().push_back(produced[i]);
     buckets.bytes.back() += bytes_of(produced[i]);
   }
+  // Note [Small last bucket]: a tiny last bucket joins the one before it.
+  if (buckets.outputs.size() >= 2 && buckets.bytes.back() < options.min_last_bucket_bytes) {
+    std::vector<size_t> last = std::move(buckets.outputs.back());
+    buckets.outputs.pop_back();
+    buckets.outputs.back().insert(buckets.outputs.back().end(), last.begin(), last.end());
+    buckets.bytes[buckets.bytes.size() - 2] += buckets.bytes.back();
+    buckets.bytes.pop_back();
+  }
+  // Note [Last buckets reduced in the optimizer step]: at least one bucket stays.
+  if (!buckets.outputs.empty()) {
+    buckets.deferred =
+        std::min(static_cast<size_t>(options.deferred_last_buckets), buckets.outputs.size() - 1);
+  }
+  const size_t reduced_here = buckets.outputs.size() - buckets.deferred;
   // The node after which each bucket's all_reduce goes.
   std::multimap<int32_t, size_t> bucket_after;
   for (size_t b = 0; b < buckets.outputs.size(); ++b) {
     const int32_t last = producer(buckets.outputs[b].back());
-    bucket_after.emplace(last, b);
+    if (b < reduced_here) bucket_after.emplace(last, b);
     buckets.nodes_after.push_back(static_cast<int64_t>(order.size()) - 1 -
                                   position[static_cast<size_t>(last)]);
   }
@@ -206,7 +230,11 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
   }
   if (options.overlap && !produced.empty()) {
     // Note [Communication stream]: every fork is joined before the backward ends.
-    add_in_place("collective_join", "collective_join", compiler::ir::Attributes(), produced,
+    std::vector<size_t> forked;
+    for (size_t b = 0; b < reduced_here; ++b) {
+      forked.insert(forked.end(), buckets.outputs[b].begin(), buckets.outputs[b].end());
+    }
+    add_in_place("collective_join", "collective_join", compiler::ir::Attributes(), forked,
                  ".joined");
   }
   result.set_outputs(map_all(backward.outputs()));

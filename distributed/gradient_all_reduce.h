@@ -39,6 +39,38 @@
 // collective on a stream that is not the bottleneck there).
 // Tested by GradientAllReduce.FirstBucketClosesAtItsOwnSize.
 //
+// Note [Small last bucket]: bucketing by size can leave a last bucket of a
+// few bytes (mlp16x512's first bias, 2 KiB, after four 1 MiB weights that
+// filled the bucket before it). Its collective is enqueued after the previous
+// bucket's on the communication stream and nothing runs after it, so the
+// step ends with one more collective's fixed latency for almost no data. With
+// `min_last_bucket_bytes` set, a last bucket smaller than that joins the one
+// before it, whose all_reduce then goes after the last gradient's producer
+// (a few nodes later). The data-parallel trainer sets 64 KiB
+// (data_parallel_all_reduce()): on 2xH200 (session 23, same process) the
+// 2 KiB bucket's collective cost mlp16x512 b32 11-15 us per step overlapped
+// (428.5 -> 417.2, 430 -> 414.5) and 13 us in line. The door keeps 0.
+// Tested by GradientAllReduce.SmallLastBucketJoinsThePreviousOne.
+//
+// Note [Last buckets reduced in the optimizer step]: the collectives of the
+// last buckets cannot overlap the backward (it is over), and after the
+// backward's join comes the optimizer step, whose per-param updates (one
+// kernel each) need only their own gradient. With `deferred_last_buckets` =
+// N (overlap on), the backward reduces all but its last N buckets, and the
+// optimizer step starts by forking their all_reduce onto the communication
+// stream, runs the updates of the params already reduced meanwhile, joins,
+// then updates the rest (add_deferred_all_reduce, deferred_all_reduce.h).
+// Same collectives on the same buffers and the same update kernels, so the
+// params are bitwise those of the plain plan. The buckets keep their plan
+// (GradientBuckets::deferred counts the last ones left out of the backward).
+// Off by default: on 2xH200 (session 23 r2, same process) it lost on
+// mlp16x512 b32 (2 GPUs: 432.6/435.1/442.6 us with the last bucket deferred,
+// 462 with two, against 414.2/414.9) and on gpt4x256: the last bucket's
+// collective now waits for the backward's graph to end and the optimizer's
+// to start, while the updates it could hide behind are short.
+// Tested by GradientAllReduce.DeferredBucketsAreLeftOutOfTheBackward and
+// DataParallel.DeferredBucketsReduceInTheOptimizerStepAndTrainAlikeBitwise.
+//
 // Overlap (the default): each all_reduce runs on the communication stream,
 // forked from the compute stream when its bucket is complete, and the
 // backward ends with a collective_join that makes the compute stream wait for
@@ -68,6 +100,13 @@ struct AllReduceOptions {
   // The first bucket closes once it holds this many bytes (Note [First
   // gradient bucket]); 0: at bucket_bytes like the others.
   int64_t first_bucket_bytes = 0;
+  // A last bucket smaller than this joins the bucket before it (Note [Small
+  // last bucket]); 0: never.
+  int64_t min_last_bucket_bytes = 0;
+  // The last this many buckets are reduced by the optimizer step instead of
+  // the backward (Note [Last buckets reduced in the optimizer step]); 0: none.
+  // Needs overlap; fewer when the plan has fewer buckets (at least one stays).
+  int deferred_last_buckets = 0;
   std::string reduce_op = "mean";  // "mean" (data parallel) or "sum"
   // Run the all-reduces on the communication stream, overlapping the rest of
   // the backward; false runs them on the compute stream, in line.
@@ -89,6 +128,9 @@ struct GradientBuckets {
   // Per bucket: how many nodes of the input backward remain to run after its
   // all_reduce is enqueued (what it can overlap with).
   std::vector<int64_t> nodes_after;
+  // How many of the last buckets the backward leaves unreduced (Note [Last
+  // buckets reduced in the optimizer step]).
+  size_t deferred = 0;
 };
 
 // The backward with its gradient outputs all-reduced (same inputs, outputs in

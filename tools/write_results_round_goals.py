@@ -320,7 +320,7 @@ def data_parallel_scaling(context):
             label = "%s, %s%s%s" % (goal, two.get("case"), "" if two.get("overlap") is not False
                                     else " (overlap off)", source(name, "data_parallel", report))
             one = sections.find(rows, case=two.get("case"), backend="cudagraphs", devices=1,
-                                overlap=two.get("overlap"))
+                                overlap=two.get("overlap"), variant=two.get("variant"))
             alone = sections.median((one or {}).get("step"))
             pair = sections.median(two.get("step"))
             if alone and pair:

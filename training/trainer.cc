@@ -33,7 +33,15 @@ Trainer::Trainer(const compiler::ir::Program& model, compiler::ir::ValueId loss,
   } else {
     backward_ = compile_stage(programs_.backward, compiler::backends::Stage::kBackward);
   }
-  optimizer_step_ = compile_stage(optimizer_.program, compiler::backends::Stage::kOptimizer);
+  if (options.compile_optimizer) {
+    optimizer_step_ = options.compile_optimizer(
+        optimizer_.program,
+        [this](const compiler::ir::Program& program, const StateGroups& contiguous_state) {
+          return compile_stage(program, compiler::backends::Stage::kOptimizer, contiguous_state);
+        });
+  } else {
+    optimizer_step_ = compile_stage(optimizer_.program, compiler::backends::Stage::kOptimizer);
+  }
   plan_backward_sources();
   const compiler::ir::Value& loss_grad =
       programs_.backward.value(programs_.backward.inputs().at(0));

@@ -74,6 +74,10 @@ using StageCompiler = std::function<compiler::backends::CompiledModel(
 // outputs, in order.
 using BackwardCompiler = std::function<compiler::backends::CompiledModel(
     const compiler::ir::Program& backward, const StageCompiler& compile)>;
+// Compiles the optimizer step from its program (optimizer.h), through
+// `compile`, after the backward; the program it compiles must keep the
+// step's inputs and outputs, in order.
+using OptimizerCompiler = BackwardCompiler;
 
 struct TrainerOptions {
   std::string backend = "eager";
@@ -84,6 +88,10 @@ struct TrainerOptions {
   // (distributed/data_parallel_trainer.h). Called only while the
   // Trainer is built.
   BackwardCompiler compile_backward;
+  // How the optimizer stage is compiled; empty: the optimizer program as is.
+  // Data-parallel training may reduce its last buckets there
+  // (distributed/deferred_all_reduce.h). Called only while the Trainer is built.
+  OptimizerCompiler compile_optimizer;
 };
 
 class Trainer {

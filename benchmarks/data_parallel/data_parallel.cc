@@ -21,15 +21,23 @@
 // the same process; "overlap gain" is the in-line median step over the
 // overlapped one for the same (case, backend, devices).
 //
-// --variants runs each multi-device configuration once per variant of the
-// gradient all-reduce (one device runs the first only); a variant is tokens
-// joined by '+': flat (bucket buffers back to back, one collective per
-// bucket: the default) or grouped (one buffer per gradient, grouped),
-// kibN (bucket KiB), tailN (the gradients produced last, N KiB, form the
-// last bucket, Note [Last gradient bucket]; tail0: none), firstN (the first
-// bucket closes at N KiB, Note [First gradient bucket]), onlyB (reduce
+// --variants runs each configuration once per variant of the gradient
+// all-reduce, one device included (a variant's scaling efficiency is against
+// its own one-device step: the one-rank collectives cost time too, e.g. the
+// grouped layout's ~20 us on mlp16x512); a variant is tokens joined by '+':
+// flat (bucket buffers back to back, one collective per bucket: the default)
+// or grouped (one buffer per gradient, grouped), kibN (bucket KiB), tailN
+// (the gradients produced last, N KiB, form the last bucket, Note [Last
+// gradient bucket]; tail0: none), firstN (the first bucket closes at N KiB,
+// Note [First gradient bucket]), mergeN (a last bucket under N KiB joins the
+// one before it, Note [Small last bucket]; merge0: never), deferN (the last N
+// buckets are reduced by the optimizer step, overlapping the other params'
+// updates, Note [Last buckets reduced in the optimizer step]; defer0: none),
+// mergeN and deferN defaulting to data_parallel_all_reduce()'s; prio (the communication stream
+// at high priority, Note [Communication stream priority]), onlyB (reduce
 // bucket B alone: what that bucket's collective costs the step; the
-// gradients of the others stay unaveraged, for timing only).
+// gradients of the others stay unaveraged, for timing only), none (no
+// collective at all: the plain single-device step, for timing only).
 //
 //   data_parallel [--device auto|cuda|sim] [--gpus 1,2] [--iters 50] [--warmup 5]
 //                 [--mlp-batch 32] [--gpt-batch 8] [--seq 32] [--backends eager,cudagraphs]
@@ -54,6 +62,7 @@
 #include "compiler/backends/backend_registry.h"
 #include "compiler/model_format/model_json.h"
 #include "distributed/data_parallel_trainer.h"
+#include "runtime/collectives/communication_stream.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 #include "training/losses.h"
@@ -90,11 +99,18 @@ struct Variant {
   int64_t bucket_kib = 0;
   int64_t tail_kib = 0;
   int64_t first_kib = 0;
+  int64_t merge_kib = -1;  // -1: data_parallel_all_reduce()'s
+  int deferred = -1;       // -1: data_parallel_all_reduce()'s
+  bool high_priority = false;
+  bool reduce_nothing = false;
   int only_bucket = -1;
 };
 
 Variant parse_variant(const std::string& spec, const Options& options) {
-  Variant variant{spec, true, options.bucket_kib, options.tail_kib, 0, -1};
+  Variant variant;
+  variant.name = spec;
+  variant.bucket_kib = options.bucket_kib;
+  variant.tail_kib = options.tail_kib;
   size_t start = 0;
   while (start < spec.size()) {
     size_t end = spec.find('+', start);
@@ -114,11 +130,21 @@ Variant parse_variant(const std::string& spec, const Options& options) {
       variant.tail_kib = number("tail");
     } else if (token.rfind("first", 0) == 0) {
       variant.first_kib = number("first");
+    } else if (token.rfind("merge", 0) == 0) {
+      variant.merge_kib = number("merge");
+    } else if (token.rfind("defer", 0) == 0) {
+      variant.deferred = static_cast<int>(number("defer"));
+    } else if (token == "prio") {
+      variant.high_priority = true;
+    } else if (token == "none") {
+      variant.reduce_nothing = true;
     } else if (token.rfind("only", 0) == 0) {
       variant.only_bucket = static_cast<int>(number("only"));
     } else {
-      throw UsageError(str_cat("data_parallel: --variants: '", token, "' in '", spec,
-                               "' is none of flat, grouped, kibN, tailN, firstN, onlyB"));
+      throw UsageError(
+          str_cat("data_parallel: --variants: '", token, "' in '", spec,
+                  "' is none of flat, grouped, kibN, tailN, firstN, mergeN, deferN, prio, "
+                  "onlyB, none"));
     }
     start = end + 1;
   }
@@ -210,6 +236,7 @@ struct Row {
   size_t buckets = 0;
   std::vector<int64_t> bucket_bytes;  // per bucket, in production order
   std::vector<int64_t> nodes_after;   // per bucket: backward nodes left to overlap
+  size_t deferred = 0;                // last buckets reduced by the optimizer step
 };
 
 // Rank `rank` of `gpus`: builds the model on its device, trains, and (rank 0)
@@ -252,6 +279,9 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
   dp.all_reduce.bucket_bytes = variant.bucket_kib << 10;
   dp.all_reduce.last_bucket_bytes = variant.tail_kib << 10;
   dp.all_reduce.first_bucket_bytes = variant.first_kib << 10;
+  if (variant.merge_kib >= 0) dp.all_reduce.min_last_bucket_bytes = variant.merge_kib << 10;
+  if (variant.deferred >= 0) dp.all_reduce.deferred_last_buckets = variant.deferred;
+  if (variant.reduce_nothing) dp.all_reduce.outputs = std::set<size_t>();
   dp.all_reduce.overlap = overlap;
   dp.contiguous_buckets = variant.contiguous;
   if (variant.only_bucket >= 0) {
@@ -264,6 +294,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     dp.all_reduce.outputs = std::set<size_t>(only.begin(), only.end());
     dp.all_reduce.last_bucket_bytes = 0;
     dp.all_reduce.first_bucket_bytes = 0;
+    dp.all_reduce.deferred_last_buckets = 0;
   }
   DataParallelTrainer trainer(model, loss, dp);
   training::Hyperparameters hyper;
@@ -284,6 +315,7 @@ void run_rank(const Case& config, const Options& options, const std::string& bac
     row.buckets = trainer.buckets().outputs.size();
     row.bucket_bytes = trainer.buckets().bytes;
     row.nodes_after = trainer.buckets().nodes_after;
+    row.deferred = trainer.buckets().deferred;
     row.overlapped = trainer.overlaps_communication();
     if (backend != "eager") {
       const compiler::backends::BackendStats stats = trainer.backend_stats();
@@ -307,6 +339,8 @@ Row run_case(const Case& config, const Options& options, const std::string& back
   std::string group = str_cat("data_parallel.", ++groups);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(gpus));
   std::vector<std::thread> threads;
+  // Note [Communication stream priority]: each rank thread makes its stream at first use.
+  runtime::collectives::set_high_priority_communication(variant.high_priority);
   for (int rank = 0; rank < gpus; ++rank) {
     threads.emplace_back([&, rank] {
       try {
@@ -318,6 +352,7 @@ Row run_case(const Case& config, const Options& options, const std::string& back
     });
   }
   for (std::thread& thread : threads) thread.join();
+  runtime::collectives::set_high_priority_communication(false);
   for (const std::exception_ptr& error : errors) {
     if (error) std::rethrow_exception(error);
   }
@@ -330,7 +365,9 @@ Row run_case(const Case& config, const Options& options, const std::string& back
     std::cerr << " " << format_fixed(static_cast<double>(row.bucket_bytes[b]) / 1024, 0) << "/"
               << row.nodes_after[b];
   }
-  std::cerr << ")\n";
+  std::cerr << ")"
+            << (row.deferred > 0 ? str_cat(", last ", row.deferred, " in the optimizer step") : "")
+            << "\n";
   return row;
 }
 
@@ -365,29 +402,31 @@ int run(int argc, char** argv) {
   std::vector<Row> rows;
   for (const Case& config : cases) {
     for (const std::string& backend : options.backends) {
-      for (int gpus : options.gpus) {
-        if (gpus > available) {
-          std::cerr << "skipping " << gpus << " devices: only " << available << " "
-                    << runtime::device_type_name(type) << " devices here\n";
-          continue;
-        }
-        for (bool overlap : options.overlap) {
-          for (const std::string& spec : options.variants) {
+      for (bool overlap : options.overlap) {
+        // Each variant on 1 and 2 devices back to back, so that its
+        // efficiency compares steps measured close together.
+        for (const std::string& spec : options.variants) {
+          for (int gpus : options.gpus) {
+            if (gpus > available) {
+              if (spec == options.variants.front() && overlap == options.overlap.front()) {
+                std::cerr << "skipping " << gpus << " devices: only " << available << " "
+                          << runtime::device_type_name(type) << " devices here\n";
+              }
+              continue;
+            }
             rows.push_back(run_case(config, options, backend, gpus, overlap,
                                     parse_variant(spec, options), type));
-            if (gpus == 1) break;  // no collective to vary
           }
         }
       }
     }
   }
-  // Efficiency against the same (case, backend, overlap) on one device; the
+  // Efficiency against the same (case, backend, overlap, variant) on one device; the
   // overlap gain against the same (case, backend, devices) in line.
   using Key = std::tuple<std::string, std::string, int, bool, std::string>;
   std::map<Key, double> median;
   for (const Row& row : rows)
     median[{row.label, row.backend, row.gpus, row.overlap, row.variant}] = row.step.median_us;
-  const std::string& first_variant = options.variants.front();
   // The variant column only when --variants names some (scripts read the plain table).
   const bool show_variants = options.variants != std::vector<std::string>{""};
   std::vector<Column> columns = {{"case (per-rank batch)"},
@@ -412,7 +451,7 @@ int run(int argc, char** argv) {
     const Case& config = row.label.rfind("mlp", 0) == 0 ? all_cases[0] : all_cases[1];
     const int64_t batch = config.dims.at("batch");
     double throughput = row.step.median_us > 0 ? 1e6 * batch * row.gpus / row.step.median_us : 0;
-    auto base = median.find({row.label, row.backend, 1, row.overlap, first_variant});
+    auto base = median.find({row.label, row.backend, 1, row.overlap, row.variant});
     std::string efficiency = "-";
     double efficiency_value = 0;
     if (base != median.end() && row.step.median_us > 0) {
@@ -454,6 +493,7 @@ int run(int argc, char** argv) {
     entry["overlap"] = row.overlap;
     entry["bucket_bytes"] = row.bucket_bytes;
     entry["bucket_nodes_after"] = row.nodes_after;
+    entry["buckets_deferred"] = row.deferred;
     entry["overlapped"] = row.overlapped;
     if (gain_value > 0) entry["overlap_gain"] = gain_value;
     if (row.backend != "eager") entry["collectives_captured"] = row.captured;

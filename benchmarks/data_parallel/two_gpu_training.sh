@@ -31,7 +31,9 @@ echo "== 1. native data parallel ($device, 1 and 2 ranks, cudagraphs, overlap on
 if [ "$device" = sim ]; then
   dp_flags=(--iters 1 --warmup 2 --gpt-batch 1 --seq 4 --mlp-batch 2 --cases gpt4x256)
 else
-  dp_flags=(--iters 40 --warmup 5)
+  # As many steps as the A/B runs (data_parallel --variants): the medians of
+  # 40 steps moved by ~5 us between sessions.
+  dp_flags=(--iters 150 --warmup 10)
 fi
 timeout 35 "$binary" --device "$device" --gpus 1,2 --backends cudagraphs --overlap on \
   --models "$models" --json "$out/data_parallel_2gpu.json" "${dp_flags[@]}" \

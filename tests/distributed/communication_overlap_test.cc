@@ -13,6 +13,7 @@
 #include "compiler/autodiff/training_programs.h"
 #include "compiler/ir/builder.h"
 #include "distributed/data_parallel_trainer.h"
+#include "distributed/deferred_all_reduce.h"
 #include "distributed/gradient_all_reduce.h"
 #include "runtime/collectives/communication_stream.h"
 #include "runtime/collectives/setup.h"
@@ -20,6 +21,7 @@
 #include "runtime/graph_recording.h"
 #include "tests/common/test_util.h"
 #include "training/losses.h"
+#include "training/optimizer.h"
 
 namespace grove::distributed {
 namespace {
@@ -114,6 +116,8 @@ CapturedGraph capture_backward(bool overlap, size_t* buckets) {
   options.trainer.backend = "eager";
   options.all_reduce.bucket_bytes = 200;  // about one layer per bucket
   options.all_reduce.overlap = overlap;
+  // Every bucket reduced in the backward, the one captured here.
+  options.all_reduce.deferred_last_buckets = 0;
   DataParallelTrainer trainer(model, loss, options);
   EXPECT_EQ(trainer.overlaps_communication(), overlap);
   *buckets = trainer.buckets().outputs.size();
@@ -241,6 +245,124 @@ TEST(GradientAllReduce, FirstBucketClosesAtItsOwnSize) {
   EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.first_bucket_bytes = -1}), ConfigError);
 }
 
+TEST(GradientAllReduce, SmallLastBucketJoinsThePreviousOne) {
+  ValueId loss;
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss);
+  // A bucket size whose plain plan ends with a bucket of less than 64 bytes
+  // (fc0's bias, 32 bytes, after fc0's weight closed the bucket before it).
+  GradientBuckets plain;
+  int64_t bucket_bytes = 0;
+  for (int64_t size = 100; size <= 1000 && bucket_bytes == 0; size += 4) {
+    add_gradient_all_reduce(programs.backward, {.bucket_bytes = size}, &plain);
+    if (plain.outputs.size() >= 3 && plain.bytes.back() < 64) bucket_bytes = size;
+  }
+  ASSERT_GT(bucket_bytes, 0) << "no bucket size leaves a last bucket under 64 bytes";
+  GradientBuckets merged;
+  compiler::ir::Program backward = add_gradient_all_reduce(
+      programs.backward, {.bucket_bytes = bucket_bytes, .min_last_bucket_bytes = 64}, &merged);
+  ASSERT_EQ(merged.outputs.size(), plain.outputs.size() - 1);
+  const size_t n = plain.outputs.size();
+  EXPECT_EQ(merged.bytes.back(), plain.bytes[n - 2] + plain.bytes[n - 1]);
+  EXPECT_EQ(merged.outputs.back().size(),
+            plain.outputs[n - 2].size() + plain.outputs[n - 1].size());
+  EXPECT_EQ(merged.nodes_after.back(), 0);  // after the last gradient's producer
+  for (size_t b = 0; b + 1 < merged.outputs.size(); ++b) {
+    EXPECT_EQ(merged.outputs[b], plain.outputs[b]) << "bucket " << b;
+    EXPECT_EQ(merged.nodes_after[b], plain.nodes_after[b]) << "bucket " << b;
+  }
+  EXPECT_EQ(nodes_of(backward, "all_reduce").size(), merged.outputs.size());
+  // A last bucket at the threshold stays; a single bucket has nothing to join.
+  GradientBuckets kept;
+  add_gradient_all_reduce(
+      programs.backward,
+      {.bucket_bytes = bucket_bytes, .min_last_bucket_bytes = plain.bytes.back()}, &kept);
+  EXPECT_EQ(kept.outputs.size(), plain.outputs.size());
+  GradientBuckets one;
+  add_gradient_all_reduce(programs.backward,
+                          {.bucket_bytes = 1 << 20, .min_last_bucket_bytes = 1 << 20}, &one);
+  EXPECT_EQ(one.outputs.size(), 1u);
+  EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.min_last_bucket_bytes = -1}),
+               ConfigError);
+}
+
+// Note [Last buckets reduced in the optimizer step].
+TEST(GradientAllReduce, DeferredBucketsAreLeftOutOfTheBackward) {
+  ValueId loss;
+  compiler::ir::Program model = deep_mlp(kSim, &loss);
+  compiler::autodiff::TrainingPrograms programs =
+      compiler::autodiff::build_training_programs(model, loss);
+  GradientBuckets plain, deferred;
+  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 200}, &plain);
+  compiler::ir::Program backward = add_gradient_all_reduce(
+      programs.backward, {.bucket_bytes = 200, .deferred_last_buckets = 1}, &deferred);
+  ASSERT_GE(plain.outputs.size(), 3u);
+  EXPECT_EQ(plain.deferred, 0u);
+  EXPECT_EQ(deferred.deferred, 1u);
+  EXPECT_EQ(deferred.outputs, plain.outputs);  // the same plan
+  std::vector<const compiler::ir::Node*> all_reduces = nodes_of(backward, "all_reduce");
+  ASSERT_EQ(all_reduces.size(), plain.outputs.size() - 1);
+  // The join waits for the reduced buckets only; the last bucket's gradients
+  // are returned as the backward wrote them (their copies into the buffers).
+  const compiler::ir::Node& join = backward.nodes().back();
+  ASSERT_EQ(join.op, "collective_join");
+  EXPECT_EQ(join.operands.size(), programs.params.size() - plain.outputs.back().size());
+  for (size_t output : plain.outputs.back()) {
+    EXPECT_EQ(backward.node(backward.value(backward.outputs()[output]).producer).op, "copy_into");
+  }
+  // At least one bucket stays in the backward; deferring needs overlap.
+  GradientBuckets all;
+  add_gradient_all_reduce(programs.backward, {.bucket_bytes = 200, .deferred_last_buckets = 100},
+                          &all);
+  EXPECT_EQ(all.deferred, all.outputs.size() - 1);
+  EXPECT_THROW(
+      add_gradient_all_reduce(programs.backward, {.deferred_last_buckets = 1, .overlap = false}),
+      ConfigError);
+  EXPECT_THROW(add_gradient_all_reduce(programs.backward, {.deferred_last_buckets = -1}),
+               ConfigError);
+
+  // The optimizer step: the deferred bucket's all_reduce first, the other
+  // params' updates before the join, the deferred params' updates after it,
+  // reading the joined gradients.
+  training::OptimizerProgram sgd = training::build_optimizer_program(
+      programs.forward, programs.params, training::OptimizerKind::kSgdMomentum);
+  std::vector<std::string> names;
+  for (size_t output : plain.outputs.back()) {
+    const compiler::ir::Node& copy = programs.backward.node(
+        programs.backward.value(programs.backward.outputs()[output]).producer);
+    names.push_back(programs.backward.value(copy.operands.at(0)).name);
+  }
+  compiler::ir::Program step = add_deferred_all_reduce(sgd.program, {names}, {});
+  ASSERT_EQ(step.inputs().size(), sgd.program.inputs().size());
+  ASSERT_EQ(step.nodes().size(), sgd.program.nodes().size() + 2);
+  EXPECT_EQ(step.nodes().front().op, "all_reduce");
+  EXPECT_EQ(step.nodes().front().operands.size(), names.size());
+  EXPECT_EQ(step.nodes().front().attrs.get_int("overlap"), 1);
+  size_t join_at = 0;
+  for (size_t n = 0; n < step.nodes().size(); ++n) {
+    if (step.nodes()[n].op == "collective_join") join_at = n;
+  }
+  ASSERT_EQ(join_at, step.nodes().size() - 1 - names.size());
+  std::set<std::string> deferred_names(names.begin(), names.end());
+  for (size_t n = 1; n < step.nodes().size(); ++n) {
+    if (n == join_at) continue;
+    const compiler::ir::Node& update = step.nodes()[n];
+    ASSERT_EQ(update.op, "sgd_momentum_update");
+    const compiler::ir::Value& gradient = step.value(update.operands.at(1));
+    const bool reads_deferred =
+        gradient.producer >= 0 && step.node(gradient.producer).op == "collective_join";
+    EXPECT_EQ(reads_deferred, n > join_at) << update.name;
+    if (!reads_deferred) EXPECT_EQ(deferred_names.count(gradient.name), 0u) << update.name;
+  }
+  EXPECT_THROW(add_deferred_all_reduce(sgd.program, {{"grad.nothing"}}, {}), ConfigError);
+  EXPECT_THROW(add_deferred_all_reduce(sgd.program, {names, names}, {}), ConfigError);
+  // In line: the all_reduce first, no join, the updates in their order.
+  compiler::ir::Program in_line = add_deferred_all_reduce(sgd.program, {names}, {.overlap = false});
+  EXPECT_EQ(in_line.nodes().front().attrs.get_int("overlap"), 0);
+  EXPECT_TRUE(nodes_of(in_line, "collective_join").empty());
+}
+
 TEST(GradientAllReduce, OverlapRejectsGradientsOutsidePersistentBuffers) {
   ValueId loss;
   compiler::ir::Program model = deep_mlp(kSim, &loss);
@@ -307,6 +429,27 @@ TEST(CommunicationStream, JoinsOnlyIntoTheStreamItForkedFrom) {
   side.fork_from(other);
   side.join_into(other);
   EXPECT_FALSE(side.forked());
+}
+
+TEST(CommunicationStream, HighPrioritySettingReachesNewStreams) {
+  namespace collectives = runtime::collectives;
+  const bool before = collectives::high_priority_communication();
+  collectives::set_high_priority_communication(true);
+  {
+    collectives::CommunicationStream high(kSim);
+    EXPECT_TRUE(high.high_priority());
+    // It forks and joins like any other (sim has no priorities: an ordinary stream).
+    runtime::StreamHandle compute = runtime::device_context(kSim).create_stream();
+    high.fork_from(compute);
+    high.join_into(compute);
+    EXPECT_FALSE(high.forked());
+  }
+  collectives::set_high_priority_communication(false);
+  {
+    collectives::CommunicationStream normal(kSim);
+    EXPECT_FALSE(normal.high_priority());
+  }
+  collectives::set_high_priority_communication(before);
 }
 
 TEST(CommunicationStream, CapturedAllReducesRunOnABranchParallelToTheRemainingBackward) {

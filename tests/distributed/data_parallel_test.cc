@@ -111,6 +111,8 @@ struct RankResult {
   bool overlapped = false;         // the trainer ran its all-reduces on the side stream
   int64_t forks = 0;               // forks onto the rank's communication stream
   size_t buckets = 0;
+  size_t deferred = 0;            // buckets the optimizer step reduces
+  int optimizer_all_reduces = 0;  // all_reduce nodes of the optimizer stage
   // Per bucket with more than one gradient buffer: whether each buffer starts
   // in the storage of the one before it, where that one's bytes end (rounded
   // up to kStateAlignmentBytes): Note [Gradient bucket in one buffer].
@@ -124,7 +126,7 @@ std::vector<RankResult> train_data_parallel(const std::vector<Device>& devices,
                                             const std::string& backend, const std::string& group,
                                             const Batches& batches, OptimizerKind optimizer,
                                             const Hyperparameters& hyper, bool overlap = true,
-                                            bool contiguous = true) {
+                                            bool contiguous = true, int deferred = 0) {
   std::vector<RankResult> results(devices.size());
   std::vector<std::thread> threads;
   for (int rank = 0; rank < static_cast<int>(devices.size()); ++rank) {
@@ -142,7 +144,11 @@ std::vector<RankResult> train_data_parallel(const std::vector<Device>& devices,
         options.all_reduce.bucket_bytes = 600;  // several buckets for this small model
         options.all_reduce.overlap = overlap;
         options.contiguous_buckets = contiguous;
+        options.all_reduce.deferred_last_buckets = deferred;
         DataParallelTrainer trainer(model, loss, options);
+        result.deferred = trainer.buckets().deferred;
+        for (const compiler::ir::Node& node : trainer.trainer().optimizer_stage().program().nodes())
+          result.optimizer_all_reduces += node.op == "all_reduce" ? 1 : 0;
         result.overlapped = trainer.overlaps_communication();
         result.buckets = trainer.buckets().outputs.size();
         const compiler::ir::Program& backward = trainer.trainer().programs().backward;
@@ -315,6 +321,34 @@ TEST_P(DataParallel, BucketBuffersLieBackToBackAndTrainLikeSeparateBuffersBitwis
     EXPECT_EQ(flat[rank].losses, separate[rank].losses);
     expect_bitwise_params(flat[rank].params, separate[rank].params, "flat vs separate buffers");
   }
+}
+
+// Note [Last buckets reduced in the optimizer step]: the last bucket reduced
+// by the optimizer step trains exactly like the plain plan, captured.
+TEST_P(DataParallel, DeferredBucketsReduceInTheOptimizerStepAndTrainAlikeBitwise) {
+  GROVE_SEEDED_RNG(rng);
+  Batches batches = random_batches(rng);
+  Hyperparameters hyper;
+  hyper.lr = 0.05;
+  std::vector<RankResult> plain = train_data_parallel(
+      rank_devices(), "cudagraphs", group("deferred.plain"), batches, OptimizerKind::kSgdMomentum,
+      hyper, /*overlap=*/true, /*contiguous=*/true, /*deferred=*/0);
+  std::vector<RankResult> deferred = train_data_parallel(
+      rank_devices(), "cudagraphs", group("deferred.one"), batches, OptimizerKind::kSgdMomentum,
+      hyper, /*overlap=*/true, /*contiguous=*/true, /*deferred=*/1);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    SCOPED_TRACE(str_cat("rank ", rank));
+    EXPECT_EQ(plain[rank].deferred, 0u);
+    EXPECT_EQ(plain[rank].optimizer_all_reduces, 0);
+    EXPECT_EQ(deferred[rank].deferred, 1u);
+    EXPECT_EQ(deferred[rank].optimizer_all_reduces, 1);
+    EXPECT_EQ(deferred[rank].buckets, plain[rank].buckets);
+    EXPECT_TRUE(deferred[rank].overlapped);
+    EXPECT_TRUE(deferred[rank].backward_captured) << deferred[rank].stats;
+    EXPECT_EQ(deferred[rank].losses, plain[rank].losses);
+    expect_bitwise_params(deferred[rank].params, plain[rank].params, "deferred vs plain");
+  }
+  expect_bitwise_params(deferred[1].params, deferred[0].params, "rank 1 vs rank 0");
 }
 
 TEST_P(DataParallel, MissingRankTimesOutWithAClearError) {
