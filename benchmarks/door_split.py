@@ -147,19 +147,20 @@ def block_timer(function, settings=None):
     return block
 
 
-def host_timer(function):
+def host_timer(function, settings=None):
     """A function timing one block of BLOCK calls of function() to the last
-    call's return, before the device's synchronization (us per call): the
-    host's own share where the device runs behind (Note [Host time of a call
-    in the zoo], torch_zoo.py)."""
+    call's return, before the device's synchronization (us per call), under
+    `settings`' variables: the host's own share where the device runs behind
+    (Note [Host time of a call in the zoo], torch_zoo.py)."""
     def block():
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(BLOCK):
-            function()
-        host = (time.perf_counter() - start) / BLOCK * 1e6
-        torch.cuda.synchronize()
-        return host
+        with environment(settings or {}):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(BLOCK):
+                function()
+            host = (time.perf_counter() - start) / BLOCK * 1e6
+            torch.cuda.synchronize()
+            return host
     return block
 
 
@@ -370,9 +371,10 @@ def split_model(name, module, inputs, args, door_env):
     if fast is not None and fast["checks"]:
         timers["door_static_torch"] = static_check_swapped(fast, door_block, "torch")
         timers["door_no_static_check"] = static_check_swapped(fast, door_block, None)
-    for label in ("floor", "door", "reduce_overhead"):
+    for label in ("floor", "door", "reduce_overhead") + tuple(door_env):
         if label in runs:  # *_host: the host's share alone (host_timer)
-            timers[label + "_host"] = host_timer(lambda run=runs[label]: run(*inputs))
+            timers[label + "_host"] = host_timer(lambda run=runs[label]: run(*inputs),
+                                                 door_env.get(label))
     timers["graph_host"] = host_timer(graph_call)
     timers["graph"] = block_timer(graph_call)
     timers["graph_gap"] = block_timer(with_gap(graph_call))
@@ -480,7 +482,8 @@ COLUMNS = ("floor", "floor_detach", "door", "door_layers", "door_nogc", "door_st
 
 def print_row(row, door_env):
     cells = ["%-20s" % row["model"]]
-    for column in COLUMNS + tuple(door_env) + ("reduce_overhead",):
+    for column in COLUMNS + tuple(door_env) + tuple(label + "_host" for label in door_env) + (
+            "reduce_overhead",):
         if row.get(column) is not None:
             cells.append("%s %.1f" % (column, row[column]))
     print("  ".join(cells), flush=True)
