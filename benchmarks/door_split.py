@@ -38,6 +38,9 @@ timed in turns], torch_zoo.py). The variants (Note [The door's time split]):
                 the spin taken off
   cxx           the same compiled model called from C++ (grove_model_time_runs,
                 20 calls a block): what the device needs, no Python
+  cxx_host, cxx_idle  the same calls' host time to each return, the device busy
+                or idle before each call (grove_model_time_runs_split), and
+                (*_launch) the graph launches' share of it (Note [The launch clock])
   reduce_overhead  mode="reduce-overhead" (--reduce-overhead; compiles slowly)
   *_host        floor, door, graph, call_torch and reduce_overhead timed to the
                 last call's return of a block, before its synchronization: the
@@ -161,6 +164,17 @@ def host_timer(function, settings=None):
             host = (time.perf_counter() - start) / BLOCK * 1e6
             torch.cuda.synchronize()
             return host
+    return block
+
+
+def cxx_split_timer(model, inputs, stream, idle, launches):
+    """A function timing one block of BLOCK calls of `model` from C++
+    (Model.time_runs_split): returns the host us per call and appends the
+    graph launches' us per call to `launches`."""
+    def block():
+        host, launch, _ = model.time_runs_split(*inputs, calls=BLOCK, stream=stream, idle=idle)
+        launches.append(launch * 1e6)
+        return host * 1e6
     return block
 
 
@@ -361,6 +375,7 @@ def split_model(name, module, inputs, args, door_env):
             return door_block()
         finally:
             graph.door = one_frame_door
+    launches = {}  # cxx_host, cxx_idle -> launch us per call of each block
     timers = {label: block_timer(lambda run=run: run(*inputs), door_env.get(label))
               for label, run in runs.items()}
     door_block = block_timer(lambda: runs["door"](*inputs))
@@ -391,6 +406,11 @@ def split_model(name, module, inputs, args, door_env):
         if caller is not None:  # Note [The door's model call in one frame]
             timers["model_call"] = block_timer(lambda: caller(graph_args, stream, None))
         timers["cxx"] = lambda: model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6
+        # Note [The launch clock] (runtime/launch_clock.h): the C++ call's host
+        # time, busy and with the device idle, and the launches' share of it.
+        for label, idle in (("cxx_host", False), ("cxx_idle", True)):
+            timers[label] = cxx_split_timer(model, model_inputs, stream, idle,
+                                            launches.setdefault(label, []))
         row["bound_static_inputs"] = len(fast["checks"])
     row["graph_args"] = len(graph_args)
     try:  # a diagnostic: the rows stand without it
@@ -405,6 +425,8 @@ def split_model(name, module, inputs, args, door_env):
         for timer in timers.values():  # warm
             timer()
         times = time_in_turns(timers, args.turns)
+    for label, blocks in launches.items():
+        row[label + "_launch"] = statistics.median(blocks)
     for label, blocks in times.items():
         if label.endswith("_gap"):
             blocks = [value - GAP_US for value in blocks]
@@ -477,7 +499,8 @@ COLUMNS = ("floor", "floor_detach", "door", "door_layers", "door_nogc", "door_st
            "door_no_static_check", "graph", "graph_gap",
            "call_torch", "model_call", "call_torch_gap", "both", "cxx", "guards", "gpu_us",
            "floor_host", "door_host", "graph_host", "call_torch_host", "reduce_overhead_host",
-           "torch_graph_gap", "torch_graph_host")
+           "torch_graph_gap", "torch_graph_host", "cxx_host", "cxx_host_launch", "cxx_idle",
+           "cxx_idle_launch")
 
 
 def print_row(row, door_env):
