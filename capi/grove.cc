@@ -611,16 +611,16 @@ grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* 
                    [&] { require(false, "the output pointer `seconds_per_call` is null"); });
   }
   CallTimes times;
-  grove_status status = time_calls("grove_model_time_runs", model, inputs, input_count, stream,
-                                   calls, false, &times);
+  grove_status status =
+      time_calls("grove_model_time_runs", model, inputs, input_count, stream, calls, false, &times);
   if (status == GROVE_OK) *seconds_per_call = times.wall;
   return status;
 }
 
 grove_status grove_model_time_runs_split(grove_model* model, const grove_tensor_desc* inputs,
-                                         size_t input_count, void* stream, int64_t calls,
-                                         int idle, double* host_seconds,
-                                         double* launch_seconds, double* wall_seconds) {
+                                         size_t input_count, void* stream, int64_t calls, int idle,
+                                         double* host_seconds, double* launch_seconds,
+                                         double* wall_seconds) {
   if (host_seconds == nullptr || launch_seconds == nullptr || wall_seconds == nullptr) {
     release_all(inputs, input_count, 0);
     return run_api("grove_model_time_runs_split",

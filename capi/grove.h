@@ -189,9 +189,9 @@ grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* 
  * the stream is synchronized (untimed) before each call, so every launch
  * meets an idle device. */
 grove_status grove_model_time_runs_split(grove_model* model, const grove_tensor_desc* inputs,
-                                         size_t input_count, void* stream, int64_t calls,
-                                         int idle, double* host_seconds,
-                                         double* launch_seconds, double* wall_seconds);
+                                         size_t input_count, void* stream, int64_t calls, int idle,
+                                         double* host_seconds, double* launch_seconds,
+                                         double* wall_seconds);
 
 /* grove_model_run whose outputs are DLManagedTensor* (DLPack 0.6, as
  * grove_tensor_to_dlpack makes them), one per output, written to `managed`:

@@ -514,9 +514,8 @@ TEST(CApi, TimeRunsSplitTimesTheLaunchesInsideEachCall) {
   for (int idle : {0, 1}) {
     SCOPED_TRACE(idle);
     desc = describe(x.data(), kShape, 2, &released);
-    ASSERT_EQ(
-        grove_model_time_runs_split(model, &desc, 1, nullptr, 6, idle, &host, &launch, &wall),
-        GROVE_OK)
+    ASSERT_EQ(grove_model_time_runs_split(model, &desc, 1, nullptr, 6, idle, &host, &launch, &wall),
+              GROVE_OK)
         << grove_last_error();
     EXPECT_GT(launch, 0.0) << "recorded by the second call, replayed after";
     EXPECT_GE(host, launch);
