@@ -202,6 +202,22 @@ class GraphRunner:
         return sorted({(positions[node], address) for compiled in self.segments
                        for node, address in compiled["bound"]})
 
+    def bound_positions(self):
+        """(position among the graph's inputs, address at compilation) of
+        every bound static input."""
+        return list(self._bound)
+
+    def leave_checks_to_guards(self, positions):
+        """The bound inputs at `positions` are checked by dynamo's guards
+        (Note [Parameters checked by dynamo's guards], dynamo_backend.py):
+        the fast plan's own check leaves them out."""
+        fast = self._fast
+        if fast is None or not positions:
+            return
+        fast["checks"] = [(position, address) for position, address in fast["checks"]
+                          if position not in positions]
+        fast.pop("static_check", None)
+
     def moved_static_positions(self, args):
         """Positions, among the graph's inputs, of the bound static inputs
         that `args` hold at another address than at compilation."""
