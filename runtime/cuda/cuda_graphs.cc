@@ -104,8 +104,11 @@ size_t make_edges_default(cudaGraph_t graph) {
 // grove's kernels accept (Note [WHILE bodies without programmatic edges]);
 // the values are the same bits. It asks whether a graph's programmatic edges
 // make its launch cost the host more (issue 33, batch 1: the door's C call
-// with the device idle is mostly cudaGraphLaunch) than they save on the
-// device. Test: CudaPlatformTest.GraphsInstantiatedWithoutProgrammaticEdgesComputeTheSame.
+// with the device idle was mostly cudaGraphLaunch on session 20's H100) than
+// they save on the device. Answered no on an H200 (session 23, r1, door_split
+// in turns): BERT, LLaMA and GPT-2 at batch 1 took 0.4-3.7 us less per call
+// without them, within the turns' spread, and the host no less; so it is off.
+// Test: CudaPlatformTest.GraphsInstantiatedWithoutProgrammaticEdgesComputeTheSame.
 bool programmatic_edges_dropped_at_instantiation() {
   const char* setting = std::getenv("GROVE_GRAPH_PROGRAMMATIC_EDGES");
   return setting != nullptr && std::string_view(setting) == "0";
