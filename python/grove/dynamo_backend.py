@@ -256,7 +256,9 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
 # backend returns), and leaves those inputs out of its own check. A
 # parameter that moves (a `.data` swap, a second instance of the model)
 # then fails its frame's guards and dynamo compiles the frame again, grove
-# binding the new addresses, as for any other guard; other static inputs
+# binding the new addresses, as for any other guard (a parameter given new
+# storage at every call would compile again until dynamo's recompile limit,
+# where grove's check demotes it once: GROVE_DOOR_STATIC_CHECK=map); other static inputs
 # (buffers, caches marked static: HF's generate makes new ones for every
 # sequence) stay in grove's check and are demoted when they move. Where
 # no guard can be installed (no tracing context: PerShapeGraph compiles at
