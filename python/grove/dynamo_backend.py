@@ -258,25 +258,42 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
 # then fails its frame's guards and dynamo compiles the frame again, grove
 # binding the new addresses, as for any other guard (a parameter given new
 # storage at every call would compile again until dynamo's recompile limit,
-# where grove's check demotes it once: GROVE_DOOR_STATIC_CHECK=map); other static inputs
+# where grove's check demotes it once); other static inputs
 # (buffers, caches marked static: HF's generate makes new ones for every
 # sequence) stay in grove's check and are demoted when they move. Where
 # no guard can be installed (no tracing context: PerShapeGraph compiles at
 # its first call; a PyTorch without these names) grove checks them all, as
-# before. GROVE_DOOR_STATIC_CHECK=map (or torch) is the old path, read at
-# compilation. Tests: DynamoBackendTest.test_bound_parameters_are_checked_by_dynamos_guards
-# (tests/python/importer_test.py, PyTorch 2.x).
+# before. Opt-in (GROVE_DOOR_STATIC_CHECK=guards, read at compilation) until
+# it is shown a win on the GPU: its session 23 r2 run installed no guard on
+# PyTorch 2.11 (the first version imported install_guard, which that PyTorch
+# may keep elsewhere; it now adds to the tracing context's guards directly).
+# Test: DoorCallTest.test_bound_parameters_are_checked_by_dynamos_guards
+# (tests/python/door_call_test.py, PyTorch 2.x).
+def data_pointer_guards():
+    """(GuardBuilder, TracingContext) of this PyTorch's dynamo, or None."""
+    try:
+        from torch._dynamo.guards import GuardBuilder
+        from torch._guards import TracingContext
+    except ImportError:
+        return None
+    if not hasattr(GuardBuilder, "DATA_PTR_MATCH") or not hasattr(TracingContext, "try_get"):
+        return None
+    return GuardBuilder, TracingContext
+
+
 def _guard_bound_parameters(gm, example_inputs, runner):
     """The positions of the bound parameters dynamo now checks with a
     DATA_PTR_MATCH guard (Note [Parameters checked by dynamo's guards])."""
-    if os.environ.get("GROVE_DOOR_STATIC_CHECK", "guards") != "guards":
+    if os.environ.get("GROVE_DOOR_STATIC_CHECK") != "guards":
         return frozenset()
-    try:
-        from torch._dynamo.guards import GuardBuilder, install_guard
-        from torch._guards import TracingContext
-    except ImportError:
+    api = data_pointer_guards()
+    if api is None:
+        log.info("grove: GROVE_DOOR_STATIC_CHECK=guards, but this PyTorch lacks the dynamo "
+                 "names it needs; grove checks the bound inputs itself")
         return frozenset()
-    if TracingContext.try_get() is None:
+    guard_builder, tracing_context = api
+    context = tracing_context.try_get()
+    if context is None:
         return frozenset()
     graph = getattr(gm, "graph", None)
     placeholders = [node for node in graph.nodes if node.op == "placeholder"] if graph else []
@@ -284,11 +301,15 @@ def _guard_bound_parameters(gm, example_inputs, runner):
         return frozenset()
     guarded = set()
     for position in sorted({position for position, _ in runner.bound_positions()}):
-        source = getattr(placeholders[position].meta.get("grapharg"), "source", None)
+        node = placeholders[position]
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        if source is None:
+            source = getattr(node, "_dynamo_source", None)
         if source is None or not isinstance(example_inputs[position], torch.nn.Parameter):
             continue
         try:
-            install_guard(source.make_guard(GuardBuilder.DATA_PTR_MATCH))
+            guard = source.make_guard(guard_builder.DATA_PTR_MATCH)
+            context.guards_context.dynamo_guards.add(guard)
         except Exception as error:  # noqa: BLE001 (grove's own check stays)
             log.info("grove: no data pointer guard for input %d (%s); grove checks it",
                      position, error)

@@ -176,6 +176,9 @@ class DoorCallTest(unittest.TestCase):
         # GROVE_DOOR_STATIC_CHECK=map keeps every bound input in grove's check.
         if not hasattr(torch, "_dynamo"):
             self.skipTest("this PyTorch has no torch._dynamo")
+        if dynamo_backend.data_pointer_guards() is None:
+            self.skipTest("this PyTorch's dynamo lacks GuardBuilder.DATA_PTR_MATCH or "
+                          "TracingContext.try_get")
 
         class Model(nn.Module):
             def __init__(self, weights):
