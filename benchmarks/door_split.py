@@ -38,7 +38,15 @@ timed in turns], torch_zoo.py). The variants (Note [The door's time split]):
                 the spin taken off
   cxx           the same compiled model called from C++ (grove_model_time_runs,
                 20 calls a block): what the device needs, no Python
+  cxx_host, cxx_idle  the same calls' host time to each return, the device busy
+                or idle before each call (grove_model_time_runs_split), and
+                (*_launch) the graph launches' share of it (Note [The launch clock])
   reduce_overhead  mode="reduce-overhead" (--reduce-overhead; compiles slowly)
+  *_host        floor, door, graph, call_torch and reduce_overhead timed to the
+                last call's return of a block, before its synchronization: the
+                host's own share where the device runs behind
+  torch_graph_gap, torch_graph_host  PyTorch's CUDAGraph.replay() of the eager
+                module captured whole (after the turns), device idle / host share
 Then, untimed: grove's kernels and their GPU time per call (torch.profiler),
 the guard check of the door's cache entry alone where this PyTorch exposes it,
 and (unless --no-trace) the Python and C functions one floor call and one door
@@ -139,6 +147,34 @@ def block_timer(function, settings=None):
                 function()
             torch.cuda.synchronize()
             return (time.perf_counter() - start) / BLOCK * 1e6
+    return block
+
+
+def host_timer(function, settings=None):
+    """A function timing one block of BLOCK calls of function() to the last
+    call's return, before the device's synchronization (us per call), under
+    `settings`' variables: the host's own share where the device runs behind
+    (Note [Host time of a call in the zoo], torch_zoo.py)."""
+    def block():
+        with environment(settings or {}):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(BLOCK):
+                function()
+            host = (time.perf_counter() - start) / BLOCK * 1e6
+            torch.cuda.synchronize()
+            return host
+    return block
+
+
+def cxx_split_timer(model, inputs, stream, idle, launches):
+    """A function timing one block of BLOCK calls of `model` from C++
+    (Model.time_runs_split): returns the host us per call and appends the
+    graph launches' us per call to `launches`."""
+    def block():
+        host, launch, _ = model.time_runs_split(*inputs, calls=BLOCK, stream=stream, idle=idle)
+        launches.append(launch * 1e6)
+        return host * 1e6
     return block
 
 
@@ -339,6 +375,7 @@ def split_model(name, module, inputs, args, door_env):
             return door_block()
         finally:
             graph.door = one_frame_door
+    launches = {}  # cxx_host, cxx_idle -> launch us per call of each block
     timers = {label: block_timer(lambda run=run: run(*inputs), door_env.get(label))
               for label, run in runs.items()}
     door_block = block_timer(lambda: runs["door"](*inputs))
@@ -349,6 +386,11 @@ def split_model(name, module, inputs, args, door_env):
     if fast is not None and fast["checks"]:
         timers["door_static_torch"] = static_check_swapped(fast, door_block, "torch")
         timers["door_no_static_check"] = static_check_swapped(fast, door_block, None)
+    for label in ("floor", "door", "reduce_overhead") + tuple(door_env):
+        if label in runs:  # *_host: the host's share alone (host_timer)
+            timers[label + "_host"] = host_timer(lambda run=runs[label]: run(*inputs),
+                                                 door_env.get(label))
+    timers["graph_host"] = host_timer(graph_call)
     timers["graph"] = block_timer(graph_call)
     timers["graph_gap"] = block_timer(with_gap(graph_call))
     timers["both"] = block_timer(lambda: (floor(*inputs), graph_call()))
@@ -359,10 +401,16 @@ def split_model(name, module, inputs, args, door_env):
         timers["call_torch"] = block_timer(lambda: model.call_torch(model_inputs, stream))
         timers["call_torch_gap"] = block_timer(with_gap(
             lambda: model.call_torch(model_inputs, stream)))
+        timers["call_torch_host"] = host_timer(lambda: model.call_torch(model_inputs, stream))
         caller = model.door_caller(fast["inputs"])
         if caller is not None:  # Note [The door's model call in one frame]
             timers["model_call"] = block_timer(lambda: caller(graph_args, stream, None))
         timers["cxx"] = lambda: model.time_runs(*model_inputs, calls=BLOCK, stream=stream) * 1e6
+        # Note [The launch clock] (runtime/launch_clock.h): the C++ call's host
+        # time, busy and with the device idle, and the launches' share of it.
+        for label, idle in (("cxx_host", False), ("cxx_idle", True)):
+            timers[label] = cxx_split_timer(model, model_inputs, stream, idle,
+                                            launches.setdefault(label, []))
         row["bound_static_inputs"] = len(fast["checks"])
     row["graph_args"] = len(graph_args)
     try:  # a diagnostic: the rows stand without it
@@ -377,6 +425,8 @@ def split_model(name, module, inputs, args, door_env):
         for timer in timers.values():  # warm
             timer()
         times = time_in_turns(timers, args.turns)
+    for label, blocks in launches.items():
+        row[label + "_launch"] = statistics.median(blocks)
     for label, blocks in times.items():
         if label.endswith("_gap"):
             blocks = [value - GAP_US for value in blocks]
@@ -396,6 +446,28 @@ def split_model(name, module, inputs, args, door_env):
                                   for label in ("floor", "door")}
             traces["profiles"]["door runtime calls"] = runtime_calls(
                 lambda: runs["door"](*inputs))
+            if "reduce_overhead" in runs:
+                traces["profiles"]["cProfile of 100 reduce_overhead calls"] = listing(
+                    lambda: runs["reduce_overhead"](*inputs))
+                traces["profiles"]["reduce_overhead runtime calls"] = runtime_calls(
+                    lambda: runs["reduce_overhead"](*inputs))
+    # PyTorch's CUDAGraph.replay() of the eager module captured whole, the
+    # device idle at each launch: what launching a graph of the eager
+    # module's kernels costs the host (door_call_layers' Note [Idle rows]).
+    # Last: a capture that fails may leave the device unusable.
+    replayed = None
+    try:
+        replayed = door_call_layers.torch_graph(module, inputs)
+        graph_timers = {"torch_graph_gap": block_timer(with_gap(replayed.replay)),
+                        "torch_graph_host": host_timer(replayed.replay)}
+        for label, blocks in time_in_turns(graph_timers, args.turns).items():
+            if label.endswith("_gap"):
+                blocks = [value - GAP_US for value in blocks]
+            row[label] = statistics.median(blocks)
+        if traces is not None:
+            traces["profiles"]["torch_graph runtime calls"] = runtime_calls(replayed.replay)
+    except Exception as error:  # noqa: BLE001 (a module PyTorch cannot capture whole)
+        row["torch_graph_note"] = "not captured: %s" % str(error)[:200]
     return row, traces
 
 
@@ -425,12 +497,16 @@ def write_traces(out, name, traces):
 
 COLUMNS = ("floor", "floor_detach", "door", "door_layers", "door_nogc", "door_static_torch",
            "door_no_static_check", "graph", "graph_gap",
-           "call_torch", "model_call", "call_torch_gap", "both", "cxx", "guards", "gpu_us")
+           "call_torch", "model_call", "call_torch_gap", "both", "cxx", "guards", "gpu_us",
+           "floor_host", "door_host", "graph_host", "call_torch_host", "reduce_overhead_host",
+           "torch_graph_gap", "torch_graph_host", "cxx_host", "cxx_host_launch", "cxx_idle",
+           "cxx_idle_launch")
 
 
 def print_row(row, door_env):
     cells = ["%-20s" % row["model"]]
-    for column in COLUMNS + tuple(door_env) + ("reduce_overhead",):
+    for column in COLUMNS + tuple(door_env) + tuple(label + "_host" for label in door_env) + (
+            "reduce_overhead",):
         if row.get(column) is not None:
             cells.append("%s %.1f" % (column, row[column]))
     print("  ".join(cells), flush=True)

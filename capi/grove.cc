@@ -22,6 +22,7 @@
 #include "distributed/gradient_all_reduce.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "runtime/launch_clock.h"
 #include "runtime/platform.h"
 
 namespace {
@@ -536,12 +537,24 @@ grove_status grove_model_borrowed_copies(const grove_model* model, int64_t* coun
   });
 }
 
-grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* inputs,
-                                   size_t input_count, void* stream, int64_t calls,
-                                   double* seconds_per_call) {
+}  // extern "C"
+
+namespace {
+
+// What grove_model_time_runs_split measures (Note [The launch clock]).
+struct CallTimes {
+  double host = 0;    // seconds per call to the call's return
+  double launch = 0;  // seconds per call inside the platform's graph launches
+  double wall = 0;    // seconds per call to the stream's synchronization
+};
+
+// Calls the model `calls` times from C++ on `inputs`; `idle`: the stream is
+// synchronized (untimed) before each call, so each launch meets an idle device.
+grove_status time_calls(const char* api, grove_model* model, const grove_tensor_desc* inputs,
+                        size_t input_count, void* stream, int64_t calls, bool idle,
+                        CallTimes* times) {
   size_t handed = 0;
-  grove_status status = run_api("grove_model_time_runs", [&] {
-    require(seconds_per_call != nullptr, "the output pointer `seconds_per_call` is null");
+  grove_status status = run_api(api, [&] {
     ModelCall call(model);
     const grove_model& checked_model = call.model();
     require(calls > 0, "calls must be positive, found ", calls);
@@ -556,16 +569,71 @@ grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* 
     }
     CallerStream on_stream(device, stream);
     const auto& compiled = *checked_model.compiled;
-    auto start = std::chrono::steady_clock::now();
-    for (int64_t call = 0; call < calls; ++call) compiled(tensors);
     grove::runtime::DeviceContext& context = grove::runtime::device_context(device);
-    context.platform().synchronize_stream(context.current_stream());
+    auto synchronize = [&] { context.platform().synchronize_stream(context.current_stream()); };
+    using Clock = std::chrono::steady_clock;
+    Clock::duration host{};
+    grove::runtime::launch_clock::start();
+    const Clock::time_point start = Clock::now();
+    try {
+      for (int64_t i = 0; i < calls; ++i) {
+        if (idle) synchronize();
+        const Clock::time_point begun = Clock::now();
+        compiled(tensors);
+        host += Clock::now() - begun;
+      }
+    } catch (...) {
+      grove::runtime::launch_clock::stop();
+      throw;
+    }
+    const int64_t launch_ns = grove::runtime::launch_clock::stop();
+    synchronize();
     on_stream.finish();
-    *seconds_per_call =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-        static_cast<double>(calls);
+    const double n = static_cast<double>(calls);
+    times->host = std::chrono::duration<double>(host).count() / n;
+    times->launch = static_cast<double>(launch_ns) * 1e-9 / n;
+    times->wall = std::chrono::duration<double>(Clock::now() - start).count() / n;
   });
   if (status != GROVE_OK) release_all(inputs, input_count, handed);
+  return status;
+}
+
+}  // namespace
+
+extern "C" {
+
+grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* inputs,
+                                   size_t input_count, void* stream, int64_t calls,
+                                   double* seconds_per_call) {
+  if (seconds_per_call == nullptr) {
+    release_all(inputs, input_count, 0);
+    return run_api("grove_model_time_runs",
+                   [&] { require(false, "the output pointer `seconds_per_call` is null"); });
+  }
+  CallTimes times;
+  grove_status status =
+      time_calls("grove_model_time_runs", model, inputs, input_count, stream, calls, false, &times);
+  if (status == GROVE_OK) *seconds_per_call = times.wall;
+  return status;
+}
+
+grove_status grove_model_time_runs_split(grove_model* model, const grove_tensor_desc* inputs,
+                                         size_t input_count, void* stream, int64_t calls, int idle,
+                                         double* host_seconds, double* launch_seconds,
+                                         double* wall_seconds) {
+  if (host_seconds == nullptr || launch_seconds == nullptr || wall_seconds == nullptr) {
+    release_all(inputs, input_count, 0);
+    return run_api("grove_model_time_runs_split",
+                   [&] { require(false, "an output pointer is null"); });
+  }
+  CallTimes times;
+  grove_status status = time_calls("grove_model_time_runs_split", model, inputs, input_count,
+                                   stream, calls, idle != 0, &times);
+  if (status == GROVE_OK) {
+    *host_seconds = times.host;
+    *launch_seconds = times.launch;
+    *wall_seconds = times.wall;
+  }
   return status;
 }
 

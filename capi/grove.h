@@ -37,8 +37,9 @@ extern "C" {
 
 /* 2: grove_invocation_begin / _end; 3: grove_group_*; 4: grove_model_run_keeping and the
  * other kept-value calls; 5: grove_optimizer_program; 6: grove_model_run_dlpack_invocation;
- * 7: grove_model_run_handout, grove_dlpack_unowned, grove_dlpack_release */
-#define GROVE_CAPI_VERSION 7
+ * 7: grove_model_run_handout, grove_dlpack_unowned, grove_dlpack_release;
+ * 8: grove_model_time_runs_split */
+#define GROVE_CAPI_VERSION 8
 
 typedef enum grove_status {
   GROVE_OK = 0,
@@ -180,6 +181,17 @@ grove_status grove_model_run(grove_model* model, const grove_tensor_desc* inputs
 grove_status grove_model_time_runs(grove_model* model, const grove_tensor_desc* inputs,
                                    size_t input_count, void* stream, int64_t calls,
                                    double* seconds_per_call);
+
+/* grove_model_time_runs split (Note [The launch clock], runtime/launch_clock.h):
+ * per call, the seconds to the call's return (`host_seconds`), the seconds of
+ * it inside the platform's graph launches (`launch_seconds`) and the wall
+ * time to the stream's synchronization (`wall_seconds`). With `idle` not 0
+ * the stream is synchronized (untimed) before each call, so every launch
+ * meets an idle device. */
+grove_status grove_model_time_runs_split(grove_model* model, const grove_tensor_desc* inputs,
+                                         size_t input_count, void* stream, int64_t calls, int idle,
+                                         double* host_seconds, double* launch_seconds,
+                                         double* wall_seconds);
 
 /* grove_model_run whose outputs are DLManagedTensor* (DLPack 0.6, as
  * grove_tensor_to_dlpack makes them), one per output, written to `managed`:

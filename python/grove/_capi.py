@@ -12,7 +12,7 @@ from grove import dtypes
 
 # The C API version this binding speaks (GROVE_CAPI_VERSION in capi/grove.h);
 # the library's is checked when it loads. Test: tests/python/capi_binding_test.py.
-CAPI_VERSION = 7
+CAPI_VERSION = 8
 # Longest group id grove_group_new_id makes (GROVE_GROUP_ID_MAX).
 GROUP_ID_MAX = 256
 
@@ -171,6 +171,10 @@ def signatures():
         "grove_model_state": [p, ctypes.c_char_p, ctypes.POINTER(p)],
         "grove_model_time_runs": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.c_int64,
                                   ctypes.POINTER(ctypes.c_double)],
+        "grove_model_time_runs_split": [p, ctypes.POINTER(TensorDesc), size, p, ctypes.c_int64,
+                                        ctypes.c_int, ctypes.POINTER(ctypes.c_double),
+                                        ctypes.POINTER(ctypes.c_double),
+                                        ctypes.POINTER(ctypes.c_double)],
         "grove_model_mark_step_begin": [p],
         "grove_trees_of_thread": [ctypes.POINTER(p)],
         "grove_trees_enter": [p],

@@ -114,17 +114,20 @@ class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
     (Note [Static inputs that move])."""
 
-    def __init__(self, runner, rebuild=None, from_dynamo=False):
+    def __init__(self, runner, rebuild=None, from_dynamo=False, guarded=frozenset()):
         # Note [Dynamo's generation names an invocation only for dynamo's calls]
         self.from_dynamo = from_dynamo
         self.rebuild = rebuild  # (args, demoted positions) -> a runner
         self.rebuilds = 0
         self.demoted = set()  # positions of static inputs bound per call since they moved
+        # Note [Parameters checked by dynamo's guards]: positions dynamo checks.
+        self.guarded = frozenset(guarded)
         self._use_runner(runner)
         _compiled.append(weakref.ref(self))
 
     def _use_runner(self, runner):
         self.runner = runner
+        runner.leave_checks_to_guards(self.guarded)
         _live_runners.add(runner)
         # Note [One Python call per door call] (runner.py): made once the
         # runner's verified calls are done; None until then, or for good.
@@ -231,9 +234,88 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
             backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
             state_outputs=input_writes.output_nodes_at(aten.graph, state_positions), **options)
 
-    return CompiledGraph(build(list(example_inputs)),
-                         rebuild=lambda args, demoted: build(list(args), demoted),
-                         from_dynamo=from_dynamo)
+    runner = build(list(example_inputs))
+    guarded = _guard_bound_parameters(gm, example_inputs, runner) if from_dynamo else ()
+    return CompiledGraph(runner, rebuild=lambda args, demoted: build(list(args), demoted),
+                         from_dynamo=from_dynamo, guarded=guarded)
+
+
+# Note [Parameters checked by dynamo's guards]
+# Every door call checks that the static inputs the graph binds are still at
+# their compiled addresses (Note [Static inputs that move], Note [Static
+# input check by one map], runner.py). Inside a door call that check took
+# 9-17 us for BERT's 39, LLaMA's 22 and GPT-2's 28 bound inputs (session 23,
+# r1, H200: door_split's door_no_static_check), a tenth of the call: a
+# Python call of Tensor.data_ptr per parameter, each reaching memory that
+# dynamo's own work had pushed out of the caches. Dynamo checks every frame
+# input with its guards in C++ anyway, and it has a guard for exactly this
+# question, DATA_PTR_MATCH (what mark_static_address(guard=True) installs).
+# So a graph compiled for dynamo installs that guard on each bound input
+# that is an nn.Parameter with a source dynamo knows, while dynamo's
+# tracing context is open (the guards of a frame are built after its
+# backend returns), and leaves those inputs out of its own check. A
+# parameter that moves (a `.data` swap, a second instance of the model)
+# then fails its frame's guards and dynamo compiles the frame again, grove
+# binding the new addresses, as for any other guard (a parameter given new
+# storage at every call would compile again until dynamo's recompile limit,
+# where grove's check demotes it once); other static inputs
+# (buffers, caches marked static: HF's generate makes new ones for every
+# sequence) stay in grove's check and are demoted when they move. Where
+# no guard can be installed (no tracing context: PerShapeGraph compiles at
+# its first call; a PyTorch without these names) grove checks them all, as
+# before. Opt-in (GROVE_DOOR_STATIC_CHECK=guards, read at compilation) until
+# it is shown a win on the GPU: its session 23 r2 run installed no guard on
+# PyTorch 2.11 (the first version imported install_guard, which that PyTorch
+# may keep elsewhere; it now adds to the tracing context's guards directly).
+# Test: DoorCallTest.test_bound_parameters_are_checked_by_dynamos_guards
+# (tests/python/door_call_test.py, PyTorch 2.x).
+def data_pointer_guards():
+    """(GuardBuilder, TracingContext) of this PyTorch's dynamo, or None."""
+    try:
+        from torch._dynamo.guards import GuardBuilder
+        from torch._guards import TracingContext
+    except ImportError:
+        return None
+    if not hasattr(GuardBuilder, "DATA_PTR_MATCH") or not hasattr(TracingContext, "try_get"):
+        return None
+    return GuardBuilder, TracingContext
+
+
+def _guard_bound_parameters(gm, example_inputs, runner):
+    """The positions of the bound parameters dynamo now checks with a
+    DATA_PTR_MATCH guard (Note [Parameters checked by dynamo's guards])."""
+    if os.environ.get("GROVE_DOOR_STATIC_CHECK") != "guards":
+        return frozenset()
+    api = data_pointer_guards()
+    if api is None:
+        log.info("grove: GROVE_DOOR_STATIC_CHECK=guards, but this PyTorch lacks the dynamo "
+                 "names it needs; grove checks the bound inputs itself")
+        return frozenset()
+    guard_builder, tracing_context = api
+    context = tracing_context.try_get()
+    if context is None:
+        return frozenset()
+    graph = getattr(gm, "graph", None)
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"] if graph else []
+    if len(placeholders) != len(example_inputs):
+        return frozenset()
+    guarded = set()
+    for position in sorted({position for position, _ in runner.bound_positions()}):
+        node = placeholders[position]
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        if source is None:
+            source = getattr(node, "_dynamo_source", None)
+        if source is None or not isinstance(example_inputs[position], torch.nn.Parameter):
+            continue
+        try:
+            guard = source.make_guard(guard_builder.DATA_PTR_MATCH)
+            context.guards_context.dynamo_guards.add(guard)
+        except Exception as error:  # noqa: BLE001 (grove's own check stays)
+            log.info("grove: no data pointer guard for input %d (%s); grove checks it",
+                     position, error)
+            continue
+        guarded.add(position)
+    return frozenset(guarded)
 
 
 # Note [Patchable graphs for inputs that moved]: a graph rebuilt because

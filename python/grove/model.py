@@ -245,6 +245,24 @@ class Model:
 
     def time_runs(self, *inputs, calls=100, stream=None):
         """Mean seconds of one call made `calls` times from C++ (no Python)."""
+        seconds = ctypes.c_double()
+        self._timed(inputs, lambda lib, descs: lib.grove_model_time_runs(
+            self._handle, descs, len(inputs), stream, calls, ctypes.byref(seconds)))
+        return seconds.value
+
+    def time_runs_split(self, *inputs, calls=100, stream=None, idle=False):
+        """(host, launch, wall): mean seconds per call of `calls` calls from
+        C++, to each call's return, inside the graph launches, and to the
+        stream's synchronization; idle: the device idle before each call
+        (Note [The launch clock], runtime/launch_clock.h)."""
+        seconds = [ctypes.c_double() for _ in range(3)]
+        self._timed(inputs, lambda lib, descs: lib.grove_model_time_runs_split(
+            self._handle, descs, len(inputs), stream, calls, 1 if idle else 0,
+            *[ctypes.byref(value) for value in seconds]))
+        return tuple(value.value for value in seconds)
+
+    def _timed(self, inputs, run):
+        """run(lib, descs) inside the gate, `inputs` described for it."""
         lib = _capi.library()
         descs = (_capi.TensorDesc * max(len(inputs), 1))()
         keep = []
@@ -252,18 +270,15 @@ class Model:
             desc, kept = describe(value, self._host_device, "input %d" % index)
             descs[index] = desc
             keep.append(kept)
-        seconds = ctypes.c_double()
         try:
             state = self._gate.enter()
         except GroveError:
             _release_descs(descs, len(inputs))
             raise
         try:
-            _capi.check(lib.grove_model_time_runs(self._handle, descs, len(inputs), stream,
-                                                  calls, ctypes.byref(seconds)))
+            _capi.check(run(lib, descs))
         finally:
             self._gate.leave(state)
-        return seconds.value
 
     def __call__(self, *inputs, stream=None):
         """Runs the model on torch tensors (returns torch tensors) or numpy

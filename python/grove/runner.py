@@ -202,6 +202,22 @@ class GraphRunner:
         return sorted({(positions[node], address) for compiled in self.segments
                        for node, address in compiled["bound"]})
 
+    def bound_positions(self):
+        """(position among the graph's inputs, address at compilation) of
+        every bound static input."""
+        return list(self._bound)
+
+    def leave_checks_to_guards(self, positions):
+        """The bound inputs at `positions` are checked by dynamo's guards
+        (Note [Parameters checked by dynamo's guards], dynamo_backend.py):
+        the fast plan's own check leaves them out."""
+        fast = self._fast
+        if fast is None or not positions:
+            return
+        fast["checks"] = [(position, address) for position, address in fast["checks"]
+                          if position not in positions]
+        fast.pop("static_check", None)
+
     def moved_static_positions(self, args):
         """Positions, among the graph's inputs, of the bound static inputs
         that `args` hold at another address than at compilation."""
@@ -381,7 +397,8 @@ def _state_copy(tensor):
 
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 # PyTorch's own check of static inputs (its cudagraph trees use it), one C++
-# call for every bound parameter; GROVE_DOOR_STATIC_CHECK=torch selects it.
+# call for every bound parameter: the default where this PyTorch has it
+# (Note [Static input check by one map]).
 _POINTERS_EQUAL = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 _DATA_POINTER = torch.Tensor.data_ptr
 
@@ -389,14 +406,19 @@ _DATA_POINTER = torch.Tensor.data_ptr
 # Note [Static input check by one map]
 # Every call checks that each bound static input (a parameter: bound, never
 # copied) is still at its compiled address (Note [Static inputs that move],
-# dynamo_backend.py). The check is made once per graph as a closure: the
-# bound inputs taken by one itemgetter, their data pointers by one map of
-# Tensor.data_ptr, and one tuple comparison, all in C with no Python per
-# input. PyTorch's _tensors_data_ptrs_at_indices_equal (a list of every
-# argument converted through pybind, a tensor cast per index) took about
-# 100 ns per bound input on an H100 host (session 17: 2.7 us for GPT-2's
-# 28, 19 us for ViT's 152); GROVE_DOOR_STATIC_CHECK=torch still selects it
-# (read when a graph's check is made), for timing both in one process. Both
+# dynamo_backend.py). The check is made once per graph as a closure, read
+# when a graph's check is made. By default it is PyTorch's
+# _tensors_data_ptrs_at_indices_equal (its cudagraph trees' check: one C++
+# call, a tensor cast per bound input). GROVE_DOOR_STATIC_CHECK=map (the
+# default before session 23, and the fallback where PyTorch lacks that
+# function) takes the bound inputs by one itemgetter, their data pointers by
+# one map of Tensor.data_ptr and compares one tuple: no Python frame per
+# input, but a Python method call per input. Inside a door call PyTorch's
+# check costs less: session 23 r1 (H200, PyTorch 2.11, door_split, the two
+# swapped into the same compiled door, paired per turn) 6.3, 9.0 and 4.4 us
+# less per call for BERT's 39, LLaMA's 22 and GPT-2's 28 bound inputs
+# (session 20 on an H100: 10-15 us less), although session 17 had timed
+# PyTorch's as the slower one called alone (about 100 ns per input). Both
 # answer the same question. Test: DoorCallTest.
 # test_static_input_check_sees_a_moved_parameter_either_way
 # (tests/python/door_call_test.py).
@@ -404,7 +426,7 @@ def _static_check(checks):
     """args -> whether every (position, address) of `checks` still holds."""
     positions = [position for position, _ in checks]
     expected = tuple(address for _, address in checks)
-    if os.environ.get("GROVE_DOOR_STATIC_CHECK", "map") == "torch" and _POINTERS_EQUAL is not None:
+    if os.environ.get("GROVE_DOOR_STATIC_CHECK", "torch") != "map" and _POINTERS_EQUAL is not None:
         addresses = [None] * (max(positions) + 1)
         for position, address in checks:
             addresses[position] = address

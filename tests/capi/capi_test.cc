@@ -498,6 +498,37 @@ TEST(CApi, TimeRunsCallsTheModelFromCxxAndReleasesInputsOnce) {
   grove_model_destroy(model);
 }
 
+// Note [The launch clock] (runtime/launch_clock.h): replays launch one graph
+// per call, inside each call's host time; a warm-up runs no graph launch.
+TEST(CApi, TimeRunsSplitTimesTheLaunchesInsideEachCall) {
+  grove_model* model = compile_or_fail(R"({"device": "sim", "backend": "cudagraphs"})");
+  ASSERT_NE(model, nullptr);
+  std::vector<float> x(24, 0.25f);
+  ReleaseCounter released;
+  grove_tensor_desc desc = describe(x.data(), kShape, 2, &released);
+  double host = -1, launch = -1, wall = -1;
+  ASSERT_EQ(grove_model_time_runs_split(model, &desc, 1, nullptr, 1, 0, &host, &launch, &wall),
+            GROVE_OK)
+      << grove_last_error();
+  EXPECT_EQ(launch, 0.0) << "the first call warms up: no graph launch";
+  for (int idle : {0, 1}) {
+    SCOPED_TRACE(idle);
+    desc = describe(x.data(), kShape, 2, &released);
+    ASSERT_EQ(grove_model_time_runs_split(model, &desc, 1, nullptr, 6, idle, &host, &launch, &wall),
+              GROVE_OK)
+        << grove_last_error();
+    EXPECT_GT(launch, 0.0) << "recorded by the second call, replayed after";
+    EXPECT_GE(host, launch);
+    EXPECT_GE(wall, host);
+  }
+  EXPECT_EQ(released.count, 3);
+  expect_failure(
+      grove_model_time_runs_split(model, &desc, 1, nullptr, 1, 0, &host, &launch, nullptr),
+      GROVE_ERROR_INVALID_ARGUMENT, "null");
+  EXPECT_EQ(released.count, 4);
+  grove_model_destroy(model);
+}
+
 // y = reshape(x): the output is a view of the input.
 const char* kView = R"({
   "name": "view", "inputs": [{"name": "x", "shape": [3, 8], "dtype": "f32"}],

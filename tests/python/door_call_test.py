@@ -5,7 +5,6 @@ equal to PyTorch's at every call; the closure waits for verified calls and
 is never made for a split graph; a moved static input still raises before
 anything runs; the invocation a call runs in is dynamo's, begun and ended by
 the one C call, also when the call fails."""
-import ctypes
 import os
 import sys
 import unittest
@@ -167,6 +166,63 @@ class DoorCallTest(unittest.TestCase):
                         single(x, w)
             finally:
                 os.environ.pop("GROVE_DOOR_STATIC_CHECK", None)
+
+    def test_bound_parameters_are_checked_by_dynamos_guards(self):
+        # Note [Parameters checked by dynamo's guards] (grove/dynamo_backend.py):
+        # through torch.compile the bound parameters leave grove's own check
+        # (the buffer stays in it); a parameter whose storage is replaced
+        # (`.data =`) fails the frame's guards, dynamo compiles the frame
+        # again and the call equals eager PyTorch's with the new weights.
+        # GROVE_DOOR_STATIC_CHECK=map keeps every bound input in grove's check.
+        if not hasattr(torch, "_dynamo"):
+            self.skipTest("this PyTorch has no torch._dynamo")
+        if dynamo_backend.data_pointer_guards() is None:
+            self.skipTest("this PyTorch's dynamo lacks GuardBuilder.DATA_PTR_MATCH or "
+                          "TracingContext.try_get")
+
+        class Model(nn.Module):
+            def __init__(self, weights):
+                super().__init__()
+                self.w1, self.b1, self.w2 = weights
+                self.register_buffer("shift", torch.full((4,), 0.5))
+
+            def forward(self, x):
+                return mlp(x, self.w1, self.b1, self.w2) + self.shift
+
+        for mode in ("guards", "map"):
+            os.environ["GROVE_DOOR_STATIC_CHECK"] = mode
+            try:
+                torch._dynamo.reset()
+                before = {id(graph) for graph in grove.torch.compiled_graphs()}
+                model = Model(self.parameters())
+                compiled = torch.compile(model, backend="grove")
+                x = self.random(3, 8)
+                with torch.no_grad():
+                    for _ in range(3):
+                        torch.testing.assert_close(compiled(x), model(x), msg=mode)
+                graphs = [graph for graph in grove.torch.compiled_graphs()
+                          if id(graph) not in before]
+                self.assertEqual(len(graphs), 1, mode)
+                graph = graphs[0]
+                bound = len(graph.runner.bound_positions())
+                checked = len(graph.runner._fast["checks"])
+                self.assertEqual(bound, 4, mode)  # three parameters and the buffer
+                self.assertEqual(checked, 1 if mode == "guards" else 4, mode)
+                model.b1.data = model.b1.detach().clone() + 1.0  # same object, new address
+                with torch.no_grad():
+                    torch.testing.assert_close(compiled(x), model(x), msg=mode)
+                    torch.testing.assert_close(compiled(x), model(x), msg=mode)
+                again = [other for other in grove.torch.compiled_graphs()
+                         if id(other) not in before]
+                if mode == "guards":
+                    self.assertEqual(len(again), 2, "dynamo compiled the frame again")
+                    self.assertEqual(graph.rebuilds, 0)
+                else:
+                    self.assertEqual(len(again), 1)
+                    self.assertEqual(graph.rebuilds, 1, "grove demoted the moved parameter")
+            finally:
+                os.environ.pop("GROVE_DOOR_STATIC_CHECK", None)
+                torch._dynamo.reset()
 
     def test_calls_under_one_key_share_an_invocation(self):
         # Note [Invocations of several models]: the output of one graph is
