@@ -13,7 +13,7 @@ RequestQueue::RequestQueue(size_t capacity, int64_t max_batch_rows,
     : capacity_(capacity),
       max_batch_rows_(max_batch_rows),
       max_wait_(max_wait),
-      locked_as_before_(serving_queue_locked_as_before()) {}
+      locked_as_before_(serving_contended_as_before()) {}
 
 void RequestQueue::push(PendingRequest request) {
   GROVE_CHECK_AS(ShapeError, request.rows >= 1 && request.rows <= max_batch_rows_,
@@ -83,7 +83,7 @@ std::vector<PendingRequest> RequestQueue::take_due_batch() {
 // needs to push: growing the batch a request at a time moved each request
 // again at every doubling (about two moves per request, 64 requests of some
 // 250 bytes), all while the fronts waited. So the prefix is measured first,
-// the batch reserved once, and each request moved once. GROVE_SERVING_LOCKED_QUEUE=1
+// the batch reserved once, and each request moved once. GROVE_SERVING_CONTENDED=1
 // takes it as before (the A/B of session 23). Tests: RequestQueue.* (FIFO
 // prefixes that fit, in order).
 std::vector<PendingRequest> RequestQueue::take_prefix_locked() {

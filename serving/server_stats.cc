@@ -39,15 +39,15 @@ nlohmann::json ServerStats::to_json() const {
                         {"launches_after_wait", launches_after_wait}};
 }
 
-bool serving_queue_locked_as_before() {
+bool serving_contended_as_before() {
   static const bool locked = [] {
-    const char* value = std::getenv("GROVE_SERVING_LOCKED_QUEUE");
+    const char* value = std::getenv("GROVE_SERVING_CONTENDED");
     return value != nullptr && *value != '\0' && std::string_view(value) != "0";
   }();
   return locked;
 }
 
-StatsRecorder::StatsRecorder() : locked_submissions_(serving_queue_locked_as_before()) {}
+StatsRecorder::StatsRecorder() : locked_submissions_(serving_contended_as_before()) {}
 
 void StatsRecorder::submitted() {
   // Note [Submissions counted without the lock].

@@ -54,10 +54,11 @@ struct ServerStats {
   nlohmann::json to_json() const;
 };
 
-// GROVE_SERVING_LOCKED_QUEUE=1 (read once per process): count submissions
-// under the stats lock and take batches element by element, as before Notes
-// [Submissions counted without the lock] and [A batch taken in one move].
-bool serving_queue_locked_as_before();
+// GROVE_SERVING_CONTENDED=1 (read once per process): count submissions
+// under the stats lock, take batches element by element and observe latencies
+// on one set of atomics, as before Notes [Submissions counted without the
+// lock], [A batch taken in one move] and [Histograms counted per thread].
+bool serving_contended_as_before();
 
 // Note [Submissions counted without the lock]
 // Every front thread counts each request it submits, and under a mutex that
@@ -67,7 +68,7 @@ bool serving_queue_locked_as_before();
 // after them, and since a request is counted submitted before it is queued,
 // and counted answered under the lock after the worker took it, a snapshot
 // never counts an answer whose submission it missed (pending() >= 0).
-// GROVE_SERVING_LOCKED_QUEUE=1 counts it under the lock again (the A/B of
+// GROVE_SERVING_CONTENDED=1 counts it under the lock again (the A/B of
 // session 23, with Note [A batch taken in one move]). Tests: ServerTest.*
 // (stats after answers), StatsRecorder.SubmissionsCountedFromManyThreads.
 class StatsRecorder {
@@ -90,7 +91,7 @@ class StatsRecorder {
  private:
   void bump(uint64_t ServerStats::*field, uint64_t count = 1);
 
-  const bool locked_submissions_;  // GROVE_SERVING_LOCKED_QUEUE=1: the old way
+  const bool locked_submissions_;  // GROVE_SERVING_CONTENDED=1: the old way
   std::atomic<uint64_t> submitted_{0};
   mutable std::mutex mutex_;
   ServerStats stats_;
