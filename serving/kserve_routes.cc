@@ -150,7 +150,7 @@ HttpResponse KserveRoutes::complete(Pending& pending) {
 
 void KserveRoutes::count_response(int status) {
   const size_t index = status >= 100 && status < 600 ? static_cast<size_t>(status) : 0;
-  responses_[index].fetch_add(1, std::memory_order_relaxed);
+  responses_[this_thread_shard()].by_status[index].fetch_add(1, std::memory_order_relaxed);
 }
 
 MetricsInput KserveRoutes::metrics_input() const {
@@ -158,8 +158,11 @@ MetricsInput KserveRoutes::metrics_input() const {
   input.stats = service_.stats();
   input.queue_depth = service_.queue_size();
   input.max_batch = service_.max_batch();
-  for (size_t status = 0; status < responses_.size(); ++status) {
-    const uint64_t count = responses_[status].load(std::memory_order_relaxed);
+  for (size_t status = 0; status < responses_.front().by_status.size(); ++status) {
+    uint64_t count = 0;
+    for (const ResponseCounts& shard : responses_) {
+      count += shard.by_status[status].load(std::memory_order_relaxed);
+    }
     if (count > 0) input.http_responses[static_cast<int>(status)] = count;
   }
   input.request_latency = &request_latency_;

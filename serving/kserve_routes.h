@@ -34,6 +34,7 @@
 #include "serving/inference_service.h"
 #include "serving/kserve_protocol.h"
 #include "serving/metrics.h"
+#include "serving/sharded_counter.h"
 
 namespace grove::serving {
 
@@ -85,7 +86,11 @@ class KserveRoutes : public HttpRoutes {
   LatencyHistogram queue_wait_;
   // By status (100-599; any other at 0): counted by every front thread
   // without a lock (relaxed atomics), read by /metrics.
-  std::array<std::atomic<uint64_t>, 600> responses_{};
+  // By status (100-599; 0: any other), per thread (Note [Counters per thread]).
+  struct alignas(64) ResponseCounts {
+    std::array<std::atomic<uint64_t>, 600> by_status{};
+  };
+  std::array<ResponseCounts, kCounterShards> responses_{};
 };
 
 }  // namespace grove::serving

@@ -48,24 +48,10 @@ void prometheus_sample(std::string& out, const std::string& name, const std::str
   sample(out, name, labels, value);
 }
 
-namespace {
-
-// Note [Histograms counted per thread]: this thread's shard, taken in turn.
-size_t histogram_shard() {
-  static std::atomic<size_t> next{0};
-  thread_local const size_t shard =
-      serving_contended_as_before()
-          ? 0
-          : next.fetch_add(1, std::memory_order_relaxed) % LatencyHistogram::kShards;
-  return shard;
-}
-
-}  // namespace
-
 void LatencyHistogram::observe(double seconds) {
   size_t i = 0;
   while (i < kBounds.size() && seconds > kBounds[i]) ++i;
-  Shard& shard = shards_[histogram_shard()];
+  Shard& shard = shards_[this_thread_shard()];
   shard.counts[i].fetch_add(1, std::memory_order_relaxed);
   shard.sum_ns.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
 }

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "serving/server_stats.h"
+#include "serving/sharded_counter.h"
 #include "serving/worker_reports.h"
 
 namespace grove::serving {
@@ -29,20 +30,20 @@ namespace grove::serving {
 // scrape may see a count one ahead of the sum).
 //
 // Note [Histograms counted per thread]
-// Every HTTP loop observes two histograms per request: three atomic adds each
-// on cache lines that 24 loops took from each other at ~500,000 requests/s.
-// So the counts (a bucket and the sum; the count is the buckets' total) live in kShards
-// cache-line-aligned shards, a thread adding to the shard of its own (threads take shards in turn),
-// and write() sums them. GROVE_SERVING_CONTENDED=1 makes every thread add to the first shard, as
-// one set of atomics did before (the A/B of session 23). Test:
-// Metrics.HistogramSumsEveryThreadsObservations (tests/serving/kserve_routes_test.cc).
+// Every HTTP loop observes two histograms per request, three atomic adds
+// each on cache lines that 24 loops took from each other at ~500,000
+// requests/s. So the counts (a bucket and the sum; the count is the buckets'
+// total) live in kShards cache-line-aligned shards, a thread adding to its
+// own (this_thread_shard(), Note [Counters per thread]), and write() sums
+// them. Test: Metrics.HistogramSumsEveryThreadsObservations
+// (tests/serving/kserve_routes_test.cc).
 class LatencyHistogram {
  public:
   // Upper bounds in seconds: 100 us to 10 s.
   static constexpr std::array<double, 16> kBounds = {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
                                                      1e-2, 2.5e-2, 5e-2, 0.1,  0.25,   0.5,
                                                      1.0,  2.5,    5.0,  10.0};
-  static constexpr size_t kShards = 16;
+  static constexpr size_t kShards = kCounterShards;
   void observe(double seconds);
   // Appends the family `name` (with # HELP `help`) to `out`.
   void write(std::string& out, const std::string& name, const std::string& help) const;

@@ -13,6 +13,7 @@
 
 #include "serving/errors.h"
 #include "serving/metrics.h"
+#include "serving/sharded_counter.h"
 
 namespace grove::serving {
 namespace {
@@ -173,6 +174,22 @@ TEST(KserveRoutes, ResponsesCountedFromManyThreadsByStatus) {
   EXPECT_NE(text.find("grove_http_responses_total{code=\"503\"} 800\n"), std::string::npos);
   EXPECT_NE(text.find("grove_http_responses_total{code=\"431\"} 1\n"), std::string::npos);
   EXPECT_EQ(text.find("grove_http_responses_total{code=\"404\"}"), std::string::npos);
+}
+
+// Note [Counters per thread]: adds from more threads than slots all count.
+TEST(ShardedCounter, SumsEveryThreadsAdds) {
+  ShardedCounter counter;
+  std::vector<std::thread> threads;
+  const int thread_count = 2 * static_cast<int>(kCounterShards) + 3;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&counter, t] {
+      for (int i = 0; i < 1000; ++i) counter.add(t % 2 == 0 ? 1 : 2);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const uint64_t odd = static_cast<uint64_t>(thread_count / 2);
+  const uint64_t even = static_cast<uint64_t>(thread_count) - odd;
+  EXPECT_EQ(counter.load(), 1000 * (even + 2 * odd));
 }
 
 // Note [Histograms counted per thread]: observations from more threads than
