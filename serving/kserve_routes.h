@@ -51,6 +51,9 @@ class KserveRoutes : public HttpRoutes {
     // (Note [Answers without a future]).
     RequestAnswer answer;
     Clock::time_point received;
+    // Called once `answer` is set; held here, not by the OnAnswer (Note [An
+    // OnAnswer without an allocation], kserve_routes.cc).
+    std::function<void()> on_ready;
   };
   // The answer to `request`, or its queued infer: then `on_ready` is called
   // (on a worker's thread; it must only hand the work on) once finish() can
