@@ -198,6 +198,7 @@ struct Options : LoadOptions {
   // calls each answered 186,454 calls/s against 162,984 and 145,611 with 4,
   // at 64.8 against 69.8-70.4 us of front CPU per call, so the clients' window
   // was part of gRPC's limit; gRPC now keeps 512 in flight too (64 x 8).
+  // (r2, on a much busier host: 102,716 with 4 against 101,048 and 130,408.)
   int64_t clients = 8;
   int64_t connections = 64;  // per client (Note [Requests in flight per client])
   int64_t grpc_clients = 64;
