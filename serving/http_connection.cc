@@ -220,7 +220,7 @@ void HttpConnection::on_written(const error_code& error) {
   disarm();
   std::string().swap(body_);
   if (error || timed_out_) return close();
-  ++hub_.responses;
+  hub_.responses.add();
   if (draining_) ++hub_.responses_after_stop;
   if (!keep_alive_) return linger();
   read_idle();

@@ -27,6 +27,7 @@
 #include "serving/http_request_parser.h"
 #include "serving/http_routes.h"
 #include "serving/http_stream.h"
+#include "serving/sharded_counter.h"
 
 namespace grove::serving {
 
@@ -68,10 +69,10 @@ class ConnectionHub {
   void set_relay(AnswerRelay* relay) { relay_ = relay; }
   AnswerRelay* relay() const { return relay_; }
 
-  std::atomic<uint64_t> responses{0};             // answers written
+  ShardedCounter responses;                       // answers written (Note [Counters per thread])
   std::atomic<uint64_t> responses_after_stop{0};  // of which after drain_all()
   std::atomic<uint64_t> timed_out{0};             // connections closed by a deadline
-  std::atomic<uint64_t> reads{0};                 // socket reads of requests (Note [Read sizes])
+  ShardedCounter reads;                           // socket reads of requests (Note [Read sizes])
 
  private:
   HttpRoutes& routes_;
@@ -87,18 +88,18 @@ class ConnectionHub {
 class CountedReads {
  public:
   using executor_type = boost::asio::ip::tcp::socket::executor_type;
-  CountedReads(boost::asio::ip::tcp::socket& socket, std::atomic<uint64_t>& reads)
+  CountedReads(boost::asio::ip::tcp::socket& socket, ShardedCounter& reads)
       : socket_(socket), reads_(reads) {}
   executor_type get_executor() { return socket_.get_executor(); }
   template <class MutableBuffers, class Handler>
   auto async_read_some(const MutableBuffers& buffers, Handler&& handler) {
-    reads_.fetch_add(1, std::memory_order_relaxed);
+    reads_.add();
     return socket_.async_read_some(buffers, std::forward<Handler>(handler));
   }
 
  private:
   boost::asio::ip::tcp::socket& socket_;
-  std::atomic<uint64_t>& reads_;
+  ShardedCounter& reads_;
 };
 
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {

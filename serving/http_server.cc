@@ -235,7 +235,8 @@ HttpServeReport HttpServer::serve() {
   for (std::thread& helper : helpers) helper.join();
   GROVE_CHECK(!impl.failure, "HttpServer on ", impl.config.host, ":", impl.port,
               " stopped accepting connections without stop() (", impl.failure.message(), ")");
-  return {impl.hub.responses, impl.hub.responses_after_stop, impl.hub.timed_out, impl.hub.reads};
+  return {impl.hub.responses.load(), impl.hub.responses_after_stop, impl.hub.timed_out,
+          impl.hub.reads.load()};
 }
 
 void HttpServer::stop() {

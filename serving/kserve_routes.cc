@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "serving/errors.h"
+#include "serving/server_stats.h"
 
 namespace grove::serving {
 KserveRoutes::KserveRoutes(InferenceService& service, std::string model_name, int retry_after_s,
@@ -70,6 +71,17 @@ std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::
       200, json_text(model_metadata(model_name_, service_.signature(), service_.max_batch())));
 }
 
+// Note [An OnAnswer without an allocation]
+// std::function keeps a callable in place only when it is trivially copyable
+// and at most 16 bytes; an OnAnswer holding the Queued and the connection's
+// on_ready (a std::function) took an allocation on the front's thread and a
+// free of it on the reaper's, per request. So the Queued holds on_ready and
+// the OnAnswer only the Queued's address, kept in place. on_ready only posts
+// the answer to the connection's loop, which may then free the Queued (and
+// on_ready with it) while on_ready returns: it reads nothing it captured
+// after the post. GROVE_SERVING_CONTENDED=1 captures on_ready in the OnAnswer
+// as before (the A/B of session 23). Tests: KserveRoutes.*, every HTTP test
+// (tests/serving/http_server_test.py, http_abuse_test.py).
 std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::infer(
     HttpRequest& request, std::function<void()> on_ready) {
   // Note [HTTP status of a refusal].
@@ -94,10 +106,20 @@ std::variant<HttpResponse, std::unique_ptr<KserveRoutes::Queued>> KserveRoutes::
   try {
     // Note [Answers without a future]: the Queued outlives the call (see handle()).
     Queued* waiting = queued.get();
-    OnAnswer on_answer = [waiting, on_ready = std::move(on_ready)](RequestAnswer answer) {
-      waiting->answer = std::move(answer);
-      if (on_ready) on_ready();
-    };
+    OnAnswer on_answer;
+    if (!serving_contended_as_before()) {
+      // Note [An OnAnswer without an allocation].
+      waiting->on_ready = std::move(on_ready);
+      on_answer = [waiting](RequestAnswer answer) {
+        waiting->answer = std::move(answer);
+        if (waiting->on_ready) waiting->on_ready();  // touches no capture once it has posted
+      };
+    } else {
+      on_answer = [waiting, on_ready = std::move(on_ready)](RequestAnswer answer) {
+        waiting->answer = std::move(answer);
+        if (on_ready) on_ready();
+      };
+    }
     service_.submit_then_answer(std::move(queued->parsed.request), std::move(on_answer));
   } catch (const QueueFullError& error) {
     HttpResponse response = error_response(503, error.what());
@@ -150,7 +172,7 @@ HttpResponse KserveRoutes::complete(Pending& pending) {
 
 void KserveRoutes::count_response(int status) {
   const size_t index = status >= 100 && status < 600 ? static_cast<size_t>(status) : 0;
-  responses_[index].fetch_add(1, std::memory_order_relaxed);
+  responses_[this_thread_shard()].by_status[index].fetch_add(1, std::memory_order_relaxed);
 }
 
 MetricsInput KserveRoutes::metrics_input() const {
@@ -158,8 +180,11 @@ MetricsInput KserveRoutes::metrics_input() const {
   input.stats = service_.stats();
   input.queue_depth = service_.queue_size();
   input.max_batch = service_.max_batch();
-  for (size_t status = 0; status < responses_.size(); ++status) {
-    const uint64_t count = responses_[status].load(std::memory_order_relaxed);
+  for (size_t status = 0; status < responses_.front().by_status.size(); ++status) {
+    uint64_t count = 0;
+    for (const ResponseCounts& shard : responses_) {
+      count += shard.by_status[status].load(std::memory_order_relaxed);
+    }
     if (count > 0) input.http_responses[static_cast<int>(status)] = count;
   }
   input.request_latency = &request_latency_;

@@ -34,6 +34,7 @@
 #include "serving/inference_service.h"
 #include "serving/kserve_protocol.h"
 #include "serving/metrics.h"
+#include "serving/sharded_counter.h"
 
 namespace grove::serving {
 
@@ -50,6 +51,9 @@ class KserveRoutes : public HttpRoutes {
     // (Note [Answers without a future]).
     RequestAnswer answer;
     Clock::time_point received;
+    // Called once `answer` is set; held here, not by the OnAnswer (Note [An
+    // OnAnswer without an allocation], kserve_routes.cc).
+    std::function<void()> on_ready;
   };
   // The answer to `request`, or its queued infer: then `on_ready` is called
   // (on a worker's thread; it must only hand the work on) once finish() can
@@ -85,7 +89,11 @@ class KserveRoutes : public HttpRoutes {
   LatencyHistogram queue_wait_;
   // By status (100-599; any other at 0): counted by every front thread
   // without a lock (relaxed atomics), read by /metrics.
-  std::array<std::atomic<uint64_t>, 600> responses_{};
+  // By status (100-599; 0: any other), per thread (Note [Counters per thread]).
+  struct alignas(64) ResponseCounts {
+    std::array<std::atomic<uint64_t>, 600> by_status{};
+  };
+  std::array<ResponseCounts, kCounterShards> responses_{};
 };
 
 }  // namespace grove::serving

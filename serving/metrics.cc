@@ -51,24 +51,31 @@ void prometheus_sample(std::string& out, const std::string& name, const std::str
 void LatencyHistogram::observe(double seconds) {
   size_t i = 0;
   while (i < kBounds.size() && seconds > kBounds[i]) ++i;
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
-  sum_ns_.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+  Shard& shard = shards_[this_thread_shard()];
+  shard.counts[i].fetch_add(1, std::memory_order_relaxed);
+  shard.sum_ns.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
 }
 
 void LatencyHistogram::write(std::string& out, const std::string& name,
                              const std::string& help) const {
   family(out, name, "histogram", help);
+  std::array<uint64_t, kBounds.size() + 1> counts{};
+  uint64_t sum_ns = 0;
+  for (const Shard& shard : shards_) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      counts[i] += shard.counts[i].load(std::memory_order_relaxed);
+    }
+    sum_ns += shard.sum_ns.load(std::memory_order_relaxed);
+  }
   uint64_t cumulative = 0;
   for (size_t i = 0; i < kBounds.size(); ++i) {
-    cumulative += counts_[i].load(std::memory_order_relaxed);
+    cumulative += counts[i];
     sample(out, name + "_bucket", "le=\"" + number(kBounds[i]) + "\"",
            static_cast<double>(cumulative));
   }
-  cumulative += counts_[kBounds.size()].load(std::memory_order_relaxed);
+  cumulative += counts[kBounds.size()];
   sample(out, name + "_bucket", "le=\"+Inf\"", static_cast<double>(cumulative));
-  sample(out, name + "_sum", "",
-         static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9);
+  sample(out, name + "_sum", "", static_cast<double>(sum_ns) / 1e9);
   sample(out, name + "_count", "", static_cast<double>(cumulative));
 }
 

@@ -11,6 +11,7 @@
 
 #include "compiler/ir/program.h"
 #include "serving/request.h"
+#include "serving/sharded_counter.h"
 
 namespace grove::serving {
 
@@ -77,12 +78,12 @@ struct ModelSignature {
 
   // Requests checked against this signature object: each check_request() and
   // each InputChecks::checked() that handed one back. A copy counts afresh.
-  uint64_t request_checks() const { return checks_.value.load(std::memory_order_relaxed); }
-  void count_request_check() const { checks_.value.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t request_checks() const { return checks_.value.load(); }
+  void count_request_check() const { checks_.value.add(); }  // Note [Counters per thread]
 
  private:
   struct CheckCounter {
-    std::atomic<uint64_t> value{0};
+    ShardedCounter value;
     CheckCounter() = default;
     CheckCounter(const CheckCounter&) {}
     CheckCounter& operator=(const CheckCounter&) { return *this; }

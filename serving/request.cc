@@ -32,15 +32,24 @@ namespace grove::serving {
 // ServerTest.AnswersWithoutAFutureReachTheirCallback, KserveRoutes.* (the
 // default submit_then_answer over a future), every HTTP test
 // (tests/serving/http_server_test.py, http_abuse_test.py).
+//
+// Note [No promise without a future]
+// A default-constructed std::promise allocates its shared state, so every
+// request carried one even when answered through an OnAnswer: an allocation
+// on the front's thread and a free of another thread's memory on the
+// reaper's, per request. So PendingRequest's promise is made only where a
+// future is handed out (Server::submit_then). GROVE_SERVING_CONTENDED=1
+// makes one for every request, as before (the A/B of session 23). Tests:
+// ServerTest.AnswersWithoutAFutureReachTheirCallback, ServerTest.*.
 void answer_request(PendingRequest& request, Response response) {
   if (request.on_answer) return request.on_answer(RequestAnswer{std::move(response), nullptr});
-  request.promise.set_value(std::move(response));
+  if (request.promise) request.promise->set_value(std::move(response));
   if (request.on_ready) request.on_ready();
 }
 
 void fail_request(PendingRequest& request, std::exception_ptr error) {
   if (request.on_answer) return request.on_answer(RequestAnswer{std::nullopt, std::move(error)});
-  request.promise.set_exception(std::move(error));
+  if (request.promise) request.promise->set_exception(std::move(error));
   if (request.on_ready) request.on_ready();
 }
 

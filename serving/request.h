@@ -61,7 +61,9 @@ struct PendingRequest {
   int64_t rows = 0;
   uint64_t id = 0;  // submission order
   Clock::time_point submitted;
-  std::promise<Response> promise;
+  // Made by submit() and submit_then() only (Note [No promise without a
+  // future]); answer_request() sets it when there is one.
+  std::optional<std::promise<Response>> promise;
   // Called once the promise is set (Note [Answers without a waiting thread]).
   std::function<void()> on_ready;
   // Set instead of the promise and on_ready: Note [Answers without a future].

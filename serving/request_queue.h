@@ -50,6 +50,7 @@ class RequestQueue {
   const size_t capacity_;
   const int64_t max_batch_rows_;
   const std::chrono::microseconds max_wait_;
+  const bool locked_as_before_;  // Note [A batch taken in one move]
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<PendingRequest> queue_;

@@ -85,7 +85,8 @@ std::future<Response> Server::submit_then(Request request, std::function<void()>
 std::future<Response> Server::submit_then(CheckedRequest request, std::function<void()> on_ready) {
   PendingRequest pending = pending_for(std::move(request));
   pending.on_ready = std::move(on_ready);
-  std::future<Response> future = pending.promise.get_future();
+  if (!pending.promise) pending.promise.emplace();  // Note [No promise without a future]
+  std::future<Response> future = pending.promise->get_future();
   enqueue(std::move(pending));
   return future;
 }
@@ -103,6 +104,8 @@ PendingRequest Server::pending_for(CheckedRequest request) {
               "Server: a CheckedRequest without rows was submitted; "
               "build one with ModelSignature::check_request");
   PendingRequest pending;
+  // Note [No promise without a future]: GROVE_SERVING_CONTENDED=1 makes one for every request.
+  if (serving_contended_as_before()) pending.promise.emplace();
   pending.rows = request.rows();
   pending.request = std::move(request).release();
   pending.id = next_id_++;

@@ -1,7 +1,9 @@
 #include "serving/server_stats.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 namespace grove::serving {
 
@@ -37,6 +39,22 @@ nlohmann::json ServerStats::to_json() const {
                         {"launches_after_wait", launches_after_wait}};
 }
 
+bool serving_contended_as_before() {
+  static const bool locked = [] {
+    const char* value = std::getenv("GROVE_SERVING_CONTENDED");
+    return value != nullptr && *value != '\0' && std::string_view(value) != "0";
+  }();
+  return locked;
+}
+
+StatsRecorder::StatsRecorder() : locked_submissions_(serving_contended_as_before()) {}
+
+void StatsRecorder::submitted() {
+  // Note [Submissions counted without the lock].
+  if (locked_submissions_) return bump(&ServerStats::submitted);
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void StatsRecorder::batch(int64_t rows, int64_t bucket) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.batches;
@@ -62,13 +80,20 @@ void StatsRecorder::worker_time(uint64_t launch_ns, uint64_t wait_ns, uint64_t a
 
 void StatsRecorder::not_queued(bool queue_full) {
   std::lock_guard<std::mutex> lock(mutex_);
-  --stats_.submitted;
+  if (locked_submissions_) {
+    --stats_.submitted;
+  } else {
+    submitted_.fetch_sub(1, std::memory_order_relaxed);
+  }
   if (queue_full) ++stats_.rejected;
 }
 
 ServerStats StatsRecorder::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  ServerStats stats = stats_;
+  // Note [Submissions counted without the lock]: read after the answers counted.
+  if (!locked_submissions_) stats.submitted += submitted_.load(std::memory_order_acquire);
+  return stats;
 }
 
 void StatsRecorder::bump(uint64_t ServerStats::*field, uint64_t count) {

@@ -111,7 +111,8 @@ std::vector<FlagSpec> flag_table() {
   flags.push_back({"--grpc-clients", "N",
                    "gRPC clients, in child processes of 8, each with one channel (default 64)"});
   flags.push_back({"--grpc-connections", "K",
-                   "calls in flight at most on each gRPC client's channel (default 4)"});
+                   "calls in flight at most on each gRPC client's channel (default 8; Note [Load "
+                   "clients sized for a shared host])"});
   flags.push_back({"--http-threads", "N",
                    "threads of the HTTP front, each an event loop (default 0: one per core up to "
                    "16 cores, three quarters of the cores past that; Note [Load clients sized for "
@@ -192,10 +193,16 @@ struct Options : LoadOptions {
   // request (r2, 640,000/s offered), the loops 78% and 63% busy, and 16
   // loops 315,074 and 443,215 against 359,649 and 469,739 (r1). So past 16
   // cores the front gets three quarters of them (default_http_threads()).
+  // gRPC's 64 clients of 4 calls held 256 calls in flight, half of HTTP's
+  // 512: on that host (session 23 r1, max batch 64, 640,000/s offered) 8
+  // calls each answered 186,454 calls/s against 162,984 and 145,611 with 4,
+  // at 64.8 against 69.8-70.4 us of front CPU per call, so the clients' window
+  // was part of gRPC's limit; gRPC now keeps 512 in flight too (64 x 8).
+  // (r2, on a much busier host: 102,716 with 4 against 101,048 and 130,408.)
   int64_t clients = 8;
   int64_t connections = 64;  // per client (Note [Requests in flight per client])
   int64_t grpc_clients = 64;
-  int64_t grpc_connections = 4;  // calls in flight per gRPC client
+  int64_t grpc_connections = 8;  // calls in flight per gRPC client
   int64_t http_threads = 0;
   int64_t grpc_answer_threads = 0;      // 0: GrpcConfig's default
   int64_t grpc_completion_queues = -1;  // -1: GrpcConfig's default (the environment)

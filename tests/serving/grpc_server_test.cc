@@ -66,6 +66,12 @@ class DoublingService : public InferenceService {
     }
     return future;
   }
+  // Counted, then through the default (a future): which way a front submits.
+  std::atomic<int> submitted_with_on_answer{0};
+  void submit_then_answer(CheckedRequest request, OnAnswer on_answer) override {
+    ++submitted_with_on_answer;
+    InferenceService::submit_then_answer(std::move(request), std::move(on_answer));
+  }
   // Answers every held request; returns how many.
   size_t release() {
     std::vector<Held> held;
@@ -269,6 +275,50 @@ TEST(GrpcServer, CallsInTurnGetTheirOwnAnswersFromReusedMessages) {
     std::vector<float> doubled = values;
     for (float& value : doubled) value *= 2;
     EXPECT_EQ(floats_of(answer.raw_output_contents(0)), doubled) << "call " << call;
+  }
+}
+
+// Note [gRPC answers without a future]: ModelInfer submits with an OnAnswer
+// unless GROVE_GRPC_ANSWER_FUTURES=1, and either way each call, answered off
+// the submitting thread (held, then released together), gets its own rows.
+TEST(GrpcServer, AnswersThroughFuturesOrNot) {
+  const char* saved = std::getenv("GROVE_GRPC_ANSWER_FUTURES");
+  const std::string kept = saved != nullptr ? saved : "";
+  for (const bool futures : {false, true}) {
+    if (futures) {
+      ::setenv("GROVE_GRPC_ANSWER_FUTURES", "1", 1);
+    } else {
+      ::unsetenv("GROVE_GRPC_ANSWER_FUTURES");
+    }
+    Fixture f;
+    f.service.mode = DoublingService::Mode::kHold;
+    constexpr int kCalls = 6;
+    std::vector<std::vector<float>> values(kCalls);
+    std::vector<grpc::Status> statuses(kCalls);
+    std::vector<ModelInferResponse> answers(kCalls);
+    std::vector<std::thread> callers;
+    for (int c = 0; c < kCalls; ++c) {
+      callers.emplace_back([&, c] {
+        const ModelInferRequest request = raw_request(1 + c % 3, &values[c], 500 + c);
+        statuses[c] = f.infer(request, &answers[c]);
+      });
+    }
+    while (f.service.held() < kCalls) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(f.service.release(), size_t{kCalls});
+    for (std::thread& caller : callers) caller.join();
+    EXPECT_EQ(f.service.submitted_with_on_answer.load(), futures ? 0 : kCalls)
+        << (futures ? "with" : "without") << " GROVE_GRPC_ANSWER_FUTURES=1";
+    for (int c = 0; c < kCalls; ++c) {
+      ASSERT_TRUE(statuses[c].ok()) << c << ": " << statuses[c].error_message();
+      std::vector<float> doubled = values[c];
+      for (float& value : doubled) value *= 2;
+      EXPECT_EQ(floats_of(answers[c].raw_output_contents(0)), doubled) << "call " << c;
+    }
+  }
+  if (saved != nullptr) {
+    ::setenv("GROVE_GRPC_ANSWER_FUTURES", kept.c_str(), 1);
+  } else {
+    ::unsetenv("GROVE_GRPC_ANSWER_FUTURES");
   }
 }
 

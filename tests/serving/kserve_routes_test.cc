@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "serving/errors.h"
+#include "serving/metrics.h"
+#include "serving/sharded_counter.h"
 
 namespace grove::serving {
 namespace {
@@ -172,6 +174,49 @@ TEST(KserveRoutes, ResponsesCountedFromManyThreadsByStatus) {
   EXPECT_NE(text.find("grove_http_responses_total{code=\"503\"} 800\n"), std::string::npos);
   EXPECT_NE(text.find("grove_http_responses_total{code=\"431\"} 1\n"), std::string::npos);
   EXPECT_EQ(text.find("grove_http_responses_total{code=\"404\"}"), std::string::npos);
+}
+
+// Note [Counters per thread]: adds from more threads than slots all count.
+TEST(ShardedCounter, SumsEveryThreadsAdds) {
+  ShardedCounter counter;
+  std::vector<std::thread> threads;
+  const int thread_count = 2 * static_cast<int>(kCounterShards) + 3;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&counter, t] {
+      for (int i = 0; i < 1000; ++i) counter.add(t % 2 == 0 ? 1 : 2);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const uint64_t odd = static_cast<uint64_t>(thread_count / 2);
+  const uint64_t even = static_cast<uint64_t>(thread_count) - odd;
+  EXPECT_EQ(counter.load(), 1000 * (even + 2 * odd));
+}
+
+// Note [Histograms counted per thread]: observations from more threads than
+// shards, each in the bucket of its latency, add up in the text.
+TEST(Metrics, HistogramSumsEveryThreadsObservations) {
+  LatencyHistogram histogram;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3 * static_cast<int>(LatencyHistogram::kShards); ++t) {
+    threads.emplace_back([&histogram] {
+      for (int i = 0; i < 100; ++i) histogram.observe(i % 4 == 0 ? 0.002 : 0.00005);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::string text;
+  histogram.write(text, "h", "test");
+  const int observed = 3 * static_cast<int>(LatencyHistogram::kShards) * 100;
+  EXPECT_NE(text.find(str_cat("h_bucket{le=\"0.0001\"} ", observed * 3 / 4, "\n")),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(str_cat("h_bucket{le=\"0.0025\"} ", observed, "\n")), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(str_cat("h_count ", observed, "\n")), std::string::npos) << text;
+  // 0.002 s a quarter of the time, 50 us the rest.
+  const double sum = observed / 4 * 0.002 + observed * 3 / 4 * 0.00005;
+  const size_t at = text.find("h_sum ");
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_NEAR(std::stod(text.substr(at + 6)), sum, 1e-6) << text;
 }
 
 }  // namespace

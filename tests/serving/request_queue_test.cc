@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
 #include "serving/errors.h"
 #include "serving/server_config.h"
+#include "serving/server_stats.h"
 
 namespace grove::serving {
 namespace {
@@ -152,6 +154,46 @@ TEST(ServerConfig, PicksTheSmallestBucketHoldingTheRows) {
   EXPECT_EQ(config.bucket_for(4), 4);
   EXPECT_EQ(config.bucket_for(5), 16);
   EXPECT_EQ(config.bucket_for(16), 16);
+}
+
+// Note [Submissions counted without the lock]: submissions counted from
+// many threads while batches are answered are all in the snapshot, refusals
+// undone, and no snapshot counts more answered than submitted.
+TEST(StatsRecorder, SubmissionsCountedFromManyThreads) {
+  StatsRecorder stats;
+  constexpr int kThreads = 8, kEach = 5000;
+  std::atomic<bool> done{false};
+  std::thread answering([&] {
+    // Answers what it sees submitted until the fronts are done and all is answered.
+    while (true) {
+      const bool fronts_done = done;
+      const ServerStats seen = stats.snapshot();
+      EXPECT_GE(seen.submitted, seen.completed + seen.failed + seen.cancelled);
+      if (seen.submitted > seen.completed) {
+        stats.completed(1);
+      } else if (fronts_done) {
+        return;
+      }
+    }
+  });
+  std::vector<std::thread> fronts;
+  for (int t = 0; t < kThreads; ++t) {
+    fronts.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) stats.submitted();
+    });
+  }
+  for (std::thread& front : fronts) front.join();
+  done = true;
+  answering.join();
+  EXPECT_EQ(stats.snapshot().submitted, uint64_t{kThreads} * kEach);
+  for (int i = 0; i < 10; ++i) {
+    stats.submitted();
+    stats.not_queued(/*queue_full=*/i % 2 == 0);
+  }
+  const ServerStats last = stats.snapshot();
+  EXPECT_EQ(last.submitted, uint64_t{kThreads} * kEach);
+  EXPECT_EQ(last.rejected, 5u);
+  EXPECT_EQ(last.completed, last.submitted);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ TEST(RequestReaper, FreesEveryRequestItIsHanded) {
             new FreedOn{&freed, &freed_here, std::this_thread::get_id()});
         request.on_ready = [owned] {};
         request.request.inputs.push_back(HostRows::from_values<float>({1.f, 2.f}, {1, 2}));
-        request.promise.set_value(Response{});
+        request.promise.emplace().set_value(Response{});
       }
       reaper.hand(std::move(batch));
       if (b % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // let it sleep
@@ -67,7 +67,7 @@ TEST(RequestReaper, DeliversEachAnswerInOrderOffTheHandingThread) {
       for (int r = 0; r < kRequests; ++r) {
         PendingRequest& request = batch[static_cast<size_t>(r)];
         const int number = b * kRequests + r;
-        futures.push_back(request.promise.get_future());
+        futures.push_back(request.promise.emplace().get_future());
         auto* future = &futures.back();
         request.on_ready = [&, number, future] {
           if (std::this_thread::get_id() == handing) ++on_handing_thread;
