@@ -175,6 +175,10 @@ class Platform {
 
   // Loads a kernel once; the handle stays valid for the platform's lifetime.
   virtual KernelHandle load_kernel(const KernelSource& source) = 0;
+  // Returns once every kernel load_kernel returned is ready to launch, and
+  // throws the error of a load that failed (cuda JITs PTX in the background:
+  // Note [Kernels loaded in the background], runtime/cuda/kernel_loader.cc).
+  virtual void wait_for_kernel_loads() {}
   virtual void launch_kernel(KernelHandle kernel, const LaunchDims& dims, const KernelArgs& args,
                              StreamHandle stream) = 0;
   // Runs `function(user_data)` in stream order (cudaLaunchHostFunc).

@@ -8,18 +8,26 @@
 //   - kernels per call (generated kernels + library GEMMs);
 //   - JIT compile time (lowering + code generation): cold (kernel cache
 //     cleared) and cached (compiled again), with the code generation part of
-//     the cold time; parameter initialization is reported apart.
+//     the cold time; parameter initialization is reported apart;
+//   - where the cold compile's time went (Note [Compile profile],
+//     runtime/compile_profile.h): PTX generation, the driver's JIT of each
+//     module (on the loader threads: their sum can exceed the wall time),
+//     the compiler's waits for it, GEMM tuning, and the slowest modules.
+// The driver keeps JITed modules in its disk cache (CUDA_CACHE_PATH) and the
+// GEMM tuning its choices in GROVE_CACHE_DIR: a cold compile as a new machine
+// sees it runs each case in its own process with both empty (--cases).
 // Prints a table and writes JSON. Runs on cuda when present, else on sim (a
 // smoke test for CI: use a small --iters there).
 //
 //   eager_latency [--device cuda|sim] [--iters 200] [--warmup 20]
-//                 [--json eager_latency.json]
+//                 [--cases 0,1,2] [--profile-top 8] [--json eager_latency.json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -30,6 +38,7 @@
 #include "compiler/backends/compile.h"
 #include "compiler/codegen/kernel_compiler.h"
 #include "compiler/model_format/model_json.h"
+#include "runtime/compile_profile.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -45,6 +54,8 @@ struct Options {
   int warmup = 20;
   std::string json_path;
   std::string models_dir = "benchmarks/models";
+  std::vector<int64_t> cases;  // indices into the case list; empty: all
+  int profile_top = 8;
 };
 
 struct Case {
@@ -60,7 +71,47 @@ struct Result {
   double gpu_median_us = 0;
   size_t kernels = 0, gemms = 0;
   double compile_cold_ms = 0, codegen_cold_ms = 0, compile_cached_ms = 0, state_init_ms = 0;
+  double first_call_ms = 0;  // the compiled model's first call, until its results are ready
+  std::vector<runtime::CompileEvent> cold_events;  // Note [Compile profile]
 };
+
+// Per category: events, total ms and PTX bytes.
+struct CategoryTotal {
+  size_t count = 0;
+  double ms = 0;
+  size_t bytes = 0;
+};
+
+std::map<std::string, CategoryTotal> category_totals(
+    const std::vector<runtime::CompileEvent>& events) {
+  std::map<std::string, CategoryTotal> totals;
+  for (const runtime::CompileEvent& event : events) {
+    CategoryTotal& total = totals[event.category];
+    ++total.count;
+    total.ms += event.ms;
+    total.bytes += event.bytes;
+  }
+  return totals;
+}
+
+void print_profile(const Result& r, int top) {
+  std::printf("  cold compile of %s: %.1f ms; by category (events, ms, KB):",
+              r.config.label.c_str(), r.compile_cold_ms);
+  for (const auto& [category, total] : category_totals(r.cold_events)) {
+    std::printf(" %s %zu %.1f %.0f;", category.c_str(), total.count, total.ms,
+                static_cast<double>(total.bytes) / 1024);
+  }
+  std::printf("\n");
+  std::vector<const runtime::CompileEvent*> slow;
+  for (const runtime::CompileEvent& event : r.cold_events) {
+    if (event.category == "jit" || event.category == "tuning") slow.push_back(&event);
+  }
+  std::sort(slow.begin(), slow.end(), [](auto* a, auto* b) { return a->ms > b->ms; });
+  for (size_t i = 0; i < slow.size() && static_cast<int>(i) < top; ++i) {
+    std::printf("    %-6s %8.1f ms %8.1f KB  %s\n", slow[i]->category.c_str(), slow[i]->ms,
+                static_cast<double>(slow[i]->bytes) / 1024, slow[i]->name.c_str());
+  }
+}
 
 compiler::TensorList random_inputs(const compiler::backends::CompiledModel& model, Device device) {
   std::mt19937 rng(2026);
@@ -89,7 +140,12 @@ Result run_case(const Case& config, const Options& options) {
   compiler::ir::Program program = compiler::model_format::load_model_file(
       options.models_dir + "/" + config.model + ".json", config.dims, options.device);
   compiler::codegen::clear_kernel_cache();
+  const bool profile_was_on = runtime::compile_profile_enabled();
+  runtime::set_compile_profile(true);
+  runtime::take_compile_events();
   compiler::backends::CompiledModel cold = compiler::backends::compile(program);
+  result.cold_events = runtime::take_compile_events();
+  runtime::set_compile_profile(profile_was_on);
   result.compile_cold_ms = cold.lower_ms();
   result.codegen_cold_ms = cold.compile_ms();
   result.state_init_ms = cold.total_compile_ms() - cold.lower_ms();
@@ -104,6 +160,12 @@ Result run_case(const Case& config, const Options& options) {
   runtime::StreamHandle stream = context.create_stream();
   runtime::StreamGuard guard(options.device, stream);
   compiler::TensorList inputs = random_inputs(model, options.device);
+  {
+    Stopwatch first_call;
+    model(inputs);
+    platform.synchronize_stream(stream);
+    result.first_call_ms = first_call.elapsed_us() / 1000;
+  }
   for (int i = 0; i < options.warmup; ++i) model(inputs);
   platform.synchronize_stream(stream);
 
@@ -135,6 +197,8 @@ const std::vector<FlagSpec> kFlags = {
     {"--warmup", "N", "untimed calls first (default 20)"},
     kJsonFlag,
     {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
+    {"--cases", "LIST", "which cases, by index (0 mlp b=1, 1 mlp b=256, 2 gpt; default all)"},
+    {"--profile-top", "N", "slowest JIT modules and tunings printed per case (default 8)"},
 };
 
 Options parse(const FlagValues& flags) {
@@ -144,6 +208,11 @@ Options parse(const FlagValues& flags) {
   options.warmup = static_cast<int>(flags.integer("--warmup", options.warmup, 0, 1 << 30));
   options.json_path = flags.text("--json", options.json_path);
   options.models_dir = flags.text("--models", options.models_dir);
+  for (const std::string& item : flags.list("--cases", {})) {
+    options.cases.push_back(cli::parse_integer("--cases", item, 0, 2));
+  }
+  options.profile_top =
+      static_cast<int>(flags.integer("--profile-top", options.profile_top, 0, 1 << 20));
   return options;
 }
 
@@ -165,8 +234,21 @@ std::string json(const std::vector<Result>& results, const Options& options) {
         << ", \"gemms\": " << r.gemms << ", \"compile_cold_ms\": " << r.compile_cold_ms
         << ", \"codegen_cold_ms\": " << r.codegen_cold_ms
         << ", \"compile_cached_ms\": " << r.compile_cached_ms
-        << ", \"state_init_ms\": " << r.state_init_ms << "}" << (i + 1 < results.size() ? "," : "")
-        << "\n";
+        << ", \"state_init_ms\": " << r.state_init_ms << ", \"first_call_ms\": " << r.first_call_ms
+        << ", \"cold_profile\": {";
+    bool first = true;
+    for (const auto& [category, total] : category_totals(r.cold_events)) {
+      out << (first ? "" : ", ") << "\"" << category << "\": {\"count\": " << total.count
+          << ", \"ms\": " << total.ms << ", \"bytes\": " << total.bytes << "}";
+      first = false;
+    }
+    out << "}, \"cold_events\": [";
+    for (size_t e = 0; e < r.cold_events.size(); ++e) {
+      const runtime::CompileEvent& event = r.cold_events[e];
+      out << (e ? ", " : "") << "[\"" << event.category << "\", \"" << event.name << "\", "
+          << event.bytes << ", " << event.ms << "]";
+    }
+    out << "]}" << (i + 1 < results.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
   return out.str();
@@ -191,12 +273,19 @@ int run(int argc, char** argv) {
               "median us", "p90 us", "enqueue us", "GPU us", "kernels", "GEMMs", "JIT cold",
               "codegen", "JIT warm", "init ms");
   std::vector<Result> results;
-  for (const Case& config : cases) {
+  for (size_t c = 0; c < cases.size(); ++c) {
+    if (!options.cases.empty() && std::find(options.cases.begin(), options.cases.end(),
+                                            static_cast<int64_t>(c)) == options.cases.end()) {
+      continue;
+    }
+    const Case& config = cases[c];
     Result r = run_case(config, options);
     std::printf("%-18s | %10.1f %10.1f | %10.1f | %10.1f | %7zu %5zu | %9.1f %9.1f %9.2f | %8.1f\n",
                 r.config.label.c_str(), r.latency_median_us, r.latency_p90_us, r.enqueue_median_us,
                 r.gpu_median_us, r.kernels, r.gemms, r.compile_cold_ms, r.codegen_cold_ms,
                 r.compile_cached_ms, r.state_init_ms);
+    print_profile(r, options.profile_top);
+    std::printf("  first call %.1f ms\n", r.first_call_ms);
     std::fflush(stdout);
     results.push_back(r);
   }

@@ -7,6 +7,7 @@
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/codegen/programmatic_ptx.h"
+#include "runtime/compile_profile.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
@@ -78,6 +79,11 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     ++state.stats.code_generations;
     state.stats.total_compile_ms += compile_ms;
+    runtime::record_compile_event({"ptx", generated.name,
+                                   generated.ptx_programmatic.empty()
+                                       ? generated.ptx.size()
+                                       : generated.ptx_programmatic.size(),
+                                   compile_ms});
     if (log_enabled(LogLevel::kDebug)) {
       log(LogLevel::kDebug,
           str_cat("codegen: compiled kernel ", generated.name, " for ",
@@ -86,7 +92,10 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
     source = state.sources.emplace(source_key, std::move(generated)).first;
   }
   CompiledKernel kernel;
-  kernel.handle = context.platform().load_kernel(source->second);
+  {
+    runtime::CompileEventTimer timer("load call", source->second.name);
+    kernel.handle = context.platform().load_kernel(source->second);
+  }
   ++state.stats.loads;
   kernel.dims = kernel_launch_dims(spec, device.type);
   kernel.input_count = spec.inputs.size() * spec.part_count();

@@ -13,6 +13,7 @@
 #include "compiler/lowering/gemm_tuning_table.h"
 #include "compiler/lowering/tiny_k_gemm.h"
 #include "runtime/blas.h"
+#include "runtime/compile_profile.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
@@ -370,7 +371,10 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
   };
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
     choice = choose(*entry);
-  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, form, tiled)) {
+  } else if (std::optional<GemmTuningEntry> measured = [&] {
+               runtime::CompileEventTimer timer("tuning", key);
+               return measure(launch, device, form, tiled);
+             }()) {
     choice = choose(*measured);
     table.store(key, *measured);
     log(LogLevel::kInfo,
