@@ -238,9 +238,18 @@ def eager_latency(report):
              % report.get("iters", "?"), ""]
     lines += table(["case", "median", "p90", "enqueue", "GPU time (events)", "kernels + GEMMs",
                     "JIT cold / cached (ms)"], rows, ["l", "r", "r", "r", "r", "l", "r"])
-    return lines + ["", "Reading: when the enqueue time is almost the whole call and the GPU "
-                    "time spans the same interval, the eager path is launch-bound: the GPU "
-                    "waits for launches."]
+    reading = ("Reading: when the enqueue time is almost the whole call and the GPU "
+               "time spans the same interval, the eager path is launch-bound: the GPU "
+               "waits for launches.")
+    cold = report.get("cold")
+    if cold:
+        reading += (" JIT cold: %s (Note [A cold compile in a process of its own]); cached: "
+                    "the same program compiled again in that process." % cold)
+    else:
+        reading += (" JIT cold: the kernel cache cleared in one process that had run the "
+                    "cases before it; the driver's JIT cache and the GEMM tuning table as "
+                    "earlier runs left them.")
+    return lines + ["", reading]
 
 
 def train_step(report):

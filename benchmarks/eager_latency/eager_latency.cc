@@ -13,24 +13,37 @@
 //     runtime/compile_profile.h): PTX generation, the driver's JIT of each
 //     module (on the loader threads: their sum can exceed the wall time),
 //     the compiler's waits for it, GEMM tuning, and the slowest modules.
-// The driver keeps JITed modules in its disk cache (CUDA_CACHE_PATH) and the
-// GEMM tuning its choices in GROVE_CACHE_DIR: a cold compile as a new machine
-// sees it runs each case in its own process with both empty (--cases).
+// Note [A cold compile in a process of its own]: the driver keeps JITed
+// modules in its disk cache (CUDA_CACHE_PATH), the GEMM tuning keeps its
+// choices in GROVE_CACHE_DIR and in the process, and the platform keeps every
+// module it loaded; run in one process, a later case reused what an earlier
+// one (or an earlier run) left. On cuda each case therefore runs in a child
+// process of its own (this binary again, --in-process --cases N) with both
+// directories new and empty, and its cold compile is a compile on a machine
+// that never ran grove: every JIT, every tuning, the libraries' first setup.
+// --in-process runs every case here with the caches as they are (and sim
+// always does: it has no JIT).
 // Prints a table and writes JSON. Runs on cuda when present, else on sim (a
 // smoke test for CI: use a small --iters there).
 //
 //   eager_latency [--device cuda|sim] [--iters 200] [--warmup 20]
-//                 [--cases 0,1,2] [--profile-top 8] [--json eager_latency.json]
+//                 [--cases 0,1,2] [--in-process] [--profile-top 8]
+//                 [--json eager_latency.json]
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "benchmarks/common/flags.h"
@@ -56,6 +69,7 @@ struct Options {
   std::string models_dir = "benchmarks/models";
   std::vector<int64_t> cases;  // indices into the case list; empty: all
   int profile_top = 8;
+  bool in_process = false;  // Note [A cold compile in a process of its own]
 };
 
 struct Case {
@@ -199,6 +213,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
     {"--cases", "LIST", "which cases, by index (0 mlp b=1, 1 mlp b=256, 2 gpt; default all)"},
     {"--profile-top", "N", "slowest JIT modules and tunings printed per case (default 8)"},
+    {"--in-process", "",
+     "run every case in this process, caches as they are (cuda's default: "
+     "each case in a process of its own with empty caches)"},
 };
 
 Options parse(const FlagValues& flags) {
@@ -213,17 +230,44 @@ Options parse(const FlagValues& flags) {
   }
   options.profile_top =
       static_cast<int>(flags.integer("--profile-top", options.profile_top, 0, 1 << 20));
+  options.in_process = flags.has("--in-process") || !options.device.is_cuda();
   return options;
 }
 
-std::string json(const std::vector<Result>& results, const Options& options) {
+std::string json_rows(const std::vector<Result>& results);
+
+// The "results" entries of a JSON file this benchmark wrote, as text.
+std::string results_text(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  const std::string all = text.str();
+  const std::string open = "\"results\": [\n";
+  const size_t begin = all.find(open);
+  const size_t end = all.rfind("\n  ]");
+  GROVE_CHECK(begin != std::string::npos && end != std::string::npos && end >= begin,
+              "eager_latency: no results in ", path, " (did the case's process fail?)");
+  return all.substr(begin + open.size(), end - begin - open.size());
+}
+
+std::string json(const std::string& rows, const Options& options) {
   std::ostringstream out;
   std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
   out << "{\n  \"benchmark\": \"eager_latency\",\n  \"device\": \""
       << runtime::device_context(options.device).platform().name() << "\",\n  \"date\": \"" << date
-      << "\",\n  \"iters\": " << options.iters << ",\n  \"results\": [\n";
+      << "\",\n  \"iters\": " << options.iters << ",\n  \"cold\": \""
+      << (options.in_process ? "in one process, caches as they were"
+                             : "each case in a process of its own, driver JIT cache and GEMM "
+                               "tuning table empty")
+      << "\",\n  \"results\": [\n"
+      << rows << "\n  ]\n}\n";
+  return out.str();
+}
+
+std::string json_rows(const std::vector<Result>& results) {
+  std::ostringstream out;
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     out << "    {\"case\": \"" << r.config.label
@@ -248,10 +292,64 @@ std::string json(const std::vector<Result>& results, const Options& options) {
       out << (e ? ", " : "") << "[\"" << event.category << "\", \"" << event.name << "\", "
           << event.bytes << ", " << event.ms << "]";
     }
-    out << "]}" << (i + 1 < results.size() ? "," : "") << "\n";
+    out << "]}" << (i + 1 < results.size() ? ",\n" : "");
   }
-  out << "  ]\n}\n";
   return out.str();
+}
+
+// Note [A cold compile in a process of its own]: case `index` in a child
+// process with new empty caches; returns its JSON entry.
+std::string run_case_in_own_process(size_t index, const Options& options) {
+  char directory_template[] = "/tmp/grove_eager_latency_XXXXXX";
+  GROVE_CHECK(::mkdtemp(directory_template) != nullptr,
+              "eager_latency: cannot make a temporary directory in /tmp");
+  const std::filesystem::path directory(directory_template);
+  std::filesystem::create_directories(directory / "driver_cache");
+  std::filesystem::create_directories(directory / "grove_cache");
+  const std::string json_path = (directory / "case.json").string();
+  std::vector<std::string> args = {"/proc/self/exe", "--in-process",
+                                   "--device",       options.device.str(),
+                                   "--cases",        std::to_string(index),
+                                   "--iters",        std::to_string(options.iters),
+                                   "--warmup",       std::to_string(options.warmup),
+                                   "--models",       options.models_dir,
+                                   "--profile-top",  std::to_string(options.profile_top),
+                                   "--json",         json_path};
+  // The child's environment: this one, with both caches in the new directory.
+  std::vector<std::string> environment = {
+      "CUDA_CACHE_PATH=" + (directory / "driver_cache").string(),
+      "GROVE_CACHE_DIR=" + (directory / "grove_cache").string()};
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    if (!text.starts_with("CUDA_CACHE_PATH=") && !text.starts_with("GROVE_CACHE_DIR=")) {
+      environment.emplace_back(text);
+    }
+  }
+  std::vector<char*> argv, envp;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  for (std::string& entry : environment) envp.push_back(entry.data());
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  GROVE_CHECK(child >= 0, "eager_latency: fork failed");
+  if (child == 0) {
+    ::execve(argv[0], argv.data(), envp.data());
+    std::_Exit(127);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  std::string rows;
+  try {
+    GROVE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "eager_latency: case ", index,
+                "'s process failed (status ", status, ")");
+    rows = results_text(json_path);
+  } catch (...) {
+    std::filesystem::remove_all(directory);
+    throw;
+  }
+  std::filesystem::remove_all(directory);
+  return rows;
 }
 
 int run(int argc, char** argv) {
@@ -265,6 +363,25 @@ int run(int argc, char** argv) {
       {"mlp16x512 b=256", "mlp16x512", {{"batch", 256}}},
       {"gpt4x256 b=1 T=32", "gpt4x256", {{"batch", 1}, {"seq", 32}}},
   };
+  if (!options.in_process) {
+    std::printf(
+        "eager latency: each case in a process of its own, driver JIT cache and GEMM "
+        "tuning table empty (Note [A cold compile in a process of its own])\n");
+    std::string rows;
+    for (size_t c = 0; c < cases.size(); ++c) {
+      if (!options.cases.empty() && std::find(options.cases.begin(), options.cases.end(),
+                                              static_cast<int64_t>(c)) == options.cases.end()) {
+        continue;
+      }
+      rows += (rows.empty() ? "" : ",\n") + run_case_in_own_process(c, options);
+    }
+    if (!options.json_path.empty()) {
+      std::ofstream file(options.json_path);
+      GROVE_CHECK(file.good(), "eager_latency: cannot write ", options.json_path);
+      file << json(rows, options);
+    }
+    return 0;
+  }
   std::printf("eager latency on %s (%s), f32, %d iters after %d warm-up\n",
               options.device.str().c_str(),
               runtime::device_context(options.device).platform().name().c_str(), options.iters,
@@ -292,7 +409,7 @@ int run(int argc, char** argv) {
   if (!options.json_path.empty()) {
     std::ofstream file(options.json_path);
     GROVE_CHECK(file.good(), "eager_latency: cannot write ", options.json_path);
-    file << json(results, options);
+    file << json(json_rows(results), options);
   }
   return 0;
 }

@@ -63,6 +63,27 @@ int64_t epilogue_code(GemmEpilogue epilogue) {
 
 }  // namespace
 
+KernelHandle SmallMTiledGemm::kernel_for(DType dtype, int32_t rows, int32_t columns, int warps) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto key = std::make_tuple(dtype, rows, columns, warps);
+  auto found = kernels_.find(key);
+  if (found == kernels_.end()) {
+    KernelSource source;
+    source.name = str_cat("grove_small_m_tiled_gemm_", dtype_name(dtype), "_r", rows, "_c", columns,
+                          "_w", warps);
+    source.ptx = kPtx[type_index(dtype)];
+    source.ptx_programmatic = kProgrammaticPtx[type_index(dtype)];
+    found = kernels_.emplace(key, platform_.load_kernel(source)).first;
+  }
+  return found->second;
+}
+
+void SmallMTiledGemm::preload(DType dtype) {
+  for (const SmallMTile& tile : small_m_tiled_gemm_tiles()) {
+    if (tile.warps > 0) kernel_for(dtype, tile.rows, tile.columns, tile.warps);
+  }
+}
+
 void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
   const SmallMTile tile{gemm.tile_rows, gemm.tile_columns, gemm.tile_warps};
   GROVE_CHECK((gemm.tile_transposed ? small_n_tiled_gemm_qualifies(gemm)
@@ -93,21 +114,7 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
               ", bias ", g.bias == nullptr ? "null" : "set",
               " (a grove bug; please report it; GROVE_SMALL_M_TILED=0 avoids this kernel)");
   const int warps = tile.warps > 0 ? tile.warps : warps_for(g);
-  KernelHandle kernel;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto key = std::make_tuple(g.dtype, tile.rows, tile.columns, warps);
-    auto found = kernels_.find(key);
-    if (found == kernels_.end()) {
-      KernelSource source;
-      source.name = str_cat("grove_small_m_tiled_gemm_", dtype_name(g.dtype), "_r", tile.rows, "_c",
-                            tile.columns, "_w", warps);
-      source.ptx = kPtx[type_index(g.dtype)];
-      source.ptx_programmatic = kProgrammaticPtx[type_index(g.dtype)];
-      found = kernels_.emplace(key, platform_.load_kernel(source)).first;
-    }
-    kernel = found->second;
-  }
+  const KernelHandle kernel = kernel_for(g.dtype, tile.rows, tile.columns, warps);
   const int64_t block_columns = kColumnLanes * tile.columns;
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>((g.n + block_columns - 1) / block_columns);
