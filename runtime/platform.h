@@ -90,6 +90,10 @@ struct KernelSource {
   // Dynamic shared memory a launch may ask for beyond 48 KiB (cuda allows it
   // per kernel; 0: at most 48 KiB). sim ignores it.
   uint32_t max_dynamic_shared_bytes = 0;
+  // cuda: JIT the PTX module whole, even where the kernel's entry alone would
+  // do (Note [One entry of a PTX module], runtime/cuda/ptx_entries.cc): for a
+  // caller that is about to load every entry of it.
+  bool whole_module = false;
 };
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };

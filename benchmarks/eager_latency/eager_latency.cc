@@ -51,6 +51,7 @@
 #include "compiler/backends/compile.h"
 #include "compiler/codegen/kernel_compiler.h"
 #include "compiler/model_format/model_json.h"
+#include "runtime/blas.h"
 #include "runtime/compile_profile.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
@@ -70,6 +71,7 @@ struct Options {
   std::vector<int64_t> cases;  // indices into the case list; empty: all
   int profile_top = 8;
   bool in_process = false;  // Note [A cold compile in a process of its own]
+  bool jit_probe = false;
 };
 
 struct Case {
@@ -231,6 +233,7 @@ Options parse(const FlagValues& flags) {
   options.profile_top =
       static_cast<int>(flags.integer("--profile-top", options.profile_top, 0, 1 << 20));
   options.in_process = flags.has("--in-process") || !options.device.is_cuda();
+  options.jit_probe = flags.has("--jit-probe");
   return options;
 }
 
@@ -352,12 +355,35 @@ std::string run_case_in_own_process(size_t index, const Options& options) {
   return rows;
 }
 
+// --jit-probe: whether the driver JITs modules side by side. The wall time of
+// loading every tile of the tiled GEMM against the sum of the JITs' times.
+int jit_probe(const Options& options) {
+  runtime::Platform& platform = runtime::device_context(options.device).platform();
+  runtime::set_compile_profile(true);
+  runtime::take_compile_events();
+  Stopwatch wall;
+  platform.blas().preload_small_m_tiled_kernels(runtime::DType::kF32);
+  platform.wait_for_kernel_loads();
+  const double wall_ms = wall.elapsed_us() / 1000;
+  const std::vector<runtime::CompileEvent> events = runtime::take_compile_events();
+  double jit_ms = 0;
+  size_t jits = 0;
+  for (const runtime::CompileEvent& event : events) {
+    if (event.category != "jit") continue;
+    jit_ms += event.ms;
+    ++jits;
+  }
+  std::printf("jit probe: %zu JITs, wall %.1f ms, their sum %.1f ms\n", jits, wall_ms, jit_ms);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::optional<FlagValues> parsed = parse_flags_or_help(
       "eager_latency", "Per-call latency of the eager backend.", argc, argv, kFlags);
   if (!parsed) return 0;
   const FlagValues& flags = *parsed;
   Options options = parse(flags);
+  if (options.jit_probe) return jit_probe(options);
   std::vector<Case> cases = {
       {"mlp16x512 b=1", "mlp16x512", {{"batch", 1}}},
       {"mlp16x512 b=256", "mlp16x512", {{"batch", 256}}},

@@ -138,14 +138,16 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
         : transposed                   ? small_m_variants(launch.args.n, launch.args.m)
                                        : small_m_variants(launch.args.m, launch.args.n);
     std::vector<AssembledKernel> assembled;
-    std::vector<codegen::CompiledKernel> kernels;
     for (const SmallMVariant& variant : variants) {
       assembled.push_back(
           form == GemmKernelForm::kTinyK
               ? tiny_k_gemm_kernel(launch)
               : small_m_gemm_kernel(launch, variant.rows, transposed, variant.columns));
-      kernels.push_back(codegen::compile_kernel(assembled.back().spec, device));
     }
+    // Note [Kernels generated side by side] (compiler/codegen/kernel_compiler.cc).
+    std::vector<const codegen::KernelSpec*> specs;
+    for (const AssembledKernel& kernel : assembled) specs.push_back(&kernel.spec);
+    const std::vector<codegen::CompiledKernel> kernels = codegen::compile_kernels(specs, device);
     // Note [Kernels loaded in the background] (runtime/cuda/kernel_loader.cc):
     // the tiles' JIT runs while the kernels above and the library are timed.
     if (tiled) platform.blas().preload_small_m_tiled_kernels(launch.args.dtype);

@@ -364,7 +364,7 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
                                                   : source.ptx;
   // Note [One entry of a PTX module] (ptx_entries.cc).
   std::optional<std::string> one_entry;
-  if (!source.ptx.empty() && one_entry_per_module_enabled()) {
+  if (!source.ptx.empty() && !source.whole_module && one_entry_per_module_enabled()) {
     one_entry = ptx_with_only_entry(whole, source.name);
   }
   const std::string& code = one_entry ? *one_entry : whole;

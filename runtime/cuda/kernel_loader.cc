@@ -17,7 +17,7 @@ constexpr size_t kJitLogBytes = 8192;
 
 // The driver's JIT of `code`; throws DeviceError with its log.
 cudaLibrary_t load_library(int device, const std::string& code, const std::string& kernel_name,
-                           const std::string& what) {
+                           const std::string& what, bool onto_the_device) {
   CompileEventTimer timer("jit", kernel_name, code.size());
   GROVE_CUDA_CHECK(cudaSetDevice(device), "selecting cuda:", device, " to load ", what);
   std::array<char, kJitLogBytes> error_log{};
@@ -33,6 +33,19 @@ cudaLibrary_t load_library(int device, const std::string& code, const std::strin
         status, "cudaLibraryLoadData",
         str_cat("loading ", what, log.empty() ? "" : str_cat(" (JIT log: ", log, ")")));
   }
+  // Under lazy module loading (CUDA_MODULE_LOADING=LAZY, CUDA's default) the
+  // library reaches the device at its first use; asking for the kernel's
+  // attributes here loads it now, on this thread. A kernel the module lacks
+  // is reported at its lookup instead. (The caller's loads, the old path,
+  // leave it to the first launch.)
+  cudaKernel_t kernel = nullptr;
+  if (onto_the_device &&
+      cudaLibraryGetKernel(&kernel, library, kernel_name.c_str()) == cudaSuccess) {
+    CompileEventTimer device_load("device load", kernel_name);
+    cudaFuncAttributes attributes{};
+    cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel));
+  }
+  cudaGetLastError();
   return library;
 }
 
@@ -60,6 +73,7 @@ cudaKernel_t CudaKernel::look_up() const {
     CompileEventTimer timer("jit wait", name);
     loaded = library.get();  // rethrows the JIT's error
   }
+  CompileEventTimer timer("lookup", name);
   cudaKernel_t kernel = nullptr;
   GROVE_CUDA_CHECK(cudaLibraryGetKernel(&kernel, loaded, name.c_str()), "looking up kernel '", name,
                    "' in its PTX on cuda:", device,
@@ -89,9 +103,9 @@ std::shared_future<cudaLibrary_t> KernelLoader::load(const std::string& code,
                                                      const std::string& what, int threads) {
   auto promise = std::make_shared<std::promise<cudaLibrary_t>>();
   std::shared_future<cudaLibrary_t> future = promise->get_future().share();
-  auto job = [this, promise, &code, kernel_name, what] {
+  auto job = [this, promise, &code, kernel_name, what, threads] {
     try {
-      promise->set_value(load_library(device_, code, kernel_name, what));
+      promise->set_value(load_library(device_, code, kernel_name, what, threads > 0));
     } catch (...) {
       promise->set_exception(std::current_exception());
     }

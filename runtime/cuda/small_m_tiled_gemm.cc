@@ -1,7 +1,9 @@
 #include "runtime/cuda/small_m_tiled_gemm.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "runtime/error.h"
@@ -63,7 +65,8 @@ int64_t epilogue_code(GemmEpilogue epilogue) {
 
 }  // namespace
 
-KernelHandle SmallMTiledGemm::kernel_for(DType dtype, int32_t rows, int32_t columns, int warps) {
+KernelHandle SmallMTiledGemm::kernel_for(DType dtype, int32_t rows, int32_t columns, int warps,
+                                         bool whole_module) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto key = std::make_tuple(dtype, rows, columns, warps);
   auto found = kernels_.find(key);
@@ -73,14 +76,27 @@ KernelHandle SmallMTiledGemm::kernel_for(DType dtype, int32_t rows, int32_t colu
                           "_w", warps);
     source.ptx = kPtx[type_index(dtype)];
     source.ptx_programmatic = kProgrammaticPtx[type_index(dtype)];
+    source.whole_module = whole_module;
     found = kernels_.emplace(key, platform_.load_kernel(source)).first;
   }
   return found->second;
 }
 
+// Note [Tiles loaded for the tuning]: the GEMM tuning times every tile, so
+// every entry of the module is JITed. r1 of session 23 (H200, empty driver
+// cache) timed the f32 module whole at 804 ms and its 12 entries one by one at
+// 1151 ms in all, one after another (the driver did not JIT them side by
+// side). GROVE_TILE_PRELOAD picks: "module" (the module whole, once), "entries"
+// (each entry on its own, in the background) or "none" (each at its first
+// launch). The kernels are the same either way (Note [One entry of a PTX module]).
 void SmallMTiledGemm::preload(DType dtype) {
+  const char* value = std::getenv("GROVE_TILE_PRELOAD");
+  const std::string_view mode = value == nullptr || *value == '\0' ? "module" : value;
+  GROVE_CHECK_AS(ConfigError, mode == "module" || mode == "entries" || mode == "none",
+                 "GROVE_TILE_PRELOAD='", mode, "': expected module, entries or none");
+  if (mode == "none") return;
   for (const SmallMTile& tile : small_m_tiled_gemm_tiles()) {
-    if (tile.warps > 0) kernel_for(dtype, tile.rows, tile.columns, tile.warps);
+    if (tile.warps > 0) kernel_for(dtype, tile.rows, tile.columns, tile.warps, mode == "module");
   }
 }
 
@@ -114,7 +130,7 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
               ", bias ", g.bias == nullptr ? "null" : "set",
               " (a grove bug; please report it; GROVE_SMALL_M_TILED=0 avoids this kernel)");
   const int warps = tile.warps > 0 ? tile.warps : warps_for(g);
-  const KernelHandle kernel = kernel_for(g.dtype, tile.rows, tile.columns, warps);
+  const KernelHandle kernel = kernel_for(g.dtype, tile.rows, tile.columns, warps, false);
   const int64_t block_columns = kColumnLanes * tile.columns;
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>((g.n + block_columns - 1) / block_columns);

@@ -65,11 +65,11 @@ class SmallMTiledGemm {
   // Enqueues `args` (small_m_tiled_gemm_qualifies, tile_rows set) on `stream`.
   void launch(StreamHandle stream, const GemmArgs& args);
   // Loads the kernel of every tile of small_m_tiled_gemm_tiles for `dtype`
-  // (in the background: Note [Kernels loaded in the background]).
+  // (Note [Tiles loaded for the tuning]).
   void preload(DType dtype);
 
  private:
-  KernelHandle kernel_for(DType dtype, int32_t rows, int32_t columns, int warps);
+  KernelHandle kernel_for(DType dtype, int32_t rows, int32_t columns, int warps, bool whole_module);
 
   Platform& platform_;
   std::mutex mutex_;  // guards the loads (any thread may run GEMMs)
