@@ -215,6 +215,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--models", "DIR", "directory of the benchmark models (default benchmarks/models)"},
     {"--cases", "LIST", "which cases, by index (0 mlp b=1, 1 mlp b=256, 2 gpt; default all)"},
     {"--profile-top", "N", "slowest JIT modules and tunings printed per case (default 8)"},
+    {"--jit-probe", "",
+     "only load cuda's tiled GEMM kernels for f32 (GROVE_TILE_PRELOAD, "
+     "GROVE_KERNEL_LOAD_THREADS) and print how long their JIT took"},
     {"--in-process", "",
      "run every case in this process, caches as they are (cuda's default: "
      "each case in a process of its own with empty caches)"},
