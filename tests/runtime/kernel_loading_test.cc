@@ -100,6 +100,15 @@ TEST_F(KernelLoadingTest, EachEntryOfAModuleLoadsAloneAndMatchesTheWholeModuleBi
   std::vector<float> second = run(load(module, "grove_test_second"), values);
   EXPECT_EQ(first, expected(values, 1.5f, 1.0f));
   EXPECT_EQ(second, expected(values, 1.5f, 2.0f));
+  // KernelSource::whole_module: the module JITed once for both entries.
+  const std::string whole = two_entry_module("whole module", 1.5f);
+  KernelSource source;
+  source.name = "grove_test_first";
+  source.ptx = whole;
+  source.whole_module = true;
+  EXPECT_EQ(run(platform().load_kernel(source), values), first);
+  source.name = "grove_test_second";
+  EXPECT_EQ(run(platform().load_kernel(source), values), second);
   ::setenv("GROVE_PTX_ONE_ENTRY", "0", 1);
   ::setenv("GROVE_KERNEL_LOAD_THREADS", "0", 1);
   EXPECT_EQ(run(load(module, "grove_test_first"), values), first);
