@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -266,7 +267,8 @@ std::string json(const std::string& rows, const Options& options) {
       << "\",\n  \"iters\": " << options.iters << ",\n  \"cold\": \""
       << (options.in_process ? "in one process, caches as they were"
                              : "each case in a process of its own, driver JIT cache and GEMM "
-                               "tuning table empty")
+                               "tuning table empty (compile_cold_tuned_ms: another process with "
+                               "the tuning table the first one left)")
       << "\",\n  \"results\": [\n"
       << rows << "\n  ]\n}\n";
   return out.str();
@@ -303,28 +305,12 @@ std::string json_rows(const std::vector<Result>& results) {
   return out.str();
 }
 
-// Note [A cold compile in a process of its own]: case `index` in a child
-// process with new empty caches; returns its JSON entry.
-std::string run_case_in_own_process(size_t index, const Options& options) {
-  char directory_template[] = "/tmp/grove_eager_latency_XXXXXX";
-  GROVE_CHECK(::mkdtemp(directory_template) != nullptr,
-              "eager_latency: cannot make a temporary directory in /tmp");
-  const std::filesystem::path directory(directory_template);
-  std::filesystem::create_directories(directory / "driver_cache");
-  std::filesystem::create_directories(directory / "grove_cache");
-  const std::string json_path = (directory / "case.json").string();
-  std::vector<std::string> args = {"/proc/self/exe", "--in-process",
-                                   "--device",       options.device.str(),
-                                   "--cases",        std::to_string(index),
-                                   "--iters",        std::to_string(options.iters),
-                                   "--warmup",       std::to_string(options.warmup),
-                                   "--models",       options.models_dir,
-                                   "--profile-top",  std::to_string(options.profile_top),
-                                   "--json",         json_path};
-  // The child's environment: this one, with both caches in the new directory.
-  std::vector<std::string> environment = {
-      "CUDA_CACHE_PATH=" + (directory / "driver_cache").string(),
-      "GROVE_CACHE_DIR=" + (directory / "grove_cache").string()};
+// Runs this binary with `args`, CUDA_CACHE_PATH = `driver_cache` and
+// GROVE_CACHE_DIR = `grove_cache`; throws when it fails.
+void run_child(std::vector<std::string> args, const std::filesystem::path& driver_cache,
+               const std::filesystem::path& grove_cache) {
+  std::vector<std::string> environment = {"CUDA_CACHE_PATH=" + driver_cache.string(),
+                                          "GROVE_CACHE_DIR=" + grove_cache.string()};
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string_view text(*entry);
     if (!text.starts_with("CUDA_CACHE_PATH=") && !text.starts_with("GROVE_CACHE_DIR=")) {
@@ -345,17 +331,61 @@ std::string run_case_in_own_process(size_t index, const Options& options) {
   }
   int status = 0;
   ::waitpid(child, &status, 0);
-  std::string rows;
+  GROVE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "eager_latency: the process of case ",
+              args[5] /* --cases N */, " failed (status ", status, ")");
+}
+
+// The number after "key": in a JSON row this benchmark wrote.
+double json_number(const std::string& row, const std::string& key) {
+  const size_t at = row.find("\"" + key + "\": ");
+  GROVE_CHECK(at != std::string::npos, "eager_latency: no ", key, " in a case's results");
+  return std::strtod(row.c_str() + at + key.size() + 4, nullptr);
+}
+
+// Note [A cold compile in a process of its own]: case `index` in a child
+// process with new empty caches, then in another with the GEMM tuning table
+// the first one left and the driver's cache empty again (cold kernels, tuned
+// shapes: a second model of the same shapes, or the same model on a machine
+// that ran it before and lost only its JIT cache); returns the first one's
+// JSON entry with the second one's cold compile and first call added.
+std::string run_case_in_own_process(size_t index, const Options& options) {
+  char directory_template[] = "/tmp/grove_eager_latency_XXXXXX";
+  GROVE_CHECK(::mkdtemp(directory_template) != nullptr,
+              "eager_latency: cannot make a temporary directory in /tmp");
+  const std::filesystem::path directory(directory_template);
+  std::filesystem::create_directories(directory / "driver_cache");
+  std::filesystem::create_directories(directory / "driver_cache_again");
+  std::filesystem::create_directories(directory / "grove_cache");
+  auto args = [&](const std::string& json_path) {
+    return std::vector<std::string>{"/proc/self/exe", "--in-process",
+                                    "--device",       options.device.str(),
+                                    "--cases",        std::to_string(index),
+                                    "--iters",        std::to_string(options.iters),
+                                    "--warmup",       std::to_string(options.warmup),
+                                    "--models",       options.models_dir,
+                                    "--profile-top",  std::to_string(options.profile_top),
+                                    "--json",         json_path};
+  };
+  std::string row;
   try {
-    GROVE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "eager_latency: case ", index,
-                "'s process failed (status ", status, ")");
-    rows = results_text(json_path);
+    const std::string cold_path = (directory / "cold.json").string();
+    run_child(args(cold_path), directory / "driver_cache", directory / "grove_cache");
+    row = results_text(cold_path);
+    std::printf("  again with the tuning table it left (driver cache empty):\n");
+    const std::string tuned_path = (directory / "tuned.json").string();
+    run_child(args(tuned_path), directory / "driver_cache_again", directory / "grove_cache");
+    const std::string tuned = results_text(tuned_path);
+    const size_t profile = row.find(", \"cold_profile\"");
+    GROVE_CHECK(profile != std::string::npos, "eager_latency: no cold_profile in a case's results");
+    row.insert(profile,
+               str_cat(", \"compile_cold_tuned_ms\": ", json_number(tuned, "compile_cold_ms"),
+                       ", \"first_call_tuned_ms\": ", json_number(tuned, "first_call_ms")));
   } catch (...) {
     std::filesystem::remove_all(directory);
     throw;
   }
   std::filesystem::remove_all(directory);
-  return rows;
+  return row;
 }
 
 // --jit-probe: whether the driver JITs modules side by side. The wall time of
