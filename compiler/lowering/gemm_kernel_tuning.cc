@@ -148,9 +148,13 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
     std::vector<const codegen::KernelSpec*> specs;
     for (const AssembledKernel& kernel : assembled) specs.push_back(&kernel.spec);
     const std::vector<codegen::CompiledKernel> kernels = codegen::compile_kernels(specs, device);
-    // Note [Kernels loaded in the background] (runtime/cuda/kernel_loader.cc):
-    // the tiles' JIT runs while the kernels above and the library are timed.
+    // Note [Tiles loaded for the tuning] (runtime/cuda/small_m_tiled_gemm.cc):
+    // the tiles JIT side by side with the candidates above, and every JIT
+    // in flight ends before anything is timed, so the times are taken on a
+    // host with no JIT running, as before the loads went to the background
+    // (Note [Kernels loaded in the background]).
     if (tiled) platform.blas().preload_small_m_tiled_kernels(launch.args.dtype);
+    platform.wait_for_kernel_loads();
     runtime::StreamHandle stream = platform.create_stream();
     std::optional<GemmTuningEntry> entry;
     try {

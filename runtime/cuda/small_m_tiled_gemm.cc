@@ -83,17 +83,22 @@ KernelHandle SmallMTiledGemm::kernel_for(DType dtype, int32_t rows, int32_t colu
 }
 
 // Note [Tiles loaded for the tuning]: the GEMM tuning times every tile, so
-// every entry of the module is JITed. r1 of session 23 (H200, empty driver
-// cache) timed the f32 module whole at 804 ms and its 12 entries one by one at
-// 1151 ms in all, one after another (the driver did not JIT them side by
-// side). GROVE_TILE_PRELOAD picks: "module" (the module whole, once), "entries"
-// (each entry on its own, in the background) or "none" (each at its first
-// launch). The kernels are the same either way (Note [One entry of a PTX module]).
+// it JITs every entry of the module. The driver JITs modules side by side
+// (session 23 r2, H200, `eager_latency --jit-probe`: the f32 module's 12
+// entries on 8 loader threads in 440 ms, on one thread in 1857 ms, the
+// module whole in 1438 ms), so the tuning starts each entry loading on its
+// own before it times anything. Cold compiles in that round (empty driver
+// cache and tuning table, one process each): mlp16x512 b=1 623 ms with
+// entries, 1455-1592 ms with the module whole, 1548-1876 ms on the old path;
+// gpt4x256 b=1 T=32 1566, 2535-2777 and 3956-4968 ms. GROVE_TILE_PRELOAD
+// picks: "entries" (the default), "module" (the module whole, once) or
+// "none" (each tile at its first launch). The kernels are the same either
+// way (Note [One entry of a PTX module]).
 void SmallMTiledGemm::preload(DType dtype) {
   const char* value = std::getenv("GROVE_TILE_PRELOAD");
-  const std::string_view mode = value == nullptr || *value == '\0' ? "module" : value;
+  const std::string_view mode = value == nullptr || *value == '\0' ? "entries" : value;
   GROVE_CHECK_AS(ConfigError, mode == "module" || mode == "entries" || mode == "none",
-                 "GROVE_TILE_PRELOAD='", mode, "': expected module, entries or none");
+                 "GROVE_TILE_PRELOAD='", mode, "': expected entries (the default), module or none");
   if (mode == "none") return;
   for (const SmallMTile& tile : small_m_tiled_gemm_tiles()) {
     if (tile.warps > 0) kernel_for(dtype, tile.rows, tile.columns, tile.warps, mode == "module");
