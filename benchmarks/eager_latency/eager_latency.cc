@@ -21,14 +21,16 @@
 // process of its own (this binary again, --in-process --cases N) with both
 // directories new and empty, and its cold compile is a compile on a machine
 // that never ran grove: every JIT, every tuning, the libraries' first setup.
-// --in-process runs every case here with the caches as they are (and sim
-// always does: it has no JIT).
+// A second child then compiles the case with the tuning table the first one
+// left and the driver's cache empty again (compile_cold_tuned_ms: cold
+// kernels for shapes this machine has tuned). --in-process runs every case
+// here with the caches as they are (and sim always does: it has no JIT).
 // Prints a table and writes JSON. Runs on cuda when present, else on sim (a
 // smoke test for CI: use a small --iters there).
 //
 //   eager_latency [--device cuda|sim] [--iters 200] [--warmup 20]
 //                 [--cases 0,1,2] [--in-process] [--profile-top 8]
-//                 [--json eager_latency.json]
+//                 [--jit-probe] [--json eager_latency.json]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -342,8 +344,8 @@ double json_number(const std::string& row, const std::string& key) {
   return std::strtod(row.c_str() + at + key.size() + 4, nullptr);
 }
 
-// Note [A cold compile in a process of its own]: case `index` in a child
-// process with new empty caches, then in another with the GEMM tuning table
+// Case `index` in a child process with new empty caches (Note [A cold
+// compile in a process of its own]), then in another with the GEMM tuning table
 // the first one left and the driver's cache empty again (cold kernels, tuned
 // shapes: a second model of the same shapes, or the same model on a machine
 // that ran it before and lost only its JIT cache); returns the first one's

@@ -59,11 +59,14 @@ cudaLibrary_t load_library(int device, const std::string& code, const std::strin
 // the compiler goes on generating the next kernels while the driver compiles
 // the earlier ones, several at a time. A kernel is looked up in its library
 // (cudaLibraryGetKernel) the first time it is used - a launch, a graph node,
-// or Platform::wait_for_kernel_loads, which lowering::lower calls last, so a
+// or Platform::wait_for_kernel_loads, which schedule_program calls last, so a
 // compile still returns with its kernels loaded and throws a JIT error
-// itself. The machine code does not depend on which thread compiled it.
-// GROVE_KERNEL_LOAD_THREADS=0 loads in the caller (the old path).
-// Tests: CudaPlatformTest.KernelsLoadedInTheBackgroundMatchTheCallersLoads,
+// itself. The machine code does not depend on which thread compiled it, and
+// the driver does JIT side by side (session 23 r2, H200: 12 modules in 440 ms
+// on 8 threads, 1857 ms on one). GROVE_KERNEL_LOAD_THREADS=0 loads in the
+// caller (the old path).
+// Tests: KernelLoadingTest.KernelsLoadedInTheBackgroundMatchTheCallersLoads,
+// KernelLoadingTest.AFailedBackgroundJitIsThrownByTheWait,
 // CudaPlatformTest.LoadingAKernelThatThePtxLacksNamesIt.
 cudaKernel_t CudaKernel::look_up() const {
   std::lock_guard<std::mutex> lock(mutex_);

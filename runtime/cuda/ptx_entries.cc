@@ -17,7 +17,7 @@ namespace {
 // a module-scope .global variable must share one module, so such modules
 // load whole. GROVE_PTX_ONE_ENTRY=0 loads every module whole (the old path).
 // Tests: PtxEntries.* (tests/runtime/ptx_entries_test.cc); on cuda,
-// CudaPlatformTest.EachEntryOfAModuleLoadsAlone.
+// KernelLoadingTest.EachEntryOfAModuleLoadsAloneAndMatchesTheWholeModuleBitwise.
 
 // A top-level function definition: [begin, end) of its text, from the start
 // of the line that declares it to its closing brace.
