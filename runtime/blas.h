@@ -177,6 +177,12 @@ class BlasSupport {
   // workspace) now, e.g. before a capture, so that the first captured GEMM
   // does no set-up work. Nothing to do on sim and cpu.
   virtual void prepare_gemm(StreamHandle stream) = 0;
+
+  // Starts loading every tile's kernel of cuda's tiled small-M GEMM for
+  // `dtype`, so that the GEMM tuning, which times each tile, does not JIT them
+  // one after another (Note [Kernels loaded in the background],
+  // runtime/cuda/kernel_loader.cc). Nothing to do on sim and cpu.
+  virtual void preload_small_m_tiled_kernels(DType /*dtype*/) {}
 };
 
 }  // namespace grove::runtime

@@ -90,6 +90,10 @@ struct KernelSource {
   // Dynamic shared memory a launch may ask for beyond 48 KiB (cuda allows it
   // per kernel; 0: at most 48 KiB). sim ignores it.
   uint32_t max_dynamic_shared_bytes = 0;
+  // cuda: JIT the PTX module whole, even where the kernel's entry alone would
+  // do (Note [One entry of a PTX module], runtime/cuda/ptx_entries.cc): for a
+  // caller that is about to load every entry of it.
+  bool whole_module = false;
 };
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
@@ -181,6 +185,10 @@ class Platform {
 
   // Loads a kernel once; the handle stays valid for the platform's lifetime.
   virtual KernelHandle load_kernel(const KernelSource& source) = 0;
+  // Returns once every kernel load_kernel returned is ready to launch, and
+  // throws the error of a load that failed (cuda JITs PTX in the background:
+  // Note [Kernels loaded in the background], runtime/cuda/kernel_loader.cc).
+  virtual void wait_for_kernel_loads() {}
   virtual void launch_kernel(KernelHandle kernel, const LaunchDims& dims, const KernelArgs& args,
                              StreamHandle stream) = 0;
   // Runs `function(user_data)` in stream order (cudaLaunchHostFunc).

@@ -230,17 +230,31 @@ def eager_latency(report):
         rows.append([r.get("case"), us(r.get("latency_median_us")), us(r.get("latency_p90_us")),
                      us(r.get("enqueue_median_us")), us(r.get("gpu_median_us")),
                      "%s + %s" % (r.get("kernels", "?"), r.get("gemms", "?")),
-                     "%.1f / %.2f" % (r.get("compile_cold_ms", float("nan")),
-                                      r.get("compile_cached_ms", float("nan")))])
+                     "%.1f / %s / %.2f" % (r.get("compile_cold_ms", float("nan")),
+                                           "%.1f" % r["compile_cold_tuned_ms"]
+                                           if "compile_cold_tuned_ms" in r else "-",
+                                           r.get("compile_cached_ms", float("nan")))])
     lines = ["The `eager` backend alone: per-call latency, the host time to enqueue the call, "
              "the GPU time between events around it, the kernels and cuBLAS GEMMs it launches, "
              "and the JIT compile time of the model, cold and from the kernel cache. %s calls."
              % report.get("iters", "?"), ""]
     lines += table(["case", "median", "p90", "enqueue", "GPU time (events)", "kernels + GEMMs",
-                    "JIT cold / cached (ms)"], rows, ["l", "r", "r", "r", "r", "l", "r"])
-    return lines + ["", "Reading: when the enqueue time is almost the whole call and the GPU "
-                    "time spans the same interval, the eager path is launch-bound: the GPU "
-                    "waits for launches."]
+                    "JIT cold / cold, tuning kept / cached (ms)"], rows,
+                   ["l", "r", "r", "r", "r", "l", "r"])
+    reading = ("Reading: when the enqueue time is almost the whole call and the GPU "
+               "time spans the same interval, the eager path is launch-bound: the GPU "
+               "waits for launches.")
+    cold = report.get("cold")
+    if cold:
+        reading += (" JIT cold: %s (Note [A cold compile in a process of its own]); cold, "
+                    "tuning kept: a second process with the GEMM tuning table the first left "
+                    "and the driver's JIT cache empty; cached: the same program compiled again "
+                    "in the first process." % cold)
+    else:
+        reading += (" JIT cold: the kernel cache cleared in one process that had run the "
+                    "cases before it; the driver's JIT cache and the GEMM tuning table as "
+                    "earlier runs left them.")
+    return lines + ["", reading]
 
 
 def train_step(report):

@@ -1,12 +1,17 @@
 #include "compiler/codegen/kernel_compiler.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <future>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/codegen/programmatic_ptx.h"
+#include "runtime/compile_profile.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
@@ -17,11 +22,14 @@ namespace {
 // Note [Kernel cache]: generated code is PTX (cuda) or a host function (sim
 // and cpu share it), a loaded handle belongs to one device; both are keyed by
 // the spec's signature.
-// One mutex guards both maps and is held while compiling, so two threads
-// asking for the same kernel generate it once.
+// One mutex guards the maps, but code is generated outside it (Note [Kernels
+// generated side by side]): a signature being generated is in `generating`,
+// and a second thread asking for it waits for the first one's result, so
+// every kernel is still generated once.
 struct KernelCache {
   std::mutex mutex;
   std::map<std::pair<std::string, bool>, runtime::KernelSource> sources;  // (signature, is PTX)
+  std::map<std::pair<std::string, bool>, std::shared_future<runtime::KernelSource>> generating;
   std::map<std::pair<std::string, runtime::Device>, CompiledKernel> kernels;
   KernelCacheStats stats;
 };
@@ -29,6 +37,19 @@ struct KernelCache {
 KernelCache& cache() {
   static KernelCache* instance = new KernelCache();
   return *instance;
+}
+
+runtime::KernelSource generate(const KernelSpec& spec, runtime::Device device, bool programmatic) {
+  spec.verify();
+  runtime::KernelSource generated;
+  generated.name = kernel_symbol(spec);
+  if (device.is_cuda()) {
+    generated.ptx = emit_ptx(spec);
+    if (programmatic) generated.ptx_programmatic = programmatic_ptx(generated.ptx);
+  } else {
+    generated.host_function = jit_host_kernel(spec);
+  }
+  return generated;
 }
 
 }  // namespace
@@ -54,7 +75,7 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
       (row_registers ? "|rows_in_registers" : "") + (warp_held ? "|warp_held_rows" : "") +
       (one_barrier ? "|one_barrier" : "");
   KernelCache& state = cache();
-  std::lock_guard<std::mutex> lock(state.mutex);
+  std::unique_lock<std::mutex> lock(state.mutex);
   auto found = state.kernels.find({signature, device});
   if (found != state.kernels.end()) {
     ++state.stats.hits;
@@ -64,29 +85,56 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
   auto source_key = std::make_pair(signature, device.is_cuda());
   auto source = state.sources.find(source_key);
   if (source == state.sources.end()) {
-    spec.verify();
-    auto start = std::chrono::steady_clock::now();
-    runtime::KernelSource generated;
-    generated.name = kernel_symbol(spec);
-    if (device.is_cuda()) {
-      generated.ptx = emit_ptx(spec);
-      if (programmatic) generated.ptx_programmatic = programmatic_ptx(generated.ptx);
+    if (auto other = state.generating.find(source_key); other != state.generating.end()) {
+      std::shared_future<runtime::KernelSource> pending = other->second;
+      lock.unlock();
+      runtime::KernelSource generated = pending.get();  // rethrows the other thread's error
+      lock.lock();
+      source = state.sources.emplace(source_key, std::move(generated)).first;
     } else {
-      generated.host_function = jit_host_kernel(spec);
+      std::promise<runtime::KernelSource> promise;
+      state.generating.emplace(source_key, promise.get_future().share());
+      lock.unlock();
+      auto start = std::chrono::steady_clock::now();
+      runtime::KernelSource generated;
+      try {
+        generated = generate(spec, device, programmatic);
+      } catch (...) {
+        promise.set_exception(std::current_exception());
+        lock.lock();
+        state.generating.erase(source_key);
+        throw;
+      }
+      compile_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      promise.set_value(generated);
+      runtime::record_compile_event({"ptx", generated.name,
+                                     generated.ptx_programmatic.empty()
+                                         ? generated.ptx.size()
+                                         : generated.ptx_programmatic.size(),
+                                     compile_ms});
+      if (log_enabled(LogLevel::kDebug)) {
+        log(LogLevel::kDebug,
+            str_cat("codegen: compiled kernel ", generated.name, " for ",
+                    runtime::device_type_name(device.type), " in ", compile_ms, " ms"));
+      }
+      lock.lock();
+      state.generating.erase(source_key);
+      ++state.stats.code_generations;
+      state.stats.total_compile_ms += compile_ms;
+      source = state.sources.emplace(source_key, std::move(generated)).first;
     }
-    compile_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    ++state.stats.code_generations;
-    state.stats.total_compile_ms += compile_ms;
-    if (log_enabled(LogLevel::kDebug)) {
-      log(LogLevel::kDebug,
-          str_cat("codegen: compiled kernel ", generated.name, " for ",
-                  runtime::device_type_name(device.type), " in ", compile_ms, " ms"));
-    }
-    source = state.sources.emplace(source_key, std::move(generated)).first;
+  }
+  // A thread that waited for this generation may have loaded it meanwhile.
+  if (auto done = state.kernels.find({signature, device}); done != state.kernels.end()) {
+    return done->second;
   }
   CompiledKernel kernel;
-  kernel.handle = context.platform().load_kernel(source->second);
+  {
+    runtime::CompileEventTimer timer("load call", source->second.name);
+    kernel.handle = context.platform().load_kernel(source->second);
+  }
   ++state.stats.loads;
   kernel.dims = kernel_launch_dims(spec, device.type);
   kernel.input_count = spec.inputs.size() * spec.part_count();
@@ -107,6 +155,41 @@ CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device) {
   kernel.compile_ms = compile_ms;
   state.kernels.emplace(std::make_pair(signature, device), kernel);
   return kernel;
+}
+
+// Note [Kernels generated side by side]: LLVM's PTX for one of the small-M
+// GEMM's candidates takes 15-110 ms (session 23 r1, gpt4x256's cold compile:
+// 1.0 s of code generation, most of it the tuning's 24 candidates, one after
+// another). emit_ptx builds its own LLVMContext and target machine, so
+// candidates are generated on threads of their own, and the kernel cache
+// generates each signature once (Note [Kernel cache]). The code is the same.
+// GROVE_PARALLEL_CODEGEN=0 generates them one after another (the old path).
+// Test: KernelCompiler.KernelsCompiledSideBySideMatchOneAfterAnother.
+std::vector<CompiledKernel> compile_kernels(const std::vector<const KernelSpec*>& specs,
+                                            runtime::Device device) {
+  const char* value = std::getenv("GROVE_PARALLEL_CODEGEN");
+  const bool side_by_side =
+      specs.size() > 1 && !(value != nullptr && std::string_view(value) == "0");
+  std::vector<CompiledKernel> kernels;
+  if (!side_by_side) {
+    for (const KernelSpec* spec : specs) kernels.push_back(compile_kernel(*spec, device));
+    return kernels;
+  }
+  std::vector<std::future<CompiledKernel>> compiling;
+  for (const KernelSpec* spec : specs) {
+    compiling.push_back(
+        std::async(std::launch::async, [spec, device] { return compile_kernel(*spec, device); }));
+  }
+  std::exception_ptr first_error;
+  for (std::future<CompiledKernel>& kernel : compiling) {
+    try {
+      kernels.push_back(kernel.get());
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
+  return kernels;
 }
 
 namespace {

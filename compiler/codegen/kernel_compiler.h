@@ -42,6 +42,11 @@ struct CompiledKernel {
 // Thread-safe.
 CompiledKernel compile_kernel(const KernelSpec& spec, runtime::Device device);
 
+// compile_kernel of each spec, in order, the code generated side by side
+// (Note [Kernels generated side by side]); throws the first error.
+std::vector<CompiledKernel> compile_kernels(const std::vector<const KernelSpec*>& specs,
+                                            runtime::Device device);
+
 // Argument slots in ABI order; throws grove::Error when a count does not match
 // the kernel, or when a pointer a multi-part kernel takes once differs between
 // its parts (Note [Multi-part kernel arguments]).

@@ -13,6 +13,7 @@
 #include "compiler/lowering/gemm_tuning_table.h"
 #include "compiler/lowering/tiny_k_gemm.h"
 #include "runtime/blas.h"
+#include "runtime/compile_profile.h"
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
@@ -137,14 +138,23 @@ std::optional<GemmTuningEntry> measure(const GemmLaunch& launch, runtime::Device
         : transposed                   ? small_m_variants(launch.args.n, launch.args.m)
                                        : small_m_variants(launch.args.m, launch.args.n);
     std::vector<AssembledKernel> assembled;
-    std::vector<codegen::CompiledKernel> kernels;
     for (const SmallMVariant& variant : variants) {
       assembled.push_back(
           form == GemmKernelForm::kTinyK
               ? tiny_k_gemm_kernel(launch)
               : small_m_gemm_kernel(launch, variant.rows, transposed, variant.columns));
-      kernels.push_back(codegen::compile_kernel(assembled.back().spec, device));
     }
+    // Note [Kernels generated side by side] (compiler/codegen/kernel_compiler.cc).
+    std::vector<const codegen::KernelSpec*> specs;
+    for (const AssembledKernel& kernel : assembled) specs.push_back(&kernel.spec);
+    const std::vector<codegen::CompiledKernel> kernels = codegen::compile_kernels(specs, device);
+    // Note [Tiles loaded for the tuning] (runtime/cuda/small_m_tiled_gemm.cc):
+    // the tiles JIT side by side with the candidates above, and every JIT
+    // in flight ends before anything is timed, so the times are taken on a
+    // host with no JIT running, as before the loads went to the background
+    // (Note [Kernels loaded in the background]).
+    if (tiled) platform.blas().preload_small_m_tiled_kernels(launch.args.dtype);
+    platform.wait_for_kernel_loads();
     runtime::StreamHandle stream = platform.create_stream();
     std::optional<GemmTuningEntry> entry;
     try {
@@ -370,7 +380,10 @@ SmallMVariant tuned_gemm_kernel(const GemmLaunch& launch, runtime::Device device
   };
   if (std::optional<GemmTuningEntry> entry = table.find(key)) {
     choice = choose(*entry);
-  } else if (std::optional<GemmTuningEntry> measured = measure(launch, device, form, tiled)) {
+  } else if (std::optional<GemmTuningEntry> measured = [&] {
+               runtime::CompileEventTimer timer("tuning", key);
+               return measure(launch, device, form, tiled);
+             }()) {
     choice = choose(*measured);
     table.store(key, *measured);
     log(LogLevel::kInfo,

@@ -15,6 +15,7 @@
 #include "compiler/lowering/small_m_gemm.h"
 #include "compiler/lowering/tiny_k_gemm.h"
 #include "compiler/ops/op_helpers.h"
+#include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/sequence_attention_kernel.h"
 
@@ -698,6 +699,9 @@ ScheduledProgram schedule_program(const ir::Program& program, const ScheduleOpti
   out.fusion = plan_fusion(*out.graph);
   out.device = program.device();
   Scheduler(out, options).run();
+  // Note [Kernels loaded in the background] (runtime/cuda/kernel_loader.cc):
+  // the program returns with its kernels JITed, and throws a failed JIT here.
+  if (options.load_kernels) runtime::device_context(out.device).platform().wait_for_kernel_loads();
   return out;
 }
 

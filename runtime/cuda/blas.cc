@@ -75,6 +75,8 @@ class CublasSupport final : public BlasSupport {
 
   void prepare_gemm(StreamHandle stream) override { runtime::prepare_gemm(device_, stream); }
 
+  void preload_small_m_tiled_kernels(DType dtype) override { small_m_tiled_gemm_.preload(dtype); }
+
  private:
   Device device_;
   cuda_detail::SmallMGemv small_m_gemv_;

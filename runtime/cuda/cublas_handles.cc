@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/compile_profile.h"
 #include "runtime/cuda/blas.h"
 #include "runtime/cuda/cuda_error.h"
 
@@ -86,6 +87,7 @@ const StreamHandleState& stream_handle_state(const CublasLibrary& library, Devic
     return r.handles.emplace(key, state).first->second;
   }
   size_t bytes = 0;
+  CompileEventTimer timer("blas setup", "cublasCreate");
   check_cublas(library, library.create(&state.handle), "cublasCreate", where);
   try {
     check_cublas(library, library.set_stream(state.handle, key.second), "cublasSetStream", where);

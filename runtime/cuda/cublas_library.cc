@@ -2,6 +2,7 @@
 
 #include <ostream>
 
+#include "runtime/compile_profile.h"
 #include "runtime/cuda/library_loader.h"
 #include "runtime/error.h"
 
@@ -26,6 +27,7 @@ void* open_library(const char* soname, std::string& errors) {
 }
 
 Loaded load() {
+  CompileEventTimer timer("blas setup", "dlopen cuBLAS and cuBLASLt");
   Loaded loaded;
   std::string errors;
   void* lt = open_library("libcublasLt.so.13", errors);

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/compile_profile.h"
 #include "runtime/cuda/cublas_handles.h"
 #include "runtime/cuda/cuda_error.h"
 #include "runtime/cuda/gemm_algorithm_search.h"
@@ -262,6 +263,7 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
   auto handle = r.handles.find(device.index);
   if (handle == r.handles.end()) {
     RelaxedCaptureModeGuard relaxed;
+    CompileEventTimer timer("blas setup", "cublasLtCreate");
     cublasLtHandle_t created = nullptr;
     check_cublas(library, library.lt_create(&created), "cublasLtCreate", doing);
     handle = r.handles.emplace(device.index, created).first;
@@ -269,6 +271,7 @@ void gemm_with_epilogue(const CublasLibrary& library, Device device, StreamHandl
   auto plan = r.plans.find(key);
   if (plan == r.plans.end()) {
     RelaxedCaptureModeGuard relaxed;
+    CompileEventTimer timer("blas plan", "cublasLt plan");
     plan = r.plans
                .emplace(key, make_plan(library, handle->second, key, g, doing,
                                        static_cast<cudaStream_t>(stream.impl)))
@@ -350,11 +353,13 @@ bool row_major_epilogue_available(Device device, GemmEpilogue epilogue, DType dt
       auto handle = r.handles.find(device.index);
       if (handle == r.handles.end()) {
         RelaxedCaptureModeGuard relaxed;
+        CompileEventTimer timer("blas setup", "cublasLtCreate");
         cublasLtHandle_t created = nullptr;
         check_cublas(library, library.lt_create(&created), "cublasLtCreate", doing);
         handle = r.handles.emplace(device.index, created).first;
       }
       RelaxedCaptureModeGuard relaxed;
+      CompileEventTimer timer("blas plan", "cublasLt epilogue probe");
       LtPlan plan = make_plan(library, handle->second, probe, args, doing, nullptr);
       library.lt_layout_destroy(plan.a);
       library.lt_layout_destroy(plan.b);

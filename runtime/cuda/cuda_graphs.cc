@@ -134,7 +134,7 @@ cudaKernelNodeParams kernel_node_params(const CudaKernel& kernel, const LaunchDi
     pointers[i] = const_cast<uint64_t*>(&args.slots[i]);
   }
   cudaKernelNodeParams params{};
-  params.func = reinterpret_cast<void*>(kernel.kernel);
+  params.func = reinterpret_cast<void*>(kernel.get());
   params.gridDim = dim3(dims.grid.x, dims.grid.y, dims.grid.z);
   params.blockDim = dim3(dims.block.x, dims.block.y, dims.block.z);
   params.sharedMemBytes = dims.shared_bytes;

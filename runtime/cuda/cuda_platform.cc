@@ -5,13 +5,17 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
+#include <optional>
 #include <string_view>
 
 #include "runtime/cuda/blas.h"
 #include "runtime/cuda/cuda_error.h"
 #include "runtime/cuda/cuda_platform_impl.h"
+#include "runtime/cuda/ptx_entries.h"
 #include "runtime/logging.h"
 
 namespace grove::runtime {
@@ -106,12 +110,14 @@ std::string dims_str(const LaunchDims& dims) {
                  " bytes of shared memory");
 }
 
-constexpr size_t kJitLogBytes = 8192;
 constexpr size_t kMaxInlineSlots = 32;
 
 }  // namespace
 
-CudaPlatform::CudaPlatform(int index) : index_(index), blas_(make_cublas_support(device(), *this)) {
+CudaPlatform::CudaPlatform(int index)
+    : index_(index),
+      loader_(std::make_unique<KernelLoader>(index)),
+      blas_(make_cublas_support(device(), *this)) {
   use_device();
   cudaDeviceProp properties{};
   GROVE_CUDA_CHECK(cudaGetDeviceProperties(&properties, index_),
@@ -126,7 +132,14 @@ CudaPlatform::CudaPlatform(int index) : index_(index), blas_(make_cublas_support
 CudaPlatform::~CudaPlatform() {
   // Errors are ignored: the process may be exiting and the driver shutting down.
   if (upload_stream_ != nullptr) cudaStreamDestroy(upload_stream_);
-  for (auto& [ptx, library] : libraries_) cudaLibraryUnload(library);
+  loader_.reset();  // finishes the loads under way
+  for (auto& [code, library] : libraries_) {
+    if (!library.valid()) continue;
+    try {
+      cudaLibraryUnload(library.get());
+    } catch (...) {
+    }
+  }
   cudaGetLastError();
 }
 
@@ -363,45 +376,82 @@ KernelHandle CudaPlatform::load_kernel(const KernelSource& source) {
                  "' has neither PTX nor a cubin/fatbin image; the cuda device runs only those");
   use_device();
   const bool programmatic = programmatic_launch_ && !source.ptx_programmatic.empty();
-  const std::string& code = programmatic         ? source.ptx_programmatic
-                            : source.ptx.empty() ? source.image
-                                                 : source.ptx;
+  const std::string& whole = programmatic         ? source.ptx_programmatic
+                             : source.ptx.empty() ? source.image
+                                                  : source.ptx;
+  // Note [One entry of a PTX module] (ptx_entries.cc).
+  std::optional<std::string> one_entry;
+  if (!source.ptx.empty() && !source.whole_module && one_entry_per_module_enabled()) {
+    one_entry = ptx_with_only_entry(whole, source.name);
+  }
+  const std::string& code = one_entry ? *one_entry : whole;
+  const int load_threads = kernel_load_threads();
+  // A background load looks the kernel up later (Note [Kernels loaded in the
+  // background]), so a name the PTX does not define is reported here.
+  GROVE_CHECK_AS(DeviceError,
+                 load_threads == 0 || source.ptx.empty() ||
+                     code.find(str_cat(".entry ", source.name)) != std::string::npos,
+                 "looking up kernel '", source.name, "' in its PTX on ", where(),
+                 ": the PTX defines no .entry of that name (is it declared extern \"C\"?)");
   std::lock_guard<std::mutex> lock(mutex_);
   auto library_it = libraries_.find(code);
   if (library_it == libraries_.end()) {
-    std::array<char, kJitLogBytes> error_log{};
-    std::array<cudaJitOption, 2> options = {cudaJitErrorLogBuffer, cudaJitErrorLogBufferSizeBytes};
-    std::array<void*, 2> values = {error_log.data(),
-                                   reinterpret_cast<void*>(uintptr_t{kJitLogBytes})};
-    cudaLibrary_t library = nullptr;
-    cudaError_t status = cudaLibraryLoadData(&library, code.data(), options.data(), values.data(),
-                                             options.size(), nullptr, nullptr, 0);
-    if (status != cudaSuccess) {
-      std::string log(error_log.data());
-      throw_cuda_error(status, "cudaLibraryLoadData",
-                       str_cat("loading the PTX of kernel '", source.name, "' on ", where(),
-                               log.empty() ? "" : str_cat(" (JIT log: ", log, ")")));
+    library_it = libraries_.emplace(code, std::shared_future<cudaLibrary_t>{}).first;
+    const std::string what = str_cat("the PTX of kernel '", source.name, "' on ", where());
+    try {
+      library_it->second = loader_->load(library_it->first, source.name, what, load_threads);
+    } catch (...) {
+      libraries_.erase(library_it);
+      throw;
     }
-    library_it = libraries_.emplace(code, library).first;
   }
-  auto key = std::make_pair(library_it->second, source.name);
+  auto key = std::make_pair(&library_it->first, source.name);
   if (auto it = kernels_by_name_.find(key); it != kernels_by_name_.end()) {
     return KernelHandle{it->second};
   }
-  cudaKernel_t kernel = nullptr;
-  GROVE_CUDA_CHECK(cudaLibraryGetKernel(&kernel, library_it->second, source.name.c_str()),
-                   "looking up kernel '", source.name, "' in its PTX on ", where(),
-                   " (is it declared extern \"C\" .entry with that name?)");
-  if (source.max_dynamic_shared_bytes > 48 * 1024) {
-    GROVE_CUDA_CHECK(
-        cudaKernelSetAttributeForDevice(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(source.max_dynamic_shared_bytes), index_),
-        "allowing kernel '", source.name, "' ", source.max_dynamic_shared_bytes,
-        " bytes of dynamic shared memory on ", where());
+  CudaKernel& kernel = kernels_.emplace_back();
+  kernel.name = source.name;
+  kernel.device = index_;
+  kernel.programmatic = programmatic;
+  kernel.max_dynamic_shared_bytes = source.max_dynamic_shared_bytes;
+  kernel.library = library_it->second;
+  if (load_threads == 0) {
+    try {
+      kernel.get();  // the old path: loaded and looked up before load_kernel returns
+    } catch (...) {
+      kernels_.pop_back();
+      if (library_it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        try {
+          library_it->second.get();
+        } catch (...) {
+          libraries_.erase(library_it);  // a failed JIT is not kept
+        }
+      }
+      throw;
+    }
   }
-  kernels_.push_back(CudaKernel{source.name, kernel, programmatic});
-  kernels_by_name_.emplace(key, &kernels_.back());
-  return KernelHandle{&kernels_.back()};
+  kernels_by_name_.emplace(key, &kernel);
+  if (load_threads > 0) pending_kernels_.push_back(&kernel);
+  return KernelHandle{&kernel};
+}
+
+// Each kernel is waited for by one wait: a failed JIT throws there once (and
+// at each launch of that kernel), not in every later compile of the process.
+void CudaPlatform::wait_for_kernel_loads() {
+  std::vector<const CudaKernel*> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending.swap(pending_kernels_);
+  }
+  std::exception_ptr first_error;
+  for (const CudaKernel* kernel : pending) {
+    try {
+      kernel->get();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 // Note [Programmatic dependent launch]
@@ -479,7 +529,7 @@ void CudaPlatform::launch_kernel(KernelHandle kernel, const LaunchDims& dims,
     config.numAttrs = 1;
   }
   GROVE_CUDA_CHECK(
-      cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cuda_kernel->kernel), params),
+      cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cuda_kernel->get()), params),
       "launching kernel '", cuda_kernel->name, "' with ", dims_str(dims),
       cuda_kernel->programmatic ? " (programmatic dependent launch)" : "", " on ", where());
   if (active_captures_.load(std::memory_order_relaxed) > 0) {

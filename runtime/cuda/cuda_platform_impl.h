@@ -22,17 +22,10 @@
 #include <vector>
 
 #include "runtime/blas.h"
+#include "runtime/cuda/kernel_loader.h"
 #include "runtime/platform.h"
 
 namespace grove::runtime::cuda_detail {
-
-struct CudaKernel {
-  std::string name;
-  cudaKernel_t kernel = nullptr;
-  // Loaded from KernelSource::ptx_programmatic: launched with programmatic
-  // dependent launch (Note [Programmatic dependent launch]).
-  bool programmatic = false;
-};
 
 // A kernel launch grove made during capture: which kernel, with which slots.
 struct LaunchRecord {
@@ -92,6 +85,7 @@ class CudaPlatform final : public Platform {
   float elapsed_ms(EventHandle start, EventHandle end) override;
 
   KernelHandle load_kernel(const KernelSource& source) override;
+  void wait_for_kernel_loads() override;
   void launch_kernel(KernelHandle kernel, const LaunchDims& dims, const KernelArgs& args,
                      StreamHandle stream) override;
   void launch_host_function(StreamHandle stream, void (*function)(void*), void* user_data) override;
@@ -148,9 +142,13 @@ class CudaPlatform final : public Platform {
   // GROVE_PROGRAMMATIC_LAUNCH is not 0.
   bool programmatic_launch_ = false;
   std::mutex mutex_;
-  std::map<std::string, cudaLibrary_t> libraries_;  // by PTX text or image
-  std::map<std::pair<cudaLibrary_t, std::string>, CudaKernel*> kernels_by_name_;
+  // Libraries by PTX text or image (the key is the text their load reads),
+  // loaded or being loaded (Note [Kernels loaded in the background]).
+  std::map<std::string, std::shared_future<cudaLibrary_t>> libraries_;
+  std::map<std::pair<const std::string*, std::string>, CudaKernel*> kernels_by_name_;
   std::deque<CudaKernel> kernels_;
+  std::vector<const CudaKernel*> pending_kernels_;  // loaded in the background, not yet waited for
+  std::unique_ptr<KernelLoader> loader_;
   // Captures this platform began, by stream, and the launches recorded into each.
   std::atomic<int> active_captures_{0};
   // Set once a high-priority stream exists on this device: graphs are then

@@ -1,7 +1,9 @@
 #include "runtime/cuda/small_m_tiled_gemm.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "runtime/error.h"
@@ -63,6 +65,46 @@ int64_t epilogue_code(GemmEpilogue epilogue) {
 
 }  // namespace
 
+KernelHandle SmallMTiledGemm::kernel_for(DType dtype, int32_t rows, int32_t columns, int warps,
+                                         bool whole_module) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto key = std::make_tuple(dtype, rows, columns, warps);
+  auto found = kernels_.find(key);
+  if (found == kernels_.end()) {
+    KernelSource source;
+    source.name = str_cat("grove_small_m_tiled_gemm_", dtype_name(dtype), "_r", rows, "_c", columns,
+                          "_w", warps);
+    source.ptx = kPtx[type_index(dtype)];
+    source.ptx_programmatic = kProgrammaticPtx[type_index(dtype)];
+    source.whole_module = whole_module;
+    found = kernels_.emplace(key, platform_.load_kernel(source)).first;
+  }
+  return found->second;
+}
+
+// Note [Tiles loaded for the tuning]: the GEMM tuning times every tile, so
+// it JITs every entry of the module. The driver JITs modules side by side
+// (session 23 r2, H200, `eager_latency --jit-probe`: the f32 module's 12
+// entries on 8 loader threads in 440 ms, on one thread in 1857 ms, the
+// module whole in 1438 ms), so the tuning starts each entry loading on its
+// own before it times anything. Cold compiles in that round (empty driver
+// cache and tuning table, one process each): mlp16x512 b=1 623 ms with
+// entries, 1455-1592 ms with the module whole, 1548-1876 ms on the old path;
+// gpt4x256 b=1 T=32 1566, 2535-2777 and 3956-4968 ms. GROVE_TILE_PRELOAD
+// picks: "entries" (the default), "module" (the module whole, once) or
+// "none" (each tile at its first launch). The kernels are the same either
+// way (Note [One entry of a PTX module]).
+void SmallMTiledGemm::preload(DType dtype) {
+  const char* value = std::getenv("GROVE_TILE_PRELOAD");
+  const std::string_view mode = value == nullptr || *value == '\0' ? "entries" : value;
+  GROVE_CHECK_AS(ConfigError, mode == "module" || mode == "entries" || mode == "none",
+                 "GROVE_TILE_PRELOAD='", mode, "': expected entries (the default), module or none");
+  if (mode == "none") return;
+  for (const SmallMTile& tile : small_m_tiled_gemm_tiles()) {
+    if (tile.warps > 0) kernel_for(dtype, tile.rows, tile.columns, tile.warps, mode == "module");
+  }
+}
+
 void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
   const SmallMTile tile{gemm.tile_rows, gemm.tile_columns, gemm.tile_warps};
   GROVE_CHECK((gemm.tile_transposed ? small_n_tiled_gemm_qualifies(gemm)
@@ -93,21 +135,7 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
               ", bias ", g.bias == nullptr ? "null" : "set",
               " (a grove bug; please report it; GROVE_SMALL_M_TILED=0 avoids this kernel)");
   const int warps = tile.warps > 0 ? tile.warps : warps_for(g);
-  KernelHandle kernel;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto key = std::make_tuple(g.dtype, tile.rows, tile.columns, warps);
-    auto found = kernels_.find(key);
-    if (found == kernels_.end()) {
-      KernelSource source;
-      source.name = str_cat("grove_small_m_tiled_gemm_", dtype_name(g.dtype), "_r", tile.rows, "_c",
-                            tile.columns, "_w", warps);
-      source.ptx = kPtx[type_index(g.dtype)];
-      source.ptx_programmatic = kProgrammaticPtx[type_index(g.dtype)];
-      found = kernels_.emplace(key, platform_.load_kernel(source)).first;
-    }
-    kernel = found->second;
-  }
+  const KernelHandle kernel = kernel_for(g.dtype, tile.rows, tile.columns, warps, false);
   const int64_t block_columns = kColumnLanes * tile.columns;
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>((g.n + block_columns - 1) / block_columns);

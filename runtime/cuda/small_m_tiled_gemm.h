@@ -64,8 +64,13 @@ class SmallMTiledGemm {
   explicit SmallMTiledGemm(Platform& platform) : platform_(platform) {}
   // Enqueues `args` (small_m_tiled_gemm_qualifies, tile_rows set) on `stream`.
   void launch(StreamHandle stream, const GemmArgs& args);
+  // Loads the kernel of every tile of small_m_tiled_gemm_tiles for `dtype`
+  // (Note [Tiles loaded for the tuning]).
+  void preload(DType dtype);
 
  private:
+  KernelHandle kernel_for(DType dtype, int32_t rows, int32_t columns, int warps, bool whole_module);
+
   Platform& platform_;
   std::mutex mutex_;  // guards the loads (any thread may run GEMMs)
   // (dtype, tile rows, tile columns, warps per block) -> the loaded kernel.

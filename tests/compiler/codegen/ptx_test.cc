@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/codegen/kernel_builder.h"
@@ -153,6 +154,38 @@ TEST(Ptx, ProgrammaticFormWaitsFirstAndIsAcceptedByPtxasForSm90) {
     std::remove(path);
   }
   EXPECT_THROW(programmatic_ptx("not ptx"), Error);
+}
+
+// Note [Kernels generated side by side]: PTX generated on several threads at
+// once is the PTX generated one kernel at a time, and compile_kernels
+// generates each signature once, in the order asked.
+TEST(KernelCompiler, KernelsCompiledSideBySideMatchOneAfterAnother) {
+  const std::vector<KernelSpec> specs = representative_kernels();
+  std::vector<std::string> one_after_another;
+  for (const KernelSpec& spec : specs) one_after_another.push_back(emit_ptx(spec));
+  std::vector<std::future<std::string>> side_by_side;
+  for (int round = 0; round < 2; ++round) {
+    for (const KernelSpec& spec : specs) {
+      side_by_side.push_back(std::async(std::launch::async, [&spec] { return emit_ptx(spec); }));
+    }
+  }
+  for (size_t i = 0; i < side_by_side.size(); ++i) {
+    EXPECT_EQ(side_by_side[i].get(), one_after_another[i % specs.size()])
+        << specs[i % specs.size()].name;
+  }
+
+  clear_kernel_cache();
+  std::vector<const KernelSpec*> asked;
+  for (const KernelSpec& spec : specs) asked.push_back(&spec);
+  asked.push_back(&specs[0]);
+  asked.push_back(&specs[0]);
+  const KernelCacheStats before = kernel_cache_stats();
+  const std::vector<CompiledKernel> kernels = compile_kernels(asked, runtime::kSimDevice);
+  const KernelCacheStats after = kernel_cache_stats();
+  ASSERT_EQ(kernels.size(), asked.size());
+  for (size_t i = 0; i < asked.size(); ++i) EXPECT_EQ(kernels[i].name, kernel_symbol(*asked[i]));
+  EXPECT_EQ(after.code_generations - before.code_generations, specs.size());
+  EXPECT_EQ(kernels.back().handle.impl, kernels.front().handle.impl);
 }
 
 TEST(Ptx, ReductionKernelsSynchronizeTheBlockAndShuffle) {
