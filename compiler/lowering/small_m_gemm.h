@@ -81,8 +81,15 @@ bool small_n_tiled_enabled();
 // and runtime::small_n_tiled_gemm_qualifies.
 bool small_n_tiled_qualifies(const GemmLaunch& launch);
 
+// Note [Small-M tiled GEMM over a K x N weight] (runtime/cuda/small_m_tiled_gemm.h):
+// whether GROVE_SMALL_M_TILED_KN (unset or "1": on; "0": off) lets the tuning
+// time the tiled kernel's [K, N] form (the tuning keys of GEMMs it qualifies
+// for then differ, so one process can A/B it).
+bool small_m_tiled_kn_enabled();
+
 // Whether the tiled kernel can run `launch` (one plain call, M <= 64,
-// runtime::small_m_tiled_gemm_qualifies, a bias slot for a bias epilogue; an
+// runtime::small_m_tiled_gemm_qualifies, or small_m_tiled_kn_enabled and
+// runtime::small_m_tiled_gemm_kn_qualifies, a bias slot for a bias epilogue; an
 // exact gelu only after a bias epilogue).
 bool small_m_tiled_qualifies(const GemmLaunch& launch);
 
