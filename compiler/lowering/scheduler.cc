@@ -692,7 +692,10 @@ ScheduledProgram schedule_program(const ir::Program& program, const ScheduleOpti
   ScheduledProgram out;
   // Note [Sibling GEMMs as one] (sibling_gemms.h): the rewrite, where on.
   std::optional<ir::Program> fused;
-  if (options.sibling_gemms || sibling_gemm_fusion_enabled()) fused = fuse_sibling_gemms(program);
+  // Note [Wide sibling GEMMs of inference on cuda]: the default scope.
+  const SiblingGemmScope scope =
+      options.sibling_gemms ? SiblingGemmScope::kAll : sibling_gemm_scope();
+  if (scope != SiblingGemmScope::kNone) fused = fuse_sibling_gemms(program, scope);
   out.program = std::make_shared<const ir::Program>(fused ? std::move(*fused) : program);
   out.graph = std::make_shared<const LoweringGraph>(*out.program, options.small_m_gemm);
   out.fusion = plan_fusion(*out.graph);
