@@ -96,6 +96,9 @@ class Rewriter {
         if (group.kind != GroupKind::kForward) return std::nullopt;  // a training program
       }
       std::erase_if(groups_, [&](const Group& group) { return !wide(group); });
+      claimed_.clear();  // the members of the groups kept, as add_group claimed them
+      for (const Group& group : groups_)
+        claimed_.insert(group.members.begin(), group.members.end());
     }
     if (groups_.empty()) return std::nullopt;
     if (!emit()) return std::nullopt;

@@ -189,6 +189,20 @@ TEST(SiblingGemms, WideForwardGroupsOfCudaInferenceByDefault) {
   EXPECT_EQ(
       fused_linears(forward_projections(runtime::kCudaDevice, 128, 64), SiblingGemmScope::kNone),
       -1);
+  // One wide group and one narrow group: the narrow one's linears stay as they were.
+  ProgramBuilder b("two_groups", runtime::kCudaDevice);
+  ValueId wide_x = b.input("wide_x", {128, 64});
+  ValueId narrow_x = b.input("narrow_x", {16, 64});
+  for (int i = 0; i < 4; ++i) {
+    ValueId w = b.param(str_cat("w", i), {64, 64}, DType::kF32, uniform_init(-0.5, 0.5, 30 + i));
+    b.output(b.linear(i < 2 ? wide_x : narrow_x, w, compiler::ir::kNoValue));
+  }
+  Program two_groups = b.build();
+  std::optional<Program> fused = compiler::lowering::fuse_sibling_gemms(two_groups, wide);
+  ASSERT_TRUE(fused.has_value());
+  fused->verify();
+  EXPECT_EQ(count_op(*fused, "linear"), 3u) << fused->str();  // the wide pair's one, the narrow two
+  EXPECT_EQ(fused->outputs().size(), 4u);
 }
 
 TEST(SiblingGemms, BadSwitchValueIsRefusedByName) {
