@@ -44,8 +44,9 @@ namespace grove::compiler::lowering {
 // nothing for a small model, but a prefill of a 1B model's q/k/v (25 MB)
 // would pay more for it than it gains. So unless the switch says otherwise
 // the rewrite runs on cuda programs (a performance policy: sim and cpu keep
-// their lowering) with no gradient group (inference; training steps are left
-// as they were measured), and fuses forward groups only where x has more than
+// their lowering) with no gradient group (inference, and the forward graph of
+// training through the door; whole training steps, whose gradients would join
+// too, are left as they were measured), and fuses forward groups only where x has more than
 // kMaxMeasuredSmallM rows (the library's GEMMs, not the small-M kernels) and
 // the concatenated weights hold at most kMaxWideSiblingWeightBytes.
 // GROVE_FUSE_SIBLING_GEMMS=0 turns that off (the path before). Tests:
