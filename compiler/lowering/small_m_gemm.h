@@ -82,9 +82,11 @@ bool small_n_tiled_enabled();
 bool small_n_tiled_qualifies(const GemmLaunch& launch);
 
 // Note [Small-M tiled GEMM over a K x N weight] (runtime/cuda/small_m_tiled_gemm.h):
-// whether GROVE_SMALL_M_TILED_KN (unset or "1": on; "0": off) lets the tuning
-// time the tiled kernel's [K, N] form (the tuning keys of GEMMs it qualifies
-// for then differ, so one process can A/B it).
+// whether GROVE_SMALL_M_TILED_KN=1 lets the tuning time the tiled kernel's
+// [K, N] form (the tuning keys of GEMMs it qualifies for then differ, so one
+// process can A/B it). Off by default: session 23's r2 ran out of time before
+// its GPU test and its A/B finished, so it has not been shown right or faster
+// on a GPU yet.
 bool small_m_tiled_kn_enabled();
 
 // Whether the tiled kernel can run `launch` (one plain call, M <= 64,

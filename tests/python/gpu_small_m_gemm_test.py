@@ -206,7 +206,7 @@ class GpuSmallMTiledGemmTest(unittest.TestCase):
                 "inputs": [{"name": "x", "shape": [m, k], "dtype": "f32"}],
                 "params": params, "buffers": [], "nodes": nodes,
                 "outputs": [nodes[-1]["name"]]}
-        with Env(GROVE_SMALL_M_TILED=tile):
+        with Env(GROVE_SMALL_M_TILED=tile, GROVE_SMALL_M_TILED_KN="1"):
             graphs = grove.compile(text, backend="cudagraphs", device="cuda:0", params=bound)
             eager = grove.compile(text, backend="eager", device="cuda:0", params=bound)
         graphs(x)
