@@ -67,6 +67,18 @@ bool small_m_tiled_gemm_qualifies(const GemmArgs& g) {
          g.ldb % vector == 0 && g.ldc >= g.n && epilogue;
 }
 
+bool small_m_tiled_gemm_kn_qualifies(const GemmArgs& g) {
+  constexpr int64_t kVector = 4;  // f32 elements in 16 bytes
+  const bool epilogue = g.epilogue == GemmEpilogue::kNone || g.epilogue == GemmEpilogue::kBias ||
+                        g.epilogue == GemmEpilogue::kBiasGelu ||
+                        g.epilogue == GemmEpilogue::kBiasRelu;
+  return g.dtype == DType::kF32 && g.batch_count == 1 && g.alpha == 1.0f && g.beta == 0.0f &&
+         !g.transpose_a && !g.transpose_b && g.m >= 1 && g.m <= 64 && g.n >= kVector &&
+         g.n % kVector == 0 && g.n <= (int64_t{1} << 30) && g.k >= 1 && g.k % kVector == 0 &&
+         g.lda >= g.k && g.lda % kVector == 0 && g.ldb >= g.n && g.ldb % kVector == 0 &&
+         g.ldc >= g.n && epilogue;
+}
+
 bool small_n_tiled_gemm_qualifies(const GemmArgs& g) {
   // The product the kernel computes: W' = A (its rows K-contiguous), A' = B [N, K].
   GemmArgs t = g;

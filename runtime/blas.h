@@ -136,6 +136,12 @@ bool small_m_tile_known(const SmallMTile& tile);
 // checks their 16-byte alignment).
 bool small_m_tiled_gemm_qualifies(const GemmArgs& args);
 
+// Whether the tiled small-M kernel's [K, N] form computes `args` (Note
+// [Small-M tiled GEMM over a K x N weight] in runtime/cuda/small_m_tiled_gemm.h):
+// as small_m_tiled_gemm_qualifies asks, but W row-major [K, N] (not
+// transpose_b: GPT-2's Conv1D, x @ W), f32 only, N and ldb multiples of 4.
+bool small_m_tiled_gemm_kn_qualifies(const GemmArgs& args);
+
 // Whether the tiled kernel computes `args` as its transpose (GemmArgs::
 // tile_transposed): more than 64 rows, 1 to 64 columns, A row-major
 // (K-contiguous), B [N, K] (transpose_b), the rest as small_m_tiled_gemm_qualifies

@@ -8,6 +8,7 @@
 
 #include "compiler/lowering/attention_kernel.h"
 #include "compiler/lowering/gemm_plan.h"
+#include "compiler/lowering/grouped_attention_keys.h"
 #include "compiler/lowering/horizontal_fusion.h"
 #include "compiler/lowering/kernel_assembly.h"
 #include "compiler/lowering/segment_split.h"
@@ -691,10 +692,17 @@ void Scheduler::run() {
 
 ScheduledProgram schedule_program(const ir::Program& program, const ScheduleOptions& options) {
   ScheduledProgram out;
+  // Note [Grouped-query keys read whole] (grouped_attention_keys.h), where on.
+  std::optional<ir::Program> grouped;
+  if (grouped_attention_keys_enabled()) grouped = read_grouped_attention_keys(program);
+  const ir::Program& source = grouped ? *grouped : program;
   // Note [Sibling GEMMs as one] (sibling_gemms.h): the rewrite, where on.
   std::optional<ir::Program> fused;
-  if (options.sibling_gemms || sibling_gemm_fusion_enabled()) fused = fuse_sibling_gemms(program);
-  out.program = std::make_shared<const ir::Program>(fused ? std::move(*fused) : program);
+  // Note [Wide sibling GEMMs of inference on cuda]: the default scope.
+  const SiblingGemmScope scope =
+      options.sibling_gemms ? SiblingGemmScope::kAll : sibling_gemm_scope();
+  if (scope != SiblingGemmScope::kNone) fused = fuse_sibling_gemms(source, scope);
+  out.program = std::make_shared<const ir::Program>(fused ? std::move(*fused) : source);
   out.graph = std::make_shared<const LoweringGraph>(*out.program, options.small_m_gemm);
   out.fusion = plan_fusion(*out.graph);
   out.device = program.device();

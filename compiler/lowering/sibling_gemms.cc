@@ -8,17 +8,25 @@
 #include <string>
 #include <vector>
 
+#include "compiler/lowering/small_m_gemm.h"
 #include "compiler/ops/op_registry.h"
 #include "runtime/error.h"
 
 namespace grove::compiler::lowering {
 
-bool sibling_gemm_fusion_enabled() {
+SiblingGemmScope sibling_gemm_scope() {
   const char* value = std::getenv("GROVE_FUSE_SIBLING_GEMMS");
-  if (value == nullptr || std::string(value) == "0" || std::string(value).empty()) return false;
-  GROVE_CHECK(std::string(value) == "1", "GROVE_FUSE_SIBLING_GEMMS=", value, "; use 1 or 0");
-  return true;
+  if (value == nullptr || std::string(value).empty()) {
+    return SiblingGemmScope::kWideInferenceForward;
+  }
+  if (std::string(value) == "0") return SiblingGemmScope::kNone;
+  GROVE_CHECK(std::string(value) == "1", "GROVE_FUSE_SIBLING_GEMMS=", value,
+              "; use 1 (every group), 0 (none) or leave it unset (wide forward groups of "
+              "inference on cuda)");
+  return SiblingGemmScope::kAll;
 }
+
+bool sibling_gemm_fusion_enabled() { return sibling_gemm_scope() == SiblingGemmScope::kAll; }
 
 namespace {
 
@@ -60,7 +68,8 @@ struct Group {
 
 class Rewriter {
  public:
-  explicit Rewriter(const Program& in) : in_(in), users_(in.values().size()) {
+  Rewriter(const Program& in, SiblingGemmScope scope)
+      : in_(in), scope_(scope), users_(in.values().size()) {
     for (int32_t n = 0; n < static_cast<int32_t>(in.nodes().size()); ++n) {
       for (ValueId operand : in.node(n).operands) users_[static_cast<size_t>(operand)].push_back(n);
     }
@@ -75,10 +84,22 @@ class Rewriter {
         return std::nullopt;
       }
     }
+    if (scope_ == SiblingGemmScope::kNone) return std::nullopt;
     find_forward_groups();
     find_input_gradient_groups();
     find_weight_gradient_groups();
     find_bias_gradient_groups();
+    if (scope_ == SiblingGemmScope::kWideInferenceForward) {
+      // Note [Wide sibling GEMMs of inference on cuda].
+      if (!in_.device().is_cuda()) return std::nullopt;
+      for (const Group& group : groups_) {
+        if (group.kind != GroupKind::kForward) return std::nullopt;  // a training program
+      }
+      std::erase_if(groups_, [&](const Group& group) { return !wide(group); });
+      claimed_.clear();  // the members of the groups kept, as add_group claimed them
+      for (const Group& group : groups_)
+        claimed_.insert(group.members.begin(), group.members.end());
+    }
     if (groups_.empty()) return std::nullopt;
     if (!emit()) return std::nullopt;
     return build();
@@ -122,6 +143,18 @@ class Rewriter {
     return t.rank() == 2 && !t.has_dynamic_dims() &&
            (t.dtype == runtime::DType::kF32 || t.dtype == runtime::DType::kBF16 ||
             t.dtype == runtime::DType::kF16);
+  }
+
+  // Note [Wide sibling GEMMs of inference on cuda]: x of more than
+  // kMaxMeasuredSmallM rows, weights of at most kMaxWideSiblingWeightBytes together.
+  bool wide(const Group& group) const {
+    const TensorType& x = type(in_.node(group.members.front()).operands[0]);
+    int64_t weight_bytes = 0;
+    for (ValueId weight : group.concat_operands) {
+      weight_bytes += runtime::shape_numel(type(weight).shape) *
+                      static_cast<int64_t>(runtime::dtype_size(type(weight).dtype));
+    }
+    return x.shape[0] > kMaxMeasuredSmallM && weight_bytes <= kMaxWideSiblingWeightBytes;
   }
 
   void add_group(Group group) {
@@ -595,6 +628,7 @@ class Rewriter {
   }
 
   const Program& in_;
+  const SiblingGemmScope scope_;
   std::vector<std::vector<int32_t>> users_;
   std::set<ValueId> outputs_;
   std::vector<Group> groups_;
@@ -610,8 +644,8 @@ class Rewriter {
 
 }  // namespace
 
-std::optional<ir::Program> fuse_sibling_gemms(const ir::Program& program) {
-  return Rewriter(program).run();
+std::optional<ir::Program> fuse_sibling_gemms(const ir::Program& program, SiblingGemmScope scope) {
+  return Rewriter(program, scope).run();
 }
 
 }  // namespace grove::compiler::lowering

@@ -114,9 +114,15 @@ std::optional<runtime::SmallMTile> forced_small_m_tile() {
               tiles, ")"));
 }
 
+bool small_m_tiled_kn_enabled() {
+  const char* value = std::getenv("GROVE_SMALL_M_TILED_KN");
+  return value != nullptr && std::string(value) == "1";
+}
+
 bool small_m_tiled_qualifies(const GemmLaunch& launch) {
   return qualifies_up_to(launch, kMaxMeasuredSmallM) &&
-         runtime::small_m_tiled_gemm_qualifies(launch.args) &&
+         (runtime::small_m_tiled_gemm_qualifies(launch.args) ||
+          (small_m_tiled_kn_enabled() && runtime::small_m_tiled_gemm_kn_qualifies(launch.args))) &&
          (!launch.exact_gelu || launch.args.epilogue == GemmEpilogue::kBias);
 }
 

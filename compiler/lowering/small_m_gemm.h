@@ -81,8 +81,16 @@ bool small_n_tiled_enabled();
 // and runtime::small_n_tiled_gemm_qualifies.
 bool small_n_tiled_qualifies(const GemmLaunch& launch);
 
+// Note [Small-M tiled GEMM over a K x N weight] (runtime/cuda/small_m_tiled_gemm.h):
+// whether GROVE_SMALL_M_TILED_KN=1 lets the tuning time the tiled kernel's
+// [K, N] form (the tuning keys of GEMMs it qualifies for then differ, so one
+// process can A/B it). Off by default: session 23's r3 (H200) passed its GPU
+// cases against float64, but no A/B of GPT-2 b1 finished, so it is not shown faster.
+bool small_m_tiled_kn_enabled();
+
 // Whether the tiled kernel can run `launch` (one plain call, M <= 64,
-// runtime::small_m_tiled_gemm_qualifies, a bias slot for a bias epilogue; an
+// runtime::small_m_tiled_gemm_qualifies, or small_m_tiled_kn_enabled and
+// runtime::small_m_tiled_gemm_kn_qualifies, a bias slot for a bias epilogue; an
 // exact gelu only after a bias epilogue).
 bool small_m_tiled_qualifies(const GemmLaunch& launch);
 

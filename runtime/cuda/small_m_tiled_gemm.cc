@@ -29,6 +29,14 @@ constexpr const char* kProgrammaticPtx[] = {
 #include "runtime/cuda/small_m_tiled_gemm_f16_kernel_programmatic_ptx.inc"
 };
 
+// Note [Small-M tiled GEMM over a K x N weight]: its kernels, f32 only.
+constexpr const char* kKnPtx =
+#include "runtime/cuda/small_m_tiled_gemm_kn_f32_kernel_ptx.inc"
+    ;
+constexpr const char* kKnProgrammaticPtx =
+#include "runtime/cuda/small_m_tiled_gemm_kn_f32_kernel_programmatic_ptx.inc"
+    ;
+
 // The index of a storage type's PTX above.
 int type_index(DType dtype) { return dtype == DType::kF32 ? 0 : dtype == DType::kBF16 ? 1 : 2; }
 constexpr int64_t kColumnLanes = 4;  // column lanes per warp (the kernel's kColumnLanes)
@@ -41,6 +49,11 @@ int warps_for(const GemmArgs& g) {
   const int64_t step = kKLanes * (16 / static_cast<int64_t>(dtype_size(g.dtype)));
   return (g.k + step - 1) / step >= 32 ? 8 : 4;
 }
+
+// The [K, N] kernel's: 8 where K has 32 or more of its warp's steps of 16 (K >= 512).
+constexpr int64_t kKnColumnsPerVector = 32;  // columns of a block per tile column (8 lanes x 4)
+constexpr int64_t kKnStep = 16;              // k of one warp step (4 lanes x 4)
+int kn_warps_for(const GemmArgs& g) { return (g.k + kKnStep - 1) / kKnStep >= 32 ? 8 : 4; }
 
 // The kernel's code for + bias, then the exact gelu.
 constexpr int64_t kExactGeluCode = 4;
@@ -66,16 +79,16 @@ int64_t epilogue_code(GemmEpilogue epilogue) {
 }  // namespace
 
 KernelHandle SmallMTiledGemm::kernel_for(DType dtype, int32_t rows, int32_t columns, int warps,
-                                         bool whole_module) {
+                                         bool kn, bool whole_module) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto key = std::make_tuple(dtype, rows, columns, warps);
+  auto key = std::make_tuple(dtype, rows, columns, warps, kn);
   auto found = kernels_.find(key);
   if (found == kernels_.end()) {
     KernelSource source;
-    source.name = str_cat("grove_small_m_tiled_gemm_", dtype_name(dtype), "_r", rows, "_c", columns,
-                          "_w", warps);
-    source.ptx = kPtx[type_index(dtype)];
-    source.ptx_programmatic = kProgrammaticPtx[type_index(dtype)];
+    source.name = str_cat("grove_small_m_tiled_gemm_", kn ? "kn_" : "", dtype_name(dtype), "_r",
+                          rows, "_c", columns, "_w", warps);
+    source.ptx = kn ? kKnPtx : kPtx[type_index(dtype)];
+    source.ptx_programmatic = kn ? kKnProgrammaticPtx : kProgrammaticPtx[type_index(dtype)];
     source.whole_module = whole_module;
     found = kernels_.emplace(key, platform_.load_kernel(source)).first;
   }
@@ -101,13 +114,16 @@ void SmallMTiledGemm::preload(DType dtype) {
                  "GROVE_TILE_PRELOAD='", mode, "': expected entries (the default), module or none");
   if (mode == "none") return;
   for (const SmallMTile& tile : small_m_tiled_gemm_tiles()) {
-    if (tile.warps > 0) kernel_for(dtype, tile.rows, tile.columns, tile.warps, mode == "module");
+    if (tile.warps > 0) kernel_for(dtype, tile.rows, tile.columns, tile.warps, false, mode == "module");
   }
 }
 
 void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
   const SmallMTile tile{gemm.tile_rows, gemm.tile_columns, gemm.tile_warps};
+  // Note [Small-M tiled GEMM over a K x N weight]: W row-major [K, N].
+  const bool kn = !gemm.tile_transposed && !gemm.transpose_b;
   GROVE_CHECK((gemm.tile_transposed ? small_n_tiled_gemm_qualifies(gemm)
+               : kn                 ? small_m_tiled_gemm_kn_qualifies(gemm)
                                     : small_m_tiled_gemm_qualifies(gemm)) &&
                   small_m_tile_known(tile),
               "small-M tiled GEMM: a GEMM of m=", gemm.m, ", n=", gemm.n, ", k=", gemm.k, " (",
@@ -134,9 +150,9 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
               aligned(g.b) ? "aligned" : "unaligned", ", C ", g.c == nullptr ? "null" : "set",
               ", bias ", g.bias == nullptr ? "null" : "set",
               " (a grove bug; please report it; GROVE_SMALL_M_TILED=0 avoids this kernel)");
-  const int warps = tile.warps > 0 ? tile.warps : warps_for(g);
-  const KernelHandle kernel = kernel_for(g.dtype, tile.rows, tile.columns, warps, false);
-  const int64_t block_columns = kColumnLanes * tile.columns;
+  const int warps = tile.warps > 0 ? tile.warps : kn ? kn_warps_for(g) : warps_for(g);
+  const KernelHandle kernel = kernel_for(g.dtype, tile.rows, tile.columns, warps, kn, false);
+  const int64_t block_columns = (kn ? kKnColumnsPerVector : kColumnLanes) * tile.columns;
   LaunchDims dims;
   dims.grid.x = static_cast<uint32_t>((g.n + block_columns - 1) / block_columns);
   dims.grid.y = static_cast<uint32_t>((g.m + tile.rows - 1) / tile.rows);
@@ -152,8 +168,8 @@ void SmallMTiledGemm::launch(StreamHandle stream, const GemmArgs& gemm) {
       .add_i64(g.m)
       .add_i64(g.n)
       .add_i64(g.k)
-      .add_i64(g.tile_exact_gelu ? kExactGeluCode : epilogue_code(g.epilogue))
-      .add_i64(g.tile_transposed ? 1 : 0);
+      .add_i64(g.tile_exact_gelu ? kExactGeluCode : epilogue_code(g.epilogue));
+  if (!kn) args.add_i64(g.tile_transposed ? 1 : 0);
   platform_.launch_kernel(kernel, dims, args, stream);
 }
 

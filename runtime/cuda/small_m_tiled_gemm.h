@@ -47,6 +47,29 @@
 // bitwise, the kernel seen in a profile); SmallMTiledGemm.* and
 // GemmTuningTableTest.TiledTimesRoundTripAndAPartialTiledEntryIsSkipped (sim:
 // qualification, the forced tile's library step, the exact gelu, the table).
+//
+// Note [Small-M tiled GEMM over a K x N weight]
+// GPT-2's Conv1D computes x @ W with W stored [K, N] (not transpose_b), which
+// the kernel above cannot read along K. Session 22 (H200) timed GPT-2 b1's six
+// such GEMMs (32 x 768 / 1024 / 256 rows of 256 / 1024) on cuBLAS at ~42 us of
+// the call's 78 us of GPU time (simt kernels, each with a split-K reduction).
+// The [K, N] form (small_m_tiled_gemm_kn_device.cuh, f32 only) cuts a warp's
+// lanes into 8 column lanes x 4 lanes along K: at one k the 8 column lanes
+// read one 128-byte line of W's row k (16-byte vectors of 4 columns, C of them
+// 32 columns apart), and each lane along K takes 4 consecutive k, so one
+// 16-byte vector of each of the block's R rows of A serves its 4 weight rows.
+// A block of W warps (4, or 8 where K >= 512) splits K; the 4 lanes along K
+// are summed by two shuffles and the warps in shared memory in warp order: one
+// summation order per output, the same bits on every launch. Grid ceil(N / 32C)
+// x ceil(M / R); the same tiles as above, timed by the same tuning (its keys
+// carry tb=0) where GROVE_SMALL_M_TILED_KN=1 (off by default until an A/B shows
+// it faster: compiler/lowering/small_m_gemm.h, small_m_tiled_kn_enabled). Session 23
+// r3 (H200): 8 forced-tile cases matched float64, cudagraphs == eager bitwise.
+// Tests: gpu_small_m_gemm_test.py's test_k_by_n_weights_match_the_reference_
+// with_partial_tiles (cuda: every tile, partial tiles, epilogues, eager ==
+// cudagraphs bitwise, the kernel seen in a profile); SmallMTiledGemm.
+// KByNFormQualifiesForF32WeightsInWholeVectorsOfN and
+// ForcedTileTakesAKByNWeightWhenSwitchedOn (sim).
 #pragma once
 
 #include <map>
@@ -69,12 +92,13 @@ class SmallMTiledGemm {
   void preload(DType dtype);
 
  private:
-  KernelHandle kernel_for(DType dtype, int32_t rows, int32_t columns, int warps, bool whole_module);
+  KernelHandle kernel_for(DType dtype, int32_t rows, int32_t columns, int warps, bool kn,
+                          bool whole_module);
 
   Platform& platform_;
   std::mutex mutex_;  // guards the loads (any thread may run GEMMs)
-  // (dtype, tile rows, tile columns, warps per block) -> the loaded kernel.
-  std::map<std::tuple<DType, int32_t, int32_t, int>, KernelHandle> kernels_;
+  // (dtype, tile rows, tile columns, warps per block, [K, N] weight) -> the loaded kernel.
+  std::map<std::tuple<DType, int32_t, int32_t, int, bool>, KernelHandle> kernels_;
 };
 
 }  // namespace grove::runtime::cuda_detail

@@ -5,7 +5,9 @@ with GROVE_SMALL_M_TILED=RxC[xW], on linear layers of 1 to 64 rows (row counts
 that leave partial row tiles, column counts that leave partial column tiles)
 with each epilogue it applies (none, bias, relu, the tanh gelu, the exact
 gelu), in f32, bf16 and f16, and on GEMMs of more than 64 rows and at most 64
-columns as their transpose. Each result is compared with a float64 reference
+columns as their transpose; f32 GEMMs with a weight stored [K, N] (x @ W,
+Note [Small-M tiled GEMM over a K x N weight]) through the kernel's [K, N]
+form. Each result is compared with a float64 reference
 of the same inputs (f32 within 1e-5 of the reference's largest magnitude, TF32
 off; bf16 / f16 within 2e-2), grove's cudagraphs mode equals its eager mode
 bitwise, and a profile shows the tiled kernel ran (so no case passes through
@@ -179,6 +181,60 @@ class GpuSmallMTiledGemmTest(unittest.TestCase):
                     eager_out = eager(x).clone()
                 self.check("tile %s m=%d k=%d n=%d exact gelu" % (tile, m, k, n), out,
                            eager_out, reference(module, x), kernels, torch.float32)
+
+    def run_kn_case(self, tile, m, k, n, activation, bias=True):
+        """x @ W for W stored [K, N] (GPT-2's Conv1D; Note [Small-M tiled GEMM
+        over a K x N weight]), + b, then the activation, through grove.compile
+        under tile `tile` (forced), against torch in float64."""
+        import grove
+
+        torch.manual_seed(SEED + m * 11 + n)
+        w = torch.randn(k, n, device="cuda") / k ** 0.5
+        b = torch.randn(n, device="cuda")
+        x = torch.randn(m, k, device="cuda")
+        params = [{"name": "w", "shape": [k, n], "dtype": "f32", "init": {"kind": "zeros"}}]
+        nodes = [{"name": "mm", "op": "matmul", "inputs": ["x", "w"]}]
+        bound = {"w": w}
+        if bias:
+            params.append({"name": "b", "shape": [n], "dtype": "f32", "init": {"kind": "zeros"}})
+            nodes.append({"name": "biased", "op": "add", "inputs": ["mm", "b"]})
+            bound["b"] = b
+        if activation != "none":
+            nodes.append({"name": "act", "op": {"relu": "relu", "gelu_tanh": "gelu"}[activation],
+                          "inputs": [nodes[-1]["name"]]})
+        text = {"name": "tiled_kn_case", "dims": {},
+                "inputs": [{"name": "x", "shape": [m, k], "dtype": "f32"}],
+                "params": params, "buffers": [], "nodes": nodes,
+                "outputs": [nodes[-1]["name"]]}
+        with Env(GROVE_SMALL_M_TILED=tile, GROVE_SMALL_M_TILED_KN="1"):
+            graphs = grove.compile(text, backend="cudagraphs", device="cuda:0", params=bound)
+            eager = grove.compile(text, backend="eager", device="cuda:0", params=bound)
+        graphs(x)
+        (out,), kernels = kernels_of(lambda: [o.clone() for o in graphs(x)])
+        (eager_out,) = [o.clone() for o in eager(x)]
+        graphs.close()
+        eager.close()
+        expected = x.double() @ w.double() + (b.double() if bias else 0)
+        if activation == "relu":
+            expected = torch.relu(expected)
+        elif activation == "gelu_tanh":
+            expected = torch.nn.functional.gelu(expected, approximate="tanh")
+        where = "kn tile %s m=%d k=%d n=%d %s" % (tile, m, k, n, activation)
+        self.assertTrue(any("grove_small_m_tiled_gemm_kn" in name for name in kernels),
+                        "%s: the [K, N] kernel did not run; kernels: %s" % (where, sorted(kernels)))
+        self.check(where, out, eager_out, expected, kernels, torch.float32)
+
+    def test_k_by_n_weights_match_the_reference_with_partial_tiles(self):
+        # 5 and 48 rows leave partial row tiles; 36 and 300 columns partial
+        # column tiles (32 or 64 columns a block); K = 1024 takes 8 warps where
+        # the tile leaves them to K; K = 20 gives some warps no step at all.
+        for tile in TILES:
+            for m, k, n in [(5, 256, 36), (48, 128, 300), (32, 1024, 256), (3, 20, 64)]:
+                self.run_kn_case(tile, m, k, n, "none", bias=False)
+        for tile in ("8x1", "16x2"):
+            self.run_kn_case(tile, 32, 256, 768, "none")
+            self.run_kn_case(tile, 16, 512, 520, "gelu_tanh")
+            self.run_kn_case(tile, 7, 256, 128, "relu")
 
 
 if __name__ == "__main__":

@@ -138,6 +138,73 @@ TEST(SiblingGemms, GradientConcatReadsTheHeadsWithoutCopies) {
   EXPECT_EQ(lowered.kernel_report().kernels.size() + 3, with_copies) << lowered.describe();
 }
 
+// q/k/v of x [rows, width] alone (an inference forward) on `device`.
+Program forward_projections(runtime::Device device, int64_t rows, int64_t width) {
+  ProgramBuilder b("qkv_forward", device);
+  ValueId x = b.input("x", {rows, width});
+  for (int i = 0; i < 3; ++i) {
+    ValueId w =
+        b.param(str_cat("w", i), {width, width}, DType::kF32, uniform_init(-0.5, 0.5, 10 + i));
+    b.output(b.linear(x, w, compiler::ir::kNoValue));
+  }
+  return b.build();
+}
+
+// Note [Wide sibling GEMMs of inference on cuda]: unset, the switch fuses the
+// forward groups of inference programs on cuda whose x has more than 64 rows
+// and whose weights are small; "1" everything everywhere, "0" nothing.
+TEST(SiblingGemms, WideForwardGroupsOfCudaInferenceByDefault) {
+  using compiler::lowering::SiblingGemmScope;
+  {
+    testing::ScopedEnv unset("GROVE_FUSE_SIBLING_GEMMS", "");
+    EXPECT_EQ(compiler::lowering::sibling_gemm_scope(), SiblingGemmScope::kWideInferenceForward);
+  }
+  {
+    testing::ScopedEnv on("GROVE_FUSE_SIBLING_GEMMS", "1");
+    EXPECT_EQ(compiler::lowering::sibling_gemm_scope(), SiblingGemmScope::kAll);
+  }
+  {
+    testing::ScopedEnv off("GROVE_FUSE_SIBLING_GEMMS", "0");
+    EXPECT_EQ(compiler::lowering::sibling_gemm_scope(), SiblingGemmScope::kNone);
+  }
+  auto fused_linears = [](const Program& program, SiblingGemmScope scope) -> int {
+    std::optional<Program> fused = compiler::lowering::fuse_sibling_gemms(program, scope);
+    if (!fused) return -1;
+    fused->verify();
+    return static_cast<int>(count_op(*fused, "linear"));
+  };
+  const auto wide = SiblingGemmScope::kWideInferenceForward;
+  EXPECT_EQ(fused_linears(forward_projections(runtime::kCudaDevice, 128, 64), wide), 1);
+  EXPECT_EQ(fused_linears(forward_projections(runtime::kCudaDevice, 64, 64), wide), -1);  // rows
+  EXPECT_EQ(fused_linears(forward_projections(runtime::kSimDevice, 128, 64), wide), -1);
+  // 3 x 1024 x 1024 f32 weights: 12 MiB, more than kMaxWideSiblingWeightBytes.
+  EXPECT_EQ(fused_linears(forward_projections(runtime::kCudaDevice, 128, 1024), wide), -1);
+  EXPECT_EQ(
+      fused_linears(forward_projections(runtime::kCudaDevice, 128, 1024), SiblingGemmScope::kAll),
+      1);
+  // A training program (gradient groups) is left alone unless every group is asked for.
+  Program training = attention_projections(runtime::kCudaDevice, 8, 16, 16, true);
+  EXPECT_EQ(fused_linears(training, wide), -1);
+  EXPECT_GE(fused_linears(training, SiblingGemmScope::kAll), 0);
+  EXPECT_EQ(
+      fused_linears(forward_projections(runtime::kCudaDevice, 128, 64), SiblingGemmScope::kNone),
+      -1);
+  // One wide group and one narrow group: the narrow one's linears stay as they were.
+  ProgramBuilder b("two_groups", runtime::kCudaDevice);
+  ValueId wide_x = b.input("wide_x", {128, 64});
+  ValueId narrow_x = b.input("narrow_x", {16, 64});
+  for (int i = 0; i < 4; ++i) {
+    ValueId w = b.param(str_cat("w", i), {64, 64}, DType::kF32, uniform_init(-0.5, 0.5, 30 + i));
+    b.output(b.linear(i < 2 ? wide_x : narrow_x, w, compiler::ir::kNoValue));
+  }
+  Program two_groups = b.build();
+  std::optional<Program> fused = compiler::lowering::fuse_sibling_gemms(two_groups, wide);
+  ASSERT_TRUE(fused.has_value());
+  fused->verify();
+  EXPECT_EQ(count_op(*fused, "linear"), 3u) << fused->str();  // the wide pair's one, the narrow two
+  EXPECT_EQ(fused->outputs().size(), 4u);
+}
+
 TEST(SiblingGemms, BadSwitchValueIsRefusedByName) {
   testing::ScopedEnv bad("GROVE_FUSE_SIBLING_GEMMS", "yes");
   try {

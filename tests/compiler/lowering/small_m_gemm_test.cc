@@ -1091,6 +1091,39 @@ TEST(SmallMTiledGemm, QualifiesForLinearWeightsOfUpToSixtyFourRowsInWholeVectors
   EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(other));
 }
 
+// Note [Small-M tiled GEMM over a K x N weight]: f32 GEMMs whose weight is
+// stored [K, N] (x @ W) take the kernel's [K, N] form, in whole vectors of N.
+TEST(SmallMTiledGemm, KByNFormQualifiesForF32WeightsInWholeVectorsOfN) {
+  runtime::GemmArgs g;
+  g.transpose_b = false;
+  g.m = 32, g.n = 768, g.k = 256, g.lda = 256, g.ldb = 768, g.ldc = 768;
+  g.epilogue = runtime::GemmEpilogue::kBias;
+  EXPECT_TRUE(runtime::small_m_tiled_gemm_kn_qualifies(g));
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_qualifies(g));  // the [N, K] form's
+  runtime::GemmArgs other = g;
+  other.transpose_b = true;
+  other.ldb = 256;
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_kn_qualifies(other));
+  other = g;
+  other.n = other.ldb = other.ldc = 770;  // N not whole vectors of 4
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_kn_qualifies(other));
+  other = g;
+  other.k = other.lda = 258;  // A's rows not whole vectors
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_kn_qualifies(other));
+  other = g;
+  other.dtype = DType::kBF16;  // f32 only
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_kn_qualifies(other));
+  other = g;
+  other.m = 65;
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_kn_qualifies(other));
+  other = g;
+  other.transpose_a = true;
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_kn_qualifies(other));
+  other = g;
+  other.epilogue = runtime::GemmEpilogue::kBiasGeluAux;
+  EXPECT_FALSE(runtime::small_m_tiled_gemm_kn_qualifies(other));
+}
+
 // The steps of a cuda program lowered without a device (no measurement).
 std::vector<compiler::lowering::Step> cuda_steps(const compiler::ir::Program& program) {
   compiler::lowering::ScheduleOptions options;
@@ -1125,6 +1158,37 @@ TEST(SmallMTiledGemm, ForcedTileIsALibraryStepNamingIt) {
     testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "off");
     EXPECT_EQ(gemm_tile(16, 64, DType::kF32), std::make_pair(0, 0));
   }
+}
+
+// Note [Small-M tiled GEMM over a K x N weight]: x @ W with W [K, N] takes
+// the forced tile too where GROVE_SMALL_M_TILED_KN=1 (off by default).
+TEST(SmallMTiledGemm, ForcedTileTakesAKByNWeightWhenSwitchedOn) {
+  testing::ScopedEnv tile("GROVE_SMALL_M_TILED", "8x1");
+  testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "auto");
+  auto gemm_args = [] {
+    ProgramBuilder b("kn_tiled", runtime::kCudaDevice);
+    b.output(b.matmul(b.input("x", {16, 64}), b.input("w", {64, 96}), "mm"));
+    runtime::GemmArgs seen;
+    size_t gemms = 0;
+    for (const compiler::lowering::Step& step : cuda_steps(b.build())) {
+      if (step.kind != compiler::lowering::StepKind::kGemm) continue;
+      ++gemms;
+      seen = step.gemm.args;
+    }
+    EXPECT_EQ(gemms, 1u);
+    return seen;
+  };
+  {
+    testing::ScopedEnv kn("GROVE_SMALL_M_TILED_KN", "");  // the default: off
+    EXPECT_EQ(gemm_args().tile_rows, 0);
+  }
+  testing::ScopedEnv kn("GROVE_SMALL_M_TILED_KN", "1");
+  const runtime::GemmArgs seen = gemm_args();
+  EXPECT_FALSE(seen.transpose_b);
+  EXPECT_EQ(seen.tile_rows, 8);
+  EXPECT_EQ(seen.tile_columns, 1);
+  EXPECT_FALSE(seen.tile_transposed);
+  EXPECT_TRUE(runtime::small_m_tiled_gemm_kn_qualifies(seen));
 }
 
 // "RxCxW" names the warps too; "RxC" leaves them to K (0).
