@@ -307,6 +307,25 @@ int run_decode_load(int argc, char** argv) {
         static_cast<long long>(stats.decode_steps), static_cast<long long>(stats.loop_steps),
         static_cast<long long>(stats.loop_launches), static_cast<long long>(stats.prefills),
         batches.c_str());
+    // Note [Where a turn's time goes]: the host time of each kind of call.
+    std::string calls_text;
+    nlohmann::json call_times = nlohmann::json::object();
+    double busy_s = 0;
+    for (const auto& [key, time] : stats.call_times) {
+      busy_s += time.seconds;
+      const double per_call_ms = 1000.0 * time.seconds / static_cast<double>(time.calls);
+      calls_text +=
+          str_cat("\n  ", key, ": ", time.calls, " calls, ", format_fixed(1000.0 * time.seconds, 1),
+                  " ms, ", format_fixed(per_call_ms, 3), " ms a call");
+      if (time.steps > 0) {
+        calls_text += str_cat(
+            ", ", time.steps, " steps, ",
+            format_fixed(1000.0 * time.seconds / static_cast<double>(time.steps), 3), " ms a step");
+      }
+      call_times[key] = {{"calls", time.calls}, {"steps", time.steps}, {"seconds", time.seconds}};
+    }
+    std::printf("host time in device calls: %.3f of %.3f s wall%s\n", busy_s, wall_s,
+                calls_text.c_str());
     nlohmann::json run = {
         {"prefills_per_step", prefills_per_step},
         {"ttft_ms", {{"p50", ttft_p50}, {"p99", ttft_p99}}},
@@ -322,6 +341,7 @@ int run_decode_load(int argc, char** argv) {
     nlohmann::json rows = nlohmann::json::object();
     for (const auto& [count, steps] : stats.rows_per_step) rows[std::to_string(count)] = steps;
     run["rows_per_step"] = rows;
+    run["call_times"] = call_times;
     runs.push_back(std::move(run));
     // The table so far after each run, flushed: a run cut short keeps the rows before it.
     std::fputs(table.render().c_str(), stdout);

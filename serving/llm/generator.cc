@@ -1,11 +1,35 @@
 #include "serving/llm/generator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <span>
 
 #include "runtime/error.h"
 
 namespace grove::serving::llm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Note [Where a turn's time goes]
+// A serving turn is host-driven: each prefill call returns its logits to the
+// host (it synchronizes), and a decode run returns when its last step's
+// tokens arrived, so the host time around each call is the device time it
+// took plus the host's own share (uploads, launch, the read-back). The
+// Generator adds it up per kind of call (GeneratorStats::call_times), which
+// tells an open-loop load's wall time apart: prefill calls against decode
+// steps of each batch bucket. Test: Generator.CallTimesCountEveryCall
+// (tests/serving/llm/generator_test.cc).
+void add_call_time(std::map<std::string, CallTime>& times, const std::string& key,
+                   Clock::time_point start, int64_t steps) {
+  CallTime& time = times[key];
+  ++time.calls;
+  time.steps += steps;
+  time.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -145,8 +169,12 @@ bool Generator::prefill_next_chunk() {
   int64_t count = length - next.done;
   if (options_.prefill_chunk > 0) count = std::min(count, options_.prefill_chunk);
   const std::span<const int64_t> tokens(prompt.data() + next.done, static_cast<size_t>(count));
+  const Clock::time_point start = Clock::now();
   std::vector<float> logits = next.done == 0 ? decoder_.prefill(next.slot, tokens)
                                              : decoder_.prefill_chunk(next.slot, tokens, next.done);
+  add_call_time(stats_.call_times,
+                str_cat(next.done == 0 ? "prefill " : "chunk ", decoder_.prompt_bucket(count)),
+                start, 0);
   ++stats_.prefill_calls;
   next.done += count;
   if (next.done < length) return false;
@@ -248,8 +276,10 @@ void Generator::decode_on_device() {
     ++stats_.rows_per_step[rows];
     flush();
   };
+  const Clock::time_point start = Clock::now();
   DecodeRun run =
       loop.run(steps, steps > 1 ? DecodeMode::kWhileLoop : DecodeMode::kPerStepGraphs, on_step);
+  add_call_time(stats_.call_times, str_cat("decode ", bucket), start, run.steps);
   if (run.mode == DecodeMode::kWhileLoop) {
     ++stats_.loop_launches;
     stats_.loop_steps += run.steps;
@@ -264,7 +294,9 @@ void Generator::decode_host_sampled() {
         {.slot = active.slot, .token = results_.at(id).tokens.back(), .position = active.position});
   }
   const int64_t bucket = decoder_.batch_bucket(slots_.extent());
+  const Clock::time_point start = Clock::now();
   std::vector<std::vector<float>> logits = decoder_.decode(rows);
+  add_call_time(stats_.call_times, str_cat("decode ", bucket), start, 1);
   ++stats_.decode_steps;
   ++stats_.steps_per_bucket[bucket];
   ++stats_.rows_per_step[static_cast<int64_t>(rows.size())];

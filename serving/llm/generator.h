@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "serving/llm/decode_loop.h"
@@ -85,6 +86,13 @@ struct GeneratorOptions {
   int64_t while_steps_per_iteration = 1;
 };
 
+// Host time of one kind of device call (Note [Where a turn's time goes]).
+struct CallTime {
+  int64_t calls = 0;
+  int64_t steps = 0;  // decode steps those calls ran (decode runs only)
+  double seconds = 0;
+};
+
 struct GeneratorStats {
   int64_t prefills = 0;
   int64_t prefill_calls = 0;  // prefills and chunks of prefills (Note [Chunked prefill])
@@ -94,6 +102,10 @@ struct GeneratorStats {
   int64_t generated_tokens = 0;
   std::map<int64_t, int64_t> steps_per_bucket;  // batch bucket -> decode steps
   std::map<int64_t, int64_t> rows_per_step;     // running rows -> decode steps
+  // Note [Where a turn's time goes]: host seconds of the prefill calls by
+  // prompt bucket ("prefill 32", "chunk 32") and of the decode runs by batch
+  // bucket ("decode 64").
+  std::map<std::string, CallTime> call_times;
 };
 
 class Generator {

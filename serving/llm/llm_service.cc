@@ -304,6 +304,7 @@ void LlmService::publish_stats() {
   stats_.generated_tokens = generator.generated_tokens;
   stats_.prompt_tokens = prompt_tokens_;
   stats_.rows_per_step = generator.rows_per_step;
+  stats_.call_times = generator.call_times;
   stats_.ended = ended_;
 }
 

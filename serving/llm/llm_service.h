@@ -123,8 +123,9 @@ struct LlmStats {
   int64_t loop_steps = 0;
   int64_t generated_tokens = 0;
   int64_t prompt_tokens = 0;
-  std::map<int64_t, int64_t> rows_per_step;  // running rows -> decode steps
-  std::map<std::string, int64_t> ended;      // completion_end_name -> requests
+  std::map<int64_t, int64_t> rows_per_step;    // running rows -> decode steps
+  std::map<std::string, int64_t> ended;        // completion_end_name -> requests
+  std::map<std::string, CallTime> call_times;  // Note [Where a turn's time goes]
 };
 
 class LlmService {
