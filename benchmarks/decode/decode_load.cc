@@ -16,7 +16,7 @@
 //               [--requests 200] [--rate 20] [--prompt-lengths 8,32,96]
 //               [--output-lengths 16,64,128] [--buckets 1,2,4,8,16,32,64]
 //               [--max-seq-len 256] [--loop-steps 8] [--prefills-per-step 0[,P...]]
-//               [--prefill-chunk 0] [--seed 1]
+//               [--prefill-chunk 0] [--compact-slots 1[,0]] [--seed 1]
 //               [--model-dir DIR] [--json FILE]
 //
 // A run that fits a short GPU call: --config 1b --requests 256 --rate 400
@@ -80,6 +80,10 @@ const std::vector<FlagSpec> kFlags = {
      "load once per value on the same warmed decoder, one row each"},
     {"--prefill-chunk", "C",
      "prompt tokens per prefill call (chunked prefill); 0: whole prompts (default 0)"},
+    {"--compact-slots", "LIST",
+     "1: requests move to low slots when that makes the batch bucket smaller (Note [Running "
+     "requests move to low slots]), 0: never; a list runs the load once per value (each "
+     "after the --prefills-per-step list's values) on the same warmed decoder (default 1)"},
     {"--while-steps", "K",
      "decode steps per WHILE iteration (Note [Steps per WHILE iteration]; default 1)"},
     {"--seed", "S", "arrival times, lengths and prompts (default 1)"},
@@ -144,6 +148,11 @@ int run_decode_load(int argc, char** argv) {
     prefill_limits.push_back(cli::parse_integer("--prefills-per-step", item, 0, 1 << 20));
   }
   const int64_t prefill_chunk = flags.integer("--prefill-chunk", 0, 0, 1 << 20);
+  std::vector<std::pair<int64_t, bool>> runs_to_do;  // (prefills per step, compact slots)
+  for (const std::string& item : flags.list("--compact-slots", {"1"})) {
+    const bool compact = cli::parse_integer("--compact-slots", item, 0, 1) == 1;
+    for (int64_t limit : prefill_limits) runs_to_do.emplace_back(limit, compact);
+  }
   const int64_t seed = flags.integer("--seed", 1, 0, int64_t{1} << 62);
   const int64_t while_steps = flags.integer("--while-steps", 1, 1, 64);
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
@@ -189,6 +198,7 @@ int run_decode_load(int argc, char** argv) {
   std::fflush(stdout);
 
   Table table({{"prefills/step", Align::kRight},
+               {"compact", Align::kRight},
                {"rate/s", Align::kRight},
                {"TTFT p50 ms", Align::kRight},
                {"TTFT p99 ms", Align::kRight},
@@ -199,7 +209,7 @@ int run_decode_load(int argc, char** argv) {
                {"max rows", Align::kRight},
                {"wall s", Align::kRight}});
   nlohmann::json runs = nlohmann::json::array();
-  for (int64_t prefills_per_step : prefill_limits) {
+  for (const auto& [prefills_per_step, compact_slots] : runs_to_do) {
     Stopwatch setup_watch;
     LlmService service(*decoder, nullptr,
                        {.max_new_tokens = longest_output,
@@ -207,7 +217,8 @@ int run_decode_load(int argc, char** argv) {
                         .decode_loop_steps = loop_steps,
                         .max_prefills_per_step = prefills_per_step,
                         .prefill_chunk = prefill_chunk,
-                        .while_steps_per_iteration = while_steps});
+                        .while_steps_per_iteration = while_steps,
+                        .compact_slots = compact_slots});
     const double setup_s = setup_watch.elapsed_s();
 
     // The schedule: arrival offsets, lengths and prompts, all from the seed
@@ -295,18 +306,18 @@ int run_decode_load(int argc, char** argv) {
       batches += str_cat(batches.empty() ? "" : ", ", rows, ":", steps);
       max_rows = std::max<int64_t>(max_rows, rows);
     }
-    table.add_row({std::to_string(prefills_per_step), format_fixed(rate, 1),
-                   format_fixed(ttft_p50, 2), format_fixed(ttft_p99, 2), format_fixed(itl_p50, 3),
-                   format_fixed(itl_p99, 3), format_ratio(itl_p99 / itl_p50),
-                   format_fixed(tokens_per_s, 0), std::to_string(max_rows),
-                   format_fixed(wall_s, 2)});
+    table.add_row({std::to_string(prefills_per_step), compact_slots ? "1" : "0",
+                   format_fixed(rate, 1), format_fixed(ttft_p50, 2), format_fixed(ttft_p99, 2),
+                   format_fixed(itl_p50, 3), format_fixed(itl_p99, 3),
+                   format_ratio(itl_p99 / itl_p50), format_fixed(tokens_per_s, 0),
+                   std::to_string(max_rows), format_fixed(wall_s, 2)});
     std::printf(
-        "prefills per step %lld (service set up in %.1f s): decode steps %lld (%lld in %lld WHILE "
-        "launches), prefills %lld; running rows:steps %s\n",
-        static_cast<long long>(prefills_per_step), setup_s,
+        "prefills per step %lld, compact slots %d (service set up in %.1f s): decode steps %lld "
+        "(%lld in %lld WHILE launches), prefills %lld, slot moves %lld; running rows:steps %s\n",
+        static_cast<long long>(prefills_per_step), compact_slots ? 1 : 0, setup_s,
         static_cast<long long>(stats.decode_steps), static_cast<long long>(stats.loop_steps),
         static_cast<long long>(stats.loop_launches), static_cast<long long>(stats.prefills),
-        batches.c_str());
+        static_cast<long long>(stats.slot_moves), batches.c_str());
     // Note [Where a turn's time goes]: the host time of each kind of call.
     std::string calls_text;
     nlohmann::json call_times = nlohmann::json::object();
@@ -328,6 +339,8 @@ int run_decode_load(int argc, char** argv) {
                 calls_text.c_str());
     nlohmann::json run = {
         {"prefills_per_step", prefills_per_step},
+        {"compact_slots", compact_slots},
+        {"slot_moves", stats.slot_moves},
         {"ttft_ms", {{"p50", ttft_p50}, {"p99", ttft_p99}}},
         {"itl_ms", {{"p50", itl_p50}, {"p99", itl_p99}, {"p99_over_p50", itl_p99 / itl_p50}}},
         {"tokens", tokens},

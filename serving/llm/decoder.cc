@@ -211,6 +211,20 @@ std::vector<std::vector<float>> Decoder::decode(const std::vector<DecodeRow>& ro
   return result;
 }
 
+void Decoder::move_slot(int64_t from, int64_t to) {
+  const int64_t slots = state_->cache().slots;
+  GROVE_CHECK(from >= 0 && from < slots && to >= 0 && to < slots && from != to, "move of slot ",
+              from, " to slot ", to, ": slots are 0..", slots - 1, " and must differ");
+  runtime::DeviceContext& context = runtime::device_context(device_);
+  const runtime::StreamHandle stream = context.current_stream();
+  for (const Tensor& cache : state_->cache_tensors()) {
+    const Tensor source = cache.slice(0, from, from + 1);
+    context.platform().copy_async(cache.slice(0, to, to + 1).data_ptr(), source.data_ptr(),
+                                  source.nbytes(), runtime::CopyKind::kDeviceToDevice, stream);
+  }
+  context.platform().synchronize_stream(stream);
+}
+
 void Decoder::write_new_rows(const Tensor& table, const Tensor& positions) const {
   const DecoderConfig& c = config();
   launch_kv_write(table, 2 * c.num_layers, positions, c.num_kv_heads, state_->cache().max_seq_len,

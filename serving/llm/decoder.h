@@ -80,6 +80,9 @@ class Decoder {
   // row's position (-1: none) on the current stream (Note [KV cache in static
   // buffers]); `table` is kv_write_table's for these outputs.
   void write_new_rows(const runtime::Tensor& table, const runtime::Tensor& positions) const;
+  // Note [Running requests move to low slots]: copies slot `from`'s keys and
+  // values (every layer, every position) into slot `to` and waits for the copy.
+  void move_slot(int64_t from, int64_t to);
 
   int64_t prompt_bucket(int64_t length) const;  // smallest bucket >= length
   int64_t batch_bucket(int64_t rows) const;     // smallest bucket >= rows

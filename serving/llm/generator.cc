@@ -197,6 +197,49 @@ void Generator::retire_finished() {
   }
 }
 
+// Note [Running requests move to low slots]
+// A decode step runs the batch bucket covering the highest slot in use (Note
+// [Continuous batching steps]), and slots free in any order, so a few
+// long requests left in high slots keep every step at a large bucket: at the
+// end of an open-loop load, steps of a handful of rows ran the 64-row program.
+// When no waiting request fills the holes (admission takes the lowest free slot
+// first) and the slots in use fit a smaller bucket than the highest one
+// needs, the request (running, or holding its slot mid-prefill) in the
+// highest slot moves to the lowest free slot: Decoder::move_slot copies its
+// keys and values there (a few MiB, on the device), its old slot is freed.
+// A row's tokens do not depend on its slot (each row attends over its own
+// slot only), and the device loop sets every row's state again each run
+// (Note [Decode runs on the device]). Off with GeneratorOptions::compact_slots
+// = false. Test: Generator.RequestsMoveToLowSlotsWithTheirTokens
+// (tests/serving/llm/generator_test.cc).
+void Generator::compact_slots() {
+  while (slots_.extent() > 0 &&
+         decoder_.batch_bucket(slots_.extent()) > decoder_.batch_bucket(slots_.taken())) {
+    const int64_t from = slots_.extent() - 1;
+    const std::optional<int64_t> to = slots_.take();
+    GROVE_CHECK(to && *to < from, "slot compaction found no free slot below ", from,
+                " (a grove bug)");
+    decoder_.move_slot(from, *to);
+    bool moved = false;
+    for (auto& [id, active] : running_) {
+      if (active.slot == from) {
+        active.slot = *to;
+        moved = true;
+        break;
+      }
+    }
+    for (Prefilling& prefilling : prefilling_) {
+      if (!moved && prefilling.slot == from) {
+        prefilling.slot = *to;
+        moved = true;
+      }
+    }
+    GROVE_CHECK(moved, "slot ", from, " is taken by no request (a grove bug)");
+    slots_.release(from);
+    ++stats_.slot_moves;
+  }
+}
+
 std::vector<std::pair<RequestId, int64_t>> Generator::step(const TokenCallback& on_token) {
   produced_.clear();
   delivered_ = 0;
@@ -205,6 +248,7 @@ std::vector<std::pair<RequestId, int64_t>> Generator::step(const TokenCallback& 
     admit();
     flush();
     retire_finished();
+    if (options_.compact_slots && waiting_.empty()) compact_slots();
     if (!running_.empty()) {
       if (options_.loop_steps > 0) {
         decode_on_device();
