@@ -32,4 +32,3 @@ __device__ __forceinline__ void prefetch_to_l2(const void* address) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
 #endif
 }
-
