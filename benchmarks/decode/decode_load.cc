@@ -86,6 +86,10 @@ const std::vector<FlagSpec> kFlags = {
      "after the --prefills-per-step list's values) on the same warmed decoder (default 1)"},
     {"--while-steps", "K",
      "decode steps per WHILE iteration (Note [Steps per WHILE iteration]; default 1)"},
+    {"--prefill-small-m-gemm", "off|on|auto",
+     "grove's small-M GEMMs in the prefill programs (DecoderOptions; default: GROVE_SMALL_M_GEMM)"},
+    {"--decode-small-m-gemm", "off|on|auto",
+     "grove's small-M GEMMs in the decode programs (DecoderOptions; default: GROVE_SMALL_M_GEMM)"},
     {"--seed", "S", "arrival times, lengths and prompts (default 1)"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
     {"--json", "FILE", "write the results as JSON"},
@@ -180,6 +184,8 @@ int run_decode_load(int argc, char** argv) {
                        prompt_buckets.end());
   options.prompt_buckets = prompt_buckets;
   options.chunked_prefill = prefill_chunk > 0;
+  options.prefill_small_m_gemm = flags.text("--prefill-small-m-gemm", "");
+  options.decode_small_m_gemm = flags.text("--decode-small-m-gemm", "");
   Stopwatch warm_watch;
   std::unique_ptr<Decoder> decoder = Decoder::load(dir, options);
   decoder->warm_up();
@@ -190,11 +196,12 @@ int run_decode_load(int argc, char** argv) {
   }
   std::printf(
       "%s on %s: %s %s (checkpoint %s), %lld requests at %.1f/s, loop steps %lld, prefills per "
-      "step %s, prefill chunk %lld; warm-up %.1f s\n",
+      "step %s, prefill chunk %lld, small-M GEMMs prefill '%s' decode '%s'; warm-up %.1f s\n",
       kName, device.str().c_str(), config_name.c_str(), dtype_name.c_str(),
       wrote ? "written" : "reused", static_cast<long long>(requests), rate,
       static_cast<long long>(loop_steps), limits_text.c_str(),
-      static_cast<long long>(prefill_chunk), warm_s);
+      static_cast<long long>(prefill_chunk), options.prefill_small_m_gemm.c_str(),
+      options.decode_small_m_gemm.c_str(), warm_s);
   std::fflush(stdout);
 
   Table table({{"prefills/step", Align::kRight},
@@ -374,6 +381,8 @@ int run_decode_load(int argc, char** argv) {
     report["loop_steps"] = loop_steps;
     report["prefill_chunk"] = prefill_chunk;
     report["while_steps_per_iteration"] = while_steps;
+    report["prefill_small_m_gemm"] = options.prefill_small_m_gemm;
+    report["decode_small_m_gemm"] = options.decode_small_m_gemm;
     report["seed"] = seed;
     // The first run's figures at the top level (as before lists were taken), every run in "runs".
     for (const auto& [key, value] : runs.front().items()) report[key] = value;
