@@ -16,7 +16,7 @@
 //               [--requests 200] [--rate 20] [--prompt-lengths 8,32,96]
 //               [--output-lengths 16,64,128] [--buckets 1,2,4,8,16,32,64]
 //               [--max-seq-len 256] [--loop-steps 8] [--prefills-per-step 0[,P...]]
-//               [--prefill-chunk 0] [--compact-slots 1[,0]] [--seed 1]
+//               [--prefill-chunk 0] [--compact-slots 0[,1]] [--variants LIST] [--seed 1]
 //               [--model-dir DIR] [--json FILE]
 //
 // A run that fits a short GPU call: --config 1b --requests 256 --rate 400
@@ -48,6 +48,7 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "benchmarks/decode/decode_checkpoint.h"
+#include "benchmarks/decode/env_variants.h"
 #include "serving/llm/decoder.h"
 #include "serving/llm/llm_service.h"
 
@@ -83,7 +84,11 @@ const std::vector<FlagSpec> kFlags = {
     {"--compact-slots", "LIST",
      "1: requests move to low slots when that makes the batch bucket smaller (Note [Running "
      "requests move to low slots]), 0: never; a list runs the load once per value (each "
-     "after the --prefills-per-step list's values) on the same warmed decoder (default 1)"},
+     "after the --prefills-per-step list's values) on the same warmed decoder (default 0)"},
+    {"--variants", "LIST",
+     "environment settings, one load each (after the --compact-slots and --prefills-per-step "
+     "lists' values), on the same warmed decoder, its decode loops recorded under them: "
+     "variants split by ';', a variant's GROVE_NAME=VALUE settings by ','"},
     {"--while-steps", "K",
      "decode steps per WHILE iteration (Note [Steps per WHILE iteration]; default 1)"},
     {"--prefill-small-m-gemm", "off|on|auto",
@@ -152,10 +157,19 @@ int run_decode_load(int argc, char** argv) {
     prefill_limits.push_back(cli::parse_integer("--prefills-per-step", item, 0, 1 << 20));
   }
   const int64_t prefill_chunk = flags.integer("--prefill-chunk", 0, 0, 1 << 20);
-  std::vector<std::pair<int64_t, bool>> runs_to_do;  // (prefills per step, compact slots)
-  for (const std::string& item : flags.list("--compact-slots", {"1"})) {
-    const bool compact = cli::parse_integer("--compact-slots", item, 0, 1) == 1;
-    for (int64_t limit : prefill_limits) runs_to_do.emplace_back(limit, compact);
+  struct LoadRun {
+    int64_t prefills_per_step;
+    bool compact_slots;
+    EnvVariant variant;
+  };
+  std::vector<EnvVariant> variants = parse_variants(flags.text("--variants", ""));
+  if (variants.empty()) variants.emplace_back();
+  std::vector<LoadRun> runs_to_do;
+  for (const EnvVariant& variant : variants) {
+    for (const std::string& item : flags.list("--compact-slots", {"0"})) {
+      const bool compact = cli::parse_integer("--compact-slots", item, 0, 1) == 1;
+      for (int64_t limit : prefill_limits) runs_to_do.push_back({limit, compact, variant});
+    }
   }
   const int64_t seed = flags.integer("--seed", 1, 0, int64_t{1} << 62);
   const int64_t while_steps = flags.integer("--while-steps", 1, 1, 64);
@@ -204,7 +218,8 @@ int run_decode_load(int argc, char** argv) {
       options.decode_small_m_gemm.c_str(), warm_s);
   std::fflush(stdout);
 
-  Table table({{"prefills/step", Align::kRight},
+  Table table({{"variant", Align::kLeft},
+               {"prefills/step", Align::kRight},
                {"compact", Align::kRight},
                {"rate/s", Align::kRight},
                {"TTFT p50 ms", Align::kRight},
@@ -216,7 +231,9 @@ int run_decode_load(int argc, char** argv) {
                {"max rows", Align::kRight},
                {"wall s", Align::kRight}});
   nlohmann::json runs = nlohmann::json::array();
-  for (const auto& [prefills_per_step, compact_slots] : runs_to_do) {
+  for (const auto& [prefills_per_step, compact_slots, variant] : runs_to_do) {
+    // The service records its decode loops under the variant's settings.
+    VariantEnvironment environment(variant);
     Stopwatch setup_watch;
     LlmService service(*decoder, nullptr,
                        {.max_new_tokens = longest_output,
@@ -313,18 +330,20 @@ int run_decode_load(int argc, char** argv) {
       batches += str_cat(batches.empty() ? "" : ", ", rows, ":", steps);
       max_rows = std::max<int64_t>(max_rows, rows);
     }
-    table.add_row({std::to_string(prefills_per_step), compact_slots ? "1" : "0",
-                   format_fixed(rate, 1), format_fixed(ttft_p50, 2), format_fixed(ttft_p99, 2),
-                   format_fixed(itl_p50, 3), format_fixed(itl_p99, 3),
+    table.add_row({variant_name(variant), std::to_string(prefills_per_step),
+                   compact_slots ? "1" : "0", format_fixed(rate, 1), format_fixed(ttft_p50, 2),
+                   format_fixed(ttft_p99, 2), format_fixed(itl_p50, 3), format_fixed(itl_p99, 3),
                    format_ratio(itl_p99 / itl_p50), format_fixed(tokens_per_s, 0),
                    std::to_string(max_rows), format_fixed(wall_s, 2)});
     std::printf(
-        "prefills per step %lld, compact slots %d (service set up in %.1f s): decode steps %lld "
+        "variant %s, prefills per step %lld, compact slots %d (service set up in %.1f s): decode "
+        "steps %lld "
         "(%lld in %lld WHILE launches), prefills %lld, slot moves %lld; running rows:steps %s\n",
-        static_cast<long long>(prefills_per_step), compact_slots ? 1 : 0, setup_s,
-        static_cast<long long>(stats.decode_steps), static_cast<long long>(stats.loop_steps),
-        static_cast<long long>(stats.loop_launches), static_cast<long long>(stats.prefills),
-        static_cast<long long>(stats.slot_moves), batches.c_str());
+        variant_name(variant).c_str(), static_cast<long long>(prefills_per_step),
+        compact_slots ? 1 : 0, setup_s, static_cast<long long>(stats.decode_steps),
+        static_cast<long long>(stats.loop_steps), static_cast<long long>(stats.loop_launches),
+        static_cast<long long>(stats.prefills), static_cast<long long>(stats.slot_moves),
+        batches.c_str());
     // Note [Where a turn's time goes]: the host time of each kind of call.
     std::string calls_text;
     nlohmann::json call_times = nlohmann::json::object();
@@ -345,6 +364,7 @@ int run_decode_load(int argc, char** argv) {
     std::printf("host time in device calls: %.3f of %.3f s wall%s\n", busy_s, wall_s,
                 calls_text.c_str());
     nlohmann::json run = {
+        {"variant", variant_name(variant)},
         {"prefills_per_step", prefills_per_step},
         {"compact_slots", compact_slots},
         {"slot_moves", stats.slot_moves},

@@ -87,7 +87,7 @@ struct GeneratorOptions {
   // Note [Running requests move to low slots]: before a decode step whose
   // batch bucket the highest slot in use makes larger than the slots in use
   // need, requests in the highest slots move (their cache copied) to the lowest free ones.
-  bool compact_slots = true;
+  bool compact_slots = false;
 };
 
 // Host time of one kind of device call (Note [Where a turn's time goes]).

@@ -102,8 +102,8 @@ struct LlmServiceConfig {
   int64_t prefill_chunk = 0;
   // Note [Steps per WHILE iteration]: copies of the step per WHILE iteration.
   int64_t while_steps_per_iteration = 1;
-  // Note [Running requests move to low slots].
-  bool compact_slots = true;
+  // Note [Running requests move to low slots]: off by default (no gain measured).
+  bool compact_slots = false;
 };
 
 // What a request may ask for, from the decoder's buckets and cache.

@@ -123,7 +123,7 @@ TEST_P(DecodeLoopTest, RequestsMovedToLowSlotsKeepTheirTokens) {
     return tokens;
   };
   Generator kept(*decoder, {.loop_steps = 4, .compact_slots = false});
-  Generator moved(*decoder, {.loop_steps = 4});
+  Generator moved(*decoder, {.loop_steps = 4, .compact_slots = true});
   EXPECT_EQ(run_all(moved), run_all(kept)) << "weights seed " << kWeightsSeed;
   EXPECT_EQ(moved.stats().slot_moves, 1);
   EXPECT_GT(moved.stats().steps_per_bucket.count(1), 0u);

@@ -268,7 +268,7 @@ TEST(Generator, RequestsMoveToLowSlotsWithTheirTokens) {
       return tokens;
     };
     Generator kept(*decoder, {.loop_steps = loop_steps, .compact_slots = false});
-    Generator compacted(*decoder, {.loop_steps = loop_steps});
+    Generator compacted(*decoder, {.loop_steps = loop_steps, .compact_slots = true});
     const std::vector<std::vector<int64_t>> tokens = run_all(compacted);
     EXPECT_EQ(tokens, run_all(kept)) << "seed " << kSeed;
     EXPECT_EQ(tokens[2], alone);
