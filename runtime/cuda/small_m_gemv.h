@@ -168,18 +168,43 @@
 // =0 gave 828.7 against 800.6 (1B), 85.6 against 85.5 (small).
 // Tests: as above (settings "C first", "C after the sum").
 //
-// Tried and removed (session 23): two ways of moving more weight bytes before
-// the wait, both the same bits, both slower. (1) Each warp warming L2 with
-// its first N columns' W rows (prefetch.global.L2) before its wait
-// (GROVE_GEMV_PREFETCH_COLUMNS=N): H200, session 22 round 2 (decode
-// --variants, batch 1, WHILE loop) 1B 874.4 us a step with N = 2 and 878.0
-// with 4 against 800.6; the extra traffic competed with the kernel streaming
-// before the wait returned. (2) Bulk copies (GROVE_GEMV_BULK): lane 0 of each
-// warp asking the copy engine (cp.async.bulk) for 2 KiB chunks of its columns'
-// W rows into a 12 KiB mbarrier ring per warp (dynamic shared memory opted in
-// beyond 48 KiB): 873.8 against 800.6 (967.7 with N = 2 above), small 86.6
-// against 85.5; not profiled (one 2 KiB request at a time per stage likely
-// kept too few bytes in flight). Their code is in git history (session 22, wt-decode).
+// Note [Streamed GEMV prefetches columns into L2]
+// Under GROVE_GEMV_PREFETCH_COLUMNS=N (both kinds, read at each launch) each
+// warp of a streamed GEMV also warms L2 with the first N of its columns' W rows
+// (prefetch.global.L2 over 128-byte lines) before its wait, beyond what its
+// shared-memory ring holds: with the next kernel allowed first, the gate/up
+// GEMV's blocks start during the attention kernel, whose HBM is otherwise
+// idle, and their ring refills then hit L2. Changes no value: same bits.
+// Measured, it costs, so it stays off: H200, session 22 round 2 (decode
+// --variants, batch 1, WHILE loop): 1B 874.4 us a step with N = 2 and 878.0
+// with 4, against 800.6 (the extra traffic competes with the kernel that
+// streams before the wait returns); small 86.4 and 86.7 against 85.5.
+// Tests: as above (settings "columns prefetched into L2").
+//
+// Note [Streamed GEMV bulk copies]
+// The streamed GEMVs move W through per-thread cp.async copies of 16 bytes:
+// every weight byte is one of a thread's requests, each warp issuing a 512-byte
+// request per fold step, and 96 KiB in flight an SM are 6144 such copies. The
+// _bulk entry points (both kinds: runtime/cuda/small_m_gemv_kernel.cu,
+// runtime/rms_norm_gemv_kernel.cu) have lane 0 of each warp ask the copy
+// engine (cp.async.bulk, compute_90) for 2 KiB chunks of its columns' W rows
+// (gated: of the gate and the up row) into the warp's ring of 12 KiB of
+// dynamic shared memory, each chunk completing an mbarrier the warp waits on;
+// the first chunks are requested before the wait. Lane l folds vectors l,
+// l + 32, ... of each chunk: the order of the other streamed kernels, so the
+// same bits. _bulk_ef reads W under the evict-first policy
+// (GROVE_WEIGHTS_EVICT_FIRST picks the entry point). GROVE_GEMV_BULK=1 (both
+// kinds), =blas or =norm (read at each launch) runs them; the compute_80 PTX
+// has the other streamed kernels behind those names.
+// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
+// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
+// "bulk copies"; passed on an H200, session 22 round 2). Their first launch
+// failed (H200, round 1): the opt-in to more than 48 KiB of shared memory was
+// not made (kBulkSharedOptIn). Measured, they cost, so they stay off: H200,
+// round 2 (decode --variants, batch 1, WHILE loop): 1B 873.8 us a step against
+// 800.6 (967.7 with two columns prefetched into L2), small 86.6 against 85.5,
+// the same tokens. (Not profiled: whether one copy-engine request of 2 KiB at
+// a time per stage keeps too few bytes in flight is the first thing to look at.)
 //
 // Note [RMSNorm GEMV keeps its row in registers]
 // A streamed RMSNorm GEMV's blocks read x after their wait to sum its squares
@@ -219,10 +244,11 @@ class SmallMGemv {
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
-  // [bf16, f16][24 slots, 32 slots, A in shared memory]: Note [Streamed GEMV], Note [Streamed
-  // GEMV slots], Note [Streamed GEMV holds A in shared memory]
-  KernelHandle streamed_[2][3] = {};
-  bool streamed_loaded_[2][3] = {};
+  // [bf16, f16][24 slots, 32 slots, A in shared memory, bulk copies, bulk copies evicting
+  // first]: Note [Streamed GEMV], Note [Streamed GEMV slots], Note [Streamed GEMV holds A in
+  // shared memory], Note [Streamed GEMV bulk copies]
+  KernelHandle streamed_[2][5] = {};
+  bool streamed_loaded_[2][5] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

@@ -1,5 +1,6 @@
 #include "runtime/cuda/streamed_gemv_flags.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -27,8 +28,17 @@ bool allow_next_first(bool blas) {
   return set_for("GROVE_GEMV_ALLOW_NEXT_FIRST", blas);
 }
 
+bool bulk_copies(bool blas) { return set_for("GROVE_GEMV_BULK", blas); }
+
 bool residual_first() { return on_unless_zero("GROVE_GEMV_RESIDUAL_FIRST"); }
 
 bool row_in_registers() { return on_unless_zero("GROVE_GEMV_ROW_IN_REGISTERS"); }
+
+int64_t prefetch_column_bits() {
+  const char* value = std::getenv("GROVE_GEMV_PREFETCH_COLUMNS");
+  if (value == nullptr) return 0;
+  const int64_t columns = std::clamp<int64_t>(std::atoll(value), 0, 255);
+  return columns << kPrefetchColumnsShift;
+}
 
 }  // namespace grove::runtime::streamed_gemv_flags
