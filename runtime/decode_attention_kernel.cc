@@ -182,7 +182,6 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
                  ", sin ", sin.str(), ", caches ", key_cache.str(), " and ", value_cache.str(),
                  ", positions ", positions.str());
   if (rows == 0) return;
-  const Device device = qkv.device();
   KernelSource source;
   // Note [Decode attention loads the cache early]: GROVE_ATTENTION_EARLY_LOADS=0
   // launches the kernel that loads it after its wait (read at each launch, so
@@ -194,8 +193,17 @@ void launch_decode_attention(const Tensor& qkv, const Tensor& cos, const Tensor&
   const char* warm_setting = std::getenv("GROVE_ATTENTION_WARM");
   const bool warm = !late && dtype == DType::kBF16 && rows == 1 && warm_setting != nullptr &&
                     std::string_view(warm_setting) == "1";
+  // Note [Decode attention for many rows]: GROVE_ATTENTION_MANY=0 never, =1 always (read at
+  // each launch too).
+  const Device device = qkv.device();
+  const char* many_setting = std::getenv("GROVE_ATTENTION_MANY");
+  const std::string_view many_value = many_setting == nullptr ? "" : many_setting;
+  const bool many =
+      !warm && (many_value == "1" ||
+                (many_value != "0" && device.is_cuda() &&
+                 kv_heads * rows > device_context(device).platform().multiprocessor_count()));
   source.name = str_cat(kName, dtype == DType::kBF16 ? "_bf16_g" : "_f32_g", heads / kv_heads,
-                        late ? "_late" : (warm ? "_warm" : ""));
+                        many ? "_many" : (late ? "_late" : (warm ? "_warm" : "")));
   if (device.is_cuda()) {
     source.ptx = kPtx;
     source.ptx_programmatic = kProgrammaticPtx;

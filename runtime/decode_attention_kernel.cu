@@ -307,14 +307,27 @@ __device__ __forceinline__ void attention(void* qkv, const void* cos, const void
     attention<T, G, EARLY, WARM>(qkv, cos, sin, key_cache, value_cache, positions, heads,         \
                                  kv_heads, head_dim, cache_len, table_len, scale);                 \
   }
+// Note [Decode attention for many rows] (decode_attention_kernel.h): the late
+// kernel held to kDecodeAttentionManyBlocks blocks an SM.
+#define GROVE_DECODE_ATTENTION_MANY(NAME, T, G)                                                    \
+  extern "C" __global__ void __launch_bounds__(256, 4) NAME(                                       \
+      void* qkv, const void* cos, const void* sin, const void* key_cache, const void* value_cache, \
+      const int64_t* positions, int64_t heads, int64_t kv_heads, int64_t head_dim,                 \
+      int64_t cache_len, int64_t table_len, int64_t, float scale) {                                \
+    attention<T, G, false, false>(qkv, cos, sin, key_cache, value_cache, positions, heads,         \
+                                  kv_heads, head_dim, cache_len, table_len, scale);                \
+  }
 // grove_decode_attention_<dtype>_g<G> loads the cache early; ..._late after the
-// wait; grove_decode_attention_bf16_g<G>_warm runs dry before it.
+// wait; grove_decode_attention_bf16_g<G>_warm runs dry before it; ..._many is the
+// late kernel in fewer registers.
 #define GROVE_DECODE_ATTENTION_GROUPS(G)                                                 \
   GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G, float, G, true, false)         \
   GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G, Bf16, G, true, false)         \
   GROVE_DECODE_ATTENTION(grove_decode_attention_f32_g##G##_late, float, G, false, false) \
   GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G##_late, Bf16, G, false, false) \
-  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G##_warm, Bf16, G, false, true)
+  GROVE_DECODE_ATTENTION(grove_decode_attention_bf16_g##G##_warm, Bf16, G, false, true)  \
+  GROVE_DECODE_ATTENTION_MANY(grove_decode_attention_f32_g##G##_many, float, G)          \
+  GROVE_DECODE_ATTENTION_MANY(grove_decode_attention_bf16_g##G##_many, Bf16, G)
 
 GROVE_DECODE_ATTENTION_GROUPS(1)
 GROVE_DECODE_ATTENTION_GROUPS(2)

@@ -99,6 +99,27 @@
 // _warm entry points are the late kernel.
 // Test: DecodeAttentionKernel.EntryPointsGiveTheSameBitsAfterAProgrammaticGemv
 // (tests/runtime/decode_attention_kernel_test.cc, in the cuda_platform_test binary).
+//
+// Note [Decode attention for many rows]
+// The early kernel (the default) takes 151 registers (ptxas 13.0, bf16_g4),
+// so one block of 256 threads fits an SM: at batch 1 (8 blocks) that costs
+// nothing, but a 1B decode step at batch 64 runs 512 blocks in four waves:
+// 36 us a layer, 586 of the step's 1651 us (H200, session 23 round 1,
+// torch.profiler, max_seq_len 128), and the cuBLAS GEMM before it is not a
+// programmatic kernel, so the early loads overlap nothing there. Where the
+// grid (kv_heads x rows) is more blocks than the device has SMs, the
+// launcher takes grove_decode_attention_<dtype>_g<G>_many: the late kernel
+// (the same loads and arithmetic after the wait: the same bits) compiled
+// under __launch_bounds__(256, 4), 64 registers and no spills for bf16_g4, so four blocks
+// share an SM and 512 blocks run in one wave. GROVE_ATTENTION_MANY=0 keeps
+// the early kernel at every batch, =1 takes _many at every batch (read at
+// each launch, for A/Bs in one process). H200, session 23 round 3 (decode
+// load, 1b, 256 requests at 400/s, buckets 16,32,64, 2 prefills a step, chunk
+// 32, max_seq_len 256, one process, alternating): the 64-row step 2.09 and
+// 2.10 ms with the early kernel, 1.76 and 1.77 with _many; 11399 and 11262
+// tokens/s against 12447 and 12152. Test:
+// DecodeAttentionKernel.EntryPointsGiveTheSameBitsAfterAProgrammaticGemv
+// (setting "many").
 #pragma once
 
 #include <cstdint>

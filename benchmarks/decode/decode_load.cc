@@ -16,7 +16,7 @@
 //               [--requests 200] [--rate 20] [--prompt-lengths 8,32,96]
 //               [--output-lengths 16,64,128] [--buckets 1,2,4,8,16,32,64]
 //               [--max-seq-len 256] [--loop-steps 8] [--prefills-per-step 0[,P...]]
-//               [--prefill-chunk 0] [--seed 1]
+//               [--prefill-chunk 0] [--compact-slots 0[,1]] [--variants LIST] [--seed 1]
 //               [--model-dir DIR] [--json FILE]
 //
 // A run that fits a short GPU call: --config 1b --requests 256 --rate 400
@@ -48,6 +48,7 @@
 #include "benchmarks/common/latency.h"
 #include "benchmarks/common/table.h"
 #include "benchmarks/decode/decode_checkpoint.h"
+#include "benchmarks/decode/env_variants.h"
 #include "serving/llm/decoder.h"
 #include "serving/llm/llm_service.h"
 
@@ -80,8 +81,20 @@ const std::vector<FlagSpec> kFlags = {
      "load once per value on the same warmed decoder, one row each"},
     {"--prefill-chunk", "C",
      "prompt tokens per prefill call (chunked prefill); 0: whole prompts (default 0)"},
+    {"--compact-slots", "LIST",
+     "1: requests move to low slots when that makes the batch bucket smaller (Note [Running "
+     "requests move to low slots]), 0: never; a list runs the load once per value (each "
+     "after the --prefills-per-step list's values) on the same warmed decoder (default 0)"},
+    {"--variants", "LIST",
+     "environment settings, one load each (after the --compact-slots and --prefills-per-step "
+     "lists' values), on the same warmed decoder, its decode loops recorded under them: "
+     "variants split by ';', a variant's GROVE_NAME=VALUE settings by ','"},
     {"--while-steps", "K",
      "decode steps per WHILE iteration (Note [Steps per WHILE iteration]; default 1)"},
+    {"--prefill-small-m-gemm", "off|on|auto",
+     "grove's small-M GEMMs in the prefill programs (DecoderOptions; default: GROVE_SMALL_M_GEMM)"},
+    {"--decode-small-m-gemm", "off|on|auto",
+     "grove's small-M GEMMs in the decode programs (DecoderOptions; default: GROVE_SMALL_M_GEMM)"},
     {"--seed", "S", "arrival times, lengths and prompts (default 1)"},
     {"--model-dir", "DIR", "checkpoint directories go here (default /tmp/grove_decode_models)"},
     {"--json", "FILE", "write the results as JSON"},
@@ -144,6 +157,20 @@ int run_decode_load(int argc, char** argv) {
     prefill_limits.push_back(cli::parse_integer("--prefills-per-step", item, 0, 1 << 20));
   }
   const int64_t prefill_chunk = flags.integer("--prefill-chunk", 0, 0, 1 << 20);
+  struct LoadRun {
+    int64_t prefills_per_step;
+    bool compact_slots;
+    EnvVariant variant;
+  };
+  std::vector<EnvVariant> variants = parse_variants(flags.text("--variants", ""));
+  if (variants.empty()) variants.emplace_back();
+  std::vector<LoadRun> runs_to_do;
+  for (const EnvVariant& variant : variants) {
+    for (const std::string& item : flags.list("--compact-slots", {"0"})) {
+      const bool compact = cli::parse_integer("--compact-slots", item, 0, 1) == 1;
+      for (int64_t limit : prefill_limits) runs_to_do.push_back({limit, compact, variant});
+    }
+  }
   const int64_t seed = flags.integer("--seed", 1, 0, int64_t{1} << 62);
   const int64_t while_steps = flags.integer("--while-steps", 1, 1, 64);
   const std::string model_root = flags.text("--model-dir", "/tmp/grove_decode_models");
@@ -171,6 +198,8 @@ int run_decode_load(int argc, char** argv) {
                        prompt_buckets.end());
   options.prompt_buckets = prompt_buckets;
   options.chunked_prefill = prefill_chunk > 0;
+  options.prefill_small_m_gemm = flags.text("--prefill-small-m-gemm", "");
+  options.decode_small_m_gemm = flags.text("--decode-small-m-gemm", "");
   Stopwatch warm_watch;
   std::unique_ptr<Decoder> decoder = Decoder::load(dir, options);
   decoder->warm_up();
@@ -181,14 +210,17 @@ int run_decode_load(int argc, char** argv) {
   }
   std::printf(
       "%s on %s: %s %s (checkpoint %s), %lld requests at %.1f/s, loop steps %lld, prefills per "
-      "step %s, prefill chunk %lld; warm-up %.1f s\n",
+      "step %s, prefill chunk %lld, small-M GEMMs prefill '%s' decode '%s'; warm-up %.1f s\n",
       kName, device.str().c_str(), config_name.c_str(), dtype_name.c_str(),
       wrote ? "written" : "reused", static_cast<long long>(requests), rate,
       static_cast<long long>(loop_steps), limits_text.c_str(),
-      static_cast<long long>(prefill_chunk), warm_s);
+      static_cast<long long>(prefill_chunk), options.prefill_small_m_gemm.c_str(),
+      options.decode_small_m_gemm.c_str(), warm_s);
   std::fflush(stdout);
 
-  Table table({{"prefills/step", Align::kRight},
+  Table table({{"variant", Align::kLeft},
+               {"prefills/step", Align::kRight},
+               {"compact", Align::kRight},
                {"rate/s", Align::kRight},
                {"TTFT p50 ms", Align::kRight},
                {"TTFT p99 ms", Align::kRight},
@@ -199,7 +231,9 @@ int run_decode_load(int argc, char** argv) {
                {"max rows", Align::kRight},
                {"wall s", Align::kRight}});
   nlohmann::json runs = nlohmann::json::array();
-  for (int64_t prefills_per_step : prefill_limits) {
+  for (const auto& [prefills_per_step, compact_slots, variant] : runs_to_do) {
+    // The service records its decode loops under the variant's settings.
+    VariantEnvironment environment(variant);
     Stopwatch setup_watch;
     LlmService service(*decoder, nullptr,
                        {.max_new_tokens = longest_output,
@@ -207,7 +241,8 @@ int run_decode_load(int argc, char** argv) {
                         .decode_loop_steps = loop_steps,
                         .max_prefills_per_step = prefills_per_step,
                         .prefill_chunk = prefill_chunk,
-                        .while_steps_per_iteration = while_steps});
+                        .while_steps_per_iteration = while_steps,
+                        .compact_slots = compact_slots});
     const double setup_s = setup_watch.elapsed_s();
 
     // The schedule: arrival offsets, lengths and prompts, all from the seed
@@ -295,20 +330,44 @@ int run_decode_load(int argc, char** argv) {
       batches += str_cat(batches.empty() ? "" : ", ", rows, ":", steps);
       max_rows = std::max<int64_t>(max_rows, rows);
     }
-    table.add_row({std::to_string(prefills_per_step), format_fixed(rate, 1),
-                   format_fixed(ttft_p50, 2), format_fixed(ttft_p99, 2), format_fixed(itl_p50, 3),
-                   format_fixed(itl_p99, 3), format_ratio(itl_p99 / itl_p50),
-                   format_fixed(tokens_per_s, 0), std::to_string(max_rows),
-                   format_fixed(wall_s, 2)});
+    table.add_row({variant_name(variant), std::to_string(prefills_per_step),
+                   compact_slots ? "1" : "0", format_fixed(rate, 1), format_fixed(ttft_p50, 2),
+                   format_fixed(ttft_p99, 2), format_fixed(itl_p50, 3), format_fixed(itl_p99, 3),
+                   format_ratio(itl_p99 / itl_p50), format_fixed(tokens_per_s, 0),
+                   std::to_string(max_rows), format_fixed(wall_s, 2)});
     std::printf(
-        "prefills per step %lld (service set up in %.1f s): decode steps %lld (%lld in %lld WHILE "
-        "launches), prefills %lld; running rows:steps %s\n",
-        static_cast<long long>(prefills_per_step), setup_s,
-        static_cast<long long>(stats.decode_steps), static_cast<long long>(stats.loop_steps),
-        static_cast<long long>(stats.loop_launches), static_cast<long long>(stats.prefills),
+        "variant %s, prefills per step %lld, compact slots %d (service set up in %.1f s): decode "
+        "steps %lld "
+        "(%lld in %lld WHILE launches), prefills %lld, slot moves %lld; running rows:steps %s\n",
+        variant_name(variant).c_str(), static_cast<long long>(prefills_per_step),
+        compact_slots ? 1 : 0, setup_s, static_cast<long long>(stats.decode_steps),
+        static_cast<long long>(stats.loop_steps), static_cast<long long>(stats.loop_launches),
+        static_cast<long long>(stats.prefills), static_cast<long long>(stats.slot_moves),
         batches.c_str());
+    // Note [Where a turn's time goes]: the host time of each kind of call.
+    std::string calls_text;
+    nlohmann::json call_times = nlohmann::json::object();
+    double busy_s = 0;
+    for (const auto& [key, time] : stats.call_times) {
+      busy_s += time.seconds;
+      const double per_call_ms = 1000.0 * time.seconds / static_cast<double>(time.calls);
+      calls_text +=
+          str_cat("\n  ", key, ": ", time.calls, " calls, ", format_fixed(1000.0 * time.seconds, 1),
+                  " ms, ", format_fixed(per_call_ms, 3), " ms a call");
+      if (time.steps > 0) {
+        calls_text += str_cat(
+            ", ", time.steps, " steps, ",
+            format_fixed(1000.0 * time.seconds / static_cast<double>(time.steps), 3), " ms a step");
+      }
+      call_times[key] = {{"calls", time.calls}, {"steps", time.steps}, {"seconds", time.seconds}};
+    }
+    std::printf("host time in device calls: %.3f of %.3f s wall%s\n", busy_s, wall_s,
+                calls_text.c_str());
     nlohmann::json run = {
+        {"variant", variant_name(variant)},
         {"prefills_per_step", prefills_per_step},
+        {"compact_slots", compact_slots},
+        {"slot_moves", stats.slot_moves},
         {"ttft_ms", {{"p50", ttft_p50}, {"p99", ttft_p99}}},
         {"itl_ms", {{"p50", itl_p50}, {"p99", itl_p99}, {"p99_over_p50", itl_p99 / itl_p50}}},
         {"tokens", tokens},
@@ -322,6 +381,7 @@ int run_decode_load(int argc, char** argv) {
     nlohmann::json rows = nlohmann::json::object();
     for (const auto& [count, steps] : stats.rows_per_step) rows[std::to_string(count)] = steps;
     run["rows_per_step"] = rows;
+    run["call_times"] = call_times;
     runs.push_back(std::move(run));
     // The table so far after each run, flushed: a run cut short keeps the rows before it.
     std::fputs(table.render().c_str(), stdout);
@@ -341,6 +401,8 @@ int run_decode_load(int argc, char** argv) {
     report["loop_steps"] = loop_steps;
     report["prefill_chunk"] = prefill_chunk;
     report["while_steps_per_iteration"] = while_steps;
+    report["prefill_small_m_gemm"] = options.prefill_small_m_gemm;
+    report["decode_small_m_gemm"] = options.decode_small_m_gemm;
     report["seed"] = seed;
     // The first run's figures at the top level (as before lists were taken), every run in "runs".
     for (const auto& [key, value] : runs.front().items()) report[key] = value;

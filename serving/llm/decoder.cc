@@ -65,8 +65,10 @@ std::unique_ptr<Decoder> Decoder::load(const std::string& model_dir, DecoderOpti
   return decoder;
 }
 
-CompiledModel Decoder::compile_program(const compiler::ir::Program& program) {
+CompiledModel Decoder::compile_program(const compiler::ir::Program& program,
+                                       const std::string& small_m_gemm) {
   compiler::backends::CompileOptions options{.backend = options_.backend, .device = device_};
+  options.small_m_gemm = small_m_gemm;
   const DecoderState& state = *state_;
   return compiler::backends::compile(
       program, options, [&state](const compiler::ir::Value& value) { return state.bind(value); },
@@ -78,15 +80,18 @@ const CompiledModel& Decoder::prefill_model(int64_t bucket, bool chunk) {
   auto found = models.find(bucket);
   if (found != models.end()) return found->second;
   CompiledModel model =
-      compile_program(build_prefill_program(config(), state_->cache(), bucket, device_, chunk));
+      compile_program(build_prefill_program(config(), state_->cache(), bucket, device_, chunk),
+                      options_.prefill_small_m_gemm);
   return models.emplace(bucket, std::move(model)).first->second;
 }
 
 const CompiledModel& Decoder::decode_model(int64_t bucket) {
   auto found = decode_models_.find(bucket);
   if (found != decode_models_.end()) return found->second;
-  CompiledModel model = compile_program(build_decode_program(
-      config(), state_->cache(), bucket, device_, options_.fused_attention, options_.fused_norms));
+  CompiledModel model =
+      compile_program(build_decode_program(config(), state_->cache(), bucket, device_,
+                                           options_.fused_attention, options_.fused_norms),
+                      options_.decode_small_m_gemm);
   return decode_models_.emplace(bucket, std::move(model)).first->second;
 }
 
@@ -209,6 +214,20 @@ std::vector<std::vector<float>> Decoder::decode(const std::vector<DecodeRow>& ro
   for (const DecodeRow& row : rows)
     result.push_back(logits_row(all, row.slot, config().vocab_size));
   return result;
+}
+
+void Decoder::move_slot(int64_t from, int64_t to) {
+  const int64_t slots = state_->cache().slots;
+  GROVE_CHECK(from >= 0 && from < slots && to >= 0 && to < slots && from != to, "move of slot ",
+              from, " to slot ", to, ": slots are 0..", slots - 1, " and must differ");
+  runtime::DeviceContext& context = runtime::device_context(device_);
+  const runtime::StreamHandle stream = context.current_stream();
+  for (const Tensor& cache : state_->cache_tensors()) {
+    const Tensor source = cache.slice(0, from, from + 1);
+    context.platform().copy_async(cache.slice(0, to, to + 1).data_ptr(), source.data_ptr(),
+                                  source.nbytes(), runtime::CopyKind::kDeviceToDevice, stream);
+  }
+  context.platform().synchronize_stream(stream);
 }
 
 void Decoder::write_new_rows(const Tensor& table, const Tensor& positions) const {

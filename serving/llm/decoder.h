@@ -49,6 +49,11 @@ struct DecoderOptions {
   // Note [Chunked prefill]: warm_up also records the chunk programs (one per
   // prompt bucket), so prefill_chunk records nothing while serving.
   bool chunked_prefill = false;
+  // Grove's small-M GEMM kernel for the prefill programs (chunks included)
+  // and for the decode programs: "off", "on" or "auto" (CompileOptions::small_m_gemm,
+  // Note [Small-M GEMM selection]); empty: GROVE_SMALL_M_GEMM decides.
+  std::string prefill_small_m_gemm;
+  std::string decode_small_m_gemm;
 };
 
 // One row of a decode step: feed `token` at `position` of `slot`'s sequence.
@@ -80,6 +85,9 @@ class Decoder {
   // row's position (-1: none) on the current stream (Note [KV cache in static
   // buffers]); `table` is kv_write_table's for these outputs.
   void write_new_rows(const runtime::Tensor& table, const runtime::Tensor& positions) const;
+  // Note [Running requests move to low slots]: copies slot `from`'s keys and
+  // values (every layer, every position) into slot `to` and waits for the copy.
+  void move_slot(int64_t from, int64_t to);
 
   int64_t prompt_bucket(int64_t length) const;  // smallest bucket >= length
   int64_t batch_bucket(int64_t rows) const;     // smallest bucket >= rows
@@ -100,7 +108,8 @@ class Decoder {
   const compiler::backends::CompiledModel& prefill_model(int64_t bucket, bool chunk);
   std::vector<float> run_prefill(int64_t slot, std::span<const int64_t> tokens, int64_t start);
   const compiler::backends::CompiledModel& decode_model(int64_t bucket);
-  compiler::backends::CompiledModel compile_program(const compiler::ir::Program& program);
+  compiler::backends::CompiledModel compile_program(const compiler::ir::Program& program,
+                                                    const std::string& small_m_gemm);
 
   DecoderOptions options_;
   runtime::Device device_;

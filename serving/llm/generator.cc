@@ -1,11 +1,35 @@
 #include "serving/llm/generator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <span>
 
 #include "runtime/error.h"
 
 namespace grove::serving::llm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Note [Where a turn's time goes]
+// A serving turn is host-driven: each prefill call returns its logits to the
+// host (it synchronizes), and a decode run returns when its last step's
+// tokens arrived, so the host time around each call is the device time it
+// took plus the host's own share (uploads, launch, the read-back). The
+// Generator adds it up per kind of call (GeneratorStats::call_times), which
+// tells an open-loop load's wall time apart: prefill calls against decode
+// steps of each batch bucket. Test: Generator.CallTimesCountEveryCall
+// (tests/serving/llm/generator_test.cc).
+void add_call_time(std::map<std::string, CallTime>& times, const std::string& key,
+                   Clock::time_point start, int64_t steps) {
+  CallTime& time = times[key];
+  ++time.calls;
+  time.steps += steps;
+  time.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -145,8 +169,12 @@ bool Generator::prefill_next_chunk() {
   int64_t count = length - next.done;
   if (options_.prefill_chunk > 0) count = std::min(count, options_.prefill_chunk);
   const std::span<const int64_t> tokens(prompt.data() + next.done, static_cast<size_t>(count));
+  const Clock::time_point start = Clock::now();
   std::vector<float> logits = next.done == 0 ? decoder_.prefill(next.slot, tokens)
                                              : decoder_.prefill_chunk(next.slot, tokens, next.done);
+  add_call_time(stats_.call_times,
+                str_cat(next.done == 0 ? "prefill " : "chunk ", decoder_.prompt_bucket(count)),
+                start, 0);
   ++stats_.prefill_calls;
   next.done += count;
   if (next.done < length) return false;
@@ -169,6 +197,54 @@ void Generator::retire_finished() {
   }
 }
 
+// Note [Running requests move to low slots]
+// A decode step runs the batch bucket covering the highest slot in use (Note
+// [Continuous batching steps]), and slots free in any order, so a few
+// long requests left in high slots keep every step at a large bucket: at the
+// end of an open-loop load, steps of a handful of rows ran the 64-row program.
+// When no waiting request fills the holes (admission takes the lowest free slot
+// first) and the slots in use fit a smaller bucket than the highest one
+// needs, the request (running, or holding its slot mid-prefill) in the
+// highest slot moves to the lowest free slot: Decoder::move_slot copies its
+// keys and values there (a few MiB, on the device), its old slot is freed.
+// A row's tokens do not depend on its slot (each row attends over its own
+// slot only), and the device loop sets every row's state again each run
+// (Note [Decode runs on the device]). On with GeneratorOptions::compact_slots.
+// Measured, it gains nothing, so it is off by default: H200, session 23 round
+// 1 (decode load, 1b, 256 requests at 400/s, buckets 16,32,64, 2 prefills a
+// step, chunk 32, one process): 11931 tokens/s without, 11933 with (24 moves;
+// 82 instead of 22 steps ran the 16-row program, but the wall time is the
+// prefills' and the full batches' and stayed 1.514 s). Tests:
+// Generator.RequestsMoveToLowSlotsWithTheirTokens (tests/serving/llm/generator_test.cc),
+// DecodeLoopTest.RequestsMovedToLowSlotsKeepTheirTokens (sim and cuda).
+void Generator::compact_slots() {
+  while (slots_.extent() > 0 &&
+         decoder_.batch_bucket(slots_.extent()) > decoder_.batch_bucket(slots_.taken())) {
+    const int64_t from = slots_.extent() - 1;
+    const std::optional<int64_t> to = slots_.take();
+    GROVE_CHECK(to && *to < from, "slot compaction found no free slot below ", from,
+                " (a grove bug)");
+    decoder_.move_slot(from, *to);
+    bool moved = false;
+    for (auto& [id, active] : running_) {
+      if (active.slot == from) {
+        active.slot = *to;
+        moved = true;
+        break;
+      }
+    }
+    for (Prefilling& prefilling : prefilling_) {
+      if (!moved && prefilling.slot == from) {
+        prefilling.slot = *to;
+        moved = true;
+      }
+    }
+    GROVE_CHECK(moved, "slot ", from, " is taken by no request (a grove bug)");
+    slots_.release(from);
+    ++stats_.slot_moves;
+  }
+}
+
 std::vector<std::pair<RequestId, int64_t>> Generator::step(const TokenCallback& on_token) {
   produced_.clear();
   delivered_ = 0;
@@ -177,6 +253,7 @@ std::vector<std::pair<RequestId, int64_t>> Generator::step(const TokenCallback& 
     admit();
     flush();
     retire_finished();
+    if (options_.compact_slots && waiting_.empty()) compact_slots();
     if (!running_.empty()) {
       if (options_.loop_steps > 0) {
         decode_on_device();
@@ -248,8 +325,10 @@ void Generator::decode_on_device() {
     ++stats_.rows_per_step[rows];
     flush();
   };
+  const Clock::time_point start = Clock::now();
   DecodeRun run =
       loop.run(steps, steps > 1 ? DecodeMode::kWhileLoop : DecodeMode::kPerStepGraphs, on_step);
+  add_call_time(stats_.call_times, str_cat("decode ", bucket), start, run.steps);
   if (run.mode == DecodeMode::kWhileLoop) {
     ++stats_.loop_launches;
     stats_.loop_steps += run.steps;
@@ -264,7 +343,9 @@ void Generator::decode_host_sampled() {
         {.slot = active.slot, .token = results_.at(id).tokens.back(), .position = active.position});
   }
   const int64_t bucket = decoder_.batch_bucket(slots_.extent());
+  const Clock::time_point start = Clock::now();
   std::vector<std::vector<float>> logits = decoder_.decode(rows);
+  add_call_time(stats_.call_times, str_cat("decode ", bucket), start, 1);
   ++stats_.decode_steps;
   ++stats_.steps_per_bucket[bucket];
   ++stats_.rows_per_step[static_cast<int64_t>(rows.size())];

@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "serving/llm/decode_loop.h"
@@ -83,6 +84,17 @@ struct GeneratorOptions {
   int64_t prefill_chunk = 0;
   // Note [Steps per WHILE iteration]: copies of the step in each decode loop's WHILE body.
   int64_t while_steps_per_iteration = 1;
+  // Note [Running requests move to low slots]: before a decode step whose
+  // batch bucket the highest slot in use makes larger than the slots in use
+  // need, requests in the highest slots move (their cache copied) to the lowest free ones.
+  bool compact_slots = false;
+};
+
+// Host time of one kind of device call (Note [Where a turn's time goes]).
+struct CallTime {
+  int64_t calls = 0;
+  int64_t steps = 0;  // decode steps those calls ran (decode runs only)
+  double seconds = 0;
 };
 
 struct GeneratorStats {
@@ -92,8 +104,13 @@ struct GeneratorStats {
   int64_t loop_launches = 0;  // WHILE graph launches (Note [Decode runs on the device])
   int64_t loop_steps = 0;     // decode steps those launches ran
   int64_t generated_tokens = 0;
+  int64_t slot_moves = 0;                       // Note [Running requests move to low slots]
   std::map<int64_t, int64_t> steps_per_bucket;  // batch bucket -> decode steps
   std::map<int64_t, int64_t> rows_per_step;     // running rows -> decode steps
+  // Note [Where a turn's time goes]: host seconds of the prefill calls by
+  // prompt bucket ("prefill 32", "chunk 32") and of the decode runs by batch
+  // bucket ("decode 64").
+  std::map<std::string, CallTime> call_times;
 };
 
 class Generator {
@@ -149,6 +166,7 @@ class Generator {
   // Runs the next prefill call of prefilling_.front(); true when it finished the prompt.
   bool prefill_next_chunk();
   void retire_finished();
+  void compact_slots();
   void decode_host_sampled();
   void flush();  // hands produced_[delivered_..] to the step's on_token
   void decode_on_device();

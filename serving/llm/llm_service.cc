@@ -27,7 +27,8 @@ LlmService::LlmService(Decoder& decoder, const Tokenizer* tokenizer, LlmServiceC
       generator_(decoder, {.loop_steps = config.decode_loop_steps,
                            .max_prefills_per_step = config.max_prefills_per_step,
                            .prefill_chunk = config.prefill_chunk,
-                           .while_steps_per_iteration = config.while_steps_per_iteration}) {
+                           .while_steps_per_iteration = config.while_steps_per_iteration,
+                           .compact_slots = config.compact_slots}) {
   // The decode loops compile and record here, in the thread that warmed the
   // decoder up, not on the first request.
   generator_.warm_up();
@@ -304,6 +305,8 @@ void LlmService::publish_stats() {
   stats_.generated_tokens = generator.generated_tokens;
   stats_.prompt_tokens = prompt_tokens_;
   stats_.rows_per_step = generator.rows_per_step;
+  stats_.call_times = generator.call_times;
+  stats_.slot_moves = generator.slot_moves;
   stats_.ended = ended_;
 }
 

@@ -102,6 +102,8 @@ struct LlmServiceConfig {
   int64_t prefill_chunk = 0;
   // Note [Steps per WHILE iteration]: copies of the step per WHILE iteration.
   int64_t while_steps_per_iteration = 1;
+  // Note [Running requests move to low slots]: off by default (no gain measured).
+  bool compact_slots = false;
 };
 
 // What a request may ask for, from the decoder's buckets and cache.
@@ -123,8 +125,10 @@ struct LlmStats {
   int64_t loop_steps = 0;
   int64_t generated_tokens = 0;
   int64_t prompt_tokens = 0;
-  std::map<int64_t, int64_t> rows_per_step;  // running rows -> decode steps
-  std::map<std::string, int64_t> ended;      // completion_end_name -> requests
+  int64_t slot_moves = 0;                      // Note [Running requests move to low slots]
+  std::map<int64_t, int64_t> rows_per_step;    // running rows -> decode steps
+  std::map<std::string, int64_t> ended;        // completion_end_name -> requests
+  std::map<std::string, CallTime> call_times;  // Note [Where a turn's time goes]
 };
 
 class LlmService {

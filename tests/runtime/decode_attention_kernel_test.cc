@@ -1,6 +1,6 @@
 // The decode attention kernel's entry points on cuda (runtime/decode_attention_kernel.h):
-// loading the cache after the wait, early, or running dry before the wait give the same bits
-// behind a GEMV that writes the qkv rows right before them.
+// loading the cache after the wait, early, running dry before the wait, or held to four
+// blocks an SM give the same bits behind a GEMV that writes the qkv rows right before them.
 #include "runtime/decode_attention_kernel.h"
 
 #include <gtest/gtest.h>
@@ -30,15 +30,19 @@ Tensor random_bf16(std::mt19937& rng, const Shape& shape, float low, float high)
   return Tensor::from_host(bits.data(), shape, DType::kBF16, kCudaDevice);
 }
 
-// GROVE_ATTENTION_EARLY_LOADS and GROVE_ATTENTION_WARM: late, early (the
-// default), warm (Note [Decode attention runs dry before its wait]).
+// GROVE_ATTENTION_EARLY_LOADS, GROVE_ATTENTION_WARM and GROVE_ATTENTION_MANY:
+// late, early (the default at few rows), warm (Note [Decode attention runs dry
+// before its wait]), many (Note [Decode attention for many rows]).
 struct AttentionSetting {
   const char* name;
   const char* early_loads;
   const char* warm;
+  const char* many;
 };
-constexpr AttentionSetting kSettings[] = {
-    {"late", "0", "0"}, {"early", "1", "0"}, {"warm", "1", "1"}};
+constexpr AttentionSetting kSettings[] = {{"late", "0", "0", "0"},
+                                          {"early", "1", "0", "0"},
+                                          {"warm", "1", "1", "0"},
+                                          {"many", "1", "0", "1"}};
 
 // One row (the warm kernel's case: GROVE_ATTENTION_WARM applies to one row)
 // and two (one of them padding; warm there runs the early kernel), 8 query
@@ -68,6 +72,7 @@ void check_entry_points(int64_t rows) {
     for (const AttentionSetting& setting : kSettings) {
       ::grove::testing::ScopedEnv early("GROVE_ATTENTION_EARLY_LOADS", setting.early_loads);
       ::grove::testing::ScopedEnv warm("GROVE_ATTENTION_WARM", setting.warm);
+      ::grove::testing::ScopedEnv many("GROVE_ATTENTION_MANY", setting.many);
       GemmArgs args;
       args.dtype = DType::kBF16;
       args.m = rows, args.n = kWidth, args.k = kHidden;
@@ -79,7 +84,7 @@ void check_entry_points(int64_t rows) {
       platform.synchronize_stream(stream);
       results.push_back(qkv.to_host_bytes());
     }
-    for (size_t other : {1, 2}) {
+    for (size_t other : {1, 2, 3}) {
       EXPECT_EQ(results[0], results[other]) << rows << " rows, round " << round << ": "
                                             << kSettings[other].name << " differs from late";
     }

@@ -105,6 +105,31 @@ TEST_P(DecodeLoopTest, WhileLoopAndPerStepGraphsGiveTheGeneratorsTokens) {
   }
 }
 
+// Note [Running requests move to low slots] on the device: two short requests
+// in slots 0 and 1 end, the long one in slot 2 moves to slot 0 (its cache
+// copied on the device) and keeps the tokens it gets without moving.
+TEST_P(DecodeLoopTest, RequestsMovedToLowSlotsKeepTheirTokens) {
+  auto decoder = tiny_decoder();
+  SamplingParams warm{.temperature = 0.7, .top_k = 0, .top_p = 1, .seed = 6};
+  const std::vector<GenerationRequest> requests = {
+      generation_request({1, 2, 3}, 2), generation_request({7, 8}, 3),
+      generation_request({90, 3, 3, 12, 55}, 10, warm)};
+  auto run_all = [&](Generator& generator) {
+    std::vector<RequestId> ids;
+    for (const GenerationRequest& request : requests) ids.push_back(generator.submit(request));
+    while (!generator.idle()) generator.step();
+    std::vector<std::vector<int64_t>> tokens;
+    for (RequestId id : ids) tokens.push_back(generator.result(id).tokens);
+    return tokens;
+  };
+  Generator kept(*decoder, {.loop_steps = 4, .compact_slots = false});
+  Generator moved(*decoder, {.loop_steps = 4, .compact_slots = true});
+  EXPECT_EQ(run_all(moved), run_all(kept)) << "weights seed " << kWeightsSeed;
+  EXPECT_EQ(moved.stats().slot_moves, 1);
+  EXPECT_GT(moved.stats().steps_per_bucket.count(1), 0u);
+  EXPECT_EQ(kept.stats().steps_per_bucket.count(1), 0u);
+}
+
 TEST_P(DecodeLoopTest, RunsInChunksContinueWhereTheLastStopped) {
   auto decoder = tiny_decoder(Architecture::kGpt2);
   std::vector<GenerationRequest> requests = {

@@ -243,6 +243,75 @@ TEST(Generator, ChunkedPrefillGivesTheWholePromptTokens) {
   EXPECT_TRUE(chunked.idle());
 }
 
+// Note [Running requests move to low slots]: two short requests in slots 0
+// and 1 end, leaving a long one in slot 2 (bucket 4); it moves to slot 0 and
+// runs the 1-row program with the tokens it gets without moving, and alone.
+TEST(Generator, RequestsMoveToLowSlotsWithTheirTokens) {
+  auto decoder = tiny_decoder();
+  const std::vector<GenerationRequest> requests = {
+      generation_request({1, 2, 3}, 2), generation_request({7, 8}, 2),
+      generation_request({90, 3, 3, 12, 55}, 9,
+                         {.temperature = 0.7, .top_k = 0, .top_p = 1, .seed = 6})};
+  std::vector<int64_t> alone;
+  {
+    Generator generator(*decoder);
+    alone = generator.generate(requests[2]);
+  }
+  for (int64_t loop_steps : {0, 4}) {
+    SCOPED_TRACE(::testing::Message() << "loop_steps " << loop_steps);
+    auto run_all = [&](Generator& generator) {
+      std::vector<RequestId> ids;
+      for (const GenerationRequest& request : requests) ids.push_back(generator.submit(request));
+      while (!generator.idle()) generator.step();
+      std::vector<std::vector<int64_t>> tokens;
+      for (RequestId id : ids) tokens.push_back(generator.result(id).tokens);
+      return tokens;
+    };
+    Generator kept(*decoder, {.loop_steps = loop_steps, .compact_slots = false});
+    Generator compacted(*decoder, {.loop_steps = loop_steps, .compact_slots = true});
+    const std::vector<std::vector<int64_t>> tokens = run_all(compacted);
+    EXPECT_EQ(tokens, run_all(kept)) << "seed " << kSeed;
+    EXPECT_EQ(tokens[2], alone);
+    EXPECT_EQ(compacted.stats().slot_moves, 1);
+    EXPECT_EQ(kept.stats().slot_moves, 0);
+    EXPECT_GT(compacted.stats().steps_per_bucket.count(1), 0u);
+    EXPECT_EQ(kept.stats().steps_per_bucket.count(1), 0u);
+    EXPECT_EQ(compacted.slots_in_use(), 0);
+  }
+}
+
+// Note [Where a turn's time goes]: every prefill call and decode run is
+// counted under its kind and bucket, chunks apart from first calls.
+TEST(Generator, CallTimesCountEveryCall) {
+  auto decoder = tiny_decoder();
+  for (int64_t loop_steps : {0, 4}) {
+    SCOPED_TRACE(::testing::Message() << "loop_steps " << loop_steps);
+    Generator generator(*decoder,
+                        {.loop_steps = loop_steps, .max_prefills_per_step = 1, .prefill_chunk = 4});
+    generator.submit(generation_request({40, 41, 42, 43, 44, 45, 46, 47, 48, 49}, 6));
+    generator.submit(generation_request({7, 8, 9}, 4));
+    while (!generator.idle()) generator.step();
+    const GeneratorStats& stats = generator.stats();
+    int64_t prefill_calls = 0;
+    int64_t chunk_calls = 0;
+    int64_t decode_steps = 0;
+    for (const auto& [key, time] : stats.call_times) {
+      EXPECT_GE(time.seconds, 0.0) << key;
+      if (key.starts_with("prefill ")) prefill_calls += time.calls;
+      if (key.starts_with("chunk ")) chunk_calls += time.calls;
+      if (key.starts_with("decode ")) {
+        decode_steps += time.steps;
+        EXPECT_GE(time.steps, time.calls) << key;
+      }
+    }
+    EXPECT_EQ(prefill_calls, 2);  // each prompt's first call
+    EXPECT_EQ(chunk_calls, 2);    // the 10-token prompt's 4 and 2 tokens after its first 4
+    EXPECT_EQ(prefill_calls + chunk_calls, stats.prefill_calls);
+    EXPECT_EQ(decode_steps, stats.decode_steps);
+    EXPECT_EQ(stats.call_times.count("prefill " + std::to_string(decoder->prompt_bucket(4))), 1u);
+  }
+}
+
 TEST(Generator, RefusesRequestsThatCannotFitTheCache) {
   auto decoder = tiny_decoder();
   Generator generator(*decoder);
