@@ -114,7 +114,8 @@ void SmallMTiledGemm::preload(DType dtype) {
                  "GROVE_TILE_PRELOAD='", mode, "': expected entries (the default), module or none");
   if (mode == "none") return;
   for (const SmallMTile& tile : small_m_tiled_gemm_tiles()) {
-    if (tile.warps > 0) kernel_for(dtype, tile.rows, tile.columns, tile.warps, false, mode == "module");
+    if (tile.warps > 0)
+      kernel_for(dtype, tile.rows, tile.columns, tile.warps, false, mode == "module");
   }
 }
 
