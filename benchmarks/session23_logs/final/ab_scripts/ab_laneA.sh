@@ -1,0 +1,2 @@
+# F1 lane A (GPU 0) A/B: wt-jit's cold compile, the old loading path (no loader threads, whole modules, serial codegen, no tile preload) in processes of their own with empty caches.
+(cd $B && TAILN=12 ab jit_old_path 60 env GROVE_KERNEL_LOAD_THREADS=0 GROVE_PTX_ONE_ENTRY=0 GROVE_PARALLEL_CODEGEN=0 GROVE_TILE_PRELOAD=none ./benchmarks/eager_latency/eager_latency --json $OUT/ab/eager_latency_old_path.json)

@@ -1,0 +1,2 @@
+# F1 lane B (GPU 1) A/B: wt-zoo's sibling-GEMM fusion and unrepeated key/value heads against the old paths at batch 16.
+TAILN=30 ab zoo_sibling 85 python3 benchmarks/torch_zoo.py --cases llama:16,bert:16,bart:16 --variants torch_reduce_overhead,grove,grove_nosib,grove_nogqa --grove-env nosib:GROVE_FUSE_SIBLING_GEMMS=0,nogqa:GROVE_GROUPED_ATTENTION_KEYS=0 --top 40 --repeats 20 --budget-s 60 --json $OUT/ab/torch_zoo_sibling_ab.json
