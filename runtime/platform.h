@@ -160,12 +160,6 @@ class Platform {
                             StreamHandle stream) = 0;
 
   virtual StreamHandle create_stream() = 0;
-  // A stream whose kernels the device schedules before those of ordinary
-  // streams (CUDA: the greatest stream priority), kept by graphs captured on
-  // it (Note [Communication stream priority] in runtime/collectives/
-  // communication_stream.h). Platforms without priorities return an ordinary
-  // stream. Released with destroy_stream.
-  virtual StreamHandle create_high_priority_stream() { return create_stream(); }
   // A stream ordered with the legacy default stream both ways with no event
   // (CUDA: a blocking stream): its work waits for what the legacy stream
   // queued before it, and the legacy stream's later work waits for it. Never

@@ -33,8 +33,7 @@
 // one before it, Note [Small last bucket]; merge0: never), deferN (the last N
 // buckets are reduced by the optimizer step, overlapping the other params'
 // updates, Note [Last buckets reduced in the optimizer step]; defer0: none),
-// mergeN and deferN defaulting to data_parallel_all_reduce()'s; prio (the communication stream
-// at high priority, Note [Communication stream priority]), onlyB (reduce
+// mergeN and deferN defaulting to data_parallel_all_reduce()'s; onlyB (reduce
 // bucket B alone: what that bucket's collective costs the step; the
 // gradients of the others stay unaveraged, for timing only), none (no
 // collective at all: the plain single-device step, for timing only).
@@ -62,7 +61,6 @@
 #include "compiler/backends/backend_registry.h"
 #include "compiler/model_format/model_json.h"
 #include "distributed/data_parallel_trainer.h"
-#include "runtime/collectives/communication_stream.h"
 #include "runtime/collectives/setup.h"
 #include "runtime/device_context.h"
 #include "training/losses.h"
@@ -101,7 +99,6 @@ struct Variant {
   int64_t first_kib = 0;
   int64_t merge_kib = -1;  // -1: data_parallel_all_reduce()'s
   int deferred = -1;       // -1: data_parallel_all_reduce()'s
-  bool high_priority = false;
   bool reduce_nothing = false;
   int only_bucket = -1;
 };
@@ -134,17 +131,14 @@ Variant parse_variant(const std::string& spec, const Options& options) {
       variant.merge_kib = number("merge");
     } else if (token.rfind("defer", 0) == 0) {
       variant.deferred = static_cast<int>(number("defer"));
-    } else if (token == "prio") {
-      variant.high_priority = true;
     } else if (token == "none") {
       variant.reduce_nothing = true;
     } else if (token.rfind("only", 0) == 0) {
       variant.only_bucket = static_cast<int>(number("only"));
     } else {
-      throw UsageError(
-          str_cat("data_parallel: --variants: '", token, "' in '", spec,
-                  "' is none of flat, grouped, kibN, tailN, firstN, mergeN, deferN, prio, "
-                  "onlyB, none"));
+      throw UsageError(str_cat("data_parallel: --variants: '", token, "' in '", spec,
+                               "' is none of flat, grouped, kibN, tailN, firstN, mergeN, deferN, "
+                               "onlyB, none"));
     }
     start = end + 1;
   }
@@ -339,8 +333,6 @@ Row run_case(const Case& config, const Options& options, const std::string& back
   std::string group = str_cat("data_parallel.", ++groups);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(gpus));
   std::vector<std::thread> threads;
-  // Note [Communication stream priority]: each rank thread makes its stream at first use.
-  runtime::collectives::set_high_priority_communication(variant.high_priority);
   for (int rank = 0; rank < gpus; ++rank) {
     threads.emplace_back([&, rank] {
       try {
@@ -352,7 +344,6 @@ Row run_case(const Case& config, const Options& options, const std::string& back
     });
   }
   for (std::thread& thread : threads) thread.join();
-  runtime::collectives::set_high_priority_communication(false);
   for (const std::exception_ptr& error : errors) {
     if (error) std::rethrow_exception(error);
   }

@@ -1,9 +1,5 @@
 #include "runtime/collectives/communication_stream.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <string>
-
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 
@@ -11,8 +7,7 @@ namespace grove::runtime::collectives {
 
 CommunicationStream::CommunicationStream(Device device)
     : device_(device), platform_(device_context(device).platform()) {
-  high_priority_ = high_priority_communication();
-  stream_ = high_priority_ ? platform_.create_high_priority_stream() : platform_.create_stream();
+  stream_ = platform_.create_stream();
   fork_event_ = platform_.create_event(false);
   join_event_ = platform_.create_event(false);
 }
@@ -58,19 +53,6 @@ void CommunicationStream::join_into(StreamHandle compute) {
   platform_.stream_wait_event(compute, join_event_);
   forked_ = false;
 }
-
-namespace {
-std::atomic<bool>& high_priority_setting() {
-  static std::atomic<bool> high = [] {
-    const char* text = std::getenv("GROVE_COMM_STREAM_PRIORITY");
-    return text != nullptr && std::string(text) == "high";
-  }();
-  return high;
-}
-}  // namespace
-
-bool high_priority_communication() { return high_priority_setting().load(); }
-void set_high_priority_communication(bool high) { high_priority_setting() = high; }
 
 CommunicationStream& communication_stream(Device device) {
   thread_local std::map<Device, std::unique_ptr<CommunicationStream>> streams;

@@ -25,21 +25,6 @@
 //     behind the optimizer.
 // distributed/gradient_all_reduce.cc checks the first two when it
 // builds the backward; the sim platform checks the third for every capture.
-//
-// Note [Communication stream priority]: the collectives of the last buckets
-// queue behind each other while the backward's last kernels still run
-// (session 22: the exposed communication of mlp16x512 on two GPUs is a
-// backlog, not one bucket). With high priority on, the side stream is made
-// with the device's greatest stream priority, so the block scheduler starts a
-// collective's blocks before waiting compute blocks; graphs captured from it
-// keep the priority per kernel node (CudaPlatform instantiates with node
-// priorities once such a stream exists). Results are unchanged (same kernels,
-// same order per stream). Off by default: on 2xH200 (session 23, same
-// process) it changed nothing (mlp16x512 b32 on two GPUs 429.3/425.4 us
-// against 428.5/428.8; gpt4x256 within noise): the collectives' blocks do not
-// wait for compute blocks there. GROVE_COMM_STREAM_PRIORITY=high turns it on,
-// set_high_priority_communication() too (streams made after the call).
-// Tested by CommunicationStream.HighPrioritySettingReachesNewStreams.
 #pragma once
 
 #include <map>
@@ -59,8 +44,6 @@ class CommunicationStream {
 
   Device device() const { return device_; }
   StreamHandle stream() const { return stream_; }
-  // Whether the stream was made with high priority (Note [Communication stream priority]).
-  bool high_priority() const { return high_priority_; }
 
   // Makes the side stream wait for all work enqueued on `compute` so far.
   // A pending fork from another stream (a step that failed before its join)
@@ -80,18 +63,12 @@ class CommunicationStream {
   Device device_;
   Platform& platform_;
   StreamHandle stream_;
-  bool high_priority_ = false;
   EventHandle fork_event_;
   EventHandle join_event_;
   bool forked_ = false;
   StreamHandle forked_from_;
   int64_t fork_count_ = 0;
 };
-
-// Whether communication streams made from now on have high priority (Note
-// [Communication stream priority]); initially GROVE_COMM_STREAM_PRIORITY=high.
-bool high_priority_communication();
-void set_high_priority_communication(bool high);
 
 // The calling thread's communication stream on `device`, made at first use.
 // Per (device, thread), like the tree managers (Note [One thread per GPU] in

@@ -186,11 +186,6 @@ GraphExecHandle CudaPlatform::instantiate(GraphHandle graph, const InstantiateOp
   if (programmatic_edges_dropped_at_instantiation()) make_edges_default(source.graph);
   unsigned long long flags =
       options.auto_free_on_launch ? cudaGraphInstantiateFlagAutoFreeOnLaunch : 0;
-  // Note [Communication stream priority]: kernels captured from a
-  // high-priority stream keep that priority only with this flag; the others
-  // then run at the priority of the stream they were captured on instead of
-  // the launch stream's (grove's and PyTorch's streams: the default both).
-  if (node_priorities_) flags |= cudaGraphInstantiateFlagUseNodePriority;
   cudaGraphExec_t exec = nullptr;
   GROVE_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, source.graph, flags),
                    "instantiating a graph of ", graph_node_count(graph), " nodes on ", where());

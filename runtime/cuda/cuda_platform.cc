@@ -231,23 +231,6 @@ StreamHandle CudaPlatform::create_stream() {
   return StreamHandle{stream};
 }
 
-StreamHandle CudaPlatform::create_high_priority_stream() {
-  use_device();
-  int least = 0, greatest = 0;
-  GROVE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest),
-                   "reading the stream priority range of ", where());
-  cudaStream_t stream = nullptr;
-  GROVE_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest),
-                   "creating a stream of priority ", greatest, " on ", where());
-  // Note [Communication stream priority]: capture copies the stream's
-  // priority into each kernel node, but a launch uses the launch stream's
-  // unless the graph was instantiated with node priorities.
-  node_priorities_ = true;
-  std::lock_guard<std::mutex> lock(mutex_);
-  streams_[stream] = true;
-  return StreamHandle{stream};
-}
-
 StreamHandle CudaPlatform::create_legacy_ordered_stream() {
   use_device();
   cudaStream_t stream = nullptr;

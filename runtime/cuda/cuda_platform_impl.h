@@ -71,7 +71,6 @@ class CudaPlatform final : public Platform {
   void memset_async(void* destination, int byte_value, size_t bytes, StreamHandle stream) override;
 
   StreamHandle create_stream() override;
-  StreamHandle create_high_priority_stream() override;
   StreamHandle create_legacy_ordered_stream() override;
   void destroy_stream(StreamHandle stream) override;
   void synchronize_stream(StreamHandle stream) override;
@@ -151,10 +150,6 @@ class CudaPlatform final : public Platform {
   std::unique_ptr<KernelLoader> loader_;
   // Captures this platform began, by stream, and the launches recorded into each.
   std::atomic<int> active_captures_{0};
-  // Set once a high-priority stream exists on this device: graphs are then
-  // instantiated with their kernel nodes' own priorities (Note [Communication
-  // stream priority]).
-  std::atomic<bool> node_priorities_{false};
   struct ActiveCapture {
     unsigned long long id = 0;
     CaptureMode mode = CaptureMode::kThreadLocal;

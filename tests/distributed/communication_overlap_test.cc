@@ -431,27 +431,6 @@ TEST(CommunicationStream, JoinsOnlyIntoTheStreamItForkedFrom) {
   EXPECT_FALSE(side.forked());
 }
 
-TEST(CommunicationStream, HighPrioritySettingReachesNewStreams) {
-  namespace collectives = runtime::collectives;
-  const bool before = collectives::high_priority_communication();
-  collectives::set_high_priority_communication(true);
-  {
-    collectives::CommunicationStream high(kSim);
-    EXPECT_TRUE(high.high_priority());
-    // It forks and joins like any other (sim has no priorities: an ordinary stream).
-    runtime::StreamHandle compute = runtime::device_context(kSim).create_stream();
-    high.fork_from(compute);
-    high.join_into(compute);
-    EXPECT_FALSE(high.forked());
-  }
-  collectives::set_high_priority_communication(false);
-  {
-    collectives::CommunicationStream normal(kSim);
-    EXPECT_FALSE(normal.high_priority());
-  }
-  collectives::set_high_priority_communication(before);
-}
-
 TEST(CommunicationStream, CapturedAllReducesRunOnABranchParallelToTheRemainingBackward) {
   size_t buckets = 0;
   CapturedGraph graph = capture_backward(/*overlap=*/true, &buckets);
