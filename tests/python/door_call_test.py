@@ -176,9 +176,10 @@ class DoorCallTest(unittest.TestCase):
         # GROVE_DOOR_STATIC_CHECK=map keeps every bound input in grove's check.
         if not hasattr(torch, "_dynamo"):
             self.skipTest("this PyTorch has no torch._dynamo")
-        if dynamo_backend.data_pointer_guards() is None:
-            self.skipTest("this PyTorch's dynamo lacks GuardBuilder.DATA_PTR_MATCH or "
-                          "TracingContext.try_get")
+        # A PyTorch whose dynamo lacks GuardBuilder.DATA_PTR_MATCH or
+        # TracingContext.try_get (2.11 on the GPU host, session 23) installs no
+        # guard: "guards" then keeps every bound input in grove's check, as "map".
+        guards_installed = dynamo_backend.data_pointer_guards() is not None
 
         class Model(nn.Module):
             def __init__(self, weights):
@@ -207,14 +208,15 @@ class DoorCallTest(unittest.TestCase):
                 bound = len(graph.runner.bound_positions())
                 checked = len(graph.runner._fast["checks"])
                 self.assertEqual(bound, 4, mode)  # three parameters and the buffer
-                self.assertEqual(checked, 1 if mode == "guards" else 4, mode)
+                by_guards = mode == "guards" and guards_installed
+                self.assertEqual(checked, 1 if by_guards else 4, mode)
                 model.b1.data = model.b1.detach().clone() + 1.0  # same object, new address
                 with torch.no_grad():
                     torch.testing.assert_close(compiled(x), model(x), msg=mode)
                     torch.testing.assert_close(compiled(x), model(x), msg=mode)
                 again = [other for other in grove.torch.compiled_graphs()
                          if id(other) not in before]
-                if mode == "guards":
+                if by_guards:
                     self.assertEqual(len(again), 2, "dynamo compiled the frame again")
                     self.assertEqual(graph.rebuilds, 0)
                 else:
