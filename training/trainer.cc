@@ -24,24 +24,19 @@ Trainer::Trainer(const compiler::ir::Program& model, compiler::ir::ValueId loss,
                  runtime::default_device().str(), " instead");
   execution_ = compiler::backends::make_backend(backend_);
   forward_ = compile_stage(programs_.forward, compiler::backends::Stage::kForward);
-  if (options.compile_backward) {
-    backward_ = options.compile_backward(
-        programs_.backward,
-        [this](const compiler::ir::Program& program, const StateGroups& contiguous_state) {
-          return compile_stage(program, compiler::backends::Stage::kBackward, contiguous_state);
-        });
-  } else {
-    backward_ = compile_stage(programs_.backward, compiler::backends::Stage::kBackward);
-  }
-  if (options.compile_optimizer) {
-    optimizer_step_ = options.compile_optimizer(
-        optimizer_.program,
-        [this](const compiler::ir::Program& program, const StateGroups& contiguous_state) {
-          return compile_stage(program, compiler::backends::Stage::kOptimizer, contiguous_state);
-        });
-  } else {
-    optimizer_step_ = compile_stage(optimizer_.program, compiler::backends::Stage::kOptimizer);
-  }
+  // The backward and the optimizer step go through their hooks where the options give one.
+  auto compile_hooked = [this](const BackwardCompiler& hook, const compiler::ir::Program& program,
+                               compiler::backends::Stage stage) {
+    if (!hook) return compile_stage(program, stage);
+    return hook(program, [this, stage](const compiler::ir::Program& rewritten,
+                                       const StateGroups& contiguous_state) {
+      return compile_stage(rewritten, stage, contiguous_state);
+    });
+  };
+  backward_ = compile_hooked(options.compile_backward, programs_.backward,
+                             compiler::backends::Stage::kBackward);
+  optimizer_step_ = compile_hooked(options.compile_optimizer, optimizer_.program,
+                                   compiler::backends::Stage::kOptimizer);
   plan_backward_sources();
   const compiler::ir::Value& loss_grad =
       programs_.backward.value(programs_.backward.inputs().at(0));
