@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/ir/program_inputs.h"
 #include "runtime/error.h"
 
 namespace grove::distributed {
@@ -29,14 +30,8 @@ Program add_deferred_all_reduce(const Program& optimizer,
     }
   }
 
-  Program result(optimizer.name(), optimizer.device());
-  result.set_dims(optimizer.dims());
-  std::vector<ValueId> mapped(optimizer.values().size(), compiler::ir::kNoValue);
-  for (ValueId id : optimizer.inputs()) {
-    const compiler::ir::Value& value = optimizer.value(id);
-    mapped[static_cast<size_t>(id)] =
-        result.add_input(value.name, value.type, value.kind, value.initializer);
-  }
+  std::vector<ValueId> mapped;
+  Program result = compiler::ir::program_with_inputs_of(optimizer, mapped);
   // Replaces `values` (of `optimizer`) by the results of one in-place `op` over them.
   auto add_in_place = [&](const std::string& name, const std::string& op,
                           compiler::ir::Attributes attrs, const std::vector<ValueId>& values,

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/ir/program_inputs.h"
 #include "runtime/collectives/communicator.h"
 #include "runtime/error.h"
 
@@ -173,14 +174,8 @@ compiler::ir::Program add_gradient_all_reduce(const compiler::ir::Program& backw
                                   position[static_cast<size_t>(last)]);
   }
 
-  Program result(backward.name(), backward.device());
-  result.set_dims(backward.dims());
-  std::vector<ValueId> mapped(backward.values().size(), compiler::ir::kNoValue);
-  for (ValueId id : backward.inputs()) {
-    const compiler::ir::Value& value = backward.value(id);
-    mapped[static_cast<size_t>(id)] =
-        result.add_input(value.name, value.type, value.kind, value.initializer);
-  }
+  std::vector<ValueId> mapped;
+  Program result = compiler::ir::program_with_inputs_of(backward, mapped);
   auto map_all = [&](const std::vector<ValueId>& ids) {
     std::vector<ValueId> out;
     for (ValueId id : ids) out.push_back(mapped[static_cast<size_t>(id)]);

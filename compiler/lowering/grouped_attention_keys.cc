@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ir/program_inputs.h"
 #include "runtime/error.h"
 
 namespace grove::compiler::lowering {
@@ -122,14 +123,8 @@ std::optional<Program> read_grouped_attention_keys(const Program& program) {
     live[p] = true;
     for (ValueId operand : operands_of(p)) work.push_back(operand);
   }
-  Program out(program.name(), program.device());
-  out.set_dims(program.dims());
-  std::vector<ValueId> ids(program.values().size(), ir::kNoValue);
-  for (ValueId input : program.inputs()) {
-    const ir::Value& value = program.value(input);
-    ids[static_cast<size_t>(input)] =
-        out.add_input(value.name, value.type, value.kind, value.initializer);
-  }
+  std::vector<ValueId> ids;
+  Program out = ir::program_with_inputs_of(program, ids);
   for (size_t n = 0; n < program.nodes().size(); ++n) {
     if (!live[n]) continue;
     const Node& node = program.node(static_cast<int32_t>(n));
