@@ -1,13 +1,12 @@
 // Note [Freed memory kept by the serving process] (serving/process_memory.cc).
 #include "serving/process_memory.h"
 
+#include <gtest/gtest.h>
 #include <malloc.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace grove::serving {
 namespace {
