@@ -206,7 +206,7 @@ void HttpConnection::answer(HttpResponse response) {
   parser_.reset();
   keep_alive_ = keep_alive_ && !draining_;
   hub_.routes().count_response(response.status);
-  head_ = response_head(response, keep_alive_);
+  write_response_head(head_, response, keep_alive_);  // Note [A response head without allocations]
   body_ = std::move(response.body);
   phase_ = Phase::kWriting;
   arm(hub_.limits().write_timeout);

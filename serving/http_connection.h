@@ -27,6 +27,7 @@
 #include "serving/http_request_parser.h"
 #include "serving/http_routes.h"
 #include "serving/http_stream.h"
+#include "serving/read_buffer_cache.h"
 #include "serving/sharded_counter.h"
 
 namespace grove::serving {
@@ -139,7 +140,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   ConnectionHub& hub_;
   AnswerInbox& inbox_;
   CountedReads reader_;  // socket_, for Beast's request reads
-  boost::beast::flat_buffer buffer_;
+  // Note [Read buffers kept by their loop].
+  boost::beast::basic_flat_buffer<ReadBufferAllocator<char>> buffer_;
   std::unique_ptr<RequestParser> parser_;
   std::unique_ptr<HttpRoutes::Pending> queued_;
   // While an answer is queued no I/O is pending: this keeps serve()'s

@@ -43,6 +43,9 @@ const char* status_reason(int status);
 // The status line and header block of `response` (Content-Length, Connection
 // and `Accept-Ranges: none` included), ready to be written before its body.
 std::string response_head(const HttpResponse& response, bool keep_alive);
+// The same, written into `head` (its text replaced, its capacity kept: Note
+// [A response head without allocations]).
+void write_response_head(std::string& head, const HttpResponse& response, bool keep_alive);
 
 // `path` with each %XX replaced by its byte; a malformed escape stays as sent.
 std::string percent_decode(const std::string& path);
