@@ -74,7 +74,8 @@ using Grpc = inference::GRPCInferenceService;
 // served through N completion queues of gRPC's async API, each with one
 // thread of its own that polls it and starts the calls that arrive there
 // (the layout gRPC's own benchmarks use); the other RPCs stay on the
-// callback API, and answers still leave from the answer pool. r1 of session
+// callback API (answers left from the answer pool until Note [gRPC answers
+// on their completion queue]). r1 of session
 // 21 (H100 host, 32 cores, max batch 16, cudagraphs, 320,000/s offered):
 // callback 67,370 calls/s at 119.0 us of front CPU per call; 8 queues 88,465
 // (91.5 us); 4 queues 110,972 (80.7 us). On session 22's 32-core H200 host
@@ -88,9 +89,9 @@ using Grpc = inference::GRPCInferenceService;
 // A call is a QueuedInfer: requested on a queue, received (a new one is
 // requested at once), submitted, finished, then deleted by its queue's
 // thread. On stop, gRPC's shutdown completes every requested call with
-// ok = false, the answer pool finishes the calls already received, then the
-// queues are shut down and drained. Tests: every GrpcServer test runs both
-// ways (grpc_server_test on queues, grpc_server_callback_test with
+// ok = false, the calls already received are answered (by their queues'
+// threads, or the answer pool), then the queues are shut down and drained. Tests: every GrpcServer
+// test runs both ways (grpc_server_test on queues, grpc_server_callback_test with
 // GROVE_GRPC_COMPLETION_QUEUES=0), tests/serving/grpc_client_test.py.
 using QueuedInferService = Grpc::WithCallbackMethod_ServerLive<Grpc::WithCallbackMethod_ServerReady<
     Grpc::WithCallbackMethod_ModelReady<Grpc::WithCallbackMethod_ServerMetadata<
@@ -318,8 +319,17 @@ struct GrpcServer::Impl {
   // per call, and no thread wakes only to answer. Once shut_down() closes an
   // inbox, nothing more is finished through it (a Finish on a queue that is
   // shutting down would be an error): as answers that reached the stopped
-  // pool before, they are dropped. GROVE_GRPC_ANSWER_POOL=1 answers through
-  // the pool as before (the callback API always does). Tests: every
+  // pool before, they are dropped. On sim (2 shared cores: CPU time only, GPU
+  // confirmation owed; serve_http, gelu512, max batch 64, 12,000/s offered,
+  // 8 clients x 8 calls, 2 queues; one binary alternated four times with
+  // GROVE_GRPC_ANSWER_POOL=1) the front's CPU per call fell 48.1 -> 43.2 us
+  // (median): the pool threads' 12.3 us went, the queue threads' rose 15.5
+  // -> 26.5 us, and gRPC's default executor (2-3 us per call) no longer ran.
+  // Answers now wait for a queue thread that also starts calls: p50 latency
+  // rose by a few percent there, and with the clients' 64 calls in flight
+  // about 1% fewer of the calls offered were answered in the window.
+  // GROVE_GRPC_ANSWER_POOL=1 answers through the pool as before (the
+  // callback API always does). Tests: every
   // GrpcServer test on completion queues (tests/serving/grpc_server_test.cc),
   // GrpcServer.AnswersOnTheirQueueOrThroughThePool, tests/serving/grpc_client_test.py
   // (test_sigterm_answers_calls_in_flight).
