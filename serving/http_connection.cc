@@ -212,6 +212,10 @@ void HttpConnection::dispatch() {
 // and the relay and the inbox carry the connection as an AnswerTaker: no
 // allocation between the reaper and the loop. The connection's lifetime is
 // as before: it stayed alive through the cycle on_ready's capture made.
+// Allocations per answer (perf's malloc probe, serve_http on sim, binary):
+// the reaper's 1.0 -> 0, the relay's 1.2 -> 0.2, the loops' 19 -> 18; the
+// front's CPU per answer did not move beyond the noise of 2 shared cores
+// (six alternated pairs: binary 16.9 -> 17.3 us, JSON 29.9 -> 29.9, medians).
 // Tests: every HTTP test (tests/serving/http_server_test.py,
 // http_abuse_test.py; test_without_answer_relay_each_client_gets_its_rows_and_drains
 // without the relay), AnswerRelay.* (tests/serving/answer_relay_test.cc).
