@@ -319,20 +319,24 @@ struct GrpcServer::Impl {
   // per call, and no thread wakes only to answer. Once shut_down() closes an
   // inbox, nothing more is finished through it (a Finish on a queue that is
   // shutting down would be an error): as answers that reached the stopped
-  // pool before, they are dropped. On sim (2 shared cores: CPU time only, GPU
-  // confirmation owed; serve_http, gelu512, max batch 64, 12,000/s offered,
-  // 8 clients x 8 calls, 2 queues; one binary alternated four times with
-  // GROVE_GRPC_ANSWER_POOL=1) the front's CPU per call fell 48.1 -> 43.2 us
-  // (median): the pool threads' 12.3 us went, the queue threads' rose 15.5
-  // -> 26.5 us, and gRPC's default executor (2-3 us per call) no longer ran.
-  // Answers now wait for a queue thread that also starts calls: p50 latency
-  // rose by a few percent there, and with the clients' 64 calls in flight
-  // about 1% fewer of the calls offered were answered in the window.
-  // GROVE_GRPC_ANSWER_POOL=1 answers through the pool as before (the
-  // callback API always does). Tests: every
-  // GrpcServer test on completion queues (tests/serving/grpc_server_test.cc),
-  // GrpcServer.AnswersOnTheirQueueOrThroughThePool, tests/serving/grpc_client_test.py
-  // (test_sigterm_answers_calls_in_flight).
+  // pool before, they are dropped. The alarm's deadline is long past, so it
+  // fires at once on the reaper's thread: at gpr_now() (which gRPC rounds up
+  // to its next millisecond) it waited for gRPC's timer thread, which then
+  // cost 0.7-1.1 us per call and the calls' p50 latency rose by 16% (sim).
+  // On sim (2 shared cores: CPU time only, GPU confirmation owed;
+  // serve_http, gelu512, max batch 64, 12,000/s offered, 8 clients x 8
+  // calls, 2 queues; one binary alternated eight times with
+  // GROVE_GRPC_ANSWER_POOL=1) the front's CPU per call fell 44.3 -> 37.8 us
+  // (median; 7 of 8 runs lower): the pool threads' 10-14 us went, the queue
+  // threads' rose from 10-19 to 18-28 us, and gRPC's default executor (2-4
+  // us per call) no longer ran; p50 latency was alike (25.4 and 25.8 ms) and
+  // answered/s within 0.5%. The queue threads now carry the answers' work
+  // too: where they are busy, more queues (GROVE_GRPC_COMPLETION_QUEUES) may
+  // be needed. GROVE_GRPC_ANSWER_POOL=1 answers through the pool as before
+  // (the callback API always does). Tests: every GrpcServer test on
+  // completion queues (tests/serving/grpc_server_test.cc),
+  // GrpcServer.AnswersOnTheirQueueOrThroughThePool,
+  // tests/serving/grpc_client_test.py (test_sigterm_answers_calls_in_flight).
   void to_queue(const std::shared_ptr<InferCall>& call) {
     const size_t queue = call->queued->queue;
     QueueInbox& inbox = *inboxes[queue];
@@ -343,7 +347,9 @@ struct GrpcServer::Impl {
       if (inbox.alarm_set) return;
       inbox.alarm_set = true;
       // Set under the lock: answer_waiting() may take the tag only after this.
-      inbox.alarm.Set(queues[queue].get(), gpr_now(GPR_CLOCK_MONOTONIC), &inbox);
+      // A deadline already past fires at once, on this thread: gpr_now() rounds
+      // up to gRPC's next millisecond and waited for its timer thread.
+      inbox.alarm.Set(queues[queue].get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &inbox);
     }
   }
 
