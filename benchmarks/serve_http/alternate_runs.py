@@ -33,10 +33,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--out", required=True, help="a folder for each run's JSON and text")
-    parser.add_argument("arms", nargs="+", help="LABEL=ENV=BINARY ... -- serve_http flags")
-    args, rest = parser.parse_known_args()
-    arms = [parse_arm(a) for a in args.arms if a != "--"]
-    flags = rest[1:] if rest[:1] == ["--"] else rest
+    parser.add_argument("arms", nargs="+", help="LABEL=ENV=BINARY ... (then -- serve_http flags)")
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    arms = [parse_arm(a) for a in args.arms]
+    flags = argv[split + 1:]
     os.makedirs(args.out, exist_ok=True)
     runs = collections.defaultdict(list)  # (encoding, label) -> [(front, worker, groups)]
     for repeat in range(1, args.repeats + 1):
