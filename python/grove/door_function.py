@@ -399,8 +399,9 @@ def _set_gradients(parameters, gradients):
     """AccumulateGrad's work for a set: .grad = gradient where .grad is None,
     .grad += gradient otherwise; None gradients leave .grad alone."""
     current = list(map(_GRAD, parameters))
-    if current.count(None) == len(current) and all(map(operator.is_not, gradients,
-                                                         itertools.repeat(None))):
+    # No current.count(None): Note [Tensors are never counted against None] (gradients.py).
+    if not any(map(operator.is_not, current, itertools.repeat(None))) and all(
+            map(operator.is_not, gradients, itertools.repeat(None))):
         list(map(setattr, parameters, itertools.repeat("grad", len(parameters)), gradients))
         return
     for parameter, grad, gradient in zip(parameters, current, gradients):

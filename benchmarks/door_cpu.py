@@ -1,0 +1,348 @@
+"""grove's Python per call of the torch door, on this machine's CPU (sim
+device, PyTorch 1.13 without dynamo): issue 33 (inference at batch 1) and
+issue 34 part 1 (the training door per stage).
+
+    python3 benchmarks/door_cpu.py [--models mlp,gpt_block] [--blocks 30] [--calls 50]
+        [--variants LABEL:NAME=VALUE[+NAME=VALUE],...] [--json out.json] [--profile]
+
+Each model is a function of its parameters (nn.Parameter inputs, bound by
+grove as dynamo's graphs bind them) and a batch-1 input, compiled in
+"cudagraphs" mode on sim:
+  inference   grove.torch.compile_graph, called under no_grad: grove's
+              CompiledGraph.__call__, what dynamo calls at every door call
+  forward     the training door's own autograd function (Note [The door's own
+              autograd function], grove/door_function.py) over PyTorch 1.13's
+              AOTAutograd partition: the call that returns the output
+  backward    loss.backward() through that function (PyTorch's autograd
+              engine, the door's backward, its gradients into .grad)
+Every grove C call is timed (a clock around the ctypes functions, installed
+before anything compiles) and taken off: "python" is a call's wall time less
+its C calls, the host work grove adds around the C call (on sim the C call
+runs the kernels on the CPU, so its own time is no GPU host's). Per row:
+python us (median of blocks), C us, PyTorch's own share where one is known
+(the backward's autograd engine is in python), Python function calls per
+call (cProfile), GC-tracked objects a call leaves alive (gc's generation-0
+count with the collector off, outputs kept) and gen-0 collections per 1000
+calls (the collector on, outputs dropped at once: what a loop pays).
+
+--variants compiles one more door per LABEL with those environment variables
+set while it compiles and while it runs (switches read at compilation or per
+call alike); every variant of a model is timed in turns, the order rotated
+every block (A/B in one process). CPU-only figures: the GPU host's
+confirmation is owed.
+"""
+import argparse
+import copy
+import cProfile
+import gc
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "tests", "python"))
+sys.path.insert(0, os.path.join(here, "..", "python"))
+sys.path.insert(0, os.path.join(here, "..", "tests", "python_support"))
+
+from door_host_time import Clock  # noqa: E402 (benchmarks/, after the path)
+
+_C_CALLS = ("grove_model_run_dlpack", "grove_model_run_dlpack_invocation",
+            "grove_model_run_handout", "grove_model_run_keeping", "grove_model_run_with_kept",
+            "grove_dlpack_check", "grove_dlpack_release", "grove_invocation_begin",
+            "grove_invocation_end", "grove_hand_out_gradients", "grove_model_run_keeping_all")
+
+
+def instrument(clock):
+    """Times every grove C call a door call makes (from now on: the models
+    compiled later read the wrapped functions)."""
+    from grove import _capi
+
+    fast = _capi.fast_library()
+    for name in _C_CALLS:
+        try:
+            function = getattr(fast, name)
+        except AttributeError:  # an older library
+            continue
+        setattr(fast, name, clock.c_call(function))
+    lib = _capi.library()
+    for name in ("grove_hand_out_gradients", "grove_dlpack_release"):
+        try:
+            setattr(lib, name, clock.c_call(getattr(lib, name)))
+        except AttributeError:
+            continue
+
+
+def models(names):
+    import gpu_models
+    from grove import training
+
+    if not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        torch.nn.functional.scaled_dot_product_attention = training.math_attention
+    made = {
+        "mlp": lambda: (gpu_models.Mlp(width=64, depth=4), lambda: torch.randn(1, 64)),
+        "gpt_block": lambda: (gpu_models.GptBlock(64, 4), lambda: torch.randn(1, 8, 64)),
+    }
+    for name in names:
+        torch.manual_seed(0)
+        module, make_input = made[name]()
+        yield name, module, make_input
+
+
+def functional(module):
+    """(function of (parameters..., x), the parameters as nn.Parameters)."""
+    from torch.nn.utils import stateless
+
+    names = [name for name, _ in module.named_parameters()]
+    params = [torch.nn.Parameter(p.detach().clone()) for p in module.parameters()]
+
+    def function(*args):
+        return (stateless.functional_call(module, dict(zip(names, args[:-1])), (args[-1],)),)
+
+    return function, params
+
+
+def inference_door(module, x):
+    from grove.dynamo_backend import compile_graph
+
+    function, params = functional(module)
+    with torch.no_grad():
+        door = compile_graph(function, params + [x])
+    args = params + [x]
+
+    def call():
+        with torch.no_grad():
+            return door(*args)
+
+    call()
+    return {"inference": call}, door
+
+
+def training_door(module, x):
+    """The door's own autograd function over PyTorch 1.13's AOTAutograd
+    partition (door_function_test.py's way of building it)."""
+    from door_function_test import partition_of
+    from grove import door_function
+    from grove.training_steps import StepCompiler
+
+    forward, backward = partition_of(module, x)
+    params = [torch.nn.Parameter(p.detach().clone()) for p in module.parameters()]
+    compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+    compiler.user_outputs = 1
+    call = door_function.door_function(forward, backward, 1, [True] * len(params) + [False],
+                                       compiler, single=True)
+    args = params + [x]
+    held = []
+
+    def step_forward():
+        out = call(*args)
+        held.append(out)
+        return out
+
+    def step_backward():
+        out = held.pop()
+        out.sum().backward()
+        return None
+
+    def zero():
+        for p in params:
+            p.grad = None
+
+    for _ in range(3):
+        zero()
+        step_forward()
+        step_backward()
+    return {"forward": step_forward, "backward": step_backward, "zero": zero}, None
+
+
+class Variant:
+    def __init__(self, label, environment):
+        self.label = label
+        self.environment = environment
+
+    def __enter__(self):
+        self.saved = {name: os.environ.get(name) for name in self.environment}
+        os.environ.update(self.environment)
+        return self
+
+    def __exit__(self, *exc):
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        return False
+
+
+def time_block(clock, stage, calls, before=None):
+    """(python seconds, C seconds) per call of one block of `calls` calls."""
+    python = c = 0.0
+    for _ in range(calls):
+        if before is not None:
+            before()
+        c_before = clock.in_c
+        start = time.perf_counter()
+        stage()
+        wall = time.perf_counter() - start
+        spent = clock.in_c - c_before
+        python += wall - spent
+        c += spent
+    return python / calls, c / calls
+
+
+def stage_plan(kind, stages):
+    """[(stage name, callable, a callable to run before each call)]."""
+    if kind == "inference":
+        return [("inference", stages["inference"], None)]
+    forward, backward, zero = stages["forward"], stages["backward"], stages["zero"]
+
+    def before_forward():
+        if backward_pending[0]:
+            backward()
+        zero()
+
+    backward_pending = [False]
+
+    def timed_forward():
+        forward()
+        backward_pending[0] = True
+
+    def before_backward():
+        if not backward_pending[0]:
+            zero()
+            forward()
+
+    def timed_backward():
+        backward()
+        backward_pending[0] = False
+
+    return [("forward", timed_forward, before_forward),
+            ("backward", timed_backward, before_backward)]
+
+
+def counts(clock, stage, before, calls=200):
+    """(Python function calls, GC-tracked objects left alive, gen-0
+    collections per 1000 calls) per call of `stage`."""
+    profile = cProfile.Profile()
+    for _ in range(calls // 4):
+        if before is not None:
+            before()
+        profile.enable()
+        stage()
+        profile.disable()
+    function_calls = pstats.Stats(profile).total_calls / (calls // 4)
+    kept = []
+    gc.collect()
+    gc.disable()
+    try:
+        alive = 0
+        for _ in range(calls):
+            if before is not None:
+                before()
+            start = gc.get_count()[0]
+            kept.append(stage())
+            alive += gc.get_count()[0] - start
+    finally:
+        gc.enable()
+    del kept
+    collections = [0]
+
+    def note(phase, info):
+        if phase == "start" and info["generation"] == 0:
+            collections[0] += 1
+
+    gc.collect()
+    gc.callbacks.append(note)
+    try:
+        for _ in range(calls):
+            if before is not None:
+                before()
+            stage()
+    finally:
+        gc.callbacks.remove(note)
+    return function_calls, alive / calls, collections[0] * 1000.0 / calls
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="mlp,gpt_block")
+    parser.add_argument("--kinds", default="inference,training")
+    parser.add_argument("--blocks", type=int, default=30)
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--variants", default="",
+                        help="LABEL:NAME=VALUE[+NAME=VALUE],... (A/B in one process)")
+    parser.add_argument("--json", default="")
+    parser.add_argument("--profile", action="store_true",
+                        help="print the top functions by own time per stage (cProfile)")
+    args = parser.parse_args()
+    variants = [Variant("default", {})]
+    for item in filter(None, args.variants.split(",")):
+        label, _, assignments = item.partition(":")
+        environment = dict(pair.split("=", 1) for pair in assignments.split("+") if pair)
+        variants.append(Variant(label, environment))
+    clock = Clock()
+    instrument(clock)
+    rows = []
+    for name, module, make_input in models(args.models.split(",")):
+        for kind in args.kinds.split(","):
+            built = []
+            for variant in variants:
+                with variant:
+                    copy_module = copy.deepcopy(module)
+                    x = make_input()
+                    build = inference_door if kind == "inference" else training_door
+                    stages, _ = build(copy_module, x)
+                    built.append((variant, stage_plan(kind, stages)))
+            samples = {}
+            for block in range(args.blocks):
+                order = built[block % len(built):] + built[:block % len(built)]
+                for variant, plan in order:
+                    with variant:
+                        for stage, call, before in plan:
+                            samples.setdefault((variant.label, stage), []).append(
+                                time_block(clock, call, args.calls, before))
+            for variant, plan in built:
+                with variant:
+                    for stage, call, before in plan:
+                        blocks = samples[(variant.label, stage)][2:]  # the first two warm up
+                        python = statistics.median(p for p, _ in blocks) * 1e6
+                        c_time = statistics.median(c for _, c in blocks) * 1e6
+                        function_calls, alive, collections = counts(clock, call, before)
+                        row = {"model": name, "stage": stage, "variant": variant.label,
+                               "python_us": round(python, 2), "c_us": round(c_time, 2),
+                               "function_calls": round(function_calls, 1),
+                               "gc_objects_alive": round(alive, 2),
+                               "gen0_per_1000": round(collections, 1)}
+                        rows.append(row)
+                        if args.profile:
+                            profile = cProfile.Profile()
+                            for _ in range(100):
+                                if before is not None:
+                                    before()
+                                profile.enable()
+                                call()
+                                profile.disable()
+                            print("--- %s %s %s" % (name, stage, variant.label))
+                            pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+    header = "%-10s %-10s %-14s %10s %9s %9s %9s %9s" % (
+        "model", "stage", "variant", "python us", "C us", "py calls", "gc alive", "gen0/1k")
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print("%-10s %-10s %-14s %10.2f %9.2f %9.1f %9.2f %9.1f" % (
+            row["model"], row["stage"], row["variant"], row["python_us"], row["c_us"],
+            row["function_calls"], row["gc_objects_alive"], row["gen0_per_1000"]))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"benchmark": "door_cpu", "torch": torch.__version__, "device": "sim",
+                       "blocks": args.blocks, "calls": args.calls, "rows": rows}, out,
+                      indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
