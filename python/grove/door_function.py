@@ -152,8 +152,8 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     # the outputs' gradients.
     saved_order = _saved_order(forward, backward, user_outputs)
     _one_gradient_per_input(backward, requires_grad)
-    run_forward = compiler.forward(forward, None)
-    run_backward = compiler.backward(backward, None)
+    run_forward = _StageCall(compiler.forward(forward, None))
+    run_backward = _StageCall(compiler.backward(backward, None))
     global taken
     taken += 1
     if direct:
@@ -167,7 +167,7 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     class DoorStep(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):
-            results = run_forward(list(args))
+            results = run_forward.call(args)
             # Saved as autograd saves tensors: released after the backward
             # (the kept set dies with its token), kept for retain_graph=True.
             ctx.save_for_backward(*results[user_outputs:])
@@ -175,7 +175,7 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
 
         @staticmethod
         def backward(ctx, *gradients):
-            return tuple(run_backward(_backward_arguments(ctx, saved_order, gradients)))
+            return tuple(run_backward.call(_backward_arguments(ctx, saved_order, gradients)))
 
     apply = c_apply(DoorStep)
     if lifted:  # the graph module's own parameters and buffers come first
@@ -309,14 +309,14 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
     class DoorStepDirect(torch.autograd.Function):
         @staticmethod
         def forward(ctx, args, *kept_tensors):
-            results = run_forward(list(args))
+            results = run_forward.call(args)
             ctx.save_for_backward(*results[user_outputs:])
             ctx.direct = pick_direct(args)
             return tuple(results[:user_outputs])
 
         @staticmethod
         def backward(ctx, *gradients):
-            computed = run_backward(_backward_arguments(ctx, saved_order, gradients))
+            computed = run_backward.call(_backward_arguments(ctx, saved_order, gradients))
             _set_gradients(ctx.direct, pick_direct(computed))
             finish()
             return leading + pick_kept(computed)
@@ -369,6 +369,31 @@ def c_apply(function):
             return python_apply(*args)
         return direct(*args)
     return apply
+
+
+class _StageCall:
+    """A stage of the door's function (a boxed compiled graph, compiled on
+    its first call): `call(args)` runs it, through the layered boxed call
+    until the stage's one-frame closure exists (Note [The door's stages in
+    one frame], handoff.py), then through that closure alone."""
+
+    def __init__(self, boxed):
+        self.boxed = boxed
+        self.call = self._first
+        self.one_frame = os.environ.get("GROVE_DOOR_STAGE", "one_frame") != "layers"
+
+    def _first(self, args):
+        results = self.boxed(list(args))
+        if self.one_frame:
+            compiled = getattr(self.boxed, "compiled", self.boxed)  # training_steps._Lazy
+            make = getattr(compiled, "stage_call", None)
+            stage = make() if make is not None else None
+            if stage is not None:
+                self.call = stage
+                return results
+        boxed = self.boxed
+        self.call = lambda args: boxed(list(args))
+        return results
 
 
 def _backward_arguments(ctx, saved_order, gradients):

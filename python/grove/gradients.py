@@ -60,15 +60,13 @@ def keep_handed_gradients():
     del _handed_gradients[:]
     for references, pointers in handed:
         parameters = list(map(_dereference, references))
-        grads = list(map(getattr, parameters, _repeat("grad", len(parameters)),
-                         _repeat(None, len(parameters))))
+        grads = list(map(getattr, parameters, _REPEAT("grad"), _REPEAT(None)))
         # Note [Tensors are never counted against None]
-        if not any(map(operator.is_not, grads, _repeat(None, len(grads)))):
+        if not any(map(operator.is_not, grads, _REPEAT(None))):
             continue
         for parameter, grad, pointer in zip(parameters, grads, pointers):
             if grad is not None and grad.data_ptr() == pointer:
                 parameter.grad = grad.clone()
 
 
-def _repeat(value, count):
-    return itertools.repeat(value, count)
+_REPEAT = itertools.repeat  # unbounded: each map stops with its sequence
