@@ -10,11 +10,16 @@ grove as dynamo's graphs bind them) and a batch-1 input, compiled in
 "cudagraphs" mode on sim:
   inference   grove.torch.compile_graph, called under no_grad: grove's
               CompiledGraph.__call__, what dynamo calls at every door call
+  floor       the harness alone: no_grad around a function that returns the
+              outputs (what inference's python column holds besides grove)
   forward     the training door's own autograd function (Note [The door's own
               autograd function], grove/door_function.py) over PyTorch 1.13's
               AOTAutograd partition: the call that returns the output
   backward    loss.backward() through that function (PyTorch's autograd
               engine, the door's backward, its gradients into .grad)
+  floor_forward, floor_backward  the same stages through an autograd.Function
+              that returns the door's output and gradients computed once:
+              autograd's own work, what the python column holds besides grove
 Every grove C call is timed (a clock around the ctypes functions, installed
 before anything compiles; by default the thread's CPU time, which other
 processes on a shared machine do not inflate) and taken off: "python" is a call's wall time less
@@ -58,6 +63,7 @@ class Clock:
 
     def __init__(self):
         self.in_c = 0.0
+        self.calls = 0
 
     def c_call(self, function):
         def timed(*args):
@@ -67,7 +73,29 @@ class Clock:
                 return function(*args)
             finally:
                 self.in_c += timer() - start
+                self.calls += 1
         return timed
+
+    def overhead(self, repeats=20000):
+        """Seconds the clock itself adds outside the C time it counts, per
+        wrapped call (taken off the python column)."""
+        timer = _TIMER[0]
+        bare = len
+        wrapped = self.c_call(len)
+        best = None
+        for _ in range(5):
+            before, start = self.in_c, timer()
+            for _ in range(repeats):
+                wrapped(())
+            with_clock = timer() - start - (self.in_c - before)
+            start = timer()
+            for _ in range(repeats):
+                bare(())
+            without = timer() - start
+            value = (with_clock - without) / repeats
+            best = value if best is None else min(best, value)
+        self.calls -= 5 * repeats
+        return max(best, 0.0)
 
 _C_CALLS = ("grove_model_run_dlpack", "grove_model_run_dlpack_invocation",
             "grove_model_run_handout", "grove_model_run_keeping", "grove_model_run_with_kept",
@@ -136,8 +164,13 @@ def inference_door(module, x):
         with torch.no_grad():
             return door(*args)
 
-    call()
-    return {"inference": call}, door
+    outputs = call()
+
+    def floor():  # the harness alone: no_grad around a function returning the outputs
+        with torch.no_grad():
+            return outputs
+
+    return {"inference": call, "floor": floor}, door
 
 
 def training_door(module, x):
@@ -174,7 +207,35 @@ def training_door(module, x):
         zero()
         step_forward()
         step_backward()
-    return {"forward": step_forward, "backward": step_backward, "zero": zero}, None
+    output = held_output = call(*args).detach().clone()
+    gradients = [p.grad.detach().clone() for p in params] + [None]
+    del held_output
+
+    class Floor(torch.autograd.Function):
+        """The training floor: an autograd.Function over the same arguments
+        whose forward returns the door's output and whose backward returns
+        its gradients, computed once (autograd's own work per stage)."""
+
+        @staticmethod
+        def forward(ctx, *arguments):
+            return output.detach()
+
+        @staticmethod
+        def backward(ctx, gradient):
+            return tuple(value.detach() if value is not None else None for value in gradients)
+
+    floor_held = []
+
+    def floor_forward():
+        out = Floor.apply(*args)
+        floor_held.append(out)
+        return out
+
+    def floor_backward():
+        floor_held.pop().sum().backward()
+
+    return {"forward": step_forward, "backward": step_backward, "zero": zero,
+            "floor_forward": floor_forward, "floor_backward": floor_backward}, None
 
 
 class Variant:
@@ -196,19 +257,20 @@ class Variant:
         return False
 
 
-def time_block(clock, stage, calls, before=None):
-    """(python seconds, C seconds) per call of one block of `calls` calls."""
+def time_block(clock, stage, calls, before=None, overhead=0.0):
+    """(python seconds, C seconds) per call of one block of `calls` calls;
+    `overhead`: the clock's own seconds per wrapped C call, taken off."""
     python = c = 0.0
     for _ in range(calls):
         if before is not None:
             before()
-        c_before = clock.in_c
+        c_before, count_before = clock.in_c, clock.calls
         timer = _TIMER[0]
         start = timer()
         stage()
         wall = timer() - start
         spent = clock.in_c - c_before
-        python += wall - spent
+        python += wall - spent - overhead * (clock.calls - count_before)
         c += spent
     return python / calls, c / calls
 
@@ -216,9 +278,14 @@ def time_block(clock, stage, calls, before=None):
 def stage_plan(kind, stages):
     """[(stage name, callable, a callable to run before each call)]."""
     if kind == "inference":
-        return [("inference", stages["inference"], None)]
-    forward, backward, zero = stages["forward"], stages["backward"], stages["zero"]
+        return [("inference", stages["inference"], None), ("floor", stages["floor"], None)]
+    zero = stages["zero"]
+    return (_training_pair("", stages["forward"], stages["backward"], zero)
+            + _training_pair("floor_", stages["floor_forward"], stages["floor_backward"], zero))
 
+
+def _training_pair(prefix, forward, backward, zero):
+    """The plan's forward and backward entries of one training step."""
     def before_forward():
         if backward_pending[0]:
             backward()
@@ -239,8 +306,8 @@ def stage_plan(kind, stages):
         backward()
         backward_pending[0] = False
 
-    return [("forward", timed_forward, before_forward),
-            ("backward", timed_backward, before_backward)]
+    return [(prefix + "forward", timed_forward, before_forward),
+            (prefix + "backward", timed_backward, before_backward)]
 
 
 def counts(clock, stage, before, calls=200):
@@ -310,6 +377,8 @@ def main():
         variants.append(Variant(label, environment))
     clock = Clock()
     instrument(clock)
+    overhead = clock.overhead()
+    print("the clock's own time per wrapped C call: %.2f us (taken off)" % (overhead * 1e6))
     rows = []
     for name, module, make_input in models(args.models.split(",")):
         for kind in args.kinds.split(","):
@@ -328,7 +397,7 @@ def main():
                     with variant:
                         for stage, call, before in plan:
                             samples.setdefault((variant.label, stage), []).append(
-                                time_block(clock, call, args.calls, before))
+                                time_block(clock, call, args.calls, before, overhead))
             for variant, plan in built:
                 with variant:
                     for stage, call, before in plan:

@@ -150,10 +150,11 @@ class KeptForward:
         static_check = _static_check(checks) if checks else None
         positions = tuple(fast["inputs"])
         take = _taker(positions)
+        single = positions[0] if len(positions) == 1 else None
         stream_of = _current_stream_of(model.device)
         gate = model._gate
         in_flight, local = gate._in_flight, gate._local
-        describe_borrowed = model.describe_borrowed
+        describe_borrowed = model.borrowed_describer(len(positions))
         handle, run = model._handle, self._run
         count = model._input_counts[len(positions)]
         handed_positions, handed_count = self._handed, self._counts[0]
@@ -180,7 +181,7 @@ class KeptForward:
                 step.trees = grove.thread_trees()
             if static_check is not None and not static_check(args):
                 return layered(list(args))  # raises, naming the parameter
-            inputs = take(args)
+            inputs = [args[single]] if single is not None else take(args)
             if handed_gradients and keeps:
                 keep_handed()
             stream = stream_of() if stream_of is not None else None
@@ -322,11 +323,12 @@ class KeptBackward:
         checks = self.checked["checks"]
         static_check = _static_check(checks) if checks else None
         take = _taker(tuple(self.described))
+        single = self.described[0] if len(self.described) == 1 else None
         token_position = self.token_positions[0]
         stream_of = _current_stream_of(model.device)
         gate = model._gate
         in_flight, local = gate._in_flight, gate._local
-        describe_borrowed = model.describe_borrowed
+        describe_borrowed = model.borrowed_describer(len(self.described))
         handle, run = model._handle, kept_call._run
         count = model._input_counts[len(self.described)]
         sources, source_count = kept_call._sources, kept_call._source_count
@@ -349,7 +351,7 @@ class KeptBackward:
             if static_check is not None and not static_check(args):
                 return layered(list(args))  # raises, naming the input
             token = args[token_position]
-            inputs = take(args)
+            inputs = [args[single]] if single is not None else take(args)
             stream = stream_of() if stream_of is not None else None
             try:
                 state = local.state

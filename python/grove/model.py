@@ -349,14 +349,22 @@ class Model:
                 state.data_words[0:count * _DESC_WORDS:_DESC_WORDS] = array.array(
                     "Q", map(_DATA_POINTER, inputs))
                 return count
-            state.batch_layouts = None
             index = self._describe_each(state, inputs)
             state.batch_layouts = batch
             return index
-        state.batch_layouts = None
         return self._describe_each(state, inputs)
 
+    def borrowed_describer(self, count):
+        """describe_borrowed for calls of always `count` inputs: under
+        _BATCHED_INPUTS it calls _describe_each every time, so that method
+        itself (one frame less per call; it forgets the batched layouts as
+        describe_borrowed did)."""
+        return self.describe_borrowed if count >= _BATCHED_INPUTS else self._describe_each
+
     def _describe_each(self, state, inputs):
+        # Each description rewritten below may change a layout the batched
+        # path remembers (describe_borrowed sets it again after this call).
+        state.batch_layouts = None
         layouts = state.layouts
         items = state.desc_items
         index = 0
@@ -488,10 +496,7 @@ class Model:
         run = self._run_handout
         count = self._input_counts[len(positions)]
         capacity = self._output_capacity
-        # A model's input count is fixed: under _BATCHED_INPUTS, describe_borrowed
-        # would call _describe_each at every call.
-        describe_borrowed = (self.describe_borrowed if len(positions) >= _BATCHED_INPUTS
-                             else self._describe_each)
+        describe_borrowed = self.borrowed_describer(len(positions))
         keeps = self._keeps_handed_gradients
         output_count = self.output_count
         positions = tuple(positions)
