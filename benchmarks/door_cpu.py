@@ -4,10 +4,14 @@ issue 34 part 1 (the training door per stage).
 
     python3 benchmarks/door_cpu.py [--models mlp,gpt_block] [--blocks 30] [--calls 50]
         [--variants LABEL:NAME=VALUE[+NAME=VALUE],...] [--json out.json] [--profile]
+        [--kinds inference,training] [--clock thread|wall]
 
 Each model is a function of its parameters (nn.Parameter inputs, bound by
 grove as dynamo's graphs bind them) and a batch-1 input, compiled in
-"cudagraphs" mode on sim:
+"cudagraphs" mode on sim: mlp (4 x Linear 64 + GELU), gpt_block (a pre-LN
+block, width 64, 4 heads, 8 tokens) and decode (inference only:
+static_cache_decoder.py's decoder stepping one token, its KV caches static
+buffers):
   inference   grove.torch.compile_graph, called under no_grad: grove's
               CompiledGraph.__call__, what dynamo calls at every door call
   floor       the harness alone: no_grad around a function that returns the
@@ -132,11 +136,19 @@ def models(names):
     made = {
         "mlp": lambda: (gpu_models.Mlp(width=64, depth=4), lambda: torch.randn(1, 64)),
         "gpt_block": lambda: (gpu_models.GptBlock(64, 4), lambda: torch.randn(1, 8, 64)),
+        # static_cache_decoder.py's decoder, one token at a time (inference only).
+        "decode": lambda: (_decoder(), lambda: torch.randint(0, 64, (1, 1))),
     }
     for name in names:
         torch.manual_seed(0)
         module, make_input = made[name]()
         yield name, module, make_input
+
+
+def _decoder():
+    from static_cache_decoder import StaticCacheDecoder
+
+    return StaticCacheDecoder().eval()
 
 
 def functional(module):
@@ -155,10 +167,19 @@ def functional(module):
 def inference_door(module, x):
     from grove.dynamo_backend import compile_graph
 
-    function, params = functional(module)
+    if type(module).__name__ == "StaticCacheDecoder":
+        # A decode step (Note [Static inputs that move]'s caches, static):
+        # parameters and KV-cache buffers bound, the token and its position per call.
+        from static_cache_decoder import functional_step
+
+        function, params = functional_step(module, static_buffers=True)
+        x = [x, torch.tensor([5])]
+    else:
+        function, params = functional(module)
+        x = [x]
     with torch.no_grad():
-        door = compile_graph(function, params + [x])
-    args = params + [x]
+        door = compile_graph(function, params + x)
+    args = params + x
 
     def call():
         with torch.no_grad():
@@ -184,8 +205,11 @@ def training_door(module, x):
     params = [torch.nn.Parameter(p.detach().clone()) for p in module.parameters()]
     compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
     compiler.user_outputs = 1
-    call = door_function.door_function(forward, backward, 1, [True] * len(params) + [False],
-                                       compiler, single=True)
+    own = door_function.door_function(forward, backward, 1, [True] * len(params) + [False],
+                                      compiler, single=True)
+    # As grove.torch hands it to dynamo (Note [Fake calls of the door's
+    # function]): AOTAutograd's function would take calls on fake tensors.
+    call = door_function.real_calls_only(own, None)
     args = params + [x]
     held = []
 
@@ -355,7 +379,7 @@ def counts(clock, stage, before, calls=200):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp,gpt_block")
+    parser.add_argument("--models", default="mlp,gpt_block,decode")
     parser.add_argument("--kinds", default="inference,training")
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--calls", type=int, default=50)
@@ -383,6 +407,8 @@ def main():
     for name, module, make_input in models(args.models.split(",")):
         for kind in args.kinds.split(","):
             built = []
+            if name == "decode" and kind != "inference":
+                continue
             for variant in variants:
                 with variant:
                     copy_module = copy.deepcopy(module)

@@ -136,7 +136,7 @@ class DoorFunctionTest(unittest.TestCase):
         params = list(module.parameters())
         compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
         compiler.user_outputs = 1
-        environment = {"GROVE_DOOR_STAGE": "layers"} if layers else {}
+        environment = {"GROVE_DOOR_STAGE": "layers" if layers else "one_frame"}
         with mock.patch.dict(os.environ, environment):
             call = door_function.door_function(forward, backward, 1,
                                                [True] * len(params) + [False], compiler,
