@@ -458,12 +458,15 @@ class _StageCall:
 def _backward_arguments(ctx, saved_order, gradients):
     """The backward graph's arguments: the values the forward saved (in the
     backward's order where it lists them otherwise), then the outputs'
-    gradients, contiguous."""
-    saved = list(ctx.saved_tensors)
+    gradients, contiguous (Tensor.contiguous returns a contiguous tensor
+    itself: one map, no Python per gradient)."""
+    saved = ctx.saved_tensors
     if saved_order is not None:
         saved = [saved[index] for index in saved_order]
-    return saved + [gradient if gradient.is_contiguous() else gradient.contiguous()
-                    for gradient in gradients]
+    return [*saved, *map(_CONTIGUOUS, gradients)]
+
+
+_CONTIGUOUS = torch.Tensor.contiguous
 
 
 def _picker(positions):
