@@ -4,7 +4,7 @@ issue 34 part 1 (the training door per stage).
 
     python3 benchmarks/door_cpu.py [--models mlp,gpt_block] [--blocks 30] [--calls 50]
         [--variants LABEL:NAME=VALUE[+NAME=VALUE],...] [--json out.json] [--profile]
-        [--kinds inference,training] [--clock thread|wall]
+        [--kinds inference,training] [--clock thread|wall] [--grads none|zeroed]
 
 Each model is a function of its parameters (nn.Parameter inputs, bound by
 grove as dynamo's graphs bind them) and a batch-1 input, compiled in
@@ -59,6 +59,7 @@ sys.path.insert(0, os.path.join(here, "..", "tests", "python"))
 sys.path.insert(0, os.path.join(here, "..", "python"))
 sys.path.insert(0, os.path.join(here, "..", "tests", "python_support"))
 
+_KEEP_GRAD = [False]  # --grads zeroed
 _TIMER = [time.perf_counter]  # --clock: perf_counter (wall) or thread_time (this thread's CPU)
 
 
@@ -224,6 +225,11 @@ def training_door(module, x):
         return None
 
     def zero():
+        if _KEEP_GRAD[0]:  # zero_grad(set_to_none=False): PyTorch 1.13's default
+            for p in params:
+                if p.grad is not None:
+                    p.grad.zero_()
+            return
         for p in params:
             p.grad = None
 
@@ -388,10 +394,15 @@ def main():
     parser.add_argument("--clock", default="thread", choices=("thread", "wall"),
                         help="thread: this thread's CPU time (time.thread_time, what other "
                         "processes on a shared machine do not add to); wall: perf_counter")
+    parser.add_argument("--grads", default="none", choices=("none", "zeroed"),
+                        help="before each training step: .grad set to None (zero_grad's "
+                        "default on PyTorch 2.x) or zeroed in place (set_to_none=False, "
+                        "1.13's default: the handed gradients are still .grad at the forward)")
     parser.add_argument("--json", default="")
     parser.add_argument("--profile", action="store_true",
                         help="print the top functions by own time per stage (cProfile)")
     args = parser.parse_args()
+    _KEEP_GRAD[0] = args.grads == "zeroed"
     if args.clock == "thread":
         _TIMER[0] = time.thread_time
     variants = [Variant("default", {})]
