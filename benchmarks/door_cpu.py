@@ -8,7 +8,8 @@ issue 34 part 1 (the training door per stage).
 
 Each model is a function of its parameters (nn.Parameter inputs, bound by
 grove as dynamo's graphs bind them) and a batch-1 input, compiled in
-"cudagraphs" mode on sim: mlp (4 x Linear 64 + GELU), gpt_block (a pre-LN
+"cudagraphs" mode on sim: mlp (4 x Linear 64 + GELU), mlp_deep (64 x Linear
+16 + GELU: 128 parameters, little compute; not in the default list), gpt_block (a pre-LN
 block, width 64, 4 heads, 8 tokens) and decode (inference only:
 static_cache_decoder.py's decoder stepping one token, its KV caches static
 buffers):
@@ -137,6 +138,8 @@ def models(names):
     made = {
         "mlp": lambda: (gpu_models.Mlp(width=64, depth=4), lambda: torch.randn(1, 64)),
         "gpt_block": lambda: (gpu_models.GptBlock(64, 4), lambda: torch.randn(1, 8, 64)),
+        # Many parameters (128), little compute: what grows with the parameter count.
+        "mlp_deep": lambda: (gpu_models.Mlp(width=16, depth=64), lambda: torch.randn(1, 16)),
         # static_cache_decoder.py's decoder, one token at a time (inference only).
         "decode": lambda: (_decoder(), lambda: torch.randint(0, 64, (1, 1))),
     }
