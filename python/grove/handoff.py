@@ -381,12 +381,24 @@ class KeptBackward:
                     (references, list(map(data_pointer, pick_handed(results)))))
             return results
 
+        fast = _capi.fast_library()
+        trees_enter, trees_exit = fast.grove_trees_enter, fast.grove_trees_exit
+
         def call(args):
             trees = step.trees
             if trees is None or trees.thread == get_ident():
                 return body(args)
-            with trees:  # autograd's device thread: the forward's trees
+            # Autograd's device thread: the forward's trees, entered and left
+            # as ThreadTrees' `with` does, without its frames.
+            status = trees_enter(trees._handle)
+            if status:
+                _capi.check(status)
+            try:
                 return body(args)
+            finally:
+                status = trees_exit()
+                if status:
+                    _capi.check(status)
 
         return call
 
