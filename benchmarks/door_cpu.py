@@ -209,8 +209,12 @@ def training_door(module, x):
     params = [torch.nn.Parameter(p.detach().clone()) for p in module.parameters()]
     compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
     compiler.user_outputs = 1
+    # GROVE_DOOR_GRADIENTS=direct (a --variants switch): as grove.torch's door
+    # picks them (Note [Gradients set directly by the door's function]).
+    direct = (door_function.direct_positions(params + [x]) if door_function.direct_gradients()
+              else ())
     own = door_function.door_function(forward, backward, 1, [True] * len(params) + [False],
-                                      compiler, single=True)
+                                      compiler, single=True, direct=direct)
     # As grove.torch hands it to dynamo (Note [Fake calls of the door's
     # function]): AOTAutograd's function would take calls on fake tensors.
     call = door_function.real_calls_only(own, None)
