@@ -309,7 +309,6 @@ class KeptBackward:
             self._raise(5, token)
         return materialized(args, self.forward, self.token_positions)
 
-
     def stage_call(self, step, handout, layered):
         """fn(args) -> the backward's gradients, handed out (as the boxed
         call returns them: a list), in one frame (Note [The door's stages in
