@@ -199,6 +199,18 @@ def _boxed(runner, check_saved=None, labels=None, step=None, forward=False):
 
     call._boxed_call = True
     call.runner = runner
+
+    def stage_call():
+        """The same call in one frame (Note [The door's stages in one
+        frame], handoff.py), or None; made after a first call."""
+        make = getattr(runner, "stage_call", None)
+        if make is None or check_saved is not None or step is None:
+            return None
+        if forward:
+            return make(step, call)
+        return make(step, handout, call)
+
+    call.stage_call = stage_call
     return call
 
 
