@@ -91,10 +91,13 @@ class Program:
     """A random program: steps (op name, function, operand indices) over
     values 0..inputs-1 (the inputs), then one value per step."""
 
-    def __init__(self, rng, inputs=2, length=12):
+    def __init__(self, rng, inputs=2, length=12, split=True, exclude=()):
+        """split: whether ops left to PyTorch may appear; exclude: names of
+        grove's ops that may not."""
         self.inputs = inputs
         self.steps = []
-        split_ops = splitters()
+        split_ops = splitters() if split else []
+        grove_ops = [op for op in GROVE_OPS if op[0] not in exclude]
         count = inputs
         update_at = rng.randrange(length) if rng.random() < 0.35 else None
         self.has_state = update_at is not None
@@ -109,7 +112,7 @@ class Program:
             elif roll < 0.4:
                 name, function, operands = MATMUL, None, [rng.randrange(count)]
             else:
-                name, arity, function = rng.choice(GROVE_OPS)
+                name, arity, function = rng.choice(grove_ops)
                 operands = [rng.randrange(count) for _ in range(arity)]
             self.steps.append((name, function, operands))
             count += 1

@@ -16,33 +16,65 @@ import torch
 
 from grove import door_fuzz
 
-# Note [Training door fuzzer]: a program of the door fuzzer (pointwise ops,
-# matmuls with a weight, softmax, layer norm, row sums, and on 2.x the ops
-# PyTorch runs between grove's segments) without its in-place state, wrapped
-# in a module whose weight is a Parameter (the first output passes through it
-# once more, tanh(first @ weight), so that every program trains it). Each of STEPS steps takes fresh or
-# reused inputs (some needing a gradient), a loss that weighs every returned
-# value by fixed random coefficients, and backward(); then an SGD update of
-# the weight, so later steps see moved values in place. The weight's and the
-# inputs' gradients and the loss of each step (warm-up, recording, replays)
-# are compared with PyTorch eager's on a copy of the module within
-# GRADIENT_TOLERANCE of the largest magnitude, and cudagraphs' equal grove
-# eager's bitwise. On PyTorch 1.13 (sim) the module trains through
+# Note [Training door fuzzer]: a program of the door fuzzer (pointwise ops
+# but the discontinuous `where`, matmuls with a weight, softmax, layer norm,
+# row sums, and ops PyTorch runs between grove's segments) without its
+# in-place state, wrapped in a module whose weight is a Parameter (the first
+# output passes through it once more, tanh(first @ weight), so that every
+# program trains it). Each of STEPS steps takes fresh or reused inputs (some
+# needing a gradient), a loss that weighs every returned value by fixed
+# random coefficients (a mean: steps small enough that training does not
+# amplify rounding chaotically), and backward(); then an SGD update of the
+# weight, so later steps see moved values in place. The loss, the weight's
+# gradient and the inputs' gradients of each step (warm-up, recording,
+# replays) are compared with PyTorch eager's on a copy of the module in
+# float64, within a tolerance set by PyTorch's own float32 error
+# (TOLERANCE_FLOOR, ERROR_FACTOR), and cudagraphs' equal grove eager's
+# bitwise. On PyTorch 1.13 (sim) the module trains through
 # grove.training.compile_module (AOTAutograd's partition), on 2.x through
-# torch.compile(backend="grove"). A failure names the seed, the step and the
-# program. Tests: TrainingFuzzTest (tests/python/training_fuzz_test.py).
+# torch.compile(backend="grove"). The whole step (grove.training.compile_step:
+# forward, loss, backward and optimizer step replayed back to back, on sim)
+# is fuzzed too, over programs without PyTorch's ops (the whole step takes
+# only grove's): PyTorch's SGD with momentum and weight decay or AdamW, the
+# loss of every step within the same tolerance, and SGD's weight after the
+# last step. A failure names the seed, the step and the program. Tests:
+# TrainingFuzzTest (tests/python/training_fuzz_test.py).
 
 STEPS = 5  # warm-up, recording, three replays
-# Of the reference's largest magnitude (at least 1). Looser than the
-# inference fuzzer's 1e-4: each side updates its own weight, so f32 rounding
-# of earlier steps compounds (seed 284: 1.16e-4 at step 3, batch 8); a real
-# fault is off by far more.
-GRADIENT_TOLERANCE = 1e-3
+# The oracle is PyTorch in float64 on the same program and data. grove's
+# value passes when its error (relative to the reference's largest
+# magnitude, at least 1) is at most TOLERANCE_FLOOR or ERROR_FACTOR times
+# the error of PyTorch's own float32 run: updates compound f32 rounding
+# (seed 599, SGD with momentum, 5 steps: PyTorch f32's weight is 8.2e-4 from
+# f64's), while a real fault is off by far more.
+TOLERANCE_FLOOR = 1e-4
+ERROR_FACTOR = 4.0
 LEARNING_RATE = 0.05
+# Ops whose value jumps where an operand crosses a threshold: as the weight
+# moves, an operand of grove's run and one of PyTorch's may land on two sides
+# of it (seed 1310: where(a > 0.25) in the whole step's fourth step).
+DISCONTINUOUS = ("where",)
 
 
 class FuzzFailure(AssertionError):
     pass
+
+
+class Reference:
+    """PyTorch's values of a run in float32 and float64: check(value, index)
+    is grove's error and the tolerance it must meet."""
+
+    def __init__(self, single, double):
+        self.single, self.double = single, double
+
+    def check(self, got, index):
+        want, want32 = self.double[index], self.single[index]
+        if got is None or want is None:
+            same = got is None and want is None
+            return (0.0 if same else float("inf")), TOLERANCE_FLOOR
+        own = door_fuzz.relative_error(want32.double(), want)
+        return (door_fuzz.relative_error(got.double(), want),
+                max(TOLERANCE_FLOOR, ERROR_FACTOR * own))
 
 
 class ProgramModule(torch.nn.Module):
@@ -77,7 +109,7 @@ def stateless_program(rng):
     one has none: the state is an inference-path case)."""
     while True:
         program = door_fuzz.Program(rng, inputs=rng.choice([1, 2, 3]),
-                                    length=rng.randrange(4, 12))
+                                    length=rng.randrange(4, 12), exclude=DISCONTINUOUS)
         if not program.has_state:
             return program
 
@@ -101,7 +133,7 @@ def _step(module, model, inputs, coefficients):
     module.zero_grad(set_to_none=True)
     leaves = [x.detach().clone().requires_grad_(needs) for x, needs in inputs]
     outputs = model(*leaves)
-    loss = sum((value * weight).sum() for value, weight in zip(outputs, coefficients))
+    loss = sum((value * weight).mean() for value, weight in zip(outputs, coefficients))
     loss.backward()
     # None where a value gets no gradient (an input the program never reads).
     gradients = [None if tensor.grad is None else tensor.grad.detach().clone()
@@ -127,8 +159,10 @@ def _train_in_both_modes(seed, rng, program, device, counters):
             if fresh else fixed
         steps.append(list(zip(values, needs)))
     coefficients = [torch.randn(batch, width).to(target) for _ in program.outputs]
-    reference_module = ProgramModule(program, weight)
-    expected = [_step(reference_module, reference_module, inputs, coefficients)
+    single, double = ProgramModule(program, weight), ProgramModule(program, weight.double())
+    wide = [torch.as_tensor(c).double() for c in coefficients]
+    expected = [Reference(_step(single, single, inputs, coefficients),
+                          _step(double, double, [(x.double(), n) for x, n in inputs], wide))
                 for inputs in steps]
     results = {}
     for mode in ("eager", "cudagraphs"):
@@ -137,22 +171,20 @@ def _train_in_both_modes(seed, rng, program, device, counters):
         results[mode] = []
         for step, inputs in enumerate(steps):
             got = _step(module, model, inputs, coefficients)
-            for index, (value, want) in enumerate(zip(got, expected[step])):
-                if value is None or want is None:
-                    error = 0.0 if value is None and want is None else float("inf")
-                else:
-                    error = door_fuzz.relative_error(value, want)
-                if not error <= GRADIENT_TOLERANCE:
+            if len(got) != len(expected[step].double):
+                raise FuzzFailure("training fuzz seed %d: %s step %d gave %d values, PyTorch %d"
+                                  % (seed, mode, step, len(got), len(expected[step].double)))
+            for index, value in enumerate(got):
+                error, tolerance = expected[step].check(value, index)
+                if not error <= tolerance:
                     what = "the loss" if index == 0 else (
                         "the weight's gradient" if index == 1 else
                         "input gradient %d" % (index - 2))
                     raise FuzzFailure(
                         "training fuzz seed %d: %s step %d (batch %d): %s differs from "
-                        "PyTorch eager by %.3g relative\n%s" % (
-                            seed, mode, step, batch, what, error, program.describe()))
-            if len(got) != len(expected[step]):
-                raise FuzzFailure("training fuzz seed %d: %s step %d gave %d values, PyTorch %d"
-                                  % (seed, mode, step, len(got), len(expected[step])))
+                        "PyTorch eager (f64) by %.3g relative, over %.3g\n%s" % (
+                            seed, mode, step, batch, what, error, tolerance,
+                            program.describe()))
             results[mode].append(got)
             if counters is not None:
                 counters["steps"] += 1
@@ -167,15 +199,114 @@ def _train_in_both_modes(seed, rng, program, device, counters):
         counters["programs"] += 1
 
 
-def fuzz(seconds, device="sim", first_seed=0, max_programs=None):
-    """Trains programs until `seconds` pass; returns the counters."""
+def _optimizer(kind, parameters):
+    if kind == "sgd":
+        return torch.optim.SGD(parameters, lr=LEARNING_RATE, momentum=0.9, weight_decay=1e-3)
+    return torch.optim.AdamW(parameters, lr=1e-2, weight_decay=1e-2)
+
+
+def run_whole_step(seed, counters=None):
+    """Trains one random program (grove's ops only) as a whole step on sim in
+    both modes; raises FuzzFailure naming the seed, the optimizer and the
+    step that differs."""
+    rng = random.Random(seed)
+    program = door_fuzz.Program(rng, inputs=rng.choice([1, 2, 3]),
+                                length=rng.randrange(4, 12), split=False,
+                                exclude=DISCONTINUOUS)
+    while program.has_state:
+        program = door_fuzz.Program(rng, inputs=rng.choice([1, 2, 3]),
+                                    length=rng.randrange(4, 12), split=False,
+                                    exclude=DISCONTINUOUS)
+    kind = rng.choice(["sgd", "adamw"])
+    try:
+        _whole_step_in_both_modes(seed, rng, program, kind, counters)
+    except FuzzFailure:
+        raise
+    except Exception as error:
+        raise FuzzFailure("whole-step fuzz seed %d (%s): %s: %s\n%s" % (
+            seed, kind, type(error).__name__, error, program.describe())) from error
+
+
+def _whole_step_in_both_modes(seed, rng, program, kind, counters):
+    import grove.training
+
+    width = rng.choice([16, 32, 64])
+    batch = rng.choice([1, 3, 8])
+    torch.manual_seed(seed)
+    weight = torch.randn(width, width) / width ** 0.5
+    batches = [[torch.randn(batch, width) for _ in range(program.inputs)]
+               for _ in range(STEPS)]
+    coefficients = [torch.randn(batch, width) for _ in program.outputs]
+
+    def loss_fn(forward, *inputs):
+        return sum((value * c).mean() for value, c in zip(forward(*inputs), coefficients))
+
+    def eager(dtype):
+        """PyTorch's losses and final weight in `dtype`."""
+        module = ProgramModule(program, weight.to(dtype))
+        optimizer = _optimizer(kind, list(module.parameters()))
+        scale = [c.to(dtype) for c in coefficients]
+        losses = []
+        for inputs in batches:
+            optimizer.zero_grad(set_to_none=True)
+            values = module(*[x.to(dtype) for x in inputs])
+            loss = sum((value * c).mean() for value, c in zip(values, scale))
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach().clone())
+        return losses + [module.weight.detach().clone()]
+
+    expected = Reference(eager(torch.float32), eager(torch.float64))
+    results = {}
+    for mode in ("eager", "cudagraphs"):
+        module = ProgramModule(program, weight)
+        step = grove.training.compile_step(module, loss_fn,
+                                           _optimizer(kind, list(module.parameters())),
+                                           mode=mode, device="sim")
+        results[mode] = []
+        for index, inputs in enumerate(batches):
+            loss = step(*inputs).detach().clone()
+            error, tolerance = expected.check(loss, index)
+            if not error <= tolerance:
+                raise FuzzFailure("whole-step fuzz seed %d (%s): %s step %d (batch %d): the "
+                                  "loss differs from PyTorch eager (f64) by %.3g relative, over "
+                                  "%.3g\n%s" % (seed, kind, mode, index, batch, error, tolerance,
+                                                 program.describe()))
+            results[mode].append(loss)
+            if counters is not None:
+                counters["steps"] += 1
+        if kind == "sgd":
+            # (AdamW divides by the root of its second moment: a gradient near
+            # zero whose rounding differs moves a weight by up to lr, so its
+            # weights are compared through the losses only.)
+            error, tolerance = expected.check(module.weight.detach(), STEPS)
+            if not error <= tolerance:
+                raise FuzzFailure("whole-step fuzz seed %d (sgd): %s: the weight after %d steps "
+                                  "differs from PyTorch eager's (f64) by %.3g relative, over "
+                                  "%.3g\n%s" % (seed, mode, STEPS, error, tolerance,
+                                                 program.describe()))
+        del step
+    for index in range(STEPS):
+        if not torch.equal(results["eager"][index], results["cudagraphs"][index]):
+            raise FuzzFailure("whole-step fuzz seed %d (%s): step %d: cudagraphs differs from "
+                              "grove eager\n%s" % (seed, kind, index, program.describe()))
+    if counters is not None:
+        counters["programs"] += 1
+
+
+def fuzz(seconds, device="sim", first_seed=0, max_programs=None, whole_step=False):
+    """Trains programs until `seconds` pass (through the door, or as whole
+    steps on sim); returns the counters."""
     counters = {"programs": 0, "steps": 0, "seconds": 0.0, "first_seed": first_seed}
     start = time.monotonic()
     seed = first_seed
     while time.monotonic() - start < seconds:
         if max_programs is not None and counters["programs"] >= max_programs:
             break
-        run_program(seed, device, counters)
+        if whole_step:
+            run_whole_step(seed, counters)
+        else:
+            run_program(seed, device, counters)
         seed += 1
     counters["seconds"] = time.monotonic() - start
     return counters
@@ -186,14 +317,17 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--device", default="sim")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--whole-step", action="store_true",
+                        help="fuzz grove.training.compile_step (sim) instead of the door")
     args = parser.parse_args(argv)
     try:
-        counters = fuzz(args.seconds, args.device, args.seed)
+        counters = fuzz(args.seconds, args.device, args.seed, whole_step=args.whole_step)
     except FuzzFailure as failure:
         print(failure)
         return 1
-    print("training fuzz: %d programs, %d steps in %.1f s on %s (seeds %d..%d), no difference"
-          % (counters["programs"], counters["steps"], counters["seconds"], args.device,
+    print("%s fuzz: %d programs, %d steps in %.1f s on %s (seeds %d..%d), no difference"
+          % ("whole-step" if args.whole_step else "training", counters["programs"],
+             counters["steps"], counters["seconds"], "sim" if args.whole_step else args.device,
              args.seed, args.seed + counters["programs"] - 1))
     return 0
 

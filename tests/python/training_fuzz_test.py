@@ -1,6 +1,6 @@
 """The training door fuzzer (Note [Training door fuzzer], python/grove/training_fuzz.py)
-on sim with CI's PyTorch: random programs trained through grove in both modes for a
-bounded time (GROVE_TRAINING_FUZZ_SECONDS, default 20; on a GPU host the same time
+on sim with CI's PyTorch: random programs trained through grove in both modes, through
+the door and as whole steps (grove.training.compile_step), each for a bounded time (GROVE_TRAINING_FUZZ_SECONDS, default 20; on a GPU host the same time
 again on cuda through torch.compile), and the seed that found the saved batch bound
 as a parameter."""
 import os
@@ -22,6 +22,13 @@ class TrainingFuzzTest(unittest.TestCase):
     def test_random_programs_train_as_pytorch_in_both_modes(self):
         counters = training_fuzz.fuzz(SECONDS, "sim", first_seed=int(time.time()) % 100000)
         print("training fuzz: %(programs)d programs, %(steps)d steps in %(seconds).1f s "
+              "(first seed %(first_seed)d)" % counters)
+        self.assertGreater(counters["programs"], 5)
+
+    def test_random_programs_train_as_pytorch_as_whole_steps(self):
+        counters = training_fuzz.fuzz(SECONDS / 2, "sim", first_seed=int(time.time()) % 100000,
+                                      whole_step=True)
+        print("whole-step fuzz: %(programs)d programs, %(steps)d steps in %(seconds).1f s "
               "(first seed %(first_seed)d)" % counters)
         self.assertGreater(counters["programs"], 5)
 
