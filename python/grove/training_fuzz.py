@@ -45,8 +45,9 @@ STEPS = 5  # warm-up, recording, three replays
 # value passes when its error (relative to the reference's largest
 # magnitude, at least 1) is at most TOLERANCE_FLOOR or ERROR_FACTOR times
 # the error of PyTorch's own float32 run: updates compound f32 rounding
-# (seed 599, SGD with momentum, 5 steps: PyTorch f32's weight is 8.2e-4 from
-# f64's), while a real fault is off by far more.
+# (with a summed loss, whole-step seed 599, SGD with momentum, 5 steps:
+# PyTorch f32's weight was 8.2e-4 from f64's), while a real fault is off by
+# far more.
 TOLERANCE_FLOOR = 1e-4
 ERROR_FACTOR = 4.0
 LEARNING_RATE = 0.05
