@@ -204,8 +204,9 @@ bool legacy_calls_ordered_by_events() {
 // outputs (seed 500000: 0.99 relative error in eager mode); with it the
 // fuzzer's orderings inside grove are checked by the sim's hazard checker.
 // Tests: DoorFuzzTest.test_random_split_programs_on_an_asynchronous_sim
-// (tests/python/door_fuzz_test.py), //tests/capi:capi_test_async and
-// capi_c_test_async (the C API suites with GROVE_SIM_ASYNC=1).
+// (tests/python/door_fuzz_test.py), TrainingFuzzTest.
+// test_random_programs_train_on_an_asynchronous_sim, //tests/capi:capi_test_async
+// and capi_c_test_async (the C API suites with GROVE_SIM_ASYNC=1).
 class CallerStream {
  public:
   CallerStream(Device device, void* stream) {
