@@ -10,7 +10,6 @@ eager (Note [Training door fuzzer]).
 import argparse
 import random
 import sys
-import time
 
 import torch
 
@@ -298,19 +297,12 @@ def _whole_step_in_both_modes(seed, rng, program, kind, counters):
 def fuzz(seconds, device="sim", first_seed=0, max_programs=None, whole_step=False):
     """Trains programs until `seconds` pass (through the door, or as whole
     steps on sim); returns the counters."""
-    counters = {"programs": 0, "steps": 0, "seconds": 0.0, "first_seed": first_seed}
-    start = time.monotonic()
-    seed = first_seed
-    while time.monotonic() - start < seconds:
-        if max_programs is not None and counters["programs"] >= max_programs:
-            break
-        if whole_step:
-            run_whole_step(seed, counters)
-        else:
-            run_program(seed, device, counters)
-        seed += 1
-    counters["seconds"] = time.monotonic() - start
-    return counters
+    counters = {"programs": 0, "steps": 0, "first_seed": first_seed}
+    if whole_step:
+        return door_fuzz.seeds_for(seconds, first_seed, max_programs, counters,
+                                   lambda seed: run_whole_step(seed, counters))
+    return door_fuzz.seeds_for(seconds, first_seed, max_programs, counters,
+                               lambda seed: run_program(seed, device, counters))
 
 
 def main(argv=None):
