@@ -144,6 +144,11 @@ class Platform {
   // grid to the device (Note [Streamed GEMV]); 1 where there are none (sim).
   virtual int multiprocessor_count() const { return 1; }
 
+  // Whether work queued on a stream may still be running when the call that
+  // queued it returns: true on cuda and on sim with SimOptions::async (each
+  // stream on a worker thread), false on the synchronous sim.
+  virtual bool streams_asynchronous() const { return false; }
+
   // Raw device memory (the caching allocator's segments).
   virtual void* allocate_raw(size_t bytes) = 0;
   virtual void free_raw(void* pointer) = 0;

@@ -22,7 +22,9 @@
 #   docs        no comment cites a design document outside the repository;
 #               every cited Note [...] is defined; docs/ARCHITECTURE.md's index
 #               of Notes names no Note that is gone or moved (tools/notes_index.py
-#               --write renews it; a Note it lacks is only a warning).
+#               --write renews it; a Note it lacks is only a warning); the README's
+#               Configuration names every GROVE_* variable the product reads and
+#               none it no longer reads (tools/env_switches.py --check).
 #   format      clang-format --dry-run --Werror over the C++ sources.
 #
 #   tools/check_layers.sh                 every check on this checkout
@@ -142,13 +144,16 @@ check_visibility() {
 }
 
 # docs/ARCHITECTURE.md is the design: no comment cites a document outside the
-# repository, every cited Note exists, and the doc's index of Notes is not stale.
+# repository, every cited Note exists, and the doc's index of Notes is not stale;
+# the README documents every environment variable the product reads.
 check_docs() {
   local details status=0
   details=$(git grep -n -E 'DESIGN(\.md| §)' -- ':!tools/check_layers.sh' 2>/dev/null)
   [ -n "$details" ] && status=1 details="cites a document outside the repository:"$'\n'"$details"$'\n'
   local notes
   notes=$(python3 tools/notes_index.py --check) || { status=1 details+="$notes"; }
+  local switches
+  switches=$(python3 tools/env_switches.py --check) || { status=1 details+="$switches"; }
   report docs "$status" "$details"
 }
 

@@ -98,10 +98,11 @@ def fast_library():
         for name in ("grove_model_run_dlpack", "grove_dlpack_check", "grove_invocation_begin",
                      "grove_invocation_end", "grove_model_run_keeping",
                      "grove_model_run_with_kept", "grove_model_run_dlpack_invocation",
-                     "grove_model_run_handout"):
+                     "grove_model_run_handout", "grove_trees_enter", "grove_trees_exit"):
             getattr(lib, name).restype = ctypes.c_int
         lib.grove_invocation_begin.argtypes = [ctypes.c_uint64]
         lib.grove_invocation_end.argtypes = []
+        lib.grove_trees_exit.argtypes = []
         _fast = lib
     return _fast
 

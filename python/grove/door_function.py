@@ -152,8 +152,8 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     # the outputs' gradients.
     saved_order = _saved_order(forward, backward, user_outputs)
     _one_gradient_per_input(backward, requires_grad)
-    run_forward = compiler.forward(forward, None)
-    run_backward = compiler.backward(backward, None)
+    run_forward = _StageCall(compiler.forward(forward, None))
+    run_backward = _StageCall(compiler.backward(backward, None))
     global taken
     taken += 1
     if direct:
@@ -167,7 +167,7 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
     class DoorStep(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):
-            results = run_forward(list(args))
+            results = run_forward.call(args)
             # Saved as autograd saves tensors: released after the backward
             # (the kept set dies with its token), kept for retain_graph=True.
             ctx.save_for_backward(*results[user_outputs:])
@@ -175,17 +175,54 @@ def door_function(forward, backward, user_outputs, requires_grad, compiler, sing
 
         @staticmethod
         def backward(ctx, *gradients):
-            return tuple(run_backward(_backward_arguments(ctx, saved_order, gradients)))
+            return tuple(run_backward.call(_backward_arguments(ctx, saved_order, gradients)))
 
-    apply = c_apply(DoorStep)
-    if lifted:  # the graph module's own parameters and buffers come first
-        lifted = tuple(lifted)
-        if single:
-            return lambda *args: apply(*lifted, *args)[0]
-        return lambda *args: apply(*lifted, *args)
-    if single:
-        return lambda *args: apply(*args)[0]
-    return apply
+    return _door_call(DoorStep, tuple(lifted), single)
+
+
+# Note [The door's call in one frame]
+# What dynamo calls for a training graph run by the door's function was
+# three wrappers around the Function's apply, each a Python frame that packs
+# the call's arguments (every parameter: ViT-tiny's 152) into a new tuple:
+# real_calls_only's fake-tensor check (Note [Fake calls of the door's
+# function]), the lambda that prepends the lifted tensors and takes a
+# single output, and c_apply's transform check (Note [The door's Function
+# applied in C]). _door_call makes them one closure: the first tensor
+# argument's fake check (where a fallback is given: real_calls_only hands it
+# to the door's call, which makes the closure again with it), the lifted
+# tensors, the C apply while no functorch transform is active (else the
+# Python apply), and the single output. Same calls, same order.
+# GROVE_DOOR_STAGE=layers (read when the door's function is made) keeps the
+# wrappers, as for Note [The door's stages in one frame] (handoff.py). Tests:
+# DoorFunctionTest.test_fake_calls_go_to_aotautograds_function and
+# test_c_apply_matches_the_python_apply (door_function_test.py).
+def _door_call(function, lifted, single, fallback=None):
+    """The door's callable over `function` (Note [The door's call in one
+    frame]); it has .with_fallback(fallback), the same callable sending
+    calls on fake tensors to `fallback`."""
+    if os.environ.get("GROVE_DOOR_STAGE", "one_frame") == "layers":
+        return _layered_door_call(function, lifted, single)
+    python_apply, direct, transforms_active = _applies(function)
+    fake = _fake_tensor_type() if fallback is not None else None
+    tensor = torch.Tensor
+
+    def call(*args):
+        if fake is not None:
+            for value in args:
+                if isinstance(value, tensor):
+                    if isinstance(value, fake):
+                        return fallback(*args)
+                    break
+        if lifted:  # the graph module's own parameters and buffers come first
+            args = lifted + args
+        if direct is not None and not transforms_active():
+            results = direct(*args)
+        else:
+            results = python_apply(*args)
+        return results[0] if single else results
+
+    call.with_fallback = lambda fallback: _door_call(function, lifted, single, fallback)
+    return call
 
 
 # Note [Gradients set directly by the door's function]
@@ -309,14 +346,14 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
     class DoorStepDirect(torch.autograd.Function):
         @staticmethod
         def forward(ctx, args, *kept_tensors):
-            results = run_forward(list(args))
+            results = run_forward.call(args)
             ctx.save_for_backward(*results[user_outputs:])
             ctx.direct = pick_direct(args)
             return tuple(results[:user_outputs])
 
         @staticmethod
         def backward(ctx, *gradients):
-            computed = run_backward(_backward_arguments(ctx, saved_order, gradients))
+            computed = run_backward.call(_backward_arguments(ctx, saved_order, gradients))
             _set_gradients(ctx.direct, pick_direct(computed))
             finish()
             return leading + pick_kept(computed)
@@ -352,16 +389,25 @@ def _direct_door_function(run_forward, run_backward, saved_order, user_outputs, 
 # 5297.3 (0.880x); r1's mlp row had it 1.015x, within that run's spread.
 # Test: DoorFunctionTest.test_c_apply_matches_the_python_apply
 # (tests/python/door_function_test.py).
+def _layered_door_call(function, lifted, single):
+    """The door's callable as it was before Note [The door's call in one
+    frame] (GROVE_DOOR_STAGE=layers), for timing both in one process."""
+    apply = c_apply(function)
+    if lifted:
+        if single:
+            return lambda *args: apply(*lifted, *args)[0]
+        return lambda *args: apply(*lifted, *args)
+    if single:
+        return lambda *args: apply(*args)[0]
+    return apply
+
+
 def c_apply(function):
     """function.apply (an autograd.Function subclass defining no
     setup_context), calling the C apply directly while no functorch transform
     is active (Note [The door's Function applied in C])."""
-    python_apply = function.apply
-    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    if os.environ.get("GROVE_DOOR_APPLY", "c") == "python" or transforms_active is None:
-        return python_apply
-    direct = super(torch.autograd.Function, function).apply
-    if direct == python_apply:  # PyTorch 1.13: Function.apply is the C one
+    python_apply, direct, transforms_active = _applies(function)
+    if direct is None:
         return python_apply
 
     def apply(*args):
@@ -371,15 +417,56 @@ def c_apply(function):
     return apply
 
 
+def _applies(function):
+    """(function.apply, the C apply or None where it is not to be called
+    directly, the transform check) (Note [The door's Function applied in C])."""
+    python_apply = function.apply
+    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    if os.environ.get("GROVE_DOOR_APPLY", "c") == "python" or transforms_active is None:
+        return python_apply, None, None
+    direct = super(torch.autograd.Function, function).apply
+    if direct == python_apply:  # PyTorch 1.13: Function.apply is the C one
+        return python_apply, None, None
+    return python_apply, direct, transforms_active
+
+
+class _StageCall:
+    """A stage of the door's function (a boxed compiled graph, compiled on
+    its first call): `call(args)` runs it, through the layered boxed call
+    until the stage's one-frame closure exists (Note [The door's stages in
+    one frame], handoff.py), then through that closure alone."""
+
+    def __init__(self, boxed):
+        self.boxed = boxed
+        self.call = self._first
+        self.one_frame = os.environ.get("GROVE_DOOR_STAGE", "one_frame") != "layers"
+
+    def _first(self, args):
+        results = self.boxed(list(args))
+        if self.one_frame:
+            compiled = getattr(self.boxed, "compiled", self.boxed)  # training_steps._Lazy
+            make = getattr(compiled, "stage_call", None)
+            stage = make() if make is not None else None
+            if stage is not None:
+                self.call = stage
+                return results
+        boxed = self.boxed
+        self.call = lambda args: boxed(list(args))
+        return results
+
+
 def _backward_arguments(ctx, saved_order, gradients):
     """The backward graph's arguments: the values the forward saved (in the
     backward's order where it lists them otherwise), then the outputs'
-    gradients, contiguous."""
-    saved = list(ctx.saved_tensors)
+    gradients, contiguous (Tensor.contiguous returns a contiguous tensor
+    itself: one map, no Python per gradient)."""
+    saved = ctx.saved_tensors
     if saved_order is not None:
         saved = [saved[index] for index in saved_order]
-    return saved + [gradient if gradient.is_contiguous() else gradient.contiguous()
-                    for gradient in gradients]
+    return [*saved, *map(_CONTIGUOUS, gradients)]
+
+
+_CONTIGUOUS = torch.Tensor.contiguous
 
 
 def _picker(positions):
@@ -399,8 +486,9 @@ def _set_gradients(parameters, gradients):
     """AccumulateGrad's work for a set: .grad = gradient where .grad is None,
     .grad += gradient otherwise; None gradients leave .grad alone."""
     current = list(map(_GRAD, parameters))
-    if current.count(None) == len(current) and all(map(operator.is_not, gradients,
-                                                         itertools.repeat(None))):
+    # No current.count(None): Note [Tensors are never counted against None] (gradients.py).
+    if not any(map(operator.is_not, current, itertools.repeat(None))) and all(
+            map(operator.is_not, gradients, itertools.repeat(None))):
         list(map(setattr, parameters, itertools.repeat("grad", len(parameters)), gradients))
         return
     for parameter, grad, gradient in zip(parameters, current, gradients):
@@ -426,11 +514,14 @@ def _set_gradients(parameters, gradients):
 def real_calls_only(own, fallback):
     """`own` (the door's function) for calls on real tensors, `fallback`
     (AOTAutograd's compiled function) for calls on fake ones (Note [Fake
-    calls of the door's function])."""
-    try:
-        from torch._subclasses.fake_tensor import FakeTensor
-    except ImportError:  # no fake tensors in this PyTorch: every call is real
+    calls of the door's function]); one frame where `own` is the door's
+    call (Note [The door's call in one frame])."""
+    FakeTensor = _fake_tensor_type()
+    if FakeTensor is None:  # no fake tensors in this PyTorch: every call is real
         return own
+    with_fallback = getattr(own, "with_fallback", None)
+    if with_fallback is not None:
+        return with_fallback(fallback)
 
     def call(*args):
         for value in args:
@@ -440,6 +531,15 @@ def real_calls_only(own, fallback):
                 break
         return own(*args)
     return call
+
+
+def _fake_tensor_type():
+    """FakeTensor, or None in a PyTorch without fake tensors."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensor
+    except ImportError:
+        return None
+    return FakeTensor
 
 
 def _saved_order(forward, backward, user_outputs):

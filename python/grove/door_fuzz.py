@@ -16,7 +16,6 @@ import time
 import torch
 import torch.nn.functional as F
 
-import grove
 from grove import importer, input_writes
 
 # Note [Door fuzzer]: a program is a random DAG over a few [B, D] inputs and a
@@ -91,10 +90,13 @@ class Program:
     """A random program: steps (op name, function, operand indices) over
     values 0..inputs-1 (the inputs), then one value per step."""
 
-    def __init__(self, rng, inputs=2, length=12):
+    def __init__(self, rng, inputs=2, length=12, split=True, exclude=()):
+        """split: whether ops left to PyTorch may appear; exclude: names of
+        grove's ops that may not."""
         self.inputs = inputs
         self.steps = []
-        split_ops = splitters()
+        split_ops = splitters() if split else []
+        grove_ops = [op for op in GROVE_OPS if op[0] not in exclude]
         count = inputs
         update_at = rng.randrange(length) if rng.random() < 0.35 else None
         self.has_state = update_at is not None
@@ -109,7 +111,7 @@ class Program:
             elif roll < 0.4:
                 name, function, operands = MATMUL, None, [rng.randrange(count)]
             else:
-                name, arity, function = rng.choice(GROVE_OPS)
+                name, arity, function = rng.choice(grove_ops)
                 operands = [rng.randrange(count) for _ in range(arity)]
             self.steps.append((name, function, operands))
             count += 1
@@ -255,13 +257,21 @@ def _run_in_both_modes(seed, rng, program, device, counters):
 
 def fuzz(seconds, device="sim", first_seed=0, max_programs=None):
     """Runs programs until `seconds` pass; returns the counters."""
-    counters = {"programs": 0, "calls": 0, "seconds": 0.0, "first_seed": first_seed}
+    counters = {"programs": 0, "calls": 0, "first_seed": first_seed}
+    return seeds_for(seconds, first_seed, max_programs, counters,
+                     lambda seed: run_program(seed, device, counters))
+
+
+def seeds_for(seconds, first_seed, max_programs, counters, run_one):
+    """Calls run_one(seed) for seeds from first_seed on until `seconds` pass
+    or counters["programs"] reaches max_programs; returns the counters with
+    the seconds taken."""
     start = time.monotonic()
     seed = first_seed
     while time.monotonic() - start < seconds:
         if max_programs is not None and counters["programs"] >= max_programs:
             break
-        run_program(seed, device, counters)
+        run_one(seed)
         seed += 1
     counters["seconds"] = time.monotonic() - start
     return counters

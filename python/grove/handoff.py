@@ -15,6 +15,8 @@ way (KeptCall)."""
 
 import ctypes
 import itertools
+import operator
+import threading
 
 import torch
 
@@ -23,7 +25,8 @@ from grove import _capi
 from grove import gradients
 from grove import outputs
 from grove.output_picker import OutputPicker
-from grove.runner import StaticInputMovedError, _static_inputs_in_place, _stream_of
+from grove.runner import (StaticInputMovedError, _current_stream_of, _static_check,
+                          _static_inputs_in_place, _stream_of)
 
 _HANDED, _TOKEN, _ARGUMENT, _VALUE = range(4)
 # Token values: one per KeptForward, far from any small integer a graph
@@ -110,6 +113,110 @@ class KeptForward:
             model._gate.leave(state)
         handed.append(token)
         return self.pick_outputs(handed, args)
+
+    # Note [The door's stages in one frame]
+    # A training step through the door's own function (Note [The door's own
+    # autograd function], door_function.py) calls its forward and backward
+    # graphs through layers made for AOTAutograd's calling convention: the
+    # lazy compile (training_steps._Lazy), the boxed call with its error
+    # labels and the step's trees (training_steps._boxed), then KeptForward
+    # or KeptBackward, the static check, the model's gate, its descriptions,
+    # the outputs made one by one, the output picker and the gradient
+    # hand-out: 20-25 Python frames per stage. Once a stage has been called
+    # (compiled, planned, verified), stage_call makes the same steps one
+    # closure over prepared locals: the step's trees (entered where autograd
+    # runs the backward on another thread), the bound inputs' check, the
+    # handed gradients' copy (forward), the gate entered and left as
+    # CallGate does, the reused descriptions, the one C call
+    # (grove_model_run_keeping / grove_model_run_with_kept), the outputs
+    # made by one map where none is copied or a bool, picked by one
+    # itemgetter, and the backward's gradients noted as one set. A bound
+    # input that moved, or anything the closure does not take, goes to the
+    # layered call, which raises or runs it as before. GROVE_DOOR_STAGE=layers
+    # (read when the door's function is made) keeps the layered calls, for
+    # timing both in one process. Tests: DoorFunctionTest.
+    # test_stages_in_one_frame_match_the_layered_calls
+    # (tests/python/door_function_test.py).
+    def stage_call(self, step, layered):
+        """fn(args) -> the forward's outputs (as __call__ returns them), in
+        one frame (Note [The door's stages in one frame]); `step` is the
+        StepContext, `layered(list)` the boxed call taking any call the
+        closure does not. None where it does not apply."""
+        if step is None:
+            return None
+        model = self.model
+        fast = self.fast
+        checks = fast["checks"]
+        static_check = _static_check(checks) if checks else None
+        positions = tuple(fast["inputs"])
+        take = _taker(positions)
+        single = positions[0] if len(positions) == 1 else None
+        stream_of = _current_stream_of(model.device)
+        gate = model._gate
+        in_flight, local = gate._in_flight, gate._local
+        describe_borrowed = model.borrowed_describer(len(positions))
+        handle, run = model._handle, self._run
+        count = model._input_counts[len(positions)]
+        handed_positions, handed_count = self._handed, self._counts[0]
+        managed, kept, kept_count = self._managed, self._kept, self._counts[1]
+        handed_made = len(self.handed)
+        tag, token, token_ref = self.tag, self._token, self._token_ref
+        keeps = model._keeps_handed_gradients
+        handed_gradients = gradients._handed_gradients
+        keep_handed = gradients.keep_handed_gradients
+        from_dlpack = outputs._from_dlpack()
+        capsule = outputs._capsule_new
+        make = [_tensor_maker(model, index) for index in self.handed]
+        clones = [index for index, maker in enumerate(make) if maker is _clone]
+        plain_or_cloned = all(maker in (None, _clone) for maker in make)
+        pick = self.pick_outputs
+        get_ident = threading.get_ident
+        void_p = ctypes.c_void_p
+        names = (b"dltensor",) * len(make)
+        nones = (None,) * len(make)
+
+        def call(args):
+            trees = step.trees
+            if trees is None or trees.thread != get_ident():
+                step.trees = grove.thread_trees()
+            if static_check is not None and not static_check(args):
+                return layered(list(args))  # raises, naming the parameter
+            inputs = [args[single]] if single is not None else take(args)
+            if handed_gradients and keeps:
+                keep_handed()
+            stream = stream_of() if stream_of is not None else None
+            try:
+                state = local.state
+            except AttributeError:
+                state = gate.state()
+            in_flight.append(state)
+            try:
+                if gate.closed:
+                    raise grove.GroveError(
+                        1, "grove: the model is closed; compile it again to call it")
+                describe_borrowed(state, inputs)
+                status = run(handle, state.descs, count, void_p(stream) if stream else None,
+                             handed_positions, handed_count, managed, kept, kept_count, tag,
+                             token_ref)
+                if status:
+                    _capi.check(status)
+                if plain_or_cloned:
+                    results = list(map(from_dlpack, map(capsule, managed[:handed_made],
+                                                        names, nones)))
+                    for index in clones:
+                        results[index] = results[index].clone()
+                else:
+                    results = [maker(from_dlpack(capsule(pointer, b"dltensor", None)))
+                               if maker is not None else
+                               from_dlpack(capsule(pointer, b"dltensor", None))
+                               for maker, pointer in zip(make, managed[:handed_made])]
+                results.append(from_dlpack(capsule(token.value, b"dltensor", None))
+                               if token.value else None)
+            finally:
+                in_flight.remove(state)
+            return pick(results, args)
+
+        return call
 
 
 class KeptBackward:
@@ -202,6 +309,98 @@ class KeptBackward:
             self._raise(5, token)
         return materialized(args, self.forward, self.token_positions)
 
+    def stage_call(self, step, handout, layered):
+        """fn(args) -> the backward's gradients, handed out (as the boxed
+        call returns them: a list), in one frame (Note [The door's stages in
+        one frame]); `handout` is the boxed call's GradientHandout, planned.
+        None where it does not apply."""
+        if (step is None or not self.token_positions or self.sources is None
+                or handout.copied is None):
+            return None
+        model = self.model
+        kept_call = self.kept_call
+        checks = self.checked["checks"]
+        static_check = _static_check(checks) if checks else None
+        take = _taker(tuple(self.described))
+        single = self.described[0] if len(self.described) == 1 else None
+        token_position = self.token_positions[0]
+        stream_of = _current_stream_of(model.device)
+        gate = model._gate
+        in_flight, local = gate._in_flight, gate._local
+        describe_borrowed = model.borrowed_describer(len(self.described))
+        handle, run = model._handle, kept_call._run
+        count = model._input_counts[len(self.described)]
+        sources, source_count = kept_call._sources, kept_call._source_count
+        managed, capacity = kept_call._managed, model._output_capacity
+        produced, produced_ref = kept_call._produced, kept_call._produced_ref
+        if not kept_call._plain:
+            return None
+        from_dlpack = outputs._from_dlpack()
+        capsule = outputs._capsule_new
+        names = (b"dltensor",) * model.output_count
+        nones = (None,) * model.output_count
+        pick = self.pick_outputs
+        copied, references, pick_handed = handout.copied, handout.references, handout.pick
+        handed_gradients = gradients._handed_gradients
+        data_pointer = _DATA_POINTER
+        get_ident = threading.get_ident
+        void_p = ctypes.c_void_p
+
+        def body(args):
+            if static_check is not None and not static_check(args):
+                return layered(list(args))  # raises, naming the input
+            token = args[token_position]
+            inputs = [args[single]] if single is not None else take(args)
+            stream = stream_of() if stream_of is not None else None
+            try:
+                state = local.state
+            except AttributeError:
+                state = gate.state()
+            in_flight.append(state)
+            try:
+                if gate.closed:
+                    raise grove.GroveError(
+                        1, "grove: the model is closed; compile it again to call it")
+                describe_borrowed(state, inputs)
+                status = run(handle, void_p(token.data_ptr()), sources, source_count,
+                             state.descs, count, void_p(stream) if stream else None, managed,
+                             capacity, produced_ref)
+                if status:
+                    self._raise(status, token)
+                made = produced.value
+                results = list(map(from_dlpack, map(capsule, managed[:made], names[:made],
+                                                    nones[:made])))
+            finally:
+                in_flight.remove(state)
+            results = list(pick(results, args))
+            for index in copied:
+                results[index] = results[index].clone()
+            if references:  # Note [Gradients handed out of the pool]: one set
+                handed_gradients.append(
+                    (references, list(map(data_pointer, pick_handed(results)))))
+            return results
+
+        fast = _capi.fast_library()
+        trees_enter, trees_exit = fast.grove_trees_enter, fast.grove_trees_exit
+
+        def call(args):
+            trees = step.trees
+            if trees is None or trees.thread == get_ident():
+                return body(args)
+            # Autograd's device thread: the forward's trees, entered and left
+            # as ThreadTrees' `with` does, without its frames.
+            status = trees_enter(trees._handle)
+            if status:
+                _capi.check(status)
+            try:
+                return body(args)
+            finally:
+                status = trees_exit()
+                if status:
+                    _capi.check(status)
+
+        return call
+
 
 def find_tokens(args, forwards):
     """(the KeptForward whose tokens are among `args`, their positions), or
@@ -281,6 +480,36 @@ def _checked_inputs(fast, args):
                     position, "grove: static input %d moved (its data pointer changed since "
                     "compilation); params are bound, never copied: recompile" % position)
     return [args[position] for position in fast["inputs"]]
+
+
+_DATA_POINTER = torch.Tensor.data_ptr
+
+
+def _clone(value):
+    return value.clone()
+
+
+def _tensor_maker(model, index):
+    """None where output `index` of `model` is handed over as DLPack makes
+    it, _clone where it is only copied, else a function of the tensor (a
+    bool output's view, then its copy): _tensor's steps after from_dlpack."""
+    boolean, copied = model._bool_outputs[index], model._copy_flags[index]
+    if not boolean:
+        return _clone if copied else None
+    if copied:
+        return lambda value: value.view(torch.bool).clone()
+    return lambda value: value.view(torch.bool)
+
+
+def _taker(positions):
+    """args -> the list of the arguments at `positions`."""
+    if not positions:
+        return lambda args: []
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda args: [args[position]]
+    getter = operator.itemgetter(*positions)
+    return lambda args: list(getter(args))
 
 
 def _from_dlpack(pointer):

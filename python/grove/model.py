@@ -349,14 +349,22 @@ class Model:
                 state.data_words[0:count * _DESC_WORDS:_DESC_WORDS] = array.array(
                     "Q", map(_DATA_POINTER, inputs))
                 return count
-            state.batch_layouts = None
             index = self._describe_each(state, inputs)
             state.batch_layouts = batch
             return index
-        state.batch_layouts = None
         return self._describe_each(state, inputs)
 
+    def borrowed_describer(self, count):
+        """describe_borrowed for calls of always `count` inputs: under
+        _BATCHED_INPUTS it calls _describe_each every time, so that method
+        itself (one frame less per call; it forgets the batched layouts as
+        describe_borrowed did)."""
+        return self.describe_borrowed if count >= _BATCHED_INPUTS else self._describe_each
+
     def _describe_each(self, state, inputs):
+        # Each description rewritten below may change a layout the batched
+        # path remembers (describe_borrowed sets it again after this call).
+        state.batch_layouts = None
         layouts = state.layouts
         items = state.desc_items
         index = 0
@@ -390,6 +398,11 @@ class Model:
                 state.managed, self._output_capacity, state.produced_ref)
         if status:
             _capi.check(status)
+        return self._dlpack_outputs(state)
+
+    def _dlpack_outputs(self, state):
+        """The torch tensors of the outputs a DLPack call left in the
+        thread's state (Note [Kept outputs through DLPack], outputs.py)."""
         if self._plain_outputs:
             return tensors_from_dlpack(state.managed, state.produced.value)
         if self._watched_outputs:
@@ -457,23 +470,24 @@ class Model:
     # Note [The door's model call in one frame]: the torch door's call of its
     # one model (Note [One Python call per door call], runner.py) is
     # call_torch's steps for the inputs at fixed positions of dynamo's
-    # arguments, with outputs over cached storage: the thread's CallState
-    # entered and left as CallGate.enter/leave do (appended, the closed flag
-    # read after, removed in a finally), the handed-gradients check, the
-    # reused descriptions, the one C call and the hand-out, in one closure
-    # over prepared locals instead of call_torch, _call_torch, _call_cached
-    # and the gate's three methods (six Python frames and their attribute
-    # lookups per call). It applies where the cached hand-out does and the
-    # positions name one argument per model input; else None and the door
-    # calls call_torch. GROVE_DOOR_CALL=layers (read when the door is made)
-    # keeps call_torch, for timing both in one process. Tests:
+    # arguments: the thread's CallState entered and left as
+    # CallGate.enter/leave do (appended, the closed flag read after, removed
+    # in a finally), the handed-gradients check, the reused descriptions, the
+    # one C call and the hand-out (over cached storage, or DLPack's where the
+    # cached one is off or missing: PyTorch < 2.1, GROVE_DOOR_OUTPUTS=dlpack),
+    # in one closure over prepared locals instead of call_torch, _call_torch,
+    # _call_cached and the gate's three methods (six Python frames and their
+    # attribute lookups per call). It applies where the positions name one
+    # argument per model input; else None and the door calls call_torch.
+    # GROVE_DOOR_CALL=layers (read when the door is made) keeps call_torch,
+    # for timing both in one process. Tests:
     # DoorCallTest.test_one_frame_model_call_matches_call_torch,
     # CachedOutputsTest (PyTorch >= 2.1: the cached hand-out).
     def door_caller(self, positions):
         """fn(args, stream, invocation) -> the outputs of this model for the
         inputs at `positions` of `args` (Note [The door's model call in one
         frame]), or None where it does not apply."""
-        if not self._cached_outputs or len(positions) != len(self.input_names):
+        if len(positions) != len(self.input_names):
             return None
         gate = self._gate
         in_flight = gate._in_flight
@@ -482,7 +496,7 @@ class Model:
         run = self._run_handout
         count = self._input_counts[len(positions)]
         capacity = self._output_capacity
-        describe_borrowed = self.describe_borrowed
+        describe_borrowed = self.borrowed_describer(len(positions))
         keeps = self._keeps_handed_gradients
         output_count = self.output_count
         positions = tuple(positions)
@@ -492,10 +506,10 @@ class Model:
 
         model = self
 
+        run_dlpack, run_dlpack_invocation = self._run_dlpack, self._run_dlpack_invocation
+        dlpack_outputs = self._dlpack_outputs
+
         def call(args, stream, invocation):
-            if not model._cached_outputs:  # switched off since (use_cached_outputs)
-                return model.call_torch([args[position] for position in positions], stream,
-                                        invocation)
             if keeps and _handed_gradients:
                 keep_handed_gradients()
             try:
@@ -511,6 +525,19 @@ class Model:
                 else:
                     inputs = list(take(args)) if take is not None else []
                 describe_borrowed(state, inputs)
+                if not model._cached_outputs:  # DLPack's hand-out (use_cached_outputs)
+                    if invocation is None:
+                        status = run_dlpack(handle, state.descs, count,
+                                            void_p(stream) if stream else None, state.managed,
+                                            capacity, state.produced_ref)
+                    else:
+                        status = run_dlpack_invocation(
+                            handle, uint64(invocation), state.descs, count,
+                            void_p(stream) if stream else None, state.managed, capacity,
+                            state.produced_ref)
+                    if status:
+                        _capi.check(status)
+                    return dlpack_outputs(state)
                 cached = state.cached
                 if cached is None:
                     cached = state.cached = cached_outputs.CachedOutputs(output_count)

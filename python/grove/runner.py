@@ -277,9 +277,11 @@ class GraphRunner:
         if one_frame is None:
             one_frame = os.environ.get("GROVE_DOOR_CALL", "one_frame") != "layers"
         model_call = model.door_caller(positions) if one_frame else None
+        # Note [Static input check by one map]: the check itself, bound here.
+        static_check = _static_check(checks) if checks else None
         if model_call is not None:
             def call(args, invocation):
-                if checks and not _static_inputs_in_place(args, fast):
+                if static_check is not None and not static_check(args):
                     runner.raise_moved(args)
                 return pick(model_call(args, stream_of() if stream_of else None, invocation),
                             args)
@@ -288,7 +290,7 @@ class GraphRunner:
         call_torch = model.call_torch
 
         def call(args, invocation):
-            if checks and not _static_inputs_in_place(args, fast):
+            if static_check is not None and not static_check(args):
                 runner.raise_moved(args)
             inputs = [args[position] for position in positions]
             return pick(call_torch(inputs, stream_of() if stream_of else None, invocation),

@@ -75,8 +75,13 @@ class StepContext:
     # for a constant the forward folded and saves (a causal mask: the same
     # tensor at every call). These were the 16 of 17 (mlp16x512) and 32 of
     # 33 (gpt4x256) input copies per door step on an H100; the backward now
-    # copies the loss's gradient and the batch only. Guarded by
-    # SavedParameterTest (tests/python/handout_test.py) and
+    # copies the loss's gradient and the batch only. Only the forward's bound
+    # inputs count: a batch that needs a gradient (an input-gradient or
+    # adversarial step) is a leaf too, and taking its address for a
+    # parameter's bound the backward's saved batch, which then "moved" at the
+    # next step's new batch (StaticInputMovedError; training fuzz seed 3).
+    # Guarded by SavedParameterTest (tests/python/handout_test.py),
+    # TrainingFuzzTest (tests/python/training_fuzz_test.py) and
     # TrainingTest.test_the_backward_copies_only_the_loss_gradient_and_the_batch
     # (tests/python/training_test.py).
     def parameter_aliases(self, args):
@@ -101,8 +106,11 @@ class StepContext:
             self.parameters = [weakref.ref(value) if isinstance(value, torch.Tensor)
                                and value.is_leaf and value.requires_grad else None
                                for value in args]
+            # Bound inputs only (static_positions): a user's input that needs
+            # a gradient is a leaf too, but new at every step (Note [Saved
+            # parameters]).
             self.parameter_pointers = frozenset(
-                value.data_ptr() for value in args if isinstance(value, torch.Tensor)
+                value.data_ptr() for value in args if _bound_input(value)
                 and value.is_leaf and value.requires_grad and value.numel() > 0)
 
     def run(self, call, args):
@@ -191,6 +199,18 @@ def _boxed(runner, check_saved=None, labels=None, step=None, forward=False):
 
     call._boxed_call = True
     call.runner = runner
+
+    def stage_call():
+        """The same call in one frame (Note [The door's stages in one
+        frame], handoff.py), or None; made after a first call."""
+        make = getattr(runner, "stage_call", None)
+        if make is None or check_saved is not None or step is None:
+            return None
+        if forward:
+            return make(step, call)
+        return make(step, handout, call)
+
+    call.stage_call = stage_call
     return call
 
 
@@ -205,11 +225,16 @@ def _check_saved_activations(args, runner, graph):
                 "(mark_step_begin ends a step)" % (graph, node.name))
 
 
+def _bound_input(value):
+    """Whether a graph input is a parameter (or an input dynamo marked
+    static): bound, never copied."""
+    return (isinstance(value, torch.nn.Parameter)
+            or getattr(value, "_dynamo_static_input_type", None) is not None)
+
+
 def static_positions(example_inputs):
     """Positions of the parameters among a graph's inputs (bound, never copied)."""
-    return [index for index, value in enumerate(example_inputs)
-            if isinstance(value, torch.nn.Parameter)
-            or getattr(value, "_dynamo_static_input_type", None) is not None]
+    return [index for index, value in enumerate(example_inputs) if _bound_input(value)]
 
 
 class StepCompiler:

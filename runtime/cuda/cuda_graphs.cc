@@ -96,24 +96,6 @@ size_t make_edges_default(cudaGraph_t graph) {
   return replaced;
 }
 
-// Note [Graphs instantiated without programmatic edges]
-// GROVE_GRAPH_PROGRAMMATIC_EDGES=0 (read at each instantiation, so that one
-// process can A/B it per compiled model) turns every programmatic edge of a
-// graph into a default edge before it is instantiated: each kernel then
-// starts after the one before it completes, which the programmatic waits of
-// grove's kernels accept (Note [WHILE bodies without programmatic edges]);
-// the values are the same bits. It asks whether a graph's programmatic edges
-// make its launch cost the host more (issue 33, batch 1: the door's C call
-// with the device idle was mostly cudaGraphLaunch on session 20's H100) than
-// they save on the device. Answered no on an H200 (session 23, r1, door_split
-// in turns): BERT, LLaMA and GPT-2 at batch 1 took 0.4-3.7 us less per call
-// without them, within the turns' spread, and the host no less; so it is off.
-// Test: CudaPlatformTest.GraphsInstantiatedWithoutProgrammaticEdgesComputeTheSame.
-bool programmatic_edges_dropped_at_instantiation() {
-  const char* setting = std::getenv("GROVE_GRAPH_PROGRAMMATIC_EDGES");
-  return setting != nullptr && std::string_view(setting) == "0";
-}
-
 CudaGraph& graph_of(GraphHandle graph) {
   GROVE_CHECK(graph.impl != nullptr, "cuda: use of a null graph handle");
   return *static_cast<CudaGraph*>(graph.impl);
@@ -183,7 +165,6 @@ const char* update_result_text(cudaGraphExecUpdateResult result) {
 GraphExecHandle CudaPlatform::instantiate(GraphHandle graph, const InstantiateOptions& options) {
   CudaGraph& source = graph_of(graph);
   use_device();
-  if (programmatic_edges_dropped_at_instantiation()) make_edges_default(source.graph);
   unsigned long long flags =
       options.auto_free_on_launch ? cudaGraphInstantiateFlagAutoFreeOnLaunch : 0;
   cudaGraphExec_t exec = nullptr;
@@ -241,8 +222,6 @@ ExecUpdateResult CudaPlatform::update_graph_exec(GraphExecHandle exec, GraphHand
   CudaGraphExec& e = exec_of(exec);
   CudaGraph& g = graph_of(graph);
   use_device();
-  // Note [Graphs instantiated without programmatic edges]: the same topology as the exec's.
-  if (programmatic_edges_dropped_at_instantiation()) make_edges_default(g.graph);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     std::string change = kernel_change(*e.source, g);

@@ -62,6 +62,7 @@ class CudaPlatform final : public Platform {
 
   MemoryInfo memory_info() override;
   int multiprocessor_count() const override { return multiprocessors_; }
+  bool streams_asynchronous() const override { return true; }
   void* allocate_raw(size_t bytes) override;
   void free_raw(void* pointer) override;
   void* allocate_host_pinned(size_t bytes) override;

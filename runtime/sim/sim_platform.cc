@@ -106,6 +106,7 @@ class SimPlatform final : public Platform {
   }
 
   bool is_async() const { return async_; }
+  bool streams_asynchronous() const override { return async_; }
   HazardChecker* checker() { return checker_.get(); }
 
   Device device() const override { return device_; }

@@ -20,6 +20,7 @@ import gpu_models  # noqa: E402
 import grove.training  # noqa: E402
 import junit_main  # noqa: E402
 from grove import door_function  # noqa: E402
+from grove.runner import StaticInputMovedError  # noqa: E402
 from grove.training_steps import StepCompiler  # noqa: E402
 
 SEED = 20261126
@@ -123,6 +124,97 @@ class DoorFunctionTest(unittest.TestCase):
                 torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL,
                                            msg="gradient %d, step %d" % (index, step))
         return compiler
+
+    def stage_run(self, module, batches, layers, threaded=False):
+        """Outputs and gradients of the door's function over `batches`, with
+        GROVE_DOOR_STAGE=layers or not, each backward from a thread of its own
+        where `threaded`; and how often KeptForward/KeptBackward.__call__ ran.
+        The saved values kept in grove, no verified calls (the stages' own
+        closures apply only there), whatever the environment."""
+        with mock.patch.dict(os.environ, {"GROVE_KEEP_SAVED": "1", "GROVE_VERIFY": "0"}):
+            return self._stage_run(module, batches, layers, threaded)
+
+    def _stage_run(self, module, batches, layers, threaded):
+        from grove import handoff
+
+        module = copy.deepcopy(module)
+        forward, backward = partition_of(module, batches[0])
+        params = list(module.parameters())
+        compiler = StepCompiler("cudagraphs", device="sim", name="door", lazy=True)
+        compiler.user_outputs = 1
+        environment = {"GROVE_DOOR_STAGE": "layers" if layers else "one_frame"}
+        with mock.patch.dict(os.environ, environment):
+            call = door_function.door_function(forward, backward, 1,
+                                               [True] * len(params) + [False], compiler,
+                                               single=True)
+        layered = {"forward": 0, "backward": 0}
+        kept_forward, kept_backward = handoff.KeptForward.__call__, handoff.KeptBackward.__call__
+
+        def counted(name, method):
+            def run(self, *args):
+                layered[name] += 1
+                return method(self, *args)
+            return run
+
+        results = []
+        with mock.patch.object(handoff.KeptForward, "__call__", counted("forward", kept_forward)), \
+                mock.patch.object(handoff.KeptBackward, "__call__",
+                                  counted("backward", kept_backward)):
+            for step, x in enumerate(batches):
+                if step == 3:
+                    before = compiler.forwards[0].models()[0].stats()["tree"]
+                for p in params:
+                    p.grad = None
+                out = call(*params, x)
+                loss = (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum()
+                if threaded:
+                    import threading
+
+                    worker = threading.Thread(target=loss.backward)
+                    worker.start()
+                    worker.join()
+                else:
+                    loss.backward()
+                results.append([out.detach().clone()] + [p.grad.clone() for p in params])
+        after = compiler.forwards[0].models()[0].stats()["tree"]
+        changes = {key: after[key] - before[key] for key in ("replays", "warmups", "recordings")}
+        return results, layered, changes, (call, params)
+
+    def test_stages_in_one_frame_match_the_layered_calls(self):
+        # Note [The door's stages in one frame] (grove/handoff.py).
+        cases = [(gpu_models.Mlp(width=16, depth=3), lambda: torch.randn(4, 16))]
+        if hasattr(F, "scaled_dot_product_attention"):
+            cases.append((gpu_models.GptBlock(16, 2), lambda: torch.randn(2, 4, 16)))
+        for module, make_input in cases:
+            batches = [make_input() for _ in range(6)]
+            one_frame, calls, changes, (call, params) = self.stage_run(module, batches, False)
+            layered, layered_calls, _, _ = self.stage_run(module, batches, True)
+            for step, (mine, theirs) in enumerate(zip(one_frame, layered)):
+                for index, (a, b) in enumerate(zip(mine, theirs)):
+                    self.assertTrue(torch.equal(a, b), "step %d, value %d" % (step, index))
+            # The layered calls ran once per stage (the first), then the closures alone.
+            self.assertEqual(calls, {"forward": 1, "backward": 1})
+            self.assertEqual(layered_calls, {"forward": 6, "backward": 6})
+            # Forward and backward replay in one tree, nothing recorded again.
+            self.assertEqual(changes, {"replays": 6, "warmups": 0, "recordings": 0})
+            # A parameter that moves is refused by the closure's check, before anything runs.
+            params[0].data = params[0].data.clone()
+            with self.assertRaises(StaticInputMovedError):
+                call(*params, batches[0])
+
+    def test_a_one_frame_backward_on_another_thread_replays_in_the_forwards_tree(self):
+        # On CUDA autograd runs the backward on its device thread: the
+        # backward's closure enters the forward's trees (Note [Trees of
+        # another thread]); here each backward runs on a thread of its own.
+        module = gpu_models.Mlp(width=16, depth=3)
+        batches = [torch.randn(4, 16) for _ in range(6)]
+        threaded, calls, changes, _ = self.stage_run(module, batches, False, threaded=True)
+        plain, _, _, _ = self.stage_run(module, batches, False)
+        for step, (mine, theirs) in enumerate(zip(threaded, plain)):
+            for index, (a, b) in enumerate(zip(mine, theirs)):
+                self.assertTrue(torch.equal(a, b), "step %d, value %d" % (step, index))
+        self.assertEqual(calls, {"forward": 1, "backward": 1})
+        self.assertEqual(changes, {"replays": 6, "warmups": 0, "recordings": 0})
 
     def test_mlp_gradients_match_torch_over_steps(self):
         compiler = self.steps(gpu_models.Mlp(width=16, depth=3), lambda: torch.randn(4, 16))

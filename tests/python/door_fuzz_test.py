@@ -3,8 +3,11 @@ with CI's PyTorch: random split programs through the importer in both modes
 for a bounded time (GROVE_DOOR_FUZZ_SECONDS, default 20; on a GPU host the
 same time again on cuda through torch.compile), and a check that
 the fuzzer finds the split-generation bug of HF LLaMA/BERT (each segment a
-generation of its own) when grove.invocation is switched off."""
+generation of its own) when grove.invocation is switched off. The fuzzer also
+runs on an asynchronous sim with its hazard checker on (in a child process: the
+sim reads GROVE_SIM_ASYNC when its device is made)."""
 import os
+import subprocess
 import sys
 import time
 import unittest
@@ -73,6 +76,24 @@ class DoorFuzzTest(unittest.TestCase):
                                            str(found.exception).splitlines()[0][:200]))
         finally:
             grove.invocation = saved
+
+    # Note [Host callers of an asynchronous sim] (capi/grove.cc): each sim
+    # stream on a worker thread, every unordered access between grove's
+    # streams an error, and every call's outputs read by PyTorch at once.
+    # Seed 500000 read half-written outputs before each call waited for its
+    # stream.
+    def test_random_split_programs_on_an_asynchronous_sim(self):
+        env = dict(os.environ, GROVE_SIM_ASYNC="1", GROVE_SIM_CHECK="throw")
+        script = ("from grove import door_fuzz\n"
+                  "door_fuzz.run_program(500000, 'sim')\n"
+                  "counters = door_fuzz.fuzz(%r, 'sim', first_seed=%d)\n"
+                  "print('async sim: %%(programs)d programs, %%(calls)d calls' %% counters)\n"
+                  % (SECONDS / 2, int(time.time()) % 100000))
+        child = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                               text=True, timeout=SECONDS * 10 + 120)
+        print(child.stdout.strip())
+        self.assertEqual(child.returncode, 0, child.stdout[-3000:] + child.stderr[-3000:])
+        self.assertIn("async sim:", child.stdout)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,30 @@ class GradientSetTest(unittest.TestCase):
         self.assertTrue(all(p.grad is None for p in parameters))
         self.assertEqual(gradients._handed_gradients, [])
 
+    def test_held_gradients_are_never_compared_with_none(self):
+        # Note [Tensors are never counted against None] (grove/gradients.py):
+        # a set whose .grad are tensors is copied without Tensor.__eq__.
+        from unittest import mock
+
+        from grove import door_function
+
+        parameters = [torch.nn.Parameter(torch.randn(3)) for _ in range(3)]
+        handed = [torch.randn(3) for _ in parameters]
+        for parameter, gradient in zip(parameters, handed):
+            parameter.grad = gradient
+        grove.hand_out_gradients(tuple(weakref.ref(p) for p in parameters),
+                                 [g.data_ptr() for g in handed])
+        compared = []
+        with mock.patch.object(torch.Tensor, "__eq__",
+                               lambda self, other: compared.append(other) or False):
+            grove.keep_handed_gradients()
+            # The direct gradients' accumulation asks the same question.
+            door_function._set_gradients(parameters, [torch.ones(3)] * 3)
+        self.assertEqual(compared, [])
+        for parameter, gradient in zip(parameters, handed):
+            self.assertNotEqual(parameter.grad.data_ptr(), gradient.data_ptr())
+            torch.testing.assert_close(parameter.grad, gradient + 1)
+
     def test_a_trained_module_notes_one_set_per_backward(self):
         import grove.training
 

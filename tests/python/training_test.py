@@ -257,6 +257,30 @@ class TrainingTest(unittest.TestCase):
     def test_transformer_encoder_gradients_match_torch(self):
         self.gradients_over_steps(encoder_case)
 
+    def test_a_batch_that_needs_a_gradient_may_be_new_at_every_step(self):
+        # Note [Saved parameters] (grove/training_steps.py): the batch is a
+        # leaf that needs a gradient (an input-gradient or adversarial step),
+        # new at every step. Its address was taken for a parameter's, the
+        # backward bound the saved batch, and the second step raised
+        # StaticInputMovedError.
+        module = Mlp()
+        batches = [torch.randn(4, 32) for _ in range(4)]
+        results = {}
+        for mode in ("torch", "eager", "cudagraphs"):
+            model = copy.deepcopy(module)
+            trained = model if mode == "torch" else grove.training.compile_module(model, mode)
+            results[mode] = []
+            for batch in batches:
+                model.zero_grad(set_to_none=True)
+                x = batch.clone().requires_grad_(True)
+                loss_of(trained(x)).backward()
+                results[mode].append(grads(model) + [x.grad.clone()])
+        for step in range(len(batches)):
+            assert_close_all(self, results["eager"][step], results["torch"][step],
+                             "step %d gradient" % step)
+            assert_equal_all(self, results["cudagraphs"][step], results["eager"][step],
+                             "step %d gradient" % step)
+
     def test_the_backward_copies_only_the_loss_gradient_and_the_batch(self):
         """Note [Saved parameters] (grove/training_steps.py): the weights'
         transposes the forward saves (kept in grove as tokens) and the masks

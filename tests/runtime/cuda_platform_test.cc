@@ -934,27 +934,6 @@ TEST_F(CudaPlatformTest, ProgrammaticGemvChainMatchesTheHostAndLeavesProgrammati
   platform().destroy_graph(graph);
 }
 
-// Note [Graphs instantiated without programmatic edges] (runtime/cuda/cuda_graphs.cc).
-TEST_F(CudaPlatformTest, GraphsInstantiatedWithoutProgrammaticEdgesComputeTheSame) {
-  GROVE_SEEDED_RNG(rng);
-  ProgrammaticGemvChain chain(rng, platform(), stream_);
-  chain.set_input(ProgrammaticGemvChain::random_bf16(rng, ProgrammaticGemvChain::kShapes[0][1]));
-  platform().begin_capture(stream_, CaptureMode::kThreadLocal);
-  chain.enqueue();
-  GraphHandle graph = platform().end_capture(stream_);
-  ::grove::testing::ScopedEnv edges("GROVE_GRAPH_PROGRAMMATIC_EDGES", "0");
-  GraphExecHandle exec = platform().instantiate(graph, InstantiateOptions{});
-  EXPECT_EQ(platform().graph_programmatic_edge_count(graph), 0u);
-  for (int replay = 0; replay < 3; ++replay) {
-    chain.set_input(ProgrammaticGemvChain::random_bf16(rng, ProgrammaticGemvChain::kShapes[0][1]));
-    platform().launch_graph(exec, stream_);
-    platform().synchronize_stream(stream_);
-    chain.expect_host_result("replay " + std::to_string(replay));
-  }
-  platform().destroy_graph_exec(exec);
-  platform().destroy_graph(graph);
-}
-
 TEST_F(CudaPlatformTest, GemmRejectsBadLeadingDimensionAndDtype) {
   GemmArgs args;
   args.m = 4;
