@@ -31,6 +31,7 @@
 #include "serving/bucket_plan.h"
 #include "serving/grpc_server.h"
 #include "serving/http_server.h"
+#include "serving/process_memory.h"
 #include "serving/replanning_server.h"
 #include "serving/server.h"
 #include "weights/model_weights.h"
@@ -251,6 +252,8 @@ const CommandSpec& serve_command_spec() {
 }
 
 int serve_command(const std::vector<std::string>& args) {
+  // Before any thread starts: Note [Freed memory kept by the serving process].
+  serving::keep_freed_memory_for_serving();
   std::error_code not_a_directory;
   if (!args.empty() && std::filesystem::is_directory(args[0], not_a_directory)) {
     return serve_llm_command(args);  // a checkpoint directory: cli/serve_llm_command.cc

@@ -33,12 +33,24 @@ namespace grove::serving {
 // http_server_test.py and http_abuse_test.py goes through the relay),
 // AnswerRelay.* (tests/serving/answer_relay_test.cc).
 AnswerRelay::AnswerRelay()
-    : thread_("grove-relay", [](std::vector<std::function<void()>>& hand_offs) {
-        for (std::function<void()>& hand_on : hand_offs) hand_on();
+    : thread_("grove-relay", [](std::vector<HandOff>& hand_offs) {
+        for (HandOff& hand_off : hand_offs) {
+          if (hand_off.inbox != nullptr) {
+            hand_off.inbox->post(std::move(hand_off.taker));
+          } else {
+            hand_off.hand_on();
+          }
+        }
       }) {}
 
 AnswerRelay::~AnswerRelay() = default;
 
-void AnswerRelay::post(std::function<void()> hand_on) { thread_.hand(std::move(hand_on)); }
+void AnswerRelay::post(std::function<void()> hand_on) {
+  thread_.hand(HandOff{.hand_on = std::move(hand_on)});
+}
+
+void AnswerRelay::post(AnswerInbox& inbox, std::shared_ptr<AnswerTaker> taker) {
+  thread_.hand(HandOff{.inbox = &inbox, .taker = std::move(taker)});
+}
 
 }  // namespace grove::serving

@@ -9,8 +9,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 
 #include "serving/handoff_thread.h"
+#include "serving/http_answer_inbox.h"
 
 namespace grove::serving {
 
@@ -24,9 +26,18 @@ class AnswerRelay {
 
   // Any thread: runs `hand_on` on the relay's thread, after those posted before it.
   void post(std::function<void()> hand_on);
+  // The same for inbox.post(taker), without a function to allocate (Note [An
+  // answer handed on without allocations]).
+  void post(AnswerInbox& inbox, std::shared_ptr<AnswerTaker> taker);
 
  private:
-  HandoffThread<std::function<void()>> thread_;
+  // A hand-off: `hand_on`, or a post of `taker` to `inbox`.
+  struct HandOff {
+    std::function<void()> hand_on;
+    AnswerInbox* inbox = nullptr;
+    std::shared_ptr<AnswerTaker> taker;
+  };
+  HandoffThread<HandOff> thread_;
 };
 
 }  // namespace grove::serving

@@ -2,6 +2,7 @@
 
 #include <absl/synchronization/mutex.h>
 #include <grpc/grpc.h>
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <pthread.h>
 
@@ -73,7 +74,8 @@ using Grpc = inference::GRPCInferenceService;
 // served through N completion queues of gRPC's async API, each with one
 // thread of its own that polls it and starts the calls that arrive there
 // (the layout gRPC's own benchmarks use); the other RPCs stay on the
-// callback API, and answers still leave from the answer pool. r1 of session
+// callback API (answers left from the answer pool until Note [gRPC answers
+// on their completion queue]). r1 of session
 // 21 (H100 host, 32 cores, max batch 16, cudagraphs, 320,000/s offered):
 // callback 67,370 calls/s at 119.0 us of front CPU per call; 8 queues 88,465
 // (91.5 us); 4 queues 110,972 (80.7 us). On session 22's 32-core H200 host
@@ -87,9 +89,9 @@ using Grpc = inference::GRPCInferenceService;
 // A call is a QueuedInfer: requested on a queue, received (a new one is
 // requested at once), submitted, finished, then deleted by its queue's
 // thread. On stop, gRPC's shutdown completes every requested call with
-// ok = false, the answer pool finishes the calls already received, then the
-// queues are shut down and drained. Tests: every GrpcServer test runs both
-// ways (grpc_server_test on queues, grpc_server_callback_test with
+// ok = false, the calls already received are answered (by their queues'
+// threads, or the answer pool), then the queues are shut down and drained. Tests: every GrpcServer
+// test runs both ways (grpc_server_test on queues, grpc_server_callback_test with
 // GROVE_GRPC_COMPLETION_QUEUES=0), tests/serving/grpc_client_test.py.
 using QueuedInferService = Grpc::WithCallbackMethod_ServerLive<Grpc::WithCallbackMethod_ServerReady<
     Grpc::WithCallbackMethod_ModelReady<Grpc::WithCallbackMethod_ServerMetadata<
@@ -137,6 +139,8 @@ struct GrpcServer::Impl {
         config(std::move(config)),
         completion_queues(completion_queues_from(this->config)),
         answers_through_futures(env_flag("GROVE_GRPC_ANSWER_FUTURES")),
+        answers_on_queues(completion_queues > 0 && !answers_through_futures &&
+                          !env_flag("GROVE_GRPC_ANSWER_POOL")),
         answer_pool(static_cast<size_t>(
             this->config.answer_threads > 0
                 ? this->config.answer_threads
@@ -170,6 +174,16 @@ struct GrpcServer::Impl {
     inference::ModelInferRequest request;
     inference::ModelInferResponse response;
     grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> responder;
+  };
+
+  // Note [gRPC answers on their completion queue]: the answered calls of one
+  // queue, waiting for its thread, and the alarm that wakes it.
+  struct QueueInbox {
+    std::mutex mutex;
+    std::vector<std::shared_ptr<InferCall>> waiting;
+    bool alarm_set = false;  // set, and its tag not yet taken by the queue's thread
+    bool closed = false;     // the queue is shutting down: no Finish may start
+    grpc::Alarm alarm;       // its tag: this inbox
   };
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
@@ -239,6 +253,7 @@ struct GrpcServer::Impl {
         service.submit_then_answer(
             std::move(call->parsed.request), [this, call](RequestAnswer answer) {
               call->answer = std::move(answer);
+              if (answers_on_queues && call->queued != nullptr) return to_queue(call);
               boost::asio::post(answer_pool, [this, call] { this->answer(*call); });
             });
         return grpc::Status::OK;
@@ -272,6 +287,10 @@ struct GrpcServer::Impl {
     void* tag = nullptr;
     bool ok = false;
     while (queues[queue]->Next(&tag, &ok)) {
+      if (tag == inboxes[queue].get()) {
+        answer_waiting(*inboxes[queue]);
+        continue;
+      }
       auto* queued = static_cast<QueuedInfer*>(tag);
       if (queued->stage == QueuedInfer::Stage::kFinishing || !ok) {
         delete queued;  // answered, or a request the shutdown ended
@@ -285,6 +304,65 @@ struct GrpcServer::Impl {
       const grpc::Status refused = start_infer(queued->request, call);
       if (!refused.ok()) finish_queued(*queued, refused);
     }
+  }
+
+  // Note [gRPC answers on their completion queue]
+  // The gRPC front's answers left through the answer pool: the request
+  // reaper posted each answered call to a pool thread (a wake-up when it
+  // slept), which built the answer and called Finish, whose completion then
+  // came back to the call's queue thread. A call received on a completion
+  // queue now goes back to that queue's thread instead: the reaper adds it
+  // to the queue's inbox and, when the inbox has no alarm set, sets one due
+  // at once, whose tag the queue's thread takes from Next() like any other;
+  // the thread then builds and finishes every call waiting there, in order.
+  // So a batch of answers costs the reaper one alarm per queue, not one post
+  // per call, and no thread wakes only to answer. Once shut_down() closes an
+  // inbox, nothing more is finished through it (a Finish on a queue that is
+  // shutting down would be an error): as answers that reached the stopped
+  // pool before, they are dropped. The alarm's deadline is long past, so it
+  // fires at once on the reaper's thread: at gpr_now() (which gRPC rounds up
+  // to its next millisecond) it waited for gRPC's timer thread, which then
+  // cost 0.7-1.1 us per call and the calls' p50 latency rose by 16% (sim).
+  // On sim (2 shared cores: CPU time only, GPU confirmation owed;
+  // serve_http, gelu512, max batch 64, 12,000/s offered, 8 clients x 8
+  // calls, 2 queues; one binary alternated eight times with
+  // GROVE_GRPC_ANSWER_POOL=1) the front's CPU per call fell 44.3 -> 37.8 us
+  // (median; 7 of 8 runs lower): the pool threads' 10-14 us went, the queue
+  // threads' rose from 10-19 to 18-28 us, and gRPC's default executor (2-4
+  // us per call) no longer ran; p50 latency was alike (25.4 and 25.8 ms) and
+  // answered/s within 0.5%. The queue threads now carry the answers' work
+  // too: where they are busy, more queues (GROVE_GRPC_COMPLETION_QUEUES) may
+  // be needed. GROVE_GRPC_ANSWER_POOL=1 answers through the pool as before
+  // (the callback API always does). Tests: every GrpcServer test on
+  // completion queues (tests/serving/grpc_server_test.cc),
+  // GrpcServer.AnswersOnTheirQueueOrThroughThePool,
+  // tests/serving/grpc_client_test.py (test_sigterm_answers_calls_in_flight).
+  void to_queue(const std::shared_ptr<InferCall>& call) {
+    const size_t queue = call->queued->queue;
+    QueueInbox& inbox = *inboxes[queue];
+    {
+      std::lock_guard<std::mutex> lock(inbox.mutex);
+      if (inbox.closed) return;
+      inbox.waiting.push_back(call);
+      if (inbox.alarm_set) return;
+      inbox.alarm_set = true;
+      // Set under the lock: answer_waiting() may take the tag only after this.
+      // A deadline already past fires at once, on this thread: gpr_now() rounds
+      // up to gRPC's next millisecond and waited for its timer thread.
+      inbox.alarm.Set(queues[queue].get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &inbox);
+    }
+  }
+
+  // On the queue's thread, once its inbox's alarm fired.
+  void answer_waiting(QueueInbox& inbox) {
+    std::vector<std::shared_ptr<InferCall>> calls;
+    {
+      std::lock_guard<std::mutex> lock(inbox.mutex);
+      inbox.alarm_set = false;
+      if (inbox.closed) return;
+      calls.swap(inbox.waiting);
+    }
+    for (const std::shared_ptr<InferCall>& call : calls) answer(*call);
   }
 
   void finish_queued(QueuedInfer& queued, const grpc::Status& status) {
@@ -406,6 +484,12 @@ struct GrpcServer::Impl {
                      std::chrono::milliseconds(config.drain_timeout_ms));
     server->Wait();
     answer_pool.join();
+    // Note [gRPC answers on their completion queue]: no Finish after this.
+    for (auto& inbox : inboxes) {
+      std::lock_guard<std::mutex> lock(inbox->mutex);
+      inbox->closed = true;
+      inbox->waiting.clear();
+    }
     // Note [gRPC infer on completion queues]: every answer is finished; the
     // queues' threads delete what remains as they drain.
     for (auto& queue : queues) queue->Shutdown();
@@ -418,6 +502,8 @@ struct GrpcServer::Impl {
   const int completion_queues;  // Note [gRPC infer on completion queues]; 0: none
   // Note [gRPC answers without a future]: GROVE_GRPC_ANSWER_FUTURES=1, the old path.
   const bool answers_through_futures;
+  // Note [gRPC answers on their completion queue]: off with GROVE_GRPC_ANSWER_POOL=1.
+  const bool answers_on_queues;
   // Declared before the server, so destroyed after it (the pool outlives every call).
   InferMessagePool messages;
   boost::asio::thread_pool answer_pool;
@@ -425,6 +511,7 @@ struct GrpcServer::Impl {
   std::unique_ptr<grpc::Service> callback_service;
   QueuedInferService* queued_service = nullptr;  // owned by callback_service's slot when used
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
+  std::vector<std::unique_ptr<QueueInbox>> inboxes;  // one per queue
   std::vector<std::thread> queue_threads;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
@@ -476,6 +563,7 @@ GrpcServer::GrpcServer(InferenceService& service, GrpcConfig config)
     impl.callback_service = std::move(queued);
     for (int q = 0; q < impl.completion_queues; ++q) {
       impl.queues.push_back(builder.AddCompletionQueue());
+      impl.inboxes.push_back(std::make_unique<Impl::QueueInbox>());
     }
   } else {
     impl.callback_service = std::make_unique<Impl::CallbackMethods>(impl);

@@ -59,7 +59,10 @@ struct GrpcConfig {
   int handshake_timeout_ms = 10000;
   int idle_timeout_ms = 5000;
   // Threads that turn finished batches into answers (each Finish writes its
-  // answer to the socket on the calling thread); 0: a quarter of the cores, at least 2.
+  // answer to the socket on the calling thread) for calls on the callback API,
+  // or all calls with GROVE_GRPC_ANSWER_POOL=1 (a call received on a completion
+  // queue is otherwise answered by its queue's thread: Note [gRPC answers on
+  // their completion queue], grpc_server.cc); 0: a quarter of the cores, at least 2.
   int answer_threads = 0;
   int drain_timeout_ms = 30000;
   // ModelInfer through this many completion queues of gRPC's async API, a

@@ -16,11 +16,11 @@ namespace grove::serving {
 // order posted. Tests: test_connections_on_every_loop_are_answered
 // (tests/serving/http_abuse_test.py), every infer test of
 // tests/serving/http_server_test.py.
-void AnswerInbox::post(std::function<void()> answer) {
+void AnswerInbox::post(std::shared_ptr<AnswerTaker> taker) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    waiting_.push_back(std::move(answer));
+    waiting_.push_back(std::move(taker));
     wake = !scheduled_;
     scheduled_ = true;
   }
@@ -33,7 +33,7 @@ void AnswerInbox::run() {
     running_.swap(waiting_);
     scheduled_ = false;
   }
-  for (std::function<void()>& answer : running_) answer();
+  for (const std::shared_ptr<AnswerTaker>& taker : running_) taker->take_answer();
   running_.clear();
 }
 

@@ -6,11 +6,21 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 namespace grove::serving {
+
+// What an inbox hands an answer to (an HttpConnection waiting for one).
+class AnswerTaker {
+ public:
+  // On the inbox's loop: the answer is ready (HttpRoutes::complete()).
+  virtual void take_answer() = 0;
+
+ protected:
+  ~AnswerTaker() = default;
+};
 
 class AnswerInbox {
  public:
@@ -18,17 +28,18 @@ class AnswerInbox {
   AnswerInbox(const AnswerInbox&) = delete;
   AnswerInbox& operator=(const AnswerInbox&) = delete;
 
-  // Any thread: runs `answer` on the loop, after the answers posted before it.
-  void post(std::function<void()> answer);
+  // Any thread: calls `taker`'s take_answer() on the loop, after the answers
+  // posted before it (Note [An answer handed on without allocations]).
+  void post(std::shared_ptr<AnswerTaker> taker);
 
  private:
   void run();
 
   boost::asio::io_context& loop_;
   std::mutex mutex_;
-  std::vector<std::function<void()>> waiting_;
-  std::vector<std::function<void()>> running_;  // the loop's: its capacity is kept
-  bool scheduled_ = false;                      // a run() is posted and has not yet taken waiting_
+  std::vector<std::shared_ptr<AnswerTaker>> waiting_;
+  std::vector<std::shared_ptr<AnswerTaker>> running_;  // the loop's: its capacity is kept
+  bool scheduled_ = false;  // a run() is posted and has not yet taken waiting_
 };
 
 }  // namespace grove::serving

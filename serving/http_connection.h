@@ -27,6 +27,7 @@
 #include "serving/http_request_parser.h"
 #include "serving/http_routes.h"
 #include "serving/http_stream.h"
+#include "serving/read_buffer_cache.h"
 #include "serving/sharded_counter.h"
 
 namespace grove::serving {
@@ -102,7 +103,7 @@ class CountedReads {
   ShardedCounter& reads_;
 };
 
-class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+class HttpConnection : public std::enable_shared_from_this<HttpConnection>, public AnswerTaker {
  public:
   // `socket`'s executor is the connection's event loop, run by one thread.
   // `inbox` is that loop's (Note [Answers woken once per batch]).
@@ -120,6 +121,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void read_body();
   void on_read(const boost::system::error_code& error, bool header);
   void dispatch();
+  void take_answer() override;
   void answer(HttpResponse response);
   void on_written(const boost::system::error_code& error);
   void refuse(HttpResponse response);
@@ -139,9 +141,13 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   ConnectionHub& hub_;
   AnswerInbox& inbox_;
   CountedReads reader_;  // socket_, for Beast's request reads
-  boost::beast::flat_buffer buffer_;
+  // Note [Read buffers kept by their loop].
+  boost::beast::basic_flat_buffer<ReadBufferAllocator<char>> buffer_;
   std::unique_ptr<RequestParser> parser_;
   std::unique_ptr<HttpRoutes::Pending> queued_;
+  // This connection while its answer is queued: Note [An answer handed on
+  // without allocations].
+  std::shared_ptr<HttpConnection> waiting_self_;
   // While an answer is queued no I/O is pending: this keeps serve()'s
   // threads running until the worker posts it back (Note [Draining on stop]).
   std::optional<boost::asio::executor_work_guard<boost::asio::any_io_executor>> queued_work_;

@@ -84,7 +84,8 @@ std::string chunked_response_head(const HttpResponse& response, bool keep_alive)
                      status_reason(response.status) + "\r\nContent-Type: " + response.content_type +
                      "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\nConnection: " +
                      (keep_alive ? "keep-alive" : "close") + "\r\n";
-  for (const auto& [name, value] : response.headers) head += name + ": " + value + "\r\n";
+  for (const auto& [name, value] : response.headers)
+    head += std::string(name) + ": " + value + "\r\n";
   head += "\r\n";
   return head;
 }

@@ -85,6 +85,7 @@
 #include "serving/bucket_plan.h"
 #include "serving/grpc_server.h"
 #include "serving/http_server.h"
+#include "serving/process_memory.h"
 #include "serving/server.h"
 
 namespace grove::benchmarks {
@@ -935,6 +936,8 @@ nlohmann::json report_json(const std::vector<RunResult>& runs, const Options& op
 }
 
 int run(int argc, char** argv) {
+  // As grove serve: Note [Freed memory kept by the serving process].
+  serving::keep_freed_memory_for_serving();
   std::optional<FlagValues> parsed =
       parse_flags_or_help(kName,
                           "Open-loop load over HTTP or gRPC (KServe v2: JSON, binary tensor data "

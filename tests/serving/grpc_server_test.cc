@@ -322,6 +322,59 @@ TEST(GrpcServer, AnswersThroughFuturesOrNot) {
   }
 }
 
+// Note [gRPC answers on their completion queue]: calls received on a
+// completion queue are answered by that queue's thread unless
+// GROVE_GRPC_ANSWER_POOL=1 (through the answer pool); either way calls
+// answered in one burst (held, then released together) each get their own
+// rows, and the server stops cleanly after them. (Under
+// GROVE_GRPC_COMPLETION_QUEUES=0 both runs take the callback API.)
+TEST(GrpcServer, AnswersOnTheirQueueOrThroughThePool) {
+  const char* saved = std::getenv("GROVE_GRPC_ANSWER_POOL");
+  const std::string kept = saved != nullptr ? saved : "";
+  for (const bool pool : {false, true}) {
+    if (pool) {
+      ::setenv("GROVE_GRPC_ANSWER_POOL", "1", 1);
+    } else {
+      ::unsetenv("GROVE_GRPC_ANSWER_POOL");
+    }
+    Fixture f;
+    f.service.mode = DoublingService::Mode::kHold;
+    constexpr int kCalls = 12;
+    std::vector<std::vector<float>> values(kCalls);
+    std::vector<grpc::Status> statuses(kCalls);
+    std::vector<ModelInferResponse> answers(kCalls);
+    std::vector<std::thread> callers;
+    for (int c = 0; c < kCalls; ++c) {
+      callers.emplace_back([&, c] {
+        const ModelInferRequest request = raw_request(1 + c % 3, &values[c], 700 + c);
+        statuses[c] = f.infer(request, &answers[c]);
+      });
+    }
+    while (f.service.held() < kCalls) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(f.service.release(), size_t{kCalls});
+    for (std::thread& caller : callers) caller.join();
+    for (int c = 0; c < kCalls; ++c) {
+      ASSERT_TRUE(statuses[c].ok()) << c << ": " << statuses[c].error_message()
+                                    << (pool ? " (answer pool)" : " (queue threads)");
+      std::vector<float> doubled = values[c];
+      for (float& value : doubled) value *= 2;
+      EXPECT_EQ(floats_of(answers[c].raw_output_contents(0)), doubled) << "call " << c;
+    }
+    // A second burst after the first: the inboxes' alarms are set again.
+    std::vector<float> again;
+    ModelInferResponse answer;
+    f.service.mode = DoublingService::Mode::kAnswer;
+    ASSERT_TRUE(f.infer(raw_request(2, &again, 799), &answer).ok());
+    for (float& value : again) value *= 2;
+    EXPECT_EQ(floats_of(answer.raw_output_contents(0)), again);
+  }
+  if (saved != nullptr) {
+    ::setenv("GROVE_GRPC_ANSWER_POOL", kept.c_str(), 1);
+  } else {
+    ::unsetenv("GROVE_GRPC_ANSWER_POOL");
+  }
+}
+
 TEST(InferMessagePool, ReusesClearedPairsAndFreesLargeOnes) {
   InferMessagePool pool(/*max_kept=*/2, /*max_kept_bytes=*/1024);
   InferMessagePool::Holder* first = pool.AllocateMessages();

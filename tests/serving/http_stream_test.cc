@@ -84,5 +84,29 @@ TEST(HttpStream, ChunkFramingIsHexLengthThenBytes) {
   EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");
 }
 
+// Note [A response head without allocations]: the head written into a kept
+// string replaces its text, and is response_head()'s text.
+TEST(HttpMessage, ResponseHeadHasEveryField) {
+  HttpResponse response;
+  response.status = 503;
+  response.content_type = "application/octet-stream";
+  response.headers.emplace_back("Retry-After", "7");
+  response.body = "12345";
+  std::string head(300, 'x');
+  write_response_head(head, response, /*keep_alive=*/false);
+  EXPECT_EQ(head,
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/octet-stream\r\n"
+            "Content-Length: 5\r\nAccept-Ranges: none\r\nConnection: close\r\n"
+            "Retry-After: 7\r\n\r\n");
+  EXPECT_EQ(response_head(response, false), head);
+  response.status = 200;
+  response.headers.clear();
+  response.body = std::string(123456, 'b');
+  write_response_head(head, response, /*keep_alive=*/true);
+  EXPECT_EQ(head,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+            "Content-Length: 123456\r\nAccept-Ranges: none\r\nConnection: keep-alive\r\n\r\n");
+}
+
 }  // namespace
 }  // namespace grove::serving

@@ -131,7 +131,8 @@ TEST(KserveRoutes, RefusalsOfTheServiceKeepTheirStatus) {
   HttpResponse busy = now(routes.handle(full, nullptr));
   EXPECT_EQ(busy.status, 503);
   ASSERT_EQ(busy.headers.size(), 1u);
-  EXPECT_EQ(busy.headers[0], (std::pair<std::string, std::string>{"Retry-After", "3"}));
+  EXPECT_STREQ(busy.headers[0].first, "Retry-After");
+  EXPECT_EQ(busy.headers[0].second, "3");
   service.mode = FakeService::Mode::kClosed;
   HttpRequest closed = request("POST", kInfer, kBody);
   EXPECT_EQ(now(routes.handle(closed, nullptr)).status, 503);
