@@ -351,6 +351,10 @@ class LlmHttpTest(unittest.TestCase):
         self.assertEqual(stopped["text_output"], cut)
         self.assertLess(len(stopped["output_ids"]), len(free["output_ids"]))
         self.assertEqual(stopped["output_ids"], free["output_ids"][:len(stopped["output_ids"])])
+        # The stop string completed by the last token max_tokens allows (Note [A
+        # request ends in a token callback]): this killed the server before.
+        last = self.generate(dict(body, stop=[stop], max_tokens=len(stopped["output_ids"])))
+        self.assertEqual((last["finish_reason"], last["text_output"]), ("stop", cut))
         # Streamed: no event shows any of the stop string, and the text is the same.
         events = [json.loads(e) for e in self.events(
             "/v1/completions", {"model": NAME, "prompt": "the lazy dog", "max_tokens": 24,
