@@ -439,6 +439,7 @@ class LlmHttpTest(unittest.TestCase):
         answer = requests.get(self.url + "/v2/models/" + NAME, timeout=30).json()
         self.assertEqual({i["name"] for i in answer["inputs"]}, {"input_ids", "text_input"})
         self.assertEqual(answer["parameters"]["max_prompt_tokens"], 32)
+        self.assertEqual(answer["parameters"]["max_prompt_bytes"], 32 * 64)
         models = requests.get(self.url + "/v1/models", timeout=30).json()
         self.assertEqual(models["data"][0]["id"], NAME)
 
