@@ -1,5 +1,6 @@
 #include "serving/llm/completion_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -13,9 +14,54 @@ std::string brief_json(const nlohmann::json& value) {
   return text;
 }
 
-nlohmann::json parse_json_object(const std::string& body) {
-  nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  GROVE_CHECK_AS(CompletionError, !parsed.is_discarded(), "the request body is not JSON");
+namespace {
+
+// What nlohmann's parse error says was wrong, without its "last read: ..."
+// (the client's bytes): "syntax error while parsing value - invalid string:
+// ill-formed UTF-8 byte".
+std::string parse_error_reason(const nlohmann::json::parse_error& error) {
+  std::string text = error.what();
+  const size_t column = text.find("column ");
+  const size_t start = column == std::string::npos ? std::string::npos : text.find(": ", column);
+  if (start == std::string::npos) return "a syntax error";
+  std::string reason = text.substr(start + 2);
+  if (const size_t last_read = reason.find("; last read"); last_read != std::string::npos) {
+    reason.resize(last_read);
+  }
+  return reason;
+}
+
+}  // namespace
+
+size_t most_body_values(int64_t max_prompt_tokens) {
+  // Besides the prompt: the fields, parameters, up to 16 stop strings.
+  constexpr size_t kOtherValues = 256;
+  return static_cast<size_t>(std::max<int64_t>(max_prompt_tokens, 0)) + kOtherValues;
+}
+
+// Note [Bounded request bodies].
+nlohmann::json parse_json_object(const std::string& body, size_t max_values) {
+  size_t values = 0;
+  auto bound = [&values, max_values](int depth, nlohmann::json::parse_event_t event,
+                                     nlohmann::json&) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_end || event == Event::array_end) return true;
+    GROVE_CHECK_AS(
+        CompletionError,
+        !(event == Event::object_start || event == Event::array_start) || depth < kMaxRequestDepth,
+        "the request body nests deeper than ", kMaxRequestDepth, " levels");
+    GROVE_CHECK_AS(CompletionError, ++values <= max_values, "the request body holds more than ",
+                   max_values, " JSON values; a prompt holds at most ",
+                   max_values - most_body_values(0), " token ids");
+    return true;
+  };
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(body, bound);
+  } catch (const nlohmann::json::parse_error& error) {
+    throw CompletionError(str_cat("the request body is not JSON: ", parse_error_reason(error),
+                                  " (at byte ", error.byte, ")"));
+  }
   GROVE_CHECK_AS(CompletionError, parsed.is_object(),
                  "the request body must be a JSON object, not ", brief_json(parsed));
   return parsed;
@@ -54,10 +100,10 @@ bool read_bool(const nlohmann::json& value, const std::string& name) {
   return value.get<bool>();
 }
 
-std::string read_string(const nlohmann::json& value, const std::string& name) {
+const std::string& read_string(const nlohmann::json& value, const std::string& name) {
   GROVE_CHECK_AS(CompletionError, value.is_string(), name, " must be a string, found ",
                  brief_json(value));
-  return value.get<std::string>();
+  return value.get_ref<const std::string&>();
 }
 
 std::vector<std::string> read_stop(const nlohmann::json& value, const std::string& name) {
@@ -77,6 +123,13 @@ std::vector<std::string> read_stop(const nlohmann::json& value, const std::strin
     if (!stop.empty()) stops.push_back(std::move(stop));
   }
   return stops;
+}
+
+std::string read_request_id(const nlohmann::json& value) {
+  const std::string& id = read_string(value, "id");
+  GROVE_CHECK_AS(CompletionError, id.size() <= kMostIdBytes, "id is ", id.size(),
+                 " bytes long; at most ", kMostIdBytes, " are taken");
+  return id;
 }
 
 std::vector<int64_t> read_token_ids(const nlohmann::json& value, const std::string& name) {

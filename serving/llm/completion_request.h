@@ -12,8 +12,23 @@
 
 namespace grove::serving::llm {
 
+// Note [Bounded request bodies]
+// A completion body is parsed with a callback that refuses, as a 400, a body
+// nesting deeper than kMaxRequestDepth (deeper text would crash the parser
+// or the message's own dump by recursion) or holding more than `max_values`
+// JSON values (keys, values, containers: a prompt of token ids is at most the
+// largest prompt bucket, so a larger array is refused after max_values
+// values instead of becoming a tree of millions of nodes). Text that is not
+// JSON (invalid UTF-8 included) is refused with the parser's reason and the
+// byte it stopped at, never the client's bytes. Tests:
+// test_hostile_bodies_get_a_400_and_the_server_goes_on (llm_http_test.py),
+// CompletionRequest.* (tests/serving/llm/completion_request_test.cc).
+//
 // The body as a JSON object, or CompletionError.
-nlohmann::json parse_json_object(const std::string& body);
+nlohmann::json parse_json_object(const std::string& body, size_t max_values);
+// The most JSON values of a body whose prompt may hold `max_prompt_tokens`
+// token ids: those, plus room for every other field.
+size_t most_body_values(int64_t max_prompt_tokens);
 
 // Sampling and stop fields shared by both APIs, looked up by `lookup` (a
 // field's value, or null when absent): max_tokens, temperature, top_p, top_k
@@ -27,8 +42,13 @@ void read_sampling_fields(const Lookup& lookup, double default_temperature, uint
 int64_t read_integer(const nlohmann::json& value, const std::string& name);
 double read_number(const nlohmann::json& value, const std::string& name);
 bool read_bool(const nlohmann::json& value, const std::string& name);
-std::string read_string(const nlohmann::json& value, const std::string& name);
+// read_string's answer is `value`'s own text (no copy of a long prompt).
+const std::string& read_string(const nlohmann::json& value, const std::string& name);
 std::vector<std::string> read_stop(const nlohmann::json& value, const std::string& name);
+// A KServe request id (echoed in every event of a stream): a string of at
+// most kMostIdBytes bytes.
+inline constexpr size_t kMostIdBytes = 256;
+std::string read_request_id(const nlohmann::json& value);
 // A list of token ids (integers >= 0).
 std::vector<int64_t> read_token_ids(const nlohmann::json& value, const std::string& name);
 

@@ -24,7 +24,8 @@ nlohmann::json usage(const CompletionSummary& summary) {
 
 HttpResponse kserve_generate(LlmService& service, const std::string& model_name,
                              const std::string& body, bool stream, uint64_t default_seed) {
-  const nlohmann::json request = parse_json_object(body);
+  const nlohmann::json request =
+      parse_json_object(body, most_body_values(service.limits().max_prompt_tokens));
   static const nlohmann::json kNull;
   const nlohmann::json* parameters = &kNull;
   for (const auto& [key, value] : request.items()) {
@@ -68,7 +69,10 @@ HttpResponse kserve_generate(LlmService& service, const std::string& model_name,
                                : read_token_ids(request["input_ids"], "input_ids");
   read_sampling_fields(lookup, /*default_temperature=*/0, default_seed, completion);
 
-  nlohmann::json id = request.contains("id") ? request["id"] : nlohmann::json();
+  nlohmann::json id;
+  if (auto found = request.find("id"); found != request.end() && !found->is_null()) {
+    id = read_request_id(*found);
+  }
   const bool with_text = service.tokenizer() != nullptr;
   auto head = [model_name, id] {
     nlohmann::json event = {{"model_name", model_name}};

@@ -11,7 +11,8 @@
 // temperature default 0: greedy, top_p, top_k, seed, stop, ignore_eos) may
 // stand at the top level or in "parameters". A stream sends one event per
 // token, {"text_output": new text, "output_ids": [token], "index": i}, then
-// one with "finish_reason" and "usage" (or {"error": ...}).
+// one with "finish_reason" and "usage" (or {"error": ...}). An "id" (a string
+// of at most kMostIdBytes) is echoed in the answer and in every event.
 #pragma once
 
 #include <cstdint>

@@ -97,10 +97,25 @@ RequestId Generator::submit(GenerationRequest request) {
   return id;
 }
 
+// Note [A request ends in a token callback]
+// step()'s on_token may cancel and forget the request it is given, also on
+// the token that ended it (by length or EOS: a stop string completed by a
+// request's last token). Such a request is finished but still in running_
+// until the step retires it, so cancel() retires finished requests even when
+// the request itself had already finished, and forget() takes a finished
+// request out of running_ (freeing its slot) before dropping its result:
+// every request in running_ keeps its result. Before, the step's next
+// retire_finished() looked up the forgotten result, threw std::out_of_range,
+// and LlmService's handler, cancelling through the same lookup, threw again
+// on its thread: `grove serve` died (a hostile-client probe, session 24).
+// Test: Generator.TokenCallbackMayCancelAndForgetARequestOnItsLastToken.
 void Generator::cancel(RequestId id) {
   GROVE_CHECK(results_.count(id), "cancel of unknown request ", id);
   GenerationResult& result = results_.at(id);
-  if (result.finish != FinishReason::kRunning) return;
+  if (result.finish != FinishReason::kRunning) {
+    retire_finished();  // its slot is free now, as a running request's would be
+    return;
+  }
   result.finish = FinishReason::kCancelled;
   for (auto waiting = waiting_.begin(); waiting != waiting_.end(); ++waiting) {
     if (waiting->first == id) {
@@ -366,6 +381,11 @@ std::vector<int64_t> Generator::generate(GenerationRequest request) {
 
 void Generator::forget(RequestId id) {
   GROVE_CHECK(done(id), "forget of generation request ", id, " while it runs; cancel it first");
+  // Note [A request ends in a token callback].
+  if (auto active = running_.find(id); active != running_.end()) {
+    slots_.release(active->second.slot);
+    running_.erase(active);
+  }
   results_.erase(id);
 }
 

@@ -99,6 +99,7 @@ HttpResponse LlmRoutes::model_metadata() const {
                       {"parameters",
                        {{"vocab_size", config.vocab_size},
                         {"max_prompt_tokens", limits.max_prompt_tokens},
+                        {"max_prompt_bytes", limits.max_prompt_bytes},
                         {"max_tokens", limits.max_new_tokens},
                         {"max_positions", limits.positions},
                         {"tokenizer", service_.tokenizer() != nullptr}}}}));

@@ -4,9 +4,11 @@
 //        /v2/models/{name}/ready, /metrics (serving/llm/llm_metrics.h), /v1/models
 //   POST /v2/models/{name}/generate, /v2/models/{name}/generate_stream
 //        (serving/llm/generate_routes.h), /v1/completions (serving/llm/openai_routes.h)
-// A refusal is 400 with a JSON body naming what was wrong (a bad field type,
-// an empty prompt, a prompt over the largest prompt bucket, max_tokens over
-// the limit, a prompt and max_tokens beyond the cache's positions, an unknown
+// A refusal is 400 with a JSON body naming what was wrong (text that is not
+// JSON, a body nesting too deep or holding too many values: Note [Bounded
+// request bodies]; a bad field type, an empty prompt, a prompt over the
+// largest prompt bucket or its text over max_prompt_bytes, max_tokens over the
+// limit, a prompt and max_tokens beyond the cache's positions, an unknown
 // model in an OpenAI body); an unknown path or model in the path is 404; a
 // full queue or a stopping server is 503.
 #pragma once

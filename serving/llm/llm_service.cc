@@ -34,6 +34,7 @@ LlmService::LlmService(Decoder& decoder, const Tokenizer* tokenizer, LlmServiceC
   generator_.warm_up();
   limits_.positions = decoder.state().cache().max_seq_len;
   limits_.max_prompt_tokens = std::min(decoder.prompt_buckets().back(), limits_.positions);
+  limits_.max_prompt_bytes = limits_.max_prompt_tokens * kMostTextBytesPerToken;
   limits_.max_new_tokens = config.max_new_tokens > 0
                                ? std::min(config.max_new_tokens, limits_.positions)
                                : limits_.positions;
@@ -63,6 +64,11 @@ std::vector<int64_t> LlmService::encode(const std::string& text) const {
                  "this model has no tokenizer (no tokenizer.model in its directory): send the "
                  "prompt as token ids");
   GROVE_CHECK_AS(CompletionError, !text.empty(), "the prompt is empty: send text or token ids");
+  // Note [Text prompts are bounded before tokenizing].
+  GROVE_CHECK_AS(CompletionError, static_cast<int64_t>(text.size()) <= limits_.max_prompt_bytes,
+                 "the prompt text of ", text.size(), " bytes is longer than the ",
+                 limits_.max_prompt_bytes, " this server tokenizes (", kMostTextBytesPerToken,
+                 " bytes for each of the ", limits_.max_prompt_tokens, " tokens it accepts)");
   std::vector<int64_t> ids;
   if (tokenizer_->bos_id()) ids.push_back(*tokenizer_->bos_id());
   std::vector<int64_t> pieces = tokenizer_->encode(text);
@@ -176,14 +182,24 @@ void LlmService::run() {
     publish_stats();
     lock.lock();
   }
-  // Stopping: nothing more runs; every request still known ends cancelled.
-  inbox_.clear();
+  // Stopping: nothing more runs; every request still known ends cancelled,
+  // those never admitted too (Note [Completions on the service thread]: a
+  // request ends exactly once).
+  std::vector<Submitted> inbox;
+  inbox.swap(inbox_);
   lock.unlock();
   std::vector<RequestId> all;
   for (const auto& [id, tracked] : tracked_) all.push_back(id);
   for (RequestId id : all) {
     generator_.cancel(id);
     end(id, {.end = CompletionEnd::kCancelled});
+  }
+  for (Submitted& submitted : inbox) {
+    ++ended_[completion_end_name(CompletionEnd::kCancelled)];
+    publish_stats();
+    CompletionSummary summary{.end = CompletionEnd::kCancelled};
+    summary.prompt_tokens = static_cast<int64_t>(submitted.request.prompt.size());
+    if (submitted.events.on_end) submitted.events.on_end(summary);
   }
   publish_stats();
 }

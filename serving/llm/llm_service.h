@@ -106,9 +106,20 @@ struct LlmServiceConfig {
   bool compact_slots = false;
 };
 
+// Note [Text prompts are bounded before tokenizing]
+// A text prompt longer than kMostTextBytesPerToken bytes for each token of
+// the largest prompt bucket is refused (a 400) before the tokenizer sees it:
+// it could only fit if its tokens averaged more than 64 bytes (a LLaMA piece
+// is at most 16 characters), and tokenizing the 15 MiB of text a body may
+// carry took 26 s of an HTTP thread and 1.2 GB (this machine's CPU, the
+// tests' tokenizer). Test: test_hostile_bodies_get_a_400_and_the_server_goes_on
+// (llm_http_test.py).
+inline constexpr int64_t kMostTextBytesPerToken = 64;
+
 // What a request may ask for, from the decoder's buckets and cache.
 struct CompletionLimits {
   int64_t max_prompt_tokens = 0;  // the largest prompt bucket, at most the positions
+  int64_t max_prompt_bytes = 0;   // of a text prompt: max_prompt_tokens * kMostTextBytesPerToken
   int64_t max_new_tokens = 0;
   int64_t positions = 0;  // prompt + max_tokens - 1 must fit
   int64_t vocab_size = 0;

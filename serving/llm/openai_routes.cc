@@ -18,7 +18,7 @@ void refuse_unless_default(const nlohmann::json& request) {
     GROVE_CHECK_AS(CompletionError, is_default(*found), key, " ", brief_json(*found),
                    " is not supported; send ", wanted, " or leave it out");
   };
-  auto one = [](const nlohmann::json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; };
+  auto one = [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 1; };
   auto zero = [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 0; };
   check("n", one, "1");
   check("best_of", one, "1");
@@ -61,7 +61,7 @@ const std::set<std::string>& known_keys() {
 }
 
 std::vector<int64_t> read_prompt(LlmService& service, const nlohmann::json& prompt) {
-  if (prompt.is_string()) return service.encode(prompt.get<std::string>());
+  if (prompt.is_string()) return service.encode(prompt.get_ref<const std::string&>());
   GROVE_CHECK_AS(CompletionError, prompt.is_array(),
                  "prompt must be text or a list of token ids, found ", brief_json(prompt));
   if (prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) {
@@ -109,7 +109,8 @@ HttpResponse openai_models(const std::string& model_name) {
 HttpResponse openai_completions(LlmService& service, const std::string& model_name,
                                 const std::string& body, uint64_t default_seed, uint64_t serial) {
   try {
-    const nlohmann::json request = parse_json_object(body);
+    const nlohmann::json request =
+        parse_json_object(body, most_body_values(service.limits().max_prompt_tokens));
     for (const auto& [key, value] : request.items()) {
       GROVE_CHECK_AS(CompletionError, known_keys().count(key), "unknown field \"", key, "\"");
     }

@@ -1,7 +1,9 @@
 #include "serving/llm/sampler.h"
 
 #include <array>
+#include <charconv>
 #include <cmath>
+#include <string>
 
 #include "compiler/ops/philox.h"
 #include "runtime/error.h"
@@ -28,13 +30,20 @@ double kept_mass(const float* logits, int64_t vocab, uint32_t threshold, float m
   return total;
 }
 
+// `value` in as few digits as read back the same (1.0000001, not 1).
+std::string shortest(double value) {
+  std::array<char, 32> text{};
+  auto [end, error] = std::to_chars(text.data(), text.data() + text.size(), value);
+  return error == std::errc() ? std::string(text.data(), end) : std::to_string(value);
+}
+
 }  // namespace
 
 void SamplingParams::verify() const {
-  GROVE_CHECK(std::isfinite(temperature) && temperature >= 0, "sampling temperature ", temperature,
-              " must be finite and >= 0 (0 is greedy)");
+  GROVE_CHECK(std::isfinite(temperature) && temperature >= 0, "sampling temperature ",
+              shortest(temperature), " must be finite and >= 0 (0 is greedy)");
   GROVE_CHECK(top_k >= 0, "sampling top_k ", top_k, " must be >= 0 (0 keeps every token)");
-  GROVE_CHECK(top_p > 0 && top_p <= 1, "sampling top_p ", top_p, " must lie in (0, 1]");
+  GROVE_CHECK(top_p > 0 && top_p <= 1, "sampling top_p ", shortest(top_p), " must lie in (0, 1]");
 }
 
 int64_t sample_token(const std::vector<float>& logits, const SamplingParams& params,

@@ -114,6 +114,47 @@ TEST(Generator, CancelFreesTheSlotForAWaitingRequest) {
   EXPECT_EQ(generator.running(), 4);
 }
 
+// Note [A request ends in a token callback]: the callback cancels and forgets
+// a request on its last token (as LlmService does when that token completes a
+// stop string); the step goes on, the slot is freed, and the other request
+// gets the tokens it gets alone. Step by step and in device loops. Before, the
+// step threw std::out_of_range.
+TEST(Generator, TokenCallbackMayCancelAndForgetARequestOnItsLastToken) {
+  auto decoder = tiny_decoder();
+  std::vector<int64_t> alone;
+  {
+    Generator generator(*decoder);
+    alone = generator.generate(generation_request({9, 8, 7}, 10));
+  }
+  for (int64_t loop_steps : {0, 4}) {
+    SCOPED_TRACE(::testing::Message() << "loop_steps " << loop_steps);
+    Generator generator(*decoder, {.loop_steps = loop_steps});
+    const RequestId ending = generator.submit(generation_request({1, 2, 3}, 3));
+    const RequestId other = generator.submit(generation_request({9, 8, 7}, 10));
+    int64_t ending_tokens = 0;
+    std::vector<int64_t> other_tokens;
+    bool forgotten = false;
+    auto on_token = [&](RequestId id, int64_t token) {
+      if (id == other) other_tokens.push_back(token);
+      if (id != ending) return;
+      ASSERT_FALSE(forgotten) << "a token after the request was forgotten";
+      if (++ending_tokens == 3) {
+        EXPECT_TRUE(generator.done(ending));  // ended by length with this token
+        generator.cancel(ending);
+        generator.forget(ending);
+        forgotten = true;
+      }
+    };
+    while (!generator.idle()) ASSERT_NO_THROW(generator.step(on_token));
+    EXPECT_TRUE(forgotten);
+    EXPECT_EQ(other_tokens, alone);
+    EXPECT_EQ(generator.slots_in_use(), 0);
+    generator.forget(other);
+    // The freed slot takes a new request.
+    EXPECT_EQ(generator.generate(generation_request({9, 8, 7}, 10)), alone);
+  }
+}
+
 // Note [Decode runs on the device]: the same requests, joining and leaving
 // as in RequestsGetTheSameTokensAloneAsInAnyBatch, plus one that stops at
 // EOS, get the same tokens from device loops of up to 4 steps as step by step.

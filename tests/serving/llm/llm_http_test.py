@@ -10,6 +10,7 @@ disconnects mid-stream (Note [Streamed answers]) and the LLM's /metrics.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -288,6 +289,54 @@ class LlmHttpTest(unittest.TestCase):
         # The server still answers.
         self.assertEqual(len(self.generate({"input_ids": [5], "max_tokens": 2})["output_ids"]), 2)
 
+    def test_hostile_bodies_get_a_400_and_the_server_goes_on(self):
+        """Note [Bounded request bodies], Note [Text prompts are bounded before
+        tokenizing]: each body gets a 400 with a JSON message; the deep one
+        crashed the server before, the long text took 26 s and 1.2 GB to
+        tokenize, the long array became a tree of millions of nodes, and an id
+        of any size was echoed in every event of a stream."""
+        generate = "/v2/models/%s/generate" % NAME
+        stream = "/v2/models/%s/generate_stream" % NAME
+        ids = lambda n: '{"input_ids": [%s], "max_tokens": 2}' % ",".join(["5"] * n)
+        text = json.dumps({"text_input": "the fox " * (15 << 17), "max_tokens": 2})
+        cases = [
+            (generate, "[" * 100000 + "]" * 100000, "nests deeper than 16 levels"),
+            ("/v1/completions", '{"model": "%s", "prompt": %s}' % (NAME, "[" * 100000),
+             "nests deeper than 16 levels"),
+            (generate, ids(15 << 19), "holds more than 288 JSON values"),
+            (generate, ids(33), "longer than the 32 this server accepts"),
+            (generate, text, "text of 15728640 bytes is longer than the 2048"),
+            ("/v1/completions", json.dumps({"model": NAME, "prompt": "x" * 2049}),
+             "text of 2049 bytes is longer than the 2048"),
+            (stream, json.dumps({"input_ids": [5], "id": "i" * (1 << 20)}),
+             "id is 1048576 bytes long; at most 256"),
+            (generate, json.dumps({"input_ids": [5], "id": 7}), "id must be a string"),
+            (generate, b'{"text_input": "ab\xff\xfe", "max_tokens": 2}',
+             "not JSON: syntax error while parsing value - invalid string: ill-formed UTF-8"),
+        ]
+        for path, body, words in cases:
+            self.server.reset_peak_memory()
+            before = self.server.memory_kb("VmRSS")
+            answer = self.post(path, body)
+            growth = (self.server.memory_kb("VmHWM") - before) * 1024
+            self.assertEqual(answer.status_code, 400, "%s %.80r: %s" % (path, body, answer.text))
+            error = answer.json()["error"]
+            message = error["message"] if isinstance(error, dict) else error
+            self.assertIn(words, message, "%s %.80r" % (path, body))
+            # The bytes read, the body, the parser's buffer of a string value and
+            # the value itself (the infer front's bound is 3x: it keeps no string
+            # values, tests/serving/http_abuse_test.py); tokenizing the 15 MiB
+            # text took 1.2 GB (80x) before.
+            if len(body) > 1 << 20:
+                print("\npeak memory growth for %.1f MiB %s: %.1fx the body" % (
+                    len(body) / 2**20, words.split(" bytes")[0], growth / len(body)))
+            self.assertLess(growth, 5 * len(body) + (16 << 20), "%s %.80r" % (path, body))
+        # The server still answers, and right.
+        answer = self.generate({"input_ids": [5, 6], "max_tokens": 4, "ignore_eos": True,
+                                "id": "after"})
+        self.assertEqual(answer["id"], "after")
+        self.check_reference([5, 6], answer["output_ids"])
+
     def test_stop_string_ends_the_text_before_it(self):
         body = {"text_input": "the lazy dog", "max_tokens": 24, "ignore_eos": True}
         free = self.generate(body)
@@ -302,6 +351,10 @@ class LlmHttpTest(unittest.TestCase):
         self.assertEqual(stopped["text_output"], cut)
         self.assertLess(len(stopped["output_ids"]), len(free["output_ids"]))
         self.assertEqual(stopped["output_ids"], free["output_ids"][:len(stopped["output_ids"])])
+        # The stop string completed by the last token max_tokens allows (Note [A
+        # request ends in a token callback]): this killed the server before.
+        last = self.generate(dict(body, stop=[stop], max_tokens=len(stopped["output_ids"])))
+        self.assertEqual((last["finish_reason"], last["text_output"]), ("stop", cut))
         # Streamed: no event shows any of the stop string, and the text is the same.
         events = [json.loads(e) for e in self.events(
             "/v1/completions", {"model": NAME, "prompt": "the lazy dog", "max_tokens": 24,
@@ -386,8 +439,75 @@ class LlmHttpTest(unittest.TestCase):
         answer = requests.get(self.url + "/v2/models/" + NAME, timeout=30).json()
         self.assertEqual({i["name"] for i in answer["inputs"]}, {"input_ids", "text_input"})
         self.assertEqual(answer["parameters"]["max_prompt_tokens"], 32)
+        self.assertEqual(answer["parameters"]["max_prompt_bytes"], 32 * 64)
         models = requests.get(self.url + "/v1/models", timeout=30).json()
         self.assertEqual(models["data"][0]["id"], NAME)
+
+
+class LlmHttpDrainTest(unittest.TestCase):
+    """More streams than slots, then SIGTERM while they run (Note [Draining on
+    stop]): the waiting ones are queued, not lost, every stream ends with its
+    last event and [DONE], and the exit report counts them."""
+
+    STREAMS = 20  # over the 8 slots of SERVE_FLAGS
+
+    def test_sigterm_during_streams_answers_every_one(self):
+        scratch = tempfile.TemporaryDirectory()
+        self.addCleanup(scratch.cleanup)
+        config = ref.llama_config("float32", vocab=VOCAB, positions=POSITIONS)
+        ref.write_checkpoint(ref.make_model(config, SEED + 2), config, scratch.name)
+        server = GroveServer(*SERVE_FLAGS, "--model-name", NAME, "--decode-loop-steps", "0",
+                             model=scratch.name)
+        self.addCleanup(lambda: server.process.poll() is None and server.process.kill())
+        streaming = threading.Event()
+        results = [None] * self.STREAMS
+
+        def client(i):
+            openai = i % 2 == 0
+            path = "/v1/completions" if openai else "/v2/models/%s/generate_stream" % NAME
+            body = {"prompt" if openai else "input_ids": [3 + i, 9], "max_tokens": 90,
+                    "ignore_eos": True, "stream": True}
+            if openai:
+                body["model"] = NAME
+            with requests.post(server.url + path, json=body, stream=True, timeout=120) as answer:
+                events = []
+                for line in answer.iter_lines():
+                    if line:
+                        events.append(line.decode())
+                        streaming.set()
+                results[i] = (answer.status_code, events)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(self.STREAMS)]
+        for t in threads:
+            t.start()
+        self.assertTrue(streaming.wait(120), "no stream sent an event")
+        # Every request admitted (a request read after the signal would get a 503).
+        deadline = time.monotonic() + 60
+        while True:
+            m = parse_prometheus(requests.get(server.url + "/metrics", timeout=30).text)
+            known = sum(v for k, v in m.items() if k[0] == "grove_llm_requests_total") + \
+                m[("grove_llm_requests_running", "")] + m[("grove_llm_requests_waiting", "")]
+            if known >= self.STREAMS:
+                break
+            self.assertLess(time.monotonic(), deadline, "only %d requests came in" % known)
+            time.sleep(0.01)
+        server.process.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join()
+        status, out, err = server.stop()
+        self.assertEqual(status, 0, err)
+        for i, (code, events) in enumerate(results):
+            self.assertEqual(code, 200, i)
+            openai = i % 2 == 0
+            last = json.loads(events[-2 if openai else -1][len("data: "):])
+            if openai:
+                self.assertEqual(events[-1], "data: [DONE]")
+                last = dict(last["choices"][0], usage=last["usage"])
+            self.assertEqual(last["finish_reason"], "length", (i, events[-2:]))
+            self.assertEqual(last["usage"]["completion_tokens"], 90)
+            self.assertEqual(len(events), 91 + openai)
+        print("\n" + out.strip().splitlines()[-2])  # how many were answered after the signal
+        self.assertIn("length %d, stop 0, cancelled 0, failed 0" % self.STREAMS, out)
 
 
 class LlmHttpWithoutTokenizerTest(unittest.TestCase):

@@ -8,6 +8,8 @@
 
 #include <condition_variable>
 #include <future>
+#include <list>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -188,6 +190,65 @@ TEST(LlmService, RefusesWhatCanNeverRunAndKeepsServing) {
   Outcome outcome = complete(service, request({1, 2}, 20)).get();
   EXPECT_EQ(outcome.tokens.size(), 20u);
   EXPECT_EQ(service.stats().ended.count("failed"), 0u);
+}
+
+// Note [Completions on the service thread]: a request ends exactly once, with
+// on_end, even one still in the inbox when the service stops. Requests are
+// submitted from inside a token callback (the service thread is in a step, so
+// none of them can be admitted) until submit says the service is stopping;
+// before, shutdown dropped them with no end, and an HTTP client's stream of
+// one would never be answered.
+TEST(LlmService, ShutdownEndsEveryRequestOnceEvenThoseNotYetAdmitted) {
+  auto decoder = tiny_decoder();
+  LlmService service(*decoder, nullptr, {.max_waiting = size_t{1} << 20});
+  std::mutex mutex;
+  std::map<LlmService::Ticket, int> ends;  // ticket -> on_end calls
+  std::map<LlmService::Ticket, CompletionSummary> summaries;
+  auto counted = [&](LlmService::Ticket* ticket) {
+    CompletionEvents events;
+    events.on_end = [&, ticket](const CompletionSummary& summary) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++ends[*ticket];
+      summaries[*ticket] = summary;
+    };
+    return events;
+  };
+  LlmService::Ticket running_ticket = 0;
+  std::list<LlmService::Ticket> tickets;  // the service thread's submits
+  std::promise<void> in_a_step;
+  bool first = true;
+  CompletionEvents running = counted(&running_ticket);
+  running.on_token = [&](int64_t, const std::string&) {
+    if (!first) return;
+    first = false;
+    auto submit_one = [&] {
+      LlmService::Ticket* ticket = &tickets.emplace_back(0);
+      *ticket = service.submit(request({4, 5, 6}, 3), counted(ticket));
+    };
+    submit_one();  // in the inbox while this step runs
+    in_a_step.set_value();
+    while (true) {
+      try {
+        submit_one();
+      } catch (const CompletionUnavailable& error) {
+        EXPECT_NE(std::string(error.what()).find("stopping"), std::string::npos) << error.what();
+        tickets.pop_back();
+        break;
+      }
+    }
+  };
+  running_ticket = service.submit(request({1, 2, 3}, 40), std::move(running));
+  in_a_step.get_future().wait();
+  service.shutdown();
+  ASSERT_GE(tickets.size(), 1u);
+  tickets.push_back(running_ticket);
+  std::lock_guard<std::mutex> lock(mutex);
+  for (LlmService::Ticket ticket : tickets) {
+    EXPECT_EQ(ends[ticket], 1) << "ticket " << ticket << " of " << tickets.size();
+    EXPECT_EQ(summaries[ticket].end, CompletionEnd::kCancelled) << "ticket " << ticket;
+  }
+  EXPECT_EQ(summaries[tickets.front()].prompt_tokens, 3);
+  EXPECT_EQ(service.stats().ended.at("cancelled"), static_cast<int64_t>(tickets.size()));
 }
 
 }  // namespace

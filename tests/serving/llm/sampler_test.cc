@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+
+#include "runtime/error.h"
 
 namespace grove::serving::llm {
 namespace {
@@ -20,6 +23,21 @@ TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {
     EXPECT_EQ(sample_token(kLogits, {.temperature = 1, .top_k = 1, .seed = 3}, draw), 1);
     EXPECT_EQ(sample_token(kLogits, {.temperature = 1, .top_p = 0.01, .seed = 3}, draw), 1);
   }
+}
+
+// A value just out of range is named as sent, not rounded into the range
+// ("top_p 1 must lie in (0, 1]" for 1.0000001 before).
+TEST(Sampler, VerifyNamesTheValueAsSent) {
+  try {
+    SamplingParams{.top_p = 1.0000001}.verify();
+    ADD_FAILURE() << "top_p 1.0000001 was taken";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("top_p 1.0000001 must lie in (0, 1]"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(SamplingParams{.temperature = -1e-300}.verify(), Error);
+  SamplingParams{.temperature = 5e-324, .top_p = 5e-324}.verify();
 }
 
 TEST(Sampler, TopKKeepsOnlyTheKMostLikely) {
