@@ -1,9 +1,10 @@
 // `grove generate MODEL_DIR --prompt-ids 1,2,3 --max-tokens N`: greedy or
 // sampled generation from a Hugging Face LLaMA or GPT-2 checkpoint directory
 // (config.json, model.safetensors) through serving/llm's Decoder; prints the
-// generated token ids, one line per prompt. `--prompt TEXT` instead encodes
-// the text with the directory's SentencePiece tokenizer (tokenizer.model, or
-// --tokenizer FILE) and prints the generated text.
+// generated token ids, one line per prompt (the text where --tokenizer FILE
+// names a tokenizer). `--prompt TEXT` instead encodes the text with the
+// directory's SentencePiece tokenizer (tokenizer.model, or --tokenizer FILE)
+// and prints the generated text.
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -58,7 +59,8 @@ const CommandSpec& generate_command_spec() {
       "Loads MODEL_DIR/config.json and MODEL_DIR/model.safetensors (Hugging Face layout and\n"
       "names), records the prefill and decode graphs of every bucket, and generates from\n"
       "each prompt of --prompt-ids (several prompts, 1,2;3,4, are batched continuously).\n"
-      "Prints each prompt's generated ids as one comma-separated line.",
+      "Prints each prompt's generated ids as one comma-separated line (its text with\n"
+      "--tokenizer).",
       with_decoder_flags({
           {"--prompt-ids", "IDS", "comma-separated token ids; ';' separates several prompts"},
           {"--prompt", "TEXT", "a text prompt (needs a tokenizer); prints the generated text"},
@@ -101,6 +103,11 @@ int generate_command(const std::vector<std::string>& args) {
     for (int64_t id : tokenizer->encode(parsed.value("--prompt"))) ids.push_back(id);
     prompts.push_back(std::move(ids));
   } else {
+    // Ids in; text out only where a tokenizer is named (a named file that
+    // cannot be loaded is an error, never passed over).
+    if (parsed.has("--tokenizer")) {
+      tokenizer = serving::llm::Tokenizer::load(parsed.value("--tokenizer"));
+    }
     std::stringstream prompt_list(parsed.value("--prompt-ids"));
     for (std::string prompt; std::getline(prompt_list, prompt, ';');) {
       prompts.push_back(parse_ids("--prompt-ids", prompt));
@@ -109,9 +116,9 @@ int generate_command(const std::vector<std::string>& args) {
   serving::llm::DecoderOptions options = parse_decoder_options(parsed);
   const int64_t max_tokens = parsed.integer("--max-tokens", 16, 1, 1 << 20);
   serving::llm::SamplingParams sampling;
-  sampling.temperature = std::stod(parsed.value("--temperature", "0"));
+  sampling.temperature = parsed.finite_number("--temperature", 0);
   sampling.top_k = parsed.integer("--top-k", 0, 0);
-  sampling.top_p = std::stod(parsed.value("--top-p", "1"));
+  sampling.top_p = parsed.finite_number("--top-p", 1);
   const auto seed = static_cast<uint64_t>(parsed.integer("--seed", 0, 0));
 
   auto decoder = serving::llm::Decoder::load(model_dir, options);

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 namespace grove::cli {
 namespace {
@@ -46,7 +47,7 @@ int64_t ParsedFlags::integer(const std::string& flag, int64_t fallback, int64_t 
   }
 }
 
-double ParsedFlags::positive_number(const std::string& flag, double fallback) const {
+double ParsedFlags::finite_number(const std::string& flag, double fallback) const {
   if (!has(flag)) return fallback;
   const std::string text = value(flag);
   size_t used = 0;
@@ -55,12 +56,22 @@ double ParsedFlags::positive_number(const std::string& flag, double fallback) co
     if (!text.empty() && !std::isspace(static_cast<unsigned char>(text[0]))) {
       number = std::stod(text, &used);
     }
-  } catch (const std::exception&) {
+  } catch (const std::exception&) {  // std::out_of_range past a double's range (1e400)
     used = 0;
   }
-  if (used == 0 || used != text.size() || !(number > 0)) {
+  if (used == 0 || used != text.size() || !std::isfinite(number)) {
     throw UsageError(
-        str_cat(command_, ": ", flag, " expects a positive number, found '", text, "'"));
+        str_cat(command_, ": ", flag, " expects a finite decimal number, found '", text, "'"));
+  }
+  return number;
+}
+
+double ParsedFlags::positive_number(const std::string& flag, double fallback) const {
+  if (!has(flag)) return fallback;
+  const double number = finite_number(flag, fallback);
+  if (!(number > 0)) {
+    throw UsageError(
+        str_cat(command_, ": ", flag, " expects a positive number, found '", value(flag), "'"));
   }
   return number;
 }

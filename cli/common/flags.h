@@ -67,7 +67,9 @@ class ParsedFlags {
   // A decimal integer in [minimum, maximum].
   int64_t integer(const std::string& flag, int64_t fallback, int64_t minimum,
                   int64_t maximum = INT64_MAX) const;
-  // A number greater than zero.
+  // A finite decimal number (1e400, inf, nan and trailing text are refused).
+  double finite_number(const std::string& flag, double fallback) const;
+  // A finite number greater than zero.
   double positive_number(const std::string& flag, double fallback) const;
   // A comma-separated list without empty items ("eager,cudagraphs").
   std::vector<std::string> list(const std::string& flag,

@@ -98,6 +98,28 @@ class GenerateMatchesReference(unittest.TestCase):
             self.assertNotEqual(out.returncode, 0)
             self.assertIn("model.layers.1.mlp.up_proj.weight", out.stderr)
 
+    def test_bad_sampling_numbers_and_a_missing_named_tokenizer_are_clear_errors(self):
+        # "--temperature 1e400" printed only "grove: error: stod", and a
+        # --tokenizer naming no file was passed over with --prompt-ids.
+        config = ref.llama_config("float32")
+        model = ref.make_model(config, SEED)
+        with tempfile.TemporaryDirectory() as directory:
+            ref.write_checkpoint(model, config, directory)
+            base = [GROVE, "generate", directory, "--device", "sim", "--prompt-ids", "1,2",
+                    "--max-seq-len", "16", "--max-tokens", "2"]
+            for flag, value in (("--temperature", "1e400"), ("--temperature", "nan"),
+                                ("--top-p", "0.5x")):
+                out = subprocess.run(base + [flag, value], capture_output=True, text=True,
+                                     timeout=600)
+                self.assertNotEqual(out.returncode, 0, (flag, value))
+                self.assertIn("%s expects a finite decimal number, found '%s'" % (flag, value),
+                              out.stderr)
+            missing = os.path.join(directory, "no-such-tokenizer.model")
+            out = subprocess.run(base + ["--tokenizer", missing], capture_output=True, text=True,
+                                 timeout=600)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn("no-such-tokenizer.model", out.stderr)
+
 
 if __name__ == "__main__":
     torch.manual_seed(SEED)
