@@ -181,6 +181,7 @@ void HttpConnection::dispatch() {
   phase_ = Phase::kWaiting;
   HttpRequest& request = parser_->request();
   keep_alive_ = request.keep_alive;
+  chunks_understood_ = request.version >= 11;  // Note [Streams to HTTP/1.0 clients]
   // Note [An answer handed on without allocations].
   waiting_self_ = shared_from_this();
   auto on_ready = [this] {

@@ -161,6 +161,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection>, publ
   bool timed_out_ = false;
   bool draining_ = false;
   bool keep_alive_ = true;
+  bool chunks_understood_ = true;  // the request was HTTP/1.1 (Note [Streams to HTTP/1.0 clients])
   std::string head_;
   std::string body_;
   size_t lingered_bytes_ = 0;

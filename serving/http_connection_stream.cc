@@ -21,9 +21,10 @@ void HttpConnection::stream(HttpResponse response) {
   queued_work_.emplace(socket_.get_executor());
   if (stream_->mode() == HttpStream::Mode::kChunked) {
     parser_.reset();
-    keep_alive_ = keep_alive_ && !draining_;
+    // Note [Streams to HTTP/1.0 clients]: unframed, ended by closing.
+    keep_alive_ = keep_alive_ && !draining_ && chunks_understood_;
     hub_.routes().count_response(response.status);
-    head_ = chunked_response_head(response, keep_alive_);
+    head_ = chunked_response_head(response, keep_alive_, chunks_understood_);
   } else {
     head_.clear();
     phase_ = Phase::kWaiting;
@@ -52,8 +53,12 @@ void HttpConnection::on_stream_update() {
   }
   std::string bytes = std::move(head_);
   head_.clear();
-  bytes += http_chunk(update.bytes);
-  if (update.ended) bytes += kLastChunk;
+  if (chunks_understood_) {
+    bytes += http_chunk(update.bytes);
+    if (update.ended) bytes += kLastChunk;
+  } else {
+    bytes += update.bytes;
+  }
   if (bytes.empty()) return;
   body_ = std::move(bytes);
   stream_writing_ = true;

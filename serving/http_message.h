@@ -18,6 +18,7 @@ struct HttpRequest {
   std::string target;  // as sent: "/v2/models/mlp/infer?x=1"
   std::string path;    // the target's path, percent-decoded (any bytes)
   bool keep_alive = true;
+  int version = 11;  // HTTP/1.1: 11; HTTP/1.0: 10 (Note [Streams to HTTP/1.0 clients])
   // The Inference-Header-Content-Length field, as sent (binary tensor data).
   std::optional<std::string> inference_header_length;
   std::string body;

@@ -15,8 +15,9 @@ RequestParser::RequestParser(const RequestLimits& limits) : limits_(limits) {
 }
 
 void RequestParser::on_request_impl(http::verb, boost::beast::string_view method_text,
-                                    boost::beast::string_view target, int,
+                                    boost::beast::string_view target, int version,
                                     boost::beast::error_code&) {
+  request_.version = version;
   request_.method.assign(method_text.data(), method_text.size());
   request_.target.assign(target.data(), target.size());
   request_.path = percent_decode(request_.target.substr(0, request_.target.find('?')));

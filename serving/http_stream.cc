@@ -79,11 +79,13 @@ void HttpStream::cancel() {
   if (on_cancel) on_cancel();
 }
 
-std::string chunked_response_head(const HttpResponse& response, bool keep_alive) {
-  std::string head = "HTTP/1.1 " + std::to_string(response.status) + " " +
-                     status_reason(response.status) + "\r\nContent-Type: " + response.content_type +
-                     "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\nConnection: " +
-                     (keep_alive ? "keep-alive" : "close") + "\r\n";
+std::string chunked_response_head(const HttpResponse& response, bool keep_alive, bool chunked) {
+  std::string head =
+      "HTTP/1.1 " + std::to_string(response.status) + " " + status_reason(response.status) +
+      "\r\nContent-Type: " + response.content_type +
+      (chunked ? "\r\nTransfer-Encoding: chunked" : "") +
+      "\r\nCache-Control: no-cache\r\nConnection: " + (keep_alive ? "keep-alive" : "close") +
+      "\r\n";
   for (const auto& [name, value] : response.headers)
     head += std::string(name) + ": " + value + "\r\n";
   head += "\r\n";

@@ -74,9 +74,20 @@ class HttpStream {
   std::function<void()> on_cancel_;
 };
 
-// The head of a chunked answer (Transfer-Encoding: chunked; Cache-Control:
+// The head of a streamed answer (Transfer-Encoding: chunked; Cache-Control:
 // no-cache for server-sent events), and one chunk's framing.
-std::string chunked_response_head(const HttpResponse& response, bool keep_alive);
+//
+// Note [Streams to HTTP/1.0 clients]
+// HTTP/1.0 has no chunked transfer coding (RFC 9112 says a server must not
+// send it to a 1.0 client, and such a client shows the chunk sizes inside
+// the body: nginx proxies with HTTP/1.0 unless told otherwise). A stream
+// answering an HTTP/1.0 request therefore has no Transfer-Encoding (and
+// `chunked` false here), says Connection: close, writes the producer's bytes
+// unframed and ends the body by closing the connection. Tests:
+// HttpStream.HeadWithoutChunksForHttp10 (tests/serving/http_stream_test.cc),
+// test_http10_client_gets_an_unframed_stream (tests/serving/llm/llm_http_test.py).
+std::string chunked_response_head(const HttpResponse& response, bool keep_alive,
+                                  bool chunked = true);
 std::string http_chunk(const std::string& bytes);  // "" for empty bytes
 constexpr const char* kLastChunk = "0\r\n\r\n";
 

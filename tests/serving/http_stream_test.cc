@@ -84,6 +84,17 @@ TEST(HttpStream, ChunkFramingIsHexLengthThenBytes) {
   EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");
 }
 
+// Note [Streams to HTTP/1.0 clients]: no chunked coding, and the connection closes.
+TEST(HttpStream, HeadWithoutChunksForHttp10) {
+  HttpResponse response;
+  response.content_type = "text/event-stream";
+  const std::string head = chunked_response_head(response, false, /*chunked=*/false);
+  EXPECT_EQ(head.find("Transfer-Encoding"), std::string::npos);
+  EXPECT_EQ(head.find("Content-Length"), std::string::npos);
+  EXPECT_NE(head.find("Connection: close\r\n"), std::string::npos);
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");
+}
+
 // Note [A response head without allocations]: the head written into a kept
 // string replaces its text, and is response_head()'s text.
 TEST(HttpMessage, ResponseHeadHasEveryField) {

@@ -163,6 +163,32 @@ class LlmHttpTest(unittest.TestCase):
         self.assertEqual([e["output_ids"][0] for e in events[:-1]], whole["output_ids"])
         self.assertEqual("".join(e["text_output"] for e in events), whole["text_output"])
 
+    def test_http10_client_gets_an_unframed_stream(self):
+        # Note [Streams to HTTP/1.0 clients] (serving/http_stream.h): HTTP/1.0
+        # has no chunked coding; the stream is the events themselves, ended
+        # by the server closing the connection.
+        body = {"input_ids": [5, 6, 7], "max_tokens": 5, "ignore_eos": True}
+        text = json.dumps(body)
+        with socket.create_connection(self.server.address(), timeout=60) as sock:
+            sock.sendall(("POST /v2/models/%s/generate_stream HTTP/1.0\r\nHost: grove\r\n"
+                          "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                          % (NAME, len(text), text)).encode())
+            received = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break  # the server ended the body by closing
+                received += chunk
+        head, _, payload = received.partition(b"\r\n\r\n")
+        self.assertIn(b" 200 ", head.split(b"\r\n")[0])
+        self.assertNotIn(b"Transfer-Encoding", head)
+        self.assertIn(b"Connection: close", head)
+        events = payload.decode()[:-2].split("\n\n")
+        self.assertTrue(all(event.startswith("data: ") for event in events), payload[:200])
+        tokens = [json.loads(event[len("data: "):])["output_ids"] for event in events[:-1]]
+        self.assertEqual([token for ids in tokens for token in ids],
+                         self.generate(body)["output_ids"])
+
     def test_openai_completion_text_and_token_prompts(self):
         text = "seven wizards quietly"
         prompt = self.encode(text)
