@@ -278,6 +278,33 @@ TEST(GrpcServer, CallsInTurnGetTheirOwnAnswersFromReusedMessages) {
   }
 }
 
+// `calls` calls (first tag `first_tag`) that the service holds, then releases
+// together: each is answered with its own rows doubled; `how` names the path.
+void expect_a_held_burst_answered(Fixture& f, int calls, int first_tag, const char* how) {
+  f.service.mode = DoublingService::Mode::kHold;
+  std::vector<std::vector<float>> values(calls);
+  std::vector<grpc::Status> statuses(calls);
+  std::vector<ModelInferResponse> answers(calls);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < calls; ++c) {
+    callers.emplace_back([&, c] {
+      const ModelInferRequest request = raw_request(1 + c % 3, &values[c], first_tag + c);
+      statuses[c] = f.infer(request, &answers[c]);
+    });
+  }
+  const auto count = static_cast<size_t>(calls);
+  while (f.service.held() < count) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(f.service.release(), count);
+  for (std::thread& caller : callers) caller.join();
+  for (int c = 0; c < calls; ++c) {
+    ASSERT_TRUE(statuses[c].ok()) << c << ": " << statuses[c].error_message() << " (" << how << ")";
+    std::vector<float> doubled = values[c];
+    for (float& value : doubled) value *= 2;
+    EXPECT_EQ(floats_of(answers[c].raw_output_contents(0)), doubled)
+        << "call " << c << " (" << how << ")";
+  }
+}
+
 // Note [gRPC answers without a future]: ModelInfer submits with an OnAnswer
 // unless GROVE_GRPC_ANSWER_FUTURES=1, and either way each call, answered off
 // the submitting thread (held, then released together), gets its own rows.
@@ -291,29 +318,10 @@ TEST(GrpcServer, AnswersThroughFuturesOrNot) {
       ::unsetenv("GROVE_GRPC_ANSWER_FUTURES");
     }
     Fixture f;
-    f.service.mode = DoublingService::Mode::kHold;
     constexpr int kCalls = 6;
-    std::vector<std::vector<float>> values(kCalls);
-    std::vector<grpc::Status> statuses(kCalls);
-    std::vector<ModelInferResponse> answers(kCalls);
-    std::vector<std::thread> callers;
-    for (int c = 0; c < kCalls; ++c) {
-      callers.emplace_back([&, c] {
-        const ModelInferRequest request = raw_request(1 + c % 3, &values[c], 500 + c);
-        statuses[c] = f.infer(request, &answers[c]);
-      });
-    }
-    while (f.service.held() < kCalls) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    EXPECT_EQ(f.service.release(), size_t{kCalls});
-    for (std::thread& caller : callers) caller.join();
+    expect_a_held_burst_answered(f, kCalls, 500, futures ? "futures" : "OnAnswer");
     EXPECT_EQ(f.service.submitted_with_on_answer.load(), futures ? 0 : kCalls)
         << (futures ? "with" : "without") << " GROVE_GRPC_ANSWER_FUTURES=1";
-    for (int c = 0; c < kCalls; ++c) {
-      ASSERT_TRUE(statuses[c].ok()) << c << ": " << statuses[c].error_message();
-      std::vector<float> doubled = values[c];
-      for (float& value : doubled) value *= 2;
-      EXPECT_EQ(floats_of(answers[c].raw_output_contents(0)), doubled) << "call " << c;
-    }
   }
   if (saved != nullptr) {
     ::setenv("GROVE_GRPC_ANSWER_FUTURES", kept.c_str(), 1);
@@ -338,28 +346,7 @@ TEST(GrpcServer, AnswersOnTheirQueueOrThroughThePool) {
       ::unsetenv("GROVE_GRPC_ANSWER_POOL");
     }
     Fixture f;
-    f.service.mode = DoublingService::Mode::kHold;
-    constexpr int kCalls = 12;
-    std::vector<std::vector<float>> values(kCalls);
-    std::vector<grpc::Status> statuses(kCalls);
-    std::vector<ModelInferResponse> answers(kCalls);
-    std::vector<std::thread> callers;
-    for (int c = 0; c < kCalls; ++c) {
-      callers.emplace_back([&, c] {
-        const ModelInferRequest request = raw_request(1 + c % 3, &values[c], 700 + c);
-        statuses[c] = f.infer(request, &answers[c]);
-      });
-    }
-    while (f.service.held() < kCalls) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    EXPECT_EQ(f.service.release(), size_t{kCalls});
-    for (std::thread& caller : callers) caller.join();
-    for (int c = 0; c < kCalls; ++c) {
-      ASSERT_TRUE(statuses[c].ok()) << c << ": " << statuses[c].error_message()
-                                    << (pool ? " (answer pool)" : " (queue threads)");
-      std::vector<float> doubled = values[c];
-      for (float& value : doubled) value *= 2;
-      EXPECT_EQ(floats_of(answers[c].raw_output_contents(0)), doubled) << "call " << c;
-    }
+    expect_a_held_burst_answered(f, 12, 700, pool ? "answer pool" : "queue threads");
     // A second burst after the first: the inboxes' alarms are set again.
     std::vector<float> again;
     ModelInferResponse answer;
