@@ -59,7 +59,17 @@ void HttpConnection::on_stream_update() {
   } else {
     bytes += update.bytes;
   }
-  if (bytes.empty()) return;
+  if (bytes.empty()) {
+    if (!update.ended) return;
+    // An unframed stream (Note [Streams to HTTP/1.0 clients]) whose end came
+    // with nothing more to write: it ends here (a chunked one always writes
+    // its last chunk). Without this its client waited for a close that
+    // never came (llm_http_test, about one run in three).
+    stream_.reset();
+    ++stream_generation_;
+    queued_work_.reset();
+    return on_written(error_code{});
+  }
   body_ = std::move(bytes);
   stream_writing_ = true;
   phase_ = Phase::kWriting;
