@@ -135,6 +135,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection>, publ
   void stream(HttpResponse response);
   void on_stream_update();
   void watch_client();
+  // The stream is over (ended, or its client left): dropped, its late updates
+  // and the client watch ignored, serve()'s threads free to idle.
+  void forget_stream();
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer timer_;

@@ -43,9 +43,7 @@ void HttpConnection::on_stream_update() {
   HttpStream::Update update = stream_->take();
   if (stream_->mode() == HttpStream::Mode::kWhole) {
     if (!update.ended) return;
-    stream_.reset();
-    ++stream_generation_;
-    queued_work_.reset();
+    forget_stream();
     HttpResponse whole =
         update.response ? std::move(*update.response) : error_response(500, "the answer was lost");
     whole.stream.reset();
@@ -65,9 +63,7 @@ void HttpConnection::on_stream_update() {
     // with nothing more to write: it ends here (a chunked one always writes
     // its last chunk). Without this its client waited for a close that
     // never came (llm_http_test, about one run in three).
-    stream_.reset();
-    ++stream_generation_;
-    queued_work_.reset();
+    forget_stream();
     return on_written(error_code{});
   }
   body_ = std::move(bytes);
@@ -89,11 +85,15 @@ void HttpConnection::on_stream_update() {
           self->disarm();
           return self->on_stream_update();
         }
-        self->stream_.reset();
-        ++self->stream_generation_;
-        self->queued_work_.reset();
+        self->forget_stream();
         self->on_written(error);  // keep-alive: the next request
       });
+}
+
+void HttpConnection::forget_stream() {
+  stream_.reset();
+  ++stream_generation_;
+  queued_work_.reset();
 }
 
 void HttpConnection::watch_client() {
@@ -120,9 +120,7 @@ void HttpConnection::watch_client() {
         }
         // End of stream or a reset: nobody reads the answer any more.
         self->stream_->cancel();
-        self->stream_.reset();
-        ++self->stream_generation_;
-        self->queued_work_.reset();
+        self->forget_stream();
         self->close();
       });
 }
