@@ -218,9 +218,11 @@ class TrainingTest(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(SEED)
 
-    def gradients_over_steps(self, case, steps=4):
+    def gradients_over_steps(self, case, steps=4, inputs_need_grad=False):
         """Gradients of `steps` steps (fresh inputs each) under torch, grove
-        eager and grove cudagraphs, from the same initial parameters."""
+        eager and grove cudagraphs, from the same initial parameters;
+        inputs_need_grad: each step's inputs are new leaves that need a
+        gradient, compared too."""
         module, make_inputs = case()
         inputs = [make_inputs() for _ in range(steps)]
         results = {}
@@ -230,8 +232,12 @@ class TrainingTest(unittest.TestCase):
             results[mode] = []
             for x in inputs:
                 model.zero_grad(set_to_none=True)
+                if inputs_need_grad:
+                    x = [value.clone().requires_grad_(True) for value in x]
                 loss_of(trained(*x)).backward()
-                results[mode].append(grads(model))
+                results[mode].append(
+                    grads(model) + ([value.grad.clone() for value in x] if inputs_need_grad
+                                    else []))
             if mode != "torch":
                 whole_in_grove(self, trained)
                 results[mode + "_compiler"] = trained.compiler
@@ -263,23 +269,7 @@ class TrainingTest(unittest.TestCase):
         # new at every step. Its address was taken for a parameter's, the
         # backward bound the saved batch, and the second step raised
         # StaticInputMovedError.
-        module = Mlp()
-        batches = [torch.randn(4, 32) for _ in range(4)]
-        results = {}
-        for mode in ("torch", "eager", "cudagraphs"):
-            model = copy.deepcopy(module)
-            trained = model if mode == "torch" else grove.training.compile_module(model, mode)
-            results[mode] = []
-            for batch in batches:
-                model.zero_grad(set_to_none=True)
-                x = batch.clone().requires_grad_(True)
-                loss_of(trained(x)).backward()
-                results[mode].append(grads(model) + [x.grad.clone()])
-        for step in range(len(batches)):
-            assert_close_all(self, results["eager"][step], results["torch"][step],
-                             "step %d gradient" % step)
-            assert_equal_all(self, results["cudagraphs"][step], results["eager"][step],
-                             "step %d gradient" % step)
+        self.gradients_over_steps(mlp_case, inputs_need_grad=True)
 
     def test_the_backward_copies_only_the_loss_gradient_and_the_batch(self):
         """Note [Saved parameters] (grove/training_steps.py): the weights'
