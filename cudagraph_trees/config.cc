@@ -2,9 +2,11 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include "runtime/batch_buckets.h"
+#include "runtime/environment.h"
 
 namespace grove::cudagraph_trees {
 namespace {
@@ -19,14 +21,9 @@ bool read_bool(const char* variable, bool fallback) {
 }
 
 int read_int(const char* variable, int fallback, int minimum) {
-  const char* value = std::getenv(variable);
-  if (value == nullptr || *value == '\0') return fallback;
-  char* end = nullptr;
-  long parsed = std::strtol(value, &end, 10);
-  GROVE_CHECK_AS(ConfigError,
-                 end != value && *end == '\0' && parsed >= minimum && parsed <= 1 << 30, variable,
-                 "='", value, "': expected an integer >= ", minimum);
-  return static_cast<int>(parsed);
+  const std::optional<long> value = runtime::integer_from_environment(
+      variable, minimum, 1 << 30, str_cat(": expected an integer >= ", minimum));
+  return value ? static_cast<int>(*value) : fallback;
 }
 
 std::vector<int64_t> read_sizes(const char* variable, std::vector<int64_t> fallback) {

@@ -17,10 +17,12 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "runtime/environment.h"
 #include "serving/errors.h"
 #include "serving/grpc_message_pool.h"
 #include "serving/kserve_grpc_protocol.h"
@@ -102,17 +104,13 @@ constexpr int kCallsRequestedPerQueue = 64;
 
 int completion_queues_from(const GrpcConfig& config) {
   if (config.completion_queues >= 0) return config.completion_queues;
-  const char* value = std::getenv("GROVE_GRPC_COMPLETION_QUEUES");
-  if (value == nullptr || *value == '\0') {
-    // A quarter of the cores, 2 to 16: 8 on the 32-core hosts that measured it.
+  const std::optional<long> queues = runtime::integer_from_environment(
+      "GROVE_GRPC_COMPLETION_QUEUES", 0, 256,
+      ": expected a count of completion queues from 0 (the callback API) to 256");
+  // Unset: a quarter of the cores, 2 to 16: 8 on the 32-core hosts that measured it.
+  if (!queues)
     return static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 16u));
-  }
-  char* end = nullptr;
-  const long queues = std::strtol(value, &end, 10);
-  GROVE_CHECK_AS(ConfigError, end != value && *end == '\0' && queues >= 0 && queues <= 256,
-                 "GROVE_GRPC_COMPLETION_QUEUES='", value,
-                 "': expected a count of completion queues from 0 (the callback API) to 256");
-  return static_cast<int>(queues);
+  return static_cast<int>(*queues);
 }
 
 // Note [gRPC answers without a future]

@@ -5,12 +5,14 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "runtime/collectives/host_communicator.h"
 #include "runtime/collectives/socket_host_group.h"
 #include "runtime/collectives/tcp_rendezvous.h"
+#include "runtime/environment.h"
 #include "runtime/platform_factory.h"
 
 namespace grove::runtime::collectives {
@@ -28,17 +30,14 @@ bool is_set(const char* name) {
 // `required` names the variables every rank needs, for the message; nullptr
 // when the variable is optional.
 int env_int(const char* name, int fallback, const char* required) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') {
+  const std::optional<long> value =
+      integer_from_environment(name, 0, (1L << 30) - 1, " is not a non-negative integer");
+  if (!value) {
     GROVE_CHECK_AS(ConfigError, required == nullptr, name, " is not set; every rank needs ",
                    required == nullptr ? "" : required);
     return fallback;
   }
-  char* end = nullptr;
-  long value = std::strtol(text, &end, 10);
-  GROVE_CHECK_AS(ConfigError, end != text && *end == '\0' && value >= 0 && value < (1L << 30), name,
-                 "='", text, "' is not a non-negative integer");
-  return static_cast<int>(value);
+  return static_cast<int>(*value);
 }
 
 // Rank 0 writes the id next to the file and renames it, so a reader never sees

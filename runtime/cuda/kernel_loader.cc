@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "runtime/compile_profile.h"
 #include "runtime/cuda/cuda_error.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 
 namespace grove::runtime::cuda_detail {
@@ -144,17 +146,14 @@ void KernelLoader::run() {
 
 int kernel_load_threads() {
   constexpr int kDefaultThreads = 8;
-  const char* value = std::getenv("GROVE_KERNEL_LOAD_THREADS");
-  if (value == nullptr || *value == '\0') {
+  const std::optional<long> threads = integer_from_environment(
+      "GROVE_KERNEL_LOAD_THREADS", 0, 64,
+      ": expected a thread count from 0 to 64 (0: load kernels in the caller)");
+  if (!threads) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     return std::clamp(cores, 1, kDefaultThreads);
   }
-  char* end = nullptr;
-  const long threads = std::strtol(value, &end, 10);
-  GROVE_CHECK_AS(ConfigError, end != value && *end == '\0' && threads >= 0 && threads <= 64,
-                 "GROVE_KERNEL_LOAD_THREADS='", value,
-                 "': expected a thread count from 0 to 64 (0: load kernels in the caller)");
-  return static_cast<int>(threads);
+  return static_cast<int>(*threads);
 }
 
 }  // namespace grove::runtime::cuda_detail
