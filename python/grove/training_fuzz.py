@@ -104,12 +104,14 @@ def trained(module, mode, device):
     return grove.training.compile_module(module, mode)
 
 
-def stateless_program(rng):
+def stateless_program(rng, split=True):
     """A door-fuzzer program without the in-place state (drawn again until
-    one has none: the state is an inference-path case)."""
+    one has none: the state is an inference-path case); split: whether ops
+    left to PyTorch may appear."""
     while True:
         program = door_fuzz.Program(rng, inputs=rng.choice([1, 2, 3]),
-                                    length=rng.randrange(4, 12), exclude=DISCONTINUOUS)
+                                    length=rng.randrange(4, 12), split=split,
+                                    exclude=DISCONTINUOUS)
         if not program.has_state:
             return program
 
@@ -210,13 +212,7 @@ def run_whole_step(seed, counters=None):
     both modes; raises FuzzFailure naming the seed, the optimizer and the
     step that differs."""
     rng = random.Random(seed)
-    program = door_fuzz.Program(rng, inputs=rng.choice([1, 2, 3]),
-                                length=rng.randrange(4, 12), split=False,
-                                exclude=DISCONTINUOUS)
-    while program.has_state:
-        program = door_fuzz.Program(rng, inputs=rng.choice([1, 2, 3]),
-                                    length=rng.randrange(4, 12), split=False,
-                                    exclude=DISCONTINUOUS)
+    program = stateless_program(rng, split=False)
     kind = rng.choice(["sgd", "adamw"])
     try:
         _whole_step_in_both_modes(seed, rng, program, kind, counters)
