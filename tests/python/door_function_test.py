@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_models  # noqa: E402
 import grove.training  # noqa: E402
 import junit_main  # noqa: E402
-from grove import door_function  # noqa: E402
+from grove import door_function, training_steps  # noqa: E402
 from grove.runner import StaticInputMovedError  # noqa: E402
 from grove.training_steps import StepCompiler  # noqa: E402
 
@@ -30,7 +30,10 @@ RTOL, ATOL = 1e-4, 1e-5
 def partition_of(module, example):
     """(forward, backward) fx modules of `module` over its parameters and
     `example` (PyTorch 1.13's AOTAutograd, default partition), and the
-    function of (parameters..., x) they were traced from."""
+    function of (parameters..., x) they were traced from. Attention is
+    written out as the door's training graphs write it (PyTorch 2.x traces
+    scaled_dot_product_attention to a fused kernel and its backward, which
+    are not grove ops: training_steps.write_out_attention)."""
     from functorch.compile import aot_function, default_partition
     from torch.nn.utils import stateless
 
@@ -49,7 +52,9 @@ def partition_of(module, example):
     compiled = aot_function(function, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
                             partition_fn=default_partition)
     params = [p.detach().clone().requires_grad_(True) for p in module.parameters()]
-    compiled(*params, example)[0].sum().backward()
+    with mock.patch.object(F, "scaled_dot_product_attention", training_steps.math_attention,
+                           create=True):
+        compiled(*params, example)[0].sum().backward()
     return captured["forward"], captured["backward"]
 
 
