@@ -116,7 +116,7 @@ std::optional<runtime::SmallMTile> forced_small_m_tile() {
 
 bool small_m_tiled_kn_enabled() {
   const char* value = std::getenv("GROVE_SMALL_M_TILED_KN");
-  return value != nullptr && std::string(value) == "1";
+  return value == nullptr || std::string(value) != "0";
 }
 
 bool small_m_tiled_qualifies(const GemmLaunch& launch) {

@@ -62,9 +62,9 @@
 // are summed by two shuffles and the warps in shared memory in warp order: one
 // summation order per output, the same bits on every launch. Grid ceil(N / 32C)
 // x ceil(M / R); the same tiles as above, timed by the same tuning (its keys
-// carry tb=0) where GROVE_SMALL_M_TILED_KN=1 (off by default until an A/B shows
-// it faster: compiler/lowering/small_m_gemm.h, small_m_tiled_kn_enabled). Session 23
-// r3 (H200): 8 forced-tile cases matched float64, cudagraphs == eager bitwise.
+// carry tb=0) unless GROVE_SMALL_M_TILED_KN=0 (compiler/lowering/small_m_gemm.h,
+// small_m_tiled_kn_enabled). Session 23 r3 (H200) and session 25 (H100): the
+// forced-tile cases matched float64, cudagraphs == eager bitwise.
 // Tests: gpu_small_m_gemm_test.py's test_k_by_n_weights_match_the_reference_
 // with_partial_tiles (cuda: every tile, partial tiles, epilogues, eager ==
 // cudagraphs bitwise, the kernel seen in a profile); SmallMTiledGemm.

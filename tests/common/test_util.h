@@ -79,13 +79,17 @@ void expect_error(const std::function<void()>& call, std::initializer_list<std::
   }
 }
 
-// Sets an environment variable for one scope, then restores what it was
-// (unset if it was unset).
+// Sets an environment variable for one scope (unsets it where value is
+// null), then restores what it was (unset if it was unset).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* before = std::getenv(name)) before_ = before;
-    setenv(name, value, 1);
+    if (value == nullptr) {
+      unsetenv(name);
+    } else {
+      setenv(name, value, 1);
+    }
   }
   ~ScopedEnv() {
     if (before_) {

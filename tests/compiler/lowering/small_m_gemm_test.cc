@@ -1161,8 +1161,8 @@ TEST(SmallMTiledGemm, ForcedTileIsALibraryStepNamingIt) {
 }
 
 // Note [Small-M tiled GEMM over a K x N weight]: x @ W with W [K, N] takes
-// the forced tile too where GROVE_SMALL_M_TILED_KN=1 (off by default).
-TEST(SmallMTiledGemm, ForcedTileTakesAKByNWeightWhenSwitchedOn) {
+// the forced tile too, unless GROVE_SMALL_M_TILED_KN=0.
+TEST(SmallMTiledGemm, ForcedTileTakesAKByNWeightUnlessSwitchedOff) {
   testing::ScopedEnv tile("GROVE_SMALL_M_TILED", "8x1");
   testing::ScopedEnv mode("GROVE_SMALL_M_GEMM", "auto");
   auto gemm_args = [] {
@@ -1179,10 +1179,10 @@ TEST(SmallMTiledGemm, ForcedTileTakesAKByNWeightWhenSwitchedOn) {
     return seen;
   };
   {
-    testing::ScopedEnv kn("GROVE_SMALL_M_TILED_KN", "");  // the default: off
+    testing::ScopedEnv kn("GROVE_SMALL_M_TILED_KN", "0");
     EXPECT_EQ(gemm_args().tile_rows, 0);
   }
-  testing::ScopedEnv kn("GROVE_SMALL_M_TILED_KN", "1");
+  testing::ScopedEnv kn("GROVE_SMALL_M_TILED_KN", nullptr);  // the default: on
   const runtime::GemmArgs seen = gemm_args();
   EXPECT_FALSE(seen.transpose_b);
   EXPECT_EQ(seen.tile_rows, 8);
