@@ -82,6 +82,37 @@ __device__ __forceinline__ float apply_epilogue(float value, int64_t epilogue) {
   return value;
 }
 
+// The block's R rows of A; rows past A's edge read its last row (in bounds)
+// and store nothing.
+template <typename T, int R>
+__device__ __forceinline__ void block_rows(const T* a, int64_t lda, int64_t block_row, int64_t m,
+                                           const T* (&a_rows)[R]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = block_row + r;
+    a_rows[r] = a + (row < m ? row : m - 1) * lda;
+  }
+}
+
+// The steps of K a warp of W takes: [first, last) of ceil(k / step).
+template <int W>
+__device__ __forceinline__ void warp_steps(int64_t k, int64_t step, int warp, int64_t& first,
+                                           int64_t& last) {
+  const int64_t steps = (k + step - 1) / step;
+  first = steps * warp / W;
+  last = steps * (warp + 1) / W;
+}
+
+// One output's sum: the W warps' partial sums added in warp order.
+template <int W, int R, int kColumns>
+__device__ __forceinline__ float warps_sum(const float (&partial)[W][R][kColumns], int r,
+                                           int column_in_block) {
+  float sum = partial[0][r][column_in_block];
+#pragma unroll
+  for (int q = 1; q < W; ++q) sum += partial[q][r][column_in_block];
+  return sum;
+}
+
 // acc[r][j] += <A row r's vector at kv, W column j's vector>, elements in order.
 template <typename T, int R, int C>
 __device__ __forceinline__ void fold(float (&acc)[R][C], const uint4 (&weights)[C],
@@ -127,14 +158,9 @@ __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, 
     w_rows[j] = w + (column < n ? column : n - 1) * ldw;
   }
   const T* a_rows[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = block_row + r;
-    a_rows[r] = a + (row < m ? row : m - 1) * lda;
-  }
-  const int64_t steps = (k + kStep - 1) / kStep;
-  const int64_t first = steps * warp / W;
-  const int64_t last = steps * (warp + 1) / W;
+  block_rows<T, R>(a, lda, block_row, m, a_rows);
+  int64_t first, last;
+  warp_steps<W>(k, kStep, warp, first, last);
   // Note [Programmatic dependent launch]: the weights of the first steps go to
   // L2 while the kernel before drains; nothing is read before the wait.
 #pragma unroll
@@ -198,9 +224,7 @@ __device__ __forceinline__ void tiled_gemm(const T* a, int64_t lda, const T* w, 
     const int64_t row = block_row + r;
     const int64_t column = block_column + column_in_block;
     if (row >= m || column >= n) continue;
-    float sum = partial[0][r][column_in_block];
-#pragma unroll
-    for (int q = 1; q < W; ++q) sum += partial[q][r][column_in_block];
+    float sum = warps_sum<W, R, kColumns>(partial, r, column_in_block);
     // Transposed (Note [Small-N GEMMs as their transpose]): output (row,
     // column) of the product is C[column, row], and the bias is per row.
     if (epilogue != kEpilogueNone) sum += widen(bias[transposed != 0 ? row : column]);

@@ -77,14 +77,9 @@ __device__ __forceinline__ void tiled_gemm_kn(const float* a, int64_t lda, const
     w_columns[j] = column < n ? column : n - V;
   }
   const float* a_rows[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = block_row + r;
-    a_rows[r] = a + (row < m ? row : m - 1) * lda;
-  }
-  const int64_t steps = (k + kStep - 1) / kStep;
-  const int64_t first = steps * warp / W;
-  const int64_t last = steps * (warp + 1) / W;
+  block_rows<float, R>(a, lda, block_row, m, a_rows);
+  int64_t first, last;
+  warp_steps<W>(k, kStep, warp, first, last);
   // Note [Programmatic dependent launch]: the first steps' weight lines go to
   // L2 while the kernel before drains; nothing is read before the wait.
 #pragma unroll
@@ -165,9 +160,7 @@ __device__ __forceinline__ void tiled_gemm_kn(const float* a, int64_t lda, const
     const int64_t row = block_row + r;
     const int64_t column = block_column + column_in_block;
     if (row >= m || column >= n) continue;
-    float sum = partial[0][r][column_in_block];
-#pragma unroll
-    for (int q = 1; q < W; ++q) sum += partial[q][r][column_in_block];
+    float sum = warps_sum<W, R, kColumns>(partial, r, column_in_block);
     if (epilogue != kEpilogueNone) sum += bias[column];
     c[row * ldc + column] = apply_epilogue(sum, epilogue);
   }
