@@ -89,22 +89,19 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
   const Device device = x.device();
   Platform& platform = device_context(device).platform();
   namespace bits = streamed_gemv_flags;
-  // Note [Streamed GEMV bulk copies] (runtime/cuda/small_m_gemv.h): the bulk kernels where
-  // GROVE_GEMV_BULK asks for them; they read W under the policy their name says.
-  const bool bulk = bits::bulk_copies(/*blas=*/false);
   const bool evict_first = weights_evict_first();
   // Note [Streamed GEMV slots]: 28 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
-  const bool deep = !bulk && streamed_gemv_deep_slots(0);
+  const bool deep = streamed_gemv_deep_slots(0);
   // 20 slots are the kernel's static shared memory; 28 are dynamic.
-  const uint32_t shared_bytes = bulk ? bits::kBulkSharedBytes : (deep ? 28 * kThreads * 16 : 0);
+  const uint32_t shared_bytes = deep ? 28 * kThreads * 16 : 0;
   KernelSource source;
   source.name = str_cat(gated     ? "grove_rms_norm_swiglu_streamed_bf16"
                         : f32_out ? "grove_rms_norm_gemv_streamed_bf16_f32out"
                                   : "grove_rms_norm_gemv_streamed_bf16",
-                        deep ? "_s28" : "", bulk ? (evict_first ? "_bulk_ef" : "_bulk") : "");
+                        deep ? "_s28" : "");
   source.ptx = kPtx;
   source.ptx_programmatic = kProgrammaticPtx;
-  source.max_dynamic_shared_bytes = bulk ? bits::kBulkSharedOptIn : shared_bytes;
+  source.max_dynamic_shared_bytes = shared_bytes;
   const KernelHandle kernel = load_kernel_once(device, source);
   const int64_t needed = (n + kThreads / 32 - 1) / (kThreads / 32);
   LaunchDims dims;
@@ -115,7 +112,7 @@ void launch_streamed(const Tensor& x, const Tensor& gain, const Tensor& w, const
   dims.shared_bytes = shared_bytes;
   int64_t flags = 0;
   // Note [Streamed GEMV slots]: the deep rings read under the default policy.
-  if (evict_first && !deep && !bulk) flags |= bits::kEvictFirst;
+  if (evict_first && !deep) flags |= bits::kEvictFirst;
   if (bits::allow_next_first(/*blas=*/false)) flags |= bits::kAllowNextFirst;
   if (bits::row_in_registers()) flags |= bits::kRowInRegisters;
   flags |= bits::prefetch_column_bits();

@@ -14,7 +14,6 @@
 #include <cstdint>
 
 #include "runtime/async_copy_device.h"
-#include "runtime/bulk_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
 #include "runtime/cuda/streamed_gemv_flags.h"
 
@@ -423,129 +422,6 @@ __device__ __forceinline__ void streamed_rms_norm_gemv(const uint16_t* x_bits,
   wait_copies<0>();
 }
 
-// Note [Streamed GEMV bulk copies] (runtime/cuda/small_m_gemv.h) for the RMSNorm GEMVs: as
-// streamed_rms_norm_gemv, each warp's W rows (gated: its gate and up rows, both chunks of a
-// stage on one barrier) moved by the copy engine, kBulkChunk vectors a row at a time, into
-// the warp's ring of kBulkStages stages (dynamic shared memory); lanes fold in the same order
-// (the same bits). Without bulk copies (compute_80 PTX) the 20-slot kernel runs.
-#if defined(GROVE_BULK_COPIES)
-constexpr int kBulkSteps = 4;                   // vectors a lane folds from a chunk
-constexpr int kBulkChunk = kBulkSteps * kWarp;  // 16-byte vectors of one row a chunk: 2 KiB
-template <bool kGated>
-constexpr int kBulkStages = kGated ? 3 : 6;  // 12 KiB in flight a warp
-#endif
-template <bool kGated, typename Out, bool kEvictFirst>
-__device__ __forceinline__ void bulk_streamed_rms_norm_gemv(const uint16_t* x_bits,
-                                                            const uint16_t* gain_bits,
-                                                            const uint16_t* w_bits, int64_t ldw,
-                                                            Out* c, int64_t n, int64_t k, float eps,
-                                                            int64_t flags) {
-#if defined(GROVE_BULK_COPIES)
-  namespace bits = grove::runtime::streamed_gemv_flags;
-  const bool allow_next_first = (flags & bits::kAllowNextFirst) != 0;
-  const bool row_in_registers = (flags & bits::kRowInRegisters) != 0;
-  constexpr int kWarps = kThreads / kWarp;
-  constexpr int kRows = kGated ? 2 : 1;  // W rows a stage holds a chunk of
-  constexpr int kStages = kBulkStages<kGated>;
-  extern __shared__ uint4 bulk_memory[];  // [kWarps][kStages][kRows][kBulkChunk]
-  __shared__ uint64_t full[kWarps][kStages];
-  __shared__ uint4 normed[kStreamedMaxK / 8];  // bf16(g * (x * rstd)), 8 a vector
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  const int64_t first_column = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  const int64_t vectors = k / 8;
-  const int64_t chunks = (vectors + kBulkChunk - 1) / kBulkChunk;  // a column's
-  uint4* ring = bulk_memory + warp * kStages * kRows * kBulkChunk;
-  uint64_t* barriers = full[warp];
-  uint64_t policy = 0;
-  if constexpr (kEvictFirst) policy = evict_first_policy();
-  int64_t issue_column = first_column;
-  int64_t issue_chunk = 0;
-  int issue_stage = 0;
-  auto issue = [&] {
-    if (issue_column < n) {
-      const int64_t begin = issue_chunk * kBulkChunk;
-      const int64_t count = vectors - begin < kBulkChunk ? vectors - begin : kBulkChunk;
-      const auto bytes = static_cast<uint32_t>(count * 16);
-      bulk_expect(&barriers[issue_stage], kRows * bytes);
-#pragma unroll
-      for (int row = 0; row < kRows; ++row) {
-        const uint4* source =
-            reinterpret_cast<const uint4*>(w_bits + (issue_column + row * n) * ldw) + begin;
-        uint4* target = ring + (issue_stage * kRows + row) * kBulkChunk;
-        if constexpr (kEvictFirst) {
-          bulk_copy(target, source, bytes, &barriers[issue_stage], policy);
-        } else {
-          bulk_copy(target, source, bytes, &barriers[issue_stage]);
-        }
-      }
-      if (++issue_chunk == chunks) {
-        issue_chunk = 0;
-        issue_column += warps;
-      }
-    }
-    issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
-  };
-  // Note [Streamed GEMV allows the next kernel first].
-  if (allow_next_first) allow_next_kernel();
-  if (lane == 0) {
-#pragma unroll 1
-    for (int stage = 0; stage < kStages; ++stage) bulk_barrier_init(&barriers[stage]);
-    bulk_barriers_ready();
-    // Note [Programmatic dependent launch]: W is read-only; x only after the wait.
-#pragma unroll 1
-    for (int stage = 0; stage < kStages; ++stage) issue();
-  }
-  // Note [Streamed GEMV prefetches columns into L2] (runtime/cuda/small_m_gemv.h).
-  prefetch_columns_to_l2(w_bits, ldw, k, n, first_column, warps,
-                         static_cast<int>((flags >> bits::kPrefetchColumnsShift) & 0xff), kRows, n,
-                         lane);
-  __syncwarp();
-  uint4 gain_vectors[kRowVectors];
-  const auto* gain = reinterpret_cast<const uint4*>(gain_bits);
-  load_gain(gain_vectors, gain, k, row_in_registers);
-  wait_for_earlier_kernels();
-  if (!allow_next_first) allow_next_kernel();
-  normalize_row(normed, reinterpret_cast<const uint4*>(x_bits), gain, gain_vectors, k, eps,
-                row_in_registers);
-  int stage = 0;
-  uint32_t parity = 0;
-  for (int64_t column = first_column; column < n; column += warps) {
-    float acc[1] = {0.0f};
-    float acc_up[1] = {0.0f};
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const int64_t begin = chunk * kBulkChunk;
-      bulk_wait(&barriers[stage], parity);
-      const uint4* gate_chunk = ring + stage * kRows * kBulkChunk;
-#pragma unroll
-      for (int u = 0; u < kBulkSteps; ++u) {
-        const int64_t index = begin + lane + u * kWarp;
-        if (index < vectors) {
-          float a[1][8];
-          unpack(normed[index], a[0]);
-          dot<1>(acc, gate_chunk[lane + u * kWarp], a);
-          if constexpr (kGated) dot<1>(acc_up, gate_chunk[kBulkChunk + lane + u * kWarp], a);
-        }
-      }
-      __syncwarp();            // every lane has read the stage
-      if (lane == 0) issue();  // lane 0's issue_stage is `stage`
-      if (++stage == kStages) {
-        stage = 0;
-        parity ^= 1u;
-      }
-    }
-    warp_sum<1>(acc);
-    if constexpr (kGated) warp_sum<1>(acc_up);
-    if (lane == 0) store_column<kGated>(c, column, acc[0], acc_up[0]);
-  }
-#else
-  streamed_rms_norm_gemv<kGated, Out, 20>(
-      x_bits, gain_bits, w_bits, ldw, c, n, k, eps,
-      kEvictFirst ? (flags | grove::runtime::streamed_gemv_flags::kEvictFirst) : flags);
-#endif
-}
-
 }  // namespace
 
 // grove_rms_norm_gemv_bf16_m1, grove_rms_norm_gemv_bf16_f32out_m1 and
@@ -581,19 +457,3 @@ GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_s28, false, uint1
 GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_f32out_s28, false, float, 28)
 GROVE_STREAMED_RMS_NORM_GEMV(grove_rms_norm_swiglu_streamed_bf16_s28, true, uint16_t, 28)
 
-// The bulk kernels (Note [Streamed GEMV bulk copies]): the streamed kernels' parameters (the
-// kEvictFirst bit of flags ignored: _ef reads W under evict_first_policy), launched with
-// 48 KiB of dynamic shared memory.
-#define GROVE_BULK_RMS_NORM_GEMV(NAME, GATED, OUT, EVICT_FIRST)                                \
-  extern "C" __global__ void __launch_bounds__(kThreads)                                       \
-      NAME(const uint16_t* x, const uint16_t* gain, const uint16_t* w, int64_t ldw, OUT* c,    \
-           int64_t n, int64_t k, float eps, int64_t flags) {                                   \
-    bulk_streamed_rms_norm_gemv<GATED, OUT, EVICT_FIRST>(x, gain, w, ldw, c, n, k, eps, flags); \
-  }
-
-GROVE_BULK_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_bulk, false, uint16_t, false)
-GROVE_BULK_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_bulk_ef, false, uint16_t, true)
-GROVE_BULK_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_f32out_bulk, false, float, false)
-GROVE_BULK_RMS_NORM_GEMV(grove_rms_norm_gemv_streamed_bf16_f32out_bulk_ef, false, float, true)
-GROVE_BULK_RMS_NORM_GEMV(grove_rms_norm_swiglu_streamed_bf16_bulk, true, uint16_t, false)
-GROVE_BULK_RMS_NORM_GEMV(grove_rms_norm_swiglu_streamed_bf16_bulk_ef, true, uint16_t, true)

@@ -95,28 +95,23 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
   // Note [Streamed GEMV holds A in shared memory]: the _as entry points take the place of the
   // others where GROVE_GEMV_A_SHARED asks for them, up to K = kMaxSharedAK.
   namespace bits = streamed_gemv_flags;
-  // Note [Streamed GEMV bulk copies]: the bulk kernels where GROVE_GEMV_BULK asks for them,
-  // before the other forms; they read W under the policy their name says.
-  const bool bulk = bits::bulk_copies(/*blas=*/true);
   const bool evict_first = weights_evict_first();
-  const bool a_shared = !bulk && g.k <= kMaxSharedAK && streamed_gemv_a_shared(g.n);
+  const bool a_shared = g.k <= kMaxSharedAK && streamed_gemv_a_shared(g.n);
   // Note [Streamed GEMV slots]: 32 slots where GROVE_STREAMED_GEMV_SLOTS asks for deep ones.
-  const int deep = !bulk && !a_shared && streamed_gemv_deep_slots(g.n) ? 1 : 0;
+  const int deep = !a_shared && streamed_gemv_deep_slots(g.n) ? 1 : 0;
   // 24 slots (16 beside A) are the kernel's static shared memory; 32 are dynamic.
-  const uint32_t shared_bytes =
-      bulk ? bits::kBulkSharedBytes : (deep != 0 ? 32 * kStreamThreads * 16 : 0);
+  const uint32_t shared_bytes = deep != 0 ? 32 * kStreamThreads * 16 : 0;
   KernelHandle kernel;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const int form = bulk ? (evict_first ? 4 : 3) : (a_shared ? 2 : deep);
+    const int form = a_shared ? 2 : deep;
     if (!streamed_loaded_[type][form]) {
       KernelSource source;
       source.name = str_cat("grove_small_m_gemv_streamed_", type == 0 ? "bf16" : "f16",
-                            deep != 0 ? "_s32" : "", a_shared ? "_as" : "",
-                            bulk ? (evict_first ? "_bulk_ef" : "_bulk") : "");
+                            deep != 0 ? "_s32" : "", a_shared ? "_as" : "");
       source.ptx = kPtx;
       source.ptx_programmatic = kProgrammaticPtx;
-      source.max_dynamic_shared_bytes = bulk ? bits::kBulkSharedOptIn : shared_bytes;
+      source.max_dynamic_shared_bytes = shared_bytes;
       streamed_[type][form] = platform_.load_kernel(source);
       streamed_loaded_[type][form] = true;
     }
@@ -133,7 +128,7 @@ void SmallMGemv::launch_streamed(StreamHandle stream, const GemmArgs& g, int typ
   dims.shared_bytes = shared_bytes;
   int64_t flags = 0;
   // Note [Streamed GEMV slots]: the deep rings read under the default policy.
-  if (evict_first && deep == 0 && !bulk) flags |= bits::kEvictFirst;
+  if (evict_first && deep == 0) flags |= bits::kEvictFirst;
   if (bits::allow_next_first(/*blas=*/true)) flags |= bits::kAllowNextFirst;
   if (bits::residual_first()) flags |= bits::kResidualFirst;
   flags |= bits::prefetch_column_bits();

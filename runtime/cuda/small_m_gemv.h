@@ -181,30 +181,15 @@
 // streams before the wait returns); small 86.4 and 86.7 against 85.5.
 // Tests: as above (settings "columns prefetched into L2").
 //
-// Note [Streamed GEMV bulk copies]
-// The streamed GEMVs move W through per-thread cp.async copies of 16 bytes:
-// every weight byte is one of a thread's requests, each warp issuing a 512-byte
-// request per fold step, and 96 KiB in flight an SM are 6144 such copies. The
-// _bulk entry points (both kinds: runtime/cuda/small_m_gemv_kernel.cu,
-// runtime/rms_norm_gemv_kernel.cu) have lane 0 of each warp ask the copy
-// engine (cp.async.bulk, compute_90) for 2 KiB chunks of its columns' W rows
-// (gated: of the gate and the up row) into the warp's ring of 12 KiB of
-// dynamic shared memory, each chunk completing an mbarrier the warp waits on;
-// the first chunks are requested before the wait. Lane l folds vectors l,
-// l + 32, ... of each chunk: the order of the other streamed kernels, so the
-// same bits. _bulk_ef reads W under the evict-first policy
-// (GROVE_WEIGHTS_EVICT_FIRST picks the entry point). GROVE_GEMV_BULK=1 (both
-// kinds), =blas or =norm (read at each launch) runs them; the compute_80 PTX
-// has the other streamed kernels behind those names.
-// Tests: CudaPlatformTest.StreamedGemvMatchesWarpPerColumnBitwise and
-// CudaPlatformTest.StreamedRmsNormGemvMatchesWarpPerColumnBitwise (settings
-// "bulk copies"; passed on an H200, session 22 round 2). Their first launch
-// failed (H200, round 1): the opt-in to more than 48 KiB of shared memory was
-// not made (kBulkSharedOptIn). Measured, they cost, so they stay off: H200,
-// round 2 (decode --variants, batch 1, WHILE loop): 1B 873.8 us a step against
-// 800.6 (967.7 with two columns prefetched into L2), small 86.6 against 85.5,
-// the same tokens. (Not profiled: whether one copy-engine request of 2 KiB at
-// a time per stage keeps too few bytes in flight is the first thing to look at.)
+// Copy-engine copies of W (cp.async.bulk into a ring per warp, each 2 KiB chunk
+// completing an mbarrier) were built in session 22 as _bulk entry points of
+// both kinds (GROVE_GEMV_BULK) and gave the same bits, but lost: H200, session
+// 22 round 2 (decode --variants, batch 1, WHILE loop), 1B 873.8 us a step
+// against 800.6 with the per-thread copies above, small 86.6 against 85.5.
+// They were removed in session 25 (the other entry points' PTX unchanged but
+// for the shared memory nvcc now declares inside each entry). Whether one
+// request of 2 KiB at a time per stage kept too few bytes in flight was never
+// profiled; that is where to start if they are tried again.
 //
 // Note [RMSNorm GEMV keeps its row in registers]
 // A streamed RMSNorm GEMV's blocks read x after their wait to sum its squares
@@ -244,11 +229,10 @@ class SmallMGemv {
   std::mutex mutex_;                 // guards the loads (any thread may run GEMMs)
   KernelHandle kernels_[2][4] = {};  // [bf16, f16][M = 1, 2, 4, 8]
   bool loaded_[2][4] = {};
-  // [bf16, f16][24 slots, 32 slots, A in shared memory, bulk copies, bulk copies evicting
-  // first]: Note [Streamed GEMV], Note [Streamed GEMV slots], Note [Streamed GEMV holds A in
-  // shared memory], Note [Streamed GEMV bulk copies]
-  KernelHandle streamed_[2][5] = {};
-  bool streamed_loaded_[2][5] = {};
+  // [bf16, f16][24 slots, 32 slots, A in shared memory]: Note [Streamed GEMV], Note [Streamed
+  // GEMV slots], Note [Streamed GEMV holds A in shared memory]
+  KernelHandle streamed_[2][3] = {};
+  bool streamed_loaded_[2][3] = {};
 };
 
 }  // namespace grove::runtime::cuda_detail

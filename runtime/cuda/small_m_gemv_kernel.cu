@@ -12,7 +12,6 @@
 #include <cstdint>
 
 #include "runtime/async_copy_device.h"
-#include "runtime/bulk_copy_device.h"
 #include "runtime/programmatic_launch_device.h"
 #include "runtime/cuda/vector_unpack_device.cuh"
 #include "runtime/cuda/streamed_gemv_flags.h"
@@ -222,130 +221,6 @@ __device__ __forceinline__ void streamed_gemv(const T* a, const T* w, int64_t ld
   wait_copies<0>();
 }
 
-// Note [Streamed GEMV bulk copies] (small_m_gemv.h): one row of A, warps
-// taking columns as streamed_gemv's do; each warp's lane 0 has the copy engine
-// move its columns' W rows, kBulkChunk vectors at a time, into the warp's ring
-// of kBulkStages chunks in (dynamic) shared memory, the first kBulkStages before
-// the wait; every lane folds vectors lane, lane + 32, ... of each chunk, in
-// streamed_gemv's order (the same bits), and lane 0 refills the chunk the warp
-// has folded. Without bulk copies (compute_80 PTX) the 24-slot kernel runs.
-#if defined(GROVE_BULK_COPIES)
-constexpr int kBulkSteps = 4;                   // vectors a lane folds from a chunk
-constexpr int kBulkChunk = kBulkSteps * kWarp;  // 16-byte vectors a chunk: 2 KiB
-constexpr int kBulkStages = 6;                  // chunks in flight a warp: 12 KiB
-#endif
-template <typename T, bool kEvictFirst>
-__device__ __forceinline__ void bulk_streamed_gemv(const T* a, const T* w, int64_t ldw, T* c,
-                                                   int64_t n, int64_t k, int64_t accumulate,
-                                                   int64_t flags) {
-#if defined(GROVE_BULK_COPIES)
-  namespace bits = grove::runtime::streamed_gemv_flags;
-  const bool allow_next_first = (flags & bits::kAllowNextFirst) != 0;
-  const bool residual_first = accumulate != 0 && (flags & bits::kResidualFirst) != 0;
-  constexpr int kWarps = kStreamThreads / kWarp;
-  extern __shared__ uint4 bulk_memory[];  // [kWarps][kBulkStages][kBulkChunk]
-  __shared__ uint64_t full[kWarps][kBulkStages];
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  const int64_t first_column = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  const int64_t vectors = k / 8;
-  const int64_t chunks = (vectors + kBulkChunk - 1) / kBulkChunk;  // a column's
-  uint4* ring = bulk_memory + warp * kBulkStages * kBulkChunk;
-  uint64_t* barriers = full[warp];
-  uint64_t policy = 0;
-  if constexpr (kEvictFirst) policy = evict_first_policy();
-  // Lane 0's next copy: chunk `issue_chunk` of row `issue_column`, into stage `issue_stage`.
-  int64_t issue_column = first_column;
-  int64_t issue_chunk = 0;
-  int issue_stage = 0;
-  auto issue = [&] {
-    if (issue_column < n) {
-      const int64_t begin = issue_chunk * kBulkChunk;
-      const int64_t count = vectors - begin < kBulkChunk ? vectors - begin : kBulkChunk;
-      const auto bytes = static_cast<uint32_t>(count * 16);
-      const uint4* source = reinterpret_cast<const uint4*>(w + issue_column * ldw) + begin;
-      bulk_expect(&barriers[issue_stage], bytes);
-      if constexpr (kEvictFirst) {
-        bulk_copy(ring + issue_stage * kBulkChunk, source, bytes, &barriers[issue_stage], policy);
-      } else {
-        bulk_copy(ring + issue_stage * kBulkChunk, source, bytes, &barriers[issue_stage]);
-      }
-      if (++issue_chunk == chunks) {
-        issue_chunk = 0;
-        issue_column += warps;
-      }
-    }
-    issue_stage = issue_stage + 1 == kBulkStages ? 0 : issue_stage + 1;
-  };
-  // Note [Streamed GEMV allows the next kernel first].
-  if (allow_next_first) allow_next_kernel();
-  if (lane == 0) {
-#pragma unroll 1
-    for (int stage = 0; stage < kBulkStages; ++stage) bulk_barrier_init(&barriers[stage]);
-    bulk_barriers_ready();
-    // Note [Programmatic dependent launch]: W is read-only; A and C only after the wait.
-#pragma unroll 1
-    for (int stage = 0; stage < kBulkStages; ++stage) issue();
-  }
-  // Note [Streamed GEMV prefetches columns into L2].
-  prefetch_columns_to_l2(reinterpret_cast<const uint16_t*>(w), ldw, k, n, first_column, warps,
-                         static_cast<int>((flags >> bits::kPrefetchColumnsShift) & 0xff), 1, 0,
-                         lane);
-  __syncwarp();
-  wait_for_earlier_kernels();
-  if (!allow_next_first) allow_next_kernel();
-  const auto* x = reinterpret_cast<const uint4*>(a);
-  int stage = 0;
-  uint32_t parity = 0;
-  for (int64_t column = first_column; column < n; column += warps) {
-    float acc = 0.0f;
-    // Note [Streamed GEMV reads C first].
-    const float residual = residual_first && lane == 0 ? widen(c[column]) : 0.0f;
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const int64_t begin = chunk * kBulkChunk;
-      uint4 x_vectors[kBulkSteps];  // requested before the chunk's wait
-#pragma unroll
-      for (int u = 0; u < kBulkSteps; ++u) {
-        const int64_t index = begin + lane + u * kWarp;
-        if (index < vectors) x_vectors[u] = __ldg(x + index);
-      }
-      bulk_wait(&barriers[stage], parity);
-      const uint4* chunk_vectors = ring + stage * kBulkChunk;
-#pragma unroll
-      for (int u = 0; u < kBulkSteps; ++u) {
-        if (begin + lane + u * kWarp < vectors) {
-          float weights[8];
-          unpack(chunk_vectors[lane + u * kWarp], weights, T());
-          float xs[8];
-          unpack(x_vectors[u], xs, T());
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc = fmaf(xs[i], weights[i], acc);
-        }
-      }
-      __syncwarp();             // every lane has read the chunk
-      if (lane == 0) issue();   // lane 0's issue_stage is `stage`
-      if (++stage == kBulkStages) {
-        stage = 0;
-        parity ^= 1u;
-      }
-    }
-#pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    }
-    if (lane == 0) {
-      T* out = c + column;
-      store(out, accumulate != 0 ? acc + (residual_first ? residual : widen(*out)) : acc);
-    }
-  }
-#else
-  streamed_gemv<T, 24, false>(a, w, ldw, c, n, k, accumulate,
-                              kEvictFirst ? (flags | grove::runtime::streamed_gemv_flags::kEvictFirst)
-                                          : flags);
-#endif
-}
-
 }  // namespace
 
 // grove_small_m_gemv_<dtype>_m<M>(a, lda, w, ldw, c, ldc, n, k, accumulate): the kernels
@@ -385,18 +260,3 @@ GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_s32, __half, 32, false)
 GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_as, __nv_bfloat16, kSharedASlots, true)
 GROVE_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_as, __half, kSharedASlots, true)
 
-// grove_small_m_gemv_streamed_<dtype>_bulk[_ef](a, w, ldw, c, n, k, accumulate, flags): Note
-// [Streamed GEMV bulk copies], launched with kStreamThreads threads a block and kWarps *
-// kBulkStages * kBulkChunk * 16 bytes of dynamic shared memory; _ef reads W under
-// evict_first_policy (the kEvictFirst bit of flags is ignored).
-#define GROVE_BULK_STREAMED_GEMV(NAME, T, EVICT_FIRST)                                          \
-  extern "C" __global__ void __launch_bounds__(kStreamThreads)                                  \
-      NAME(const T* a, const T* w, int64_t ldw, T* c, int64_t n, int64_t k, int64_t accumulate, \
-           int64_t flags) {                                                                     \
-    bulk_streamed_gemv<T, EVICT_FIRST>(a, w, ldw, c, n, k, accumulate, flags);                  \
-  }
-
-GROVE_BULK_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_bulk, __nv_bfloat16, false)
-GROVE_BULK_STREAMED_GEMV(grove_small_m_gemv_streamed_bf16_bulk_ef, __nv_bfloat16, true)
-GROVE_BULK_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_bulk, __half, false)
-GROVE_BULK_STREAMED_GEMV(grove_small_m_gemv_streamed_f16_bulk_ef, __half, true)

@@ -28,8 +28,6 @@ bool allow_next_first(bool blas) {
   return set_for("GROVE_GEMV_ALLOW_NEXT_FIRST", blas);
 }
 
-bool bulk_copies(bool blas) { return set_for("GROVE_GEMV_BULK", blas); }
-
 bool residual_first() { return on_unless_zero("GROVE_GEMV_RESIDUAL_FIRST"); }
 
 bool row_in_registers() { return on_unless_zero("GROVE_GEMV_ROW_IN_REGISTERS"); }

@@ -29,9 +29,6 @@ inline constexpr int kPrefetchColumnsShift = 8;
 //   next kernel first: both unless GROVE_GEMV_ALLOW_NEXT_FIRST says otherwise
 //   (=0 neither, =blas or =norm those only);
 bool allow_next_first(bool blas);
-// - whether they run their bulk-copy kernels (Note [Streamed GEMV bulk copies],
-//   runtime/cuda/small_m_gemv.h): GROVE_GEMV_BULK=1 for both, =blas or =norm;
-bool bulk_copies(bool blas);
 // - whether the streamed BLAS GEMV reads C first: unless GROVE_GEMV_RESIDUAL_FIRST=0;
 bool residual_first();
 // - whether the RMSNorm GEMVs keep their row in registers: unless
@@ -40,13 +37,5 @@ bool row_in_registers();
 // - the columns each warp of both kinds prefetches into L2:
 //   GROVE_GEMV_PREFETCH_COLUMNS=N (0..255, default 0), as flag bits.
 int64_t prefetch_column_bits();
-
-// The dynamic shared memory of every bulk-copy kernel: 4 warps' rings of 12 KiB.
-inline constexpr uint32_t kBulkSharedBytes = 4 * 12 * 1024;
-// The dynamic shared memory they are allowed (KernelSource::max_dynamic_shared_bytes):
-// beyond 48 KiB, so that the opt-in is made at all (their static memory, the
-// barriers and the RMSNorm row, comes on top of the rings: without it the
-// launch failed with cudaErrorInvalidValue, H200, session 22 round 1).
-inline constexpr uint32_t kBulkSharedOptIn = kBulkSharedBytes + 8 * 1024;
 
 }  // namespace grove::runtime::streamed_gemv_flags

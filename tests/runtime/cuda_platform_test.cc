@@ -634,7 +634,6 @@ struct GemvSetting {
   // allows the next kernel first], Note [Streamed GEMV reads C first]).
   const char* allow_next_first = "";
   const char* residual_first = "";
-  const char* bulk = "";  // GROVE_GEMV_BULK (Note [Streamed GEMV bulk copies])
   // GROVE_GEMV_ROW_IN_REGISTERS (Note [RMSNorm GEMV keeps its row in registers])
   const char* row_in_registers = "";
   // GROVE_GEMV_PREFETCH_COLUMNS (Note [Streamed GEMV prefetches columns into L2])
@@ -658,17 +657,10 @@ constexpr GemvSetting kGemvSettings[] = {
     {"next kernel first, C first, evict-first", "1", "1", "", "0", "", "", "1", "1"},
     {"next kernel first, C first, deep-slot", "1", "0", "deep", "0", "_s32", "", "1", "1"},
     {"next kernel first, C first, A-in-shared-memory", "1", "1", "", "1", "_as", "", "1", "1"},
-    {"bulk copies", "1", "0", "", "0", "_bulk", "", "", "", "1"},
-    {"bulk copies evict-first", "1", "1", "", "0", "_bulk_ef", "", "", "", "1"},
-    {"bulk copies, next kernel first, C first, row in registers", "1", "1", "", "0", "_bulk_ef", "",
-     "1", "1", "1", "1"},
-    {"row in registers", "1", "1", "", "0", "", "", "", "", "", "1"},
+    {"row in registers", "1", "1", "", "0", "", "", "", "", "1"},
     {"next kernel after the wait, C after the sum, row read twice", "1", "1", "", "0", "", "", "0",
-     "0", "", "0"},
-    {"3 columns prefetched into L2", "1", "1", "", "0", "", "", "", "", "", "", "3"},
-    {"bulk copies, 2 columns prefetched into L2", "1", "1", "", "0", "_bulk_ef", "", "", "", "1",
-     "", "2"},
-    {"bulk copies 1 block an SM", "1", "0", "", "0", "_bulk", "1", "", "", "1"}};
+     "0", "0"},
+    {"3 columns prefetched into L2", "1", "1", "", "0", "", "", "", "", "", "3"}};
 
 // Runs the one-row GEMV C = beta C + A W^T of each setting (random bf16 and f16
 // operands of each shape, beta 0 and 1) and expects the first setting's bits
@@ -702,7 +694,6 @@ void expect_streamed_gemvs_match(Platform& platform, StreamHandle stream, std::m
           ::grove::testing::ScopedEnv next_first("GROVE_GEMV_ALLOW_NEXT_FIRST",
                                                  setting.allow_next_first);
           ::grove::testing::ScopedEnv c_first("GROVE_GEMV_RESIDUAL_FIRST", setting.residual_first);
-          ::grove::testing::ScopedEnv bulk("GROVE_GEMV_BULK", setting.bulk);
           ::grove::testing::ScopedEnv prefetch("GROVE_GEMV_PREFETCH_COLUMNS",
                                                setting.prefetch_columns);
           Tensor tc = Tensor::from_host(c_bits.data(), {1, n}, dtype, kCudaDevice);
@@ -799,7 +790,6 @@ TEST_F(CudaPlatformTest, StreamedRmsNormGemvMatchesWarpPerColumnBitwise) {
         ::grove::testing::ScopedEnv blocks("GROVE_STREAMED_GEMV_BLOCKS", setting.blocks);
         ::grove::testing::ScopedEnv next_first("GROVE_GEMV_ALLOW_NEXT_FIRST",
                                                setting.allow_next_first);
-        ::grove::testing::ScopedEnv bulk("GROVE_GEMV_BULK", setting.bulk);
         ::grove::testing::ScopedEnv registers("GROVE_GEMV_ROW_IN_REGISTERS",
                                               setting.row_in_registers);
         ::grove::testing::ScopedEnv prefetch("GROVE_GEMV_PREFETCH_COLUMNS",
