@@ -62,6 +62,28 @@ def _silu_backward(c, a):
     return c.emit("mul", [c.operand(a["grad_output"], dtype), c.emit("mul", [s, inner])])
 
 
+def _hardswish_backward(c, a):
+    """g (x / 3 + 1/2) for -3 <= x <= 3, g above 3, 0 below -3 (PyTorch's cases)."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    g = c.operand(a["grad_output"], dtype)
+    slope = c.emit("add", [c.emit("div", [x, c.scalar(3.0, dtype)]), c.scalar(0.5, dtype)])
+    middle = c.emit("where", [c.emit("le", [x, c.scalar(3.0, dtype)]),
+                              c.emit("mul", [g, slope]), g])
+    return c.emit("where", [c.emit("lt", [x, c.scalar(-3.0, dtype)]), c.scalar(0.0, dtype),
+                            middle])
+
+
+def _hardsigmoid_backward(c, a):
+    """g / 6 strictly between -3 and 3, else 0 (PyTorch's cases)."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    inside = c.emit("bitwise_and", [c.emit("gt", [x, c.scalar(-3.0, dtype)]),
+                                    c.emit("lt", [x, c.scalar(3.0, dtype)])])
+    scaled = c.emit("mul", [c.operand(a["grad_output"], dtype), c.scalar(1.0 / 6.0, dtype)])
+    return c.emit("where", [inside, scaled, c.scalar(0.0, dtype)])
+
+
 def _softmax_backward(c, a):
     """y (g - sum(g y, dim)) for y = softmax(x)."""
     dtype = c.dtype(a["output"])
@@ -217,6 +239,8 @@ BACKWARD_CONVERTERS = {
     "aten.sigmoid_backward": _sigmoid_backward,
     "aten.tanh_backward": _tanh_backward,
     "aten.silu_backward": _silu_backward,
+    "aten.hardswish_backward": _hardswish_backward,
+    "aten.hardsigmoid_backward": _hardsigmoid_backward,
     "aten._softmax_backward_data": _softmax_backward,
     "aten._log_softmax_backward_data": _log_softmax_backward,
     "aten.native_layer_norm_backward": _layer_norm_backward,

@@ -160,6 +160,27 @@ def _copy(c, a):
     return name
 
 
+def _hard_gate(c, x, dtype):
+    """min(max(x + 3, 0), 6): hardsigmoid's and hardswish's gate before / 6."""
+    shifted = c.emit("add", [x, c.scalar(3.0, dtype)])
+    return c.emit("minimum", [c.emit("maximum", [shifted, c.scalar(0.0, dtype)]),
+                              c.scalar(6.0, dtype)])
+
+
+def _hardsigmoid(c, a):
+    """hardsigmoid: min(max(x + 3, 0), 6) / 6, in PyTorch's order."""
+    dtype = c.result().dtype
+    gate = _hard_gate(c, c.operand(a["self"], dtype), dtype)
+    return c.emit("div", [gate, c.scalar(6.0, dtype)])
+
+
+def _hardswish(c, a):
+    """hardswish: x min(max(x + 3, 0), 6) / 6, in PyTorch's order."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    return c.emit("div", [c.emit("mul", [x, _hard_gate(c, x, dtype)]), c.scalar(6.0, dtype)])
+
+
 def _zero(c, a):
     result = c.result()
     return c.emit("full", [], {"value": 0.0, "shape": list(result.shape),
@@ -187,6 +208,8 @@ CONVERTERS.update({
     "aten.clamp_min": _clamp,
     "aten.clamp_max": _clamp,
     "aten.hardtanh": _clamp,
+    "aten.hardsigmoid": _hardsigmoid,
+    "aten.hardswish": _hardswish,
     "aten.sign": _sign,
     "aten.remainder": _modulo("floor"),
     "aten.fmod": _modulo("trunc"),

@@ -237,6 +237,7 @@ class _Importer:
         self.torch_nodes = set()
         self.owner = {}  # fx node -> the Segment that computes it
         self.constants = {}  # fx node -> folded tensor
+        self.host_constants = {}  # Note [Host tensors among a device graph's params]
         self.functional, self.in_torch = functionalize_inplace(self.graph, self.values,
                                                                CONVERTERS, self.write_backs)
         if self.functional and hasattr(module, "recompile"):
@@ -261,7 +262,11 @@ class _Importer:
         if not isinstance(value, torch.Tensor):
             raise Unsupported("operand %s is not a tensor" % node.name)
         grove_name = "v%d.%s" % (len(segment.names), node.name)
-        if node.op == "get_attr" or node in self.static_nodes:
+        if (node.op == "get_attr" or node in self.static_nodes) and \
+                value.device != self.device:
+            # Note [Host tensors among a device graph's params]
+            segment.params[grove_name] = (self._lifted_host_constant(node, value), None)
+        elif node.op == "get_attr" or node in self.static_nodes:
             segment.params[grove_name] = (value, node)
         elif node in self.constants:
             constant = self.constants[node]
@@ -284,6 +289,34 @@ class _Importer:
             segment.inputs.append((grove_name, node))
         segment.names[key] = grove_name
         return grove_name
+
+    # Note [Host tensors among a device graph's params]: a graph on the GPU
+    # may hold a tensor on the host: a constant the model makes in its forward
+    # (DeBERTa's torch.tensor(scale), torchvision Swin's masks' fill value),
+    # which tracing lifts as a get_attr named _tensor_constant<i>, and which
+    # PyTorch reads as a scalar. grove binds params by address, and a device
+    # program cannot read host memory, so such a lifted constant is copied to
+    # the graph's device once, at import: the importer owns the copy, and
+    # nothing else can write the original (it belongs to the traced graph,
+    # which makes it afresh with lift_fresh_copy). Any other host tensor among
+    # a device graph's params (a module's buffer left on the host, a static
+    # input there) stays the caller's: binding a copy would miss its later
+    # writes, so the ops reading it run in PyTorch, which reads it each call.
+    # Test: ImporterTest.test_host_tensors_among_device_params (tests/python/
+    # importer_test.py) and gpu_zoo_test's host scalar case on cuda.
+    def _lifted_host_constant(self, node, value):
+        """The device copy of the lifted host constant `node` (Note [Host
+        tensors among a device graph's params]); Unsupported for any other
+        host tensor."""
+        lifted = node.op == "get_attr" and str(node.target).startswith("_tensor_constant")
+        if not lifted:
+            raise Unsupported("%s is a tensor on %s in a graph on %s; the ops reading it run "
+                              "in PyTorch" % (node.name, value.device, self.device))
+        moved = self.host_constants.get(node)
+        if moved is None:
+            moved = value.to(self.device).contiguous()
+            self.host_constants[node] = moved
+        return moved
 
     def depends_on_inputs(self, node):
         if op_name(node.target) in _METADATA_ONLY:

@@ -108,6 +108,17 @@ def functionalize_inplace(graph, values, converters, write_backs=()):
                 user.replace_input_with(target, node)
     in_torch = {node for key in written_in_torch for node in sharers.get(key, [])
                 if node.op == "call_function"}
+    # Note [Elements of a result PyTorch writes]: an element of a multi-result
+    # op (getitem of a batch norm's tuple) runs in PyTorch when an in-place op
+    # there writes it, and reads the whole tuple, which no grove segment hands
+    # out (segments output tensors): so the op that makes the tuple runs in
+    # PyTorch too. Test: InPlaceTest.test_an_element_of_a_tuple_written_in_
+    # pytorch_runs_with_its_op (tests/python/importer_ops_test.py).
+    for node in list(in_torch):
+        if op_name(node.target) == "getitem" and isinstance(node.args[0], torch.fx.Node) and \
+                isinstance(values.get(node.args[0]), (tuple, list)) and \
+                node.args[0].op == "call_function":
+            in_torch.add(node.args[0])
     return approved, in_torch
 
 

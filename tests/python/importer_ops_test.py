@@ -107,6 +107,18 @@ class PointwiseTest(ConverterCase):
         self.check(function, [x, y, n])
 
 
+    def test_hardswish_and_hardsigmoid_gradients_at_their_corners(self):
+        # The gradients MobileNetV3 trains with, on each side of -3 and 3.
+        def function(g, x):
+            return (torch.ops.aten.hardswish_backward(g, x),
+                    torch.ops.aten.hardsigmoid_backward(g, x))
+
+        x = torch.tensor([-4.0, -3.0, -2.9, -0.5, 0.0, 1.0, 2.9, 3.0, 3.5, 8.0])
+        g = torch.randn(10)
+        self.check(function, [g, x])
+        self.check(function, [g.bfloat16(), x.bfloat16()], **BF16)
+
+
 class ReductionAndLayoutTest(ConverterCase):
     def test_sums_with_a_dtype_cast_their_input_first(self):
         # autocast's float32 sums of bf16 values (a loss under torch.autocast).
@@ -320,6 +332,35 @@ class InPlaceTest(ConverterCase):
 
         x, y = torch.randn(4, 5), torch.randn(5)
         plan = self.check(function, [x, y])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+    def test_an_element_of_a_tuple_written_in_pytorch_runs_with_its_op(self):
+        # Note [Elements of a result PyTorch writes] (inplace.py): an in-place
+        # op grove lacks (frac_) writes an element of batch norm's result
+        # tuple, so the element and the op that makes the tuple run in
+        # PyTorch; they failed as "value 'native_batch_norm' was never computed".
+        mean, var = torch.randn(4), torch.rand(4) + 0.5
+
+        def function(x):
+            y = F.batch_norm(x * 3, mean, var, training=False)
+            return y.frac_() * 2
+
+        plan = self.check(function, [torch.randn(2, 4, 3)],
+                          unsupported=["aten.native_batch_norm", "getitem", "aten.frac_"])
+        self.assertEqual([kind for kind, _ in plan.steps],
+                         ["grove", "torch", "torch", "torch", "grove"])
+
+    def test_hardswish_and_hardsigmoid_in_place_after_a_batch_norm(self):
+        # MobileNetV3's Conv, BatchNorm, Hardswish(inplace=True) and its
+        # squeeze-excite gate (Hardsigmoid), whole in grove.
+        mean, var = torch.randn(4), torch.rand(4) + 0.5
+
+        def function(x):
+            y = F.batch_norm(x * 3, mean, var, training=False)
+            gate = F.hardsigmoid(y.mean(-1, keepdim=True), inplace=True)
+            return F.hardswish(y, inplace=True) * gate, F.hardswish(x * 4), F.hardsigmoid(x * 4)
+
+        plan = self.check(function, [torch.randn(2, 4, 9)])
         self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
 
     def test_an_in_place_view_op_leaves_its_argument_shape(self):

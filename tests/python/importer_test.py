@@ -197,6 +197,41 @@ class ImporterTest(unittest.TestCase):
         close(self, results["eager"][low:low + 1], expected[low:low + 1], rtol=2 ** -7, atol=1e-5)
         close(self, results["eager"][low + 1:], expected[low + 1:])
 
+    def test_host_tensors_among_device_params(self):
+        # Note [Host tensors among a device graph's params] (importer.py). The
+        # graph's inputs on the meta device stand for a GPU's: the host tensors
+        # are the ones the trace lifted.
+        def scaled(x):
+            return x * torch.tensor(0.5) + 1
+
+        graph = make_fx(scaled)(torch.randn(3))
+        [lifted] = [n for n in graph.graph.nodes if n.op == "get_attr"]
+        self.assertTrue(str(lifted.target).startswith("_tensor_constant"))
+        plan = importer.import_graph(graph, [torch.randn(3, device="meta")])
+        self.assertEqual(plan.unsupported, [])
+        [(kind, segment)] = plan.steps
+        [(name, (bound, node))] = segment.params.items()
+        self.assertEqual(bound.device.type, "meta")  # a copy on the graph's device
+        self.assertIsNone(node)  # owned by the importer, not the caller's to check
+        # A host tensor the trace did not lift (a buffer left on the host)
+        # stays the caller's: its readers run in PyTorch.
+        graph = make_fx(scaled)(torch.randn(3))
+        [lifted] = [n for n in graph.graph.nodes if n.op == "get_attr"]
+        graph.kept_buffer = torch.tensor(0.5)
+        lifted.target = "kept_buffer"
+        graph.recompile()
+        plan = importer.import_graph(graph, [torch.randn(3, device="meta")])
+        self.assertTrue(plan.unsupported)
+        self.assertTrue(all("in a graph on meta" in reason
+                            for _, _, reason in plan.unsupported), plan.unsupported)
+        # On the host (sim), the same graph binds the caller's tensor as before.
+        graph = make_fx(scaled)(torch.randn(3))
+        x = torch.randn(3)
+        plan = importer.import_graph(graph, [x])
+        self.assertEqual(plan.unsupported, [])
+        self.assertTrue(torch.equal(plan.compile(backend="eager", device="sim")(x),
+                                    scaled(x)))
+
     def test_unsupported_op_splits_the_graph_and_matches_torch(self):
         class WithCumprod(nn.Module):
             def __init__(self):

@@ -1,0 +1,230 @@
+"""A survey of models outside the zoo through torch.compile(backend="grove")
+(GPU host, f32, TF32 off, random weights, small configs where the family has
+one): Hugging Face decoders, encoders and encoder-decoders, timm and
+torchvision image models. Per model, at batch 1, inference: the calls'
+largest difference from eager PyTorch over eager's largest magnitude (three
+calls: warm-up, recording, replay), the ATen ops grove left to PyTorch, the
+dynamo graphs and grove replays per call, and the compile time; a model that
+fails is reported with its error and the survey goes on. Issue 33: op
+coverage and exactness for the class of models users bring, not only the
+zoo's eight.
+
+    python3 benchmarks/zoo_survey.py [--models NAME,...] [--json zoo_survey.json]
+        [--budget-s 400]
+
+Exit status 1 where a model's result differs from eager past the tolerance
+or it failed to run (ops left to PyTorch alone are reported, not failures).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+import torch_zoo  # noqa: E402  (puts python/ and tests/python on the path)
+
+TOLERANCE = 2e-3
+CALLS = 3
+
+
+def _hf(config_name, model_name, pick="logits", inputs="ids", **config):
+    """A transformers model of `config`; a causal LM (pick "logits") is called
+    without its KV cache."""
+    options = {"use_cache": False} if pick == "logits" else {}
+
+    def make():
+        import transformers
+
+        model = getattr(transformers, model_name)(getattr(transformers, config_name)(**config))
+        if inputs == "ids":
+            example = (torch.randint(3, 1000, (1, 16)),)
+        elif inputs == "pixels":
+            example = (torch.randn(1, 3, config["image_size"], config["image_size"]),)
+        else:  # audio features [batch, mel bins, frames]
+            example = (torch.randn(1, config["num_mel_bins"], 2 * config["max_source_positions"]),)
+        return torch_zoo.Picked(model, lambda m, x: getattr(m(x, **options), pick)), example
+    return make
+
+
+def _timm(name, size=64, **options):
+    def make():
+        import timm
+
+        return (timm.create_model(name, pretrained=False, **options),
+                (torch.randn(1, 3, size, size),))
+    return make
+
+
+def _torchvision(name, size=64, **options):
+    def make():
+        import torchvision
+
+        return (getattr(torchvision.models, name)(weights=None, **options),
+                (torch.randn(1, 3, size, size),))
+    return make
+
+
+SMALL = dict(vocab_size=1000)
+DECODER = dict(SMALL, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+               num_attention_heads=4, max_position_embeddings=256)
+ENCODER = dict(SMALL, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+               num_attention_heads=4)
+MODELS = [
+    ("hf_mistral", _hf("MistralConfig", "MistralForCausalLM", num_key_value_heads=2, **DECODER)),
+    ("hf_qwen2", _hf("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2, **DECODER)),
+    ("hf_gemma", _hf("GemmaConfig", "GemmaForCausalLM", num_key_value_heads=1, head_dim=32,
+                     **DECODER)),
+    ("hf_phi", _hf("PhiConfig", "PhiForCausalLM", **DECODER)),
+    ("hf_gpt_neox", _hf("GPTNeoXConfig", "GPTNeoXForCausalLM", rotary_pct=0.25, **DECODER)),
+    ("hf_opt", _hf("OPTConfig", "OPTForCausalLM", ffn_dim=256, word_embed_proj_dim=128,
+                   **{k: v for k, v in DECODER.items() if k != "intermediate_size"})),
+    ("hf_falcon", _hf("FalconConfig", "FalconForCausalLM", **SMALL, hidden_size=128,
+                      num_hidden_layers=2, num_attention_heads=4)),
+    ("hf_bloom", _hf("BloomConfig", "BloomForCausalLM", **SMALL, hidden_size=128, n_layer=2,
+                     n_head=4)),
+    ("hf_t5_encoder", _hf("T5Config", "T5EncoderModel", pick="last_hidden_state", **SMALL,
+                          d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)),
+    ("hf_distilbert", _hf("DistilBertConfig", "DistilBertModel", pick="last_hidden_state",
+                          **SMALL, dim=128, n_layers=2, n_heads=4, hidden_dim=256)),
+    ("hf_roberta", _hf("RobertaConfig", "RobertaModel", pick="last_hidden_state", **ENCODER)),
+    ("hf_albert", _hf("AlbertConfig", "AlbertModel", pick="last_hidden_state",
+                      embedding_size=64, **ENCODER)),
+    ("hf_electra", _hf("ElectraConfig", "ElectraModel", pick="last_hidden_state",
+                       embedding_size=64, **ENCODER)),
+    ("hf_deberta_v2", _hf("DebertaV2Config", "DebertaV2Model", pick="last_hidden_state",
+                          **ENCODER)),
+    ("hf_clip_vision", _hf("CLIPVisionConfig", "CLIPVisionModel", pick="last_hidden_state",
+                           inputs="pixels", hidden_size=128, intermediate_size=256,
+                           num_hidden_layers=2, num_attention_heads=4, image_size=64,
+                           patch_size=16)),
+    ("hf_whisper_encoder", _hf("WhisperConfig", "WhisperModel", pick="last_hidden_state",
+                               inputs="audio", **SMALL, d_model=128, encoder_layers=2,
+                               encoder_attention_heads=4, decoder_layers=2,
+                               decoder_attention_heads=4, encoder_ffn_dim=256,
+                               decoder_ffn_dim=256, num_mel_bins=80,
+                               max_source_positions=50)),
+    ("timm_convnext_atto", _timm("convnext_atto")),
+    ("timm_efficientnet_b0", _timm("efficientnet_b0")),
+    ("timm_mobilenetv3_small", _timm("mobilenetv3_small_100")),
+    ("timm_regnetx_002", _timm("regnetx_002")),
+    ("timm_ghostnet", _timm("ghostnet_100")),
+    ("timm_resnet50", _timm("resnet50")),
+    ("timm_densenet121", _timm("densenet121")),
+    ("timm_deit_tiny", _timm("deit_tiny_patch16_224", size=224)),
+    ("timm_swin_tiny", _timm("swin_tiny_patch4_window7_224", size=224)),
+    ("tv_mobilenet_v2", _torchvision("mobilenet_v2")),
+    ("tv_mobilenet_v3_small", _torchvision("mobilenet_v3_small")),
+    ("tv_shufflenet_v2", _torchvision("shufflenet_v2_x0_5")),
+    ("tv_squeezenet", _torchvision("squeezenet1_1")),
+    ("tv_mnasnet", _torchvision("mnasnet0_5")),
+    ("tv_googlenet", _torchvision("googlenet", size=96, aux_logits=False, init_weights=True)),
+    ("tv_inception_v3", _torchvision("inception_v3", size=299, aux_logits=False,
+                                     init_weights=True)),
+    ("tv_efficientnet_b0", _torchvision("efficientnet_b0")),
+    ("tv_regnet_y", _torchvision("regnet_y_400mf")),
+    ("tv_convnext_tiny", _torchvision("convnext_tiny")),
+    ("tv_swin_t", _torchvision("swin_t", size=224)),
+]
+# The WhisperModel wrapper above runs the encoder alone (its decoder needs ids).
+_WHISPER = dict(MODELS)["hf_whisper_encoder"]
+
+
+def _whisper_encoder():
+    module, example = _WHISPER()
+    encoder = module.model.get_encoder()
+    return torch_zoo.Picked(encoder, lambda m, x: m(x).last_hidden_state), example
+
+
+MODELS = [(name, _whisper_encoder if name == "hf_whisper_encoder" else make)
+          for name, make in MODELS]
+
+
+def survey_one(name, make):
+    """One model's row (a dict)."""
+    import grove.torch  # registers the backend
+
+    torch.manual_seed(0)
+    row = {"model": name}
+    module, example = make()
+    module = module.cuda().eval()
+    inputs = tuple(value.cuda() for value in example)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = module(*inputs)
+    scale = expected.abs().max().item() or 1.0
+    run = torch.compile(module, backend="grove", dynamic=False)
+    start = time.perf_counter()
+    worst = 0.0
+    with torch.no_grad():
+        for call in range(CALLS):
+            got = run(*inputs)
+            torch.cuda.synchronize()
+            if call == 0:
+                row["compile_s"] = round(time.perf_counter() - start, 2)
+            worst = max(worst, (got.float() - expected.float()).abs().max().item() / scale)
+    row["difference"] = worst
+    ops, replays, eager_calls, graphs = torch_zoo.grove_shape(run, inputs)
+    row.update(ops_in_pytorch=ops, replays_per_call=replays, eager_runs_per_call=eager_calls,
+               dynamo_graphs=graphs)
+    row["ok"] = worst <= TOLERANCE
+    row["grove_graphs_alive"] = len(grove.torch.compiled_graphs())
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--json", default="zoo_survey.json")
+    parser.add_argument("--budget-s", type=float, default=400.0,
+                        help="models not started within this many seconds are skipped")
+    args = parser.parse_args()
+    from torch_backend import skipped_without_cuda_or_dynamo
+
+    if skipped_without_cuda_or_dynamo("zoo_survey"):
+        return 0
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    wanted = [name for name in args.models.split(",") if name]
+    unknown = sorted(set(wanted) - {name for name, _ in MODELS})
+    if unknown:
+        parser.error("unknown models: %s" % ", ".join(unknown))
+    start = time.perf_counter()
+    rows = []
+    for name, make in MODELS:
+        if wanted and name not in wanted:
+            continue
+        if time.perf_counter() - start > args.budget_s:
+            rows.append({"model": name, "ok": None, "error": "not run: past --budget-s"})
+            print("%-24s not run (budget)" % name, flush=True)
+            continue
+        try:
+            row = survey_one(name, make)
+            print("%-24s %s  diff %.1e  graphs %d  replays/call %.1f  eager runs/call %.1f  "
+                  "compile %.1f s  PyTorch ops: %s" % (
+                      name, "ok  " if row["ok"] else "DIFF", row["difference"],
+                      row["dynamo_graphs"], row["replays_per_call"],
+                      row["eager_runs_per_call"], row["compile_s"],
+                      ", ".join(row["ops_in_pytorch"]) or "none"), flush=True)
+        except Exception as error:
+            row = {"model": name, "ok": False,
+                   "error": "%s: %s" % (type(error).__name__, str(error)[:500]),
+                   "where": traceback.format_exc().splitlines()[-6:]}
+            print("%-24s FAIL %s" % (name, row["error"][:300]), flush=True)
+        rows.append(row)
+    with open(args.json, "w") as out:
+        json.dump({"rows": rows, "tolerance": TOLERANCE, "torch": torch.__version__}, out,
+                  indent=1)
+    failed = [row["model"] for row in rows if row.get("ok") is False]
+    left = sorted({op for row in rows for op in row.get("ops_in_pytorch", [])})
+    print("models %d, failed or different %d (%s); ops left to PyTorch anywhere: %s" % (
+        len(rows), len(failed), ", ".join(failed) or "none", ", ".join(left) or "none"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
