@@ -33,6 +33,8 @@ MODULES = [
      "(a gather), then one GEMM for the weight gradient"),
     ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics, "
      "and running statistics that are graph inputs written inside the program"),
+    ("grove.aten_group_norm_ops", "statistics per (sample, group), f32 for bf16 and f16 "
+     "inputs, then a per-channel scale and shift"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
     ("grove.aten_layout_ops", "concat with constants or slices (padding; slice_scatter and "

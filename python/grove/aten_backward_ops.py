@@ -84,6 +84,67 @@ def _hardsigmoid_backward(c, a):
     return c.emit("where", [inside, scaled, c.scalar(0.0, dtype)])
 
 
+def _leaky_relu_backward(c, a):
+    """x > 0 ? g : g negative_slope."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    g = c.operand(a["grad_output"], dtype)
+    return c.emit("where", [c.emit("gt", [x, c.scalar(0.0, dtype)]), g,
+                            c.emit("mul", [g, c.scalar(float(a["negative_slope"]), dtype)])])
+
+
+def _elu_backward(c, a):
+    """g scale above 0; below, from the input: g input_scale alpha scale
+    exp(x input_scale), from the result y: g input_scale (y + alpha scale)."""
+    dtype = c.result().dtype
+    x = c.operand(a["self_or_result"], dtype)
+    g = c.operand(a["grad_output"], dtype)
+    alpha, scale = float(a["alpha"]), float(a["scale"])
+    input_scale = float(a["input_scale"])
+    if a["is_result"]:
+        negative = c.emit("mul", [c.emit("mul", [g, c.scalar(input_scale, dtype)]),
+                                  c.emit("add", [x, c.scalar(alpha * scale, dtype)])])
+    else:
+        grown = c.emit("exp", [c.emit("mul", [x, c.scalar(input_scale, dtype)])])
+        negative = c.emit("mul", [c.emit("mul", [g, c.scalar(input_scale * alpha * scale,
+                                                             dtype)]), grown])
+    return c.emit("where", [c.emit("le", [x, c.scalar(0.0, dtype)]), negative,
+                            c.emit("mul", [g, c.scalar(scale, dtype)])])
+
+
+def _softplus_backward(c, a):
+    """x beta > threshold ? g : g z / (z + 1), z = exp(x beta)."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    g = c.operand(a["grad_output"], dtype)
+    scaled = c.emit("mul", [x, c.scalar(float(a["beta"]), dtype)])
+    z = c.emit("exp", [scaled])
+    inside = c.emit("div", [c.emit("mul", [g, z]), c.emit("add", [z, c.scalar(1.0, dtype)])])
+    return c.emit("where", [c.emit("gt", [scaled, c.scalar(float(a["threshold"]), dtype)]), g,
+                            inside])
+
+
+def _mish_backward(c, a):
+    """g (t + x s (1 - t^2)), s = sigmoid(x), t = tanh(softplus(x))."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    g = c.operand(a["grad_output"], dtype)
+    s = c.emit("sigmoid", [x])
+    t = c.emit("tanh", [c.emit("log1p", [c.emit("exp", [x])])])
+    one_minus = c.emit("sub", [c.scalar(1.0, dtype), c.emit("mul", [t, t])])
+    return c.emit("mul", [g, c.emit("add", [t, c.emit("mul", [c.emit("mul", [x, s]),
+                                                              one_minus])])])
+
+
+def _hardtanh_backward(c, a):
+    """g strictly between min_val and max_val, else 0 (ReLU6's gradient)."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    outside = c.emit("bitwise_or", [c.emit("le", [x, c.scalar(float(a["min_val"]), dtype)]),
+                                    c.emit("ge", [x, c.scalar(float(a["max_val"]), dtype)])])
+    return c.emit("where", [outside, c.scalar(0.0, dtype), c.operand(a["grad_output"], dtype)])
+
+
 def _softmax_backward(c, a):
     """y (g - sum(g y, dim)) for y = softmax(x)."""
     dtype = c.dtype(a["output"])
@@ -241,6 +302,11 @@ BACKWARD_CONVERTERS = {
     "aten.silu_backward": _silu_backward,
     "aten.hardswish_backward": _hardswish_backward,
     "aten.hardsigmoid_backward": _hardsigmoid_backward,
+    "aten.leaky_relu_backward": _leaky_relu_backward,
+    "aten.elu_backward": _elu_backward,
+    "aten.softplus_backward": _softplus_backward,
+    "aten.mish_backward": _mish_backward,
+    "aten.hardtanh_backward": _hardtanh_backward,
     "aten._softmax_backward_data": _softmax_backward,
     "aten._log_softmax_backward_data": _log_softmax_backward,
     "aten.native_layer_norm_backward": _layer_norm_backward,

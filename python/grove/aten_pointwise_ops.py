@@ -181,6 +181,50 @@ def _hardswish(c, a):
     return c.emit("div", [c.emit("mul", [x, _hard_gate(c, x, dtype)]), c.scalar(6.0, dtype)])
 
 
+def _leaky_relu(c, a):
+    """x > 0 ? x : x * negative_slope."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    slope = float(a.get("negative_slope", 0.01))
+    return c.emit("where", [c.emit("gt", [x, c.scalar(0.0, dtype)]), x,
+                            c.emit("mul", [x, c.scalar(slope, dtype)])])
+
+
+def _elu(c, a):
+    """x > 0 ? x scale : expm1(x input_scale) alpha scale (ELU, SELU, CELU)."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    alpha, scale = float(a.get("alpha", 1.0)), float(a.get("scale", 1.0))
+    input_scale = float(a.get("input_scale", 1.0))
+    negative = c.emit("mul", [c.emit("expm1", [c.emit("mul", [x, c.scalar(input_scale, dtype)])]),
+                              c.scalar(alpha * scale, dtype)])
+    return c.emit("where", [c.emit("le", [x, c.scalar(0.0, dtype)]), negative,
+                            c.emit("mul", [x, c.scalar(scale, dtype)])])
+
+
+def _celu(c, a):
+    """CELU: ELU with scale 1 and input scale 1 / alpha."""
+    alpha = float(a.get("alpha", 1.0))
+    return _elu(c, {"self": a["self"], "alpha": alpha, "scale": 1.0, "input_scale": 1.0 / alpha})
+
+
+def _softplus(c, a):
+    """x beta > threshold ? x : log1p(exp(x beta)) / beta."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    beta, threshold = float(a.get("beta", 1.0)), float(a.get("threshold", 20.0))
+    scaled = c.emit("mul", [x, c.scalar(beta, dtype)])
+    soft = c.emit("div", [c.emit("log1p", [c.emit("exp", [scaled])]), c.scalar(beta, dtype)])
+    return c.emit("where", [c.emit("gt", [scaled, c.scalar(threshold, dtype)]), x, soft])
+
+
+def _mish(c, a):
+    """x tanh(log1p(exp(x)))."""
+    dtype = c.result().dtype
+    x = c.operand(a["self"], dtype)
+    return c.emit("mul", [x, c.emit("tanh", [c.emit("log1p", [c.emit("exp", [x])])])])
+
+
 def _zero(c, a):
     result = c.result()
     return c.emit("full", [], {"value": 0.0, "shape": list(result.shape),
@@ -210,6 +254,11 @@ CONVERTERS.update({
     "aten.hardtanh": _clamp,
     "aten.hardsigmoid": _hardsigmoid,
     "aten.hardswish": _hardswish,
+    "aten.leaky_relu": _leaky_relu,
+    "aten.elu": _elu,
+    "aten.celu": _celu,
+    "aten.softplus": _softplus,
+    "aten.mish": _mish,
     "aten.sign": _sign,
     "aten.remainder": _modulo("floor"),
     "aten.fmod": _modulo("trunc"),

@@ -119,6 +119,48 @@ class PointwiseTest(ConverterCase):
         self.check(function, [g.bfloat16(), x.bfloat16()], **BF16)
 
 
+    def test_activations_and_their_gradients_match_torch(self):
+        # LeakyReLU (YOLO, GAN discriminators), ELU, SELU, CELU, Softplus
+        # (Mamba's step size), Mish (CSPDarknet), ReLU6's gradient.
+        aten = torch.ops.aten
+
+        def without_mish(x):
+            return (F.leaky_relu(x, 0.2), F.leaky_relu(x), F.elu(x), F.selu(x), F.celu(x, 0.5),
+                    F.softplus(x), F.softplus(x, beta=2, threshold=5), F.relu6(x * 3))
+
+        def forward(x):
+            return without_mish(x) + (F.mish(x),)
+
+        def backward(g, x, y):
+            return (aten.leaky_relu_backward(g, x, 0.2, False),
+                    aten.elu_backward(g, 1.0, 1.0, 1.0, False, x),
+                    aten.elu_backward(g, 1.6732632, 1.0507010, 1.0, True, y),
+                    aten.softplus_backward(g, x, 2.0, 5.0),
+                    aten.mish_backward(g, x), aten.hardtanh_backward(g, x * 3, 0.0, 6.0))
+
+        x = torch.cat([torch.randn(40) * 4, torch.tensor([0.0, 2.0, 2.5, 3.0, -3.0, 12.0])])
+        self.check(forward, [x])
+        # (PyTorch 1.13 has no bf16 mish on the CPU.)
+        self.check(without_mish, [x.bfloat16()], **BF16)
+        self.check(backward, [torch.randn(46), x, F.selu(x)])
+
+
+class GroupNormTest(ConverterCase):
+    def test_group_norm_matches_torch_with_and_without_affine(self):
+        def function(x, y, weight, bias):
+            return (F.group_norm(x, 3, weight, bias), F.group_norm(x, 1), F.group_norm(x, 6),
+                    F.group_norm(y, 2, weight, bias, eps=1e-3))
+
+        x, y = torch.randn(2, 6, 5, 4) * 3 + 1, torch.randn(3, 6, 7)
+        weight, bias = torch.randn(6), torch.randn(6)
+        plan = self.check(function, [x, y, weight, bias])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+        # PyTorch's bf16 kernel folds the statistics into a per-channel x scale
+        # + shift, grove normalizes then scales: two bf16 steps apart at most.
+        self.check(function, [t.bfloat16() for t in (x, y, weight, bias)], rtol=2 ** -6,
+                   atol=1e-2)
+
+
 class ReductionAndLayoutTest(ConverterCase):
     def test_sums_with_a_dtype_cast_their_input_first(self):
         # autocast's float32 sums of bf16 values (a loss under torch.autocast).
