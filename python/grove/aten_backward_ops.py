@@ -4,8 +4,10 @@ torch.autograd.grad), written out in grove ops (the losses' backwards are
 with their forwards in aten_loss_ops.py). Importing this module adds them to
 aten_ops.CONVERTERS."""
 
+import functools
 import math
 
+import torch
 import torch.fx
 
 from grove.aten_index_ops import one_hot_rows
@@ -62,26 +64,49 @@ def _silu_backward(c, a):
     return c.emit("mul", [c.operand(a["grad_output"], dtype), c.emit("mul", [s, inner])])
 
 
+@functools.lru_cache(maxsize=None)
+def _hard_corners():
+    """Which side of -3 and 3 PyTorch's hardswish and hardsigmoid gradients
+    put the corners on, asked of the PyTorch in use (1.13's hardswish gradient
+    is g / 2 at -3 and 3g / 2 at 3; 2.x's 0 and g): (hardswish's middle slope
+    includes -3, includes 3; hardsigmoid's g / 6 includes -3, includes 3)."""
+    corners = torch.tensor([-3.0, 3.0])
+    ones = torch.ones(2)
+    swish = torch.ops.aten.hardswish_backward(ones, corners).tolist()
+    sigmoid = torch.ops.aten.hardsigmoid_backward(ones, corners).tolist()
+    return (swish[0] != 0.0, swish[1] != 1.0, sigmoid[0] != 0.0, sigmoid[1] != 0.0)
+
+
+def _inside(c, x, dtype, low_closed, high_closed):
+    """-3 < x < 3, each end closed where asked (a bool mask)."""
+    low = c.emit("ge" if low_closed else "gt", [x, c.scalar(-3.0, dtype)])
+    high = c.emit("le" if high_closed else "lt", [x, c.scalar(3.0, dtype)])
+    return c.emit("bitwise_and", [low, high])
+
+
 def _hardswish_backward(c, a):
-    """g (x / 3 + 1/2) for -3 <= x <= 3, g above 3, 0 below -3 (PyTorch's cases)."""
+    """g (x / 3 + 1/2) between -3 and 3, g above, 0 below; the corners as
+    the PyTorch in use puts them (_hard_corners)."""
     dtype = c.result().dtype
+    low_closed, high_closed, _, _ = _hard_corners()
     x = c.operand(a["self"], dtype)
     g = c.operand(a["grad_output"], dtype)
     slope = c.emit("add", [c.emit("div", [x, c.scalar(3.0, dtype)]), c.scalar(0.5, dtype)])
-    middle = c.emit("where", [c.emit("le", [x, c.scalar(3.0, dtype)]),
-                              c.emit("mul", [g, slope]), g])
-    return c.emit("where", [c.emit("lt", [x, c.scalar(-3.0, dtype)]), c.scalar(0.0, dtype),
-                            middle])
+    below = c.emit("lt" if low_closed else "le", [x, c.scalar(-3.0, dtype)])
+    return c.emit("where", [_inside(c, x, dtype, low_closed, high_closed),
+                            c.emit("mul", [g, slope]),
+                            c.emit("where", [below, c.scalar(0.0, dtype), g])])
 
 
 def _hardsigmoid_backward(c, a):
-    """g / 6 strictly between -3 and 3, else 0 (PyTorch's cases)."""
+    """g / 6 between -3 and 3, else 0; the corners as the PyTorch in use
+    puts them (_hard_corners)."""
     dtype = c.result().dtype
+    _, _, low_closed, high_closed = _hard_corners()
     x = c.operand(a["self"], dtype)
-    inside = c.emit("bitwise_and", [c.emit("gt", [x, c.scalar(-3.0, dtype)]),
-                                    c.emit("lt", [x, c.scalar(3.0, dtype)])])
     scaled = c.emit("mul", [c.operand(a["grad_output"], dtype), c.scalar(1.0 / 6.0, dtype)])
-    return c.emit("where", [inside, scaled, c.scalar(0.0, dtype)])
+    return c.emit("where", [_inside(c, x, dtype, low_closed, high_closed), scaled,
+                            c.scalar(0.0, dtype)])
 
 
 def _leaky_relu_backward(c, a):

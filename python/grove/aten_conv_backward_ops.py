@@ -8,7 +8,7 @@ adds them to aten_ops.CONVERTERS."""
 import torch
 
 from grove.aten_conv_ops import (ConvGeometry, avg_pool_geometry, constant_ids, im2col,
-                                 image_shape, max_pool_ids, weight_matrix)
+                                 image_shape, max_pool_ids, two_d_only, weight_matrix)
 from grove.aten_ops import CONVERTERS
 from grove.fx_common import dtype_name
 from grove.aten_layout_ops import nearest_sources
@@ -39,6 +39,7 @@ def _output_rows(c, grad, dtype):
 
 def _convolution_backward(c, a):
     grad, x, weight = a["grad_output"], a["input"], a["weight"]
+    two_d_only(c, x)
     out_h, out_w = c.shape(grad)[2:]
     g = ConvGeometry(c, a, x, weight, out_h, out_w)
     dtype = c.dtype(x)

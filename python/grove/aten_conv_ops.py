@@ -63,6 +63,14 @@ def to_nchw(c, rows, out_h, out_w, n, channels):
     return c.emit("permute", [value], {"order": [2, 3, 0, 1]})
 
 
+def two_d_only(c, x):
+    """Unsupported for a convolution that is not 2-d (conv1d: Whisper's and
+    wav2vec2's front ends, Mamba's; conv3d), which runs in PyTorch."""
+    rank = len(c.shape(x))
+    if rank != 4:
+        raise Unsupported("a %d-d convolution (grove takes 2-d ones)" % (rank - 2))
+
+
 class ConvGeometry:
     """A 2-d convolution's sizes, from its ATen arguments."""
 
@@ -125,6 +133,7 @@ def weight_matrix(c, weight, geometry, dtype):
 
 def _convolution(c, a):
     x, weight, bias = a["input"], a["weight"], a.get("bias")
+    two_d_only(c, x)
     out_h, out_w = c.result().shape[2:]
     g = ConvGeometry(c, a, x, weight, out_h, out_w)
     dtype = c.dtype(x)

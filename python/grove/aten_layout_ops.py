@@ -165,7 +165,40 @@ def _select_scatter(c, a):
     return _around(c, c.tensor(x), shape, dim, index, index + 1, middle)
 
 
+def _roll(c, a):
+    """Each rolled dim as the concat of its last `shift` and its first
+    positions (Swin's shifted windows); no dims: the flattened tensor rolled."""
+    x = a["self"]
+    shape = c.shape(x)
+    shifts = list(a["shifts"]) if isinstance(a["shifts"], (list, tuple)) else [a["shifts"]]
+    dims = list(a.get("dims") or [])
+    name = c.tensor(x)
+    if not dims:
+        if len(shifts) != 1:
+            raise Unsupported("roll of the flattened tensor by %d shifts" % len(shifts))
+        flat = c.emit("reshape", [name], {"shape": [c.value(x).numel()]})
+        rolled = _rolled(c, flat, c.value(x).numel(), 0, shifts[0])
+        return c.emit("reshape", [rolled], {"shape": shape})
+    if len(shifts) != len(dims):
+        raise Unsupported("roll with %d shifts for %d dims" % (len(shifts), len(dims)))
+    for shift, dim in zip(shifts, dims):
+        dim %= len(shape)
+        name = _rolled(c, name, shape[dim], dim, shift)
+    return name
+
+
+def _rolled(c, name, size, dim, shift):
+    """`name` rolled by `shift` along `dim` of `size` positions."""
+    shift = shift % size if size else 0
+    if shift == 0:
+        return name
+    tail = c.emit("slice", [name], {"dim": dim, "start": size - shift, "end": size})
+    head = c.emit("slice", [name], {"dim": dim, "start": 0, "end": size - shift})
+    return c.emit("concat", [tail, head], {"dim": dim})
+
+
 CONVERTERS.update({
+    "aten.roll": _roll,
     "aten.slice_scatter": _slice_scatter,
     "aten.select_scatter": _select_scatter,
     "aten.constant_pad_nd": _constant_pad,

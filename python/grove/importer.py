@@ -69,6 +69,19 @@ if os.environ.get("GROVE_LOG", "").lower() in ("info", "debug") and not log.hand
 # (tests/python/importer_test.py).
 
 
+# Note [A converter that fails leaves its node to PyTorch]: a converter meets
+# arguments its author did not foresee (a convolution of another rank, a
+# shape it unpacks as two sizes) with a Python error, not Unsupported. Such an
+# error is taken as Unsupported naming it (plan.unsupported, a warning in the
+# log; strict mode raises StrictModeError with it): the node runs in PyTorch
+# and the model still gives PyTorch's result, where before torch.compile
+# failed with BackendCompilerFailed (Whisper's conv1d, session 25). Test:
+# ImporterTest.test_a_converter_that_fails_leaves_its_node_to_pytorch
+# (tests/python/importer_test.py).
+_CONVERTER_ERRORS = (ValueError, IndexError, KeyError, TypeError, AttributeError,
+                     ZeroDivisionError)
+
+
 class _Recorder(torch.fx.Interpreter):
     """Runs the graph once on the example inputs and keeps every node's value
     (shapes and dtypes for the importer; constants for folding)."""
@@ -376,7 +389,13 @@ class _Importer:
                     segment = Segment(sum(1 for kind, _ in steps if kind == "grove"))
                     steps.append(("grove", segment))
                 self.convert(segment, node)
-            except Unsupported as reason:
+            except (Unsupported, *_CONVERTER_ERRORS) as error:
+                reason = error
+                if not isinstance(error, Unsupported):
+                    # Note [A converter that fails leaves its node to PyTorch]
+                    reason = "grove's converter failed (%s: %s)" % (type(error).__name__, error)
+                    log.warning("grove: converting node '%s' (%s) failed: %s; it runs in "
+                                "PyTorch", node.name, op_name(node.target), reason)
                 name = op_name(node.target)
                 if self.strict:
                     raise StrictModeError(
@@ -438,7 +457,7 @@ class _Importer:
                  dict(segment.params), segment.counter)
         try:
             result = converter(_Converter(self, segment, node), node_arguments(node))
-        except Unsupported:
+        except (Unsupported, *_CONVERTER_ERRORS):
             (count, names, inputs, params, counter) = saved
             del segment.program_nodes[count:]
             segment.names, segment.inputs, segment.params = names, inputs, params

@@ -188,6 +188,13 @@ class ReductionAndLayoutTest(ConverterCase):
         mask[1, :4] = 0
         self.check(function, [mask * torch.randint(1, 1000, (3, 11))])
 
+    def test_roll_like_swins_shifted_windows(self):
+        def function(x):
+            return (torch.roll(x, shifts=(-3, -3), dims=(1, 2)), torch.roll(x, 2, 0),
+                    torch.roll(x, 5), torch.roll(x, shifts=(14, -1), dims=(1, -1)))
+
+        self.check(function, [torch.randn(2, 7, 7, 3)])
+
     def test_topk_matches_torch(self):
         def function(logits):
             values, indices = torch.topk(logits, 5)
@@ -476,6 +483,16 @@ class InPlaceTest(ConverterCase):
 
 
 class ConvolutionTest(ConverterCase):
+    def test_a_one_dimensional_convolution_runs_in_pytorch(self):
+        # Whisper's and wav2vec2's conv1d front ends made the compile fail
+        # (its 2-d converter unpacked one output size as two).
+        def function(x, w, b):
+            return torch.tanh(F.conv1d(x, w, b, stride=2, padding=1)) * 2
+
+        x, w, b = torch.randn(2, 3, 16), torch.randn(5, 3, 3), torch.randn(5)
+        plan = self.check(function, [x, w, b], unsupported=["aten.convolution"])
+        self.assertIn("1-d convolution", plan.unsupported[0][2])
+
     def test_convolution_variants_match_torch(self):
         cases = [
             dict(stride=1, padding=1, dilation=1, groups=1, kernel=3, bias=True),

@@ -412,10 +412,34 @@ class ImporterTest(unittest.TestCase):
                                            % (with_mask, causal, backend, m))
 
     def test_strict_raises_naming_the_op(self):
-        module = nn.Sequential(nn.Linear(4, 4), nn.Softplus())
+        module = nn.Sequential(nn.Linear(4, 4), nn.Softshrink())
         x = torch.randn(2, 4)
-        with self.assertRaisesRegex(importer.StrictModeError, "softplus"):
+        with self.assertRaisesRegex(importer.StrictModeError, "softshrink"):
             importer.import_graph(trace(module, x), [x], strict=True)
+
+    def test_a_converter_that_fails_leaves_its_node_to_pytorch(self):
+        # Note [A converter that fails leaves its node to PyTorch] (importer.py).
+        from unittest import mock
+
+        from grove.aten_ops import CONVERTERS
+
+        def broken(c, a):
+            c.emit("neg", [c.tensor(a["self"])])  # emitted, then rolled back
+            raise ValueError("not enough values to unpack (expected 2, got 1)")
+
+        module = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 3))
+        x = torch.randn(2, 4)
+        with mock.patch.dict(CONVERTERS, {"aten.relu": broken}):
+            plan = importer.import_graph(trace(module, x), [x])
+            with self.assertRaisesRegex(importer.StrictModeError, "converter failed"):
+                importer.import_graph(trace(module, x), [x], strict=True)
+        [(_, op, reason)] = plan.unsupported
+        self.assertEqual(op, "aten.relu")
+        self.assertIn("ValueError: not enough values to unpack", reason)
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove", "torch", "grove"])
+        for backend in ("eager", "cudagraphs"):
+            torch.testing.assert_close(plan.compile(backend=backend, device="sim")(x),
+                                       module(x))
 
     def test_params_are_bound_never_copied(self):
         module = Mlp(depth=1).eval()
