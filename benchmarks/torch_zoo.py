@@ -242,9 +242,10 @@ def tree_counters():
     import grove.torch
 
     for graph in grove.torch.compiled_graphs():
-        models = getattr(getattr(graph, "runner", None), "models", lambda: [])()
-        if models:
-            return models[0].stats()["tree"]
+        for model in getattr(getattr(graph, "runner", None), "models", lambda: [])():
+            stats = model.stats()
+            if "tree" in stats:  # (a model of the eager backend has no tree)
+                return stats["tree"]
     return {}
 
 
