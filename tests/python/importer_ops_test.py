@@ -483,16 +483,30 @@ class InPlaceTest(ConverterCase):
 
 
 class ConvolutionTest(ConverterCase):
-    def test_a_one_dimensional_convolution_runs_in_pytorch(self):
-        # Whisper's and wav2vec2's conv1d front ends made the compile fail
-        # (its 2-d converter unpacked one output size as two).
-        def function(x, w, b):
-            return torch.tanh(F.conv1d(x, w, b, stride=2, padding=1)) * 2
+    def test_one_dimensional_convolutions(self):
+        # Note [1-d convolutions as 2-d ones] (aten_conv_ops.py): Whisper's
+        # front end (stride 2, padding 1), wav2vec2's (stride 5, no bias),
+        # Mamba's causal depthwise conv (groups = channels, padding K - 1),
+        # dilated. They made the compile fail before (the 2-d converter
+        # unpacked one output size as two), then ran in PyTorch.
+        def function(x, w, b, wide, depthwise):
+            return (torch.tanh(F.conv1d(x, w, b, stride=2, padding=1)) * 2,
+                    F.conv1d(x, wide, stride=5),
+                    F.conv1d(x, depthwise, padding=3, groups=3)[..., :16],
+                    F.conv1d(x, w, b, dilation=2, padding=2))
 
-        x, w, b = torch.randn(2, 3, 16), torch.randn(5, 3, 3), torch.randn(5)
-        plan = self.check(function, [x, w, b], unsupported=["aten.convolution"])
-        self.assertIn("1-d convolution", plan.unsupported[0][2])
+        x = torch.randn(2, 3, 16)
+        args = [x, torch.randn(5, 3, 3), torch.randn(5), torch.randn(4, 3, 10),
+                torch.randn(3, 1, 4)]
+        plan = self.check(function, args)
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
 
+        def volume(v, k):  # a 3-d convolution still runs in PyTorch, named
+            return F.conv3d(v, k) * 2
+
+        plan = self.check(volume, [torch.randn(1, 2, 4, 4, 4), torch.randn(3, 2, 2, 2, 2)],
+                          unsupported=["aten.convolution"])
+        self.assertIn("3-d convolution", plan.unsupported[0][2])
     def test_convolution_variants_match_torch(self):
         cases = [
             dict(stride=1, padding=1, dilation=1, groups=1, kernel=3, bias=True),
