@@ -26,8 +26,8 @@ MODULES = [
      "embedding_bag: bags of one size, then sum / mean / max"),
     ("grove.aten_index_put_ops", "rows compared with the target rows: the last write wins, or "
      "accumulating writes add through one GEMM (floats)"),
-    ("grove.aten_conv_ops", "2-d convolution as im2col (a gather of windows, or views where the "
-     "patches tile the image) + one GEMM; pooling as gathered windows + max / sum (Note [Windows "
+    ("grove.aten_conv_ops", "2-d (and 1-d, as 2-d) convolution as im2col (a gather of windows, "
+     "or views where the patches tile the image) + one GEMM; pooling as gathered windows + max / sum (Note [Windows "
      "as gathers])"),
     ("grove.aten_conv_backward_ops", "each input pixel sums the window positions that read it "
      "(a gather), then one GEMM for the weight gradient"),
