@@ -220,6 +220,22 @@ def _matmul(c, a):
     return c.emit("matmul", [c.tensor(x), c.tensor(y)])
 
 
+def _baddbmm(c, a):
+    """beta self + alpha (batch1 @ batch2), batched (BLOOM's ALiBi scores); with
+    beta 0 self is not read (PyTorch ignores its NaNs then)."""
+    dtype = c.result().dtype
+    product = c.emit("matmul", [c.operand(a["batch1"], dtype), c.operand(a["batch2"], dtype)])
+    beta, alpha = a.get("beta", 1), a.get("alpha", 1)
+    if alpha != 1:
+        product = c.emit("mul", [product, c.scalar(alpha, dtype)])
+    if beta == 0:
+        return product
+    bias = c.operand(a["self"], dtype)
+    if beta != 1:
+        bias = c.emit("mul", [bias, c.scalar(beta, dtype)])
+    return c.emit("add", [product, bias])
+
+
 def _addmm(c, a):
     bias, x, y = a["self"], a["mat1"], a["mat2"]
     beta, alpha = a.get("beta", 1), a.get("alpha", 1)
@@ -672,6 +688,7 @@ CONVERTERS = {
     "aten.bmm": _matmul,
     "aten.matmul": _matmul,
     "aten.addmm": _addmm,
+    "aten.baddbmm": _baddbmm,
     "aten.linear": _linear,
     "aten.t": _t,
     "aten.view": _reshape,

@@ -195,6 +195,27 @@ class ReductionAndLayoutTest(ConverterCase):
 
         self.check(function, [torch.randn(2, 7, 7, 3)])
 
+    def test_baddbmm_like_blooms_alibi_scores(self):
+        def function(bias, q, k):
+            return (torch.baddbmm(bias, q, k, beta=1.0, alpha=0.125),
+                    torch.baddbmm(bias, q, k, beta=0.5))
+
+        q, k = torch.randn(6, 5, 8), torch.randn(6, 8, 5)
+        self.check(function, [torch.randn(6, 1, 5), q, k])
+
+        # With beta 0 the input is not read (its NaNs do not reach the result).
+        # PyTorch 1.13's own CPU baddbmm reads uninitialized memory for a
+        # broadcast input then, so the reference is the product itself.
+        def ignored(bias, q, k):
+            return torch.baddbmm(torch.full_like(bias, float("nan")), q, k, beta=0.0)
+
+        args = [torch.randn(6, 1, 5), q, k]
+        with torch.no_grad():
+            plan = importer.import_graph(make_fx(ignored)(*args), args)
+        for backend in ("eager", "cudagraphs"):
+            torch.testing.assert_close(plan.compile(backend=backend)(*args), torch.bmm(q, k),
+                                       rtol=RTOL, atol=ATOL)
+
     def test_topk_matches_torch(self):
         def function(logits):
             values, indices = torch.topk(logits, 5)
