@@ -17,8 +17,8 @@ MODULES = [
     ("grove.aten_ops", "elementwise, matmul / linear (addmm's bias in the GEMM), reductions, "
      "views and concat, attention (one kernel reading q/k/v in place where keys and values fit "
      "48 KiB of shared memory, else matmul + softmax), casts, constants (div: true division or "
-     "floor/trunc rounding; slice: step 1; layer norm: one normalized dim; attention and "
-     "dropout: no dropout)"),
+     "floor/trunc rounding; slice: a view, or a gather with a step; layer norm: one normalized "
+     "dim; attention and dropout: no dropout)"),
     ("grove.aten_pointwise_ops", "trigonometry, log1p/expm1 and rounding ops, maximum/minimum "
      "(clamp), bitwise ops and integer division (remainder, fmod) on bool and integers; sign, "
      "tan, and remainder/fmod of floats written out"),
@@ -56,9 +56,9 @@ FOOTER = [
     "into graph inputs]) |",
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
-    "| anything else (cumprod, sort, topk beyond k = 64, scatter with a reduction, slices with a "
-    "step, writes into views of intermediates and the values sharing their storage, ...) | "
-    "runs in PyTorch between grove segments |",
+    "| anything else (cumprod, sort, topk beyond k = 64, scatter with a reduction, 3-d "
+    "convolutions, bilinear upsampling, writes into views of intermediates and the values "
+    "sharing their storage, ...) | runs in PyTorch between grove segments |",
 ]
 
 

@@ -11,6 +11,7 @@ import torch
 import torch.fx
 
 from grove.aten_index_ops import one_hot_rows
+from grove.aten_layout_ops import strided_slice_backward
 from grove.aten_ops import CONVERTERS
 from grove.fx_common import Unsupported, dtype_name, node_arguments, op_name
 
@@ -297,9 +298,11 @@ def _pad_into(c, grad_name, sizes, dim, start, end, dtype):
 
 
 def _slice_backward(c, a):
-    if a.get("step", 1) != 1:
-        raise Unsupported("slice_backward with step %s" % a["step"])
     sizes = list(a["input_sizes"])
+    if a.get("step", 1) != 1:
+        dtype = c.result().dtype
+        return strided_slice_backward(c, c.operand(a["grad_output"], dtype), sizes, a["dim"],
+                                      a["start"], a["end"], a["step"], dtype)
     dim = a["dim"] % len(sizes)
     start, end = a["start"], a["end"]
     start = max(start + sizes[dim] if start < 0 else start, 0)

@@ -165,6 +165,48 @@ def _select_scatter(c, a):
     return _around(c, c.tensor(x), shape, dim, index, index + 1, middle)
 
 
+def slice_positions(size, start, end, step):
+    """The positions x[start:end:step] reads along a dim of `size`, as
+    PyTorch normalizes them (negative ends wrap, then clamp)."""
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = min(max(start + size if start < 0 else start, 0), size)
+    end = min(max(end + size if end < 0 else end, 0), size)
+    return list(range(start, end, step))
+
+
+def strided_slice(c, x, dim, start, end, step):
+    """x[..., start:end:step, ...] with step > 1 (LeViT's subsampling, YOLOv5's
+    Focus): a gather by constant positions along `dim`."""
+    shape = c.shape(x)
+    dim %= len(shape)
+    positions = slice_positions(shape[dim], start, end, step)
+    if not positions:
+        raise Unsupported("an empty strided slice")
+    ids = c.importer.constant(c.segment, torch.tensor(positions).to(c.importer.device))
+    return take(c, c.tensor(x), shape, [dim], ids, [len(positions)], dim)
+
+
+def strided_slice_backward(c, grad, sizes, dim, start, end, step, dtype):
+    """The gradient of a strided slice: each input position takes its grad
+    row, or a zero row where the slice skipped it (one gather of [grad;
+    zeros] along `dim`)."""
+    dim %= len(sizes)
+    positions = slice_positions(sizes[dim], start, end, step)
+    grad_shape = list(sizes)
+    grad_shape[dim] = len(positions)
+    zero_shape = list(sizes)
+    zero_shape[dim] = 1
+    zeros = c.emit("full", [], {"value": 0.0, "shape": zero_shape, "dtype": dtype_name(dtype)})
+    table = c.emit("concat", [grad, zeros], {"dim": dim})
+    where = {position: index for index, position in enumerate(positions)}
+    ids = torch.tensor([where.get(i, len(positions)) for i in range(sizes[dim])])
+    ids = c.importer.constant(c.segment, ids.to(c.importer.device))
+    table_shape = list(sizes)
+    table_shape[dim] = len(positions) + 1
+    return take(c, table, table_shape, [dim], ids, [sizes[dim]], dim)
+
+
 def _roll(c, a):
     """Each rolled dim as the concat of its last `shift` and its first
     positions (Swin's shifted windows); no dims: the flattened tensor rolled."""

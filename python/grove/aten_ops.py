@@ -309,7 +309,9 @@ def _expand(c, a):
 def _slice(c, a):
     x = a["self"]
     if a.get("step", 1) not in (None, 1):
-        raise Unsupported("slice with step %s" % a["step"])
+        from grove.aten_layout_ops import strided_slice  # (it imports this module)
+
+        return strided_slice(c, x, a["dim"], a.get("start"), a.get("end"), a["step"])
     size = c.shape(x)[a["dim"]]
     start = a.get("start") or 0
     end = a.get("end")

@@ -216,6 +216,22 @@ class ReductionAndLayoutTest(ConverterCase):
             torch.testing.assert_close(plan.compile(backend=backend)(*args), torch.bmm(q, k),
                                        rtol=RTOL, atol=ATOL)
 
+    def test_slices_with_a_step_and_their_gradients(self):
+        # LeViT's subsampling (x[:, ::2, ::2]), YOLOv5's Focus (x[..., ::2,
+        # 1::2]); the gradient puts each row back or a zero where it was skipped.
+        def function(x):
+            return x[:, ::2, ::2] * 2, x[..., 1::2], x[:, -5::3], x[::2, 1:7:2, 2:]
+
+        x = torch.randn(3, 9, 8)
+        plan = self.check(function, [x])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+        def gradient(g):
+            return (torch.ops.aten.slice_backward(g, [3, 9, 8], 1, 1, 9, 2),
+                    torch.ops.aten.slice_backward(g, [3, 9, 8], 1, -8, 100, 2))
+
+        self.check(gradient, [torch.randn(3, 4, 8)])
+
     def test_topk_matches_torch(self):
         def function(logits):
             values, indices = torch.topk(logits, 5)
