@@ -38,9 +38,9 @@ MODULES = [
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
     ("grove.aten_layout_ops", "concat with constants or slices (padding; slice_scatter and "
-     "select_scatter: the base's slices around the source), gathers (flip, nearest "
-     "upsampling), cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds "
-     "(integers)"),
+     "select_scatter: the base's slices around the source; roll), gathers (flip, nearest "
+     "upsampling, slices with a step; bilinear upsampling: four gathers weighed in f32), "
+     "cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds (integers)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
     ("grove.aten_loss_ops", "mse and nll losses and their backwards, written out in grove ops "
      "(nll_loss: no class weights, no reduction='none')"),
@@ -57,8 +57,8 @@ FOOTER = [
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
     "| anything else (cumprod, sort, topk beyond k = 64, scatter with a reduction, 3-d "
-    "convolutions, bilinear upsampling, writes into views of intermediates and the values "
-    "sharing their storage, ...) | runs in PyTorch between grove segments |",
+    "convolutions, bilinear upsampling's gradient, writes into views of intermediates and the "
+    "values sharing their storage, ...) | runs in PyTorch between grove segments |",
 ]
 
 

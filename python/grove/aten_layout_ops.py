@@ -82,6 +82,60 @@ def _upsample_nearest(c, a):
                 [out_h, out_w], 2)
 
 
+def bilinear_sources(in_size, out_size, align_corners, scale):
+    """PyTorch's bilinear source rows along one axis, in float32 as its
+    kernels compute them: (first index, second index, first weight, second
+    weight) per output position."""
+    positions = torch.arange(out_size, dtype=torch.float32)
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        source = positions * torch.tensor(ratio, dtype=torch.float32)
+    else:
+        ratio = torch.tensor(1.0 / scale if scale else in_size / out_size, dtype=torch.float32)
+        source = torch.clamp(ratio * (positions + 0.5) - 0.5, min=0.0)
+    first = source.to(torch.int64)  # truncation: source >= 0
+    second = first + (first < in_size - 1).to(torch.int64)
+    second_weight = source - first.to(torch.float32)
+    return first, second, 1.0 - second_weight, second_weight
+
+
+def _upsample_bilinear(c, a):
+    """Bilinear upsampling (segmentation heads: LR-ASPP, DeepLab, SegFormer):
+    the four source pixels of each output gathered by constant ids, weighted
+    as PyTorch's kernels weigh them (f32, then the input's dtype)."""
+    x = a.get("self", a.get("input"))
+    shape = c.shape(x)
+    if len(shape) != 4:
+        raise Unsupported("bilinear upsampling of rank %d" % len(shape))
+    out_h, out_w = c.result().shape[2:]
+    scales = a.get("scale_factors") or [a.get("scales_h"), a.get("scales_w")]
+    align = bool(a.get("align_corners"))
+    top, bottom, top_weight, bottom_weight = bilinear_sources(shape[2], out_h, align, scales[0])
+    left, right, left_weight, right_weight = bilinear_sources(shape[3], out_w, align, scales[1])
+    dtype = c.dtype(x)
+    compute = torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+    image = c.operand(x, compute)
+
+    def corner(rows, cols):
+        ids = (rows[:, None] * shape[3] + cols[None, :]).to(c.importer.device)
+        return take(c, image, shape, [2, 3], c.importer.constant(c.segment, ids),
+                    [out_h, out_w], 2)
+
+    def weight(values, column):
+        values = values.to(compute).reshape([-1, 1] if column else [-1])
+        return c.importer.constant(c.segment, values.to(c.importer.device))
+
+    def across(rows):
+        return c.emit("add", [c.emit("mul", [weight(left_weight, False), corner(rows, left)]),
+                              c.emit("mul", [weight(right_weight, False),
+                                             corner(rows, right)])])
+
+    upper, lower = across(top), across(bottom)
+    out = c.emit("add", [c.emit("mul", [weight(top_weight, True), upper]),
+                         c.emit("mul", [weight(bottom_weight, True), lower])])
+    return c.cast(out, compute, c.result().dtype)
+
+
 def _integer_cumsum(c, name, shape, dim, dtype):
     """Hillis-Steele: after step s every element holds the sum of the 2^s
     elements ending at it (exact in integers)."""
@@ -246,5 +300,6 @@ CONVERTERS.update({
     "aten.constant_pad_nd": _constant_pad,
     "aten.flip": _flip,
     "aten.upsample_nearest2d": _upsample_nearest,
+    "aten.upsample_bilinear2d": _upsample_bilinear,
     "aten.cumsum": _cumsum,
 })

@@ -232,6 +232,25 @@ class ReductionAndLayoutTest(ConverterCase):
 
         self.check(gradient, [torch.randn(3, 4, 8)])
 
+    def test_bilinear_upsampling_like_segmentation_heads(self):
+        def function(x):
+            return (F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+                    F.interpolate(x, size=(11, 7), mode="bilinear", align_corners=False),
+                    F.interpolate(x, size=(13, 16), mode="bilinear", align_corners=True),
+                    F.interpolate(x, size=(3, 2), mode="bilinear", align_corners=False),
+                    F.interpolate(x, scale_factor=1.5, mode="bilinear"))
+
+        x = torch.randn(2, 3, 5, 8)
+        plan = self.check(function, [x])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+        # bf16 weighs in f32 as PyTorch's GPU kernels do (its CPU kernel rounds
+        # between passes): the reference is f32 on the bf16 input, rounded.
+        low = x.bfloat16()
+        with torch.no_grad():
+            plan = importer.import_graph(make_fx(function)(low), [low])
+        for actual, wanted in zip(plan.compile(backend="eager")(low), function(low.float())):
+            torch.testing.assert_close(actual, wanted.bfloat16(), **BF16)
+
     def test_topk_matches_torch(self):
         def function(logits):
             values, indices = torch.topk(logits, 5)
