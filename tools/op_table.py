@@ -17,8 +17,8 @@ MODULES = [
     ("grove.aten_ops", "elementwise, matmul / linear (addmm's bias in the GEMM), reductions, "
      "views and concat, attention (one kernel reading q/k/v in place where keys and values fit "
      "48 KiB of shared memory, else matmul + softmax), casts, constants (div: true division or "
-     "floor/trunc rounding; slice: a view, or a gather with a step; layer norm: one normalized "
-     "dim; attention and dropout: no dropout)"),
+     "floor/trunc rounding; layer norm: one normalized dim; attention and dropout: no "
+     "dropout)"),
     ("grove.aten_pointwise_ops", "trigonometry, log1p/expm1 and rounding ops, maximum/minimum "
      "(clamp), bitwise ops and integer division (remainder, fmod) on bool and integers; sign, "
      "tan, and remainder/fmod of floats written out"),
@@ -37,7 +37,8 @@ MODULES = [
      "inputs, then a per-channel scale and shift"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
-    ("grove.aten_layout_ops", "concat with constants or slices (padding; slice_scatter and "
+    ("grove.aten_layout_ops", "slice: a view (step 1); concat with constants or slices "
+     "(padding; slice_scatter and "
      "select_scatter: the base's slices around the source; roll), gathers (flip, nearest "
      "upsampling, slices with a step; bilinear upsampling: four gathers weighed in f32), "
      "cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds (integers)"),

@@ -241,6 +241,16 @@ def strided_slice(c, x, dim, start, end, step):
     return take(c, c.tensor(x), shape, [dim], ids, [len(positions)], dim)
 
 
+_STEP_ONE_SLICE = CONVERTERS["aten.slice"]
+
+
+def _slice(c, a):
+    """aten_ops' slice (a view) for step 1, else strided_slice."""
+    if a.get("step", 1) in (None, 1):
+        return _STEP_ONE_SLICE(c, a)
+    return strided_slice(c, a["self"], a["dim"], a.get("start"), a.get("end"), a["step"])
+
+
 def strided_slice_backward(c, grad, sizes, dim, start, end, step, dtype):
     """The gradient of a strided slice: each input position takes its grad
     row, or a zero row where the slice skipped it (one gather of [grad;
@@ -295,6 +305,7 @@ def _rolled(c, name, size, dim, shift):
 
 CONVERTERS.update({
     "aten.roll": _roll,
+    "aten.slice": _slice,
     "aten.slice_scatter": _slice_scatter,
     "aten.select_scatter": _select_scatter,
     "aten.constant_pad_nd": _constant_pad,
