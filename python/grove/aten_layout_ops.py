@@ -271,6 +271,25 @@ def strided_slice_backward(c, grad, sizes, dim, start, end, step, dtype):
     return take(c, table, table_shape, [dim], ids, [sizes[dim]], dim)
 
 
+def _as_strided(c, a):
+    """as_strided that leaves x's values where they are: x contiguous, the
+    same sizes, x's own strides on every dim longer than 1, no offset (the
+    restride adaptive_avg_pool2d to 1x1 applies to its mean of a
+    channels-last input: ConvNeXt's and EfficientNet's heads). Anything else
+    moves elements, which grove's values (not storage) cannot say."""
+    x = a["self"]
+    value = c.value(x)
+    size, stride = list(a["size"]), list(a["stride"])
+    if a.get("storage_offset") or size != list(value.shape) or not value.is_contiguous():
+        raise Unsupported("as_strided that moves elements")
+    expected = [1] * len(size)
+    for dim in range(len(size) - 2, -1, -1):
+        expected[dim] = expected[dim + 1] * size[dim + 1]
+    if any(have != want for have, want, extent in zip(stride, expected, size) if extent > 1):
+        raise Unsupported("as_strided that moves elements")
+    return c.tensor(x)
+
+
 def _roll(c, a):
     """Each rolled dim as the concat of its last `shift` and its first
     positions (Swin's shifted windows); no dims: the flattened tensor rolled."""
@@ -305,6 +324,7 @@ def _rolled(c, name, size, dim, shift):
 
 CONVERTERS.update({
     "aten.roll": _roll,
+    "aten.as_strided": _as_strided,
     "aten.slice": _slice,
     "aten.slice_scatter": _slice_scatter,
     "aten.select_scatter": _select_scatter,

@@ -251,6 +251,24 @@ class ReductionAndLayoutTest(ConverterCase):
         for actual, wanted in zip(plan.compile(backend="eager")(low), function(low.float())):
             torch.testing.assert_close(actual, wanted.bfloat16(), **BF16)
 
+    def test_global_average_pooling_of_a_channels_last_tensor(self):
+        # ConvNeXt's head (timm and torchvision) left as_strided_, mean and
+        # permute to PyTorch on the H100 survey: adaptive_avg_pool2d to 1x1 of
+        # a channels-last input is a mean, then as_strided_ of it to the
+        # channels-last strides, which moves no element.
+        def function(x):
+            y = x.permute(0, 3, 1, 2)  # channels-last strides, as ConvNeXt's blocks leave it
+            pooled = F.adaptive_avg_pool2d(y, 1)
+            return F.layer_norm(pooled.permute(0, 2, 3, 1), [8]).flatten(1) * 2
+
+        plan = self.check(function, [torch.randn(2, 5, 5, 8)])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+        def moved(x):  # a restride that moves elements stays in PyTorch
+            return torch.as_strided(x * 2, [4, 3], [1, 4]) + 1
+
+        self.check(moved, [torch.randn(3, 4)], unsupported=["aten.as_strided"])
+
     def test_topk_matches_torch(self):
         def function(logits):
             values, indices = torch.topk(logits, 5)
