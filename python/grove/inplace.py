@@ -61,6 +61,22 @@ def _whole_view(node, values):
     return step in (None, 1)
 
 
+# Note [Aliases nobody reads after the write]: an in-place op on a view of an
+# intermediate (Falcon's mlp_output += attention_output, where mlp_output is
+# the _unsafe_view of its mm) writes storage the base shares. The write stays
+# out of PyTorch when every such alias is an intermediate that nothing reads
+# after the write (the mm, read only by its view before it): nothing can see
+# the difference between writing in place and the functional op. An input, a
+# parameter or any alias read later (the graph's output included) still
+# sends the write to PyTorch. Test: InPlaceTest.test_a_write_through_a_view_
+# nobody else reads_stays_in_grove (tests/python/importer_ops_test.py).
+def _sees_the_write(other, node, order):
+    """Whether alias `other` of the storage `node` writes can observe it."""
+    if other.op != "call_function":
+        return True  # the caller's input or parameter
+    return any(order[user] > order[node] for user in other.users)
+
+
 def functionalize_inplace(graph, values, converters, write_backs=()):
     """Rewires reads after each safe in-place node (Note [In-place ops on
     intermediates]). Returns (the nodes to convert functionally, the nodes
@@ -89,7 +105,7 @@ def functionalize_inplace(graph, values, converters, write_backs=()):
             chain = versions.setdefault(key, {target})
             aliased = [other for other in sharers.get(key, [])
                        if order[other] < order[node] and other not in chain
-                       and other not in views]
+                       and other not in views and _sees_the_write(other, node, order)]
             if target in chain and not aliased:
                 chain.add(node)
                 safe.append((node, target, views))

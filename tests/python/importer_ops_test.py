@@ -457,6 +457,28 @@ class InPlaceTest(ConverterCase):
         plan = self.check(function, [x, y])
         self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
 
+    def test_a_write_through_a_view_nobody_else_reads_stays_in_grove(self):
+        # Note [Aliases nobody reads after the write] (inplace.py): Falcon's
+        # mlp_output += attention_output, where mlp_output is the _unsafe_view
+        # of an mm, left the mm, the view and the add_ to PyTorch.
+        def falcon(x, w, o):
+            h = x @ w.t()
+            h += o
+            return h * 2
+
+        args = [torch.randn(2, 3, 4), torch.randn(5, 4), torch.randn(2, 3, 5)]
+        plan = self.check(falcon, args)
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+        # The base read after the write sees it: PyTorch writes, as before.
+        def read_after(x, w, o):
+            m = x.reshape(6, 4) @ w.t()
+            v = m.view(2, 3, 5)
+            v.add_(o)
+            return v * 2, m + 1
+
+        plan = self.check(read_after, args, unsupported=["aten.mm", "aten.view", "aten.add_"])
+
     def test_an_element_of_a_tuple_written_in_pytorch_runs_with_its_op(self):
         # Note [Elements of a result PyTorch writes] (inplace.py): an in-place
         # op grove lacks (frac_) writes an element of batch norm's result
