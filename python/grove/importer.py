@@ -254,6 +254,7 @@ class _Importer:
         self.host_constants = {}  # Note [Host tensors among a device graph's params]
         self.functional, self.in_torch = functionalize_inplace(self.graph, self.values,
                                                                CONVERTERS, self.write_backs)
+        self.in_torch -= self._constant_storages(self.in_torch)
         if self.functional and hasattr(module, "recompile"):
             module.recompile()  # its code follows the rewired reads
 
@@ -331,6 +332,40 @@ class _Importer:
             moved = value.to(self.device).contiguous()
             self.host_constants[node] = moved
         return moved
+
+    # Note [Writes into storage no input reaches]: torchvision's Swin builds
+    # its shifted-window mask by writing numbers into slices of new_zeros
+    # (attn_mask[h0:h1, w0:w1] = count) at every call. The writes are in place
+    # on views, so they ran in PyTorch (nine fill_ kernels, their slices and
+    # views: 20 replays a call), yet nothing in that storage depends on an
+    # input: the sizes are fixed per compilation. Where no node sharing a
+    # written storage depends on an input (and none is an input, a parameter
+    # or a lifted attribute), its nodes fold as constants instead, each the
+    # value the import run recorded before any later write (Note [In-place
+    # ops on intermediates]); a storage an input reaches still runs in
+    # PyTorch, so no folded constant is ever written. Test:
+    # InPlaceTest.test_writes_into_a_mask_no_input_reaches_fold (tests/python/
+    # importer_ops_test.py).
+    def _constant_storages(self, in_torch):
+        """The nodes of `in_torch` whose written storage no input reaches."""
+        dynamic = set()
+        for node in self.graph.nodes:
+            if node.op in ("placeholder", "get_attr") or (
+                    node.op != "output" and (node.op != "call_function" or (
+                        op_name(node.target) not in _METADATA_ONLY and any(
+                            arg in dynamic for arg in node.all_input_nodes)))):
+                dynamic.add(node)
+        by_storage = {}
+        for node in self.graph.nodes:
+            key = storage_key(self.values.get(node))
+            if key is not None:
+                by_storage.setdefault(key, []).append(node)
+        folded = set()
+        for key, nodes in by_storage.items():
+            if any(node in in_torch for node in nodes) and not any(
+                    node in dynamic for node in nodes):
+                folded.update(node for node in nodes if node in in_torch)
+        return folded
 
     def depends_on_inputs(self, node):
         if op_name(node.target) in _METADATA_ONLY:

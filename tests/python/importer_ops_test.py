@@ -479,6 +479,35 @@ class InPlaceTest(ConverterCase):
 
         plan = self.check(read_after, args, unsupported=["aten.mm", "aten.view", "aten.add_"])
 
+    def test_writes_into_a_mask_no_input_reaches_fold(self):
+        # Note [Writes into storage no input reaches] (importer.py):
+        # torchvision Swin's shifted-window mask, written slice by slice into
+        # new_zeros at every call (in PyTorch: 20 replays a call on the survey).
+        def swin(x):
+            mask = x.new_zeros((7, 7))
+            count = 0
+            for h in ((0, -3), (-3, -1), (-1, None)):
+                for w in ((0, -3), (-3, -1), (-1, None)):
+                    mask[h[0]:h[1], w[0]:w[1]].fill_(float(count))
+                    count += 1
+            mask = mask.view(7, 7).unsqueeze(0)
+            return x + (mask != 0).float() * -100 + mask
+
+        plan = self.check(swin, [torch.randn(2, 7, 7)])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+        # A storage an input reaches is still written in PyTorch, and the
+        # constant part of it is not folded under that write.
+        def reached(x):
+            mask = x.new_zeros((7, 7))
+            mask[:3].fill_(2.0)
+            mask[4:].copy_(x[0, 4:])
+            return x * mask
+
+        self.check(reached, [torch.randn(2, 7, 7)],
+                   unsupported=["aten.new_zeros", "aten.slice", "aten.fill_", "aten.slice",
+                                "aten.copy_"])
+
     def test_an_element_of_a_tuple_written_in_pytorch_runs_with_its_op(self):
         # Note [Elements of a result PyTorch writes] (inplace.py): an in-place
         # op grove lacks (frac_) writes an element of batch norm's result
