@@ -75,9 +75,11 @@ SPLITTER_CANDIDATES = [
     ("roll", "aten.roll", lambda a: torch.roll(a, shifts=1, dims=-1)),
     ("cumsum", "aten.cumsum", lambda a: torch.cumsum(a, dim=-1) * 0.1),
     ("cumprod", "aten.cumprod", lambda a: torch.cumprod(1.0 + 0.01 * torch.tanh(a), dim=-1)),
-    # One result each (sort's pair adds a getitem that PyTorch runs too).
-    ("frac", "aten.frac", lambda a: torch.frac(a * 3.0)),
-    ("softshrink", "aten.softshrink", lambda a: F.softshrink(a, 0.5)),
+    # One result each (sort's pair adds a getitem that PyTorch runs too), and
+    # smooth: a jump (frac) or a kink (softshrink) turns f32 rounding upstream
+    # into a difference the oracle cannot tell from a bug.
+    ("asinh", "aten.asinh", torch.asinh),
+    ("sinc", "aten.sinc", torch.sinc),  # bounded, as its gradient: nothing amplified
     ("sort", "aten.sort", lambda a: torch.sort(a, dim=-1).values),
     ("cos", "aten.cos", torch.cos),
     ("sin", "aten.sin", torch.sin),

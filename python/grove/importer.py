@@ -343,7 +343,8 @@ class _Importer:
     # or a lifted attribute), its nodes fold as constants instead, each the
     # value the import run recorded before any later write (Note [In-place
     # ops on intermediates]); a storage an input reaches still runs in
-    # PyTorch, so no folded constant is ever written. Test:
+    # PyTorch, so no folded constant is ever written, and so does one the
+    # graph returns (the caller gets a new tensor each call, as before). Test:
     # InPlaceTest.test_writes_into_a_mask_no_input_reaches_fold (tests/python/
     # importer_ops_test.py).
     def _constant_storages(self, in_torch):
@@ -363,7 +364,8 @@ class _Importer:
         folded = set()
         for key, nodes in by_storage.items():
             if any(node in in_torch for node in nodes) and not any(
-                    node in dynamic for node in nodes):
+                    node in dynamic or any(user.op == "output" for user in node.users)
+                    for node in nodes):
                 folded.update(node for node in nodes if node in in_torch)
         return folded
 

@@ -508,6 +508,16 @@ class InPlaceTest(ConverterCase):
                    unsupported=["aten.new_zeros", "aten.slice", "aten.fill_", "aten.slice",
                                 "aten.copy_"])
 
+        # A written storage the graph returns stays in PyTorch: the caller
+        # may write the tensor it gets, which must not be a folded constant.
+        def returned(x):
+            mask = x.new_zeros((3, 7))
+            mask[1:].fill_(5.0)
+            return x * 2, mask
+
+        self.check(returned, [torch.randn(2, 7)],
+                   unsupported=["aten.new_zeros", "aten.slice", "aten.fill_"])
+
     def test_an_element_of_a_tuple_written_in_pytorch_runs_with_its_op(self):
         # Note [Elements of a result PyTorch writes] (inplace.py): an in-place
         # op grove lacks (frac_) writes an element of batch norm's result
