@@ -160,6 +160,19 @@ class GroupNormTest(ConverterCase):
         self.check(function, [t.bfloat16() for t in (x, y, weight, bias)], rtol=2 ** -6,
                    atol=1e-2)
 
+    def test_group_norm_gradients_match_torch(self):
+        # Training a GroupNorm model through the door (diffusion UNets, BiT).
+        def gradients(g, x, weight):
+            _, mean, rstd = torch.ops.aten.native_group_norm(x, weight, None, 2, 6, 20, 3, 1e-5)
+            return (torch.ops.aten.native_group_norm_backward(
+                        g, x, mean, rstd, weight, 2, 6, 20, 3, [True, True, True]) +
+                    torch.ops.aten.native_group_norm_backward(
+                        g, x, mean, rstd, None, 2, 6, 20, 3, [True, False, False])[:1])
+
+        x = torch.randn(2, 6, 5, 4) * 3 + 1
+        self.check(gradients, [torch.randn(2, 6, 5, 4), x, torch.randn(6)], rtol=1e-4,
+                   atol=1e-4)
+
 
 class ReductionAndLayoutTest(ConverterCase):
     def test_sums_with_a_dtype_cast_their_input_first(self):

@@ -135,6 +135,16 @@ def mlp_case():
     return Mlp(), lambda: (torch.randn(4, 32),)
 
 
+def group_norm_case():
+    """Convolutions with group norm and the activations of session 25's
+    converters (a GroupNorm ResNet's or a UNet's block, MobileNetV3's
+    Hardswish, YOLO's LeakyReLU)."""
+    module = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(4, 8), nn.SiLU(),
+                           nn.Conv2d(8, 8, 3), nn.GroupNorm(2, 8), nn.Hardswish(),
+                           nn.LeakyReLU(0.1), nn.Flatten(), nn.Linear(8 * 4 * 4, 5), nn.Mish())
+    return module, lambda: (torch.randn(2, 3, 6, 6),)
+
+
 def gpt_case():
     return GptBlock(), lambda: (torch.randint(0, 50, (2, 8)),)
 
@@ -262,6 +272,9 @@ class TrainingTest(unittest.TestCase):
 
     def test_transformer_encoder_gradients_match_torch(self):
         self.gradients_over_steps(encoder_case)
+
+    def test_group_norm_convolution_gradients_match_torch(self):
+        self.gradients_over_steps(group_norm_case)
 
     def test_a_batch_that_needs_a_gradient_may_be_new_at_every_step(self):
         # Note [Saved parameters] (grove/training_steps.py): the batch is a
