@@ -7,8 +7,9 @@ adds them to aten_ops.CONVERTERS."""
 
 import torch
 
-from grove.aten_conv_ops import (ConvGeometry, avg_pool_geometry, constant_ids, im2col,
-                                 image_shape, max_pool_ids, two_d_only, weight_matrix)
+from grove.aten_conv_ops import (ConvGeometry, as_image, avg_pool_geometry, constant_ids,
+                                 dtype_of, im2col, image_shape, max_pool_ids, operand_of,
+                                 planar_arguments, shape_of, two_d_only, weight_matrix)
 from grove.aten_ops import CONVERTERS
 from grove.fx_common import dtype_name
 from grove.aten_layout_ops import nearest_sources
@@ -32,17 +33,37 @@ def _scatter_to_pixels(c, table, inverse, shape):
 
 def _output_rows(c, grad, dtype):
     """grad [N, OC, OH, OW] as the GEMM's rows [N*OH*OW, OC]."""
-    n, out_channels, out_h, out_w = c.shape(grad)
-    rows = c.emit("permute", [c.operand(grad, dtype)], {"order": [0, 2, 3, 1]})
+    n, out_channels, out_h, out_w = shape_of(c, grad)
+    rows = c.emit("permute", [operand_of(c, grad, dtype)], {"order": [0, 2, 3, 1]})
     return c.emit("reshape", [rows], {"shape": [n * out_h * out_w, out_channels]})
 
 
 def _convolution_backward(c, a):
     grad, x, weight = a["grad_output"], a["input"], a["weight"]
+    if len(c.shape(x)) == 3 and len(c.shape(weight)) == 3:
+        return _convolution_backward_1d(c, a)
     two_d_only(c, x)
-    out_h, out_w = c.shape(grad)[2:]
-    g = ConvGeometry(c, a, x, weight, out_h, out_w)
+    return _convolution_backward_2d(c, a, grad, x, weight)
+
+
+def _convolution_backward_1d(c, a):
+    """Note [1-d convolutions as 2-d ones] (aten_conv_ops.py), backwards."""
+    grad, x, weight = a["grad_output"], a["input"], a["weight"]
     dtype = c.dtype(x)
+    grad_input, grad_weight, grad_bias = _convolution_backward_2d(
+        c, planar_arguments(a), as_image(c, grad, dtype), as_image(c, x, dtype),
+        as_image(c, weight, dtype))
+    if grad_input is not None:
+        grad_input = c.emit("reshape", [grad_input], {"shape": c.shape(x)})
+    if grad_weight is not None:
+        grad_weight = c.emit("reshape", [grad_weight], {"shape": c.shape(weight)})
+    return (grad_input, grad_weight, grad_bias)
+
+
+def _convolution_backward_2d(c, a, grad, x, weight):
+    out_h, out_w = shape_of(c, grad)[2:]
+    g = ConvGeometry(c, a, x, weight, out_h, out_w)
+    dtype = dtype_of(c, x)
     mask = list(a.get("output_mask") or [True, True, True])
     rows = _output_rows(c, grad, dtype)  # [M, OC]
     w = weight_matrix(c, weight, g, dtype)
@@ -66,7 +87,7 @@ def _convolution_backward(c, a):
                        {"shape": [out_h * out_w * g.taps, g.n * g.channels]})
         table = _rows_with_zero(c, table, g.n * g.channels, dtype)
         inverse = inverse_ids(g.ids(), g.height * g.width, per_output=False)
-        grad_input = _scatter_to_pixels(c, table, inverse, c.shape(x))
+        grad_input = _scatter_to_pixels(c, table, inverse, shape_of(c, x))
     if mask[1]:
         patches = im2col(c, x, g)  # [M, KK*C]
         if g.groups == 1:
@@ -84,7 +105,7 @@ def _convolution_backward(c, a):
                          {"shape": [g.out_channels, g.kh, g.kw, g.group_channels]})
         grad_weight = c.emit("permute", [product], {"order": [0, 3, 1, 2]})
     if mask[2]:
-        grad_bias = c.emit("sum", [c.operand(grad, dtype)], {"dims": [0, 2, 3], "keepdim": 0})
+        grad_bias = c.emit("sum", [operand_of(c, grad, dtype)], {"dims": [0, 2, 3], "keepdim": 0})
     return (grad_input, grad_weight, grad_bias)
 
 

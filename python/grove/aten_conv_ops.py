@@ -31,15 +31,15 @@ class Image:
         self.name, self.shape, self.dtype = name, list(shape), dtype
 
 
-def _shape(c, x):
+def shape_of(c, x):
     return x.shape if isinstance(x, Image) else c.shape(x)
 
 
-def _dtype(c, x):
+def dtype_of(c, x):
     return x.dtype if isinstance(x, Image) else c.dtype(x)
 
 
-def _operand(c, x, dtype):
+def operand_of(c, x, dtype):
     if isinstance(x, Image):
         return c.cast(x.name, x.dtype, dtype)
     return c.operand(x, dtype)
@@ -60,7 +60,7 @@ def constant_ids(c, ids, rows):
 def gather_windows(c, x, ids, padding):
     """x [N, C, H, W] gathered by ids [OH, OW, K] -> [OH, OW, K, N*C].
     padding: "zero" (a zero row) or "repeat" (the window's first pixel)."""
-    shape = _shape(c, x)
+    shape = shape_of(c, x)
     height, width = shape[2:]
     padded = bool((ids < 0).any())
     if padded and padding == "repeat":
@@ -69,14 +69,14 @@ def gather_windows(c, x, ids, padding):
             raise Unsupported("a pooling window wholly in the padding")
         ids = torch.where(ids < 0, first.expand_as(ids), ids)
         padded = False
-    table = pixel_table(c, _operand(c, x, _dtype(c, x)), shape)
+    table = pixel_table(c, operand_of(c, x, dtype_of(c, x)), shape)
     if not padded:
         return c.emit("embedding", [table, constant_ids(c, ids, height * width)]), ids
     inside = ids >= 0
     picked = c.emit("embedding", [table, constant_ids(c, torch.where(inside, ids, 0),
                                                       height * width)])
     mask = c.importer.constant(c.segment, inside[..., None].to(c.importer.device))
-    gathered = c.emit("where", [mask, picked, c.scalar(0.0, _dtype(c, x))])
+    gathered = c.emit("where", [mask, picked, c.scalar(0.0, dtype_of(c, x))])
     return gathered, torch.where(inside, ids, torch.full_like(ids, height * width))
 
 
@@ -100,10 +100,10 @@ class ConvGeometry:
     def __init__(self, c, a, x, weight, out_h, out_w):
         if a.get("transposed"):
             raise Unsupported("transposed convolution")
-        if len(_shape(c, x)) != 4 or len(_shape(c, weight)) != 4:
-            raise Unsupported("convolution of rank %d (2-d only)" % len(_shape(c, x)))
-        self.n, self.channels, self.height, self.width = _shape(c, x)
-        self.out_channels, self.group_channels, self.kh, self.kw = _shape(c, weight)
+        if len(shape_of(c, x)) != 4 or len(shape_of(c, weight)) != 4:
+            raise Unsupported("convolution of rank %d (2-d only)" % len(shape_of(c, x)))
+        self.n, self.channels, self.height, self.width = shape_of(c, x)
+        self.out_channels, self.group_channels, self.kh, self.kw = shape_of(c, weight)
         self.groups = a.get("groups") or 1
         self.out_h, self.out_w = out_h, out_w
         self.stride, self.padding = pair(a["stride"]), pair(a["padding"])
@@ -120,10 +120,10 @@ def im2col(c, x, geometry):
     """The GEMM's rows: x's windows as [N*OH*OW, KH*KW*C] (tap-major, then channel)."""
     g = geometry
     if (g.kh, g.kw) == (1, 1) and g.stride == [1, 1] and g.padding == [0, 0]:
-        patches = c.emit("permute", [_operand(c, x, _dtype(c, x))], {"order": [0, 2, 3, 1]})
+        patches = c.emit("permute", [operand_of(c, x, dtype_of(c, x))], {"order": [0, 2, 3, 1]})
     elif g.stride == [g.kh, g.kw] and g.padding == [0, 0] and g.dilation == [1, 1]:
         # Patches that tile the image (a ViT's patch embedding): views, no gather.
-        image = _operand(c, x, _dtype(c, x))
+        image = operand_of(c, x, dtype_of(c, x))
         if (g.height, g.width) != (g.out_h * g.kh, g.out_w * g.kw):
             image = c.emit("slice", [image], {"dim": 2, "start": 0, "end": g.out_h * g.kh})
             image = c.emit("slice", [image], {"dim": 3, "start": 0, "end": g.out_w * g.kw})
@@ -147,7 +147,7 @@ def grouped(c, rows, geometry, width):
 def weight_matrix(c, weight, geometry, dtype):
     """The weight as [OC, KH*KW*C] (groups: [G, OC/G, KH*KW*C/G]), im2col's order."""
     g = geometry
-    w = c.emit("permute", [_operand(c, weight, dtype)], {"order": [0, 2, 3, 1]})
+    w = c.emit("permute", [operand_of(c, weight, dtype)], {"order": [0, 2, 3, 1]})
     if g.groups == 1:
         return c.emit("reshape", [w], {"shape": [g.out_channels, g.taps * g.group_channels]})
     return c.emit("reshape", [w], {"shape": [g.groups, g.out_channels // g.groups,
@@ -168,20 +168,27 @@ def _convolution(c, a):
 # front ends, Mamba's causal depthwise conv) is the 2-d convolution of its
 # input viewed as [N, C, 1, L] by its kernel viewed as [OC, C/G, 1, K], with
 # stride, padding and dilation (1, s), (0, p), (1, d): the same windows, the
-# same GEMM, one reshape each side. Its gradient stays in PyTorch
-# (two_d_only). Test: ConvolutionTest.test_one_dimensional_convolutions
-# (tests/python/importer_ops_test.py).
+# same GEMM, one reshape each side; its gradient is the 2-d convolution's
+# backward over the same views (aten_conv_backward_ops). Tests:
+# ConvolutionTest.test_one_dimensional_convolutions (tests/python/
+# importer_ops_test.py) and TrainingTest.test_one_dimensional_convolution_
+# gradients_match_torch (tests/python/training_test.py).
 def _convolution_1d(c, a):
     x, weight = a["input"], a["weight"]
     n, channels, length = c.shape(x)
     out_channels, group_channels, taps = c.shape(weight)
     dtype = c.dtype(x)
-    image = Image(c.emit("reshape", [c.tensor(x)], {"shape": [n, channels, 1, length]}),
-                  [n, channels, 1, length], dtype)
-    kernel = Image(c.emit("reshape", [c.operand(weight, dtype)],
-                          {"shape": [out_channels, group_channels, 1, taps]}),
-                   [out_channels, group_channels, 1, taps], dtype)
+    image, kernel = as_image(c, x, dtype), as_image(c, weight, dtype)
 
+    planar = planar_arguments(a)
+    out_length = c.result().shape[2]
+    out = _convolution_2d(c, planar, image, kernel, 1, out_length)
+    return c.emit("reshape", [out], {"shape": [n, out_channels, out_length]})
+
+
+def planar_arguments(a):
+    """A 1-d convolution's ATen arguments as its 2-d form's (Note [1-d
+    convolutions as 2-d ones]): stride, padding and dilation (1, s), (0, p), (1, d)."""
     def widened(name, low):
         value = a[name]
         value = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -191,17 +198,21 @@ def _convolution_1d(c, a):
 
     if a.get("transposed"):
         raise Unsupported("transposed convolution")
-    planar = dict(a, stride=widened("stride", 1), padding=widened("padding", 0),
-                  dilation=widened("dilation", 1))
-    out_length = c.result().shape[2]
-    out = _convolution_2d(c, planar, image, kernel, 1, out_length)
-    return c.emit("reshape", [out], {"shape": [n, out_channels, out_length]})
+    return dict(a, stride=widened("stride", 1), padding=widened("padding", 0),
+                dilation=widened("dilation", 1))
+
+
+def as_image(c, node, dtype):
+    """A 3-d operand [A, B, L] as the Image [A, B, 1, L]."""
+    first, second, length = c.shape(node)
+    shape = [first, second, 1, length]
+    return Image(c.emit("reshape", [c.operand(node, dtype)], {"shape": shape}), shape, dtype)
 
 
 def _convolution_2d(c, a, x, weight, out_h, out_w):
     bias = a.get("bias")
     g = ConvGeometry(c, a, x, weight, out_h, out_w)
-    dtype = _dtype(c, x)
+    dtype = dtype_of(c, x)
     patches = im2col(c, x, g)
     w = weight_matrix(c, weight, g, dtype)
     if g.groups == 1:

@@ -649,6 +649,17 @@ class ConvolutionTest(ConverterCase):
         plan = self.check(function, args)
         self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
 
+        def gradients(g, x, w):  # the 1-d convolution's backward, as 2-d too
+            aten = torch.ops.aten
+            return (aten.convolution_backward(g, x, w, [5], [2], [1], [1], False, [0], 1,
+                                              [True, True, True]) +
+                    aten.convolution_backward(g[:, :3], x, w[:3, :1], [3], [2], [1], [1], False,
+                                              [0], 3, [True, True, False])[:2])
+
+        grad = torch.randn(2, 5, 8)
+        plan = self.check(gradients, [grad, x, args[1]])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
         def volume(v, k):  # a 3-d convolution still runs in PyTorch, named
             return F.conv3d(v, k) * 2
 

@@ -135,6 +135,14 @@ def mlp_case():
     return Mlp(), lambda: (torch.randn(4, 32),)
 
 
+def audio_case():
+    """A Whisper-like front end: 1-d convolutions (stride 2), GELU, then a linear."""
+    module = nn.Sequential(nn.Conv1d(4, 8, 3, padding=1), nn.GELU(),
+                           nn.Conv1d(8, 8, 3, stride=2, padding=1), nn.GELU(), nn.Flatten(),
+                           nn.Linear(8 * 6, 5))
+    return module, lambda: (torch.randn(2, 4, 12),)
+
+
 def group_norm_case():
     """Convolutions with group norm and the activations of session 25's
     converters (a GroupNorm ResNet's or a UNet's block, MobileNetV3's
@@ -275,6 +283,9 @@ class TrainingTest(unittest.TestCase):
 
     def test_group_norm_convolution_gradients_match_torch(self):
         self.gradients_over_steps(group_norm_case)
+
+    def test_one_dimensional_convolution_gradients_match_torch(self):
+        self.gradients_over_steps(audio_case)
 
     def test_a_batch_that_needs_a_gradient_may_be_new_at_every_step(self):
         # Note [Saved parameters] (grove/training_steps.py): the batch is a
