@@ -87,11 +87,12 @@ def to_nchw(c, rows, out_h, out_w, n, channels):
 
 
 def two_d_only(c, x):
-    """Unsupported for a convolution that is not 2-d (conv1d: Whisper's and
-    wav2vec2's front ends, Mamba's; conv3d), which runs in PyTorch."""
+    """Unsupported for a convolution that is not 2-d (conv3d: it runs in
+    PyTorch); callers have taken 1-d ones as 2-d before (Note [1-d
+    convolutions as 2-d ones])."""
     rank = len(c.shape(x))
     if rank != 4:
-        raise Unsupported("a %d-d convolution (grove takes 2-d ones)" % (rank - 2))
+        raise Unsupported("a %d-d convolution (grove takes 1-d and 2-d ones)" % (rank - 2))
 
 
 class ConvGeometry:
