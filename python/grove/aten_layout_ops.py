@@ -68,13 +68,20 @@ def nearest_sources(in_size, out_size, scale):
     return torch.clamp(source, max=in_size - 1)
 
 
-def _upsample_nearest(c, a):
+def upsampling(c, a, what):
+    """(input, its shape, output height and width, scale factors) of a 2-d
+    upsampling op, either overload (sizes or scale factors)."""
     x = a.get("self", a.get("input"))
     shape = c.shape(x)
     if len(shape) != 4:
-        raise Unsupported("nearest upsampling of rank %d" % len(shape))
+        raise Unsupported("%s upsampling of rank %d" % (what, len(shape)))
     out_h, out_w = c.result().shape[2:]
     scales = a.get("scale_factors") or [a.get("scales_h"), a.get("scales_w")]
+    return x, shape, out_h, out_w, scales
+
+
+def _upsample_nearest(c, a):
+    x, shape, out_h, out_w, scales = upsampling(c, a, "nearest")
     rows = nearest_sources(shape[2], out_h, scales[0])
     cols = nearest_sources(shape[3], out_w, scales[1])
     ids = (rows[:, None] * shape[3] + cols[None, :]).to(c.importer.device)
@@ -103,12 +110,7 @@ def _upsample_bilinear(c, a):
     """Bilinear upsampling (segmentation heads: LR-ASPP, DeepLab, SegFormer):
     the four source pixels of each output gathered by constant ids, weighted
     as PyTorch's kernels weigh them (f32, then the input's dtype)."""
-    x = a.get("self", a.get("input"))
-    shape = c.shape(x)
-    if len(shape) != 4:
-        raise Unsupported("bilinear upsampling of rank %d" % len(shape))
-    out_h, out_w = c.result().shape[2:]
-    scales = a.get("scale_factors") or [a.get("scales_h"), a.get("scales_w")]
+    x, shape, out_h, out_w, scales = upsampling(c, a, "bilinear")
     align = bool(a.get("align_corners"))
     top, bottom, top_weight, bottom_weight = bilinear_sources(shape[2], out_h, align, scales[0])
     left, right, left_weight, right_weight = bilinear_sources(shape[3], out_w, align, scales[1])
