@@ -82,6 +82,23 @@ _CONVERTER_ERRORS = (ValueError, IndexError, KeyError, TypeError, AttributeError
                      ZeroDivisionError)
 
 
+# Note [Random draws are never constants]: a node that depends on no input
+# is computed once, at import, and bound as a constant (Note [Splitting a
+# graph]). A random draw (torch.rand, randn, randint, bernoulli, an in-place
+# uniform_ or normal_: ATen tags them nondeterministic_seeded) depends on no
+# input either, but must draw anew at every call: ViT-MAE's masking noise,
+# a diffusion sampler's noise, Gumbel sampling. Folded, every call returned
+# the import run's numbers. They count as input-dependent now, so they run
+# (in PyTorch, where grove has no converter) at every call, and so does what
+# they feed. Test: ImporterTest.test_random_draws_are_drawn_at_every_call
+# (tests/python/importer_test.py).
+def draws_random_numbers(node):
+    """Whether fx `node` is an ATen op that draws from PyTorch's generator."""
+    tag = getattr(getattr(torch, "Tag", None), "nondeterministic_seeded", None)
+    return node.op == "call_function" and tag is not None and \
+        tag in getattr(node.target, "tags", ())
+
+
 class _Recorder(torch.fx.Interpreter):
     """Runs the graph once on the example inputs and keeps every node's value
     (shapes and dtypes for the importer; constants for folding)."""
@@ -351,7 +368,7 @@ class _Importer:
         """The nodes of `in_torch` whose written storage no input reaches."""
         dynamic = set()
         for node in self.graph.nodes:
-            if node.op in ("placeholder", "get_attr") or (
+            if node.op in ("placeholder", "get_attr") or draws_random_numbers(node) or (
                     node.op != "output" and (node.op != "call_function" or (
                         op_name(node.target) not in _METADATA_ONLY and any(
                             arg in dynamic for arg in node.all_input_nodes)))):
@@ -370,6 +387,8 @@ class _Importer:
         return folded
 
     def depends_on_inputs(self, node):
+        if draws_random_numbers(node):
+            return True  # Note [Random draws are never constants]
         if op_name(node.target) in _METADATA_ONLY:
             return False  # reads its argument's shape, dtype and device, fixed per compilation
         return any(isinstance(arg, torch.fx.Node) and arg in self.dynamic

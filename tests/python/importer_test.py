@@ -197,6 +197,28 @@ class ImporterTest(unittest.TestCase):
         close(self, results["eager"][low:low + 1], expected[low:low + 1], rtol=2 ** -7, atol=1e-5)
         close(self, results["eager"][low + 1:], expected[low + 1:])
 
+    def test_random_draws_are_drawn_at_every_call(self):
+        # Note [Random draws are never constants] (importer.py): depending on
+        # no input, torch.rand was folded, and every call added the import
+        # run's numbers.
+        def noisy(x):
+            noise = torch.empty(3, 4).uniform_(-1, 1)  # in place, on a fresh buffer
+            return x + torch.rand(3, 4) + noise, torch.randn(3, 4).abs().sum() * 0 + x.sum()
+
+        x = torch.zeros(3, 4)
+        graph = make_fx(noisy)(x)
+        plan = importer.import_graph(graph, [x])
+        for backend in ("eager", "cudagraphs"):
+            runner = plan.compile(backend=backend, device="sim")
+            first, second = [runner(x)[0].clone() for _ in range(2)]
+            self.assertFalse(torch.equal(first, second), backend)
+            self.assertTrue(bool(((first > -1) & (first < 2)).all()), backend)
+        # A draw seeded the same way gives PyTorch's numbers.
+        torch.manual_seed(7)
+        grove_result = plan.compile(backend="eager", device="sim")(x)[0]
+        torch.manual_seed(7)
+        torch.testing.assert_close(grove_result, noisy(x)[0])
+
     def test_host_tensors_among_device_params(self):
         # Note [Host tensors among a device graph's params] (importer.py). The
         # graph's inputs on the meta device stand for a GPU's: the host tensors
