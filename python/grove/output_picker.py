@@ -16,9 +16,13 @@ class OutputPicker:
     itemgetter takes the outputs from it; `container` is the outputs' type
     (tuple, list) or None for a graph returning one value."""
 
-    def __init__(self, sources, result_count, container):
+    def __init__(self, sources, result_count, container, fresh=()):
+        """fresh: for each ("value", v) source in order, whether each call
+        hands out a copy of v (Note [Constant outputs are handed out fresh],
+        runner.py)."""
         constants = [value for kind, value in sources if kind == "value"]
         self.constants = constants
+        self.fresh = [index for index, copied in enumerate(fresh) if copied]
         self.uses_arguments = any(kind == "argument" for kind, _ in sources)
         self.result_count = result_count
         indices, constant = [], 0
@@ -49,7 +53,12 @@ class OutputPicker:
             return results if self.container is list else self.container(results)
         joined = results
         if self.constants:
-            joined = joined + self.constants
+            constants = self.constants
+            if self.fresh:
+                constants = list(constants)
+                for index in self.fresh:
+                    constants[index] = constants[index].clone()
+            joined = joined + constants
         if self.uses_arguments:
             joined = joined + list(args)
         return self.pick(joined)

@@ -159,11 +159,13 @@ class GraphRunner:
             else:
                 return None
         container = type(output) if isinstance(output, (tuple, list)) else None
+        fresh = [self._hands_out_fresh(item) for item, (kind, _) in zip(items, sources)
+                 if kind == 2]
         return {
             # results, args -> the graph's outputs, no Python per output
             "pick": OutputPicker([(("result", "argument", "value")[kind], value)
                                   for kind, value in sources], compiled["model"].output_count,
-                                 container),
+                                 container, fresh),
             "model": compiled["model"],
             "inputs": [positions[node] for node in compiled["inputs"]],
             "checks": [(positions[node], address) for node, address in compiled["bound"]],
@@ -369,7 +371,27 @@ class GraphRunner:
                     checker.produced(node, env[node], "PyTorch")
         if checker is not None:
             checker.check_held_values("the end of the call")
-        return torch.fx.node.map_arg(self.plan.output_arg, lambda n: self._read(env, n))
+        return torch.fx.node.map_arg(self.plan.output_arg, lambda n: self._output(env, n))
+
+    # Note [Constant outputs are handed out fresh]: a graph output that depends
+    # on no input is folded at import (Note [Splitting a graph]) and was
+    # handed out as that one tensor at every call, so a caller that wrote
+    # the tensor it got (out[1].add_(1)) changed what every later call
+    # returned, and what the graph's other runners read. PyTorch makes a new
+    # tensor at each call: so does grove now, copying such an output per
+    # call (a constant output is rare: an initial state, a mask). Constants
+    # a training forward saves for its backward are not outputs the caller
+    # holds (output_copies says False for them) and stay shared. Test:
+    # ImporterTest.test_a_constant_output_is_a_new_tensor_at_every_call
+    # (tests/python/importer_test.py).
+    def _hands_out_fresh(self, node):
+        return isinstance(node, torch.fx.Node) and \
+            isinstance(self.constants.get(node), torch.Tensor) and \
+            (self.output_copies is None or self.output_copies(node) is not False)
+
+    def _output(self, env, node):
+        value = self._read(env, node)
+        return value.clone() if self._hands_out_fresh(node) else value
 
     def _constant(self, node):
         raise RuntimeError("grove: value '%s' was never computed" % node.name)

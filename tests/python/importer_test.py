@@ -197,6 +197,25 @@ class ImporterTest(unittest.TestCase):
         close(self, results["eager"][low:low + 1], expected[low:low + 1], rtol=2 ** -7, atol=1e-5)
         close(self, results["eager"][low + 1:], expected[low + 1:])
 
+    def test_a_constant_output_is_a_new_tensor_at_every_call(self):
+        # Note [Constant outputs are handed out fresh] (runner.py): the folded
+        # zeros came back as one tensor, and a caller's write reached later calls.
+        def with_state(x):
+            return x * 2, torch.zeros(3) + 1
+
+        def split(x):  # the same through the runner's step-by-step path
+            return torch.frac(x * 2), torch.zeros(3) + 1
+
+        x = torch.randn(3)
+        for function in (with_state, split):
+            plan = importer.import_graph(make_fx(function)(x), [x])
+            for backend in ("eager", "cudagraphs"):
+                runner = plan.compile(backend=backend, device="sim")
+                _, state = runner(x)
+                state.add_(100)
+                _, again = runner(x)
+                self.assertTrue(torch.equal(again, torch.ones(3)), (function.__name__, backend))
+
     def test_random_draws_are_drawn_at_every_call(self):
         # Note [Random draws are never constants] (importer.py): depending on
         # no input, torch.rand was folded, and every call added the import
