@@ -294,12 +294,12 @@ class _Importer:
         if not isinstance(value, torch.Tensor):
             raise Unsupported("operand %s is not a tensor" % node.name)
         grove_name = "v%d.%s" % (len(segment.names), node.name)
-        if (node.op == "get_attr" or node in self.static_nodes) and \
-                value.device != self.device:
-            # Note [Host tensors among a device graph's params]
-            segment.params[grove_name] = (self._lifted_host_constant(node, value), None)
-        elif node.op == "get_attr" or node in self.static_nodes:
-            segment.params[grove_name] = (value, node)
+        if node.op == "get_attr" or node in self.static_nodes:
+            if value.device != self.device:
+                # Note [Host tensors among a device graph's params]
+                segment.params[grove_name] = (self._lifted_host_constant(node, value), None)
+            else:
+                segment.params[grove_name] = (value, node)
         elif node in self.constants:
             constant = self.constants[node]
             if constant.device != self.device:
@@ -368,10 +368,9 @@ class _Importer:
         """The nodes of `in_torch` whose written storage no input reaches."""
         dynamic = set()
         for node in self.graph.nodes:
-            if node.op in ("placeholder", "get_attr") or draws_random_numbers(node) or (
-                    node.op != "output" and (node.op != "call_function" or (
-                        op_name(node.target) not in _METADATA_ONLY and any(
-                            arg in dynamic for arg in node.all_input_nodes)))):
+            if node.op == "output":
+                continue
+            if node.op != "call_function" or self.depends_on_inputs(node, dynamic):
                 dynamic.add(node)
         by_storage = {}
         for node in self.graph.nodes:
@@ -386,13 +385,15 @@ class _Importer:
                 folded.update(node for node in nodes if node in in_torch)
         return folded
 
-    def depends_on_inputs(self, node):
+    def depends_on_inputs(self, node, dynamic=None):
+        """Whether `node` reads a node of `dynamic` (default: the nodes the
+        import has found to depend on a per-call input or a param so far)."""
         if draws_random_numbers(node):
             return True  # Note [Random draws are never constants]
         if op_name(node.target) in _METADATA_ONLY:
             return False  # reads its argument's shape, dtype and device, fixed per compilation
-        return any(isinstance(arg, torch.fx.Node) and arg in self.dynamic
-                   for arg in node.all_input_nodes)
+        dynamic = self.dynamic if dynamic is None else dynamic
+        return any(arg in dynamic for arg in node.all_input_nodes)
 
     def run(self):
         steps = []

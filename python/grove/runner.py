@@ -61,6 +61,10 @@ class GraphRunner:
         for node in plan.module.graph.nodes:
             if node.op == "get_attr":
                 self.constants[node] = _attribute(plan.module, node.target)
+        # Note [Constant outputs are handed out fresh]: which outputs, once.
+        outputs = []
+        torch.fx.node.map_arg(plan.output_arg, outputs.append)
+        self._fresh = {node for node in outputs if self._hands_out_fresh(node)}
         self._fast = self._fast_plan()
         self._bound = self._bound_inputs()
         self._state_positions = self._state_output_positions(state_outputs)
@@ -159,8 +163,7 @@ class GraphRunner:
             else:
                 return None
         container = type(output) if isinstance(output, (tuple, list)) else None
-        fresh = [self._hands_out_fresh(item) for item, (kind, _) in zip(items, sources)
-                 if kind == 2]
+        fresh = [item in self._fresh for item, (kind, _) in zip(items, sources) if kind == 2]
         return {
             # results, args -> the graph's outputs, no Python per output
             "pick": OutputPicker([(("result", "argument", "value")[kind], value)
@@ -391,7 +394,7 @@ class GraphRunner:
 
     def _output(self, env, node):
         value = self._read(env, node)
-        return value.clone() if self._hands_out_fresh(node) else value
+        return value.clone() if node in self._fresh else value
 
     def _constant(self, node):
         raise RuntimeError("grove: value '%s' was never computed" % node.name)
