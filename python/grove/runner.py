@@ -384,12 +384,15 @@ class GraphRunner:
     # tensor at each call: so does grove now, copying such an output per
     # call (a constant output is rare: an initial state, a mask). Constants
     # a training forward saves for its backward are not outputs the caller
-    # holds (output_copies says False for them) and stay shared. Test:
+    # holds (output_copies says False for them) and stay shared, and an
+    # attribute the graph returns is the attribute itself. Test:
     # ImporterTest.test_a_constant_output_is_a_new_tensor_at_every_call
     # (tests/python/importer_test.py).
     def _hands_out_fresh(self, node):
+        # A folded value only: an attribute the graph returns (get_attr, also
+        # among self.constants) is the attribute itself, as in PyTorch.
         return isinstance(node, torch.fx.Node) and \
-            isinstance(self.constants.get(node), torch.Tensor) and \
+            isinstance(self.plan.constants.get(node), torch.Tensor) and \
             (self.output_copies is None or self.output_copies(node) is not False)
 
     def _output(self, env, node):

@@ -215,6 +215,15 @@ class ImporterTest(unittest.TestCase):
                 state.add_(100)
                 _, again = runner(x)
                 self.assertTrue(torch.equal(again, torch.ones(3)), (function.__name__, backend))
+        # An attribute the graph returns is not a folded value: it is the
+        # attribute itself at every call, as PyTorch returns it.
+        weight = torch.randn(3)
+        graph = make_fx(lambda x: (x * 2, weight))(x)
+        [attribute] = [node for node in graph.graph.nodes if node.op == "get_attr"]
+        plan = importer.import_graph(graph, [x])
+        for backend in ("eager", "cudagraphs"):
+            returned = plan.compile(backend=backend, device="sim")(x)[1]
+            self.assertIs(returned, getattr(graph, attribute.target), backend)
 
     def test_random_draws_are_drawn_at_every_call(self):
         # Note [Random draws are never constants] (importer.py): depending on
