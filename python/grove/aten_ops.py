@@ -220,20 +220,25 @@ def _matmul(c, a):
     return c.emit("matmul", [c.tensor(x), c.tensor(y)])
 
 
-def _baddbmm(c, a):
-    """beta self + alpha (batch1 @ batch2), batched (BLOOM's ALiBi scores); with
-    beta 0 self is not read (PyTorch ignores its NaNs then)."""
-    dtype = c.result().dtype
-    product = c.emit("matmul", [c.operand(a["batch1"], dtype), c.operand(a["batch2"], dtype)])
-    beta, alpha = a.get("beta", 1), a.get("alpha", 1)
+def _scaled_sum(c, product, bias, alpha, beta, dtype):
+    """beta bias + alpha product (addmm's and baddbmm's), the bias not read
+    with beta 0 (PyTorch documents that its NaNs and infinities then do not
+    reach the result)."""
     if alpha != 1:
         product = c.emit("mul", [product, c.scalar(alpha, dtype)])
     if beta == 0:
         return product
-    bias = c.operand(a["self"], dtype)
+    bias = c.operand(bias, dtype)
     if beta != 1:
         bias = c.emit("mul", [bias, c.scalar(beta, dtype)])
     return c.emit("add", [product, bias])
+
+
+def _baddbmm(c, a):
+    """beta self + alpha (batch1 @ batch2), batched (BLOOM's ALiBi scores)."""
+    dtype = c.result().dtype
+    product = c.emit("matmul", [c.operand(a["batch1"], dtype), c.operand(a["batch2"], dtype)])
+    return _scaled_sum(c, product, a["self"], a.get("alpha", 1), a.get("beta", 1), dtype)
 
 
 def _addmm(c, a):
@@ -254,13 +259,7 @@ def _addmm(c, a):
         weight = c.emit("transpose", [c.tensor(y)], {"dim0": 0, "dim1": 1})
         return c.emit("linear", [c.tensor(x), weight, c.tensor(bias)])
     product = c.emit("matmul", [c.tensor(x), c.tensor(y)])
-    dtype = c.result().dtype
-    if alpha != 1:
-        product = c.emit("mul", [product, c.scalar(alpha, dtype)])
-    bias_name = c.operand(bias, dtype)
-    if beta != 1:
-        bias_name = c.emit("mul", [bias_name, c.scalar(beta, dtype)])
-    return c.emit("add", [product, bias_name])
+    return _scaled_sum(c, product, bias, alpha, beta, c.result().dtype)
 
 
 def _linear(c, a):

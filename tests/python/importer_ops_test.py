@@ -220,14 +220,17 @@ class ReductionAndLayoutTest(ConverterCase):
         # PyTorch 1.13's own CPU baddbmm reads uninitialized memory for a
         # broadcast input then, so the reference is the product itself.
         def ignored(bias, q, k):
-            return torch.baddbmm(torch.full_like(bias, float("nan")), q, k, beta=0.0)
+            nan = torch.full_like(bias, float("nan"))
+            return (torch.baddbmm(nan, q, k, beta=0.0),
+                    torch.addmm(nan[0], q[0], k[0], beta=0.0))  # addmm likewise
 
         args = [torch.randn(6, 1, 5), q, k]
         with torch.no_grad():
             plan = importer.import_graph(make_fx(ignored)(*args), args)
         for backend in ("eager", "cudagraphs"):
-            torch.testing.assert_close(plan.compile(backend=backend)(*args), torch.bmm(q, k),
-                                       rtol=RTOL, atol=ATOL)
+            batched, single = plan.compile(backend=backend)(*args)
+            torch.testing.assert_close(batched, torch.bmm(q, k), rtol=RTOL, atol=ATOL)
+            torch.testing.assert_close(single, q[0] @ k[0], rtol=RTOL, atol=ATOL)
 
     def test_slices_with_a_step_and_their_gradients(self):
         # LeViT's subsampling (x[:, ::2, ::2]), YOLOv5's Focus (x[..., ::2,
