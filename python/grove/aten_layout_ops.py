@@ -44,6 +44,12 @@ def _constant_pad(c, a):
     return name
 
 
+def take_positions(c, name, shape, dim, positions):
+    """name (of `shape`) read at `positions` along `dim`: a gather by constant ids."""
+    ids = c.importer.constant(c.segment, torch.tensor(positions).to(c.importer.device))
+    return take(c, name, shape, [dim], ids, [len(positions)], dim)
+
+
 def _flip(c, a):
     """Each flipped dim read backwards: a gather by constant reversed ids."""
     x = a["self"]
@@ -52,9 +58,7 @@ def _flip(c, a):
     for dim in sorted({d % len(shape) for d in a["dims"]}):
         if shape[dim] < 2:
             continue
-        ids = torch.arange(shape[dim] - 1, -1, -1).to(c.importer.device)
-        name = take(c, name, shape, [dim], c.importer.constant(c.segment, ids), [shape[dim]],
-                    dim)
+        name = take_positions(c, name, shape, dim, list(range(shape[dim] - 1, -1, -1)))
     return name
 
 
@@ -239,8 +243,7 @@ def strided_slice(c, x, dim, start, end, step):
     positions = slice_positions(shape[dim], start, end, step)
     if not positions:
         raise Unsupported("an empty strided slice")
-    ids = c.importer.constant(c.segment, torch.tensor(positions).to(c.importer.device))
-    return take(c, c.tensor(x), shape, [dim], ids, [len(positions)], dim)
+    return take_positions(c, c.tensor(x), shape, dim, positions)
 
 
 _STEP_ONE_SLICE = CONVERTERS["aten.slice"]
@@ -266,11 +269,10 @@ def strided_slice_backward(c, grad, sizes, dim, start, end, step, dtype):
     zeros = c.emit("full", [], {"value": 0.0, "shape": zero_shape, "dtype": dtype_name(dtype)})
     table = c.emit("concat", [grad, zeros], {"dim": dim})
     where = {position: index for index, position in enumerate(positions)}
-    ids = torch.tensor([where.get(i, len(positions)) for i in range(sizes[dim])])
-    ids = c.importer.constant(c.segment, ids.to(c.importer.device))
     table_shape = list(sizes)
     table_shape[dim] = len(positions) + 1
-    return take(c, table, table_shape, [dim], ids, [sizes[dim]], dim)
+    return take_positions(c, table, table_shape, dim,
+                          [where.get(i, len(positions)) for i in range(sizes[dim])])
 
 
 def _as_strided(c, a):
