@@ -9,13 +9,24 @@ fails is reported with its error and the survey goes on. Issue 33: op
 coverage and exactness for the class of models users bring, not only the
 zoo's eight.
 
+With --train, each model is trained instead (issue 34's door, the same class
+of models): batch 2, train mode with every dropout probability set to 0,
+TRAIN_STEPS steps of PyTorch's SGD on a fixed random projection of the output,
+from the same weights under eager PyTorch and through backend="grove" (the
+model compiled, the optimizer PyTorch's). Per model: the largest relative
+difference of the losses, and of every parameter's gradient at every step
+(over that gradient's largest magnitude, floored at 1e-3 of the model's
+largest), the parameters whose gradient is None in one run only, and the ops
+grove left to PyTorch in the forward and backward graphs.
+
     python3 benchmarks/zoo_survey.py [--models NAME,...] [--json zoo_survey.json]
-        [--budget-s 400]
+        [--budget-s 400] [--train]
 
 Exit status 1 where a model's result differs from eager past the tolerance
 or it failed to run (ops left to PyTorch alone are reported, not failures).
 """
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -30,6 +41,11 @@ import torch_zoo  # noqa: E402  (puts python/ and tests/python on the path)
 
 TOLERANCE = 2e-3
 CALLS = 3
+# --train: f32 sums in another order through a few layers' backward and three
+# updates; a wrong gradient is off by far more.
+TRAIN_TOLERANCE = 1e-2
+TRAIN_STEPS = 3
+TRAIN_BATCH = 2  # batch norm in train mode needs more than one value per channel
 
 
 def _hf(config_name, model_name, pick="logits", inputs="ids", **config):
@@ -212,12 +228,131 @@ def survey_one(name, make):
     return row
 
 
+def _without_dropout(module):
+    """Sets every dropout probability in `module` to 0 (nn.Dropout modules,
+    float attributes named like dropout that models pass to functional
+    dropout or SDPA, timm's drop-path probabilities): random draws differ
+    between PyTorch and grove."""
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.modules.dropout._DropoutNd):
+            sub.p = 0.0
+        for key, value in list(vars(sub).items()):
+            if isinstance(value, float) and ("dropout" in key.lower() or key == "drop_prob"):
+                setattr(sub, key, 0.0)
+    return module
+
+
+def _batch_of(value, batch):
+    """A new random input like `value` with `batch` rows (token ids stay in
+    the vocabulary the example drew from)."""
+    shape = (batch,) + tuple(value.shape[1:])
+    if value.is_floating_point():
+        return torch.randn(shape)
+    return torch.randint(3, 1000, shape)
+
+
+def _train(module, forward, inputs, projection):
+    """(losses, gradients per step) of TRAIN_STEPS SGD steps of `module`'s
+    parameters, called through `forward`, on the output's projection onto
+    `projection` (a list holding one tensor, made at the first call from the
+    output's shape)."""
+    optimizer = torch.optim.SGD(module.parameters(), lr=1e-2)
+    losses, gradients = [], []
+    for _ in range(TRAIN_STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        out = forward(*inputs)
+        if not projection:
+            generator = torch.Generator(device=out.device).manual_seed(1)
+            projection.append(torch.randn(out.shape, device=out.device, generator=generator))
+        loss = (out.float() * projection[0]).mean()
+        loss.backward()
+        losses.append(loss.item())
+        gradients.append({name: None if parameter.grad is None else parameter.grad.clone()
+                          for name, parameter in module.named_parameters()})
+        optimizer.step()
+    return losses, gradients
+
+
+def train_one(name, make):
+    """One model's training row (a dict): --train."""
+    import copy
+    import gc
+
+    from grove import dynamo_backend
+
+    importlib.import_module("grove.torch")  # registers the backend
+
+    torch.manual_seed(0)
+    row = {"model": name}
+    module, example = make()
+    module = _without_dropout(module).train()
+    inputs = tuple(_batch_of(value, TRAIN_BATCH).cuda() for value in example)
+    twin = copy.deepcopy(module).cuda()
+    module = module.cuda()
+    torch._dynamo.reset()
+    gc.collect()
+    earlier = list(dynamo_backend._live_runners)  # held, so that no new runner reuses an id
+    known = {id(runner) for runner in earlier}
+    projection = []
+    expected_losses, expected = _train(module, module, inputs, projection)
+    run = torch.compile(twin, backend="grove", dynamic=False)
+    start = time.perf_counter()
+    losses, got = _train(twin, run, inputs, projection)
+    row["compile_and_train_s"] = round(time.perf_counter() - start, 2)
+    row["loss_difference"] = max(abs(a - b) / max(abs(b), 1e-6)
+                                 for a, b in zip(losses, expected_losses))
+    worst, worst_name, one_sided = 0.0, None, set()
+    for step_got, step_expected in zip(got, expected):
+        largest = max((g.abs().max().item() for g in step_expected.values() if g is not None),
+                      default=0.0)
+        for key, reference in step_expected.items():
+            mine = step_got.get(key)
+            if (mine is None) != (reference is None):
+                one_sided.add(key)
+                continue
+            if reference is None:
+                continue
+            scale = max(reference.abs().max().item(), 1e-3 * largest, 1e-12)
+            difference = (mine.float() - reference.float()).abs().max().item() / scale
+            if not difference <= worst:  # NaN counts as worst
+                worst, worst_name = difference, key
+    runners = [runner for runner in dynamo_backend._live_runners if id(runner) not in known]
+    row.update(gradient_difference=worst, worst_parameter=worst_name,
+               gradients_in_one_run_only=sorted(one_sided),
+               ops_in_pytorch=sorted({op for runner in runners
+                                      for _, op, _ in runner.unsupported}),
+               grove_graphs=len(runners))
+    row["ok"] = (row["loss_difference"] <= TRAIN_TOLERANCE and worst <= TRAIN_TOLERANCE
+                 and not one_sided)
+    return row
+
+
+def _print_train_row(name, row):
+    print("%-24s %s  loss diff %.1e  gradient diff %.1e (%s)  graphs %d  train %.1f s  "
+          "one-sided %s  PyTorch ops: %s" % (
+              name, "ok  " if row["ok"] else "DIFF", row["loss_difference"],
+              row["gradient_difference"], row["worst_parameter"], row["grove_graphs"],
+              row["compile_and_train_s"], ", ".join(row["gradients_in_one_run_only"]) or "none",
+              ", ".join(row["ops_in_pytorch"]) or "none"), flush=True)
+
+
+def _print_row(name, row):
+    print("%-24s %s  diff %.1e  graphs %d  replays/call %.1f  eager runs/call %.1f  "
+          "compile %.1f s  PyTorch ops: %s" % (
+              name, "ok  " if row["ok"] else "DIFF", row["difference"],
+              row["dynamo_graphs"], row["replays_per_call"],
+              row["eager_runs_per_call"], row["compile_s"],
+              ", ".join(row["ops_in_pytorch"]) or "none"), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="", help="comma-separated names (default: all)")
     parser.add_argument("--json", default="zoo_survey.json")
     parser.add_argument("--budget-s", type=float, default=400.0,
                         help="models not started within this many seconds are skipped")
+    parser.add_argument("--train", action="store_true",
+                        help="train each model (gradients against eager) instead")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo
 
@@ -239,13 +374,12 @@ def main():
             print("%-24s not run (budget)" % name, flush=True)
             continue
         try:
-            row = survey_one(name, make)
-            print("%-24s %s  diff %.1e  graphs %d  replays/call %.1f  eager runs/call %.1f  "
-                  "compile %.1f s  PyTorch ops: %s" % (
-                      name, "ok  " if row["ok"] else "DIFF", row["difference"],
-                      row["dynamo_graphs"], row["replays_per_call"],
-                      row["eager_runs_per_call"], row["compile_s"],
-                      ", ".join(row["ops_in_pytorch"]) or "none"), flush=True)
+            if args.train:
+                row = train_one(name, make)
+                _print_train_row(name, row)
+            else:
+                row = survey_one(name, make)
+                _print_row(name, row)
         except Exception as error:
             row = {"model": name, "ok": False,
                    "error": "%s: %s" % (type(error).__name__, str(error)[:500]),
@@ -253,8 +387,8 @@ def main():
             print("%-24s FAIL %s" % (name, row["error"][:300]), flush=True)
         rows.append(row)
     with open(args.json, "w") as out:
-        json.dump({"rows": rows, "tolerance": TOLERANCE, "torch": torch.__version__}, out,
-                  indent=1)
+        json.dump({"rows": rows, "tolerance": TRAIN_TOLERANCE if args.train else TOLERANCE,
+                   "train": args.train, "torch": torch.__version__}, out, indent=1)
     failed = [row["model"] for row in rows if row.get("ok") is False]
     left = sorted({op for row in rows for op in row.get("ops_in_pytorch", [])})
     print("models %d, failed or different %d (%s); ops left to PyTorch anywhere: %s" % (
