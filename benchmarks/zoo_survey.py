@@ -229,16 +229,26 @@ def survey_one(name, make):
 
 
 def _without_dropout(module):
-    """Sets every dropout probability in `module` to 0 (nn.Dropout modules,
-    float attributes named like dropout that models pass to functional
-    dropout or SDPA, timm's drop-path probabilities): random draws differ
-    between PyTorch and grove."""
+    """Sets every probability of a random draw in training to 0: dropout
+    modules, float attributes whose name says drop (dropout, drop_rate,
+    drop_prob, layerdrop: what models pass to functional dropout, SDPA or a
+    layer skip) on every submodule and on a Hugging Face config, and a config's
+    mask_*_prob (wav2vec2's SpecAugment). Random draws differ between PyTorch
+    and grove."""
+    def clear(holder):
+        for key, value in list(vars(holder).items()):
+            lowered = key.lower()
+            if isinstance(value, float) and ("drop" in lowered or (
+                    lowered.startswith("mask_") and lowered.endswith("_prob"))):
+                setattr(holder, key, 0.0)
+
     for sub in module.modules():
         if isinstance(sub, torch.nn.modules.dropout._DropoutNd):
             sub.p = 0.0
-        for key, value in list(vars(sub).items()):
-            if isinstance(value, float) and ("dropout" in key.lower() or key == "drop_prob"):
-                setattr(sub, key, 0.0)
+        clear(sub)
+        config = getattr(sub, "config", None)
+        if config is not None and hasattr(config, "__dict__"):
+            clear(config)
     return module
 
 
@@ -273,8 +283,10 @@ def _train(module, forward, inputs, projection):
     return losses, gradients
 
 
-def train_one(name, make):
-    """One model's training row (a dict): --train."""
+def train_one(name, make, door_mode="cudagraphs"):
+    """One model's training row (a dict): --train; `door_mode` is the
+    backend's mode option (grove's eager mode runs the same kernels without
+    CUDA graphs)."""
     import copy
     import gc
 
@@ -295,16 +307,17 @@ def train_one(name, make):
     known = {id(runner) for runner in earlier}
     projection = []
     expected_losses, expected = _train(module, module, inputs, projection)
-    run = torch.compile(twin, backend="grove", dynamic=False)
+    run = torch.compile(twin, backend="grove", dynamic=False, options={"mode": door_mode})
     start = time.perf_counter()
     losses, got = _train(twin, run, inputs, projection)
     row["compile_and_train_s"] = round(time.perf_counter() - start, 2)
     row["loss_difference"] = max(abs(a - b) / max(abs(b), 1e-6)
                                  for a, b in zip(losses, expected_losses))
-    worst, worst_name, one_sided = 0.0, None, set()
-    for step_got, step_expected in zip(got, expected):
+    worst, worst_name, one_sided, steps = 0.0, None, set(), []
+    for step, (step_got, step_expected) in enumerate(zip(got, expected)):
         largest = max((g.abs().max().item() for g in step_expected.values() if g is not None),
                       default=0.0)
+        differences = []
         for key, reference in step_expected.items():
             mine = step_got.get(key)
             if (mine is None) != (reference is None):
@@ -314,10 +327,14 @@ def train_one(name, make):
                 continue
             scale = max(reference.abs().max().item(), 1e-3 * largest, 1e-12)
             difference = (mine.float() - reference.float()).abs().max().item() / scale
-            if not difference <= worst:  # NaN counts as worst
-                worst, worst_name = difference, key
+            differences.append((difference if difference == difference else float("inf"), key))
+        differences.sort(reverse=True)
+        steps.append({"loss": losses[step], "eager_loss": expected_losses[step],
+                      "worst": [[round(d, 6), key] for d, key in differences[:3]]})
+        if differences and not differences[0][0] <= worst:
+            worst, worst_name = differences[0]
     runners = [runner for runner in dynamo_backend._live_runners if id(runner) not in known]
-    row.update(gradient_difference=worst, worst_parameter=worst_name,
+    row.update(gradient_difference=worst, worst_parameter=worst_name, steps=steps,
                gradients_in_one_run_only=sorted(one_sided),
                ops_in_pytorch=sorted({op for runner in runners
                                       for _, op, _ in runner.unsupported}),
@@ -334,6 +351,11 @@ def _print_train_row(name, row):
               row["gradient_difference"], row["worst_parameter"], row["grove_graphs"],
               row["compile_and_train_s"], ", ".join(row["gradients_in_one_run_only"]) or "none",
               ", ".join(row["ops_in_pytorch"]) or "none"), flush=True)
+    if not row["ok"]:
+        for step, entry in enumerate(row["steps"]):
+            print("    step %d: loss %.6g (eager %.6g); largest gradient differences %s" % (
+                step, entry["loss"], entry["eager_loss"],
+                ", ".join("%s %.1e" % (key, d) for d, key in entry["worst"])), flush=True)
 
 
 def _print_row(name, row):
@@ -353,6 +375,8 @@ def main():
                         help="models not started within this many seconds are skipped")
     parser.add_argument("--train", action="store_true",
                         help="train each model (gradients against eager) instead")
+    parser.add_argument("--door-mode", default="cudagraphs", choices=("cudagraphs", "eager"),
+                        help="the backend's mode option (--train)")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo
 
@@ -375,7 +399,7 @@ def main():
             continue
         try:
             if args.train:
-                row = train_one(name, make)
+                row = train_one(name, make, args.door_mode)
                 _print_train_row(name, row)
             else:
                 row = survey_one(name, make)

@@ -228,7 +228,8 @@ class ReductionAndLayoutTest(ConverterCase):
         with torch.no_grad():
             plan = importer.import_graph(make_fx(ignored)(*args), args)
         for backend in ("eager", "cudagraphs"):
-            batched, single = plan.compile(backend=backend)(*args)
+            runner = plan.compile(backend=backend)  # held: its outputs live in its pool
+            batched, single = runner(*args)
             torch.testing.assert_close(batched, torch.bmm(q, k), rtol=RTOL, atol=ATOL)
             torch.testing.assert_close(single, q[0] @ k[0], rtol=RTOL, atol=ATOL)
 
