@@ -127,7 +127,7 @@ class _Recorder(torch.fx.Interpreter):
                         storage_key(value) == key:
                     self.before_write[other] = value.clone()
         layout = _layout(self.values.get(written))
-        value = super().run_node(node)
+        value = _with_traced_strides(node, super().run_node(node))
         if layout is not None and _layout(self.values[written]) != layout:
             # Note [In-place view ops keep their argument's shape].
             self.values[written] = self.values[written].as_strided(*layout)
@@ -148,6 +148,49 @@ class _Recorder(torch.fx.Interpreter):
 # argument's value as a view with its sizes from before the op. Tests:
 # InPlaceTest.test_an_in_place_view_op_leaves_its_argument_shape
 # (tests/python/importer_ops_test.py), DoorFuzzTest's plain traces.
+# Note [The import run follows the traced strides]
+# A graph traced with fake tensors (PyTorch 2.x: dynamo, AOTAutograd) records
+# each op's result strides from its meta function, and later ops were traced
+# against those: a `view` of a transpose is valid there because the meta
+# function said the result was channels-last. The real kernel may lay its
+# result out otherwise (a CUDA depthwise convolution returns NCHW where the
+# meta function follows its channels-last input), and the recorder's run of
+# the graph then failed at that view ("view size is not compatible with input
+# tensor's size and stride": HF SegFormer's Mix-FFN through the training
+# door on an H100). The recorder gives the result of an op that creates new
+# memory (no alias in its schema) the strides its traced value has, copying
+# it when the kernel chose others: same values, and the later ops see the
+# layout they were traced with. Views and in-place results keep their
+# storage. Test: ImporterTest.test_the_import_run_follows_the_traced_strides
+# (tests/python/importer_test.py).
+def _with_traced_strides(node, value):
+    """`value` (a node's result in the recorder's run), or a copy of it with
+    the strides of the node's traced value where they differ."""
+    traced = node.meta.get("val") if node.op == "call_function" else None
+    schema = getattr(node.target, "_schema", None)
+    if traced is None or schema is None or any(
+            result.alias_info is not None for result in schema.returns):
+        return value
+    if isinstance(value, (tuple, list)) and isinstance(traced, (tuple, list)) and \
+            len(value) == len(traced):
+        return type(value)(_restrided(item, like) for item, like in zip(value, traced))
+    return _restrided(value, traced)
+
+
+def _restrided(value, like):
+    if not isinstance(value, torch.Tensor) or not isinstance(like, torch.Tensor) or \
+            value.layout != torch.strided:
+        return value
+    shape, strides = tuple(like.shape), tuple(like.stride())
+    if not all(type(number) is int for number in shape + strides) or \
+            shape != tuple(value.shape) or strides == tuple(value.stride()) or \
+            any(stride == 0 and size > 1 for size, stride in zip(shape, strides)):
+        return value
+    restrided = torch.empty_strided(shape, strides, dtype=value.dtype, device=value.device)
+    restrided.copy_(value)
+    return restrided
+
+
 def _layout(value):
     """(sizes, strides, storage offset) of a tensor value, else None."""
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided:

@@ -414,6 +414,32 @@ class ImporterTest(unittest.TestCase):
             self.assertIn("aten.bernoulli_", [op for _, op, _ in runner.unsupported])
             torch.testing.assert_close(runner(x), expected, msg=backend)
 
+    def test_the_import_run_follows_the_traced_strides(self):
+        # Note [The import run follows the traced strides]: the graph was
+        # traced with a channels-last convolution result (what PyTorch 2.x's
+        # meta function says for a channels-last input), so its view of the
+        # transposed [B, H*W, C] tokens is valid there; the CPU kernel here
+        # returns NCHW, on which that view fails (SegFormer's Mix-FFN).
+        aten = torch.ops.aten
+
+        def function(x, w):
+            y = aten.convolution.default(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+            tokens = aten.transpose.int(aten.view.default(y, [2, 8, 4]), 1, 2)
+            return aten.relu.default(aten.view.default(tokens, [8, 8]))
+
+        x, w = torch.randn(2, 3, 4, 4), torch.randn(8, 3, 3, 3)
+        graph = torch.fx.symbolic_trace(function)
+        convolution = next(n for n in graph.graph.nodes if n.target is aten.convolution.default)
+        convolution.meta["val"] = torch.empty_strided((2, 8, 2, 2), (32, 1, 16, 8))
+        with self.assertRaisesRegex(RuntimeError, "view size is not compatible"):
+            function(x, w)  # the real kernel's layout
+        expected = torch.relu(F.conv2d(x, w).permute(0, 2, 3, 1).reshape(8, 8))
+        plan = importer.import_graph(graph, [x, w])
+        self.assertEqual([op for _, op, _ in plan.unsupported], [])
+        for backend in ("eager", "cudagraphs"):
+            runner = plan.compile(backend=backend)
+            torch.testing.assert_close(runner(x, w), expected, rtol=RTOL, atol=ATOL, msg=backend)
+
     def test_constants_made_without_inputs_are_folded_and_bound(self):
         def function(x):
             mask = torch.ones(4, 4).tril().bool()
