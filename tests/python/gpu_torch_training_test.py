@@ -250,6 +250,45 @@ class GpuTorchTrainingTest(unittest.TestCase):
             for parameter, expected in zip(module.parameters(), reference.parameters()):
                 torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
 
+    def test_a_graph_without_gradients_feeds_a_training_graph(self):
+        """Note [A training forward runs in dynamo's invocation]
+        (grove/dynamo_backend.py): a graph break leaves a first graph that
+        needs no gradient (it reads only the batch) and hands its output to
+        the training graph; six SGD steps (warm-up, recording, replays) match
+        torch eager (before: StaleOutputError from the recording on)."""
+        import grove.torch  # noqa: F401  (registers the backend)
+
+        class Scaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(64, 64)
+
+            def forward(self, x):
+                scale = (x.abs() + 1.0).rsqrt()
+                torch._dynamo.graph_break()
+                return torch.tanh(self.linear(x * scale))
+
+        torch._dynamo.reset()
+        module = Scaled().cuda()
+        reference = copy.deepcopy(module)
+        run = torch.compile(module, backend="grove", dynamic=False)
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.05)
+        reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
+        for step in range(6):
+            x = torch.randn(16, 64, device="cuda")
+            for model, call, sgd in ((module, run, optimizer),
+                                     (reference, reference, reference_optimizer)):
+                sgd.zero_grad(set_to_none=True)
+                loss = call(x).square().mean()
+                loss.backward()
+                sgd.step()
+                if model is module:
+                    got = loss.detach().clone()
+            torch.testing.assert_close(got, loss.detach(), rtol=RTOL, atol=ATOL,
+                                       msg=lambda m: "step %d: %s" % (step, m))
+        for parameter, expected in zip(module.parameters(), reference.parameters()):
+            torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
+
     def test_update_in_backward_equals_step_bitwise(self):
         """Note [The optimizer's update inside the door's backward]
         (grove/optim.py): grove.torch.optim.AdamW made under
