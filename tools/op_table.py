@@ -35,6 +35,8 @@ MODULES = [
      "and running statistics that are graph inputs written inside the program"),
     ("grove.aten_group_norm_ops", "statistics per (sample, group), f32 for bf16 and f16 "
      "inputs, then a per-channel scale and shift"),
+    ("grove.aten_weight_norm_ops", "the norm over every dim but one (sum of squares, sqrt), f32 "
+     "for bf16 and f16; the backward written out"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
     ("grove.aten_layout_ops", "slice: a view (step 1); concat with constants or slices "

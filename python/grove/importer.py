@@ -27,6 +27,7 @@ from grove import aten_index_put_ops  # noqa: F401 (adds index_put, index_copy, 
 from grove import aten_layout_ops  # noqa: F401 (adds padding, nearest upsampling, cumsum)
 from grove import aten_loss_ops  # noqa: F401 (adds mse_loss, nll_loss and their backwards)
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
+from grove import aten_weight_norm_ops  # noqa: F401 (adds weight normalization)
 from grove.aten_ops import CONVERTERS, _Converter
 from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     StrictModeError,

@@ -174,6 +174,26 @@ class GroupNormTest(ConverterCase):
                    atol=1e-4)
 
 
+class WeightNormTest(ConverterCase):
+    def test_weight_norm_and_its_gradients_match_torch(self):
+        # wav2vec2's positional convolution: weight_norm(conv, dim=2), fused
+        # as _weight_norm_interface on PyTorch 2.x; dim 0 and the last dim too.
+        interface = torch.ops.aten._weight_norm_interface
+        backward = torch.ops.aten._weight_norm_interface_backward
+
+        def function(v, g2, g0, grad):
+            w2, norms2 = interface(v, g2, 2)
+            w0, norms0 = interface(v, g0, 0)
+            return (w2, norms2, w0, norms0, *backward(grad, v, g2, norms2, 2),
+                    *backward(grad, v, g0, norms0, 0))
+
+        v = torch.randn(6, 4, 5)
+        inputs = [v, torch.randn(1, 1, 5), torch.randn(6, 1, 1), torch.randn(6, 4, 5)]
+        plan = self.check(function, inputs)
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+        self.check(function, [t.bfloat16() for t in inputs], rtol=2 ** -6, atol=1e-2)
+
+
 class ReductionAndLayoutTest(ConverterCase):
     def test_sums_with_a_dtype_cast_their_input_first(self):
         # autocast's float32 sums of bf16 values (a loss under torch.autocast).
