@@ -229,7 +229,7 @@ def survey_one(name, make):
 
 def _without_dropout(module):
     """Sets every probability of a random draw in training to 0: dropout
-    modules, float attributes whose name says drop (dropout, drop_rate,
+    and stochastic-depth modules, float attributes whose name says drop (dropout, drop_rate,
     drop_prob, layerdrop: what models pass to functional dropout, SDPA or a
     layer skip) on every submodule and on a Hugging Face config, and a config's
     mask_*_prob (wav2vec2's SpecAugment). Random draws differ between PyTorch
@@ -242,7 +242,10 @@ def _without_dropout(module):
                 setattr(holder, key, 0.0)
 
     for sub in module.modules():
-        if isinstance(sub, torch.nn.modules.dropout._DropoutNd):
+        kind = type(sub).__name__
+        if isinstance(sub, torch.nn.modules.dropout._DropoutNd) or (
+                isinstance(getattr(sub, "p", None), float) and
+                ("Drop" in kind or "Stochastic" in kind)):  # torchvision's StochasticDepth
             sub.p = 0.0
         clear(sub)
         config = getattr(sub, "config", None)
