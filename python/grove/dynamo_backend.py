@@ -210,7 +210,7 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
         # one grove compilation per concrete shape, on first use.
         return PerShapeGraph(gm, mode, strict, device, verify, reuse_state, from_dynamo)
     if torch.is_grad_enabled() and any(value.requires_grad for value in example_inputs):
-        return _training_graph(gm, example_inputs, mode, strict, device, from_dynamo)
+        return _training_graph(gm, example_inputs, mode, strict, device)
     if device is None:
         cuda = [value for value in example_inputs if value.is_cuda]
         device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
@@ -336,7 +336,7 @@ def _guard_bound_parameters(gm, example_inputs, runner):
 # test_a_static_input_that_moves_is_demoted_once (the rebuilt graph's GEMM).
 
 
-def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False):
+def _training_graph(gm, example_inputs, mode, strict, device):
     """A graph that needs gradients: AOTAutograd partitions it and grove
     compiles the forward and the backward as the tree's stages
     (grove.training). Without AOTAutograd (PyTorch 1.13's dynamo-less build)
@@ -374,8 +374,7 @@ def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False)
         return _door_function(gm, example_inputs, compiler, aot, single=single)
 
     # Note [Training graphs per parameter set]
-    return TrainingGraphs(compile_for_these_parameters(), compile_for_these_parameters,
-                          from_dynamo)
+    return TrainingGraphs(compile_for_these_parameters(), compile_for_these_parameters)
 
 
 # Note [Training graphs per parameter set]
@@ -393,43 +392,17 @@ def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False)
 # (parameters replaced at every step, not updated in place, would compile at
 # every step). Test: GpuTorchTrainingTest.test_two_instances_of_one_model_train_apart
 # (tests/python/gpu_torch_training_test.py; PyTorch 2.x: dynamo).
-#
-# Note [A training forward runs in dynamo's invocation]
-# A graph dynamo calls without gradients (an attention mask or positions made
-# from the ids) runs in dynamo's invocation (Note [Dynamo's generation names
-# an invocation only for dynamo's calls]); a training graph's forward ran
-# outside any, as a top-level call of its own. Where both run in one step
-# (a graph break between them: HF OPT's layer-drop test in training mode),
-# the forward started a new generation, which reclaimed the pool memory of
-# the first graph's outputs while the forward was given them as inputs: from
-# its recording on, every step raised StaleOutputError (H100, PyTorch 2.11).
-# So a training graph dynamo calls runs its forward under dynamo's key too:
-# the graphs of one dynamo call are one generation, as PyTorch's cudagraph
-# trees keep them. The backward runs later, outside the call, and stays in
-# the forward's generation as before (the tree keeps a generation open while
-# a forward waits for its backward). Test:
-# GpuTorchTrainingTest.test_a_graph_without_gradients_feeds_a_training_graph
-# (tests/python/gpu_torch_training_test.py; PyTorch 2.x: dynamo).
 class TrainingGraphs:
     """One training graph per set of bound parameters (Note [Training graphs
-    per parameter set]); called as the graph is, from dynamo in dynamo's
-    invocation (Note [A training forward runs in dynamo's invocation])."""
+    per parameter set]); called as the graph is."""
 
     MOST_PARAMETER_SETS = 8
 
-    def __init__(self, first, compile_again, from_dynamo=False):
+    def __init__(self, first, compile_again):
         self.graphs = [first]
         self.compile_again = compile_again
-        self.from_dynamo = from_dynamo
 
     def __call__(self, *args):
-        key = _dynamo_invocation_key() if self.from_dynamo else None
-        if key is None:
-            return self._call(args)
-        with grove.invocation(key):
-            return self._call(args)
-
-    def _call(self, args):
         graphs = self.graphs
         try:
             return graphs[0](*args)
