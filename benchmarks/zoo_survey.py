@@ -13,10 +13,11 @@ With --train, each model is trained instead (issue 34's door, the same class
 of models): batch 2, train mode with every random draw's probability set to
 0, TRAIN_STEPS SGD steps on a fixed random projection of the output under
 eager PyTorch, each step also run through backend="grove" and in float64
-from the same weights (train_one says why). Per model: the losses' largest relative difference, the
-gradients that fail (over each gradient's largest magnitude, floored at 1e-3
-of the model's largest), the parameters whose gradient is None in one run
-only, and the ops grove left to PyTorch in the forward and backward graphs.
+from the same weights (train_one says why). Per model: the losses' largest
+relative difference, the gradients that fail (over each gradient's largest
+magnitude, floored at 1e-3 of the model's largest), the parameters whose
+gradient is None in one run only, and the ops grove left to PyTorch in the
+forward and backward graphs.
 
     python3 benchmarks/zoo_survey.py [--models NAME,...] [--json zoo_survey.json]
         [--budget-s 400] [--train]
@@ -228,12 +229,12 @@ def survey_one(name, make):
 
 
 def _without_dropout(module):
-    """Sets every probability of a random draw in training to 0: dropout
-    and stochastic-depth modules, float attributes whose name says drop (dropout, drop_rate,
-    drop_prob, layerdrop: what models pass to functional dropout, SDPA or a
-    layer skip) on every submodule and on a Hugging Face config, and a config's
-    mask_*_prob (wav2vec2's SpecAugment). Random draws differ between PyTorch
-    and grove."""
+    """Sets every probability of a random draw in training to 0: dropout and
+    stochastic-depth modules, float attributes whose name says drop (dropout,
+    drop_rate, drop_prob, layerdrop: what models pass to functional dropout,
+    SDPA or a layer skip) on every submodule and on a Hugging Face config, and
+    a config's mask_*_prob (wav2vec2's SpecAugment). Random draws differ
+    between PyTorch and grove."""
     def clear(holder):
         for key, value in list(vars(holder).items()):
             lowered = key.lower()

@@ -2,11 +2,7 @@
 PoolFormer's GroupNorm(1)): native_group_norm and its backward written out
 in grove ops."""
 
-import torch
-
-from grove.aten_ops import CONVERTERS
-
-_WIDE = (torch.bfloat16, torch.float16)
+from grove.aten_ops import CONVERTERS, compute_dtype
 
 
 def _group_norm(c, a):
@@ -18,7 +14,7 @@ def _group_norm(c, a):
     x = a["input"]
     shape, dtype = c.shape(x), c.dtype(x)
     groups, eps = int(a["group"]), float(a["eps"])
-    compute = torch.float32 if dtype in _WIDE else dtype
+    compute = compute_dtype(dtype)
     batch = shape[0]
     per_group = c.value(x).numel() // (batch * groups)
     grouped = c.emit("reshape", [c.operand(x, compute)], {"shape": [batch, groups, per_group]})
@@ -49,7 +45,7 @@ def _group_norm_backward(c, a):
     groups = int(a["group"])
     batch, channels = shape[0], shape[1]
     pixels = c.value(x).numel() // (batch * channels)
-    compute = torch.float32 if dtype in _WIDE else dtype
+    compute = compute_dtype(dtype)
     grouped = [batch, groups, channels // groups, pixels]
 
     def per_group(name):

@@ -8,7 +8,7 @@ this module adds them to aten_ops.CONVERTERS."""
 import torch
 
 from grove.aten_index_ops import take
-from grove.aten_ops import CONVERTERS
+from grove.aten_ops import CONVERTERS, compute_dtype
 from grove.fx_common import Unsupported, dtype_name
 
 
@@ -118,8 +118,7 @@ def _upsample_bilinear(c, a):
     align = bool(a.get("align_corners"))
     top, bottom, top_weight, bottom_weight = bilinear_sources(shape[2], out_h, align, scales[0])
     left, right, left_weight, right_weight = bilinear_sources(shape[3], out_w, align, scales[1])
-    dtype = c.dtype(x)
-    compute = torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+    compute = compute_dtype(c.dtype(x))
     image = c.operand(x, compute)
 
     def corner(rows, cols):

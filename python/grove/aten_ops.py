@@ -73,6 +73,12 @@ class _Converter:
         return self.emit("cast", [name], {"dtype": dtype_name(to_dtype)})
 
 
+def compute_dtype(dtype):
+    """The dtype a converter computes statistics and weights in: f32 for bf16
+    and f16 (as PyTorch's kernels accumulate), else `dtype` itself."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
 def _dims(value, rank):
     if value is None:
         return []

@@ -2,11 +2,7 @@
 wav2vec2's and HuBERT's positional convolution, vocoders): the fused
 _weight_norm_interface and its backward written out in grove ops."""
 
-import torch
-
-from grove.aten_ops import CONVERTERS
-
-_WIDE = (torch.bfloat16, torch.float16)
+from grove.aten_ops import CONVERTERS, compute_dtype
 
 
 def _other_dims(shape, dim):
@@ -14,13 +10,15 @@ def _other_dims(shape, dim):
     return [d for d in range(len(shape)) if d != dim % max(len(shape), 1)]
 
 
+def _sum_except(c, value, shape, dim):
+    """`value` summed over every dim but `dim`, kept as size-1 dims."""
+    dims = _other_dims(shape, dim)
+    return c.emit("sum", [value], {"dims": dims, "keepdim": 1}) if dims else value
+
+
 def _norms(c, v, shape, dim):
     """The 2-norms of v over every dim but `dim`, kept as size-1 dims."""
-    squares = c.emit("mul", [v, v])
-    dims = _other_dims(shape, dim)
-    if dims:
-        squares = c.emit("sum", [squares], {"dims": dims, "keepdim": 1})
-    return c.emit("sqrt", [squares])
+    return c.emit("sqrt", [_sum_except(c, c.emit("mul", [v, v]), shape, dim)])
 
 
 def _weight_norm(c, a):
@@ -29,7 +27,7 @@ def _weight_norm(c, a):
     the norms in f32 there)."""
     v, dim = a["v"], int(a.get("dim", 0))
     shape, dtype = c.shape(v), c.dtype(v)
-    compute = torch.float32 if dtype in _WIDE else dtype
+    compute = compute_dtype(dtype)
     vs = c.operand(v, compute)
     norms = _norms(c, vs, shape, dim)
     w = c.emit("mul", [vs, c.emit("div", [c.operand(a["g"], compute), norms])])
@@ -43,14 +41,10 @@ def _weight_norm_backward(c, a):
     grad_g = s / norms and grad_v = (g / norms) (grad_w - v grad_g / norms)."""
     v, dim = a["saved_v"], int(a["dim"])
     shape, dtype = c.shape(v), c.dtype(v)
-    compute = torch.float32 if dtype in _WIDE else dtype
+    compute = compute_dtype(dtype)
     vs, grad = c.operand(v, compute), c.operand(a["grad_w"], compute)
     norms = c.operand(a["saved_norms"], compute)
-    products = c.emit("mul", [grad, vs])
-    dims = _other_dims(shape, dim)
-    if dims:
-        products = c.emit("sum", [products], {"dims": dims, "keepdim": 1})
-    grad_g = c.emit("div", [products, norms])
+    grad_g = c.emit("div", [_sum_except(c, c.emit("mul", [grad, vs]), shape, dim), norms])
     scale = c.emit("div", [c.operand(a["saved_g"], compute), norms])
     along = c.emit("mul", [vs, c.emit("div", [grad_g, norms])])
     grad_v = c.emit("mul", [scale, c.emit("sub", [grad, along])])
