@@ -52,6 +52,24 @@ class OuterInvocation {
   static void end();
 };
 
+// Note [A training step begins with its named invocation]
+// A training forward begins a step (Note [Training steps],
+// prepared_program.cc) for callers that run forward, backward and optimizer
+// as separate calls (the Trainer). A caller that names its invocations
+// (dynamo's generation, through the torch door) may run other graphs before
+// the forward in the same invocation: a graph break's first graph, which needs
+// no gradient, hands its output to the training graph. Were the forward to
+// begin a step there, it would end the generation and reclaim the memory of
+// the very output it reads (HF OPT trained through the door: StaleTensorError
+// at the first step). So under a named key the forward begins no step: the
+// invocation began it, as in PyTorch's cudagraph trees, where a generation is
+// dynamo's top-level call. Once forwards have marked steps (which makes
+// generations follow marks only), a new named invocation is a new step too,
+// unless a forward still waits for its backward; marks of the caller's own
+// keep the caller in charge. Fresh keys (the door's calls outside dynamo,
+// grove.invocation()) keep the forward's mark. Tests:
+// TreeGenerations.ATrainingForwardContinuesItsNamedInvocation and
+// GpuTorchTrainingTest.test_a_graph_without_gradients_feeds_a_training_graph.
 class GenerationTracker {
  public:
   // A call through the manager; outside an invocation scope it is top-level.
@@ -62,7 +80,17 @@ class GenerationTracker {
     if (scope_depth_++ == 0) start_invocation();
   }
   void end_scope();
+  // The caller's mark (mark_step_begin(), torch.compiler.cudagraph_mark_step_begin).
   void mark_step_begin() {
+    ++steps_;
+    mark_step_used_ = true;
+    caller_marks_ = true;
+  }
+  // A training forward's step (Note [Training steps], prepared_program.cc),
+  // unless the step began with the caller's named invocation (Note [A
+  // training step begins with its named invocation]).
+  void begin_training_step() {
+    if (named(OuterInvocation::current())) return;
     ++steps_;
     mark_step_used_ = true;
   }
@@ -100,13 +128,19 @@ class GenerationTracker {
     if (outer != 0 && outer == last_outer_) return;
     last_outer_ = outer;
     ++invocations_;
+    // Note [A training step begins with its named invocation]: where only
+    // training forwards marked steps, a new named invocation is a new step.
+    if (mark_step_used_ && !caller_marks_ && named(outer) && !pending_backward_) ++steps_;
   }
+  // A key the caller named (dynamo's generation): not 0 (none open), not fresh.
+  static bool named(uint64_t outer) { return outer != 0 && outer < (uint64_t{1} << 63); }
 
   int64_t invocations_ = 0;
   uint64_t last_outer_ = 0;  // the outer invocation of the last top-level call
   int64_t steps_ = 0;
   int scope_depth_ = 0;
   bool mark_step_used_ = false;
+  bool caller_marks_ = false;  // the marks came from mark_step_begin(), not only from forwards
   bool pending_backward_ = false;
   // The last calls were backwards that followed forwards.
   bool backwards_of_forwards_ = false;

@@ -254,6 +254,15 @@ void TreeManager::dispatch(RegisteredFunction& function, const TensorList& input
 
 void TreeManager::slow_path(RegisteredFunction& function, const TensorList& inputs,
                             TensorList* consumable, TensorList& result) {
+  if (log_enabled(LogLevel::kDebug)) {
+    // GROVE_LOG=debug traces the slow path's decisions: which generation a
+    // call lands in and the path it finds (a stale or reclaimed input's story).
+    log(LogLevel::kDebug,
+        str_cat(function.describe(), ": slow path in ", path_state_name(state_),
+                " (path generation ", generation_, ", current ", generations_.current(),
+                ", outer invocation ", OuterInvocation::current(), ", pending backward ",
+                generations_.pending_backward() ? "yes" : "no", ")"));
+  }
   if (state_ == PathState::kRecording || state_ == PathState::kWarmup) {
     try_end_recording_or_warmup(function);
   }

@@ -126,6 +126,9 @@ class TreeManager {
   void end_invocation() { generations_.end_scope(); }
   // Starts a new generation; from the first use on, only this does.
   void mark_step_begin() { generations_.mark_step_begin(); }
+  // A training forward's step: Note [A training step begins with its named
+  // invocation] (generations.h).
+  void begin_training_step() { generations_.begin_training_step(); }
   // A forward ran and its backward has not yet (Note [Training steps]).
   bool forward_waits_for_backward() const { return generations_.pending_backward(); }
   // A backward ran outside the tree (not captured): forwards no longer wait.

@@ -96,7 +96,8 @@ TensorList PreparedProgram::call(const TensorList& inputs) {
     ++pool_mutation_fallbacks_;
     return lowered_.run_with(eager_calls_, inputs, kChecked);
   }
-  if (starts_step_ && !manager.forward_waits_for_backward()) manager.mark_step_begin();
+  // Note [A training step begins with its named invocation] (generations.h).
+  if (starts_step_ && !manager.forward_waits_for_backward()) manager.begin_training_step();
   InvocationScope scope(manager);
   if (checks_.pool_input_candidates.empty())
     return lowered_.run_with(registration.calls, inputs, kChecked);

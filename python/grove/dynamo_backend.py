@@ -210,7 +210,7 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
         # one grove compilation per concrete shape, on first use.
         return PerShapeGraph(gm, mode, strict, device, verify, reuse_state, from_dynamo)
     if torch.is_grad_enabled() and any(value.requires_grad for value in example_inputs):
-        return _training_graph(gm, example_inputs, mode, strict, device)
+        return _training_graph(gm, example_inputs, mode, strict, device, from_dynamo)
     if device is None:
         cuda = [value for value in example_inputs if value.is_cuda]
         device = "cuda:%d" % (cuda[0].device.index or 0) if cuda else "sim"
@@ -336,7 +336,7 @@ def _guard_bound_parameters(gm, example_inputs, runner):
 # test_a_static_input_that_moves_is_demoted_once (the rebuilt graph's GEMM).
 
 
-def _training_graph(gm, example_inputs, mode, strict, device):
+def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False):
     """A graph that needs gradients: AOTAutograd partitions it and grove
     compiles the forward and the backward as the tree's stages
     (grove.training). Without AOTAutograd (PyTorch 1.13's dynamo-less build)
@@ -374,7 +374,8 @@ def _training_graph(gm, example_inputs, mode, strict, device):
         return _door_function(gm, example_inputs, compiler, aot, single=single)
 
     # Note [Training graphs per parameter set]
-    return TrainingGraphs(compile_for_these_parameters(), compile_for_these_parameters)
+    return TrainingGraphs(compile_for_these_parameters(), compile_for_these_parameters,
+                          invoked=from_dynamo and mode != "eager")
 
 
 # Note [Training graphs per parameter set]
@@ -398,11 +399,22 @@ class TrainingGraphs:
 
     MOST_PARAMETER_SETS = 8
 
-    def __init__(self, first, compile_again):
+    def __init__(self, first, compile_again, invoked=False):
         self.graphs = [first]
         self.compile_again = compile_again
+        # Note [A training step begins with its named invocation]
+        # (cudagraph_trees/generations.h): the forward runs in dynamo's
+        # invocation, beside the graphs before it that feed it.
+        self.invoked = invoked
 
     def __call__(self, *args):
+        key = _dynamo_invocation_key() if self.invoked else None
+        if key is None:
+            return self._call(args)
+        with grove.invocation(key):
+            return self._call(args)
+
+    def _call(self, args):
         graphs = self.graphs
         try:
             return graphs[0](*args)

@@ -251,17 +251,14 @@ class GpuTorchTrainingTest(unittest.TestCase):
                 torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
 
     def test_a_graph_without_gradients_feeds_a_training_graph(self):
-        """A graph break leaves a first graph that needs no gradient (it
-        reads only the batch) and hands its output to the training graph;
-        six SGD steps (warm-up, recording, replays) must match torch eager.
-        OPEN BUG (session 26): this fails at the first step with
-        StaleOutputError ("input 1 ... lies in pool memory that no live output
-        owns"), on cuda and on sim, PyTorch 2.11, whatever GROVE_DOOR_OUTPUTS,
-        GROVE_DOOR_FUNCTION, GROVE_DOOR_CALL or GROVE_DOOR_STAGE say; running
-        the training forward under dynamo's invocation key did not change it.
-        HF OPT trains through the door this way (its layer-drop test breaks
-        the graph) and fails the same. The same pair on PyTorch 1.13
-        (compile_graph then grove.training.compile_module) passes."""
+        """Note [A training step begins with its named invocation]
+        (cudagraph_trees/generations.h): a graph break leaves a first graph
+        that needs no gradient (it reads only the batch) and hands its output
+        to the training graph; six SGD steps (warm-up, recording, replays)
+        must match torch eager. Before the fix the training forward began a
+        step of its own and reclaimed that output: StaleTensorError at the
+        first step, on cuda and on sim (HF OPT, whose layer-drop test breaks
+        the graph, failed to train the same way)."""
         import grove.torch  # noqa: F401  (registers the backend)
 
         class Scaled(torch.nn.Module):

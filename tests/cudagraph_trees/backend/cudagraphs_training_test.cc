@@ -7,6 +7,7 @@
 #include <random>
 
 #include "compiler/backends/backend_stats_json.h"
+#include "compiler/backends/compile.h"
 #include "compiler/ir/builder.h"
 #include "cudagraph_trees/backend/cudagraphs_backend.h"
 #include "cudagraph_trees/tree_manager.h"
@@ -125,6 +126,65 @@ TEST(CudagraphsTraining, MicroBatchForwardsThenBackwardsMatchEagerBitwise) {
         << "step after round " << round;
   }
   EXPECT_GT(tree_manager_for(kSimDevice).counters().replays, 0u);
+  reset_tree_managers();
+}
+
+// Note [A training step begins with its named invocation]
+// (cudagraph_trees/generations.h): a model that needs no gradient feeds the
+// trainer's forward inside one named invocation (dynamo's graphs around a
+// graph break). The forward must not begin a step there, which would reclaim
+// the output it reads; every loss and gradient equals eager's, and the tree
+// stops growing (each round replays). First rounds without a key let the
+// forwards mark steps, so the keyed rounds also show that a named invocation
+// then begins the step.
+TEST(CudagraphsTraining, AForwardFedInsideItsNamedInvocationMatchesEagerAndReplays) {
+  register_cudagraphs_backend();
+  reset_tree_managers();
+  ValueId loss;
+  compiler::ir::Program model = small_mlp(&loss);
+  Trainer eager(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kAdamW});
+  Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = OptimizerKind::kAdamW});
+  compiler::ir::ProgramBuilder b("feed", kSimDevice);
+  b.output(b.gelu(b.input("x", {4, 6})));
+  compiler::ir::Program feed_program = b.build();
+  compiler::backends::CompiledModel feed_eager =
+      compiler::backends::compile(feed_program, {.backend = "eager"});
+  compiler::backends::CompiledModel feed_graphs =
+      compiler::backends::compile(feed_program, {.backend = "cudagraphs"});
+  std::mt19937_64 rng(17);
+  const TreeManager& trees = tree_manager_for(kSimDevice);
+  uint64_t recordings_after_warm_rounds = 0;
+  // Each round's loss outlives its round, so a path ends only where a
+  // generation does (not because every output died).
+  Tensor held_loss[2];
+  for (int round = 0; round < 9; ++round) {
+    TensorList inputs = {random_tensor({4, 6}, rng), random_tensor({4, 3}, rng)};
+    const bool keyed = round >= 2;
+    std::vector<double> losses[2];
+    for (Trainer* trainer : {&eager, &graphs}) {
+      const compiler::backends::CompiledModel& feed =
+          trainer == &graphs ? feed_graphs : feed_eager;
+      // Unkeyed rounds train on the batch itself: separate top-level calls
+      // would end the feed's generation (the caller's to avoid).
+      if (keyed) OuterInvocation::begin(1000 + static_cast<uint64_t>(round));
+      Tensor fed = keyed ? feed(TensorList{inputs[0]})[0] : inputs[0];
+      Trainer::PendingBackward pending;
+      ASSERT_NO_THROW(pending = trainer->forward({fed, inputs[1]}))
+          << "round " << round << (trainer == &graphs ? " (cudagraphs)" : " (eager)");
+      if (keyed) OuterInvocation::end();
+      trainer->backward(pending);
+      losses[trainer == &graphs] = pending.loss.to_doubles();
+      held_loss[trainer == &graphs] = pending.loss;  // a caller that logs it
+    }
+    EXPECT_EQ(losses[1], losses[0]) << "loss in round " << round;
+    for (const std::string& name : eager.state_names()) {
+      expect_same_state(eager, graphs, name, static_cast<size_t>(round));
+    }
+    if (round == 5) recordings_after_warm_rounds = trees.counters().recordings;
+  }
+  EXPECT_EQ(trees.counters().recordings, recordings_after_warm_rounds)
+      << "the keyed rounds kept recording: each round's path grew under the last";
+  EXPECT_GE(trees.counters().replays, 6u);
   reset_tree_managers();
 }
 
