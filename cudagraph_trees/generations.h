@@ -70,6 +70,18 @@ class OuterInvocation {
 // grove.invocation()) keep the forward's mark. Tests:
 // TreeGenerations.ATrainingForwardContinuesItsNamedInvocation and
 // GpuTorchTrainingTest.test_a_graph_without_gradients_feeds_a_training_graph.
+// Note [An optimizer step continues its training step]
+// A training step's optimizer update (the Trainer's optimizer stage,
+// grove.torch.optim) is a call of its own after the backward, and it reads
+// the gradients the backward left in the pool. Where generations follow
+// invocations (Note [A training step begins with its named invocation]: the
+// door's forwards under dynamo's keys mark no step), that call would start a
+// new generation and reclaim those gradients before it reads them. So an
+// optimizer stage's call that directly follows the step's backwards (no other
+// call between) continues their generation; the next call of any other kind
+// starts one as before. Where marks rule, nothing changes. Tests:
+// OptimizerTest.test_the_update_continues_a_step_whose_forward_ran_in_a_named_invocation
+// (tests/python/training_test.py) and GpuTorchTrainingTest.test_grove_optim_adamw.
 class GenerationTracker {
  public:
   // A call through the manager; outside an invocation scope it is top-level.
@@ -94,7 +106,10 @@ class GenerationTracker {
     ++steps_;
     mark_step_used_ = true;
   }
+  // Note [An optimizer step continues its training step]
+  void continue_training_step() { continue_step_ = backwards_of_forwards_; }
   void after_call(CompilationMode mode) {
+    continue_step_ = false;
     if (mode == CompilationMode::kBackward) {
       // Note [Several backwards per step].
       backwards_of_forwards_ = backwards_of_forwards_ || pending_backward_;
@@ -127,6 +142,7 @@ class GenerationTracker {
     const uint64_t outer = OuterInvocation::current();
     if (outer != 0 && outer == last_outer_) return;
     last_outer_ = outer;
+    if (continue_step_) return;  // Note [An optimizer step continues its training step]
     ++invocations_;
     // Note [A training step begins with its named invocation]: where only
     // training forwards marked steps, a new named invocation is a new step.
@@ -141,6 +157,7 @@ class GenerationTracker {
   int scope_depth_ = 0;
   bool mark_step_used_ = false;
   bool caller_marks_ = false;  // the marks came from mark_step_begin(), not only from forwards
+  bool continue_step_ = false;  // the next top-level call is the step's optimizer update
   bool pending_backward_ = false;
   // The last calls were backwards that followed forwards.
   bool backwards_of_forwards_ = false;

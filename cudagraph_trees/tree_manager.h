@@ -129,6 +129,9 @@ class TreeManager {
   // A training forward's step: Note [A training step begins with its named
   // invocation] (generations.h).
   void begin_training_step() { generations_.begin_training_step(); }
+  // An optimizer update's call: Note [An optimizer step continues its
+  // training step] (generations.h).
+  void continue_training_step() { generations_.continue_training_step(); }
   // A forward ran and its backward has not yet (Note [Training steps]).
   bool forward_waits_for_backward() const { return generations_.pending_backward(); }
   // A backward ran outside the tree (not captured): forwards no longer wait.

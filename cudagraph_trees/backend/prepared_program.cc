@@ -29,6 +29,7 @@ std::shared_ptr<PreparedProgram> PreparedProgram::prepare(
   program->model_name_ = lowered.program().name();
   program->id_ = next_program_id++;
   program->starts_step_ = options.stage == compiler::backends::Stage::kForward;
+  program->updates_step_ = options.stage == compiler::backends::Stage::kOptimizer;
   SegmentContext context{options, config, program->model_name_, device, graphs, program->id_};
   const auto& segments = lowered.segments();
   for (size_t s = 0; s < segments.size(); ++s) {
@@ -98,6 +99,8 @@ TensorList PreparedProgram::call(const TensorList& inputs) {
   }
   // Note [A training step begins with its named invocation] (generations.h).
   if (starts_step_ && !manager.forward_waits_for_backward()) manager.begin_training_step();
+  // Note [An optimizer step continues its training step] (generations.h).
+  if (updates_step_) manager.continue_training_step();
   InvocationScope scope(manager);
   if (checks_.pool_input_candidates.empty())
     return lowered_.run_with(registration.calls, inputs, kChecked);

@@ -675,7 +675,10 @@ class OptimizerTest(unittest.TestCase):
     parameters reaches torch.optim's losses (rtol 1e-4, atol 1e-5), and its
     cudagraphs mode equals its eager mode bitwise."""
 
-    def losses(self, make_optimizer, mode, steps=6, schedule=False):
+    def losses(self, make_optimizer, mode, steps=6, schedule=False, training="eager",
+               named=False):
+        """training: the module's grove mode; named: each forward runs under
+        a named invocation of its own (as dynamo's graphs do)."""
         # An MLP fitting a target: a block with attention has gradients that
         # are zero up to rounding (a key bias), which AdamW's normalization
         # turns into full-size steps of either sign.
@@ -684,13 +687,18 @@ class OptimizerTest(unittest.TestCase):
         batches = [make_inputs() for _ in range(steps)]
         target = torch.randn(4, 32)
         model = copy.deepcopy(module)
-        trained = grove.training.compile_module(model, "eager")
+        trained = grove.training.compile_module(model, training)
         optimizer = make_optimizer(model.parameters(), mode)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, 0.5) if schedule else None
         losses = []
-        for x in batches:
+        for step, x in enumerate(batches):
             optimizer.zero_grad(set_to_none=True)
-            loss = F.mse_loss(trained(*x), target)
+            if named:
+                with grove.invocation(7000 + step):
+                    out = trained(*x)
+            else:
+                out = trained(*x)
+            loss = F.mse_loss(out, target)
             loss.backward()
             optimizer.step()
             if scheduler is not None:
@@ -718,6 +726,23 @@ class OptimizerTest(unittest.TestCase):
         self.check(lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
                    lambda p, mode: grove.torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1,
                                                            mode=mode))
+
+    def test_the_update_continues_a_step_whose_forward_ran_in_a_named_invocation(self):
+        """Note [An optimizer step continues its training step]
+        (cudagraph_trees/generations.h): the forward of a graph-captured
+        module runs under a named invocation (the torch door's dynamo key),
+        so it begins no step of its own and the generation follows
+        invocations; grove's update, a call of its own after the backward,
+        must still read the backward's gradients in the pool (before the fix:
+        StaleOutputError, their memory reclaimed) and match torch.optim."""
+        def adamw(p, mode):
+            return grove.torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, mode=mode)
+
+        expected, expected_params = self.losses(
+            lambda p, mode: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1), "torch")
+        got, got_params = self.losses(adamw, "cudagraphs", training="cudagraphs", named=True)
+        torch.testing.assert_close(got, expected, rtol=RTOL, atol=ATOL)
+        assert_close_all(self, got_params, expected_params, "parameter")
 
     def test_a_parameter_without_a_gradient_is_named(self):
         weight = nn.Parameter(torch.randn(3, 2))
