@@ -13,8 +13,8 @@ With --train, each model is trained instead (issue 34's door, the same class
 of models): batch 2, train mode with every random draw's probability set to
 0, TRAIN_STEPS SGD steps on a fixed random projection of the output under
 eager PyTorch, each step also run through backend="grove", in float64 and
-in eager f32 from weights and inputs moved by about a rounding, from the
-same weights (train_one says why). Per model: the losses' largest
+in eager f32 from weights and inputs moved by about a rounding and with
+cuDNN off, from the same weights (train_one says why). Per model: the losses' largest
 relative difference, the gradients that fail (over each gradient's largest
 magnitude, floored at 1e-3 of the model's largest), the parameters whose
 gradient is None in one run only, and the ops grove left to PyTorch in the
@@ -342,12 +342,14 @@ def train_one(name, make, door_mode="cudagraphs"):
     longer compute the same function. A gradient passes where it is within
     TRAIN_TOLERANCE of eager's, or no further from float64's than twice eager
     f32's own distance from it (rounding, not a wrong gradient), where eager
-    f32's distance is the largest of its own run's and PERTURBED_RUNS runs'
-    from weights and inputs moved by about one rounding: some gradients are
-    ill-conditioned (torchvision's RegNetY-400MF at 64x64, batch 2: a 1e-7
-    relative change of the batch moves a last-stage weight's gradient by 1e-1
-    of its size in eager PyTorch itself), so eager landing near float64 in one
-    run is luck that grove's other summation order need not share."""
+    f32's distance is the largest of its own run's, PERTURBED_RUNS runs' from
+    weights and inputs moved by about one rounding, and one run's with cuDNN
+    off (PyTorch's own convolutions: another summation order). Some gradients
+    are ill-conditioned (torchvision's RegNetY-400MF at 64x64, batch 2: a 1e-7
+    relative change of the batch, or PyTorch's CPU convolutions without
+    oneDNN, move a last-stage weight's gradient by 1e-1 of its size in eager
+    PyTorch itself), so eager landing near float64 in one run is luck that
+    grove's other summation order need not share."""
     import copy
     import gc
 
@@ -388,10 +390,15 @@ def train_one(name, make, door_mode="cudagraphs"):
         from_eager = _relative_differences(got, expected, largest)
         grove_error = _relative_differences(got, reference, largest)
         eager_error = _relative_differences(expected, reference, largest)
-        for seed in range(PERTURBED_RUNS):
-            moved_inputs = _perturbed(probe, module, inputs, 1000 * step + seed)
-            _, perturbed = _gradients(probe, probe, moved_inputs, projection)
-            for key, error in _relative_differences(perturbed, reference, largest).items():
+        for seed in range(PERTURBED_RUNS + 1):
+            if seed < PERTURBED_RUNS:
+                moved_inputs = _perturbed(probe, module, inputs, 1000 * step + seed)
+                _, other = _gradients(probe, probe, moved_inputs, projection)
+            else:  # PyTorch's own convolutions instead of cuDNN's: another summation order
+                _set_state_from(probe, module)
+                with torch.backends.cudnn.flags(enabled=False):
+                    _, other = _gradients(probe, probe, inputs, projection)
+            for key, error in _relative_differences(other, reference, largest).items():
                 eager_error[key] = max(eager_error.get(key, 0.0), error)
         failing = sorted(((from_eager[key], key) for key in from_eager
                           if from_eager[key] > TRAIN_TOLERANCE
