@@ -192,6 +192,13 @@ def _restrided(value, like):
     return restrided
 
 
+def _lifted_constant(node):
+    """Whether `node` is a constant tracing lifted from the traced code (a
+    get_attr _tensor_constant<i>: Note [Host tensors among a device graph's
+    params])."""
+    return node.op == "get_attr" and str(node.target).startswith("_tensor_constant")
+
+
 def _layout(value):
     """(sizes, strides, storage offset) of a tensor value, else None."""
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
@@ -315,7 +322,9 @@ class _Importer:
         self.host_constants = {}  # Note [Host tensors among a device graph's params]
         self.functional, self.in_torch = functionalize_inplace(self.graph, self.values,
                                                                CONVERTERS, self.write_backs)
-        self.in_torch -= self._constant_storages(self.in_torch)
+        # Note [Writes into storage no input reaches]: folded, whatever they read.
+        self.folded_writes = self._constant_storages(self.in_torch)
+        self.in_torch -= self.folded_writes
         if self.functional and hasattr(module, "recompile"):
             module.recompile()  # its code follows the rewired reads
 
@@ -384,8 +393,7 @@ class _Importer:
         """The device copy of the lifted host constant `node` (Note [Host
         tensors among a device graph's params]); Unsupported for any other
         host tensor."""
-        lifted = node.op == "get_attr" and str(node.target).startswith("_tensor_constant")
-        if not lifted:
+        if not _lifted_constant(node):
             raise Unsupported("%s is a tensor on %s in a graph on %s; the ops reading it run "
                               "in PyTorch" % (node.name, value.device, self.device))
         moved = self.host_constants.get(node)
@@ -396,7 +404,9 @@ class _Importer:
 
     # Note [Writes into storage no input reaches]: torchvision's Swin builds
     # its shifted-window mask by writing numbers into slices of new_zeros
-    # (attn_mask[h0:h1, w0:w1] = count) at every call. The writes are in place
+    # (attn_mask[h0:h1, w0:w1] = count) at every call; each number reaches
+    # the trace as a lifted constant (a get_attr _tensor_constant<i> that
+    # lift_fresh_copy makes afresh: no input, and nothing writes it). The writes are in place
     # on views, so they ran in PyTorch (nine fill_ kernels, their slices and
     # views: 20 replays a call), yet nothing in that storage depends on an
     # input: the sizes are fixed per compilation. Where no node sharing a
@@ -412,7 +422,7 @@ class _Importer:
         """The nodes of `in_torch` whose written storage no input reaches."""
         dynamic = set()
         for node in self.graph.nodes:
-            if node.op == "output":
+            if node.op == "output" or _lifted_constant(node):
                 continue
             if node.op != "call_function" or self.depends_on_inputs(node, dynamic):
                 dynamic.add(node)
@@ -479,7 +489,7 @@ class _Importer:
                 steps.append(("torch", node))
                 segment = None
                 continue
-            if not self.depends_on_inputs(node):
+            if node in self.folded_writes or not self.depends_on_inputs(node):
                 value = self.before_write.get(node, self.values[node])
                 if isinstance(value, torch.Tensor):
                     self.constants[node] = value  # computed once, bound as a constant

@@ -533,6 +533,22 @@ class InPlaceTest(ConverterCase):
         plan = self.check(swin, [torch.randn(2, 7, 7)])
         self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
 
+        # As torchvision writes it: item assignment of a Python number, which
+        # tracing turns into fill_ of a lifted constant (a get_attr).
+        def swin_setitem(x):
+            mask = x.new_zeros((7, 7))
+            count = 0
+            for h in ((0, -3), (-3, -1), (-1, None)):
+                for w in ((0, -3), (-3, -1), (-1, None)):
+                    mask[h[0]:h[1], w[0]:w[1]] = count
+                    count += 1
+            windows = mask.view(7, 7).permute(1, 0).reshape(1, 49)
+            windows = windows.unsqueeze(1) - windows.unsqueeze(2)
+            return x.reshape(2, 1, 49) + windows.masked_fill(windows != 0, -100.0)[0]
+
+        plan = self.check(swin_setitem, [torch.randn(2, 7, 7)])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
         # A storage an input reaches is still written in PyTorch, and the
         # constant part of it is not folded under that write.
         def reached(x):
