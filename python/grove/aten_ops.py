@@ -378,11 +378,42 @@ def _full_like(value):
 
 
 def _fill(c, a):
-    """fill.Scalar (functionalized fill_): the value in the result's shape."""
+    """fill.Scalar and fill.Tensor (functionalized fill_): the value, a number
+    or a one-element tensor (a lifted constant: torchvision Swin's mask in a
+    training graph), in the result's shape and dtype."""
     value = a.get("value")
-    if isinstance(value, torch.fx.Node):
-        raise Unsupported("fill with a tensor value")
-    return _full_like(value)(c, {"fill_value": value})
+    if not isinstance(value, torch.fx.Node):
+        return _full_like(value)(c, {"fill_value": value})
+    if c.value(value).numel() != 1:
+        raise Unsupported("fill with a tensor of %d elements" % c.value(value).numel())
+    result = c.result()
+    shape, dtype = list(result.shape), result.dtype
+    one = c.emit("reshape", [c.operand(value, dtype)], {"shape": [1] * len(shape)})
+    if dtype == torch.bool:
+        true = c.emit("full", [], {"value": 1.0, "shape": shape, "dtype": "bool"})
+        return c.emit("where", [one, true, c.scalar(False, torch.bool)])
+    zeros = c.emit("full", [], {"value": 0.0, "shape": shape, "dtype": dtype_name(dtype)})
+    return c.emit("add", [zeros, one])
+
+
+def _contiguous_strides(size):
+    strides, step = [], 1
+    for extent in reversed(list(size)):
+        strides.append(step)
+        step *= max(int(extent), 1)
+    return list(reversed(strides))
+
+
+def _empty_strided(c, a):
+    """new_empty_strided and empty_strided with row-major strides (PyTorch
+    2.x's decompositions make them to copy into): values nobody may read
+    before writing, so zeros. Other strides order the elements differently
+    for the ops that follow (as_strided, copy_): not taken."""
+    size = [int(extent) for extent in a["size"]]
+    if [int(step) for step in a["stride"]] != _contiguous_strides(size) and \
+            c.result().numel() > 1:
+        raise Unsupported("%s with strides %s" % (op_name(c.node.target), list(a["stride"])))
+    return _full_like(0.0)(c, {})
 
 
 def _unbind(c, a):
@@ -722,6 +753,8 @@ CONVERTERS = {
     "aten.new_empty": _full_like(0.0),
     "aten.new_full": _full_like(None),
     "aten.empty_like": _full_like(0.0),
+    "aten.new_empty_strided": _empty_strided,
+    "aten.empty_strided": _empty_strided,
     "aten.fill": _fill,
     "aten.unbind": _unbind,
     "aten.softmax": _softmax(False),

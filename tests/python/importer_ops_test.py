@@ -652,6 +652,29 @@ class InPlaceTest(ConverterCase):
 
         self.check(function, [torch.randn(3, 4), torch.randn(4), torch.rand(3, 4) > 0.5])
 
+    def test_fill_with_a_tensor_value(self):
+        # fill.Tensor: the value a one-element tensor (a lifted constant, or
+        # one the graph computes), in the filled tensor's dtype.
+        def function(x, y):
+            a = torch.ops.aten.fill.Tensor(x, torch.tensor(2.5))
+            b = torch.ops.aten.fill.Tensor(x.to(torch.int32), y.sum())
+            c = torch.ops.aten.fill.Tensor(x > 0, y[0] > 100)
+            return a * x, b, c
+
+        self.check(function, [torch.randn(3, 4), torch.randn(5)])
+
+    def test_empty_strided_copied_into(self):
+        # PyTorch 2.x's decompositions make row-major empty_strided tensors
+        # to copy into (timm GhostNet's training graph).
+        def function(x):
+            a = x.new_empty_strided((3, 4), (4, 1))
+            a.copy_(x * 2)
+            b = torch.empty_strided((3, 4), (4, 1))
+            b.copy_(x + 1)
+            return a + b
+
+        self.check(function, [torch.randn(3, 4)])
+
     def test_writes_that_others_would_see_stay_in_torch(self):
         def into_input(x):
             x.add_(1)
