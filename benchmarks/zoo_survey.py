@@ -230,7 +230,8 @@ def survey_one(name, make):
     ops, replays, eager_calls, _ = torch_zoo.grove_shape(run, inputs)
     ops = sorted(set(ops) | {op for graph in graphs for _, op, _ in graph.unsupported})
     row.update(ops_in_pytorch=ops, replays_per_call=replays, eager_runs_per_call=eager_calls,
-               dynamo_graphs=len(graphs))
+               dynamo_graphs=len(graphs),
+               why_in_pytorch=_first_reasons(graph.unsupported for graph in graphs))
     row["ok"] = worst <= TOLERANCE
     return row
 
@@ -428,9 +429,24 @@ def train_one(name, make, door_mode="cudagraphs"):
                gradients_in_one_run_only=sorted(one_sided),
                ops_in_pytorch=sorted({op for runner in runners
                                       for _, op, _ in runner.unsupported}),
+               why_in_pytorch=_first_reasons(runner.unsupported for runner in runners),
                grove_graphs=len(runners))
     row["ok"] = worst_name is None and loss_difference <= TRAIN_TOLERANCE and not one_sided
     return row
+
+
+def _first_reasons(unsupported_lists):
+    """{op: the importer's reason for the first node of it left to PyTorch}."""
+    reasons = {}
+    for unsupported in unsupported_lists:
+        for _, op, reason in unsupported:
+            reasons.setdefault(op, reason)
+    return reasons
+
+
+def _print_reasons(row):
+    for op, reason in sorted(row.get("why_in_pytorch", {}).items()):
+        print("    in PyTorch: %s: %s" % (op, reason), flush=True)
 
 
 def _print_train_row(name, row):
@@ -441,6 +457,7 @@ def _print_train_row(name, row):
               max(entry["largest_from_eager"] for entry in row["steps"]), row["grove_graphs"],
               row["compile_and_train_s"], ", ".join(row["gradients_in_one_run_only"]) or "none",
               ", ".join(row["ops_in_pytorch"]) or "none"), flush=True)
+    _print_reasons(row)
     if not row["ok"]:
         for step, entry in enumerate(row["steps"]):
             print("    step %d: loss %.6g (eager %.6g); failing (from eager; grove's and eager "
@@ -456,6 +473,7 @@ def _print_row(name, row):
               row["dynamo_graphs"], row["replays_per_call"],
               row["eager_runs_per_call"], row["compile_s"],
               ", ".join(row["ops_in_pytorch"]) or "none"), flush=True)
+    _print_reasons(row)
 
 
 def main():

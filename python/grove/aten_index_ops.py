@@ -163,6 +163,7 @@ CONVERTERS.update({
     "aten._embedding_bag_forward_only": _embedding_bag,
     "aten.index_select": _index_select,
     "aten.index": _index,
+    "aten._unsafe_index": _index,  # index without bounds checks (2.x's upsample decompositions)
     "aten.gather": _gather,
 })
 

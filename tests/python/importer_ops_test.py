@@ -410,6 +410,17 @@ class IndexingTest(ConverterCase):
         table = torch.randn(3, 10)
         self.check(function, [table, torch.randint(0, 10, (3, 4)), torch.tensor([2, 0, 1])])
 
+    @unittest.skipUnless(hasattr(torch.ops.aten, "_unsafe_index"),
+                         "this PyTorch (1.13) has no aten._unsafe_index; 2.x's upsample "
+                         "decompositions make it")
+    def test_unsafe_index_is_index(self):
+        def function(x, rows, columns):
+            return (torch.ops.aten._unsafe_index(x, [None, rows]),
+                    torch.ops.aten._unsafe_index(x, [rows.unsqueeze(1), columns]))
+
+        self.check(function, [torch.randn(5, 6), torch.tensor([4, 0, 2]),
+                              torch.tensor([5, 1, 1, 0])])
+
 
 class IndexPutTest(ConverterCase):
     def test_index_put_copy_and_add_match_torch(self):
