@@ -9,7 +9,7 @@ import torch
 
 from grove.aten_index_ops import take
 from grove.aten_ops import CONVERTERS, compute_dtype
-from grove.fx_common import Unsupported, dtype_name
+from grove.fx_common import Unsupported, dtype_name, op_name
 
 
 def _constant_pad(c, a):
@@ -274,23 +274,76 @@ def strided_slice_backward(c, grad, sizes, dim, start, end, step, dtype):
                           [where.get(i, len(positions)) for i in range(sizes[dim])])
 
 
+def _row_major(size):
+    strides, step = [1] * len(size), 1
+    for dim in range(len(size) - 1, -1, -1):
+        strides[dim] = step
+        step *= size[dim]
+    return strides
+
+
+def _flat_window(c, a, base):
+    """(the first storage element, the count) of as_strided's window where it
+    reads `base`'s elements in order: `base` contiguous from its storage's
+    start, the window row-major (strides of dims of extent 1 ignored) and
+    inside base. Anything else moves elements, which grove's values (not
+    storage) cannot say: Unsupported."""
+    value = c.value(base)
+    size, stride = [int(extent) for extent in a["size"]], [int(step) for step in a["stride"]]
+    offset = int(a.get("storage_offset") or 0)
+    count = 1
+    for extent in size:
+        count *= extent
+    if not value.is_contiguous() or value.storage_offset() != 0 or \
+            offset + count > value.numel() or any(
+                have != want for have, want, extent in zip(stride, _row_major(size), size)
+                if extent > 1):
+        raise Unsupported("%s that moves elements" % op_name(c.node.target))
+    return offset, count
+
+
 def _as_strided(c, a):
-    """as_strided that leaves x's values where they are: x contiguous, the
-    same sizes, x's own strides on every dim longer than 1, no offset (the
-    restride adaptive_avg_pool2d to 1x1 applies to its mean of a
-    channels-last input: ConvNeXt's and EfficientNet's heads). Anything else
-    moves elements, which grove's values (not storage) cannot say."""
+    """as_strided that reads x's elements in order, x contiguous: x's own
+    layout (the restride adaptive_avg_pool2d to 1x1 applies to its mean of a
+    channels-last input: ConvNeXt's and EfficientNet's heads), or a
+    row-major window of its elements in another shape (the backward of that
+    restride: a flat gradient viewed as [N, C, 1, 1])."""
     x = a["self"]
-    value = c.value(x)
-    size, stride = list(a["size"]), list(a["stride"])
-    if a.get("storage_offset") or size != list(value.shape) or not value.is_contiguous():
-        raise Unsupported("as_strided that moves elements")
-    expected = [1] * len(size)
-    for dim in range(len(size) - 2, -1, -1):
-        expected[dim] = expected[dim + 1] * size[dim + 1]
-    if any(have != want for have, want, extent in zip(stride, expected, size) if extent > 1):
-        raise Unsupported("as_strided that moves elements")
-    return c.tensor(x)
+    size = [int(extent) for extent in a["size"]]
+    offset, count = _flat_window(c, a, x)
+    if size == c.shape(x):
+        return c.tensor(x)
+    flat = c.emit("reshape", [c.tensor(x)], {"shape": [c.value(x).numel()]})
+    if offset or count != c.value(x).numel():
+        flat = c.emit("slice", [flat], {"dim": 0, "start": offset, "end": offset + count})
+    return c.emit("reshape", [flat], {"shape": size})
+
+
+def _as_strided_scatter(c, a):
+    """as_strided_scatter whose window is a row-major run of the base's
+    elements (_flat_window): the base with that run replaced by src's
+    elements (AOTAutograd's backward of an as_strided view: ConvNeXt's and
+    Swin's heads in training)."""
+    base, src = a["self"], a["src"]
+    offset, count = _flat_window(c, a, base)
+    if c.value(src).numel() != count:
+        raise Unsupported("as_strided_scatter of %d elements into a window of %d"
+                          % (c.value(src).numel(), count))
+    total = c.value(base).numel()
+    shape = c.shape(base)
+    dtype = c.dtype(base)
+    run = c.emit("reshape", [c.operand(src, dtype)], {"shape": [count]})
+    if count == total:
+        return c.emit("reshape", [run], {"shape": shape})
+    flat = c.emit("reshape", [c.tensor(base)], {"shape": [total]})
+    parts = []
+    if offset:
+        parts.append(c.emit("slice", [flat], {"dim": 0, "start": 0, "end": offset}))
+    parts.append(run)
+    if offset + count < total:
+        parts.append(c.emit("slice", [flat], {"dim": 0, "start": offset + count, "end": total}))
+    joined = c.emit("concat", parts, {"dim": 0}) if len(parts) > 1 else parts[0]
+    return c.emit("reshape", [joined], {"shape": shape})
 
 
 def _roll(c, a):
@@ -328,6 +381,7 @@ def _rolled(c, name, size, dim, shift):
 CONVERTERS.update({
     "aten.roll": _roll,
     "aten.as_strided": _as_strided,
+    "aten.as_strided_scatter": _as_strided_scatter,
     "aten.slice": _slice,
     "aten.slice_scatter": _slice_scatter,
     "aten.select_scatter": _select_scatter,

@@ -306,6 +306,27 @@ class ReductionAndLayoutTest(ConverterCase):
 
         self.check(moved, [torch.randn(3, 4)], unsupported=["aten.as_strided"])
 
+    def test_row_major_as_strided_windows_and_their_scatter(self):
+        # The backward of that restride in training (AOTAutograd): a flat
+        # gradient made by as_strided_scatter into zeros, then viewed as
+        # [N, C, 1, 1] by as_strided; windows at an offset too.
+        def function(x, g):
+            base = x.new_zeros(24)
+            whole = torch.ops.aten.as_strided_scatter(base, g, [2, 6], [6, 1], 0)
+            viewed = torch.as_strided(whole * 1, [2, 6, 1, 1], [6, 1, 1, 1], 0)
+            part = torch.ops.aten.as_strided_scatter(x.reshape(24) + 1, g[:, :3], [2, 3],
+                                                     [3, 1], 5)
+            window = torch.as_strided(x * 3, [3, 1, 4], [4, 4, 1], 6)
+            return viewed + 1, part, window
+
+        self.check(function, [torch.randn(6, 4), torch.randn(4, 6)[:2]])
+
+        def moved(x, g):  # a window out of order stays in PyTorch
+            return torch.ops.aten.as_strided_scatter(x * 1, g, [3, 2], [1, 3], 0) * 2
+
+        self.check(moved, [torch.randn(6), torch.randn(3, 2)],
+                   unsupported=["aten.as_strided_scatter"])
+
     def test_topk_matches_torch(self):
         def function(logits):
             values, indices = torch.topk(logits, 5)
