@@ -51,7 +51,7 @@ TRAIN_BATCH = 2  # batch norm in train mode needs more than one value per channe
 # (relative PERTURBATION, below the 1e-5 by which grove's and eager's f32
 # losses differ), per step: how far rounding alone carries a gradient from
 # float64's (train_one says why).
-PERTURBED_RUNS = 4
+PERTURBED_RUNS = 8
 PERTURBATION = 1e-6
 
 
