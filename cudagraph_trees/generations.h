@@ -68,7 +68,8 @@ class OuterInvocation {
 // unless a forward still waits for its backward; marks of the caller's own
 // keep the caller in charge. Fresh keys (the door's calls outside dynamo,
 // grove.invocation()) keep the forward's mark. Tests:
-// TreeGenerations.ATrainingForwardContinuesItsNamedInvocation and
+// CudagraphsTraining.AForwardFedInsideItsNamedInvocationMatchesEagerAndReplays
+// (tests/cudagraph_trees/backend/cudagraphs_training_test.cc) and
 // GpuTorchTrainingTest.test_a_graph_without_gradients_feeds_a_training_graph.
 // Note [An optimizer step continues its training step]
 // A training step's optimizer update (the Trainer's optimizer stage,
@@ -156,7 +157,7 @@ class GenerationTracker {
   int64_t steps_ = 0;
   int scope_depth_ = 0;
   bool mark_step_used_ = false;
-  bool caller_marks_ = false;  // the marks came from mark_step_begin(), not only from forwards
+  bool caller_marks_ = false;   // the marks came from mark_step_begin(), not only from forwards
   bool continue_step_ = false;  // the next top-level call is the step's optimizer update
   bool pending_backward_ = false;
   // The last calls were backwards that followed forwards.

@@ -83,10 +83,9 @@ bool TreeManager::try_end_execution(const RegisteredFunction& function) {
 
 void TreeManager::end_path(bool invalidate_outputs) {
   if (log_enabled(LogLevel::kDebug)) {
-    log(LogLevel::kDebug,
-        str_cat("ending the ", path_state_name(state_), " path of generation ", generation_,
-                " (current ", generations_.current(), ")",
-                invalidate_outputs ? ", invalidating its live outputs" : ""));
+    log(LogLevel::kDebug, str_cat("ending the ", path_state_name(state_), " path of generation ",
+                                  generation_, " (current ", generations_.current(), ")",
+                                  invalidate_outputs ? ", invalidating its live outputs" : ""));
   }
   if (invalidate_outputs) {
     invalidate_path_outputs();

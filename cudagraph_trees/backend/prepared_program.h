@@ -110,7 +110,8 @@ class PreparedProgram {
   std::vector<compiler::Callable> eager_calls_;  // each segment's own function
   bool any_captured_ = false;
   bool starts_step_ = false;  // a Trainer's forward (Note [Training steps])
-  bool updates_step_ = false;  // an optimizer stage (Note [An optimizer step continues ...])
+  // An optimizer stage: Note [An optimizer step continues its training step].
+  bool updates_step_ = false;
   InputChecks checks_;
   int64_t fallbacks_ = 0;  // segments left eager for a real reason
   std::atomic<int64_t> pool_mutation_fallbacks_{0};

@@ -100,6 +100,20 @@ def draws_random_numbers(node):
         tag in getattr(node.target, "tags", ())
 
 
+# Note [Random draws nobody reads]: HF wav2vec2 draws torch.rand([]) for
+# LayerDrop before every layer, in eval too, and reads it only when training.
+# grove has no converter for the draw, so in inference it split the graph
+# (three replays a call). A functional draw whose result nothing reads is left
+# out of the program, as Inductor's dead-code elimination does: no value
+# changes, only PyTorch's generator advances less than in eager (grove's
+# draws come from streams of its own anyway: Note [Random draws are never
+# constants]). An in-place draw (uniform_, bernoulli_) writes a tensor and
+# stays. Test: ImporterTest.test_a_random_draw_nobody_reads_is_left_out
+# (tests/python/importer_test.py).
+def _unread_draw(node):
+    return draws_random_numbers(node) and not mutates_first_argument(node)
+
+
 class _Recorder(torch.fx.Interpreter):
     """Runs the graph once on the example inputs and keeps every node's value
     (shapes and dtypes for the importer; constants for folding)."""
@@ -472,9 +486,11 @@ class _Importer:
             if not node.users and node not in self.write_backs and (
                     op_name(node.target) in CONVERTERS
                                    or op_name(node.target) in _SKIPPED_CHECKS
-                                   or op_name(node.target) == "getitem"):
-                # A pure result nobody reads (a layer norm's mean, say), or a
-                # metadata assertion the compiled program's fixed types make moot.
+                                   or op_name(node.target) == "getitem"
+                                   or _unread_draw(node)):
+                # A pure result nobody reads (a layer norm's mean, say), a
+                # metadata assertion the compiled program's fixed types make
+                # moot, or Note [Random draws nobody reads].
                 continue
             if node in self.in_torch:
                 # PyTorch writes this storage (Note [In-place ops on intermediates]).

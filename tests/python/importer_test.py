@@ -247,6 +247,25 @@ class ImporterTest(unittest.TestCase):
         torch.manual_seed(7)
         torch.testing.assert_close(grove_result, noisy(x)[0])
 
+    def test_a_random_draw_nobody_reads_is_left_out(self):
+        # Note [Random draws nobody reads] (importer.py): HF wav2vec2's
+        # LayerDrop draw before every layer, read only when training, split
+        # the graph at each draw in eval.
+        def layers(x):
+            for _ in range(3):
+                torch.rand([])  # the draw LayerDrop reads only in training
+                x = torch.tanh(x * 2 + 1)
+            return x
+
+        x = torch.randn(3, 4)
+        plan = importer.import_graph(make_fx(layers)(x), [x])
+        self.assertEqual(plan.unsupported, [])
+        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+        result = plan.compile(backend="eager", device="sim")(x)
+        if isinstance(result, (tuple, list)):
+            (result,) = result
+        torch.testing.assert_close(result, layers(x))
+
     def test_host_tensors_among_device_params(self):
         # Note [Host tensors among a device graph's params] (importer.py). The
         # graph's inputs on the meta device stand for a GPU's: the host tensors

@@ -162,8 +162,7 @@ TEST(CudagraphsTraining, AForwardFedInsideItsNamedInvocationMatchesEagerAndRepla
     const bool keyed = round >= 2;
     std::vector<double> losses[2];
     for (Trainer* trainer : {&eager, &graphs}) {
-      const compiler::backends::CompiledModel& feed =
-          trainer == &graphs ? feed_graphs : feed_eager;
+      const compiler::backends::CompiledModel& feed = trainer == &graphs ? feed_graphs : feed_eager;
       // Unkeyed rounds train on the batch itself: separate top-level calls
       // would end the feed's generation (the caller's to avoid).
       if (keyed) OuterInvocation::begin(1000 + static_cast<uint64_t>(round));
