@@ -287,9 +287,15 @@ def _flat_window(c, a, base):
     reads `base`'s elements in order: `base` contiguous from its storage's
     start, the window row-major (strides of dims of extent 1 ignored) and
     inside base. Anything else moves elements, which grove's values (not
-    storage) cannot say: Unsupported."""
+    storage) cannot say: Unsupported. So is an explicit offset into a graph
+    input, whose storage offset a call may change."""
     value = c.value(base)
     size, stride = [int(extent) for extent in a["size"]], [int(step) for step in a["stride"]]
+    if a.get("storage_offset") is not None and base.op != "call_function":
+        # A graph input's own storage offset may differ from call to call,
+        # and an explicit offset counts from its storage's start.
+        raise Unsupported("%s of a graph input at an explicit storage offset"
+                          % op_name(c.node.target))
     offset = int(a.get("storage_offset") or 0)
     count = 1
     for extent in size:
