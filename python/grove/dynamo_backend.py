@@ -71,6 +71,18 @@ def _dynamo_invocation_key():
 _GENERATION_TRACKER = None
 
 
+def _in_dynamos_invocation(invoked, call, args):
+    """call(args), inside dynamo's current invocation where `invoked` (a graph
+    dynamo calls) and dynamo exists: Note [Invocations of several models],
+    dynamo's graphs of one top-level call (around a graph break) share one
+    generation, as in PyTorch's cudagraph trees."""
+    key = _dynamo_invocation_key() if invoked else None
+    if key is None:
+        return call(args)
+    with grove.invocation(key):
+        return call(args)
+
+
 def mark_step_begin():
     """Starts a new step for every graph grove compiled: outputs of earlier
     calls may be overwritten by later ones (torch.compiler.cudagraph_mark_step_begin)."""
@@ -152,14 +164,7 @@ class CompiledGraph:
                 self.door = self.runner.door_call()
 
     def _layered_call(self, args):
-        key = _dynamo_invocation_key() if self._invoked else None
-        if key is None:
-            return self._call(args)
-        # Note [Invocations of several models]: dynamo's graphs of one
-        # top-level call (around a graph break) share one generation, as in
-        # PyTorch's cudagraph trees.
-        with grove.invocation(key):
-            return self._call(args)
+        return _in_dynamos_invocation(self._invoked, self._call, args)
 
     def _call(self, args):
         try:
@@ -408,11 +413,7 @@ class TrainingGraphs:
         self.invoked = invoked
 
     def __call__(self, *args):
-        key = _dynamo_invocation_key() if self.invoked else None
-        if key is None:
-            return self._call(args)
-        with grove.invocation(key):
-            return self._call(args)
+        return _in_dynamos_invocation(self.invoked, self._call, args)
 
     def _call(self, args):
         graphs = self.graphs

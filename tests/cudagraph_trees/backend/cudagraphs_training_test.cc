@@ -39,6 +39,24 @@ compiler::ir::Program small_mlp(ValueId* loss) {
   return model;
 }
 
+// The small MLP under the eager and the cudagraphs Trainer with `optimizer`,
+// on fresh trees (the backend registered, every tree manager reset first).
+struct EagerAndGraphs {
+  explicit EagerAndGraphs(OptimizerKind optimizer)
+      : model(fresh_small_mlp(&loss)),
+        eager(model, loss, {.backend = "eager", .optimizer = optimizer}),
+        graphs(model, loss, {.backend = "cudagraphs", .optimizer = optimizer}) {}
+  static compiler::ir::Program fresh_small_mlp(ValueId* loss) {
+    register_cudagraphs_backend();
+    reset_tree_managers();
+    return small_mlp(loss);
+  }
+  ValueId loss;
+  compiler::ir::Program model;
+  Trainer eager;
+  Trainer graphs;
+};
+
 Tensor random_tensor(const runtime::Shape& shape, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0, 1);
   std::vector<float> values(static_cast<size_t>(runtime::shape_numel(shape)));
@@ -63,12 +81,9 @@ void expect_same_state(const Trainer& eager, const Trainer& graphs, const std::s
 }
 
 TEST(CudagraphsTraining, SmallMlpAdamWMatchesEagerBitwiseOverFiveSteps) {
-  register_cudagraphs_backend();
-  reset_tree_managers();
-  ValueId loss;
-  compiler::ir::Program model = small_mlp(&loss);
-  Trainer eager(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kAdamW});
-  Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = OptimizerKind::kAdamW});
+  EagerAndGraphs mlp(OptimizerKind::kAdamW);
+  Trainer& eager = mlp.eager;
+  Trainer& graphs = mlp.graphs;
   Hyperparameters hyper;
   hyper.lr = 0.01;
   hyper.weight_decay = 0.01;
@@ -96,12 +111,9 @@ TEST(CudagraphsTraining, SmallMlpAdamWMatchesEagerBitwiseOverFiveSteps) {
 // first's generation (its saved activations stay readable), and every loss
 // and gradient equals eager's.
 TEST(CudagraphsTraining, MicroBatchForwardsThenBackwardsMatchEagerBitwise) {
-  register_cudagraphs_backend();
-  reset_tree_managers();
-  ValueId loss;
-  compiler::ir::Program model = small_mlp(&loss);
-  Trainer eager(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kAdamW});
-  Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = OptimizerKind::kAdamW});
+  EagerAndGraphs mlp(OptimizerKind::kAdamW);
+  Trainer& eager = mlp.eager;
+  Trainer& graphs = mlp.graphs;
   Hyperparameters hyper;
   hyper.lr = 0.01;
   std::mt19937_64 rng(5);
@@ -138,12 +150,9 @@ TEST(CudagraphsTraining, MicroBatchForwardsThenBackwardsMatchEagerBitwise) {
 // forwards mark steps, so the keyed rounds also show that a named invocation
 // then begins the step.
 TEST(CudagraphsTraining, AForwardFedInsideItsNamedInvocationMatchesEagerAndReplays) {
-  register_cudagraphs_backend();
-  reset_tree_managers();
-  ValueId loss;
-  compiler::ir::Program model = small_mlp(&loss);
-  Trainer eager(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kAdamW});
-  Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = OptimizerKind::kAdamW});
+  EagerAndGraphs mlp(OptimizerKind::kAdamW);
+  Trainer& eager = mlp.eager;
+  Trainer& graphs = mlp.graphs;
   compiler::ir::ProgramBuilder b("feed", kSimDevice);
   b.output(b.gelu(b.input("x", {4, 6})));
   compiler::ir::Program feed_program = b.build();
@@ -229,12 +238,9 @@ TEST(CudagraphsTraining, ImplicitDropoutMatchesEagerBitwiseAndDrawsANewMaskEachS
 // each step replays the recorded optimizer graph with that step's values, and
 // the params equal eager's bit for bit after every step.
 TEST(CudagraphsTraining, SgdMomentumWithALearningRateScheduleMatchesEagerBitwise) {
-  register_cudagraphs_backend();
-  reset_tree_managers();
-  ValueId loss;
-  compiler::ir::Program model = small_mlp(&loss);
-  Trainer eager(model, loss, {.backend = "eager", .optimizer = OptimizerKind::kSgdMomentum});
-  Trainer graphs(model, loss, {.backend = "cudagraphs", .optimizer = OptimizerKind::kSgdMomentum});
+  EagerAndGraphs mlp(OptimizerKind::kSgdMomentum);
+  Trainer& eager = mlp.eager;
+  Trainer& graphs = mlp.graphs;
   const std::vector<double> schedule = {0.1, 0.1, 0.1, 0.05, 0.02, 0.2, 0.01, 0.3, 0.07, 0.07};
   std::mt19937_64 rng(34);
   for (size_t step = 0; step < schedule.size(); ++step) {
