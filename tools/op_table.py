@@ -35,6 +35,9 @@ MODULES = [
      "and running statistics that are graph inputs written inside the program"),
     ("grove.aten_group_norm_ops", "statistics per (sample, group), f32 for bf16 and f16 "
      "inputs, then a per-channel scale and shift"),
+    ("grove.aten_norm_ops", "vector norms of any order (sum of squares then sqrt; sum or max of "
+     "magnitudes; powers), logsumexp shifted by the finite max, std and var_mean from the "
+     "two-pass variance; f32 for bf16 and f16"),
     ("grove.aten_weight_norm_ops", "the norm over every dim but one (sum of squares, sqrt), f32 "
      "for bf16 and f16; the backward written out"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "

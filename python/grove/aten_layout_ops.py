@@ -384,7 +384,57 @@ def _rolled(c, name, size, dim, shift):
     return c.emit("concat", [tail, head], {"dim": dim})
 
 
+def _repeat(c, a):
+    """repeat(x, repeats): each dim tiled `repeats` times (new leading dims for
+    extra repeats), as one broadcast: x viewed as [1, s0, 1, s1, ...] plus
+    zeros of [r0, s0, r1, s1, ...], merged to [r0 * s0, r1 * s1, ...]."""
+    x = a["self"]
+    repeats = [int(r) for r in a["repeats"]]
+    shape = [1] * (len(repeats) - len(c.shape(x))) + list(c.shape(x))
+    if len(shape) != len(repeats):
+        raise Unsupported("repeat with fewer repeats than dims")
+    out = [r * s for r, s in zip(repeats, shape)]
+    if repeats == [1] * len(repeats):
+        return c.emit("reshape", [c.tensor(x)], {"shape": out})
+    interleaved = [e for s in shape for e in (1, s)]
+    tiled = [e for r, s in zip(repeats, shape) for e in (r, s)]
+    dtype = c.dtype(x)
+    spread = c.emit("reshape", [c.tensor(x)], {"shape": interleaved})
+    if dtype == torch.bool:
+        true = c.emit("full", [], {"value": 1.0, "shape": tiled, "dtype": "bool"})
+        wide = c.emit("where", [spread, true, c.scalar(False, torch.bool)])
+    else:
+        zeros = c.emit("full", [], {"value": 0.0, "shape": tiled, "dtype": dtype_name(dtype)})
+        wide = c.emit("add", [spread, zeros])
+    return c.emit("reshape", [wide], {"shape": out})
+
+
+def _pixel_shuffle(unshuffle):
+    """pixel_shuffle ([*, C r^2, H, W] -> [*, C, H r, W r]) and its inverse,
+    as a reshape, a permute and a reshape."""
+    def convert(c, a):
+        x = a["self"]
+        shape = list(c.shape(x))
+        r = int(a["downscale_factor" if unshuffle else "upscale_factor"])
+        lead, (channels, height, width) = shape[:-3], shape[-3:]
+        n = len(lead)
+        if unshuffle:
+            split = lead + [channels, height // r, r, width // r, r]
+            order = list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3]
+        else:
+            split = lead + [channels // (r * r), r, r, height, width]
+            order = list(range(n)) + [n, n + 3, n + 1, n + 4, n + 2]
+        moved = c.emit("permute", [c.emit("reshape", [c.tensor(x)], {"shape": split})],
+                       {"order": order})
+        return c.emit("reshape", [moved], {"shape": list(c.result().shape)})
+
+    return convert
+
+
 CONVERTERS.update({
+    "aten.repeat": _repeat,
+    "aten.pixel_shuffle": _pixel_shuffle(False),
+    "aten.pixel_unshuffle": _pixel_shuffle(True),
     "aten.roll": _roll,
     "aten.as_strided": _as_strided,
     "aten.as_strided_scatter": _as_strided_scatter,

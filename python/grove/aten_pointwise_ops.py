@@ -1,6 +1,7 @@
 """Converters of ATen's pointwise math beyond aten_ops.py: trigonometry,
-log1p/expm1, rounding, clamp, maximum/minimum, sign, remainder/fmod, and the
-bitwise and logical ops on bool and integer tensors. Importing this module
+log1p/expm1, rounding, clamp, maximum/minimum, sign, remainder/fmod, the
+gated and parametric activations (glu, prelu), and the bitwise and logical
+ops on bool and integer tensors. Importing this module
 adds them to aten_ops.CONVERTERS."""
 
 import torch
@@ -231,7 +232,45 @@ def _zero(c, a):
                                "dtype": dtype_name(result.dtype)})
 
 
+def _glu(c, a):
+    """glu(x, dim): the first half times the sigmoid of the second."""
+    x = a["self"]
+    shape = c.shape(x)
+    dim = a.get("dim", -1) % len(shape)
+    if not c.dtype(x).is_floating_point or shape[dim] % 2:
+        raise Unsupported("glu of a %s tensor of %d along dim %d" % (c.dtype(x), shape[dim], dim))
+    half = shape[dim] // 2
+    name = c.tensor(x)
+    first = c.emit("slice", [name], {"dim": dim, "start": 0, "end": half})
+    second = c.emit("slice", [name], {"dim": dim, "start": half, "end": 2 * half})
+    return c.emit("mul", [first, c.emit("sigmoid", [second])])
+
+
+def _prelu(c, a):
+    """prelu and _prelu_kernel: x where x > 0, else weight * x, the weight one
+    value or one per channel (dim 1), or already shaped to broadcast."""
+    x, weight = a["self"], a["weight"]
+    dtype = c.result().dtype
+    if not dtype.is_floating_point:
+        raise Unsupported("prelu with a %s result" % dtype)
+    shape, count = c.shape(x), c.value(weight).numel()
+    w = c.operand(weight, dtype)
+    if len(c.shape(weight)) != len(shape):
+        if count == 1:
+            w = c.emit("reshape", [w], {"shape": [1] * len(shape)})
+        elif len(shape) >= 2 and count == shape[1]:
+            w = c.emit("reshape", [w], {"shape": [1, count] + [1] * (len(shape) - 2)})
+        else:
+            raise Unsupported("prelu with %d weights for shape %s" % (count, shape))
+    name = c.operand(x, dtype)
+    positive = c.emit("gt", [name, c.scalar(0, dtype)])
+    return c.emit("where", [positive, name, c.emit("mul", [name, w])])
+
+
 CONVERTERS.update({
+    "aten.glu": _glu,
+    "aten.prelu": _prelu,
+    "aten._prelu_kernel": _prelu,
     "aten.copy": _copy,
     "aten.zero": _zero,
     "aten.sin": _floating("sin"),

@@ -194,6 +194,55 @@ class WeightNormTest(ConverterCase):
         self.check(function, [t.bfloat16() for t in inputs], rtol=2 ** -6, atol=1e-2)
 
 
+class NormTest(ConverterCase):
+    """aten_norm_ops: vector norms (F.normalize, torch.norm, linalg's), logsumexp,
+    std and var_mean against torch."""
+
+    def test_vector_norms_of_every_order(self):
+        def function(x):
+            return (F.normalize(x, dim=-1),
+                    torch.norm(x, p=2, dim=(1, 2), keepdim=True),  # ConvNeXt-V2's GRN
+                    torch.linalg.vector_norm(x, 1, dim=0),
+                    torch.linalg.vector_norm(x, float("inf"), dim=(0, 2), keepdim=True),
+                    torch.linalg.vector_norm(x.relu(), 0, dim=-1),
+                    torch.linalg.vector_norm(x, 3.0, dim=1),
+                    torch.linalg.vector_norm(x))
+
+        self.check(function, [torch.randn(3, 5, 4)])
+
+    def test_logsumexp_std_and_var_mean(self):
+        def function(x):
+            masked = x.masked_fill(x > 1.0, float("-inf"))
+            masked = torch.cat([masked, torch.full_like(masked[:1], float("-inf"))])
+            var, mean = torch.var_mean(x, dim=(0, 2), keepdim=True, unbiased=False)
+            var1, mean1 = torch.var_mean(x, dim=1)
+            return (torch.logsumexp(x, dim=-1), torch.logsumexp(masked, dim=(1, 2),
+                                                                 keepdim=True),
+                    torch.std(x, dim=1), torch.std(x, dim=(0, 2), unbiased=False, keepdim=True),
+                    var, mean, var1, mean1)
+
+        self.check(function, [torch.randn(3, 5, 4)])
+
+
+class ActivationAndTilingTest(ConverterCase):
+    """glu, prelu, repeat and pixel_shuffle/unshuffle against torch."""
+
+    def test_glu_and_prelu(self):
+        def function(x, channel_weights, one_weight):
+            return (F.glu(x, dim=-1), F.glu(x, dim=1), F.prelu(x, channel_weights),
+                    F.prelu(x, one_weight))
+
+        self.check(function, [torch.randn(2, 4, 6), torch.rand(4), torch.rand(1)])
+
+    def test_repeat_and_pixel_shuffle(self):
+        def function(x, mask):
+            return (x.repeat(2, 1, 3), x.repeat(2, 1, 1, 1), mask.repeat(1, 2, 2),
+                    x.repeat(1, 1, 1), F.pixel_shuffle(x.reshape(2, 12, 1, 1), 2),
+                    F.pixel_unshuffle(x.reshape(1, 1, 6, 4), 2))
+
+        self.check(function, [torch.randn(2, 3, 4), torch.rand(2, 3, 4) > 0.5])
+
+
 class ReductionAndLayoutTest(ConverterCase):
     def test_sums_with_a_dtype_cast_their_input_first(self):
         # autocast's float32 sums of bf16 values (a loss under torch.autocast).
