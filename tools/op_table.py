@@ -45,7 +45,9 @@ MODULES = [
     ("grove.aten_layout_ops", "slice: a view (step 1); concat with constants or slices "
      "(padding; slice_scatter and "
      "select_scatter: the base's slices around the source; roll), gathers (flip, nearest "
-     "upsampling, slices with a step; bilinear upsampling: four gathers weighed in f32), "
+     "upsampling, slices with a step, reflection and replication padding; bilinear "
+     "upsampling: four gathers weighed in f32), repeat and as_strided windows as broadcasts "
+     "and reshapes, pixel shuffles as reshape-permute-reshape, "
      "cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds (integers)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
     ("grove.aten_loss_ops", "mse and nll losses and their backwards, written out in grove ops "

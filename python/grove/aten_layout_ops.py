@@ -50,6 +50,36 @@ def take_positions(c, name, shape, dim, positions):
     return take(c, name, shape, [dim], ids, [len(positions)], dim)
 
 
+def _edge_pad(reflect):
+    """reflection_pad{1,2,3}d and replication_pad{1,2,3}d: each padded dim
+    (pairs from the last dim backwards, as constant_pad_nd's) read at the
+    mirrored positions (the edge itself not repeated) or at the clamped ones:
+    one gather by constant ids per dim."""
+    def convert(c, a):
+        x = a["self"]
+        shape = list(c.shape(x))
+        pad = [int(p) for p in a["padding"]]
+        name = c.tensor(x)
+        for pair in range(len(pad) // 2):
+            dim = len(shape) - 1 - pair
+            left, right, size = pad[2 * pair], pad[2 * pair + 1], shape[dim]
+            if left == 0 and right == 0:
+                continue
+            if left < 0 or right < 0 or (reflect and max(left, right) >= size):
+                raise Unsupported("%s of %s by %s" % (op_name(c.node.target), shape, pad))
+            positions = []
+            for i in range(-left, size + right):
+                if reflect:
+                    positions.append(-i if i < 0 else (2 * (size - 1) - i if i >= size else i))
+                else:
+                    positions.append(min(max(i, 0), size - 1))
+            name = take_positions(c, name, shape, dim, positions)
+            shape[dim] = len(positions)
+        return name
+
+    return convert
+
+
 def _flip(c, a):
     """Each flipped dim read backwards: a gather by constant reversed ids."""
     x = a["self"]
@@ -442,6 +472,12 @@ CONVERTERS.update({
     "aten.slice_scatter": _slice_scatter,
     "aten.select_scatter": _select_scatter,
     "aten.constant_pad_nd": _constant_pad,
+    "aten.reflection_pad1d": _edge_pad(True),
+    "aten.reflection_pad2d": _edge_pad(True),
+    "aten.reflection_pad3d": _edge_pad(True),
+    "aten.replication_pad1d": _edge_pad(False),
+    "aten.replication_pad2d": _edge_pad(False),
+    "aten.replication_pad3d": _edge_pad(False),
     "aten.flip": _flip,
     "aten.upsample_nearest2d": _upsample_nearest,
     "aten.upsample_bilinear2d": _upsample_bilinear,

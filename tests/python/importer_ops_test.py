@@ -225,7 +225,7 @@ class NormTest(ConverterCase):
 
 
 class ActivationAndTilingTest(ConverterCase):
-    """glu, prelu, repeat and pixel_shuffle/unshuffle against torch."""
+    """glu, prelu, repeat, pixel_shuffle/unshuffle and edge padding against torch."""
 
     def test_glu_and_prelu(self):
         def function(x, channel_weights, one_weight):
@@ -233,6 +233,13 @@ class ActivationAndTilingTest(ConverterCase):
                     F.prelu(x, one_weight))
 
         self.check(function, [torch.randn(2, 4, 6), torch.rand(4), torch.rand(1)])
+
+    def test_reflection_and_replication_padding(self):
+        def function(x):
+            return (F.pad(x, (2, 1, 1, 3), mode="reflect"), F.pad(x, (0, 2, 3, 0), mode="replicate"),
+                    F.pad(x[0], (1, 2), mode="reflect"), F.pad(x[0], (3, 1), mode="replicate"))
+
+        self.check(function, [torch.randn(2, 3, 5, 4)])
 
     def test_repeat_and_pixel_shuffle(self):
         def function(x, mask):
