@@ -16,6 +16,18 @@ from grove.aten_ops import CONVERTERS
 from grove.fx_common import Unsupported, dtype_name, node_arguments, op_name
 
 
+def _native_dropout_backward(c, a):
+    """native_dropout_backward(grad, mask, scale): the gradient where the
+    forward's mask kept the element, times the forward's scale, else 0 (the
+    mask is the forward's saved output, drawn by PyTorch: Note [Random
+    draws are never constants])."""
+    grad, mask = a["grad_output"], a["mask"]
+    dtype = c.result().dtype
+    keep = c.operand(mask, torch.bool)
+    scaled = c.emit("mul", [c.operand(grad, dtype), c.scalar(float(a["scale"]), dtype)])
+    return c.emit("where", [keep, scaled, c.scalar(0.0, dtype)])
+
+
 def _threshold_backward(c, a):
     """grad where self > threshold, else 0 (relu's backward reads its output)."""
     dtype = c.result().dtype
@@ -324,6 +336,7 @@ def _select_backward(c, a):
 
 BACKWARD_CONVERTERS = {
     "aten.threshold_backward": _threshold_backward,
+    "aten.native_dropout_backward": _native_dropout_backward,
     "aten.gelu_backward": _gelu_backward,
     "aten.sigmoid_backward": _sigmoid_backward,
     "aten.tanh_backward": _tanh_backward,

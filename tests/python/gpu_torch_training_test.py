@@ -292,6 +292,50 @@ class GpuTorchTrainingTest(unittest.TestCase):
         for parameter, expected in zip(module.parameters(), reference.parameters()):
             torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
 
+    def test_dropout_training_matches_eager_under_one_seed(self):
+        """Dropout p > 0 through the door (HF models train with it on by
+        default): the forward's native_dropout runs in PyTorch, so under the
+        same seed its masks are eager's (Note [Random draws are never
+        constants]), and its backward, native_dropout_backward, runs in
+        grove; six SGD steps (warm-up, recording, replays) match eager."""
+        import grove.torch  # noqa: F401  (registers the backend)
+        from grove import dynamo_backend
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.first = torch.nn.Linear(64, 128)
+                self.second = torch.nn.Linear(128, 64)
+
+            def forward(self, x):
+                hidden = F.dropout(F.gelu(self.first(x)), 0.2, self.training)
+                return F.dropout(self.second(hidden), 0.1, self.training)
+
+        torch._dynamo.reset()
+        before = {id(runner) for runner in dynamo_backend._live_runners}
+        module = Net().cuda()
+        reference = copy.deepcopy(module)
+        run = torch.compile(module, backend="grove", dynamic=False)
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.05)
+        reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
+        for step in range(6):
+            x = torch.randn(16, 64, device="cuda")
+            losses = []
+            for call, sgd in ((run, optimizer), (reference, reference_optimizer)):
+                sgd.zero_grad(set_to_none=True)
+                torch.manual_seed(1000 + step)
+                loss = call(x).square().mean()
+                loss.backward()
+                sgd.step()
+                losses.append(loss.detach())
+            torch.testing.assert_close(losses[0], losses[1], rtol=RTOL, atol=ATOL,
+                                       msg=lambda m: "step %d: %s" % (step, m))
+        for parameter, expected in zip(module.parameters(), reference.parameters()):
+            torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
+        left = {op for runner in dynamo_backend._live_runners if id(runner) not in before
+                for _, op, _ in runner.unsupported}
+        self.assertNotIn("aten.native_dropout_backward", left)
+
     def test_update_in_backward_equals_step_bitwise(self):
         """Note [The optimizer's update inside the door's backward]
         (grove/optim.py): grove.torch.optim.AdamW made under

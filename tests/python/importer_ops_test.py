@@ -225,7 +225,16 @@ class NormTest(ConverterCase):
 
 
 class ActivationAndTilingTest(ConverterCase):
-    """glu, prelu, repeat, pixel_shuffle/unshuffle and edge padding against torch."""
+    """dropout's backward, glu, prelu, repeat, pixel_shuffle/unshuffle and edge
+    padding against torch."""
+
+    def test_dropout_backward_with_the_forwards_mask(self):
+        # PyTorch 2.x's training graphs hold native_dropout_backward (the
+        # mask is the forward's, drawn by PyTorch): the backward stays whole.
+        def function(grad, mask):
+            return torch.ops.aten.native_dropout_backward(grad, mask, 1.25)
+
+        self.check(function, [torch.randn(3, 4), torch.rand(3, 4) > 0.2])
 
     def test_glu_and_prelu(self):
         def function(x, channel_weights, one_weight):
