@@ -104,6 +104,34 @@ def train(module, batch, loss_of, backend, steps=STEPS, optimizer="sgd", accumul
     return torch.stack(losses), evaluations
 
 
+def six_sgd_steps_match_eager(module, seed_each_call=False):
+    """Trains `module` through backend="grove" and a copy of it in eager
+    PyTorch with SGD for six steps (warm-up, recording, replays) on new
+    [16, 64] batches: each step's loss and the final parameters must match.
+    seed_each_call: the same torch seed before each side's call of a step
+    (random draws PyTorch makes are then the same)."""
+    torch._dynamo.reset()
+    reference = copy.deepcopy(module)
+    run = torch.compile(module, backend="grove", dynamic=False)
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.05)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
+    for step in range(6):
+        x = torch.randn(16, 64, device="cuda")
+        losses = []
+        for call, sgd in ((run, optimizer), (reference, reference_optimizer)):
+            sgd.zero_grad(set_to_none=True)
+            if seed_each_call:
+                torch.manual_seed(1000 + step)
+            loss = call(x).square().mean()
+            loss.backward()
+            sgd.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[0], losses[1], rtol=RTOL, atol=ATOL,
+                                   msg=lambda m: "step %d: %s" % (step, m))
+    for parameter, expected in zip(module.parameters(), reference.parameters()):
+        torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
+
+
 @unittest.skipUnless(HAS_CUDA, "no CUDA device")
 @unittest.skipUnless(HAS_DYNAMO, "this PyTorch has no torch._dynamo")
 class GpuTorchTrainingTest(unittest.TestCase):
@@ -271,26 +299,7 @@ class GpuTorchTrainingTest(unittest.TestCase):
                 torch._dynamo.graph_break()
                 return torch.tanh(self.linear(x * scale))
 
-        torch._dynamo.reset()
-        module = Scaled().cuda()
-        reference = copy.deepcopy(module)
-        run = torch.compile(module, backend="grove", dynamic=False)
-        optimizer = torch.optim.SGD(module.parameters(), lr=0.05)
-        reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
-        for step in range(6):
-            x = torch.randn(16, 64, device="cuda")
-            for model, call, sgd in ((module, run, optimizer),
-                                     (reference, reference, reference_optimizer)):
-                sgd.zero_grad(set_to_none=True)
-                loss = call(x).square().mean()
-                loss.backward()
-                sgd.step()
-                if model is module:
-                    got = loss.detach().clone()
-            torch.testing.assert_close(got, loss.detach(), rtol=RTOL, atol=ATOL,
-                                       msg=lambda m: "step %d: %s" % (step, m))
-        for parameter, expected in zip(module.parameters(), reference.parameters()):
-            torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
+        six_sgd_steps_match_eager(Scaled().cuda())
 
     def test_dropout_training_matches_eager_under_one_seed(self):
         """Dropout p > 0 through the door (HF models train with it on by
@@ -311,27 +320,8 @@ class GpuTorchTrainingTest(unittest.TestCase):
                 hidden = F.dropout(F.gelu(self.first(x)), 0.2, self.training)
                 return F.dropout(self.second(hidden), 0.1, self.training)
 
-        torch._dynamo.reset()
         before = {id(runner) for runner in dynamo_backend._live_runners}
-        module = Net().cuda()
-        reference = copy.deepcopy(module)
-        run = torch.compile(module, backend="grove", dynamic=False)
-        optimizer = torch.optim.SGD(module.parameters(), lr=0.05)
-        reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
-        for step in range(6):
-            x = torch.randn(16, 64, device="cuda")
-            losses = []
-            for call, sgd in ((run, optimizer), (reference, reference_optimizer)):
-                sgd.zero_grad(set_to_none=True)
-                torch.manual_seed(1000 + step)
-                loss = call(x).square().mean()
-                loss.backward()
-                sgd.step()
-                losses.append(loss.detach())
-            torch.testing.assert_close(losses[0], losses[1], rtol=RTOL, atol=ATOL,
-                                       msg=lambda m: "step %d: %s" % (step, m))
-        for parameter, expected in zip(module.parameters(), reference.parameters()):
-            torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
+        six_sgd_steps_match_eager(Net().cuda(), seed_each_call=True)
         left = {op for runner in dynamo_backend._live_runners if id(runner) not in before
                 for _, op, _ in runner.unsupported}
         self.assertNotIn("aten.native_dropout_backward", left)
