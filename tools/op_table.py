@@ -46,7 +46,7 @@ MODULES = [
      "(padding; slice_scatter and "
      "select_scatter: the base's slices around the source; roll), gathers (flip, nearest "
      "upsampling, slices with a step, reflection and replication padding; bilinear "
-     "upsampling: four gathers weighed in f32), repeat and as_strided windows as broadcasts "
+     "upsampling: four gathers weighed in f32; bicubic: four a dim), repeat and as_strided windows as broadcasts "
      "and reshapes, pixel shuffles as reshape-permute-reshape, "
      "cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds (integers)"),
     ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),

@@ -171,6 +171,56 @@ def _upsample_bilinear(c, a):
     return c.cast(out, compute, c.result().dtype)
 
 
+def bicubic_taps(in_size, out_size, align_corners, scale, dtype):
+    """PyTorch's bicubic taps along one axis (A = -0.75, borders clamped), its
+    source position computed as its kernels do: (the four source indices
+    [out, 4], their weights [out, 4] in `dtype`)."""
+    positions = torch.arange(out_size, dtype=dtype)
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        source = positions * torch.tensor(ratio, dtype=dtype)
+    else:
+        ratio = torch.tensor(1.0 / scale if scale else in_size / out_size, dtype=dtype)
+        source = ratio * (positions + 0.5) - 0.5  # no clamp for cubic
+    floor = torch.floor(source)
+    t = source - floor
+    a = -0.75
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    weights = torch.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], dim=1)
+    taps = floor.to(torch.int64)[:, None] + torch.arange(-1, 3)[None, :]
+    return torch.clamp(taps, 0, in_size - 1), weights
+
+
+def _upsample_bicubic(c, a):
+    """Bicubic upsampling (ViT and DINOv2 position embeddings at another
+    image size): along the height, then the width, each output the four
+    taps gathered by constant ids and weighed as PyTorch weighs them (in f32
+    for bf16 and f16, then the input's dtype)."""
+    x, shape, out_h, out_w, scales = upsampling(c, a, "bicubic")
+    align = bool(a.get("align_corners"))
+    compute = compute_dtype(c.dtype(x))
+    name = c.operand(x, compute)
+    current = list(shape)
+    for dim, out_size, scale in ((2, out_h, scales[0]), (3, out_w, scales[1])):
+        taps, weights = bicubic_taps(shape[dim], out_size, align, scale, compute)
+        total = None
+        for k in range(4):
+            picked = take_positions(c, name, current, dim, taps[:, k].tolist())
+            weight = weights[:, k].reshape([-1, 1] if dim == 2 else [-1]).contiguous()
+            term = c.emit("mul", [c.importer.constant(c.segment, weight.to(c.importer.device)),
+                                  picked])
+            total = term if total is None else c.emit("add", [total, term])
+        name = total
+        current[dim] = out_size
+    return c.cast(name, compute, c.result().dtype)
+
+
 def _integer_cumsum(c, name, shape, dim, dtype):
     """Hillis-Steele: after step s every element holds the sum of the 2^s
     elements ending at it (exact in integers)."""
@@ -481,5 +531,6 @@ CONVERTERS.update({
     "aten.flip": _flip,
     "aten.upsample_nearest2d": _upsample_nearest,
     "aten.upsample_bilinear2d": _upsample_bilinear,
+    "aten.upsample_bicubic2d": _upsample_bicubic,
     "aten.cumsum": _cumsum,
 })

@@ -225,8 +225,8 @@ class NormTest(ConverterCase):
 
 
 class ActivationAndTilingTest(ConverterCase):
-    """dropout's backward, glu, prelu, repeat, pixel_shuffle/unshuffle and edge
-    padding against torch."""
+    """dropout's backward, glu, prelu, repeat, pixel_shuffle/unshuffle, edge
+    padding and bicubic upsampling against torch."""
 
     def test_dropout_backward_with_the_forwards_mask(self):
         # PyTorch 2.x's training graphs hold native_dropout_backward (the
@@ -249,6 +249,15 @@ class ActivationAndTilingTest(ConverterCase):
                     F.pad(x[0], (1, 2), mode="reflect"), F.pad(x[0], (3, 1), mode="replicate"))
 
         self.check(function, [torch.randn(2, 3, 5, 4)])
+
+    def test_bicubic_upsampling(self):
+        # ViT's and DINOv2's position embeddings interpolated to another size.
+        def function(x):
+            return (F.interpolate(x, size=(7, 5), mode="bicubic", align_corners=False),
+                    F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=True),
+                    F.interpolate(x, size=(3, 2), mode="bicubic", align_corners=False))
+
+        self.check(function, [torch.randn(2, 3, 4, 6)], rtol=1e-5, atol=1e-5)
 
     def test_repeat_and_pixel_shuffle(self):
         def function(x, mask):
