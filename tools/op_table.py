@@ -25,7 +25,8 @@ MODULES = [
     ("grove.aten_index_ops", "embedding (rows picked by flat ids; negative ids wrap); "
      "embedding_bag: bags of one size, then sum / mean / max"),
     ("grove.aten_index_put_ops", "rows compared with the target rows: the last write wins, or "
-     "accumulating writes add through one GEMM (floats)"),
+     "accumulating writes add through one GEMM (floats); masked_scatter: a gather at the "
+     "mask's running count"),
     ("grove.aten_conv_ops", "2-d (and 1-d, as 2-d) convolution as im2col (a gather of windows, "
      "or views where the patches tile the image) + one GEMM; pooling as gathered windows + max / sum (Note [Windows "
      "as gathers])"),

@@ -1,5 +1,6 @@
 """Converters of ATen's writes at tensor indices, out of place: index_put
-(and _index_put_impl), index_copy, index_add, scatter and scatter_add. Each
+(and _index_put_impl), index_copy, index_add, scatter and scatter_add (and
+masked_scatter, written as a gather at the mask's running count). Each
 row r of self (the
 indexed dims flattened) compares itself with every target row: the last
 source row aimed at it replaces it (or, accumulating, every such row adds to
@@ -10,6 +11,7 @@ module adds them to aten_ops.CONVERTERS."""
 import torch
 
 from grove.aten_index_ops import _int64, _product, _wrapped
+from grove.aten_layout_ops import integer_cumsum
 from grove.aten_ops import CONVERTERS
 from grove.fx_common import Unsupported, dtype_name
 
@@ -229,7 +231,38 @@ def _scatter(accumulate):
     return convert
 
 
+def _masked_scatter(c, a):
+    """masked_scatter(self, mask, source): the positions where the mask
+    (broadcast to self's shape) is true take source's elements in order
+    (HF's vision-language models merging image features into the token
+    embeddings). Each position's source element is the running count of true
+    positions before it (an integer cumsum over the flattened mask), read
+    from the flattened source by one gather; the rest keep self."""
+    x, mask, source = a["self"], a["mask"], a["source"]
+    shape = c.shape(x)
+    dtype = c.dtype(x)
+    count = _product(shape)
+    if not shape or c.dtype(mask) != torch.bool or c.dtype(source) != dtype:
+        raise Unsupported("masked_scatter of %s into a %s tensor of shape %s"
+                          % (c.dtype(source), dtype, shape))
+    true = c.emit("full", [], {"value": 1.0, "shape": list(shape), "dtype": "bool"})
+    keep = c.emit("where", [c.tensor(mask), true, c.scalar(False, torch.bool)])
+    flat_keep = c.emit("reshape", [keep], {"shape": [count]})
+    ones = c.emit("cast", [flat_keep], {"dtype": dtype_name(torch.int64)})
+    before = c.emit("sub", [integer_cumsum(c, ones, [count], 0, torch.int64),
+                            c.scalar(1, torch.int64)])
+    available = c.value(source).numel()
+    if available == 0:
+        raise Unsupported("masked_scatter from an empty source")
+    ids = c.emit("minimum", [c.emit("maximum", [before, c.scalar(0, torch.int64)]),
+                             c.scalar(available - 1, torch.int64)])
+    table = c.emit("reshape", [c.tensor(source)], {"shape": [available, 1]})
+    picked = c.emit("reshape", [c.emit("embedding", [table, ids])], {"shape": list(shape)})
+    return c.emit("where", [keep, picked, c.tensor(x)])
+
+
 CONVERTERS.update({
+    "aten.masked_scatter": _masked_scatter,
     "aten.scatter": _scatter(False),
     "aten.scatter_add": _scatter(True),
     "aten.index_put": _index_put,

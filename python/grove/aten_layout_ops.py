@@ -221,7 +221,7 @@ def _upsample_bicubic(c, a):
     return c.cast(name, compute, c.result().dtype)
 
 
-def _integer_cumsum(c, name, shape, dim, dtype):
+def integer_cumsum(c, name, shape, dim, dtype):
     """Hillis-Steele: after step s every element holds the sum of the 2^s
     elements ending at it (exact in integers)."""
     size = shape[dim]
@@ -244,7 +244,7 @@ def _cumsum(c, a):
     if not dtype.is_floating_point:
         shape = c.shape(x)
         name = c.operand(x, dtype)
-        return _integer_cumsum(c, name, shape, a["dim"] % len(shape), dtype) if shape else name
+        return integer_cumsum(c, name, shape, a["dim"] % len(shape), dtype) if shape else name
     shape = c.shape(x)
     if not shape:
         return c.operand(x, dtype)

@@ -523,6 +523,18 @@ class IndexingTest(ConverterCase):
 
 
 class IndexPutTest(ConverterCase):
+    def test_masked_scatter_fills_the_mask_in_order(self):
+        # A vision-language model's merge: image features into the embeddings
+        # of the image tokens, the mask broadcast over the hidden dim.
+        def function(embeddings, ids, features):
+            mask = (ids == 7).unsqueeze(-1)
+            merged = embeddings.masked_scatter(mask, features)
+            exact = embeddings.masked_scatter(embeddings > 0.5, torch.arange(60.0).reshape(3, 20))
+            return merged * 2, exact
+
+        ids = torch.tensor([[1, 7, 7, 2, 7], [7, 3, 3, 7, 1]])
+        self.check(function, [torch.randn(2, 5, 6), ids, torch.randn(5, 6)])
+
     def test_index_put_copy_and_add_match_torch(self):
         cache = torch.randn(2, 4, 10, 3)
         new = torch.randn(2, 4, 2, 3)
