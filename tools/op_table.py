@@ -29,7 +29,7 @@ MODULES = [
      "mask's running count"),
     ("grove.aten_conv_ops", "2-d (and 1-d, as 2-d) convolution as im2col (a gather of windows, "
      "or views where the patches tile the image) + one GEMM; pooling as gathered windows + max / sum (Note [Windows "
-     "as gathers])"),
+     "as gathers]); unfold (im2col) as the same gathered windows"),
     ("grove.aten_conv_backward_ops", "each input pixel sums the window positions that read it "
      "(a gather), then one GEMM for the weight gradient"),
     ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics, "

@@ -325,7 +325,30 @@ def _adaptive_avg_pool(c, a):
     return windowed_mean(c, x, *adaptive_windows([height, width], [out_h, out_w]))
 
 
+def _unfold(c, a):
+    """im2col (F.unfold, nn.Unfold: VOLO's outlook attention, HaloNet's
+    blocks): x [N, C, H, W] as [N, C*KH*KW, OH*OW], each column one window
+    (channel-major, then the taps), zeros in the padding: the windows
+    gathered as a convolution gathers them, then reordered."""
+    x = a["self"]
+    shape = shape_of(c, x)
+    if len(shape) != 4:
+        raise Unsupported("im2col of a rank-%d input (batched images only)" % len(shape))
+    n, channels, height, width = shape
+    kernel, dilation = pair(a["kernel_size"]), pair(a["dilation"])
+    padding, stride = pair(a["padding"]), pair(a["stride"])
+    out = [(size + 2 * p - d * (k - 1) - 1) // s + 1
+           for size, p, d, k, s in zip((height, width), padding, dilation, kernel, stride)]
+    ids = window_ids([height, width], out, kernel, stride, padding, dilation)
+    gathered, _ = gather_windows(c, x, ids, "zero")  # [OH, OW, KK, N*C]
+    taps = kernel[0] * kernel[1]
+    gathered = c.emit("reshape", [gathered], {"shape": out + [taps, n, channels]})
+    columns = c.emit("permute", [gathered], {"order": [3, 4, 2, 0, 1]})
+    return c.emit("reshape", [columns], {"shape": [n, channels * taps, out[0] * out[1]]})
+
+
 CONVERTERS.update({
+    "aten.im2col": _unfold,
     "aten.convolution": _convolution,
     "aten._convolution": _convolution,
     "aten.max_pool2d_with_indices": _max_pool,

@@ -817,6 +817,15 @@ class InPlaceTest(ConverterCase):
 
 
 class ConvolutionTest(ConverterCase):
+    def test_unfold_as_im2col(self):
+        # F.unfold: VOLO's outlook attention, HaloNet's blocks.
+        def function(x):
+            return (F.unfold(x, kernel_size=3, padding=1),
+                    F.unfold(x, kernel_size=(2, 3), dilation=(2, 1), stride=(1, 2)),
+                    F.unfold(x, kernel_size=2, stride=2))
+
+        self.check(function, [torch.randn(2, 3, 6, 5)])
+
     def test_one_dimensional_convolutions(self):
         # Note [1-d convolutions as 2-d ones] (aten_conv_ops.py): Whisper's
         # front end (stride 2, padding 1), wav2vec2's (stride 5, no bias),
