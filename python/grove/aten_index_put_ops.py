@@ -12,7 +12,7 @@ import torch
 
 from grove.aten_index_ops import _int64, _product, _wrapped
 from grove.aten_layout_ops import integer_cumsum
-from grove.aten_ops import CONVERTERS
+from grove.aten_ops import CONVERTERS, broadcast_to
 from grove.fx_common import Unsupported, dtype_name
 
 
@@ -245,10 +245,9 @@ def _masked_scatter(c, a):
     if not shape or c.dtype(mask) != torch.bool or c.dtype(source) != dtype:
         raise Unsupported("masked_scatter of %s into a %s tensor of shape %s"
                           % (c.dtype(source), dtype, shape))
-    true = c.emit("full", [], {"value": 1.0, "shape": list(shape), "dtype": "bool"})
-    keep = c.emit("where", [c.tensor(mask), true, c.scalar(False, torch.bool)])
+    keep = broadcast_to(c, c.tensor(mask), torch.bool, shape)
     flat_keep = c.emit("reshape", [keep], {"shape": [count]})
-    ones = c.emit("cast", [flat_keep], {"dtype": dtype_name(torch.int64)})
+    ones = c.cast(flat_keep, torch.bool, torch.int64)
     before = c.emit("sub", [integer_cumsum(c, ones, [count], 0, torch.int64),
                             c.scalar(1, torch.int64)])
     available = c.value(source).numel()

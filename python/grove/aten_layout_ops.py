@@ -8,7 +8,7 @@ this module adds them to aten_ops.CONVERTERS."""
 import torch
 
 from grove.aten_index_ops import take
-from grove.aten_ops import CONVERTERS, compute_dtype
+from grove.aten_ops import CONVERTERS, broadcast_to, compute_dtype, row_major_strides
 from grove.fx_common import Unsupported, dtype_name, op_name
 
 
@@ -123,17 +123,25 @@ def _upsample_nearest(c, a):
                 [out_h, out_w], 2)
 
 
+def source_positions(in_size, out_size, align_corners, scale, dtype):
+    """Where PyTorch's interpolating kernels read each output position along
+    one axis, in `dtype` as they compute it: corners aligned, or the
+    half-pixel centres (unclamped; bilinear clamps at 0, bicubic does not)."""
+    positions = torch.arange(out_size, dtype=dtype)
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        return positions * torch.tensor(ratio, dtype=dtype)
+    ratio = torch.tensor(1.0 / scale if scale else in_size / out_size, dtype=dtype)
+    return ratio * (positions + 0.5) - 0.5
+
+
 def bilinear_sources(in_size, out_size, align_corners, scale):
     """PyTorch's bilinear source rows along one axis, in float32 as its
     kernels compute them: (first index, second index, first weight, second
     weight) per output position."""
-    positions = torch.arange(out_size, dtype=torch.float32)
-    if align_corners:
-        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
-        source = positions * torch.tensor(ratio, dtype=torch.float32)
-    else:
-        ratio = torch.tensor(1.0 / scale if scale else in_size / out_size, dtype=torch.float32)
-        source = torch.clamp(ratio * (positions + 0.5) - 0.5, min=0.0)
+    source = source_positions(in_size, out_size, align_corners, scale, torch.float32)
+    if not align_corners:
+        source = torch.clamp(source, min=0.0)
     first = source.to(torch.int64)  # truncation: source >= 0
     second = first + (first < in_size - 1).to(torch.int64)
     second_weight = source - first.to(torch.float32)
@@ -175,13 +183,7 @@ def bicubic_taps(in_size, out_size, align_corners, scale, dtype):
     """PyTorch's bicubic taps along one axis (A = -0.75, borders clamped), its
     source position computed as its kernels do: (the four source indices
     [out, 4], their weights [out, 4] in `dtype`)."""
-    positions = torch.arange(out_size, dtype=dtype)
-    if align_corners:
-        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
-        source = positions * torch.tensor(ratio, dtype=dtype)
-    else:
-        ratio = torch.tensor(1.0 / scale if scale else in_size / out_size, dtype=dtype)
-        source = ratio * (positions + 0.5) - 0.5  # no clamp for cubic
+    source = source_positions(in_size, out_size, align_corners, scale, dtype)
     floor = torch.floor(source)
     t = source - floor
     a = -0.75
@@ -354,14 +356,6 @@ def strided_slice_backward(c, grad, sizes, dim, start, end, step, dtype):
                           [where.get(i, len(positions)) for i in range(sizes[dim])])
 
 
-def _row_major(size):
-    strides, step = [1] * len(size), 1
-    for dim in range(len(size) - 1, -1, -1):
-        strides[dim] = step
-        step *= size[dim]
-    return strides
-
-
 def _flat_window(c, a, base):
     """(the first storage element, the count) of as_strided's window where it
     reads `base`'s elements in order: `base` contiguous from its storage's
@@ -382,7 +376,7 @@ def _flat_window(c, a, base):
         count *= extent
     if not value.is_contiguous() or value.storage_offset() != 0 or \
             offset + count > value.numel() or any(
-                have != want for have, want, extent in zip(stride, _row_major(size), size)
+                have != want for have, want, extent in zip(stride, row_major_strides(size), size)
                 if extent > 1):
         raise Unsupported("%s that moves elements" % op_name(c.node.target))
     return offset, count
@@ -478,14 +472,8 @@ def _repeat(c, a):
         return c.emit("reshape", [c.tensor(x)], {"shape": out})
     interleaved = [e for s in shape for e in (1, s)]
     tiled = [e for r, s in zip(repeats, shape) for e in (r, s)]
-    dtype = c.dtype(x)
     spread = c.emit("reshape", [c.tensor(x)], {"shape": interleaved})
-    if dtype == torch.bool:
-        true = c.emit("full", [], {"value": 1.0, "shape": tiled, "dtype": "bool"})
-        wide = c.emit("where", [spread, true, c.scalar(False, torch.bool)])
-    else:
-        zeros = c.emit("full", [], {"value": 0.0, "shape": tiled, "dtype": dtype_name(dtype)})
-        wide = c.emit("add", [spread, zeros])
+    wide = broadcast_to(c, spread, c.dtype(x), tiled)
     return c.emit("reshape", [wide], {"shape": out})
 
 

@@ -1,40 +1,31 @@
 """Converters of ATen's vector norms and of the reductions built like them:
 linalg_vector_norm and norm (F.normalize, torch.norm: CLIP's embedding
-normalization, ConvNeXt-V2's global response norm), logsumexp, std and
-var_mean. Importing this module adds them to aten_ops.CONVERTERS."""
+normalization, ConvNeXt-V2's global response norm), logsumexp, and std and
+var_mean (on aten_ops' variance). Importing this module adds them to aten_ops.CONVERTERS."""
 
 import math
 
 import torch
 
-from grove.aten_ops import CONVERTERS, compute_dtype
+from grove.aten_ops import (CONVERTERS, _dims, compute_dtype, full_reduction, magnitude,
+                            variance_and_mean)
 from grove.fx_common import Unsupported, op_name
 
 
 def _reduced_dims(c, x, dim):
+    """`dim` as a sorted list of x's dims, every dim where none is named."""
     rank = len(c.shape(x))
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return list(range(rank))
-    if isinstance(dim, int):
-        dim = [dim]
-    return sorted(d % rank if rank else 0 for d in dim)
+    return sorted(_dims(dim, rank)) or list(range(rank))
 
 
 def _over(c, op, name, dims, keepdim, rank):
-    """`op` ("sum" or "max") of `name` over `dims`; a 0-d value where every
-    dim goes and keepdim is off."""
+    """`op` ("sum" or "max") of `name` over `dims`; full_reduction's 0-d
+    value where every dim goes and keepdim is off."""
     if rank == 0:
         return name
     if not keepdim and dims == list(range(rank)):
-        if rank >= 2:
-            name = c.emit(op, [name], {"dims": [rank - 1], "keepdim": 0})
-        return c.emit(op, [name], {"dims": [], "keepdim": 0})
+        return full_reduction(c, op, name, rank)
     return c.emit(op, [name], {"dims": dims, "keepdim": 1 if keepdim else 0})
-
-
-def _magnitude(c, name, dtype):
-    negative = c.emit("lt", [name, c.scalar(0, dtype)])
-    return c.emit("where", [negative, c.emit("neg", [name]), name])
 
 
 def _float_reduction(c, a, what):
@@ -63,14 +54,14 @@ def _vector_norm(c, a):
         total = _over(c, "sum", c.emit("mul", [value, value]), dims, keepdim, rank)
         out = c.emit("sqrt", [total])
     elif order == 1.0:
-        out = _over(c, "sum", _magnitude(c, value, work), dims, keepdim, rank)
+        out = _over(c, "sum", magnitude(c, value, work), dims, keepdim, rank)
     elif math.isinf(order) and order > 0:
-        out = _over(c, "max", _magnitude(c, value, work), dims, keepdim, rank)
+        out = _over(c, "max", magnitude(c, value, work), dims, keepdim, rank)
     elif order == 0.0:
         nonzero = c.cast(c.emit("ne", [value, c.scalar(0, work)]), torch.bool, work)
         out = _over(c, "sum", nonzero, dims, keepdim, rank)
     elif order > 0 and math.isfinite(order):
-        powered = c.emit("pow", [_magnitude(c, value, work), c.scalar(order, work)])
+        powered = c.emit("pow", [magnitude(c, value, work), c.scalar(order, work)])
         total = _over(c, "sum", powered, dims, keepdim, rank)
         out = c.emit("pow", [total, c.scalar(1.0 / order, work)])
     else:
@@ -94,43 +85,17 @@ def _logsumexp(c, a):
     return c.cast(c.emit("add", [c.emit("log", [total]), shift]), work, result)
 
 
-def _correction(a):
-    if "correction" in a and "unbiased" not in a:
-        return 1 if a.get("correction") is None else a["correction"]
-    return 1 if a.get("unbiased", True) else 0
-
-
-def _moments(c, a):
-    """(the mean with dims kept, the variance as the op shapes it, dtype)."""
-    x = a["self"]
-    dtype = c.dtype(x)
-    if not dtype.is_floating_point:
-        raise Unsupported("%s of a %s tensor" % (op_name(c.node.target), dtype))
-    rank = len(c.shape(x))
-    dims = _reduced_dims(c, x, a.get("dim"))
-    count = 1
-    for d in dims:
-        count *= c.shape(x)[d] if rank else 1
-    name = c.tensor(x)
-    if rank == 0:
-        return name, c.emit("sub", [name, name]), dtype
-    mean = c.emit("mean", [name], {"dims": dims, "keepdim": 1})
-    centered = c.emit("sub", [name, mean])
-    keepdim = bool(a.get("keepdim"))
-    total = _over(c, "sum", c.emit("mul", [centered, centered]), dims, keepdim, rank)
-    variance = c.emit("div", [total, c.scalar(max(count - _correction(a), 0), dtype)])
-    return mean, variance, dtype
-
-
 def _std(c, a):
-    _, variance, _ = _moments(c, a)
-    return c.emit("sqrt", [variance])
+    if not c.dtype(a["self"]).is_floating_point:
+        raise Unsupported("std of a %s tensor" % c.dtype(a["self"]))
+    return c.emit("sqrt", [variance_and_mean(c, a)[0]])
 
 
 def _var_mean(c, a):
-    mean, variance, _ = _moments(c, a)
-    mean = c.emit("reshape", [mean], {"shape": list(c.result()[1].shape)})
-    return variance, mean
+    if not c.dtype(a["self"]).is_floating_point:
+        raise Unsupported("var_mean of a %s tensor" % c.dtype(a["self"]))
+    variance, mean = variance_and_mean(c, a)
+    return variance, c.emit("reshape", [mean], {"shape": list(c.result()[1].shape)})
 
 
 CONVERTERS.update({

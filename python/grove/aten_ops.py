@@ -160,14 +160,19 @@ def _reciprocal(c, a):
     return c.emit("div", [c.scalar(1.0, dtype), c.operand(a["self"], dtype)])
 
 
+def magnitude(c, name, dtype):
+    """|name| for a value of a signed `dtype`: the negated value where it is
+    below zero."""
+    negative = c.emit("lt", [name, c.scalar(0, dtype)])
+    return c.emit("where", [negative, c.emit("neg", [name]), name])
+
+
 def _abs(c, a):
     x = a["self"]
     dtype = c.dtype(x)
     if dtype == torch.bool:
         return c.tensor(x)
-    name = c.tensor(x)
-    negative = c.emit("lt", [name, c.scalar(0, dtype)])
-    return c.emit("where", [negative, c.emit("neg", [name]), name])
+    return magnitude(c, c.tensor(x), dtype)
 
 
 def _silu(c, a):
@@ -298,17 +303,22 @@ def _transpose(c, a):
     return c.emit("transpose", [c.tensor(a["self"])], {"dim0": a["dim0"], "dim1": a["dim1"]})
 
 
+def broadcast_to(c, name, dtype, shape):
+    """`name` (a value of `dtype` that broadcasts to `shape`) materialized in
+    `shape`: plus zeros of that shape, or for bools selected against false."""
+    if dtype == torch.bool:
+        true = c.emit("full", [], {"value": 1.0, "shape": list(shape), "dtype": "bool"})
+        return c.emit("where", [name, true, c.scalar(False, torch.bool)])
+    zeros = c.emit("full", [], {"value": 0.0, "shape": list(shape), "dtype": dtype_name(dtype)})
+    return c.emit("add", [name, zeros])
+
+
 def _expand(c, a):
     x = a["self"]
     shape = list(c.result().shape)
     if shape == c.shape(x):
         return c.tensor(x)
-    dtype = c.dtype(x)
-    if dtype == torch.bool:
-        true = c.emit("full", [], {"value": 1.0, "shape": shape, "dtype": "bool"})
-        return c.emit("where", [c.tensor(x), true, c.scalar(False, torch.bool)])
-    zeros = c.emit("full", [], {"value": 0.0, "shape": shape, "dtype": dtype_name(dtype)})
-    return c.emit("add", [c.tensor(x), zeros])
+    return broadcast_to(c, c.tensor(x), c.dtype(x), shape)
 
 
 def _slice(c, a):
@@ -389,14 +399,12 @@ def _fill(c, a):
     result = c.result()
     shape, dtype = list(result.shape), result.dtype
     one = c.emit("reshape", [c.operand(value, dtype)], {"shape": [1] * len(shape)})
-    if dtype == torch.bool:
-        true = c.emit("full", [], {"value": 1.0, "shape": shape, "dtype": "bool"})
-        return c.emit("where", [one, true, c.scalar(False, torch.bool)])
-    zeros = c.emit("full", [], {"value": 0.0, "shape": shape, "dtype": dtype_name(dtype)})
-    return c.emit("add", [zeros, one])
+    return broadcast_to(c, one, dtype, shape)
 
 
-def _contiguous_strides(size):
+def row_major_strides(size):
+    """The strides of a contiguous tensor of `size`, as PyTorch gives them
+    (an extent of 0 counts as 1)."""
     strides, step = [], 1
     for extent in reversed(list(size)):
         strides.append(step)
@@ -410,7 +418,7 @@ def _empty_strided(c, a):
     before writing, so zeros. Other strides order the elements differently
     for the ops that follow (as_strided, copy_): not taken."""
     size = [int(extent) for extent in a["size"]]
-    if [int(step) for step in a["stride"]] != _contiguous_strides(size) and \
+    if [int(step) for step in a["stride"]] != row_major_strides(size) and \
             c.result().numel() > 1:
         raise Unsupported("%s with strides %s" % (op_name(c.node.target), list(a["stride"])))
     return _full_like(0.0)(c, {})
@@ -512,11 +520,14 @@ def full_reduction(c, op, name, rank):
     return c.emit(op, [name], {"dims": [], "keepdim": 0})
 
 
-def _var(c, a):
+def variance_and_mean(c, a):
+    """(the variance var, std and var_mean take: over `dim`, shaped by
+    keepdim, divided by the count less the correction; the mean, dims kept)
+    from two passes over x."""
     x = a["self"]
     rank = len(c.shape(x))
     dims = _dims(a.get("dim"), rank) or list(range(rank))
-    if "correction" in a and op_name(c.node.target) == "aten.var" and "unbiased" not in a:
+    if "correction" in a and "unbiased" not in a:
         correction = 1 if a.get("correction") is None else a["correction"]
     else:
         correction = 1 if a.get("unbiased", True) else 0
@@ -529,7 +540,11 @@ def _var(c, a):
     centered = c.emit("sub", [name, mean])
     total = c.emit("sum", [c.emit("mul", [centered, centered])],
                    {"dims": dims, "keepdim": 1 if a.get("keepdim") else 0})
-    return c.emit("div", [total, c.scalar(max(count - correction, 0), dtype)])
+    return c.emit("div", [total, c.scalar(max(count - correction, 0), dtype)]), mean
+
+
+def _var(c, a):
+    return variance_and_mean(c, a)[0]
 
 
 def _to_copy(c, a):
