@@ -316,6 +316,18 @@ def _perturbed(target, source, inputs, seed):
     return tuple(moved(value) if value.is_floating_point() else value for value in inputs)
 
 
+def _other_eager_runs(probe, module, inputs, projection, step):
+    """The gradients of eager f32 runs of `module`'s state in `probe` that sum
+    in other orders: PERTURBED_RUNS from weights and inputs moved by a few
+    roundings, then one with PyTorch's own convolutions instead of cuDNN's."""
+    for seed in range(PERTURBED_RUNS):
+        moved_inputs = _perturbed(probe, module, inputs, 1000 * step + seed)
+        yield _gradients(probe, probe, moved_inputs, projection)[1]
+    _set_state_from(probe, module)
+    with torch.backends.cudnn.flags(enabled=False):
+        yield _gradients(probe, probe, inputs, projection)[1]
+
+
 def _relative_differences(got, reference, largest):
     """{name: largest |got - reference| over max(|reference|, 1e-3 of the
     model's largest gradient)} over the parameters both have a gradient for;
@@ -396,14 +408,7 @@ def train_one(name, make, door_mode="cudagraphs"):
         from_eager = _relative_differences(got, expected, largest)
         grove_error = _relative_differences(got, reference, largest)
         eager_error = _relative_differences(expected, reference, largest)
-        for seed in range(PERTURBED_RUNS + 1):
-            if seed < PERTURBED_RUNS:
-                moved_inputs = _perturbed(probe, module, inputs, 1000 * step + seed)
-                _, other = _gradients(probe, probe, moved_inputs, projection)
-            else:  # PyTorch's own convolutions instead of cuDNN's: another summation order
-                _set_state_from(probe, module)
-                with torch.backends.cudnn.flags(enabled=False):
-                    _, other = _gradients(probe, probe, inputs, projection)
+        for other in _other_eager_runs(probe, module, inputs, projection, step):
             for key, error in _relative_differences(other, reference, largest).items():
                 eager_error[key] = max(eager_error.get(key, 0.0), error)
         failing = sorted(((from_eager[key], key) for key in from_eager
@@ -424,12 +429,11 @@ def train_one(name, make, door_mode="cudagraphs"):
                     parameter.add_(parameter.grad, alpha=-1e-2)
     row["compile_and_train_s"] = round(grove_seconds, 2)
     runners = [runner for runner in dynamo_backend._live_runners if id(runner) not in known]
+    reasons = _first_reasons(runner.unsupported for runner in runners)
     row.update(loss_difference=loss_difference, gradient_difference=worst,
                worst_parameter=worst_name, steps=steps,
                gradients_in_one_run_only=sorted(one_sided),
-               ops_in_pytorch=sorted({op for runner in runners
-                                      for _, op, _ in runner.unsupported}),
-               why_in_pytorch=_first_reasons(runner.unsupported for runner in runners),
+               ops_in_pytorch=sorted(reasons), why_in_pytorch=reasons,
                grove_graphs=len(runners))
     row["ok"] = worst_name is None and loss_difference <= TRAIN_TOLERANCE and not one_sided
     return row
