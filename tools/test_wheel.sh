@@ -123,6 +123,9 @@ for test in tests/python/*_test.py; do
         "$test exited with status $code (124: past ${timeout_s} s): $(tail -5 "$log")"
     fi
     tail -15 "$log" | sed 's/^/      | /'
+    # A fuzz test's seeds come from the clock: its failure's first line (the
+    # seed) is often above the tail, and the log is gone with the scratch dir.
+    grep -m 3 "fuzz seed" "$log" | cut -c1-300 | sed 's/^/      | /'
   fi
   printf 'test_wheel: %-4s %-40s %4ss\n' "$verdict" "$test" "$(($(date +%s) - start))"
 done
