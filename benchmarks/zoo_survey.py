@@ -1,13 +1,15 @@
 """A survey of models outside the zoo through torch.compile(backend="grove")
-(GPU host, f32, TF32 off, random weights, small configs where the family has
+(GPU host, TF32 off, random weights, small configs where the family has
 one): Hugging Face decoders, encoders and encoder-decoders, timm and
-torchvision image models. Per model, at batch 1, inference: the calls'
-largest difference from eager PyTorch over eager's largest magnitude (three
-calls: warm-up, recording, replay), the ATen ops grove left to PyTorch, the
-dynamo graphs and grove replays per call, and the compile time; a model that
-fails is reported with its error and the survey goes on. Issue 33: op
-coverage and exactness for the class of models users bring, not only the
-zoo's eight.
+torchvision image models; the core set (zoo_survey_models.py), a wide set
+(zoo_survey_wide.py) or both. Per model, at batch 1, inference in f32 or
+bf16: the calls' largest difference from eager PyTorch over eager's largest
+magnitude (three calls: warm-up, recording, replay, each on new random
+inputs), the ATen ops grove left to PyTorch, the dynamo graphs and grove
+replays per call, and the compile time; a model that fails is reported with
+its error and the survey goes on; one its library cannot build is reported as
+not built. Issue 33: op coverage and exactness for the class of models users
+bring, not only the zoo's eight.
 
 With --train, each model is trained instead (issue 34's door, the same class
 of models): batch 2, train mode with every random draw's probability set to
@@ -20,11 +22,12 @@ magnitude, floored at 1e-3 of the model's largest), the parameters whose
 gradient is None in one run only, and the ops grove left to PyTorch in the
 forward and backward graphs.
 
-    python3 benchmarks/zoo_survey.py [--models NAME,...] [--json zoo_survey.json]
-        [--budget-s 400] [--train]
+    python3 benchmarks/zoo_survey.py [--set core|wide|all] [--models NAME,...]
+        [--json zoo_survey.json] [--budget-s 400] [--train] [--dtype bfloat16]
 
 Exit status 1 where a model's result differs from eager past the tolerance
-or it failed to run (ops left to PyTorch alone are reported, not failures).
+or it failed to run (ops left to PyTorch alone, and models not built, are
+reported, not failures).
 """
 import argparse
 import importlib
@@ -39,8 +42,11 @@ import torch
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 import torch_zoo  # noqa: E402  (puts python/ and tests/python on the path)
+from zoo_survey_models import MODELS  # noqa: E402
 
-TOLERANCE = 2e-3
+# Relative to the reference's largest magnitude, per dtype the models run in
+# (bf16 keeps 8 bits; grove and PyTorch round intermediates at other places).
+TOLERANCES = {"float32": 2e-3, "bfloat16": 4e-2}
 CALLS = 3
 # --train: f32 sums in another order through a few layers' backward and three
 # updates; a wrong gradient is off by far more.
@@ -55,184 +61,60 @@ PERTURBED_RUNS = 8
 PERTURBATION = 1e-6
 
 
-def _hf(config_name, model_name, pick="logits", inputs="ids", **config):
-    """A transformers model of `config`; a causal LM (pick "logits") is called
-    without its KV cache."""
-    options = {"use_cache": False} if pick == "logits" else {}
-
-    def make():
-        import transformers
-
-        model = getattr(transformers, model_name)(getattr(transformers, config_name)(**config))
-        if inputs == "ids":
-            example = (torch.randint(3, 1000, (1, 16)),)
-        elif inputs == "pixels":
-            example = (torch.randn(1, 3, config["image_size"], config["image_size"]),)
-        elif inputs == "samples":  # raw audio [batch, samples]
-            example = (torch.randn(1, 4000),)
-        else:  # audio features [batch, mel bins, frames]
-            example = (torch.randn(1, config["num_mel_bins"], 2 * config["max_source_positions"]),)
-        return torch_zoo.Picked(model, lambda m, x: getattr(m(x, **options), pick)), example
-    return make
+class NotBuilt(Exception):
+    """The model's library lacks its class or refuses its config: not grove's."""
 
 
-def _timm(name, size=64, **options):
-    def make():
-        import timm
-
-        return (timm.create_model(name, pretrained=False, **options),
-                (torch.randn(1, 3, size, size),))
-    return make
+def _built(make):
+    try:
+        return make()
+    except Exception as error:
+        raise NotBuilt("%s: %s" % (type(error).__name__, str(error)[:300])) from error
 
 
-def _torchvision(name, size=64, **options):
-    def make():
-        import torchvision
-
-        return (getattr(torchvision.models, name)(weights=None, **options),
-                (torch.randn(1, 3, size, size),))
-    return make
+def _in_dtype(value, dtype):
+    return value.to(dtype) if value.is_floating_point() else value
 
 
-def _segmentation(name, size=96):
-    def make():
-        import torchvision
-
-        model = getattr(torchvision.models.segmentation, name)(weights=None,
-                                                               weights_backbone=None)
-        return (torch_zoo.Picked(model, lambda m, x: m(x)["out"]),
-                (torch.randn(1, 3, size, size),))
-    return make
-
-
-SMALL = dict(vocab_size=1000)
-DECODER = dict(SMALL, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-               num_attention_heads=4, max_position_embeddings=256)
-ENCODER = dict(SMALL, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-               num_attention_heads=4)
-MODELS = [
-    ("hf_mistral", _hf("MistralConfig", "MistralForCausalLM", num_key_value_heads=2, **DECODER)),
-    ("hf_qwen2", _hf("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2, **DECODER)),
-    ("hf_gemma", _hf("GemmaConfig", "GemmaForCausalLM", num_key_value_heads=1, head_dim=32,
-                     **DECODER)),
-    ("hf_phi", _hf("PhiConfig", "PhiForCausalLM", **DECODER)),
-    ("hf_gpt_neox", _hf("GPTNeoXConfig", "GPTNeoXForCausalLM", rotary_pct=0.25, **DECODER)),
-    ("hf_opt", _hf("OPTConfig", "OPTForCausalLM", ffn_dim=256, word_embed_proj_dim=128,
-                   **{k: v for k, v in DECODER.items() if k != "intermediate_size"})),
-    ("hf_falcon", _hf("FalconConfig", "FalconForCausalLM", **SMALL, hidden_size=128,
-                      num_hidden_layers=2, num_attention_heads=4)),
-    ("hf_bloom", _hf("BloomConfig", "BloomForCausalLM", **SMALL, hidden_size=128, n_layer=2,
-                     n_head=4)),
-    ("hf_t5_encoder", _hf("T5Config", "T5EncoderModel", pick="last_hidden_state", **SMALL,
-                          d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)),
-    ("hf_distilbert", _hf("DistilBertConfig", "DistilBertModel", pick="last_hidden_state",
-                          **SMALL, dim=128, n_layers=2, n_heads=4, hidden_dim=256)),
-    ("hf_roberta", _hf("RobertaConfig", "RobertaModel", pick="last_hidden_state", **ENCODER)),
-    ("hf_albert", _hf("AlbertConfig", "AlbertModel", pick="last_hidden_state",
-                      embedding_size=64, **ENCODER)),
-    ("hf_electra", _hf("ElectraConfig", "ElectraModel", pick="last_hidden_state",
-                       embedding_size=64, **ENCODER)),
-    ("hf_deberta_v2", _hf("DebertaV2Config", "DebertaV2Model", pick="last_hidden_state",
-                          **ENCODER)),
-    ("hf_clip_vision", _hf("CLIPVisionConfig", "CLIPVisionModel", pick="last_hidden_state",
-                           inputs="pixels", hidden_size=128, intermediate_size=256,
-                           num_hidden_layers=2, num_attention_heads=4, image_size=64,
-                           patch_size=16)),
-    ("hf_whisper_encoder", _hf("WhisperConfig", "WhisperModel", pick="last_hidden_state",
-                               inputs="audio", **SMALL, d_model=128, encoder_layers=2,
-                               encoder_attention_heads=4, decoder_layers=2,
-                               decoder_attention_heads=4, encoder_ffn_dim=256,
-                               decoder_ffn_dim=256, num_mel_bins=80,
-                               max_source_positions=50, pad_token_id=0, bos_token_id=1,
-                               eos_token_id=2, decoder_start_token_id=3)),
-    ("hf_wav2vec2", _hf("Wav2Vec2Config", "Wav2Vec2Model", pick="last_hidden_state",
-                        inputs="samples", hidden_size=128, intermediate_size=256,
-                        num_hidden_layers=2, num_attention_heads=4,
-                        conv_dim=(64, 64, 64), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
-                        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)),
-    ("hf_segformer", _hf("SegformerConfig", "SegformerModel", pick="last_hidden_state",
-                         inputs="pixels", image_size=64, hidden_sizes=[16, 32, 64, 128],
-                         num_attention_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1])),
-    ("hf_mamba", _hf("MambaConfig", "MambaModel", pick="last_hidden_state", **SMALL,
-                     hidden_size=64, state_size=8, num_hidden_layers=2, expand=2,
-                     conv_kernel=4)),
-    ("timm_convnext_atto", _timm("convnext_atto")),
-    ("timm_cspdarknet53", _timm("cspdarknet53")),
-    ("timm_resnetv2_bit", _timm("resnetv2_50x1_bit")),
-    ("timm_poolformer_s12", _timm("poolformer_s12")),
-    ("timm_mobilevit_xxs", _timm("mobilevit_xxs")),
-    ("timm_levit_128s", _timm("levit_128s", size=224)),
-    ("timm_rexnet_100", _timm("rexnet_100")),
-    ("timm_efficientnet_lite0", _timm("tf_efficientnet_lite0")),
-    ("timm_efficientnet_b0", _timm("efficientnet_b0")),
-    ("timm_mobilenetv3_small", _timm("mobilenetv3_small_100")),
-    ("timm_regnetx_002", _timm("regnetx_002")),
-    ("timm_ghostnet", _timm("ghostnet_100")),
-    ("timm_resnet50", _timm("resnet50")),
-    ("timm_densenet121", _timm("densenet121")),
-    ("timm_deit_tiny", _timm("deit_tiny_patch16_224", size=224)),
-    ("timm_swin_tiny", _timm("swin_tiny_patch4_window7_224", size=224)),
-    ("tv_mobilenet_v2", _torchvision("mobilenet_v2")),
-    ("tv_mobilenet_v3_small", _torchvision("mobilenet_v3_small")),
-    ("tv_shufflenet_v2", _torchvision("shufflenet_v2_x0_5")),
-    ("tv_squeezenet", _torchvision("squeezenet1_1")),
-    ("tv_mnasnet", _torchvision("mnasnet0_5")),
-    ("tv_googlenet", _torchvision("googlenet", size=96, aux_logits=False, init_weights=True)),
-    ("tv_inception_v3", _torchvision("inception_v3", size=299, aux_logits=False,
-                                     init_weights=True)),
-    ("tv_efficientnet_b0", _torchvision("efficientnet_b0")),
-    ("tv_regnet_y", _torchvision("regnet_y_400mf")),
-    ("tv_convnext_tiny", _torchvision("convnext_tiny")),
-    ("tv_swin_t", _torchvision("swin_t", size=224)),
-    ("tv_lraspp_mobilenet_v3", _segmentation("lraspp_mobilenet_v3_large")),
-]
-# The WhisperModel wrapper above runs the encoder alone (its decoder needs ids).
-_WHISPER = dict(MODELS)["hf_whisper_encoder"]
-
-
-def _whisper_encoder():
-    module, example = _WHISPER()
-    encoder = module.model.get_encoder()
-    return torch_zoo.Picked(encoder, lambda m, x: m(x).last_hidden_state), example
-
-
-MODELS = [(name, _whisper_encoder if name == "hf_whisper_encoder" else make)
-          for name, make in MODELS]
-
-
-def survey_one(name, make):
-    """One model's row (a dict)."""
+def survey_one(name, make, dtype=torch.float32):
+    """One model's row (a dict): CALLS calls, each on new random inputs of
+    the example's shapes (the first on the example), each compared with eager
+    PyTorch on the same inputs."""
     import grove.torch  # registers the backend
 
     torch.manual_seed(0)
     row = {"model": name}
-    module, example = make()
-    module = module.cuda().eval()
-    inputs = tuple(value.cuda() for value in example)
+    module, example = _built(make)
+    module = module.cuda().eval().to(dtype)
+    calls = [example] + [tuple(_batch_of(value, value.shape[0]) for value in example)
+                         for _ in range(CALLS - 1)]
+    calls = [tuple(_in_dtype(value, dtype).cuda() for value in inputs) for inputs in calls]
     torch._dynamo.reset()
     with torch.no_grad():
-        expected = module(*inputs)
-    scale = expected.abs().max().item() or 1.0
+        expected = [module(*inputs) for inputs in calls]
     earlier = grove.torch.compiled_graphs()  # held, so that no new graph reuses an id
     known = {id(graph) for graph in earlier}
     run = torch.compile(module, backend="grove", dynamic=False)
     start = time.perf_counter()
     worst = 0.0
     with torch.no_grad():
-        for call in range(CALLS):
+        for call, inputs in enumerate(calls):
             got = run(*inputs)
             torch.cuda.synchronize()
             if call == 0:
                 row["compile_s"] = round(time.perf_counter() - start, 2)
-            worst = max(worst, (got.float() - expected.float()).abs().max().item() / scale)
+            scale = expected[call].abs().max().item() or 1.0
+            difference = (got.float() - expected[call].float()).abs().max().item() / scale
+            worst = max(worst, difference if difference == difference else float("inf"))
     row["difference"] = worst
+    inputs = calls[-1]
     graphs = [graph for graph in grove.torch.compiled_graphs() if id(graph) not in known]
     ops, replays, eager_calls, _ = torch_zoo.grove_shape(run, inputs)
     ops = sorted(set(ops) | {op for graph in graphs for _, op, _ in graph.unsupported})
     row.update(ops_in_pytorch=ops, replays_per_call=replays, eager_runs_per_call=eager_calls,
                dynamo_graphs=len(graphs),
                why_in_pytorch=_first_reasons(graph.unsupported for graph in graphs))
-    row["ok"] = worst <= TOLERANCE
+    row["ok"] = worst <= TOLERANCES[str(dtype).split(".")[-1]]
     return row
 
 
@@ -264,12 +146,12 @@ def _without_dropout(module):
 
 
 def _batch_of(value, batch):
-    """A new random input like `value` with `batch` rows (token ids stay in
-    the vocabulary the example drew from)."""
+    """A new random input like `value` with `batch` rows: floats normal,
+    integers (token ids) within the example's own range."""
     shape = (batch,) + tuple(value.shape[1:])
     if value.is_floating_point():
-        return torch.randn(shape)
-    return torch.randint(3, 1000, shape)
+        return torch.randn(shape, dtype=value.dtype)
+    return torch.randint(int(value.min()), int(value.max()) + 1, shape, dtype=value.dtype)
 
 
 def _gradients(module, forward, inputs, projection):
@@ -377,7 +259,7 @@ def train_one(name, make, door_mode="cudagraphs"):
 
     torch.manual_seed(0)
     row = {"model": name}
-    module, example = make()
+    module, example = _built(make)
     module = _without_dropout(module).train()
     inputs = tuple(_batch_of(value, TRAIN_BATCH).cuda() for value in example)
     twin = copy.deepcopy(module).cuda()
@@ -490,6 +372,10 @@ def main():
                         help="train each model (gradients against eager) instead")
     parser.add_argument("--door-mode", default="cudagraphs", choices=("cudagraphs", "eager"),
                         help="the backend's mode option (--train)")
+    parser.add_argument("--set", default="core", choices=("core", "wide", "all"),
+                        help="the core models, the wide set (zoo_survey_wide.py) or both")
+    parser.add_argument("--dtype", default="float32", choices=sorted(TOLERANCES),
+                        help="the models' and inputs' dtype (inference)")
     args = parser.parse_args()
     from torch_backend import skipped_without_cuda_or_dynamo
 
@@ -497,13 +383,18 @@ def main():
         return 0
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    from zoo_survey_wide import WIDE_MODELS
+
+    models = {"core": MODELS, "wide": WIDE_MODELS, "all": MODELS + WIDE_MODELS}[args.set]
+    if args.models:
+        models = MODELS + WIDE_MODELS
     wanted = [name for name in args.models.split(",") if name]
-    unknown = sorted(set(wanted) - {name for name, _ in MODELS})
+    unknown = sorted(set(wanted) - {name for name, _ in models})
     if unknown:
         parser.error("unknown models: %s" % ", ".join(unknown))
     start = time.perf_counter()
     rows = []
-    for name, make in MODELS:
+    for name, make in models:
         if wanted and name not in wanted:
             continue
         if time.perf_counter() - start > args.budget_s:
@@ -515,8 +406,11 @@ def main():
                 row = train_one(name, make, args.door_mode)
                 _print_train_row(name, row)
             else:
-                row = survey_one(name, make)
+                row = survey_one(name, make, getattr(torch, args.dtype))
                 _print_row(name, row)
+        except NotBuilt as error:
+            row = {"model": name, "ok": None, "error": "not built: %s" % error}
+            print("%-24s not built: %s" % (name, str(error)[:300]), flush=True)
         except Exception as error:
             row = {"model": name, "ok": False,
                    "error": "%s: %s" % (type(error).__name__, str(error)[:500]),
@@ -524,12 +418,15 @@ def main():
             print("%-24s FAIL %s" % (name, row["error"][:300]), flush=True)
         rows.append(row)
     with open(args.json, "w") as out:
-        json.dump({"rows": rows, "tolerance": TRAIN_TOLERANCE if args.train else TOLERANCE,
+        json.dump({"rows": rows, "tolerance": TRAIN_TOLERANCE if args.train else TOLERANCES[args.dtype],
+                   "dtype": args.dtype,
                    "train": args.train, "torch": torch.__version__}, out, indent=1)
     failed = [row["model"] for row in rows if row.get("ok") is False]
+    not_built = [row["model"] for row in rows if row.get("error", "").startswith("not built")]
     left = sorted({op for row in rows for op in row.get("ops_in_pytorch", [])})
-    print("models %d, failed or different %d (%s); ops left to PyTorch anywhere: %s" % (
-        len(rows), len(failed), ", ".join(failed) or "none", ", ".join(left) or "none"))
+    print("models %d, failed or different %d (%s); not built %d (%s); ops left to PyTorch "
+          "anywhere: %s" % (len(rows), len(failed), ", ".join(failed) or "none", len(not_built),
+                            ", ".join(not_built) or "none", ", ".join(left) or "none"))
     return 1 if failed else 0
 
 
