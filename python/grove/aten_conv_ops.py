@@ -7,7 +7,8 @@ import torch
 
 from grove.aten_ops import CONVERTERS
 from grove.fx_common import Unsupported
-from grove.image_windows import adaptive_windows, avg_pool_windows, pair, window_ids
+from grove.image_windows import (adaptive_windows, avg_pool_windows, pair, pooling_reach,
+                                 window_ids)
 
 # Note [Windows as gathers]: every window op reads its input as a table of
 # [H*W, N*C] rows (pixel-major: one row per pixel, every image and channel in
@@ -244,9 +245,10 @@ def image_shape(c, x, what):
 
 def max_pool_ids(c, a, x, out_h, out_w):
     height, width = c.shape(x)[2:]
-    kernel = pair(a["kernel_size"])
-    return window_ids([height, width], [out_h, out_w], kernel, pair(a.get("stride") or kernel),
-                      pair(a["padding"]), pair(a["dilation"]))
+    kernel, padding, dilation = pair(a["kernel_size"]), pair(a["padding"]), pair(a["dilation"])
+    return window_ids([height, width], [out_h, out_w],
+                      pooling_reach([height, width], kernel, padding, dilation),
+                      pair(a.get("stride") or kernel), padding, dilation)
 
 
 def _max_pool(c, a):

@@ -51,10 +51,27 @@ def inverse_ids(ids, pixels, per_output):
     return table
 
 
+def pooling_reach(in_size, kernel, padding, dilation):
+    """The taps of a pooling window that can reach the image, per axis.
+
+    Note [Pooling windows wider than the image]: a window starts at or after
+    -padding, so a tap at offset t * dilation >= size + padding lies past the
+    image from every window and reads nothing (zero for an average, never
+    the maximum). Gathering only the taps below that bound gives the same
+    sums and maxima; an average's divisor still comes from the whole kernel.
+    HF EfficientNet pools its 2x2 last map with a 1280x1280 window
+    (ceil_mode): 1.6M taps a window otherwise. Guarded by
+    ConvolutionTest.test_pooling_windows_wider_than_the_image
+    (tests/python/importer_ops_test.py)."""
+    return [min(k, -(-(size + p) // d)) for size, k, p, d in zip(in_size, kernel, padding,
+                                                                   dilation)]
+
+
 def avg_pool_windows(in_size, out_size, kernel, stride, padding, count_include_pad,
                      divisor_override):
     """(ids, divisor [OH, OW]) of avg_pool2d, counted as PyTorch does."""
-    ids = window_ids(in_size, out_size, kernel, stride, padding, [1, 1])
+    ids = window_ids(in_size, out_size, pooling_reach(in_size, kernel, padding, [1, 1]), stride,
+                     padding, [1, 1])
     if divisor_override:
         divisor = torch.full(tuple(out_size), float(divisor_override))
     elif count_include_pad:

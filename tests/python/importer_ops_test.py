@@ -935,6 +935,18 @@ class ConvolutionTest(ConverterCase):
         x[0, 0, :3, :3] = 5.0  # ties: PyTorch's index is the first in the window
         self.check(function, [x])
 
+    def test_pooling_windows_wider_than_the_image(self):
+        # Note [Pooling windows wider than the image]: HF EfficientNet's last
+        # pooling, a 1280x1280 window over a 2x2 map; gathering every tap made a
+        # [1, 1, 1638400, 2560] table past grove's 2^31 elements.
+        def function(x):
+            return (F.avg_pool2d(x, 1280, ceil_mode=True),
+                    F.avg_pool2d(x, (5, 1280), stride=(1, 1280), padding=(2, 0), ceil_mode=True),
+                    F.max_pool2d(x, 1280, ceil_mode=True),
+                    F.max_pool2d(x, 5, stride=1, padding=2, return_indices=True)[1])
+
+        self.check(function, [torch.randn(1, 2560, 2, 3)])
+
 class AttentionTest(ConverterCase):
     """Note [Fused attention in the importer]: with GROVE_FUSED_ATTENTION=1,
     scaled_dot_product_attention becomes one `attention` node (this PyTorch's
