@@ -1,6 +1,6 @@
 """Converters of ATen's reductions that also give positions: argmax,
-argmin, max.dim and min.dim (and max/min of a whole tensor or of two), and
-topk for small k (decode sampling), on floats. The position is the first one
+argmin, max.dim and min.dim (and max/min of a whole tensor or of two), on
+any dtype, and topk for small k (decode sampling), on floats. The position is the first one
 holding the extreme, as in PyTorch: the smallest index among those equal to
 the maximum. Importing this module adds them to aten_ops.CONVERTERS."""
 
@@ -11,18 +11,36 @@ from grove.aten_pointwise_ops import _elementwise_extreme
 from grove.fx_common import Unsupported
 
 
+def _ordered(c, x):
+    """x as a grove value whose order is x's: bool as int32 (grove reduces no
+    bools)."""
+    if c.dtype(x) == torch.bool:
+        return c.operand(x, torch.int32)
+    return c.tensor(x)
+
+
+def _reversed(c, name, dtype):
+    """A value in the reverse order of `name`'s: its negation, or for integers
+    its bitwise complement (~x = -x - 1, which no integer overflows)."""
+    if dtype.is_floating_point:
+        return c.emit("neg", [name])
+    return c.emit("bitwise_not", [name])
+
+
 def _extreme(c, x, dim, keepdim, largest):
     """(values, indices) of the largest (or smallest) along `dim` (None: of all)."""
     shape = c.shape(x)
-    if not c.dtype(x).is_floating_point:
-        raise Unsupported("max/argmax of %s tensors" % c.dtype(x))
-    name = c.tensor(x)
+    dtype = torch.int32 if c.dtype(x) == torch.bool else c.dtype(x)
+    name = _ordered(c, x)
     if dim is None:
         name = c.emit("reshape", [name], {"shape": [max(c.value(x).numel(), 1)]})
         shape, dim = [c.value(x).numel()], 0
     dim %= max(len(shape), 1)
-    top, index = _extreme_of(c, name if largest else c.emit("neg", [name]), shape, dim)
-    values = top if largest else c.emit("neg", [top])
+    top, index = _extreme_of(c, name if largest else _reversed(c, name, dtype), shape, dim,
+                             dtype)
+    values = top if largest else _reversed(c, top, dtype)
+    if c.dtype(x) == torch.bool:
+        values = c.cast(values, torch.int32, torch.bool)
     if not keepdim:
         squeezed = shape[:dim] + shape[dim + 1:]
         values = c.emit("reshape", [values], {"shape": squeezed})
@@ -52,7 +70,7 @@ def _max_or_min(largest):
         if overload == "default":  # of the whole tensor
             x = a["self"]
             if not c.dtype(x).is_floating_point:
-                raise Unsupported("max of %s tensors" % c.dtype(x))
+                return _extreme(c, x, None, False, largest)[0]
             name = c.tensor(x) if largest else c.emit("neg", [c.tensor(x)])
             rank = len(c.shape(x))
             top = full_reduction(c, "max", name, rank) if rank else name
@@ -97,19 +115,52 @@ def _topk(c, a):
     return (c.emit("concat", values, {"dim": dim}), c.emit("concat", indices, {"dim": dim}))
 
 
-def _extreme_of(c, name, shape, dim):
-    """(max, its first position as i64), keeping dim as size 1."""
+# Note [Integer maxima in f32-exact pieces]: grove's reductions accumulate
+# in f32 (Note [Kernel spec reductions]), which holds integers exactly only
+# up to 2^24. An integer's maximum is taken in pieces that f32 holds exactly:
+# the value's high bits (x with its low bits cleared: a multiple of 2^low with
+# at most 24 significant bits, sign included), then among the positions that
+# reach that maximum the next bits, and so on; the pieces' sum is the maximum
+# and the first position left is its index. Each piece is cut with
+# bitwise_and by a mask f32 also holds exactly. Guarded by
+# MathOpsTest.test_argmax_and_max_of_integers_and_bools
+# (tests/python/importer_math_ops_test.py), with int64 values near +-2^62.
+_PIECES = {
+    torch.int64: [-(1 << 40), (1 << 40) - (1 << 16), (1 << 16) - 1],
+    torch.int32: [-(1 << 16), (1 << 16) - 1],
+}
+
+
+def _first_position(c, reaching, shape, dim):
+    """The first position along dim where bool `reaching` holds, as i64
+    (dim kept as size 1)."""
     size = shape[dim]
     view = [1] * len(shape)
     view[dim] = size
-    top = c.emit("max", [name], {"dims": [dim], "keepdim": 1})
     order = c.importer.constant(c.segment, torch.arange(size, dtype=torch.float32).view(view).to(
         c.importer.device))
-    candidates = c.emit("where", [c.emit("eq", [name, top]), order,
-                                  c.scalar(float(size), torch.float32)])
+    candidates = c.emit("where", [reaching, order, c.scalar(float(size), torch.float32)])
     first = c.emit("neg", [c.emit("max", [c.emit("neg", [candidates])],
                                   {"dims": [dim], "keepdim": 1})])
-    return top, c.emit("cast", [first], {"dtype": "i64"})
+    return c.emit("cast", [first], {"dtype": "i64"})
+
+
+def _extreme_of(c, name, shape, dim, dtype=torch.float32):
+    """(max, its first position as i64), keeping dim as size 1."""
+    pieces = _PIECES.get(dtype)
+    if pieces is None:  # floats, and integers of 16 bits or fewer: exact in f32
+        top = c.emit("max", [name], {"dims": [dim], "keepdim": 1})
+        return top, _first_position(c, c.emit("eq", [name, top]), shape, dim)
+    lowest = c.scalar(float(torch.iinfo(dtype).min), dtype)
+    reaching, top = None, None
+    for mask in pieces:
+        piece = c.emit("bitwise_and", [name, c.scalar(float(mask), dtype)])
+        considered = piece if reaching is None else c.emit("where", [reaching, piece, lowest])
+        piece_top = c.emit("max", [considered], {"dims": [dim], "keepdim": 1})
+        hits = c.emit("eq", [piece, piece_top])
+        reaching = hits if reaching is None else c.emit("bitwise_and", [reaching, hits])
+        top = piece_top if top is None else c.emit("add", [top, piece_top])
+    return top, _first_position(c, reaching, shape, dim)
 
 
 CONVERTERS.update({

@@ -112,7 +112,11 @@ def _unary(op):
     def convert(c, a):
         x = a.get("self", a.get("input"))
         if not c.dtype(x).is_floating_point and op not in ("neg", "relu"):
-            raise Unsupported("%s of a %s tensor" % (op, c.dtype(x)))
+            # torch.sqrt of an integer tensor is a float one: cast first.
+            dtype = c.result().dtype
+            if not dtype.is_floating_point:
+                raise Unsupported("%s of a %s tensor" % (op, c.dtype(x)))
+            return c.emit(op, [c.operand(x, dtype)])
         return c.emit(op, [c.tensor(x)])
 
     return convert

@@ -26,8 +26,10 @@ from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select
 from grove import aten_index_put_ops  # noqa: F401 (adds index_put, index_copy, index_add)
 from grove import aten_layout_ops  # noqa: F401 (adds padding, nearest upsampling, cumsum)
 from grove import aten_loss_ops  # noqa: F401 (adds mse_loss, nll_loss and their backwards)
+from grove import aten_math_ops  # noqa: F401 (adds erf, hyperbolic and inverse trigonometry)
 from grove import aten_norm_ops  # noqa: F401 (adds vector norms, logsumexp, std, var_mean)
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
+from grove import aten_unfold_ops  # noqa: F401 (adds Tensor.unfold and its backward)
 from grove import aten_weight_norm_ops  # noqa: F401 (adds weight normalization)
 from grove.aten_ops import CONVERTERS, _Converter
 from grove.fx_common import (  # noqa: F401 (part of this module's interface)

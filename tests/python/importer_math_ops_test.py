@@ -1,0 +1,96 @@
+"""The importer's converters found missing by the wide survey (benchmarks/
+zoo_survey_wide.py), one family at a time on sim against torch: erf, the
+hyperbolic functions and their inverses, asin/acos, log2/log10/exp2, the
+fused multiply-adds addcmul/addcdiv/lerp, float math of integer tensors,
+argmax/max of integers and bools (CLIP's pooling takes the argmax of int32
+ids), and Tensor.unfold with its backward (HaloNet). Each graph imports whole
+and "cudagraphs" equals "eager" bitwise (ConverterCase.check)."""
+import os
+import sys
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from grove import importer  # noqa: E402
+from importer_ops_test import BF16, ConverterCase  # noqa: E402
+import junit_main  # noqa: E402
+
+
+class MathOpsTest(ConverterCase):
+    def test_hyperbolic_and_inverse_functions_match_torch(self):
+        def function(x, unit, above_one):
+            return (torch.erf(x), torch.sinh(x), torch.cosh(x), torch.asinh(x),
+                    torch.atanh(unit), torch.asin(unit), torch.acos(unit),
+                    torch.acosh(above_one), torch.log2(above_one), torch.log10(above_one),
+                    torch.exp2(x))
+
+        x = torch.cat([torch.rand(40) * 8 - 4, torch.tensor([0.0, 1e-6, -1e-5, 3e-4])])
+        unit = torch.cat([torch.rand(40) * 2 - 1, torch.tensor([1.0, -1.0, 0.0, 1e-6])])
+        above_one = torch.cat([1 + torch.rand(40) * 10, torch.tensor([1.0, 1 + 1e-6, 3e7,
+                                                                     1e12])])
+        plan = self.check(function, [x, unit, above_one])
+        ops = {node["op"] for node in plan.programs()[0]["nodes"]}
+        self.assertIn("erf", ops)
+        # Near 0 the cancelling forms would lose every digit: relative accuracy.
+        tiny = torch.tensor([1e-6, -2e-7, 5e-5])
+        self.check(lambda t: (torch.sinh(t), torch.asinh(t), torch.atanh(t), torch.asin(t)),
+                   [tiny], rtol=1e-5, atol=0)
+        huge = torch.tensor([1e10, -3e20, 1e30])
+        self.check(lambda t: (torch.asinh(t), torch.acosh(t.abs())), [huge], rtol=1e-6, atol=0)
+        self.check(function, [x.bfloat16(), unit.bfloat16(), above_one.bfloat16()], **BF16)
+
+    def test_fused_multiply_adds(self):
+        def function(a, b, d, w):
+            return (torch.addcmul(a, b, d), torch.addcmul(a, b, d, value=-0.5),
+                    torch.addcdiv(a, b, d.abs() + 1, value=2), torch.lerp(a, b, w),
+                    torch.lerp(a, b, 0.75), torch.lerp(a, b, 1.0))
+
+        a, b, d = torch.randn(5, 6), torch.randn(5, 6), torch.randn(6)
+        w = torch.rand(5, 6) * 2 - 0.5
+        outputs = self.check(function, [a, b, d, w])
+        self.assertIsNotNone(outputs)
+        # lerp with weight 1 gives `end` exactly, as PyTorch's does.
+        plan = importer.import_graph(make_fx(lambda s, e: torch.lerp(s, e, 1.0))(a, b), [a, b])
+        self.assertTrue(torch.equal(plan.compile(backend="eager")(a, b), b))
+
+    def test_float_math_of_integer_tensors(self):
+        def function(n):
+            return torch.sqrt(n), torch.exp(n / 10), torch.erf(n), torch.log2(n + 1), torch.rsqrt(
+                n + 1)
+
+        self.check(function, [torch.randint(0, 50, (4, 5))])
+
+    def test_argmax_and_max_of_integers_and_bools(self):
+        def function(ids, wide, flags):
+            values, positions = wide.min(dim=1)
+            return (ids.to(torch.int).argmax(dim=-1), wide.argmin(dim=0), wide.argmax(),
+                    values, positions, wide.max(), ids.min(), flags.max(dim=1).indices,
+                    flags.max(dim=0).values, flags.min())
+
+        ids = torch.randint(3, 1000, (3, 16))
+        ids[:, 5] = 1000  # ties: the first position, as PyTorch
+        ids[1, 9] = 1000
+        wide = torch.randint(-2 ** 62, 2 ** 62, (4, 7))
+        wide[2, 3] = torch.iinfo(torch.int64).min
+        wide[0, 1] = torch.iinfo(torch.int64).max
+        flags = torch.rand(3, 8) > 0.6
+        flags[0] = False
+        self.check(function, [ids, wide, flags])
+
+    def test_tensor_unfold_and_its_backward(self):
+        def function(x):
+            return x.unfold(2, 4, 2), x.unfold(-1, 3, 3), x.unfold(0, 2, 1), x.unfold(3, 1, 5)
+
+        self.check(function, [torch.randn(2, 3, 9, 7)])
+
+        def backward(g, overlapping):  # what autograd's unfold backward calls
+            return (torch.ops.aten.unfold_backward(g, [3, 11, 2], 1, 4, 3),
+                    torch.ops.aten.unfold_backward(overlapping, [9, 5], 0, 4, 2))
+
+        self.check(backward, [torch.randn(3, 3, 2, 4), torch.randn(3, 5, 4)])
+
+
+if __name__ == "__main__":
+    junit_main.main()
