@@ -42,7 +42,13 @@ MODULES = [
     ("grove.aten_weight_norm_ops", "the norm over every dim but one (sum of squares, sqrt), f32 "
      "for bf16 and f16; the backward written out"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
-     "maximum (floats); topk as k rounds of them"),
+     "maximum; integers in f32-exact pieces (Note [Integer maxima in f32-exact pieces]); topk "
+     "(floats) as k rounds of them"),
+    ("grove.aten_math_ops", "erf; hyperbolic and inverse trigonometric functions, log2/log10/"
+     "exp2 and addcmul/addcdiv/lerp written out in forms that keep f32's accuracy (expm1, "
+     "log1p); integer operands cast to the float result first"),
+    ("grove.aten_unfold_ops", "Tensor.unfold as a gather of each window's taps; its backward "
+     "sums the taps that read each position"),
     ("grove.aten_layout_ops", "slice: a view (step 1); concat with constants or slices "
      "(padding; slice_scatter and "
      "select_scatter: the base's slices around the source; roll), gathers (flip, nearest "
