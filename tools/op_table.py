@@ -31,7 +31,8 @@ MODULES = [
      "or views where the patches tile the image) + one GEMM; pooling as gathered windows + max / sum (Note [Windows "
      "as gathers]); unfold (im2col) as the same gathered windows"),
     ("grove.aten_conv_backward_ops", "each input pixel sums the window positions that read it "
-     "(a gather), then one GEMM for the weight gradient"),
+     "(a gather), then one GEMM for the weight gradient; col2im (fold) the same sums of "
+     "im2col's windows"),
     ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics, "
      "and running statistics that are graph inputs written inside the program"),
     ("grove.aten_group_norm_ops", "statistics per (sample, group), f32 for bf16 and f16 "
