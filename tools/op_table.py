@@ -33,6 +33,11 @@ MODULES = [
     ("grove.aten_conv_backward_ops", "each input pixel sums the window positions that read it "
      "(a gather), then one GEMM for the weight gradient; col2im (fold) the same sums of "
      "im2col's windows"),
+    ("grove.aten_grid_sample_ops", "grid_sample (bilinear, nearest; every padding mode): "
+     "positions computed as PyTorch's kernels compute them, corner pixels gathered by computed "
+     "ids (Note [Sampling at computed positions]); its backward: the input's gradient through "
+     "a GEMM of weighted pixel-sample matches (refused beyond 2^26 of them), the grid's "
+     "written out"),
     ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics, "
      "and running statistics that are graph inputs written inside the program"),
     ("grove.aten_group_norm_ops", "statistics per (sample, group), f32 for bf16 and f16 "

@@ -21,6 +21,7 @@ from grove import aten_batch_norm_ops  # noqa: F401 (adds batch norm and its bac
 from grove import aten_conv_backward_ops  # noqa: F401 (adds the image ops' backwards)
 from grove import aten_conv_ops  # noqa: F401 (adds convolution and pooling)
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
+from grove import aten_grid_sample_ops  # noqa: F401 (adds grid_sampler_2d and its backward)
 from grove import aten_group_norm_ops  # noqa: F401 (adds group norm)
 from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
 from grove import aten_index_put_ops  # noqa: F401 (adds index_put, index_copy, index_add)

@@ -76,5 +76,95 @@ class FoldTest(SamplingCase):
                              expected_ops=["aten.col2im", "aten.im2col"])
 
 
+def _grid(n, out_h, out_w, spread=1.2):
+    """A grid reaching a little past the image (padding modes matter), with
+    some samples exactly on pixel centres and on the border."""
+    grid = (torch.rand(n, out_h, out_w, 2) * 2 - 1) * spread
+    grid[0, 0, 0] = torch.tensor([-1.0, 1.0])
+    grid[0, 0, 1] = torch.tensor([1.0, -1.0])
+    grid[-1, -1, -1] = torch.tensor([0.0, 0.0])
+    return grid
+
+
+class GridSampleTest(SamplingCase):
+    OPTIONS = [(mode, padding, align) for mode in ("bilinear", "nearest")
+               for padding in ("zeros", "border", "reflection") for align in (False, True)]
+
+    def test_grid_sample_matches_torch_for_every_supported_option(self):
+        # (image, grid, how far past the image the grid reaches: 3.5 reflects
+        # several times)
+        shapes = [((2, 3, 6, 5), (2, 4, 7), 1.2), ((1, 2, 1, 4), (1, 3, 3), 1.2),
+                  ((3, 1, 5, 5), (3, 5, 5), 1.2), ((1, 2, 3, 4), (1, 6, 6), 3.5)]
+        for (image, (n, out_h, out_w), spread) in shapes:
+            x, grid = torch.randn(image), _grid(n, out_h, out_w, spread)
+            for mode, padding, align in self.OPTIONS:
+                def function(x, grid):
+                    return F.grid_sample(x, grid, mode=mode, padding_mode=padding,
+                                         align_corners=align)
+
+                with self.subTest(image=image, mode=mode, padding=padding, align=align):
+                    plan = self.check(function, [x, grid])
+                    self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+    def test_an_affine_grid_warp_matches_torch(self):
+        # A spatial transformer: affine_grid's grid, sampled bilinearly.
+        def function(x, theta):
+            grid = F.affine_grid(theta, [2, 3, 8, 6], align_corners=False)
+            return F.grid_sample(x, grid, align_corners=False) * 2
+
+        theta = torch.tensor([[[0.9, 0.2, 0.1], [-0.1, 1.1, -0.2]],
+                              [[1.2, 0.0, 0.3], [0.3, 0.8, 0.0]]])
+        self.check(function, [torch.randn(2, 3, 8, 6), theta])
+
+        def gradients(x, theta):
+            grid = F.affine_grid(theta, [2, 3, 5, 4], align_corners=True)
+            y = F.grid_sample(x, grid, padding_mode="border", align_corners=True)
+            return (y * y).sum() + (grid * grid).sum()
+
+        self.check_gradients(gradients, torch.randn(2, 3, 8, 6), theta,
+                             expected_ops=["aten.affine_grid_generator",
+                                           "aten.grid_sampler_2d_backward"])
+        for align in (False, True):  # one step: the axis is 0
+            self.check(lambda t: F.affine_grid(t, [2, 1, 1, 3], align_corners=align), [theta])
+
+    def test_grid_sample_gradients_match_torch(self):
+        x = torch.randn(2, 3, 5, 6)
+        # Away from pixel edges: the bilinear weights' derivative jumps there.
+        grid = _grid(2, 4, 3, spread=1.3)
+        grid = grid + (torch.frac((grid + 1) * 10) - 0.5).abs().lt(0.05) * 0.02
+        for mode, padding, align in self.OPTIONS:
+            def function(x, grid):
+                y = F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=align)
+                return (y * y).sum()
+
+            with self.subTest(mode=mode, padding=padding, align=align):
+                self.check_gradients(function, x, grid,
+                                     expected_ops=["aten.grid_sampler_2d_backward"])
+
+    def test_bicubic_other_dtypes_and_large_gradients_stay_in_pytorch_named(self):
+        x, grid = torch.randn(1, 2, 4, 4), _grid(1, 3, 3)
+        plan = self.check(lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False),
+                          [x, grid], unsupported=["aten.grid_sampler_2d"])
+        self.assertIn("mode 'bicubic'", plan.unsupported[0][2])
+        plan = self.check(lambda x, g: F.grid_sample(x, g, align_corners=True),
+                          [x.double(), grid.double()], unsupported=["aten.grid_sampler_2d"])
+        self.assertIn("torch.float64", plan.unsupported[0][2])
+
+        aten = torch.ops.aten
+        big_x, big_grid = torch.randn(1, 1, 64, 64), _grid(1, 130, 128)
+
+        def backward(g, x, grid):
+            return aten.grid_sampler_2d_backward(g, x, grid, 0, 0, False, [True, True])
+
+        def grid_only(g, x, grid):  # no input gradient: no matches, converted
+            return aten.grid_sampler_2d_backward(g, x, grid, 0, 0, False, [False, True])[1]
+
+        g = torch.randn(1, 1, 130, 128)
+        plan = self.check(backward, [g, big_x, big_grid],
+                          unsupported=["aten.grid_sampler_2d_backward", "getitem", "getitem"])
+        self.assertIn("matches, beyond grove's", plan.unsupported[0][2])
+        self.check(grid_only, [g, big_x, big_grid])
+
+
 if __name__ == "__main__":
     junit_main.main()
