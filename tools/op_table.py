@@ -49,6 +49,8 @@ MODULES = [
      "for bf16 and f16; the backward written out"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
+    ("grove.aten_sort_ops", "stable sort by pairwise ranks: each element counts those "
+     "before it, then a gather (Note [Sorting by pairwise ranks]; rows up to 2048)"),
     ("grove.aten_layout_ops", "slice: a view (step 1); concat with constants or slices "
      "(padding; slice_scatter and "
      "select_scatter: the base's slices around the source; roll), gathers (flip, nearest "
@@ -71,7 +73,7 @@ FOOTER = [
     "into graph inputs]) |",
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
-    "| anything else (cumprod, sort, topk beyond k = 64, scatter with a reduction, 3-d "
+    "| anything else (cumprod, sort of rows beyond 2048, topk beyond k = 64, scatter with a reduction, 3-d "
     "convolutions, bilinear upsampling's gradient, writes into views of intermediates and the "
     "values sharing their storage, ...) | runs in PyTorch between grove segments |",
 ]

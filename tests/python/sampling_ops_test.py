@@ -166,5 +166,70 @@ class GridSampleTest(SamplingCase):
         self.check(grid_only, [g, big_x, big_grid])
 
 
+class SortTest(SamplingCase):
+    def test_sort_matches_torch_along_every_dim_both_ways(self):
+        x = torch.randn(3, 7, 5)
+        for dim in (0, 1, -1):
+            for descending in (False, True):
+                def function(x):
+                    values, indices = torch.sort(x, dim=dim, descending=descending)
+                    return values * 2, indices
+
+                with self.subTest(dim=dim, descending=descending):
+                    plan = self.check(function, [x])
+                    self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+    def test_ties_keep_their_order_and_nan_goes_last(self):
+        # Stable (stable=True promises it; PyTorch's CPU sort gives it
+        # anyway); NaN is larger than every number; -0.0 ties with 0.0.
+        x = torch.tensor([[2.0, 1.0, 2.0, float("nan"), 1.0, -0.0, 0.0, float("-inf")],
+                          [float("nan"), 3.0, float("nan"), 3.0, float("inf"), 3.0, 0.0, 1.0]])
+        for descending in (False, True):
+            def function(x):
+                values, indices = torch.sort(x, stable=True, descending=descending)
+                return torch.where(values != values, 99.0, values), indices  # NaN as 99
+
+            with self.subTest(descending=descending):
+                self.check(function, [x])
+        integers = torch.randint(0, 4, (4, 9))
+        self.check(lambda t: torch.sort(t, dim=1, stable=True, descending=True), [integers])
+        self.check(lambda t: torch.sort(t, dim=0, stable=True), [integers])
+
+    def test_argsort_random_masking_matches_torch(self):
+        # ViTMAE's random masking: argsort of noise, its inverse, the kept ids.
+        def function(tokens, noise):
+            shuffle = torch.argsort(noise, dim=1)
+            restore = torch.argsort(shuffle, dim=1)
+            keep = shuffle[:, :12]
+            kept = torch.gather(tokens, 1, keep.unsqueeze(-1).repeat(1, 1, tokens.shape[-1]))
+            return kept, restore
+
+        self.check(function, [torch.randn(3, 49, 8), torch.rand(3, 49)])
+
+        # aten.argsort itself (PyTorch 2.x's graphs may keep it).
+        graph = torch.fx.symbolic_trace(lambda x: torch.ops.aten.argsort.default(x, 0, True))
+        x = torch.randn(6, 4)
+        plan = importer.import_graph(graph, [x])
+        self.assertEqual(plan.unsupported, [])
+        actual = plan.compile(backend="eager")(x)
+        self.assertTrue(torch.equal(actual[0] if isinstance(actual, (list, tuple)) else actual,
+                                    torch.argsort(x, 0, True)))
+
+    def test_sort_gradient_matches_torch(self):
+        def function(x):
+            values, _ = torch.sort(x, dim=1, descending=True)
+            return (values[:, :3] * torch.arange(3.0)).sum()
+
+        self.check_gradients(function, torch.randn(4, 10), expected_ops=["aten.sort"])
+
+    def test_long_rows_and_bools_stay_in_pytorch_named(self):
+        plan = self.check(lambda x: torch.sort(x)[0] * 2, [torch.randn(2, 4096)],
+                          unsupported=["aten.sort", "getitem"])
+        self.assertIn("rows of up to 2048", plan.unsupported[0][2])
+        plan = self.check(lambda x: torch.sort(x, dim=0)[0] * 2, [torch.randn(2048, 64)],
+                          unsupported=["aten.sort", "getitem"])
+        self.assertIn("64 rows of 2048", plan.unsupported[0][2])
+
+
 if __name__ == "__main__":
     junit_main.main()
