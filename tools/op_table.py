@@ -49,6 +49,9 @@ MODULES = [
      "for bf16 and f16; the backward written out"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
+    ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling and their "
+     "backwards as two GEMMs with constant per-axis weight matrices taken from PyTorch's "
+     "kernel once per shape (Note [Resampling as two constant products])"),
     ("grove.aten_sort_ops", "stable sort by pairwise ranks: each element counts those "
      "before it, then a gather (Note [Sorting by pairwise ranks]; rows up to 2048)"),
     ("grove.aten_layout_ops", "slice: a view (step 1); concat with constants or slices "

@@ -29,6 +29,7 @@ from grove import aten_layout_ops  # noqa: F401 (adds padding, nearest upsamplin
 from grove import aten_loss_ops  # noqa: F401 (adds mse_loss, nll_loss and their backwards)
 from grove import aten_norm_ops  # noqa: F401 (adds vector norms, logsumexp, std, var_mean)
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
+from grove import aten_resample_ops  # noqa: F401 (adds antialiased resampling)
 from grove import aten_sort_ops  # noqa: F401 (adds sort and argsort)
 from grove import aten_weight_norm_ops  # noqa: F401 (adds weight normalization)
 from grove.aten_ops import CONVERTERS, _Converter

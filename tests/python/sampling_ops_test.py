@@ -231,5 +231,36 @@ class SortTest(SamplingCase):
         self.assertIn("64 rows of 2048", plan.unsupported[0][2])
 
 
+class ResampleTest(SamplingCase):
+    def test_antialiased_resampling_matches_torch(self):
+        # timm resizing a ViT's 14x14 position embeddings, torchvision's
+        # Resize: down and up, by size and by scale factor, both corners.
+        cases = [((1, 8, 14, 14), dict(size=(7, 9))), ((2, 3, 14, 14), dict(size=(16, 16))),
+                 ((2, 3, 11, 6), dict(size=(4, 13))), ((1, 2, 9, 10), dict(scale_factor=0.3)),
+                 ((1, 2, 8, 8), dict(scale_factor=(0.5, 1.5))),
+                 ((1, 2, 8, 8), dict(size=(8, 3)))]  # one axis unchanged
+        for shape, size in cases:
+            x = torch.randn(shape)
+            for mode in ("bicubic", "bilinear"):
+                for align in (False, True):
+                    def function(x):
+                        return F.interpolate(x, mode=mode, align_corners=align, antialias=True,
+                                             **size) * 2
+
+                    with self.subTest(shape=shape, size=str(size), mode=mode, align=align):
+                        plan = self.check(function, [x])
+                        self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+
+    def test_antialiased_resampling_gradients_match_torch(self):
+        for mode in ("bicubic", "bilinear"):
+            def function(x):
+                y = F.interpolate(x, size=(5, 9), mode=mode, antialias=True, align_corners=False)
+                return (y * y).sum()
+
+            with self.subTest(mode=mode):
+                self.check_gradients(function, torch.randn(2, 3, 12, 7),
+                                     expected_ops=["aten._upsample_%s2d_aa_backward" % mode])
+
+
 if __name__ == "__main__":
     junit_main.main()
