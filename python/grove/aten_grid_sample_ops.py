@@ -288,7 +288,24 @@ def _affine_grid_backward(c, a):
     return c.emit("matmul", [rows, c.importer.constant(c.segment, base)])
 
 
+# On CUDA, F.grid_sample's bilinear sampling with zero padding and aligned
+# corners traces to cuDNN's sampler (PyTorch's cond_cudnn_grid_sampler): the
+# same op with those options fixed.
+_CUDNN_OPTIONS = {"interpolation_mode": 0, "padding_mode": 0, "align_corners": True}
+
+
+def _cudnn_grid_sampler(c, a):
+    return _grid_sampler(c, dict(_CUDNN_OPTIONS, input=a["self"], grid=a["grid"]))
+
+
+def _cudnn_grid_sampler_backward(c, a):
+    return _grid_sampler_backward(c, dict(_CUDNN_OPTIONS, input=a["self"], grid=a["grid"],
+                                          grad_output=a["grad_output"]))
+
+
 CONVERTERS.update({
+    "aten.cudnn_grid_sampler": _cudnn_grid_sampler,
+    "aten.cudnn_grid_sampler_backward": _cudnn_grid_sampler_backward,
     "aten.affine_grid_generator": _affine_grid,
     "aten.affine_grid_generator_backward": _affine_grid_backward,
     "aten.grid_sampler_2d": _grid_sampler,

@@ -141,6 +141,28 @@ class GridSampleTest(SamplingCase):
                 self.check_gradients(function, x, grid,
                                      expected_ops=["aten.grid_sampler_2d_backward"])
 
+    def test_cudnn_sampler_is_the_aligned_bilinear_zero_padded_one(self):
+        # On CUDA F.grid_sample(align_corners=True) with the default mode
+        # and padding traces to cudnn_grid_sampler (and its backward); here
+        # CPU stand-ins, PyTorch's own grid_sampler_2d with those options,
+        # let make_fx trace them.
+        library = torch.library.Library("aten", "IMPL", "CPU")
+        library.impl("cudnn_grid_sampler",
+                     lambda x, g: torch.ops.aten.grid_sampler_2d(x, g, 0, 0, True))
+        library.impl("cudnn_grid_sampler_backward",
+                     lambda x, g, grad: torch.ops.aten.grid_sampler_2d_backward(
+                         grad, x, g, 0, 0, True, [True, True]))
+        self.addCleanup(lambda: library)  # alive until the test ends
+
+        def function(x, grid):
+            y = torch.ops.aten.cudnn_grid_sampler(x, grid)
+            return (y * y).sum()
+
+        x, grid = torch.randn(2, 3, 5, 6), _grid(2, 4, 3)
+        self.check(lambda x, g: torch.ops.aten.cudnn_grid_sampler(x, g), [x, grid])
+        self.check_gradients(function, x, grid,
+                             expected_ops=["aten.cudnn_grid_sampler_backward"])
+
     def test_bicubic_other_dtypes_and_large_gradients_stay_in_pytorch_named(self):
         x, grid = torch.randn(1, 2, 4, 4), _grid(1, 3, 3)
         plan = self.check(lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False),
