@@ -49,8 +49,8 @@ MODULES = [
      "for bf16 and f16; the backward written out"),
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
-    ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling and their "
-     "backwards as two GEMMs with constant per-axis weight matrices taken from PyTorch's "
+    ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling, their "
+     "backwards and those of plain bilinear and bicubic upsampling as two GEMMs with constant per-axis weight matrices taken from PyTorch's "
      "kernel once per shape (Note [Resampling as two constant products])"),
     ("grove.aten_sort_ops", "stable sort by pairwise ranks: each element counts those "
      "before it, then a gather (Note [Sorting by pairwise ranks]; rows up to 2048)"),
@@ -76,9 +76,9 @@ FOOTER = [
     "into graph inputs]) |",
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
-    "| anything else (cumprod, sort of rows beyond 2048, topk beyond k = 64, scatter with a reduction, 3-d "
-    "convolutions, bilinear upsampling's gradient, writes into views of intermediates and the "
-    "values sharing their storage, ...) | runs in PyTorch between grove segments |",
+    "| anything else (cumprod, sort of rows beyond 2048, topk beyond k = 64, scatter with a "
+    "reduction, 3-d convolutions, bicubic grid sampling, writes into views of intermediates "
+    "and the values sharing their storage, ...) | runs in PyTorch between grove segments |",
 ]
 
 

@@ -1,6 +1,8 @@
 """Converters of ATen's antialiased resampling, _upsample_bicubic2d_aa and
 _upsample_bilinear2d_aa (F.interpolate(..., antialias=True): timm resizing
-position embeddings, torchvision's Resize on tensors), and their backwards.
+position embeddings, torchvision's Resize on tensors), their backwards, and
+the backwards of plain bilinear and bicubic upsampling (segmentation heads in
+training; the forwards are aten_layout_ops' gathers).
 Importing this module adds them to aten_ops.CONVERTERS (Note [Resampling as
 two constant products])."""
 
@@ -10,7 +12,8 @@ from grove.aten_layout_ops import upsampling
 from grove.aten_ops import CONVERTERS, compute_dtype
 from grove.fx_common import Unsupported
 
-# Note [Resampling as two constant products]: antialiased resampling is
+# Note [Resampling as two constant products]: antialiased resampling (and
+# plain bilinear and bicubic upsampling, whose backwards this module takes) is
 # separable and its weights depend only on the sizes, scales and align_corners,
 # so each axis is one constant matrix [out, in] that the importer asks
 # PyTorch's own kernel for once per shape (the kernel run on an identity image:
@@ -20,8 +23,10 @@ from grove.fx_common import Unsupported
 # transposed matrices. bf16 and f16 inputs are resampled in f32, as PyTorch's
 # kernels accumulate. Tests: sampling_ops_test's ResampleTest.
 
-KERNELS = {"bicubic": torch.ops.aten._upsample_bicubic2d_aa.default,
-           "bilinear": torch.ops.aten._upsample_bilinear2d_aa.default}
+KERNELS = {"antialiased bicubic": torch.ops.aten._upsample_bicubic2d_aa.default,
+           "antialiased bilinear": torch.ops.aten._upsample_bilinear2d_aa.default,
+           "bicubic": torch.ops.aten.upsample_bicubic2d.default,
+           "bilinear": torch.ops.aten.upsample_bilinear2d.default}
 
 
 def axis_weights(mode, in_size, out_size, align, scale, axis, dtype):
@@ -64,7 +69,7 @@ def _checked_dtype(c, value, what):
 
 def _resampling(mode):
     def convert(c, a):
-        what = "antialiased %s" % mode
+        what = mode
         x, shape, out_h, out_w, scales = upsampling(c, a, what)
         dtype, compute = _checked_dtype(c, x, what)
         align = bool(a.get("align_corners"))
@@ -78,7 +83,7 @@ def _resampling(mode):
 
 def _resampling_backward(mode):
     def convert(c, a):
-        what = "antialiased %s's backward" % mode
+        what = "%s upsampling's backward" % mode
         grad = a["grad_output"]
         in_shape = [int(s) for s in a["input_size"]]
         if len(in_shape) != 4 or len(c.shape(grad)) != 4:
@@ -96,8 +101,10 @@ def _resampling_backward(mode):
 
 
 CONVERTERS.update({
-    "aten._upsample_bicubic2d_aa": _resampling("bicubic"),
-    "aten._upsample_bilinear2d_aa": _resampling("bilinear"),
-    "aten._upsample_bicubic2d_aa_backward": _resampling_backward("bicubic"),
-    "aten._upsample_bilinear2d_aa_backward": _resampling_backward("bilinear"),
+    "aten._upsample_bicubic2d_aa": _resampling("antialiased bicubic"),
+    "aten._upsample_bilinear2d_aa": _resampling("antialiased bilinear"),
+    "aten._upsample_bicubic2d_aa_backward": _resampling_backward("antialiased bicubic"),
+    "aten._upsample_bilinear2d_aa_backward": _resampling_backward("antialiased bilinear"),
+    "aten.upsample_bicubic2d_backward": _resampling_backward("bicubic"),
+    "aten.upsample_bilinear2d_backward": _resampling_backward("bilinear"),
 })

@@ -283,6 +283,22 @@ class ResampleTest(SamplingCase):
                 self.check_gradients(function, torch.randn(2, 3, 12, 7),
                                      expected_ops=["aten._upsample_%s2d_aa_backward" % mode])
 
+    def test_plain_upsampling_gradients_match_torch(self):
+        # Segmentation heads upsample bilinearly in training: the backward
+        # ran in PyTorch before (a split backward).
+        sizes = [dict(scale_factor=2), dict(size=(7, 5)), dict(scale_factor=1.7),
+                 dict(scale_factor=(0.5, 3))]
+        for mode in ("bilinear", "bicubic"):
+            for align in (False, True):
+                for size in sizes:
+                    def function(x):
+                        y = F.interpolate(x, mode=mode, align_corners=align, **size)
+                        return (y * y).sum()
+
+                    with self.subTest(mode=mode, align=align, size=str(size)):
+                        self.check_gradients(function, torch.randn(2, 3, 6, 8),
+                                             expected_ops=["aten.upsample_%s2d_backward" % mode])
+
 
 if __name__ == "__main__":
     junit_main.main()
