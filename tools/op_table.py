@@ -50,8 +50,9 @@ MODULES = [
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum (floats); topk as k rounds of them"),
     ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling, their "
-     "backwards and those of plain bilinear and bicubic upsampling as two GEMMs with constant per-axis weight matrices taken from PyTorch's "
-     "kernel once per shape (Note [Resampling as two constant products])"),
+     "backwards and those of plain bilinear and bicubic upsampling as two GEMMs with "
+     "constant per-axis weight matrices taken from PyTorch's kernel once per shape (Note "
+     "[Resampling as two constant products])"),
     ("grove.aten_sort_ops", "stable sort by pairwise ranks: each element counts those "
      "before it, then a gather (Note [Sorting by pairwise ranks]; rows up to 2048)"),
     ("grove.aten_layout_ops", "slice: a view (step 1); concat with constants or slices "
