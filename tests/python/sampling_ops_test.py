@@ -200,6 +200,8 @@ class SortTest(SamplingCase):
                 with self.subTest(dim=dim, descending=descending):
                     plan = self.check(function, [x])
                     self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
+        # Rows of one element: the input itself, indices zero.
+        self.check(lambda t: torch.sort(t, dim=1, descending=True), [torch.randn(3, 1)])
 
     def test_ties_keep_their_order_and_nan_goes_last(self):
         # Stable (stable=True promises it; PyTorch's CPU sort gives it
