@@ -31,7 +31,13 @@ MODULES = [
      "or views where the patches tile the image) + one GEMM; pooling as gathered windows + max / sum (Note [Windows "
      "as gathers]); unfold (im2col) as the same gathered windows"),
     ("grove.aten_conv_backward_ops", "each input pixel sums the window positions that read it "
-     "(a gather), then one GEMM for the weight gradient"),
+     "(a gather), then one GEMM for the weight gradient; col2im (fold) the same sums of "
+     "im2col's windows"),
+    ("grove.aten_grid_sample_ops", "grid_sample (bilinear, nearest; every padding mode): "
+     "positions computed as PyTorch's kernels compute them, corner pixels gathered by computed "
+     "ids (Note [Sampling at computed positions]); its backward: the input's gradient through "
+     "a GEMM of weighted pixel-sample matches (refused beyond 2^26 of them), the grid's "
+     "written out"),
     ("grove.aten_batch_norm_ops", "a per-channel scale and shift; training: batch statistics, "
      "and running statistics that are graph inputs written inside the program"),
     ("grove.aten_group_norm_ops", "statistics per (sample, group), f32 for bf16 and f16 "
@@ -49,6 +55,12 @@ MODULES = [
      "log1p); integer operands cast to the float result first"),
     ("grove.aten_unfold_ops", "Tensor.unfold as a gather of each window's taps; its backward "
      "sums the taps that read each position"),
+    ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling, their "
+     "backwards and those of plain bilinear and bicubic upsampling as two GEMMs with "
+     "constant per-axis weight matrices taken from PyTorch's kernel once per shape (Note "
+     "[Resampling as two constant products])"),
+    ("grove.aten_sort_ops", "stable sort by pairwise ranks: each element counts those "
+     "before it, then a gather (Note [Sorting by pairwise ranks]; rows up to 2048)"),
     ("grove.aten_layout_ops", "slice: a view (step 1); concat with constants or slices "
      "(padding; slice_scatter and "
      "select_scatter: the base's slices around the source; roll), gathers (flip, nearest "
@@ -71,9 +83,9 @@ FOOTER = [
     "into graph inputs]) |",
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
-    "| anything else (cumprod, sort, topk beyond k = 64, scatter with a reduction, 3-d "
-    "convolutions, bilinear upsampling's gradient, writes into views of intermediates and the "
-    "values sharing their storage, ...) | runs in PyTorch between grove segments |",
+    "| anything else (cumprod, sort of rows beyond 2048, topk beyond k = 64, scatter with a "
+    "reduction, 3-d convolutions, bicubic grid sampling, writes into views of intermediates "
+    "and the values sharing their storage, ...) | runs in PyTorch between grove segments |",
 ]
 
 

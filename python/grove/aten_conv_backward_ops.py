@@ -1,8 +1,9 @@
 """Converters of the backwards of ATen's image ops: convolution_backward,
 max_pool2d_with_indices_backward, avg_pool2d_backward,
-_adaptive_avg_pool2d_backward and upsample_nearest2d_backward. Each input
-pixel sums the window positions that read it, gathered through
-image_windows.inverse_ids (Note [Windows as gathers]). Importing this module
+_adaptive_avg_pool2d_backward, upsample_nearest2d_backward, and col2im
+(F.fold, which is im2col's backward). Each input pixel sums the window
+positions that read it, gathered through image_windows.inverse_ids (Note
+[Windows as gathers]). Importing this module
 adds them to aten_ops.CONVERTERS."""
 
 import torch
@@ -11,9 +12,9 @@ from grove.aten_conv_ops import (ConvGeometry, as_image, avg_pool_geometry, cons
                                  dtype_of, im2col, image_shape, max_pool_ids, operand_of,
                                  planar_arguments, shape_of, two_d_only, weight_matrix)
 from grove.aten_ops import CONVERTERS
-from grove.fx_common import dtype_name
+from grove.fx_common import Unsupported, dtype_name
 from grove.aten_layout_ops import nearest_sources
-from grove.image_windows import adaptive_windows, inverse_ids
+from grove.image_windows import adaptive_windows, inverse_ids, pair, window_ids
 
 
 def _rows_with_zero(c, rows, width, dtype):
@@ -182,7 +183,44 @@ def _upsample_nearest_backward(c, a):
                               [n, channels, height, width])
 
 
+def _col2im(c, a):
+    """F.fold (nn.Fold: overlapping patches summed back into an image; the
+    gradient of F.unfold): columns [N, C*KH*KW, L] (or [C*KH*KW, L]), one
+    column per window, channel-major then the taps, become [N, C, H, W],
+    each pixel the sum of the window positions that read it (padding
+    positions dropped): the columns as rows o*K + k plus a zero row,
+    gathered by the inverse of im2col's window ids."""
+    columns = a["self"]
+    shape = c.shape(columns)
+    if len(shape) not in (2, 3):
+        raise Unsupported("col2im of a rank-%d input (2-d or 3-d columns only)" % len(shape))
+    batched = len(shape) == 3
+    n, rows, length = shape if batched else [1] + shape
+    height, width = [int(size) for size in a["output_size"]]
+    kernel, dilation = pair(a["kernel_size"]), pair(a["dilation"])
+    padding, stride = pair(a["padding"]), pair(a["stride"])
+    out = [(size + 2 * p - d * (k - 1) - 1) // s + 1
+           for size, p, d, k, s in zip((height, width), padding, dilation, kernel, stride)]
+    taps = kernel[0] * kernel[1]
+    if rows % taps or out[0] * out[1] != length or min(out) < 1:
+        raise Unsupported("col2im of columns %s for windows %s over %dx%d"
+                          % (shape, out, height, width))
+    channels = rows // taps
+    dtype = c.dtype(columns)
+    table = c.emit("reshape", [c.tensor(columns)], {"shape": [n, channels, taps, length]})
+    table = c.emit("permute", [table], {"order": [3, 2, 0, 1]})  # [L, K, N, C]
+    table = c.emit("reshape", [table], {"shape": [length * taps, n * channels]})
+    table = _rows_with_zero(c, table, n * channels, dtype)
+    ids = window_ids([height, width], out, kernel, stride, padding, dilation)
+    image = _scatter_to_pixels(c, table, inverse_ids(ids, height * width, per_output=False),
+                               [n, channels, height, width])
+    if batched:
+        return image
+    return c.emit("reshape", [image], {"shape": [channels, height, width]})
+
+
 CONVERTERS.update({
+    "aten.col2im": _col2im,
     "aten.upsample_nearest2d_backward": _upsample_nearest_backward,
     "aten.convolution_backward": _convolution_backward,
     "aten.max_pool2d_with_indices_backward": _max_pool_backward,

@@ -21,6 +21,7 @@ from grove import aten_batch_norm_ops  # noqa: F401 (adds batch norm and its bac
 from grove import aten_conv_backward_ops  # noqa: F401 (adds the image ops' backwards)
 from grove import aten_conv_ops  # noqa: F401 (adds convolution and pooling)
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
+from grove import aten_grid_sample_ops  # noqa: F401 (adds grid_sampler_2d and its backward)
 from grove import aten_group_norm_ops  # noqa: F401 (adds group norm)
 from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
 from grove import aten_index_put_ops  # noqa: F401 (adds index_put, index_copy, index_add)
@@ -29,6 +30,8 @@ from grove import aten_loss_ops  # noqa: F401 (adds mse_loss, nll_loss and their
 from grove import aten_math_ops  # noqa: F401 (adds erf, hyperbolic and inverse trigonometry)
 from grove import aten_norm_ops  # noqa: F401 (adds vector norms, logsumexp, std, var_mean)
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
+from grove import aten_resample_ops  # noqa: F401 (adds antialiased resampling)
+from grove import aten_sort_ops  # noqa: F401 (adds sort and argsort)
 from grove import aten_unfold_ops  # noqa: F401 (adds Tensor.unfold and its backward)
 from grove import aten_weight_norm_ops  # noqa: F401 (adds weight normalization)
 from grove.aten_ops import CONVERTERS, _Converter
