@@ -158,6 +158,15 @@ def mutates_an_input(graph):
     return False
 
 
+def writes_through_views(graph):
+    """Whether an in-place op of `graph` writes through a view (Note [Writes
+    through views are functionalized])."""
+    return any(mutates_first_argument(node) and isinstance(node.args[0], torch.fx.Node)
+               and node.args[0].op == "call_function"
+               and op_name(node.args[0].target) in VIEW_OPS
+               for node in graph.nodes)
+
+
 def _functionalize():
     try:
         from torch.func import functionalize  # PyTorch 2.x
@@ -176,17 +185,28 @@ def trace_clones(example_inputs):
             not isinstance(value, torch.nn.Parameter) else value for value in example_inputs]
 
 
+# Note [Writes through views are functionalized]: an in-place op on a view
+# of an intermediate that is not all of it (Swin V2's
+# qkv_bias[n:2n].zero_() on a clone of a parameter, DeepSeek-V3's query
+# assembled by copy_ into two slices of a new_empty) is a write grove's values
+# cannot make in place (Note [In-place ops on intermediates] takes writes of
+# whole tensors only). Such a graph is traced functionalized, like one that
+# writes its inputs: the write becomes the functional op on the view and a
+# slice_scatter / select_scatter (or as_strided_scatter) of the base, which
+# grove converts. Guarded by InputWritesTest.test_writes_through_partial_views_
+# of_intermediates_are_functionalized (tests/python/input_writes_test.py).
 def aten_graph(function, example_inputs):
     """(the ATen graph of `function`, the flattened output positions that
-    are state). A graph that writes its inputs is traced functionalized, so
-    its writes end it as write-backs; where functionalization is missing or
-    fails the plain trace is kept (its in-place ops on inputs run in PyTorch)."""
+    are state). A graph that writes its inputs, or writes through a view, is
+    traced functionalized, so its writes end it as write-backs or become
+    scatters; where functionalization is missing or fails the plain trace is
+    kept (those in-place ops run in PyTorch)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch.no_grad():
         plain = make_fx(function)(*trace_clones(example_inputs))
     states = state_output_positions(plain.graph)
-    if not mutates_an_input(plain.graph):
+    if not mutates_an_input(plain.graph) and not writes_through_views(plain.graph):
         return plain, states
     functionalize = _functionalize()
     if functionalize is None:

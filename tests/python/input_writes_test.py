@@ -141,6 +141,28 @@ class InputWritesTest(unittest.TestCase):
                 torch.testing.assert_close(graph(cache, v, row), expected)
                 torch.testing.assert_close(cache, expected_cache)
 
+    def test_writes_through_partial_views_of_intermediates_are_functionalized(self):
+        # Note [Writes through views are functionalized]: DeepSeek-V3 assembles
+        # its query by copy_ into two slices of a new_empty; a row written with
+        # x[1] = v and a slice updated in place (add_) are the same pattern.
+        # Left alone, each write and every value in its storage ran in PyTorch.
+        def assemble(x, w):
+            q = x.new_empty(x.shape[0], 9)
+            q[:, :4] = x[:, :4] * 2
+            q[:, 4:] = torch.tanh(x[:, 4:])
+            h = x @ w
+            h[1] = h[0] * 3
+            h[:, 2:5].add_(1.5)
+            return q + h
+
+        for backend in BACKENDS:
+            x, w = torch.randn(3, 9), torch.randn(9, 9)
+            graph = grove.torch.compile_graph(assemble, [x, w], mode=backend)
+            self.assertEqual(list(graph.unsupported), [])
+            for _ in range(3):
+                x = torch.randn(3, 9)
+                torch.testing.assert_close(graph(x, w), assemble(x, w), rtol=RTOL, atol=ATOL)
+
     def test_a_new_value_read_from_other_positions_of_the_input(self):
         # The written value reads the input elsewhere (a flip, a shift by a
         # row): the write must not overwrite positions still to be read
