@@ -138,7 +138,7 @@ WIDE_MODELS = [
     ("hf_siglip_vision", _hf("SiglipVisionConfig", "SiglipVisionModel",
                              pick="last_hidden_state", inputs="pixels", **TINY_VISION)),
     ("hf_yolos", _hf("YolosConfig", "YolosModel", pick="last_hidden_state", inputs="pixels",
-                     num_detection_tokens=10, **TINY_VISION)),
+                     num_detection_tokens=10, **dict(TINY_VISION, image_size=[64, 64]))),
     ("hf_convnextv2", _hf("ConvNextV2Config", "ConvNextV2Model", pick="last_hidden_state",
                           inputs="pixels", hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
                           image_size=64)),
@@ -160,7 +160,7 @@ WIDE_MODELS = [
     ("hf_mobilevitv2", _hf("MobileViTV2Config", "MobileViTV2Model", pick="last_hidden_state",
                            inputs="pixels", image_size=64)),
     ("hf_cvt", _hf("CvtConfig", "CvtModel", pick="last_hidden_state", inputs="pixels",
-                   image_size=64, embed_dim=[16, 32, 64], num_heads=[1, 2, 4], depth=[1, 1, 1])),
+                   image_size=64)),  # CvT-13 as configured by default
     ("hf_pvt_v2", _hf("PvtV2Config", "PvtV2Model", pick="last_hidden_state", inputs="pixels",
                       image_size=64)),
     ("hf_glpn_depth", _hf("GLPNConfig", "GLPNForDepthEstimation", pick="predicted_depth",
