@@ -43,15 +43,26 @@ def as_list(value):
 
 
 class Probe(torch.nn.Module):
-    """function(*parameters, *inputs), the parameters trained."""
+    """function(*parameters, *inputs), the parameters trained (attributes
+    p0, p1, ...: dynamo does not unpack a ParameterList with *)."""
 
     def __init__(self, function, parameters):
         super().__init__()
         self.function = function
-        self.weights = torch.nn.ParameterList(torch.nn.Parameter(p.clone()) for p in parameters)
+        self.count = len(parameters)
+        for index, value in enumerate(parameters):
+            setattr(self, "p%d" % index, torch.nn.Parameter(value.clone()))
+
+    @property
+    def weights(self):
+        return [getattr(self, "p%d" % index) for index in range(self.count)]
 
     def forward(self, *inputs):
-        return self.function(*self.weights, *inputs)
+        if self.count == 1:
+            return self.function(self.p0, *inputs)
+        if self.count == 2:
+            return self.function(self.p0, self.p1, *inputs)
+        return self.function(self.p0, self.p1, self.p2, *inputs)
 
 
 def new_runners(before):

@@ -6,6 +6,7 @@
 #include <memory>
 #include <new>
 
+#include "capi/handed_out_storages.h"
 #include "runtime/external_storage.h"
 
 namespace grove::capi {
@@ -130,6 +131,13 @@ Tensor view_of(const grove_tensor_desc& desc, const Subject& what) {
     shape.push_back(desc.shape[d]);
     if (desc.strides != nullptr) strides.push_back(desc.strides[d]);
   }
+  std::string stale;
+  if (inside_stale_hand_out(desc.data, &stale)) [[unlikely]] {
+    throw grove::StaleTensorError(str_cat(what,
+                                          " is memory grove handed out as an output that "
+                                          "is no longer valid: ",
+                                          stale));
+  }
   grove::runtime::ReleaseCallback taken = std::move(release);
   release = nullptr;
   try {
@@ -157,7 +165,8 @@ char* copy_string(const std::string& text) {
 DLManagedTensor* to_dlpack(const Tensor& value) {
   auto context = std::make_unique<DlpackContext>();
   context->tensor = value;
-  void* data = value.data_ptr();  // throws StaleTensorError for stale data
+  void* data = value.data_ptr();         // throws StaleTensorError for stale data
+  remember_handed_out(value.storage());  // Note [Stale hand-outs as inputs]
   const auto rank = static_cast<size_t>(value.dim());
   context->extents.resize(2 * rank);
   for (size_t d = 0; d < rank; ++d) {

@@ -232,18 +232,35 @@ def _zero(c, a):
                                "dtype": dtype_name(result.dtype)})
 
 
-def _glu(c, a):
-    """glu(x, dim): the first half times the sigmoid of the second."""
-    x = a["self"]
+def _glu_halves(c, x, dim, what):
+    """(dim, x's first half, its second half) along glu's dim."""
     shape = c.shape(x)
-    dim = a.get("dim", -1) % len(shape)
+    dim %= len(shape)
     if not c.dtype(x).is_floating_point or shape[dim] % 2:
-        raise Unsupported("glu of a %s tensor of %d along dim %d" % (c.dtype(x), shape[dim], dim))
+        raise Unsupported("%s of a %s tensor of %d along dim %d" % (what, c.dtype(x), shape[dim],
+                                                                   dim))
     half = shape[dim] // 2
     name = c.tensor(x)
-    first = c.emit("slice", [name], {"dim": dim, "start": 0, "end": half})
-    second = c.emit("slice", [name], {"dim": dim, "start": half, "end": 2 * half})
+    return (dim, c.emit("slice", [name], {"dim": dim, "start": 0, "end": half}),
+            c.emit("slice", [name], {"dim": dim, "start": half, "end": 2 * half}))
+
+
+def _glu(c, a):
+    """glu(x, dim): the first half times the sigmoid of the second."""
+    _, first, second = _glu_halves(c, a["self"], a.get("dim", -1), "glu")
     return c.emit("mul", [first, c.emit("sigmoid", [second])])
+
+
+def _glu_backward(c, a):
+    """glu's gradient: g * sigmoid(b) for the first half a, and
+    g * a * sigmoid(b) * (1 - sigmoid(b)) for the second half b."""
+    dim, first, second = _glu_halves(c, a["self"], a.get("dim", -1), "glu_backward")
+    grad = c.tensor(a["grad_output"])
+    gate = c.emit("sigmoid", [second])
+    through_first = c.emit("mul", [grad, gate])
+    slope = c.emit("mul", [gate, c.emit("sub", [c.scalar(1.0, c.dtype(a["self"])), gate])])
+    through_second = c.emit("mul", [c.emit("mul", [grad, first]), slope])
+    return c.emit("concat", [through_first, through_second], {"dim": dim})
 
 
 def _prelu(c, a):
@@ -269,6 +286,7 @@ def _prelu(c, a):
 
 CONVERTERS.update({
     "aten.glu": _glu,
+    "aten.glu_backward": _glu_backward,
     "aten.prelu": _prelu,
     "aten._prelu_kernel": _prelu,
     "aten.copy": _copy,

@@ -639,6 +639,39 @@ TEST(CApi, DlpackCheckReportsAnOverwrittenReplayOutput) {
   grove_model_destroy(model);
 }
 
+// Note [Stale hand-outs as inputs] (capi/handed_out_storages.h): an output the
+// caller kept past its generation's end and passes back in is refused as the
+// output it was, naming the input and saying it is no longer valid. (The
+// tree's own check refuses an input in pool memory that no live output owns,
+// but lets one through where a live output of the new generation owns the
+// address, as in Wav2Vec2-Conformer's training through the door on a GPU
+// host; the hand-out check does not depend on who owns the memory now.)
+TEST(CApi, AStaleHandOutPassedBackInIsRefused) {
+  grove_model* model = compile_or_fail(R"({"device": "sim", "backend": "cudagraphs"})");
+  ASSERT_NE(model, nullptr);
+  std::vector<float> x(24, 0.5f);
+  grove_tensor_desc desc = describe(x.data(), kShape, 2);
+  void* kept[2];
+  size_t count = 0;
+  ASSERT_EQ(grove_model_run_dlpack(model, &desc, 1, nullptr, kept, 2, &count), GROVE_OK);
+  ASSERT_EQ(grove_model_mark_step_begin(model), GROVE_OK);  // its blocks are reclaimed
+  void* live[2];
+  ASSERT_EQ(grove_model_run_dlpack(model, &desc, 1, nullptr, live, 2, &count), GROVE_OK);
+  auto* a = static_cast<DLManagedTensor*>(kept[1]);  // 'a', [3, 16]: x is its first 24 values
+  grove_tensor_desc again = describe(static_cast<float*>(a->dl_tensor.data), kShape, 2);
+  void* refused[2];
+  expect_failure(grove_model_run_dlpack(model, &again, 1, nullptr, refused, 2, &count),
+                 GROVE_ERROR_STALE, "input 0");
+  expect_failure(grove_model_run_dlpack(model, &again, 1, nullptr, refused, 2, &count),
+                 GROVE_ERROR_STALE, "no longer valid");
+  void* fresh[2];
+  ASSERT_EQ(grove_model_run_dlpack(model, &desc, 1, nullptr, fresh, 2, &count), GROVE_OK)
+      << "the model stays usable: " << grove_last_error();
+  for (void* tensor : {kept[0], kept[1], live[0], live[1], fresh[0], fresh[1]})
+    static_cast<DLManagedTensor*>(tensor)->deleter(static_cast<DLManagedTensor*>(tensor));
+  grove_model_destroy(model);
+}
+
 // Note [One C call per door call]: grove_model_run_dlpack_invocation runs the
 // model inside the invocation of its key. Two models called under one key
 // share a generation, so the first one's output stays readable after the

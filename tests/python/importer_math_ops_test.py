@@ -3,7 +3,7 @@ zoo_survey_wide.py), one family at a time on sim against torch: erf, the
 hyperbolic functions and their inverses, asin/acos, log2/log10/exp2, the
 fused multiply-adds addcmul/addcdiv/lerp, float math of integer tensors,
 argmax/max of integers and bools (CLIP's pooling takes the argmax of int32
-ids), and Tensor.unfold with its backward (HaloNet). Each graph imports whole
+ids), Tensor.unfold with its backward (HaloNet), and glu's backward. Each graph imports whole
 and "cudagraphs" equals "eager" bitwise (ConverterCase.check)."""
 import os
 import sys
@@ -90,6 +90,14 @@ class MathOpsTest(ConverterCase):
                     torch.ops.aten.unfold_backward(overlapping, [9, 5], 0, 4, 2))
 
         self.check(backward, [torch.randn(3, 3, 2, 4), torch.randn(3, 5, 4)])
+
+    def test_glu_backward(self):
+        # Wav2Vec2-Conformer's convolution module trains through glu.
+        def function(g_last, g_channels, x):
+            return (torch.ops.aten.glu_backward(g_last, x, -1),
+                    torch.ops.aten.glu_backward(g_channels, x, 1))
+
+        self.check(function, [torch.randn(2, 4, 3), torch.randn(2, 2, 6), torch.randn(2, 4, 6)])
 
 
 if __name__ == "__main__":
