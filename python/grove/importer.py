@@ -182,11 +182,20 @@ class _Recorder(torch.fx.Interpreter):
 # memory (no alias in its schema) the strides its traced value has, copying
 # it when the kernel chose others: same values, and the later ops see the
 # layout they were traced with. Views and in-place results keep their
-# storage. Test: ImporterTest.test_the_import_run_follows_the_traced_strides
+# storage. So does a graph input nothing writes in place: AOTAutograd traces
+# a backward's gradient with the layout the forward's output had (channels-last
+# in HF ConvNeXtV2), and autograd may hand it over contiguous. Tests:
+# ImporterTest.test_the_import_run_follows_the_traced_strides and
+# ImporterTest.test_the_import_run_follows_an_inputs_traced_strides
 # (tests/python/importer_test.py).
 def _with_traced_strides(node, value):
-    """`value` (a node's result in the recorder's run), or a copy of it with
-    the strides of the node's traced value where they differ."""
+    """`value` (a node's result in the recorder's run, or a graph input's
+    example that nothing writes in place), or a copy of it with the strides of
+    the node's traced value where they differ."""
+    if node.op == "placeholder":
+        if any(mutates_first_argument(user) for user in node.users):
+            return value
+        return _restrided(value, node.meta.get("val"))
     traced = node.meta.get("val") if node.op == "call_function" else None
     schema = getattr(node.target, "_schema", None)
     if traced is None or schema is None or any(

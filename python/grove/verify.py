@@ -80,7 +80,9 @@ def difference(result, expected):
         return "%d of %d elements differ" % (wrong, expected.numel())
     if expected.numel() == 0:
         return None
-    got, want = result.detach().double(), expected.detach().double()
+    # On the host: a value PyTorch computed on the host (a lifted constant)
+    # may stand against grove's on the device.
+    got, want = result.detach().cpu().double(), expected.detach().cpu().double()
     finite = torch.isfinite(want)
     if not torch.equal(torch.isfinite(got), finite) or \
             not torch.equal(got[~finite].cpu(), want[~finite].cpu()):

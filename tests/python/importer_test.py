@@ -459,6 +459,30 @@ class ImporterTest(unittest.TestCase):
             runner = plan.compile(backend=backend)
             torch.testing.assert_close(runner(x, w), expected, rtol=RTOL, atol=ATOL, msg=backend)
 
+    def test_the_import_run_follows_an_inputs_traced_strides(self):
+        # The same for a graph input: AOTAutograd traced HF ConvNeXtV2's
+        # backward with a channels-last gradient (tangents_1) and took a view
+        # of its permute; autograd hands the backward a contiguous gradient,
+        # on which the recorder's view failed (H200, PyTorch 2.11).
+        aten = torch.ops.aten
+
+        def backward(grad):
+            return aten.relu.default(aten.view.default(aten.permute.default(grad, [0, 2, 3, 1]),
+                                                       [8, 8]))
+
+        grad = torch.randn(2, 8, 2, 2)
+        graph = torch.fx.symbolic_trace(backward)
+        tangent = next(n for n in graph.graph.nodes if n.op == "placeholder")
+        tangent.meta["val"] = torch.empty_strided((2, 8, 2, 2), (32, 1, 16, 8))
+        with self.assertRaisesRegex(RuntimeError, "view size is not compatible"):
+            backward(grad)
+        expected = torch.relu(grad.permute(0, 2, 3, 1).reshape(8, 8))
+        plan = importer.import_graph(graph, [grad])
+        self.assertEqual([op for _, op, _ in plan.unsupported], [])
+        for backend in ("eager", "cudagraphs"):
+            runner = plan.compile(backend=backend)
+            torch.testing.assert_close(runner(grad), expected, rtol=RTOL, atol=ATOL, msg=backend)
+
     def test_constants_made_without_inputs_are_folded_and_bound(self):
         def function(x):
             mask = torch.ones(4, 4).tril().bool()
