@@ -50,34 +50,90 @@ def take_positions(c, name, shape, dim, positions):
     return take(c, name, shape, [dim], ids, [len(positions)], dim)
 
 
+def edge_positions(size, left, right, reflect):
+    """The source of each padded position: mirrored (the edge itself not
+    repeated) or clamped."""
+    positions = []
+    for i in range(-left, size + right):
+        if reflect:
+            positions.append(-i if i < 0 else (2 * (size - 1) - i if i >= size else i))
+        else:
+            positions.append(min(max(i, 0), size - 1))
+    return positions
+
+
+def _padded_dims(c, shape, pad, reflect):
+    """(dim, left, right) of each padded dim: pairs from the last dim
+    backwards, as constant_pad_nd's."""
+    for pair in range(len(pad) // 2):
+        dim = len(shape) - 1 - pair
+        left, right, size = pad[2 * pair], pad[2 * pair + 1], shape[dim]
+        if left == 0 and right == 0:
+            continue
+        if left < 0 or right < 0 or (reflect and max(left, right) >= size):
+            raise Unsupported("%s of %s by %s" % (op_name(c.node.target), shape, pad))
+        yield dim, left, right
+
+
 def _edge_pad(reflect):
     """reflection_pad{1,2,3}d and replication_pad{1,2,3}d: each padded dim
-    (pairs from the last dim backwards, as constant_pad_nd's) read at the
-    mirrored positions (the edge itself not repeated) or at the clamped ones:
-    one gather by constant ids per dim."""
+    read at the mirrored or clamped positions: one gather by constant ids per
+    dim."""
     def convert(c, a):
         x = a["self"]
         shape = list(c.shape(x))
-        pad = [int(p) for p in a["padding"]]
         name = c.tensor(x)
-        for pair in range(len(pad) // 2):
-            dim = len(shape) - 1 - pair
-            left, right, size = pad[2 * pair], pad[2 * pair + 1], shape[dim]
-            if left == 0 and right == 0:
-                continue
-            if left < 0 or right < 0 or (reflect and max(left, right) >= size):
-                raise Unsupported("%s of %s by %s" % (op_name(c.node.target), shape, pad))
-            positions = []
-            for i in range(-left, size + right):
-                if reflect:
-                    positions.append(-i if i < 0 else (2 * (size - 1) - i if i >= size else i))
-                else:
-                    positions.append(min(max(i, 0), size - 1))
+        for dim, left, right in list(_padded_dims(c, shape, [int(p) for p in a["padding"]],
+                                                  reflect)):
+            positions = edge_positions(shape[dim], left, right, reflect)
             name = take_positions(c, name, shape, dim, positions)
             shape[dim] = len(positions)
         return name
 
     return convert
+
+
+def _edge_pad_backward(reflect):
+    """The backwards of reflection and replication padding: per padded dim,
+    each input position sums the padded positions that read it."""
+    def convert(c, a):
+        x, grad = a["self"], a["grad_output"]
+        shape = list(c.shape(x))
+        dtype = c.dtype(grad)
+        name = c.tensor(grad)
+        padded = list(c.shape(grad))
+        for dim, left, right in list(_padded_dims(c, shape, [int(p) for p in a["padding"]],
+                                                  reflect)):
+            sources = edge_positions(shape[dim], left, right, reflect)
+            name = summed_at_sources(c, name, padded, dim, sources, shape[dim], dtype)
+            padded[dim] = shape[dim]
+        return name
+
+    return convert
+
+
+def summed_at_sources(c, name, shape, dim, sources, size, dtype):
+    """The backward of reading dim `dim` of a value at positions `sources`
+    (name: the gradient, `shape`, one source in [0, size) per position of
+    dim): each of the `size` positions sums the gradient at the positions
+    that read it, gathered by constant ids with a zero row for those read
+    fewer times than the most-read one."""
+    readers = [[] for _ in range(size)]
+    for position, source in enumerate(sources):
+        readers[source].append(position)
+    width = max(1, max(len(found) for found in readers))
+    sentinel = len(sources)
+    table = torch.tensor([found + [sentinel] * (width - len(found)) for found in readers],
+                         dtype=torch.int64)
+    zero_shape = list(shape)
+    zero_shape[dim] = 1
+    zero = c.emit("full", [], {"value": 0.0, "shape": zero_shape, "dtype": dtype_name(dtype)})
+    padded = c.emit("concat", [name, zero], {"dim": dim})
+    padded_shape = list(shape)
+    padded_shape[dim] += 1
+    ids = c.importer.constant(c.segment, table.reshape(-1).to(c.importer.device))
+    picked = take(c, padded, padded_shape, [dim], ids, [size, width], dim)
+    return c.emit("sum", [picked], {"dims": [dim + 1], "keepdim": 0})
 
 
 def _flip(c, a):
@@ -516,6 +572,12 @@ CONVERTERS.update({
     "aten.replication_pad1d": _edge_pad(False),
     "aten.replication_pad2d": _edge_pad(False),
     "aten.replication_pad3d": _edge_pad(False),
+    "aten.reflection_pad1d_backward": _edge_pad_backward(True),
+    "aten.reflection_pad2d_backward": _edge_pad_backward(True),
+    "aten.reflection_pad3d_backward": _edge_pad_backward(True),
+    "aten.replication_pad1d_backward": _edge_pad_backward(False),
+    "aten.replication_pad2d_backward": _edge_pad_backward(False),
+    "aten.replication_pad3d_backward": _edge_pad_backward(False),
     "aten.flip": _flip,
     "aten.upsample_nearest2d": _upsample_nearest,
     "aten.upsample_bilinear2d": _upsample_bilinear,

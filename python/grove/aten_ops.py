@@ -504,12 +504,22 @@ def _reduce(op):
             if not (a["dtype"].is_floating_point and c.dtype(x).is_floating_point):
                 raise Unsupported("%s with dtype=%s" % (op, a["dtype"]))
             value = c.cast(value, c.dtype(x), a["dtype"])
+        result = c.result().dtype
+        if c.dtype(x) == torch.bool:
+            # grove reduces no bools: a sum counts them as int64 (PyTorch's
+            # result), amax takes them as int32 and gives bool back.
+            work = torch.int32 if result == torch.bool else result
+            value = c.cast(value, torch.bool, work)
         keepdim = 1 if a.get("keepdim") else 0
         if rank == 0:
-            return value
+            return c.cast(value, work, result) if c.dtype(x) == torch.bool else value
         if not keepdim and sorted(dims or range(rank)) == list(range(rank)):
-            return full_reduction(c, op, value, rank)
-        return c.emit(op, [value], {"dims": dims, "keepdim": keepdim})
+            reduced = full_reduction(c, op, value, rank)
+        else:
+            reduced = c.emit(op, [value], {"dims": dims, "keepdim": keepdim})
+        if c.dtype(x) == torch.bool and result == torch.bool:
+            reduced = c.cast(reduced, torch.int32, torch.bool)
+        return reduced
 
     return convert
 

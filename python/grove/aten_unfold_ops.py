@@ -5,8 +5,9 @@ Importing this module adds them to aten_ops.CONVERTERS."""
 import torch
 
 from grove.aten_index_ops import take
+from grove.aten_layout_ops import summed_at_sources
 from grove.aten_ops import CONVERTERS
-from grove.fx_common import Unsupported, dtype_name
+from grove.fx_common import Unsupported
 
 
 def _windows(size, extent, step):
@@ -37,8 +38,7 @@ def _unfold(c, a):
 
 def _unfold_backward(c, a):
     """The gradient of unfold: each input position sums the window taps that
-    read it (at most ceil(size / step) of them), gathered from the gradient's
-    flattened (window, tap) rows with a zero row for the missing ones."""
+    read it (aten_layout_ops.summed_at_sources over the (window, tap) rows)."""
     grad, sizes = a["grad_in"], [int(extent) for extent in a["input_sizes"]]
     extent, step = int(a["size"]), int(a["step"])
     if not sizes:
@@ -46,14 +46,6 @@ def _unfold_backward(c, a):
     dim = a["dim"] % len(sizes)
     length = sizes[dim]
     count = _windows(length, extent, step)
-    readers = [[] for _ in range(length)]
-    for window in range(count):
-        for tap in range(extent):
-            readers[window * step + tap].append(window * extent + tap)
-    width = max(len(found) for found in readers)
-    table = torch.tensor([found + [count * extent] * (width - len(found)) for found in readers],
-                         dtype=torch.int64)
-    dtype = c.dtype(grad)
     # grad: sizes with dim -> count and a last dim of extent: bring the
     # (window, tap) pair together as one dim at `dim`.
     rank = len(sizes) + 1
@@ -61,14 +53,8 @@ def _unfold_backward(c, a):
     rows = c.emit("permute", [c.tensor(grad)], {"order": order})
     flat_shape = sizes[:dim] + [count * extent] + sizes[dim + 1:]
     rows = c.emit("reshape", [rows], {"shape": flat_shape})
-    zero_shape = sizes[:dim] + [1] + sizes[dim + 1:]
-    zero = c.emit("full", [], {"value": 0.0, "shape": zero_shape,
-                               "dtype": dtype_name(dtype)})
-    padded = c.emit("concat", [rows, zero], {"dim": dim})
-    padded_shape = sizes[:dim] + [count * extent + 1] + sizes[dim + 1:]
-    ids = c.importer.constant(c.segment, table.reshape(-1).to(c.importer.device))
-    picked = take(c, padded, padded_shape, [dim], ids, [length, width], dim)
-    return c.emit("sum", [picked], {"dims": [dim + 1], "keepdim": 0})
+    sources = [window * step + tap for window in range(count) for tap in range(extent)]
+    return summed_at_sources(c, rows, flat_shape, dim, sources, length, c.dtype(grad))
 
 
 CONVERTERS.update({

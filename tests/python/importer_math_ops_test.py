@@ -3,7 +3,8 @@ zoo_survey_wide.py), one family at a time on sim against torch: erf, the
 hyperbolic functions and their inverses, asin/acos, log2/log10/exp2, the
 fused multiply-adds addcmul/addcdiv/lerp, float math of integer tensors,
 argmax/max of integers and bools (CLIP's pooling takes the argmax of int32
-ids), Tensor.unfold with its backward (HaloNet), and glu's backward. Each graph imports whole
+ids), Tensor.unfold with its backward (HaloNet), glu's backward, the edge
+paddings' backwards and sums of bools. Each graph imports whole
 and "cudagraphs" equals "eager" bitwise (ConverterCase.check)."""
 import os
 import sys
@@ -98,6 +99,28 @@ class MathOpsTest(ConverterCase):
                     torch.ops.aten.glu_backward(g_channels, x, 1))
 
         self.check(function, [torch.randn(2, 4, 3), torch.randn(2, 2, 6), torch.randn(2, 4, 6)])
+
+    def test_edge_padding_backwards(self):
+        # timm's ResNet-Blur and TResNet train through reflection padding.
+        def function(g2, g1, x2, x1):
+            return (torch.ops.aten.reflection_pad2d_backward(g2, x2, [2, 1, 1, 3]),
+                    torch.ops.aten.replication_pad2d_backward(g2, x2, [2, 1, 1, 3]),
+                    torch.ops.aten.reflection_pad1d_backward(g1, x1, [3, 2]))
+
+        x2, x1 = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6)
+        g2 = torch.randn(2, 3, 9, 7)
+        self.check(function, [g2, torch.randn(2, 3, 11), x2, x1])
+        self.check(lambda g, x: torch.ops.aten.replication_pad1d_backward(g, x, [0, 4]),
+                   [torch.randn(2, 3, 10), x1])
+
+    def test_sums_and_maxima_of_bools(self):
+        # Hiera's backward sums a comparison (bool) over several dims.
+        def function(x):
+            flags = x > 0
+            return (flags.sum(), flags.sum(dim=(1, 3)), flags.sum(dim=-1, keepdim=True),
+                    flags.amax(dim=2), torch.ops.aten.sum(flags[0, 0, 0, 0]))
+
+        self.check(function, [torch.randn(2, 3, 4, 5)])
 
 
 if __name__ == "__main__":
