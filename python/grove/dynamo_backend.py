@@ -122,6 +122,36 @@ def _static_positions(example_inputs):
 # (tests/python/importer_test.py, sim, a written cache moved twelve times:
 # no recording, copy in or copy-back after the demotion) and
 # GpuDecodeTest (tests/python/gpu_decode_test.py, ten generate calls).
+# Note [Graphs that read values as numbers run in PyTorch]
+# A dynamo graph can use a tensor's value as a Python number where dynamo
+# kept it a tensor (HF Longformer's query.view(4, n // 8, 8, 32), n a 0-d
+# tensor): tracing it to ATen ops with make_fx stops at the value
+# (aten._local_scalar_dense of a tracing tensor). Such a graph is left to
+# PyTorch whole, with a warning that says why, and is listed among the
+# compiled graphs with that reason as its one op left to PyTorch, instead of
+# failing the user's torch.compile (BackendCompilerFailed, the survey's
+# Longformer on an H200). strict=True still raises. Test:
+# DynamoBackendTest.test_a_graph_reading_a_value_as_a_number_runs_in_pytorch
+# (tests/python/importer_test.py).
+def _reads_a_value_as_a_number(error):
+    text = str(error)
+    return "_local_scalar_dense" in text or "data-dependent" in text
+
+
+class GraphInPyTorch:
+    """A dynamo graph grove leaves to PyTorch whole (Note [Graphs that read
+    values as numbers run in PyTorch])."""
+
+    def __init__(self, gm, reason):
+        log.warning("grove: a graph runs in PyTorch: %s", reason)
+        self.gm = gm
+        self.unsupported = [("graph", "the whole graph", reason)]
+        _compiled.append(weakref.ref(self))
+
+    def __call__(self, *args):
+        return self.gm(*args)
+
+
 class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
     (Note [Static inputs that move])."""
@@ -239,7 +269,13 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
             backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
             state_outputs=input_writes.output_nodes_at(aten.graph, state_positions), **options)
 
-    runner = build(list(example_inputs))
+    try:
+        runner = build(list(example_inputs))
+    except RuntimeError as error:
+        if not from_dynamo or strict or not _reads_a_value_as_a_number(error):
+            raise
+        return GraphInPyTorch(gm, "tracing it to ATen read a tensor's value as a Python "
+                              "number (%s)" % str(error).splitlines()[0][:200])
     guarded = _guard_bound_parameters(gm, example_inputs, runner) if from_dynamo else ()
     return CompiledGraph(runner, rebuild=lambda args, demoted: build(list(args), demoted),
                          from_dynamo=from_dynamo, guarded=guarded)

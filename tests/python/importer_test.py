@@ -684,6 +684,25 @@ class DynamoBackendTest(unittest.TestCase):
                              (1, calls - 2))
             self.assertEqual(counts(graph(from_dynamo=True), tracker, advance=False)[1], 0)
 
+    def test_a_graph_reading_a_value_as_a_number_runs_in_pytorch(self):
+        # Note [Graphs that read values as numbers run in PyTorch]: HF
+        # Longformer's view by a size dynamo kept a 0-d tensor. The backend
+        # leaves the graph to PyTorch, says why, and answers as PyTorch does.
+        def function(x, length):
+            return (x.view(2, int(length) // 4, 4) * 3).sum(1)
+
+        x, length = torch.randn(2, 8), torch.tensor(8)
+        with self.assertLogs("grove", level="WARNING") as logged:
+            compiled = grove.torch.grove_backend(function, [x, length])
+        self.assertIn("read a tensor's value as a Python number", "\n".join(logged.output))
+        self.assertEqual([op for _, op, _ in compiled.unsupported], ["the whole graph"])
+        self.assertIn(compiled, grove.torch.compiled_graphs())
+        for _ in range(3):
+            x = torch.randn(2, 8)
+            torch.testing.assert_close(compiled(x, length), function(x, length))
+        with self.assertRaisesRegex(RuntimeError, "_local_scalar_dense|value out of"):
+            grove.torch.compile_graph(function, [x, length])  # not dynamo's: the error stands
+
     def test_a_static_input_that_moves_is_demoted_once(self):
         # Note [Static inputs that move] (grove/dynamo_backend.py): a cache
         # made again at another address for every sequence (HF's generate),
