@@ -120,6 +120,21 @@ def _unread_draw(node):
     return draws_random_numbers(node) and not mutates_first_argument(node)
 
 
+# Note [Layouts a PyTorch step reads]: grove's values have no layout, and a
+# segment's output may come back in other strides than PyTorch's kernels gave
+# the same value (a transposed result laid out as grove computed it). Ops
+# that reach memory through explicit strides (as_strided: HF Longformer's
+# overlapping chunks, written with strides read off the traced tensor) then
+# read other elements than in PyTorch, silently. Each such step left to
+# PyTorch keeps, per tensor argument, the strides and storage offset that
+# argument had in the import run (the traced layout,
+# Note [The import run follows the traced strides]); the runner hands it a
+# copy laid out that way where the value it has differs. Test:
+# ImporterTest.test_as_strided_in_pytorch_reads_the_traced_layout
+# (tests/python/importer_test.py).
+_READS_LAYOUT = {"aten.as_strided", "aten.as_strided_scatter", "aten.view"}
+
+
 class _Recorder(torch.fx.Interpreter):
     """Runs the graph once on the example inputs and keeps every node's value
     (shapes and dtypes for the importer; constants for folding)."""
@@ -552,11 +567,26 @@ class _Importer:
         steps = [(kind, step) for kind, step in steps
                  if kind == "torch" or step.program_nodes or step.nodes]
         self.finish_segments(steps)
+        self.note_layouts_read(steps)
         output = next(n for n in self.graph.nodes if n.op == "output")
         plan = Plan(self.module, steps, self.placeholders, self.static_positions, unsupported,
                     output.args[0], self.name)
         plan.constants = dict(self.constants)
         return plan
+
+    def note_layouts_read(self, steps):
+        """Note [Layouts a PyTorch step reads]: each step left to PyTorch whose
+        op reads memory by strides keeps the layout its tensor arguments had
+        in the import run."""
+        for kind, node in steps:
+            if kind != "torch" or op_name(getattr(node, "target", None)) not in _READS_LAYOUT:
+                continue
+            layouts = {}
+            for arg in node.all_input_nodes:
+                value = self.values.get(arg)
+                if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+                    layouts[arg] = (tuple(value.stride()), int(value.storage_offset()))
+            node.meta["grove_layouts_read"] = layouts
 
     def convert(self, segment, node):
         name = op_name(node.target)

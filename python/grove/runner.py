@@ -2,6 +2,7 @@
 C API, the nodes grove cannot take in PyTorch between them (Note [Splitting a
 graph], importer.py)."""
 
+import functools
 import operator
 import os
 
@@ -358,8 +359,11 @@ class GraphRunner:
                         checker.produced(node, value, "segment %d" % segment.index)
             else:
                 node = step
-                node_args = torch.fx.node.map_arg(node.args, lambda n: self._read(env, n))
-                node_kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self._read(env, n))
+                read = self._read
+                if "grove_layouts_read" in node.meta:  # Note [Layouts a PyTorch step reads]
+                    read = functools.partial(_in_layout, self._read, node.meta["grove_layouts_read"])
+                node_args = torch.fx.node.map_arg(node.args, lambda n: read(env, n))
+                node_kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: read(env, n))
                 if node.op == "call_function":
                     env[node] = node.target(*node_args, **node_kwargs)
                 elif node.op == "call_method":
@@ -406,6 +410,24 @@ class GraphRunner:
         if node in env:
             return env[node]
         return self._constant(node)
+
+
+def _in_layout(read, layouts, env, node):
+    """env's value of `node`, copied into the strides and storage offset
+    `layouts` names for it where its own differ (Note [Layouts a PyTorch step
+    reads], importer.py)."""
+    value = read(env, node)
+    layout = layouts.get(node)
+    if layout is None or not isinstance(value, torch.Tensor):
+        return value
+    strides, offset = layout
+    if tuple(value.stride()) == strides and value.storage_offset() == offset:
+        return value
+    extent = offset + sum((size - 1) * stride for size, stride in zip(value.shape, strides)) + 1
+    storage = torch.empty(max(extent, offset + 1), dtype=value.dtype, device=value.device)
+    laid_out = storage.as_strided(value.shape, strides, offset)
+    laid_out.copy_(value)
+    return laid_out
 
 
 _MARK_STATIC = []  # [torch._dynamo.mark_static_address or None], found on first use

@@ -483,6 +483,29 @@ class ImporterTest(unittest.TestCase):
             runner = plan.compile(backend=backend)
             torch.testing.assert_close(runner(grad), expected, rtol=RTOL, atol=ATOL, msg=backend)
 
+    def test_as_strided_in_pytorch_reads_the_traced_layout(self):
+        # Note [Layouts a PyTorch step reads]: HF Longformer chunks a
+        # [seq, batch, heads, dim] projection as overlapping windows with
+        # strides read off the tensor, which PyTorch made a transposed alias
+        # (reshape of two transposes is a view); the overlapping as_strided
+        # runs in PyTorch, and grove's contiguous segment output read through
+        # those strides gave other elements (6.6 off here; Longformer's
+        # gradients 0.5-16 off on an H200).
+        def chunks(x):
+            y = (x * 2).transpose(0, 1).transpose(1, 2).reshape(6, 8, 2).view(6, 2, 4, 2)
+            size, stride = list(y.size()), list(y.stride())
+            size[1], stride[1] = 3, stride[1] // 2
+            return y.as_strided(size, stride) + 1
+
+        x = torch.randn(8, 2, 3, 2)
+        plan = importer.import_graph(trace(chunks, x), [x])
+        self.assertEqual([op for _, op, _ in plan.unsupported], ["aten.as_strided"])
+        for backend in ("eager", "cudagraphs"):
+            runner = plan.compile(backend=backend)
+            for _ in range(3):
+                x = torch.randn(8, 2, 3, 2)
+                torch.testing.assert_close(runner(x), chunks(x), msg=backend)
+
     def test_constants_made_without_inputs_are_folded_and_bound(self):
         def function(x):
             mask = torch.ones(4, 4).tril().bool()
