@@ -55,6 +55,8 @@ MODULES = [
      "log1p); integer operands cast to the float result first"),
     ("grove.aten_unfold_ops", "Tensor.unfold as a gather of each window's taps; its backward "
      "sums the taps that read each position"),
+    ("grove.aten_triangle_ops", "tril/triu of values the inputs reach: where over a constant "
+     "triangle mask"),
     ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling, their "
      "backwards and those of plain bilinear and bicubic upsampling as two GEMMs with "
      "constant per-axis weight matrices taken from PyTorch's kernel once per shape (Note "

@@ -4,7 +4,7 @@ hyperbolic functions and their inverses, asin/acos, log2/log10/exp2, the
 fused multiply-adds addcmul/addcdiv/lerp, float math of integer tensors,
 argmax/max of integers and bools (CLIP's pooling takes the argmax of int32
 ids), Tensor.unfold with its backward (HaloNet), glu's backward, the edge
-paddings' backwards and sums of bools. Each graph imports whole
+paddings' backwards, sums of bools, and tril/triu. Each graph imports whole
 and "cudagraphs" equals "eager" bitwise (ConverterCase.check)."""
 import os
 import sys
@@ -121,6 +121,17 @@ class MathOpsTest(ConverterCase):
                     flags.amax(dim=2), torch.ops.aten.sum(flags[0, 0, 0, 0]))
 
         self.check(function, [torch.randn(2, 3, 4, 5)])
+
+    def test_triangles_of_values_that_depend_on_the_inputs(self):
+        # Longformer's invalid-location masks, causal masks built from a
+        # padding mask: tril and triu of values the inputs reach.
+        def function(x, n, flags):
+            return (x.tril(), x.triu(), x.tril(-1), x.triu(2), n.tril(1), flags.triu(-2),
+                    (x * 2).tril()[0])
+
+        self.check(function, [torch.randn(3, 4, 6), torch.randint(-5, 5, (5, 4)),
+                              torch.rand(2, 4, 4) > 0.3])
+        self.check(lambda x: (x.tril(), x.triu(1)), [torch.randn(2, 5, 5).bfloat16()], **BF16)
 
 
 if __name__ == "__main__":
