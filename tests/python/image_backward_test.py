@@ -14,9 +14,9 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import grove.training  # noqa: E402
-from grove import importer  # noqa: E402
 import junit_main  # noqa: E402
-from training_test import SEED, _autograd_graph, assert_close_all, grads  # noqa: E402
+from training_test import (SEED, assert_close_all, check_forward_and_backward,  # noqa: E402
+                           grads)
 
 
 class ImageBackwardsTest(unittest.TestCase):
@@ -24,19 +24,8 @@ class ImageBackwardsTest(unittest.TestCase):
         torch.manual_seed(SEED)
 
     def check(self, function, *inputs, expected_ops=(), atol=1e-4):
-        graph, joint = _autograd_graph(function, *inputs)
-        ops = {importer.op_name(n.target) for n in graph.graph.nodes if n.op == "call_function"}
-        for op in expected_ops:
-            self.assertIn(op, ops, "the traced graph holds %s" % op)
-        plan = importer.import_graph(graph, inputs, strict=True)
-        expected = [e.detach() for e in joint(*inputs)]
-        for backend in ("eager", "cudagraphs"):
-            runner = plan.compile(backend=backend)
-            for _ in range(2):
-                actual = [a.detach() for a in runner(*inputs)]
-            for index, (a, e) in enumerate(zip(actual, expected)):
-                torch.testing.assert_close(a, e, rtol=1e-4, atol=atol,
-                                           msg=lambda m: "%s output %d: %s" % (backend, index, m))
+        return check_forward_and_backward(self, function, *inputs, expected_ops=expected_ops,
+                                          atol=atol)
 
     def test_convolution_backward(self):
         x = torch.randn(2, 4, 7, 8)

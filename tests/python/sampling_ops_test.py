@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from grove import importer  # noqa: E402
 from importer_ops_test import ConverterCase  # noqa: E402
-from training_test import _autograd_graph  # noqa: E402
+from training_test import check_forward_and_backward  # noqa: E402
 import junit_main  # noqa: E402
 
 
@@ -23,21 +23,8 @@ class SamplingCase(ConverterCase):
     def check_gradients(self, function, *inputs, expected_ops=(), atol=1e-4):
         """function's value and its gradients for every float input, through
         one imported forward-and-backward graph, against torch."""
-        graph, joint = _autograd_graph(function, *inputs)
-        ops = {importer.op_name(n.target) for n in graph.graph.nodes if n.op == "call_function"}
-        for op in expected_ops:
-            self.assertIn(op, ops, "the traced graph holds %s" % op)
-        plan = importer.import_graph(graph, inputs)
-        self.assertEqual(plan.unsupported, [])
-        expected = [e.detach() for e in joint(*inputs)]
-        for backend in ("eager", "cudagraphs"):
-            runner = plan.compile(backend=backend)
-            for _ in range(2):
-                actual = [a.detach() for a in runner(*inputs)]
-            for index, (a, e) in enumerate(zip(actual, expected)):
-                torch.testing.assert_close(a, e, rtol=1e-4, atol=atol,
-                                           msg=lambda m: "%s output %d: %s" % (backend, index, m))
-        return plan
+        return check_forward_and_backward(self, function, *inputs, expected_ops=expected_ops,
+                                          atol=atol)
 
 
 class FoldTest(SamplingCase):

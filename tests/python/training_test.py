@@ -866,6 +866,28 @@ def _autograd_graph(function, *inputs):
     return make_fx(functionalize(traced))(*inputs), joint
 
 
+def check_forward_and_backward(test, function, *inputs, expected_ops=(), atol=1e-4):
+    """function's value and its gradients for every float input, through one
+    imported forward-and-backward graph (_autograd_graph, as AOTAutograd
+    traces them; imported strict: nothing left to PyTorch), against torch in
+    both backends; asserts the traced graph holds `expected_ops`. Returns the
+    plan."""
+    graph, joint = _autograd_graph(function, *inputs)
+    ops = {importer.op_name(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+    for op in expected_ops:
+        test.assertIn(op, ops, "the traced graph holds %s" % op)
+    plan = importer.import_graph(graph, inputs, strict=True)
+    expected = [e.detach() for e in joint(*inputs)]
+    for backend in ("eager", "cudagraphs"):
+        runner = plan.compile(backend=backend)
+        for _ in range(2):
+            actual = [a.detach() for a in runner(*inputs)]
+        for index, (a, e) in enumerate(zip(actual, expected)):
+            torch.testing.assert_close(a, e, rtol=1e-4, atol=atol,
+                                       msg=lambda m: "%s output %d: %s" % (backend, index, m))
+    return plan
+
+
 class BackwardOpsTest(unittest.TestCase):
     """Each backward ATen op through make_fx of torch.autograd.grad, imported
     whole into grove and compared with torch."""
