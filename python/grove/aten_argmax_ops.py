@@ -101,13 +101,22 @@ def _topk(c, a):
     view[dim] = size
     positions = c.importer.constant(c.segment, torch.arange(size, dtype=torch.int64).view(
         view).to(c.importer.device))
-    remaining = c.tensor(x) if largest else c.emit("neg", [c.tensor(x)])
+    ordered = c.tensor(x) if largest else c.emit("neg", [c.tensor(x)])
+    # Positions already taken leave the race by a mask, not by a value: a row
+    # whose values left are all -inf (logits a sampler masked) still gives
+    # distinct positions, as PyTorch's topk does.
+    available = None
     values, indices = [], []
     for round_ in range(k):
         if round_:
-            taken = c.emit("eq", [positions, indices[-1]])
-            remaining = c.emit("where", [taken, c.scalar(-float("inf"), dtype), remaining])
-        top, index = _extreme_of(c, remaining, shape, dim)
+            free = c.emit("ne", [positions, indices[-1]])
+            available = free if available is None else c.emit("bitwise_and", [available, free])
+            remaining = c.emit("where", [available, ordered, c.scalar(-float("inf"), dtype)])
+            top = c.emit("max", [remaining], {"dims": [dim], "keepdim": 1})
+            hits = c.emit("bitwise_and", [available, c.emit("eq", [ordered, top])])
+            index = _first_position(c, hits, shape, dim)
+        else:
+            top, index = _extreme_of(c, ordered, shape, dim)
         values.append(top if largest else c.emit("neg", [top]))
         indices.append(index)
     if k == 1:

@@ -39,6 +39,8 @@ class _Converter:
         name = "%s.%d" % (self.node.name, segment.counter)
         entry = {"name": name, "op": op, "inputs": list(inputs)}
         if attrs:
+            if op == "full" and math.isinf(attrs.get("value", 0.0)):
+                attrs = dict(attrs, value=json_infinity(attrs["value"], attrs.get("dtype")))
             entry["attrs"] = attrs
         segment.program_nodes.append(entry)
         return name
@@ -50,9 +52,6 @@ class _Converter:
     def scalar(self, value, dtype):
         if isinstance(value, bool) and dtype != torch.bool:
             value = float(value)
-        if math.isinf(value) and dtype in (torch.float32, torch.float16, torch.bfloat16):
-            value = math.copysign(3.4028234663852886e38 if dtype == torch.float32 else 3.38e38,
-                                  value)
         return self.emit("full", [], {"value": float(value), "shape": [],
                                       "dtype": dtype_name(dtype)})
 
@@ -71,6 +70,21 @@ class _Converter:
         if from_dtype == to_dtype:
             return name
         return self.emit("cast", [name], {"dtype": dtype_name(to_dtype)})
+
+
+# Note [Infinite constants]: a program travels as JSON, which has no
+# infinity, and a constant was once clamped to f32's largest finite value
+# (masked_fill(mask, -inf) gave -3.4e38, where PyTorch has -inf: a row of
+# scores all masked softmaxed to a uniform row instead of PyTorch's NaN, and
+# an output holding the mask showed the difference). f32, bf16 and f16
+# constants compute in f32, and 1e39 rounds to f32's infinity when the kernel
+# is built (llvm::ConstantFP of a float), so an infinite constant travels as
+# +-1e39 and is infinite in the kernel; f64 keeps its largest finite value.
+# Test: MathOpsTest.test_infinite_constants_stay_infinite
+# (tests/python/importer_math_ops_test.py).
+def json_infinity(value, dtype):
+    """A finite JSON number that a `full` of `dtype` reads as `value` (+-inf)."""
+    return math.copysign(1.7976931348623157e308 if dtype == "f64" else 1e39, value)
 
 
 def compute_dtype(dtype):

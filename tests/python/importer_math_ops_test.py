@@ -133,6 +133,41 @@ class MathOpsTest(ConverterCase):
                               torch.rand(2, 4, 4) > 0.3])
         self.check(lambda x: (x.tril(), x.triu(1)), [torch.randn(2, 5, 5).bfloat16()], **BF16)
 
+    def test_infinite_constants_stay_infinite(self):
+        # Note [Infinite constants] (aten_ops.py): masked_fill with -inf (a
+        # sliding window's invalid locations, a causal mask) gave -3.4e38.
+        def function(x, mask):
+            scores = x.masked_fill(mask, -float("inf"))
+            return (scores, torch.softmax(scores, -1), x.masked_fill(mask, float("inf")),
+                    torch.clamp(x, min=-float("inf"), max=0.5),
+                    torch.nn.functional.pad(x, (1, 1), value=-float("inf")))
+
+        x = torch.randn(4, 6)
+        mask = torch.rand(4, 6) > 0.5
+        mask[0] = True
+        mask[0, 3] = False  # one score left: softmax puts all of the row on it
+        mask[1] = False
+        self.check(function, [x, mask])
+        self.check(function, [x.bfloat16(), mask], **BF16)
+
+    def test_topk_past_the_finite_values_gives_distinct_positions(self):
+        # A sampler's logits with most of the vocabulary masked to -inf and
+        # k larger than what is left: the taken positions leave by a mask, so
+        # the -inf ones that follow are distinct (Note [Infinite constants]
+        # made the masked values and the old taken-marker both -inf).
+        logits = torch.randn(2, 12)
+        logits[:, 3:] = -float("inf")
+        graph = make_fx(lambda t: torch.topk(t, 6))(logits)
+        plan = importer.import_graph(graph, [logits])
+        self.assertEqual(plan.unsupported, [])
+        values, indices = plan.compile(backend="eager")(logits)
+        expected, _ = torch.topk(logits, 6)
+        torch.testing.assert_close(values, expected)
+        for row in range(2):
+            self.assertEqual(len(set(indices[row].tolist())), 6, indices[row])
+            self.assertEqual(sorted(indices[row, :3].tolist()), [0, 1, 2])
+            torch.testing.assert_close(logits[row, indices[row]], values[row])
+
 
 if __name__ == "__main__":
     junit_main.main()
