@@ -70,7 +70,14 @@ OpDef reduce_op(const std::string& name, const std::string& summary, bool floati
     ReductionPlan plan;
     plan.reduced_dims =
         normalize_reduce_dims(context, context.attrs.get_ints("dims"), context.operand(0).rank());
-    return build(emitter, operands[0], row_length(context, plan));
+    int reduced = build(emitter, operands[0], row_length(context, plan));
+    // A reduction accumulates in f32 (Note [Kernel spec reductions]); an
+    // integer one hands its consumers in the same kernel a value of its own
+    // dtype, as its output would be (an integer sum added to another failed
+    // to build: "expected numeric operands of the result's dtype").
+    // Test: OpsLowering.IntegerReductionsFeedIntegerOpsInOneKernel.
+    const DType dtype = context.operand(0).dtype;
+    return is_integer(dtype) ? emitter.cast(reduced, dtype) : reduced;
   };
   return def;
 }

@@ -527,15 +527,62 @@ def _reduce(op):
         keepdim = 1 if a.get("keepdim") else 0
         if rank == 0:
             return c.cast(value, work, result) if c.dtype(x) == torch.bool else value
-        if not keepdim and sorted(dims or range(rank)) == list(range(rank)):
-            reduced = full_reduction(c, op, value, rank)
+        whole = not keepdim and sorted(dims or range(rank)) == list(range(rank))
+
+        def reduce(name):
+            if whole:
+                return full_reduction(c, op, name, rank)
+            return c.emit(op, [name], {"dims": dims, "keepdim": keepdim})
+
+        if op == "sum" and not result.is_floating_point:
+            count = 1
+            for d in (dims or range(rank)):
+                count *= c.shape(x)[d]
+            if c.dtype(x) != torch.bool:
+                value = c.cast(value, c.dtype(x), result)  # int32 sums to int64, as PyTorch
+            reduced = integer_sum(c, value, result, count, c.dtype(x) == torch.bool, reduce)
         else:
-            reduced = c.emit(op, [value], {"dims": dims, "keepdim": keepdim})
+            reduced = reduce(value)
         if c.dtype(x) == torch.bool and result == torch.bool:
             reduced = c.cast(reduced, torch.int32, torch.bool)
         return reduced
 
     return convert
+
+
+# Note [Integer sums in f32-exact pieces]: grove's reductions accumulate in f32
+# (Note [Kernel spec reductions]), exact for integers only up to 2^24. A sum of
+# 0/1 values (a bool mask counted) is exact below 2^24 elements a sum. Other
+# integers are summed in 8-bit pieces (x & (255 << 8k), the top piece signed):
+# each piece's sum is 2^(8k) times a sum of values under 256, exact while the
+# count stays under 2^24 / 255, and the pieces' sums add in integer
+# arithmetic. A longer sum is left to PyTorch, said why. Test:
+# MathOpsTest.test_integer_sums_are_exact (tests/python/importer_math_ops_test.py).
+_PIECE_BITS = {torch.int64: 64, torch.int32: 32, torch.int16: 16, torch.int8: 8, torch.uint8: 8}
+_EXACT = 1 << 24
+
+
+def integer_sum(c, value, dtype, count, counts_bools, reduce):
+    """reduce(value) for a sum of integers, exact (Note [Integer sums in
+    f32-exact pieces]); `value` already has the result's integer dtype."""
+    if counts_bools:
+        if count >= _EXACT:
+            raise Unsupported("a count of %d booleans (grove's f32 sums are exact below 2^24)"
+                              % count)
+        return reduce(value)
+    if count * 255 >= _EXACT:
+        raise Unsupported("a sum of %d integers (grove's f32 sums take them exactly in 8-bit "
+                          "pieces below %d)" % (count, _EXACT // 255))
+    bits = _PIECE_BITS.get(dtype, 64)
+    total = None
+    for shift in range(0, bits, 8):
+        mask = 255 << shift
+        if shift + 8 == bits and dtype != torch.uint8:
+            mask -= 1 << bits  # the top piece keeps the sign (two's complement)
+        piece = c.emit("bitwise_and", [value, c.scalar(mask, dtype)])
+        summed = reduce(piece)
+        total = summed if total is None else c.emit("add", [total, summed])
+    return total
 
 
 def full_reduction(c, op, name, rank):

@@ -4,7 +4,7 @@ hyperbolic functions and their inverses, asin/acos, log2/log10/exp2, the
 fused multiply-adds addcmul/addcdiv/lerp, float math of integer tensors,
 argmax/max of integers and bools (CLIP's pooling takes the argmax of int32
 ids), Tensor.unfold with its backward (HaloNet), glu's backward, the edge
-paddings' backwards, sums of bools, and tril/triu. Each graph imports whole
+paddings' backwards, sums of bools and integers, and tril/triu. Each graph imports whole
 and "cudagraphs" equals "eager" bitwise (ConverterCase.check)."""
 import os
 import sys
@@ -167,6 +167,24 @@ class MathOpsTest(ConverterCase):
             self.assertEqual(len(set(indices[row].tolist())), 6, indices[row])
             self.assertEqual(sorted(indices[row, :3].tolist()), [0, 1, 2])
             torch.testing.assert_close(logits[row, indices[row]], values[row])
+
+    def test_integer_sums_are_exact(self):
+        # Note [Integer sums in f32-exact pieces] (aten_ops.py): token ids
+        # summed over a sequence pass f32's 2^24; so do large int64 values.
+        def function(ids, wide, small, flags):
+            return (ids.sum(-1), ids.sum(), wide.sum(0), wide.sum(dim=(0, 1), keepdim=True),
+                    small.sum(1, dtype=torch.int32), flags.sum(-1), (ids > 500).sum(),
+                    small.sum(0))
+
+        ids = torch.randint(0, 50000, (3, 700))
+        wide = torch.randint(-2 ** 60, 2 ** 60, (5, 4, 3))
+        wide[0, 0, 0] = -2 ** 62
+        small = torch.randint(-2 ** 25, 2 ** 25, (4, 30), dtype=torch.int32)  # no int32 overflow
+        flags = torch.rand(3, 700) > 0.5
+        self.check(function, [ids, wide, small, flags], rtol=0, atol=0)  # exactly
+        # Past what the pieces hold exactly, the sum stays in PyTorch.
+        self.check(lambda t: t.sum(), [torch.randint(0, 9, (300, 300))],
+                   unsupported=["aten.sum"])
 
 
 if __name__ == "__main__":

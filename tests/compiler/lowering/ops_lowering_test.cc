@@ -338,6 +338,24 @@ TEST(OpLowering, ErfAsOneExpressionMatchesTheWrittenOutForm) {
 // Note [Concat parts compute their operand]: rotate_half(x) = cat(-x2, x1)
 // as rotary embeddings use it: the negation is computed by the concat's part
 // kernel, not a kernel of its own.
+// An integer reduction read by an integer op in the same kernel (reduction_ops.cc:
+// the reduced f32 value is cast to the reduction's dtype): the importer's exact
+// integer sums add 8-bit pieces' sums; before, building the kernel failed.
+TEST(OpLowering, IntegerReductionsFeedIntegerOpsInOneKernel) {
+  for (const DType dtype : {DType::kI64, DType::kI32}) {
+    ProgramBuilder b("integer_sums", kSim);
+    ValueId x = in(b, "x", {3, 40}, dtype);
+    ValueId y = in(b, "y", {3}, dtype);
+    b.output(b.add(b.add(b.sum(x, {1}), y), b.max(x, {1})));
+    compiler::ir::Program program = b.build();
+    testing::InputRanges ranges;
+    ranges.int_low = -200;
+    ranges.int_high = 200;
+    testing::expect_matches_reference(program, testing::random_inputs(program, 20261128, ranges),
+                                      kSim, testing::Tolerance{0, 0}, "integer_sums");
+  }
+}
+
 TEST(Concat, NegatedHalfCostsNoKernel) {
   ProgramBuilder b("rotary", kSim);
   ValueId x = in(b, "x", {2, 3, 8}, DType::kF32);
