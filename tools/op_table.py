@@ -25,8 +25,8 @@ MODULES = [
     ("grove.aten_index_ops", "embedding (rows picked by flat ids; negative ids wrap); "
      "embedding_bag: bags of one size, then sum / mean / max"),
     ("grove.aten_index_put_ops", "rows compared with the target rows: the last write wins, or "
-     "accumulating writes add through one GEMM (floats); masked_scatter: a gather at the "
-     "mask's running count"),
+     "accumulating writes add through one GEMM (floats); a boolean mask with one value for "
+     "every position it picks: a where; masked_scatter: a gather at the mask's running count"),
     ("grove.aten_conv_ops", "2-d (and 1-d, as 2-d) convolution as im2col (a gather of windows, "
      "or views where the patches tile the image) + one GEMM; pooling as gathered windows + max / sum (Note [Windows "
      "as gathers]); unfold (im2col) as the same gathered windows"),
@@ -57,6 +57,8 @@ MODULES = [
      "sums the taps that read each position"),
     ("grove.aten_triangle_ops", "tril/triu of values the inputs reach: where over a constant "
      "triangle mask"),
+    ("grove.aten_any_all_ops", "any/all as the maximum or minimum of the values' truth (int32), "
+     "given back as bool"),
     ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling, their "
      "backwards and those of plain bilinear and bicubic upsampling as two GEMMs with "
      "constant per-axis weight matrices taken from PyTorch's kernel once per shape (Note "

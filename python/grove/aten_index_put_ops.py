@@ -102,6 +102,37 @@ def _write(c, x, dims, targets, ids_shape, values, values_shape, accumulate, pos
     return out
 
 
+def _masked_put(c, a, x, shape, indices, dims):
+    """x[mask] = v (or += v) with one boolean mask and a value that is the same
+    for every selected position (a scalar, or one row of the dims after the
+    mask): a where, no data-dependent count. A value per selected position
+    (its count known only at run time) stays in PyTorch."""
+    if len(dims) != 1 or c.dtype(indices[dims[0]]) != torch.bool:
+        raise Unsupported("index_put with a boolean mask among other indices")
+    d = dims[0]
+    mask_shape = list(c.shape(indices[d]))
+    rest = list(shape[d + len(mask_shape):])
+    if list(shape[d:d + len(mask_shape)]) != mask_shape:
+        raise Unsupported("index_put with a boolean mask of another shape")
+    values = a["values"]
+    value_shape = list(c.shape(values))
+    if value_shape[:1] == [1] and len(value_shape) == len(rest) + 1:
+        value_shape = value_shape[1:]
+    if len(value_shape) > len(rest) or any(
+            have not in (1, want) for have, want in zip(value_shape[::-1], rest[::-1])):
+        raise Unsupported("index_put with a boolean mask and a value per selected position")
+    dtype = c.dtype(x)
+    mask = c.emit("reshape", [c.tensor(indices[d])],
+                  {"shape": [1] * d + mask_shape + [1] * len(rest)})
+    value = c.emit("reshape", [c.operand(values, dtype)],
+                   {"shape": [1] * (d + len(mask_shape)) + [1] * (len(rest) - len(value_shape))
+                    + value_shape})
+    base = c.tensor(x)
+    if a.get("accumulate"):
+        value = c.emit("add", [base, value])
+    return c.emit("where", [mask, value, base])
+
+
 def _index_put(c, a):
     x = a["self"]
     shape = c.shape(x)
@@ -110,9 +141,10 @@ def _index_put(c, a):
     if not dims:
         raise Unsupported("index_put without tensor indices")
     for d in dims:
-        if not isinstance(indices[d], torch.fx.Node) or \
-                c.dtype(indices[d]) in (torch.bool, torch.uint8):
+        if not isinstance(indices[d], torch.fx.Node):
             raise Unsupported("index_put with a boolean mask")
+        if c.dtype(indices[d]) in (torch.bool, torch.uint8):
+            return _masked_put(c, a, x, shape, indices, dims)
     ids_shape = list(torch.broadcast_shapes(*[tuple(c.shape(indices[d])) for d in dims]))
     flat = None
     for k, d in enumerate(dims):

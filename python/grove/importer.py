@@ -15,6 +15,7 @@ import os
 import torch
 import torch.fx
 
+from grove import aten_any_all_ops  # noqa: F401 (adds any and all)
 from grove import aten_argmax_ops  # noqa: F401 (adds argmax, argmin, max/min with indices)
 from grove import aten_backward_ops  # noqa: F401 (adds the backward ops to CONVERTERS)
 from grove import aten_batch_norm_ops  # noqa: F401 (adds batch norm and its backward)

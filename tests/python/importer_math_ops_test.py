@@ -4,7 +4,8 @@ hyperbolic functions and their inverses, asin/acos, log2/log10/exp2, the
 fused multiply-adds addcmul/addcdiv/lerp, float math of integer tensors,
 argmax/max of integers and bools (CLIP's pooling takes the argmax of int32
 ids), Tensor.unfold with its backward (HaloNet), glu's backward, the edge
-paddings' backwards, sums of bools and integers, and tril/triu. Each graph imports whole
+paddings' backwards, sums of bools and integers, tril/triu, any/all, and
+writes through a boolean mask of one value. Each graph imports whole
 and "cudagraphs" equals "eager" bitwise (ConverterCase.check)."""
 import os
 import sys
@@ -185,6 +186,43 @@ class MathOpsTest(ConverterCase):
         # Past what the pieces hold exactly, the sum stays in PyTorch.
         self.check(lambda t: t.sum(), [torch.randint(0, 9, (300, 300))],
                    unsupported=["aten.sum"])
+
+    def test_any_and_all(self):
+        # Longformer asks whether any token has global attention.
+        def function(x, flags):
+            return (flags.any(), flags.all(), flags.any(dim=1), flags.all(dim=-1, keepdim=True),
+                    (x > 0).any(0), x.any(), x.all(dim=1), torch.ops.aten.any.dims(flags, [0, 2])
+                    if hasattr(torch.ops.aten.any, "dims") else flags.any(2))
+
+        x = torch.randint(0, 3, (4, 5, 3))
+        flags = torch.rand(4, 5, 3) > 0.7
+        flags[0] = False
+        flags[1] = True
+        self.check(function, [x, flags])
+
+    def test_writes_through_a_boolean_mask_of_one_value(self):
+        # x[mask] = v where v is one value (or one row) for every position
+        # picked: a where; a value per position picked stays in PyTorch.
+        def function(x, mask, row):
+            y = x.clone()
+            y[mask] = 0.5
+            z = x.clone()
+            z[mask] = row
+            w = x.clone().index_put_((mask,), torch.tensor(2.0), accumulate=True)
+            return y, z, w
+
+        x = torch.randn(4, 5, 3)
+        mask = torch.rand(4, 5) > 0.5
+        self.check(function, [x, mask, torch.randn(3)])
+
+        def per_position(x, mask, values):
+            y = x.clone()
+            y[mask] = values
+            return y
+
+        mask = torch.zeros(4, 5, dtype=torch.bool)
+        mask[1, 2] = mask[3, 0] = True
+        self.check(per_position, [x, mask, torch.randn(2, 3)], unsupported=["aten.index_put_"])
 
 
 if __name__ == "__main__":
