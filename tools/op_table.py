@@ -57,6 +57,9 @@ MODULES = [
      "sums the taps that read each position"),
     ("grove.aten_triangle_ops", "tril/triu of values the inputs reach: where over a constant "
      "triangle mask"),
+    ("grove.aten_conv3d_ops", "3-d convolution, its backward and 3-d max/average pooling as "
+     "2-d ones over depth slices, summed over the kernel's depth taps (Note [3-d convolutions "
+     "as 2-d ones]); max_pool3d's indices stay in PyTorch"),
     ("grove.aten_any_all_ops", "any/all as the maximum or minimum of the values' truth (int32), "
      "given back as bool"),
     ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling, their "

@@ -115,12 +115,14 @@ def _edge_pad_backward(reflect):
 def summed_at_sources(c, name, shape, dim, sources, size, dtype):
     """The backward of reading dim `dim` of a value at positions `sources`
     (name: the gradient, `shape`, one source in [0, size) per position of
-    dim): each of the `size` positions sums the gradient at the positions
-    that read it, gathered by constant ids with a zero row for those read
-    fewer times than the most-read one."""
+    dim, or None for a position in the padding, which reads nothing): each
+    of the `size` positions sums the gradient at the positions that read it,
+    gathered by constant ids with a zero row for those read fewer times than
+    the most-read one."""
     readers = [[] for _ in range(size)]
     for position, source in enumerate(sources):
-        readers[source].append(position)
+        if source is not None:
+            readers[source].append(position)
     width = max(1, max(len(found) for found in readers))
     sentinel = len(sources)
     table = torch.tensor([found + [sentinel] * (width - len(found)) for found in readers],

@@ -11,6 +11,7 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -223,6 +224,49 @@ class MathOpsTest(ConverterCase):
         mask = torch.zeros(4, 5, dtype=torch.bool)
         mask[1, 2] = mask[3, 0] = True
         self.check(per_position, [x, mask, torch.randn(2, 3)], unsupported=["aten.index_put_"])
+
+
+class Conv3dTest(ConverterCase):
+    """Note [3-d convolutions as 2-d ones] (aten_conv3d_ops.py)."""
+
+    def test_three_d_convolutions_match_torch(self):
+        x = torch.randn(2, 4, 5, 6, 7)
+
+        def function(x, w, b, depthwise, wide):
+            return (F.conv3d(x, w, b, padding=1), F.conv3d(x, w, stride=(2, 1, 2)),
+                    F.conv3d(x, depthwise, groups=4, padding=(2, 1, 0), dilation=(2, 1, 1)),
+                    F.conv3d(x, wide, padding=(0, 1, 1)))
+
+        self.check(function, [x, torch.randn(3, 4, 3, 3, 3), torch.randn(3),
+                              torch.randn(4, 1, 3, 3, 2), torch.randn(5, 4, 1, 3, 3)], atol=1e-4)
+
+    def test_three_d_convolution_gradients_match_torch(self):
+        from training_test import check_forward_and_backward
+
+        def function(x, w, b):
+            return (F.conv3d(x, w, b, stride=(2, 1, 1), padding=(1, 0, 1)) ** 2).sum()
+
+        check_forward_and_backward(self, function, torch.randn(2, 3, 5, 4, 5),
+                                   torch.randn(4, 3, 3, 2, 3), torch.randn(4),
+                                   expected_ops=["aten.convolution_backward"], atol=1e-3)
+
+        def depthwise(x, w):  # R(2+1)D's and S3D's separable blocks
+            return (F.conv3d(x, w, groups=3, padding=(1, 1, 0), dilation=(2, 1, 1)) ** 2).sum()
+
+        check_forward_and_backward(self, depthwise, torch.randn(2, 3, 6, 4, 4),
+                                   torch.randn(6, 1, 3, 1, 2),
+                                   expected_ops=["aten.convolution_backward"], atol=1e-3)
+
+    def test_three_d_pooling_matches_torch(self):
+        # S3D's max and average pooling over time and space.
+        def function(x):
+            return (F.max_pool3d(x, (1, 3, 3), (1, 2, 2), (0, 1, 1)),
+                    F.max_pool3d(x, 3, 2, 1), F.max_pool3d(x, (2, 2, 2), ceil_mode=True),
+                    F.avg_pool3d(x, (2, 3, 3), 1), F.avg_pool3d(x, 3, 2, 1),
+                    F.avg_pool3d(x, 3, 2, 1, count_include_pad=False),
+                    F.avg_pool3d(x, 2, ceil_mode=True), F.avg_pool3d(x, 2, divisor_override=3))
+
+        self.check(function, [torch.randn(2, 3, 5, 7, 6)])
 
 
 if __name__ == "__main__":
