@@ -88,12 +88,12 @@ def to_nchw(c, rows, out_h, out_w, n, channels):
 
 
 def two_d_only(c, x):
-    """Unsupported for a convolution that is not 2-d (conv3d: it runs in
-    PyTorch); callers have taken 1-d ones as 2-d before (Note [1-d
-    convolutions as 2-d ones])."""
+    """Unsupported for a convolution that is not 2-d; callers have taken 1-d
+    ones as 2-d before (Note [1-d convolutions as 2-d ones]), and 3-d ones
+    never reach here (Note [3-d convolutions as 2-d ones], aten_conv3d_ops)."""
     rank = len(c.shape(x))
     if rank != 4:
-        raise Unsupported("a %d-d convolution (grove takes 1-d and 2-d ones)" % (rank - 2))
+        raise Unsupported("a %d-d convolution (grove takes 1-d, 2-d and 3-d ones)" % (rank - 2))
 
 
 class ConvGeometry:

@@ -728,7 +728,7 @@ def _fused_attention(c, a, scale):
 # grove_scaled_dot_product_attention: Note [Attention kept whole through
 # tracing] (kept_attention.py).
 _ONE_RESULT_ATTENTION = {"aten.scaled_dot_product_attention",
-                         "aten.grove_scaled_dot_product_attention"}
+                         "grove.grove_scaled_dot_product_attention"}
 
 
 def _repeat_heads(c, x, heads):
@@ -873,7 +873,7 @@ CONVERTERS = {
     "aten._scaled_dot_product_cudnn_attention": _attention,
     "aten._scaled_dot_product_attention": _attention,
     "aten._scaled_dot_product_attention_forward": _attention,
-    "aten.grove_scaled_dot_product_attention": _attention,
+    "grove.grove_scaled_dot_product_attention": _attention,
 }
 
 

@@ -24,10 +24,21 @@ def dtype_name(dtype):
     return names[dtype]
 
 
+# Note [Op names keep their namespace]: op_name once named every operator
+# overload "aten.<name>", so a custom op of another library with an ATen op's
+# name (mylib::add, transformers::grouped_mm_fallback) reached the ATen
+# converter of that name: another op's semantics, silently. An op is named by
+# its own namespace ("aten.addmm", "grove.grove_scaled_dot_product_attention",
+# "transformers.grouped_mm_fallback"), and only converters registered under
+# that namespace take it. Test: ImporterTest.test_a_custom_op_named_like_an_
+# aten_op_runs_in_pytorch (tests/python/importer_test.py).
 def op_name(target):
-    """'aten.addmm' for aten.addmm.default; the callable's name otherwise."""
+    """'aten.addmm' for aten.addmm.default ('<namespace>.<name>' for another
+    library's op); the callable's name otherwise."""
     if isinstance(target, torch._ops.OpOverload):
-        return "aten." + target.overloadpacket.__name__
+        namespace = target._schema.name.split("::", 1)[0] if "::" in target._schema.name \
+            else "aten"
+        return "%s.%s" % (namespace, target.overloadpacket.__name__)
     if target is operator.getitem:
         return "getitem"
     return getattr(target, "__name__", str(target))

@@ -855,12 +855,11 @@ class ConvolutionTest(ConverterCase):
         plan = self.check(gradients, [grad, x, args[1]])
         self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
 
-        def volume(v, k):  # a 3-d convolution still runs in PyTorch, named
+        def volume(v, k):  # 3-d ones: Conv3dTest (importer_math_ops_test.py)
             return F.conv3d(v, k) * 2
 
-        plan = self.check(volume, [torch.randn(1, 2, 4, 4, 4), torch.randn(3, 2, 2, 2, 2)],
-                          unsupported=["aten.convolution"])
-        self.assertIn("3-d convolution", plan.unsupported[0][2])
+        self.check(volume, [torch.randn(1, 2, 4, 4, 4), torch.randn(3, 2, 2, 2, 2)])
+
     def test_convolution_variants_match_torch(self):
         cases = [
             dict(stride=1, padding=1, dilation=1, groups=1, kernel=3, bias=True),

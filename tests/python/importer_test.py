@@ -506,6 +506,25 @@ class ImporterTest(unittest.TestCase):
                 x = torch.randn(8, 2, 3, 2)
                 torch.testing.assert_close(runner(x), chunks(x), msg=backend)
 
+    def test_a_custom_op_named_like_an_aten_op_runs_in_pytorch(self):
+        # Note [Op names keep their namespace] (fx_common.py): a library's
+        # own "add" (here: x + 2y) was imported as aten.add (x + y).
+        library = torch.library.Library("grove_test_ns", "DEF")
+        library.define("add(Tensor x, Tensor y) -> Tensor")
+        library.impl("add", lambda x, y: x + 2 * y, "CompositeExplicitAutograd")
+        try:
+            def function(x, y):
+                return torch.ops.grove_test_ns.add(x * 1.5, y) - 1
+
+            x, y = torch.randn(3, 4), torch.randn(3, 4)
+            plan = importer.import_graph(trace(function, x, y), [x, y])
+            self.assertEqual([op for _, op, _ in plan.unsupported], ["grove_test_ns.add"])
+            for backend in ("eager", "cudagraphs"):
+                torch.testing.assert_close(plan.compile(backend=backend)(x, y), function(x, y),
+                                           msg=backend)
+        finally:
+            del library
+
     def test_constants_made_without_inputs_are_folded_and_bound(self):
         def function(x):
             mask = torch.ones(4, 4).tril().bool()
