@@ -60,6 +60,9 @@ MODULES = [
     ("grove.aten_conv3d_ops", "3-d convolution, its backward and 3-d max/average pooling as "
      "2-d ones over depth slices, summed over the kernel's depth taps (Note [3-d convolutions "
      "as 2-d ones]); max_pool3d's indices stay in PyTorch"),
+    ("grove.aten_conv_transpose_ops", "transposed 2-d and 1-d convolution as the input "
+     "gradient of the convolution it transposes (Note [Transposed convolutions as input "
+     "gradients]); its own backward stays in PyTorch"),
     ("grove.aten_any_all_ops", "any/all as the maximum or minimum of the values' truth (int32), "
      "given back as bool"),
     ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling, their "

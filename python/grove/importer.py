@@ -22,6 +22,7 @@ from grove import aten_batch_norm_ops  # noqa: F401 (adds batch norm and its bac
 from grove import aten_conv3d_ops  # noqa: F401 (adds 3-d convolution and its backward)
 from grove import aten_conv_backward_ops  # noqa: F401 (adds the image ops' backwards)
 from grove import aten_conv_ops  # noqa: F401 (adds convolution and pooling)
+from grove import aten_conv_transpose_ops  # noqa: F401 (adds transposed convolution)
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
 from grove import aten_grid_sample_ops  # noqa: F401 (adds grid_sampler_2d and its backward)
 from grove import aten_group_norm_ops  # noqa: F401 (adds group norm)

@@ -269,5 +269,20 @@ class Conv3dTest(ConverterCase):
         self.check(function, [torch.randn(2, 3, 5, 7, 6)])
 
 
+class ConvTransposeTest(ConverterCase):
+    """Note [Transposed convolutions as input gradients] (aten_conv_transpose_ops.py)."""
+
+    def test_transposed_convolutions_match_torch(self):
+        def function(x, w, b, grouped, x1, w1):
+            return (F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+                    F.conv_transpose2d(x, w, stride=(1, 2), dilation=(2, 1)),
+                    F.conv_transpose2d(x, grouped, groups=2, stride=3, padding=(0, 2)),
+                    F.conv_transpose1d(x1, w1, b, stride=4, padding=2, output_padding=1))
+
+        self.check(function, [torch.randn(2, 4, 5, 6), torch.randn(4, 3, 3, 3), torch.randn(3),
+                              torch.randn(4, 2, 2, 4), torch.randn(2, 4, 9),
+                              torch.randn(4, 3, 8)], atol=1e-4)
+
+
 if __name__ == "__main__":
     junit_main.main()

@@ -1,0 +1,62 @@
+"""Transposed 2-d and 1-d convolution (ConvTranspose2d/1d: segmentation and
+depth decoders, GAN generators, vocoders) as the input gradient of the
+convolution it transposes (Note [Transposed convolutions as input
+gradients]). Importing this module puts the transposed case in front of the
+other convolution converters."""
+
+from grove import aten_conv_backward_ops
+from grove.aten_conv_ops import Image, as_image, planar_arguments
+from grove.aten_ops import CONVERTERS
+from grove.fx_common import Unsupported
+
+# Note [Transposed convolutions as input gradients]: conv_transpose(x, w)
+# with stride, padding, dilation, groups and output_padding is the gradient,
+# with respect to its input, of the convolution by the same weight and
+# geometry that maps an [N, C_out, OH, OW] input to x's [N, C_in, H, W]:
+# ConvTranspose's weight [C_in, C_out/G, KH, KW] is that convolution's
+# weight as it is, and output_padding only sets OH and OW (the rows it adds
+# are read by no window, so they get the bias alone). So the converter runs
+# convolution_backward's input half (aten_conv_backward_ops) with x as the
+# gradient and an input of the result's shape, then adds the bias. 1-d ones
+# go through the 2-d form (Note [1-d convolutions as 2-d ones]). The
+# transposed convolution's own backward stays in PyTorch. Test:
+# ConvTransposeTest (tests/python/importer_math_ops_test.py).
+
+
+def _transposed(c, a):
+    x, weight, bias = a["input"], a["weight"], a.get("bias")
+    rank = len(c.shape(x))
+    if rank not in (3, 4) or len(c.shape(weight)) != rank:
+        raise Unsupported("a transposed convolution of rank %d (grove takes 1-d and 2-d ones)"
+                          % rank)
+    dtype = c.dtype(x)
+    out_shape = list(c.result().shape)
+    args = dict(a, transposed=False, output_mask=[True, False, False])
+    if rank == 3:
+        args = planar_arguments(args)
+        grad, kernel = as_image(c, x, dtype), as_image(c, weight, dtype)
+        forward_input = Image(None, [out_shape[0], out_shape[1], 1, out_shape[2]], dtype)
+    else:
+        grad, kernel = x, weight
+        forward_input = Image(None, out_shape, dtype)
+    out, _, _ = aten_conv_backward_ops._convolution_backward_2d(c, args, grad, forward_input,
+                                                               kernel)
+    if rank == 3:
+        out = c.emit("reshape", [out], {"shape": out_shape})
+    if bias is not None:
+        shape = [1, out_shape[1]] + [1] * (rank - 2)
+        out = c.emit("add", [out, c.emit("reshape", [c.operand(bias, dtype)], {"shape": shape})])
+    return out
+
+
+def _transposed_first(others):
+    def convert(c, a):
+        if a.get("transposed"):
+            return _transposed(c, a)
+        return others(c, a)
+
+    return convert
+
+
+for _name in ("aten.convolution", "aten._convolution"):
+    CONVERTERS[_name] = _transposed_first(CONVERTERS[_name])
