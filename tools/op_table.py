@@ -62,7 +62,7 @@ MODULES = [
      "as 2-d ones]); max_pool3d's indices stay in PyTorch"),
     ("grove.aten_conv_transpose_ops", "transposed 2-d and 1-d convolution as the input "
      "gradient of the convolution it transposes (Note [Transposed convolutions as input "
-     "gradients]); its own backward stays in PyTorch"),
+     "gradients]), and its backward as the transposed operation's transpose"),
     ("grove.aten_any_all_ops", "any/all as the maximum or minimum of the values' truth (int32), "
      "given back as bool"),
     ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling, their "

@@ -1,10 +1,10 @@
 """Transposed 2-d and 1-d convolution (ConvTranspose2d/1d: segmentation and
 depth decoders, GAN generators, vocoders) as the input gradient of the
-convolution it transposes (Note [Transposed convolutions as input
-gradients]). Importing this module puts the transposed case in front of the
-other convolution converters."""
+convolution it transposes, and its backward (Note [Transposed convolutions
+as input gradients]). Importing this module puts the transposed case in
+front of the other convolution converters."""
 
-from grove import aten_conv_backward_ops
+from grove import aten_conv_backward_ops, aten_conv_ops
 from grove.aten_conv_ops import Image, as_image, planar_arguments
 from grove.aten_ops import CONVERTERS
 from grove.fx_common import Unsupported
@@ -18,9 +18,10 @@ from grove.fx_common import Unsupported
 # are read by no window, so they get the bias alone). So the converter runs
 # convolution_backward's input half (aten_conv_backward_ops) with x as the
 # gradient and an input of the result's shape, then adds the bias. 1-d ones
-# go through the 2-d form (Note [1-d convolutions as 2-d ones]). The
-# transposed convolution's own backward stays in PyTorch. Test:
-# ConvTransposeTest (tests/python/importer_math_ops_test.py).
+# go through the 2-d form (Note [1-d convolutions as 2-d ones]). Its
+# backward is the transposed convolution's transpose (_transposed_backward).
+# Test: ConvTransposeTest (tests/python/importer_math_ops_test.py), forward
+# and backward.
 
 
 def _transposed(c, a):
@@ -49,14 +50,54 @@ def _transposed(c, a):
     return out
 
 
-def _transposed_first(others):
+def _transposed_backward(c, a):
+    """convolution_backward of a transposed convolution y = F^T(x), F the
+    convolution it transposes: the input's gradient is F of y's gradient (a
+    forward convolution), the weight's is F's weight gradient with y's
+    gradient as F's input and x as F's output gradient (<F^T x, g> =
+    <x, F g>), the bias's the sum of y's gradient."""
+    grad, x, weight = a["grad_output"], a["input"], a["weight"]
+    rank = len(c.shape(x))
+    if rank not in (3, 4) or len(c.shape(weight)) != rank:
+        raise Unsupported("a transposed convolution's backward of rank %d" % rank)
+    dtype = c.dtype(x)
+    mask = list(a.get("output_mask") or [True, True, True])
+    args = dict(a, transposed=False)
+    in_shape = list(c.shape(x))
+    if rank == 3:
+        args = planar_arguments(args)
+        grad_value, x_value = as_image(c, grad, dtype), as_image(c, x, dtype)
+        kernel = as_image(c, weight, dtype)
+    else:
+        grad_value, x_value, kernel = grad, x, weight
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        height, width = ([1] + in_shape[2:]) if rank == 3 else in_shape[2:]
+        grad_input = aten_conv_ops._convolution_2d(c, dict(args, bias=None), grad_value, kernel,
+                                                   height, width)
+        if rank == 3:
+            grad_input = c.emit("reshape", [grad_input], {"shape": in_shape})
+    if mask[1]:
+        _, grad_weight, _ = aten_conv_backward_ops._convolution_backward_2d(
+            c, dict(args, output_mask=[False, True, False]), x_value, grad_value, kernel)
+        if rank == 3:
+            grad_weight = c.emit("reshape", [grad_weight], {"shape": list(c.shape(weight))})
+    if mask[2]:
+        grad_bias = c.emit("sum", [c.operand(grad, dtype)],
+                           {"dims": [0] + list(range(2, rank)), "keepdim": 0})
+    return (grad_input, grad_weight, grad_bias)
+
+
+def _transposed_first(transposed, others):
     def convert(c, a):
         if a.get("transposed"):
-            return _transposed(c, a)
+            return transposed(c, a)
         return others(c, a)
 
     return convert
 
 
 for _name in ("aten.convolution", "aten._convolution"):
-    CONVERTERS[_name] = _transposed_first(CONVERTERS[_name])
+    CONVERTERS[_name] = _transposed_first(_transposed, CONVERTERS[_name])
+CONVERTERS["aten.convolution_backward"] = _transposed_first(
+    _transposed_backward, CONVERTERS["aten.convolution_backward"])

@@ -283,6 +283,26 @@ class ConvTransposeTest(ConverterCase):
                               torch.randn(4, 2, 2, 4), torch.randn(2, 4, 9),
                               torch.randn(4, 3, 8)], atol=1e-4)
 
+    def test_transposed_convolution_gradients_match_torch(self):
+        from training_test import check_forward_and_backward
+
+        def planar(x, w, b):
+            return (F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1) ** 2).sum()
+
+        def grouped(x, w):
+            return (F.conv_transpose2d(x, w, groups=2, stride=(1, 2), dilation=(2, 1)) ** 2).sum()
+
+        def line(x, w, b):
+            return (F.conv_transpose1d(x, w, b, stride=3, padding=1) ** 2).sum()
+
+        check_forward_and_backward(self, planar, torch.randn(2, 4, 5, 6), torch.randn(4, 3, 3, 3),
+                                   torch.randn(3), expected_ops=["aten.convolution_backward"],
+                                   atol=1e-3)
+        check_forward_and_backward(self, grouped, torch.randn(2, 4, 5, 6),
+                                   torch.randn(4, 2, 2, 3), atol=1e-3)
+        check_forward_and_backward(self, line, torch.randn(2, 4, 9), torch.randn(4, 3, 5),
+                                   torch.randn(3), atol=1e-3)
+
 
 if __name__ == "__main__":
     junit_main.main()
