@@ -63,6 +63,10 @@ MODULES = [
     ("grove.aten_conv_transpose_ops", "transposed 2-d and 1-d convolution as the input "
      "gradient of the convolution it transposes (Note [Transposed convolutions as input "
      "gradients]), and its backward as the transposed operation's transpose"),
+    ("grove.aten_grouped_mm_ops", "histc (tokens per expert); grouped products of tokens "
+     "sorted by expert (_grouped_mm, transformers' grouped_mm_fallback) computed for every "
+     "expert and picked per row, checked against the op on a probe (Note [Grouped products "
+     "computed densely])"),
     ("grove.aten_any_all_ops", "any/all as the maximum or minimum of the values' truth (int32), "
      "given back as bool"),
     ("grove.aten_resample_ops", "antialiased bilinear and bicubic resampling, their "

@@ -26,6 +26,7 @@ from grove import aten_conv_transpose_ops  # noqa: F401 (adds transposed convolu
 from grove import aten_fused_ops  # noqa: F401 (adds the fused encoder layer to CONVERTERS)
 from grove import aten_grid_sample_ops  # noqa: F401 (adds grid_sampler_2d and its backward)
 from grove import aten_group_norm_ops  # noqa: F401 (adds group norm)
+from grove import aten_grouped_mm_ops  # noqa: F401 (adds histc and grouped products)
 from grove import aten_index_ops  # noqa: F401 (adds gather, index, index_select)
 from grove import aten_index_put_ops  # noqa: F401 (adds index_put, index_copy, index_add)
 from grove import aten_layout_ops  # noqa: F401 (adds padding, nearest upsampling, cumsum)

@@ -304,5 +304,74 @@ class ConvTransposeTest(ConverterCase):
                                    torch.randn(3), atol=1e-3)
 
 
+def _grouped_reference(x, weight, offs):
+    """A grouped product written plainly: rows [start, end) of group e times weight[e]."""
+    out = torch.zeros(x.shape[0], weight.shape[2])
+    start = 0
+    for e, end in enumerate(offs.tolist()):
+        out[start:end] = x[start:end] @ weight[e]
+        start = end
+    return out
+
+
+class GroupedProductTest(ConverterCase):
+    """Note [Grouped products computed densely] (aten_grouped_mm_ops.py): a
+    stand-in for transformers' grouped_mm_fallback with its schema."""
+
+    library = None
+
+    @classmethod
+    def setUpClass(cls):
+        if not hasattr(torch.ops, "transformers") or not hasattr(torch.ops.transformers,
+                                                                   "grouped_mm_fallback"):
+            cls.library = torch.library.Library("transformers", "DEF")
+            cls.library.define("grouped_mm_fallback(Tensor input, Tensor weight, Tensor offs) "
+                               "-> Tensor")
+            cls.library.impl("grouped_mm_fallback", _grouped_reference,
+                             "CompositeExplicitAutograd")
+
+    def test_experts_by_router_counts(self):
+        # Mixtral's dispatch: tokens sorted by expert, counted by histc.
+        def function(x, weight, chosen):
+            counts = torch.histc(chosen.float(), bins=4, min=0, max=3)
+            offs = torch.cumsum(counts, 0).to(torch.int32)
+            return torch.ops.transformers.grouped_mm_fallback(x, weight, offs), counts
+
+        chosen = torch.sort(torch.randint(0, 4, (10,))).values
+        chosen[:3] = 0
+        self.check(function, [torch.randn(10, 6), torch.randn(4, 6, 5), chosen], atol=1e-4)
+
+    def test_histc_with_a_range(self):
+        def function(x):
+            return torch.histc(x, bins=7, min=-1.5, max=2.0), torch.histc(x, bins=3, min=0, max=1)
+
+        x = torch.randn(50)
+        x[:3] = torch.tensor([2.0, -1.5, 1.0])  # the edges themselves
+        self.check(function, [x])
+        self.check(lambda t: torch.histc(t, bins=5), [x], unsupported=["aten.histc"])
+
+    def test_an_op_that_means_another_product_stays_in_pytorch(self):
+        from grove import aten_grouped_mm_ops
+        from grove.aten_ops import CONVERTERS
+
+        library = torch.library.Library("grove_test_moe", "DEF")
+        library.define("grouped_mm_fallback(Tensor input, Tensor weight, Tensor offs) -> Tensor")
+        library.impl("grouped_mm_fallback",
+                     lambda x, w, offs: _grouped_reference(x, w.flip(0), offs),
+                     "CompositeExplicitAutograd")
+        name = "grove_test_moe.grouped_mm_fallback"
+        CONVERTERS[name] = aten_grouped_mm_ops._transformers_grouped_mm
+        try:
+            def function(x, weight, offs):
+                return torch.ops.grove_test_moe.grouped_mm_fallback(x, weight, offs) * 2
+
+            self.check(function, [torch.randn(6, 3), torch.randn(2, 3, 4),
+                                  torch.tensor([2, 6], dtype=torch.int32)], unsupported=[name])
+        finally:
+            del CONVERTERS[name]
+            aten_grouped_mm_ops._CHECKED.pop(name, None)
+            del library
+
+
 if __name__ == "__main__":
     junit_main.main()
