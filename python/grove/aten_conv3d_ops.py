@@ -8,7 +8,7 @@ import torch
 from grove import aten_conv_backward_ops, aten_conv_ops
 from grove.aten_conv_ops import Image
 from grove.aten_layout_ops import summed_at_sources, take_positions
-from grove.aten_ops import CONVERTERS
+from grove.aten_ops import CONVERTERS, converter_in_front
 from grove.fx_common import Unsupported, dtype_name
 from grove.image_windows import pooling_reach, window_ids
 
@@ -154,13 +154,19 @@ def _pool_geometry(c, a, what):
     return x, shape, kernel, stride, padding, dilation, (out_depth, out_h, out_w), sources
 
 
-def _slice_windows(c, image, shape, out_hw, kernel, stride, padding, dilation, fill):
-    """The 2-d windows of an Image [B, C, H, W] -> [OH, OW, K, B*C]."""
-    ids = window_ids(shape[2:], list(out_hw),
-                     pooling_reach(shape[2:], kernel[1:], padding[1:], dilation[1:]),
+def _tap_windows(c, x, shape, out, sources, kernel, stride, padding, dilation, plane, fill):
+    """Per depth tap that reads the input: its slices' 2-d windows [OH, OW,
+    K, N*OD*C] (planes of `plane` in the depth padding; `fill` for the 2-d
+    padding, as aten_conv_ops.gather_windows takes it)."""
+    n, channels = shape[:2]
+    ids = window_ids(shape[3:], list(out[1:]),
+                     pooling_reach(shape[3:], kernel[1:], padding[1:], dilation[1:]),
                      stride[1:], padding[1:], dilation[1:])
-    gathered, _ = aten_conv_ops.gather_windows(c, image, ids, fill)
-    return gathered
+    for reads in sources:
+        if all(source is None for source in reads):
+            continue
+        image = _depth_slices(c, x, reads, c.dtype(x), padding_value=plane)
+        yield aten_conv_ops.gather_windows(c, image, ids, fill)[0]
 
 
 def _to_ncdhw(c, rows, n, channels, out_depth, out_h, out_w):
@@ -178,18 +184,12 @@ def _max_pool_3d(c, a):
     with_indices = isinstance(c.result(), (tuple, list))
     if with_indices and 1 in {user.args[1] for user in c.node.users if user.users}:
         raise Unsupported("max_pool3d's indices")
-    dtype = c.dtype(x)
-    n, channels = shape[:2]
     best = None
-    for reads in sources:
-        if all(source is None for source in reads):
-            continue
-        image = _depth_slices(c, x, reads, dtype, padding_value=-float("inf"))
-        windows = _slice_windows(c, image, [n * out[0], channels] + shape[3:], out[1:], kernel,
-                                 stride, padding, dilation, "repeat")
+    for windows in _tap_windows(c, x, shape, out, sources, kernel, stride, padding, dilation,
+                                -float("inf"), "repeat"):
         top = c.emit("max", [windows], {"dims": [2], "keepdim": 0})
         best = top if best is None else c.emit("where", [c.emit("gt", [top, best]), top, best])
-    pooled = _to_ncdhw(c, best, n, channels, *out)
+    pooled = _to_ncdhw(c, best, shape[0], shape[1], *out)
     return (pooled, None) if with_indices else pooled
 
 
@@ -212,17 +212,12 @@ def _avg_pool_3d(c, a):
     axis as PyTorch counts it."""
     x, shape, kernel, stride, padding, _, out, sources = _pool_geometry(c, a, "avg_pool3d")
     dtype = c.dtype(x)
-    n, channels = shape[:2]
     total = None
-    for reads in sources:
-        if all(source is None for source in reads):
-            continue
-        image = _depth_slices(c, x, reads, dtype)
-        windows = _slice_windows(c, image, [n * out[0], channels] + shape[3:], out[1:], kernel,
-                                 stride, padding, [1, 1, 1], "zero")
+    for windows in _tap_windows(c, x, shape, out, sources, kernel, stride, padding, [1, 1, 1],
+                                0.0, "zero"):
         summed = c.emit("sum", [windows], {"dims": [2], "keepdim": 0})
         total = summed if total is None else c.emit("add", [total, summed])
-    pooled = _to_ncdhw(c, total, n, channels, *out)
+    pooled = _to_ncdhw(c, total, shape[0], shape[1], *out)
     if a.get("divisor_override"):
         return c.emit("mul", [pooled, c.scalar(1.0 / float(a["divisor_override"]), dtype)])
     include = a.get("count_include_pad", True)
@@ -236,19 +231,12 @@ def _avg_pool_3d(c, a):
                                                       reciprocal.to(c.importer.device))])
 
 
-def _five_d_first(three_d, others):
-    def convert(c, a):
-        if len(c.shape(a["input"])) == 5 and len(c.shape(a["weight"])) == 5:
-            return three_d(c, a)
-        return others(c, a)
-
-    return convert
+def _five_d(c, a):
+    return len(c.shape(a["input"])) == 5 and len(c.shape(a["weight"])) == 5
 
 
-for _name in ("aten.convolution", "aten._convolution"):
-    CONVERTERS[_name] = _five_d_first(_convolution_3d, CONVERTERS[_name])
-CONVERTERS["aten.convolution_backward"] = _five_d_first(
-    _convolution_backward_3d, CONVERTERS["aten.convolution_backward"])
+converter_in_front(["aten.convolution", "aten._convolution"], _five_d, _convolution_3d)
+converter_in_front(["aten.convolution_backward"], _five_d, _convolution_backward_3d)
 CONVERTERS.update({
     "aten.max_pool3d_with_indices": _max_pool_3d,
     "aten.max_pool3d": _max_pool_3d,

@@ -6,7 +6,7 @@ front of the other convolution converters."""
 
 from grove import aten_conv_backward_ops, aten_conv_ops
 from grove.aten_conv_ops import Image, as_image, planar_arguments
-from grove.aten_ops import CONVERTERS
+from grove.aten_ops import converter_in_front
 from grove.fx_common import Unsupported
 
 # Note [Transposed convolutions as input gradients]: conv_transpose(x, w)
@@ -88,16 +88,9 @@ def _transposed_backward(c, a):
     return (grad_input, grad_weight, grad_bias)
 
 
-def _transposed_first(transposed, others):
-    def convert(c, a):
-        if a.get("transposed"):
-            return transposed(c, a)
-        return others(c, a)
-
-    return convert
+def _is_transposed(c, a):
+    return bool(a.get("transposed"))
 
 
-for _name in ("aten.convolution", "aten._convolution"):
-    CONVERTERS[_name] = _transposed_first(_transposed, CONVERTERS[_name])
-CONVERTERS["aten.convolution_backward"] = _transposed_first(
-    _transposed_backward, CONVERTERS["aten.convolution_backward"])
+converter_in_front(["aten.convolution", "aten._convolution"], _is_transposed, _transposed)
+converter_in_front(["aten.convolution_backward"], _is_transposed, _transposed_backward)

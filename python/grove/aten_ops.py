@@ -879,3 +879,14 @@ CONVERTERS = {
 
 # Assertions tracing inserts about dtypes and sizes; grove checks every input's
 # type on each call, so they are dropped instead of splitting the graph.
+
+
+def converter_in_front(names, applies, converter):
+    """Puts `converter` before the one registered under each of `names` for
+    the nodes where applies(c, a) holds (3-d and transposed convolutions in
+    front of the 2-d converters)."""
+    for name in names:
+        def convert(c, a, others=CONVERTERS[name]):
+            return converter(c, a) if applies(c, a) else others(c, a)
+
+        CONVERTERS[name] = convert
