@@ -98,8 +98,9 @@ FOOTER = [
     "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
     "as constants |",
     "| anything else (cumprod, sort of rows beyond 2048, topk beyond k = 64, scatter with a "
-    "reduction, 3-d convolutions, bicubic grid sampling, writes into views of intermediates "
-    "and the values sharing their storage, ...) | runs in PyTorch between grove segments |",
+    "reduction, bicubic grid sampling, FFTs and complex values, a boolean mask's write of a "
+    "value per picked position, integer sums of more than 65,793 values, ...) | runs in PyTorch "
+    "between grove segments |",
 ]
 
 
@@ -109,8 +110,11 @@ def table():
 
     by_module = {}
     for name, converter in CONVERTERS.items():
-        module = getattr(converter, "__module__", "grove.aten_ops")
-        by_module.setdefault(module, []).append(name[len("aten."):])
+        modules = getattr(converter, "grove_modules",
+                          [getattr(converter, "__module__", "grove.aten_ops")])
+        shown = name[len("aten."):] if name.startswith("aten.") else name  # other libraries' ops
+        for module in modules:
+            by_module.setdefault(module, []).append(shown)
     known = [module for module, _ in MODULES]
     unknown = sorted(set(by_module) - set(known))
     if unknown:

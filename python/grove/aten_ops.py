@@ -889,4 +889,8 @@ def converter_in_front(names, applies, converter):
         def convert(c, a, others=CONVERTERS[name]):
             return converter(c, a) if applies(c, a) else others(c, a)
 
+        others = CONVERTERS[name]
+        # The modules that convert the op, for tools/op_table.py.
+        convert.grove_modules = [converter.__module__] + getattr(
+            others, "grove_modules", [getattr(others, "__module__", __name__)])
         CONVERTERS[name] = convert
