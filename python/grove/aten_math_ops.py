@@ -8,31 +8,16 @@ Each form is chosen to keep f32's accuracy where the textbook one cancels:
 sinh through expm1 (exp(x) - exp(-x) loses every digit near 0), asinh and
 acosh through log1p, atanh as log1p(2x / (1 - x)) / 2, acos as twice the
 atan of sqrt((1 - x) / (1 + x)) (pi/2 - asin(x) cancels near 1). Guarded by
-MathOpsTest (tests/python/importer_ops_test.py)."""
+MathOpsTest (tests/python/importer_math_ops_test.py)."""
 
 import math
 
-from grove.aten_ops import CONVERTERS
-from grove.fx_common import Unsupported
+from grove.aten_ops import CONVERTERS, magnitude
+from grove.aten_pointwise_ops import floating_op, floating_operands, in_floats
 
 # Past this magnitude x*x overflows f32's range on the way: asinh and acosh
 # take log(2|x|) instead, which equals them to f32 precision there.
 _LARGE = 1e9
-
-
-def _floating_operands(c, a, names):
-    dtype = c.result().dtype
-    if not dtype.is_floating_point:
-        raise Unsupported("%s with a %s result" % (c.node.target, dtype))
-    return dtype, [c.operand(a[name], dtype) for name in names]
-
-
-def _math(build):
-    def convert(c, a):
-        dtype, (x,) = _floating_operands(c, a, ["self"])
-        return build(c, x, dtype)
-
-    return convert
 
 
 def _emit(c, op, *inputs):
@@ -51,19 +36,19 @@ def _cosh(c, x, dtype):
                  half)
 
 
-def _log_of_twice(c, magnitude, dtype):
-    return _emit(c, "add", _emit(c, "log", magnitude), c.scalar(math.log(2.0), dtype))
+def _log_of_twice(c, size, dtype):
+    return _emit(c, "add", _emit(c, "log", size), c.scalar(math.log(2.0), dtype))
 
 
 def _asinh(c, x, dtype):
     """sign(x) * log1p(|x| + x^2 / (1 + sqrt(1 + x^2)))."""
     one = c.scalar(1.0, dtype)
-    magnitude = _emit(c, "where", _emit(c, "lt", x, c.scalar(0.0, dtype)), _emit(c, "neg", x), x)
-    square = _emit(c, "mul", magnitude, magnitude)
-    near = _emit(c, "log1p", _emit(c, "add", magnitude, _emit(
+    size = magnitude(c, x, dtype)
+    square = _emit(c, "mul", size, size)
+    near = _emit(c, "log1p", _emit(c, "add", size, _emit(
         c, "div", square, _emit(c, "add", one, _emit(c, "sqrt", _emit(c, "add", one, square))))))
-    large = _emit(c, "gt", magnitude, c.scalar(_LARGE, dtype))
-    result = _emit(c, "where", large, _log_of_twice(c, magnitude, dtype), near)
+    large = _emit(c, "gt", size, c.scalar(_LARGE, dtype))
+    result = _emit(c, "where", large, _log_of_twice(c, size, dtype), near)
     return _emit(c, "where", _emit(c, "lt", x, c.scalar(0.0, dtype)), _emit(c, "neg", result),
                  result)
 
@@ -112,7 +97,7 @@ def _addc(op):
     """addcmul / addcdiv: self + value * (tensor1 op tensor2)."""
 
     def convert(c, a):
-        dtype, (base, left, right) = _floating_operands(c, a, ["self", "tensor1", "tensor2"])
+        dtype, (base, left, right) = floating_operands(c, a, ["self", "tensor1", "tensor2"])
         product = _emit(c, op, left, right)
         value = a.get("value", 1)
         if value != 1:
@@ -125,28 +110,27 @@ def _addc(op):
 def _lerp(c, a):
     """start + weight * (end - start), as PyTorch computes it: from the end
     where |weight| >= 0.5, so that weight 1 gives `end` exactly."""
-    dtype, (start, end, weight) = _floating_operands(c, a, ["self", "end", "weight"])
+    dtype, (start, end, weight) = floating_operands(c, a, ["self", "end", "weight"])
     step = _emit(c, "sub", end, start)
     from_start = _emit(c, "add", start, _emit(c, "mul", weight, step))
     from_end = _emit(c, "sub", end, _emit(c, "mul", step, _emit(c, "sub", c.scalar(1.0, dtype),
                                                                   weight)))
-    magnitude = _emit(c, "where", _emit(c, "lt", weight, c.scalar(0.0, dtype)),
-                      _emit(c, "neg", weight), weight)
-    return _emit(c, "where", _emit(c, "lt", magnitude, c.scalar(0.5, dtype)), from_start, from_end)
+    return _emit(c, "where", _emit(c, "lt", magnitude(c, weight, dtype), c.scalar(0.5, dtype)),
+                 from_start, from_end)
 
 
 CONVERTERS.update({
-    "aten.erf": _math(lambda c, x, dtype: _emit(c, "erf", x)),
-    "aten.sinh": _math(_sinh),
-    "aten.cosh": _math(_cosh),
-    "aten.asinh": _math(_asinh),
-    "aten.acosh": _math(_acosh),
-    "aten.atanh": _math(_atanh),
-    "aten.asin": _math(_asin),
-    "aten.acos": _math(_acos),
-    "aten.log2": _math(_scaled_log(2.0)),
-    "aten.log10": _math(_scaled_log(10.0)),
-    "aten.exp2": _math(_exp2),
+    "aten.erf": floating_op("erf"),
+    "aten.sinh": in_floats(_sinh),
+    "aten.cosh": in_floats(_cosh),
+    "aten.asinh": in_floats(_asinh),
+    "aten.acosh": in_floats(_acosh),
+    "aten.atanh": in_floats(_atanh),
+    "aten.asin": in_floats(_asin),
+    "aten.acos": in_floats(_acos),
+    "aten.log2": in_floats(_scaled_log(2.0)),
+    "aten.log10": in_floats(_scaled_log(10.0)),
+    "aten.exp2": in_floats(_exp2),
     "aten.addcmul": _addc("mul"),
     "aten.addcdiv": _addc("div"),
     "aten.lerp": _lerp,

@@ -10,25 +10,33 @@ from grove.aten_ops import CONVERTERS
 from grove.fx_common import Unsupported, dtype_name, op_name
 
 
-def _floating(op):
-    """An op of grove's that takes floats; an integer operand is cast to the
-    result's dtype first (torch.sin of an int tensor is a float tensor)."""
+def floating_operands(c, a, names=("self",)):
+    """(the result's dtype, the named operands cast to it) for an op whose
+    result is a float: an integer operand is cast first (torch.sin of an int
+    tensor is a float tensor); Unsupported for another result."""
+    dtype = c.result().dtype
+    if not dtype.is_floating_point:
+        raise Unsupported("%s with a %s result" % (op_name(c.node.target), dtype))
+    return dtype, [c.operand(a[name], dtype) for name in names]
+
+
+def in_floats(build):
+    """The converter of build(c, x, dtype) over the op's one operand x, a
+    float of the result's dtype (floating_operands)."""
 
     def convert(c, a):
-        dtype = c.result().dtype
-        if not dtype.is_floating_point:
-            raise Unsupported("%s with a %s result" % (op, dtype))
-        return c.emit(op, [c.operand(a["self"], dtype)])
+        dtype, (x,) = floating_operands(c, a)
+        return build(c, x, dtype)
 
     return convert
 
 
-def _tan(c, a):
-    dtype = c.result().dtype
-    if not dtype.is_floating_point:
-        raise Unsupported("tan with a %s result" % dtype)
-    x = c.operand(a["self"], dtype)
-    return c.emit("div", [c.emit("sin", [x]), c.emit("cos", [x])])
+def floating_op(op):
+    """An op of grove's that takes floats (floating_operands)."""
+    return in_floats(lambda c, x, dtype: c.emit(op, [x]))
+
+
+_tan = in_floats(lambda c, x, dtype: c.emit("div", [c.emit("sin", [x]), c.emit("cos", [x])]))
 
 
 def _rounding(op):
@@ -291,12 +299,12 @@ CONVERTERS.update({
     "aten._prelu_kernel": _prelu,
     "aten.copy": _copy,
     "aten.zero": _zero,
-    "aten.sin": _floating("sin"),
-    "aten.cos": _floating("cos"),
+    "aten.sin": floating_op("sin"),
+    "aten.cos": floating_op("cos"),
     "aten.tan": _tan,
-    "aten.atan": _floating("atan"),
-    "aten.log1p": _floating("log1p"),
-    "aten.expm1": _floating("expm1"),
+    "aten.atan": floating_op("atan"),
+    "aten.log1p": floating_op("log1p"),
+    "aten.expm1": floating_op("expm1"),
     "aten.floor": _rounding("floor"),
     "aten.ceil": _rounding("ceil"),
     "aten.round": _rounding("round"),
