@@ -10,6 +10,7 @@ import torch
 from grove.aten_index_ops import take
 from grove.aten_ops import CONVERTERS, broadcast_to, compute_dtype, row_major_strides
 from grove.fx_common import Unsupported, dtype_name, op_name
+from grove.image_windows import inverse_ids
 
 
 def _constant_pad(c, a):
@@ -119,14 +120,10 @@ def summed_at_sources(c, name, shape, dim, sources, size, dtype):
     of the `size` positions sums the gradient at the positions that read it,
     gathered by constant ids with a zero row for those read fewer times than
     the most-read one."""
-    readers = [[] for _ in range(size)]
-    for position, source in enumerate(sources):
-        if source is not None:
-            readers[source].append(position)
-    width = max(1, max(len(found) for found in readers))
-    sentinel = len(sources)
-    table = torch.tensor([found + [sentinel] * (width - len(found)) for found in readers],
-                         dtype=torch.int64)
+    ids = torch.tensor([-1 if source is None else source for source in sources],
+                       dtype=torch.int64).view(-1, 1, 1)
+    table = inverse_ids(ids, size, per_output=False)  # [size, width], sentinel len(sources)
+    width = table.shape[1]
     zero_shape = list(shape)
     zero_shape[dim] = 1
     zero = c.emit("full", [], {"value": 0.0, "shape": zero_shape, "dtype": dtype_name(dtype)})
