@@ -32,6 +32,14 @@ def _triple(value):
     return value * 3 if len(value) == 1 else value
 
 
+def _depth_sources(depth, out_depth, taps, stride, padding, dilation):
+    """Per depth tap, the input depth each output depth reads (None: the
+    padding)."""
+    return [[source if 0 <= source < depth else None
+             for source in (o * stride - padding + t * dilation for o in range(out_depth))]
+            for t in range(taps)]
+
+
 def _geometry(c, a, x, weight):
     if a.get("transposed"):
         raise Unsupported("transposed 3-d convolution")
@@ -39,9 +47,7 @@ def _geometry(c, a, x, weight):
     kd = c.shape(weight)[2]
     stride, padding, dilation = _triple(a["stride"]), _triple(a["padding"]), _triple(a["dilation"])
     out_depth = (depth + 2 * padding[0] - dilation[0] * (kd - 1) - 1) // stride[0] + 1
-    sources = [[o * stride[0] - padding[0] + t * dilation[0] for o in range(out_depth)]
-               for t in range(kd)]
-    sources = [[s if 0 <= s < depth else None for s in tap] for tap in sources]
+    sources = _depth_sources(depth, out_depth, kd, stride[0], padding[0], dilation[0])
     planar = dict(a, stride=stride[1:], padding=padding[1:], dilation=dilation[1:])
     return n, channels, depth, out_depth, sources, planar
 
@@ -146,11 +152,7 @@ def _pool_geometry(c, a, what):
     result = c.result()
     out_shape = (result[0] if isinstance(result, (tuple, list)) else result).shape
     out_depth, out_h, out_w = out_shape[2:]
-    depth = shape[2]
-    sources = []
-    for t in range(kernel[0]):
-        reads = [o * stride[0] - padding[0] + t * dilation[0] for o in range(out_depth)]
-        sources.append([s if 0 <= s < depth else None for s in reads])
+    sources = _depth_sources(shape[2], out_depth, kernel[0], stride[0], padding[0], dilation[0])
     return x, shape, kernel, stride, padding, dilation, (out_depth, out_h, out_w), sources
 
 
