@@ -62,3 +62,13 @@ def node_arguments(node):
         else:
             result[argument.name] = None
     return result
+
+
+def laid_out(value, strides, offset=0):
+    """A copy of tensor `value` in a storage of its own, laid out with
+    `strides` (in elements) from element `offset`."""
+    extent = offset + sum((size - 1) * stride for size, stride in zip(value.shape, strides)) + 1
+    storage = torch.empty(max(extent, offset + 1), dtype=value.dtype, device=value.device)
+    copy = storage.as_strided(value.shape, strides, offset)
+    copy.copy_(value)
+    return copy

@@ -44,6 +44,7 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     StrictModeError,
     Unsupported,
     dtype_name,
+    laid_out,
     node_arguments,
     op_name,
 )
@@ -236,9 +237,7 @@ def _restrided(value, like):
             shape != tuple(value.shape) or strides == tuple(value.stride()) or \
             any(stride == 0 and size > 1 for size, stride in zip(shape, strides)):
         return value
-    restrided = torch.empty_strided(shape, strides, dtype=value.dtype, device=value.device)
-    restrided.copy_(value)
-    return restrided
+    return laid_out(value, strides)
 
 
 def _lifted_constant(node):

@@ -11,6 +11,7 @@ import torch.fx
 
 import grove
 from grove import verify as verify_mode
+from grove.fx_common import laid_out
 from grove.inplace import mutates_first_argument
 from grove.output_picker import OutputPicker
 from grove.segments import segment_program
@@ -423,11 +424,7 @@ def _in_layout(read, layouts, env, node):
     strides, offset = layout
     if tuple(value.stride()) == strides and value.storage_offset() == offset:
         return value
-    extent = offset + sum((size - 1) * stride for size, stride in zip(value.shape, strides)) + 1
-    storage = torch.empty(max(extent, offset + 1), dtype=value.dtype, device=value.device)
-    laid_out = storage.as_strided(value.shape, strides, offset)
-    laid_out.copy_(value)
-    return laid_out
+    return laid_out(value, strides, offset)
 
 
 _MARK_STATIC = []  # [torch._dynamo.mark_static_address or None], found on first use
