@@ -19,7 +19,8 @@ MODULES = [
      "48 KiB of shared memory, else matmul + softmax), casts, constants (div: true division or "
      "floor/trunc rounding; layer norm: one normalized dim; attention and dropout: no "
      "dropout)"),
-    ("grove.aten_pointwise_ops", "trigonometry, log1p/expm1 and rounding ops, maximum/minimum "
+    ("grove.aten_pointwise_ops", "trigonometry, erf, log1p/expm1 and rounding ops, "
+     "maximum/minimum "
      "(clamp), bitwise ops and integer division (remainder, fmod) on bool and integers; sign, "
      "tan, and remainder/fmod of floats written out"),
     ("grove.aten_index_ops", "embedding (rows picked by flat ids; negative ids wrap); "
@@ -50,7 +51,7 @@ MODULES = [
     ("grove.aten_argmax_ops", "max reductions; the index is the first position equal to the "
      "maximum; integers in f32-exact pieces (Note [Integer maxima in f32-exact pieces]); topk "
      "(floats) as k rounds of them"),
-    ("grove.aten_math_ops", "erf; hyperbolic and inverse trigonometric functions, log2/log10/"
+    ("grove.aten_math_ops", "hyperbolic and inverse trigonometric functions, log2/log10/"
      "exp2 and addcmul/addcdiv/lerp written out in forms that keep f32's accuracy (expm1, "
      "log1p); integer operands cast to the float result first"),
     ("grove.aten_unfold_ops", "Tensor.unfold as a gather of each window's taps; its backward "

@@ -28,6 +28,7 @@ def in_floats(build):
         dtype, (x,) = floating_operands(c, a)
         return build(c, x, dtype)
 
+    convert.__module__ = build.__module__  # the op's row in tools/op_table.py
     return convert
 
 
