@@ -6,7 +6,7 @@ the maximum. Importing this module adds them to aten_ops.CONVERTERS."""
 
 import torch
 
-from grove.aten_ops import CONVERTERS, full_reduction
+from grove.aten_ops import CONVERTERS, INTEGER_MAXIMA, full_reduction, integer_maximum
 from grove.aten_pointwise_ops import _elementwise_extreme
 from grove.fx_common import Unsupported
 
@@ -124,22 +124,6 @@ def _topk(c, a):
     return (c.emit("concat", values, {"dim": dim}), c.emit("concat", indices, {"dim": dim}))
 
 
-# Note [Integer maxima in f32-exact pieces]: grove's reductions accumulate
-# in f32 (Note [Kernel spec reductions]), which holds integers exactly only
-# up to 2^24. An integer's maximum is taken in pieces that f32 holds exactly:
-# the value's high bits (x with its low bits cleared: a multiple of 2^low with
-# at most 24 significant bits, sign included), then among the positions that
-# reach that maximum the next bits, and so on; the pieces' sum is the maximum
-# and the first position left is its index. Each piece is cut with
-# bitwise_and by a mask f32 also holds exactly. Guarded by
-# MathOpsTest.test_argmax_and_max_of_integers_and_bools
-# (tests/python/importer_math_ops_test.py), with int64 values near +-2^62.
-_PIECES = {
-    torch.int64: [-(1 << 40), (1 << 40) - (1 << 16), (1 << 16) - 1],
-    torch.int32: [-(1 << 16), (1 << 16) - 1],
-}
-
-
 def _first_position(c, reaching, shape, dim):
     """The first position along dim where bool `reaching` holds, as i64
     (dim kept as size 1)."""
@@ -156,20 +140,11 @@ def _first_position(c, reaching, shape, dim):
 
 def _extreme_of(c, name, shape, dim, dtype=torch.float32):
     """(max, its first position as i64), keeping dim as size 1."""
-    pieces = _PIECES.get(dtype)
-    if pieces is None:  # floats, and integers of 16 bits or fewer: exact in f32
-        top = c.emit("max", [name], {"dims": [dim], "keepdim": 1})
-        return top, _first_position(c, c.emit("eq", [name, top]), shape, dim)
-    lowest = c.scalar(float(torch.iinfo(dtype).min), dtype)
-    reaching, top = None, None
-    for mask in pieces:
-        piece = c.emit("bitwise_and", [name, c.scalar(float(mask), dtype)])
-        considered = piece if reaching is None else c.emit("where", [reaching, piece, lowest])
-        piece_top = c.emit("max", [considered], {"dims": [dim], "keepdim": 1})
-        hits = c.emit("eq", [piece, piece_top])
-        reaching = hits if reaching is None else c.emit("bitwise_and", [reaching, hits])
-        top = piece_top if top is None else c.emit("add", [top, piece_top])
-    return top, _first_position(c, reaching, shape, dim)
+    if dtype in INTEGER_MAXIMA:  # Note [Integer maxima in f32-exact pieces] (aten_ops.py)
+        top, reaching = integer_maximum(c, name, dtype, [dim])
+        return top, _first_position(c, reaching, shape, dim)
+    top = c.emit("max", [name], {"dims": [dim], "keepdim": 1})  # exact for floats
+    return top, _first_position(c, c.emit("eq", [name, top]), shape, dim)
 
 
 CONVERTERS.update({

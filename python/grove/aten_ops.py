@@ -534,7 +534,10 @@ def _reduce(op):
                 return full_reduction(c, op, name, rank)
             return c.emit(op, [name], {"dims": dims, "keepdim": keepdim})
 
-        if op == "sum" and not result.is_floating_point:
+        if op == "max" and result in INTEGER_MAXIMA:
+            top, _ = integer_maximum(c, value, result, dims or list(range(rank)))
+            reduced = c.emit("reshape", [top], {"shape": list(c.result().shape)})
+        elif op == "sum" and not result.is_floating_point:
             count = 1
             for d in (dims or range(rank)):
                 count *= c.shape(x)[d]
@@ -550,6 +553,39 @@ def _reduce(op):
     return convert
 
 
+# Note [Integer maxima in f32-exact pieces]: grove's reductions accumulate
+# in f32 (Note [Kernel spec reductions]), which holds integers exactly only
+# up to 2^24. An integer's maximum is taken in pieces that f32 holds exactly:
+# the value's high bits (x with its low bits cleared: a multiple of 2^low with
+# at most 24 significant bits, sign included), then among the positions that
+# reach that maximum the next bits, and so on; the pieces' sum is the maximum
+# and the first position left is its index. Each piece is cut with
+# bitwise_and by a mask f32 also holds exactly. Guarded by
+# MathOpsTest.test_argmax_and_max_of_integers_and_bools
+# (tests/python/importer_math_ops_test.py), with int64 values near +-2^62,
+# for argmax, max/min and amax alike.
+INTEGER_MAXIMA = {
+    torch.int64: [-(1 << 40), (1 << 40) - (1 << 16), (1 << 16) - 1],
+    torch.int32: [-(1 << 16), (1 << 16) - 1],
+}
+
+
+def integer_maximum(c, name, dtype, dims):
+    """(the maximum of integer value `name` over `dims`, kept as size 1; the
+    bool mask of the positions holding it), exact (Note [Integer maxima in
+    f32-exact pieces]); `dtype` in INTEGER_MAXIMA."""
+    lowest = c.scalar(float(torch.iinfo(dtype).min), dtype)
+    reaching, top = None, None
+    for mask in INTEGER_MAXIMA[dtype]:
+        piece = c.emit("bitwise_and", [name, c.scalar(float(mask), dtype)])
+        considered = piece if reaching is None else c.emit("where", [reaching, piece, lowest])
+        piece_top = c.emit("max", [considered], {"dims": list(dims), "keepdim": 1})
+        hits = c.emit("eq", [piece, piece_top])
+        reaching = hits if reaching is None else c.emit("bitwise_and", [reaching, hits])
+        top = piece_top if top is None else c.emit("add", [top, piece_top])
+    return top, reaching
+
+
 # Note [Integer sums in f32-exact pieces]: grove's reductions accumulate in f32
 # (Note [Kernel spec reductions]), exact for integers only up to 2^24. A sum of
 # 0/1 values (a bool mask counted) is exact below 2^24 elements a sum. Other
@@ -558,7 +594,7 @@ def _reduce(op):
 # count stays under 2^24 / 255, and the pieces' sums add in integer
 # arithmetic. A longer sum is left to PyTorch, said why. Test:
 # MathOpsTest.test_integer_sums_are_exact (tests/python/importer_math_ops_test.py).
-_PIECE_BITS = {torch.int64: 64, torch.int32: 32, torch.int16: 16, torch.int8: 8, torch.uint8: 8}
+_PIECE_BITS = {torch.int64: 64, torch.int32: 32}  # grove's integer dtypes
 _EXACT = 1 << 24
 
 
@@ -573,11 +609,11 @@ def integer_sum(c, value, dtype, count, counts_bools, reduce):
     if count * 255 >= _EXACT:
         raise Unsupported("a sum of %d integers (grove's f32 sums take them exactly in 8-bit "
                           "pieces below %d)" % (count, _EXACT // 255))
-    bits = _PIECE_BITS.get(dtype, 64)
+    bits = _PIECE_BITS[dtype]
     total = None
     for shift in range(0, bits, 8):
         mask = 255 << shift
-        if shift + 8 == bits and dtype != torch.uint8:
+        if shift + 8 == bits:
             mask -= 1 << bits  # the top piece keeps the sign (two's complement)
         piece = c.emit("bitwise_and", [value, c.scalar(mask, dtype)])
         summed = reduce(piece)

@@ -70,7 +70,8 @@ class MathOpsTest(ConverterCase):
             values, positions = wide.min(dim=1)
             return (ids.to(torch.int).argmax(dim=-1), wide.argmin(dim=0), wide.argmax(),
                     values, positions, wide.max(), ids.min(), flags.max(dim=1).indices,
-                    flags.max(dim=0).values, flags.min())
+                    flags.max(dim=0).values, flags.min(), wide.amax(dim=1), wide.amax(),
+                    wide.amax(dim=(0, 1), keepdim=True), ids.to(torch.int).amax(0) + 1)
 
         ids = torch.randint(3, 1000, (3, 16))
         ids[:, 5] = 1000  # ties: the first position, as PyTorch
@@ -80,7 +81,7 @@ class MathOpsTest(ConverterCase):
         wide[0, 1] = torch.iinfo(torch.int64).max
         flags = torch.rand(3, 8) > 0.6
         flags[0] = False
-        self.check(function, [ids, wide, flags])
+        self.check(function, [ids, wide, flags], rtol=0, atol=0)  # exactly
 
     def test_tensor_unfold_and_its_backward(self):
         def function(x):
