@@ -4,7 +4,7 @@ bool. Importing this module adds them to aten_ops.CONVERTERS."""
 
 import torch
 
-from grove.aten_ops import CONVERTERS, _dims, full_reduction
+from grove.aten_ops import CONVERTERS, _dims, reduced_over
 
 
 def _truth(c, x):
@@ -22,15 +22,8 @@ def _any_or_all(largest):
         truth = _truth(c, x)
         if not largest:  # all(x) = not any(not x)
             truth = c.emit("sub", [c.scalar(1, torch.int32), truth])
-        dims = _dims(a.get("dim"), rank) if a.get("dim") is not None else []
-        keepdim = 1 if a.get("keepdim") else 0
-        if rank == 0:
-            reduced = truth
-        elif not keepdim and sorted(dims or range(rank)) == list(range(rank)):
-            reduced = full_reduction(c, "max", truth, rank)
-        else:
-            reduced = c.emit("max", [truth], {"dims": dims or list(range(rank)),
-                                              "keepdim": keepdim})
+        dims = _dims(a.get("dim"), rank)
+        reduced = reduced_over(c, "max", truth, rank, dims, a.get("keepdim")) if rank else truth
         if not largest:
             reduced = c.emit("sub", [c.scalar(1, torch.int32), reduced])
         return c.cast(reduced, torch.int32, torch.bool)

@@ -527,12 +527,9 @@ def _reduce(op):
         keepdim = 1 if a.get("keepdim") else 0
         if rank == 0:
             return c.cast(value, work, result) if c.dtype(x) == torch.bool else value
-        whole = not keepdim and sorted(dims or range(rank)) == list(range(rank))
 
         def reduce(name):
-            if whole:
-                return full_reduction(c, op, name, rank)
-            return c.emit(op, [name], {"dims": dims, "keepdim": keepdim})
+            return reduced_over(c, op, name, rank, dims, keepdim)
 
         if op == "max" and result in INTEGER_MAXIMA:
             top, _ = integer_maximum(c, value, result, dims or list(range(rank)))
@@ -619,6 +616,15 @@ def integer_sum(c, value, dtype, count, counts_bools, reduce):
         summed = reduce(piece)
         total = summed if total is None else c.emit("add", [total, summed])
     return total
+
+
+def reduced_over(c, op, name, rank, dims, keepdim):
+    """`op` of a rank-`rank` value over `dims` (empty: all), keeping them as
+    size 1 where keepdim: a full reduction (full_reduction) when it reduces
+    every dim away."""
+    if not keepdim and sorted(dims or range(rank)) == list(range(rank)):
+        return full_reduction(c, op, name, rank)
+    return c.emit(op, [name], {"dims": list(dims), "keepdim": 1 if keepdim else 0})
 
 
 def full_reduction(c, op, name, rank):
