@@ -102,6 +102,13 @@ def _gather(c, a):
     if not shape:
         raise Unsupported("gather of a 0-d tensor")
     dim = a["dim"] % len(shape)
+    ids = _wrapped(c, _int64(c, index), shape[dim])
+    return gather_along(c, c.tensor(x), shape, dim, ids, index_shape)
+
+
+def gather_along(c, name, shape, dim, ids, index_shape):
+    """torch.gather of grove value `name` (of `shape`) along `dim` by the i64
+    positions `ids` (of index_shape, in range): one flat id per element."""
     strides = [_product(shape[d + 1:]) for d in range(len(shape))]
     base = torch.zeros(index_shape, dtype=torch.int64)
     for d, size in enumerate(index_shape):
@@ -109,12 +116,11 @@ def _gather(c, a):
             view = [1] * len(index_shape)
             view[d] = size
             base = base + torch.arange(size, dtype=torch.int64).view(view) * strides[d]
-    ids = _wrapped(c, _int64(c, index), shape[dim])
     if strides[dim] != 1:
         ids = c.emit("mul", [ids, c.scalar(strides[dim], torch.int64)])
     offsets = c.importer.constant(c.segment, base.to(c.importer.device))
     ids = c.emit("add", [ids, offsets])
-    table = c.emit("reshape", [c.tensor(x)], {"shape": [_product(shape), 1]})
+    table = c.emit("reshape", [name], {"shape": [_product(shape), 1]})
     picked = c.emit("embedding", [table, ids])
     return c.emit("reshape", [picked], {"shape": list(index_shape)})
 

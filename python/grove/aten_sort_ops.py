@@ -6,6 +6,7 @@ aten_ops.CONVERTERS."""
 
 import torch
 
+from grove.aten_index_ops import gather_along
 from grove.aten_ops import CONVERTERS
 from grove.fx_common import Unsupported
 
@@ -80,11 +81,7 @@ def sort_along(c, x, dim, descending, want_values):
                      {"dtype": "i64"})  # [rows..., n]
     values = None
     if want_values:
-        offsets = (torch.arange(rows, dtype=torch.int64) * n).view(moved[:-1] + [1])
-        flat = c.emit("add", [indices, c.importer.constant(c.segment, offsets.to(
-            c.importer.device))])
-        table = c.emit("reshape", [name], {"shape": [rows * n, 1]})
-        values = c.emit("reshape", [c.emit("embedding", [table, flat])], {"shape": moved})
+        values = gather_along(c, name, moved, last, indices, moved)
     if dim != last:
         indices = c.emit("transpose", [indices], {"dim0": dim, "dim1": last})
         if values is not None:
