@@ -6,7 +6,9 @@ backwards; affine_grid), torch.sort / argsort, F.interpolate(antialias=True)
 inverse trigonometric functions, addcmul, lerp), integer argmax, Tensor.unfold
 and pooling windows wider than the image, each in a
 tiny function or module through torch.compile(backend="grove"), inference
-and (where the op has a gradient) training: outputs and gradients against
+and (where the op has a gradient) training (session 28's later ops too: tril/triu,
+any/all, masked writes, integer sums, infinite constants, 3-d convolutions and
+pools, transposed convolutions, histc): outputs and gradients against
 PyTorch eager on the same inputs, over three calls (warm-up, recording,
 replay).
 
@@ -214,6 +216,53 @@ def cases(device):
     inference.append(("pooling_wider_than_image", lambda t: (
         F.avg_pool2d(t, 1280, ceil_mode=True), F.max_pool2d(t, 1280, ceil_mode=True)),
         [randn(1, 2560, 2, 3)]))
+    # Session 28's later finds: tril/triu, any/all, boolean-mask writes,
+    # integer sums past f32, infinite constants, 3-d convolutions and pools,
+    # transposed convolutions, histc (MoE routing).
+    inference.append(("tril_triu", lambda t: (torch.tril(t, -1), torch.triu(t, 2) * 3),
+                      [randn(2, 7, 9)]))
+    training.append(("tril_triu_grad", lambda t: torch.tril(t, 1) + torch.triu(t, -2),
+                     [randn(7, 5)], []))
+    inference.append(("any_all", lambda t: ((t > 0).any(-1), (t > 0.5).all(), (t > -2).all(0),
+                                           t.bool().any()), [randn(3, 6, 4)]))
+
+    def masked_write(t, m):
+        t = t.clone()
+        t[m > 0] = 0.5
+        return t * 2
+
+    inference.append(("masked_index_put", masked_write, [randn(4, 9), randn(4, 9)]))
+    big = torch.randint(0, 2 ** 40, (3, 50), device=device)
+    inference.append(("integer_sums", lambda i: (i.sum(-1), i.sum(), (i > 2 ** 39).sum(-1),
+                                                 (i % 1000).to(torch.int32).sum(0)), [big]))
+    inference.append(("infinite_constants", lambda t: (
+        torch.where(t > 0.5, float("-inf"), t).max(-1)[0],
+        torch.topk(t.masked_fill(t > 1, float("-inf")), 3, dim=-1)[0],
+        t.clamp(max=float("inf")) * 2), [randn(4, 12)]))
+    x3 = randn(2, 3, 6, 10, 9)
+    training.append(("conv3d_grad", lambda w, x: F.conv3d(x, w, padding=1, stride=(1, 2, 2)),
+                     [randn(4, 3, 3, 3, 3)], [x3]))
+    training.append(("conv3d_groups_grad", lambda w, b, x: F.conv3d(x, w, b, groups=3,
+                                                                    dilation=(1, 2, 1)),
+                     [randn(6, 1, 2, 3, 3), randn(6)], [x3]))
+    inference.append(("pools_3d", lambda t: (F.max_pool3d(t, 2), F.avg_pool3d(t, (1, 3, 3), 2,
+                                                                             padding=(0, 1, 1)),
+                                             F.adaptive_avg_pool3d(t, 1),
+                                             F.max_pool3d(t, 3, 2, ceil_mode=True)), [x3]))
+    training.append(("pools_3d_grad", lambda t: (F.max_pool3d(t, 2), F.avg_pool3d(t, 3, 2,
+                                                                                padding=1),
+                                                 F.adaptive_avg_pool3d(t, (2, 1, 1))), [x3], []))
+    training.append(("conv_transpose2d_grad", lambda w, b, x: F.conv_transpose2d(
+        x, w, b, stride=2, padding=1, output_padding=1), [randn(3, 5, 3, 3), randn(5)],
+        [randn(2, 3, 7, 6)]))
+    training.append(("conv_transpose2d_groups_grad", lambda w, x: F.conv_transpose2d(
+        x, w, stride=(2, 1), groups=2, dilation=2), [randn(4, 3, 2, 3)], [randn(2, 4, 5, 5)]))
+    training.append(("conv_transpose1d_grad", lambda w, x: F.conv_transpose1d(x, w, stride=3),
+                     [randn(3, 2, 4)], [randn(2, 3, 11)]))
+    training.append(("conv_transpose3d_grad", lambda w, x: F.conv_transpose3d(
+        x, w, stride=2, padding=1), [randn(3, 2, 3, 3, 3)], [randn(1, 3, 3, 4, 4)]))
+    inference.append(("histc", lambda t: torch.histc(t, bins=8, min=0, max=8),
+                      [torch.randint(0, 8, (40,), device=device).float()]))
     return inference, training
 
 
