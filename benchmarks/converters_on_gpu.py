@@ -263,6 +263,11 @@ def cases(device):
         x, w, stride=2, padding=1), [randn(3, 2, 3, 3, 3)], [randn(1, 3, 3, 4, 4)]))
     inference.append(("histc", lambda t: torch.histc(t, bins=8, min=0, max=8),
                       [torch.randint(0, 8, (40,), device=device).float()]))
+    if device != "cpu":  # PyTorch's CPU histc takes no integers
+        inference.append(("histc_int32", lambda t: (torch.histc(t, bins=8, min=0, max=7),
+                                                    torch.histc(t.long() - 3, bins=3, min=0,
+                                                                max=4)),
+                          [torch.randint(0, 8, (40,), device=device, dtype=torch.int32)]))
     return inference, training
 
 

@@ -99,19 +99,31 @@ def _aten_grouped_mm(c, a):
 def _histc(c, a):
     """Counts per bin: bin = (v - min) * bins / (max - min), rounded down
     (CUDA's order), max itself in the last bin, values outside [min, max]
-    not counted."""
+    not counted. Integer values (transformers' MoE routers count int32
+    expert ids; CUDA divides in integers) are counted in f32 where that is
+    exact: bounds and (max - min) * bins under 2^22, so no value near the
+    range rounds across an edge, and the quotient of two such integers
+    rounds down to the integer quotient."""
     x = a["self"]
     bins = int(a.get("bins", 100))
     low, high = float(a.get("min", 0)), float(a.get("max", 0))
-    dtype = c.dtype(x)
+    given = c.dtype(x)
     if low == high:
         raise Unsupported("histc over the data's own range (min == max)")
-    if not dtype.is_floating_point:
-        raise Unsupported("histc of %s values" % dtype)
     count = max(c.value(x).numel(), 1)
     if count * bins > (1 << 26) or count >= (1 << 24):
         raise Unsupported("histc of %d values in %d bins" % (count, bins))
-    flat = c.emit("reshape", [c.tensor(x)], {"shape": [count, 1]})
+    values = c.tensor(x)
+    dtype = given
+    if not given.is_floating_point:
+        low, high = float(int(low)), float(int(high))  # CUDA casts the bounds to the values' type
+        if given == torch.bool or max(abs(low), abs(high), (high - low) * bins) >= (1 << 22):
+            raise Unsupported("histc of %s values in [%g, %g]" % (given, low, high))
+        if low == high:
+            raise Unsupported("histc over the data's own range (min == max)")
+        dtype = torch.float32
+        values = c.cast(values, given, dtype)
+    flat = c.emit("reshape", [values], {"shape": [count, 1]})
     shifted = c.emit("mul", [c.emit("sub", [flat, c.scalar(low, dtype)]), c.scalar(bins, dtype)])
     position = c.emit("floor", [c.emit("div", [shifted, c.scalar(high - low, dtype)])])
     position = c.emit("where", [c.emit("eq", [flat, c.scalar(high, dtype)]),
@@ -121,7 +133,8 @@ def _histc(c, a):
     edges = c.importer.constant(c.segment, torch.arange(bins, dtype=dtype)[None, :].to(
         c.importer.device))
     hits = c.emit("bitwise_and", [c.emit("eq", [position, edges]), inside])
-    return c.emit("sum", [c.cast(hits, torch.bool, dtype)], {"dims": [0], "keepdim": 0})
+    counts = c.emit("sum", [c.cast(hits, torch.bool, dtype)], {"dims": [0], "keepdim": 0})
+    return counts if dtype == given else c.cast(counts, dtype, given)
 
 
 CONVERTERS.update({

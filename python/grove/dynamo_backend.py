@@ -406,13 +406,16 @@ def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False)
 
     made = [(backend, compiler)]  # the first compile's; each later one makes its own
 
-    def compile_for_these_parameters():
+    def compile_for_these_parameters(arguments=example_inputs):
+        # Note [Training graphs per parameter set]: a later compile traces the
+        # arguments of its own call.
+        arguments = list(arguments)
         backend, compiler = (made.pop() if made
                              else training_steps.aot_backend(mode, strict, device))
         compiler.on_runner = _live_runners.add  # mark_step_begin reaches them
-        compiled = backend(gm, example_inputs)
+        compiled = backend(gm, arguments)
         aot = compiled if not single else (lambda *args: compiled(*args)[0])
-        return _door_function(gm, example_inputs, compiler, aot, single=single)
+        return _door_function(gm, arguments, compiler, aot, single=single)
 
     # Note [Training graphs per parameter set]
     return TrainingGraphs(compile_for_these_parameters(), compile_for_these_parameters,
@@ -432,7 +435,12 @@ def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False)
 # the one that ran last first, so that two models trained in turn each keep
 # theirs. Past MOST_PARAMETER_SETS graphs the refusal is raised as it is
 # (parameters replaced at every step, not updated in place, would compile at
-# every step). Test: GpuTorchTrainingTest.test_two_instances_of_one_model_train_apart
+# every step). A later compile traces the arguments of the call that needs
+# it: the first call's may be outputs of graphs whose memory the tree has
+# reclaimed since (HF DeepSeek-V3's experts share one graph, and an expert
+# first routed tokens at a later step compiled from a stale tensor). Tests:
+# GpuTorchTrainingTest.test_two_instances_of_one_model_train_apart,
+# test_a_later_parameter_set_compiles_from_its_own_call
 # (tests/python/gpu_torch_training_test.py; PyTorch 2.x: dynamo).
 class TrainingGraphs:
     """One training graph per set of bound parameters (Note [Training graphs
@@ -471,7 +479,7 @@ class TrainingGraphs:
         log.warning("grove: this training graph is called with other parameters than it was "
                     "compiled for (%s); compiling it for them too (%d graphs now)",
                     moved, len(graphs) + 1)
-        graphs.insert(0, self.compile_again())
+        graphs.insert(0, self.compile_again(args))
         return graphs[0](*args)
 
 

@@ -84,6 +84,30 @@ class GpuTorchBackendTest(unittest.TestCase):
         self.check_model("with_cumprod", module, (torch.randn(8, 128, device="cuda"),),
                          expect_unsupported=["aten.cumprod"])
 
+    def test_integer_histc_counts_in_grove(self):
+        """transformers' MoE routers count int32 expert ids with histc (CUDA
+        divides in integers; the CPU has no integer histc, so this is checked
+        here): counted in grove, equal to PyTorch's counts, in their dtype."""
+        import grove.torch
+
+        def counts(ids):
+            wide = ids.long() * 3 - 5
+            return (torch.histc(ids, bins=8, min=0, max=7),
+                    torch.histc(wide, bins=5, min=-5, max=20),
+                    torch.histc(ids, bins=3, min=2, max=5))
+
+        torch._dynamo.reset()
+        before = {id(r) for r in grove.torch._live_runners}
+        compiled = torch.compile(counts, backend="grove", dynamic=False)
+        for _ in range(3):
+            ids = torch.randint(0, 8, (64,), device="cuda", dtype=torch.int32)
+            for got, expected in zip(compiled(ids), counts(ids)):
+                self.assertEqual(got.dtype, expected.dtype)
+                self.assertTrue(torch.equal(got, expected), (got, expected))
+        left = {op for r in grove.torch._live_runners if id(r) not in before
+                for _, op, _ in r.unsupported}
+        self.assertEqual(left, set())
+
     def test_strict_raises_naming_the_op(self):
         import grove.torch
 
