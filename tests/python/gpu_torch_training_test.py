@@ -279,23 +279,29 @@ class GpuTorchTrainingTest(unittest.TestCase):
                 torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
 
     def test_a_later_parameter_set_compiles_from_its_own_call(self):
-        """Note [Training graphs per parameter set]: the second instance is
-        first called at step 3, on the output of a graph without gradients
-        (a stem) of that step. The graph compiled again for its parameters
-        traced the first call's arguments, the stem's output of step 0, whose
-        memory the tree had reclaimed: StaleTensorError inside AOTAutograd
-        (HF DeepSeek-V3 training, whose experts share one graph and are first
+        """Note [Training graphs per parameter set]: two instances of a model
+        whose first graph (a stem, no parameters) feeds, past a graph break,
+        a trained graph the instances share; the second instance is first
+        called at step 3. The graph compiled again for its parameters traced
+        the first call's arguments, the stem's output of step 0, whose memory
+        the tree had reclaimed: StaleTensorError inside AOTAutograd (HF
+        DeepSeek-V3 training, whose experts share one graph and are first
         routed tokens at later steps). Both instances train as in eager."""
         import grove.torch  # noqa: F401  (registers the backend)
 
+        class Stemmed(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mlp = gpu_models.Mlp(width=256, depth=4)
+
+            def forward(self, x):
+                h = torch.tanh(x) * 2
+                torch._dynamo.graph_break()
+                return self.mlp(h)
+
         torch._dynamo.reset()
         _, batch, loss_of = mlp_case()
-
-        def stem_of(x):
-            return torch.tanh(x) * 2
-
-        stem = torch.compile(stem_of, backend="grove", dynamic=False)
-        modules = [gpu_models.Mlp(width=256, depth=4).cuda() for _ in range(2)]
+        modules = [Stemmed().cuda() for _ in range(2)]
         references = [copy.deepcopy(module) for module in modules]
         runs = [torch.compile(module, backend="grove", dynamic=False) for module in modules]
         optimizers = [torch.optim.SGD(module.parameters(), lr=0.01) for module in modules]
@@ -304,11 +310,11 @@ class GpuTorchTrainingTest(unittest.TestCase):
         for step in range(7):
             for which in ((0,) if step < 3 else (0, 1)):
                 optimizers[which].zero_grad(set_to_none=True)
-                loss = loss_of(runs[which](stem(*batch(step))), step)
+                loss = loss_of(runs[which](*batch(step)), step)
                 loss.backward()
                 optimizers[which].step()
                 reference_optimizers[which].zero_grad(set_to_none=True)
-                expected = loss_of(references[which](stem_of(*batch(step))), step)
+                expected = loss_of(references[which](*batch(step)), step)
                 expected.backward()
                 reference_optimizers[which].step()
                 torch.testing.assert_close(loss.detach(), expected.detach(), rtol=RTOL,
