@@ -8,7 +8,8 @@ and pooling windows wider than the image, each in a
 tiny function or module through torch.compile(backend="grove"), inference
 and (where the op has a gradient) training (session 28's later ops too: tril/triu,
 any/all, masked writes, integer sums, infinite constants, 3-d convolutions and
-pools, transposed convolutions, histc): outputs and gradients against
+pools, transposed convolutions, histc; then max_pool3d's indices, the 3-d pools'
+backwards and transposed 3-d convolution): outputs and gradients against
 PyTorch eager on the same inputs, over three calls (warm-up, recording,
 replay).
 
@@ -252,6 +253,28 @@ def cases(device):
     training.append(("pools_3d_grad", lambda t: (F.max_pool3d(t, 2), F.avg_pool3d(t, 3, 2,
                                                                                 padding=1),
                                                  F.adaptive_avg_pool3d(t, (2, 1, 1))), [x3], []))
+    inference.append(("max_pool3d_indices", lambda t: (
+        F.max_pool3d(t, 3, 2, 1, return_indices=True),
+        F.max_pool3d(t, (2, 3, 2), (1, 2, 2), (1, 1, 0), dilation=(2, 1, 2), ceil_mode=True,
+                     return_indices=True),
+        F.max_pool3d(t.round(), 2, return_indices=True)), [x3]))  # .round(): ties
+    inference.append(("adaptive_avg_pool3d", lambda t: (F.adaptive_avg_pool3d(t, (5, 3, 4)),
+                                                        F.adaptive_avg_pool3d(t, (4, 7, 2))),
+                      [x3]))
+    training.append(("max_pool3d_indices_grad", lambda t: (
+        F.max_pool3d(t, 3, 2, 1, ceil_mode=True, return_indices=True),
+        F.max_pool3d(t, (2, 3, 2), (1, 2, 2), (1, 1, 0), dilation=(2, 1, 2))), [x3], []))
+    training.append(("avg_pool3d_grad", lambda t: (
+        F.avg_pool3d(t, 3, 2, 1, count_include_pad=False),
+        F.avg_pool3d(t, (2, 3, 3), 2, (1, 1, 0), ceil_mode=True),
+        F.avg_pool3d(t, 2, divisor_override=3)), [x3], []))
+    training.append(("adaptive_avg_pool3d_grad", lambda t: (
+        F.adaptive_avg_pool3d(t, (5, 3, 4)),
+        torch.ops.aten._adaptive_avg_pool3d(t, [1, 1, 1])), [x3], []))
+    inference.append(("conv_transpose3d", lambda x, w, b: (
+        F.conv_transpose3d(x, w, b, stride=2, padding=1, output_padding=1),
+        F.conv_transpose3d(x, w, stride=(1, 2, 3), dilation=(2, 1, 1), output_padding=(0, 1, 2))),
+        [randn(2, 4, 3, 5, 4), randn(4, 3, 3, 2, 3), randn(3)]))
     training.append(("conv_transpose2d_grad", lambda w, b, x: F.conv_transpose2d(
         x, w, b, stride=2, padding=1, output_padding=1), [randn(3, 5, 3, 3), randn(5)],
         [randn(2, 3, 7, 6)]))
@@ -261,6 +284,9 @@ def cases(device):
                      [randn(3, 2, 4)], [randn(2, 3, 11)]))
     training.append(("conv_transpose3d_grad", lambda w, x: F.conv_transpose3d(
         x, w, stride=2, padding=1), [randn(3, 2, 3, 3, 3)], [randn(1, 3, 3, 4, 4)]))
+    training.append(("conv_transpose3d_groups_grad", lambda w, b, x: F.conv_transpose3d(
+        x, w, b, groups=2, stride=(2, 1, 2), padding=(0, 1, 1), dilation=(1, 2, 1),
+        output_padding=(1, 0, 0)), [randn(4, 3, 2, 3, 3), randn(6)], [randn(2, 4, 3, 4, 4)]))
     inference.append(("histc", lambda t: torch.histc(t, bins=8, min=0, max=8),
                       [torch.randint(0, 8, (40,), device=device).float()]))
     if device != "cpu":  # PyTorch's CPU histc takes no integers

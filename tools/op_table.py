@@ -58,10 +58,11 @@ MODULES = [
      "sums the taps that read each position"),
     ("grove.aten_triangle_ops", "tril/triu of values the inputs reach: where over a constant "
      "triangle mask"),
-    ("grove.aten_conv3d_ops", "3-d convolution, its backward and 3-d max/average pooling as "
-     "2-d ones over depth slices, summed over the kernel's depth taps (Note [3-d convolutions "
-     "as 2-d ones]); max_pool3d's indices stay in PyTorch"),
-    ("grove.aten_conv_transpose_ops", "transposed 2-d and 1-d convolution as the input "
+    ("grove.aten_conv3d_ops", "3-d convolution and its backward as 2-d ones over depth "
+     "slices, summed over the kernel's depth taps (Note [3-d convolutions as 2-d ones]); 3-d "
+     "max (with indices), average and adaptive average pooling and their backwards as 2-d "
+     "pooling of the volume viewed as a tall image (Note [Volumes as tall images])"),
+    ("grove.aten_conv_transpose_ops", "transposed 3-d, 2-d and 1-d convolution as the input "
      "gradient of the convolution it transposes (Note [Transposed convolutions as input "
      "gradients]), and its backward as the transposed operation's transpose"),
     ("grove.aten_grouped_mm_ops", "histc (tokens per expert); grouped products of tokens "

@@ -3,8 +3,9 @@ max_pool2d_with_indices_backward, avg_pool2d_backward,
 _adaptive_avg_pool2d_backward, upsample_nearest2d_backward, and col2im
 (F.fold, which is im2col's backward). Each input pixel sums the window
 positions that read it, gathered through image_windows.inverse_ids (Note
-[Windows as gathers]). Importing this module
-adds them to aten_ops.CONVERTERS."""
+[Windows as gathers]); the pooling backwards serve 3-d pooling too, on a
+volume's tall image (Note [Volumes as tall images], aten_conv3d_ops.py).
+Importing this module adds them to aten_ops.CONVERTERS."""
 
 import torch
 
@@ -111,52 +112,67 @@ def _convolution_backward_2d(c, a, grad, x, weight):
 
 
 def _pooled_rows(c, grad, dtype, scale=None):
-    """grad [N, C, OH, OW] as rows [OH*OW + 1 zero row, N*C], times `scale`."""
-    n, channels, out_h, out_w = c.shape(grad)
-    rows = c.emit("permute", [c.operand(grad, dtype)], {"order": [2, 3, 0, 1]})
+    """grad [N, C, OH, OW] (an fx node or an Image) as rows [OH*OW + 1 zero
+    row, N*C], times `scale`."""
+    n, channels, out_h, out_w = shape_of(c, grad)
+    rows = c.emit("permute", [operand_of(c, grad, dtype)], {"order": [2, 3, 0, 1]})
     if scale is not None:
         rows = c.emit("mul", [rows, scale])
     rows = c.emit("reshape", [rows], {"shape": [out_h * out_w, n * channels]})
     return _rows_with_zero(c, rows, n * channels, dtype)
 
 
-def _mean_backward(c, grad, x, ids, divisor):
-    dtype = c.dtype(x)
+def mean_backward(c, grad, x, ids, divisor):
+    """The backward of windowed_mean (aten_conv_ops) over window ids [OH, OW,
+    K] and `divisor` [OH, OW]: each pixel of x sums the scaled gradients of
+    the windows that read it. grad and x: fx nodes or Images (a volume's
+    tall image)."""
+    dtype = dtype_of(c, x)
     if bool((divisor == divisor.flatten()[0]).all()):
         scale = c.scalar(1.0 / float(divisor.flatten()[0]), dtype)
     else:
         scale = c.importer.constant(c.segment, (1.0 / divisor)[:, :, None, None].to(dtype).to(
             c.importer.device))
     table = _pooled_rows(c, grad, dtype, scale)
-    height, width = c.shape(x)[2:]
+    height, width = shape_of(c, x)[2:]
     return _scatter_to_pixels(c, table, inverse_ids(ids, height * width, per_output=True),
-                              c.shape(x))
+                              shape_of(c, x))
 
 
 def _avg_pool_backward(c, a):
     grad, x = a["grad_output"], a["self"]
     image_shape(c, x, "avg_pool2d_backward")
     out_h, out_w = c.shape(grad)[2:]
-    return _mean_backward(c, grad, x, *avg_pool_geometry(c, a, x, out_h, out_w))
+    return mean_backward(c, grad, x, *avg_pool_geometry(c, a, x, out_h, out_w))
 
 
 def _adaptive_avg_pool_backward(c, a):
     grad, x = a["grad_output"], a["self"]
     height, width = image_shape(c, x, "adaptive_avg_pool2d_backward")[2:]
     out_h, out_w = c.shape(grad)[2:]
-    return _mean_backward(c, grad, x, *adaptive_windows([height, width], [out_h, out_w]))
+    return mean_backward(c, grad, x, *adaptive_windows([height, width], [out_h, out_w]))
 
 
 def _max_pool_backward(c, a):
-    """Each pixel takes the gradients of the windows whose index names it."""
     grad, x, indices = a["grad_output"], a["self"], a["indices"]
-    n, channels, height, width = image_shape(c, x, "max_pool2d_with_indices_backward")
+    image_shape(c, x, "max_pool2d_with_indices_backward")
     out_h, out_w = c.shape(grad)[2:]
-    dtype = c.dtype(x)
-    inverse = inverse_ids(max_pool_ids(c, a, x, out_h, out_w), height * width, per_output=True)
+    return max_pool_backward(c, grad, indices, max_pool_ids(c, a, x, out_h, out_w),
+                             c.shape(x), c.dtype(x))
+
+
+def max_pool_backward(c, grad, indices, ids, shape, dtype):
+    """Each pixel of an image of `shape` [N, C, H, W] takes the gradients of
+    the windows (ids [OH, OW, K]) whose index names it. grad and indices [N,
+    C, OH, OW]: fx nodes or Images (a volume's tall image, whose pixel ids are
+    max_pool3d's indices)."""
+    n, channels, height, width = shape
+    out_h, out_w = shape_of(c, grad)[2:]
+    inverse = inverse_ids(ids, height * width, per_output=True)
     picked = c.emit("embedding", [_pooled_rows(c, grad, dtype),
                                   constant_ids(c, inverse, inverse.numel())])
-    index_rows = c.emit("permute", [c.operand(indices, torch.int64)], {"order": [2, 3, 0, 1]})
+    index_rows = c.emit("permute", [operand_of(c, indices, torch.int64)],
+                        {"order": [2, 3, 0, 1]})
     index_rows = c.emit("reshape", [index_rows], {"shape": [out_h * out_w, n * channels]})
     minus_one = c.emit("full", [], {"value": -1.0, "shape": [1, n * channels], "dtype": "i64"})
     index_rows = c.emit("concat", [index_rows, minus_one], {"dim": 0})

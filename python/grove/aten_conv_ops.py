@@ -253,20 +253,29 @@ def max_pool_ids(c, a, x, out_h, out_w):
 
 def _max_pool(c, a):
     x = a["self"]
-    n, channels, _, _ = image_shape(c, x, "max_pool2d")
+    image_shape(c, x, "max_pool2d")
     result = c.result()
     with_indices = isinstance(result, (tuple, list))
     out_h, out_w = (result[0] if with_indices else result).shape[2:]
-    gathered, ids = gather_windows(c, x, max_pool_ids(c, a, x, out_h, out_w), "repeat")
+    wanted = with_indices and 1 in {user.args[1] for user in c.node.users if user.users}
+    pooled, indices = pooled_maxima(c, x, max_pool_ids(c, a, x, out_h, out_w), wanted)
+    return (pooled, indices) if with_indices else pooled
+
+
+def pooled_maxima(c, x, ids, with_indices):
+    """x (an image or a volume's tall image) max-pooled by window ids [OH,
+    OW, K]: (the maxima [N, C, OH, OW], and with_indices the pixel id of
+    each window's first position holding its maximum (PyTorch's choice), else
+    None). A window's padding repeats its first pixel, which has the same id."""
+    n, channels = shape_of(c, x)[:2]
+    out_h, out_w = ids.shape[:2]
+    gathered, ids = gather_windows(c, x, ids, "repeat")
     top = c.emit("max", [gathered], {"dims": [2], "keepdim": 0})
     pooled = to_nchw(c, top, out_h, out_w, n, channels)
     if not with_indices:
-        return pooled
-    wanted = {user.args[1] for user in c.node.users if user.users}
-    if 1 not in wanted:
-        return (pooled, None)
-    # The first window position holding the maximum (PyTorch's choice), then
-    # its pixel: the window's ids read at o*K + k.
+        return pooled, None
+    # The first window position holding the maximum, then its pixel: the
+    # window's ids read at o*K + k.
     taps = ids.shape[2]
     hits = c.emit("eq", [gathered, c.emit("reshape", [top], {"shape": [out_h, out_w, 1, -1]})])
     positions = c.importer.constant(
@@ -282,13 +291,15 @@ def _max_pool(c, a):
         c.importer.device))
     pixels = c.emit("reshape", [c.emit("embedding", [table, flat])],
                     {"shape": [out_h, out_w, n * channels]})
-    return (pooled, to_nchw(c, pixels, out_h, out_w, n, channels))
+    return pooled, to_nchw(c, pixels, out_h, out_w, n, channels)
 
 
 def windowed_mean(c, x, ids, divisor):
-    n, channels, _, _ = c.shape(x)
+    """x (an image or a volume's tall image) averaged over window ids [OH,
+    OW, K] (zeros in the padding), divided by `divisor` [OH, OW]."""
+    n, channels = shape_of(c, x)[:2]
     out_h, out_w = ids.shape[:2]
-    dtype = c.dtype(x)
+    dtype = dtype_of(c, x)
     gathered, _ = gather_windows(c, x, ids, "zero")
     summed = c.emit("sum", [gathered], {"dims": [2], "keepdim": 0})
     return to_nchw(c, c.emit("mul", [summed, reciprocal(c, divisor, dtype)]), out_h, out_w, n,

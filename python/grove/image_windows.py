@@ -1,7 +1,11 @@
 """The index math of grove's window ops (Note [Windows as gathers] in
 aten_conv_ops.py), in PyTorch on the host, once per shape: which input pixel
 each window position reads, the inverse (which window positions read each
-pixel, for the backwards), and the divisors of average pooling."""
+pixel, for the backwards), and the divisors of average pooling. Windows of
+2 or 3 spatial axes: a volume's windows are those of its tall image (Note
+[Volumes as tall images] in aten_conv3d_ops.py)."""
+
+import math
 
 import torch
 
@@ -13,18 +17,40 @@ def pair(value):
     return value * 2 if len(value) == 1 else value
 
 
-def window_ids(in_size, out_size, kernel, stride, padding, dilation):
-    """Pixel ids [OH, OW, KH*KW] into an HxW image; -1 marks the padding."""
-    axes = []
-    for axis in range(2):
-        start = torch.arange(out_size[axis]) * stride[axis] - padding[axis]
-        position = start[:, None] + torch.arange(kernel[axis])[None, :] * dilation[axis]
-        axes.append((position, (position >= 0) & (position < in_size[axis])))
-    (rows, row_valid), (cols, col_valid) = axes
-    ids = rows[:, None, :, None] * in_size[1] + cols[None, :, None, :]
-    valid = row_valid[:, None, :, None] & col_valid[None, :, None, :]
+def axis_taps(size, out, kernel, stride, padding, dilation):
+    """One axis of a window op: the position [O, K] each window's taps read
+    along it; -1 outside [0, size)."""
+    start = torch.arange(out) * stride - padding
+    position = start[:, None] + torch.arange(kernel)[None, :] * dilation
+    inside = (position >= 0) & (position < size)
+    return torch.where(inside, position, torch.full_like(position, -1))
+
+
+def grid_ids(in_size, axes):
+    """The windows that are products of per-axis taps `axes` ([O, K] each,
+    -1: none) as flat ids into an input of `in_size` (row-major):
+    [O_1 * ... * O_(r-1), O_r, K_1 * ... * K_r], taps in row-major order,
+    -1 where any axis reads none. Two axes: ids [OH, OW, KH*KW] into HxW."""
+    rank = len(axes)
+    ids = torch.zeros([1] * (2 * rank), dtype=torch.int64)
+    valid = torch.ones([1] * (2 * rank), dtype=torch.bool)
+    step = 1
+    for axis in reversed(range(rank)):
+        shape = [1] * (2 * rank)
+        shape[axis], shape[rank + axis] = axes[axis].shape
+        position = axes[axis].reshape(shape)
+        ids, valid = ids + position * step, valid & (position >= 0)
+        step *= in_size[axis]
     ids = torch.where(valid, ids, torch.full_like(ids, -1))
-    return ids.reshape(out_size[0], out_size[1], kernel[0] * kernel[1])
+    outs = [taps.shape[0] for taps in axes]
+    return ids.reshape(math.prod(outs[:-1]), outs[-1], -1)
+
+
+def window_ids(in_size, out_size, kernel, stride, padding, dilation):
+    """Pixel ids [OH, OW, KH*KW] into an HxW image (or [OD*OH, OW, K] into
+    a DxHxW volume); -1 marks the padding."""
+    return grid_ids(in_size, [axis_taps(*axis) for axis in zip(in_size, out_size, kernel,
+                                                                  stride, padding, dilation)])
 
 
 def inverse_ids(ids, pixels, per_output):
@@ -69,27 +95,29 @@ def pooling_reach(in_size, kernel, padding, dilation):
 
 def avg_pool_windows(in_size, out_size, kernel, stride, padding, count_include_pad,
                      divisor_override):
-    """(ids, divisor [OH, OW]) of avg_pool2d, counted as PyTorch does."""
-    ids = window_ids(in_size, out_size, pooling_reach(in_size, kernel, padding, [1, 1]), stride,
-                     padding, [1, 1])
+    """(ids, divisor [OH, OW]) of avg_pool2d (or avg_pool3d: ids over the
+    volume, divisor [OD*OH, OW]), counted as PyTorch does."""
+    axes = len(in_size)
+    ids = window_ids(in_size, out_size, pooling_reach(in_size, kernel, padding, [1] * axes),
+                     stride, padding, [1] * axes)
     if divisor_override:
-        divisor = torch.full(tuple(out_size), float(divisor_override))
+        divisor = torch.full(tuple(ids.shape[:2]), float(divisor_override))
     elif count_include_pad:
-        # The window clipped to the padded image.
-        counts = []
-        for axis in range(2):
+        # The window clipped to the padded input, per axis.
+        divisor = torch.ones([])
+        for axis in range(axes):
             start = torch.arange(out_size[axis]) * stride[axis] - padding[axis]
             end = torch.clamp(start + kernel[axis], max=in_size[axis] + padding[axis])
-            counts.append((end - start).to(torch.float32))
-        divisor = counts[0][:, None] * counts[1][None, :]
+            divisor = divisor[..., None] * (end - start).to(torch.float32)
+        divisor = divisor.reshape(ids.shape[:2])
     else:
         divisor = (ids >= 0).sum(2).to(torch.float32)
     return ids, divisor
 
 
 def adaptive_windows(in_size, out_size):
-    """(ids, divisor) of adaptive average pooling: window i of an axis is
-    [floor(i*size/out), ceil((i+1)*size/out))."""
+    """(ids, divisor) of adaptive average pooling (2 or 3 axes): window i of
+    an axis is [floor(i*size/out), ceil((i+1)*size/out))."""
     axes = []
     for size, out in zip(in_size, out_size):
         start = [(i * size) // out for i in range(out)]
@@ -97,8 +125,5 @@ def adaptive_windows(in_size, out_size):
         longest = max(e - s for s, e in zip(start, end))
         axes.append(torch.tensor([[s + k if s + k < e else -1 for k in range(longest)]
                                   for s, e in zip(start, end)]))
-    rows, cols = axes
-    valid = (rows >= 0)[:, None, :, None] & (cols >= 0)[None, :, None, :]
-    ids = rows[:, None, :, None] * in_size[1] + cols[None, :, None, :]
-    ids = torch.where(valid, ids, torch.full_like(ids, -1)).reshape(out_size[0], out_size[1], -1)
+    ids = grid_ids(in_size, axes)
     return ids, (ids >= 0).sum(2).to(torch.float32)

@@ -269,6 +269,65 @@ class Conv3dTest(ConverterCase):
 
         self.check(function, [torch.randn(2, 3, 5, 7, 6)])
 
+    def test_max_pool3d_indices_match_torch(self):
+        # Note [Volumes as tall images]: the indices are flat into D*H*W, the
+        # first maximum in (depth, height, width) order where values tie.
+        def function(x):
+            pools = (F.max_pool3d(x, 2, return_indices=True),
+                     F.max_pool3d(x, 3, 2, 1, return_indices=True),
+                     F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), dilation=(2, 1, 2),
+                                  return_indices=True),
+                     F.max_pool3d(x, 2, ceil_mode=True, return_indices=True),
+                     F.max_pool3d(x, 3, 2, 1, ceil_mode=True, return_indices=True))
+            return [value for pool in pools for value in pool]
+
+        self.check(function, [torch.randn(2, 3, 5, 7, 6)])
+        self.check(function, [torch.randint(0, 3, (2, 3, 5, 7, 6)).float()])  # ties
+
+    def test_max_pool3d_gradients_match_torch(self):
+        from training_test import check_forward_and_backward
+
+        def function(x):
+            return ((F.max_pool3d(x, 2, ceil_mode=True) ** 2).sum()
+                    + (F.max_pool3d(x, 3, 2, 1) * 3).sum()
+                    + (F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), dilation=(2, 1, 2))
+                       ** 2).sum())
+
+        for x in (torch.randn(2, 3, 5, 7, 6), torch.randint(0, 3, (2, 3, 5, 7, 6)).float()):
+            check_forward_and_backward(
+                self, function, x, expected_ops=["aten.max_pool3d_with_indices_backward"])
+
+    def test_avg_pool3d_gradients_match_torch(self):
+        from training_test import check_forward_and_backward
+
+        def function(x):
+            weights = torch.arange(1.0, 5.0).view(4, 1, 1, 1, 1)
+            pools = (F.avg_pool3d(x, 3, 2, 1), F.avg_pool3d(x, 3, 2, 1, count_include_pad=False),
+                     F.avg_pool3d(x, (2, 3, 3), 2, ceil_mode=True),
+                     F.avg_pool3d(x, 3, (1, 2, 2), (1, 0, 1), ceil_mode=True,
+                                  count_include_pad=False),
+                     F.avg_pool3d(x, 2, divisor_override=3))
+            return sum((pool * weight).sum() for pool, weight in zip(pools, weights))
+
+        check_forward_and_backward(self, function, torch.randn(2, 3, 5, 7, 6),
+                                   expected_ops=["aten.avg_pool3d_backward"])
+
+    def test_adaptive_avg_pool3d_matches_torch(self):
+        from training_test import check_forward_and_backward
+
+        def function(x):
+            return (F.adaptive_avg_pool3d(x, 3), F.adaptive_avg_pool3d(x, (2, 4, 1)),
+                    torch.ops.aten._adaptive_avg_pool3d(x, [1, 1, 1]))
+
+        def loss(x):
+            pools = function(x)
+            return sum((pool ** 2).sum() * scale for pool, scale in zip(pools, (1, 2, 3)))
+
+        x = torch.randn(2, 3, 5, 7, 6)
+        self.check(function, [x])
+        check_forward_and_backward(self, loss, x,
+                                   expected_ops=["aten._adaptive_avg_pool3d_backward"])
+
 
 class ConvTransposeTest(ConverterCase):
     """Note [Transposed convolutions as input gradients] (aten_conv_transpose_ops.py)."""
@@ -303,6 +362,36 @@ class ConvTransposeTest(ConverterCase):
                                    torch.randn(4, 2, 2, 3), atol=1e-3)
         check_forward_and_backward(self, line, torch.randn(2, 4, 9), torch.randn(4, 3, 5),
                                    torch.randn(3), atol=1e-3)
+
+    def test_three_d_transposed_convolutions_match_torch(self):
+        def function(x, w, b, grouped, grouped_bias):
+            return (F.conv_transpose3d(x, w, b, stride=2, padding=1, output_padding=1),
+                    F.conv_transpose3d(x, w, stride=(1, 2, 3), dilation=(2, 1, 1),
+                                       output_padding=(0, 1, 2)),
+                    F.conv_transpose3d(x, grouped, grouped_bias, groups=2, stride=(2, 1, 2),
+                                       padding=(0, 1, 2), dilation=(1, 2, 1)))
+
+        self.check(function, [torch.randn(2, 4, 3, 5, 4), torch.randn(4, 3, 3, 2, 3),
+                              torch.randn(3), torch.randn(4, 3, 2, 3, 3), torch.randn(6)],
+                   atol=1e-4)
+
+    def test_three_d_transposed_convolution_gradients_match_torch(self):
+        from training_test import check_forward_and_backward
+
+        def strided(x, w, b):
+            return (F.conv_transpose3d(x, w, b, stride=2, padding=1, output_padding=1)
+                    ** 2).sum()
+
+        def grouped(x, w, b):
+            return (F.conv_transpose3d(x, w, b, groups=2, stride=(2, 1, 2), padding=(0, 1, 1),
+                                       dilation=(1, 2, 1), output_padding=(1, 0, 0)) ** 2).sum()
+
+        check_forward_and_backward(self, strided, torch.randn(2, 4, 3, 5, 4),
+                                   torch.randn(4, 3, 3, 2, 3), torch.randn(3),
+                                   expected_ops=["aten.convolution_backward"], atol=1e-3)
+        check_forward_and_backward(self, grouped, torch.randn(2, 4, 3, 4, 4),
+                                   torch.randn(4, 3, 2, 3, 3), torch.randn(6),
+                                   expected_ops=["aten.convolution_backward"], atol=1e-3)
 
 
 def _grouped_reference(x, weight, offs):
