@@ -5,6 +5,7 @@
 #include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
+#include "runtime/strided_copy_kernel.h"
 
 namespace grove::cudagraph_trees::backend {
 namespace {
@@ -16,6 +17,28 @@ using compiler::TensorList;
 constexpr compiler::lowering::InputCheck kChecked = compiler::lowering::InputCheck::kCheckedByDoor;
 
 std::atomic<int64_t> next_program_id{0};
+
+// Note [Private copies keep each element]: a pool input reaches a program in
+// any layout (a transposed or broadcast view a PyTorch step made of a replay
+// output), so its private copy (Note [Pool inputs of piecewise programs])
+// takes each element from where the view has it, into a contiguous tensor of
+// its shape; one flat copy only where the view is contiguous. nullopt for a
+// strided view of more dimensions than the strided copy takes (the call then
+// runs eagerly). Test: CudagraphsBackend.
+// FedBackReplayOutputViewedWithOtherStridesKeepsItsValues.
+std::optional<runtime::Tensor> private_copy(runtime::DeviceContext& context,
+                                            const runtime::Tensor& input) {
+  runtime::Tensor copy = runtime::Tensor::empty(input.shape(), input.dtype(), input.device());
+  if (input.is_contiguous()) {
+    context.platform().copy_async(copy.data_ptr(), input.data_ptr(), input.nbytes(),
+                                  runtime::CopyKind::kDeviceToDevice, context.current_stream());
+  } else if (input.dim() <= runtime::kMaxStridedCopyRank) {
+    runtime::copy_to_contiguous(input, copy);
+  } else {
+    return std::nullopt;
+  }
+  return copy;
+}
 
 }  // namespace
 
@@ -158,11 +181,16 @@ std::optional<TensorList> PreparedProgram::private_pool_inputs(const TreeManager
         return std::nullopt;
       }
     }
+    std::optional<runtime::Tensor> copy = private_copy(context, input);
+    if (!copy) {
+      log_once(LogLevel::kInfo, str_cat("cudagraphs:private_copy_rank:", id_),
+               str_cat("not captured this call: ", model_name_, ": input ", i,
+                       " lives in the CUDA graph tree's pool as a strided view of ", input.dim(),
+                       " dimensions; the program runs eagerly when called so"));
+      return std::nullopt;
+    }
     if (result.empty()) result = inputs;
-    runtime::Tensor copy = runtime::Tensor::empty(input.shape(), input.dtype(), input.device());
-    context.platform().copy_async(copy.data_ptr(), input.data_ptr(), input.nbytes(),
-                                  runtime::CopyKind::kDeviceToDevice, context.current_stream());
-    result[i] = std::move(copy);
+    result[i] = std::move(*copy);
   }
   return result.empty() ? inputs : result;
 }

@@ -193,9 +193,10 @@ TEST_P(CudagraphsBackend, NonzeroInTheMiddleRunsCapturedEagerCaptured) {
 
 // The fuzzer's seed 26715 (tests/fuzz/known_failures): segment 0 computes
 // `shifted = x - c`, a nonzero splits the program, and segment 2 reads x again.
-compiler::ir::Program input_read_after_nonzero(Device device) {
+compiler::ir::Program input_read_after_nonzero(Device device,
+                                               const runtime::Shape& x_shape = {5, 2}) {
   ProgramBuilder b("fed_back", device);
-  ValueId x = b.input("x", {5, 2});
+  ValueId x = b.input("x", x_shape);
   ValueId y = b.input("y", {2, 4});
   ValueId shifted = b.sub(x, b.full(-1.6903430867767089), "shifted");
   ValueId indices = b.nonzero(b.compare("gt", y, b.full(0.0), "positive"), "where_positive");
@@ -230,6 +231,38 @@ TEST_P(CudagraphsBackend, FedBackReplayOutputReadAfterTheFirstSegmentKeepsItsVal
   }
   nlohmann::json stats = stats_of(graphs);
   ASSERT_EQ(stats["programs"][0]["segments"].size(), 3u) << stats.dump();
+  EXPECT_GE(stats["tree"]["replays"].get<int64_t>(), 4) << stats.dump();
+  tree_manager_for(GetParam()).verify();
+}
+
+// Note [Pool inputs of piecewise programs]: the fed-back replay output reaches
+// the program as a view with other strides (transposed; one row broadcast),
+// as a PyTorch step between two of grove's graphs hands it on (HF Longformer's
+// as_strided chunks). The private copy was one flat copy of numel * size bytes
+// from the view's first element: the transposed values came in storage order
+// (Longformer's cudagraphs gradients 1.5 off eager) and the broadcast row read
+// past its block. Each element must be copied where the view has it.
+TEST_P(CudagraphsBackend, FedBackReplayOutputViewedWithOtherStridesKeepsItsValues) {
+  compiler::ir::Program program = input_read_after_nonzero(GetParam(), {4, 4});
+  CompiledModel eager = compile(program, {.backend = "eager"});
+  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+  TensorList eager_inputs = random_inputs(program, GetParam(), 30117);
+  TensorList graphs_inputs = eager_inputs;
+  for (int call = 0; call < 8; ++call) {
+    TensorList expected = eager(eager_inputs);
+    TensorList got = graphs(graphs_inputs);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].to_vector<float>(), expected[0].to_vector<float>()) << "call " << call;
+    EXPECT_EQ(got[1].to_vector<float>(), expected[1].to_vector<float>()) << "call " << call;
+    EXPECT_EQ(got[2].to_doubles(), expected[2].to_doubles()) << "call " << call;
+    TensorList fresh = random_inputs(program, GetParam(), 30118 + static_cast<uint64_t>(call));
+    auto viewed = [call](const Tensor& t) {
+      return call % 2 == 0 ? t.transpose(0, 1) : t.slice(0, 1, 2).expand({4, 4});
+    };
+    eager_inputs = call >= 2 ? TensorList{viewed(expected[0]), fresh[1]} : fresh;
+    graphs_inputs = call >= 2 ? TensorList{viewed(got[0]), fresh[1]} : fresh;
+  }
+  nlohmann::json stats = stats_of(graphs);
   EXPECT_GE(stats["tree"]["replays"].get<int64_t>(), 4) << stats.dump();
   tree_manager_for(GetParam()).verify();
 }
