@@ -51,4 +51,24 @@ def bound_as_bases(graph_module, example_inputs, positions):
         with graph.inserting_after(placeholders[-1]):  # the placeholders stay first
             view = graph.call_function(torch.ops.aten.permute.default, (placeholder, order))
         placeholder.replace_all_uses_with(view, delete_user_cb=lambda user: user is not view)
+        placeholder.meta[BASE_ORDER] = sorted(range(len(order)), key=order.__getitem__)
     return torch.fx.GraphModule(graph_module, graph), example_inputs, bound
+
+
+# Note [Bound bases read as bases]: the caller still passes the view (AOTAutograd
+# calls the backward with the saved transpose); grove's segments read the bound
+# base at its address and never look at the argument, but a step that reads
+# the placeholder's value in Python (a PyTorch step, verify mode's reference
+# run) must get the base the graph now expects: the runner permutes the
+# argument by the placeholder's BASE_ORDER first. Verify mode on any trained
+# Linear raised a shape error in its reference run before. Test:
+# HandoutTest.test_verify_mode_reads_a_bound_base_as_the_base
+# (tests/python/handout_test.py).
+BASE_ORDER = "grove_base_order"
+
+
+def as_base(placeholder, value):
+    """The argument `value` as the base its placeholder takes (Note [Bound
+    bases read as bases])."""
+    order = placeholder.meta.get(BASE_ORDER)
+    return value if order is None else value.permute(order)

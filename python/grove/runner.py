@@ -10,6 +10,7 @@ import torch
 import torch.fx
 
 import grove
+from grove import parameter_views
 from grove import verify as verify_mode
 from grove.fx_common import laid_out
 from grove.inplace import mutates_first_argument
@@ -337,7 +338,7 @@ class GraphRunner:
                     % self.plan.placeholders[position].name)
         env = dict(self.constants)
         for node, value in zip(self.plan.placeholders, args):
-            env[node] = value
+            env[node] = parameter_views.as_base(node, value)  # Note [Bound bases read as bases]
         stream = None
         for kind, step in self.steps:
             if kind == "grove":

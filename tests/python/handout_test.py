@@ -221,6 +221,38 @@ class SavedParameterTest(unittest.TestCase):
         _, _, left = parameter_views.bound_as_bases(graph, [strided, gradient], {0})
         self.assertEqual(left, [])
 
+    def test_verify_mode_reads_a_bound_base_as_the_base(self):
+        # Note [Bound bases read as bases] (grove/parameter_views.py): the
+        # backward is called with the saved transpose, its placeholder now
+        # takes the base; verify mode's reference run (and any PyTorch step
+        # reading the placeholder) read the argument as given and raised
+        # "mat1 and mat2 shapes cannot be multiplied" on every trained Linear.
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from grove import importer, parameter_views
+
+        torch.manual_seed(9)
+        weight = torch.randn(5, 3)
+
+        def backward(weight_t, grad):
+            return (torch.mm(grad, weight_t.t()), torch.cumprod(weight_t, 1))
+
+        gradient = torch.randn(4, 5)
+        graph = make_fx(backward)(weight.t(), gradient)
+        module, examples, bound = parameter_views.bound_as_bases(graph, [weight.t(), gradient],
+                                                                 {0})
+        plan = importer.import_graph(module, examples, static_inputs=bound)
+        self.assertIn("aten.cumprod", [op for _, op, _ in plan.unsupported])
+        for backend in ("eager", "cudagraphs"):
+            runner = plan.compile(backend=backend, device="sim", verify=True)
+            for call in range(3):
+                gradient = torch.randn(4, 5)
+                got = runner(weight.t(), gradient)
+                expected = backward(weight.t(), gradient)
+                for a, e in zip(got, expected):
+                    torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5,
+                                               msg="%s call %d" % (backend, call))
+
 
 EXIT_SCRIPT = """
 import torch
