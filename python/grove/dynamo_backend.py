@@ -419,7 +419,8 @@ def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False)
 
     # Note [Training graphs per parameter set]
     return TrainingGraphs(compile_for_these_parameters(), compile_for_these_parameters,
-                          invoked=from_dynamo and mode != "eager")
+                          invoked=from_dynamo and mode != "eager",
+                          parameters=_static_positions(example_inputs), example=example_inputs)
 
 
 # Note [Training graphs per parameter set]
@@ -427,18 +428,25 @@ def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False)
 # addresses checked at every call (Note [Saved parameters], training_steps.py).
 # Dynamo hands one compiled graph to every module whose code and guards match,
 # and on PyTorch 2.x parameters are the graph's inputs: a second instance of
-# the same model class (a sweep, a fresh model in one process) reaches the
-# first instance's graph with other parameters, and the forward refuses them
+# the same model class (a sweep, a fresh model in one process), or the next of
+# a model's identical layers where a graph break cuts each (timm's
+# Sequencer2D: an LSTM per block, 18 blocks; an MoE's experts), reaches the
+# graph with other parameters, and the forward refuses them
 # (StaticInputMovedError) before anything runs. TrainingGraphs then compiles
 # the graph once more, bound to the new parameters (PyTorch's cudagraph trees
-# record a new graph there too), and tries its graphs in turn at later calls,
-# the one that ran last first, so that two models trained in turn each keep
-# theirs. Past MOST_PARAMETER_SETS graphs the refusal is raised as it is
-# (parameters replaced at every step, not updated in place, would compile at
-# every step). A later compile traces the arguments of the call that needs
+# record a new graph there too), and finds a call's graph by the addresses of
+# its parameters (one dict lookup; the graph that ran last is tried first,
+# without one), so layers called in turn each keep theirs at no search cost.
+# A graph whose parameters are all gone (freed: replaced, not updated in
+# place) is dropped when the next set compiles; past MOST_REPLACED such sets,
+# or past MOST_PARAMETER_SETS live ones (PyTorch re-records a function up to
+# 128 times, cudagraph_unexpected_rerecord_limit), the refusal is raised as it
+# is, so parameters replaced at every step do not compile at every step. A later compile traces the arguments of the call that needs
 # it: the first call's may be outputs of graphs whose memory the tree has
 # reclaimed since (HF DeepSeek-V3's experts share one graph, and an expert
 # first routed tokens at a later step compiled from a stale tensor). Tests:
+# DynamoBackendTest.test_training_graphs_are_found_by_their_parameters
+# (tests/python/importer_test.py, no GPU: twelve sets in turn),
 # GpuTorchTrainingTest.test_two_instances_of_one_model_train_apart,
 # test_a_later_parameter_set_compiles_from_its_own_call
 # (tests/python/gpu_torch_training_test.py; PyTorch 2.x: dynamo).
@@ -446,41 +454,78 @@ class TrainingGraphs:
     """One training graph per set of bound parameters (Note [Training graphs
     per parameter set]); called as the graph is."""
 
-    MOST_PARAMETER_SETS = 8
+    MOST_PARAMETER_SETS = 128
+    MOST_REPLACED = 8
 
-    def __init__(self, first, compile_again, invoked=False):
-        self.graphs = [first]
+    def __init__(self, first, compile_again, invoked=False, parameters=(), example=()):
+        """parameters: the positions of the parameters among the graph's
+        arguments; example: the first graph's arguments."""
+        self.parameters = list(parameters)
+        self.last = first
+        # key -> (graph, weak references to its parameters)
+        self.by_parameters = {}
+        if self.parameters:
+            self.by_parameters[self._key(example)] = (first, self._held(example))
+        self.count = 1
+        self.replaced = 0
         self.compile_again = compile_again
         # Note [A training step begins with its named invocation]
         # (cudagraph_trees/generations.h): the forward runs in dynamo's
         # invocation, beside the graphs before it that feed it.
         self.invoked = invoked
 
+    def _held(self, args):
+        return [weakref.ref(args[position]) for position in self.parameters
+                if isinstance(args[position], torch.Tensor)]
+
+    def _drop_replaced(self):
+        """Forgets the graphs whose parameters are all freed (replaced)."""
+        for key, (_, held) in list(self.by_parameters.items()):
+            if held and all(reference() is None for reference in held):
+                del self.by_parameters[key]
+                self.count -= 1
+                self.replaced += 1
+
+    def _key(self, args):
+        return tuple(args[position].data_ptr() if isinstance(args[position], torch.Tensor)
+                     else None for position in self.parameters)
+
     def __call__(self, *args):
         return _in_dynamos_invocation(self.invoked, self._call, args)
 
     def _call(self, args):
-        graphs = self.graphs
         try:
-            return graphs[0](*args)
+            return self.last(*args)
         except StaticInputMovedError as refusal:
             moved = refusal
-        for index in range(1, len(graphs)):
+        key = self._key(args) if self.parameters else None
+        found = self.by_parameters.get(key, (None,))[0]
+        if found is not None and found is not self.last:
             try:
-                result = graphs[index](*args)
-            except StaticInputMovedError:
-                continue
-            graphs.insert(0, graphs.pop(index))
-            return result
-        if len(graphs) >= self.MOST_PARAMETER_SETS:
+                result = found(*args)
+                self.last = found
+                return result
+            except StaticInputMovedError as refusal:  # a bound input besides the parameters
+                moved = refusal
+        self._drop_replaced()
+        if self.replaced >= self.MOST_REPLACED:
+            raise StaticInputMovedError(moved.position, "%s (the parameters of %d of this "
+                                        "training graph's compilations were freed: they are "
+                                        "replaced, not updated in place; grove compiles no "
+                                        "more)" % (moved, self.replaced)) from None
+        if self.count >= self.MOST_PARAMETER_SETS:
             raise StaticInputMovedError(moved.position, "%s (grove compiled this training graph "
                                         "for %d sets of parameters already and compiles no "
-                                        "more)" % (moved, len(graphs))) from None
-        log.warning("grove: this training graph is called with other parameters than it was "
-                    "compiled for (%s); compiling it for them too (%d graphs now)",
-                    moved, len(graphs) + 1)
-        graphs.insert(0, self.compile_again(args))
-        return graphs[0](*args)
+                                        "more)" % (moved, self.count)) from None
+        (log.warning if self.count == 1 else log.info)(
+            "grove: this training graph is called with other parameters than it was compiled "
+            "for (%s); compiling it for them too (%d graphs now)", moved, self.count + 1)
+        graph = self.compile_again(args)
+        self.count += 1
+        if key is not None:
+            self.by_parameters[key] = (graph, self._held(args))
+        self.last = graph
+        return graph(*args)
 
 
 def _as_graph_module(gm, example_inputs):

@@ -677,6 +677,57 @@ class fake_dynamo_generation:
 
 
 class DynamoBackendTest(unittest.TestCase):
+    def test_training_graphs_are_found_by_their_parameters(self):
+        # Note [Training graphs per parameter set] (grove/dynamo_backend.py):
+        # twelve layers of one class share a graph (a graph break per layer),
+        # each with its own parameters. Each set compiles once (the limit was
+        # 8: timm's Sequencer2D, 18 blocks, failed to train), and each call
+        # reaches its own graph at once: one refusal by the graph that ran
+        # last, not one per graph tried.
+        from grove.dynamo_backend import TrainingGraphs
+        from grove.runner import StaticInputMovedError
+
+        layers = [nn.Parameter(torch.randn(3)) for _ in range(12)]
+        tried = []
+
+        def compiled_for(arguments):
+            bound = arguments[1].data_ptr()
+
+            def graph(x, weight):
+                tried.append(bound)
+                if weight.data_ptr() != bound:
+                    raise StaticInputMovedError(1, "static input 1 moved")
+                return x * weight
+
+            return graph
+
+        compiles = []
+
+        def compile_again(arguments):
+            compiles.append(arguments[1].data_ptr())
+            return compiled_for(arguments)
+
+        x = torch.randn(3)
+        graphs = TrainingGraphs(compiled_for([x, layers[0]]), compile_again,
+                                parameters=[1], example=[x, layers[0]])
+        for step in range(3):
+            for weight in layers:
+                del tried[:]
+                torch.testing.assert_close(graphs(x, weight), x * weight)
+                self.assertLessEqual(len(tried), 2, tried)  # the last graph, then its own
+        self.assertEqual(compiles, [w.data_ptr() for w in layers[1:]])
+        self.assertEqual(graphs.count, 12)
+        graphs.MOST_PARAMETER_SETS = 12
+        with self.assertRaisesRegex(StaticInputMovedError, "12 sets of parameters"):
+            graphs(x, nn.Parameter(torch.randn(3)))
+        # Parameters replaced at every call (each set freed after its call)
+        # compile MOST_REPLACED times more, then the refusal says why.
+        graphs.MOST_PARAMETER_SETS = 128
+        with self.assertRaisesRegex(StaticInputMovedError, "replaced, not updated in place"):
+            for _ in range(20):
+                graphs(x, nn.Parameter(torch.randn(3)))
+        self.assertEqual(len(compiles), 11 + graphs.MOST_REPLACED)
+
     def test_dynamo_calls_share_an_invocation_only_from_the_backend(self):
         # Note [Dynamo's generation names an invocation only for dynamo's
         # calls] (grove/dynamo_backend.py): dynamo advances its generation
