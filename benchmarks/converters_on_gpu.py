@@ -287,6 +287,14 @@ def cases(device):
     training.append(("conv_transpose3d_groups_grad", lambda w, b, x: F.conv_transpose3d(
         x, w, b, groups=2, stride=(2, 1, 2), padding=(0, 1, 1), dilation=(1, 2, 1),
         output_padding=(1, 0, 0)), [randn(4, 3, 2, 3, 3), randn(6)], [randn(2, 4, 3, 4, 4)]))
+    def chunks(t):  # HF Longformer's overlapping windows over a transposed projection
+        y = (t * 2).transpose(0, 1).transpose(1, 2).reshape(6, 8, 2).view(6, 2, 4, 2)
+        size, stride = list(y.size()), list(y.stride())
+        size[1], stride[1] = 3, stride[1] // 2
+        return y.as_strided(size, stride) + 1
+
+    inference.append(("as_strided_windows", chunks, [randn(8, 2, 3, 2)]))
+    training.append(("as_strided_windows_grad", chunks, [randn(8, 2, 3, 2)], []))
     inference.append(("histc", lambda t: torch.histc(t, bins=8, min=0, max=8),
                       [torch.randint(0, 8, (40,), device=device).float()]))
     if device != "cpu":  # PyTorch's CPU histc takes no integers

@@ -9,7 +9,7 @@ import torch
 
 from grove.aten_index_ops import take
 from grove.aten_ops import CONVERTERS, broadcast_to, compute_dtype, row_major_strides
-from grove.fx_common import Unsupported, dtype_name, op_name
+from grove.fx_common import Unsupported, dtype_name, op_name, strided_window_ids
 from grove.image_windows import inverse_ids
 
 
@@ -437,21 +437,47 @@ def _flat_window(c, a, base):
     return offset, count
 
 
+_MOST_GATHERED = 1 << 24  # elements of a window gathered by constant ids
+
+
 def _as_strided(c, a):
     """as_strided that reads x's elements in order, x contiguous: x's own
     layout (the restride adaptive_avg_pool2d to 1x1 applies to its mean of a
     channels-last input: ConvNeXt's and EfficientNet's heads), or a
     row-major window of its elements in another shape (the backward of that
-    restride: a flat gradient viewed as [N, C, 1, 1])."""
+    restride: a flat gradient viewed as [N, C, 1, 1]). Any other window over
+    x's own elements (HF Longformer's overlapping chunks) is a gather by
+    constant ids (Note [Strided windows over a value's own elements],
+    fx_common.py)."""
     x = a["self"]
     size = [int(extent) for extent in a["size"]]
-    offset, count = _flat_window(c, a, x)
+    try:
+        offset, count = _flat_window(c, a, x)
+    except Unsupported:
+        return _gathered_window(c, a, x, size)
     if size == c.shape(x):
         return c.tensor(x)
     flat = c.emit("reshape", [c.tensor(x)], {"shape": [c.value(x).numel()]})
     if offset or count != c.value(x).numel():
         flat = c.emit("slice", [flat], {"dim": 0, "start": offset, "end": offset + count})
     return c.emit("reshape", [flat], {"shape": size})
+
+
+def _gathered_window(c, a, x, size):
+    value = c.value(x)
+    if a.get("storage_offset") is not None and x.op != "call_function":
+        raise Unsupported("aten.as_strided of a graph input at an explicit storage offset")
+    count = 1
+    for extent in size:
+        count *= extent
+    if count > _MOST_GATHERED:
+        raise Unsupported("aten.as_strided that moves %d elements" % count)
+    ids = strided_window_ids(value, size, a["stride"], a.get("storage_offset"))
+    if ids is None:
+        raise Unsupported("aten.as_strided that reads memory outside its operand's elements")
+    flat = c.emit("reshape", [c.tensor(x)], {"shape": [value.numel()]})
+    picked = take_positions(c, flat, [value.numel()], 0, ids.tolist())
+    return c.emit("reshape", [picked], {"shape": size})
 
 
 def _as_strided_scatter(c, a):

@@ -21,8 +21,8 @@ from grove import importer, input_writes
 # Note [Door fuzzer]: a program is a random DAG over a few [B, D] inputs and a
 # static weight: pointwise, matmul, softmax, layer norm and reductions that
 # grove takes, and "splitters" (ops the importer has no converter for, found at
-# run time from importer.CONVERTERS, and strided views, STRIDED_VIEWS) that run
-# in PyTorch between segments. Any
+# run time from importer.CONVERTERS) that run in PyTorch between segments, and
+# strided windows (STRIDED_VIEWS) among them. Any
 # earlier value may feed any later op, so outputs of early segments are read
 # by late ones across splits (the bug class of HF LLaMA on cuda); several
 # intermediate values are returned (held outputs). Each program runs at two
@@ -86,11 +86,13 @@ SPLITTER_CANDIDATES = [
     ("sin", "aten.sin", torch.sin),
 ]
 
-# PyTorch steps that hand a later segment a strided view of an earlier one's
-# output (HF Longformer's overlapping chunks: a column-major read and
-# overlapping windows, aten.as_strided that moves elements, which grove leaves
-# to PyTorch whatever its converters). Over a contiguous operand, so that the
-# elements read are the operand's own (Note [Layouts a PyTorch step reads]).
+# Strided windows over an earlier value (HF Longformer's overlapping chunks: a
+# column-major read and overlapping windows, aten.as_strided that moves
+# elements). Grove gathers them (Note [Strided windows over a value's own
+# elements], fx_common.py); past its gather limit they are PyTorch steps that
+# hand later segments strided views of pool memory (Note [Private copies keep
+# each element], prepared_program.cc, tested there). Over a contiguous operand,
+# so that the elements read are the operand's own.
 # A 1-D operand (the state) is read as it is.
 def _column_read(a):
     return a.contiguous().as_strided(a.shape, (1, a.shape[0]) if a.dim() == 2 else (1,))
@@ -104,6 +106,7 @@ STRIDED_VIEWS = [("column_read", _column_read), ("overlapping_windows", _overlap
 
 
 def splitters():
+    """The ops drawn among the splitters (STRIDED_VIEWS whatever grove takes)."""
     return [(name, function) for name, aten, function in SPLITTER_CANDIDATES
             if aten not in importer.CONVERTERS] + STRIDED_VIEWS
 

@@ -271,6 +271,10 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
 
     try:
         runner = build(list(example_inputs))
+    except importer.StorageOutsideOperandError as error:
+        if not from_dynamo or strict:
+            raise
+        return GraphInPyTorch(gm, str(error))
     except RuntimeError as error:
         if not from_dynamo or strict or not _reads_a_value_as_a_number(error):
             raise

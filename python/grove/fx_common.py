@@ -17,6 +17,11 @@ class StrictModeError(RuntimeError):
     """strict=True and the graph holds an op grove does not take."""
 
 
+class StorageOutsideOperandError(RuntimeError):
+    """A step left to PyTorch reads memory around a value grove computes
+    (Note [Layouts a PyTorch step reads], importer.py)."""
+
+
 def dtype_name(dtype):
     names = dtypes.torch_names()
     if dtype not in names:
@@ -62,6 +67,32 @@ def node_arguments(node):
         else:
             result[argument.name] = None
     return result
+
+
+def strided_window_ids(value, size, stride, offset=None):
+    """Note [Strided windows over a value's own elements]: per element of
+    as_strided(value, size, stride, offset) (row-major), the row-major index
+    of value's element at that storage position, as an int64 tensor; None
+    where a position holds none of value's elements (what lies there is not
+    value's, and grove's copy of value has no such memory). offset None:
+    value's own storage offset. Test: ImporterTest.
+    test_as_strided_windows_over_the_operand_run_in_grove (tests/python/importer_test.py)."""
+    offset = value.storage_offset() if offset is None else int(offset)
+    size, stride = [int(extent) for extent in size], [int(step) for step in stride]
+    if value.numel() == 0 or any(extent == 0 for extent in size):
+        return None
+
+    def last(shape, strides, start):
+        return start + sum((extent - 1) * step for extent, step in zip(shape, strides))
+
+    reach = max(last(value.shape, value.stride(), value.storage_offset()),
+                last(size, stride, offset)) + 1
+    storage = torch.arange(reach)
+    held = torch.as_strided(storage, value.shape, value.stride(), value.storage_offset())
+    owner = torch.full((reach,), -1, dtype=torch.int64)
+    owner[held.reshape(-1)] = torch.arange(value.numel())
+    ids = owner[torch.as_strided(storage, size, stride, offset).reshape(-1)]
+    return None if bool((ids < 0).any()) else ids
 
 
 def laid_out(value, strides, offset=0):

@@ -41,12 +41,14 @@ from grove import aten_unfold_ops  # noqa: F401 (adds Tensor.unfold and its back
 from grove import aten_weight_norm_ops  # noqa: F401 (adds weight normalization)
 from grove.aten_ops import CONVERTERS, _Converter
 from grove.fx_common import (  # noqa: F401 (part of this module's interface)
+    StorageOutsideOperandError,
     StrictModeError,
     Unsupported,
     dtype_name,
     laid_out,
     node_arguments,
     op_name,
+    strided_window_ids,
 )
 from grove.inplace import functionalize_inplace, mutates_first_argument, storage_key
 from grove import input_writes
@@ -135,9 +137,14 @@ def _unread_draw(node):
 # PyTorch keeps, per tensor argument, the strides and storage offset that
 # argument had in the import run (the traced layout,
 # Note [The import run follows the traced strides]); the runner hands it a
-# copy laid out that way where the value it has differs. Test:
-# ImporterTest.test_as_strided_in_pytorch_reads_the_traced_layout
-# (tests/python/importer_test.py).
+# copy laid out that way where the value it has differs. A copy holds the
+# value's elements only: an as_strided step whose window reaches other memory
+# around a value grove computes (a slice's neighbours in its base) cannot be
+# given it, and the import raises StorageOutsideOperandError (dynamo's graph
+# then runs in PyTorch whole, Note [Graphs that read values as numbers run in
+# PyTorch], dynamo_backend.py) instead of reading other memory. Tests:
+# ImporterTest.test_as_strided_in_pytorch_reads_the_traced_layout and
+# test_as_strided_past_a_grove_value_is_refused (tests/python/importer_test.py).
 _READS_LAYOUT = {"aten.as_strided", "aten.as_strided_scatter", "aten.view"}
 
 
@@ -591,6 +598,23 @@ class _Importer:
                 if isinstance(value, torch.Tensor) and value.layout == torch.strided:
                     layouts[arg] = (tuple(value.stride()), int(value.storage_offset()))
             node.meta["grove_layouts_read"] = layouts
+            self.check_window_inside(node)
+
+    def check_window_inside(self, node):
+        """Note [Layouts a PyTorch step reads]: an as_strided step over a
+        value grove computes reads only that value's elements."""
+        if op_name(node.target) != "aten.as_strided" or not node.args:
+            return
+        source = node.args[0]
+        value = self.values.get(source)
+        if source not in self.owner or not isinstance(value, torch.Tensor):
+            return
+        a = node_arguments(node)
+        if strided_window_ids(value, a["size"], a["stride"], a.get("storage_offset")) is None:
+            raise StorageOutsideOperandError(
+                "grove: %s (aten.as_strided, left to PyTorch) reads memory outside the elements "
+                "of '%s', which grove computes without that memory around it"
+                % (node.name, source.name))
 
     def convert(self, segment, node):
         name = op_name(node.target)

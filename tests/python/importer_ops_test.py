@@ -375,10 +375,10 @@ class ReductionAndLayoutTest(ConverterCase):
         plan = self.check(function, [torch.randn(2, 5, 5, 8)])
         self.assertEqual([kind for kind, _ in plan.steps], ["grove"])
 
-        def moved(x):  # a restride that moves elements stays in PyTorch
+        def moved(x):  # a restride that moves elements: a gather (the transpose here)
             return torch.as_strided(x * 2, [4, 3], [1, 4]) + 1
 
-        self.check(moved, [torch.randn(3, 4)], unsupported=["aten.as_strided"])
+        self.check(moved, [torch.randn(3, 4)])
 
     def test_row_major_as_strided_windows_and_their_scatter(self):
         # The backward of that restride in training (AOTAutograd): a flat

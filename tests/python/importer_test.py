@@ -497,14 +497,57 @@ class ImporterTest(unittest.TestCase):
             size[1], stride[1] = 3, stride[1] // 2
             return y.as_strided(size, stride) + 1
 
+        from grove import aten_layout_ops
+
         x = torch.randn(8, 2, 3, 2)
-        plan = importer.import_graph(trace(chunks, x), [x])
+        # Past the gather's limit (here: any window) the step stays in PyTorch.
+        limit, aten_layout_ops._MOST_GATHERED = aten_layout_ops._MOST_GATHERED, 0
+        try:
+            plan = importer.import_graph(trace(chunks, x), [x])
+        finally:
+            aten_layout_ops._MOST_GATHERED = limit
         self.assertEqual([op for _, op, _ in plan.unsupported], ["aten.as_strided"])
         for backend in ("eager", "cudagraphs"):
             runner = plan.compile(backend=backend)
             for _ in range(3):
                 x = torch.randn(8, 2, 3, 2)
                 torch.testing.assert_close(runner(x), chunks(x), msg=backend)
+
+    def test_as_strided_windows_over_the_operand_run_in_grove(self):
+        # Note [Strided windows over a value's own elements] (fx_common.py):
+        # Longformer's overlapping chunks of a transposed projection, a
+        # column-major read and a window at an explicit offset into an
+        # intermediate are gathers by constant ids, nothing left to PyTorch.
+        def windows(x):
+            y = (x * 2).transpose(0, 1).transpose(1, 2).reshape(6, 8, 2).view(6, 2, 4, 2)
+            size, stride = list(y.size()), list(y.stride())
+            size[1], stride[1] = 3, stride[1] // 2
+            z = (x - 1).reshape(16, 6)
+            return (y.as_strided(size, stride) + 1, z.as_strided((6, 16), (1, 6)) * 3,
+                    z.as_strided((4, 5), (7, 2), 3).exp())
+
+        x = torch.randn(8, 2, 3, 2)
+        plan = importer.import_graph(trace(windows, x), [x])
+        self.assertEqual(plan.unsupported, [])
+        for backend in ("eager", "cudagraphs"):
+            runner = plan.compile(backend=backend)
+            for _ in range(3):
+                x = torch.randn(8, 2, 3, 2)
+                for got, expected in zip(runner(x), windows(x)):
+                    torch.testing.assert_close(got, expected, msg=backend)
+
+    def test_as_strided_past_a_grove_value_is_refused(self):
+        # Note [Layouts a PyTorch step reads]: the window reaches the slice's
+        # neighbours in its base, memory grove's value of the slice does not
+        # have: the import refuses (dynamo's graph then runs in PyTorch)
+        # instead of reading other memory.
+        def past_the_slice(x):
+            y = (x * 2)[:, :3]
+            return y.as_strided((4, 5), (6, 1)) + 1
+
+        x = torch.randn(4, 6)
+        with self.assertRaisesRegex(importer.StorageOutsideOperandError, "outside the elements"):
+            importer.import_graph(trace(past_the_slice, x), [x])
 
     def test_a_custom_op_named_like_an_aten_op_runs_in_pytorch(self):
         # Note [Op names keep their namespace] (fx_common.py): a library's
