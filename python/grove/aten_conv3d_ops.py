@@ -262,14 +262,20 @@ def _avg_pool_3d(c, a):
     return _from_tall(c, pooled, out)
 
 
-def _avg_pool_3d_backward(c, a):
+def _tall_mean_backward(c, a, what, windows):
+    """The 2-d mean backward of the tall images over `windows(volume shape,
+    pooled extents)`: the gradient of a 3-d average pooling."""
     grad, x = a["grad_output"], a["self"]
-    shape = _volume(c, x, "avg_pool3d_backward")
+    shape = _volume(c, x, what)
     dtype = c.dtype(x)
     summed = aten_conv_backward_ops.mean_backward(
-        c, _tall(c, grad, dtype), _tall(c, x, dtype),
-        *_avg_pool_windows(a, shape, c.shape(grad)[2:]))
+        c, _tall(c, grad, dtype), _tall(c, x, dtype), *windows(shape, c.shape(grad)[2:]))
     return _from_tall(c, summed, shape)
+
+
+def _avg_pool_3d_backward(c, a):
+    return _tall_mean_backward(c, a, "avg_pool3d_backward",
+                               lambda shape, out: _avg_pool_windows(a, shape, out))
 
 
 def _adaptive_avg_pool_3d(c, a):
@@ -284,13 +290,8 @@ def _adaptive_avg_pool_3d(c, a):
 
 
 def _adaptive_avg_pool_3d_backward(c, a):
-    grad, x = a["grad_output"], a["self"]
-    shape = _volume(c, x, "adaptive_avg_pool3d_backward")
-    dtype = c.dtype(x)
-    summed = aten_conv_backward_ops.mean_backward(
-        c, _tall(c, grad, dtype), _tall(c, x, dtype),
-        *adaptive_windows(shape[2:], c.shape(grad)[2:]))
-    return _from_tall(c, summed, shape)
+    return _tall_mean_backward(c, a, "adaptive_avg_pool3d_backward",
+                               lambda shape, out: adaptive_windows(shape[2:], out))
 
 
 def _five_d(c, a):

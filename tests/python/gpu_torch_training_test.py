@@ -39,6 +39,35 @@ def mlp_case():
     return model, batch, lambda output, step: F.mse_loss(output, target)
 
 
+def train_instances_in_turn(modules, steps, active):
+    """Instances of one model class, each compiled (no dynamo reset between,
+    so they reach one dynamo graph) and trained by SGD on mlp_case's batches,
+    the instances `active(step)` names in turn at each step; each step's loss
+    and the final parameters match a deep copy trained in eager."""
+    torch._dynamo.reset()
+    _, batch, loss_of = mlp_case()
+    references = [copy.deepcopy(module) for module in modules]
+    runs = [torch.compile(module, backend="grove", dynamic=False) for module in modules]
+    optimizers = [torch.optim.SGD(module.parameters(), lr=0.01) for module in modules]
+    reference_optimizers = [torch.optim.SGD(module.parameters(), lr=0.01)
+                            for module in references]
+    for step in range(steps):
+        for which in active(step):
+            optimizers[which].zero_grad(set_to_none=True)
+            loss = loss_of(runs[which](*batch(step)), step)
+            loss.backward()
+            optimizers[which].step()
+            reference_optimizers[which].zero_grad(set_to_none=True)
+            expected = loss_of(references[which](*batch(step)), step)
+            expected.backward()
+            reference_optimizers[which].step()
+            torch.testing.assert_close(loss.detach(), expected.detach(), rtol=RTOL, atol=ATOL,
+                                       msg=lambda m: "step %d instance %d: %s" % (step, which, m))
+    for module, reference in zip(modules, references):
+        for parameter, expected in zip(module.parameters(), reference.parameters()):
+            torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
+
+
 def gpt_case():
     model = gpu_models.Gpt(vocab=512, width=128, heads=4, layers=2, max_len=64)
 
@@ -253,30 +282,8 @@ class GpuTorchTrainingTest(unittest.TestCase):
         the second instance's first call raised StaticInputMovedError)."""
         import grove.torch  # noqa: F401  (registers the backend)
 
-        torch._dynamo.reset()
-        _, batch, loss_of = mlp_case()
-        modules = [gpu_models.Mlp(width=256, depth=4).cuda() for _ in range(2)]
-        references = [copy.deepcopy(module) for module in modules]
-        runs = [torch.compile(module, backend="grove", dynamic=False) for module in modules]
-        optimizers = [torch.optim.SGD(module.parameters(), lr=0.01) for module in modules]
-        reference_optimizers = [torch.optim.SGD(module.parameters(), lr=0.01)
-                                for module in references]
-        for step in range(6):
-            for which in (0, 1):
-                optimizers[which].zero_grad(set_to_none=True)
-                loss = loss_of(runs[which](*batch(step)), step)
-                loss.backward()
-                optimizers[which].step()
-                reference_optimizers[which].zero_grad(set_to_none=True)
-                expected = loss_of(references[which](*batch(step)), step)
-                expected.backward()
-                reference_optimizers[which].step()
-                torch.testing.assert_close(loss.detach(), expected.detach(), rtol=RTOL,
-                                           atol=ATOL, msg=lambda m: "step %d instance %d: %s"
-                                           % (step, which, m))
-        for module, reference in zip(modules, references):
-            for parameter, expected in zip(module.parameters(), reference.parameters()):
-                torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
+        train_instances_in_turn([gpu_models.Mlp(width=256, depth=4).cuda() for _ in range(2)],
+                                steps=6, active=lambda step: (0, 1))
 
     def test_a_later_parameter_set_compiles_from_its_own_call(self):
         """Note [Training graphs per parameter set]: two instances of a model
@@ -299,30 +306,8 @@ class GpuTorchTrainingTest(unittest.TestCase):
                 torch._dynamo.graph_break()
                 return self.mlp(h)
 
-        torch._dynamo.reset()
-        _, batch, loss_of = mlp_case()
-        modules = [Stemmed().cuda() for _ in range(2)]
-        references = [copy.deepcopy(module) for module in modules]
-        runs = [torch.compile(module, backend="grove", dynamic=False) for module in modules]
-        optimizers = [torch.optim.SGD(module.parameters(), lr=0.01) for module in modules]
-        reference_optimizers = [torch.optim.SGD(module.parameters(), lr=0.01)
-                                for module in references]
-        for step in range(7):
-            for which in ((0,) if step < 3 else (0, 1)):
-                optimizers[which].zero_grad(set_to_none=True)
-                loss = loss_of(runs[which](*batch(step)), step)
-                loss.backward()
-                optimizers[which].step()
-                reference_optimizers[which].zero_grad(set_to_none=True)
-                expected = loss_of(references[which](*batch(step)), step)
-                expected.backward()
-                reference_optimizers[which].step()
-                torch.testing.assert_close(loss.detach(), expected.detach(), rtol=RTOL,
-                                           atol=ATOL, msg=lambda m: "step %d instance %d: %s"
-                                           % (step, which, m))
-        for module, reference in zip(modules, references):
-            for parameter, expected in zip(module.parameters(), reference.parameters()):
-                torch.testing.assert_close(parameter, expected, rtol=RTOL, atol=ATOL)
+        train_instances_in_turn([Stemmed().cuda() for _ in range(2)], steps=7,
+                                active=lambda step: (0,) if step < 3 else (0, 1))
 
     def test_a_graph_without_gradients_feeds_a_training_graph(self):
         """Note [A training step begins with its named invocation]
