@@ -437,7 +437,9 @@ def _flat_window(c, a, base):
     return offset, count
 
 
-_MOST_GATHERED = 1 << 24  # elements of a window gathered by constant ids
+# Elements of a window gathered by constant ids (8 bytes each: 32 MiB at most);
+# a larger window stays a PyTorch step (Note [Layouts a PyTorch step reads]).
+_MOST_GATHERED = 1 << 22
 
 
 def _as_strided(c, a):
@@ -476,7 +478,8 @@ def _gathered_window(c, a, x, size):
     if ids is None:
         raise Unsupported("aten.as_strided that reads memory outside its operand's elements")
     flat = c.emit("reshape", [c.tensor(x)], {"shape": [value.numel()]})
-    picked = take_positions(c, flat, [value.numel()], 0, ids.tolist())
+    constant = c.importer.constant(c.segment, ids.to(c.importer.device))
+    picked = take(c, flat, [value.numel()], [0], constant, [count], 0)
     return c.emit("reshape", [picked], {"shape": size})
 
 

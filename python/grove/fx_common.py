@@ -69,14 +69,22 @@ def node_arguments(node):
     return result
 
 
+# Note [Strided windows over a value's own elements]: as_strided reads memory
+# by strides, and grove's values have no memory layout; but where every
+# position a window reads holds an element of its operand (as laid out in the
+# import run, Note [The import run follows the traced strides]), the window is
+# a gather of those elements by constant ids (HF Longformer's overlapping
+# chunks of a transposed projection). A position outside the operand's
+# elements (a slice's neighbours in its base) is memory grove's copy of the
+# value does not have. Tests: ImporterTest.
+# test_as_strided_windows_over_the_operand_run_in_grove and
+# test_as_strided_past_a_grove_value_is_refused (tests/python/importer_test.py).
 def strided_window_ids(value, size, stride, offset=None):
-    """Note [Strided windows over a value's own elements]: per element of
-    as_strided(value, size, stride, offset) (row-major), the row-major index
-    of value's element at that storage position, as an int64 tensor; None
-    where a position holds none of value's elements (what lies there is not
-    value's, and grove's copy of value has no such memory). offset None:
-    value's own storage offset. Test: ImporterTest.
-    test_as_strided_windows_over_the_operand_run_in_grove (tests/python/importer_test.py)."""
+    """Per element of as_strided(value, size, stride, offset) (row-major),
+    the row-major index of value's element at that storage position, as an
+    int64 tensor; None where a position holds none of value's elements
+    (Note [Strided windows over a value's own elements]). offset None:
+    value's own storage offset."""
     offset = value.storage_offset() if offset is None else int(offset)
     size, stride = [int(extent) for extent in size], [int(step) for step in stride]
     if value.numel() == 0 or any(extent == 0 for extent in size):
