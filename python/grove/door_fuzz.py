@@ -16,7 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from grove import importer, input_writes
+from grove import aten_layout_ops, importer, input_writes
 
 # Note [Door fuzzer]: a program is a random DAG over a few [B, D] inputs and a
 # static weight: pointwise, matmul, softmax, layer norm and reductions that
@@ -89,10 +89,10 @@ SPLITTER_CANDIDATES = [
 # Strided windows over an earlier value (HF Longformer's overlapping chunks: a
 # column-major read and overlapping windows, aten.as_strided that moves
 # elements). Grove gathers them (Note [Strided windows over a value's own
-# elements], fx_common.py); past its gather limit they are PyTorch steps that
-# hand later segments strided views of pool memory (Note [Private copies keep
-# each element], prepared_program.cc, tested there). Over a contiguous operand,
-# so that the elements read are the operand's own.
+# elements], fx_common.py); for every other seed the fuzzer leaves them to
+# PyTorch (_windows_in_pytorch), whose steps hand later segments strided views
+# of pool memory (Note [Private copies keep each element], prepared_program.cc).
+# Over a contiguous operand, so that the elements read are the operand's own.
 # A 1-D operand (the state) is read as it is.
 def _column_read(a):
     return a.contiguous().as_strided(a.shape, (1, a.shape[0]) if a.dim() == 2 else (1,))
@@ -103,6 +103,28 @@ def _overlapping_windows(a):
 
 
 STRIDED_VIEWS = [("column_read", _column_read), ("overlapping_windows", _overlapping_windows)]
+
+
+class _windows_in_pytorch:
+    """While active, the importer leaves every strided window to PyTorch (its
+    gather limit at 0): the steps then hand later segments strided views of
+    pool memory, the path of Note [Private copies keep each element]. The
+    fuzzer does so for every other seed."""
+
+    def __init__(self, active):
+        self.active = active
+        self.saved = None
+
+    def __enter__(self):
+        if self.active:
+            self.saved = aten_layout_ops._MOST_GATHERED
+            aten_layout_ops._MOST_GATHERED = 0
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            aten_layout_ops._MOST_GATHERED = self.saved
+        return False
 
 
 def splitters():
@@ -253,12 +275,15 @@ def _run_in_both_modes(seed, rng, program, device, counters):
             # Each mode updates its own state; PyTorch its own copy of it.
             state = [initial_state.clone()] if program.has_state else []
             reference = [initial_state.clone()] if program.has_state else []
-            compiled = compile_program(program, fixed + state + [weight], mode, device,
-                                       plain_trace=program.has_state and seed % 3 == 0)
+            with _windows_in_pytorch(seed % 2 == 1):  # dynamo compiles at the first call
+                compiled = compile_program(program, fixed + state + [weight], mode, device,
+                                           plain_trace=program.has_state and seed % 3 == 0)
+                with torch.no_grad():
+                    first = list(compiled(*calls[0], *state, weight)) + state
             for call, inputs in enumerate(calls):
                 with torch.no_grad():
                     expected = list(program(*inputs, *reference, weight)) + reference
-                    got = list(compiled(*inputs, *state, weight)) + state
+                    got = first if call == 0 else list(compiled(*inputs, *state, weight)) + state
                 got = [value.clone() for value in got]
                 for index, (value, want) in enumerate(zip(got, expected)):
                     error = relative_error(value, want)
