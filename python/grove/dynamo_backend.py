@@ -7,6 +7,7 @@ build on this module, never on grove.torch, so that grove.torch may re-export
 them without an import cycle.
 """
 
+import gc
 import operator
 import os
 import weakref
@@ -445,10 +446,13 @@ def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False)
 # place) is dropped when the next set compiles; past MOST_REPLACED such sets,
 # or past MOST_PARAMETER_SETS live ones (PyTorch re-records a function up to
 # 128 times, cudagraph_unexpected_rerecord_limit), the refusal is raised as it
-# is, so parameters replaced at every step do not compile at every step. A later compile traces the arguments of the call that needs
-# it: the first call's may be outputs of graphs whose memory the tree has
-# reclaimed since (HF DeepSeek-V3's experts share one graph, and an expert
-# first routed tokens at a later step compiled from a stale tensor). Tests:
+# is, so parameters replaced at every step do not compile at every step. A
+# bound input that is not among the parameters (the key) is found by trying
+# the graphs in turn, as before the lookup. A later compile traces the
+# arguments of the call that needs it: the first call's may be outputs of
+# graphs whose memory the tree has reclaimed since (HF DeepSeek-V3's experts
+# share one graph, and an expert first routed tokens at a later step compiled
+# from a stale tensor). Tests:
 # DynamoBackendTest.test_training_graphs_are_found_by_their_parameters
 # (tests/python/importer_test.py, no GPU: twelve sets in turn),
 # GpuTorchTrainingTest.test_two_instances_of_one_model_train_apart,
@@ -466,11 +470,11 @@ class TrainingGraphs:
         arguments; example: the first graph's arguments."""
         self.parameters = list(parameters)
         self.last = first
+        self.graphs = [first]
         # key -> (graph, weak references to its parameters)
         self.by_parameters = {}
         if self.parameters:
             self.by_parameters[self._key(example)] = (first, self._held(example))
-        self.count = 1
         self.replaced = 0
         self.compile_again = compile_again
         # Note [A training step begins with its named invocation]
@@ -482,13 +486,41 @@ class TrainingGraphs:
         return [weakref.ref(args[position]) for position in self.parameters
                 if isinstance(args[position], torch.Tensor)]
 
+    @property
+    def count(self):
+        return len(self.graphs)
+
     def _drop_replaced(self):
-        """Forgets the graphs whose parameters are all freed (replaced)."""
-        for key, (_, held) in list(self.by_parameters.items()):
+        """Forgets the graphs whose parameters are all freed (replaced). Run
+        only before a compilation: a collection first, as a refused call's
+        traceback holds its arguments in a cycle."""
+        gc.collect()
+        for key, (graph, held) in list(self.by_parameters.items()):
             if held and all(reference() is None for reference in held):
                 del self.by_parameters[key]
-                self.count -= 1
+                self.graphs = [kept for kept in self.graphs if kept is not graph]
                 self.replaced += 1
+
+    def _found(self, args, key):
+        """The graph bound to these arguments (Note [Training graphs per
+        parameter set]) and its result, or (None, the last refusal)."""
+        moved = None
+        candidates = [self.by_parameters.get(key, (None,))[0]] + self.graphs
+        tried = {id(self.last)}
+        for graph in candidates:
+            if graph is None or id(graph) in tried:
+                continue
+            tried.add(id(graph))
+            try:
+                result = graph(*args)
+            except StaticInputMovedError as refusal:
+                moved = refusal
+                continue
+            self.last = graph
+            if key is not None:
+                self.by_parameters[key] = (graph, self._held(args))
+            return graph, result
+        return None, moved
 
     def _key(self, args):
         return tuple(args[position].data_ptr() if isinstance(args[position], torch.Tensor)
@@ -503,14 +535,10 @@ class TrainingGraphs:
         except StaticInputMovedError as refusal:
             moved = refusal
         key = self._key(args) if self.parameters else None
-        found = self.by_parameters.get(key, (None,))[0]
-        if found is not None and found is not self.last:
-            try:
-                result = found(*args)
-                self.last = found
-                return result
-            except StaticInputMovedError as refusal:  # a bound input besides the parameters
-                moved = refusal
+        graph, outcome = self._found(args, key)
+        if graph is not None:
+            return outcome
+        moved = outcome or moved
         self._drop_replaced()
         if self.replaced >= self.MOST_REPLACED:
             raise StaticInputMovedError(moved.position, "%s (the parameters of %d of this "
@@ -525,7 +553,7 @@ class TrainingGraphs:
             "grove: this training graph is called with other parameters than it was compiled "
             "for (%s); compiling it for them too (%d graphs now)", moved, self.count + 1)
         graph = self.compile_again(args)
-        self.count += 1
+        self.graphs.append(graph)
         if key is not None:
             self.by_parameters[key] = (graph, self._held(args))
         self.last = graph
