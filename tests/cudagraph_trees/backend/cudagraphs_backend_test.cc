@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -207,62 +208,57 @@ compiler::ir::Program input_read_after_nonzero(Device device,
   return b.build();
 }
 
+// Runs input_read_after_nonzero in "eager" and "cudagraphs" for `calls` calls,
+// comparing each call's outputs bitwise; from the first replay on (calls 0
+// and 1 warm up and record, whose outputs a new generation invalidates) each
+// backend's `shifted` of the last call, as `viewed` gives it, is fed back as x.
+// Returns the cudagraphs stats.
+nlohmann::json fed_back_calls_match(Device device, const runtime::Shape& x_shape, uint64_t seed,
+                                    int calls,
+                                    const std::function<Tensor(const Tensor&, int)>& viewed) {
+  compiler::ir::Program program = input_read_after_nonzero(device, x_shape);
+  CompiledModel eager = compile(program, {.backend = "eager"});
+  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
+  TensorList eager_inputs = random_inputs(program, device, seed);
+  TensorList graphs_inputs = eager_inputs;
+  for (int call = 0; call < calls; ++call) {
+    TensorList expected = eager(eager_inputs);
+    TensorList got = graphs(graphs_inputs);
+    EXPECT_EQ(got.size(), 3u);
+    if (got.size() != 3u) break;
+    EXPECT_EQ(got[0].to_vector<float>(), expected[0].to_vector<float>()) << "call " << call;
+    EXPECT_EQ(got[1].to_vector<float>(), expected[1].to_vector<float>()) << "call " << call;
+    EXPECT_EQ(got[2].to_doubles(), expected[2].to_doubles()) << "call " << call;
+    TensorList fresh = random_inputs(program, device, seed + 1 + static_cast<uint64_t>(call));
+    eager_inputs = call >= 2 ? TensorList{viewed(expected[0], call), fresh[1]} : fresh;
+    graphs_inputs = call >= 2 ? TensorList{viewed(got[0], call), fresh[1]} : fresh;
+  }
+  return stats_of(graphs);
+}
+
 // Note [Pool inputs of piecewise programs]: the previous replay's output is
 // fed back as x. The new call's first replay writes into x's pool block, so
 // without a private copy the last segment reads `x - c` instead of x.
 TEST_P(CudagraphsBackend, FedBackReplayOutputReadAfterTheFirstSegmentKeepsItsValues) {
-  compiler::ir::Program program = input_read_after_nonzero(GetParam());
-  CompiledModel eager = compile(program, {.backend = "eager"});
-  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
-  TensorList eager_inputs = random_inputs(program, GetParam(), 26715);
-  TensorList graphs_inputs = eager_inputs;
-  for (int call = 0; call < 6; ++call) {
-    TensorList expected = eager(eager_inputs);
-    TensorList got = graphs(graphs_inputs);
-    ASSERT_EQ(got.size(), 3u);
-    EXPECT_EQ(got[0].to_vector<float>(), expected[0].to_vector<float>()) << "call " << call;
-    EXPECT_EQ(got[1].to_vector<float>(), expected[1].to_vector<float>()) << "call " << call;
-    EXPECT_EQ(got[2].to_doubles(), expected[2].to_doubles()) << "call " << call;
-    // From the first replay on (calls 0 and 1 warm up and record, whose
-    // outputs a new generation invalidates), feed `shifted` back as x.
-    TensorList fresh = random_inputs(program, GetParam(), 26716 + static_cast<uint64_t>(call));
-    eager_inputs = call >= 2 ? TensorList{expected[0], fresh[1]} : fresh;
-    graphs_inputs = call >= 2 ? TensorList{got[0], fresh[1]} : fresh;
-  }
-  nlohmann::json stats = stats_of(graphs);
+  nlohmann::json stats =
+      fed_back_calls_match(GetParam(), {5, 2}, 26715, 6, [](const Tensor& t, int) { return t; });
   ASSERT_EQ(stats["programs"][0]["segments"].size(), 3u) << stats.dump();
   EXPECT_GE(stats["tree"]["replays"].get<int64_t>(), 4) << stats.dump();
   tree_manager_for(GetParam()).verify();
 }
 
-// Note [Pool inputs of piecewise programs]: the fed-back replay output reaches
-// the program as a view with other strides (transposed; one row broadcast),
-// as a PyTorch step between two of grove's graphs hands it on (HF Longformer's
-// as_strided chunks). The private copy was one flat copy of numel * size bytes
-// from the view's first element: the transposed values came in storage order
-// (Longformer's cudagraphs gradients 1.5 off eager) and the broadcast row read
-// past its block. Each element must be copied where the view has it.
+// Note [Private copies keep each element] (prepared_program.cc): the fed-back
+// replay output reaches the program as a view with other strides (transposed;
+// one row broadcast), as a PyTorch step between two of grove's graphs hands it
+// on (HF Longformer's as_strided chunks). The private copy was one flat copy of
+// numel * size bytes from the view's first element: the transposed values came
+// in storage order (Longformer's cudagraphs gradients 1.5 off eager) and the
+// broadcast row read past its block.
 TEST_P(CudagraphsBackend, FedBackReplayOutputViewedWithOtherStridesKeepsItsValues) {
-  compiler::ir::Program program = input_read_after_nonzero(GetParam(), {4, 4});
-  CompiledModel eager = compile(program, {.backend = "eager"});
-  CompiledModel graphs = compile(program, {.backend = "cudagraphs"});
-  TensorList eager_inputs = random_inputs(program, GetParam(), 30117);
-  TensorList graphs_inputs = eager_inputs;
-  for (int call = 0; call < 8; ++call) {
-    TensorList expected = eager(eager_inputs);
-    TensorList got = graphs(graphs_inputs);
-    ASSERT_EQ(got.size(), 3u);
-    EXPECT_EQ(got[0].to_vector<float>(), expected[0].to_vector<float>()) << "call " << call;
-    EXPECT_EQ(got[1].to_vector<float>(), expected[1].to_vector<float>()) << "call " << call;
-    EXPECT_EQ(got[2].to_doubles(), expected[2].to_doubles()) << "call " << call;
-    TensorList fresh = random_inputs(program, GetParam(), 30118 + static_cast<uint64_t>(call));
-    auto viewed = [call](const Tensor& t) {
-      return call % 2 == 0 ? t.transpose(0, 1) : t.slice(0, 1, 2).expand({4, 4});
-    };
-    eager_inputs = call >= 2 ? TensorList{viewed(expected[0]), fresh[1]} : fresh;
-    graphs_inputs = call >= 2 ? TensorList{viewed(got[0]), fresh[1]} : fresh;
-  }
-  nlohmann::json stats = stats_of(graphs);
+  nlohmann::json stats =
+      fed_back_calls_match(GetParam(), {4, 4}, 30117, 8, [](const Tensor& t, int call) {
+        return call % 2 == 0 ? t.transpose(0, 1) : t.slice(0, 1, 2).expand({4, 4});
+      });
   EXPECT_GE(stats["tree"]["replays"].get<int64_t>(), 4) << stats.dump();
   tree_manager_for(GetParam()).verify();
 }
