@@ -43,6 +43,10 @@ class GraphRunner:
         previous call's copy (Note [Reused state copies])."""
         self.gradient_all_reduce = gradient_all_reduce
         self.plan = plan
+        # Note [Bound bases read as bases] (parameter_views.py): placeholders
+        # whose argument is read as its base.
+        self._bound_bases = [node for node in plan.placeholders
+                             if parameter_views.BASE_ORDER in node.meta]
         self.verify = verify_mode.enabled_by_environment() if verify is None else bool(verify)
         self.verified_calls = 0
         self.calls_to_verify = verify_mode.verified_calls() if self.verify else 0
@@ -338,7 +342,10 @@ class GraphRunner:
                     % self.plan.placeholders[position].name)
         env = dict(self.constants)
         for node, value in zip(self.plan.placeholders, args):
-            env[node] = parameter_views.as_base(node, value)  # Note [Bound bases read as bases]
+            env[node] = value
+        for node in self._bound_bases:  # Note [Bound bases read as bases]
+            if node in env:
+                env[node] = parameter_views.as_base(node, env[node])
         stream = None
         for kind, step in self.steps:
             if kind == "grove":
