@@ -330,6 +330,9 @@ class Plan:
 
 _SKIPPED_CHECKS = {"aten._assert_tensor_metadata", "aten._assert_async", "aten._assert_scalar",
                    "aten.sym_constrain_range_for_size"}
+# Queries of metadata with no effect (autograd's as_strided backward asks
+# is_same_size and ignores the answer in the trace): left out where unread.
+_UNREAD_QUERIES = {"aten.is_same_size"}
 
 
 def supported_ops():
@@ -527,6 +530,7 @@ class _Importer:
             if not node.users and node not in self.write_backs and (
                     op_name(node.target) in CONVERTERS
                                    or op_name(node.target) in _SKIPPED_CHECKS
+                                   or op_name(node.target) in _UNREAD_QUERIES
                                    or op_name(node.target) == "getitem"
                                    or _unread_draw(node)):
                 # A pure result nobody reads (a layer norm's mean, say), a

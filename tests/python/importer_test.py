@@ -536,6 +536,26 @@ class ImporterTest(unittest.TestCase):
                 for got, expected in zip(runner(x), windows(x)):
                     torch.testing.assert_close(got, expected, msg=backend)
 
+    def test_the_gradient_of_strided_windows_imports_whole(self):
+        # The backward of overlapping as_strided windows (autograd's: an
+        # index_add_ over as_strided ids, and an is_same_size query nobody
+        # reads) runs in grove and equals autograd's gradient.
+        def windows(t):
+            y = (t * 2).transpose(0, 1).reshape(6, 4)
+            return y.as_strided((5, 3), (2, 1)) * 3
+
+        def gradient(t, g):
+            t = t.detach().requires_grad_()
+            return torch.autograd.grad(windows(t), t, g)
+
+        t, g = torch.randn(4, 6), torch.randn(5, 3)
+        plan = importer.import_graph(make_fx(gradient)(t, g), [t, g])
+        self.assertEqual(plan.unsupported, [])
+        runner = plan.compile(backend="cudagraphs")
+        for _ in range(3):
+            t, g = torch.randn(4, 6), torch.randn(5, 3)
+            torch.testing.assert_close(_as_list(runner(t, g))[0], gradient(t, g)[0])
+
     def test_as_strided_past_a_grove_value_is_refused(self):
         # Note [Layouts a PyTorch step reads]: the window reaches the slice's
         # neighbours in its base, memory grove's value of the slice does not
