@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -125,22 +126,47 @@ class CallSequence {
       graphs_inputs = owned_graphs_;
       if (mode == 2) {
         // Feed back outputs of the previous call whose type fits an input;
-        // now and then one output into two inputs (Note [Aliased inputs]).
+        // now and then one output into two inputs (Note [Aliased inputs]),
+        // and into a read-only input now and then as a strided view of the
+        // output: its transpose, or its first row broadcast (a PyTorch step
+        // between two of grove's graphs hands such views on: Note [Private
+        // copies keep each element], prepared_program.cc).
+        const std::vector<size_t>& written = eager_.lowered().function().mutated_input_indices;
         std::vector<bool> used(last_eager_.size(), false);
         for (size_t i = 0; i < input_ids_.size(); ++i) {
           const auto& type = program_.value(input_ids_[i]).type;
+          size_t position = static_cast<size_t>(program_.input_position(input_ids_[i]));
+          const bool read_only =
+              std::find(written.begin(), written.end(), position) == written.end();
           for (size_t o = 0; o < last_eager_.size(); ++o) {
             if (used[o] && !chance(0.3)) continue;
-            if (last_eager_[o].shape() == type.shape && last_eager_[o].dtype() == type.dtype &&
-                last_eager_[o].is_contiguous() && last_graphs_[o].is_contiguous() && chance(0.7)) {
-              eager_inputs[i] = last_eager_[o];
-              graphs_inputs[i] = last_graphs_[o];
-              trace += " input " + std::to_string(i) + " <- output " + std::to_string(o) + ";";
-              fed_back = true;
-              used[o] = true;
-              fed_inputs.insert(i);
-              break;
+            const Tensor& output = last_eager_[o];
+            if (output.dtype() != type.dtype || !output.is_contiguous() ||
+                !last_graphs_[o].is_contiguous()) {
+              continue;
             }
+            std::function<Tensor(const Tensor&)> view;
+            std::string how;
+            if (output.shape() == type.shape && chance(0.7)) {
+              view = [](const Tensor& t) { return t; };
+              if (read_only && type.shape.size() == 2 && type.shape[0] > 1 && chance(0.25)) {
+                view = [](const Tensor& t) { return t.slice(0, 0, 1).expand(t.shape()); };
+                how = " (first row broadcast)";
+              }
+            } else if (read_only && type.shape.size() == 2 && output.dim() == 2 &&
+                       output.shape()[0] == type.shape[1] && output.shape()[1] == type.shape[0] &&
+                       chance(0.5)) {
+              view = [](const Tensor& t) { return t.transpose(0, 1); };
+              how = " (transposed)";
+            }
+            if (!view) continue;
+            eager_inputs[i] = view(last_eager_[o]);
+            graphs_inputs[i] = view(last_graphs_[o]);
+            trace += " input " + std::to_string(i) + " <- output " + std::to_string(o) + how + ";";
+            fed_back = true;
+            used[o] = true;
+            fed_inputs.insert(i);
+            break;
           }
         }
       }
@@ -178,7 +204,8 @@ class CallSequence {
       // The failed call must have changed nothing (Note [Stale inputs throw
       // first], cudagraph_trees/tree_manager.h).
       // One stale tensor fed into two inputs gets one replacement: the
-      // eager side still passes them aliased.
+      // eager side still passes them aliased (the same view: a broadcast of
+      // its first row is another input).
       std::vector<std::pair<Tensor, Tensor>> replaced;  // stale input, its replacement
       for (size_t i = 0; i < graphs_inputs.size(); ++i) {
         if (!invalidated(graphs_inputs[i])) continue;
@@ -186,7 +213,8 @@ class CallSequence {
         for (const auto& [stale, fresh_tensor] : replaced) {
           if (stale.storage() == graphs_inputs[i].storage() &&
               stale.offset() == graphs_inputs[i].offset() &&
-              stale.shape() == graphs_inputs[i].shape()) {
+              stale.shape() == graphs_inputs[i].shape() &&
+              stale.strides() == graphs_inputs[i].strides()) {
             replacement = fresh_tensor;
           }
         }
