@@ -318,9 +318,11 @@ void bound_fused_depth(const LoweringGraph& graph, std::vector<bool>& inlined) {
 // embedding (Note [Row-major index through merged dims], kernel_assembly.cc).
 // Otherwise the row operand is materialized by its own kernel and the
 // reduction reads it whole. Found by the gradient fuzzer (seeds 20869, 21179:
-// a broadcast value read out of bounds, wrong gradients; 23279). Tests: the
-// gradient cases broadcast_operand_of_a_merged_reduction and
-// dropout_over_non_adjacent_dims (tests/compiler/autodiff/gradient_cases.cc).
+// a broadcast value read out of bounds, wrong gradients; 23279; 60251: a
+// keepdim sum inside the row, the softmax backward's, read broadcast). Tests:
+// the gradient cases broadcast_operand_of_a_merged_reduction,
+// dropout_over_non_adjacent_dims and log_softmax_summed_over_every_dim
+// (tests/compiler/autodiff/gradient_cases.cc).
 void keep_reductions_indexable(const LoweringGraph& graph, std::vector<bool>& inlined) {
   for (const LoweringNode& node : graph.nodes()) {
     if (node.node_class != NodeClass::kReduction) continue;
@@ -349,7 +351,12 @@ void keep_reductions_indexable(const LoweringGraph& graph, std::vector<bool>& in
         indexable = false;
       }
       for (int operand : producer.operands) {
-        if (inlined[static_cast<size_t>(operand)]) {
+        // An inlined pointwise operand is part of the expression; any other
+        // (a value of its own, or a reduction the row reads whole, which is
+        // marked inlined too) is read by index, so its dims must tile.
+        const int operand_producer = graph.value(operand).producer;
+        if (inlined[static_cast<size_t>(operand)] && operand_producer >= 0 &&
+            graph.node(operand_producer).node_class == NodeClass::kPointwise) {
           pending.push_back(operand);
           continue;
         }

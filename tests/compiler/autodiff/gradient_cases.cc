@@ -217,6 +217,14 @@ std::vector<GradientCase> make_cases() {
     ValueId x = b.buffer("x", {4, 3, 5}, b.dtype, ir::normal_init(1, 5));
     return b.dropout(b.mul(x, p(b, "s", {3, 1})), 0.5, "drop");
   });
+  // The row of a sum over every dim of log_softmax's gradient holds the
+  // backward's keepdim sum over the last dim, read broadcast across the
+  // merged dims (the gradient fuzzer's seed 60251: "keeps needing relaid
+  // copies").
+  add("log_softmax_summed_over_every_dim", "log_softmax", [](auto& b) {
+    ValueId x = b.buffer("x", {2, 4, 3}, b.dtype, ir::normal_init(1, 7));
+    return b.log_softmax(b.add(x, p(b, "s", {})), -1);
+  });
   add("copy_into_broadcast", "copy_into", [](auto& b) {
     ValueId destination = b.buffer("destination", {2, 3}, b.dtype, ir::normal_init(1, 3));
     return b.copy_into(destination, b.tanh(p(b, "x", {3})));
