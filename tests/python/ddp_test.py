@@ -89,6 +89,13 @@ def train_rank(rank, rendezvous, mode, out, autocast=False):
         if rank == 0:
             torch.save({"losses": torch.stack(losses), "bf16_casts": casts,
                         "params": [p.detach().clone() for p in model.parameters()]}, out)
+        if not mode.startswith("step_"):
+            # As above: the DDP (its Reducer) goes before the process group,
+            # else its collection can deadlock against gloo's thread (seen in
+            # a full-suite run, session 29: main thread in ~Reducer joining a
+            # gloo worker that waited for the GIL).
+            del ddp, optimizer
+            gc.collect()
     finally:
         dist.destroy_process_group()
 
