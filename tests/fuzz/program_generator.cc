@@ -160,8 +160,16 @@ class Generator {
         static const std::vector<std::string> kBinary = {"add", "sub", "mul", "div"};
         const std::string& op = kBinary[static_cast<size_t>(pick(0, 3))];
         ValueId b = partner_of(a);
-        if (op == "div") b = builder_.add(builder_.mul(b, b), constant(1.0));
-        result = chance(0.5) ? builder_.op1(op, {a, b}) : builder_.op1(op, {b, a});
+        const bool swapped = chance(0.5);
+        // A divisor of x * x + 1, whichever side it is: a divisor that can be
+        // exactly 0 (a relu's or a dropout's zero) made an infinity the
+        // forward hid (tanh) and an analytic gradient of 0 * inf = NaN, as
+        // PyTorch's autograd gives, which the numeric f64 oracle does not
+        // (the gradient cases of seeds 107789 and 201935).
+        const ValueId left = swapped ? b : a;
+        ValueId right = swapped ? a : b;
+        if (op == "div") right = builder_.add(builder_.mul(right, right), constant(1.0));
+        result = builder_.op1(op, {left, right});
         break;
       }
       case 3: {  // where(compare) and pow of a positive base
