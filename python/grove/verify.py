@@ -19,7 +19,11 @@ from grove import input_writes
 # first replay; VERIFIED_CALLS, or GROVE_VERIFY_CALLS) run step by step: before each grove segment
 # runs, its fx nodes are evaluated in PyTorch eager on the same input values;
 # after it runs, each output is compared with that reference within the
-# dtype's tolerance (TOLERANCES; integers and bools exactly), the segment's
+# dtype's tolerance (TOLERANCES; integers and bools exactly; relative to the
+# output's largest magnitude, or where that is below the dtype's rounding of
+# the largest value the segment reads or makes, to that: a gradient that
+# cancels to 1e-12 in float32 is rounding noise, not a value to match to
+# 1e-3, as HF RoBERTa's and Longformer's backward hold), the segment's
 # inputs must be unchanged, and every value an earlier step produced must still
 # hold what it held when it was made (a later segment that writes over memory
 # an earlier output still owns is named). A divergence raises VerifyError
@@ -64,9 +68,24 @@ def phase_name(call):
     return PHASES[call] if call < len(PHASES) else "replay %d" % (call - 1)
 
 
-def difference(result, expected):
+def largest_magnitude(values):
+    """The largest finite magnitude among the floating tensors in values."""
+    largest = 0.0
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+            magnitudes = value.detach().abs()
+            magnitudes = magnitudes[torch.isfinite(magnitudes)]
+            if magnitudes.numel():
+                largest = max(largest, magnitudes.max().item())
+    return largest
+
+
+def difference(result, expected, context_magnitude=0.0):
     """None when `result` matches `expected` within the dtype's tolerance,
-    else a description of the difference."""
+    else a description of the difference. The error is relative to
+    expected's largest magnitude, or, where that is smaller, to the dtype's
+    rounding of context_magnitude (the largest value the computation read
+    or made; Note [Verify mode])."""
     if not isinstance(expected, torch.Tensor) or not isinstance(result, torch.Tensor):
         return None
     if tuple(result.shape) != tuple(expected.shape):
@@ -88,7 +107,8 @@ def difference(result, expected):
             not torch.equal(got[~finite].cpu(), want[~finite].cpu()):
         return "non-finite values differ"
     scale = want[finite].abs().max().item() if finite.any() else 1.0
-    error = (got[finite] - want[finite]).abs().max().item() / max(scale, 1e-30) \
+    noise = torch.finfo(expected.dtype).eps * context_magnitude
+    error = (got[finite] - want[finite]).abs().max().item() / max(scale, noise, 1e-30) \
         if finite.any() else 0.0
     tolerance = TOLERANCES.get(expected.dtype, 1e-3)
     if error > tolerance:
@@ -139,8 +159,9 @@ class StepChecker:
 
     def check_segment(self, segment, inputs, copies, outputs, reference):
         diverging = []
+        context = largest_magnitude(list(inputs) + [reference[node] for node, _ in segment.outputs])
         for (node, _), value in zip(segment.outputs, outputs):
-            problem = difference(value, reference[node])
+            problem = difference(value, reference[node], context)
             if problem is not None:
                 diverging.append((node, problem))
         if diverging:

@@ -1070,6 +1070,32 @@ class VerifyTest(unittest.TestCase):
                                     "time segment 1 ran"):
             runner(*args)
 
+    def test_an_output_that_cancels_to_rounding_noise_is_judged_by_the_values_around_it(self):
+        # A gradient that cancels (HF RoBERTa's backward) is rounding noise
+        # in both grove and PyTorch: an error at the dtype's rounding of the
+        # segment's values passes; one above it still fails.
+        def function(x, weight):
+            product = x @ weight
+            return product, product - product
+
+        args = [torch.randn(8, 16), torch.randn(16, 16)]
+        plan = importer.import_graph(trace(function, *args), args, static_inputs=[1])
+        for noise, passes in ((1e-12, True), (1e-4, False)):
+            runner = plan.compile(backend="cudagraphs", output_copies=lambda node: False,
+                                  verify=True)
+            grove_steps = [step for kind, step in runner.steps if kind == "grove"]
+            self.assertEqual(len(grove_steps), 1)
+            grove_steps[0]["model"] = _Tampered(
+                grove_steps[0]["model"],
+                lambda inputs, outputs, noise=noise: [output.add_(noise) for output in outputs])
+            if passes:
+                product, cancelled = runner(*args)
+                self.assertLessEqual(cancelled.abs().max().item(), 2e-12)
+            else:
+                with self.assertRaisesRegex(grove.verify.VerifyError,
+                                            "relative to the largest magnitude 0 "):
+                    runner(*args)
+
     def test_grove_verify_compares_grove_compile_models_with_grove_eager(self):
         program = {"name": "tanh", "inputs": [{"name": "x", "shape": [64], "dtype": "f32"}],
                    "nodes": [{"name": "y", "op": "tanh", "inputs": ["x"]}], "outputs": ["y"]}
