@@ -538,13 +538,30 @@ def _attention_targets():
     return targets
 
 
-def write_out_attention(graph_module, targets=None):
+def multi_head_attention_written_out(*args, **kwargs):
+    """torch.nn.functional.multi_head_attention_forward with the attention it
+    calls written out (_attention_written_out) while it runs: dynamo keeps
+    nn.MultiheadAttention's call whole (torchvision's ViT), and AOTAutograd
+    would trace the fused kernel inside it, whose backward grove lacks."""
+    active = hasattr(torch.nn.functional, "scaled_dot_product_attention")
+    with _attention_written_out(active):
+        return torch.nn.functional.multi_head_attention_forward(*args, **kwargs)
+
+
+def write_out_attention(graph_module, targets=None, multi_head_targets=None):
     """Replaces each call of scaled_dot_product_attention in a torch-level fx
     graph (dynamo's) by math_attention, where it has no dropout and no
-    grouped-query option; returns how many it replaced."""
+    grouped-query option, and each call of multi_head_attention_forward by
+    multi_head_attention_written_out; returns how many it replaced."""
     targets = _attention_targets() if targets is None else set(targets)
+    multi_head_targets = {torch.nn.functional.multi_head_attention_forward} \
+        if multi_head_targets is None else set(multi_head_targets)
     replaced = 0
     for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target in multi_head_targets:
+            node.target = multi_head_attention_written_out
+            replaced += 1
+            continue
         if node.op != "call_function" or node.target not in targets:
             continue
         dropout = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)

@@ -631,6 +631,15 @@ def stand_in_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
 torch.fx.wrap("stand_in_attention")
 
 
+def multi_head_call(*args, **kwargs):
+    """A leaf for symbolic tracing; the test points its node at
+    F.multi_head_attention_forward, as dynamo's graph holds it."""
+    return F.multi_head_attention_forward(*args, **kwargs)
+
+
+torch.fx.wrap("multi_head_call")
+
+
 class AttentionTest(unittest.TestCase):
     def test_attention_is_written_out_and_trains_whole_in_grove(self):
         """Dynamo graphs call scaled_dot_product_attention, whose fused
@@ -666,6 +675,48 @@ class AttentionTest(unittest.TestCase):
             (attend(*expected_inputs, mask, bias) * weights).sum().backward()
             assert_close_all(self, [t.grad for t in inputs], [t.grad for t in expected_inputs],
                              "attention gradient")
+        for runner in compiler.runners():
+            self.assertEqual(runner.plan.unsupported, [])
+
+
+    def test_multi_head_attention_kept_whole_by_dynamo_is_written_out_too(self):
+        """Dynamo keeps nn.MultiheadAttention's call of
+        multi_head_attention_forward whole (torchvision's ViT), which traces
+        to the fused kernel inside it: write_out_attention runs it with its
+        attention written out, and it trains whole in grove."""
+        from functorch.compile import aot_function
+
+        torch.manual_seed(SEED)
+        attention = torch.nn.MultiheadAttention(16, 4)
+        weights = [attention.in_proj_weight, attention.in_proj_bias,
+                   attention.out_proj.weight, attention.out_proj.bias]
+
+        def attend(x, in_weight, in_bias, out_weight, out_bias):
+            return multi_head_call(x, x, x, 16, 4, in_weight, in_bias, None, None, False, 0.0,
+                                   out_weight, out_bias, training=True, need_weights=False)[0]
+
+        graph = torch.fx.symbolic_trace(attend)
+        for node in graph.graph.nodes:
+            if node.target is multi_head_call:
+                node.target = F.multi_head_attention_forward
+                node.meta.pop("is_wrapped", None)
+        graph.recompile()
+        self.assertEqual(grove.training.write_out_attention(graph), 1)
+        compiler = grove.training.StepCompiler("cudagraphs", name="multi_head",
+                                               lazy=not torch.__version__.startswith("1."))
+        trained = aot_function(graph, fw_compiler=compiler.forward,
+                               bw_compiler=compiler.backward, partition_fn=compiler.partition)
+        for _ in range(3):
+            x = torch.randn(6, 2, 16, requires_grad=True)
+            expected_x = x.detach().clone().requires_grad_()
+            grove_weights = [w.detach().clone().requires_grad_() for w in weights]
+            expected_weights = [w.detach().clone().requires_grad_() for w in weights]
+            scale = torch.randn(6, 2, 16)
+            (trained(x, *grove_weights) * scale).sum().backward()
+            (attend(expected_x, *expected_weights) * scale).sum().backward()
+            assert_close_all(self, [x.grad] + [w.grad for w in grove_weights],
+                             [expected_x.grad] + [w.grad for w in expected_weights],
+                             "multi-head attention gradient")
         for runner in compiler.runners():
             self.assertEqual(runner.plan.unsupported, [])
 
