@@ -452,7 +452,11 @@ def _training_graph(gm, example_inputs, mode, strict, device, from_dynamo=False)
 # arguments of the call that needs it: the first call's may be outputs of
 # graphs whose memory the tree has reclaimed since (HF DeepSeek-V3's experts
 # share one graph, and an expert first routed tokens at a later step compiled
-# from a stale tensor). Tests:
+# from a stale tensor). A graph compiled from fake tensors (the pieces of
+# dynamo's DDP optimizer, Note [Fake calls of the door's function]) enters
+# the lookup at its first refusal, not from its example, whose tensors have
+# no addresses (PyTorch 2.11's data_ptr raises: torch.compile of a DDP model
+# failed). Tests:
 # DynamoBackendTest.test_training_graphs_are_found_by_their_parameters
 # (tests/python/importer_test.py, no GPU: twelve sets in turn),
 # GpuTorchTrainingTest.test_two_instances_of_one_model_train_apart,
@@ -473,7 +477,7 @@ class TrainingGraphs:
         self.graphs = [first]
         # key -> (graph, weak references to its parameters)
         self.by_parameters = {}
-        if self.parameters:
+        if self.parameters and not _any_fake(example):
             self.by_parameters[self._key(example)] = (first, self._held(example))
         self.replaced = 0
         self.compile_again = compile_again
@@ -575,6 +579,14 @@ def _as_graph_module(gm, example_inputs):
         from torch.fx.experimental.proxy_tensor import make_fx
 
         return make_fx(gm)(*example_inputs)
+
+
+def _any_fake(values):
+    """Whether a tensor among values is a FakeTensor (no memory behind it)."""
+    from grove import door_function
+
+    fake = door_function._fake_tensor_type()
+    return fake is not None and any(isinstance(value, fake) for value in values)
 
 
 def _door_function(gm, example_inputs, compiler, aot, single):

@@ -795,6 +795,36 @@ class DynamoBackendTest(unittest.TestCase):
                 graphs(x, current)
         self.assertEqual(len(compiles), 11 + graphs.MOST_REPLACED)
 
+    def test_training_graphs_compiled_from_fake_tensors_seed_no_lookup(self):
+        # Note [Training graphs per parameter set]: dynamo's DDP optimizer
+        # compiles its pieces from fake tensors, which have no address
+        # (PyTorch 2.11's data_ptr raises; 1.13's says 0): the graph enters
+        # the lookup from its first real call's refusal instead.
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        from grove.dynamo_backend import TrainingGraphs
+        from grove.runner import StaticInputMovedError
+
+        mode = FakeTensorMode()
+        fake_x, fake_weight = mode.from_tensor(torch.randn(3)), mode.from_tensor(torch.randn(3))
+        first_weight, other_weight = nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(3))
+
+        def compiled_for(bound):
+            def graph(x, weight):
+                if weight is not bound:
+                    raise StaticInputMovedError(1, "static input 1 moved")
+                return x * weight
+            return graph
+
+        graphs = TrainingGraphs(compiled_for(first_weight),
+                                lambda arguments: compiled_for(arguments[1]),
+                                parameters=[1], example=[fake_x, fake_weight])
+        self.assertEqual(graphs.by_parameters, {})
+        x = torch.randn(3)
+        for weight in (first_weight, other_weight, first_weight):
+            torch.testing.assert_close(graphs(x, weight), x * weight)
+        self.assertEqual(graphs.count, 2)
+
     def test_dynamo_calls_share_an_invocation_only_from_the_backend(self):
         # Note [Dynamo's generation names an invocation only for dynamo's
         # calls] (grove/dynamo_backend.py): dynamo advances its generation
