@@ -51,7 +51,7 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     strided_window_ids,
 )
 from grove.inplace import functionalize_inplace, mutates_first_argument, storage_key
-from grove import input_writes
+from grove import input_writes, random_draws
 from grove.input_writes import write_backs
 from grove.runner import GraphRunner
 from grove.segments import Segment, segment_program  # noqa: F401 (part of this module's interface)
@@ -142,9 +142,15 @@ def _unread_draw(node):
 # around a value grove computes (a slice's neighbours in its base) cannot be
 # given it, and the import raises StorageOutsideOperandError (dynamo's graph
 # then runs in PyTorch whole, Note [Graphs that read values as numbers run in
-# PyTorch], dynamo_backend.py) instead of reading other memory. Tests:
-# ImporterTest.test_as_strided_in_pytorch_reads_the_traced_layout and
-# test_as_strided_past_a_grove_value_is_refused (tests/python/importer_test.py).
+# PyTorch], dynamo_backend.py) instead of reading other memory. A random
+# draw over a tensor (native_dropout, bernoulli, rand_like) reads its layout
+# too: the mask follows memory order, so a transposed operand handed over
+# contiguous drew another mask than eager PyTorch under the same seed (up to
+# 8.8 off on a dropout of a transpose). Tests:
+# ImporterTest.test_as_strided_in_pytorch_reads_the_traced_layout,
+# test_as_strided_past_a_grove_value_is_refused (tests/python/importer_test.py)
+# and RandomDrawsTest.test_a_transposed_operand_keeps_its_dropout_and_the_draws_after_it
+# (tests/python/random_draws_test.py).
 _READS_LAYOUT = {"aten.as_strided", "aten.as_strided_scatter", "aten.view"}
 
 
@@ -365,6 +371,10 @@ class _Importer:
         for node in written_attributes:
             self.values[node] = _attribute(module, node.target)
         self.before_write = recorder.before_write
+        # Note [Random draws run first] (random_draws.py).
+        if random_draws.draws_first(self.graph, self.values, draws_random_numbers) and \
+                hasattr(module, "recompile"):
+            module.recompile()
         self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         devices = [value.device for value in example_inputs if isinstance(value, torch.Tensor)]
         # A host tensor among device inputs (HF's cache counter before its
@@ -594,7 +604,8 @@ class _Importer:
         op reads memory by strides keeps the layout its tensor arguments had
         in the import run."""
         for kind, node in steps:
-            if kind != "torch" or op_name(getattr(node, "target", None)) not in _READS_LAYOUT:
+            if kind != "torch" or not (op_name(getattr(node, "target", None)) in _READS_LAYOUT
+                                       or draws_random_numbers(node)):
                 continue
             layouts = {}
             for arg in node.all_input_nodes:

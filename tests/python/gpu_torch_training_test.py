@@ -353,9 +353,13 @@ class GpuTorchTrainingTest(unittest.TestCase):
 
         before = {id(runner) for runner in dynamo_backend._live_runners}
         six_sgd_steps_match_eager(Net().cuda(), seed_each_call=True)
-        left = {op for runner in dynamo_backend._live_runners if id(runner) not in before
-                for _, op, _ in runner.unsupported}
+        made = [runner for runner in dynamo_backend._live_runners if id(runner) not in before]
+        left = {op for runner in made for _, op, _ in runner.unsupported}
         self.assertNotIn("aten.native_dropout_backward", left)
+        # Note [Random draws run first]: the draws, then one grove program.
+        for runner in made:
+            kinds = [kind for kind, _ in runner.plan.steps]
+            self.assertEqual(kinds.count("grove"), 1, (runner.plan.name, kinds))
 
     def test_update_in_backward_equals_step_bitwise(self):
         """Note [The optimizer's update inside the door's backward]
