@@ -24,10 +24,12 @@ from grove.fx_common import op_name
 # native_dropout(x, p, True), reads x, but on CUDA and on the CPU its mask
 # depends only on x's shape when x is contiguous and its first element
 # 16-byte aligned (the fused kernel's vectorized path, which an aligned new
-# tensor takes too): it becomes native_dropout(ones(shape, float32), p, True),
-# moved to the start, whose first result is the kernel's own float32 scale
-# where the mask keeps, and x times it where it stood (in float32 and rounded
-# to x's dtype for a half-precision x, as the kernel computes). The draws keep
+# tensor takes too), and the mapping of random numbers to elements depends on
+# the dtype: it becomes native_dropout(ones(shape, x's dtype), p, True), moved
+# to the start, and where it stood x times the draw's first result (float32:
+# the kernel's own scale where the mask keeps), or for a half-precision x (on
+# CUDA only) x in float32 times the mask times the kernel's float32 scale,
+# rounded to x's dtype, as the kernel computes. The draws keep
 # their order among themselves: the first draw that cannot move stops the
 # moving (a later draw stays after it). GROVE_DRAWS_FIRST=0 (read at import)
 # leaves every draw where it is. Tests: RandomDrawsTest
@@ -60,6 +62,8 @@ def _dropout_operands(node, values):
             value.numel() == 0 or not value.is_contiguous() or \
             (value.storage_offset() * value.element_size()) % ALIGNMENT_BYTES:
         return None
+    if value.dtype != torch.float32 and not value.is_cuda:
+        return None  # the CPU kernel rounds a half-precision product its own way
     if any(user.op != "call_function" or user.target is not operator.getitem
            for user in node.users):
         return None
@@ -112,26 +116,39 @@ def _evaluate(node, values):
     return node.target(*args, **kwargs)
 
 
+def kernel_scale(p):
+    """The float32 scale CUDA's fused dropout kernel multiplies a kept element
+    by: 1.0 / (1 - p) with the keep probability in float32, the quotient in
+    float64, rounded to float32."""
+    keep = torch.tensor(1.0 - p, dtype=torch.float32).item()
+    return torch.tensor(1.0 / keep, dtype=torch.float32).item()
+
+
 def _rewrite_dropout(graph, node, x, p, values):
     """native_dropout(x, p, True) as a draw on ones and x times its scale;
     returns the draw's nodes, to move (Note [Random draws run first])."""
     value = values[x]
     with graph.inserting_before(node):
         ones = graph.call_function(torch.ops.aten.ones.default, (list(value.shape),),
-                                   {"dtype": torch.float32, "device": value.device})
+                                   {"dtype": value.dtype, "device": value.device})
         draw = graph.call_function(torch.ops.aten.native_dropout.default, (ones, p, True))
         scale = graph.call_function(operator.getitem, (draw, 0))
         mask = graph.call_function(operator.getitem, (draw, 1))
         if value.dtype == torch.float32:
+            # The draw's first result is the kernel's own float32 scale where it keeps.
             result = graph.call_function(torch.ops.aten.mul.Tensor, (x, scale))
             computed = [result]
         else:
+            # In half precision that result is the scale rounded: x in float32
+            # times the mask times the kernel's float32 scale, then rounded.
             wide = graph.call_function(torch.ops.aten._to_copy.default, (x,),
                                        {"dtype": torch.float32})
-            product = graph.call_function(torch.ops.aten.mul.Tensor, (wide, scale))
+            kept = graph.call_function(torch.ops.aten.mul.Tensor, (wide, mask))
+            product = graph.call_function(torch.ops.aten.mul.Tensor,
+                                          (kept, kernel_scale(p)))
             result = graph.call_function(torch.ops.aten._to_copy.default, (product,),
                                          {"dtype": value.dtype})
-            computed = [wide, product, result]
+            computed = [wide, kept, product, result]
     # The import run's values (the draw's numbers do not matter: it runs at
     # every call), drawn without advancing PyTorch's generator.
     devices = [value.device.index or 0] if value.is_cuda else []

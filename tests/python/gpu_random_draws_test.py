@@ -4,7 +4,10 @@ the graph, draw eager PyTorch's masks on CUDA under the same seed, in every
 float dtype (the half-precision result computed in float32 and rounded, as
 the fused kernel computes it); a dropout of a transposed operand (not
 rewritten) gets its operand in the traced layout (Note [Layouts a PyTorch step
-reads]). Every call of both modes equals eager bitwise. Skips without CUDA.
+reads]). Every call of both modes draws eager's masks (compared bitwise) and
+its values match eager's within the dtype's tolerance (grove's products are
+not PyTorch's bit for bit; a mask drawn otherwise moves a value by the whole
+kept element). Skips without CUDA.
 CI's counterpart is random_draws_test.py (sim, PyTorch 1.13)."""
 import os
 import sys
@@ -21,16 +24,20 @@ from torch_features import HAS_CUDA  # noqa: E402
 CALLS = 4
 
 
+TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (2e-2, 6e-2),
+              torch.float16: (2e-3, 8e-3)}
+
+
 def block(x, w1, w2):
-    hidden = F.gelu(x @ w1)
-    hidden = F.dropout(hidden, 0.1, True)  # eager's call, traced to native_dropout
+    hidden, first_mask = torch.native_dropout(F.gelu(x @ w1), 0.1, True)
     out, mask = torch.native_dropout(hidden @ w2 + x, 0.25, True)
-    return out * 2, mask
+    return out * 2, first_mask, mask
 
 
 def transposed(x, w1, w2):
-    first = F.dropout(x @ w1, 0.2, True)
-    return F.dropout((first @ w2).t(), 0.3, True)
+    first, first_mask = torch.native_dropout(x @ w1, 0.2, True)
+    second, mask = torch.native_dropout((first @ w2).t(), 0.3, True)
+    return second, first_mask, mask
 
 
 @unittest.skipUnless(HAS_CUDA, "no CUDA device: the masks are CUDA's fused dropout kernel's")
@@ -58,13 +65,12 @@ class GpuRandomDrawsTest(unittest.TestCase):
                 expected = function(*args)
                 torch.manual_seed(seed)
                 got = runner(*args)
-                expected = expected if isinstance(expected, tuple) else (expected,)
-                got = got if isinstance(got, (tuple, list)) else (got,)
-                for want, have in zip(expected, got):
-                    self.assertTrue(torch.equal(have, want),
-                                    "%s %s %s call %d: %s" % (function.__name__, dtype, backend,
-                                                             seed, (have.float() - want.float())
-                                                             .abs().max().item()))
+                where = "%s %s %s call %d" % (function.__name__, dtype, backend, seed)
+                for want_mask, mask in zip(expected[1:], got[1:]):
+                    self.assertTrue(torch.equal(mask, want_mask), "%s: another mask" % where)
+                rtol, atol = TOLERANCES[dtype]
+                torch.testing.assert_close(got[0], expected[0], rtol=rtol, atol=atol,
+                                           msg=lambda message: "%s: %s" % (where, message))
 
     def test_rewritten_dropouts_draw_eagers_masks_in_every_float_dtype(self):
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
