@@ -371,7 +371,7 @@ class _Importer:
         for node in written_attributes:
             self.values[node] = _attribute(module, node.target)
         self.before_write = recorder.before_write
-        # Note [Random draws run first] (random_draws.py).
+        # See Note [Random draws run first] (random_draws.py).
         if random_draws.draws_first(self.graph, self.values, draws_random_numbers) and \
                 hasattr(module, "recompile"):
             module.recompile()

@@ -356,7 +356,7 @@ class GpuTorchTrainingTest(unittest.TestCase):
         made = [runner for runner in dynamo_backend._live_runners if id(runner) not in before]
         left = {op for runner in made for _, op, _ in runner.unsupported}
         self.assertNotIn("aten.native_dropout_backward", left)
-        # Note [Random draws run first]: the draws, then one grove program.
+        # The draws, then one grove program (Note [Random draws run first]).
         for runner in made:
             kinds = [kind for kind, _ in runner.plan.steps]
             self.assertEqual(kinds.count("grove"), 1, (runner.plan.name, kinds))
