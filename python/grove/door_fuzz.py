@@ -42,7 +42,9 @@ from grove import aten_layout_ops, importer, input_writes
 # where functionalization fails): its in-place updates then run in PyTorch
 # and the importer sees in-place ops on intermediates, such as the squeeze_
 # of a 1-D operand's matmul that PyTorch 2.11's functionalized trace keeps too
-# (Note [In-place view ops keep their argument's shape], importer.py). Tests: DoorFuzzTest (tests/python/door_fuzz_test.py),
+# (Note [In-place view ops keep their argument's shape], importer.py). About
+# 30% of the programs draw random numbers after some steps (RANDOM_DRAWS),
+# every call of both sides from one seed. Tests: DoorFuzzTest (tests/python/door_fuzz_test.py),
 # which also proves the fuzzer finds the split-generation bug with
 # grove.invocation disabled.
 
@@ -104,6 +106,19 @@ def _overlapping_windows(a):
 
 STRIDED_VIEWS = [("column_read", _column_read), ("overlapping_windows", _overlapping_windows)]
 
+# Random draws after some steps' values (Note [Random draws run first],
+# random_draws.py): training dropouts (of a strided window's value too: its
+# mask follows the traced layout) and additive noise drawn like the value
+# (rand_like reads its operand's layout: it stays where it is, and so do the
+# draws after it). Every call of grove and of PyTorch starts from one seed, so
+# both draw the same numbers.
+RANDOM_DRAWS = [
+    ("dropout(0.3)", lambda a: F.dropout(a, 0.3, True)),
+    ("dropout(0.1)", lambda a: F.dropout(a, 0.1, True)),
+    ("noise", lambda a: a + 0.05 * torch.rand_like(a)),
+]
+DRAWS_SHARE = 0.3  # of the programs
+
 
 class _windows_in_pytorch:
     """While active, the importer leaves every strided window to PyTorch (its
@@ -137,11 +152,14 @@ class Program:
     """A random program: steps (op name, function, operand indices) over
     values 0..inputs-1 (the inputs), then one value per step."""
 
-    def __init__(self, rng, inputs=2, length=12, split=True, exclude=()):
+    def __init__(self, rng, inputs=2, length=12, split=True, exclude=(), draws_rng=None):
         """split: whether ops left to PyTorch may appear; exclude: names of
-        grove's ops that may not."""
+        grove's ops that may not; draws_rng: a random.Random that puts
+        random draws after some steps (RANDOM_DRAWS), apart from `rng` so
+        that a seed's program is otherwise the one it was."""
         self.inputs = inputs
         self.steps = []
+        self.draws = {}  # step index -> (name, function) applied to its value
         split_ops = splitters() if split else []
         grove_ops = [op for op in GROVE_OPS if op[0] not in exclude]
         count = inputs
@@ -165,6 +183,9 @@ class Program:
         last = count - 1
         held = rng.sample(range(inputs, last), min(2, last - inputs))
         self.outputs = [last] + [index for index in held if index != last]
+        if draws_rng is not None and draws_rng.random() < DRAWS_SHARE:
+            for step in draws_rng.sample(range(length), min(length, draws_rng.randrange(1, 4))):
+                self.draws[step] = draws_rng.choice(RANDOM_DRAWS)
 
     def __call__(self, *args):
         """program(*inputs, [state,] weight): state is updated in place."""
@@ -181,6 +202,8 @@ class Program:
                 values.append(state * 1.0)
             else:
                 values.append(function(*operand_values))
+            if len(values) - self.inputs - 1 in self.draws:
+                values[-1] = self.draws[len(values) - self.inputs - 1][1](values[-1])
         return tuple(values[index] for index in self.outputs)
 
     def describe(self):
@@ -191,8 +214,9 @@ class Program:
                 lines.append("state = state / 2 + mean(v%d, dim 0); v%d = state"
                              % (operands[0], self.inputs + index))
                 continue
-            lines.append("v%d = %s(%s)" % (self.inputs + index, name,
-                                            ", ".join("v%d" % o for o in operands)))
+            lines.append("v%d = %s(%s)%s" % (
+                self.inputs + index, name, ", ".join("v%d" % o for o in operands),
+                " then %s" % self.draws[index][0] if index in self.draws else ""))
         lines.append("outputs: %s" % ", ".join("v%d" % o for o in self.outputs))
         return "\n".join(lines)
 
@@ -246,7 +270,8 @@ def run_program(seed, device="sim", counters=None):
     """Runs one random program in both modes; raises FuzzFailure naming the
     seed, the program and the call that differs (any other error too)."""
     rng = random.Random(seed)
-    program = Program(rng, inputs=rng.choice([1, 2, 3]), length=rng.randrange(6, 16))
+    program = Program(rng, inputs=rng.choice([1, 2, 3]), length=rng.randrange(6, 16),
+                      draws_rng=random.Random(seed + 7_000_003))
     try:
         _run_in_both_modes(seed, rng, program, device, counters)
     except FuzzFailure:
@@ -254,6 +279,11 @@ def run_program(seed, device="sim", counters=None):
     except Exception as error:
         raise FuzzFailure("door fuzz seed %d: %s: %s\n%s" % (
             seed, type(error).__name__, error, program.describe())) from error
+
+
+def _call_seed(seed, batch, call):
+    """The torch seed both sides of one call start from (RANDOM_DRAWS)."""
+    return (seed * 131 + batch * 17 + call) % (2 ** 31)
 
 
 def _run_in_both_modes(seed, rng, program, device, counters):
@@ -279,11 +309,17 @@ def _run_in_both_modes(seed, rng, program, device, counters):
                 compiled = compile_program(program, fixed + state + [weight], mode, device,
                                            plain_trace=program.has_state and seed % 3 == 0)
                 with torch.no_grad():
+                    torch.manual_seed(_call_seed(seed, batch, 0))
                     first = list(compiled(*calls[0], *state, weight)) + state
             for call, inputs in enumerate(calls):
                 with torch.no_grad():
+                    torch.manual_seed(_call_seed(seed, batch, call))
                     expected = list(program(*inputs, *reference, weight)) + reference
-                    got = first if call == 0 else list(compiled(*inputs, *state, weight)) + state
+                    if call == 0:
+                        got = first
+                    else:
+                        torch.manual_seed(_call_seed(seed, batch, call))
+                        got = list(compiled(*inputs, *state, weight)) + state
                 got = [value.clone() for value in got]
                 for index, (value, want) in enumerate(zip(got, expected)):
                     error = relative_error(value, want)

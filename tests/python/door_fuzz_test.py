@@ -65,6 +65,13 @@ class DoorFuzzTest(unittest.TestCase):
         finally:
             input_writes._functionalize = saved
 
+    def test_a_draw_over_a_strided_window_draws_eagers_numbers(self):
+        # Seed 166 adds noise drawn like an overlapping window (rand_like, left
+        # to PyTorch): handed the window's value contiguous, it drew other
+        # numbers than eager (0.0018 off) before Note [Layouts a PyTorch step
+        # reads] covered random draws (importer.py).
+        door_fuzz.run_program(166, "sim")
+
     def test_finds_the_split_generation_bug_without_invocations(self):
         saved = grove.invocation
         grove.invocation = _NoInvocation
