@@ -111,7 +111,10 @@ STRIDED_VIEWS = [("column_read", _column_read), ("overlapping_windows", _overlap
 # mask follows the traced layout) and additive noise drawn like the value
 # (rand_like reads its operand's layout: it stays where it is, and so do the
 # draws after it). Every call of grove and of PyTorch starts from one seed, so
-# both draw the same numbers.
+# both draw the same numbers. Only after steps whose values reach an output:
+# PyTorch's tracers (make_fx from 2.1, dynamo) drop a draw nothing reads, and
+# every later draw then takes its numbers, in torch.compile as in grove (seed
+# 40145 on PyTorch 2.11's make_fx: an unread dropout before a read one).
 RANDOM_DRAWS = [
     ("dropout(0.3)", lambda a: F.dropout(a, 0.3, True)),
     ("dropout(0.1)", lambda a: F.dropout(a, 0.1, True)),
@@ -184,8 +187,25 @@ class Program:
         held = rng.sample(range(inputs, last), min(2, last - inputs))
         self.outputs = [last] + [index for index in held if index != last]
         if draws_rng is not None and draws_rng.random() < DRAWS_SHARE:
+            live = self._live_steps()
             for step in draws_rng.sample(range(length), min(length, draws_rng.randrange(1, 4))):
-                self.draws[step] = draws_rng.choice(RANDOM_DRAWS)
+                if step in live:
+                    self.draws[step] = draws_rng.choice(RANDOM_DRAWS)
+
+    def _live_steps(self):
+        """Steps whose values reach an output (or update the state): a draw
+        after any other step is dead code, which PyTorch's tracers (make_fx
+        from 2.1, dynamo) drop, so later draws take its numbers (RANDOM_DRAWS)."""
+        live = set()
+        pending = [index - self.inputs for index in self.outputs]
+        pending += [step for step, (name, _, _) in enumerate(self.steps) if name == STATE_UPDATE]
+        while pending:
+            step = pending.pop()
+            if step < 0 or step in live:
+                continue
+            live.add(step)
+            pending.extend(operand - self.inputs for operand in self.steps[step][2])
+        return live
 
     def __call__(self, *args):
         """program(*inputs, [state,] weight): state is updated in place."""
