@@ -72,13 +72,17 @@ def _dropout_operands(node, values):
 
 # Ops that read only their first argument's shape, dtype and device: the
 # tensor they make, of the shape the import run saw, is free of the graph's
-# inputs (new_empty(x, shape).bernoulli_(p): timm's drop path).
+# inputs (new_empty(x, shape).bernoulli_(p): timm's drop path; rand_like(x)).
 _MADE_LIKE = {"aten.new_empty": torch.ops.aten.empty.memory_format,
               "aten.empty_like": torch.ops.aten.empty.memory_format,
               "aten.new_zeros": torch.ops.aten.zeros.default,
               "aten.zeros_like": torch.ops.aten.zeros.default,
               "aten.new_ones": torch.ops.aten.ones.default,
-              "aten.ones_like": torch.ops.aten.ones.default}
+              "aten.ones_like": torch.ops.aten.ones.default,
+              # Draws like their operand: the same numbers as a draw of its
+              # shape where the operand is contiguous.
+              "aten.rand_like": torch.ops.aten.rand.default,
+              "aten.randn_like": torch.ops.aten.randn.default}
 
 
 def _made_like(node, values):

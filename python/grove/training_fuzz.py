@@ -36,7 +36,10 @@ from grove import door_fuzz
 # is fuzzed too, over programs without PyTorch's ops (the whole step takes
 # only grove's): PyTorch's SGD with momentum and weight decay or AdamW, the
 # loss of every step within the same tolerance, and SGD's weight after the
-# last step. A failure names the seed, the step and the program. Tests:
+# last step. Programs may draw random numbers after some steps (the door
+# fuzzer's RANDOM_DRAWS, Note [Random draws run first]): each step of PyTorch's
+# runs and of grove's starts from one seed. A failure names the seed, the step
+# and the program. Tests:
 # TrainingFuzzTest (tests/python/training_fuzz_test.py).
 
 STEPS = 5  # warm-up, recording, three replays
@@ -104,14 +107,15 @@ def trained(module, mode, device):
     return grove.training.compile_module(module, mode)
 
 
-def stateless_program(rng, split=True):
+def stateless_program(rng, split=True, draws_rng=None):
     """A door-fuzzer program without the in-place state (drawn again until
     one has none: the state is an inference-path case); split: whether ops
-    left to PyTorch may appear."""
+    left to PyTorch may appear; draws_rng: door_fuzz.Program's (random draws
+    after some steps)."""
     while True:
         program = door_fuzz.Program(rng, inputs=rng.choice([1, 2, 3]),
                                     length=rng.randrange(4, 12), split=split,
-                                    exclude=DISCONTINUOUS)
+                                    exclude=DISCONTINUOUS, draws_rng=draws_rng)
         if not program.has_state:
             return program
 
@@ -120,7 +124,7 @@ def run_program(seed, device="sim", counters=None):
     """Trains one random program in both modes; raises FuzzFailure naming the
     seed, the program and the step that differs (any other error too)."""
     rng = random.Random(seed)
-    program = stateless_program(rng)
+    program = stateless_program(rng, draws_rng=random.Random(seed + 7_000_003))
     try:
         _train_in_both_modes(seed, rng, program, device, counters)
     except FuzzFailure:
@@ -130,10 +134,14 @@ def run_program(seed, device="sim", counters=None):
             seed, type(error).__name__, error, program.describe())) from error
 
 
-def _step(module, model, inputs, coefficients):
-    """One step: (loss, weight's gradient, inputs' gradients) and the update."""
+def _step(module, model, inputs, coefficients, seed=None):
+    """One step: (loss, weight's gradient, inputs' gradients) and the update;
+    seed: torch's seed for the forward's random draws (the same masks in
+    float32, float64 and grove: CPU draws do not depend on the dtype)."""
     module.zero_grad(set_to_none=True)
     leaves = [x.detach().clone().requires_grad_(needs) for x, needs in inputs]
+    if seed is not None:
+        torch.manual_seed(seed)
     outputs = model(*leaves)
     loss = sum((value * weight).mean() for value, weight in zip(outputs, coefficients))
     loss.backward()
@@ -163,16 +171,17 @@ def _train_in_both_modes(seed, rng, program, device, counters):
     coefficients = [torch.randn(batch, width).to(target) for _ in program.outputs]
     single, double = ProgramModule(program, weight), ProgramModule(program, weight.double())
     wide = [torch.as_tensor(c).double() for c in coefficients]
-    expected = [Reference(_step(single, single, inputs, coefficients),
-                          _step(double, double, [(x.double(), n) for x, n in inputs], wide))
-                for inputs in steps]
+    expected = [Reference(_step(single, single, inputs, coefficients, seed * 31 + step),
+                          _step(double, double, [(x.double(), n) for x, n in inputs], wide,
+                                seed * 31 + step))
+                for step, inputs in enumerate(steps)]
     results = {}
     for mode in ("eager", "cudagraphs"):
         module = ProgramModule(program, weight)
         model = trained(module, mode, device)
         results[mode] = []
         for step, inputs in enumerate(steps):
-            got = _step(module, model, inputs, coefficients)
+            got = _step(module, model, inputs, coefficients, seed * 31 + step)
             if len(got) != len(expected[step].double):
                 raise FuzzFailure("training fuzz seed %d: %s step %d gave %d values, PyTorch %d"
                                   % (seed, mode, step, len(got), len(expected[step].double)))

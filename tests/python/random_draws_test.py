@@ -17,12 +17,13 @@ import junit_main  # noqa: E402
 
 
 def block(x, w1, w2):
-    """Two dropouts and a drop-path draw around two products, as a
-    transformer block trained at its default configuration has them."""
+    """Two dropouts, a drop-path draw and noise drawn like a value around two
+    products, as a transformer block trained at its default configuration
+    has them."""
     hidden, mask = torch.native_dropout(x @ w1, 0.3, True)
     hidden = torch.relu(hidden) @ w2
     keep = hidden.new_empty((hidden.shape[0], 1)).bernoulli_(0.8)
-    hidden = hidden * keep / 0.8
+    hidden = hidden * keep / 0.8 + 0.05 * torch.rand_like(hidden)
     out, _ = torch.native_dropout(hidden + x, 0.1, True)
     return out.tanh(), mask
 
@@ -65,7 +66,7 @@ class RandomDrawsTest(unittest.TestCase):
             # the picks of their results.
             self.assertEqual(sorted(op for op in pytorch_ops if op != "getitem"),
                              ["aten.bernoulli_", "aten.empty", "aten.native_dropout",
-                              "aten.native_dropout"], pytorch_ops)
+                              "aten.native_dropout", "aten.rand"], pytorch_ops)
             self.assert_calls_match_eager(block, runner, args)
 
     def test_a_transposed_operand_keeps_its_dropout_and_the_draws_after_it(self):
