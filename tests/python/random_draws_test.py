@@ -85,6 +85,37 @@ class RandomDrawsTest(unittest.TestCase):
         self.assertGreater(steps.count("grove"), 1, steps)
         self.assert_calls_match_eager(transposed, runner, args)
 
+    def test_a_half_precision_dropout_on_the_host_stays_and_matches_eager(self):
+        # The CPU kernel rounds a bfloat16 product its own way: the draw is
+        # not rewritten there (on CUDA it is: GpuRandomDrawsTest).
+        def half(x, w1, w2):
+            hidden, mask = torch.native_dropout((x @ w1).to(torch.bfloat16), 0.3, True)
+            return hidden.float() @ w2, mask
+
+        args = arguments()
+        plan, runner = self.compiled(half, args, "eager")
+        dropouts = [node for kind, node in plan.steps if kind == "torch"
+                    and op_name(node.target) == "aten.native_dropout"]
+        self.assertEqual([node.args[0].op for node in dropouts], ["call_function"])
+        self.assertNotEqual(op_name(dropouts[0].args[0].target), "aten.ones")
+        self.assert_calls_match_eager(half, runner, args)
+
+    def test_a_new_tensor_read_before_its_draw_keeps_the_draw_in_place(self):
+        # bernoulli_ writes the tensor it is given: where something reads
+        # that tensor first, moving the draw ahead would change what it read.
+        def read_first(x, w1, w2):
+            noise = x.new_zeros(x.shape)
+            before = (x + noise) @ w1
+            noise.bernoulli_(0.5)
+            return before @ w2 + noise.sum(), noise
+
+        args = arguments()
+        plan, runner = self.compiled(read_first, args, "eager")
+        order = [op_name(getattr(step, "target", None)) if kind == "torch" else "grove"
+                 for kind, step in plan.steps]
+        self.assertLess(order.index("grove"), order.index("aten.bernoulli_"), order)
+        self.assert_calls_match_eager(read_first, runner, args)
+
     def test_grove_draws_first_off_leaves_the_draws_in_place(self):
         os.environ["GROVE_DRAWS_FIRST"] = "0"
         try:
