@@ -28,6 +28,7 @@
 #include "serving/kserve_grpc_protocol.h"
 #include "serving/kserve_v2_grpc.grpc.pb.h"
 #include "serving/metrics.h"
+#include "serving/protobuf_log_limit.h"
 
 namespace grove::serving {
 namespace {
@@ -535,6 +536,7 @@ struct GrpcServer::Impl {
 GrpcServer::GrpcServer(InferenceService& service, GrpcConfig config)
     : impl_(std::make_unique<Impl>(service, std::move(config))) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  limit_protobuf_log();  // Note [Protobuf's complaints about requests, counted]
   const GrpcConfig& c = impl_->config;
   GROVE_CHECK_AS(ConfigError, !c.model_name.empty(), "GrpcServer: model_name is empty");
   GROVE_CHECK_AS(ConfigError, c.port >= 0 && c.port <= 65535, "GrpcServer: port ", c.port,

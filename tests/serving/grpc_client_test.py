@@ -156,6 +156,34 @@ class GrpcClientTest(unittest.TestCase):
         self.assertEqual(after["OK"] - before["OK"], 1)
         self.assertEqual(after["NOT_FOUND"] - before["NOT_FOUND"], 1)
 
+    def test_invalid_utf8_requests_log_a_bounded_number_of_lines(self):
+        # Note [Protobuf's complaints about requests, counted]
+        # (serving/protobuf_log_limit.h): protobuf logged a line per request
+        # whose string field is not UTF-8; 300 such requests now log about
+        # log2(300) lines, each is refused, and the server keeps answering.
+        server = GroveServer("--grpc-port", "0")
+        client = Client(server.grpc_target)
+        raw = client.channel.unary_unary(SERVICE + "ModelInfer",
+                                         request_serializer=lambda payload: payload,
+                                         response_deserializer=pb.ModelInferResponse.FromString)
+        valid = raw_request(self.rows(1)).SerializeToString()
+        name = "mlp16x512".encode()
+        invalid = valid.replace(b"\n" + bytes([len(name)]) + name,
+                                b"\n" + bytes([len(name) + 2]) + b"\xf2\xbf" + name, 1)
+        self.assertNotEqual(invalid, valid)
+        for _ in range(300):
+            with self.assertRaises(grpc.RpcError) as raised:
+                raw(invalid, timeout=60)
+            self.assertEqual(raised.exception.code(), grpc.StatusCode.INTERNAL)
+        self.assertEqual(output_rows(raw(valid, timeout=60)).shape, (1, 512))
+        client.close()
+        status, out, err = server.stop()
+        self.assertEqual(status, 0, err)
+        lines = [line for line in err.splitlines() if "UTF-8" in line]
+        self.assertTrue(lines, err[-2000:])
+        self.assertLessEqual(len(lines), 10, "\n".join(lines[:20]))
+        self.assertIn("[256 such messages so far]", lines[-1])
+
     def test_sigterm_answers_calls_in_flight(self):
         # Calls wait up to 2 s for company, so they are in flight when SIGTERM comes.
         server = GroveServer("--grpc-port", "0", "--max-batch", "8", "--max-wait-us", "2000000")
