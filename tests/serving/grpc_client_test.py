@@ -157,7 +157,7 @@ class GrpcClientTest(unittest.TestCase):
         self.assertEqual(after["NOT_FOUND"] - before["NOT_FOUND"], 1)
 
     def test_invalid_utf8_requests_log_a_bounded_number_of_lines(self):
-        # Note [Protobuf's complaints about requests, counted]
+        # See Note [Protobuf's complaints about requests, counted]
         # (serving/protobuf_log_limit.h): protobuf logged a line per request
         # whose string field is not UTF-8; 300 such requests now log about
         # log2(300) lines, each is refused, and the server keeps answering.
