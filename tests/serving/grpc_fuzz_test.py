@@ -19,6 +19,7 @@ import grpc
 import numpy as np
 
 import junit_main
+from byte_mutations import mutated
 from serve_process import NAME, GroveServer
 from serving import kserve_v2_grpc_pb2 as pb
 
@@ -64,20 +65,6 @@ def wrong_message(rng):
     return request.SerializeToString()
 
 
-def wrong_bytes(rng, payload):
-    data = bytearray(payload)
-    for _ in range(rng.randrange(1, 6)):
-        at = rng.randrange(len(data) + 1)
-        kind = rng.randrange(3)
-        if kind == 0 and data:
-            data[min(at, len(data) - 1)] = rng.randrange(256)
-        elif kind == 1:
-            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
-        elif data:
-            del data[at:at + rng.randrange(1, 9)]
-    return bytes(data)
-
-
 class GrpcFuzzTest(unittest.TestCase):
     def test_malformed_requests_get_statuses_and_the_server_keeps_answering(self):
         seed = int(time.time()) % 100000
@@ -94,7 +81,7 @@ class GrpcFuzzTest(unittest.TestCase):
             while time.monotonic() - start < FUZZ_SECONDS:
                 for _ in range(50):
                     payload = wrong_message(rng) if rng.random() < 0.6 else \
-                        wrong_bytes(rng, valid)
+                        mutated(rng, valid)
                     try:
                         call(payload, timeout=30)
                         code = grpc.StatusCode.OK

@@ -17,6 +17,7 @@ import time
 import unittest
 
 import junit_main
+from byte_mutations import mutated
 from serve_process import NAME, GroveServer
 
 FUZZ_SECONDS = float(os.environ.get("GROVE_HTTP_FUZZ_SECONDS", "10"))
@@ -67,21 +68,10 @@ def wrong_json(rng):
     return json.dumps(body).encode()
 
 
-def wrong_bytes(rng, data):
-    data = bytearray(data)
-    for _ in range(rng.randrange(1, 6)):
-        at = rng.randrange(len(data) + 1)
-        kind = rng.randrange(4)
-        if kind == 0 and data:
-            data[min(at, len(data) - 1)] = rng.randrange(256)
-        elif kind == 1:
-            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 8)))
-        elif kind == 2 and data:
-            del data[at:at + rng.randrange(1, 8)]
-        else:
-            data[at:at] = rng.choice([b"\r\n", b"\r\n\r\n", b"\x00", b":", b" ", b"%", b"%zz",
-                                      b"\xff\xfe", b"Transfer-Encoding: chunked\r\n"])
-    return bytes(data)
+# Pieces a byte-level edit may insert: line ends, a NUL, a header separator,
+# percent escapes, bytes that are not UTF-8, a second framing.
+HTTP_PIECES = (b"\r\n", b"\r\n\r\n", b"\x00", b":", b" ", b"%", b"%zz", b"\xff\xfe",
+               b"Transfer-Encoding: chunked\r\n")
 
 
 def whole(data):
@@ -125,11 +115,12 @@ class HttpFuzzTest(unittest.TestCase):
                     if kind == 0:
                         data = request(PATHS[0], wrong_json(rng))
                     elif kind == 1:
-                        data = wrong_bytes(rng, request(
+                        data = mutated(rng, request(
                             rng.choice(PATHS), json.dumps(VALID).encode(),
-                            rng.choice(["POST", "GET", "PUT", "HEAD", "OPTIONS", "DELETE"])))
+                            rng.choice(["POST", "GET", "PUT", "HEAD", "OPTIONS", "DELETE"])),
+                            HTTP_PIECES)
                     else:
-                        data = wrong_bytes(rng, valid)
+                        data = mutated(rng, valid, HTTP_PIECES)
                     answer = self.exchange(address, data)
                     tried += 1
                     where = "seed %d: %r" % (seed, data[:300])
