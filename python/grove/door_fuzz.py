@@ -213,7 +213,7 @@ class Program:
         inputs, weight = list(args[:-1]), args[-1]
         state = inputs.pop() if self.has_state else None
         values = list(inputs)
-        for name, function, operands in self.steps:
+        for step, (name, function, operands) in enumerate(self.steps):
             operand_values = [values[index] for index in operands]
             if name == MATMUL:
                 values.append(torch.tanh(operand_values[0] @ weight))
@@ -222,8 +222,8 @@ class Program:
                 values.append(state * 1.0)
             else:
                 values.append(function(*operand_values))
-            if len(values) - self.inputs - 1 in self.draws:
-                values[-1] = self.draws[len(values) - self.inputs - 1][1](values[-1])
+            if step in self.draws:
+                values[-1] = self.draws[step][1](values[-1])
         return tuple(values[index] for index in self.outputs)
 
     def describe(self):
@@ -291,7 +291,7 @@ def run_program(seed, device="sim", counters=None):
     seed, the program and the call that differs (any other error too)."""
     rng = random.Random(seed)
     program = Program(rng, inputs=rng.choice([1, 2, 3]), length=rng.randrange(6, 16),
-                      draws_rng=random.Random(seed + 7_000_003))
+                      draws_rng=draws_rng(seed))
     try:
         _run_in_both_modes(seed, rng, program, device, counters)
     except FuzzFailure:
@@ -299,6 +299,12 @@ def run_program(seed, device="sim", counters=None):
     except Exception as error:
         raise FuzzFailure("door fuzz seed %d: %s: %s\n%s" % (
             seed, type(error).__name__, error, program.describe())) from error
+
+
+def draws_rng(seed):
+    """The generator that places a seed's random draws (RANDOM_DRAWS), apart
+    from the one that makes its program."""
+    return random.Random(seed + 7_000_003)
 
 
 def _call_seed(seed, batch, call):

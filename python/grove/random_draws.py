@@ -7,6 +7,7 @@ import os
 import torch
 import torch.fx
 
+from grove import verify
 from grove.fx_common import op_name
 
 # Note [Random draws run first]
@@ -114,12 +115,6 @@ def _made_afresh(graph, node, values):
     return made
 
 
-def _evaluate(node, values):
-    args = torch.fx.node.map_arg(node.args, lambda n: values[n])
-    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: values[n])
-    return node.target(*args, **kwargs)
-
-
 def kernel_scale(p):
     """The float32 scale CUDA's fused dropout kernel multiplies a kept element
     by: 1.0 / (1 - p) with the keep probability in float32, the quotient in
@@ -158,7 +153,7 @@ def _rewrite_dropout(graph, node, x, p, values):
     devices = [value.device.index or 0] if value.is_cuda else []
     with torch.random.fork_rng(devices=devices), torch.no_grad():
         for made in [ones, draw, scale, mask] + computed:
-            values[made] = _evaluate(made, values)
+            values[made] = verify.evaluate(made, values, dict.__getitem__)
     for user in list(node.users):
         replacement = result if user.args[1] == 0 else mask
         user.replace_all_uses_with(replacement)

@@ -128,7 +128,7 @@ def run_program(seed, device="sim", counters=None):
     # Random draws on the host only: CUDA's dropout maps random numbers to
     # elements by dtype (Note [Random draws run first]), so the float64
     # oracle would draw other masks than the float32 runs.
-    draws = None if device.startswith("cuda") else random.Random(seed + 7_000_003)
+    draws = None if device.startswith("cuda") else door_fuzz.draws_rng(seed)
     program = stateless_program(rng, draws_rng=draws)
     try:
         _train_in_both_modes(seed, rng, program, device, counters)
