@@ -2,7 +2,7 @@
 
 #include <google/protobuf/stubs/logging.h>
 
-#include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -14,11 +14,8 @@
 namespace grove::serving {
 namespace {
 
-std::atomic<uint64_t> messages{0};
-
 void counted(google::protobuf::LogLevel level, const char* filename, int line,
              const std::string& message) {
-  messages.fetch_add(1, std::memory_order_relaxed);
   static std::mutex mutex;
   static auto* per_site = new std::map<std::pair<std::string, int>, uint64_t>();
   uint64_t count = 0;
@@ -40,7 +37,5 @@ void limit_protobuf_log() {
   static std::once_flag once;
   std::call_once(once, [] { google::protobuf::SetLogHandler(&counted); });
 }
-
-uint64_t protobuf_log_messages() { return messages.load(std::memory_order_relaxed); }
 
 }  // namespace grove::serving

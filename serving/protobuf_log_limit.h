@@ -2,8 +2,6 @@
 // (Note [Protobuf's complaints about requests, counted]).
 #pragma once
 
-#include <cstdint>
-
 namespace grove::serving {
 
 // Note [Protobuf's complaints about requests, counted]
@@ -20,8 +18,5 @@ namespace grove::serving {
 // GrpcClientTest.test_invalid_utf8_requests_log_a_bounded_number_of_lines
 // (tests/serving/grpc_client_test.py).
 void limit_protobuf_log();
-
-// How many messages protobuf has logged through the limit (printed or not).
-uint64_t protobuf_log_messages();
 
 }  // namespace grove::serving
