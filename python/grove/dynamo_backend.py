@@ -268,7 +268,8 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
             options["small_m_gemm"] = "on"
         return plan.compile(
             backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
-            state_outputs=input_writes.output_nodes_at(aten.graph, state_positions), **options)
+            state_outputs=input_writes.output_nodes_at(aten.graph, state_positions),
+            warm_up_outputs_leave_pool=True, **options)  # Note [Warm-up outputs leave the pool]
 
     try:
         runner = build(list(example_inputs))

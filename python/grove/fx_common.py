@@ -22,6 +22,14 @@ class StorageOutsideOperandError(RuntimeError):
     (Note [Layouts a PyTorch step reads], importer.py)."""
 
 
+def draws_random_numbers(node):
+    """Whether fx `node` is an ATen op that draws from PyTorch's generator
+    (Note [Random draws are never constants], importer.py)."""
+    tag = getattr(getattr(torch, "Tag", None), "nondeterministic_seeded", None)
+    return node.op == "call_function" and tag is not None and \
+        tag in getattr(node.target, "tags", ())
+
+
 def dtype_name(dtype):
     names = dtypes.torch_names()
     if dtype not in names:

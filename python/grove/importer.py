@@ -44,6 +44,7 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     StorageOutsideOperandError,
     StrictModeError,
     Unsupported,
+    draws_random_numbers,
     dtype_name,
     laid_out,
     node_arguments,
@@ -105,13 +106,9 @@ _CONVERTER_ERRORS = (ValueError, IndexError, KeyError, TypeError, AttributeError
 # a diffusion sampler's noise, Gumbel sampling. Folded, every call returned
 # the import run's numbers. They count as input-dependent now, so they run
 # (in PyTorch, where grove has no converter) at every call, and so does what
-# they feed. Test: ImporterTest.test_random_draws_are_drawn_at_every_call
+# they feed. fx_common.draws_random_numbers tells such nodes. Test:
+# ImporterTest.test_random_draws_are_drawn_at_every_call
 # (tests/python/importer_test.py).
-def draws_random_numbers(node):
-    """Whether fx `node` is an ATen op that draws from PyTorch's generator."""
-    tag = getattr(getattr(torch, "Tag", None), "nondeterministic_seeded", None)
-    return node.op == "call_function" and tag is not None and \
-        tag in getattr(node.target, "tags", ())
 
 
 # Note [Random draws nobody reads]: HF wav2vec2 draws torch.rand([]) for
@@ -271,9 +268,7 @@ def _random_state_kept(example_inputs):
     """Note [The import run leaves the inputs alone]: PyTorch's random state
     (the CPU generator and those of the inputs' CUDA devices) as the import
     run found it, after the run."""
-    devices = sorted({value.device.index or 0 for value in example_inputs
-                      if isinstance(value, torch.Tensor) and value.is_cuda})
-    return torch.random.fork_rng(devices=devices)
+    return input_writes.random_state_kept(example_inputs)
 
 
 # Note [The import run leaves the inputs alone]: the importer runs the graph

@@ -7,7 +7,7 @@ import logging
 import torch
 import torch.fx
 
-from grove.fx_common import op_name
+from grove.fx_common import draws_random_numbers, op_name
 from grove.inplace import mutates_first_argument
 
 # Note [Writes into graph inputs]: a graph that updates its inputs in place (a
@@ -203,7 +203,9 @@ def aten_graph(function, example_inputs):
     kept (those in-place ops run in PyTorch)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    with torch.no_grad():
+    # Tracing runs the graph: PyTorch's random state is left as it was
+    # (Note [The import run leaves the inputs alone], importer.py).
+    with random_state_kept(example_inputs), torch.no_grad():
         plain = make_fx(function)(*trace_clones(example_inputs))
     states = state_output_positions(plain.graph)
     if not mutates_an_input(plain.graph) and not writes_through_views(plain.graph):
@@ -212,10 +214,61 @@ def aten_graph(function, example_inputs):
     if functionalize is None:
         return plain, states
     try:
-        with torch.no_grad():
+        with random_state_kept(example_inputs), torch.no_grad():
             functional = make_fx(functionalize(function))(*trace_clones(example_inputs))
     except Exception as error:  # an op functionalization cannot take
         logging.getLogger("grove").info("functionalization failed (%s); in-place writes of "
                                         "inputs run in PyTorch", error)
         return plain, states
+    if not _draws_alike(plain, functional, example_inputs):
+        logging.getLogger("grove").info("functionalization changed the numbers a random draw "
+                                        "draws; in-place writes of inputs run in PyTorch")
+        return plain, states
     return functional, states
+
+
+def random_state_kept(example_inputs):
+    """A context that leaves PyTorch's random state (the CPU generator and
+    those of the inputs' CUDA devices) as it found it."""
+    devices = sorted({value.device.index or 0 for value in example_inputs
+                      if isinstance(value, torch.Tensor) and value.is_cuda})
+    return torch.random.fork_rng(devices=devices)
+
+
+# Note [Functionalized draws checked against the plain trace]
+# Functionalization may rewrite a random draw's operand: PyTorch 2.11 traces
+# dropout on the CPU, eager's bernoulli_ of empty_like(x), as bernoulli.p of
+# an empty 0-d tensor expanded to x's shape, which draws other numbers under
+# the same seed (the door fuzzer's seeds 40145 and 44656 on the GPU host's
+# sim path: dropout masks 1.3 off, the traced graph itself differing from
+# eager; PyTorch 1.13 keeps a dense empty_like and draws alike). So a graph
+# with random draws that needed functionalization runs both traces once,
+# each from the same random state on clones of the inputs, and keeps the
+# functional one only where their outputs and written inputs agree; else the
+# plain trace stays, its in-place writes run in PyTorch (exact, split).
+# Test: InputWritesTest.test_a_functional_trace_that_draws_otherwise_is_not_used.
+def _draws_alike(plain, functional, example_inputs):
+    if not any(draws_random_numbers(node) for node in functional.graph.nodes):
+        return True
+    runs = []
+    for graph in (plain, functional):
+        inputs = [value.detach().clone() if isinstance(value, torch.Tensor) else value
+                  for value in example_inputs]
+        with random_state_kept(example_inputs), torch.no_grad():
+            outputs = graph(*inputs)
+        runs.append(_tensors(outputs) + _tensors(inputs))
+    return len(runs[0]) == len(runs[1]) and all(
+        _alike(a, b) for a, b in zip(*runs))
+
+
+def _tensors(values):
+    values = values if isinstance(values, (tuple, list)) else [values]
+    return [value for value in values if isinstance(value, torch.Tensor)]
+
+
+def _alike(a, b):
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not (a.is_floating_point() or a.is_complex()):
+        return torch.equal(a, b)
+    return torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)

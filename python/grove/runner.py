@@ -29,7 +29,8 @@ class StaticInputMovedError(RuntimeError):
 
 class GraphRunner:
     def __init__(self, plan, backend="eager", device="sim", output_copies=None, verify=None,
-                 state_outputs=(), gradient_all_reduce=None, reuse_state=False, **options):
+                 state_outputs=(), gradient_all_reduce=None, reuse_state=False,
+                 warm_up_outputs_leave_pool=False, **options):
         """output_copies: None, or a function of an fx node returning whether
         a segment output computing it is copied out of grove's memory (True,
         False, or None for grove.Model's default). verify: check the first
@@ -40,7 +41,9 @@ class GraphRunner:
         nodes returning its "gradient_all_reduce" option or None (Note
         [Gradient all-reduce in the door's backward], gradient_reduce.py).
         reuse_state: each state output is copied into the memory of the
-        previous call's copy (Note [Reused state copies])."""
+        previous call's copy (Note [Reused state copies]).
+        warm_up_outputs_leave_pool: the first call's outputs are copied out
+        of the tree's pool (Note [Warm-up outputs leave the pool])."""
         self.gradient_all_reduce = gradient_all_reduce
         self.plan = plan
         # Note [Bound bases read as bases] (parameter_views.py): placeholders
@@ -77,6 +80,8 @@ class GraphRunner:
         self._state_positions = self._state_output_positions(state_outputs)
         self.reuse_state = bool(reuse_state)
         self._state_copies = {}  # output position -> the last copy (reuse_state)
+        # Note [Warm-up outputs leave the pool]: pending until the first call.
+        self._warm_up_copies = bool(warm_up_outputs_leave_pool) and self._outputs_in_pool()
 
     # Note [State outputs leave the pool]: a tensor a graph writes in place and
     # returns (a KV cache made and filled inside the compiled region, a
@@ -243,7 +248,34 @@ class GraphRunner:
         for model in self.models():
             model.mark_step_begin()
 
+    # Note [Warm-up outputs leave the pool]
+    # A module that builds state lazily inside compiled code (a rotary table
+    # or mask cached on its first call, Wav2Vec2-Conformer's rotary
+    # embedding) keeps an output of that graph's first call, its warm-up,
+    # and reads it at later calls, often as an input of another graph. Left
+    # in the tree's pool it is reclaimed when the generation ends: reading it
+    # raised StaleOutputError (as PyTorch's trees refuse it), and before the
+    # hand-out check a graph read memory a later output owned. Issue 33 asks
+    # for such state to leave the pool when the warm-up ends: an inference
+    # graph's first call under a graph backend hands out copies in memory of
+    # their own (outputs sharing a storage share the copy), once per graph,
+    # so nothing made on a warm-up is ever reclaimed under its holder. Later
+    # calls hand out pool memory, as reduce-overhead does: a kept replay
+    # output is the caller's to clone. Outputs that are the call's inputs
+    # pass through. Tests:
+    # RunnerTest.test_a_kept_warm_up_output_outlives_later_generations (sim),
+    # TorchBackendTest.test_state_cached_on_the_first_call_outlives_the_warm_up.
     def __call__(self, *args):
+        if self._warm_up_copies:
+            self._warm_up_copies = False
+            return _in_memory_of_their_own(self._call(args), args)
+        return self._call(args)
+
+    def _outputs_in_pool(self):
+        return self.backend != "eager" and any(
+            not all(compiled["model"]._copy_flags) for compiled in self.segments)
+
+    def _call(self, args):
         if self.verified_calls < self.calls_to_verify:
             call = self.verified_calls
             self.verified_calls += 1
@@ -436,6 +468,38 @@ def _in_layout(read, layouts, env, node):
 
 
 _MARK_STATIC = []  # [torch._dynamo.mark_static_address or None], found on first use
+
+
+def _in_memory_of_their_own(result, args):
+    """`result` with each tensor that is not one of `args`' storages copied;
+    tensors sharing a storage share its copy (Note [Warm-up outputs leave
+    the pool])."""
+    inputs = {_untyped_storage(value).data_ptr() for value in args
+              if isinstance(value, torch.Tensor)}
+    copies = {}
+
+    def own(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        storage = _untyped_storage(value)
+        key = (storage.data_ptr(), value.device)
+        if key[0] in inputs:
+            return value
+        copy = copies.get(key)
+        if copy is None:  # the storage's bytes, once
+            whole = torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage)
+            copy = copies[key] = whole.clone()
+        return copy.view(value.dtype).as_strided(value.shape, value.stride(),
+                                                 value.storage_offset())
+
+    if isinstance(result, (tuple, list)):
+        return type(result)(own(value) for value in result)
+    return own(result)
+
+
+def _untyped_storage(tensor):
+    method = getattr(tensor, "untyped_storage", None)  # PyTorch 2.x
+    return method() if method is not None else tensor.storage().untyped()
 
 
 def _state_copy(tensor):

@@ -321,7 +321,10 @@ class StepCompiler:
         plan = importer.import_graph(graph_module, list(example_inputs),
                                      static_inputs=static_positions(example_inputs),
                                      strict=self.strict, name="%s_inference" % self.name)
-        runner = plan.compile(backend=self.mode, device=self._device(example_inputs))
+        # Note [Warm-up outputs leave the pool] (runner.py): a graph of the
+        # step without gradients may build state the module keeps.
+        runner = plan.compile(backend=self.mode, device=self._device(example_inputs),
+                              warm_up_outputs_leave_pool=True)
         self._made(self.inferences, runner)
         return _boxed(runner)
 

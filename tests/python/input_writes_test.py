@@ -341,6 +341,61 @@ class InputWritesTest(unittest.TestCase):
                 self.assertEqual(second.rebuilds, 1)
                 self.assertEqual(second.demoted, {0, 1})
 
+    def test_a_functional_trace_that_draws_otherwise_is_not_used(self):
+        # Note [Functionalized draws checked against the plain trace]: a
+        # functionalizer whose graph draws other numbers (here one draw more
+        # before the function, as PyTorch 2.11's rewrite of dropout's
+        # operand does in effect) is caught by running both traces, and the
+        # plain one stays: grove equals eager under the seed. A graph whose
+        # draws agree keeps its functional trace.
+        def noisy_update(x, state):
+            state.mul_(0.5).add_(x.mean(0))
+            return F.dropout(x * state, 0.3, training=True)
+
+        def unread_draw_update(x, state):
+            state.mul_(0.5).add_(x.mean(0))
+            return x * state
+
+        real = input_writes._functionalize()
+
+        def shifted(function):
+            def run(*args):
+                torch.rand(())  # every later draw takes other numbers
+                return real(function)(*args)
+            return run
+
+        x, state = torch.randn(8, 16), torch.randn(16)
+        original = input_writes._functionalize
+        input_writes._functionalize = lambda: shifted
+        try:
+            graph, _ = input_writes.aten_graph(noisy_update, [x, state])
+            quiet, _ = input_writes.aten_graph(unread_draw_update, [x, state])
+        finally:
+            input_writes._functionalize = original
+        self.assertIn("aten.add_.Tensor", graph.code)  # the plain trace
+        self.assertNotIn("aten.add_.Tensor", quiet.code)  # the functional one
+        plan = importer.import_graph(graph, [x, state.clone()], name="noisy")
+        runner = plan.compile(backend="eager", device="sim")
+        for call in range(3):
+            mine, theirs = state.clone(), state.clone()
+            torch.manual_seed(40 + call)
+            expected = noisy_update(x, theirs)
+            torch.manual_seed(40 + call)
+            result = runner(x, mine)
+            torch.testing.assert_close(result, expected, msg="call %d" % call)
+            torch.testing.assert_close(mine, theirs, msg="call %d" % call)
+
+    def test_tracing_leaves_the_random_state_alone(self):
+        def noisy_update(x, state):
+            state.add_(1.0)
+            return F.dropout(x, 0.3, training=True) + torch.rand(x.shape)
+
+        inputs = [torch.randn(4, 8), torch.randn(8)]
+        torch.manual_seed(5)
+        before = torch.get_rng_state()
+        input_writes.aten_graph(noisy_update, inputs)  # two traces and their check
+        self.assertTrue(torch.equal(torch.get_rng_state(), before))
+
 
 if __name__ == "__main__":
     junit_main.main()
