@@ -262,13 +262,15 @@ class GraphRunner:
     # so nothing made on a warm-up is ever reclaimed under its holder. Later
     # calls hand out pool memory, as reduce-overhead does: a kept replay
     # output is the caller's to clone. Outputs that are the call's inputs
-    # pass through. Tests:
+    # pass through, and state outputs keep their own copies (Note [Reused
+    # state copies]: InputWritesTest.test_reused_state_keeps_its_address saw
+    # a second address on PyTorch 2.11 when the warm-up copied them). Tests:
     # RunnerTest.test_a_kept_warm_up_output_outlives_later_generations (sim),
     # TorchBackendTest.test_state_cached_on_the_first_call_outlives_the_warm_up.
     def __call__(self, *args):
         if self._warm_up_copies:
             self._warm_up_copies = False
-            return _in_memory_of_their_own(self._call(args), args)
+            return _in_memory_of_their_own(self._call(args), args, self._state_positions or ())
         return self._call(args)
 
     def _outputs_in_pool(self):
@@ -470,10 +472,11 @@ def _in_layout(read, layouts, env, node):
 _MARK_STATIC = []  # [torch._dynamo.mark_static_address or None], found on first use
 
 
-def _in_memory_of_their_own(result, args):
-    """`result` with each tensor that is not one of `args`' storages copied;
-    tensors sharing a storage share its copy (Note [Warm-up outputs leave
-    the pool])."""
+def _in_memory_of_their_own(result, args, left=()):
+    """`result` with each tensor that is not one of `args`' storages copied,
+    but for the outputs at positions `left` (state outputs, which have left
+    the pool already); tensors sharing a storage share its copy (Note
+    [Warm-up outputs leave the pool])."""
     inputs = {_untyped_storage(value).data_ptr() for value in args
               if isinstance(value, torch.Tensor)}
     copies = {}
@@ -493,8 +496,9 @@ def _in_memory_of_their_own(result, args):
                                                  value.storage_offset())
 
     if isinstance(result, (tuple, list)):
-        return type(result)(own(value) for value in result)
-    return own(result)
+        return type(result)(value if index in left else own(value)
+                            for index, value in enumerate(result))
+    return result if 0 in left else own(result)
 
 
 def _untyped_storage(tensor):

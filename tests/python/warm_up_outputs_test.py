@@ -85,6 +85,15 @@ class WarmUpOutputsTest(unittest.TestCase):
         self.assertEqual(tail[0].item(), -1.0)
         self.assertEqual(base[4].item(), 4.0)
 
+    def test_state_outputs_keep_their_own_copies(self):
+        # Note [Reused state copies]: a state output is already the copy the
+        # next call reuses; copying it again gave a second address.
+        state, other = torch.randn(4), torch.randn(4)
+        kept, copied = runner_module._in_memory_of_their_own((state, other), (), left=(0,))
+        self.assertIs(kept, state)
+        self.assertNotEqual(copied.data_ptr(), other.data_ptr())
+        self.assertIs(runner_module._in_memory_of_their_own(state, (), left=(0,)), state)
+
 
 class _CachedTable(nn.Module):
     """Builds a table on its first call and keeps it, as rotary embeddings
